@@ -1,0 +1,593 @@
+//! Plain Rust types for what csivol needs from CSI, and every conversion between them and
+//! the generated wire types. Nothing outside this module and the gRPC edges (agent plugin
+//! calls, the reference plugin's handlers) should name a `csi::v1` type.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::csi::v1 as csi;
+
+/// Key/value pairs a controller returns from ControllerPublishVolume and the node plugin
+/// receives with NodeStage/NodePublish.
+pub type PublishContext = BTreeMap<String, String>;
+
+/// Topology segments (e.g. `zone` → `z1`).
+pub type Topology = BTreeMap<String, String>;
+
+/// A conversion from a wire type failed: a required field is missing or a value is unknown.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ConversionError {
+    #[error("`{0}` is required")]
+    Missing(&'static str),
+    #[error("unknown access mode {0}")]
+    UnknownAccessMode(i32),
+}
+
+/// How a volume may be shared, the CSI access modes under csivol's names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AccessMode {
+    SingleNodeReaderOnly,
+    SingleNodeWriter,
+    SingleNodeSingleWriter,
+    SingleNodeMultiWriter,
+    MultiNodeReaderOnly,
+    MultiNodeSingleWriter,
+    MultiNodeMultiWriter,
+}
+
+impl AccessMode {
+    pub const ALL: [AccessMode; 7] = [
+        Self::SingleNodeReaderOnly,
+        Self::SingleNodeWriter,
+        Self::SingleNodeSingleWriter,
+        Self::SingleNodeMultiWriter,
+        Self::MultiNodeReaderOnly,
+        Self::MultiNodeSingleWriter,
+        Self::MultiNodeMultiWriter,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::SingleNodeReaderOnly => "single-node-reader-only",
+            Self::SingleNodeWriter => "single-node-writer",
+            Self::SingleNodeSingleWriter => "single-node-single-writer",
+            Self::SingleNodeMultiWriter => "single-node-multi-writer",
+            Self::MultiNodeReaderOnly => "multi-node-reader-only",
+            Self::MultiNodeSingleWriter => "multi-node-single-writer",
+            Self::MultiNodeMultiWriter => "multi-node-multi-writer",
+        }
+    }
+
+    /// Whether every claim must be on one node at a time.
+    pub fn is_single_node(self) -> bool {
+        matches!(
+            self,
+            Self::SingleNodeReaderOnly
+                | Self::SingleNodeWriter
+                | Self::SingleNodeSingleWriter
+                | Self::SingleNodeMultiWriter
+        )
+    }
+
+    /// How many write claims may exist at once; `None` means no limit.
+    pub fn max_writers(self) -> Option<usize> {
+        match self {
+            Self::SingleNodeReaderOnly | Self::MultiNodeReaderOnly => Some(0),
+            Self::SingleNodeWriter | Self::SingleNodeSingleWriter | Self::MultiNodeSingleWriter => {
+                Some(1)
+            }
+            Self::SingleNodeMultiWriter | Self::MultiNodeMultiWriter => None,
+        }
+    }
+
+    /// How many claims of any kind may exist at once; `None` means no limit.
+    pub fn max_claims(self) -> Option<usize> {
+        match self {
+            Self::SingleNodeSingleWriter => Some(1),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for AccessMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for AccessMode {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|m| m.as_str() == s)
+            .ok_or_else(|| {
+                let names: Vec<_> = Self::ALL.iter().map(|m| m.as_str()).collect();
+                format!(
+                    "unknown access mode `{s}`, expected one of: {}",
+                    names.join(", ")
+                )
+            })
+    }
+}
+
+impl TryFrom<i32> for AccessMode {
+    type Error = ConversionError;
+
+    fn try_from(value: i32) -> Result<Self, Self::Error> {
+        use csi::volume_capability::access_mode::Mode;
+        Ok(match Mode::try_from(value) {
+            Ok(Mode::SingleNodeWriter) => Self::SingleNodeWriter,
+            Ok(Mode::SingleNodeReaderOnly) => Self::SingleNodeReaderOnly,
+            Ok(Mode::MultiNodeReaderOnly) => Self::MultiNodeReaderOnly,
+            Ok(Mode::MultiNodeSingleWriter) => Self::MultiNodeSingleWriter,
+            Ok(Mode::MultiNodeMultiWriter) => Self::MultiNodeMultiWriter,
+            Ok(Mode::SingleNodeSingleWriter) => Self::SingleNodeSingleWriter,
+            Ok(Mode::SingleNodeMultiWriter) => Self::SingleNodeMultiWriter,
+            Ok(Mode::Unknown) | Err(_) => return Err(ConversionError::UnknownAccessMode(value)),
+        })
+    }
+}
+
+impl From<AccessMode> for csi::volume_capability::access_mode::Mode {
+    fn from(mode: AccessMode) -> Self {
+        match mode {
+            AccessMode::SingleNodeReaderOnly => Self::SingleNodeReaderOnly,
+            AccessMode::SingleNodeWriter => Self::SingleNodeWriter,
+            AccessMode::SingleNodeSingleWriter => Self::SingleNodeSingleWriter,
+            AccessMode::SingleNodeMultiWriter => Self::SingleNodeMultiWriter,
+            AccessMode::MultiNodeReaderOnly => Self::MultiNodeReaderOnly,
+            AccessMode::MultiNodeSingleWriter => Self::MultiNodeSingleWriter,
+            AccessMode::MultiNodeMultiWriter => Self::MultiNodeMultiWriter,
+        }
+    }
+}
+
+/// Whether a volume is used as a mounted file system or as a raw block device.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "attachment")]
+pub enum AccessType {
+    FileSystem {
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        fs_type: String,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        mount_flags: Vec<String>,
+    },
+    BlockDevice,
+}
+
+impl AccessType {
+    pub fn is_block(&self) -> bool {
+        matches!(self, Self::BlockDevice)
+    }
+}
+
+/// One capability a volume is used with: how it is accessed and how it is shared.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct VolumeCapability {
+    #[serde(flatten)]
+    pub access_type: AccessType,
+    pub access_mode: AccessMode,
+}
+
+impl TryFrom<&csi::VolumeCapability> for VolumeCapability {
+    type Error = ConversionError;
+
+    fn try_from(cap: &csi::VolumeCapability) -> Result<Self, Self::Error> {
+        use csi::volume_capability::AccessType as Wire;
+        let access_type = match &cap.access_type {
+            Some(Wire::Mount(m)) => AccessType::FileSystem {
+                fs_type: m.fs_type.clone(),
+                mount_flags: m.mount_flags.clone(),
+            },
+            Some(Wire::Block(_)) => AccessType::BlockDevice,
+            None => return Err(ConversionError::Missing("volume_capability.access_type")),
+        };
+        let mode = cap
+            .access_mode
+            .as_ref()
+            .ok_or(ConversionError::Missing("volume_capability.access_mode"))?;
+        Ok(Self {
+            access_type,
+            access_mode: AccessMode::try_from(mode.mode)?,
+        })
+    }
+}
+
+impl From<&VolumeCapability> for csi::VolumeCapability {
+    fn from(cap: &VolumeCapability) -> Self {
+        use csi::volume_capability::{AccessType as Wire, BlockVolume, MountVolume};
+        let access_type = match &cap.access_type {
+            AccessType::FileSystem {
+                fs_type,
+                mount_flags,
+            } => Wire::Mount(MountVolume {
+                fs_type: fs_type.clone(),
+                mount_flags: mount_flags.clone(),
+                ..Default::default()
+            }),
+            AccessType::BlockDevice => Wire::Block(BlockVolume {}),
+        };
+        let mode = csi::volume_capability::access_mode::Mode::from(cap.access_mode);
+        Self {
+            access_type: Some(access_type),
+            access_mode: Some(csi::volume_capability::AccessMode { mode: mode.into() }),
+        }
+    }
+}
+
+/// What a plugin says it is, from GetPluginInfo.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PluginInfo {
+    pub name: String,
+    pub vendor_version: String,
+}
+
+impl TryFrom<csi::GetPluginInfoResponse> for PluginInfo {
+    type Error = ConversionError;
+
+    fn try_from(r: csi::GetPluginInfoResponse) -> Result<Self, Self::Error> {
+        if r.name.is_empty() {
+            return Err(ConversionError::Missing("name"));
+        }
+        Ok(Self {
+            name: r.name,
+            vendor_version: r.vendor_version,
+        })
+    }
+}
+
+/// Plugin-wide capabilities, from GetPluginCapabilities.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PluginCapabilities {
+    pub controller_service: bool,
+    pub volume_accessibility_constraints: bool,
+}
+
+impl From<&csi::GetPluginCapabilitiesResponse> for PluginCapabilities {
+    fn from(r: &csi::GetPluginCapabilitiesResponse) -> Self {
+        use csi::plugin_capability::service::Type;
+        let mut caps = Self::default();
+        for cap in &r.capabilities {
+            if let Some(csi::plugin_capability::Type::Service(s)) = &cap.r#type {
+                match Type::try_from(s.r#type) {
+                    Ok(Type::ControllerService) => caps.controller_service = true,
+                    Ok(Type::VolumeAccessibilityConstraints) => {
+                        caps.volume_accessibility_constraints = true;
+                    }
+                    // Capabilities csivol does not use are ignored, as the spec asks of a CO.
+                    _ => {}
+                }
+            }
+        }
+        caps
+    }
+}
+
+impl From<PluginCapabilities> for csi::GetPluginCapabilitiesResponse {
+    fn from(caps: PluginCapabilities) -> Self {
+        use csi::plugin_capability::{Service, Type, service::Type as S};
+        let service = |t: S| csi::PluginCapability {
+            r#type: Some(Type::Service(Service { r#type: t.into() })),
+        };
+        let mut capabilities = Vec::new();
+        if caps.controller_service {
+            capabilities.push(service(S::ControllerService));
+        }
+        if caps.volume_accessibility_constraints {
+            capabilities.push(service(S::VolumeAccessibilityConstraints));
+        }
+        Self { capabilities }
+    }
+}
+
+/// Controller capabilities csivol acts on, from ControllerGetCapabilities.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ControllerCapabilities {
+    pub create_delete_volume: bool,
+    pub publish_unpublish_volume: bool,
+    pub list_volumes: bool,
+    pub list_volumes_published_nodes: bool,
+    pub publish_readonly: bool,
+    pub single_node_multi_writer: bool,
+}
+
+impl From<&csi::ControllerGetCapabilitiesResponse> for ControllerCapabilities {
+    fn from(r: &csi::ControllerGetCapabilitiesResponse) -> Self {
+        use csi::controller_service_capability::{Type, rpc::Type as R};
+        let mut caps = Self::default();
+        for cap in &r.capabilities {
+            let Some(Type::Rpc(rpc)) = &cap.r#type else {
+                continue;
+            };
+            match R::try_from(rpc.r#type) {
+                Ok(R::CreateDeleteVolume) => caps.create_delete_volume = true,
+                Ok(R::PublishUnpublishVolume) => caps.publish_unpublish_volume = true,
+                Ok(R::ListVolumes) => caps.list_volumes = true,
+                Ok(R::ListVolumesPublishedNodes) => caps.list_volumes_published_nodes = true,
+                Ok(R::PublishReadonly) => caps.publish_readonly = true,
+                Ok(R::SingleNodeMultiWriter) => caps.single_node_multi_writer = true,
+                _ => {}
+            }
+        }
+        caps
+    }
+}
+
+impl From<ControllerCapabilities> for csi::ControllerGetCapabilitiesResponse {
+    fn from(caps: ControllerCapabilities) -> Self {
+        use csi::controller_service_capability::{Rpc, Type, rpc::Type as R};
+        let flags = [
+            (caps.create_delete_volume, R::CreateDeleteVolume),
+            (caps.publish_unpublish_volume, R::PublishUnpublishVolume),
+            (caps.list_volumes, R::ListVolumes),
+            (
+                caps.list_volumes_published_nodes,
+                R::ListVolumesPublishedNodes,
+            ),
+            (caps.publish_readonly, R::PublishReadonly),
+            (caps.single_node_multi_writer, R::SingleNodeMultiWriter),
+        ];
+        let capabilities = flags
+            .into_iter()
+            .filter(|(on, _)| *on)
+            .map(|(_, t)| csi::ControllerServiceCapability {
+                r#type: Some(Type::Rpc(Rpc { r#type: t.into() })),
+            })
+            .collect();
+        Self { capabilities }
+    }
+}
+
+/// Node capabilities csivol acts on, from NodeGetCapabilities.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeCapabilities {
+    pub stage_unstage_volume: bool,
+    pub get_volume_stats: bool,
+    pub volume_condition: bool,
+    pub single_node_multi_writer: bool,
+}
+
+impl From<&csi::NodeGetCapabilitiesResponse> for NodeCapabilities {
+    fn from(r: &csi::NodeGetCapabilitiesResponse) -> Self {
+        use csi::node_service_capability::{Type, rpc::Type as R};
+        let mut caps = Self::default();
+        for cap in &r.capabilities {
+            let Some(Type::Rpc(rpc)) = &cap.r#type else {
+                continue;
+            };
+            match R::try_from(rpc.r#type) {
+                Ok(R::StageUnstageVolume) => caps.stage_unstage_volume = true,
+                Ok(R::GetVolumeStats) => caps.get_volume_stats = true,
+                Ok(R::VolumeCondition) => caps.volume_condition = true,
+                Ok(R::SingleNodeMultiWriter) => caps.single_node_multi_writer = true,
+                _ => {}
+            }
+        }
+        caps
+    }
+}
+
+impl From<NodeCapabilities> for csi::NodeGetCapabilitiesResponse {
+    fn from(caps: NodeCapabilities) -> Self {
+        use csi::node_service_capability::{Rpc, Type, rpc::Type as R};
+        let flags = [
+            (caps.stage_unstage_volume, R::StageUnstageVolume),
+            (caps.get_volume_stats, R::GetVolumeStats),
+            (caps.volume_condition, R::VolumeCondition),
+            (caps.single_node_multi_writer, R::SingleNodeMultiWriter),
+        ];
+        let capabilities = flags
+            .into_iter()
+            .filter(|(on, _)| *on)
+            .map(|(_, t)| csi::NodeServiceCapability {
+                r#type: Some(Type::Rpc(Rpc { r#type: t.into() })),
+            })
+            .collect();
+        Self { capabilities }
+    }
+}
+
+/// What a node plugin says about its node, from NodeGetInfo.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeInfo {
+    pub node_id: String,
+    /// 0 means no limit.
+    pub max_volumes_per_node: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accessible_topology: Option<Topology>,
+}
+
+impl TryFrom<csi::NodeGetInfoResponse> for NodeInfo {
+    type Error = ConversionError;
+
+    fn try_from(r: csi::NodeGetInfoResponse) -> Result<Self, Self::Error> {
+        if r.node_id.is_empty() {
+            return Err(ConversionError::Missing("node_id"));
+        }
+        Ok(Self {
+            node_id: r.node_id,
+            // The spec forbids negative values; treat one as "no limit" rather than fail.
+            max_volumes_per_node: u32::try_from(r.max_volumes_per_node).unwrap_or(0),
+            accessible_topology: r
+                .accessible_topology
+                .map(|t| t.segments.into_iter().collect()),
+        })
+    }
+}
+
+impl From<NodeInfo> for csi::NodeGetInfoResponse {
+    fn from(info: NodeInfo) -> Self {
+        Self {
+            node_id: info.node_id,
+            max_volumes_per_node: i64::from(info.max_volumes_per_node),
+            accessible_topology: info.accessible_topology.map(|segments| csi::Topology {
+                segments: segments.into_iter().collect(),
+            }),
+        }
+    }
+}
+
+/// What a failed plugin call means for the caller, following the spec's error tables.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ErrorClass {
+    /// The call may succeed later (the plugin is busy, unreachable or the call timed out and
+    /// may have happened): retry with backoff until there is a definite answer.
+    Retry,
+    /// The volume is in a state that conflicts with the call; retrying the same call will
+    /// not help until something else changes.
+    Conflict,
+    /// The request itself is wrong or names something that does not exist.
+    Final,
+}
+
+impl ErrorClass {
+    pub fn of(code: tonic::Code) -> Self {
+        use tonic::Code;
+        match code {
+            Code::Unavailable
+            | Code::DeadlineExceeded
+            | Code::Aborted
+            | Code::ResourceExhausted
+            // Not in the spec's tables: a plugin that crashed or was cancelled mid-call may
+            // or may not have acted, so the call is retried to a definite answer.
+            | Code::Cancelled
+            | Code::Unknown
+            | Code::Internal => Self::Retry,
+            Code::FailedPrecondition | Code::AlreadyExists | Code::OutOfRange => Self::Conflict,
+            _ => Self::Final,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn access_modes_round_trip_through_wire_and_text() {
+        for mode in AccessMode::ALL {
+            let wire = csi::volume_capability::access_mode::Mode::from(mode) as i32;
+            assert_eq!(AccessMode::try_from(wire), Ok(mode));
+            assert_eq!(mode.as_str().parse::<AccessMode>(), Ok(mode));
+            let json = serde_json::to_string(&mode).unwrap();
+            assert_eq!(json, format!("\"{}\"", mode.as_str()));
+            assert_eq!(serde_json::from_str::<AccessMode>(&json).unwrap(), mode);
+        }
+        assert_eq!(
+            AccessMode::try_from(0),
+            Err(ConversionError::UnknownAccessMode(0))
+        );
+        assert_eq!(
+            AccessMode::try_from(99),
+            Err(ConversionError::UnknownAccessMode(99))
+        );
+        let err = "rw".parse::<AccessMode>().unwrap_err();
+        assert!(err.contains("single-node-writer"), "{err}");
+    }
+
+    #[test]
+    fn access_mode_rules() {
+        use AccessMode::*;
+        assert!(SingleNodeWriter.is_single_node());
+        assert!(!MultiNodeSingleWriter.is_single_node());
+        assert_eq!(SingleNodeReaderOnly.max_writers(), Some(0));
+        assert_eq!(MultiNodeSingleWriter.max_writers(), Some(1));
+        assert_eq!(MultiNodeMultiWriter.max_writers(), None);
+        assert_eq!(SingleNodeSingleWriter.max_claims(), Some(1));
+        assert_eq!(SingleNodeWriter.max_claims(), None);
+    }
+
+    #[test]
+    fn volume_capability_round_trips() {
+        let cap = VolumeCapability {
+            access_type: AccessType::FileSystem {
+                fs_type: "ext4".into(),
+                mount_flags: vec!["noatime".into()],
+            },
+            access_mode: AccessMode::MultiNodeSingleWriter,
+        };
+        let wire = csi::VolumeCapability::from(&cap);
+        assert_eq!(VolumeCapability::try_from(&wire), Ok(cap));
+
+        let block = VolumeCapability {
+            access_type: AccessType::BlockDevice,
+            access_mode: AccessMode::SingleNodeWriter,
+        };
+        assert_eq!(
+            VolumeCapability::try_from(&csi::VolumeCapability::from(&block)),
+            Ok(block)
+        );
+
+        let missing = csi::VolumeCapability {
+            access_type: None,
+            access_mode: None,
+        };
+        assert_eq!(
+            VolumeCapability::try_from(&missing),
+            Err(ConversionError::Missing("volume_capability.access_type"))
+        );
+    }
+
+    #[test]
+    fn capabilities_round_trip() {
+        let c = ControllerCapabilities {
+            create_delete_volume: true,
+            publish_unpublish_volume: true,
+            publish_readonly: true,
+            ..Default::default()
+        };
+        assert_eq!(ControllerCapabilities::from(&c.into()), c);
+        let n = NodeCapabilities {
+            stage_unstage_volume: true,
+            get_volume_stats: true,
+            ..Default::default()
+        };
+        assert_eq!(NodeCapabilities::from(&n.into()), n);
+        let p = PluginCapabilities {
+            controller_service: true,
+            volume_accessibility_constraints: false,
+        };
+        assert_eq!(PluginCapabilities::from(&p.into()), p);
+    }
+
+    #[test]
+    fn node_info_conversion() {
+        let info = NodeInfo {
+            node_id: "n1".into(),
+            max_volumes_per_node: 3,
+            accessible_topology: Some([("zone".into(), "a".into())].into()),
+        };
+        assert_eq!(
+            NodeInfo::try_from(csi::NodeGetInfoResponse::from(info.clone())),
+            Ok(info)
+        );
+        let empty = csi::NodeGetInfoResponse::default();
+        assert_eq!(
+            NodeInfo::try_from(empty),
+            Err(ConversionError::Missing("node_id"))
+        );
+    }
+
+    #[test]
+    fn error_classes_follow_the_spec_tables() {
+        use tonic::Code;
+        assert_eq!(ErrorClass::of(Code::Unavailable), ErrorClass::Retry);
+        assert_eq!(ErrorClass::of(Code::Aborted), ErrorClass::Retry);
+        assert_eq!(ErrorClass::of(Code::ResourceExhausted), ErrorClass::Retry);
+        assert_eq!(ErrorClass::of(Code::DeadlineExceeded), ErrorClass::Retry);
+        assert_eq!(
+            ErrorClass::of(Code::FailedPrecondition),
+            ErrorClass::Conflict
+        );
+        assert_eq!(ErrorClass::of(Code::AlreadyExists), ErrorClass::Conflict);
+        assert_eq!(ErrorClass::of(Code::NotFound), ErrorClass::Final);
+        assert_eq!(ErrorClass::of(Code::InvalidArgument), ErrorClass::Final);
+    }
+}

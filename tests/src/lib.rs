@@ -1,0 +1,1 @@
+//! End-to-end tests and the load benchmark live here; they start the real binaries.
