@@ -20,13 +20,20 @@ pub const MARKER: &str = ".csivol-hostpath";
 
 impl MountMode {
     /// Makes `source` appear at `target` (an existing directory), read-only if asked.
-    pub fn attach(self, source: &Path, target: &Path, volume_id: &str, readonly: bool) -> io::Result<()> {
+    pub fn attach(
+        self,
+        source: &Path,
+        target: &Path,
+        volume_id: &str,
+        readonly: bool,
+    ) -> io::Result<()> {
         match self {
             Self::Bind => {
                 mount_bind(source, target)?;
                 if readonly {
                     // A bind mount ignores MS_RDONLY on creation; it takes a remount.
-                    if let Err(e) = mount_remount(target, MountFlags::BIND | MountFlags::RDONLY, "") {
+                    if let Err(e) = mount_remount(target, MountFlags::BIND | MountFlags::RDONLY, "")
+                    {
                         let _ = unmount(target, UnmountFlags::empty());
                         return Err(e.into());
                     }
@@ -68,13 +75,17 @@ pub fn is_mount_point(path: &Path) -> io::Result<bool> {
     let Ok(path) = path.canonicalize() else {
         return Ok(false);
     };
-    Ok(mount_points()?.iter().any(|p| *p == path))
+    Ok(mount_points()?.contains(&path))
 }
 
 /// Every mount point of this process's mount namespace.
 pub fn mount_points() -> io::Result<Vec<PathBuf>> {
     let table = fs::read_to_string("/proc/self/mountinfo")?;
-    Ok(table.lines().filter_map(|line| line.split(' ').nth(4)).map(unescape).collect())
+    Ok(table
+        .lines()
+        .filter_map(|line| line.split(' ').nth(4))
+        .map(unescape)
+        .collect())
 }
 
 /// Decodes the octal escapes (`\040` for a space) the kernel writes in mountinfo paths.
@@ -83,8 +94,12 @@ fn unescape(field: &str) -> PathBuf {
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
-        if bytes[i] == b'\\' && i + 3 < bytes.len()
-            && bytes[i + 1..i + 4].iter().all(|b| (b'0'..=b'7').contains(b)) {
+        if bytes[i] == b'\\'
+            && i + 3 < bytes.len()
+            && bytes[i + 1..i + 4]
+                .iter()
+                .all(|b| (b'0'..=b'7').contains(b))
+        {
             let n = (bytes[i + 1] - b'0') * 64 + (bytes[i + 2] - b'0') * 8 + (bytes[i + 3] - b'0');
             out.push(n);
             i += 4;

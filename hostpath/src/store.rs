@@ -8,8 +8,8 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 use csivol_proto::domain::{PublishContext, VolumeCapability};
-use serde::{Deserialize, Serialize};
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 
 /// Writes `value` as JSON to `path` atomically.
 pub fn write_json<T: Serialize>(path: &Path, value: &T, fsync: bool) -> io::Result<()> {
@@ -31,9 +31,12 @@ pub fn write_json<T: Serialize>(path: &Path, value: &T, fsync: bool) -> io::Resu
 /// Reads JSON from `path`; `None` when the file does not exist.
 pub fn read_json<T: DeserializeOwned>(path: &Path) -> io::Result<Option<T>> {
     match fs::read(path) {
-        Ok(bytes) => serde_json::from_slice(&bytes)
-            .map(Some)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{}: {e}", path.display()))),
+        Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{}: {e}", path.display()),
+            )
+        }),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(e),
     }
@@ -93,7 +96,11 @@ impl Backend {
     /// Takes the backend's cross-process lock; controller operations hold it while they
     /// read and change volumes and attachments, so two controllers cannot race.
     pub fn lock(&self) -> io::Result<BackendLock> {
-        let file = File::options().create(true).truncate(false).write(true).open(self.root.join("lock"))?;
+        let file = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(self.root.join("lock"))?;
         rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)?;
         Ok(BackendLock { _file: file })
     }
@@ -113,10 +120,10 @@ impl Backend {
         let mut out = Vec::new();
         for entry in fs::read_dir(self.root.join("volumes"))? {
             let path = entry?.path();
-            if path.extension().is_some_and(|e| e == "json") {
-                if let Some(v) = read_json::<VolumeRecord>(&path)? {
-                    out.push(v);
-                }
+            if path.extension().is_some_and(|e| e == "json")
+                && let Some(v) = read_json::<VolumeRecord>(&path)?
+            {
+                out.push(v);
             }
         }
         out.sort_by(|a, b| a.id.cmp(&b.id));
@@ -138,7 +145,14 @@ impl Backend {
         write_json(&counter, &(next + 1), self.fsync)?;
         record.id = format!("hostpath-{next:06}");
         fs::create_dir_all(self.data_dir(&record.id))?;
-        write_json(&self.root.join("volumes").join(format!("{}.json", record.id)), &record, self.fsync)?;
+        write_json(
+            &self
+                .root
+                .join("volumes")
+                .join(format!("{}.json", record.id)),
+            &record,
+            self.fsync,
+        )?;
         Ok(record)
     }
 
@@ -164,11 +178,13 @@ impl Backend {
         };
         for entry in entries {
             let path = entry?.path();
-            let Some(node) = path.file_stem().and_then(|s| s.to_str()) else { continue };
-            if path.extension().is_some_and(|e| e == "json") {
-                if let Some(a) = read_json(&path)? {
-                    out.insert(node.to_owned(), a);
-                }
+            let Some(node) = path.file_stem().and_then(|s| s.to_str()) else {
+                continue;
+            };
+            if path.extension().is_some_and(|e| e == "json")
+                && let Some(a) = read_json(&path)?
+            {
+                out.insert(node.to_owned(), a);
             }
         }
         Ok(out)
@@ -189,7 +205,13 @@ impl Backend {
         Ok(count)
     }
 
-    pub fn attach(&self, _lock: &BackendLock, id: &str, node: &str, a: &AttachmentRecord) -> io::Result<()> {
+    pub fn attach(
+        &self,
+        _lock: &BackendLock,
+        id: &str,
+        node: &str,
+        a: &AttachmentRecord,
+    ) -> io::Result<()> {
         write_json(&self.attachment_path(id, node), a, self.fsync)
     }
 
@@ -200,15 +222,30 @@ impl Backend {
     fn attachment_path(&self, id: &str, node: &str) -> PathBuf {
         // Node ids come from callers; hex-encode anything outside a safe alphabet so a node
         // id can never name a path outside the attachments directory.
-        self.root.join("attachments").join(id).join(format!("{}.json", file_safe(node)))
+        self.root
+            .join("attachments")
+            .join(id)
+            .join(format!("{}.json", file_safe(node)))
     }
 
     pub fn node(&self, node: &str) -> io::Result<Option<NodeRecord>> {
-        read_json(&self.root.join("nodes").join(format!("{}.json", file_safe(node))))
+        read_json(
+            &self
+                .root
+                .join("nodes")
+                .join(format!("{}.json", file_safe(node))),
+        )
     }
 
     pub fn announce_node(&self, node: &str, record: &NodeRecord) -> io::Result<()> {
-        write_json(&self.root.join("nodes").join(format!("{}.json", file_safe(node))), record, self.fsync)
+        write_json(
+            &self
+                .root
+                .join("nodes")
+                .join(format!("{}.json", file_safe(node))),
+            record,
+            self.fsync,
+        )
     }
 }
 

@@ -1,0 +1,356 @@
+//! Fault injection (`--fail RPC=CODE[:COUNT]`, `--delay RPC=DURATION`) and the call log
+//! that lets tests see what the plugin was asked to do.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::fs::File;
+use std::io::Write;
+use std::path::Path;
+use std::str::FromStr;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tonic::Code;
+
+/// Every RPC the plugin serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Rpc {
+    GetPluginInfo,
+    GetPluginCapabilities,
+    Probe,
+    CreateVolume,
+    DeleteVolume,
+    ControllerPublishVolume,
+    ControllerUnpublishVolume,
+    ValidateVolumeCapabilities,
+    ListVolumes,
+    ControllerGetCapabilities,
+    NodeStageVolume,
+    NodeUnstageVolume,
+    NodePublishVolume,
+    NodeUnpublishVolume,
+    NodeGetVolumeStats,
+    NodeGetCapabilities,
+    NodeGetInfo,
+}
+
+impl Rpc {
+    const ALL: [Rpc; 17] = [
+        Self::GetPluginInfo,
+        Self::GetPluginCapabilities,
+        Self::Probe,
+        Self::CreateVolume,
+        Self::DeleteVolume,
+        Self::ControllerPublishVolume,
+        Self::ControllerUnpublishVolume,
+        Self::ValidateVolumeCapabilities,
+        Self::ListVolumes,
+        Self::ControllerGetCapabilities,
+        Self::NodeStageVolume,
+        Self::NodeUnstageVolume,
+        Self::NodePublishVolume,
+        Self::NodeUnpublishVolume,
+        Self::NodeGetVolumeStats,
+        Self::NodeGetCapabilities,
+        Self::NodeGetInfo,
+    ];
+
+    /// The service an RPC belongs to: 0 identity, 1 controller, 2 node.
+    fn service(self) -> usize {
+        match self {
+            Self::GetPluginInfo | Self::GetPluginCapabilities | Self::Probe => 0,
+            Self::NodeStageVolume
+            | Self::NodeUnstageVolume
+            | Self::NodePublishVolume
+            | Self::NodeUnpublishVolume
+            | Self::NodeGetVolumeStats
+            | Self::NodeGetCapabilities
+            | Self::NodeGetInfo => 2,
+            _ => 1,
+        }
+    }
+}
+
+impl fmt::Display for Rpc {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}
+
+impl FromStr for Rpc {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|r| r.to_string() == s)
+            .ok_or_else(|| {
+                let names: Vec<_> = Self::ALL.iter().map(ToString::to_string).collect();
+                format!("unknown RPC `{s}`, expected one of: {}", names.join(", "))
+            })
+    }
+}
+
+const CODES: [(Code, &str); 17] = [
+    (Code::Ok, "OK"),
+    (Code::Cancelled, "CANCELLED"),
+    (Code::Unknown, "UNKNOWN"),
+    (Code::InvalidArgument, "INVALID_ARGUMENT"),
+    (Code::DeadlineExceeded, "DEADLINE_EXCEEDED"),
+    (Code::NotFound, "NOT_FOUND"),
+    (Code::AlreadyExists, "ALREADY_EXISTS"),
+    (Code::PermissionDenied, "PERMISSION_DENIED"),
+    (Code::ResourceExhausted, "RESOURCE_EXHAUSTED"),
+    (Code::FailedPrecondition, "FAILED_PRECONDITION"),
+    (Code::Aborted, "ABORTED"),
+    (Code::OutOfRange, "OUT_OF_RANGE"),
+    (Code::Unimplemented, "UNIMPLEMENTED"),
+    (Code::Internal, "INTERNAL"),
+    (Code::Unavailable, "UNAVAILABLE"),
+    (Code::DataLoss, "DATA_LOSS"),
+    (Code::Unauthenticated, "UNAUTHENTICATED"),
+];
+
+/// The gRPC name of a status code (`UNAVAILABLE`).
+pub fn code_name(code: Code) -> &'static str {
+    CODES
+        .iter()
+        .find(|(c, _)| *c == code)
+        .map_or("UNKNOWN", |(_, n)| n)
+}
+
+fn parse_code(s: &str) -> Result<Code, String> {
+    CODES
+        .iter()
+        .find(|(c, n)| *n == s && *c != Code::Ok)
+        .map(|(c, _)| *c)
+        .ok_or_else(|| {
+            format!("unknown gRPC code `{s}`, expected e.g. UNAVAILABLE or INVALID_ARGUMENT")
+        })
+}
+
+/// `--fail RPC=CODE[:COUNT]`: the first COUNT calls (every call without COUNT) fail.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FailSpec {
+    pub rpc: Rpc,
+    pub code: Code,
+    pub count: Option<u32>,
+}
+
+impl FromStr for FailSpec {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (rpc, rest) = s
+            .split_once('=')
+            .ok_or_else(|| format!("`{s}`: expected RPC=CODE[:COUNT]"))?;
+        let (code, count) = match rest.split_once(':') {
+            Some((code, count)) => {
+                let n = count
+                    .parse()
+                    .map_err(|_| format!("`{s}`: COUNT must be a whole number"))?;
+                (code, Some(n))
+            }
+            None => (rest, None),
+        };
+        Ok(Self {
+            rpc: rpc.parse()?,
+            code: parse_code(code)?,
+            count,
+        })
+    }
+}
+
+/// `--delay RPC=DURATION`: every call waits this long before it runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DelaySpec {
+    pub rpc: Rpc,
+    pub delay: Duration,
+}
+
+impl FromStr for DelaySpec {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (rpc, d) = s
+            .split_once('=')
+            .ok_or_else(|| format!("`{s}`: expected RPC=DURATION"))?;
+        let delay = humantime::parse_duration(d).map_err(|e| format!("`{s}`: {e}"))?;
+        Ok(Self {
+            rpc: rpc.parse()?,
+            delay,
+        })
+    }
+}
+
+/// The configured faults, with what is left of each count.
+#[derive(Debug, Default)]
+pub struct Faults {
+    fail: HashMap<Rpc, (Code, Option<AtomicU32>)>,
+    delay: HashMap<Rpc, Duration>,
+}
+
+impl Faults {
+    pub fn new(fail: &[FailSpec], delay: &[DelaySpec]) -> Self {
+        Self {
+            fail: fail
+                .iter()
+                .map(|f| (f.rpc, (f.code, f.count.map(AtomicU32::new))))
+                .collect(),
+            delay: delay.iter().map(|d| (d.rpc, d.delay)).collect(),
+        }
+    }
+
+    /// Waits the configured delay, then returns the injected failure, if any is due.
+    pub async fn before(&self, rpc: Rpc) -> Result<(), tonic::Status> {
+        if let Some(d) = self.delay.get(&rpc) {
+            tokio::time::sleep(*d).await;
+        }
+        let Some((code, remaining)) = self.fail.get(&rpc) else {
+            return Ok(());
+        };
+        let due = match remaining {
+            None => true,
+            Some(left) => left
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok(),
+        };
+        if due {
+            return Err(tonic::Status::new(
+                *code,
+                format!("injected fault: {rpc} fails with {}", code_name(*code)),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Appends one JSON line per call to `<state-dir>/calls.jsonl`: which RPC, for which
+/// volume, with which result, and how many calls of the same service were in flight.
+#[derive(Debug)]
+pub struct CallLog {
+    file: Mutex<File>,
+    in_flight: [AtomicUsize; 3],
+}
+
+/// Counts a call as in flight until dropped.
+#[derive(Debug)]
+pub struct InFlight<'a> {
+    counter: &'a AtomicUsize,
+    pub concurrent: usize,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.counter.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl CallLog {
+    pub fn open(path: &Path) -> std::io::Result<Self> {
+        let file = File::options().create(true).append(true).open(path)?;
+        Ok(Self {
+            file: Mutex::new(file),
+            in_flight: Default::default(),
+        })
+    }
+
+    pub fn enter(&self, rpc: Rpc) -> InFlight<'_> {
+        let counter = &self.in_flight[rpc.service()];
+        let concurrent = counter.fetch_add(1, Ordering::SeqCst) + 1;
+        InFlight {
+            counter,
+            concurrent,
+        }
+    }
+
+    pub fn record(&self, rpc: Rpc, volume_id: &str, node_id: &str, code: Code, concurrent: usize) {
+        let at_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis());
+        let line = serde_json::json!({
+            "rpc": rpc.to_string(),
+            "volume_id": volume_id,
+            "node_id": node_id,
+            "code": code_name(code),
+            "in_flight": concurrent,
+            "at_ms": at_ms as u64,
+        });
+        let mut file = self.file.lock().unwrap_or_else(|e| e.into_inner());
+        // The log is for observation only; a failed write must not fail the call.
+        let _ = writeln!(file, "{line}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_fault_specs() {
+        assert_eq!(
+            "NodeStageVolume=UNAVAILABLE:2".parse(),
+            Ok(FailSpec {
+                rpc: Rpc::NodeStageVolume,
+                code: Code::Unavailable,
+                count: Some(2)
+            })
+        );
+        assert_eq!(
+            "Probe=INTERNAL".parse(),
+            Ok(FailSpec {
+                rpc: Rpc::Probe,
+                code: Code::Internal,
+                count: None
+            })
+        );
+        assert!(
+            "NodeStage=UNAVAILABLE"
+                .parse::<FailSpec>()
+                .unwrap_err()
+                .contains("unknown RPC")
+        );
+        assert!(
+            "Probe=OK"
+                .parse::<FailSpec>()
+                .unwrap_err()
+                .contains("unknown gRPC code")
+        );
+        assert!(
+            "Probe=UNAVAILABLE:x"
+                .parse::<FailSpec>()
+                .unwrap_err()
+                .contains("COUNT")
+        );
+        assert_eq!(
+            "NodePublishVolume=250ms".parse(),
+            Ok(DelaySpec {
+                rpc: Rpc::NodePublishVolume,
+                delay: Duration::from_millis(250)
+            })
+        );
+    }
+
+    #[tokio::test]
+    async fn counted_faults_run_out() {
+        let faults = Faults::new(
+            &[FailSpec {
+                rpc: Rpc::Probe,
+                code: Code::Unavailable,
+                count: Some(2),
+            }],
+            &[],
+        );
+        assert_eq!(
+            faults.before(Rpc::Probe).await.unwrap_err().code(),
+            Code::Unavailable
+        );
+        assert_eq!(
+            faults.before(Rpc::Probe).await.unwrap_err().code(),
+            Code::Unavailable
+        );
+        assert!(faults.before(Rpc::Probe).await.is_ok());
+        assert!(faults.before(Rpc::NodeGetInfo).await.is_ok());
+    }
+}
