@@ -4,6 +4,7 @@
 //! Generated types stay at the edge: [`domain`] holds the plain Rust types and every
 //! conversion to and from the wire types, in one place.
 
+pub mod api;
 pub mod domain;
 pub mod endpoint;
 
