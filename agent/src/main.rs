@@ -1,8 +1,52 @@
-//! `csivol-agent`: the server, the node agent and dev mode. Not built yet.
+//! `csivol-agent`: the server, the node agent and dev mode, one binary.
 
 use std::process::ExitCode;
 
+use clap::{Parser, Subcommand};
+
+/// csivol's server (control plane), node agent and dev mode.
+#[derive(Debug, Parser)]
+#[command(name = "csivol-agent", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the server: the cluster state in SQLite behind the HTTP API.
+    Server(csivol_agent::server::ServerArgs),
+    /// Run the node agent: drive this node's CSI plugins toward the server's desired state.
+    Node(csivol_agent::node::NodeArgs),
+}
+
 fn main() -> ExitCode {
-    eprintln!("csivol-agent: not built yet");
-    ExitCode::FAILURE
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: failed to start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Server(args) => csivol_agent::server::run(args).await,
+            Command::Node(args) => csivol_agent::node::run(args).await,
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
 }
