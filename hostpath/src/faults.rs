@@ -92,39 +92,11 @@ impl FromStr for Rpc {
     }
 }
 
-const CODES: [(Code, &str); 17] = [
-    (Code::Ok, "OK"),
-    (Code::Cancelled, "CANCELLED"),
-    (Code::Unknown, "UNKNOWN"),
-    (Code::InvalidArgument, "INVALID_ARGUMENT"),
-    (Code::DeadlineExceeded, "DEADLINE_EXCEEDED"),
-    (Code::NotFound, "NOT_FOUND"),
-    (Code::AlreadyExists, "ALREADY_EXISTS"),
-    (Code::PermissionDenied, "PERMISSION_DENIED"),
-    (Code::ResourceExhausted, "RESOURCE_EXHAUSTED"),
-    (Code::FailedPrecondition, "FAILED_PRECONDITION"),
-    (Code::Aborted, "ABORTED"),
-    (Code::OutOfRange, "OUT_OF_RANGE"),
-    (Code::Unimplemented, "UNIMPLEMENTED"),
-    (Code::Internal, "INTERNAL"),
-    (Code::Unavailable, "UNAVAILABLE"),
-    (Code::DataLoss, "DATA_LOSS"),
-    (Code::Unauthenticated, "UNAUTHENTICATED"),
-];
-
-/// The gRPC name of a status code (`UNAVAILABLE`).
-pub fn code_name(code: Code) -> &'static str {
-    CODES
-        .iter()
-        .find(|(c, _)| *c == code)
-        .map_or("UNKNOWN", |(_, n)| n)
-}
+pub use csivol_proto::domain::code_name;
 
 fn parse_code(s: &str) -> Result<Code, String> {
-    CODES
-        .iter()
-        .find(|(c, n)| *n == s && *c != Code::Ok)
-        .map(|(c, _)| *c)
+    csivol_proto::domain::code_from_name(s)
+        .filter(|c| *c != Code::Ok)
         .ok_or_else(|| {
             format!("unknown gRPC code `{s}`, expected e.g. UNAVAILABLE or INVALID_ARGUMENT")
         })

@@ -447,7 +447,47 @@ pub enum ErrorClass {
     Final,
 }
 
+/// gRPC status codes by their canonical names (`UNAVAILABLE`), as reports and logs carry them.
+const CODE_NAMES: [(tonic::Code, &str); 17] = [
+    (tonic::Code::Ok, "OK"),
+    (tonic::Code::Cancelled, "CANCELLED"),
+    (tonic::Code::Unknown, "UNKNOWN"),
+    (tonic::Code::InvalidArgument, "INVALID_ARGUMENT"),
+    (tonic::Code::DeadlineExceeded, "DEADLINE_EXCEEDED"),
+    (tonic::Code::NotFound, "NOT_FOUND"),
+    (tonic::Code::AlreadyExists, "ALREADY_EXISTS"),
+    (tonic::Code::PermissionDenied, "PERMISSION_DENIED"),
+    (tonic::Code::ResourceExhausted, "RESOURCE_EXHAUSTED"),
+    (tonic::Code::FailedPrecondition, "FAILED_PRECONDITION"),
+    (tonic::Code::Aborted, "ABORTED"),
+    (tonic::Code::OutOfRange, "OUT_OF_RANGE"),
+    (tonic::Code::Unimplemented, "UNIMPLEMENTED"),
+    (tonic::Code::Internal, "INTERNAL"),
+    (tonic::Code::Unavailable, "UNAVAILABLE"),
+    (tonic::Code::DataLoss, "DATA_LOSS"),
+    (tonic::Code::Unauthenticated, "UNAUTHENTICATED"),
+];
+
+/// The canonical name of a gRPC status code (`UNAVAILABLE`).
+pub fn code_name(code: tonic::Code) -> &'static str {
+    CODE_NAMES
+        .iter()
+        .find(|(c, _)| *c == code)
+        .map_or("UNKNOWN", |(_, n)| n)
+}
+
+/// The gRPC status code with this canonical name.
+pub fn code_from_name(name: &str) -> Option<tonic::Code> {
+    CODE_NAMES.iter().find(|(_, n)| *n == name).map(|(c, _)| *c)
+}
+
 impl ErrorClass {
+    /// The class of an error reported by its code name; names that are not gRPC codes
+    /// (such as csivol's own `TIMEOUT`) are final.
+    pub fn of_name(name: &str) -> Self {
+        code_from_name(name).map_or(Self::Final, Self::of)
+    }
+
     pub fn of(code: tonic::Code) -> Self {
         use tonic::Code;
         match code {
@@ -589,5 +629,9 @@ mod tests {
         assert_eq!(ErrorClass::of(Code::AlreadyExists), ErrorClass::Conflict);
         assert_eq!(ErrorClass::of(Code::NotFound), ErrorClass::Final);
         assert_eq!(ErrorClass::of(Code::InvalidArgument), ErrorClass::Final);
+        assert_eq!(ErrorClass::of_name("UNAVAILABLE"), ErrorClass::Retry);
+        assert_eq!(ErrorClass::of_name("TIMEOUT"), ErrorClass::Final);
+        assert_eq!(code_name(Code::ResourceExhausted), "RESOURCE_EXHAUSTED");
+        assert_eq!(code_from_name("ALREADY_EXISTS"), Some(Code::AlreadyExists));
     }
 }

@@ -80,10 +80,14 @@ pub struct Proc {
 }
 
 impl Proc {
-    /// Starts `cmd` with stdin closed; stdout and stderr go to `log` so a failing test can
-    /// show what the process said.
+    /// Starts `cmd` with stdin closed; stdout and stderr are appended to `log` so a failing
+    /// test can show what the process said (across restarts too).
     pub fn spawn(name: &str, mut cmd: Command, log: &Path) -> Self {
-        let out = fs::File::create(log).expect("create log file");
+        let out = fs::File::options()
+            .create(true)
+            .append(true)
+            .open(log)
+            .expect("open log file");
         let err = out.try_clone().expect("clone log file");
         let child = cmd
             .stdin(Stdio::null())
@@ -168,4 +172,185 @@ pub fn bin_path(name: &str) -> PathBuf {
         path.display()
     );
     path
+}
+
+/// A `csivol-agent server` process on a free loopback port, with its data dir.
+#[derive(Debug)]
+pub struct ServerProc {
+    pub proc: Proc,
+    pub data_dir: PathBuf,
+    pub url: String,
+    /// The operator token the server created on first start.
+    pub token: String,
+    args: Vec<String>,
+    log: PathBuf,
+}
+
+impl ServerProc {
+    /// Starts the server with `data_dir` (created if missing), listening on port 0, plus
+    /// `extra` flags (e.g. `--heartbeat-ttl=1s`). Waits until `/v1/health` answers.
+    pub fn start(data_dir: &Path, extra: &[&str]) -> Self {
+        let mut args = vec![
+            "server".to_owned(),
+            format!("--data-dir={}", data_dir.display()),
+            "--listen=127.0.0.1:0".to_owned(),
+        ];
+        args.extend(extra.iter().map(|s| (*s).to_owned()));
+        let log = data_dir.with_extension("log");
+        Self::spawn(data_dir.to_owned(), args, log)
+    }
+
+    fn spawn(data_dir: PathBuf, args: Vec<String>, log: PathBuf) -> Self {
+        let addr_file = data_dir.join("server.addr");
+        let _ = fs::remove_file(&addr_file);
+        let mut cmd = Command::new(bin_path("csivol-agent"));
+        cmd.args(&args).env("RUST_LOG", "info");
+        let log_file = log;
+        let mut proc = Proc::spawn("csivol-agent server", cmd, &log_file);
+        let url = wait_for("the server to listen", Duration::from_secs(30), || {
+            if let Some(status) = proc.exited() {
+                panic!(
+                    "server exited with {status}: {}",
+                    fs::read_to_string(&log_file).unwrap_or_default()
+                );
+            }
+            fs::read_to_string(&addr_file)
+                .ok()
+                .map(|s| s.trim().to_owned())
+                .filter(|s| !s.is_empty())
+        });
+        let token = fs::read_to_string(data_dir.join("operator.token"))
+            .expect("operator token")
+            .trim()
+            .to_owned();
+        Self {
+            proc,
+            data_dir,
+            url,
+            token,
+            args,
+            log: log_file,
+        }
+    }
+
+    /// SIGKILL, then start again on the same data dir (and a new port).
+    pub fn restart_after_kill(&mut self) {
+        self.proc.kill();
+        let fresh = Self::spawn(self.data_dir.clone(), self.args.clone(), self.log.clone());
+        *self = fresh;
+    }
+
+    /// What the server logged so far.
+    pub fn log(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn api(&self) -> Api {
+        Api::new(&self.url, Some(&self.token))
+    }
+}
+
+/// A small JSON client for the HTTP API, as tests use it: every call returns the status
+/// and the parsed body (or `Null`).
+#[derive(Debug, Clone)]
+pub struct Api {
+    http: reqwest::Client,
+    pub base: String,
+    pub token: Option<String>,
+}
+
+impl Api {
+    pub fn new(base: &str, token: Option<&str>) -> Self {
+        Self {
+            http: reqwest::Client::new(),
+            base: base.trim_end_matches('/').to_owned(),
+            token: token.map(str::to_owned),
+        }
+    }
+
+    pub fn with_token(&self, token: Option<&str>) -> Self {
+        Self {
+            token: token.map(str::to_owned),
+            ..self.clone()
+        }
+    }
+
+    pub async fn call(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<serde_json::Value>,
+    ) -> (u16, serde_json::Value) {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
+        let mut req = self.http.request(method, format!("{}{path}", self.base));
+        if let Some(t) = &self.token {
+            req = req.bearer_auth(t);
+        }
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let resp = req.send().await.unwrap_or_else(|e| panic!("{path}: {e}"));
+        let status = resp.status().as_u16();
+        let text = resp.text().await.unwrap_or_default();
+        let value = if text.is_empty() {
+            serde_json::Value::Null
+        } else {
+            serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text))
+        };
+        (status, value)
+    }
+
+    pub async fn get(&self, path: &str) -> (u16, serde_json::Value) {
+        self.call("GET", path, None).await
+    }
+
+    pub async fn post(&self, path: &str, body: serde_json::Value) -> (u16, serde_json::Value) {
+        self.call("POST", path, Some(body)).await
+    }
+
+    pub async fn put(&self, path: &str, body: serde_json::Value) -> (u16, serde_json::Value) {
+        self.call("PUT", path, Some(body)).await
+    }
+
+    pub async fn delete(&self, path: &str) -> (u16, serde_json::Value) {
+        self.call("DELETE", path, None).await
+    }
+
+    /// Sends raw bytes as a JSON body (for malformed-input tests).
+    pub async fn raw(&self, method: &str, path: &str, body: Vec<u8>) -> (u16, serde_json::Value) {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
+        let mut req = self
+            .http
+            .request(method, format!("{}{path}", self.base))
+            .header("content-type", "application/json")
+            .body(body);
+        if let Some(t) = &self.token {
+            req = req.bearer_auth(t);
+        }
+        let resp = req.send().await.expect("send");
+        let status = resp.status().as_u16();
+        let text = resp.text().await.unwrap_or_default();
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)),
+        )
+    }
+}
+
+/// Async form of [`wait_for`]: polls `cond` until it yields, or panics after `timeout`.
+pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut cond: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = cond().await {
+            return v;
+        }
+        if Instant::now() >= deadline {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }

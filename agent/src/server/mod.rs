@@ -1,9 +1,298 @@
-//! The server. Being built.
+//! `csivol-agent server`: the control plane. It keeps the cluster state in SQLite, decides
+//! what each node and each controller host must do, notices lost nodes and carries out
+//! operators' decisions. It never dials a plugin.
 
-/// `csivol-agent server` flags.
-#[derive(Debug, clap::Args)]
-pub struct ServerArgs {}
+mod auth;
+mod db;
+mod error;
+mod http;
+mod lifecycle;
+mod liveness;
+mod metrics;
+mod model;
+pub mod rules;
+mod views;
+mod watch;
 
-pub async fn run(_args: ServerArgs) -> anyhow::Result<()> {
-    anyhow::bail!("the server is not built yet")
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use serde::Deserialize;
+use tokio::net::TcpListener;
+
+use self::db::Db;
+use self::lifecycle::Limits;
+
+/// Default listen address.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:7420";
+/// File in the data dir holding the first operator token.
+pub const OPERATOR_TOKEN_FILE: &str = "operator.token";
+/// File in the data dir holding the address the server listens on (useful with port 0).
+pub const ADDR_FILE: &str = "server.addr";
+
+/// `csivol-agent server` flags. Flags override the `--config` file.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct ServerArgs {
+    /// Directory for the state database (`state.db`) and the first operator token.
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// Address to listen on; port 0 picks a free port (written to `<data-dir>/server.addr`).
+    #[arg(long)]
+    pub listen: Option<SocketAddr>,
+    /// A node that misses heartbeats this long is lost and its volumes blocked [default: 30s].
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub heartbeat_ttl: Option<Duration>,
+    /// Controller operations in flight per plugin [default: 8].
+    #[arg(long)]
+    pub controller_concurrency: Option<u32>,
+    /// TOML file with the same settings (`data_dir`, `listen`, `heartbeat_ttl = "30s"`,
+    /// `controller_concurrency`).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    data_dir: Option<PathBuf>,
+    listen: Option<SocketAddr>,
+    heartbeat_ttl: Option<String>,
+    controller_concurrency: Option<u32>,
+}
+
+/// Resolved server settings.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub data_dir: PathBuf,
+    pub listen: SocketAddr,
+    pub heartbeat_ttl: Duration,
+    pub controller_concurrency: u32,
+}
+
+impl ServerConfig {
+    pub fn resolve(args: ServerArgs) -> anyhow::Result<Self> {
+        let file = match &args.config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("failed to read config file {}", path.display()))?;
+                toml::from_str::<FileConfig>(&text)
+                    .with_context(|| format!("invalid config file {}", path.display()))?
+            }
+            None => FileConfig::default(),
+        };
+        let heartbeat_ttl = match (args.heartbeat_ttl, &file.heartbeat_ttl) {
+            (Some(d), _) => d,
+            (None, Some(s)) => humantime::parse_duration(s)
+                .with_context(|| format!("invalid heartbeat_ttl `{s}` in the config file"))?,
+            (None, None) => Duration::from_secs(30),
+        };
+        if heartbeat_ttl < Duration::from_millis(100) {
+            bail!("--heartbeat-ttl must be at least 100ms");
+        }
+        let Some(data_dir) = args.data_dir.or(file.data_dir) else {
+            bail!("--data-dir is required: the directory that holds the state database");
+        };
+        let controller_concurrency = args
+            .controller_concurrency
+            .or(file.controller_concurrency)
+            .unwrap_or(8);
+        if controller_concurrency == 0 {
+            bail!("--controller-concurrency must be at least 1");
+        }
+        Ok(Self {
+            data_dir,
+            listen: args
+                .listen
+                .or(file.listen)
+                .unwrap_or_else(|| DEFAULT_LISTEN.parse().expect("valid")),
+            heartbeat_ttl,
+            controller_concurrency,
+        })
+    }
+}
+
+pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
+    let server = Server::start(ServerConfig::resolve(args)?).await?;
+    server.serve(shutdown_signal()).await
+}
+
+/// A started server: state opened, port bound, ready to serve.
+pub struct Server {
+    pub addr: SocketAddr,
+    listener: TcpListener,
+    app: http::App,
+}
+
+impl Server {
+    pub async fn start(cfg: ServerConfig) -> anyhow::Result<Self> {
+        create_private_dir(&cfg.data_dir)?;
+        let db = Db::start(&cfg.data_dir.join("state.db"))?;
+        let tokens = Arc::new(
+            db.read(|c| auth::Tokens::load(c))
+                .await
+                .map_err(|e| anyhow::anyhow!("{e}"))?,
+        );
+        if tokens.is_empty() {
+            let token_path = cfg.data_dir.join(OPERATOR_TOKEN_FILE);
+            let t = db
+                .write(|ctx| auth::create_token(ctx, csivol_proto::api::Role::Operator, None))
+                .await
+                .map_err(|e| anyhow::anyhow!("failed to create the operator token: {e}"))?;
+            auth::write_token_file(&token_path, &t.token)
+                .with_context(|| format!("failed to write {}", token_path.display()))?;
+            tokens.remember(
+                &t.token,
+                auth::Caller {
+                    token_id: t.id.clone(),
+                    role: t.role,
+                    node: None,
+                },
+            );
+            tracing::info!(path = %token_path.display(), "created the first operator token");
+        }
+        let nodes: Vec<(String, bool)> = db
+            .read(|c| {
+                let mut s = c.prepare("SELECT name, status FROM nodes")?;
+                let rows = s.query_map([], |r| {
+                    Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)? == "lost"))
+                })?;
+                Ok(rows.collect::<Result<Vec<_>, _>>()?)
+            })
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let live = Arc::new(liveness::Liveness::new(cfg.heartbeat_ttl, nodes));
+        let metrics = Arc::new(metrics::Metrics::default());
+        let limits = Limits {
+            controller_concurrency: cfg.controller_concurrency,
+            metrics: Arc::clone(&metrics),
+        };
+        let listener = TcpListener::bind(cfg.listen)
+            .await
+            .with_context(|| format!("failed to listen on {}", cfg.listen))?;
+        let addr = listener.local_addr()?;
+        let addr_file = cfg.data_dir.join(ADDR_FILE);
+        write_atomic(&addr_file, format!("http://{addr}\n").as_bytes())
+            .with_context(|| format!("failed to write {}", addr_file.display()))?;
+        tracing::info!(
+            %addr,
+            data_dir = %cfg.data_dir.display(),
+            heartbeat_ttl = %humantime::format_duration(cfg.heartbeat_ttl),
+            "csivol server listening"
+        );
+        let app = http::App {
+            db,
+            tokens,
+            live,
+            limits,
+            metrics,
+        };
+        Ok(Self {
+            addr,
+            listener,
+            app,
+        })
+    }
+
+    /// Serves until `shutdown` completes.
+    pub async fn serve(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()> {
+        let tasks = [
+            tokio::spawn(watch_liveness(self.app.clone())),
+            tokio::spawn(schedule_due_ops(self.app.clone())),
+        ];
+        let router = http::router(self.app);
+        let served = axum::serve(self.listener, router)
+            .with_graceful_shutdown(shutdown)
+            .await;
+        for t in tasks {
+            t.abort();
+        }
+        served.context("HTTP server failed")
+    }
+}
+
+/// Marks nodes lost when their heartbeats stop.
+async fn watch_liveness(app: http::App) {
+    let mut tick = tokio::time::interval(app.live.check_interval());
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        for node in app.live.expire() {
+            let limits = app.limits.clone();
+            let ttl = app.live.ttl();
+            let n = node.clone();
+            if let Err(e) = app
+                .db
+                .write(move |ctx| lifecycle::mark_lost(ctx, &n, ttl, &limits))
+                .await
+            {
+                tracing::error!(node, error = %e, "failed to record a lost node");
+            }
+        }
+    }
+}
+
+/// Hands out controller operations whose backoff has passed.
+async fn schedule_due_ops(app: http::App) {
+    let mut tick = tokio::time::interval(Duration::from_millis(500));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let plugins = match app
+            .db
+            .read(|c| lifecycle::plugins_with_due_ops(c, db::now_ms()))
+            .await
+        {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!(error = %e, "failed to look for due controller operations");
+                continue;
+            }
+        };
+        for plugin in plugins {
+            let limits = app.limits.clone();
+            if let Err(e) = app
+                .db
+                .write(move |ctx| lifecycle::schedule_ops(ctx, &plugin, &limits))
+                .await
+            {
+                tracing::warn!(error = %e, "failed to schedule controller operations");
+            }
+        }
+    }
+}
+
+fn create_private_dir(dir: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .with_context(|| format!("failed to create data dir {}", dir.display()))
+}
+
+fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, bytes)?;
+    std::fs::rename(tmp, path)
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+    tracing::info!("stopping");
 }

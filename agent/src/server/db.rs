@@ -1,0 +1,434 @@
+//! The cluster state database: schema migrations, one writer thread that commits requests
+//! in groups (each request in its own savepoint, one fsync per group), and a pool of read
+//! connections. A write is acknowledged only after its group's commit is durable.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
+use tokio::sync::{mpsc, oneshot};
+
+use super::error::{ApiError, ApiResult};
+use super::watch::{Hub, Key};
+
+/// Schema migrations, in order; the database's `user_version` is how many were applied.
+const MIGRATIONS: &[&str] = &[r#"
+CREATE TABLE meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+INSERT INTO meta (key, value) VALUES ('index', 1);
+
+CREATE TABLE tokens (
+    id TEXT PRIMARY KEY,
+    hash TEXT NOT NULL UNIQUE,
+    role TEXT NOT NULL,
+    node TEXT,
+    created_at INTEGER NOT NULL
+);
+
+CREATE TABLE nodes (
+    name TEXT PRIMARY KEY,
+    status TEXT NOT NULL,
+    registered_at INTEGER NOT NULL,
+    lost_at INTEGER,
+    fence_after_ms INTEGER,
+    fenced_at INTEGER
+);
+
+CREATE TABLE node_plugins (
+    node TEXT NOT NULL,
+    plugin TEXT NOT NULL,
+    registration TEXT NOT NULL,
+    csi_node_id TEXT,
+    max_volumes INTEGER NOT NULL,
+    node_service INTEGER NOT NULL,
+    controller INTEGER NOT NULL,
+    controller_service INTEGER NOT NULL,
+    controller_publish INTEGER NOT NULL,
+    stage_unstage INTEGER NOT NULL,
+    PRIMARY KEY (node, plugin)
+);
+CREATE INDEX node_plugins_plugin ON node_plugins (plugin);
+
+CREATE TABLE volumes (
+    name TEXT PRIMARY KEY,
+    plugin TEXT NOT NULL,
+    external_id TEXT NOT NULL,
+    access_mode TEXT NOT NULL,
+    attachment TEXT NOT NULL,
+    fs_type TEXT NOT NULL,
+    mount_flags TEXT NOT NULL,
+    context TEXT NOT NULL,
+    parameters TEXT NOT NULL,
+    secrets TEXT NOT NULL,
+    capacity_bytes INTEGER,
+    lifecycle TEXT NOT NULL,
+    error TEXT,
+    created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL,
+    modify_index INTEGER NOT NULL
+);
+CREATE INDEX volumes_plugin ON volumes (plugin);
+
+CREATE TABLE claims (
+    volume TEXT NOT NULL,
+    alloc TEXT NOT NULL,
+    node TEXT NOT NULL,
+    mode TEXT NOT NULL,
+    state TEXT NOT NULL,
+    target_path TEXT,
+    error TEXT,
+    next_retry_at INTEGER,
+    created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL,
+    modify_index INTEGER NOT NULL,
+    PRIMARY KEY (volume, alloc)
+);
+CREATE INDEX claims_node ON claims (node, state);
+
+CREATE TABLE attachments (
+    volume TEXT NOT NULL,
+    node TEXT NOT NULL,
+    state TEXT NOT NULL,
+    publish_context TEXT NOT NULL,
+    forced INTEGER NOT NULL DEFAULT 0,
+    error TEXT,
+    next_retry_at INTEGER,
+    updated_at INTEGER NOT NULL,
+    PRIMARY KEY (volume, node)
+);
+CREATE INDEX attachments_node ON attachments (node, state);
+
+CREATE TABLE ops (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    kind TEXT NOT NULL,
+    plugin TEXT NOT NULL,
+    volume TEXT NOT NULL,
+    node TEXT,
+    host TEXT,
+    attempt INTEGER NOT NULL DEFAULT 0,
+    not_before INTEGER NOT NULL DEFAULT 0,
+    error TEXT,
+    payload TEXT NOT NULL DEFAULT '{}',
+    created_at INTEGER NOT NULL,
+    assigned_at INTEGER
+);
+CREATE INDEX ops_host ON ops (host);
+CREATE INDEX ops_plugin ON ops (plugin, host);
+CREATE INDEX ops_volume ON ops (volume);
+
+CREATE TABLE events (
+    idx INTEGER PRIMARY KEY AUTOINCREMENT,
+    at INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    volume TEXT,
+    node TEXT,
+    alloc TEXT,
+    actor TEXT NOT NULL,
+    message TEXT NOT NULL
+);
+CREATE INDEX events_volume ON events (volume);
+CREATE INDEX events_node ON events (node);
+"#];
+
+/// The current time in unix milliseconds.
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+fn configure(conn: &Connection) -> rusqlite::Result<()> {
+    conn.busy_timeout(std::time::Duration::from_secs(10))?;
+    // WAL lets readers run beside the writer; synchronous=FULL makes each commit durable
+    // (the WAL is fsynced) before it returns.
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "FULL")?;
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    Ok(())
+}
+
+/// Opens (creating or migrating) the database at `path`; returns the connection and the
+/// last committed change index.
+pub fn open(path: &Path) -> anyhow::Result<(Connection, u64)> {
+    use anyhow::Context;
+    let mut conn = Connection::open(path)
+        .with_context(|| format!("failed to open the state database {}", path.display()))?;
+    configure(&conn).with_context(|| format!("failed to configure {}", path.display()))?;
+    let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+    let known = MIGRATIONS.len() as i64;
+    if version > known {
+        anyhow::bail!(
+            "the state database {} has schema version {version}, newer than this csivol-agent \
+             understands ({known}); run a newer csivol-agent, or restore a backup made by this version",
+            path.display()
+        );
+    }
+    if version < known {
+        let tx = conn.transaction()?;
+        for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
+            tx.execute_batch(sql).with_context(|| {
+                format!(
+                    "failed to migrate {} to schema version {}",
+                    path.display(),
+                    i + 1
+                )
+            })?;
+        }
+        tx.pragma_update(None, "user_version", known)?;
+        tx.commit()?;
+        tracing::info!(path = %path.display(), from = version, to = known, "database schema migrated");
+    }
+    let index: i64 = conn.query_row("SELECT value FROM meta WHERE key = 'index'", [], |r| {
+        r.get(0)
+    })?;
+    Ok((conn, index as u64))
+}
+
+/// What a write request sees: the open transaction, the index its group commits at, the
+/// time, and the keys it changes.
+pub struct WriteCtx<'a> {
+    pub tx: &'a rusqlite::Transaction<'a>,
+    pub index: u64,
+    pub now: i64,
+    touched: Vec<Key>,
+}
+
+impl WriteCtx<'_> {
+    /// Marks `key` changed by this request (wakes its blocking queries after commit).
+    pub fn touch(&mut self, key: Key) {
+        self.touched.push(key);
+    }
+}
+
+type Finish = Box<dyn FnOnce(Option<ApiError>) + Send>;
+type Job = Box<dyn FnOnce(&mut WriteCtx<'_>) -> (bool, Finish) + Send>;
+
+/// The database handle: a writer thread fed by a channel, and read connections.
+#[derive(Clone)]
+pub struct Db {
+    jobs: mpsc::UnboundedSender<Job>,
+    readers: Arc<Mutex<Vec<Connection>>>,
+    path: PathBuf,
+    pub hub: Arc<Hub>,
+}
+
+impl std::fmt::Debug for Db {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Db").field("path", &self.path).finish()
+    }
+}
+
+/// Most requests committed together in one transaction.
+const MAX_GROUP: usize = 512;
+
+impl Db {
+    pub fn start(path: &Path) -> anyhow::Result<Self> {
+        let (conn, index) = open(path)?;
+        let hub = Arc::new(Hub::new(index));
+        let (jobs, rx) = mpsc::unbounded_channel();
+        let writer_hub = Arc::clone(&hub);
+        std::thread::Builder::new()
+            .name("csivol-db-writer".into())
+            .spawn(move || writer(conn, index, rx, &writer_hub))?;
+        Ok(Self {
+            jobs,
+            readers: Arc::new(Mutex::new(Vec::new())),
+            path: path.to_owned(),
+            hub,
+        })
+    }
+
+    /// Runs `f` in the writer's transaction; returns its result once committed durably.
+    /// If `f` fails, its changes are rolled back and other requests of the group commit.
+    pub async fn write<T, F>(&self, f: F) -> ApiResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut WriteCtx<'_>) -> ApiResult<T> + Send + 'static,
+    {
+        let (reply, answer) = oneshot::channel();
+        let job: Job = Box::new(move |ctx| {
+            let result = f(ctx);
+            let ok = result.is_ok();
+            let finish: Finish = Box::new(move |commit_error| {
+                let _ = reply.send(match commit_error {
+                    Some(e) => Err(e),
+                    None => result,
+                });
+            });
+            (ok, finish)
+        });
+        self.jobs
+            .send(job)
+            .map_err(|_| ApiError::unavailable("the database writer has stopped"))?;
+        answer
+            .await
+            .map_err(|_| ApiError::unavailable("the database writer has stopped"))?
+    }
+
+    /// Runs `f` on a read connection (a consistent snapshot of committed state).
+    pub async fn read<T, F>(&self, f: F) -> ApiResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> ApiResult<T> + Send + 'static,
+    {
+        let readers = Arc::clone(&self.readers);
+        let path = self.path.clone();
+        tokio::task::spawn_blocking(move || {
+            let conn = readers.lock().unwrap_or_else(|e| e.into_inner()).pop();
+            let conn = match conn {
+                Some(c) => c,
+                None => {
+                    let c = Connection::open_with_flags(
+                        &path,
+                        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+                    )?;
+                    c.busy_timeout(std::time::Duration::from_secs(10))?;
+                    c
+                }
+            };
+            let result = {
+                let tx = conn.unchecked_transaction()?;
+                let r = f(&tx);
+                drop(tx);
+                r
+            };
+            readers.lock().unwrap_or_else(|e| e.into_inner()).push(conn);
+            result
+        })
+        .await
+        .map_err(|e| ApiError::internal(format!("read task failed: {e}")))?
+    }
+}
+
+fn writer(mut conn: Connection, mut index: u64, mut rx: mpsc::UnboundedReceiver<Job>, hub: &Hub) {
+    while let Some(first) = rx.blocking_recv() {
+        let mut group = vec![first];
+        while group.len() < MAX_GROUP {
+            match rx.try_recv() {
+                Ok(job) => group.push(job),
+                Err(_) => break,
+            }
+        }
+        let next = index + 1;
+        let mut finishes = Vec::with_capacity(group.len());
+        let mut touched = Vec::new();
+        let committed: Result<(), String> = (|| {
+            let tx = conn.transaction().map_err(|e| e.to_string())?;
+            for job in group {
+                tx.execute_batch("SAVEPOINT job")
+                    .map_err(|e| e.to_string())?;
+                let mut ctx = WriteCtx {
+                    tx: &tx,
+                    index: next,
+                    now: now_ms(),
+                    touched: Vec::new(),
+                };
+                let outcome =
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(&mut ctx)));
+                let (ok, finish) = match outcome {
+                    Ok(v) => v,
+                    Err(_) => {
+                        tracing::error!("a write request panicked; its changes are rolled back");
+                        let fail: Finish = Box::new(|_| {});
+                        (false, fail)
+                    }
+                };
+                if ok {
+                    tx.execute_batch("RELEASE job").map_err(|e| e.to_string())?;
+                    touched.append(&mut ctx.touched);
+                } else {
+                    tx.execute_batch("ROLLBACK TO job; RELEASE job")
+                        .map_err(|e| e.to_string())?;
+                }
+                finishes.push(finish);
+            }
+            tx.execute(
+                "UPDATE meta SET value = ?1 WHERE key = 'index'",
+                params![next as i64],
+            )
+            .map_err(|e| e.to_string())?;
+            tx.commit().map_err(|e| e.to_string())
+        })();
+        match committed {
+            Ok(()) => {
+                index = next;
+                hub.publish(index, touched);
+                for finish in finishes {
+                    finish(None);
+                }
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "commit failed; the group's requests are refused");
+                for finish in finishes {
+                    finish(Some(ApiError::unavailable(format!(
+                        "the state database could not commit: {e}"
+                    ))));
+                }
+            }
+        }
+    }
+}
+
+/// Reads a single optional row.
+pub fn optional<T>(r: rusqlite::Result<T>) -> ApiResult<Option<T>> {
+    Ok(r.optional()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refuses_a_newer_schema_and_migrates_an_empty_one() {
+        let dir = tempfile_dir();
+        let path = dir.join("state.db");
+        let (conn, index) = open(&path).unwrap();
+        assert_eq!(index, 1);
+        conn.pragma_update(None, "user_version", 99).unwrap();
+        drop(conn);
+        let err = open(&path).unwrap_err().to_string();
+        assert!(err.contains("schema version 99"), "{err}");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    fn tempfile_dir() -> PathBuf {
+        let dir = std::env::temp_dir().join(format!(
+            "csivol-db-test-{}-{}",
+            std::process::id(),
+            now_ms()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[tokio::test]
+    async fn failed_requests_roll_back_alone() {
+        let dir = tempfile_dir();
+        let db = Db::start(&dir.join("state.db")).unwrap();
+        let ok = db.write(|ctx| {
+            ctx.tx
+                .execute("INSERT INTO meta (key, value) VALUES ('a', 1)", [])?;
+            Ok(())
+        });
+        let bad = db.write(|ctx| -> ApiResult<()> {
+            ctx.tx
+                .execute("INSERT INTO meta (key, value) VALUES ('b', 1)", [])?;
+            Err(ApiError::conflict("no"))
+        });
+        let (ok, bad) = tokio::join!(ok, bad);
+        ok.unwrap();
+        assert_eq!(bad.unwrap_err().message, "no");
+        let keys = db
+            .read(|c| {
+                let mut s = c.prepare("SELECT key FROM meta ORDER BY key")?;
+                let rows = s
+                    .query_map([], |r| r.get::<_, String>(0))?
+                    .collect::<Result<Vec<_>, _>>()?;
+                Ok(rows)
+            })
+            .await
+            .unwrap();
+        assert_eq!(keys, ["a", "index"]);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+}

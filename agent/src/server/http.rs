@@ -1,0 +1,690 @@
+//! The HTTP API: routes, authentication, request parsing with JSON errors, blocking queries.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{DefaultBodyLimit, FromRequest, FromRequestParts, Path, Query, Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, request::Parts};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use csivol_proto::api::{
+    self, ClaimDryRun, ClaimRequest, CreateVolumeSpec, DetachRequest, Health, HeartbeatResponse,
+    INDEX_HEADER, NodeUnblockRequest, RegisterRequest, RegisterResponse, ReportBatch, TokenRequest,
+    UnblockRequest, VolumeSpec, VolumeState, validate_name,
+};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+
+use super::auth::{self, Caller, Tokens};
+use super::db::{Db, now_ms};
+use super::error::{ApiError, ApiResult};
+use super::lifecycle::{self, ClaimDecision, Limits};
+use super::liveness::Liveness;
+use super::metrics::Metrics;
+use super::views;
+use super::watch::Key;
+
+/// Largest request body accepted.
+const BODY_LIMIT: usize = 1 << 20;
+/// Longest a blocking query may wait.
+const MAX_WAIT: Duration = Duration::from_secs(300);
+
+#[derive(Clone)]
+pub struct App {
+    pub db: Db,
+    pub tokens: Arc<Tokens>,
+    pub live: Arc<Liveness>,
+    pub limits: Limits,
+    pub metrics: Arc<Metrics>,
+}
+
+impl App {
+    fn caller(&self, headers: &HeaderMap) -> ApiResult<Caller> {
+        let header = headers
+            .get(axum::http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok());
+        self.tokens.authenticate(header)
+    }
+}
+
+/// A JSON body; malformed, unknown-field and oversize bodies become API errors.
+pub struct Body<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Body<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        match Json::<T>::from_request(req, state).await {
+            Ok(Json(v)) => Ok(Self(v)),
+            Err(rejection) => {
+                let mut e = ApiError::bad_request(format!(
+                    "invalid request body: {}",
+                    rejection.body_text()
+                ));
+                e.status = rejection.status();
+                Err(e)
+            }
+        }
+    }
+}
+
+/// Query parameters; unknown or malformed ones become API errors.
+pub struct Q<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for Q<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|Query(v)| Self(v))
+            .map_err(|r| ApiError::bad_request(format!("invalid query: {}", r.body_text())))
+    }
+}
+
+/// `?index=N&wait=30s`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Blocking {
+    index: Option<u64>,
+    wait: Option<String>,
+}
+
+impl Blocking {
+    fn wait(&self) -> ApiResult<Option<(u64, Duration)>> {
+        let Some(index) = self.index else {
+            return Ok(None);
+        };
+        let wait = match &self.wait {
+            Some(w) => humantime::parse_duration(w).map_err(|e| {
+                ApiError::bad_request(format!("invalid `wait` `{w}`: {e}"))
+                    .with_hint("use e.g. wait=30s")
+            })?,
+            None => Duration::from_secs(30),
+        };
+        Ok(Some((index, wait.min(MAX_WAIT))))
+    }
+}
+
+fn with_index<T: serde::Serialize>(status: StatusCode, index: u64, body: T) -> Response {
+    let mut r = (status, Json(body)).into_response();
+    r.headers_mut()
+        .insert(INDEX_HEADER, HeaderValue::from(index));
+    r
+}
+
+fn name(kind: &str, value: &str) -> ApiResult<()> {
+    validate_name(kind, value).map_err(ApiError::invalid)
+}
+
+pub fn router(app: App) -> Router {
+    Router::new()
+        .route("/v1/health", get(health))
+        .route("/v1/metrics", get(metrics))
+        .route("/v1/tokens", post(create_token))
+        .route("/v1/volumes", get(list_volumes))
+        .route(
+            "/v1/volumes/{name}",
+            get(get_volume).put(put_volume).delete(delete_volume),
+        )
+        .route("/v1/volumes/{name}/create", post(create_volume))
+        .route("/v1/volumes/{name}/claims", post(post_claim))
+        .route(
+            "/v1/volumes/{name}/claims/{alloc}",
+            get(get_claim).delete(delete_claim),
+        )
+        .route("/v1/volumes/{name}/unblock", post(unblock_volume))
+        .route("/v1/volumes/{name}/detach", post(detach))
+        .route("/v1/nodes", get(list_nodes))
+        .route("/v1/nodes/{node}", get(get_node))
+        .route("/v1/nodes/{node}/unblock", post(unblock_node))
+        .route("/v1/nodes/{node}/register", post(register))
+        .route("/v1/nodes/{node}/heartbeat", post(heartbeat))
+        .route("/v1/nodes/{node}/desired", get(desired))
+        .route("/v1/nodes/{node}/reports", post(reports))
+        .route("/v1/plugins", get(list_plugins))
+        .route("/v1/plugins/{id}", get(get_plugin))
+        .route("/v1/events", get(events))
+        .fallback(|| async {
+            ApiError::not_found("no such endpoint").with_hint("the API lives under /v1/")
+        })
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .with_state(app)
+}
+
+async fn health() -> Json<Health> {
+    Json(Health {
+        status: "ok".into(),
+        version: env!("CARGO_PKG_VERSION").into(),
+    })
+}
+
+async fn metrics(State(app): State<App>, headers: HeaderMap) -> ApiResult<Response> {
+    app.caller(&headers)?.require_reader()?;
+    let m = Arc::clone(&app.metrics);
+    let text = app.db.read(move |c| m.render(c)).await?;
+    Ok((
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4",
+        )],
+        text,
+    )
+        .into_response())
+}
+
+async fn create_token(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Body(req): Body<TokenRequest>,
+) -> ApiResult<Response> {
+    let caller = app.caller(&headers)?;
+    caller.require_operator()?;
+    let actor = caller.actor();
+    let resp = app
+        .db
+        .write(move |ctx| {
+            let t = auth::create_token(ctx, req.role, req.node.clone())?;
+            lifecycle::event(
+                ctx,
+                "token-created",
+                None,
+                t.node.as_deref(),
+                None,
+                &actor,
+                format!("{} token {} created", t.role, t.id),
+            )?;
+            Ok(t)
+        })
+        .await?;
+    app.tokens.remember(
+        &resp.token,
+        Caller {
+            token_id: resp.id.clone(),
+            role: resp.role,
+            node: resp.node.clone(),
+        },
+    );
+    Ok((StatusCode::CREATED, Json(resp)).into_response())
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct VolumeFilter {
+    state: Option<String>,
+    node: Option<String>,
+    plugin: Option<String>,
+}
+
+async fn list_volumes(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Q(f): Q<VolumeFilter>,
+) -> ApiResult<Json<Vec<api::Volume>>> {
+    app.caller(&headers)?.require_reader()?;
+    let state = match &f.state {
+        Some(s) => Some(s.parse::<VolumeState>().map_err(|_| {
+            let all: Vec<_> = VolumeState::ALL.iter().map(|s| s.as_str()).collect();
+            ApiError::bad_request(format!("invalid state filter `{s}`"))
+                .with_hint(format!("use one of: {}", all.join(", ")))
+        })?),
+        None => None,
+    };
+    let volumes = app
+        .db
+        .read(move |c| views::list_volumes(c, state, f.node.as_deref(), f.plugin.as_deref()))
+        .await?;
+    Ok(Json(volumes))
+}
+
+async fn get_volume(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(volume): Path<String>,
+    Q(b): Q<Blocking>,
+) -> ApiResult<Response> {
+    app.caller(&headers)?.require_reader()?;
+    name("volume", &volume)?;
+    let key = Key::Volume(volume.clone());
+    let index = match b.wait()? {
+        Some((after, wait)) => app.db.hub.wait(&key, after, wait).await,
+        None => app.db.hub.index(&key),
+    };
+    let v = app
+        .db
+        .read(move |c| lifecycle::volume_view(c, &volume))
+        .await?;
+    Ok(with_index(StatusCode::OK, index, v))
+}
+
+async fn put_volume(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(volume): Path<String>,
+    Body(spec): Body<VolumeSpec>,
+) -> ApiResult<Response> {
+    let caller = app.caller(&headers)?;
+    caller.require_operator()?;
+    let actor = caller.actor();
+    let (v, changed) = app
+        .db
+        .write(move |ctx| lifecycle::register_volume(ctx, &volume, spec, &actor))
+        .await?;
+    let status = if changed {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(v)).into_response())
+}
+
+async fn create_volume(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(volume): Path<String>,
+    Body(spec): Body<CreateVolumeSpec>,
+) -> ApiResult<Response> {
+    let caller = app.caller(&headers)?;
+    caller.require_operator()?;
+    let actor = caller.actor();
+    let limits = app.limits.clone();
+    let (v, started) = app
+        .db
+        .write(move |ctx| lifecycle::create_volume(ctx, &volume, spec, &actor, &limits))
+        .await?;
+    let status = if started {
+        StatusCode::ACCEPTED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(v)).into_response())
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DeleteVolumeQuery {
+    #[serde(default)]
+    delete: bool,
+}
+
+async fn delete_volume(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(volume): Path<String>,
+    Q(q): Q<DeleteVolumeQuery>,
+) -> ApiResult<Response> {
+    let caller = app.caller(&headers)?;
+    caller.require_operator()?;
+    name("volume", &volume)?;
+    let actor = caller.actor();
+    let limits = app.limits.clone();
+    let v = app
+        .db
+        .write(move |ctx| lifecycle::deregister_volume(ctx, &volume, q.delete, &actor, &limits))
+        .await?;
+    Ok(match v {
+        Some(v) => (StatusCode::ACCEPTED, Json(v)).into_response(),
+        None => StatusCode::NO_CONTENT.into_response(),
+    })
+}
+
+async fn post_claim(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(volume): Path<String>,
+    Body(req): Body<ClaimRequest>,
+) -> ApiResult<Response> {
+    let caller = app.caller(&headers)?;
+    caller.require_operator()?;
+    if req.dry_run {
+        let answer = app
+            .db
+            .read(move |c| {
+                Ok(match lifecycle::evaluate_claim(c, &volume, &req) {
+                    Ok(ClaimDecision::Existing(claim)) => ClaimDryRun {
+                        accepted: true,
+                        state: Some(claim.state),
+                        error: None,
+                    },
+                    Ok(ClaimDecision::New) => ClaimDryRun {
+                        accepted: true,
+                        state: None,
+                        error: None,
+                    },
+                    Err(e)
+                        if matches!(
+                            e.code,
+                            api::ErrorCode::Internal | api::ErrorCode::Unavailable
+                        ) =>
+                    {
+                        return Err(e);
+                    }
+                    Err(e) => ClaimDryRun {
+                        accepted: false,
+                        state: None,
+                        error: Some(e.body()),
+                    },
+                })
+            })
+            .await?;
+        return Ok(Json(answer).into_response());
+    }
+    let actor = caller.actor();
+    let limits = app.limits.clone();
+    let (claim, new) = app
+        .db
+        .write(move |ctx| lifecycle::create_claim(ctx, &volume, &req, &actor, &limits))
+        .await?;
+    let status = if new {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok(with_index(status, claim.index, claim))
+}
+
+async fn get_claim(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path((volume, alloc)): Path<(String, String)>,
+    Q(b): Q<Blocking>,
+) -> ApiResult<Response> {
+    app.caller(&headers)?.require_reader()?;
+    name("volume", &volume)?;
+    name("alloc", &alloc)?;
+    let key = Key::Volume(volume.clone());
+    let index = match b.wait()? {
+        Some((after, wait)) => app.db.hub.wait(&key, after, wait).await,
+        None => app.db.hub.index(&key),
+    };
+    let claim = app
+        .db
+        .read(move |c| {
+            super::model::ClaimRow::load(c, &volume, &alloc)?
+                .map(|c| c.to_api())
+                .ok_or_else(|| {
+                    ApiError::not_found(format!(
+                        "alloc `{alloc}` holds no claim on volume `{volume}`"
+                    ))
+                })
+        })
+        .await?;
+    Ok(with_index(StatusCode::OK, index, claim))
+}
+
+async fn delete_claim(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path((volume, alloc)): Path<(String, String)>,
+) -> ApiResult<Response> {
+    let caller = app.caller(&headers)?;
+    caller.require_operator()?;
+    name("volume", &volume)?;
+    name("alloc", &alloc)?;
+    let actor = caller.actor();
+    let claim = app
+        .db
+        .write(move |ctx| lifecycle::release_claim(ctx, &volume, &alloc, &actor))
+        .await?;
+    Ok(with_index(StatusCode::ACCEPTED, claim.index, claim))
+}
+
+fn reason(r: &str) -> ApiResult<()> {
+    if r.trim().is_empty() {
+        return Err(
+            ApiError::invalid("`reason` is required: say why, it goes into the event log")
+                .with_hint("e.g. --reason \"node-2 powered off in rack 4\""),
+        );
+    }
+    Ok(())
+}
+
+async fn unblock_volume(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(volume): Path<String>,
+    Body(req): Body<UnblockRequest>,
+) -> ApiResult<Json<api::ActionPlan>> {
+    let caller = app.caller(&headers)?;
+    caller.require_operator()?;
+    name("volume", &volume)?;
+    reason(&req.reason)?;
+    let actor = caller.actor();
+    let limits = app.limits.clone();
+    let plan = app
+        .db
+        .write(move |ctx| {
+            lifecycle::unblock_volume(
+                ctx,
+                &volume,
+                req.node.as_deref(),
+                &req.reason,
+                req.dry_run,
+                &actor,
+                &limits,
+            )
+        })
+        .await?;
+    Ok(Json(plan))
+}
+
+async fn detach(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(volume): Path<String>,
+    Body(req): Body<DetachRequest>,
+) -> ApiResult<Json<api::ActionPlan>> {
+    let caller = app.caller(&headers)?;
+    caller.require_operator()?;
+    name("volume", &volume)?;
+    name("node", &req.node)?;
+    reason(&req.reason)?;
+    let actor = caller.actor();
+    let limits = app.limits.clone();
+    let plan = app
+        .db
+        .write(move |ctx| {
+            lifecycle::detach(
+                ctx,
+                &volume,
+                &req.node,
+                &req.reason,
+                req.force,
+                req.dry_run,
+                &actor,
+                &limits,
+            )
+        })
+        .await?;
+    Ok(Json(plan))
+}
+
+async fn unblock_node(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(node): Path<String>,
+    Body(req): Body<NodeUnblockRequest>,
+) -> ApiResult<Json<api::ActionPlan>> {
+    let caller = app.caller(&headers)?;
+    caller.require_operator()?;
+    name("node", &node)?;
+    reason(&req.reason)?;
+    let actor = caller.actor();
+    let limits = app.limits.clone();
+    let plan = app
+        .db
+        .write(move |ctx| {
+            lifecycle::unblock_node(ctx, &node, &req.reason, req.dry_run, &actor, &limits)
+        })
+        .await?;
+    Ok(Json(plan))
+}
+
+async fn list_nodes(State(app): State<App>, headers: HeaderMap) -> ApiResult<Json<Vec<api::Node>>> {
+    app.caller(&headers)?.require_reader()?;
+    let beats = app.live.last_heartbeat_ms();
+    Ok(Json(
+        app.db
+            .read(move |c| views::list_nodes(c, &beats, None))
+            .await?,
+    ))
+}
+
+async fn get_node(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(node): Path<String>,
+) -> ApiResult<Json<api::Node>> {
+    app.caller(&headers)?.require_reader()?;
+    name("node", &node)?;
+    let beats = app.live.last_heartbeat_ms();
+    let found = app
+        .db
+        .read(move |c| views::list_nodes(c, &beats, Some(&node)))
+        .await?;
+    found
+        .into_iter()
+        .next()
+        .map(Json)
+        .ok_or_else(|| ApiError::not_found("node is not registered"))
+}
+
+async fn register(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(node): Path<String>,
+    Body(req): Body<RegisterRequest>,
+) -> ApiResult<Json<RegisterResponse>> {
+    app.caller(&headers)?.require_node(&node)?;
+    name("node", &node)?;
+    let limits = app.limits.clone();
+    let n = node.clone();
+    app.db
+        .write(move |ctx| lifecycle::register_node(ctx, &n, &req, &limits))
+        .await?;
+    app.live.registered(&node, now_ms());
+    Ok(Json(RegisterResponse {
+        heartbeat_ttl_ms: app.live.ttl().as_millis() as u64,
+        index: app.db.hub.index(&Key::Node(node)),
+    }))
+}
+
+async fn heartbeat(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(node): Path<String>,
+) -> ApiResult<Json<HeartbeatResponse>> {
+    app.caller(&headers)?.require_node(&node)?;
+    name("node", &node)?;
+    let status = app.live.heartbeat(&node, now_ms()).ok_or_else(|| {
+        ApiError::not_found(format!("node `{node}` is not registered"))
+            .with_hint("the agent registers again")
+    })?;
+    Ok(Json(HeartbeatResponse {
+        status,
+        heartbeat_ttl_ms: app.live.ttl().as_millis() as u64,
+    }))
+}
+
+async fn desired(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(node): Path<String>,
+    Q(b): Q<Blocking>,
+) -> ApiResult<Response> {
+    app.caller(&headers)?.require_node(&node)?;
+    name("node", &node)?;
+    let key = Key::Node(node.clone());
+    let index = match b.wait()? {
+        Some((after, wait)) => app.db.hub.wait(&key, after, wait).await,
+        None => app.db.hub.index(&key),
+    };
+    let state = app
+        .db
+        .read(move |c| lifecycle::desired_state(c, &node, index))
+        .await?;
+    Ok(with_index(StatusCode::OK, index, state))
+}
+
+async fn reports(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(node): Path<String>,
+    Body(batch): Body<ReportBatch>,
+) -> ApiResult<Json<serde_json::Value>> {
+    app.caller(&headers)?.require_node(&node)?;
+    name("node", &node)?;
+    let limits = app.limits.clone();
+    let count = batch.reports.len();
+    app.metrics.node_reports.inc_by(count as u64);
+    app.db
+        .write(move |ctx| lifecycle::apply_reports(ctx, &node, batch.reports, &limits))
+        .await?;
+    Ok(Json(serde_json::json!({ "accepted": count })))
+}
+
+async fn list_plugins(
+    State(app): State<App>,
+    headers: HeaderMap,
+) -> ApiResult<Json<Vec<api::Plugin>>> {
+    app.caller(&headers)?.require_reader()?;
+    Ok(Json(app.db.read(|c| views::list_plugins(c, None)).await?))
+}
+
+async fn get_plugin(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> ApiResult<Json<api::Plugin>> {
+    app.caller(&headers)?.require_reader()?;
+    name("plugin", &id)?;
+    let found = app
+        .db
+        .read(move |c| views::list_plugins(c, Some(&id)))
+        .await?;
+    found.into_iter().next().map(Json).ok_or_else(|| {
+        ApiError::not_found("no node runs this plugin")
+            .with_hint("`csivol plugin list` shows the known plugins")
+    })
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EventsQuery {
+    volume: Option<String>,
+    node: Option<String>,
+    index: Option<u64>,
+    wait: Option<String>,
+    limit: Option<u32>,
+}
+
+async fn events(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Q(q): Q<EventsQuery>,
+) -> ApiResult<Response> {
+    app.caller(&headers)?.require_reader()?;
+    let after = q.index.unwrap_or(0);
+    let limit = q.limit.unwrap_or(1000).min(10_000);
+    let blocking = Blocking {
+        index: q.index,
+        wait: q.wait.clone(),
+    }
+    .wait()?;
+    let deadline = tokio::time::Instant::now() + blocking.map_or(Duration::ZERO, |(_, w)| w);
+    loop {
+        let seen = app.db.hub.index(&Key::Events);
+        let (volume, node) = (q.volume.clone(), q.node.clone());
+        let found = app
+            .db
+            .read(move |c| views::events(c, after, volume.as_deref(), node.as_deref(), limit))
+            .await?;
+        let now = tokio::time::Instant::now();
+        if !found.is_empty() || blocking.is_none() || now >= deadline {
+            let last = found.last().map_or(after, |e| e.index);
+            return Ok(with_index(StatusCode::OK, last, found));
+        }
+        app.db.hub.wait(&Key::Events, seen, deadline - now).await;
+    }
+}

@@ -1,0 +1,1970 @@
+//! Everything that changes cluster state, each function running inside one write
+//! transaction: volumes, claims, the attachment lifecycle, controller operations, node
+//! loss and return, agents' reports and operators' actions.
+//!
+//! Handlers change the facts (a claim is recorded, a node reports a volume unstaged) and
+//! then call [`advance_volume`], which moves the volume's claims and attachments as far
+//! forward as those facts allow. Keeping that one function the only place that derives
+//! the next step is what keeps the lifecycle consistent.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::Duration;
+
+use csivol_proto::api::{
+    self, ActionPlan, AttachmentState, ClaimMode, ClaimRequest, ClaimState, ControllerOpKind,
+    CreateVolumeSpec, NodeStatus, PlannedAction, PluginError, RegisterRequest, Report, VolumeSpec,
+    validate_name,
+};
+use csivol_proto::domain::ErrorClass;
+use rusqlite::{Connection, OptionalExtension, params};
+
+use super::db::WriteCtx;
+use super::error::{ApiError, ApiResult};
+use super::model::{
+    AttachmentRow, ClaimRow, Lifecycle, NodePluginRow, NodeRow, VolumeRow,
+    needs_controller_publish, slots_used, time, to_json,
+};
+use super::rules::{self, Accept, ConflictRule, Held, Refusal, Wanted};
+use super::watch::Key;
+
+/// Server settings the lifecycle depends on, and where it records latencies.
+#[derive(Clone, Debug)]
+pub struct Limits {
+    /// Controller operations in flight per plugin.
+    pub controller_concurrency: u32,
+    pub metrics: std::sync::Arc<super::metrics::Metrics>,
+}
+
+pub fn event(
+    ctx: &mut WriteCtx<'_>,
+    kind: &str,
+    volume: Option<&str>,
+    node: Option<&str>,
+    alloc: Option<&str>,
+    actor: &str,
+    message: impl Into<String>,
+) -> ApiResult<()> {
+    let message = message.into();
+    tracing::info!(kind, volume, node, alloc, actor, "{message}");
+    ctx.tx.prepare_cached(
+        "INSERT INTO events (at, kind, volume, node, alloc, actor, message) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    )?
+    .execute(params![ctx.now, kind, volume, node, alloc, actor, message])?;
+    ctx.touch(Key::Events);
+    Ok(())
+}
+
+fn touch_volume(ctx: &mut WriteCtx<'_>, volume: &str) -> ApiResult<()> {
+    ctx.tx
+        .prepare_cached("UPDATE volumes SET modify_index = ?1, updated_at = ?2 WHERE name = ?3")?
+        .execute(params![ctx.index as i64, ctx.now, volume])?;
+    ctx.touch(Key::Volume(volume.to_owned()));
+    Ok(())
+}
+
+fn set_claim_state(ctx: &mut WriteCtx<'_>, c: &ClaimRow, state: ClaimState) -> ApiResult<()> {
+    ctx.tx
+        .prepare_cached(
+            "UPDATE claims SET state = ?1, updated_at = ?2, modify_index = ?3, \
+             error = CASE WHEN ?1 IN ('ready', 'releasing') THEN NULL ELSE error END, \
+             next_retry_at = CASE WHEN ?1 IN ('ready', 'releasing', 'failed', 'blocked') THEN NULL ELSE next_retry_at END \
+             WHERE volume = ?4 AND alloc = ?5",
+        )?
+        .execute(params![state.as_str(), ctx.now, ctx.index as i64, c.volume, c.alloc])?;
+    ctx.touch(Key::Node(c.node.clone()));
+    touch_volume(ctx, &c.volume)
+}
+
+fn delete_claim(ctx: &mut WriteCtx<'_>, c: &ClaimRow) -> ApiResult<()> {
+    ctx.tx
+        .prepare_cached("DELETE FROM claims WHERE volume = ?1 AND alloc = ?2")?
+        .execute(params![c.volume, c.alloc])?;
+    ctx.touch(Key::Node(c.node.clone()));
+    touch_volume(ctx, &c.volume)
+}
+
+fn set_attachment_state(
+    ctx: &mut WriteCtx<'_>,
+    volume: &str,
+    node: &str,
+    state: AttachmentState,
+) -> ApiResult<()> {
+    ctx.tx
+        .prepare_cached(
+            "UPDATE attachments SET state = ?1, updated_at = ?2, error = NULL, next_retry_at = NULL \
+             WHERE volume = ?3 AND node = ?4",
+        )?
+        .execute(params![state.as_str(), ctx.now, volume, node])?;
+    ctx.touch(Key::Node(node.to_owned()));
+    touch_volume(ctx, volume)
+}
+
+fn delete_attachment(ctx: &mut WriteCtx<'_>, volume: &str, node: &str) -> ApiResult<()> {
+    ctx.tx
+        .prepare_cached("DELETE FROM attachments WHERE volume = ?1 AND node = ?2")?
+        .execute(params![volume, node])?;
+    ctx.touch(Key::Node(node.to_owned()));
+    touch_volume(ctx, volume)
+}
+
+// ---- volumes ----
+
+fn check_spec_names(
+    plugin: &str,
+    attachment: api::Attachment,
+    fs_type: &str,
+    mount_flags: &[String],
+) -> ApiResult<()> {
+    validate_name("plugin", plugin).map_err(ApiError::invalid)?;
+    if attachment == api::Attachment::BlockDevice
+        && (!fs_type.is_empty() || !mount_flags.is_empty())
+    {
+        return Err(
+            ApiError::invalid("a block-device volume takes no `fs_type` or `mount_flags`")
+                .with_hint("remove them, or use `attachment = \"file-system\"`"),
+        );
+    }
+    Ok(())
+}
+
+fn insert_volume(ctx: &mut WriteCtx<'_>, v: &VolumeRow) -> ApiResult<()> {
+    ctx.tx.execute(
+        "INSERT INTO volumes (name, plugin, external_id, access_mode, attachment, fs_type, mount_flags, context, \
+         parameters, secrets, capacity_bytes, lifecycle, error, created_at, updated_at, modify_index) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?14, ?15) \
+         ON CONFLICT (name) DO UPDATE SET plugin = ?2, external_id = ?3, access_mode = ?4, attachment = ?5, \
+         fs_type = ?6, mount_flags = ?7, context = ?8, parameters = ?9, secrets = ?10, capacity_bytes = ?11, \
+         lifecycle = ?12, error = ?13, updated_at = ?14, modify_index = ?15",
+        params![
+            v.name,
+            v.plugin,
+            v.external_id,
+            v.access_mode.as_str(),
+            v.attachment.as_str(),
+            v.fs_type,
+            to_json(&v.mount_flags),
+            to_json(&v.context),
+            to_json(&v.parameters),
+            to_json(&v.secrets),
+            v.capacity_bytes.map(|c| c as i64),
+            v.lifecycle.as_str(),
+            v.error,
+            ctx.now,
+            ctx.index as i64,
+        ],
+    )?;
+    ctx.touch(Key::Volume(v.name.clone()));
+    Ok(())
+}
+
+/// Full view of a volume inside a transaction.
+pub fn volume_view(conn: &Connection, name: &str) -> ApiResult<api::Volume> {
+    let v = VolumeRow::require(conn, name)?;
+    let claims = ClaimRow::of_volume(conn, name)?;
+    let atts = AttachmentRow::of_volume(conn, name)?;
+    Ok(v.to_api(&claims, &atts))
+}
+
+fn claims_in_the_way(claims: &[ClaimRow]) -> String {
+    let names: Vec<_> = claims
+        .iter()
+        .map(|c| format!("{} on {} ({})", c.alloc, c.node, c.state))
+        .collect();
+    names.join(", ")
+}
+
+/// `PUT /v1/volumes/{name}`: returns the volume and whether it was new or changed.
+pub fn register_volume(
+    ctx: &mut WriteCtx<'_>,
+    name: &str,
+    spec: VolumeSpec,
+    actor: &str,
+) -> ApiResult<(api::Volume, bool)> {
+    validate_name("volume", name).map_err(ApiError::invalid)?;
+    check_spec_names(
+        &spec.plugin,
+        spec.attachment,
+        &spec.fs_type,
+        &spec.mount_flags,
+    )?;
+    if spec.external_id.is_empty() {
+        return Err(ApiError::invalid(
+            "`external_id` is required: the plugin's id for the volume",
+        ));
+    }
+    let existing = VolumeRow::load(ctx.tx, name)?;
+    let row = VolumeRow {
+        name: name.to_owned(),
+        plugin: spec.plugin,
+        external_id: spec.external_id,
+        access_mode: spec.access_mode,
+        attachment: spec.attachment,
+        fs_type: spec.fs_type,
+        mount_flags: spec.mount_flags,
+        context: spec.context,
+        parameters: spec.parameters,
+        secrets: spec.secrets,
+        capacity_bytes: existing.as_ref().and_then(|e| e.capacity_bytes),
+        lifecycle: Lifecycle::Ready,
+        error: None,
+        created_at: ctx.now,
+        updated_at: ctx.now,
+        modify_index: ctx.index,
+    };
+    if let Some(e) = &existing {
+        let same = e.plugin == row.plugin
+            && e.external_id == row.external_id
+            && e.access_mode == row.access_mode
+            && e.attachment == row.attachment
+            && e.fs_type == row.fs_type
+            && e.mount_flags == row.mount_flags
+            && e.context == row.context
+            && e.parameters == row.parameters
+            && e.secrets == row.secrets
+            && e.lifecycle == Lifecycle::Ready;
+        if same {
+            return Ok((volume_view(ctx.tx, name)?, false));
+        }
+        if e.lifecycle != Lifecycle::Ready {
+            return Err(ApiError::conflict(format!(
+                "volume `{name}` is {}; it cannot be re-registered now",
+                e.lifecycle.as_str()
+            )));
+        }
+        let claims = ClaimRow::of_volume(ctx.tx, name)?;
+        let atts = AttachmentRow::of_volume(ctx.tx, name)?;
+        if !claims.is_empty() || !atts.is_empty() {
+            return Err(ApiError::conflict(format!(
+                "volume `{name}` is registered with a different spec and is in use: {}",
+                if claims.is_empty() {
+                    "still attached".to_owned()
+                } else {
+                    claims_in_the_way(&claims)
+                }
+            ))
+            .with_hint(
+                "release its claims first, or register the changed spec under another name",
+            ));
+        }
+    }
+    insert_volume(ctx, &row)?;
+    let verb = if existing.is_some() {
+        "updated"
+    } else {
+        "registered"
+    };
+    event(
+        ctx,
+        &format!("volume-{verb}"),
+        Some(name),
+        None,
+        None,
+        actor,
+        format!("volume {verb} (plugin {}, {})", row.plugin, row.access_mode),
+    )?;
+    Ok((volume_view(ctx.tx, name)?, true))
+}
+
+/// `POST /v1/volumes/{name}/create`: records the volume as `creating` and queues
+/// CreateVolume. Returns the volume and whether the request started something.
+pub fn create_volume(
+    ctx: &mut WriteCtx<'_>,
+    name: &str,
+    spec: CreateVolumeSpec,
+    actor: &str,
+    limits: &Limits,
+) -> ApiResult<(api::Volume, bool)> {
+    validate_name("volume", name).map_err(ApiError::invalid)?;
+    check_spec_names(
+        &spec.plugin,
+        spec.attachment,
+        &spec.fs_type,
+        &spec.mount_flags,
+    )?;
+    if let Some(e) = VolumeRow::load(ctx.tx, name)? {
+        let same = e.plugin == spec.plugin
+            && e.access_mode == spec.access_mode
+            && e.attachment == spec.attachment
+            && e.parameters == spec.parameters
+            && (spec.capacity_bytes == 0
+                || e.capacity_bytes.is_none_or(|c| c >= spec.capacity_bytes));
+        if same && matches!(e.lifecycle, Lifecycle::Creating | Lifecycle::Ready) {
+            return Ok((volume_view(ctx.tx, name)?, false));
+        }
+        if e.lifecycle != Lifecycle::Failed {
+            return Err(ApiError::conflict(format!(
+                "volume `{name}` is already registered with another spec"
+            ))
+            .with_hint(format!(
+                "choose another name, or deregister it with `csivol volume deregister {name}`"
+            )));
+        }
+    }
+    let row = VolumeRow {
+        name: name.to_owned(),
+        plugin: spec.plugin.clone(),
+        external_id: String::new(),
+        access_mode: spec.access_mode,
+        attachment: spec.attachment,
+        fs_type: spec.fs_type,
+        mount_flags: spec.mount_flags,
+        context: BTreeMap::new(),
+        parameters: spec.parameters,
+        secrets: spec.secrets,
+        capacity_bytes: (spec.capacity_bytes > 0).then_some(spec.capacity_bytes),
+        lifecycle: Lifecycle::Creating,
+        error: None,
+        created_at: ctx.now,
+        updated_at: ctx.now,
+        modify_index: ctx.index,
+    };
+    insert_volume(ctx, &row)?;
+    let payload = serde_json::json!({ "capacity_bytes": spec.capacity_bytes });
+    insert_op(
+        ctx,
+        "create",
+        &spec.plugin,
+        name,
+        None,
+        &payload.to_string(),
+    )?;
+    event(
+        ctx,
+        "volume-creating",
+        Some(name),
+        None,
+        None,
+        actor,
+        format!("CreateVolume requested from plugin {}", spec.plugin),
+    )?;
+    schedule_ops(ctx, &spec.plugin, limits)?;
+    Ok((volume_view(ctx.tx, name)?, true))
+}
+
+/// `DELETE /v1/volumes/{name}`: removes the record (`None`), or with `delete` queues
+/// DeleteVolume and returns the volume in `deleting`.
+pub fn deregister_volume(
+    ctx: &mut WriteCtx<'_>,
+    name: &str,
+    delete: bool,
+    actor: &str,
+    limits: &Limits,
+) -> ApiResult<Option<api::Volume>> {
+    let v = VolumeRow::require(ctx.tx, name)?;
+    let claims = ClaimRow::of_volume(ctx.tx, name)?;
+    if !claims.is_empty() {
+        return Err(ApiError::conflict(format!(
+            "volume `{name}` is claimed: {}",
+            claims_in_the_way(&claims)
+        ))
+        .with_hint(format!(
+            "release the claims first (`csivol release {name} --alloc ALLOC`)"
+        )));
+    }
+    let atts = AttachmentRow::of_volume(ctx.tx, name)?;
+    if !atts.is_empty() {
+        let nodes: Vec<_> = atts
+            .iter()
+            .map(|a| format!("{} ({})", a.node, a.state))
+            .collect();
+        return Err(ApiError::conflict(format!(
+            "volume `{name}` is still attached to {}",
+            nodes.join(", ")
+        ))
+        .with_hint("wait for the detach to finish; `csivol status` shows where it stands"));
+    }
+    match v.lifecycle {
+        Lifecycle::Creating | Lifecycle::Deleting => {
+            return Err(ApiError::conflict(format!(
+                "volume `{name}` is {}; wait for it to finish",
+                v.lifecycle.as_str()
+            )));
+        }
+        Lifecycle::Ready | Lifecycle::Failed => {}
+    }
+    if delete && v.lifecycle == Lifecycle::Ready {
+        ctx.tx.execute(
+            "UPDATE volumes SET lifecycle = 'deleting', error = NULL, updated_at = ?1, modify_index = ?2 WHERE name = ?3",
+            params![ctx.now, ctx.index as i64, name],
+        )?;
+        ctx.touch(Key::Volume(name.to_owned()));
+        insert_op(ctx, "delete", &v.plugin, name, None, "{}")?;
+        event(
+            ctx,
+            "volume-deleting",
+            Some(name),
+            None,
+            None,
+            actor,
+            "DeleteVolume requested",
+        )?;
+        schedule_ops(ctx, &v.plugin, limits)?;
+        return Ok(Some(volume_view(ctx.tx, name)?));
+    }
+    ctx.tx
+        .execute("DELETE FROM volumes WHERE name = ?1", [name])?;
+    ctx.tx
+        .execute("DELETE FROM ops WHERE volume = ?1", [name])?;
+    ctx.touch(Key::Volume(name.to_owned()));
+    event(
+        ctx,
+        "volume-deregistered",
+        Some(name),
+        None,
+        None,
+        actor,
+        "volume deregistered",
+    )?;
+    Ok(None)
+}
+
+// ---- claims ----
+
+/// What recording a claim would do.
+#[derive(Debug)]
+pub enum ClaimDecision {
+    New,
+    Existing(ClaimRow),
+}
+
+fn unblock_hint(volume: &str, node: &str) -> String {
+    format!(
+        "if node {node} is really gone or fenced, run: csivol unblock {volume} --reason \"...\" \
+         (or wait for the node to come back)"
+    )
+}
+
+/// Checks a claim against every rule, without changing anything.
+pub fn evaluate_claim(
+    conn: &Connection,
+    volume: &str,
+    req: &ClaimRequest,
+) -> ApiResult<ClaimDecision> {
+    validate_name("volume", volume).map_err(ApiError::invalid)?;
+    validate_name("alloc", &req.alloc).map_err(ApiError::invalid)?;
+    validate_name("node", &req.node).map_err(ApiError::invalid)?;
+    let v = VolumeRow::require(conn, volume)?;
+    match v.lifecycle {
+        Lifecycle::Ready => {}
+        Lifecycle::Creating => {
+            return Err(
+                ApiError::conflict(format!("volume `{volume}` is still being created"))
+                    .with_hint("wait for `csivol volume show` to say it is free"),
+            );
+        }
+        Lifecycle::Deleting => {
+            return Err(ApiError::conflict(format!(
+                "volume `{volume}` is being deleted"
+            )));
+        }
+        Lifecycle::Failed => {
+            return Err(ApiError::conflict(format!(
+                "volume `{volume}` failed to be created: {}",
+                v.error.as_deref().unwrap_or("unknown error")
+            )));
+        }
+    }
+    let claims = ClaimRow::of_volume(conn, volume)?;
+    let held: Vec<Held<'_>> = claims
+        .iter()
+        .map(|c| Held {
+            alloc: &c.alloc,
+            node: &c.node,
+            mode: c.mode,
+            state: c.state,
+        })
+        .collect();
+    let wanted = Wanted {
+        alloc: &req.alloc,
+        node: &req.node,
+        mode: req.mode,
+    };
+    match rules::check_claim(v.access_mode, &held, wanted) {
+        Ok(Accept::Existing) => {
+            let c = claims
+                .into_iter()
+                .find(|c| c.alloc == req.alloc)
+                .expect("found by the rule");
+            return Ok(ClaimDecision::Existing(c));
+        }
+        Ok(Accept::New) => {}
+        Err(Refusal::ReadOnlyMode { access_mode }) => {
+            return Err(ApiError::invalid(format!(
+                "volume `{volume}` is {access_mode}: it takes read claims only"
+            ))
+            .with_hint("claim it with --read-only"));
+        }
+        Err(Refusal::AllocHoldsOther { node, mode, state }) => {
+            return Err(ApiError::conflict(format!(
+                "alloc `{}` already holds a {} claim on volume `{volume}` on node {node} ({state})",
+                req.alloc,
+                mode.as_str()
+            ))
+            .with_hint(match state {
+                ClaimState::Releasing | ClaimState::Failed => {
+                    "wait for that claim to be gone, then claim again".to_owned()
+                }
+                _ => format!(
+                    "release it first: csivol release {volume} --alloc {}",
+                    req.alloc
+                ),
+            }));
+        }
+        Err(Refusal::Conflict {
+            rule,
+            holder_alloc,
+            holder_node,
+            blocked,
+        }) => {
+            let why = match rule {
+                ConflictRule::SingleNode => {
+                    format!("is {} and is claimed on node {holder_node}", v.access_mode)
+                }
+                ConflictRule::SingleWriter => {
+                    format!("is {} and already has a writer", v.access_mode)
+                }
+                ConflictRule::SingleClaim => format!("is {} and already claimed", v.access_mode),
+            };
+            if blocked {
+                return Err(ApiError::blocked(format!(
+                    "volume `{volume}` {why}: alloc {holder_alloc} on node {holder_node}, which was lost; \
+                     the claim is blocked until that node comes back or is unblocked"
+                ))
+                .with_hint(unblock_hint(volume, &holder_node)));
+            }
+            return Err(ApiError::conflict(format!(
+                "volume `{volume}` {why}: held by alloc {holder_alloc} on node {holder_node}"
+            ))
+            .with_hint(format!(
+                "wait for it to be released (csivol release {volume} --alloc {holder_alloc})"
+            )));
+        }
+    }
+    let node = NodeRow::require(conn, &req.node)?;
+    if node.status == NodeStatus::Lost {
+        return Err(ApiError::blocked(format!(
+            "node `{}` is lost{}; no claim can be placed on it",
+            req.node,
+            node.lost_at
+                .map(|t| format!(" since {}", time(t)))
+                .unwrap_or_default()
+        ))
+        .with_hint(format!(
+            "choose another node, or bring {}'s agent back",
+            req.node
+        )));
+    }
+    let np = NodePluginRow::load(conn, &req.node, &v.plugin)?;
+    let Some(np) = np.filter(|p| p.node_service) else {
+        return Err(ApiError::invalid(format!(
+            "node `{}` does not run plugin `{}` (needed by volume `{volume}`)",
+            req.node, v.plugin
+        ))
+        .with_hint("`csivol plugin show` lists the nodes that run it"));
+    };
+    let attached_here = claims.iter().any(|c| c.node == req.node)
+        || AttachmentRow::of_volume(conn, volume)?
+            .iter()
+            .any(|a| a.node == req.node);
+    if !attached_here {
+        let used = slots_used(conn, &req.node, &v.plugin)?;
+        if !rules::has_room(used, np.max_volumes) {
+            return Err(ApiError::conflict(format!(
+                "node `{}` has no free slot for plugin `{}`: {used} of {} volumes in use (attachments still \
+                 detaching count)",
+                req.node, v.plugin, np.max_volumes
+            ))
+            .with_hint("release a claim on that node, or choose another node"));
+        }
+    }
+    Ok(ClaimDecision::New)
+}
+
+/// `POST /v1/volumes/{name}/claims`: returns the claim and whether it is new.
+pub fn create_claim(
+    ctx: &mut WriteCtx<'_>,
+    volume: &str,
+    req: &ClaimRequest,
+    actor: &str,
+    limits: &Limits,
+) -> ApiResult<(api::Claim, bool)> {
+    match evaluate_claim(ctx.tx, volume, req)? {
+        ClaimDecision::Existing(c) => Ok((c.to_api(), false)),
+        ClaimDecision::New => {
+            ctx.tx
+                .prepare_cached(
+                    "INSERT INTO claims (volume, alloc, node, mode, state, created_at, updated_at, modify_index) \
+                     VALUES (?1, ?2, ?3, ?4, 'pending', ?5, ?5, ?6)",
+                )?
+                .execute(params![volume, req.alloc, req.node, req.mode.as_str(), ctx.now, ctx.index as i64])?;
+            event(
+                ctx,
+                "claim-created",
+                Some(volume),
+                Some(&req.node),
+                Some(&req.alloc),
+                actor,
+                format!("{} claim recorded", req.mode.as_str()),
+            )?;
+            advance_volume(ctx, volume, limits)?;
+            let c = ClaimRow::load(ctx.tx, volume, &req.alloc)?.expect("just inserted");
+            Ok((c.to_api(), true))
+        }
+    }
+}
+
+/// `DELETE /v1/volumes/{name}/claims/{alloc}`: starts the release; idempotent.
+pub fn release_claim(
+    ctx: &mut WriteCtx<'_>,
+    volume: &str,
+    alloc: &str,
+    actor: &str,
+) -> ApiResult<api::Claim> {
+    let c = ClaimRow::load(ctx.tx, volume, alloc)?.ok_or_else(|| {
+        ApiError::not_found(format!(
+            "alloc `{alloc}` holds no claim on volume `{volume}`"
+        ))
+    })?;
+    match c.state {
+        ClaimState::Releasing | ClaimState::Failed => {}
+        ClaimState::Blocked => {
+            return Err(ApiError::blocked(format!(
+                "the claim of alloc `{alloc}` on volume `{volume}` is blocked: its node {} was lost, so it \
+                 cannot be released through the node",
+                c.node
+            ))
+            .with_hint(unblock_hint(volume, &c.node)));
+        }
+        _ => {
+            set_claim_state(ctx, &c, ClaimState::Releasing)?;
+            event(
+                ctx,
+                "claim-releasing",
+                Some(volume),
+                Some(&c.node),
+                Some(alloc),
+                actor,
+                "release requested",
+            )?;
+        }
+    }
+    Ok(ClaimRow::load(ctx.tx, volume, alloc)?
+        .expect("still there")
+        .to_api())
+}
+
+// ---- the attachment lifecycle ----
+
+fn insert_op(
+    ctx: &mut WriteCtx<'_>,
+    kind: &str,
+    plugin: &str,
+    volume: &str,
+    node: Option<&str>,
+    payload: &str,
+) -> ApiResult<()> {
+    let exists: Option<i64> = ctx
+        .tx
+        .prepare_cached("SELECT id FROM ops WHERE volume = ?1 AND kind = ?2 AND node IS ?3")?
+        .query_row(params![volume, kind, node], |r| r.get(0))
+        .optional()?;
+    if exists.is_none() {
+        ctx.tx
+            .prepare_cached("INSERT INTO ops (kind, plugin, volume, node, payload, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)")?
+            .execute(params![kind, plugin, volume, node, payload, ctx.now])?;
+    }
+    Ok(())
+}
+
+/// Moves a volume's claims and attachments as far forward as the recorded facts allow.
+pub fn advance_volume(ctx: &mut WriteCtx<'_>, volume: &str, limits: &Limits) -> ApiResult<()> {
+    let Some(v) = VolumeRow::load(ctx.tx, volume)? else {
+        return Ok(());
+    };
+    let claims = ClaimRow::of_volume(ctx.tx, volume)?;
+    let mut atts: BTreeMap<String, AttachmentRow> = AttachmentRow::of_volume(ctx.tx, volume)?
+        .into_iter()
+        .map(|a| (a.node.clone(), a))
+        .collect();
+    let needs_cp = needs_controller_publish(ctx.tx, &v.plugin)?;
+    let mut ops_added = false;
+
+    // An attachment with no claim left waits for the node to unstage; one that gains a
+    // claim again is simply attached.
+    for a in atts.values_mut() {
+        let has_claims = claims.iter().any(|c| c.node == a.node);
+        let next = match a.state {
+            AttachmentState::Attached if !has_claims => AttachmentState::Unstaging,
+            AttachmentState::Unstaging if has_claims => AttachmentState::Attached,
+            _ => continue,
+        };
+        set_attachment_state(ctx, volume, &a.node.clone(), next)?;
+        a.state = next;
+    }
+
+    for c in &claims {
+        if !matches!(
+            c.state,
+            ClaimState::Pending | ClaimState::Attaching | ClaimState::Publishing
+        ) {
+            continue;
+        }
+        let next = match atts.get(&c.node).map(|a| a.state) {
+            Some(AttachmentState::Attached) => ClaimState::Publishing,
+            Some(AttachmentState::Attaching) => ClaimState::Attaching,
+            Some(AttachmentState::Detaching | AttachmentState::Unstaging) => ClaimState::Pending,
+            Some(AttachmentState::Blocked) => ClaimState::Blocked,
+            None => {
+                let elsewhere = atts.keys().any(|n| *n != c.node);
+                if v.access_mode.is_single_node() && elsewhere {
+                    // The volume must be detached from its other node first.
+                    ClaimState::Pending
+                } else {
+                    let state = if needs_cp {
+                        AttachmentState::Attaching
+                    } else {
+                        AttachmentState::Attached
+                    };
+                    ctx.tx
+                        .prepare_cached(
+                            "INSERT INTO attachments (volume, node, state, publish_context, updated_at) \
+                             VALUES (?1, ?2, ?3, '{}', ?4)",
+                        )?
+                        .execute(params![volume, c.node, state.as_str(), ctx.now])?;
+                    ctx.touch(Key::Node(c.node.clone()));
+                    if needs_cp {
+                        insert_op(ctx, "publish", &v.plugin, volume, Some(&c.node), "{}")?;
+                        ops_added = true;
+                    }
+                    atts.insert(
+                        c.node.clone(),
+                        AttachmentRow {
+                            volume: volume.to_owned(),
+                            node: c.node.clone(),
+                            state,
+                            publish_context: BTreeMap::new(),
+                            forced: false,
+                            error: None,
+                            next_retry_at: None,
+                            updated_at: ctx.now,
+                        },
+                    );
+                    if needs_cp {
+                        ClaimState::Attaching
+                    } else {
+                        ClaimState::Publishing
+                    }
+                }
+            }
+        };
+        if next != c.state {
+            set_claim_state(ctx, c, next)?;
+        }
+    }
+    if ops_added {
+        schedule_ops(ctx, &v.plugin, limits)?;
+    }
+    Ok(())
+}
+
+/// Starts taking an attachment down: ControllerUnpublish where the plugin needs it, else the
+/// attachment is simply gone.
+fn begin_detach(
+    ctx: &mut WriteCtx<'_>,
+    v: &VolumeRow,
+    node: &str,
+    forced: bool,
+    limits: &Limits,
+) -> ApiResult<()> {
+    if needs_controller_publish(ctx.tx, &v.plugin)? {
+        ctx.tx.execute(
+            "UPDATE attachments SET state = 'detaching', forced = ?1, error = NULL, next_retry_at = NULL, updated_at = ?2 \
+             WHERE volume = ?3 AND node = ?4",
+            params![forced, ctx.now, v.name, node],
+        )?;
+        ctx.tx.execute(
+            "DELETE FROM ops WHERE volume = ?1 AND kind = 'publish' AND node = ?2",
+            params![v.name, node],
+        )?;
+        insert_op(ctx, "unpublish", &v.plugin, &v.name, Some(node), "{}")?;
+        ctx.touch(Key::Node(node.to_owned()));
+        touch_volume(ctx, &v.name)?;
+        schedule_ops(ctx, &v.plugin, limits)?;
+    } else {
+        delete_attachment(ctx, &v.name, node)?;
+        event(
+            ctx,
+            "volume-detached",
+            Some(&v.name),
+            Some(node),
+            None,
+            "server",
+            "detached from node",
+        )?;
+    }
+    Ok(())
+}
+
+/// Exponential backoff with jitter: 1 s doubling to 5 min, ±20 %.
+pub fn backoff(attempt: u32) -> Duration {
+    use rand::Rng;
+    let base = Duration::from_secs(1)
+        .saturating_mul(1u32 << attempt.min(9))
+        .min(Duration::from_secs(300));
+    base.mul_f64(rand::rng().random_range(0.8..1.2))
+}
+
+/// Hands unassigned, due controller operations of `plugin` to healthy hosts, within the
+/// limits: one in flight per (plugin, node) and `controller_concurrency` per plugin.
+pub fn schedule_ops(ctx: &mut WriteCtx<'_>, plugin: &str, limits: &Limits) -> ApiResult<()> {
+    let hosts: Vec<String> = ctx
+        .tx
+        .prepare_cached(
+            "SELECT np.node FROM node_plugins np JOIN nodes n ON n.name = np.node \
+             WHERE np.plugin = ?1 AND np.controller = 1 AND n.status = 'ready' ORDER BY np.node",
+        )?
+        .query_map([plugin], |r| r.get(0))?
+        .collect::<Result<_, _>>()?;
+    let waiting: Vec<(i64, Option<String>)> = ctx
+        .tx
+        .prepare_cached(
+            "SELECT id, node FROM ops WHERE plugin = ?1 AND host IS NULL AND not_before <= ?2 ORDER BY id LIMIT 1000",
+        )?
+        .query_map(params![plugin, ctx.now], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<Result<_, _>>()?;
+    if waiting.is_empty() {
+        return Ok(());
+    }
+    if hosts.is_empty() {
+        let msg = format!("no healthy agent hosts the controller of plugin `{plugin}`");
+        ctx.tx.execute(
+            "UPDATE ops SET error = ?1 WHERE plugin = ?2 AND host IS NULL AND (error IS NULL OR error != ?1)",
+            params![msg, plugin],
+        )?;
+        return Ok(());
+    }
+    let mut load: HashMap<String, u32> = hosts.iter().map(|h| (h.clone(), 0)).collect();
+    let mut busy_nodes = BTreeSet::new();
+    let mut in_flight = 0;
+    {
+        let mut stmt = ctx
+            .tx
+            .prepare_cached("SELECT host, node FROM ops WHERE plugin = ?1 AND host IS NOT NULL")?;
+        let rows = stmt.query_map([plugin], |r| {
+            Ok((r.get::<_, String>(0)?, r.get::<_, Option<String>>(1)?))
+        })?;
+        for row in rows {
+            let (host, node) = row?;
+            in_flight += 1;
+            *load.entry(host).or_default() += 1;
+            if let Some(n) = node {
+                busy_nodes.insert(n);
+            }
+        }
+    }
+    for (id, node) in waiting {
+        if in_flight >= limits.controller_concurrency {
+            break;
+        }
+        if let Some(n) = &node {
+            if !busy_nodes.insert(n.clone()) {
+                continue;
+            }
+        }
+        let host = hosts
+            .iter()
+            .min_by_key(|h| load[*h])
+            .expect("hosts is not empty")
+            .clone();
+        *load.get_mut(&host).expect("known host") += 1;
+        in_flight += 1;
+        ctx.tx
+            .prepare_cached("UPDATE ops SET host = ?1, assigned_at = ?2 WHERE id = ?3")?
+            .execute(params![host, ctx.now, id])?;
+        ctx.touch(Key::Node(host));
+    }
+    Ok(())
+}
+
+/// Plugins with controller operations due for assignment (for the periodic scheduler).
+pub fn plugins_with_due_ops(conn: &Connection, now: i64) -> ApiResult<Vec<String>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT DISTINCT plugin FROM ops WHERE host IS NULL AND not_before <= ?1",
+    )?;
+    let rows = stmt
+        .query_map([now], |r| r.get(0))?
+        .collect::<Result<_, _>>()?;
+    Ok(rows)
+}
+
+// ---- nodes ----
+
+/// `POST /v1/nodes/{node}/register`. Returns whether the node had been lost.
+pub fn register_node(
+    ctx: &mut WriteCtx<'_>,
+    node: &str,
+    req: &RegisterRequest,
+    limits: &Limits,
+) -> ApiResult<bool> {
+    validate_name("node", node).map_err(ApiError::invalid)?;
+    let mut ids = BTreeSet::new();
+    for p in &req.plugins {
+        validate_name("plugin", &p.id).map_err(ApiError::invalid)?;
+        if !ids.insert(&p.id) {
+            return Err(ApiError::invalid(format!(
+                "plugin `{}` is listed twice",
+                p.id
+            )));
+        }
+    }
+    let existing = NodeRow::load(ctx.tx, node)?;
+    let was_lost = existing
+        .as_ref()
+        .is_some_and(|n| n.status == NodeStatus::Lost);
+    ctx.tx.execute(
+        "INSERT INTO nodes (name, status, registered_at, fence_after_ms) VALUES (?1, 'ready', ?2, ?3) \
+         ON CONFLICT (name) DO UPDATE SET status = 'ready', lost_at = NULL, fence_after_ms = ?3",
+        params![node, ctx.now, req.fence_after_ms.map(|v| v as i64)],
+    )?;
+    let old_plugins: BTreeSet<String> = NodePluginRow::of_node(ctx.tx, node)?
+        .into_iter()
+        .map(|p| p.plugin)
+        .collect();
+    ctx.tx
+        .execute("DELETE FROM node_plugins WHERE node = ?1", [node])?;
+    for p in &req.plugins {
+        let node_part = p.node.as_ref();
+        ctx.tx.execute(
+            "INSERT INTO node_plugins (node, plugin, registration, csi_node_id, max_volumes, node_service, controller, \
+             controller_service, controller_publish, stage_unstage) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            params![
+                node,
+                p.id,
+                to_json(p),
+                node_part.map(|n| n.info.node_id.clone()),
+                node_part.map_or(0, |n| n.info.max_volumes_per_node),
+                node_part.is_some(),
+                p.controller.is_some(),
+                p.capabilities.controller_service,
+                p.controller.is_some_and(|c| c.publish_unpublish_volume),
+                node_part.is_some_and(|n| n.capabilities.stage_unstage_volume),
+            ],
+        )?;
+    }
+    ctx.touch(Key::Node(node.to_owned()));
+    if was_lost {
+        let published: BTreeSet<(&str, &str)> = req
+            .published
+            .iter()
+            .map(|c| (c.volume.as_str(), c.alloc.as_str()))
+            .collect();
+        return_from_loss(
+            ctx,
+            node,
+            |c| published.contains(&(c.volume.as_str(), c.alloc.as_str())),
+            limits,
+        )?;
+        event(
+            ctx,
+            "node-returned",
+            None,
+            Some(node),
+            None,
+            &format!("node:{node}"),
+            "lost node registered again",
+        )?;
+    } else {
+        let verb = if existing.is_some() {
+            "re-registered"
+        } else {
+            "registered"
+        };
+        let names: Vec<_> = req.plugins.iter().map(|p| p.id.as_str()).collect();
+        event(
+            ctx,
+            "node-registered",
+            None,
+            Some(node),
+            None,
+            &format!("node:{node}"),
+            format!("node {verb} with plugins {}", names.join(", ")),
+        )?;
+    }
+    let plugins: BTreeSet<String> = req
+        .plugins
+        .iter()
+        .map(|p| p.id.clone())
+        .chain(old_plugins)
+        .collect();
+    for p in plugins {
+        schedule_ops(ctx, &p, limits)?;
+    }
+    Ok(was_lost)
+}
+
+/// A lost node is back: its blocked claims are released through it (those it still has
+/// published are unpublished by it first; the others are gone), and its blocked attachments
+/// resume their normal lifecycle, which detaches them once the node has unstaged.
+fn return_from_loss(
+    ctx: &mut WriteCtx<'_>,
+    node: &str,
+    still_published: impl Fn(&ClaimRow) -> bool,
+    limits: &Limits,
+) -> ApiResult<()> {
+    let blocked = claims_of_node(ctx.tx, node, Some(ClaimState::Blocked))?;
+    let mut volumes = BTreeSet::new();
+    for c in &blocked {
+        if still_published(c) {
+            set_claim_state(ctx, c, ClaimState::Releasing)?;
+            event(
+                ctx,
+                "claim-releasing",
+                Some(&c.volume),
+                Some(node),
+                Some(&c.alloc),
+                "server",
+                "node came back: releasing the blocked claim through the node",
+            )?;
+        } else {
+            delete_claim(ctx, c)?;
+            event(
+                ctx,
+                "claim-released",
+                Some(&c.volume),
+                Some(node),
+                Some(&c.alloc),
+                &format!("node:{node}"),
+                "node came back without it published: blocked claim released",
+            )?;
+        }
+        volumes.insert(c.volume.clone());
+    }
+    let atts: Vec<String> = ctx
+        .tx
+        .prepare_cached("SELECT volume FROM attachments WHERE node = ?1 AND state = 'blocked'")?
+        .query_map([node], |r| r.get(0))?
+        .collect::<Result<_, _>>()?;
+    for v in atts {
+        set_attachment_state(ctx, &v, node, AttachmentState::Attached)?;
+        volumes.insert(v);
+    }
+    for v in volumes {
+        advance_volume(ctx, &v, limits)?;
+    }
+    Ok(())
+}
+
+pub fn claims_of_node(
+    conn: &Connection,
+    node: &str,
+    state: Option<ClaimState>,
+) -> ApiResult<Vec<ClaimRow>> {
+    let sql = format!(
+        "SELECT {} FROM claims WHERE node = ?1 AND (?2 IS NULL OR state = ?2) ORDER BY volume, alloc",
+        super::model::CLAIM_COLUMNS
+    );
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let rows = stmt
+        .query_map(params![node, state.map(|s| s.as_str())], ClaimRow::from_row)?
+        .collect::<Result<_, _>>()?;
+    Ok(rows)
+}
+
+/// The node missed its heartbeats: its claims and attachments are blocked, and controller
+/// operations it hosted go to another host.
+pub fn mark_lost(
+    ctx: &mut WriteCtx<'_>,
+    node: &str,
+    ttl: Duration,
+    limits: &Limits,
+) -> ApiResult<()> {
+    let Some(n) = NodeRow::load(ctx.tx, node)? else {
+        return Ok(());
+    };
+    if n.status == NodeStatus::Lost {
+        return Ok(());
+    }
+    ctx.tx.execute(
+        "UPDATE nodes SET status = 'lost', lost_at = ?1 WHERE name = ?2",
+        params![ctx.now, node],
+    )?;
+    ctx.touch(Key::Node(node.to_owned()));
+    let claims = claims_of_node(ctx.tx, node, None)?;
+    for c in &claims {
+        if c.state != ClaimState::Blocked {
+            set_claim_state(ctx, c, ClaimState::Blocked)?;
+        }
+    }
+    let atts: Vec<String> = ctx
+        .tx
+        .prepare_cached("SELECT volume FROM attachments WHERE node = ?1 AND state IN ('attaching', 'attached', 'unstaging')")?
+        .query_map([node], |r| r.get(0))?
+        .collect::<Result<_, _>>()?;
+    for v in &atts {
+        set_attachment_state(ctx, v, node, AttachmentState::Blocked)?;
+        // A publish to a lost node is pointless; an unblock will unpublish whatever it did.
+        ctx.tx.execute(
+            "DELETE FROM ops WHERE volume = ?1 AND kind = 'publish' AND node = ?2",
+            params![v, node],
+        )?;
+    }
+    let hosted: Vec<String> = ctx
+        .tx
+        .prepare_cached("SELECT DISTINCT plugin FROM ops WHERE host = ?1")?
+        .query_map([node], |r| r.get(0))?
+        .collect::<Result<_, _>>()?;
+    ctx.tx.execute(
+        "UPDATE ops SET host = NULL, assigned_at = NULL WHERE host = ?1",
+        [node],
+    )?;
+    let volumes: BTreeSet<&str> = claims
+        .iter()
+        .map(|c| c.volume.as_str())
+        .chain(atts.iter().map(String::as_str))
+        .collect();
+    event(
+        ctx,
+        "node-lost",
+        None,
+        Some(node),
+        None,
+        "server",
+        format!(
+            "no heartbeat for {}: node lost; {} claim(s) and {} attachment(s) blocked until it returns or is unblocked",
+            humantime::format_duration(ttl),
+            claims.len(),
+            atts.len()
+        ),
+    )?;
+    for v in volumes {
+        let allocs: Vec<_> = claims
+            .iter()
+            .filter(|c| c.volume == v)
+            .map(|c| c.alloc.as_str())
+            .collect();
+        event(
+            ctx,
+            "volume-blocked",
+            Some(v),
+            Some(node),
+            None,
+            "server",
+            format!(
+                "blocked: node {node} lost (claims: {})",
+                if allocs.is_empty() {
+                    "none".to_owned()
+                } else {
+                    allocs.join(", ")
+                }
+            ),
+        )?;
+    }
+    for p in hosted {
+        schedule_ops(ctx, &p, limits)?;
+    }
+    Ok(())
+}
+
+fn format_error(e: &PluginError) -> String {
+    format!("{}: {}", e.code, e.message)
+}
+
+/// `POST /v1/nodes/{node}/reports`.
+pub fn apply_reports(
+    ctx: &mut WriteCtx<'_>,
+    node: &str,
+    reports: Vec<Report>,
+    limits: &Limits,
+) -> ApiResult<()> {
+    let actor = format!("node:{node}");
+    let mut touched_volumes = BTreeSet::new();
+    for report in reports {
+        match report {
+            Report::Published {
+                volume,
+                alloc,
+                target_path,
+            } => {
+                let Some(c) = ClaimRow::load(ctx.tx, &volume, &alloc)?.filter(|c| c.node == node)
+                else {
+                    continue;
+                };
+                ctx.tx.execute(
+                    "UPDATE claims SET target_path = ?1, updated_at = ?2, modify_index = ?3 WHERE volume = ?4 AND alloc = ?5",
+                    params![target_path, ctx.now, ctx.index as i64, volume, alloc],
+                )?;
+                touch_volume(ctx, &volume)?;
+                if matches!(
+                    c.state,
+                    ClaimState::Publishing | ClaimState::Attaching | ClaimState::Pending
+                ) {
+                    limits
+                        .metrics
+                        .claim_ready_seconds
+                        .observe((ctx.now - c.created_at).max(0) as f64 / 1000.0);
+                    set_claim_state(ctx, &c, ClaimState::Ready)?;
+                    event(
+                        ctx,
+                        "claim-ready",
+                        Some(&volume),
+                        Some(node),
+                        Some(&alloc),
+                        &actor,
+                        format!("published at {target_path}"),
+                    )?;
+                }
+            }
+            Report::Unpublished { volume, alloc } => {
+                let Some(c) = ClaimRow::load(ctx.tx, &volume, &alloc)?.filter(|c| c.node == node)
+                else {
+                    continue;
+                };
+                if matches!(
+                    c.state,
+                    ClaimState::Releasing | ClaimState::Failed | ClaimState::Blocked
+                ) {
+                    delete_claim(ctx, &c)?;
+                    let how = if c.state == ClaimState::Blocked {
+                        "blocked claim released by its returning node"
+                    } else {
+                        "released"
+                    };
+                    event(
+                        ctx,
+                        "claim-released",
+                        Some(&volume),
+                        Some(node),
+                        Some(&alloc),
+                        &actor,
+                        how,
+                    )?;
+                    touched_volumes.insert(volume);
+                }
+            }
+            Report::Unstaged { volume } => {
+                let Some(v) = VolumeRow::load(ctx.tx, &volume)? else {
+                    continue;
+                };
+                let atts = AttachmentRow::of_volume(ctx.tx, &volume)?;
+                let Some(a) = atts.iter().find(|a| a.node == node) else {
+                    continue;
+                };
+                let claims_here = ClaimRow::of_volume(ctx.tx, &volume)?
+                    .into_iter()
+                    .any(|c| c.node == node);
+                // Attached counts too: a batch may carry the last claim's `unpublished`
+                // and the `unstaged` together, before the attachment moved on.
+                let waiting = matches!(
+                    a.state,
+                    AttachmentState::Attached
+                        | AttachmentState::Unstaging
+                        | AttachmentState::Blocked
+                );
+                if !claims_here && waiting {
+                    event(
+                        ctx,
+                        "volume-unstaged",
+                        Some(&volume),
+                        Some(node),
+                        None,
+                        &actor,
+                        "node unstaged the volume",
+                    )?;
+                    begin_detach(ctx, &v, node, false, limits)?;
+                    touched_volumes.insert(volume);
+                }
+            }
+            Report::ClaimError {
+                volume,
+                alloc,
+                error,
+            } => {
+                let Some(c) = ClaimRow::load(ctx.tx, &volume, &alloc)?.filter(|c| c.node == node)
+                else {
+                    continue;
+                };
+                ctx.tx.execute(
+                    "UPDATE claims SET error = ?1, next_retry_at = ?2, updated_at = ?3, modify_index = ?4 WHERE volume = ?5 AND alloc = ?6",
+                    params![format_error(&error), error.next_retry_at_ms.map(|t| t as i64), ctx.now, ctx.index as i64, volume, alloc],
+                )?;
+                touch_volume(ctx, &volume)?;
+                if error.is_final
+                    && !matches!(
+                        c.state,
+                        ClaimState::Releasing | ClaimState::Failed | ClaimState::Blocked
+                    )
+                {
+                    set_claim_state(ctx, &c, ClaimState::Failed)?;
+                    event(
+                        ctx,
+                        "claim-failed",
+                        Some(&volume),
+                        Some(node),
+                        Some(&alloc),
+                        &actor,
+                        format!("failed: {}", format_error(&error)),
+                    )?;
+                }
+            }
+            Report::ControllerPublished {
+                op,
+                attempt,
+                publish_context,
+            } => {
+                let Some(o) = load_op(ctx.tx, op, attempt, node)? else {
+                    continue;
+                };
+                observe_op(limits, ctx.now, &o, "ok");
+                delete_op(ctx, op)?;
+                let updated = ctx.tx.execute(
+                    "UPDATE attachments SET state = 'attached', publish_context = ?1, error = NULL, next_retry_at = NULL, updated_at = ?2 \
+                     WHERE volume = ?3 AND node = ?4 AND state = 'attaching'",
+                    params![to_json(&publish_context), ctx.now, o.volume, o.node],
+                )?;
+                if updated > 0 {
+                    let target = o.node.clone().unwrap_or_default();
+                    ctx.touch(Key::Node(target.clone()));
+                    event(
+                        ctx,
+                        "volume-attached",
+                        Some(&o.volume),
+                        Some(&target),
+                        None,
+                        &actor,
+                        "ControllerPublishVolume succeeded",
+                    )?;
+                }
+                touched_volumes.insert(o.volume);
+                schedule_ops(ctx, &o.plugin, limits)?;
+            }
+            Report::ControllerUnpublished { op, attempt } => {
+                let Some(o) = load_op(ctx.tx, op, attempt, node)? else {
+                    continue;
+                };
+                observe_op(limits, ctx.now, &o, "ok");
+                finish_unpublish(ctx, &o, &actor)?;
+                touched_volumes.insert(o.volume);
+                schedule_ops(ctx, &o.plugin, limits)?;
+            }
+            Report::Created {
+                op,
+                attempt,
+                external_id,
+                capacity_bytes,
+                context,
+            } => {
+                let Some(o) = load_op(ctx.tx, op, attempt, node)? else {
+                    continue;
+                };
+                observe_op(limits, ctx.now, &o, "ok");
+                delete_op(ctx, op)?;
+                ctx.tx.execute(
+                    "UPDATE volumes SET external_id = ?1, capacity_bytes = ?2, context = ?3, lifecycle = 'ready', error = NULL, \
+                     updated_at = ?4, modify_index = ?5 WHERE name = ?6 AND lifecycle = 'creating'",
+                    params![external_id, capacity_bytes as i64, to_json(&context), ctx.now, ctx.index as i64, o.volume],
+                )?;
+                ctx.touch(Key::Volume(o.volume.clone()));
+                event(
+                    ctx,
+                    "volume-created",
+                    Some(&o.volume),
+                    None,
+                    None,
+                    &actor,
+                    format!("created as {external_id}"),
+                )?;
+                schedule_ops(ctx, &o.plugin, limits)?;
+            }
+            Report::Deleted { op, attempt } => {
+                let Some(o) = load_op(ctx.tx, op, attempt, node)? else {
+                    continue;
+                };
+                observe_op(limits, ctx.now, &o, "ok");
+                finish_delete(ctx, &o, &actor)?;
+                schedule_ops(ctx, &o.plugin, limits)?;
+            }
+            Report::OpError { op, attempt, error } => {
+                let Some(o) = load_op(ctx.tx, op, attempt, node)? else {
+                    continue;
+                };
+                observe_op(limits, ctx.now, &o, "error");
+                op_failed(ctx, &o, &error, &actor)?;
+                touched_volumes.insert(o.volume.clone());
+                schedule_ops(ctx, &o.plugin, limits)?;
+            }
+            Report::Fenced { at_ms, volumes } => {
+                ctx.tx.execute(
+                    "UPDATE nodes SET fenced_at = ?1 WHERE name = ?2",
+                    params![at_ms as i64, node],
+                )?;
+                event(
+                    ctx,
+                    "node-fenced",
+                    None,
+                    Some(node),
+                    None,
+                    &actor,
+                    format!(
+                        "node fenced itself at {} after losing the server: took down {}",
+                        time(at_ms as i64),
+                        if volumes.is_empty() {
+                            "nothing".to_owned()
+                        } else {
+                            volumes.join(", ")
+                        }
+                    ),
+                )?;
+            }
+        }
+    }
+    for v in touched_volumes {
+        advance_volume(ctx, &v, limits)?;
+    }
+    Ok(())
+}
+
+/// A controller operation as stored.
+#[derive(Clone, Debug)]
+pub struct OpRow {
+    pub id: i64,
+    pub kind: String,
+    pub plugin: String,
+    pub volume: String,
+    pub node: Option<String>,
+    pub host: Option<String>,
+    pub attempt: u32,
+    pub not_before: i64,
+    pub payload: String,
+    pub created_at: i64,
+}
+
+const OP_COLUMNS: &str =
+    "id, kind, plugin, volume, node, host, attempt, not_before, payload, created_at";
+
+fn op_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<OpRow> {
+    Ok(OpRow {
+        id: r.get(0)?,
+        kind: r.get(1)?,
+        plugin: r.get(2)?,
+        volume: r.get(3)?,
+        node: r.get(4)?,
+        host: r.get(5)?,
+        attempt: r.get(6)?,
+        not_before: r.get(7)?,
+        payload: r.get(8)?,
+        created_at: r.get(9)?,
+    })
+}
+
+/// The operation a report answers, if the report is current: same attempt, from its host.
+fn load_op(conn: &Connection, id: u64, attempt: u32, host: &str) -> ApiResult<Option<OpRow>> {
+    let sql = format!("SELECT {OP_COLUMNS} FROM ops WHERE id = ?1");
+    let op = super::db::optional(conn.query_row(&sql, [id as i64], op_from_row))?;
+    Ok(op.filter(|o| o.attempt == attempt && o.host.as_deref() == Some(host)))
+}
+
+pub fn ops_of_host(conn: &Connection, host: &str) -> ApiResult<Vec<OpRow>> {
+    let sql = format!("SELECT {OP_COLUMNS} FROM ops WHERE host = ?1 ORDER BY id");
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let rows = stmt
+        .query_map([host], op_from_row)?
+        .collect::<Result<_, _>>()?;
+    Ok(rows)
+}
+
+/// Records how long an operation took from queueing to `result`.
+fn observe_op(limits: &Limits, now: i64, o: &OpRow, result: &str) {
+    let label = super::metrics::OpLabel {
+        kind: o.kind.clone(),
+        result: result.to_owned(),
+    };
+    limits
+        .metrics
+        .op_seconds
+        .get_or_create(&label)
+        .observe((now - o.created_at).max(0) as f64 / 1000.0);
+}
+
+fn delete_op(ctx: &mut WriteCtx<'_>, id: u64) -> ApiResult<()> {
+    ctx.tx
+        .prepare_cached("DELETE FROM ops WHERE id = ?1")?
+        .execute([id as i64])?;
+    Ok(())
+}
+
+fn finish_unpublish(ctx: &mut WriteCtx<'_>, o: &OpRow, actor: &str) -> ApiResult<()> {
+    delete_op(ctx, o.id as u64)?;
+    let node = o.node.clone().unwrap_or_default();
+    let forced = AttachmentRow::of_volume(ctx.tx, &o.volume)?
+        .into_iter()
+        .any(|a| a.node == node && a.forced);
+    delete_attachment(ctx, &o.volume, &node)?;
+    let how = if forced {
+        "force-detached (ControllerUnpublishVolume without the node)"
+    } else {
+        "ControllerUnpublishVolume succeeded: detached"
+    };
+    event(
+        ctx,
+        "volume-detached",
+        Some(&o.volume),
+        Some(&node),
+        None,
+        actor,
+        how,
+    )
+}
+
+fn finish_delete(ctx: &mut WriteCtx<'_>, o: &OpRow, actor: &str) -> ApiResult<()> {
+    delete_op(ctx, o.id as u64)?;
+    ctx.tx.execute(
+        "DELETE FROM volumes WHERE name = ?1 AND lifecycle = 'deleting'",
+        [&o.volume],
+    )?;
+    ctx.touch(Key::Volume(o.volume.clone()));
+    event(
+        ctx,
+        "volume-deleted",
+        Some(&o.volume),
+        None,
+        None,
+        actor,
+        "DeleteVolume succeeded; volume deregistered",
+    )
+}
+
+fn op_failed(ctx: &mut WriteCtx<'_>, o: &OpRow, error: &PluginError, actor: &str) -> ApiResult<()> {
+    let class = ErrorClass::of_name(&error.code);
+    let message = format!("{} failed: {}", op_call(&o.kind), format_error(error));
+    let node = o.node.clone();
+    // NOT_FOUND from an unpublish or delete means the job is already done.
+    if error.code == "NOT_FOUND" && matches!(o.kind.as_str(), "unpublish" | "delete") {
+        return if o.kind == "unpublish" {
+            finish_unpublish(ctx, o, actor)
+        } else {
+            finish_delete(ctx, o, actor)
+        };
+    }
+    let retry = class == ErrorClass::Retry || matches!(o.kind.as_str(), "unpublish");
+    if retry {
+        // An attachment is never dropped on an error: unpublish is retried until it
+        // succeeds, so the volume is never reported free while it may still be attached.
+        let next = ctx.now + backoff(o.attempt).as_millis() as i64;
+        ctx.tx.execute(
+            "UPDATE ops SET attempt = attempt + 1, host = NULL, assigned_at = NULL, not_before = ?1, error = ?2 WHERE id = ?3",
+            params![next, message, o.id],
+        )?;
+        if let Some(n) = &node {
+            ctx.tx.execute(
+                "UPDATE attachments SET error = ?1, next_retry_at = ?2, updated_at = ?3 WHERE volume = ?4 AND node = ?5",
+                params![message, next, ctx.now, o.volume, n],
+            )?;
+            ctx.tx.execute(
+                "UPDATE claims SET error = ?1, next_retry_at = ?2, updated_at = ?3, modify_index = ?4 \
+                 WHERE volume = ?5 AND node = ?6 AND state IN ('attaching', 'pending')",
+                params![message, next, ctx.now, ctx.index as i64, o.volume, n],
+            )?;
+        } else {
+            ctx.tx.execute(
+                "UPDATE volumes SET error = ?1, updated_at = ?2, modify_index = ?3 WHERE name = ?4",
+                params![
+                    format!("{message}; retrying at {}", time(next)),
+                    ctx.now,
+                    ctx.index as i64,
+                    o.volume
+                ],
+            )?;
+        }
+        touch_volume(ctx, &o.volume)?;
+        return Ok(());
+    }
+    delete_op(ctx, o.id as u64)?;
+    event(
+        ctx,
+        "operation-failed",
+        Some(&o.volume),
+        node.as_deref(),
+        None,
+        actor,
+        message.clone(),
+    )?;
+    match o.kind.as_str() {
+        "publish" => {
+            let n = node.unwrap_or_default();
+            delete_attachment(ctx, &o.volume, &n)?;
+            for c in ClaimRow::of_volume(ctx.tx, &o.volume)? {
+                if c.node == n && matches!(c.state, ClaimState::Attaching | ClaimState::Pending) {
+                    ctx.tx.execute(
+                        "UPDATE claims SET error = ?1, next_retry_at = NULL WHERE volume = ?2 AND alloc = ?3",
+                        params![message, c.volume, c.alloc],
+                    )?;
+                    set_claim_state(ctx, &c, ClaimState::Failed)?;
+                }
+            }
+        }
+        "create" => {
+            ctx.tx.execute(
+                "UPDATE volumes SET lifecycle = 'failed', error = ?1, updated_at = ?2, modify_index = ?3 WHERE name = ?4",
+                params![message, ctx.now, ctx.index as i64, o.volume],
+            )?;
+            ctx.touch(Key::Volume(o.volume.clone()));
+        }
+        "delete" => {
+            ctx.tx.execute(
+                "UPDATE volumes SET lifecycle = 'ready', error = ?1, updated_at = ?2, modify_index = ?3 WHERE name = ?4",
+                params![message, ctx.now, ctx.index as i64, o.volume],
+            )?;
+            ctx.touch(Key::Volume(o.volume.clone()));
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+fn op_call(kind: &str) -> &'static str {
+    match kind {
+        "publish" => "ControllerPublishVolume",
+        "unpublish" => "ControllerUnpublishVolume",
+        "create" => "CreateVolume",
+        _ => "DeleteVolume",
+    }
+}
+
+/// Builds what an agent needs to run an operation.
+pub fn op_to_api(conn: &Connection, o: &OpRow) -> ApiResult<Option<api::ControllerOp>> {
+    let Some(v) = VolumeRow::load(conn, &o.volume)? else {
+        return Ok(None);
+    };
+    let csi_node_id = |node: &Option<String>| -> ApiResult<String> {
+        let n = node.as_deref().unwrap_or_default();
+        Ok(NodePluginRow::load(conn, n, &o.plugin)?
+            .and_then(|p| p.csi_node_id)
+            .unwrap_or_else(|| n.to_owned()))
+    };
+    let kind = match o.kind.as_str() {
+        "publish" => ControllerOpKind::Publish {
+            volume: v.name.clone(),
+            external_id: v.external_id.clone(),
+            node_id: csi_node_id(&o.node)?,
+            capability: v.capability(),
+            readonly: v.access_mode.max_writers() == Some(0),
+            context: v.context.clone(),
+            secrets: v.secrets.clone(),
+        },
+        "unpublish" => ControllerOpKind::Unpublish {
+            volume: v.name.clone(),
+            external_id: v.external_id.clone(),
+            node_id: csi_node_id(&o.node)?,
+            secrets: v.secrets.clone(),
+        },
+        "create" => {
+            let payload: serde_json::Value = serde_json::from_str(&o.payload)?;
+            ControllerOpKind::Create {
+                volume: v.name.clone(),
+                capability: v.capability(),
+                capacity_bytes: payload["capacity_bytes"].as_u64().unwrap_or(0),
+                parameters: v.parameters.clone(),
+                secrets: v.secrets.clone(),
+            }
+        }
+        _ => ControllerOpKind::Delete {
+            volume: v.name.clone(),
+            external_id: v.external_id.clone(),
+            secrets: v.secrets.clone(),
+        },
+    };
+    Ok(Some(api::ControllerOp {
+        id: o.id as u64,
+        attempt: o.attempt,
+        plugin: o.plugin.clone(),
+        not_before_ms: o.not_before.max(0) as u64,
+        kind,
+    }))
+}
+
+/// `GET /v1/nodes/{node}/desired`.
+pub fn desired_state(conn: &Connection, node: &str, index: u64) -> ApiResult<api::DesiredState> {
+    let n = NodeRow::require(conn, node)?;
+    let mut publish = Vec::new();
+    let mut unpublish = Vec::new();
+    let mut volumes: HashMap<String, VolumeRow> = HashMap::new();
+    let claims = claims_of_node(conn, node, None)?;
+    for c in &claims {
+        if !volumes.contains_key(&c.volume) {
+            if let Some(v) = VolumeRow::load(conn, &c.volume)? {
+                volumes.insert(c.volume.clone(), v);
+            }
+        }
+    }
+    let mut att_stmt = conn.prepare_cached(
+        "SELECT state, publish_context FROM attachments WHERE volume = ?1 AND node = ?2",
+    )?;
+    for c in claims {
+        let Some(v) = volumes.get(&c.volume) else {
+            continue;
+        };
+        match c.state {
+            ClaimState::Publishing | ClaimState::Ready => {
+                let att: Option<(String, String)> = att_stmt
+                    .query_row(params![c.volume, node], |r| Ok((r.get(0)?, r.get(1)?)))
+                    .optional()?;
+                let Some((state, ctx_json)) = att else {
+                    continue;
+                };
+                if state != AttachmentState::Attached.as_str() {
+                    continue;
+                }
+                publish.push(api::DesiredPublish {
+                    alloc: c.alloc.clone(),
+                    read_only: c.mode == ClaimMode::Read,
+                    volume: api::NodeVolume {
+                        volume: v.name.clone(),
+                        plugin: v.plugin.clone(),
+                        external_id: v.external_id.clone(),
+                        capability: v.capability(),
+                        context: v.context.clone(),
+                        secrets: v.secrets.clone(),
+                        publish_context: serde_json::from_str(&ctx_json)?,
+                    },
+                });
+            }
+            ClaimState::Releasing | ClaimState::Failed => unpublish.push(api::DesiredUnpublish {
+                volume: v.name.clone(),
+                alloc: c.alloc.clone(),
+                plugin: v.plugin.clone(),
+                external_id: v.external_id.clone(),
+            }),
+            _ => {}
+        }
+    }
+    let mut unstage = Vec::new();
+    let mut stmt = conn.prepare_cached(
+        "SELECT a.volume, v.plugin, v.external_id FROM attachments a JOIN volumes v ON v.name = a.volume \
+         WHERE a.node = ?1 AND a.state = 'unstaging' ORDER BY a.volume",
+    )?;
+    for row in stmt.query_map([node], |r| {
+        Ok(api::DesiredUnstage {
+            volume: r.get(0)?,
+            plugin: r.get(1)?,
+            external_id: r.get(2)?,
+        })
+    })? {
+        unstage.push(row?);
+    }
+    let mut controller_ops = Vec::new();
+    for o in ops_of_host(conn, node)? {
+        if let Some(op) = op_to_api(conn, &o)? {
+            controller_ops.push(op);
+        }
+    }
+    Ok(api::DesiredState {
+        index,
+        status: Some(n.status),
+        publish,
+        unpublish,
+        unstage,
+        controller_ops,
+    })
+}
+
+// ---- operator actions ----
+
+fn lost_since(conn: &Connection, node: &str) -> ApiResult<Option<String>> {
+    Ok(NodeRow::load(conn, node)?.and_then(|n| n.lost_at).map(time))
+}
+
+/// Plans (and unless `dry_run`, carries out) the unblock of `volume`, on `node` or on every
+/// node holding it blocked.
+pub fn unblock_volume(
+    ctx: &mut WriteCtx<'_>,
+    volume: &str,
+    node: Option<&str>,
+    reason: &str,
+    dry_run: bool,
+    actor: &str,
+    limits: &Limits,
+) -> ApiResult<ActionPlan> {
+    let v = VolumeRow::require(ctx.tx, volume)?;
+    if let Some(n) = node {
+        NodeRow::require(ctx.tx, n)?;
+    }
+    let on_node = |n: &str| node.is_none_or(|want| want == n);
+    let claims: Vec<ClaimRow> = ClaimRow::of_volume(ctx.tx, volume)?
+        .into_iter()
+        .filter(|c| c.state == ClaimState::Blocked && on_node(&c.node))
+        .collect();
+    let atts: Vec<AttachmentRow> = AttachmentRow::of_volume(ctx.tx, volume)?
+        .into_iter()
+        .filter(|a| a.state == AttachmentState::Blocked && on_node(&a.node))
+        .collect();
+    if claims.is_empty() && atts.is_empty() {
+        return Err(ApiError::conflict(format!(
+            "volume `{volume}` is not blocked{}",
+            node.map(|n| format!(" on node {n}")).unwrap_or_default()
+        ))
+        .with_hint("`csivol status --blocked` lists blocked volumes"));
+    }
+    let mut actions = Vec::new();
+    for c in &claims {
+        actions.push(PlannedAction {
+            action: "force-release".into(),
+            volume: volume.to_owned(),
+            node: c.node.clone(),
+            alloc: Some(c.alloc.clone()),
+            lost_since: lost_since(ctx.tx, &c.node)?,
+        });
+    }
+    for a in &atts {
+        actions.push(PlannedAction {
+            action: "force-detach".into(),
+            volume: volume.to_owned(),
+            node: a.node.clone(),
+            alloc: None,
+            lost_since: lost_since(ctx.tx, &a.node)?,
+        });
+    }
+    if dry_run {
+        return Ok(ActionPlan { dry_run, actions });
+    }
+    for c in &claims {
+        delete_claim(ctx, c)?;
+        event(
+            ctx,
+            "claim-force-released",
+            Some(volume),
+            Some(&c.node),
+            Some(&c.alloc),
+            actor,
+            format!("force-released by unblock: {reason}"),
+        )?;
+    }
+    for a in &atts {
+        begin_detach(ctx, &v, &a.node, true, limits)?;
+        event(
+            ctx,
+            "volume-force-detaching",
+            Some(volume),
+            Some(&a.node),
+            None,
+            actor,
+            format!("force-detach by unblock: {reason}"),
+        )?;
+    }
+    event(
+        ctx,
+        "volume-unblocked",
+        Some(volume),
+        node,
+        None,
+        actor,
+        format!("unblocked: {reason}"),
+    )?;
+    advance_volume(ctx, volume, limits)?;
+    Ok(ActionPlan { dry_run, actions })
+}
+
+/// Unblocks every volume blocked on `node`.
+pub fn unblock_node(
+    ctx: &mut WriteCtx<'_>,
+    node: &str,
+    reason: &str,
+    dry_run: bool,
+    actor: &str,
+    limits: &Limits,
+) -> ApiResult<ActionPlan> {
+    NodeRow::require(ctx.tx, node)?;
+    let volumes: Vec<String> = ctx
+        .tx
+        .prepare_cached(
+            "SELECT volume FROM claims WHERE node = ?1 AND state = 'blocked' \
+             UNION SELECT volume FROM attachments WHERE node = ?1 AND state = 'blocked' ORDER BY 1",
+        )?
+        .query_map([node], |r| r.get(0))?
+        .collect::<Result<_, _>>()?;
+    if volumes.is_empty() {
+        return Err(
+            ApiError::conflict(format!("node `{node}` holds no blocked volume"))
+                .with_hint("`csivol status --blocked` lists blocked volumes"),
+        );
+    }
+    let mut actions = Vec::new();
+    for v in volumes {
+        actions
+            .extend(unblock_volume(ctx, &v, Some(node), reason, dry_run, actor, limits)?.actions);
+    }
+    Ok(ActionPlan { dry_run, actions })
+}
+
+/// `POST /v1/volumes/{name}/detach`: releases every claim of the volume on a live node
+/// through the node; on a lost node, `force` is an unblock.
+pub fn detach(
+    ctx: &mut WriteCtx<'_>,
+    volume: &str,
+    node: &str,
+    reason: &str,
+    force: bool,
+    dry_run: bool,
+    actor: &str,
+    limits: &Limits,
+) -> ApiResult<ActionPlan> {
+    VolumeRow::require(ctx.tx, volume)?;
+    let n = NodeRow::require(ctx.tx, node)?;
+    if n.status == NodeStatus::Lost {
+        if !force {
+            return Err(ApiError::blocked(format!(
+                "node `{node}` is lost; its claims cannot be released through it"
+            ))
+            .with_hint(format!("to detach without the node, run: csivol detach {volume} --node {node} --force --reason \"...\"")));
+        }
+        return unblock_volume(ctx, volume, Some(node), reason, dry_run, actor, limits);
+    }
+    if force {
+        return Err(ApiError::conflict(format!(
+            "node `{node}` is ready; --force is only for a lost node"
+        ))
+        .with_hint(format!(
+            "detach through the node: csivol detach {volume} --node {node} --reason \"...\""
+        )));
+    }
+    let claims: Vec<ClaimRow> = ClaimRow::of_volume(ctx.tx, volume)?
+        .into_iter()
+        .filter(|c| {
+            c.node == node && !matches!(c.state, ClaimState::Releasing | ClaimState::Failed)
+        })
+        .collect();
+    let actions: Vec<PlannedAction> = claims
+        .iter()
+        .map(|c| PlannedAction {
+            action: "release".into(),
+            volume: volume.to_owned(),
+            node: node.to_owned(),
+            alloc: Some(c.alloc.clone()),
+            lost_since: None,
+        })
+        .collect();
+    if dry_run {
+        return Ok(ActionPlan { dry_run, actions });
+    }
+    for c in &claims {
+        set_claim_state(ctx, c, ClaimState::Releasing)?;
+        event(
+            ctx,
+            "claim-releasing",
+            Some(volume),
+            Some(node),
+            Some(&c.alloc),
+            actor,
+            format!("released by detach: {reason}"),
+        )?;
+    }
+    event(
+        ctx,
+        "volume-detach",
+        Some(volume),
+        Some(node),
+        None,
+        actor,
+        format!("detach requested: {reason}"),
+    )?;
+    Ok(ActionPlan { dry_run, actions })
+}

@@ -1,0 +1,142 @@
+//! `GET /v1/metrics`: Prometheus text. Gauges are read from the database at scrape time;
+//! latencies and outcomes are recorded as they happen.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use rusqlite::Connection;
+
+use super::error::ApiResult;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StateLabel {
+    pub state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OpLabel {
+    pub kind: String,
+    pub result: String,
+}
+
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    claims: Family<StateLabel, Gauge>,
+    nodes: Family<StateLabel, Gauge>,
+    ops: Family<StateLabel, Gauge>,
+    claims_with_error: Gauge,
+    /// Claim recorded → reported ready.
+    pub claim_ready_seconds: Histogram,
+    /// Controller operation queued → reported done or failed.
+    pub op_seconds: Family<OpLabel, Histogram>,
+    pub node_reports: Counter,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("csivol");
+        let claims = Family::<StateLabel, Gauge>::default();
+        let nodes = Family::<StateLabel, Gauge>::default();
+        let ops = Family::<StateLabel, Gauge>::default();
+        let claims_with_error = Gauge::default();
+        let claim_ready_seconds = Histogram::new(exponential_buckets(0.001, 2.0, 20));
+        let op_seconds = Family::<OpLabel, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.001, 2.0, 20))
+        });
+        let node_reports = Counter::default();
+        registry.register("claims", "Claims by state", claims.clone());
+        registry.register("nodes", "Nodes by status", nodes.clone());
+        registry.register(
+            "controller_ops",
+            "Controller operations queued and in flight",
+            ops.clone(),
+        );
+        registry.register(
+            "claims_with_error",
+            "Claims whose last step failed",
+            claims_with_error.clone(),
+        );
+        registry.register(
+            "claim_ready_seconds",
+            "Time from claim to ready",
+            claim_ready_seconds.clone(),
+        );
+        registry.register(
+            "controller_op_seconds",
+            "Time from queueing a controller operation to its outcome",
+            op_seconds.clone(),
+        );
+        registry.register(
+            "node_reports",
+            "Reports received from node agents",
+            node_reports.clone(),
+        );
+        Self {
+            registry,
+            claims,
+            nodes,
+            ops,
+            claims_with_error,
+            claim_ready_seconds,
+            op_seconds,
+            node_reports,
+        }
+    }
+}
+
+impl Metrics {
+    /// Refreshes the gauges from the database and renders everything.
+    pub fn render(&self, conn: &Connection) -> ApiResult<String> {
+        let count_by =
+            |sql: &str, family: &Family<StateLabel, Gauge>, all: &[&str]| -> ApiResult<()> {
+                for s in all {
+                    family
+                        .get_or_create(&StateLabel {
+                            state: (*s).to_owned(),
+                        })
+                        .set(0);
+                }
+                let mut stmt = conn.prepare(sql)?;
+                let rows =
+                    stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?;
+                for row in rows {
+                    let (state, n) = row?;
+                    family.get_or_create(&StateLabel { state }).set(n);
+                }
+                Ok(())
+            };
+        let claim_states: Vec<_> = csivol_proto::api::ClaimState::ALL
+            .iter()
+            .map(|s| s.as_str())
+            .collect();
+        count_by(
+            "SELECT state, count(*) FROM claims GROUP BY state",
+            &self.claims,
+            &claim_states,
+        )?;
+        count_by(
+            "SELECT status, count(*) FROM nodes GROUP BY status",
+            &self.nodes,
+            &["ready", "lost"],
+        )?;
+        count_by(
+            "SELECT CASE WHEN host IS NULL THEN 'queued' ELSE 'in_flight' END, count(*) FROM ops GROUP BY 1",
+            &self.ops,
+            &["queued", "in_flight"],
+        )?;
+        self.claims_with_error.set(conn.query_row(
+            "SELECT count(*) FROM claims WHERE error IS NOT NULL",
+            [],
+            |r| r.get(0),
+        )?);
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry).map_err(|e| {
+            super::error::ApiError::internal(format!("failed to render metrics: {e}"))
+        })?;
+        Ok(out)
+    }
+}

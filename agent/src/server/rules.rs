@@ -1,0 +1,315 @@
+//! The claim rules, as pure functions over plain data: which claims may coexist on a volume
+//! under its access mode, and whether a node has room for one more volume. The server calls
+//! them inside the transaction that records the claim.
+
+use csivol_proto::api::{ClaimMode, ClaimState};
+use csivol_proto::domain::AccessMode;
+
+/// A claim already recorded on the volume.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Held<'a> {
+    pub alloc: &'a str,
+    pub node: &'a str,
+    pub mode: ClaimMode,
+    pub state: ClaimState,
+}
+
+/// The claim being asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Wanted<'a> {
+    pub alloc: &'a str,
+    pub node: &'a str,
+    pub mode: ClaimMode,
+}
+
+/// The claim may be recorded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Accept {
+    /// A new claim.
+    New,
+    /// The same alloc already holds this very claim: nothing to do.
+    Existing,
+}
+
+/// Why a claim is refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// A write claim on a read-only access mode can never succeed.
+    ReadOnlyMode { access_mode: AccessMode },
+    /// The alloc already holds a different claim on this volume.
+    AllocHoldsOther {
+        node: String,
+        mode: ClaimMode,
+        state: ClaimState,
+    },
+    /// Another claim is in the way; `blocked` when that claim's node was lost.
+    Conflict {
+        rule: ConflictRule,
+        holder_alloc: String,
+        holder_node: String,
+        blocked: bool,
+    },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConflictRule {
+    /// single-node-* modes keep every claim on one node.
+    SingleNode,
+    /// *-single-writer modes allow one write claim.
+    SingleWriter,
+    /// single-node-single-writer allows one claim at all.
+    SingleClaim,
+}
+
+/// Checks `wanted` against the claims `held` on a volume with `access_mode`.
+pub fn check_claim(
+    access_mode: AccessMode,
+    held: &[Held<'_>],
+    wanted: Wanted<'_>,
+) -> Result<Accept, Refusal> {
+    if let Some(own) = held.iter().find(|h| h.alloc == wanted.alloc) {
+        let same = own.node == wanted.node
+            && own.mode == wanted.mode
+            && !matches!(own.state, ClaimState::Releasing | ClaimState::Failed);
+        if same {
+            return Ok(Accept::Existing);
+        }
+        return Err(Refusal::AllocHoldsOther {
+            node: own.node.to_owned(),
+            mode: own.mode,
+            state: own.state,
+        });
+    }
+    if wanted.mode == ClaimMode::Write && access_mode.max_writers() == Some(0) {
+        return Err(Refusal::ReadOnlyMode { access_mode });
+    }
+    let conflict = |rule, h: &Held<'_>| Refusal::Conflict {
+        rule,
+        holder_alloc: h.alloc.to_owned(),
+        holder_node: h.node.to_owned(),
+        blocked: h.state == ClaimState::Blocked,
+    };
+    // Blocked holders are reported first: they need an operator, the others only time.
+    let mut ordered: Vec<&Held<'_>> = held.iter().collect();
+    ordered.sort_by_key(|h| h.state != ClaimState::Blocked);
+    if let Some(max) = access_mode.max_claims() {
+        if held.len() >= max {
+            return Err(conflict(ConflictRule::SingleClaim, ordered[0]));
+        }
+    }
+    if access_mode.is_single_node() {
+        if let Some(h) = ordered.iter().find(|h| h.node != wanted.node) {
+            return Err(conflict(ConflictRule::SingleNode, h));
+        }
+    }
+    if wanted.mode == ClaimMode::Write {
+        if let Some(max) = access_mode.max_writers() {
+            let writers: Vec<_> = ordered
+                .iter()
+                .filter(|h| h.mode == ClaimMode::Write)
+                .collect();
+            if writers.len() >= max {
+                return Err(conflict(ConflictRule::SingleWriter, writers[0]));
+            }
+        }
+    }
+    Ok(Accept::New)
+}
+
+/// Whether a node with `used` of `max` slots (0: no limit) can take one more volume.
+pub fn has_room(used: u32, max: u32) -> bool {
+    max == 0 || used < max
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use AccessMode::*;
+    use ClaimMode::{Read, Write};
+
+    fn held(node: &str, mode: ClaimMode, state: ClaimState) -> Held<'_> {
+        Held {
+            alloc: "holder",
+            node,
+            mode,
+            state,
+        }
+    }
+
+    fn wanted(node: &str, mode: ClaimMode) -> Wanted<'_> {
+        Wanted {
+            alloc: "new",
+            node,
+            mode,
+        }
+    }
+
+    /// Expected outcome of a second claim given one existing claim, for every access mode,
+    /// both modes of each claim, same or other node: `None` accepted, `Some(rule)` refused.
+    fn expected(
+        mode: AccessMode,
+        held_mode: ClaimMode,
+        new_mode: ClaimMode,
+        same_node: bool,
+    ) -> Option<&'static str> {
+        if new_mode == Write && mode.max_writers() == Some(0) {
+            return Some("read-only");
+        }
+        if mode == SingleNodeSingleWriter {
+            return Some("single-claim");
+        }
+        if mode.is_single_node() && !same_node {
+            return Some("single-node");
+        }
+        if new_mode == Write && held_mode == Write && mode.max_writers() == Some(1) {
+            return Some("single-writer");
+        }
+        None
+    }
+
+    #[test]
+    fn every_access_mode_by_mode_by_node_by_blocked() {
+        let mut checked = 0;
+        for mode in AccessMode::ALL {
+            for held_mode in [Read, Write] {
+                // A reader-only volume never holds a write claim.
+                if held_mode == Write && mode.max_writers() == Some(0) {
+                    continue;
+                }
+                for new_mode in [Read, Write] {
+                    for same_node in [true, false] {
+                        for blocked in [false, true] {
+                            let state = if blocked {
+                                ClaimState::Blocked
+                            } else {
+                                ClaimState::Ready
+                            };
+                            let h = [held("node-1", held_mode, state)];
+                            let node = if same_node { "node-1" } else { "node-2" };
+                            let got = check_claim(mode, &h, wanted(node, new_mode));
+                            let want = expected(mode, held_mode, new_mode, same_node);
+                            let case = format!(
+                                "{mode} held={held_mode:?} new={new_mode:?} same_node={same_node} blocked={blocked}"
+                            );
+                            match (want, got) {
+                                (None, Ok(Accept::New)) => {}
+                                (Some("read-only"), Err(Refusal::ReadOnlyMode { .. })) => {}
+                                (
+                                    Some(rule),
+                                    Err(Refusal::Conflict {
+                                        rule: r,
+                                        blocked: b,
+                                        holder_node,
+                                        ..
+                                    }),
+                                ) => {
+                                    let name = match r {
+                                        ConflictRule::SingleNode => "single-node",
+                                        ConflictRule::SingleWriter => "single-writer",
+                                        ConflictRule::SingleClaim => "single-claim",
+                                    };
+                                    assert_eq!(name, rule, "{case}");
+                                    assert_eq!(
+                                        b, blocked,
+                                        "{case}: a blocked holder makes it a blocked refusal"
+                                    );
+                                    assert_eq!(holder_node, "node-1", "{case}");
+                                }
+                                (want, got) => panic!("{case}: expected {want:?}, got {got:?}"),
+                            }
+                            checked += 1;
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(checked, 96);
+    }
+
+    #[test]
+    fn the_same_alloc_is_idempotent_or_refused() {
+        let h = [Held {
+            alloc: "a",
+            node: "n1",
+            mode: Write,
+            state: ClaimState::Ready,
+        }];
+        let same = Wanted {
+            alloc: "a",
+            node: "n1",
+            mode: Write,
+        };
+        assert_eq!(
+            check_claim(MultiNodeMultiWriter, &h, same),
+            Ok(Accept::Existing)
+        );
+        let other_node = Wanted {
+            alloc: "a",
+            node: "n2",
+            mode: Write,
+        };
+        assert!(matches!(
+            check_claim(MultiNodeMultiWriter, &h, other_node),
+            Err(Refusal::AllocHoldsOther { .. })
+        ));
+        let releasing = [Held {
+            alloc: "a",
+            node: "n1",
+            mode: Write,
+            state: ClaimState::Releasing,
+        }];
+        assert!(matches!(
+            check_claim(MultiNodeMultiWriter, &releasing, same),
+            Err(Refusal::AllocHoldsOther {
+                state: ClaimState::Releasing,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn blocked_holders_are_named_first() {
+        let h = [
+            Held {
+                alloc: "ok",
+                node: "n2",
+                mode: Write,
+                state: ClaimState::Ready,
+            },
+            Held {
+                alloc: "stuck",
+                node: "n3",
+                mode: Read,
+                state: ClaimState::Blocked,
+            },
+        ];
+        let got = check_claim(SingleNodeWriter, &h, wanted("n1", Read));
+        assert!(
+            matches!(got, Err(Refusal::Conflict { blocked: true, ref holder_alloc, .. }) if holder_alloc == "stuck")
+        );
+    }
+
+    #[test]
+    fn multi_writer_modes_take_many_writers() {
+        let h = [
+            held("n1", Write, ClaimState::Ready),
+            held("n2", Write, ClaimState::Ready),
+        ];
+        assert_eq!(
+            check_claim(MultiNodeMultiWriter, &h, wanted("n3", Write)),
+            Ok(Accept::New)
+        );
+        let h = [held("n1", Write, ClaimState::Ready)];
+        assert_eq!(
+            check_claim(SingleNodeMultiWriter, &h, wanted("n1", Write)),
+            Ok(Accept::New)
+        );
+    }
+
+    #[test]
+    fn room() {
+        assert!(has_room(5, 0));
+        assert!(has_room(1, 2));
+        assert!(!has_room(2, 2));
+    }
+}

@@ -1,0 +1,179 @@
+//! Read-only views for the API: lists of volumes, nodes, plugins and events.
+
+use std::collections::{BTreeMap, HashMap};
+
+use csivol_proto::api::{self, NodeStatus, VolumeState};
+use rusqlite::{Connection, params};
+
+use super::error::ApiResult;
+use super::model::{
+    ATTACHMENT_COLUMNS, AttachmentRow, CLAIM_COLUMNS, ClaimRow, NODE_COLUMNS, NodePluginRow,
+    NodeRow, VOLUME_COLUMNS, VolumeRow, needs_controller_publish, slots_used, time,
+};
+
+/// Every volume (optionally filtered), with claims and attachments, in three queries.
+pub fn list_volumes(
+    conn: &Connection,
+    state: Option<VolumeState>,
+    node: Option<&str>,
+    plugin: Option<&str>,
+) -> ApiResult<Vec<api::Volume>> {
+    let mut claims: HashMap<String, Vec<ClaimRow>> = HashMap::new();
+    let sql = format!("SELECT {CLAIM_COLUMNS} FROM claims ORDER BY created_at, alloc");
+    for c in conn.prepare(&sql)?.query_map([], ClaimRow::from_row)? {
+        let c = c?;
+        claims.entry(c.volume.clone()).or_default().push(c);
+    }
+    let mut atts: HashMap<String, Vec<AttachmentRow>> = HashMap::new();
+    let sql = format!("SELECT {ATTACHMENT_COLUMNS} FROM attachments ORDER BY node");
+    for a in conn.prepare(&sql)?.query_map([], AttachmentRow::from_row)? {
+        let a = a?;
+        atts.entry(a.volume.clone()).or_default().push(a);
+    }
+    let sql = format!(
+        "SELECT {VOLUME_COLUMNS} FROM volumes WHERE (?1 IS NULL OR plugin = ?1) ORDER BY name"
+    );
+    let mut out = Vec::new();
+    let empty_c = Vec::new();
+    let empty_a = Vec::new();
+    for v in conn
+        .prepare(&sql)?
+        .query_map([plugin], VolumeRow::from_row)?
+    {
+        let v = v?;
+        let c = claims.get(&v.name).unwrap_or(&empty_c);
+        let a = atts.get(&v.name).unwrap_or(&empty_a);
+        if let Some(n) = node {
+            if !c.iter().any(|c| c.node == n) && !a.iter().any(|a| a.node == n) {
+                continue;
+            }
+        }
+        if state.is_some_and(|s| s != v.state(c, a)) {
+            continue;
+        }
+        out.push(v.to_api(c, a));
+    }
+    Ok(out)
+}
+
+/// Nodes with their plugins; `only` selects one.
+pub fn list_nodes(
+    conn: &Connection,
+    heartbeats: &HashMap<String, i64>,
+    only: Option<&str>,
+) -> ApiResult<Vec<api::Node>> {
+    let sql =
+        format!("SELECT {NODE_COLUMNS} FROM nodes WHERE (?1 IS NULL OR name = ?1) ORDER BY name");
+    let rows: Vec<NodeRow> = conn
+        .prepare(&sql)?
+        .query_map([only], NodeRow::from_row)?
+        .collect::<Result<_, _>>()?;
+    let mut out = Vec::with_capacity(rows.len());
+    for n in rows {
+        let mut plugins = Vec::new();
+        for p in NodePluginRow::of_node(conn, &n.name)? {
+            plugins.push(api::NodePlugin {
+                used: slots_used(conn, &n.name, &p.plugin)?,
+                id: p.plugin,
+                node_id: p.csi_node_id.unwrap_or_default(),
+                max_volumes: p.max_volumes,
+                controller: p.controller,
+            });
+        }
+        out.push(api::Node {
+            status: n.status,
+            last_heartbeat: heartbeats.get(&n.name).copied().map(time),
+            lost_at: n.lost_at.map(time),
+            fence_after: n.fence_after_ms.map(|ms| {
+                humantime::format_duration(std::time::Duration::from_millis(ms.max(0) as u64))
+                    .to_string()
+            }),
+            fenced_at: n.fenced_at.map(time),
+            registered_at: time(n.registered_at),
+            plugins,
+            name: n.name,
+        });
+    }
+    Ok(out)
+}
+
+/// Plugins across the cluster; `only` selects one.
+pub fn list_plugins(conn: &Connection, only: Option<&str>) -> ApiResult<Vec<api::Plugin>> {
+    let mut stmt = conn.prepare(
+        "SELECT np.plugin, np.registration, np.node_service, np.controller, np.stage_unstage, n.status \
+         FROM node_plugins np JOIN nodes n ON n.name = np.node WHERE (?1 IS NULL OR np.plugin = ?1) ORDER BY np.plugin, np.node",
+    )?;
+    let mut plugins: BTreeMap<String, api::Plugin> = BTreeMap::new();
+    let rows = stmt.query_map([only], |r| {
+        Ok((
+            r.get::<_, String>(0)?,
+            r.get::<_, String>(1)?,
+            r.get::<_, bool>(2)?,
+            r.get::<_, bool>(3)?,
+            r.get::<_, bool>(4)?,
+            r.get::<_, String>(5)?,
+        ))
+    })?;
+    for row in rows {
+        let (id, registration, node_service, controller, stage, status) = row?;
+        let reg: api::PluginRegistration = serde_json::from_str(&registration)?;
+        let healthy = status == NodeStatus::Ready.as_str();
+        let p = plugins.entry(id.clone()).or_insert_with(|| api::Plugin {
+            id: id.clone(),
+            name: reg.info.name.clone(),
+            version: reg.info.vendor_version.clone(),
+            nodes_healthy: 0,
+            nodes_expected: 0,
+            controllers_healthy: 0,
+            controllers_expected: 0,
+            controller_publish: false,
+            stage_unstage: false,
+            volumes: 0,
+        });
+        if node_service {
+            p.nodes_expected += 1;
+            p.nodes_healthy += u32::from(healthy);
+        }
+        if controller {
+            p.controllers_expected += 1;
+            p.controllers_healthy += u32::from(healthy);
+        }
+        p.stage_unstage |= stage;
+    }
+    for p in plugins.values_mut() {
+        p.controller_publish = needs_controller_publish(conn, &p.id)?;
+        p.volumes = conn.query_row(
+            "SELECT count(*) FROM volumes WHERE plugin = ?1",
+            [&p.id],
+            |r| r.get(0),
+        )?;
+    }
+    Ok(plugins.into_values().collect())
+}
+
+/// Events after index `after`, oldest first.
+pub fn events(
+    conn: &Connection,
+    after: u64,
+    volume: Option<&str>,
+    node: Option<&str>,
+    limit: u32,
+) -> ApiResult<Vec<api::Event>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT idx, at, kind, volume, node, alloc, actor, message FROM events \
+         WHERE idx > ?1 AND (?2 IS NULL OR volume = ?2) AND (?3 IS NULL OR node = ?3) ORDER BY idx LIMIT ?4",
+    )?;
+    let rows = stmt.query_map(params![after as i64, volume, node, limit], |r| {
+        Ok(api::Event {
+            index: r.get::<_, i64>(0)? as u64,
+            at: time(r.get(1)?),
+            kind: r.get(2)?,
+            volume: r.get(3)?,
+            node: r.get(4)?,
+            alloc: r.get(5)?,
+            actor: r.get(6)?,
+            message: r.get(7)?,
+        })
+    })?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
