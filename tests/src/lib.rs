@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
+use serde_json::{Value, json};
+
 use rustix::mount::{UnmountFlags, unmount};
 
 /// A temporary directory that, when dropped, first unmounts everything mounted below it
@@ -275,12 +277,7 @@ impl Api {
         }
     }
 
-    pub async fn call(
-        &self,
-        method: &str,
-        path: &str,
-        body: Option<serde_json::Value>,
-    ) -> (u16, serde_json::Value) {
+    pub async fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
         let method = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
         let mut req = self.http.request(method, format!("{}{path}", self.base));
         if let Some(t) = &self.token {
@@ -293,31 +290,31 @@ impl Api {
         let status = resp.status().as_u16();
         let text = resp.text().await.unwrap_or_default();
         let value = if text.is_empty() {
-            serde_json::Value::Null
+            Value::Null
         } else {
-            serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text))
+            serde_json::from_str(&text).unwrap_or(Value::String(text))
         };
         (status, value)
     }
 
-    pub async fn get(&self, path: &str) -> (u16, serde_json::Value) {
+    pub async fn get(&self, path: &str) -> (u16, Value) {
         self.call("GET", path, None).await
     }
 
-    pub async fn post(&self, path: &str, body: serde_json::Value) -> (u16, serde_json::Value) {
+    pub async fn post(&self, path: &str, body: Value) -> (u16, Value) {
         self.call("POST", path, Some(body)).await
     }
 
-    pub async fn put(&self, path: &str, body: serde_json::Value) -> (u16, serde_json::Value) {
+    pub async fn put(&self, path: &str, body: Value) -> (u16, Value) {
         self.call("PUT", path, Some(body)).await
     }
 
-    pub async fn delete(&self, path: &str) -> (u16, serde_json::Value) {
+    pub async fn delete(&self, path: &str) -> (u16, Value) {
         self.call("DELETE", path, None).await
     }
 
     /// Sends raw bytes as a JSON body (for malformed-input tests).
-    pub async fn raw(&self, method: &str, path: &str, body: Vec<u8>) -> (u16, serde_json::Value) {
+    pub async fn raw(&self, method: &str, path: &str, body: Vec<u8>) -> (u16, Value) {
         let method = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
         let mut req = self
             .http
@@ -332,7 +329,7 @@ impl Api {
         let text = resp.text().await.unwrap_or_default();
         (
             status,
-            serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)),
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
         )
     }
 }
@@ -352,5 +349,97 @@ where
             panic!("timed out after {timeout:?} waiting for {what}");
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A stand-in for a node agent, for tests of what sits above the agent (the server, the
+/// CLI): a token bound to the node and calls of the agent endpoints.
+pub struct FakeAgent {
+    pub api: Api,
+    pub node: String,
+}
+
+impl FakeAgent {
+    pub async fn new(server: &ServerProc, node: &str) -> Self {
+        let (status, t) = server
+            .api()
+            .post("/v1/tokens", json!({"role": "node", "node": node}))
+            .await;
+        assert_eq!(status, 201, "{t}");
+        Self {
+            api: server.api().with_token(t["token"].as_str()),
+            node: node.to_owned(),
+        }
+    }
+
+    /// Registers with plugin `hp` (node service, max `max` volumes); `controller` makes it a
+    /// host of the plugin's controller, which needs ControllerPublish.
+    pub async fn register(&self, max: u32, controller: bool, published: Value) -> Value {
+        let plugin = json!({
+            "id": "hp",
+            "info": {"name": "hostpath.csivol.dev", "vendor_version": "1"},
+            "capabilities": {"controller_service": true, "volume_accessibility_constraints": false},
+            "node": {
+                "info": {"node_id": format!("csi-{}", self.node), "max_volumes_per_node": max},
+                "capabilities": {"stage_unstage_volume": true, "get_volume_stats": false, "volume_condition": false, "single_node_multi_writer": false}
+            },
+            "controller": if controller { json!({"create_delete_volume": true, "publish_unpublish_volume": true, "list_volumes": false, "list_volumes_published_nodes": false, "publish_readonly": false, "single_node_multi_writer": false}) } else { Value::Null },
+        });
+        let (status, body) = self
+            .api
+            .post(
+                &format!("/v1/nodes/{}/register", self.node),
+                json!({"plugins": [plugin], "published": published}),
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+        body
+    }
+
+    pub async fn heartbeat(&self) -> Value {
+        let (status, body) = self
+            .api
+            .post(&format!("/v1/nodes/{}/heartbeat", self.node), json!({}))
+            .await;
+        assert_eq!(status, 200, "{body}");
+        body
+    }
+
+    pub async fn desired(&self) -> Value {
+        let (status, body) = self
+            .api
+            .get(&format!("/v1/nodes/{}/desired", self.node))
+            .await;
+        assert_eq!(status, 200, "{body}");
+        body
+    }
+
+    pub async fn report(&self, reports: Value) {
+        let (status, body) = self
+            .api
+            .post(
+                &format!("/v1/nodes/{}/reports", self.node),
+                json!({"reports": reports}),
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+    }
+
+    /// Waits for a controller operation of `op` kind in the desired state, returns it.
+    pub async fn wait_op(&self, op: &str) -> Value {
+        eventually(
+            &format!("a {op} operation for {}", self.node),
+            Duration::from_secs(20),
+            || async {
+                let d = self.desired().await;
+                d["controller_ops"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|o| o["op"] == op)
+                    .cloned()
+            },
+        )
+        .await
     }
 }

@@ -3,104 +3,13 @@
 
 use std::time::Duration;
 
-use csivol_tests::{Api, ServerProc, TestDir, eventually};
+use csivol_tests::{Api, FakeAgent, ServerProc, TestDir, eventually};
 use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(20);
 
 fn start(dir: &TestDir, extra: &[&str]) -> ServerProc {
     ServerProc::start(&dir.join("server"), extra)
-}
-
-/// A node as the server sees it: a token bound to the node and the agent endpoints.
-struct FakeAgent {
-    api: Api,
-    node: String,
-}
-
-impl FakeAgent {
-    async fn new(server: &ServerProc, node: &str) -> Self {
-        let (status, t) = server
-            .api()
-            .post("/v1/tokens", json!({"role": "node", "node": node}))
-            .await;
-        assert_eq!(status, 201, "{t}");
-        Self {
-            api: server.api().with_token(t["token"].as_str()),
-            node: node.to_owned(),
-        }
-    }
-
-    /// Registers with plugin `hp` (node service, max `max` volumes); `controller` makes it a
-    /// host of the plugin's controller, which needs ControllerPublish.
-    async fn register(&self, max: u32, controller: bool, published: Value) -> Value {
-        let plugin = json!({
-            "id": "hp",
-            "info": {"name": "hostpath.csivol.dev", "vendor_version": "1"},
-            "capabilities": {"controller_service": true, "volume_accessibility_constraints": false},
-            "node": {
-                "info": {"node_id": format!("csi-{}", self.node), "max_volumes_per_node": max},
-                "capabilities": {"stage_unstage_volume": true, "get_volume_stats": false, "volume_condition": false, "single_node_multi_writer": false}
-            },
-            "controller": if controller { json!({"create_delete_volume": true, "publish_unpublish_volume": true, "list_volumes": false, "list_volumes_published_nodes": false, "publish_readonly": false, "single_node_multi_writer": false}) } else { Value::Null },
-        });
-        let (status, body) = self
-            .api
-            .post(
-                &format!("/v1/nodes/{}/register", self.node),
-                json!({"plugins": [plugin], "published": published}),
-            )
-            .await;
-        assert_eq!(status, 200, "{body}");
-        body
-    }
-
-    async fn heartbeat(&self) -> Value {
-        let (status, body) = self
-            .api
-            .post(&format!("/v1/nodes/{}/heartbeat", self.node), json!({}))
-            .await;
-        assert_eq!(status, 200, "{body}");
-        body
-    }
-
-    async fn desired(&self) -> Value {
-        let (status, body) = self
-            .api
-            .get(&format!("/v1/nodes/{}/desired", self.node))
-            .await;
-        assert_eq!(status, 200, "{body}");
-        body
-    }
-
-    async fn report(&self, reports: Value) {
-        let (status, body) = self
-            .api
-            .post(
-                &format!("/v1/nodes/{}/reports", self.node),
-                json!({"reports": reports}),
-            )
-            .await;
-        assert_eq!(status, 200, "{body}");
-    }
-
-    /// Waits for a controller operation of `op` kind in the desired state, returns it.
-    async fn wait_op(&self, op: &str) -> Value {
-        eventually(
-            &format!("a {op} operation for {}", self.node),
-            WAIT,
-            || async {
-                let d = self.desired().await;
-                d["controller_ops"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .find(|o| o["op"] == op)
-                    .cloned()
-            },
-        )
-        .await
-    }
 }
 
 async fn register_volume(api: &Api, name: &str, mode: &str) {
