@@ -1,9 +1,121 @@
-//! The node agent. Being built.
+//! The node agent (`csivol-agent node`): makes this node's real state follow the server's
+//! desired state through the node's CSI plugins, runs the controller operations the server
+//! assigns to it, and reports what really happened.
+//!
+//! - `config`: flags, the TOML file and defaults.
+//! - `plugin`: the gRPC edge to the CSI plugins (the only place building CSI messages).
+//! - `store`: `agent.db`, what the agent may have staged and published, and its fences.
+//! - `plan`: pure: one volume's desired and recorded state → the steps to take.
+//! - `core`: recovery at start, the reconcile loop, volume workers, controller operations.
+//! - `client`, `session`: the server side: register, heartbeat, desired state, reports,
+//!   self-fencing.
 
-/// `csivol-agent node` flags.
-#[derive(Debug, clap::Args)]
-pub struct NodeArgs {}
+mod client;
+pub mod config;
+pub mod core;
+mod mounts;
+pub mod plan;
+pub mod plugin;
+mod session;
+pub mod store;
 
-pub async fn run(_args: NodeArgs) -> anyhow::Result<()> {
-    anyhow::bail!("the node agent is not built yet")
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+
+pub use self::config::{CoreConfig, PluginSpec, ReadyCheck};
+pub use self::core::{Core, FenceState};
+pub use self::session::FenceClock;
+
+/// `csivol-agent node` flags. Each may also be set in the `--config` file; flags win.
+#[derive(Debug, Default, clap::Args)]
+pub struct NodeArgs {
+    /// The server's URL, e.g. `http://10.0.0.1:7400`.
+    #[arg(long, value_name = "URL")]
+    pub server: Option<String>,
+    /// This node's name, as claims name it.
+    #[arg(long, value_name = "NAME")]
+    pub node: Option<String>,
+    /// Where the agent keeps `agent.db`, the staging paths and the target paths.
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// File holding this node's token (`csivol token create --role node --node NAME`).
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+    /// A node plugin: csivol's id for it and its endpoint, `unix:///path.sock` or
+    /// `tcp://host:port`. Repeatable.
+    #[arg(long = "plugin", value_name = "ID=ENDPOINT")]
+    pub plugins: Vec<PluginSpec>,
+    /// Host this plugin's controller: run its ControllerPublish/Unpublish and
+    /// Create/DeleteVolume calls for the server. Repeatable.
+    #[arg(long = "controller", value_name = "ID=ENDPOINT")]
+    pub controllers: Vec<PluginSpec>,
+    /// Self-fence: after this long without reaching the server, unpublish and unstage
+    /// every volume on this node (e.g. `5m`). Off by default.
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub fence_after: Option<Duration>,
+    /// How a published volume is checked ready: `mount` (the target is a mount point) or
+    /// `exists` (the target exists; for plugins that do not mount, such as
+    /// `csivol-hostpath --mount none`).
+    #[arg(long, value_enum, value_name = "CHECK")]
+    pub ready_check: Option<ReadyCheck>,
+    /// TOML file with these settings and tuning (`node_concurrency`, `node_call_timeout`,
+    /// `controller_call_timeout`, `volume_ready_timeout`, `resync_interval`, ...).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+}
+
+pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
+    let settings = config::Settings::load(&args)?;
+    let token = std::fs::read_to_string(&settings.token_file)
+        .with_context(|| {
+            format!(
+                "failed to read the token file {}",
+                settings.token_file.display()
+            )
+        })?
+        .trim()
+        .to_owned();
+    if token.is_empty() {
+        anyhow::bail!(
+            "the token file {} is empty\nhint: create a node token with `csivol token create --role node --node {}`",
+            settings.token_file.display(),
+            settings.node
+        );
+    }
+    let client = client::ApiClient::new(&settings.server, &settings.node, token)
+        .context("failed to set up the HTTP client")?;
+    tracing::info!(
+        node = settings.node,
+        server = settings.server,
+        data_dir = %settings.core.data_dir.display(),
+        "starting the node agent"
+    );
+    let (core, reports) = Core::start(settings.core.clone())
+        .await
+        .context("failed to start the node agent")?;
+    session::run(
+        client,
+        core,
+        reports,
+        settings.fence_after,
+        shutdown_signal(),
+    )
+    .await;
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
 }

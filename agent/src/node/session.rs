@@ -1,0 +1,389 @@
+//! The agent's conversation with the server around the core: register (again when the
+//! server lost or marked the node), heartbeat at a third of the TTL, long-poll the desired
+//! state, send reports in batches, and self-fence after `--fence-after` without contact.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use csivol_proto::api::{NodeStatus, Report, ReportBatch};
+use tokio::sync::{Notify, mpsc, watch};
+
+use super::client::ApiClient;
+use super::config::Backoff;
+use super::core::{Core, FenceState};
+
+/// The heartbeat TTL assumed until the server says otherwise.
+const DEFAULT_TTL: Duration = Duration::from_secs(30);
+/// How long one desired-state query may block on the server.
+const DESIRED_WAIT: Duration = Duration::from_secs(30);
+/// Most reports in one request.
+const MAX_BATCH: usize = 500;
+/// Retries of server requests.
+const SERVER_BACKOFF: Backoff = Backoff {
+    base: Duration::from_millis(250),
+    max: Duration::from_secs(10),
+};
+
+/// When to self-fence: after `after` without any successful contact with the server.
+#[derive(Clone, Copy, Debug)]
+pub struct FenceClock {
+    after: Option<Duration>,
+    last_contact: Instant,
+}
+
+impl FenceClock {
+    pub fn new(after: Option<Duration>, now: Instant) -> Self {
+        Self {
+            after,
+            last_contact: now,
+        }
+    }
+
+    pub fn contact(&mut self, now: Instant) {
+        self.last_contact = now;
+    }
+
+    /// Time left before fencing is due; `None` when the agent does not self-fence.
+    pub fn remaining(&self, now: Instant) -> Option<Duration> {
+        self.after
+            .map(|d| d.saturating_sub(now.saturating_duration_since(self.last_contact)))
+    }
+
+    pub fn due(&self, now: Instant) -> bool {
+        self.remaining(now).is_some_and(|r| r.is_zero())
+    }
+}
+
+/// What the three loops share.
+struct Link {
+    client: ApiClient,
+    core: Core,
+    fence_after: Option<Duration>,
+    /// Counts successful registrations; 0 until the first.
+    registered: watch::Sender<u64>,
+    /// Asks the heartbeat loop to register again (the server does not know the node).
+    reregister: Notify,
+}
+
+/// Runs the agent until `stop` resolves. Mounts stay as they are when it stops.
+pub async fn run(
+    client: ApiClient,
+    core: Core,
+    reports: mpsc::UnboundedReceiver<Report>,
+    fence_after: Option<Duration>,
+    stop: impl Future<Output = ()>,
+) {
+    let link = Arc::new(Link {
+        client,
+        core,
+        fence_after,
+        registered: watch::channel(0).0,
+        reregister: Notify::new(),
+    });
+    let mut sender = tokio::spawn(report_loop(Arc::clone(&link), reports));
+    tokio::select! {
+        () = heartbeat_loop(&link) => {}
+        () = desired_loop(&link) => {}
+        () = stop => {}
+    }
+    tracing::info!("node agent stopping; published volumes stay mounted");
+    // Stop the core, then give the reports it made a moment to reach the server.
+    drop(link);
+    if tokio::time::timeout(Duration::from_secs(5), &mut sender)
+        .await
+        .is_err()
+    {
+        sender.abort();
+        tracing::warn!(
+            "stopped before every report reached the server; the next registration tells it the actual state"
+        );
+    }
+}
+
+async fn heartbeat_loop(link: &Link) {
+    let now = Instant::now();
+    let mut clock = FenceClock::new(link.fence_after, now);
+    let mut ttl = DEFAULT_TTL;
+    let mut registered = false;
+    let mut failures = 0u32;
+    let mut fence_state = link.core.fence_state();
+    loop {
+        let contact = if registered {
+            match link.client.heartbeat().await {
+                Ok(hb) => {
+                    ttl = Duration::from_millis(hb.heartbeat_ttl_ms.max(300));
+                    if hb.status == NodeStatus::Lost {
+                        tracing::warn!(
+                            "the server marked this node lost; registering again with the actual state"
+                        );
+                        registered = false;
+                    }
+                    Ok(())
+                }
+                Err(e) if e.is_not_found() => {
+                    tracing::warn!(
+                        "the server does not know this node any more; registering again"
+                    );
+                    registered = false;
+                    Ok(())
+                }
+                Err(e) => Err(e),
+            }
+        } else {
+            let req = link.core.registration(link.fence_after);
+            match link.client.register(&req).await {
+                Ok(r) => {
+                    ttl = Duration::from_millis(r.heartbeat_ttl_ms.max(300));
+                    registered = true;
+                    link.registered.send_modify(|n| *n += 1);
+                    tracing::info!(
+                        node = link.client.node(),
+                        published = req.published.len(),
+                        staged = req.staged.len(),
+                        ttl = %humantime::format_duration(ttl),
+                        "registered with the server"
+                    );
+                    Ok(())
+                }
+                Err(e) => Err(e),
+            }
+        };
+        let now = Instant::now();
+        match contact {
+            Ok(()) => {
+                clock.contact(now);
+                failures = 0;
+                if registered {
+                    report_fence(link).await;
+                }
+            }
+            Err(e) => {
+                failures += 1;
+                // Say it once when the server goes away, then now and then.
+                if failures == 1 || failures.is_power_of_two() {
+                    tracing::warn!(failures, "{e:#}");
+                }
+                if e.is_permanent() {
+                    tracing::error!("the server refuses this agent; check --token-file and --node");
+                }
+            }
+        }
+        let unfenced = *fence_state.borrow() == FenceState::No;
+        if clock.due(now)
+            && unfenced
+            && let Err(e) = link.core.fence().await
+        {
+            tracing::error!("failed to record the self-fence: {e:#}");
+        }
+        let mut pause = if registered && failures == 0 {
+            ttl / 3
+        } else if failures == 0 {
+            Duration::ZERO
+        } else {
+            SERVER_BACKOFF.delay(failures).min(ttl / 3)
+        };
+        if let Some(left) = clock.remaining(now).filter(|_| failures > 0) {
+            pause = pause.min(left.max(Duration::from_millis(10)));
+        }
+        tokio::select! {
+            () = tokio::time::sleep(pause) => {}
+            () = link.reregister.notified() => registered = false,
+            // A completed fence is reported as soon as the server is there.
+            Ok(()) = fence_state.changed() => {}
+        }
+    }
+}
+
+/// Reports a completed self-fence, once the node is registered again.
+async fn report_fence(link: &Link) {
+    let FenceState::Complete(fence) = link.core.fence_state().borrow().clone() else {
+        return;
+    };
+    let batch = ReportBatch {
+        reports: vec![Report::Fenced {
+            at_ms: fence.at_ms,
+            volumes: fence.volumes.clone(),
+        }],
+    };
+    match link.client.reports(&batch).await {
+        Ok(()) => {
+            tracing::info!(volumes = ?fence.volumes, "reported the self-fence to the server");
+            if let Err(e) = link.core.fence_reported(fence.id).await {
+                tracing::error!("failed to record that the self-fence was reported: {e:#}");
+            }
+        }
+        Err(e) => tracing::warn!("failed to report the self-fence: {e:#}"),
+    }
+}
+
+async fn desired_loop(link: &Link) {
+    let mut registered = link.registered.subscribe();
+    let mut seen = 0;
+    let mut index = 0;
+    let mut failures = 0u32;
+    loop {
+        let Ok(generation) = registered.wait_for(|n| *n > 0).await.map(|n| *n) else {
+            return;
+        };
+        // After a (re)registration, start from scratch: the server may have restarted and
+        // counted its index anew.
+        if generation != seen {
+            seen = generation;
+            index = 0;
+        }
+        match link.client.desired(index, DESIRED_WAIT).await {
+            Ok(desired) => {
+                failures = 0;
+                index = desired.index;
+                link.core.set_desired(desired);
+            }
+            Err(e) => {
+                failures += 1;
+                if e.is_not_found() {
+                    link.reregister.notify_one();
+                }
+                if failures == 1 || failures.is_power_of_two() {
+                    tracing::warn!(failures, "{e:#}");
+                }
+                tokio::time::sleep(SERVER_BACKOFF.delay(failures)).await;
+            }
+        }
+    }
+}
+
+/// Adds a report to the queue. A newer retryable error of a claim replaces the older one,
+/// so that a long outage does not pile up one error per retry.
+fn enqueue(queue: &mut Vec<Report>, report: Report) {
+    if let Report::ClaimError {
+        volume,
+        alloc,
+        error,
+    } = &report
+        && !error.is_final
+    {
+        queue.retain(|r| {
+            !matches!(r, Report::ClaimError { volume: v, alloc: a, error: e }
+                if v == volume && a == alloc && !e.is_final)
+        });
+    }
+    queue.push(report);
+}
+
+async fn report_loop(link: Arc<Link>, mut reports: mpsc::UnboundedReceiver<Report>) {
+    // Only the queue and the registration count are needed from here on: dropping the
+    // link stops the core, whose end closes `reports`.
+    let client = link.client.clone();
+    let mut registered = link.registered.subscribe();
+    let reregister = Arc::downgrade(&link);
+    drop(link);
+    let mut queue: Vec<Report> = Vec::new();
+    let mut failures = 0u32;
+    let mut open = true;
+    loop {
+        if queue.is_empty() {
+            if !open {
+                return;
+            }
+            match reports.recv().await {
+                Some(r) => enqueue(&mut queue, r),
+                None => return,
+            }
+        }
+        while let Ok(r) = reports.try_recv() {
+            enqueue(&mut queue, r);
+        }
+        if registered.wait_for(|n| *n > 0).await.is_err() {
+            return;
+        }
+        let n = queue.len().min(MAX_BATCH);
+        let batch = ReportBatch {
+            reports: queue[..n].to_vec(),
+        };
+        match client.reports(&batch).await {
+            Ok(()) => {
+                failures = 0;
+                queue.drain(..n);
+            }
+            Err(e) if e.is_permanent() => {
+                tracing::error!(reports = n, "dropping reports the server refuses: {e:#}");
+                queue.drain(..n);
+            }
+            Err(e) => {
+                failures += 1;
+                if e.is_not_found()
+                    && let Some(link) = reregister.upgrade()
+                {
+                    link.reregister.notify_one();
+                }
+                if failures == 1 || failures.is_power_of_two() {
+                    tracing::warn!(failures, queued = queue.len(), "{e:#}");
+                }
+                // Keep collecting while waiting; stop waiting when the agent stops.
+                let pause = tokio::time::sleep(SERVER_BACKOFF.delay(failures));
+                tokio::pin!(pause);
+                loop {
+                    tokio::select! {
+                        () = &mut pause => break,
+                        r = reports.recv(), if open => match r {
+                            Some(r) => enqueue(&mut queue, r),
+                            None => open = false,
+                        },
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use csivol_proto::api::PluginError;
+
+    use super::*;
+
+    #[test]
+    fn fence_clock_is_due_after_the_fence_time_without_contact() {
+        let t0 = Instant::now();
+        let mut c = FenceClock::new(Some(Duration::from_secs(10)), t0);
+        assert!(!c.due(t0 + Duration::from_secs(9)));
+        assert_eq!(
+            c.remaining(t0 + Duration::from_secs(4)),
+            Some(Duration::from_secs(6))
+        );
+        c.contact(t0 + Duration::from_secs(5));
+        assert!(!c.due(t0 + Duration::from_secs(14)));
+        assert!(c.due(t0 + Duration::from_secs(15)));
+
+        let off = FenceClock::new(None, t0);
+        assert!(!off.due(t0 + Duration::from_secs(3600)));
+        assert_eq!(off.remaining(t0), None);
+    }
+
+    #[test]
+    fn a_newer_retryable_error_replaces_the_older() {
+        let err = |msg: &str, is_final| Report::ClaimError {
+            volume: "v".into(),
+            alloc: "a".into(),
+            error: PluginError {
+                code: "UNAVAILABLE".into(),
+                message: msg.into(),
+                is_final,
+                next_retry_at_ms: None,
+            },
+        };
+        let mut q = Vec::new();
+        enqueue(&mut q, err("1", false));
+        enqueue(&mut q, Report::Unstaged { volume: "w".into() });
+        enqueue(&mut q, err("2", false));
+        enqueue(&mut q, err("3", true));
+        enqueue(&mut q, err("4", false));
+        assert_eq!(
+            q,
+            [
+                Report::Unstaged { volume: "w".into() },
+                err("3", true),
+                err("4", false)
+            ]
+        );
+    }
+}

@@ -1,0 +1,534 @@
+//! The agent's own memory, `DIR/agent.db` (SQLite): every staging and publication it may
+//! have made, written before the plugin call and updated after it, and the self-fences it
+//! has to report. Reads come from an in-memory mirror; every change goes to the file first.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rusqlite::{Connection, OptionalExtension, params};
+
+/// How long start-up waits for a previous agent process on the same data dir to let go.
+const LOCK_WAIT: Duration = Duration::from_secs(10);
+const SCHEMA_VERSION: i32 = 1;
+const BOOT_ID: &str = "/proc/sys/kernel/random/boot_id";
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("failed to open {}", path.display())]
+    Open {
+        path: PathBuf,
+        #[source]
+        source: rusqlite::Error,
+    },
+    #[error("failed to lock {}", path.display())]
+    Lock {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "another csivol-agent node is using the data dir {}; stop it first or choose another --data-dir",
+        dir.display()
+    )]
+    Busy { dir: PathBuf },
+    #[error("agent.db was written by a newer csivol-agent (schema {0}); upgrade this agent")]
+    Newer(i32),
+    #[error("failed to write agent.db")]
+    Sql(#[from] rusqlite::Error),
+    #[error("agent.db task failed: {0}")]
+    Task(String),
+}
+
+/// What the agent knows about a staging. `Staging` and `Unstaging` mean a call was (or may
+/// have been) in flight: the volume may or may not be staged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StageState {
+    Staging,
+    Staged,
+    Unstaging,
+}
+
+/// Likewise for a publication.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PublishState {
+    Publishing,
+    Published,
+    Unpublishing,
+}
+
+macro_rules! text_state {
+    ($t:ident { $($v:ident = $s:literal),* }) => {
+        impl $t {
+            pub fn as_str(self) -> &'static str {
+                match self { $(Self::$v => $s),* }
+            }
+            fn parse(s: &str) -> rusqlite::Result<Self> {
+                match s {
+                    $($s => Ok(Self::$v),)*
+                    other => Err(rusqlite::Error::InvalidColumnType(
+                        0, format!("unknown state `{other}`"), rusqlite::types::Type::Text)),
+                }
+            }
+        }
+    };
+}
+text_state!(StageState { Staging = "staging", Staged = "staged", Unstaging = "unstaging" });
+text_state!(PublishState {
+    Publishing = "publishing",
+    Published = "published",
+    Unpublishing = "unpublishing"
+});
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StagingRecord {
+    pub volume: String,
+    pub plugin: String,
+    pub external_id: String,
+    pub path: PathBuf,
+    pub state: StageState,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PublicationRecord {
+    pub volume: String,
+    pub alloc: String,
+    pub plugin: String,
+    pub external_id: String,
+    pub target: PathBuf,
+    /// The staging path the publication was made from, when the plugin stages.
+    pub staging: Option<PathBuf>,
+    /// A block volume is checked by existence, not as a mount point.
+    pub block: bool,
+    pub state: PublishState,
+}
+
+/// A self-fence: when it began, what it took down, and whether the server has heard.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fence {
+    pub id: i64,
+    pub at_ms: u64,
+    pub volumes: Vec<String>,
+    pub completed_ms: Option<u64>,
+    pub reported_ms: Option<u64>,
+}
+
+#[derive(Debug, Default)]
+struct Mirror {
+    stagings: BTreeMap<String, StagingRecord>,
+    publications: BTreeMap<(String, String), PublicationRecord>,
+}
+
+#[derive(Debug)]
+pub struct Store {
+    conn: Arc<Mutex<Connection>>,
+    mirror: Mutex<Mirror>,
+    // Held for the life of the store: one agent per data dir.
+    _lock: OwnedFd,
+}
+
+impl Store {
+    /// Opens (creating if needed) `DIR/agent.db` under an exclusive lock on `DIR/agent.lock`.
+    /// Also says whether the machine rebooted since the last run (every mount is gone then).
+    pub async fn open(dir: &Path) -> Result<(Self, bool), StoreError> {
+        let lock = lock(dir).await?;
+        let path = dir.join("agent.db");
+        let open_err = |source| StoreError::Open {
+            path: path.clone(),
+            source,
+        };
+        let conn = Connection::open(&path).map_err(open_err)?;
+        // WAL with FULL sync: an intent is on disk before the plugin call it announces.
+        conn.execute_batch(
+            "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA busy_timeout = 5000;",
+        )
+        .map_err(open_err)?;
+        let version: i32 = conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .map_err(open_err)?;
+        if version > SCHEMA_VERSION {
+            return Err(StoreError::Newer(version));
+        }
+        conn.execute_batch(
+            "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+             CREATE TABLE IF NOT EXISTS stagings (
+                 volume TEXT PRIMARY KEY,
+                 plugin TEXT NOT NULL,
+                 external_id TEXT NOT NULL,
+                 path TEXT NOT NULL,
+                 state TEXT NOT NULL,
+                 error TEXT,
+                 updated_ms INTEGER NOT NULL);
+             CREATE TABLE IF NOT EXISTS publications (
+                 volume TEXT NOT NULL,
+                 alloc TEXT NOT NULL,
+                 plugin TEXT NOT NULL,
+                 external_id TEXT NOT NULL,
+                 target TEXT NOT NULL,
+                 staging TEXT,
+                 block INTEGER NOT NULL,
+                 state TEXT NOT NULL,
+                 error TEXT,
+                 updated_ms INTEGER NOT NULL,
+                 PRIMARY KEY (volume, alloc));
+             CREATE TABLE IF NOT EXISTS fences (
+                 id INTEGER PRIMARY KEY,
+                 at_ms INTEGER NOT NULL,
+                 volumes TEXT NOT NULL,
+                 completed_ms INTEGER,
+                 reported_ms INTEGER);
+             PRAGMA user_version = 1;",
+        )
+        .map_err(open_err)?;
+        let rebooted = check_boot(&conn).map_err(open_err)?;
+        let mirror = load(&conn).map_err(open_err)?;
+        Ok((
+            Self {
+                conn: Arc::new(Mutex::new(conn)),
+                mirror: Mutex::new(mirror),
+                _lock: lock,
+            },
+            rebooted,
+        ))
+    }
+
+    /// Runs `f` on the connection off the async workers: a FULL-sync commit waits for the
+    /// disk.
+    async fn call<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+    {
+        let conn = Arc::clone(&self.conn);
+        tokio::task::spawn_blocking(move || {
+            let conn = conn.lock().unwrap_or_else(|e| e.into_inner());
+            f(&conn)
+        })
+        .await
+        .map_err(|e| StoreError::Task(e.to_string()))?
+        .map_err(StoreError::Sql)
+    }
+
+    fn mirror(&self) -> std::sync::MutexGuard<'_, Mirror> {
+        self.mirror.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub async fn put_staging(
+        &self,
+        rec: &StagingRecord,
+        error: Option<String>,
+    ) -> Result<(), StoreError> {
+        let r = rec.clone();
+        self.call(move |c| {
+            c.execute(
+                "INSERT INTO stagings (volume, plugin, external_id, path, state, error, updated_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+                 ON CONFLICT (volume) DO UPDATE SET plugin = ?2, external_id = ?3, path = ?4,
+                     state = ?5, error = ?6, updated_ms = ?7",
+                params![
+                    r.volume,
+                    r.plugin,
+                    r.external_id,
+                    r.path.to_string_lossy(),
+                    r.state.as_str(),
+                    error,
+                    now_ms() as i64
+                ],
+            )
+        })
+        .await?;
+        self.mirror()
+            .stagings
+            .insert(rec.volume.clone(), rec.clone());
+        Ok(())
+    }
+
+    pub async fn delete_staging(&self, volume: &str) -> Result<(), StoreError> {
+        let v = volume.to_owned();
+        self.call(move |c| c.execute("DELETE FROM stagings WHERE volume = ?1", [v]))
+            .await?;
+        self.mirror().stagings.remove(volume);
+        Ok(())
+    }
+
+    pub async fn put_publication(
+        &self,
+        rec: &PublicationRecord,
+        error: Option<String>,
+    ) -> Result<(), StoreError> {
+        let r = rec.clone();
+        self.call(move |c| {
+            c.execute(
+                "INSERT INTO publications
+                     (volume, alloc, plugin, external_id, target, staging, block, state, error, updated_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
+                 ON CONFLICT (volume, alloc) DO UPDATE SET plugin = ?3, external_id = ?4,
+                     target = ?5, staging = ?6, block = ?7, state = ?8, error = ?9, updated_ms = ?10",
+                params![
+                    r.volume,
+                    r.alloc,
+                    r.plugin,
+                    r.external_id,
+                    r.target.to_string_lossy(),
+                    r.staging.as_ref().map(|p| p.to_string_lossy().into_owned()),
+                    r.block,
+                    r.state.as_str(),
+                    error,
+                    now_ms() as i64
+                ],
+            )
+        })
+        .await?;
+        self.mirror()
+            .publications
+            .insert((rec.volume.clone(), rec.alloc.clone()), rec.clone());
+        Ok(())
+    }
+
+    pub async fn delete_publication(&self, volume: &str, alloc: &str) -> Result<(), StoreError> {
+        let (v, a) = (volume.to_owned(), alloc.to_owned());
+        self.call(move |c| {
+            c.execute(
+                "DELETE FROM publications WHERE volume = ?1 AND alloc = ?2",
+                [v, a],
+            )
+        })
+        .await?;
+        self.mirror()
+            .publications
+            .remove(&(volume.to_owned(), alloc.to_owned()));
+        Ok(())
+    }
+
+    pub fn staging(&self, volume: &str) -> Option<StagingRecord> {
+        self.mirror().stagings.get(volume).cloned()
+    }
+
+    pub fn publications_of(&self, volume: &str) -> Vec<PublicationRecord> {
+        self.mirror()
+            .publications
+            .range((volume.to_owned(), String::new())..)
+            .take_while(|((v, _), _)| v == volume)
+            .map(|(_, r)| r.clone())
+            .collect()
+    }
+
+    /// Whether any publication was made from `staging`: then it must not be unstaged.
+    pub fn staging_in_use(&self, staging: &Path) -> bool {
+        self.mirror()
+            .publications
+            .values()
+            .any(|p| p.staging.as_deref() == Some(staging))
+    }
+
+    pub fn stagings(&self) -> Vec<StagingRecord> {
+        self.mirror().stagings.values().cloned().collect()
+    }
+
+    pub fn publications(&self) -> Vec<PublicationRecord> {
+        self.mirror().publications.values().cloned().collect()
+    }
+
+    /// Every volume with something recorded on this node.
+    pub fn volumes(&self) -> BTreeSet<String> {
+        let m = self.mirror();
+        m.stagings
+            .keys()
+            .cloned()
+            .chain(m.publications.keys().map(|(v, _)| v.clone()))
+            .collect()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        let m = self.mirror();
+        m.stagings.is_empty() && m.publications.is_empty()
+    }
+
+    /// Records that a self-fence began, and what it takes down.
+    pub async fn record_fence(
+        &self,
+        at_ms: u64,
+        volumes: Vec<String>,
+    ) -> Result<Fence, StoreError> {
+        let json = serde_json::to_string(&volumes).expect("strings serialise");
+        let id = self
+            .call(move |c| {
+                c.execute(
+                    "INSERT INTO fences (at_ms, volumes) VALUES (?1, ?2)",
+                    params![at_ms as i64, json],
+                )?;
+                Ok(c.last_insert_rowid())
+            })
+            .await?;
+        Ok(Fence {
+            id,
+            at_ms,
+            volumes,
+            completed_ms: None,
+            reported_ms: None,
+        })
+    }
+
+    pub async fn complete_fence(&self, id: i64) -> Result<(), StoreError> {
+        let at = now_ms() as i64;
+        self.call(move |c| {
+            c.execute(
+                "UPDATE fences SET completed_ms = ?1 WHERE id = ?2 AND completed_ms IS NULL",
+                params![at, id],
+            )
+        })
+        .await?;
+        Ok(())
+    }
+
+    pub async fn fence_reported(&self, id: i64) -> Result<(), StoreError> {
+        let at = now_ms() as i64;
+        self.call(move |c| {
+            c.execute(
+                "UPDATE fences SET reported_ms = ?1 WHERE id = ?2",
+                params![at, id],
+            )
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// The latest fence the server has not heard of yet, if any.
+    pub async fn open_fence(&self) -> Result<Option<Fence>, StoreError> {
+        self.call(|c| {
+            c.query_row(
+                "SELECT id, at_ms, volumes, completed_ms, reported_ms FROM fences
+                 WHERE reported_ms IS NULL ORDER BY id DESC LIMIT 1",
+                [],
+                fence_row,
+            )
+            .optional()
+        })
+        .await
+    }
+
+    /// Every fence, oldest first (for operators and tests).
+    pub async fn fences(&self) -> Result<Vec<Fence>, StoreError> {
+        self.call(|c| {
+            let mut stmt = c.prepare(
+                "SELECT id, at_ms, volumes, completed_ms, reported_ms FROM fences ORDER BY id",
+            )?;
+            stmt.query_map([], fence_row)?.collect()
+        })
+        .await
+    }
+}
+
+fn fence_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Fence> {
+    let volumes: String = r.get(2)?;
+    Ok(Fence {
+        id: r.get(0)?,
+        at_ms: r.get::<_, i64>(1)? as u64,
+        volumes: serde_json::from_str(&volumes).unwrap_or_default(),
+        completed_ms: r.get::<_, Option<i64>>(3)?.map(|v| v as u64),
+        reported_ms: r.get::<_, Option<i64>>(4)?.map(|v| v as u64),
+    })
+}
+
+fn load(conn: &Connection) -> rusqlite::Result<Mirror> {
+    let mut mirror = Mirror::default();
+    let mut stmt = conn.prepare("SELECT volume, plugin, external_id, path, state FROM stagings")?;
+    let rows = stmt.query_map([], |r| {
+        Ok(StagingRecord {
+            volume: r.get(0)?,
+            plugin: r.get(1)?,
+            external_id: r.get(2)?,
+            path: PathBuf::from(r.get::<_, String>(3)?),
+            state: StageState::parse(&r.get::<_, String>(4)?)?,
+        })
+    })?;
+    for rec in rows {
+        let rec = rec?;
+        mirror.stagings.insert(rec.volume.clone(), rec);
+    }
+    let mut stmt = conn.prepare(
+        "SELECT volume, alloc, plugin, external_id, target, staging, block, state FROM publications",
+    )?;
+    let rows = stmt.query_map([], |r| {
+        Ok(PublicationRecord {
+            volume: r.get(0)?,
+            alloc: r.get(1)?,
+            plugin: r.get(2)?,
+            external_id: r.get(3)?,
+            target: PathBuf::from(r.get::<_, String>(4)?),
+            staging: r.get::<_, Option<String>>(5)?.map(PathBuf::from),
+            block: r.get(6)?,
+            state: PublishState::parse(&r.get::<_, String>(7)?)?,
+        })
+    })?;
+    for rec in rows {
+        let rec = rec?;
+        mirror
+            .publications
+            .insert((rec.volume.clone(), rec.alloc.clone()), rec);
+    }
+    Ok(mirror)
+}
+
+/// Compares the kernel's boot id with the one of the last run, and stores the current one.
+fn check_boot(conn: &Connection) -> rusqlite::Result<bool> {
+    let Ok(current) = std::fs::read_to_string(BOOT_ID) else {
+        return Ok(false);
+    };
+    let current = current.trim().to_owned();
+    let previous: Option<String> = conn
+        .query_row("SELECT value FROM meta WHERE key = 'boot_id'", [], |r| {
+            r.get(0)
+        })
+        .optional()?;
+    conn.execute(
+        "INSERT INTO meta (key, value) VALUES ('boot_id', ?1)
+         ON CONFLICT (key) DO UPDATE SET value = ?1",
+        [&current],
+    )?;
+    Ok(previous.is_some_and(|p| p != current))
+}
+
+/// Takes the data dir's lock, waiting a little for an agent that is just exiting.
+async fn lock(dir: &Path) -> Result<OwnedFd, StoreError> {
+    use rustix::fs::{FlockOperation, Mode, OFlags, flock, open};
+    let path = dir.join("agent.lock");
+    let fd = open(
+        &path,
+        OFlags::CREATE | OFlags::RDWR | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o600),
+    )
+    .map_err(|e| StoreError::Lock {
+        path: path.clone(),
+        source: e.into(),
+    })?;
+    let started = Instant::now();
+    loop {
+        match flock(&fd, FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => return Ok(fd),
+            Err(rustix::io::Errno::WOULDBLOCK) if started.elapsed() < LOCK_WAIT => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(rustix::io::Errno::WOULDBLOCK) => {
+                return Err(StoreError::Busy {
+                    dir: dir.to_owned(),
+                });
+            }
+            Err(e) => {
+                return Err(StoreError::Lock {
+                    path,
+                    source: e.into(),
+                });
+            }
+        }
+    }
+}
+
+/// Wall-clock milliseconds since the Unix epoch, as the API carries times.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
