@@ -18,6 +18,11 @@ enum Command {
     Server(csivol_agent::server::ServerArgs),
     /// Run the node agent: drive this node's CSI plugins toward the server's desired state.
     Node(csivol_agent::node::NodeArgs),
+    /// Run a whole cluster on this machine: server, node agents and reference plugins.
+    Dev(csivol_agent::dev::DevArgs),
+    /// Run the reference CSI plugin (dev mode starts it this way).
+    #[command(hide = true)]
+    Hostpath(csivol_hostpath::Args),
 }
 
 fn main() -> ExitCode {
@@ -41,6 +46,8 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Server(args) => csivol_agent::server::run(args).await,
             Command::Node(args) => csivol_agent::node::run(args).await,
+            Command::Dev(args) => csivol_agent::dev::run(args).await,
+            Command::Hostpath(args) => csivol_hostpath::run(args).await,
         }
     });
     match result {

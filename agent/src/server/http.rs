@@ -484,18 +484,7 @@ async fn detach(
     let limits = app.limits.clone();
     let plan = app
         .db
-        .write(move |ctx| {
-            lifecycle::detach(
-                ctx,
-                &volume,
-                &req.node,
-                &req.reason,
-                req.force,
-                req.dry_run,
-                &actor,
-                &limits,
-            )
-        })
+        .write(move |ctx| lifecycle::detach(ctx, &volume, &req, &actor, &limits))
         .await?;
     Ok(Json(plan))
 }

@@ -866,10 +866,10 @@ pub fn schedule_ops(ctx: &mut WriteCtx<'_>, plugin: &str, limits: &Limits) -> Ap
         if in_flight >= limits.controller_concurrency {
             break;
         }
-        if let Some(n) = &node {
-            if !busy_nodes.insert(n.clone()) {
-                continue;
-            }
+        if let Some(n) = &node
+            && !busy_nodes.insert(n.clone())
+        {
+            continue;
         }
         let host = hosts
             .iter()
@@ -1690,10 +1690,10 @@ pub fn desired_state(conn: &Connection, node: &str, index: u64) -> ApiResult<api
     let mut volumes: HashMap<String, VolumeRow> = HashMap::new();
     let claims = claims_of_node(conn, node, None)?;
     for c in &claims {
-        if !volumes.contains_key(&c.volume) {
-            if let Some(v) = VolumeRow::load(conn, &c.volume)? {
-                volumes.insert(c.volume.clone(), v);
-            }
+        if !volumes.contains_key(&c.volume)
+            && let Some(v) = VolumeRow::load(conn, &c.volume)?
+        {
+            volumes.insert(c.volume.clone(), v);
         }
     }
     let mut att_stmt = conn.prepare_cached(
@@ -1900,13 +1900,16 @@ pub fn unblock_node(
 pub fn detach(
     ctx: &mut WriteCtx<'_>,
     volume: &str,
-    node: &str,
-    reason: &str,
-    force: bool,
-    dry_run: bool,
+    req: &api::DetachRequest,
     actor: &str,
     limits: &Limits,
 ) -> ApiResult<ActionPlan> {
+    let (node, reason, force, dry_run) = (
+        req.node.as_str(),
+        req.reason.as_str(),
+        req.force,
+        req.dry_run,
+    );
     VolumeRow::require(ctx.tx, volume)?;
     let n = NodeRow::require(ctx.tx, node)?;
     if n.status == NodeStatus::Lost {

@@ -131,7 +131,7 @@ impl Server {
         create_private_dir(&cfg.data_dir)?;
         let db = Db::start(&cfg.data_dir.join("state.db"))?;
         let tokens = Arc::new(
-            db.read(|c| auth::Tokens::load(c))
+            db.read(auth::Tokens::load)
                 .await
                 .map_err(|e| anyhow::anyhow!("{e}"))?,
         );

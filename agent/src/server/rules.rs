@@ -92,25 +92,25 @@ pub fn check_claim(
     // Blocked holders are reported first: they need an operator, the others only time.
     let mut ordered: Vec<&Held<'_>> = held.iter().collect();
     ordered.sort_by_key(|h| h.state != ClaimState::Blocked);
-    if let Some(max) = access_mode.max_claims() {
-        if held.len() >= max {
-            return Err(conflict(ConflictRule::SingleClaim, ordered[0]));
-        }
+    if let Some(max) = access_mode.max_claims()
+        && held.len() >= max
+    {
+        return Err(conflict(ConflictRule::SingleClaim, ordered[0]));
     }
-    if access_mode.is_single_node() {
-        if let Some(h) = ordered.iter().find(|h| h.node != wanted.node) {
-            return Err(conflict(ConflictRule::SingleNode, h));
-        }
+    if access_mode.is_single_node()
+        && let Some(h) = ordered.iter().find(|h| h.node != wanted.node)
+    {
+        return Err(conflict(ConflictRule::SingleNode, h));
     }
-    if wanted.mode == ClaimMode::Write {
-        if let Some(max) = access_mode.max_writers() {
-            let writers: Vec<_> = ordered
-                .iter()
-                .filter(|h| h.mode == ClaimMode::Write)
-                .collect();
-            if writers.len() >= max {
-                return Err(conflict(ConflictRule::SingleWriter, writers[0]));
-            }
+    if wanted.mode == ClaimMode::Write
+        && let Some(max) = access_mode.max_writers()
+    {
+        let writers: Vec<_> = ordered
+            .iter()
+            .filter(|h| h.mode == ClaimMode::Write)
+            .collect();
+        if writers.len() >= max {
+            return Err(conflict(ConflictRule::SingleWriter, writers[0]));
         }
     }
     Ok(Accept::New)

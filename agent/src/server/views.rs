@@ -43,10 +43,11 @@ pub fn list_volumes(
         let v = v?;
         let c = claims.get(&v.name).unwrap_or(&empty_c);
         let a = atts.get(&v.name).unwrap_or(&empty_a);
-        if let Some(n) = node {
-            if !c.iter().any(|c| c.node == n) && !a.iter().any(|a| a.node == n) {
-                continue;
-            }
+        if let Some(n) = node
+            && !c.iter().any(|c| c.node == n)
+            && !a.iter().any(|a| a.node == n)
+        {
+            continue;
         }
         if state.is_some_and(|s| s != v.state(c, a)) {
             continue;

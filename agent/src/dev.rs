@@ -1,0 +1,436 @@
+//! `csivol-agent dev`: a whole csivol cluster on this machine, in the foreground: the server,
+//! N node agents and one `csivol-hostpath` plugin per node (node and controller), with state
+//! under one directory. Starting again on the same directory resumes the same state.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use csivol_proto::api;
+use tokio::process::{Child, Command};
+
+use crate::server::{Server, ServerConfig};
+
+/// `csivol-agent dev` flags.
+#[derive(Debug, clap::Args)]
+pub struct DevArgs {
+    /// Directory for all state: server database, agents' state, plugin state and volume data.
+    #[arg(long, default_value = "csivol-dev")]
+    pub dir: PathBuf,
+    /// How many nodes (`node-1`, `node-2`, ...), each with its own agent and plugin.
+    #[arg(long, default_value_t = 1)]
+    pub nodes: u32,
+    /// Address the server listens on.
+    #[arg(long, default_value = crate::server::DEFAULT_LISTEN)]
+    pub listen: SocketAddr,
+    /// How long a silent node stays ready before it is lost and its volumes blocked.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub heartbeat_ttl: Duration,
+    /// Force plugin mount mode; by default real bind mounts, or marker files where the
+    /// machine refuses mounts.
+    #[arg(long, value_parser = ["bind", "none"])]
+    pub mount: Option<String>,
+    /// Do not create the demo volumes.
+    #[arg(long)]
+    pub no_demo_volumes: bool,
+}
+
+/// The csivol plugin id dev mode gives the reference plugin.
+pub const DEV_PLUGIN: &str = "hostpath";
+
+/// Volumes dev mode creates (name, access mode) for a newcomer to claim.
+const DEMO_VOLUMES: [(&str, &str); 3] = [
+    ("demo-data", "single-node-writer"),
+    ("demo-shared", "multi-node-multi-writer"),
+    ("demo-readonly", "multi-node-reader-only"),
+];
+
+pub async fn run(args: DevArgs) -> anyhow::Result<()> {
+    if args.nodes == 0 || args.nodes > 64 {
+        bail!("--nodes must be between 1 and 64");
+    }
+    std::fs::create_dir_all(&args.dir)
+        .with_context(|| format!("failed to create {}", args.dir.display()))?;
+    let dir = args.dir.canonicalize()?;
+    let mount = match args.mount.as_deref() {
+        Some(m) => m.to_owned(),
+        None => match probe_mounts(&dir) {
+            Ok(()) => "bind".to_owned(),
+            Err(e) => {
+                eprintln!(
+                    "note: this machine refused a bind mount ({e}); the plugins run with --mount none \
+                     (marker files instead of mounts). Run as root for real mounts."
+                );
+                "none".to_owned()
+            }
+        },
+    };
+
+    let server = Server::start(ServerConfig {
+        data_dir: dir.join("server"),
+        listen: args.listen,
+        heartbeat_ttl: args.heartbeat_ttl,
+        controller_concurrency: 8,
+    })
+    .await?;
+    let url = format!("http://{}", server.addr);
+    let (stop_server, server_stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(server.serve(async {
+        let _ = server_stopped.await;
+    }));
+    let token_path = dir.join("server").join(crate::server::OPERATOR_TOKEN_FILE);
+    let token = std::fs::read_to_string(&token_path)
+        .with_context(|| format!("failed to read {}", token_path.display()))?
+        .trim()
+        .to_owned();
+    let client = Client {
+        http: reqwest::Client::new(),
+        url: url.clone(),
+        token: token.clone(),
+    };
+
+    let exe = std::env::current_exe().context("failed to find the csivol-agent binary")?;
+    let mut children: Vec<(String, Child)> = Vec::new();
+    let started: anyhow::Result<()> = async {
+        for i in 1..=args.nodes {
+            let node = format!("node-{i}");
+            let node_dir = dir.join(&node);
+            std::fs::create_dir_all(&node_dir)?;
+            let node_token = node_dir.join("token");
+            if !node_token.exists() {
+                let t = client.create_node_token(&node).await?;
+                write_private(&node_token, &t)?;
+            }
+            let socket = node_dir.join("plugin.sock");
+            let endpoint = format!("unix://{}", socket.display());
+            let mut plugin = Command::new(&exe);
+            plugin.arg("hostpath").args([
+                format!("--endpoint={endpoint}"),
+                format!("--node-id={node}"),
+                format!("--state-dir={}", node_dir.join("plugin").display()),
+                format!("--backend-dir={}", dir.join("backend").display()),
+                format!("--mount={mount}"),
+            ]);
+            children.push((
+                format!("{node} plugin"),
+                spawn(plugin, &node_dir.join("plugin.log"))?,
+            ));
+            let mut agent = Command::new(&exe);
+            agent.arg("node").args([
+                format!("--server={url}"),
+                format!("--node={node}"),
+                format!("--data-dir={}", node_dir.join("agent").display()),
+                format!("--token-file={}", node_token.display()),
+                format!("--plugin={DEV_PLUGIN}={endpoint}"),
+                format!("--controller={DEV_PLUGIN}={endpoint}"),
+            ]);
+            if mount == "none" {
+                agent.arg("--ready-check=exists");
+            }
+            children.push((
+                format!("{node} agent"),
+                spawn(agent, &node_dir.join("agent.log"))?,
+            ));
+        }
+        if !args.no_demo_volumes {
+            client
+                .wait_for_nodes(args.nodes, Duration::from_secs(60))
+                .await?;
+            for (name, mode) in DEMO_VOLUMES {
+                client.create_volume(name, mode).await?;
+            }
+        }
+        Ok(())
+    }
+    .await;
+    if let Err(e) = started {
+        stop(&mut children, &dir).await;
+        let _ = stop_server.send(());
+        return Err(e);
+    }
+
+    let env_file = dir.join("env");
+    std::fs::write(
+        &env_file,
+        format!(
+            "export CSIVOL_ADDR={url}\nexport CSIVOL_TOKEN_FILE={}\n",
+            token_path.display()
+        ),
+    )?;
+    let cli_token = offer_cli_token(&token);
+    print_banner(
+        &url,
+        &token_path,
+        &env_file,
+        cli_token.as_deref(),
+        args.nodes,
+        &mount,
+    );
+
+    tokio::select! {
+        () = shutdown_signal() => {}
+        name = first_exit(&mut children) => eprintln!("{name} exited; stopping dev mode (see its log under {})", dir.display()),
+    }
+    eprintln!("stopping: agents, plugins, server; unmounting what dev mode mounted");
+    stop(&mut children, &dir).await;
+    let _ = stop_server.send(());
+    serving.await.context("server task failed")??;
+    Ok(())
+}
+
+/// Checks that this process may bind-mount, with a throwaway mount under `dir`.
+fn probe_mounts(dir: &Path) -> anyhow::Result<()> {
+    let probe = dir.join(".mount-probe");
+    let (src, dst) = (probe.join("src"), probe.join("dst"));
+    std::fs::create_dir_all(&src)?;
+    std::fs::create_dir_all(&dst)?;
+    let result = rustix::mount::mount_bind(&src, &dst);
+    if result.is_ok() {
+        rustix::mount::unmount(&dst, rustix::mount::UnmountFlags::DETACH)?;
+    }
+    let _ = std::fs::remove_dir_all(&probe);
+    result.map_err(Into::into)
+}
+
+fn spawn(mut cmd: Command, log: &Path) -> anyhow::Result<Child> {
+    let out = std::fs::File::options()
+        .create(true)
+        .append(true)
+        .open(log)?;
+    let err = out.try_clone()?;
+    cmd.stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .kill_on_drop(true);
+    cmd.spawn()
+        .with_context(|| format!("failed to start a child process (log: {})", log.display()))
+}
+
+/// Waits until one child exits; returns its name.
+async fn first_exit(children: &mut [(String, Child)]) -> String {
+    loop {
+        for (name, child) in children.iter_mut() {
+            if let Ok(Some(_)) = child.try_wait() {
+                return name.clone();
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Stops agents first (they must not see their plugin vanish mid-call), then plugins, then
+/// undoes every mount below `dir`: dev mode leaves nothing mounted behind.
+async fn stop(children: &mut Vec<(String, Child)>, dir: &Path) {
+    for pass in ["agent", "plugin"] {
+        for (name, child) in children.iter_mut().filter(|(n, _)| n.ends_with(pass)) {
+            if let Some(pid) = child.id()
+                && let Some(pid) = rustix::process::Pid::from_raw(pid as i32)
+            {
+                let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+            }
+            if tokio::time::timeout(Duration::from_secs(10), child.wait())
+                .await
+                .is_err()
+            {
+                eprintln!("{name} did not stop within 10s; killing it");
+                let _ = child.kill().await;
+            }
+        }
+    }
+    children.clear();
+    let mut mounts = mounts_under(dir);
+    mounts.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
+    for m in mounts {
+        if let Err(e) = rustix::mount::unmount(&m, rustix::mount::UnmountFlags::DETACH) {
+            eprintln!("failed to unmount {}: {e}", m.display());
+        }
+    }
+}
+
+fn mounts_under(root: &Path) -> Vec<PathBuf> {
+    let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    table
+        .lines()
+        .filter_map(|line| line.split(' ').nth(4))
+        .map(|p| PathBuf::from(p.replace("\\040", " ")))
+        .filter(|p| p.starts_with(root))
+        .collect()
+}
+
+fn write_private(path: &Path, content: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("failed to write {}", path.display()))?;
+    writeln!(f, "{content}")?;
+    Ok(())
+}
+
+/// Where the CLI looks for a token when none is given (see the CLI's documentation).
+pub fn cli_token_path() -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_CONFIG_HOME")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))?;
+    Some(base.join("csivol").join("token"))
+}
+
+/// Writes the operator token where the CLI looks by default, unless a different token is
+/// already there (never overwrite someone's token). Returns the path when it holds ours.
+fn offer_cli_token(token: &str) -> Option<PathBuf> {
+    let path = cli_token_path()?;
+    match std::fs::read_to_string(&path) {
+        Ok(existing) if existing.trim() == token => Some(path),
+        Ok(_) => None,
+        Err(_) => write_private(&path, token).ok().map(|()| path),
+    }
+}
+
+fn print_banner(
+    url: &str,
+    token: &Path,
+    env: &Path,
+    cli_token: Option<&Path>,
+    nodes: u32,
+    mount: &str,
+) {
+    let finds = match cli_token {
+        Some(p) => format!(
+            "the operator token is also in {} where `csivol` finds it",
+            p.display()
+        ),
+        None => format!(
+            "another token is in the CLI's default place; run `source {}` first",
+            env.display()
+        ),
+    };
+    println!(
+        "csivol dev cluster is up: server {url}, {nodes} node(s), plugin `{DEV_PLUGIN}` (mounts: {mount})\n\
+         operator token: {}\n\
+         {finds}\n\n\
+         Try:\n  \
+         csivol status\n  \
+         csivol claim demo-data --node node-1 --alloc job-1 --wait\n  \
+         csivol volume show demo-data\n  \
+         csivol release demo-data --alloc job-1 --wait\n  \
+         csivol events\n\n\
+         Ctrl-C stops everything and unmounts what was mounted; run again to resume.",
+        token.display()
+    );
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}
+
+/// The few API calls dev mode makes of its own server.
+struct Client {
+    http: reqwest::Client,
+    url: String,
+    token: String,
+}
+
+impl Client {
+    async fn call<T: serde::de::DeserializeOwned>(
+        &self,
+        req: reqwest::RequestBuilder,
+    ) -> anyhow::Result<(u16, Option<T>)> {
+        let resp = req
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .context("dev server did not answer")?;
+        let status = resp.status().as_u16();
+        if resp.status().is_success() {
+            return Ok((status, resp.json().await.ok()));
+        }
+        let body: Option<api::ErrorResponse> = resp.json().await.ok();
+        bail!(
+            "dev server refused ({status}): {}",
+            body.map_or_else(String::new, |b| b.error.message)
+        )
+    }
+
+    async fn create_node_token(&self, node: &str) -> anyhow::Result<String> {
+        let req = api::TokenRequest {
+            role: api::Role::Node,
+            node: Some(node.to_owned()),
+        };
+        let (_, t) = self
+            .call::<api::TokenResponse>(
+                self.http.post(format!("{}/v1/tokens", self.url)).json(&req),
+            )
+            .await?;
+        Ok(t.context("no token in the answer")?.token)
+    }
+
+    async fn wait_for_nodes(&self, n: u32, timeout: Duration) -> anyhow::Result<()> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let (_, nodes) = self
+                .call::<Vec<api::Node>>(self.http.get(format!("{}/v1/nodes", self.url)))
+                .await?;
+            let ready = nodes
+                .unwrap_or_default()
+                .iter()
+                .filter(|n| n.status == api::NodeStatus::Ready)
+                .count();
+            if ready as u32 >= n {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                bail!(
+                    "only {ready} of {n} node agents registered within {timeout:?}; see the agent logs"
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn create_volume(&self, name: &str, mode: &str) -> anyhow::Result<()> {
+        let spec = api::CreateVolumeSpec {
+            plugin: DEV_PLUGIN.to_owned(),
+            access_mode: mode.parse().map_err(anyhow::Error::msg)?,
+            attachment: api::Attachment::FileSystem,
+            capacity_bytes: 64 << 20,
+            fs_type: String::new(),
+            mount_flags: Vec::new(),
+            parameters: Default::default(),
+            secrets: Default::default(),
+        };
+        let url = format!("{}/v1/volumes/{name}", self.url);
+        let exists = self
+            .http
+            .get(&url)
+            .bearer_auth(&self.token)
+            .send()
+            .await?
+            .status()
+            .is_success();
+        if !exists {
+            self.call::<api::Volume>(self.http.post(format!("{url}/create")).json(&spec))
+                .await?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,170 @@
+//! `csivol-hostpath`: a spec-following CSI plugin over directories and bind mounts, with
+//! fault injection, for csivol's dev mode, tests, benchmarks and demos.
+//!
+//! A library too, so that `csivol-agent dev` can run the plugin from its own binary.
+
+mod faults;
+mod mounts;
+mod service;
+mod store;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context, bail};
+use clap::Parser;
+use csivol_proto::CsiEndpoint;
+use csivol_proto::csi::v1 as csi;
+use tokio::net::UnixListener;
+use tokio_stream::wrappers::UnixListenerStream;
+
+use crate::faults::{DelaySpec, FailSpec, Faults};
+use crate::mounts::MountMode;
+use crate::service::{Config, Plugin, Service};
+use crate::store::Backend;
+
+/// How long calls in flight may take to finish after SIGTERM or SIGINT.
+const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// csivol's reference CSI plugin: volumes are directories, staging and publishing are bind
+/// mounts. Serves the Identity, Controller and Node services on one endpoint.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "csivol-hostpath", version)]
+pub struct Args {
+    /// Where to listen: `unix:///path/to/plugin.sock` (a stale socket file is replaced).
+    #[arg(long)]
+    pub endpoint: String,
+    /// This node's id, reported by NodeGetInfo.
+    #[arg(long)]
+    pub node_id: String,
+    /// Directory for this instance's state (`node.json`, `calls.jsonl`).
+    #[arg(long)]
+    pub state_dir: PathBuf,
+    /// The storage backend, shared by every plugin instance of one simulated cluster:
+    /// volume data, volume records and attachments. Defaults to `<state-dir>/backend`.
+    #[arg(long)]
+    pub backend_dir: Option<PathBuf>,
+    /// Most volumes that may be controller-published to this node (0: no limit).
+    #[arg(long, default_value_t = 0)]
+    pub max_volumes_per_node: u32,
+    /// `bind`: real bind mounts; `none`: directories and marker files only.
+    #[arg(long, value_enum, default_value = "bind")]
+    pub mount: MountMode,
+    /// Do not advertise PUBLISH_UNPUBLISH_VOLUME (a node-only plugin).
+    #[arg(long)]
+    pub no_controller: bool,
+    /// Do not advertise STAGE_UNSTAGE_VOLUME: publish bind-mounts the volume directly.
+    #[arg(long)]
+    pub no_stage: bool,
+    /// Skip fsync on state writes: they stay atomic against a crash of the plugin, but not
+    /// of the machine. For benchmarks.
+    #[arg(long)]
+    pub no_fsync: bool,
+    /// Fail calls: `RPC=CODE[:COUNT]`, e.g. `NodeStageVolume=UNAVAILABLE:2` fails the first
+    /// two calls (every call without COUNT). Repeatable.
+    #[arg(long = "fail", value_name = "RPC=CODE[:COUNT]")]
+    pub fail: Vec<FailSpec>,
+    /// Delay calls: `RPC=DURATION`, e.g. `NodePublishVolume=2s`. Repeatable.
+    #[arg(long = "delay", value_name = "RPC=DURATION")]
+    pub delay: Vec<DelaySpec>,
+}
+
+/// Serves the plugin until SIGTERM or SIGINT.
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    let socket = match args.endpoint.parse::<CsiEndpoint>()? {
+        CsiEndpoint::Unix(path) => path,
+        CsiEndpoint::Tcp(_) => {
+            bail!("csivol-hostpath listens on unix sockets only: use --endpoint unix:///path.sock")
+        }
+    };
+    if args.node_id.is_empty() {
+        bail!("--node-id must not be empty");
+    }
+    std::fs::create_dir_all(&args.state_dir)
+        .with_context(|| format!("failed to create state dir {}", args.state_dir.display()))?;
+    let backend_dir = args
+        .backend_dir
+        .clone()
+        .unwrap_or_else(|| args.state_dir.join("backend"));
+    let backend = Backend::open(backend_dir.clone(), !args.no_fsync)
+        .with_context(|| format!("failed to open backend dir {}", backend_dir.display()))?;
+    let cfg = Config {
+        node_id: args.node_id.clone(),
+        mount: args.mount,
+        stage: !args.no_stage,
+        controller_publish: !args.no_controller,
+        max_volumes_per_node: args.max_volumes_per_node,
+        fsync: !args.no_fsync,
+    };
+    let plugin = Plugin::new(
+        cfg,
+        backend,
+        &args.state_dir,
+        Faults::new(&args.fail, &args.delay),
+    )
+    .with_context(|| format!("failed to load state from {}", args.state_dir.display()))?;
+    let listener = bind(&socket).await?;
+    tracing::info!(endpoint = args.endpoint, node_id = args.node_id, mount = ?args.mount, "csivol-hostpath serving");
+
+    let service = Service(Arc::new(plugin));
+    let (stopping_tx, stopping_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tonic::transport::Server::builder()
+        .add_service(csi::identity_server::IdentityServer::new(service.clone()))
+        .add_service(csi::controller_server::ControllerServer::new(
+            service.clone(),
+        ))
+        .add_service(csi::node_server::NodeServer::new(service))
+        .serve_with_incoming_shutdown(UnixListenerStream::new(listener), async {
+            shutdown_signal().await;
+            let _ = stopping_tx.send(());
+        });
+    // Graceful shutdown waits for clients to close their connections, and a CO keeps its
+    // connection open; so calls in flight get a grace period, then the plugin exits.
+    let grace = async {
+        let _ = stopping_rx.await;
+        tokio::time::sleep(SHUTDOWN_GRACE).await;
+    };
+    let served = tokio::select! {
+        served = server => served,
+        () = grace => Ok(()),
+    };
+    let _ = std::fs::remove_file(&socket);
+    served.context("gRPC server failed")?;
+    tracing::info!("csivol-hostpath stopped");
+    Ok(())
+}
+
+/// Binds the socket, replacing a stale socket file but never one a live plugin serves.
+async fn bind(socket: &std::path::Path) -> anyhow::Result<UnixListener> {
+    if socket.exists() {
+        if tokio::net::UnixStream::connect(socket).await.is_ok() {
+            bail!(
+                "another process is serving on {}; stop it or choose another --endpoint",
+                socket.display()
+            );
+        }
+        std::fs::remove_file(socket)
+            .with_context(|| format!("failed to remove stale socket {}", socket.display()))?;
+    }
+    if let Some(dir) = socket.parent() {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("failed to create {}", dir.display()))?;
+    }
+    UnixListener::bind(socket).with_context(|| format!("failed to listen on {}", socket.display()))
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        // Without signal handlers the plugin still stops when killed; it just cannot
+        // remove its socket file first.
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}
