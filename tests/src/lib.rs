@@ -316,8 +316,9 @@ impl Api {
     /// Sends raw bytes as a JSON body (for malformed-input tests).
     pub async fn raw(&self, method: &str, path: &str, body: Vec<u8>) -> (u16, Value) {
         let method = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
-        let mut req = self
-            .http
+        // A connection of its own: the server may close it after refusing the body, and a
+        // pooled connection closed under a later request would fail that request.
+        let mut req = reqwest::Client::new()
             .request(method, format!("{}{path}", self.base))
             .header("content-type", "application/json")
             .body(body);
