@@ -32,6 +32,8 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:7420";
 pub const OPERATOR_TOKEN_FILE: &str = "operator.token";
 /// File in the data dir holding the address the server listens on (useful with port 0).
 pub const ADDR_FILE: &str = "server.addr";
+/// How many of the newest events the event log keeps; older ones are pruned every minute.
+pub const EVENTS_KEPT: i64 = 100_000;
 
 /// `csivol-agent server` flags. Flags override the `--config` file.
 #[derive(Debug, Clone, Default, clap::Args)]
@@ -204,6 +206,7 @@ impl Server {
         let tasks = [
             tokio::spawn(watch_liveness(self.app.clone())),
             tokio::spawn(schedule_due_ops(self.app.clone())),
+            tokio::spawn(prune_events(self.app.clone())),
         ];
         let router = http::router(self.app);
         let served = axum::serve(self.listener, router)
@@ -263,6 +266,29 @@ async fn schedule_due_ops(app: http::App) {
             {
                 tracing::warn!(error = %e, "failed to schedule controller operations");
             }
+        }
+    }
+}
+
+/// Keeps the event log bounded: a busy cluster writes several events per claim.
+async fn prune_events(app: http::App) {
+    let mut tick = tokio::time::interval(Duration::from_secs(60));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let pruned = app
+            .db
+            .write(|ctx| {
+                Ok(ctx.tx.execute(
+                    "DELETE FROM events WHERE idx <= (SELECT MAX(idx) FROM events) - ?1",
+                    [EVENTS_KEPT],
+                )?)
+            })
+            .await;
+        match pruned {
+            Ok(0) => {}
+            Ok(n) => tracing::debug!(pruned = n, "pruned old events"),
+            Err(e) => tracing::warn!(error = %e, "failed to prune old events"),
         }
     }
 }
