@@ -378,6 +378,11 @@ impl Plugin {
         req: csi::CreateVolumeRequest,
     ) -> Result<csi::CreateVolumeResponse, Status> {
         require(&req.name, "name")?;
+        if crate::store::file_safe(&req.name).len() > 240 {
+            return Err(Status::invalid_argument(
+                "`name` is too long for csivol-hostpath (at most 120 bytes of non-alphanumeric text)",
+            ));
+        }
         capabilities(&req.volume_capabilities)?;
         if req.volume_content_source.is_some() {
             return Err(Status::invalid_argument(
@@ -550,6 +555,7 @@ impl Plugin {
             crate::store::file_safe(&req.node_id)
         );
         let record = AttachmentRecord {
+            node_id: req.node_id.clone(),
             readonly: req.readonly,
             publish_context: [(PUBLISH_DEVICE_KEY.to_owned(), device)].into(),
         };

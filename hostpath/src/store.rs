@@ -64,6 +64,7 @@ pub struct VolumeRecord {
 /// A volume controller-published to a node.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct AttachmentRecord {
+    pub node_id: String,
     pub readonly: bool,
     pub publish_context: PublishContext,
 }
@@ -77,8 +78,10 @@ pub struct NodeRecord {
 /// The storage system the plugin drives: a directory that several plugin processes (one
 /// per simulated node) may share, like nodes sharing a storage array.
 ///
-/// Layout: `volumes/<id>.json`, `data/<id>/` (the volume's contents),
-/// `attachments/<id>/<node>.json`, `nodes/<node>.json`, `next-id`, `lock`.
+/// Layout: `volumes/<id>.json`, `names/<name>` (the id of the volume with that name),
+/// `data/<id>/` (the volume's contents), `attachments/<id>/<node>.json`, `by-node/<node>/<id>`
+/// (an index, so counting a node's volumes does not read every volume), `nodes/<node>.json`,
+/// `next-id`, `lock`. Node ids and names become file names through [`file_safe`].
 #[derive(Clone, Debug)]
 pub struct Backend {
     root: PathBuf,
@@ -87,7 +90,14 @@ pub struct Backend {
 
 impl Backend {
     pub fn open(root: PathBuf, fsync: bool) -> io::Result<Self> {
-        for dir in ["volumes", "data", "attachments", "nodes"] {
+        for dir in [
+            "volumes",
+            "names",
+            "data",
+            "attachments",
+            "by-node",
+            "nodes",
+        ] {
             fs::create_dir_all(root.join(dir))?;
         }
         Ok(Self { root, fsync })
@@ -131,7 +141,14 @@ impl Backend {
     }
 
     pub fn volume_by_name(&self, name: &str) -> io::Result<Option<VolumeRecord>> {
-        Ok(self.volumes()?.into_iter().find(|v| v.name == name))
+        let Some(id) = read_json::<String>(&self.name_path(name))? else {
+            return Ok(None);
+        };
+        Ok(self.volume(&id)?.filter(|v| v.name == name))
+    }
+
+    fn name_path(&self, name: &str) -> PathBuf {
+        self.root.join("names").join(file_safe(name))
     }
 
     /// Creates the volume's record and data directory under a fresh id. Needs the lock.
@@ -145,6 +162,8 @@ impl Backend {
         write_json(&counter, &(next + 1), self.fsync)?;
         record.id = format!("hostpath-{next:06}");
         fs::create_dir_all(self.data_dir(&record.id))?;
+        // The record first, the name index last: a crash in between leaves an unnamed
+        // record, never a name pointing at nothing.
         write_json(
             &self
                 .root
@@ -153,11 +172,15 @@ impl Backend {
             &record,
             self.fsync,
         )?;
+        write_json(&self.name_path(&record.name), &record.id, self.fsync)?;
         Ok(record)
     }
 
     /// Removes the volume's record and its data. Needs the lock.
     pub fn delete_volume(&self, _lock: &BackendLock, id: &str) -> io::Result<()> {
+        if let Some(v) = self.volume(id)? {
+            remove_if_exists(&self.name_path(&v.name))?;
+        }
         remove_if_exists(&self.root.join("volumes").join(format!("{id}.json")))?;
         match fs::remove_dir_all(self.data_dir(id)) {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
@@ -178,31 +201,33 @@ impl Backend {
         };
         for entry in entries {
             let path = entry?.path();
-            let Some(node) = path.file_stem().and_then(|s| s.to_str()) else {
-                continue;
-            };
             if path.extension().is_some_and(|e| e == "json")
-                && let Some(a) = read_json(&path)?
+                && let Some(a) = read_json::<AttachmentRecord>(&path)?
             {
-                out.insert(node.to_owned(), a);
+                out.insert(a.node_id.clone(), a);
             }
         }
         Ok(out)
     }
 
     pub fn attachment(&self, id: &str, node: &str) -> io::Result<Option<AttachmentRecord>> {
-        Ok(self.attachments(id)?.remove(node))
+        if !valid_id(id) {
+            return Ok(None);
+        }
+        read_json(&self.attachment_path(id, node))
     }
 
     /// How many volumes are attached to `node`.
     pub fn attached_count(&self, node: &str) -> io::Result<usize> {
-        let mut count = 0;
-        for v in self.volumes()? {
-            if self.attachments(&v.id)?.contains_key(node) {
-                count += 1;
-            }
+        match fs::read_dir(self.by_node(node)) {
+            Ok(entries) => Ok(entries.count()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(0),
+            Err(e) => Err(e),
         }
-        Ok(count)
+    }
+
+    fn by_node(&self, node: &str) -> PathBuf {
+        self.root.join("by-node").join(file_safe(node))
     }
 
     pub fn attach(
@@ -212,11 +237,16 @@ impl Backend {
         node: &str,
         a: &AttachmentRecord,
     ) -> io::Result<()> {
+        // The index first, the record last; detach undoes them in the other order, so the
+        // index never misses an attachment (it may briefly count one that is going).
+        fs::create_dir_all(self.by_node(node))?;
+        File::create(self.by_node(node).join(id))?;
         write_json(&self.attachment_path(id, node), a, self.fsync)
     }
 
     pub fn detach(&self, _lock: &BackendLock, id: &str, node: &str) -> io::Result<()> {
-        remove_if_exists(&self.attachment_path(id, node))
+        remove_if_exists(&self.attachment_path(id, node))?;
+        remove_if_exists(&self.by_node(node).join(id))
     }
 
     fn attachment_path(&self, id: &str, node: &str) -> PathBuf {
