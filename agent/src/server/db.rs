@@ -137,8 +137,12 @@ pub fn now_ms() -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
+/// Distinct statements the server runs; all of them stay prepared.
+const STATEMENT_CACHE: usize = 256;
+
 fn configure(conn: &Connection) -> rusqlite::Result<()> {
     conn.busy_timeout(std::time::Duration::from_secs(10))?;
+    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
     // WAL lets readers run beside the writer; synchronous=FULL makes each commit durable
     // (the WAL is fsynced) before it returns.
     conn.pragma_update(None, "journal_mode", "WAL")?;
@@ -283,6 +287,7 @@ impl Db {
                         OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
                     )?;
                     c.busy_timeout(std::time::Duration::from_secs(10))?;
+                    c.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
                     c
                 }
             };

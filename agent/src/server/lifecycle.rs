@@ -54,6 +54,12 @@ pub fn event(
     Ok(())
 }
 
+/// Runs one statement through the connection's statement cache: the same few statements
+/// run for every claim, and preparing them each time would cost more than running them.
+fn exec(conn: &Connection, sql: &str, params: impl rusqlite::Params) -> ApiResult<usize> {
+    Ok(conn.prepare_cached(sql)?.execute(params)?)
+}
+
 fn touch_volume(ctx: &mut WriteCtx<'_>, volume: &str) -> ApiResult<()> {
     ctx.tx
         .prepare_cached("UPDATE volumes SET modify_index = ?1, updated_at = ?2 WHERE name = ?3")?
@@ -128,7 +134,8 @@ fn check_spec_names(
 }
 
 fn insert_volume(ctx: &mut WriteCtx<'_>, v: &VolumeRow) -> ApiResult<()> {
-    ctx.tx.execute(
+    exec(
+        ctx.tx,
         "INSERT INTO volumes (name, plugin, external_id, access_mode, attachment, fs_type, mount_flags, context, \
          parameters, secrets, capacity_bytes, lifecycle, error, created_at, updated_at, modify_index) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?14, ?15) \
@@ -383,7 +390,8 @@ pub fn deregister_volume(
         Lifecycle::Ready | Lifecycle::Failed => {}
     }
     if delete && v.lifecycle == Lifecycle::Ready {
-        ctx.tx.execute(
+        exec(
+            ctx.tx,
             "UPDATE volumes SET lifecycle = 'deleting', error = NULL, updated_at = ?1, modify_index = ?2 WHERE name = ?3",
             params![ctx.now, ctx.index as i64, name],
         )?;
@@ -777,12 +785,14 @@ fn begin_detach(
     limits: &Limits,
 ) -> ApiResult<()> {
     if needs_controller_publish(ctx.tx, &v.plugin)? {
-        ctx.tx.execute(
+        exec(
+            ctx.tx,
             "UPDATE attachments SET state = 'detaching', forced = ?1, error = NULL, next_retry_at = NULL, updated_at = ?2 \
              WHERE volume = ?3 AND node = ?4",
             params![forced, ctx.now, v.name, node],
         )?;
-        ctx.tx.execute(
+        exec(
+            ctx.tx,
             "DELETE FROM ops WHERE volume = ?1 AND kind = 'publish' AND node = ?2",
             params![v.name, node],
         )?;
@@ -837,7 +847,8 @@ pub fn schedule_ops(ctx: &mut WriteCtx<'_>, plugin: &str, limits: &Limits) -> Ap
     }
     if hosts.is_empty() {
         let msg = format!("no healthy agent hosts the controller of plugin `{plugin}`");
-        ctx.tx.execute(
+        exec(
+            ctx.tx,
             "UPDATE ops SET error = ?1 WHERE plugin = ?2 AND host IS NULL AND (error IS NULL OR error != ?1)",
             params![msg, plugin],
         )?;
@@ -921,7 +932,8 @@ pub fn register_node(
     let was_lost = existing
         .as_ref()
         .is_some_and(|n| n.status == NodeStatus::Lost);
-    ctx.tx.execute(
+    exec(
+        ctx.tx,
         "INSERT INTO nodes (name, status, registered_at, fence_after_ms) VALUES (?1, 'ready', ?2, ?3) \
          ON CONFLICT (name) DO UPDATE SET status = 'ready', lost_at = NULL, fence_after_ms = ?3",
         params![node, ctx.now, req.fence_after_ms.map(|v| v as i64)],
@@ -934,7 +946,8 @@ pub fn register_node(
         .execute("DELETE FROM node_plugins WHERE node = ?1", [node])?;
     for p in &req.plugins {
         let node_part = p.node.as_ref();
-        ctx.tx.execute(
+        exec(
+            ctx.tx,
             "INSERT INTO node_plugins (node, plugin, registration, csi_node_id, max_volumes, node_service, controller, \
              controller_service, controller_publish, stage_unstage) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
             params![
@@ -1084,7 +1097,8 @@ pub fn mark_lost(
     if n.status == NodeStatus::Lost {
         return Ok(());
     }
-    ctx.tx.execute(
+    exec(
+        ctx.tx,
         "UPDATE nodes SET status = 'lost', lost_at = ?1 WHERE name = ?2",
         params![ctx.now, node],
     )?;
@@ -1103,7 +1117,8 @@ pub fn mark_lost(
     for v in &atts {
         set_attachment_state(ctx, v, node, AttachmentState::Blocked)?;
         // A publish to a lost node is pointless; an unblock will unpublish whatever it did.
-        ctx.tx.execute(
+        exec(
+            ctx.tx,
             "DELETE FROM ops WHERE volume = ?1 AND kind = 'publish' AND node = ?2",
             params![v, node],
         )?;
@@ -1113,7 +1128,8 @@ pub fn mark_lost(
         .prepare_cached("SELECT DISTINCT plugin FROM ops WHERE host = ?1")?
         .query_map([node], |r| r.get(0))?
         .collect::<Result<_, _>>()?;
-    ctx.tx.execute(
+    exec(
+        ctx.tx,
         "UPDATE ops SET host = NULL, assigned_at = NULL WHERE host = ?1",
         [node],
     )?;
@@ -1189,7 +1205,8 @@ pub fn apply_reports(
                 else {
                     continue;
                 };
-                ctx.tx.execute(
+                exec(
+                    ctx.tx,
                     "UPDATE claims SET target_path = ?1, updated_at = ?2, modify_index = ?3 WHERE volume = ?4 AND alloc = ?5",
                     params![target_path, ctx.now, ctx.index as i64, volume, alloc],
                 )?;
@@ -1283,9 +1300,17 @@ pub fn apply_reports(
                 else {
                     continue;
                 };
-                ctx.tx.execute(
+                exec(
+                    ctx.tx,
                     "UPDATE claims SET error = ?1, next_retry_at = ?2, updated_at = ?3, modify_index = ?4 WHERE volume = ?5 AND alloc = ?6",
-                    params![format_error(&error), error.next_retry_at_ms.map(|t| t as i64), ctx.now, ctx.index as i64, volume, alloc],
+                    params![
+                        format_error(&error),
+                        error.next_retry_at_ms.map(|t| t as i64),
+                        ctx.now,
+                        ctx.index as i64,
+                        volume,
+                        alloc
+                    ],
                 )?;
                 touch_volume(ctx, &volume)?;
                 if error.is_final
@@ -1316,7 +1341,8 @@ pub fn apply_reports(
                 };
                 observe_op(limits, ctx.now, &o, "ok");
                 delete_op(ctx, op)?;
-                let updated = ctx.tx.execute(
+                let updated = exec(
+                    ctx.tx,
                     "UPDATE attachments SET state = 'attached', publish_context = ?1, error = NULL, next_retry_at = NULL, updated_at = ?2 \
                      WHERE volume = ?3 AND node = ?4 AND state = 'attaching'",
                     params![to_json(&publish_context), ctx.now, o.volume, o.node],
@@ -1358,10 +1384,18 @@ pub fn apply_reports(
                 };
                 observe_op(limits, ctx.now, &o, "ok");
                 delete_op(ctx, op)?;
-                ctx.tx.execute(
+                exec(
+                    ctx.tx,
                     "UPDATE volumes SET external_id = ?1, capacity_bytes = ?2, context = ?3, lifecycle = 'ready', error = NULL, \
                      updated_at = ?4, modify_index = ?5 WHERE name = ?6 AND lifecycle = 'creating'",
-                    params![external_id, capacity_bytes as i64, to_json(&context), ctx.now, ctx.index as i64, o.volume],
+                    params![
+                        external_id,
+                        capacity_bytes as i64,
+                        to_json(&context),
+                        ctx.now,
+                        ctx.index as i64,
+                        o.volume
+                    ],
                 )?;
                 ctx.touch(Key::Volume(o.volume.clone()));
                 event(
@@ -1393,7 +1427,8 @@ pub fn apply_reports(
                 schedule_ops(ctx, &o.plugin, limits)?;
             }
             Report::Fenced { at_ms, volumes } => {
-                ctx.tx.execute(
+                exec(
+                    ctx.tx,
                     "UPDATE nodes SET fenced_at = ?1 WHERE name = ?2",
                     params![at_ms as i64, node],
                 )?;
@@ -1459,7 +1494,10 @@ fn op_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<OpRow> {
 /// The operation a report answers, if the report is current: same attempt, from its host.
 fn load_op(conn: &Connection, id: u64, attempt: u32, host: &str) -> ApiResult<Option<OpRow>> {
     let sql = format!("SELECT {OP_COLUMNS} FROM ops WHERE id = ?1");
-    let op = super::db::optional(conn.query_row(&sql, [id as i64], op_from_row))?;
+    let op = super::db::optional(
+        conn.prepare_cached(&sql)?
+            .query_row([id as i64], op_from_row),
+    )?;
     Ok(op.filter(|o| o.attempt == attempt && o.host.as_deref() == Some(host)))
 }
 
@@ -1517,7 +1555,8 @@ fn finish_unpublish(ctx: &mut WriteCtx<'_>, o: &OpRow, actor: &str) -> ApiResult
 
 fn finish_delete(ctx: &mut WriteCtx<'_>, o: &OpRow, actor: &str) -> ApiResult<()> {
     delete_op(ctx, o.id as u64)?;
-    ctx.tx.execute(
+    exec(
+        ctx.tx,
         "DELETE FROM volumes WHERE name = ?1 AND lifecycle = 'deleting'",
         [&o.volume],
     )?;
@@ -1550,22 +1589,26 @@ fn op_failed(ctx: &mut WriteCtx<'_>, o: &OpRow, error: &PluginError, actor: &str
         // An attachment is never dropped on an error: unpublish is retried until it
         // succeeds, so the volume is never reported free while it may still be attached.
         let next = ctx.now + backoff(o.attempt).as_millis() as i64;
-        ctx.tx.execute(
+        exec(
+            ctx.tx,
             "UPDATE ops SET attempt = attempt + 1, host = NULL, assigned_at = NULL, not_before = ?1, error = ?2 WHERE id = ?3",
             params![next, message, o.id],
         )?;
         if let Some(n) = &node {
-            ctx.tx.execute(
+            exec(
+                ctx.tx,
                 "UPDATE attachments SET error = ?1, next_retry_at = ?2, updated_at = ?3 WHERE volume = ?4 AND node = ?5",
                 params![message, next, ctx.now, o.volume, n],
             )?;
-            ctx.tx.execute(
+            exec(
+                ctx.tx,
                 "UPDATE claims SET error = ?1, next_retry_at = ?2, updated_at = ?3, modify_index = ?4 \
                  WHERE volume = ?5 AND node = ?6 AND state IN ('attaching', 'pending')",
                 params![message, next, ctx.now, ctx.index as i64, o.volume, n],
             )?;
         } else {
-            ctx.tx.execute(
+            exec(
+                ctx.tx,
                 "UPDATE volumes SET error = ?1, updated_at = ?2, modify_index = ?3 WHERE name = ?4",
                 params![
                     format!("{message}; retrying at {}", time(next)),
@@ -1594,7 +1637,8 @@ fn op_failed(ctx: &mut WriteCtx<'_>, o: &OpRow, error: &PluginError, actor: &str
             delete_attachment(ctx, &o.volume, &n)?;
             for c in ClaimRow::of_volume(ctx.tx, &o.volume)? {
                 if c.node == n && matches!(c.state, ClaimState::Attaching | ClaimState::Pending) {
-                    ctx.tx.execute(
+                    exec(
+                        ctx.tx,
                         "UPDATE claims SET error = ?1, next_retry_at = NULL WHERE volume = ?2 AND alloc = ?3",
                         params![message, c.volume, c.alloc],
                     )?;
@@ -1603,14 +1647,16 @@ fn op_failed(ctx: &mut WriteCtx<'_>, o: &OpRow, error: &PluginError, actor: &str
             }
         }
         "create" => {
-            ctx.tx.execute(
+            exec(
+                ctx.tx,
                 "UPDATE volumes SET lifecycle = 'failed', error = ?1, updated_at = ?2, modify_index = ?3 WHERE name = ?4",
                 params![message, ctx.now, ctx.index as i64, o.volume],
             )?;
             ctx.touch(Key::Volume(o.volume.clone()));
         }
         "delete" => {
-            ctx.tx.execute(
+            exec(
+                ctx.tx,
                 "UPDATE volumes SET lifecycle = 'ready', error = ?1, updated_at = ?2, modify_index = ?3 WHERE name = ?4",
                 params![message, ctx.now, ctx.index as i64, o.volume],
             )?;

@@ -113,7 +113,7 @@ impl VolumeRow {
 
     pub fn load(conn: &Connection, name: &str) -> ApiResult<Option<Self>> {
         let sql = format!("SELECT {VOLUME_COLUMNS} FROM volumes WHERE name = ?1");
-        super::db::optional(conn.query_row(&sql, [name], Self::from_row))
+        super::db::optional(conn.prepare_cached(&sql)?.query_row([name], Self::from_row))
     }
 
     pub fn require(conn: &Connection, name: &str) -> ApiResult<Self> {
@@ -229,7 +229,10 @@ impl ClaimRow {
 
     pub fn load(conn: &Connection, volume: &str, alloc: &str) -> ApiResult<Option<Self>> {
         let sql = format!("SELECT {CLAIM_COLUMNS} FROM claims WHERE volume = ?1 AND alloc = ?2");
-        super::db::optional(conn.query_row(&sql, [volume, alloc], Self::from_row))
+        super::db::optional(
+            conn.prepare_cached(&sql)?
+                .query_row([volume, alloc], Self::from_row),
+        )
     }
 
     pub fn to_api(&self) -> api::Claim {
@@ -328,7 +331,7 @@ impl NodeRow {
 
     pub fn load(conn: &Connection, name: &str) -> ApiResult<Option<Self>> {
         let sql = format!("SELECT {NODE_COLUMNS} FROM nodes WHERE name = ?1");
-        super::db::optional(conn.query_row(&sql, [name], Self::from_row))
+        super::db::optional(conn.prepare_cached(&sql)?.query_row([name], Self::from_row))
     }
 
     pub fn require(conn: &Connection, name: &str) -> ApiResult<Self> {
