@@ -75,6 +75,7 @@ enum Control {
     Fence(Fence),
     Unfence,
     Resync,
+    Idle(tokio::sync::oneshot::Sender<()>),
 }
 
 /// A running core. Dropping it stops the loop and every worker at once, as a crash would:
@@ -205,6 +206,14 @@ impl Core {
     /// Re-checks everything now, as the periodic resync does.
     pub fn resync(&self) {
         let _ = self.control.send(Control::Resync);
+    }
+
+    /// Waits until the loop has looked at the latest desired state and no volume worker
+    /// runs (retries may be pending). Lets tests check that something did not happen.
+    pub async fn idle(&self) {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let _ = self.control.send(Control::Idle(tx));
+        let _ = rx.await;
     }
 
     /// Self-fencing: records the fence, then takes down everything published or staged,
@@ -667,7 +676,9 @@ async fn run_job(shared: Arc<Shared>, job: Job, ctx: JobContext) -> Outcome {
                         volume: vol.clone(),
                         alloc: r.alloc.clone(),
                     });
-                    out.memo_unpublished.push(r.alloc.clone());
+                    if job.listed_unpublish.contains(&r.alloc) {
+                        out.memo_unpublished.push(r.alloc.clone());
+                    }
                 }
             }
             Err(e) => {
@@ -699,7 +710,7 @@ async fn run_job(shared: Arc<Shared>, job: Job, ctx: JobContext) -> Outcome {
         shared.report(Report::Unstaged {
             volume: vol.clone(),
         });
-        out.memo_unstaged = true;
+        out.memo_unstaged = job.listed_unstage;
     }
     let pending: Vec<&str> = job
         .publish
@@ -838,6 +849,7 @@ struct Reconciler {
     ops_started: HashSet<(u64, u32)>,
     /// Set by a resync: check that published volumes are still ready.
     verify: bool,
+    idle_waiters: Vec<tokio::sync::oneshot::Sender<()>>,
 }
 
 impl Reconciler {
@@ -867,6 +879,7 @@ impl Reconciler {
             ops: JoinSet::new(),
             ops_started: HashSet::new(),
             verify: false,
+            idle_waiters: Vec::new(),
         }
     }
 
@@ -881,6 +894,11 @@ impl Reconciler {
             let wake = if started {
                 self.scan();
                 self.check_fence().await;
+                if self.busy.is_empty() {
+                    for tx in self.idle_waiters.drain(..) {
+                        let _ = tx.send(());
+                    }
+                }
                 self.next_wake()
             } else {
                 None
@@ -914,6 +932,18 @@ impl Reconciler {
                         self.fence_tx.send_replace(FenceState::No);
                     }
                     Some(Control::Resync) => self.resync(),
+                    Some(Control::Idle(tx)) => {
+                        // A desired state sent before this request counts as seen.
+                        if self.desired_rx.has_changed().unwrap_or(false) {
+                            self.desired = Arc::clone(&self.desired_rx.borrow_and_update());
+                            started = true;
+                        }
+                        if started {
+                            self.idle_waiters.push(tx);
+                        } else {
+                            let _ = tx.send(());
+                        }
+                    }
                 },
                 _ = resync.tick() => self.resync(),
                 () = sleep => {}

@@ -86,6 +86,11 @@ pub struct Job {
     pub publish: Vec<PublishStep>,
     /// Claims published and ready that the server has not been told about.
     pub report_published: Vec<(String, PathBuf)>,
+    /// The releases and the unstage the server listed when this job was planned: only a
+    /// report answering a listed request is remembered as an answer (a report made for
+    /// an older desired state may have reached the server before it asked).
+    pub listed_unpublish: Vec<String>,
+    pub listed_unstage: bool,
 }
 
 impl Job {
@@ -128,6 +133,13 @@ pub fn plan(input: &Input<'_>) -> Job {
     let vol = input.volume;
     let mut job = Job {
         volume: vol.to_owned(),
+        listed_unpublish: input
+            .desired
+            .unpublish
+            .iter()
+            .map(|u| u.alloc.clone())
+            .collect(),
+        listed_unstage: input.desired.unstage,
         ..Job::default()
     };
     let released: HashSet<&str> = input

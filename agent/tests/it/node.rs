@@ -1,0 +1,9 @@
+//! The node agent against a real `csivol-hostpath` on a unix socket with real bind mounts:
+//! its core driven with desired states (reconcile, faults, recovery, controller
+//! operations, fencing), then the agent binary with the real server.
+
+mod controller;
+mod fencing;
+mod reconcile;
+mod recovery;
+mod support;
