@@ -238,7 +238,8 @@ impl Core {
         self.fenced.clone()
     }
 
-    /// The server has heard of the fence: record it and follow the desired state again.
+    /// The server has heard of the fence: record it, and follow the next desired state
+    /// given (not an older one).
     pub async fn fence_reported(&self, id: i64) -> Result<(), StoreError> {
         self.shared.store.fence_reported(id).await?;
         let _ = self.control.send(Control::Unfence);
@@ -930,6 +931,12 @@ impl Reconciler {
                         tracing::info!("the server has heard of the self-fence; following its desired state again");
                         self.fence = FenceState::No;
                         self.fence_tx.send_replace(FenceState::No);
+                        // A desired state from before the fence may be stale: the server
+                        // may have given the volumes to another node since. Wait for one
+                        // fetched after the server heard of the fence.
+                        self.desired_rx.borrow_and_update();
+                        self.desired = Arc::new(DesiredState::default());
+                        started = false;
                     }
                     Some(Control::Resync) => self.resync(),
                     Some(Control::Idle(tx)) => {

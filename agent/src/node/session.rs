@@ -2,7 +2,7 @@
 //! server lost or marked the node), heartbeat at a third of the TTL, long-poll the desired
 //! state, send reports in batches, and self-fence after `--fence-after` without contact.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use csivol_proto::api::{NodeStatus, Report, ReportBatch};
@@ -59,10 +59,27 @@ struct Link {
     client: ApiClient,
     core: Core,
     fence_after: Option<Duration>,
+    /// Any successful answer of the server resets it.
+    clock: Mutex<FenceClock>,
     /// Counts successful registrations; 0 until the first.
     registered: watch::Sender<u64>,
     /// Asks the heartbeat loop to register again (the server does not know the node).
     reregister: Notify,
+    /// Asks the desired-state loop for a fresh state now.
+    refresh: Notify,
+}
+
+impl Link {
+    fn contact(&self) {
+        self.clock
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contact(Instant::now());
+    }
+
+    fn clock(&self) -> FenceClock {
+        *self.clock.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 /// Runs the agent until `stop` resolves. Mounts stay as they are when it stops.
@@ -77,8 +94,10 @@ pub async fn run(
         client,
         core,
         fence_after,
+        clock: Mutex::new(FenceClock::new(fence_after, Instant::now())),
         registered: watch::channel(0).0,
         reregister: Notify::new(),
+        refresh: Notify::new(),
     });
     let mut sender = tokio::spawn(report_loop(Arc::clone(&link), reports));
     tokio::select! {
@@ -101,8 +120,6 @@ pub async fn run(
 }
 
 async fn heartbeat_loop(link: &Link) {
-    let now = Instant::now();
-    let mut clock = FenceClock::new(link.fence_after, now);
     let mut ttl = DEFAULT_TTL;
     let mut registered = false;
     let mut failures = 0u32;
@@ -148,10 +165,9 @@ async fn heartbeat_loop(link: &Link) {
                 Err(e) => Err(e),
             }
         };
-        let now = Instant::now();
         match contact {
             Ok(()) => {
-                clock.contact(now);
+                link.contact();
                 failures = 0;
                 if registered {
                     report_fence(link).await;
@@ -168,6 +184,8 @@ async fn heartbeat_loop(link: &Link) {
                 }
             }
         }
+        let now = Instant::now();
+        let clock = link.clock();
         let unfenced = *fence_state.borrow() == FenceState::No;
         if clock.due(now)
             && unfenced
@@ -175,14 +193,17 @@ async fn heartbeat_loop(link: &Link) {
         {
             tracing::error!("failed to record the self-fence: {e:#}");
         }
+        // A third of the TTL, and of the fence time: an agent that fences must hear from
+        // the server well within it while all is well.
+        let interval = (ttl / 3).min(link.fence_after.map_or(Duration::MAX, |d| d / 3));
         let mut pause = if registered && failures == 0 {
-            ttl / 3
+            interval
         } else if failures == 0 {
             Duration::ZERO
         } else {
-            SERVER_BACKOFF.delay(failures).min(ttl / 3)
+            SERVER_BACKOFF.delay(failures).min(interval)
         };
-        if let Some(left) = clock.remaining(now).filter(|_| failures > 0) {
+        if unfenced && let Some(left) = clock.remaining(now) {
             pause = pause.min(left.max(Duration::from_millis(10)));
         }
         tokio::select! {
@@ -211,6 +232,8 @@ async fn report_fence(link: &Link) {
             if let Err(e) = link.core.fence_reported(fence.id).await {
                 tracing::error!("failed to record that the self-fence was reported: {e:#}");
             }
+            // The core waits for a desired state fetched after this point.
+            link.refresh.notify_one();
         }
         Err(e) => tracing::warn!("failed to report the self-fence: {e:#}"),
     }
@@ -231,8 +254,16 @@ async fn desired_loop(link: &Link) {
             seen = generation;
             index = 0;
         }
-        match link.client.desired(index, DESIRED_WAIT).await {
+        let answer = tokio::select! {
+            answer = link.client.desired(index, DESIRED_WAIT) => answer,
+            () = link.refresh.notified() => {
+                index = 0;
+                continue;
+            }
+        };
+        match answer {
             Ok(desired) => {
+                link.contact();
                 failures = 0;
                 index = desired.index;
                 link.core.set_desired(desired);
@@ -274,7 +305,7 @@ async fn report_loop(link: Arc<Link>, mut reports: mpsc::UnboundedReceiver<Repor
     // link stops the core, whose end closes `reports`.
     let client = link.client.clone();
     let mut registered = link.registered.subscribe();
-    let reregister = Arc::downgrade(&link);
+    let weak = Arc::downgrade(&link);
     drop(link);
     let mut queue: Vec<Report> = Vec::new();
     let mut failures = 0u32;
@@ -301,6 +332,9 @@ async fn report_loop(link: Arc<Link>, mut reports: mpsc::UnboundedReceiver<Repor
         };
         match client.reports(&batch).await {
             Ok(()) => {
+                if let Some(link) = weak.upgrade() {
+                    link.contact();
+                }
                 failures = 0;
                 queue.drain(..n);
             }
@@ -311,7 +345,7 @@ async fn report_loop(link: Arc<Link>, mut reports: mpsc::UnboundedReceiver<Repor
             Err(e) => {
                 failures += 1;
                 if e.is_not_found()
-                    && let Some(link) = reregister.upgrade()
+                    && let Some(link) = weak.upgrade()
                 {
                     link.reregister.notify_one();
                 }

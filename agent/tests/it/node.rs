@@ -3,6 +3,7 @@
 //! operations, fencing), then the agent binary with the real server.
 
 mod controller;
+mod e2e;
 mod fencing;
 mod reconcile;
 mod recovery;

@@ -54,8 +54,13 @@ async fn a_fence_takes_everything_down_and_holds_until_the_server_heard() {
         "nothing happens while fenced: {reports:?}"
     );
 
-    // Once reported, the agent follows the server again.
+    // Once reported, the agent follows the server again, but only a desired state given
+    // after that: an older one may be stale.
     agent.core.fence_reported(fence.id).await.unwrap();
+    agent.core.idle().await;
+    assert!(agent.drain().is_empty());
+    assert!(agent.core.store().is_empty());
+    agent.core.set_desired(wanted());
     agent.published(&v1, "a1").await;
     agent.published(&v2, "a2").await;
     assert_eq!(*agent.core.fence_state().borrow(), FenceState::No);

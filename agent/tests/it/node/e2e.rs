@@ -1,0 +1,414 @@
+//! The agent binary with the real server and a real plugin: claims made through the API
+//! become real mounts; kill -9 of the agent mid-way; a lost node coming back; self-fencing
+//! while the server is down.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use csivol_tests::{Api, Proc, TestDir, bin_path, eventually, is_mounted, wait_for};
+use serde_json::{Value, json};
+
+use super::support::{Hostpath, WAIT};
+
+/// A `csivol-agent server` on a fixed loopback port, so it can be restarted where the
+/// agent expects it.
+struct Server {
+    proc: Proc,
+    data_dir: PathBuf,
+    port: u16,
+    extra: Vec<String>,
+    dir: PathBuf,
+    runs: u32,
+    api: Api,
+}
+
+impl Server {
+    async fn start(dir: &TestDir, extra: &[&str]) -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let data_dir = dir.join("server");
+        let extra: Vec<String> = extra.iter().map(|s| (*s).to_owned()).collect();
+        let (proc, api) = Self::spawn(&data_dir, port, &extra, &dir.join("server.1.log")).await;
+        Self {
+            proc,
+            data_dir,
+            port,
+            extra,
+            dir: dir.path().to_owned(),
+            runs: 1,
+            api,
+        }
+    }
+
+    async fn spawn(data_dir: &Path, port: u16, extra: &[String], log: &Path) -> (Proc, Api) {
+        let mut cmd = Command::new(bin_path("csivol-agent"));
+        cmd.arg("server")
+            .arg(format!("--data-dir={}", data_dir.display()))
+            .arg(format!("--listen=127.0.0.1:{port}"))
+            .args(extra)
+            .env("RUST_LOG", "info");
+        let mut proc = Proc::spawn("csivol-agent server", cmd, log);
+        let token_file = data_dir.join("operator.token");
+        let url = format!("http://127.0.0.1:{port}");
+        let api = eventually("the server to answer", WAIT, || {
+            let exited = proc.exited();
+            let url = url.clone();
+            let token_file = token_file.clone();
+            async move {
+                if let Some(status) = exited {
+                    panic!("the server exited with {status}");
+                }
+                let token = std::fs::read_to_string(&token_file).ok()?;
+                let api = Api::new(&url, Some(token.trim()));
+                let ok = reqwest::get(format!("{url}/v1/health"))
+                    .await
+                    .is_ok_and(|r| r.status().is_success());
+                ok.then_some(api)
+            }
+        })
+        .await;
+        (proc, api)
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    async fn restart(&mut self) {
+        self.proc.kill();
+        self.runs += 1;
+        let log = self.dir.join(format!("server.{}.log", self.runs));
+        let (proc, api) = Self::spawn(&self.data_dir, self.port, &self.extra, &log).await;
+        self.proc = proc;
+        self.api = api;
+    }
+
+    /// A node token for `node`, in a file.
+    async fn node_token(&self, dir: &TestDir, node: &str) -> PathBuf {
+        let (status, t) = self
+            .api
+            .post("/v1/tokens", json!({"role": "node", "node": node}))
+            .await;
+        assert_eq!(status, 201, "{t}");
+        let path = dir.join(format!("{node}.token"));
+        std::fs::write(&path, t["token"].as_str().unwrap()).unwrap();
+        path
+    }
+}
+
+/// A `csivol-agent node` process.
+struct AgentProc {
+    proc: Proc,
+    args: Vec<String>,
+    log: PathBuf,
+    data_dir: PathBuf,
+    runs: u32,
+}
+
+impl AgentProc {
+    fn start(dir: &TestDir, server: &Server, token: &Path, hp: &Hostpath, extra: &[&str]) -> Self {
+        let data_dir = dir.join("agent");
+        let mut args = vec![
+            "node".to_owned(),
+            format!("--server={}", server.url()),
+            "--node=n1".to_owned(),
+            format!("--data-dir={}", data_dir.display()),
+            format!("--token-file={}", token.display()),
+            format!("--plugin=hp=unix://{}", hp.socket.display()),
+            format!("--controller=hp=unix://{}", hp.socket.display()),
+        ];
+        args.extend(extra.iter().map(|s| (*s).to_owned()));
+        let log = dir.join("agent");
+        let proc = Self::spawn(&args, &log, 1);
+        Self {
+            proc,
+            args,
+            log,
+            data_dir,
+            runs: 1,
+        }
+    }
+
+    fn spawn(args: &[String], log: &Path, run: u32) -> Proc {
+        let mut cmd = Command::new(bin_path("csivol-agent"));
+        cmd.args(args).env("RUST_LOG", "csivol_agent=debug");
+        Proc::spawn(
+            "csivol-agent node",
+            cmd,
+            &log.with_extension(format!("{run}.log")),
+        )
+    }
+
+    /// SIGKILL, then start again with the same flags.
+    fn restart_after_kill(&mut self) {
+        self.proc.kill();
+        self.runs += 1;
+        self.proc = Self::spawn(&self.args, &self.log, self.runs);
+    }
+
+    fn log(&self) -> String {
+        (1..=self.runs)
+            .map(|r| {
+                std::fs::read_to_string(self.log.with_extension(format!("{r}.log")))
+                    .unwrap_or_default()
+            })
+            .collect::<Vec<_>>()
+            .join("\n--- restarted ---\n")
+    }
+}
+
+/// Creates a volume through the server (the agent runs CreateVolume as controller host).
+async fn create_volume(api: &Api, name: &str, mode: &str) {
+    let (status, body) = api
+        .post(
+            &format!("/v1/volumes/{name}/create"),
+            json!({"plugin": "hp", "access_mode": mode, "attachment": "file-system", "capacity_bytes": 1 << 20}),
+        )
+        .await;
+    assert!(status == 202 || status == 200, "{status} {body}");
+    wait_volume(api, name, "free").await;
+}
+
+async fn wait_volume(api: &Api, name: &str, state: &str) -> Value {
+    eventually(&format!("volume {name} {state}"), WAIT, || async {
+        let (_, v) = api.get(&format!("/v1/volumes/{name}")).await;
+        (v["state"] == state).then_some(v)
+    })
+    .await
+}
+
+async fn claim(api: &Api, volume: &str, alloc: &str) {
+    let (status, body) = api
+        .post(
+            &format!("/v1/volumes/{volume}/claims"),
+            json!({"alloc": alloc, "node": "n1", "mode": "write"}),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+}
+
+async fn claim_state(api: &Api, volume: &str, alloc: &str) -> Option<Value> {
+    let (status, body) = api
+        .get(&format!("/v1/volumes/{volume}/claims/{alloc}"))
+        .await;
+    (status == 200).then_some(body)
+}
+
+/// Waits for the claim to be ready and returns its target path.
+async fn ready(api: &Api, volume: &str, alloc: &str) -> PathBuf {
+    let c = eventually(&format!("claim {volume}/{alloc} ready"), WAIT, || async {
+        claim_state(api, volume, alloc)
+            .await
+            .filter(|c| c["state"] == "ready")
+    })
+    .await;
+    PathBuf::from(c["target_path"].as_str().unwrap())
+}
+
+async fn gone(api: &Api, volume: &str, alloc: &str) {
+    eventually(&format!("claim {volume}/{alloc} gone"), WAIT, || async {
+        claim_state(api, volume, alloc)
+            .await
+            .is_none()
+            .then_some(())
+    })
+    .await;
+}
+
+/// Shows the agent's log when a test fails.
+struct Logs<'a>(&'a AgentProc);
+
+impl Drop for Logs<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("--- agent log ---\n{}", self.0.log());
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_become_mounts_and_releases_detach() {
+    let dir = TestDir::new("node-e2e");
+    let server = Server::start(&dir, &[]).await;
+    let api = server.api.clone();
+    let token = server.node_token(&dir, "n1").await;
+    let hp = Hostpath::start(&dir, "n1", &[]);
+    let agent = AgentProc::start(&dir, &server, &token, &hp, &[]);
+    let _logs = Logs(&agent);
+    let node = eventually("the node registered", WAIT, || async {
+        let (status, n) = api.get("/v1/nodes/n1").await;
+        (status == 200).then_some(n)
+    })
+    .await;
+    assert_eq!(node["plugins"][0]["node_id"], "csi-n1");
+    assert_eq!(node["plugins"][0]["controller"], true);
+
+    create_volume(&api, "v1", "single-node-multi-writer").await;
+    claim(&api, "v1", "a1").await;
+    claim(&api, "v1", "a2").await;
+    let t1 = ready(&api, "v1", "a1").await;
+    let t2 = ready(&api, "v1", "a2").await;
+    assert!(is_mounted(&t1) && is_mounted(&t2));
+    std::fs::write(t1.join("f"), "shared").unwrap();
+    assert_eq!(std::fs::read_to_string(t2.join("f")).unwrap(), "shared");
+    assert_eq!(hp.count("NodeStageVolume", "OK"), 1);
+    assert_eq!(hp.count("ControllerPublishVolume", "OK"), 1);
+
+    api.delete("/v1/volumes/v1/claims/a1").await;
+    gone(&api, "v1", "a1").await;
+    assert!(!t1.exists() && is_mounted(&t2));
+    api.delete("/v1/volumes/v1/claims/a2").await;
+    gone(&api, "v1", "a2").await;
+    // The last release unstages, which lets the server controller-unpublish.
+    let v = wait_volume(&api, "v1", "free").await;
+    assert_eq!(v["attachments"], json!([]), "{v}");
+    assert_eq!(hp.count("NodeUnstageVolume", "OK"), 1);
+    assert_eq!(hp.count("ControllerUnpublishVolume", "OK"), 1);
+    assert!(dir.mounts().is_empty(), "{:?}", dir.mounts());
+    hp.assert_no_lifecycle_violation();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill9_between_stage_and_publish() {
+    let dir = TestDir::new("node-e2e-kill-stage");
+    let server = Server::start(&dir, &[]).await;
+    let api = server.api.clone();
+    let token = server.node_token(&dir, "n1").await;
+    let hp = Hostpath::start(&dir, "n1", &["--delay=NodePublishVolume=2s"]);
+    let mut agent = AgentProc::start(&dir, &server, &token, &hp, &[]);
+    create_volume(&api, "v1", "single-node-writer").await;
+    claim(&api, "v1", "a1").await;
+    wait_for("the volume staged", WAIT, || {
+        (hp.count("NodeStageVolume", "OK") == 1).then_some(())
+    });
+    agent.restart_after_kill();
+    let _logs = Logs(&agent);
+
+    let target = ready(&api, "v1", "a1").await;
+    assert!(is_mounted(&target));
+    assert_eq!(hp.count("NodeStageVolume", "OK"), 1, "not staged twice");
+    assert_eq!(
+        dir.mounts().len(),
+        2,
+        "no doubled mount: {:?}",
+        dir.mounts()
+    );
+
+    api.delete("/v1/volumes/v1/claims/a1").await;
+    wait_volume(&api, "v1", "free").await;
+    assert!(dir.mounts().is_empty(), "{:?}", dir.mounts());
+    hp.assert_no_lifecycle_violation();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill9_between_unpublish_and_unstage() {
+    let dir = TestDir::new("node-e2e-kill-unstage");
+    let server = Server::start(&dir, &[]).await;
+    let api = server.api.clone();
+    let token = server.node_token(&dir, "n1").await;
+    let hp = Hostpath::start(&dir, "n1", &["--delay=NodeUnstageVolume=2s"]);
+    let mut agent = AgentProc::start(&dir, &server, &token, &hp, &[]);
+    create_volume(&api, "v1", "single-node-writer").await;
+    claim(&api, "v1", "a1").await;
+    ready(&api, "v1", "a1").await;
+    api.delete("/v1/volumes/v1/claims/a1").await;
+    wait_for("the volume unpublished", WAIT, || {
+        (hp.count("NodeUnpublishVolume", "OK") == 1).then_some(())
+    });
+    agent.restart_after_kill();
+    let _logs = Logs(&agent);
+
+    let v = wait_volume(&api, "v1", "free").await;
+    assert_eq!(v["attachments"], json!([]), "{v}");
+    assert!(
+        dir.mounts().is_empty(),
+        "no leaked mount: {:?}",
+        dir.mounts()
+    );
+    assert_eq!(hp.count("ControllerUnpublishVolume", "OK"), 1);
+    hp.assert_no_lifecycle_violation();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_agent_is_lost_and_releases_through_the_node_when_back() {
+    let dir = TestDir::new("node-e2e-lost");
+    let server = Server::start(&dir, &["--heartbeat-ttl=1s"]).await;
+    let api = server.api.clone();
+    let token = server.node_token(&dir, "n1").await;
+    let hp = Hostpath::start(&dir, "n1", &[]);
+    let mut agent = AgentProc::start(&dir, &server, &token, &hp, &[]);
+    create_volume(&api, "v1", "single-node-writer").await;
+    claim(&api, "v1", "a1").await;
+    let target = ready(&api, "v1", "a1").await;
+
+    agent.proc.kill();
+    wait_volume(&api, "v1", "blocked").await;
+    assert_eq!(
+        claim_state(&api, "v1", "a1").await.unwrap()["state"],
+        "blocked"
+    );
+    assert!(
+        is_mounted(&target),
+        "nothing is taken down without the node"
+    );
+    // The claim cannot be released while its node is away.
+    let (status, _) = api.delete("/v1/volumes/v1/claims/a1").await;
+    assert_eq!(status, 423);
+
+    agent.restart_after_kill();
+    let _logs = Logs(&agent);
+    // Back, the agent reports what it still has; the server releases it through the node.
+    gone(&api, "v1", "a1").await;
+    let v = wait_volume(&api, "v1", "free").await;
+    assert_eq!(v["attachments"], json!([]), "{v}");
+    assert!(dir.mounts().is_empty(), "{:?}", dir.mounts());
+    hp.assert_no_lifecycle_violation();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn self_fences_while_the_server_is_down_and_reports_it() {
+    let dir = TestDir::new("node-e2e-fence");
+    let mut server = Server::start(&dir, &[]).await;
+    let token = server.node_token(&dir, "n1").await;
+    let hp = Hostpath::start(&dir, "n1", &[]);
+    let agent = AgentProc::start(&dir, &server, &token, &hp, &["--fence-after=1s"]);
+    let _logs = Logs(&agent);
+    let api = server.api.clone();
+    create_volume(&api, "v1", "single-node-writer").await;
+    claim(&api, "v1", "a1").await;
+    let target = ready(&api, "v1", "a1").await;
+    let (_, node) = api.get("/v1/nodes/n1").await;
+    assert_eq!(node["fence_after"], "1s", "{node}");
+
+    server.proc.kill();
+    wait_for("the node to fence itself", WAIT, || {
+        dir.mounts().is_empty().then_some(())
+    });
+    assert!(!target.exists());
+
+    server.restart().await;
+    let api = server.api.clone();
+    let node = eventually("the fence reported", WAIT, || async {
+        let (_, n) = api.get("/v1/nodes/n1").await;
+        n["fenced_at"].is_string().then_some(n)
+    })
+    .await;
+    assert_eq!(node["status"], "ready", "{node}");
+    let (_, events) = api.get("/v1/events?node=n1").await;
+    assert!(
+        events.to_string().contains("node fenced itself"),
+        "{events}"
+    );
+    // The server never declared the node lost, so its claim still stands: the agent
+    // follows the server again and publishes it anew.
+    let target = ready(&api, "v1", "a1").await;
+    eventually("the target mounted again", WAIT, || async {
+        is_mounted(&target).then_some(())
+    })
+    .await;
+    hp.assert_no_lifecycle_violation();
+    assert!(agent.data_dir.join("agent.db").exists());
+}
