@@ -1,8 +1,42 @@
-//! `csivol`: the command-line client. Not built yet.
+//! `csivol`: the command-line client of the csivol server, for operators and CI pipelines.
+
+mod args;
+mod client;
+mod commands;
+mod env;
+mod failure;
+mod output;
+mod render;
+mod spec;
+mod wait;
 
 use std::process::ExitCode;
 
+use clap::Parser;
+
+use crate::args::Cli;
+use crate::failure::{Exit, classify, is_broken_pipe};
+use crate::output::Out;
+
 fn main() -> ExitCode {
-    eprintln!("csivol: not built yet");
-    ExitCode::FAILURE
+    // Usage errors exit with 2 here, `--help` and `--version` with 0.
+    let cli = Cli::parse();
+    let out = Out::new(&cli.global);
+    match run(cli, out.clone()) {
+        Ok(exit) => exit.into(),
+        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
+        Err(e) => {
+            let (exit, hint) = classify(&e);
+            out.error(&format!("{e:#}"), hint.as_deref());
+            exit.into()
+        }
+    }
+}
+
+fn run(cli: Cli, out: Out) -> anyhow::Result<Exit> {
+    // One thread is plenty: a command makes one request at a time.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(commands::run(cli, out))
 }

@@ -1,0 +1,495 @@
+//! The command-line interface: every command, flag and help text. The doc comments are the
+//! help text, and the completions and man pages are generated from these definitions.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::builder::PossibleValuesParser;
+use clap::builder::TypedValueParser;
+use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
+use csivol_proto::api::{Role, VolumeState, validate_name};
+
+use crate::env;
+use crate::failure::EXIT_CODES;
+
+/// Attach and detach CSI volumes across a cluster: the client of a csivol server.
+///
+/// Operators and CI pipelines claim a volume for an alloc (a workload) on a node; csivol
+/// attaches and mounts it there and says when it is ready. A volume whose node was lost stays
+/// blocked until the node comes back or an operator runs `csivol unblock`.
+///
+/// Tables and JSON go to stdout, progress and hints to stderr.
+#[derive(Debug, Parser)]
+#[command(
+    name = "csivol",
+    version,
+    propagate_version = true,
+    max_term_width = 100,
+    after_long_help = after_long_help()
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The help heading of the options every command takes.
+const GLOBAL: &str = "Global options";
+
+#[derive(Debug, Args)]
+pub struct GlobalArgs {
+    /// Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]
+    #[arg(long, global = true, value_name = "URL", help_heading = GLOBAL)]
+    pub addr: Option<String>,
+
+    /// API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then
+    /// $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]
+    #[arg(long, global = true, value_name = "TOKEN", help_heading = GLOBAL)]
+    pub token: Option<String>,
+
+    /// Output format: `table` for people, `json` for scripts (stable field names)
+    #[arg(short, long, global = true, value_enum, default_value_t = Format::Table, help_heading = GLOBAL)]
+    pub output: Format,
+
+    /// Turn colour off (so does a non-empty NO_COLOR)
+    #[arg(long, global = true, help_heading = GLOBAL)]
+    pub no_color: bool,
+
+    /// Print only data and errors: no progress, notes or hints on stderr
+    #[arg(short, long, global = true, help_heading = GLOBAL)]
+    pub quiet: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    Table,
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Register, create, list, show and deregister volumes
+    #[command(subcommand)]
+    Volume(VolumeCommand),
+
+    /// Claim a volume for an alloc on a node
+    ///
+    /// The claim is recorded at once (or refused, with the reason and exit code); with
+    /// --wait, csivol follows it until the volume is mounted on the node and prints the claim
+    /// with its target path.
+    Claim(ClaimArgs),
+
+    /// Release an alloc's claim on a volume
+    ///
+    /// The node unmounts it; once the last claim on a node is gone, the volume is unstaged
+    /// and detached from the node.
+    Release(ReleaseArgs),
+
+    /// Show the cluster at a glance, one volume in detail, or the blocked volumes
+    ///
+    /// Without arguments: volumes by state, nodes by status, blocked volumes with the command
+    /// to unblock each, then the volumes. With VOLUME: its spec (secrets redacted),
+    /// attachments and claims. With --blocked: only blocked volumes; the exit code is 0 when
+    /// none are blocked and 6 when some are, so a pipeline can gate on it.
+    Status(StatusArgs),
+
+    /// Free volumes held by a lost node: force-release its claims and force-detach
+    ///
+    /// Only do this when the node is really gone or fenced: csivol cannot prove the node
+    /// stopped writing. Shows what will happen and asks on a terminal; elsewhere it needs
+    /// --yes.
+    #[command(group(ArgGroup::new("target").required(true).multiple(true).args(["volume", "node"])))]
+    Unblock(UnblockArgs),
+
+    /// Take a volume off a node: release every claim it has there
+    ///
+    /// On a ready node the claims are released through the node. On a lost node, --force
+    /// releases them without it (an unblock). Shows what will happen and asks on a
+    /// terminal; elsewhere it needs --yes.
+    Detach(DetachArgs),
+
+    /// List nodes, or show one
+    #[command(subcommand)]
+    Node(NodeCommand),
+
+    /// List plugins, or show one
+    #[command(subcommand)]
+    Plugin(PluginCommand),
+
+    /// Show the audit trail, or follow it
+    Events(EventsArgs),
+
+    /// Create API tokens
+    #[command(subcommand)]
+    Token(TokenCommand),
+
+    /// Print a shell completion script
+    ///
+    /// bash: `csivol completions bash > /etc/bash_completion.d/csivol`;
+    /// zsh: `csivol completions zsh > "${fpath[1]}/_csivol"`;
+    /// fish: `csivol completions fish > ~/.config/fish/completions/csivol.fish`.
+    Completions(CompletionsArgs),
+
+    /// Write the checked-in completions and man pages (for csivol's developers)
+    #[command(hide = true)]
+    Generate(GenerateArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum VolumeCommand {
+    /// Register an existing volume from a TOML or JSON spec
+    ///
+    /// The spec has `name`, `plugin`, `external_id` (the plugin's id for the volume),
+    /// `access_mode`, `attachment` (`file-system` or `block-device`) and optionally
+    /// `fs_type`, `mount_flags`, `context`, `parameters` and `secrets`. Registering the
+    /// same spec again changes nothing.
+    Register(SpecArgs),
+
+    /// Create a volume through its plugin's controller (CreateVolume), then register it
+    ///
+    /// The spec has `name`, `plugin`, `access_mode`, `attachment` and optionally
+    /// `capacity_bytes`, `fs_type`, `mount_flags`, `parameters` and `secrets`.
+    Create(CreateArgs),
+
+    /// List volumes
+    List(VolumeListArgs),
+
+    /// Show a volume with its claims and attachments
+    Show(VolumeArg),
+
+    /// Forget a volume (its storage is kept), or with --delete destroy it
+    ///
+    /// Refused while the volume is claimed or attached. Asks on a terminal; elsewhere it
+    /// needs --yes.
+    Deregister(DeregisterArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct SpecArgs {
+    /// The spec file, `.toml` or `.json` (detected from the content otherwise); `-` reads
+    /// stdin
+    #[arg(value_name = "FILE|-")]
+    pub file: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct CreateArgs {
+    #[command(flatten)]
+    pub spec: SpecArgs,
+    #[command(flatten)]
+    pub wait: WaitArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct WaitArgs {
+    /// Wait until it is done, showing progress on a terminal
+    #[arg(long)]
+    pub wait: bool,
+
+    /// How long --wait waits before giving up with exit code 5
+    #[arg(long, value_name = "DURATION", default_value = "2m", value_parser = parse_duration)]
+    pub timeout: Duration,
+}
+
+#[derive(Debug, Args)]
+pub struct VolumeListArgs {
+    /// Only volumes of this plugin
+    #[arg(long, value_name = "PLUGIN", value_parser = plugin_name)]
+    pub plugin: Option<String>,
+
+    /// Only volumes in this state
+    #[arg(long, value_name = "STATE", value_parser = volume_state())]
+    pub state: Option<VolumeState>,
+
+    /// Only volumes claimed or attached on this node
+    #[arg(long, value_name = "NODE", value_parser = node_name)]
+    pub node: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct VolumeArg {
+    /// The volume's name
+    #[arg(value_parser = volume_name)]
+    pub volume: String,
+}
+
+#[derive(Debug, Args)]
+pub struct DeregisterArgs {
+    /// The volume's name
+    #[arg(value_parser = volume_name)]
+    pub volume: String,
+
+    /// Also destroy the volume and its data through the plugin (DeleteVolume)
+    #[arg(long)]
+    pub delete: bool,
+
+    /// Do it without asking
+    #[arg(short, long)]
+    pub yes: bool,
+
+    #[command(flatten)]
+    pub wait: WaitArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct ClaimArgs {
+    /// The volume to claim
+    #[arg(value_parser = volume_name)]
+    pub volume: String,
+
+    /// The node the alloc runs on
+    #[arg(long, value_name = "NODE", value_parser = node_name)]
+    pub node: String,
+
+    /// The alloc (workload) claiming the volume; claiming again with the same alloc is a
+    /// no-op
+    #[arg(long, value_name = "ALLOC", value_parser = alloc_name)]
+    pub alloc: String,
+
+    /// Claim it for reading only
+    #[arg(long)]
+    pub read_only: bool,
+
+    /// Only say whether the claim would be accepted, and why not; records nothing
+    #[arg(long, conflicts_with = "wait")]
+    pub dry_run: bool,
+
+    #[command(flatten)]
+    pub wait: WaitArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct ReleaseArgs {
+    /// The claimed volume
+    #[arg(value_parser = volume_name)]
+    pub volume: String,
+
+    /// The alloc whose claim to release
+    #[arg(long, value_name = "ALLOC", value_parser = alloc_name)]
+    pub alloc: String,
+
+    #[command(flatten)]
+    pub wait: WaitArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// Show this volume in detail
+    #[arg(value_parser = volume_name)]
+    pub volume: Option<String>,
+
+    /// Only blocked volumes, with the lost node and the unblock command; exit code 6 when
+    /// any is blocked, 0 when none is
+    #[arg(long)]
+    pub blocked: bool,
+
+    /// Only volumes claimed or attached on this node, and only this node
+    #[arg(long, value_name = "NODE", value_parser = node_name)]
+    pub node: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct UnblockArgs {
+    /// The blocked volume (with --node: only that node's hold on it)
+    #[arg(value_parser = volume_name)]
+    pub volume: Option<String>,
+
+    /// The lost node: every volume it holds blocked
+    #[arg(long, value_name = "NODE", value_parser = node_name)]
+    pub node: Option<String>,
+
+    /// Why, for the event log (e.g. "n2 powered off in rack 4")
+    #[arg(long, value_name = "TEXT", value_parser = reason)]
+    pub reason: String,
+
+    #[command(flatten)]
+    pub confirm: ConfirmArgs,
+
+    #[command(flatten)]
+    pub wait: WaitArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct DetachArgs {
+    /// The volume
+    #[arg(value_parser = volume_name)]
+    pub volume: String,
+
+    /// The node to detach it from
+    #[arg(long, value_name = "NODE", value_parser = node_name)]
+    pub node: String,
+
+    /// Why, for the event log
+    #[arg(long, value_name = "TEXT", value_parser = reason)]
+    pub reason: String,
+
+    /// The node is lost: release its claims and detach without it
+    #[arg(long)]
+    pub force: bool,
+
+    #[command(flatten)]
+    pub confirm: ConfirmArgs,
+
+    #[command(flatten)]
+    pub wait: WaitArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct ConfirmArgs {
+    /// Do it without asking
+    #[arg(short, long)]
+    pub yes: bool,
+
+    /// Only show what would happen
+    #[arg(long, conflicts_with = "yes")]
+    pub dry_run: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum NodeCommand {
+    /// List nodes with their status and plugins
+    List,
+    /// Show a node: status, heartbeat, self-fencing and plugins
+    Show(NodeArg),
+}
+
+#[derive(Debug, Args)]
+pub struct NodeArg {
+    /// The node's name
+    #[arg(value_parser = node_name)]
+    pub node: String,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PluginCommand {
+    /// List plugins with their health across nodes
+    List,
+    /// Show a plugin
+    Show(PluginArg),
+}
+
+#[derive(Debug, Args)]
+pub struct PluginArg {
+    /// The plugin's id
+    #[arg(value_parser = plugin_name)]
+    pub plugin: String,
+}
+
+#[derive(Debug, Args)]
+pub struct EventsArgs {
+    /// Only events of this volume
+    #[arg(long, value_name = "VOLUME", value_parser = volume_name)]
+    pub volume: Option<String>,
+
+    /// Only events of this node
+    #[arg(long, value_name = "NODE", value_parser = node_name)]
+    pub node: Option<String>,
+
+    /// Keep printing new events as they happen (with -o json: one object per line)
+    #[arg(short, long)]
+    pub follow: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TokenCommand {
+    /// Create a token; its secret is printed once, on stdout
+    Create(TokenCreateArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct TokenCreateArgs {
+    /// What the token may do: `operator` everything, `reader` read only, `node` one node's
+    /// agent
+    #[arg(long, value_name = "ROLE", value_parser = role())]
+    pub role: Role,
+
+    /// The node a `node` token acts for
+    #[arg(long, value_name = "NODE", value_parser = node_name, required_if_eq("role", "node"))]
+    pub node: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell
+    #[arg(value_enum)]
+    pub shell: Shell,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Shell {
+    Bash,
+    Zsh,
+    Fish,
+}
+
+#[derive(Debug, Args)]
+pub struct GenerateArgs {
+    /// The repository root: writes `completions/` and `man/` below it
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
+}
+
+fn after_long_help() -> String {
+    let mut s = String::from("Exit codes:\n");
+    for (exit, meaning) in EXIT_CODES {
+        s.push_str(&format!("  {}  {meaning}\n", exit.code()));
+    }
+    s.push_str(&format!(
+        "\nAddress: --addr, else {}, else {}.\nToken: --token, else {}, else the file named by {}, \
+         else $XDG_CONFIG_HOME/{tf} (~/.config/{tf}).",
+        env::CSIVOL_ADDR,
+        env::DEFAULT_ADDR,
+        env::CSIVOL_TOKEN,
+        env::CSIVOL_TOKEN_FILE,
+        tf = env::DEFAULT_TOKEN_FILE,
+    ));
+    s
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s).map_err(|e| format!("{e} (use e.g. 90s, 2m, 1h)"))
+}
+
+fn volume_name(s: &str) -> Result<String, String> {
+    validate_name("volume", s).map(|()| s.to_owned())
+}
+
+fn node_name(s: &str) -> Result<String, String> {
+    validate_name("node", s).map(|()| s.to_owned())
+}
+
+fn alloc_name(s: &str) -> Result<String, String> {
+    validate_name("alloc", s).map(|()| s.to_owned())
+}
+
+fn plugin_name(s: &str) -> Result<String, String> {
+    validate_name("plugin", s).map(|()| s.to_owned())
+}
+
+fn reason(s: &str) -> Result<String, String> {
+    if s.trim().is_empty() {
+        return Err("say why: the reason goes into the event log".into());
+    }
+    Ok(s.to_owned())
+}
+
+fn volume_state() -> impl TypedValueParser<Value = VolumeState> {
+    PossibleValuesParser::new(VolumeState::ALL.map(|s| s.as_str()))
+        .map(|s| s.parse().expect("a possible value"))
+}
+
+fn role() -> impl TypedValueParser<Value = Role> {
+    PossibleValuesParser::new(["operator", "reader", "node"]).map(|s| s.parse().expect("a role"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+}

@@ -1,0 +1,371 @@
+//! The HTTP client of the csivol API: address and token resolution, requests, blocking
+//! queries, and the translation of every failure into a [`Failure`] with its exit code.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use csivol_proto::api::{ErrorResponse, INDEX_HEADER};
+use reqwest::{Method, StatusCode};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::args::GlobalArgs;
+use crate::env;
+use crate::failure::{Exit, Failure};
+
+/// How long an ordinary request may take.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// The longest single blocking query; longer waits are several of them.
+pub const MAX_BLOCK: Duration = Duration::from_secs(30);
+
+/// Where the token came from, so an unauthorized answer can say which token was refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TokenSource {
+    Flag,
+    Env,
+    File(PathBuf),
+    DefaultFile(PathBuf),
+    None,
+}
+
+impl fmt::Display for TokenSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Flag => f.write_str("--token"),
+            Self::Env => f.write_str(env::CSIVOL_TOKEN),
+            Self::File(p) => write!(f, "{} ({})", env::CSIVOL_TOKEN_FILE, p.display()),
+            Self::DefaultFile(p) => write!(f, "the default token file {}", p.display()),
+            Self::None => f.write_str("nowhere"),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Client {
+    http: reqwest::Client,
+    /// The server's base URL, without a trailing slash.
+    pub addr: String,
+    token: Option<String>,
+    token_source: TokenSource,
+}
+
+/// A successful answer: its status, body and blocking-query index.
+#[derive(Debug)]
+pub struct Answer<T> {
+    pub status: StatusCode,
+    pub body: T,
+    pub index: Option<u64>,
+}
+
+impl Client {
+    /// Resolves the address and the token: flags, then environment, then defaults.
+    pub fn from_args(args: &GlobalArgs) -> anyhow::Result<Self> {
+        let addr = match &args.addr {
+            Some(a) => a.clone(),
+            None => env::var(env::CSIVOL_ADDR).unwrap_or_else(|| env::DEFAULT_ADDR.to_owned()),
+        };
+        let addr = normalise_addr(&addr)?;
+        let (token, token_source) = resolve_token(args.token.as_deref())?;
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(5))
+            .user_agent(concat!("csivol/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .context("failed to set up the HTTP client")?;
+        Ok(Self {
+            http,
+            addr,
+            token,
+            token_source,
+        })
+    }
+
+    /// `GET path`.
+    pub async fn get<T: DeserializeOwned>(&self, path: &str) -> anyhow::Result<T> {
+        Ok(self.call::<(), T>(Method::GET, path, None).await?.body)
+    }
+
+    /// A blocking query: answers once the resource changed past `index`, or after `wait`.
+    /// `None` when the resource is gone (404).
+    pub async fn watch<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        index: u64,
+        wait: Duration,
+    ) -> anyhow::Result<Option<Answer<T>>> {
+        let sep = if path.contains('?') { '&' } else { '?' };
+        let path = format!("{path}{sep}index={index}&wait={}ms", wait.as_millis());
+        not_found_as_none(
+            self.request::<(), T>(Method::GET, &path, None, wait + REQUEST_TIMEOUT)
+                .await,
+        )
+    }
+
+    /// `GET path` for a blocking query that may take up to `wait` to answer.
+    pub async fn get_blocking<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        wait: Duration,
+    ) -> anyhow::Result<Answer<T>> {
+        self.request::<(), T>(Method::GET, path, None, wait + REQUEST_TIMEOUT)
+            .await
+    }
+
+    pub async fn call<B: Serialize, T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&B>,
+    ) -> anyhow::Result<Answer<T>> {
+        self.request(method, path, body, REQUEST_TIMEOUT).await
+    }
+
+    /// A request whose answer has no body worth reading (e.g. 204).
+    pub async fn call_empty(&self, method: Method, path: &str) -> anyhow::Result<StatusCode> {
+        let resp = self.send::<()>(method, path, None, REQUEST_TIMEOUT).await?;
+        let status = resp.status();
+        if status.is_success() {
+            return Ok(status);
+        }
+        let text = resp.text().await.unwrap_or_default();
+        Err(self.api_failure(status, &text).into())
+    }
+
+    async fn request<B: Serialize, T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&B>,
+        timeout: Duration,
+    ) -> anyhow::Result<Answer<T>> {
+        let resp = self.send(method, path, body, timeout).await?;
+        let status = resp.status();
+        let index = resp
+            .headers()
+            .get(INDEX_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok());
+        let text = resp.text().await.map_err(|e| self.transport(e))?;
+        if !status.is_success() {
+            return Err(self.api_failure(status, &text).into());
+        }
+        let body = serde_json::from_str(&text).with_context(|| {
+            format!(
+                "the server at {} sent an answer this csivol does not understand (HTTP {status}); \
+                 is it a csivol server of the same version?",
+                self.addr
+            )
+        })?;
+        Ok(Answer {
+            status,
+            body,
+            index,
+        })
+    }
+
+    async fn send<B: Serialize>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&B>,
+        timeout: Duration,
+    ) -> anyhow::Result<reqwest::Response> {
+        let mut req = self
+            .http
+            .request(method, format!("{}{path}", self.addr))
+            .timeout(timeout);
+        if let Some(t) = &self.token {
+            req = req.bearer_auth(t);
+        }
+        if let Some(b) = body {
+            req = req.json(b);
+        }
+        req.send().await.map_err(|e| self.transport(e).into())
+    }
+
+    /// A request that got no HTTP answer.
+    fn transport(&self, e: reqwest::Error) -> Failure {
+        let hint = format!(
+            "start the server (`csivol-agent server --data-dir DIR`, or `csivol-agent dev`), or \
+             point --addr or {} at it",
+            env::CSIVOL_ADDR
+        );
+        if e.is_timeout() {
+            return Failure::new(
+                Exit::Unreachable,
+                format!("the csivol server at {} did not answer in time", self.addr),
+            )
+            .hint(hint);
+        }
+        // The innermost cause says it best ("Connection refused (os error 111)").
+        let mut cause: &dyn std::error::Error = &e;
+        while let Some(next) = cause.source() {
+            cause = next;
+        }
+        Failure::new(
+            Exit::Unreachable,
+            format!("cannot reach the csivol server at {}: {cause}", self.addr),
+        )
+        .hint(hint)
+    }
+
+    /// An HTTP error answer, from the API's error body when there is one.
+    fn api_failure(&self, status: StatusCode, text: &str) -> Failure {
+        let Ok(ErrorResponse { error }) = serde_json::from_str::<ErrorResponse>(text) else {
+            let exit = match status {
+                StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => Exit::Unauthorized,
+                StatusCode::NOT_FOUND => Exit::NotFound,
+                StatusCode::SERVICE_UNAVAILABLE
+                | StatusCode::BAD_GATEWAY
+                | StatusCode::GATEWAY_TIMEOUT => Exit::Unreachable,
+                _ => Exit::Error,
+            };
+            let first = text.lines().next().unwrap_or("").trim();
+            return Failure::new(
+                exit,
+                format!(
+                    "the server at {} answered HTTP {status}{}",
+                    self.addr,
+                    if first.is_empty() {
+                        String::new()
+                    } else {
+                        format!(": {}", truncate(first, 200))
+                    }
+                ),
+            );
+        };
+        let exit = Exit::from_api(error.code);
+        let mut message = error.message;
+        let mut hint = error.hint;
+        if status == StatusCode::UNAUTHORIZED {
+            // Say which token was refused, and where csivol looked for one.
+            if self.token_source == TokenSource::None {
+                hint = Some(format!(
+                    "pass a token with --token, {} or {}, or put it in {}; a new server writes its \
+                     first operator token to <data-dir>/operator.token",
+                    env::CSIVOL_TOKEN,
+                    env::CSIVOL_TOKEN_FILE,
+                    env::default_token_file().map_or_else(
+                        || "~/.config/csivol/token".into(),
+                        |p| p.display().to_string()
+                    )
+                ));
+            } else {
+                message = format!("{message} (token from {})", self.token_source);
+            }
+        }
+        Failure {
+            exit,
+            message,
+            hint,
+        }
+    }
+}
+
+fn not_found_as_none<T>(r: anyhow::Result<T>) -> anyhow::Result<Option<T>> {
+    match r {
+        Ok(v) => Ok(Some(v)),
+        Err(e)
+            if e.downcast_ref::<Failure>()
+                .is_some_and(|f| f.exit == Exit::NotFound) =>
+        {
+            Ok(None)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
+        Some((i, _)) => format!("{}...", &s[..i]),
+        None => s.to_owned(),
+    }
+}
+
+/// `host:port` becomes `http://host:port`; a trailing slash is dropped.
+fn normalise_addr(addr: &str) -> anyhow::Result<String> {
+    let addr = addr.trim();
+    let full = if addr.contains("://") {
+        addr.to_owned()
+    } else {
+        format!("http://{addr}")
+    };
+    let bad = |why: &str| {
+        Failure::usage(format!("invalid server address `{addr}`: {why}")).hint(format!(
+            "use e.g. --addr {} (or set {})",
+            env::DEFAULT_ADDR,
+            env::CSIVOL_ADDR
+        ))
+    };
+    let url = reqwest::Url::parse(&full).map_err(|e| bad(&e.to_string()))?;
+    if url.scheme() != "http" {
+        return Err(bad("only http:// is supported").into());
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err(bad("no host").into());
+    }
+    if url.path() != "/" || url.query().is_some() {
+        return Err(bad("give only the scheme, host and port").into());
+    }
+    Ok(url.origin().ascii_serialization())
+}
+
+fn resolve_token(flag: Option<&str>) -> anyhow::Result<(Option<String>, TokenSource)> {
+    if let Some(t) = flag {
+        return Ok((Some(t.trim().to_owned()), TokenSource::Flag));
+    }
+    if let Some(t) = env::var(env::CSIVOL_TOKEN) {
+        return Ok((Some(t.trim().to_owned()), TokenSource::Env));
+    }
+    if let Some(path) = env::var(env::CSIVOL_TOKEN_FILE) {
+        let path = PathBuf::from(path);
+        let token = read_token_file(&path).map_err(|e| {
+            Failure::usage(format!(
+                "cannot read the token file {} named by {}: {e}",
+                path.display(),
+                env::CSIVOL_TOKEN_FILE
+            ))
+        })?;
+        return Ok((Some(token), TokenSource::File(path)));
+    }
+    if let Some(path) = env::default_token_file()
+        && let Ok(token) = read_token_file(&path)
+    {
+        return Ok((Some(token), TokenSource::DefaultFile(path)));
+    }
+    Ok((None, TokenSource::None))
+}
+
+fn read_token_file(path: &std::path::Path) -> std::io::Result<String> {
+    let token = std::fs::read_to_string(path)?.trim().to_owned();
+    if token.is_empty() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "the file is empty",
+        ));
+    }
+    Ok(token)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses() {
+        assert_eq!(
+            normalise_addr("127.0.0.1:7420").unwrap(),
+            "http://127.0.0.1:7420"
+        );
+        assert_eq!(normalise_addr("http://h:1/").unwrap(), "http://h:1");
+        for bad in ["https://h:1", "http://h:1/v1", "ftp://x", "http://"] {
+            let e = normalise_addr(bad).unwrap_err();
+            assert_eq!(
+                e.downcast_ref::<Failure>().unwrap().exit,
+                Exit::Usage,
+                "{bad}"
+            );
+        }
+    }
+}

@@ -1,0 +1,53 @@
+//! One module per command; each takes its parsed arguments and returns the exit code.
+
+mod claim;
+mod completions;
+mod detach;
+mod events;
+mod generate;
+mod node;
+mod plan;
+mod plugin;
+mod release;
+mod status;
+mod token;
+mod unblock;
+mod volume;
+
+use crate::args::{Cli, Command};
+use crate::client::Client;
+use crate::failure::Exit;
+use crate::output::Out;
+
+/// What every command that talks to the server needs.
+#[derive(Debug)]
+pub struct Ctx {
+    pub client: Client,
+    pub out: Out,
+}
+
+pub async fn run(cli: Cli, out: Out) -> anyhow::Result<Exit> {
+    // Commands that need no server come first, so they work without an address or token.
+    let command = match cli.command {
+        Command::Completions(args) => return completions::run(&out, args),
+        Command::Generate(args) => return generate::run(&out, args),
+        command => command,
+    };
+    let ctx = Ctx {
+        client: Client::from_args(&cli.global)?,
+        out,
+    };
+    match command {
+        Command::Volume(cmd) => volume::run(&ctx, cmd).await,
+        Command::Claim(args) => claim::run(&ctx, args).await,
+        Command::Release(args) => release::run(&ctx, args).await,
+        Command::Status(args) => status::run(&ctx, args).await,
+        Command::Unblock(args) => unblock::run(&ctx, args).await,
+        Command::Detach(args) => detach::run(&ctx, args).await,
+        Command::Node(cmd) => node::run(&ctx, cmd).await,
+        Command::Plugin(cmd) => plugin::run(&ctx, cmd).await,
+        Command::Events(args) => events::run(&ctx, args).await,
+        Command::Token(cmd) => token::run(&ctx, cmd).await,
+        Command::Completions(_) | Command::Generate(_) => unreachable!("handled above"),
+    }
+}

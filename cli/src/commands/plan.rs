@@ -1,0 +1,151 @@
+//! The shared shape of the operator actions `unblock` and `detach`: ask the server for the
+//! plan (a dry run), show it, ask (or require --yes), carry it out, and optionally wait
+//! until the volumes have got where the plan takes them.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use anyhow::Context;
+use csivol_proto::api::{ActionPlan, AttachmentState, ClaimState};
+use reqwest::Method;
+use serde_json::Value;
+
+use super::Ctx;
+use crate::args::{ConfirmArgs, WaitArgs};
+use crate::client::Answer;
+use crate::failure::Exit;
+use crate::render;
+use crate::wait::{self, Step};
+
+pub struct Action<'a> {
+    /// The endpoint taking the request.
+    pub path: String,
+    /// The request body for a dry run (`true`) or the real thing.
+    pub body: &'a dyn Fn(bool) -> Value,
+    /// What is being done, e.g. "unblock volume v1", for messages.
+    pub what: String,
+    /// What an empty plan means, e.g. "volume v1 has no claim on node n1".
+    pub nothing: String,
+    /// A warning shown with the plan before asking.
+    pub warning: Option<String>,
+}
+
+pub async fn carry_out(
+    ctx: &Ctx,
+    action: Action<'_>,
+    confirm: &ConfirmArgs,
+    wait_args: &WaitArgs,
+) -> anyhow::Result<Exit> {
+    let failed = || format!("failed to {}", action.what);
+    let planned: Answer<ActionPlan> = ctx
+        .client
+        .call(Method::POST, &action.path, Some(&(action.body)(true)))
+        .await
+        .with_context(failed)?;
+    let planned = planned.body;
+    if confirm.dry_run {
+        print(ctx, &planned)?;
+        return Ok(Exit::Ok);
+    }
+    if planned.actions.is_empty() {
+        ctx.out.note(format!("nothing to do: {}", action.nothing));
+        if ctx.out.json_mode() {
+            ctx.out.json(&planned)?;
+        }
+        return Ok(Exit::Ok);
+    }
+    if !confirm.yes {
+        let mut text = String::from("This will:\n");
+        for a in &planned.actions {
+            text.push_str(&format!("  {}\n", render::action(a, false)));
+        }
+        if let Some(w) = &action.warning {
+            text.push_str(w);
+        }
+        ctx.out.note(text.trim_end());
+    }
+    ctx.out.confirm(&action.what, confirm.yes, true)?;
+    let done: Answer<ActionPlan> = ctx
+        .client
+        .call(Method::POST, &action.path, Some(&(action.body)(false)))
+        .await
+        .with_context(failed)?;
+    let done = done.body;
+    if done.actions != planned.actions {
+        ctx.out
+            .warn("things changed between the plan and the action; what was done is printed below");
+    }
+    print(ctx, &done)?;
+    if wait_args.wait {
+        wait_for(ctx, &done, wait_args.timeout).await?;
+        ctx.out.note("done");
+    }
+    Ok(Exit::Ok)
+}
+
+fn print(ctx: &Ctx, plan: &ActionPlan) -> anyhow::Result<()> {
+    if ctx.out.json_mode() {
+        ctx.out.json(plan)
+    } else {
+        render::plan(&ctx.out, plan)
+    }
+}
+
+/// Waits until each volume of the plan has neither a blocked claim nor an attachment left
+/// on the nodes the plan acted on, and no released claim is left there.
+async fn wait_for(ctx: &Ctx, plan: &ActionPlan, timeout: Duration) -> anyhow::Result<()> {
+    let mut nodes: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+    for a in &plan.actions {
+        nodes.entry(&a.volume).or_default().insert(&a.node);
+    }
+    let deadline = std::time::Instant::now() + timeout;
+    for (volume, nodes) in nodes {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        wait::volume(ctx, volume, "to be detached", left, |v| {
+            let Some(v) = v else {
+                return Step::Done;
+            };
+            let claims: Vec<_> = v
+                .claims
+                .iter()
+                .filter(|c| nodes.contains(c.node.as_str()))
+                .collect();
+            let atts: Vec<_> = v
+                .attachments
+                .iter()
+                .filter(|a| nodes.contains(a.node.as_str()))
+                .collect();
+            if claims.is_empty() && atts.is_empty() {
+                return Step::Done;
+            }
+            let mut parts: Vec<String> = claims
+                .iter()
+                .map(|c| {
+                    let how = match c.state {
+                        ClaimState::Blocked => "blocked".to_owned(),
+                        s => s.to_string(),
+                    };
+                    format!("claim of alloc {} on node {} is {how}", c.alloc, c.node)
+                })
+                .collect();
+            for a in atts {
+                let mut s = format!(
+                    "{}attachment to node {} is {}",
+                    if a.forced { "forced " } else { "" },
+                    a.node,
+                    a.state
+                );
+                if a.state == AttachmentState::Detaching {
+                    s.push_str(" (waiting for ControllerUnpublishVolume)");
+                }
+                if let Some(e) = &a.error {
+                    s.push_str(&format!(": {e}"));
+                }
+                parts.push(s);
+            }
+            Step::Waiting(parts.join("; "))
+        })
+        .await?;
+    }
+    Ok(())
+}

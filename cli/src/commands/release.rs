@@ -1,0 +1,46 @@
+//! `csivol release`: release an alloc's claim; `--wait` follows it until it is gone.
+
+use anyhow::Context;
+use csivol_proto::api::Claim;
+use reqwest::Method;
+
+use super::Ctx;
+use crate::args::ReleaseArgs;
+use crate::client::Answer;
+use crate::failure::Exit;
+use crate::render;
+use crate::wait::{self, ClaimGoal};
+
+pub async fn run(ctx: &Ctx, args: ReleaseArgs) -> anyhow::Result<Exit> {
+    let path = format!("/v1/volumes/{}/claims/{}", args.volume, args.alloc);
+    let a: Answer<Claim> = ctx
+        .client
+        .call::<(), _>(Method::DELETE, &path, None)
+        .await
+        .with_context(|| {
+            format!(
+                "failed to release the claim of alloc `{}` on volume `{}`",
+                args.alloc, args.volume
+            )
+        })?;
+    let claim = a.body;
+    if !args.wait.wait {
+        ctx.out.note(format!(
+            "releasing the claim of alloc {} on volume {}: node {} unmounts it",
+            claim.alloc, claim.volume, claim.node
+        ));
+        if ctx.out.json_mode() {
+            ctx.out.json(&claim)?;
+        } else {
+            render::claim(&ctx.out, &claim)?;
+        }
+        return Ok(Exit::Ok);
+    }
+    let index = a.index.unwrap_or(claim.index);
+    wait::claim(ctx, claim, index, ClaimGoal::Gone, args.wait.timeout).await?;
+    ctx.out.note(format!(
+        "released the claim of alloc {} on volume {}",
+        args.alloc, args.volume
+    ));
+    Ok(Exit::Ok)
+}

@@ -1,0 +1,197 @@
+//! `csivol status`: the cluster at a glance, one volume in detail, or the blocked volumes
+//! (with an exit code a pipeline can gate on).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use csivol_proto::api::{AttachmentState, ClaimState, Node, NodeStatus, Volume, VolumeState};
+use serde::Serialize;
+
+use super::Ctx;
+use crate::args::StatusArgs;
+use crate::failure::Exit;
+use crate::output::or_dash;
+use crate::render;
+
+/// A volume held by a lost node: one per (volume, node). Part of the JSON contract.
+#[derive(Debug, Serialize)]
+pub struct Blocked {
+    pub volume: String,
+    pub node: String,
+    /// When the node was lost (RFC 3339).
+    pub lost_at: Option<String>,
+    /// The node's self-fencing delay, if it self-fences (`30s`).
+    pub fence_after: Option<String>,
+    /// When the node reported that it fenced itself.
+    pub fenced_at: Option<String>,
+    /// The allocs whose claims are blocked.
+    pub allocs: Vec<String>,
+    /// Whether the volume is still attached to the node (an unblock force-detaches it).
+    pub attached: bool,
+    /// The command that unblocks it.
+    pub unblock: String,
+}
+
+/// `status` without a volume, as JSON. Part of the JSON contract.
+#[derive(Debug, Serialize)]
+pub struct Summary {
+    pub volumes_by_state: BTreeMap<String, usize>,
+    pub nodes_by_status: BTreeMap<String, usize>,
+    pub blocked: Vec<Blocked>,
+    pub volumes: Vec<Volume>,
+}
+
+pub async fn run(ctx: &Ctx, args: StatusArgs) -> anyhow::Result<Exit> {
+    let volumes: Vec<Volume> = match (&args.volume, &args.node) {
+        (Some(v), _) => vec![ctx.client.get(&format!("/v1/volumes/{v}")).await?],
+        (None, Some(n)) => ctx.client.get(&format!("/v1/volumes?node={n}")).await?,
+        (None, None) => ctx.client.get("/v1/volumes").await?,
+    };
+    if let (Some(_), false) = (&args.volume, args.blocked) {
+        super::volume::print(ctx, &volumes[0])?;
+        return Ok(Exit::Ok);
+    }
+    let mut nodes: Vec<Node> = ctx.client.get("/v1/nodes").await?;
+    if let Some(n) = &args.node {
+        nodes.retain(|x| &x.name == n);
+    }
+    let blocked = blocked(&volumes, &nodes, args.node.as_deref());
+    if args.blocked {
+        if ctx.out.json_mode() {
+            ctx.out.json(&blocked)?;
+        } else if blocked.is_empty() {
+            ctx.out.note("no volume is blocked");
+        } else {
+            blocked_table(ctx, &blocked)?;
+        }
+        return Ok(if blocked.is_empty() {
+            Exit::Ok
+        } else {
+            Exit::Blocked
+        });
+    }
+    let mut volumes_by_state = BTreeMap::new();
+    for s in VolumeState::ALL {
+        let n = volumes.iter().filter(|v| v.state == s).count();
+        if n > 0 {
+            volumes_by_state.insert(s.to_string(), n);
+        }
+    }
+    let mut nodes_by_status = BTreeMap::new();
+    for s in [NodeStatus::Ready, NodeStatus::Lost] {
+        let n = nodes.iter().filter(|x| x.status == s).count();
+        if n > 0 {
+            nodes_by_status.insert(s.to_string(), n);
+        }
+    }
+    let summary = Summary {
+        volumes_by_state,
+        nodes_by_status,
+        blocked,
+        volumes,
+    };
+    if ctx.out.json_mode() {
+        ctx.out.json(&summary)?;
+        return Ok(Exit::Ok);
+    }
+    let counts = |total: usize, by: &BTreeMap<String, usize>| {
+        if by.is_empty() {
+            return total.to_string();
+        }
+        let parts: Vec<_> = by.iter().map(|(k, n)| format!("{n} {k}")).collect();
+        format!("{total} ({})", parts.join(", "))
+    };
+    ctx.out.line(format!(
+        "volumes: {}",
+        counts(summary.volumes.len(), &summary.volumes_by_state)
+    ))?;
+    ctx.out.line(format!(
+        "nodes:   {}",
+        counts(nodes.len(), &summary.nodes_by_status)
+    ))?;
+    if !summary.blocked.is_empty() {
+        ctx.out.line("")?;
+        ctx.out.line("blocked volumes:")?;
+        blocked_table(ctx, &summary.blocked)?;
+    }
+    if !summary.volumes.is_empty() {
+        ctx.out.line("")?;
+        ctx.out.line("volumes:")?;
+        render::volumes(&ctx.out, &summary.volumes)?;
+    }
+    Ok(Exit::Ok)
+}
+
+/// Every (volume, lost node) hold, with what the operator needs to judge an unblock.
+fn blocked(volumes: &[Volume], nodes: &[Node], only_node: Option<&str>) -> Vec<Blocked> {
+    let by_name: BTreeMap<&str, &Node> = nodes.iter().map(|n| (n.name.as_str(), n)).collect();
+    let mut out = Vec::new();
+    for v in volumes {
+        let holders: BTreeSet<&str> = v
+            .claims
+            .iter()
+            .filter(|c| c.state == ClaimState::Blocked)
+            .map(|c| c.node.as_str())
+            .chain(
+                v.attachments
+                    .iter()
+                    .filter(|a| a.state == AttachmentState::Blocked)
+                    .map(|a| a.node.as_str()),
+            )
+            .filter(|n| only_node.is_none_or(|o| o == *n))
+            .collect();
+        for node in holders {
+            let n = by_name.get(node);
+            out.push(Blocked {
+                volume: v.name.clone(),
+                node: node.to_owned(),
+                lost_at: n.and_then(|n| n.lost_at.clone()),
+                fence_after: n.and_then(|n| n.fence_after.clone()),
+                fenced_at: n.and_then(|n| n.fenced_at.clone()),
+                allocs: v
+                    .claims
+                    .iter()
+                    .filter(|c| c.state == ClaimState::Blocked && c.node == node)
+                    .map(|c| c.alloc.clone())
+                    .collect(),
+                attached: v
+                    .attachments
+                    .iter()
+                    .any(|a| a.state == AttachmentState::Blocked && a.node == node),
+                unblock: format!("csivol unblock {} --node {node} --reason \"...\"", v.name),
+            });
+        }
+    }
+    out
+}
+
+fn blocked_table(ctx: &Ctx, blocked: &[Blocked]) -> anyhow::Result<()> {
+    let mut t = ctx.out.table(&[
+        "VOLUME",
+        "LOST NODE",
+        "LOST SINCE",
+        "SELF-FENCES",
+        "BLOCKED CLAIMS",
+        "UNBLOCK WITH",
+    ]);
+    for b in blocked {
+        let fences = match (&b.fence_after, &b.fenced_at) {
+            (_, Some(at)) => format!("fenced at {at}"),
+            (Some(after), None) => format!("yes, after {after}"),
+            (None, None) => "no".into(),
+        };
+        let allocs = if b.allocs.is_empty() {
+            "-".to_owned()
+        } else {
+            b.allocs.join(", ")
+        };
+        t.add_row(vec![
+            b.volume.clone(),
+            b.node.clone(),
+            or_dash(b.lost_at.as_deref()),
+            fences,
+            allocs,
+            b.unblock.clone(),
+        ]);
+    }
+    ctx.out.print_table(t)
+}

@@ -1,0 +1,222 @@
+//! `csivol volume register|create|list|show|deregister`.
+
+use anyhow::Context;
+use csivol_proto::api::{Volume, VolumeState};
+use reqwest::{Method, StatusCode};
+
+use super::Ctx;
+use crate::args::{CreateArgs, DeregisterArgs, SpecArgs, VolumeArg, VolumeCommand, VolumeListArgs};
+use crate::client::Answer;
+use crate::failure::{Exit, Failure};
+use crate::render;
+use crate::spec;
+use crate::wait::{self, Step};
+
+pub async fn run(ctx: &Ctx, cmd: VolumeCommand) -> anyhow::Result<Exit> {
+    match cmd {
+        VolumeCommand::Register(args) => register(ctx, args).await,
+        VolumeCommand::Create(args) => create(ctx, args).await,
+        VolumeCommand::List(args) => list(ctx, args).await,
+        VolumeCommand::Show(args) => show(ctx, args).await,
+        VolumeCommand::Deregister(args) => deregister(ctx, args).await,
+    }
+}
+
+/// Prints a volume: JSON, or the detailed view.
+pub fn print(ctx: &Ctx, v: &Volume) -> anyhow::Result<()> {
+    if ctx.out.json_mode() {
+        ctx.out.json(v)
+    } else {
+        render::volume(&ctx.out, v)
+    }
+}
+
+async fn register(ctx: &Ctx, args: SpecArgs) -> anyhow::Result<Exit> {
+    let (name, spec) = spec::read_register(&args.file)?;
+    let a: Answer<Volume> = ctx
+        .client
+        .call(Method::PUT, &format!("/v1/volumes/{name}"), Some(&spec))
+        .await
+        .with_context(|| format!("failed to register volume `{name}`"))?;
+    if a.status == StatusCode::CREATED {
+        ctx.out.note(format!("registered volume {name}"));
+    } else {
+        ctx.out.note(format!(
+            "volume {name} is already registered with this spec; nothing changed"
+        ));
+    }
+    print(ctx, &a.body)?;
+    Ok(Exit::Ok)
+}
+
+async fn create(ctx: &Ctx, args: CreateArgs) -> anyhow::Result<Exit> {
+    let (name, spec) = spec::read_create(&args.spec.file)?;
+    let a: Answer<Volume> = ctx
+        .client
+        .call(
+            Method::POST,
+            &format!("/v1/volumes/{name}/create"),
+            Some(&spec),
+        )
+        .await
+        .with_context(|| format!("failed to create volume `{name}`"))?;
+    let plugin = spec.plugin.clone();
+    let mut v = a.body;
+    if a.status == StatusCode::ACCEPTED {
+        ctx.out
+            .note(format!("creating volume {name} through plugin {plugin}"));
+    } else {
+        ctx.out.note(format!(
+            "volume {name} already exists with this spec ({})",
+            v.state
+        ));
+    }
+    if args.wait.wait {
+        let done = wait::volume(
+            ctx,
+            &name,
+            "to be created",
+            args.wait.timeout,
+            |v| match v {
+                None => Step::Fail(Failure::new(
+                    Exit::Error,
+                    format!("volume {name} disappeared while it was being created"),
+                )),
+                Some(v) if v.state == VolumeState::Creating => Step::Waiting(match &v.error {
+                    Some(e) => {
+                        format!("creating: CreateVolume through plugin {plugin} failed: {e}")
+                    }
+                    None => format!("creating: waiting for CreateVolume through plugin {plugin}"),
+                }),
+                Some(v) if v.state == VolumeState::Failed => Step::Fail(
+                    Failure::new(
+                        Exit::Error,
+                        format!(
+                            "volume {name} could not be created: {}",
+                            v.error.as_deref().unwrap_or("no reason given")
+                        ),
+                    )
+                    .hint(format!(
+                        "fix the cause, then create it again (the failed record is replaced), or \
+                     `csivol volume deregister {name}`"
+                    )),
+                ),
+                Some(_) => Step::Done,
+            },
+        )
+        .await?;
+        v = done.expect("done means it exists");
+        ctx.out.note(format!("created volume {name}"));
+    }
+    print(ctx, &v)?;
+    Ok(Exit::Ok)
+}
+
+async fn list(ctx: &Ctx, args: VolumeListArgs) -> anyhow::Result<Exit> {
+    let mut query = Vec::new();
+    if let Some(p) = &args.plugin {
+        query.push(format!("plugin={p}"));
+    }
+    if let Some(s) = args.state {
+        query.push(format!("state={s}"));
+    }
+    if let Some(n) = &args.node {
+        query.push(format!("node={n}"));
+    }
+    let path = if query.is_empty() {
+        "/v1/volumes".to_owned()
+    } else {
+        format!("/v1/volumes?{}", query.join("&"))
+    };
+    let vs: Vec<Volume> = ctx.client.get(&path).await?;
+    if ctx.out.json_mode() {
+        ctx.out.json(&vs)?;
+    } else {
+        render::volumes(&ctx.out, &vs)?;
+    }
+    Ok(Exit::Ok)
+}
+
+async fn show(ctx: &Ctx, args: VolumeArg) -> anyhow::Result<Exit> {
+    let v: Volume = ctx
+        .client
+        .get(&format!("/v1/volumes/{}", args.volume))
+        .await?;
+    print(ctx, &v)?;
+    Ok(Exit::Ok)
+}
+
+async fn deregister(ctx: &Ctx, args: DeregisterArgs) -> anyhow::Result<Exit> {
+    let name = &args.volume;
+    let v: Volume = ctx.client.get(&format!("/v1/volumes/{name}")).await?;
+    if !args.yes {
+        let ext = if v.external_id.is_empty() {
+            String::new()
+        } else {
+            format!(" (external id {})", v.external_id)
+        };
+        ctx.out.note(if args.delete {
+            format!(
+                "This destroys volume {name} and all its data: DeleteVolume through plugin {}{ext}.",
+                v.plugin
+            )
+        } else {
+            format!(
+                "This deregisters volume {name}: csivol forgets it; the storage itself{ext} is kept \
+                 in plugin {}.",
+                v.plugin
+            )
+        });
+    }
+    let what = if args.delete {
+        format!("delete volume {name}")
+    } else {
+        format!("deregister volume {name}")
+    };
+    ctx.out.confirm(&what, args.yes, false)?;
+    let path = if args.delete {
+        format!("/v1/volumes/{name}?delete=true")
+    } else {
+        format!("/v1/volumes/{name}")
+    };
+    let failed = || format!("failed to {what}");
+    if !args.delete {
+        ctx.client
+            .call_empty(Method::DELETE, &path)
+            .await
+            .with_context(failed)?;
+        ctx.out.note(format!("deregistered volume {name}"));
+        return Ok(Exit::Ok);
+    }
+    let a: Answer<Volume> = ctx
+        .client
+        .call::<(), _>(Method::DELETE, &path, None)
+        .await
+        .with_context(failed)?;
+    if !args.wait.wait {
+        ctx.out.note(format!(
+            "deleting volume {name} through plugin {}; `csivol volume show {name}` follows it",
+            v.plugin
+        ));
+        print(ctx, &a.body)?;
+        return Ok(Exit::Ok);
+    }
+    let plugin = v.plugin.clone();
+    wait::volume(ctx, name, "to be deleted", args.wait.timeout, |v| match v {
+        None => Step::Done,
+        Some(v) if v.state == VolumeState::Deleting => Step::Waiting(match &v.error {
+            Some(e) => format!("deleting: DeleteVolume through plugin {plugin} failed: {e}"),
+            None => format!("deleting: waiting for DeleteVolume through plugin {plugin}"),
+        }),
+        Some(v) => Step::Fail(Failure::new(
+            Exit::Error,
+            format!(
+                "volume {name} could not be deleted: {}",
+                v.error.as_deref().unwrap_or("no reason given")
+            ),
+        )),
+    })
+    .await?;
+    ctx.out.note(format!("deleted volume {name}"));
+    Ok(Exit::Ok)
+}

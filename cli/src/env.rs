@@ -1,0 +1,88 @@
+//! Every environment variable and default path the CLI reads, in one place.
+
+use std::path::PathBuf;
+
+/// The server's address, e.g. `http://127.0.0.1:7420`; `--addr` wins over it.
+pub const CSIVOL_ADDR: &str = "CSIVOL_ADDR";
+
+/// An API token; `--token` wins over it, and it wins over `CSIVOL_TOKEN_FILE`.
+pub const CSIVOL_TOKEN: &str = "CSIVOL_TOKEN";
+
+/// A file holding an API token (surrounding whitespace is ignored), used when neither
+/// `--token` nor `CSIVOL_TOKEN` gives one.
+pub const CSIVOL_TOKEN_FILE: &str = "CSIVOL_TOKEN_FILE";
+
+/// Any non-empty value turns colour off (<https://no-color.org>), like `--no-color`.
+pub const NO_COLOR: &str = "NO_COLOR";
+
+/// Terminal width for tables. When it is unset, tables fit the terminal on a TTY and are
+/// not wrapped when stdout is a pipe, so scripts and tests see the same layout everywhere.
+pub const COLUMNS: &str = "COLUMNS";
+
+/// Base directory for user configuration; the default token file lives below it.
+pub const XDG_CONFIG_HOME: &str = "XDG_CONFIG_HOME";
+
+/// The user's home directory, for `~/.config` when `XDG_CONFIG_HOME` is unset.
+pub const HOME: &str = "HOME";
+
+/// The address used when neither `--addr` nor `CSIVOL_ADDR` gives one: the server's default
+/// listen address.
+pub const DEFAULT_ADDR: &str = "http://127.0.0.1:7420";
+
+/// Where the default token file lives, relative to the configuration directory. Dev mode
+/// writes its operator token there so that `csivol` works without further setup.
+pub const DEFAULT_TOKEN_FILE: &str = "csivol/token";
+
+/// A variable's value, treating an empty one as unset.
+pub fn var(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+/// `$XDG_CONFIG_HOME/csivol/token`, else `~/.config/csivol/token`.
+pub fn default_token_file() -> Option<PathBuf> {
+    let base = match var(XDG_CONFIG_HOME) {
+        Some(dir) => PathBuf::from(dir),
+        None => PathBuf::from(var(HOME)?).join(".config"),
+    };
+    Some(base.join(DEFAULT_TOKEN_FILE))
+}
+
+/// Whether colour is turned off by the environment.
+pub fn no_color() -> bool {
+    var(NO_COLOR).is_some()
+}
+
+/// The table width from `COLUMNS`, if set to a usable number.
+pub fn columns() -> Option<u16> {
+    var(COLUMNS)?.parse().ok().filter(|w| *w >= 20)
+}
+
+/// The environment variables an operator may set, with their meaning, for the man page.
+pub const DOCUMENTED: &[(&str, &str)] = &[
+    (
+        CSIVOL_ADDR,
+        "The server's address, e.g. http://127.0.0.1:7420. --addr wins over it.",
+    ),
+    (
+        CSIVOL_TOKEN,
+        "The API token. --token wins over it; it wins over CSIVOL_TOKEN_FILE.",
+    ),
+    (
+        CSIVOL_TOKEN_FILE,
+        "A file holding the API token, used when neither --token nor CSIVOL_TOKEN is given.",
+    ),
+    (
+        NO_COLOR,
+        "Any non-empty value turns colour off, like --no-color.",
+    ),
+    (
+        COLUMNS,
+        "The width tables fit in. Unset, tables fit the terminal, and are not wrapped when \
+         stdout is not a terminal.",
+    ),
+    (
+        XDG_CONFIG_HOME,
+        "Where the default token file is looked for: $XDG_CONFIG_HOME/csivol/token \
+         (~/.config/csivol/token when unset).",
+    ),
+];

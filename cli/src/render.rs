@@ -1,0 +1,432 @@
+//! Table and text views of the API's types, shared by the commands. JSON output does not
+//! come through here: it is the API's types serialised as they are.
+
+use std::collections::BTreeMap;
+
+use csivol_proto::api::{
+    ActionPlan, Claim, ClaimState, Event, Node, PlannedAction, Plugin, Volume,
+};
+
+use crate::output::{Out, age, or_dash};
+
+/// Aligned `key: value` lines under a title.
+pub fn record(out: &Out, title: &str, rows: &[(&str, String)]) -> anyhow::Result<()> {
+    let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0) + 1;
+    let mut text = format!("{}\n", out.paint(console::Style::new().bold(), title));
+    for (k, v) in rows {
+        text.push_str(&format!("  {:<width$}  {v}\n", format!("{k}:")));
+    }
+    out.line(text.trim_end())
+}
+
+fn map(m: &BTreeMap<String, String>) -> String {
+    if m.is_empty() {
+        return "-".into();
+    }
+    m.iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Claims counted by state, e.g. `1 ready, 1 attaching`.
+fn claim_summary(claims: &[Claim]) -> String {
+    if claims.is_empty() {
+        return "-".into();
+    }
+    let mut parts = Vec::new();
+    for s in ClaimState::ALL {
+        let n = claims.iter().filter(|c| c.state == s).count();
+        if n > 0 {
+            parts.push(format!("{n} {s}"));
+        }
+    }
+    parts.join(", ")
+}
+
+/// The nodes a volume is attached to, with the attachment's state where it is not plain
+/// `attached`.
+fn attached_nodes(v: &Volume) -> String {
+    if v.attachments.is_empty() {
+        return "-".into();
+    }
+    v.attachments
+        .iter()
+        .map(|a| match a.state.as_str() {
+            "attached" => a.node.clone(),
+            s => format!("{} ({s})", a.node),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+pub fn volumes(out: &Out, vs: &[Volume]) -> anyhow::Result<()> {
+    if vs.is_empty() {
+        out.note("no volumes");
+        return Ok(());
+    }
+    let mut t = out.table(&["NAME", "PLUGIN", "ACCESS MODE", "STATE", "CLAIMS", "NODES"]);
+    for v in vs {
+        t.add_row(vec![
+            comfy_table::Cell::new(&v.name),
+            comfy_table::Cell::new(&v.plugin),
+            comfy_table::Cell::new(v.access_mode),
+            out.state_cell(v.state.as_str()),
+            comfy_table::Cell::new(claim_summary(&v.claims)),
+            comfy_table::Cell::new(attached_nodes(v)),
+        ]);
+    }
+    out.print_table(t)
+}
+
+/// A volume in detail: its spec (secret values are never sent by the server; their keys
+/// are shown redacted), its attachments and every claim.
+pub fn volume(out: &Out, v: &Volume) -> anyhow::Result<()> {
+    let mut rows = vec![
+        ("state", v.state.to_string()),
+        ("plugin", v.plugin.clone()),
+        ("external id", or_dash(Some(&v.external_id))),
+        ("access mode", v.access_mode.to_string()),
+        ("attachment", v.attachment.to_string()),
+    ];
+    if let Some(c) = v.capacity_bytes {
+        rows.push(("capacity", format!("{c} bytes")));
+    }
+    if !v.fs_type.is_empty() {
+        rows.push(("fs type", v.fs_type.clone()));
+    }
+    if !v.mount_flags.is_empty() {
+        rows.push(("mount flags", v.mount_flags.join(", ")));
+    }
+    rows.push(("context", map(&v.context)));
+    rows.push(("parameters", map(&v.parameters)));
+    rows.push((
+        "secrets",
+        if v.secret_keys.is_empty() {
+            "-".into()
+        } else {
+            v.secret_keys
+                .iter()
+                .map(|k| format!("{k}=<redacted>"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        },
+    ));
+    if let Some(e) = &v.error {
+        rows.push(("error", e.clone()));
+    }
+    rows.push(("created", v.created_at.clone()));
+    record(out, &format!("volume {}", v.name), &rows)?;
+
+    out.line("")?;
+    if v.attachments.is_empty() {
+        out.line("attachments: none")?;
+    } else {
+        out.line("attachments:")?;
+        let mut t = out.table(&["NODE", "STATE", "FORCED", "ERROR", "NEXT RETRY", "SINCE"]);
+        for a in &v.attachments {
+            t.add_row(vec![
+                comfy_table::Cell::new(&a.node),
+                out.state_cell(a.state.as_str()),
+                comfy_table::Cell::new(if a.forced { "yes" } else { "no" }),
+                comfy_table::Cell::new(or_dash(a.error.as_deref())),
+                comfy_table::Cell::new(or_dash(a.next_retry_at.as_deref())),
+                comfy_table::Cell::new(age(&a.updated_at)),
+            ]);
+        }
+        out.print_table(t)?;
+    }
+
+    out.line("")?;
+    if v.claims.is_empty() {
+        out.line("claims: none")?;
+    } else {
+        out.line("claims:")?;
+        let mut t = out.table(&[
+            "ALLOC",
+            "NODE",
+            "MODE",
+            "STATE",
+            "TARGET PATH",
+            "ERROR",
+            "NEXT RETRY",
+            "AGE",
+        ]);
+        for c in &v.claims {
+            t.add_row(vec![
+                comfy_table::Cell::new(&c.alloc),
+                comfy_table::Cell::new(&c.node),
+                comfy_table::Cell::new(c.mode),
+                out.state_cell(c.state.as_str()),
+                comfy_table::Cell::new(or_dash(c.target_path.as_deref())),
+                comfy_table::Cell::new(or_dash(c.error.as_deref())),
+                comfy_table::Cell::new(or_dash(c.next_retry_at.as_deref())),
+                comfy_table::Cell::new(age(&c.created_at)),
+            ]);
+        }
+        out.print_table(t)?;
+    }
+    Ok(())
+}
+
+pub fn claim(out: &Out, c: &Claim) -> anyhow::Result<()> {
+    let mut rows = vec![
+        ("volume", c.volume.clone()),
+        ("node", c.node.clone()),
+        ("mode", c.mode.to_string()),
+        ("state", c.state.to_string()),
+        ("target path", or_dash(c.target_path.as_deref())),
+    ];
+    if let Some(e) = &c.error {
+        rows.push(("error", e.clone()));
+    }
+    if let Some(t) = &c.next_retry_at {
+        rows.push(("next retry", t.clone()));
+    }
+    rows.push(("created", c.created_at.clone()));
+    record(out, &format!("claim of alloc {}", c.alloc), &rows)
+}
+
+/// A node's plugins as `id used/max`, `max` being `∞` for no limit.
+fn plugin_slots(n: &Node) -> String {
+    if n.plugins.is_empty() {
+        return "-".into();
+    }
+    n.plugins
+        .iter()
+        .map(|p| {
+            let max = if p.max_volumes == 0 {
+                "∞".to_owned()
+            } else {
+                p.max_volumes.to_string()
+            };
+            format!("{} {}/{max}", p.id, p.used)
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+pub fn nodes(out: &Out, ns: &[Node]) -> anyhow::Result<()> {
+    if ns.is_empty() {
+        out.note("no nodes have registered");
+        return Ok(());
+    }
+    let mut t = out.table(&[
+        "NAME",
+        "STATUS",
+        "PLUGINS (USED/MAX)",
+        "SELF-FENCES",
+        "LOST SINCE",
+        "LAST HEARTBEAT",
+    ]);
+    for n in ns {
+        t.add_row(vec![
+            comfy_table::Cell::new(&n.name),
+            out.state_cell(n.status.as_str()),
+            comfy_table::Cell::new(plugin_slots(n)),
+            comfy_table::Cell::new(fencing(n)),
+            comfy_table::Cell::new(or_dash(n.lost_at.as_deref())),
+            comfy_table::Cell::new(
+                n.last_heartbeat
+                    .as_deref()
+                    .map_or_else(|| "-".to_owned(), |t| format!("{} ago", age(t))),
+            ),
+        ]);
+    }
+    out.print_table(t)
+}
+
+/// Whether and how a node fences itself.
+pub fn fencing(n: &Node) -> String {
+    match (&n.fence_after, &n.fenced_at) {
+        (_, Some(at)) => format!("fenced at {at}"),
+        (Some(after), None) => format!("after {after}"),
+        (None, None) => "no".into(),
+    }
+}
+
+pub fn node(out: &Out, n: &Node) -> anyhow::Result<()> {
+    let rows = vec![
+        ("status", n.status.to_string()),
+        (
+            "last heartbeat",
+            n.last_heartbeat
+                .as_deref()
+                .map_or_else(|| "-".to_owned(), |t| format!("{t} ({} ago)", age(t))),
+        ),
+        ("lost since", or_dash(n.lost_at.as_deref())),
+        ("self-fences", fencing(n)),
+        ("registered", n.registered_at.clone()),
+    ];
+    record(out, &format!("node {}", n.name), &rows)?;
+    out.line("")?;
+    if n.plugins.is_empty() {
+        return out.line("plugins: none");
+    }
+    out.line("plugins:")?;
+    let mut t = out.table(&["PLUGIN", "CSI NODE ID", "USED", "MAX", "CONTROLLER"]);
+    for p in &n.plugins {
+        t.add_row(vec![
+            p.id.clone(),
+            p.node_id.clone(),
+            p.used.to_string(),
+            if p.max_volumes == 0 {
+                "no limit".into()
+            } else {
+                p.max_volumes.to_string()
+            },
+            if p.controller { "yes" } else { "no" }.into(),
+        ]);
+    }
+    out.print_table(t)
+}
+
+pub fn plugins(out: &Out, ps: &[Plugin]) -> anyhow::Result<()> {
+    if ps.is_empty() {
+        out.note("no plugins: no node has registered one");
+        return Ok(());
+    }
+    let mut t = out.table(&[
+        "ID",
+        "NAME",
+        "VERSION",
+        "NODES",
+        "CONTROLLERS",
+        "CONTROLLER PUBLISH",
+        "VOLUMES",
+    ]);
+    for p in ps {
+        t.add_row(vec![
+            p.id.clone(),
+            p.name.clone(),
+            p.version.clone(),
+            format!("{}/{} healthy", p.nodes_healthy, p.nodes_expected),
+            format!(
+                "{}/{} healthy",
+                p.controllers_healthy, p.controllers_expected
+            ),
+            if p.controller_publish { "yes" } else { "no" }.into(),
+            p.volumes.to_string(),
+        ]);
+    }
+    out.print_table(t)
+}
+
+pub fn plugin(out: &Out, p: &Plugin) -> anyhow::Result<()> {
+    let yes = |b: bool| if b { "yes" } else { "no" }.to_owned();
+    record(
+        out,
+        &format!("plugin {}", p.id),
+        &[
+            ("name", p.name.clone()),
+            ("version", p.version.clone()),
+            (
+                "nodes",
+                format!("{} healthy of {}", p.nodes_healthy, p.nodes_expected),
+            ),
+            (
+                "controllers",
+                format!(
+                    "{} healthy of {}",
+                    p.controllers_healthy, p.controllers_expected
+                ),
+            ),
+            ("controller publish", yes(p.controller_publish)),
+            ("stage/unstage", yes(p.stage_unstage)),
+            ("volumes", p.volumes.to_string()),
+        ],
+    )
+}
+
+pub fn events(out: &Out, es: &[Event]) -> anyhow::Result<()> {
+    if es.is_empty() {
+        out.note("no events");
+        return Ok(());
+    }
+    let mut t = out.table(&[
+        "INDEX", "TIME", "KIND", "VOLUME", "NODE", "ALLOC", "ACTOR", "MESSAGE",
+    ]);
+    for e in es {
+        t.add_row(vec![
+            e.index.to_string(),
+            e.at.clone(),
+            e.kind.clone(),
+            or_dash(e.volume.as_deref()),
+            or_dash(e.node.as_deref()),
+            or_dash(e.alloc.as_deref()),
+            e.actor.clone(),
+            e.message.clone(),
+        ]);
+    }
+    out.print_table(t)
+}
+
+/// One event on one line, for `events --follow`.
+pub fn event_line(e: &Event) -> String {
+    let mut subject = Vec::new();
+    for (k, v) in [
+        ("volume", &e.volume),
+        ("node", &e.node),
+        ("alloc", &e.alloc),
+    ] {
+        if let Some(v) = v {
+            subject.push(format!("{k}={v}"));
+        }
+    }
+    format!(
+        "{}  {}  {}  {}  [{}]",
+        e.at,
+        e.kind,
+        subject.join(" "),
+        e.message,
+        e.actor
+    )
+}
+
+/// One planned (or done) operator action as a sentence.
+pub fn action(a: &PlannedAction, done: bool) -> String {
+    let lost = a
+        .lost_since
+        .as_deref()
+        .map(|t| format!(", lost since {t}"))
+        .unwrap_or_default();
+    let alloc = a.alloc.as_deref().unwrap_or("?");
+    match (a.action.as_str(), done) {
+        ("force-release", false) => format!(
+            "force-release the claim of alloc {alloc} on volume {} held by node {}{lost}, without the node",
+            a.volume, a.node
+        ),
+        ("force-release", true) => format!(
+            "force-released the claim of alloc {alloc} on volume {} held by node {}{lost}",
+            a.volume, a.node
+        ),
+        ("force-detach", false) => format!(
+            "force-detach volume {} from node {}{lost}: ControllerUnpublishVolume without the node",
+            a.volume, a.node
+        ),
+        ("force-detach", true) => format!(
+            "force-detaching volume {} from node {}{lost}",
+            a.volume, a.node
+        ),
+        ("release", false) => format!(
+            "release the claim of alloc {alloc} on volume {} through node {}",
+            a.volume, a.node
+        ),
+        ("release", true) => format!(
+            "releasing the claim of alloc {alloc} on volume {} through node {}",
+            a.volume, a.node
+        ),
+        (other, _) => format!("{other} volume {} on node {}", a.volume, a.node),
+    }
+}
+
+/// A plan as sentences on stdout (the data of `--dry-run` and of the done action).
+pub fn plan(out: &Out, p: &ActionPlan) -> anyhow::Result<()> {
+    let done = !p.dry_run;
+    let head = if done { "done:" } else { "would:" };
+    out.line(head)?;
+    for a in &p.actions {
+        out.line(format!("  {}", action(a, done)))?;
+    }
+    Ok(())
+}

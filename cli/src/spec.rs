@@ -1,0 +1,300 @@
+//! Volume spec files for `volume register` and `volume create`: TOML or JSON, a `name` plus
+//! the API's spec fields. Errors name the file, the position and the field, and never echo
+//! a secret's value.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::io::Read;
+use std::path::Path;
+
+use csivol_proto::api::{Attachment, CreateVolumeSpec, VolumeSpec, validate_name};
+use csivol_proto::domain::AccessMode;
+use serde::Deserialize;
+use serde::de::{self, DeserializeOwned, Deserializer, Visitor};
+
+use crate::failure::Failure;
+
+/// `volume register` files. Every field maps onto [`VolumeSpec`]; the conversion below is
+/// a struct literal, so a new required API field breaks the build here instead of being
+/// silently missing from files.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RegisterFile {
+    name: String,
+    plugin: String,
+    external_id: String,
+    access_mode: AccessMode,
+    attachment: Attachment,
+    #[serde(default)]
+    fs_type: String,
+    #[serde(default)]
+    mount_flags: Vec<String>,
+    #[serde(default)]
+    context: BTreeMap<String, String>,
+    #[serde(default)]
+    parameters: BTreeMap<String, String>,
+    #[serde(default)]
+    secrets: BTreeMap<String, Secret>,
+}
+
+/// `volume create` files, likewise for [`CreateVolumeSpec`].
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateFile {
+    name: String,
+    plugin: String,
+    access_mode: AccessMode,
+    attachment: Attachment,
+    #[serde(default)]
+    capacity_bytes: u64,
+    #[serde(default)]
+    fs_type: String,
+    #[serde(default)]
+    mount_flags: Vec<String>,
+    #[serde(default)]
+    parameters: BTreeMap<String, String>,
+    #[serde(default)]
+    secrets: BTreeMap<String, Secret>,
+}
+
+/// A secret value. Its deserialiser refuses anything but a string without quoting the
+/// value, which serde's own "invalid type: integer `1234`" message would do.
+struct Secret(String);
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+impl<'de> Deserialize<'de> for Secret {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        fn refuse<E: de::Error>() -> E {
+            E::custom("a secret's value must be a string (the value is not shown)")
+        }
+        impl<'de> Visitor<'de> for V {
+            type Value = Secret;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Secret, E> {
+                Ok(Secret(v.to_owned()))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Secret, E> {
+                Ok(Secret(v))
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Secret, E> {
+                Err(refuse())
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Secret, E> {
+                Err(refuse())
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Secret, E> {
+                Err(refuse())
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Secret, E> {
+                Err(refuse())
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Secret, E> {
+                Err(refuse())
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(self, _: A) -> Result<Secret, A::Error> {
+                Err(refuse())
+            }
+            fn visit_map<A: de::MapAccess<'de>>(self, _: A) -> Result<Secret, A::Error> {
+                Err(refuse())
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+fn secrets(s: BTreeMap<String, Secret>) -> BTreeMap<String, String> {
+    s.into_iter().map(|(k, Secret(v))| (k, v)).collect()
+}
+
+/// Reads a `volume register` spec: the volume's name and its spec.
+pub fn read_register(path: &Path) -> anyhow::Result<(String, VolumeSpec)> {
+    let (origin, f): (_, RegisterFile) = read(path)?;
+    check_name(&origin, &f.name)?;
+    let spec = VolumeSpec {
+        plugin: f.plugin,
+        external_id: f.external_id,
+        access_mode: f.access_mode,
+        attachment: f.attachment,
+        fs_type: f.fs_type,
+        mount_flags: f.mount_flags,
+        context: f.context,
+        parameters: f.parameters,
+        secrets: secrets(f.secrets),
+    };
+    Ok((f.name, spec))
+}
+
+/// Reads a `volume create` spec: the volume's name and its spec.
+pub fn read_create(path: &Path) -> anyhow::Result<(String, CreateVolumeSpec)> {
+    let (origin, f): (_, CreateFile) = read(path)?;
+    check_name(&origin, &f.name)?;
+    let spec = CreateVolumeSpec {
+        plugin: f.plugin,
+        access_mode: f.access_mode,
+        attachment: f.attachment,
+        capacity_bytes: f.capacity_bytes,
+        fs_type: f.fs_type,
+        mount_flags: f.mount_flags,
+        parameters: f.parameters,
+        secrets: secrets(f.secrets),
+    };
+    Ok((f.name, spec))
+}
+
+fn check_name(origin: &str, name: &str) -> anyhow::Result<()> {
+    validate_name("volume", name)
+        .map_err(|e| Failure::usage(format!("invalid volume spec {origin}: field `name`: {e}")))?;
+    Ok(())
+}
+
+fn read<T: DeserializeOwned>(path: &Path) -> anyhow::Result<(String, T)> {
+    let (origin, text) = if path == Path::new("-") {
+        let mut text = String::new();
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .map_err(|e| Failure::usage(format!("cannot read the volume spec from stdin: {e}")))?;
+        ("<stdin>".to_owned(), text)
+    } else {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            Failure::usage(format!("cannot read volume spec {}: {e}", path.display()))
+        })?;
+        (path.display().to_string(), text)
+    };
+    let json = match path.extension().and_then(|e| e.to_str()) {
+        Some("json") => true,
+        Some("toml") => false,
+        _ => text.trim_start().starts_with('{'),
+    };
+    let parsed = if json {
+        serde_json::from_str(&text).map_err(|e| {
+            let full = e.to_string();
+            let suffix = format!(" at line {} column {}", e.line(), e.column());
+            let msg = full.strip_suffix(&suffix).unwrap_or(&full).to_owned();
+            located(&origin, &text, e.line(), e.column(), &msg, ':')
+        })
+    } else {
+        toml::from_str(&text).map_err(|e| {
+            let (line, col) = e.span().map_or((0, 0), |s| line_col(&text, s.start));
+            located(&origin, &text, line, col, e.message().trim(), '=')
+        })
+    };
+    Ok((origin, parsed?))
+}
+
+/// 1-based line and column of a byte offset.
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let col = before
+        .rfind('\n')
+        .map_or(before.len(), |i| before.len() - i - 1)
+        + 1;
+    (line, col)
+}
+
+/// An error at a position; names the key written on that line when the message does not
+/// already name a field. Only the key is shown, never the line, which may hold a secret.
+fn located(origin: &str, text: &str, line: usize, col: usize, msg: &str, sep: char) -> Failure {
+    let mut out = format!("invalid volume spec {origin}");
+    if line > 0 {
+        out.push_str(&format!(": line {line}, column {col}"));
+    }
+    out.push_str(": ");
+    out.push_str(msg);
+    if !msg.contains("field `") {
+        let key = text
+            .lines()
+            .nth(line.saturating_sub(1))
+            .and_then(|l| l.split_once(sep))
+            .map(|(k, _)| k.trim().trim_matches('"').trim())
+            .filter(|k| !k.is_empty() && !k.contains(['{', '}', '[', ']', ',']));
+        if let Some(k) = key {
+            out.push_str(&format!(" (field `{k}`)"));
+        }
+    }
+    Failure::usage(out).hint(
+        "a spec needs `name`, `plugin`, `access_mode`, `attachment` (and `external_id` to \
+         register); see `csivol volume register --help`",
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(name: &str, text: &str) -> Result<(String, VolumeSpec), String> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        read_register(&path).map_err(|e| {
+            let f = e.downcast_ref::<Failure>().unwrap();
+            f.message.replace(&dir.path().display().to_string(), "DIR")
+        })
+    }
+
+    const TOML: &str = r#"name = "v1"
+plugin = "hp"
+external_id = "ext-1"
+access_mode = "single-node-writer"
+attachment = "file-system"
+[secrets]
+key = "s3cret"
+"#;
+
+    #[test]
+    fn toml_and_json_give_the_same_spec() {
+        let (name, t) = parse("v.toml", TOML).unwrap();
+        assert_eq!(name, "v1");
+        assert_eq!(t.secrets["key"], "s3cret");
+        let json = r#"{"name": "v1", "plugin": "hp", "external_id": "ext-1",
+            "access_mode": "single-node-writer", "attachment": "file-system",
+            "secrets": {"key": "s3cret"}}"#;
+        assert_eq!(parse("v.json", json).unwrap().1, t);
+        assert_eq!(parse("noext", json).unwrap().1, t, "sniffed as JSON");
+        assert_eq!(parse("noext", TOML).unwrap().1, t, "sniffed as TOML");
+    }
+
+    #[test]
+    fn errors_name_the_file_and_the_field() {
+        let e = parse(
+            "v.toml",
+            &TOML.replace("single-node-writer", "single-writer"),
+        )
+        .unwrap_err();
+        assert!(
+            e.starts_with(
+                "invalid volume spec DIR/v.toml: line 4, column 15: unknown variant `single-writer`"
+            ),
+            "{e}"
+        );
+        assert!(e.ends_with("(field `access_mode`)"), "{e}");
+        let e = parse("v.toml", &TOML.replace("plugin", "plugn")).unwrap_err();
+        assert!(e.contains("unknown field `plugn`"), "{e}");
+        let e = parse("v.json", r#"{"name": "v1"}"#).unwrap_err();
+        assert!(e.contains("missing field `plugin`"), "{e}");
+        let e = parse("v.toml", &TOML.replace("\"v1\"", "\"a/b\"")).unwrap_err();
+        assert!(e.contains("field `name`: invalid volume name `a/b`"), "{e}");
+    }
+
+    #[test]
+    fn secret_values_are_never_echoed() {
+        let e = parse("v.toml", &TOML.replace("\"s3cret\"", "987654321")).unwrap_err();
+        assert!(!e.contains("987654321"), "{e}");
+        assert!(e.contains("(field `key`)"), "{e}");
+        let e = parse(
+            "v.json",
+            r#"{"name": "v1", "plugin": "hp", "external_id": "e", "access_mode": "single-node-writer",
+                "attachment": "file-system", "secrets": {"key": 987654321}}"#,
+        )
+        .unwrap_err();
+        assert!(!e.contains("987654321"), "{e}");
+    }
+}

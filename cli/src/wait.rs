@@ -1,0 +1,237 @@
+//! `--wait`: following a claim or a volume with blocking queries until it gets where it
+//! should, showing where it stands, and saying where it is stuck when time runs out.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use csivol_proto::api::{Claim, ClaimState, Event, Volume};
+
+use crate::client::{Answer, MAX_BLOCK};
+use crate::commands::Ctx;
+use crate::failure::{Exit, Failure};
+use crate::output::short_duration;
+
+/// What a claim wait waits for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClaimGoal {
+    Ready,
+    Gone,
+}
+
+/// Where a claim stands, in words, with its last error and next retry.
+pub fn describe_claim(c: &Claim) -> String {
+    let n = &c.node;
+    let what = match c.state {
+        ClaimState::Pending => {
+            "pending: waiting for the volume to be detached from another node".to_owned()
+        }
+        ClaimState::Attaching => {
+            format!("attaching: waiting for ControllerPublishVolume to node {n}")
+        }
+        ClaimState::Publishing => format!("publishing: node {n} is staging and mounting it"),
+        ClaimState::Ready => format!("ready on node {n}"),
+        ClaimState::Releasing => format!("releasing: node {n} is unmounting it"),
+        ClaimState::Failed => format!("failed: node {n} is cleaning up"),
+        ClaimState::Blocked => format!("blocked: node {n} was lost"),
+    };
+    match (&c.error, &c.next_retry_at) {
+        (Some(e), Some(t)) => format!("{what}; waiting on retry at {t}: {e}"),
+        (Some(e), None) => format!("{what}; last error: {e}"),
+        _ => what,
+    }
+}
+
+fn unblock_hint(volume: &str, node: &str) -> String {
+    format!(
+        "if node {node} is really gone or fenced, run: csivol unblock {volume} --node {node} \
+         --reason \"...\" (or bring the node back)"
+    )
+}
+
+/// Follows a claim until `goal`. Returns the ready claim, or `None` once it is gone.
+pub async fn claim(
+    ctx: &Ctx,
+    start: Claim,
+    index: u64,
+    goal: ClaimGoal,
+    timeout: Duration,
+) -> anyhow::Result<Option<Claim>> {
+    let (volume, alloc) = (start.volume.clone(), start.alloc.clone());
+    let who = format!("the claim of alloc {alloc} on volume {volume}");
+    let path = format!("/v1/volumes/{volume}/claims/{alloc}");
+    let deadline = Instant::now() + timeout;
+    let mut progress = ctx.out.progress();
+    let mut index = index;
+    let mut current = Some(start);
+    loop {
+        match (&current, goal) {
+            (None, ClaimGoal::Gone) => {
+                progress.finish();
+                return Ok(None);
+            }
+            (None, ClaimGoal::Ready) => {
+                progress.finish();
+                let why = last_event(ctx, &volume, &alloc)
+                    .await
+                    .map(|e| format!(": {} ({})", e.message, e.kind))
+                    .unwrap_or_default();
+                return Err(Failure::new(Exit::Error, format!("{who} is gone{why}"))
+                    .hint(format!(
+                        "`csivol events --volume {volume}` shows what happened"
+                    ))
+                    .into());
+            }
+            (Some(c), _) if c.state == ClaimState::Blocked => {
+                progress.finish();
+                return Err(Failure::new(
+                    Exit::Blocked,
+                    format!("{who} is blocked: its node {} was lost", c.node),
+                )
+                .hint(unblock_hint(&volume, &c.node))
+                .into());
+            }
+            (Some(c), ClaimGoal::Ready) => match c.state {
+                ClaimState::Ready => {
+                    progress.finish();
+                    return Ok(current);
+                }
+                ClaimState::Failed => {
+                    progress.finish();
+                    return Err(Failure::new(
+                        Exit::Error,
+                        format!(
+                            "{who} failed: {}",
+                            c.error.as_deref().unwrap_or("no reason given")
+                        ),
+                    )
+                    .hint(format!(
+                        "node {} cleans up, then the claim is gone; fix the cause and claim again \
+                         (`csivol events --volume {volume}` has the history)",
+                        c.node
+                    ))
+                    .into());
+                }
+                ClaimState::Releasing => {
+                    progress.finish();
+                    return Err(Failure::new(
+                        Exit::Error,
+                        format!("{who} was released while waiting for it"),
+                    )
+                    .into());
+                }
+                _ => {}
+            },
+            (Some(_), ClaimGoal::Gone) => {}
+        }
+        let c = current.as_ref().expect("handled above");
+        progress.set(&format!("{who}: {}", describe_claim(c)));
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            progress.finish();
+            let goal = match goal {
+                ClaimGoal::Ready => "to be ready",
+                ClaimGoal::Gone => "to be released",
+            };
+            return Err(Failure::new(
+                Exit::TimedOut,
+                format!(
+                    "timed out after {} waiting for {who} {goal}; it is {}",
+                    short_duration(timeout),
+                    describe_claim(c)
+                ),
+            )
+            .hint(format!(
+                "`csivol status {volume}` shows its claims and attachments; wait longer with --timeout"
+            ))
+            .into());
+        }
+        let answer: Option<Answer<Claim>> = ctx
+            .client
+            .watch(&path, index, left.min(MAX_BLOCK))
+            .await
+            .with_context(|| format!("failed to follow {who}"))?;
+        current = answer.map(|a| {
+            index = a.index.unwrap_or(a.body.index).max(index);
+            a.body
+        });
+    }
+}
+
+/// The last event of an alloc on a volume: why a claim disappeared.
+async fn last_event(ctx: &Ctx, volume: &str, alloc: &str) -> Option<Event> {
+    let events: Vec<Event> = ctx
+        .client
+        .get(&format!("/v1/events?volume={volume}&limit=10000"))
+        .await
+        .ok()?;
+    events
+        .into_iter()
+        .rev()
+        .find(|e| e.alloc.as_deref() == Some(alloc))
+}
+
+/// What a volume wait makes of the volume as it is now (`None`: it is gone).
+pub enum Step {
+    Done,
+    /// Not yet: where it stands, for the progress line and a timeout message.
+    Waiting(String),
+    Fail(Failure),
+}
+
+/// Follows a volume until `check` says done (or fails). Returns the volume as last seen.
+pub async fn volume(
+    ctx: &Ctx,
+    name: &str,
+    goal: &str,
+    timeout: Duration,
+    check: impl Fn(Option<&Volume>) -> Step,
+) -> anyhow::Result<Option<Volume>> {
+    let path = format!("/v1/volumes/{name}");
+    let deadline = Instant::now() + timeout;
+    let mut progress = ctx.out.progress();
+    let first: Option<Answer<Volume>> = ctx
+        .client
+        .watch(&path, 0, Duration::ZERO)
+        .await
+        .with_context(|| format!("failed to follow volume `{name}`"))?;
+    let mut index = first.as_ref().and_then(|a| a.index).unwrap_or(0);
+    let mut current = first.map(|a| a.body);
+    loop {
+        let where_ = match check(current.as_ref()) {
+            Step::Done => {
+                progress.finish();
+                return Ok(current);
+            }
+            Step::Fail(f) => {
+                progress.finish();
+                return Err(f.into());
+            }
+            Step::Waiting(w) => w,
+        };
+        progress.set(&format!("volume {name}: {where_}"));
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            progress.finish();
+            return Err(Failure::new(
+                Exit::TimedOut,
+                format!(
+                    "timed out after {} waiting for volume {name} {goal}; it is {where_}",
+                    short_duration(timeout)
+                ),
+            )
+            .hint(format!(
+                "`csivol status {name}` shows where it stands; wait longer with --timeout"
+            ))
+            .into());
+        }
+        let answer: Option<Answer<Volume>> = ctx
+            .client
+            .watch(&path, index, left.min(MAX_BLOCK))
+            .await
+            .with_context(|| format!("failed to follow volume `{name}`"))?;
+        current = answer.map(|a| {
+            index = a.index.unwrap_or(a.body.index).max(index);
+            a.body
+        });
+    }
+}

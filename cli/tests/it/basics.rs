@@ -1,0 +1,475 @@
+//! Address and token resolution, the errors every command shares, and the read-only
+//! commands: nodes, plugins, events, tokens, completions.
+
+use std::time::Duration;
+
+use serde_json::json;
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+use crate::support::{Env, run};
+
+#[tokio::test]
+async fn an_unreachable_server_is_named_with_exit_8() {
+    let env = Env::start("unreachable");
+    // A port that was free a moment ago: nothing listens there.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut cmd = env.command(&["volume", "list"]);
+    cmd.env("CSIVOL_ADDR", format!("127.0.0.1:{port}"));
+    snap!(run(cmd).await, @r"
+    exit: 8
+    --- stdout
+    --- stderr
+    error: cannot reach the csivol server at http://127.0.0.1:[PORT]: Connection refused (os error 111)
+    hint: start the server (`csivol-agent server --data-dir DIR`, or `csivol-agent dev`), or point --addr or CSIVOL_ADDR at it
+    ");
+
+    // Without any address, the default one is tried and named.
+    let mut cmd = env.command(&["status", "--addr", "http://127.0.0.1:1"]);
+    cmd.env_remove("CSIVOL_ADDR");
+    let r = run(cmd).await;
+    assert_eq!(r.code, 8, "{r}");
+    assert!(r.stderr.contains("at http://127.0.0.1:1:"), "{r}");
+
+    let mut cmd = env.command(&["status", "--addr", "https://example.invalid"]);
+    cmd.env_remove("CSIVOL_ADDR");
+    snap!(run(cmd).await, @"
+    exit: 2
+    --- stdout
+    --- stderr
+    error: invalid server address `https://example.invalid`: only http:// is supported
+    hint: use e.g. --addr http://127.0.0.1:[PORT] (or set CSIVOL_ADDR)
+    ");
+}
+
+#[tokio::test]
+async fn tokens_come_from_flag_env_file_and_default_file() {
+    let env = Env::start("tokens");
+
+    let mut cmd = env.command(&["volume", "list"]);
+    cmd.env("CSIVOL_TOKEN", "csivol_not-a-real-token");
+    snap!(run(cmd).await, @r"
+    exit: 7
+    --- stdout
+    --- stderr
+    error: the token is not known to this server (token from CSIVOL_TOKEN)
+    hint: pass a token with --token, CSIVOL_TOKEN or CSIVOL_TOKEN_FILE; the server wrote the first operator token to <data-dir>/operator.token
+    ");
+
+    let r = env.run(&["volume", "list", "--token", "wrong"]).await;
+    assert_eq!(r.code, 7, "{r}");
+    assert!(r.stderr.contains("(token from --token)"), "{r}");
+
+    // No token anywhere: the hint says where csivol looked.
+    let mut cmd = env.command(&["volume", "list"]);
+    cmd.env_remove("CSIVOL_TOKEN");
+    snap!(run(cmd).await, @r"
+    exit: 7
+    --- stdout
+    --- stderr
+    error: no token: this endpoint needs `Authorization: Bearer <token>`
+    hint: pass a token with --token, CSIVOL_TOKEN or CSIVOL_TOKEN_FILE, or put it in [TMP]/home/.config/csivol/token; a new server writes its first operator token to <data-dir>/operator.token
+    ");
+
+    // CSIVOL_TOKEN_FILE: the server's own token file works; a missing file is a usage error.
+    let mut cmd = env.command(&["volume", "list"]);
+    cmd.env_remove("CSIVOL_TOKEN").env(
+        "CSIVOL_TOKEN_FILE",
+        env.server.data_dir.join("operator.token"),
+    );
+    let r = run(cmd).await;
+    assert_eq!(r.code, 0, "{r}");
+    let mut cmd = env.command(&["volume", "list"]);
+    cmd.env_remove("CSIVOL_TOKEN")
+        .env("CSIVOL_TOKEN_FILE", env.dir.join("missing"));
+    snap!(run(cmd).await, @r"
+    exit: 2
+    --- stdout
+    --- stderr
+    error: cannot read the token file [TMP]/missing named by CSIVOL_TOKEN_FILE: No such file or directory (os error 2)
+    ");
+    let bad = env.file("bad.token", "csivol_0000\n");
+    let mut cmd = env.command(&["volume", "list"]);
+    cmd.env_remove("CSIVOL_TOKEN")
+        .env("CSIVOL_TOKEN_FILE", &bad);
+    let r = run(cmd).await;
+    assert_eq!(r.code, 7, "{r}");
+    assert!(r.stderr.contains("(token from CSIVOL_TOKEN_FILE ("), "{r}");
+
+    // The default token file, where dev mode writes it: $XDG_CONFIG_HOME, else ~/.config.
+    let config = env.dir.join("xdg");
+    std::fs::create_dir_all(config.join("csivol")).unwrap();
+    std::fs::write(
+        config.join("csivol/token"),
+        format!("{}\n", env.server.token),
+    )
+    .unwrap();
+    let mut cmd = env.command(&["volume", "list"]);
+    cmd.env_remove("CSIVOL_TOKEN")
+        .env("XDG_CONFIG_HOME", &config);
+    assert_eq!(run(cmd).await.code, 0);
+    std::fs::create_dir_all(env.home().join(".config/csivol")).unwrap();
+    std::fs::write(env.home().join(".config/csivol/token"), "csivol_stale\n").unwrap();
+    let mut cmd = env.command(&["volume", "list"]);
+    cmd.env_remove("CSIVOL_TOKEN");
+    let r = run(cmd).await;
+    assert_eq!(r.code, 7, "{r}");
+    assert!(
+        r.stderr
+            .contains("(token from the default token file [TMP]")
+            || r.stderr
+                .contains("(token from the default token file /tmp/"),
+        "{r}"
+    );
+}
+
+#[tokio::test]
+async fn token_create_prints_the_secret_once_on_stdout() {
+    let env = Env::start("token-create");
+    let r = env.run(&["token", "create", "--role", "reader"]).await;
+    snap!(r, @r"
+    exit: 0
+    --- stdout
+    [TOKEN]
+    --- stderr
+    created reader token [TOKEN-ID]; the secret below is shown only this once
+    ");
+    let reader = r.stdout.trim().to_owned();
+
+    // The reader token reads, and is refused for changes with exit 7 and the server's hint.
+    let r = env.run(&["volume", "list", "--token", &reader]).await;
+    assert_eq!(r.code, 0, "{r}");
+    let spec = env.file(
+        "v.json",
+        r#"{"name": "v", "plugin": "hp", "external_id": "e", "access_mode": "single-node-writer", "attachment": "file-system"}"#,
+    );
+    snap!(env.run(&["volume", "register", &spec, "--token", &reader]).await, @r"
+    exit: 7
+    --- stdout
+    --- stderr
+    error: failed to register volume `v`: a reader token cannot do this; it needs an operator token
+    hint: create one with `csivol token create --role operator` (as an operator)
+    ");
+
+    snap!(env.run(&["token", "create", "--role", "node", "--node", "n1", "-o", "json"]).await, @r#"
+    exit: 0
+    --- stdout
+    {
+      "id": "[TOKEN-ID]",
+      "role": "node",
+      "node": "n1",
+      "token": "[TOKEN]"
+    }
+    --- stderr
+    created node token [TOKEN-ID] for node n1; the secret below is shown only this once
+    "#);
+
+    snap!(env.run(&["token", "create", "--role", "node"]).await, @r"
+    exit: 2
+    --- stdout
+    --- stderr
+    error: the following required arguments were not provided:
+      --node <NODE>
+
+    Usage: csivol token create --role <ROLE> --node <NODE>
+
+    For more information, try '--help'.
+    ");
+    snap!(env.run(&["token", "create", "--role", "reader", "--node", "n1"]).await, @r"
+    exit: 2
+    --- stdout
+    --- stderr
+    error: failed to create a reader token: only node tokens are bound to a node; drop `node`
+    ");
+}
+
+#[tokio::test]
+async fn not_found_exits_3() {
+    let env = Env::start("not-found");
+    snap!(env.run(&["volume", "show", "nope"]).await, @r"
+    exit: 3
+    --- stdout
+    --- stderr
+    error: volume `nope` is not registered
+    hint: list volumes with `csivol volume list`
+    ");
+    snap!(env.run(&["node", "show", "nope"]).await, @r"
+    exit: 3
+    --- stdout
+    --- stderr
+    error: node is not registered
+    ");
+    snap!(env.run(&["plugin", "show", "nope"]).await, @r"
+    exit: 3
+    --- stdout
+    --- stderr
+    error: no node runs this plugin
+    hint: `csivol plugin list` shows the known plugins
+    ");
+    snap!(env.run(&["release", "nope", "--alloc", "a1"]).await, @r"
+    exit: 3
+    --- stdout
+    --- stderr
+    error: failed to release the claim of alloc `a1` on volume `nope`: alloc `a1` holds no claim on volume `nope`
+    ");
+    snap!(env.run(&["status", "nope"]).await, @r"
+    exit: 3
+    --- stdout
+    --- stderr
+    error: volume `nope` is not registered
+    hint: list volumes with `csivol volume list`
+    ");
+}
+
+#[tokio::test]
+async fn usage_errors_exit_2() {
+    let env = Env::start("usage");
+    snap!(env.run(&["volume", "show", "a/b"]).await, @r"
+    exit: 2
+    --- stdout
+    --- stderr
+    error: invalid value 'a/b' for '<VOLUME>': invalid volume name `a/b`: use 1 to 128 letters, digits, `.`, `_` or `-`, starting with a letter or digit
+
+    For more information, try '--help'.
+    ");
+    snap!(env.run(&["unblock", "v1"]).await, @r"
+    exit: 2
+    --- stdout
+    --- stderr
+    error: the following required arguments were not provided:
+      --reason <TEXT>
+
+    Usage: csivol unblock --reason <TEXT> <VOLUME|--node <NODE>>
+
+    For more information, try '--help'.
+    ");
+    let r = env.run(&["unblock", "v1", "--reason", " "]).await;
+    assert_eq!(r.code, 2, "{r}");
+    assert!(r.stderr.contains("say why"), "{r}");
+    let r = env
+        .run(&[
+            "claim",
+            "v1",
+            "--node",
+            "n1",
+            "--alloc",
+            "a1",
+            "--wait",
+            "--timeout",
+            "soon",
+        ])
+        .await;
+    assert_eq!(r.code, 2, "{r}");
+    assert!(r.stderr.contains("use e.g. 90s, 2m, 1h"), "{r}");
+    let r = env.run(&["volume", "list", "--state", "happy"]).await;
+    assert_eq!(r.code, 2, "{r}");
+    assert!(
+        r.stderr
+            .contains("[possible values: creating, free, attached, blocked, deleting, failed]"),
+        "{r}"
+    );
+}
+
+#[tokio::test]
+async fn nodes_and_plugins() {
+    let env = Env::start("nodes");
+    snap!(env.run(&["node", "list"]).await, @r"
+    exit: 0
+    --- stdout
+    --- stderr
+    no nodes have registered
+    ");
+    snap!(env.run(&["plugin", "list", "-o", "json"]).await, @r"
+    exit: 0
+    --- stdout
+    []
+    --- stderr
+    ");
+    let n1 = env.node("n1", 4).await;
+    let n2 = csivol_tests::FakeAgent::new(&env.server, "n2").await;
+    n2.register(0, false, json!([])).await;
+    n1.heartbeat().await;
+    n2.heartbeat().await;
+    env.volume("v1", "single-node-writer").await;
+
+    snap!(env.run(&["node", "list"]).await, @r"
+    exit: 0
+    --- stdout
+    NAME  STATUS  PLUGINS (USED/MAX)  SELF-FENCES  LOST SINCE  LAST HEARTBEAT
+    n1    ready   hp 0/4              no           -           [AGE] ago
+    n2    ready   hp 0/∞              no           -           [AGE] ago
+    --- stderr
+    ");
+    snap!(env.run(&["node", "show", "n1"]).await, @r"
+    exit: 0
+    --- stdout
+    node n1
+      status:          ready
+      last heartbeat:  [TIME] ([AGE] ago)
+      lost since:      -
+      self-fences:     no
+      registered:      [TIME]
+
+    plugins:
+    PLUGIN  CSI NODE ID  USED  MAX  CONTROLLER
+    hp      csi-n1       0     4    yes
+    --- stderr
+    ");
+    snap!(env.run(&["node", "show", "n2", "-o", "json"]).await, @r#"
+    exit: 0
+    --- stdout
+    {
+      "name": "n2",
+      "status": "ready",
+      "last_heartbeat": "[TIME]",
+      "lost_at": null,
+      "fence_after": null,
+      "fenced_at": null,
+      "plugins": [
+        {
+          "id": "hp",
+          "node_id": "csi-n2",
+          "max_volumes": 0,
+          "used": 0,
+          "controller": false
+        }
+      ],
+      "registered_at": "[TIME]"
+    }
+    --- stderr
+    "#);
+    snap!(env.run(&["plugin", "list"]).await, @r"
+    exit: 0
+    --- stdout
+    ID  NAME                 VERSION  NODES        CONTROLLERS  CONTROLLER PUBLISH  VOLUMES
+    hp  hostpath.csivol.dev  1        2/2 healthy  1/1 healthy  yes                 1
+    --- stderr
+    ");
+    snap!(env.run(&["plugin", "show", "hp"]).await, @r"
+    exit: 0
+    --- stdout
+    plugin hp
+      name:                hostpath.csivol.dev
+      version:             1
+      nodes:               2 healthy of 2
+      controllers:         1 healthy of 1
+      controller publish:  yes
+      stage/unstage:       yes
+      volumes:             1
+    --- stderr
+    ");
+    snap!(env.run(&["plugin", "show", "hp", "-o", "json"]).await, @r#"
+    exit: 0
+    --- stdout
+    {
+      "id": "hp",
+      "name": "hostpath.csivol.dev",
+      "version": "1",
+      "nodes_healthy": 2,
+      "nodes_expected": 2,
+      "controllers_healthy": 1,
+      "controllers_expected": 1,
+      "controller_publish": true,
+      "stage_unstage": true,
+      "volumes": 1
+    }
+    --- stderr
+    "#);
+    let r = env.run(&["node", "list", "-o", "json"]).await;
+    assert_eq!(r.json().as_array().unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn events_list_and_follow() {
+    let env = Env::start("events");
+    env.volume("v1", "single-node-writer").await;
+    env.volume("v2", "single-node-writer").await;
+    snap!(env.run(&["events", "--volume", "v1"]).await, @"
+    exit: 0
+    --- stdout
+    INDEX  TIME                      KIND               VOLUME  NODE  ALLOC  ACTOR                  MESSAGE
+    1      [TIME]  volume-registered  v1      -     -      operator:[TOKEN-ID]  volume registered (plugin hp, single-node-writer)
+    --- stderr
+    ");
+    snap!(env.run(&["events", "--volume", "v2", "-o", "json"]).await, @r#"
+    exit: 0
+    --- stdout
+    [
+      {
+        "index": [INDEX],
+        "at": "[TIME]",
+        "kind": "volume-registered",
+        "volume": "v2",
+        "node": null,
+        "alloc": null,
+        "actor": "operator:[TOKEN-ID]",
+        "message": "volume registered (plugin hp, single-node-writer)"
+      }
+    ]
+    --- stderr
+    "#);
+    snap!(env.run(&["events", "--node", "n9"]).await, @r"
+    exit: 0
+    --- stdout
+    --- stderr
+    no events
+    ");
+
+    // --follow prints what there is, then each new event as it happens: the second line
+    // comes from an event made after the first was printed.
+    for (volume, json) in [("v3", false), ("v4", true)] {
+        env.volume(volume, "single-node-writer").await;
+        let mut args = vec!["events", "--follow", "--volume", volume];
+        if json {
+            args.extend(["-o", "json"]);
+        }
+        let mut child = env.command(&args).spawn().unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut next = async || {
+            tokio::time::timeout(Duration::from_secs(20), lines.next_line())
+                .await
+                .expect("an event within 20s")
+                .unwrap()
+                .expect("a line")
+        };
+        let first = next().await;
+        let r = env.run(&["volume", "deregister", volume, "--yes"]).await;
+        assert_eq!(r.code, 0, "{r}");
+        let second = next().await;
+        if json {
+            let e: serde_json::Value = serde_json::from_str(&second).unwrap();
+            assert_eq!(e["kind"], "volume-deregistered", "{second}");
+            assert_eq!(e["volume"], volume);
+            assert!(
+                first.starts_with('{') && first.contains("volume-registered"),
+                "{first}"
+            );
+        } else {
+            snap!(format!("{first}\n{second}"), @"
+            [TIME]  volume-registered  volume=v3  volume registered (plugin hp, single-node-writer)  [operator:[TOKEN-ID]]
+            [TIME]  volume-deregistered  volume=v3  volume deregistered  [operator:[TOKEN-ID]]
+            ");
+        }
+        child.kill().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn completions_are_printed_for_each_shell() {
+    let env = Env::start("completions");
+    for (shell, start) in [
+        ("bash", "_csivol()"),
+        ("zsh", "#compdef csivol"),
+        ("fish", "# Print an optspec for argparse"),
+    ] {
+        let r = env.run(&["completions", shell]).await;
+        assert_eq!(r.code, 0, "{r}");
+        assert!(r.stdout.contains(start), "{shell}: {}", &r.stdout[..200]);
+        assert!(r.stdout.contains("unblock"), "{shell}");
+    }
+    let r = env.run(&["completions", "powershell"]).await;
+    assert_eq!(r.code, 2, "{r}");
+}

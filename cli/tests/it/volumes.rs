@@ -1,0 +1,359 @@
+//! `csivol volume ...`: spec files, listing, showing, deregistering, creating and deleting
+//! through the plugin's controller.
+
+use serde_json::json;
+
+use crate::support::{Env, done};
+
+const SPEC: &str = r#"name = "v1"
+plugin = "hp"
+external_id = "ext-v1"
+access_mode = "single-node-writer"
+attachment = "file-system"
+fs_type = "ext4"
+mount_flags = ["noatime"]
+
+[context]
+zone = "a"
+
+[secrets]
+password = "hunter2"
+"#;
+
+#[tokio::test]
+async fn register_show_list() {
+    let env = Env::start("volumes");
+    let spec = env.file("v1.toml", SPEC);
+    snap!(env.run(&["volume", "register", &spec]).await, @r"
+    exit: 0
+    --- stdout
+    volume v1
+      state:        free
+      plugin:       hp
+      external id:  ext-v1
+      access mode:  single-node-writer
+      attachment:   file-system
+      fs type:      ext4
+      mount flags:  noatime
+      context:      zone=a
+      parameters:   -
+      secrets:      password=<redacted>
+      created:      [TIME]
+
+    attachments: none
+
+    claims: none
+    --- stderr
+    registered volume v1
+    ");
+    let again = env.run(&["volume", "register", &spec]).await;
+    assert_eq!(again.code, 0, "{again}");
+    assert!(
+        again
+            .stderr
+            .contains("already registered with this spec; nothing changed"),
+        "{again}"
+    );
+
+    // JSON from stdin; the answer is the API's volume with the secret's key only.
+    let json_spec = json!({
+        "name": "v2", "plugin": "hp", "external_id": "ext-v2",
+        "access_mode": "multi-node-reader-only", "attachment": "file-system",
+        "parameters": {"tier": "gold"}, "secrets": {"password": "hunter2"}
+    });
+    let r = env
+        .run_stdin(
+            &["volume", "register", "-", "-o", "json"],
+            &json_spec.to_string(),
+        )
+        .await;
+    snap!(r, @r#"
+    exit: 0
+    --- stdout
+    {
+      "name": "v2",
+      "plugin": "hp",
+      "external_id": "ext-v2",
+      "access_mode": "multi-node-reader-only",
+      "attachment": "file-system",
+      "state": "free",
+      "context": {},
+      "parameters": {
+        "tier": "gold"
+      },
+      "secret_keys": [
+        "password"
+      ],
+      "claims": [],
+      "attachments": [],
+      "created_at": "[TIME]",
+      "updated_at": "[TIME]",
+      "index": [INDEX]
+    }
+    --- stderr
+    registered volume v2
+    "#);
+
+    snap!(env.run(&["volume", "list"]).await, @r"
+    exit: 0
+    --- stdout
+    NAME  PLUGIN  ACCESS MODE             STATE  CLAIMS  NODES
+    v1    hp      single-node-writer      free   -       -
+    v2    hp      multi-node-reader-only  free   -       -
+    --- stderr
+    ");
+    let r = env.run(&["volume", "list", "-o", "json"]).await;
+    let names: Vec<_> = r
+        .json()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["name"].clone())
+        .collect();
+    assert_eq!(names, [json!("v1"), json!("v2")]);
+    snap!(env.run(&["volume", "list", "--plugin", "other"]).await, @r"
+    exit: 0
+    --- stdout
+    --- stderr
+    no volumes
+    ");
+    snap!(env.run(&["volume", "list", "--state", "attached", "-o", "json"]).await, @r"
+    exit: 0
+    --- stdout
+    []
+    --- stderr
+    ");
+    let r = env.run(&["volume", "show", "v2"]).await;
+    assert_eq!(r.code, 0, "{r}");
+    assert!(r.stdout.contains("parameters:   tier=gold"), "{r}");
+    let r = env.run(&["volume", "show", "v1", "-o", "json"]).await;
+    assert_eq!(r.json()["secret_keys"], json!(["password"]));
+
+    // A changed spec for a free volume is an update.
+    let changed = env.file("v1b.toml", &SPEC.replace("ext4", "xfs"));
+    let r = env.run(&["volume", "register", &changed]).await;
+    assert_eq!(r.code, 0, "{r}");
+    assert!(r.stdout.contains("fs type:      xfs"), "{r}");
+
+    // No output of any command so far has shown a secret.
+    for args in [
+        vec!["volume", "list", "-o", "json"],
+        vec!["status", "v1", "-o", "json"],
+        vec!["status"],
+        vec!["events", "-o", "json"],
+    ] {
+        let r = env.run(&args).await;
+        assert!(
+            !r.to_string().contains("hunter2"),
+            "{args:?} printed a secret: {r}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn bad_spec_files_name_the_file_and_the_field() {
+    let env = Env::start("bad-specs");
+    let f = env.file(
+        "mode.toml",
+        &SPEC.replace("single-node-writer", "single-writer"),
+    );
+    snap!(env.run(&["volume", "register", &f]).await, @r"
+    exit: 2
+    --- stdout
+    --- stderr
+    error: invalid volume spec [TMP]/mode.toml: line 4, column 15: unknown variant `single-writer`, expected one of `single-node-reader-only`, `single-node-writer`, `single-node-single-writer`, `single-node-multi-writer`, `multi-node-reader-only`, `multi-node-single-writer`, `multi-node-multi-writer` (field `access_mode`)
+    hint: a spec needs `name`, `plugin`, `access_mode`, `attachment` (and `external_id` to register); see `csivol volume register --help`
+    ");
+    let f = env.file("typo.json", r#"{"name": "v1", "plugn": "hp"}"#);
+    snap!(env.run(&["volume", "register", &f]).await, @"
+    exit: 2
+    --- stdout
+    --- stderr
+    error: invalid volume spec [TMP]/typo.json: line 1, column 22: unknown field `plugn`, expected one of `name`, `plugin`, `external_id`, `access_mode`, `attachment`, `fs_type`, `mount_flags`, `context`, `parameters`, `secrets`
+    hint: a spec needs `name`, `plugin`, `access_mode`, `attachment` (and `external_id` to register); see `csivol volume register --help`
+    ");
+    // A secret of the wrong type: the error names the key, never the value.
+    let f = env.file("secret.toml", &SPEC.replace("\"hunter2\"", "12345678"));
+    let r = env.run(&["volume", "register", &f]).await;
+    snap!(r, @r"
+    exit: 2
+    --- stdout
+    --- stderr
+    error: invalid volume spec [TMP]/secret.toml: line 13, column 12: a secret's value must be a string (the value is not shown) (field `password`)
+    hint: a spec needs `name`, `plugin`, `access_mode`, `attachment` (and `external_id` to register); see `csivol volume register --help`
+    ");
+    let f = env.file("name.toml", &SPEC.replace("\"v1\"", "\"../etc\""));
+    snap!(env.run(&["volume", "register", &f]).await, @r"
+    exit: 2
+    --- stdout
+    --- stderr
+    error: invalid volume spec [TMP]/name.toml: field `name`: invalid volume name `../etc`: use 1 to 128 letters, digits, `.`, `_` or `-`, starting with a letter or digit
+    ");
+    snap!(env.run(&["volume", "register", "/nonexistent/v.toml"]).await, @r"
+    exit: 2
+    --- stdout
+    --- stderr
+    error: cannot read volume spec /nonexistent/v.toml: No such file or directory (os error 2)
+    ");
+    // The server's own checks come back as usage errors too.
+    let f = env.file("block.toml", &SPEC.replace("file-system", "block-device"));
+    snap!(env.run(&["volume", "register", &f]).await, @r#"
+    exit: 2
+    --- stdout
+    --- stderr
+    error: failed to register volume `v1`: a block-device volume takes no `fs_type` or `mount_flags`
+    hint: remove them, or use `attachment = "file-system"`
+    "#);
+}
+
+#[tokio::test]
+async fn deregister_asks_and_refuses_while_claimed() {
+    let env = Env::start("deregister");
+    env.volume("v1", "single-node-writer").await;
+    env.volume("v2", "single-node-writer").await;
+    let _n1 = env.node("n1", 0).await;
+
+    snap!(env.run(&["volume", "deregister", "v1"]).await, @"
+    exit: 2
+    --- stdout
+    --- stderr
+    This deregisters volume v1: csivol forgets it; the storage itself (external id ext-v1) is kept in plugin hp.
+    error: refusing to deregister volume v1 without confirmation: stdin is not a terminal; nothing was changed
+    hint: run it again with --yes
+    ");
+    assert_eq!(
+        env.run(&["volume", "show", "v1"]).await.code,
+        0,
+        "still there"
+    );
+    snap!(env.run(&["volume", "deregister", "v1", "--yes"]).await, @r"
+    exit: 0
+    --- stdout
+    --- stderr
+    deregistered volume v1
+    ");
+    assert_eq!(env.run(&["volume", "show", "v1"]).await.code, 3);
+
+    let r = env
+        .run(&["claim", "v2", "--node", "n1", "--alloc", "a1"])
+        .await;
+    assert_eq!(r.code, 0, "{r}");
+    snap!(env.run(&["volume", "deregister", "v2", "--yes"]).await, @"
+    exit: 4
+    --- stdout
+    --- stderr
+    error: failed to deregister volume v2: volume `v2` is claimed: a1 on n1 (attaching)
+    hint: release the claims first (`csivol release v2 --alloc ALLOC`)
+    ");
+}
+
+#[tokio::test]
+async fn create_and_delete_through_the_controller() {
+    let env = Env::start("create");
+    let host = env.node("n1", 0).await;
+    let spec = |name: &str| {
+        env.file(
+            &format!("{name}.toml"),
+            &format!(
+                "name = \"{name}\"\nplugin = \"hp\"\naccess_mode = \"single-node-writer\"\n\
+                 attachment = \"file-system\"\ncapacity_bytes = 1048576\n[secrets]\ntoken = \"hunter2\"\n"
+            ),
+        )
+    };
+
+    // With --wait: the agent's CreateVolume report finishes it. (The CreateVolume operation
+    // exists only once the CLI asked for it, so the CLI is waiting, or about to.)
+    let cli = env.spawn(&["volume", "create", &spec("fresh"), "--wait"]);
+    let op = host.wait_op("create").await;
+    assert_eq!(op["capacity_bytes"], 1048576);
+    host.report(json!([{"kind": "created", "op": op["id"], "attempt": op["attempt"], "external_id": "hp-fresh", "capacity_bytes": 1048576}]))
+        .await;
+    let r = done(cli).await;
+    assert_eq!(r.code, 0, "{r}");
+    assert!(
+        r.stderr
+            .starts_with("creating volume fresh through plugin hp\n"),
+        "{r}"
+    );
+    assert!(r.stderr.ends_with("created volume fresh\n"), "{r}");
+    snap!(r.stdout, @"
+    volume fresh
+      state:        free
+      plugin:       hp
+      external id:  hp-fresh
+      access mode:  single-node-writer
+      attachment:   file-system
+      capacity:     1048576 bytes
+      context:      -
+      parameters:   -
+      secrets:      token=<redacted>
+      created:      [TIME]
+
+    attachments: none
+
+    claims: none
+    ");
+
+    // Delete, waiting until it is gone.
+    let cli = env.spawn(&[
+        "volume",
+        "deregister",
+        "fresh",
+        "--delete",
+        "--yes",
+        "--wait",
+    ]);
+    let op = host.wait_op("delete").await;
+    assert_eq!(op["external_id"], "hp-fresh");
+    host.report(json!([{"kind": "deleted", "op": op["id"], "attempt": op["attempt"]}]))
+        .await;
+    let r = done(cli).await;
+    assert_eq!(r.code, 0, "{r}");
+    assert_eq!(r.stdout, "", "gone: no data");
+    assert!(r.stderr.ends_with("deleted volume fresh\n"), "{r}");
+    assert_eq!(env.run(&["volume", "show", "fresh"]).await.code, 3);
+
+    // A CreateVolume that fails for good: exit 1 with the plugin's message.
+    let cli = env.spawn(&["volume", "create", &spec("doomed"), "--wait"]);
+    let op = host.wait_op("create").await;
+    host.report(json!([{"kind": "op_error", "op": op["id"], "attempt": op["attempt"], "error": {"code": "INVALID_ARGUMENT", "message": "capacity too small", "final": true}}]))
+        .await;
+    let r = done(cli).await;
+    let last: Vec<_> = r
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("error:") || l.starts_with("hint:"))
+        .collect();
+    assert_eq!(r.code, 1, "{r}");
+    snap!(last.join("\n"), @"
+    error: volume doomed could not be created: CreateVolume failed: INVALID_ARGUMENT: capacity too small
+    hint: fix the cause, then create it again (the failed record is replaced), or `csivol volume deregister doomed`
+    ");
+
+    // Without --wait: the volume as recorded, still creating.
+    snap!(env.run(&["volume", "create", &spec("later"), "-o", "json"]).await, @r#"
+    exit: 0
+    --- stdout
+    {
+      "name": "later",
+      "plugin": "hp",
+      "external_id": "",
+      "access_mode": "single-node-writer",
+      "attachment": "file-system",
+      "state": "creating",
+      "capacity_bytes": 1048576,
+      "context": {},
+      "parameters": {},
+      "secret_keys": [
+        "token"
+      ],
+      "claims": [],
+      "attachments": [],
+      "created_at": "[TIME]",
+      "updated_at": "[TIME]",
+      "index": [INDEX]
+    }
+    --- stderr
+    creating volume later through plugin hp
+    "#);
+}

@@ -1,0 +1,320 @@
+# Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
+function __fish_csivol_global_optspecs
+    string join \n addr= token= o/output= no-color q/quiet h/help V/version
+end
+
+function __fish_csivol_needs_command
+    # Figure out if the current invocation already has a command.
+    set -l cmd (commandline -opc)
+    set -e cmd[1]
+    argparse -s (__fish_csivol_global_optspecs) -- $cmd 2>/dev/null
+    or return
+    if set -q argv[1]
+        # Also print the command, so this can be used to figure out what it is.
+        echo $argv[1]
+        return 1
+    end
+    return 0
+end
+
+function __fish_csivol_using_subcommand
+    set -l cmd (__fish_csivol_needs_command)
+    test -z "$cmd"
+    and return 1
+    contains -- $cmd[1] $argv
+end
+
+complete -c csivol -n "__fish_csivol_needs_command" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
+complete -c csivol -n "__fish_csivol_needs_command" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
+complete -c csivol -n "__fish_csivol_needs_command" -s o -l output -d 'Output format: `table` for people, `json` for scripts (stable field names)' -r -f -a "table\t''
+json\t''"
+complete -c csivol -n "__fish_csivol_needs_command" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
+complete -c csivol -n "__fish_csivol_needs_command" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c csivol -n "__fish_csivol_needs_command" -s V -l version -d 'Print version'
+complete -c csivol -n "__fish_csivol_needs_command" -f -a "volume" -d 'Register, create, list, show and deregister volumes'
+complete -c csivol -n "__fish_csivol_needs_command" -f -a "claim" -d 'Claim a volume for an alloc on a node'
+complete -c csivol -n "__fish_csivol_needs_command" -f -a "release" -d 'Release an alloc\'s claim on a volume'
+complete -c csivol -n "__fish_csivol_needs_command" -f -a "status" -d 'Show the cluster at a glance, one volume in detail, or the blocked volumes'
+complete -c csivol -n "__fish_csivol_needs_command" -f -a "unblock" -d 'Free volumes held by a lost node: force-release its claims and force-detach'
+complete -c csivol -n "__fish_csivol_needs_command" -f -a "detach" -d 'Take a volume off a node: release every claim it has there'
+complete -c csivol -n "__fish_csivol_needs_command" -f -a "node" -d 'List nodes, or show one'
+complete -c csivol -n "__fish_csivol_needs_command" -f -a "plugin" -d 'List plugins, or show one'
+complete -c csivol -n "__fish_csivol_needs_command" -f -a "events" -d 'Show the audit trail, or follow it'
+complete -c csivol -n "__fish_csivol_needs_command" -f -a "token" -d 'Create API tokens'
+complete -c csivol -n "__fish_csivol_needs_command" -f -a "completions" -d 'Print a shell completion script'
+complete -c csivol -n "__fish_csivol_needs_command" -f -a "generate" -d 'Write the checked-in completions and man pages (for csivol\'s developers)'
+complete -c csivol -n "__fish_csivol_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister help" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister help" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister help" -s o -l output -d 'Output format: `table` for people, `json` for scripts (stable field names)' -r -f -a "table\t''
+json\t''"
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister help" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister help" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister help" -s h -l help -d 'Print help'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister help" -s V -l version -d 'Print version'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister help" -f -a "register" -d 'Register an existing volume from a TOML or JSON spec'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister help" -f -a "create" -d 'Create a volume through its plugin\'s controller (CreateVolume), then register it'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister help" -f -a "list" -d 'List volumes'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister help" -f -a "show" -d 'Show a volume with its claims and attachments'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister help" -f -a "deregister" -d 'Forget a volume (its storage is kept), or with --delete destroy it'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from register" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from register" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from register" -s o -l output -d 'Output format: `table` for people, `json` for scripts (stable field names)' -r -f -a "table\t''
+json\t''"
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from register" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from register" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from register" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from register" -s V -l version -d 'Print version'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from create" -l timeout -d 'How long --wait waits before giving up with exit code 5' -r
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from create" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from create" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from create" -s o -l output -d 'Output format: `table` for people, `json` for scripts (stable field names)' -r -f -a "table\t''
+json\t''"
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from create" -l wait -d 'Wait until it is done, showing progress on a terminal'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from create" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from create" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from create" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from create" -s V -l version -d 'Print version'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from list" -l plugin -d 'Only volumes of this plugin' -r
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from list" -l state -d 'Only volumes in this state' -r -f -a "creating\t''
+free\t''
+attached\t''
+blocked\t''
+deleting\t''
+failed\t''"
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from list" -l node -d 'Only volumes claimed or attached on this node' -r
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from list" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from list" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from list" -s o -l output -d 'Output format: `table` for people, `json` for scripts (stable field names)' -r -f -a "table\t''
+json\t''"
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from list" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from list" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from list" -s h -l help -d 'Print help'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from list" -s V -l version -d 'Print version'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from show" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from show" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from show" -s o -l output -d 'Output format: `table` for people, `json` for scripts (stable field names)' -r -f -a "table\t''
+json\t''"
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from show" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from show" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from show" -s h -l help -d 'Print help'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from show" -s V -l version -d 'Print version'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from deregister" -l timeout -d 'How long --wait waits before giving up with exit code 5' -r
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from deregister" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from deregister" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from deregister" -s o -l output -d 'Output format: `table` for people, `json` for scripts (stable field names)' -r -f -a "table\t''
+json\t''"
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from deregister" -l delete -d 'Also destroy the volume and its data through the plugin (DeleteVolume)'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from deregister" -s y -l yes -d 'Do it without asking'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from deregister" -l wait -d 'Wait until it is done, showing progress on a terminal'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from deregister" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from deregister" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from deregister" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from deregister" -s V -l version -d 'Print version'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from help" -f -a "register" -d 'Register an existing volume from a TOML or JSON spec'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from help" -f -a "create" -d 'Create a volume through its plugin\'s controller (CreateVolume), then register it'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from help" -f -a "list" -d 'List volumes'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from help" -f -a "show" -d 'Show a volume with its claims and attachments'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from help" -f -a "deregister" -d 'Forget a volume (its storage is kept), or with --delete destroy it'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c csivol -n "__fish_csivol_using_subcommand claim" -l node -d 'The node the alloc runs on' -r
+complete -c csivol -n "__fish_csivol_using_subcommand claim" -l alloc -d 'The alloc (workload) claiming the volume; claiming again with the same alloc is a no-op' -r
+complete -c csivol -n "__fish_csivol_using_subcommand claim" -l timeout -d 'How long --wait waits before giving up with exit code 5' -r
+complete -c csivol -n "__fish_csivol_using_subcommand claim" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand claim" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand claim" -s o -l output -d 'Output format: `table` for people, `json` for scripts (stable field names)' -r -f -a "table\t''
+json\t''"
+complete -c csivol -n "__fish_csivol_using_subcommand claim" -l read-only -d 'Claim it for reading only'
+complete -c csivol -n "__fish_csivol_using_subcommand claim" -l dry-run -d 'Only say whether the claim would be accepted, and why not; records nothing'
+complete -c csivol -n "__fish_csivol_using_subcommand claim" -l wait -d 'Wait until it is done, showing progress on a terminal'
+complete -c csivol -n "__fish_csivol_using_subcommand claim" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
+complete -c csivol -n "__fish_csivol_using_subcommand claim" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand claim" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c csivol -n "__fish_csivol_using_subcommand claim" -s V -l version -d 'Print version'
+complete -c csivol -n "__fish_csivol_using_subcommand release" -l alloc -d 'The alloc whose claim to release' -r
+complete -c csivol -n "__fish_csivol_using_subcommand release" -l timeout -d 'How long --wait waits before giving up with exit code 5' -r
+complete -c csivol -n "__fish_csivol_using_subcommand release" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand release" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand release" -s o -l output -d 'Output format: `table` for people, `json` for scripts (stable field names)' -r -f -a "table\t''
+json\t''"
+complete -c csivol -n "__fish_csivol_using_subcommand release" -l wait -d 'Wait until it is done, showing progress on a terminal'
+complete -c csivol -n "__fish_csivol_using_subcommand release" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
+complete -c csivol -n "__fish_csivol_using_subcommand release" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand release" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c csivol -n "__fish_csivol_using_subcommand release" -s V -l version -d 'Print version'
+complete -c csivol -n "__fish_csivol_using_subcommand status" -l node -d 'Only volumes claimed or attached on this node, and only this node' -r
+complete -c csivol -n "__fish_csivol_using_subcommand status" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand status" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand status" -s o -l output -d 'Output format: `table` for people, `json` for scripts (stable field names)' -r -f -a "table\t''
+json\t''"
+complete -c csivol -n "__fish_csivol_using_subcommand status" -l blocked -d 'Only blocked volumes, with the lost node and the unblock command; exit code 6 when any is blocked, 0 when none is'
+complete -c csivol -n "__fish_csivol_using_subcommand status" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
+complete -c csivol -n "__fish_csivol_using_subcommand status" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand status" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c csivol -n "__fish_csivol_using_subcommand status" -s V -l version -d 'Print version'
+complete -c csivol -n "__fish_csivol_using_subcommand unblock" -l node -d 'The lost node: every volume it holds blocked' -r
+complete -c csivol -n "__fish_csivol_using_subcommand unblock" -l reason -d 'Why, for the event log (e.g. "n2 powered off in rack 4")' -r
+complete -c csivol -n "__fish_csivol_using_subcommand unblock" -l timeout -d 'How long --wait waits before giving up with exit code 5' -r
+complete -c csivol -n "__fish_csivol_using_subcommand unblock" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand unblock" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand unblock" -s o -l output -d 'Output format: `table` for people, `json` for scripts (stable field names)' -r -f -a "table\t''
+json\t''"
+complete -c csivol -n "__fish_csivol_using_subcommand unblock" -s y -l yes -d 'Do it without asking'
+complete -c csivol -n "__fish_csivol_using_subcommand unblock" -l dry-run -d 'Only show what would happen'
+complete -c csivol -n "__fish_csivol_using_subcommand unblock" -l wait -d 'Wait until it is done, showing progress on a terminal'
+complete -c csivol -n "__fish_csivol_using_subcommand unblock" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
+complete -c csivol -n "__fish_csivol_using_subcommand unblock" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand unblock" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c csivol -n "__fish_csivol_using_subcommand unblock" -s V -l version -d 'Print version'
+complete -c csivol -n "__fish_csivol_using_subcommand detach" -l node -d 'The node to detach it from' -r
+complete -c csivol -n "__fish_csivol_using_subcommand detach" -l reason -d 'Why, for the event log' -r
+complete -c csivol -n "__fish_csivol_using_subcommand detach" -l timeout -d 'How long --wait waits before giving up with exit code 5' -r
+complete -c csivol -n "__fish_csivol_using_subcommand detach" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand detach" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand detach" -s o -l output -d 'Output format: `table` for people, `json` for scripts (stable field names)' -r -f -a "table\t''
+json\t''"
+complete -c csivol -n "__fish_csivol_using_subcommand detach" -l force -d 'The node is lost: release its claims and detach without it'
+complete -c csivol -n "__fish_csivol_using_subcommand detach" -s y -l yes -d 'Do it without asking'
+complete -c csivol -n "__fish_csivol_using_subcommand detach" -l dry-run -d 'Only show what would happen'
+complete -c csivol -n "__fish_csivol_using_subcommand detach" -l wait -d 'Wait until it is done, showing progress on a terminal'
+complete -c csivol -n "__fish_csivol_using_subcommand detach" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
+complete -c csivol -n "__fish_csivol_using_subcommand detach" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand detach" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c csivol -n "__fish_csivol_using_subcommand detach" -s V -l version -d 'Print version'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show help" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show help" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show help" -s o -l output -d 'Output format: `table` for people, `json` for scripts (stable field names)' -r -f -a "table\t''
+json\t''"
+complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show help" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show help" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show help" -s h -l help -d 'Print help'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show help" -s V -l version -d 'Print version'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show help" -f -a "list" -d 'List nodes with their status and plugins'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show help" -f -a "show" -d 'Show a node: status, heartbeat, self-fencing and plugins'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from list" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from list" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from list" -s o -l output -d 'Output format: `table` for people, `json` for scripts (stable field names)' -r -f -a "table\t''
+json\t''"
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from list" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from list" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from list" -s h -l help -d 'Print help'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from list" -s V -l version -d 'Print version'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from show" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from show" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from show" -s o -l output -d 'Output format: `table` for people, `json` for scripts (stable field names)' -r -f -a "table\t''
+json\t''"
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from show" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from show" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from show" -s h -l help -d 'Print help'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from show" -s V -l version -d 'Print version'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from help" -f -a "list" -d 'List nodes with their status and plugins'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from help" -f -a "show" -d 'Show a node: status, heartbeat, self-fencing and plugins'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show help" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show help" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show help" -s o -l output -d 'Output format: `table` for people, `json` for scripts (stable field names)' -r -f -a "table\t''
+json\t''"
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show help" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show help" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show help" -s h -l help -d 'Print help'
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show help" -s V -l version -d 'Print version'
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show help" -f -a "list" -d 'List plugins with their health across nodes'
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show help" -f -a "show" -d 'Show a plugin'
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from list" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from list" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from list" -s o -l output -d 'Output format: `table` for people, `json` for scripts (stable field names)' -r -f -a "table\t''
+json\t''"
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from list" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from list" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from list" -s h -l help -d 'Print help'
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from list" -s V -l version -d 'Print version'
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from show" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from show" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from show" -s o -l output -d 'Output format: `table` for people, `json` for scripts (stable field names)' -r -f -a "table\t''
+json\t''"
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from show" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from show" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from show" -s h -l help -d 'Print help'
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from show" -s V -l version -d 'Print version'
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from help" -f -a "list" -d 'List plugins with their health across nodes'
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from help" -f -a "show" -d 'Show a plugin'
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c csivol -n "__fish_csivol_using_subcommand events" -l volume -d 'Only events of this volume' -r
+complete -c csivol -n "__fish_csivol_using_subcommand events" -l node -d 'Only events of this node' -r
+complete -c csivol -n "__fish_csivol_using_subcommand events" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand events" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand events" -s o -l output -d 'Output format: `table` for people, `json` for scripts (stable field names)' -r -f -a "table\t''
+json\t''"
+complete -c csivol -n "__fish_csivol_using_subcommand events" -s f -l follow -d 'Keep printing new events as they happen (with -o json: one object per line)'
+complete -c csivol -n "__fish_csivol_using_subcommand events" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
+complete -c csivol -n "__fish_csivol_using_subcommand events" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand events" -s h -l help -d 'Print help'
+complete -c csivol -n "__fish_csivol_using_subcommand events" -s V -l version -d 'Print version'
+complete -c csivol -n "__fish_csivol_using_subcommand token; and not __fish_seen_subcommand_from create help" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand token; and not __fish_seen_subcommand_from create help" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand token; and not __fish_seen_subcommand_from create help" -s o -l output -d 'Output format: `table` for people, `json` for scripts (stable field names)' -r -f -a "table\t''
+json\t''"
+complete -c csivol -n "__fish_csivol_using_subcommand token; and not __fish_seen_subcommand_from create help" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
+complete -c csivol -n "__fish_csivol_using_subcommand token; and not __fish_seen_subcommand_from create help" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand token; and not __fish_seen_subcommand_from create help" -s h -l help -d 'Print help'
+complete -c csivol -n "__fish_csivol_using_subcommand token; and not __fish_seen_subcommand_from create help" -s V -l version -d 'Print version'
+complete -c csivol -n "__fish_csivol_using_subcommand token; and not __fish_seen_subcommand_from create help" -f -a "create" -d 'Create a token; its secret is printed once, on stdout'
+complete -c csivol -n "__fish_csivol_using_subcommand token; and not __fish_seen_subcommand_from create help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from create" -l role -d 'What the token may do: `operator` everything, `reader` read only, `node` one node\'s agent' -r -f -a "operator\t''
+reader\t''
+node\t''"
+complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from create" -l node -d 'The node a `node` token acts for' -r
+complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from create" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from create" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from create" -s o -l output -d 'Output format: `table` for people, `json` for scripts (stable field names)' -r -f -a "table\t''
+json\t''"
+complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from create" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
+complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from create" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from create" -s h -l help -d 'Print help'
+complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from create" -s V -l version -d 'Print version'
+complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from help" -f -a "create" -d 'Create a token; its secret is printed once, on stdout'
+complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c csivol -n "__fish_csivol_using_subcommand completions" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand completions" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand completions" -s o -l output -d 'Output format: `table` for people, `json` for scripts (stable field names)' -r -f -a "table\t''
+json\t''"
+complete -c csivol -n "__fish_csivol_using_subcommand completions" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
+complete -c csivol -n "__fish_csivol_using_subcommand completions" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand completions" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c csivol -n "__fish_csivol_using_subcommand completions" -s V -l version -d 'Print version'
+complete -c csivol -n "__fish_csivol_using_subcommand generate" -l out -d 'The repository root: writes `completions/` and `man/` below it' -r -F
+complete -c csivol -n "__fish_csivol_using_subcommand generate" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand generate" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand generate" -s o -l output -d 'Output format: `table` for people, `json` for scripts (stable field names)' -r -f -a "table\t''
+json\t''"
+complete -c csivol -n "__fish_csivol_using_subcommand generate" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
+complete -c csivol -n "__fish_csivol_using_subcommand generate" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand generate" -s h -l help -d 'Print help'
+complete -c csivol -n "__fish_csivol_using_subcommand generate" -s V -l version -d 'Print version'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim release status unblock detach node plugin events token completions generate help" -f -a "volume" -d 'Register, create, list, show and deregister volumes'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim release status unblock detach node plugin events token completions generate help" -f -a "claim" -d 'Claim a volume for an alloc on a node'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim release status unblock detach node plugin events token completions generate help" -f -a "release" -d 'Release an alloc\'s claim on a volume'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim release status unblock detach node plugin events token completions generate help" -f -a "status" -d 'Show the cluster at a glance, one volume in detail, or the blocked volumes'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim release status unblock detach node plugin events token completions generate help" -f -a "unblock" -d 'Free volumes held by a lost node: force-release its claims and force-detach'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim release status unblock detach node plugin events token completions generate help" -f -a "detach" -d 'Take a volume off a node: release every claim it has there'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim release status unblock detach node plugin events token completions generate help" -f -a "node" -d 'List nodes, or show one'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim release status unblock detach node plugin events token completions generate help" -f -a "plugin" -d 'List plugins, or show one'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim release status unblock detach node plugin events token completions generate help" -f -a "events" -d 'Show the audit trail, or follow it'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim release status unblock detach node plugin events token completions generate help" -f -a "token" -d 'Create API tokens'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim release status unblock detach node plugin events token completions generate help" -f -a "completions" -d 'Print a shell completion script'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim release status unblock detach node plugin events token completions generate help" -f -a "generate" -d 'Write the checked-in completions and man pages (for csivol\'s developers)'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim release status unblock detach node plugin events token completions generate help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from volume" -f -a "register" -d 'Register an existing volume from a TOML or JSON spec'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from volume" -f -a "create" -d 'Create a volume through its plugin\'s controller (CreateVolume), then register it'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from volume" -f -a "list" -d 'List volumes'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from volume" -f -a "show" -d 'Show a volume with its claims and attachments'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from volume" -f -a "deregister" -d 'Forget a volume (its storage is kept), or with --delete destroy it'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from node" -f -a "list" -d 'List nodes with their status and plugins'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from node" -f -a "show" -d 'Show a node: status, heartbeat, self-fencing and plugins'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from plugin" -f -a "list" -d 'List plugins with their health across nodes'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from plugin" -f -a "show" -d 'Show a plugin'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from token" -f -a "create" -d 'Create a token; its secret is printed once, on stdout'
