@@ -5,7 +5,7 @@
 use std::io::{BufRead, IsTerminal, Write};
 use std::time::{Duration, SystemTime};
 
-use comfy_table::{Attribute, Cell, Color, ContentArrangement, Table};
+use comfy_table::{Attribute, Cell, Color, ColumnConstraint, ContentArrangement, Table};
 use console::Style;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
@@ -13,6 +13,18 @@ use serde::Serialize;
 use crate::args::{Format, GlobalArgs};
 use crate::env;
 use crate::failure::{Exit, Failure};
+
+/// Table columns of free text, which wrap when a table does not fit the width.
+const WRAPPABLE: &[&str] = &[
+    "MESSAGE",
+    "ERROR",
+    "CLAIMS",
+    "NODES",
+    "TARGET PATH",
+    "UNBLOCK WITH",
+    "PLUGINS (USED/MAX)",
+    "BLOCKED CLAIMS",
+];
 
 #[derive(Clone, Debug)]
 pub struct Out {
@@ -94,6 +106,13 @@ impl Out {
                 c
             }
         }));
+        // When the table does not fit, only free text wraps; names, states and times stay
+        // whole so that they can still be read and copied.
+        for (col, h) in t.column_iter_mut().zip(header) {
+            if !WRAPPABLE.contains(h) {
+                col.set_constraint(ColumnConstraint::ContentWidth);
+            }
+        }
         t
     }
 

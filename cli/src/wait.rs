@@ -11,6 +11,26 @@ use crate::commands::Ctx;
 use crate::failure::{Exit, Failure};
 use crate::output::short_duration;
 
+/// When a wait gives up, and the `--timeout` it came from (for messages).
+#[derive(Clone, Copy, Debug)]
+pub struct Deadline {
+    pub at: Instant,
+    pub timeout: Duration,
+}
+
+impl Deadline {
+    pub fn after(timeout: Duration) -> Self {
+        Self {
+            at: Instant::now() + timeout,
+            timeout,
+        }
+    }
+
+    fn left(&self) -> Duration {
+        self.at.saturating_duration_since(Instant::now())
+    }
+}
+
 /// What a claim wait waits for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ClaimGoal {
@@ -54,12 +74,11 @@ pub async fn claim(
     start: Claim,
     index: u64,
     goal: ClaimGoal,
-    timeout: Duration,
+    deadline: Deadline,
 ) -> anyhow::Result<Option<Claim>> {
     let (volume, alloc) = (start.volume.clone(), start.alloc.clone());
     let who = format!("the claim of alloc {alloc} on volume {volume}");
     let path = format!("/v1/volumes/{volume}/claims/{alloc}");
-    let deadline = Instant::now() + timeout;
     let mut progress = ctx.out.progress();
     let mut index = index;
     let mut current = Some(start);
@@ -125,7 +144,7 @@ pub async fn claim(
         }
         let c = current.as_ref().expect("handled above");
         progress.set(&format!("{who}: {}", describe_claim(c)));
-        let left = deadline.saturating_duration_since(Instant::now());
+        let left = deadline.left();
         if left.is_zero() {
             progress.finish();
             let goal = match goal {
@@ -136,7 +155,7 @@ pub async fn claim(
                 Exit::TimedOut,
                 format!(
                     "timed out after {} waiting for {who} {goal}; it is {}",
-                    short_duration(timeout),
+                    short_duration(deadline.timeout),
                     describe_claim(c)
                 ),
             )
@@ -183,11 +202,10 @@ pub async fn volume(
     ctx: &Ctx,
     name: &str,
     goal: &str,
-    timeout: Duration,
+    deadline: Deadline,
     check: impl Fn(Option<&Volume>) -> Step,
 ) -> anyhow::Result<Option<Volume>> {
     let path = format!("/v1/volumes/{name}");
-    let deadline = Instant::now() + timeout;
     let mut progress = ctx.out.progress();
     let first: Option<Answer<Volume>> = ctx
         .client
@@ -209,14 +227,14 @@ pub async fn volume(
             Step::Waiting(w) => w,
         };
         progress.set(&format!("volume {name}: {where_}"));
-        let left = deadline.saturating_duration_since(Instant::now());
+        let left = deadline.left();
         if left.is_zero() {
             progress.finish();
             return Err(Failure::new(
                 Exit::TimedOut,
                 format!(
-                    "timed out after {} waiting for volume {name} {goal}; it is {where_}",
-                    short_duration(timeout)
+                    "timed out after {} waiting for volume {name} {goal}; where it stands: {where_}",
+                    short_duration(deadline.timeout)
                 ),
             )
             .hint(format!(

@@ -58,9 +58,15 @@ pub async fn run(ctx: &Ctx, args: ClaimArgs) -> anyhow::Result<Exit> {
     }
     if args.wait.wait {
         let index = a.index.unwrap_or(claim.index);
-        claim = wait::claim(ctx, claim, index, ClaimGoal::Ready, args.wait.timeout)
-            .await?
-            .expect("a ready claim");
+        claim = wait::claim(
+            ctx,
+            claim,
+            index,
+            ClaimGoal::Ready,
+            wait::Deadline::after(args.wait.timeout),
+        )
+        .await?
+        .expect("a ready claim");
     }
     if ctx.out.json_mode() {
         ctx.out.json(&claim)?;

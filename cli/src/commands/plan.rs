@@ -98,10 +98,9 @@ async fn wait_for(ctx: &Ctx, plan: &ActionPlan, timeout: Duration) -> anyhow::Re
     for a in &plan.actions {
         nodes.entry(&a.volume).or_default().insert(&a.node);
     }
-    let deadline = std::time::Instant::now() + timeout;
+    let deadline = wait::Deadline::after(timeout);
     for (volume, nodes) in nodes {
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
-        wait::volume(ctx, volume, "to be detached", left, |v| {
+        wait::volume(ctx, volume, "to be detached", deadline, |v| {
             let Some(v) = v else {
                 return Step::Done;
             };

@@ -37,7 +37,14 @@ pub async fn run(ctx: &Ctx, args: ReleaseArgs) -> anyhow::Result<Exit> {
         return Ok(Exit::Ok);
     }
     let index = a.index.unwrap_or(claim.index);
-    wait::claim(ctx, claim, index, ClaimGoal::Gone, args.wait.timeout).await?;
+    wait::claim(
+        ctx,
+        claim,
+        index,
+        ClaimGoal::Gone,
+        wait::Deadline::after(args.wait.timeout),
+    )
+    .await?;
     ctx.out.note(format!(
         "released the claim of alloc {} on volume {}",
         args.alloc, args.volume

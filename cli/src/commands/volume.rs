@@ -76,7 +76,7 @@ async fn create(ctx: &Ctx, args: CreateArgs) -> anyhow::Result<Exit> {
             ctx,
             &name,
             "to be created",
-            args.wait.timeout,
+            wait::Deadline::after(args.wait.timeout),
             |v| match v {
                 None => Step::Fail(Failure::new(
                     Exit::Error,
@@ -202,20 +202,26 @@ async fn deregister(ctx: &Ctx, args: DeregisterArgs) -> anyhow::Result<Exit> {
         return Ok(Exit::Ok);
     }
     let plugin = v.plugin.clone();
-    wait::volume(ctx, name, "to be deleted", args.wait.timeout, |v| match v {
-        None => Step::Done,
-        Some(v) if v.state == VolumeState::Deleting => Step::Waiting(match &v.error {
-            Some(e) => format!("deleting: DeleteVolume through plugin {plugin} failed: {e}"),
-            None => format!("deleting: waiting for DeleteVolume through plugin {plugin}"),
-        }),
-        Some(v) => Step::Fail(Failure::new(
-            Exit::Error,
-            format!(
-                "volume {name} could not be deleted: {}",
-                v.error.as_deref().unwrap_or("no reason given")
-            ),
-        )),
-    })
+    wait::volume(
+        ctx,
+        name,
+        "to be deleted",
+        wait::Deadline::after(args.wait.timeout),
+        |v| match v {
+            None => Step::Done,
+            Some(v) if v.state == VolumeState::Deleting => Step::Waiting(match &v.error {
+                Some(e) => format!("deleting: DeleteVolume through plugin {plugin} failed: {e}"),
+                None => format!("deleting: waiting for DeleteVolume through plugin {plugin}"),
+            }),
+            Some(v) => Step::Fail(Failure::new(
+                Exit::Error,
+                format!(
+                    "volume {name} could not be deleted: {}",
+                    v.error.as_deref().unwrap_or("no reason given")
+                ),
+            )),
+        },
+    )
     .await?;
     ctx.out.note(format!("deleted volume {name}"));
     Ok(Exit::Ok)

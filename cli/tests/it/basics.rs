@@ -411,6 +411,17 @@ async fn events_list_and_follow() {
     ]
     --- stderr
     "#);
+    // COLUMNS fits tables to a width: only free text wraps.
+    let mut cmd = env.command(&["events", "--volume", "v1"]);
+    cmd.env("COLUMNS", "130");
+    snap!(run(cmd).await, @"
+    exit: 0
+    --- stdout
+    INDEX  TIME                      KIND               VOLUME  NODE  ALLOC  ACTOR                  MESSAGE
+    1      [TIME]  volume-registered  v1      -     -      operator:[TOKEN-ID]  volume registered (plugin hp,
+                                                                                                    single-node-writer)
+    --- stderr
+    ");
     snap!(env.run(&["events", "--node", "n9"]).await, @r"
     exit: 0
     --- stdout
