@@ -9,4 +9,5 @@ mod basics;
 mod blocked;
 mod claims;
 mod generated;
+mod real_agent;
 mod volumes;
