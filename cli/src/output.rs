@@ -63,18 +63,21 @@ impl Out {
 
     /// One JSON document on stdout.
     pub fn json<T: Serialize + ?Sized>(&self, value: &T) -> anyhow::Result<()> {
+        // Serialised first, so a closed pipe surfaces as the I/O error it is.
+        let mut text = serde_json::to_vec_pretty(value)?;
+        text.push(b'\n');
         let mut out = std::io::stdout().lock();
-        serde_json::to_writer_pretty(&mut out, value)?;
-        writeln!(out)?;
+        out.write_all(&text)?;
         out.flush()?;
         Ok(())
     }
 
     /// One JSON object on one line (for streams such as `events --follow`).
     pub fn json_line<T: Serialize + ?Sized>(&self, value: &T) -> anyhow::Result<()> {
+        let mut text = serde_json::to_vec(value)?;
+        text.push(b'\n');
         let mut out = std::io::stdout().lock();
-        serde_json::to_writer(&mut out, value)?;
-        writeln!(out)?;
+        out.write_all(&text)?;
         out.flush()?;
         Ok(())
     }

@@ -50,10 +50,11 @@ pub async fn run(ctx: &Ctx, args: StatusArgs) -> anyhow::Result<Exit> {
         super::volume::print(ctx, &volumes[0])?;
         return Ok(Exit::Ok);
     }
-    let mut nodes: Vec<Node> = ctx.client.get("/v1/nodes").await?;
-    if let Some(n) = &args.node {
-        nodes.retain(|x| &x.name == n);
-    }
+    // With --node, an unknown node is an error (exit 3), not an empty summary.
+    let nodes: Vec<Node> = match &args.node {
+        Some(n) => vec![ctx.client.get(&format!("/v1/nodes/{n}")).await?],
+        None => ctx.client.get("/v1/nodes").await?,
+    };
     let blocked = blocked(&volumes, &nodes, args.node.as_deref());
     if args.blocked {
         if ctx.out.json_mode() {

@@ -215,6 +215,8 @@ async fn not_found_exits_3() {
     --- stderr
     error: failed to release the claim of alloc `a1` on volume `nope`: alloc `a1` holds no claim on volume `nope`
     ");
+    let r = env.run(&["status", "--node", "nope"]).await;
+    assert_eq!(r.code, 3, "{r}");
     snap!(env.run(&["status", "nope"]).await, @r"
     exit: 3
     --- stdout
@@ -483,4 +485,18 @@ async fn completions_are_printed_for_each_shell() {
     }
     let r = env.run(&["completions", "powershell"]).await;
     assert_eq!(r.code, 2, "{r}");
+}
+
+#[tokio::test]
+async fn a_closed_stdout_is_not_an_error() {
+    let env = Env::start("broken-pipe");
+    env.volume("v1", "single-node-writer").await;
+    for args in [vec!["volume", "list"], vec!["volume", "list", "-o", "json"]] {
+        let mut child = env.command(&args).spawn().unwrap();
+        // `csivol ... | head -0`: the reader is gone before csivol writes.
+        drop(child.stdout.take());
+        let out = child.wait_with_output().await.unwrap();
+        assert_eq!(out.status.code(), Some(0), "{args:?}");
+        assert_eq!(String::from_utf8_lossy(&out.stderr), "", "{args:?}");
+    }
 }
