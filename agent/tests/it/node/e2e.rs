@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
 use csivol_tests::{Api, Proc, TestDir, bin_path, eventually, is_mounted, wait_for};
 use serde_json::{Value, json};
@@ -411,4 +412,154 @@ async fn self_fences_while_the_server_is_down_and_reports_it() {
     .await;
     hp.assert_no_lifecycle_violation();
     assert!(agent.data_dir.join("agent.db").exists());
+}
+
+/// The agent's memory with 100 published volumes: a measurement, not a check. Run with
+/// `cargo test -p csivol-agent --test it rss -- --ignored --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement; run it by name"]
+async fn rss_with_100_published_volumes() {
+    const VOLUMES: usize = 100;
+    let dir = TestDir::new("node-e2e-rss");
+    let server = Server::start(&dir, &[]).await;
+    let api = server.api.clone();
+    let token = server.node_token(&dir, "n1").await;
+    let hp = Hostpath::start(&dir, "n1", &["--no-fsync"]);
+    let agent = AgentProc::start(&dir, &server, &token, &hp, &[]);
+    let _logs = Logs(&agent);
+    let rss = |field: &str| {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", agent.proc.pid())).unwrap();
+        status
+            .lines()
+            .find(|l| l.starts_with(field))
+            .map(|l| l.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap())
+            .unwrap()
+    };
+    eventually("the node registered", WAIT, || async {
+        (api.get("/v1/nodes/n1").await.0 == 200).then_some(())
+    })
+    .await;
+    println!("agent RSS after start: {} KiB", rss("VmRSS:"));
+    for i in 0..VOLUMES {
+        let (status, body) = api
+            .post(
+                &format!("/v1/volumes/v{i}/create"),
+                json!({"plugin": "hp", "access_mode": "single-node-writer", "attachment": "file-system", "capacity_bytes": 1 << 20}),
+            )
+            .await;
+        assert!(status == 202 || status == 200, "{status} {body}");
+    }
+    for i in 0..VOLUMES {
+        wait_volume(&api, &format!("v{i}"), "free").await;
+        claim(&api, &format!("v{i}"), "a").await;
+    }
+    for i in 0..VOLUMES {
+        let target = ready(&api, &format!("v{i}"), "a").await;
+        assert!(is_mounted(&target));
+    }
+    assert_eq!(dir.mounts().len(), 2 * VOLUMES);
+    // Let a heartbeat and a resync of the desired state pass with everything published.
+    let (_, node) = api.get("/v1/nodes/n1").await;
+    let seen = node["last_heartbeat"].clone();
+    eventually("another heartbeat", Duration::from_secs(60), || async {
+        let (_, n) = api.get("/v1/nodes/n1").await;
+        (n["last_heartbeat"] != seen).then_some(())
+    })
+    .await;
+    println!(
+        "agent with {VOLUMES} published volumes: VmRSS {} KiB, VmHWM (peak) {} KiB",
+        rss("VmRSS:"),
+        rss("VmHWM:")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_claim_shows_its_error_then_times_out_and_is_cleaned_up() {
+    let dir = TestDir::new("node-e2e-failing");
+    let server = Server::start(&dir, &[]).await;
+    let api = server.api.clone();
+    let token = server.node_token(&dir, "n1").await;
+    let hp = Hostpath::start(&dir, "n1", &["--fail=NodePublishVolume=UNAVAILABLE"]);
+    let config = dir.join("agent.toml");
+    std::fs::write(&config, "volume_ready_timeout = \"2s\"\n").unwrap();
+    let agent = AgentProc::start(
+        &dir,
+        &server,
+        &token,
+        &hp,
+        &[&format!("--config={}", config.display())],
+    );
+    let _logs = Logs(&agent);
+    create_volume(&api, "v1", "single-node-writer").await;
+    claim(&api, "v1", "a1").await;
+
+    // While the agent retries, operators see the last error and the next try.
+    let c = eventually("the claim's error", WAIT, || async {
+        claim_state(&api, "v1", "a1")
+            .await
+            .filter(|c| c["error"].is_string())
+    })
+    .await;
+    assert_eq!(c["state"], "publishing", "{c}");
+    assert!(
+        c["error"].as_str().unwrap().starts_with("UNAVAILABLE"),
+        "{c}"
+    );
+    assert!(c["next_retry_at"].is_string(), "{c}");
+
+    // After volume_ready_timeout the claim fails, and what was begun is taken down.
+    let (_, events) = eventually("the claim failed", WAIT, || async {
+        let (status, e) = api.get("/v1/events?volume=v1").await;
+        e.to_string().contains("TIMEOUT").then_some((status, e))
+    })
+    .await;
+    assert!(
+        events.to_string().contains("last error: NodePublishVolume"),
+        "the timeout names the last error: {events}"
+    );
+    gone(&api, "v1", "a1").await;
+    let v = wait_volume(&api, "v1", "free").await;
+    assert_eq!(v["attachments"], json!([]), "{v}");
+    assert!(dir.mounts().is_empty(), "{:?}", dir.mounts());
+    hp.assert_no_lifecycle_violation();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_agent_comes_back_from_lost_and_stops_cleanly() {
+    use rustix::process::{Pid, Signal, kill_process};
+    let dir = TestDir::new("node-e2e-paused");
+    let server = Server::start(&dir, &["--heartbeat-ttl=1s"]).await;
+    let api = server.api.clone();
+    let token = server.node_token(&dir, "n1").await;
+    let hp = Hostpath::start(&dir, "n1", &[]);
+    let mut agent = AgentProc::start(&dir, &server, &token, &hp, &[]);
+    create_volume(&api, "v1", "single-node-writer").await;
+    create_volume(&api, "v2", "single-node-writer").await;
+    claim(&api, "v1", "a1").await;
+    ready(&api, "v1", "a1").await;
+
+    // Stopped (not killed): it misses its heartbeats and is marked lost.
+    let pid = Pid::from_raw(agent.proc.pid() as i32).unwrap();
+    kill_process(pid, Signal::STOP).unwrap();
+    wait_volume(&api, "v1", "blocked").await;
+    kill_process(pid, Signal::CONT).unwrap();
+    // Its next heartbeat is answered `lost`: it registers again with what it has, and
+    // the blocked claim is released through it.
+    gone(&api, "v1", "a1").await;
+    wait_volume(&api, "v1", "free").await;
+    assert!(dir.mounts().is_empty(), "{:?}", dir.mounts());
+
+    // Back to normal work.
+    claim(&api, "v2", "b1").await;
+    let target = ready(&api, "v2", "b1").await;
+    let status = agent
+        .proc
+        .terminate(WAIT)
+        .expect("the agent stops on SIGTERM");
+    assert!(status.success(), "{status}\n{}", agent.log());
+    assert!(
+        is_mounted(&target),
+        "stopping the agent leaves volumes mounted"
+    );
+    hp.assert_no_lifecycle_violation();
 }
