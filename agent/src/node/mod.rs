@@ -9,6 +9,9 @@
 //! - `core`: recovery at start, the reconcile loop, volume workers, controller operations.
 //! - `client`, `session`: the server side: register, heartbeat, desired state, reports,
 //!   self-fencing.
+//!
+//! The node agent reads no environment variable of its own (`RUST_LOG`, read by `main`,
+//! filters its logs); everything is a flag or a `--config` setting.
 
 mod client;
 pub mod config;

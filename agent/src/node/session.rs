@@ -266,6 +266,10 @@ async fn desired_loop(link: &Link) {
                 link.contact();
                 failures = 0;
                 index = desired.index;
+                if desired.status == Some(NodeStatus::Lost) {
+                    // Tell the server what is really here without waiting for a heartbeat.
+                    link.reregister.notify_one();
+                }
                 link.core.set_desired(desired);
             }
             Err(e) => {
