@@ -28,9 +28,6 @@ _csivol() {
             csivol,events)
                 cmd="csivol__subcmd__events"
                 ;;
-            csivol,generate)
-                cmd="csivol__subcmd__generate"
-                ;;
             csivol,help)
                 cmd="csivol__subcmd__help"
                 ;;
@@ -66,9 +63,6 @@ _csivol() {
                 ;;
             csivol__subcmd__help,events)
                 cmd="csivol__subcmd__help__subcmd__events"
-                ;;
-            csivol__subcmd__help,generate)
-                cmd="csivol__subcmd__help__subcmd__generate"
                 ;;
             csivol__subcmd__help,help)
                 cmd="csivol__subcmd__help__subcmd__help"
@@ -215,7 +209,7 @@ _csivol() {
 
     case "${cmd}" in
         csivol)
-            opts="-o -q -h -V --addr --token --output --no-color --quiet --help --version volume claim release status unblock detach node plugin events token completions generate help"
+            opts="-o -q -h -V --addr --token --output --no-color --quiet --help --version volume claim release status unblock detach node plugin events token completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -396,42 +390,8 @@ _csivol() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        csivol__subcmd__generate)
-            opts="-o -q -h -V --out --addr --token --output --no-color --quiet --help --version"
-            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
-                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-                return 0
-            fi
-            case "${prev}" in
-                --out)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --addr)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --token)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --output)
-                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
-                    return 0
-                    ;;
-                -o)
-                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
-                    return 0
-                    ;;
-                *)
-                    COMPREPLY=()
-                    ;;
-            esac
-            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-            return 0
-            ;;
         csivol__subcmd__help)
-            opts="volume claim release status unblock detach node plugin events token completions generate help"
+            opts="volume claim release status unblock detach node plugin events token completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -487,20 +447,6 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__help__subcmd__events)
-            opts=""
-            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
-                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-                return 0
-            fi
-            case "${prev}" in
-                *)
-                    COMPREPLY=()
-                    ;;
-            esac
-            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-            return 0
-            ;;
-        csivol__subcmd__help__subcmd__generate)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )

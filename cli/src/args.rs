@@ -130,10 +130,6 @@ pub enum Command {
     /// zsh: `csivol completions zsh > "${fpath[1]}/_csivol"`;
     /// fish: `csivol completions fish > ~/.config/fish/completions/csivol.fish`.
     Completions(CompletionsArgs),
-
-    /// Write the checked-in completions and man pages (for csivol's developers)
-    #[command(hide = true)]
-    Generate(GenerateArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -421,13 +417,6 @@ pub enum Shell {
     Bash,
     Zsh,
     Fish,
-}
-
-#[derive(Debug, Args)]
-pub struct GenerateArgs {
-    /// The repository root: writes `completions/` and `man/` below it
-    #[arg(long, value_name = "DIR")]
-    pub out: PathBuf,
 }
 
 fn after_long_help() -> String {

@@ -1,22 +1,12 @@
 //! `csivol`: the command-line client of the csivol server, for operators and CI pipelines.
 
-mod args;
-mod client;
-mod commands;
-mod env;
-mod failure;
-mod output;
-mod render;
-mod spec;
-mod wait;
-
 use std::process::ExitCode;
 
 use clap::Parser;
-
-use crate::args::Cli;
-use crate::failure::{Exit, classify, is_broken_pipe};
-use crate::output::Out;
+use csivol::args::Cli;
+use csivol::commands;
+use csivol::failure::{Exit, classify, is_broken_pipe};
+use csivol::output::Out;
 
 fn main() -> ExitCode {
     // Usage errors exit with 2 here, `--help` and `--version` with 0.

@@ -1,10 +1,9 @@
 //! One module per command; each takes its parsed arguments and returns the exit code.
 
 mod claim;
-mod completions;
+pub mod completions;
 mod detach;
 mod events;
-mod generate;
 mod node;
 mod plan;
 mod plugin;
@@ -30,7 +29,6 @@ pub async fn run(cli: Cli, out: Out) -> anyhow::Result<Exit> {
     // Commands that need no server come first, so they work without an address or token.
     let command = match cli.command {
         Command::Completions(args) => return completions::run(&out, args),
-        Command::Generate(args) => return generate::run(&out, args),
         command => command,
     };
     let ctx = Ctx {
@@ -48,6 +46,6 @@ pub async fn run(cli: Cli, out: Out) -> anyhow::Result<Exit> {
         Command::Plugin(cmd) => plugin::run(&ctx, cmd).await,
         Command::Events(args) => events::run(&ctx, args).await,
         Command::Token(cmd) => token::run(&ctx, cmd).await,
-        Command::Completions(_) | Command::Generate(_) => unreachable!("handled above"),
+        Command::Completions(_) => unreachable!("handled above"),
     }
 }

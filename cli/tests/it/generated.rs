@@ -7,7 +7,7 @@ use csivol_tests::TestDir;
 
 use crate::support::run;
 
-const UPDATE: &str = "cargo run -p csivol -- generate --out .";
+const UPDATE: &str = "cargo run -p csivol --bin csivol-gen -- --out .";
 
 fn files(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
     let mut out = Vec::new();
@@ -30,8 +30,8 @@ fn files(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
 #[tokio::test]
 async fn completions_and_man_pages_are_fresh() {
     let dir = TestDir::new("cli-generated");
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_csivol"));
-    cmd.args(["generate", "--out"])
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_csivol-gen"));
+    cmd.arg("--out")
         .arg(dir.path())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());

@@ -1,5 +1,5 @@
-//! `csivol generate --out DIR` (hidden): writes the checked-in `completions/` and `man/`
-//! from the clap definitions. A test regenerates them and fails on any difference.
+//! The checked-in `completions/` and `man/`, generated from the clap definitions (by the
+//! `csivol-gen` binary). A test regenerates them and fails on any difference.
 
 use std::fs;
 use std::path::Path;
@@ -8,21 +8,10 @@ use anyhow::Context;
 use clap::{CommandFactory, ValueEnum};
 use roff::{Roff, bold, roman};
 
-use super::completions::{clap_shell, file_name};
-use crate::args::{Cli, GenerateArgs, Shell};
+use crate::args::{Cli, Shell};
+use crate::commands::completions::{clap_shell, file_name};
 use crate::env;
-use crate::failure::{EXIT_CODES, Exit};
-use crate::output::Out;
-
-pub fn run(out: &Out, args: GenerateArgs) -> anyhow::Result<Exit> {
-    write_all(&args.out)?;
-    out.note(format!(
-        "wrote {} and {}",
-        args.out.join("completions").display(),
-        args.out.join("man").display()
-    ));
-    Ok(Exit::Ok)
-}
+use crate::failure::EXIT_CODES;
 
 pub fn write_all(root: &Path) -> anyhow::Result<()> {
     let dir = root.join("completions");

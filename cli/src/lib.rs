@@ -1,0 +1,13 @@
+//! The `csivol` command-line client, as a library for its two binaries: `csivol` itself and
+//! `csivol-gen`, which writes the checked-in completions and man pages. Not a stable API.
+
+pub mod args;
+pub mod client;
+pub mod commands;
+pub mod env;
+pub mod failure;
+pub mod generate;
+pub mod output;
+pub mod render;
+pub mod spec;
+pub mod wait;
