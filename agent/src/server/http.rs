@@ -349,7 +349,7 @@ async fn post_claim(
                     },
                     Ok(ClaimDecision::New) => ClaimDryRun {
                         accepted: true,
-                        state: None,
+                        state: Some(lifecycle::initial_state(c, &volume, &req.node)?),
                         error: None,
                     },
                     Err(e)
@@ -532,11 +532,11 @@ async fn get_node(
         .db
         .read(move |c| views::list_nodes(c, &beats, Some(&node)))
         .await?;
-    found
-        .into_iter()
-        .next()
-        .map(Json)
-        .ok_or_else(|| ApiError::not_found("node is not registered"))
+    found.into_iter().next().map(Json).ok_or_else(|| {
+        ApiError::not_found("the node is not registered").with_hint(
+            "`csivol node list` shows the registered nodes; a node registers when its agent starts",
+        )
+    })
 }
 
 async fn register(
@@ -642,6 +642,7 @@ async fn get_plugin(
 #[serde(deny_unknown_fields)]
 struct EventsQuery {
     volume: Option<String>,
+    alloc: Option<String>,
     node: Option<String>,
     index: Option<u64>,
     wait: Option<String>,
@@ -656,18 +657,26 @@ async fn events(
     app.caller(&headers)?.require_reader()?;
     let after = q.index.unwrap_or(0);
     let limit = q.limit.unwrap_or(1000).min(10_000);
-    let blocking = Blocking {
-        index: q.index,
-        wait: q.wait.clone(),
-    }
-    .wait()?;
+    // `index` alone pages through the log; `wait` makes it a blocking query.
+    let blocking = match &q.wait {
+        Some(_) => Blocking {
+            index: Some(after),
+            wait: q.wait.clone(),
+        }
+        .wait()?,
+        None => None,
+    };
     let deadline = tokio::time::Instant::now() + blocking.map_or(Duration::ZERO, |(_, w)| w);
     loop {
         let seen = app.db.hub.index(&Key::Events);
-        let (volume, node) = (q.volume.clone(), q.node.clone());
+        let filter = views::EventFilter {
+            volume: q.volume.clone(),
+            node: q.node.clone(),
+            alloc: q.alloc.clone(),
+        };
         let found = app
             .db
-            .read(move |c| views::events(c, after, volume.as_deref(), node.as_deref(), limit))
+            .read(move |c| views::events(c, after, &filter, limit))
             .await?;
         let now = tokio::time::Instant::now();
         if !found.is_empty() || blocking.is_none() || now >= deadline {

@@ -588,6 +588,25 @@ pub fn evaluate_claim(
     Ok(ClaimDecision::New)
 }
 
+/// The state a new claim of `volume` on `node` would start in (for dry runs); the same
+/// decision [`advance_volume`] makes.
+pub fn initial_state(conn: &Connection, volume: &str, node: &str) -> ApiResult<ClaimState> {
+    let v = VolumeRow::require(conn, volume)?;
+    let atts = AttachmentRow::of_volume(conn, volume)?;
+    Ok(
+        match atts.iter().find(|a| a.node == node).map(|a| a.state) {
+            Some(AttachmentState::Attached) => ClaimState::Publishing,
+            Some(AttachmentState::Attaching) => ClaimState::Attaching,
+            Some(AttachmentState::Unstaging) => ClaimState::Publishing,
+            Some(AttachmentState::Detaching) => ClaimState::Pending,
+            Some(AttachmentState::Blocked) => ClaimState::Blocked,
+            None if v.access_mode.is_single_node() && !atts.is_empty() => ClaimState::Pending,
+            None if needs_controller_publish(conn, &v.plugin)? => ClaimState::Attaching,
+            None => ClaimState::Publishing,
+        },
+    )
+}
+
 /// `POST /v1/volumes/{name}/claims`: returns the claim and whether it is new.
 pub fn create_claim(
     ctx: &mut WriteCtx<'_>,
@@ -846,12 +865,47 @@ pub fn schedule_ops(ctx: &mut WriteCtx<'_>, plugin: &str, limits: &Limits) -> Ap
         return Ok(());
     }
     if hosts.is_empty() {
-        let msg = format!("no healthy agent hosts the controller of plugin `{plugin}`");
-        exec(
-            ctx.tx,
-            "UPDATE ops SET error = ?1 WHERE plugin = ?2 AND host IS NULL AND (error IS NULL OR error != ?1)",
-            params![msg, plugin],
-        )?;
+        // Say why on everything that waits, so `status` and `claim --wait` can show it.
+        let msg = format!(
+            "waiting for a controller host: no healthy agent hosts the controller of plugin `{plugin}`"
+        );
+        for (id, node) in &waiting {
+            let changed = exec(
+                ctx.tx,
+                "UPDATE ops SET error = ?1 WHERE id = ?2 AND error IS NOT ?1",
+                params![msg, id],
+            )?;
+            if changed == 0 {
+                continue;
+            }
+            let volume: String = ctx
+                .tx
+                .prepare_cached("SELECT volume FROM ops WHERE id = ?1")?
+                .query_row([id], |r| r.get(0))?;
+            match node {
+                Some(n) => {
+                    exec(
+                        ctx.tx,
+                        "UPDATE attachments SET error = ?1 WHERE volume = ?2 AND node = ?3",
+                        params![msg, volume, n],
+                    )?;
+                    exec(
+                        ctx.tx,
+                        "UPDATE claims SET error = ?1, modify_index = ?2 \
+                         WHERE volume = ?3 AND node = ?4 AND state IN ('attaching', 'pending')",
+                        params![msg, ctx.index as i64, volume, n],
+                    )?;
+                }
+                None => {
+                    exec(
+                        ctx.tx,
+                        "UPDATE volumes SET error = ?1, modify_index = ?2 WHERE name = ?3",
+                        params![msg, ctx.index as i64, volume],
+                    )?;
+                }
+            }
+            touch_volume(ctx, &volume)?;
+        }
         return Ok(());
     }
     let mut load: HashMap<String, u32> = hosts.iter().map(|h| (h.clone(), 0)).collect();

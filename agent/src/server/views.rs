@@ -152,29 +152,40 @@ pub fn list_plugins(conn: &Connection, only: Option<&str>) -> ApiResult<Vec<api:
     Ok(plugins.into_values().collect())
 }
 
+/// Which events to return.
+#[derive(Debug, Clone, Default)]
+pub struct EventFilter {
+    pub volume: Option<String>,
+    pub node: Option<String>,
+    pub alloc: Option<String>,
+}
+
 /// Events after index `after`, oldest first.
 pub fn events(
     conn: &Connection,
     after: u64,
-    volume: Option<&str>,
-    node: Option<&str>,
+    f: &EventFilter,
     limit: u32,
 ) -> ApiResult<Vec<api::Event>> {
     let mut stmt = conn.prepare_cached(
         "SELECT idx, at, kind, volume, node, alloc, actor, message FROM events \
-         WHERE idx > ?1 AND (?2 IS NULL OR volume = ?2) AND (?3 IS NULL OR node = ?3) ORDER BY idx LIMIT ?4",
+         WHERE idx > ?1 AND (?2 IS NULL OR volume = ?2) AND (?3 IS NULL OR node = ?3) \
+         AND (?4 IS NULL OR alloc = ?4) ORDER BY idx LIMIT ?5",
     )?;
-    let rows = stmt.query_map(params![after as i64, volume, node, limit], |r| {
-        Ok(api::Event {
-            index: r.get::<_, i64>(0)? as u64,
-            at: time(r.get(1)?),
-            kind: r.get(2)?,
-            volume: r.get(3)?,
-            node: r.get(4)?,
-            alloc: r.get(5)?,
-            actor: r.get(6)?,
-            message: r.get(7)?,
-        })
-    })?;
+    let rows = stmt.query_map(
+        params![after as i64, f.volume, f.node, f.alloc, limit],
+        |r| {
+            Ok(api::Event {
+                index: r.get::<_, i64>(0)? as u64,
+                at: time(r.get(1)?),
+                kind: r.get(2)?,
+                volume: r.get(3)?,
+                node: r.get(4)?,
+                alloc: r.get(5)?,
+                actor: r.get(6)?,
+                message: r.get(7)?,
+            })
+        },
+    )?;
     Ok(rows.collect::<Result<_, _>>()?)
 }

@@ -919,3 +919,44 @@ fn refuses_a_database_from_a_newer_version() {
         "{err}"
     );
 }
+
+#[tokio::test]
+async fn claims_say_why_they_wait_and_dry_runs_say_where_they_start() {
+    let dir = TestDir::new("server-no-host");
+    let server = start(&dir, &[]);
+    let api = server.api();
+    // The plugin has a controller service, but no agent hosts it.
+    let n1 = FakeAgent::new(&server, "n1").await;
+    n1.register(0, false, json!([])).await;
+    register_volume(&api, "v", "single-node-writer").await;
+    let (status, dry) = api
+        .post("/v1/volumes/v/claims", json!({"alloc": "a", "node": "n1", "mode": "write", "dry_run": true}))
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(dry, json!({"accepted": true, "state": "attaching"}));
+    claim(&api, "v", "a", "n1", "write").await;
+    let (_, c) = api.get("/v1/volumes/v/claims/a").await;
+    assert_eq!(c["state"], "attaching");
+    assert!(
+        c["error"].as_str().unwrap_or_default().contains("no healthy agent hosts the controller of plugin `hp`"),
+        "{c}"
+    );
+    let (_, v) = api.get("/v1/volumes/v").await;
+    assert!(v["attachments"][0]["error"].is_string(), "{v}");
+    // Once a host registers, the operation is handed out.
+    n1.register(0, true, json!([])).await;
+    n1.wait_op("publish").await;
+
+    let (_, events) = api.get("/v1/events?alloc=a").await;
+    let kinds: Vec<_> = events.as_array().unwrap().iter().map(|e| e["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["claim-created"]);
+    // `index` alone pages without blocking.
+    let last = events[0]["index"].as_u64().unwrap();
+    let started = std::time::Instant::now();
+    let (_, later) = api.get(&format!("/v1/events?index={last}&alloc=a")).await;
+    assert_eq!(later, json!([]));
+    assert!(started.elapsed() < Duration::from_secs(5), "did not block");
+    let (status, body) = api.get("/v1/nodes/ghost").await;
+    assert_eq!(status, 404);
+    assert!(body["error"]["hint"].as_str().unwrap().contains("csivol node list"), "{body}");
+}
