@@ -115,7 +115,11 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
             ]);
             children.push((
                 format!("{node} plugin"),
-                spawn(plugin, &node_dir.join("plugin.log"))?,
+                spawn(
+                    plugin,
+                    &node_dir.join("plugin.log"),
+                    &node_dir.join("plugin.pid"),
+                )?,
             ));
             let mut agent = Command::new(&exe);
             agent.arg("node").args([
@@ -131,7 +135,11 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
             }
             children.push((
                 format!("{node} agent"),
-                spawn(agent, &node_dir.join("agent.log"))?,
+                spawn(
+                    agent,
+                    &node_dir.join("agent.log"),
+                    &node_dir.join("agent.pid"),
+                )?,
             ));
         }
         if !args.no_demo_volumes {
@@ -162,6 +170,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     let cli_token = offer_cli_token(&token);
     print_banner(
         &url,
+        &dir,
         &token_path,
         &env_file,
         cli_token.as_deref(),
@@ -169,9 +178,12 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         &mount,
     );
 
+    // A child that dies (say, an agent killed to see a node fail) does not stop the others:
+    // that is what a node failure looks like. Ctrl-C stops everything.
+    let watch = watch_children(&mut children, &dir);
     tokio::select! {
         () = shutdown_signal() => {}
-        name = first_exit(&mut children) => eprintln!("{name} exited; stopping dev mode (see its log under {})", dir.display()),
+        () = watch => {}
     }
     eprintln!("stopping: agents, plugins, server; unmounting what dev mode mounted");
     stop(&mut children, &dir).await;
@@ -194,7 +206,9 @@ fn probe_mounts(dir: &Path) -> anyhow::Result<()> {
     result.map_err(Into::into)
 }
 
-fn spawn(mut cmd: Command, log: &Path) -> anyhow::Result<Child> {
+/// Starts a child with its output appended to `log` and its pid written to `pid_file`
+/// (so a failure can be simulated with `kill -9 $(cat DIR/node-2/agent.pid)`).
+fn spawn(mut cmd: Command, log: &Path, pid_file: &Path) -> anyhow::Result<Child> {
     let out = std::fs::File::options()
         .create(true)
         .append(true)
@@ -204,16 +218,32 @@ fn spawn(mut cmd: Command, log: &Path) -> anyhow::Result<Child> {
         .stdout(out)
         .stderr(err)
         .kill_on_drop(true);
-    cmd.spawn()
-        .with_context(|| format!("failed to start a child process (log: {})", log.display()))
+    let child = cmd
+        .spawn()
+        .with_context(|| format!("failed to start a child process (log: {})", log.display()))?;
+    if let Some(pid) = child.id() {
+        std::fs::write(pid_file, format!("{pid}\n"))?;
+    }
+    Ok(child)
 }
 
-/// Waits until one child exits; returns its name.
-async fn first_exit(children: &mut [(String, Child)]) -> String {
-    loop {
-        for (name, child) in children.iter_mut() {
-            if let Ok(Some(_)) = child.try_wait() {
-                return name.clone();
+/// Reports children as they exit; returns once none is left.
+async fn watch_children(children: &mut [(String, Child)], dir: &Path) {
+    let mut alive = children.len();
+    let mut reported = vec![false; children.len()];
+    while alive > 0 {
+        for (i, (name, child)) in children.iter_mut().enumerate() {
+            if reported[i] {
+                continue;
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                reported[i] = true;
+                alive -= 1;
+                eprintln!(
+                    "{name} exited ({status}); the rest of the cluster keeps running. Its log is under {}; \
+                     restart dev mode to bring it back",
+                    dir.display()
+                );
             }
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -298,6 +328,7 @@ fn offer_cli_token(token: &str) -> Option<PathBuf> {
 
 fn print_banner(
     url: &str,
+    dir: &Path,
     token: &Path,
     env: &Path,
     cli_token: Option<&Path>,
@@ -324,8 +355,10 @@ fn print_banner(
          csivol volume show demo-data\n  \
          csivol release demo-data --alloc job-1 --wait\n  \
          csivol events\n\n\
+         To see a node fail: kill -9 $(cat {}/node-{nodes}/agent.pid)\n\n\
          Ctrl-C stops everything and unmounts what was mounted; run again to resume.",
-        token.display()
+        token.display(),
+        dir.display()
     );
 }
 
