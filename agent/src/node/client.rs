@@ -32,6 +32,11 @@ pub enum ApiError {
     },
     #[error("the server sent an invalid answer to {what}: {message}")]
     Invalid { what: &'static str, message: String },
+    #[error("the server did not answer {what} within {}", humantime::format_duration(*waited))]
+    TimedOut {
+        what: &'static str,
+        waited: Duration,
+    },
 }
 
 impl ApiError {

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use csivol_proto::api::{NodeStatus, Report, ReportBatch};
 use tokio::sync::{Notify, mpsc, watch};
 
-use super::client::ApiClient;
+use super::client::{ApiClient, ApiError};
 use super::config::Backoff;
 use super::core::{Core, FenceState};
 
@@ -125,8 +125,25 @@ async fn heartbeat_loop(link: &Link) {
     let mut failures = 0u32;
     let mut fence_state = link.core.fence_state();
     loop {
+        // A server that accepts connections but does not answer must not hold off the
+        // fence: no request outlasts the time left before fencing.
+        let bound = link
+            .clock()
+            .remaining(Instant::now())
+            .filter(|_| *fence_state.borrow() == FenceState::No)
+            .map_or(Duration::MAX, |left| left.max(Duration::from_millis(100)));
+        let bounded = |what| {
+            move |_| ApiError::TimedOut {
+                what,
+                waited: bound,
+            }
+        };
         let contact = if registered {
-            match link.client.heartbeat().await {
+            let answer = tokio::time::timeout(bound, link.client.heartbeat())
+                .await
+                .map_err(bounded("the heartbeat"))
+                .and_then(|r| r);
+            match answer {
                 Ok(hb) => {
                     ttl = Duration::from_millis(hb.heartbeat_ttl_ms.max(300));
                     if hb.status == NodeStatus::Lost {
@@ -148,7 +165,11 @@ async fn heartbeat_loop(link: &Link) {
             }
         } else {
             let req = link.core.registration(link.fence_after);
-            match link.client.register(&req).await {
+            let answer = tokio::time::timeout(bound, link.client.register(&req))
+                .await
+                .map_err(bounded("registration"))
+                .and_then(|r| r);
+            match answer {
                 Ok(r) => {
                     ttl = Duration::from_millis(r.heartbeat_ttl_ms.max(300));
                     registered = true;

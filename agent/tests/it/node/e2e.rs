@@ -150,6 +150,16 @@ impl AgentProc {
         self.proc = Self::spawn(&self.args, &self.log, self.runs);
     }
 
+    /// One text value from the agent's own database, read as an operator would.
+    fn db_state(&self, sql: &str) -> Option<String> {
+        let db = rusqlite::Connection::open_with_flags(
+            self.data_dir.join("agent.db"),
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+        )
+        .ok()?;
+        db.query_row(sql, [], |r| r.get(0)).ok()
+    }
+
     fn log(&self) -> String {
         (1..=self.runs)
             .map(|r| {
@@ -282,8 +292,12 @@ async fn kill9_between_stage_and_publish() {
     let mut agent = AgentProc::start(&dir, &server, &token, &hp, &[]);
     create_volume(&api, "v1", "single-node-writer").await;
     claim(&api, "v1", "a1").await;
-    wait_for("the volume staged", WAIT, || {
-        (hp.count("NodeStageVolume", "OK") == 1).then_some(())
+    // Killed once the agent recorded the staging and while NodePublishVolume runs.
+    wait_for("the volume staged and being published", WAIT, || {
+        let staged = agent.db_state("SELECT state FROM stagings WHERE volume = 'v1'");
+        let publishing = agent.db_state("SELECT state FROM publications WHERE volume = 'v1'");
+        (staged.as_deref() == Some("staged") && publishing.as_deref() == Some("publishing"))
+            .then_some(())
     });
     agent.restart_after_kill();
     let _logs = Logs(&agent);
@@ -316,8 +330,11 @@ async fn kill9_between_unpublish_and_unstage() {
     claim(&api, "v1", "a1").await;
     ready(&api, "v1", "a1").await;
     api.delete("/v1/volumes/v1/claims/a1").await;
-    wait_for("the volume unpublished", WAIT, || {
-        (hp.count("NodeUnpublishVolume", "OK") == 1).then_some(())
+    // Killed once the publication is gone and while NodeUnstageVolume runs.
+    wait_for("the volume being unstaged", WAIT, || {
+        let unstaging = agent.db_state("SELECT state FROM stagings WHERE volume = 'v1'");
+        let published = agent.db_state("SELECT group_concat(alloc) FROM publications");
+        (unstaging.as_deref() == Some("unstaging") && published.is_none()).then_some(())
     });
     agent.restart_after_kill();
     let _logs = Logs(&agent);
@@ -561,5 +578,38 @@ async fn a_paused_agent_comes_back_from_lost_and_stops_cleanly() {
         is_mounted(&target),
         "stopping the agent leaves volumes mounted"
     );
+    hp.assert_no_lifecycle_violation();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn self_fences_when_the_server_hangs() {
+    use rustix::process::{Pid, Signal, kill_process};
+    let dir = TestDir::new("node-e2e-hang");
+    let server = Server::start(&dir, &[]).await;
+    let api = server.api.clone();
+    let token = server.node_token(&dir, "n1").await;
+    let hp = Hostpath::start(&dir, "n1", &[]);
+    let agent = AgentProc::start(&dir, &server, &token, &hp, &["--fence-after=1s"]);
+    let _logs = Logs(&agent);
+    create_volume(&api, "v1", "single-node-writer").await;
+    claim(&api, "v1", "a1").await;
+    ready(&api, "v1", "a1").await;
+
+    // The server still accepts connections but answers nothing.
+    let pid = Pid::from_raw(server.proc.pid() as i32).unwrap();
+    kill_process(pid, Signal::STOP).unwrap();
+    // Within the fence time and a heartbeat, not after a hung request's own timeout (15 s).
+    let fenced = std::panic::catch_unwind(|| {
+        wait_for("the node to fence itself", Duration::from_secs(10), || {
+            dir.mounts().is_empty().then_some(())
+        })
+    });
+    kill_process(pid, Signal::CONT).unwrap();
+    fenced.expect("fenced while the server hung");
+    eventually("the fence reported", WAIT, || async {
+        let (_, n) = api.get("/v1/nodes/n1").await;
+        n["fenced_at"].is_string().then_some(())
+    })
+    .await;
     hp.assert_no_lifecycle_violation();
 }
