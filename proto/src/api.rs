@@ -776,6 +776,11 @@ pub enum Report {
         alloc: String,
         error: PluginError,
     },
+    /// A volume-level node step (NodeUnstageVolume) failed; it is retried.
+    VolumeError {
+        volume: String,
+        error: PluginError,
+    },
     ControllerPublished {
         op: u64,
         attempt: u32,

@@ -700,9 +700,16 @@ async fn run_job(shared: Arc<Shared>, job: Job, ctx: JobContext) -> Outcome {
         match unstage(&shared, s).await {
             Ok(()) => tracing::info!(volume = vol, path = %s.path.display(), "unstaged"),
             Err(e) => {
-                // The API has no report for a volume-level error; operators find it here.
                 tracing::warn!(volume = vol, path = %s.path.display(), "failed to unstage: {e}");
                 retry(&mut out, &[], &e);
+                // Operators see it on the volume's attachment to this node.
+                let at_ms = out.retry_at.map(|t| {
+                    now_ms() + t.saturating_duration_since(Instant::now()).as_millis() as u64
+                });
+                shared.report(Report::VolumeError {
+                    volume: vol.clone(),
+                    error: e.to_plugin_error(false, at_ms),
+                });
                 return out;
             }
         }

@@ -1385,6 +1385,23 @@ pub fn apply_reports(
                     )?;
                 }
             }
+            Report::VolumeError { volume, error } => {
+                let changed = exec(
+                    ctx.tx,
+                    "UPDATE attachments SET error = ?1, next_retry_at = ?2, updated_at = ?3 \
+                     WHERE volume = ?4 AND node = ?5",
+                    params![
+                        format!("NodeUnstageVolume failed: {}", format_error(&error)),
+                        error.next_retry_at_ms.map(|t| t as i64),
+                        ctx.now,
+                        volume,
+                        node
+                    ],
+                )?;
+                if changed > 0 {
+                    touch_volume(ctx, &volume)?;
+                }
+            }
             Report::ControllerPublished {
                 op,
                 attempt,
@@ -1486,6 +1503,8 @@ pub fn apply_reports(
                     "UPDATE nodes SET fenced_at = ?1 WHERE name = ?2",
                     params![at_ms as i64, node],
                 )?;
+                // The agent waits for a fresh desired state after a fence; wake it.
+                ctx.touch(Key::Node(node.to_owned()));
                 event(
                     ctx,
                     "node-fenced",

@@ -140,6 +140,14 @@ async fn claim_release_and_detach_lifecycle() {
             .is_empty(),
         "no detach before the node unstaged"
     );
+    // A failing unstage shows on the attachment, with its next retry.
+    n1.report(json!([{"kind": "volume_error", "volume": "v1", "error": {"code": "UNAVAILABLE", "message": "busy", "final": false, "next_retry_at_ms": 4102444800000u64}}])).await;
+    let (_, v) = api.get("/v1/volumes/v1").await;
+    assert_eq!(
+        v["attachments"][0]["error"],
+        "NodeUnstageVolume failed: UNAVAILABLE: busy"
+    );
+    assert!(v["attachments"][0]["next_retry_at"].is_string(), "{v}");
     n1.report(json!([{"kind": "unstaged", "volume": "v1"}]))
         .await;
     let op = n1.wait_op("unpublish").await;
@@ -930,7 +938,10 @@ async fn claims_say_why_they_wait_and_dry_runs_say_where_they_start() {
     n1.register(0, false, json!([])).await;
     register_volume(&api, "v", "single-node-writer").await;
     let (status, dry) = api
-        .post("/v1/volumes/v/claims", json!({"alloc": "a", "node": "n1", "mode": "write", "dry_run": true}))
+        .post(
+            "/v1/volumes/v/claims",
+            json!({"alloc": "a", "node": "n1", "mode": "write", "dry_run": true}),
+        )
         .await;
     assert_eq!(status, 200);
     assert_eq!(dry, json!({"accepted": true, "state": "attaching"}));
@@ -938,7 +949,10 @@ async fn claims_say_why_they_wait_and_dry_runs_say_where_they_start() {
     let (_, c) = api.get("/v1/volumes/v/claims/a").await;
     assert_eq!(c["state"], "attaching");
     assert!(
-        c["error"].as_str().unwrap_or_default().contains("no healthy agent hosts the controller of plugin `hp`"),
+        c["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("no healthy agent hosts the controller of plugin `hp`"),
         "{c}"
     );
     let (_, v) = api.get("/v1/volumes/v").await;
@@ -948,7 +962,12 @@ async fn claims_say_why_they_wait_and_dry_runs_say_where_they_start() {
     n1.wait_op("publish").await;
 
     let (_, events) = api.get("/v1/events?alloc=a").await;
-    let kinds: Vec<_> = events.as_array().unwrap().iter().map(|e| e["kind"].as_str().unwrap()).collect();
+    let kinds: Vec<_> = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap())
+        .collect();
     assert_eq!(kinds, ["claim-created"]);
     // `index` alone pages without blocking.
     let last = events[0]["index"].as_u64().unwrap();
@@ -958,5 +977,11 @@ async fn claims_say_why_they_wait_and_dry_runs_say_where_they_start() {
     assert!(started.elapsed() < Duration::from_secs(5), "did not block");
     let (status, body) = api.get("/v1/nodes/ghost").await;
     assert_eq!(status, 404);
-    assert!(body["error"]["hint"].as_str().unwrap().contains("csivol node list"), "{body}");
+    assert!(
+        body["error"]["hint"]
+            .as_str()
+            .unwrap()
+            .contains("csivol node list"),
+        "{body}"
+    );
 }

@@ -335,3 +335,42 @@ async fn the_exists_check_serves_plugins_that_do_not_mount() {
     assert!(!target.exists());
     hp.assert_no_lifecycle_violation();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_unstage_is_reported_and_retried_before_unstaged() {
+    let dir = TestDir::new("node-unstage-retry");
+    let hp = Hostpath::start(&dir, "n1", &["--fail=NodeUnstageVolume=UNAVAILABLE:1"]);
+    let v = hp.attached("v1").await;
+    let mut agent = Agent::start(config(&dir, vec![hp.spec("hp")])).await;
+    agent
+        .core
+        .set_desired(desired(vec![v.publish("a1")], vec![], vec![]));
+    agent.published(&v, "a1").await;
+    agent
+        .core
+        .set_desired(desired(vec![], vec![v.unpublish("a1")], vec![v.unstage()]));
+    let failed = agent
+        .wait("a volume error", |r| {
+            matches!(r, Report::VolumeError { .. })
+        })
+        .await;
+    let Report::VolumeError { volume, error } = failed else {
+        unreachable!()
+    };
+    assert_eq!(volume, v.name);
+    assert_eq!(error.code, "UNAVAILABLE");
+    assert!(
+        !error.is_final && error.next_retry_at_ms.is_some(),
+        "{error:?}"
+    );
+    // Unstaged comes only once NodeUnstageVolume has succeeded.
+    agent.unstaged(&v).await;
+    let unstages: Vec<_> = hp
+        .calls()
+        .into_iter()
+        .filter(|c| c["rpc"] == "NodeUnstageVolume")
+        .map(|c| c["code"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(unstages, ["UNAVAILABLE", "OK"]);
+    hp.assert_no_lifecycle_violation();
+}
