@@ -67,7 +67,11 @@ pub struct Cluster {
 /// A loopback port that was free a moment ago (the server must come back on the same
 /// address after a restart, so port 0 will not do).
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 impl Cluster {
@@ -85,14 +89,23 @@ impl Cluster {
             dir,
         };
         c.start_server();
-        c.token = std::fs::read_to_string(c.dir.join("server/operator.token")).unwrap().trim().to_owned();
+        c.token = std::fs::read_to_string(c.dir.join("server/operator.token"))
+            .unwrap()
+            .trim()
+            .to_owned();
         for (i, opts) in nodes.into_iter().enumerate() {
             let name = format!("node-{}", i + 1);
             let dir = c.dir.join(&name);
             std::fs::create_dir_all(&dir).unwrap();
             let token = c.node_token(&name);
             std::fs::write(dir.join("token"), token).unwrap();
-            c.nodes.push(Node { name, dir, plugin: None, agent: None, opts });
+            c.nodes.push(Node {
+                name,
+                dir,
+                plugin: None,
+                agent: None,
+                opts,
+            });
             let i = c.nodes.len() - 1;
             c.start_plugin(i);
             c.start_agent(i);
@@ -109,15 +122,23 @@ impl Cluster {
 
     /// A new token for `node`, made with the CLI.
     pub fn node_token(&self, node: &str) -> String {
-        let out = self.csivol(&["token", "create", "--role", "node", "--node", node, "-o", "json"]);
-        out.ok().json()["token"].as_str().expect("token in the answer").to_owned()
+        let out = self.csivol(&[
+            "token", "create", "--role", "node", "--node", node, "-o", "json",
+        ]);
+        out.ok().json()["token"]
+            .as_str()
+            .expect("token in the answer")
+            .to_owned()
     }
 
     pub fn start_server(&mut self) {
         let mut cmd = Command::new(bin_path("csivol-agent"));
-        cmd.args(["server", &format!("--data-dir={}", self.dir.join("server").display())])
-            .arg(format!("--listen={}", self.listen))
-            .arg(format!("--heartbeat-ttl={}", self.ttl));
+        cmd.args([
+            "server",
+            &format!("--data-dir={}", self.dir.join("server").display()),
+        ])
+        .arg(format!("--listen={}", self.listen))
+        .arg(format!("--heartbeat-ttl={}", self.ttl));
         let mut proc = Proc::spawn("server", cmd, &self.dir.join("server.log"));
         let health = format!("{}/v1/health", self.url);
         wait_for("the server to answer", Duration::from_secs(30), || {
@@ -147,7 +168,9 @@ impl Cluster {
         ])
         .args(&n.opts.plugin_args);
         let proc = Proc::spawn("plugin", cmd, &n.dir.join("plugin.log"));
-        wait_for("the plugin socket", Duration::from_secs(20), || socket.exists().then_some(()));
+        wait_for("the plugin socket", Duration::from_secs(20), || {
+            socket.exists().then_some(())
+        });
         self.nodes[i].plugin = Some(proc);
     }
 
@@ -184,10 +207,14 @@ impl Cluster {
     /// Waits until `csivol node show` says the node has `status`.
     pub fn wait_node_status(&self, i: usize, status: &str) {
         let name = self.nodes[i].name.clone();
-        wait_for(&format!("{name} to be {status}"), Duration::from_secs(30), || {
-            let out = self.csivol(&["node", "show", &name, "-o", "json"]);
-            (out.code == 0 && out.json()["status"] == status).then_some(())
-        });
+        wait_for(
+            &format!("{name} to be {status}"),
+            Duration::from_secs(30),
+            || {
+                let out = self.csivol(&["node", "show", &name, "-o", "json"]);
+                (out.code == 0 && out.json()["status"] == status).then_some(())
+            },
+        );
     }
 
     /// Runs the `csivol` CLI against this cluster, with no TTY and no ambient config.
@@ -255,7 +282,8 @@ pub struct Out {
 
 impl Out {
     pub fn json(&self) -> Value {
-        serde_json::from_str(&self.stdout).unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {self:?}"))
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {self:?}"))
     }
 
     #[track_caller]
@@ -268,11 +296,20 @@ impl Out {
 fn reqwest_blocking_ok(url: &str) -> bool {
     // A plain TCP + HTTP/1.1 request keeps this synchronous helper free of a runtime.
     use std::io::{Read, Write};
-    let Some(rest) = url.strip_prefix("http://") else { return false };
+    let Some(rest) = url.strip_prefix("http://") else {
+        return false;
+    };
     let (host, path) = rest.split_once('/').map_or((rest, "/"), |(h, p)| (h, p));
-    let Ok(mut s) = std::net::TcpStream::connect(host) else { return false };
+    let Ok(mut s) = std::net::TcpStream::connect(host) else {
+        return false;
+    };
     let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-    if write!(s, "GET /{path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").is_err() {
+    if write!(
+        s,
+        "GET /{path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    )
+    .is_err()
+    {
         return false;
     }
     let mut buf = String::new();

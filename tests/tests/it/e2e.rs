@@ -29,20 +29,51 @@ fn create_volume(c: &Cluster, name: &str, mode: &str) {
         ),
     )
     .unwrap();
-    let out = c.csivol(&["volume", "create", spec.to_str().unwrap(), "--wait", "-o", "json"]);
+    let out = c.csivol(&[
+        "volume",
+        "create",
+        spec.to_str().unwrap(),
+        "--wait",
+        "-o",
+        "json",
+    ]);
     assert_eq!(out.ok().json()["state"], "free", "{out:?}");
 }
 
 fn claim(c: &Cluster, volume: &str, node: &str, alloc: &str) -> Out {
-    c.csivol(&["claim", volume, "--node", node, "--alloc", alloc, "--wait", "--timeout", "60s", "-o", "json"])
+    c.csivol(&[
+        "claim",
+        volume,
+        "--node",
+        node,
+        "--alloc",
+        alloc,
+        "--wait",
+        "--timeout",
+        "60s",
+        "-o",
+        "json",
+    ])
 }
 
 fn release(c: &Cluster, volume: &str, alloc: &str) -> Out {
-    c.csivol(&["release", volume, "--alloc", alloc, "--wait", "--timeout", "60s", "-o", "json"])
+    c.csivol(&[
+        "release",
+        volume,
+        "--alloc",
+        alloc,
+        "--wait",
+        "--timeout",
+        "60s",
+        "-o",
+        "json",
+    ])
 }
 
 fn volume(c: &Cluster, name: &str) -> Value {
-    c.csivol(&["volume", "show", name, "-o", "json"]).ok().json()
+    c.csivol(&["volume", "show", name, "-o", "json"])
+        .ok()
+        .json()
 }
 
 fn wait_volume_state(c: &Cluster, name: &str, state: &str) -> Value {
@@ -53,7 +84,11 @@ fn wait_volume_state(c: &Cluster, name: &str, state: &str) -> Value {
 }
 
 fn target(claim: &Out) -> PathBuf {
-    PathBuf::from(claim.json()["target_path"].as_str().expect("a ready claim has a target path"))
+    PathBuf::from(
+        claim.json()["target_path"]
+            .as_str()
+            .expect("a ready claim has a target path"),
+    )
 }
 
 /// 1. A CI job creates a volume, claims it, writes its results, releases it; a later job
@@ -73,10 +108,17 @@ fn ci_pipeline_journey() {
     let second = claim(&c, "ci-cache", "node-2", "job-2");
     assert_eq!(second.ok().json()["node"], "node-2");
     let t2 = target(&second);
-    assert_eq!(std::fs::read_to_string(t2.join("result.txt")).unwrap(), "built by job-1");
+    assert_eq!(
+        std::fs::read_to_string(t2.join("result.txt")).unwrap(),
+        "built by job-1"
+    );
     release(&c, "ci-cache", "job-2").ok();
     wait_volume_state(&c, "ci-cache", "free");
-    assert!(c.all_mounts().is_empty(), "nothing left mounted: {:?}", c.all_mounts());
+    assert!(
+        c.all_mounts().is_empty(),
+        "nothing left mounted: {:?}",
+        c.all_mounts()
+    );
 }
 
 /// 2. A single-node-writer volume held on node-1 refuses a writer on node-2 (exit 4, naming
@@ -88,7 +130,10 @@ fn single_writer_conflict_then_handover() {
     claim(&c, "db", "node-1", "a1").ok();
     let refused = c.csivol(&["claim", "db", "--node", "node-2", "--alloc", "a2"]);
     assert_eq!(refused.code, 4, "{refused:?}");
-    assert!(refused.stderr.contains("a1") && refused.stderr.contains("node-1"), "names the holder: {refused:?}");
+    assert!(
+        refused.stderr.contains("a1") && refused.stderr.contains("node-1"),
+        "names the holder: {refused:?}"
+    );
     release(&c, "db", "a1").ok();
     let handed = claim(&c, "db", "node-2", "a2");
     assert_eq!(handed.ok().json()["state"], "ready");
@@ -109,23 +154,41 @@ fn node_failure_blocks_until_unblocked() {
 
     let blocked = c.csivol(&["status", "--blocked"]);
     assert_eq!(blocked.code, 6, "{blocked:?}");
-    assert!(blocked.stdout.contains("csivol unblock vol"), "shows the command: {blocked:?}");
+    assert!(
+        blocked.stdout.contains("csivol unblock vol"),
+        "shows the command: {blocked:?}"
+    );
     let refused = c.csivol(&["claim", "vol", "--node", "node-1", "--alloc", "a2"]);
     assert_eq!(refused.code, 6, "{refused:?}");
 
-    let unblock = c.csivol(&["unblock", "vol", "--yes", "--reason", "node-2 lost power", "-o", "json"]);
+    let unblock = c.csivol(&[
+        "unblock",
+        "vol",
+        "--yes",
+        "--reason",
+        "node-2 lost power",
+        "-o",
+        "json",
+    ]);
     unblock.ok();
     let taken = claim(&c, "vol", "node-1", "a2");
     assert_eq!(taken.ok().json()["state"], "ready");
-    let unpublished = c.nodes.iter().flat_map(|n| n.plugin_calls()).any(|call| {
-        call["rpc"] == "ControllerUnpublishVolume" && call["code"] == "OK"
-    });
-    assert!(unpublished, "the plugin's controller saw ControllerUnpublishVolume");
+    let unpublished = c
+        .nodes
+        .iter()
+        .flat_map(|n| n.plugin_calls())
+        .any(|call| call["rpc"] == "ControllerUnpublishVolume" && call["code"] == "OK");
+    assert!(
+        unpublished,
+        "the plugin's controller saw ControllerUnpublishVolume"
+    );
     assert_eq!(c.csivol(&["status", "--blocked"]).code, 0);
     assert!(mounted(&t), "the dead agent's mount is still there");
 
     c.start_agent(1);
-    wait_for("node-2's leftover mounts to be cleaned up", WAIT, || c.nodes[1].mounts().is_empty().then_some(()));
+    wait_for("node-2's leftover mounts to be cleaned up", WAIT, || {
+        c.nodes[1].mounts().is_empty().then_some(())
+    });
     assert!(!mounted(&t));
     assert!(mounted(&target(&taken)), "node-1's claim is untouched");
 }
@@ -143,26 +206,49 @@ fn lost_node_returns_and_cleans_up() {
     c.start_agent(1);
     wait_volume_state(&c, "vol", "free");
     assert!(!mounted(&t));
-    assert_eq!(c.csivol(&["claim", "vol", "--node", "node-2", "--alloc", "gone"]).code, 0, "free again");
-    let events = c.csivol(&["events", "--volume", "vol", "-o", "json"]).ok().json();
-    let released = events.as_array().unwrap().iter().any(|e| e["kind"] == "claim-released" && e["actor"] == "node:node-2");
+    assert_eq!(
+        c.csivol(&["claim", "vol", "--node", "node-2", "--alloc", "gone"])
+            .code,
+        0,
+        "free again"
+    );
+    let events = c
+        .csivol(&["events", "--volume", "vol", "-o", "json"])
+        .ok()
+        .json();
+    let released = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|e| e["kind"] == "claim-released" && e["actor"] == "node:node-2");
     assert!(released, "the event log says node-2 released it: {events}");
-    let node_events = c.csivol(&["events", "--node", "node-2", "-o", "json"]).ok().json();
-    assert!(node_events.to_string().contains("node-returned"), "{node_events}");
+    let node_events = c
+        .csivol(&["events", "--node", "node-2", "-o", "json"])
+        .ok()
+        .json();
+    assert!(
+        node_events.to_string().contains("node-returned"),
+        "{node_events}"
+    );
 }
 
 /// 5. An agent that loses the server for its fence time takes its volumes down by itself,
 /// and says so when the server is back.
 #[test]
 fn agent_fences_itself_without_the_server() {
-    let opts = NodeOpts { agent_args: vec!["--fence-after=2s".into()], ..Default::default() };
+    let opts = NodeOpts {
+        agent_args: vec!["--fence-after=2s".into()],
+        ..Default::default()
+    };
     let mut c = Cluster::start("fence", "30s", vec![opts]);
     create_volume(&c, "vol", "single-node-writer");
     let held = claim(&c, "vol", "node-1", "a1");
     let t = target(held.ok());
     c.kill_server();
     // Unpublished, then unstaged: everything the node had mounted goes.
-    wait_for("the agent to fence itself", WAIT, || c.nodes[0].mounts().is_empty().then_some(()));
+    wait_for("the agent to fence itself", WAIT, || {
+        c.nodes[0].mounts().is_empty().then_some(())
+    });
     assert!(!mounted(&t));
     c.start_server();
     let node = wait_for("the fence to be reported", WAIT, || {
@@ -170,7 +256,10 @@ fn agent_fences_itself_without_the_server() {
         (out.code == 0 && out.json()["fenced_at"].is_string()).then(|| out.json())
     });
     assert_eq!(node["fence_after"], "2s");
-    let events = c.csivol(&["events", "--node", "node-1", "-o", "json"]).ok().json();
+    let events = c
+        .csivol(&["events", "--node", "node-1", "-o", "json"])
+        .ok()
+        .json();
     assert!(events.to_string().contains("node-fenced"), "{events}");
 }
 
@@ -184,7 +273,13 @@ fn server_restart_in_the_middle_of_claims() {
         create_volume(&c, &format!("v{i}"), "multi-node-multi-writer");
     }
     for i in 0..n {
-        claim(&c, &format!("v{i}"), &format!("node-{}", i % 2 + 1), &format!("a{i}")).ok();
+        claim(
+            &c,
+            &format!("v{i}"),
+            &format!("node-{}", i % 2 + 1),
+            &format!("a{i}"),
+        )
+        .ok();
     }
     let c = Arc::new(std::sync::Mutex::new(c));
     let done = Arc::new(AtomicUsize::new(0));
@@ -194,9 +289,21 @@ fn server_restart_in_the_middle_of_claims() {
             let done = Arc::clone(&done);
             std::thread::spawn(move || {
                 let args: Vec<String> = if i < n {
-                    vec!["release".into(), format!("v{i}"), "--alloc".into(), format!("a{i}")]
+                    vec![
+                        "release".into(),
+                        format!("v{i}"),
+                        "--alloc".into(),
+                        format!("a{i}"),
+                    ]
                 } else {
-                    vec!["claim".into(), format!("v{i}"), "--node".into(), format!("node-{}", i % 2 + 1), "--alloc".into(), format!("a{i}")]
+                    vec![
+                        "claim".into(),
+                        format!("v{i}"),
+                        "--node".into(),
+                        format!("node-{}", i % 2 + 1),
+                        "--alloc".into(),
+                        format!("a{i}"),
+                    ]
                 };
                 let args: Vec<&str> = args.iter().map(String::as_str).collect();
                 let cmd = {
@@ -209,7 +316,9 @@ fn server_restart_in_the_middle_of_claims() {
             })
         })
         .collect();
-    wait_for("some operations acknowledged", WAIT, || (done.load(Ordering::SeqCst) >= 10).then_some(()));
+    wait_for("some operations acknowledged", WAIT, || {
+        (done.load(Ordering::SeqCst) >= 10).then_some(())
+    });
     c.lock().unwrap().kill_server();
     c.lock().unwrap().start_server();
     let results: Vec<(usize, Out)> = workers.into_iter().map(|w| w.join().unwrap()).collect();
@@ -222,20 +331,36 @@ fn server_restart_in_the_middle_of_claims() {
         }
         let name = format!("v{i}");
         let alloc = format!("a{i}");
-        wait_for(&format!("acknowledged operation on {name} to complete"), WAIT, || {
-            let v = volume(&c, &name);
-            let claims = v["claims"].as_array().unwrap();
-            let mine = claims.iter().find(|cl| cl["alloc"] == alloc.as_str());
-            let complete = if *i < n { mine.is_none() } else { mine.is_some_and(|cl| cl["state"] == "ready") };
-            complete.then_some(())
-        });
+        wait_for(
+            &format!("acknowledged operation on {name} to complete"),
+            WAIT,
+            || {
+                let v = volume(&c, &name);
+                let claims = v["claims"].as_array().unwrap();
+                let mine = claims.iter().find(|cl| cl["alloc"] == alloc.as_str());
+                let complete = if *i < n {
+                    mine.is_none()
+                } else {
+                    mine.is_some_and(|cl| cl["state"] == "ready")
+                };
+                complete.then_some(())
+            },
+        );
     }
     // Let the rest settle, then compare the server's view with the real mount tables.
     wait_for("every claim to settle", WAIT, || {
         let all = c.csivol(&["volume", "list", "-o", "json"]).ok().json();
         let settled = all.as_array().unwrap().iter().all(|v| {
-            v["claims"].as_array().unwrap().iter().all(|cl| cl["state"] == "ready")
-                && v["attachments"].as_array().unwrap().iter().all(|a| a["state"] == "attached")
+            v["claims"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|cl| cl["state"] == "ready")
+                && v["attachments"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .all(|a| a["state"] == "attached")
         });
         settled.then_some(())
     });
@@ -247,10 +372,22 @@ fn server_restart_in_the_middle_of_claims() {
         }
     }
     for t in &expected_targets {
-        assert!(mounted(t), "a ready claim's target {} is mounted", t.display());
+        assert!(
+            mounted(t),
+            "a ready claim's target {} is mounted",
+            t.display()
+        );
     }
-    let targets_mounted: Vec<_> = c.all_mounts().into_iter().filter(|m| m.to_string_lossy().contains("/targets/")).collect();
-    assert_eq!(targets_mounted.len(), expected_targets.len(), "no mount the server does not know of: {targets_mounted:?}");
+    let targets_mounted: Vec<_> = c
+        .all_mounts()
+        .into_iter()
+        .filter(|m| m.to_string_lossy().contains("/targets/"))
+        .collect();
+    assert_eq!(
+        targets_mounted.len(),
+        expected_targets.len(),
+        "no mount the server does not know of: {targets_mounted:?}"
+    );
 }
 
 /// 7. A flaky, slow plugin: claims converge, and while they wait `status` shows the last
@@ -258,20 +395,33 @@ fn server_restart_in_the_middle_of_claims() {
 #[test]
 fn slow_and_failing_plugin_converges_visibly() {
     let opts = NodeOpts {
-        plugin_args: vec!["--fail=NodeStageVolume=UNAVAILABLE:4".into(), "--delay=NodePublishVolume=1s".into()],
+        plugin_args: vec![
+            "--fail=NodeStageVolume=UNAVAILABLE:4".into(),
+            "--delay=NodePublishVolume=1s".into(),
+        ],
         ..Default::default()
     };
     let c = Cluster::start("flaky", "30s", vec![opts]);
     create_volume(&c, "vol", "single-node-writer");
-    c.csivol(&["claim", "vol", "--node", "node-1", "--alloc", "a1"]).ok();
+    c.csivol(&["claim", "vol", "--node", "node-1", "--alloc", "a1"])
+        .ok();
     let seen = wait_for("the plugin's error to show", WAIT, || {
         let v = volume(&c, "vol");
         let cl = v["claims"][0].clone();
         let err = cl["error"].as_str().unwrap_or_default().to_owned();
         (err.contains("UNAVAILABLE") || cl["state"] == "ready").then_some(cl)
     });
-    assert!(seen["error"].as_str().unwrap_or_default().contains("UNAVAILABLE"), "status shows the error while it waits: {seen}");
-    assert!(seen["next_retry_at"].is_string(), "and when it retries: {seen}");
+    assert!(
+        seen["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("UNAVAILABLE"),
+        "status shows the error while it waits: {seen}"
+    );
+    assert!(
+        seen["next_retry_at"].is_string(),
+        "and when it retries: {seen}"
+    );
     let status = c.csivol(&["status", "vol"]);
     assert_eq!(status.code, 0, "{status:?}");
     let ready = claim(&c, "vol", "node-1", "a1");
@@ -283,7 +433,10 @@ fn slow_and_failing_plugin_converges_visibly() {
 /// takes it once one is released.
 #[test]
 fn capacity_refuses_then_fits() {
-    let opts = NodeOpts { plugin_args: vec!["--max-volumes-per-node=2".into()], ..Default::default() };
+    let opts = NodeOpts {
+        plugin_args: vec!["--max-volumes-per-node=2".into()],
+        ..Default::default()
+    };
     let c = Cluster::start("capacity", "30s", vec![opts]);
     for v in ["v1", "v2", "v3"] {
         create_volume(&c, v, "single-node-writer");
@@ -295,7 +448,10 @@ fn capacity_refuses_then_fits() {
     assert!(full.stderr.contains("no free slot"), "{full:?}");
     release(&c, "v1", "a1").ok();
     wait_volume_state(&c, "v1", "free");
-    assert_eq!(claim(&c, "v3", "node-1", "a3").ok().json()["state"], "ready");
+    assert_eq!(
+        claim(&c, "v3", "node-1", "a3").ok().json()["state"],
+        "ready"
+    );
 }
 
 /// 9. Tokens: a node token cannot act for another node or as an operator, a reader cannot
@@ -305,18 +461,37 @@ fn tokens_and_roles() {
     let c = Cluster::start("auth", "30s", nodes(2));
     create_volume(&c, "vol", "single-node-writer");
     let node1 = c.node_token("node-1");
-    let as_node = c.csivol_as(Some(&node1), &["claim", "vol", "--node", "node-1", "--alloc", "x"]);
+    let as_node = c.csivol_as(
+        Some(&node1),
+        &["claim", "vol", "--node", "node-1", "--alloc", "x"],
+    );
     assert_eq!(as_node.code, 7, "{as_node:?}");
     let other_node = c.csivol_as(Some(&node1), &["node", "show", "node-2"]);
     assert_eq!(other_node.code, 7, "{other_node:?}");
-    let reader = c.csivol(&["token", "create", "--role", "reader", "-o", "json"]).ok().json()["token"].as_str().unwrap().to_owned();
+    let reader = c
+        .csivol(&["token", "create", "--role", "reader", "-o", "json"])
+        .ok()
+        .json()["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     assert_eq!(c.csivol_as(Some(&reader), &["volume", "list"]).code, 0);
-    let as_reader = c.csivol_as(Some(&reader), &["claim", "vol", "--node", "node-1", "--alloc", "x"]);
+    let as_reader = c.csivol_as(
+        Some(&reader),
+        &["claim", "vol", "--node", "node-1", "--alloc", "x"],
+    );
     assert_eq!(as_reader.code, 7, "{as_reader:?}");
     let anonymous = c.csivol_as(None, &["volume", "list"]);
     assert_eq!(anonymous.code, 7, "{anonymous:?}");
     // At the API: node-1's token is refused for node-2's agent endpoints.
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let (status, _) = rt.block_on(c.api().with_token(Some(&node1)).post("/v1/nodes/node-2/heartbeat", serde_json::json!({})));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (status, _) = rt.block_on(
+        c.api()
+            .with_token(Some(&node1))
+            .post("/v1/nodes/node-2/heartbeat", serde_json::json!({})),
+    );
     assert_eq!(status, 403);
 }
