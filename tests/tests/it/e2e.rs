@@ -91,7 +91,7 @@ fn target(claim: &Out) -> PathBuf {
     )
 }
 
-/// 1. A CI job creates a volume, claims it, writes its results, releases it; a later job
+/// Scenario 1: A CI job creates a volume, claims it, writes its results, releases it; a later job
 /// on another node claims it and reads them back.
 #[test]
 fn ci_pipeline_journey() {
@@ -121,7 +121,7 @@ fn ci_pipeline_journey() {
     );
 }
 
-/// 2. A single-node-writer volume held on node-1 refuses a writer on node-2 (exit 4, naming
+/// Scenario 2: A single-node-writer volume held on node-1 refuses a writer on node-2 (exit 4, naming
 /// the holder) until it is released.
 #[test]
 fn single_writer_conflict_then_handover() {
@@ -140,7 +140,7 @@ fn single_writer_conflict_then_handover() {
     assert!(mounted(&target(&handed)));
 }
 
-/// 3. A node dies holding a volume: the volume is blocked until an operator unblocks it;
+/// Scenario 3: A node dies holding a volume: the volume is blocked until an operator unblocks it;
 /// the unblock force-detaches through the controller; the dead node's leftovers are cleaned
 /// up when its agent comes back.
 #[test]
@@ -193,7 +193,7 @@ fn node_failure_blocks_until_unblocked() {
     assert!(mounted(&target(&taken)), "node-1's claim is untouched");
 }
 
-/// 4. A lost node that comes back by itself releases its blocked claim through itself.
+/// Scenario 4: A lost node that comes back by itself releases its blocked claim through itself.
 #[test]
 fn lost_node_returns_and_cleans_up() {
     let mut c = Cluster::start("node-returns", "2s", nodes(2));
@@ -232,7 +232,7 @@ fn lost_node_returns_and_cleans_up() {
     );
 }
 
-/// 5. An agent that loses the server for its fence time takes its volumes down by itself,
+/// Scenario 5: An agent that loses the server for its fence time takes its volumes down by itself,
 /// and says so when the server is back.
 #[test]
 fn agent_fences_itself_without_the_server() {
@@ -263,7 +263,7 @@ fn agent_fences_itself_without_the_server() {
     assert!(events.to_string().contains("node-fenced"), "{events}");
 }
 
-/// 6. The server is killed while 50 claims and releases are under way; after a restart,
+/// Scenario 6: The server is killed while 50 claims and releases are under way; after a restart,
 /// every acknowledged operation completes and the state matches the mount tables.
 #[test]
 fn server_restart_in_the_middle_of_claims() {
@@ -390,7 +390,7 @@ fn server_restart_in_the_middle_of_claims() {
     );
 }
 
-/// 7. A flaky, slow plugin: claims converge, and while they wait `status` shows the last
+/// Scenario 7: A flaky, slow plugin: claims converge, and while they wait `status` shows the last
 /// error and the next retry.
 #[test]
 fn slow_and_failing_plugin_converges_visibly() {
@@ -429,7 +429,7 @@ fn slow_and_failing_plugin_converges_visibly() {
     assert!(mounted(&target(&ready)));
 }
 
-/// 8. A node that takes two volumes refuses the third with a clear capacity message, and
+/// Scenario 8: A node that takes two volumes refuses the third with a clear capacity message, and
 /// takes it once one is released.
 #[test]
 fn capacity_refuses_then_fits() {
@@ -454,7 +454,7 @@ fn capacity_refuses_then_fits() {
     );
 }
 
-/// 9. Tokens: a node token cannot act for another node or as an operator, a reader cannot
+/// Scenario 9: Tokens: a node token cannot act for another node or as an operator, a reader cannot
 /// claim, no token gets nothing; exit code 7 each time.
 #[test]
 fn tokens_and_roles() {
