@@ -291,7 +291,12 @@ pub struct ClaimRequest {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClaimDryRun {
     pub accepted: bool,
-    /// What the claim would start as (`attaching`, `publishing`, `pending`), when accepted.
+    /// Whether the alloc already holds this very claim (then `state` is its state); only
+    /// present when true.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub existing: bool,
+    /// When accepted: the state the claim would start in (`attaching`, `publishing`,
+    /// `pending`), or the existing claim's state.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<ClaimState>,
     /// Why not, when refused: the error the real claim would get.

@@ -344,11 +344,13 @@ async fn post_claim(
                 Ok(match lifecycle::evaluate_claim(c, &volume, &req) {
                     Ok(ClaimDecision::Existing(claim)) => ClaimDryRun {
                         accepted: true,
+                        existing: true,
                         state: Some(claim.state),
                         error: None,
                     },
                     Ok(ClaimDecision::New) => ClaimDryRun {
                         accepted: true,
+                        existing: false,
                         state: Some(lifecycle::initial_state(c, &volume, &req.node)?),
                         error: None,
                     },
@@ -362,6 +364,7 @@ async fn post_claim(
                     }
                     Err(e) => ClaimDryRun {
                         accepted: false,
+                        existing: false,
                         state: None,
                         error: Some(e.body()),
                     },
@@ -528,12 +531,13 @@ async fn get_node(
     app.caller(&headers)?.require_reader()?;
     name("node", &node)?;
     let beats = app.live.last_heartbeat_ms();
+    let wanted = node.clone();
     let found = app
         .db
-        .read(move |c| views::list_nodes(c, &beats, Some(&node)))
+        .read(move |c| views::list_nodes(c, &beats, Some(&wanted)))
         .await?;
     found.into_iter().next().map(Json).ok_or_else(|| {
-        ApiError::not_found("the node is not registered").with_hint(
+        ApiError::not_found(format!("node `{node}` is not registered")).with_hint(
             "`csivol node list` shows the registered nodes; a node registers when its agent starts",
         )
     })

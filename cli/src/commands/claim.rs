@@ -82,10 +82,11 @@ fn dry_run(ctx: &Ctx, args: &ClaimArgs, mode: ClaimMode, d: &ClaimDryRun) -> any
     if ctx.out.json_mode() {
         ctx.out.json(d)?;
     } else if d.accepted {
-        let already = d
-            .state
-            .map(|s| format!("; it already holds this claim ({s})"))
-            .unwrap_or_default();
+        let already = match d.state {
+            Some(s) if d.existing => format!("; it already holds this claim ({s})"),
+            Some(s) => format!("; it would start {s}"),
+            None => String::new(),
+        };
         ctx.out.line(format!(
             "accepted: alloc {} may claim volume {} on node {} ({mode}){already}",
             args.alloc, args.volume, args.node

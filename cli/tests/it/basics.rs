@@ -200,7 +200,8 @@ async fn not_found_exits_3() {
     exit: 3
     --- stdout
     --- stderr
-    error: node is not registered
+    error: node `nope` is not registered
+    hint: `csivol node list` shows the registered nodes; a node registers when its agent starts
     ");
     snap!(env.run(&["plugin", "show", "nope"]).await, @r"
     exit: 3

@@ -17,14 +17,15 @@ async fn dry_run_says_whether_and_why_not() {
     snap!(env.run(&["claim", "v1", "--node", "n1", "--alloc", "a1", "--dry-run"]).await, @"
     exit: 0
     --- stdout
-    accepted: alloc a1 may claim volume v1 on node n1 (write)
+    accepted: alloc a1 may claim volume v1 on node n1 (write); it would start attaching
     --- stderr
     ");
     snap!(env.run(&["claim", "v1", "--node", "n1", "--alloc", "a1", "--dry-run", "-o", "json"]).await, @r#"
     exit: 0
     --- stdout
     {
-      "accepted": true
+      "accepted": true,
+      "state": "attaching"
     }
     --- stderr
     "#);
