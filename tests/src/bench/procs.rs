@@ -1,0 +1,289 @@
+//! The real processes a run starts: the server, reference plugins and node agents. Each is
+//! a `Proc`, killed by pid when dropped, so every exit path of the benchmark stops them.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use csivol_tests::Proc;
+
+/// The binaries a run needs, found next to the benchmark's own executable.
+#[derive(Debug, Clone)]
+pub struct Bins {
+    pub agent: PathBuf,
+    pub hostpath: PathBuf,
+}
+
+/// What to run when the binaries are missing.
+pub const BUILD_HINT: &str = "cargo build --release -p csivol-agent -p csivol-hostpath -p csivol-tests \
+     (or `cargo build --release --workspace`), then run target/release/csivol-bench";
+
+impl Bins {
+    /// Looks in `dir`, or next to this executable (`target/<profile>/`; one level up for a
+    /// test harness in `target/<profile>/deps/`).
+    pub fn find(dir: Option<&Path>) -> anyhow::Result<Self> {
+        let dirs: Vec<PathBuf> = match dir {
+            Some(d) => vec![d.to_owned()],
+            None => {
+                let exe = std::env::current_exe().context("failed to locate csivol-bench")?;
+                let here = exe.parent().context("csivol-bench has no directory")?;
+                vec![here.to_owned(), here.join("..")]
+            }
+        };
+        let find = |name: &str| -> anyhow::Result<PathBuf> {
+            dirs.iter()
+                .map(|d| d.join(name))
+                .find(|p| p.is_file())
+                .with_context(|| {
+                    format!(
+                        "{name} is not built next to csivol-bench (looked in {})\nhint: {BUILD_HINT}",
+                        dirs.iter()
+                            .map(|d| d.display().to_string())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                })
+        };
+        Ok(Self {
+            agent: find("csivol-agent")?,
+            hostpath: find("csivol-hostpath")?,
+        })
+    }
+}
+
+/// Environment every child gets: quiet logs (warnings and errors still reach the log file).
+fn quiet(cmd: &mut Command) {
+    cmd.env("RUST_LOG", "warn");
+}
+
+/// `csivol-agent server` on a loopback port, with its data dir.
+#[derive(Debug)]
+pub struct Server {
+    pub proc: Proc,
+    pub url: String,
+    pub token: String,
+    pub data_dir: PathBuf,
+    args: Vec<String>,
+    log: PathBuf,
+    agent: PathBuf,
+    wrapper: Vec<String>,
+}
+
+impl Server {
+    /// Starts the server (port 0, unless `listen` is given) and waits until it listens.
+    pub async fn start(
+        bins: &Bins,
+        data_dir: &Path,
+        heartbeat_ttl: Duration,
+        controller_concurrency: Option<u32>,
+        wrapper: &[String],
+    ) -> anyhow::Result<Self> {
+        let mut args = vec![
+            "server".to_owned(),
+            format!("--data-dir={}", data_dir.display()),
+            format!(
+                "--heartbeat-ttl={}",
+                humantime::format_duration(heartbeat_ttl)
+            ),
+        ];
+        if let Some(c) = controller_concurrency {
+            args.push(format!("--controller-concurrency={c}"));
+        }
+        let log = data_dir.with_extension("log");
+        Self::spawn(&bins.agent, wrapper, data_dir, args, log, "127.0.0.1:0").await
+    }
+
+    async fn spawn(
+        agent: &Path,
+        wrapper: &[String],
+        data_dir: &Path,
+        args: Vec<String>,
+        log: PathBuf,
+        listen: &str,
+    ) -> anyhow::Result<Self> {
+        let addr_file = data_dir.join("server.addr");
+        let _ = std::fs::remove_file(&addr_file);
+        // A wrapper (a profiler) runs the server as its own argument.
+        let mut cmd = match wrapper.split_first() {
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(agent);
+                c
+            }
+            None => Command::new(agent),
+        };
+        cmd.args(&args).arg(format!("--listen={listen}"));
+        quiet(&mut cmd);
+        let mut proc = Proc::spawn("csivol-agent server", cmd, &log);
+        let url = wait_until("the server to listen", Duration::from_secs(30), || {
+            if let Some(status) = proc.exited() {
+                bail!("the server exited with {status}: {}", tail(&log, 20));
+            }
+            Ok(std::fs::read_to_string(&addr_file)
+                .ok()
+                .map(|s| s.trim().to_owned())
+                .filter(|s| !s.is_empty()))
+        })
+        .await?;
+        let token = std::fs::read_to_string(data_dir.join("operator.token"))
+            .context("the server wrote no operator token")?
+            .trim()
+            .to_owned();
+        Ok(Self {
+            proc,
+            url,
+            token,
+            data_dir: data_dir.to_owned(),
+            args,
+            log,
+            agent: agent.to_owned(),
+            wrapper: wrapper.to_owned(),
+        })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.proc.pid()
+    }
+
+    /// SIGKILL, then start again on the same data dir and the same address (agents keep
+    /// their `--server` URL).
+    pub async fn kill_and_restart(&mut self) -> anyhow::Result<()> {
+        self.proc.kill();
+        let listen = self
+            .url
+            .strip_prefix("http://")
+            .context("the server URL is not http://")?
+            .to_owned();
+        let fresh = Self::spawn(
+            &self.agent,
+            &self.wrapper,
+            &self.data_dir,
+            self.args.clone(),
+            self.log.clone(),
+            &listen,
+        )
+        .await?;
+        *self = fresh;
+        Ok(())
+    }
+
+    /// The end of the server's log, for error messages.
+    pub fn log_tail(&self) -> String {
+        tail(&self.log, 20)
+    }
+}
+
+/// A `csivol-hostpath` plugin serving on a unix socket.
+pub fn start_plugin(
+    bins: &Bins,
+    node: &str,
+    node_dir: &Path,
+    backend: &Path,
+    mount: &str,
+) -> anyhow::Result<(Proc, PathBuf)> {
+    std::fs::create_dir_all(node_dir)?;
+    let socket = node_dir.join("plugin.sock");
+    let mut cmd = Command::new(&bins.hostpath);
+    cmd.args([
+        format!("--endpoint=unix://{}", socket.display()),
+        format!("--node-id={node}"),
+        format!("--state-dir={}", node_dir.join("plugin").display()),
+        format!("--backend-dir={}", backend.display()),
+        format!("--mount={mount}"),
+        // The plugin plays the storage system; its own fsyncs are not csivol's cost.
+        "--no-fsync".to_owned(),
+    ]);
+    quiet(&mut cmd);
+    let proc = Proc::spawn(
+        &format!("{node} csivol-hostpath"),
+        cmd,
+        &node_dir.join("plugin.log"),
+    );
+    Ok((proc, socket))
+}
+
+/// Waits until `socket` exists (the plugin listens) or its process exited.
+pub async fn wait_socket(proc: &mut Proc, socket: &Path, log: &Path) -> anyhow::Result<()> {
+    wait_until(
+        &format!("{} to listen", proc.name),
+        Duration::from_secs(30),
+        || {
+            if let Some(status) = proc.exited() {
+                bail!("{} exited with {status}: {}", proc.name, tail(log, 20));
+            }
+            Ok(socket.exists().then_some(()))
+        },
+    )
+    .await
+}
+
+/// Settings of one node agent.
+#[derive(Debug)]
+pub struct AgentSpec<'a> {
+    pub node: &'a str,
+    pub node_dir: &'a Path,
+    pub server: &'a str,
+    pub token: &'a str,
+    pub socket: &'a Path,
+    pub ready_exists: bool,
+    pub node_concurrency: Option<u32>,
+}
+
+/// `csivol-agent node` with the node's plugin as node plugin and controller.
+pub fn start_agent(bins: &Bins, spec: &AgentSpec<'_>) -> anyhow::Result<Proc> {
+    let token_file = spec.node_dir.join("token");
+    std::fs::write(&token_file, spec.token)
+        .with_context(|| format!("failed to write {}", token_file.display()))?;
+    let endpoint = format!("unix://{}", spec.socket.display());
+    let mut cmd = Command::new(&bins.agent);
+    cmd.args([
+        "node".to_owned(),
+        format!("--server={}", spec.server),
+        format!("--node={}", spec.node),
+        format!("--data-dir={}", spec.node_dir.join("agent").display()),
+        format!("--token-file={}", token_file.display()),
+        format!("--plugin={}={endpoint}", super::PLUGIN),
+        format!("--controller={}={endpoint}", super::PLUGIN),
+    ]);
+    if spec.ready_exists {
+        cmd.arg("--ready-check=exists");
+    }
+    if let Some(n) = spec.node_concurrency {
+        let config = spec.node_dir.join("agent.toml");
+        std::fs::write(&config, format!("node_concurrency = {n}\n"))?;
+        cmd.arg(format!("--config={}", config.display()));
+    }
+    quiet(&mut cmd);
+    Ok(Proc::spawn(
+        &format!("{} csivol-agent node", spec.node),
+        cmd,
+        &spec.node_dir.join("agent.log"),
+    ))
+}
+
+/// Polls `cond` every few milliseconds until it yields, fails, or `timeout` passed.
+pub async fn wait_until<T>(
+    what: &str,
+    timeout: Duration,
+    mut cond: impl FnMut() -> anyhow::Result<Option<T>>,
+) -> anyhow::Result<T> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = cond()? {
+            return Ok(v);
+        }
+        if Instant::now() >= deadline {
+            bail!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// The last `lines` lines of a log file.
+pub fn tail(path: &Path, lines: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let all: Vec<&str> = text.lines().collect();
+    let start = all.len().saturating_sub(lines);
+    format!("{} (log: {})", all[start..].join("\n"), path.display())
+}

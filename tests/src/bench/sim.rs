@@ -1,0 +1,426 @@
+//! Simulated nodes for `--mode server`: light clients of the agent endpoints that register,
+//! heartbeat at a third of the TTL, long-poll their desired state and report success at
+//! once for everything in it. They measure the control plane alone, without plugins.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
+use csivol_proto::api::{
+    ControllerOpKind, DesiredState, HeartbeatResponse, NodePluginRegistration, NodeStatus,
+    PluginRegistration, RegisterRequest, Report, ReportBatch, Role, TokenRequest, TokenResponse,
+};
+use csivol_proto::domain::{
+    ControllerCapabilities, NodeCapabilities, NodeInfo, PluginCapabilities, PluginInfo,
+};
+use tokio::sync::{Notify, oneshot};
+use tokio::task::JoinHandle;
+
+use super::client::Http;
+use super::stats::concurrently;
+
+/// What a simulated node holds, as a real node would have it mounted.
+#[derive(Debug, Default)]
+struct Held {
+    /// Published claims (volume, alloc).
+    published: HashSet<(String, String)>,
+    /// Staged volumes.
+    staged: HashSet<String>,
+    /// Controller operations already reported (id, attempt).
+    done_ops: HashSet<(u64, u32)>,
+}
+
+#[derive(Debug)]
+pub struct SimNode {
+    pub name: String,
+    http: Http,
+    controller_host: bool,
+    controller_publish: bool,
+    ttl: Duration,
+    held: Mutex<Held>,
+    errors: Arc<Mutex<Vec<String>>>,
+    /// Set while the server is deliberately down (the kill -9 check): errors are expected.
+    quiet: Arc<AtomicBool>,
+    /// Asks the heartbeat loop for one last heartbeat, then to stop.
+    die: Notify,
+    last_beat: Mutex<Option<oneshot::Sender<Instant>>>,
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+impl SimNode {
+    fn error(&self, e: String) {
+        if !self.quiet.load(Ordering::Relaxed) {
+            let mut errors = self.errors.lock().expect("errors lock");
+            if errors.len() < 1000 {
+                errors.push(format!("simulated node {}: {e}", self.name));
+            }
+        }
+    }
+
+    fn registration(&self) -> RegisterRequest {
+        let held = self.held.lock().expect("held lock");
+        RegisterRequest {
+            plugins: vec![PluginRegistration {
+                id: super::PLUGIN.to_owned(),
+                info: PluginInfo {
+                    name: "hostpath.csivol.dev".to_owned(),
+                    vendor_version: "simulated".to_owned(),
+                },
+                capabilities: PluginCapabilities {
+                    controller_service: self.controller_publish,
+                    volume_accessibility_constraints: false,
+                },
+                node: Some(NodePluginRegistration {
+                    info: NodeInfo {
+                        node_id: self.name.clone(),
+                        max_volumes_per_node: 0,
+                        accessible_topology: None,
+                    },
+                    capabilities: NodeCapabilities {
+                        stage_unstage_volume: true,
+                        ..NodeCapabilities::default()
+                    },
+                }),
+                controller: (self.controller_host && self.controller_publish).then(|| {
+                    ControllerCapabilities {
+                        publish_unpublish_volume: true,
+                        ..ControllerCapabilities::default()
+                    }
+                }),
+            }],
+            fence_after_ms: None,
+            published: held
+                .published
+                .iter()
+                .map(|(volume, alloc)| csivol_proto::api::ClaimRef {
+                    volume: volume.clone(),
+                    alloc: alloc.clone(),
+                })
+                .collect(),
+            staged: held.staged.iter().cloned().collect(),
+        }
+    }
+
+    async fn register(&self) -> anyhow::Result<()> {
+        self.http
+            .post(
+                &format!("/v1/nodes/{}/register", self.name),
+                &self.registration(),
+            )
+            .await?
+            .expect(&format!("register {}", self.name), &[200])?;
+        Ok(())
+    }
+
+    async fn heartbeat_loop(self: Arc<Self>) {
+        // Spread the nodes' heartbeats over the interval instead of sending them together.
+        let interval = self.ttl / 3;
+        tokio::time::sleep(interval.mul_f64(rand::random_range(0.0..1.0))).await;
+        let mut dying = false;
+        loop {
+            let sent = Instant::now();
+            match self
+                .http
+                .post(&format!("/v1/nodes/{}/heartbeat", self.name), &())
+                .await
+                .and_then(|r| r.expect("heartbeat", &[200]))
+                .and_then(|r| r.json::<HeartbeatResponse>())
+            {
+                Ok(hb) if hb.status == NodeStatus::Lost => {
+                    self.error("the server marked this node lost; registering again".into());
+                    if let Err(e) = self.register().await {
+                        self.error(format!("{e:#}"));
+                    }
+                }
+                Ok(_) => {
+                    if dying {
+                        if let Some(tx) = self.last_beat.lock().expect("lock").take() {
+                            let _ = tx.send(sent);
+                        }
+                        return;
+                    }
+                }
+                Err(e) => self.error(format!("{e:#}")),
+            }
+            tokio::select! {
+                () = tokio::time::sleep(interval) => {}
+                () = self.die.notified() => dying = true,
+            }
+        }
+    }
+
+    async fn desired_loop(self: Arc<Self>) {
+        let path = format!("/v1/nodes/{}/desired", self.name);
+        let mut index = 0;
+        let mut failures = 0u32;
+        loop {
+            let desired = self
+                .http
+                .get_blocking(&path, index)
+                .await
+                .and_then(|r| r.expect("desired state", &[200]))
+                .and_then(|r| r.json::<DesiredState>());
+            let desired = match desired {
+                Ok(d) => d,
+                Err(e) => {
+                    self.error(format!("{e:#}"));
+                    failures += 1;
+                    // Start afresh: the server may have restarted.
+                    index = 0;
+                    let pause = Duration::from_millis(50 * u64::from(failures.min(20)));
+                    tokio::time::sleep(pause).await;
+                    continue;
+                }
+            };
+            failures = 0;
+            index = desired.index;
+            let (reports, published, later) = self.plan(&desired);
+            if !reports.is_empty() && !self.send(reports).await {
+                // Nothing reported: forget, so that the next desired state reports again.
+                let mut held = self.held.lock().expect("held lock");
+                for key in published {
+                    held.published.remove(&key);
+                }
+                held.done_ops.clear();
+                index = 0;
+            }
+            if let Some(at) = later {
+                // An operation in backoff: look again when it is due.
+                let wait = Duration::from_millis(at.saturating_sub(now_ms()));
+                tokio::time::sleep(wait.min(Duration::from_secs(1))).await;
+                index = 0;
+            }
+        }
+    }
+
+    /// The reports for a desired state, the claims newly published, and when the first
+    /// operation still in backoff is due.
+    fn plan(&self, d: &DesiredState) -> (Vec<Report>, Vec<(String, String)>, Option<u64>) {
+        let mut held = self.held.lock().expect("held lock");
+        let mut reports = Vec::new();
+        let mut new = Vec::new();
+        for p in &d.publish {
+            let key = (p.volume.volume.clone(), p.alloc.clone());
+            if held.published.insert(key.clone()) {
+                held.staged.insert(key.0.clone());
+                reports.push(Report::Published {
+                    volume: key.0.clone(),
+                    alloc: key.1.clone(),
+                    target_path: format!("/sim/{}/{}/{}", self.name, key.0, key.1),
+                });
+                new.push(key);
+            }
+        }
+        for u in &d.unpublish {
+            held.published.remove(&(u.volume.clone(), u.alloc.clone()));
+            reports.push(Report::Unpublished {
+                volume: u.volume.clone(),
+                alloc: u.alloc.clone(),
+            });
+        }
+        for s in &d.unstage {
+            if !held.published.iter().any(|(v, _)| *v == s.volume) {
+                held.staged.remove(&s.volume);
+                reports.push(Report::Unstaged {
+                    volume: s.volume.clone(),
+                });
+            }
+        }
+        let now = now_ms();
+        let mut later: Option<u64> = None;
+        let current: HashSet<(u64, u32)> =
+            d.controller_ops.iter().map(|o| (o.id, o.attempt)).collect();
+        held.done_ops.retain(|k| current.contains(k));
+        for op in &d.controller_ops {
+            if op.not_before_ms > now {
+                later = Some(later.map_or(op.not_before_ms, |l| l.min(op.not_before_ms)));
+                continue;
+            }
+            if !held.done_ops.insert((op.id, op.attempt)) {
+                continue;
+            }
+            let (id, attempt) = (op.id, op.attempt);
+            reports.push(match &op.kind {
+                ControllerOpKind::Publish { volume, .. } => Report::ControllerPublished {
+                    op: id,
+                    attempt,
+                    publish_context: BTreeMap::from([(
+                        "hostpath.csivol.dev/device".to_owned(),
+                        format!("/dev/sim/{volume}"),
+                    )]),
+                },
+                ControllerOpKind::Unpublish { .. } => {
+                    Report::ControllerUnpublished { op: id, attempt }
+                }
+                ControllerOpKind::Create {
+                    volume,
+                    capacity_bytes,
+                    ..
+                } => Report::Created {
+                    op: id,
+                    attempt,
+                    external_id: format!("sim-{volume}"),
+                    capacity_bytes: *capacity_bytes,
+                    context: BTreeMap::new(),
+                },
+                ControllerOpKind::Delete { .. } => Report::Deleted { op: id, attempt },
+            });
+        }
+        (reports, new, later)
+    }
+
+    /// Sends a batch of reports, with a few retries; whether it got through.
+    async fn send(&self, reports: Vec<Report>) -> bool {
+        let batch = ReportBatch { reports };
+        let path = format!("/v1/nodes/{}/reports", self.name);
+        for attempt in 1..=3u64 {
+            match self
+                .http
+                .post(&path, &batch)
+                .await
+                .and_then(|r| r.expect("reports", &[200]))
+            {
+                Ok(_) => return true,
+                Err(e) => {
+                    self.error(format!("{e:#}"));
+                    tokio::time::sleep(Duration::from_millis(100 * attempt)).await;
+                }
+            }
+        }
+        false
+    }
+
+    /// What the node still holds: published claims and staged volumes.
+    pub fn holds(&self) -> (usize, usize) {
+        let held = self.held.lock().expect("held lock");
+        (held.published.len(), held.staged.len())
+    }
+}
+
+/// The simulated nodes of a run; their loops stop when it is dropped.
+#[derive(Debug)]
+pub struct SimCluster {
+    pub nodes: Vec<Arc<SimNode>>,
+    errors: Arc<Mutex<Vec<String>>>,
+    quiet: Arc<AtomicBool>,
+}
+
+impl SimCluster {
+    /// Creates a token for each of `count` nodes, registers them (the first
+    /// `controller_hosts` host the plugin's controller) and starts their loops.
+    pub async fn start(
+        http: &Http,
+        count: u32,
+        controller_hosts: u32,
+        controller_publish: bool,
+        ttl: Duration,
+    ) -> anyhow::Result<Self> {
+        let errors = Arc::new(Mutex::new(Vec::new()));
+        let quiet = Arc::new(AtomicBool::new(false));
+        let names: Vec<String> = (1..=count).map(node_name).collect();
+        let operator = http.clone();
+        let tokens = concurrently(names.clone(), 64, move |node| {
+            let http = operator.clone();
+            async move {
+                let req = TokenRequest {
+                    role: Role::Node,
+                    node: Some(node.clone()),
+                };
+                let t: TokenResponse = http
+                    .post("/v1/tokens", &req)
+                    .await?
+                    .expect(&format!("token for {node}"), &[201])?
+                    .json()?;
+                anyhow::Ok(t.token)
+            }
+        })
+        .await;
+        let mut nodes = Vec::with_capacity(names.len());
+        for (i, (name, token)) in names.into_iter().zip(tokens).enumerate() {
+            nodes.push(Arc::new(SimNode {
+                http: http.with_token(&token?),
+                name,
+                controller_host: (i as u32) < controller_hosts,
+                controller_publish,
+                ttl,
+                held: Mutex::new(Held::default()),
+                errors: Arc::clone(&errors),
+                quiet: Arc::clone(&quiet),
+                die: Notify::new(),
+                last_beat: Mutex::new(None),
+                tasks: Mutex::new(Vec::new()),
+            }));
+        }
+        // Each node starts heartbeating as soon as it is registered: the server's TTL runs
+        // from the registration.
+        let registered = concurrently(nodes.clone(), 64, |n: Arc<SimNode>| async move {
+            n.register()
+                .await
+                .with_context(|| format!("failed to register {}", n.name))?;
+            let beat = tokio::spawn(Arc::clone(&n).heartbeat_loop());
+            let poll = tokio::spawn(Arc::clone(&n).desired_loop());
+            n.tasks.lock().expect("tasks lock").extend([beat, poll]);
+            anyhow::Ok(())
+        })
+        .await;
+        for r in registered {
+            r?;
+        }
+        Ok(Self {
+            nodes,
+            errors,
+            quiet,
+        })
+    }
+
+    pub fn names(&self) -> Vec<String> {
+        self.nodes.iter().map(|n| n.name.clone()).collect()
+    }
+
+    pub fn errors(&self) -> Vec<String> {
+        self.errors.lock().expect("errors lock").clone()
+    }
+
+    /// While set, connection errors are expected (the server is being killed).
+    pub fn set_quiet(&self, quiet: bool) {
+        self.quiet.store(quiet, Ordering::Relaxed);
+    }
+
+    /// Stops `node` the way a crash would, right after a heartbeat the server answered;
+    /// returns when that heartbeat was sent (the server's TTL runs from no earlier).
+    pub async fn kill(&self, node: &SimNode) -> anyhow::Result<Instant> {
+        let (tx, rx) = oneshot::channel();
+        *node.last_beat.lock().expect("lock") = Some(tx);
+        node.die.notify_one();
+        let sent = tokio::time::timeout(node.ttl, rx)
+            .await
+            .context("the node's last heartbeat did not get through")?
+            .context("the heartbeat loop stopped early")?;
+        for t in node.tasks.lock().expect("tasks lock").drain(..) {
+            t.abort();
+        }
+        Ok(sent)
+    }
+}
+
+impl Drop for SimCluster {
+    fn drop(&mut self) {
+        for n in &self.nodes {
+            for t in n.tasks.lock().expect("tasks lock").drain(..) {
+                t.abort();
+            }
+        }
+    }
+}
+
+pub fn node_name(i: u32) -> String {
+    format!("node-{i}")
+}

@@ -1,0 +1,84 @@
+//! `csivol-bench` runs briefly in both modes, exits 0 and prints the JSON object issue 7
+//! promises. No figure is checked: speed belongs in the benchmark, not in a test.
+
+use std::process::Command;
+
+use serde_json::Value;
+
+/// The keys `--json` must carry in every mode.
+const KEYS: [&str; 14] = [
+    "mode",
+    "nodes",
+    "cycles",
+    "cycles_per_second",
+    "claim_ready_p50_ms",
+    "claim_ready_p99_ms",
+    "release_p50_ms",
+    "release_p99_ms",
+    "floor_cycle_ms",
+    "ratio_p50",
+    "ratio_p99",
+    "server_rss_mib",
+    "lost_claims",
+    "ok",
+];
+
+/// Runs the benchmark with tiny settings plus `args`; returns its JSON after checking the
+/// exit status, the common keys, the non-null `extra` keys and that no claim was lost.
+fn check(args: &[&str], extra: &[&str]) -> Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_csivol-bench"))
+        .args([
+            "--volumes=20",
+            "--concurrency=4",
+            "--duration=2s",
+            "--floor-samples=50",
+            "--json",
+        ])
+        .args(args)
+        .output()
+        .expect("run csivol-bench");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "csivol-bench {args:?} failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+    let report: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("stdout is not one JSON object ({e}):\n{stdout}"));
+    for key in KEYS {
+        assert!(report.get(key).is_some(), "no `{key}` in {report:#}");
+    }
+    for key in extra {
+        assert!(!report[key].is_null(), "`{key}` is null in {report:#}");
+    }
+    assert_eq!(report["lost_claims"], 0, "{report:#}");
+    assert_eq!(report["ok"], true, "{report:#}");
+    assert!(report["cycles"].as_u64().unwrap() > 0, "{report:#}");
+    report
+}
+
+#[test]
+fn bench_full_mode() {
+    let r = check(
+        &["--mode=full", "--nodes=2", "--mount=none"],
+        &["agent_rss_mib"],
+    );
+    assert_eq!(r["mode"], "full");
+    assert_eq!(r["kill_check"]["survived"], r["kill_check"]["acknowledged"]);
+}
+
+#[test]
+fn bench_server_mode() {
+    let r = check(
+        &[
+            "--mode=server",
+            "--nodes=20",
+            "--list-volumes=200",
+            "--heartbeat-ttl=1s",
+        ],
+        &["list_volumes_ms", "node_loss_blocked_s"],
+    );
+    assert_eq!(r["mode"], "server");
+    assert_eq!(r["list_volumes_count"], 200);
+}
