@@ -397,8 +397,11 @@ mod tests {
     }
 
     fn tempfile_dir() -> PathBuf {
+        // Tests run in parallel in one process: a counter keeps their directories apart.
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let dir = std::env::temp_dir().join(format!(
-            "csivol-db-test-{}-{}",
+            "csivol-db-test-{}-{}-{n}",
             std::process::id(),
             now_ms()
         ));
