@@ -68,7 +68,8 @@ pub enum MountArg {
 ///
 /// Build first: `cargo build --release --workspace` (csivol-bench runs csivol-agent and
 /// csivol-hostpath from its own directory). Exits 0 when every claim was accounted for,
-/// 1 when the run failed (a lost claim, an orphan, an error), never because of a slow figure.
+/// 1 when the run failed (a lost claim, an orphan, an error), never because of a slow
+/// figure; 2 on a usage error.
 #[derive(Debug, Clone, clap::Parser)]
 #[command(name = "csivol-bench", version)]
 pub struct Args {
@@ -78,7 +79,7 @@ pub struct Args {
     /// Nodes [default: 10 in full mode, 1000 in server mode].
     #[arg(long)]
     pub nodes: Option<u32>,
-    /// Volumes the clients cycle through; each client owns its own share [default: 1000].
+    /// Volumes the clients cycle through; each client owns its own share.
     #[arg(long, default_value_t = 1000)]
     pub volumes: u32,
     /// Concurrent clients, each cycling claims on its own volumes and random nodes.
@@ -110,8 +111,9 @@ pub struct Args {
     /// The server's `--controller-concurrency` [default: the server's default].
     #[arg(long)]
     pub controller_concurrency: Option<u32>,
-    /// Run the server under this command, e.g. `valgrind --tool=massif` (split at spaces;
-    /// its pid, CPU and memory figures are then the wrapper's process).
+    /// Run the server under this command, e.g. `valgrind --tool=massif --vgdb=yes` (split
+    /// at spaces). Valgrind runs the server in its own process; with a wrapper that forks
+    /// it, the pid, CPU and memory figures are the wrapper's.
     #[arg(long, value_name = "COMMAND")]
     pub server_wrapper: Option<String>,
     /// Full mode: the agents' `node_concurrency` [default: the agent's default].
@@ -141,6 +143,10 @@ pub struct Args {
 const COMMIT_SAMPLES: u32 = 200;
 /// Claims put on the node that the node-loss figure kills.
 const NODE_LOSS_CLAIMS: u32 = 5;
+/// The server's database writer thread (its name as the kernel keeps it, 15 bytes).
+const WRITER_THREAD: &str = "csivol-db-write";
+/// Errors listed in the report (all are counted).
+const MAX_REPORTED_ERRORS: usize = 50;
 /// How long the end-of-run checks wait for the last detaches.
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -213,7 +219,14 @@ impl Config {
 
 /// Parses the arguments' defaults, runs the benchmark, prints the report.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let cfg = Config::resolve(args)?;
+    let cfg = match Config::resolve(args) {
+        Ok(cfg) => cfg,
+        Err(e) => {
+            // Flags that do not fit together: a usage error, like clap's own.
+            eprintln!("error: {e:#}");
+            return Ok(ExitCode::from(2));
+        }
+    };
     raise_fd_limit();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -514,6 +527,8 @@ async fn execute(cfg: &Config) -> anyhow::Result<Report> {
             cpu_time(me),
             Some(cpu_time_of(&agent_pids)),
             Some(cpu_time_of(&plugin_pids)),
+            stats::machine_busy(),
+            stats::thread_cpu_time(server, WRITER_THREAD),
         ]
     };
     let cpu_before = cpu_now(run.server.pid());
@@ -525,6 +540,13 @@ async fn execute(cfg: &Config) -> anyhow::Result<Report> {
     let result = load::run(&http, &spec).await;
     let cpu_after = cpu_now(run.server.pid());
     let cycles = result.samples.len() as u64;
+    // What else ran on the machine during the load: all busy CPU time minus csivol's and
+    // the benchmark's own.
+    let delta = |i: usize| Some(cpu_after[i]?.saturating_sub(cpu_before[i]?));
+    let other_cpu_s = (|| {
+        let ours = delta(0)? + delta(2)?;
+        Some(delta(5)?.saturating_sub(ours).as_secs_f64())
+    })();
     let per_cycle = |before: Option<Duration>, after: Option<Duration>| {
         let (b, a) = (before?, after?);
         (cycles > 0).then(|| a.saturating_sub(b).as_secs_f64() / cycles as f64)
@@ -607,6 +629,8 @@ async fn execute(cfg: &Config) -> anyhow::Result<Report> {
     orphans.sort();
     orphans.dedup();
     errors.dedup();
+    let error_count = errors.len();
+    errors.truncate(MAX_REPORTED_ERRORS);
 
     let claim = Dist::new(result.samples.iter().map(|s| s.claim_ready).collect());
     let release = Dist::new(result.samples.iter().map(|s| s.release_gone).collect());
@@ -623,7 +647,7 @@ async fn execute(cfg: &Config) -> anyhow::Result<Report> {
         .as_ref()
         .is_none_or(|k| k.survived == k.acknowledged && k.release_undone == 0);
     let ok = lost_claims == 0 && orphans.is_empty() && errors.is_empty() && kill_ok;
-    Ok(Report {
+    let mut report = Report {
         mode: if cfg.full() { "full" } else { "server" },
         nodes: cfg.nodes,
         volumes: a.volumes,
@@ -633,8 +657,11 @@ async fn execute(cfg: &Config) -> anyhow::Result<Report> {
         controller_publish: cfg.controller_publish,
         heartbeat_ttl_s: a.heartbeat_ttl.as_secs_f64(),
         cpus,
+        machine: stats::machine(),
         load_average_start,
         load_average_end: load_average(),
+        other_cpu_s,
+        cpu_available_s: result.elapsed.as_secs_f64() * cpus as f64,
         cycles,
         cycles_per_second,
         claim_ready_p50_ms: claim.p50(),
@@ -662,6 +689,8 @@ async fn execute(cfg: &Config) -> anyhow::Result<Report> {
         plugin_rss_mib,
         cpu_s_per_cycle: per_cycle(cpu_before[0], cpu_after[0]),
         server_cpu_s_per_cycle: per_cycle(cpu_before[1], cpu_after[1]),
+        server_writer_cpu_s_per_cycle: per_cycle(cpu_before[6], cpu_after[6]),
+        server_writer_busy: delta(6).map(|d| d.as_secs_f64() / elapsed.max(f64::EPSILON)),
         bench_cpu_s_per_cycle: per_cycle(cpu_before[2], cpu_after[2]),
         agents_cpu_s_per_cycle: run
             .full
@@ -686,11 +715,15 @@ async fn execute(cfg: &Config) -> anyhow::Result<Report> {
         lost_claims,
         orphans,
         errors,
+        error_count,
         kill_check,
         ok,
+        targets: Vec::new(),
         floor,
         cycle_floor,
-    })
+    };
+    report.targets = report::targets(&report);
+    Ok(report)
 }
 
 fn max_of(values: impl Iterator<Item = f64>) -> Option<f64> {

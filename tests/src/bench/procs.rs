@@ -15,21 +15,32 @@ pub struct Bins {
     pub hostpath: PathBuf,
 }
 
-/// What to run when the binaries are missing.
-pub const BUILD_HINT: &str = "cargo build --release -p csivol-agent -p csivol-hostpath -p csivol-tests \
-     (or `cargo build --release --workspace`), then run target/release/csivol-bench";
+/// What to run when the binaries are missing: the build of this executable's profile.
+fn build_hint(dir: &Path) -> String {
+    let release = if dir.ends_with("debug") {
+        ""
+    } else {
+        " --release"
+    };
+    format!(
+        "cargo build{release} -p csivol-agent -p csivol-hostpath -p csivol-tests \
+         (or `cargo build{release} --workspace`), then run {}",
+        dir.join("csivol-bench").display()
+    )
+}
 
 impl Bins {
     /// Looks in `dir`, or next to this executable (`target/<profile>/`; one level up for a
     /// test harness in `target/<profile>/deps/`).
     pub fn find(dir: Option<&Path>) -> anyhow::Result<Self> {
+        let exe = std::env::current_exe().context("failed to locate csivol-bench")?;
+        let here = exe
+            .parent()
+            .context("csivol-bench has no directory")?
+            .to_owned();
         let dirs: Vec<PathBuf> = match dir {
             Some(d) => vec![d.to_owned()],
-            None => {
-                let exe = std::env::current_exe().context("failed to locate csivol-bench")?;
-                let here = exe.parent().context("csivol-bench has no directory")?;
-                vec![here.to_owned(), here.join("..")]
-            }
+            None => vec![here.clone(), here.join("..")],
         };
         let find = |name: &str| -> anyhow::Result<PathBuf> {
             dirs.iter()
@@ -37,11 +48,12 @@ impl Bins {
                 .find(|p| p.is_file())
                 .with_context(|| {
                     format!(
-                        "{name} is not built next to csivol-bench (looked in {})\nhint: {BUILD_HINT}",
+                        "{name} is not built next to csivol-bench (looked in {})\nhint: {}",
                         dirs.iter()
                             .map(|d| d.display().to_string())
                             .collect::<Vec<_>>()
-                            .join(", ")
+                            .join(", "),
+                        build_hint(&here)
                     )
                 })
         };

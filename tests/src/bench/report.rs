@@ -17,8 +17,14 @@ pub struct Report {
     pub controller_publish: bool,
     pub heartbeat_ttl_s: f64,
     pub cpus: usize,
+    /// CPU model and memory, from `/proc`.
+    pub machine: String,
     pub load_average_start: Option<f64>,
     pub load_average_end: Option<f64>,
+    /// CPU seconds that other processes of the machine used during the load (noise).
+    pub other_cpu_s: Option<f64>,
+    /// CPU seconds the machine had during the load (duration × CPUs).
+    pub cpu_available_s: f64,
 
     pub cycles: u64,
     pub cycles_per_second: f64,
@@ -58,6 +64,10 @@ pub struct Report {
     /// mode) per cycle, during the load.
     pub cpu_s_per_cycle: Option<f64>,
     pub server_cpu_s_per_cycle: Option<f64>,
+    /// The server's single database writer thread, per cycle: every write goes through it.
+    pub server_writer_cpu_s_per_cycle: Option<f64>,
+    /// How busy that thread was during the load (1.0: one core, all the time).
+    pub server_writer_busy: Option<f64>,
     /// Full mode: all agents together, per cycle.
     pub agents_cpu_s_per_cycle: Option<f64>,
     /// Full mode: all plugins together, per cycle.
@@ -78,13 +88,85 @@ pub struct Report {
     pub lost_claims: u64,
     /// Volumes, attachments or plugin state still held after the run.
     pub orphans: Vec<String>,
+    /// The first errors (each distinct); `error_count` counts them all.
     pub errors: Vec<String>,
+    pub error_count: usize,
     /// The kill -9 check: acknowledged claims found after a restart / checked.
     pub kill_check: Option<KillCheck>,
     pub ok: bool,
+    /// Issue 7's targets that apply to this run's mode, each met or missed.
+    pub targets: Vec<Target>,
 
     pub floor: Floor,
     pub cycle_floor: CycleFloor,
+}
+
+/// One of issue 7's targets, against this run's figure.
+#[derive(Debug, Clone, Serialize)]
+pub struct Target {
+    pub target: String,
+    pub value: Option<f64>,
+    pub met: Option<bool>,
+}
+
+impl Target {
+    fn at_most(target: &str, value: Option<f64>, limit: f64) -> Self {
+        Self {
+            target: target.to_owned(),
+            value,
+            met: value.map(|v| v <= limit),
+        }
+    }
+
+    fn at_least(target: &str, value: Option<f64>, limit: f64) -> Self {
+        Self {
+            target: target.to_owned(),
+            value,
+            met: value.map(|v| v >= limit),
+        }
+    }
+}
+
+/// Issue 7's targets for the run's mode. They are stated for `--mode full --nodes 10
+/// --mount none` and `--mode server --nodes 1000` (RSS: 10,000 nodes, 100,000 volumes) on
+/// a 2-core machine; other settings are compared all the same, for orientation.
+pub fn targets(r: &Report) -> Vec<Target> {
+    if r.mode == "full" {
+        vec![
+            Target::at_least(
+                "full, 10 nodes, --mount none: at least 1,000 cycles/s",
+                Some(r.cycles_per_second),
+                1000.0,
+            ),
+            Target::at_most("claim -> ready p50 within 2x the floor", r.ratio_p50, 2.0),
+            Target::at_most("claim -> ready p99 within 5x the floor", r.ratio_p99, 5.0),
+        ]
+    } else {
+        vec![
+            Target::at_least(
+                "server, 1,000 nodes: at least 5,000 cycles/s",
+                Some(r.cycles_per_second),
+                5000.0,
+            ),
+            Target::at_most(
+                "node loss -> blocked within TTL + 1 s (excess over the TTL, s)",
+                r.node_loss_excess_s,
+                1.0,
+            ),
+            Target::at_most(
+                "GET /v1/volumes at 100,000 volumes under 500 ms",
+                r.list_volumes_ms
+                    .filter(|_| r.list_volumes_count.unwrap_or(0) >= 100_000),
+                500.0,
+            ),
+            Target::at_most(
+                "server RSS under 200 MiB with 100,000 volumes and 10,000 nodes",
+                r.server_rss_mib
+                    .filter(|_| r.nodes >= 10_000 && r.list_volumes_count.unwrap_or(0) >= 100_000),
+                200.0,
+            ),
+        ]
+    }
 }
 
 /// The server's peak and current RSS at the end of a phase of the run.
@@ -145,10 +227,12 @@ impl Report {
             self.heartbeat_ttl_s,
         ));
         line(format!(
-            "machine: {} CPUs, load average {} at start, {} at end",
+            "machine: {}; {} CPUs, load average {} before the run; other processes used {} of the {:.1} CPU-s the load had",
+            self.machine,
             self.cpus,
             opt(self.load_average_start, ""),
-            opt(self.load_average_end, ""),
+            opt(self.other_cpu_s, " CPU-s"),
+            self.cpu_available_s,
         ));
         line(String::new());
         line("floor (this machine, this run; median of each):".into());
@@ -215,6 +299,15 @@ impl Report {
             opt(self.bench_cpu_s_per_cycle.map(|v| v * 1000.0), " ms"),
         ));
         line(format!(
+            "  server's writer thread {} CPU per cycle, busy {} of the time",
+            opt(
+                self.server_writer_cpu_s_per_cycle.map(|v| v * 1000.0),
+                " ms"
+            ),
+            self.server_writer_busy
+                .map_or("-".to_owned(), |b| format!("{:.0}%", b * 100.0)),
+        ));
+        line(format!(
             "  peak RSS               server {}, agent {}, plugin {}",
             opt(self.server_rss_mib, " MiB"),
             opt(self.agent_rss_mib, " MiB"),
@@ -258,7 +351,7 @@ impl Report {
             self.acknowledged_claims,
             self.lost_claims,
             self.orphans.len(),
-            self.errors.len()
+            self.error_count
         ));
         if let Some(k) = &self.kill_check {
             line(format!(
@@ -270,6 +363,21 @@ impl Report {
                 k.gone_after_release,
                 k.release_undone,
                 k.restart_s
+            ));
+        }
+        line(String::new());
+        line("issue 7 targets (stated for full: 10 nodes, --mount none; server: 1,000 nodes; RSS: 10,000 nodes and 100,000 volumes; 2 cores):".into());
+        for t in &self.targets {
+            line(format!(
+                "  {:<8} {} (this run: {})",
+                match t.met {
+                    Some(true) => "met",
+                    Some(false) => "MISSED",
+                    None => "n/a",
+                },
+                t.target,
+                t.value
+                    .map_or("not measured".to_owned(), |v| format!("{v:.2}")),
             ));
         }
         for o in self.orphans.iter().take(20) {

@@ -74,7 +74,11 @@ pub fn open_files(pid: u32, what: impl Fn(&str) -> bool) -> Option<usize> {
 }
 
 fn status_kib(pid: u32, key: &str) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status_file_kib(&format!("/proc/{pid}/status"), key)
+}
+
+fn status_file_kib(path: &str, key: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(path).ok()?;
     status
         .lines()
         .find_map(|l| l.strip_prefix(key))
@@ -94,9 +98,65 @@ pub fn cpu_time(pid: u32) -> Option<Duration> {
     Some(Duration::from_secs_f64((utime + stime) as f64 / hz as f64))
 }
 
+/// CPU time of the threads of `pid` whose name starts with `name` (a thread's name is
+/// cut to 15 bytes by the kernel: `csivol-db-write` for the server's writer).
+pub fn thread_cpu_time(pid: u32, name: &str) -> Option<Duration> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let mut total = None;
+    for t in tasks.flatten() {
+        let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        if !comm.trim_end().starts_with(name) {
+            continue;
+        }
+        let stat = std::fs::read_to_string(t.path().join("stat")).ok()?;
+        let rest = &stat[stat.rfind(')')? + 2..];
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let ticks: u64 =
+            fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+        let hz = rustix::param::clock_ticks_per_second().max(1);
+        *total.get_or_insert(Duration::ZERO) += Duration::from_secs_f64(ticks as f64 / hz as f64);
+    }
+    total
+}
+
 /// CPU time of several processes together.
 pub fn cpu_time_of(pids: &[u32]) -> Duration {
     pids.iter().filter_map(|p| cpu_time(*p)).sum()
+}
+
+/// `<CPU model>, <memory> GiB RAM`, from `/proc/cpuinfo` and `/proc/meminfo`.
+pub fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("model name"))
+                .map(|v| v.trim_start_matches([' ', '\t', ':']).trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown CPU".to_owned());
+    let mem_gib = status_file_kib("/proc/meminfo", "MemTotal:").map(|k| k as f64 / 1048576.0);
+    match mem_gib {
+        Some(m) => format!("{cpu}, {m:.0} GiB RAM"),
+        None => cpu,
+    }
+}
+
+/// CPU time the whole machine spent busy so far (all CPUs; `/proc/stat`: user, nice,
+/// system, irq, softirq, steal).
+pub fn machine_busy() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|f| f.parse().ok())
+        .collect();
+    let busy = [0, 1, 2, 5, 6, 7]
+        .iter()
+        .filter_map(|i| v.get(*i))
+        .sum::<u64>();
+    let hz = rustix::param::clock_ticks_per_second().max(1);
+    Some(Duration::from_secs_f64(busy as f64 / hz as f64))
 }
 
 /// The 1-minute load average.
