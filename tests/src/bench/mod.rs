@@ -227,7 +227,16 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(2));
         }
     };
-    raise_fd_limit();
+    if let Some(limit) = raise_fd_limit()
+        && u64::from(cfg.nodes) * 2 + 1000 > limit
+    {
+        eprintln!(
+            "csivol-bench: warning: {} nodes need about {} open files on each side, but the limit is {limit}; \
+             the server may refuse connections when many nodes reconnect at once (raise the hard limit, `ulimit -Hn`, which needs CAP_SYS_RESOURCE)",
+            cfg.nodes,
+            u64::from(cfg.nodes) * 2 + 1000
+        );
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -268,20 +277,30 @@ async fn interrupted() {
     }
 }
 
-/// Thousands of simulated nodes hold a connection each, on both sides: lift the soft limit
-/// on open files to the hard one (the server inherits it).
-fn raise_fd_limit() {
-    use rustix::process::{Resource, getrlimit, setrlimit};
+/// Open files the run wants: every node holds two connections to the server (its blocking
+/// query and its heartbeats and reports), on both sides. The server inherits the limit, as
+/// it would get a `LimitNOFILE=` from its service manager.
+const WANTED_FILES: u64 = 65_536;
+
+/// Lifts the limit on open files: to [`WANTED_FILES`] where allowed (root), else to the hard
+/// limit. Returns the limit in force.
+fn raise_fd_limit() -> Option<u64> {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
     let limit = getrlimit(Resource::Nofile);
-    if limit.maximum != limit.current {
+    let wanted = Rlimit {
+        current: Some(WANTED_FILES.max(limit.maximum.unwrap_or(0))),
+        maximum: Some(WANTED_FILES.max(limit.maximum.unwrap_or(0))),
+    };
+    if limit.maximum.is_some() && setrlimit(Resource::Nofile, wanted).is_err() {
         let _ = setrlimit(
             Resource::Nofile,
-            rustix::process::Rlimit {
+            Rlimit {
                 current: limit.maximum,
                 maximum: limit.maximum,
             },
         );
     }
+    getrlimit(Resource::Nofile).current
 }
 
 /// Talk on stderr: what the run is doing, with the time since it started.
@@ -758,6 +777,16 @@ fn check_nodes(
             }
         }
         errors.extend(sims.errors());
+    }
+    let refused = run.server.log_count("Too many open files");
+    if refused > 0 {
+        errors.push(format!(
+            "the server could not accept connections {refused} time(s): too many open files \
+             (limit {}; each node holds about two connections)",
+            rustix::process::getrlimit(rustix::process::Resource::Nofile)
+                .current
+                .map_or("unknown".to_owned(), |l| l.to_string())
+        ));
     }
     if let Some(status) = run.server.proc.exited() {
         errors.push(format!(

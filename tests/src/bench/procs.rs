@@ -184,6 +184,15 @@ impl Server {
     pub fn log_tail(&self) -> String {
         tail(&self.log, 20)
     }
+
+    /// Lines of the server's log (over restarts) that contain `what`.
+    pub fn log_count(&self, what: &str) -> usize {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains(what))
+            .count()
+    }
 }
 
 /// A `csivol-hostpath` plugin serving on a unix socket.
