@@ -182,7 +182,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     // that is what a node failure looks like. Ctrl-C stops everything.
     let watch = watch_children(&mut children, &dir);
     tokio::select! {
-        () = shutdown_signal() => {}
+        () = crate::shutdown_signal() => {}
         () = watch => {}
     }
     eprintln!("stopping: agents, plugins, server; unmounting what dev mode mounted");
@@ -270,23 +270,15 @@ async fn stop(children: &mut Vec<(String, Child)>, dir: &Path) {
         }
     }
     children.clear();
-    let mut mounts = mounts_under(dir);
+    let mut mounts: Vec<PathBuf> = crate::node::mounts::mount_points()
+        .map(|all| all.into_iter().filter(|m| m.starts_with(dir)).collect())
+        .unwrap_or_default();
     mounts.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
     for m in mounts {
         if let Err(e) = rustix::mount::unmount(&m, rustix::mount::UnmountFlags::DETACH) {
             eprintln!("failed to unmount {}: {e}", m.display());
         }
     }
-}
-
-fn mounts_under(root: &Path) -> Vec<PathBuf> {
-    let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    table
-        .lines()
-        .filter_map(|line| line.split(' ').nth(4))
-        .map(|p| PathBuf::from(p.replace("\\040", " ")))
-        .filter(|p| p.starts_with(root))
-        .collect()
 }
 
 fn write_private(path: &Path, content: &str) -> anyhow::Result<()> {
@@ -360,20 +352,6 @@ fn print_banner(
         token.display(),
         dir.display()
     );
-}
-
-async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
-    }
 }
 
 /// The few API calls dev mode makes of its own server.

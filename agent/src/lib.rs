@@ -4,3 +4,20 @@
 pub mod dev;
 pub mod node;
 pub mod server;
+
+/// Completes on SIGTERM or SIGINT: how the server, the node agent and dev mode are asked to
+/// stop. Without signal handlers (which should not happen) it never completes, and the
+/// process still stops when killed.
+pub async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}

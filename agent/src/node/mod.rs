@@ -16,7 +16,7 @@
 mod client;
 pub mod config;
 pub mod core;
-mod mounts;
+pub mod mounts;
 pub mod plan;
 pub mod plugin;
 mod session;
@@ -103,22 +103,8 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
         core,
         reports,
         settings.fence_after,
-        shutdown_signal(),
+        crate::shutdown_signal(),
     )
     .await;
     Ok(())
-}
-
-async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
-    }
 }

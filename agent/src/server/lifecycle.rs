@@ -1221,11 +1221,7 @@ pub fn mark_lost(
             "server",
             format!(
                 "blocked: node {node} lost (claims: {})",
-                if allocs.is_empty() {
-                    "none".to_owned()
-                } else {
-                    allocs.join(", ")
-                }
+                list_or(&allocs, "none")
             ),
         )?;
     }
@@ -1233,6 +1229,18 @@ pub fn mark_lost(
         schedule_ops(ctx, &p, limits)?;
     }
     Ok(())
+}
+
+/// `a, b, c`, or `empty` when there is nothing to list.
+fn list_or<S: AsRef<str>>(items: &[S], empty: &str) -> String {
+    if items.is_empty() {
+        return empty.to_owned();
+    }
+    items
+        .iter()
+        .map(AsRef::as_ref)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn format_error(e: &PluginError) -> String {
@@ -1515,11 +1523,7 @@ pub fn apply_reports(
                     format!(
                         "node fenced itself at {} after losing the server: took down {}",
                         time(at_ms as i64),
-                        if volumes.is_empty() {
-                            "nothing".to_owned()
-                        } else {
-                            volumes.join(", ")
-                        }
+                        list_or(&volumes, "nothing")
                     ),
                 )?;
             }
