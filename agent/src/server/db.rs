@@ -13,7 +13,8 @@ use super::error::{ApiError, ApiResult};
 use super::watch::{Hub, Key};
 
 /// Schema migrations, in order; the database's `user_version` is how many were applied.
-const MIGRATIONS: &[&str] = &[r#"
+const MIGRATIONS: &[&str] = &[
+    r#"
 CREATE TABLE meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
 INSERT INTO meta (key, value) VALUES ('index', 1);
 
@@ -128,7 +129,14 @@ CREATE TABLE events (
 );
 CREATE INDEX events_volume ON events (volume);
 CREATE INDEX events_node ON events (node);
-"#];
+"#,
+    r#"
+-- Whether a plugin needs ControllerPublish is asked for every claim; answer it from an
+-- index instead of every node's row.
+CREATE INDEX node_plugins_caps ON node_plugins (plugin, controller, controller_publish, controller_service);
+CREATE INDEX events_alloc ON events (alloc);
+"#,
+];
 
 /// The current time in unix milliseconds.
 pub fn now_ms() -> i64 {
@@ -393,6 +401,34 @@ mod tests {
         drop(conn);
         let err = open(&path).unwrap_err().to_string();
         assert!(err.contains("schema version 99"), "{err}");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn migrates_an_older_schema_keeping_its_data() {
+        let dir = tempfile_dir();
+        let path = dir.join("state.db");
+        {
+            let conn = Connection::open(&path).unwrap();
+            conn.execute_batch(MIGRATIONS[0]).unwrap();
+            conn.pragma_update(None, "user_version", 1).unwrap();
+            conn.execute("UPDATE meta SET value = 42 WHERE key = 'index'", [])
+                .unwrap();
+        }
+        let (conn, index) = open(&path).unwrap();
+        assert_eq!(index, 42, "data kept");
+        let version: i64 = conn
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .unwrap();
+        assert_eq!(version, MIGRATIONS.len() as i64);
+        let has_index: bool = conn
+            .query_row(
+                "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE name = 'node_plugins_caps')",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert!(has_index);
         std::fs::remove_dir_all(dir).unwrap();
     }
 

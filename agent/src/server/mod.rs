@@ -208,7 +208,9 @@ impl Server {
             tokio::spawn(schedule_due_ops(self.app.clone())),
             tokio::spawn(prune_events(self.app.clone())),
         ];
-        let router = http::router(self.app);
+        // A make-service clones the router per connection; a bare Router would be rebuilt
+        // (with_state) for each one, which costs memory per connected node.
+        let router = http::router(self.app).into_make_service();
         let served = axum::serve(self.listener, router)
             .with_graceful_shutdown(shutdown)
             .await;

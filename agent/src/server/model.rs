@@ -385,21 +385,27 @@ impl NodePluginRow {
 /// but the plugin announces a controller service (claims then wait for a host).
 pub fn needs_controller_publish(conn: &Connection, plugin: &str) -> ApiResult<bool> {
     let mut stmt = conn.prepare_cached(
-        "SELECT MAX(CASE WHEN controller = 1 THEN controller_publish END), MAX(controller_service) \
-         FROM node_plugins WHERE plugin = ?1",
+        // Three index probes (node_plugins_caps), whatever the number of nodes.
+        "SELECT EXISTS (SELECT 1 FROM node_plugins WHERE plugin = ?1 AND controller = 1), \
+                EXISTS (SELECT 1 FROM node_plugins WHERE plugin = ?1 AND controller = 1 AND controller_publish = 1), \
+                EXISTS (SELECT 1 FROM node_plugins WHERE plugin = ?1 AND controller_service = 1)",
     )?;
-    let (hosted, service): (Option<bool>, Option<bool>) =
-        stmt.query_row([plugin], |r| Ok((r.get(0)?, r.get(1)?)))?;
-    Ok(hosted.unwrap_or(service.unwrap_or(false)))
+    let (hosted, publish, service): (bool, bool, bool) =
+        stmt.query_row([plugin], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+    Ok(if hosted { publish } else { service })
 }
 
 /// How many volumes of `plugin` occupy a slot on `node`: attached there (detaching ones
 /// included) or claimed there.
 pub fn slots_used(conn: &Connection, node: &str, plugin: &str) -> ApiResult<u32> {
     let mut stmt = conn.prepare_cached(
+        // From the node's few attachments and claims to their volumes by primary key: a join
+        // the other way scans every volume of the plugin, which grows with the inventory.
         "SELECT count(*) FROM ( \
-           SELECT a.volume FROM attachments a JOIN volumes v ON v.name = a.volume WHERE a.node = ?1 AND v.plugin = ?2 \
-           UNION SELECT c.volume FROM claims c JOIN volumes v ON v.name = c.volume WHERE c.node = ?1 AND v.plugin = ?2)",
+           SELECT a.volume FROM attachments a WHERE a.node = ?1 \
+             AND (SELECT plugin FROM volumes WHERE name = a.volume) = ?2 \
+           UNION SELECT c.volume FROM claims c WHERE c.node = ?1 \
+             AND (SELECT plugin FROM volumes WHERE name = c.volume) = ?2)",
     )?;
     Ok(stmt.query_row(params![node, plugin], |r| r.get(0))?)
 }
