@@ -20,6 +20,8 @@ struct InFlight {
     volume: String,
     alloc: String,
     progress: Progress,
+    /// Why the cycle failed, when it failed before the server was killed.
+    error: Option<String>,
 }
 
 /// Runs the clients for `before`, kills the server, restarts it and checks the claims.
@@ -61,19 +63,23 @@ pub async fn run(
                     &mut progress,
                 )
                 .await;
-                if let Outcome::Done(_) = outcome {
-                    cycles.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    continue;
-                }
-                // The server went away under this cycle: remember how far it got.
+                let failure = match outcome {
+                    Outcome::Done(_) => {
+                        cycles.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        continue;
+                    }
+                    Outcome::NotAcknowledged(e) | Outcome::Lost(e) => e,
+                };
+                // The server goes away only after `stop`: a failure before it is an error
+                // of its own, which also ends this client.
+                let killed = stop.load(std::sync::atomic::Ordering::Relaxed);
                 left.lock().expect("lock").push(InFlight {
                     volume: volume.clone(),
                     alloc,
                     progress,
+                    error: (!killed).then_some(failure),
                 });
-                if stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    return;
-                }
+                return;
             }
         });
     }
@@ -105,6 +111,9 @@ pub async fn run(
     let mut gone_after_release = 0;
     let deadline = Instant::now() + timeout;
     for f in &left {
+        if let Some(e) = &f.error {
+            problems.push(format!("before the kill: {e}"));
+        }
         let path = format!("/v1/volumes/{}/claims/{}", f.volume, f.alloc);
         let found = load::watch(http, &path, 0).await?;
         let p = &f.progress;

@@ -624,8 +624,15 @@ async fn execute(cfg: &Config) -> anyhow::Result<Report> {
         if let Some(s) = &run.sims {
             s.set_quiet(true);
         }
+        // The node killed for the node-loss figure stays lost: claims there are refused.
+        let alive: Vec<String> = node_names
+            .iter()
+            .filter(|n| node_loss.as_ref().is_none_or(|l| l.node != **n))
+            .cloned()
+            .collect();
         let spec = LoadSpec {
             alloc_prefix: "kill".to_owned(),
+            nodes: Arc::new(alive),
             ..spec.clone()
         };
         let before = (a.duration / 4).clamp(Duration::from_millis(500), Duration::from_secs(3));
