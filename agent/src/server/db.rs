@@ -220,6 +220,8 @@ type Job = Box<dyn FnOnce(&mut WriteCtx<'_>) -> (bool, Finish) + Send>;
 pub struct Db {
     jobs: mpsc::UnboundedSender<Job>,
     readers: Arc<Mutex<Vec<Connection>>>,
+    /// Bounds concurrent reads, and so read connections and their page caches.
+    read_slots: Arc<tokio::sync::Semaphore>,
     path: PathBuf,
     pub hub: Arc<Hub>,
 }
@@ -229,6 +231,10 @@ impl std::fmt::Debug for Db {
         f.debug_struct("Db").field("path", &self.path).finish()
     }
 }
+
+/// Most reads running at once (each holds a read connection while it runs). Reads are
+/// short; more of them than cores only adds connections, threads and memory.
+const READERS: usize = 8;
 
 /// Most requests committed together in one transaction.
 const MAX_GROUP: usize = 512;
@@ -245,6 +251,7 @@ impl Db {
         Ok(Self {
             jobs,
             readers: Arc::new(Mutex::new(Vec::new())),
+            read_slots: Arc::new(tokio::sync::Semaphore::new(READERS)),
             path: path.to_owned(),
             hub,
         })
@@ -283,6 +290,10 @@ impl Db {
         T: Send + 'static,
         F: FnOnce(&Connection) -> ApiResult<T> + Send + 'static,
     {
+        let permit = Arc::clone(&self.read_slots)
+            .acquire_owned()
+            .await
+            .map_err(|_| ApiError::unavailable("the database is closing"))?;
         let readers = Arc::clone(&self.readers);
         let path = self.path.clone();
         tokio::task::spawn_blocking(move || {
@@ -306,6 +317,7 @@ impl Db {
                 r
             };
             readers.lock().unwrap_or_else(|e| e.into_inner()).push(conn);
+            drop(permit);
             result
         })
         .await
