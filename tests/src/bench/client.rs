@@ -9,6 +9,14 @@ use csivol_proto::api::INDEX_HEADER;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+/// Requests this process has sent (clients and simulated nodes together).
+static REQUESTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many requests this process has sent so far.
+pub fn requests_sent() -> u64 {
+    REQUESTS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// An answer: status, the `x-csivol-index` header (if any) and the raw body.
 #[derive(Debug)]
 pub struct Resp {
@@ -85,6 +93,7 @@ impl Http {
         path: &str,
         body: Option<&B>,
     ) -> anyhow::Result<Resp> {
+        REQUESTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut req = self
             .client
             .request(method.clone(), format!("{}{path}", self.base))

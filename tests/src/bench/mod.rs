@@ -551,6 +551,7 @@ async fn execute(cfg: &Config) -> anyhow::Result<Report> {
         ]
     };
     let cpu_before = cpu_now(run.server.pid());
+    let requests_before = client::requests_sent();
     say.say(format!(
         "load: {} clients for {}",
         a.concurrency,
@@ -558,6 +559,7 @@ async fn execute(cfg: &Config) -> anyhow::Result<Report> {
     ));
     let result = load::run(&http, &spec).await;
     let cpu_after = cpu_now(run.server.pid());
+    let requests = client::requests_sent() - requests_before;
     let cycles = result.samples.len() as u64;
     // What else ran on the machine during the load: all busy CPU time minus csivol's and
     // the benchmark's own.
@@ -718,6 +720,7 @@ async fn execute(cfg: &Config) -> anyhow::Result<Report> {
         server_writer_cpu_s_per_cycle: per_cycle(cpu_before[6], cpu_after[6]),
         server_writer_busy: delta(6).map(|d| d.as_secs_f64() / elapsed.max(f64::EPSILON)),
         bench_cpu_s_per_cycle: per_cycle(cpu_before[2], cpu_after[2]),
+        bench_requests_per_cycle: (cycles > 0).then(|| requests as f64 / cycles as f64),
         agents_cpu_s_per_cycle: run
             .full
             .is_some()

@@ -74,6 +74,9 @@ pub struct Report {
     pub plugins_cpu_s_per_cycle: Option<f64>,
     /// The benchmark's own CPU (clients, and simulated nodes in server mode) per cycle.
     pub bench_cpu_s_per_cycle: Option<f64>,
+    /// HTTP requests the benchmark sent per cycle: the clients', and in server mode the
+    /// simulated nodes' (heartbeats, blocking queries, reports) too.
+    pub bench_requests_per_cycle: Option<f64>,
 
     pub list_volumes_ms: Option<f64>,
     pub list_volumes_max_ms: Option<f64>,
@@ -297,6 +300,15 @@ impl Report {
             opt(self.agents_cpu_s_per_cycle.map(|v| v * 1000.0), " ms"),
             opt(self.plugins_cpu_s_per_cycle.map(|v| v * 1000.0), " ms"),
             opt(self.bench_cpu_s_per_cycle.map(|v| v * 1000.0), " ms"),
+        ));
+        line(format!(
+            "  HTTP requests          {} per cycle from the benchmark{}",
+            opt(self.bench_requests_per_cycle, ""),
+            if self.mode == "server" {
+                " (clients and simulated nodes)"
+            } else {
+                " (clients; the agents' are not counted)"
+            },
         ));
         line(format!(
             "  server's writer thread {} CPU per cycle, busy {} of the time",
