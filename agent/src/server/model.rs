@@ -385,7 +385,8 @@ impl NodePluginRow {
 /// but the plugin announces a controller service (claims then wait for a host).
 pub fn needs_controller_publish(conn: &Connection, plugin: &str) -> ApiResult<bool> {
     let mut stmt = conn.prepare_cached(
-        // Three index probes (node_plugins_caps), whatever the number of nodes.
+        // Three index probes (node_plugins_caps, node_plugins_service), whatever the number
+        // of nodes.
         "SELECT EXISTS (SELECT 1 FROM node_plugins WHERE plugin = ?1 AND controller = 1), \
                 EXISTS (SELECT 1 FROM node_plugins WHERE plugin = ?1 AND controller = 1 AND controller_publish = 1), \
                 EXISTS (SELECT 1 FROM node_plugins WHERE plugin = ?1 AND controller_service = 1)",
