@@ -40,6 +40,14 @@ pub struct App {
 }
 
 impl App {
+    /// Authenticates an operator; returns how the event log names them and the limits a
+    /// write needs.
+    fn operator(&self, headers: &HeaderMap) -> ApiResult<(String, Limits)> {
+        let caller = self.caller(headers)?;
+        caller.require_operator()?;
+        Ok((caller.actor(), self.limits.clone()))
+    }
+
     fn caller(&self, headers: &HeaderMap) -> ApiResult<Caller> {
         let header = headers
             .get(axum::http::header::AUTHORIZATION)
@@ -179,9 +187,7 @@ async fn create_token(
     headers: HeaderMap,
     Body(req): Body<TokenRequest>,
 ) -> ApiResult<Response> {
-    let caller = app.caller(&headers)?;
-    caller.require_operator()?;
-    let actor = caller.actor();
+    let (actor, _) = app.operator(&headers)?;
     let resp = app
         .db
         .write(move |ctx| {
@@ -264,9 +270,7 @@ async fn put_volume(
     Path(volume): Path<String>,
     Body(spec): Body<VolumeSpec>,
 ) -> ApiResult<Response> {
-    let caller = app.caller(&headers)?;
-    caller.require_operator()?;
-    let actor = caller.actor();
+    let (actor, _) = app.operator(&headers)?;
     let (v, changed) = app
         .db
         .write(move |ctx| lifecycle::register_volume(ctx, &volume, spec, &actor))
@@ -285,10 +289,7 @@ async fn create_volume(
     Path(volume): Path<String>,
     Body(spec): Body<CreateVolumeSpec>,
 ) -> ApiResult<Response> {
-    let caller = app.caller(&headers)?;
-    caller.require_operator()?;
-    let actor = caller.actor();
-    let limits = app.limits.clone();
+    let (actor, limits) = app.operator(&headers)?;
     let (v, started) = app
         .db
         .write(move |ctx| lifecycle::create_volume(ctx, &volume, spec, &actor, &limits))
@@ -314,11 +315,8 @@ async fn delete_volume(
     Path(volume): Path<String>,
     Q(q): Q<DeleteVolumeQuery>,
 ) -> ApiResult<Response> {
-    let caller = app.caller(&headers)?;
-    caller.require_operator()?;
+    let (actor, limits) = app.operator(&headers)?;
     name("volume", &volume)?;
-    let actor = caller.actor();
-    let limits = app.limits.clone();
     let v = app
         .db
         .write(move |ctx| lifecycle::deregister_volume(ctx, &volume, q.delete, &actor, &limits))
@@ -335,8 +333,7 @@ async fn post_claim(
     Path(volume): Path<String>,
     Body(req): Body<ClaimRequest>,
 ) -> ApiResult<Response> {
-    let caller = app.caller(&headers)?;
-    caller.require_operator()?;
+    let (actor, limits) = app.operator(&headers)?;
     if req.dry_run {
         let answer = app
             .db
@@ -373,8 +370,6 @@ async fn post_claim(
             .await?;
         return Ok(Json(answer).into_response());
     }
-    let actor = caller.actor();
-    let limits = app.limits.clone();
     let (claim, new) = app
         .db
         .write(move |ctx| lifecycle::create_claim(ctx, &volume, &req, &actor, &limits))
@@ -421,11 +416,9 @@ async fn delete_claim(
     headers: HeaderMap,
     Path((volume, alloc)): Path<(String, String)>,
 ) -> ApiResult<Response> {
-    let caller = app.caller(&headers)?;
-    caller.require_operator()?;
+    let (actor, _) = app.operator(&headers)?;
     name("volume", &volume)?;
     name("alloc", &alloc)?;
-    let actor = caller.actor();
     let claim = app
         .db
         .write(move |ctx| lifecycle::release_claim(ctx, &volume, &alloc, &actor))
@@ -449,12 +442,9 @@ async fn unblock_volume(
     Path(volume): Path<String>,
     Body(req): Body<UnblockRequest>,
 ) -> ApiResult<Json<api::ActionPlan>> {
-    let caller = app.caller(&headers)?;
-    caller.require_operator()?;
+    let (actor, limits) = app.operator(&headers)?;
     name("volume", &volume)?;
     reason(&req.reason)?;
-    let actor = caller.actor();
-    let limits = app.limits.clone();
     let plan = app
         .db
         .write(move |ctx| {
@@ -478,13 +468,10 @@ async fn detach(
     Path(volume): Path<String>,
     Body(req): Body<DetachRequest>,
 ) -> ApiResult<Json<api::ActionPlan>> {
-    let caller = app.caller(&headers)?;
-    caller.require_operator()?;
+    let (actor, limits) = app.operator(&headers)?;
     name("volume", &volume)?;
     name("node", &req.node)?;
     reason(&req.reason)?;
-    let actor = caller.actor();
-    let limits = app.limits.clone();
     let plan = app
         .db
         .write(move |ctx| lifecycle::detach(ctx, &volume, &req, &actor, &limits))
@@ -498,12 +485,9 @@ async fn unblock_node(
     Path(node): Path<String>,
     Body(req): Body<NodeUnblockRequest>,
 ) -> ApiResult<Json<api::ActionPlan>> {
-    let caller = app.caller(&headers)?;
-    caller.require_operator()?;
+    let (actor, limits) = app.operator(&headers)?;
     name("node", &node)?;
     reason(&req.reason)?;
-    let actor = caller.actor();
-    let limits = app.limits.clone();
     let plan = app
         .db
         .write(move |ctx| {
