@@ -397,6 +397,19 @@ impl FakeAgent {
         body
     }
 
+    /// Heartbeats every 200 ms until the returned guard is dropped, so the node stays
+    /// ready while a test lets another one be lost.
+    pub fn keep_alive(&self) -> KeepAlive {
+        let api = self.api.clone();
+        let path = format!("/v1/nodes/{}/heartbeat", self.node);
+        KeepAlive(tokio::spawn(async move {
+            loop {
+                api.post(&path, json!({})).await;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }))
+    }
+
     pub async fn heartbeat(&self) -> Value {
         let (status, body) = self
             .api
@@ -442,5 +455,15 @@ impl FakeAgent {
             },
         )
         .await
+    }
+}
+
+/// Stops a [`FakeAgent::keep_alive`] heartbeat loop when dropped.
+#[derive(Debug)]
+pub struct KeepAlive(tokio::task::JoinHandle<()>);
+
+impl Drop for KeepAlive {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }

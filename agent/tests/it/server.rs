@@ -12,6 +12,14 @@ fn start(dir: &TestDir, extra: &[&str]) -> ServerProc {
     ServerProc::start(&dir.join("server"), extra)
 }
 
+async fn wait_volume_state(api: &Api, volume: &str, state: &str) {
+    eventually(&format!("{volume} {state}"), WAIT, || async {
+        let (_, v) = api.get(&format!("/v1/volumes/{volume}")).await;
+        (v["state"] == state).then_some(())
+    })
+    .await;
+}
+
 async fn register_volume(api: &Api, name: &str, mode: &str) {
     let (status, body) = api
         .put(
@@ -403,20 +411,8 @@ async fn lost_node_blocks_and_comes_back() {
     make_ready(&api, &n1, &n2, "w", "b1").await;
 
     // n1 keeps heartbeating, n2 stops: n2 is lost and its volumes blocked.
-    let beating = {
-        let api = n1.api.clone();
-        tokio::spawn(async move {
-            loop {
-                api.post("/v1/nodes/n1/heartbeat", json!({})).await;
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-        })
-    };
-    eventually("v blocked", WAIT, || async {
-        let (_, v) = api.get("/v1/volumes/v").await;
-        (v["state"] == "blocked").then_some(())
-    })
-    .await;
+    let _beating = n1.keep_alive();
+    wait_volume_state(&api, "v", "blocked").await;
     let (_, node) = api.get("/v1/nodes/n2").await;
     assert_eq!(node["status"], "lost");
     assert!(node["lost_at"].is_string());
@@ -478,7 +474,6 @@ async fn lost_node_blocks_and_comes_back() {
         "{text}"
     );
     assert!(text.contains("blocked claim released"), "{text}");
-    beating.abort();
 }
 
 #[tokio::test]
@@ -492,20 +487,8 @@ async fn unblock_and_detach_are_explicit_and_recorded() {
     n2.register(0, false, json!([])).await;
     register_volume(&api, "v", "single-node-writer").await;
     make_ready(&api, &host, &n2, "v", "a1").await;
-    let beating = {
-        let api = host.api.clone();
-        tokio::spawn(async move {
-            loop {
-                api.post("/v1/nodes/host/heartbeat", json!({})).await;
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-        })
-    };
-    eventually("v blocked", WAIT, || async {
-        let (_, v) = api.get("/v1/volumes/v").await;
-        (v["state"] == "blocked").then_some(())
-    })
-    .await;
+    let _beating = host.keep_alive();
+    wait_volume_state(&api, "v", "blocked").await;
 
     let (status, body) = api
         .post("/v1/volumes/v/detach", json!({"node": "n2", "reason": "x"}))
@@ -625,7 +608,6 @@ async fn unblock_and_detach_are_explicit_and_recorded() {
         )
         .await;
     assert_eq!(status, 409, "--force is for lost nodes only");
-    beating.abort();
 }
 
 #[tokio::test]
