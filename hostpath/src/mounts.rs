@@ -2,7 +2,9 @@
 
 use std::fs;
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::Path;
+
+use csivol_proto::mountinfo::MountTable;
 
 use rustix::mount::{MountFlags, UnmountFlags, mount_bind, mount_remount, unmount};
 
@@ -72,54 +74,5 @@ impl MountMode {
 
 /// Whether `path` is a mount point, from `/proc/self/mountinfo`.
 pub fn is_mount_point(path: &Path) -> io::Result<bool> {
-    let Ok(path) = path.canonicalize() else {
-        return Ok(false);
-    };
-    Ok(mount_points()?.contains(&path))
-}
-
-/// Every mount point of this process's mount namespace.
-pub fn mount_points() -> io::Result<Vec<PathBuf>> {
-    let table = fs::read_to_string("/proc/self/mountinfo")?;
-    Ok(table
-        .lines()
-        .filter_map(|line| line.split(' ').nth(4))
-        .map(unescape)
-        .collect())
-}
-
-/// Decodes the octal escapes (`\040` for a space) the kernel writes in mountinfo paths.
-fn unescape(field: &str) -> PathBuf {
-    let bytes = field.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'\\'
-            && i + 3 < bytes.len()
-            && bytes[i + 1..i + 4]
-                .iter()
-                .all(|b| (b'0'..=b'7').contains(b))
-        {
-            let n = (bytes[i + 1] - b'0') * 64 + (bytes[i + 2] - b'0') * 8 + (bytes[i + 3] - b'0');
-            out.push(n);
-            i += 4;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    use std::os::unix::ffi::OsStringExt;
-    PathBuf::from(std::ffi::OsString::from_vec(out))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn unescapes_mountinfo_paths() {
-        assert_eq!(unescape("/a\\040b"), PathBuf::from("/a b"));
-        assert_eq!(unescape("/plain"), PathBuf::from("/plain"));
-        assert_eq!(unescape("/end\\04"), PathBuf::from("/end\\04"));
-    }
+    Ok(MountTable::read()?.is_mount_point(path))
 }
