@@ -67,6 +67,11 @@ pub struct Args {
     /// Delay calls: `RPC=DURATION`, e.g. `NodePublishVolume=2s`. Repeatable.
     #[arg(long = "delay", value_name = "RPC=DURATION")]
     pub delay: Vec<DelaySpec>,
+    /// A fault: answer NodePublishVolume with success without mounting anything or
+    /// creating the target, as some test drivers do. The caller must not take that for a
+    /// ready volume.
+    #[arg(long)]
+    pub publish_without_mount: bool,
 }
 
 /// Serves the plugin until SIGTERM or SIGINT.
@@ -95,6 +100,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         controller_publish: !args.no_controller,
         max_volumes_per_node: args.max_volumes_per_node,
         fsync: !args.no_fsync,
+        publish_without_mount: args.publish_without_mount,
     };
     let plugin = Plugin::new(
         cfg,

@@ -37,6 +37,8 @@ pub struct Config {
     pub controller_publish: bool,
     pub max_volumes_per_node: u32,
     pub fsync: bool,
+    /// `--publish-without-mount`: NodePublishVolume succeeds and does nothing.
+    pub publish_without_mount: bool,
 }
 
 /// State shared by the three services.
@@ -46,6 +48,9 @@ pub struct Plugin {
     backend: Backend,
     node: Mutex<NodeState>,
     node_state_path: PathBuf,
+    /// `<state-dir>/abnormal/<volume-id>`: a test writes a message there to make the
+    /// volume's VOLUME_CONDITION abnormal with it (fault injection for conditions).
+    abnormal_dir: PathBuf,
     faults: Faults,
     calls: CallLog,
 }
@@ -71,6 +76,7 @@ impl Plugin {
             backend,
             node: Mutex::new(node),
             node_state_path,
+            abnormal_dir: state_dir.join("abnormal"),
             faults,
             calls,
         })
@@ -945,6 +951,24 @@ impl Plugin {
         let source = if self.cfg.stage {
             let staging = require_path(&req.staging_target_path, "staging_target_path")?;
             match state.stagings.get(&volume.id) {
+                // A staging unmounted behind the plugin's back (a crash, an operator's
+                // umount) must not be bound to the target: that would publish an empty
+                // local directory instead of the volume.
+                Some(s)
+                    if s.path == staging
+                        && !self
+                            .cfg
+                            .mount
+                            .is_attached(&staging)
+                            .map_err(|e| internal(e, "read the mount table"))? =>
+                {
+                    return Err(Status::failed_precondition(format!(
+                        "volume `{}` is recorded as staged at {}, but nothing is mounted there; \
+                         call NodeStageVolume again",
+                        volume.id,
+                        staging.display()
+                    )));
+                }
                 Some(s) if s.path == staging => staging,
                 Some(s) => {
                     return Err(Status::failed_precondition(format!(
@@ -989,6 +1013,9 @@ impl Plugin {
                 volume.id,
                 other.display()
             )));
+        }
+        if self.cfg.publish_without_mount {
+            return Ok(csi::NodePublishVolumeResponse {});
         }
         let parent = target.parent().unwrap_or(Path::new("/"));
         if !parent.is_dir() {
@@ -1101,14 +1128,22 @@ impl Plugin {
                 ),
                 usage(csi::volume_usage::Unit::Inodes, 1, fs.f_files, fs.f_favail),
             ],
-            volume_condition: Some(csi::VolumeCondition {
-                abnormal: !attached,
-                message: if attached {
-                    "mounted".into()
-                } else {
-                    format!("{} is not mounted", path.display())
+            volume_condition: Some(
+                match std::fs::read_to_string(self.abnormal_dir.join(&req.volume_id)) {
+                    Ok(injected) => csi::VolumeCondition {
+                        abnormal: true,
+                        message: injected.trim().to_owned(),
+                    },
+                    Err(_) if !attached => csi::VolumeCondition {
+                        abnormal: true,
+                        message: format!("{} is not mounted", path.display()),
+                    },
+                    Err(_) => csi::VolumeCondition {
+                        abnormal: false,
+                        message: "mounted".into(),
+                    },
                 },
-            }),
+            ),
         })
     }
 }
