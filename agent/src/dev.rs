@@ -129,6 +129,9 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
                 format!("--token-file={}", node_token.display()),
                 format!("--plugin={DEV_PLUGIN}={endpoint}"),
                 format!("--controller={DEV_PLUGIN}={endpoint}"),
+                // Ctrl-C takes each node down through its plugin, so that a resumed dev
+                // cluster finds records and mounts that agree.
+                "--take-down-on-stop".to_owned(),
             ]);
             if mount == "none" {
                 agent.arg("--ready-check=exists");
@@ -185,7 +188,10 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         () = crate::shutdown_signal() => {}
         () = watch => {}
     }
-    eprintln!("stopping: agents, plugins, server; unmounting what dev mode mounted");
+    eprintln!(
+        "stopping: each agent takes its volumes down through its plugin, then the plugins and \
+         the server stop (Ctrl-C again to force)"
+    );
     stop(&mut children, &dir).await;
     let _ = stop_server.send(());
     serving.await.context("server task failed")??;
@@ -214,9 +220,12 @@ fn spawn(mut cmd: Command, log: &Path, pid_file: &Path) -> anyhow::Result<Child>
         .append(true)
         .open(log)?;
     let err = out.try_clone()?;
+    // A process group of its own: a Ctrl-C in the terminal reaches dev mode only, which
+    // stops the children in order (a plugin must outlive its agent's take-down).
     cmd.stdin(Stdio::null())
         .stdout(out)
         .stderr(err)
+        .process_group(0)
         .kill_on_drop(true);
     let child = cmd
         .spawn()
@@ -250,23 +259,39 @@ async fn watch_children(children: &mut [(String, Child)], dir: &Path) {
     }
 }
 
-/// Stops agents first (they must not see their plugin vanish mid-call), then plugins, then
-/// undoes every mount below `dir`: dev mode leaves nothing mounted behind.
+/// How long an agent may take to take its node down (its own bound is 60s).
+const AGENT_STOP_TIME: Duration = Duration::from_secs(75);
+
+/// Stops agents first, each taking its node down through its plugin (they must not see
+/// their plugin vanish mid-call), then plugins. A second Ctrl-C (or an agent past its
+/// time) forces: the rest are killed. Whatever is still mounted below `dir` afterwards was
+/// left behind by a forced stop: it is unmounted, and said, so dev mode leaves nothing
+/// mounted behind.
 async fn stop(children: &mut Vec<(String, Child)>, dir: &Path) {
+    let mut forced = false;
     for pass in ["agent", "plugin"] {
-        for (name, child) in children.iter_mut().filter(|(n, _)| n.ends_with(pass)) {
+        for (_, child) in children.iter_mut().filter(|(n, _)| n.ends_with(pass)) {
             if let Some(pid) = child.id()
                 && let Some(pid) = rustix::process::Pid::from_raw(pid as i32)
             {
                 let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
             }
-            if tokio::time::timeout(Duration::from_secs(10), child.wait())
-                .await
-                .is_err()
-            {
-                eprintln!("{name} did not stop within 10s; killing it");
-                let _ = child.kill().await;
+        }
+        for (name, child) in children.iter_mut().filter(|(n, _)| n.ends_with(pass)) {
+            if !forced {
+                tokio::select! {
+                    r = tokio::time::timeout(AGENT_STOP_TIME, child.wait()) => {
+                        if r.is_err() {
+                            eprintln!("{name} did not stop within {}s; killing it", AGENT_STOP_TIME.as_secs());
+                        }
+                    }
+                    () = crate::shutdown_signal() => {
+                        eprintln!("forced: killing what is left");
+                        forced = true;
+                    }
+                }
             }
+            let _ = child.kill().await;
         }
     }
     children.clear();
@@ -275,6 +300,10 @@ async fn stop(children: &mut Vec<(String, Child)>, dir: &Path) {
         .unwrap_or_default();
     mounts.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
     for m in mounts {
+        eprintln!(
+            "{} was left mounted (a forced stop); unmounting it: the agent will find it gone and stage or publish it again",
+            m.display()
+        );
         if let Err(e) = rustix::mount::unmount(&m, rustix::mount::UnmountFlags::DETACH) {
             eprintln!("failed to unmount {}: {e}", m.display());
         }
@@ -348,7 +377,7 @@ fn print_banner(
          csivol release demo-data --alloc job-1 --wait\n  \
          csivol events\n\n\
          To see a node fail: kill -9 $(cat {}/node-{nodes}/agent.pid)\n\n\
-         Ctrl-C stops everything and unmounts what was mounted; run again to resume.",
+         Ctrl-C takes every node's volumes down through its plugin and stops; run again to resume.",
         token.display(),
         dir.display()
     );

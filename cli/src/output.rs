@@ -271,6 +271,21 @@ pub fn age(ts: &str) -> String {
     short_duration(d)
 }
 
+/// What a claim waits for on its node and how long it has waited, e.g. `published; waiting
+/// for the target to be mounted from the volume: ...: 20s of 2m`.
+pub fn waiting(w: &csivol_proto::api::ClaimWaiting) -> String {
+    let waited = humantime::parse_rfc3339_weak(&w.since)
+        .ok()
+        .and_then(|t| SystemTime::now().duration_since(t).ok())
+        .unwrap_or_default();
+    format!(
+        "{}: {} of {}",
+        w.reason,
+        short_duration(waited),
+        short_duration(Duration::from_millis(w.timeout_ms))
+    )
+}
+
 pub fn short_duration(d: Duration) -> String {
     let s = d.as_secs();
     let (big, small) = match s {

@@ -159,7 +159,7 @@ pub fn volume(out: &Out, v: &Volume) -> anyhow::Result<()> {
                 comfy_table::Cell::new(c.mode),
                 out.state_cell(c.state.as_str()),
                 comfy_table::Cell::new(or_dash(c.target_path.as_deref())),
-                comfy_table::Cell::new(or_dash(c.error.as_deref())),
+                comfy_table::Cell::new(claim_trouble(c)),
                 comfy_table::Cell::new(or_dash(c.next_retry_at.as_deref())),
                 comfy_table::Cell::new(age(&c.created_at)),
             ]);
@@ -167,6 +167,22 @@ pub fn volume(out: &Out, v: &Volume) -> anyhow::Result<()> {
         out.print_table(t)?;
     }
     Ok(())
+}
+
+/// A claim's last error, what it waits for on its node, and an abnormal volume condition.
+fn claim_trouble(c: &Claim) -> String {
+    let mut parts: Vec<String> = c.error.iter().cloned().collect();
+    if let Some(w) = &c.waiting {
+        parts.push(format!("waiting: {}", crate::output::waiting(w)));
+    }
+    if let Some(cond) = &c.condition {
+        parts.push(format!("abnormal: {cond}"));
+    }
+    if parts.is_empty() {
+        "-".to_owned()
+    } else {
+        parts.join("; ")
+    }
 }
 
 pub fn claim(out: &Out, c: &Claim) -> anyhow::Result<()> {
@@ -182,6 +198,12 @@ pub fn claim(out: &Out, c: &Claim) -> anyhow::Result<()> {
     }
     if let Some(t) = &c.next_retry_at {
         rows.push(("next retry", t.clone()));
+    }
+    if let Some(w) = &c.waiting {
+        rows.push(("waiting", crate::output::waiting(w)));
+    }
+    if let Some(cond) = &c.condition {
+        rows.push(("condition", format!("abnormal: {cond}")));
     }
     rows.push(("created", c.created_at.clone()));
     record(out, &format!("claim of alloc {}", c.alloc), &rows)

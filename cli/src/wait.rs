@@ -54,11 +54,18 @@ pub fn describe_claim(c: &Claim) -> String {
         ClaimState::Failed => format!("failed: node {n} is cleaning up"),
         ClaimState::Blocked => format!("blocked: node {n} was lost"),
     };
-    match (&c.error, &c.next_retry_at) {
+    let mut what = match (&c.error, &c.next_retry_at) {
         (Some(e), Some(t)) => format!("{what}; waiting on retry at {t}: {e}"),
         (Some(e), None) => format!("{what}; last error: {e}"),
         _ => what,
+    };
+    if let Some(w) = &c.waiting {
+        what.push_str(&format!("; {}", crate::output::waiting(w)));
     }
+    if let Some(cond) = &c.condition {
+        what.push_str(&format!("; volume abnormal: {cond}"));
+    }
+    what
 }
 
 fn unblock_hint(volume: &str, node: &str) -> String {

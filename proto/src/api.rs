@@ -273,6 +273,24 @@ pub struct Claim {
     pub created_at: String,
     pub updated_at: String,
     pub index: u64,
+    /// What the claim waits for on its node, when the node said (e.g. the target to be
+    /// mounted from the volume), since when and for how long at most.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<ClaimWaiting>,
+    /// The plugin's abnormal VOLUME_CONDITION for the claim's volume on its node; absent
+    /// when the volume is normal or the plugin does not report conditions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub condition: Option<String>,
+}
+
+/// What a claim waits for on its node.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClaimWaiting {
+    pub reason: String,
+    /// RFC 3339.
+    pub since: String,
+    /// How long the node waits before it fails the claim.
+    pub timeout_ms: u64,
 }
 
 /// `POST /v1/volumes/{name}/claims`.
@@ -774,6 +792,28 @@ pub enum Report {
     /// Nothing of the volume is staged on the node (any more).
     Unstaged {
         volume: String,
+    },
+    /// A published claim's mount vanished or lost its backing (`reason`); the node is
+    /// publishing it again.
+    Drift {
+        volume: String,
+        alloc: String,
+        reason: String,
+    },
+    /// A claim waits on the node for `reason` since `since_ms`, at most `timeout_ms`.
+    Waiting {
+        volume: String,
+        alloc: String,
+        reason: String,
+        since_ms: u64,
+        timeout_ms: u64,
+    },
+    /// The plugin's VOLUME_CONDITION for a published claim, sent when it changes.
+    Condition {
+        volume: String,
+        alloc: String,
+        abnormal: bool,
+        message: String,
     },
     /// A node step failed.
     ClaimError {

@@ -65,6 +65,31 @@ pub enum ReadyCheck {
     Exists,
 }
 
+/// `--ready-check [ID=]CHECK`: the check for every plugin, or for the plugin `ID`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReadyCheckSetting {
+    pub plugin: Option<String>,
+    pub check: ReadyCheck,
+}
+
+impl FromStr for ReadyCheckSetting {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (plugin, check) = match s.split_once('=') {
+            Some((id, check)) => {
+                validate_name("plugin", id)?;
+                (Some(id.to_owned()), check)
+            }
+            None => (None, s),
+        };
+        let check = <ReadyCheck as clap::ValueEnum>::from_str(check, false).map_err(|_| {
+            format!("`{s}`: expected `mount`, `exists`, or ID=mount|exists for one plugin")
+        })?;
+        Ok(Self { plugin, check })
+    }
+}
+
 /// Exponential backoff with jitter for retried node calls and server requests.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Backoff {
@@ -114,7 +139,10 @@ pub struct CoreConfig {
     pub resync_interval: Duration,
     /// How long to wait at start for each plugin to answer Probe.
     pub plugin_wait_timeout: Duration,
+    /// The readiness check of plugins not in `plugin_ready_checks`.
     pub ready_check: ReadyCheck,
+    /// Per plugin id: a node may run plugins that mount and plugins that do not.
+    pub plugin_ready_checks: std::collections::BTreeMap<String, ReadyCheck>,
     pub retry: Backoff,
 }
 
@@ -132,8 +160,17 @@ impl CoreConfig {
             resync_interval: DEFAULT_RESYNC_INTERVAL,
             plugin_wait_timeout: DEFAULT_PLUGIN_WAIT_TIMEOUT,
             ready_check: ReadyCheck::Mount,
+            plugin_ready_checks: std::collections::BTreeMap::new(),
             retry: Backoff::default(),
         }
+    }
+
+    /// How the volumes of `plugin` are checked.
+    pub fn ready_check_of(&self, plugin: &str) -> ReadyCheck {
+        self.plugin_ready_checks
+            .get(plugin)
+            .copied()
+            .unwrap_or(self.ready_check)
     }
 }
 
@@ -162,6 +199,9 @@ struct FileConfig {
     #[serde(default, deserialize_with = "duration")]
     fence_after: Option<Duration>,
     ready_check: Option<ReadyCheck>,
+    /// Per plugin id, e.g. `[plugin_ready_checks]` / `hostpath = "exists"`.
+    #[serde(default)]
+    plugin_ready_checks: std::collections::BTreeMap<String, ReadyCheck>,
     node_concurrency: Option<usize>,
     controller_concurrency: Option<usize>,
     #[serde(default, deserialize_with = "duration")]
@@ -273,7 +313,22 @@ impl Settings {
         }
         let mut core = CoreConfig::new(data_dir, plugins);
         core.controllers = controllers;
-        core.ready_check = args.ready_check.or(file.ready_check).unwrap_or_default();
+        core.ready_check = file.ready_check.unwrap_or_default();
+        core.plugin_ready_checks = file.plugin_ready_checks;
+        for id in core.plugin_ready_checks.keys() {
+            validate_name("plugin", id).map_err(|e| {
+                ConfigError::Invalid(format!("{}: {e}", origin("plugin_ready_checks")))
+            })?;
+        }
+        // Flags win over the file, the per-plugin ones over the general one.
+        for s in &args.ready_check {
+            match &s.plugin {
+                Some(id) => {
+                    core.plugin_ready_checks.insert(id.clone(), s.check);
+                }
+                None => core.ready_check = s.check,
+            }
+        }
         let positive = |n: Option<usize>, what: &str, default: usize| match n {
             Some(0) => Err(ConfigError::Invalid(format!(
                 "{} must be at least 1",
@@ -400,12 +455,18 @@ fence_after = "5m"
 node_concurrency = 2
 volume_ready_timeout = "10s"
 ready_check = "exists"
+
+[plugin_ready_checks]
+b = "exists"
+c = "exists"
 "#,
         )
         .unwrap();
         let s = Settings::load(&args(&[
             "--config",
             file.to_str().unwrap(),
+            "--ready-check=a=exists",
+            "--ready-check=c=mount",
             "--node",
             "n-flag",
             "--plugin",
@@ -423,6 +484,13 @@ ready_check = "exists"
         assert_eq!(s.core.volume_ready_timeout, Duration::from_secs(10));
         assert_eq!(s.core.node_call_timeout, DEFAULT_NODE_CALL_TIMEOUT);
         assert_eq!(s.core.ready_check, ReadyCheck::Exists);
+        // Per plugin: the flag over the file over the general setting.
+        assert_eq!(s.core.ready_check_of("a"), ReadyCheck::Exists);
+        assert_eq!(s.core.ready_check_of("b"), ReadyCheck::Exists);
+        assert_eq!(s.core.ready_check_of("c"), ReadyCheck::Mount);
+        assert_eq!(s.core.ready_check_of("other"), ReadyCheck::Exists);
+        let err = "x=maybe".parse::<ReadyCheckSetting>().unwrap_err();
+        assert!(err.contains("expected `mount`, `exists`"), "{err}");
 
         std::fs::write(&file, "nodes = \"typo\"\n").unwrap();
         let err = Settings::load(&args(&["--config", file.to_str().unwrap()])).unwrap_err();

@@ -17,8 +17,8 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use tonic::Code;
 
-use super::config::CoreConfig;
-use super::mounts;
+use super::config::{CoreConfig, ReadyCheck};
+use super::mounts::{self, Checker};
 use super::plan::{self, Job, Memo, PublishStep, StageStep, VolumeDesired};
 use super::plugin::{CallError, ConnectError, NodePlugin, Plugins};
 use super::store::{
@@ -53,9 +53,46 @@ struct Shared {
     store: Store,
     staging_plugins: HashSet<String>,
     reports: mpsc::UnboundedSender<Report>,
+    /// The latest desired state, for workers: a readiness wait ends when its claim is
+    /// no longer wanted.
+    desired: watch::Receiver<Arc<DesiredState>>,
+    /// The last volume condition reported per published claim.
+    conditions: std::sync::Mutex<HashMap<ClaimRef, bool>>,
 }
 
 impl Shared {
+    /// One snapshot of the mount table, to check records against.
+    fn checker(&self) -> Result<Checker<'_>, StepError> {
+        Checker::read(&self.data_dir)
+            .map_err(|e| local("read the mount table for", &self.data_dir, e))
+    }
+
+    /// Whether a publication's target is mounted from its volume; why not otherwise.
+    fn check_publication(&self, c: &Checker<'_>, r: &PublicationRecord) -> Result<(), String> {
+        c.target(
+            self.cfg.ready_check_of(&r.plugin),
+            &r.volume,
+            &r.target,
+            r.staging.as_deref(),
+            r.block,
+        )
+    }
+
+    /// Whether a staging holds its volume; why not otherwise.
+    fn check_staging(&self, c: &Checker<'_>, s: &StagingRecord) -> Result<(), String> {
+        let block = self
+            .store
+            .publications_of(&s.volume)
+            .iter()
+            .any(|p| p.block);
+        c.staging(
+            self.cfg.ready_check_of(&s.plugin),
+            &s.volume,
+            &s.path,
+            block,
+        )
+    }
+
     fn report(&self, r: Report) {
         // Nobody listening means the agent is stopping; the report is rebuilt from actual
         // state at the next start.
@@ -76,6 +113,7 @@ enum Control {
     Unfence,
     Resync,
     Idle(tokio::sync::oneshot::Sender<()>),
+    TakeDown(tokio::sync::oneshot::Sender<()>),
 }
 
 /// A running core. Dropping it stops the loop and every worker at once, as a crash would:
@@ -121,6 +159,7 @@ impl Core {
             .map(|p| p.id.clone())
             .collect();
         let (tx, rx) = mpsc::unbounded_channel();
+        let (desired_tx, desired_rx) = watch::channel(Arc::new(DesiredState::default()));
         let shared = Arc::new(Shared {
             cfg,
             data_dir,
@@ -128,10 +167,11 @@ impl Core {
             store,
             staging_plugins,
             reports: tx,
+            desired: desired_rx.clone(),
+            conditions: std::sync::Mutex::default(),
         });
         recover(&shared, rebooted).await;
         let fence = shared.store.open_fence().await?;
-        let (desired_tx, desired_rx) = watch::channel(Arc::new(DesiredState::default()));
         let (control_tx, control_rx) = mpsc::unbounded_channel();
         let initial = match fence {
             Some(f) if f.completed_ms.is_some() => FenceState::Complete(f),
@@ -174,16 +214,32 @@ impl Core {
     }
 
     /// What the server is told at registration: the plugins and what is published and
-    /// staged now, as far as the agent is sure.
+    /// staged now, checked against the mount table (never from the records alone: a lost
+    /// node's claims are resumed on the strength of this answer).
     pub fn registration(&self, fence_after: Option<Duration>) -> RegisterRequest {
-        let store = &self.shared.store;
+        let shared = &self.shared;
+        let store = &shared.store;
+        let checker = shared
+            .checker()
+            .inspect_err(|e| tracing::warn!("registering as holding nothing: {e}"))
+            .ok();
+        let Some(c) = checker else {
+            return RegisterRequest {
+                plugins: shared.plugins.registrations(),
+                fence_after_ms: fence_after.map(|d| d.as_millis() as u64),
+                published: Vec::new(),
+                staged: Vec::new(),
+            };
+        };
         RegisterRequest {
-            plugins: self.shared.plugins.registrations(),
+            plugins: shared.plugins.registrations(),
             fence_after_ms: fence_after.map(|d| d.as_millis() as u64),
             published: store
                 .publications()
                 .into_iter()
-                .filter(|p| p.state == PublishState::Published)
+                .filter(|p| {
+                    p.state == PublishState::Published && shared.check_publication(&c, p).is_ok()
+                })
                 .map(|p| ClaimRef {
                     volume: p.volume,
                     alloc: p.alloc,
@@ -192,7 +248,7 @@ impl Core {
             staged: store
                 .stagings()
                 .into_iter()
-                .filter(|s| s.state == StageState::Staged)
+                .filter(|s| s.state == StageState::Staged && shared.check_staging(&c, s).is_ok())
                 .map(|s| s.volume)
                 .collect(),
         }
@@ -214,6 +270,18 @@ impl Core {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let _ = self.control.send(Control::Idle(tx));
         let _ = rx.await;
+    }
+
+    /// Takes down everything published or staged on this node through its plugins,
+    /// recording each step, whatever the desired state says: for an agent asked to leave
+    /// its node clean when it stops (dev mode). Returns once nothing is left, or when
+    /// `within` has passed (what is left is recorded, and recovered at the next start).
+    pub async fn take_down(&self, within: Duration) -> bool {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let _ = self.control.send(Control::TakeDown(tx));
+        tokio::time::timeout(within, rx)
+            .await
+            .is_ok_and(|r| r.is_ok())
     }
 
     /// Self-fencing: records the fence, then takes down everything published or staged,
@@ -264,19 +332,70 @@ fn prepare_data_dir(dir: &Path) -> Result<PathBuf, StartError> {
     Ok(dir)
 }
 
-/// Finishes or undoes what was in flight when the agent stopped, before it registers: a
-/// publication or staging it is not sure of is taken down (the calls are idempotent), and
-/// one it is sure of is kept. After a reboot nothing is mounted any more, so every record
-/// is undone at the plugin. What cannot be undone now stays recorded as uncertain; the
-/// loop retries it.
+/// Finishes or undoes what was in flight when the agent stopped, before it registers. The
+/// records say only what the agent may have done; the mount table says what is. So every
+/// record is checked against it: a staging recorded staged but not mounted from its volume
+/// is marked uncertain (to be staged again before any publish, or unstaged when unused);
+/// a publication recorded published but not mounted from its volume is marked uncertain
+/// (to be published again while wanted, or taken down); a publication the agent was not
+/// sure of is taken down (the calls are idempotent). After a reboot nothing is mounted any
+/// more, so every record is undone at the plugin. What cannot be undone now stays recorded
+/// as uncertain; the loop retries it.
 async fn recover(shared: &Shared, rebooted: bool) {
     let store = &shared.store;
     if rebooted {
         tracing::info!("the machine rebooted since the last run: undoing every recorded mount");
     }
-    for p in store.publications() {
-        let ready = mounts::is_ready(shared.cfg.ready_check, &p.target, p.block).unwrap_or(false);
-        if !rebooted && p.state == PublishState::Published && ready {
+    let checker = match shared.checker() {
+        Ok(c) => Some(c),
+        Err(e) => {
+            tracing::warn!("recovery: {e}; treating every record as unverified");
+            None
+        }
+    };
+    let verdict = |check: Result<(), String>| match &checker {
+        Some(_) => check,
+        None => Err("the mount table could not be read".to_owned()),
+    };
+    if !rebooted {
+        for mut s in store.stagings() {
+            if s.state != StageState::Staged {
+                continue;
+            }
+            let check = checker
+                .as_ref()
+                .map_or(Ok(()), |c| shared.check_staging(c, &s));
+            if let Err(why) = verdict(check) {
+                tracing::warn!(
+                    volume = s.volume,
+                    path = %s.path.display(),
+                    "recovery: {why}; it will be staged again before any publish"
+                );
+                s.state = StageState::Staging;
+                if let Err(e) = store.put_staging(&s, Some(why)).await {
+                    tracing::error!(volume = s.volume, "recovery: {e:#}");
+                }
+            }
+        }
+    }
+    for mut p in store.publications() {
+        if !rebooted && p.state == PublishState::Published {
+            let check = checker
+                .as_ref()
+                .map_or(Ok(()), |c| shared.check_publication(c, &p));
+            let Err(why) = verdict(check) else {
+                continue;
+            };
+            tracing::warn!(
+                volume = p.volume,
+                alloc = p.alloc,
+                target = %p.target.display(),
+                "recovery: {why}; it will be published again while its claim is wanted"
+            );
+            p.state = PublishState::Publishing;
+            if let Err(e) = store.put_publication(&p, Some(why)).await {
+                tracing::error!(volume = p.volume, alloc = p.alloc, "recovery: {e:#}");
+            }
             continue;
         }
         tracing::info!(
@@ -362,8 +481,15 @@ enum StepError {
     Local(String),
     #[error("plugin `{0}` is not served by this node's agent; start it with --plugin {0}=ENDPOINT")]
     UnknownPlugin(String),
-    #[error("{target} is not ready after {}", humantime::format_duration(*waited))]
-    NotReady { target: String, waited: Duration },
+    #[error("{target} is not ready after {}: {why}", humantime::format_duration(*waited))]
+    NotReady {
+        target: String,
+        waited: Duration,
+        why: String,
+    },
+    /// The claim is no longer wanted (released, unblocked): its readiness wait stopped.
+    #[error("the claim is no longer wanted")]
+    Interrupted,
 }
 
 impl StepError {
@@ -372,7 +498,7 @@ impl StepError {
         match self {
             Self::Call(e) => e.class() != ErrorClass::Retry,
             Self::Store(_) | Self::Local(_) => false,
-            Self::UnknownPlugin(_) | Self::NotReady { .. } => true,
+            Self::UnknownPlugin(_) | Self::NotReady { .. } | Self::Interrupted => true,
         }
     }
 
@@ -532,6 +658,22 @@ async fn publish(shared: &Shared, step: &PublishStep, deadline: Instant) -> Resu
         .parent()
         .expect("targets are below the data dir");
     std::fs::create_dir_all(parent).map_err(|e| local("create", parent, e))?;
+    // A target still holding a mount that is not the volume's (say, a bind of the
+    // unmounted staging directory) is taken down first: a plugin that finds something
+    // mounted there would keep it.
+    if shared.cfg.ready_check_of(&rec.plugin) == ReadyCheck::Mount && !rec.block {
+        let c = shared.checker()?;
+        if c.is_mount_point(&rec.target)
+            && let Err(why) = shared.check_publication(&c, &rec)
+        {
+            tracing::warn!(
+                volume = rec.volume,
+                alloc = rec.alloc,
+                "{why}; unpublishing it before publishing again"
+            );
+            plugin.unpublish(&rec.external_id, &rec.target).await?;
+        }
+    }
     if let Err(e) = plugin
         .publish(d, step.staging.as_deref(), &step.target)
         .await
@@ -548,28 +690,68 @@ async fn publish(shared: &Shared, step: &PublishStep, deadline: Instant) -> Resu
     Ok(())
 }
 
-/// Polls the readiness check until it passes or the claim's deadline comes.
+/// How long a readiness wait goes unremarked before the claim's status says what it waits
+/// for.
+const WAITING_NOTICE: Duration = Duration::from_secs(1);
+
+/// Polls the readiness check until it passes or the claim's deadline comes. Past a moment,
+/// the claim's status says what it waits for (and again when that changes); a claim that
+/// stops being wanted (released, unblocked) ends the wait at once.
 async fn wait_ready(
     shared: &Shared,
     rec: &PublicationRecord,
     deadline: Instant,
 ) -> Result<(), StepError> {
     let started = Instant::now();
+    let timeout = shared.cfg.volume_ready_timeout;
+    // The claim's wait started when it was first wanted: its deadline less the timeout.
+    let since_ms = now_ms().saturating_sub(
+        timeout
+            .saturating_sub(deadline.saturating_duration_since(started))
+            .as_millis() as u64,
+    );
+    let mut desired = shared.desired.clone();
+    desired.borrow_and_update();
     let mut pause = Duration::from_millis(5);
+    let mut said: Option<String> = None;
     loop {
-        if mounts::is_ready(shared.cfg.ready_check, &rec.target, rec.block)
-            .map_err(|e| local("check the mount table for", &rec.target, e))?
-        {
-            return Ok(());
-        }
+        let why = match shared.check_publication(&shared.checker()?, rec) {
+            Ok(()) => return Ok(()),
+            Err(why) => why,
+        };
         let now = Instant::now();
         if now >= deadline {
             return Err(StepError::NotReady {
                 target: rec.target.display().to_string(),
                 waited: Duration::from_millis(started.elapsed().as_millis() as u64),
+                why,
             });
         }
-        tokio::time::sleep(pause.min(deadline - now)).await;
+        if now - started >= WAITING_NOTICE && said.as_ref() != Some(&why) {
+            shared.report(Report::Waiting {
+                volume: rec.volume.clone(),
+                alloc: rec.alloc.clone(),
+                reason: format!(
+                    "published; waiting for the target to be mounted from the volume: {why}"
+                ),
+                since_ms,
+                timeout_ms: timeout.as_millis() as u64,
+            });
+            said = Some(why);
+        }
+        tokio::select! {
+            () = tokio::time::sleep(pause.min(deadline - now)) => {}
+            changed = desired.changed() => {
+                let wanted = changed.is_ok() && {
+                    let d = desired.borrow_and_update();
+                    d.publish.iter().any(|p| p.volume.volume == rec.volume && p.alloc == rec.alloc)
+                        && !d.unpublish.iter().any(|u| u.volume == rec.volume && u.alloc == rec.alloc)
+                };
+                if !wanted {
+                    return Err(StepError::Interrupted);
+                }
+            }
+        }
         pause = (pause * 2).min(Duration::from_millis(500));
     }
 }
@@ -658,14 +840,24 @@ async fn run_job(shared: Arc<Shared>, job: Job, ctx: JobContext) -> Outcome {
         shared.report(claim_error(alloc, error));
         out.failed.push(alloc.clone());
     }
-    for rec in &job.demote {
-        tracing::warn!(volume = vol, alloc = rec.alloc, target = %rec.target.display(), "a published volume is no longer ready; publishing it again");
-        let mut rec = rec.clone();
-        rec.state = PublishState::Publishing;
-        if let Err(e) = shared.store.put_publication(&rec, None).await {
+    if let Some((rec, why)) = &job.demote_staging {
+        tracing::warn!(volume = vol, path = %rec.path.display(), "drift: {why}; staging it again");
+        if let Err(e) = shared.store.put_staging(rec, Some(why.clone())).await {
+            retry(&mut out, &[], &e.into());
+            return out;
+        }
+    }
+    for (rec, why) in &job.demote {
+        tracing::warn!(volume = vol, alloc = rec.alloc, target = %rec.target.display(), "drift: {why}; publishing it again");
+        if let Err(e) = shared.store.put_publication(rec, Some(why.clone())).await {
             retry(&mut out, &[&rec.alloc], &e.into());
             return out;
         }
+        shared.report(Report::Drift {
+            volume: vol.clone(),
+            alloc: rec.alloc.clone(),
+            reason: why.clone(),
+        });
     }
     for t in &job.unpublish {
         let r = &t.record;
@@ -754,6 +946,14 @@ async fn run_job(shared: Arc<Shared>, job: Job, ctx: JobContext) -> Outcome {
             .copied()
             .unwrap_or_else(|| Instant::now() + timeout);
         match publish(&shared, step, deadline).await {
+            Err(StepError::Interrupted) => {
+                tracing::info!(
+                    volume = vol,
+                    alloc,
+                    "stopped waiting for the target: the claim is no longer wanted"
+                );
+                return out;
+            }
             Ok(()) => {
                 tracing::info!(volume = vol, alloc, target = %step.target.display(), "published and ready");
                 shared.report(Report::Published {
@@ -784,6 +984,66 @@ async fn run_job(shared: Arc<Shared>, job: Job, ctx: JobContext) -> Outcome {
         out.memo_published.push(alloc.clone());
     }
     out
+}
+
+/// Asks the plugins that report VOLUME_CONDITION how each published volume is, and reports
+/// a claim's condition when it changed (and once after a start, so that the server forgets
+/// an abnormal condition that passed while the agent was away).
+async fn check_conditions(shared: Arc<Shared>) {
+    let published: Vec<PublicationRecord> = shared
+        .store
+        .publications()
+        .into_iter()
+        .filter(|p| p.state == PublishState::Published)
+        .collect();
+    let mut seen = HashSet::new();
+    for r in published {
+        let Ok(plugin) = shared.node_plugin(&r.plugin) else {
+            continue;
+        };
+        if !plugin.reports_condition() {
+            continue;
+        }
+        let claim = ClaimRef {
+            volume: r.volume.clone(),
+            alloc: r.alloc.clone(),
+        };
+        seen.insert(claim.clone());
+        match plugin
+            .condition(&r.external_id, &r.target, r.staging.as_deref())
+            .await
+        {
+            Ok(Some((abnormal, message))) => {
+                let before = shared
+                    .conditions
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(claim, abnormal);
+                if before != Some(abnormal) {
+                    if abnormal {
+                        tracing::warn!(
+                            volume = r.volume,
+                            alloc = r.alloc,
+                            "the plugin reports the volume abnormal: {message}"
+                        );
+                    }
+                    shared.report(Report::Condition {
+                        volume: r.volume,
+                        alloc: r.alloc,
+                        abnormal,
+                        message,
+                    });
+                }
+            }
+            Ok(None) => {}
+            Err(e) => tracing::debug!(volume = r.volume, alloc = r.alloc, "{e}"),
+        }
+    }
+    shared
+        .conditions
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .retain(|c, _| seen.contains(c));
 }
 
 /// Runs one controller operation and reports its result; the server schedules retries.
@@ -858,6 +1118,11 @@ struct Reconciler {
     /// Set by a resync: check that published volumes are still ready.
     verify: bool,
     idle_waiters: Vec<tokio::sync::oneshot::Sender<()>>,
+    /// Set by [`Core::take_down`]: follow an empty desired state, and say when done.
+    taking_down: bool,
+    down_waiters: Vec<tokio::sync::oneshot::Sender<()>>,
+    /// The volume-condition check a resync started, while it runs.
+    conditions: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Reconciler {
@@ -888,6 +1153,9 @@ impl Reconciler {
             ops_started: HashSet::new(),
             verify: false,
             idle_waiters: Vec::new(),
+            taking_down: false,
+            down_waiters: Vec::new(),
+            conditions: None,
         }
     }
 
@@ -905,6 +1173,11 @@ impl Reconciler {
                 if self.busy.is_empty() {
                     for tx in self.idle_waiters.drain(..) {
                         let _ = tx.send(());
+                    }
+                    if self.taking_down && self.shared.store.is_empty() {
+                        for tx in self.down_waiters.drain(..) {
+                            let _ = tx.send(());
+                        }
                     }
                 }
                 self.next_wake()
@@ -946,6 +1219,12 @@ impl Reconciler {
                         started = false;
                     }
                     Some(Control::Resync) => self.resync(),
+                    Some(Control::TakeDown(tx)) => {
+                        tracing::info!("taking down every volume on this node before stopping");
+                        self.taking_down = true;
+                        self.down_waiters.push(tx);
+                        started = true;
+                    }
                     Some(Control::Idle(tx)) => {
                         // A desired state sent before this request counts as seen.
                         if self.desired_rx.has_changed().unwrap_or(false) {
@@ -971,6 +1250,9 @@ impl Reconciler {
         self.memo.unpublished.clear();
         self.memo.unstaged.clear();
         self.verify = true;
+        if self.conditions.as_ref().is_none_or(|t| t.is_finished()) {
+            self.conditions = Some(tokio::spawn(check_conditions(Arc::clone(&self.shared))));
+        }
     }
 
     fn finished(&mut self, done: Result<(tokio::task::Id, Outcome), tokio::task::JoinError>) {
@@ -1032,7 +1314,7 @@ impl Reconciler {
     fn scan(&mut self) {
         let now = Instant::now();
         let none = DesiredState::default();
-        let fenced = self.fence != FenceState::No;
+        let fenced = self.fence != FenceState::No || self.taking_down;
         let latest = Arc::clone(&self.desired);
         let desired = if fenced { &none } else { &*latest };
         let mut by_volume: BTreeMap<&str, VolumeDesired<'_>> = BTreeMap::new();
@@ -1073,13 +1355,22 @@ impl Reconciler {
             .unstaged
             .retain(|v| desired.unstage.iter().any(|u| &u.volume == v));
 
-        let store = &self.shared.store;
+        let shared = Arc::clone(&self.shared);
+        let store = &shared.store;
         let mut volumes: BTreeSet<String> = store.volumes();
         volumes.extend(by_volume.keys().map(|v| (*v).to_owned()));
         let busy = &self.busy;
         self.backoff
             .retain(|v, _| volumes.contains(v) || busy.contains(v));
-        let verify = std::mem::take(&mut self.verify);
+        // A resync checks every record against the mount table (node truth).
+        let checker = if std::mem::take(&mut self.verify) {
+            shared
+                .checker()
+                .inspect_err(|e| tracing::warn!("resync: {e}"))
+                .ok()
+        } else {
+            None
+        };
         let empty = VolumeDesired::default();
         let timeout = self.shared.cfg.volume_ready_timeout;
         for vol in volumes {
@@ -1087,8 +1378,12 @@ impl Reconciler {
                 continue;
             }
             let vd = by_volume.get(vol.as_str()).unwrap_or(&empty);
-            let staging = store.staging(&vol);
-            let publications = store.publications_of(&vol);
+            let mut staging = store.staging(&vol);
+            let mut publications = store.publications_of(&vol);
+            let (demote_staging, demote) = match &checker {
+                Some(c) => self.drift(c, staging.as_mut(), &mut publications),
+                None => (None, Vec::new()),
+            };
             let mut deadlines = HashMap::new();
             let mut timed_out = HashSet::new();
             for p in &vd.publish {
@@ -1120,24 +1415,8 @@ impl Reconciler {
                 timed_out: &timed_out,
                 staging_plugins: &self.shared.staging_plugins,
             });
-            if verify {
-                let check = self.shared.cfg.ready_check;
-                job.demote = publications
-                    .iter()
-                    .filter(|r| {
-                        r.state == PublishState::Published
-                            && !job.unpublish.iter().any(|t| t.record == **r)
-                            && !mounts::is_ready(check, &r.target, r.block).unwrap_or(true)
-                    })
-                    .cloned()
-                    .collect();
-                for r in &job.demote {
-                    self.memo.published.remove(&ClaimRef {
-                        volume: r.volume.clone(),
-                        alloc: r.alloc.clone(),
-                    });
-                }
-            }
+            job.demote = demote;
+            job.demote_staging = demote_staging;
             if job.is_empty() {
                 // Nothing to retry any more: the desired state moved on.
                 self.backoff.remove(&vol);
@@ -1174,6 +1453,45 @@ impl Reconciler {
             self.ops_started.insert((op.id, op.attempt));
             self.ops.spawn(run_op(Arc::clone(&self.shared), op.clone()));
         }
+    }
+
+    /// Finds what drifted under the records of one volume: a staging recorded staged but not
+    /// mounted from the volume, publications recorded published but not mounted from it. They
+    /// are marked uncertain here (so the plan stages and publishes them again) and returned
+    /// with why, for the job to record and report first.
+    #[allow(clippy::type_complexity)] // reason: a pair of what drifted, used once by `scan`
+    fn drift(
+        &mut self,
+        c: &Checker<'_>,
+        staging: Option<&mut StagingRecord>,
+        publications: &mut [PublicationRecord],
+    ) -> (
+        Option<(StagingRecord, String)>,
+        Vec<(PublicationRecord, String)>,
+    ) {
+        let mut demote_staging = None;
+        if let Some(s) = staging
+            && s.state == StageState::Staged
+            && let Err(why) = self.shared.check_staging(c, s)
+        {
+            s.state = StageState::Staging;
+            demote_staging = Some((s.clone(), why));
+        }
+        let mut demote = Vec::new();
+        for r in publications
+            .iter_mut()
+            .filter(|r| r.state == PublishState::Published)
+        {
+            if let Err(why) = self.shared.check_publication(c, r) {
+                r.state = PublishState::Publishing;
+                self.memo.published.remove(&ClaimRef {
+                    volume: r.volume.clone(),
+                    alloc: r.alloc.clone(),
+                });
+                demote.push((r.clone(), why));
+            }
+        }
+        (demote_staging, demote)
     }
 
     /// The earliest retry or not-yet-due controller operation.

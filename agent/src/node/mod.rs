@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-pub use self::config::{CoreConfig, PluginSpec, ReadyCheck};
+pub use self::config::{CoreConfig, PluginSpec, ReadyCheck, ReadyCheckSetting};
 pub use self::core::{Core, FenceState};
 pub use self::session::FenceClock;
 
@@ -58,11 +58,17 @@ pub struct NodeArgs {
     /// every volume on this node (e.g. `5m`). Off by default.
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     pub fence_after: Option<Duration>,
-    /// How a published volume is checked ready: `mount` (the target is a mount point) or
-    /// `exists` (the target exists; for plugins that do not mount, such as
-    /// `csivol-hostpath --mount none`).
-    #[arg(long, value_enum, value_name = "CHECK")]
-    pub ready_check: Option<ReadyCheck>,
+    /// How a published volume is checked ready: `mount` (the target is mounted from the
+    /// volume, per `/proc/self/mountinfo`) or `exists` (the target exists; for plugins that
+    /// do not mount, such as `csivol-hostpath --mount none`). `ID=CHECK` sets it for one
+    /// plugin. Repeatable.
+    #[arg(long, value_name = "[ID=]CHECK")]
+    pub ready_check: Vec<ReadyCheckSetting>,
+    /// When asked to stop (SIGTERM, SIGINT), unpublish and unstage every volume through its
+    /// plugin first, recording each step, instead of leaving the mounts in place. Dev mode
+    /// uses it; on a real node workloads outlive the agent, so it is off by default.
+    #[arg(long)]
+    pub take_down_on_stop: bool,
     /// TOML file with these settings and tuning (`node_concurrency`, `node_call_timeout`,
     /// `controller_call_timeout`, `volume_ready_timeout`, `resync_interval`, ...).
     #[arg(long, value_name = "FILE")]
@@ -103,6 +109,7 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
         core,
         reports,
         settings.fence_after,
+        args.take_down_on_stop,
         crate::shutdown_signal(),
     )
     .await;

@@ -1,80 +1,261 @@
-//! The mount table and the readiness check of a published target.
+//! Whether a staging or a published target really holds its volume, judged from the mount
+//! table (`/proc/self/mountinfo`), never from the agent's records.
+//!
+//! The rule (see ARCHITECTURE.md, "Node truth"): a mount shows a volume's data exactly when
+//! its device (`MAJOR:MINOR`) and root are the volume's. So
+//! - a staging is there when its path is a mount point that is not a bind of a directory
+//!   below the agent's data dir (the empty directory the agent created for it);
+//! - a target published from a staging is ready when it is a mount point with the
+//!   staging's device and a root at or below the staging's root;
+//! - a target published without staging is ready when it is a mount point that is not a
+//!   bind of a directory below the agent's data dir;
+//! - a block volume is a device file: its staging or target must exist.
+//!
+//! Plugins that present volumes without mounting them (`csivol-hostpath --mount none`) are
+//! checked with [`ReadyCheck::Exists`]: the path exists.
 
-use std::collections::HashSet;
-use std::ffi::OsString;
 use std::io;
-use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
+
+use csivol_proto::mountinfo::Mount;
+pub use csivol_proto::mountinfo::MountTable;
 
 use super::config::ReadyCheck;
 
-/// Every mount point of this process's mount namespace, from `/proc/self/mountinfo`.
-pub fn mount_points() -> io::Result<HashSet<PathBuf>> {
-    let table = std::fs::read_to_string("/proc/self/mountinfo")?;
-    Ok(table
-        .lines()
-        .filter_map(|line| line.split(' ').nth(4))
-        .map(unescape)
+/// Every mount point of this process's mount namespace.
+pub fn mount_points() -> io::Result<Vec<PathBuf>> {
+    Ok(MountTable::read()?
+        .points()
+        .map(Path::to_path_buf)
         .collect())
 }
 
 /// Whether `path` is a mount point. A path that does not exist is not one.
 pub fn is_mount_point(path: &Path) -> io::Result<bool> {
-    let Ok(path) = path.canonicalize() else {
-        return Ok(false);
-    };
-    Ok(mount_points()?.contains(&path))
+    Ok(MountTable::read()?.is_mount_point(path))
 }
 
-/// Whether a published target is ready for its workload.
-pub fn is_ready(check: ReadyCheck, target: &Path, block: bool) -> io::Result<bool> {
-    match check {
-        // A block volume is published as a device file, not a mount.
-        ReadyCheck::Mount if !block => is_mount_point(target),
-        _ => Ok(target.symlink_metadata().is_ok()),
+/// What a readiness check looks at: one snapshot of the mount table and the agent's data
+/// dir (canonical, like every path the agent records).
+#[derive(Debug)]
+pub struct Checker<'a> {
+    table: MountTable,
+    /// Device and directory of the data dir inside its filesystem: a mount showing that
+    /// device with a root below it is a bind of a local directory, not of a volume.
+    local: Option<(String, PathBuf)>,
+    data_dir: &'a Path,
+}
+
+impl<'a> Checker<'a> {
+    pub fn read(data_dir: &'a Path) -> io::Result<Self> {
+        Ok(Self::new(MountTable::read()?, data_dir))
     }
-}
 
-/// Decodes the octal escapes (`\040` for a space) the kernel writes in mountinfo paths.
-fn unescape(field: &str) -> PathBuf {
-    let bytes = field.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'\\'
-            && i + 3 < bytes.len()
-            && bytes[i + 1..i + 4]
-                .iter()
-                .all(|b| (b'0'..=b'7').contains(b))
-        {
-            out.push(
-                (bytes[i + 1] - b'0') * 64 + (bytes[i + 2] - b'0') * 8 + (bytes[i + 3] - b'0'),
-            );
-            i += 4;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
+    pub fn new(table: MountTable, data_dir: &'a Path) -> Self {
+        let local = table.fs_location(data_dir);
+        Self {
+            table,
+            local,
+            data_dir,
         }
     }
-    PathBuf::from(OsString::from_vec(out))
+
+    /// Whether something is mounted at `path` (canonical).
+    pub fn is_mount_point(&self, path: &Path) -> bool {
+        self.table.at(path).is_some()
+    }
+
+    fn is_local_bind(&self, m: &Mount) -> bool {
+        self.local
+            .as_ref()
+            .is_some_and(|(dev, root)| m.device == *dev && m.root.starts_with(root))
+    }
+
+    fn mounted<'m>(&'m self, what: &str, path: &Path) -> Result<&'m Mount, String> {
+        let m = self
+            .table
+            .at(path)
+            .ok_or_else(|| format!("{what} is no longer mounted ({})", path.display()))?;
+        if self.is_local_bind(m) {
+            let inside = m
+                .root
+                .strip_prefix(self.local.as_ref().map_or(Path::new("/"), |l| &l.1))
+                .map_or_else(|_| m.root.clone(), |r| self.data_dir.join(r));
+            return Err(format!(
+                "{what} at {} is a bind of the node's own directory {}, not of the volume",
+                path.display(),
+                inside.display()
+            ));
+        }
+        Ok(m)
+    }
+
+    /// Whether the staging of `volume` at `path` holds the volume.
+    pub fn staging(
+        &self,
+        check: ReadyCheck,
+        volume: &str,
+        path: &Path,
+        block: bool,
+    ) -> Result<(), String> {
+        let what = format!("staging of {volume}");
+        if check == ReadyCheck::Exists || block {
+            return exists(&what, path);
+        }
+        self.mounted(&what, path).map(|_| ())
+    }
+
+    /// Whether the target of a claim of `volume` is mounted from the volume: from its
+    /// staging when it has one.
+    pub fn target(
+        &self,
+        check: ReadyCheck,
+        volume: &str,
+        target: &Path,
+        staging: Option<&Path>,
+        block: bool,
+    ) -> Result<(), String> {
+        let what = format!("target of {volume}");
+        if check == ReadyCheck::Exists || block {
+            if let Some(s) = staging {
+                exists(&format!("staging of {volume}"), s)?;
+            }
+            return exists(&what, target);
+        }
+        let t = self.mounted(&what, target)?;
+        let Some(staging) = staging else {
+            return Ok(());
+        };
+        let s = self.mounted(&format!("staging of {volume}"), staging)?;
+        if t.device != s.device || !t.root.starts_with(&s.root) {
+            return Err(format!(
+                "{what} at {} is not mounted from the volume's staging {} (device {} root {}, \
+                 the staging is device {} root {})",
+                target.display(),
+                staging.display(),
+                t.device,
+                t.root.display(),
+                s.device,
+                s.root.display()
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn exists(what: &str, path: &Path) -> Result<(), String> {
+    match path.symlink_metadata() {
+        Ok(_) => Ok(()),
+        Err(e) => Err(format!("{what} is gone ({}: {e})", path.display())),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn unescapes_mountinfo_paths() {
-        assert_eq!(unescape("/a\\040b"), PathBuf::from("/a b"));
-        assert_eq!(unescape("/plain"), PathBuf::from("/plain"));
-        assert_eq!(unescape("/end\\04"), PathBuf::from("/end\\04"));
+    /// The data dir `/data` on the root filesystem `8:1`; the plugin's backend on `/srv`.
+    fn check(lines: &[&str]) -> Checker<'static> {
+        let mut text = String::from("1 0 8:1 / / rw - ext4 /dev/sda1 rw\n");
+        for l in lines {
+            text.push_str(l);
+            text.push('\n');
+        }
+        Checker::new(MountTable::parse(&text), Path::new("/data"))
+    }
+
+    const STAGING: &str = "/data/staging/hp/v1";
+    const TARGET: &str = "/data/targets/v1/a";
+    const STAGED: &str = "40 1 8:1 /srv/v1 /data/staging/hp/v1 rw - ext4 /dev/sda1 rw";
+    const PUBLISHED: &str = "41 1 8:1 /srv/v1 /data/targets/v1/a rw - ext4 /dev/sda1 rw";
+    /// What the bug looked like: the target bound from the unmounted staging directory.
+    const BOUND_EMPTY: &str =
+        "41 1 8:1 /data/staging/hp/v1 /data/targets/v1/a rw - ext4 /dev/sda1 rw";
+
+    fn target(c: &Checker<'_>, staging: bool) -> Result<(), String> {
+        c.target(
+            ReadyCheck::Mount,
+            "v1",
+            Path::new(TARGET),
+            staging.then_some(Path::new(STAGING)),
+            false,
+        )
     }
 
     #[test]
-    fn root_is_a_mount_point() {
-        assert!(is_mount_point(Path::new("/")).unwrap());
-        assert!(!is_mount_point(Path::new("/nonexistent/csivol")).unwrap());
-        assert!(is_ready(ReadyCheck::Exists, Path::new("/"), false).unwrap());
-        assert!(!is_ready(ReadyCheck::Exists, Path::new("/nonexistent/csivol"), true).unwrap());
+    fn a_target_bound_from_the_mounted_staging_is_ready() {
+        assert_eq!(target(&check(&[STAGED, PUBLISHED]), true), Ok(()));
+        // A plugin may publish a directory inside the staged filesystem.
+        let sub = "41 1 8:1 /srv/v1/sub /data/targets/v1/a rw - ext4 /dev/sda1 rw";
+        assert_eq!(target(&check(&[STAGED, sub]), true), Ok(()));
+    }
+
+    #[test]
+    fn a_target_bound_from_an_empty_local_directory_is_not_ready() {
+        let c = check(&[BOUND_EMPTY]);
+        let e = target(&c, true).unwrap_err();
+        assert!(
+            e.contains("bind of the node's own directory /data/staging/hp/v1"),
+            "{e}"
+        );
+        // Even with the staging mounted again afterwards.
+        let e = target(&check(&[BOUND_EMPTY, STAGED]), true).unwrap_err();
+        assert!(e.contains("not of the volume"), "{e}");
+        // And without staging.
+        assert!(target(&c, false).is_err());
+    }
+
+    #[test]
+    fn a_target_needs_its_staging_mounted_and_the_same_data() {
+        let e = target(&check(&[PUBLISHED]), true).unwrap_err();
+        assert_eq!(
+            e,
+            "staging of v1 is no longer mounted (/data/staging/hp/v1)"
+        );
+        let other = "41 1 8:1 /srv/v2 /data/targets/v1/a rw - ext4 /dev/sda1 rw";
+        let e = target(&check(&[STAGED, other]), true).unwrap_err();
+        assert!(
+            e.contains("is not mounted from the volume's staging"),
+            "{e}"
+        );
+        let other_dev = "41 1 8:2 /srv/v1 /data/targets/v1/a rw - ext4 /dev/sdb rw";
+        assert!(target(&check(&[STAGED, other_dev]), true).is_err());
+        let e = target(&check(&[STAGED]), true).unwrap_err();
+        assert_eq!(e, "target of v1 is no longer mounted (/data/targets/v1/a)");
+    }
+
+    #[test]
+    fn a_volume_filesystem_of_its_own_is_ready() {
+        let staged = "40 1 259:3 / /data/staging/hp/v1 rw - xfs /dev/nvme1n1 rw";
+        let published = "41 1 259:3 / /data/targets/v1/a rw - xfs /dev/nvme1n1 rw";
+        assert_eq!(target(&check(&[staged, published]), true), Ok(()));
+        // Without staging, the plugin's own mount at the target.
+        assert_eq!(target(&check(&[published]), false), Ok(()));
+    }
+
+    #[test]
+    fn a_staging_is_there_only_when_mounted_from_elsewhere() {
+        let stage = |c: &Checker<'_>| c.staging(ReadyCheck::Mount, "v1", Path::new(STAGING), false);
+        assert_eq!(stage(&check(&[STAGED])), Ok(()));
+        assert!(stage(&check(&[])).is_err());
+        let self_bind = "40 1 8:1 /data/staging/hp/v1 /data/staging/hp/v1 rw - ext4 /dev/sda1 rw";
+        assert!(stage(&check(&[self_bind])).is_err());
+    }
+
+    #[test]
+    fn exists_checks_and_block_volumes_look_at_the_path() {
+        let c = check(&[]);
+        let root = Path::new("/");
+        assert_eq!(c.target(ReadyCheck::Exists, "v", root, None, false), Ok(()));
+        assert_eq!(
+            c.target(ReadyCheck::Mount, "v", root, Some(root), true),
+            Ok(())
+        );
+        let gone = Path::new("/nonexistent/csivol");
+        assert!(
+            c.target(ReadyCheck::Exists, "v", gone, None, false)
+                .is_err()
+        );
+        assert!(c.staging(ReadyCheck::Mount, "v", gone, true).is_err());
     }
 }

@@ -75,8 +75,11 @@ pub struct Job {
     pub invalid: Vec<(String, String)>,
     /// Claims past their readiness deadline: reported failed (`TIMEOUT`) first.
     pub timed_out: Vec<String>,
-    /// Published records whose mount went away: marked uncertain, to be published again.
-    pub demote: Vec<PublicationRecord>,
+    /// Published records whose mount went away or lost its backing (with why): marked
+    /// uncertain and reported as drift first; the steps below publish them again.
+    pub demote: Vec<(PublicationRecord, String)>,
+    /// The staging, likewise: staged again before any publish.
+    pub demote_staging: Option<(StagingRecord, String)>,
     pub unpublish: Vec<Teardown>,
     /// Claims the server asked to take down that were not published here.
     pub report_unpublished: Vec<String>,
@@ -98,6 +101,7 @@ impl Job {
         self.invalid.is_empty()
             && self.timed_out.is_empty()
             && self.demote.is_empty()
+            && self.demote_staging.is_none()
             && self.unpublish.is_empty()
             && self.report_unpublished.is_empty()
             && self.unstage.is_none()

@@ -389,6 +389,38 @@ impl NodePlugin {
         Ok(())
     }
 
+    /// Whether the plugin can say how a published volume is (GET_VOLUME_STATS with
+    /// VOLUME_CONDITION).
+    pub fn reports_condition(&self) -> bool {
+        self.capabilities.get_volume_stats && self.capabilities.volume_condition
+    }
+
+    /// NodeGetVolumeStats of a published volume: its condition, `(abnormal, message)`,
+    /// when the plugin gave one.
+    pub async fn condition(
+        &self,
+        external_id: &str,
+        target: &Path,
+        staging: Option<&Path>,
+    ) -> Result<Option<(bool, String)>, CallError> {
+        let req = csi::NodeGetVolumeStatsRequest {
+            volume_id: external_id.to_owned(),
+            volume_path: wire_path(target),
+            staging_target_path: staging.map(wire_path).unwrap_or_default(),
+        };
+        let _permit = self.permits.acquire().await.expect("never closed");
+        let resp = self
+            .client
+            .clone()
+            .node_get_volume_stats(with_deadline(req, self.timeout))
+            .await
+            .map_err(|s| CallError::new("NodeGetVolumeStats", s))?;
+        Ok(resp
+            .into_inner()
+            .volume_condition
+            .map(|c| (c.abnormal, c.message)))
+    }
+
     pub async fn unstage(&self, external_id: &str, staging: &Path) -> Result<(), CallError> {
         let req = csi::NodeUnstageVolumeRequest {
             volume_id: external_id.to_owned(),

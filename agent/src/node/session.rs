@@ -82,12 +82,18 @@ impl Link {
     }
 }
 
-/// Runs the agent until `stop` resolves. Mounts stay as they are when it stops.
+/// How long an agent that takes its node down when it stops may take for it.
+const TAKE_DOWN_TIME: Duration = Duration::from_secs(60);
+
+/// Runs the agent until `stop` resolves. Mounts stay as they are when it stops, unless
+/// `take_down` asks it to unpublish and unstage everything first (through the plugins,
+/// recorded, so that the next start finds records and mounts that agree).
 pub async fn run(
     client: ApiClient,
     core: Core,
     reports: mpsc::UnboundedReceiver<Report>,
     fence_after: Option<Duration>,
+    take_down: bool,
     stop: impl Future<Output = ()>,
 ) {
     let link = Arc::new(Link {
@@ -105,7 +111,17 @@ pub async fn run(
         () = desired_loop(&link) => {}
         () = stop => {}
     }
-    tracing::info!("node agent stopping; published volumes stay mounted");
+    if take_down {
+        if link.core.take_down(TAKE_DOWN_TIME).await {
+            tracing::info!("node agent stopping; every volume was taken down through its plugin");
+        } else {
+            tracing::warn!(
+                "node agent stopping before every volume was taken down; the next start finishes it"
+            );
+        }
+    } else {
+        tracing::info!("node agent stopping; published volumes stay mounted");
+    }
     // Stop the core, then give the reports it made a moment to reach the server.
     drop(link);
     if tokio::time::timeout(Duration::from_secs(5), &mut sender)
@@ -288,8 +304,13 @@ async fn desired_loop(link: &Link) {
                 failures = 0;
                 index = desired.index;
                 if desired.status == Some(NodeStatus::Lost) {
-                    // Tell the server what is really here without waiting for a heartbeat.
+                    // The server marked this node lost while it could not hear from it (a
+                    // pause, a partition): its claims are blocked, not released, so this
+                    // state does not list them. Acting on it would unmount volumes that
+                    // workloads may still use. Register again with what is really mounted;
+                    // the server resumes those claims and answers with a state to follow.
                     link.reregister.notify_one();
+                    continue;
                 }
                 link.core.set_desired(desired);
             }

@@ -137,6 +137,14 @@ CREATE INDEX node_plugins_caps ON node_plugins (plugin, controller, controller_p
 CREATE INDEX node_plugins_service ON node_plugins (plugin, controller_service);
 CREATE INDEX events_alloc ON events (alloc);
 "#,
+    r#"
+-- What a claim waits for on its node (node truth: readiness is checked against the mount
+-- table), and the plugin's abnormal volume condition.
+ALTER TABLE claims ADD COLUMN waiting TEXT;
+ALTER TABLE claims ADD COLUMN waiting_since INTEGER;
+ALTER TABLE claims ADD COLUMN waiting_timeout_ms INTEGER;
+ALTER TABLE claims ADD COLUMN condition TEXT;
+"#,
 ];
 
 /// The current time in unix milliseconds.

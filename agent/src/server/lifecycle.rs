@@ -11,9 +11,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use csivol_proto::api::{
-    self, ActionPlan, AttachmentState, ClaimMode, ClaimRequest, ClaimState, ControllerOpKind,
-    CreateVolumeSpec, NodeStatus, PlannedAction, PluginError, RegisterRequest, Report, VolumeSpec,
-    validate_name,
+    self, ActionPlan, AttachmentState, ClaimMode, ClaimRef, ClaimRequest, ClaimState,
+    ControllerOpKind, CreateVolumeSpec, NodeStatus, PlannedAction, PluginError, RegisterRequest,
+    Report, VolumeSpec, validate_name,
 };
 use csivol_proto::domain::ErrorClass;
 use rusqlite::{Connection, OptionalExtension, params};
@@ -73,7 +73,11 @@ fn set_claim_state(ctx: &mut WriteCtx<'_>, c: &ClaimRow, state: ClaimState) -> A
         .prepare_cached(
             "UPDATE claims SET state = ?1, updated_at = ?2, modify_index = ?3, \
              error = CASE WHEN ?1 IN ('ready', 'releasing') THEN NULL ELSE error END, \
-             next_retry_at = CASE WHEN ?1 IN ('ready', 'releasing', 'failed', 'blocked') THEN NULL ELSE next_retry_at END \
+             next_retry_at = CASE WHEN ?1 IN ('ready', 'releasing', 'failed', 'blocked') THEN NULL ELSE next_retry_at END, \
+             waiting = CASE WHEN ?1 = 'publishing' THEN waiting END, \
+             waiting_since = CASE WHEN ?1 = 'publishing' THEN waiting_since END, \
+             waiting_timeout_ms = CASE WHEN ?1 = 'publishing' THEN waiting_timeout_ms END, \
+             condition = CASE WHEN ?1 IN ('ready', 'publishing', 'blocked') THEN condition END \
              WHERE volume = ?4 AND alloc = ?5",
         )?
         .execute(params![state.as_str(), ctx.now, ctx.index as i64, c.volume, c.alloc])?;
@@ -1020,17 +1024,7 @@ pub fn register_node(
     }
     ctx.touch(Key::Node(node.to_owned()));
     if was_lost {
-        let published: BTreeSet<(&str, &str)> = req
-            .published
-            .iter()
-            .map(|c| (c.volume.as_str(), c.alloc.as_str()))
-            .collect();
-        return_from_loss(
-            ctx,
-            node,
-            |c| published.contains(&(c.volume.as_str(), c.alloc.as_str())),
-            limits,
-        )?;
+        return_from_loss(ctx, node, &req.published, limits)?;
         event(
             ctx,
             "node-returned",
@@ -1041,6 +1035,7 @@ pub fn register_node(
             "lost node registered again",
         )?;
     } else {
+        not_mounted_any_more(ctx, node, &req.published, limits)?;
         let verb = if existing.is_some() {
             "re-registered"
         } else {
@@ -1069,28 +1064,36 @@ pub fn register_node(
     Ok(was_lost)
 }
 
-/// A lost node is back: its blocked claims are released through it (those it still has
-/// published are unpublished by it first; the others are gone), and its blocked attachments
-/// resume their normal lifecycle, which detaches them once the node has unstaged.
+/// A lost node is back. csivol runs no workloads, so those of its claims may still be
+/// running: a blocked claim that nobody released meanwhile and that the node reports still
+/// published (checked against its mount table) is ready again; one it no longer has (it
+/// fenced itself, or its mounts are gone) is released. A claim it still has that an
+/// operator released meanwhile is not in its desired state any more, so the node takes it
+/// down; that is recorded here. Blocked attachments resume their normal lifecycle.
 fn return_from_loss(
     ctx: &mut WriteCtx<'_>,
     node: &str,
-    still_published: impl Fn(&ClaimRow) -> bool,
+    published: &[ClaimRef],
     limits: &Limits,
 ) -> ApiResult<()> {
     let blocked = claims_of_node(ctx.tx, node, Some(ClaimState::Blocked))?;
+    let still_published = |c: &ClaimRow| {
+        published
+            .iter()
+            .any(|p| p.volume == c.volume && p.alloc == c.alloc)
+    };
     let mut volumes = BTreeSet::new();
     for c in &blocked {
         if still_published(c) {
-            set_claim_state(ctx, c, ClaimState::Releasing)?;
+            set_claim_state(ctx, c, ClaimState::Ready)?;
             event(
                 ctx,
-                "claim-releasing",
+                "claim-resumed",
                 Some(&c.volume),
                 Some(node),
                 Some(&c.alloc),
-                "server",
-                "node came back: releasing the blocked claim through the node",
+                &format!("node:{node}"),
+                "node came back with the volume still mounted from it: the claim is ready again",
             )?;
         } else {
             delete_claim(ctx, c)?;
@@ -1106,6 +1109,20 @@ fn return_from_loss(
         }
         volumes.insert(c.volume.clone());
     }
+    for p in published {
+        let kept = ClaimRow::load(ctx.tx, &p.volume, &p.alloc)?.is_some_and(|c| c.node == node);
+        if !kept && VolumeRow::load(ctx.tx, &p.volume)?.is_some() {
+            event(
+                ctx,
+                "claim-taken-down",
+                Some(&p.volume),
+                Some(node),
+                Some(&p.alloc),
+                &format!("node:{node}"),
+                "node came back with a claim that was released while it was lost: the node takes it down",
+            )?;
+        }
+    }
     let atts: Vec<String> = ctx
         .tx
         .prepare_cached("SELECT volume FROM attachments WHERE node = ?1 AND state = 'blocked'")?
@@ -1119,6 +1136,58 @@ fn return_from_loss(
         advance_volume(ctx, &v, limits)?;
     }
     Ok(())
+}
+
+/// A node registers with what is really mounted on it. A claim recorded ready there that
+/// it does not report is not ready any more (its agent restarted without the mount, or the
+/// node was taken down): it is publishing again, and its drift is recorded.
+fn not_mounted_any_more(
+    ctx: &mut WriteCtx<'_>,
+    node: &str,
+    published: &[ClaimRef],
+    limits: &Limits,
+) -> ApiResult<()> {
+    for c in claims_of_node(ctx.tx, node, Some(ClaimState::Ready))? {
+        if published
+            .iter()
+            .any(|p| p.volume == c.volume && p.alloc == c.alloc)
+        {
+            continue;
+        }
+        record_drift(
+            ctx,
+            &c,
+            &format!("node {node} registered without it mounted"),
+            limits,
+        )?;
+    }
+    Ok(())
+}
+
+/// A ready claim is not mounted from its volume any more: it is publishing again, with
+/// why as its error, and the drift is an event.
+fn record_drift(
+    ctx: &mut WriteCtx<'_>,
+    c: &ClaimRow,
+    reason: &str,
+    limits: &Limits,
+) -> ApiResult<()> {
+    limits.metrics.claim_drifts.inc();
+    set_claim_state(ctx, c, ClaimState::Publishing)?;
+    exec(
+        ctx.tx,
+        "UPDATE claims SET error = ?1 WHERE volume = ?2 AND alloc = ?3",
+        params![format!("{DRIFT}{reason}"), c.volume, c.alloc],
+    )?;
+    event(
+        ctx,
+        "claim-drift",
+        Some(&c.volume),
+        Some(&c.node),
+        Some(&c.alloc),
+        &format!("node:{}", c.node),
+        format!("{DRIFT}{reason}; the node is publishing it again"),
+    )
 }
 
 pub fn claims_of_node(
@@ -1243,6 +1312,10 @@ fn list_or<S: AsRef<str>>(items: &[S], empty: &str) -> String {
         .join(", ")
 }
 
+/// How a drift report starts a claim's error, so that the next `published` is recorded
+/// as its repair.
+const DRIFT: &str = "drift: ";
+
 fn format_error(e: &PluginError) -> String {
     format!("{}: {}", e.code, e.message)
 }
@@ -1277,21 +1350,112 @@ pub fn apply_reports(
                     c.state,
                     ClaimState::Publishing | ClaimState::Attaching | ClaimState::Pending
                 ) {
-                    limits
-                        .metrics
-                        .claim_ready_seconds
-                        .observe((ctx.now - c.created_at).max(0) as f64 / 1000.0);
+                    let drift = c.error.as_deref().and_then(|e| e.strip_prefix(DRIFT));
                     set_claim_state(ctx, &c, ClaimState::Ready)?;
-                    event(
-                        ctx,
-                        "claim-ready",
-                        Some(&volume),
-                        Some(node),
-                        Some(&alloc),
-                        &actor,
-                        format!("published at {target_path}"),
-                    )?;
+                    match drift {
+                        Some(why) => event(
+                            ctx,
+                            "claim-repaired",
+                            Some(&volume),
+                            Some(node),
+                            Some(&alloc),
+                            &actor,
+                            format!(
+                                "repaired after drift ({why}): mounted from the volume again at {target_path}"
+                            ),
+                        )?,
+                        None => {
+                            limits
+                                .metrics
+                                .claim_ready_seconds
+                                .observe((ctx.now - c.created_at).max(0) as f64 / 1000.0);
+                            event(
+                                ctx,
+                                "claim-ready",
+                                Some(&volume),
+                                Some(node),
+                                Some(&alloc),
+                                &actor,
+                                format!("published at {target_path}"),
+                            )?
+                        }
+                    }
                 }
+            }
+            Report::Drift {
+                volume,
+                alloc,
+                reason,
+            } => {
+                let Some(c) = ClaimRow::load(ctx.tx, &volume, &alloc)?
+                    .filter(|c| c.node == node && c.state == ClaimState::Ready)
+                else {
+                    continue;
+                };
+                record_drift(ctx, &c, &reason, limits)?;
+            }
+            Report::Waiting {
+                volume,
+                alloc,
+                reason,
+                since_ms,
+                timeout_ms,
+            } => {
+                if ClaimRow::load(ctx.tx, &volume, &alloc)?
+                    .is_some_and(|c| c.node == node && c.state == ClaimState::Publishing)
+                {
+                    exec(
+                        ctx.tx,
+                        "UPDATE claims SET waiting = ?1, waiting_since = ?2, waiting_timeout_ms = ?3, \
+                         updated_at = ?4, modify_index = ?5 WHERE volume = ?6 AND alloc = ?7",
+                        params![
+                            reason,
+                            since_ms as i64,
+                            timeout_ms as i64,
+                            ctx.now,
+                            ctx.index as i64,
+                            volume,
+                            alloc
+                        ],
+                    )?;
+                    touch_volume(ctx, &volume)?;
+                }
+            }
+            Report::Condition {
+                volume,
+                alloc,
+                abnormal,
+                message,
+            } => {
+                let Some(c) = ClaimRow::load(ctx.tx, &volume, &alloc)?.filter(|c| c.node == node)
+                else {
+                    continue;
+                };
+                let condition = abnormal.then(|| message.clone());
+                if c.condition == condition {
+                    continue;
+                }
+                exec(
+                    ctx.tx,
+                    "UPDATE claims SET condition = ?1, updated_at = ?2, modify_index = ?3 \
+                     WHERE volume = ?4 AND alloc = ?5",
+                    params![condition, ctx.now, ctx.index as i64, volume, alloc],
+                )?;
+                touch_volume(ctx, &volume)?;
+                let text = if abnormal {
+                    format!("the plugin reports the volume abnormal: {message}")
+                } else {
+                    format!("the plugin reports the volume normal again: {message}")
+                };
+                event(
+                    ctx,
+                    "volume-condition",
+                    Some(&volume),
+                    Some(node),
+                    Some(&alloc),
+                    &actor,
+                    text,
+                )?;
             }
             Report::Unpublished { volume, alloc } => {
                 let Some(c) = ClaimRow::load(ctx.tx, &volume, &alloc)?.filter(|c| c.node == node)

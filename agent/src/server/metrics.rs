@@ -29,6 +29,9 @@ pub struct Metrics {
     nodes: Family<StateLabel, Gauge>,
     ops: Family<StateLabel, Gauge>,
     claims_with_error: Gauge,
+    claims_abnormal: Gauge,
+    /// Ready claims whose node found their mount gone or no longer backed by the volume.
+    pub claim_drifts: Counter,
     /// Claim recorded → reported ready.
     pub claim_ready_seconds: Histogram,
     /// Controller operation queued → reported done or failed.
@@ -43,6 +46,8 @@ impl Default for Metrics {
         let nodes = Family::<StateLabel, Gauge>::default();
         let ops = Family::<StateLabel, Gauge>::default();
         let claims_with_error = Gauge::default();
+        let claims_abnormal = Gauge::default();
+        let claim_drifts = Counter::default();
         let claim_ready_seconds = Histogram::new(exponential_buckets(0.001, 2.0, 20));
         let op_seconds = Family::<OpLabel, Histogram>::new_with_constructor(|| {
             Histogram::new(exponential_buckets(0.001, 2.0, 20))
@@ -59,6 +64,16 @@ impl Default for Metrics {
             "claims_with_error",
             "Claims whose last step failed",
             claims_with_error.clone(),
+        );
+        registry.register(
+            "claims_abnormal",
+            "Claims whose plugin reports an abnormal volume condition",
+            claims_abnormal.clone(),
+        );
+        registry.register(
+            "claim_drifts",
+            "Ready claims found unmounted or no longer backed by their volume, then repaired",
+            claim_drifts.clone(),
         );
         registry.register(
             "claim_ready_seconds",
@@ -81,6 +96,8 @@ impl Default for Metrics {
             nodes,
             ops,
             claims_with_error,
+            claims_abnormal,
+            claim_drifts,
             claim_ready_seconds,
             op_seconds,
             node_reports,
@@ -130,6 +147,11 @@ impl Metrics {
         )?;
         self.claims_with_error.set(conn.query_row(
             "SELECT count(*) FROM claims WHERE error IS NOT NULL",
+            [],
+            |r| r.get(0),
+        )?);
+        self.claims_abnormal.set(conn.query_row(
+            "SELECT count(*) FROM claims WHERE condition IS NOT NULL",
             [],
             |r| r.get(0),
         )?);

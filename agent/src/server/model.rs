@@ -195,9 +195,14 @@ pub struct ClaimRow {
     pub created_at: i64,
     pub updated_at: i64,
     pub modify_index: u64,
+    /// What the node says the claim waits for, since when, and its readiness timeout.
+    pub waiting: Option<(String, i64, i64)>,
+    /// The plugin's abnormal volume condition, if any.
+    pub condition: Option<String>,
 }
 
-pub const CLAIM_COLUMNS: &str = "volume, alloc, node, mode, state, target_path, error, next_retry_at, created_at, updated_at, modify_index";
+pub const CLAIM_COLUMNS: &str = "volume, alloc, node, mode, state, target_path, error, next_retry_at, created_at, updated_at, modify_index, \
+     waiting, waiting_since, waiting_timeout_ms, condition";
 
 impl ClaimRow {
     pub fn from_row(r: &Row<'_>) -> rusqlite::Result<Self> {
@@ -213,6 +218,11 @@ impl ClaimRow {
             created_at: r.get(8)?,
             updated_at: r.get(9)?,
             modify_index: r.get::<_, i64>(10)? as u64,
+            waiting: match (r.get(11)?, r.get(12)?, r.get(13)?) {
+                (Some(reason), Some(since), Some(timeout)) => Some((reason, since, timeout)),
+                _ => None,
+            },
+            condition: r.get(14)?,
         })
     }
 
@@ -248,6 +258,15 @@ impl ClaimRow {
             created_at: time(self.created_at),
             updated_at: time(self.updated_at),
             index: self.modify_index,
+            waiting: self
+                .waiting
+                .as_ref()
+                .map(|(reason, since, timeout)| api::ClaimWaiting {
+                    reason: reason.clone(),
+                    since: time(*since),
+                    timeout_ms: (*timeout).max(0) as u64,
+                }),
+            condition: self.condition.clone(),
         }
     }
 }

@@ -5,6 +5,8 @@
 mod controller;
 mod e2e;
 mod fencing;
+mod procs;
 mod reconcile;
 mod recovery;
 mod support;
+mod truth;

@@ -436,16 +436,22 @@ async fn lost_node_blocks_and_comes_back() {
         "releasing a blocked claim needs the node or an unblock: {body}"
     );
 
-    // n2 returns: a heartbeat is answered `lost`, so it registers with what it still has:
-    // a1 is still published (released through the node), b1 is not (released at once).
+    // n2 returns: a heartbeat is answered `lost`, so it registers with what is still
+    // mounted: a1 is (nobody released it, its workload may still run: ready again), b1 is
+    // not (released at once).
     assert_eq!(n2.heartbeat().await["status"], "lost");
     n2.register(0, false, json!([{"volume": "v", "alloc": "a1"}]))
         .await;
-    assert_eq!(
-        claim_state(&api, "v", "a1").await.as_deref(),
-        Some("releasing")
-    );
+    assert_eq!(claim_state(&api, "v", "a1").await.as_deref(), Some("ready"));
     assert_eq!(claim_state(&api, "w", "b1").await, None);
+    let (_, v) = api.get("/v1/volumes/v").await;
+    assert_eq!(v["state"], "attached", "{v}");
+    assert_eq!(v["attachments"][0]["state"], "attached", "{v}");
+    let desired = n2.desired().await;
+    assert_eq!(desired["publish"][0]["alloc"], "a1", "{desired}");
+    // The resumed claim is released the normal way, through its node.
+    let (status, body) = api.delete("/v1/volumes/v/claims/a1").await;
+    assert_eq!(status, 202, "{body}");
     n2.report(json!([{"kind": "unpublished", "volume": "v", "alloc": "a1"}, {"kind": "unstaged", "volume": "v"}, {"kind": "unstaged", "volume": "w"}])).await;
     for volume in ["v", "w"] {
         let op = eventually("unpublish ops", WAIT, || async {
@@ -473,6 +479,7 @@ async fn lost_node_blocks_and_comes_back() {
         text.contains("node-lost") && text.contains("node-returned"),
         "{text}"
     );
+    assert!(text.contains("claim-resumed"), "{text}");
     assert!(text.contains("blocked claim released"), "{text}");
 }
 

@@ -193,35 +193,36 @@ fn node_failure_blocks_until_unblocked() {
     assert!(mounted(&target(&taken)), "node-1's claim is untouched");
 }
 
-/// Scenario 4: A lost node that comes back by itself releases its blocked claim through itself.
+/// Scenario 4: A lost node that comes back with the volume still mounted resumes the claim
+/// nobody released (its workload may still run), untouched; it is released the normal way.
 #[test]
-fn lost_node_returns_and_cleans_up() {
+fn lost_node_returns_and_resumes_its_claim() {
     let mut c = Cluster::start("node-returns", "2s", nodes(2));
     create_volume(&c, "vol", "single-node-writer");
     let held = claim(&c, "vol", "node-2", "a1");
     let t = target(held.ok());
+    std::fs::write(t.join("work.txt"), "in progress").unwrap();
     c.kill_agent(1);
     c.wait_node_status(1, "lost");
     assert_eq!(volume(&c, "vol")["state"], "blocked");
     c.start_agent(1);
-    wait_volume_state(&c, "vol", "free");
-    assert!(!mounted(&t));
+    let v = wait_volume_state(&c, "vol", "attached");
+    assert_eq!(v["claims"][0]["state"], "ready", "{v}");
+    assert!(mounted(&t), "the mount was kept");
     assert_eq!(
-        c.csivol(&["claim", "vol", "--node", "node-2", "--alloc", "gone"])
-            .code,
-        0,
-        "free again"
+        std::fs::read_to_string(t.join("work.txt")).unwrap(),
+        "in progress"
     );
     let events = c
         .csivol(&["events", "--volume", "vol", "-o", "json"])
         .ok()
         .json();
-    let released = events
+    let resumed = events
         .as_array()
         .unwrap()
         .iter()
-        .any(|e| e["kind"] == "claim-released" && e["actor"] == "node:node-2");
-    assert!(released, "the event log says node-2 released it: {events}");
+        .any(|e| e["kind"] == "claim-resumed" && e["actor"] == "node:node-2");
+    assert!(resumed, "the event log says node-2 resumed it: {events}");
     let node_events = c
         .csivol(&["events", "--node", "node-2", "-o", "json"])
         .ok()
@@ -229,6 +230,15 @@ fn lost_node_returns_and_cleans_up() {
     assert!(
         node_events.to_string().contains("node-returned"),
         "{node_events}"
+    );
+    release(&c, "vol", "a1").ok();
+    wait_volume_state(&c, "vol", "free");
+    assert!(!mounted(&t));
+    assert_eq!(
+        c.csivol(&["claim", "vol", "--node", "node-2", "--alloc", "again"])
+            .code,
+        0,
+        "free again"
     );
 }
 
