@@ -756,6 +756,36 @@ async fn wait_ready(
     }
 }
 
+/// The staging step a job needs although its plan saw a staged record: the staging its
+/// publications would be made from is not there any more.
+fn vanished_staging(shared: &Shared, job: &Job) -> Result<Option<StageStep>, StepError> {
+    let Some((first, path)) = job
+        .publish
+        .first()
+        .and_then(|p| p.staging.as_ref().map(|s| (p, s)))
+    else {
+        return Ok(None);
+    };
+    let Some(rec) = shared
+        .store
+        .staging(&job.volume)
+        .filter(|r| r.state == StageState::Staged)
+    else {
+        return Ok(None);
+    };
+    let Err(why) = shared.check_staging(&shared.checker()?, &rec) else {
+        return Ok(None);
+    };
+    tracing::warn!(
+        volume = job.volume,
+        "drift: {why}; staging it again before publishing"
+    );
+    Ok(Some(StageStep {
+        desired: first.desired.clone(),
+        path: path.clone(),
+    }))
+}
+
 /// What a volume worker tells the loop when it is done.
 #[derive(Debug, Default)]
 struct Outcome {
@@ -864,6 +894,13 @@ async fn run_job(shared: Arc<Shared>, job: Job, ctx: JobContext) -> Outcome {
         match unpublish(&shared, r).await {
             Ok(()) => {
                 tracing::info!(volume = vol, alloc = r.alloc, target = %r.target.display(), "unpublished");
+                if let Some(why) = &job.taken_down_because {
+                    shared.report(Report::Drift {
+                        volume: vol.clone(),
+                        alloc: r.alloc.clone(),
+                        reason: why.clone(),
+                    });
+                }
                 if t.report {
                     shared.report(Report::Unpublished {
                         volume: vol.clone(),
@@ -924,7 +961,19 @@ async fn run_job(shared: Arc<Shared>, job: Job, ctx: JobContext) -> Outcome {
             out.failed.push((*a).to_owned());
         }
     };
-    if let Some(step) = &job.stage {
+    // Before publishing, a recorded staging is checked: one that vanished since the last
+    // resync is staged again (NodeStageVolume is idempotent) rather than published from.
+    let stage_step = match &job.stage {
+        Some(step) => Some(step.clone()),
+        None => match vanished_staging(&shared, &job) {
+            Ok(step) => step,
+            Err(e) => {
+                retry(&mut out, &pending, &e);
+                return out;
+            }
+        },
+    };
+    if let Some(step) = &stage_step {
         match stage(&shared, step).await {
             Ok(()) => tracing::info!(volume = vol, path = %step.path.display(), "staged"),
             Err(e) if e.is_final() => {
@@ -1417,6 +1466,10 @@ impl Reconciler {
             });
             job.demote = demote;
             job.demote_staging = demote_staging;
+            if self.taking_down {
+                job.taken_down_because =
+                    Some("the node's agent took it down as it stopped".to_owned());
+            }
             if job.is_empty() {
                 // Nothing to retry any more: the desired state moved on.
                 self.backoff.remove(&vol);

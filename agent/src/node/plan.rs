@@ -80,6 +80,10 @@ pub struct Job {
     pub demote: Vec<(PublicationRecord, String)>,
     /// The staging, likewise: staged again before any publish.
     pub demote_staging: Option<(StagingRecord, String)>,
+    /// Set when the agent takes publications down that the server still wants (it stops
+    /// and leaves its node clean): each is reported as drift with this reason, so that the
+    /// server does not go on calling the claim ready.
+    pub taken_down_because: Option<String>,
     pub unpublish: Vec<Teardown>,
     /// Claims the server asked to take down that were not published here.
     pub report_unpublished: Vec<String>,

@@ -1186,7 +1186,7 @@ fn record_drift(
         Some(&c.node),
         Some(&c.alloc),
         &format!("node:{}", c.node),
-        format!("{DRIFT}{reason}; the node is publishing it again"),
+        format!("{DRIFT}{reason}; the claim waits for its node to publish it again"),
     )
 }
 

@@ -2,4 +2,5 @@
 
 mod bench_smoke;
 mod cluster;
+mod dev;
 mod e2e;

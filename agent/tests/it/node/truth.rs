@@ -119,6 +119,34 @@ async fn drift_behind_a_running_agent_is_found_and_repaired() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_claim_over_a_vanished_staging_stages_it_again() {
+    let dir = TestDir::new("node-truth-new-claim");
+    let server = Server::start(&dir, &[]).await;
+    let api = server.api.clone();
+    let token = server.node_token(&dir, "n1").await;
+    let hp = Hostpath::start(&dir, "n1", &[]);
+    // The default resync (30s) does not come during this test: the publish step checks.
+    let agent = AgentProc::start(&dir, &server, &token, &hp, &[]);
+    let _logs = Logs(&agent);
+    create_volume(&api, "v1", "single-node-multi-writer").await;
+    claim(&api, "v1", "a1").await;
+    let t1 = ready(&api, "v1", "a1").await;
+    std::fs::write(t1.join("shared.txt"), "from a1").unwrap();
+    unmount(staging_of(&agent, "v1"), UnmountFlags::empty()).unwrap();
+
+    claim(&api, "v1", "a2").await;
+    let t2 = ready(&api, "v1", "a2").await;
+    assert_eq!(
+        std::fs::read_to_string(t2.join("shared.txt")).unwrap(),
+        "from a1",
+        "published from the volume, not from an empty directory"
+    );
+    assert_eq!(hp.count("NodeStageVolume", "OK"), 2, "staged again");
+    assert_eq!(hp.count("NodePublishVolume", "FAILED_PRECONDITION"), 0);
+    hp.assert_no_lifecycle_violation();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_over_vanished_mounts_stages_and_publishes_again() {
     let dir = TestDir::new("node-truth-restart");
     let server = Server::start(&dir, &[]).await;
