@@ -33,7 +33,8 @@ complete -c csivol -n "__fish_csivol_needs_command" -s q -l quiet -d 'Print only
 complete -c csivol -n "__fish_csivol_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_needs_command" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_needs_command" -f -a "volume" -d 'Register, create, list, show and deregister volumes'
-complete -c csivol -n "__fish_csivol_needs_command" -f -a "claim" -d 'Claim a volume for an alloc on a node'
+complete -c csivol -n "__fish_csivol_needs_command" -f -a "claim" -d 'Claim a volume for an alloc on a node; renew a claim\'s lease; list claims'
+complete -c csivol -n "__fish_csivol_needs_command" -f -a "run" -d 'Claim volumes, run a command with them mounted, release them: a CI job in one line'
 complete -c csivol -n "__fish_csivol_needs_command" -f -a "release" -d 'Release an alloc\'s claim on a volume'
 complete -c csivol -n "__fish_csivol_needs_command" -f -a "status" -d 'Show the cluster at a glance, one volume in detail, or the blocked volumes'
 complete -c csivol -n "__fish_csivol_needs_command" -f -a "unblock" -d 'Free volumes held by a lost node: force-release its claims and force-detach'
@@ -118,26 +119,82 @@ complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_su
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from help" -f -a "show" -d 'Show a volume with its claims and attachments'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from help" -f -a "deregister" -d 'Forget a volume (its storage is kept), or with --delete destroy it'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
-complete -c csivol -n "__fish_csivol_using_subcommand claim" -l node -d 'The node the alloc runs on' -r
-complete -c csivol -n "__fish_csivol_using_subcommand claim" -l alloc -d 'The alloc (workload) claiming the volume; claiming again with the same alloc is a no-op' -r
-complete -c csivol -n "__fish_csivol_using_subcommand claim" -l timeout -d 'How long --wait waits before giving up with exit code 5' -r
-complete -c csivol -n "__fish_csivol_using_subcommand claim" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
-complete -c csivol -n "__fish_csivol_using_subcommand claim" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
-complete -c csivol -n "__fish_csivol_using_subcommand claim" -s o -l output -d 'Output format: `table` for people, `json` for scripts (stable field names)' -r -f -a "table\t''
+complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen_subcommand_from renew list help" -l node -d 'The node the alloc runs on' -r
+complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen_subcommand_from renew list help" -l alloc -d 'The alloc (workload) claiming the volume; claiming again with the same alloc is a no-op' -r
+complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen_subcommand_from renew list help" -l ttl -d 'A lease: the server releases the claim unless it is renewed within this long (`csivol claim renew`)' -r
+complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen_subcommand_from renew list help" -l label -d 'A label for the claim, shown with it and in the event log (e.g. the CI job\'s URL). Repeatable' -r
+complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen_subcommand_from renew list help" -l timeout -d 'How long --wait waits before giving up with exit code 5' -r
+complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen_subcommand_from renew list help" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen_subcommand_from renew list help" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen_subcommand_from renew list help" -s o -l output -d 'Output format: `table` for people, `json` for scripts (stable field names)' -r -f -a "table\t''
 json\t''"
-complete -c csivol -n "__fish_csivol_using_subcommand claim" -l read-only -d 'Claim it for reading only'
-complete -c csivol -n "__fish_csivol_using_subcommand claim" -l dry-run -d 'Only say whether the claim would be accepted, and why not; records nothing'
-complete -c csivol -n "__fish_csivol_using_subcommand claim" -l wait -d 'Wait until it is done, showing progress on a terminal'
-complete -c csivol -n "__fish_csivol_using_subcommand claim" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
-complete -c csivol -n "__fish_csivol_using_subcommand claim" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
-complete -c csivol -n "__fish_csivol_using_subcommand claim" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c csivol -n "__fish_csivol_using_subcommand claim" -s V -l version -d 'Print version'
+complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen_subcommand_from renew list help" -l read-only -d 'Claim it for reading only'
+complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen_subcommand_from renew list help" -l queue -d 'Wait in the volume\'s queue when other claims are in the way, instead of a refusal; queued claims are granted in arrival order'
+complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen_subcommand_from renew list help" -l dry-run -d 'Only say whether the claim would be accepted, and why not; records nothing'
+complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen_subcommand_from renew list help" -l release-on-timeout -d 'When --wait runs out of --timeout, release the claim instead of leaving it'
+complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen_subcommand_from renew list help" -l wait -d 'Wait until it is done, showing progress on a terminal'
+complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen_subcommand_from renew list help" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
+complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen_subcommand_from renew list help" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen_subcommand_from renew list help" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen_subcommand_from renew list help" -s V -l version -d 'Print version'
+complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen_subcommand_from renew list help" -a "renew" -d 'Extend a claim\'s lease from now'
+complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen_subcommand_from renew list help" -a "list" -d 'List claims across volumes, oldest first'
+complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen_subcommand_from renew list help" -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from renew" -l alloc -d 'The alloc whose claim to renew' -r
+complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from renew" -l ttl -d 'The new lease, from now [default: the claim\'s own TTL]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from renew" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from renew" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from renew" -s o -l output -d 'Output format: `table` for people, `json` for scripts (stable field names)' -r -f -a "table\t''
+json\t''"
+complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from renew" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
+complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from renew" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from renew" -s h -l help -d 'Print help'
+complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from renew" -s V -l version -d 'Print version'
+complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from list" -l volume -d 'Only claims of this volume' -r
+complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from list" -l node -d 'Only claims on this node' -r
+complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from list" -l state -d 'Only claims in this state' -r -f -a "queued\t''
+pending\t''
+attaching\t''
+publishing\t''
+ready\t''
+releasing\t''
+failed\t''
+blocked\t''"
+complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from list" -l older-than -d 'Only claims made longer ago than this (e.g. 1h)' -r
+complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from list" -l label -d 'Only claims with this label. Repeatable: all must match' -r
+complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from list" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from list" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from list" -s o -l output -d 'Output format: `table` for people, `json` for scripts (stable field names)' -r -f -a "table\t''
+json\t''"
+complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from list" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
+complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from list" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from list" -s h -l help -d 'Print help'
+complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from list" -s V -l version -d 'Print version'
+complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from help" -f -a "renew" -d 'Extend a claim\'s lease from now'
+complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from help" -f -a "list" -d 'List claims across volumes, oldest first'
+complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c csivol -n "__fish_csivol_using_subcommand run" -l node -d 'The node the command runs on (this machine\'s node)' -r
+complete -c csivol -n "__fish_csivol_using_subcommand run" -l alloc -d 'The alloc the claims are made for [default: from the CI job (GITHUB_RUN_ID, CI_JOB_ID, BUILD_TAG, BUILDKITE_JOB_ID), else random; printed]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand run" -l ttl -d 'The claims\' lease, renewed every third of it while the command runs' -r
+complete -c csivol -n "__fish_csivol_using_subcommand run" -l timeout -d 'How long to wait for every volume to be ready (with --queue: including the wait in line)' -r
+complete -c csivol -n "__fish_csivol_using_subcommand run" -l label -d 'A label for every claim (e.g. the CI job\'s URL). Repeatable' -r
+complete -c csivol -n "__fish_csivol_using_subcommand run" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand run" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand run" -s o -l output -d 'Output format: `table` for people, `json` for scripts (stable field names)' -r -f -a "table\t''
+json\t''"
+complete -c csivol -n "__fish_csivol_using_subcommand run" -l queue -d 'Wait in line for volumes held by others instead of failing'
+complete -c csivol -n "__fish_csivol_using_subcommand run" -l no-wait-release -d 'Do not wait for the release to finish after the command'
+complete -c csivol -n "__fish_csivol_using_subcommand run" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
+complete -c csivol -n "__fish_csivol_using_subcommand run" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand run" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c csivol -n "__fish_csivol_using_subcommand run" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand release" -l alloc -d 'The alloc whose claim to release' -r
 complete -c csivol -n "__fish_csivol_using_subcommand release" -l timeout -d 'How long --wait waits before giving up with exit code 5' -r
 complete -c csivol -n "__fish_csivol_using_subcommand release" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
 complete -c csivol -n "__fish_csivol_using_subcommand release" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
 complete -c csivol -n "__fish_csivol_using_subcommand release" -s o -l output -d 'Output format: `table` for people, `json` for scripts (stable field names)' -r -f -a "table\t''
 json\t''"
+complete -c csivol -n "__fish_csivol_using_subcommand release" -l ignore-missing -d 'Exit 0 when the claim is already gone or being released (a missing volume is still exit 3): for scripts that may release twice'
 complete -c csivol -n "__fish_csivol_using_subcommand release" -l wait -d 'Wait until it is done, showing progress on a terminal'
 complete -c csivol -n "__fish_csivol_using_subcommand release" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand release" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
@@ -263,8 +320,9 @@ complete -c csivol -n "__fish_csivol_using_subcommand token; and not __fish_seen
 complete -c csivol -n "__fish_csivol_using_subcommand token; and not __fish_seen_subcommand_from create help" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand token; and not __fish_seen_subcommand_from create help" -f -a "create" -d 'Create a token; its secret is printed once, on stdout'
 complete -c csivol -n "__fish_csivol_using_subcommand token; and not __fish_seen_subcommand_from create help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
-complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from create" -l role -d 'What the token may do: `operator` everything, `reader` read only, `node` one node\'s agent' -r -f -a "operator\t''
+complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from create" -l role -d 'What the token may do: `operator` everything, `reader` read only, `claimer` read and claim, renew, queue and release (CI jobs), `node` one node\'s agent' -r -f -a "operator\t''
 reader\t''
+claimer\t''
 node\t''"
 complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from create" -l node -d 'The node a `node` token acts for' -r
 complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from create" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
@@ -285,23 +343,26 @@ complete -c csivol -n "__fish_csivol_using_subcommand completions" -l no-color -
 complete -c csivol -n "__fish_csivol_using_subcommand completions" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand completions" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand completions" -s V -l version -d 'Print version'
-complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim release status unblock detach node plugin events token completions help" -f -a "volume" -d 'Register, create, list, show and deregister volumes'
-complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim release status unblock detach node plugin events token completions help" -f -a "claim" -d 'Claim a volume for an alloc on a node'
-complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim release status unblock detach node plugin events token completions help" -f -a "release" -d 'Release an alloc\'s claim on a volume'
-complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim release status unblock detach node plugin events token completions help" -f -a "status" -d 'Show the cluster at a glance, one volume in detail, or the blocked volumes'
-complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim release status unblock detach node plugin events token completions help" -f -a "unblock" -d 'Free volumes held by a lost node: force-release its claims and force-detach'
-complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim release status unblock detach node plugin events token completions help" -f -a "detach" -d 'Take a volume off a node: release every claim it has there'
-complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim release status unblock detach node plugin events token completions help" -f -a "node" -d 'List nodes, or show one'
-complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim release status unblock detach node plugin events token completions help" -f -a "plugin" -d 'List plugins, or show one'
-complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim release status unblock detach node plugin events token completions help" -f -a "events" -d 'Show the audit trail, or follow it'
-complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim release status unblock detach node plugin events token completions help" -f -a "token" -d 'Create API tokens'
-complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim release status unblock detach node plugin events token completions help" -f -a "completions" -d 'Print a shell completion script'
-complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim release status unblock detach node plugin events token completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim run release status unblock detach node plugin events token completions help" -f -a "volume" -d 'Register, create, list, show and deregister volumes'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim run release status unblock detach node plugin events token completions help" -f -a "claim" -d 'Claim a volume for an alloc on a node; renew a claim\'s lease; list claims'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim run release status unblock detach node plugin events token completions help" -f -a "run" -d 'Claim volumes, run a command with them mounted, release them: a CI job in one line'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim run release status unblock detach node plugin events token completions help" -f -a "release" -d 'Release an alloc\'s claim on a volume'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim run release status unblock detach node plugin events token completions help" -f -a "status" -d 'Show the cluster at a glance, one volume in detail, or the blocked volumes'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim run release status unblock detach node plugin events token completions help" -f -a "unblock" -d 'Free volumes held by a lost node: force-release its claims and force-detach'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim run release status unblock detach node plugin events token completions help" -f -a "detach" -d 'Take a volume off a node: release every claim it has there'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim run release status unblock detach node plugin events token completions help" -f -a "node" -d 'List nodes, or show one'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim run release status unblock detach node plugin events token completions help" -f -a "plugin" -d 'List plugins, or show one'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim run release status unblock detach node plugin events token completions help" -f -a "events" -d 'Show the audit trail, or follow it'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim run release status unblock detach node plugin events token completions help" -f -a "token" -d 'Create API tokens'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim run release status unblock detach node plugin events token completions help" -f -a "completions" -d 'Print a shell completion script'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim run release status unblock detach node plugin events token completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from volume" -f -a "register" -d 'Register an existing volume from a TOML or JSON spec'
 complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from volume" -f -a "create" -d 'Create a volume through its plugin\'s controller (CreateVolume), then register it'
 complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from volume" -f -a "list" -d 'List volumes'
 complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from volume" -f -a "show" -d 'Show a volume with its claims and attachments'
 complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from volume" -f -a "deregister" -d 'Forget a volume (its storage is kept), or with --delete destroy it'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from claim" -f -a "renew" -d 'Extend a claim\'s lease from now'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from claim" -f -a "list" -d 'List claims across volumes, oldest first'
 complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from node" -f -a "list" -d 'List nodes with their status and plugins'
 complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from node" -f -a "show" -d 'Show a node: status, heartbeat, self-fencing and plugins'
 complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from plugin" -f -a "list" -d 'List plugins with their health across nodes'

@@ -7,7 +7,7 @@ use std::time::Duration;
 use clap::builder::PossibleValuesParser;
 use clap::builder::TypedValueParser;
 use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
-use csivol_proto::api::{Role, VolumeState, validate_name};
+use csivol_proto::api::{ClaimState, Role, VolumeState, validate_name};
 
 use crate::env;
 use crate::failure::EXIT_CODES;
@@ -73,12 +73,24 @@ pub enum Command {
     #[command(subcommand)]
     Volume(VolumeCommand),
 
-    /// Claim a volume for an alloc on a node
+    /// Claim a volume for an alloc on a node; renew a claim's lease; list claims
     ///
     /// The claim is recorded at once (or refused, with the reason and exit code); with
     /// --wait, csivol follows it until the volume is mounted on the node and prints the claim
-    /// with its target path.
+    /// with its target path. Interrupted (SIGINT, SIGTERM) while waiting, it releases the
+    /// claim it made and exits 130 or 143. `claim renew` and `claim list` are subcommands
+    /// (a volume named `renew` or `list` is claimed with `csivol claim -- renew ...`).
     Claim(ClaimArgs),
+
+    /// Claim volumes, run a command with them mounted, release them: a CI job in one line
+    ///
+    /// Claims every VOLUME (write, or read with `:ro`), waits until all are ready, runs
+    /// COMMAND with CSIVOL_PATH (one volume) and CSIVOL_PATH_<NAME> (each volume, upper-case,
+    /// `-` and `.` as `_`) set to the target paths, renews the claims' leases while it runs,
+    /// forwards SIGINT, SIGTERM and SIGHUP to it, then releases every claim and waits for
+    /// the release. Exits with COMMAND's status, or with csivol's own code when COMMAND never
+    /// ran. If the job dies, the leases run out and the server releases the claims.
+    Run(RunArgs),
 
     /// Release an alloc's claim on a volume
     ///
@@ -229,30 +241,140 @@ pub struct DeregisterArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub struct ClaimArgs {
+    #[command(subcommand)]
+    pub command: Option<ClaimCommand>,
+
     /// The volume to claim
-    #[arg(value_parser = volume_name)]
-    pub volume: String,
+    #[arg(value_parser = volume_name, required = true)]
+    pub volume: Option<String>,
 
     /// The node the alloc runs on
-    #[arg(long, value_name = "NODE", value_parser = node_name)]
-    pub node: String,
+    #[arg(long, value_name = "NODE", value_parser = node_name, env = env::CSIVOL_NODE, required = true)]
+    pub node: Option<String>,
 
     /// The alloc (workload) claiming the volume; claiming again with the same alloc is a
     /// no-op
-    #[arg(long, value_name = "ALLOC", value_parser = alloc_name)]
-    pub alloc: String,
+    #[arg(long, value_name = "ALLOC", value_parser = alloc_name, required = true)]
+    pub alloc: Option<String>,
 
     /// Claim it for reading only
     #[arg(long)]
     pub read_only: bool,
 
+    /// A lease: the server releases the claim unless it is renewed within this long
+    /// (`csivol claim renew`)
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub ttl: Option<Duration>,
+
+    /// Wait in the volume's queue when other claims are in the way, instead of a refusal;
+    /// queued claims are granted in arrival order
+    #[arg(long)]
+    pub queue: bool,
+
+    /// A label for the claim, shown with it and in the event log (e.g. the CI job's URL).
+    /// Repeatable
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = label)]
+    pub labels: Vec<(String, String)>,
+
     /// Only say whether the claim would be accepted, and why not; records nothing
     #[arg(long, conflicts_with = "wait")]
     pub dry_run: bool,
 
+    /// When --wait runs out of --timeout, release the claim instead of leaving it
+    #[arg(long, requires = "wait")]
+    pub release_on_timeout: bool,
+
     #[command(flatten)]
     pub wait: WaitArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ClaimCommand {
+    /// Extend a claim's lease from now
+    Renew(RenewArgs),
+    /// List claims across volumes, oldest first
+    List(ClaimListArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RenewArgs {
+    /// The claimed volume
+    #[arg(value_parser = volume_name)]
+    pub volume: String,
+
+    /// The alloc whose claim to renew
+    #[arg(long, value_name = "ALLOC", value_parser = alloc_name)]
+    pub alloc: String,
+
+    /// The new lease, from now [default: the claim's own TTL]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub ttl: Option<Duration>,
+}
+
+#[derive(Debug, Args)]
+pub struct ClaimListArgs {
+    /// Only claims of this volume
+    #[arg(long, value_name = "VOLUME", value_parser = volume_name)]
+    pub volume: Option<String>,
+
+    /// Only claims on this node
+    #[arg(long, value_name = "NODE", value_parser = node_name)]
+    pub node: Option<String>,
+
+    /// Only claims in this state
+    #[arg(long, value_name = "STATE", value_parser = claim_state())]
+    pub state: Option<ClaimState>,
+
+    /// Only claims made longer ago than this (e.g. 1h)
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub older_than: Option<Duration>,
+
+    /// Only claims with this label. Repeatable: all must match
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = label)]
+    pub labels: Vec<(String, String)>,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The volumes, `NAME` for a write claim or `NAME:ro` for a read claim
+    #[arg(value_name = "VOLUME[:ro]", required = true, value_parser = run_volume)]
+    pub volumes: Vec<(String, bool)>,
+
+    /// The node the command runs on (this machine's node)
+    #[arg(long, value_name = "NODE", value_parser = node_name, env = env::CSIVOL_NODE)]
+    pub node: String,
+
+    /// The alloc the claims are made for [default: from the CI job (GITHUB_RUN_ID,
+    /// CI_JOB_ID, BUILD_TAG, BUILDKITE_JOB_ID), else random; printed]
+    #[arg(long, value_name = "ALLOC", value_parser = alloc_name)]
+    pub alloc: Option<String>,
+
+    /// The claims' lease, renewed every third of it while the command runs
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "10m")]
+    pub ttl: Duration,
+
+    /// Wait in line for volumes held by others instead of failing
+    #[arg(long)]
+    pub queue: bool,
+
+    /// How long to wait for every volume to be ready (with --queue: including the wait in
+    /// line)
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "2m")]
+    pub timeout: Duration,
+
+    /// A label for every claim (e.g. the CI job's URL). Repeatable
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = label)]
+    pub labels: Vec<(String, String)>,
+
+    /// Do not wait for the release to finish after the command
+    #[arg(long)]
+    pub no_wait_release: bool,
+
+    /// The command and its arguments, after `--`
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
 }
 
 #[derive(Debug, Args)]
@@ -264,6 +386,11 @@ pub struct ReleaseArgs {
     /// The alloc whose claim to release
     #[arg(long, value_name = "ALLOC", value_parser = alloc_name)]
     pub alloc: String,
+
+    /// Exit 0 when the claim is already gone or being released (a missing volume is still
+    /// exit 3): for scripts that may release twice
+    #[arg(long)]
+    pub ignore_missing: bool,
 
     #[command(flatten)]
     pub wait: WaitArgs,
@@ -395,8 +522,8 @@ pub enum TokenCommand {
 
 #[derive(Debug, Args)]
 pub struct TokenCreateArgs {
-    /// What the token may do: `operator` everything, `reader` read only, `node` one node's
-    /// agent
+    /// What the token may do: `operator` everything, `reader` read only, `claimer` read and
+    /// claim, renew, queue and release (CI jobs), `node` one node's agent
     #[arg(long, value_name = "ROLE", value_parser = role())]
     pub role: Role,
 
@@ -469,7 +596,35 @@ fn volume_state() -> impl TypedValueParser<Value = VolumeState> {
 }
 
 fn role() -> impl TypedValueParser<Value = Role> {
-    PossibleValuesParser::new(["operator", "reader", "node"]).map(|s| s.parse().expect("a role"))
+    PossibleValuesParser::new(["operator", "reader", "claimer", "node"])
+        .map(|s| s.parse().expect("a role"))
+}
+
+fn claim_state() -> impl TypedValueParser<Value = ClaimState> {
+    PossibleValuesParser::new(ClaimState::ALL.map(|s| s.as_str()))
+        .map(|s| s.parse().expect("a possible value"))
+}
+
+fn label(s: &str) -> Result<(String, String), String> {
+    let (k, v) = s
+        .split_once('=')
+        .ok_or_else(|| format!("`{s}`: expected KEY=VALUE, e.g. job=https://ci.example/123"))?;
+    if k.is_empty() || k.len() > 63 || k.contains(',') {
+        return Err(format!(
+            "`{k}`: a label key has 1 to 63 characters, without `,`"
+        ));
+    }
+    Ok((k.to_owned(), v.to_owned()))
+}
+
+/// `NAME` or `NAME:ro`.
+fn run_volume(s: &str) -> Result<(String, bool), String> {
+    let (name, ro) = match s.strip_suffix(":ro") {
+        Some(name) => (name, true),
+        None => (s, false),
+    };
+    validate_name("volume", name)?;
+    Ok((name.to_owned(), ro))
 }
 
 #[cfg(test)]

@@ -12,6 +12,22 @@ pub const CSIVOL_TOKEN: &str = "CSIVOL_TOKEN";
 /// `--token` nor `CSIVOL_TOKEN` gives one.
 pub const CSIVOL_TOKEN_FILE: &str = "CSIVOL_TOKEN_FILE";
 
+/// The node `claim` and `run` claim on when `--node` is not given (a CI runner sets it
+/// once for its jobs).
+pub const CSIVOL_NODE: &str = "CSIVOL_NODE";
+
+/// Set by `csivol run` for the command it runs: the target path of its only volume.
+pub const CSIVOL_PATH: &str = "CSIVOL_PATH";
+
+/// CI systems' job identifiers, in the order `csivol run` tries them for a default
+/// `--alloc`: GitHub Actions, GitLab CI, Jenkins, Buildkite.
+pub const CI_JOB_IDS: &[(&str, &[&str])] = &[
+    ("gh", &["GITHUB_RUN_ID", "GITHUB_RUN_ATTEMPT", "GITHUB_JOB"]),
+    ("gl", &["CI_JOB_ID"]),
+    ("jenkins", &["BUILD_TAG"]),
+    ("bk", &["BUILDKITE_JOB_ID"]),
+];
+
 /// Any non-empty value turns colour off (<https://no-color.org>), like `--no-color`.
 pub const NO_COLOR: &str = "NO_COLOR";
 
@@ -70,6 +86,10 @@ pub const DOCUMENTED: &[(&str, &str)] = &[
     (
         CSIVOL_TOKEN_FILE,
         "A file holding the API token, used when neither --token nor CSIVOL_TOKEN is given.",
+    ),
+    (
+        CSIVOL_NODE,
+        "The node claim and run use when --node is not given.",
     ),
     (
         NO_COLOR,

@@ -8,22 +8,27 @@ use csivol_proto::api::ErrorCode;
 /// The documented exit codes. Scripts rely on them: never renumber.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Exit {
-    Ok = 0,
+    Ok,
     /// Anything not covered below (a failed claim, a server-side internal error, I/O).
-    Error = 1,
+    Error,
     /// The command line, a spec file or the request is wrong (also the server's `invalid`).
-    Usage = 2,
-    NotFound = 3,
+    Usage,
+    NotFound,
     /// Something is in the way (another claim, capacity, a volume still attached).
-    Conflict = 4,
+    Conflict,
     /// `--wait` ran out of `--timeout`.
-    TimedOut = 5,
+    TimedOut,
     /// Held by a lost node; also `status --blocked` when something is blocked.
-    Blocked = 6,
+    Blocked,
     /// No token, an unknown token, or a token without the right.
-    Unauthorized = 7,
+    Unauthorized,
     /// The server cannot be reached, or answered that it cannot serve now.
-    Unreachable = 8,
+    Unreachable,
+    /// Stopped by a signal (after releasing what it claimed): 128 + the signal's number,
+    /// as shells report it (130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP).
+    Signal(u8),
+    /// `csivol run`: the command's own exit status.
+    Command(u8),
 }
 
 /// The table printed by `--help` and in the man pages.
@@ -64,11 +69,45 @@ pub const EXIT_CODES: &[(Exit, &str)] = &[
         Exit::Unreachable,
         "server unreachable, or it answered that it is unavailable",
     ),
+    (
+        Exit::Signal(2),
+        "interrupted by SIGINT (143: SIGTERM, 129: SIGHUP) after releasing what it claimed; \
+         `run` exits with its command's status once the command ran",
+    ),
 ];
 
 impl Exit {
     pub fn code(self) -> u8 {
-        self as u8
+        match self {
+            Self::Ok => 0,
+            Self::Error => 1,
+            Self::Usage => 2,
+            Self::NotFound => 3,
+            Self::Conflict => 4,
+            Self::TimedOut => 5,
+            Self::Blocked => 6,
+            Self::Unauthorized => 7,
+            Self::Unreachable => 8,
+            Self::Signal(n) => 128 + n,
+            Self::Command(c) => c,
+        }
+    }
+
+    /// The stable name of an error exit, for `-o json` errors.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Ok => "ok",
+            Self::Error => "error",
+            Self::Usage => "invalid",
+            Self::NotFound => "not-found",
+            Self::Conflict => "conflict",
+            Self::TimedOut => "timed-out",
+            Self::Blocked => "blocked",
+            Self::Unauthorized => "unauthorized",
+            Self::Unreachable => "unavailable",
+            Self::Signal(_) => "interrupted",
+            Self::Command(_) => "command-failed",
+        }
     }
 
     /// How the server's error codes map onto exit codes.

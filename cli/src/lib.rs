@@ -9,5 +9,6 @@ pub mod failure;
 pub mod generate;
 pub mod output;
 pub mod render;
+pub mod signals;
 pub mod spec;
 pub mod wait;

@@ -17,7 +17,7 @@ fn main() -> ExitCode {
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             let (exit, hint) = classify(&e);
-            out.error(&format!("{e:#}"), hint.as_deref());
+            out.error(exit, &format!("{e:#}"), hint.as_deref());
             exit.into()
         }
     }

@@ -18,6 +18,8 @@ use crate::failure::{Exit, Failure};
 const WRAPPABLE: &[&str] = &[
     "MESSAGE",
     "ERROR",
+    "NOTES",
+    "LABELS",
     "CLAIMS",
     "NODES",
     "TARGET PATH",
@@ -173,7 +175,21 @@ impl Out {
     }
 
     /// The final error: what failed and why, then the next step.
-    pub fn error(&self, message: &str, hint: Option<&str>) {
+    /// The error a command ends with: with `-o json`, one JSON object on stderr
+    /// (`{"error": {"code", "exit", "message", "hint"?}}`), so that scripts parse it too.
+    pub fn error(&self, exit: Exit, message: &str, hint: Option<&str>) {
+        if self.json_mode() {
+            let mut e = serde_json::json!({
+                "code": exit.name(),
+                "exit": exit.code(),
+                "message": message,
+            });
+            if let Some(h) = hint {
+                e["hint"] = h.into();
+            }
+            eprintln!("{}", serde_json::json!({ "error": e }));
+            return;
+        }
         let red = Style::new().red().bold().force_styling(self.color_stderr);
         eprintln!("{} {message}", red.apply_to("error:"));
         if let (Some(h), false) = (hint, self.quiet) {

@@ -172,6 +172,9 @@ pub fn volume(out: &Out, v: &Volume) -> anyhow::Result<()> {
 /// A claim's last error, what it waits for on its node, and an abnormal volume condition.
 fn claim_trouble(c: &Claim) -> String {
     let mut parts: Vec<String> = c.error.iter().cloned().collect();
+    if let Some(p) = c.queue_position {
+        parts.push(format!("number {p} in line"));
+    }
     if let Some(w) = &c.waiting {
         parts.push(format!("waiting: {}", crate::output::waiting(w)));
     }
@@ -205,8 +208,61 @@ pub fn claim(out: &Out, c: &Claim) -> anyhow::Result<()> {
     if let Some(cond) = &c.condition {
         rows.push(("condition", format!("abnormal: {cond}")));
     }
+    if let Some(p) = c.queue_position {
+        rows.push(("queue", format!("number {p} in line")));
+    }
+    if let Some(t) = &c.expires_at {
+        rows.push(("lease until", t.clone()));
+    }
+    if !c.labels.is_empty() {
+        rows.push(("labels", labels(c)));
+    }
     rows.push(("created", c.created_at.clone()));
     record(out, &format!("claim of alloc {}", c.alloc), &rows)
+}
+
+fn labels(c: &Claim) -> String {
+    if c.labels.is_empty() {
+        return "-".to_owned();
+    }
+    c.labels
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// `claim list`: claims across volumes, oldest first per volume.
+pub fn claims(out: &Out, claims: &[Claim]) -> anyhow::Result<()> {
+    if claims.is_empty() {
+        out.note("no claims");
+        return Ok(());
+    }
+    let mut t = out.table(&[
+        "VOLUME",
+        "ALLOC",
+        "NODE",
+        "MODE",
+        "STATE",
+        "AGE",
+        "LEASE UNTIL",
+        "LABELS",
+        "NOTES",
+    ]);
+    for c in claims {
+        t.add_row(vec![
+            comfy_table::Cell::new(&c.volume),
+            comfy_table::Cell::new(&c.alloc),
+            comfy_table::Cell::new(&c.node),
+            comfy_table::Cell::new(c.mode),
+            out.state_cell(c.state.as_str()),
+            comfy_table::Cell::new(age(&c.created_at)),
+            comfy_table::Cell::new(or_dash(c.expires_at.as_deref())),
+            comfy_table::Cell::new(labels(c)),
+            comfy_table::Cell::new(claim_trouble(c)),
+        ]);
+    }
+    out.print_table(t)
 }
 
 /// A node's plugins as `id used/max`, `max` being `∞` for no limit.

@@ -42,6 +42,10 @@ pub enum ClaimGoal {
 pub fn describe_claim(c: &Claim) -> String {
     let n = &c.node;
     let what = match c.state {
+        ClaimState::Queued => match c.queue_position {
+            Some(p) => format!("queued: number {p} in line for the volume"),
+            None => "queued for the volume".to_owned(),
+        },
         ClaimState::Pending => {
             "pending: waiting for the volume to be detached from another node".to_owned()
         }
@@ -154,21 +158,31 @@ pub async fn claim(
         let left = deadline.left();
         if left.is_zero() {
             progress.finish();
-            let goal = match goal {
-                ClaimGoal::Ready => "to be ready",
-                ClaimGoal::Gone => "to be released",
+            let (goal, hint) = match goal {
+                ClaimGoal::Ready => (
+                    "to be ready; the claim still exists and is",
+                    format!(
+                        "release it with `csivol release {volume} --alloc {alloc}` (or claim with \
+                         --release-on-timeout), or wait longer with --timeout; `csivol status {volume}` \
+                         shows its claims and attachments"
+                    ),
+                ),
+                ClaimGoal::Gone => (
+                    "to be released; it is",
+                    format!(
+                        "`csivol status {volume}` shows its claims and attachments; wait longer with --timeout"
+                    ),
+                ),
             };
             return Err(Failure::new(
                 Exit::TimedOut,
                 format!(
-                    "timed out after {} waiting for {who} {goal}; it is {}",
+                    "timed out after {} waiting for {who} {goal} {}",
                     short_duration(deadline.timeout),
                     describe_claim(c)
                 ),
             )
-            .hint(format!(
-                "`csivol status {volume}` shows its claims and attachments; wait longer with --timeout"
-            ))
+            .hint(hint)
             .into());
         }
         let answer: Option<Answer<Claim>> = ctx

@@ -188,6 +188,9 @@ impl ClaimMode {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ClaimState {
+    /// Waiting in the volume's queue (`claim --queue`): granted in arrival order once the
+    /// rules allow it; holds nothing meanwhile.
+    Queued,
     /// Recorded; waiting for another attachment of the volume to be detached first.
     Pending,
     /// Waiting for ControllerPublishVolume to this node.
@@ -206,7 +209,8 @@ pub enum ClaimState {
 }
 
 impl ClaimState {
-    pub const ALL: [ClaimState; 7] = [
+    pub const ALL: [ClaimState; 8] = [
+        Self::Queued,
         Self::Pending,
         Self::Attaching,
         Self::Publishing,
@@ -218,6 +222,7 @@ impl ClaimState {
 
     pub fn as_str(self) -> &'static str {
         match self {
+            Self::Queued => "queued",
             Self::Pending => "pending",
             Self::Attaching => "attaching",
             Self::Publishing => "publishing",
@@ -281,6 +286,19 @@ pub struct Claim {
     /// when the volume is normal or the plugin does not report conditions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub condition: Option<String>,
+    /// When the claim's lease runs out (RFC 3339), for a claim made with a TTL: it is then
+    /// released the normal way unless renewed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<String>,
+    /// The lease's length, renewed by `claim renew` without a TTL of its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_ms: Option<u64>,
+    /// For a queued claim: its place in the volume's queue, 1 first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_position: Option<u32>,
+    /// Free-form `key=value` labels given at claim time (e.g. the CI job's URL).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
 }
 
 /// What a claim waits for on its node.
@@ -303,6 +321,23 @@ pub struct ClaimRequest {
     /// Only check whether the claim would be accepted.
     #[serde(default)]
     pub dry_run: bool,
+    /// A lease: the claim is released unless renewed within this long.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_ms: Option<u64>,
+    /// Wait in the volume's queue when other claims are in the way, instead of a refusal.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub queue: bool,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+}
+
+/// `POST /v1/volumes/{name}/claims/{alloc}/renew`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RenewRequest {
+    /// The new lease from now; without it, the claim's own TTL again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_ms: Option<u64>,
 }
 
 /// The answer to a dry-run claim.
@@ -503,6 +538,8 @@ pub enum Role {
     Operator,
     /// Read-only.
     Reader,
+    /// CI jobs: read, and claim, renew, queue and release claims; nothing else.
+    Claimer,
     /// One node's agent: register, heartbeat, desired state and reports of that node only.
     Node,
 }
@@ -512,6 +549,7 @@ impl Role {
         match self {
             Self::Operator => "operator",
             Self::Reader => "reader",
+            Self::Claimer => "claimer",
             Self::Node => "node",
         }
     }

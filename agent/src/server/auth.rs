@@ -41,8 +41,20 @@ impl Caller {
         .with_hint("create one with `csivol token create --role operator` (as an operator)"))
     }
 
+    /// Claiming, renewing, queueing and releasing claims: operators and claimers (CI jobs).
+    pub fn require_claimer(&self) -> ApiResult<()> {
+        if matches!(self.role, Role::Operator | Role::Claimer) {
+            return Ok(());
+        }
+        Err(ApiError::forbidden(format!(
+            "a {} token cannot claim or release; it needs a claimer or operator token",
+            self.role
+        ))
+        .with_hint("create one with `csivol token create --role claimer` (as an operator)"))
+    }
+
     pub fn require_reader(&self) -> ApiResult<()> {
-        if matches!(self.role, Role::Operator | Role::Reader) {
+        if matches!(self.role, Role::Operator | Role::Reader | Role::Claimer) {
             return Ok(());
         }
         Err(ApiError::forbidden(

@@ -145,6 +145,14 @@ ALTER TABLE claims ADD COLUMN waiting_since INTEGER;
 ALTER TABLE claims ADD COLUMN waiting_timeout_ms INTEGER;
 ALTER TABLE claims ADD COLUMN condition TEXT;
 "#,
+    r#"
+-- CI claims: leases (released when not renewed), labels, and the volume's queue (claims in
+-- state 'queued', granted in arrival order: created_at, then rowid).
+ALTER TABLE claims ADD COLUMN ttl_ms INTEGER;
+ALTER TABLE claims ADD COLUMN expires_at INTEGER;
+ALTER TABLE claims ADD COLUMN labels TEXT NOT NULL DEFAULT '{}';
+CREATE INDEX claims_expires ON claims (expires_at) WHERE expires_at IS NOT NULL;
+"#,
 ];
 
 /// The current time in unix milliseconds.

@@ -48,6 +48,13 @@ impl App {
         Ok((caller.actor(), self.limits.clone()))
     }
 
+    /// Claims: an operator's or a claimer's token.
+    fn claimer(&self, headers: &HeaderMap) -> ApiResult<(String, Limits)> {
+        let caller = self.caller(headers)?;
+        caller.require_claimer()?;
+        Ok((caller.actor(), self.limits.clone()))
+    }
+
     fn caller(&self, headers: &HeaderMap) -> ApiResult<Caller> {
         let header = headers
             .get(axum::http::header::AUTHORIZATION)
@@ -142,6 +149,8 @@ pub fn router(app: App) -> Router {
             "/v1/volumes/{name}/claims/{alloc}",
             get(get_claim).delete(delete_claim),
         )
+        .route("/v1/volumes/{name}/claims/{alloc}/renew", post(renew_claim))
+        .route("/v1/claims", get(list_claims))
         .route("/v1/volumes/{name}/unblock", post(unblock_volume))
         .route("/v1/volumes/{name}/detach", post(detach))
         .route("/v1/nodes", get(list_nodes))
@@ -333,7 +342,7 @@ async fn post_claim(
     Path(volume): Path<String>,
     Body(req): Body<ClaimRequest>,
 ) -> ApiResult<Response> {
-    let (actor, limits) = app.operator(&headers)?;
+    let (actor, limits) = app.claimer(&headers)?;
     if req.dry_run {
         let answer = app
             .db
@@ -343,6 +352,12 @@ async fn post_claim(
                         accepted: true,
                         existing: true,
                         state: Some(claim.state),
+                        error: None,
+                    },
+                    Ok(ClaimDecision::Queue(_)) => ClaimDryRun {
+                        accepted: true,
+                        existing: false,
+                        state: Some(api::ClaimState::Queued),
                         error: None,
                     },
                     Ok(ClaimDecision::New) => ClaimDryRun {
@@ -400,7 +415,8 @@ async fn get_claim(
         .db
         .read(move |c| {
             super::model::ClaimRow::load(c, &volume, &alloc)?
-                .map(|c| c.to_api())
+                .map(|row| row.to_api_at(c))
+                .transpose()?
                 .ok_or_else(|| {
                     ApiError::not_found(format!(
                         "alloc `{alloc}` holds no claim on volume `{volume}`"
@@ -416,7 +432,7 @@ async fn delete_claim(
     headers: HeaderMap,
     Path((volume, alloc)): Path<(String, String)>,
 ) -> ApiResult<Response> {
-    let (actor, _) = app.operator(&headers)?;
+    let (actor, _) = app.claimer(&headers)?;
     name("volume", &volume)?;
     name("alloc", &alloc)?;
     let claim = app
@@ -424,6 +440,37 @@ async fn delete_claim(
         .write(move |ctx| lifecycle::release_claim(ctx, &volume, &alloc, &actor))
         .await?;
     Ok(with_index(StatusCode::ACCEPTED, claim.index, claim))
+}
+
+async fn renew_claim(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path((volume, alloc)): Path<(String, String)>,
+    Body(req): Body<api::RenewRequest>,
+) -> ApiResult<Response> {
+    let (actor, _) = app.claimer(&headers)?;
+    name("volume", &volume)?;
+    name("alloc", &alloc)?;
+    let claim = app
+        .db
+        .write(move |ctx| super::leases::renew(ctx, &volume, &alloc, req.ttl_ms, &actor))
+        .await?;
+    Ok(with_index(StatusCode::OK, claim.index, claim))
+}
+
+/// `GET /v1/claims?volume=&node=&state=&label=k=v&older_than_ms=`; `label` repeatable.
+async fn list_claims(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Query(pairs): Query<Vec<(String, String)>>,
+) -> ApiResult<Response> {
+    app.caller(&headers)?.require_reader()?;
+    let filter = views::ClaimFilter::from_query(&pairs)?;
+    let claims = app
+        .db
+        .read(move |c| views::list_claims(c, &filter, now_ms()))
+        .await?;
+    Ok(Json(claims).into_response())
 }
 
 fn reason(r: &str) -> ApiResult<()> {

@@ -24,6 +24,7 @@ use super::model::{
     AttachmentRow, ClaimRow, Lifecycle, NodePluginRow, NodeRow, VolumeRow,
     needs_controller_publish, slots_used, time, to_json,
 };
+use super::queue;
 use super::rules::{self, Accept, ConflictRule, Held, Refusal, Wanted};
 use super::watch::Key;
 
@@ -83,6 +84,16 @@ fn set_claim_state(ctx: &mut WriteCtx<'_>, c: &ClaimRow, state: ClaimState) -> A
         .execute(params![state.as_str(), ctx.now, ctx.index as i64, c.volume, c.alloc])?;
     ctx.touch(Key::Node(c.node.clone()));
     touch_volume(ctx, &c.volume)
+}
+
+/// Starts releasing a claim through its node (for a lease that ran out).
+pub fn begin_release(ctx: &mut WriteCtx<'_>, c: &ClaimRow) -> ApiResult<()> {
+    set_claim_state(ctx, c, ClaimState::Releasing)
+}
+
+/// Forgets a claim that holds nothing (a queued one).
+pub fn remove_claim(ctx: &mut WriteCtx<'_>, c: &ClaimRow) -> ApiResult<()> {
+    delete_claim(ctx, c)
 }
 
 fn delete_claim(ctx: &mut WriteCtx<'_>, c: &ClaimRow) -> ApiResult<()> {
@@ -437,6 +448,8 @@ pub fn deregister_volume(
 pub enum ClaimDecision {
     New,
     Existing(ClaimRow),
+    /// Other claims are in the way and the claimant asked to wait: it is queued, with why.
+    Queue(String),
 }
 
 fn unblock_hint(volume: &str, node: &str) -> String {
@@ -444,6 +457,135 @@ fn unblock_hint(volume: &str, node: &str) -> String {
         "if node {node} is really gone or fenced, run: csivol unblock {volume} --reason \"...\" \
          (or wait for the node to come back)"
     )
+}
+
+/// The rules' refusal as the API error it becomes, and whether it may be waited out in
+/// the volume's queue.
+fn refusal_error(volume: &str, v: &VolumeRow, req: &ClaimRequest, r: Refusal) -> (bool, ApiError) {
+    let wait = queue::may_wait(&r);
+    let e = match r {
+        Refusal::ReadOnlyMode { access_mode } => ApiError::invalid(format!(
+            "volume `{volume}` is {access_mode}: it takes read claims only"
+        ))
+        .with_hint("claim it with --read-only"),
+        Refusal::AllocHoldsOther { node, mode, state } => ApiError::conflict(format!(
+            "alloc `{}` already holds a {} claim on volume `{volume}` on node {node} ({state})",
+            req.alloc,
+            mode.as_str()
+        ))
+        .with_hint(match state {
+            ClaimState::Releasing | ClaimState::Failed => {
+                "wait for that claim to be gone, then claim again".to_owned()
+            }
+            _ => format!(
+                "release it first: csivol release {volume} --alloc {}",
+                req.alloc
+            ),
+        }),
+        Refusal::Conflict {
+            rule,
+            holder_alloc,
+            holder_node,
+            blocked,
+        } => {
+            let why = match rule {
+                ConflictRule::SingleNode => {
+                    format!("is {} and is claimed on node {holder_node}", v.access_mode)
+                }
+                ConflictRule::SingleWriter => {
+                    format!("is {} and already has a writer", v.access_mode)
+                }
+                ConflictRule::SingleClaim => format!("is {} and already claimed", v.access_mode),
+            };
+            if blocked {
+                ApiError::blocked(format!(
+                    "volume `{volume}` {why}: alloc {holder_alloc} on node {holder_node}, which was lost; \
+                     the claim is blocked until that node comes back or is unblocked"
+                ))
+                .with_hint(unblock_hint(volume, &holder_node))
+            } else {
+                ApiError::conflict(format!(
+                    "volume `{volume}` {why}: held by alloc {holder_alloc} on node {holder_node}"
+                ))
+                .with_hint(format!(
+                    "wait for it to be released (csivol release {volume} --alloc {holder_alloc}), \
+                     or claim with --queue to wait in line"
+                ))
+            }
+        }
+    };
+    (wait, e)
+}
+
+/// Whether a claim of `v` on `node` may start there: the node is not lost, runs the
+/// plugin, and has room. `Err((true, _))` when only room is missing (worth waiting for).
+fn node_may_start(
+    conn: &Connection,
+    v: &VolumeRow,
+    claims: &[ClaimRow],
+    node: &str,
+) -> ApiResult<Result<(), (bool, ApiError)>> {
+    let volume = &v.name;
+    let n = NodeRow::require(conn, node)?;
+    if n.status == NodeStatus::Lost {
+        return Ok(Err((
+            false,
+            ApiError::blocked(format!(
+                "node `{node}` is lost{}; no claim can be placed on it",
+                n.lost_at
+                    .map(|t| format!(" since {}", time(t)))
+                    .unwrap_or_default()
+            ))
+            .with_hint(format!("choose another node, or bring {node}'s agent back")),
+        )));
+    }
+    let np = NodePluginRow::load(conn, node, &v.plugin)?;
+    let Some(np) = np.filter(|p| p.node_service) else {
+        return Ok(Err((
+            false,
+            ApiError::invalid(format!(
+                "node `{node}` does not run plugin `{}` (needed by volume `{volume}`)",
+                v.plugin
+            ))
+            .with_hint("`csivol plugin show` lists the nodes that run it"),
+        )));
+    };
+    let attached_here = claims
+        .iter()
+        .any(|c| c.node == node && c.state != ClaimState::Queued)
+        || AttachmentRow::of_volume(conn, volume)?
+            .iter()
+            .any(|a| a.node == node);
+    if !attached_here {
+        let used = slots_used(conn, node, &v.plugin)?;
+        if !rules::has_room(used, np.max_volumes) {
+            return Ok(Err((
+                true,
+                ApiError::conflict(format!(
+                    "node `{node}` has no free slot for plugin `{}`: {used} of {} volumes in use \
+                     (attachments still detaching count)",
+                    v.plugin, np.max_volumes
+                ))
+                .with_hint(
+                    "release a claim on that node, choose another node, or claim with --queue",
+                ),
+            )));
+        }
+    }
+    Ok(Ok(()))
+}
+
+fn held_of(claims: &[ClaimRow]) -> Vec<Held<'_>> {
+    claims
+        .iter()
+        .filter(|c| c.state != ClaimState::Queued)
+        .map(|c| Held {
+            alloc: &c.alloc,
+            node: &c.node,
+            mode: c.mode,
+            state: c.state,
+        })
+        .collect()
 }
 
 /// Checks a claim against every rule, without changing anything.
@@ -455,6 +597,16 @@ pub fn evaluate_claim(
     validate_name("volume", volume).map_err(ApiError::invalid)?;
     validate_name("alloc", &req.alloc).map_err(ApiError::invalid)?;
     validate_name("node", &req.node).map_err(ApiError::invalid)?;
+    for k in req.labels.keys() {
+        if k.is_empty() || k.len() > 63 || k.contains(['=', ',']) {
+            return Err(ApiError::invalid(format!(
+                "invalid label key `{k}`: 1 to 63 characters, without `=` or `,`"
+            )));
+        }
+    }
+    if req.ttl_ms == Some(0) {
+        return Err(ApiError::invalid("`ttl_ms` must be longer than zero"));
+    }
     let v = VolumeRow::require(conn, volume)?;
     match v.lifecycle {
         Lifecycle::Ready => {}
@@ -477,119 +629,120 @@ pub fn evaluate_claim(
         }
     }
     let claims = ClaimRow::of_volume(conn, volume)?;
-    let held: Vec<Held<'_>> = claims
-        .iter()
-        .map(|c| Held {
-            alloc: &c.alloc,
-            node: &c.node,
-            mode: c.mode,
-            state: c.state,
-        })
-        .collect();
+    // The alloc's own claim, queued or not: asking for the same claim again is a no-op.
+    if let Some(own) = claims.iter().find(|c| c.alloc == req.alloc) {
+        let same = own.node == req.node
+            && own.mode == req.mode
+            && !matches!(own.state, ClaimState::Releasing | ClaimState::Failed);
+        if same {
+            return Ok(ClaimDecision::Existing(own.clone()));
+        }
+    }
     let wanted = Wanted {
         alloc: &req.alloc,
         node: &req.node,
         mode: req.mode,
     };
-    match rules::check_claim(v.access_mode, &held, wanted) {
-        Ok(Accept::Existing) => {
-            let c = claims
-                .into_iter()
-                .find(|c| c.alloc == req.alloc)
-                .expect("found by the rule");
-            return Ok(ClaimDecision::Existing(c));
+    let own_holds = claims
+        .iter()
+        .any(|c| c.alloc == req.alloc && c.state == ClaimState::Queued);
+    match rules::check_claim(v.access_mode, &held_of(&claims), wanted) {
+        Ok(Accept::Existing) => unreachable!("the alloc's own claim is handled above"),
+        Ok(Accept::New) if own_holds => {
+            let (_, e) = refusal_error(
+                volume,
+                &v,
+                req,
+                Refusal::AllocHoldsOther {
+                    node: req.node.clone(),
+                    mode: req.mode,
+                    state: ClaimState::Queued,
+                },
+            );
+            return Err(e);
         }
         Ok(Accept::New) => {}
-        Err(Refusal::ReadOnlyMode { access_mode }) => {
-            return Err(ApiError::invalid(format!(
-                "volume `{volume}` is {access_mode}: it takes read claims only"
-            ))
-            .with_hint("claim it with --read-only"));
-        }
-        Err(Refusal::AllocHoldsOther { node, mode, state }) => {
-            return Err(ApiError::conflict(format!(
-                "alloc `{}` already holds a {} claim on volume `{volume}` on node {node} ({state})",
-                req.alloc,
-                mode.as_str()
-            ))
-            .with_hint(match state {
-                ClaimState::Releasing | ClaimState::Failed => {
-                    "wait for that claim to be gone, then claim again".to_owned()
-                }
-                _ => format!(
-                    "release it first: csivol release {volume} --alloc {}",
-                    req.alloc
-                ),
-            }));
-        }
-        Err(Refusal::Conflict {
-            rule,
-            holder_alloc,
-            holder_node,
-            blocked,
-        }) => {
-            let why = match rule {
-                ConflictRule::SingleNode => {
-                    format!("is {} and is claimed on node {holder_node}", v.access_mode)
-                }
-                ConflictRule::SingleWriter => {
-                    format!("is {} and already has a writer", v.access_mode)
-                }
-                ConflictRule::SingleClaim => format!("is {} and already claimed", v.access_mode),
-            };
-            if blocked {
-                return Err(ApiError::blocked(format!(
-                    "volume `{volume}` {why}: alloc {holder_alloc} on node {holder_node}, which was lost; \
-                     the claim is blocked until that node comes back or is unblocked"
-                ))
-                .with_hint(unblock_hint(volume, &holder_node)));
+        Err(r) => {
+            let (wait, e) = refusal_error(volume, &v, req, r);
+            if wait && req.queue {
+                return Ok(ClaimDecision::Queue(e.message));
             }
-            return Err(ApiError::conflict(format!(
-                "volume `{volume}` {why}: held by alloc {holder_alloc} on node {holder_node}"
-            ))
-            .with_hint(format!(
-                "wait for it to be released (csivol release {volume} --alloc {holder_alloc})"
-            )));
+            return Err(e);
         }
     }
-    let node = NodeRow::require(conn, &req.node)?;
-    if node.status == NodeStatus::Lost {
-        return Err(ApiError::blocked(format!(
-            "node `{}` is lost{}; no claim can be placed on it",
-            req.node,
-            node.lost_at
-                .map(|t| format!(" since {}", time(t)))
-                .unwrap_or_default()
-        ))
-        .with_hint(format!(
-            "choose another node, or bring {}'s agent back",
-            req.node
-        )));
+    // Nobody overtakes the queue.
+    let ahead = claims
+        .iter()
+        .filter(|c| c.state == ClaimState::Queued)
+        .count();
+    if ahead > 0 {
+        let why = format!("{ahead} claim(s) are queued for volume `{volume}` ahead of it");
+        if req.queue {
+            return Ok(ClaimDecision::Queue(why));
+        }
+        return Err(ApiError::conflict(why).with_hint("claim with --queue to wait in line"));
     }
-    let np = NodePluginRow::load(conn, &req.node, &v.plugin)?;
-    let Some(np) = np.filter(|p| p.node_service) else {
-        return Err(ApiError::invalid(format!(
-            "node `{}` does not run plugin `{}` (needed by volume `{volume}`)",
-            req.node, v.plugin
-        ))
-        .with_hint("`csivol plugin show` lists the nodes that run it"));
-    };
-    let attached_here = claims.iter().any(|c| c.node == req.node)
-        || AttachmentRow::of_volume(conn, volume)?
+    match node_may_start(conn, &v, &claims, &req.node)? {
+        Ok(()) => Ok(ClaimDecision::New),
+        Err((true, e)) if req.queue => Ok(ClaimDecision::Queue(e.message)),
+        Err((_, e)) => Err(e),
+    }
+}
+
+/// Grants the volume's queued claims that may start now, in arrival order, inside the
+/// transaction that freed the room.
+fn grant_queued(ctx: &mut WriteCtx<'_>, v: &VolumeRow) -> ApiResult<()> {
+    let claims = ClaimRow::of_volume(ctx.tx, &v.name)?;
+    let queued: Vec<Wanted<'_>> = claims
+        .iter()
+        .filter(|c| c.state == ClaimState::Queued)
+        .map(|c| Wanted {
+            alloc: &c.alloc,
+            node: &c.node,
+            mode: c.mode,
+        })
+        .collect();
+    if queued.is_empty() {
+        return Ok(());
+    }
+    let conn: &Connection = ctx.tx;
+    let mut error = None;
+    let granted: Vec<String> =
+        queue::grants(
+            v.access_mode,
+            &held_of(&claims),
+            &queued,
+            |w| match node_may_start(conn, v, &claims, w.node) {
+                Ok(r) => r.is_ok(),
+                Err(e) => {
+                    error.get_or_insert(e);
+                    false
+                }
+            },
+        )
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+    if let Some(e) = error {
+        return Err(e);
+    }
+    for alloc in granted {
+        let c = claims
             .iter()
-            .any(|a| a.node == req.node);
-    if !attached_here {
-        let used = slots_used(conn, &req.node, &v.plugin)?;
-        if !rules::has_room(used, np.max_volumes) {
-            return Err(ApiError::conflict(format!(
-                "node `{}` has no free slot for plugin `{}`: {used} of {} volumes in use (attachments still \
-                 detaching count)",
-                req.node, v.plugin, np.max_volumes
-            ))
-            .with_hint("release a claim on that node, or choose another node"));
-        }
+            .find(|c| c.alloc == alloc)
+            .expect("granted from the queue");
+        set_claim_state(ctx, c, ClaimState::Pending)?;
+        event(
+            ctx,
+            "claim-granted",
+            Some(&v.name),
+            Some(&c.node),
+            Some(&c.alloc),
+            "server",
+            format!("{} claim granted from the queue", c.mode.as_str()),
+        )?;
     }
-    Ok(ClaimDecision::New)
+    Ok(())
 }
 
 /// The state a new claim of `volume` on `node` would start in (for dry runs); the same
@@ -620,26 +773,66 @@ pub fn create_claim(
     limits: &Limits,
 ) -> ApiResult<(api::Claim, bool)> {
     match evaluate_claim(ctx.tx, volume, req)? {
-        ClaimDecision::Existing(c) => Ok((c.to_api(), false)),
-        ClaimDecision::New => {
+        ClaimDecision::Existing(c) => Ok((c.to_api_at(ctx.tx)?, false)),
+        decision => {
+            let state = match &decision {
+                ClaimDecision::Queue(_) => ClaimState::Queued,
+                _ => ClaimState::Pending,
+            };
+            let expires_at = req.ttl_ms.map(|t| ctx.now.saturating_add(t as i64));
             ctx.tx
                 .prepare_cached(
-                    "INSERT INTO claims (volume, alloc, node, mode, state, created_at, updated_at, modify_index) \
-                     VALUES (?1, ?2, ?3, ?4, 'pending', ?5, ?5, ?6)",
+                    "INSERT INTO claims (volume, alloc, node, mode, state, created_at, updated_at, modify_index, \
+                     ttl_ms, expires_at, labels) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7, ?8, ?9, ?10)",
                 )?
-                .execute(params![volume, req.alloc, req.node, req.mode.as_str(), ctx.now, ctx.index as i64])?;
+                .execute(params![
+                    volume,
+                    req.alloc,
+                    req.node,
+                    req.mode.as_str(),
+                    state.as_str(),
+                    ctx.now,
+                    ctx.index as i64,
+                    req.ttl_ms.map(|t| t as i64),
+                    expires_at,
+                    to_json(&req.labels)
+                ])?;
+            let mut message = format!("{} claim recorded", req.mode.as_str());
+            if let Some(t) = req.ttl_ms {
+                message.push_str(&format!(
+                    " with a lease of {}",
+                    humantime::format_duration(Duration::from_millis(t))
+                ));
+            }
+            if !req.labels.is_empty() {
+                let labels: Vec<String> =
+                    req.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                message.push_str(&format!(" (labels: {})", labels.join(", ")));
+            }
+            if let ClaimDecision::Queue(why) = &decision {
+                message.push_str(&format!("; queued: {why}"));
+            }
+            let kind = if state == ClaimState::Queued {
+                "claim-queued"
+            } else {
+                "claim-created"
+            };
             event(
                 ctx,
-                "claim-created",
+                kind,
                 Some(volume),
                 Some(&req.node),
                 Some(&req.alloc),
                 actor,
-                format!("{} claim recorded", req.mode.as_str()),
+                message,
             )?;
-            advance_volume(ctx, volume, limits)?;
+            if state == ClaimState::Queued {
+                touch_volume(ctx, volume)?;
+            } else {
+                advance_volume(ctx, volume, limits)?;
+            }
             let c = ClaimRow::load(ctx.tx, volume, &req.alloc)?.expect("just inserted");
-            Ok((c.to_api(), true))
+            Ok((c.to_api_at(ctx.tx)?, true))
         }
     }
 }
@@ -658,6 +851,19 @@ pub fn release_claim(
     })?;
     match c.state {
         ClaimState::Releasing | ClaimState::Failed => {}
+        ClaimState::Queued => {
+            delete_claim(ctx, &c)?;
+            event(
+                ctx,
+                "claim-dequeued",
+                Some(volume),
+                Some(&c.node),
+                Some(alloc),
+                actor,
+                "left the queue: release requested",
+            )?;
+            return Ok(c.to_api());
+        }
         ClaimState::Blocked => {
             return Err(ApiError::blocked(format!(
                 "the claim of alloc `{alloc}` on volume `{volume}` is blocked: its node {} was lost, so it \
@@ -712,6 +918,7 @@ pub fn advance_volume(ctx: &mut WriteCtx<'_>, volume: &str, limits: &Limits) -> 
     let Some(v) = VolumeRow::load(ctx.tx, volume)? else {
         return Ok(());
     };
+    grant_queued(ctx, &v)?;
     let claims = ClaimRow::of_volume(ctx.tx, volume)?;
     let mut atts: BTreeMap<String, AttachmentRow> = AttachmentRow::of_volume(ctx.tx, volume)?
         .into_iter()
@@ -723,7 +930,9 @@ pub fn advance_volume(ctx: &mut WriteCtx<'_>, volume: &str, limits: &Limits) -> 
     // An attachment with no claim left waits for the node to unstage; one that gains a
     // claim again is simply attached.
     for a in atts.values_mut() {
-        let has_claims = claims.iter().any(|c| c.node == a.node);
+        let has_claims = claims
+            .iter()
+            .any(|c| c.node == a.node && c.state != ClaimState::Queued);
         let next = match a.state {
             AttachmentState::Attached if !has_claims => AttachmentState::Unstaging,
             AttachmentState::Unstaging if has_claims => AttachmentState::Attached,
@@ -1084,7 +1293,11 @@ fn return_from_loss(
     };
     let mut volumes = BTreeSet::new();
     for c in &blocked {
-        if still_published(c) {
+        if super::leases::expires(ClaimState::Ready, c.expires_at, ctx.now) {
+            // Its lease ran out while the node was away: released the normal way, through
+            // the node (which takes down whatever it still has).
+            super::leases::release_expired(ctx, c)?;
+        } else if still_published(c) {
             set_claim_state(ctx, c, ClaimState::Ready)?;
             event(
                 ctx,
@@ -1227,8 +1440,9 @@ pub fn mark_lost(
     )?;
     ctx.touch(Key::Node(node.to_owned()));
     let claims = claims_of_node(ctx.tx, node, None)?;
+    // A queued claim holds nothing: it stays in the queue (its lease, if any, runs on).
     for c in &claims {
-        if c.state != ClaimState::Blocked {
+        if !matches!(c.state, ClaimState::Blocked | ClaimState::Queued) {
             set_claim_state(ctx, c, ClaimState::Blocked)?;
         }
     }

@@ -6,10 +6,12 @@ mod auth;
 mod db;
 mod error;
 mod http;
+mod leases;
 mod lifecycle;
 mod liveness;
 mod metrics;
 mod model;
+mod queue;
 pub mod rules;
 mod views;
 mod watch;
@@ -207,6 +209,7 @@ impl Server {
             tokio::spawn(watch_liveness(self.app.clone())),
             tokio::spawn(schedule_due_ops(self.app.clone())),
             tokio::spawn(prune_events(self.app.clone())),
+            tokio::spawn(expire_leases(self.app.clone())),
         ];
         // A make-service clones the router per connection; a bare Router would be rebuilt
         // (with_state) for each one, which costs memory per connected node.
@@ -268,6 +271,27 @@ async fn schedule_due_ops(app: http::App) {
             {
                 tracing::warn!(error = %e, "failed to schedule controller operations");
             }
+        }
+    }
+}
+
+/// Releases claims whose lease ran out (checked twice a second; a write only when due).
+async fn expire_leases(app: http::App) {
+    let mut tick = tokio::time::interval(Duration::from_millis(500));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        match app.db.read(|c| leases::any_due(c, db::now_ms())).await {
+            Ok(false) => continue,
+            Ok(true) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "failed to look for expired leases");
+                continue;
+            }
+        }
+        let limits = app.limits.clone();
+        if let Err(e) = app.db.write(move |ctx| leases::expire(ctx, &limits)).await {
+            tracing::warn!(error = %e, "failed to release claims whose lease ran out; retrying");
         }
     }
 }

@@ -151,7 +151,7 @@ impl VolumeRow {
                 .any(|a| a.state == AttachmentState::Blocked)
         {
             VolumeState::Blocked
-        } else if claims.is_empty() && attachments.is_empty() {
+        } else if claims.iter().all(|c| c.state == ClaimState::Queued) && attachments.is_empty() {
             VolumeState::Free
         } else {
             VolumeState::Attached
@@ -173,13 +173,29 @@ impl VolumeRow {
             parameters: self.parameters.clone(),
             secret_keys: self.secrets.keys().cloned().collect(),
             error: self.error.clone(),
-            claims: claims.iter().map(ClaimRow::to_api).collect(),
+            claims: claims_to_api(claims),
             attachments: attachments.iter().map(AttachmentRow::to_api).collect(),
             created_at: time(self.created_at),
             updated_at: time(self.updated_at),
             index: self.modify_index,
         }
     }
+}
+
+/// A volume's claims, in queue order (created_at, alloc), with queue positions.
+pub fn claims_to_api(claims: &[ClaimRow]) -> Vec<api::Claim> {
+    let mut position = 0;
+    claims
+        .iter()
+        .map(|c| {
+            let mut a = c.to_api();
+            if c.state == ClaimState::Queued {
+                position += 1;
+                a.queue_position = Some(position);
+            }
+            a
+        })
+        .collect()
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -199,10 +215,13 @@ pub struct ClaimRow {
     pub waiting: Option<(String, i64, i64)>,
     /// The plugin's abnormal volume condition, if any.
     pub condition: Option<String>,
+    pub ttl_ms: Option<i64>,
+    pub expires_at: Option<i64>,
+    pub labels: BTreeMap<String, String>,
 }
 
 pub const CLAIM_COLUMNS: &str = "volume, alloc, node, mode, state, target_path, error, next_retry_at, created_at, updated_at, modify_index, \
-     waiting, waiting_since, waiting_timeout_ms, condition";
+     waiting, waiting_since, waiting_timeout_ms, condition, ttl_ms, expires_at, labels";
 
 impl ClaimRow {
     pub fn from_row(r: &Row<'_>) -> rusqlite::Result<Self> {
@@ -223,6 +242,9 @@ impl ClaimRow {
                 _ => None,
             },
             condition: r.get(14)?,
+            ttl_ms: r.get(15)?,
+            expires_at: r.get(16)?,
+            labels: serde_json::from_str(&r.get::<_, String>(17)?).unwrap_or_default(),
         })
     }
 
@@ -243,6 +265,29 @@ impl ClaimRow {
             conn.prepare_cached(&sql)?
                 .query_row([volume, alloc], Self::from_row),
         )
+    }
+
+    /// This claim's place in its volume's queue (1 first), when queued.
+    pub fn queue_position(&self, conn: &Connection) -> ApiResult<Option<u32>> {
+        if self.state != ClaimState::Queued {
+            return Ok(None);
+        }
+        let ahead: u32 = conn
+            .prepare_cached(
+                "SELECT count(*) FROM claims WHERE volume = ?1 AND state = 'queued' \
+                 AND (created_at < ?2 OR (created_at = ?2 AND alloc < ?3))",
+            )?
+            .query_row(params![self.volume, self.created_at, self.alloc], |r| {
+                r.get(0)
+            })?;
+        Ok(Some(ahead + 1))
+    }
+
+    /// The API form with the queue position filled in.
+    pub fn to_api_at(&self, conn: &Connection) -> ApiResult<api::Claim> {
+        let mut c = self.to_api();
+        c.queue_position = self.queue_position(conn)?;
+        Ok(c)
     }
 
     pub fn to_api(&self) -> api::Claim {
@@ -267,6 +312,10 @@ impl ClaimRow {
                     timeout_ms: (*timeout).max(0) as u64,
                 }),
             condition: self.condition.clone(),
+            expires_at: self.expires_at.map(time),
+            ttl_ms: self.ttl_ms.map(|t| t.max(0) as u64),
+            queue_position: None,
+            labels: self.labels.clone(),
         }
     }
 }
@@ -424,7 +473,7 @@ pub fn slots_used(conn: &Connection, node: &str, plugin: &str) -> ApiResult<u32>
         "SELECT count(*) FROM ( \
            SELECT a.volume FROM attachments a WHERE a.node = ?1 \
              AND (SELECT plugin FROM volumes WHERE name = a.volume) = ?2 \
-           UNION SELECT c.volume FROM claims c WHERE c.node = ?1 \
+           UNION SELECT c.volume FROM claims c WHERE c.node = ?1 AND c.state != 'queued' \
              AND (SELECT plugin FROM volumes WHERE name = c.volume) = ?2)",
     )?;
     Ok(stmt.query_row(params![node, plugin], |r| r.get(0))?)

@@ -5,10 +5,10 @@ use std::collections::{BTreeMap, HashMap};
 use csivol_proto::api::{self, NodeStatus, VolumeState};
 use rusqlite::{Connection, params};
 
-use super::error::ApiResult;
+use super::error::{ApiError, ApiResult};
 use super::model::{
     ATTACHMENT_COLUMNS, AttachmentRow, CLAIM_COLUMNS, ClaimRow, NODE_COLUMNS, NodePluginRow,
-    NodeRow, VOLUME_COLUMNS, VolumeRow, needs_controller_publish, slots_used, time,
+    NodeRow, VOLUME_COLUMNS, VolumeRow, claims_to_api, needs_controller_publish, slots_used, time,
 };
 
 /// Every volume (optionally filtered), with claims and attachments, in three queries.
@@ -188,4 +188,92 @@ pub fn events(
         },
     )?;
     Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// What `GET /v1/claims` selects.
+#[derive(Debug, Default)]
+pub struct ClaimFilter {
+    pub volume: Option<String>,
+    pub node: Option<String>,
+    pub state: Option<api::ClaimState>,
+    /// Every label must match.
+    pub labels: Vec<(String, String)>,
+    /// Only claims created longer ago than this.
+    pub older_than_ms: Option<u64>,
+}
+
+impl ClaimFilter {
+    pub fn from_query(pairs: &[(String, String)]) -> ApiResult<Self> {
+        let mut f = Self::default();
+        for (k, v) in pairs {
+            match k.as_str() {
+                "volume" => f.volume = Some(v.clone()),
+                "node" => f.node = Some(v.clone()),
+                "state" => {
+                    f.state =
+                        Some(v.parse().map_err(|e: String| {
+                            ApiError::invalid(format!("invalid `state`: {e}"))
+                        })?);
+                }
+                "label" => {
+                    let (key, value) = v.split_once('=').ok_or_else(|| {
+                        ApiError::invalid(format!("invalid `label` `{v}`: expected KEY=VALUE"))
+                    })?;
+                    f.labels.push((key.to_owned(), value.to_owned()));
+                }
+                "older_than_ms" => {
+                    f.older_than_ms = Some(v.parse().map_err(|_| {
+                        ApiError::invalid(format!(
+                            "invalid `older_than_ms` `{v}`: expected milliseconds, 0 to {}",
+                            u64::MAX
+                        ))
+                    })?);
+                }
+                other => {
+                    return Err(
+                        ApiError::invalid(format!("unknown query parameter `{other}`")).with_hint(
+                            "filters: volume, node, state, label (KEY=VALUE), older_than_ms",
+                        ),
+                    );
+                }
+            }
+        }
+        Ok(f)
+    }
+}
+
+/// Claims across volumes, oldest first, with queue positions.
+pub fn list_claims(conn: &Connection, f: &ClaimFilter, now: i64) -> ApiResult<Vec<api::Claim>> {
+    let sql = format!(
+        "SELECT {CLAIM_COLUMNS} FROM claims WHERE (?1 IS NULL OR volume = ?1) AND (?2 IS NULL OR node = ?2) \
+         ORDER BY volume, created_at, alloc"
+    );
+    let rows: Vec<ClaimRow> = conn
+        .prepare(&sql)?
+        .query_map(params![f.volume, f.node], ClaimRow::from_row)?
+        .collect::<Result<_, _>>()?;
+    let mut by_volume: BTreeMap<&str, Vec<&ClaimRow>> = BTreeMap::new();
+    for r in &rows {
+        by_volume.entry(&r.volume).or_default().push(r);
+    }
+    let cutoff = f
+        .older_than_ms
+        .map(|ms| now.saturating_sub(i64::try_from(ms).unwrap_or(i64::MAX)));
+    let mut out = Vec::new();
+    for claims in by_volume.values() {
+        let owned: Vec<ClaimRow> = claims.iter().map(|c| (*c).clone()).collect();
+        for (row, c) in owned.iter().zip(claims_to_api(&owned)) {
+            if f.state.is_some_and(|s| s != row.state)
+                || cutoff.is_some_and(|t| row.created_at > t)
+                || !f
+                    .labels
+                    .iter()
+                    .all(|(k, v)| row.labels.get(k).is_some_and(|x| x == v))
+            {
+                continue;
+            }
+            out.push(c);
+        }
+    }
+    Ok(out)
 }

@@ -1,84 +1,167 @@
 //! `csivol claim`: record a claim, or only check it with `--dry-run`; `--wait` follows it
-//! until it is ready.
+//! until it is ready (and releases it when interrupted). `claim renew` extends a lease;
+//! `claim list` lists claims across volumes.
+
+use std::time::Duration;
 
 use anyhow::Context;
-use csivol_proto::api::{Claim, ClaimDryRun, ClaimMode, ClaimRequest};
+use csivol_proto::api::{Claim, ClaimDryRun, ClaimMode, ClaimRequest, ClaimState, RenewRequest};
 use reqwest::{Method, StatusCode};
 
 use super::Ctx;
-use crate::args::ClaimArgs;
+use crate::args::{ClaimArgs, ClaimCommand, ClaimListArgs, RenewArgs};
 use crate::client::Answer;
 use crate::failure::Exit;
 use crate::render;
 use crate::wait::{self, ClaimGoal};
 
-pub async fn run(ctx: &Ctx, args: ClaimArgs) -> anyhow::Result<Exit> {
-    let mode = if args.read_only {
-        ClaimMode::Read
-    } else {
-        ClaimMode::Write
-    };
-    let req = ClaimRequest {
-        alloc: args.alloc.clone(),
-        node: args.node.clone(),
-        mode,
-        dry_run: args.dry_run,
-    };
-    let path = format!("/v1/volumes/{}/claims", args.volume);
-    let what = || {
+/// What `claim` and `run` ask the server for.
+pub struct NewClaim<'a> {
+    pub volume: &'a str,
+    pub alloc: &'a str,
+    pub node: &'a str,
+    pub mode: ClaimMode,
+    pub ttl: Option<Duration>,
+    pub queue: bool,
+    pub labels: &'a [(String, String)],
+}
+
+impl NewClaim<'_> {
+    fn request(&self, dry_run: bool) -> ClaimRequest {
+        ClaimRequest {
+            alloc: self.alloc.to_owned(),
+            node: self.node.to_owned(),
+            mode: self.mode,
+            dry_run,
+            ttl_ms: self.ttl.map(|t| t.as_millis() as u64),
+            queue: self.queue,
+            labels: self.labels.iter().cloned().collect(),
+        }
+    }
+
+    fn failed(&self) -> String {
         format!(
             "failed to claim volume `{}` for alloc `{}` on node `{}`",
-            args.volume, args.alloc, args.node
+            self.volume, self.alloc, self.node
         )
+    }
+
+    /// Records the claim; says whether it is new or already held.
+    pub async fn record(&self, ctx: &Ctx) -> anyhow::Result<Answer<Claim>> {
+        let path = format!("/v1/volumes/{}/claims", self.volume);
+        let a: Answer<Claim> = ctx
+            .client
+            .call(Method::POST, &path, Some(&self.request(false)))
+            .await
+            .with_context(|| self.failed())?;
+        let c = &a.body;
+        if a.status == StatusCode::CREATED {
+            let state = if c.state == ClaimState::Queued {
+                wait::describe_claim(c)
+            } else {
+                c.state.to_string()
+            };
+            ctx.out.note(format!(
+                "claimed volume {} for alloc {} on node {} ({}): {state}",
+                c.volume, c.alloc, c.node, self.mode
+            ));
+        } else {
+            ctx.out.note(format!(
+                "alloc {} already holds this claim on volume {} ({})",
+                c.alloc, c.volume, c.state
+            ));
+        }
+        Ok(a)
+    }
+}
+
+/// Starts releasing a claim (idempotent); used when a wait is given up.
+pub async fn release(ctx: &Ctx, volume: &str, alloc: &str) -> anyhow::Result<()> {
+    let path = format!("/v1/volumes/{volume}/claims/{alloc}");
+    match ctx
+        .client
+        .call::<(), Claim>(Method::DELETE, &path, None)
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(e) if crate::failure::classify(&e).0 == Exit::NotFound => Ok(()),
+        Err(e) => Err(e.context(format!(
+            "failed to release the claim of alloc `{alloc}` on volume `{volume}`"
+        ))),
+    }
+}
+
+pub async fn run(ctx: &Ctx, args: ClaimArgs) -> anyhow::Result<Exit> {
+    match args.command {
+        Some(ClaimCommand::Renew(r)) => return renew(ctx, r).await,
+        Some(ClaimCommand::List(l)) => return list(ctx, l).await,
+        None => {}
+    }
+    let (Some(volume), Some(node), Some(alloc)) = (&args.volume, &args.node, &args.alloc) else {
+        unreachable!("clap requires VOLUME, --node and --alloc without a subcommand");
+    };
+    let claim = NewClaim {
+        volume,
+        alloc,
+        node,
+        mode: if args.read_only {
+            ClaimMode::Read
+        } else {
+            ClaimMode::Write
+        },
+        ttl: args.ttl,
+        queue: args.queue,
+        labels: &args.labels,
     };
     if args.dry_run {
+        let path = format!("/v1/volumes/{volume}/claims");
         let a: Answer<ClaimDryRun> = ctx
             .client
-            .call(Method::POST, &path, Some(&req))
+            .call(Method::POST, &path, Some(&claim.request(true)))
             .await
-            .with_context(what)?;
-        return dry_run(ctx, &args, mode, &a.body);
+            .with_context(|| claim.failed())?;
+        return dry_run(ctx, &claim, &a.body);
     }
-    let a: Answer<Claim> = ctx
-        .client
-        .call(Method::POST, &path, Some(&req))
-        .await
-        .with_context(what)?;
-    let mut claim = a.body;
-    if a.status == StatusCode::CREATED {
-        ctx.out.note(format!(
-            "claimed volume {} for alloc {} on node {} ({mode}): {}",
-            claim.volume, claim.alloc, claim.node, claim.state
-        ));
-    } else {
-        ctx.out.note(format!(
-            "alloc {} already holds this claim on volume {} ({})",
-            claim.alloc, claim.volume, claim.state
-        ));
-    }
+    let a = claim.record(ctx).await?;
+    let mut result = a.body;
     if args.wait.wait {
-        let index = a.index.unwrap_or(claim.index);
-        claim = wait::claim(
-            ctx,
-            claim,
-            index,
-            ClaimGoal::Ready,
-            wait::Deadline::after(args.wait.timeout),
-        )
-        .await?
-        .expect("a ready claim");
+        let index = a.index.unwrap_or(result.index);
+        let deadline = wait::Deadline::after(args.wait.timeout);
+        let waited = tokio::select! {
+            w = wait::claim(ctx, result, index, ClaimGoal::Ready, deadline) => w,
+            signal = crate::signals::terminated() => {
+                release(ctx, volume, alloc).await?;
+                ctx.out.note(format!(
+                    "interrupted ({}): released the claim of alloc {alloc} on volume {volume}",
+                    signal.name()
+                ));
+                return Ok(Exit::Signal(signal.number()));
+            }
+        };
+        result = match waited {
+            Ok(c) => c.expect("a ready claim"),
+            Err(e) => {
+                if args.release_on_timeout && crate::failure::classify(&e).0 == Exit::TimedOut {
+                    release(ctx, volume, alloc).await?;
+                    return Err(e.context(format!(
+                        "released the claim of alloc {alloc} on volume {volume} (--release-on-timeout)"
+                    )));
+                }
+                return Err(e);
+            }
+        };
     }
     if ctx.out.json_mode() {
-        ctx.out.json(&claim)?;
+        ctx.out.json(&result)?;
     } else {
-        render::claim(&ctx.out, &claim)?;
+        render::claim(&ctx.out, &result)?;
     }
     Ok(Exit::Ok)
 }
 
 /// The answer of a dry run: exit 0 when the claim would be accepted, else the exit code of
 /// the error the real claim would get.
-fn dry_run(ctx: &Ctx, args: &ClaimArgs, mode: ClaimMode, d: &ClaimDryRun) -> anyhow::Result<Exit> {
+fn dry_run(ctx: &Ctx, claim: &NewClaim<'_>, d: &ClaimDryRun) -> anyhow::Result<Exit> {
     if ctx.out.json_mode() {
         ctx.out.json(d)?;
     } else if d.accepted {
@@ -88,8 +171,8 @@ fn dry_run(ctx: &Ctx, args: &ClaimArgs, mode: ClaimMode, d: &ClaimDryRun) -> any
             None => String::new(),
         };
         ctx.out.line(format!(
-            "accepted: alloc {} may claim volume {} on node {} ({mode}){already}",
-            args.alloc, args.volume, args.node
+            "accepted: alloc {} may claim volume {} on node {} ({}){already}",
+            claim.alloc, claim.volume, claim.node, claim.mode
         ))?;
     } else if let Some(e) = &d.error {
         ctx.out.line(format!("refused: {}", e.message))?;
@@ -102,4 +185,75 @@ fn dry_run(ctx: &Ctx, args: &ClaimArgs, mode: ClaimMode, d: &ClaimDryRun) -> any
         (Some(e), false) => Exit::from_api(e.code),
         (None, false) => Exit::Error,
     })
+}
+
+async fn renew(ctx: &Ctx, args: RenewArgs) -> anyhow::Result<Exit> {
+    let path = format!("/v1/volumes/{}/claims/{}/renew", args.volume, args.alloc);
+    let req = RenewRequest {
+        ttl_ms: args.ttl.map(|t| t.as_millis() as u64),
+    };
+    let a: Answer<Claim> = ctx
+        .client
+        .call(Method::POST, &path, Some(&req))
+        .await
+        .with_context(|| {
+            format!(
+                "failed to renew the claim of alloc `{}` on volume `{}`",
+                args.alloc, args.volume
+            )
+        })?;
+    let c = a.body;
+    ctx.out.note(format!(
+        "renewed the claim of alloc {} on volume {}: its lease runs until {}",
+        c.alloc,
+        c.volume,
+        c.expires_at.as_deref().unwrap_or("-")
+    ));
+    if ctx.out.json_mode() {
+        ctx.out.json(&c)?;
+    } else {
+        render::claim(&ctx.out, &c)?;
+    }
+    Ok(Exit::Ok)
+}
+
+async fn list(ctx: &Ctx, args: ClaimListArgs) -> anyhow::Result<Exit> {
+    let claims: Vec<Claim> = ctx
+        .client
+        .get(&list_path(&args))
+        .await
+        .context("failed to list claims")?;
+    if ctx.out.json_mode() {
+        ctx.out.json(&claims)?;
+    } else {
+        render::claims(&ctx.out, &claims)?;
+    }
+    Ok(Exit::Ok)
+}
+
+/// `/v1/claims` with the filters as an encoded query.
+fn list_path(args: &ClaimListArgs) -> String {
+    let mut url = reqwest::Url::parse("http://csivol/v1/claims").expect("a valid URL");
+    {
+        let mut q = url.query_pairs_mut();
+        if let Some(v) = &args.volume {
+            q.append_pair("volume", v);
+        }
+        if let Some(n) = &args.node {
+            q.append_pair("node", n);
+        }
+        if let Some(s) = args.state {
+            q.append_pair("state", s.as_str());
+        }
+        if let Some(d) = args.older_than {
+            q.append_pair("older_than_ms", &d.as_millis().to_string());
+        }
+        for (k, v) in &args.labels {
+            q.append_pair("label", &format!("{k}={v}"));
+        }
+    }
+    match url.query() {
+        Some(q) if !q.is_empty() => format!("/v1/claims?{q}"),
+        _ => "/v1/claims".to_owned(),
+    }
 }

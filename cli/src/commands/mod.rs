@@ -8,6 +8,7 @@ mod node;
 mod plan;
 mod plugin;
 mod release;
+mod run;
 mod status;
 mod token;
 mod unblock;
@@ -39,6 +40,7 @@ pub async fn run(cli: Cli, out: Out) -> anyhow::Result<Exit> {
         Command::Volume(cmd) => volume::run(&ctx, cmd).await,
         Command::Claim(args) => claim::run(&ctx, args).await,
         Command::Release(args) => release::run(&ctx, args).await,
+        Command::Run(args) => run::run(&ctx, args).await,
         Command::Status(args) => status::run(&ctx, args).await,
         Command::Unblock(args) => unblock::run(&ctx, args).await,
         Command::Detach(args) => detach::run(&ctx, args).await,

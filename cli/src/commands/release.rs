@@ -1,28 +1,45 @@
 //! `csivol release`: release an alloc's claim; `--wait` follows it until it is gone.
 
 use anyhow::Context;
-use csivol_proto::api::Claim;
+use csivol_proto::api::{Claim, Volume};
 use reqwest::Method;
 
 use super::Ctx;
 use crate::args::ReleaseArgs;
 use crate::client::Answer;
-use crate::failure::Exit;
+use crate::failure::{Exit, classify};
 use crate::render;
 use crate::wait::{self, ClaimGoal};
 
 pub async fn run(ctx: &Ctx, args: ReleaseArgs) -> anyhow::Result<Exit> {
     let path = format!("/v1/volumes/{}/claims/{}", args.volume, args.alloc);
-    let a: Answer<Claim> = ctx
+    let failed = || {
+        format!(
+            "failed to release the claim of alloc `{}` on volume `{}`",
+            args.alloc, args.volume
+        )
+    };
+    let answer = ctx
         .client
-        .call::<(), _>(Method::DELETE, &path, None)
-        .await
-        .with_context(|| {
-            format!(
-                "failed to release the claim of alloc `{}` on volume `{}`",
+        .call::<(), Claim>(Method::DELETE, &path, None)
+        .await;
+    let a: Answer<Claim> = match answer {
+        Ok(a) => a,
+        Err(e) if args.ignore_missing && classify(&e).0 == Exit::NotFound => {
+            // The claim is gone; the volume must still exist (a typo stays an error).
+            let _: Volume = ctx
+                .client
+                .get(&format!("/v1/volumes/{}", args.volume))
+                .await
+                .with_context(failed)?;
+            ctx.out.note(format!(
+                "alloc {} holds no claim on volume {} (already released)",
                 args.alloc, args.volume
-            )
-        })?;
+            ));
+            return Ok(Exit::Ok);
+        }
+        Err(e) => return Err(e.context(failed())),
+    };
     let claim = a.body;
     if !args.wait.wait {
         ctx.out.note(format!(

@@ -41,7 +41,7 @@ async fn dry_run_says_whether_and_why_not() {
     --- stdout
     refused: volume `v1` is single-node-writer and is claimed on node n1: held by alloc a1 on node n1
     --- stderr
-    hint: wait for it to be released (csivol release v1 --alloc a1)
+    hint: wait for it to be released (csivol release v1 --alloc a1), or claim with --queue to wait in line
     ");
     snap!(env.run(&["claim", "v1", "--node", "n2", "--alloc", "a2", "--dry-run", "-o", "json"]).await, @r#"
     exit: 4
@@ -51,7 +51,7 @@ async fn dry_run_says_whether_and_why_not() {
       "error": {
         "code": "conflict",
         "message": "volume `v1` is single-node-writer and is claimed on node n1: held by alloc a1 on node n1",
-        "hint": "wait for it to be released (csivol release v1 --alloc a1)"
+        "hint": "wait for it to be released (csivol release v1 --alloc a1), or claim with --queue to wait in line"
       }
     }
     --- stderr
@@ -117,7 +117,7 @@ async fn claim_refusals_have_their_exit_codes() {
     --- stdout
     --- stderr
     error: failed to claim volume `v1` for alloc `a2` on node `n2`: volume `v1` is single-node-writer and is claimed on node n1: held by alloc a1 on node n1
-    hint: wait for it to be released (csivol release v1 --alloc a1)
+    hint: wait for it to be released (csivol release v1 --alloc a1), or claim with --queue to wait in line
     ");
     // No free slot on n1 (max 1): conflict.
     snap!(env.run(&["claim", "v2", "--node", "n1", "--alloc", "a3"]).await, @"
@@ -125,7 +125,7 @@ async fn claim_refusals_have_their_exit_codes() {
     --- stdout
     --- stderr
     error: failed to claim volume `v2` for alloc `a3` on node `n1`: node `n1` has no free slot for plugin `hp`: 1 of 1 volumes in use (attachments still detaching count)
-    hint: release a claim on that node, or choose another node
+    hint: release a claim on that node, choose another node, or claim with --queue
     ");
     // A write claim on a reader-only volume: the server calls it invalid, exit 2.
     snap!(env.run(&["claim", "ro", "--node", "n2", "--alloc", "a4"]).await, @"
@@ -316,8 +316,8 @@ async fn claim_wait_times_out_saying_where_it_is_stuck() {
     --- stderr
     claimed volume v1 for alloc a1 on node n1 (write): attaching
     the claim of alloc a1 on volume v1: attaching: waiting for ControllerPublishVolume to node n1
-    error: timed out after 1s waiting for the claim of alloc a1 on volume v1 to be ready; it is attaching: waiting for ControllerPublishVolume to node n1
-    hint: `csivol status v1` shows its claims and attachments; wait longer with --timeout
+    error: timed out after 1s waiting for the claim of alloc a1 on volume v1 to be ready; the claim still exists and is attaching: waiting for ControllerPublishVolume to node n1
+    hint: release it with `csivol release v1 --alloc a1` (or claim with --release-on-timeout), or wait longer with --timeout; `csivol status v1` shows its claims and attachments
     ");
 
     // ControllerPublish fails and will be retried: the wait says so, and so does status.
@@ -342,7 +342,7 @@ async fn claim_wait_times_out_saying_where_it_is_stuck() {
     exit: 5
     --- stdout
     --- stderr
-    error: timed out after 1s waiting for the claim of alloc a1 on volume v1 to be ready; it is attaching: waiting for ControllerPublishVolume to node n1; waiting on retry at [TIME]: ControllerPublishVolume failed: UNAVAILABLE: backend is down
+    error: timed out after 1s waiting for the claim of alloc a1 on volume v1 to be ready; the claim still exists and is attaching: waiting for ControllerPublishVolume to node n1; waiting on retry at [TIME]: ControllerPublishVolume failed: UNAVAILABLE: backend is down
     ");
     snap!(env.run(&["status", "v1"]).await, @"
     exit: 0

@@ -52,6 +52,9 @@ pub async fn cycle(
         node: node.to_owned(),
         mode: ClaimMode::Write,
         dry_run: false,
+        ttl_ms: None,
+        queue: false,
+        labels: Default::default(),
     };
     let claims = format!("/v1/volumes/{volume}/claims");
     let created = match http.post(&claims, &req).await {

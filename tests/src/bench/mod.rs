@@ -846,6 +846,9 @@ async fn node_loss_probe(
             node: victim.name.clone(),
             mode: ClaimMode::Write,
             dry_run: false,
+            ttl_ms: None,
+            queue: false,
+            labels: Default::default(),
         };
         let r = http
             .post(&format!("/v1/volumes/{volume}/claims"), &req)

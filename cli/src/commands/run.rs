@@ -1,0 +1,274 @@
+//! `csivol run`: a CI job's volumes for the length of one command. Claims every volume
+//! with a lease, waits until all are ready, runs the command with their target paths in
+//! its environment, renews the leases while it runs, forwards the signals a CI runner stops
+//! jobs with, then releases every claim. A job killed outright leaves leases that run out:
+//! the server then releases its claims.
+
+use std::process::ExitStatus;
+use std::time::Duration;
+
+use anyhow::Context;
+use csivol_proto::api::{Claim, ClaimMode, RenewRequest};
+use reqwest::Method;
+use tokio::process::Command;
+
+use super::Ctx;
+use super::claim::{NewClaim, release};
+use crate::args::RunArgs;
+use crate::client::Answer;
+use crate::env;
+use crate::failure::{Exit, Failure};
+use crate::signals::{Signals, Stop};
+use crate::wait::{self, ClaimGoal, Deadline};
+
+pub async fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<Exit> {
+    let alloc = match &args.alloc {
+        Some(a) => a.clone(),
+        None => default_alloc(),
+    };
+    ctx.out.note(format!("alloc: {alloc}"));
+    // From here on a signal releases what was claimed instead of killing csivol.
+    let mut signals = Signals::new().context("failed to set up signal handlers")?;
+    let claims = match claim_all(ctx, &args, &alloc, &mut signals).await {
+        Ok(c) => c,
+        Err(Aborted::Signal(s, made)) => {
+            release_all(ctx, &made, &alloc, &args, None).await?;
+            ctx.out
+                .note(format!("interrupted ({}): released every claim", s.name()));
+            return Ok(Exit::Signal(s.number()));
+        }
+        Err(Aborted::Error(e, made)) => {
+            release_all(ctx, &made, &alloc, &args, None).await?;
+            if !made.is_empty() {
+                ctx.out
+                    .note("released the claims already made: the job did not run");
+            }
+            return Err(e);
+        }
+    };
+
+    let mut cmd = Command::new(&args.command[0]);
+    cmd.args(&args.command[1..]);
+    for c in &claims {
+        let path = c.target_path.as_deref().unwrap_or_default();
+        cmd.env(path_var(&c.volume), path);
+        if claims.len() == 1 {
+            cmd.env(env::CSIVOL_PATH, path);
+        }
+    }
+    let mut child = match cmd.spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            release_all(ctx, &claims, &alloc, &args, None).await?;
+            return Err(Failure::usage(format!(
+                "failed to start `{}`: {e}; the claims were released",
+                args.command[0]
+            ))
+            .into());
+        }
+    };
+    let pid = child.id();
+    let renew_every = (args.ttl / 3).max(Duration::from_secs(1));
+    let mut renewals =
+        tokio::time::interval_at(tokio::time::Instant::now() + renew_every, renew_every);
+    let mut forwarded: Option<Stop> = None;
+    let status: ExitStatus = loop {
+        tokio::select! {
+            status = child.wait() => break status.context("failed to wait for the command")?,
+            s = signals.next() => {
+                ctx.out.note(format!("{}: passing it on to the command", s.name()));
+                forwarded = Some(s);
+                if let Some(pid) = pid.and_then(|p| rustix::process::Pid::from_raw(p as i32)) {
+                    let _ = rustix::process::kill_process(pid, signal_of(s));
+                }
+            }
+            _ = renewals.tick() => renew_all(ctx, &claims, &alloc, args.ttl).await,
+        }
+    };
+    release_all(ctx, &claims, &alloc, &args, Some(&mut signals)).await?;
+    Ok(exit_of(status, forwarded))
+}
+
+/// Why claiming stopped before the command ran, with the claims already made.
+enum Aborted {
+    Signal(Stop, Vec<Claim>),
+    Error(anyhow::Error, Vec<Claim>),
+}
+
+/// Claims every volume, then waits until all are ready (renewing leases meanwhile: a
+/// queue may take longer than a lease).
+async fn claim_all(
+    ctx: &Ctx,
+    args: &RunArgs,
+    alloc: &str,
+    signals: &mut Signals,
+) -> Result<Vec<Claim>, Aborted> {
+    let mut made: Vec<(Claim, u64)> = Vec::new();
+    for (volume, read_only) in &args.volumes {
+        let claim = NewClaim {
+            volume,
+            alloc,
+            node: &args.node,
+            mode: if *read_only {
+                ClaimMode::Read
+            } else {
+                ClaimMode::Write
+            },
+            ttl: Some(args.ttl),
+            queue: args.queue,
+            labels: &args.labels,
+        };
+        match claim.record(ctx).await {
+            Ok(a) => {
+                let index = a.index.unwrap_or(a.body.index);
+                made.push((a.body, index));
+            }
+            Err(e) => return Err(Aborted::Error(e, made.into_iter().map(|m| m.0).collect())),
+        }
+    }
+    let deadline = Deadline::after(args.timeout);
+    let mut ready = Vec::new();
+    let all: Vec<Claim> = made.iter().map(|m| m.0.clone()).collect();
+    let renew_every = (args.ttl / 3).max(Duration::from_secs(1));
+    let mut renewals =
+        tokio::time::interval_at(tokio::time::Instant::now() + renew_every, renew_every);
+    for (claim, index) in made {
+        let waited = loop {
+            tokio::select! {
+                w = wait::claim(ctx, claim.clone(), index, ClaimGoal::Ready, deadline) => break w,
+                s = signals.next() => return Err(Aborted::Signal(s, all)),
+                _ = renewals.tick() => renew_all(ctx, &all, alloc, args.ttl).await,
+            }
+        };
+        match waited {
+            Ok(c) => ready.push(c.expect("a ready claim")),
+            Err(e) => return Err(Aborted::Error(e, all)),
+        }
+    }
+    Ok(ready)
+}
+
+/// Renews every lease; a failure is said and retried at the next tick (the lease is three
+/// ticks long).
+async fn renew_all(ctx: &Ctx, claims: &[Claim], alloc: &str, ttl: Duration) {
+    for c in claims {
+        let path = format!("/v1/volumes/{}/claims/{alloc}/renew", c.volume);
+        let req = RenewRequest {
+            ttl_ms: Some(ttl.as_millis() as u64),
+        };
+        let renewed: anyhow::Result<Answer<Claim>> =
+            ctx.client.call(Method::POST, &path, Some(&req)).await;
+        if let Err(e) = renewed {
+            ctx.out.warn(format!(
+                "failed to renew the lease of volume {}: {e:#}; retrying",
+                c.volume
+            ));
+        }
+    }
+}
+
+/// Releases every claim made, then (unless `--no-wait-release`) waits until they are gone.
+/// A second signal while waiting stops the wait, not the release.
+async fn release_all(
+    ctx: &Ctx,
+    claims: &[Claim],
+    alloc: &str,
+    args: &RunArgs,
+    signals: Option<&mut Signals>,
+) -> anyhow::Result<()> {
+    for c in claims {
+        release(ctx, &c.volume, alloc).await?;
+    }
+    if args.no_wait_release || claims.is_empty() {
+        return Ok(());
+    }
+    let deadline = Deadline::after(args.timeout);
+    let wait_all = async {
+        for c in claims {
+            let path = format!("/v1/volumes/{}/claims/{alloc}", c.volume);
+            let current: Option<Answer<Claim>> = ctx.client.watch(&path, 0, Duration::ZERO).await?;
+            if let Some(a) = current {
+                let index = a.index.unwrap_or(a.body.index);
+                wait::claim(ctx, a.body, index, ClaimGoal::Gone, deadline).await?;
+            }
+        }
+        anyhow::Ok(())
+    };
+    match signals {
+        Some(signals) => tokio::select! {
+            r = wait_all => r?,
+            s = signals.next() => ctx.out.note(format!(
+                "{}: not waiting for the release to finish; the server completes it", s.name()
+            )),
+        },
+        None => wait_all.await?,
+    }
+    ctx.out
+        .note(format!("released every claim of alloc {alloc}"));
+    Ok(())
+}
+
+/// `CSIVOL_PATH_<NAME>`: the volume's name upper-cased, `-` and `.` as `_`.
+pub fn path_var(volume: &str) -> String {
+    let name: String = volume
+        .chars()
+        .map(|c| match c {
+            '-' | '.' => '_',
+            c => c.to_ascii_uppercase(),
+        })
+        .collect();
+    format!("{}_{name}", env::CSIVOL_PATH)
+}
+
+/// An alloc id from the CI job running this (so a retried job step finds its claims), else
+/// a random one.
+fn default_alloc() -> String {
+    for (prefix, vars) in env::CI_JOB_IDS {
+        let parts: Vec<String> = vars.iter().filter_map(|v| env::var(v)).collect();
+        if parts.len() == vars.len() {
+            let id = format!("{prefix}-{}", parts.join("-"));
+            let id: String = id
+                .chars()
+                .map(|c| {
+                    if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                        c
+                    } else {
+                        '-'
+                    }
+                })
+                .take(128)
+                .collect();
+            return id;
+        }
+    }
+    format!("run-{:016x}", rand::random::<u64>())
+}
+
+fn signal_of(s: Stop) -> rustix::process::Signal {
+    match s {
+        Stop::Int => rustix::process::Signal::INT,
+        Stop::Term => rustix::process::Signal::TERM,
+        Stop::Hup => rustix::process::Signal::HUP,
+    }
+}
+
+/// The command's exit status as csivol's: its code, or 128 + the signal that ended it.
+fn exit_of(status: ExitStatus, forwarded: Option<Stop>) -> Exit {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => Exit::Command(code as u8),
+        (None, Some(sig)) => Exit::Signal(sig as u8),
+        (None, None) => forwarded.map_or(Exit::Error, |s| Exit::Signal(s.number())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn path_variables_are_named_after_volumes() {
+        assert_eq!(path_var("demo-data"), "CSIVOL_PATH_DEMO_DATA");
+        assert_eq!(path_var("v1.cache_x"), "CSIVOL_PATH_V1_CACHE_X");
+    }
+}
