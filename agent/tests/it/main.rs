@@ -2,4 +2,5 @@
 //! files, the node agent with csivol-hostpath on real unix sockets and real bind mounts.
 
 mod node;
+mod queue_and_leases;
 mod server;

@@ -8,11 +8,11 @@ use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(20);
 
-fn start(dir: &TestDir, extra: &[&str]) -> ServerProc {
+pub fn start(dir: &TestDir, extra: &[&str]) -> ServerProc {
     ServerProc::start(&dir.join("server"), extra)
 }
 
-async fn wait_volume_state(api: &Api, volume: &str, state: &str) {
+pub async fn wait_volume_state(api: &Api, volume: &str, state: &str) {
     eventually(&format!("{volume} {state}"), WAIT, || async {
         let (_, v) = api.get(&format!("/v1/volumes/{volume}")).await;
         (v["state"] == state).then_some(())
@@ -20,7 +20,7 @@ async fn wait_volume_state(api: &Api, volume: &str, state: &str) {
     .await;
 }
 
-async fn register_volume(api: &Api, name: &str, mode: &str) {
+pub async fn register_volume(api: &Api, name: &str, mode: &str) {
     let (status, body) = api
         .put(
             &format!("/v1/volumes/{name}"),
@@ -38,7 +38,7 @@ async fn claim(api: &Api, volume: &str, alloc: &str, node: &str, mode: &str) -> 
     .await
 }
 
-async fn claim_state(api: &Api, volume: &str, alloc: &str) -> Option<String> {
+pub async fn claim_state(api: &Api, volume: &str, alloc: &str) -> Option<String> {
     let (status, body) = api
         .get(&format!("/v1/volumes/{volume}/claims/{alloc}"))
         .await;
@@ -46,7 +46,7 @@ async fn claim_state(api: &Api, volume: &str, alloc: &str) -> Option<String> {
 }
 
 /// Drives a claim to ready through a controller host and the node.
-async fn make_ready(api: &Api, host: &FakeAgent, node: &FakeAgent, volume: &str, alloc: &str) {
+pub async fn make_ready(api: &Api, host: &FakeAgent, node: &FakeAgent, volume: &str, alloc: &str) {
     let (status, body) = claim(api, volume, alloc, &node.node, "write").await;
     assert_eq!(status, 201, "{body}");
     assert_eq!(body["state"], "attaching");

@@ -19,7 +19,7 @@ fn nodes(n: usize) -> Vec<NodeOpts> {
 }
 
 /// `csivol volume create` from a TOML spec file, waiting until the volume exists.
-fn create_volume(c: &Cluster, name: &str, mode: &str) {
+pub fn create_volume(c: &Cluster, name: &str, mode: &str) {
     let spec = c.dir.join(format!("{name}.toml"));
     std::fs::write(
         &spec,

@@ -1,6 +1,7 @@
 //! csivol's end-to-end tests: real binaries, real sockets, real mounts.
 
 mod bench_smoke;
+mod ci;
 mod cluster;
 mod dev;
 mod e2e;
