@@ -142,7 +142,9 @@ pub fn volume(out: &Out, v: &Volume) -> anyhow::Result<()> {
         out.line("claims: none")?;
     } else {
         out.line("claims:")?;
-        let mut t = out.table(&[
+        // Labels get a column only when some claim has them.
+        let with_labels = v.claims.iter().any(|c| !c.labels.is_empty());
+        let mut header = vec![
             "ALLOC",
             "NODE",
             "MODE",
@@ -151,9 +153,13 @@ pub fn volume(out: &Out, v: &Volume) -> anyhow::Result<()> {
             "ERROR",
             "NEXT RETRY",
             "AGE",
-        ]);
+        ];
+        if with_labels {
+            header.push("LABELS");
+        }
+        let mut t = out.table(&header);
         for c in &v.claims {
-            t.add_row(vec![
+            let mut row = vec![
                 comfy_table::Cell::new(&c.alloc),
                 comfy_table::Cell::new(&c.node),
                 comfy_table::Cell::new(c.mode),
@@ -162,7 +168,11 @@ pub fn volume(out: &Out, v: &Volume) -> anyhow::Result<()> {
                 comfy_table::Cell::new(claim_trouble(c)),
                 comfy_table::Cell::new(or_dash(c.next_retry_at.as_deref())),
                 comfy_table::Cell::new(age(&c.created_at)),
-            ]);
+            ];
+            if with_labels {
+                row.push(comfy_table::Cell::new(labels(c)));
+            }
+            t.add_row(row);
         }
         out.print_table(t)?;
     }

@@ -319,8 +319,44 @@ fn release_is_idempotent_and_errors_are_json() {
     let c = Cluster::start("ci-release", "10s", vec![NodeOpts::default()]);
     create_volume(&c, "v", "single-node-writer");
     let token = claimer_token(&c);
-    let claim = run(job(&c, &token, &["claim", "v", "--alloc", "a1", "--wait"]));
+    let claim = run(job(
+        &c,
+        &token,
+        &[
+            "claim",
+            "v",
+            "--alloc",
+            "a1",
+            "--label",
+            "job=https://ci.example/7",
+            "--wait",
+        ],
+    ));
     assert_eq!(claim.code, 0, "{claim:?}");
+    let status = run(job(&c, &token, &["status", "v"]));
+    assert!(
+        status.ok().stdout.contains("job=https://ci.example/7"),
+        "labels are shown: {status:?}"
+    );
+    let listed = run(job(
+        &c,
+        &token,
+        &[
+            "claim",
+            "list",
+            "--label",
+            "job=https://ci.example/7",
+            "-o",
+            "json",
+        ],
+    ));
+    assert_eq!(listed.ok().json()[0]["alloc"], "a1", "{listed:?}");
+    let none = run(job(
+        &c,
+        &token,
+        &["claim", "list", "--label", "job=other", "-o", "json"],
+    ));
+    assert_eq!(none.ok().json(), serde_json::json!([]));
     for _ in 0..2 {
         let out = run(job(
             &c,
