@@ -137,7 +137,23 @@ CREATE INDEX node_plugins_caps ON node_plugins (plugin, controller, controller_p
 CREATE INDEX node_plugins_service ON node_plugins (plugin, controller_service);
 CREATE INDEX events_alloc ON events (alloc);
 "#,
+    r#"
+-- The cluster's identity, made once with the schema and kept by backups. The server also
+-- writes it beside the database (`cluster.id`), so that a data dir whose database went
+-- missing or empty is recognised as a lost cluster instead of becoming a new, empty one.
+CREATE TABLE cluster (id TEXT PRIMARY KEY, created_at INTEGER NOT NULL);
+INSERT INTO cluster (id, created_at)
+    VALUES (lower(hex(randomblob(16))), CAST(strftime('%s', 'now') AS INTEGER) * 1000);
+"#,
 ];
+
+/// How many schema migrations this build knows: a database at this `user_version` is current.
+pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+
+/// The cluster id recorded in the database (every migrated database has one).
+pub fn cluster_id(conn: &Connection) -> rusqlite::Result<String> {
+    conn.query_row("SELECT id FROM cluster", [], |r| r.get(0))
+}
 
 /// The current time in unix milliseconds.
 pub fn now_ms() -> i64 {

@@ -6,6 +6,7 @@ mod auth;
 mod db;
 mod error;
 mod http;
+pub mod identity;
 mod lifecycle;
 mod liveness;
 mod metrics;
@@ -126,12 +127,21 @@ pub struct Server {
     pub addr: SocketAddr,
     listener: TcpListener,
     app: http::App,
+    /// The data dir's lock, held while this server may write there.
+    _lock: rustix::fd::OwnedFd,
 }
 
 impl Server {
     pub async fn start(cfg: ServerConfig) -> anyhow::Result<Self> {
         create_private_dir(&cfg.data_dir)?;
-        let db = Db::start(&cfg.data_dir.join("state.db"))?;
+        let lock = identity::lock(&cfg.data_dir)?;
+        identity::check_before_open(&cfg.data_dir)?;
+        let db = Db::start(&cfg.data_dir.join(identity::STATE_DB))?;
+        let cluster_id = db
+            .read(|c| Ok(db::cluster_id(c)?))
+            .await
+            .map_err(|e| anyhow::anyhow!("failed to read the cluster id: {e}"))?;
+        identity::check_after_open(&cfg.data_dir, &cluster_id)?;
         let tokens = Arc::new(
             db.read(auth::Tokens::load)
                 .await
@@ -180,6 +190,7 @@ impl Server {
             .with_context(|| format!("failed to write {}", addr_file.display()))?;
         tracing::info!(
             %addr,
+            cluster = %cluster_id,
             data_dir = %cfg.data_dir.display(),
             heartbeat_ttl = %humantime::format_duration(cfg.heartbeat_ttl),
             "csivol server listening"
@@ -195,6 +206,7 @@ impl Server {
             addr,
             listener,
             app,
+            _lock: lock,
         })
     }
 
@@ -210,6 +222,7 @@ impl Server {
         ];
         // A make-service clones the router per connection; a bare Router would be rebuilt
         // (with_state) for each one, which costs memory per connected node.
+        let _lock = self._lock;
         let router = http::router(self.app).into_make_service();
         let served = axum::serve(self.listener, router)
             .with_graceful_shutdown(shutdown)
