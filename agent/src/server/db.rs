@@ -274,6 +274,11 @@ impl Db {
         })
     }
 
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
     /// Runs `f` in the writer's transaction; returns its result once committed durably.
     /// If `f` fails, its changes are rolled back and other requests of the group commit.
     pub async fn write<T, F>(&self, f: F) -> ApiResult<T>

@@ -3,6 +3,7 @@
 //! operators' decisions. It never dials a plugin.
 
 mod auth;
+pub mod backup;
 mod db;
 mod error;
 mod http;
@@ -55,6 +56,18 @@ pub struct ServerArgs {
     /// `controller_concurrency`).
     #[arg(long)]
     pub config: Option<PathBuf>,
+    #[command(subcommand)]
+    pub action: Option<ServerAction>,
+}
+
+/// What `csivol-agent server` does besides serving.
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum ServerAction {
+    /// Write a consistent backup of the state database, the server running or not (SQLite's
+    /// online backup: the write-ahead log included, which a copy of `state.db` alone misses).
+    Backup(backup::BackupArgs),
+    /// Put a backup in place as a data dir's state database; the server must be stopped.
+    Restore(backup::RestoreArgs),
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -118,6 +131,11 @@ impl ServerConfig {
 }
 
 pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
+    match &args.action {
+        Some(ServerAction::Backup(b)) => return backup::run_backup(b),
+        Some(ServerAction::Restore(r)) => return backup::run_restore(r),
+        None => {}
+    }
     let server = Server::start(ServerConfig::resolve(args)?).await?;
     server.serve(shutdown_signal()).await
 }

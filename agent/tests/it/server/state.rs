@@ -140,3 +140,174 @@ async fn two_servers_never_share_a_data_dir() {
         "{out}"
     );
 }
+
+fn agent(args: &[&str]) -> (bool, String) {
+    let mut cmd = Command::new(bin_path("csivol-agent"));
+    cmd.args(args);
+    let (status, out) = run_to_exit("csivol-agent", cmd, WAIT);
+    (status.success(), out)
+}
+
+async fn volume_names(api: &csivol_tests::Api) -> Vec<String> {
+    let (status, list) = api.get("/v1/volumes").await;
+    assert_eq!(status, 200, "{list}");
+    let mut names: Vec<String> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["name"].as_str().unwrap().to_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[tokio::test]
+async fn backup_while_serving_and_restore_round_trip() {
+    let dir = TestDir::new("state-backup");
+    let data = dir.join("server");
+    let mut server = ServerProc::start(&data, &[]);
+    let api = server.api();
+    let id = std::fs::read_to_string(data.join("cluster.id"))
+        .unwrap()
+        .trim()
+        .to_owned();
+    let put = |api: csivol_tests::Api, name: String| async move {
+        let (status, body) = api
+            .put(
+                &format!("/v1/volumes/{name}"),
+                json!({"plugin": "hp", "external_id": name, "access_mode": "single-node-writer", "attachment": "file-system"}),
+            )
+            .await;
+        assert_eq!(status, 201, "{body}");
+    };
+    for i in 0..20 {
+        put(api.clone(), format!("before-{i}")).await;
+    }
+    let reader = {
+        let (s, t) = api.post("/v1/tokens", json!({"role": "reader"})).await;
+        assert_eq!(s, 201, "{t}");
+        api.with_token(t["token"].as_str())
+    };
+    // Writes keep coming while the backups are taken.
+    let writer = {
+        let api = api.clone();
+        tokio::spawn(async move {
+            for i in 0..200 {
+                put(api.clone(), format!("during-{i}")).await;
+            }
+        })
+    };
+    let file = dir.join("backup.db");
+    let (ok, out) = agent(&[
+        "server",
+        "backup",
+        &format!("--data-dir={}", data.display()),
+        &format!("--to={}", file.display()),
+    ]);
+    assert!(ok, "{out}");
+    assert!(out.contains(&format!("backed up cluster {id}")), "{out}");
+
+    // The same over HTTP, for operators only.
+    let (status, body) = reader.get("/v1/backup").await;
+    assert_eq!(status, 403, "{body}");
+    let resp = reqwest::Client::new()
+        .get(format!("{}/v1/backup", server.url))
+        .bearer_auth(&server.token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["x-csivol-cluster"], id.as_str());
+    let http_file = dir.join("http-backup.db");
+    std::fs::write(&http_file, resp.bytes().await.unwrap()).unwrap();
+    writer.await.unwrap();
+    let all = volume_names(&api).await;
+    assert_eq!(all.len(), 220);
+
+    // A restore refuses a running server's data dir, even forced.
+    let (ok, out) = agent(&[
+        "server",
+        "restore",
+        &format!("--from={}", file.display()),
+        &format!("--data-dir={}", data.display()),
+        "--force",
+    ]);
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("a csivol server is running on data dir"),
+        "{out}"
+    );
+    server.proc.kill();
+
+    // Into a new data dir: the cluster comes back with its id and its tokens.
+    for (n, backup) in [&file, &http_file].into_iter().enumerate() {
+        let restored = dir.join(format!("restored-{n}"));
+        let (ok, out) = agent(&[
+            "server",
+            "restore",
+            &format!("--from={}", backup.display()),
+            &format!("--data-dir={}", restored.display()),
+        ]);
+        assert!(ok, "{out}");
+        assert!(out.contains(&format!("restored cluster {id}")), "{out}");
+        // The operator keeps their token; the restored database knows it.
+        std::fs::copy(data.join("operator.token"), restored.join("operator.token")).unwrap();
+        let again = ServerProc::start(&restored, &[]);
+        let names = volume_names(&again.api()).await;
+        for i in 0..20 {
+            assert!(names.contains(&format!("before-{i}")), "{names:?}");
+        }
+        assert!(
+            names.iter().all(|n| all.contains(n)),
+            "a backup holds only committed state: {names:?}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(restored.join("cluster.id"))
+                .unwrap()
+                .trim(),
+            id
+        );
+        let (status, body) = again
+            .api()
+            .with_token(reader.token.as_deref())
+            .get("/v1/volumes")
+            .await;
+        assert_eq!(status, 200, "a token made before the backup works: {body}");
+    }
+
+    // Over the stopped original: refused unless forced, and then the old database is kept.
+    let (ok, out) = agent(&[
+        "server",
+        "restore",
+        &format!("--from={}", file.display()),
+        &format!("--data-dir={}", data.display()),
+    ]);
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains(&format!("already holds a cluster ({id})")),
+        "{out}"
+    );
+    assert!(
+        out.contains("hint: to replace it, run the restore again with --force"),
+        "{out}"
+    );
+    let (ok, out) = agent(&[
+        "server",
+        "restore",
+        &format!("--from={}", file.display()),
+        &format!("--data-dir={}", data.display()),
+        "--force",
+    ]);
+    assert!(ok, "{out}");
+    let kept = std::fs::read_dir(&data)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .any(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("state.db.before-restore-")
+        });
+    assert!(kept, "the replaced database is kept aside");
+    let server = ServerProc::start(&data, &[]);
+    assert!(volume_names(&server.api()).await.len() >= 20);
+}
