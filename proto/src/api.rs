@@ -520,8 +520,12 @@ pub struct TokenResponse {
 /// `GET /v1/health`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Health {
+    /// `ok`, or `degraded` (the server answers, but `reasons` says what is wrong).
     pub status: String,
     pub version: String,
+    /// Why the server is degraded, e.g. the state database refuses writes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reasons: Vec<String>,
 }
 
 /// Every error: `{"error": {"code", "message", "hint"}}`.

@@ -162,10 +162,27 @@ pub fn router(app: App) -> Router {
         .with_state(app)
 }
 
-async fn health() -> Json<Health> {
+/// `GET /v1/health`, no token needed: `ok`, or `degraded` with the reasons while the
+/// database refuses writes or a decided transition waits to be recorded.
+async fn health(State(app): State<App>) -> Json<Health> {
+    let mut reasons = Vec::new();
+    if let Some(e) = app.db.write_error() {
+        reasons.push(format!(
+            "the state database {} refuses writes: {e}",
+            app.db.path().display()
+        ));
+    }
+    let unrecorded = app.live.unrecorded();
+    if !unrecorded.is_empty() {
+        reasons.push(format!(
+            "lost node(s) {} not recorded yet (retrying): their volumes are not blocked until then",
+            unrecorded.join(", ")
+        ));
+    }
     Json(Health {
-        status: "ok".into(),
+        status: if reasons.is_empty() { "ok" } else { "degraded" }.into(),
         version: env!("CARGO_PKG_VERSION").into(),
+        reasons,
     })
 }
 

@@ -252,23 +252,49 @@ impl Server {
     }
 }
 
-/// Marks nodes lost when their heartbeats stop.
+/// Marks nodes lost when their heartbeats stop, and records each loss in the database,
+/// retrying until it is recorded. While the database refuses writes it also probes it once
+/// a second, so that health turns back to `ok` without waiting for a client's write.
 async fn watch_liveness(app: http::App) {
     let mut tick = tokio::time::interval(app.live.check_interval());
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_probe = tokio::time::Instant::now();
     loop {
         tick.tick().await;
-        for node in app.live.expire() {
+        for due in app.live.expire() {
+            if !app.live.still_lost(&due) {
+                continue;
+            }
             let limits = app.limits.clone();
             let ttl = app.live.ttl();
-            let n = node.clone();
-            if let Err(e) = app
+            let n = due.node.clone();
+            match app
                 .db
                 .write(move |ctx| lifecycle::mark_lost(ctx, &n, ttl, &limits))
                 .await
             {
-                tracing::error!(node, error = %e, "failed to record a lost node");
+                Ok(()) => {
+                    app.live.recorded(&due);
+                    if due.attempts > 0 {
+                        tracing::info!(
+                            node = due.node,
+                            attempts = due.attempts + 1,
+                            "recorded a lost node after the database refused it"
+                        );
+                    }
+                }
+                Err(e) => {
+                    app.live.record_failed(&due);
+                    if due.attempts == 0 {
+                        tracing::error!(node = due.node, error = %e, "failed to record a lost node; retrying until it is recorded");
+                    }
+                }
             }
+        }
+        if app.db.write_error().is_some() && last_probe.elapsed() >= Duration::from_secs(1) {
+            last_probe = tokio::time::Instant::now();
+            // An empty write still commits (the change index), which is the probe.
+            let _ = app.db.write(|_| Ok(())).await;
         }
     }
 }

@@ -2,4 +2,5 @@
 
 mod bench_smoke;
 mod cluster;
+mod durability;
 mod e2e;
