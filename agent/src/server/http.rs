@@ -99,9 +99,24 @@ struct Blocking {
     wait: Option<String>,
 }
 
+/// Change indexes are SQLite integers: anything above `i64::MAX` is refused, never wrapped
+/// (a wrapped `?index=` would page through the whole log again).
+fn checked_index(index: Option<u64>) -> ApiResult<Option<u64>> {
+    match index {
+        Some(i) if i > i64::MAX as u64 => Err(ApiError::invalid(format!(
+            "`index` {i} is out of range: change indexes go up to {}",
+            i64::MAX
+        ))
+        .with_hint(
+            "pass an index the server returned (the X-Csivol-Index header or `index` fields)",
+        )),
+        other => Ok(other),
+    }
+}
+
 impl Blocking {
     fn wait(&self) -> ApiResult<Option<(u64, Duration)>> {
-        let Some(index) = self.index else {
+        let Some(index) = checked_index(self.index)? else {
             return Ok(None);
         };
         let wait = match &self.wait {
@@ -661,7 +676,7 @@ async fn events(
     Q(q): Q<EventsQuery>,
 ) -> ApiResult<Response> {
     app.caller(&headers)?.require_reader()?;
-    let after = q.index.unwrap_or(0);
+    let after = checked_index(q.index)?.unwrap_or(0);
     let limit = q.limit.unwrap_or(1000).min(10_000);
     // `index` alone pages through the log; `wait` makes it a blocking query.
     let blocking = match &q.wait {

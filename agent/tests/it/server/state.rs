@@ -311,3 +311,43 @@ async fn backup_while_serving_and_restore_round_trip() {
     let server = ServerProc::start(&data, &[]);
     assert!(volume_names(&server.api()).await.len() >= 20);
 }
+
+#[tokio::test]
+async fn out_of_range_indexes_are_refused_not_wrapped() {
+    let dir = TestDir::new("state-index-range");
+    let server = ServerProc::start(&dir.join("server"), &[]);
+    let api = server.api();
+    let (status, body) = api.post("/v1/tokens", json!({"role": "reader"})).await;
+    assert_eq!(status, 201, "{body}");
+    let (status, events) = api.get("/v1/events").await;
+    assert_eq!(status, 200);
+    assert!(
+        !events.as_array().unwrap().is_empty(),
+        "a token's creation is an event"
+    );
+    for path in [
+        "/v1/events?index=9223372036854775808",
+        "/v1/events?index=18446744073709551615",
+        "/v1/events?index=9223372036854775808&wait=1s",
+        "/v1/volumes/v1?index=9223372036854775808&wait=1s",
+        "/v1/volumes/v1/claims/a1?index=18446744073709551615&wait=1s",
+        "/v1/events?index=18446744073709551616",
+        "/v1/events?index=-1",
+    ] {
+        let (status, body) = api.get(path).await;
+        assert!(status == 422 || status == 400, "{path}: {status} {body}");
+        assert_eq!(body["error"]["code"], "invalid", "{path}: {body}");
+    }
+    let (status, body) = api.get("/v1/events?index=9223372036854775808").await;
+    assert_eq!(status, 422);
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("out of range"),
+        "{body}"
+    );
+    let (status, body) = api.get("/v1/events?index=9223372036854775807").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body, json!([]), "nothing comes after the largest index");
+}
