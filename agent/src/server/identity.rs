@@ -145,6 +145,46 @@ pub fn check_before_open(dir: &Path) -> anyhow::Result<()> {
     )
 }
 
+/// `PRAGMA integrity_check` over the data dir's database (if it has one yet): refuses a
+/// damaged database, naming what SQLite found.
+pub fn integrity_check(dir: &Path) -> anyhow::Result<()> {
+    let db = dir.join(STATE_DB);
+    if !inspect(&db)?.has_state() {
+        return Ok(());
+    }
+    let started = std::time::Instant::now();
+    let hint = format!(
+        "hint: restore the latest backup with `csivol-agent server restore --from BACKUP \
+         --data-dir {} --force` (the damaged database is kept aside)",
+        dir.display()
+    );
+    let found: rusqlite::Result<Vec<String>> = (|| {
+        let conn = Connection::open_with_flags(&db, OpenFlags::SQLITE_OPEN_READ_WRITE)?;
+        let mut stmt = conn.prepare("PRAGMA integrity_check(20)")?;
+        let rows = stmt.query_map([], |r| r.get::<_, String>(0))?;
+        rows.collect()
+    })();
+    match found {
+        Ok(rows) if rows == ["ok"] => {
+            tracing::info!(
+                path = %db.display(),
+                took = ?started.elapsed(),
+                "the state database passed its integrity check"
+            );
+            Ok(())
+        }
+        Ok(rows) => bail!(
+            "the state database {} failed its integrity check: {}\n{hint}",
+            db.display(),
+            rows.join("; ")
+        ),
+        Err(e) => bail!(
+            "the state database {} failed its integrity check: {e}\n{hint}",
+            db.display()
+        ),
+    }
+}
+
 /// After the database is open: writes its cluster id beside it, or refuses a database that
 /// belongs to another cluster than the data dir.
 pub fn check_after_open(dir: &Path, id: &str) -> anyhow::Result<()> {

@@ -56,6 +56,10 @@ pub struct ServerArgs {
     /// `controller_concurrency`).
     #[arg(long)]
     pub config: Option<PathBuf>,
+    /// Run SQLite's `PRAGMA integrity_check` over the state database before serving, and
+    /// refuse to start if it finds damage. It reads the whole database: off by default.
+    #[arg(long)]
+    pub check: bool,
     #[command(subcommand)]
     pub action: Option<ServerAction>,
 }
@@ -136,7 +140,8 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
         Some(ServerAction::Restore(r)) => return backup::run_restore(r),
         None => {}
     }
-    let server = Server::start(ServerConfig::resolve(args)?).await?;
+    let check = args.check;
+    let server = Server::start_checked(ServerConfig::resolve(args)?, check).await?;
     server.serve(shutdown_signal()).await
 }
 
@@ -151,9 +156,20 @@ pub struct Server {
 
 impl Server {
     pub async fn start(cfg: ServerConfig) -> anyhow::Result<Self> {
+        Self::start_checked(cfg, false).await
+    }
+
+    /// [`Server::start`], with `PRAGMA integrity_check` over the database first if `check`.
+    pub async fn start_checked(cfg: ServerConfig, check: bool) -> anyhow::Result<Self> {
         create_private_dir(&cfg.data_dir)?;
         let lock = identity::lock(&cfg.data_dir)?;
         identity::check_before_open(&cfg.data_dir)?;
+        if check {
+            let dir = cfg.data_dir.clone();
+            tokio::task::spawn_blocking(move || identity::integrity_check(&dir))
+                .await
+                .context("the integrity check failed to run")??;
+        }
         let db = Db::start(&cfg.data_dir.join(identity::STATE_DB))?;
         let cluster_id = db
             .read(|c| Ok(db::cluster_id(c)?))

@@ -351,3 +351,41 @@ async fn out_of_range_indexes_are_refused_not_wrapped() {
     assert_eq!(status, 200, "{body}");
     assert_eq!(body, json!([]), "nothing comes after the largest index");
 }
+
+#[tokio::test]
+async fn check_refuses_a_damaged_database_and_passes_a_sound_one() {
+    let dir = TestDir::new("state-check");
+    let (data, _) = killed_cluster(&dir).await;
+    let server = ServerProc::start(&data, &["--check"]);
+    assert!(
+        server.log().contains("passed its integrity check"),
+        "{}",
+        server.log()
+    );
+    drop(server);
+    // Everything into the main file, then damage a page past the schema's first ones.
+    let db = data.join("state.db");
+    {
+        let conn = rusqlite_open(&db);
+        conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)")
+            .unwrap();
+    }
+    let len = std::fs::metadata(&db).unwrap().len();
+    assert!(len > 8 * 4096, "{len}");
+    let mut bytes = std::fs::read(&db).unwrap();
+    for b in &mut bytes[5 * 4096..7 * 4096] {
+        *b = 0x5a;
+    }
+    std::fs::write(&db, bytes).unwrap();
+    let mut cmd = Command::new(bin_path("csivol-agent"));
+    cmd.args(["server", "--listen=127.0.0.1:0", "--check"])
+        .arg(format!("--data-dir={}", data.display()));
+    let (status, out) = run_to_exit("csivol-agent server --check", cmd, WAIT);
+    assert!(!status.success(), "{out}");
+    assert!(out.contains("failed its integrity check"), "{out}");
+    assert!(out.contains("hint: restore the latest backup"), "{out}");
+}
+
+fn rusqlite_open(path: &Path) -> rusqlite::Connection {
+    rusqlite::Connection::open(path).unwrap()
+}
