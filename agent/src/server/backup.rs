@@ -14,9 +14,10 @@ use super::identity::{self, CLUSTER_ID_FILE, Contents, STATE_DB, Signs};
 /// `csivol-agent server backup` flags.
 #[derive(Debug, Clone, clap::Args)]
 pub struct BackupArgs {
-    /// The server's data dir (the one holding `state.db`); the server may be running.
+    /// The server's data dir (the one holding `state.db`); the server may be running
+    /// [default: the server's `--data-dir` or `--config`].
     #[arg(long)]
-    pub data_dir: PathBuf,
+    pub data_dir: Option<PathBuf>,
     /// Where to write the backup (one SQLite file; replaced atomically if it exists).
     #[arg(long, value_name = "FILE")]
     pub to: PathBuf,
@@ -183,8 +184,8 @@ fn verify(conn: &Connection, path: &Path) -> anyhow::Result<Summary> {
 }
 
 /// `csivol-agent server backup`.
-pub fn run_backup(args: &BackupArgs) -> anyhow::Result<()> {
-    let db = args.data_dir.join(STATE_DB);
+pub fn run_backup(args: &BackupArgs, data_dir: &Path) -> anyhow::Result<()> {
+    let db = data_dir.join(STATE_DB);
     let summary = backup(&db, &args.to)?;
     println!("backed up {} to {}", summary, args.to.display());
     Ok(())

@@ -136,7 +136,13 @@ impl ServerConfig {
 
 pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
     match &args.action {
-        Some(ServerAction::Backup(b)) => return backup::run_backup(b),
+        Some(ServerAction::Backup(b)) => {
+            let data_dir = match &b.data_dir {
+                Some(d) => d.clone(),
+                None => ServerConfig::resolve(args.clone())?.data_dir,
+            };
+            return backup::run_backup(b, &data_dir);
+        }
         Some(ServerAction::Restore(r)) => return backup::run_restore(r),
         None => {}
     }

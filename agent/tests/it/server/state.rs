@@ -206,6 +206,15 @@ async fn backup_while_serving_and_restore_round_trip() {
     ]);
     assert!(ok, "{out}");
     assert!(out.contains(&format!("backed up cluster {id}")), "{out}");
+    // The server's own flags say where the data dir is, too.
+    let (ok, out) = agent(&[
+        "server",
+        &format!("--data-dir={}", data.display()),
+        "backup",
+        &format!("--to={}", dir.join("backup-2.db").display()),
+    ]);
+    assert!(ok, "{out}");
+    assert!(out.contains(&format!("backed up cluster {id}")), "{out}");
 
     // The same over HTTP, for operators only.
     let (status, body) = reader.get("/v1/backup").await;
