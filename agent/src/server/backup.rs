@@ -165,7 +165,14 @@ fn verify(conn: &Connection, path: &Path) -> anyhow::Result<Summary> {
             path.display()
         );
     }
-    let cluster_id = if schema >= 3 {
+    // Asked of the schema itself, not of its version: a backup made before cluster ids
+    // has none, and gets one when the server migrates it.
+    let has_id: bool = conn.query_row(
+        "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'cluster')",
+        [],
+        |r| r.get(0),
+    )?;
+    let cluster_id = if has_id {
         Some(db::cluster_id(conn)?)
     } else {
         None

@@ -61,7 +61,10 @@ pub async fn inject(
         }
         let fault = Fault::ALL[rng.random_range(0..Fault::ALL.len())];
         let node = rng.random_range(0..cluster.nodes.len());
-        let name = cluster.nodes[node].name.clone();
+        let name = match fault {
+            Fault::KillServer | Fault::DiskFull => "server".to_owned(),
+            _ => cluster.nodes[node].name.clone(),
+        };
         let result: anyhow::Result<()> = async {
             match fault {
                 Fault::KillServer => cluster.server.kill_and_restart().await?,
