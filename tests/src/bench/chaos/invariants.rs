@@ -223,7 +223,7 @@ mod tests {
             "node:n2",
             "force-detached (without the node)",
         );
-        assert_eq!(unattributed_force(&[detached.clone()]).len(), 1);
+        assert_eq!(unattributed_force(std::slice::from_ref(&detached)).len(), 1);
         let unblock = event(
             2,
             "claim-force-released",
