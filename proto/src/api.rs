@@ -331,6 +331,21 @@ pub struct ClaimRequest {
     pub labels: BTreeMap<String, String>,
 }
 
+impl ClaimRequest {
+    /// A plain claim: no lease, no queue, no labels.
+    pub fn new(alloc: impl Into<String>, node: impl Into<String>, mode: ClaimMode) -> Self {
+        Self {
+            alloc: alloc.into(),
+            node: node.into(),
+            mode,
+            dry_run: false,
+            ttl_ms: None,
+            queue: false,
+            labels: BTreeMap::new(),
+        }
+    }
+}
+
 /// `POST /v1/volumes/{name}/claims/{alloc}/renew`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -576,8 +591,12 @@ pub struct TokenResponse {
 /// `GET /v1/health`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Health {
+    /// `ok`, or `degraded` (the server answers, but `reasons` says what is wrong).
     pub status: String,
     pub version: String,
+    /// Why the server is degraded, e.g. the state database refuses writes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reasons: Vec<String>,
 }
 
 /// Every error: `{"error": {"code", "message", "hint"}}`.

@@ -146,6 +146,15 @@ impl Drop for Proc {
     }
 }
 
+/// Runs `cmd` to its end (killed by pid if it outlives `timeout`, which fails the test) and
+/// returns its exit status and what it printed (stdout and stderr together).
+pub fn run_to_exit(name: &str, cmd: Command, timeout: Duration) -> (ExitStatus, String) {
+    let out = tempfile::NamedTempFile::new().expect("temp file for output");
+    let mut proc = Proc::spawn(name, cmd, out.path());
+    let status = wait_for(&format!("{name} to exit"), timeout, || proc.exited());
+    (status, fs::read_to_string(out.path()).unwrap_or_default())
+}
+
 /// Polls `cond` every few milliseconds until it returns `Some`, or panics with `what` once
 /// `timeout` has passed. Tests wait on conditions, never on fixed sleeps.
 pub fn wait_for<T>(what: &str, timeout: Duration, mut cond: impl FnMut() -> Option<T>) -> T {

@@ -153,7 +153,23 @@ ALTER TABLE claims ADD COLUMN expires_at INTEGER;
 ALTER TABLE claims ADD COLUMN labels TEXT NOT NULL DEFAULT '{}';
 CREATE INDEX claims_expires ON claims (expires_at) WHERE expires_at IS NOT NULL;
 "#,
+    r#"
+-- The cluster's identity, made once with the schema and kept by backups. The server also
+-- writes it beside the database (`cluster.id`), so that a data dir whose database went
+-- missing or empty is recognised as a lost cluster instead of becoming a new, empty one.
+CREATE TABLE cluster (id TEXT PRIMARY KEY, created_at INTEGER NOT NULL);
+INSERT INTO cluster (id, created_at)
+    VALUES (lower(hex(randomblob(16))), CAST(strftime('%s', 'now') AS INTEGER) * 1000);
+"#,
 ];
+
+/// How many schema migrations this build knows: a database at this `user_version` is current.
+pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+
+/// The cluster id recorded in the database (every migrated database has one).
+pub fn cluster_id(conn: &Connection) -> rusqlite::Result<String> {
+    conn.query_row("SELECT id FROM cluster", [], |r| r.get(0))
+}
 
 /// The current time in unix milliseconds.
 pub fn now_ms() -> i64 {
@@ -220,12 +236,21 @@ pub struct WriteCtx<'a> {
     pub index: u64,
     pub now: i64,
     touched: Vec<Key>,
+    on_commit: Vec<AfterCommit>,
 }
+
+type AfterCommit = Box<dyn FnOnce() + Send>;
 
 impl WriteCtx<'_> {
     /// Marks `key` changed by this request (wakes its blocking queries after commit).
     pub fn touch(&mut self, key: Key) {
         self.touched.push(key);
+    }
+
+    /// Runs `f` once this request's changes are committed, never if they are rolled back:
+    /// log lines about a change are written after it happened.
+    pub fn after_commit(&mut self, f: impl FnOnce() + Send + 'static) {
+        self.on_commit.push(Box::new(f));
     }
 }
 
@@ -241,6 +266,8 @@ pub struct Db {
     read_slots: Arc<tokio::sync::Semaphore>,
     path: PathBuf,
     pub hub: Arc<Hub>,
+    /// Why the last commit failed, until one succeeds.
+    write_error: Arc<Mutex<Option<String>>>,
 }
 
 impl std::fmt::Debug for Db {
@@ -262,16 +289,32 @@ impl Db {
         let hub = Arc::new(Hub::new(index));
         let (jobs, rx) = mpsc::unbounded_channel();
         let writer_hub = Arc::clone(&hub);
+        let write_error = Arc::new(Mutex::new(None));
+        let writer_error = Arc::clone(&write_error);
         std::thread::Builder::new()
             .name("csivol-db-writer".into())
-            .spawn(move || writer(conn, index, rx, &writer_hub))?;
+            .spawn(move || writer(conn, index, rx, &writer_hub, &writer_error))?;
         Ok(Self {
             jobs,
             readers: Arc::new(Mutex::new(Vec::new())),
             read_slots: Arc::new(tokio::sync::Semaphore::new(READERS)),
             path: path.to_owned(),
             hub,
+            write_error,
         })
+    }
+
+    /// Why the database refuses writes (the last commit failed), or `None`.
+    pub fn write_error(&self) -> Option<String> {
+        self.write_error
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
     }
 
     /// Runs `f` in the writer's transaction; returns its result once committed durably.
@@ -342,7 +385,13 @@ impl Db {
     }
 }
 
-fn writer(mut conn: Connection, mut index: u64, mut rx: mpsc::UnboundedReceiver<Job>, hub: &Hub) {
+fn writer(
+    mut conn: Connection,
+    mut index: u64,
+    mut rx: mpsc::UnboundedReceiver<Job>,
+    hub: &Hub,
+    write_error: &Mutex<Option<String>>,
+) {
     while let Some(first) = rx.blocking_recv() {
         let mut group = vec![first];
         while group.len() < MAX_GROUP {
@@ -354,6 +403,7 @@ fn writer(mut conn: Connection, mut index: u64, mut rx: mpsc::UnboundedReceiver<
         let next = index + 1;
         let mut finishes = Vec::with_capacity(group.len());
         let mut touched = Vec::new();
+        let mut on_commit = Vec::new();
         let committed: Result<(), String> = (|| {
             let tx = conn.transaction().map_err(|e| e.to_string())?;
             for job in group {
@@ -364,6 +414,7 @@ fn writer(mut conn: Connection, mut index: u64, mut rx: mpsc::UnboundedReceiver<
                     index: next,
                     now: now_ms(),
                     touched: Vec::new(),
+                    on_commit: Vec::new(),
                 };
                 let outcome =
                     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(&mut ctx)));
@@ -378,6 +429,7 @@ fn writer(mut conn: Connection, mut index: u64, mut rx: mpsc::UnboundedReceiver<
                 if ok {
                     tx.execute_batch("RELEASE job").map_err(|e| e.to_string())?;
                     touched.append(&mut ctx.touched);
+                    on_commit.append(&mut ctx.on_commit);
                 } else {
                     tx.execute_batch("ROLLBACK TO job; RELEASE job")
                         .map_err(|e| e.to_string())?;
@@ -394,6 +446,13 @@ fn writer(mut conn: Connection, mut index: u64, mut rx: mpsc::UnboundedReceiver<
         match committed {
             Ok(()) => {
                 index = next;
+                let recovered = write_error.lock().unwrap_or_else(|e| e.into_inner()).take();
+                if let Some(e) = recovered {
+                    tracing::info!(was = %e, "the state database accepts writes again");
+                }
+                for f in on_commit {
+                    f();
+                }
                 hub.publish(index, touched);
                 for finish in finishes {
                     finish(None);
@@ -401,6 +460,7 @@ fn writer(mut conn: Connection, mut index: u64, mut rx: mpsc::UnboundedReceiver<
             }
             Err(e) => {
                 tracing::error!(error = %e, "commit failed; the group's requests are refused");
+                *write_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(e.clone());
                 for finish in finishes {
                     finish(Some(ApiError::unavailable(format!(
                         "the state database could not commit: {e}"

@@ -106,9 +106,24 @@ struct Blocking {
     wait: Option<String>,
 }
 
+/// Change indexes are SQLite integers: anything above `i64::MAX` is refused, never wrapped
+/// (a wrapped `?index=` would page through the whole log again).
+fn checked_index(index: Option<u64>) -> ApiResult<Option<u64>> {
+    match index {
+        Some(i) if i > i64::MAX as u64 => Err(ApiError::invalid(format!(
+            "`index` {i} is out of range: change indexes go up to {}",
+            i64::MAX
+        ))
+        .with_hint(
+            "pass an index the server returned (the X-Csivol-Index header or `index` fields)",
+        )),
+        other => Ok(other),
+    }
+}
+
 impl Blocking {
     fn wait(&self) -> ApiResult<Option<(u64, Duration)>> {
-        let Some(index) = self.index else {
+        let Some(index) = checked_index(self.index)? else {
             return Ok(None);
         };
         let wait = match &self.wait {
@@ -163,6 +178,7 @@ pub fn router(app: App) -> Router {
         .route("/v1/plugins", get(list_plugins))
         .route("/v1/plugins/{id}", get(get_plugin))
         .route("/v1/events", get(events))
+        .route("/v1/backup", get(backup))
         .fallback(|| async {
             ApiError::not_found("no such endpoint").with_hint("the API lives under /v1/")
         })
@@ -170,10 +186,27 @@ pub fn router(app: App) -> Router {
         .with_state(app)
 }
 
-async fn health() -> Json<Health> {
+/// `GET /v1/health`, no token needed: `ok`, or `degraded` with the reasons while the
+/// database refuses writes or a decided transition waits to be recorded.
+async fn health(State(app): State<App>) -> Json<Health> {
+    let mut reasons = Vec::new();
+    if let Some(e) = app.db.write_error() {
+        reasons.push(format!(
+            "the state database {} refuses writes: {e}",
+            app.db.path().display()
+        ));
+    }
+    let unrecorded = app.live.unrecorded();
+    if !unrecorded.is_empty() {
+        reasons.push(format!(
+            "lost node(s) {} not recorded yet (retrying): their volumes are not blocked until then",
+            unrecorded.join(", ")
+        ));
+    }
     Json(Health {
-        status: "ok".into(),
+        status: if reasons.is_empty() { "ok" } else { "degraded" }.into(),
         version: env!("CARGO_PKG_VERSION").into(),
+        reasons,
     })
 }
 
@@ -690,7 +723,7 @@ async fn events(
     Q(q): Q<EventsQuery>,
 ) -> ApiResult<Response> {
     app.caller(&headers)?.require_reader()?;
-    let after = q.index.unwrap_or(0);
+    let after = checked_index(q.index)?.unwrap_or(0);
     let limit = q.limit.unwrap_or(1000).min(10_000);
     // `index` alone pages through the log; `wait` makes it a blocking query.
     let blocking = match &q.wait {
@@ -720,4 +753,50 @@ async fn events(
         }
         app.db.hub.wait(&Key::Events, seen, deadline - now).await;
     }
+}
+
+/// `GET /v1/backup`: a consistent snapshot of the state database, as one SQLite file.
+async fn backup(State(app): State<App>, headers: HeaderMap) -> ApiResult<Response> {
+    app.operator(&headers)?;
+    let db = app.db.path().to_owned();
+    let (summary, bytes) = tokio::task::spawn_blocking(move || {
+        // The snapshot goes through a file beside the database (same filesystem, private
+        // dir), read back and removed: the online backup API writes to a database file.
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let to = db.with_file_name(format!("backup-{}-{n}.db", std::process::id()));
+        let result = super::backup::backup(&db, &to).and_then(|s| Ok((s, std::fs::read(&to)?)));
+        let _ = std::fs::remove_file(&to);
+        result
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("backup task failed: {e}")))?
+    .map_err(|e| {
+        ApiError::unavailable(format!("the backup failed: {e:#}"))
+            .with_hint("`csivol-agent server backup --data-dir DIR --to FILE` on the server's machine does the same")
+    })?;
+    let mut r = (
+        [
+            (
+                axum::http::header::CONTENT_TYPE,
+                "application/vnd.sqlite3".to_owned(),
+            ),
+            (
+                axum::http::header::CONTENT_DISPOSITION,
+                "attachment; filename=\"csivol-state.db\"".to_owned(),
+            ),
+        ],
+        bytes,
+    )
+        .into_response();
+    if let Some(id) = summary
+        .cluster_id
+        .as_deref()
+        .and_then(|id| HeaderValue::from_str(id).ok())
+    {
+        r.headers_mut().insert("x-csivol-cluster", id);
+    }
+    r.headers_mut()
+        .insert(INDEX_HEADER, HeaderValue::from(summary.index as u64));
+    Ok(r)
 }

@@ -46,12 +46,22 @@ pub fn event(
     message: impl Into<String>,
 ) -> ApiResult<()> {
     let message = message.into();
-    tracing::info!(kind, volume, node, alloc, actor, "{message}");
     ctx.tx.prepare_cached(
         "INSERT INTO events (at, kind, volume, node, alloc, actor, message) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
     )?
     .execute(params![ctx.now, kind, volume, node, alloc, actor, message])?;
     ctx.touch(Key::Events);
+    // Logged once committed: a change that was rolled back never happened.
+    let (kind, volume, node, alloc, actor) = (
+        kind.to_owned(),
+        volume.map(str::to_owned),
+        node.map(str::to_owned),
+        alloc.map(str::to_owned),
+        actor.to_owned(),
+    );
+    ctx.after_commit(move || {
+        tracing::info!(kind, volume, node, alloc, actor, "{message}");
+    });
     Ok(())
 }
 

@@ -1,6 +1,8 @@
 //! Node liveness, kept in memory: heartbeats update a clock per node and are never written to
 //! the database (10,000 nodes heartbeating would otherwise be thousands of commits a second).
 //! Only status changes (lost, back) are recorded. After a restart every node gets a full TTL.
+//! A loss decided here is retried until the database recorded it: a node that is lost in
+//! memory but `ready` in the database would show `ready` forever with nothing blocked.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -14,7 +16,41 @@ struct Live {
     /// Wall clock of the last heartbeat (unix ms), for display.
     last_ms: Option<i64>,
     lost: bool,
+    /// Whether the database recorded the loss (meaningful while `lost`).
+    recorded: bool,
+    /// Failed attempts to record the loss, and when to try again.
+    attempts: u32,
+    next_try: Instant,
+    /// Bumped by each registration, so that a loss decided before the node came back is
+    /// never recorded after it.
+    epoch: u64,
 }
+
+impl Live {
+    fn fresh(now: Instant, last_ms: Option<i64>, lost: bool, epoch: u64) -> Self {
+        Self {
+            last: now,
+            last_ms,
+            lost,
+            recorded: lost,
+            attempts: 0,
+            next_try: now,
+            epoch,
+        }
+    }
+}
+
+/// A node lost in memory whose loss the database has yet to record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unrecorded {
+    pub node: String,
+    pub epoch: u64,
+    /// Failed attempts so far.
+    pub attempts: u32,
+}
+
+/// Longest wait between two attempts to record a loss.
+const MAX_RETRY: Duration = Duration::from_secs(2);
 
 #[derive(Debug)]
 pub struct Liveness {
@@ -28,16 +64,7 @@ impl Liveness {
         let now = Instant::now();
         let nodes = nodes
             .into_iter()
-            .map(|(n, lost)| {
-                (
-                    n,
-                    Live {
-                        last: now,
-                        last_ms: None,
-                        lost,
-                    },
-                )
-            })
+            .map(|(n, lost)| (n, Live::fresh(now, None, lost, 0)))
             .collect();
         Self {
             ttl,
@@ -68,28 +95,78 @@ impl Liveness {
 
     /// The node registered: it is alive now.
     pub fn registered(&self, node: &str, now_ms: i64) {
-        self.nodes().insert(
+        let mut nodes = self.nodes();
+        let epoch = nodes.get(node).map_or(0, |l| l.epoch + 1);
+        nodes.insert(
             node.to_owned(),
-            Live {
-                last: Instant::now(),
-                last_ms: Some(now_ms),
-                lost: false,
-            },
+            Live::fresh(Instant::now(), Some(now_ms), false, epoch),
         );
     }
 
-    /// Nodes whose TTL ran out; they are marked lost here, before the database records it,
-    /// so their heartbeats from now on are answered `lost`.
-    pub fn expire(&self) -> Vec<String> {
+    /// Nodes whose loss is to be recorded now: those whose TTL just ran out (marked lost
+    /// here, before the database records it, so that their heartbeats from now on are
+    /// answered `lost`) and those whose earlier recording failed and whose retry is due.
+    pub fn expire(&self) -> Vec<Unrecorded> {
         let now = Instant::now();
         let mut out = Vec::new();
         for (name, live) in self.nodes().iter_mut() {
             if !live.lost && now.duration_since(live.last) > self.ttl {
                 live.lost = true;
-                out.push(name.clone());
+                live.recorded = false;
+                live.attempts = 0;
+                live.next_try = now;
+            }
+            if live.lost && !live.recorded && live.next_try <= now {
+                // Not handed out again until this attempt reports back.
+                live.next_try = now + Duration::from_secs(3600);
+                out.push(Unrecorded {
+                    node: name.clone(),
+                    epoch: live.epoch,
+                    attempts: live.attempts,
+                });
             }
         }
         out
+    }
+
+    /// Whether `u` still stands: the node is lost in memory and did not register since.
+    pub fn still_lost(&self, u: &Unrecorded) -> bool {
+        self.nodes()
+            .get(&u.node)
+            .is_some_and(|l| l.lost && l.epoch == u.epoch)
+    }
+
+    /// The database recorded `u`'s loss (or found nothing to record).
+    pub fn recorded(&self, u: &Unrecorded) {
+        if let Some(l) = self.nodes().get_mut(&u.node)
+            && l.epoch == u.epoch
+        {
+            l.recorded = true;
+        }
+    }
+
+    /// Recording `u`'s loss failed: try again after a backoff.
+    pub fn record_failed(&self, u: &Unrecorded) {
+        if let Some(l) = self.nodes().get_mut(&u.node)
+            && l.epoch == u.epoch
+        {
+            l.attempts += 1;
+            let backoff =
+                (self.check_interval() * 2u32.saturating_pow(l.attempts.min(8))).min(MAX_RETRY);
+            l.next_try = Instant::now() + backoff;
+        }
+    }
+
+    /// Nodes lost in memory whose loss the database has not recorded yet, sorted.
+    pub fn unrecorded(&self) -> Vec<String> {
+        let mut v: Vec<String> = self
+            .nodes()
+            .iter()
+            .filter(|(_, l)| l.lost && !l.recorded)
+            .map(|(n, _)| n.clone())
+            .collect();
+        v.sort();
+        v
     }
 
     pub fn last_heartbeat_ms(&self) -> HashMap<String, i64> {
@@ -114,11 +191,46 @@ mod tests {
     fn expiry_and_return() {
         let l = Liveness::new(Duration::from_millis(0), [("n1".to_owned(), false)]);
         std::thread::sleep(Duration::from_millis(2));
-        assert_eq!(l.expire(), ["n1"]);
-        assert!(l.expire().is_empty(), "expired once");
+        let due = l.expire();
+        assert_eq!(due.len(), 1);
+        assert_eq!(due[0].node, "n1");
+        assert!(l.expire().is_empty(), "handed out once per attempt");
+        assert_eq!(l.unrecorded(), ["n1"]);
+        l.record_failed(&due[0]);
+        let again = wait_due(&l);
+        assert_eq!(again.attempts, 1, "retried after a failure");
+        l.recorded(&again);
+        assert!(l.unrecorded().is_empty());
+        assert!(l.expire().is_empty(), "recorded once");
         assert_eq!(l.heartbeat("n1", 1), Some(NodeStatus::Lost));
         assert_eq!(l.heartbeat("nope", 1), None);
         l.registered("n1", 2);
         assert_eq!(l.last_heartbeat_ms()["n1"], 2);
+    }
+
+    #[test]
+    fn a_loss_decided_before_a_registration_is_never_recorded_after_it() {
+        let l = Liveness::new(Duration::from_millis(0), [("n1".to_owned(), false)]);
+        std::thread::sleep(Duration::from_millis(2));
+        let due = l.expire();
+        l.record_failed(&due[0]);
+        l.registered("n1", 5);
+        assert!(!l.still_lost(&due[0]));
+        l.recorded(&due[0]);
+        assert!(
+            l.unrecorded().is_empty(),
+            "the node is back, nothing to record"
+        );
+    }
+
+    fn wait_due(l: &Liveness) -> Unrecorded {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            if let Some(u) = l.expire().pop() {
+                return u;
+            }
+            assert!(Instant::now() < deadline, "no retry became due");
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
 }

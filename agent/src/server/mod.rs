@@ -3,9 +3,11 @@
 //! operators' decisions. It never dials a plugin.
 
 mod auth;
+pub mod backup;
 mod db;
 mod error;
 mod http;
+pub mod identity;
 mod leases;
 mod lifecycle;
 mod liveness;
@@ -56,6 +58,22 @@ pub struct ServerArgs {
     /// `controller_concurrency`).
     #[arg(long)]
     pub config: Option<PathBuf>,
+    /// Run SQLite's `PRAGMA integrity_check` over the state database before serving, and
+    /// refuse to start if it finds damage. It reads the whole database: off by default.
+    #[arg(long)]
+    pub check: bool,
+    #[command(subcommand)]
+    pub action: Option<ServerAction>,
+}
+
+/// What `csivol-agent server` does besides serving.
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum ServerAction {
+    /// Write a consistent backup of the state database, the server running or not (SQLite's
+    /// online backup: the write-ahead log included, which a copy of `state.db` alone misses).
+    Backup(backup::BackupArgs),
+    /// Put a backup in place as a data dir's state database; the server must be stopped.
+    Restore(backup::RestoreArgs),
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -119,7 +137,19 @@ impl ServerConfig {
 }
 
 pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
-    let server = Server::start(ServerConfig::resolve(args)?).await?;
+    match &args.action {
+        Some(ServerAction::Backup(b)) => {
+            let data_dir = match &b.data_dir {
+                Some(d) => d.clone(),
+                None => ServerConfig::resolve(args.clone())?.data_dir,
+            };
+            return backup::run_backup(b, &data_dir);
+        }
+        Some(ServerAction::Restore(r)) => return backup::run_restore(r),
+        None => {}
+    }
+    let check = args.check;
+    let server = Server::start_checked(ServerConfig::resolve(args)?, check).await?;
     server.serve(shutdown_signal()).await
 }
 
@@ -128,12 +158,32 @@ pub struct Server {
     pub addr: SocketAddr,
     listener: TcpListener,
     app: http::App,
+    /// The data dir's lock, held while this server may write there.
+    _lock: rustix::fd::OwnedFd,
 }
 
 impl Server {
     pub async fn start(cfg: ServerConfig) -> anyhow::Result<Self> {
+        Self::start_checked(cfg, false).await
+    }
+
+    /// [`Server::start`], with `PRAGMA integrity_check` over the database first if `check`.
+    pub async fn start_checked(cfg: ServerConfig, check: bool) -> anyhow::Result<Self> {
         create_private_dir(&cfg.data_dir)?;
-        let db = Db::start(&cfg.data_dir.join("state.db"))?;
+        let lock = identity::lock(&cfg.data_dir)?;
+        identity::check_before_open(&cfg.data_dir)?;
+        if check {
+            let dir = cfg.data_dir.clone();
+            tokio::task::spawn_blocking(move || identity::integrity_check(&dir))
+                .await
+                .context("the integrity check failed to run")??;
+        }
+        let db = Db::start(&cfg.data_dir.join(identity::STATE_DB))?;
+        let cluster_id = db
+            .read(|c| Ok(db::cluster_id(c)?))
+            .await
+            .map_err(|e| anyhow::anyhow!("failed to read the cluster id: {e}"))?;
+        identity::check_after_open(&cfg.data_dir, &cluster_id)?;
         let tokens = Arc::new(
             db.read(auth::Tokens::load)
                 .await
@@ -182,6 +232,7 @@ impl Server {
             .with_context(|| format!("failed to write {}", addr_file.display()))?;
         tracing::info!(
             %addr,
+            cluster = %cluster_id,
             data_dir = %cfg.data_dir.display(),
             heartbeat_ttl = %humantime::format_duration(cfg.heartbeat_ttl),
             "csivol server listening"
@@ -197,6 +248,7 @@ impl Server {
             addr,
             listener,
             app,
+            _lock: lock,
         })
     }
 
@@ -213,6 +265,7 @@ impl Server {
         ];
         // A make-service clones the router per connection; a bare Router would be rebuilt
         // (with_state) for each one, which costs memory per connected node.
+        let _lock = self._lock;
         let router = http::router(self.app).into_make_service();
         let served = axum::serve(self.listener, router)
             .with_graceful_shutdown(shutdown)
@@ -224,23 +277,49 @@ impl Server {
     }
 }
 
-/// Marks nodes lost when their heartbeats stop.
+/// Marks nodes lost when their heartbeats stop, and records each loss in the database,
+/// retrying until it is recorded. While the database refuses writes it also probes it once
+/// a second, so that health turns back to `ok` without waiting for a client's write.
 async fn watch_liveness(app: http::App) {
     let mut tick = tokio::time::interval(app.live.check_interval());
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_probe = tokio::time::Instant::now();
     loop {
         tick.tick().await;
-        for node in app.live.expire() {
+        for due in app.live.expire() {
+            if !app.live.still_lost(&due) {
+                continue;
+            }
             let limits = app.limits.clone();
             let ttl = app.live.ttl();
-            let n = node.clone();
-            if let Err(e) = app
+            let n = due.node.clone();
+            match app
                 .db
                 .write(move |ctx| lifecycle::mark_lost(ctx, &n, ttl, &limits))
                 .await
             {
-                tracing::error!(node, error = %e, "failed to record a lost node");
+                Ok(()) => {
+                    app.live.recorded(&due);
+                    if due.attempts > 0 {
+                        tracing::info!(
+                            node = due.node,
+                            attempts = due.attempts + 1,
+                            "recorded a lost node after the database refused it"
+                        );
+                    }
+                }
+                Err(e) => {
+                    app.live.record_failed(&due);
+                    if due.attempts == 0 {
+                        tracing::error!(node = due.node, error = %e, "failed to record a lost node; retrying until it is recorded");
+                    }
+                }
             }
+        }
+        if app.db.write_error().is_some() && last_probe.elapsed() >= Duration::from_secs(1) {
+            last_probe = tokio::time::Instant::now();
+            // An empty write still commits (the change index), which is the probe.
+            let _ = app.db.write(|_| Ok(())).await;
         }
     }
 }

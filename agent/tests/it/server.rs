@@ -1,6 +1,8 @@
 //! The server over real HTTP on loopback, with real SQLite files in temp dirs. Node agents
 //! are played by a test client of the agent endpoints (the real agent has its own tests).
 
+mod state;
+
 use std::time::Duration;
 
 use csivol_tests::{Api, FakeAgent, ServerProc, TestDir, eventually};

@@ -3,7 +3,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use csivol_proto::api::{AttachmentState, ClaimState, Node, NodeStatus, Volume, VolumeState};
+use csivol_proto::api::{
+    AttachmentState, ClaimState, Health, Node, NodeStatus, Volume, VolumeState,
+};
 use serde::Serialize;
 
 use super::Ctx;
@@ -38,6 +40,10 @@ pub struct Summary {
     pub nodes_by_status: BTreeMap<String, usize>,
     pub blocked: Vec<Blocked>,
     pub volumes: Vec<Volume>,
+    /// The server's health (`GET /v1/health`), present only when it is not `ok`: e.g.
+    /// `degraded` while its database refuses writes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server: Option<Health>,
 }
 
 pub async fn run(ctx: &Ctx, args: StatusArgs) -> anyhow::Result<Exit> {
@@ -84,11 +90,19 @@ pub async fn run(ctx: &Ctx, args: StatusArgs) -> anyhow::Result<Exit> {
             nodes_by_status.insert(s.to_string(), n);
         }
     }
+    // Health is advisory here: a server that cannot say is reported by the calls above.
+    let server = ctx
+        .client
+        .get::<Health>("/v1/health")
+        .await
+        .ok()
+        .filter(|h| h.status != "ok");
     let summary = Summary {
         volumes_by_state,
         nodes_by_status,
         blocked,
         volumes,
+        server,
     };
     if ctx.out.json_mode() {
         ctx.out.json(&summary)?;
@@ -109,6 +123,12 @@ pub async fn run(ctx: &Ctx, args: StatusArgs) -> anyhow::Result<Exit> {
         "nodes:   {}",
         counts(nodes.len(), &summary.nodes_by_status)
     ))?;
+    if let Some(h) = &summary.server {
+        ctx.out.line(format!("server:  {}", h.status))?;
+        for r in &h.reasons {
+            ctx.out.line(format!("  {r}"))?;
+        }
+    }
     if !summary.blocked.is_empty() {
         ctx.out.line("")?;
         ctx.out.line("blocked volumes:")?;

@@ -47,15 +47,7 @@ pub async fn cycle(
 ) -> Outcome {
     let start = Instant::now();
     let deadline = start + timeout;
-    let req = ClaimRequest {
-        alloc: alloc.to_owned(),
-        node: node.to_owned(),
-        mode: ClaimMode::Write,
-        dry_run: false,
-        ttl_ms: None,
-        queue: false,
-        labels: Default::default(),
-    };
+    let req = ClaimRequest::new(alloc, node, ClaimMode::Write);
     let claims = format!("/v1/volumes/{volume}/claims");
     let created = match http.post(&claims, &req).await {
         Ok(r) if r.status == 201 => r,

@@ -17,6 +17,7 @@
 //! Every process it starts is killed by pid when the run ends, however it ends; its files
 //! live in a temp dir that is unmounted and removed.
 
+mod chaos;
 mod client;
 mod cluster;
 mod floor;
@@ -137,6 +138,15 @@ pub struct Args {
     /// Keep the run's files (databases, logs) in DIR instead of a temp dir that is removed.
     #[arg(long, value_name = "DIR")]
     pub keep_dir: Option<PathBuf>,
+    /// Full mode: the fault campaign instead of the benchmark. For --duration, under the
+    /// claim load on single-writer volumes: kill -9 of the server, agents and plugins,
+    /// agents stopped across the TTL, the server's disk filled and freed (needs root: a
+    /// tmpfs); invariants checked throughout. Exits 1 on any violation.
+    #[arg(long)]
+    pub chaos: bool,
+    /// The chaos campaign's random seed [default: random, printed in the report].
+    #[arg(long)]
+    pub seed: Option<u64>,
 }
 
 /// SQLite commits measured for the floor (each one fsyncs, so fewer than round trips).
@@ -188,6 +198,9 @@ impl Config {
         if !full && controller_publish && args.controller_hosts == 0 {
             bail!("--controller-hosts must be at least 1 with --controller-publish true");
         }
+        if args.chaos && !full {
+            bail!("--chaos needs --mode full: the faults fall on real agents and plugins");
+        }
         let list_volumes = args.list_volumes.unwrap_or(if full { 0 } else { 100_000 });
         Ok(Self {
             nodes,
@@ -236,6 +249,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             cfg.nodes,
             u64::from(cfg.nodes) * 2 + 1000
         );
+    }
+    if cfg.args.chaos {
+        return chaos::run(&cfg);
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -841,15 +857,7 @@ async fn node_loss_probe(
     let mut claims = Vec::new();
     for (i, volume) in volumes.iter().take(count).enumerate() {
         let alloc = format!("node-loss-{i}");
-        let req = ClaimRequest {
-            alloc: alloc.clone(),
-            node: victim.name.clone(),
-            mode: ClaimMode::Write,
-            dry_run: false,
-            ttl_ms: None,
-            queue: false,
-            labels: Default::default(),
-        };
+        let req = ClaimRequest::new(alloc.clone(), victim.name.clone(), ClaimMode::Write);
         let r = http
             .post(&format!("/v1/volumes/{volume}/claims"), &req)
             .await?

@@ -23,6 +23,16 @@ pub fn volume_name(i: u32) -> String {
 /// Creates the volumes through csivol (CreateVolume on a controller host) and waits until
 /// every one is free.
 pub async fn create(http: &Http, names: Vec<String>, timeout: Duration) -> anyhow::Result<()> {
+    create_with(http, names, timeout, ACCESS_MODE).await
+}
+
+/// [`create`] with another access mode (the chaos campaign's volumes allow one writer).
+pub async fn create_with(
+    http: &Http,
+    names: Vec<String>,
+    timeout: Duration,
+    access_mode: AccessMode,
+) -> anyhow::Result<()> {
     let total = names.len();
     let op = http.clone();
     let results = concurrently(names, 32, move |name| {
@@ -30,7 +40,7 @@ pub async fn create(http: &Http, names: Vec<String>, timeout: Duration) -> anyho
         async move {
             let spec = CreateVolumeSpec {
                 plugin: super::PLUGIN.to_owned(),
-                access_mode: ACCESS_MODE,
+                access_mode,
                 attachment: Attachment::FileSystem,
                 capacity_bytes: 1 << 20,
                 fs_type: String::new(),

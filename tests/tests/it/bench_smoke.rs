@@ -82,3 +82,34 @@ fn bench_server_mode() {
     assert_eq!(r["mode"], "server");
     assert_eq!(r["list_volumes_count"], 200);
 }
+
+/// The fault campaign, briefly (the README has the long run's figures): faults of every
+/// kind fall, and no invariant breaks. Needs root (the server's disk is a tmpfs), as the
+/// tests do.
+#[test]
+fn chaos_campaign_short() {
+    let out = Command::new(env!("CARGO_BIN_EXE_csivol-bench"))
+        .args([
+            "--mode=full",
+            "--chaos",
+            "--nodes=3",
+            "--volumes=6",
+            "--concurrency=3",
+            "--duration=40s",
+            "--heartbeat-ttl=1s",
+            "--seed=7",
+            "--json",
+        ])
+        .output()
+        .expect("run csivol-bench --chaos");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let report: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("stdout is not one JSON object ({e}):\n{stdout}\n{stderr}"));
+    assert_eq!(report["violation_count"], 0, "{report:#}");
+    assert_eq!(report["errors"], serde_json::json!([]), "{report:#}");
+    assert!(out.status.success(), "{report:#}\n{stderr}");
+    assert!(report["faults_total"].as_u64().unwrap() >= 5, "{report:#}");
+    assert!(report["cycles"].as_u64().unwrap() > 0, "{report:#}");
+    assert!(report["observations"].as_u64().unwrap() > 0, "{report:#}");
+}

@@ -4,4 +4,5 @@ mod bench_smoke;
 mod ci;
 mod cluster;
 mod dev;
+mod durability;
 mod e2e;

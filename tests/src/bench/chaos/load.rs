@@ -1,0 +1,267 @@
+//! The campaign's steady claim load: each client cycles claims on its own single-writer
+//! volumes (claim on a random node → ready → release → gone), riding out a server that is
+//! down or refusing writes by retrying, and checking what it sees: an acknowledged claim
+//! that vanishes before its release is lost; a claim `ready` whose target is not mounted
+//! is a lie.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use csivol_proto::api::{self, ClaimMode, ClaimRequest, ClaimState};
+use rand::Rng;
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+
+use super::super::client::{Http, Resp};
+use super::invariants::presented;
+
+#[derive(Debug, Default)]
+pub struct Tally {
+    pub cycles: u64,
+    pub acknowledged: u64,
+    /// Claims that ended `failed` (a plugin error): released, not a violation.
+    pub failed: u64,
+    /// Claims the server released because their node was lost and came back.
+    pub released_on_return: u64,
+    /// Requests sent again because the server was down or refused a write.
+    pub retries: u64,
+    pub violations: Vec<String>,
+    /// Cycles that did not finish in time: not a broken invariant, but the run fails.
+    pub stuck: Vec<String>,
+}
+
+impl Tally {
+    pub fn add(&mut self, o: Tally) {
+        self.cycles += o.cycles;
+        self.acknowledged += o.acknowledged;
+        self.failed += o.failed;
+        self.released_on_return += o.released_on_return;
+        self.retries += o.retries;
+        self.violations.extend(o.violations);
+        self.stuck.extend(o.stuck);
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Spec {
+    pub client: u32,
+    pub volumes: Vec<String>,
+    pub nodes: Arc<Vec<String>>,
+    pub until: Instant,
+    pub cycle_timeout: Duration,
+    pub mount: String,
+    pub seed: u64,
+}
+
+/// What a request's answer means to a client that must not give up on a fault.
+enum Answer {
+    Got(Resp),
+    TimedOut,
+}
+
+/// Sends until the server answers with something other than "unavailable" (connection
+/// refused while it restarts, 503 while its disk is full) or `deadline` passes.
+async fn persist<F, Fut>(deadline: Instant, retries: &mut u64, mut send: F) -> Answer
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = anyhow::Result<Resp>>,
+{
+    loop {
+        match send().await {
+            Ok(r) if r.status != 503 && r.status != 502 => return Answer::Got(r),
+            _ => {}
+        }
+        if Instant::now() >= deadline {
+            return Answer::TimedOut;
+        }
+        *retries += 1;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+pub async fn client(http: Http, spec: Spec) -> Tally {
+    let mut t = Tally::default();
+    let mut rng = StdRng::seed_from_u64(spec.seed ^ u64::from(spec.client));
+    let mut n = 0u64;
+    while Instant::now() < spec.until {
+        for volume in &spec.volumes {
+            if Instant::now() >= spec.until {
+                break;
+            }
+            n += 1;
+            let alloc = format!("chaos-{}-{n}", spec.client);
+            let node = spec.nodes[rng.random_range(0..spec.nodes.len())].clone();
+            cycle(&http, &spec, volume, &alloc, &node, &mut t).await;
+        }
+    }
+    t
+}
+
+async fn cycle(http: &Http, spec: &Spec, volume: &str, alloc: &str, node: &str, t: &mut Tally) {
+    let deadline = Instant::now() + spec.cycle_timeout;
+    let claims = format!("/v1/volumes/{volume}/claims");
+    let path = format!("{claims}/{alloc}");
+    let req = ClaimRequest::new(alloc, node, ClaimMode::Write);
+    // The claim: sent again on no answer (a claim is idempotent per volume and alloc).
+    let created = match persist(deadline, &mut t.retries, || http.post(&claims, &req)).await {
+        Answer::Got(r) if r.status == 201 || r.status == 200 => r,
+        Answer::Got(r) => {
+            // Refused (e.g. the node is lost right now): nothing to account for.
+            let _ = r;
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            return;
+        }
+        Answer::TimedOut => {
+            t.stuck.push(format!(
+                "claim {volume}/{alloc}: no answer within {:?}",
+                spec.cycle_timeout
+            ));
+            return;
+        }
+    };
+    t.acknowledged += 1;
+    let mut index = created.index.unwrap_or(0);
+    // Until ready (or failed).
+    let mut claim: Option<api::Claim> = created.json().ok();
+    loop {
+        match claim.as_ref().map(|c| c.state) {
+            Some(ClaimState::Ready) => {
+                let c = claim.as_ref().expect("ready");
+                check_mounted(http, spec, &path, c, deadline, t).await;
+                break;
+            }
+            Some(ClaimState::Failed) => {
+                t.failed += 1;
+                break;
+            }
+            _ => {}
+        }
+        if Instant::now() >= deadline {
+            t.stuck.push(format!(
+                "claim {volume}/{alloc} on {node} not ready within {:?} (still {})",
+                spec.cycle_timeout,
+                claim
+                    .as_ref()
+                    .map_or("unknown".to_owned(), |c| c.state.to_string())
+            ));
+            break;
+        }
+        match persist(deadline, &mut t.retries, || http.get_blocking(&path, index)).await {
+            Answer::Got(r) if r.status == 200 => {
+                index = r.index.unwrap_or(index);
+                claim = r.json().ok();
+            }
+            Answer::Got(r) if r.status == 404 => {
+                // A claim that failed is cleaned up like a release: gone is fine if the
+                // event log says it failed; otherwise it was lost.
+                let history = history(http, alloc).await;
+                if history.iter().any(|(kind, _)| kind == "claim-failed") {
+                    t.failed += 1;
+                    t.cycles += 1;
+                } else if history.iter().any(|(kind, m)| {
+                    kind.starts_with("claim-releas") && m.starts_with("node came back")
+                }) {
+                    // The server's documented rule for a lost node that returns: its blocked
+                    // claims are released (through the node if it still has them), recorded
+                    // with the reason. Not silent, so not lost; counted apart.
+                    t.released_on_return += 1;
+                    t.cycles += 1;
+                } else {
+                    t.violations.push(format!(
+                        "acknowledged claim lost: {volume}/{alloc} on {node} vanished before its release; its events: {}",
+                        history
+                            .iter()
+                            .map(|(k, m)| format!("{k}: {m}"))
+                            .collect::<Vec<_>>()
+                            .join("; ")
+                    ));
+                }
+                return;
+            }
+            Answer::Got(_) | Answer::TimedOut => {}
+        }
+    }
+    // Release, then until gone.
+    let release_deadline = Instant::now() + spec.cycle_timeout;
+    let mut index = match persist(release_deadline, &mut t.retries, || http.delete(&path)).await {
+        Answer::Got(r) if r.status == 202 || r.status == 404 => r.index.unwrap_or(0),
+        Answer::Got(r) => {
+            t.stuck.push(format!(
+                "release {volume}/{alloc}: HTTP {}: {}",
+                r.status,
+                String::from_utf8_lossy(&r.body)
+            ));
+            return;
+        }
+        Answer::TimedOut => {
+            t.stuck.push(format!("release {volume}/{alloc}: no answer"));
+            return;
+        }
+    };
+    loop {
+        match persist(release_deadline, &mut t.retries, || {
+            http.get_blocking(&path, index)
+        })
+        .await
+        {
+            Answer::Got(r) if r.status == 404 => break,
+            Answer::Got(r) => index = r.index.unwrap_or(index),
+            Answer::TimedOut => {
+                t.stuck.push(format!(
+                    "release {volume}/{alloc} on {node}: not gone in time"
+                ));
+                return;
+            }
+        }
+        if Instant::now() >= release_deadline {
+            t.stuck.push(format!(
+                "release {volume}/{alloc} on {node}: not gone in time"
+            ));
+            return;
+        }
+    }
+    t.cycles += 1;
+}
+
+/// A claim seen `ready` must have its target mounted. Reading the claim again after the
+/// look at the mount table makes sure it was ready all along (not blocked and back).
+async fn check_mounted(
+    http: &Http,
+    spec: &Spec,
+    path: &str,
+    c: &api::Claim,
+    deadline: Instant,
+    t: &mut Tally,
+) {
+    let Some(target) = c.target_path.as_deref() else {
+        t.violations
+            .push(format!("claim {path} is ready without a target path"));
+        return;
+    };
+    if presented(std::path::Path::new(target), &spec.mount) {
+        return;
+    }
+    if let Answer::Got(r) = persist(deadline, &mut t.retries, || http.get(path)).await
+        && let Ok(again) = r.json::<api::Claim>()
+        && again.state == ClaimState::Ready
+        && again.updated_at == c.updated_at
+        && !presented(std::path::Path::new(target), &spec.mount)
+    {
+        t.violations.push(format!(
+            "claim {path} is ready on {} but its target {target} is not mounted",
+            c.node
+        ));
+    }
+}
+
+/// The event log's (kind, message) for `alloc`, oldest first (empty if it cannot be read).
+async fn history(http: &Http, alloc: &str) -> Vec<(String, String)> {
+    let Ok(r) = http.get(&format!("/v1/events?alloc={alloc}")).await else {
+        return Vec::new();
+    };
+    r.json::<Vec<api::Event>>()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|e| (e.kind, e.message))
+        .collect()
+}
