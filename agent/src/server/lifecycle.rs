@@ -657,7 +657,13 @@ pub fn evaluate_claim(
         .iter()
         .any(|c| c.alloc == req.alloc && c.state == ClaimState::Queued);
     match rules::check_claim(v.access_mode, &held_of(&claims), wanted) {
-        Ok(Accept::Existing) => unreachable!("the alloc's own claim is handled above"),
+        // The alloc's own claim was answered above; should the rules find it all the same,
+        // it is that claim.
+        Ok(Accept::Existing) => {
+            if let Some(own) = claims.iter().find(|c| c.alloc == req.alloc) {
+                return Ok(ClaimDecision::Existing(own.clone()));
+            }
+        }
         Ok(Accept::New) if own_holds => {
             let (_, e) = refusal_error(
                 volume,
@@ -1303,7 +1309,18 @@ fn return_from_loss(
     };
     let mut volumes = BTreeSet::new();
     for c in &blocked {
-        if super::leases::expires(ClaimState::Ready, c.expires_at, ctx.now) {
+        if c.release_pending {
+            set_claim_state(ctx, c, ClaimState::Releasing)?;
+            event(
+                ctx,
+                "claim-releasing",
+                Some(&c.volume),
+                Some(node),
+                Some(&c.alloc),
+                &format!("node:{node}"),
+                "node came back: releasing the claim whose release was under way when the node was lost",
+            )?;
+        } else if super::leases::expires(ClaimState::Ready, c.expires_at, ctx.now) {
             // Its lease ran out while the node was away: released the normal way, through
             // the node (which takes down whatever it still has).
             super::leases::release_expired(ctx, c)?;
@@ -1450,8 +1467,17 @@ pub fn mark_lost(
     )?;
     ctx.touch(Key::Node(node.to_owned()));
     let claims = claims_of_node(ctx.tx, node, None)?;
-    // A queued claim holds nothing: it stays in the queue (its lease, if any, runs on).
+    // A queued claim holds nothing: it stays in the queue (its lease, if any, runs on). A
+    // claim being released (or cleaned up) when its node was lost stays released: when the
+    // node returns it is taken down, not resumed.
     for c in &claims {
+        if matches!(c.state, ClaimState::Releasing | ClaimState::Failed) {
+            exec(
+                ctx.tx,
+                "UPDATE claims SET release_pending = 1 WHERE volume = ?1 AND alloc = ?2",
+                params![c.volume, c.alloc],
+            )?;
+        }
         if !matches!(c.state, ClaimState::Blocked | ClaimState::Queued) {
             set_claim_state(ctx, c, ClaimState::Blocked)?;
         }

@@ -218,10 +218,12 @@ pub struct ClaimRow {
     pub ttl_ms: Option<i64>,
     pub expires_at: Option<i64>,
     pub labels: BTreeMap<String, String>,
+    /// Blocked while it was being released: released, not resumed, when its node returns.
+    pub release_pending: bool,
 }
 
 pub const CLAIM_COLUMNS: &str = "volume, alloc, node, mode, state, target_path, error, next_retry_at, created_at, updated_at, modify_index, \
-     waiting, waiting_since, waiting_timeout_ms, condition, ttl_ms, expires_at, labels";
+     waiting, waiting_since, waiting_timeout_ms, condition, ttl_ms, expires_at, labels, release_pending";
 
 impl ClaimRow {
     pub fn from_row(r: &Row<'_>) -> rusqlite::Result<Self> {
@@ -245,6 +247,7 @@ impl ClaimRow {
             ttl_ms: r.get(15)?,
             expires_at: r.get(16)?,
             labels: serde_json::from_str(&r.get::<_, String>(17)?).unwrap_or_default(),
+            release_pending: r.get(18)?,
         })
     }
 

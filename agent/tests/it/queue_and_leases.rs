@@ -181,3 +181,37 @@ async fn leases_release_through_the_node_and_never_from_a_lost_node() {
             .contains(&"claim-expired".to_owned())
     );
 }
+
+/// Found by the fault campaign: a claim being released when its node was lost must not be
+/// resumed when the node returns with it still mounted; it is released through the node.
+#[tokio::test]
+async fn a_release_under_way_when_the_node_is_lost_survives_its_return() {
+    let dir = TestDir::new("server-release-lost");
+    let server = start(&dir, &["--heartbeat-ttl=1s"]);
+    let api = server.api();
+    let host = FakeAgent::new(&server, "host").await;
+    let n2 = FakeAgent::new(&server, "n2").await;
+    host.register(0, true, json!([])).await;
+    n2.register(0, false, json!([])).await;
+    let _host_beating = host.keep_alive();
+    register_volume(&api, "v", "single-node-writer").await;
+    make_ready(&api, &host, &n2, "v", "a1").await;
+    let (status, _) = api.delete("/v1/volumes/v/claims/a1").await;
+    assert_eq!(status, 202);
+    // n2 never answers the release: it is lost with the claim releasing.
+    wait_volume_state(&api, "v", "blocked").await;
+    assert_eq!(
+        claim_state(&api, "v", "a1").await.as_deref(),
+        Some("blocked")
+    );
+    assert_eq!(n2.heartbeat().await["status"], "lost");
+    n2.register(0, false, json!([{"volume": "v", "alloc": "a1"}]))
+        .await;
+    assert_eq!(
+        claim_state(&api, "v", "a1").await.as_deref(),
+        Some("releasing"),
+        "not resumed"
+    );
+    let d = n2.desired().await;
+    assert_eq!(d["unpublish"][0]["alloc"], "a1", "{d}");
+}

@@ -65,6 +65,35 @@ impl Dev {
     }
 }
 
+/// Dev mode's children run in process groups of their own (a terminal's Ctrl-C reaches dev
+/// mode only), so a test that fails after dev mode was killed stops them itself, by the
+/// pids dev mode wrote.
+impl Drop for Dev {
+    fn drop(&mut self) {
+        let Ok(nodes) = std::fs::read_dir(&self.dir) else {
+            return;
+        };
+        for node in nodes.flatten() {
+            for file in ["agent.pid", "plugin.pid"] {
+                let Some(raw) = std::fs::read_to_string(node.path().join(file))
+                    .ok()
+                    .and_then(|p| p.trim().parse::<i32>().ok())
+                else {
+                    continue;
+                };
+                // Only a process of this dev cluster: a pid of one that exited may have
+                // been reused since.
+                let ours = std::fs::read(format!("/proc/{raw}/cmdline")).is_ok_and(|c| {
+                    String::from_utf8_lossy(&c).contains(&*self.dir.to_string_lossy())
+                });
+                if let (true, Some(pid)) = (ours, Pid::from_raw(raw)) {
+                    let _ = kill_process(pid, Signal::KILL);
+                }
+            }
+        }
+    }
+}
+
 /// Ctrl-C, as a terminal sends it, and the wait for dev mode to finish stopping.
 fn interrupt(mut proc: Proc) {
     let pid = Pid::from_raw(proc.pid() as i32).unwrap();

@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use csivol_proto::api::{PluginError, Report};
+use csivol_proto::api::{DesiredState, PluginError, Report};
 use csivol_proto::domain::ErrorClass;
 use tonic::Code;
 
@@ -266,8 +266,21 @@ async fn wait_ready(
             .saturating_sub(deadline.saturating_duration_since(started))
             .as_millis() as u64,
     );
+    // The job may have been planned from a desired state older than the latest: a claim
+    // released since must not wait for the next change to be noticed.
     let mut desired = shared.desired.clone();
-    desired.borrow_and_update();
+    let wanted = |d: &DesiredState| {
+        d.publish
+            .iter()
+            .any(|p| p.volume.volume == rec.volume && p.alloc == rec.alloc)
+            && !d
+                .unpublish
+                .iter()
+                .any(|u| u.volume == rec.volume && u.alloc == rec.alloc)
+    };
+    if !wanted(&desired.borrow_and_update()) {
+        return Err(StepError::Interrupted);
+    }
     let mut pause = Duration::from_millis(5);
     let mut said: Option<String> = None;
     loop {
@@ -298,12 +311,7 @@ async fn wait_ready(
         tokio::select! {
             () = tokio::time::sleep(pause.min(deadline - now)) => {}
             changed = desired.changed() => {
-                let wanted = changed.is_ok() && {
-                    let d = desired.borrow_and_update();
-                    d.publish.iter().any(|p| p.volume.volume == rec.volume && p.alloc == rec.alloc)
-                        && !d.unpublish.iter().any(|u| u.volume == rec.volume && u.alloc == rec.alloc)
-                };
-                if !wanted {
+                if changed.is_err() || !wanted(&desired.borrow_and_update()) {
                     return Err(StepError::Interrupted);
                 }
             }
