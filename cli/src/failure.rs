@@ -80,7 +80,7 @@ impl Exit {
             ErrorCode::Conflict => Self::Conflict,
             ErrorCode::Blocked => Self::Blocked,
             ErrorCode::Unavailable => Self::Unreachable,
-            ErrorCode::Internal => Self::Error,
+            ErrorCode::Failed | ErrorCode::Internal => Self::Error,
         }
     }
 }

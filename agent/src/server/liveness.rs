@@ -78,6 +78,14 @@ impl Liveness {
         );
     }
 
+    /// The node was fenced: its heartbeats are answered `lost` from now on, so that a
+    /// running agent registers again (and learns that it is fenced).
+    pub fn fenced(&self, node: &str) {
+        if let Some(live) = self.nodes().get_mut(node) {
+            live.lost = true;
+        }
+    }
+
     /// Nodes whose TTL ran out; they are marked lost here, before the database records it,
     /// so their heartbeats from now on are answered `lost`.
     pub fn expire(&self) -> Vec<String> {

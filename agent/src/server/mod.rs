@@ -5,6 +5,8 @@
 mod auth;
 mod db;
 mod error;
+mod fence;
+pub mod fence_policy;
 mod http;
 mod lifecycle;
 mod liveness;
@@ -14,6 +16,7 @@ pub mod rules;
 mod views;
 mod watch;
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -51,7 +54,8 @@ pub struct ServerArgs {
     #[arg(long)]
     pub controller_concurrency: Option<u32>,
     /// TOML file with the same settings (`data_dir`, `listen`, `heartbeat_ttl = "30s"`,
-    /// `controller_concurrency`).
+    /// `controller_concurrency`), and fencing: `[[fence]]` methods (`name`, `command`,
+    /// `timeout`, `nodes`, `labels`, `env`, `auto_fence_after`) and `[node_labels.<node>]`.
     #[arg(long)]
     pub config: Option<PathBuf>,
 }
@@ -63,6 +67,10 @@ struct FileConfig {
     listen: Option<SocketAddr>,
     heartbeat_ttl: Option<String>,
     controller_concurrency: Option<u32>,
+    #[serde(default)]
+    fence: Vec<fence_policy::FenceMethodConfig>,
+    #[serde(default)]
+    node_labels: BTreeMap<String, BTreeMap<String, String>>,
 }
 
 /// Resolved server settings.
@@ -72,6 +80,7 @@ pub struct ServerConfig {
     pub listen: SocketAddr,
     pub heartbeat_ttl: Duration,
     pub controller_concurrency: u32,
+    pub fence: fence_policy::FenceConfig,
 }
 
 impl ServerConfig {
@@ -104,6 +113,13 @@ impl ServerConfig {
         if controller_concurrency == 0 {
             bail!("--controller-concurrency must be at least 1");
         }
+        let config_name = || {
+            args.config
+                .as_ref()
+                .map_or_else(String::new, |p| format!(" in {}", p.display()))
+        };
+        let fence = fence_policy::FenceConfig::new(file.fence, file.node_labels)
+            .map_err(|e| anyhow::anyhow!("{e}{}", config_name()))?;
         Ok(Self {
             data_dir,
             listen: args
@@ -112,6 +128,7 @@ impl ServerConfig {
                 .unwrap_or_else(|| DEFAULT_LISTEN.parse().expect("valid")),
             heartbeat_ttl,
             controller_concurrency,
+            fence,
         })
     }
 }
@@ -159,7 +176,7 @@ impl Server {
             .read(|c| {
                 let mut s = c.prepare("SELECT name, status FROM nodes")?;
                 let rows = s.query_map([], |r| {
-                    Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)? == "lost"))
+                    Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)? != "ready"))
                 })?;
                 Ok(rows.collect::<Result<Vec<_>, _>>()?)
             })
@@ -190,6 +207,8 @@ impl Server {
             live,
             limits,
             metrics,
+            fence: Arc::new(cfg.fence),
+            fencer: Arc::new(fence::Fencer::default()),
         };
         Ok(Self {
             addr,
@@ -207,6 +226,7 @@ impl Server {
             tokio::spawn(watch_liveness(self.app.clone())),
             tokio::spawn(schedule_due_ops(self.app.clone())),
             tokio::spawn(prune_events(self.app.clone())),
+            tokio::spawn(fence::auto_fence(self.app.clone())),
         ];
         // A make-service clones the router per connection; a bare Router would be rebuilt
         // (with_state) for each one, which costs memory per connected node.
@@ -229,11 +249,14 @@ async fn watch_liveness(app: http::App) {
         tick.tick().await;
         for node in app.live.expire() {
             let limits = app.limits.clone();
-            let ttl = app.live.ttl();
+            let why = format!(
+                "no heartbeat for {}",
+                humantime::format_duration(app.live.ttl())
+            );
             let n = node.clone();
             if let Err(e) = app
                 .db
-                .write(move |ctx| lifecycle::mark_lost(ctx, &n, ttl, &limits))
+                .write(move |ctx| lifecycle::mark_lost(ctx, &n, &why, &limits))
                 .await
             {
                 tracing::error!(node, error = %e, "failed to record a lost node");
