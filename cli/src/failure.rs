@@ -34,7 +34,7 @@ pub const EXIT_CODES: &[(Exit, &str)] = &[
     ),
     (
         Exit::Error,
-        "other error (e.g. a claim failed, a server-side internal error)",
+        "other error (e.g. a claim failed, a fence did not confirm the node off, a server-side internal error)",
     ),
     (
         Exit::Usage,

@@ -36,6 +36,9 @@ pub async fn run(ctx: &Ctx, args: DetachArgs) -> anyhow::Result<Exit> {
              that is really gone or fenced, or its data may be corrupted."
                 .to_owned()
         }),
+        describe: None,
+        act_on_empty: false,
+        second_confirmation: None,
     };
     plan::carry_out(ctx, action, &args.confirm, &args.wait).await
 }

@@ -1,6 +1,6 @@
-//! The shared shape of the operator actions `unblock` and `detach`: ask the server for the
-//! plan (a dry run), show it, ask (or require --yes), carry it out, and optionally wait
-//! until the volumes have got where the plan takes them.
+//! The shared shape of the operator actions `unblock`, `detach` and `fence`: ask the server
+//! for the plan (a dry run), show it, ask (or require --yes), carry it out, and optionally
+//! wait until the volumes have got where the plan takes them.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -28,6 +28,19 @@ pub struct Action<'a> {
     pub nothing: String,
     /// A warning shown with the plan before asking.
     pub warning: Option<String>,
+    /// Lines on what the action does besides the plan's actions (a fence's method and
+    /// command, then its evidence), from the server's answer.
+    pub describe: Option<&'a dyn Fn(&Value) -> Vec<String>>,
+    /// Go ahead even when the plan has no action: the action does something by itself.
+    pub act_on_empty: bool,
+    /// Asked on a terminal after the first confirmation (a forced fence of a ready node).
+    pub second_confirmation: Option<String>,
+}
+
+impl Action<'_> {
+    fn lines(&self, answer: &Value) -> Vec<String> {
+        self.describe.map(|d| d(answer)).unwrap_or_default()
+    }
 }
 
 pub async fn carry_out(
@@ -37,17 +50,19 @@ pub async fn carry_out(
     wait_args: &WaitArgs,
 ) -> anyhow::Result<Exit> {
     let failed = || format!("failed to {}", action.what);
-    let planned: Answer<ActionPlan> = ctx
+    let planned_raw: Answer<Value> = ctx
         .client
         .call(Method::POST, &action.path, Some(&(action.body)(true)))
         .await
         .with_context(failed)?;
-    let planned = planned.body;
+    let planned_raw = planned_raw.body;
+    let planned: ActionPlan =
+        serde_json::from_value(planned_raw.clone()).context("unexpected answer to a dry run")?;
     if confirm.dry_run {
-        print(ctx, &planned)?;
+        print(ctx, &planned_raw, &planned, &action.lines(&planned_raw))?;
         return Ok(Exit::Ok);
     }
-    if planned.actions.is_empty() {
+    if planned.actions.is_empty() && !action.act_on_empty {
         ctx.out.note(format!("nothing to do: {}", action.nothing));
         if ctx.out.json_mode() {
             ctx.out.json(&planned)?;
@@ -56,6 +71,9 @@ pub async fn carry_out(
     }
     if !confirm.yes {
         let mut text = String::from("This will:\n");
+        for l in action.lines(&planned_raw) {
+            text.push_str(&format!("  {l}\n"));
+        }
         for a in &planned.actions {
             text.push_str(&format!("  {}\n", render::action(a, false)));
         }
@@ -65,17 +83,25 @@ pub async fn carry_out(
         ctx.out.note(text.trim_end());
     }
     ctx.out.confirm(&action.what, confirm.yes, true)?;
-    let done: Answer<ActionPlan> = ctx
+    if let Some(second) = &action.second_confirmation
+        && !confirm.yes
+    {
+        ctx.out.note(second);
+        ctx.out.confirm(&action.what, confirm.yes, true)?;
+    }
+    let done_raw: Answer<Value> = ctx
         .client
         .call(Method::POST, &action.path, Some(&(action.body)(false)))
         .await
         .with_context(failed)?;
-    let done = done.body;
+    let done_raw = done_raw.body;
+    let done: ActionPlan =
+        serde_json::from_value(done_raw.clone()).context("unexpected answer to an action")?;
     if done.actions != planned.actions {
         ctx.out
             .warn("things changed between the plan and the action; what was done is printed below");
     }
-    print(ctx, &done)?;
+    print(ctx, &done_raw, &done, &action.lines(&done_raw))?;
     if wait_args.wait {
         wait_for(ctx, &done, wait_args.timeout).await?;
         ctx.out.note("done");
@@ -83,12 +109,15 @@ pub async fn carry_out(
     Ok(Exit::Ok)
 }
 
-fn print(ctx: &Ctx, plan: &ActionPlan) -> anyhow::Result<()> {
+/// The server's answer as it is in JSON; otherwise the description, then the plan.
+fn print(ctx: &Ctx, raw: &Value, plan: &ActionPlan, lines: &[String]) -> anyhow::Result<()> {
     if ctx.out.json_mode() {
-        ctx.out.json(plan)
-    } else {
-        render::plan(&ctx.out, plan)
+        return ctx.out.json(raw);
     }
+    for l in lines {
+        ctx.out.line(l)?;
+    }
+    render::plan(&ctx.out, plan)
 }
 
 /// Waits until each volume of the plan has neither a blocked claim nor an attachment left

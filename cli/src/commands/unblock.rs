@@ -54,6 +54,9 @@ pub async fn run(ctx: &Ctx, args: UnblockArgs) -> anyhow::Result<Exit> {
              really gone or fenced, or its data may be corrupted."
                 .into(),
         ),
+        describe: None,
+        act_on_empty: false,
+        second_confirmation: None,
     };
     plan::carry_out(ctx, action, &args.confirm, &args.wait).await
 }
