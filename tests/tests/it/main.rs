@@ -4,3 +4,4 @@ mod bench_smoke;
 mod cluster;
 mod dev;
 mod e2e;
+mod fence;
