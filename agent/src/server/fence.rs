@@ -496,6 +496,24 @@ fn record(
     Ok((record, actions))
 }
 
+/// The policy could not run a fence: counted as a failed attempt, with why.
+fn not_run(ctx: &mut WriteCtx<'_>, node: &str, actor: &str, why: &str) -> ApiResult<()> {
+    ctx.tx.execute(
+        "UPDATE nodes SET fence_failures = fence_failures + 1, fence_error = ?1, fence_failed_at = ?2 WHERE name = ?3",
+        params![why, ctx.now, node],
+    )?;
+    ctx.touch(Key::Node(node.to_owned()));
+    event(
+        ctx,
+        "node-fence-failed",
+        None,
+        Some(node),
+        None,
+        actor,
+        format!("automatic fence {why}; nothing was changed"),
+    )
+}
+
 /// A command line as it would be typed (for messages; arguments with spaces quoted).
 fn shell_words(command: &[String]) -> String {
     command
@@ -696,7 +714,15 @@ pub async fn auto_fence(app: App) {
                 let command = match method.render(&node, &labels) {
                     Ok(c) => c,
                     Err(e) => {
-                        tracing::error!(node, "cannot fence automatically: {e}");
+                        // Recorded as a failed attempt: shown on the node, retried with
+                        // backoff (the label may be reported at the next registration).
+                        let (n, a) = (node.clone(), actor.clone());
+                        let why = format!("not run: {e}");
+                        let written = app.db.write(move |ctx| not_run(ctx, &n, &a, &why)).await;
+                        if let Err(e) = written {
+                            tracing::warn!(node, error = %e, "failed to record a fence not run");
+                        }
+                        app.metrics.fence(false);
                         return;
                     }
                 };

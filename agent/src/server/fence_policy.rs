@@ -213,22 +213,34 @@ fn glob(pattern: &str, name: &str) -> bool {
     }
 }
 
-/// Fills `{node}` and `{KEY}` in one argument; the missing key otherwise.
+/// Fills `{node}` and `{KEY}` in one argument; the missing key otherwise. Only braces
+/// around a plain key (letters, digits, `_`, `-`, `.`) are a placeholder, so that a shell
+/// snippet's `{ ...; }` passes through as written.
 fn fill(arg: &str, node: &str, labels: &BTreeMap<String, String>) -> Result<String, String> {
+    let is_key = |k: &str| {
+        !k.is_empty()
+            && k.chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+    };
     let mut out = String::new();
     let mut rest = arg;
     while let Some(open) = rest.find('{') {
-        let Some(close) = rest[open..].find('}') else {
-            break;
-        };
         out.push_str(&rest[..open]);
-        let key = &rest[open + 1..open + close];
-        match (key, labels.get(key)) {
-            ("node", _) => out.push_str(node),
-            (_, Some(v)) => out.push_str(v),
-            (_, None) => return Err(key.to_owned()),
+        let after = &rest[open + 1..];
+        match after.find('}').map(|close| &after[..close]) {
+            Some(key) if is_key(key) => {
+                match (key, labels.get(key)) {
+                    ("node", _) => out.push_str(node),
+                    (_, Some(v)) => out.push_str(v),
+                    (_, None) => return Err(key.to_owned()),
+                }
+                rest = &after[key.len() + 1..];
+            }
+            _ => {
+                out.push('{');
+                rest = after;
+            }
         }
-        rest = &rest[open + close + 1..];
     }
     out.push_str(rest);
     Ok(out)
@@ -369,12 +381,25 @@ mod tests {
             err,
             "fence method `ipmi` needs the label `bmc` of node n1, which it does not have"
         );
-        assert_eq!(
-            fill("a{b", "n", &l(&[])).unwrap(),
-            "a{b",
-            "an unclosed brace is kept"
-        );
-        assert_eq!(fill("{node}:{node}", "n", &l(&[])).unwrap(), "n:n");
+        // (argument, filled)
+        let cases = [
+            ("a{b", "a{b"),
+            ("{node}:{node}", "n:n"),
+            (
+                "test -e m || { echo no; exit 3; }",
+                "test -e m || { echo no; exit 3; }",
+            ),
+            ("{ {bmc} }", "{ 10.0.0.11 }"),
+            ("x{}y{bmc}", "x{}y10.0.0.11"),
+            ("{{node}}", "{n}"),
+        ];
+        for (arg, want) in cases {
+            assert_eq!(
+                fill(arg, "n", &l(&[("bmc", "10.0.0.11")])).unwrap(),
+                want,
+                "{arg}"
+            );
+        }
         let mut m = m;
         m.env.insert("IPMI_PASSWORD".into(), "hunter2".into());
         assert_eq!(

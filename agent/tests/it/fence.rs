@@ -134,3 +134,85 @@ async fn a_fenced_node_returns_holding_leftovers_and_is_ready_once_clean() {
         "{text}"
     );
 }
+
+/// `auto_fence_after`: a failing automatic fence is retried with backoff and shows on the
+/// node and in the metrics; once the method confirms the node off, it is fenced and its
+/// volume freed, by the policy.
+#[tokio::test]
+async fn a_failing_auto_fence_is_retried_and_shown() {
+    let dir = TestDir::new("server-auto-fence");
+    let marker = dir.join("bmc-answers");
+    std::fs::write(
+        dir.join("server.toml"),
+        format!(
+            "[[fence]]\nname = \"auto\"\ncommand = [\"sh\", \"-c\", \"test -e {} || {{ echo 'bmc timeout' >&2; exit 3; }}\"]\n\
+             timeout = \"5s\"\nauto_fence_after = \"200ms\"\n",
+            marker.display()
+        ),
+    )
+    .unwrap();
+    let config = format!("--config={}", dir.join("server.toml").display());
+    let server = start(&dir, &["--heartbeat-ttl=1s", &config]);
+    let api = server.api();
+    let n1 = FakeAgent::new(&server, "n1").await;
+    let n2 = FakeAgent::new(&server, "n2").await;
+    n1.register(0, true, json!([])).await;
+    n2.register(0, false, json!([])).await;
+    register_volume(&api, "v", "single-node-writer").await;
+    make_ready(&api, &n1, &n2, "v", "a1").await;
+    let _beating = n1.keep_alive();
+
+    let node =
+        csivol_tests::eventually("a failed automatic fence", crate::server::WAIT, || async {
+            let (_, n) = api.get("/v1/nodes/n2").await;
+            (n["fence_failures"].as_u64() >= Some(1)).then_some(n)
+        })
+        .await;
+    assert_eq!(node["status"], "lost", "{node}");
+    assert!(
+        node["fence_error"]
+            .as_str()
+            .unwrap()
+            .contains("exited with status 3"),
+        "{node}"
+    );
+    assert!(
+        node["next_fence_at"].is_string(),
+        "a retry is planned: {node}"
+    );
+    let (_, metrics) = api.get("/v1/metrics").await;
+    let text = metrics.as_str().unwrap_or_default().to_owned();
+    assert!(text.contains("csivol_nodes_fence_failing 1"), "{text}");
+    assert!(
+        text.contains("csivol_fences_total{state=\"failed\"}"),
+        "{text}"
+    );
+    assert_eq!(
+        claim_state(&api, "v", "a1").await.as_deref(),
+        Some("blocked")
+    );
+
+    std::fs::write(&marker, "").unwrap();
+    let node = csivol_tests::eventually("the retried fence", crate::server::WAIT, || async {
+        let (_, n) = api.get("/v1/nodes/n2").await;
+        (n["status"] == "fenced").then_some(n)
+    })
+    .await;
+    assert_eq!(node["fence_failures"], 0, "{node}");
+    assert!(node["fence_error"].is_null(), "{node}");
+    assert_eq!(claim_state(&api, "v", "a1").await, None, "freed");
+    let (_, events) = api.get("/v1/events?node=n2").await;
+    let events = events.as_array().unwrap();
+    assert!(
+        events
+            .iter()
+            .any(|e| e["kind"] == "node-fence-failed" && e["actor"] == "policy:auto"),
+        "{events:?}"
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| e["kind"] == "claim-force-released" && e["actor"] == "policy:auto"),
+        "{events:?}"
+    );
+}
