@@ -330,7 +330,8 @@ mod tests {
             method("any-ipmi", &[], &[("kind", "ipmi")]),
         ];
         // (node, labels, method)
-        let cases: &[(&str, &[(&str, &str)], Option<&str>)] = &[
+        type Labels<'a> = &'a [(&'a str, &'a str)];
+        let cases: &[(&str, Labels<'_>, Option<&str>)] = &[
             ("node-1", &[("rack", "4")], Some("rack4")),
             ("node-1", &[("rack", "5")], None),
             (

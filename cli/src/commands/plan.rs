@@ -17,6 +17,9 @@ use crate::failure::Exit;
 use crate::render;
 use crate::wait::{self, Step};
 
+/// Lines describing an action from the server's answer.
+pub type Describe = dyn Fn(&Value) -> Vec<String>;
+
 pub struct Action<'a> {
     /// The endpoint taking the request.
     pub path: String,
@@ -30,7 +33,7 @@ pub struct Action<'a> {
     pub warning: Option<String>,
     /// Lines on what the action does besides the plan's actions (a fence's method and
     /// command, then its evidence), from the server's answer.
-    pub describe: Option<&'a dyn Fn(&Value) -> Vec<String>>,
+    pub describe: Option<&'a Describe>,
     /// Go ahead even when the plan has no action: the action does something by itself.
     pub act_on_empty: bool,
     /// Asked on a terminal after the first confirmation (a forced fence of a ready node).
