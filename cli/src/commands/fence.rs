@@ -5,11 +5,10 @@
 
 use std::time::Duration;
 
-use csivol_proto::api::{FenceOutcome, FenceRecord, FenceRequest};
-use serde_json::Value;
+use csivol_proto::api::{ActionPlan, FenceOutcome, FenceRecord, FenceRequest};
 
 use super::Ctx;
-use super::plan::{self, Action};
+use super::plan::{self, Action, Outcome};
 use crate::args::FenceArgs;
 use crate::failure::Exit;
 
@@ -24,11 +23,6 @@ pub async fn run(ctx: &Ctx, args: FenceArgs) -> anyhow::Result<Exit> {
         })
         .expect("plain data serialises")
     };
-    let describe = |answer: &Value| {
-        serde_json::from_value::<FenceOutcome>(answer.clone())
-            .map(|o| describe(&o))
-            .unwrap_or_default()
-    };
     let action = Action {
         path: format!("/v1/nodes/{node}/fence"),
         body: &body,
@@ -37,7 +31,6 @@ pub async fn run(ctx: &Ctx, args: FenceArgs) -> anyhow::Result<Exit> {
         warning: Some(format!(
             "The fence method powers node {node} off; only a confirmed fence (exit 0) frees its volumes."
         )),
-        describe: Some(&describe),
         act_on_empty: true,
         second_confirmation: force.then(|| {
             format!(
@@ -45,9 +38,23 @@ pub async fn run(ctx: &Ctx, args: FenceArgs) -> anyhow::Result<Exit> {
             )
         }),
     };
-    plan::carry_out(ctx, action, &args.confirm, &args.wait).await
+    plan::carry_out::<FenceOutcome>(ctx, action, &args.confirm, &args.wait).await
 }
 
+/// A fence's plan is the unblock it carries out; before it, the method and command, after
+/// it, the evidence.
+impl Outcome for FenceOutcome {
+    fn plan(&self) -> ActionPlan {
+        ActionPlan {
+            dry_run: self.dry_run,
+            actions: self.actions.clone(),
+        }
+    }
+
+    fn describe(&self) -> Vec<String> {
+        describe(self)
+    }
+}
 /// The method and command before the fence; the evidence after it.
 fn describe(o: &FenceOutcome) -> Vec<String> {
     let timeout = humantime::format_duration(Duration::from_millis(o.timeout_ms));

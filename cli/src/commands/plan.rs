@@ -17,8 +17,22 @@ use crate::failure::Exit;
 use crate::render;
 use crate::wait::{self, Step};
 
-/// Lines describing an action from the server's answer.
-pub type Describe = dyn Fn(&Value) -> Vec<String>;
+/// The server's answer to an operator action: its plan, and what else it says.
+pub trait Outcome: serde::de::DeserializeOwned + serde::Serialize {
+    fn plan(&self) -> ActionPlan;
+
+    /// Lines on what the action does besides the plan's actions (a fence's method and
+    /// command, then its evidence).
+    fn describe(&self) -> Vec<String> {
+        Vec::new()
+    }
+}
+
+impl Outcome for ActionPlan {
+    fn plan(&self) -> ActionPlan {
+        self.clone()
+    }
+}
 
 pub struct Action<'a> {
     /// The endpoint taking the request.
@@ -31,50 +45,40 @@ pub struct Action<'a> {
     pub nothing: String,
     /// A warning shown with the plan before asking.
     pub warning: Option<String>,
-    /// Lines on what the action does besides the plan's actions (a fence's method and
-    /// command, then its evidence), from the server's answer.
-    pub describe: Option<&'a Describe>,
     /// Go ahead even when the plan has no action: the action does something by itself.
     pub act_on_empty: bool,
     /// Asked on a terminal after the first confirmation (a forced fence of a ready node).
     pub second_confirmation: Option<String>,
 }
 
-impl Action<'_> {
-    fn lines(&self, answer: &Value) -> Vec<String> {
-        self.describe.map(|d| d(answer)).unwrap_or_default()
-    }
-}
-
-pub async fn carry_out(
+pub async fn carry_out<O: Outcome>(
     ctx: &Ctx,
     action: Action<'_>,
     confirm: &ConfirmArgs,
     wait_args: &WaitArgs,
 ) -> anyhow::Result<Exit> {
     let failed = || format!("failed to {}", action.what);
-    let planned_raw: Answer<Value> = ctx
+    let planned: Answer<O> = ctx
         .client
         .call(Method::POST, &action.path, Some(&(action.body)(true)))
         .await
         .with_context(failed)?;
-    let planned_raw = planned_raw.body;
-    let planned: ActionPlan =
-        serde_json::from_value(planned_raw.clone()).context("unexpected answer to a dry run")?;
+    let outcome = planned.body;
+    let planned = outcome.plan();
     if confirm.dry_run {
-        print(ctx, &planned_raw, &planned, &action.lines(&planned_raw))?;
+        print(ctx, &outcome)?;
         return Ok(Exit::Ok);
     }
     if planned.actions.is_empty() && !action.act_on_empty {
         ctx.out.note(format!("nothing to do: {}", action.nothing));
         if ctx.out.json_mode() {
-            ctx.out.json(&planned)?;
+            ctx.out.json(&outcome)?;
         }
         return Ok(Exit::Ok);
     }
     if !confirm.yes {
         let mut text = String::from("This will:\n");
-        for l in action.lines(&planned_raw) {
+        for l in outcome.describe() {
             text.push_str(&format!("  {l}\n"));
         }
         for a in &planned.actions {
@@ -92,19 +96,18 @@ pub async fn carry_out(
         ctx.out.note(second);
         ctx.out.confirm(&action.what, confirm.yes, true)?;
     }
-    let done_raw: Answer<Value> = ctx
+    let done: Answer<O> = ctx
         .client
         .call(Method::POST, &action.path, Some(&(action.body)(false)))
         .await
         .with_context(failed)?;
-    let done_raw = done_raw.body;
-    let done: ActionPlan =
-        serde_json::from_value(done_raw.clone()).context("unexpected answer to an action")?;
+    let done_outcome = done.body;
+    let done = done_outcome.plan();
     if done.actions != planned.actions {
         ctx.out
             .warn("things changed between the plan and the action; what was done is printed below");
     }
-    print(ctx, &done_raw, &done, &action.lines(&done_raw))?;
+    print(ctx, &done_outcome)?;
     if wait_args.wait {
         wait_for(ctx, &done, wait_args.timeout).await?;
         ctx.out.note("done");
@@ -113,14 +116,14 @@ pub async fn carry_out(
 }
 
 /// The server's answer as it is in JSON; otherwise the description, then the plan.
-fn print(ctx: &Ctx, raw: &Value, plan: &ActionPlan, lines: &[String]) -> anyhow::Result<()> {
+fn print<O: Outcome>(ctx: &Ctx, outcome: &O) -> anyhow::Result<()> {
     if ctx.out.json_mode() {
-        return ctx.out.json(raw);
+        return ctx.out.json(outcome);
     }
-    for l in lines {
+    for l in outcome.describe() {
         ctx.out.line(l)?;
     }
-    render::plan(&ctx.out, plan)
+    render::plan(&ctx.out, &outcome.plan())
 }
 
 /// Waits until each volume of the plan has neither a blocked claim nor an attachment left
