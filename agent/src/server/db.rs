@@ -474,6 +474,14 @@ mod tests {
             )
             .unwrap();
         assert!(has_index);
+        let has_fences: bool = conn
+            .query_row(
+                "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE name = 'fences')",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert!(has_fences, "schema 4 adds the fence history");
         std::fs::remove_dir_all(dir).unwrap();
     }
 

@@ -53,6 +53,13 @@ impl Drop for Running<'_> {
 }
 
 impl Fencer {
+    fn is_running(&self, node: &str) -> bool {
+        self.running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(node)
+    }
+
     fn start(&self, node: &str) -> Option<Running<'_>> {
         let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
         running.insert(node.to_owned()).then(|| Running {
@@ -285,7 +292,8 @@ impl Ran {
 }
 
 /// Runs `command` with `env` added, in its own process group, for at most the method's
-/// timeout; on timeout the whole group is killed. Output is bounded, and the method's
+/// timeout; on timeout the whole group is killed (what a finished command left running
+/// is not waited for: its output is read for at most a second). Output is bounded, and the method's
 /// `env` values (secrets) are masked in it.
 pub async fn run_command(
     method: &FenceMethod,
@@ -323,11 +331,14 @@ pub async fn run_command(
         }
         Err(_) => (None, true),
     };
-    // Whatever it left running (or all of it, on timeout) goes with its process group.
-    if let Some(pid) = pid.and_then(|p| rustix::process::Pid::from_raw(p as i32)) {
-        let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+    if timed_out {
+        // All of it goes, with its process group: the child is not reaped yet, so the
+        // group's id cannot have been reused.
+        if let Some(pid) = pid.and_then(|p| rustix::process::Pid::from_raw(p as i32)) {
+            let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+        }
+        let _ = child.kill().await;
     }
-    let _ = child.kill().await;
     let duration = started.elapsed();
     let mut output = String::new();
     for (name, task) in [("stdout", stdout), ("stderr", stderr)] {
@@ -700,6 +711,9 @@ pub async fn auto_fence(app: App) {
             }
         };
         for (node, labels) in due {
+            if app.fencer.is_running(&node) {
+                continue;
+            }
             let Some(method) = app.fence.method_for(&node, &labels).cloned() else {
                 continue;
             };
