@@ -476,6 +476,10 @@ ready_check = "exists"
 [plugin_ready_checks]
 b = "exists"
 c = "exists"
+
+[labels]
+bmc = "10.0.0.11"
+rack = "4"
 "#,
         )
         .unwrap();
@@ -490,8 +494,24 @@ c = "exists"
             "a=unix:///a.sock",
             "--plugin",
             "b=tcp://127.0.0.1:9000",
+            "--label",
+            "rack=5",
+            "--label=zone=a=b",
         ]))
         .unwrap();
+        let labels: Vec<_> = s
+            .core
+            .labels
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        assert_eq!(labels, ["bmc=10.0.0.11", "rack=5", "zone=a=b"], "flags win");
+        assert!(
+            parse_label("=x")
+                .unwrap_err()
+                .contains("expected KEY=VALUE")
+        );
+        assert!(parse_label("x").is_err());
         assert_eq!(s.server, "http://file:1");
         assert_eq!(s.node, "n-flag");
         assert_eq!(s.fence_after, Some(Duration::from_secs(300)));

@@ -337,3 +337,74 @@ async fn shutdown_signal() {
     crate::shutdown_signal().await;
     tracing::info!("stopping");
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resolve(toml: &str) -> anyhow::Result<ServerConfig> {
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let path = std::env::temp_dir().join(format!(
+            "csivol-server-config-{}-{n}.toml",
+            std::process::id()
+        ));
+        std::fs::write(&path, toml).unwrap();
+        let cfg = ServerConfig::resolve(ServerArgs {
+            data_dir: Some("/var/lib/csivol-server".into()),
+            config: Some(path.clone()),
+            ..ServerArgs::default()
+        });
+        std::fs::remove_file(&path).unwrap();
+        cfg
+    }
+
+    #[test]
+    fn fence_methods_and_node_labels_come_from_the_config_file() {
+        let cfg = resolve(
+            r#"
+[[fence]]
+name = "ipmi"
+command = ["/usr/sbin/fence_ipmilan", "--ip", "{bmc}", "--action", "off"]
+timeout = "30s"
+labels = { kind = "metal" }
+auto_fence_after = "2m"
+
+[[fence]]
+name = "virsh"
+command = ["fence_virsh", "--plug", "{node}"]
+nodes = ["vm-*"]
+
+[node_labels.node-1]
+bmc = "10.0.0.11"
+kind = "metal"
+"#,
+        )
+        .unwrap();
+        let f = &cfg.fence;
+        let names: Vec<_> = f.methods.iter().map(|m| m.name.as_str()).collect();
+        assert_eq!(names, ["ipmi", "virsh"], "in the file's order");
+        assert_eq!(f.methods[0].timeout, Duration::from_secs(30));
+        assert_eq!(f.methods[1].timeout, fence_policy::DEFAULT_TIMEOUT);
+        let labels = f.labels_of("node-1", &BTreeMap::new());
+        assert_eq!(f.method_for("node-1", &labels).unwrap().name, "ipmi");
+        assert_eq!(
+            f.method_for("vm-3", &BTreeMap::new()).unwrap().name,
+            "virsh"
+        );
+        assert!(f.method_for("node-2", &BTreeMap::new()).is_none());
+    }
+
+    #[test]
+    fn bad_fence_methods_are_refused_naming_the_file() {
+        let twice = "[[fence]]\nname = \"a\"\ncommand = [\"x\"]\n[[fence]]\nname = \"a\"\ncommand = [\"y\"]\n";
+        let err = format!("{:#}", resolve(twice).unwrap_err());
+        assert!(
+            err.starts_with("fence method `a` is defined twice in ") && err.contains(".toml"),
+            "{err}"
+        );
+        let unknown = "[[fence]]\nname = \"a\"\ncommand = [\"x\"]\ntimout = \"1s\"\n";
+        let err = format!("{:#}", resolve(unknown).unwrap_err());
+        assert!(err.contains("unknown field `timout`"), "{err}");
+    }
+}
