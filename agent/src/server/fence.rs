@@ -173,8 +173,18 @@ pub async fn fence(
     if req.dry_run {
         return Ok(outcome);
     }
-    let (record, actions) =
-        run_and_record(app, node, method, command, &labels, actor, &req.reason).await?;
+    // In a task of its own: an operator who gives up waiting (the request is dropped) must
+    // not kill the fence half way nor lose its evidence.
+    let task = {
+        let (app, node, method) = (app.clone(), node.to_owned(), method.clone());
+        let (actor, reason) = (actor.to_owned(), req.reason.clone());
+        tokio::spawn(async move {
+            run_and_record(&app, &node, &method, command, &labels, &actor, &reason).await
+        })
+    };
+    let (record, actions) = task
+        .await
+        .map_err(|e| ApiError::internal(format!("the fence of node `{node}` failed: {e}")))??;
     if !record.ok {
         return Err(ApiError::failed(format!(
             "the fence of node `{node}` by method `{}` did not confirm it off: {}; nothing was changed",

@@ -54,6 +54,11 @@ impl Outcome for FenceOutcome {
     fn describe(&self) -> Vec<String> {
         describe(self)
     }
+
+    fn runs_for(&self) -> Duration {
+        // The method's timeout, and the moment the server gives its output after it.
+        Duration::from_millis(self.timeout_ms) + Duration::from_secs(5)
+    }
 }
 /// The method and command before the fence; the evidence after it.
 fn describe(o: &FenceOutcome) -> Vec<String> {

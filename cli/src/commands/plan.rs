@@ -26,6 +26,12 @@ pub trait Outcome: serde::de::DeserializeOwned + serde::Serialize {
     fn describe(&self) -> Vec<String> {
         Vec::new()
     }
+
+    /// How long the server may work on the real action before it answers (a fence
+    /// method's timeout), as its dry run says.
+    fn runs_for(&self) -> Duration {
+        Duration::ZERO
+    }
 }
 
 impl Outcome for ActionPlan {
@@ -98,7 +104,12 @@ pub async fn carry_out<O: Outcome>(
     }
     let done: Answer<O> = ctx
         .client
-        .call(Method::POST, &action.path, Some(&(action.body)(false)))
+        .call_running(
+            Method::POST,
+            &action.path,
+            Some(&(action.body)(false)),
+            outcome.runs_for(),
+        )
         .await
         .with_context(failed)?;
     let done_outcome = done.body;
