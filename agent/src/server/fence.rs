@@ -11,8 +11,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use csivol_proto::api::{
-    self, ClaimState, FenceOutcome, FenceRecord, FenceRequest, NodeStatus, PlannedAction,
-    RegisterRequest,
+    self, FenceOutcome, FenceRecord, FenceRequest, NodeStatus, PlannedAction, RegisterRequest,
 };
 use rusqlite::{Connection, params};
 use tokio::io::{AsyncRead, AsyncReadExt};
@@ -85,11 +84,9 @@ fn load_target(conn: &Connection, node: &str) -> ApiResult<Target> {
     let lost_since = row.lost_at.map(time);
     let mut actions = Vec::new();
     // What the unblock will do: every claim and attachment the node still holds (all of
-    // them blocked on a lost node; a forced fence of a ready node blocks them first).
+    // them blocked on a lost node; a forced fence of a ready node blocks them all first,
+    // as `mark_lost` does).
     for c in lifecycle::claims_of_node(conn, node, None)? {
-        if matches!(c.state, ClaimState::Releasing | ClaimState::Failed) && !is_lost(&row) {
-            continue;
-        }
         actions.push(PlannedAction {
             action: "force-release".into(),
             volume: c.volume,
@@ -115,10 +112,6 @@ fn load_target(conn: &Connection, node: &str) -> ApiResult<Target> {
         row,
         actions,
     })
-}
-
-fn is_lost(n: &NodeRow) -> bool {
-    n.status == NodeStatus::Lost
 }
 
 /// `POST /v1/nodes/{node}/fence`: an operator's fence.
