@@ -6,6 +6,7 @@ mod auth;
 mod db;
 mod error;
 mod fence;
+mod fence_command;
 pub mod fence_policy;
 mod http;
 mod lifecycle;

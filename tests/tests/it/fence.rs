@@ -227,6 +227,7 @@ fn fence_unblocks_with_evidence_and_the_node_comes_back_clean() {
     assert!(
         msg.contains("by method script")
             && msg.contains("exited 0")
+            && msg.contains("node node-2 powered off")
             && msg.contains("node-2 hung, BMC answers"),
         "{msg}"
     );
