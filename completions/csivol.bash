@@ -28,6 +28,9 @@ _csivol() {
             csivol,events)
                 cmd="csivol__subcmd__events"
                 ;;
+            csivol,fence)
+                cmd="csivol__subcmd__fence"
+                ;;
             csivol,help)
                 cmd="csivol__subcmd__help"
                 ;;
@@ -84,6 +87,9 @@ _csivol() {
                 ;;
             csivol__subcmd__help,events)
                 cmd="csivol__subcmd__help__subcmd__events"
+                ;;
+            csivol__subcmd__help,fence)
+                cmd="csivol__subcmd__help__subcmd__fence"
                 ;;
             csivol__subcmd__help,help)
                 cmd="csivol__subcmd__help__subcmd__help"
@@ -239,7 +245,7 @@ _csivol() {
 
     case "${cmd}" in
         csivol)
-            opts="-o -q -h -V --addr --token --output --no-color --quiet --help --version volume claim run release status unblock detach node plugin events token completions help"
+            opts="-o -q -h -V --addr --token --output --no-color --quiet --help --version volume claim run release status unblock fence detach node plugin events token completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -572,8 +578,46 @@ _csivol() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        csivol__subcmd__fence)
+            opts="-y -o -q -h -V --reason --force --yes --dry-run --wait --timeout --addr --token --output --no-color --quiet --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --reason)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --addr)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --token)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    return 0
+                    ;;
+                -o)
+                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         csivol__subcmd__help)
-            opts="volume claim run release status unblock detach node plugin events token completions help"
+            opts="volume claim run release status unblock fence detach node plugin events token completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -657,6 +701,20 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__help__subcmd__events)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__help__subcmd__fence)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )

@@ -73,6 +73,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         listen: args.listen,
         heartbeat_ttl: args.heartbeat_ttl,
         controller_concurrency: 8,
+        fence: Default::default(),
     })
     .await?;
     let url = format!("http://{}", server.addr);

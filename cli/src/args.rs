@@ -114,6 +114,18 @@ pub enum Command {
     #[command(group(ArgGroup::new("target").required(true).multiple(true).args(["volume", "node"])))]
     Unblock(UnblockArgs),
 
+    /// Power a lost node off through its fence method, then unblock its volumes with the
+    /// proof
+    ///
+    /// Runs the fence method the server's config gives the node (a command such as
+    /// fence_ipmilan that exits 0 only once the node is confirmed off), records the evidence
+    /// (method, command, exit status, output, duration, who and why) in the event log, marks
+    /// the node `fenced`, then force-releases its claims and force-detaches its volumes as
+    /// `unblock --node` does. A fence that fails or times out changes nothing and says why
+    /// (exit 1). Only for a lost node; a ready one needs --force and a second confirmation.
+    /// Shows what will happen and asks on a terminal; elsewhere it needs --yes.
+    Fence(FenceArgs),
+
     /// Take a volume off a node: release every claim it has there
     ///
     /// On a ready node the claims are released through the node. On a lost node, --force
@@ -425,6 +437,27 @@ pub struct UnblockArgs {
     /// Why, for the event log (e.g. "n2 powered off in rack 4")
     #[arg(long, value_name = "TEXT", value_parser = reason)]
     pub reason: String,
+
+    #[command(flatten)]
+    pub confirm: ConfirmArgs,
+
+    #[command(flatten)]
+    pub wait: WaitArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct FenceArgs {
+    /// The node to power off
+    #[arg(value_parser = node_name)]
+    pub node: String,
+
+    /// Why, for the event log (e.g. "node-2 unreachable since 03:10, BMC answers")
+    #[arg(long, value_name = "TEXT", value_parser = reason)]
+    pub reason: String,
+
+    /// The node is ready, not lost: power it off anyway (asks twice on a terminal)
+    #[arg(long)]
+    pub force: bool,
 
     #[command(flatten)]
     pub confirm: ConfirmArgs,

@@ -121,6 +121,19 @@ impl Client {
         self.request(method, path, body, REQUEST_TIMEOUT).await
     }
 
+    /// [`Client::call`] for an action the server runs before it answers, which may take up
+    /// to `runs_for` beyond an ordinary request (a fence method).
+    pub async fn call_running<B: Serialize, T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&B>,
+        runs_for: Duration,
+    ) -> anyhow::Result<Answer<T>> {
+        self.request(method, path, body, REQUEST_TIMEOUT + runs_for)
+            .await
+    }
+
     /// A request whose answer has no body worth reading (e.g. 204).
     pub async fn call_empty(&self, method: Method, path: &str) -> anyhow::Result<StatusCode> {
         let resp = self.send::<()>(method, path, None, REQUEST_TIMEOUT).await?;

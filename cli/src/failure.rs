@@ -39,7 +39,7 @@ pub const EXIT_CODES: &[(Exit, &str)] = &[
     ),
     (
         Exit::Error,
-        "other error (e.g. a claim failed, a server-side internal error)",
+        "other error (e.g. a claim failed, a fence did not confirm the node off, a server-side internal error)",
     ),
     (
         Exit::Usage,
@@ -119,7 +119,7 @@ impl Exit {
             ErrorCode::Conflict => Self::Conflict,
             ErrorCode::Blocked => Self::Blocked,
             ErrorCode::Unavailable => Self::Unreachable,
-            ErrorCode::Internal => Self::Error,
+            ErrorCode::Failed | ErrorCode::Internal => Self::Error,
         }
     }
 }

@@ -345,9 +345,64 @@ pub fn node(out: &Out, n: &Node) -> anyhow::Result<()> {
         ("lost since", or_dash(n.lost_at.as_deref())),
         ("self-fences", fencing(n)),
         ("registered", n.registered_at.clone()),
+        (
+            "labels",
+            if n.labels.is_empty() {
+                "-".to_owned()
+            } else {
+                n.labels
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            },
+        ),
+        (
+            "fence method",
+            match (&n.fence_method, &n.next_fence_at) {
+                (None, _) => "none".to_owned(),
+                (Some(m), None) => m.clone(),
+                (Some(m), Some(at)) => format!("{m} (automatic fence at {at})"),
+            },
+        ),
     ];
+    let mut rows = rows;
+    if n.fence_failures > 0 {
+        rows.push((
+            "fence failures",
+            format!(
+                "{}: {}",
+                n.fence_failures,
+                n.fence_error.as_deref().unwrap_or("?")
+            ),
+        ));
+    }
     record(out, &format!("node {}", n.name), &rows)?;
     out.line("")?;
+    if !n.fences.is_empty() {
+        out.line("fence history:")?;
+        let mut t = out.table(&["#", "AT", "METHOD", "RESULT", "TOOK", "BY", "REASON"]);
+        for f in &n.fences {
+            let result = match (f.ok, f.timed_out, f.exit_status) {
+                (true, _, _) => "confirmed off".to_owned(),
+                (false, true, _) => "timed out".to_owned(),
+                (false, false, Some(c)) => format!("exit {c}"),
+                (false, false, None) => "not run".to_owned(),
+            };
+            t.add_row(vec![
+                f.id.to_string(),
+                f.at.clone(),
+                f.method.clone(),
+                result,
+                humantime::format_duration(std::time::Duration::from_millis(f.duration_ms))
+                    .to_string(),
+                f.actor.clone(),
+                f.reason.clone(),
+            ]);
+        }
+        out.print_table(t)?;
+        out.line("")?;
+    }
     if n.plugins.is_empty() {
         return out.line("plugins: none");
     }

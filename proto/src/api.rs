@@ -423,13 +423,19 @@ pub struct AttachmentStatus {
 pub enum NodeStatus {
     Ready,
     Lost,
+    /// Powered off by a confirmed fence; stays so until its agent registers again holding
+    /// nothing.
+    Fenced,
 }
 
 impl NodeStatus {
+    pub const ALL: [Self; 3] = [Self::Ready, Self::Lost, Self::Fenced];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Ready => "ready",
             Self::Lost => "lost",
+            Self::Fenced => "fenced",
         }
     }
 }
@@ -447,6 +453,73 @@ pub struct Node {
     pub fenced_at: Option<String>,
     pub plugins: Vec<NodePlugin>,
     pub registered_at: String,
+    /// The node's labels: the agent's, overridden by the server's `[node_labels]`.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// The server's fence method for this node, if one applies.
+    #[serde(default)]
+    pub fence_method: Option<String>,
+    /// Failed automatic fences since the node was lost, and the last one's error.
+    #[serde(default)]
+    pub fence_failures: u32,
+    #[serde(default)]
+    pub fence_error: Option<String>,
+    /// When the policy fences it (again), for a lost node under `auto_fence_after`.
+    #[serde(default)]
+    pub next_fence_at: Option<String>,
+    /// Fence attempts, newest first (only when one node is shown).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fences: Vec<FenceRecord>,
+}
+
+/// One run of a fence method: the evidence that a node is off, or why it is not proved.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FenceRecord {
+    pub id: u64,
+    pub at: String,
+    pub node: String,
+    pub method: String,
+    /// The command as run (arguments filled in; environment values are never shown).
+    pub command: Vec<String>,
+    /// The exit status; `None` when it timed out or could not start or was killed.
+    pub exit_status: Option<i32>,
+    pub timed_out: bool,
+    /// Its stdout and stderr, bounded.
+    pub output: String,
+    pub duration_ms: u64,
+    /// `operator:<token id>` or `policy:<method>`.
+    pub actor: String,
+    pub reason: String,
+    /// Exit 0 within the timeout: the node is confirmed off.
+    pub ok: bool,
+}
+
+/// `POST /v1/nodes/{node}/fence`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FenceRequest {
+    pub reason: String,
+    #[serde(default)]
+    pub dry_run: bool,
+    /// Fence a node that is not lost (ready). The CLI asks twice.
+    #[serde(default)]
+    pub force: bool,
+}
+
+/// What a fence did (or with `dry_run`, would do): the method and command, the evidence,
+/// and the unblock that followed it. Deserialises as an [`ActionPlan`] too.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FenceOutcome {
+    pub dry_run: bool,
+    pub node: String,
+    pub method: String,
+    pub command: Vec<String>,
+    pub timeout_ms: u64,
+    /// The evidence; `None` on a dry run.
+    #[serde(default)]
+    pub fence: Option<FenceRecord>,
+    /// The unblock the fence carries out (or would).
+    pub actions: Vec<PlannedAction>,
 }
 
 /// A plugin as one node runs it.
@@ -626,6 +699,8 @@ pub enum ErrorCode {
     Conflict,
     /// Held by a lost node; needs the node back or an operator unblock.
     Blocked,
+    /// An action ran and failed (a fence method that did not confirm the node off).
+    Failed,
     /// The server cannot serve now; retry.
     Unavailable,
     Internal,
@@ -639,6 +714,7 @@ impl ErrorCode {
             Self::NotFound => "not_found",
             Self::Conflict => "conflict",
             Self::Blocked => "blocked",
+            Self::Failed => "failed",
             Self::Unavailable => "unavailable",
             Self::Internal => "internal",
         }
@@ -684,6 +760,9 @@ pub struct RegisterRequest {
     /// Volumes the node has staged now.
     #[serde(default)]
     pub staged: Vec<String>,
+    /// The node's labels (`bmc = "10.0.0.11"`), for choosing and running its fence method.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

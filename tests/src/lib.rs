@@ -385,6 +385,18 @@ impl FakeAgent {
     /// Registers with plugin `hp` (node service, max `max` volumes); `controller` makes it a
     /// host of the plugin's controller, which needs ControllerPublish.
     pub async fn register(&self, max: u32, controller: bool, published: Value) -> Value {
+        self.register_labeled(max, controller, published, json!({}))
+            .await
+    }
+
+    /// [`FakeAgent::register`] reporting node `labels` too.
+    pub async fn register_labeled(
+        &self,
+        max: u32,
+        controller: bool,
+        published: Value,
+        labels: Value,
+    ) -> Value {
         let plugin = json!({
             "id": "hp",
             "info": {"name": "hostpath.csivol.dev", "vendor_version": "1"},
@@ -399,7 +411,7 @@ impl FakeAgent {
             .api
             .post(
                 &format!("/v1/nodes/{}/register", self.node),
-                json!({"plugins": [plugin], "published": published}),
+                json!({"plugins": [plugin], "published": published, "labels": labels}),
             )
             .await;
         assert_eq!(status, 200, "{body}");

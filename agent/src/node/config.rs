@@ -52,6 +52,14 @@ impl fmt::Display for PluginSpec {
     }
 }
 
+/// `--label KEY=VALUE`.
+pub fn parse_label(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
+        _ => Err(format!("`{s}`: expected KEY=VALUE, e.g. bmc=10.0.0.11")),
+    }
+}
+
 /// How the agent decides that a published volume is ready for its workload.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -144,6 +152,9 @@ pub struct CoreConfig {
     /// Per plugin id: a node may run plugins that mount and plugins that do not.
     pub plugin_ready_checks: std::collections::BTreeMap<String, ReadyCheck>,
     pub retry: Backoff,
+    /// Reported at registration (`--label`, `[labels]`), e.g. the node's BMC address for
+    /// the server's fence method.
+    pub labels: std::collections::BTreeMap<String, String>,
 }
 
 impl CoreConfig {
@@ -162,6 +173,7 @@ impl CoreConfig {
             ready_check: ReadyCheck::Mount,
             plugin_ready_checks: std::collections::BTreeMap::new(),
             retry: Backoff::default(),
+            labels: std::collections::BTreeMap::new(),
         }
     }
 
@@ -214,6 +226,9 @@ struct FileConfig {
     resync_interval: Option<Duration>,
     #[serde(default, deserialize_with = "duration")]
     plugin_wait_timeout: Option<Duration>,
+    /// `[labels]` / `bmc = "10.0.0.11"`.
+    #[serde(default)]
+    labels: std::collections::BTreeMap<String, String>,
 }
 
 /// Durations in the file are written as in the flags: `30s`, `2m`, `1h 30m`.
@@ -315,6 +330,8 @@ impl Settings {
         core.controllers = controllers;
         core.ready_check = file.ready_check.unwrap_or_default();
         core.plugin_ready_checks = file.plugin_ready_checks;
+        core.labels = file.labels;
+        core.labels.extend(args.labels.iter().cloned());
         for id in core.plugin_ready_checks.keys() {
             validate_name("plugin", id).map_err(|e| {
                 ConfigError::Invalid(format!("{}: {e}", origin("plugin_ready_checks")))
@@ -459,6 +476,10 @@ ready_check = "exists"
 [plugin_ready_checks]
 b = "exists"
 c = "exists"
+
+[labels]
+bmc = "10.0.0.11"
+rack = "4"
 "#,
         )
         .unwrap();
@@ -473,8 +494,24 @@ c = "exists"
             "a=unix:///a.sock",
             "--plugin",
             "b=tcp://127.0.0.1:9000",
+            "--label",
+            "rack=5",
+            "--label=zone=a=b",
         ]))
         .unwrap();
+        let labels: Vec<_> = s
+            .core
+            .labels
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        assert_eq!(labels, ["bmc=10.0.0.11", "rack=5", "zone=a=b"], "flags win");
+        assert!(
+            parse_label("=x")
+                .unwrap_err()
+                .contains("expected KEY=VALUE")
+        );
+        assert!(parse_label("x").is_err());
         assert_eq!(s.server, "http://file:1");
         assert_eq!(s.node, "n-flag");
         assert_eq!(s.fence_after, Some(Duration::from_secs(300)));

@@ -69,6 +69,10 @@ pub struct NodeArgs {
     /// uses it; on a real node workloads outlive the agent, so it is off by default.
     #[arg(long)]
     pub take_down_on_stop: bool,
+    /// A label reported at registration, e.g. `bmc=10.0.0.11`, which the server's fence
+    /// methods may use (the server's `[node_labels]` win over it). Repeatable.
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = config::parse_label)]
+    pub labels: Vec<(String, String)>,
     /// TOML file with these settings and tuning (`node_concurrency`, `node_call_timeout`,
     /// `controller_call_timeout`, `volume_ready_timeout`, `resync_interval`, ...).
     #[arg(long, value_name = "FILE")]

@@ -16,6 +16,8 @@ use super::core::{Core, FenceState};
 const DEFAULT_TTL: Duration = Duration::from_secs(30);
 /// How long one desired-state query may block on the server.
 const DESIRED_WAIT: Duration = Duration::from_secs(30);
+/// How often a fenced node that still holds something checks again whether it is clean.
+const FENCED_RECHECK: Duration = Duration::from_secs(1);
 /// Most reports in one request.
 const MAX_BATCH: usize = 500;
 /// Retries of server requests.
@@ -310,6 +312,26 @@ async fn desired_loop(link: &Link) {
                     // workloads may still use. Register again with what is really mounted;
                     // the server resumes those claims and answers with a state to follow.
                     link.reregister.notify_one();
+                    continue;
+                }
+                if desired.status == Some(NodeStatus::Fenced) {
+                    // The server fenced this node: its claims were force-released, so this
+                    // state lists nothing and following it takes every leftover mount
+                    // down. Nothing is published again. Once the node holds nothing it
+                    // registers again, which tells the server so.
+                    link.core.set_desired(desired);
+                    link.core.idle().await;
+                    let now = link.core.registration(link.fence_after);
+                    if now.published.is_empty() && now.staged.is_empty() {
+                        tracing::info!(
+                            "this node was fenced and holds nothing any more; registering again"
+                        );
+                        link.reregister.notify_one();
+                    } else {
+                        // Take-downs are being retried; look again shortly.
+                        tokio::time::sleep(FENCED_RECHECK).await;
+                        index = 0;
+                    }
                     continue;
                 }
                 link.core.set_desired(desired);

@@ -164,6 +164,30 @@ CREATE TABLE cluster (id TEXT PRIMARY KEY, created_at INTEGER NOT NULL);
 INSERT INTO cluster (id, created_at)
     VALUES (lower(hex(randomblob(16))), CAST(strftime('%s', 'now') AS INTEGER) * 1000);
 "#,
+    r#"
+-- Fencing: a node's labels (as its agent reported them), the policy's failed attempts,
+-- and every run of a fence method with its evidence.
+ALTER TABLE nodes ADD COLUMN labels TEXT NOT NULL DEFAULT '{}';
+ALTER TABLE nodes ADD COLUMN fence_failures INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE nodes ADD COLUMN fence_error TEXT;
+ALTER TABLE nodes ADD COLUMN fence_failed_at INTEGER;
+
+CREATE TABLE fences (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    node TEXT NOT NULL,
+    at INTEGER NOT NULL,
+    method TEXT NOT NULL,
+    command TEXT NOT NULL,
+    exit_status INTEGER,
+    timed_out INTEGER NOT NULL,
+    output TEXT NOT NULL,
+    duration_ms INTEGER NOT NULL,
+    actor TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    ok INTEGER NOT NULL
+);
+CREATE INDEX fences_node ON fences (node, id);
+"#,
 ];
 
 /// How many schema migrations this build knows: a database at this `user_version` is current.
@@ -521,6 +545,14 @@ mod tests {
             )
             .unwrap();
         assert!(has_index);
+        let has_fences: bool = conn
+            .query_row(
+                "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE name = 'fences')",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert!(has_fences, "schema 4 adds the fence history");
         std::fs::remove_dir_all(dir).unwrap();
     }
 

@@ -62,6 +62,11 @@ impl ApiError {
         Self::new(ErrorCode::Blocked, StatusCode::LOCKED, message)
     }
 
+    /// An action ran and did not succeed (a fence method that did not confirm the node off).
+    pub fn failed(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::Failed, StatusCode::BAD_GATEWAY, message)
+    }
+
     pub fn unavailable(message: impl Into<String>) -> Self {
         Self::new(
             ErrorCode::Unavailable,

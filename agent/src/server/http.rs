@@ -19,6 +19,8 @@ use serde::de::DeserializeOwned;
 use super::auth::{self, Caller, Tokens};
 use super::db::{Db, now_ms};
 use super::error::{ApiError, ApiResult};
+use super::fence::{self, Fencer};
+use super::fence_policy::FenceConfig;
 use super::lifecycle::{self, ClaimDecision, Limits};
 use super::liveness::Liveness;
 use super::metrics::Metrics;
@@ -37,6 +39,8 @@ pub struct App {
     pub live: Arc<Liveness>,
     pub limits: Limits,
     pub metrics: Arc<Metrics>,
+    pub fence: Arc<FenceConfig>,
+    pub fencer: Arc<Fencer>,
 }
 
 impl App {
@@ -171,6 +175,7 @@ pub fn router(app: App) -> Router {
         .route("/v1/nodes", get(list_nodes))
         .route("/v1/nodes/{node}", get(get_node))
         .route("/v1/nodes/{node}/unblock", post(unblock_node))
+        .route("/v1/nodes/{node}/fence", post(fence_node))
         .route("/v1/nodes/{node}/register", post(register))
         .route("/v1/nodes/{node}/heartbeat", post(heartbeat))
         .route("/v1/nodes/{node}/desired", get(desired))
@@ -577,12 +582,25 @@ async fn unblock_node(
     Ok(Json(plan))
 }
 
+async fn fence_node(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(node): Path<String>,
+    Body(req): Body<api::FenceRequest>,
+) -> ApiResult<Json<api::FenceOutcome>> {
+    let (actor, _) = app.operator(&headers)?;
+    name("node", &node)?;
+    reason(&req.reason)?;
+    Ok(Json(fence::fence(&app, &node, &req, &actor).await?))
+}
+
 async fn list_nodes(State(app): State<App>, headers: HeaderMap) -> ApiResult<Json<Vec<api::Node>>> {
     app.caller(&headers)?.require_reader()?;
     let beats = app.live.last_heartbeat_ms();
+    let fencing = Arc::clone(&app.fence);
     Ok(Json(
         app.db
-            .read(move |c| views::list_nodes(c, &beats, None))
+            .read(move |c| views::list_nodes(c, &beats, None, &fencing))
             .await?,
     ))
 }
@@ -596,9 +614,10 @@ async fn get_node(
     name("node", &node)?;
     let beats = app.live.last_heartbeat_ms();
     let wanted = node.clone();
+    let fencing = Arc::clone(&app.fence);
     let found = app
         .db
-        .read(move |c| views::list_nodes(c, &beats, Some(&wanted)))
+        .read(move |c| views::list_nodes(c, &beats, Some(&wanted), &fencing))
         .await?;
     found.into_iter().next().map(Json).ok_or_else(|| {
         ApiError::not_found(format!("node `{node}` is not registered")).with_hint(

@@ -537,6 +537,17 @@ fn node_may_start(
 ) -> ApiResult<Result<(), (bool, ApiError)>> {
     let volume = &v.name;
     let n = NodeRow::require(conn, node)?;
+    if n.status == NodeStatus::Fenced {
+        return Ok(Err((
+            false,
+            ApiError::blocked(format!(
+                "node `{node}` was fenced (powered off); no claim can be placed on it until its agent registers again"
+            ))
+            .with_hint(format!(
+                "choose another node, or power {node} on again (`csivol node show {node}` shows its fence)"
+            )),
+        )));
+    }
     if n.status == NodeStatus::Lost {
         return Ok(Err((
             false,
@@ -1215,11 +1226,20 @@ pub fn register_node(
     let was_lost = existing
         .as_ref()
         .is_some_and(|n| n.status == NodeStatus::Lost);
+    let was_fenced = existing
+        .as_ref()
+        .is_some_and(|n| n.status == NodeStatus::Fenced);
     exec(
         ctx.tx,
-        "INSERT INTO nodes (name, status, registered_at, fence_after_ms) VALUES (?1, 'ready', ?2, ?3) \
-         ON CONFLICT (name) DO UPDATE SET status = 'ready', lost_at = NULL, fence_after_ms = ?3",
-        params![node, ctx.now, req.fence_after_ms.map(|v| v as i64)],
+        "INSERT INTO nodes (name, status, registered_at, fence_after_ms, labels) VALUES (?1, 'ready', ?2, ?3, ?4) \
+         ON CONFLICT (name) DO UPDATE SET status = 'ready', lost_at = NULL, fence_after_ms = ?3, labels = ?4, \
+         fence_failures = 0, fence_error = NULL",
+        params![
+            node,
+            ctx.now,
+            req.fence_after_ms.map(|v| v as i64),
+            to_json(&req.labels)
+        ],
     )?;
     let old_plugins: BTreeSet<String> = NodePluginRow::of_node(ctx.tx, node)?
         .into_iter()
@@ -1248,7 +1268,10 @@ pub fn register_node(
         )?;
     }
     ctx.touch(Key::Node(node.to_owned()));
-    if was_lost {
+    if was_fenced {
+        // Its claims were force-released by the fence's unblock: nothing is resumed.
+        super::fence::returned(ctx, node, req)?;
+    } else if was_lost {
         return_from_loss(ctx, node, &req.published, limits)?;
         event(
             ctx,
@@ -1448,16 +1471,13 @@ pub fn claims_of_node(
 
 /// The node missed its heartbeats: its claims and attachments are blocked, and controller
 /// operations it hosted go to another host.
-pub fn mark_lost(
-    ctx: &mut WriteCtx<'_>,
-    node: &str,
-    ttl: Duration,
-    limits: &Limits,
-) -> ApiResult<()> {
+/// `why` opens the event (`no heartbeat for 30s`).
+pub fn mark_lost(ctx: &mut WriteCtx<'_>, node: &str, why: &str, limits: &Limits) -> ApiResult<()> {
     let Some(n) = NodeRow::load(ctx.tx, node)? else {
         return Ok(());
     };
-    if n.status == NodeStatus::Lost {
+    // A fenced node is off already: its volumes were unblocked, nothing is left to block.
+    if n.status != NodeStatus::Ready {
         return Ok(());
     }
     exec(
@@ -1519,8 +1539,7 @@ pub fn mark_lost(
         None,
         "server",
         format!(
-            "no heartbeat for {}: node lost; {} claim(s) and {} attachment(s) blocked until it returns or is unblocked",
-            humantime::format_duration(ttl),
+            "{why}: node lost; {} claim(s) and {} attachment(s) blocked until it returns or is unblocked",
             claims.len(),
             atts.len()
         ),

@@ -103,6 +103,14 @@ impl Liveness {
         );
     }
 
+    /// The node was fenced: its heartbeats are answered `lost` from now on, so that a
+    /// running agent registers again (and learns that it is fenced).
+    pub fn fenced(&self, node: &str) {
+        if let Some(live) = self.nodes().get_mut(node) {
+            live.lost = true;
+        }
+    }
+
     /// Nodes whose loss is to be recorded now: those whose TTL just ran out (marked lost
     /// here, before the database records it, so that their heartbeats from now on are
     /// answered `lost`) and those whose earlier recording failed and whose retry is due.

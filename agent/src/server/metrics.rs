@@ -37,6 +37,10 @@ pub struct Metrics {
     /// Controller operation queued → reported done or failed.
     pub op_seconds: Family<OpLabel, Histogram>,
     pub node_reports: Counter,
+    /// Fence method runs by result (`ok`, `failed`).
+    fences: Family<StateLabel, Counter>,
+    /// Lost nodes whose automatic fence failed and is retried.
+    nodes_fence_failing: Gauge,
 }
 
 impl Default for Metrics {
@@ -53,6 +57,18 @@ impl Default for Metrics {
             Histogram::new(exponential_buckets(0.001, 2.0, 20))
         });
         let node_reports = Counter::default();
+        let fences = Family::<StateLabel, Counter>::default();
+        let nodes_fence_failing = Gauge::default();
+        registry.register(
+            "fences",
+            "Fence method runs by result (ok: the node was confirmed off)",
+            fences.clone(),
+        );
+        registry.register(
+            "nodes_fence_failing",
+            "Lost nodes whose automatic fence failed; it is retried with backoff",
+            nodes_fence_failing.clone(),
+        );
         registry.register("claims", "Claims by state", claims.clone());
         registry.register("nodes", "Nodes by status", nodes.clone());
         registry.register(
@@ -101,11 +117,19 @@ impl Default for Metrics {
             claim_ready_seconds,
             op_seconds,
             node_reports,
+            fences,
+            nodes_fence_failing,
         }
     }
 }
 
 impl Metrics {
+    /// Counts a run of a fence method.
+    pub fn fence(&self, ok: bool) {
+        let state = if ok { "ok" } else { "failed" }.to_owned();
+        self.fences.get_or_create(&StateLabel { state }).inc();
+    }
+
     /// Refreshes the gauges from the database and renders everything.
     pub fn render(&self, conn: &Connection) -> ApiResult<String> {
         let count_by =
@@ -138,8 +162,13 @@ impl Metrics {
         count_by(
             "SELECT status, count(*) FROM nodes GROUP BY status",
             &self.nodes,
-            &["ready", "lost"],
+            &["ready", "lost", "fenced"],
         )?;
+        self.nodes_fence_failing.set(conn.query_row(
+            "SELECT count(*) FROM nodes WHERE status = 'lost' AND fence_failures > 0",
+            [],
+            |r| r.get(0),
+        )?);
         count_by(
             "SELECT CASE WHEN host IS NULL THEN 'queued' ELSE 'in_flight' END, count(*) FROM ops GROUP BY 1",
             &self.ops,

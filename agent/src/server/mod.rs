@@ -6,6 +6,9 @@ mod auth;
 pub mod backup;
 mod db;
 mod error;
+mod fence;
+mod fence_command;
+pub mod fence_policy;
 mod http;
 pub mod identity;
 mod leases;
@@ -18,6 +21,7 @@ pub mod rules;
 mod views;
 mod watch;
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -55,7 +59,8 @@ pub struct ServerArgs {
     #[arg(long)]
     pub controller_concurrency: Option<u32>,
     /// TOML file with the same settings (`data_dir`, `listen`, `heartbeat_ttl = "30s"`,
-    /// `controller_concurrency`).
+    /// `controller_concurrency`), and fencing: `[[fence]]` methods (`name`, `command`,
+    /// `timeout`, `nodes`, `labels`, `env`, `auto_fence_after`) and `[node_labels.<node>]`.
     #[arg(long)]
     pub config: Option<PathBuf>,
     /// Run SQLite's `PRAGMA integrity_check` over the state database before serving, and
@@ -83,6 +88,10 @@ struct FileConfig {
     listen: Option<SocketAddr>,
     heartbeat_ttl: Option<String>,
     controller_concurrency: Option<u32>,
+    #[serde(default)]
+    fence: Vec<fence_policy::FenceMethodConfig>,
+    #[serde(default)]
+    node_labels: BTreeMap<String, BTreeMap<String, String>>,
 }
 
 /// Resolved server settings.
@@ -92,6 +101,7 @@ pub struct ServerConfig {
     pub listen: SocketAddr,
     pub heartbeat_ttl: Duration,
     pub controller_concurrency: u32,
+    pub fence: fence_policy::FenceConfig,
 }
 
 impl ServerConfig {
@@ -124,6 +134,13 @@ impl ServerConfig {
         if controller_concurrency == 0 {
             bail!("--controller-concurrency must be at least 1");
         }
+        let config_name = || {
+            args.config
+                .as_ref()
+                .map_or_else(String::new, |p| format!(" in {}", p.display()))
+        };
+        let fence = fence_policy::FenceConfig::new(file.fence, file.node_labels)
+            .map_err(|e| anyhow::anyhow!("{e}{}", config_name()))?;
         Ok(Self {
             data_dir,
             listen: args
@@ -132,6 +149,7 @@ impl ServerConfig {
                 .unwrap_or_else(|| DEFAULT_LISTEN.parse().expect("valid")),
             heartbeat_ttl,
             controller_concurrency,
+            fence,
         })
     }
 }
@@ -211,7 +229,7 @@ impl Server {
             .read(|c| {
                 let mut s = c.prepare("SELECT name, status FROM nodes")?;
                 let rows = s.query_map([], |r| {
-                    Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)? == "lost"))
+                    Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)? != "ready"))
                 })?;
                 Ok(rows.collect::<Result<Vec<_>, _>>()?)
             })
@@ -243,6 +261,8 @@ impl Server {
             live,
             limits,
             metrics,
+            fence: Arc::new(cfg.fence),
+            fencer: Arc::new(fence::Fencer::default()),
         };
         Ok(Self {
             addr,
@@ -262,6 +282,7 @@ impl Server {
             tokio::spawn(schedule_due_ops(self.app.clone())),
             tokio::spawn(prune_events(self.app.clone())),
             tokio::spawn(expire_leases(self.app.clone())),
+            tokio::spawn(fence::auto_fence(self.app.clone())),
         ];
         // A make-service clones the router per connection; a bare Router would be rebuilt
         // (with_state) for each one, which costs memory per connected node.
@@ -291,11 +312,14 @@ async fn watch_liveness(app: http::App) {
                 continue;
             }
             let limits = app.limits.clone();
-            let ttl = app.live.ttl();
+            let why = format!(
+                "no heartbeat for {}",
+                humantime::format_duration(app.live.ttl())
+            );
             let n = due.node.clone();
             match app
                 .db
-                .write(move |ctx| lifecycle::mark_lost(ctx, &n, ttl, &limits))
+                .write(move |ctx| lifecycle::mark_lost(ctx, &n, &why, &limits))
                 .await
             {
                 Ok(()) => {
@@ -416,4 +440,75 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 async fn shutdown_signal() {
     crate::shutdown_signal().await;
     tracing::info!("stopping");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resolve(toml: &str) -> anyhow::Result<ServerConfig> {
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let path = std::env::temp_dir().join(format!(
+            "csivol-server-config-{}-{n}.toml",
+            std::process::id()
+        ));
+        std::fs::write(&path, toml).unwrap();
+        let cfg = ServerConfig::resolve(ServerArgs {
+            data_dir: Some("/var/lib/csivol-server".into()),
+            config: Some(path.clone()),
+            ..ServerArgs::default()
+        });
+        std::fs::remove_file(&path).unwrap();
+        cfg
+    }
+
+    #[test]
+    fn fence_methods_and_node_labels_come_from_the_config_file() {
+        let cfg = resolve(
+            r#"
+[[fence]]
+name = "ipmi"
+command = ["/usr/sbin/fence_ipmilan", "--ip", "{bmc}", "--action", "off"]
+timeout = "30s"
+labels = { kind = "metal" }
+auto_fence_after = "2m"
+
+[[fence]]
+name = "virsh"
+command = ["fence_virsh", "--plug", "{node}"]
+nodes = ["vm-*"]
+
+[node_labels.node-1]
+bmc = "10.0.0.11"
+kind = "metal"
+"#,
+        )
+        .unwrap();
+        let f = &cfg.fence;
+        let names: Vec<_> = f.methods.iter().map(|m| m.name.as_str()).collect();
+        assert_eq!(names, ["ipmi", "virsh"], "in the file's order");
+        assert_eq!(f.methods[0].timeout, Duration::from_secs(30));
+        assert_eq!(f.methods[1].timeout, fence_policy::DEFAULT_TIMEOUT);
+        let labels = f.labels_of("node-1", &BTreeMap::new());
+        assert_eq!(f.method_for("node-1", &labels).unwrap().name, "ipmi");
+        assert_eq!(
+            f.method_for("vm-3", &BTreeMap::new()).unwrap().name,
+            "virsh"
+        );
+        assert!(f.method_for("node-2", &BTreeMap::new()).is_none());
+    }
+
+    #[test]
+    fn bad_fence_methods_are_refused_naming_the_file() {
+        let twice = "[[fence]]\nname = \"a\"\ncommand = [\"x\"]\n[[fence]]\nname = \"a\"\ncommand = [\"y\"]\n";
+        let err = format!("{:#}", resolve(twice).unwrap_err());
+        assert!(
+            err.starts_with("fence method `a` is defined twice in ") && err.contains(".toml"),
+            "{err}"
+        );
+        let unknown = "[[fence]]\nname = \"a\"\ncommand = [\"x\"]\ntimout = \"1s\"\n";
+        let err = format!("{:#}", resolve(unknown).unwrap_err());
+        assert!(err.contains("unknown field `timout`"), "{err}");
+    }
 }

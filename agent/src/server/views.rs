@@ -6,6 +6,8 @@ use csivol_proto::api::{self, NodeStatus, VolumeState};
 use rusqlite::{Connection, params};
 
 use super::error::{ApiError, ApiResult};
+use super::fence;
+use super::fence_policy::FenceConfig;
 use super::model::{
     ATTACHMENT_COLUMNS, AttachmentRow, CLAIM_COLUMNS, ClaimRow, NODE_COLUMNS, NodePluginRow,
     NodeRow, VOLUME_COLUMNS, VolumeRow, claims_to_api, needs_controller_publish, slots_used, time,
@@ -62,6 +64,7 @@ pub fn list_nodes(
     conn: &Connection,
     heartbeats: &HashMap<String, i64>,
     only: Option<&str>,
+    fencing: &FenceConfig,
 ) -> ApiResult<Vec<api::Node>> {
     let sql =
         format!("SELECT {NODE_COLUMNS} FROM nodes WHERE (?1 IS NULL OR name = ?1) ORDER BY name");
@@ -71,6 +74,11 @@ pub fn list_nodes(
         .collect::<Result<_, _>>()?;
     let mut out = Vec::with_capacity(rows.len());
     for n in rows {
+        let fence = fence::node_fence(fencing, conn, &n)?;
+        let fences = match only {
+            Some(_) => fence::history(conn, &n.name)?,
+            None => Vec::new(),
+        };
         let mut plugins = Vec::new();
         for p in NodePluginRow::of_node(conn, &n.name)? {
             plugins.push(api::NodePlugin {
@@ -81,7 +89,7 @@ pub fn list_nodes(
                 controller: p.controller,
             });
         }
-        out.push(api::Node {
+        let mut node = api::Node {
             status: n.status,
             last_heartbeat: heartbeats.get(&n.name).copied().map(time),
             lost_at: n.lost_at.map(time),
@@ -93,7 +101,15 @@ pub fn list_nodes(
             registered_at: time(n.registered_at),
             plugins,
             name: n.name,
-        });
+            labels: Default::default(),
+            fence_method: None,
+            fence_failures: 0,
+            fence_error: None,
+            next_fence_at: None,
+            fences,
+        };
+        fence::to_api(fence, &mut node);
+        out.push(node);
     }
     Ok(out)
 }

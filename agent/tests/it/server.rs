@@ -8,13 +8,13 @@ use std::time::Duration;
 use csivol_tests::{Api, FakeAgent, ServerProc, TestDir, eventually};
 use serde_json::{Value, json};
 
-const WAIT: Duration = Duration::from_secs(20);
+pub(crate) const WAIT: Duration = Duration::from_secs(20);
 
-pub fn start(dir: &TestDir, extra: &[&str]) -> ServerProc {
+pub(crate) fn start(dir: &TestDir, extra: &[&str]) -> ServerProc {
     ServerProc::start(&dir.join("server"), extra)
 }
 
-pub async fn wait_volume_state(api: &Api, volume: &str, state: &str) {
+pub(crate) async fn wait_volume_state(api: &Api, volume: &str, state: &str) {
     eventually(&format!("{volume} {state}"), WAIT, || async {
         let (_, v) = api.get(&format!("/v1/volumes/{volume}")).await;
         (v["state"] == state).then_some(())
@@ -22,7 +22,7 @@ pub async fn wait_volume_state(api: &Api, volume: &str, state: &str) {
     .await;
 }
 
-pub async fn register_volume(api: &Api, name: &str, mode: &str) {
+pub(crate) async fn register_volume(api: &Api, name: &str, mode: &str) {
     let (status, body) = api
         .put(
             &format!("/v1/volumes/{name}"),
@@ -32,7 +32,13 @@ pub async fn register_volume(api: &Api, name: &str, mode: &str) {
     assert_eq!(status, 201, "{body}");
 }
 
-async fn claim(api: &Api, volume: &str, alloc: &str, node: &str, mode: &str) -> (u16, Value) {
+pub(crate) async fn claim(
+    api: &Api,
+    volume: &str,
+    alloc: &str,
+    node: &str,
+    mode: &str,
+) -> (u16, Value) {
     api.post(
         &format!("/v1/volumes/{volume}/claims"),
         json!({"alloc": alloc, "node": node, "mode": mode}),
@@ -40,7 +46,7 @@ async fn claim(api: &Api, volume: &str, alloc: &str, node: &str, mode: &str) -> 
     .await
 }
 
-pub async fn claim_state(api: &Api, volume: &str, alloc: &str) -> Option<String> {
+pub(crate) async fn claim_state(api: &Api, volume: &str, alloc: &str) -> Option<String> {
     let (status, body) = api
         .get(&format!("/v1/volumes/{volume}/claims/{alloc}"))
         .await;
@@ -48,7 +54,13 @@ pub async fn claim_state(api: &Api, volume: &str, alloc: &str) -> Option<String>
 }
 
 /// Drives a claim to ready through a controller host and the node.
-pub async fn make_ready(api: &Api, host: &FakeAgent, node: &FakeAgent, volume: &str, alloc: &str) {
+pub(crate) async fn make_ready(
+    api: &Api,
+    host: &FakeAgent,
+    node: &FakeAgent,
+    volume: &str,
+    alloc: &str,
+) {
     let (status, body) = claim(api, volume, alloc, &node.node, "write").await;
     assert_eq!(status, 201, "{body}");
     assert_eq!(body["state"], "attaching");

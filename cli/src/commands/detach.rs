@@ -3,6 +3,8 @@
 
 use csivol_proto::api::DetachRequest;
 
+use csivol_proto::api::ActionPlan;
+
 use super::Ctx;
 use super::plan::{self, Action};
 use crate::args::DetachArgs;
@@ -36,6 +38,8 @@ pub async fn run(ctx: &Ctx, args: DetachArgs) -> anyhow::Result<Exit> {
              that is really gone or fenced, or its data may be corrupted."
                 .to_owned()
         }),
+        act_on_empty: false,
+        second_confirmation: None,
     };
-    plan::carry_out(ctx, action, &args.confirm, &args.wait).await
+    plan::carry_out::<ActionPlan>(ctx, action, &args.confirm, &args.wait).await
 }

@@ -4,6 +4,7 @@ mod claim;
 pub mod completions;
 mod detach;
 mod events;
+mod fence;
 mod node;
 mod plan;
 mod plugin;
@@ -44,6 +45,7 @@ pub async fn run(cli: Cli, out: Out) -> anyhow::Result<Exit> {
         Command::Status(args) => status::run(&ctx, args).await,
         Command::Unblock(args) => unblock::run(&ctx, args).await,
         Command::Detach(args) => detach::run(&ctx, args).await,
+        Command::Fence(args) => fence::run(&ctx, args).await,
         Command::Node(cmd) => node::run(&ctx, cmd).await,
         Command::Plugin(cmd) => plugin::run(&ctx, cmd).await,
         Command::Events(args) => events::run(&ctx, args).await,

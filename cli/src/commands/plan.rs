@@ -1,6 +1,6 @@
-//! The shared shape of the operator actions `unblock` and `detach`: ask the server for the
-//! plan (a dry run), show it, ask (or require --yes), carry it out, and optionally wait
-//! until the volumes have got where the plan takes them.
+//! The shared shape of the operator actions `unblock`, `detach` and `fence`: ask the server
+//! for the plan (a dry run), show it, ask (or require --yes), carry it out, and optionally
+//! wait until the volumes have got where the plan takes them.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -17,6 +17,29 @@ use crate::failure::Exit;
 use crate::render;
 use crate::wait::{self, Step};
 
+/// The server's answer to an operator action: its plan, and what else it says.
+pub trait Outcome: serde::de::DeserializeOwned + serde::Serialize {
+    fn plan(&self) -> ActionPlan;
+
+    /// Lines on what the action does besides the plan's actions (a fence's method and
+    /// command, then its evidence).
+    fn describe(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// How long the server may work on the real action before it answers (a fence
+    /// method's timeout), as its dry run says.
+    fn runs_for(&self) -> Duration {
+        Duration::ZERO
+    }
+}
+
+impl Outcome for ActionPlan {
+    fn plan(&self) -> ActionPlan {
+        self.clone()
+    }
+}
+
 pub struct Action<'a> {
     /// The endpoint taking the request.
     pub path: String,
@@ -28,34 +51,42 @@ pub struct Action<'a> {
     pub nothing: String,
     /// A warning shown with the plan before asking.
     pub warning: Option<String>,
+    /// Go ahead even when the plan has no action: the action does something by itself.
+    pub act_on_empty: bool,
+    /// Asked on a terminal after the first confirmation (a forced fence of a ready node).
+    pub second_confirmation: Option<String>,
 }
 
-pub async fn carry_out(
+pub async fn carry_out<O: Outcome>(
     ctx: &Ctx,
     action: Action<'_>,
     confirm: &ConfirmArgs,
     wait_args: &WaitArgs,
 ) -> anyhow::Result<Exit> {
     let failed = || format!("failed to {}", action.what);
-    let planned: Answer<ActionPlan> = ctx
+    let planned: Answer<O> = ctx
         .client
         .call(Method::POST, &action.path, Some(&(action.body)(true)))
         .await
         .with_context(failed)?;
-    let planned = planned.body;
+    let outcome = planned.body;
+    let planned = outcome.plan();
     if confirm.dry_run {
-        print(ctx, &planned)?;
+        print(ctx, &outcome)?;
         return Ok(Exit::Ok);
     }
-    if planned.actions.is_empty() {
+    if planned.actions.is_empty() && !action.act_on_empty {
         ctx.out.note(format!("nothing to do: {}", action.nothing));
         if ctx.out.json_mode() {
-            ctx.out.json(&planned)?;
+            ctx.out.json(&outcome)?;
         }
         return Ok(Exit::Ok);
     }
     if !confirm.yes {
         let mut text = String::from("This will:\n");
+        for l in outcome.describe() {
+            text.push_str(&format!("  {l}\n"));
+        }
         for a in &planned.actions {
             text.push_str(&format!("  {}\n", render::action(a, false)));
         }
@@ -65,17 +96,29 @@ pub async fn carry_out(
         ctx.out.note(text.trim_end());
     }
     ctx.out.confirm(&action.what, confirm.yes, true)?;
-    let done: Answer<ActionPlan> = ctx
+    if let Some(second) = &action.second_confirmation
+        && !confirm.yes
+    {
+        ctx.out.note(second);
+        ctx.out.confirm(&action.what, confirm.yes, true)?;
+    }
+    let done: Answer<O> = ctx
         .client
-        .call(Method::POST, &action.path, Some(&(action.body)(false)))
+        .call_running(
+            Method::POST,
+            &action.path,
+            Some(&(action.body)(false)),
+            outcome.runs_for(),
+        )
         .await
         .with_context(failed)?;
-    let done = done.body;
+    let done_outcome = done.body;
+    let done = done_outcome.plan();
     if done.actions != planned.actions {
         ctx.out
             .warn("things changed between the plan and the action; what was done is printed below");
     }
-    print(ctx, &done)?;
+    print(ctx, &done_outcome)?;
     if wait_args.wait {
         wait_for(ctx, &done, wait_args.timeout).await?;
         ctx.out.note("done");
@@ -83,12 +126,15 @@ pub async fn carry_out(
     Ok(Exit::Ok)
 }
 
-fn print(ctx: &Ctx, plan: &ActionPlan) -> anyhow::Result<()> {
+/// The server's answer as it is in JSON; otherwise the description, then the plan.
+fn print<O: Outcome>(ctx: &Ctx, outcome: &O) -> anyhow::Result<()> {
     if ctx.out.json_mode() {
-        ctx.out.json(plan)
-    } else {
-        render::plan(&ctx.out, plan)
+        return ctx.out.json(outcome);
     }
+    for l in outcome.describe() {
+        ctx.out.line(l)?;
+    }
+    render::plan(&ctx.out, &outcome.plan())
 }
 
 /// Waits until each volume of the plan has neither a blocked claim nor an attachment left

@@ -31,6 +31,13 @@ pub struct Blocked {
     pub attached: bool,
     /// The command that unblocks it.
     pub unblock: String,
+    /// The server's fence method for the node, if one applies.
+    pub fence_method: Option<String>,
+    /// The command that fences the node and then unblocks it, when a method applies.
+    pub fence: Option<String>,
+    /// Failed automatic fences of the node, and the last one's error.
+    pub fence_failures: u32,
+    pub fence_error: Option<String>,
 }
 
 /// `status` without a volume, as JSON. Part of the JSON contract.
@@ -84,7 +91,7 @@ pub async fn run(ctx: &Ctx, args: StatusArgs) -> anyhow::Result<Exit> {
         }
     }
     let mut nodes_by_status = BTreeMap::new();
-    for s in [NodeStatus::Ready, NodeStatus::Lost] {
+    for s in NodeStatus::ALL {
         let n = nodes.iter().filter(|x| x.status == s).count();
         if n > 0 {
             nodes_by_status.insert(s.to_string(), n);
@@ -179,6 +186,12 @@ fn blocked(volumes: &[Volume], nodes: &[Node], only_node: Option<&str>) -> Vec<B
                     .iter()
                     .any(|a| a.state == AttachmentState::Blocked && a.node == node),
                 unblock: format!("csivol unblock {} --node {node} --reason \"...\"", v.name),
+                fence_method: n.and_then(|n| n.fence_method.clone()),
+                fence: n
+                    .filter(|n| n.fence_method.is_some())
+                    .map(|_| format!("csivol fence {node} --reason \"...\"")),
+                fence_failures: n.map_or(0, |n| n.fence_failures),
+                fence_error: n.and_then(|n| n.fence_error.clone()),
             });
         }
     }
@@ -193,6 +206,7 @@ fn blocked_table(ctx: &Ctx, blocked: &[Blocked]) -> anyhow::Result<()> {
         "SELF-FENCES",
         "BLOCKED CLAIMS",
         "UNBLOCK WITH",
+        "OR FENCE WITH",
     ]);
     for b in blocked {
         let fences = match (&b.fence_after, &b.fenced_at) {
@@ -212,6 +226,14 @@ fn blocked_table(ctx: &Ctx, blocked: &[Blocked]) -> anyhow::Result<()> {
             fences,
             allocs,
             b.unblock.clone(),
+            match (&b.fence, &b.fence_error) {
+                (None, _) => "no fence method".to_owned(),
+                (Some(f), None) => f.clone(),
+                (Some(f), Some(e)) => format!(
+                    "{f} (automatic fence failed {} time(s): {e})",
+                    b.fence_failures
+                ),
+            },
         ]);
     }
     ctx.out.print_table(t)

@@ -3,6 +3,8 @@
 
 use csivol_proto::api::{NodeUnblockRequest, UnblockRequest};
 
+use csivol_proto::api::ActionPlan;
+
 use super::Ctx;
 use super::plan::{self, Action};
 use crate::args::UnblockArgs;
@@ -54,6 +56,8 @@ pub async fn run(ctx: &Ctx, args: UnblockArgs) -> anyhow::Result<Exit> {
              really gone or fenced, or its data may be corrupted."
                 .into(),
         ),
+        act_on_empty: false,
+        second_confirmation: None,
     };
-    plan::carry_out(ctx, action, &args.confirm, &args.wait).await
+    plan::carry_out::<ActionPlan>(ctx, action, &args.confirm, &args.wait).await
 }

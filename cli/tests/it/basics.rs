@@ -315,6 +315,8 @@ async fn nodes_and_plugins() {
       lost since:      -
       self-fences:     no
       registered:      [TIME]
+      labels:          -
+      fence method:    none
 
     plugins:
     PLUGIN  CSI NODE ID  USED  MAX  CONTROLLER
@@ -340,7 +342,12 @@ async fn nodes_and_plugins() {
           "controller": false
         }
       ],
-      "registered_at": "[TIME]"
+      "registered_at": "[TIME]",
+      "labels": {},
+      "fence_method": null,
+      "fence_failures": 0,
+      "fence_error": null,
+      "next_fence_at": null
     }
     --- stderr
     "#);

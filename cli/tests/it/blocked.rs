@@ -93,9 +93,9 @@ async fn blocked_volumes_gate_and_unblock() {
     snap!(env.run(&["status", "--blocked"]).await, @r#"
     exit: 6
     --- stdout
-    VOLUME  LOST NODE  LOST SINCE                SELF-FENCES     BLOCKED CLAIMS  UNBLOCK WITH
-    v1      n1         [TIME]  yes, after 30s  a1              csivol unblock v1 --node n1 --reason "..."
-    v2      n1         [TIME]  yes, after 30s  a2              csivol unblock v2 --node n1 --reason "..."
+    VOLUME  LOST NODE  LOST SINCE                SELF-FENCES     BLOCKED CLAIMS  UNBLOCK WITH                                OR FENCE WITH
+    v1      n1         [TIME]  yes, after 30s  a1              csivol unblock v1 --node n1 --reason "..."  no fence method
+    v2      n1         [TIME]  yes, after 30s  a2              csivol unblock v2 --node n1 --reason "..."  no fence method
     --- stderr
     "#);
     snap!(env.run(&["status", "--blocked", "-o", "json"]).await, @r#"
@@ -112,7 +112,11 @@ async fn blocked_volumes_gate_and_unblock() {
           "a1"
         ],
         "attached": true,
-        "unblock": "csivol unblock v1 --node n1 --reason \"...\""
+        "unblock": "csivol unblock v1 --node n1 --reason \"...\"",
+        "fence_method": null,
+        "fence": null,
+        "fence_failures": 0,
+        "fence_error": null
       },
       {
         "volume": "v2",
@@ -124,7 +128,11 @@ async fn blocked_volumes_gate_and_unblock() {
           "a2"
         ],
         "attached": true,
-        "unblock": "csivol unblock v2 --node n1 --reason \"...\""
+        "unblock": "csivol unblock v2 --node n1 --reason \"...\"",
+        "fence_method": null,
+        "fence": null,
+        "fence_failures": 0,
+        "fence_error": null
       }
     ]
     --- stderr
@@ -132,8 +140,8 @@ async fn blocked_volumes_gate_and_unblock() {
     snap!(env.run(&["status", "v1", "--blocked"]).await, @r#"
     exit: 6
     --- stdout
-    VOLUME  LOST NODE  LOST SINCE                SELF-FENCES     BLOCKED CLAIMS  UNBLOCK WITH
-    v1      n1         [TIME]  yes, after 30s  a1              csivol unblock v1 --node n1 --reason "..."
+    VOLUME  LOST NODE  LOST SINCE                SELF-FENCES     BLOCKED CLAIMS  UNBLOCK WITH                                OR FENCE WITH
+    v1      n1         [TIME]  yes, after 30s  a1              csivol unblock v1 --node n1 --reason "..."  no fence method
     --- stderr
     "#);
     let r = env.run(&["status", "v3", "--blocked"]).await;
@@ -145,9 +153,9 @@ async fn blocked_volumes_gate_and_unblock() {
     nodes:   2 (1 lost, 1 ready)
 
     blocked volumes:
-    VOLUME  LOST NODE  LOST SINCE                SELF-FENCES     BLOCKED CLAIMS  UNBLOCK WITH
-    v1      n1         [TIME]  yes, after 30s  a1              csivol unblock v1 --node n1 --reason "..."
-    v2      n1         [TIME]  yes, after 30s  a2              csivol unblock v2 --node n1 --reason "..."
+    VOLUME  LOST NODE  LOST SINCE                SELF-FENCES     BLOCKED CLAIMS  UNBLOCK WITH                                OR FENCE WITH
+    v1      n1         [TIME]  yes, after 30s  a1              csivol unblock v1 --node n1 --reason "..."  no fence method
+    v2      n1         [TIME]  yes, after 30s  a2              csivol unblock v2 --node n1 --reason "..."  no fence method
 
     volumes:
     NAME  PLUGIN  ACCESS MODE         STATE    CLAIMS     NODES
@@ -163,9 +171,9 @@ async fn blocked_volumes_gate_and_unblock() {
     nodes:   1 (1 lost)
 
     blocked volumes:
-    VOLUME  LOST NODE  LOST SINCE                SELF-FENCES     BLOCKED CLAIMS  UNBLOCK WITH
-    v1      n1         [TIME]  yes, after 30s  a1              csivol unblock v1 --node n1 --reason "..."
-    v2      n1         [TIME]  yes, after 30s  a2              csivol unblock v2 --node n1 --reason "..."
+    VOLUME  LOST NODE  LOST SINCE                SELF-FENCES     BLOCKED CLAIMS  UNBLOCK WITH                                OR FENCE WITH
+    v1      n1         [TIME]  yes, after 30s  a1              csivol unblock v1 --node n1 --reason "..."  no fence method
+    v2      n1         [TIME]  yes, after 30s  a2              csivol unblock v2 --node n1 --reason "..."  no fence method
 
     volumes:
     NAME  PLUGIN  ACCESS MODE         STATE    CLAIMS     NODES

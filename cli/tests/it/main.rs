@@ -8,6 +8,7 @@ mod support;
 mod basics;
 mod blocked;
 mod claims;
+mod fence;
 mod generated;
 mod real_agent;
 mod volumes;

@@ -51,6 +51,8 @@ pub const FILTERS: &[(&str, &str)] = &[
     (r"/tmp/csivol-[A-Za-z0-9_.-]+", "[TMP]"),
     // Ages: always the last column of a table, or followed by "ago".
     (r"\b\d+[smhd](\d+[smh])? ago\b", "[AGE] ago"),
+    // How long a command ran (a fence method).
+    (r"\bin \d+(\.\d+)?(ms|s|us|µs)\b", "in [DURATION]"),
     (r"(?m)\b\d+[smhd](\d+[smh])?$", "[AGE]"),
 ];
 

@@ -106,6 +106,7 @@ impl SimNode {
                 })
                 .collect(),
             staged: held.staged.iter().cloned().collect(),
+            labels: Default::default(),
         }
     }
 

@@ -39,6 +39,11 @@ impl Node {
         self.dir.join("plugin")
     }
 
+    /// The running agent's pid (also in `<dir>/agent.pid`, for fence scripts).
+    pub fn agent_pid(&self) -> Option<u32> {
+        self.agent.as_ref().map(Proc::pid)
+    }
+
     /// Mount points under this node's agent dir (its staging and target paths).
     pub fn mounts(&self) -> Vec<PathBuf> {
         csivol_tests::mounts_under(&self.agent_dir())
@@ -77,7 +82,22 @@ fn free_port() -> u16 {
 impl Cluster {
     /// Starts a server with `ttl` heartbeat TTL and one node per `nodes` entry.
     pub fn start(name: &str, ttl: &str, nodes: Vec<NodeOpts>) -> Self {
+        Self::start_with_config(name, ttl, nodes, |_| String::new())
+    }
+
+    /// Like [`Cluster::start`], with a server config file: `config` gets the cluster's
+    /// dir (node `node-N` lives in `<dir>/node-N`) and returns the TOML.
+    pub fn start_with_config(
+        name: &str,
+        ttl: &str,
+        nodes: Vec<NodeOpts>,
+        config: impl FnOnce(&Path) -> String,
+    ) -> Self {
         let dir = TestDir::new(&format!("e2e-{name}"));
+        let toml = config(dir.path());
+        if !toml.is_empty() {
+            std::fs::write(dir.join("server.toml"), toml).unwrap();
+        }
         let listen = format!("127.0.0.1:{}", free_port());
         let mut c = Self {
             url: format!("http://{listen}"),
@@ -139,6 +159,10 @@ impl Cluster {
         ])
         .arg(format!("--listen={}", self.listen))
         .arg(format!("--heartbeat-ttl={}", self.ttl));
+        let config = self.dir.join("server.toml");
+        if config.exists() {
+            cmd.arg(format!("--config={}", config.display()));
+        }
         let mut proc = Proc::spawn("server", cmd, &self.dir.join("server.log"));
         let health = format!("{}/v1/health", self.url);
         wait_for("the server to answer", Duration::from_secs(30), || {
@@ -168,6 +192,7 @@ impl Cluster {
         ])
         .args(&n.opts.plugin_args);
         let proc = Proc::spawn("plugin", cmd, &n.dir.join("plugin.log"));
+        std::fs::write(n.dir.join("plugin.pid"), proc.pid().to_string()).unwrap();
         wait_for("the plugin socket", Duration::from_secs(20), || {
             socket.exists().then_some(())
         });
@@ -190,6 +215,7 @@ impl Cluster {
         .args(&n.opts.agent_args)
         .env("RUST_LOG", "info");
         let proc = Proc::spawn("agent", cmd, &n.dir.join("agent.log"));
+        std::fs::write(n.dir.join("agent.pid"), proc.pid().to_string()).unwrap();
         self.nodes[i].agent = Some(proc);
     }
 

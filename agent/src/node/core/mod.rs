@@ -228,6 +228,7 @@ impl Core {
                 fence_after_ms: fence_after.map(|d| d.as_millis() as u64),
                 published: Vec::new(),
                 staged: Vec::new(),
+                labels: shared.cfg.labels.clone(),
             };
         };
         RegisterRequest {
@@ -250,6 +251,7 @@ impl Core {
                 .filter(|s| s.state == StageState::Staged && shared.check_staging(&c, s).is_ok())
                 .map(|s| s.volume)
                 .collect(),
+            labels: shared.cfg.labels.clone(),
         }
     }
 
