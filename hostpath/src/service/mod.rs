@@ -1,0 +1,235 @@
+//! The CSI Identity, Controller and Node services of the reference plugin.
+//!
+//! The plugin is deliberately strict: it checks every required field, refuses lifecycle
+//! violations with the codes the spec's error tables name, and is idempotent, so that a
+//! caller that gets the protocol wrong is caught here rather than forgiven.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use csivol_proto::csi::v1 as csi;
+use csivol_proto::domain::VolumeCapability;
+use tonic::{Code, Response, Status};
+
+use crate::faults::{CallLog, Faults, Rpc};
+use crate::mounts::MountMode;
+use crate::store::{AttachmentRecord, Backend, NodeState, VolumeRecord, write_json};
+
+mod controller;
+mod identity;
+mod node;
+
+pub const PLUGIN_NAME: &str = "hostpath.csivol.dev";
+/// Key of the volume context entry every created volume carries.
+pub const CONTEXT_NAME_KEY: &str = "hostpath.csivol.dev/name";
+/// Key of the publish context entry ControllerPublishVolume returns.
+pub const PUBLISH_DEVICE_KEY: &str = "hostpath.csivol.dev/device";
+const DEFAULT_CAPACITY: i64 = 1 << 30;
+
+/// How this plugin instance was started.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub node_id: String,
+    pub mount: MountMode,
+    pub stage: bool,
+    pub controller_publish: bool,
+    pub max_volumes_per_node: u32,
+    pub fsync: bool,
+    /// `--publish-without-mount`: NodePublishVolume succeeds and does nothing.
+    pub publish_without_mount: bool,
+}
+
+/// State shared by the three services.
+#[derive(Debug)]
+pub struct Plugin {
+    cfg: Config,
+    backend: Backend,
+    node: Mutex<NodeState>,
+    node_state_path: PathBuf,
+    /// `<state-dir>/abnormal/<volume-id>`: a test writes a message there to make the
+    /// volume's VOLUME_CONDITION abnormal with it (fault injection for conditions).
+    abnormal_dir: PathBuf,
+    faults: Faults,
+    calls: CallLog,
+}
+
+impl Plugin {
+    pub fn new(
+        cfg: Config,
+        backend: Backend,
+        state_dir: &Path,
+        faults: Faults,
+    ) -> io::Result<Self> {
+        let node_state_path = state_dir.join("node.json");
+        let node = crate::store::read_json(&node_state_path)?.unwrap_or_default();
+        backend.announce_node(
+            &cfg.node_id,
+            &crate::store::NodeRecord {
+                max_volumes_per_node: cfg.max_volumes_per_node,
+            },
+        )?;
+        let calls = CallLog::open(&state_dir.join("calls.jsonl"))?;
+        Ok(Self {
+            cfg,
+            backend,
+            node: Mutex::new(node),
+            node_state_path,
+            abnormal_dir: state_dir.join("abnormal"),
+            faults,
+            calls,
+        })
+    }
+
+    /// Runs one RPC: counts it in flight, applies injected faults, runs `f` off the async
+    /// workers (it may block on mounts and the backend lock) and logs the outcome.
+    async fn call<T, F>(
+        self: &Arc<Self>,
+        rpc: Rpc,
+        volume_id: String,
+        f: F,
+    ) -> Result<Response<T>, Status>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Plugin) -> Result<T, Status> + Send + 'static,
+    {
+        let in_flight = self.calls.enter(rpc);
+        let result = match self.faults.before(rpc).await {
+            Err(status) => Err(status),
+            Ok(()) => {
+                let plugin = Arc::clone(self);
+                tokio::task::spawn_blocking(move || f(&plugin))
+                    .await
+                    .unwrap_or_else(|e| Err(Status::internal(format!("{rpc} panicked: {e}"))))
+            }
+        };
+        let code = result.as_ref().map_or_else(Status::code, |_| Code::Ok);
+        self.calls.record(
+            rpc,
+            &volume_id,
+            &self.cfg.node_id,
+            code,
+            in_flight.concurrent,
+        );
+        if code != Code::Ok {
+            tracing::info!(%rpc, volume_id, ?code, "call refused");
+        }
+        result.map(Response::new)
+    }
+
+    fn save_node(&self, state: &NodeState) -> Result<(), Status> {
+        write_json(&self.node_state_path, state, self.cfg.fsync)
+            .map_err(|e| internal(e, "save node state"))
+    }
+
+    fn node_state(&self) -> std::sync::MutexGuard<'_, NodeState> {
+        self.node.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn volume(&self, id: &str) -> Result<VolumeRecord, Status> {
+        self.backend
+            .volume(id)
+            .map_err(|e| internal(e, "read volume"))?
+            .ok_or_else(|| Status::not_found(format!("volume `{id}` does not exist")))
+    }
+}
+
+fn internal(e: io::Error, what: &str) -> Status {
+    Status::internal(format!("failed to {what}: {e}"))
+}
+
+fn require(value: &str, field: &'static str) -> Result<(), Status> {
+    if value.is_empty() {
+        return Err(Status::invalid_argument(format!("`{field}` is required")));
+    }
+    Ok(())
+}
+
+fn require_path(value: &str, field: &'static str) -> Result<PathBuf, Status> {
+    require(value, field)?;
+    let path = PathBuf::from(value);
+    if !path.is_absolute() {
+        return Err(Status::invalid_argument(format!(
+            "`{field}` must be an absolute path, got `{value}`"
+        )));
+    }
+    Ok(path)
+}
+
+/// Converts and checks a volume capability: csivol-hostpath serves file systems only.
+fn capability(
+    cap: Option<&csi::VolumeCapability>,
+    field: &'static str,
+) -> Result<VolumeCapability, Status> {
+    let cap = cap.ok_or_else(|| Status::invalid_argument(format!("`{field}` is required")))?;
+    let cap = VolumeCapability::try_from(cap)
+        .map_err(|e| Status::invalid_argument(format!("`{field}`: {e}")))?;
+    if cap.access_type.is_block() {
+        return Err(Status::invalid_argument(
+            "block access is not supported by csivol-hostpath; use a file-system (mount) capability",
+        ));
+    }
+    Ok(cap)
+}
+
+fn capabilities(caps: &[csi::VolumeCapability]) -> Result<Vec<VolumeCapability>, Status> {
+    if caps.is_empty() {
+        return Err(Status::invalid_argument(
+            "`volume_capabilities` is required",
+        ));
+    }
+    caps.iter()
+        .map(|c| capability(Some(c), "volume_capabilities"))
+        .collect()
+}
+
+/// A volume created by CreateVolume carries context the node side must be given back.
+fn check_volume_context(
+    volume: &VolumeRecord,
+    given: &std::collections::HashMap<String, String>,
+) -> Result<(), Status> {
+    for (key, value) in &volume.context {
+        if given.get(key) != Some(value) {
+            return Err(Status::invalid_argument(format!(
+                "`volume_context` must carry `{key}` as CreateVolume returned it for volume `{}`",
+                volume.id
+            )));
+        }
+    }
+    Ok(())
+}
+
+impl Plugin {
+    /// With PUBLISH_UNPUBLISH_VOLUME, node calls are valid only for a volume controller-
+    /// published to this node, with the publish context that publication returned.
+    fn check_controller_published(
+        &self,
+        volume_id: &str,
+        publish_context: &std::collections::HashMap<String, String>,
+    ) -> Result<Option<AttachmentRecord>, Status> {
+        if !self.cfg.controller_publish {
+            return Ok(None);
+        }
+        let attachment = self
+            .backend
+            .attachment(volume_id, &self.cfg.node_id)
+            .map_err(|e| internal(e, "read attachments"))?
+            .ok_or_else(|| {
+                Status::failed_precondition(format!(
+                    "volume `{volume_id}` is not controller-published to node `{}`; call ControllerPublishVolume first",
+                    self.cfg.node_id
+                ))
+            })?;
+        let given: BTreeMap<_, _> = publish_context.clone().into_iter().collect();
+        if given != attachment.publish_context {
+            return Err(Status::failed_precondition(format!(
+                "`publish_context` for volume `{volume_id}` does not match the one ControllerPublishVolume returned"
+            )));
+        }
+        Ok(Some(attachment))
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Service(pub Arc<Plugin>);
