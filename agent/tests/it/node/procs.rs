@@ -243,3 +243,32 @@ impl Drop for Logs<'_> {
         }
     }
 }
+
+/// The usual test node: a server, node `n1`'s reference plugin and its agent.
+pub struct OneNode {
+    pub server: Server,
+    pub api: Api,
+    pub hp: Hostpath,
+    pub agent: AgentProc,
+}
+
+impl OneNode {
+    pub async fn start(
+        dir: &TestDir,
+        server_args: &[&str],
+        plugin_args: &[&str],
+        agent_args: &[&str],
+    ) -> Self {
+        let server = Server::start(dir, server_args).await;
+        let api = server.api.clone();
+        let token = server.node_token(dir, "n1").await;
+        let hp = Hostpath::start(dir, "n1", plugin_args);
+        let agent = AgentProc::start(dir, &server, &token, &hp, agent_args);
+        Self {
+            server,
+            api,
+            hp,
+            agent,
+        }
+    }
+}

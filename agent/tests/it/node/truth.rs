@@ -13,9 +13,9 @@ use rustix::mount::{UnmountFlags, mount_bind, unmount};
 use serde_json::{Value, json};
 
 use super::procs::{
-    AgentProc, Logs, Server, claim, claim_state, create_volume, gone, ready, wait_volume,
+    AgentProc, Logs, OneNode, claim, claim_state, create_volume, gone, ready, wait_volume,
 };
-use super::support::{Hostpath, WAIT};
+use super::support::WAIT;
 
 /// An agent config with a short resync, so that drift is found within a test's patience.
 fn fast_config(dir: &TestDir, ready_timeout: &str) -> String {
@@ -57,12 +57,13 @@ fn staging_of(agent: &AgentProc, volume: &str) -> PathBuf {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drift_behind_a_running_agent_is_found_and_repaired() {
     let dir = TestDir::new("node-truth-drift");
-    let server = Server::start(&dir, &[]).await;
-    let api = server.api.clone();
-    let token = server.node_token(&dir, "n1").await;
-    let hp = Hostpath::start(&dir, "n1", &[]);
     let config = fast_config(&dir, "2m");
-    let agent = AgentProc::start(&dir, &server, &token, &hp, &[&config]);
+    let OneNode {
+        server: _server,
+        api,
+        hp,
+        agent,
+    } = OneNode::start(&dir, &[], &[], &[&config]).await;
     let _logs = Logs(&agent);
     create_volume(&api, "v1", "single-node-writer").await;
     claim(&api, "v1", "a1").await;
@@ -121,12 +122,13 @@ async fn drift_behind_a_running_agent_is_found_and_repaired() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_claim_over_a_vanished_staging_stages_it_again() {
     let dir = TestDir::new("node-truth-new-claim");
-    let server = Server::start(&dir, &[]).await;
-    let api = server.api.clone();
-    let token = server.node_token(&dir, "n1").await;
-    let hp = Hostpath::start(&dir, "n1", &[]);
     // The default resync (30s) does not come during this test: the publish step checks.
-    let agent = AgentProc::start(&dir, &server, &token, &hp, &[]);
+    let OneNode {
+        server: _server,
+        api,
+        hp,
+        agent,
+    } = OneNode::start(&dir, &[], &[], &[]).await;
     let _logs = Logs(&agent);
     create_volume(&api, "v1", "single-node-multi-writer").await;
     claim(&api, "v1", "a1").await;
@@ -149,11 +151,12 @@ async fn a_new_claim_over_a_vanished_staging_stages_it_again() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_over_vanished_mounts_stages_and_publishes_again() {
     let dir = TestDir::new("node-truth-restart");
-    let server = Server::start(&dir, &[]).await;
-    let api = server.api.clone();
-    let token = server.node_token(&dir, "n1").await;
-    let hp = Hostpath::start(&dir, "n1", &[]);
-    let mut agent = AgentProc::start(&dir, &server, &token, &hp, &[]);
+    let OneNode {
+        server: _server,
+        api,
+        hp,
+        mut agent,
+    } = OneNode::start(&dir, &[], &[], &[]).await;
     create_volume(&api, "v1", "single-node-writer").await;
     create_volume(&api, "v2", "single-node-multi-writer").await;
     let claims = [("v1", "a1"), ("v2", "b1"), ("v2", "b2")];
@@ -214,11 +217,12 @@ async fn a_restart_over_vanished_mounts_stages_and_publishes_again() {
 async fn a_paused_node_resumes_its_claims_and_takes_down_what_was_unblocked() {
     use rustix::process::{Pid, Signal, kill_process};
     let dir = TestDir::new("node-truth-paused");
-    let server = Server::start(&dir, &["--heartbeat-ttl=1s"]).await;
-    let api = server.api.clone();
-    let token = server.node_token(&dir, "n1").await;
-    let hp = Hostpath::start(&dir, "n1", &[]);
-    let mut agent = AgentProc::start(&dir, &server, &token, &hp, &[]);
+    let OneNode {
+        server: _server,
+        api,
+        hp,
+        mut agent,
+    } = OneNode::start(&dir, &["--heartbeat-ttl=1s"], &[], &[]).await;
     let mut targets = Vec::new();
     for (v, a) in [("v1", "a1"), ("v2", "b1"), ("v3", "c1")] {
         create_volume(&api, v, "single-node-writer").await;
@@ -292,11 +296,12 @@ async fn a_paused_node_resumes_its_claims_and_takes_down_what_was_unblocked() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plugin_killed_mid_publish_converges() {
     let dir = TestDir::new("node-truth-plugin-kill");
-    let server = Server::start(&dir, &[]).await;
-    let api = server.api.clone();
-    let token = server.node_token(&dir, "n1").await;
-    let mut hp = Hostpath::start(&dir, "n1", &["--delay=NodePublishVolume=3s"]);
-    let agent = AgentProc::start(&dir, &server, &token, &hp, &[]);
+    let OneNode {
+        server: _server,
+        api,
+        mut hp,
+        agent,
+    } = OneNode::start(&dir, &[], &["--delay=NodePublishVolume=3s"], &[]).await;
     let _logs = Logs(&agent);
     create_volume(&api, "v1", "single-node-writer").await;
     claim(&api, "v1", "a1").await;
@@ -327,13 +332,14 @@ async fn a_plugin_killed_mid_publish_converges() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_readiness_wait_says_what_it_waits_for_and_a_release_ends_it() {
     let dir = TestDir::new("node-truth-waiting");
-    let server = Server::start(&dir, &[]).await;
-    let api = server.api.clone();
-    let token = server.node_token(&dir, "n1").await;
-    // A plugin that answers NodePublishVolume without mounting anything.
-    let hp = Hostpath::start(&dir, "n1", &["--publish-without-mount"]);
     let config = fast_config(&dir, "5m");
-    let agent = AgentProc::start(&dir, &server, &token, &hp, &[&config]);
+    // A plugin that answers NodePublishVolume without mounting anything.
+    let OneNode {
+        server: _server,
+        api,
+        hp: _hp,
+        agent,
+    } = OneNode::start(&dir, &[], &["--publish-without-mount"], &[&config]).await;
     let _logs = Logs(&agent);
     create_volume(&api, "v1", "single-node-writer").await;
     claim(&api, "v1", "a1").await;
@@ -363,12 +369,13 @@ async fn a_readiness_wait_says_what_it_waits_for_and_a_release_ends_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_abnormal_volume_condition_is_shown_on_the_claim() {
     let dir = TestDir::new("node-truth-condition");
-    let server = Server::start(&dir, &[]).await;
-    let api = server.api.clone();
-    let token = server.node_token(&dir, "n1").await;
-    let hp = Hostpath::start(&dir, "n1", &[]);
     let config = fast_config(&dir, "2m");
-    let agent = AgentProc::start(&dir, &server, &token, &hp, &[&config]);
+    let OneNode {
+        server: _server,
+        api,
+        hp,
+        agent,
+    } = OneNode::start(&dir, &[], &[], &[&config]).await;
     let _logs = Logs(&agent);
     create_volume(&api, "v1", "single-node-writer").await;
     claim(&api, "v1", "a1").await;
