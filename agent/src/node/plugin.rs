@@ -14,7 +14,7 @@ use csivol_proto::api::{
 use csivol_proto::csi::v1 as csi;
 use csivol_proto::domain::{
     ControllerCapabilities, ErrorClass, NodeCapabilities, NodeInfo, PluginCapabilities, PluginInfo,
-    VolumeCapability,
+    VolumeCapability, code_name,
 };
 use csivol_proto::endpoint::with_deadline;
 use tokio::sync::Semaphore;
@@ -67,29 +67,6 @@ impl CallError {
             is_final,
             next_retry_at_ms,
         }
-    }
-}
-
-/// The gRPC name of a status code (`UNAVAILABLE`), as operators see it in the spec.
-pub fn code_name(code: Code) -> &'static str {
-    match code {
-        Code::Ok => "OK",
-        Code::Cancelled => "CANCELLED",
-        Code::Unknown => "UNKNOWN",
-        Code::InvalidArgument => "INVALID_ARGUMENT",
-        Code::DeadlineExceeded => "DEADLINE_EXCEEDED",
-        Code::NotFound => "NOT_FOUND",
-        Code::AlreadyExists => "ALREADY_EXISTS",
-        Code::PermissionDenied => "PERMISSION_DENIED",
-        Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
-        Code::FailedPrecondition => "FAILED_PRECONDITION",
-        Code::Aborted => "ABORTED",
-        Code::OutOfRange => "OUT_OF_RANGE",
-        Code::Unimplemented => "UNIMPLEMENTED",
-        Code::Internal => "INTERNAL",
-        Code::Unavailable => "UNAVAILABLE",
-        Code::DataLoss => "DATA_LOSS",
-        Code::Unauthenticated => "UNAUTHENTICATED",
     }
 }
 
