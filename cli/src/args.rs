@@ -48,7 +48,9 @@ pub struct GlobalArgs {
     #[arg(long, global = true, value_name = "TOKEN", help_heading = GLOBAL)]
     pub token: Option<String>,
 
-    /// Output format: `table` for people, `json` for scripts (stable field names)
+    /// Output format: `table` for people (fitted to the terminal: the least important
+    /// columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts
+    /// (stable field names)
     #[arg(short, long, global = true, value_enum, default_value_t = Format::Table, help_heading = GLOBAL)]
     pub output: Format,
 
@@ -63,7 +65,11 @@ pub struct GlobalArgs {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Format {
+    /// A table fitted to the terminal
     Table,
+    /// A table with nothing cut and times in full
+    Wide,
+    /// JSON, the API's types (stable field names)
     Json,
 }
 

@@ -7,7 +7,11 @@ use csivol_proto::api::{
     ActionPlan, Claim, ClaimState, Event, Node, PlannedAction, Plugin, Volume,
 };
 
-use crate::output::{Out, age, or_dash};
+use crate::output::{Out, age, bytes, or_dash, time, when};
+
+fn cell(s: impl ToString) -> String {
+    s.to_string()
+}
 
 /// Aligned `key: value` lines under a title.
 pub fn record(out: &Out, title: &str, rows: &[(&str, String)]) -> anyhow::Result<()> {
@@ -68,12 +72,12 @@ pub fn volumes(out: &Out, vs: &[Volume]) -> anyhow::Result<()> {
     let mut t = out.table(&["NAME", "PLUGIN", "ACCESS MODE", "STATE", "CLAIMS", "NODES"]);
     for v in vs {
         t.add_row(vec![
-            comfy_table::Cell::new(&v.name),
-            comfy_table::Cell::new(&v.plugin),
-            comfy_table::Cell::new(v.access_mode),
-            out.state_cell(v.state.as_str()),
-            comfy_table::Cell::new(claim_summary(&v.claims)),
-            comfy_table::Cell::new(attached_nodes(v)),
+            cell(&v.name),
+            cell(&v.plugin),
+            cell(v.access_mode),
+            cell(v.state.as_str()),
+            cell(claim_summary(&v.claims)),
+            cell(attached_nodes(v)),
         ]);
     }
     out.print_table(t)
@@ -90,7 +94,7 @@ pub fn volume(out: &Out, v: &Volume) -> anyhow::Result<()> {
         ("attachment", v.attachment.to_string()),
     ];
     if let Some(c) = v.capacity_bytes {
-        rows.push(("capacity", format!("{c} bytes")));
+        rows.push(("capacity", bytes(c)));
     }
     if !v.fs_type.is_empty() {
         rows.push(("fs type", v.fs_type.clone()));
@@ -115,7 +119,7 @@ pub fn volume(out: &Out, v: &Volume) -> anyhow::Result<()> {
     if let Some(e) = &v.error {
         rows.push(("error", e.clone()));
     }
-    rows.push(("created", v.created_at.clone()));
+    rows.push(("created", when(&v.created_at)));
     record(out, &format!("volume {}", v.name), &rows)?;
 
     out.line("")?;
@@ -126,12 +130,12 @@ pub fn volume(out: &Out, v: &Volume) -> anyhow::Result<()> {
         let mut t = out.table(&["NODE", "STATE", "FORCED", "ERROR", "NEXT RETRY", "SINCE"]);
         for a in &v.attachments {
             t.add_row(vec![
-                comfy_table::Cell::new(&a.node),
-                out.state_cell(a.state.as_str()),
-                comfy_table::Cell::new(if a.forced { "yes" } else { "no" }),
-                comfy_table::Cell::new(or_dash(a.error.as_deref())),
-                comfy_table::Cell::new(or_dash(a.next_retry_at.as_deref())),
-                comfy_table::Cell::new(age(&a.updated_at)),
+                cell(&a.node),
+                cell(a.state.as_str()),
+                cell(if a.forced { "yes" } else { "no" }),
+                cell(or_dash(a.error.as_deref())),
+                cell(opt_time(out, a.next_retry_at.as_deref())),
+                cell(age(&a.updated_at)),
             ]);
         }
         out.print_table(t)?;
@@ -160,17 +164,17 @@ pub fn volume(out: &Out, v: &Volume) -> anyhow::Result<()> {
         let mut t = out.table(&header);
         for c in &v.claims {
             let mut row = vec![
-                comfy_table::Cell::new(&c.alloc),
-                comfy_table::Cell::new(&c.node),
-                comfy_table::Cell::new(c.mode),
-                out.state_cell(c.state.as_str()),
-                comfy_table::Cell::new(or_dash(c.target_path.as_deref())),
-                comfy_table::Cell::new(claim_trouble(c)),
-                comfy_table::Cell::new(or_dash(c.next_retry_at.as_deref())),
-                comfy_table::Cell::new(age(&c.created_at)),
+                cell(&c.alloc),
+                cell(&c.node),
+                cell(c.mode),
+                cell(c.state.as_str()),
+                cell(or_dash(c.target_path.as_deref())),
+                cell(claim_trouble(c)),
+                cell(opt_time(out, c.next_retry_at.as_deref())),
+                cell(age(&c.created_at)),
             ];
             if with_labels {
-                row.push(comfy_table::Cell::new(labels(c)));
+                row.push(cell(labels(c)));
             }
             t.add_row(row);
         }
@@ -210,7 +214,7 @@ pub fn claim(out: &Out, c: &Claim) -> anyhow::Result<()> {
         rows.push(("error", e.clone()));
     }
     if let Some(t) = &c.next_retry_at {
-        rows.push(("next retry", t.clone()));
+        rows.push(("next retry", when(t)));
     }
     if let Some(w) = &c.waiting {
         rows.push(("waiting", crate::output::waiting(w)));
@@ -222,12 +226,12 @@ pub fn claim(out: &Out, c: &Claim) -> anyhow::Result<()> {
         rows.push(("queue", format!("number {p} in line")));
     }
     if let Some(t) = &c.expires_at {
-        rows.push(("lease until", t.clone()));
+        rows.push(("lease until", when(t)));
     }
     if !c.labels.is_empty() {
         rows.push(("labels", labels(c)));
     }
-    rows.push(("created", c.created_at.clone()));
+    rows.push(("created", when(&c.created_at)));
     record(out, &format!("claim of alloc {}", c.alloc), &rows)
 }
 
@@ -261,15 +265,15 @@ pub fn claims(out: &Out, claims: &[Claim]) -> anyhow::Result<()> {
     ]);
     for c in claims {
         t.add_row(vec![
-            comfy_table::Cell::new(&c.volume),
-            comfy_table::Cell::new(&c.alloc),
-            comfy_table::Cell::new(&c.node),
-            comfy_table::Cell::new(c.mode),
-            out.state_cell(c.state.as_str()),
-            comfy_table::Cell::new(age(&c.created_at)),
-            comfy_table::Cell::new(or_dash(c.expires_at.as_deref())),
-            comfy_table::Cell::new(labels(c)),
-            comfy_table::Cell::new(claim_trouble(c)),
+            cell(&c.volume),
+            cell(&c.alloc),
+            cell(&c.node),
+            cell(c.mode),
+            cell(c.state.as_str()),
+            cell(age(&c.created_at)),
+            cell(opt_time(out, c.expires_at.as_deref())),
+            cell(labels(c)),
+            cell(claim_trouble(c)),
         ]);
     }
     out.print_table(t)
@@ -309,12 +313,12 @@ pub fn nodes(out: &Out, ns: &[Node]) -> anyhow::Result<()> {
     ]);
     for n in ns {
         t.add_row(vec![
-            comfy_table::Cell::new(&n.name),
-            out.state_cell(n.status.as_str()),
-            comfy_table::Cell::new(plugin_slots(n)),
-            comfy_table::Cell::new(fencing(n)),
-            comfy_table::Cell::new(or_dash(n.lost_at.as_deref())),
-            comfy_table::Cell::new(
+            cell(&n.name),
+            cell(n.status.as_str()),
+            cell(plugin_slots(n)),
+            cell(fencing(n)),
+            cell(opt_time(out, n.lost_at.as_deref())),
+            cell(
                 n.last_heartbeat
                     .as_deref()
                     .map_or_else(|| "-".to_owned(), |t| format!("{} ago", age(t))),
@@ -340,11 +344,14 @@ pub fn node(out: &Out, n: &Node) -> anyhow::Result<()> {
             "last heartbeat",
             n.last_heartbeat
                 .as_deref()
-                .map_or_else(|| "-".to_owned(), |t| format!("{t} ({} ago)", age(t))),
+                .map_or_else(|| "-".to_owned(), when),
         ),
-        ("lost since", or_dash(n.lost_at.as_deref())),
+        (
+            "lost since",
+            n.lost_at.as_deref().map_or_else(|| "-".to_owned(), when),
+        ),
         ("self-fences", fencing(n)),
-        ("registered", n.registered_at.clone()),
+        ("registered", when(&n.registered_at)),
     ];
     record(out, &format!("node {}", n.name), &rows)?;
     out.line("")?;
@@ -431,13 +438,16 @@ pub fn events(out: &Out, es: &[Event]) -> anyhow::Result<()> {
         out.note("no events");
         return Ok(());
     }
+    // At 80 columns the message needs the room: the index, actor and alloc give it up
+    // (`-o wide` shows them all).
     let mut t = out.table(&[
         "INDEX", "TIME", "KIND", "VOLUME", "NODE", "ALLOC", "ACTOR", "MESSAGE",
     ]);
+    t.optional(&["INDEX", "ACTOR", "ALLOC"]);
     for e in es {
-        t.add_row(vec![
+        t.add_row([
             e.index.to_string(),
-            e.at.clone(),
+            time(out, &e.at),
             e.kind.clone(),
             or_dash(e.volume.as_deref()),
             or_dash(e.node.as_deref()),
@@ -517,4 +527,9 @@ pub fn plan(out: &Out, p: &ActionPlan) -> anyhow::Result<()> {
         out.line(format!("  {}", action(a, done)))?;
     }
     Ok(())
+}
+
+/// A time for a table cell, `-` for none.
+fn opt_time(out: &Out, ts: Option<&str>) -> String {
+    ts.map_or_else(|| "-".to_owned(), |t| time(out, t))
 }

@@ -1,5 +1,7 @@
 //! `csivol completions bash|zsh|fish`.
 
+use std::io::Write;
+
 use clap::CommandFactory;
 
 use crate::args::{Cli, CompletionsArgs, Shell};
@@ -7,13 +9,18 @@ use crate::failure::Exit;
 use crate::output::Out;
 
 pub fn run(_out: &Out, args: CompletionsArgs) -> anyhow::Result<Exit> {
-    let mut stdout = std::io::stdout().lock();
+    // Written to memory first: clap_complete panics when its writer fails, and a closed
+    // pipe (`csivol completions bash | head -1`) must end the command quietly instead.
+    let mut script = Vec::new();
     clap_complete::generate(
         clap_shell(args.shell),
         &mut Cli::command(),
         "csivol",
-        &mut stdout,
+        &mut script,
     );
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(&script)?;
+    stdout.flush()?;
     Ok(Exit::Ok)
 }
 

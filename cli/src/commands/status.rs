@@ -11,7 +11,6 @@ use serde::Serialize;
 use super::Ctx;
 use crate::args::StatusArgs;
 use crate::failure::Exit;
-use crate::output::or_dash;
 use crate::render;
 
 /// A volume held by a lost node: one per (volume, node). Part of the JSON contract.
@@ -208,7 +207,9 @@ fn blocked_table(ctx: &Ctx, blocked: &[Blocked]) -> anyhow::Result<()> {
         t.add_row(vec![
             b.volume.clone(),
             b.node.clone(),
-            or_dash(b.lost_at.as_deref()),
+            b.lost_at
+                .as_deref()
+                .map_or_else(|| "-".to_owned(), |t| crate::output::time(&ctx.out, t)),
             fences,
             allocs,
             b.unblock.clone(),

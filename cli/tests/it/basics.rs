@@ -314,7 +314,7 @@ async fn nodes_and_plugins() {
       last heartbeat:  [TIME] ([AGE] ago)
       lost since:      -
       self-fences:     no
-      registered:      [TIME]
+      registered:      [TIME] ([AGE] ago)
 
     plugins:
     PLUGIN  CSI NODE ID  USED  MAX  CONTROLLER
@@ -390,10 +390,10 @@ async fn events_list_and_follow() {
     let env = Env::start("events");
     env.volume("v1", "single-node-writer").await;
     env.volume("v2", "single-node-writer").await;
-    snap!(env.run(&["events", "--volume", "v1"]).await, @"
+    snap!(env.run(&["events", "--volume", "v1"]).await, @r"
     exit: 0
     --- stdout
-    INDEX  TIME                      KIND               VOLUME  NODE  ALLOC  ACTOR                  MESSAGE
+    INDEX  TIME                  KIND               VOLUME  NODE  ALLOC  ACTOR                  MESSAGE
     1      [TIME]  volume-registered  v1      -     -      operator:[TOKEN-ID]  volume registered (plugin hp, single-node-writer)
     --- stderr
     ");
@@ -417,12 +417,11 @@ async fn events_list_and_follow() {
     // COLUMNS fits tables to a width: only free text wraps.
     let mut cmd = env.command(&["events", "--volume", "v1"]);
     cmd.env("COLUMNS", "130");
-    snap!(run(cmd).await, @"
+    snap!(run(cmd).await, @r"
     exit: 0
     --- stdout
-    INDEX  TIME                      KIND               VOLUME  NODE  ALLOC  ACTOR                  MESSAGE
-    1      [TIME]  volume-registered  v1      -     -      operator:[TOKEN-ID]  volume registered (plugin hp,
-                                                                                                    single-node-writer)
+    INDEX  TIME                  KIND               VOLUME  NODE  ALLOC  ACTOR                  MESSAGE
+    1      [TIME]  volume-registered  v1      -     -      operator:[TOKEN-ID]  volume registered (plugin hp, single-…
     --- stderr
     ");
     snap!(env.run(&["events", "--node", "n9"]).await, @r"

@@ -93,7 +93,7 @@ async fn blocked_volumes_gate_and_unblock() {
     snap!(env.run(&["status", "--blocked"]).await, @r#"
     exit: 6
     --- stdout
-    VOLUME  LOST NODE  LOST SINCE                SELF-FENCES     BLOCKED CLAIMS  UNBLOCK WITH
+    VOLUME  LOST NODE  LOST SINCE            SELF-FENCES     BLOCKED CLAIMS  UNBLOCK WITH
     v1      n1         [TIME]  yes, after 30s  a1              csivol unblock v1 --node n1 --reason "..."
     v2      n1         [TIME]  yes, after 30s  a2              csivol unblock v2 --node n1 --reason "..."
     --- stderr
@@ -132,7 +132,7 @@ async fn blocked_volumes_gate_and_unblock() {
     snap!(env.run(&["status", "v1", "--blocked"]).await, @r#"
     exit: 6
     --- stdout
-    VOLUME  LOST NODE  LOST SINCE                SELF-FENCES     BLOCKED CLAIMS  UNBLOCK WITH
+    VOLUME  LOST NODE  LOST SINCE            SELF-FENCES     BLOCKED CLAIMS  UNBLOCK WITH
     v1      n1         [TIME]  yes, after 30s  a1              csivol unblock v1 --node n1 --reason "..."
     --- stderr
     "#);
@@ -145,7 +145,7 @@ async fn blocked_volumes_gate_and_unblock() {
     nodes:   2 (1 lost, 1 ready)
 
     blocked volumes:
-    VOLUME  LOST NODE  LOST SINCE                SELF-FENCES     BLOCKED CLAIMS  UNBLOCK WITH
+    VOLUME  LOST NODE  LOST SINCE            SELF-FENCES     BLOCKED CLAIMS  UNBLOCK WITH
     v1      n1         [TIME]  yes, after 30s  a1              csivol unblock v1 --node n1 --reason "..."
     v2      n1         [TIME]  yes, after 30s  a2              csivol unblock v2 --node n1 --reason "..."
 
@@ -163,7 +163,7 @@ async fn blocked_volumes_gate_and_unblock() {
     nodes:   1 (1 lost)
 
     blocked volumes:
-    VOLUME  LOST NODE  LOST SINCE                SELF-FENCES     BLOCKED CLAIMS  UNBLOCK WITH
+    VOLUME  LOST NODE  LOST SINCE            SELF-FENCES     BLOCKED CLAIMS  UNBLOCK WITH
     v1      n1         [TIME]  yes, after 30s  a1              csivol unblock v1 --node n1 --reason "..."
     v2      n1         [TIME]  yes, after 30s  a2              csivol unblock v2 --node n1 --reason "..."
 

@@ -10,4 +10,5 @@ mod blocked;
 mod claims;
 mod generated;
 mod real_agent;
+mod tables;
 mod volumes;

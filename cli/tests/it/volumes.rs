@@ -38,7 +38,7 @@ async fn register_show_list() {
       context:      zone=a
       parameters:   -
       secrets:      password=<redacted>
-      created:      [TIME]
+      created:      [TIME] ([AGE] ago)
 
     attachments: none
 
@@ -276,18 +276,18 @@ async fn create_and_delete_through_the_controller() {
         "{r}"
     );
     assert!(r.stderr.ends_with("created volume fresh\n"), "{r}");
-    snap!(r.stdout, @"
+    snap!(r.stdout, @r"
     volume fresh
       state:        free
       plugin:       hp
       external id:  hp-fresh
       access mode:  single-node-writer
       attachment:   file-system
-      capacity:     1048576 bytes
+      capacity:     1 MiB
       context:      -
       parameters:   -
       secrets:      token=<redacted>
-      created:      [TIME]
+      created:      [TIME] ([AGE] ago)
 
     attachments: none
 
