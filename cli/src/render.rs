@@ -3,11 +3,13 @@
 
 use std::collections::BTreeMap;
 
+use std::time::Duration;
+
 use csivol_proto::api::{
-    ActionPlan, Claim, ClaimState, Event, Node, PlannedAction, Plugin, Volume,
+    ActionPlan, Claim, ClaimState, Event, Node, NodeStatus, PlannedAction, Plugin, Volume,
 };
 
-use crate::output::{Out, age, bytes, or_dash, time, when};
+use crate::output::{Out, age, bytes, or_dash, short_duration, time, when};
 
 fn cell(s: impl ToString) -> String {
     s.to_string()
@@ -306,26 +308,45 @@ pub fn nodes(out: &Out, ns: &[Node]) -> anyhow::Result<()> {
     let mut t = out.table(&[
         "NAME",
         "STATUS",
+        "HEARTBEAT",
         "PLUGINS (USED/MAX)",
         "SELF-FENCES",
         "LOST SINCE",
-        "LAST HEARTBEAT",
     ]);
     for n in ns {
         t.add_row(vec![
             cell(&n.name),
             cell(n.status.as_str()),
+            cell(heartbeat(n)),
             cell(plugin_slots(n)),
             cell(fencing(n)),
             cell(opt_time(out, n.lost_at.as_deref())),
-            cell(
-                n.last_heartbeat
-                    .as_deref()
-                    .map_or_else(|| "-".to_owned(), |t| format!("{} ago", age(t))),
-            ),
         ]);
     }
     out.print_table(t)
+}
+
+/// A node's heartbeat against the TTL: `2s ago, TTL 10s` while all is well, `no heartbeat
+/// for 7s; lost in 3s` once it is at risk (see [`Node::at_risk`]).
+pub fn heartbeat(n: &Node) -> String {
+    let ttl = short_duration(Duration::from_millis(n.heartbeat_ttl_ms));
+    match (n.status, n.silent_ms, n.lost_in_ms()) {
+        (NodeStatus::Lost, _, _) => format!("none for over {ttl} (the TTL)"),
+        (_, Some(silent), Some(left)) if n.at_risk() => format!(
+            "no heartbeat for {}; lost in {}",
+            short_duration(Duration::from_millis(silent)),
+            short_duration(Duration::from_millis(left)),
+        ),
+        (_, Some(silent), _) => format!(
+            "{} ago, TTL {ttl}",
+            short_duration(Duration::from_millis(silent))
+        ),
+        // A server that does not say how long the node has been silent.
+        _ => n
+            .last_heartbeat
+            .as_deref()
+            .map_or_else(|| "-".to_owned(), |t| format!("{} ago", age(t))),
+    }
 }
 
 /// Whether and how a node fences itself.
@@ -340,6 +361,7 @@ pub fn fencing(n: &Node) -> String {
 pub fn node(out: &Out, n: &Node) -> anyhow::Result<()> {
     let rows = vec![
         ("status", n.status.to_string()),
+        ("heartbeat", heartbeat(n)),
         (
             "last heartbeat",
             n.last_heartbeat

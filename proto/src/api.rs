@@ -440,6 +440,13 @@ pub struct Node {
     pub name: String,
     pub status: NodeStatus,
     pub last_heartbeat: Option<String>,
+    /// The server's heartbeat TTL: a node silent for longer is marked lost.
+    #[serde(default)]
+    pub heartbeat_ttl_ms: u64,
+    /// For a ready node, how long it has been silent: since its last heartbeat, or since
+    /// the server started (every node gets a full TTL after a restart).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub silent_ms: Option<u64>,
     pub lost_at: Option<String>,
     /// The agent's self-fencing delay (`30s`), if it self-fences.
     pub fence_after: Option<String>,
@@ -447,6 +454,25 @@ pub struct Node {
     pub fenced_at: Option<String>,
     pub plugins: Vec<NodePlugin>,
     pub registered_at: String,
+}
+
+impl Node {
+    /// A ready node that has missed heartbeats: silent for at least half the TTL (agents
+    /// heartbeat every third of it), so it is lost soon unless one arrives.
+    pub fn at_risk(&self) -> bool {
+        self.status == NodeStatus::Ready
+            && self.silent_ms.is_some_and(|s| {
+                self.heartbeat_ttl_ms > 0 && s.saturating_mul(2) >= self.heartbeat_ttl_ms
+            })
+    }
+
+    /// How long until the server marks a ready node lost, unless a heartbeat arrives.
+    pub fn lost_in_ms(&self) -> Option<u64> {
+        let silent = self
+            .silent_ms
+            .filter(|_| self.status == NodeStatus::Ready)?;
+        Some(self.heartbeat_ttl_ms.saturating_sub(silent))
+    }
 }
 
 /// A plugin as one node runs it.
@@ -919,6 +945,36 @@ pub enum Report {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn nodes_at_risk_have_missed_heartbeats_for_half_the_ttl() {
+        let node = |status, silent_ms| Node {
+            name: "n1".into(),
+            status,
+            last_heartbeat: None,
+            heartbeat_ttl_ms: 10_000,
+            silent_ms,
+            lost_at: None,
+            fence_after: None,
+            fenced_at: None,
+            plugins: Vec::new(),
+            registered_at: String::new(),
+        };
+        // (status, silent for, at risk, lost in)
+        let cases = [
+            (NodeStatus::Ready, Some(1_000), false, Some(9_000)),
+            (NodeStatus::Ready, Some(4_999), false, Some(5_001)),
+            (NodeStatus::Ready, Some(5_000), true, Some(5_000)),
+            (NodeStatus::Ready, Some(12_000), true, Some(0)),
+            (NodeStatus::Ready, None, false, None),
+            (NodeStatus::Lost, Some(12_000), false, None),
+        ];
+        for (status, silent, risk, left) in cases {
+            let n = node(status, silent);
+            assert_eq!(n.at_risk(), risk, "{status:?} {silent:?}");
+            assert_eq!(n.lost_in_ms(), left, "{status:?} {silent:?}");
+        }
+    }
 
     #[test]
     fn names() {

@@ -579,7 +579,7 @@ async fn unblock_node(
 
 async fn list_nodes(State(app): State<App>, headers: HeaderMap) -> ApiResult<Json<Vec<api::Node>>> {
     app.caller(&headers)?.require_reader()?;
-    let beats = app.live.last_heartbeat_ms();
+    let beats = app.live.beats();
     Ok(Json(
         app.db
             .read(move |c| views::list_nodes(c, &beats, None))
@@ -594,7 +594,7 @@ async fn get_node(
 ) -> ApiResult<Json<api::Node>> {
     app.caller(&headers)?.require_reader()?;
     name("node", &node)?;
-    let beats = app.live.last_heartbeat_ms();
+    let beats = app.live.beats();
     let wanted = node.clone();
     let found = app
         .db

@@ -6,6 +6,7 @@ use csivol_proto::api::{self, NodeStatus, VolumeState};
 use rusqlite::{Connection, params};
 
 use super::error::{ApiError, ApiResult};
+use super::liveness::Beats;
 use super::model::{
     ATTACHMENT_COLUMNS, AttachmentRow, CLAIM_COLUMNS, ClaimRow, NODE_COLUMNS, NodePluginRow,
     NodeRow, VOLUME_COLUMNS, VolumeRow, claims_to_api, needs_controller_publish, slots_used, time,
@@ -60,7 +61,7 @@ pub fn list_volumes(
 /// Nodes with their plugins; `only` selects one.
 pub fn list_nodes(
     conn: &Connection,
-    heartbeats: &HashMap<String, i64>,
+    beats: &Beats,
     only: Option<&str>,
 ) -> ApiResult<Vec<api::Node>> {
     let sql =
@@ -83,7 +84,14 @@ pub fn list_nodes(
         }
         out.push(api::Node {
             status: n.status,
-            last_heartbeat: heartbeats.get(&n.name).copied().map(time),
+            last_heartbeat: beats.nodes.get(&n.name).and_then(|b| b.last_ms).map(time),
+            heartbeat_ttl_ms: u64::try_from(beats.ttl.as_millis()).unwrap_or(u64::MAX),
+            silent_ms: beats
+                .nodes
+                .get(&n.name)
+                .and_then(|b| b.silent)
+                .filter(|_| n.status == NodeStatus::Ready)
+                .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
             lost_at: n.lost_at.map(time),
             fence_after: n.fence_after_ms.map(|ms| {
                 humantime::format_duration(std::time::Duration::from_millis(ms.max(0) as u64))

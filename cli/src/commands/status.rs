@@ -37,6 +37,9 @@ pub struct Blocked {
 pub struct Summary {
     pub volumes_by_state: BTreeMap<String, usize>,
     pub nodes_by_status: BTreeMap<String, usize>,
+    /// Ready nodes that missed heartbeats (silent for half the TTL or more): lost soon
+    /// unless one arrives.
+    pub nodes_at_risk: Vec<String>,
     pub blocked: Vec<Blocked>,
     pub volumes: Vec<Volume>,
     /// The server's health (`GET /v1/health`), present only when it is not `ok`: e.g.
@@ -96,9 +99,11 @@ pub async fn run(ctx: &Ctx, args: StatusArgs) -> anyhow::Result<Exit> {
         .await
         .ok()
         .filter(|h| h.status != "ok");
+    let at_risk: Vec<&Node> = nodes.iter().filter(|n| n.at_risk()).collect();
     let summary = Summary {
         volumes_by_state,
         nodes_by_status,
+        nodes_at_risk: at_risk.iter().map(|n| n.name.clone()).collect(),
         blocked,
         volumes,
         server,
@@ -118,10 +123,20 @@ pub async fn run(ctx: &Ctx, args: StatusArgs) -> anyhow::Result<Exit> {
         "volumes: {}",
         counts(summary.volumes.len(), &summary.volumes_by_state)
     ))?;
-    ctx.out.line(format!(
-        "nodes:   {}",
-        counts(nodes.len(), &summary.nodes_by_status)
-    ))?;
+    let mut node_counts = counts(nodes.len(), &summary.nodes_by_status);
+    if !at_risk.is_empty() {
+        // `2 (2 ready)` becomes `2 (2 ready, 1 at risk)`.
+        node_counts = format!(
+            "{}, {} at risk)",
+            node_counts.trim_end_matches(')'),
+            at_risk.len()
+        );
+    }
+    ctx.out.line(format!("nodes:   {node_counts}"))?;
+    for n in &at_risk {
+        ctx.out
+            .line(format!("  at risk: {}: {}", n.name, render::heartbeat(n)))?;
+    }
     if let Some(h) = &summary.server {
         ctx.out.line(format!("server:  {}", h.status))?;
         for r in &h.reasons {

@@ -301,9 +301,9 @@ async fn nodes_and_plugins() {
     snap!(env.run(&["node", "list"]).await, @r"
     exit: 0
     --- stdout
-    NAME  STATUS  PLUGINS (USED/MAX)  SELF-FENCES  LOST SINCE  LAST HEARTBEAT
-    n1    ready   hp 0/4              no           -           [AGE] ago
-    n2    ready   hp 0/∞              no           -           [AGE] ago
+    NAME  STATUS  HEARTBEAT        PLUGINS (USED/MAX)  SELF-FENCES  LOST SINCE
+    n1    ready   [AGE] ago, TTL 30s  hp 0/4              no           -
+    n2    ready   [AGE] ago, TTL 30s  hp 0/∞              no           -
     --- stderr
     ");
     snap!(env.run(&["node", "show", "n1"]).await, @r"
@@ -311,6 +311,7 @@ async fn nodes_and_plugins() {
     --- stdout
     node n1
       status:          ready
+      heartbeat:       [AGE] ago, TTL [AGE]
       last heartbeat:  [TIME] ([AGE] ago)
       lost since:      -
       self-fences:     no
@@ -328,6 +329,8 @@ async fn nodes_and_plugins() {
       "name": "n2",
       "status": "ready",
       "last_heartbeat": "[TIME]",
+      "heartbeat_ttl_ms": 30000,
+      "silent_ms": [MS],
       "lost_at": null,
       "fence_after": null,
       "fenced_at": null,

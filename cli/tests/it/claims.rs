@@ -248,6 +248,7 @@ async fn claim_wait_follows_the_claim_to_ready() {
       "nodes_by_status": {
         "ready": 1
       },
+      "nodes_at_risk": [],
       "blocked": [],
       "volumes": [
         {

@@ -9,6 +9,7 @@ mod basics;
 mod blocked;
 mod claims;
 mod generated;
+mod nodes;
 mod real_agent;
 mod tables;
 mod volumes;

@@ -43,6 +43,7 @@ impl fmt::Display for Run {
 pub const FILTERS: &[(&str, &str)] = &[
     (r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z", "[TIME]"),
     (r#""index": \d+"#, r#""index": [INDEX]"#),
+    (r#""silent_ms": \d+"#, r#""silent_ms": [MS]"#),
     (r"csivol_[0-9a-f]{64}", "[TOKEN]"),
     (r"(operator|reader):[0-9a-f]{12}", "$1:[TOKEN-ID]"),
     (r"token [0-9a-f]{12}\b", "token [TOKEN-ID]"),

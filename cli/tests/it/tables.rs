@@ -86,8 +86,8 @@ async fn tables_fit_60_80_and_200_columns_by_cutting_not_wrapping() {
     let r = at(&env, Some(60), &["node", "list"]).await;
     one_line_per_row(&r, 1, 60);
     snap!(r.stdout, @r"
-    NAME    STATUS  PLUGINS (USED…  SELF-FE…  LOST SI…  LAST HE…
-    node-1  ready   hp 1/∞          no        -         [AGE] ago
+    NAME    STATUS  HEARTBEAT    PLUGINS (U…  SELF-FE…  LOST SI…
+    node-1  ready   [AGE] ago, TT…  hp 1/∞       no        -
     ");
 
     // A target path keeps its end, the part that tells two claims apart.
