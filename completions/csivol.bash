@@ -118,8 +118,17 @@ _csivol() {
             csivol__subcmd__help__subcmd__claim,renew)
                 cmd="csivol__subcmd__help__subcmd__claim__subcmd__renew"
                 ;;
+            csivol__subcmd__help__subcmd__node,drain)
+                cmd="csivol__subcmd__help__subcmd__node__subcmd__drain"
+                ;;
+            csivol__subcmd__help__subcmd__node,eligibility)
+                cmd="csivol__subcmd__help__subcmd__node__subcmd__eligibility"
+                ;;
             csivol__subcmd__help__subcmd__node,list)
                 cmd="csivol__subcmd__help__subcmd__node__subcmd__list"
+                ;;
+            csivol__subcmd__help__subcmd__node,remove)
+                cmd="csivol__subcmd__help__subcmd__node__subcmd__remove"
                 ;;
             csivol__subcmd__help__subcmd__node,show)
                 cmd="csivol__subcmd__help__subcmd__node__subcmd__show"
@@ -148,20 +157,38 @@ _csivol() {
             csivol__subcmd__help__subcmd__volume,show)
                 cmd="csivol__subcmd__help__subcmd__volume__subcmd__show"
                 ;;
+            csivol__subcmd__node,drain)
+                cmd="csivol__subcmd__node__subcmd__drain"
+                ;;
+            csivol__subcmd__node,eligibility)
+                cmd="csivol__subcmd__node__subcmd__eligibility"
+                ;;
             csivol__subcmd__node,help)
                 cmd="csivol__subcmd__node__subcmd__help"
                 ;;
             csivol__subcmd__node,list)
                 cmd="csivol__subcmd__node__subcmd__list"
                 ;;
+            csivol__subcmd__node,remove)
+                cmd="csivol__subcmd__node__subcmd__remove"
+                ;;
             csivol__subcmd__node,show)
                 cmd="csivol__subcmd__node__subcmd__show"
+                ;;
+            csivol__subcmd__node__subcmd__help,drain)
+                cmd="csivol__subcmd__node__subcmd__help__subcmd__drain"
+                ;;
+            csivol__subcmd__node__subcmd__help,eligibility)
+                cmd="csivol__subcmd__node__subcmd__help__subcmd__eligibility"
                 ;;
             csivol__subcmd__node__subcmd__help,help)
                 cmd="csivol__subcmd__node__subcmd__help__subcmd__help"
                 ;;
             csivol__subcmd__node__subcmd__help,list)
                 cmd="csivol__subcmd__node__subcmd__help__subcmd__list"
+                ;;
+            csivol__subcmd__node__subcmd__help,remove)
+                cmd="csivol__subcmd__node__subcmd__help__subcmd__remove"
                 ;;
             csivol__subcmd__node__subcmd__help,show)
                 cmd="csivol__subcmd__node__subcmd__help__subcmd__show"
@@ -685,7 +712,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__help__subcmd__node)
-            opts="list show"
+            opts="list show drain eligibility remove"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -698,7 +725,49 @@ _csivol() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        csivol__subcmd__help__subcmd__node__subcmd__drain)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__help__subcmd__node__subcmd__eligibility)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         csivol__subcmd__help__subcmd__node__subcmd__list)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__help__subcmd__node__subcmd__remove)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -937,7 +1006,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__node)
-            opts="-o -q -h -V --addr --token --output --no-color --quiet --help --version list show help"
+            opts="-o -q -h -V --addr --token --output --no-color --quiet --help --version list show drain eligibility remove help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -966,9 +1035,101 @@ _csivol() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        csivol__subcmd__node__subcmd__help)
-            opts="list show help"
+        csivol__subcmd__node__subcmd__drain)
+            opts="-o -q -h -V --wait --deadline --addr --token --output --no-color --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --deadline)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --addr)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --token)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    return 0
+                    ;;
+                -o)
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__node__subcmd__eligibility)
+            opts="-o -q -h -V --enable --disable --addr --token --output --no-color --quiet --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --addr)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --token)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    return 0
+                    ;;
+                -o)
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__node__subcmd__help)
+            opts="list show drain eligibility remove help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__node__subcmd__help__subcmd__drain)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__node__subcmd__help__subcmd__eligibility)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
@@ -1008,6 +1169,20 @@ _csivol() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        csivol__subcmd__node__subcmd__help__subcmd__remove)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         csivol__subcmd__node__subcmd__help__subcmd__show)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
@@ -1023,6 +1198,36 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__node__subcmd__list)
+            opts="-o -q -h -V --addr --token --output --no-color --quiet --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --addr)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --token)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    return 0
+                    ;;
+                -o)
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__node__subcmd__remove)
             opts="-o -q -h -V --addr --token --output --no-color --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )

@@ -254,18 +254,21 @@ complete -c csivol -n "__fish_csivol_using_subcommand detach" -l no-color -d 'Tu
 complete -c csivol -n "__fish_csivol_using_subcommand detach" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand detach" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand detach" -s V -l version -d 'Print version'
-complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show help" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
-complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show help" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
-complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show help" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show drain eligibility remove help" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show drain eligibility remove help" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show drain eligibility remove help" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
-complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show help" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
-complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show help" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
-complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show help" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show help" -s V -l version -d 'Print version'
-complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show help" -f -a "list" -d 'List nodes with their status and plugins'
-complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show help" -f -a "show" -d 'Show a node: status, heartbeat, self-fencing and plugins'
-complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show drain eligibility remove help" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show drain eligibility remove help" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show drain eligibility remove help" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show drain eligibility remove help" -s V -l version -d 'Print version'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show drain eligibility remove help" -f -a "list" -d 'List nodes with their status, heartbeat and plugins'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show drain eligibility remove help" -f -a "show" -d 'Show a node: status, heartbeat against the TTL, eligibility, plugins, claims, attachments, blocked volumes and recent events'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show drain eligibility remove help" -f -a "drain" -d 'Take a node out of service: no new claims on it, then (with --wait) wait until its claims are released by their owners'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show drain eligibility remove help" -f -a "eligibility" -d 'Whether a node takes new claims (existing claims are not touched)'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show drain eligibility remove help" -f -a "remove" -d 'Forget a node that holds nothing: no claim, no attachment, nothing blocked'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show drain eligibility remove help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from list" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from list" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from list" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
@@ -284,8 +287,42 @@ complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subc
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from show" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from show" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from show" -s V -l version -d 'Print version'
-complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from help" -f -a "list" -d 'List nodes with their status and plugins'
-complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from help" -f -a "show" -d 'Show a node: status, heartbeat, self-fencing and plugins'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from drain" -l deadline -d 'How long --wait waits before giving up with exit code 5 (the node stays draining)' -r
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from drain" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from drain" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from drain" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
+wide\t'A table with nothing cut and times in full'
+json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from drain" -l wait -d 'Wait until no claim is left on the node'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from drain" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from drain" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from drain" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from drain" -s V -l version -d 'Print version'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from eligibility" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from eligibility" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from eligibility" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
+wide\t'A table with nothing cut and times in full'
+json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from eligibility" -l enable -d 'New claims may be made on the node again (also ends a drain)'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from eligibility" -l disable -d 'No new claims on the node'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from eligibility" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from eligibility" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from eligibility" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from eligibility" -s V -l version -d 'Print version'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from remove" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from remove" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from remove" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
+wide\t'A table with nothing cut and times in full'
+json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from remove" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from remove" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from remove" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from remove" -s V -l version -d 'Print version'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from help" -f -a "list" -d 'List nodes with their status, heartbeat and plugins'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from help" -f -a "show" -d 'Show a node: status, heartbeat against the TTL, eligibility, plugins, claims, attachments, blocked volumes and recent events'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from help" -f -a "drain" -d 'Take a node out of service: no new claims on it, then (with --wait) wait until its claims are released by their owners'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from help" -f -a "eligibility" -d 'Whether a node takes new claims (existing claims are not touched)'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from help" -f -a "remove" -d 'Forget a node that holds nothing: no claim, no attachment, nothing blocked'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show help" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show help" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
@@ -388,8 +425,11 @@ complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subc
 complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from volume" -f -a "deregister" -d 'Forget a volume (its storage is kept), or with --delete destroy it'
 complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from claim" -f -a "renew" -d 'Extend a claim\'s lease from now'
 complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from claim" -f -a "list" -d 'List claims across volumes, oldest first'
-complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from node" -f -a "list" -d 'List nodes with their status and plugins'
-complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from node" -f -a "show" -d 'Show a node: status, heartbeat, self-fencing and plugins'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from node" -f -a "list" -d 'List nodes with their status, heartbeat and plugins'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from node" -f -a "show" -d 'Show a node: status, heartbeat against the TTL, eligibility, plugins, claims, attachments, blocked volumes and recent events'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from node" -f -a "drain" -d 'Take a node out of service: no new claims on it, then (with --wait) wait until its claims are released by their owners'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from node" -f -a "eligibility" -d 'Whether a node takes new claims (existing claims are not touched)'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from node" -f -a "remove" -d 'Forget a node that holds nothing: no claim, no attachment, nothing blocked'
 complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from plugin" -f -a "list" -d 'List plugins with their health across nodes'
 complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from plugin" -f -a "show" -d 'Show a plugin'
 complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from token" -f -a "create" -d 'Create a token; its secret is printed once, on stdout'

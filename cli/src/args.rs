@@ -477,10 +477,56 @@ pub struct ConfirmArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum NodeCommand {
-    /// List nodes with their status and plugins
+    /// List nodes with their status, heartbeat and plugins
     List,
-    /// Show a node: status, heartbeat, self-fencing and plugins
+    /// Show a node: status, heartbeat against the TTL, eligibility, plugins, claims,
+    /// attachments, blocked volumes and recent events
     Show(NodeArg),
+    /// Take a node out of service: no new claims on it, then (with --wait) wait until its
+    /// claims are released by their owners
+    ///
+    /// Nothing is force-released: the owners release their claims. When the node holds
+    /// nothing, `csivol node remove NODE` forgets it; `csivol node eligibility NODE
+    /// --enable` puts it back in service.
+    Drain(NodeDrainArgs),
+    /// Whether a node takes new claims (existing claims are not touched)
+    Eligibility(NodeEligibilityArgs),
+    /// Forget a node that holds nothing: no claim, no attachment, nothing blocked
+    ///
+    /// Refused otherwise, with the command that gets it there (a drain, or an unblock for
+    /// a lost node). An agent that registers the node again brings it back.
+    Remove(NodeArg),
+}
+
+#[derive(Debug, Args)]
+pub struct NodeDrainArgs {
+    /// The node's name
+    #[arg(value_parser = node_name)]
+    pub node: String,
+
+    /// Wait until no claim is left on the node
+    #[arg(long)]
+    pub wait: bool,
+
+    /// How long --wait waits before giving up with exit code 5 (the node stays draining)
+    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = parse_duration)]
+    pub deadline: Duration,
+}
+
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("choice").required(true)))]
+pub struct NodeEligibilityArgs {
+    /// The node's name
+    #[arg(value_parser = node_name)]
+    pub node: String,
+
+    /// New claims may be made on the node again (also ends a drain)
+    #[arg(long, group = "choice")]
+    pub enable: bool,
+
+    /// No new claims on the node
+    #[arg(long, group = "choice")]
+    pub disable: bool,
 }
 
 #[derive(Debug, Args)]

@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use csivol_proto::api::{
-    ActionPlan, Claim, ClaimState, Event, Node, NodeStatus, PlannedAction, Plugin, Volume,
+    ActionPlan, Claim, ClaimState, Eligibility, Event, Node, NodeStatus, PlannedAction, Plugin,
+    Volume,
 };
 
 use crate::output::{Out, age, bytes, or_dash, short_duration, time, when};
@@ -248,6 +249,22 @@ fn labels(c: &Claim) -> String {
         .join(",")
 }
 
+/// The claims on one node, for `node show`.
+pub fn node_claims(out: &Out, claims: &[Claim]) -> anyhow::Result<()> {
+    let mut t = out.table(&["VOLUME", "ALLOC", "MODE", "STATE", "TARGET PATH", "NOTES"]);
+    for c in claims {
+        t.add_row([
+            c.volume.clone(),
+            c.alloc.clone(),
+            c.mode.to_string(),
+            c.state.to_string(),
+            or_dash(c.target_path.as_deref()),
+            claim_trouble(c),
+        ]);
+    }
+    out.print_table(t)
+}
+
 /// `claim list`: claims across volumes, oldest first per volume.
 pub fn claims(out: &Out, claims: &[Claim]) -> anyhow::Result<()> {
     if claims.is_empty() {
@@ -316,7 +333,10 @@ pub fn nodes(out: &Out, ns: &[Node]) -> anyhow::Result<()> {
     for n in ns {
         t.add_row(vec![
             cell(&n.name),
-            cell(n.status.as_str()),
+            cell(match n.eligibility {
+                Eligibility::Eligible => n.status.to_string(),
+                e => format!("{}, {e}", n.status),
+            }),
             cell(heartbeat(n)),
             cell(plugin_slots(n)),
             cell(fencing(n)),
@@ -358,9 +378,23 @@ pub fn fencing(n: &Node) -> String {
     }
 }
 
-pub fn node(out: &Out, n: &Node) -> anyhow::Result<()> {
+/// Whether a node takes new claims, and for a drain how far it got.
+pub fn eligibility(n: &Node, claims: usize) -> String {
+    match (n.eligibility, claims) {
+        (Eligibility::Draining, 0) => "draining: drained, nothing is claimed on it".into(),
+        (Eligibility::Draining, 1) => "draining: 1 claim left for its owner to release".into(),
+        (Eligibility::Draining, n) => {
+            format!("draining: {n} claims left for their owners to release")
+        }
+        (e, _) => e.to_string(),
+    }
+}
+
+/// A node's record; `claims` is how many claims it has (for a drain's progress).
+pub fn node(out: &Out, n: &Node, claims: usize) -> anyhow::Result<()> {
     let rows = vec![
         ("status", n.status.to_string()),
+        ("eligibility", eligibility(n, claims)),
         ("heartbeat", heartbeat(n)),
         (
             "last heartbeat",

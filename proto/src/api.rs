@@ -257,6 +257,7 @@ text_enum!(
     ClaimState,
     AttachmentState,
     NodeStatus,
+    Eligibility,
     Role
 );
 
@@ -434,6 +435,36 @@ impl NodeStatus {
     }
 }
 
+/// Whether a node takes new claims: an operator's choice, kept across registrations.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Eligibility {
+    /// New claims are accepted (the default).
+    #[default]
+    Eligible,
+    /// No new claims (`csivol node eligibility NODE --disable`); existing ones stay.
+    Ineligible,
+    /// No new claims, and the operator waits for the node's claims to be released by their
+    /// owners (`csivol node drain`); nothing is force-released.
+    Draining,
+}
+
+impl Eligibility {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Eligible => "eligible",
+            Self::Ineligible => "ineligible",
+            Self::Draining => "draining",
+        }
+    }
+}
+
+/// `POST /v1/nodes/{node}/eligibility`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EligibilityRequest {
+    pub eligibility: Eligibility,
+}
+
 /// A node and its plugins.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Node {
@@ -447,6 +478,9 @@ pub struct Node {
     /// the server started (every node gets a full TTL after a restart).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub silent_ms: Option<u64>,
+    /// Whether the node takes new claims.
+    #[serde(default)]
+    pub eligibility: Eligibility,
     pub lost_at: Option<String>,
     /// The agent's self-fencing delay (`30s`), if it self-fences.
     pub fence_after: Option<String>,
@@ -954,6 +988,7 @@ mod tests {
             last_heartbeat: None,
             heartbeat_ttl_ms: 10_000,
             silent_ms,
+            eligibility: Eligibility::Eligible,
             lost_at: None,
             fence_after: None,
             fenced_at: None,

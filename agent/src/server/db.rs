@@ -161,6 +161,11 @@ CREATE TABLE cluster (id TEXT PRIMARY KEY, created_at INTEGER NOT NULL);
 INSERT INTO cluster (id, created_at)
     VALUES (lower(hex(randomblob(16))), CAST(strftime('%s', 'now') AS INTEGER) * 1000);
 "#,
+    r#"
+-- Whether a node takes new claims (eligible, ineligible, draining): an operator's choice
+-- that a registration keeps.
+ALTER TABLE nodes ADD COLUMN eligibility TEXT NOT NULL DEFAULT 'eligible';
+"#,
 ];
 
 /// How many schema migrations this build knows: a database at this `user_version` is current.

@@ -22,6 +22,7 @@ use super::error::{ApiError, ApiResult};
 use super::lifecycle::{self, ClaimDecision, Limits};
 use super::liveness::Liveness;
 use super::metrics::Metrics;
+use super::nodes;
 use super::views;
 use super::watch::Key;
 
@@ -169,7 +170,8 @@ pub fn router(app: App) -> Router {
         .route("/v1/volumes/{name}/unblock", post(unblock_volume))
         .route("/v1/volumes/{name}/detach", post(detach))
         .route("/v1/nodes", get(list_nodes))
-        .route("/v1/nodes/{node}", get(get_node))
+        .route("/v1/nodes/{node}", get(get_node).delete(remove_node))
+        .route("/v1/nodes/{node}/eligibility", post(node_eligibility))
         .route("/v1/nodes/{node}/unblock", post(unblock_node))
         .route("/v1/nodes/{node}/register", post(register))
         .route("/v1/nodes/{node}/heartbeat", post(heartbeat))
@@ -557,6 +559,46 @@ async fn detach(
         .write(move |ctx| lifecycle::detach(ctx, &volume, &req, &actor, &limits))
         .await?;
     Ok(Json(plan))
+}
+
+async fn node_eligibility(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(node): Path<String>,
+    Body(req): Body<api::EligibilityRequest>,
+) -> ApiResult<Json<api::Node>> {
+    let (actor, _) = app.operator(&headers)?;
+    name("node", &node)?;
+    let wanted = node.clone();
+    app.db
+        .write(move |ctx| nodes::set_eligibility(ctx, &wanted, req.eligibility, &actor))
+        .await?;
+    let beats = app.live.beats();
+    let found = app
+        .db
+        .read(move |c| views::list_nodes(c, &beats, Some(&node)))
+        .await?;
+    found
+        .into_iter()
+        .next()
+        .map(Json)
+        .ok_or_else(|| ApiError::internal("the node vanished after its eligibility was set"))
+}
+
+async fn remove_node(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(node): Path<String>,
+) -> ApiResult<StatusCode> {
+    let (actor, _) = app.operator(&headers)?;
+    name("node", &node)?;
+    let wanted = node.clone();
+    app.db
+        .write(move |ctx| nodes::remove(ctx, &wanted, &actor))
+        .await?;
+    // Its heartbeats are unknown from now on: the agent, if it runs, registers again.
+    app.live.forget(&node);
+    Ok(StatusCode::NO_CONTENT)
 }
 
 async fn unblock_node(

@@ -119,6 +119,11 @@ impl Liveness {
         );
     }
 
+    /// The node was removed: nothing is tracked for it any more.
+    pub fn forget(&self, node: &str) {
+        self.nodes().remove(node);
+    }
+
     /// Nodes whose loss is to be recorded now: those whose TTL just ran out (marked lost
     /// here, before the database records it, so that their heartbeats from now on are
     /// answered `lost`) and those whose earlier recording failed and whose retry is due.

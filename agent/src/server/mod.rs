@@ -13,6 +13,7 @@ mod lifecycle;
 mod liveness;
 mod metrics;
 mod model;
+mod nodes;
 mod queue;
 pub mod rules;
 mod views;

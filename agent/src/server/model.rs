@@ -4,7 +4,8 @@ use std::collections::BTreeMap;
 use std::str::FromStr;
 
 use csivol_proto::api::{
-    self, AttachmentState, AttachmentStatus, ClaimMode, ClaimState, NodeStatus, VolumeState,
+    self, AttachmentState, AttachmentStatus, ClaimMode, ClaimState, Eligibility, NodeStatus,
+    VolumeState,
 };
 use csivol_proto::domain::{AccessMode, AccessType, PublishContext, VolumeCapability};
 use rusqlite::{Connection, Row, params};
@@ -381,9 +382,11 @@ pub struct NodeRow {
     pub lost_at: Option<i64>,
     pub fence_after_ms: Option<i64>,
     pub fenced_at: Option<i64>,
+    pub eligibility: Eligibility,
 }
 
-pub const NODE_COLUMNS: &str = "name, status, registered_at, lost_at, fence_after_ms, fenced_at";
+pub const NODE_COLUMNS: &str =
+    "name, status, registered_at, lost_at, fence_after_ms, fenced_at, eligibility";
 
 impl NodeRow {
     pub fn from_row(r: &Row<'_>) -> rusqlite::Result<Self> {
@@ -394,6 +397,7 @@ impl NodeRow {
             lost_at: r.get(3)?,
             fence_after_ms: r.get(4)?,
             fenced_at: r.get(5)?,
+            eligibility: parse(r.get(6)?)?,
         })
     }
 

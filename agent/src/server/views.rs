@@ -92,6 +92,7 @@ pub fn list_nodes(
                 .and_then(|b| b.silent)
                 .filter(|_| n.status == NodeStatus::Ready)
                 .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            eligibility: n.eligibility,
             lost_at: n.lost_at.map(time),
             fence_after: n.fence_after_ms.map(|ms| {
                 humantime::format_duration(std::time::Duration::from_millis(ms.max(0) as u64))

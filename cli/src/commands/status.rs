@@ -157,7 +157,7 @@ pub async fn run(ctx: &Ctx, args: StatusArgs) -> anyhow::Result<Exit> {
 }
 
 /// Every (volume, lost node) hold, with what the operator needs to judge an unblock.
-fn blocked(volumes: &[Volume], nodes: &[Node], only_node: Option<&str>) -> Vec<Blocked> {
+pub(crate) fn blocked(volumes: &[Volume], nodes: &[Node], only_node: Option<&str>) -> Vec<Blocked> {
     let by_name: BTreeMap<&str, &Node> = nodes.iter().map(|n| (n.name.as_str(), n)).collect();
     let mut out = Vec::new();
     for v in volumes {
@@ -199,7 +199,7 @@ fn blocked(volumes: &[Volume], nodes: &[Node], only_node: Option<&str>) -> Vec<B
     out
 }
 
-fn blocked_table(ctx: &Ctx, blocked: &[Blocked]) -> anyhow::Result<()> {
+pub(crate) fn blocked_table(ctx: &Ctx, blocked: &[Blocked]) -> anyhow::Result<()> {
     let mut t = ctx.out.table(&[
         "VOLUME",
         "LOST NODE",

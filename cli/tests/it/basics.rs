@@ -311,6 +311,7 @@ async fn nodes_and_plugins() {
     --- stdout
     node n1
       status:          ready
+      eligibility:     eligible
       heartbeat:       [AGE] ago, TTL [AGE]
       last heartbeat:  [TIME] ([AGE] ago)
       lost since:      -
@@ -320,6 +321,15 @@ async fn nodes_and_plugins() {
     plugins:
     PLUGIN  CSI NODE ID  USED  MAX  CONTROLLER
     hp      csi-n1       0     4    yes
+
+    claims: none
+
+    attachments: none
+
+    recent events:
+    INDEX  TIME                  KIND             VOLUME  NODE  ALLOC  ACTOR                  MESSAGE
+    1      [TIME]  token-created    -       n1    -      operator:[TOKEN-ID]  node token [TOKEN-ID] created
+    2      [TIME]  node-registered  -       n1    -      node:n1                node registered with plugins hp
     --- stderr
     ");
     snap!(env.run(&["node", "show", "n2", "-o", "json"]).await, @r#"
@@ -331,6 +341,7 @@ async fn nodes_and_plugins() {
       "last_heartbeat": "[TIME]",
       "heartbeat_ttl_ms": 30000,
       "silent_ms": [MS],
+      "eligibility": "eligible",
       "lost_at": null,
       "fence_after": null,
       "fenced_at": null,

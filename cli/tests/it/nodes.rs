@@ -1,10 +1,12 @@
-//! Nodes as the on-call operator sees them: heartbeats against the TTL and nodes at risk.
+//! Nodes as the on-call operator sees them and acts on them: heartbeats against the TTL,
+//! nodes at risk, `node show`, drain, eligibility and remove.
 
 use std::time::Duration;
 
 use csivol_tests::{FakeAgent, eventually};
+use serde_json::json;
 
-use crate::support::{Env, WAIT};
+use crate::support::{Env, WAIT, done, make_ready};
 
 /// Heartbeats for `agent` until the task is aborted.
 fn keep_alive(agent: &FakeAgent) -> tokio::task::JoinHandle<()> {
@@ -73,4 +75,142 @@ async fn a_silent_node_is_shown_at_risk_before_it_is_lost() {
             .contains("  heartbeat:       none for over 8s (the TTL)"),
         "{r}"
     );
+}
+
+#[tokio::test]
+async fn drain_waits_for_owners_then_the_node_can_be_removed() {
+    let env = Env::start("drain");
+    env.volume("v1", "single-node-writer").await;
+    env.volume("v2", "single-node-writer").await;
+    let n1 = env.node("n1", 0).await;
+    // n2 runs the node plugin only: n1 hosts the controller, so its operations come to n1.
+    let n2 = FakeAgent::new(&env.server, "n2").await;
+    n2.register(0, false, json!([])).await;
+    let r = env
+        .run(&["claim", "v1", "--node", "n1", "--alloc", "a1"])
+        .await;
+    assert_eq!(r.code, 0, "{r}");
+    make_ready(&n1, &n1, "v1", "a1").await;
+
+    // A node with a claim cannot be removed; the hint is the drain.
+    snap!(env.run(&["node", "remove", "n1"]).await, @r"
+    exit: 4
+    --- stdout
+    --- stderr
+    error: failed to remove node `n1`: refusing to remove node `n1`: it still has 1 claim and 1 attachment
+    hint: drain it and wait for the owners to release their claims: csivol node drain n1 --wait
+    ");
+
+    // Drain: no new claims on n1 (other nodes still take them), the claim stays.
+    let drain = env.spawn(&["node", "drain", "n1", "--wait", "--deadline", "1m"]);
+    eventually("n1 to be draining", WAIT, || async {
+        let (_, n) = env.api().get("/v1/nodes/n1").await;
+        (n["eligibility"] == "draining").then_some(())
+    })
+    .await;
+    snap!(env.run(&["claim", "v2", "--node", "n1", "--alloc", "a2"]).await, @r"
+    exit: 4
+    --- stdout
+    --- stderr
+    error: failed to claim volume `v2` for alloc `a2` on node `n1`: node `n1` is being drained: it takes no new claims
+    hint: claim on another node, or make it eligible again: csivol node eligibility n1 --enable
+    ");
+    let r = env
+        .run(&["claim", "v2", "--node", "n2", "--alloc", "a2"])
+        .await;
+    assert_eq!(r.code, 0, "{r}");
+    let r = env.run(&["node", "show", "n1"]).await;
+    assert!(
+        r.stdout
+            .contains("  eligibility:     draining: 1 claim left for its owner to release\n"),
+        "{r}"
+    );
+    assert!(
+        r.stdout
+            .contains("\nclaims:\nVOLUME  ALLOC  MODE   STATE  TARGET PATH"),
+        "{r}"
+    );
+    assert!(r.stdout.contains("\nrecent events:\n"), "{r}");
+    assert!(r.stdout.contains("node-draining"), "{r}");
+
+    // The owner releases; the node unmounts, unstages and the controller detaches.
+    let r = env.run(&["release", "v1", "--alloc", "a1"]).await;
+    assert_eq!(r.code, 0, "{r}");
+    n1.report(json!([
+        {"kind": "unpublished", "volume": "v1", "alloc": "a1"},
+        {"kind": "unstaged", "volume": "v1"}
+    ]))
+    .await;
+    let op = n1.wait_op("unpublish").await;
+    n1.report(
+        json!([{"kind": "controller_unpublished", "op": op["id"], "attempt": op["attempt"]}]),
+    )
+    .await;
+    let r = done(drain).await;
+    assert_eq!(r.code, 0, "{r}");
+    assert_eq!(
+        r.stdout,
+        "node n1 is drained: nothing is claimed on or attached to it
+"
+    );
+    assert!(
+        r.stderr
+            .starts_with("draining node n1: it still has 1 claim (v1/a1) and 1 attachment (v1)"),
+        "{r}"
+    );
+    assert!(r.stderr.ends_with("hint: csivol node remove n1 forgets it; csivol node eligibility n1 --enable puts it back in service
+"), "{r}");
+
+    // n1 hosts the controller: it finishes v2's ControllerPublish to n2 before it goes.
+    make_ready(&n1, &n2, "v2", "a2").await;
+
+    snap!(env.run(&["node", "remove", "n1"]).await, @r"
+    exit: 0
+    --- stdout
+    --- stderr
+    removed node n1
+    ");
+    let r = env.run(&["node", "show", "n1"]).await;
+    assert_eq!(r.code, 3, "{r}");
+    let r = env.run(&["events", "--node", "n1", "-o", "json"]).await;
+    let events = r.json();
+    let kinds: Vec<&str> = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap())
+        .collect();
+    assert!(kinds.ends_with(&["node-removed"]), "{kinds:?}");
+}
+
+#[tokio::test]
+async fn eligibility_turns_new_claims_off_and_on() {
+    let env = Env::start("eligibility");
+    env.volume("v1", "single-node-writer").await;
+    let _n1 = env.node("n1", 0).await;
+    snap!(env.run(&["node", "eligibility", "n1", "--disable"]).await, @r"
+    exit: 0
+    --- stdout
+    node n1 takes no new claims; its claims stay until their owners release them
+    --- stderr
+    ");
+    let r = env
+        .run(&["claim", "v1", "--node", "n1", "--alloc", "a1"])
+        .await;
+    assert_eq!(r.code, 4, "{r}");
+    let r = env.run(&["node", "list"]).await;
+    assert!(r.stdout.contains("\nn1    ready, ineligible  "), "{r}");
+    snap!(env.run(&["node", "eligibility", "n1", "--enable"]).await, @r"
+    exit: 0
+    --- stdout
+    node n1 takes new claims
+    --- stderr
+    ");
+    let r = env
+        .run(&["claim", "v1", "--node", "n1", "--alloc", "a1"])
+        .await;
+    assert_eq!(r.code, 0, "{r}");
+    // One of the two is required.
+    let r = env.run(&["node", "eligibility", "n1"]).await;
+    assert_eq!(r.code, 2, "{r}");
 }
