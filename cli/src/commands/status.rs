@@ -230,5 +230,16 @@ pub(crate) fn blocked_table(ctx: &Ctx, blocked: &[Blocked]) -> anyhow::Result<()
             b.unblock.clone(),
         ]);
     }
-    ctx.out.print_table(t)
+    ctx.out.print_table(t)?;
+    // One node blocking several volumes is unblocked in one go.
+    let mut by_node: BTreeMap<&str, usize> = BTreeMap::new();
+    for b in blocked {
+        *by_node.entry(b.node.as_str()).or_default() += 1;
+    }
+    for (node, n) in by_node.into_iter().filter(|(_, n)| *n > 1) {
+        ctx.out.note(format!(
+            "hint: node {node} blocks {n} volumes; if it is really gone or fenced, unblock them all with: csivol unblock --node {node} --reason \"...\""
+        ));
+    }
+    Ok(())
 }

@@ -97,6 +97,7 @@ async fn blocked_volumes_gate_and_unblock() {
     v1      n1         [TIME]  yes, after 30s  a1              csivol unblock v1 --node n1 --reason "..."
     v2      n1         [TIME]  yes, after 30s  a2              csivol unblock v2 --node n1 --reason "..."
     --- stderr
+    hint: node n1 blocks 2 volumes; if it is really gone or fenced, unblock them all with: csivol unblock --node n1 --reason "..."
     "#);
     snap!(env.run(&["status", "--blocked", "-o", "json"]).await, @r#"
     exit: 6
@@ -155,6 +156,7 @@ async fn blocked_volumes_gate_and_unblock() {
     v2    hp      single-node-writer  blocked  1 blocked  n1 (blocked)
     v3    hp      single-node-writer  free     -          -
     --- stderr
+    hint: node n1 blocks 2 volumes; if it is really gone or fenced, unblock them all with: csivol unblock --node n1 --reason "..."
     "#);
     snap!(env.run(&["status", "--node", "n1"]).await, @r#"
     exit: 0
@@ -172,6 +174,7 @@ async fn blocked_volumes_gate_and_unblock() {
     v1    hp      single-node-writer  blocked  1 blocked  n1 (blocked)
     v2    hp      single-node-writer  blocked  1 blocked  n1 (blocked)
     --- stderr
+    hint: node n1 blocks 2 volumes; if it is really gone or fenced, unblock them all with: csivol unblock --node n1 --reason "..."
     "#);
 
     // What a blocked volume refuses, with exit 6 and the way out.
