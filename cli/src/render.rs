@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use csivol_proto::api::{
     ActionPlan, Claim, ClaimState, Eligibility, Event, Node, NodeStatus, PlannedAction, Plugin,
-    Volume,
+    Volume, VolumeState,
 };
 
 use crate::output::{Out, age, bytes, or_dash, short_duration, time, when};
@@ -67,6 +67,16 @@ fn attached_nodes(v: &Volume) -> String {
         .join(", ")
 }
 
+/// A volume's state, saying for a blocked one whether it still takes new claims (a
+/// multi-node-multi-writer volume blocked on one node does).
+pub fn volume_state(v: &Volume) -> String {
+    match (v.state, v.accepts_claims) {
+        (VolumeState::Blocked, true) => "blocked, takes claims".into(),
+        (VolumeState::Blocked, false) => "blocked, no new claims".into(),
+        (s, _) => s.to_string(),
+    }
+}
+
 pub fn volumes(out: &Out, vs: &[Volume]) -> anyhow::Result<()> {
     if vs.is_empty() {
         out.note("no volumes");
@@ -78,7 +88,7 @@ pub fn volumes(out: &Out, vs: &[Volume]) -> anyhow::Result<()> {
             cell(&v.name),
             cell(&v.plugin),
             cell(v.access_mode),
-            cell(v.state.as_str()),
+            cell(volume_state(v)),
             cell(claim_summary(&v.claims)),
             cell(attached_nodes(v)),
         ]);
@@ -90,7 +100,7 @@ pub fn volumes(out: &Out, vs: &[Volume]) -> anyhow::Result<()> {
 /// are shown redacted), its attachments and every claim.
 pub fn volume(out: &Out, v: &Volume) -> anyhow::Result<()> {
     let mut rows = vec![
-        ("state", v.state.to_string()),
+        ("state", volume_state(v)),
         ("plugin", v.plugin.clone()),
         ("external id", or_dash(Some(&v.external_id))),
         ("access mode", v.access_mode.to_string()),

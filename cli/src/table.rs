@@ -226,7 +226,8 @@ fn cut(s: &str, width: usize, how: Cut) -> String {
 fn state_style(state: &str) -> Style {
     match state {
         "ready" | "free" | "attached" | "ok" | "eligible" => Style::new().green(),
-        "blocked" | "failed" | "lost" => Style::new().red().bold(),
+        "failed" | "lost" => Style::new().red().bold(),
+        s if s.starts_with("blocked") => Style::new().red().bold(),
         _ => Style::new().yellow(),
     }
 }

@@ -146,6 +146,10 @@ pub struct Volume {
     pub access_mode: AccessMode,
     pub attachment: Attachment,
     pub state: VolumeState,
+    /// Whether a new claim can be accepted now (by the access mode, given the claims held,
+    /// blocked ones included): a `blocked` multi-node-multi-writer volume still takes them.
+    #[serde(default = "yes")]
+    pub accepts_claims: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity_bytes: Option<u64>,
     #[serde(default, skip_serializing_if = "String::is_empty")]
@@ -433,6 +437,10 @@ impl NodeStatus {
             Self::Lost => "lost",
         }
     }
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// Whether a node takes new claims: an operator's choice, kept across registrations.

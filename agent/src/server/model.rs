@@ -167,6 +167,19 @@ impl VolumeRow {
             access_mode: self.access_mode,
             attachment: self.attachment,
             state: self.state(claims, attachments),
+            accepts_claims: self.lifecycle == Lifecycle::Ready && {
+                let held: Vec<super::rules::Held<'_>> = claims
+                    .iter()
+                    .filter(|c| c.state != ClaimState::Queued)
+                    .map(|c| super::rules::Held {
+                        alloc: &c.alloc,
+                        node: &c.node,
+                        mode: c.mode,
+                        state: c.state,
+                    })
+                    .collect();
+                super::rules::accepts_new_claims(self.access_mode, &held)
+            },
             capacity_bytes: self.capacity_bytes,
             fs_type: self.fs_type.clone(),
             mount_flags: self.mount_flags.clone(),

@@ -151,10 +151,10 @@ async fn blocked_volumes_gate_and_unblock() {
     v2      n1         [TIME]  yes, after 30s  a2              csivol unblock v2 --node n1 --reason "..."
 
     volumes:
-    NAME  PLUGIN  ACCESS MODE         STATE    CLAIMS     NODES
-    v1    hp      single-node-writer  blocked  1 blocked  n1 (blocked)
-    v2    hp      single-node-writer  blocked  1 blocked  n1 (blocked)
-    v3    hp      single-node-writer  free     -          -
+    NAME  PLUGIN  ACCESS MODE         STATE                   CLAIMS     NODES
+    v1    hp      single-node-writer  blocked, no new claims  1 blocked  n1 (blocked)
+    v2    hp      single-node-writer  blocked, no new claims  1 blocked  n1 (blocked)
+    v3    hp      single-node-writer  free                    -          -
     --- stderr
     hint: node n1 blocks 2 volumes; if it is really gone or fenced, unblock them all with: csivol unblock --node n1 --reason "..."
     "#);
@@ -170,9 +170,9 @@ async fn blocked_volumes_gate_and_unblock() {
     v2      n1         [TIME]  yes, after 30s  a2              csivol unblock v2 --node n1 --reason "..."
 
     volumes:
-    NAME  PLUGIN  ACCESS MODE         STATE    CLAIMS     NODES
-    v1    hp      single-node-writer  blocked  1 blocked  n1 (blocked)
-    v2    hp      single-node-writer  blocked  1 blocked  n1 (blocked)
+    NAME  PLUGIN  ACCESS MODE         STATE                   CLAIMS     NODES
+    v1    hp      single-node-writer  blocked, no new claims  1 blocked  n1 (blocked)
+    v2    hp      single-node-writer  blocked, no new claims  1 blocked  n1 (blocked)
     --- stderr
     hint: node n1 blocks 2 volumes; if it is really gone or fenced, unblock them all with: csivol unblock --node n1 --reason "..."
     "#);

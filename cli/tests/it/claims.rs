@@ -258,6 +258,7 @@ async fn claim_wait_follows_the_claim_to_ready() {
           "access_mode": "single-node-writer",
           "attachment": "file-system",
           "state": "attached",
+          "accepts_claims": true,
           "context": {},
           "parameters": {},
           "secret_keys": [

@@ -214,3 +214,57 @@ async fn eligibility_turns_new_claims_off_and_on() {
     let r = env.run(&["node", "eligibility", "n1"]).await;
     assert_eq!(r.code, 2, "{r}");
 }
+
+#[tokio::test]
+async fn a_shared_volume_blocked_on_one_node_still_takes_claims() {
+    let env = Env::start_with("partly-blocked", &["--heartbeat-ttl=1s"]);
+    env.volume("shared", "multi-node-multi-writer").await;
+    env.volume("single", "single-node-writer").await;
+    let n1 = env.node("n1", 0).await;
+    let _n1_alive = keep_alive(&n1);
+    let n2 = FakeAgent::new(&env.server, "n2").await;
+    n2.register(0, false, json!([])).await;
+    let n2_alive = keep_alive(&n2);
+    for (volume, alloc, node, agent) in [
+        ("shared", "a1", "n1", &n1),
+        ("shared", "a2", "n2", &n2),
+        ("single", "a3", "n2", &n2),
+    ] {
+        let r = env
+            .run(&["claim", volume, "--node", node, "--alloc", alloc])
+            .await;
+        assert_eq!(r.code, 0, "{r}");
+        make_ready(&n1, agent, volume, alloc).await;
+    }
+    n2_alive.abort();
+    eventually("n2 to be lost", WAIT, || async {
+        let (_, n) = env.api().get("/v1/nodes/n2").await;
+        (n["status"] == "lost").then_some(())
+    })
+    .await;
+    snap!(env.run(&["volume", "list"]).await, @r"
+    exit: 0
+    --- stdout
+    NAME    PLUGIN  ACCESS MODE              STATE                   CLAIMS              NODES
+    shared  hp      multi-node-multi-writer  blocked, takes claims   1 ready, 1 blocked  n1, n2 (blocked)
+    single  hp      single-node-writer       blocked, no new claims  1 blocked           n2 (blocked)
+    --- stderr
+    ");
+    let r = env.run(&["volume", "list", "-o", "json"]).await;
+    let accepts: Vec<bool> = r
+        .json()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["accepts_claims"].as_bool().unwrap())
+        .collect();
+    assert_eq!(accepts, [true, false], "{r}");
+    let r = env
+        .run(&["claim", "shared", "--node", "n1", "--alloc", "a4"])
+        .await;
+    assert_eq!(r.code, 0, "{r}");
+    let r = env
+        .run(&["claim", "single", "--node", "n1", "--alloc", "a5"])
+        .await;
+    assert_eq!(r.code, 6, "{r}");
+}

@@ -77,6 +77,7 @@ async fn register_show_list() {
       "access_mode": "multi-node-reader-only",
       "attachment": "file-system",
       "state": "free",
+      "accepts_claims": true,
       "context": {},
       "parameters": {
         "tier": "gold"
@@ -341,6 +342,7 @@ async fn create_and_delete_through_the_controller() {
       "access_mode": "single-node-writer",
       "attachment": "file-system",
       "state": "creating",
+      "accepts_claims": false,
       "capacity_bytes": 1048576,
       "context": {},
       "parameters": {},
