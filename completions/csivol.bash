@@ -1586,7 +1586,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__token__subcmd__create)
-            opts="-o -q -h -V --role --node --addr --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --role --node --name --addr --token --output --no-color --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1597,6 +1597,10 @@ _csivol() {
                     return 0
                     ;;
                 --node)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --name)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -385,6 +385,7 @@ reader\t''
 claimer\t''
 node\t''"
 complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from create" -l node -d 'The node a `node` token acts for' -r
+complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from create" -l name -d 'A name people recognise (`alice`, `ci-deploy`), unique; the event log names the token\'s actions `ROLE:NAME` (e.g. `operator:alice`) instead of `ROLE:ID`' -r
 complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from create" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
 complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from create" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
 complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from create" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'

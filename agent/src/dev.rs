@@ -415,6 +415,7 @@ impl Client {
         let req = api::TokenRequest {
             role: api::Role::Node,
             node: Some(node.to_owned()),
+            name: None,
         };
         let (_, t) = self
             .call::<api::TokenResponse>(

@@ -582,6 +582,11 @@ pub struct TokenCreateArgs {
     /// The node a `node` token acts for
     #[arg(long, value_name = "NODE", value_parser = node_name, required_if_eq("role", "node"))]
     pub node: Option<String>,
+
+    /// A name people recognise (`alice`, `ci-deploy`), unique; the event log names the
+    /// token's actions `ROLE:NAME` (e.g. `operator:alice`) instead of `ROLE:ID`
+    #[arg(long, value_name = "NAME")]
+    pub name: Option<String>,
 }
 
 #[derive(Debug, Args)]

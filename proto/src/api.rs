@@ -645,6 +645,9 @@ pub struct TokenRequest {
     pub role: Role,
     #[serde(default)]
     pub node: Option<String>,
+    /// A name people recognise (`alice`, `ci-deploy`), shown as the actor in events.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
 }
 
 /// A new token; the secret is shown once and only its hash is stored.
@@ -653,6 +656,8 @@ pub struct TokenResponse {
     pub id: String,
     pub role: Role,
     pub node: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
     pub token: String,
 }
 

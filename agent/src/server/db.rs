@@ -166,6 +166,11 @@ INSERT INTO cluster (id, created_at)
 -- that a registration keeps.
 ALTER TABLE nodes ADD COLUMN eligibility TEXT NOT NULL DEFAULT 'eligible';
 "#,
+    r#"
+-- Token names (`token create --name alice`), shown as the actor in events; unique.
+ALTER TABLE tokens ADD COLUMN name TEXT;
+CREATE UNIQUE INDEX tokens_name ON tokens (name) WHERE name IS NOT NULL;
+"#,
 ];
 
 /// How many schema migrations this build knows: a database at this `user_version` is current.

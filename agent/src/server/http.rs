@@ -235,7 +235,7 @@ async fn create_token(
     let resp = app
         .db
         .write(move |ctx| {
-            let t = auth::create_token(ctx, req.role, req.node.clone())?;
+            let t = auth::create_token(ctx, req.role, req.node.clone(), req.name.clone())?;
             lifecycle::event(
                 ctx,
                 "token-created",
@@ -243,7 +243,10 @@ async fn create_token(
                 t.node.as_deref(),
                 None,
                 &actor,
-                format!("{} token {} created", t.role, t.id),
+                match &t.name {
+                    Some(name) => format!("{} token {} created, named {name}", t.role, t.id),
+                    None => format!("{} token {} created", t.role, t.id),
+                },
             )?;
             Ok(t)
         })
@@ -254,6 +257,7 @@ async fn create_token(
             token_id: resp.id.clone(),
             role: resp.role,
             node: resp.node.clone(),
+            name: resp.name.clone(),
         },
     );
     Ok((StatusCode::CREATED, Json(resp)).into_response())

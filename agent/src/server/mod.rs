@@ -193,7 +193,7 @@ impl Server {
         if tokens.is_empty() {
             let token_path = cfg.data_dir.join(OPERATOR_TOKEN_FILE);
             let t = db
-                .write(|ctx| auth::create_token(ctx, csivol_proto::api::Role::Operator, None))
+                .write(|ctx| auth::create_token(ctx, csivol_proto::api::Role::Operator, None, None))
                 .await
                 .map_err(|e| anyhow::anyhow!("failed to create the operator token: {e}"))?;
             auth::write_token_file(&token_path, &t.token)
@@ -204,6 +204,7 @@ impl Server {
                     token_id: t.id.clone(),
                     role: t.role,
                     node: None,
+                    name: None,
                 },
             );
             tracing::info!(path = %token_path.display(), "created the first operator token");

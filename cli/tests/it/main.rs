@@ -12,4 +12,5 @@ mod generated;
 mod nodes;
 mod real_agent;
 mod tables;
+mod tokens;
 mod volumes;
