@@ -562,7 +562,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__events)
-            opts="-f -o -q -h -V --volume --node --follow --addr --token --output --no-color --quiet --help --version"
+            opts="-f -o -q -h -V --volume --node --follow --since --tail --addr --token --output --no-color --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -573,6 +573,14 @@ _csivol() {
                     return 0
                     ;;
                 --node)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --since)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --tail)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -1522,7 +1530,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__status)
-            opts="-o -q -h -V --blocked --node --addr --token --output --no-color --quiet --help --version"
+            opts="-w -o -q -h -V --blocked --node --watch --addr --token --output --no-color --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

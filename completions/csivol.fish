@@ -219,6 +219,7 @@ complete -c csivol -n "__fish_csivol_using_subcommand status" -s o -l output -d 
 wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
 complete -c csivol -n "__fish_csivol_using_subcommand status" -l blocked -d 'Only blocked volumes, with the lost node and the unblock command; exit code 6 when any is blocked, 0 when none is'
+complete -c csivol -n "__fish_csivol_using_subcommand status" -s w -l watch -d 'Keep it on screen and redraw it when something changes (blocking queries on the event log, and every few seconds for heartbeat countdowns) until interrupted'
 complete -c csivol -n "__fish_csivol_using_subcommand status" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand status" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand status" -s h -l help -d 'Print help (see more with \'--help\')'
@@ -359,12 +360,14 @@ complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_su
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c csivol -n "__fish_csivol_using_subcommand events" -l volume -d 'Only events of this volume' -r
 complete -c csivol -n "__fish_csivol_using_subcommand events" -l node -d 'Only events of this node' -r
+complete -c csivol -n "__fish_csivol_using_subcommand events" -l since -d 'Only events of the last DURATION (e.g. 10m, 2h)' -r
+complete -c csivol -n "__fish_csivol_using_subcommand events" -l tail -d 'Only the last N events (after the other filters)' -r
 complete -c csivol -n "__fish_csivol_using_subcommand events" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
 complete -c csivol -n "__fish_csivol_using_subcommand events" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
 complete -c csivol -n "__fish_csivol_using_subcommand events" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
-complete -c csivol -n "__fish_csivol_using_subcommand events" -s f -l follow -d 'Keep printing new events as they happen (with -o json: one object per line)'
+complete -c csivol -n "__fish_csivol_using_subcommand events" -s f -l follow -d 'Keep printing new events as they happen (with -o json: one object per line); starts at the end of the log unless --since or --tail says otherwise'
 complete -c csivol -n "__fish_csivol_using_subcommand events" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand events" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand events" -s h -l help -d 'Print help (see more with \'--help\')'

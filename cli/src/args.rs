@@ -416,6 +416,11 @@ pub struct StatusArgs {
     /// Only volumes claimed or attached on this node, and only this node
     #[arg(long, value_name = "NODE", value_parser = node_name)]
     pub node: Option<String>,
+
+    /// Keep it on screen and redraw it when something changes (blocking queries on the
+    /// event log, and every few seconds for heartbeat countdowns) until interrupted
+    #[arg(short, long)]
+    pub watch: bool,
 }
 
 #[derive(Debug, Args)]
@@ -561,9 +566,18 @@ pub struct EventsArgs {
     #[arg(long, value_name = "NODE", value_parser = node_name)]
     pub node: Option<String>,
 
-    /// Keep printing new events as they happen (with -o json: one object per line)
+    /// Keep printing new events as they happen (with -o json: one object per line);
+    /// starts at the end of the log unless --since or --tail says otherwise
     #[arg(short, long)]
     pub follow: bool,
+
+    /// Only events of the last DURATION (e.g. 10m, 2h)
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub since: Option<Duration>,
+
+    /// Only the last N events (after the other filters)
+    #[arg(long, value_name = "N")]
+    pub tail: Option<usize>,
 }
 
 #[derive(Debug, Subcommand)]

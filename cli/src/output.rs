@@ -70,6 +70,18 @@ impl Out {
         Ok(())
     }
 
+    pub fn stdout_is_tty(&self) -> bool {
+        self.stdout_tty
+    }
+
+    /// Text on stdout as it is (terminal control sequences).
+    pub fn raw(&self, text: &str) -> anyhow::Result<()> {
+        let mut out = std::io::stdout().lock();
+        out.write_all(text.as_bytes())?;
+        out.flush()?;
+        Ok(())
+    }
+
     /// A line of text on stdout.
     pub fn line(&self, text: impl AsRef<str>) -> anyhow::Result<()> {
         let mut out = std::io::stdout().lock();

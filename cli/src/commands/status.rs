@@ -3,13 +3,16 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use std::time::Duration;
+
 use csivol_proto::api::{
-    AttachmentState, ClaimState, Health, Node, NodeStatus, Volume, VolumeState,
+    AttachmentState, ClaimState, Event, Health, Node, NodeStatus, Volume, VolumeState,
 };
 use serde::Serialize;
 
 use super::Ctx;
 use crate::args::StatusArgs;
+use crate::client::{Answer, MAX_BLOCK};
 use crate::failure::Exit;
 use crate::render;
 
@@ -48,7 +51,47 @@ pub struct Summary {
     pub server: Option<Health>,
 }
 
+/// How often `status --watch` redraws on a terminal even when nothing happened, so that
+/// heartbeat countdowns and ages stay true.
+const REFRESH: Duration = Duration::from_secs(5);
+
 pub async fn run(ctx: &Ctx, args: StatusArgs) -> anyhow::Result<Exit> {
+    if !args.watch {
+        return once(ctx, &args).await;
+    }
+    // Every change the server makes is in the event log: a blocking query on it wakes the
+    // redraw as soon as something happened, without polling the cluster's state.
+    let tty = ctx.out.stdout_is_tty();
+    let (_, mut index) = super::events::all_after(ctx, 0, "").await?;
+    let mut first = true;
+    loop {
+        if tty {
+            // Clear the screen and go home, like watch(1).
+            ctx.out.raw("\x1b[2J\x1b[H")?;
+        } else if !first {
+            ctx.out.line("")?;
+        }
+        first = false;
+        once(ctx, &args).await?;
+        loop {
+            let wait = if tty { REFRESH } else { MAX_BLOCK };
+            let path = format!(
+                "/v1/events?index={index}&wait={}ms&limit=10000",
+                wait.as_millis()
+            );
+            let answer: Answer<Vec<Event>> = ctx.client.get_blocking(&path, wait).await?;
+            let changed = !answer.body.is_empty();
+            if let Some(last) = answer.body.last() {
+                index = last.index;
+            }
+            if changed || tty {
+                break;
+            }
+        }
+    }
+}
+
+async fn once(ctx: &Ctx, args: &StatusArgs) -> anyhow::Result<Exit> {
     let volumes: Vec<Volume> = match (&args.volume, &args.node) {
         (Some(v), _) => vec![ctx.client.get(&format!("/v1/volumes/{v}")).await?],
         (None, Some(n)) => ctx.client.get(&format!("/v1/volumes?node={n}")).await?,

@@ -445,11 +445,11 @@ async fn events_list_and_follow() {
     no events
     ");
 
-    // --follow prints what there is, then each new event as it happens: the second line
-    // comes from an event made after the first was printed.
+    // --follow with --since (or --tail) prints what there is, then each new event as it
+    // happens: the second line comes from an event made after the first was printed.
     for (volume, json) in [("v3", false), ("v4", true)] {
         env.volume(volume, "single-node-writer").await;
-        let mut args = vec!["events", "--follow", "--volume", volume];
+        let mut args = vec!["events", "--follow", "--since", "1h", "--volume", volume];
         if json {
             args.extend(["-o", "json"]);
         }

@@ -14,3 +14,4 @@ mod real_agent;
 mod tables;
 mod tokens;
 mod volumes;
+mod watch;
