@@ -225,7 +225,7 @@ complete -c csivol -n "__fish_csivol_using_subcommand status" -s q -l quiet -d '
 complete -c csivol -n "__fish_csivol_using_subcommand status" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand status" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand unblock" -l node -d 'The lost node: every volume it holds blocked' -r
-complete -c csivol -n "__fish_csivol_using_subcommand unblock" -l reason -d 'Why, for the event log (e.g. "n2 powered off in rack 4")' -r
+complete -c csivol -n "__fish_csivol_using_subcommand unblock" -l reason -d 'Why, for the event log (e.g. "n2 powered off in rack 4"); not needed with --dry-run' -r
 complete -c csivol -n "__fish_csivol_using_subcommand unblock" -l timeout -d 'How long --wait waits before giving up with exit code 5' -r
 complete -c csivol -n "__fish_csivol_using_subcommand unblock" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
 complete -c csivol -n "__fish_csivol_using_subcommand unblock" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
@@ -240,7 +240,7 @@ complete -c csivol -n "__fish_csivol_using_subcommand unblock" -s q -l quiet -d 
 complete -c csivol -n "__fish_csivol_using_subcommand unblock" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand unblock" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand detach" -l node -d 'The node to detach it from' -r
-complete -c csivol -n "__fish_csivol_using_subcommand detach" -l reason -d 'Why, for the event log' -r
+complete -c csivol -n "__fish_csivol_using_subcommand detach" -l reason -d 'Why, for the event log; not needed with --dry-run' -r
 complete -c csivol -n "__fish_csivol_using_subcommand detach" -l timeout -d 'How long --wait waits before giving up with exit code 5' -r
 complete -c csivol -n "__fish_csivol_using_subcommand detach" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
 complete -c csivol -n "__fish_csivol_using_subcommand detach" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r

@@ -433,9 +433,9 @@ pub struct UnblockArgs {
     #[arg(long, value_name = "NODE", value_parser = node_name)]
     pub node: Option<String>,
 
-    /// Why, for the event log (e.g. "n2 powered off in rack 4")
-    #[arg(long, value_name = "TEXT", value_parser = reason)]
-    pub reason: String,
+    /// Why, for the event log (e.g. "n2 powered off in rack 4"); not needed with --dry-run
+    #[arg(long, value_name = "TEXT", value_parser = reason, required_unless_present = "dry_run")]
+    pub reason: Option<String>,
 
     #[command(flatten)]
     pub confirm: ConfirmArgs,
@@ -454,9 +454,9 @@ pub struct DetachArgs {
     #[arg(long, value_name = "NODE", value_parser = node_name)]
     pub node: String,
 
-    /// Why, for the event log
-    #[arg(long, value_name = "TEXT", value_parser = reason)]
-    pub reason: String,
+    /// Why, for the event log; not needed with --dry-run
+    #[arg(long, value_name = "TEXT", value_parser = reason, required_unless_present = "dry_run")]
+    pub reason: Option<String>,
 
     /// The node is lost: release its claims and detach without it
     #[arg(long)]

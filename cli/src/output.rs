@@ -192,7 +192,9 @@ impl Out {
         if matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes") {
             Ok(())
         } else {
-            Err(Failure::new(Exit::Error, "cancelled; nothing was changed").into())
+            // The same exit as a confirmation refused without a terminal: nothing was
+            // agreed to, so nothing happened.
+            Err(Failure::usage("cancelled; nothing was changed").into())
         }
     }
 

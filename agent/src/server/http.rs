@@ -530,7 +530,10 @@ async fn unblock_volume(
 ) -> ApiResult<Json<api::ActionPlan>> {
     let (actor, limits) = app.operator(&headers)?;
     name("volume", &volume)?;
-    reason(&req.reason)?;
+    // A dry run records nothing, so it needs no reason.
+    if !req.dry_run {
+        reason(&req.reason)?;
+    }
     let plan = app
         .db
         .write(move |ctx| {
@@ -557,7 +560,10 @@ async fn detach(
     let (actor, limits) = app.operator(&headers)?;
     name("volume", &volume)?;
     name("node", &req.node)?;
-    reason(&req.reason)?;
+    // A dry run records nothing, so it needs no reason.
+    if !req.dry_run {
+        reason(&req.reason)?;
+    }
     let plan = app
         .db
         .write(move |ctx| lifecycle::detach(ctx, &volume, &req, &actor, &limits))
@@ -613,7 +619,10 @@ async fn unblock_node(
 ) -> ApiResult<Json<api::ActionPlan>> {
     let (actor, limits) = app.operator(&headers)?;
     name("node", &node)?;
-    reason(&req.reason)?;
+    // A dry run records nothing, so it needs no reason.
+    if !req.dry_run {
+        reason(&req.reason)?;
+    }
     let plan = app
         .db
         .write(move |ctx| {

@@ -514,3 +514,15 @@ async fn a_closed_stdout_is_not_an_error() {
         assert_eq!(String::from_utf8_lossy(&out.stderr), "", "{args:?}");
     }
 }
+
+#[tokio::test]
+async fn the_agent_help_uses_the_port_everything_else_uses() {
+    let out = tokio::process::Command::new(csivol_tests::bin_path("csivol-agent"))
+        .args(["node", "--help"])
+        .output()
+        .await
+        .unwrap();
+    let help = String::from_utf8(out.stdout).unwrap();
+    assert!(help.contains("http://10.0.0.1:7420"), "{help}");
+    assert!(!help.contains(":7400"), "{help}");
+}
