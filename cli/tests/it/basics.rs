@@ -225,6 +225,23 @@ async fn not_found_exits_3() {
     error: volume `nope` is not registered
     hint: list volumes with `csivol volume list`
     ");
+    // A name close to a registered one gets it as a suggestion.
+    env.volume("demo-data", "single-node-writer").await;
+    let _n1 = env.node("node-1", 0).await;
+    snap!(env.run(&["status", "demo-dat"]).await, @r"
+    exit: 3
+    --- stdout
+    --- stderr
+    error: volume `demo-dat` is not registered
+    hint: did you mean volume `demo-data`? (list volumes with `csivol volume list`)
+    ");
+    snap!(env.run(&["node", "show", "node-2"]).await, @r"
+    exit: 3
+    --- stdout
+    --- stderr
+    error: node `node-2` is not registered
+    hint: did you mean node `node-1`? (`csivol node list` shows the registered nodes; a node registers when its agent starts)
+    ");
 }
 
 #[tokio::test]
