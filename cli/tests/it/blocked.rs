@@ -389,12 +389,12 @@ async fn detach_through_a_live_node() {
     error: failed to force-detach volume v1 from node n1: node `n1` is ready; --force is only for a lost node
     hint: detach through the node: csivol detach v1 --node n1 --reason "..."
     "#);
-    snap!(env.run(&["detach", "v1", "--node", "n2", "--reason", "drain n1", "--yes"]).await, @"
+    snap!(env.run(&["detach", "v1", "--node", "n2", "--reason", "drain n1", "--yes"]).await, @r"
     exit: 3
     --- stdout
     --- stderr
     error: failed to detach volume v1 from node n2: node `n2` is not registered
-    hint: list nodes with `csivol node list`; a node registers when its agent starts
+    hint: did you mean node `n1`? (list nodes with `csivol node list`; a node registers when its agent starts)
     ");
 
     let cli = env.spawn(&[
