@@ -170,7 +170,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
             token_path.display()
         ),
     )?;
-    let cli_token = offer_cli_token(&token);
+    let cli_token = offer_cli_token(&token, &dir);
     print_banner(
         &url,
         &dir,
@@ -336,15 +336,52 @@ pub fn cli_token_path() -> Option<PathBuf> {
     Some(base.join("csivol").join("token"))
 }
 
-/// Writes the operator token where the CLI looks by default, unless a different token is
-/// already there (never overwrite someone's token). Returns the path when it holds ours.
-fn offer_cli_token(token: &str) -> Option<PathBuf> {
+/// Beside the CLI's token file, when dev mode wrote that token: the token's SHA-256 and
+/// the dev dir it came from. A token with a matching record may be replaced by a later dev
+/// cluster; any other token there is the user's and is never overwritten.
+pub const DEV_TOKEN_RECORD: &str = "token.from-dev";
+
+fn sha256_hex(text: &str) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(text.trim().as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Writes the operator token where the CLI looks by default, unless a token that dev mode
+/// did not write is already there (never overwrite someone's token): a token an earlier
+/// dev cluster wrote is replaced, so that `csivol` with no flags reaches this one. Returns
+/// the path when it holds ours.
+fn offer_cli_token(token: &str, dir: &Path) -> Option<PathBuf> {
     let path = cli_token_path()?;
-    match std::fs::read_to_string(&path) {
-        Ok(existing) if existing.trim() == token => Some(path),
-        Ok(_) => None,
-        Err(_) => write_private(&path, token).ok().map(|()| path),
+    let record = path.with_file_name(DEV_TOKEN_RECORD);
+    let ours = match std::fs::read_to_string(&path) {
+        Ok(existing) if existing.trim() == token => true,
+        Ok(existing) => {
+            let from_dev = std::fs::read_to_string(&record)
+                .ok()
+                .and_then(|r| r.lines().next().map(str::to_owned))
+                .is_some_and(|hash| hash == sha256_hex(&existing));
+            if !from_dev {
+                // The user's token: left alone, and a record about an older token of ours
+                // goes, so that nothing claims this one came from dev mode.
+                let _ = std::fs::remove_file(&record);
+                return None;
+            }
+            false
+        }
+        Err(_) => false,
+    };
+    if !ours {
+        write_private(&path, token).ok()?;
     }
+    write_private(
+        &record,
+        &format!("{}\n{}", sha256_hex(token), dir.display()),
+    )
+    .ok()?;
+    Some(path)
 }
 
 fn print_banner(

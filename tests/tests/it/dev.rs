@@ -155,3 +155,75 @@ fn ctrl_c_and_resume_keeps_the_claim_and_its_data() {
     interrupt(proc);
     assert!(mounts_under(&dev.dir).is_empty());
 }
+
+/// A second dev cluster in another directory leaves the CLI working with no flags: the
+/// token an earlier dev cluster wrote is replaced; a token the user put there never is.
+#[test]
+fn a_second_dev_cluster_replaces_the_first_ones_token_not_the_users() {
+    let test = TestDir::new("dev-second");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let home = test.join("home");
+    let token_file = home.join(".config/csivol/token");
+    let mut first = Dev {
+        dir: test.join("first"),
+        home: home.clone(),
+        url: format!("http://127.0.0.1:{port}"),
+        runs: 0,
+    };
+    interrupt(first.start());
+    let first_token = read(&token_file).expect("dev mode wrote the CLI's token");
+
+    // `start` waits until the CLI, with no token given, reaches the second cluster.
+    let mut second = Dev {
+        dir: test.join("second"),
+        ..first
+    };
+    let proc = second.start();
+    let second_token = read(&token_file).unwrap();
+    assert_ne!(first_token, second_token);
+    assert_eq!(
+        second_token.trim(),
+        read(&second.dir.join("server/operator.token"))
+            .unwrap()
+            .trim()
+    );
+    assert!(second.csivol(&["status"]).code == 0);
+    interrupt(proc);
+
+    // A token the user put there is theirs: a dev cluster leaves it, and a refused token
+    // says where it came from.
+    std::fs::write(&token_file, "csivol_mine\n").unwrap();
+    let mut third = Dev {
+        dir: test.join("third"),
+        ..second
+    };
+    let mut cmd = Command::new(bin_path("csivol-agent"));
+    cmd.arg("dev")
+        .arg(format!("--dir={}", third.dir.display()))
+        .arg(format!(
+            "--listen={}",
+            third.url.trim_start_matches("http://")
+        ))
+        .env("HOME", &third.home)
+        .env_remove("XDG_CONFIG_HOME");
+    third.runs += 1;
+    let log = third.dir.with_extension("log");
+    let proc = Proc::spawn("csivol-agent dev", cmd, &log);
+    wait_for("the third dev cluster up", WAIT, || {
+        std::fs::read_to_string(&log)
+            .ok()
+            .filter(|l| l.contains("csivol dev cluster is up"))
+    });
+    assert_eq!(read(&token_file).unwrap(), "csivol_mine\n");
+    let out = third.csivol(&["status"]);
+    assert_eq!(out.code, 7, "{out:?}");
+    assert!(
+        out.stderr.contains("token from") && out.stderr.contains("hint: pass the right token"),
+        "{out:?}"
+    );
+    interrupt(proc);
+}
