@@ -93,6 +93,8 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
 
     let exe = std::env::current_exe().context("failed to find the csivol-agent binary")?;
     let mut children: Vec<(String, Child)> = Vec::new();
+    // Per child, the shell command that starts it again by hand (printed if it dies).
+    let mut again: Vec<String> = Vec::new();
     let started: anyhow::Result<()> = async {
         for i in 1..=args.nodes {
             let node = format!("node-{i}");
@@ -113,6 +115,11 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
                 format!("--backend-dir={}", dir.join("backend").display()),
                 format!("--mount={mount}"),
             ]);
+            again.push(shell_line(
+                &plugin,
+                &node_dir.join("plugin.log"),
+                &node_dir.join("plugin.pid"),
+            ));
             children.push((
                 format!("{node} plugin"),
                 spawn(
@@ -136,6 +143,11 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
             if mount == "none" {
                 agent.arg("--ready-check=exists");
             }
+            again.push(shell_line(
+                &agent,
+                &node_dir.join("agent.log"),
+                &node_dir.join("agent.pid"),
+            ));
             children.push((
                 format!("{node} agent"),
                 spawn(
@@ -183,7 +195,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
 
     // A child that dies (say, an agent killed to see a node fail) does not stop the others:
     // that is what a node failure looks like. Ctrl-C stops everything.
-    let watch = watch_children(&mut children, &dir);
+    let watch = watch_children(&mut children, &again);
     tokio::select! {
         () = crate::shutdown_signal() => {}
         () = watch => {}
@@ -236,8 +248,36 @@ fn spawn(mut cmd: Command, log: &Path, pid_file: &Path) -> anyhow::Result<Child>
     Ok(child)
 }
 
-/// Reports children as they exit; returns once none is left.
-async fn watch_children(children: &mut [(String, Child)], dir: &Path) {
+/// The shell command that starts `cmd` again as dev mode did: output appended to `log`,
+/// pid written to `pid_file`. Run by hand, it is not stopped by dev mode's Ctrl-C.
+fn shell_line(cmd: &Command, log: &Path, pid_file: &Path) -> String {
+    let std = cmd.as_std();
+    let mut words = vec![quote(&std.get_program().to_string_lossy())];
+    words.extend(std.get_args().map(|a| quote(&a.to_string_lossy())));
+    format!(
+        "{} >> {} 2>&1 & echo $! > {}",
+        words.join(" "),
+        quote(&log.display().to_string()),
+        quote(&pid_file.display().to_string())
+    )
+}
+
+/// A word for `sh`: as it is when it is plain, else in single quotes.
+fn quote(word: &str) -> String {
+    let plain = !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=:,@%+".contains(c));
+    if plain {
+        word.to_owned()
+    } else {
+        format!("'{}'", word.replace('\'', "'\\''"))
+    }
+}
+
+/// Reports children as they exit, with the command that brings each back; returns once
+/// none is left.
+async fn watch_children(children: &mut [(String, Child)], again: &[String]) {
     let mut alive = children.len();
     let mut reported = vec![false; children.len()];
     while alive > 0 {
@@ -248,11 +288,16 @@ async fn watch_children(children: &mut [(String, Child)], dir: &Path) {
             if let Ok(Some(status)) = child.try_wait() {
                 reported[i] = true;
                 alive -= 1;
-                eprintln!(
-                    "{name} exited ({status}); the rest of the cluster keeps running. Its log is under {}; \
-                     restart dev mode to bring it back",
-                    dir.display()
+                let how = again.get(i).map_or_else(
+                    || "restart dev mode to bring it back".to_owned(),
+                    |cmd| {
+                        format!(
+                            "to bring it back (its node comes back and cleans up as a returning \
+                             node does), run:\n  {cmd}\n(or Ctrl-C and run dev mode again)"
+                        )
+                    },
                 );
+                eprintln!("{name} exited ({status}); the rest of the cluster keeps running; {how}");
             }
         }
         tokio::time::sleep(Duration::from_millis(500)).await;

@@ -227,3 +227,66 @@ fn a_second_dev_cluster_replaces_the_first_ones_token_not_the_users() {
     );
     interrupt(proc);
 }
+
+/// After `kill -9` of a node's agent, dev mode prints the command that brings that node
+/// back, and that command does (dev mode runs one node unless told otherwise).
+#[test]
+fn a_killed_agent_comes_back_with_the_command_dev_mode_prints() {
+    let test = TestDir::new("dev-restart-hint");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut dev = Dev {
+        dir: test.join("csivol-dev"),
+        home: test.join("home"),
+        url: format!("http://127.0.0.1:{port}"),
+        runs: 0,
+    };
+    let proc = dev.start();
+    let pid_file = dev.dir.join("node-1/agent.pid");
+    let pid = |path: &Path| -> i32 { read(path).unwrap().trim().parse().unwrap() };
+    let old = pid(&pid_file);
+    kill_process(Pid::from_raw(old).unwrap(), Signal::KILL).unwrap();
+    let log = dev.dir.with_extension("1.log");
+    let line = wait_for("dev mode to say how to bring node-1 back", WAIT, || {
+        let text = read(&log)?;
+        let mut lines = text
+            .lines()
+            .skip_while(|l| !l.starts_with("node-1 agent exited"));
+        lines.next()?;
+        lines.next().map(|l| l.trim().to_owned())
+    });
+    assert!(
+        line.contains(" node ") && line.contains("--node=node-1"),
+        "{line}"
+    );
+    let status = Command::new("sh").arg("-c").arg(&line).status().unwrap();
+    assert!(status.success());
+    let new = wait_for("a new agent pid", WAIT, || {
+        read(&pid_file)
+            .and_then(|p| p.trim().parse::<i32>().ok())
+            .filter(|p| *p != old)
+    });
+    // The node registers again: a second node-registered event.
+    wait_for("node-1 registered again", WAIT, || {
+        let out = dev.csivol(&["events", "--node", "node-1", "-o", "json"]);
+        let events = out.ok().json();
+        let n = events
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["kind"] == "node-registered")
+            .count();
+        (n >= 2).then_some(())
+    });
+    // Started by hand, it is stopped by hand, before dev mode stops the rest.
+    kill_process(Pid::from_raw(new).unwrap(), Signal::TERM).unwrap();
+    wait_for("the hand-started agent to stop", WAIT, || {
+        (!Path::new(&format!("/proc/{new}")).exists()
+            || read(Path::new(&format!("/proc/{new}/stat"))).is_some_and(|s| s.contains(") Z ")))
+        .then_some(())
+    });
+    interrupt(proc);
+}
