@@ -419,3 +419,17 @@ async fn shutdown_signal() {
     crate::shutdown_signal().await;
     tracing::info!("stopping");
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_shipped_example_config_is_valid() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../dist/server.toml");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let file: FileConfig = toml::from_str(&text).expect("dist/server.toml parses");
+        assert_eq!(file.listen, Some("0.0.0.0:7420".parse().unwrap()));
+        assert_eq!(file.heartbeat_ttl.as_deref(), Some("30s"));
+    }
+}
