@@ -410,7 +410,6 @@ mod tests {
         assert_eq!(file.fence_after, Some(Duration::from_secs(300)));
     }
 
-
     fn args(extra: &[&str]) -> NodeArgs {
         use clap::Parser;
         #[derive(Parser)]
