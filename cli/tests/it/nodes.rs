@@ -268,3 +268,65 @@ async fn a_shared_volume_blocked_on_one_node_still_takes_claims() {
         .await;
     assert_eq!(r.code, 6, "{r}");
 }
+
+/// A lost node that comes back cleans up by itself, and each claim it settles is an event
+/// the operator reads in `csivol events`: resumed (still mounted), released (gone from the
+/// node), taken down (unblocked by an operator meanwhile).
+#[tokio::test]
+async fn a_returning_node_records_what_it_did_with_each_claim() {
+    let env = Env::start_with("returned", &["--heartbeat-ttl=1s"]);
+    for v in ["v1", "v2", "v3"] {
+        env.volume(v, "single-node-writer").await;
+    }
+    let n1 = env.node("n1", 0).await;
+    let alive = keep_alive(&n1);
+    for (v, a) in [("v1", "a1"), ("v2", "a2"), ("v3", "a3")] {
+        let r = env.run(&["claim", v, "--node", "n1", "--alloc", a]).await;
+        assert_eq!(r.code, 0, "{r}");
+        make_ready(&n1, &n1, v, a).await;
+    }
+    alive.abort();
+    eventually("n1 to be lost", WAIT, || async {
+        let (_, n) = env.api().get("/v1/nodes/n1").await;
+        (n["status"] == "lost").then_some(())
+    })
+    .await;
+    let r = env
+        .run(&["unblock", "v3", "--reason", "test", "--yes"])
+        .await;
+    assert_eq!(r.code, 0, "{r}");
+    // Back with a1 and a3 still mounted; a2 is gone from the node.
+    n1.register(
+        0,
+        true,
+        json!([{"volume": "v1", "alloc": "a1"}, {"volume": "v3", "alloc": "a3"}]),
+    )
+    .await;
+    let r = env.run(&["events", "--node", "n1", "-o", "json"]).await;
+    let events = r.json();
+    let settled: Vec<(String, String)> = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| {
+            ["claim-resumed", "claim-released", "claim-taken-down"]
+                .contains(&e["kind"].as_str().unwrap())
+                && e["actor"] == "node:n1"
+        })
+        .map(|e| {
+            (
+                e["kind"].as_str().unwrap().to_owned(),
+                e["alloc"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let want: Vec<(String, String)> = [
+        ("claim-resumed", "a1"),
+        ("claim-released", "a2"),
+        ("claim-taken-down", "a3"),
+    ]
+    .iter()
+    .map(|(k, a)| ((*k).to_owned(), (*a).to_owned()))
+    .collect();
+    assert_eq!(settled, want, "{r}");
+}
