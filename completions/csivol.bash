@@ -16,6 +16,9 @@ _csivol() {
             ",$1")
                 cmd="csivol"
                 ;;
+            csivol,__complete)
+                cmd="csivol__subcmd____complete"
+                ;;
             csivol,claim)
                 cmd="csivol__subcmd__claim"
                 ;;
@@ -72,6 +75,9 @@ _csivol() {
                 ;;
             csivol__subcmd__claim__subcmd__help,renew)
                 cmd="csivol__subcmd__claim__subcmd__help__subcmd__renew"
+                ;;
+            csivol__subcmd__help,__complete)
+                cmd="csivol__subcmd__help__subcmd____complete"
                 ;;
             csivol__subcmd__help,claim)
                 cmd="csivol__subcmd__help__subcmd__claim"
@@ -266,8 +272,38 @@ _csivol() {
 
     case "${cmd}" in
         csivol)
-            opts="-o -q -h -V --addr --token --output --no-color --quiet --help --version volume claim run release status unblock detach node plugin events token completions help"
+            opts="-o -q -h -V --addr --token --output --no-color --quiet --help --version volume claim run release status unblock detach node plugin events token completions __complete help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --addr)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --token)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    return 0
+                    ;;
+                -o)
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd____complete)
+            opts="-o -q -h -V --addr --token --output --no-color --quiet --help --version volumes nodes"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
@@ -608,8 +644,22 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__help)
-            opts="volume claim run release status unblock detach node plugin events token completions help"
+            opts="volume claim run release status unblock detach node plugin events token completions __complete help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__help__subcmd____complete)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
@@ -2025,3 +2075,32 @@ if [[ "${BASH_VERSINFO[0]}" -eq 4 && "${BASH_VERSINFO[1]}" -ge 4 || "${BASH_VERS
 else
     complete -F _csivol -o bashdefault -o default csivol
 fi
+
+# Volume and node names from the server (`csivol __complete volumes|nodes`).
+_csivol_with_names() {
+    _csivol "$@"
+    local cur="${COMP_WORDS[COMP_CWORD]}" prev="${COMP_WORDS[COMP_CWORD-1]}" kind=""
+    # The value of --node or --volume: only names fit there.
+    case "$prev" in
+        --node) kind=nodes; COMPREPLY=() ;;
+        --volume) kind=volumes; COMPREPLY=() ;;
+    esac
+    if [[ -z "$kind" && "$cur" != -* ]]; then
+        if [[ $COMP_CWORD -eq 2 ]]; then
+            case "${COMP_WORDS[1]}" in
+                claim|release|status|unblock|detach) kind=volumes ;;
+            esac
+        elif [[ $COMP_CWORD -eq 3 ]]; then
+            case "${COMP_WORDS[1]} ${COMP_WORDS[2]}" in
+                "volume show"|"volume deregister"|"claim renew") kind=volumes ;;
+                "node show"|"node drain"|"node eligibility"|"node remove") kind=nodes ;;
+            esac
+        fi
+    fi
+    if [[ -n "$kind" ]]; then
+        local IFS=$'
+'
+        COMPREPLY+=( $(compgen -W "$(csivol __complete "$kind" 2>/dev/null)" -- "$cur") )
+    fi
+}
+complete -F _csivol_with_names -o bashdefault -o default csivol

@@ -148,6 +148,17 @@ pub enum Command {
     /// zsh: `csivol completions zsh > "${fpath[1]}/_csivol"`;
     /// fish: `csivol completions fish > ~/.config/fish/completions/csivol.fish`.
     Completions(CompletionsArgs),
+
+    /// Names for shell completion, one per line (used by the bash completion script)
+    #[command(name = "__complete", hide = true)]
+    Complete(CompleteArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CompleteArgs {
+    /// `volumes` or `nodes`
+    #[arg(value_parser = ["volumes", "nodes"])]
+    pub what: String,
 }
 
 #[derive(Debug, Subcommand)]

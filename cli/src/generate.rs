@@ -9,7 +9,7 @@ use clap::{CommandFactory, ValueEnum};
 use roff::{Roff, bold, roman};
 
 use crate::args::{Cli, Shell};
-use crate::commands::completions::{clap_shell, file_name};
+use crate::commands::completions::file_name;
 use crate::env;
 use crate::failure::EXIT_CODES;
 
@@ -17,8 +17,7 @@ pub fn write_all(root: &Path) -> anyhow::Result<()> {
     let dir = root.join("completions");
     recreate(&dir)?;
     for shell in Shell::value_variants() {
-        let mut buf = Vec::new();
-        clap_complete::generate(clap_shell(*shell), &mut Cli::command(), "csivol", &mut buf);
+        let buf = crate::commands::completions::script(*shell);
         let path = dir.join(file_name(*shell));
         fs::write(&path, buf).with_context(|| format!("failed to write {}", path.display()))?;
     }

@@ -157,41 +157,28 @@ mod tests {
 
     #[test]
     fn whether_a_volume_takes_new_claims() {
-        use ClaimMode::{Read, Write};
         use ClaimState::{Blocked, Ready};
         // (access mode, held, takes new claims)
         let cases = [
+            (MultiNodeMultiWriter, vec![held("n2", Write, Blocked)], true),
             (
-                AccessMode::MultiNodeMultiWriter,
-                vec![held("n2", Write, Blocked)],
-                true,
-            ),
-            (
-                AccessMode::MultiNodeMultiWriter,
+                MultiNodeMultiWriter,
                 vec![held("n1", Write, Ready), held("n2", Write, Blocked)],
                 true,
             ),
+            (SingleNodeWriter, vec![held("n2", Write, Blocked)], false),
             (
-                AccessMode::SingleNodeWriter,
-                vec![held("n2", Write, Blocked)],
-                false,
-            ),
-            (
-                AccessMode::SingleNodeSingleWriter,
+                SingleNodeSingleWriter,
                 vec![held("n1", Write, Ready)],
                 false,
             ),
+            (MultiNodeReaderOnly, vec![held("n2", Read, Blocked)], true),
             (
-                AccessMode::MultiNodeReaderOnly,
-                vec![held("n2", Read, Blocked)],
-                true,
-            ),
-            (
-                AccessMode::MultiNodeSingleWriter,
+                MultiNodeSingleWriter,
                 vec![held("n2", Write, Blocked)],
                 true,
             ),
-            (AccessMode::SingleNodeWriter, vec![], true),
+            (SingleNodeWriter, vec![], true),
         ];
         for (mode, held, takes) in cases {
             assert_eq!(accepts_new_claims(mode, &held), takes, "{mode:?} {held:?}");

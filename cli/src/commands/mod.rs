@@ -49,6 +49,7 @@ pub async fn run(cli: Cli, out: Out) -> anyhow::Result<Exit> {
         Command::Plugin(cmd) => plugin::run(&ctx, cmd).await,
         Command::Events(args) => events::run(&ctx, args).await,
         Command::Token(cmd) => token::run(&ctx, cmd).await,
+        Command::Complete(args) => return completions::names(&ctx, &args.what).await,
         Command::Completions(_) => unreachable!("handled above"),
     };
     match result {

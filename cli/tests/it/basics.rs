@@ -56,7 +56,7 @@ async fn tokens_come_from_flag_env_file_and_default_file() {
     --- stdout
     --- stderr
     error: the token is not known to this server (token from CSIVOL_TOKEN)
-    hint: pass a token with --token, CSIVOL_TOKEN or CSIVOL_TOKEN_FILE; the server wrote the first operator token to <data-dir>/operator.token
+    hint: pass the right token with --token or CSIVOL_TOKEN; a server writes its first operator token to <data-dir>/operator.token
     ");
 
     let r = env.run(&["volume", "list", "--token", "wrong"]).await;
@@ -542,4 +542,52 @@ async fn the_agent_help_uses_the_port_everything_else_uses() {
     let help = String::from_utf8(out.stdout).unwrap();
     assert!(help.contains("http://10.0.0.1:7420"), "{help}");
     assert!(!help.contains(":7400"), "{help}");
+}
+
+/// The bash completion script completes volume and node names from the server.
+#[tokio::test]
+async fn bash_completes_volume_and_node_names_from_the_server() {
+    let env = Env::start("complete-names");
+    env.volume("data-1", "single-node-writer").await;
+    env.volume("data-2", "single-node-writer").await;
+    env.volume("other", "single-node-writer").await;
+    let _n1 = env.node("node-1", 0).await;
+    let r = env.run(&["__complete", "volumes"]).await;
+    assert_eq!(r.stdout, "data-1\ndata-2\nother\n", "{r}");
+    let script = env.file(
+        "csivol.bash",
+        &env.run(&["completions", "bash"]).await.stdout,
+    );
+    let bin_dir = std::path::Path::new(env!("CARGO_BIN_EXE_csivol"))
+        .parent()
+        .unwrap()
+        .display()
+        .to_string();
+    // (words typed, the word completed, expected)
+    for (words, want) in [
+        ("csivol status da", "data-1 data-2"),
+        ("csivol node show no", "node-1"),
+        ("csivol claim data-1 --node no", "node-1"),
+    ] {
+        let cmd = env.command(&["-c", &format!(
+            "source {script}; COMP_WORDS=({words}); COMP_CWORD=$((${{#COMP_WORDS[@]}} - 1)); \
+             _csivol_with_names csivol; printf '%s\\n' \"${{COMPREPLY[@]}}\" | grep -v '^-' | sort | xargs"
+        )]);
+        let mut bash = tokio::process::Command::new("bash");
+        bash.args(cmd.as_std().get_args())
+            .envs(
+                cmd.as_std()
+                    .get_envs()
+                    .filter_map(|(k, v)| v.map(|v| (k, v))),
+            )
+            .env(
+                "PATH",
+                format!("{bin_dir}:{}", std::env::var("PATH").unwrap_or_default()),
+            )
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let r = run(bash).await;
+        assert_eq!(r.stdout.trim(), want, "{words}: {r}");
+    }
 }
