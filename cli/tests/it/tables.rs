@@ -155,6 +155,11 @@ async fn no_command_that_prints_fails_on_a_closed_stdout() {
         &["events", "-o", "json"],
         &["events", "-o", "wide"],
         &["token", "create", "--role", "reader"],
+        &["__complete", "volumes"],
+        // Commands that run until interrupted end at their first write to a closed pipe.
+        &["events", "-f", "--tail", "1"],
+        &["status", "--watch"],
+        &["node", "eligibility", "n1", "--enable"],
     ];
     for args in commands {
         let mut child = env.command(args).spawn().unwrap();
