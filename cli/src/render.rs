@@ -425,7 +425,14 @@ pub fn node(out: &Out, n: &Node, claims: usize) -> anyhow::Result<()> {
         return out.line("plugins: none");
     }
     out.line("plugins:")?;
-    let mut t = out.table(&["PLUGIN", "CSI NODE ID", "USED", "MAX", "CONTROLLER"]);
+    let mut t = out.table(&[
+        "PLUGIN",
+        "CSI NODE ID",
+        "USED",
+        "MAX",
+        "CONTROLLER",
+        "TOPOLOGY",
+    ]);
     for p in &n.plugins {
         t.add_row(vec![
             p.id.clone(),
@@ -437,6 +444,7 @@ pub fn node(out: &Out, n: &Node, claims: usize) -> anyhow::Result<()> {
                 p.max_volumes.to_string()
             },
             if p.controller { "yes" } else { "no" }.into(),
+            map(&p.topology),
         ]);
     }
     out.print_table(t)

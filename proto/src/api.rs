@@ -529,6 +529,10 @@ pub struct NodePlugin {
     pub used: u32,
     /// Whether this node's agent hosts the plugin's controller.
     pub controller: bool,
+    /// The node's topology segments as the plugin reports them (NodeGetInfo's
+    /// `accessible_topology`, e.g. `{"zone": "a"}`); empty when it reports none.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub topology: BTreeMap<String, String>,
 }
 
 /// A plugin across the cluster.

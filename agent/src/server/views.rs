@@ -74,7 +74,20 @@ pub fn list_nodes(
     for n in rows {
         let mut plugins = Vec::new();
         for p in NodePluginRow::of_node(conn, &n.name)? {
+            // Topology is read from the registration as the agent sent it.
+            let registration: Option<String> = conn
+                .prepare_cached(
+                    "SELECT registration FROM node_plugins WHERE node = ?1 AND plugin = ?2",
+                )?
+                .query_row([&n.name, &p.plugin], |r| r.get(0))
+                .ok();
+            let topology = registration
+                .and_then(|r| serde_json::from_str::<api::PluginRegistration>(&r).ok())
+                .and_then(|r| r.node)
+                .and_then(|n| n.info.accessible_topology)
+                .unwrap_or_default();
             plugins.push(api::NodePlugin {
+                topology,
                 used: slots_used(conn, &n.name, &p.plugin)?,
                 id: p.plugin,
                 node_id: p.csi_node_id.unwrap_or_default(),

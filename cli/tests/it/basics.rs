@@ -336,8 +336,8 @@ async fn nodes_and_plugins() {
       registered:      [TIME] ([AGE] ago)
 
     plugins:
-    PLUGIN  CSI NODE ID  USED  MAX  CONTROLLER
-    hp      csi-n1       0     4    yes
+    PLUGIN  CSI NODE ID  USED  MAX  CONTROLLER  TOPOLOGY
+    hp      csi-n1       0     4    yes         -
 
     claims: none
 

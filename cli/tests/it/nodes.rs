@@ -330,3 +330,37 @@ async fn a_returning_node_records_what_it_did_with_each_claim() {
     .collect();
     assert_eq!(settled, want, "{r}");
 }
+
+#[tokio::test]
+async fn node_show_lists_its_plugins_topology() {
+    let env = Env::start("topology");
+    let agent = FakeAgent::new(&env.server, "n1").await;
+    let plugin = json!({
+        "id": "hp",
+        "info": {"name": "hostpath.csivol.dev", "vendor_version": "1"},
+        "capabilities": {"controller_service": false, "volume_accessibility_constraints": true},
+        "node": {
+            "info": {"node_id": "csi-n1", "max_volumes_per_node": 0, "accessible_topology": {"zone": "a", "rack": "4"}},
+            "capabilities": {"stage_unstage_volume": true, "get_volume_stats": false, "volume_condition": false, "single_node_multi_writer": false}
+        },
+    });
+    let (status, body) = agent
+        .api
+        .post("/v1/nodes/n1/register", json!({"plugins": [plugin]}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let r = env.run(&["node", "show", "n1"]).await;
+    assert!(
+        r.stdout
+            .contains("PLUGIN  CSI NODE ID  USED  MAX       CONTROLLER  TOPOLOGY\n")
+            && r.stdout
+                .contains("hp      csi-n1       0     no limit  no          rack=4, zone=a\n"),
+        "{r}"
+    );
+    let r = env.run(&["node", "show", "n1", "-o", "json"]).await;
+    assert_eq!(
+        r.json()["plugins"][0]["topology"],
+        json!({"rack": "4", "zone": "a"}),
+        "{r}"
+    );
+}
