@@ -171,6 +171,11 @@ ALTER TABLE nodes ADD COLUMN eligibility TEXT NOT NULL DEFAULT 'eligible';
 ALTER TABLE tokens ADD COLUMN name TEXT;
 CREATE UNIQUE INDEX tokens_name ON tokens (name) WHERE name IS NOT NULL;
 "#,
+    r#"
+-- A claim whose release was requested when its node was lost: blocked like the others, but
+-- when the node comes back its release goes on instead of the claim being resumed.
+ALTER TABLE claims ADD COLUMN release_requested INTEGER NOT NULL DEFAULT 0;
+"#,
 ];
 
 /// How many schema migrations this build knows: a database at this `user_version` is current.

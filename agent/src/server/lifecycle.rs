@@ -1313,6 +1313,24 @@ fn return_from_loss(
             // Its lease ran out while the node was away: released the normal way, through
             // the node (which takes down whatever it still has).
             super::leases::release_expired(ctx, c)?;
+        } else if still_published(c) && release_requested(ctx.tx, c)? {
+            // Released by its owner before the node was lost: the release goes on, through
+            // the node, instead of the claim coming back to life.
+            exec(
+                ctx.tx,
+                "UPDATE claims SET release_requested = 0 WHERE volume = ?1 AND alloc = ?2",
+                params![c.volume, c.alloc],
+            )?;
+            set_claim_state(ctx, c, ClaimState::Releasing)?;
+            event(
+                ctx,
+                "claim-releasing",
+                Some(&c.volume),
+                Some(node),
+                Some(&c.alloc),
+                &format!("node:{node}"),
+                "node came back with it mounted; its release, requested before the node was lost, goes on through the node",
+            )?;
         } else if still_published(c) {
             set_claim_state(ctx, c, ClaimState::Ready)?;
             event(
@@ -1365,6 +1383,14 @@ fn return_from_loss(
         advance_volume(ctx, &v, limits)?;
     }
     Ok(())
+}
+
+/// Whether the claim's owner asked for its release before its node was lost.
+fn release_requested(conn: &Connection, c: &ClaimRow) -> ApiResult<bool> {
+    Ok(conn
+        .prepare_cached("SELECT release_requested FROM claims WHERE volume = ?1 AND alloc = ?2")?
+        .query_row(params![c.volume, c.alloc], |r| r.get::<_, i64>(0))?
+        != 0)
 }
 
 /// A node registers with what is really mounted on it. A claim recorded ready there that
@@ -1458,6 +1484,15 @@ pub fn mark_lost(
     let claims = claims_of_node(ctx.tx, node, None)?;
     // A queued claim holds nothing: it stays in the queue (its lease, if any, runs on).
     for c in &claims {
+        if c.state == ClaimState::Releasing {
+            // Blocked like the others, but its owner's release is remembered: a node that
+            // comes back takes it down instead of resuming it.
+            exec(
+                ctx.tx,
+                "UPDATE claims SET release_requested = 1 WHERE volume = ?1 AND alloc = ?2",
+                params![c.volume, c.alloc],
+            )?;
+        }
         if !matches!(c.state, ClaimState::Blocked | ClaimState::Queued) {
             set_claim_state(ctx, c, ClaimState::Blocked)?;
         }

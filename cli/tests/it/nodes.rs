@@ -364,3 +364,47 @@ async fn node_show_lists_its_plugins_topology() {
         "{r}"
     );
 }
+
+/// A claim its owner released just before its node was lost is not brought back to life
+/// when the node returns: its release goes on through the node.
+#[tokio::test]
+async fn a_release_requested_before_the_loss_goes_on_after_the_return() {
+    let env = Env::start_with("release-then-lost", &["--heartbeat-ttl=1s"]);
+    env.volume("v1", "single-node-writer").await;
+    let n1 = env.node("n1", 0).await;
+    let alive = keep_alive(&n1);
+    let r = env
+        .run(&["claim", "v1", "--node", "n1", "--alloc", "a1"])
+        .await;
+    assert_eq!(r.code, 0, "{r}");
+    make_ready(&n1, &n1, "v1", "a1").await;
+    let r = env.run(&["release", "v1", "--alloc", "a1"]).await;
+    assert_eq!(r.code, 0, "{r}");
+    alive.abort();
+    eventually("n1 to be lost", WAIT, || async {
+        let (_, n) = env.api().get("/v1/nodes/n1").await;
+        (n["status"] == "lost").then_some(())
+    })
+    .await;
+    // Back, with the volume still mounted: the release goes on, the claim is not resumed.
+    n1.register(0, true, json!([{"volume": "v1", "alloc": "a1"}]))
+        .await;
+    let (_, c) = env.api().get("/v1/volumes/v1/claims/a1").await;
+    assert_eq!(c["state"], "releasing", "{c}");
+    n1.report(json!([{"kind": "unpublished", "volume": "v1", "alloc": "a1"}]))
+        .await;
+    eventually("the claim to be gone", WAIT, || async {
+        let (status, _) = env.api().get("/v1/volumes/v1/claims/a1").await;
+        (status == 404).then_some(())
+    })
+    .await;
+    let r = env.run(&["events", "--volume", "v1", "-o", "json"]).await;
+    let events = r.json();
+    let kinds: Vec<&str> = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap())
+        .collect();
+    assert!(!kinds.contains(&"claim-resumed"), "{kinds:?}");
+}
