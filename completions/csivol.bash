@@ -16,6 +16,9 @@ _csivol() {
             ",$1")
                 cmd="csivol"
                 ;;
+            csivol,__complete)
+                cmd="csivol__subcmd____complete"
+                ;;
             csivol,claim)
                 cmd="csivol__subcmd__claim"
                 ;;
@@ -76,6 +79,9 @@ _csivol() {
             csivol__subcmd__claim__subcmd__help,renew)
                 cmd="csivol__subcmd__claim__subcmd__help__subcmd__renew"
                 ;;
+            csivol__subcmd__help,__complete)
+                cmd="csivol__subcmd__help__subcmd____complete"
+                ;;
             csivol__subcmd__help,claim)
                 cmd="csivol__subcmd__help__subcmd__claim"
                 ;;
@@ -124,8 +130,17 @@ _csivol() {
             csivol__subcmd__help__subcmd__claim,renew)
                 cmd="csivol__subcmd__help__subcmd__claim__subcmd__renew"
                 ;;
+            csivol__subcmd__help__subcmd__node,drain)
+                cmd="csivol__subcmd__help__subcmd__node__subcmd__drain"
+                ;;
+            csivol__subcmd__help__subcmd__node,eligibility)
+                cmd="csivol__subcmd__help__subcmd__node__subcmd__eligibility"
+                ;;
             csivol__subcmd__help__subcmd__node,list)
                 cmd="csivol__subcmd__help__subcmd__node__subcmd__list"
+                ;;
+            csivol__subcmd__help__subcmd__node,remove)
+                cmd="csivol__subcmd__help__subcmd__node__subcmd__remove"
                 ;;
             csivol__subcmd__help__subcmd__node,show)
                 cmd="csivol__subcmd__help__subcmd__node__subcmd__show"
@@ -154,20 +169,38 @@ _csivol() {
             csivol__subcmd__help__subcmd__volume,show)
                 cmd="csivol__subcmd__help__subcmd__volume__subcmd__show"
                 ;;
+            csivol__subcmd__node,drain)
+                cmd="csivol__subcmd__node__subcmd__drain"
+                ;;
+            csivol__subcmd__node,eligibility)
+                cmd="csivol__subcmd__node__subcmd__eligibility"
+                ;;
             csivol__subcmd__node,help)
                 cmd="csivol__subcmd__node__subcmd__help"
                 ;;
             csivol__subcmd__node,list)
                 cmd="csivol__subcmd__node__subcmd__list"
                 ;;
+            csivol__subcmd__node,remove)
+                cmd="csivol__subcmd__node__subcmd__remove"
+                ;;
             csivol__subcmd__node,show)
                 cmd="csivol__subcmd__node__subcmd__show"
+                ;;
+            csivol__subcmd__node__subcmd__help,drain)
+                cmd="csivol__subcmd__node__subcmd__help__subcmd__drain"
+                ;;
+            csivol__subcmd__node__subcmd__help,eligibility)
+                cmd="csivol__subcmd__node__subcmd__help__subcmd__eligibility"
                 ;;
             csivol__subcmd__node__subcmd__help,help)
                 cmd="csivol__subcmd__node__subcmd__help__subcmd__help"
                 ;;
             csivol__subcmd__node__subcmd__help,list)
                 cmd="csivol__subcmd__node__subcmd__help__subcmd__list"
+                ;;
+            csivol__subcmd__node__subcmd__help,remove)
+                cmd="csivol__subcmd__node__subcmd__help__subcmd__remove"
                 ;;
             csivol__subcmd__node__subcmd__help,show)
                 cmd="csivol__subcmd__node__subcmd__help__subcmd__show"
@@ -245,7 +278,7 @@ _csivol() {
 
     case "${cmd}" in
         csivol)
-            opts="-o -q -h -V --addr --token --output --no-color --quiet --help --version volume claim run release status unblock fence detach node plugin events token completions help"
+            opts="-o -q -h -V --addr --token --output --no-color --quiet --help --version volume claim run release status unblock fence detach node plugin events token completions __complete help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -260,11 +293,41 @@ _csivol() {
                     return 0
                     ;;
                 --output)
-                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
                     return 0
                     ;;
                 -o)
-                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd____complete)
+            opts="-o -q -h -V --addr --token --output --no-color --quiet --help --version volumes nodes"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --addr)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --token)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    return 0
+                    ;;
+                -o)
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
                     return 0
                     ;;
                 *)
@@ -310,11 +373,11 @@ _csivol() {
                     return 0
                     ;;
                 --output)
-                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
                     return 0
                     ;;
                 -o)
-                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
                     return 0
                     ;;
                 *)
@@ -416,11 +479,11 @@ _csivol() {
                     return 0
                     ;;
                 --output)
-                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
                     return 0
                     ;;
                 -o)
-                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
                     return 0
                     ;;
                 *)
@@ -454,11 +517,11 @@ _csivol() {
                     return 0
                     ;;
                 --output)
-                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
                     return 0
                     ;;
                 -o)
-                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
                     return 0
                     ;;
                 *)
@@ -484,11 +547,11 @@ _csivol() {
                     return 0
                     ;;
                 --output)
-                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
                     return 0
                     ;;
                 -o)
-                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
                     return 0
                     ;;
                 *)
@@ -526,11 +589,11 @@ _csivol() {
                     return 0
                     ;;
                 --output)
-                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
                     return 0
                     ;;
                 -o)
-                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
                     return 0
                     ;;
                 *)
@@ -541,7 +604,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__events)
-            opts="-f -o -q -h -V --volume --node --follow --addr --token --output --no-color --quiet --help --version"
+            opts="-f -o -q -h -V --volume --node --follow --since --tail --addr --token --output --no-color --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -555,6 +618,14 @@ _csivol() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --since)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --tail)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --addr)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -564,11 +635,11 @@ _csivol() {
                     return 0
                     ;;
                 --output)
-                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
                     return 0
                     ;;
                 -o)
-                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
                     return 0
                     ;;
                 *)
@@ -602,11 +673,11 @@ _csivol() {
                     return 0
                     ;;
                 --output)
-                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
                     return 0
                     ;;
                 -o)
-                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
                     return 0
                     ;;
                 *)
@@ -617,8 +688,22 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__help)
-            opts="volume claim run release status unblock fence detach node plugin events token completions help"
+            opts="volume claim run release status unblock fence detach node plugin events token completions __complete help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__help__subcmd____complete)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
@@ -743,7 +828,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__help__subcmd__node)
-            opts="list show"
+            opts="list show drain eligibility remove"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -756,7 +841,49 @@ _csivol() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        csivol__subcmd__help__subcmd__node__subcmd__drain)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__help__subcmd__node__subcmd__eligibility)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         csivol__subcmd__help__subcmd__node__subcmd__list)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__help__subcmd__node__subcmd__remove)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -995,7 +1122,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__node)
-            opts="-o -q -h -V --addr --token --output --no-color --quiet --help --version list show help"
+            opts="-o -q -h -V --addr --token --output --no-color --quiet --help --version list show drain eligibility remove help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1010,11 +1137,75 @@ _csivol() {
                     return 0
                     ;;
                 --output)
-                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
                     return 0
                     ;;
                 -o)
-                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__node__subcmd__drain)
+            opts="-o -q -h -V --wait --deadline --addr --token --output --no-color --quiet --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --deadline)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --addr)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --token)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    return 0
+                    ;;
+                -o)
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__node__subcmd__eligibility)
+            opts="-o -q -h -V --enable --disable --addr --token --output --no-color --quiet --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --addr)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --token)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    return 0
+                    ;;
+                -o)
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
                     return 0
                     ;;
                 *)
@@ -1025,8 +1216,36 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__node__subcmd__help)
-            opts="list show help"
+            opts="list show drain eligibility remove help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__node__subcmd__help__subcmd__drain)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__node__subcmd__help__subcmd__eligibility)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
@@ -1053,6 +1272,20 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__node__subcmd__help__subcmd__list)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__node__subcmd__help__subcmd__remove)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -1096,11 +1329,41 @@ _csivol() {
                     return 0
                     ;;
                 --output)
-                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
                     return 0
                     ;;
                 -o)
-                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__node__subcmd__remove)
+            opts="-o -q -h -V --addr --token --output --no-color --quiet --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --addr)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --token)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    return 0
+                    ;;
+                -o)
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
                     return 0
                     ;;
                 *)
@@ -1126,11 +1389,11 @@ _csivol() {
                     return 0
                     ;;
                 --output)
-                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
                     return 0
                     ;;
                 -o)
-                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
                     return 0
                     ;;
                 *)
@@ -1156,11 +1419,11 @@ _csivol() {
                     return 0
                     ;;
                 --output)
-                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
                     return 0
                     ;;
                 -o)
-                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
                     return 0
                     ;;
                 *)
@@ -1242,11 +1505,11 @@ _csivol() {
                     return 0
                     ;;
                 --output)
-                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
                     return 0
                     ;;
                 -o)
-                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
                     return 0
                     ;;
                 *)
@@ -1272,11 +1535,11 @@ _csivol() {
                     return 0
                     ;;
                 --output)
-                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
                     return 0
                     ;;
                 -o)
-                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
                     return 0
                     ;;
                 *)
@@ -1310,11 +1573,11 @@ _csivol() {
                     return 0
                     ;;
                 --output)
-                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
                     return 0
                     ;;
                 -o)
-                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
                     return 0
                     ;;
                 *)
@@ -1360,11 +1623,11 @@ _csivol() {
                     return 0
                     ;;
                 --output)
-                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
                     return 0
                     ;;
                 -o)
-                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
                     return 0
                     ;;
                 *)
@@ -1375,7 +1638,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__status)
-            opts="-o -q -h -V --blocked --node --addr --token --output --no-color --quiet --help --version"
+            opts="-w -o -q -h -V --blocked --node --watch --addr --token --output --no-color --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1394,11 +1657,11 @@ _csivol() {
                     return 0
                     ;;
                 --output)
-                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
                     return 0
                     ;;
                 -o)
-                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
                     return 0
                     ;;
                 *)
@@ -1424,11 +1687,11 @@ _csivol() {
                     return 0
                     ;;
                 --output)
-                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
                     return 0
                     ;;
                 -o)
-                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
                     return 0
                     ;;
                 *)
@@ -1439,7 +1702,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__token__subcmd__create)
-            opts="-o -q -h -V --role --node --addr --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --role --node --name --addr --token --output --no-color --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1453,6 +1716,10 @@ _csivol() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --name)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --addr)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -1462,11 +1729,11 @@ _csivol() {
                     return 0
                     ;;
                 --output)
-                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
                     return 0
                     ;;
                 -o)
-                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
                     return 0
                     ;;
                 *)
@@ -1546,11 +1813,11 @@ _csivol() {
                     return 0
                     ;;
                 --output)
-                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
                     return 0
                     ;;
                 -o)
-                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
                     return 0
                     ;;
                 *)
@@ -1576,11 +1843,11 @@ _csivol() {
                     return 0
                     ;;
                 --output)
-                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
                     return 0
                     ;;
                 -o)
-                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
                     return 0
                     ;;
                 *)
@@ -1610,11 +1877,11 @@ _csivol() {
                     return 0
                     ;;
                 --output)
-                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
                     return 0
                     ;;
                 -o)
-                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
                     return 0
                     ;;
                 *)
@@ -1644,11 +1911,11 @@ _csivol() {
                     return 0
                     ;;
                 --output)
-                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
                     return 0
                     ;;
                 -o)
-                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
                     return 0
                     ;;
                 *)
@@ -1784,11 +2051,11 @@ _csivol() {
                     return 0
                     ;;
                 --output)
-                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
                     return 0
                     ;;
                 -o)
-                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
                     return 0
                     ;;
                 *)
@@ -1814,11 +2081,11 @@ _csivol() {
                     return 0
                     ;;
                 --output)
-                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
                     return 0
                     ;;
                 -o)
-                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
                     return 0
                     ;;
                 *)
@@ -1844,11 +2111,11 @@ _csivol() {
                     return 0
                     ;;
                 --output)
-                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
                     return 0
                     ;;
                 -o)
-                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
                     return 0
                     ;;
                 *)
@@ -1866,3 +2133,32 @@ if [[ "${BASH_VERSINFO[0]}" -eq 4 && "${BASH_VERSINFO[1]}" -ge 4 || "${BASH_VERS
 else
     complete -F _csivol -o bashdefault -o default csivol
 fi
+
+# Volume and node names from the server (`csivol __complete volumes|nodes`).
+_csivol_with_names() {
+    _csivol "$@"
+    local cur="${COMP_WORDS[COMP_CWORD]}" prev="${COMP_WORDS[COMP_CWORD-1]}" kind=""
+    # The value of --node or --volume: only names fit there.
+    case "$prev" in
+        --node) kind=nodes; COMPREPLY=() ;;
+        --volume) kind=volumes; COMPREPLY=() ;;
+    esac
+    if [[ -z "$kind" && "$cur" != -* ]]; then
+        if [[ $COMP_CWORD -eq 2 ]]; then
+            case "${COMP_WORDS[1]}" in
+                claim|release|status|unblock|detach) kind=volumes ;;
+            esac
+        elif [[ $COMP_CWORD -eq 3 ]]; then
+            case "${COMP_WORDS[1]} ${COMP_WORDS[2]}" in
+                "volume show"|"volume deregister"|"claim renew") kind=volumes ;;
+                "node show"|"node drain"|"node eligibility"|"node remove") kind=nodes ;;
+            esac
+        fi
+    fi
+    if [[ -n "$kind" ]]; then
+        local IFS=$'
+'
+        COMPREPLY+=( $(compgen -W "$(csivol __complete "$kind" 2>/dev/null)" -- "$cur") )
+    fi
+}
+complete -F _csivol_with_names -o bashdefault -o default csivol

@@ -26,8 +26,9 @@ end
 
 complete -c csivol -n "__fish_csivol_needs_command" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
 complete -c csivol -n "__fish_csivol_needs_command" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
-complete -c csivol -n "__fish_csivol_needs_command" -s o -l output -d 'Output format: `table` for people, `json` for scripts (stable field names)' -r -f -a "table\t''
-json\t''"
+complete -c csivol -n "__fish_csivol_needs_command" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
+wide\t'A table with nothing cut and times in full'
+json\t'JSON, the API\'s types (stable field names)'"
 complete -c csivol -n "__fish_csivol_needs_command" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_needs_command" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
@@ -45,14 +46,16 @@ complete -c csivol -n "__fish_csivol_needs_command" -f -a "plugin" -d 'List plug
 complete -c csivol -n "__fish_csivol_needs_command" -f -a "events" -d 'Show the audit trail, or follow it'
 complete -c csivol -n "__fish_csivol_needs_command" -f -a "token" -d 'Create API tokens'
 complete -c csivol -n "__fish_csivol_needs_command" -f -a "completions" -d 'Print a shell completion script'
+complete -c csivol -n "__fish_csivol_needs_command" -f -a "__complete" -d 'Names for shell completion, one per line (used by the bash completion script)'
 complete -c csivol -n "__fish_csivol_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister help" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister help" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
-complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister help" -s o -l output -d 'Output format: `table` for people, `json` for scripts (stable field names)' -r -f -a "table\t''
-json\t''"
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister help" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
+wide\t'A table with nothing cut and times in full'
+json\t'JSON, the API\'s types (stable field names)'"
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister help" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister help" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
-complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister help" -s h -l help -d 'Print help'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister help" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister help" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister help" -f -a "register" -d 'Register an existing volume from a TOML or JSON spec'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister help" -f -a "create" -d 'Create a volume through its plugin\'s controller (CreateVolume), then register it'
@@ -62,8 +65,9 @@ complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_see
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from register" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from register" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
-complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from register" -s o -l output -d 'Output format: `table` for people, `json` for scripts (stable field names)' -r -f -a "table\t''
-json\t''"
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from register" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
+wide\t'A table with nothing cut and times in full'
+json\t'JSON, the API\'s types (stable field names)'"
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from register" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from register" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from register" -s h -l help -d 'Print help (see more with \'--help\')'
@@ -71,8 +75,9 @@ complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_su
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from create" -l timeout -d 'How long --wait waits before giving up with exit code 5' -r
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from create" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from create" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
-complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from create" -s o -l output -d 'Output format: `table` for people, `json` for scripts (stable field names)' -r -f -a "table\t''
-json\t''"
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from create" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
+wide\t'A table with nothing cut and times in full'
+json\t'JSON, the API\'s types (stable field names)'"
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from create" -l wait -d 'Wait until it is done, showing progress on a terminal'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from create" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from create" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
@@ -88,25 +93,28 @@ failed\t''"
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from list" -l node -d 'Only volumes claimed or attached on this node' -r
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from list" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from list" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
-complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from list" -s o -l output -d 'Output format: `table` for people, `json` for scripts (stable field names)' -r -f -a "table\t''
-json\t''"
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from list" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
+wide\t'A table with nothing cut and times in full'
+json\t'JSON, the API\'s types (stable field names)'"
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from list" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from list" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
-complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from list" -s h -l help -d 'Print help'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from list" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from list" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from show" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from show" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
-complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from show" -s o -l output -d 'Output format: `table` for people, `json` for scripts (stable field names)' -r -f -a "table\t''
-json\t''"
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from show" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
+wide\t'A table with nothing cut and times in full'
+json\t'JSON, the API\'s types (stable field names)'"
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from show" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from show" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
-complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from show" -s h -l help -d 'Print help'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from show" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from show" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from deregister" -l timeout -d 'How long --wait waits before giving up with exit code 5' -r
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from deregister" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from deregister" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
-complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from deregister" -s o -l output -d 'Output format: `table` for people, `json` for scripts (stable field names)' -r -f -a "table\t''
-json\t''"
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from deregister" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
+wide\t'A table with nothing cut and times in full'
+json\t'JSON, the API\'s types (stable field names)'"
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from deregister" -l delete -d 'Also destroy the volume and its data through the plugin (DeleteVolume)'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from deregister" -s y -l yes -d 'Do it without asking'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from deregister" -l wait -d 'Wait until it is done, showing progress on a terminal'
@@ -127,8 +135,9 @@ complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen_subcommand_from renew list help" -l timeout -d 'How long --wait waits before giving up with exit code 5' -r
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen_subcommand_from renew list help" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen_subcommand_from renew list help" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
-complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen_subcommand_from renew list help" -s o -l output -d 'Output format: `table` for people, `json` for scripts (stable field names)' -r -f -a "table\t''
-json\t''"
+complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen_subcommand_from renew list help" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
+wide\t'A table with nothing cut and times in full'
+json\t'JSON, the API\'s types (stable field names)'"
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen_subcommand_from renew list help" -l read-only -d 'Claim it for reading only'
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen_subcommand_from renew list help" -l queue -d 'Wait in the volume\'s queue when other claims are in the way, instead of a refusal; queued claims are granted in arrival order'
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen_subcommand_from renew list help" -l dry-run -d 'Only say whether the claim would be accepted, and why not; records nothing'
@@ -145,11 +154,12 @@ complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_sub
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from renew" -l ttl -d 'The new lease, from now [default: the claim\'s own TTL]' -r
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from renew" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from renew" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
-complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from renew" -s o -l output -d 'Output format: `table` for people, `json` for scripts (stable field names)' -r -f -a "table\t''
-json\t''"
+complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from renew" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
+wide\t'A table with nothing cut and times in full'
+json\t'JSON, the API\'s types (stable field names)'"
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from renew" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from renew" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
-complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from renew" -s h -l help -d 'Print help'
+complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from renew" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from renew" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from list" -l volume -d 'Only claims of this volume' -r
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from list" -l node -d 'Only claims on this node' -r
@@ -165,11 +175,12 @@ complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_sub
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from list" -l label -d 'Only claims with this label. Repeatable: all must match' -r
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from list" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from list" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
-complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from list" -s o -l output -d 'Output format: `table` for people, `json` for scripts (stable field names)' -r -f -a "table\t''
-json\t''"
+complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from list" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
+wide\t'A table with nothing cut and times in full'
+json\t'JSON, the API\'s types (stable field names)'"
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from list" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from list" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
-complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from list" -s h -l help -d 'Print help'
+complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from list" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from list" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from help" -f -a "renew" -d 'Extend a claim\'s lease from now'
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from help" -f -a "list" -d 'List claims across volumes, oldest first'
@@ -181,8 +192,9 @@ complete -c csivol -n "__fish_csivol_using_subcommand run" -l timeout -d 'How lo
 complete -c csivol -n "__fish_csivol_using_subcommand run" -l label -d 'A label for every claim (e.g. the CI job\'s URL). Repeatable' -r
 complete -c csivol -n "__fish_csivol_using_subcommand run" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
 complete -c csivol -n "__fish_csivol_using_subcommand run" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
-complete -c csivol -n "__fish_csivol_using_subcommand run" -s o -l output -d 'Output format: `table` for people, `json` for scripts (stable field names)' -r -f -a "table\t''
-json\t''"
+complete -c csivol -n "__fish_csivol_using_subcommand run" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
+wide\t'A table with nothing cut and times in full'
+json\t'JSON, the API\'s types (stable field names)'"
 complete -c csivol -n "__fish_csivol_using_subcommand run" -l queue -d 'Wait in line for volumes held by others instead of failing'
 complete -c csivol -n "__fish_csivol_using_subcommand run" -l no-wait-release -d 'Do not wait for the release to finish after the command'
 complete -c csivol -n "__fish_csivol_using_subcommand run" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
@@ -193,8 +205,9 @@ complete -c csivol -n "__fish_csivol_using_subcommand release" -l alloc -d 'The 
 complete -c csivol -n "__fish_csivol_using_subcommand release" -l timeout -d 'How long --wait waits before giving up with exit code 5' -r
 complete -c csivol -n "__fish_csivol_using_subcommand release" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
 complete -c csivol -n "__fish_csivol_using_subcommand release" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
-complete -c csivol -n "__fish_csivol_using_subcommand release" -s o -l output -d 'Output format: `table` for people, `json` for scripts (stable field names)' -r -f -a "table\t''
-json\t''"
+complete -c csivol -n "__fish_csivol_using_subcommand release" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
+wide\t'A table with nothing cut and times in full'
+json\t'JSON, the API\'s types (stable field names)'"
 complete -c csivol -n "__fish_csivol_using_subcommand release" -l ignore-missing -d 'Exit 0 when the claim is already gone or being released (a missing volume is still exit 3): for scripts that may release twice'
 complete -c csivol -n "__fish_csivol_using_subcommand release" -l wait -d 'Wait until it is done, showing progress on a terminal'
 complete -c csivol -n "__fish_csivol_using_subcommand release" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
@@ -204,20 +217,23 @@ complete -c csivol -n "__fish_csivol_using_subcommand release" -s V -l version -
 complete -c csivol -n "__fish_csivol_using_subcommand status" -l node -d 'Only volumes claimed or attached on this node, and only this node' -r
 complete -c csivol -n "__fish_csivol_using_subcommand status" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
 complete -c csivol -n "__fish_csivol_using_subcommand status" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
-complete -c csivol -n "__fish_csivol_using_subcommand status" -s o -l output -d 'Output format: `table` for people, `json` for scripts (stable field names)' -r -f -a "table\t''
-json\t''"
+complete -c csivol -n "__fish_csivol_using_subcommand status" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
+wide\t'A table with nothing cut and times in full'
+json\t'JSON, the API\'s types (stable field names)'"
 complete -c csivol -n "__fish_csivol_using_subcommand status" -l blocked -d 'Only blocked volumes, with the lost node and the unblock command; exit code 6 when any is blocked, 0 when none is'
+complete -c csivol -n "__fish_csivol_using_subcommand status" -s w -l watch -d 'Keep it on screen and redraw it when something changes (blocking queries on the event log, and every few seconds for heartbeat countdowns) until interrupted'
 complete -c csivol -n "__fish_csivol_using_subcommand status" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand status" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand status" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand status" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand unblock" -l node -d 'The lost node: every volume it holds blocked' -r
-complete -c csivol -n "__fish_csivol_using_subcommand unblock" -l reason -d 'Why, for the event log (e.g. "n2 powered off in rack 4")' -r
+complete -c csivol -n "__fish_csivol_using_subcommand unblock" -l reason -d 'Why, for the event log (e.g. "n2 powered off in rack 4"); not needed with --dry-run' -r
 complete -c csivol -n "__fish_csivol_using_subcommand unblock" -l timeout -d 'How long --wait waits before giving up with exit code 5' -r
 complete -c csivol -n "__fish_csivol_using_subcommand unblock" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
 complete -c csivol -n "__fish_csivol_using_subcommand unblock" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
-complete -c csivol -n "__fish_csivol_using_subcommand unblock" -s o -l output -d 'Output format: `table` for people, `json` for scripts (stable field names)' -r -f -a "table\t''
-json\t''"
+complete -c csivol -n "__fish_csivol_using_subcommand unblock" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
+wide\t'A table with nothing cut and times in full'
+json\t'JSON, the API\'s types (stable field names)'"
 complete -c csivol -n "__fish_csivol_using_subcommand unblock" -s y -l yes -d 'Do it without asking'
 complete -c csivol -n "__fish_csivol_using_subcommand unblock" -l dry-run -d 'Only show what would happen'
 complete -c csivol -n "__fish_csivol_using_subcommand unblock" -l wait -d 'Wait until it is done, showing progress on a terminal'
@@ -229,8 +245,9 @@ complete -c csivol -n "__fish_csivol_using_subcommand fence" -l reason -d 'Why, 
 complete -c csivol -n "__fish_csivol_using_subcommand fence" -l timeout -d 'How long --wait waits before giving up with exit code 5' -r
 complete -c csivol -n "__fish_csivol_using_subcommand fence" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
 complete -c csivol -n "__fish_csivol_using_subcommand fence" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
-complete -c csivol -n "__fish_csivol_using_subcommand fence" -s o -l output -d 'Output format: `table` for people, `json` for scripts (stable field names)' -r -f -a "table\t''
-json\t''"
+complete -c csivol -n "__fish_csivol_using_subcommand fence" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
+wide\t'A table with nothing cut and times in full'
+json\t'JSON, the API\'s types (stable field names)'"
 complete -c csivol -n "__fish_csivol_using_subcommand fence" -l force -d 'The node is ready, not lost: power it off anyway (asks twice on a terminal)'
 complete -c csivol -n "__fish_csivol_using_subcommand fence" -s y -l yes -d 'Do it without asking'
 complete -c csivol -n "__fish_csivol_using_subcommand fence" -l dry-run -d 'Only show what would happen'
@@ -240,12 +257,13 @@ complete -c csivol -n "__fish_csivol_using_subcommand fence" -s q -l quiet -d 'P
 complete -c csivol -n "__fish_csivol_using_subcommand fence" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand fence" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand detach" -l node -d 'The node to detach it from' -r
-complete -c csivol -n "__fish_csivol_using_subcommand detach" -l reason -d 'Why, for the event log' -r
+complete -c csivol -n "__fish_csivol_using_subcommand detach" -l reason -d 'Why, for the event log; not needed with --dry-run' -r
 complete -c csivol -n "__fish_csivol_using_subcommand detach" -l timeout -d 'How long --wait waits before giving up with exit code 5' -r
 complete -c csivol -n "__fish_csivol_using_subcommand detach" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
 complete -c csivol -n "__fish_csivol_using_subcommand detach" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
-complete -c csivol -n "__fish_csivol_using_subcommand detach" -s o -l output -d 'Output format: `table` for people, `json` for scripts (stable field names)' -r -f -a "table\t''
-json\t''"
+complete -c csivol -n "__fish_csivol_using_subcommand detach" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
+wide\t'A table with nothing cut and times in full'
+json\t'JSON, the API\'s types (stable field names)'"
 complete -c csivol -n "__fish_csivol_using_subcommand detach" -l force -d 'The node is lost: release its claims and detach without it'
 complete -c csivol -n "__fish_csivol_using_subcommand detach" -s y -l yes -d 'Do it without asking'
 complete -c csivol -n "__fish_csivol_using_subcommand detach" -l dry-run -d 'Only show what would happen'
@@ -254,84 +272,131 @@ complete -c csivol -n "__fish_csivol_using_subcommand detach" -l no-color -d 'Tu
 complete -c csivol -n "__fish_csivol_using_subcommand detach" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand detach" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand detach" -s V -l version -d 'Print version'
-complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show help" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
-complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show help" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
-complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show help" -s o -l output -d 'Output format: `table` for people, `json` for scripts (stable field names)' -r -f -a "table\t''
-json\t''"
-complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show help" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
-complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show help" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
-complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show help" -s h -l help -d 'Print help'
-complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show help" -s V -l version -d 'Print version'
-complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show help" -f -a "list" -d 'List nodes with their status and plugins'
-complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show help" -f -a "show" -d 'Show a node: status, heartbeat, self-fencing and plugins'
-complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show drain eligibility remove help" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show drain eligibility remove help" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show drain eligibility remove help" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
+wide\t'A table with nothing cut and times in full'
+json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show drain eligibility remove help" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show drain eligibility remove help" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show drain eligibility remove help" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show drain eligibility remove help" -s V -l version -d 'Print version'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show drain eligibility remove help" -f -a "list" -d 'List nodes with their status, heartbeat and plugins'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show drain eligibility remove help" -f -a "show" -d 'Show a node: status, heartbeat against the TTL, eligibility, plugins, claims, attachments, blocked volumes and recent events'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show drain eligibility remove help" -f -a "drain" -d 'Take a node out of service: no new claims on it, then (with --wait) wait until its claims are released by their owners'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show drain eligibility remove help" -f -a "eligibility" -d 'Whether a node takes new claims (existing claims are not touched)'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show drain eligibility remove help" -f -a "remove" -d 'Forget a node that holds nothing: no claim, no attachment, nothing blocked'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show drain eligibility remove help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from list" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from list" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
-complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from list" -s o -l output -d 'Output format: `table` for people, `json` for scripts (stable field names)' -r -f -a "table\t''
-json\t''"
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from list" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
+wide\t'A table with nothing cut and times in full'
+json\t'JSON, the API\'s types (stable field names)'"
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from list" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from list" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
-complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from list" -s h -l help -d 'Print help'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from list" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from list" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from show" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from show" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
-complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from show" -s o -l output -d 'Output format: `table` for people, `json` for scripts (stable field names)' -r -f -a "table\t''
-json\t''"
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from show" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
+wide\t'A table with nothing cut and times in full'
+json\t'JSON, the API\'s types (stable field names)'"
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from show" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from show" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
-complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from show" -s h -l help -d 'Print help'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from show" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from show" -s V -l version -d 'Print version'
-complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from help" -f -a "list" -d 'List nodes with their status and plugins'
-complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from help" -f -a "show" -d 'Show a node: status, heartbeat, self-fencing and plugins'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from drain" -l deadline -d 'How long --wait waits before giving up with exit code 5 (the node stays draining)' -r
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from drain" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from drain" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from drain" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
+wide\t'A table with nothing cut and times in full'
+json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from drain" -l wait -d 'Wait until no claim is left on the node'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from drain" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from drain" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from drain" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from drain" -s V -l version -d 'Print version'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from eligibility" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from eligibility" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from eligibility" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
+wide\t'A table with nothing cut and times in full'
+json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from eligibility" -l enable -d 'New claims may be made on the node again (also ends a drain)'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from eligibility" -l disable -d 'No new claims on the node'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from eligibility" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from eligibility" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from eligibility" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from eligibility" -s V -l version -d 'Print version'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from remove" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from remove" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from remove" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
+wide\t'A table with nothing cut and times in full'
+json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from remove" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from remove" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from remove" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from remove" -s V -l version -d 'Print version'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from help" -f -a "list" -d 'List nodes with their status, heartbeat and plugins'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from help" -f -a "show" -d 'Show a node: status, heartbeat against the TTL, eligibility, plugins, claims, attachments, blocked volumes and recent events'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from help" -f -a "drain" -d 'Take a node out of service: no new claims on it, then (with --wait) wait until its claims are released by their owners'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from help" -f -a "eligibility" -d 'Whether a node takes new claims (existing claims are not touched)'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from help" -f -a "remove" -d 'Forget a node that holds nothing: no claim, no attachment, nothing blocked'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show help" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show help" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
-complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show help" -s o -l output -d 'Output format: `table` for people, `json` for scripts (stable field names)' -r -f -a "table\t''
-json\t''"
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show help" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
+wide\t'A table with nothing cut and times in full'
+json\t'JSON, the API\'s types (stable field names)'"
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show help" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show help" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
-complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show help" -s h -l help -d 'Print help'
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show help" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show help" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show help" -f -a "list" -d 'List plugins with their health across nodes'
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show help" -f -a "show" -d 'Show a plugin'
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from list" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from list" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
-complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from list" -s o -l output -d 'Output format: `table` for people, `json` for scripts (stable field names)' -r -f -a "table\t''
-json\t''"
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from list" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
+wide\t'A table with nothing cut and times in full'
+json\t'JSON, the API\'s types (stable field names)'"
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from list" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from list" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
-complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from list" -s h -l help -d 'Print help'
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from list" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from list" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from show" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from show" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
-complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from show" -s o -l output -d 'Output format: `table` for people, `json` for scripts (stable field names)' -r -f -a "table\t''
-json\t''"
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from show" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
+wide\t'A table with nothing cut and times in full'
+json\t'JSON, the API\'s types (stable field names)'"
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from show" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from show" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
-complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from show" -s h -l help -d 'Print help'
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from show" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from show" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from help" -f -a "list" -d 'List plugins with their health across nodes'
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from help" -f -a "show" -d 'Show a plugin'
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c csivol -n "__fish_csivol_using_subcommand events" -l volume -d 'Only events of this volume' -r
 complete -c csivol -n "__fish_csivol_using_subcommand events" -l node -d 'Only events of this node' -r
+complete -c csivol -n "__fish_csivol_using_subcommand events" -l since -d 'Only events of the last DURATION (e.g. 10m, 2h)' -r
+complete -c csivol -n "__fish_csivol_using_subcommand events" -l tail -d 'Only the last N events (after the other filters)' -r
 complete -c csivol -n "__fish_csivol_using_subcommand events" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
 complete -c csivol -n "__fish_csivol_using_subcommand events" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
-complete -c csivol -n "__fish_csivol_using_subcommand events" -s o -l output -d 'Output format: `table` for people, `json` for scripts (stable field names)' -r -f -a "table\t''
-json\t''"
-complete -c csivol -n "__fish_csivol_using_subcommand events" -s f -l follow -d 'Keep printing new events as they happen (with -o json: one object per line)'
+complete -c csivol -n "__fish_csivol_using_subcommand events" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
+wide\t'A table with nothing cut and times in full'
+json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand events" -s f -l follow -d 'Keep printing new events as they happen (with -o json: one object per line); starts at the end of the log unless --since or --tail says otherwise'
 complete -c csivol -n "__fish_csivol_using_subcommand events" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand events" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
-complete -c csivol -n "__fish_csivol_using_subcommand events" -s h -l help -d 'Print help'
+complete -c csivol -n "__fish_csivol_using_subcommand events" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand events" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand token; and not __fish_seen_subcommand_from create help" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
 complete -c csivol -n "__fish_csivol_using_subcommand token; and not __fish_seen_subcommand_from create help" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
-complete -c csivol -n "__fish_csivol_using_subcommand token; and not __fish_seen_subcommand_from create help" -s o -l output -d 'Output format: `table` for people, `json` for scripts (stable field names)' -r -f -a "table\t''
-json\t''"
+complete -c csivol -n "__fish_csivol_using_subcommand token; and not __fish_seen_subcommand_from create help" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
+wide\t'A table with nothing cut and times in full'
+json\t'JSON, the API\'s types (stable field names)'"
 complete -c csivol -n "__fish_csivol_using_subcommand token; and not __fish_seen_subcommand_from create help" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand token; and not __fish_seen_subcommand_from create help" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
-complete -c csivol -n "__fish_csivol_using_subcommand token; and not __fish_seen_subcommand_from create help" -s h -l help -d 'Print help'
+complete -c csivol -n "__fish_csivol_using_subcommand token; and not __fish_seen_subcommand_from create help" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand token; and not __fish_seen_subcommand_from create help" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand token; and not __fish_seen_subcommand_from create help" -f -a "create" -d 'Create a token; its secret is printed once, on stdout'
 complete -c csivol -n "__fish_csivol_using_subcommand token; and not __fish_seen_subcommand_from create help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
@@ -340,38 +405,51 @@ reader\t''
 claimer\t''
 node\t''"
 complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from create" -l node -d 'The node a `node` token acts for' -r
+complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from create" -l name -d 'A name people recognise (`alice`, `ci-deploy`), unique; the event log names the token\'s actions `ROLE:NAME` (e.g. `operator:alice`) instead of `ROLE:ID`' -r
 complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from create" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
 complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from create" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
-complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from create" -s o -l output -d 'Output format: `table` for people, `json` for scripts (stable field names)' -r -f -a "table\t''
-json\t''"
+complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from create" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
+wide\t'A table with nothing cut and times in full'
+json\t'JSON, the API\'s types (stable field names)'"
 complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from create" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from create" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
-complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from create" -s h -l help -d 'Print help'
+complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from create" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from create" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from help" -f -a "create" -d 'Create a token; its secret is printed once, on stdout'
 complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c csivol -n "__fish_csivol_using_subcommand completions" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
 complete -c csivol -n "__fish_csivol_using_subcommand completions" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
-complete -c csivol -n "__fish_csivol_using_subcommand completions" -s o -l output -d 'Output format: `table` for people, `json` for scripts (stable field names)' -r -f -a "table\t''
-json\t''"
+complete -c csivol -n "__fish_csivol_using_subcommand completions" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
+wide\t'A table with nothing cut and times in full'
+json\t'JSON, the API\'s types (stable field names)'"
 complete -c csivol -n "__fish_csivol_using_subcommand completions" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand completions" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand completions" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand completions" -s V -l version -d 'Print version'
-complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim run release status unblock fence detach node plugin events token completions help" -f -a "volume" -d 'Register, create, list, show and deregister volumes'
-complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim run release status unblock fence detach node plugin events token completions help" -f -a "claim" -d 'Claim a volume for an alloc on a node; renew a claim\'s lease; list claims'
-complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim run release status unblock fence detach node plugin events token completions help" -f -a "run" -d 'Claim volumes, run a command with them mounted, release them: a CI job in one line'
-complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim run release status unblock fence detach node plugin events token completions help" -f -a "release" -d 'Release an alloc\'s claim on a volume'
-complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim run release status unblock fence detach node plugin events token completions help" -f -a "status" -d 'Show the cluster at a glance, one volume in detail, or the blocked volumes'
-complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim run release status unblock fence detach node plugin events token completions help" -f -a "unblock" -d 'Free volumes held by a lost node: force-release its claims and force-detach'
-complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim run release status unblock fence detach node plugin events token completions help" -f -a "fence" -d 'Power a lost node off through its fence method, then unblock its volumes with the proof'
-complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim run release status unblock fence detach node plugin events token completions help" -f -a "detach" -d 'Take a volume off a node: release every claim it has there'
-complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim run release status unblock fence detach node plugin events token completions help" -f -a "node" -d 'List nodes, or show one'
-complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim run release status unblock fence detach node plugin events token completions help" -f -a "plugin" -d 'List plugins, or show one'
-complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim run release status unblock fence detach node plugin events token completions help" -f -a "events" -d 'Show the audit trail, or follow it'
-complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim run release status unblock fence detach node plugin events token completions help" -f -a "token" -d 'Create API tokens'
-complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim run release status unblock fence detach node plugin events token completions help" -f -a "completions" -d 'Print a shell completion script'
-complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim run release status unblock fence detach node plugin events token completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c csivol -n "__fish_csivol_using_subcommand __complete" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand __complete" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand __complete" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
+wide\t'A table with nothing cut and times in full'
+json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand __complete" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
+complete -c csivol -n "__fish_csivol_using_subcommand __complete" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand __complete" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c csivol -n "__fish_csivol_using_subcommand __complete" -s V -l version -d 'Print version'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim run release status unblock fence detach node plugin events token completions __complete help" -f -a "volume" -d 'Register, create, list, show and deregister volumes'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim run release status unblock fence detach node plugin events token completions __complete help" -f -a "claim" -d 'Claim a volume for an alloc on a node; renew a claim\'s lease; list claims'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim run release status unblock fence detach node plugin events token completions __complete help" -f -a "run" -d 'Claim volumes, run a command with them mounted, release them: a CI job in one line'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim run release status unblock fence detach node plugin events token completions __complete help" -f -a "release" -d 'Release an alloc\'s claim on a volume'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim run release status unblock fence detach node plugin events token completions __complete help" -f -a "status" -d 'Show the cluster at a glance, one volume in detail, or the blocked volumes'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim run release status unblock fence detach node plugin events token completions __complete help" -f -a "unblock" -d 'Free volumes held by a lost node: force-release its claims and force-detach'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim run release status unblock fence detach node plugin events token completions __complete help" -f -a "fence" -d 'Power a lost node off through its fence method, then unblock its volumes with the proof'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim run release status unblock fence detach node plugin events token completions __complete help" -f -a "detach" -d 'Take a volume off a node: release every claim it has there'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim run release status unblock fence detach node plugin events token completions __complete help" -f -a "node" -d 'List nodes, or show one'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim run release status unblock fence detach node plugin events token completions __complete help" -f -a "plugin" -d 'List plugins, or show one'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim run release status unblock fence detach node plugin events token completions __complete help" -f -a "events" -d 'Show the audit trail, or follow it'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim run release status unblock fence detach node plugin events token completions __complete help" -f -a "token" -d 'Create API tokens'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim run release status unblock fence detach node plugin events token completions __complete help" -f -a "completions" -d 'Print a shell completion script'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim run release status unblock fence detach node plugin events token completions __complete help" -f -a "__complete" -d 'Names for shell completion, one per line (used by the bash completion script)'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim run release status unblock fence detach node plugin events token completions __complete help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from volume" -f -a "register" -d 'Register an existing volume from a TOML or JSON spec'
 complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from volume" -f -a "create" -d 'Create a volume through its plugin\'s controller (CreateVolume), then register it'
 complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from volume" -f -a "list" -d 'List volumes'
@@ -379,8 +457,11 @@ complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subc
 complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from volume" -f -a "deregister" -d 'Forget a volume (its storage is kept), or with --delete destroy it'
 complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from claim" -f -a "renew" -d 'Extend a claim\'s lease from now'
 complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from claim" -f -a "list" -d 'List claims across volumes, oldest first'
-complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from node" -f -a "list" -d 'List nodes with their status and plugins'
-complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from node" -f -a "show" -d 'Show a node: status, heartbeat, self-fencing and plugins'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from node" -f -a "list" -d 'List nodes with their status, heartbeat and plugins'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from node" -f -a "show" -d 'Show a node: status, heartbeat against the TTL, eligibility, plugins, claims, attachments, blocked volumes and recent events'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from node" -f -a "drain" -d 'Take a node out of service: no new claims on it, then (with --wait) wait until its claims are released by their owners'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from node" -f -a "eligibility" -d 'Whether a node takes new claims (existing claims are not touched)'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from node" -f -a "remove" -d 'Forget a node that holds nothing: no claim, no attachment, nothing blocked'
 complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from plugin" -f -a "list" -d 'List plugins with their health across nodes'
 complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from plugin" -f -a "show" -d 'Show a plugin'
 complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from token" -f -a "create" -d 'Create a token; its secret is printed once, on stdout'

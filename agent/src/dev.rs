@@ -94,6 +94,8 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
 
     let exe = std::env::current_exe().context("failed to find the csivol-agent binary")?;
     let mut children: Vec<(String, Child)> = Vec::new();
+    // Per child, the shell command that starts it again by hand (printed if it dies).
+    let mut again: Vec<String> = Vec::new();
     let started: anyhow::Result<()> = async {
         for i in 1..=args.nodes {
             let node = format!("node-{i}");
@@ -114,6 +116,11 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
                 format!("--backend-dir={}", dir.join("backend").display()),
                 format!("--mount={mount}"),
             ]);
+            again.push(shell_line(
+                &plugin,
+                &node_dir.join("plugin.log"),
+                &node_dir.join("plugin.pid"),
+            ));
             children.push((
                 format!("{node} plugin"),
                 spawn(
@@ -137,6 +144,11 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
             if mount == "none" {
                 agent.arg("--ready-check=exists");
             }
+            again.push(shell_line(
+                &agent,
+                &node_dir.join("agent.log"),
+                &node_dir.join("agent.pid"),
+            ));
             children.push((
                 format!("{node} agent"),
                 spawn(
@@ -171,7 +183,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
             token_path.display()
         ),
     )?;
-    let cli_token = offer_cli_token(&token);
+    let cli_token = offer_cli_token(&token, &dir);
     print_banner(
         &url,
         &dir,
@@ -184,7 +196,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
 
     // A child that dies (say, an agent killed to see a node fail) does not stop the others:
     // that is what a node failure looks like. Ctrl-C stops everything.
-    let watch = watch_children(&mut children, &dir);
+    let watch = watch_children(&mut children, &again);
     tokio::select! {
         () = crate::shutdown_signal() => {}
         () = watch => {}
@@ -237,8 +249,36 @@ fn spawn(mut cmd: Command, log: &Path, pid_file: &Path) -> anyhow::Result<Child>
     Ok(child)
 }
 
-/// Reports children as they exit; returns once none is left.
-async fn watch_children(children: &mut [(String, Child)], dir: &Path) {
+/// The shell command that starts `cmd` again as dev mode did: output appended to `log`,
+/// pid written to `pid_file`. Run by hand, it is not stopped by dev mode's Ctrl-C.
+fn shell_line(cmd: &Command, log: &Path, pid_file: &Path) -> String {
+    let std = cmd.as_std();
+    let mut words = vec![quote(&std.get_program().to_string_lossy())];
+    words.extend(std.get_args().map(|a| quote(&a.to_string_lossy())));
+    format!(
+        "{} >> {} 2>&1 & echo $! > {}",
+        words.join(" "),
+        quote(&log.display().to_string()),
+        quote(&pid_file.display().to_string())
+    )
+}
+
+/// A word for `sh`: as it is when it is plain, else in single quotes.
+fn quote(word: &str) -> String {
+    let plain = !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=:,@%+".contains(c));
+    if plain {
+        word.to_owned()
+    } else {
+        format!("'{}'", word.replace('\'', "'\\''"))
+    }
+}
+
+/// Reports children as they exit, with the command that brings each back; returns once
+/// none is left.
+async fn watch_children(children: &mut [(String, Child)], again: &[String]) {
     let mut alive = children.len();
     let mut reported = vec![false; children.len()];
     while alive > 0 {
@@ -249,11 +289,16 @@ async fn watch_children(children: &mut [(String, Child)], dir: &Path) {
             if let Ok(Some(status)) = child.try_wait() {
                 reported[i] = true;
                 alive -= 1;
-                eprintln!(
-                    "{name} exited ({status}); the rest of the cluster keeps running. Its log is under {}; \
-                     restart dev mode to bring it back",
-                    dir.display()
+                let how = again.get(i).map_or_else(
+                    || "restart dev mode to bring it back".to_owned(),
+                    |cmd| {
+                        format!(
+                            "to bring it back (its node comes back and cleans up as a returning \
+                             node does), run:\n  {cmd}\n(or Ctrl-C and run dev mode again)"
+                        )
+                    },
                 );
+                eprintln!("{name} exited ({status}); the rest of the cluster keeps running; {how}");
             }
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -337,15 +382,52 @@ pub fn cli_token_path() -> Option<PathBuf> {
     Some(base.join("csivol").join("token"))
 }
 
-/// Writes the operator token where the CLI looks by default, unless a different token is
-/// already there (never overwrite someone's token). Returns the path when it holds ours.
-fn offer_cli_token(token: &str) -> Option<PathBuf> {
+/// Beside the CLI's token file, when dev mode wrote that token: the token's SHA-256 and
+/// the dev dir it came from. A token with a matching record may be replaced by a later dev
+/// cluster; any other token there is the user's and is never overwritten.
+pub const DEV_TOKEN_RECORD: &str = "token.from-dev";
+
+fn sha256_hex(text: &str) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(text.trim().as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Writes the operator token where the CLI looks by default, unless a token that dev mode
+/// did not write is already there (never overwrite someone's token): a token an earlier
+/// dev cluster wrote is replaced, so that `csivol` with no flags reaches this one. Returns
+/// the path when it holds ours.
+fn offer_cli_token(token: &str, dir: &Path) -> Option<PathBuf> {
     let path = cli_token_path()?;
-    match std::fs::read_to_string(&path) {
-        Ok(existing) if existing.trim() == token => Some(path),
-        Ok(_) => None,
-        Err(_) => write_private(&path, token).ok().map(|()| path),
+    let record = path.with_file_name(DEV_TOKEN_RECORD);
+    let ours = match std::fs::read_to_string(&path) {
+        Ok(existing) if existing.trim() == token => true,
+        Ok(existing) => {
+            let from_dev = std::fs::read_to_string(&record)
+                .ok()
+                .and_then(|r| r.lines().next().map(str::to_owned))
+                .is_some_and(|hash| hash == sha256_hex(&existing));
+            if !from_dev {
+                // The user's token: left alone, and a record about an older token of ours
+                // goes, so that nothing claims this one came from dev mode.
+                let _ = std::fs::remove_file(&record);
+                return None;
+            }
+            false
+        }
+        Err(_) => false,
+    };
+    if !ours {
+        write_private(&path, token).ok()?;
     }
+    write_private(
+        &record,
+        &format!("{}\n{}", sha256_hex(token), dir.display()),
+    )
+    .ok()?;
+    Some(path)
 }
 
 fn print_banner(
@@ -416,6 +498,7 @@ impl Client {
         let req = api::TokenRequest {
             role: api::Role::Node,
             node: Some(node.to_owned()),
+            name: None,
         };
         let (_, t) = self
             .call::<api::TokenResponse>(

@@ -27,14 +27,21 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    // Under systemd (stderr connected to the journal, which sets JOURNAL_STREAM) the journal
+    // stamps every line itself: a second timestamp only pushes the message off the screen
+    // in `journalctl`.
+    if std::env::var_os("JOURNAL_STREAM").is_some() {
+        logs.without_time().with_ansi(false).init();
+    } else {
+        logs.init();
+    }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {

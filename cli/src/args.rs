@@ -48,7 +48,9 @@ pub struct GlobalArgs {
     #[arg(long, global = true, value_name = "TOKEN", help_heading = GLOBAL)]
     pub token: Option<String>,
 
-    /// Output format: `table` for people, `json` for scripts (stable field names)
+    /// Output format: `table` for people (fitted to the terminal: the least important
+    /// columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts
+    /// (stable field names)
     #[arg(short, long, global = true, value_enum, default_value_t = Format::Table, help_heading = GLOBAL)]
     pub output: Format,
 
@@ -63,7 +65,11 @@ pub struct GlobalArgs {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Format {
+    /// A table fitted to the terminal
     Table,
+    /// A table with nothing cut and times in full
+    Wide,
+    /// JSON, the API's types (stable field names)
     Json,
 }
 
@@ -154,6 +160,17 @@ pub enum Command {
     /// zsh: `csivol completions zsh > "${fpath[1]}/_csivol"`;
     /// fish: `csivol completions fish > ~/.config/fish/completions/csivol.fish`.
     Completions(CompletionsArgs),
+
+    /// Names for shell completion, one per line (used by the bash completion script)
+    #[command(name = "__complete", hide = true)]
+    Complete(CompleteArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CompleteArgs {
+    /// `volumes` or `nodes`
+    #[arg(value_parser = ["volumes", "nodes"])]
+    pub what: String,
 }
 
 #[derive(Debug, Subcommand)]
@@ -422,6 +439,11 @@ pub struct StatusArgs {
     /// Only volumes claimed or attached on this node, and only this node
     #[arg(long, value_name = "NODE", value_parser = node_name)]
     pub node: Option<String>,
+
+    /// Keep it on screen and redraw it when something changes (blocking queries on the
+    /// event log, and every few seconds for heartbeat countdowns) until interrupted
+    #[arg(short, long)]
+    pub watch: bool,
 }
 
 #[derive(Debug, Args)]
@@ -434,9 +456,9 @@ pub struct UnblockArgs {
     #[arg(long, value_name = "NODE", value_parser = node_name)]
     pub node: Option<String>,
 
-    /// Why, for the event log (e.g. "n2 powered off in rack 4")
-    #[arg(long, value_name = "TEXT", value_parser = reason)]
-    pub reason: String,
+    /// Why, for the event log (e.g. "n2 powered off in rack 4"); not needed with --dry-run
+    #[arg(long, value_name = "TEXT", value_parser = reason, required_unless_present = "dry_run")]
+    pub reason: Option<String>,
 
     #[command(flatten)]
     pub confirm: ConfirmArgs,
@@ -476,9 +498,9 @@ pub struct DetachArgs {
     #[arg(long, value_name = "NODE", value_parser = node_name)]
     pub node: String,
 
-    /// Why, for the event log
-    #[arg(long, value_name = "TEXT", value_parser = reason)]
-    pub reason: String,
+    /// Why, for the event log; not needed with --dry-run
+    #[arg(long, value_name = "TEXT", value_parser = reason, required_unless_present = "dry_run")]
+    pub reason: Option<String>,
 
     /// The node is lost: release its claims and detach without it
     #[arg(long)]
@@ -504,10 +526,56 @@ pub struct ConfirmArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum NodeCommand {
-    /// List nodes with their status and plugins
+    /// List nodes with their status, heartbeat and plugins
     List,
-    /// Show a node: status, heartbeat, self-fencing and plugins
+    /// Show a node: status, heartbeat against the TTL, eligibility, plugins, claims,
+    /// attachments, blocked volumes and recent events
     Show(NodeArg),
+    /// Take a node out of service: no new claims on it, then (with --wait) wait until its
+    /// claims are released by their owners
+    ///
+    /// Nothing is force-released: the owners release their claims. When the node holds
+    /// nothing, `csivol node remove NODE` forgets it; `csivol node eligibility NODE
+    /// --enable` puts it back in service.
+    Drain(NodeDrainArgs),
+    /// Whether a node takes new claims (existing claims are not touched)
+    Eligibility(NodeEligibilityArgs),
+    /// Forget a node that holds nothing: no claim, no attachment, nothing blocked
+    ///
+    /// Refused otherwise, with the command that gets it there (a drain, or an unblock for
+    /// a lost node). An agent that registers the node again brings it back.
+    Remove(NodeArg),
+}
+
+#[derive(Debug, Args)]
+pub struct NodeDrainArgs {
+    /// The node's name
+    #[arg(value_parser = node_name)]
+    pub node: String,
+
+    /// Wait until no claim is left on the node
+    #[arg(long)]
+    pub wait: bool,
+
+    /// How long --wait waits before giving up with exit code 5 (the node stays draining)
+    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = parse_duration)]
+    pub deadline: Duration,
+}
+
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("choice").required(true)))]
+pub struct NodeEligibilityArgs {
+    /// The node's name
+    #[arg(value_parser = node_name)]
+    pub node: String,
+
+    /// New claims may be made on the node again (also ends a drain)
+    #[arg(long, group = "choice")]
+    pub enable: bool,
+
+    /// No new claims on the node
+    #[arg(long, group = "choice")]
+    pub disable: bool,
 }
 
 #[derive(Debug, Args)]
@@ -542,9 +610,18 @@ pub struct EventsArgs {
     #[arg(long, value_name = "NODE", value_parser = node_name)]
     pub node: Option<String>,
 
-    /// Keep printing new events as they happen (with -o json: one object per line)
+    /// Keep printing new events as they happen (with -o json: one object per line);
+    /// starts at the end of the log unless --since or --tail says otherwise
     #[arg(short, long)]
     pub follow: bool,
+
+    /// Only events of the last DURATION (e.g. 10m, 2h)
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub since: Option<Duration>,
+
+    /// Only the last N events (after the other filters)
+    #[arg(long, value_name = "N")]
+    pub tail: Option<usize>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -563,6 +640,11 @@ pub struct TokenCreateArgs {
     /// The node a `node` token acts for
     #[arg(long, value_name = "NODE", value_parser = node_name, required_if_eq("role", "node"))]
     pub node: Option<String>,
+
+    /// A name people recognise (`alice`, `ci-deploy`), unique; the event log names the
+    /// token's actions `ROLE:NAME` (e.g. `operator:alice`) instead of `ROLE:ID`
+    #[arg(long, value_name = "NAME")]
+    pub name: Option<String>,
 }
 
 #[derive(Debug, Args)]

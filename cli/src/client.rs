@@ -266,6 +266,7 @@ impl Client {
                 ));
             } else {
                 message = format!("{message} (token from {})", self.token_source);
+                hint = Some(self.token_hint());
             }
         }
         Failure {
@@ -322,6 +323,28 @@ fn normalise_addr(addr: &str) -> anyhow::Result<String> {
         return Err(bad("give only the scheme, host and port").into());
     }
     Ok(url.origin().ascii_serialization())
+}
+
+impl Client {
+    /// Where the refused token came from and how to use the right one.
+    fn token_hint(&self) -> String {
+        let right = format!(
+            "pass the right token with --token or {}; a server writes its first operator token \
+             to <data-dir>/operator.token",
+            env::CSIVOL_TOKEN
+        );
+        if let TokenSource::DefaultFile(path) = &self.token_source
+            && let Ok(record) = std::fs::read_to_string(path.with_file_name(env::DEV_TOKEN_RECORD))
+            && let Some(dir) = record.lines().nth(1)
+        {
+            return format!(
+                "that token was written by the dev cluster in {dir}; if that is not the server at \
+                 {}, run `source DIR/env` with the dev dir of the running cluster, or {right}",
+                self.addr
+            );
+        }
+        right
+    }
 }
 
 fn resolve_token(flag: Option<&str>) -> anyhow::Result<(Option<String>, TokenSource)> {

@@ -49,6 +49,10 @@ pub const DEFAULT_ADDR: &str = "http://127.0.0.1:7420";
 /// writes its operator token there so that `csivol` works without further setup.
 pub const DEFAULT_TOKEN_FILE: &str = "csivol/token";
 
+/// Beside the default token file when dev mode wrote that token: its hash and the dev dir
+/// (written by `csivol-agent dev`; read for the hint of a refused token).
+pub const DEV_TOKEN_RECORD: &str = "token.from-dev";
+
 /// A variable's value, treating an empty one as unset.
 pub fn var(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())

@@ -43,7 +43,8 @@ pub const EXIT_CODES: &[(Exit, &str)] = &[
     ),
     (
         Exit::Usage,
-        "usage error: bad arguments, a bad spec file, or a request the server calls invalid",
+        "usage error: bad arguments, a bad spec file, no confirmation (no terminal to ask on, \
+         or \"n\" at the prompt), or a request the server calls invalid",
     ),
     (
         Exit::NotFound,
@@ -51,11 +52,12 @@ pub const EXIT_CODES: &[(Exit, &str)] = &[
     ),
     (
         Exit::Conflict,
-        "conflict: another claim, no free slot, the volume is still in use",
+        "conflict: another claim, no free slot, a node that takes no new claims (ineligible, \
+         draining), the volume or node is still in use",
     ),
     (
         Exit::TimedOut,
-        "timed out waiting (--wait ran out of --timeout)",
+        "timed out waiting (--wait ran out of --timeout; node drain --wait of --deadline)",
     ),
     (
         Exit::Blocked,

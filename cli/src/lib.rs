@@ -11,4 +11,5 @@ pub mod output;
 pub mod render;
 pub mod signals;
 pub mod spec;
+pub mod table;
 pub mod wait;

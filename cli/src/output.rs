@@ -5,7 +5,6 @@
 use std::io::{BufRead, IsTerminal, Write};
 use std::time::{Duration, SystemTime};
 
-use comfy_table::{Attribute, Cell, Color, ColumnConstraint, ContentArrangement, Table};
 use console::Style;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
@@ -13,20 +12,7 @@ use serde::Serialize;
 use crate::args::{Format, GlobalArgs};
 use crate::env;
 use crate::failure::{Exit, Failure};
-
-/// Table columns of free text, which wrap when a table does not fit the width.
-const WRAPPABLE: &[&str] = &[
-    "MESSAGE",
-    "ERROR",
-    "NOTES",
-    "LABELS",
-    "CLAIMS",
-    "NODES",
-    "TARGET PATH",
-    "UNBLOCK WITH",
-    "PLUGINS (USED/MAX)",
-    "BLOCKED CLAIMS",
-];
+use crate::table::Table;
 
 #[derive(Clone, Debug)]
 pub struct Out {
@@ -84,6 +70,18 @@ impl Out {
         Ok(())
     }
 
+    pub fn stdout_is_tty(&self) -> bool {
+        self.stdout_tty
+    }
+
+    /// Text on stdout as it is (terminal control sequences).
+    pub fn raw(&self, text: &str) -> anyhow::Result<()> {
+        let mut out = std::io::stdout().lock();
+        out.write_all(text.as_bytes())?;
+        out.flush()?;
+        Ok(())
+    }
+
     /// A line of text on stdout.
     pub fn line(&self, text: impl AsRef<str>) -> anyhow::Result<()> {
         let mut out = std::io::stdout().lock();
@@ -92,60 +90,32 @@ impl Out {
         Ok(())
     }
 
-    /// A table with this header, fitting the terminal (or `COLUMNS`).
+    /// A table with this header, fitting the terminal (or `COLUMNS`) by cutting its least
+    /// important columns; with `-o wide`, or in a pipe without `COLUMNS`, nothing is cut.
     pub fn table(&self, header: &[&str]) -> Table {
-        let mut t = Table::new();
-        t.load_style(comfy_table::presets::NOTHING)
-            .set_content_arrangement(ContentArrangement::Dynamic);
-        if let Some(w) = self.width {
-            t.set_width(w);
-        }
-        if !self.stdout_tty {
-            t.force_no_tty();
-        }
-        t.set_header(header.iter().map(|h| {
-            let c = Cell::new(h);
-            if self.color_stdout {
-                c.add_attribute(Attribute::Bold)
-            } else {
-                c
-            }
-        }));
-        // When the table does not fit, only free text wraps; names, states and times stay
-        // whole so that they can still be read and copied.
-        for (col, h) in t.column_iter_mut().zip(header) {
-            if !WRAPPABLE.contains(h) {
-                col.set_constraint(ColumnConstraint::ContentWidth);
-            }
-        }
-        t
+        let width = match self.format {
+            Format::Wide => None,
+            _ => self.width.map(usize::from).or_else(|| {
+                self.stdout_tty
+                    .then(|| {
+                        console::Term::stdout()
+                            .size_checked()
+                            .map(|(_, w)| usize::from(w))
+                    })
+                    .flatten()
+            }),
+        };
+        Table::new(header, width, self.color_stdout)
     }
 
-    /// Prints a table from [`Out::table`] on stdout, columns two spaces apart.
-    pub fn print_table(&self, mut t: Table) -> anyhow::Result<()> {
-        let n = t.column_count();
-        for (i, col) in t.column_iter_mut().enumerate() {
-            col.set_padding((0, if i + 1 == n { 0 } else { 2 }));
-        }
+    /// Prints a table from [`Out::table`] on stdout.
+    pub fn print_table(&self, t: Table) -> anyhow::Result<()> {
         let mut out = std::io::stdout().lock();
         for line in t.lines() {
-            writeln!(out, "{}", line.trim_end())?;
+            writeln!(out, "{line}")?;
         }
         out.flush()?;
         Ok(())
-    }
-
-    /// A state in a table, coloured by what it means for the operator.
-    pub fn state_cell(&self, state: &str) -> Cell {
-        let c = Cell::new(state);
-        if !self.color_stdout {
-            return c;
-        }
-        match state {
-            "ready" | "free" | "attached" | "ok" => c.fg(Color::Green),
-            "blocked" | "failed" | "lost" => c.fg(Color::Red).add_attribute(Attribute::Bold),
-            _ => c.fg(Color::Yellow),
-        }
     }
 
     /// Text styled for stdout, when colour is on.
@@ -222,7 +192,9 @@ impl Out {
         if matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes") {
             Ok(())
         } else {
-            Err(Failure::new(Exit::Error, "cancelled; nothing was changed").into())
+            // The same exit as a confirmation refused without a terminal: nothing was
+            // agreed to, so nothing happened.
+            Err(Failure::usage("cancelled; nothing was changed").into())
         }
     }
 
@@ -278,6 +250,55 @@ impl Drop for Progress {
     }
 }
 
+/// An RFC 3339 time to the second (`2026-11-30T01:19:18Z`), as tables show it; `-o wide`
+/// keeps the milliseconds.
+pub fn time(out: &Out, ts: &str) -> String {
+    if out.format == Format::Wide {
+        return ts.to_owned();
+    }
+    trim_millis(ts)
+}
+
+fn trim_millis(ts: &str) -> String {
+    match (ts.find('.'), ts.ends_with('Z')) {
+        (Some(dot), true) => format!("{}Z", &ts[..dot]),
+        _ => ts.to_owned(),
+    }
+}
+
+/// An absolute time with a relative hint, as a record shows it:
+/// `2026-11-30T01:19:18Z (3m ago)`, or `(in 20s)` for a time to come.
+pub fn when(ts: &str) -> String {
+    let Ok(t) = humantime::parse_rfc3339_weak(ts) else {
+        return ts.to_owned();
+    };
+    let now = SystemTime::now();
+    let hint = match now.duration_since(t) {
+        Ok(d) => format!("{} ago", short_duration(d)),
+        Err(e) => format!("in {}", short_duration(e.duration())),
+    };
+    format!("{} ({hint})", trim_millis(ts))
+}
+
+/// A byte count for people: `64 MiB`, `1.5 GiB`, `512 B`.
+pub fn bytes(n: u64) -> String {
+    const UNITS: &[&str] = &["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    let mut unit = 0;
+    let mut value = n as f64;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{n} B")
+    } else if value.fract() == 0.0 || value >= 100.0 {
+        format!("{value:.0} {}", UNITS[unit])
+    } else {
+        let text = format!("{value:.1}");
+        format!("{} {}", text.trim_end_matches(".0"), UNITS[unit])
+    }
+}
+
 /// How long ago an RFC 3339 time was, e.g. `12s`, `3m4s`, `2h5m`, `3d4h`.
 pub fn age(ts: &str) -> String {
     let Ok(t) = humantime::parse_rfc3339_weak(ts) else {
@@ -328,6 +349,26 @@ pub fn or_dash(s: Option<&str>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn byte_sizes() {
+        assert_eq!(bytes(0), "0 B");
+        assert_eq!(bytes(512), "512 B");
+        assert_eq!(bytes(64 << 20), "64 MiB");
+        assert_eq!(bytes(3 << 29), "1.5 GiB");
+        assert_eq!(bytes(1000 << 30), "1000 GiB");
+        assert_eq!(bytes(u64::MAX), "16 EiB");
+    }
+
+    #[test]
+    fn times_in_records_have_a_relative_hint() {
+        assert_eq!(
+            trim_millis("2026-11-30T01:19:18.648Z"),
+            "2026-11-30T01:19:18Z"
+        );
+        assert!(when("2020-01-01T00:00:00.000Z").ends_with(" ago)"));
+        assert!(when("2999-01-01T00:00:00Z").starts_with("2999-01-01T00:00:00Z (in "));
+    }
 
     #[test]
     fn short_durations() {

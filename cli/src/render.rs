@@ -3,11 +3,18 @@
 
 use std::collections::BTreeMap;
 
+use std::time::Duration;
+
 use csivol_proto::api::{
-    ActionPlan, Claim, ClaimState, Event, Node, PlannedAction, Plugin, Volume,
+    ActionPlan, Claim, ClaimState, Eligibility, Event, Node, NodeStatus, PlannedAction, Plugin,
+    Volume, VolumeState,
 };
 
-use crate::output::{Out, age, or_dash};
+use crate::output::{Out, age, bytes, or_dash, short_duration, time, when};
+
+fn cell(s: impl ToString) -> String {
+    s.to_string()
+}
 
 /// Aligned `key: value` lines under a title.
 pub fn record(out: &Out, title: &str, rows: &[(&str, String)]) -> anyhow::Result<()> {
@@ -60,6 +67,16 @@ fn attached_nodes(v: &Volume) -> String {
         .join(", ")
 }
 
+/// A volume's state, saying for a blocked one whether it still takes new claims (a
+/// multi-node-multi-writer volume blocked on one node does).
+pub fn volume_state(v: &Volume) -> String {
+    match (v.state, v.accepts_claims) {
+        (VolumeState::Blocked, true) => "blocked, takes claims".into(),
+        (VolumeState::Blocked, false) => "blocked, no new claims".into(),
+        (s, _) => s.to_string(),
+    }
+}
+
 pub fn volumes(out: &Out, vs: &[Volume]) -> anyhow::Result<()> {
     if vs.is_empty() {
         out.note("no volumes");
@@ -68,12 +85,12 @@ pub fn volumes(out: &Out, vs: &[Volume]) -> anyhow::Result<()> {
     let mut t = out.table(&["NAME", "PLUGIN", "ACCESS MODE", "STATE", "CLAIMS", "NODES"]);
     for v in vs {
         t.add_row(vec![
-            comfy_table::Cell::new(&v.name),
-            comfy_table::Cell::new(&v.plugin),
-            comfy_table::Cell::new(v.access_mode),
-            out.state_cell(v.state.as_str()),
-            comfy_table::Cell::new(claim_summary(&v.claims)),
-            comfy_table::Cell::new(attached_nodes(v)),
+            cell(&v.name),
+            cell(&v.plugin),
+            cell(v.access_mode),
+            cell(volume_state(v)),
+            cell(claim_summary(&v.claims)),
+            cell(attached_nodes(v)),
         ]);
     }
     out.print_table(t)
@@ -83,14 +100,14 @@ pub fn volumes(out: &Out, vs: &[Volume]) -> anyhow::Result<()> {
 /// are shown redacted), its attachments and every claim.
 pub fn volume(out: &Out, v: &Volume) -> anyhow::Result<()> {
     let mut rows = vec![
-        ("state", v.state.to_string()),
+        ("state", volume_state(v)),
         ("plugin", v.plugin.clone()),
         ("external id", or_dash(Some(&v.external_id))),
         ("access mode", v.access_mode.to_string()),
         ("attachment", v.attachment.to_string()),
     ];
     if let Some(c) = v.capacity_bytes {
-        rows.push(("capacity", format!("{c} bytes")));
+        rows.push(("capacity", bytes(c)));
     }
     if !v.fs_type.is_empty() {
         rows.push(("fs type", v.fs_type.clone()));
@@ -115,7 +132,7 @@ pub fn volume(out: &Out, v: &Volume) -> anyhow::Result<()> {
     if let Some(e) = &v.error {
         rows.push(("error", e.clone()));
     }
-    rows.push(("created", v.created_at.clone()));
+    rows.push(("created", when(&v.created_at)));
     record(out, &format!("volume {}", v.name), &rows)?;
 
     out.line("")?;
@@ -126,12 +143,12 @@ pub fn volume(out: &Out, v: &Volume) -> anyhow::Result<()> {
         let mut t = out.table(&["NODE", "STATE", "FORCED", "ERROR", "NEXT RETRY", "SINCE"]);
         for a in &v.attachments {
             t.add_row(vec![
-                comfy_table::Cell::new(&a.node),
-                out.state_cell(a.state.as_str()),
-                comfy_table::Cell::new(if a.forced { "yes" } else { "no" }),
-                comfy_table::Cell::new(or_dash(a.error.as_deref())),
-                comfy_table::Cell::new(or_dash(a.next_retry_at.as_deref())),
-                comfy_table::Cell::new(age(&a.updated_at)),
+                cell(&a.node),
+                cell(a.state.as_str()),
+                cell(if a.forced { "yes" } else { "no" }),
+                cell(or_dash(a.error.as_deref())),
+                cell(opt_time(out, a.next_retry_at.as_deref())),
+                cell(age(&a.updated_at)),
             ]);
         }
         out.print_table(t)?;
@@ -160,17 +177,17 @@ pub fn volume(out: &Out, v: &Volume) -> anyhow::Result<()> {
         let mut t = out.table(&header);
         for c in &v.claims {
             let mut row = vec![
-                comfy_table::Cell::new(&c.alloc),
-                comfy_table::Cell::new(&c.node),
-                comfy_table::Cell::new(c.mode),
-                out.state_cell(c.state.as_str()),
-                comfy_table::Cell::new(or_dash(c.target_path.as_deref())),
-                comfy_table::Cell::new(claim_trouble(c)),
-                comfy_table::Cell::new(or_dash(c.next_retry_at.as_deref())),
-                comfy_table::Cell::new(age(&c.created_at)),
+                cell(&c.alloc),
+                cell(&c.node),
+                cell(c.mode),
+                cell(c.state.as_str()),
+                cell(or_dash(c.target_path.as_deref())),
+                cell(claim_trouble(c)),
+                cell(opt_time(out, c.next_retry_at.as_deref())),
+                cell(age(&c.created_at)),
             ];
             if with_labels {
-                row.push(comfy_table::Cell::new(labels(c)));
+                row.push(cell(labels(c)));
             }
             t.add_row(row);
         }
@@ -210,7 +227,7 @@ pub fn claim(out: &Out, c: &Claim) -> anyhow::Result<()> {
         rows.push(("error", e.clone()));
     }
     if let Some(t) = &c.next_retry_at {
-        rows.push(("next retry", t.clone()));
+        rows.push(("next retry", when(t)));
     }
     if let Some(w) = &c.waiting {
         rows.push(("waiting", crate::output::waiting(w)));
@@ -222,12 +239,12 @@ pub fn claim(out: &Out, c: &Claim) -> anyhow::Result<()> {
         rows.push(("queue", format!("number {p} in line")));
     }
     if let Some(t) = &c.expires_at {
-        rows.push(("lease until", t.clone()));
+        rows.push(("lease until", when(t)));
     }
     if !c.labels.is_empty() {
         rows.push(("labels", labels(c)));
     }
-    rows.push(("created", c.created_at.clone()));
+    rows.push(("created", when(&c.created_at)));
     record(out, &format!("claim of alloc {}", c.alloc), &rows)
 }
 
@@ -240,6 +257,22 @@ fn labels(c: &Claim) -> String {
         .map(|(k, v)| format!("{k}={v}"))
         .collect::<Vec<_>>()
         .join(",")
+}
+
+/// The claims on one node, for `node show`.
+pub fn node_claims(out: &Out, claims: &[Claim]) -> anyhow::Result<()> {
+    let mut t = out.table(&["VOLUME", "ALLOC", "MODE", "STATE", "TARGET PATH", "NOTES"]);
+    for c in claims {
+        t.add_row([
+            c.volume.clone(),
+            c.alloc.clone(),
+            c.mode.to_string(),
+            c.state.to_string(),
+            or_dash(c.target_path.as_deref()),
+            claim_trouble(c),
+        ]);
+    }
+    out.print_table(t)
 }
 
 /// `claim list`: claims across volumes, oldest first per volume.
@@ -261,15 +294,15 @@ pub fn claims(out: &Out, claims: &[Claim]) -> anyhow::Result<()> {
     ]);
     for c in claims {
         t.add_row(vec![
-            comfy_table::Cell::new(&c.volume),
-            comfy_table::Cell::new(&c.alloc),
-            comfy_table::Cell::new(&c.node),
-            comfy_table::Cell::new(c.mode),
-            out.state_cell(c.state.as_str()),
-            comfy_table::Cell::new(age(&c.created_at)),
-            comfy_table::Cell::new(or_dash(c.expires_at.as_deref())),
-            comfy_table::Cell::new(labels(c)),
-            comfy_table::Cell::new(claim_trouble(c)),
+            cell(&c.volume),
+            cell(&c.alloc),
+            cell(&c.node),
+            cell(c.mode),
+            cell(c.state.as_str()),
+            cell(age(&c.created_at)),
+            cell(opt_time(out, c.expires_at.as_deref())),
+            cell(labels(c)),
+            cell(claim_trouble(c)),
         ]);
     }
     out.print_table(t)
@@ -302,26 +335,48 @@ pub fn nodes(out: &Out, ns: &[Node]) -> anyhow::Result<()> {
     let mut t = out.table(&[
         "NAME",
         "STATUS",
+        "HEARTBEAT",
         "PLUGINS (USED/MAX)",
         "SELF-FENCES",
         "LOST SINCE",
-        "LAST HEARTBEAT",
     ]);
     for n in ns {
         t.add_row(vec![
-            comfy_table::Cell::new(&n.name),
-            out.state_cell(n.status.as_str()),
-            comfy_table::Cell::new(plugin_slots(n)),
-            comfy_table::Cell::new(fencing(n)),
-            comfy_table::Cell::new(or_dash(n.lost_at.as_deref())),
-            comfy_table::Cell::new(
-                n.last_heartbeat
-                    .as_deref()
-                    .map_or_else(|| "-".to_owned(), |t| format!("{} ago", age(t))),
-            ),
+            cell(&n.name),
+            cell(match n.eligibility {
+                Eligibility::Eligible => n.status.to_string(),
+                e => format!("{}, {e}", n.status),
+            }),
+            cell(heartbeat(n)),
+            cell(plugin_slots(n)),
+            cell(fencing(n)),
+            cell(opt_time(out, n.lost_at.as_deref())),
         ]);
     }
     out.print_table(t)
+}
+
+/// A node's heartbeat against the TTL: `2s ago, TTL 10s` while all is well, `no heartbeat
+/// for 7s; lost in 3s` once it is at risk (see [`Node::at_risk`]).
+pub fn heartbeat(n: &Node) -> String {
+    let ttl = short_duration(Duration::from_millis(n.heartbeat_ttl_ms));
+    match (n.status, n.silent_ms, n.lost_in_ms()) {
+        (NodeStatus::Lost, _, _) => format!("none for over {ttl} (the TTL)"),
+        (_, Some(silent), Some(left)) if n.at_risk() => format!(
+            "no heartbeat for {}; lost in {}",
+            short_duration(Duration::from_millis(silent)),
+            short_duration(Duration::from_millis(left)),
+        ),
+        (_, Some(silent), _) => format!(
+            "{} ago, TTL {ttl}",
+            short_duration(Duration::from_millis(silent))
+        ),
+        // A server that does not say how long the node has been silent.
+        _ => n
+            .last_heartbeat
+            .as_deref()
+            .map_or_else(|| "-".to_owned(), |t| format!("{} ago", age(t))),
+    }
 }
 
 /// Whether and how a node fences itself.
@@ -333,18 +388,36 @@ pub fn fencing(n: &Node) -> String {
     }
 }
 
-pub fn node(out: &Out, n: &Node) -> anyhow::Result<()> {
+/// Whether a node takes new claims, and for a drain how far it got.
+pub fn eligibility(n: &Node, claims: usize) -> String {
+    match (n.eligibility, claims) {
+        (Eligibility::Draining, 0) => "draining: drained, nothing is claimed on it".into(),
+        (Eligibility::Draining, 1) => "draining: 1 claim left for its owner to release".into(),
+        (Eligibility::Draining, n) => {
+            format!("draining: {n} claims left for their owners to release")
+        }
+        (e, _) => e.to_string(),
+    }
+}
+
+/// A node's record; `claims` is how many claims it has (for a drain's progress).
+pub fn node(out: &Out, n: &Node, claims: usize) -> anyhow::Result<()> {
     let rows = vec![
         ("status", n.status.to_string()),
+        ("eligibility", eligibility(n, claims)),
+        ("heartbeat", heartbeat(n)),
         (
             "last heartbeat",
             n.last_heartbeat
                 .as_deref()
-                .map_or_else(|| "-".to_owned(), |t| format!("{t} ({} ago)", age(t))),
+                .map_or_else(|| "-".to_owned(), when),
         ),
-        ("lost since", or_dash(n.lost_at.as_deref())),
+        (
+            "lost since",
+            n.lost_at.as_deref().map_or_else(|| "-".to_owned(), when),
+        ),
         ("self-fences", fencing(n)),
-        ("registered", n.registered_at.clone()),
+        ("registered", when(&n.registered_at)),
         (
             "labels",
             if n.labels.is_empty() {
@@ -394,8 +467,7 @@ pub fn node(out: &Out, n: &Node) -> anyhow::Result<()> {
                 f.at.clone(),
                 f.method.clone(),
                 result,
-                humantime::format_duration(std::time::Duration::from_millis(f.duration_ms))
-                    .to_string(),
+                humantime::format_duration(Duration::from_millis(f.duration_ms)).to_string(),
                 f.actor.clone(),
                 f.reason.clone(),
             ]);
@@ -407,7 +479,14 @@ pub fn node(out: &Out, n: &Node) -> anyhow::Result<()> {
         return out.line("plugins: none");
     }
     out.line("plugins:")?;
-    let mut t = out.table(&["PLUGIN", "CSI NODE ID", "USED", "MAX", "CONTROLLER"]);
+    let mut t = out.table(&[
+        "PLUGIN",
+        "CSI NODE ID",
+        "USED",
+        "MAX",
+        "CONTROLLER",
+        "TOPOLOGY",
+    ]);
     for p in &n.plugins {
         t.add_row(vec![
             p.id.clone(),
@@ -419,6 +498,7 @@ pub fn node(out: &Out, n: &Node) -> anyhow::Result<()> {
                 p.max_volumes.to_string()
             },
             if p.controller { "yes" } else { "no" }.into(),
+            map(&p.topology),
         ]);
     }
     out.print_table(t)
@@ -486,13 +566,16 @@ pub fn events(out: &Out, es: &[Event]) -> anyhow::Result<()> {
         out.note("no events");
         return Ok(());
     }
+    // At 80 columns the message needs the room: the index, actor and alloc give it up
+    // (`-o wide` shows them all).
     let mut t = out.table(&[
         "INDEX", "TIME", "KIND", "VOLUME", "NODE", "ALLOC", "ACTOR", "MESSAGE",
     ]);
+    t.optional(&["INDEX", "ACTOR", "ALLOC"]);
     for e in es {
-        t.add_row(vec![
+        t.add_row([
             e.index.to_string(),
-            e.at.clone(),
+            time(out, &e.at),
             e.kind.clone(),
             or_dash(e.volume.as_deref()),
             or_dash(e.node.as_deref()),
@@ -572,4 +655,9 @@ pub fn plan(out: &Out, p: &ActionPlan) -> anyhow::Result<()> {
         out.line(format!("  {}", action(a, done)))?;
     }
     Ok(())
+}
+
+/// A time for a table cell, `-` for none.
+fn opt_time(out: &Out, ts: Option<&str>) -> String {
+    ts.map_or_else(|| "-".to_owned(), |t| time(out, t))
 }

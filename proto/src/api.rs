@@ -146,6 +146,10 @@ pub struct Volume {
     pub access_mode: AccessMode,
     pub attachment: Attachment,
     pub state: VolumeState,
+    /// Whether a new claim can be accepted now (by the access mode, given the claims held,
+    /// blocked ones included): a `blocked` multi-node-multi-writer volume still takes them.
+    #[serde(default = "yes")]
+    pub accepts_claims: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity_bytes: Option<u64>,
     #[serde(default, skip_serializing_if = "String::is_empty")]
@@ -257,6 +261,7 @@ text_enum!(
     ClaimState,
     AttachmentState,
     NodeStatus,
+    Eligibility,
     Role
 );
 
@@ -440,12 +445,56 @@ impl NodeStatus {
     }
 }
 
+fn yes() -> bool {
+    true
+}
+
+/// Whether a node takes new claims: an operator's choice, kept across registrations.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Eligibility {
+    /// New claims are accepted (the default).
+    #[default]
+    Eligible,
+    /// No new claims (`csivol node eligibility NODE --disable`); existing ones stay.
+    Ineligible,
+    /// No new claims, and the operator waits for the node's claims to be released by their
+    /// owners (`csivol node drain`); nothing is force-released.
+    Draining,
+}
+
+impl Eligibility {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Eligible => "eligible",
+            Self::Ineligible => "ineligible",
+            Self::Draining => "draining",
+        }
+    }
+}
+
+/// `POST /v1/nodes/{node}/eligibility`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EligibilityRequest {
+    pub eligibility: Eligibility,
+}
+
 /// A node and its plugins.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Node {
     pub name: String,
     pub status: NodeStatus,
     pub last_heartbeat: Option<String>,
+    /// The server's heartbeat TTL: a node silent for longer is marked lost.
+    #[serde(default)]
+    pub heartbeat_ttl_ms: u64,
+    /// For a ready node, how long it has been silent: since its last heartbeat, or since
+    /// the server started (every node gets a full TTL after a restart).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub silent_ms: Option<u64>,
+    /// Whether the node takes new claims.
+    #[serde(default)]
+    pub eligibility: Eligibility,
     pub lost_at: Option<String>,
     /// The agent's self-fencing delay (`30s`), if it self-fences.
     pub fence_after: Option<String>,
@@ -522,6 +571,25 @@ pub struct FenceOutcome {
     pub actions: Vec<PlannedAction>,
 }
 
+impl Node {
+    /// A ready node that has missed heartbeats: silent for at least half the TTL (agents
+    /// heartbeat every third of it), so it is lost soon unless one arrives.
+    pub fn at_risk(&self) -> bool {
+        self.status == NodeStatus::Ready
+            && self.silent_ms.is_some_and(|s| {
+                self.heartbeat_ttl_ms > 0 && s.saturating_mul(2) >= self.heartbeat_ttl_ms
+            })
+    }
+
+    /// How long until the server marks a ready node lost, unless a heartbeat arrives.
+    pub fn lost_in_ms(&self) -> Option<u64> {
+        let silent = self
+            .silent_ms
+            .filter(|_| self.status == NodeStatus::Ready)?;
+        Some(self.heartbeat_ttl_ms.saturating_sub(silent))
+    }
+}
+
 /// A plugin as one node runs it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodePlugin {
@@ -534,6 +602,10 @@ pub struct NodePlugin {
     pub used: u32,
     /// Whether this node's agent hosts the plugin's controller.
     pub controller: bool,
+    /// The node's topology segments as the plugin reports them (NodeGetInfo's
+    /// `accessible_topology`, e.g. `{"zone": "a"}`); empty when it reports none.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub topology: BTreeMap<String, String>,
 }
 
 /// A plugin across the cluster.
@@ -650,6 +722,9 @@ pub struct TokenRequest {
     pub role: Role,
     #[serde(default)]
     pub node: Option<String>,
+    /// A name people recognise (`alice`, `ci-deploy`), shown as the actor in events.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
 }
 
 /// A new token; the secret is shown once and only its hash is stored.
@@ -658,6 +733,8 @@ pub struct TokenResponse {
     pub id: String,
     pub role: Role,
     pub node: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
     pub token: String,
 }
 
@@ -998,6 +1075,43 @@ pub enum Report {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn nodes_at_risk_have_missed_heartbeats_for_half_the_ttl() {
+        let node = |status, silent_ms| Node {
+            name: "n1".into(),
+            status,
+            last_heartbeat: None,
+            heartbeat_ttl_ms: 10_000,
+            silent_ms,
+            eligibility: Eligibility::Eligible,
+            lost_at: None,
+            fence_after: None,
+            fenced_at: None,
+            plugins: Vec::new(),
+            registered_at: String::new(),
+            labels: BTreeMap::new(),
+            fence_method: None,
+            fence_failures: 0,
+            fence_error: None,
+            next_fence_at: None,
+            fences: Vec::new(),
+        };
+        // (status, silent for, at risk, lost in)
+        let cases = [
+            (NodeStatus::Ready, Some(1_000), false, Some(9_000)),
+            (NodeStatus::Ready, Some(4_999), false, Some(5_001)),
+            (NodeStatus::Ready, Some(5_000), true, Some(5_000)),
+            (NodeStatus::Ready, Some(12_000), true, Some(0)),
+            (NodeStatus::Ready, None, false, None),
+            (NodeStatus::Lost, Some(12_000), false, None),
+        ];
+        for (status, silent, risk, left) in cases {
+            let n = node(status, silent);
+            assert_eq!(n.at_risk(), risk, "{status:?} {silent:?}");
+            assert_eq!(n.lost_in_ms(), left, "{status:?} {silent:?}");
+        }
+    }
 
     #[test]
     fn names() {

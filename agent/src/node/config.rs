@@ -419,6 +419,14 @@ fn read_file(path: &Path) -> Result<FileConfig, ConfigError> {
 mod tests {
     use super::*;
 
+    #[test]
+    fn the_shipped_example_config_is_valid() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../dist/agent.toml");
+        let file = read_file(&path).expect("dist/agent.toml parses");
+        assert_eq!(file.node.as_deref(), Some("node-1"));
+        assert_eq!(file.fence_after, Some(Duration::from_secs(300)));
+    }
+
     fn args(extra: &[&str]) -> NodeArgs {
         use clap::Parser;
         #[derive(Parser)]

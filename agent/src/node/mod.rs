@@ -34,7 +34,7 @@ pub use self::session::FenceClock;
 /// `csivol-agent node` flags. Each may also be set in the `--config` file; flags win.
 #[derive(Debug, Default, clap::Args)]
 pub struct NodeArgs {
-    /// The server's URL, e.g. `http://10.0.0.1:7400`.
+    /// The server's URL, e.g. `http://10.0.0.1:7420`.
     #[arg(long, value_name = "URL")]
     pub server: Option<String>,
     /// This node's name, as claims name it.

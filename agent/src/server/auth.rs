@@ -19,14 +19,18 @@ pub struct Caller {
     pub token_id: String,
     pub role: Role,
     pub node: Option<String>,
+    /// The name given at `token create --name`, shown as the actor instead of the id.
+    pub name: Option<String>,
 }
 
 impl Caller {
-    /// How the event log names this caller.
+    /// How the event log names this caller: `node:NODE` for an agent, else the role and
+    /// the token's name (`operator:alice`), or its id when it has none.
     pub fn actor(&self) -> String {
-        match (&self.role, &self.node) {
-            (Role::Node, Some(n)) => format!("node:{n}"),
-            (role, _) => format!("{}:{}", role.as_str(), self.token_id),
+        match (&self.role, &self.node, &self.name) {
+            (Role::Node, Some(n), _) => format!("node:{n}"),
+            (role, _, Some(name)) => format!("{}:{name}", role.as_str()),
+            (role, _, None) => format!("{}:{}", role.as_str(), self.token_id),
         }
     }
 
@@ -93,7 +97,7 @@ pub struct Tokens {
 
 impl Tokens {
     pub fn load(conn: &Connection) -> ApiResult<Self> {
-        let mut stmt = conn.prepare("SELECT id, hash, role, node FROM tokens")?;
+        let mut stmt = conn.prepare("SELECT id, hash, role, node, name FROM tokens")?;
         let rows = stmt.query_map([], |r| {
             let role: String = r.get(2)?;
             Ok((
@@ -101,11 +105,12 @@ impl Tokens {
                 r.get::<_, String>(0)?,
                 role,
                 r.get::<_, Option<String>>(3)?,
+                r.get::<_, Option<String>>(4)?,
             ))
         })?;
         let mut by_hash = HashMap::new();
         for row in rows {
-            let (h, id, role, node) = row?;
+            let (h, id, role, node, name) = row?;
             let role = role.parse().map_err(ApiError::internal)?;
             by_hash.insert(
                 h,
@@ -113,6 +118,7 @@ impl Tokens {
                     token_id: id,
                     role,
                     node,
+                    name,
                 },
             );
         }
@@ -168,7 +174,32 @@ pub fn create_token(
     ctx: &mut WriteCtx<'_>,
     role: Role,
     node: Option<String>,
+    name: Option<String>,
 ) -> ApiResult<TokenResponse> {
+    if let Some(n) = &name {
+        csivol_proto::api::validate_name("token name", n).map_err(ApiError::invalid)?;
+        // An actor `operator:<12 hex digits>` must stay unambiguous: that is a token id.
+        if n.len() == 12
+            && n.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        {
+            return Err(ApiError::invalid(format!(
+                "token name `{n}` looks like a token id; choose a name people recognise"
+            )));
+        }
+        let taken: bool = ctx.tx.query_row(
+            "SELECT EXISTS (SELECT 1 FROM tokens WHERE name = ?1)",
+            [n],
+            |r| r.get(0),
+        )?;
+        if taken {
+            return Err(
+                ApiError::conflict(format!("a token named `{n}` already exists")).with_hint(
+                    "choose another name; each name identifies one token in the event log",
+                ),
+            );
+        }
+    }
     match (role, &node) {
         (Role::Node, None) => {
             return Err(ApiError::invalid(
@@ -191,13 +222,14 @@ pub fn create_token(
     let h = hash(&token);
     let id = h[..12].to_owned();
     ctx.tx.execute(
-        "INSERT INTO tokens (id, hash, role, node, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
-        params![id, h, role.as_str(), node, ctx.now],
+        "INSERT INTO tokens (id, hash, role, node, created_at, name) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        params![id, h, role.as_str(), node, ctx.now, name],
     )?;
     Ok(TokenResponse {
         id,
         role,
         node,
+        name,
         token,
     })
 }
@@ -225,6 +257,7 @@ mod tests {
             token_id: "x".into(),
             role: Role::Node,
             node: Some("n1".into()),
+            name: None,
         };
         assert!(c.require_node("n1").is_ok());
         let err = c.require_node("n2").unwrap_err();
@@ -239,10 +272,31 @@ mod tests {
             token_id: "y".into(),
             role: Role::Reader,
             node: None,
+            name: None,
         };
         assert!(r.require_reader().is_ok());
         assert!(r.require_operator().is_err());
         assert!(r.require_node("n1").is_err());
+    }
+
+    #[test]
+    fn the_actor_is_the_token_name_when_it_has_one() {
+        let c = |role, node: Option<&str>, name: Option<&str>| Caller {
+            token_id: "482effdfd2b8".into(),
+            role,
+            node: node.map(Into::into),
+            name: name.map(Into::into),
+        };
+        assert_eq!(
+            c(Role::Operator, None, Some("alice")).actor(),
+            "operator:alice"
+        );
+        assert_eq!(
+            c(Role::Operator, None, None).actor(),
+            "operator:482effdfd2b8"
+        );
+        assert_eq!(c(Role::Claimer, None, Some("ci")).actor(), "claimer:ci");
+        assert_eq!(c(Role::Node, Some("n1"), Some("x")).actor(), "node:n1");
     }
 
     #[test]
@@ -254,6 +308,7 @@ mod tests {
                 token_id: "i".into(),
                 role: Role::Operator,
                 node: None,
+                name: None,
             },
         );
         assert_eq!(

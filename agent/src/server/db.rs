@@ -188,6 +188,16 @@ CREATE TABLE fences (
 );
 CREATE INDEX fences_node ON fences (node, id);
 "#,
+    r#"
+-- Whether a node takes new claims (eligible, ineligible, draining): an operator's choice
+-- that a registration keeps.
+ALTER TABLE nodes ADD COLUMN eligibility TEXT NOT NULL DEFAULT 'eligible';
+"#,
+    r#"
+-- Token names (`token create --name alice`), shown as the actor in events; unique.
+ALTER TABLE tokens ADD COLUMN name TEXT;
+CREATE UNIQUE INDEX tokens_name ON tokens (name) WHERE name IS NOT NULL;
+"#,
 ];
 
 /// How many schema migrations this build knows: a database at this `user_version` is current.

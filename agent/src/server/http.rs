@@ -24,6 +24,7 @@ use super::fence_policy::FenceConfig;
 use super::lifecycle::{self, ClaimDecision, Limits};
 use super::liveness::Liveness;
 use super::metrics::Metrics;
+use super::nodes;
 use super::views;
 use super::watch::Key;
 
@@ -173,7 +174,8 @@ pub fn router(app: App) -> Router {
         .route("/v1/volumes/{name}/unblock", post(unblock_volume))
         .route("/v1/volumes/{name}/detach", post(detach))
         .route("/v1/nodes", get(list_nodes))
-        .route("/v1/nodes/{node}", get(get_node))
+        .route("/v1/nodes/{node}", get(get_node).delete(remove_node))
+        .route("/v1/nodes/{node}/eligibility", post(node_eligibility))
         .route("/v1/nodes/{node}/unblock", post(unblock_node))
         .route("/v1/nodes/{node}/fence", post(fence_node))
         .route("/v1/nodes/{node}/register", post(register))
@@ -238,7 +240,7 @@ async fn create_token(
     let resp = app
         .db
         .write(move |ctx| {
-            let t = auth::create_token(ctx, req.role, req.node.clone())?;
+            let t = auth::create_token(ctx, req.role, req.node.clone(), req.name.clone())?;
             lifecycle::event(
                 ctx,
                 "token-created",
@@ -246,7 +248,10 @@ async fn create_token(
                 t.node.as_deref(),
                 None,
                 &actor,
-                format!("{} token {} created", t.role, t.id),
+                match &t.name {
+                    Some(name) => format!("{} token {} created, named {name}", t.role, t.id),
+                    None => format!("{} token {} created", t.role, t.id),
+                },
             )?;
             Ok(t)
         })
@@ -257,6 +262,7 @@ async fn create_token(
             token_id: resp.id.clone(),
             role: resp.role,
             node: resp.node.clone(),
+            name: resp.name.clone(),
         },
     );
     Ok((StatusCode::CREATED, Json(resp)).into_response())
@@ -529,7 +535,10 @@ async fn unblock_volume(
 ) -> ApiResult<Json<api::ActionPlan>> {
     let (actor, limits) = app.operator(&headers)?;
     name("volume", &volume)?;
-    reason(&req.reason)?;
+    // A dry run records nothing, so it needs no reason.
+    if !req.dry_run {
+        reason(&req.reason)?;
+    }
     let plan = app
         .db
         .write(move |ctx| {
@@ -556,12 +565,56 @@ async fn detach(
     let (actor, limits) = app.operator(&headers)?;
     name("volume", &volume)?;
     name("node", &req.node)?;
-    reason(&req.reason)?;
+    // A dry run records nothing, so it needs no reason.
+    if !req.dry_run {
+        reason(&req.reason)?;
+    }
     let plan = app
         .db
         .write(move |ctx| lifecycle::detach(ctx, &volume, &req, &actor, &limits))
         .await?;
     Ok(Json(plan))
+}
+
+async fn node_eligibility(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(node): Path<String>,
+    Body(req): Body<api::EligibilityRequest>,
+) -> ApiResult<Json<api::Node>> {
+    let (actor, _) = app.operator(&headers)?;
+    name("node", &node)?;
+    let wanted = node.clone();
+    app.db
+        .write(move |ctx| nodes::set_eligibility(ctx, &wanted, req.eligibility, &actor))
+        .await?;
+    let beats = app.live.beats();
+    let fencing = Arc::clone(&app.fence);
+    let found = app
+        .db
+        .read(move |c| views::list_nodes(c, &beats, Some(&node), &fencing))
+        .await?;
+    found
+        .into_iter()
+        .next()
+        .map(Json)
+        .ok_or_else(|| ApiError::internal("the node vanished after its eligibility was set"))
+}
+
+async fn remove_node(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(node): Path<String>,
+) -> ApiResult<StatusCode> {
+    let (actor, _) = app.operator(&headers)?;
+    name("node", &node)?;
+    let wanted = node.clone();
+    app.db
+        .write(move |ctx| nodes::remove(ctx, &wanted, &actor))
+        .await?;
+    // Its heartbeats are unknown from now on: the agent, if it runs, registers again.
+    app.live.forget(&node);
+    Ok(StatusCode::NO_CONTENT)
 }
 
 async fn unblock_node(
@@ -572,7 +625,10 @@ async fn unblock_node(
 ) -> ApiResult<Json<api::ActionPlan>> {
     let (actor, limits) = app.operator(&headers)?;
     name("node", &node)?;
-    reason(&req.reason)?;
+    // A dry run records nothing, so it needs no reason.
+    if !req.dry_run {
+        reason(&req.reason)?;
+    }
     let plan = app
         .db
         .write(move |ctx| {
@@ -596,7 +652,7 @@ async fn fence_node(
 
 async fn list_nodes(State(app): State<App>, headers: HeaderMap) -> ApiResult<Json<Vec<api::Node>>> {
     app.caller(&headers)?.require_reader()?;
-    let beats = app.live.last_heartbeat_ms();
+    let beats = app.live.beats();
     let fencing = Arc::clone(&app.fence);
     Ok(Json(
         app.db
@@ -612,7 +668,7 @@ async fn get_node(
 ) -> ApiResult<Json<api::Node>> {
     app.caller(&headers)?.require_reader()?;
     name("node", &node)?;
-    let beats = app.live.last_heartbeat_ms();
+    let beats = app.live.beats();
     let wanted = node.clone();
     let fencing = Arc::clone(&app.fence);
     let found = app

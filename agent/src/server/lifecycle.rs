@@ -659,6 +659,12 @@ pub fn evaluate_claim(
             return Ok(ClaimDecision::Existing(own.clone()));
         }
     }
+    // A node the operator took out of service (ineligible, draining) takes no new claims.
+    if let Some(n) = NodeRow::load(conn, &req.node)?
+        && let Some(refusal) = super::nodes::claim_refusal(&req.node, n.eligibility)
+    {
+        return Err(refusal);
+    }
     let wanted = Wanted {
         alloc: &req.alloc,
         node: &req.node,

@@ -49,6 +49,22 @@ pub struct Unrecorded {
     pub attempts: u32,
 }
 
+/// A node's heartbeat for display: see [`Liveness::beats`].
+#[derive(Debug, Clone, Copy)]
+pub struct Beat {
+    /// Wall clock of the last heartbeat (unix ms); `None` before the first one this server saw.
+    pub last_ms: Option<i64>,
+    /// How long the node has been silent; `None` once it is lost.
+    pub silent: Option<Duration>,
+}
+
+/// Every node's [`Beat`] and the TTL they are judged against.
+#[derive(Debug, Clone, Default)]
+pub struct Beats {
+    pub ttl: Duration,
+    pub nodes: HashMap<String, Beat>,
+}
+
 /// Longest wait between two attempts to record a loss.
 const MAX_RETRY: Duration = Duration::from_secs(2);
 
@@ -109,6 +125,11 @@ impl Liveness {
         if let Some(live) = self.nodes().get_mut(node) {
             live.lost = true;
         }
+    }
+
+    /// The node was removed: nothing is tracked for it any more.
+    pub fn forget(&self, node: &str) {
+        self.nodes().remove(node);
     }
 
     /// Nodes whose loss is to be recorded now: those whose TTL just ran out (marked lost
@@ -177,11 +198,26 @@ impl Liveness {
         v
     }
 
-    pub fn last_heartbeat_ms(&self) -> HashMap<String, i64> {
-        self.nodes()
+    /// Each node's heartbeat as the API shows it: when the last one came, and how long the
+    /// node has been silent (since its last heartbeat, or since this server started
+    /// watching it), against the TTL.
+    pub fn beats(&self) -> Beats {
+        let now = Instant::now();
+        let nodes = self
+            .nodes()
             .iter()
-            .filter_map(|(n, l)| l.last_ms.map(|t| (n.clone(), t)))
-            .collect()
+            .map(|(n, l)| {
+                let beat = Beat {
+                    last_ms: l.last_ms,
+                    silent: (!l.lost).then(|| now.duration_since(l.last)),
+                };
+                (n.clone(), beat)
+            })
+            .collect();
+        Beats {
+            ttl: self.ttl,
+            nodes,
+        }
     }
 
     /// How often to look for expired nodes: often enough that a loss is seen well within a
@@ -213,7 +249,7 @@ mod tests {
         assert_eq!(l.heartbeat("n1", 1), Some(NodeStatus::Lost));
         assert_eq!(l.heartbeat("nope", 1), None);
         l.registered("n1", 2);
-        assert_eq!(l.last_heartbeat_ms()["n1"], 2);
+        assert_eq!(l.beats().nodes["n1"].last_ms, Some(2));
     }
 
     #[test]

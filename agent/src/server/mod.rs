@@ -16,6 +16,7 @@ mod lifecycle;
 mod liveness;
 mod metrics;
 mod model;
+mod nodes;
 mod queue;
 pub mod rules;
 mod views;
@@ -210,7 +211,7 @@ impl Server {
         if tokens.is_empty() {
             let token_path = cfg.data_dir.join(OPERATOR_TOKEN_FILE);
             let t = db
-                .write(|ctx| auth::create_token(ctx, csivol_proto::api::Role::Operator, None))
+                .write(|ctx| auth::create_token(ctx, csivol_proto::api::Role::Operator, None, None))
                 .await
                 .map_err(|e| anyhow::anyhow!("failed to create the operator token: {e}"))?;
             auth::write_token_file(&token_path, &t.token)
@@ -221,6 +222,7 @@ impl Server {
                     token_id: t.id.clone(),
                     role: t.role,
                     node: None,
+                    name: None,
                 },
             );
             tracing::info!(path = %token_path.display(), "created the first operator token");
@@ -510,5 +512,14 @@ kind = "metal"
         let unknown = "[[fence]]\nname = \"a\"\ncommand = [\"x\"]\ntimout = \"1s\"\n";
         let err = format!("{:#}", resolve(unknown).unwrap_err());
         assert!(err.contains("unknown field `timout`"), "{err}");
+    }
+
+    #[test]
+    fn the_shipped_example_config_is_valid() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../dist/server.toml");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let file: FileConfig = toml::from_str(&text).expect("dist/server.toml parses");
+        assert_eq!(file.listen, Some("0.0.0.0:7420".parse().unwrap()));
+        assert_eq!(file.heartbeat_ttl.as_deref(), Some("30s"));
     }
 }

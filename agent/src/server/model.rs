@@ -4,7 +4,8 @@ use std::collections::BTreeMap;
 use std::str::FromStr;
 
 use csivol_proto::api::{
-    self, AttachmentState, AttachmentStatus, ClaimMode, ClaimState, NodeStatus, VolumeState,
+    self, AttachmentState, AttachmentStatus, ClaimMode, ClaimState, Eligibility, NodeStatus,
+    VolumeState,
 };
 use csivol_proto::domain::{AccessMode, AccessType, PublishContext, VolumeCapability};
 use rusqlite::{Connection, Row, params};
@@ -166,6 +167,19 @@ impl VolumeRow {
             access_mode: self.access_mode,
             attachment: self.attachment,
             state: self.state(claims, attachments),
+            accepts_claims: self.lifecycle == Lifecycle::Ready && {
+                let held: Vec<super::rules::Held<'_>> = claims
+                    .iter()
+                    .filter(|c| c.state != ClaimState::Queued)
+                    .map(|c| super::rules::Held {
+                        alloc: &c.alloc,
+                        node: &c.node,
+                        mode: c.mode,
+                        state: c.state,
+                    })
+                    .collect();
+                super::rules::accepts_new_claims(self.access_mode, &held)
+            },
             capacity_bytes: self.capacity_bytes,
             fs_type: self.fs_type.clone(),
             mount_flags: self.mount_flags.clone(),
@@ -384,9 +398,11 @@ pub struct NodeRow {
     pub lost_at: Option<i64>,
     pub fence_after_ms: Option<i64>,
     pub fenced_at: Option<i64>,
+    pub eligibility: Eligibility,
 }
 
-pub const NODE_COLUMNS: &str = "name, status, registered_at, lost_at, fence_after_ms, fenced_at";
+pub const NODE_COLUMNS: &str =
+    "name, status, registered_at, lost_at, fence_after_ms, fenced_at, eligibility";
 
 impl NodeRow {
     pub fn from_row(r: &Row<'_>) -> rusqlite::Result<Self> {
@@ -397,6 +413,7 @@ impl NodeRow {
             lost_at: r.get(3)?,
             fence_after_ms: r.get(4)?,
             fenced_at: r.get(5)?,
+            eligibility: parse(r.get(6)?)?,
         })
     }
 

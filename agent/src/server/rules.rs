@@ -121,11 +121,69 @@ pub fn has_room(used: u32, max: u32) -> bool {
     max == 0 || used < max
 }
 
+/// Whether the volume takes any new claim now: a read or write claim by a new alloc, on a
+/// live node that already holds it or on another one. A multi-node-multi-writer volume with one
+/// claim blocked on a lost node still does; a single-node-writer volume held there does not.
+pub fn accepts_new_claims(access_mode: AccessMode, held: &[Held<'_>]) -> bool {
+    // No alloc or node is named like this (names are validated), so these are "someone new".
+    const NEW: &str = "\0new";
+    // A lost node (its claims blocked) takes no claim worth counting.
+    let nodes = held
+        .iter()
+        .filter(|h| h.state != ClaimState::Blocked)
+        .map(|h| h.node)
+        .chain([NEW]);
+    nodes.into_iter().any(|node| {
+        [ClaimMode::Write, ClaimMode::Read].into_iter().any(|mode| {
+            check_claim(
+                access_mode,
+                held,
+                Wanted {
+                    alloc: NEW,
+                    node,
+                    mode,
+                },
+            )
+            .is_ok()
+        })
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use AccessMode::*;
     use ClaimMode::{Read, Write};
+
+    #[test]
+    fn whether_a_volume_takes_new_claims() {
+        use ClaimState::{Blocked, Ready};
+        // (access mode, held, takes new claims)
+        let cases = [
+            (MultiNodeMultiWriter, vec![held("n2", Write, Blocked)], true),
+            (
+                MultiNodeMultiWriter,
+                vec![held("n1", Write, Ready), held("n2", Write, Blocked)],
+                true,
+            ),
+            (SingleNodeWriter, vec![held("n2", Write, Blocked)], false),
+            (
+                SingleNodeSingleWriter,
+                vec![held("n1", Write, Ready)],
+                false,
+            ),
+            (MultiNodeReaderOnly, vec![held("n2", Read, Blocked)], true),
+            (
+                MultiNodeSingleWriter,
+                vec![held("n2", Write, Blocked)],
+                true,
+            ),
+            (SingleNodeWriter, vec![], true),
+        ];
+        for (mode, held, takes) in cases {
+            assert_eq!(accepts_new_claims(mode, &held), takes, "{mode:?} {held:?}");
+        }
+    }
 
     fn held(node: &str, mode: ClaimMode, state: ClaimState) -> Held<'_> {
         Held {

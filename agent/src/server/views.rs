@@ -8,6 +8,7 @@ use rusqlite::{Connection, params};
 use super::error::{ApiError, ApiResult};
 use super::fence;
 use super::fence_policy::FenceConfig;
+use super::liveness::Beats;
 use super::model::{
     ATTACHMENT_COLUMNS, AttachmentRow, CLAIM_COLUMNS, ClaimRow, NODE_COLUMNS, NodePluginRow,
     NodeRow, VOLUME_COLUMNS, VolumeRow, claims_to_api, needs_controller_publish, slots_used, time,
@@ -62,7 +63,7 @@ pub fn list_volumes(
 /// Nodes with their plugins; `only` selects one.
 pub fn list_nodes(
     conn: &Connection,
-    heartbeats: &HashMap<String, i64>,
+    beats: &Beats,
     only: Option<&str>,
     fencing: &FenceConfig,
 ) -> ApiResult<Vec<api::Node>> {
@@ -81,7 +82,20 @@ pub fn list_nodes(
         };
         let mut plugins = Vec::new();
         for p in NodePluginRow::of_node(conn, &n.name)? {
+            // Topology is read from the registration as the agent sent it.
+            let registration: Option<String> = conn
+                .prepare_cached(
+                    "SELECT registration FROM node_plugins WHERE node = ?1 AND plugin = ?2",
+                )?
+                .query_row([&n.name, &p.plugin], |r| r.get(0))
+                .ok();
+            let topology = registration
+                .and_then(|r| serde_json::from_str::<api::PluginRegistration>(&r).ok())
+                .and_then(|r| r.node)
+                .and_then(|n| n.info.accessible_topology)
+                .unwrap_or_default();
             plugins.push(api::NodePlugin {
+                topology,
                 used: slots_used(conn, &n.name, &p.plugin)?,
                 id: p.plugin,
                 node_id: p.csi_node_id.unwrap_or_default(),
@@ -91,7 +105,15 @@ pub fn list_nodes(
         }
         let mut node = api::Node {
             status: n.status,
-            last_heartbeat: heartbeats.get(&n.name).copied().map(time),
+            last_heartbeat: beats.nodes.get(&n.name).and_then(|b| b.last_ms).map(time),
+            heartbeat_ttl_ms: u64::try_from(beats.ttl.as_millis()).unwrap_or(u64::MAX),
+            silent_ms: beats
+                .nodes
+                .get(&n.name)
+                .and_then(|b| b.silent)
+                .filter(|_| n.status == NodeStatus::Ready)
+                .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            eligibility: n.eligibility,
             lost_at: n.lost_at.map(time),
             fence_after: n.fence_after_ms.map(|ms| {
                 humantime::format_duration(std::time::Duration::from_millis(ms.max(0) as u64))

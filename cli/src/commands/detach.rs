@@ -14,7 +14,7 @@ pub async fn run(ctx: &Ctx, args: DetachArgs) -> anyhow::Result<Exit> {
     let body = |dry_run: bool| {
         serde_json::to_value(DetachRequest {
             node: args.node.clone(),
-            reason: args.reason.clone(),
+            reason: args.reason.clone().unwrap_or_default(),
             force: args.force,
             dry_run,
         })

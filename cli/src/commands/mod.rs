@@ -11,6 +11,7 @@ mod plugin;
 mod release;
 mod run;
 mod status;
+mod suggest;
 mod token;
 mod unblock;
 mod volume;
@@ -37,7 +38,7 @@ pub async fn run(cli: Cli, out: Out) -> anyhow::Result<Exit> {
         client: Client::from_args(&cli.global)?,
         out,
     };
-    match command {
+    let result = match command {
         Command::Volume(cmd) => volume::run(&ctx, cmd).await,
         Command::Claim(args) => claim::run(&ctx, args).await,
         Command::Release(args) => release::run(&ctx, args).await,
@@ -50,6 +51,11 @@ pub async fn run(cli: Cli, out: Out) -> anyhow::Result<Exit> {
         Command::Plugin(cmd) => plugin::run(&ctx, cmd).await,
         Command::Events(args) => events::run(&ctx, args).await,
         Command::Token(cmd) => token::run(&ctx, cmd).await,
+        Command::Complete(args) => return completions::names(&ctx, &args.what).await,
         Command::Completions(_) => unreachable!("handled above"),
+    };
+    match result {
+        Err(e) => Err(suggest::closest_name(&ctx, e).await),
+        ok => ok,
     }
 }

@@ -3,15 +3,17 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use std::time::Duration;
+
 use csivol_proto::api::{
-    AttachmentState, ClaimState, Health, Node, NodeStatus, Volume, VolumeState,
+    AttachmentState, ClaimState, Event, Health, Node, NodeStatus, Volume, VolumeState,
 };
 use serde::Serialize;
 
 use super::Ctx;
 use crate::args::StatusArgs;
+use crate::client::{Answer, MAX_BLOCK};
 use crate::failure::Exit;
-use crate::output::or_dash;
 use crate::render;
 
 /// A volume held by a lost node: one per (volume, node). Part of the JSON contract.
@@ -45,6 +47,9 @@ pub struct Blocked {
 pub struct Summary {
     pub volumes_by_state: BTreeMap<String, usize>,
     pub nodes_by_status: BTreeMap<String, usize>,
+    /// Ready nodes that missed heartbeats (silent for half the TTL or more): lost soon
+    /// unless one arrives.
+    pub nodes_at_risk: Vec<String>,
     pub blocked: Vec<Blocked>,
     pub volumes: Vec<Volume>,
     /// The server's health (`GET /v1/health`), present only when it is not `ok`: e.g.
@@ -53,7 +58,47 @@ pub struct Summary {
     pub server: Option<Health>,
 }
 
+/// How often `status --watch` redraws on a terminal even when nothing happened, so that
+/// heartbeat countdowns and ages stay true.
+const REFRESH: Duration = Duration::from_secs(5);
+
 pub async fn run(ctx: &Ctx, args: StatusArgs) -> anyhow::Result<Exit> {
+    if !args.watch {
+        return once(ctx, &args).await;
+    }
+    // Every change the server makes is in the event log: a blocking query on it wakes the
+    // redraw as soon as something happened, without polling the cluster's state.
+    let tty = ctx.out.stdout_is_tty();
+    let (_, mut index) = super::events::all_after(ctx, 0, "").await?;
+    let mut first = true;
+    loop {
+        if tty {
+            // Clear the screen and go home, like watch(1).
+            ctx.out.raw("\x1b[2J\x1b[H")?;
+        } else if !first {
+            ctx.out.line("")?;
+        }
+        first = false;
+        once(ctx, &args).await?;
+        loop {
+            let wait = if tty { REFRESH } else { MAX_BLOCK };
+            let path = format!(
+                "/v1/events?index={index}&wait={}ms&limit=10000",
+                wait.as_millis()
+            );
+            let answer: Answer<Vec<Event>> = ctx.client.get_blocking(&path, wait).await?;
+            let changed = !answer.body.is_empty();
+            if let Some(last) = answer.body.last() {
+                index = last.index;
+            }
+            if changed || tty {
+                break;
+            }
+        }
+    }
+}
+
+async fn once(ctx: &Ctx, args: &StatusArgs) -> anyhow::Result<Exit> {
     let volumes: Vec<Volume> = match (&args.volume, &args.node) {
         (Some(v), _) => vec![ctx.client.get(&format!("/v1/volumes/{v}")).await?],
         (None, Some(n)) => ctx.client.get(&format!("/v1/volumes?node={n}")).await?,
@@ -104,9 +149,11 @@ pub async fn run(ctx: &Ctx, args: StatusArgs) -> anyhow::Result<Exit> {
         .await
         .ok()
         .filter(|h| h.status != "ok");
+    let at_risk: Vec<&Node> = nodes.iter().filter(|n| n.at_risk()).collect();
     let summary = Summary {
         volumes_by_state,
         nodes_by_status,
+        nodes_at_risk: at_risk.iter().map(|n| n.name.clone()).collect(),
         blocked,
         volumes,
         server,
@@ -126,10 +173,20 @@ pub async fn run(ctx: &Ctx, args: StatusArgs) -> anyhow::Result<Exit> {
         "volumes: {}",
         counts(summary.volumes.len(), &summary.volumes_by_state)
     ))?;
-    ctx.out.line(format!(
-        "nodes:   {}",
-        counts(nodes.len(), &summary.nodes_by_status)
-    ))?;
+    let mut node_counts = counts(nodes.len(), &summary.nodes_by_status);
+    if !at_risk.is_empty() {
+        // `2 (2 ready)` becomes `2 (2 ready, 1 at risk)`.
+        node_counts = format!(
+            "{}, {} at risk)",
+            node_counts.trim_end_matches(')'),
+            at_risk.len()
+        );
+    }
+    ctx.out.line(format!("nodes:   {node_counts}"))?;
+    for n in &at_risk {
+        ctx.out
+            .line(format!("  at risk: {}: {}", n.name, render::heartbeat(n)))?;
+    }
     if let Some(h) = &summary.server {
         ctx.out.line(format!("server:  {}", h.status))?;
         for r in &h.reasons {
@@ -150,7 +207,7 @@ pub async fn run(ctx: &Ctx, args: StatusArgs) -> anyhow::Result<Exit> {
 }
 
 /// Every (volume, lost node) hold, with what the operator needs to judge an unblock.
-fn blocked(volumes: &[Volume], nodes: &[Node], only_node: Option<&str>) -> Vec<Blocked> {
+pub(crate) fn blocked(volumes: &[Volume], nodes: &[Node], only_node: Option<&str>) -> Vec<Blocked> {
     let by_name: BTreeMap<&str, &Node> = nodes.iter().map(|n| (n.name.as_str(), n)).collect();
     let mut out = Vec::new();
     for v in volumes {
@@ -198,7 +255,7 @@ fn blocked(volumes: &[Volume], nodes: &[Node], only_node: Option<&str>) -> Vec<B
     out
 }
 
-fn blocked_table(ctx: &Ctx, blocked: &[Blocked]) -> anyhow::Result<()> {
+pub(crate) fn blocked_table(ctx: &Ctx, blocked: &[Blocked]) -> anyhow::Result<()> {
     let mut t = ctx.out.table(&[
         "VOLUME",
         "LOST NODE",
@@ -222,7 +279,9 @@ fn blocked_table(ctx: &Ctx, blocked: &[Blocked]) -> anyhow::Result<()> {
         t.add_row(vec![
             b.volume.clone(),
             b.node.clone(),
-            or_dash(b.lost_at.as_deref()),
+            b.lost_at
+                .as_deref()
+                .map_or_else(|| "-".to_owned(), |t| crate::output::time(&ctx.out, t)),
             fences,
             allocs,
             b.unblock.clone(),
@@ -236,5 +295,16 @@ fn blocked_table(ctx: &Ctx, blocked: &[Blocked]) -> anyhow::Result<()> {
             },
         ]);
     }
-    ctx.out.print_table(t)
+    ctx.out.print_table(t)?;
+    // One node blocking several volumes is unblocked in one go.
+    let mut by_node: BTreeMap<&str, usize> = BTreeMap::new();
+    for b in blocked {
+        *by_node.entry(b.node.as_str()).or_default() += 1;
+    }
+    for (node, n) in by_node.into_iter().filter(|(_, n)| *n > 1) {
+        ctx.out.note(format!(
+            "hint: node {node} blocks {n} volumes; if it is really gone or fenced, unblock them all with: csivol unblock --node {node} --reason \"...\""
+        ));
+    }
+    Ok(())
 }

@@ -15,6 +15,7 @@ pub async fn run(ctx: &Ctx, cmd: TokenCommand) -> anyhow::Result<Exit> {
     let req = TokenRequest {
         role: args.role,
         node: args.node.clone(),
+        name: args.name.clone(),
     };
     let a: Answer<TokenResponse> = ctx
         .client
@@ -27,8 +28,13 @@ pub async fn run(ctx: &Ctx, cmd: TokenCommand) -> anyhow::Result<Exit> {
         .as_deref()
         .map(|n| format!(" for node {n}"))
         .unwrap_or_default();
+    let named = t
+        .name
+        .as_deref()
+        .map(|n| format!(" named {n}"))
+        .unwrap_or_default();
     ctx.out.note(format!(
-        "created {} token {}{scope}; the secret below is shown only this once",
+        "created {} token {}{named}{scope}; the secret below is shown only this once",
         t.role, t.id
     ));
     if ctx.out.json_mode() {

@@ -11,7 +11,7 @@ use crate::args::UnblockArgs;
 use crate::failure::Exit;
 
 pub async fn run(ctx: &Ctx, args: UnblockArgs) -> anyhow::Result<Exit> {
-    let reason = args.reason.clone();
+    let reason = args.reason.clone().unwrap_or_default();
     let (path, what, node) = match (&args.volume, &args.node) {
         (Some(v), Some(n)) => (
             format!("/v1/volumes/{v}/unblock"),

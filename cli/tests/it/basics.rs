@@ -56,7 +56,7 @@ async fn tokens_come_from_flag_env_file_and_default_file() {
     --- stdout
     --- stderr
     error: the token is not known to this server (token from CSIVOL_TOKEN)
-    hint: pass a token with --token, CSIVOL_TOKEN or CSIVOL_TOKEN_FILE; the server wrote the first operator token to <data-dir>/operator.token
+    hint: pass the right token with --token or CSIVOL_TOKEN; a server writes its first operator token to <data-dir>/operator.token
     ");
 
     let r = env.run(&["volume", "list", "--token", "wrong"]).await;
@@ -225,6 +225,23 @@ async fn not_found_exits_3() {
     error: volume `nope` is not registered
     hint: list volumes with `csivol volume list`
     ");
+    // A name close to a registered one gets it as a suggestion.
+    env.volume("demo-data", "single-node-writer").await;
+    let _n1 = env.node("node-1", 0).await;
+    snap!(env.run(&["status", "demo-dat"]).await, @r"
+    exit: 3
+    --- stdout
+    --- stderr
+    error: volume `demo-dat` is not registered
+    hint: did you mean volume `demo-data`? (list volumes with `csivol volume list`)
+    ");
+    snap!(env.run(&["node", "show", "node-2"]).await, @r"
+    exit: 3
+    --- stdout
+    --- stderr
+    error: node `node-2` is not registered
+    hint: did you mean node `node-1`? (`csivol node list` shows the registered nodes; a node registers when its agent starts)
+    ");
 }
 
 #[tokio::test]
@@ -301,9 +318,9 @@ async fn nodes_and_plugins() {
     snap!(env.run(&["node", "list"]).await, @r"
     exit: 0
     --- stdout
-    NAME  STATUS  PLUGINS (USED/MAX)  SELF-FENCES  LOST SINCE  LAST HEARTBEAT
-    n1    ready   hp 0/4              no           -           [AGE] ago
-    n2    ready   hp 0/∞              no           -           [AGE] ago
+    NAME  STATUS  HEARTBEAT        PLUGINS (USED/MAX)  SELF-FENCES  LOST SINCE
+    n1    ready   [AGE] ago, TTL 30s  hp 0/4              no           -
+    n2    ready   [AGE] ago, TTL 30s  hp 0/∞              no           -
     --- stderr
     ");
     snap!(env.run(&["node", "show", "n1"]).await, @r"
@@ -311,16 +328,27 @@ async fn nodes_and_plugins() {
     --- stdout
     node n1
       status:          ready
+      eligibility:     eligible
+      heartbeat:       [AGE] ago, TTL [AGE]
       last heartbeat:  [TIME] ([AGE] ago)
       lost since:      -
       self-fences:     no
-      registered:      [TIME]
+      registered:      [TIME] ([AGE] ago)
       labels:          -
       fence method:    none
 
     plugins:
-    PLUGIN  CSI NODE ID  USED  MAX  CONTROLLER
-    hp      csi-n1       0     4    yes
+    PLUGIN  CSI NODE ID  USED  MAX  CONTROLLER  TOPOLOGY
+    hp      csi-n1       0     4    yes         -
+
+    claims: none
+
+    attachments: none
+
+    recent events:
+    INDEX  TIME                  KIND             VOLUME  NODE  ALLOC  ACTOR                  MESSAGE
+    1      [TIME]  token-created    -       n1    -      operator:[TOKEN-ID]  node token [TOKEN-ID] created
+    2      [TIME]  node-registered  -       n1    -      node:n1                node registered with plugins hp
     --- stderr
     ");
     snap!(env.run(&["node", "show", "n2", "-o", "json"]).await, @r#"
@@ -330,6 +358,9 @@ async fn nodes_and_plugins() {
       "name": "n2",
       "status": "ready",
       "last_heartbeat": "[TIME]",
+      "heartbeat_ttl_ms": 30000,
+      "silent_ms": [MS],
+      "eligibility": "eligible",
       "lost_at": null,
       "fence_after": null,
       "fenced_at": null,
@@ -397,10 +428,10 @@ async fn events_list_and_follow() {
     let env = Env::start("events");
     env.volume("v1", "single-node-writer").await;
     env.volume("v2", "single-node-writer").await;
-    snap!(env.run(&["events", "--volume", "v1"]).await, @"
+    snap!(env.run(&["events", "--volume", "v1"]).await, @r"
     exit: 0
     --- stdout
-    INDEX  TIME                      KIND               VOLUME  NODE  ALLOC  ACTOR                  MESSAGE
+    INDEX  TIME                  KIND               VOLUME  NODE  ALLOC  ACTOR                  MESSAGE
     1      [TIME]  volume-registered  v1      -     -      operator:[TOKEN-ID]  volume registered (plugin hp, single-node-writer)
     --- stderr
     ");
@@ -424,12 +455,11 @@ async fn events_list_and_follow() {
     // COLUMNS fits tables to a width: only free text wraps.
     let mut cmd = env.command(&["events", "--volume", "v1"]);
     cmd.env("COLUMNS", "130");
-    snap!(run(cmd).await, @"
+    snap!(run(cmd).await, @r"
     exit: 0
     --- stdout
-    INDEX  TIME                      KIND               VOLUME  NODE  ALLOC  ACTOR                  MESSAGE
-    1      [TIME]  volume-registered  v1      -     -      operator:[TOKEN-ID]  volume registered (plugin hp,
-                                                                                                    single-node-writer)
+    INDEX  TIME                  KIND               VOLUME  NODE  ALLOC  ACTOR                  MESSAGE
+    1      [TIME]  volume-registered  v1      -     -      operator:[TOKEN-ID]  volume registered (plugin hp, single-…
     --- stderr
     ");
     snap!(env.run(&["events", "--node", "n9"]).await, @r"
@@ -439,11 +469,11 @@ async fn events_list_and_follow() {
     no events
     ");
 
-    // --follow prints what there is, then each new event as it happens: the second line
-    // comes from an event made after the first was printed.
+    // --follow with --since (or --tail) prints what there is, then each new event as it
+    // happens: the second line comes from an event made after the first was printed.
     for (volume, json) in [("v3", false), ("v4", true)] {
         env.volume(volume, "single-node-writer").await;
-        let mut args = vec!["events", "--follow", "--volume", volume];
+        let mut args = vec!["events", "--follow", "--since", "1h", "--volume", volume];
         if json {
             args.extend(["-o", "json"]);
         }
@@ -506,5 +536,65 @@ async fn a_closed_stdout_is_not_an_error() {
         let out = child.wait_with_output().await.unwrap();
         assert_eq!(out.status.code(), Some(0), "{args:?}");
         assert_eq!(String::from_utf8_lossy(&out.stderr), "", "{args:?}");
+    }
+}
+
+#[tokio::test]
+async fn the_agent_help_uses_the_port_everything_else_uses() {
+    let out = tokio::process::Command::new(csivol_tests::bin_path("csivol-agent"))
+        .args(["node", "--help"])
+        .output()
+        .await
+        .unwrap();
+    let help = String::from_utf8(out.stdout).unwrap();
+    assert!(help.contains("http://10.0.0.1:7420"), "{help}");
+    assert!(!help.contains(":7400"), "{help}");
+}
+
+/// The bash completion script completes volume and node names from the server.
+#[tokio::test]
+async fn bash_completes_volume_and_node_names_from_the_server() {
+    let env = Env::start("complete-names");
+    env.volume("data-1", "single-node-writer").await;
+    env.volume("data-2", "single-node-writer").await;
+    env.volume("other", "single-node-writer").await;
+    let _n1 = env.node("node-1", 0).await;
+    let r = env.run(&["__complete", "volumes"]).await;
+    assert_eq!(r.stdout, "data-1\ndata-2\nother\n", "{r}");
+    let script = env.file(
+        "csivol.bash",
+        &env.run(&["completions", "bash"]).await.stdout,
+    );
+    let bin_dir = std::path::Path::new(env!("CARGO_BIN_EXE_csivol"))
+        .parent()
+        .unwrap()
+        .display()
+        .to_string();
+    // (words typed, the word completed, expected)
+    for (words, want) in [
+        ("csivol status da", "data-1 data-2"),
+        ("csivol node show no", "node-1"),
+        ("csivol claim data-1 --node no", "node-1"),
+    ] {
+        let cmd = env.command(&["-c", &format!(
+            "source {script}; COMP_WORDS=({words}); COMP_CWORD=$((${{#COMP_WORDS[@]}} - 1)); \
+             _csivol_with_names csivol; printf '%s\\n' \"${{COMPREPLY[@]}}\" | grep -v '^-' | sort | xargs"
+        )]);
+        let mut bash = tokio::process::Command::new("bash");
+        bash.args(cmd.as_std().get_args())
+            .envs(
+                cmd.as_std()
+                    .get_envs()
+                    .filter_map(|(k, v)| v.map(|v| (k, v))),
+            )
+            .env(
+                "PATH",
+                format!("{bin_dir}:{}", std::env::var("PATH").unwrap_or_default()),
+            )
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let r = run(bash).await;
+        assert_eq!(r.stdout.trim(), want, "{words}: {r}");
     }
 }

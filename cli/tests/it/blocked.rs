@@ -93,10 +93,11 @@ async fn blocked_volumes_gate_and_unblock() {
     snap!(env.run(&["status", "--blocked"]).await, @r#"
     exit: 6
     --- stdout
-    VOLUME  LOST NODE  LOST SINCE                SELF-FENCES     BLOCKED CLAIMS  UNBLOCK WITH                                OR FENCE WITH
+    VOLUME  LOST NODE  LOST SINCE            SELF-FENCES     BLOCKED CLAIMS  UNBLOCK WITH                                OR FENCE WITH
     v1      n1         [TIME]  yes, after 30s  a1              csivol unblock v1 --node n1 --reason "..."  no fence method
     v2      n1         [TIME]  yes, after 30s  a2              csivol unblock v2 --node n1 --reason "..."  no fence method
     --- stderr
+    hint: node n1 blocks 2 volumes; if it is really gone or fenced, unblock them all with: csivol unblock --node n1 --reason "..."
     "#);
     snap!(env.run(&["status", "--blocked", "-o", "json"]).await, @r#"
     exit: 6
@@ -140,7 +141,7 @@ async fn blocked_volumes_gate_and_unblock() {
     snap!(env.run(&["status", "v1", "--blocked"]).await, @r#"
     exit: 6
     --- stdout
-    VOLUME  LOST NODE  LOST SINCE                SELF-FENCES     BLOCKED CLAIMS  UNBLOCK WITH                                OR FENCE WITH
+    VOLUME  LOST NODE  LOST SINCE            SELF-FENCES     BLOCKED CLAIMS  UNBLOCK WITH                                OR FENCE WITH
     v1      n1         [TIME]  yes, after 30s  a1              csivol unblock v1 --node n1 --reason "..."  no fence method
     --- stderr
     "#);
@@ -153,16 +154,17 @@ async fn blocked_volumes_gate_and_unblock() {
     nodes:   2 (1 lost, 1 ready)
 
     blocked volumes:
-    VOLUME  LOST NODE  LOST SINCE                SELF-FENCES     BLOCKED CLAIMS  UNBLOCK WITH                                OR FENCE WITH
+    VOLUME  LOST NODE  LOST SINCE            SELF-FENCES     BLOCKED CLAIMS  UNBLOCK WITH                                OR FENCE WITH
     v1      n1         [TIME]  yes, after 30s  a1              csivol unblock v1 --node n1 --reason "..."  no fence method
     v2      n1         [TIME]  yes, after 30s  a2              csivol unblock v2 --node n1 --reason "..."  no fence method
 
     volumes:
-    NAME  PLUGIN  ACCESS MODE         STATE    CLAIMS     NODES
-    v1    hp      single-node-writer  blocked  1 blocked  n1 (blocked)
-    v2    hp      single-node-writer  blocked  1 blocked  n1 (blocked)
-    v3    hp      single-node-writer  free     -          -
+    NAME  PLUGIN  ACCESS MODE         STATE                   CLAIMS     NODES
+    v1    hp      single-node-writer  blocked, no new claims  1 blocked  n1 (blocked)
+    v2    hp      single-node-writer  blocked, no new claims  1 blocked  n1 (blocked)
+    v3    hp      single-node-writer  free                    -          -
     --- stderr
+    hint: node n1 blocks 2 volumes; if it is really gone or fenced, unblock them all with: csivol unblock --node n1 --reason "..."
     "#);
     snap!(env.run(&["status", "--node", "n1"]).await, @r#"
     exit: 0
@@ -171,15 +173,16 @@ async fn blocked_volumes_gate_and_unblock() {
     nodes:   1 (1 lost)
 
     blocked volumes:
-    VOLUME  LOST NODE  LOST SINCE                SELF-FENCES     BLOCKED CLAIMS  UNBLOCK WITH                                OR FENCE WITH
+    VOLUME  LOST NODE  LOST SINCE            SELF-FENCES     BLOCKED CLAIMS  UNBLOCK WITH                                OR FENCE WITH
     v1      n1         [TIME]  yes, after 30s  a1              csivol unblock v1 --node n1 --reason "..."  no fence method
     v2      n1         [TIME]  yes, after 30s  a2              csivol unblock v2 --node n1 --reason "..."  no fence method
 
     volumes:
-    NAME  PLUGIN  ACCESS MODE         STATE    CLAIMS     NODES
-    v1    hp      single-node-writer  blocked  1 blocked  n1 (blocked)
-    v2    hp      single-node-writer  blocked  1 blocked  n1 (blocked)
+    NAME  PLUGIN  ACCESS MODE         STATE                   CLAIMS     NODES
+    v1    hp      single-node-writer  blocked, no new claims  1 blocked  n1 (blocked)
+    v2    hp      single-node-writer  blocked, no new claims  1 blocked  n1 (blocked)
     --- stderr
+    hint: node n1 blocks 2 volumes; if it is really gone or fenced, unblock them all with: csivol unblock --node n1 --reason "..."
     "#);
 
     // What a blocked volume refuses, with exit 6 and the way out.
@@ -236,7 +239,7 @@ async fn blocked_volumes_gate_and_unblock() {
         6,
         "nothing changed"
     );
-    snap!(env.run(&["unblock", "v1", "--reason", "n1 powered off", "--dry-run"]).await, @"
+    snap!(env.run(&["unblock", "v1", "--dry-run"]).await, @"
     exit: 0
     --- stdout
     would:
@@ -394,12 +397,12 @@ async fn detach_through_a_live_node() {
     error: failed to force-detach volume v1 from node n1: node `n1` is ready; --force is only for a lost node
     hint: detach through the node: csivol detach v1 --node n1 --reason "..."
     "#);
-    snap!(env.run(&["detach", "v1", "--node", "n2", "--reason", "drain n1", "--yes"]).await, @"
+    snap!(env.run(&["detach", "v1", "--node", "n2", "--reason", "drain n1", "--yes"]).await, @r"
     exit: 3
     --- stdout
     --- stderr
     error: failed to detach volume v1 from node n2: node `n2` is not registered
-    hint: list nodes with `csivol node list`; a node registers when its agent starts
+    hint: did you mean node `n1`? (list nodes with `csivol node list`; a node registers when its agent starts)
     ");
 
     let cli = env.spawn(&[

@@ -80,7 +80,7 @@ async fn claim_refusals_have_their_exit_codes() {
     let _n1 = env.node("n1", 1).await;
     let _n2 = env.node("n2", 0).await;
 
-    snap!(env.run(&["claim", "v1", "--node", "n1", "--alloc", "a1"]).await, @"
+    snap!(env.run(&["claim", "v1", "--node", "n1", "--alloc", "a1"]).await, @r"
     exit: 0
     --- stdout
     claim of alloc a1
@@ -89,7 +89,7 @@ async fn claim_refusals_have_their_exit_codes() {
       mode:         write
       state:        attaching
       target path:  -
-      created:      [TIME]
+      created:      [TIME] ([AGE] ago)
     --- stderr
     claimed volume v1 for alloc a1 on node n1 (write): attaching
     ");
@@ -174,14 +174,14 @@ async fn claim_wait_follows_the_claim_to_ready() {
             .starts_with("claimed volume v1 for alloc a1 on node n1 (write): attaching\n"),
         "{r}"
     );
-    snap!(r.stdout, @"
+    snap!(r.stdout, @r"
     claim of alloc a1
       volume:       v1
       node:         n1
       mode:         write
       state:        ready
       target path:  /mnt/csivol/v1/a1
-      created:      [TIME]
+      created:      [TIME] ([AGE] ago)
     ");
 
     // JSON, and claiming again is idempotent: it is ready at once.
@@ -215,7 +215,7 @@ async fn claim_wait_follows_the_claim_to_ready() {
     v1    hp      single-node-writer  attached  1 ready  n1
     --- stderr
     ");
-    snap!(env.run(&["status", "v1"]).await, @"
+    snap!(env.run(&["status", "v1"]).await, @r"
     exit: 0
     --- stdout
     volume v1
@@ -227,7 +227,7 @@ async fn claim_wait_follows_the_claim_to_ready() {
       context:      -
       parameters:   -
       secrets:      password=<redacted>
-      created:      [TIME]
+      created:      [TIME] ([AGE] ago)
 
     attachments:
     NODE  STATE     FORCED  ERROR  NEXT RETRY  SINCE
@@ -248,6 +248,7 @@ async fn claim_wait_follows_the_claim_to_ready() {
       "nodes_by_status": {
         "ready": 1
       },
+      "nodes_at_risk": [],
       "blocked": [],
       "volumes": [
         {
@@ -257,6 +258,7 @@ async fn claim_wait_follows_the_claim_to_ready() {
           "access_mode": "single-node-writer",
           "attachment": "file-system",
           "state": "attached",
+          "accepts_claims": true,
           "context": {},
           "parameters": {},
           "secret_keys": [
@@ -344,7 +346,7 @@ async fn claim_wait_times_out_saying_where_it_is_stuck() {
     --- stderr
     error: timed out after 1s waiting for the claim of alloc a1 on volume v1 to be ready; the claim still exists and is attaching: waiting for ControllerPublishVolume to node n1; waiting on retry at [TIME]: ControllerPublishVolume failed: UNAVAILABLE: backend is down
     ");
-    snap!(env.run(&["status", "v1"]).await, @"
+    snap!(env.run(&["status", "v1"]).await, @r"
     exit: 0
     --- stdout
     volume v1
@@ -356,14 +358,14 @@ async fn claim_wait_times_out_saying_where_it_is_stuck() {
       context:      -
       parameters:   -
       secrets:      password=<redacted>
-      created:      [TIME]
+      created:      [TIME] ([AGE] ago)
 
     attachments:
-    NODE  STATE      FORCED  ERROR                                                         NEXT RETRY                SINCE
+    NODE  STATE      FORCED  ERROR                                                         NEXT RETRY            SINCE
     n1    attaching  no      ControllerPublishVolume failed: UNAVAILABLE: backend is down  [TIME]  [AGE]
 
     claims:
-    ALLOC  NODE  MODE   STATE      TARGET PATH  ERROR                                                         NEXT RETRY                AGE
+    ALLOC  NODE  MODE   STATE      TARGET PATH  ERROR                                                         NEXT RETRY            AGE
     a1     n1    write  attaching  -            ControllerPublishVolume failed: UNAVAILABLE: backend is down  [TIME]  [AGE]
     --- stderr
     ");

@@ -49,7 +49,7 @@ async fn fence_refuses_plans_asks_and_records() {
     snap!(env.run(&["status", "--blocked"]).await, @r#"
     exit: 6
     --- stdout
-    VOLUME  LOST NODE  LOST SINCE                SELF-FENCES  BLOCKED CLAIMS  UNBLOCK WITH                                OR FENCE WITH
+    VOLUME  LOST NODE  LOST SINCE            SELF-FENCES  BLOCKED CLAIMS  UNBLOCK WITH                                OR FENCE WITH
     v1      n1         [TIME]  no           a1              csivol unblock v1 --node n1 --reason "..."  csivol fence n1 --reason "..."
     --- stderr
     "#);

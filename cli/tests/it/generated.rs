@@ -56,3 +56,20 @@ async fn completions_and_man_pages_are_fresh() {
         );
     }
 }
+
+#[test]
+fn man_pages_have_examples() {
+    let man = Path::new(env!("CARGO_MANIFEST_DIR")).join("../man");
+    for page in [
+        "csivol.1",
+        "csivol-claim.1",
+        "csivol-node-drain.1",
+        "csivol-status.1",
+    ] {
+        let text = fs::read_to_string(man.join(page)).unwrap();
+        let examples = text
+            .find(".SH EXAMPLES")
+            .unwrap_or_else(|| panic!("{page}: no EXAMPLES"));
+        assert!(text[examples..].contains("csivol "), "{page}");
+    }
+}

@@ -43,9 +43,11 @@ impl fmt::Display for Run {
 pub const FILTERS: &[(&str, &str)] = &[
     (r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z", "[TIME]"),
     (r#""index": \d+"#, r#""index": [INDEX]"#),
+    (r#""silent_ms": \d+"#, r#""silent_ms": [MS]"#),
     (r"csivol_[0-9a-f]{64}", "[TOKEN]"),
     (r"(operator|reader):[0-9a-f]{12}", "$1:[TOKEN-ID]"),
     (r"token [0-9a-f]{12}\b", "token [TOKEN-ID]"),
+    (r"token [0-9a-f]{1,11}…", "token [TOKEN-ID]…"),
     (r#""id": "[0-9a-f]{12}""#, r#""id": "[TOKEN-ID]""#),
     (r"127\.0\.0\.1:\d+", "127.0.0.1:[PORT]"),
     (r"/tmp/csivol-[A-Za-z0-9_.-]+", "[TMP]"),

@@ -38,7 +38,7 @@ async fn register_show_list() {
       context:      zone=a
       parameters:   -
       secrets:      password=<redacted>
-      created:      [TIME]
+      created:      [TIME] ([AGE] ago)
 
     attachments: none
 
@@ -77,6 +77,7 @@ async fn register_show_list() {
       "access_mode": "multi-node-reader-only",
       "attachment": "file-system",
       "state": "free",
+      "accepts_claims": true,
       "context": {},
       "parameters": {
         "tier": "gold"
@@ -276,18 +277,18 @@ async fn create_and_delete_through_the_controller() {
         "{r}"
     );
     assert!(r.stderr.ends_with("created volume fresh\n"), "{r}");
-    snap!(r.stdout, @"
+    snap!(r.stdout, @r"
     volume fresh
       state:        free
       plugin:       hp
       external id:  hp-fresh
       access mode:  single-node-writer
       attachment:   file-system
-      capacity:     1048576 bytes
+      capacity:     1 MiB
       context:      -
       parameters:   -
       secrets:      token=<redacted>
-      created:      [TIME]
+      created:      [TIME] ([AGE] ago)
 
     attachments: none
 
@@ -341,6 +342,7 @@ async fn create_and_delete_through_the_controller() {
       "access_mode": "single-node-writer",
       "attachment": "file-system",
       "state": "creating",
+      "accepts_claims": false,
       "capacity_bytes": 1048576,
       "context": {},
       "parameters": {},

@@ -72,6 +72,7 @@ impl FullCluster {
             let req = TokenRequest {
                 role: Role::Node,
                 node: Some(n.name.clone()),
+                name: None,
             };
             let t: TokenResponse = http
                 .post("/v1/tokens", &req)

@@ -334,6 +334,7 @@ impl SimCluster {
                 let req = TokenRequest {
                     role: Role::Node,
                     node: Some(node.clone()),
+                    name: None,
                 };
                 let t: TokenResponse = http
                     .post("/v1/tokens", &req)

@@ -184,3 +184,142 @@ fn ctrl_c_and_resume_keeps_the_claim_and_its_data() {
     interrupt(proc);
     assert!(mounts_under(&dev.dir).is_empty());
 }
+
+/// A second dev cluster in another directory leaves the CLI working with no flags: the
+/// token an earlier dev cluster wrote is replaced; a token the user put there never is.
+#[test]
+fn a_second_dev_cluster_replaces_the_first_ones_token_not_the_users() {
+    let test = TestDir::new("dev-second");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let home = test.join("home");
+    let token_file = home.join(".config/csivol/token");
+    let mut first = Dev {
+        dir: test.join("first"),
+        home: home.clone(),
+        url: format!("http://127.0.0.1:{port}"),
+        runs: 0,
+    };
+    interrupt(first.start());
+    let first_token = read(&token_file).expect("dev mode wrote the CLI's token");
+
+    // `start` waits until the CLI, with no token given, reaches the second cluster.
+    let mut second = Dev {
+        dir: test.join("second"),
+        home: first.home.clone(),
+        url: first.url.clone(),
+        runs: 0,
+    };
+    let proc = second.start();
+    let second_token = read(&token_file).unwrap();
+    assert_ne!(first_token, second_token);
+    assert_eq!(
+        second_token.trim(),
+        read(&second.dir.join("server/operator.token"))
+            .unwrap()
+            .trim()
+    );
+    assert!(second.csivol(&["status"]).code == 0);
+    interrupt(proc);
+
+    // A token the user put there is theirs: a dev cluster leaves it, and a refused token
+    // says where it came from.
+    std::fs::write(&token_file, "csivol_mine\n").unwrap();
+    let mut third = Dev {
+        dir: test.join("third"),
+        home: second.home.clone(),
+        url: second.url.clone(),
+        runs: 0,
+    };
+    let mut cmd = Command::new(bin_path("csivol-agent"));
+    cmd.arg("dev")
+        .arg(format!("--dir={}", third.dir.display()))
+        .arg(format!(
+            "--listen={}",
+            third.url.trim_start_matches("http://")
+        ))
+        .env("HOME", &third.home)
+        .env_remove("XDG_CONFIG_HOME");
+    third.runs += 1;
+    let log = third.dir.with_extension("log");
+    let proc = Proc::spawn("csivol-agent dev", cmd, &log);
+    wait_for("the third dev cluster up", WAIT, || {
+        std::fs::read_to_string(&log)
+            .ok()
+            .filter(|l| l.contains("csivol dev cluster is up"))
+    });
+    assert_eq!(read(&token_file).unwrap(), "csivol_mine\n");
+    let out = third.csivol(&["status"]);
+    assert_eq!(out.code, 7, "{out:?}");
+    assert!(
+        out.stderr.contains("token from") && out.stderr.contains("hint: pass the right token"),
+        "{out:?}"
+    );
+    interrupt(proc);
+}
+
+/// After `kill -9` of a node's agent, dev mode prints the command that brings that node
+/// back, and that command does (dev mode runs one node unless told otherwise).
+#[test]
+fn a_killed_agent_comes_back_with_the_command_dev_mode_prints() {
+    let test = TestDir::new("dev-restart-hint");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut dev = Dev {
+        dir: test.join("csivol-dev"),
+        home: test.join("home"),
+        url: format!("http://127.0.0.1:{port}"),
+        runs: 0,
+    };
+    let proc = dev.start();
+    let pid_file = dev.dir.join("node-1/agent.pid");
+    let pid = |path: &Path| -> i32 { read(path).unwrap().trim().parse().unwrap() };
+    let old = pid(&pid_file);
+    kill_process(Pid::from_raw(old).unwrap(), Signal::KILL).unwrap();
+    let log = dev.dir.with_extension("1.log");
+    let line = wait_for("dev mode to say how to bring node-1 back", WAIT, || {
+        let text = read(&log)?;
+        let mut lines = text
+            .lines()
+            .skip_while(|l| !l.starts_with("node-1 agent exited"));
+        lines.next()?;
+        lines.next().map(|l| l.trim().to_owned())
+    });
+    assert!(
+        line.contains(" node ") && line.contains("--node=node-1"),
+        "{line}"
+    );
+    let status = Command::new("sh").arg("-c").arg(&line).status().unwrap();
+    assert!(status.success());
+    let new = wait_for("a new agent pid", WAIT, || {
+        read(&pid_file)
+            .and_then(|p| p.trim().parse::<i32>().ok())
+            .filter(|p| *p != old)
+    });
+    // The node registers again: a second node-registered event.
+    wait_for("node-1 registered again", WAIT, || {
+        let out = dev.csivol(&["events", "--node", "node-1", "-o", "json"]);
+        let events = out.ok().json();
+        let n = events
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["kind"] == "node-registered")
+            .count();
+        (n >= 2).then_some(())
+    });
+    // Started by hand, it is stopped by hand, before dev mode stops the rest.
+    kill_process(Pid::from_raw(new).unwrap(), Signal::TERM).unwrap();
+    wait_for("the hand-started agent to stop", WAIT, || {
+        (!Path::new(&format!("/proc/{new}")).exists()
+            || read(Path::new(&format!("/proc/{new}/stat"))).is_some_and(|s| s.contains(") Z ")))
+        .then_some(())
+    });
+    interrupt(proc);
+}

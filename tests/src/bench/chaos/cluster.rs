@@ -70,6 +70,7 @@ impl ChaosCluster {
                     &TokenRequest {
                         role: Role::Node,
                         node: Some(name.clone()),
+                        name: None,
                     },
                 )
                 .await?
