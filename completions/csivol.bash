@@ -133,6 +133,12 @@ _csivol() {
             csivol__subcmd__help__subcmd__token,create)
                 cmd="csivol__subcmd__help__subcmd__token__subcmd__create"
                 ;;
+            csivol__subcmd__help__subcmd__token,list)
+                cmd="csivol__subcmd__help__subcmd__token__subcmd__list"
+                ;;
+            csivol__subcmd__help__subcmd__token,revoke)
+                cmd="csivol__subcmd__help__subcmd__token__subcmd__revoke"
+                ;;
             csivol__subcmd__help__subcmd__volume,create)
                 cmd="csivol__subcmd__help__subcmd__volume__subcmd__create"
                 ;;
@@ -190,11 +196,23 @@ _csivol() {
             csivol__subcmd__token,help)
                 cmd="csivol__subcmd__token__subcmd__help"
                 ;;
+            csivol__subcmd__token,list)
+                cmd="csivol__subcmd__token__subcmd__list"
+                ;;
+            csivol__subcmd__token,revoke)
+                cmd="csivol__subcmd__token__subcmd__revoke"
+                ;;
             csivol__subcmd__token__subcmd__help,create)
                 cmd="csivol__subcmd__token__subcmd__help__subcmd__create"
                 ;;
             csivol__subcmd__token__subcmd__help,help)
                 cmd="csivol__subcmd__token__subcmd__help__subcmd__help"
+                ;;
+            csivol__subcmd__token__subcmd__help,list)
+                cmd="csivol__subcmd__token__subcmd__help__subcmd__list"
+                ;;
+            csivol__subcmd__token__subcmd__help,revoke)
+                cmd="csivol__subcmd__token__subcmd__help__subcmd__revoke"
                 ;;
             csivol__subcmd__volume,create)
                 cmd="csivol__subcmd__volume__subcmd__create"
@@ -811,7 +829,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__help__subcmd__token)
-            opts="create"
+            opts="create list revoke"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -825,6 +843,34 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__help__subcmd__token__subcmd__create)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__help__subcmd__token__subcmd__list)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__help__subcmd__token__subcmd__revoke)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -1351,7 +1397,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__token)
-            opts="-o -q -h -V --addr --token --output --no-color --quiet --help --version create help"
+            opts="-o -q -h -V --addr --token --output --no-color --quiet --help --version create list revoke help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1381,7 +1427,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__token__subcmd__create)
-            opts="-o -q -h -V --role --node --addr --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --role --node --ttl --controller --addr --token --output --no-color --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1392,6 +1438,14 @@ _csivol() {
                     return 0
                     ;;
                 --node)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ttl)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --controller)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -1419,7 +1473,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__token__subcmd__help)
-            opts="create help"
+            opts="create list revoke help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1453,6 +1507,94 @@ _csivol() {
                 return 0
             fi
             case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__token__subcmd__help__subcmd__list)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__token__subcmd__help__subcmd__revoke)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__token__subcmd__list)
+            opts="-o -q -h -V --addr --token --output --no-color --quiet --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --addr)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --token)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    return 0
+                    ;;
+                -o)
+                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__token__subcmd__revoke)
+            opts="-o -q -h -V --addr --token --output --no-color --quiet --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --addr)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --token)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    return 0
+                    ;;
+                -o)
+                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;

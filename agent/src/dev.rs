@@ -415,6 +415,8 @@ impl Client {
         let req = api::TokenRequest {
             role: api::Role::Node,
             node: Some(node.to_owned()),
+            ttl_ms: None,
+            controllers: vec![],
         };
         let (_, t) = self
             .call::<api::TokenResponse>(

@@ -132,7 +132,7 @@ pub enum Command {
     /// Show the audit trail, or follow it
     Events(EventsArgs),
 
-    /// Create API tokens
+    /// Create, list and revoke API tokens
     #[command(subcommand)]
     Token(TokenCommand),
 
@@ -518,6 +518,19 @@ pub struct EventsArgs {
 pub enum TokenCommand {
     /// Create a token; its secret is printed once, on stdout
     Create(TokenCreateArgs),
+    /// List tokens (never their secrets): role, node, when created, last used, expiry
+    List,
+    /// Revoke a token: requests with it are refused (401) from then on
+    ///
+    /// The last usable operator token cannot be revoked.
+    Revoke(TokenRevokeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct TokenRevokeArgs {
+    /// The token's id (`csivol token list`)
+    #[arg(value_name = "ID")]
+    pub id: String,
 }
 
 #[derive(Debug, Args)]
@@ -530,6 +543,16 @@ pub struct TokenCreateArgs {
     /// The node a `node` token acts for
     #[arg(long, value_name = "NODE", value_parser = node_name, required_if_eq("role", "node"))]
     pub node: Option<String>,
+
+    /// The token expires after this long (e.g. 30d, 12h); without it, it lasts until revoked
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub ttl: Option<Duration>,
+
+    /// A `node` token's node may host this plugin's controller (repeatable); other nodes'
+    /// controller registrations are refused unless an operator allows them
+    /// (`csivol plugin controllers PLUGIN --allow NODE`)
+    #[arg(long = "controller", value_name = "PLUGIN", requires = "node")]
+    pub controllers: Vec<String>,
 }
 
 #[derive(Debug, Args)]

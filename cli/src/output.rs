@@ -142,8 +142,10 @@ impl Out {
             return c;
         }
         match state {
-            "ready" | "free" | "attached" | "ok" => c.fg(Color::Green),
-            "blocked" | "failed" | "lost" => c.fg(Color::Red).add_attribute(Attribute::Bold),
+            "ready" | "free" | "attached" | "ok" | "active" => c.fg(Color::Green),
+            "blocked" | "failed" | "lost" | "revoked" => {
+                c.fg(Color::Red).add_attribute(Attribute::Bold)
+            }
             _ => c.fg(Color::Yellow),
         }
     }

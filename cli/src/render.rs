@@ -294,6 +294,36 @@ fn plugin_slots(n: &Node) -> String {
         .join(", ")
 }
 
+pub fn tokens(out: &Out, ts: &[csivol_proto::api::TokenInfo]) -> anyhow::Result<()> {
+    let mut t = out.table(&[
+        "ID",
+        "ROLE",
+        "NODE",
+        "STATUS",
+        "CREATED",
+        "LAST USED",
+        "EXPIRES",
+        "CONTROLLERS",
+    ]);
+    for tok in ts {
+        t.add_row(vec![
+            comfy_table::Cell::new(&tok.id),
+            comfy_table::Cell::new(tok.role.as_str()),
+            comfy_table::Cell::new(or_dash(tok.node.as_deref())),
+            out.state_cell(&tok.status),
+            comfy_table::Cell::new(&tok.created_at),
+            comfy_table::Cell::new(or_dash(tok.last_used_at.as_deref())),
+            comfy_table::Cell::new(or_dash(tok.expires_at.as_deref())),
+            comfy_table::Cell::new(if tok.controllers.is_empty() {
+                "-".to_owned()
+            } else {
+                tok.controllers.join(",")
+            }),
+        ]);
+    }
+    out.print_table(t)
+}
+
 pub fn nodes(out: &Out, ns: &[Node]) -> anyhow::Result<()> {
     if ns.is_empty() {
         out.note("no nodes have registered");

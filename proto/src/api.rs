@@ -577,6 +577,30 @@ pub struct TokenRequest {
     pub role: Role,
     #[serde(default)]
     pub node: Option<String>,
+    /// How long the token is valid; none: until revoked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_ms: Option<u64>,
+    /// Plugins whose controller a node token's node may host (node tokens only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub controllers: Vec<String>,
+}
+
+/// `GET /v1/tokens`: a token without its secret.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenInfo {
+    pub id: String,
+    pub role: Role,
+    pub node: Option<String>,
+    /// Plugins whose controller this node token's node may host.
+    #[serde(default)]
+    pub controllers: Vec<String>,
+    pub created_at: String,
+    /// The last request made with it (persisted when tokens are listed and at shutdown).
+    pub last_used_at: Option<String>,
+    pub expires_at: Option<String>,
+    pub revoked_at: Option<String>,
+    /// `active`, `expired` or `revoked`.
+    pub status: String,
 }
 
 /// A new token; the secret is shown once and only its hash is stored.
@@ -586,6 +610,10 @@ pub struct TokenResponse {
     pub role: Role,
     pub node: Option<String>,
     pub token: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub controllers: Vec<String>,
 }
 
 /// `GET /v1/health`.

@@ -6,12 +6,12 @@ use std::time::Duration;
 use axum::extract::{DefaultBodyLimit, FromRequest, FromRequestParts, Path, Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, request::Parts};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use csivol_proto::api::{
     self, ClaimDryRun, ClaimRequest, CreateVolumeSpec, DetachRequest, Health, HeartbeatResponse,
-    INDEX_HEADER, NodeUnblockRequest, RegisterRequest, RegisterResponse, ReportBatch, TokenRequest,
-    UnblockRequest, VolumeSpec, VolumeState, validate_name,
+    INDEX_HEADER, NodeUnblockRequest, RegisterRequest, RegisterResponse, ReportBatch, TokenInfo,
+    TokenRequest, UnblockRequest, VolumeSpec, VolumeState, validate_name,
 };
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -152,7 +152,8 @@ pub fn router(app: App) -> Router {
     Router::new()
         .route("/v1/health", get(health))
         .route("/v1/metrics", get(metrics))
-        .route("/v1/tokens", post(create_token))
+        .route("/v1/tokens", post(create_token).get(list_tokens))
+        .route("/v1/tokens/{id}", delete(revoke_token))
         .route("/v1/volumes", get(list_volumes))
         .route(
             "/v1/volumes/{name}",
@@ -230,10 +231,30 @@ async fn create_token(
     Body(req): Body<TokenRequest>,
 ) -> ApiResult<Response> {
     let (actor, _) = app.operator(&headers)?;
-    let resp = app
+    let (resp, expires_at) = app
         .db
         .write(move |ctx| {
-            let t = auth::create_token(ctx, req.role, req.node.clone())?;
+            let t = auth::create_token(
+                ctx,
+                req.role,
+                req.node.clone(),
+                req.ttl_ms,
+                req.controllers.clone(),
+            )?;
+            let expires_at = req.ttl_ms.map(|ms| {
+                ctx.now
+                    .saturating_add(i64::try_from(ms).unwrap_or(i64::MAX))
+            });
+            let mut what = format!("{} token {} created", t.role, t.id);
+            if let Some(e) = &t.expires_at {
+                what.push_str(&format!(", expires at {e}"));
+            }
+            if !t.controllers.is_empty() {
+                what.push_str(&format!(
+                    ", may host the controller of {}",
+                    t.controllers.join(", ")
+                ));
+            }
             lifecycle::event(
                 ctx,
                 "token-created",
@@ -241,9 +262,9 @@ async fn create_token(
                 t.node.as_deref(),
                 None,
                 &actor,
-                format!("{} token {} created", t.role, t.id),
+                what,
             )?;
-            Ok(t)
+            Ok((t, expires_at))
         })
         .await?;
     app.tokens.remember(
@@ -252,9 +273,68 @@ async fn create_token(
             token_id: resp.id.clone(),
             role: resp.role,
             node: resp.node.clone(),
+            controllers: resp.controllers.clone(),
         },
+        expires_at,
     );
     Ok((StatusCode::CREATED, Json(resp)).into_response())
+}
+
+/// `GET /v1/tokens`: operators only (a token list tells who may do what).
+async fn list_tokens(
+    State(app): State<App>,
+    headers: HeaderMap,
+) -> ApiResult<Json<Vec<TokenInfo>>> {
+    app.operator(&headers)?;
+    persist_last_used(&app).await?;
+    let now = now_ms();
+    Ok(Json(app.db.read(move |c| auth::list_tokens(c, now)).await?))
+}
+
+/// Writes the in-memory last-use times, so that a list shows them and they survive a
+/// restart; on failure they are put back for the next try.
+pub(super) async fn persist_last_used(app: &App) -> ApiResult<()> {
+    let used = app.tokens.take_last_used();
+    if used.is_empty() {
+        return Ok(());
+    }
+    let again = used.clone();
+    let r = app
+        .db
+        .write(move |ctx| auth::persist_last_used(ctx, &used))
+        .await;
+    if r.is_err() {
+        app.tokens.put_back_last_used(again);
+    }
+    r
+}
+
+/// `DELETE /v1/tokens/{id}`: revokes a token; requests with it get 401 from then on.
+async fn revoke_token(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> ApiResult<StatusCode> {
+    let (actor, _) = app.operator(&headers)?;
+    let revoked_id = id.clone();
+    let at = app
+        .db
+        .write(move |ctx| {
+            let role = auth::revoke_token(ctx, &id)?;
+            lifecycle::event(
+                ctx,
+                "token-revoked",
+                None,
+                None,
+                None,
+                &actor,
+                format!("{role} token {id} revoked"),
+            )?;
+            Ok(ctx.now)
+        })
+        .await?;
+    app.tokens.revoke(&revoked_id, at);
+    Ok(StatusCode::NO_CONTENT)
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -192,7 +192,9 @@ impl Server {
         if tokens.is_empty() {
             let token_path = cfg.data_dir.join(OPERATOR_TOKEN_FILE);
             let t = db
-                .write(|ctx| auth::create_token(ctx, csivol_proto::api::Role::Operator, None))
+                .write(|ctx| {
+                    auth::create_token(ctx, csivol_proto::api::Role::Operator, None, None, vec![])
+                })
                 .await
                 .map_err(|e| anyhow::anyhow!("failed to create the operator token: {e}"))?;
             auth::write_token_file(&token_path, &t.token)
@@ -203,7 +205,9 @@ impl Server {
                     token_id: t.id.clone(),
                     role: t.role,
                     node: None,
+                    controllers: vec![],
                 },
+                None,
             );
             tracing::info!(path = %token_path.display(), "created the first operator token");
         }
@@ -262,7 +266,9 @@ impl Server {
             tokio::spawn(schedule_due_ops(self.app.clone())),
             tokio::spawn(prune_events(self.app.clone())),
             tokio::spawn(expire_leases(self.app.clone())),
+            tokio::spawn(persist_token_use(self.app.clone())),
         ];
+        let app = self.app.clone();
         // A make-service clones the router per connection; a bare Router would be rebuilt
         // (with_state) for each one, which costs memory per connected node.
         let _lock = self._lock;
@@ -273,7 +279,22 @@ impl Server {
         for t in tasks {
             t.abort();
         }
+        if let Err(e) = http::persist_last_used(&app).await {
+            tracing::warn!(error = %e, "failed to record when tokens were last used");
+        }
         served.context("HTTP server failed")
+    }
+}
+
+/// Records once a minute when tokens were last used (`csivol token list` also does).
+async fn persist_token_use(app: http::App) {
+    let mut tick = tokio::time::interval(Duration::from_secs(60));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if let Err(e) = http::persist_last_used(&app).await {
+            tracing::debug!(error = %e, "failed to record when tokens were last used; retrying");
+        }
     }
 }
 

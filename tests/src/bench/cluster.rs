@@ -72,6 +72,8 @@ impl FullCluster {
             let req = TokenRequest {
                 role: Role::Node,
                 node: Some(n.name.clone()),
+                ttl_ms: None,
+                controllers: vec![],
             };
             let t: TokenResponse = http
                 .post("/v1/tokens", &req)

@@ -333,6 +333,8 @@ impl SimCluster {
                 let req = TokenRequest {
                     role: Role::Node,
                     node: Some(node.clone()),
+                    ttl_ms: None,
+                    controllers: vec![],
                 };
                 let t: TokenResponse = http
                     .post("/v1/tokens", &req)

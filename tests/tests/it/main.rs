@@ -6,3 +6,4 @@ mod cluster;
 mod dev;
 mod durability;
 mod e2e;
+mod security;

@@ -70,6 +70,8 @@ impl ChaosCluster {
                     &TokenRequest {
                         role: Role::Node,
                         node: Some(name.clone()),
+                        ttl_ms: None,
+                        controllers: vec![],
                     },
                 )
                 .await?
