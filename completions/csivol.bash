@@ -124,6 +124,9 @@ _csivol() {
             csivol__subcmd__help__subcmd__node,show)
                 cmd="csivol__subcmd__help__subcmd__node__subcmd__show"
                 ;;
+            csivol__subcmd__help__subcmd__plugin,controllers)
+                cmd="csivol__subcmd__help__subcmd__plugin__subcmd__controllers"
+                ;;
             csivol__subcmd__help__subcmd__plugin,list)
                 cmd="csivol__subcmd__help__subcmd__plugin__subcmd__list"
                 ;;
@@ -172,6 +175,9 @@ _csivol() {
             csivol__subcmd__node__subcmd__help,show)
                 cmd="csivol__subcmd__node__subcmd__help__subcmd__show"
                 ;;
+            csivol__subcmd__plugin,controllers)
+                cmd="csivol__subcmd__plugin__subcmd__controllers"
+                ;;
             csivol__subcmd__plugin,help)
                 cmd="csivol__subcmd__plugin__subcmd__help"
                 ;;
@@ -180,6 +186,9 @@ _csivol() {
                 ;;
             csivol__subcmd__plugin,show)
                 cmd="csivol__subcmd__plugin__subcmd__show"
+                ;;
+            csivol__subcmd__plugin__subcmd__help,controllers)
+                cmd="csivol__subcmd__plugin__subcmd__help__subcmd__controllers"
                 ;;
             csivol__subcmd__plugin__subcmd__help,help)
                 cmd="csivol__subcmd__plugin__subcmd__help__subcmd__help"
@@ -745,8 +754,22 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__help__subcmd__plugin)
-            opts="list show"
+            opts="list show controllers"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__help__subcmd__plugin__subcmd__controllers)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
@@ -1129,7 +1152,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__plugin)
-            opts="-o -q -h -V --addr --token --output --no-color --quiet --help --version list show help"
+            opts="-o -q -h -V --addr --token --output --no-color --quiet --help --version list show controllers help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1158,9 +1181,61 @@ _csivol() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        csivol__subcmd__plugin__subcmd__help)
-            opts="list show help"
+        csivol__subcmd__plugin__subcmd__controllers)
+            opts="-o -q -h -V --allow --disallow --addr --token --output --no-color --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --allow)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --disallow)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --addr)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --token)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    return 0
+                    ;;
+                -o)
+                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__plugin__subcmd__help)
+            opts="list show controllers help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__plugin__subcmd__help__subcmd__controllers)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi

@@ -269,17 +269,18 @@ complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subc
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from help" -f -a "list" -d 'List nodes with their status and plugins'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from help" -f -a "show" -d 'Show a node: status, heartbeat, self-fencing and plugins'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
-complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show help" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
-complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show help" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
-complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show help" -s o -l output -d 'Output format: `table` for people, `json` for scripts (stable field names)' -r -f -a "table\t''
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show controllers help" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show controllers help" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show controllers help" -s o -l output -d 'Output format: `table` for people, `json` for scripts (stable field names)' -r -f -a "table\t''
 json\t''"
-complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show help" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
-complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show help" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
-complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show help" -s h -l help -d 'Print help'
-complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show help" -s V -l version -d 'Print version'
-complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show help" -f -a "list" -d 'List plugins with their health across nodes'
-complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show help" -f -a "show" -d 'Show a plugin'
-complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show controllers help" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show controllers help" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show controllers help" -s h -l help -d 'Print help'
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show controllers help" -s V -l version -d 'Print version'
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show controllers help" -f -a "list" -d 'List plugins with their health across nodes'
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show controllers help" -f -a "show" -d 'Show a plugin'
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show controllers help" -f -a "controllers" -d 'Show which nodes may host a plugin\'s controller, or allow and disallow nodes'
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show controllers help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from list" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from list" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from list" -s o -l output -d 'Output format: `table` for people, `json` for scripts (stable field names)' -r -f -a "table\t''
@@ -296,8 +297,19 @@ complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_su
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from show" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from show" -s h -l help -d 'Print help'
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from show" -s V -l version -d 'Print version'
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from controllers" -l allow -d 'Allow this node to host the plugin\'s controller (repeatable)' -r
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from controllers" -l disallow -d 'No longer allow this node (repeatable); a grant in its token still counts' -r
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from controllers" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from controllers" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from controllers" -s o -l output -d 'Output format: `table` for people, `json` for scripts (stable field names)' -r -f -a "table\t''
+json\t''"
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from controllers" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from controllers" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from controllers" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from controllers" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from help" -f -a "list" -d 'List plugins with their health across nodes'
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from help" -f -a "show" -d 'Show a plugin'
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from help" -f -a "controllers" -d 'Show which nodes may host a plugin\'s controller, or allow and disallow nodes'
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c csivol -n "__fish_csivol_using_subcommand events" -l volume -d 'Only events of this volume' -r
 complete -c csivol -n "__fish_csivol_using_subcommand events" -l node -d 'Only events of this node' -r
@@ -389,6 +401,7 @@ complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subc
 complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from node" -f -a "show" -d 'Show a node: status, heartbeat, self-fencing and plugins'
 complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from plugin" -f -a "list" -d 'List plugins with their health across nodes'
 complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from plugin" -f -a "show" -d 'Show a plugin'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from plugin" -f -a "controllers" -d 'Show which nodes may host a plugin\'s controller, or allow and disallow nodes'
 complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from token" -f -a "create" -d 'Create a token; its secret is printed once, on stdout'
 complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from token" -f -a "list" -d 'List tokens (never their secrets): role, node, when created, last used, expiry'
 complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from token" -f -a "revoke" -d 'Revoke a token: requests with it are refused (401) from then on'

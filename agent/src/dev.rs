@@ -416,7 +416,7 @@ impl Client {
             role: api::Role::Node,
             node: Some(node.to_owned()),
             ttl_ms: None,
-            controllers: vec![],
+            controllers: vec![DEV_PLUGIN.to_owned()],
         };
         let (_, t) = self
             .call::<api::TokenResponse>(

@@ -490,6 +490,29 @@ pub enum PluginCommand {
     List,
     /// Show a plugin
     Show(PluginArg),
+    /// Show which nodes may host a plugin's controller, or allow and disallow nodes
+    ///
+    /// A node hosts a plugin's controller (and receives its controller operations, secrets
+    /// included) only when its node token names the plugin (`csivol token create --role
+    /// node --node N --controller PLUGIN`) or an operator allowed it here; other agents'
+    /// controller registrations are refused. Disallowing takes effect at the node's next
+    /// registration; to cut a host off at once, also revoke its token.
+    Controllers(PluginControllersArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct PluginControllersArgs {
+    /// csivol's plugin id
+    #[arg(value_name = "PLUGIN")]
+    pub plugin: String,
+
+    /// Allow this node to host the plugin's controller (repeatable)
+    #[arg(long, value_name = "NODE", value_parser = node_name)]
+    pub allow: Vec<String>,
+
+    /// No longer allow this node (repeatable); a grant in its token still counts
+    #[arg(long, value_name = "NODE", value_parser = node_name)]
+    pub disallow: Vec<String>,
 }
 
 #[derive(Debug, Args)]

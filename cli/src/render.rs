@@ -294,6 +294,34 @@ fn plugin_slots(n: &Node) -> String {
         .join(", ")
 }
 
+pub fn controller_hosts(out: &Out, h: &csivol_proto::api::ControllerHosts) -> anyhow::Result<()> {
+    if h.allowed.is_empty() {
+        out.note(format!(
+            "no node may host the controller of plugin {}; hint: csivol plugin controllers {} --allow NODE",
+            h.plugin, h.plugin
+        ));
+    }
+    let mut t = out.table(&["NODE", "ALLOWED BY", "SINCE", "HOSTING"]);
+    for a in &h.allowed {
+        let by = match (a.source.as_str(), &a.by) {
+            ("token", Some(id)) => format!("token {id}"),
+            (_, Some(actor)) => actor.clone(),
+            (s, None) => s.to_owned(),
+        };
+        t.add_row(vec![
+            comfy_table::Cell::new(&a.node),
+            comfy_table::Cell::new(by),
+            comfy_table::Cell::new(or_dash(a.since.as_deref())),
+            comfy_table::Cell::new(if h.hosting.contains(&a.node) {
+                "yes"
+            } else {
+                "no"
+            }),
+        ]);
+    }
+    out.print_table(t)
+}
+
 pub fn tokens(out: &Out, ts: &[csivol_proto::api::TokenInfo]) -> anyhow::Result<()> {
     let mut t = out.table(&[
         "ID",

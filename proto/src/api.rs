@@ -585,6 +585,36 @@ pub struct TokenRequest {
     pub controllers: Vec<String>,
 }
 
+/// `GET /v1/plugins/{id}/controllers`: the nodes that may host a plugin's controller.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ControllerHosts {
+    pub plugin: String,
+    pub allowed: Vec<ControllerHost>,
+    /// The nodes registered as its controller hosts now.
+    pub hosting: Vec<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ControllerHost {
+    pub node: String,
+    /// `operator` (allowed with `csivol plugin controllers`) or `token` (its node token
+    /// names the plugin).
+    pub source: String,
+    /// The operator who allowed it, or the token's id.
+    pub by: Option<String>,
+    pub since: Option<String>,
+}
+
+/// `POST /v1/plugins/{id}/controllers`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ControllerHostsChange {
+    #[serde(default)]
+    pub allow: Vec<String>,
+    #[serde(default)]
+    pub disallow: Vec<String>,
+}
+
 /// `GET /v1/tokens`: a token without its secret.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TokenInfo {

@@ -370,10 +370,19 @@ pub struct FakeAgent {
 }
 
 impl FakeAgent {
+    /// A node whose token may host plugin `hp`'s controller.
     pub async fn new(server: &ServerProc, node: &str) -> Self {
+        Self::with_controllers(server, node, &["hp"]).await
+    }
+
+    /// A node whose token may host the controllers of `controllers` only.
+    pub async fn with_controllers(server: &ServerProc, node: &str, controllers: &[&str]) -> Self {
         let (status, t) = server
             .api()
-            .post("/v1/tokens", json!({"role": "node", "node": node}))
+            .post(
+                "/v1/tokens",
+                json!({"role": "node", "node": node, "controllers": controllers}),
+            )
             .await;
         assert_eq!(status, 201, "{t}");
         Self {
@@ -384,7 +393,7 @@ impl FakeAgent {
 
     /// Registers with plugin `hp` (node service, max `max` volumes); `controller` makes it a
     /// host of the plugin's controller, which needs ControllerPublish.
-    pub async fn register(&self, max: u32, controller: bool, published: Value) -> Value {
+    pub async fn try_register(&self, max: u32, controller: bool, published: Value) -> (u16, Value) {
         let plugin = json!({
             "id": "hp",
             "info": {"name": "hostpath.csivol.dev", "vendor_version": "1"},
@@ -395,13 +404,17 @@ impl FakeAgent {
             },
             "controller": if controller { json!({"create_delete_volume": true, "publish_unpublish_volume": true, "list_volumes": false, "list_volumes_published_nodes": false, "publish_readonly": false, "single_node_multi_writer": false}) } else { Value::Null },
         });
-        let (status, body) = self
-            .api
+        self.api
             .post(
                 &format!("/v1/nodes/{}/register", self.node),
                 json!({"plugins": [plugin], "published": published}),
             )
-            .await;
+            .await
+    }
+
+    /// [`FakeAgent::try_register`], which must succeed.
+    pub async fn register(&self, max: u32, controller: bool, published: Value) -> Value {
+        let (status, body) = self.try_register(max, controller, published).await;
         assert_eq!(status, 200, "{body}");
         body
     }

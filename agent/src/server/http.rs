@@ -19,6 +19,7 @@ use serde::de::DeserializeOwned;
 use super::auth::{self, Caller, Tokens};
 use super::db::{Db, now_ms};
 use super::error::{ApiError, ApiResult};
+use super::hosting;
 use super::lifecycle::{self, ClaimDecision, Limits};
 use super::liveness::Liveness;
 use super::metrics::Metrics;
@@ -178,6 +179,10 @@ pub fn router(app: App) -> Router {
         .route("/v1/nodes/{node}/reports", post(reports))
         .route("/v1/plugins", get(list_plugins))
         .route("/v1/plugins/{id}", get(get_plugin))
+        .route(
+            "/v1/plugins/{id}/controllers",
+            get(get_controller_hosts).post(change_controller_hosts),
+        )
         .route("/v1/events", get(events))
         .route("/v1/backup", get(backup))
         .fallback(|| async {
@@ -278,6 +283,32 @@ async fn create_token(
         expires_at,
     );
     Ok((StatusCode::CREATED, Json(resp)).into_response())
+}
+
+/// `GET /v1/plugins/{id}/controllers`.
+async fn get_controller_hosts(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(plugin): Path<String>,
+) -> ApiResult<Json<api::ControllerHosts>> {
+    app.caller(&headers)?.require_reader()?;
+    name("plugin", &plugin)?;
+    Ok(Json(app.db.read(move |c| hosting::list(c, &plugin)).await?))
+}
+
+/// `POST /v1/plugins/{id}/controllers`: operators allow or disallow controller hosts.
+async fn change_controller_hosts(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(plugin): Path<String>,
+    Body(req): Body<api::ControllerHostsChange>,
+) -> ApiResult<Json<api::ControllerHosts>> {
+    let (actor, _) = app.operator(&headers)?;
+    let p = plugin.clone();
+    app.db
+        .write(move |ctx| hosting::change(ctx, &actor, &p, &req.allow, &req.disallow))
+        .await?;
+    Ok(Json(app.db.read(move |c| hosting::list(c, &plugin)).await?))
 }
 
 /// `GET /v1/tokens`: operators only (a token list tells who may do what).
@@ -693,13 +724,20 @@ async fn register(
     Path(node): Path<String>,
     Body(req): Body<RegisterRequest>,
 ) -> ApiResult<Json<RegisterResponse>> {
-    app.caller(&headers)?.require_node(&node)?;
+    let caller = app.caller(&headers)?;
+    caller.require_node(&node)?;
     name("node", &node)?;
     let limits = app.limits.clone();
     let n = node.clone();
+    // A refusal is answered after its event committed, so it is an Ok of the write.
     app.db
-        .write(move |ctx| lifecycle::register_node(ctx, &n, &req, &limits))
-        .await?;
+        .write(move |ctx| {
+            if let Some(refusal) = hosting::refused(ctx, &caller, &n, &req)? {
+                return Ok(Err(refusal));
+            }
+            lifecycle::register_node(ctx, &n, &req, &limits).map(Ok)
+        })
+        .await??;
     app.live.registered(&node, now_ms());
     Ok(Json(RegisterResponse {
         heartbeat_ttl_ms: app.live.ttl().as_millis() as u64,

@@ -6,6 +6,7 @@ mod auth;
 pub mod backup;
 mod db;
 mod error;
+mod hosting;
 mod http;
 pub mod identity;
 mod leases;

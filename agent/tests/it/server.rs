@@ -1,6 +1,7 @@
 //! The server over real HTTP on loopback, with real SQLite files in temp dirs. Node agents
 //! are played by a test client of the agent endpoints (the real agent has its own tests).
 
+mod hosting;
 mod state;
 
 use std::time::Duration;
@@ -8,7 +9,7 @@ use std::time::Duration;
 use csivol_tests::{Api, FakeAgent, ServerProc, TestDir, eventually};
 use serde_json::{Value, json};
 
-const WAIT: Duration = Duration::from_secs(20);
+pub const WAIT: Duration = Duration::from_secs(20);
 
 pub fn start(dir: &TestDir, extra: &[&str]) -> ServerProc {
     ServerProc::start(&dir.join("server"), extra)
@@ -32,7 +33,7 @@ pub async fn register_volume(api: &Api, name: &str, mode: &str) {
     assert_eq!(status, 201, "{body}");
 }
 
-async fn claim(api: &Api, volume: &str, alloc: &str, node: &str, mode: &str) -> (u16, Value) {
+pub async fn claim(api: &Api, volume: &str, alloc: &str, node: &str, mode: &str) -> (u16, Value) {
     api.post(
         &format!("/v1/volumes/{volume}/claims"),
         json!({"alloc": alloc, "node": node, "mode": mode}),

@@ -73,7 +73,7 @@ impl FullCluster {
                 role: Role::Node,
                 node: Some(n.name.clone()),
                 ttl_ms: None,
-                controllers: vec![],
+                controllers: vec![super::PLUGIN.to_owned()],
             };
             let t: TokenResponse = http
                 .post("/v1/tokens", &req)

@@ -334,7 +334,7 @@ impl SimCluster {
                     role: Role::Node,
                     node: Some(node.clone()),
                     ttl_ms: None,
-                    controllers: vec![],
+                    controllers: vec![super::PLUGIN.to_owned()],
                 };
                 let t: TokenResponse = http
                     .post("/v1/tokens", &req)

@@ -109,3 +109,77 @@ fn tokens_list_revoke_expire() {
         "{events}"
     );
 }
+
+/// The probe from issue 13: a node token for a made-up node, and a real agent started with
+/// it that offers to host the plugin's controller (its plugin is node-1's, so its
+/// registration is node-1's copied). The registration is refused with an event; nothing
+/// is handed to it; an operator can allow it.
+#[test]
+fn controller_hijack_is_refused() {
+    let c = Cluster::start("hijack", "30s", vec![crate::cluster::NodeOpts::default()]);
+    let (_, secret) = token(&c, &["--role", "node", "--node", "made-up"]);
+    let dir = c.dir.join("made-up");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("token"), &secret).unwrap();
+    let endpoint = format!("unix://{}", c.nodes[0].dir.join("plugin.sock").display());
+    let mut cmd = std::process::Command::new(csivol_tests::bin_path("csivol-agent"));
+    cmd.args([
+        "node".to_owned(),
+        format!("--server={}", c.url),
+        "--node=made-up".to_owned(),
+        format!("--data-dir={}", dir.join("agent").display()),
+        format!("--token-file={}", dir.join("token").display()),
+        format!("--plugin={}={endpoint}", crate::cluster::PLUGIN),
+        format!("--controller={}={endpoint}", crate::cluster::PLUGIN),
+    ]);
+    let _agent = csivol_tests::Proc::spawn("agent", cmd, &dir.join("agent.log"));
+    let refusal = wait_for("the refusal event", Duration::from_secs(30), || {
+        let events = c
+            .csivol(&["events", "--node", "made-up", "-o", "json"])
+            .ok()
+            .json();
+        events
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["kind"] == "controller-host-refused")
+            .cloned()
+    });
+    assert_eq!(refusal["actor"], "node:made-up", "{refusal}");
+    let hosts = c
+        .csivol(&[
+            "plugin",
+            "controllers",
+            crate::cluster::PLUGIN,
+            "-o",
+            "json",
+        ])
+        .ok()
+        .json();
+    assert_eq!(hosts["hosting"], serde_json::json!(["node-1"]), "{hosts}");
+    let node = c.csivol(&["node", "show", "made-up"]);
+    assert_eq!(
+        node.code, 3,
+        "the refused agent is not registered at all: {node:?}"
+    );
+    let log = std::fs::read_to_string(dir.join("agent.log")).unwrap_or_default();
+    assert!(
+        log.contains("may not host the controller of plugin hostpath"),
+        "the agent says why: {log}"
+    );
+
+    // The operator allows it; the table shows who allowed what.
+    let out = c.csivol(&[
+        "plugin",
+        "controllers",
+        crate::cluster::PLUGIN,
+        "--allow",
+        "made-up",
+    ]);
+    out.ok();
+    assert!(out.stdout.contains("made-up"), "{out:?}");
+    assert!(
+        out.stdout.contains("token "),
+        "node-1's grant is its token: {out:?}"
+    );
+}

@@ -71,7 +71,7 @@ impl ChaosCluster {
                         role: Role::Node,
                         node: Some(name.clone()),
                         ttl_ms: None,
-                        controllers: vec![],
+                        controllers: vec![crate::bench::PLUGIN.to_owned()],
                     },
                 )
                 .await?
