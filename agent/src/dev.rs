@@ -51,7 +51,9 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     if args.nodes == 0 || args.nodes > 64 {
         bail!("--nodes must be between 1 and 64");
     }
-    std::fs::create_dir_all(&args.dir)
+    // Passable for workloads on their way to targets below it, not listable; the server's
+    // data dir inside is 0700, the tokens 0600.
+    crate::private::dir_logged(&args.dir, crate::node::TARGETS_MODE, "dev dir")
         .with_context(|| format!("failed to create {}", args.dir.display()))?;
     let dir = args.dir.canonicalize()?;
     let mount = match args.mount.as_deref() {
@@ -73,6 +75,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         listen: args.listen,
         heartbeat_ttl: args.heartbeat_ttl,
         controller_concurrency: 8,
+        secrets_key_file: None,
     })
     .await?;
     let url = format!("http://{}", server.addr);
@@ -97,7 +100,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         for i in 1..=args.nodes {
             let node = format!("node-{i}");
             let node_dir = dir.join(&node);
-            std::fs::create_dir_all(&node_dir)?;
+            crate::private::dir_logged(&node_dir, crate::node::TARGETS_MODE, "dev node dir")?;
             let node_token = node_dir.join("token");
             if !node_token.exists() {
                 let t = client.create_node_token(&node).await?;

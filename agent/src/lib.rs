@@ -3,6 +3,7 @@
 
 pub mod dev;
 pub mod node;
+pub mod private;
 pub mod server;
 
 /// Completes on SIGTERM or SIGINT: how the server, the node agent and dev mode are asked to

@@ -28,7 +28,7 @@ use std::time::Duration;
 use anyhow::Context;
 
 pub use self::config::{CoreConfig, PluginSpec, ReadyCheck, ReadyCheckSetting};
-pub use self::core::{Core, FenceState};
+pub use self::core::{Core, FenceState, TARGETS_MODE};
 pub use self::session::FenceClock;
 
 /// `csivol-agent node` flags. Each may also be set in the `--config` file; flags win.

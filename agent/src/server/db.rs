@@ -210,6 +210,9 @@ fn configure(conn: &Connection) -> rusqlite::Result<()> {
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", "FULL")?;
     conn.pragma_update(None, "foreign_keys", "ON")?;
+    // Overwritten and deleted content is zeroed, so that a secret sealed again under a new
+    // key, or a volume deregistered, leaves no old bytes in free pages.
+    conn.pragma_update(None, "secure_delete", "ON")?;
     Ok(())
 }
 

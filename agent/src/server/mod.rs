@@ -16,6 +16,7 @@ mod metrics;
 mod model;
 mod queue;
 pub mod rules;
+mod secrets;
 mod views;
 mod watch;
 
@@ -29,6 +30,7 @@ use serde::Deserialize;
 use tokio::net::TcpListener;
 
 use self::db::Db;
+use self::error::ApiError;
 use self::lifecycle::Limits;
 
 /// Default listen address.
@@ -55,8 +57,13 @@ pub struct ServerArgs {
     /// Controller operations in flight per plugin [default: 8].
     #[arg(long)]
     pub controller_concurrency: Option<u32>,
+    /// The key that seals volume secrets in the state database (64 hex digits, mode 0600)
+    /// [default: `<data-dir>/secrets.key`, created at the first start]. Keep it beside
+    /// backups: a backup's secrets open only with it.
+    #[arg(long, value_name = "FILE")]
+    pub secrets_key_file: Option<PathBuf>,
     /// TOML file with the same settings (`data_dir`, `listen`, `heartbeat_ttl = "30s"`,
-    /// `controller_concurrency`).
+    /// `controller_concurrency`, `secrets_key_file`).
     #[arg(long)]
     pub config: Option<PathBuf>,
     /// Run SQLite's `PRAGMA integrity_check` over the state database before serving, and
@@ -75,6 +82,9 @@ pub enum ServerAction {
     Backup(backup::BackupArgs),
     /// Put a backup in place as a data dir's state database; the server must be stopped.
     Restore(backup::RestoreArgs),
+    /// Seal every volume secret under a new secrets key, then replace the key file; the
+    /// server must be stopped. Running it again finishes an interrupted rotation.
+    RotateSecretsKey,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -84,6 +94,7 @@ struct FileConfig {
     listen: Option<SocketAddr>,
     heartbeat_ttl: Option<String>,
     controller_concurrency: Option<u32>,
+    secrets_key_file: Option<PathBuf>,
 }
 
 /// Resolved server settings.
@@ -93,6 +104,8 @@ pub struct ServerConfig {
     pub listen: SocketAddr,
     pub heartbeat_ttl: Duration,
     pub controller_concurrency: u32,
+    /// `--secrets-key-file`; `None`: `<data-dir>/secrets.key`.
+    pub secrets_key_file: Option<PathBuf>,
 }
 
 impl ServerConfig {
@@ -133,7 +146,14 @@ impl ServerConfig {
                 .unwrap_or_else(|| DEFAULT_LISTEN.parse().expect("valid")),
             heartbeat_ttl,
             controller_concurrency,
+            secrets_key_file: args.secrets_key_file.or(file.secrets_key_file),
         })
+    }
+
+    pub fn secrets_key_path(&self) -> PathBuf {
+        self.secrets_key_file
+            .clone()
+            .unwrap_or_else(|| self.data_dir.join(secrets::KEY_FILE))
     }
 }
 
@@ -147,6 +167,23 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
             return backup::run_backup(b, &data_dir);
         }
         Some(ServerAction::Restore(r)) => return backup::run_restore(r),
+        Some(ServerAction::RotateSecretsKey) => {
+            let cfg = ServerConfig::resolve(args.clone())?;
+            let Some(_lock) = identity::try_lock(&cfg.data_dir)? else {
+                bail!(
+                    "a csivol server is running on data dir {}: the secrets key cannot be \
+                     rotated under it\nhint: stop that server, then run the rotation again",
+                    cfg.data_dir.display()
+                );
+            };
+            let key = cfg.secrets_key_path();
+            let n = secrets::rotate(&cfg.data_dir.join(identity::STATE_DB), &key)?;
+            eprintln!(
+                "sealed the secrets of {n} volume(s) under a new key in {}",
+                key.display()
+            );
+            return Ok(());
+        }
         None => {}
     }
     let check = args.check;
@@ -179,7 +216,29 @@ impl Server {
                 .await
                 .context("the integrity check failed to run")??;
         }
-        let db = Db::start(&cfg.data_dir.join(identity::STATE_DB))?;
+        // Created 0600 before SQLite opens it: SQLite gives the -wal and -shm files the
+        // database file's mode.
+        let db_path = cfg.data_dir.join(identity::STATE_DB);
+        crate::private::create_file(&db_path)
+            .with_context(|| format!("failed to create {}", db_path.display()))?;
+        let keys = secrets::Keys::load(&cfg.secrets_key_path(), true)?;
+        let db = Db::start(&db_path)?;
+        let check = keys.clone();
+        let sealed = db
+            .write(move |ctx| check.check_and_seal(ctx.tx).map_err(ApiError::internal))
+            .await
+            .map_err(|e| anyhow::anyhow!("{}", e.message))?;
+        secrets::install(keys);
+        if sealed > 0 {
+            // The plain text was overwritten (secure_delete); this takes it out of the WAL.
+            db.read(|c| Ok(c.execute_batch("PRAGMA wal_checkpoint(TRUNCATE);")?))
+                .await
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            tracing::info!(
+                volumes = sealed,
+                "sealed volume secrets an older csivol stored in plain text"
+            );
+        }
         let cluster_id = db
             .read(|c| Ok(db::cluster_id(c)?))
             .await
@@ -420,13 +479,13 @@ async fn prune_events(app: http::App) {
     }
 }
 
+/// The data dir is its owner's only (0700), and so is every file in it (0600): it holds
+/// the secrets key, the operator token and the state database.
 fn create_private_dir(dir: &Path) -> anyhow::Result<()> {
-    use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .with_context(|| format!("failed to create data dir {}", dir.display()))
+    crate::private::dir_logged(dir, 0o700, "server data dir")
+        .with_context(|| format!("failed to create data dir {}", dir.display()))?;
+    crate::private::files_in(dir)
+        .with_context(|| format!("failed to tighten the files in {}", dir.display()))
 }
 
 fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {

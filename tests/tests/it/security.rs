@@ -183,3 +183,142 @@ fn controller_hijack_is_refused() {
         "node-1's grant is its token: {out:?}"
     );
 }
+
+fn mode(p: &std::path::Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p)
+        .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+        .permissions()
+        .mode()
+        & 0o777
+}
+
+/// Every regular file below `dir` (not following symlinks, not into other filesystems'
+/// special files), with its contents.
+fn files_below(dir: &std::path::Path, out: &mut Vec<(std::path::PathBuf, Vec<u8>)>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let Ok(t) = e.file_type() else { continue };
+        if t.is_dir() {
+            files_below(&e.path(), out);
+        } else if t.is_file()
+            && let Ok(bytes) = std::fs::read(e.path())
+        {
+            out.push((e.path(), bytes));
+        }
+    }
+}
+
+/// A volume with a secret, claimed and released through real agents and a real plugin:
+/// the secret's value is in no file of the cluster afterwards (state.db and its WAL, the
+/// agents' databases, every log); and the data dirs and state files have the modes the
+/// security model promises.
+#[test]
+fn secrets_are_sealed_at_rest_and_files_are_private() {
+    let c = Cluster::start("secrets", "30s", vec![crate::cluster::NodeOpts::default()]);
+    let secret = format!("pw-{}", std::process::id() ^ 0x5eed_c0de);
+    let spec = c.dir.join("secret-vol.toml");
+    std::fs::write(
+        &spec,
+        format!(
+            "name = \"sv\"\nplugin = \"{}\"\naccess_mode = \"single-node-writer\"\n\
+             attachment = \"file-system\"\ncapacity_bytes = 1048576\n\n[secrets]\npassword = \"{secret}\"\n",
+            crate::cluster::PLUGIN
+        ),
+    )
+    .unwrap();
+    c.csivol(&[
+        "volume",
+        "create",
+        spec.to_str().unwrap(),
+        "--wait",
+        "-o",
+        "json",
+    ])
+    .ok();
+    std::fs::remove_file(&spec).unwrap();
+    let claimed = c.csivol(&[
+        "claim",
+        "sv",
+        "--node",
+        "node-1",
+        "--alloc",
+        "a1",
+        "--wait",
+        "--timeout",
+        "60s",
+        "-o",
+        "json",
+    ]);
+    assert_eq!(claimed.ok().json()["state"], "ready", "{claimed:?}");
+    let shown = c
+        .csivol(&["volume", "show", "sv", "-o", "json"])
+        .ok()
+        .json();
+    assert_eq!(shown["secret_keys"], serde_json::json!(["password"]));
+
+    let server = c.dir.join("server");
+    let wal = server.join("state.db-wal");
+    assert!(wal.exists(), "the running server has a WAL");
+    assert_eq!(mode(&server), 0o700);
+    for f in [
+        "state.db",
+        "state.db-wal",
+        "state.db-shm",
+        "secrets.key",
+        "operator.token",
+    ] {
+        assert_eq!(mode(&server.join(f)), 0o600, "{f}");
+    }
+    let agent = c.nodes[0].agent_dir();
+    assert_eq!(mode(&agent), 0o711, "passable to workloads, not listable");
+    assert_eq!(mode(&agent.join("targets")), 0o711);
+    assert_eq!(mode(&agent.join("targets/sv")), 0o711);
+    assert_eq!(mode(&agent.join("staging")), 0o700);
+    assert_eq!(mode(&agent.join("agent.db")), 0o600);
+
+    c.csivol(&[
+        "release",
+        "sv",
+        "--alloc",
+        "a1",
+        "--wait",
+        "--timeout",
+        "60s",
+    ])
+    .ok();
+    let mut files = Vec::new();
+    files_below(c.dir.path(), &mut files);
+    assert!(
+        files.iter().any(|(p, _)| p.ends_with("server.log")),
+        "the scan covers the logs"
+    );
+    assert!(files.iter().any(|(p, _)| p.ends_with("state.db-wal")));
+    let leaks: Vec<_> = files
+        .iter()
+        .filter(|(_, bytes)| bytes.windows(secret.len()).any(|w| w == secret.as_bytes()))
+        .map(|(p, _)| p.display().to_string())
+        .collect();
+    assert!(leaks.is_empty(), "the secret's value is in {leaks:?}");
+}
+
+/// A data dir made by hand with 0755 is tightened at start, with a log line saying so.
+#[test]
+fn a_pre_existing_open_data_dir_is_tightened() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = csivol_tests::TestDir::new("open-data-dir");
+    let data = dir.join("server");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let server = csivol_tests::ServerProc::start(&data, &[]);
+    assert_eq!(mode(&data), 0o700);
+    assert!(
+        server
+            .log()
+            .contains("tightened the server data dir's mode"),
+        "{}",
+        server.log()
+    );
+}
