@@ -76,6 +76,9 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         heartbeat_ttl: args.heartbeat_ttl,
         controller_concurrency: 8,
         secrets_key_file: None,
+        header_timeout: Duration::from_secs(10),
+        max_connections: None,
+        max_long_polls: None,
     })
     .await?;
     let url = format!("http://{}", server.addr);

@@ -38,6 +38,8 @@ pub struct App {
     pub live: Arc<Liveness>,
     pub limits: Limits,
     pub metrics: Arc<Metrics>,
+    /// Long-polls in flight (`--max-long-polls`).
+    pub long_polls: Arc<tokio::sync::Semaphore>,
 }
 
 impl App {
@@ -54,6 +56,24 @@ impl App {
         let caller = self.caller(headers)?;
         caller.require_claimer()?;
         Ok((caller.actor(), self.limits.clone()))
+    }
+
+    /// A place in the long-poll budget for a blocking query (none needed otherwise).
+    fn long_poll(&self, blocking: bool) -> ApiResult<Option<tokio::sync::OwnedSemaphorePermit>> {
+        if !blocking {
+            return Ok(None);
+        }
+        Arc::clone(&self.long_polls)
+            .try_acquire_owned()
+            .map(Some)
+            .map_err(|_| {
+                ApiError::unavailable(
+                    "too many long-polls in flight: this server's --max-long-polls is reached",
+                )
+                .with_hint(
+                    "retry shortly; an operator may raise --max-long-polls and --max-connections",
+                )
+            })
     }
 
     fn caller(&self, headers: &HeaderMap) -> ApiResult<Caller> {
@@ -406,7 +426,9 @@ async fn get_volume(
     app.caller(&headers)?.require_reader()?;
     name("volume", &volume)?;
     let key = Key::Volume(volume.clone());
-    let index = match b.wait()? {
+    let blocking = b.wait()?;
+    let _permit = app.long_poll(blocking.is_some())?;
+    let index = match blocking {
         Some((after, wait)) => app.db.hub.wait(&key, after, wait).await,
         None => app.db.hub.index(&key),
     };
@@ -551,7 +573,9 @@ async fn get_claim(
     name("volume", &volume)?;
     name("alloc", &alloc)?;
     let key = Key::Volume(volume.clone());
-    let index = match b.wait()? {
+    let blocking = b.wait()?;
+    let _permit = app.long_poll(blocking.is_some())?;
+    let index = match blocking {
         Some((after, wait)) => app.db.hub.wait(&key, after, wait).await,
         None => app.db.hub.index(&key),
     };
@@ -771,7 +795,9 @@ async fn desired(
     app.caller(&headers)?.require_node(&node)?;
     name("node", &node)?;
     let key = Key::Node(node.clone());
-    let index = match b.wait()? {
+    let blocking = b.wait()?;
+    let _permit = app.long_poll(blocking.is_some())?;
+    let index = match blocking {
         Some((after, wait)) => app.db.hub.wait(&key, after, wait).await,
         None => app.db.hub.index(&key),
     };
@@ -852,6 +878,7 @@ async fn events(
         .wait()?,
         None => None,
     };
+    let _permit = app.long_poll(blocking.is_some())?;
     let deadline = tokio::time::Instant::now() + blocking.map_or(Duration::ZERO, |(_, w)| w);
     loop {
         let seen = app.db.hub.index(&Key::Events);

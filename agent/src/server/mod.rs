@@ -11,6 +11,7 @@ mod http;
 pub mod identity;
 mod leases;
 mod lifecycle;
+mod listen;
 mod liveness;
 mod metrics;
 mod model;
@@ -57,6 +58,20 @@ pub struct ServerArgs {
     /// Controller operations in flight per plugin [default: 8].
     #[arg(long)]
     pub controller_concurrency: Option<u32>,
+    /// A request's headers must arrive within this; an idle keep-alive connection is
+    /// closed after it too [default: 10s].
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub header_timeout: Option<Duration>,
+    /// Open connections at most; more wait until one closes [default: the open-file limit
+    /// less 256].
+    #[arg(long)]
+    pub max_connections: Option<usize>,
+    /// Long-polls (blocking queries: agents' desired state, `--wait`, `events --follow`)
+    /// in flight at most; beyond it they are answered 503 and retried, so that the rest of
+    /// the connections stay free for other calls [default: three quarters of
+    /// --max-connections].
+    #[arg(long)]
+    pub max_long_polls: Option<usize>,
     /// The key that seals volume secrets in the state database (64 hex digits, mode 0600)
     /// [default: `<data-dir>/secrets.key`, created at the first start]. Keep it beside
     /// backups: a backup's secrets open only with it.
@@ -95,6 +110,9 @@ struct FileConfig {
     heartbeat_ttl: Option<String>,
     controller_concurrency: Option<u32>,
     secrets_key_file: Option<PathBuf>,
+    header_timeout: Option<String>,
+    max_connections: Option<usize>,
+    max_long_polls: Option<usize>,
 }
 
 /// Resolved server settings.
@@ -106,6 +124,11 @@ pub struct ServerConfig {
     pub controller_concurrency: u32,
     /// `--secrets-key-file`; `None`: `<data-dir>/secrets.key`.
     pub secrets_key_file: Option<PathBuf>,
+    pub header_timeout: Duration,
+    /// `None`: from the open-file limit at start.
+    pub max_connections: Option<usize>,
+    /// `None`: three quarters of the connections.
+    pub max_long_polls: Option<usize>,
 }
 
 impl ServerConfig {
@@ -147,6 +170,14 @@ impl ServerConfig {
             heartbeat_ttl,
             controller_concurrency,
             secrets_key_file: args.secrets_key_file.or(file.secrets_key_file),
+            header_timeout: match (args.header_timeout, &file.header_timeout) {
+                (Some(d), _) => d,
+                (None, Some(s)) => humantime::parse_duration(s)
+                    .with_context(|| format!("invalid header_timeout `{s}` in the config file"))?,
+                (None, None) => Duration::from_secs(10),
+            },
+            max_connections: args.max_connections.or(file.max_connections),
+            max_long_polls: args.max_long_polls.or(file.max_long_polls),
         })
     }
 
@@ -196,6 +227,7 @@ pub struct Server {
     pub addr: SocketAddr,
     listener: TcpListener,
     app: http::App,
+    bounds: listen::Bounds,
     /// The data dir's lock, held while this server may write there.
     _lock: rustix::fd::OwnedFd,
 }
@@ -281,6 +313,31 @@ impl Server {
             })
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let open_files = listen::raise_open_file_limit();
+        // Each node holds a connection or two (heartbeats, long-poll); the database, the
+        // log and the operators need the rest.
+        let wanted = 2 * nodes.len() as u64 + 1024;
+        if open_files < wanted {
+            tracing::warn!(
+                open_files,
+                nodes = nodes.len(),
+                "the open-file hard limit is low for this many nodes; raise it (LimitNOFILE= in \
+                 the systemd unit, or ulimit -Hn) to at least {wanted}"
+            );
+        }
+        let max_connections = cfg.max_connections.unwrap_or_else(|| {
+            usize::try_from(open_files.saturating_sub(256))
+                .unwrap_or(usize::MAX)
+                .clamp(64, 1_000_000)
+        });
+        if max_connections == 0 {
+            bail!("--max-connections must be at least 1");
+        }
+        let max_long_polls = cfg.max_long_polls.unwrap_or(max_connections * 3 / 4).max(1);
+        let bounds = listen::Bounds {
+            header_timeout: cfg.header_timeout,
+            max_connections,
+        };
         let live = Arc::new(liveness::Liveness::new(cfg.heartbeat_ttl, nodes));
         let metrics = Arc::new(metrics::Metrics::default());
         let limits = Limits {
@@ -299,6 +356,10 @@ impl Server {
             cluster = %cluster_id,
             data_dir = %cfg.data_dir.display(),
             heartbeat_ttl = %humantime::format_duration(cfg.heartbeat_ttl),
+            header_timeout = %humantime::format_duration(cfg.header_timeout),
+            max_connections,
+            max_long_polls,
+            open_files,
             "csivol server listening"
         );
         let app = http::App {
@@ -307,11 +368,13 @@ impl Server {
             live,
             limits,
             metrics,
+            long_polls: Arc::new(tokio::sync::Semaphore::new(max_long_polls)),
         };
         Ok(Self {
             addr,
             listener,
             app,
+            bounds,
             _lock: lock,
         })
     }
@@ -329,13 +392,9 @@ impl Server {
             tokio::spawn(persist_token_use(self.app.clone())),
         ];
         let app = self.app.clone();
-        // A make-service clones the router per connection; a bare Router would be rebuilt
-        // (with_state) for each one, which costs memory per connected node.
         let _lock = self._lock;
-        let router = http::router(self.app).into_make_service();
-        let served = axum::serve(self.listener, router)
-            .with_graceful_shutdown(shutdown)
-            .await;
+        let router = http::router(self.app);
+        let served = listen::serve(self.listener, router, self.bounds, shutdown).await;
         for t in tasks {
             t.abort();
         }

@@ -1,6 +1,7 @@
 //! The server over real HTTP on loopback, with real SQLite files in temp dirs. Node agents
 //! are played by a test client of the agent endpoints (the real agent has its own tests).
 
+mod connections;
 mod hosting;
 mod secrets;
 mod state;
