@@ -266,13 +266,17 @@ _csivol() {
 
     case "${cmd}" in
         csivol)
-            opts="-o -q -h -V --addr --token --output --no-color --quiet --help --version volume claim run release status unblock detach node plugin events token completions help"
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --help --version volume claim run release status unblock detach node plugin events token completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --addr)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -296,7 +300,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__claim)
-            opts="-o -q -h -V --node --alloc --read-only --ttl --queue --label --dry-run --release-on-timeout --wait --timeout --addr --token --output --no-color --quiet --help --version renew list help"
+            opts="-o -q -h -V --node --alloc --read-only --ttl --queue --label --dry-run --release-on-timeout --wait --timeout --addr --ca-cert --token --output --no-color --quiet --help --version renew list help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -323,6 +327,10 @@ _csivol() {
                     return 0
                     ;;
                 --addr)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -402,7 +410,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__claim__subcmd__list)
-            opts="-o -q -h -V --volume --node --state --older-than --label --addr --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --volume --node --state --older-than --label --addr --ca-cert --token --output --no-color --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -432,6 +440,10 @@ _csivol() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --ca-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --token)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -452,7 +464,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__claim__subcmd__renew)
-            opts="-o -q -h -V --alloc --ttl --addr --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --alloc --ttl --addr --ca-cert --token --output --no-color --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -467,6 +479,10 @@ _csivol() {
                     return 0
                     ;;
                 --addr)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -490,13 +506,17 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__completions)
-            opts="-o -q -h -V --addr --token --output --no-color --quiet --help --version bash zsh fish"
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --help --version bash zsh fish"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --addr)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -520,7 +540,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__detach)
-            opts="-y -o -q -h -V --node --reason --force --yes --dry-run --wait --timeout --addr --token --output --no-color --quiet --help --version"
+            opts="-y -o -q -h -V --node --reason --force --yes --dry-run --wait --timeout --addr --ca-cert --token --output --no-color --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -539,6 +559,10 @@ _csivol() {
                     return 0
                     ;;
                 --addr)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -562,7 +586,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__events)
-            opts="-f -o -q -h -V --volume --node --follow --addr --token --output --no-color --quiet --help --version"
+            opts="-f -o -q -h -V --volume --node --follow --addr --ca-cert --token --output --no-color --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -577,6 +601,10 @@ _csivol() {
                     return 0
                     ;;
                 --addr)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -1006,13 +1034,17 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__node)
-            opts="-o -q -h -V --addr --token --output --no-color --quiet --help --version list show help"
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --help --version list show help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --addr)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -1092,13 +1124,17 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__node__subcmd__list)
-            opts="-o -q -h -V --addr --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --addr)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -1122,13 +1158,17 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__node__subcmd__show)
-            opts="-o -q -h -V --addr --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --addr)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -1152,13 +1192,17 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__plugin)
-            opts="-o -q -h -V --addr --token --output --no-color --quiet --help --version list show controllers help"
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --help --version list show controllers help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --addr)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -1182,7 +1226,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__plugin__subcmd__controllers)
-            opts="-o -q -h -V --allow --disallow --addr --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --allow --disallow --addr --ca-cert --token --output --no-color --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1197,6 +1241,10 @@ _csivol() {
                     return 0
                     ;;
                 --addr)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -1290,13 +1338,17 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__plugin__subcmd__list)
-            opts="-o -q -h -V --addr --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --addr)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -1320,13 +1372,17 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__plugin__subcmd__show)
-            opts="-o -q -h -V --addr --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --addr)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -1350,7 +1406,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__release)
-            opts="-o -q -h -V --alloc --ignore-missing --wait --timeout --addr --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --alloc --ignore-missing --wait --timeout --addr --ca-cert --token --output --no-color --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1365,6 +1421,10 @@ _csivol() {
                     return 0
                     ;;
                 --addr)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -1388,7 +1448,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__run)
-            opts="-o -q -h -V --node --alloc --ttl --queue --timeout --label --no-wait-release --addr --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --node --alloc --ttl --queue --timeout --label --no-wait-release --addr --ca-cert --token --output --no-color --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1418,6 +1478,10 @@ _csivol() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --ca-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --token)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -1438,7 +1502,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__status)
-            opts="-o -q -h -V --blocked --node --addr --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --blocked --node --addr --ca-cert --token --output --no-color --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1449,6 +1513,10 @@ _csivol() {
                     return 0
                     ;;
                 --addr)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -1472,13 +1540,17 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__token)
-            opts="-o -q -h -V --addr --token --output --no-color --quiet --help --version create list revoke help"
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --help --version create list revoke help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --addr)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -1502,7 +1574,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__token__subcmd__create)
-            opts="-o -q -h -V --role --node --ttl --controller --addr --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --role --node --ttl --controller --addr --ca-cert --token --output --no-color --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1525,6 +1597,10 @@ _csivol() {
                     return 0
                     ;;
                 --addr)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -1618,13 +1694,17 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__token__subcmd__list)
-            opts="-o -q -h -V --addr --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --addr)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -1648,13 +1728,17 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__token__subcmd__revoke)
-            opts="-o -q -h -V --addr --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --addr)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -1678,7 +1762,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__unblock)
-            opts="-y -o -q -h -V --node --reason --yes --dry-run --wait --timeout --addr --token --output --no-color --quiet --help --version"
+            opts="-y -o -q -h -V --node --reason --yes --dry-run --wait --timeout --addr --ca-cert --token --output --no-color --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1697,6 +1781,10 @@ _csivol() {
                     return 0
                     ;;
                 --addr)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -1720,13 +1808,17 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__volume)
-            opts="-o -q -h -V --addr --token --output --no-color --quiet --help --version register create list show deregister help"
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --help --version register create list show deregister help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --addr)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -1750,7 +1842,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__volume__subcmd__create)
-            opts="-o -q -h -V --wait --timeout --addr --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --wait --timeout --addr --ca-cert --token --output --no-color --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1761,6 +1853,10 @@ _csivol() {
                     return 0
                     ;;
                 --addr)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -1784,7 +1880,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__volume__subcmd__deregister)
-            opts="-y -o -q -h -V --delete --yes --wait --timeout --addr --token --output --no-color --quiet --help --version"
+            opts="-y -o -q -h -V --delete --yes --wait --timeout --addr --ca-cert --token --output --no-color --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1795,6 +1891,10 @@ _csivol() {
                     return 0
                     ;;
                 --addr)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -1916,7 +2016,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__volume__subcmd__list)
-            opts="-o -q -h -V --plugin --state --node --addr --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --plugin --state --node --addr --ca-cert --token --output --no-color --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1935,6 +2035,10 @@ _csivol() {
                     return 0
                     ;;
                 --addr)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -1958,13 +2062,17 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__volume__subcmd__register)
-            opts="-o -q -h -V --addr --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --addr)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -1988,13 +2096,17 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__volume__subcmd__show)
-            opts="-o -q -h -V --addr --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --addr)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

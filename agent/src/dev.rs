@@ -79,6 +79,8 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         header_timeout: Duration::from_secs(10),
         max_connections: None,
         max_long_polls: None,
+        tls: None,
+        insecure_http: false,
     })
     .await?;
     let url = format!("http://{}", server.addr);
@@ -92,7 +94,10 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         .trim()
         .to_owned();
     let client = Client {
-        http: reqwest::Client::new(),
+        http: {
+            csivol_proto::tls::install_provider();
+            reqwest::Client::new()
+        },
         url: url.clone(),
         token: token.clone(),
     };

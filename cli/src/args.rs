@@ -39,9 +39,15 @@ const GLOBAL: &str = "Global options";
 
 #[derive(Debug, Args)]
 pub struct GlobalArgs {
-    /// Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]
+    /// Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when
+    /// $XDG_CONFIG_HOME/csivol/ca.pem exists]
     #[arg(long, global = true, value_name = "URL", help_heading = GLOBAL)]
     pub addr: Option<String>,
+
+    /// CA certificate (PEM) the server's certificate must chain to [env: CSIVOL_CACERT, then
+    /// $XDG_CONFIG_HOME/csivol/ca.pem, then the system's roots]
+    #[arg(long, global = true, value_name = "FILE", help_heading = GLOBAL)]
+    pub ca_cert: Option<PathBuf>,
 
     /// API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then
     /// $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]

@@ -273,7 +273,10 @@ pub struct Api {
 impl Api {
     pub fn new(base: &str, token: Option<&str>) -> Self {
         Self {
-            http: reqwest::Client::new(),
+            http: {
+                csivol_proto::tls::install_provider();
+                reqwest::Client::new()
+            },
             base: base.trim_end_matches('/').to_owned(),
             token: token.map(str::to_owned),
         }
@@ -327,10 +330,13 @@ impl Api {
         let method = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
         // A connection of its own: the server may close it after refusing the body, and a
         // pooled connection closed under a later request would fail that request.
-        let mut req = reqwest::Client::new()
-            .request(method, format!("{}{path}", self.base))
-            .header("content-type", "application/json")
-            .body(body);
+        let mut req = {
+            csivol_proto::tls::install_provider();
+            reqwest::Client::new()
+        }
+        .request(method, format!("{}{path}", self.base))
+        .header("content-type", "application/json")
+        .body(body);
         if let Some(t) = &self.token {
             req = req.bearer_auth(t);
         }

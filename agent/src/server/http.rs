@@ -10,8 +10,8 @@ use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use csivol_proto::api::{
     self, ClaimDryRun, ClaimRequest, CreateVolumeSpec, DetachRequest, Health, HeartbeatResponse,
-    INDEX_HEADER, NodeUnblockRequest, RegisterRequest, RegisterResponse, ReportBatch, TokenInfo,
-    TokenRequest, UnblockRequest, VolumeSpec, VolumeState, validate_name,
+    INDEX_HEADER, NodeUnblockRequest, RegisterRequest, RegisterResponse, ReportBatch, Role,
+    TokenInfo, TokenRequest, UnblockRequest, VolumeSpec, VolumeState, validate_name,
 };
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -209,7 +209,43 @@ pub fn router(app: App) -> Router {
             ApiError::not_found("no such endpoint").with_hint("the API lives under /v1/")
         })
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .layer(axum::middleware::from_fn_with_state(
+            app.clone(),
+            client_cert_names_the_node,
+        ))
         .with_state(app)
+}
+
+/// Mutual TLS: a node token presented over a connection with a client certificate is
+/// accepted only when the certificate names the token's node (a DNS name in its subject
+/// alternative names), so a stolen token is useless without that node's key.
+async fn client_cert_names_the_node(
+    State(app): State<App>,
+    req: Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if let Some(super::listen::PeerCert(cert)) = req.extensions().get()
+        && let Ok(caller) = app.caller(req.headers())
+        && let (Role::Node, Some(node)) = (caller.role, caller.node.as_deref())
+        && !cert_names(cert, node)
+    {
+        return ApiError::forbidden(format!(
+            "the client certificate is not for node `{node}`, the node this token acts for"
+        ))
+        .with_hint(format!(
+            "give the agent node {node}'s certificate (csivol-agent tls init --node {node})"
+        ))
+        .into_response();
+    }
+    next.run(req).await
+}
+
+fn cert_names(cert: &rustls::pki_types::CertificateDer<'_>, node: &str) -> bool {
+    let Ok(name) = rustls::pki_types::ServerName::try_from(node) else {
+        return false;
+    };
+    webpki::EndEntityCert::try_from(cert)
+        .is_ok_and(|c| c.verify_is_valid_for_subject_name(&name).is_ok())
 }
 
 /// `GET /v1/health`, no token needed: `ok`, or `degraded` with the reasons while the

@@ -15,14 +15,61 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
-/// How connections are bounded.
+/// The client certificate a TLS connection presented (mutual TLS), put in each request's
+/// extensions; the HTTP layer checks it against the node token's node.
 #[derive(Clone, Debug)]
+pub struct PeerCert(pub rustls::pki_types::CertificateDer<'static>);
+
+/// How connections are bounded.
+#[derive(Clone)]
 pub struct Bounds {
     /// A request's headers must arrive within this; an idle keep-alive connection closes
     /// after it too.
     pub header_timeout: Duration,
     /// Open connections at most.
     pub max_connections: usize,
+    /// TLS, unless the server was allowed plain HTTP.
+    pub tls: Option<tokio_rustls::TlsAcceptor>,
+}
+
+impl std::fmt::Debug for Bounds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Bounds")
+            .field("header_timeout", &self.header_timeout)
+            .field("max_connections", &self.max_connections)
+            .field("tls", &self.tls.is_some())
+            .finish()
+    }
+}
+
+/// The server's TLS configuration: its certificate and key, and the CA that client
+/// certificates must chain to (optional for clients: the CLI presents none).
+pub fn tls_acceptor(
+    cert: &std::path::Path,
+    key: &std::path::Path,
+    client_ca: Option<&std::path::Path>,
+) -> anyhow::Result<tokio_rustls::TlsAcceptor> {
+    use csivol_proto::tls;
+    tls::install_provider();
+    let certs = tls::load_certs(cert).map_err(anyhow::Error::msg)?;
+    let key = tls::load_key(key).map_err(anyhow::Error::msg)?;
+    let builder = rustls::ServerConfig::builder();
+    let builder = match client_ca {
+        Some(ca) => {
+            let roots = Arc::new(tls::roots(Some(ca)).map_err(anyhow::Error::msg)?);
+            let verifier = rustls::server::WebPkiClientVerifier::builder(roots)
+                .allow_unauthenticated()
+                .build()
+                .map_err(|e| anyhow::anyhow!("invalid client CA {}: {e}", ca.display()))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+        None => builder.with_no_client_auth(),
+    };
+    let mut cfg = builder
+        .with_single_cert(certs, key)
+        .map_err(|e| anyhow::anyhow!("invalid server certificate {}: {e}", cert.display()))?;
+    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(tokio_rustls::TlsAcceptor::from(Arc::new(cfg)))
 }
 
 /// How long connections still open at shutdown get to finish.
@@ -81,16 +128,57 @@ pub async fn serve(
             () = &mut shutdown => break,
         };
         let _ = stream.set_nodelay(true);
-        let conn = builder.serve_connection(
-            TokioIo::new(stream),
-            TowerToHyperService::new(router.clone()),
-        );
-        let conn = graceful.watch(conn);
+        let router = router.clone();
+        let builder = builder.clone();
+        let tls = bounds.tls.clone();
+        let watcher = graceful.watcher();
+        let handshake_timeout = bounds.header_timeout;
         tokio::spawn(async move {
-            if let Err(e) = conn.await {
+            let _permit = permit;
+            let served = match tls {
+                None => {
+                    let conn = builder
+                        .serve_connection(TokioIo::new(stream), TowerToHyperService::new(router));
+                    watcher.watch(conn).await
+                }
+                Some(acceptor) => {
+                    // The handshake is bounded like the headers that follow it.
+                    let stream = match tokio::time::timeout(
+                        handshake_timeout,
+                        acceptor.accept(stream),
+                    )
+                    .await
+                    {
+                        Ok(Ok(s)) => s,
+                        Ok(Err(e)) => {
+                            tracing::debug!(error = %e, "TLS handshake failed");
+                            return;
+                        }
+                        Err(_) => return,
+                    };
+                    let peer = stream
+                        .get_ref()
+                        .1
+                        .peer_certificates()
+                        .and_then(|c| c.first())
+                        .map(|c| PeerCert(c.clone().into_owned()));
+                    let service = tower::ServiceExt::map_request(
+                        router,
+                        move |mut req: hyper::Request<hyper::body::Incoming>| {
+                            if let Some(p) = &peer {
+                                req.extensions_mut().insert(p.clone());
+                            }
+                            req
+                        },
+                    );
+                    let conn = builder
+                        .serve_connection(TokioIo::new(stream), TowerToHyperService::new(service));
+                    watcher.watch(conn).await
+                }
+            };
+            if let Err(e) = served {
                 tracing::debug!(error = %e, "connection closed with an error");
             }
-            drop(permit);
         });
     }
     drop(listener);

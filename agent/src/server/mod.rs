@@ -72,6 +72,21 @@ pub struct ServerArgs {
     /// --max-connections].
     #[arg(long)]
     pub max_long_polls: Option<usize>,
+    /// The server's TLS certificate (PEM, its chain after it); with --tls-key the API is
+    /// served over https:// (`csivol-agent tls init` makes one).
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The server certificate's private key (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// A CA (PEM) whose client certificates agents may present (mutual TLS); a node
+    /// agent's certificate must then name the node its token acts for.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_client_ca: Option<PathBuf>,
+    /// Serve plain HTTP on a non-loopback address (tokens and secrets then cross the
+    /// network in clear; a warning is logged at start).
+    #[arg(long)]
+    pub insecure_http: bool,
     /// The key that seals volume secrets in the state database (64 hex digits, mode 0600)
     /// [default: `<data-dir>/secrets.key`, created at the first start]. Keep it beside
     /// backups: a backup's secrets open only with it.
@@ -113,6 +128,10 @@ struct FileConfig {
     header_timeout: Option<String>,
     max_connections: Option<usize>,
     max_long_polls: Option<usize>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
+    tls_client_ca: Option<PathBuf>,
+    insecure_http: Option<bool>,
 }
 
 /// Resolved server settings.
@@ -129,6 +148,17 @@ pub struct ServerConfig {
     pub max_connections: Option<usize>,
     /// `None`: three quarters of the connections.
     pub max_long_polls: Option<usize>,
+    /// Certificate, key and client CA files.
+    pub tls: Option<TlsFiles>,
+    pub insecure_http: bool,
+}
+
+/// The server's TLS files.
+#[derive(Debug, Clone)]
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub client_ca: Option<PathBuf>,
 }
 
 impl ServerConfig {
@@ -178,6 +208,19 @@ impl ServerConfig {
             },
             max_connections: args.max_connections.or(file.max_connections),
             max_long_polls: args.max_long_polls.or(file.max_long_polls),
+            tls: match (
+                args.tls_cert.or(file.tls_cert),
+                args.tls_key.or(file.tls_key),
+            ) {
+                (Some(cert), Some(key)) => Some(TlsFiles {
+                    cert,
+                    key,
+                    client_ca: args.tls_client_ca.or(file.tls_client_ca),
+                }),
+                (None, None) => None,
+                _ => bail!("--tls-cert and --tls-key go together"),
+            },
+            insecure_http: args.insecure_http || file.insecure_http.unwrap_or(false),
         })
     }
 
@@ -334,9 +377,33 @@ impl Server {
             bail!("--max-connections must be at least 1");
         }
         let max_long_polls = cfg.max_long_polls.unwrap_or(max_connections * 3 / 4).max(1);
+        let tls = match &cfg.tls {
+            Some(t) => Some(listen::tls_acceptor(
+                &t.cert,
+                &t.key,
+                t.client_ca.as_deref(),
+            )?),
+            None if cfg.listen.ip().is_loopback() => None,
+            None if cfg.insecure_http => {
+                tracing::warn!(
+                    listen = %cfg.listen,
+                    "serving plain HTTP on a non-loopback address (--insecure-http): tokens and \
+                     volume secrets cross the network in clear"
+                );
+                None
+            }
+            None => bail!(
+                "refusing to serve plain HTTP on {}: tokens and volume secrets would cross the \
+                 network in clear\nhint: pass --tls-cert and --tls-key (`csivol-agent tls init` \
+                 makes them), listen on a loopback address, or accept the risk with --insecure-http",
+                cfg.listen
+            ),
+        };
+        let scheme = if tls.is_some() { "https" } else { "http" };
         let bounds = listen::Bounds {
             header_timeout: cfg.header_timeout,
             max_connections,
+            tls,
         };
         let live = Arc::new(liveness::Liveness::new(cfg.heartbeat_ttl, nodes));
         let metrics = Arc::new(metrics::Metrics::default());
@@ -349,7 +416,7 @@ impl Server {
             .with_context(|| format!("failed to listen on {}", cfg.listen))?;
         let addr = listener.local_addr()?;
         let addr_file = cfg.data_dir.join(ADDR_FILE);
-        write_atomic(&addr_file, format!("http://{addr}\n").as_bytes())
+        write_atomic(&addr_file, format!("{scheme}://{addr}\n").as_bytes())
             .with_context(|| format!("failed to write {}", addr_file.display()))?;
         tracing::info!(
             %addr,
@@ -360,6 +427,7 @@ impl Server {
             max_connections,
             max_long_polls,
             open_files,
+            tls = scheme == "https",
             "csivol server listening"
         );
         let app = http::App {

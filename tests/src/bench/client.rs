@@ -65,6 +65,7 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
 impl Http {
     pub fn new(base: &str, token: &str) -> anyhow::Result<Self> {
+        csivol_proto::tls::install_provider();
         let client = reqwest::Client::builder()
             .timeout(REQUEST_TIMEOUT)
             .tcp_nodelay(true)
