@@ -35,6 +35,9 @@ pub struct DevArgs {
     /// Do not create the demo volumes.
     #[arg(long)]
     pub no_demo_volumes: bool,
+    /// Serve plain HTTP instead of TLS with the dev cluster's own CA (`DIR/tls`).
+    #[arg(long)]
+    pub no_tls: bool,
 }
 
 /// The csivol plugin id dev mode gives the reference plugin.
@@ -70,6 +73,18 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         },
     };
 
+    // TLS with a CA of the dev cluster's own (made once, kept in DIR/tls); agents present
+    // node certificates, so mutual TLS is exercised too.
+    let tls_dir = dir.join("tls");
+    let tls = if args.no_tls {
+        None
+    } else {
+        if !crate::tls::Files::in_dir(&tls_dir).ca.exists() {
+            let nodes: Vec<String> = (1..=args.nodes).map(|i| format!("node-{i}")).collect();
+            crate::tls::init(&tls_dir, &[], &nodes)?;
+        }
+        Some(crate::tls::Files::in_dir(&tls_dir))
+    };
     let server = Server::start(ServerConfig {
         data_dir: dir.join("server"),
         listen: args.listen,
@@ -79,11 +94,16 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         header_timeout: Duration::from_secs(10),
         max_connections: None,
         max_long_polls: None,
-        tls: None,
+        tls: tls.as_ref().map(|f| crate::server::TlsFiles {
+            cert: f.server_cert.clone(),
+            key: f.server_key.clone(),
+            client_ca: Some(f.ca.clone()),
+        }),
         insecure_http: false,
     })
     .await?;
-    let url = format!("http://{}", server.addr);
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let url = format!("{scheme}://{}", server.addr);
     let (stop_server, server_stopped) = tokio::sync::oneshot::channel::<()>();
     let serving = tokio::spawn(server.serve(async {
         let _ = server_stopped.await;
@@ -95,8 +115,16 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         .to_owned();
     let client = Client {
         http: {
-            csivol_proto::tls::install_provider();
-            reqwest::Client::new()
+            let mut b = reqwest::Client::builder();
+            if let Some(f) = &tls {
+                b = b.tls_backend_preconfigured(
+                    csivol_proto::tls::client_config(Some(&f.ca), None)
+                        .map_err(anyhow::Error::msg)?,
+                );
+            } else {
+                csivol_proto::tls::install_provider();
+            }
+            b.build()?
         },
         url: url.clone(),
         token: token.clone(),
@@ -140,6 +168,18 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
                 format!("--token-file={}", node_token.display()),
                 format!("--plugin={DEV_PLUGIN}={endpoint}"),
                 format!("--controller={DEV_PLUGIN}={endpoint}"),
+            ]);
+            if let Some(f) = &tls {
+                agent.arg(format!("--ca-cert={}", f.ca.display()));
+                let (cert, key) = crate::tls::Files::node(&tls_dir, &node);
+                if cert.exists() {
+                    agent.args([
+                        format!("--tls-cert={}", cert.display()),
+                        format!("--tls-key={}", key.display()),
+                    ]);
+                }
+            }
+            agent.args([
                 // Ctrl-C takes each node down through its plugin, so that a resumed dev
                 // cluster finds records and mounts that agree.
                 "--take-down-on-stop".to_owned(),
@@ -177,17 +217,23 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     std::fs::write(
         &env_file,
         format!(
-            "export CSIVOL_ADDR={url}\nexport CSIVOL_TOKEN_FILE={}\n",
-            token_path.display()
+            "export CSIVOL_ADDR={url}\nexport CSIVOL_TOKEN_FILE={}\n{}",
+            token_path.display(),
+            tls.as_ref()
+                .map(|f| format!("export CSIVOL_CACERT={}\n", f.ca.display()))
+                .unwrap_or_default()
         ),
     )?;
     let cli_token = offer_cli_token(&token);
+    let cli_ca = tls.as_ref().and_then(|f| offer_cli_ca(&f.ca));
     print_banner(
         &url,
         &dir,
         &token_path,
         &env_file,
-        cli_token.as_deref(),
+        cli_token
+            .as_deref()
+            .filter(|_| tls.is_none() || cli_ca.is_some()),
         args.nodes,
         &mount,
     );
@@ -355,6 +401,23 @@ fn offer_cli_token(token: &str) -> Option<PathBuf> {
         Ok(existing) if existing.trim() == token => Some(path),
         Ok(_) => None,
         Err(_) => write_private(&path, token).ok().map(|()| path),
+    }
+}
+
+/// Where the CLI looks for a CA when none is given.
+pub fn cli_ca_path() -> Option<PathBuf> {
+    Some(cli_token_path()?.with_file_name("ca.pem"))
+}
+
+/// Copies the dev CA where the CLI looks by default, unless a different CA is already
+/// there (never overwrite someone's). Returns the path when it holds ours.
+fn offer_cli_ca(ca: &Path) -> Option<PathBuf> {
+    let path = cli_ca_path()?;
+    let ours = std::fs::read_to_string(ca).ok()?;
+    match std::fs::read_to_string(&path) {
+        Ok(existing) if existing == ours => Some(path),
+        Ok(_) => None,
+        Err(_) => write_private(&path, ours.trim_end()).ok().map(|()| path),
     }
 }
 

@@ -322,3 +322,105 @@ fn a_pre_existing_open_data_dir_is_tightened() {
         server.log()
     );
 }
+
+/// TLS end to end with certificates from `csivol-agent tls init`: the CLI trusts the
+/// server through `CSIVOL_CACERT` and refuses one signed by another CA (exit 8, saying
+/// how to fix it); with mutual TLS, a node token presented with another node's
+/// certificate is refused, with its own node's accepted.
+#[tokio::test]
+async fn tls_trust_and_mutual_tls_node_names() {
+    let dir = csivol_tests::TestDir::new("tls");
+    let init = |sub: &str, nodes: &[&str]| {
+        let mut cmd = std::process::Command::new(csivol_tests::bin_path("csivol-agent"));
+        cmd.args(["tls", "init", &format!("--dir={}", dir.join(sub).display())]);
+        for n in nodes {
+            cmd.arg(format!("--node={n}"));
+        }
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+    };
+    init("tls", &["node-1", "node-2"]);
+    init("other", &[]);
+    let tls = dir.join("tls");
+    assert_eq!(mode(&tls.join("ca-key.pem")), 0o600);
+    assert_eq!(mode(&tls.join("server-key.pem")), 0o600);
+    let server = csivol_tests::ServerProc::start(
+        &dir.join("server"),
+        &[
+            &format!("--tls-cert={}", tls.join("server.pem").display()),
+            &format!("--tls-key={}", tls.join("server-key.pem").display()),
+            &format!("--tls-client-ca={}", tls.join("ca.pem").display()),
+        ],
+    );
+    assert!(
+        server.url.starts_with("https://127.0.0.1:"),
+        "{}",
+        server.url
+    );
+    let cli = |ca: Option<&std::path::Path>, args: &[&str]| {
+        let mut cmd = std::process::Command::new(csivol_tests::bin_path("csivol"));
+        cmd.args(args)
+            .env_clear()
+            .env("CSIVOL_ADDR", &server.url)
+            .env("CSIVOL_TOKEN", &server.token)
+            .env("HOME", dir.join("home"))
+            .stdin(std::process::Stdio::null());
+        if let Some(ca) = ca {
+            cmd.env("CSIVOL_CACERT", ca);
+        }
+        crate::cluster::run(cmd)
+    };
+    let ok = cli(Some(&tls.join("ca.pem")), &["volume", "list", "-o", "json"]);
+    assert_eq!(ok.code, 0, "{ok:?}");
+    for ca in [Some(dir.join("other/ca.pem")), None] {
+        let refused = cli(ca.as_deref(), &["volume", "list"]);
+        assert_eq!(refused.code, 8, "{refused:?}");
+        assert!(refused.stderr.contains("certificate"), "{refused:?}");
+        assert!(refused.stderr.contains("--ca-cert"), "{refused:?}");
+    }
+
+    // Mutual TLS: node-1's token with node-2's certificate, then with its own.
+    let token = cli(
+        Some(&tls.join("ca.pem")),
+        &["token", "create", "--role", "node", "--node", "node-1"],
+    );
+    assert_eq!(token.code, 0, "{token:?}");
+    let token = token.stdout.trim().to_owned();
+    let heartbeat = |cert_node: &str| {
+        let cfg = csivol_proto::tls::client_config(
+            Some(&tls.join("ca.pem")),
+            Some((
+                &tls.join(format!("node-{cert_node}.pem")),
+                &tls.join(format!("node-{cert_node}-key.pem")),
+            )),
+        )
+        .unwrap();
+        let client = reqwest::Client::builder()
+            .tls_backend_preconfigured(cfg)
+            .build()
+            .unwrap();
+        let req = client
+            .post(format!("{}/v1/nodes/node-1/heartbeat", server.url))
+            .bearer_auth(&token)
+            .json(&serde_json::json!({}));
+        async move {
+            let resp = req.send().await.unwrap();
+            let status = resp.status().as_u16();
+            (status, resp.json::<Value>().await.unwrap_or_default())
+        }
+    };
+    let (status, body) = heartbeat("node-2").await;
+    assert_eq!(status, 403, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("not for node `node-1`"),
+        "{body}"
+    );
+    let (status, body) = heartbeat("node-1").await;
+    assert_eq!(
+        status, 404,
+        "past the certificate check, to `not registered`: {body}"
+    );
+}
