@@ -383,21 +383,16 @@ impl Server {
                 &t.key,
                 t.client_ca.as_deref(),
             )?),
-            None if cfg.listen.ip().is_loopback() => None,
-            None if cfg.insecure_http => {
-                tracing::warn!(
-                    listen = %cfg.listen,
-                    "serving plain HTTP on a non-loopback address (--insecure-http): tokens and \
-                     volume secrets cross the network in clear"
-                );
+            None => {
+                if plain_http(cfg.listen, cfg.insecure_http).map_err(anyhow::Error::msg)? {
+                    tracing::warn!(
+                        listen = %cfg.listen,
+                        "serving plain HTTP on a non-loopback address (--insecure-http): tokens \
+                         and volume secrets cross the network in clear"
+                    );
+                }
                 None
             }
-            None => bail!(
-                "refusing to serve plain HTTP on {}: tokens and volume secrets would cross the \
-                 network in clear\nhint: pass --tls-cert and --tls-key (`csivol-agent tls init` \
-                 makes them), listen on a loopback address, or accept the risk with --insecure-http",
-                cfg.listen
-            ),
         };
         let scheme = if tls.is_some() { "https" } else { "http" };
         let bounds = listen::Bounds {
@@ -606,6 +601,22 @@ async fn prune_events(app: http::App) {
     }
 }
 
+/// Whether the server may serve plain HTTP on `listen`: on loopback, yes; elsewhere only
+/// with `--insecure-http`, and then with a warning (`Ok(true)`).
+fn plain_http(listen: SocketAddr, insecure_http: bool) -> Result<bool, String> {
+    if listen.ip().is_loopback() {
+        return Ok(false);
+    }
+    if insecure_http {
+        return Ok(true);
+    }
+    Err(format!(
+        "refusing to serve plain HTTP on {listen}: tokens and volume secrets would cross the \
+         network in clear\nhint: pass --tls-cert and --tls-key (`csivol-agent tls init` makes \
+         them), listen on a loopback address, or accept the risk with --insecure-http"
+    ))
+}
+
 /// The data dir is its owner's only (0700), and so is every file in it (0600): it holds
 /// the secrets key, the operator token and the state database.
 fn create_private_dir(dir: &Path) -> anyhow::Result<()> {
@@ -624,4 +635,23 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 async fn shutdown_signal() {
     crate::shutdown_signal().await;
     tracing::info!("stopping");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_http_only_on_loopback_or_when_insisted() {
+        let at = |s: &str| s.parse::<SocketAddr>().unwrap();
+        assert_eq!(plain_http(at("127.0.0.1:7420"), false), Ok(false));
+        assert_eq!(plain_http(at("[::1]:7420"), false), Ok(false));
+        let refused = plain_http(at("10.0.0.1:7420"), false).unwrap_err();
+        assert!(
+            refused.contains("refusing to serve plain HTTP on 10.0.0.1:7420"),
+            "{refused}"
+        );
+        assert!(refused.contains("hint: pass --tls-cert"), "{refused}");
+        assert_eq!(plain_http(at("10.0.0.1:7420"), true), Ok(true), "warned");
+    }
 }

@@ -34,13 +34,13 @@ async fn an_unreachable_server_is_named_with_exit_8() {
     assert_eq!(r.code, 8, "{r}");
     assert!(r.stderr.contains("at http://127.0.0.1:1:"), "{r}");
 
-    let mut cmd = env.command(&["status", "--addr", "https://example.invalid"]);
+    let mut cmd = env.command(&["status", "--addr", "ftp://127.0.0.1:1"]);
     cmd.env_remove("CSIVOL_ADDR");
     snap!(run(cmd).await, @"
     exit: 2
     --- stdout
     --- stderr
-    error: invalid server address `https://example.invalid`: only http:// is supported
+    error: invalid server address `ftp://127.0.0.1:[PORT]`: only http:// and https:// are supported
     hint: use e.g. --addr http://127.0.0.1:[PORT] (or set CSIVOL_ADDR)
     ");
 }
