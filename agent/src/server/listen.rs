@@ -202,7 +202,7 @@ pub fn raise_open_file_limit() -> u64 {
         && cur < max
     {
         lim.current = Some(max);
-        match setrlimit(Resource::Nofile, lim.clone()) {
+        match setrlimit(Resource::Nofile, lim) {
             Ok(()) => tracing::debug!(from = cur, to = max, "raised the open-file limit"),
             Err(e) => tracing::warn!(error = %e, "failed to raise the open-file limit"),
         }
