@@ -10,13 +10,14 @@ use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use csivol_proto::api::{
     self, ClaimDryRun, ClaimRequest, CreateVolumeSpec, DetachRequest, Health, HeartbeatResponse,
-    INDEX_HEADER, NodeUnblockRequest, RegisterRequest, RegisterResponse, ReportBatch, Role,
-    TokenInfo, TokenRequest, UnblockRequest, VolumeSpec, VolumeState, validate_name,
+    INDEX_HEADER, NodeUnblockRequest, RegisterRequest, RegisterResponse, ReportBatch,
+    UnblockRequest, VolumeSpec, VolumeState, validate_name,
 };
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
-use super::auth::{self, Caller, Tokens};
+use super::access;
+use super::auth::{Caller, Tokens};
 use super::db::{Db, now_ms};
 use super::error::{ApiError, ApiResult};
 use super::hosting;
@@ -45,7 +46,7 @@ pub struct App {
 impl App {
     /// Authenticates an operator; returns how the event log names them and the limits a
     /// write needs.
-    fn operator(&self, headers: &HeaderMap) -> ApiResult<(String, Limits)> {
+    pub(super) fn operator(&self, headers: &HeaderMap) -> ApiResult<(String, Limits)> {
         let caller = self.caller(headers)?;
         caller.require_operator()?;
         Ok((caller.actor(), self.limits.clone()))
@@ -76,7 +77,7 @@ impl App {
             })
     }
 
-    fn caller(&self, headers: &HeaderMap) -> ApiResult<Caller> {
+    pub(super) fn caller(&self, headers: &HeaderMap) -> ApiResult<Caller> {
         let header = headers
             .get(axum::http::header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok());
@@ -165,7 +166,7 @@ fn with_index<T: serde::Serialize>(status: StatusCode, index: u64, body: T) -> R
     r
 }
 
-fn name(kind: &str, value: &str) -> ApiResult<()> {
+pub(super) fn name(kind: &str, value: &str) -> ApiResult<()> {
     validate_name(kind, value).map_err(ApiError::invalid)
 }
 
@@ -173,8 +174,11 @@ pub fn router(app: App) -> Router {
     Router::new()
         .route("/v1/health", get(health))
         .route("/v1/metrics", get(metrics))
-        .route("/v1/tokens", post(create_token).get(list_tokens))
-        .route("/v1/tokens/{id}", delete(revoke_token))
+        .route(
+            "/v1/tokens",
+            post(access::create_token).get(access::list_tokens),
+        )
+        .route("/v1/tokens/{id}", delete(access::revoke_token))
         .route("/v1/volumes", get(list_volumes))
         .route(
             "/v1/volumes/{name}",
@@ -201,7 +205,7 @@ pub fn router(app: App) -> Router {
         .route("/v1/plugins/{id}", get(get_plugin))
         .route(
             "/v1/plugins/{id}/controllers",
-            get(get_controller_hosts).post(change_controller_hosts),
+            get(access::get_controller_hosts).post(access::change_controller_hosts),
         )
         .route("/v1/events", get(events))
         .route("/v1/backup", get(backup))
@@ -211,41 +215,9 @@ pub fn router(app: App) -> Router {
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .layer(axum::middleware::from_fn_with_state(
             app.clone(),
-            client_cert_names_the_node,
+            access::client_cert_names_the_node,
         ))
         .with_state(app)
-}
-
-/// Mutual TLS: a node token presented over a connection with a client certificate is
-/// accepted only when the certificate names the token's node (a DNS name in its subject
-/// alternative names), so a stolen token is useless without that node's key.
-async fn client_cert_names_the_node(
-    State(app): State<App>,
-    req: Request,
-    next: axum::middleware::Next,
-) -> Response {
-    if let Some(super::listen::PeerCert(cert)) = req.extensions().get()
-        && let Ok(caller) = app.caller(req.headers())
-        && let (Role::Node, Some(node)) = (caller.role, caller.node.as_deref())
-        && !cert_names(cert, node)
-    {
-        return ApiError::forbidden(format!(
-            "the client certificate is not for node `{node}`, the node this token acts for"
-        ))
-        .with_hint(format!(
-            "give the agent node {node}'s certificate (csivol-agent tls init --node {node})"
-        ))
-        .into_response();
-    }
-    next.run(req).await
-}
-
-fn cert_names(cert: &rustls::pki_types::CertificateDer<'_>, node: &str) -> bool {
-    let Ok(name) = rustls::pki_types::ServerName::try_from(node) else {
-        return false;
-    };
-    webpki::EndEntityCert::try_from(cert)
-        .is_ok_and(|c| c.verify_is_valid_for_subject_name(&name).is_ok())
 }
 
 /// `GET /v1/health`, no token needed: `ok`, or `degraded` with the reasons while the
@@ -284,144 +256,6 @@ async fn metrics(State(app): State<App>, headers: HeaderMap) -> ApiResult<Respon
         text,
     )
         .into_response())
-}
-
-async fn create_token(
-    State(app): State<App>,
-    headers: HeaderMap,
-    Body(req): Body<TokenRequest>,
-) -> ApiResult<Response> {
-    let (actor, _) = app.operator(&headers)?;
-    let (resp, expires_at) = app
-        .db
-        .write(move |ctx| {
-            let t = auth::create_token(
-                ctx,
-                req.role,
-                req.node.clone(),
-                req.ttl_ms,
-                req.controllers.clone(),
-            )?;
-            let expires_at = req.ttl_ms.map(|ms| {
-                ctx.now
-                    .saturating_add(i64::try_from(ms).unwrap_or(i64::MAX))
-            });
-            let mut what = format!("{} token {} created", t.role, t.id);
-            if let Some(e) = &t.expires_at {
-                what.push_str(&format!(", expires at {e}"));
-            }
-            if !t.controllers.is_empty() {
-                what.push_str(&format!(
-                    ", may host the controller of {}",
-                    t.controllers.join(", ")
-                ));
-            }
-            lifecycle::event(
-                ctx,
-                "token-created",
-                None,
-                t.node.as_deref(),
-                None,
-                &actor,
-                what,
-            )?;
-            Ok((t, expires_at))
-        })
-        .await?;
-    app.tokens.remember(
-        &resp.token,
-        Caller {
-            token_id: resp.id.clone(),
-            role: resp.role,
-            node: resp.node.clone(),
-            controllers: resp.controllers.clone(),
-        },
-        expires_at,
-    );
-    Ok((StatusCode::CREATED, Json(resp)).into_response())
-}
-
-/// `GET /v1/plugins/{id}/controllers`.
-async fn get_controller_hosts(
-    State(app): State<App>,
-    headers: HeaderMap,
-    Path(plugin): Path<String>,
-) -> ApiResult<Json<api::ControllerHosts>> {
-    app.caller(&headers)?.require_reader()?;
-    name("plugin", &plugin)?;
-    Ok(Json(app.db.read(move |c| hosting::list(c, &plugin)).await?))
-}
-
-/// `POST /v1/plugins/{id}/controllers`: operators allow or disallow controller hosts.
-async fn change_controller_hosts(
-    State(app): State<App>,
-    headers: HeaderMap,
-    Path(plugin): Path<String>,
-    Body(req): Body<api::ControllerHostsChange>,
-) -> ApiResult<Json<api::ControllerHosts>> {
-    let (actor, _) = app.operator(&headers)?;
-    let p = plugin.clone();
-    app.db
-        .write(move |ctx| hosting::change(ctx, &actor, &p, &req.allow, &req.disallow))
-        .await?;
-    Ok(Json(app.db.read(move |c| hosting::list(c, &plugin)).await?))
-}
-
-/// `GET /v1/tokens`: operators only (a token list tells who may do what).
-async fn list_tokens(
-    State(app): State<App>,
-    headers: HeaderMap,
-) -> ApiResult<Json<Vec<TokenInfo>>> {
-    app.operator(&headers)?;
-    persist_last_used(&app).await?;
-    let now = now_ms();
-    Ok(Json(app.db.read(move |c| auth::list_tokens(c, now)).await?))
-}
-
-/// Writes the in-memory last-use times, so that a list shows them and they survive a
-/// restart; on failure they are put back for the next try.
-pub(super) async fn persist_last_used(app: &App) -> ApiResult<()> {
-    let used = app.tokens.take_last_used();
-    if used.is_empty() {
-        return Ok(());
-    }
-    let again = used.clone();
-    let r = app
-        .db
-        .write(move |ctx| auth::persist_last_used(ctx, &used))
-        .await;
-    if r.is_err() {
-        app.tokens.put_back_last_used(again);
-    }
-    r
-}
-
-/// `DELETE /v1/tokens/{id}`: revokes a token; requests with it get 401 from then on.
-async fn revoke_token(
-    State(app): State<App>,
-    headers: HeaderMap,
-    Path(id): Path<String>,
-) -> ApiResult<StatusCode> {
-    let (actor, _) = app.operator(&headers)?;
-    let revoked_id = id.clone();
-    let at = app
-        .db
-        .write(move |ctx| {
-            let role = auth::revoke_token(ctx, &id)?;
-            lifecycle::event(
-                ctx,
-                "token-revoked",
-                None,
-                None,
-                None,
-                &actor,
-                format!("{role} token {id} revoked"),
-            )?;
-            Ok(ctx.now)
-        })
-        .await?;
-    app.tokens.revoke(&revoked_id, at);
-    Ok(StatusCode::NO_CONTENT)
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -2,6 +2,7 @@
 //! what each node and each controller host must do, notices lost nodes and carries out
 //! operators' decisions. It never dials a plugin.
 
+mod access;
 mod auth;
 pub mod backup;
 mod db;
@@ -461,7 +462,7 @@ impl Server {
         for t in tasks {
             t.abort();
         }
-        if let Err(e) = http::persist_last_used(&app).await {
+        if let Err(e) = access::persist_last_used(&app).await {
             tracing::warn!(error = %e, "failed to record when tokens were last used");
         }
         served.context("HTTP server failed")
@@ -474,7 +475,7 @@ async fn persist_token_use(app: http::App) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        if let Err(e) = http::persist_last_used(&app).await {
+        if let Err(e) = access::persist_last_used(&app).await {
             tracing::debug!(error = %e, "failed to record when tokens were last used; retrying");
         }
     }
