@@ -115,7 +115,8 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         .to_owned();
     let client = Client {
         http: {
-            let mut b = reqwest::Client::builder();
+            let mut b =
+                reqwest::Client::builder().pool_idle_timeout(csivol_proto::tls::POOL_IDLE_TIMEOUT);
             if let Some(f) = &tls {
                 b = b.tls_backend_preconfigured(
                     csivol_proto::tls::client_config(Some(&f.ca), None)

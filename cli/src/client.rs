@@ -80,7 +80,8 @@ impl Client {
         let addr = normalise_addr(&addr)?;
         let (token, token_source) = resolve_token(args.token.as_deref())?;
         csivol_proto::tls::install_provider();
-        let mut http = reqwest::Client::builder();
+        let mut http =
+            reqwest::Client::builder().pool_idle_timeout(csivol_proto::tls::POOL_IDLE_TIMEOUT);
         if addr.starts_with("https://") {
             let tls = csivol_proto::tls::client_config(ca.as_deref(), None).map_err(|e| {
                 Failure::usage(e).hint(format!(

@@ -7,6 +7,12 @@ use std::sync::Arc;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
+/// How long csivol's HTTP clients keep an idle connection for reuse: shorter than the
+/// server's default header timeout (10s), after which it closes idle keep-alive
+/// connections, so that a client does not send a request on a connection the server is
+/// closing at that moment (the request would fail without an answer).
+pub const POOL_IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Installs ring as the process's rustls provider (once; later calls do nothing).
 pub fn install_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();

@@ -332,7 +332,10 @@ impl Api {
         // pooled connection closed under a later request would fail that request.
         let mut req = {
             csivol_proto::tls::install_provider();
-            reqwest::Client::new()
+            reqwest::Client::builder()
+                .pool_idle_timeout(csivol_proto::tls::POOL_IDLE_TIMEOUT)
+                .build()
+                .expect("an HTTP client")
         }
         .request(method, format!("{}{path}", self.base))
         .header("content-type", "application/json")

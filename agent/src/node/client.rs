@@ -85,6 +85,7 @@ impl ApiClient {
         csivol_proto::tls::install_provider();
         let http = reqwest::Client::builder()
             .tls_backend_preconfigured(tls)
+            .pool_idle_timeout(csivol_proto::tls::POOL_IDLE_TIMEOUT)
             .connect_timeout(Duration::from_secs(5))
             .build()?;
         Ok(Self {

@@ -69,7 +69,7 @@ impl Http {
         let client = reqwest::Client::builder()
             .timeout(REQUEST_TIMEOUT)
             .tcp_nodelay(true)
-            .pool_idle_timeout(Duration::from_secs(90))
+            .pool_idle_timeout(csivol_proto::tls::POOL_IDLE_TIMEOUT)
             .no_proxy()
             .build()
             .context("failed to build the HTTP client")?;
