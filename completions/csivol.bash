@@ -145,6 +145,9 @@ _csivol() {
             csivol__subcmd__help__subcmd__node,show)
                 cmd="csivol__subcmd__help__subcmd__node__subcmd__show"
                 ;;
+            csivol__subcmd__help__subcmd__plugin,controllers)
+                cmd="csivol__subcmd__help__subcmd__plugin__subcmd__controllers"
+                ;;
             csivol__subcmd__help__subcmd__plugin,list)
                 cmd="csivol__subcmd__help__subcmd__plugin__subcmd__list"
                 ;;
@@ -153,6 +156,12 @@ _csivol() {
                 ;;
             csivol__subcmd__help__subcmd__token,create)
                 cmd="csivol__subcmd__help__subcmd__token__subcmd__create"
+                ;;
+            csivol__subcmd__help__subcmd__token,list)
+                cmd="csivol__subcmd__help__subcmd__token__subcmd__list"
+                ;;
+            csivol__subcmd__help__subcmd__token,revoke)
+                cmd="csivol__subcmd__help__subcmd__token__subcmd__revoke"
                 ;;
             csivol__subcmd__help__subcmd__volume,create)
                 cmd="csivol__subcmd__help__subcmd__volume__subcmd__create"
@@ -205,6 +214,9 @@ _csivol() {
             csivol__subcmd__node__subcmd__help,show)
                 cmd="csivol__subcmd__node__subcmd__help__subcmd__show"
                 ;;
+            csivol__subcmd__plugin,controllers)
+                cmd="csivol__subcmd__plugin__subcmd__controllers"
+                ;;
             csivol__subcmd__plugin,help)
                 cmd="csivol__subcmd__plugin__subcmd__help"
                 ;;
@@ -213,6 +225,9 @@ _csivol() {
                 ;;
             csivol__subcmd__plugin,show)
                 cmd="csivol__subcmd__plugin__subcmd__show"
+                ;;
+            csivol__subcmd__plugin__subcmd__help,controllers)
+                cmd="csivol__subcmd__plugin__subcmd__help__subcmd__controllers"
                 ;;
             csivol__subcmd__plugin__subcmd__help,help)
                 cmd="csivol__subcmd__plugin__subcmd__help__subcmd__help"
@@ -229,11 +244,23 @@ _csivol() {
             csivol__subcmd__token,help)
                 cmd="csivol__subcmd__token__subcmd__help"
                 ;;
+            csivol__subcmd__token,list)
+                cmd="csivol__subcmd__token__subcmd__list"
+                ;;
+            csivol__subcmd__token,revoke)
+                cmd="csivol__subcmd__token__subcmd__revoke"
+                ;;
             csivol__subcmd__token__subcmd__help,create)
                 cmd="csivol__subcmd__token__subcmd__help__subcmd__create"
                 ;;
             csivol__subcmd__token__subcmd__help,help)
                 cmd="csivol__subcmd__token__subcmd__help__subcmd__help"
+                ;;
+            csivol__subcmd__token__subcmd__help,list)
+                cmd="csivol__subcmd__token__subcmd__help__subcmd__list"
+                ;;
+            csivol__subcmd__token__subcmd__help,revoke)
+                cmd="csivol__subcmd__token__subcmd__help__subcmd__revoke"
                 ;;
             csivol__subcmd__volume,create)
                 cmd="csivol__subcmd__volume__subcmd__create"
@@ -278,13 +305,17 @@ _csivol() {
 
     case "${cmd}" in
         csivol)
-            opts="-o -q -h -V --addr --token --output --no-color --quiet --help --version volume claim run release status unblock fence detach node plugin events token completions __complete help"
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --help --version volume claim run release status unblock fence detach node plugin events token completions __complete help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --addr)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -308,13 +339,17 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd____complete)
-            opts="-o -q -h -V --addr --token --output --no-color --quiet --help --version volumes nodes"
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --help --version volumes nodes"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --addr)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -338,7 +373,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__claim)
-            opts="-o -q -h -V --node --alloc --read-only --ttl --queue --label --dry-run --release-on-timeout --wait --timeout --addr --token --output --no-color --quiet --help --version renew list help"
+            opts="-o -q -h -V --node --alloc --read-only --ttl --queue --label --dry-run --release-on-timeout --wait --timeout --addr --ca-cert --token --output --no-color --quiet --help --version renew list help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -365,6 +400,10 @@ _csivol() {
                     return 0
                     ;;
                 --addr)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -444,7 +483,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__claim__subcmd__list)
-            opts="-o -q -h -V --volume --node --state --older-than --label --addr --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --volume --node --state --older-than --label --addr --ca-cert --token --output --no-color --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -474,6 +513,10 @@ _csivol() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --ca-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --token)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -494,7 +537,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__claim__subcmd__renew)
-            opts="-o -q -h -V --alloc --ttl --addr --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --alloc --ttl --addr --ca-cert --token --output --no-color --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -509,6 +552,10 @@ _csivol() {
                     return 0
                     ;;
                 --addr)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -532,13 +579,17 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__completions)
-            opts="-o -q -h -V --addr --token --output --no-color --quiet --help --version bash zsh fish"
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --help --version bash zsh fish"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --addr)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -562,7 +613,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__detach)
-            opts="-y -o -q -h -V --node --reason --force --yes --dry-run --wait --timeout --addr --token --output --no-color --quiet --help --version"
+            opts="-y -o -q -h -V --node --reason --force --yes --dry-run --wait --timeout --addr --ca-cert --token --output --no-color --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -581,6 +632,10 @@ _csivol() {
                     return 0
                     ;;
                 --addr)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -604,7 +659,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__events)
-            opts="-f -o -q -h -V --volume --node --follow --since --tail --addr --token --output --no-color --quiet --help --version"
+            opts="-f -o -q -h -V --volume --node --follow --since --tail --addr --ca-cert --token --output --no-color --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -630,6 +685,10 @@ _csivol() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --ca-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --token)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -650,7 +709,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__fence)
-            opts="-y -o -q -h -V --reason --force --yes --dry-run --wait --timeout --addr --token --output --no-color --quiet --help --version"
+            opts="-y -o -q -h -V --reason --force --yes --dry-run --wait --timeout --addr --ca-cert --token --output --no-color --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -665,6 +724,10 @@ _csivol() {
                     return 0
                     ;;
                 --addr)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -912,8 +975,22 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__help__subcmd__plugin)
-            opts="list show"
+            opts="list show controllers"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__help__subcmd__plugin__subcmd__controllers)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
@@ -996,7 +1073,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__help__subcmd__token)
-            opts="create"
+            opts="create list revoke"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1010,6 +1087,34 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__help__subcmd__token__subcmd__create)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__help__subcmd__token__subcmd__list)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__help__subcmd__token__subcmd__revoke)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -1122,13 +1227,17 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__node)
-            opts="-o -q -h -V --addr --token --output --no-color --quiet --help --version list show drain eligibility remove help"
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --help --version list show drain eligibility remove help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --addr)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -1152,7 +1261,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__node__subcmd__drain)
-            opts="-o -q -h -V --wait --deadline --addr --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --wait --deadline --addr --ca-cert --token --output --no-color --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1163,6 +1272,10 @@ _csivol() {
                     return 0
                     ;;
                 --addr)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -1186,13 +1299,17 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__node__subcmd__eligibility)
-            opts="-o -q -h -V --enable --disable --addr --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --enable --disable --addr --ca-cert --token --output --no-color --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --addr)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -1314,13 +1431,17 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__node__subcmd__list)
-            opts="-o -q -h -V --addr --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --addr)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -1344,13 +1465,17 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__node__subcmd__remove)
-            opts="-o -q -h -V --addr --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --addr)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -1374,13 +1499,17 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__node__subcmd__show)
-            opts="-o -q -h -V --addr --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --addr)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -1404,13 +1533,59 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__plugin)
-            opts="-o -q -h -V --addr --token --output --no-color --quiet --help --version list show help"
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --help --version list show controllers help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --addr)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --token)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    return 0
+                    ;;
+                -o)
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__plugin__subcmd__controllers)
+            opts="-o -q -h -V --allow --disallow --addr --ca-cert --token --output --no-color --quiet --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --allow)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --disallow)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --addr)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -1434,8 +1609,22 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__plugin__subcmd__help)
-            opts="list show help"
+            opts="list show controllers help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__plugin__subcmd__help__subcmd__controllers)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
@@ -1490,13 +1679,17 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__plugin__subcmd__list)
-            opts="-o -q -h -V --addr --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --addr)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -1520,13 +1713,17 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__plugin__subcmd__show)
-            opts="-o -q -h -V --addr --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --addr)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -1550,7 +1747,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__release)
-            opts="-o -q -h -V --alloc --ignore-missing --wait --timeout --addr --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --alloc --ignore-missing --wait --timeout --addr --ca-cert --token --output --no-color --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1565,6 +1762,10 @@ _csivol() {
                     return 0
                     ;;
                 --addr)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -1588,7 +1789,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__run)
-            opts="-o -q -h -V --node --alloc --ttl --queue --timeout --label --no-wait-release --addr --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --node --alloc --ttl --queue --timeout --label --no-wait-release --addr --ca-cert --token --output --no-color --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1618,6 +1819,10 @@ _csivol() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --ca-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --token)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -1638,7 +1843,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__status)
-            opts="-w -o -q -h -V --blocked --node --watch --addr --token --output --no-color --quiet --help --version"
+            opts="-w -o -q -h -V --blocked --node --watch --addr --ca-cert --token --output --no-color --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1649,6 +1854,10 @@ _csivol() {
                     return 0
                     ;;
                 --addr)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -1672,13 +1881,17 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__token)
-            opts="-o -q -h -V --addr --token --output --no-color --quiet --help --version create help"
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --help --version create list revoke help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --addr)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -1702,7 +1915,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__token__subcmd__create)
-            opts="-o -q -h -V --role --node --name --addr --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --role --node --name --ttl --controller --addr --ca-cert --token --output --no-color --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1720,7 +1933,19 @@ _csivol() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --ttl)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --controller)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --addr)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -1744,7 +1969,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__token__subcmd__help)
-            opts="create help"
+            opts="create list revoke help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1785,8 +2010,104 @@ _csivol() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        csivol__subcmd__token__subcmd__help__subcmd__list)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__token__subcmd__help__subcmd__revoke)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__token__subcmd__list)
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --addr)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --token)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    return 0
+                    ;;
+                -o)
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__token__subcmd__revoke)
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --addr)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --token)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    return 0
+                    ;;
+                -o)
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         csivol__subcmd__unblock)
-            opts="-y -o -q -h -V --node --reason --yes --dry-run --wait --timeout --addr --token --output --no-color --quiet --help --version"
+            opts="-y -o -q -h -V --node --reason --yes --dry-run --wait --timeout --addr --ca-cert --token --output --no-color --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1805,6 +2126,10 @@ _csivol() {
                     return 0
                     ;;
                 --addr)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -1828,13 +2153,17 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__volume)
-            opts="-o -q -h -V --addr --token --output --no-color --quiet --help --version register create list show deregister help"
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --help --version register create list show deregister help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --addr)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -1858,7 +2187,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__volume__subcmd__create)
-            opts="-o -q -h -V --wait --timeout --addr --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --wait --timeout --addr --ca-cert --token --output --no-color --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1869,6 +2198,10 @@ _csivol() {
                     return 0
                     ;;
                 --addr)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -1892,7 +2225,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__volume__subcmd__deregister)
-            opts="-y -o -q -h -V --delete --yes --wait --timeout --addr --token --output --no-color --quiet --help --version"
+            opts="-y -o -q -h -V --delete --yes --wait --timeout --addr --ca-cert --token --output --no-color --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1903,6 +2236,10 @@ _csivol() {
                     return 0
                     ;;
                 --addr)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -2024,7 +2361,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__volume__subcmd__list)
-            opts="-o -q -h -V --plugin --state --node --addr --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --plugin --state --node --addr --ca-cert --token --output --no-color --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2043,6 +2380,10 @@ _csivol() {
                     return 0
                     ;;
                 --addr)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -2066,13 +2407,17 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__volume__subcmd__register)
-            opts="-o -q -h -V --addr --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --addr)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -2096,13 +2441,17 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__volume__subcmd__show)
-            opts="-o -q -h -V --addr --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --addr)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

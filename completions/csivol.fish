@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_csivol_global_optspecs
-    string join \n addr= token= o/output= no-color q/quiet h/help V/version
+    string join \n addr= ca-cert= token= o/output= no-color q/quiet h/help V/version
 end
 
 function __fish_csivol_needs_command
@@ -24,7 +24,8 @@ function __fish_csivol_using_subcommand
     contains -- $cmd[1] $argv
 end
 
-complete -c csivol -n "__fish_csivol_needs_command" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
+complete -c csivol -n "__fish_csivol_needs_command" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r
+complete -c csivol -n "__fish_csivol_needs_command" -l ca-cert -d 'CA certificate (PEM) the server\'s certificate must chain to [env: CSIVOL_CACERT, then $XDG_CONFIG_HOME/csivol/ca.pem, then the system\'s roots]' -r -F
 complete -c csivol -n "__fish_csivol_needs_command" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
 complete -c csivol -n "__fish_csivol_needs_command" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
@@ -44,11 +45,12 @@ complete -c csivol -n "__fish_csivol_needs_command" -f -a "detach" -d 'Take a vo
 complete -c csivol -n "__fish_csivol_needs_command" -f -a "node" -d 'List nodes, or show one'
 complete -c csivol -n "__fish_csivol_needs_command" -f -a "plugin" -d 'List plugins, or show one'
 complete -c csivol -n "__fish_csivol_needs_command" -f -a "events" -d 'Show the audit trail, or follow it'
-complete -c csivol -n "__fish_csivol_needs_command" -f -a "token" -d 'Create API tokens'
+complete -c csivol -n "__fish_csivol_needs_command" -f -a "token" -d 'Create, list and revoke API tokens'
 complete -c csivol -n "__fish_csivol_needs_command" -f -a "completions" -d 'Print a shell completion script'
 complete -c csivol -n "__fish_csivol_needs_command" -f -a "__complete" -d 'Names for shell completion, one per line (used by the bash completion script)'
 complete -c csivol -n "__fish_csivol_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
-complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister help" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister help" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister help" -l ca-cert -d 'CA certificate (PEM) the server\'s certificate must chain to [env: CSIVOL_CACERT, then $XDG_CONFIG_HOME/csivol/ca.pem, then the system\'s roots]' -r -F
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister help" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister help" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
@@ -63,7 +65,8 @@ complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_see
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister help" -f -a "show" -d 'Show a volume with its claims and attachments'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister help" -f -a "deregister" -d 'Forget a volume (its storage is kept), or with --delete destroy it'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
-complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from register" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from register" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from register" -l ca-cert -d 'CA certificate (PEM) the server\'s certificate must chain to [env: CSIVOL_CACERT, then $XDG_CONFIG_HOME/csivol/ca.pem, then the system\'s roots]' -r -F
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from register" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from register" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
@@ -73,7 +76,8 @@ complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_su
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from register" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from register" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from create" -l timeout -d 'How long --wait waits before giving up with exit code 5' -r
-complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from create" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from create" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from create" -l ca-cert -d 'CA certificate (PEM) the server\'s certificate must chain to [env: CSIVOL_CACERT, then $XDG_CONFIG_HOME/csivol/ca.pem, then the system\'s roots]' -r -F
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from create" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from create" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
@@ -91,7 +95,8 @@ blocked\t''
 deleting\t''
 failed\t''"
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from list" -l node -d 'Only volumes claimed or attached on this node' -r
-complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from list" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from list" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from list" -l ca-cert -d 'CA certificate (PEM) the server\'s certificate must chain to [env: CSIVOL_CACERT, then $XDG_CONFIG_HOME/csivol/ca.pem, then the system\'s roots]' -r -F
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from list" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from list" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
@@ -100,7 +105,8 @@ complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_su
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from list" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from list" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from list" -s V -l version -d 'Print version'
-complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from show" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from show" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from show" -l ca-cert -d 'CA certificate (PEM) the server\'s certificate must chain to [env: CSIVOL_CACERT, then $XDG_CONFIG_HOME/csivol/ca.pem, then the system\'s roots]' -r -F
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from show" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from show" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
@@ -110,7 +116,8 @@ complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_su
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from show" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from show" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from deregister" -l timeout -d 'How long --wait waits before giving up with exit code 5' -r
-complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from deregister" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from deregister" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from deregister" -l ca-cert -d 'CA certificate (PEM) the server\'s certificate must chain to [env: CSIVOL_CACERT, then $XDG_CONFIG_HOME/csivol/ca.pem, then the system\'s roots]' -r -F
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from deregister" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from deregister" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
@@ -133,7 +140,8 @@ complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen_subcommand_from renew list help" -l ttl -d 'A lease: the server releases the claim unless it is renewed within this long (`csivol claim renew`)' -r
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen_subcommand_from renew list help" -l label -d 'A label for the claim, shown with it and in the event log (e.g. the CI job\'s URL). Repeatable' -r
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen_subcommand_from renew list help" -l timeout -d 'How long --wait waits before giving up with exit code 5' -r
-complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen_subcommand_from renew list help" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen_subcommand_from renew list help" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen_subcommand_from renew list help" -l ca-cert -d 'CA certificate (PEM) the server\'s certificate must chain to [env: CSIVOL_CACERT, then $XDG_CONFIG_HOME/csivol/ca.pem, then the system\'s roots]' -r -F
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen_subcommand_from renew list help" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen_subcommand_from renew list help" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
@@ -152,7 +160,8 @@ complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen_subcommand_from renew list help" -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from renew" -l alloc -d 'The alloc whose claim to renew' -r
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from renew" -l ttl -d 'The new lease, from now [default: the claim\'s own TTL]' -r
-complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from renew" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from renew" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from renew" -l ca-cert -d 'CA certificate (PEM) the server\'s certificate must chain to [env: CSIVOL_CACERT, then $XDG_CONFIG_HOME/csivol/ca.pem, then the system\'s roots]' -r -F
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from renew" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from renew" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
@@ -173,7 +182,8 @@ failed\t''
 blocked\t''"
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from list" -l older-than -d 'Only claims made longer ago than this (e.g. 1h)' -r
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from list" -l label -d 'Only claims with this label. Repeatable: all must match' -r
-complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from list" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from list" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from list" -l ca-cert -d 'CA certificate (PEM) the server\'s certificate must chain to [env: CSIVOL_CACERT, then $XDG_CONFIG_HOME/csivol/ca.pem, then the system\'s roots]' -r -F
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from list" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from list" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
@@ -190,7 +200,8 @@ complete -c csivol -n "__fish_csivol_using_subcommand run" -l alloc -d 'The allo
 complete -c csivol -n "__fish_csivol_using_subcommand run" -l ttl -d 'The claims\' lease, renewed every third of it while the command runs' -r
 complete -c csivol -n "__fish_csivol_using_subcommand run" -l timeout -d 'How long to wait for every volume to be ready (with --queue: including the wait in line)' -r
 complete -c csivol -n "__fish_csivol_using_subcommand run" -l label -d 'A label for every claim (e.g. the CI job\'s URL). Repeatable' -r
-complete -c csivol -n "__fish_csivol_using_subcommand run" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand run" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand run" -l ca-cert -d 'CA certificate (PEM) the server\'s certificate must chain to [env: CSIVOL_CACERT, then $XDG_CONFIG_HOME/csivol/ca.pem, then the system\'s roots]' -r -F
 complete -c csivol -n "__fish_csivol_using_subcommand run" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
 complete -c csivol -n "__fish_csivol_using_subcommand run" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
@@ -203,7 +214,8 @@ complete -c csivol -n "__fish_csivol_using_subcommand run" -s h -l help -d 'Prin
 complete -c csivol -n "__fish_csivol_using_subcommand run" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand release" -l alloc -d 'The alloc whose claim to release' -r
 complete -c csivol -n "__fish_csivol_using_subcommand release" -l timeout -d 'How long --wait waits before giving up with exit code 5' -r
-complete -c csivol -n "__fish_csivol_using_subcommand release" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand release" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand release" -l ca-cert -d 'CA certificate (PEM) the server\'s certificate must chain to [env: CSIVOL_CACERT, then $XDG_CONFIG_HOME/csivol/ca.pem, then the system\'s roots]' -r -F
 complete -c csivol -n "__fish_csivol_using_subcommand release" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
 complete -c csivol -n "__fish_csivol_using_subcommand release" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
@@ -215,7 +227,8 @@ complete -c csivol -n "__fish_csivol_using_subcommand release" -s q -l quiet -d 
 complete -c csivol -n "__fish_csivol_using_subcommand release" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand release" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand status" -l node -d 'Only volumes claimed or attached on this node, and only this node' -r
-complete -c csivol -n "__fish_csivol_using_subcommand status" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand status" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand status" -l ca-cert -d 'CA certificate (PEM) the server\'s certificate must chain to [env: CSIVOL_CACERT, then $XDG_CONFIG_HOME/csivol/ca.pem, then the system\'s roots]' -r -F
 complete -c csivol -n "__fish_csivol_using_subcommand status" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
 complete -c csivol -n "__fish_csivol_using_subcommand status" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
@@ -229,7 +242,8 @@ complete -c csivol -n "__fish_csivol_using_subcommand status" -s V -l version -d
 complete -c csivol -n "__fish_csivol_using_subcommand unblock" -l node -d 'The lost node: every volume it holds blocked' -r
 complete -c csivol -n "__fish_csivol_using_subcommand unblock" -l reason -d 'Why, for the event log (e.g. "n2 powered off in rack 4"); not needed with --dry-run' -r
 complete -c csivol -n "__fish_csivol_using_subcommand unblock" -l timeout -d 'How long --wait waits before giving up with exit code 5' -r
-complete -c csivol -n "__fish_csivol_using_subcommand unblock" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand unblock" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand unblock" -l ca-cert -d 'CA certificate (PEM) the server\'s certificate must chain to [env: CSIVOL_CACERT, then $XDG_CONFIG_HOME/csivol/ca.pem, then the system\'s roots]' -r -F
 complete -c csivol -n "__fish_csivol_using_subcommand unblock" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
 complete -c csivol -n "__fish_csivol_using_subcommand unblock" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
@@ -243,7 +257,8 @@ complete -c csivol -n "__fish_csivol_using_subcommand unblock" -s h -l help -d '
 complete -c csivol -n "__fish_csivol_using_subcommand unblock" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand fence" -l reason -d 'Why, for the event log (e.g. "node-2 unreachable since 03:10, BMC answers")' -r
 complete -c csivol -n "__fish_csivol_using_subcommand fence" -l timeout -d 'How long --wait waits before giving up with exit code 5' -r
-complete -c csivol -n "__fish_csivol_using_subcommand fence" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand fence" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand fence" -l ca-cert -d 'CA certificate (PEM) the server\'s certificate must chain to [env: CSIVOL_CACERT, then $XDG_CONFIG_HOME/csivol/ca.pem, then the system\'s roots]' -r -F
 complete -c csivol -n "__fish_csivol_using_subcommand fence" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
 complete -c csivol -n "__fish_csivol_using_subcommand fence" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
@@ -259,7 +274,8 @@ complete -c csivol -n "__fish_csivol_using_subcommand fence" -s V -l version -d 
 complete -c csivol -n "__fish_csivol_using_subcommand detach" -l node -d 'The node to detach it from' -r
 complete -c csivol -n "__fish_csivol_using_subcommand detach" -l reason -d 'Why, for the event log; not needed with --dry-run' -r
 complete -c csivol -n "__fish_csivol_using_subcommand detach" -l timeout -d 'How long --wait waits before giving up with exit code 5' -r
-complete -c csivol -n "__fish_csivol_using_subcommand detach" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand detach" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand detach" -l ca-cert -d 'CA certificate (PEM) the server\'s certificate must chain to [env: CSIVOL_CACERT, then $XDG_CONFIG_HOME/csivol/ca.pem, then the system\'s roots]' -r -F
 complete -c csivol -n "__fish_csivol_using_subcommand detach" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
 complete -c csivol -n "__fish_csivol_using_subcommand detach" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
@@ -272,7 +288,8 @@ complete -c csivol -n "__fish_csivol_using_subcommand detach" -l no-color -d 'Tu
 complete -c csivol -n "__fish_csivol_using_subcommand detach" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand detach" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand detach" -s V -l version -d 'Print version'
-complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show drain eligibility remove help" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show drain eligibility remove help" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show drain eligibility remove help" -l ca-cert -d 'CA certificate (PEM) the server\'s certificate must chain to [env: CSIVOL_CACERT, then $XDG_CONFIG_HOME/csivol/ca.pem, then the system\'s roots]' -r -F
 complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show drain eligibility remove help" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
 complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show drain eligibility remove help" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
@@ -287,7 +304,8 @@ complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_
 complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show drain eligibility remove help" -f -a "eligibility" -d 'Whether a node takes new claims (existing claims are not touched)'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show drain eligibility remove help" -f -a "remove" -d 'Forget a node that holds nothing: no claim, no attachment, nothing blocked'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show drain eligibility remove help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
-complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from list" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from list" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from list" -l ca-cert -d 'CA certificate (PEM) the server\'s certificate must chain to [env: CSIVOL_CACERT, then $XDG_CONFIG_HOME/csivol/ca.pem, then the system\'s roots]' -r -F
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from list" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from list" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
@@ -296,7 +314,8 @@ complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subc
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from list" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from list" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from list" -s V -l version -d 'Print version'
-complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from show" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from show" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from show" -l ca-cert -d 'CA certificate (PEM) the server\'s certificate must chain to [env: CSIVOL_CACERT, then $XDG_CONFIG_HOME/csivol/ca.pem, then the system\'s roots]' -r -F
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from show" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from show" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
@@ -306,7 +325,8 @@ complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subc
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from show" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from show" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from drain" -l deadline -d 'How long --wait waits before giving up with exit code 5 (the node stays draining)' -r
-complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from drain" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from drain" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from drain" -l ca-cert -d 'CA certificate (PEM) the server\'s certificate must chain to [env: CSIVOL_CACERT, then $XDG_CONFIG_HOME/csivol/ca.pem, then the system\'s roots]' -r -F
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from drain" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from drain" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
@@ -316,7 +336,8 @@ complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subc
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from drain" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from drain" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from drain" -s V -l version -d 'Print version'
-complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from eligibility" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from eligibility" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from eligibility" -l ca-cert -d 'CA certificate (PEM) the server\'s certificate must chain to [env: CSIVOL_CACERT, then $XDG_CONFIG_HOME/csivol/ca.pem, then the system\'s roots]' -r -F
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from eligibility" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from eligibility" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
@@ -327,7 +348,8 @@ complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subc
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from eligibility" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from eligibility" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from eligibility" -s V -l version -d 'Print version'
-complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from remove" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from remove" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from remove" -l ca-cert -d 'CA certificate (PEM) the server\'s certificate must chain to [env: CSIVOL_CACERT, then $XDG_CONFIG_HOME/csivol/ca.pem, then the system\'s roots]' -r -F
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from remove" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from remove" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
@@ -342,19 +364,22 @@ complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subc
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from help" -f -a "eligibility" -d 'Whether a node takes new claims (existing claims are not touched)'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from help" -f -a "remove" -d 'Forget a node that holds nothing: no claim, no attachment, nothing blocked'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
-complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show help" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
-complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show help" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
-complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show help" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show controllers help" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show controllers help" -l ca-cert -d 'CA certificate (PEM) the server\'s certificate must chain to [env: CSIVOL_CACERT, then $XDG_CONFIG_HOME/csivol/ca.pem, then the system\'s roots]' -r -F
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show controllers help" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show controllers help" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
-complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show help" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
-complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show help" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
-complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show help" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show help" -s V -l version -d 'Print version'
-complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show help" -f -a "list" -d 'List plugins with their health across nodes'
-complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show help" -f -a "show" -d 'Show a plugin'
-complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
-complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from list" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show controllers help" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show controllers help" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show controllers help" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show controllers help" -s V -l version -d 'Print version'
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show controllers help" -f -a "list" -d 'List plugins with their health across nodes'
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show controllers help" -f -a "show" -d 'Show a plugin'
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show controllers help" -f -a "controllers" -d 'Show which nodes may host a plugin\'s controller, or allow and disallow nodes'
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show controllers help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from list" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from list" -l ca-cert -d 'CA certificate (PEM) the server\'s certificate must chain to [env: CSIVOL_CACERT, then $XDG_CONFIG_HOME/csivol/ca.pem, then the system\'s roots]' -r -F
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from list" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from list" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
@@ -363,7 +388,8 @@ complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_su
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from list" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from list" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from list" -s V -l version -d 'Print version'
-complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from show" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from show" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from show" -l ca-cert -d 'CA certificate (PEM) the server\'s certificate must chain to [env: CSIVOL_CACERT, then $XDG_CONFIG_HOME/csivol/ca.pem, then the system\'s roots]' -r -F
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from show" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from show" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
@@ -372,14 +398,28 @@ complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_su
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from show" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from show" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from show" -s V -l version -d 'Print version'
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from controllers" -l allow -d 'Allow this node to host the plugin\'s controller (repeatable)' -r
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from controllers" -l disallow -d 'No longer allow this node (repeatable); a grant in its token still counts' -r
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from controllers" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from controllers" -l ca-cert -d 'CA certificate (PEM) the server\'s certificate must chain to [env: CSIVOL_CACERT, then $XDG_CONFIG_HOME/csivol/ca.pem, then the system\'s roots]' -r -F
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from controllers" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from controllers" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
+wide\t'A table with nothing cut and times in full'
+json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from controllers" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from controllers" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from controllers" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from controllers" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from help" -f -a "list" -d 'List plugins with their health across nodes'
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from help" -f -a "show" -d 'Show a plugin'
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from help" -f -a "controllers" -d 'Show which nodes may host a plugin\'s controller, or allow and disallow nodes'
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c csivol -n "__fish_csivol_using_subcommand events" -l volume -d 'Only events of this volume' -r
 complete -c csivol -n "__fish_csivol_using_subcommand events" -l node -d 'Only events of this node' -r
 complete -c csivol -n "__fish_csivol_using_subcommand events" -l since -d 'Only events of the last DURATION (e.g. 10m, 2h)' -r
 complete -c csivol -n "__fish_csivol_using_subcommand events" -l tail -d 'Only the last N events (after the other filters)' -r
-complete -c csivol -n "__fish_csivol_using_subcommand events" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand events" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand events" -l ca-cert -d 'CA certificate (PEM) the server\'s certificate must chain to [env: CSIVOL_CACERT, then $XDG_CONFIG_HOME/csivol/ca.pem, then the system\'s roots]' -r -F
 complete -c csivol -n "__fish_csivol_using_subcommand events" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
 complete -c csivol -n "__fish_csivol_using_subcommand events" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
@@ -389,24 +429,30 @@ complete -c csivol -n "__fish_csivol_using_subcommand events" -l no-color -d 'Tu
 complete -c csivol -n "__fish_csivol_using_subcommand events" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand events" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand events" -s V -l version -d 'Print version'
-complete -c csivol -n "__fish_csivol_using_subcommand token; and not __fish_seen_subcommand_from create help" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
-complete -c csivol -n "__fish_csivol_using_subcommand token; and not __fish_seen_subcommand_from create help" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
-complete -c csivol -n "__fish_csivol_using_subcommand token; and not __fish_seen_subcommand_from create help" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
+complete -c csivol -n "__fish_csivol_using_subcommand token; and not __fish_seen_subcommand_from create list revoke help" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand token; and not __fish_seen_subcommand_from create list revoke help" -l ca-cert -d 'CA certificate (PEM) the server\'s certificate must chain to [env: CSIVOL_CACERT, then $XDG_CONFIG_HOME/csivol/ca.pem, then the system\'s roots]' -r -F
+complete -c csivol -n "__fish_csivol_using_subcommand token; and not __fish_seen_subcommand_from create list revoke help" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand token; and not __fish_seen_subcommand_from create list revoke help" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
-complete -c csivol -n "__fish_csivol_using_subcommand token; and not __fish_seen_subcommand_from create help" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
-complete -c csivol -n "__fish_csivol_using_subcommand token; and not __fish_seen_subcommand_from create help" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
-complete -c csivol -n "__fish_csivol_using_subcommand token; and not __fish_seen_subcommand_from create help" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c csivol -n "__fish_csivol_using_subcommand token; and not __fish_seen_subcommand_from create help" -s V -l version -d 'Print version'
-complete -c csivol -n "__fish_csivol_using_subcommand token; and not __fish_seen_subcommand_from create help" -f -a "create" -d 'Create a token; its secret is printed once, on stdout'
-complete -c csivol -n "__fish_csivol_using_subcommand token; and not __fish_seen_subcommand_from create help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c csivol -n "__fish_csivol_using_subcommand token; and not __fish_seen_subcommand_from create list revoke help" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
+complete -c csivol -n "__fish_csivol_using_subcommand token; and not __fish_seen_subcommand_from create list revoke help" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand token; and not __fish_seen_subcommand_from create list revoke help" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c csivol -n "__fish_csivol_using_subcommand token; and not __fish_seen_subcommand_from create list revoke help" -s V -l version -d 'Print version'
+complete -c csivol -n "__fish_csivol_using_subcommand token; and not __fish_seen_subcommand_from create list revoke help" -f -a "create" -d 'Create a token; its secret is printed once, on stdout'
+complete -c csivol -n "__fish_csivol_using_subcommand token; and not __fish_seen_subcommand_from create list revoke help" -f -a "list" -d 'List tokens (never their secrets): role, node, when created, last used, expiry'
+complete -c csivol -n "__fish_csivol_using_subcommand token; and not __fish_seen_subcommand_from create list revoke help" -f -a "revoke" -d 'Revoke a token: requests with it are refused (401) from then on'
+complete -c csivol -n "__fish_csivol_using_subcommand token; and not __fish_seen_subcommand_from create list revoke help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from create" -l role -d 'What the token may do: `operator` everything, `reader` read only, `claimer` read and claim, renew, queue and release (CI jobs), `node` one node\'s agent' -r -f -a "operator\t''
 reader\t''
 claimer\t''
 node\t''"
 complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from create" -l node -d 'The node a `node` token acts for' -r
 complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from create" -l name -d 'A name people recognise (`alice`, `ci-deploy`), unique; the event log names the token\'s actions `ROLE:NAME` (e.g. `operator:alice`) instead of `ROLE:ID`' -r
-complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from create" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from create" -l ttl -d 'The token expires after this long (e.g. 30d, 12h); without it, it lasts until revoked' -r
+complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from create" -l controller -d 'A `node` token\'s node may host this plugin\'s controller (repeatable); other nodes\' controller registrations are refused unless an operator allows them (`csivol plugin controllers PLUGIN --allow NODE`)' -r
+complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from create" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from create" -l ca-cert -d 'CA certificate (PEM) the server\'s certificate must chain to [env: CSIVOL_CACERT, then $XDG_CONFIG_HOME/csivol/ca.pem, then the system\'s roots]' -r -F
 complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from create" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
 complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from create" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
@@ -415,9 +461,32 @@ complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_sub
 complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from create" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from create" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from create" -s V -l version -d 'Print version'
+complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from list" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from list" -l ca-cert -d 'CA certificate (PEM) the server\'s certificate must chain to [env: CSIVOL_CACERT, then $XDG_CONFIG_HOME/csivol/ca.pem, then the system\'s roots]' -r -F
+complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from list" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from list" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
+wide\t'A table with nothing cut and times in full'
+json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from list" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
+complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from list" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from list" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from list" -s V -l version -d 'Print version'
+complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from revoke" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from revoke" -l ca-cert -d 'CA certificate (PEM) the server\'s certificate must chain to [env: CSIVOL_CACERT, then $XDG_CONFIG_HOME/csivol/ca.pem, then the system\'s roots]' -r -F
+complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from revoke" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from revoke" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
+wide\t'A table with nothing cut and times in full'
+json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from revoke" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
+complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from revoke" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from revoke" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from revoke" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from help" -f -a "create" -d 'Create a token; its secret is printed once, on stdout'
+complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from help" -f -a "list" -d 'List tokens (never their secrets): role, node, when created, last used, expiry'
+complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from help" -f -a "revoke" -d 'Revoke a token: requests with it are refused (401) from then on'
 complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
-complete -c csivol -n "__fish_csivol_using_subcommand completions" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand completions" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand completions" -l ca-cert -d 'CA certificate (PEM) the server\'s certificate must chain to [env: CSIVOL_CACERT, then $XDG_CONFIG_HOME/csivol/ca.pem, then the system\'s roots]' -r -F
 complete -c csivol -n "__fish_csivol_using_subcommand completions" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
 complete -c csivol -n "__fish_csivol_using_subcommand completions" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
@@ -426,7 +495,8 @@ complete -c csivol -n "__fish_csivol_using_subcommand completions" -l no-color -
 complete -c csivol -n "__fish_csivol_using_subcommand completions" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand completions" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand completions" -s V -l version -d 'Print version'
-complete -c csivol -n "__fish_csivol_using_subcommand __complete" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand __complete" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand __complete" -l ca-cert -d 'CA certificate (PEM) the server\'s certificate must chain to [env: CSIVOL_CACERT, then $XDG_CONFIG_HOME/csivol/ca.pem, then the system\'s roots]' -r -F
 complete -c csivol -n "__fish_csivol_using_subcommand __complete" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
 complete -c csivol -n "__fish_csivol_using_subcommand __complete" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
@@ -446,7 +516,7 @@ complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_
 complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim run release status unblock fence detach node plugin events token completions __complete help" -f -a "node" -d 'List nodes, or show one'
 complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim run release status unblock fence detach node plugin events token completions __complete help" -f -a "plugin" -d 'List plugins, or show one'
 complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim run release status unblock fence detach node plugin events token completions __complete help" -f -a "events" -d 'Show the audit trail, or follow it'
-complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim run release status unblock fence detach node plugin events token completions __complete help" -f -a "token" -d 'Create API tokens'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim run release status unblock fence detach node plugin events token completions __complete help" -f -a "token" -d 'Create, list and revoke API tokens'
 complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim run release status unblock fence detach node plugin events token completions __complete help" -f -a "completions" -d 'Print a shell completion script'
 complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim run release status unblock fence detach node plugin events token completions __complete help" -f -a "__complete" -d 'Names for shell completion, one per line (used by the bash completion script)'
 complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim run release status unblock fence detach node plugin events token completions __complete help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
@@ -464,4 +534,7 @@ complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subc
 complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from node" -f -a "remove" -d 'Forget a node that holds nothing: no claim, no attachment, nothing blocked'
 complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from plugin" -f -a "list" -d 'List plugins with their health across nodes'
 complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from plugin" -f -a "show" -d 'Show a plugin'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from plugin" -f -a "controllers" -d 'Show which nodes may host a plugin\'s controller, or allow and disallow nodes'
 complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from token" -f -a "create" -d 'Create a token; its secret is printed once, on stdout'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from token" -f -a "list" -d 'List tokens (never their secrets): role, node, when created, last used, expiry'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from token" -f -a "revoke" -d 'Revoke a token: requests with it are refused (401) from then on'

@@ -35,6 +35,9 @@ pub struct DevArgs {
     /// Do not create the demo volumes.
     #[arg(long)]
     pub no_demo_volumes: bool,
+    /// Serve plain HTTP instead of TLS with the dev cluster's own CA (`DIR/tls`).
+    #[arg(long)]
+    pub no_tls: bool,
 }
 
 /// The csivol plugin id dev mode gives the reference plugin.
@@ -51,7 +54,9 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     if args.nodes == 0 || args.nodes > 64 {
         bail!("--nodes must be between 1 and 64");
     }
-    std::fs::create_dir_all(&args.dir)
+    // Passable for workloads on their way to targets below it, not listable; the server's
+    // data dir inside is 0700, the tokens 0600.
+    crate::private::dir_logged(&args.dir, crate::node::TARGETS_MODE, "dev dir")
         .with_context(|| format!("failed to create {}", args.dir.display()))?;
     let dir = args.dir.canonicalize()?;
     let mount = match args.mount.as_deref() {
@@ -68,15 +73,38 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         },
     };
 
+    // TLS with a CA of the dev cluster's own (made once, kept in DIR/tls); agents present
+    // node certificates, so mutual TLS is exercised too.
+    let tls_dir = dir.join("tls");
+    let tls = if args.no_tls {
+        None
+    } else {
+        if !crate::tls::Files::in_dir(&tls_dir).ca.exists() {
+            let nodes: Vec<String> = (1..=args.nodes).map(|i| format!("node-{i}")).collect();
+            crate::tls::init(&tls_dir, &[], &nodes)?;
+        }
+        Some(crate::tls::Files::in_dir(&tls_dir))
+    };
     let server = Server::start(ServerConfig {
         data_dir: dir.join("server"),
         listen: args.listen,
         heartbeat_ttl: args.heartbeat_ttl,
         controller_concurrency: 8,
         fence: Default::default(),
+        secrets_key_file: None,
+        header_timeout: Duration::from_secs(10),
+        max_connections: None,
+        max_long_polls: None,
+        tls: tls.as_ref().map(|f| crate::server::TlsFiles {
+            cert: f.server_cert.clone(),
+            key: f.server_key.clone(),
+            client_ca: Some(f.ca.clone()),
+        }),
+        insecure_http: false,
     })
     .await?;
-    let url = format!("http://{}", server.addr);
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let url = format!("{scheme}://{}", server.addr);
     let (stop_server, server_stopped) = tokio::sync::oneshot::channel::<()>();
     let serving = tokio::spawn(server.serve(async {
         let _ = server_stopped.await;
@@ -87,7 +115,19 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         .trim()
         .to_owned();
     let client = Client {
-        http: reqwest::Client::new(),
+        http: {
+            let mut b =
+                reqwest::Client::builder().pool_idle_timeout(csivol_proto::tls::POOL_IDLE_TIMEOUT);
+            if let Some(f) = &tls {
+                b = b.tls_backend_preconfigured(
+                    csivol_proto::tls::client_config(Some(&f.ca), None)
+                        .map_err(anyhow::Error::msg)?,
+                );
+            } else {
+                csivol_proto::tls::install_provider();
+            }
+            b.build()?
+        },
         url: url.clone(),
         token: token.clone(),
     };
@@ -100,7 +140,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         for i in 1..=args.nodes {
             let node = format!("node-{i}");
             let node_dir = dir.join(&node);
-            std::fs::create_dir_all(&node_dir)?;
+            crate::private::dir_logged(&node_dir, crate::node::TARGETS_MODE, "dev node dir")?;
             let node_token = node_dir.join("token");
             if !node_token.exists() {
                 let t = client.create_node_token(&node).await?;
@@ -137,6 +177,18 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
                 format!("--token-file={}", node_token.display()),
                 format!("--plugin={DEV_PLUGIN}={endpoint}"),
                 format!("--controller={DEV_PLUGIN}={endpoint}"),
+            ]);
+            if let Some(f) = &tls {
+                agent.arg(format!("--ca-cert={}", f.ca.display()));
+                let (cert, key) = crate::tls::Files::node(&tls_dir, &node);
+                if cert.exists() {
+                    agent.args([
+                        format!("--tls-cert={}", cert.display()),
+                        format!("--tls-key={}", key.display()),
+                    ]);
+                }
+            }
+            agent.args([
                 // Ctrl-C takes each node down through its plugin, so that a resumed dev
                 // cluster finds records and mounts that agree.
                 "--take-down-on-stop".to_owned(),
@@ -179,17 +231,23 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     std::fs::write(
         &env_file,
         format!(
-            "export CSIVOL_ADDR={url}\nexport CSIVOL_TOKEN_FILE={}\n",
-            token_path.display()
+            "export CSIVOL_ADDR={url}\nexport CSIVOL_TOKEN_FILE={}\n{}",
+            token_path.display(),
+            tls.as_ref()
+                .map(|f| format!("export CSIVOL_CACERT={}\n", f.ca.display()))
+                .unwrap_or_default()
         ),
     )?;
     let cli_token = offer_cli_token(&token, &dir);
+    let cli_ca = tls.as_ref().and_then(|f| offer_cli_ca(&f.ca, &dir));
     print_banner(
         &url,
         &dir,
         &token_path,
         &env_file,
-        cli_token.as_deref(),
+        cli_token
+            .as_deref()
+            .filter(|_| tls.is_none() || cli_ca.is_some()),
         args.nodes,
         &mount,
     );
@@ -387,6 +445,9 @@ pub fn cli_token_path() -> Option<PathBuf> {
 /// cluster; any other token there is the user's and is never overwritten.
 pub const DEV_TOKEN_RECORD: &str = "token.from-dev";
 
+/// The same for the CA dev mode puts beside it (`ca.pem`).
+pub const DEV_CA_RECORD: &str = "ca.from-dev";
+
 fn sha256_hex(text: &str) -> String {
     use sha2::Digest;
     sha2::Sha256::digest(text.trim().as_bytes())
@@ -400,18 +461,25 @@ fn sha256_hex(text: &str) -> String {
 /// dev cluster wrote is replaced, so that `csivol` with no flags reaches this one. Returns
 /// the path when it holds ours.
 fn offer_cli_token(token: &str, dir: &Path) -> Option<PathBuf> {
-    let path = cli_token_path()?;
-    let record = path.with_file_name(DEV_TOKEN_RECORD);
+    offer_cli_file(cli_token_path()?, token, DEV_TOKEN_RECORD, dir)
+}
+
+/// Puts `content` where the CLI looks by default. What the user put there is never
+/// replaced; what an earlier dev cluster wrote (its hash in `record` beside it) is, so that
+/// the CLI follows the latest dev cluster wherever it runs. Returns the path when it holds
+/// `content`.
+fn offer_cli_file(path: PathBuf, content: &str, record: &str, dir: &Path) -> Option<PathBuf> {
+    let record = path.with_file_name(record);
     let ours = match std::fs::read_to_string(&path) {
-        Ok(existing) if existing.trim() == token => true,
+        Ok(existing) if existing.trim() == content.trim() => true,
         Ok(existing) => {
             let from_dev = std::fs::read_to_string(&record)
                 .ok()
                 .and_then(|r| r.lines().next().map(str::to_owned))
                 .is_some_and(|hash| hash == sha256_hex(&existing));
             if !from_dev {
-                // The user's token: left alone, and a record about an older token of ours
-                // goes, so that nothing claims this one came from dev mode.
+                // The user's: left alone, and a record about an older file of ours goes, so
+                // that nothing claims this one came from dev mode.
                 let _ = std::fs::remove_file(&record);
                 return None;
             }
@@ -420,14 +488,26 @@ fn offer_cli_token(token: &str, dir: &Path) -> Option<PathBuf> {
         Err(_) => false,
     };
     if !ours {
-        write_private(&path, token).ok()?;
+        write_private(&path, content.trim_end()).ok()?;
     }
+    let written = std::fs::read_to_string(&path).ok()?;
     write_private(
         &record,
-        &format!("{}\n{}", sha256_hex(token), dir.display()),
+        &format!("{}\n{}", sha256_hex(&written), dir.display()),
     )
     .ok()?;
     Some(path)
+}
+
+/// Where the CLI looks for a CA when none is given.
+pub fn cli_ca_path() -> Option<PathBuf> {
+    Some(cli_token_path()?.with_file_name("ca.pem"))
+}
+
+/// Copies the dev CA where the CLI looks by default, as [`offer_cli_file`] does.
+fn offer_cli_ca(ca: &Path, dir: &Path) -> Option<PathBuf> {
+    let ours = std::fs::read_to_string(ca).ok()?;
+    offer_cli_file(cli_ca_path()?, &ours, DEV_CA_RECORD, dir)
 }
 
 fn print_banner(
@@ -499,6 +579,8 @@ impl Client {
             role: api::Role::Node,
             node: Some(node.to_owned()),
             name: None,
+            ttl_ms: None,
+            controllers: vec![DEV_PLUGIN.to_owned()],
         };
         let (_, t) = self
             .call::<api::TokenResponse>(

@@ -3,7 +3,9 @@
 
 pub mod dev;
 pub mod node;
+pub mod private;
 pub mod server;
+pub mod tls;
 
 /// Completes on SIGTERM or SIGINT: how the server, the node agent and dev mode are asked to
 /// stop. Without signal handlers (which should not happen) it never completes, and the

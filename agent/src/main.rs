@@ -20,6 +20,9 @@ enum Command {
     Node(csivol_agent::node::NodeArgs),
     /// Run a whole cluster on this machine: server, node agents and reference plugins.
     Dev(csivol_agent::dev::DevArgs),
+    /// Make TLS certificates for a small cluster.
+    #[command(subcommand)]
+    Tls(csivol_agent::tls::TlsCommand),
     /// Run the reference CSI plugin (dev mode starts it this way).
     #[command(hide = true)]
     Hostpath(csivol_hostpath::Args),
@@ -54,6 +57,7 @@ fn main() -> ExitCode {
             Command::Server(args) => csivol_agent::server::run(args).await,
             Command::Node(args) => csivol_agent::node::run(args).await,
             Command::Dev(args) => csivol_agent::dev::run(args).await,
+            Command::Tls(cmd) => csivol_agent::tls::run(cmd),
             Command::Hostpath(args) => csivol_hostpath::run(args).await,
         }
     });

@@ -39,9 +39,15 @@ const GLOBAL: &str = "Global options";
 
 #[derive(Debug, Args)]
 pub struct GlobalArgs {
-    /// Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420]
+    /// Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when
+    /// $XDG_CONFIG_HOME/csivol/ca.pem exists]
     #[arg(long, global = true, value_name = "URL", help_heading = GLOBAL)]
     pub addr: Option<String>,
+
+    /// CA certificate (PEM) the server's certificate must chain to [env: CSIVOL_CACERT, then
+    /// $XDG_CONFIG_HOME/csivol/ca.pem, then the system's roots]
+    #[arg(long, global = true, value_name = "FILE", help_heading = GLOBAL)]
+    pub ca_cert: Option<PathBuf>,
 
     /// API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then
     /// $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]
@@ -150,7 +156,7 @@ pub enum Command {
     /// Show the audit trail, or follow it
     Events(EventsArgs),
 
-    /// Create API tokens
+    /// Create, list and revoke API tokens
     #[command(subcommand)]
     Token(TokenCommand),
 
@@ -591,6 +597,29 @@ pub enum PluginCommand {
     List,
     /// Show a plugin
     Show(PluginArg),
+    /// Show which nodes may host a plugin's controller, or allow and disallow nodes
+    ///
+    /// A node hosts a plugin's controller (and receives its controller operations, secrets
+    /// included) only when its node token names the plugin (`csivol token create --role
+    /// node --node N --controller PLUGIN`) or an operator allowed it here; other agents'
+    /// controller registrations are refused. Disallowing takes effect at the node's next
+    /// registration; to cut a host off at once, also revoke its token.
+    Controllers(PluginControllersArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct PluginControllersArgs {
+    /// csivol's plugin id
+    #[arg(value_name = "PLUGIN")]
+    pub plugin: String,
+
+    /// Allow this node to host the plugin's controller (repeatable)
+    #[arg(long, value_name = "NODE", value_parser = node_name)]
+    pub allow: Vec<String>,
+
+    /// No longer allow this node (repeatable); a grant in its token still counts
+    #[arg(long, value_name = "NODE", value_parser = node_name)]
+    pub disallow: Vec<String>,
 }
 
 #[derive(Debug, Args)]
@@ -628,6 +657,19 @@ pub struct EventsArgs {
 pub enum TokenCommand {
     /// Create a token; its secret is printed once, on stdout
     Create(TokenCreateArgs),
+    /// List tokens (never their secrets): role, node, when created, last used, expiry
+    List,
+    /// Revoke a token: requests with it are refused (401) from then on
+    ///
+    /// The last usable operator token cannot be revoked.
+    Revoke(TokenRevokeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct TokenRevokeArgs {
+    /// The token's id (`csivol token list`)
+    #[arg(value_name = "ID")]
+    pub id: String,
 }
 
 #[derive(Debug, Args)]
@@ -645,6 +687,16 @@ pub struct TokenCreateArgs {
     /// token's actions `ROLE:NAME` (e.g. `operator:alice`) instead of `ROLE:ID`
     #[arg(long, value_name = "NAME")]
     pub name: Option<String>,
+
+    /// The token expires after this long (e.g. 30d, 12h); without it, it lasts until revoked
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub ttl: Option<Duration>,
+
+    /// A `node` token's node may host this plugin's controller (repeatable); other nodes'
+    /// controller registrations are refused unless an operator allows them
+    /// (`csivol plugin controllers PLUGIN --allow NODE`)
+    #[arg(long = "controller", value_name = "PLUGIN", requires = "node")]
+    pub controllers: Vec<String>,
 }
 
 #[derive(Debug, Args)]

@@ -62,13 +62,36 @@ pub struct Answer<T> {
 impl Client {
     /// Resolves the address and the token: flags, then environment, then defaults.
     pub fn from_args(args: &GlobalArgs) -> anyhow::Result<Self> {
+        let ca = args
+            .ca_cert
+            .clone()
+            .or_else(|| env::var(env::CSIVOL_CACERT).map(PathBuf::from))
+            .or_else(env::default_ca_file);
         let addr = match &args.addr {
             Some(a) => a.clone(),
-            None => env::var(env::CSIVOL_ADDR).unwrap_or_else(|| env::DEFAULT_ADDR.to_owned()),
+            None => env::var(env::CSIVOL_ADDR).unwrap_or_else(|| {
+                if env::default_ca_file().is_some() {
+                    env::DEFAULT_TLS_ADDR.to_owned()
+                } else {
+                    env::DEFAULT_ADDR.to_owned()
+                }
+            }),
         };
         let addr = normalise_addr(&addr)?;
         let (token, token_source) = resolve_token(args.token.as_deref())?;
-        let http = reqwest::Client::builder()
+        csivol_proto::tls::install_provider();
+        let mut http =
+            reqwest::Client::builder().pool_idle_timeout(csivol_proto::tls::POOL_IDLE_TIMEOUT);
+        if addr.starts_with("https://") {
+            let tls = csivol_proto::tls::client_config(ca.as_deref(), None).map_err(|e| {
+                Failure::usage(e).hint(format!(
+                    "pass the CA that signed the server's certificate with --ca-cert or {}",
+                    env::CSIVOL_CACERT
+                ))
+            })?;
+            http = http.tls_backend_preconfigured(tls);
+        }
+        let http = http
             .connect_timeout(Duration::from_secs(5))
             .user_agent(concat!("csivol/", env!("CARGO_PKG_VERSION")))
             .build()
@@ -216,9 +239,19 @@ impl Client {
         while let Some(next) = cause.source() {
             cause = next;
         }
+        let text = cause.to_string();
+        let hint = if text.contains("certificate") || text.contains("UnknownIssuer") {
+            format!(
+                "the server's certificate is not trusted: pass the CA that signed it with \
+                 --ca-cert or {} (csivol-agent tls init wrote it as ca.pem)",
+                env::CSIVOL_CACERT
+            )
+        } else {
+            hint
+        };
         Failure::new(
             Exit::Unreachable,
-            format!("cannot reach the csivol server at {}: {cause}", self.addr),
+            format!("cannot reach the csivol server at {}: {text}", self.addr),
         )
         .hint(hint)
     }
@@ -313,8 +346,8 @@ fn normalise_addr(addr: &str) -> anyhow::Result<String> {
         ))
     };
     let url = reqwest::Url::parse(&full).map_err(|e| bad(&e.to_string()))?;
-    if url.scheme() != "http" {
-        return Err(bad("only http:// is supported").into());
+    if url.scheme() != "http" && url.scheme() != "https" {
+        return Err(bad("only http:// and https:// are supported").into());
     }
     if url.host_str().is_none_or(str::is_empty) {
         return Err(bad("no host").into());
@@ -395,7 +428,8 @@ mod tests {
             "http://127.0.0.1:7420"
         );
         assert_eq!(normalise_addr("http://h:1/").unwrap(), "http://h:1");
-        for bad in ["https://h:1", "http://h:1/v1", "ftp://x", "http://"] {
+        assert_eq!(normalise_addr("https://h:1").unwrap(), "https://h:1");
+        for bad in ["http://h:1/v1", "ftp://x", "http://"] {
             let e = normalise_addr(bad).unwrap_err();
             assert_eq!(
                 e.downcast_ref::<Failure>().unwrap().exit,

@@ -12,6 +12,11 @@ pub const CSIVOL_TOKEN: &str = "CSIVOL_TOKEN";
 /// `--token` nor `CSIVOL_TOKEN` gives one.
 pub const CSIVOL_TOKEN_FILE: &str = "CSIVOL_TOKEN_FILE";
 
+/// The CA certificate (PEM) that signed the server's certificate; `--ca-cert` wins over
+/// it. Without either, `$XDG_CONFIG_HOME/csivol/ca.pem` when it exists (dev mode writes its
+/// CA there), else the system's trust roots.
+pub const CSIVOL_CACERT: &str = "CSIVOL_CACERT";
+
 /// The node `claim` and `run` claim on when `--node` is not given (a CI runner sets it
 /// once for its jobs).
 pub const CSIVOL_NODE: &str = "CSIVOL_NODE";
@@ -42,8 +47,12 @@ pub const XDG_CONFIG_HOME: &str = "XDG_CONFIG_HOME";
 pub const HOME: &str = "HOME";
 
 /// The address used when neither `--addr` nor `CSIVOL_ADDR` gives one: the server's default
-/// listen address.
+/// listen address; over https when the default CA file exists (a dev cluster's).
 pub const DEFAULT_ADDR: &str = "http://127.0.0.1:7420";
+pub const DEFAULT_TLS_ADDR: &str = "https://127.0.0.1:7420";
+
+/// Where the default CA file lives, relative to the configuration directory.
+pub const DEFAULT_CA_FILE: &str = "csivol/ca.pem";
 
 /// Where the default token file lives, relative to the configuration directory. Dev mode
 /// writes its operator token there so that `csivol` works without further setup.
@@ -60,11 +69,19 @@ pub fn var(name: &str) -> Option<String> {
 
 /// `$XDG_CONFIG_HOME/csivol/token`, else `~/.config/csivol/token`.
 pub fn default_token_file() -> Option<PathBuf> {
-    let base = match var(XDG_CONFIG_HOME) {
+    Some(config_dir()?.join(DEFAULT_TOKEN_FILE))
+}
+
+/// `$XDG_CONFIG_HOME/csivol/ca.pem`, else `~/.config/csivol/ca.pem`, when it exists.
+pub fn default_ca_file() -> Option<PathBuf> {
+    Some(config_dir()?.join(DEFAULT_CA_FILE)).filter(|p| p.exists())
+}
+
+fn config_dir() -> Option<PathBuf> {
+    Some(match var(XDG_CONFIG_HOME) {
         Some(dir) => PathBuf::from(dir),
         None => PathBuf::from(var(HOME)?).join(".config"),
-    };
-    Some(base.join(DEFAULT_TOKEN_FILE))
+    })
 }
 
 /// Whether colour is turned off by the environment.
@@ -92,6 +109,11 @@ pub const DOCUMENTED: &[(&str, &str)] = &[
         "A file holding the API token, used when neither --token nor CSIVOL_TOKEN is given.",
     ),
     (
+        CSIVOL_CACERT,
+        "The CA certificate (PEM) that signed the server's certificate. --ca-cert wins over it; \
+         without either, $XDG_CONFIG_HOME/csivol/ca.pem when it exists, else the system's roots.",
+    ),
+    (
         CSIVOL_NODE,
         "The node claim and run use when --node is not given.",
     ),
@@ -106,7 +128,7 @@ pub const DOCUMENTED: &[(&str, &str)] = &[
     ),
     (
         XDG_CONFIG_HOME,
-        "Where the default token file is looked for: $XDG_CONFIG_HOME/csivol/token \
-         (~/.config/csivol/token when unset).",
+        "Where the default token and CA files are looked for: $XDG_CONFIG_HOME/csivol/token \
+         and ca.pem (~/.config/csivol/ when unset).",
     ),
 ];

@@ -65,11 +65,11 @@ pub const EXIT_CODES: &[(Exit, &str)] = &[
     ),
     (
         Exit::Unauthorized,
-        "unauthorized: no token, an unknown token, or one without the right",
+        "unauthorized: no token, an unknown, expired or revoked token, or one without the right",
     ),
     (
         Exit::Unreachable,
-        "server unreachable, or it answered that it is unavailable",
+        "server unreachable (or its certificate not trusted), or it answered that it is unavailable",
     ),
     (
         Exit::Signal(2),

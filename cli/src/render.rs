@@ -327,6 +327,66 @@ fn plugin_slots(n: &Node) -> String {
         .join(", ")
 }
 
+pub fn controller_hosts(out: &Out, h: &csivol_proto::api::ControllerHosts) -> anyhow::Result<()> {
+    if h.allowed.is_empty() {
+        out.note(format!(
+            "no node may host the controller of plugin {}; hint: csivol plugin controllers {} --allow NODE",
+            h.plugin, h.plugin
+        ));
+    }
+    let mut t = out.table(&["NODE", "ALLOWED BY", "SINCE", "HOSTING"]);
+    for a in &h.allowed {
+        let by = match (a.source.as_str(), &a.by) {
+            ("token", Some(id)) => format!("token {id}"),
+            (_, Some(actor)) => actor.clone(),
+            (s, None) => s.to_owned(),
+        };
+        t.add_row(vec![
+            cell(&a.node),
+            cell(by),
+            cell(or_dash(a.since.as_deref())),
+            cell(if h.hosting.contains(&a.node) {
+                "yes"
+            } else {
+                "no"
+            }),
+        ]);
+    }
+    out.print_table(t)
+}
+
+pub fn tokens(out: &Out, ts: &[csivol_proto::api::TokenInfo]) -> anyhow::Result<()> {
+    let mut t = out.table(&[
+        "ID",
+        "NAME",
+        "ROLE",
+        "NODE",
+        "STATUS",
+        "CREATED",
+        "LAST USED",
+        "EXPIRES",
+        "CONTROLLERS",
+    ]);
+    for tok in ts {
+        t.add_row(vec![
+            cell(&tok.id),
+            cell(or_dash(tok.name.as_deref())),
+            cell(tok.role.as_str()),
+            cell(or_dash(tok.node.as_deref())),
+            cell(&tok.status),
+            cell(&tok.created_at),
+            cell(or_dash(tok.last_used_at.as_deref())),
+            cell(or_dash(tok.expires_at.as_deref())),
+            cell(if tok.controllers.is_empty() {
+                "-".to_owned()
+            } else {
+                tok.controllers.join(",")
+            }),
+        ]);
+    }
+    out.print_table(t)
+}
+
 pub fn nodes(out: &Out, ns: &[Node]) -> anyhow::Result<()> {
     if ns.is_empty() {
         out.note("no nodes have registered");

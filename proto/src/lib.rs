@@ -8,6 +8,7 @@ pub mod api;
 pub mod domain;
 pub mod endpoint;
 pub mod mountinfo;
+pub mod tls;
 
 /// Generated CSI v1 code (package `csi.v1`). Only [`domain`] and the gRPC edges of the
 /// agent and the reference plugin should touch these types.

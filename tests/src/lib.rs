@@ -273,7 +273,10 @@ pub struct Api {
 impl Api {
     pub fn new(base: &str, token: Option<&str>) -> Self {
         Self {
-            http: reqwest::Client::new(),
+            http: {
+                csivol_proto::tls::install_provider();
+                reqwest::Client::new()
+            },
             base: base.trim_end_matches('/').to_owned(),
             token: token.map(str::to_owned),
         }
@@ -327,10 +330,16 @@ impl Api {
         let method = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
         // A connection of its own: the server may close it after refusing the body, and a
         // pooled connection closed under a later request would fail that request.
-        let mut req = reqwest::Client::new()
-            .request(method, format!("{}{path}", self.base))
-            .header("content-type", "application/json")
-            .body(body);
+        let mut req = {
+            csivol_proto::tls::install_provider();
+            reqwest::Client::builder()
+                .pool_idle_timeout(csivol_proto::tls::POOL_IDLE_TIMEOUT)
+                .build()
+                .expect("an HTTP client")
+        }
+        .request(method, format!("{}{path}", self.base))
+        .header("content-type", "application/json")
+        .body(body);
         if let Some(t) = &self.token {
             req = req.bearer_auth(t);
         }
@@ -370,10 +379,19 @@ pub struct FakeAgent {
 }
 
 impl FakeAgent {
+    /// A node whose token may host plugin `hp`'s controller.
     pub async fn new(server: &ServerProc, node: &str) -> Self {
+        Self::with_controllers(server, node, &["hp"]).await
+    }
+
+    /// A node whose token may host the controllers of `controllers` only.
+    pub async fn with_controllers(server: &ServerProc, node: &str, controllers: &[&str]) -> Self {
         let (status, t) = server
             .api()
-            .post("/v1/tokens", json!({"role": "node", "node": node}))
+            .post(
+                "/v1/tokens",
+                json!({"role": "node", "node": node, "controllers": controllers}),
+            )
             .await;
         assert_eq!(status, 201, "{t}");
         Self {
@@ -384,6 +402,39 @@ impl FakeAgent {
 
     /// Registers with plugin `hp` (node service, max `max` volumes); `controller` makes it a
     /// host of the plugin's controller, which needs ControllerPublish.
+    /// Registers with the given plugin shape; the answer as it comes.
+    pub async fn try_register(&self, max: u32, controller: bool, published: Value) -> (u16, Value) {
+        self.try_register_labeled(max, controller, published, json!({}))
+            .await
+    }
+
+    /// [`FakeAgent::try_register`] reporting node `labels` too.
+    pub async fn try_register_labeled(
+        &self,
+        max: u32,
+        controller: bool,
+        published: Value,
+        labels: Value,
+    ) -> (u16, Value) {
+        let plugin = json!({
+            "id": "hp",
+            "info": {"name": "hostpath.csivol.dev", "vendor_version": "1"},
+            "capabilities": {"controller_service": true, "volume_accessibility_constraints": false},
+            "node": {
+                "info": {"node_id": format!("csi-{}", self.node), "max_volumes_per_node": max},
+                "capabilities": {"stage_unstage_volume": true, "get_volume_stats": false, "volume_condition": false, "single_node_multi_writer": false}
+            },
+            "controller": if controller { json!({"create_delete_volume": true, "publish_unpublish_volume": true, "list_volumes": false, "list_volumes_published_nodes": false, "publish_readonly": false, "single_node_multi_writer": false}) } else { Value::Null },
+        });
+        self.api
+            .post(
+                &format!("/v1/nodes/{}/register", self.node),
+                json!({"plugins": [plugin], "published": published, "labels": labels}),
+            )
+            .await
+    }
+
+    /// [`FakeAgent::try_register`], which must succeed.
     pub async fn register(&self, max: u32, controller: bool, published: Value) -> Value {
         self.register_labeled(max, controller, published, json!({}))
             .await
@@ -397,22 +448,8 @@ impl FakeAgent {
         published: Value,
         labels: Value,
     ) -> Value {
-        let plugin = json!({
-            "id": "hp",
-            "info": {"name": "hostpath.csivol.dev", "vendor_version": "1"},
-            "capabilities": {"controller_service": true, "volume_accessibility_constraints": false},
-            "node": {
-                "info": {"node_id": format!("csi-{}", self.node), "max_volumes_per_node": max},
-                "capabilities": {"stage_unstage_volume": true, "get_volume_stats": false, "volume_condition": false, "single_node_multi_writer": false}
-            },
-            "controller": if controller { json!({"create_delete_volume": true, "publish_unpublish_volume": true, "list_volumes": false, "list_volumes_published_nodes": false, "publish_readonly": false, "single_node_multi_writer": false}) } else { Value::Null },
-        });
         let (status, body) = self
-            .api
-            .post(
-                &format!("/v1/nodes/{}/register", self.node),
-                json!({"plugins": [plugin], "published": published, "labels": labels}),
-            )
+            .try_register_labeled(max, controller, published, labels)
             .await;
         assert_eq!(status, 200, "{body}");
         body

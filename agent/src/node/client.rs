@@ -76,8 +76,16 @@ pub struct ApiClient {
 }
 
 impl ApiClient {
-    pub fn new(server: &str, node: &str, token: String) -> Result<Self, reqwest::Error> {
+    pub fn new(
+        server: &str,
+        node: &str,
+        token: String,
+        tls: rustls::ClientConfig,
+    ) -> Result<Self, reqwest::Error> {
+        csivol_proto::tls::install_provider();
         let http = reqwest::Client::builder()
+            .tls_backend_preconfigured(tls)
+            .pool_idle_timeout(csivol_proto::tls::POOL_IDLE_TIMEOUT)
             .connect_timeout(Duration::from_secs(5))
             .build()?;
         Ok(Self {

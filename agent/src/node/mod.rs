@@ -28,15 +28,24 @@ use std::time::Duration;
 use anyhow::Context;
 
 pub use self::config::{CoreConfig, PluginSpec, ReadyCheck, ReadyCheckSetting};
-pub use self::core::{Core, FenceState};
+pub use self::core::{Core, FenceState, TARGETS_MODE};
 pub use self::session::FenceClock;
 
 /// `csivol-agent node` flags. Each may also be set in the `--config` file; flags win.
 #[derive(Debug, Default, clap::Args)]
 pub struct NodeArgs {
-    /// The server's URL, e.g. `http://10.0.0.1:7420`.
+    /// The server's URL, e.g. `https://10.0.0.1:7420` (plain `http://` only on loopback).
     #[arg(long, value_name = "URL")]
     pub server: Option<String>,
+    /// The CA (PEM) that signed the server's certificate [default: the system's roots].
+    #[arg(long, value_name = "FILE")]
+    pub ca_cert: Option<PathBuf>,
+    /// This node's client certificate (PEM) for mutual TLS; it must name this node.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The client certificate's private key (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
     /// This node's name, as claims name it.
     #[arg(long, value_name = "NAME")]
     pub node: Option<String>,
@@ -97,7 +106,21 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
             settings.node
         );
     }
-    let client = client::ApiClient::new(&settings.server, &settings.node, token)
+    if !settings.server.starts_with("https://")
+        && !csivol_proto::tls::is_loopback_url(&settings.server)
+    {
+        anyhow::bail!(
+            "refusing to send this node's token to {} over plain HTTP\nhint: use an https:// \
+             server address (the server needs --tls-cert and --tls-key)",
+            settings.server
+        );
+    }
+    let tls = csivol_proto::tls::client_config(
+        args.ca_cert.as_deref(),
+        args.tls_cert.as_deref().zip(args.tls_key.as_deref()),
+    )
+    .map_err(anyhow::Error::msg)?;
+    let client = client::ApiClient::new(&settings.server, &settings.node, token, tls)
         .context("failed to set up the HTTP client")?;
     tracing::info!(
         node = settings.node,

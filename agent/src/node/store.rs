@@ -23,6 +23,12 @@ pub enum StoreError {
         #[source]
         source: rusqlite::Error,
     },
+    #[error("failed to create {}", path.display())]
+    Create {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("failed to lock {}", path.display())]
     Lock {
         path: PathBuf,
@@ -139,6 +145,11 @@ impl Store {
             path: path.clone(),
             source,
         };
+        // 0600 before SQLite opens it: its -wal and -shm files get the same mode.
+        crate::private::create_file(&path).map_err(|source| StoreError::Create {
+            path: path.clone(),
+            source,
+        })?;
         let conn = Connection::open(&path).map_err(open_err)?;
         // WAL with NORMAL sync: a committed intent is in the WAL before the plugin call it
         // announces, so it survives the agent being killed at any point. What NORMAL gives

@@ -3,11 +3,11 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::RwLock;
+use std::sync::{Mutex, RwLock};
 
-use csivol_proto::api::{Role, TokenResponse};
+use csivol_proto::api::{Role, TokenInfo, TokenResponse};
 use rand::RngCore;
-use rusqlite::{Connection, params};
+use rusqlite::{Connection, OptionalExtension, params};
 use sha2::{Digest, Sha256};
 
 use super::db::WriteCtx;
@@ -21,6 +21,8 @@ pub struct Caller {
     pub node: Option<String>,
     /// The name given at `token create --name`, shown as the actor instead of the id.
     pub name: Option<String>,
+    /// Plugins whose controller a node token's node may host.
+    pub controllers: Vec<String>,
 }
 
 impl Caller {
@@ -89,41 +91,66 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Known tokens by hash, loaded at start and kept in memory (a lookup per request).
+/// A known token: who it makes the caller, and until when.
+#[derive(Clone, Debug)]
+struct Entry {
+    caller: Caller,
+    expires_at: Option<i64>,
+    revoked_at: Option<i64>,
+}
+
+/// Known tokens by hash, loaded at start and kept in memory (a lookup per request), and
+/// when each was last used (kept in memory, persisted by [`persist_last_used`]: a write
+/// per request would cost an fsync per request).
 #[derive(Debug, Default)]
 pub struct Tokens {
-    by_hash: RwLock<HashMap<String, Caller>>,
+    by_hash: RwLock<HashMap<String, Entry>>,
+    last_used: Mutex<HashMap<String, i64>>,
+}
+
+fn parse_controllers(json: &str) -> Vec<String> {
+    serde_json::from_str(json).unwrap_or_default()
 }
 
 impl Tokens {
     pub fn load(conn: &Connection) -> ApiResult<Self> {
-        let mut stmt = conn.prepare("SELECT id, hash, role, node, name FROM tokens")?;
+        let mut stmt = conn.prepare(
+            "SELECT id, hash, role, node, expires_at, revoked_at, controllers, name FROM tokens",
+        )?;
         let rows = stmt.query_map([], |r| {
-            let role: String = r.get(2)?;
             Ok((
-                r.get::<_, String>(1)?,
                 r.get::<_, String>(0)?,
-                role,
+                r.get::<_, String>(1)?,
+                r.get::<_, String>(2)?,
                 r.get::<_, Option<String>>(3)?,
-                r.get::<_, Option<String>>(4)?,
+                r.get::<_, Option<i64>>(4)?,
+                r.get::<_, Option<i64>>(5)?,
+                r.get::<_, String>(6)?,
+                r.get::<_, Option<String>>(7)?,
             ))
         })?;
         let mut by_hash = HashMap::new();
         for row in rows {
-            let (h, id, role, node, name) = row?;
+            let (id, h, role, node, expires_at, revoked_at, controllers, name) = row?;
             let role = role.parse().map_err(ApiError::internal)?;
             by_hash.insert(
                 h,
-                Caller {
-                    token_id: id,
-                    role,
-                    node,
-                    name,
+                Entry {
+                    caller: Caller {
+                        token_id: id,
+                        role,
+                        node,
+                        controllers: parse_controllers(&controllers),
+                        name,
+                    },
+                    expires_at,
+                    revoked_at,
                 },
             );
         }
         Ok(Self {
             by_hash: RwLock::new(by_hash),
+            last_used: Mutex::default(),
         })
     }
 
@@ -134,8 +161,12 @@ impl Tokens {
             .is_empty()
     }
 
-    /// The caller presenting `Authorization: Bearer <token>`.
+    /// The caller presenting `Authorization: Bearer <token>`, at `now` (ms).
     pub fn authenticate(&self, header: Option<&str>) -> ApiResult<Caller> {
+        self.authenticate_at(header, super::db::now_ms())
+    }
+
+    fn authenticate_at(&self, header: Option<&str>, now: i64) -> ApiResult<Caller> {
         let hint = "pass a token with --token, CSIVOL_TOKEN or CSIVOL_TOKEN_FILE; the server wrote the \
                     first operator token to <data-dir>/operator.token";
         let Some(header) = header else {
@@ -151,22 +182,174 @@ impl Tokens {
             )
             .with_hint(hint));
         }
-        self.by_hash
+        let entry = self
+            .by_hash
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .get(&hash(token))
             .cloned()
             .ok_or_else(|| {
                 ApiError::unauthenticated("the token is not known to this server").with_hint(hint)
-            })
+            })?;
+        let new_token = "ask an operator for a new token (csivol token create)";
+        if let Some(at) = entry.revoked_at {
+            return Err(ApiError::unauthenticated(format!(
+                "token {} was revoked at {}",
+                entry.caller.token_id,
+                super::model::time(at)
+            ))
+            .with_hint(new_token));
+        }
+        if let Some(at) = entry.expires_at.filter(|at| *at <= now) {
+            return Err(ApiError::unauthenticated(format!(
+                "token {} expired at {}",
+                entry.caller.token_id,
+                super::model::time(at)
+            ))
+            .with_hint(new_token));
+        }
+        self.last_used
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(entry.caller.token_id.clone(), now);
+        Ok(entry.caller)
     }
 
-    pub fn remember(&self, token: &str, caller: Caller) {
+    /// Knows a token created (and committed) just now.
+    pub fn remember(&self, token: &str, caller: Caller, expires_at: Option<i64>) {
         self.by_hash
             .write()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(hash(token), caller);
+            .insert(
+                hash(token),
+                Entry {
+                    caller,
+                    expires_at,
+                    revoked_at: None,
+                },
+            );
     }
+
+    /// Refuses a token revoked (and committed) just now.
+    pub fn revoke(&self, id: &str, at: i64) {
+        let mut map = self.by_hash.write().unwrap_or_else(|e| e.into_inner());
+        for e in map.values_mut().filter(|e| e.caller.token_id == id) {
+            e.revoked_at.get_or_insert(at);
+        }
+    }
+
+    /// Puts back last-use times whose write failed (a newer use wins).
+    pub fn put_back_last_used(&self, used: Vec<(String, i64)>) {
+        let mut map = self.last_used.lock().unwrap_or_else(|e| e.into_inner());
+        for (id, at) in used {
+            let e = map.entry(id).or_insert(at);
+            *e = (*e).max(at);
+        }
+    }
+
+    /// Last-use times not yet written, taken out for [`persist_last_used`].
+    pub fn take_last_used(&self) -> Vec<(String, i64)> {
+        std::mem::take(&mut *self.last_used.lock().unwrap_or_else(|e| e.into_inner()))
+            .into_iter()
+            .collect()
+    }
+}
+
+/// Writes last-use times taken from [`Tokens::take_last_used`].
+pub fn persist_last_used(ctx: &mut WriteCtx<'_>, used: &[(String, i64)]) -> ApiResult<()> {
+    let mut stmt = ctx.tx.prepare_cached(
+        "UPDATE tokens SET last_used_at = max(coalesce(last_used_at, 0), ?2) WHERE id = ?1",
+    )?;
+    for (id, at) in used {
+        stmt.execute(params![id, at])?;
+    }
+    Ok(())
+}
+
+/// Every token, without secrets.
+pub fn list_tokens(conn: &Connection, now: i64) -> ApiResult<Vec<TokenInfo>> {
+    let mut stmt = conn.prepare(
+        "SELECT id, role, node, controllers, created_at, last_used_at, expires_at, revoked_at, name \
+         FROM tokens ORDER BY created_at, id",
+    )?;
+    let rows = stmt.query_map([], |r| {
+        Ok((
+            r.get::<_, String>(0)?,
+            r.get::<_, String>(1)?,
+            r.get::<_, Option<String>>(2)?,
+            r.get::<_, String>(3)?,
+            r.get::<_, i64>(4)?,
+            r.get::<_, Option<i64>>(5)?,
+            r.get::<_, Option<i64>>(6)?,
+            r.get::<_, Option<i64>>(7)?,
+            r.get::<_, Option<String>>(8)?,
+        ))
+    })?;
+    let mut out = Vec::new();
+    for row in rows {
+        let (id, role, node, controllers, created, used, expires, revoked, name) = row?;
+        let status = match (revoked, expires) {
+            (Some(_), _) => "revoked",
+            (None, Some(e)) if e <= now => "expired",
+            _ => "active",
+        };
+        out.push(TokenInfo {
+            id,
+            name,
+            role: role.parse().map_err(ApiError::internal)?,
+            node,
+            controllers: parse_controllers(&controllers),
+            created_at: super::model::time(created),
+            last_used_at: used.map(super::model::time),
+            expires_at: expires.map(super::model::time),
+            revoked_at: revoked.map(super::model::time),
+            status: status.into(),
+        });
+    }
+    Ok(out)
+}
+
+/// Revokes token `id`; refuses to revoke the last usable operator token, which would lock
+/// every operator out. Returns the token's role for the event.
+pub fn revoke_token(ctx: &mut WriteCtx<'_>, id: &str) -> ApiResult<Role> {
+    let row: Option<(String, Option<i64>)> = ctx
+        .tx
+        .query_row(
+            "SELECT role, revoked_at FROM tokens WHERE id = ?1",
+            params![id],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()?;
+    let Some((role, revoked)) = row else {
+        return Err(ApiError::not_found(format!("no token `{id}`"))
+            .with_hint("list tokens with `csivol token list`"));
+    };
+    let role: Role = role.parse().map_err(ApiError::internal)?;
+    if let Some(at) = revoked {
+        return Err(ApiError::conflict(format!(
+            "token {id} was already revoked at {}",
+            super::model::time(at)
+        )));
+    }
+    if role == Role::Operator {
+        let others: i64 = ctx.tx.query_row(
+            "SELECT count(*) FROM tokens WHERE role = 'operator' AND id != ?1 \
+             AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > ?2)",
+            params![id, ctx.now],
+            |r| r.get(0),
+        )?;
+        if others == 0 {
+            return Err(ApiError::conflict(format!(
+                "token {id} is the last usable operator token; revoking it would lock every operator out"
+            ))
+            .with_hint("create another operator token first (csivol token create --role operator)"));
+        }
+    }
+    ctx.tx.execute(
+        "UPDATE tokens SET revoked_at = ?2 WHERE id = ?1",
+        params![id, ctx.now],
+    )?;
+    Ok(role)
 }
 
 /// Creates a token in the database; the caller must [`Tokens::remember`] it after commit.
@@ -175,6 +358,8 @@ pub fn create_token(
     role: Role,
     node: Option<String>,
     name: Option<String>,
+    ttl_ms: Option<u64>,
+    controllers: Vec<String>,
 ) -> ApiResult<TokenResponse> {
     if let Some(n) = &name {
         csivol_proto::api::validate_name("token name", n).map_err(ApiError::invalid)?;
@@ -216,14 +401,42 @@ pub fn create_token(
         }
         (_, None) => {}
     }
+    if !controllers.is_empty() && role != Role::Node {
+        return Err(ApiError::invalid(
+            "only node tokens may host controllers; drop `controllers`",
+        ));
+    }
+    for p in &controllers {
+        csivol_proto::api::validate_name("plugin", p).map_err(ApiError::invalid)?;
+    }
+    let expires_at = match ttl_ms {
+        Some(0) => return Err(ApiError::invalid("`ttl` must be longer than 0")),
+        Some(ms) => Some(
+            ctx.now
+                .saturating_add(i64::try_from(ms).unwrap_or(i64::MAX)),
+        ),
+        None => None,
+    };
     let mut secret = [0u8; 32];
     rand::rng().fill_bytes(&mut secret);
     let token = format!("csivol_{}", hex(&secret));
     let h = hash(&token);
     let id = h[..12].to_owned();
+    let controllers_json =
+        serde_json::to_string(&controllers).map_err(|e| ApiError::internal(e.to_string()))?;
     ctx.tx.execute(
-        "INSERT INTO tokens (id, hash, role, node, created_at, name) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-        params![id, h, role.as_str(), node, ctx.now, name],
+        "INSERT INTO tokens (id, hash, role, node, created_at, expires_at, controllers, name) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        params![
+            id,
+            h,
+            role.as_str(),
+            node,
+            ctx.now,
+            expires_at,
+            controllers_json,
+            name
+        ],
     )?;
     Ok(TokenResponse {
         id,
@@ -231,6 +444,8 @@ pub fn create_token(
         node,
         name,
         token,
+        expires_at: expires_at.map(super::model::time),
+        controllers,
     })
 }
 
@@ -258,6 +473,7 @@ mod tests {
             role: Role::Node,
             node: Some("n1".into()),
             name: None,
+            controllers: vec![],
         };
         assert!(c.require_node("n1").is_ok());
         let err = c.require_node("n2").unwrap_err();
@@ -273,6 +489,7 @@ mod tests {
             role: Role::Reader,
             node: None,
             name: None,
+            controllers: vec![],
         };
         assert!(r.require_reader().is_ok());
         assert!(r.require_operator().is_err());
@@ -286,6 +503,7 @@ mod tests {
             role,
             node: node.map(Into::into),
             name: name.map(Into::into),
+            controllers: vec![],
         };
         assert_eq!(
             c(Role::Operator, None, Some("alice")).actor(),
@@ -309,7 +527,9 @@ mod tests {
                 role: Role::Operator,
                 node: None,
                 name: None,
+                controllers: vec![],
             },
+            None,
         );
         assert_eq!(
             t.authenticate(Some("Bearer secret")).unwrap().role,
@@ -321,5 +541,39 @@ mod tests {
         );
         assert_eq!(t.authenticate(None).unwrap_err().status, 401);
         assert_eq!(t.authenticate(Some("Basic x")).unwrap_err().status, 401);
+    }
+
+    #[test]
+    fn expired_and_revoked_tokens_say_which() {
+        let t = Tokens::default();
+        let caller = |id: &str| Caller {
+            token_id: id.into(),
+            role: Role::Reader,
+            node: None,
+            name: None,
+            controllers: vec![],
+        };
+        t.remember("short", caller("s"), Some(1_000));
+        t.remember("gone", caller("g"), None);
+        assert!(t.authenticate_at(Some("Bearer short"), 999).is_ok());
+        let e = t.authenticate_at(Some("Bearer short"), 1_000).unwrap_err();
+        assert_eq!(e.status, 401);
+        assert!(
+            e.message.starts_with("token s expired at "),
+            "{}",
+            e.message
+        );
+        assert!(t.authenticate_at(Some("Bearer gone"), 5).is_ok());
+        t.revoke("g", 7);
+        let e = t.authenticate_at(Some("Bearer gone"), 8).unwrap_err();
+        assert_eq!(e.status, 401);
+        assert!(
+            e.message.starts_with("token g was revoked at "),
+            "{}",
+            e.message
+        );
+        let used: HashMap<_, _> = t.take_last_used().into_iter().collect();
+        assert_eq!(used.get("s"), Some(&999));
+        assert_eq!(used.get("g"), Some(&5));
     }
 }

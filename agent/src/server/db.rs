@@ -198,6 +198,27 @@ ALTER TABLE nodes ADD COLUMN eligibility TEXT NOT NULL DEFAULT 'eligible';
 ALTER TABLE tokens ADD COLUMN name TEXT;
 CREATE UNIQUE INDEX tokens_name ON tokens (name) WHERE name IS NOT NULL;
 "#,
+    r#"
+-- Tokens expire and are revoked (kept, so that the refusal can say which); when each was
+-- last used; which plugins' controllers a node token's node may host.
+ALTER TABLE tokens ADD COLUMN expires_at INTEGER;
+ALTER TABLE tokens ADD COLUMN revoked_at INTEGER;
+ALTER TABLE tokens ADD COLUMN last_used_at INTEGER;
+ALTER TABLE tokens ADD COLUMN controllers TEXT NOT NULL DEFAULT '[]';
+-- Controller hosts an operator allowed (`csivol plugin controllers P --allow N`). The nodes
+-- that hosted a controller before hosting was authorised keep hosting it: they were
+-- accepted then, and refusing them at upgrade would stall every volume of their plugin.
+CREATE TABLE controller_hosts (
+    plugin TEXT NOT NULL,
+    node TEXT NOT NULL,
+    allowed_by TEXT NOT NULL,
+    allowed_at INTEGER NOT NULL,
+    PRIMARY KEY (plugin, node)
+);
+INSERT INTO controller_hosts (plugin, node, allowed_by, allowed_at)
+    SELECT plugin, node, 'upgrade', CAST(strftime('%s', 'now') AS INTEGER) * 1000
+    FROM node_plugins WHERE controller = 1;
+"#,
 ];
 
 /// How many schema migrations this build knows: a database at this `user_version` is current.
@@ -226,6 +247,9 @@ fn configure(conn: &Connection) -> rusqlite::Result<()> {
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", "FULL")?;
     conn.pragma_update(None, "foreign_keys", "ON")?;
+    // Overwritten and deleted content is zeroed, so that a secret sealed again under a new
+    // key, or a volume deregistered, leaves no old bytes in free pages.
+    conn.pragma_update(None, "secure_delete", "ON")?;
     Ok(())
 }
 

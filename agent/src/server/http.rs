@@ -6,21 +6,23 @@ use std::time::Duration;
 use axum::extract::{DefaultBodyLimit, FromRequest, FromRequestParts, Path, Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, request::Parts};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use csivol_proto::api::{
     self, ClaimDryRun, ClaimRequest, CreateVolumeSpec, DetachRequest, Health, HeartbeatResponse,
-    INDEX_HEADER, NodeUnblockRequest, RegisterRequest, RegisterResponse, ReportBatch, TokenRequest,
+    INDEX_HEADER, NodeUnblockRequest, RegisterRequest, RegisterResponse, ReportBatch,
     UnblockRequest, VolumeSpec, VolumeState, validate_name,
 };
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
-use super::auth::{self, Caller, Tokens};
+use super::access;
+use super::auth::{Caller, Tokens};
 use super::db::{Db, now_ms};
 use super::error::{ApiError, ApiResult};
 use super::fence::{self, Fencer};
 use super::fence_policy::FenceConfig;
+use super::hosting;
 use super::lifecycle::{self, ClaimDecision, Limits};
 use super::liveness::Liveness;
 use super::metrics::Metrics;
@@ -42,12 +44,14 @@ pub struct App {
     pub metrics: Arc<Metrics>,
     pub fence: Arc<FenceConfig>,
     pub fencer: Arc<Fencer>,
+    /// Long-polls in flight (`--max-long-polls`).
+    pub long_polls: Arc<tokio::sync::Semaphore>,
 }
 
 impl App {
     /// Authenticates an operator; returns how the event log names them and the limits a
     /// write needs.
-    fn operator(&self, headers: &HeaderMap) -> ApiResult<(String, Limits)> {
+    pub(super) fn operator(&self, headers: &HeaderMap) -> ApiResult<(String, Limits)> {
         let caller = self.caller(headers)?;
         caller.require_operator()?;
         Ok((caller.actor(), self.limits.clone()))
@@ -60,7 +64,25 @@ impl App {
         Ok((caller.actor(), self.limits.clone()))
     }
 
-    fn caller(&self, headers: &HeaderMap) -> ApiResult<Caller> {
+    /// A place in the long-poll budget for a blocking query (none needed otherwise).
+    fn long_poll(&self, blocking: bool) -> ApiResult<Option<tokio::sync::OwnedSemaphorePermit>> {
+        if !blocking {
+            return Ok(None);
+        }
+        Arc::clone(&self.long_polls)
+            .try_acquire_owned()
+            .map(Some)
+            .map_err(|_| {
+                ApiError::unavailable(
+                    "too many long-polls in flight: this server's --max-long-polls is reached",
+                )
+                .with_hint(
+                    "retry shortly; an operator may raise --max-long-polls and --max-connections",
+                )
+            })
+    }
+
+    pub(super) fn caller(&self, headers: &HeaderMap) -> ApiResult<Caller> {
         let header = headers
             .get(axum::http::header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok());
@@ -149,7 +171,7 @@ fn with_index<T: serde::Serialize>(status: StatusCode, index: u64, body: T) -> R
     r
 }
 
-fn name(kind: &str, value: &str) -> ApiResult<()> {
+pub(super) fn name(kind: &str, value: &str) -> ApiResult<()> {
     validate_name(kind, value).map_err(ApiError::invalid)
 }
 
@@ -157,7 +179,11 @@ pub fn router(app: App) -> Router {
     Router::new()
         .route("/v1/health", get(health))
         .route("/v1/metrics", get(metrics))
-        .route("/v1/tokens", post(create_token))
+        .route(
+            "/v1/tokens",
+            post(access::create_token).get(access::list_tokens),
+        )
+        .route("/v1/tokens/{id}", delete(access::revoke_token))
         .route("/v1/volumes", get(list_volumes))
         .route(
             "/v1/volumes/{name}",
@@ -184,12 +210,20 @@ pub fn router(app: App) -> Router {
         .route("/v1/nodes/{node}/reports", post(reports))
         .route("/v1/plugins", get(list_plugins))
         .route("/v1/plugins/{id}", get(get_plugin))
+        .route(
+            "/v1/plugins/{id}/controllers",
+            get(access::get_controller_hosts).post(access::change_controller_hosts),
+        )
         .route("/v1/events", get(events))
         .route("/v1/backup", get(backup))
         .fallback(|| async {
             ApiError::not_found("no such endpoint").with_hint("the API lives under /v1/")
         })
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .layer(axum::middleware::from_fn_with_state(
+            app.clone(),
+            access::client_cert_names_the_node,
+        ))
         .with_state(app)
 }
 
@@ -231,43 +265,6 @@ async fn metrics(State(app): State<App>, headers: HeaderMap) -> ApiResult<Respon
         .into_response())
 }
 
-async fn create_token(
-    State(app): State<App>,
-    headers: HeaderMap,
-    Body(req): Body<TokenRequest>,
-) -> ApiResult<Response> {
-    let (actor, _) = app.operator(&headers)?;
-    let resp = app
-        .db
-        .write(move |ctx| {
-            let t = auth::create_token(ctx, req.role, req.node.clone(), req.name.clone())?;
-            lifecycle::event(
-                ctx,
-                "token-created",
-                None,
-                t.node.as_deref(),
-                None,
-                &actor,
-                match &t.name {
-                    Some(name) => format!("{} token {} created, named {name}", t.role, t.id),
-                    None => format!("{} token {} created", t.role, t.id),
-                },
-            )?;
-            Ok(t)
-        })
-        .await?;
-    app.tokens.remember(
-        &resp.token,
-        Caller {
-            token_id: resp.id.clone(),
-            role: resp.role,
-            node: resp.node.clone(),
-            name: resp.name.clone(),
-        },
-    );
-    Ok((StatusCode::CREATED, Json(resp)).into_response())
-}
-
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct VolumeFilter {
@@ -306,7 +303,9 @@ async fn get_volume(
     app.caller(&headers)?.require_reader()?;
     name("volume", &volume)?;
     let key = Key::Volume(volume.clone());
-    let index = match b.wait()? {
+    let blocking = b.wait()?;
+    let _permit = app.long_poll(blocking.is_some())?;
+    let index = match blocking {
         Some((after, wait)) => app.db.hub.wait(&key, after, wait).await,
         None => app.db.hub.index(&key),
     };
@@ -451,7 +450,9 @@ async fn get_claim(
     name("volume", &volume)?;
     name("alloc", &alloc)?;
     let key = Key::Volume(volume.clone());
-    let index = match b.wait()? {
+    let blocking = b.wait()?;
+    let _permit = app.long_poll(blocking.is_some())?;
+    let index = match blocking {
         Some((after, wait)) => app.db.hub.wait(&key, after, wait).await,
         None => app.db.hub.index(&key),
     };
@@ -688,13 +689,20 @@ async fn register(
     Path(node): Path<String>,
     Body(req): Body<RegisterRequest>,
 ) -> ApiResult<Json<RegisterResponse>> {
-    app.caller(&headers)?.require_node(&node)?;
+    let caller = app.caller(&headers)?;
+    caller.require_node(&node)?;
     name("node", &node)?;
     let limits = app.limits.clone();
     let n = node.clone();
+    // A refusal is answered after its event committed, so it is an Ok of the write.
     app.db
-        .write(move |ctx| lifecycle::register_node(ctx, &n, &req, &limits))
-        .await?;
+        .write(move |ctx| {
+            if let Some(refusal) = hosting::refused(ctx, &caller, &n, &req)? {
+                return Ok(Err(refusal));
+            }
+            lifecycle::register_node(ctx, &n, &req, &limits).map(Ok)
+        })
+        .await??;
     app.live.registered(&node, now_ms());
     Ok(Json(RegisterResponse {
         heartbeat_ttl_ms: app.live.ttl().as_millis() as u64,
@@ -728,7 +736,9 @@ async fn desired(
     app.caller(&headers)?.require_node(&node)?;
     name("node", &node)?;
     let key = Key::Node(node.clone());
-    let index = match b.wait()? {
+    let blocking = b.wait()?;
+    let _permit = app.long_poll(blocking.is_some())?;
+    let index = match blocking {
         Some((after, wait)) => app.db.hub.wait(&key, after, wait).await,
         None => app.db.hub.index(&key),
     };
@@ -809,6 +819,7 @@ async fn events(
         .wait()?,
         None => None,
     };
+    let _permit = app.long_poll(blocking.is_some())?;
     let deadline = tokio::time::Instant::now() + blocking.map_or(Duration::ZERO, |(_, w)| w);
     loop {
         let seen = app.db.hub.index(&Key::Events);

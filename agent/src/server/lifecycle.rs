@@ -159,6 +159,7 @@ fn check_spec_names(
 }
 
 fn insert_volume(ctx: &mut WriteCtx<'_>, v: &VolumeRow) -> ApiResult<()> {
+    let secrets = super::secrets::seal(&v.name, &v.secrets).map_err(ApiError::internal)?;
     exec(
         ctx.tx,
         "INSERT INTO volumes (name, plugin, external_id, access_mode, attachment, fs_type, mount_flags, context, \
@@ -177,7 +178,7 @@ fn insert_volume(ctx: &mut WriteCtx<'_>, v: &VolumeRow) -> ApiResult<()> {
             to_json(&v.mount_flags),
             to_json(&v.context),
             to_json(&v.parameters),
-            to_json(&v.secrets),
+            secrets,
             v.capacity_bytes.map(|c| c as i64),
             v.lifecycle.as_str(),
             v.error,

@@ -2,6 +2,7 @@
 //! what each node and each controller host must do, notices lost nodes and carries out
 //! operators' decisions. It never dials a plugin.
 
+mod access;
 mod auth;
 pub mod backup;
 mod db;
@@ -9,16 +10,19 @@ mod error;
 mod fence;
 mod fence_command;
 pub mod fence_policy;
+mod hosting;
 mod http;
 pub mod identity;
 mod leases;
 mod lifecycle;
+mod listen;
 mod liveness;
 mod metrics;
 mod model;
 mod nodes;
 mod queue;
 pub mod rules;
+mod secrets;
 mod views;
 mod watch;
 
@@ -33,6 +37,7 @@ use serde::Deserialize;
 use tokio::net::TcpListener;
 
 use self::db::Db;
+use self::error::ApiError;
 use self::lifecycle::Limits;
 
 /// Default listen address.
@@ -59,9 +64,44 @@ pub struct ServerArgs {
     /// Controller operations in flight per plugin [default: 8].
     #[arg(long)]
     pub controller_concurrency: Option<u32>,
+    /// A request's headers must arrive within this; an idle keep-alive connection is
+    /// closed after it too [default: 10s].
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub header_timeout: Option<Duration>,
+    /// Open connections at most; more wait until one closes [default: the open-file limit
+    /// less 256].
+    #[arg(long)]
+    pub max_connections: Option<usize>,
+    /// Long-polls (blocking queries: agents' desired state, `--wait`, `events --follow`)
+    /// in flight at most; beyond it they are answered 503 and retried, so that the rest of
+    /// the connections stay free for other calls [default: three quarters of
+    /// --max-connections].
+    #[arg(long)]
+    pub max_long_polls: Option<usize>,
+    /// The server's TLS certificate (PEM, its chain after it); with --tls-key the API is
+    /// served over https:// (`csivol-agent tls init` makes one).
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The server certificate's private key (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// A CA (PEM) whose client certificates agents may present (mutual TLS); a node
+    /// agent's certificate must then name the node its token acts for.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_client_ca: Option<PathBuf>,
+    /// Serve plain HTTP on a non-loopback address (tokens and secrets then cross the
+    /// network in clear; a warning is logged at start).
+    #[arg(long)]
+    pub insecure_http: bool,
+    /// The key that seals volume secrets in the state database (64 hex digits, mode 0600)
+    /// [default: `<data-dir>/secrets.key`, created at the first start]. Keep it beside
+    /// backups: a backup's secrets open only with it.
+    #[arg(long, value_name = "FILE")]
+    pub secrets_key_file: Option<PathBuf>,
     /// TOML file with the same settings (`data_dir`, `listen`, `heartbeat_ttl = "30s"`,
-    /// `controller_concurrency`), and fencing: `[[fence]]` methods (`name`, `command`,
-    /// `timeout`, `nodes`, `labels`, `env`, `auto_fence_after`) and `[node_labels.<node>]`.
+    /// `controller_concurrency`, `secrets_key_file`, TLS and connection bounds), and fencing:
+    /// `[[fence]]` methods (`name`, `command`, `timeout`, `nodes`, `labels`, `env`,
+    /// `auto_fence_after`) and `[node_labels.<node>]`.
     #[arg(long)]
     pub config: Option<PathBuf>,
     /// Run SQLite's `PRAGMA integrity_check` over the state database before serving, and
@@ -80,6 +120,9 @@ pub enum ServerAction {
     Backup(backup::BackupArgs),
     /// Put a backup in place as a data dir's state database; the server must be stopped.
     Restore(backup::RestoreArgs),
+    /// Seal every volume secret under a new secrets key, then replace the key file; the
+    /// server must be stopped. Running it again finishes an interrupted rotation.
+    RotateSecretsKey,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -93,6 +136,14 @@ struct FileConfig {
     fence: Vec<fence_policy::FenceMethodConfig>,
     #[serde(default)]
     node_labels: BTreeMap<String, BTreeMap<String, String>>,
+    secrets_key_file: Option<PathBuf>,
+    header_timeout: Option<String>,
+    max_connections: Option<usize>,
+    max_long_polls: Option<usize>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
+    tls_client_ca: Option<PathBuf>,
+    insecure_http: Option<bool>,
 }
 
 /// Resolved server settings.
@@ -103,6 +154,24 @@ pub struct ServerConfig {
     pub heartbeat_ttl: Duration,
     pub controller_concurrency: u32,
     pub fence: fence_policy::FenceConfig,
+    /// `--secrets-key-file`; `None`: `<data-dir>/secrets.key`.
+    pub secrets_key_file: Option<PathBuf>,
+    pub header_timeout: Duration,
+    /// `None`: from the open-file limit at start.
+    pub max_connections: Option<usize>,
+    /// `None`: three quarters of the connections.
+    pub max_long_polls: Option<usize>,
+    /// Certificate, key and client CA files.
+    pub tls: Option<TlsFiles>,
+    pub insecure_http: bool,
+}
+
+/// The server's TLS files.
+#[derive(Debug, Clone)]
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub client_ca: Option<PathBuf>,
 }
 
 impl ServerConfig {
@@ -151,7 +220,35 @@ impl ServerConfig {
             heartbeat_ttl,
             controller_concurrency,
             fence,
+            secrets_key_file: args.secrets_key_file.or(file.secrets_key_file),
+            header_timeout: match (args.header_timeout, &file.header_timeout) {
+                (Some(d), _) => d,
+                (None, Some(s)) => humantime::parse_duration(s)
+                    .with_context(|| format!("invalid header_timeout `{s}` in the config file"))?,
+                (None, None) => Duration::from_secs(10),
+            },
+            max_connections: args.max_connections.or(file.max_connections),
+            max_long_polls: args.max_long_polls.or(file.max_long_polls),
+            tls: match (
+                args.tls_cert.or(file.tls_cert),
+                args.tls_key.or(file.tls_key),
+            ) {
+                (Some(cert), Some(key)) => Some(TlsFiles {
+                    cert,
+                    key,
+                    client_ca: args.tls_client_ca.or(file.tls_client_ca),
+                }),
+                (None, None) => None,
+                _ => bail!("--tls-cert and --tls-key go together"),
+            },
+            insecure_http: args.insecure_http || file.insecure_http.unwrap_or(false),
         })
+    }
+
+    pub fn secrets_key_path(&self) -> PathBuf {
+        self.secrets_key_file
+            .clone()
+            .unwrap_or_else(|| self.data_dir.join(secrets::KEY_FILE))
     }
 }
 
@@ -165,6 +262,23 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
             return backup::run_backup(b, &data_dir);
         }
         Some(ServerAction::Restore(r)) => return backup::run_restore(r),
+        Some(ServerAction::RotateSecretsKey) => {
+            let cfg = ServerConfig::resolve(args.clone())?;
+            let Some(_lock) = identity::try_lock(&cfg.data_dir)? else {
+                bail!(
+                    "a csivol server is running on data dir {}: the secrets key cannot be \
+                     rotated under it\nhint: stop that server, then run the rotation again",
+                    cfg.data_dir.display()
+                );
+            };
+            let key = cfg.secrets_key_path();
+            let n = secrets::rotate(&cfg.data_dir.join(identity::STATE_DB), &key)?;
+            eprintln!(
+                "sealed the secrets of {n} volume(s) under a new key in {}",
+                key.display()
+            );
+            return Ok(());
+        }
         None => {}
     }
     let check = args.check;
@@ -177,6 +291,7 @@ pub struct Server {
     pub addr: SocketAddr,
     listener: TcpListener,
     app: http::App,
+    bounds: listen::Bounds,
     /// The data dir's lock, held while this server may write there.
     _lock: rustix::fd::OwnedFd,
 }
@@ -197,7 +312,29 @@ impl Server {
                 .await
                 .context("the integrity check failed to run")??;
         }
-        let db = Db::start(&cfg.data_dir.join(identity::STATE_DB))?;
+        // Created 0600 before SQLite opens it: SQLite gives the -wal and -shm files the
+        // database file's mode.
+        let db_path = cfg.data_dir.join(identity::STATE_DB);
+        crate::private::create_file(&db_path)
+            .with_context(|| format!("failed to create {}", db_path.display()))?;
+        let keys = secrets::Keys::load(&cfg.secrets_key_path(), true)?;
+        let db = Db::start(&db_path)?;
+        let check = keys.clone();
+        let sealed = db
+            .write(move |ctx| check.check_and_seal(ctx.tx).map_err(ApiError::internal))
+            .await
+            .map_err(|e| anyhow::anyhow!("{}", e.message))?;
+        secrets::install(keys);
+        if sealed > 0 {
+            // The plain text was overwritten (secure_delete); this takes it out of the WAL.
+            db.read(|c| Ok(c.execute_batch("PRAGMA wal_checkpoint(TRUNCATE);")?))
+                .await
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            tracing::info!(
+                volumes = sealed,
+                "sealed volume secrets an older csivol stored in plain text"
+            );
+        }
         let cluster_id = db
             .read(|c| Ok(db::cluster_id(c)?))
             .await
@@ -211,7 +348,16 @@ impl Server {
         if tokens.is_empty() {
             let token_path = cfg.data_dir.join(OPERATOR_TOKEN_FILE);
             let t = db
-                .write(|ctx| auth::create_token(ctx, csivol_proto::api::Role::Operator, None, None))
+                .write(|ctx| {
+                    auth::create_token(
+                        ctx,
+                        csivol_proto::api::Role::Operator,
+                        None,
+                        None,
+                        None,
+                        vec![],
+                    )
+                })
                 .await
                 .map_err(|e| anyhow::anyhow!("failed to create the operator token: {e}"))?;
             auth::write_token_file(&token_path, &t.token)
@@ -223,7 +369,9 @@ impl Server {
                     role: t.role,
                     node: None,
                     name: None,
+                    controllers: vec![],
                 },
+                None,
             );
             tracing::info!(path = %token_path.display(), "created the first operator token");
         }
@@ -237,6 +385,50 @@ impl Server {
             })
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let open_files = listen::raise_open_file_limit();
+        // Each node holds a connection or two (heartbeats, long-poll); the database, the
+        // log and the operators need the rest.
+        let wanted = 2 * nodes.len() as u64 + 1024;
+        if open_files < wanted {
+            tracing::warn!(
+                open_files,
+                nodes = nodes.len(),
+                "the open-file hard limit is low for this many nodes; raise it (LimitNOFILE= in \
+                 the systemd unit, or ulimit -Hn) to at least {wanted}"
+            );
+        }
+        let max_connections = cfg.max_connections.unwrap_or_else(|| {
+            usize::try_from(open_files.saturating_sub(256))
+                .unwrap_or(usize::MAX)
+                .clamp(64, 1_000_000)
+        });
+        if max_connections == 0 {
+            bail!("--max-connections must be at least 1");
+        }
+        let max_long_polls = cfg.max_long_polls.unwrap_or(max_connections * 3 / 4).max(1);
+        let tls = match &cfg.tls {
+            Some(t) => Some(listen::tls_acceptor(
+                &t.cert,
+                &t.key,
+                t.client_ca.as_deref(),
+            )?),
+            None => {
+                if plain_http(cfg.listen, cfg.insecure_http).map_err(anyhow::Error::msg)? {
+                    tracing::warn!(
+                        listen = %cfg.listen,
+                        "serving plain HTTP on a non-loopback address (--insecure-http): tokens \
+                         and volume secrets cross the network in clear"
+                    );
+                }
+                None
+            }
+        };
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let bounds = listen::Bounds {
+            header_timeout: cfg.header_timeout,
+            max_connections,
+            tls,
+        };
         let live = Arc::new(liveness::Liveness::new(cfg.heartbeat_ttl, nodes));
         let metrics = Arc::new(metrics::Metrics::default());
         let limits = Limits {
@@ -248,13 +440,18 @@ impl Server {
             .with_context(|| format!("failed to listen on {}", cfg.listen))?;
         let addr = listener.local_addr()?;
         let addr_file = cfg.data_dir.join(ADDR_FILE);
-        write_atomic(&addr_file, format!("http://{addr}\n").as_bytes())
+        write_atomic(&addr_file, format!("{scheme}://{addr}\n").as_bytes())
             .with_context(|| format!("failed to write {}", addr_file.display()))?;
         tracing::info!(
             %addr,
             cluster = %cluster_id,
             data_dir = %cfg.data_dir.display(),
             heartbeat_ttl = %humantime::format_duration(cfg.heartbeat_ttl),
+            header_timeout = %humantime::format_duration(cfg.header_timeout),
+            max_connections,
+            max_long_polls,
+            open_files,
+            tls = scheme == "https",
             "csivol server listening"
         );
         let app = http::App {
@@ -265,11 +462,13 @@ impl Server {
             metrics,
             fence: Arc::new(cfg.fence),
             fencer: Arc::new(fence::Fencer::default()),
+            long_polls: Arc::new(tokio::sync::Semaphore::new(max_long_polls)),
         };
         Ok(Self {
             addr,
             listener,
             app,
+            bounds,
             _lock: lock,
         })
     }
@@ -285,18 +484,31 @@ impl Server {
             tokio::spawn(prune_events(self.app.clone())),
             tokio::spawn(expire_leases(self.app.clone())),
             tokio::spawn(fence::auto_fence(self.app.clone())),
+            tokio::spawn(persist_token_use(self.app.clone())),
         ];
-        // A make-service clones the router per connection; a bare Router would be rebuilt
-        // (with_state) for each one, which costs memory per connected node.
+        let app = self.app.clone();
         let _lock = self._lock;
-        let router = http::router(self.app).into_make_service();
-        let served = axum::serve(self.listener, router)
-            .with_graceful_shutdown(shutdown)
-            .await;
+        let router = http::router(self.app);
+        let served = listen::serve(self.listener, router, self.bounds, shutdown).await;
         for t in tasks {
             t.abort();
         }
+        if let Err(e) = access::persist_last_used(&app).await {
+            tracing::warn!(error = %e, "failed to record when tokens were last used");
+        }
         served.context("HTTP server failed")
+    }
+}
+
+/// Records once a minute when tokens were last used (`csivol token list` also does).
+async fn persist_token_use(app: http::App) {
+    let mut tick = tokio::time::interval(Duration::from_secs(60));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if let Err(e) = access::persist_last_used(&app).await {
+            tracing::debug!(error = %e, "failed to record when tokens were last used; retrying");
+        }
     }
 }
 
@@ -424,13 +636,29 @@ async fn prune_events(app: http::App) {
     }
 }
 
+/// Whether the server may serve plain HTTP on `listen`: on loopback, yes; elsewhere only
+/// with `--insecure-http`, and then with a warning (`Ok(true)`).
+fn plain_http(listen: SocketAddr, insecure_http: bool) -> Result<bool, String> {
+    if listen.ip().is_loopback() {
+        return Ok(false);
+    }
+    if insecure_http {
+        return Ok(true);
+    }
+    Err(format!(
+        "refusing to serve plain HTTP on {listen}: tokens and volume secrets would cross the \
+         network in clear\nhint: pass --tls-cert and --tls-key (`csivol-agent tls init` makes \
+         them), listen on a loopback address, or accept the risk with --insecure-http"
+    ))
+}
+
+/// The data dir is its owner's only (0700), and so is every file in it (0600): it holds
+/// the secrets key, the operator token and the state database.
 fn create_private_dir(dir: &Path) -> anyhow::Result<()> {
-    use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .with_context(|| format!("failed to create data dir {}", dir.display()))
+    crate::private::dir_logged(dir, 0o700, "server data dir")
+        .with_context(|| format!("failed to create data dir {}", dir.display()))?;
+    crate::private::files_in(dir)
+        .with_context(|| format!("failed to tighten the files in {}", dir.display()))
 }
 
 fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
@@ -521,5 +749,19 @@ kind = "metal"
         let file: FileConfig = toml::from_str(&text).expect("dist/server.toml parses");
         assert_eq!(file.listen, Some("0.0.0.0:7420".parse().unwrap()));
         assert_eq!(file.heartbeat_ttl.as_deref(), Some("30s"));
+    }
+
+    #[test]
+    fn plain_http_only_on_loopback_or_when_insisted() {
+        let at = |s: &str| s.parse::<SocketAddr>().unwrap();
+        assert_eq!(plain_http(at("127.0.0.1:7420"), false), Ok(false));
+        assert_eq!(plain_http(at("[::1]:7420"), false), Ok(false));
+        let refused = plain_http(at("10.0.0.1:7420"), false).unwrap_err();
+        assert!(
+            refused.contains("refusing to serve plain HTTP on 10.0.0.1:7420"),
+            "{refused}"
+        );
+        assert!(refused.contains("hint: pass --tls-cert"), "{refused}");
+        assert_eq!(plain_http(at("10.0.0.1:7420"), true), Ok(true), "warned");
     }
 }

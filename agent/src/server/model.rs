@@ -92,8 +92,12 @@ pub const VOLUME_COLUMNS: &str = "name, plugin, external_id, access_mode, attach
 
 impl VolumeRow {
     pub fn from_row(r: &Row<'_>) -> rusqlite::Result<Self> {
+        let name: String = r.get(0)?;
+        let secrets = super::secrets::open(&name, &r.get::<_, String>(9)?).map_err(|e| {
+            rusqlite::Error::FromSqlConversionFailure(9, rusqlite::types::Type::Text, e.into())
+        })?;
         Ok(Self {
-            name: r.get(0)?,
+            name,
             plugin: r.get(1)?,
             external_id: r.get(2)?,
             access_mode: parse(r.get(3)?)?,
@@ -102,7 +106,7 @@ impl VolumeRow {
             mount_flags: json(r.get(6)?)?,
             context: json(r.get(7)?)?,
             parameters: json(r.get(8)?)?,
-            secrets: json(r.get(9)?)?,
+            secrets,
             capacity_bytes: r.get::<_, Option<i64>>(10)?.map(|v| v as u64),
             lifecycle: parse(r.get(11)?)?,
             error: r.get(12)?,

@@ -1,6 +1,9 @@
 //! The server over real HTTP on loopback, with real SQLite files in temp dirs. Node agents
 //! are played by a test client of the agent endpoints (the real agent has its own tests).
 
+mod connections;
+mod hosting;
+mod secrets;
 mod state;
 
 use std::time::Duration;
@@ -401,7 +404,10 @@ trait Lenient {
 impl Lenient for Api {
     /// A POST that reports a dropped connection as `None` instead of panicking.
     async fn http_post_lenient(&self, path: &str, body: Value) -> Option<u16> {
-        let client = reqwest::Client::new();
+        let client = {
+            csivol_proto::tls::install_provider();
+            reqwest::Client::new()
+        };
         let mut req = client.post(format!("{}{path}", self.base)).json(&body);
         if let Some(t) = &self.token {
             req = req.bearer_auth(t);

@@ -1,6 +1,8 @@
-//! `csivol plugin list|show`.
+//! `csivol plugin list|show|controllers`.
 
-use csivol_proto::api::Plugin;
+use anyhow::Context;
+use csivol_proto::api::{ControllerHosts, ControllerHostsChange, Plugin};
+use reqwest::Method;
 
 use super::Ctx;
 use crate::args::PluginCommand;
@@ -26,6 +28,45 @@ pub async fn run(ctx: &Ctx, cmd: PluginCommand) -> anyhow::Result<Exit> {
                 ctx.out.json(&plugin)?;
             } else {
                 render::plugin(&ctx.out, &plugin)?;
+            }
+        }
+        PluginCommand::Controllers(args) => {
+            let path = format!("/v1/plugins/{}/controllers", args.plugin);
+            let hosts: ControllerHosts = if args.allow.is_empty() && args.disallow.is_empty() {
+                ctx.client.get(&path).await?
+            } else {
+                let req = ControllerHostsChange {
+                    allow: args.allow.clone(),
+                    disallow: args.disallow.clone(),
+                };
+                let a: crate::client::Answer<ControllerHosts> = ctx
+                    .client
+                    .call(Method::POST, &path, Some(&req))
+                    .await
+                    .with_context(|| {
+                        format!(
+                            "failed to change the controller hosts of plugin `{}`",
+                            args.plugin
+                        )
+                    })?;
+                for n in &args.allow {
+                    ctx.out.note(format!(
+                        "node {n} may host the controller of plugin {}",
+                        args.plugin
+                    ));
+                }
+                for n in &args.disallow {
+                    ctx.out.note(format!(
+                        "node {n} may no longer host the controller of plugin {} (from its next registration)",
+                        args.plugin
+                    ));
+                }
+                a.body
+            };
+            if ctx.out.json_mode() {
+                ctx.out.json(&hosts)?;
+            } else {
+                render::controller_hosts(&ctx.out, &hosts)?;
             }
         }
     }

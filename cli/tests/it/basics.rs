@@ -34,13 +34,13 @@ async fn an_unreachable_server_is_named_with_exit_8() {
     assert_eq!(r.code, 8, "{r}");
     assert!(r.stderr.contains("at http://127.0.0.1:1:"), "{r}");
 
-    let mut cmd = env.command(&["status", "--addr", "https://example.invalid"]);
+    let mut cmd = env.command(&["status", "--addr", "ftp://127.0.0.1:1"]);
     cmd.env_remove("CSIVOL_ADDR");
     snap!(run(cmd).await, @"
     exit: 2
     --- stdout
     --- stderr
-    error: invalid server address `https://example.invalid`: only http:// is supported
+    error: invalid server address `ftp://127.0.0.1:[PORT]`: only http:// and https:// are supported
     hint: use e.g. --addr http://127.0.0.1:[PORT] (or set CSIVOL_ADDR)
     ");
 }
@@ -347,7 +347,7 @@ async fn nodes_and_plugins() {
 
     recent events:
     INDEX  TIME                  KIND             VOLUME  NODE  ALLOC  ACTOR                  MESSAGE
-    1      [TIME]  token-created    -       n1    -      operator:[TOKEN-ID]  node token [TOKEN-ID] created
+    1      [TIME]  token-created    -       n1    -      operator:[TOKEN-ID]  node token [TOKEN-ID] created, may host the controller of hp
     2      [TIME]  node-registered  -       n1    -      node:n1                node registered with plugins hp
     --- stderr
     ");
@@ -547,7 +547,7 @@ async fn the_agent_help_uses_the_port_everything_else_uses() {
         .await
         .unwrap();
     let help = String::from_utf8(out.stdout).unwrap();
-    assert!(help.contains("http://10.0.0.1:7420"), "{help}");
+    assert!(help.contains("https://10.0.0.1:7420"), "{help}");
     assert!(!help.contains(":7400"), "{help}");
 }
 

@@ -23,7 +23,17 @@ async fn the_cli_drives_a_real_agent_and_plugin() {
 
     // The node's token comes from the CLI: the secret alone on stdout.
     let r = env
-        .run(&["token", "create", "--role", "node", "--node", "n1", "-q"])
+        .run(&[
+            "token",
+            "create",
+            "--role",
+            "node",
+            "--node",
+            "n1",
+            "--controller",
+            "hp",
+            "-q",
+        ])
         .await;
     assert_eq!(r.code, 0, "{r}");
     let token = env.file("n1.token", &r.stdout);

@@ -65,10 +65,11 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
 impl Http {
     pub fn new(base: &str, token: &str) -> anyhow::Result<Self> {
+        csivol_proto::tls::install_provider();
         let client = reqwest::Client::builder()
             .timeout(REQUEST_TIMEOUT)
             .tcp_nodelay(true)
-            .pool_idle_timeout(Duration::from_secs(90))
+            .pool_idle_timeout(csivol_proto::tls::POOL_IDLE_TIMEOUT)
             .no_proxy()
             .build()
             .context("failed to build the HTTP client")?;

@@ -73,6 +73,8 @@ impl FullCluster {
                 role: Role::Node,
                 node: Some(n.name.clone()),
                 name: None,
+                ttl_ms: None,
+                controllers: vec![super::PLUGIN.to_owned()],
             };
             let t: TokenResponse = http
                 .post("/v1/tokens", &req)

@@ -335,6 +335,8 @@ impl SimCluster {
                     role: Role::Node,
                     node: Some(node.clone()),
                     name: None,
+                    ttl_ms: None,
+                    controllers: vec![super::PLUGIN.to_owned()],
                 };
                 let t: TokenResponse = http
                     .post("/v1/tokens", &req)

@@ -140,10 +140,19 @@ impl Cluster {
         Api::new(&self.url, Some(&self.token))
     }
 
-    /// A new token for `node`, made with the CLI.
+    /// A new token for `node`, made with the CLI; the node may host the plugin's controller.
     pub fn node_token(&self, node: &str) -> String {
         let out = self.csivol(&[
-            "token", "create", "--role", "node", "--node", node, "-o", "json",
+            "token",
+            "create",
+            "--role",
+            "node",
+            "--node",
+            node,
+            "--controller",
+            PLUGIN,
+            "-o",
+            "json",
         ]);
         out.ok().json()["token"]
             .as_str()

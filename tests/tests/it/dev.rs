@@ -28,7 +28,7 @@ impl Dev {
             .arg(format!("--dir={}", self.dir.display()))
             .arg(format!(
                 "--listen={}",
-                self.url.trim_start_matches("http://")
+                self.url.trim_start_matches("https://")
             ))
             .env("HOME", &self.home)
             .env_remove("XDG_CONFIG_HOME")
@@ -119,10 +119,16 @@ fn ctrl_c_and_resume_keeps_the_claim_and_its_data() {
     let mut dev = Dev {
         dir: test.join("csivol-dev"),
         home: test.join("home"),
-        url: format!("http://127.0.0.1:{port}"),
+        // Dev mode serves TLS with its own CA, which it leaves where the CLI looks.
+        url: format!("https://127.0.0.1:{port}"),
         runs: 0,
     };
     let proc = dev.start();
+    // Found over TLS with no flags: the CA is where the CLI looks, and the env file names it.
+    assert!(dev.home.join(".config/csivol/ca.pem").exists());
+    let env = read(&dev.dir.join("env")).unwrap();
+    assert!(env.contains("export CSIVOL_CACERT="), "{env}");
+    assert!(env.contains("export CSIVOL_ADDR=https://"), "{env}");
     let claimed = dev
         .csivol(&[
             "claim",
@@ -200,7 +206,7 @@ fn a_second_dev_cluster_replaces_the_first_ones_token_not_the_users() {
     let mut first = Dev {
         dir: test.join("first"),
         home: home.clone(),
-        url: format!("http://127.0.0.1:{port}"),
+        url: format!("https://127.0.0.1:{port}"),
         runs: 0,
     };
     interrupt(first.start());
@@ -239,7 +245,7 @@ fn a_second_dev_cluster_replaces_the_first_ones_token_not_the_users() {
         .arg(format!("--dir={}", third.dir.display()))
         .arg(format!(
             "--listen={}",
-            third.url.trim_start_matches("http://")
+            third.url.trim_start_matches("https://")
         ))
         .env("HOME", &third.home)
         .env_remove("XDG_CONFIG_HOME");
@@ -274,7 +280,7 @@ fn a_killed_agent_comes_back_with_the_command_dev_mode_prints() {
     let mut dev = Dev {
         dir: test.join("csivol-dev"),
         home: test.join("home"),
-        url: format!("http://127.0.0.1:{port}"),
+        url: format!("https://127.0.0.1:{port}"),
         runs: 0,
     };
     let proc = dev.start();

@@ -7,3 +7,4 @@ mod dev;
 mod durability;
 mod e2e;
 mod fence;
+mod security;

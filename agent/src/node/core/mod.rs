@@ -316,19 +316,27 @@ impl Core {
     }
 }
 
+/// The mode of the agent's data dir, `targets/` and each volume's dir in it.
+pub const TARGETS_MODE: u32 = 0o711;
+
 fn prepare_data_dir(dir: &Path) -> Result<PathBuf, StartError> {
     let io_err = |path: &Path| {
         let path = path.to_owned();
         move |source| StartError::DataDir { path, source }
     };
-    std::fs::create_dir_all(dir).map_err(io_err(dir))?;
+    // Workloads of other users reach their targets through the data dir and `targets/`,
+    // so both are 0711: passable, not listable. Staging is the agent's and the plugin's
+    // only (0700): a workload sees its volume through its target's bind mount, which needs
+    // no access to the staging path. The agent's records (agent.db) are 0600.
+    crate::private::dir_logged(dir, TARGETS_MODE, "agent data dir").map_err(io_err(dir))?;
     // Canonical, so that targets compare equal to what the mount table shows.
     let dir = dir.canonicalize().map_err(io_err(dir))?;
     if dir.to_str().is_none() {
         return Err(StartError::NonUtf8(dir));
     }
-    for sub in ["staging", "targets"] {
-        std::fs::create_dir_all(dir.join(sub)).map_err(io_err(&dir.join(sub)))?;
+    for (sub, mode) in [("staging", 0o700), ("targets", TARGETS_MODE)] {
+        crate::private::dir_logged(&dir.join(sub), mode, sub).map_err(io_err(&dir.join(sub)))?;
     }
+    crate::private::files_in(&dir).map_err(io_err(&dir))?;
     Ok(dir)
 }

@@ -213,7 +213,14 @@ pub(super) async fn publish(
         .target
         .parent()
         .expect("targets are below the data dir");
-    std::fs::create_dir_all(parent).map_err(|e| local("create", parent, e))?;
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(super::TARGETS_MODE)
+            .create(parent)
+            .map_err(|e| local("create", parent, e))?;
+    }
     // A target still holding a mount that is not the volume's (say, a bind of the
     // unmounted staging directory) is taken down first: a plugin that finds something
     // mounted there would keep it.

@@ -89,7 +89,10 @@ impl Server {
     pub async fn node_token(&self, dir: &TestDir, node: &str) -> PathBuf {
         let (status, t) = self
             .api
-            .post("/v1/tokens", json!({"role": "node", "node": node}))
+            .post(
+                "/v1/tokens",
+                json!({"role": "node", "node": node, "controllers": ["hp"]}),
+            )
             .await;
         assert_eq!(status, 201, "{t}");
         let path = dir.join(format!("{node}.token"));

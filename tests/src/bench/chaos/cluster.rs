@@ -71,6 +71,8 @@ impl ChaosCluster {
                         role: Role::Node,
                         node: Some(name.clone()),
                         name: None,
+                        ttl_ms: None,
+                        controllers: vec![crate::bench::PLUGIN.to_owned()],
                     },
                 )
                 .await?

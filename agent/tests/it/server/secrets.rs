@@ -1,0 +1,72 @@
+//! Volume secrets at rest: sealed under `secrets.key`, rotated with the server stopped,
+//! refused at start under the wrong key.
+
+use std::process::Command;
+use std::time::Duration;
+
+use csivol_tests::{FakeAgent, ServerProc, TestDir, bin_path, run_to_exit};
+use serde_json::json;
+
+use super::{make_ready, register_volume};
+
+const WAIT: Duration = Duration::from_secs(20);
+
+fn contains(path: &std::path::Path, needle: &str) -> bool {
+    std::fs::read(path)
+        .unwrap_or_default()
+        .windows(needle.len())
+        .any(|w| w == needle.as_bytes())
+}
+
+fn server_cmd(data: &std::path::Path, args: &[&str]) -> (bool, String) {
+    let mut cmd = Command::new(bin_path("csivol-agent"));
+    cmd.args(["server", "--listen=127.0.0.1:0"])
+        .arg(format!("--data-dir={}", data.display()))
+        .args(args);
+    let (status, out) = run_to_exit("csivol-agent server", cmd, WAIT);
+    (status.success(), out)
+}
+
+#[tokio::test]
+async fn secrets_are_sealed_rotated_and_need_their_key() {
+    let dir = TestDir::new("server-secrets");
+    let data = dir.join("server");
+    let mut server = ServerProc::start(&data, &[]);
+    let api = server.api();
+    let n1 = FakeAgent::new(&server, "n1").await;
+    n1.register(0, true, json!([])).await;
+    register_volume(&api, "v1", "single-node-writer").await;
+    for f in ["state.db", "state.db-wal"] {
+        assert!(!contains(&data.join(f), "s3cret"), "{f} holds the secret");
+    }
+    let key = std::fs::read_to_string(data.join("secrets.key")).unwrap();
+    server.proc.kill();
+
+    // Rotation refuses a running server, then seals again under a new key.
+    let (ok, out) = server_cmd(&data, &["rotate-secrets-key"]);
+    assert!(ok, "{out}");
+    assert!(out.contains("sealed the secrets of 1 volume(s)"), "{out}");
+    let rotated = std::fs::read_to_string(data.join("secrets.key")).unwrap();
+    assert_ne!(key, rotated);
+    assert!(!data.join("secrets.key.new").exists());
+
+    // The old key no longer opens them: the server refuses to start, saying why.
+    let old = dir.join("old.key");
+    std::fs::write(&old, &key).unwrap();
+    let (ok, out) = server_cmd(&data, &[&format!("--secrets-key-file={}", old.display())]);
+    assert!(!ok, "{out}");
+    assert!(out.contains("sealed with key"), "{out}");
+    assert!(out.contains("hint: start with the secrets key"), "{out}");
+
+    // With the new key everything works: the node still gets the secret it needs.
+    let server = ServerProc::start(&data, &[]);
+    let api = server.api();
+    let n1 = FakeAgent::new(&server, "n1").await;
+    n1.register(0, true, json!([])).await;
+    let (status, running) = server_cmd(&data, &["rotate-secrets-key"]);
+    assert!(!status, "{running}");
+    assert!(running.contains("stop that server"), "{running}");
+    make_ready(&api, &n1, &n1, "v1", "a1").await;
+    assert!(!contains(&data.join("state.db-wal"), "s3cret"));
+    assert!(!server.log().contains("s3cret"));
+}
