@@ -1355,7 +1355,21 @@ fn return_from_loss(
             // the node (which takes down whatever it still has).
             super::leases::release_expired(ctx, c)?;
         } else if still_published(c) {
-            set_claim_state(ctx, c, ClaimState::Ready)?;
+            // A claim whose `published` report never reached the server before the loss
+            // has no target path yet: it is publishing until the node's report (queued or
+            // made again) says where, so that nobody sees it ready without its path.
+            let (state, message) = if c.target_path.is_some() {
+                (
+                    ClaimState::Ready,
+                    "node came back with the volume still mounted from it: the claim is ready again",
+                )
+            } else {
+                (
+                    ClaimState::Publishing,
+                    "node came back with the volume mounted from it: the claim is ready again once the node reports where",
+                )
+            };
+            set_claim_state(ctx, c, state)?;
             event(
                 ctx,
                 "claim-resumed",
@@ -1363,7 +1377,7 @@ fn return_from_loss(
                 Some(node),
                 Some(&c.alloc),
                 &format!("node:{node}"),
-                "node came back with the volume still mounted from it: the claim is ready again",
+                message,
             )?;
         } else {
             delete_claim(ctx, c)?;

@@ -215,3 +215,46 @@ async fn a_release_under_way_when_the_node_is_lost_survives_its_return() {
     let d = n2.desired().await;
     assert_eq!(d["unpublish"][0]["alloc"], "a1", "{d}");
 }
+
+/// Found by the fault campaign: a claim whose node published it but was lost before its
+/// report reached the server is not ready (it has no target path) until the report comes.
+#[tokio::test]
+async fn a_claim_resumed_before_its_report_waits_for_its_target_path() {
+    let dir = TestDir::new("server-resume-no-path");
+    let server = start(&dir, &["--heartbeat-ttl=1s"]);
+    let api = server.api();
+    let host = FakeAgent::new(&server, "host").await;
+    let n2 = FakeAgent::new(&server, "n2").await;
+    host.register(0, true, json!([])).await;
+    n2.register(0, false, json!([])).await;
+    let _host_beating = host.keep_alive();
+    register_volume(&api, "v", "single-node-writer").await;
+    let (status, body) = api
+        .post(
+            "/v1/volumes/v/claims",
+            json!({"alloc": "a1", "node": "n2", "mode": "write"}),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let op = host.wait_op("publish").await;
+    host.report(json!([{"kind": "controller_published", "op": op["id"], "attempt": op["attempt"], "publish_context": {}}])).await;
+    // n2 publishes but is lost before it says so.
+    wait_volume_state(&api, "v", "blocked").await;
+    assert_eq!(n2.heartbeat().await["status"], "lost");
+    n2.register(0, false, json!([{"volume": "v", "alloc": "a1"}]))
+        .await;
+    assert_eq!(
+        claim_state(&api, "v", "a1").await.as_deref(),
+        Some("publishing"),
+        "not ready without a target path"
+    );
+    n2.report(
+        json!([{"kind": "published", "volume": "v", "alloc": "a1", "target_path": "/mnt/a1"}]),
+    )
+    .await;
+    let (_, c) = api.get("/v1/volumes/v/claims/a1").await;
+    assert_eq!(
+        (&c["state"], &c["target_path"]),
+        (&json!("ready"), &json!("/mnt/a1"))
+    );
+}
