@@ -4,12 +4,23 @@
 
 use std::time::{Duration, SystemTime};
 
-use csivol_tests::{Api, FakeAgent, TestDir, eventually};
+use csivol_tests::{Api, FakeAgent, ServerProc, TestDir, eventually};
 use serde_json::{Value, json};
 
 use super::server::{claim_state, make_ready, register_volume, start, wait_volume_state};
 
 const WAIT: Duration = Duration::from_secs(20);
+
+/// A server with a controller host (`host`) and a node (`n2`), both registered.
+async fn host_and_node(dir: &TestDir, args: &[&str]) -> (ServerProc, Api, FakeAgent, FakeAgent) {
+    let server = start(dir, args);
+    let api = server.api();
+    let host = FakeAgent::new(&server, "host").await;
+    let n2 = FakeAgent::new(&server, "n2").await;
+    host.register(0, true, json!([])).await;
+    n2.register(0, false, json!([])).await;
+    (server, api, host, n2)
+}
 
 async fn queue_claim(api: &Api, volume: &str, alloc: &str, node: &str) -> (u16, Value) {
     api.post(
@@ -33,12 +44,7 @@ async fn event_kinds(api: &Api, volume: &str, alloc: &str) -> Vec<String> {
 #[tokio::test]
 async fn queued_claims_are_granted_in_arrival_order() {
     let dir = TestDir::new("server-queue");
-    let server = start(&dir, &[]);
-    let api = server.api();
-    let host = FakeAgent::new(&server, "host").await;
-    let n2 = FakeAgent::new(&server, "n2").await;
-    host.register(0, true, json!([])).await;
-    n2.register(0, false, json!([])).await;
+    let (_server, api, host, n2) = host_and_node(&dir, &[]).await;
     register_volume(&api, "v", "single-node-single-writer").await;
     make_ready(&api, &host, &n2, "v", "a1").await;
 
@@ -114,12 +120,7 @@ async fn queued_claims_are_granted_in_arrival_order() {
 #[tokio::test]
 async fn leases_release_through_the_node_and_never_from_a_lost_node() {
     let dir = TestDir::new("server-leases");
-    let server = start(&dir, &["--heartbeat-ttl=1s"]);
-    let api = server.api();
-    let host = FakeAgent::new(&server, "host").await;
-    let n2 = FakeAgent::new(&server, "n2").await;
-    host.register(0, true, json!([])).await;
-    n2.register(0, false, json!([])).await;
+    let (_server, api, host, n2) = host_and_node(&dir, &["--heartbeat-ttl=1s"]).await;
     let _host_beating = host.keep_alive();
     let n2_beating = n2.keep_alive();
     register_volume(&api, "v", "single-node-writer").await;
@@ -187,12 +188,7 @@ async fn leases_release_through_the_node_and_never_from_a_lost_node() {
 #[tokio::test]
 async fn a_release_under_way_when_the_node_is_lost_survives_its_return() {
     let dir = TestDir::new("server-release-lost");
-    let server = start(&dir, &["--heartbeat-ttl=1s"]);
-    let api = server.api();
-    let host = FakeAgent::new(&server, "host").await;
-    let n2 = FakeAgent::new(&server, "n2").await;
-    host.register(0, true, json!([])).await;
-    n2.register(0, false, json!([])).await;
+    let (_server, api, host, n2) = host_and_node(&dir, &["--heartbeat-ttl=1s"]).await;
     let _host_beating = host.keep_alive();
     register_volume(&api, "v", "single-node-writer").await;
     make_ready(&api, &host, &n2, "v", "a1").await;
@@ -221,12 +217,7 @@ async fn a_release_under_way_when_the_node_is_lost_survives_its_return() {
 #[tokio::test]
 async fn a_claim_resumed_before_its_report_waits_for_its_target_path() {
     let dir = TestDir::new("server-resume-no-path");
-    let server = start(&dir, &["--heartbeat-ttl=1s"]);
-    let api = server.api();
-    let host = FakeAgent::new(&server, "host").await;
-    let n2 = FakeAgent::new(&server, "n2").await;
-    host.register(0, true, json!([])).await;
-    n2.register(0, false, json!([])).await;
+    let (_server, api, host, n2) = host_and_node(&dir, &["--heartbeat-ttl=1s"]).await;
     let _host_beating = host.keep_alive();
     register_volume(&api, "v", "single-node-writer").await;
     let (status, body) = api
