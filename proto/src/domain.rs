@@ -1,21 +1,14 @@
-//! Plain Rust types for what csivol needs from CSI, and every conversion between them and
-//! the generated wire types. Nothing outside this module and the gRPC edges (agent plugin
-//! calls, the reference plugin's handlers) should name a `csi::v1` type.
+//! Every conversion between csivol's own types for what it needs from CSI (defined, as plain
+//! data, in `csivol-api` and re-exported here) and the generated wire types. Nothing outside
+//! this module and the gRPC edges (agent plugin calls, the reference plugin's handlers)
+//! should name a `csi::v1` type.
 
-use std::collections::BTreeMap;
-use std::fmt;
-use std::str::FromStr;
-
-use serde::{Deserialize, Serialize};
+pub use csivol_api::domain::{
+    AccessMode, AccessType, ControllerCapabilities, ErrorClass, NodeCapabilities, NodeInfo,
+    PluginCapabilities, PluginInfo, PublishContext, Topology, VolumeCapability,
+};
 
 use crate::csi::v1 as csi;
-
-/// Key/value pairs a controller returns from ControllerPublishVolume and the node plugin
-/// receives with NodeStage/NodePublish.
-pub type PublishContext = BTreeMap<String, String>;
-
-/// Topology segments (e.g. `zone` → `z1`).
-pub type Topology = BTreeMap<String, String>;
 
 /// A conversion from a wire type failed: a required field is missing or a value is unknown.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -26,112 +19,19 @@ pub enum ConversionError {
     UnknownAccessMode(i32),
 }
 
-/// How a volume may be shared, the CSI access modes under csivol's names.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum AccessMode {
-    SingleNodeReaderOnly,
-    SingleNodeWriter,
-    SingleNodeSingleWriter,
-    SingleNodeMultiWriter,
-    MultiNodeReaderOnly,
-    MultiNodeSingleWriter,
-    MultiNodeMultiWriter,
-}
-
-impl AccessMode {
-    pub const ALL: [AccessMode; 7] = [
-        Self::SingleNodeReaderOnly,
-        Self::SingleNodeWriter,
-        Self::SingleNodeSingleWriter,
-        Self::SingleNodeMultiWriter,
-        Self::MultiNodeReaderOnly,
-        Self::MultiNodeSingleWriter,
-        Self::MultiNodeMultiWriter,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::SingleNodeReaderOnly => "single-node-reader-only",
-            Self::SingleNodeWriter => "single-node-writer",
-            Self::SingleNodeSingleWriter => "single-node-single-writer",
-            Self::SingleNodeMultiWriter => "single-node-multi-writer",
-            Self::MultiNodeReaderOnly => "multi-node-reader-only",
-            Self::MultiNodeSingleWriter => "multi-node-single-writer",
-            Self::MultiNodeMultiWriter => "multi-node-multi-writer",
-        }
-    }
-
-    /// Whether every claim must be on one node at a time.
-    pub fn is_single_node(self) -> bool {
-        matches!(
-            self,
-            Self::SingleNodeReaderOnly
-                | Self::SingleNodeWriter
-                | Self::SingleNodeSingleWriter
-                | Self::SingleNodeMultiWriter
-        )
-    }
-
-    /// How many write claims may exist at once; `None` means no limit.
-    pub fn max_writers(self) -> Option<usize> {
-        match self {
-            Self::SingleNodeReaderOnly | Self::MultiNodeReaderOnly => Some(0),
-            Self::SingleNodeWriter | Self::SingleNodeSingleWriter | Self::MultiNodeSingleWriter => {
-                Some(1)
-            }
-            Self::SingleNodeMultiWriter | Self::MultiNodeMultiWriter => None,
-        }
-    }
-
-    /// How many claims of any kind may exist at once; `None` means no limit.
-    pub fn max_claims(self) -> Option<usize> {
-        match self {
-            Self::SingleNodeSingleWriter => Some(1),
-            _ => None,
-        }
-    }
-}
-
-impl fmt::Display for AccessMode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for AccessMode {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Self::ALL
-            .into_iter()
-            .find(|m| m.as_str() == s)
-            .ok_or_else(|| {
-                let names: Vec<_> = Self::ALL.iter().map(|m| m.as_str()).collect();
-                format!(
-                    "unknown access mode `{s}`, expected one of: {}",
-                    names.join(", ")
-                )
-            })
-    }
-}
-
-impl TryFrom<i32> for AccessMode {
-    type Error = ConversionError;
-
-    fn try_from(value: i32) -> Result<Self, Self::Error> {
-        use csi::volume_capability::access_mode::Mode;
-        Ok(match Mode::try_from(value) {
-            Ok(Mode::SingleNodeWriter) => Self::SingleNodeWriter,
-            Ok(Mode::SingleNodeReaderOnly) => Self::SingleNodeReaderOnly,
-            Ok(Mode::MultiNodeReaderOnly) => Self::MultiNodeReaderOnly,
-            Ok(Mode::MultiNodeSingleWriter) => Self::MultiNodeSingleWriter,
-            Ok(Mode::MultiNodeMultiWriter) => Self::MultiNodeMultiWriter,
-            Ok(Mode::SingleNodeSingleWriter) => Self::SingleNodeSingleWriter,
-            Ok(Mode::SingleNodeMultiWriter) => Self::SingleNodeMultiWriter,
-            Ok(Mode::Unknown) | Err(_) => return Err(ConversionError::UnknownAccessMode(value)),
-        })
-    }
+/// The access mode of a wire `access_mode.mode` value.
+pub fn access_mode(value: i32) -> Result<AccessMode, ConversionError> {
+    use csi::volume_capability::access_mode::Mode;
+    Ok(match Mode::try_from(value) {
+        Ok(Mode::SingleNodeWriter) => AccessMode::SingleNodeWriter,
+        Ok(Mode::SingleNodeReaderOnly) => AccessMode::SingleNodeReaderOnly,
+        Ok(Mode::MultiNodeReaderOnly) => AccessMode::MultiNodeReaderOnly,
+        Ok(Mode::MultiNodeSingleWriter) => AccessMode::MultiNodeSingleWriter,
+        Ok(Mode::MultiNodeMultiWriter) => AccessMode::MultiNodeMultiWriter,
+        Ok(Mode::SingleNodeSingleWriter) => AccessMode::SingleNodeSingleWriter,
+        Ok(Mode::SingleNodeMultiWriter) => AccessMode::SingleNodeMultiWriter,
+        Ok(Mode::Unknown) | Err(_) => return Err(ConversionError::UnknownAccessMode(value)),
+    })
 }
 
 impl From<AccessMode> for csi::volume_capability::access_mode::Mode {
@@ -146,33 +46,6 @@ impl From<AccessMode> for csi::volume_capability::access_mode::Mode {
             AccessMode::MultiNodeMultiWriter => Self::MultiNodeMultiWriter,
         }
     }
-}
-
-/// Whether a volume is used as a mounted file system or as a raw block device.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case", tag = "attachment")]
-pub enum AccessType {
-    FileSystem {
-        #[serde(default, skip_serializing_if = "String::is_empty")]
-        fs_type: String,
-        #[serde(default, skip_serializing_if = "Vec::is_empty")]
-        mount_flags: Vec<String>,
-    },
-    BlockDevice,
-}
-
-impl AccessType {
-    pub fn is_block(&self) -> bool {
-        matches!(self, Self::BlockDevice)
-    }
-}
-
-/// One capability a volume is used with: how it is accessed and how it is shared.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct VolumeCapability {
-    #[serde(flatten)]
-    pub access_type: AccessType,
-    pub access_mode: AccessMode,
 }
 
 impl TryFrom<&csi::VolumeCapability> for VolumeCapability {
@@ -194,7 +67,7 @@ impl TryFrom<&csi::VolumeCapability> for VolumeCapability {
             .ok_or(ConversionError::Missing("volume_capability.access_mode"))?;
         Ok(Self {
             access_type,
-            access_mode: AccessMode::try_from(mode.mode)?,
+            access_mode: access_mode(mode.mode)?,
         })
     }
 }
@@ -221,13 +94,6 @@ impl From<&VolumeCapability> for csi::VolumeCapability {
     }
 }
 
-/// What a plugin says it is, from GetPluginInfo.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PluginInfo {
-    pub name: String,
-    pub vendor_version: String,
-}
-
 impl TryFrom<csi::GetPluginInfoResponse> for PluginInfo {
     type Error = ConversionError;
 
@@ -240,13 +106,6 @@ impl TryFrom<csi::GetPluginInfoResponse> for PluginInfo {
             vendor_version: r.vendor_version,
         })
     }
-}
-
-/// Plugin-wide capabilities, from GetPluginCapabilities.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PluginCapabilities {
-    pub controller_service: bool,
-    pub volume_accessibility_constraints: bool,
 }
 
 impl From<&csi::GetPluginCapabilitiesResponse> for PluginCapabilities {
@@ -284,17 +143,6 @@ impl From<PluginCapabilities> for csi::GetPluginCapabilitiesResponse {
         }
         Self { capabilities }
     }
-}
-
-/// Controller capabilities csivol acts on, from ControllerGetCapabilities.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ControllerCapabilities {
-    pub create_delete_volume: bool,
-    pub publish_unpublish_volume: bool,
-    pub list_volumes: bool,
-    pub list_volumes_published_nodes: bool,
-    pub publish_readonly: bool,
-    pub single_node_multi_writer: bool,
 }
 
 impl From<&csi::ControllerGetCapabilitiesResponse> for ControllerCapabilities {
@@ -344,15 +192,6 @@ impl From<ControllerCapabilities> for csi::ControllerGetCapabilitiesResponse {
     }
 }
 
-/// Node capabilities csivol acts on, from NodeGetCapabilities.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct NodeCapabilities {
-    pub stage_unstage_volume: bool,
-    pub get_volume_stats: bool,
-    pub volume_condition: bool,
-    pub single_node_multi_writer: bool,
-}
-
 impl From<&csi::NodeGetCapabilitiesResponse> for NodeCapabilities {
     fn from(r: &csi::NodeGetCapabilitiesResponse) -> Self {
         use csi::node_service_capability::{Type, rpc::Type as R};
@@ -393,16 +232,6 @@ impl From<NodeCapabilities> for csi::NodeGetCapabilitiesResponse {
     }
 }
 
-/// What a node plugin says about its node, from NodeGetInfo.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct NodeInfo {
-    pub node_id: String,
-    /// 0 means no limit.
-    pub max_volumes_per_node: u32,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub accessible_topology: Option<Topology>,
-}
-
 impl TryFrom<csi::NodeGetInfoResponse> for NodeInfo {
     type Error = ConversionError;
 
@@ -431,20 +260,6 @@ impl From<NodeInfo> for csi::NodeGetInfoResponse {
             }),
         }
     }
-}
-
-/// What a failed plugin call means for the caller, following the spec's error tables.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum ErrorClass {
-    /// The call may succeed later (the plugin is busy, unreachable or the call timed out and
-    /// may have happened): retry with backoff until there is a definite answer.
-    Retry,
-    /// The volume is in a state that conflicts with the call; retrying the same call will
-    /// not help until something else changes.
-    Conflict,
-    /// The request itself is wrong or names something that does not exist.
-    Final,
 }
 
 /// gRPC status codes by their canonical names (`UNAVAILABLE`), as reports and logs carry them.
@@ -481,29 +296,10 @@ pub fn code_from_name(name: &str) -> Option<tonic::Code> {
     CODE_NAMES.iter().find(|(_, n)| *n == name).map(|(c, _)| *c)
 }
 
-impl ErrorClass {
-    /// The class of an error reported by its code name; names that are not gRPC codes
-    /// (such as csivol's own `TIMEOUT`) are final.
-    pub fn of_name(name: &str) -> Self {
-        code_from_name(name).map_or(Self::Final, Self::of)
-    }
-
-    pub fn of(code: tonic::Code) -> Self {
-        use tonic::Code;
-        match code {
-            Code::Unavailable
-            | Code::DeadlineExceeded
-            | Code::Aborted
-            | Code::ResourceExhausted
-            // Not in the spec's tables: a plugin that crashed or was cancelled mid-call may
-            // or may not have acted, so the call is retried to a definite answer.
-            | Code::Cancelled
-            | Code::Unknown
-            | Code::Internal => Self::Retry,
-            Code::FailedPrecondition | Code::AlreadyExists | Code::OutOfRange => Self::Conflict,
-            _ => Self::Final,
-        }
-    }
+/// What a failed plugin call with this status code means for the caller (the spec's
+/// error tables, kept by code name in [`ErrorClass::of_name`]).
+pub fn error_class(code: tonic::Code) -> ErrorClass {
+    ErrorClass::of_name(code_name(code))
 }
 
 #[cfg(test)]
@@ -511,37 +307,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn access_modes_round_trip_through_wire_and_text() {
+    fn access_modes_round_trip_through_wire() {
         for mode in AccessMode::ALL {
             let wire = csi::volume_capability::access_mode::Mode::from(mode) as i32;
-            assert_eq!(AccessMode::try_from(wire), Ok(mode));
-            assert_eq!(mode.as_str().parse::<AccessMode>(), Ok(mode));
-            let json = serde_json::to_string(&mode).unwrap();
-            assert_eq!(json, format!("\"{}\"", mode.as_str()));
-            assert_eq!(serde_json::from_str::<AccessMode>(&json).unwrap(), mode);
+            assert_eq!(access_mode(wire), Ok(mode));
         }
-        assert_eq!(
-            AccessMode::try_from(0),
-            Err(ConversionError::UnknownAccessMode(0))
-        );
-        assert_eq!(
-            AccessMode::try_from(99),
-            Err(ConversionError::UnknownAccessMode(99))
-        );
-        let err = "rw".parse::<AccessMode>().unwrap_err();
-        assert!(err.contains("single-node-writer"), "{err}");
-    }
-
-    #[test]
-    fn access_mode_rules() {
-        use AccessMode::*;
-        assert!(SingleNodeWriter.is_single_node());
-        assert!(!MultiNodeSingleWriter.is_single_node());
-        assert_eq!(SingleNodeReaderOnly.max_writers(), Some(0));
-        assert_eq!(MultiNodeSingleWriter.max_writers(), Some(1));
-        assert_eq!(MultiNodeMultiWriter.max_writers(), None);
-        assert_eq!(SingleNodeSingleWriter.max_claims(), Some(1));
-        assert_eq!(SingleNodeWriter.max_claims(), None);
+        assert_eq!(access_mode(0), Err(ConversionError::UnknownAccessMode(0)));
+        assert_eq!(access_mode(99), Err(ConversionError::UnknownAccessMode(99)));
     }
 
     #[test]
@@ -618,17 +390,14 @@ mod tests {
     #[test]
     fn error_classes_follow_the_spec_tables() {
         use tonic::Code;
-        assert_eq!(ErrorClass::of(Code::Unavailable), ErrorClass::Retry);
-        assert_eq!(ErrorClass::of(Code::Aborted), ErrorClass::Retry);
-        assert_eq!(ErrorClass::of(Code::ResourceExhausted), ErrorClass::Retry);
-        assert_eq!(ErrorClass::of(Code::DeadlineExceeded), ErrorClass::Retry);
-        assert_eq!(
-            ErrorClass::of(Code::FailedPrecondition),
-            ErrorClass::Conflict
-        );
-        assert_eq!(ErrorClass::of(Code::AlreadyExists), ErrorClass::Conflict);
-        assert_eq!(ErrorClass::of(Code::NotFound), ErrorClass::Final);
-        assert_eq!(ErrorClass::of(Code::InvalidArgument), ErrorClass::Final);
+        assert_eq!(error_class(Code::Unavailable), ErrorClass::Retry);
+        assert_eq!(error_class(Code::Aborted), ErrorClass::Retry);
+        assert_eq!(error_class(Code::ResourceExhausted), ErrorClass::Retry);
+        assert_eq!(error_class(Code::DeadlineExceeded), ErrorClass::Retry);
+        assert_eq!(error_class(Code::FailedPrecondition), ErrorClass::Conflict);
+        assert_eq!(error_class(Code::AlreadyExists), ErrorClass::Conflict);
+        assert_eq!(error_class(Code::NotFound), ErrorClass::Final);
+        assert_eq!(error_class(Code::InvalidArgument), ErrorClass::Final);
         assert_eq!(ErrorClass::of_name("UNAVAILABLE"), ErrorClass::Retry);
         assert_eq!(ErrorClass::of_name("TIMEOUT"), ErrorClass::Final);
         assert_eq!(code_name(Code::ResourceExhausted), "RESOURCE_EXHAUSTED");

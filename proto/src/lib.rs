@@ -1,14 +1,14 @@
-//! The CSI v1 protocol as generated tonic/prost code, the domain types the rest of csivol
-//! uses instead of it, and a connector for plugin endpoints.
+//! The CSI v1 protocol as generated tonic/prost code, the conversions between it and the
+//! types the rest of csivol uses instead, a connector for plugin endpoints, and the mount
+//! table both ends of a node's CSI socket read.
 //!
-//! Generated types stay at the edge: [`domain`] holds the plain Rust types and every
-//! conversion to and from the wire types, in one place.
+//! Generated types stay at the edge: [`domain`] holds every conversion to and from the wire
+//! types, in one place; the plain types themselves are `csivol-api`'s, so that the CLI and
+//! the HTTP API carry them without any gRPC stack.
 
-pub mod api;
 pub mod domain;
 pub mod endpoint;
 pub mod mountinfo;
-pub mod tls;
 
 /// Generated CSI v1 code (package `csi.v1`). Only [`domain`] and the gRPC edges of the
 /// agent and the reference plugin should touch these types.

@@ -1,4 +1,4 @@
-//! TLS for csivol's HTTP API, shared by the CLI, the node agent and dev mode: rustls with
+//! TLS for csivol's HTTP API, shared by the client and the server's listener: rustls with
 //! the ring provider (no OpenSSL, nothing but the Rust toolchain and a C compiler to build).
 
 use std::path::Path;

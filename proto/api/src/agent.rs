@@ -1,0 +1,307 @@
+//! The node agent's endpoints: register, heartbeat, desired state, reports.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{ControllerCapabilities, NodeCapabilities, NodeInfo, NodeStatus, PluginCapabilities, PluginInfo, PublishContext, VolumeCapability};
+
+/// One plugin as a node agent found it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PluginRegistration {
+    /// csivol's id for the plugin (what volumes name in `plugin`).
+    pub id: String,
+    pub info: PluginInfo,
+    pub capabilities: PluginCapabilities,
+    /// Node service facts; `None` when this agent only hosts the controller.
+    #[serde(default)]
+    pub node: Option<NodePluginRegistration>,
+    /// Controller capabilities, when this agent hosts the plugin's controller.
+    #[serde(default)]
+    pub controller: Option<ControllerCapabilities>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodePluginRegistration {
+    pub info: NodeInfo,
+    pub capabilities: NodeCapabilities,
+}
+
+/// `POST /v1/nodes/{node}/register`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RegisterRequest {
+    pub plugins: Vec<PluginRegistration>,
+    /// Self-fencing delay in milliseconds, if the agent self-fences.
+    #[serde(default)]
+    pub fence_after_ms: Option<u64>,
+    /// What the node has published now (after its restart recovery).
+    #[serde(default)]
+    pub published: Vec<ClaimRef>,
+    /// Volumes the node has staged now.
+    #[serde(default)]
+    pub staged: Vec<String>,
+    /// The node's labels (`bmc = "10.0.0.11"`), for choosing and running its fence method.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RegisterResponse {
+    pub heartbeat_ttl_ms: u64,
+    pub index: u64,
+}
+
+/// `POST /v1/nodes/{node}/heartbeat` answer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeartbeatResponse {
+    pub status: NodeStatus,
+    pub heartbeat_ttl_ms: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClaimRef {
+    pub volume: String,
+    pub alloc: String,
+}
+
+/// What a volume needs on a node: enough to call the plugin with.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeVolume {
+    pub volume: String,
+    pub plugin: String,
+    pub external_id: String,
+    pub capability: VolumeCapability,
+    #[serde(default)]
+    pub context: BTreeMap<String, String>,
+    /// Passed to node calls; never logged.
+    #[serde(default)]
+    pub secrets: BTreeMap<String, String>,
+    #[serde(default)]
+    pub publish_context: PublishContext,
+}
+
+/// A claim the node must have published.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DesiredPublish {
+    pub alloc: String,
+    pub read_only: bool,
+    #[serde(flatten)]
+    pub volume: NodeVolume,
+}
+
+/// A claim the node must take down (release, failure), then report unpublished.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DesiredUnpublish {
+    pub volume: String,
+    pub alloc: String,
+    pub plugin: String,
+    pub external_id: String,
+}
+
+/// A volume with no claim left on the node: unstage it (if staged) and report unstaged.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DesiredUnstage {
+    pub volume: String,
+    pub plugin: String,
+    pub external_id: String,
+}
+
+/// A controller operation assigned to this agent.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ControllerOp {
+    pub id: u64,
+    /// Bumped on every retry; a report names the attempt it answers.
+    pub attempt: u32,
+    pub plugin: String,
+    /// Do not start before this time (unix ms): the server's backoff after an error.
+    pub not_before_ms: u64,
+    #[serde(flatten)]
+    pub kind: ControllerOpKind,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum ControllerOpKind {
+    Publish {
+        volume: String,
+        external_id: String,
+        /// The plugin's id for the target node (from its NodeGetInfo).
+        node_id: String,
+        capability: VolumeCapability,
+        readonly: bool,
+        #[serde(default)]
+        context: BTreeMap<String, String>,
+        #[serde(default)]
+        secrets: BTreeMap<String, String>,
+    },
+    Unpublish {
+        volume: String,
+        external_id: String,
+        node_id: String,
+        #[serde(default)]
+        secrets: BTreeMap<String, String>,
+    },
+    Create {
+        volume: String,
+        capability: VolumeCapability,
+        capacity_bytes: u64,
+        #[serde(default)]
+        parameters: BTreeMap<String, String>,
+        #[serde(default)]
+        secrets: BTreeMap<String, String>,
+    },
+    Delete {
+        volume: String,
+        external_id: String,
+        #[serde(default)]
+        secrets: BTreeMap<String, String>,
+    },
+}
+
+/// `GET /v1/nodes/{node}/desired`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DesiredState {
+    pub index: u64,
+    pub status: Option<NodeStatus>,
+    pub publish: Vec<DesiredPublish>,
+    pub unpublish: Vec<DesiredUnpublish>,
+    pub unstage: Vec<DesiredUnstage>,
+    pub controller_ops: Vec<ControllerOp>,
+}
+
+/// `POST /v1/nodes/{node}/reports`: a batch of outcomes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReportBatch {
+    pub reports: Vec<Report>,
+}
+
+/// A plugin error as the agent saw it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PluginError {
+    /// gRPC code name (`UNAVAILABLE`), or `TIMEOUT` for a readiness timeout.
+    pub code: String,
+    pub message: String,
+    /// Whether the agent gave up (the claim fails) or will retry at `next_retry_at_ms`.
+    #[serde(rename = "final")]
+    pub is_final: bool,
+    #[serde(default)]
+    pub next_retry_at_ms: Option<u64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Report {
+    /// Staged (if needed), published and checked mounted.
+    Published {
+        volume: String,
+        alloc: String,
+        target_path: String,
+    },
+    /// Not published on the node (any more).
+    Unpublished {
+        volume: String,
+        alloc: String,
+    },
+    /// Nothing of the volume is staged on the node (any more).
+    Unstaged {
+        volume: String,
+    },
+    /// A published claim's mount vanished or lost its backing (`reason`); the node is
+    /// publishing it again.
+    Drift {
+        volume: String,
+        alloc: String,
+        reason: String,
+    },
+    /// A claim waits on the node for `reason` since `since_ms`, at most `timeout_ms`.
+    Waiting {
+        volume: String,
+        alloc: String,
+        reason: String,
+        since_ms: u64,
+        timeout_ms: u64,
+    },
+    /// The plugin's VOLUME_CONDITION for a published claim, sent when it changes.
+    Condition {
+        volume: String,
+        alloc: String,
+        abnormal: bool,
+        message: String,
+    },
+    /// A node step failed.
+    ClaimError {
+        volume: String,
+        alloc: String,
+        error: PluginError,
+    },
+    /// A volume-level node step (NodeUnstageVolume) failed; it is retried.
+    VolumeError {
+        volume: String,
+        error: PluginError,
+    },
+    ControllerPublished {
+        op: u64,
+        attempt: u32,
+        publish_context: PublishContext,
+    },
+    ControllerUnpublished {
+        op: u64,
+        attempt: u32,
+    },
+    Created {
+        op: u64,
+        attempt: u32,
+        external_id: String,
+        capacity_bytes: u64,
+        #[serde(default)]
+        context: BTreeMap<String, String>,
+    },
+    Deleted {
+        op: u64,
+        attempt: u32,
+    },
+    OpError {
+        op: u64,
+        attempt: u32,
+        error: PluginError,
+    },
+    /// The agent lost the server for its fence time and took everything down.
+    Fenced {
+        at_ms: u64,
+        volumes: Vec<String>,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reports_are_tagged() {
+        let r = Report::Unstaged { volume: "v".into() };
+        assert_eq!(
+            serde_json::to_string(&r).unwrap(),
+            r#"{"kind":"unstaged","volume":"v"}"#
+        );
+        let op = ControllerOp {
+            id: 1,
+            attempt: 0,
+            plugin: "p".into(),
+            not_before_ms: 0,
+            kind: ControllerOpKind::Delete {
+                volume: "v".into(),
+                external_id: "e".into(),
+                secrets: BTreeMap::new(),
+            },
+        };
+        let json = serde_json::to_value(&op).unwrap();
+        assert_eq!(json["op"], "delete");
+        assert_eq!(serde_json::from_value::<ControllerOp>(json).unwrap(), op);
+    }
+}

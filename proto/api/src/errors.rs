@@ -1,0 +1,63 @@
+//! The health answer and the error body every endpoint shares.
+
+use serde::{Deserialize, Serialize};
+
+/// `GET /v1/health`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Health {
+    /// `ok`, or `degraded` (the server answers, but `reasons` says what is wrong).
+    pub status: String,
+    pub version: String,
+    /// Why the server is degraded, e.g. the state database refuses writes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reasons: Vec<String>,
+}
+
+/// Every error: `{"error": {"code", "message", "hint"}}`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorResponse {
+    pub error: ErrorBody,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub code: ErrorCode,
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hint: Option<String>,
+}
+
+/// What kind of error; tells a client whether retrying can help.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// The request is wrong; fix it.
+    Invalid,
+    /// No token, a wrong token, or a token without the right.
+    Unauthorized,
+    NotFound,
+    /// Something in the way (another claim, capacity); retry after it changes.
+    Conflict,
+    /// Held by a lost node; needs the node back or an operator unblock.
+    Blocked,
+    /// An action ran and failed (a fence method that did not confirm the node off).
+    Failed,
+    /// The server cannot serve now; retry.
+    Unavailable,
+    Internal,
+}
+
+impl ErrorCode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Invalid => "invalid",
+            Self::Unauthorized => "unauthorized",
+            Self::NotFound => "not_found",
+            Self::Conflict => "conflict",
+            Self::Blocked => "blocked",
+            Self::Failed => "failed",
+            Self::Unavailable => "unavailable",
+            Self::Internal => "internal",
+        }
+    }
+}

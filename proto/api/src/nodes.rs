@@ -1,0 +1,246 @@
+//! Nodes, their plugins, eligibility and fencing.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::PlannedAction;
+
+/// Whether a node is heard from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NodeStatus {
+    Ready,
+    Lost,
+    /// Powered off by a confirmed fence; stays so until its agent registers again holding
+    /// nothing.
+    Fenced,
+}
+
+impl NodeStatus {
+    pub const ALL: [Self; 3] = [Self::Ready, Self::Lost, Self::Fenced];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Ready => "ready",
+            Self::Lost => "lost",
+            Self::Fenced => "fenced",
+        }
+    }
+}
+
+/// Whether a node takes new claims: an operator's choice, kept across registrations.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Eligibility {
+    /// New claims are accepted (the default).
+    #[default]
+    Eligible,
+    /// No new claims (`csivol node eligibility NODE --disable`); existing ones stay.
+    Ineligible,
+    /// No new claims, and the operator waits for the node's claims to be released by their
+    /// owners (`csivol node drain`); nothing is force-released.
+    Draining,
+}
+
+impl Eligibility {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Eligible => "eligible",
+            Self::Ineligible => "ineligible",
+            Self::Draining => "draining",
+        }
+    }
+}
+
+/// `POST /v1/nodes/{node}/eligibility`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EligibilityRequest {
+    pub eligibility: Eligibility,
+}
+
+/// A node and its plugins.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Node {
+    pub name: String,
+    pub status: NodeStatus,
+    pub last_heartbeat: Option<String>,
+    /// The server's heartbeat TTL: a node silent for longer is marked lost.
+    #[serde(default)]
+    pub heartbeat_ttl_ms: u64,
+    /// For a ready node, how long it has been silent: since its last heartbeat, or since
+    /// the server started (every node gets a full TTL after a restart).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub silent_ms: Option<u64>,
+    /// Whether the node takes new claims.
+    #[serde(default)]
+    pub eligibility: Eligibility,
+    pub lost_at: Option<String>,
+    /// The agent's self-fencing delay (`30s`), if it self-fences.
+    pub fence_after: Option<String>,
+    /// When the agent last fenced itself, as it reported.
+    pub fenced_at: Option<String>,
+    pub plugins: Vec<NodePlugin>,
+    pub registered_at: String,
+    /// The node's labels: the agent's, overridden by the server's `[node_labels]`.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// The server's fence method for this node, if one applies.
+    #[serde(default)]
+    pub fence_method: Option<String>,
+    /// Failed automatic fences since the node was lost, and the last one's error.
+    #[serde(default)]
+    pub fence_failures: u32,
+    #[serde(default)]
+    pub fence_error: Option<String>,
+    /// When the policy fences it (again), for a lost node under `auto_fence_after`.
+    #[serde(default)]
+    pub next_fence_at: Option<String>,
+    /// Fence attempts, newest first (only when one node is shown).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fences: Vec<FenceRecord>,
+}
+
+/// One run of a fence method: the evidence that a node is off, or why it is not proved.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FenceRecord {
+    pub id: u64,
+    pub at: String,
+    pub node: String,
+    pub method: String,
+    /// The command as run (arguments filled in; environment values are never shown).
+    pub command: Vec<String>,
+    /// The exit status; `None` when it timed out or could not start or was killed.
+    pub exit_status: Option<i32>,
+    pub timed_out: bool,
+    /// Its stdout and stderr, bounded.
+    pub output: String,
+    pub duration_ms: u64,
+    /// `operator:<token id>` or `policy:<method>`.
+    pub actor: String,
+    pub reason: String,
+    /// Exit 0 within the timeout: the node is confirmed off.
+    pub ok: bool,
+}
+
+/// `POST /v1/nodes/{node}/fence`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FenceRequest {
+    pub reason: String,
+    #[serde(default)]
+    pub dry_run: bool,
+    /// Fence a node that is not lost (ready). The CLI asks twice.
+    #[serde(default)]
+    pub force: bool,
+}
+
+/// What a fence did (or with `dry_run`, would do): the method and command, the evidence,
+/// and the unblock that followed it. Deserialises as an [`ActionPlan`] too.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FenceOutcome {
+    pub dry_run: bool,
+    pub node: String,
+    pub method: String,
+    pub command: Vec<String>,
+    pub timeout_ms: u64,
+    /// The evidence; `None` on a dry run.
+    #[serde(default)]
+    pub fence: Option<FenceRecord>,
+    /// The unblock the fence carries out (or would).
+    pub actions: Vec<PlannedAction>,
+}
+
+impl Node {
+    /// A ready node that has missed heartbeats: silent for at least half the TTL (agents
+    /// heartbeat every third of it), so it is lost soon unless one arrives.
+    pub fn at_risk(&self) -> bool {
+        self.status == NodeStatus::Ready
+            && self.silent_ms.is_some_and(|s| {
+                self.heartbeat_ttl_ms > 0 && s.saturating_mul(2) >= self.heartbeat_ttl_ms
+            })
+    }
+
+    /// How long until the server marks a ready node lost, unless a heartbeat arrives.
+    pub fn lost_in_ms(&self) -> Option<u64> {
+        let silent = self
+            .silent_ms
+            .filter(|_| self.status == NodeStatus::Ready)?;
+        Some(self.heartbeat_ttl_ms.saturating_sub(silent))
+    }
+}
+
+/// A plugin as one node runs it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodePlugin {
+    pub id: String,
+    /// The plugin's own id for the node, from NodeGetInfo.
+    pub node_id: String,
+    /// 0: no limit.
+    pub max_volumes: u32,
+    /// Attachments of this plugin's volumes on the node, detaching ones included.
+    pub used: u32,
+    /// Whether this node's agent hosts the plugin's controller.
+    pub controller: bool,
+    /// The node's topology segments as the plugin reports them (NodeGetInfo's
+    /// `accessible_topology`, e.g. `{"zone": "a"}`); empty when it reports none.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub topology: BTreeMap<String, String>,
+}
+
+/// A plugin across the cluster.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Plugin {
+    pub id: String,
+    pub name: String,
+    pub version: String,
+    pub nodes_healthy: u32,
+    pub nodes_expected: u32,
+    pub controllers_healthy: u32,
+    pub controllers_expected: u32,
+    pub controller_publish: bool,
+    pub stage_unstage: bool,
+    pub volumes: u32,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nodes_at_risk_have_missed_heartbeats_for_half_the_ttl() {
+        let node = |status, silent_ms| Node {
+            name: "n1".into(),
+            status,
+            last_heartbeat: None,
+            heartbeat_ttl_ms: 10_000,
+            silent_ms,
+            eligibility: Eligibility::Eligible,
+            lost_at: None,
+            fence_after: None,
+            fenced_at: None,
+            plugins: Vec::new(),
+            registered_at: String::new(),
+            labels: BTreeMap::new(),
+            fence_method: None,
+            fence_failures: 0,
+            fence_error: None,
+            next_fence_at: None,
+            fences: Vec::new(),
+        };
+        // (status, silent for, at risk, lost in)
+        let cases = [
+            (NodeStatus::Ready, Some(1_000), false, Some(9_000)),
+            (NodeStatus::Ready, Some(4_999), false, Some(5_001)),
+            (NodeStatus::Ready, Some(5_000), true, Some(5_000)),
+            (NodeStatus::Ready, Some(12_000), true, Some(0)),
+            (NodeStatus::Ready, None, false, None),
+            (NodeStatus::Lost, Some(12_000), false, None),
+        ];
+        for (status, silent, risk, left) in cases {
+            let n = node(status, silent);
+            assert_eq!(n.at_risk(), risk, "{status:?} {silent:?}");
+            assert_eq!(n.lost_in_ms(), left, "{status:?} {silent:?}");
+        }
+    }
+}

@@ -1,0 +1,138 @@
+//! Volumes: registration, creation and what the server knows of one.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{AccessMode, AttachmentStatus, Claim};
+
+/// How a volume is presented to workloads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Attachment {
+    FileSystem,
+    BlockDevice,
+}
+
+impl Attachment {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::FileSystem => "file-system",
+            Self::BlockDevice => "block-device",
+        }
+    }
+}
+
+/// `PUT /v1/volumes/{name}`: register an existing volume.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VolumeSpec {
+    pub plugin: String,
+    pub external_id: String,
+    pub access_mode: AccessMode,
+    pub attachment: Attachment,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub fs_type: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mount_flags: Vec<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub context: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub parameters: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub secrets: BTreeMap<String, String>,
+}
+
+/// `POST /v1/volumes/{name}/create`: create a volume through the plugin's controller.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateVolumeSpec {
+    pub plugin: String,
+    pub access_mode: AccessMode,
+    pub attachment: Attachment,
+    #[serde(default)]
+    pub capacity_bytes: u64,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub fs_type: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mount_flags: Vec<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub parameters: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub secrets: BTreeMap<String, String>,
+}
+
+/// Where a volume stands, derived from its claims and attachments.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum VolumeState {
+    /// CreateVolume is under way.
+    Creating,
+    /// No claim and no attachment.
+    Free,
+    /// Claimed or attached somewhere, nothing blocked.
+    Attached,
+    /// A claim or attachment is held by a lost node.
+    Blocked,
+    /// DeleteVolume is under way.
+    Deleting,
+    /// CreateVolume failed; `error` says why.
+    Failed,
+}
+
+impl VolumeState {
+    pub const ALL: [VolumeState; 6] = [
+        Self::Creating,
+        Self::Free,
+        Self::Attached,
+        Self::Blocked,
+        Self::Deleting,
+        Self::Failed,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Creating => "creating",
+            Self::Free => "free",
+            Self::Attached => "attached",
+            Self::Blocked => "blocked",
+            Self::Deleting => "deleting",
+            Self::Failed => "failed",
+        }
+    }
+}
+
+/// A registered volume, with its claims and attachments. Secret values are never returned:
+/// `secret_keys` lists which secrets are stored.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Volume {
+    pub name: String,
+    pub plugin: String,
+    pub external_id: String,
+    pub access_mode: AccessMode,
+    pub attachment: Attachment,
+    pub state: VolumeState,
+    /// Whether a new claim can be accepted now (by the access mode, given the claims held,
+    /// blocked ones included): a `blocked` multi-node-multi-writer volume still takes them.
+    #[serde(default = "crate::yes")]
+    pub accepts_claims: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub fs_type: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mount_flags: Vec<String>,
+    #[serde(default)]
+    pub context: BTreeMap<String, String>,
+    #[serde(default)]
+    pub parameters: BTreeMap<String, String>,
+    #[serde(default)]
+    pub secret_keys: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub claims: Vec<Claim>,
+    pub attachments: Vec<AttachmentStatus>,
+    pub created_at: String,
+    pub updated_at: String,
+    pub index: u64,
+}

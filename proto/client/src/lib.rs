@@ -1,0 +1,415 @@
+//! The one client of csivol's HTTP API, used by the CLI, the node agent, dev mode, the tests
+//! and the benchmark: bearer token, JSON bodies, the blocking-query index, the API's error
+//! body, TLS through rustls with ring ([`tls`]). Each caller keeps its own idea of what a
+//! failure means (the CLI's exit codes, the agent's retry or give up) by matching on
+//! [`Error`]; the wire details live here once.
+//!
+//! Two levels: [`Client::send`] answers with whatever the server said ([`Raw`], for callers
+//! that look at statuses and bodies themselves: tests of malformed requests, the
+//! benchmark's accounting); [`Client::request`] and the typed endpoint calls turn an answer
+//! into the API type or an [`Error`].
+
+pub mod tls;
+
+use std::time::Duration;
+
+use csivol_api::{
+    DesiredState, ErrorBody, ErrorResponse, HeartbeatResponse, INDEX_HEADER, Node, RegisterRequest,
+    RegisterResponse, ReportBatch, TokenRequest, TokenResponse,
+};
+pub use reqwest::{Method, StatusCode};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+/// A client of one server with one token (or none). Cheap to clone: clones share the
+/// connection pool.
+#[derive(Clone, Debug)]
+pub struct Client {
+    http: reqwest::Client,
+    /// The server's base URL, without a trailing slash.
+    base: String,
+    token: Option<String>,
+    /// Deadline of a request that does not block on the server; `None`: no deadline.
+    request_timeout: Option<Duration>,
+}
+
+/// How to build a [`Client`]; every setting but the address is optional.
+#[derive(Debug)]
+pub struct Builder {
+    base: String,
+    token: Option<String>,
+    tls: Option<rustls::ClientConfig>,
+    connect_timeout: Option<Duration>,
+    request_timeout: Option<Duration>,
+    user_agent: Option<String>,
+    no_proxy: bool,
+}
+
+impl Builder {
+    /// The bearer token sent with every request.
+    pub fn token(mut self, token: Option<String>) -> Self {
+        self.token = token;
+        self
+    }
+
+    /// The TLS configuration for `https://` servers (see [`tls::client_config`]); without
+    /// one, the system's trust roots.
+    pub fn tls(mut self, tls: rustls::ClientConfig) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = Some(timeout);
+        self
+    }
+
+    /// Deadline of a request that does not block on the server; a blocking query gets its
+    /// `wait` on top of it.
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = Some(timeout);
+        self
+    }
+
+    pub fn user_agent(mut self, agent: impl Into<String>) -> Self {
+        self.user_agent = Some(agent.into());
+        self
+    }
+
+    /// Ignores the `HTTP(S)_PROXY` environment.
+    pub fn no_proxy(mut self) -> Self {
+        self.no_proxy = true;
+        self
+    }
+
+    pub fn build(self) -> Result<Client, reqwest::Error> {
+        tls::install_provider();
+        let mut http = reqwest::Client::builder().pool_idle_timeout(tls::POOL_IDLE_TIMEOUT);
+        if let Some(tls) = self.tls {
+            http = http.tls_backend_preconfigured(tls);
+        }
+        if let Some(t) = self.connect_timeout {
+            http = http.connect_timeout(t);
+        }
+        if let Some(ua) = self.user_agent {
+            http = http.user_agent(ua);
+        }
+        if self.no_proxy {
+            http = http.no_proxy();
+        }
+        Ok(Client {
+            http: http.build()?,
+            base: self.base.trim_end_matches('/').to_owned(),
+            token: self.token,
+            request_timeout: self.request_timeout,
+        })
+    }
+}
+
+/// An answer as the server sent it.
+#[derive(Debug)]
+pub struct Raw {
+    pub status: StatusCode,
+    /// The blocking-query index (`x-csivol-index`), if the answer carried one.
+    pub index: Option<u64>,
+    pub body: Vec<u8>,
+}
+
+/// A successful answer: its status, body and blocking-query index.
+#[derive(Debug)]
+pub struct Answer<T> {
+    pub status: StatusCode,
+    pub body: T,
+    pub index: Option<u64>,
+}
+
+/// Why a request got no usable answer.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// No HTTP answer: no connection, a broken one, or the deadline passed
+    /// (`source.is_timeout()`).
+    #[error("failed to reach the server at {url}: {source}")]
+    Unreachable {
+        url: String,
+        #[source]
+        source: reqwest::Error,
+    },
+    /// An HTTP error status, with the API's error body when there was one and the text of
+    /// the answer either way.
+    #[error("the server answered {status}: {}", match error { Some(e) => &e.message, None => text })]
+    Refused {
+        status: StatusCode,
+        error: Option<ErrorBody>,
+        text: String,
+    },
+    /// A success status with a body that is not the expected type.
+    #[error("the server sent an answer that is not the expected JSON (HTTP {status}): {source}")]
+    Invalid {
+        status: StatusCode,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+impl Error {
+    /// The server answered 404 (the resource, or the node, is unknown to it).
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, Self::Refused { status, .. } if *status == StatusCode::NOT_FOUND)
+    }
+}
+
+/// What a request carries.
+#[derive(Debug)]
+pub enum Body<'a, B: ?Sized> {
+    None,
+    Json(&'a B),
+    /// Bytes sent as `application/json` whatever they are (tests of malformed bodies).
+    Bytes(Vec<u8>),
+}
+
+impl Client {
+    /// A builder for a client of the server at `base` (`http(s)://host:port`).
+    pub fn builder(base: &str) -> Builder {
+        Builder {
+            base: base.to_owned(),
+            token: None,
+            tls: None,
+            connect_timeout: None,
+            request_timeout: None,
+            user_agent: None,
+            no_proxy: false,
+        }
+    }
+
+    /// The server's base URL, without a trailing slash.
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    /// The same client (and connection pool) with another token.
+    pub fn with_token(&self, token: Option<String>) -> Self {
+        Self {
+            token,
+            ..self.clone()
+        }
+    }
+
+    /// Deadline of a blocking query that may wait `wait` on the server.
+    pub fn blocking_timeout(&self, wait: Duration) -> Option<Duration> {
+        self.request_timeout.map(|t| t + wait)
+    }
+
+    /// Sends a request and returns the answer as it came, whatever its status. `timeout`
+    /// `None` uses the client's request timeout.
+    pub async fn send<B: Serialize + ?Sized>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Body<'_, B>,
+        timeout: Option<Duration>,
+    ) -> Result<Raw, Error> {
+        let url = format!("{}{path}", self.base);
+        let mut req = self.http.request(method, &url);
+        if let Some(t) = timeout.or(self.request_timeout) {
+            req = req.timeout(t);
+        }
+        if let Some(t) = &self.token {
+            req = req.bearer_auth(t);
+        }
+        req = match body {
+            Body::None => req,
+            Body::Json(b) => req.json(b),
+            Body::Bytes(bytes) => req.header("content-type", "application/json").body(bytes),
+        };
+        let unreachable = |source| Error::Unreachable {
+            url: url.clone(),
+            source,
+        };
+        let resp = req.send().await.map_err(unreachable)?;
+        let status = resp.status();
+        let index = resp
+            .headers()
+            .get(INDEX_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok());
+        let body = resp.bytes().await.map_err(unreachable)?.to_vec();
+        Ok(Raw {
+            status,
+            index,
+            body,
+        })
+    }
+
+    /// A request whose successful answer is a `T`; an error status is [`Error::Refused`].
+    /// An empty successful answer reads as JSON `null`.
+    pub async fn request<B: Serialize + ?Sized, T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&B>,
+        timeout: Option<Duration>,
+    ) -> Result<Answer<T>, Error> {
+        let body = body.map_or(Body::None, Body::Json);
+        let raw = self.send(method, path, body, timeout).await?;
+        raw.into_answer()
+    }
+
+    /// `GET path`.
+    pub async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, Error> {
+        Ok(self
+            .request::<(), T>(Method::GET, path, None, None)
+            .await?
+            .body)
+    }
+
+    /// A blocking query: answers once the resource changed past `index`, or after `wait`.
+    pub async fn watch<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        index: u64,
+        wait: Duration,
+    ) -> Result<Answer<T>, Error> {
+        let path = blocking_path(path, index, wait);
+        self.request::<(), T>(Method::GET, &path, None, self.blocking_timeout(wait))
+            .await
+    }
+
+    // ---- the node agent's endpoints, scoped to its node ----
+
+    pub async fn register(
+        &self,
+        node: &str,
+        req: &RegisterRequest,
+    ) -> Result<RegisterResponse, Error> {
+        self.post(&format!("/v1/nodes/{node}/register"), req).await
+    }
+
+    pub async fn heartbeat(&self, node: &str) -> Result<HeartbeatResponse, Error> {
+        let empty = serde_json::Map::new();
+        self.post(&format!("/v1/nodes/{node}/heartbeat"), &empty)
+            .await
+    }
+
+    /// A blocking query: answers when the node's desired state changed past `index`, or
+    /// after `wait` with the current one.
+    pub async fn desired(
+        &self,
+        node: &str,
+        index: u64,
+        wait: Duration,
+    ) -> Result<DesiredState, Error> {
+        Ok(self
+            .watch(&format!("/v1/nodes/{node}/desired"), index, wait)
+            .await?
+            .body)
+    }
+
+    pub async fn reports(&self, node: &str, batch: &ReportBatch) -> Result<(), Error> {
+        let _: serde_json::Value = self
+            .post(&format!("/v1/nodes/{node}/reports"), batch)
+            .await?;
+        Ok(())
+    }
+
+    // ---- operator calls ----
+
+    pub async fn create_token(&self, req: &TokenRequest) -> Result<TokenResponse, Error> {
+        self.post("/v1/tokens", req).await
+    }
+
+    pub async fn nodes(&self) -> Result<Vec<Node>, Error> {
+        self.get("/v1/nodes").await
+    }
+
+    async fn post<B: Serialize + ?Sized, T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &B,
+    ) -> Result<T, Error> {
+        Ok(self
+            .request(Method::POST, path, Some(body), None)
+            .await?
+            .body)
+    }
+}
+
+impl Raw {
+    /// The answer as a `T` when its status is a success, else [`Error::Refused`].
+    pub fn into_answer<T: DeserializeOwned>(self) -> Result<Answer<T>, Error> {
+        let status = self.status;
+        if !status.is_success() {
+            let error = serde_json::from_slice::<ErrorResponse>(&self.body)
+                .ok()
+                .map(|e| e.error);
+            return Err(Error::Refused {
+                status,
+                error,
+                text: String::from_utf8_lossy(&self.body).into_owned(),
+            });
+        }
+        let bytes = if self.body.is_empty() {
+            &b"null"[..]
+        } else {
+            &self.body[..]
+        };
+        let body =
+            serde_json::from_slice(bytes).map_err(|source| Error::Invalid { status, source })?;
+        Ok(Answer {
+            status,
+            body,
+            index: self.index,
+        })
+    }
+}
+
+/// `path` with a blocking query's `index` and `wait`.
+pub fn blocking_path(path: &str, index: u64, wait: Duration) -> String {
+    let sep = if path.contains('?') { '&' } else { '?' };
+    format!("{path}{sep}index={index}&wait={}ms", wait.as_millis())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blocking_paths() {
+        let wait = Duration::from_secs(30);
+        assert_eq!(
+            blocking_path("/v1/events", 7, wait),
+            "/v1/events?index=7&wait=30000ms"
+        );
+        assert_eq!(
+            blocking_path("/v1/events?volume=v", 0, wait),
+            "/v1/events?volume=v&index=0&wait=30000ms"
+        );
+    }
+
+    #[test]
+    fn answers_become_types_or_errors() {
+        let raw = |status: u16, body: &str| Raw {
+            status: StatusCode::from_u16(status).unwrap(),
+            index: Some(3),
+            body: body.as_bytes().to_vec(),
+        };
+        let a: Answer<Vec<u32>> = raw(200, "[1,2]").into_answer().unwrap();
+        assert_eq!((a.body, a.index), (vec![1, 2], Some(3)));
+        let a: Answer<Option<u32>> = raw(200, "").into_answer().unwrap();
+        assert_eq!(a.body, None);
+
+        let e = raw(404, r#"{"error":{"code":"not_found","message":"no volume `v`"}}"#)
+            .into_answer::<u32>()
+            .unwrap_err();
+        assert!(e.is_not_found());
+        match e {
+            Error::Refused {
+                error: Some(body), ..
+            } => assert_eq!(body.code, csivol_api::ErrorCode::NotFound),
+            other => panic!("{other:?}"),
+        }
+        let e = raw(502, "bad gateway").into_answer::<u32>().unwrap_err();
+        assert_eq!(e.to_string(), "the server answered 502 Bad Gateway: bad gateway");
+        let e = raw(200, "{").into_answer::<u32>().unwrap_err();
+        assert!(matches!(e, Error::Invalid { .. }), "{e:?}");
+    }
+}
