@@ -3,9 +3,9 @@
 //! this module and the gRPC edges (agent plugin calls, the reference plugin's handlers)
 //! should name a `csi::v1` type.
 
-pub use csivol_api::domain::{
+use csivol_api::domain::{
     AccessMode, AccessType, ControllerCapabilities, ErrorClass, NodeCapabilities, NodeInfo,
-    PluginCapabilities, PluginInfo, PublishContext, Topology, VolumeCapability,
+    PluginCapabilities, PluginInfo, VolumeCapability,
 };
 
 use crate::csi::v1 as csi;
