@@ -1,5 +1,5 @@
-//! Every conversion between csivol's own types for what it needs from CSI (defined, as plain
-//! data, in `csivol-api` and re-exported here) and the generated wire types. Nothing outside
+//! Every conversion between csivol's own types for what it needs from CSI (plain data in
+//! `csivol_api::domain`) and the generated wire types. Nothing outside
 //! this module and the gRPC edges (agent plugin calls, the reference plugin's handlers)
 //! should name a `csi::v1` type.
 
