@@ -8,7 +8,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use csivol_proto::api;
+use csivol_api as api;
 use tokio::process::{Child, Command};
 
 use crate::server::{Server, ServerConfig};
@@ -117,14 +117,14 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     let client = Client {
         http: {
             let mut b =
-                reqwest::Client::builder().pool_idle_timeout(csivol_proto::tls::POOL_IDLE_TIMEOUT);
+                reqwest::Client::builder().pool_idle_timeout(csivol_client::tls::POOL_IDLE_TIMEOUT);
             if let Some(f) = &tls {
                 b = b.tls_backend_preconfigured(
-                    csivol_proto::tls::client_config(Some(&f.ca), None)
+                    csivol_client::tls::client_config(Some(&f.ca), None)
                         .map_err(anyhow::Error::msg)?,
                 );
             } else {
-                csivol_proto::tls::install_provider();
+                csivol_client::tls::install_provider();
             }
             b.build()?
         },

@@ -101,7 +101,7 @@ pub fn init(dir: &Path, server_names: &[String], nodes: &[String]) -> anyhow::Re
         );
     }
     for n in nodes {
-        csivol_proto::api::validate_name("node", n).map_err(anyhow::Error::msg)?;
+        csivol_api::validate_name("node", n).map_err(anyhow::Error::msg)?;
     }
     crate::private::dir(dir, 0o700)
         .with_context(|| format!("failed to create {}", dir.display()))?;

@@ -7,7 +7,7 @@ use std::time::Duration;
 use clap::builder::PossibleValuesParser;
 use clap::builder::TypedValueParser;
 use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
-use csivol_proto::api::{ClaimState, Role, VolumeState, validate_name};
+use csivol_api::{ClaimState, Role, VolumeState, validate_name};
 
 use crate::env;
 use crate::failure::EXIT_CODES;

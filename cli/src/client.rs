@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
-use csivol_proto::api::{ErrorResponse, INDEX_HEADER};
+use csivol_api::{ErrorResponse, INDEX_HEADER};
 use reqwest::{Method, StatusCode};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -79,11 +79,11 @@ impl Client {
         };
         let addr = normalise_addr(&addr)?;
         let (token, token_source) = resolve_token(args.token.as_deref())?;
-        csivol_proto::tls::install_provider();
+        csivol_client::tls::install_provider();
         let mut http =
-            reqwest::Client::builder().pool_idle_timeout(csivol_proto::tls::POOL_IDLE_TIMEOUT);
+            reqwest::Client::builder().pool_idle_timeout(csivol_client::tls::POOL_IDLE_TIMEOUT);
         if addr.starts_with("https://") {
-            let tls = csivol_proto::tls::client_config(ca.as_deref(), None).map_err(|e| {
+            let tls = csivol_client::tls::client_config(ca.as_deref(), None).map_err(|e| {
                 Failure::usage(e).hint(format!(
                     "pass the CA that signed the server's certificate with --ca-cert or {}",
                     env::CSIVOL_CACERT

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::process::ExitCode;
 
-use csivol_proto::api::ErrorCode;
+use csivol_api::ErrorCode;
 
 /// The documented exit codes. Scripts rely on them: never renumber.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -310,7 +310,7 @@ pub fn age(ts: &str) -> String {
 
 /// What a claim waits for on its node and how long it has waited, e.g. `published; waiting
 /// for the target to be mounted from the volume: ...: 20s of 2m`.
-pub fn waiting(w: &csivol_proto::api::ClaimWaiting) -> String {
+pub fn waiting(w: &csivol_api::ClaimWaiting) -> String {
     let waited = humantime::parse_rfc3339_weak(&w.since)
         .ok()
         .and_then(|t| SystemTime::now().duration_since(t).ok())

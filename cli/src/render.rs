@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use std::time::Duration;
 
-use csivol_proto::api::{
+use csivol_api::{
     ActionPlan, Claim, ClaimState, Eligibility, Event, Node, NodeStatus, PlannedAction, Plugin,
     Volume, VolumeState,
 };
@@ -327,7 +327,7 @@ fn plugin_slots(n: &Node) -> String {
         .join(", ")
 }
 
-pub fn controller_hosts(out: &Out, h: &csivol_proto::api::ControllerHosts) -> anyhow::Result<()> {
+pub fn controller_hosts(out: &Out, h: &csivol_api::ControllerHosts) -> anyhow::Result<()> {
     if h.allowed.is_empty() {
         out.note(format!(
             "no node may host the controller of plugin {}; hint: csivol plugin controllers {} --allow NODE",
@@ -355,7 +355,7 @@ pub fn controller_hosts(out: &Out, h: &csivol_proto::api::ControllerHosts) -> an
     out.print_table(t)
 }
 
-pub fn tokens(out: &Out, ts: &[csivol_proto::api::TokenInfo]) -> anyhow::Result<()> {
+pub fn tokens(out: &Out, ts: &[csivol_api::TokenInfo]) -> anyhow::Result<()> {
     let mut t = out.table(&[
         "ID",
         "NAME",

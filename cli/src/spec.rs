@@ -7,8 +7,8 @@ use std::fmt;
 use std::io::Read;
 use std::path::Path;
 
-use csivol_proto::api::{Attachment, CreateVolumeSpec, VolumeSpec, validate_name};
-use csivol_proto::domain::AccessMode;
+use csivol_api::domain::AccessMode;
+use csivol_api::{Attachment, CreateVolumeSpec, VolumeSpec, validate_name};
 use serde::Deserialize;
 use serde::de::{self, DeserializeOwned, Deserializer, Visitor};
 

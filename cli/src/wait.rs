@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use csivol_proto::api::{Claim, ClaimState, Event, Volume};
+use csivol_api::{Claim, ClaimState, Event, Volume};
 
 use crate::client::{Answer, MAX_BLOCK};
 use crate::commands::Ctx;

@@ -92,10 +92,10 @@ impl FromStr for Rpc {
     }
 }
 
-pub use csivol_proto::domain::code_name;
+pub use csivol_csi::domain::code_name;
 
 fn parse_code(s: &str) -> Result<Code, String> {
-    csivol_proto::domain::code_from_name(s)
+    csivol_csi::domain::code_from_name(s)
         .filter(|c| *c != Code::Ok)
         .ok_or_else(|| {
             format!("unknown gRPC code `{s}`, expected e.g. UNAVAILABLE or INVALID_ARGUMENT")

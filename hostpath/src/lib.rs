@@ -13,8 +13,8 @@ use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use clap::Parser;
-use csivol_proto::CsiEndpoint;
-use csivol_proto::csi::v1 as csi;
+use csivol_csi::CsiEndpoint;
+use csivol_csi::csi::v1 as csi;
 use tokio::net::UnixListener;
 use tokio_stream::wrappers::UnixListenerStream;
 

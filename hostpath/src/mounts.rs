@@ -4,7 +4,7 @@ use std::fs;
 use std::io;
 use std::path::Path;
 
-use csivol_proto::mountinfo::MountTable;
+use csivol_csi::mountinfo::MountTable;
 
 use rustix::mount::{MountFlags, UnmountFlags, mount_bind, mount_remount, unmount};
 

@@ -7,7 +7,7 @@ use std::fs::{self, File};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
-use csivol_proto::domain::{PublishContext, VolumeCapability};
+use csivol_api::domain::{PublishContext, VolumeCapability};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 

@@ -274,7 +274,7 @@ impl Api {
     pub fn new(base: &str, token: Option<&str>) -> Self {
         Self {
             http: {
-                csivol_proto::tls::install_provider();
+                csivol_client::tls::install_provider();
                 reqwest::Client::new()
             },
             base: base.trim_end_matches('/').to_owned(),
@@ -331,9 +331,9 @@ impl Api {
         // A connection of its own: the server may close it after refusing the body, and a
         // pooled connection closed under a later request would fail that request.
         let mut req = {
-            csivol_proto::tls::install_provider();
+            csivol_client::tls::install_provider();
             reqwest::Client::builder()
-                .pool_idle_timeout(csivol_proto::tls::POOL_IDLE_TIMEOUT)
+                .pool_idle_timeout(csivol_client::tls::POOL_IDLE_TIMEOUT)
                 .build()
                 .expect("an HTTP client")
         }

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use csivol_proto::api::{
+use csivol_api::{
     DesiredState, ErrorCode, ErrorResponse, HeartbeatResponse, RegisterRequest, RegisterResponse,
     ReportBatch,
 };
@@ -82,10 +82,10 @@ impl ApiClient {
         token: String,
         tls: rustls::ClientConfig,
     ) -> Result<Self, reqwest::Error> {
-        csivol_proto::tls::install_provider();
+        csivol_client::tls::install_provider();
         let http = reqwest::Client::builder()
             .tls_backend_preconfigured(tls)
-            .pool_idle_timeout(csivol_proto::tls::POOL_IDLE_TIMEOUT)
+            .pool_idle_timeout(csivol_client::tls::POOL_IDLE_TIMEOUT)
             .connect_timeout(Duration::from_secs(5))
             .build()?;
         Ok(Self {

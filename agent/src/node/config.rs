@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
 
-use csivol_proto::CsiEndpoint;
-use csivol_proto::api::validate_name;
+use csivol_api::validate_name;
+use csivol_csi::CsiEndpoint;
 use serde::Deserialize;
 
 use super::NodeArgs;

@@ -107,7 +107,7 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
         );
     }
     if !settings.server.starts_with("https://")
-        && !csivol_proto::tls::is_loopback_url(&settings.server)
+        && !csivol_client::tls::is_loopback_url(&settings.server)
     {
         anyhow::bail!(
             "refusing to send this node's token to {} over plain HTTP\nhint: use an https:// \
@@ -115,7 +115,7 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
             settings.server
         );
     }
-    let tls = csivol_proto::tls::client_config(
+    let tls = csivol_client::tls::client_config(
         args.ca_cert.as_deref(),
         args.tls_cert.as_deref().zip(args.tls_key.as_deref()),
     )

@@ -17,8 +17,8 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
-use csivol_proto::mountinfo::Mount;
-pub use csivol_proto::mountinfo::MountTable;
+use csivol_csi::mountinfo::Mount;
+pub use csivol_csi::mountinfo::MountTable;
 
 use super::config::ReadyCheck;
 

@@ -8,7 +8,7 @@
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
-use csivol_proto::api::{ClaimRef, DesiredPublish, DesiredUnpublish, validate_name};
+use csivol_api::{ClaimRef, DesiredPublish, DesiredUnpublish, validate_name};
 
 use super::store::{PublicationRecord, PublishState, StageState, StagingRecord};
 
@@ -279,8 +279,8 @@ pub fn plan(input: &Input<'_>) -> Job {
 mod tests {
     use std::collections::BTreeMap;
 
-    use csivol_proto::api::NodeVolume;
-    use csivol_proto::domain::{AccessMode, AccessType, VolumeCapability};
+    use csivol_api::NodeVolume;
+    use csivol_api::domain::{AccessMode, AccessType, VolumeCapability};
 
     use super::*;
 

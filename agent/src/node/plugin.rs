@@ -6,17 +6,17 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use csivol_proto::CsiEndpoint;
-use csivol_proto::api::{
-    ControllerOp, ControllerOpKind, DesiredPublish, NodePluginRegistration, NodeVolume,
-    PluginError, PluginRegistration, Report,
-};
-use csivol_proto::csi::v1 as csi;
-use csivol_proto::domain::{
+use csivol_api::domain::{
     ControllerCapabilities, ErrorClass, NodeCapabilities, NodeInfo, PluginCapabilities, PluginInfo,
     VolumeCapability, code_name,
 };
-use csivol_proto::endpoint::with_deadline;
+use csivol_api::{
+    ControllerOp, ControllerOpKind, DesiredPublish, NodePluginRegistration, NodeVolume,
+    PluginError, PluginRegistration, Report,
+};
+use csivol_csi::CsiEndpoint;
+use csivol_csi::csi::v1 as csi;
+use csivol_csi::endpoint::with_deadline;
 use tokio::sync::Semaphore;
 use tonic::Code;
 use tonic::transport::Channel;

@@ -5,7 +5,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use csivol_proto::api::{NodeStatus, Report, ReportBatch};
+use csivol_api::{NodeStatus, Report, ReportBatch};
 use tokio::sync::{Notify, mpsc, watch};
 
 use super::client::{ApiClient, ApiError};
@@ -439,7 +439,7 @@ async fn report_loop(link: Arc<Link>, mut reports: mpsc::UnboundedReceiver<Repor
 
 #[cfg(test)]
 mod tests {
-    use csivol_proto::api::PluginError;
+    use csivol_api::PluginError;
 
     use super::*;
 

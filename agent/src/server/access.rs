@@ -6,7 +6,7 @@ use axum::Json;
 use axum::extract::{Path, Request, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use csivol_proto::api::{self, Role, TokenInfo, TokenRequest};
+use csivol_api::{self as api, Role, TokenInfo, TokenRequest};
 
 use super::auth::{self, Caller};
 use super::db::now_ms;

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Mutex, RwLock};
 
-use csivol_proto::api::{Role, TokenInfo, TokenResponse};
+use csivol_api::{Role, TokenInfo, TokenResponse};
 use rand::RngCore;
 use rusqlite::{Connection, OptionalExtension, params};
 use sha2::{Digest, Sha256};
@@ -362,7 +362,7 @@ pub fn create_token(
     controllers: Vec<String>,
 ) -> ApiResult<TokenResponse> {
     if let Some(n) = &name {
-        csivol_proto::api::validate_name("token name", n).map_err(ApiError::invalid)?;
+        csivol_api::validate_name("token name", n).map_err(ApiError::invalid)?;
         // An actor `operator:<12 hex digits>` must stay unambiguous: that is a token id.
         if n.len() == 12
             && n.bytes()
@@ -391,9 +391,7 @@ pub fn create_token(
                 "a node token needs `node`: the node it acts for",
             ));
         }
-        (Role::Node, Some(n)) => {
-            csivol_proto::api::validate_name("node", n).map_err(ApiError::invalid)?
-        }
+        (Role::Node, Some(n)) => csivol_api::validate_name("node", n).map_err(ApiError::invalid)?,
         (_, Some(_)) => {
             return Err(ApiError::invalid(
                 "only node tokens are bound to a node; drop `node`",
@@ -407,7 +405,7 @@ pub fn create_token(
         ));
     }
     for p in &controllers {
-        csivol_proto::api::validate_name("plugin", p).map_err(ApiError::invalid)?;
+        csivol_api::validate_name("plugin", p).map_err(ApiError::invalid)?;
     }
     let expires_at = match ttl_ms {
         Some(0) => return Err(ApiError::invalid("`ttl` must be longer than 0")),

@@ -3,7 +3,7 @@
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use csivol_proto::api::{ErrorBody, ErrorCode, ErrorResponse};
+use csivol_api::{ErrorBody, ErrorCode, ErrorResponse};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]

@@ -10,8 +10,9 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use csivol_proto::api::{
-    self, FenceOutcome, FenceRecord, FenceRequest, NodeStatus, PlannedAction, RegisterRequest,
+use csivol_api::{
+    self as api, FenceOutcome, FenceRecord, FenceRequest, NodeStatus, PlannedAction,
+    RegisterRequest,
 };
 use rusqlite::{Connection, params};
 

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use csivol_proto::api::NodeStatus;
+use csivol_api::NodeStatus;
 use serde::Deserialize;
 
 /// Default time a fence command may take before it is killed and counts as failed.
@@ -48,7 +48,7 @@ pub struct FenceMethod {
 impl FenceMethod {
     pub fn from_config(c: FenceMethodConfig) -> Result<Self, String> {
         let what = format!("fence method `{}`", c.name);
-        csivol_proto::api::validate_name("fence method", &c.name)?;
+        csivol_api::validate_name("fence method", &c.name)?;
         if c.command.is_empty() || c.command[0].trim().is_empty() {
             return Err(format!("{what} has an empty `command`"));
         }

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeSet;
 
-use csivol_proto::api::{ControllerHost, ControllerHosts, RegisterRequest, Role, validate_name};
+use csivol_api::{ControllerHost, ControllerHosts, RegisterRequest, Role, validate_name};
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::auth::Caller;

@@ -8,10 +8,10 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, request::Parts};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
-use csivol_proto::api::{
-    self, ClaimDryRun, ClaimRequest, CreateVolumeSpec, DetachRequest, Health, HeartbeatResponse,
-    INDEX_HEADER, NodeUnblockRequest, RegisterRequest, RegisterResponse, ReportBatch,
-    UnblockRequest, VolumeSpec, VolumeState, validate_name,
+use csivol_api::{
+    self as api, ClaimDryRun, ClaimRequest, CreateVolumeSpec, DetachRequest, Health,
+    HeartbeatResponse, INDEX_HEADER, NodeUnblockRequest, RegisterRequest, RegisterResponse,
+    ReportBatch, UnblockRequest, VolumeSpec, VolumeState, validate_name,
 };
 use serde::Deserialize;
 use serde::de::DeserializeOwned;

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use csivol_proto::api::{self, ClaimState};
+use csivol_api::{self as api, ClaimState};
 use rusqlite::params;
 
 use super::db::WriteCtx;

@@ -10,12 +10,12 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
-use csivol_proto::api::{
-    self, ActionPlan, AttachmentState, ClaimMode, ClaimRef, ClaimRequest, ClaimState,
+use csivol_api::domain::ErrorClass;
+use csivol_api::{
+    self as api, ActionPlan, AttachmentState, ClaimMode, ClaimRef, ClaimRequest, ClaimState,
     ControllerOpKind, CreateVolumeSpec, NodeStatus, PlannedAction, PluginError, RegisterRequest,
     Report, VolumeSpec, validate_name,
 };
-use csivol_proto::domain::ErrorClass;
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::db::WriteCtx;

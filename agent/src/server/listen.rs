@@ -49,7 +49,7 @@ pub fn tls_acceptor(
     key: &std::path::Path,
     client_ca: Option<&std::path::Path>,
 ) -> anyhow::Result<tokio_rustls::TlsAcceptor> {
-    use csivol_proto::tls;
+    use csivol_client::tls;
     tls::install_provider();
     let certs = tls::load_certs(cert).map_err(anyhow::Error::msg)?;
     let key = tls::load_key(key).map_err(anyhow::Error::msg)?;

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use csivol_proto::api::NodeStatus;
+use csivol_api::NodeStatus;
 
 #[derive(Debug, Clone, Copy)]
 struct Live {

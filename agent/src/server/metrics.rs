@@ -150,7 +150,7 @@ impl Metrics {
                 }
                 Ok(())
             };
-        let claim_states: Vec<_> = csivol_proto::api::ClaimState::ALL
+        let claim_states: Vec<_> = csivol_api::ClaimState::ALL
             .iter()
             .map(|s| s.as_str())
             .collect();

@@ -349,14 +349,7 @@ impl Server {
             let token_path = cfg.data_dir.join(OPERATOR_TOKEN_FILE);
             let t = db
                 .write(|ctx| {
-                    auth::create_token(
-                        ctx,
-                        csivol_proto::api::Role::Operator,
-                        None,
-                        None,
-                        None,
-                        vec![],
-                    )
+                    auth::create_token(ctx, csivol_api::Role::Operator, None, None, None, vec![])
                 })
                 .await
                 .map_err(|e| anyhow::anyhow!("failed to create the operator token: {e}"))?;

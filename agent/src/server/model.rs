@@ -3,11 +3,11 @@
 use std::collections::BTreeMap;
 use std::str::FromStr;
 
-use csivol_proto::api::{
-    self, AttachmentState, AttachmentStatus, ClaimMode, ClaimState, Eligibility, NodeStatus,
+use csivol_api::domain::{AccessMode, AccessType, PublishContext, VolumeCapability};
+use csivol_api::{
+    self as api, AttachmentState, AttachmentStatus, ClaimMode, ClaimState, Eligibility, NodeStatus,
     VolumeState,
 };
-use csivol_proto::domain::{AccessMode, AccessType, PublishContext, VolumeCapability};
 use rusqlite::{Connection, Row, params};
 
 use super::error::{ApiError, ApiResult};

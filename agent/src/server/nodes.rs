@@ -2,7 +2,7 @@
 //! and forgetting it (remove). The rules are pure functions over plain data, table-tested
 //! below; the shell underneath reads and writes the nodes table in the writer's transaction.
 
-use csivol_proto::api::{AttachmentState, ClaimState, Eligibility};
+use csivol_api::{AttachmentState, ClaimState, Eligibility};
 use rusqlite::params;
 
 use super::db::WriteCtx;

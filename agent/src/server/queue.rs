@@ -1,8 +1,8 @@
 //! A volume's fair queue, as pure functions: which refusals a claim may wait out in the
 //! queue, and which queued claims to grant, in arrival order, once the rules allow.
 
-use csivol_proto::api::ClaimState;
-use csivol_proto::domain::AccessMode;
+use csivol_api::ClaimState;
+use csivol_api::domain::AccessMode;
 
 use super::rules::{self, Accept, Held, Refusal, Wanted};
 
@@ -44,7 +44,7 @@ pub fn grants<'a>(
 
 #[cfg(test)]
 mod tests {
-    use csivol_proto::api::ClaimMode::{self, Read, Write};
+    use csivol_api::ClaimMode::{self, Read, Write};
 
     use super::*;
     use crate::server::rules::ConflictRule;

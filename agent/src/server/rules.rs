@@ -2,8 +2,8 @@
 //! under its access mode, and whether a node has room for one more volume. The server calls
 //! them inside the transaction that records the claim.
 
-use csivol_proto::api::{ClaimMode, ClaimState};
-use csivol_proto::domain::AccessMode;
+use csivol_api::domain::AccessMode;
+use csivol_api::{ClaimMode, ClaimState};
 
 /// A claim already recorded on the volume.
 #[derive(Clone, Debug, PartialEq, Eq)]

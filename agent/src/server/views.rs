@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use csivol_proto::api::{self, NodeStatus, VolumeState};
+use csivol_api::{self as api, NodeStatus, VolumeState};
 use rusqlite::{Connection, params};
 
 use super::error::{ApiError, ApiResult};

@@ -405,7 +405,7 @@ impl Lenient for Api {
     /// A POST that reports a dropped connection as `None` instead of panicking.
     async fn http_post_lenient(&self, path: &str, body: Value) -> Option<u16> {
         let client = {
-            csivol_proto::tls::install_provider();
+            csivol_client::tls::install_provider();
             reqwest::Client::new()
         };
         let mut req = client.post(format!("{}{path}", self.base)).json(&body);

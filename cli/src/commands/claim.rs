@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use anyhow::Context;
-use csivol_proto::api::{Claim, ClaimDryRun, ClaimMode, ClaimRequest, ClaimState, RenewRequest};
+use csivol_api::{Claim, ClaimDryRun, ClaimMode, ClaimRequest, ClaimState, RenewRequest};
 use reqwest::{Method, StatusCode};
 
 use super::Ctx;

@@ -71,10 +71,10 @@ complete -F _csivol_with_names -o bashdefault -o default csivol
 /// `csivol __complete volumes|nodes`: the names, one per line.
 pub async fn names(ctx: &super::Ctx, what: &str) -> anyhow::Result<Exit> {
     let names: Vec<String> = if what == "nodes" {
-        let nodes: Vec<csivol_proto::api::Node> = ctx.client.get("/v1/nodes").await?;
+        let nodes: Vec<csivol_api::Node> = ctx.client.get("/v1/nodes").await?;
         nodes.into_iter().map(|n| n.name).collect()
     } else {
-        let volumes: Vec<csivol_proto::api::Volume> = ctx.client.get("/v1/volumes").await?;
+        let volumes: Vec<csivol_api::Volume> = ctx.client.get("/v1/volumes").await?;
         volumes.into_iter().map(|v| v.name).collect()
     };
     for n in names {

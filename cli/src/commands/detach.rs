@@ -1,9 +1,9 @@
 //! `csivol detach`: release every claim of a volume on one node, through the node, or by
 //! force when the node is lost.
 
-use csivol_proto::api::DetachRequest;
+use csivol_api::DetachRequest;
 
-use csivol_proto::api::ActionPlan;
+use csivol_api::ActionPlan;
 
 use super::Ctx;
 use super::plan::{self, Action};

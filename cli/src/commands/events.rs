@@ -4,7 +4,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use csivol_proto::api::Event;
+use csivol_api::Event;
 
 use super::Ctx;
 use crate::args::EventsArgs;

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use csivol_proto::api::{ActionPlan, FenceOutcome, FenceRecord, FenceRequest};
+use csivol_api::{ActionPlan, FenceOutcome, FenceRecord, FenceRequest};
 
 use super::Ctx;
 use super::plan::{self, Action, Outcome};

@@ -1,9 +1,7 @@
 //! `csivol node list|show|drain|eligibility|remove`: a node as an object the operator acts
 //! on as a whole.
 
-use csivol_proto::api::{
-    AttachmentState, Claim, Eligibility, EligibilityRequest, Event, Node, Volume,
-};
+use csivol_api::{AttachmentState, Claim, Eligibility, EligibilityRequest, Event, Node, Volume};
 use reqwest::Method;
 
 use super::Ctx;

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use anyhow::Context;
-use csivol_proto::api::{ActionPlan, AttachmentState, ClaimState};
+use csivol_api::{ActionPlan, AttachmentState, ClaimState};
 use reqwest::Method;
 use serde_json::Value;
 

@@ -1,7 +1,7 @@
 //! `csivol plugin list|show|controllers`.
 
 use anyhow::Context;
-use csivol_proto::api::{ControllerHosts, ControllerHostsChange, Plugin};
+use csivol_api::{ControllerHosts, ControllerHostsChange, Plugin};
 use reqwest::Method;
 
 use super::Ctx;

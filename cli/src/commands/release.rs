@@ -1,7 +1,7 @@
 //! `csivol release`: release an alloc's claim; `--wait` follows it until it is gone.
 
 use anyhow::Context;
-use csivol_proto::api::{Claim, Volume};
+use csivol_api::{Claim, Volume};
 use reqwest::Method;
 
 use super::Ctx;

@@ -8,7 +8,7 @@ use std::process::ExitStatus;
 use std::time::Duration;
 
 use anyhow::Context;
-use csivol_proto::api::{Claim, ClaimMode, RenewRequest};
+use csivol_api::{Claim, ClaimMode, RenewRequest};
 use reqwest::Method;
 use tokio::process::Command;
 

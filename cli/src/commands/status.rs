@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use std::time::Duration;
 
-use csivol_proto::api::{
+use csivol_api::{
     AttachmentState, ClaimState, Event, Health, Node, NodeStatus, Volume, VolumeState,
 };
 use serde::Serialize;

@@ -2,7 +2,7 @@
 //! `TOKEN=$(csivol token create --role reader)` works; it is shown only this once.
 
 use anyhow::Context;
-use csivol_proto::api::{TokenInfo, TokenRequest, TokenResponse};
+use csivol_api::{TokenInfo, TokenRequest, TokenResponse};
 use reqwest::Method;
 
 use super::Ctx;

@@ -1,9 +1,9 @@
 //! `csivol unblock`: an operator's statement that a lost node is gone or fenced, so its
 //! blocked claims are force-released and its attachments force-detached.
 
-use csivol_proto::api::{NodeUnblockRequest, UnblockRequest};
+use csivol_api::{NodeUnblockRequest, UnblockRequest};
 
-use csivol_proto::api::ActionPlan;
+use csivol_api::ActionPlan;
 
 use super::Ctx;
 use super::plan::{self, Action};

@@ -1,7 +1,7 @@
 //! `csivol volume register|create|list|show|deregister`.
 
 use anyhow::Context;
-use csivol_proto::api::{Volume, VolumeState};
+use csivol_api::{Volume, VolumeState};
 use reqwest::{Method, StatusCode};
 
 use super::Ctx;

@@ -1,8 +1,8 @@
 //! The Controller service: volumes created and deleted, published to and unpublished from
 //! nodes, capabilities validated, volumes listed.
 
-use csivol_proto::csi::v1 as csi;
-use csivol_proto::domain::ControllerCapabilities;
+use csivol_api::domain::ControllerCapabilities;
+use csivol_csi::csi::v1 as csi;
 use tonic::{Request, Response, Status};
 
 use crate::faults::Rpc;

@@ -1,7 +1,7 @@
 //! The Identity service: the plugin's name, capabilities and Probe.
 
-use csivol_proto::csi::v1 as csi;
-use csivol_proto::domain::PluginCapabilities;
+use csivol_api::domain::PluginCapabilities;
+use csivol_csi::csi::v1 as csi;
 use tonic::{Request, Response, Status};
 
 use crate::faults::Rpc;

@@ -9,8 +9,8 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use csivol_proto::csi::v1 as csi;
-use csivol_proto::domain::VolumeCapability;
+use csivol_api::domain::VolumeCapability;
+use csivol_csi::csi::v1 as csi;
 use tonic::{Code, Response, Status};
 
 use crate::faults::{CallLog, Faults, Rpc};

@@ -4,8 +4,8 @@
 use std::io;
 use std::path::Path;
 
-use csivol_proto::csi::v1 as csi;
-use csivol_proto::domain::{NodeCapabilities, NodeInfo};
+use csivol_api::domain::{NodeCapabilities, NodeInfo};
+use csivol_csi::csi::v1 as csi;
 use tonic::{Request, Response, Status};
 
 use crate::faults::Rpc;
@@ -297,7 +297,7 @@ impl Plugin {
                     existing.volume_id
                 )));
             }
-        } else if cap.access_mode == csivol_proto::domain::AccessMode::SingleNodeSingleWriter
+        } else if cap.access_mode == csivol_api::domain::AccessMode::SingleNodeSingleWriter
             && let Some(other) = state.published_targets(&volume.id).first()
         {
             return Err(Status::failed_precondition(format!(

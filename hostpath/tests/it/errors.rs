@@ -3,8 +3,8 @@
 
 use std::collections::HashMap;
 
-use csivol_proto::csi::v1 as csi;
-use csivol_proto::domain::AccessMode;
+use csivol_api::domain::AccessMode;
+use csivol_csi::csi::v1 as csi;
 use csivol_tests::{TestDir, is_mounted};
 use tonic::Code;
 

@@ -2,8 +2,8 @@
 
 use std::time::{Duration, Instant};
 
-use csivol_proto::csi::v1 as csi;
-use csivol_proto::domain::AccessMode;
+use csivol_api::domain::AccessMode;
+use csivol_csi::csi::v1 as csi;
 use csivol_tests::TestDir;
 use tonic::Code;
 

@@ -1,8 +1,8 @@
 //! The whole lifecycle, each call made twice to prove it idempotent, with and without
 //! real mounts.
 
-use csivol_proto::csi::v1 as csi;
-use csivol_proto::domain::AccessMode;
+use csivol_api::domain::AccessMode;
+use csivol_csi::csi::v1 as csi;
 use csivol_tests::TestDir;
 
 use crate::support::*;

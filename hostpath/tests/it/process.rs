@@ -3,8 +3,8 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use csivol_proto::csi::v1 as csi;
-use csivol_proto::domain::AccessMode;
+use csivol_api::domain::AccessMode;
+use csivol_csi::csi::v1 as csi;
 use csivol_tests::{TestDir, is_mounted, wait_for};
 use tonic::Code;
 
@@ -19,14 +19,14 @@ async fn node_only_plugin_without_staging() {
         .controller_get_capabilities(csi::ControllerGetCapabilitiesRequest {})
         .await
         .unwrap();
-    let caps = csivol_proto::domain::ControllerCapabilities::from(caps.get_ref());
+    let caps = csivol_api::domain::ControllerCapabilities::from(caps.get_ref());
     assert!(!caps.publish_unpublish_volume && caps.create_delete_volume);
     let ncaps = p
         .node
         .node_get_capabilities(csi::NodeGetCapabilitiesRequest {})
         .await
         .unwrap();
-    assert!(!csivol_proto::domain::NodeCapabilities::from(ncaps.get_ref()).stage_unstage_volume);
+    assert!(!csivol_api::domain::NodeCapabilities::from(ncaps.get_ref()).stage_unstage_volume);
 
     let v = create(&mut p, "v", AccessMode::SingleNodeWriter).await;
     let err = controller_publish(&mut p, &v, "node-1", AccessMode::SingleNodeWriter)

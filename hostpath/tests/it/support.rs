@@ -6,9 +6,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use csivol_proto::CsiEndpoint;
-use csivol_proto::csi::v1 as csi;
-use csivol_proto::domain::{AccessMode, AccessType, VolumeCapability};
+use csivol_api::domain::{AccessMode, AccessType, VolumeCapability};
+use csivol_csi::CsiEndpoint;
+use csivol_csi::csi::v1 as csi;
 use csivol_tests::{Proc, TestDir, is_mounted};
 use tonic::Code;
 use tonic::transport::Channel;

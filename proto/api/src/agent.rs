@@ -4,7 +4,10 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{ControllerCapabilities, NodeCapabilities, NodeInfo, NodeStatus, PluginCapabilities, PluginInfo, PublishContext, VolumeCapability};
+use crate::{
+    ControllerCapabilities, NodeCapabilities, NodeInfo, NodeStatus, PluginCapabilities, PluginInfo,
+    PublishContext, VolumeCapability,
+};
 
 /// One plugin as a node agent found it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

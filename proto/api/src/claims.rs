@@ -1,6 +1,5 @@
 //! Claims and the attachments they need.
 
-
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};

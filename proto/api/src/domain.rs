@@ -191,7 +191,6 @@ pub enum ErrorClass {
     Final,
 }
 
-
 impl ErrorClass {
     /// The class of a failed plugin call by the canonical name of its gRPC status code
     /// (`UNAVAILABLE`), as the spec's error tables give it; reports carry codes by name.

@@ -178,6 +178,9 @@ mod tests {
             assert!(err.to_string().starts_with(&want), "{err}");
         }
         let err = serde_json::from_str::<NodeName>(r#""-x""#).unwrap_err();
-        assert!(err.to_string().starts_with("invalid node name `-x`"), "{err}");
+        assert!(
+            err.to_string().starts_with("invalid node name `-x`"),
+            "{err}"
+        );
     }
 }

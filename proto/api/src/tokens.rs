@@ -1,6 +1,5 @@
 //! Tokens, their roles, and who may host a plugin's controller.
 
-
 use serde::{Deserialize, Serialize};
 
 /// Token roles.

@@ -397,9 +397,12 @@ mod tests {
         let a: Answer<Option<u32>> = raw(200, "").into_answer().unwrap();
         assert_eq!(a.body, None);
 
-        let e = raw(404, r#"{"error":{"code":"not_found","message":"no volume `v`"}}"#)
-            .into_answer::<u32>()
-            .unwrap_err();
+        let e = raw(
+            404,
+            r#"{"error":{"code":"not_found","message":"no volume `v`"}}"#,
+        )
+        .into_answer::<u32>()
+        .unwrap_err();
         assert!(e.is_not_found());
         match e {
             Error::Refused {
@@ -408,7 +411,10 @@ mod tests {
             other => panic!("{other:?}"),
         }
         let e = raw(502, "bad gateway").into_answer::<u32>().unwrap_err();
-        assert_eq!(e.to_string(), "the server answered 502 Bad Gateway: bad gateway");
+        assert_eq!(
+            e.to_string(),
+            "the server answered 502 Bad Gateway: bad gateway"
+        );
         let e = raw(200, "{").into_answer::<u32>().unwrap_err();
         assert!(matches!(e, Error::Invalid { .. }), "{e:?}");
     }

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use anyhow::Context;
-use csivol_proto::api::INDEX_HEADER;
+use csivol_api::INDEX_HEADER;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -65,11 +65,11 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
 impl Http {
     pub fn new(base: &str, token: &str) -> anyhow::Result<Self> {
-        csivol_proto::tls::install_provider();
+        csivol_client::tls::install_provider();
         let client = reqwest::Client::builder()
             .timeout(REQUEST_TIMEOUT)
             .tcp_nodelay(true)
-            .pool_idle_timeout(csivol_proto::tls::POOL_IDLE_TIMEOUT)
+            .pool_idle_timeout(csivol_client::tls::POOL_IDLE_TIMEOUT)
             .no_proxy()
             .build()
             .context("failed to build the HTTP client")?;

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::bail;
-use csivol_proto::api::{self, Role, TokenRequest, TokenResponse};
+use csivol_api::{self as api, Role, TokenRequest, TokenResponse};
 use csivol_tests::Proc;
 
 use super::client::Http;

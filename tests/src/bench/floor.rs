@@ -7,8 +7,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use csivol_proto::CsiEndpoint;
-use csivol_proto::csi::v1 as csi;
+use csivol_csi::CsiEndpoint;
+use csivol_csi::csi::v1 as csi;
 use serde::Serialize;
 
 use super::client::Http;

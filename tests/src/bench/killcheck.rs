@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use csivol_proto::api::ClaimState;
+use csivol_api::ClaimState;
 
 use super::client::Http;
 use super::load::{self, LoadSpec, Outcome, Progress};

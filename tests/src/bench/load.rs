@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use csivol_proto::api::{self, ClaimMode, ClaimRequest, ClaimState};
+use csivol_api::{self as api, ClaimMode, ClaimRequest, ClaimState};
 
 use super::client::Http;
 

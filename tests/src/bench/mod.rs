@@ -35,7 +35,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use csivol_proto::api::{self, ClaimMode, ClaimRequest, ClaimState, NodeUnblockRequest};
+use csivol_api::{self as api, ClaimMode, ClaimRequest, ClaimState, NodeUnblockRequest};
 
 use self::client::Http;
 use self::cluster::FullCluster;

@@ -8,12 +8,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
-use csivol_proto::api::{
+use csivol_api::domain::{
+    ControllerCapabilities, NodeCapabilities, NodeInfo, PluginCapabilities, PluginInfo,
+};
+use csivol_api::{
     ControllerOpKind, DesiredState, HeartbeatResponse, NodePluginRegistration, NodeStatus,
     PluginRegistration, RegisterRequest, Report, ReportBatch, Role, TokenRequest, TokenResponse,
-};
-use csivol_proto::domain::{
-    ControllerCapabilities, NodeCapabilities, NodeInfo, PluginCapabilities, PluginInfo,
 };
 use tokio::sync::{Notify, oneshot};
 use tokio::task::JoinHandle;
@@ -100,7 +100,7 @@ impl SimNode {
             published: held
                 .published
                 .iter()
-                .map(|(volume, alloc)| csivol_proto::api::ClaimRef {
+                .map(|(volume, alloc)| csivol_api::ClaimRef {
                     volume: volume.clone(),
                     alloc: alloc.clone(),
                 })

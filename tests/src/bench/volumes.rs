@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
-use csivol_proto::api::{self, Attachment, CreateVolumeSpec, VolumeSpec, VolumeState};
-use csivol_proto::domain::AccessMode;
+use csivol_api::domain::AccessMode;
+use csivol_api::{self as api, Attachment, CreateVolumeSpec, VolumeSpec, VolumeState};
 
 use super::client::Http;
 use super::stats::{Dist, concurrently};

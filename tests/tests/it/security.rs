@@ -387,7 +387,7 @@ async fn tls_trust_and_mutual_tls_node_names() {
     assert_eq!(token.code, 0, "{token:?}");
     let token = token.stdout.trim().to_owned();
     let heartbeat = |cert_node: &str| {
-        let cfg = csivol_proto::tls::client_config(
+        let cfg = csivol_client::tls::client_config(
             Some(&tls.join("ca.pem")),
             Some((
                 &tls.join(format!("node-{cert_node}.pem")),

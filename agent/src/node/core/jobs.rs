@@ -5,8 +5,8 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Instant;
 
-use csivol_proto::api::{ClaimRef, ControllerOp, PluginError, Report};
-use csivol_proto::domain::ErrorClass;
+use csivol_api::domain::ErrorClass;
+use csivol_api::{ClaimRef, ControllerOp, PluginError, Report};
 
 use crate::node::plan::Job;
 use crate::node::store::{PublicationRecord, PublishState, now_ms};

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use csivol_proto::api::{ClaimRef, DesiredState, RegisterRequest, Report};
+use csivol_api::{ClaimRef, DesiredState, RegisterRequest, Report};
 use tokio::sync::{mpsc, watch};
 
 mod jobs;

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use csivol_proto::api::{ClaimRef, DesiredState};
+use csivol_api::{ClaimRef, DesiredState};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 

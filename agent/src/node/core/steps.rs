@@ -4,8 +4,8 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use csivol_proto::api::{DesiredState, PluginError, Report};
-use csivol_proto::domain::ErrorClass;
+use csivol_api::domain::ErrorClass;
+use csivol_api::{DesiredState, PluginError, Report};
 use tonic::Code;
 
 use crate::node::config::ReadyCheck;

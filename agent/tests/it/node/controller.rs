@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use csivol_proto::api::{ControllerOp, ControllerOpKind, Report};
+use csivol_api::{ControllerOp, ControllerOpKind, Report};
 use csivol_tests::{TestDir, is_mounted};
 
 use super::support::{Agent, Hostpath, Vol, capability, config, desired};
@@ -17,7 +17,7 @@ fn op(id: u64, attempt: u32, not_before_ms: u64, kind: ControllerOpKind) -> Cont
     }
 }
 
-fn with_ops(ops: Vec<ControllerOp>) -> csivol_proto::api::DesiredState {
+fn with_ops(ops: Vec<ControllerOp>) -> csivol_api::DesiredState {
     let mut d = desired(vec![], vec![], vec![]);
     d.controller_ops = ops;
     d

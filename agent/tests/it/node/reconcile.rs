@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use csivol_proto::api::Report;
+use csivol_api::Report;
 use csivol_tests::{TestDir, is_mounted};
 
 use super::support::{Agent, Hostpath, config, desired};

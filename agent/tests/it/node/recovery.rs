@@ -1,7 +1,7 @@
 //! A core that stops mid-way (dropped like a crash) and a new one on the same data dir:
 //! the node converges with nothing staged twice and no mount leaked.
 
-use csivol_proto::api::Report;
+use csivol_api::Report;
 use csivol_tests::{TestDir, eventually, is_mounted};
 
 use super::support::{Agent, Hostpath, WAIT, config, desired};

@@ -7,12 +7,12 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use csivol_agent::node::{Core, CoreConfig, PluginSpec};
-use csivol_proto::CsiEndpoint;
-use csivol_proto::api::{
+use csivol_api::domain::{AccessMode, AccessType, VolumeCapability};
+use csivol_api::{
     DesiredPublish, DesiredState, DesiredUnpublish, DesiredUnstage, NodeVolume, Report,
 };
-use csivol_proto::csi::v1 as csi;
-use csivol_proto::domain::{AccessMode, AccessType, VolumeCapability};
+use csivol_csi::CsiEndpoint;
+use csivol_csi::csi::v1 as csi;
 use csivol_tests::{Proc, TestDir, bin_path};
 use serde_json::Value;
 use tokio::sync::mpsc;
@@ -363,7 +363,7 @@ impl Agent {
         vol: &Vol,
         alloc: &str,
         is_final: bool,
-    ) -> csivol_proto::api::PluginError {
+    ) -> csivol_api::PluginError {
         let r = self
             .wait(
                 &format!("a claim error (final: {is_final}) for {}/{alloc}", vol.name),

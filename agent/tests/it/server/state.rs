@@ -220,7 +220,7 @@ async fn backup_while_serving_and_restore_round_trip() {
     let (status, body) = reader.get("/v1/backup").await;
     assert_eq!(status, 403, "{body}");
     let resp = {
-        csivol_proto::tls::install_provider();
+        csivol_client::tls::install_provider();
         reqwest::Client::new()
     }
     .get(format!("{}/v1/backup", server.url))

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use csivol_proto::api::{self, Role, TokenRequest, TokenResponse};
+use csivol_api::{self as api, Role, TokenRequest, TokenResponse};
 use csivol_tests::{Proc, TestDir};
 use rustix::process::{Pid, Signal, kill_process};
 

@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use csivol_proto::api;
+use csivol_api as api;
 
 use super::super::client::Http;
 
@@ -88,7 +88,7 @@ pub fn double_writers(w: &BTreeMap<String, BTreeSet<String>>) -> Vec<String> {
 /// before it is answered, and the server lets another node publish only after the first
 /// reported its unpublish, so a correct run has strictly ordered intervals.)
 pub fn call_log_overlaps(nodes: &[(String, PathBuf)]) -> Vec<String> {
-    let ok = csivol_proto::domain::code_name(tonic::Code::Ok);
+    let ok = csivol_csi::domain::code_name(tonic::Code::Ok);
     // volume id -> [(start, end, node)]
     let mut intervals: BTreeMap<String, Vec<(u64, u64, String)>> = BTreeMap::new();
     for (name, dir) in nodes {

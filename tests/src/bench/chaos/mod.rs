@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use csivol_proto::domain::AccessMode;
+use csivol_api::domain::AccessMode;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use serde::Serialize;
