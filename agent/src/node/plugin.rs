@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use csivol_api::domain::{
     ControllerCapabilities, ErrorClass, NodeCapabilities, NodeInfo, PluginCapabilities, PluginInfo,
-    VolumeCapability, code_name,
+    VolumeCapability,
 };
 use csivol_api::{
     ControllerOp, ControllerOpKind, DesiredPublish, NodePluginRegistration, NodeVolume,
@@ -16,6 +16,7 @@ use csivol_api::{
 };
 use csivol_csi::CsiEndpoint;
 use csivol_csi::csi::v1 as csi;
+use csivol_csi::domain::{code_name, error_class};
 use csivol_csi::endpoint::with_deadline;
 use tokio::sync::Semaphore;
 use tonic::Code;
@@ -56,7 +57,7 @@ impl CallError {
     }
 
     pub fn class(&self) -> ErrorClass {
-        ErrorClass::of(self.code)
+        error_class(self.code)
     }
 
     /// The report form: `final` tells the server whether the agent gave up.
