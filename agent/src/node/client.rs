@@ -1,19 +1,17 @@
-//! The agent's HTTP client for its four server endpoints (register, heartbeat, desired
-//! state, reports), scoped to its own node.
+//! The agent's four server endpoints (register, heartbeat, desired state, reports) through
+//! the shared API client, scoped to its own node, and what their failures mean to the
+//! agent: register again, retry, or give up.
 
 use std::time::Duration;
 
 use csivol_api::{
-    DesiredState, ErrorCode, ErrorResponse, HeartbeatResponse, RegisterRequest, RegisterResponse,
-    ReportBatch,
+    DesiredState, ErrorCode, HeartbeatResponse, RegisterRequest, RegisterResponse, ReportBatch,
 };
-use serde::Serialize;
-use serde::de::DeserializeOwned;
+use csivol_client::Client;
 
-/// Deadline of a request that does not block on the server.
+/// Deadline of a request that does not block on the server; a blocking query gets it on
+/// top of its `wait`, for the answer to travel.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
-/// Extra time a blocking query gets over its `wait`, for the answer to travel.
-const BLOCKING_SLACK: Duration = Duration::from_secs(15);
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -21,7 +19,7 @@ pub enum ApiError {
     Unreachable {
         url: String,
         #[source]
-        source: reqwest::Error,
+        source: csivol_client::TransportError,
     },
     #[error("the server refused {what} ({status}): {message}")]
     Refused {
@@ -67,12 +65,46 @@ impl ApiError {
     }
 }
 
+impl ApiError {
+    /// The shared client's error, for the request that asked for `what`.
+    fn from_client(what: &'static str, e: csivol_client::Error) -> Self {
+        match e {
+            csivol_client::Error::Unreachable { url, source } => Self::Unreachable { url, source },
+            csivol_client::Error::Refused {
+                status,
+                error,
+                text,
+            } => {
+                let (code, message) = match error {
+                    Some(e) => {
+                        let mut message = e.message;
+                        if let Some(hint) = e.hint {
+                            message.push_str(&format!("\nhint: {hint}"));
+                        }
+                        (Some(e.code), message)
+                    }
+                    None => (None, text.trim().to_owned()),
+                };
+                Self::Refused {
+                    what,
+                    status: status.as_u16(),
+                    code,
+                    message,
+                }
+            }
+            csivol_client::Error::Invalid { source, .. } => Self::Invalid {
+                what,
+                message: source.to_string(),
+            },
+        }
+    }
+}
+
+/// The API client scoped to this agent's node.
 #[derive(Clone, Debug)]
 pub struct ApiClient {
-    http: reqwest::Client,
-    base: String,
+    api: Client,
     node: String,
-    token: String,
 }
 
 impl ApiClient {
@@ -81,18 +113,16 @@ impl ApiClient {
         node: &str,
         token: String,
         tls: rustls::ClientConfig,
-    ) -> Result<Self, reqwest::Error> {
-        csivol_client::tls::install_provider();
-        let http = reqwest::Client::builder()
-            .tls_backend_preconfigured(tls)
-            .pool_idle_timeout(csivol_client::tls::POOL_IDLE_TIMEOUT)
+    ) -> Result<Self, csivol_client::TransportError> {
+        let api = Client::builder(server)
+            .token(Some(token))
+            .tls(tls)
             .connect_timeout(Duration::from_secs(5))
+            .request_timeout(REQUEST_TIMEOUT)
             .build()?;
         Ok(Self {
-            http,
-            base: format!("{}/v1/nodes/{node}", server.trim_end_matches('/')),
+            api,
             node: node.to_owned(),
-            token,
         })
     }
 
@@ -101,91 +131,24 @@ impl ApiClient {
     }
 
     pub async fn register(&self, req: &RegisterRequest) -> Result<RegisterResponse, ApiError> {
-        self.post("register", "registration", req).await
+        (self.api.register(&self.node, req).await)
+            .map_err(|e| ApiError::from_client("registration", e))
     }
 
     pub async fn heartbeat(&self) -> Result<HeartbeatResponse, ApiError> {
-        self.post("heartbeat", "the heartbeat", &serde_json::json!({}))
-            .await
+        (self.api.heartbeat(&self.node).await)
+            .map_err(|e| ApiError::from_client("the heartbeat", e))
     }
 
     /// A blocking query: answers when the desired state changed past `index`, or after
     /// `wait` with the current one.
     pub async fn desired(&self, index: u64, wait: Duration) -> Result<DesiredState, ApiError> {
-        let url = format!(
-            "{}/desired?index={index}&wait={}ms",
-            self.base,
-            wait.as_millis()
-        );
-        let req = self
-            .http
-            .get(&url)
-            .bearer_auth(&self.token)
-            .timeout(wait + BLOCKING_SLACK);
-        self.send(req, url, "the desired-state query").await
+        (self.api.desired(&self.node, index, wait).await)
+            .map_err(|e| ApiError::from_client("the desired-state query", e))
     }
 
     pub async fn reports(&self, batch: &ReportBatch) -> Result<(), ApiError> {
-        let _: serde_json::Value = self.post("reports", "the reports", batch).await?;
-        Ok(())
-    }
-
-    async fn post<B: Serialize, T: DeserializeOwned>(
-        &self,
-        path: &str,
-        what: &'static str,
-        body: &B,
-    ) -> Result<T, ApiError> {
-        let url = format!("{}/{path}", self.base);
-        let req = self
-            .http
-            .post(&url)
-            .bearer_auth(&self.token)
-            .timeout(REQUEST_TIMEOUT)
-            .json(body);
-        self.send(req, url, what).await
-    }
-
-    async fn send<T: DeserializeOwned>(
-        &self,
-        req: reqwest::RequestBuilder,
-        url: String,
-        what: &'static str,
-    ) -> Result<T, ApiError> {
-        let unreachable = |source| ApiError::Unreachable {
-            url: url.clone(),
-            source,
-        };
-        let resp = req.send().await.map_err(unreachable)?;
-        let status = resp.status();
-        let bytes = resp.bytes().await.map_err(unreachable)?;
-        if !status.is_success() {
-            let (code, message) = match serde_json::from_slice::<ErrorResponse>(&bytes) {
-                Ok(e) => {
-                    let mut message = e.error.message;
-                    if let Some(hint) = e.error.hint {
-                        message.push_str(&format!("\nhint: {hint}"));
-                    }
-                    (Some(e.error.code), message)
-                }
-                Err(_) => (None, String::from_utf8_lossy(&bytes).trim().to_owned()),
-            };
-            return Err(ApiError::Refused {
-                what,
-                status: status.as_u16(),
-                code,
-                message,
-            });
-        }
-        // An empty 200 is a valid answer to a request that returns nothing.
-        let bytes = if bytes.is_empty() {
-            &b"null"[..]
-        } else {
-            &bytes[..]
-        };
-        serde_json::from_slice(bytes).map_err(|e| ApiError::Invalid {
-            what,
-            message: e.to_string(),
-        })
+        (self.api.reports(&self.node, batch).await)
+            .map_err(|e| ApiError::from_client("the reports", e))
     }
 }

@@ -17,7 +17,10 @@ use csivol_api::{
     DesiredState, ErrorBody, ErrorResponse, HeartbeatResponse, INDEX_HEADER, Node, RegisterRequest,
     RegisterResponse, ReportBatch, TokenRequest, TokenResponse,
 };
-pub use reqwest::{Method, StatusCode};
+/// A failure below HTTP: no connection, a broken one, a deadline passed, or a client that
+/// could not be set up.
+pub use reqwest::Error as TransportError;
+pub use reqwest::{Method, StatusCode, Url};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -82,7 +85,7 @@ impl Builder {
         self
     }
 
-    pub fn build(self) -> Result<Client, reqwest::Error> {
+    pub fn build(self) -> Result<Client, TransportError> {
         tls::install_provider();
         let mut http = reqwest::Client::builder().pool_idle_timeout(tls::POOL_IDLE_TIMEOUT);
         if let Some(tls) = self.tls {
@@ -112,6 +115,7 @@ pub struct Raw {
     pub status: StatusCode,
     /// The blocking-query index (`x-csivol-index`), if the answer carried one.
     pub index: Option<u64>,
+    pub headers: reqwest::header::HeaderMap,
     pub body: Vec<u8>,
 }
 
@@ -132,7 +136,7 @@ pub enum Error {
     Unreachable {
         url: String,
         #[source]
-        source: reqwest::Error,
+        source: TransportError,
     },
     /// An HTTP error status, with the API's error body when there was one and the text of
     /// the answer either way.
@@ -232,10 +236,12 @@ impl Client {
             .get(INDEX_HEADER)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse().ok());
+        let headers = resp.headers().clone();
         let body = resp.bytes().await.map_err(unreachable)?.to_vec();
         Ok(Raw {
             status,
             index,
+            headers,
             body,
         })
     }
@@ -390,6 +396,7 @@ mod tests {
         let raw = |status: u16, body: &str| Raw {
             status: StatusCode::from_u16(status).unwrap(),
             index: Some(3),
+            headers: Default::default(),
             body: body.as_bytes().to_vec(),
         };
         let a: Answer<Vec<u32>> = raw(200, "[1,2]").into_answer().unwrap();
