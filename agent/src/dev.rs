@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use csivol_api as api;
+use csivol_client::{Body, Method};
 use tokio::process::{Child, Command};
 
 use crate::server::{Server, ServerConfig};
@@ -114,22 +115,14 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         .with_context(|| format!("failed to read {}", token_path.display()))?
         .trim()
         .to_owned();
-    let client = Client {
-        http: {
-            let mut b =
-                reqwest::Client::builder().pool_idle_timeout(csivol_client::tls::POOL_IDLE_TIMEOUT);
-            if let Some(f) = &tls {
-                b = b.tls_backend_preconfigured(
-                    csivol_client::tls::client_config(Some(&f.ca), None)
-                        .map_err(anyhow::Error::msg)?,
-                );
-            } else {
-                csivol_client::tls::install_provider();
-            }
-            b.build()?
-        },
-        url: url.clone(),
-        token: token.clone(),
+    let client = {
+        let mut b = csivol_client::Client::builder(&url).token(Some(token.clone()));
+        if let Some(f) = &tls {
+            b = b.tls(
+                csivol_client::tls::client_config(Some(&f.ca), None).map_err(anyhow::Error::msg)?,
+            );
+        }
+        DevClient(b.build()?)
     };
 
     let exe = std::env::current_exe().context("failed to find the csivol-agent binary")?;
@@ -546,34 +539,22 @@ fn print_banner(
     );
 }
 
-/// The few API calls dev mode makes of its own server.
-struct Client {
-    http: reqwest::Client,
-    url: String,
-    token: String,
+/// The few API calls dev mode makes of its own server, with its operator token.
+struct DevClient(csivol_client::Client);
+
+/// What a failed call to the dev server says.
+fn dev_error(e: csivol_client::Error) -> anyhow::Error {
+    match e {
+        csivol_client::Error::Refused { status, error, .. } => anyhow::anyhow!(
+            "dev server refused ({}): {}",
+            status.as_u16(),
+            error.map_or_else(String::new, |b| b.message)
+        ),
+        e => anyhow::Error::new(e).context("dev server did not answer"),
+    }
 }
 
-impl Client {
-    async fn call<T: serde::de::DeserializeOwned>(
-        &self,
-        req: reqwest::RequestBuilder,
-    ) -> anyhow::Result<(u16, Option<T>)> {
-        let resp = req
-            .bearer_auth(&self.token)
-            .send()
-            .await
-            .context("dev server did not answer")?;
-        let status = resp.status().as_u16();
-        if resp.status().is_success() {
-            return Ok((status, resp.json().await.ok()));
-        }
-        let body: Option<api::ErrorResponse> = resp.json().await.ok();
-        bail!(
-            "dev server refused ({status}): {}",
-            body.map_or_else(String::new, |b| b.error.message)
-        )
-    }
-
+impl DevClient {
     async fn create_node_token(&self, node: &str) -> anyhow::Result<String> {
         let req = api::TokenRequest {
             role: api::Role::Node,
@@ -582,22 +563,14 @@ impl Client {
             ttl_ms: None,
             controllers: vec![DEV_PLUGIN.to_owned()],
         };
-        let (_, t) = self
-            .call::<api::TokenResponse>(
-                self.http.post(format!("{}/v1/tokens", self.url)).json(&req),
-            )
-            .await?;
-        Ok(t.context("no token in the answer")?.token)
+        Ok(self.0.create_token(&req).await.map_err(dev_error)?.token)
     }
 
     async fn wait_for_nodes(&self, n: u32, timeout: Duration) -> anyhow::Result<()> {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
-            let (_, nodes) = self
-                .call::<Vec<api::Node>>(self.http.get(format!("{}/v1/nodes", self.url)))
-                .await?;
+            let nodes = self.0.nodes().await.map_err(dev_error)?;
             let ready = nodes
-                .unwrap_or_default()
                 .iter()
                 .filter(|n| n.status == api::NodeStatus::Ready)
                 .count();
@@ -624,18 +597,19 @@ impl Client {
             parameters: Default::default(),
             secrets: Default::default(),
         };
-        let url = format!("{}/v1/volumes/{name}", self.url);
-        let exists = self
-            .http
-            .get(&url)
-            .bearer_auth(&self.token)
-            .send()
-            .await?
-            .status()
+        let path = format!("/v1/volumes/{name}");
+        let exists = (self.0)
+            .send::<()>(Method::GET, &path, Body::None, None)
+            .await
+            .map_err(dev_error)?
+            .status
             .is_success();
         if !exists {
-            self.call::<api::Volume>(self.http.post(format!("{url}/create")).json(&spec))
-                .await?;
+            let _: api::Volume = (self.0)
+                .request(Method::POST, &format!("{path}/create"), Some(&spec), None)
+                .await
+                .map_err(dev_error)?
+                .body;
         }
         Ok(())
     }
