@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
+use csivol_client::Body;
 use serde_json::{Value, json};
 
 use rustix::mount::{UnmountFlags, unmount};
@@ -261,52 +262,69 @@ impl ServerProc {
     }
 }
 
-/// A small JSON client for the HTTP API, as tests use it: every call returns the status
-/// and the parsed body (or `Null`).
+/// The API client as tests use it: every call returns the status and the parsed body
+/// (or `Null`), whatever the status, so a test can check refusals as well as answers.
+/// Built on the shared client (`csivol-client`), whose [`Api::send`] it exposes for tests
+/// that look at headers or want a dropped connection as an error instead of a panic.
 #[derive(Debug, Clone)]
 pub struct Api {
-    http: reqwest::Client,
+    client: csivol_client::Client,
     pub base: String,
     pub token: Option<String>,
 }
 
 impl Api {
     pub fn new(base: &str, token: Option<&str>) -> Self {
+        let token = token.map(str::to_owned);
         Self {
-            http: {
-                csivol_client::tls::install_provider();
-                reqwest::Client::new()
-            },
+            client: Self::build(base, token.clone()),
             base: base.trim_end_matches('/').to_owned(),
-            token: token.map(str::to_owned),
+            token,
         }
+    }
+
+    fn build(base: &str, token: Option<String>) -> csivol_client::Client {
+        csivol_client::Client::builder(base)
+            .token(token)
+            .build()
+            .expect("an HTTP client")
     }
 
     pub fn with_token(&self, token: Option<&str>) -> Self {
+        let token = token.map(str::to_owned);
         Self {
-            token: token.map(str::to_owned),
-            ..self.clone()
+            client: self.client.with_token(token.clone()),
+            base: self.base.clone(),
+            token,
         }
     }
 
+    /// The shared client under this one.
+    pub fn client(&self) -> &csivol_client::Client {
+        &self.client
+    }
+
+    /// A request whose answer comes back as it was sent, or the error if none came.
+    pub async fn send(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+    ) -> Result<csivol_client::Raw, csivol_client::Error> {
+        let method = csivol_client::Method::from_bytes(method.as_bytes()).expect("method");
+        let body = body.as_ref().map_or(Body::None, Body::Json);
+        self.client.send(method, path, body, None).await
+    }
+
     pub async fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
-        let method = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
-        let mut req = self.http.request(method, format!("{}{path}", self.base));
-        if let Some(t) = &self.token {
-            req = req.bearer_auth(t);
-        }
-        if let Some(b) = body {
-            req = req.json(&b);
-        }
-        let resp = req.send().await.unwrap_or_else(|e| panic!("{path}: {e}"));
-        let status = resp.status().as_u16();
-        let text = resp.text().await.unwrap_or_default();
+        let raw = (self.send(method, path, body).await).unwrap_or_else(|e| panic!("{path}: {e}"));
+        let text = String::from_utf8_lossy(&raw.body).into_owned();
         let value = if text.is_empty() {
             Value::Null
         } else {
             serde_json::from_str(&text).unwrap_or(Value::String(text))
         };
-        (status, value)
+        (raw.status.as_u16(), value)
     }
 
     pub async fn get(&self, path: &str) -> (u16, Value) {
@@ -327,27 +345,14 @@ impl Api {
 
     /// Sends raw bytes as a JSON body (for malformed-input tests).
     pub async fn raw(&self, method: &str, path: &str, body: Vec<u8>) -> (u16, Value) {
-        let method = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
+        let method = csivol_client::Method::from_bytes(method.as_bytes()).expect("method");
         // A connection of its own: the server may close it after refusing the body, and a
         // pooled connection closed under a later request would fail that request.
-        let mut req = {
-            csivol_client::tls::install_provider();
-            reqwest::Client::builder()
-                .pool_idle_timeout(csivol_client::tls::POOL_IDLE_TIMEOUT)
-                .build()
-                .expect("an HTTP client")
-        }
-        .request(method, format!("{}{path}", self.base))
-        .header("content-type", "application/json")
-        .body(body);
-        if let Some(t) = &self.token {
-            req = req.bearer_auth(t);
-        }
-        let resp = req.send().await.expect("send");
-        let status = resp.status().as_u16();
-        let text = resp.text().await.unwrap_or_default();
+        let own = Self::build(&self.base, self.token.clone());
+        let raw = (own.send::<()>(method, path, Body::Bytes(body), None).await).expect("send");
+        let text = String::from_utf8_lossy(&raw.body).into_owned();
         (
-            status,
+            raw.status.as_u16(),
             serde_json::from_str(&text).unwrap_or(Value::String(text)),
         )
     }

@@ -62,9 +62,8 @@ impl Server {
                 }
                 let token = std::fs::read_to_string(&token_file).ok()?;
                 let api = Api::new(&url, Some(token.trim()));
-                let ok = reqwest::get(format!("{url}/v1/health"))
-                    .await
-                    .is_ok_and(|r| r.status().is_success());
+                let health = api.send("GET", "/v1/health", None).await;
+                let ok = health.is_ok_and(|r| r.status.is_success());
                 ok.then_some(api)
             }
         })

@@ -219,19 +219,11 @@ async fn backup_while_serving_and_restore_round_trip() {
     // The same over HTTP, for operators only.
     let (status, body) = reader.get("/v1/backup").await;
     assert_eq!(status, 403, "{body}");
-    let resp = {
-        csivol_client::tls::install_provider();
-        reqwest::Client::new()
-    }
-    .get(format!("{}/v1/backup", server.url))
-    .bearer_auth(&server.token)
-    .send()
-    .await
-    .unwrap();
-    assert_eq!(resp.status(), 200);
-    assert_eq!(resp.headers()["x-csivol-cluster"], id.as_str());
+    let resp = server.api().send("GET", "/v1/backup", None).await.unwrap();
+    assert_eq!(resp.status, 200);
+    assert_eq!(resp.headers["x-csivol-cluster"], id.as_str());
     let http_file = dir.join("http-backup.db");
-    std::fs::write(&http_file, resp.bytes().await.unwrap()).unwrap();
+    std::fs::write(&http_file, &resp.body).unwrap();
     writer.await.unwrap();
     let all = volume_names(&api).await;
     assert_eq!(all.len(), 220);
