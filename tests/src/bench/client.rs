@@ -1,11 +1,12 @@
-//! A small HTTP client for the csivol API, as the CLI and the agents use it: bearer token,
-//! JSON bodies, the blocking-query index header. Unlike the test support's `Api`, it never
-//! panics: a benchmark counts errors instead of dying on the first one.
+//! The benchmark's view of the shared API client (`csivol-client`): every request counted,
+//! answers kept raw (status, index, body) so the load can judge them itself. Unlike the
+//! test support's `Api`, it never panics: a benchmark counts errors instead of dying on the
+//! first one.
 
 use std::time::Duration;
 
 use anyhow::Context;
-use csivol_api::INDEX_HEADER;
+use csivol_client::{Body, Client};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -54,9 +55,8 @@ impl Resp {
 /// The server's URL and one token; cheap to clone (the connection pool is shared).
 #[derive(Debug, Clone)]
 pub struct Http {
-    client: reqwest::Client,
+    client: Client,
     pub base: String,
-    token: String,
 }
 
 /// Longest a blocking query is asked to wait; the request timeout adds a margin to it.
@@ -65,26 +65,23 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
 impl Http {
     pub fn new(base: &str, token: &str) -> anyhow::Result<Self> {
-        csivol_client::tls::install_provider();
-        let client = reqwest::Client::builder()
-            .timeout(REQUEST_TIMEOUT)
-            .tcp_nodelay(true)
-            .pool_idle_timeout(csivol_client::tls::POOL_IDLE_TIMEOUT)
+        let client = Client::builder(base)
+            .token(Some(token.to_owned()))
+            .request_timeout(REQUEST_TIMEOUT)
             .no_proxy()
             .build()
             .context("failed to build the HTTP client")?;
         Ok(Self {
+            base: client.base().to_owned(),
             client,
-            base: base.trim_end_matches('/').to_owned(),
-            token: token.to_owned(),
         })
     }
 
     /// The same connection pool with another token (a node's).
     pub fn with_token(&self, token: &str) -> Self {
         Self {
-            token: token.to_owned(),
-            ..self.clone()
+            client: self.client.with_token(Some(token.to_owned())),
+            base: self.base.clone(),
         }
     }
 
@@ -95,32 +92,13 @@ impl Http {
         body: Option<&B>,
     ) -> anyhow::Result<Resp> {
         REQUESTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let mut req = self
-            .client
-            .request(method.clone(), format!("{}{path}", self.base))
-            .bearer_auth(&self.token);
-        if let Some(b) = body {
-            req = req.json(b);
-        }
-        let resp = req
-            .send()
-            .await
+        let body = body.map_or(Body::None, Body::Json);
+        let raw = (self.client.send(method.clone(), path, body, None).await)
             .with_context(|| format!("{method} {path}: no answer from the server"))?;
-        let status = resp.status().as_u16();
-        let index = resp
-            .headers()
-            .get(INDEX_HEADER)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse().ok());
-        let body = resp
-            .bytes()
-            .await
-            .with_context(|| format!("{method} {path}: the answer broke off"))?
-            .to_vec();
         Ok(Resp {
-            status,
-            index,
-            body,
+            status: raw.status.as_u16(),
+            index: raw.index,
+            body: raw.body,
         })
     }
 
