@@ -1,13 +1,14 @@
-//! The HTTP client of the csivol API: address and token resolution, requests, blocking
-//! queries, and the translation of every failure into a [`Failure`] with its exit code.
+//! The CLI's side of the shared API client (`csivol-client`): address and token
+//! resolution, request deadlines, and the translation of every failure into a [`Failure`]
+//! with its exit code.
 
 use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::Context;
-use csivol_api::{ErrorResponse, INDEX_HEADER};
-use reqwest::{Method, StatusCode};
+use csivol_api::ErrorResponse;
+pub use csivol_client::Answer;
+use csivol_client::{Body, Method, StatusCode};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -44,19 +45,10 @@ impl fmt::Display for TokenSource {
 
 #[derive(Debug, Clone)]
 pub struct Client {
-    http: reqwest::Client,
+    api: csivol_client::Client,
     /// The server's base URL, without a trailing slash.
     pub addr: String,
-    token: Option<String>,
     token_source: TokenSource,
-}
-
-/// A successful answer: its status, body and blocking-query index.
-#[derive(Debug)]
-pub struct Answer<T> {
-    pub status: StatusCode,
-    pub body: T,
-    pub index: Option<u64>,
 }
 
 impl Client {
@@ -79,9 +71,11 @@ impl Client {
         };
         let addr = normalise_addr(&addr)?;
         let (token, token_source) = resolve_token(args.token.as_deref())?;
-        csivol_client::tls::install_provider();
-        let mut http =
-            reqwest::Client::builder().pool_idle_timeout(csivol_client::tls::POOL_IDLE_TIMEOUT);
+        let mut api = csivol_client::Client::builder(&addr)
+            .token(token)
+            .connect_timeout(Duration::from_secs(5))
+            .request_timeout(REQUEST_TIMEOUT)
+            .user_agent(concat!("csivol/", env!("CARGO_PKG_VERSION")));
         if addr.starts_with("https://") {
             let tls = csivol_client::tls::client_config(ca.as_deref(), None).map_err(|e| {
                 Failure::usage(e).hint(format!(
@@ -89,17 +83,14 @@ impl Client {
                     env::CSIVOL_CACERT
                 ))
             })?;
-            http = http.tls_backend_preconfigured(tls);
+            api = api.tls(tls);
         }
-        let http = http
-            .connect_timeout(Duration::from_secs(5))
-            .user_agent(concat!("csivol/", env!("CARGO_PKG_VERSION")))
+        let api = api
             .build()
-            .context("failed to set up the HTTP client")?;
+            .map_err(|e| anyhow::Error::new(e).context("failed to set up the HTTP client"))?;
         Ok(Self {
-            http,
+            api,
             addr,
-            token,
             token_source,
         })
     }
@@ -117,8 +108,7 @@ impl Client {
         index: u64,
         wait: Duration,
     ) -> anyhow::Result<Option<Answer<T>>> {
-        let sep = if path.contains('?') { '&' } else { '?' };
-        let path = format!("{path}{sep}index={index}&wait={}ms", wait.as_millis());
+        let path = csivol_client::blocking_path(path, index, wait);
         not_found_as_none(
             self.request::<(), T>(Method::GET, &path, None, wait + REQUEST_TIMEOUT)
                 .await,
@@ -159,13 +149,13 @@ impl Client {
 
     /// A request whose answer has no body worth reading (e.g. 204).
     pub async fn call_empty(&self, method: Method, path: &str) -> anyhow::Result<StatusCode> {
-        let resp = self.send::<()>(method, path, None, REQUEST_TIMEOUT).await?;
-        let status = resp.status();
-        if status.is_success() {
-            return Ok(status);
+        let raw = (self.api.send::<()>(method, path, Body::None, None).await)
+            .map_err(|e| self.failure(e))?;
+        if raw.status.is_success() {
+            return Ok(raw.status);
         }
-        let text = resp.text().await.unwrap_or_default();
-        Err(self.api_failure(status, &text).into())
+        let text = String::from_utf8_lossy(&raw.body);
+        Err(self.api_failure(raw.status, &text).into())
     }
 
     async fn request<B: Serialize, T: DeserializeOwned>(
@@ -175,53 +165,28 @@ impl Client {
         body: Option<&B>,
         timeout: Duration,
     ) -> anyhow::Result<Answer<T>> {
-        let resp = self.send(method, path, body, timeout).await?;
-        let status = resp.status();
-        let index = resp
-            .headers()
-            .get(INDEX_HEADER)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse().ok());
-        let text = resp.text().await.map_err(|e| self.transport(e))?;
-        if !status.is_success() {
-            return Err(self.api_failure(status, &text).into());
-        }
-        let body = serde_json::from_str(&text).with_context(|| {
-            format!(
-                "the server at {} sent an answer this csivol does not understand (HTTP {status}); \
-                 is it a csivol server of the same version?",
-                self.addr
-            )
-        })?;
-        Ok(Answer {
-            status,
-            body,
-            index,
-        })
+        (self.api.request(method, path, body, Some(timeout)).await).map_err(|e| self.failure(e))
     }
 
-    async fn send<B: Serialize>(
-        &self,
-        method: Method,
-        path: &str,
-        body: Option<&B>,
-        timeout: Duration,
-    ) -> anyhow::Result<reqwest::Response> {
-        let mut req = self
-            .http
-            .request(method, format!("{}{path}", self.addr))
-            .timeout(timeout);
-        if let Some(t) = &self.token {
-            req = req.bearer_auth(t);
+    /// What a failed request means to the CLI user.
+    fn failure(&self, e: csivol_client::Error) -> anyhow::Error {
+        match e {
+            csivol_client::Error::Unreachable { source, .. } => self.transport(source).into(),
+            csivol_client::Error::Refused { status, text, .. } => {
+                self.api_failure(status, &text).into()
+            }
+            csivol_client::Error::Invalid { status, source } => {
+                anyhow::Error::new(source).context(format!(
+                    "the server at {} sent an answer this csivol does not understand (HTTP \
+                     {status}); is it a csivol server of the same version?",
+                    self.addr
+                ))
+            }
         }
-        if let Some(b) = body {
-            req = req.json(b);
-        }
-        req.send().await.map_err(|e| self.transport(e).into())
     }
 
     /// A request that got no HTTP answer.
-    fn transport(&self, e: reqwest::Error) -> Failure {
+    fn transport(&self, e: csivol_client::TransportError) -> Failure {
         let hint = format!(
             "start the server (`csivol-agent server --data-dir DIR`, or `csivol-agent dev`), or \
              point --addr or {} at it",
@@ -345,7 +310,7 @@ fn normalise_addr(addr: &str) -> anyhow::Result<String> {
             env::CSIVOL_ADDR
         ))
     };
-    let url = reqwest::Url::parse(&full).map_err(|e| bad(&e.to_string()))?;
+    let url = csivol_client::Url::parse(&full).map_err(|e| bad(&e.to_string()))?;
     if url.scheme() != "http" && url.scheme() != "https" {
         return Err(bad("only http:// and https:// are supported").into());
     }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use csivol_api::{Claim, ClaimDryRun, ClaimMode, ClaimRequest, ClaimState, RenewRequest};
-use reqwest::{Method, StatusCode};
+use csivol_client::{Method, StatusCode};
 
 use super::Ctx;
 use crate::args::{ClaimArgs, ClaimCommand, ClaimListArgs, RenewArgs};
@@ -233,7 +233,7 @@ async fn list(ctx: &Ctx, args: ClaimListArgs) -> anyhow::Result<Exit> {
 
 /// `/v1/claims` with the filters as an encoded query.
 fn list_path(args: &ClaimListArgs) -> String {
-    let mut url = reqwest::Url::parse("http://csivol/v1/claims").expect("a valid URL");
+    let mut url = csivol_client::Url::parse("http://csivol/v1/claims").expect("a valid URL");
     {
         let mut q = url.query_pairs_mut();
         if let Some(v) = &args.volume {

@@ -2,7 +2,7 @@
 //! on as a whole.
 
 use csivol_api::{AttachmentState, Claim, Eligibility, EligibilityRequest, Event, Node, Volume};
-use reqwest::Method;
+use csivol_client::Method;
 
 use super::Ctx;
 use crate::args::{NodeCommand, NodeDrainArgs, NodeEligibilityArgs};

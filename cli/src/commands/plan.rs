@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use csivol_api::{ActionPlan, AttachmentState, ClaimState};
-use reqwest::Method;
+use csivol_client::Method;
 use serde_json::Value;
 
 use super::Ctx;

@@ -2,7 +2,7 @@
 
 use anyhow::Context;
 use csivol_api::{ControllerHosts, ControllerHostsChange, Plugin};
-use reqwest::Method;
+use csivol_client::Method;
 
 use super::Ctx;
 use crate::args::PluginCommand;

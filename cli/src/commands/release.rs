@@ -2,7 +2,7 @@
 
 use anyhow::Context;
 use csivol_api::{Claim, Volume};
-use reqwest::Method;
+use csivol_client::Method;
 
 use super::Ctx;
 use crate::args::ReleaseArgs;

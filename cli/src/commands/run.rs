@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use csivol_api::{Claim, ClaimMode, RenewRequest};
-use reqwest::Method;
+use csivol_client::Method;
 use tokio::process::Command;
 
 use super::Ctx;

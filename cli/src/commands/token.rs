@@ -3,7 +3,7 @@
 
 use anyhow::Context;
 use csivol_api::{TokenInfo, TokenRequest, TokenResponse};
-use reqwest::Method;
+use csivol_client::Method;
 
 use super::Ctx;
 use crate::args::TokenCommand;

@@ -2,7 +2,7 @@
 
 use anyhow::Context;
 use csivol_api::{Volume, VolumeState};
-use reqwest::{Method, StatusCode};
+use csivol_client::{Method, StatusCode};
 
 use super::Ctx;
 use crate::args::{CreateArgs, DeregisterArgs, SpecArgs, VolumeArg, VolumeCommand, VolumeListArgs};
