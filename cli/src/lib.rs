@@ -4,6 +4,7 @@
 pub mod args;
 pub mod client;
 pub mod commands;
+pub mod ctx;
 pub mod env;
 pub mod failure;
 pub mod generate;

@@ -7,7 +7,7 @@ use anyhow::Context;
 use csivol_api::{Claim, ClaimState, Event, Volume};
 
 use crate::client::{Answer, MAX_BLOCK};
-use crate::commands::Ctx;
+use crate::ctx::Ctx;
 use crate::failure::{Exit, Failure};
 use crate::output::short_duration;
 

@@ -8,9 +8,9 @@ use anyhow::Context;
 use csivol_api::{Claim, ClaimDryRun, ClaimMode, ClaimRequest, ClaimState, RenewRequest};
 use csivol_client::{Method, StatusCode};
 
-use super::Ctx;
 use crate::args::{ClaimArgs, ClaimCommand, ClaimListArgs, RenewArgs};
 use crate::client::Answer;
+use crate::ctx::Ctx;
 use crate::failure::Exit;
 use crate::render;
 use crate::wait::{self, ClaimGoal};

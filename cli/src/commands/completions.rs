@@ -69,7 +69,7 @@ complete -F _csivol_with_names -o bashdefault -o default csivol
 "#;
 
 /// `csivol __complete volumes|nodes`: the names, one per line.
-pub async fn names(ctx: &super::Ctx, what: &str) -> anyhow::Result<Exit> {
+pub async fn names(ctx: &crate::ctx::Ctx, what: &str) -> anyhow::Result<Exit> {
     let names: Vec<String> = if what == "nodes" {
         let nodes: Vec<csivol_api::Node> = ctx.client.get("/v1/nodes").await?;
         nodes.into_iter().map(|n| n.name).collect()

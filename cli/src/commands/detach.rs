@@ -5,9 +5,9 @@ use csivol_api::DetachRequest;
 
 use csivol_api::ActionPlan;
 
-use super::Ctx;
 use super::plan::{self, Action};
 use crate::args::DetachArgs;
+use crate::ctx::Ctx;
 use crate::failure::Exit;
 
 pub async fn run(ctx: &Ctx, args: DetachArgs) -> anyhow::Result<Exit> {

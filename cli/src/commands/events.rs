@@ -6,9 +6,9 @@ use std::time::{Duration, SystemTime};
 
 use csivol_api::Event;
 
-use super::Ctx;
 use crate::args::EventsArgs;
 use crate::client::{Answer, MAX_BLOCK};
+use crate::ctx::Ctx;
 use crate::failure::Exit;
 use crate::render;
 

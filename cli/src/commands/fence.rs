@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use csivol_api::{ActionPlan, FenceOutcome, FenceRecord, FenceRequest};
 
-use super::Ctx;
 use super::plan::{self, Action, Outcome};
 use crate::args::FenceArgs;
+use crate::ctx::Ctx;
 use crate::failure::Exit;
 
 pub async fn run(ctx: &Ctx, args: FenceArgs) -> anyhow::Result<Exit> {

@@ -18,15 +18,9 @@ mod volume;
 
 use crate::args::{Cli, Command};
 use crate::client::Client;
+use crate::ctx::Ctx;
 use crate::failure::Exit;
 use crate::output::Out;
-
-/// What every command that talks to the server needs.
-#[derive(Debug)]
-pub struct Ctx {
-    pub client: Client,
-    pub out: Out,
-}
 
 pub async fn run(cli: Cli, out: Out) -> anyhow::Result<Exit> {
     // Commands that need no server come first, so they work without an address or token.

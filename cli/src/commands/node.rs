@@ -4,9 +4,9 @@
 use csivol_api::{AttachmentState, Claim, Eligibility, EligibilityRequest, Event, Node, Volume};
 use csivol_client::Method;
 
-use super::Ctx;
 use crate::args::{NodeCommand, NodeDrainArgs, NodeEligibilityArgs};
 use crate::client::MAX_BLOCK;
+use crate::ctx::Ctx;
 use crate::failure::{Exit, Failure};
 use crate::output::short_duration;
 use crate::render;

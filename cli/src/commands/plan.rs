@@ -10,9 +10,9 @@ use csivol_api::{ActionPlan, AttachmentState, ClaimState};
 use csivol_client::Method;
 use serde_json::Value;
 
-use super::Ctx;
 use crate::args::{ConfirmArgs, WaitArgs};
 use crate::client::Answer;
+use crate::ctx::Ctx;
 use crate::failure::Exit;
 use crate::render;
 use crate::wait::{self, Step};

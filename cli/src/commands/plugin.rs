@@ -4,8 +4,8 @@ use anyhow::Context;
 use csivol_api::{ControllerHosts, ControllerHostsChange, Plugin};
 use csivol_client::Method;
 
-use super::Ctx;
 use crate::args::PluginCommand;
+use crate::ctx::Ctx;
 use crate::failure::Exit;
 use crate::render;
 

@@ -4,9 +4,9 @@ use anyhow::Context;
 use csivol_api::{Claim, Volume};
 use csivol_client::Method;
 
-use super::Ctx;
 use crate::args::ReleaseArgs;
 use crate::client::Answer;
+use crate::ctx::Ctx;
 use crate::failure::{Exit, classify};
 use crate::render;
 use crate::wait::{self, ClaimGoal};

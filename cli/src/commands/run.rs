@@ -12,10 +12,10 @@ use csivol_api::{Claim, ClaimMode, RenewRequest};
 use csivol_client::Method;
 use tokio::process::Command;
 
-use super::Ctx;
 use super::claim::{NewClaim, release};
 use crate::args::RunArgs;
 use crate::client::Answer;
+use crate::ctx::Ctx;
 use crate::env;
 use crate::failure::{Exit, Failure};
 use crate::signals::{Signals, Stop};

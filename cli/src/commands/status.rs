@@ -10,9 +10,9 @@ use csivol_api::{
 };
 use serde::Serialize;
 
-use super::Ctx;
 use crate::args::StatusArgs;
 use crate::client::{Answer, MAX_BLOCK};
+use crate::ctx::Ctx;
 use crate::failure::Exit;
 use crate::render;
 

@@ -3,7 +3,7 @@
 
 use csivol_api::{Node, Volume};
 
-use super::Ctx;
+use crate::ctx::Ctx;
 use crate::failure::{Exit, Failure, classify};
 
 /// `err` with a "did you mean" hint when it is a volume or node that was not found and a

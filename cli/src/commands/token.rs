@@ -5,9 +5,9 @@ use anyhow::Context;
 use csivol_api::{TokenInfo, TokenRequest, TokenResponse};
 use csivol_client::Method;
 
-use super::Ctx;
 use crate::args::TokenCommand;
 use crate::client::Answer;
+use crate::ctx::Ctx;
 use crate::failure::Exit;
 use crate::render;
 

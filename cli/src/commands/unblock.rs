@@ -5,9 +5,9 @@ use csivol_api::{NodeUnblockRequest, UnblockRequest};
 
 use csivol_api::ActionPlan;
 
-use super::Ctx;
 use super::plan::{self, Action};
 use crate::args::UnblockArgs;
+use crate::ctx::Ctx;
 use crate::failure::Exit;
 
 pub async fn run(ctx: &Ctx, args: UnblockArgs) -> anyhow::Result<Exit> {

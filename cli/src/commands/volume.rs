@@ -4,9 +4,9 @@ use anyhow::Context;
 use csivol_api::{Volume, VolumeState};
 use csivol_client::{Method, StatusCode};
 
-use super::Ctx;
 use crate::args::{CreateArgs, DeregisterArgs, SpecArgs, VolumeArg, VolumeCommand, VolumeListArgs};
 use crate::client::Answer;
+use crate::ctx::Ctx;
 use crate::failure::{Exit, Failure};
 use crate::render;
 use crate::spec;
