@@ -9,6 +9,7 @@ pub mod env;
 pub mod failure;
 pub mod generate;
 pub mod output;
+pub mod plan;
 pub mod render;
 pub mod signals;
 pub mod spec;

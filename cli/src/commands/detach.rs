@@ -5,10 +5,10 @@ use csivol_api::DetachRequest;
 
 use csivol_api::ActionPlan;
 
-use super::plan::{self, Action};
 use crate::args::DetachArgs;
 use crate::ctx::Ctx;
 use crate::failure::Exit;
+use crate::plan::{self, Action};
 
 pub async fn run(ctx: &Ctx, args: DetachArgs) -> anyhow::Result<Exit> {
     let body = |dry_run: bool| {

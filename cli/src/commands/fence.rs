@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use csivol_api::{ActionPlan, FenceOutcome, FenceRecord, FenceRequest};
 
-use super::plan::{self, Action, Outcome};
 use crate::args::FenceArgs;
 use crate::ctx::Ctx;
 use crate::failure::Exit;
+use crate::plan::{self, Action, Outcome};
 
 pub async fn run(ctx: &Ctx, args: FenceArgs) -> anyhow::Result<Exit> {
     let node = args.node.clone();

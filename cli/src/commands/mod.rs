@@ -6,7 +6,6 @@ mod detach;
 mod events;
 mod fence;
 mod node;
-mod plan;
 mod plugin;
 mod release;
 mod run;

@@ -5,10 +5,10 @@ use csivol_api::{NodeUnblockRequest, UnblockRequest};
 
 use csivol_api::ActionPlan;
 
-use super::plan::{self, Action};
 use crate::args::UnblockArgs;
 use crate::ctx::Ctx;
 use crate::failure::Exit;
+use crate::plan::{self, Action};
 
 pub async fn run(ctx: &Ctx, args: UnblockArgs) -> anyhow::Result<Exit> {
     let reason = args.reason.clone().unwrap_or_default();
