@@ -96,6 +96,15 @@ pub fn volumes(out: &Out, vs: &[Volume]) -> anyhow::Result<()> {
     out.print_table(t)
 }
 
+/// Prints a volume: JSON, or the detailed view.
+pub fn print_volume(out: &Out, v: &Volume) -> anyhow::Result<()> {
+    if out.json_mode() {
+        out.json(v)
+    } else {
+        volume(out, v)
+    }
+}
+
 /// A volume in detail: its spec (secret values are never sent by the server; their keys
 /// are shown redacted), its attachments and every claim.
 pub fn volume(out: &Out, v: &Volume) -> anyhow::Result<()> {

@@ -105,7 +105,7 @@ async fn once(ctx: &Ctx, args: &StatusArgs) -> anyhow::Result<Exit> {
         (None, None) => ctx.client.get("/v1/volumes").await?,
     };
     if let (Some(_), false) = (&args.volume, args.blocked) {
-        super::volume::print(ctx, &volumes[0])?;
+        render::print_volume(&ctx.out, &volumes[0])?;
         return Ok(Exit::Ok);
     }
     // With --node, an unknown node is an error (exit 3), not an empty summary.

@@ -22,15 +22,6 @@ pub async fn run(ctx: &Ctx, cmd: VolumeCommand) -> anyhow::Result<Exit> {
     }
 }
 
-/// Prints a volume: JSON, or the detailed view.
-pub fn print(ctx: &Ctx, v: &Volume) -> anyhow::Result<()> {
-    if ctx.out.json_mode() {
-        ctx.out.json(v)
-    } else {
-        render::volume(&ctx.out, v)
-    }
-}
-
 async fn register(ctx: &Ctx, args: SpecArgs) -> anyhow::Result<Exit> {
     let (name, spec) = spec::read_register(&args.file)?;
     let a: Answer<Volume> = ctx
@@ -45,7 +36,7 @@ async fn register(ctx: &Ctx, args: SpecArgs) -> anyhow::Result<Exit> {
             "volume {name} is already registered with this spec; nothing changed"
         ));
     }
-    print(ctx, &a.body)?;
+    render::print_volume(&ctx.out, &a.body)?;
     Ok(Exit::Ok)
 }
 
@@ -108,7 +99,7 @@ async fn create(ctx: &Ctx, args: CreateArgs) -> anyhow::Result<Exit> {
         v = done.expect("done means it exists");
         ctx.out.note(format!("created volume {name}"));
     }
-    print(ctx, &v)?;
+    render::print_volume(&ctx.out, &v)?;
     Ok(Exit::Ok)
 }
 
@@ -142,7 +133,7 @@ async fn show(ctx: &Ctx, args: VolumeArg) -> anyhow::Result<Exit> {
         .client
         .get(&format!("/v1/volumes/{}", args.volume))
         .await?;
-    print(ctx, &v)?;
+    render::print_volume(&ctx.out, &v)?;
     Ok(Exit::Ok)
 }
 
@@ -198,7 +189,7 @@ async fn deregister(ctx: &Ctx, args: DeregisterArgs) -> anyhow::Result<Exit> {
             "deleting volume {name} through plugin {}; `csivol volume show {name}` follows it",
             v.plugin
         ));
-        print(ctx, &a.body)?;
+        render::print_volume(&ctx.out, &a.body)?;
         return Ok(Exit::Ok);
     }
     let plugin = v.plugin.clone();
