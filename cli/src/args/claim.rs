@@ -1,0 +1,189 @@
+//! Claims: `claim` (and its `list`, `renew`), `run`, `release`, `status`.
+
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+use csivol_api::ClaimState;
+
+use crate::env;
+
+use super::{
+    WaitArgs, alloc_name, claim_state, label, node_name, parse_duration, run_volume, volume_name,
+};
+
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+pub struct ClaimArgs {
+    #[command(subcommand)]
+    pub command: Option<ClaimCommand>,
+
+    /// The volume to claim
+    #[arg(value_parser = volume_name, required = true)]
+    pub volume: Option<String>,
+
+    /// The node the alloc runs on
+    #[arg(long, value_name = "NODE", value_parser = node_name, env = env::CSIVOL_NODE, required = true)]
+    pub node: Option<String>,
+
+    /// The alloc (workload) claiming the volume; claiming again with the same alloc is a
+    /// no-op
+    #[arg(long, value_name = "ALLOC", value_parser = alloc_name, required = true)]
+    pub alloc: Option<String>,
+
+    /// Claim it for reading only
+    #[arg(long)]
+    pub read_only: bool,
+
+    /// A lease: the server releases the claim unless it is renewed within this long
+    /// (`csivol claim renew`)
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub ttl: Option<Duration>,
+
+    /// Wait in the volume's queue when other claims are in the way, instead of a refusal;
+    /// queued claims are granted in arrival order
+    #[arg(long)]
+    pub queue: bool,
+
+    /// A label for the claim, shown with it and in the event log (e.g. the CI job's URL).
+    /// Repeatable
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = label)]
+    pub labels: Vec<(String, String)>,
+
+    /// Only say whether the claim would be accepted, and why not; records nothing
+    #[arg(long, conflicts_with = "wait")]
+    pub dry_run: bool,
+
+    /// When --wait runs out of --timeout, release the claim instead of leaving it
+    #[arg(long, requires = "wait")]
+    pub release_on_timeout: bool,
+
+    #[command(flatten)]
+    pub wait: WaitArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ClaimCommand {
+    /// Extend a claim's lease from now
+    Renew(RenewArgs),
+    /// List claims across volumes, oldest first
+    List(ClaimListArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RenewArgs {
+    /// The claimed volume
+    #[arg(value_parser = volume_name)]
+    pub volume: String,
+
+    /// The alloc whose claim to renew
+    #[arg(long, value_name = "ALLOC", value_parser = alloc_name)]
+    pub alloc: String,
+
+    /// The new lease, from now [default: the claim's own TTL]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub ttl: Option<Duration>,
+}
+
+#[derive(Debug, Args)]
+pub struct ClaimListArgs {
+    /// Only claims of this volume
+    #[arg(long, value_name = "VOLUME", value_parser = volume_name)]
+    pub volume: Option<String>,
+
+    /// Only claims on this node
+    #[arg(long, value_name = "NODE", value_parser = node_name)]
+    pub node: Option<String>,
+
+    /// Only claims in this state
+    #[arg(long, value_name = "STATE", value_parser = claim_state())]
+    pub state: Option<ClaimState>,
+
+    /// Only claims made longer ago than this (e.g. 1h)
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub older_than: Option<Duration>,
+
+    /// Only claims with this label. Repeatable: all must match
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = label)]
+    pub labels: Vec<(String, String)>,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The volumes, `NAME` for a write claim or `NAME:ro` for a read claim
+    #[arg(value_name = "VOLUME[:ro]", required = true, value_parser = run_volume)]
+    pub volumes: Vec<(String, bool)>,
+
+    /// The node the command runs on (this machine's node)
+    #[arg(long, value_name = "NODE", value_parser = node_name, env = env::CSIVOL_NODE)]
+    pub node: String,
+
+    /// The alloc the claims are made for [default: from the CI job (GITHUB_RUN_ID,
+    /// CI_JOB_ID, BUILD_TAG, BUILDKITE_JOB_ID), else random; printed]
+    #[arg(long, value_name = "ALLOC", value_parser = alloc_name)]
+    pub alloc: Option<String>,
+
+    /// The claims' lease, renewed every third of it while the command runs
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "10m")]
+    pub ttl: Duration,
+
+    /// Wait in line for volumes held by others instead of failing
+    #[arg(long)]
+    pub queue: bool,
+
+    /// How long to wait for every volume to be ready (with --queue: including the wait in
+    /// line)
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "2m")]
+    pub timeout: Duration,
+
+    /// A label for every claim (e.g. the CI job's URL). Repeatable
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = label)]
+    pub labels: Vec<(String, String)>,
+
+    /// Do not wait for the release to finish after the command
+    #[arg(long)]
+    pub no_wait_release: bool,
+
+    /// The command and its arguments, after `--`
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct ReleaseArgs {
+    /// The claimed volume
+    #[arg(value_parser = volume_name)]
+    pub volume: String,
+
+    /// The alloc whose claim to release
+    #[arg(long, value_name = "ALLOC", value_parser = alloc_name)]
+    pub alloc: String,
+
+    /// Exit 0 when the claim is already gone or being released (a missing volume is still
+    /// exit 3): for scripts that may release twice
+    #[arg(long)]
+    pub ignore_missing: bool,
+
+    #[command(flatten)]
+    pub wait: WaitArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// Show this volume in detail
+    #[arg(value_parser = volume_name)]
+    pub volume: Option<String>,
+
+    /// Only blocked volumes, with the lost node and the unblock command; exit code 6 when
+    /// any is blocked, 0 when none is
+    #[arg(long)]
+    pub blocked: bool,
+
+    /// Only volumes claimed or attached on this node, and only this node
+    #[arg(long, value_name = "NODE", value_parser = node_name)]
+    pub node: Option<String>,
+
+    /// Keep it on screen and redraw it when something changes (blocking queries on the
+    /// event log, and every few seconds for heartbeat countdowns) until interrupted
+    #[arg(short, long)]
+    pub watch: bool,
+}

@@ -1,0 +1,319 @@
+//! The command-line interface: every command, flag and help text. The doc comments are the
+//! help text, and the completions and man pages are generated from these definitions.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::builder::PossibleValuesParser;
+use clap::builder::TypedValueParser;
+use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
+use csivol_api::{AllocName, ClaimState, NodeName, PluginName, Role, VolumeName, VolumeState};
+
+use crate::env;
+use crate::failure::EXIT_CODES;
+
+mod claim;
+mod node;
+mod operator;
+mod token;
+mod volume;
+
+pub use claim::*;
+pub use node::*;
+pub use operator::*;
+pub use token::*;
+pub use volume::*;
+
+/// Attach and detach CSI volumes across a cluster: the client of a csivol server.
+///
+/// Operators and CI pipelines claim a volume for an alloc (a workload) on a node; csivol
+/// attaches and mounts it there and says when it is ready. A volume whose node was lost stays
+/// blocked until the node comes back or an operator runs `csivol unblock`.
+///
+/// Tables and JSON go to stdout, progress and hints to stderr.
+#[derive(Debug, Parser)]
+#[command(
+    name = "csivol",
+    version,
+    propagate_version = true,
+    max_term_width = 100,
+    after_long_help = after_long_help()
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The help heading of the options every command takes.
+const GLOBAL: &str = "Global options";
+
+#[derive(Debug, Args)]
+pub struct GlobalArgs {
+    /// Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when
+    /// $XDG_CONFIG_HOME/csivol/ca.pem exists]
+    #[arg(long, global = true, value_name = "URL", help_heading = GLOBAL)]
+    pub addr: Option<String>,
+
+    /// CA certificate (PEM) the server's certificate must chain to [env: CSIVOL_CACERT, then
+    /// $XDG_CONFIG_HOME/csivol/ca.pem, then the system's roots]
+    #[arg(long, global = true, value_name = "FILE", help_heading = GLOBAL)]
+    pub ca_cert: Option<PathBuf>,
+
+    /// API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then
+    /// $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]
+    #[arg(long, global = true, value_name = "TOKEN", help_heading = GLOBAL)]
+    pub token: Option<String>,
+
+    /// Output format: `table` for people (fitted to the terminal: the least important
+    /// columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts
+    /// (stable field names)
+    #[arg(short, long, global = true, value_enum, default_value_t = Format::Table, help_heading = GLOBAL)]
+    pub output: Format,
+
+    /// Turn colour off (so does a non-empty NO_COLOR)
+    #[arg(long, global = true, help_heading = GLOBAL)]
+    pub no_color: bool,
+
+    /// Print only data and errors: no progress, notes or hints on stderr
+    #[arg(short, long, global = true, help_heading = GLOBAL)]
+    pub quiet: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// A table fitted to the terminal
+    Table,
+    /// A table with nothing cut and times in full
+    Wide,
+    /// JSON, the API's types (stable field names)
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Register, create, list, show and deregister volumes
+    #[command(subcommand)]
+    Volume(VolumeCommand),
+
+    /// Claim a volume for an alloc on a node; renew a claim's lease; list claims
+    ///
+    /// The claim is recorded at once (or refused, with the reason and exit code); with
+    /// --wait, csivol follows it until the volume is mounted on the node and prints the claim
+    /// with its target path. Interrupted (SIGINT, SIGTERM) while waiting, it releases the
+    /// claim it made and exits 130 or 143. `claim renew` and `claim list` are subcommands
+    /// (a volume named `renew` or `list` is claimed with `csivol claim -- renew ...`).
+    Claim(ClaimArgs),
+
+    /// Claim volumes, run a command with them mounted, release them: a CI job in one line
+    ///
+    /// Claims every VOLUME (write, or read with `:ro`), waits until all are ready, runs
+    /// COMMAND with CSIVOL_PATH (one volume) and CSIVOL_PATH_<NAME> (each volume, upper-case,
+    /// `-` and `.` as `_`) set to the target paths, renews the claims' leases while it runs,
+    /// forwards SIGINT, SIGTERM and SIGHUP to it, then releases every claim and waits for
+    /// the release. Exits with COMMAND's status, or with csivol's own code when COMMAND never
+    /// ran. If the job dies, the leases run out and the server releases the claims.
+    Run(RunArgs),
+
+    /// Release an alloc's claim on a volume
+    ///
+    /// The node unmounts it; once the last claim on a node is gone, the volume is unstaged
+    /// and detached from the node.
+    Release(ReleaseArgs),
+
+    /// Show the cluster at a glance, one volume in detail, or the blocked volumes
+    ///
+    /// Without arguments: volumes by state, nodes by status, blocked volumes with the command
+    /// to unblock each, then the volumes. With VOLUME: its spec (secrets redacted),
+    /// attachments and claims. With --blocked: only blocked volumes; the exit code is 0 when
+    /// none are blocked and 6 when some are, so a pipeline can gate on it.
+    Status(StatusArgs),
+
+    /// Free volumes held by a lost node: force-release its claims and force-detach
+    ///
+    /// Only do this when the node is really gone or fenced: csivol cannot prove the node
+    /// stopped writing. Shows what will happen and asks on a terminal; elsewhere it needs
+    /// --yes.
+    #[command(group(ArgGroup::new("target").required(true).multiple(true).args(["volume", "node"])))]
+    Unblock(UnblockArgs),
+
+    /// Power a lost node off through its fence method, then unblock its volumes with the
+    /// proof
+    ///
+    /// Runs the fence method the server's config gives the node (a command such as
+    /// fence_ipmilan that exits 0 only once the node is confirmed off), records the evidence
+    /// (method, command, exit status, output, duration, who and why) in the event log, marks
+    /// the node `fenced`, then force-releases its claims and force-detaches its volumes as
+    /// `unblock --node` does. A fence that fails or times out changes nothing and says why
+    /// (exit 1). Only for a lost node; a ready one needs --force and a second confirmation.
+    /// Shows what will happen and asks on a terminal; elsewhere it needs --yes.
+    Fence(FenceArgs),
+
+    /// Take a volume off a node: release every claim it has there
+    ///
+    /// On a ready node the claims are released through the node. On a lost node, --force
+    /// releases them without it (an unblock). Shows what will happen and asks on a
+    /// terminal; elsewhere it needs --yes.
+    Detach(DetachArgs),
+
+    /// List nodes, or show one
+    #[command(subcommand)]
+    Node(NodeCommand),
+
+    /// List plugins, or show one
+    #[command(subcommand)]
+    Plugin(PluginCommand),
+
+    /// Show the audit trail, or follow it
+    Events(EventsArgs),
+
+    /// Create, list and revoke API tokens
+    #[command(subcommand)]
+    Token(TokenCommand),
+
+    /// Print a shell completion script
+    ///
+    /// bash: `csivol completions bash > /etc/bash_completion.d/csivol`;
+    /// zsh: `csivol completions zsh > "${fpath[1]}/_csivol"`;
+    /// fish: `csivol completions fish > ~/.config/fish/completions/csivol.fish`.
+    Completions(CompletionsArgs),
+
+    /// Names for shell completion, one per line (used by the bash completion script)
+    #[command(name = "__complete", hide = true)]
+    Complete(CompleteArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CompleteArgs {
+    /// `volumes` or `nodes`
+    #[arg(value_parser = ["volumes", "nodes"])]
+    pub what: String,
+}
+
+#[derive(Debug, Args)]
+pub struct WaitArgs {
+    /// Wait until it is done, showing progress on a terminal
+    #[arg(long)]
+    pub wait: bool,
+
+    /// How long --wait waits before giving up with exit code 5
+    #[arg(long, value_name = "DURATION", default_value = "2m", value_parser = parse_duration)]
+    pub timeout: Duration,
+}
+
+#[derive(Debug, Args)]
+pub struct ConfirmArgs {
+    /// Do it without asking
+    #[arg(short, long)]
+    pub yes: bool,
+
+    /// Only show what would happen
+    #[arg(long, conflicts_with = "yes")]
+    pub dry_run: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell
+    #[arg(value_enum)]
+    pub shell: Shell,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Shell {
+    Bash,
+    Zsh,
+    Fish,
+}
+
+fn after_long_help() -> String {
+    let mut s = String::from("Exit codes:\n");
+    for (exit, meaning) in EXIT_CODES {
+        s.push_str(&format!("  {}  {meaning}\n", exit.code()));
+    }
+    s.push_str(&format!(
+        "\nAddress: --addr, else {}, else {}.\nToken: --token, else {}, else the file named by {}, \
+         else $XDG_CONFIG_HOME/{tf} (~/.config/{tf}).",
+        env::CSIVOL_ADDR,
+        env::DEFAULT_ADDR,
+        env::CSIVOL_TOKEN,
+        env::CSIVOL_TOKEN_FILE,
+        tf = env::DEFAULT_TOKEN_FILE,
+    ));
+    s
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s).map_err(|e| format!("{e} (use e.g. 90s, 2m, 1h)"))
+}
+
+fn volume_name(s: &str) -> Result<String, String> {
+    VolumeName::new(s).map(String::from)
+}
+
+fn node_name(s: &str) -> Result<String, String> {
+    NodeName::new(s).map(String::from)
+}
+
+fn alloc_name(s: &str) -> Result<String, String> {
+    AllocName::new(s).map(String::from)
+}
+
+fn plugin_name(s: &str) -> Result<String, String> {
+    PluginName::new(s).map(String::from)
+}
+
+fn reason(s: &str) -> Result<String, String> {
+    if s.trim().is_empty() {
+        return Err("say why: the reason goes into the event log".into());
+    }
+    Ok(s.to_owned())
+}
+
+fn volume_state() -> impl TypedValueParser<Value = VolumeState> {
+    PossibleValuesParser::new(VolumeState::ALL.map(|s| s.as_str()))
+        .map(|s| s.parse().expect("a possible value"))
+}
+
+fn role() -> impl TypedValueParser<Value = Role> {
+    PossibleValuesParser::new(["operator", "reader", "claimer", "node"])
+        .map(|s| s.parse().expect("a role"))
+}
+
+fn claim_state() -> impl TypedValueParser<Value = ClaimState> {
+    PossibleValuesParser::new(ClaimState::ALL.map(|s| s.as_str()))
+        .map(|s| s.parse().expect("a possible value"))
+}
+
+fn label(s: &str) -> Result<(String, String), String> {
+    let (k, v) = s
+        .split_once('=')
+        .ok_or_else(|| format!("`{s}`: expected KEY=VALUE, e.g. job=https://ci.example/123"))?;
+    if k.is_empty() || k.len() > 63 || k.contains(',') {
+        return Err(format!(
+            "`{k}`: a label key has 1 to 63 characters, without `,`"
+        ));
+    }
+    Ok((k.to_owned(), v.to_owned()))
+}
+
+/// `NAME` or `NAME:ro`.
+fn run_volume(s: &str) -> Result<(String, bool), String> {
+    let (name, ro) = match s.strip_suffix(":ro") {
+        Some(name) => (name, true),
+        None => (s, false),
+    };
+    Ok((VolumeName::new(name)?.into_string(), ro))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+}

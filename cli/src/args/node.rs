@@ -1,0 +1,106 @@
+//! `csivol node` and `csivol plugin`.
+
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+
+use super::{node_name, parse_duration, plugin_name};
+
+#[derive(Debug, Subcommand)]
+pub enum NodeCommand {
+    /// List nodes with their status, heartbeat and plugins
+    List,
+    /// Show a node: status, heartbeat against the TTL, eligibility, plugins, claims,
+    /// attachments, blocked volumes and recent events
+    Show(NodeArg),
+    /// Take a node out of service: no new claims on it, then (with --wait) wait until its
+    /// claims are released by their owners
+    ///
+    /// Nothing is force-released: the owners release their claims. When the node holds
+    /// nothing, `csivol node remove NODE` forgets it; `csivol node eligibility NODE
+    /// --enable` puts it back in service.
+    Drain(NodeDrainArgs),
+    /// Whether a node takes new claims (existing claims are not touched)
+    Eligibility(NodeEligibilityArgs),
+    /// Forget a node that holds nothing: no claim, no attachment, nothing blocked
+    ///
+    /// Refused otherwise, with the command that gets it there (a drain, or an unblock for
+    /// a lost node). An agent that registers the node again brings it back.
+    Remove(NodeArg),
+}
+
+#[derive(Debug, Args)]
+pub struct NodeDrainArgs {
+    /// The node's name
+    #[arg(value_parser = node_name)]
+    pub node: String,
+
+    /// Wait until no claim is left on the node
+    #[arg(long)]
+    pub wait: bool,
+
+    /// How long --wait waits before giving up with exit code 5 (the node stays draining)
+    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = parse_duration)]
+    pub deadline: Duration,
+}
+
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("choice").required(true)))]
+pub struct NodeEligibilityArgs {
+    /// The node's name
+    #[arg(value_parser = node_name)]
+    pub node: String,
+
+    /// New claims may be made on the node again (also ends a drain)
+    #[arg(long, group = "choice")]
+    pub enable: bool,
+
+    /// No new claims on the node
+    #[arg(long, group = "choice")]
+    pub disable: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct NodeArg {
+    /// The node's name
+    #[arg(value_parser = node_name)]
+    pub node: String,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PluginCommand {
+    /// List plugins with their health across nodes
+    List,
+    /// Show a plugin
+    Show(PluginArg),
+    /// Show which nodes may host a plugin's controller, or allow and disallow nodes
+    ///
+    /// A node hosts a plugin's controller (and receives its controller operations, secrets
+    /// included) only when its node token names the plugin (`csivol token create --role
+    /// node --node N --controller PLUGIN`) or an operator allowed it here; other agents'
+    /// controller registrations are refused. Disallowing takes effect at the node's next
+    /// registration; to cut a host off at once, also revoke its token.
+    Controllers(PluginControllersArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct PluginControllersArgs {
+    /// csivol's plugin id
+    #[arg(value_name = "PLUGIN")]
+    pub plugin: String,
+
+    /// Allow this node to host the plugin's controller (repeatable)
+    #[arg(long, value_name = "NODE", value_parser = node_name)]
+    pub allow: Vec<String>,
+
+    /// No longer allow this node (repeatable); a grant in its token still counts
+    #[arg(long, value_name = "NODE", value_parser = node_name)]
+    pub disallow: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct PluginArg {
+    /// The plugin's id
+    #[arg(value_parser = plugin_name)]
+    pub plugin: String,
+}

@@ -1,0 +1,93 @@
+//! `csivol volume`: register, create, list, show, deregister.
+
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand};
+use csivol_api::VolumeState;
+
+use super::{WaitArgs, node_name, plugin_name, volume_name, volume_state};
+
+#[derive(Debug, Subcommand)]
+pub enum VolumeCommand {
+    /// Register an existing volume from a TOML or JSON spec
+    ///
+    /// The spec has `name`, `plugin`, `external_id` (the plugin's id for the volume),
+    /// `access_mode`, `attachment` (`file-system` or `block-device`) and optionally
+    /// `fs_type`, `mount_flags`, `context`, `parameters` and `secrets`. Registering the
+    /// same spec again changes nothing.
+    Register(SpecArgs),
+
+    /// Create a volume through its plugin's controller (CreateVolume), then register it
+    ///
+    /// The spec has `name`, `plugin`, `access_mode`, `attachment` and optionally
+    /// `capacity_bytes`, `fs_type`, `mount_flags`, `parameters` and `secrets`.
+    Create(CreateArgs),
+
+    /// List volumes
+    List(VolumeListArgs),
+
+    /// Show a volume with its claims and attachments
+    Show(VolumeArg),
+
+    /// Forget a volume (its storage is kept), or with --delete destroy it
+    ///
+    /// Refused while the volume is claimed or attached. Asks on a terminal; elsewhere it
+    /// needs --yes.
+    Deregister(DeregisterArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct SpecArgs {
+    /// The spec file, `.toml` or `.json` (detected from the content otherwise); `-` reads
+    /// stdin
+    #[arg(value_name = "FILE|-")]
+    pub file: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct CreateArgs {
+    #[command(flatten)]
+    pub spec: SpecArgs,
+    #[command(flatten)]
+    pub wait: WaitArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct VolumeListArgs {
+    /// Only volumes of this plugin
+    #[arg(long, value_name = "PLUGIN", value_parser = plugin_name)]
+    pub plugin: Option<String>,
+
+    /// Only volumes in this state
+    #[arg(long, value_name = "STATE", value_parser = volume_state())]
+    pub state: Option<VolumeState>,
+
+    /// Only volumes claimed or attached on this node
+    #[arg(long, value_name = "NODE", value_parser = node_name)]
+    pub node: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct VolumeArg {
+    /// The volume's name
+    #[arg(value_parser = volume_name)]
+    pub volume: String,
+}
+
+#[derive(Debug, Args)]
+pub struct DeregisterArgs {
+    /// The volume's name
+    #[arg(value_parser = volume_name)]
+    pub volume: String,
+
+    /// Also destroy the volume and its data through the plugin (DeleteVolume)
+    #[arg(long)]
+    pub delete: bool,
+
+    /// Do it without asking
+    #[arg(short, long)]
+    pub yes: bool,
+
+    #[command(flatten)]
+    pub wait: WaitArgs,
+}
