@@ -2,6 +2,7 @@
 
 mod bench_smoke;
 mod ci;
+mod client;
 mod cluster;
 mod dev;
 mod durability;

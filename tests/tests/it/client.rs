@@ -1,0 +1,181 @@
+//! The shared API client (`csivol-client`) against a real server: the agent's typed calls,
+//! and each kind of failure its callers tell apart (refused with the API's error code, an
+//! answer of the wrong shape, a deadline passed, no server at all).
+
+use std::time::{Duration, Instant};
+
+use csivol_api::{ErrorCode, NodeStatus, RegisterRequest, ReportBatch, Role, TokenRequest, Volume};
+use csivol_client::{Body, Client, Error, Method, StatusCode};
+use csivol_tests::{ServerProc, TestDir};
+use serde_json::json;
+
+fn client(server: &ServerProc, token: Option<&str>) -> Client {
+    Client::builder(&server.url)
+        .token(token.map(str::to_owned))
+        .request_timeout(Duration::from_secs(10))
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_node_registers_heartbeats_polls_and_reports_through_typed_calls() {
+    let dir = TestDir::new("client-agent");
+    let server = ServerProc::start(&dir.join("server"), &[]);
+    let operator = client(&server, Some(&server.token));
+    let token = operator
+        .create_token(&TokenRequest {
+            role: Role::Node,
+            node: Some("n1".into()),
+            name: None,
+            ttl_ms: None,
+            controllers: vec!["hp".into()],
+        })
+        .await
+        .unwrap();
+    assert_eq!(token.node.as_deref(), Some("n1"));
+    let node = operator.with_token(Some(token.token));
+
+    let req: RegisterRequest = serde_json::from_value(json!({
+        "plugins": [{
+            "id": "hp",
+            "info": {"name": "hostpath.csivol.dev", "vendor_version": "1"},
+            "capabilities": {"controller_service": false, "volume_accessibility_constraints": false},
+            "node": {
+                "info": {"node_id": "csi-n1", "max_volumes_per_node": 0},
+                "capabilities": {"stage_unstage_volume": true, "get_volume_stats": false, "volume_condition": false, "single_node_multi_writer": false}
+            },
+            "controller": null,
+        }],
+    }))
+    .unwrap();
+    let registered = node.register("n1", &req).await.unwrap();
+    assert!(registered.heartbeat_ttl_ms > 0, "{registered:?}");
+    let beat = node.heartbeat("n1").await.unwrap();
+    assert_eq!(beat.status, NodeStatus::Ready);
+    let nodes = operator.nodes().await.unwrap();
+    assert_eq!(nodes.len(), 1);
+    assert_eq!(nodes[0].name, "n1");
+
+    // Nothing to do, and nothing changes: the blocking query answers after its wait, with
+    // the same index, within the request deadline on top of the wait.
+    let first = node
+        .desired("n1", 0, Duration::from_millis(10))
+        .await
+        .unwrap();
+    assert!(first.publish.is_empty() && first.controller_ops.is_empty());
+    let asked = Instant::now();
+    let again = node
+        .desired("n1", first.index, Duration::from_millis(500))
+        .await
+        .unwrap();
+    assert!(
+        asked.elapsed() >= Duration::from_millis(400),
+        "{:?}",
+        asked.elapsed()
+    );
+    assert_eq!(again.index, first.index);
+
+    node.reports("n1", &ReportBatch { reports: vec![] })
+        .await
+        .unwrap();
+
+    // A node token acts only for its own node; the answer carries the API's error code.
+    let e = node.heartbeat("n2").await.unwrap_err();
+    match &e {
+        Error::Refused {
+            status,
+            error: Some(body),
+            ..
+        } => {
+            assert_eq!(*status, StatusCode::FORBIDDEN, "{e}");
+            assert_eq!(body.code, ErrorCode::Unauthorized, "{e}");
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn failures_are_told_apart() {
+    let dir = TestDir::new("client-errors");
+    let mut server = ServerProc::start(&dir.join("server"), &[]);
+    let operator = client(&server, Some(&server.token));
+
+    // Refused, with the API's error body: not found, and a token the server does not know.
+    let e = operator
+        .get::<Volume>("/v1/volumes/nope")
+        .await
+        .unwrap_err();
+    assert!(e.is_not_found(), "{e:?}");
+    match &e {
+        Error::Refused {
+            error: Some(body), ..
+        } => assert_eq!(body.code, ErrorCode::NotFound),
+        other => panic!("{other:?}"),
+    }
+    let stranger = operator.with_token(Some("not-a-token".into()));
+    match stranger.nodes().await.unwrap_err() {
+        Error::Refused {
+            status,
+            error: Some(body),
+            ..
+        } => {
+            assert_eq!(status, StatusCode::UNAUTHORIZED);
+            assert_eq!(body.code, ErrorCode::Unauthorized);
+        }
+        other => panic!("{other:?}"),
+    }
+
+    // A success of the wrong shape.
+    let e = operator.get::<Vec<u32>>("/v1/health").await.unwrap_err();
+    assert!(
+        matches!(&e, Error::Invalid { status, .. } if *status == StatusCode::OK),
+        "{e:?}"
+    );
+
+    // A raw answer is whatever the server said, refusals included.
+    let raw = operator
+        .send::<()>(
+            Method::POST,
+            "/v1/tokens",
+            Body::Bytes(b"{not json".to_vec()),
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(raw.status, StatusCode::BAD_REQUEST);
+    assert!(raw.into_answer::<serde_json::Value>().is_err());
+
+    // A deadline shorter than the server's wait: no answer, and the error says it timed
+    // out, which is what the CLI turns into "did not answer in time".
+    let index = operator
+        .watch::<Vec<serde_json::Value>>("/v1/events", 0, Duration::from_millis(10))
+        .await
+        .unwrap()
+        .index
+        .expect("an index header");
+    let path = csivol_client::blocking_path("/v1/events", index, Duration::from_secs(20));
+    let e = operator
+        .send::<()>(
+            Method::GET,
+            &path,
+            Body::None,
+            Some(Duration::from_millis(300)),
+        )
+        .await
+        .unwrap_err();
+    match &e {
+        Error::Unreachable { source, .. } => assert!(source.is_timeout(), "{e:?}"),
+        other => panic!("{other:?}"),
+    }
+
+    // No server at all.
+    server.proc.kill();
+    let e = operator.nodes().await.unwrap_err();
+    match &e {
+        Error::Unreachable { url, source } => {
+            assert!(url.ends_with("/v1/nodes"), "{url}");
+            assert!(!source.is_timeout(), "{e:?}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
