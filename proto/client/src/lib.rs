@@ -229,14 +229,15 @@ impl Client {
             url: url.clone(),
             source,
         };
-        let resp = req.send().await.map_err(unreachable)?;
+        let mut resp = req.send().await.map_err(unreachable)?;
         let status = resp.status();
         let index = resp
             .headers()
             .get(INDEX_HEADER)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse().ok());
-        let headers = resp.headers().clone();
+        // Taken, not copied: the body is all that is read from the response after this.
+        let headers = std::mem::take(resp.headers_mut());
         let body = resp.bytes().await.map_err(unreachable)?.to_vec();
         Ok(Raw {
             status,
