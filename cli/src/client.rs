@@ -108,11 +108,8 @@ impl Client {
         index: u64,
         wait: Duration,
     ) -> anyhow::Result<Option<Answer<T>>> {
-        let path = csivol_client::blocking_path(path, index, wait);
-        not_found_as_none(
-            self.request::<(), T>(Method::GET, &path, None, wait + REQUEST_TIMEOUT)
-                .await,
-        )
+        let answer = self.api.watch(path, index, wait).await;
+        not_found_as_none(answer.map_err(|e| self.failure(e)))
     }
 
     /// `GET path` for a blocking query that may take up to `wait` to answer.
