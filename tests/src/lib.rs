@@ -1,6 +1,7 @@
 //! Support for tests that run csivol's real binaries: temp dirs whose mounts are undone even
 //! when a test fails, child processes stopped by pid, and condition waits with deadlines.
-//! The end-to-end tests and the load benchmark of the workspace live in this crate too.
+//! The end-to-end tests of the workspace live in this crate too; the load benchmark
+//! (`tests/bench`, crate `csivol-bench`) uses this support as well.
 
 use std::fs;
 use std::path::{Path, PathBuf};

@@ -1,6 +1,5 @@
 //! csivol's end-to-end tests: real binaries, real sockets, real mounts.
 
-mod bench_smoke;
 mod ci;
 mod cluster;
 mod dev;
