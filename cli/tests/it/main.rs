@@ -12,6 +12,7 @@ mod fence;
 mod generated;
 mod nodes;
 mod real_agent;
+mod shells;
 mod tables;
 mod tokens;
 mod volumes;
