@@ -11,6 +11,7 @@ mod claims;
 mod fence;
 mod generated;
 mod nodes;
+mod prompt;
 mod real_agent;
 mod shells;
 mod tables;
