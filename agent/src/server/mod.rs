@@ -68,8 +68,9 @@ pub struct ServerArgs {
     /// closed after it too [default: 10s].
     #[arg(long, value_parser = humantime::parse_duration)]
     pub header_timeout: Option<Duration>,
-    /// Open connections at most; more wait until one closes [default: the open-file limit
-    /// less 256].
+    /// Open connections at most; past it, each new connection closes the one silent longest
+    /// (connected, nothing sent), and waits for one to close when all are busy [default: the
+    /// open-file limit less 256].
     #[arg(long)]
     pub max_connections: Option<usize>,
     /// Long-polls (blocking queries: agents' desired state, `--wait`, `events --follow`)
