@@ -9,6 +9,11 @@ use clap::Parser;
 mod bench;
 
 fn main() -> ExitCode {
+    // A hidden mode for the end-to-end tests: idle connections held in a process of their
+    // own (see `csivol_tests::idle`).
+    if let Some(code) = csivol_tests::idle::main_if_asked() {
+        return code;
+    }
     let args = bench::Args::parse();
     match bench::run(args) {
         Ok(code) => code,
