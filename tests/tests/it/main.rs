@@ -6,4 +6,5 @@ mod dev;
 mod durability;
 mod e2e;
 mod fence;
+mod network;
 mod security;
