@@ -2487,26 +2487,20 @@ fi
 _csivol_with_names() {
     _csivol "$@"
     local cur="${COMP_WORDS[COMP_CWORD]}" prev="${COMP_WORDS[COMP_CWORD-1]}" kind=""
-    # The value of --node or --volume: only names fit there.
+    # The value of an option that takes a name: only names fit there.
     case "$prev" in
-        --node) kind=nodes; COMPREPLY=() ;;
         --volume) kind=volumes; COMPREPLY=() ;;
+        --node) kind=nodes; COMPREPLY=() ;;
     esac
     if [[ -z "$kind" && "$cur" != -* ]]; then
-        if [[ $COMP_CWORD -eq 2 ]]; then
-            case "${COMP_WORDS[1]}" in
-                claim|release|status|unblock|detach) kind=volumes ;;
-            esac
-        elif [[ $COMP_CWORD -eq 3 ]]; then
-            case "${COMP_WORDS[1]} ${COMP_WORDS[2]}" in
-                "volume show"|"volume deregister"|"claim renew") kind=volumes ;;
-                "node show"|"node drain"|"node eligibility"|"node remove") kind=nodes ;;
-            esac
-        fi
+        local IFS=' '
+        case "${COMP_WORDS[*]:1:COMP_CWORD-1}" in
+            'claim'|'claim renew'|'release'|'status'|'unblock'|'detach'|'volume show'|'volume deregister') kind=volumes ;;
+            'fence'|'node show'|'node drain'|'node eligibility'|'node remove') kind=nodes ;;
+        esac
     fi
     if [[ -n "$kind" ]]; then
-        local IFS=$'
-'
+        local IFS=$'\n'
         COMPREPLY+=( $(compgen -W "$(csivol __complete "$kind" 2>/dev/null)" -- "$cur") )
     fi
 }

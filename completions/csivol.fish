@@ -538,3 +538,36 @@ complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subc
 complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from token" -f -a "create" -d 'Create a token; its secret is printed once, on stdout'
 complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from token" -f -a "list" -d 'List tokens (never their secrets): role, node, when created, last used, expiry'
 complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from token" -f -a "revoke" -d 'Revoke a token: requests with it are refused (401) from then on'
+
+# Volume and node names from the server (`csivol __complete volumes|nodes`).
+function __csivol_names_kind
+    set -l words (commandline -opc)
+    set -e words[1]
+    # The value of an option that takes a name.
+    switch "$words[-1]"
+        case --volume
+            echo volumes
+            return
+        case --node
+            echo nodes
+            return
+    end
+    string match -q -- '-*' (commandline -ct); and return 1
+    switch "$words"
+        case 'claim' 'claim renew' 'release' 'status' 'unblock' 'detach' 'volume show' 'volume deregister'
+            echo volumes
+        case 'fence' 'node show' 'node drain' 'node eligibility' 'node remove'
+            echo nodes
+        case '*'
+            return 1
+    end
+end
+
+function __csivol_names
+    set -l kind (__csivol_names_kind); or return
+    csivol __complete $kind 2>/dev/null
+end
+
+complete -c csivol -n '__csivol_names_kind >/dev/null' -f -a '(__csivol_names)'
+complete -c csivol -n '__csivol_names_kind >/dev/null' -l volume -x -a '(__csivol_names)'
+complete -c csivol -n '__csivol_names_kind >/dev/null' -l node -x -a '(__csivol_names)'

@@ -1,6 +1,7 @@
 //! Support for tests that run csivol's real binaries: temp dirs whose mounts are undone even
 //! when a test fails, child processes stopped by pid, and condition waits with deadlines.
-//! The end-to-end tests and the load benchmark of the workspace live in this crate too.
+//! The end-to-end tests of the workspace live in this crate too; the load benchmark
+//! (`tests/bench`, crate `csivol-bench`) uses this support as well.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -11,6 +12,8 @@ use csivol_client::Body;
 use serde_json::{Value, json};
 
 use rustix::mount::{UnmountFlags, unmount};
+
+pub mod idle;
 
 /// A temporary directory that, when dropped, first unmounts everything mounted below it
 /// (deepest first), then removes it. A panicking test leaks neither mounts nor files.
@@ -194,6 +197,8 @@ pub struct ServerProc {
     pub url: String,
     /// The operator token the server created on first start.
     pub token: String,
+    /// The command the server runs under (see [`ServerProc::start_via`]), if any.
+    wrapper: Vec<String>,
     args: Vec<String>,
     log: PathBuf,
 }
@@ -202,20 +207,36 @@ impl ServerProc {
     /// Starts the server with `data_dir` (created if missing), listening on port 0, plus
     /// `extra` flags (e.g. `--heartbeat-ttl=1s`). Waits until `/v1/health` answers.
     pub fn start(data_dir: &Path, extra: &[&str]) -> Self {
+        Self::start_via(&[], data_dir, "127.0.0.1:0", extra)
+    }
+
+    /// Like [`ServerProc::start`], listening on `listen`, with the server run by `wrapper`
+    /// (e.g. `prlimit --nofile=…` or `nsenter --net=…`): a wrapper that execs the server,
+    /// as those do, keeps the pid the server's, so it is still stopped by pid.
+    pub fn start_via(wrapper: &[&str], data_dir: &Path, listen: &str, extra: &[&str]) -> Self {
         let mut args = vec![
             "server".to_owned(),
             format!("--data-dir={}", data_dir.display()),
-            "--listen=127.0.0.1:0".to_owned(),
+            format!("--listen={listen}"),
         ];
         args.extend(extra.iter().map(|s| (*s).to_owned()));
         let log = data_dir.with_extension("log");
-        Self::spawn(data_dir.to_owned(), args, log)
+        let wrapper = wrapper.iter().map(|s| (*s).to_owned()).collect();
+        Self::spawn(data_dir.to_owned(), wrapper, args, log)
     }
 
-    fn spawn(data_dir: PathBuf, args: Vec<String>, log: PathBuf) -> Self {
+    fn spawn(data_dir: PathBuf, wrapper: Vec<String>, args: Vec<String>, log: PathBuf) -> Self {
         let addr_file = data_dir.join("server.addr");
         let _ = fs::remove_file(&addr_file);
-        let mut cmd = Command::new(bin_path("csivol-agent"));
+        let server = bin_path("csivol-agent");
+        let mut cmd = match wrapper.split_first() {
+            Some((program, rest)) => {
+                let mut cmd = Command::new(program);
+                cmd.args(rest).arg(server);
+                cmd
+            }
+            None => Command::new(server),
+        };
         cmd.args(&args).env("RUST_LOG", "info");
         let log_file = log;
         let mut proc = Proc::spawn("csivol-agent server", cmd, &log_file);
@@ -240,6 +261,7 @@ impl ServerProc {
             data_dir,
             url,
             token,
+            wrapper,
             args,
             log: log_file,
         }
@@ -248,7 +270,12 @@ impl ServerProc {
     /// SIGKILL, then start again on the same data dir (and a new port).
     pub fn restart_after_kill(&mut self) {
         self.proc.kill();
-        let fresh = Self::spawn(self.data_dir.clone(), self.args.clone(), self.log.clone());
+        let fresh = Self::spawn(
+            self.data_dir.clone(),
+            self.wrapper.clone(),
+            self.args.clone(),
+            self.log.clone(),
+        );
         *self = fresh;
     }
 

@@ -1,19 +1,26 @@
 //! The server's accept loop: every connection is bounded. A request's headers must arrive
 //! within the header timeout, which hyper also applies to a keep-alive connection waiting
 //! for its next request (so an idle connection closes after it too); at most
-//! `max_connections` are open at once (beyond that, new connections wait in the kernel's
-//! backlog, and a log line says so); long-polls have their own budget (see `App`), so that
-//! agents' long-polls cannot take every connection from operators.
+//! `max_connections` are open at once: past that, each new connection is taken in and the
+//! connection that has been silent longest (connected, not a byte sent) is closed to make
+//! room, so a flood of idle connections cannot keep a new call out for as long as the
+//! header timeout; only when every connection has spoken do new ones wait in the kernel's
+//! backlog. A log line says when the limit is reached. Long-polls have their own budget
+//! (see `App`), so that agents' long-polls cannot take every connection from operators.
 
+use std::collections::BTreeMap;
 use std::future::Future;
-use std::sync::Arc;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, oneshot};
 
 /// The client certificate a TLS connection presented (mutual TLS), put in each request's
 /// extensions; the HTTP layer checks it against the node token's node.
@@ -72,6 +79,110 @@ pub fn tls_acceptor(
     Ok(tokio_rustls::TlsAcceptor::from(Arc::new(cfg)))
 }
 
+/// The connections that have not sent a byte yet, by arrival: at the connection limit, the
+/// first one is closed to make room for a new one. A client sends its request as soon as
+/// it is connected, so the one silent longest is the least likely to be anyone's call.
+#[derive(Default)]
+struct Silent {
+    next: u64,
+    waiting: BTreeMap<u64, oneshot::Sender<()>>,
+}
+
+impl Silent {
+    /// A new connection; it is closed when the receiver fires.
+    fn enter(this: &Mutex<Self>) -> (u64, oneshot::Receiver<()>) {
+        let (tx, rx) = oneshot::channel();
+        let mut s = this.lock().expect("silent list poisoned");
+        let id = s.next;
+        s.next += 1;
+        s.waiting.insert(id, tx);
+        (id, rx)
+    }
+
+    /// The connection spoke, or closed.
+    fn leave(this: &Mutex<Self>, id: u64) {
+        this.lock()
+            .expect("silent list poisoned")
+            .waiting
+            .remove(&id);
+    }
+
+    /// Closes the connection silent longest; false when every connection has spoken.
+    fn close_oldest(this: &Mutex<Self>) -> bool {
+        let oldest = this
+            .lock()
+            .expect("silent list poisoned")
+            .waiting
+            .pop_first();
+        oldest.is_some_and(|(_, tx)| tx.send(()).is_ok())
+    }
+}
+
+/// A connection's stream, on the silent list until its first byte arrives.
+struct Heard<S> {
+    inner: S,
+    silent: Option<(Arc<Mutex<Silent>>, u64)>,
+}
+
+impl<S> Heard<S> {
+    fn spoke(&mut self) {
+        if let Some((list, id)) = self.silent.take() {
+            Silent::leave(&list, id);
+        }
+    }
+}
+
+impl<S> Drop for Heard<S> {
+    fn drop(&mut self) {
+        self.spoke();
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Heard<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.spoke();
+        }
+        polled
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Heard<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
 /// How long connections still open at shutdown get to finish.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
@@ -83,6 +194,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let permits = Arc::new(Semaphore::new(bounds.max_connections));
+    let silent = Arc::new(Mutex::new(Silent::default()));
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
@@ -91,29 +203,12 @@ pub async fn serve(
         .keep_alive(true);
     tokio::pin!(shutdown);
     let mut at_limit = false;
+    // Silent connections closed to make room since the limit was reached.
+    let mut made_room = 0u64;
     loop {
-        let permit = match Arc::clone(&permits).try_acquire_owned() {
-            Ok(p) => p,
-            Err(_) => {
-                if !at_limit {
-                    tracing::warn!(
-                        max_connections = bounds.max_connections,
-                        "connection limit reached: new connections wait until one closes \
-                         (idle ones close after the header timeout); raise --max-connections \
-                         and the open-file limit if this is the normal load"
-                    );
-                    at_limit = true;
-                }
-                tokio::select! {
-                    p = Arc::clone(&permits).acquire_owned() => p?,
-                    () = &mut shutdown => break,
-                }
-            }
-        };
-        if at_limit && permits.available_permits() >= bounds.max_connections / 10 {
-            tracing::info!("below the connection limit again");
-            at_limit = false;
-        }
+        // A connection is taken in before it has a permit: at the limit that is one file
+        // more than `max_connections` (which leaves room below the open-file limit), and it
+        // lets the server close a silent connection for it rather than leave it waiting.
         let stream = tokio::select! {
             r = listener.accept() => match r {
                 Ok((stream, _)) => stream,
@@ -127,7 +222,41 @@ pub async fn serve(
             },
             () = &mut shutdown => break,
         };
+        let permit = match Arc::clone(&permits).try_acquire_owned() {
+            Ok(p) => p,
+            Err(_) => {
+                if !at_limit {
+                    tracing::warn!(
+                        max_connections = bounds.max_connections,
+                        "connection limit reached: each new connection closes the one silent \
+                         longest, and waits for one to close when all are busy; raise \
+                         --max-connections and the open-file limit if this is the normal load"
+                    );
+                    at_limit = true;
+                }
+                if Silent::close_oldest(&silent) {
+                    made_room += 1;
+                }
+                tokio::select! {
+                    p = Arc::clone(&permits).acquire_owned() => p?,
+                    () = &mut shutdown => break,
+                }
+            }
+        };
+        if at_limit && permits.available_permits() >= bounds.max_connections / 10 {
+            tracing::info!(
+                closed_silent = made_room,
+                "below the connection limit again"
+            );
+            at_limit = false;
+            made_room = 0;
+        }
         let _ = stream.set_nodelay(true);
+        let (id, closed) = Silent::enter(&silent);
+        let stream = Heard {
+            inner: stream,
+            silent: Some((Arc::clone(&silent), id)),
+        };
         let router = router.clone();
         let builder = builder.clone();
         let tls = bounds.tls.clone();
@@ -135,49 +264,57 @@ pub async fn serve(
         let handshake_timeout = bounds.header_timeout;
         tokio::spawn(async move {
             let _permit = permit;
-            let served = match tls {
-                None => {
-                    let conn = builder
-                        .serve_connection(TokioIo::new(stream), TowerToHyperService::new(router));
-                    watcher.watch(conn).await
-                }
-                Some(acceptor) => {
-                    // The handshake is bounded like the headers that follow it.
-                    let stream = match tokio::time::timeout(
-                        handshake_timeout,
-                        acceptor.accept(stream),
-                    )
-                    .await
-                    {
-                        Ok(Ok(s)) => s,
-                        Ok(Err(e)) => {
-                            tracing::debug!(error = %e, "TLS handshake failed");
-                            return;
-                        }
-                        Err(_) => return,
-                    };
-                    let peer = stream
-                        .get_ref()
-                        .1
-                        .peer_certificates()
-                        .and_then(|c| c.first())
-                        .map(|c| PeerCert(c.clone().into_owned()));
-                    let service = tower::ServiceExt::map_request(
-                        router,
-                        move |mut req: hyper::Request<hyper::body::Incoming>| {
-                            if let Some(p) = &peer {
-                                req.extensions_mut().insert(p.clone());
-                            }
-                            req
-                        },
-                    );
-                    let conn = builder
-                        .serve_connection(TokioIo::new(stream), TowerToHyperService::new(service));
-                    watcher.watch(conn).await
+            let serve = async move {
+                let served = match tls {
+                    None => {
+                        let conn = builder.serve_connection(
+                            TokioIo::new(stream),
+                            TowerToHyperService::new(router),
+                        );
+                        watcher.watch(conn).await
+                    }
+                    Some(acceptor) => {
+                        // The handshake is bounded like the headers that follow it.
+                        let stream =
+                            match tokio::time::timeout(handshake_timeout, acceptor.accept(stream))
+                                .await
+                            {
+                                Ok(Ok(s)) => s,
+                                Ok(Err(e)) => {
+                                    tracing::debug!(error = %e, "TLS handshake failed");
+                                    return;
+                                }
+                                Err(_) => return,
+                            };
+                        let peer = stream
+                            .get_ref()
+                            .1
+                            .peer_certificates()
+                            .and_then(|c| c.first())
+                            .map(|c| PeerCert(c.clone().into_owned()));
+                        let service = tower::ServiceExt::map_request(
+                            router,
+                            move |mut req: hyper::Request<hyper::body::Incoming>| {
+                                if let Some(p) = &peer {
+                                    req.extensions_mut().insert(p.clone());
+                                }
+                                req
+                            },
+                        );
+                        let conn = builder.serve_connection(
+                            TokioIo::new(stream),
+                            TowerToHyperService::new(service),
+                        );
+                        watcher.watch(conn).await
+                    }
+                };
+                if let Err(e) = served {
+                    tracing::debug!(error = %e, "connection closed with an error");
                 }
             };
-            if let Err(e) = served {
-                tracing::debug!(error = %e, "connection closed with an error");
+            tokio::select! {
+                Ok(()) = closed => tracing::debug!("closed a silent connection to make room"),
+                () = serve => {}
             }
         });
     }

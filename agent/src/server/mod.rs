@@ -68,8 +68,9 @@ pub struct ServerArgs {
     /// closed after it too [default: 10s].
     #[arg(long, value_parser = humantime::parse_duration)]
     pub header_timeout: Option<Duration>,
-    /// Open connections at most; more wait until one closes [default: the open-file limit
-    /// less 256].
+    /// Open connections at most; past it, each new connection closes the one silent longest
+    /// (connected, nothing sent), and waits for one to close when all are busy [default: the
+    /// open-file limit less 256].
     #[arg(long)]
     pub max_connections: Option<usize>,
     /// Long-polls (blocking queries: agents' desired state, `--wait`, `events --follow`)
@@ -303,6 +304,26 @@ impl Server {
 
     /// [`Server::start`], with `PRAGMA integrity_check` over the database first if `check`.
     pub async fn start_checked(cfg: ServerConfig, check: bool) -> anyhow::Result<Self> {
+        // The transport is settled first: a server that refuses to serve (plain HTTP off
+        // loopback, unreadable certificates) must leave nothing behind, not a data dir with a
+        // new cluster's key, operator token and database in it.
+        let tls = match &cfg.tls {
+            Some(t) => Some(listen::tls_acceptor(
+                &t.cert,
+                &t.key,
+                t.client_ca.as_deref(),
+            )?),
+            None => {
+                if plain_http(cfg.listen, cfg.insecure_http).map_err(anyhow::Error::msg)? {
+                    tracing::warn!(
+                        listen = %cfg.listen,
+                        "serving plain HTTP on a non-loopback address (--insecure-http): tokens \
+                         and volume secrets cross the network in clear"
+                    );
+                }
+                None
+            }
+        };
         create_private_dir(&cfg.data_dir)?;
         let lock = identity::lock(&cfg.data_dir)?;
         identity::check_before_open(&cfg.data_dir)?;
@@ -399,23 +420,6 @@ impl Server {
             bail!("--max-connections must be at least 1");
         }
         let max_long_polls = cfg.max_long_polls.unwrap_or(max_connections * 3 / 4).max(1);
-        let tls = match &cfg.tls {
-            Some(t) => Some(listen::tls_acceptor(
-                &t.cert,
-                &t.key,
-                t.client_ca.as_deref(),
-            )?),
-            None => {
-                if plain_http(cfg.listen, cfg.insecure_http).map_err(anyhow::Error::msg)? {
-                    tracing::warn!(
-                        listen = %cfg.listen,
-                        "serving plain HTTP on a non-loopback address (--insecure-http): tokens \
-                         and volume secrets cross the network in clear"
-                    );
-                }
-                None
-            }
-        };
         let scheme = if tls.is_some() { "https" } else { "http" };
         let bounds = listen::Bounds {
             header_timeout: cfg.header_timeout,

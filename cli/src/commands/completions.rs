@@ -18,8 +18,8 @@ pub fn run(_out: &Out, args: CompletionsArgs) -> anyhow::Result<Exit> {
     Ok(Exit::Ok)
 }
 
-/// The completion script for `shell`: clap's, plus (for bash) volume and node names asked
-/// of the server where an argument takes one.
+/// The completion script for `shell`: clap's, plus volume and node names asked of the
+/// server where an argument takes one ([`NAME_ARGUMENTS`], [`NAME_OPTIONS`]).
 pub fn script(shell: Shell) -> Vec<u8> {
     let mut script = Vec::new();
     clap_complete::generate(
@@ -28,45 +28,206 @@ pub fn script(shell: Shell) -> Vec<u8> {
         "csivol",
         &mut script,
     );
-    if shell == Shell::Bash {
-        script.extend_from_slice(BASH_NAMES.as_bytes());
+    match shell {
+        Shell::Bash => script.extend_from_slice(bash_names().as_bytes()),
+        Shell::Zsh => {
+            // Before clap's last lines, which call `_csivol` when zsh autoloads the file
+            // and register it when the file is sourced: both must reach the wrapper.
+            let tail = b"\nif [ \"$funcstack[1]\" = \"_csivol\" ]; then";
+            let at = script
+                .windows(tail.len())
+                .rposition(|w| w == tail)
+                .expect("clap's zsh script ends by calling or registering _csivol");
+            script.splice(at..at, zsh_names().bytes());
+        }
+        Shell::Fish => script.extend_from_slice(fish_names().as_bytes()),
     }
     script
 }
 
-/// Wraps clap's `_csivol`: where the word is a volume or a node (`--volume`, `--node`, or
-/// the first argument of the commands that take one), the names come from the server
-/// through `csivol __complete`, with whatever address and token the shell has.
-const BASH_NAMES: &str = r#"
+/// The kind of name a word is, and the `csivol __complete` argument that lists them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Names {
+    Volumes,
+    Nodes,
+}
+
+impl Names {
+    pub fn arg(self) -> &'static str {
+        match self {
+            Names::Volumes => "volumes",
+            Names::Nodes => "nodes",
+        }
+    }
+}
+
+/// The commands whose first argument is a name. The one list the bash, zsh and fish
+/// scripts are generated from; a unit test holds it to the clap definitions.
+pub const NAME_ARGUMENTS: &[(&str, Names)] = &[
+    ("claim", Names::Volumes),
+    ("claim renew", Names::Volumes),
+    ("release", Names::Volumes),
+    ("status", Names::Volumes),
+    ("unblock", Names::Volumes),
+    ("detach", Names::Volumes),
+    ("fence", Names::Nodes),
+    ("volume show", Names::Volumes),
+    ("volume deregister", Names::Volumes),
+    ("node show", Names::Nodes),
+    ("node drain", Names::Nodes),
+    ("node eligibility", Names::Nodes),
+    ("node remove", Names::Nodes),
+];
+
+/// The options whose value is a name, in every command that has them.
+pub const NAME_OPTIONS: &[(&str, Names)] =
+    &[("--volume", Names::Volumes), ("--node", Names::Nodes)];
+
+/// `"claim"|"release"|...`: the commands of [`NAME_ARGUMENTS`] that take `kind`, quoted
+/// for a bash or zsh `case` (`sep` `|`) or a fish `case` (`sep` ` `).
+fn commands_taking(kind: Names, sep: &str) -> String {
+    let quoted: Vec<String> = NAME_ARGUMENTS
+        .iter()
+        .filter(|(_, k)| *k == kind)
+        .map(|(command, _)| format!("'{command}'"))
+        .collect();
+    quoted.join(sep)
+}
+
+/// One `case` branch per option of [`NAME_OPTIONS`], in bash/zsh syntax, each setting
+/// `kind` and then `extra`.
+fn option_cases(extra: &str) -> String {
+    NAME_OPTIONS
+        .iter()
+        .map(|(option, kind)| format!("        {option}) kind={}{extra} ;;\n", kind.arg()))
+        .collect()
+}
+
+/// Wraps clap's `_csivol`: where the word is a volume or a node, the names come from the
+/// server through `csivol __complete`, with whatever address and token the shell has.
+/// `${COMP_WORDS[*]:1:COMP_CWORD-1}` (with `IFS=' '`) is the words between `csivol` and
+/// the cursor.
+fn bash_names() -> String {
+    format!(
+        r#"
 # Volume and node names from the server (`csivol __complete volumes|nodes`).
-_csivol_with_names() {
+_csivol_with_names() {{
     _csivol "$@"
-    local cur="${COMP_WORDS[COMP_CWORD]}" prev="${COMP_WORDS[COMP_CWORD-1]}" kind=""
-    # The value of --node or --volume: only names fit there.
+    local cur="${{COMP_WORDS[COMP_CWORD]}}" prev="${{COMP_WORDS[COMP_CWORD-1]}}" kind=""
+    # The value of an option that takes a name: only names fit there.
     case "$prev" in
-        --node) kind=nodes; COMPREPLY=() ;;
-        --volume) kind=volumes; COMPREPLY=() ;;
-    esac
+{options}    esac
     if [[ -z "$kind" && "$cur" != -* ]]; then
-        if [[ $COMP_CWORD -eq 2 ]]; then
-            case "${COMP_WORDS[1]}" in
-                claim|release|status|unblock|detach) kind=volumes ;;
-            esac
-        elif [[ $COMP_CWORD -eq 3 ]]; then
-            case "${COMP_WORDS[1]} ${COMP_WORDS[2]}" in
-                "volume show"|"volume deregister"|"claim renew") kind=volumes ;;
-                "node show"|"node drain"|"node eligibility"|"node remove") kind=nodes ;;
-            esac
-        fi
+        local IFS=' '
+        case "${{COMP_WORDS[*]:1:COMP_CWORD-1}}" in
+            {volumes}) kind=volumes ;;
+            {nodes}) kind=nodes ;;
+        esac
     fi
     if [[ -n "$kind" ]]; then
-        local IFS=$'
-'
+        local IFS=$'\n'
         COMPREPLY+=( $(compgen -W "$(csivol __complete "$kind" 2>/dev/null)" -- "$cur") )
     fi
-}
+}}
 complete -F _csivol_with_names -o bashdefault -o default csivol
-"#;
+"#,
+        options = option_cases("; COMPREPLY=()"),
+        volumes = commands_taking(Names::Volumes, "|"),
+        nodes = commands_taking(Names::Nodes, "|"),
+    )
+}
+
+/// Renames clap's `_csivol` to `_csivol_clap` and puts a wrapper in its place, as for
+/// bash. `${(j: :)words[2,CURRENT-1]}` is the words between `csivol` and the cursor.
+fn zsh_names() -> String {
+    format!(
+        r#"
+# Volume and node names from the server (`csivol __complete volumes|nodes`).
+functions[_csivol_clap]=$functions[_csivol]
+_csivol() {{
+    local kind="" clap=1
+    # The value of an option that takes a name: only names fit there.
+    case "${{words[CURRENT-1]}}" in
+{options}    esac
+    if [[ -z "$kind" && "$PREFIX" != -* ]]; then
+        case "${{(j: :)words[2,CURRENT-1]}}" in
+            {volumes}) kind=volumes ;;
+            {nodes}) kind=nodes ;;
+        esac
+    fi
+    local ret=1
+    if [[ -n "$kind" ]]; then
+        local -a names
+        names=( ${{(f)"$(_call_program $kind csivol __complete $kind 2>/dev/null)"}} )
+        compadd -a names && ret=0
+    fi
+    if (( clap )); then
+        _csivol_clap "$@" && ret=0
+    fi
+    return ret
+}}
+"#,
+        options = option_cases("; clap=0"),
+        volumes = commands_taking(Names::Volumes, "|"),
+        nodes = commands_taking(Names::Nodes, "|"),
+    )
+}
+
+/// A condition and a source of names for fish's own `complete`. `$words` is the words
+/// between `csivol` and the cursor.
+fn fish_names() -> String {
+    let options: String = NAME_OPTIONS
+        .iter()
+        .map(|(option, kind)| {
+            format!(
+                "        case {option}\n            echo {}\n            return\n",
+                kind.arg()
+            )
+        })
+        .collect();
+    // After an option that takes a value fish asks only that option's rules; the
+    // condition keeps the option out of the lists of options, where it is false.
+    let option_rules: String = NAME_OPTIONS
+        .iter()
+        .map(|(option, _)| {
+            format!(
+                "complete -c csivol -n '__csivol_names_kind >/dev/null' -l {} -x -a '(__csivol_names)'\n",
+                option.trim_start_matches("--")
+            )
+        })
+        .collect();
+    format!(
+        r#"
+# Volume and node names from the server (`csivol __complete volumes|nodes`).
+function __csivol_names_kind
+    set -l words (commandline -opc)
+    set -e words[1]
+    # The value of an option that takes a name.
+    switch "$words[-1]"
+{options}    end
+    string match -q -- '-*' (commandline -ct); and return 1
+    switch "$words"
+        case {volumes}
+            echo volumes
+        case {nodes}
+            echo nodes
+        case '*'
+            return 1
+    end
+end
+
+function __csivol_names
+    set -l kind (__csivol_names_kind); or return
+    csivol __complete $kind 2>/dev/null
+end
+
+complete -c csivol -n '__csivol_names_kind >/dev/null' -f -a '(__csivol_names)'
+{option_rules}"#,
+        volumes = commands_taking(Names::Volumes, " "),
+        nodes = commands_taking(Names::Nodes, " "),
+        option_rules = option_rules,
+    )
+}
 
 /// `csivol __complete volumes|nodes`: the names, one per line.
 pub async fn names(ctx: &crate::ctx::Ctx, what: &str) -> anyhow::Result<Exit> {
@@ -97,5 +258,75 @@ pub fn file_name(shell: Shell) -> &'static str {
         Shell::Bash => "csivol.bash",
         Shell::Zsh => "_csivol",
         Shell::Fish => "csivol.fish",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+
+    /// Every command path (`"node show"`) with its command, help excluded.
+    fn commands(cmd: &clap::Command, path: &str, out: &mut Vec<(String, clap::Command)>) {
+        for sub in cmd.get_subcommands().filter(|s| s.get_name() != "help") {
+            let path = format!("{path} {}", sub.get_name()).trim().to_owned();
+            out.push((path.clone(), sub.clone()));
+            commands(sub, &path, out);
+        }
+    }
+
+    fn kind_of(name: &str) -> Option<Names> {
+        match name {
+            "volume" => Some(Names::Volumes),
+            "node" => Some(Names::Nodes),
+            _ => None,
+        }
+    }
+
+    /// The table names exactly the commands whose first argument clap calls `volume` or
+    /// `node`: a new command that takes a name gets completed, or this fails.
+    #[test]
+    fn the_name_table_is_what_clap_defines() {
+        let mut all = Vec::new();
+        commands(&Cli::command(), "", &mut all);
+        let mut from_clap = BTreeSet::new();
+        let mut options = BTreeSet::new();
+        for (path, cmd) in &all {
+            for (i, arg) in cmd.get_positionals().enumerate() {
+                if let Some(kind) = kind_of(arg.get_id().as_str()) {
+                    assert_eq!(i, 0, "{path}: a name that is not the first argument");
+                    from_clap.insert((path.clone(), kind.arg()));
+                }
+            }
+            for arg in cmd.get_opts() {
+                if let (Some(long), Some(kind)) = (arg.get_long(), kind_of(arg.get_id().as_str())) {
+                    options.insert((format!("--{long}"), kind.arg()));
+                }
+            }
+        }
+        let table: BTreeSet<_> = NAME_ARGUMENTS
+            .iter()
+            .map(|(c, k)| (c.to_string(), k.arg()))
+            .collect();
+        assert_eq!(table, from_clap);
+        let table: BTreeSet<_> = NAME_OPTIONS
+            .iter()
+            .map(|(o, k)| (o.to_string(), k.arg()))
+            .collect();
+        assert_eq!(table, options);
+    }
+
+    /// The commands are pasted into shell `case` patterns unescaped.
+    #[test]
+    fn the_table_needs_no_quoting() {
+        for (words, _) in NAME_ARGUMENTS.iter().chain(NAME_OPTIONS) {
+            assert!(
+                words
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c == '-' || c == ' '),
+                "{words}"
+            );
+        }
     }
 }

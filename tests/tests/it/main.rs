@@ -1,6 +1,5 @@
 //! csivol's end-to-end tests: real binaries, real sockets, real mounts.
 
-mod bench_smoke;
 mod ci;
 mod client;
 mod cluster;
@@ -8,4 +7,5 @@ mod dev;
 mod durability;
 mod e2e;
 mod fence;
+mod network;
 mod security;

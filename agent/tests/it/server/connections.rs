@@ -1,6 +1,7 @@
 //! Connections are bounded: a half-sent request is closed within the header timeout, so is
 //! an idle keep-alive connection, and a flood of idle connections past the connection limit
-//! does not keep a new call out (it waits its turn, and the server says it is at the limit).
+//! does not keep a new call out (the server closes the connection silent longest to make
+//! room for it, and says it is at the limit).
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

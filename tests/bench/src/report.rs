@@ -2,7 +2,10 @@
 
 use serde::Serialize;
 
-use super::floor::{CycleFloor, Floor};
+use super::Config;
+use super::floor::{self, CycleFloor, Floor};
+use super::phases::{self, Outcome};
+use super::stats::{self, Dist, load_average};
 
 /// Everything a run measured. Field names are the `--json` schema; the keys issue 7 asks
 /// for are all top-level.
@@ -401,4 +404,125 @@ impl Report {
         line(format!("result: {}", if self.ok { "OK" } else { "FAILED" }));
         s
     }
+}
+
+/// The report of a run from what its phases measured.
+pub fn assemble(cfg: &Config, o: Outcome) -> Report {
+    let a = &cfg.args;
+    let Outcome {
+        cpus,
+        load_average_start,
+        floor,
+        load,
+        server_memory,
+        server_rss_mib,
+        agent_rss_mib,
+        plugin_rss_mib,
+        node_loss,
+        list,
+        kill_check,
+        findings,
+    } = o;
+    let phases::Findings {
+        mut errors,
+        orphans,
+    } = findings;
+    let error_count = phases::truncate_errors(&mut errors);
+    let cycle_floor = floor::cycle_floor(&floor, cfg.full(), cfg.controller_publish);
+    let result = &load.result;
+    let cycles = load.cycles();
+    let elapsed = result.elapsed.as_secs_f64();
+    // What else ran on the machine during the load: all busy CPU time minus csivol's and
+    // the benchmark's own.
+    let other_cpu_s = (|| {
+        let ours = load.used(|c| c.csivol)? + load.used(|c| c.bench)?;
+        Some(load.used(|c| c.machine)?.saturating_sub(ours).as_secs_f64())
+    })();
+    let claim = Dist::new(result.samples.iter().map(|s| s.claim_ready).collect());
+    let release = Dist::new(result.samples.iter().map(|s| s.release_gone).collect());
+    let cycles_per_second = if elapsed > 0.0 {
+        cycles as f64 / elapsed
+    } else {
+        0.0
+    };
+    let floor_cycles_per_second = f64::from(a.concurrency) / (cycle_floor.full_cycle_ms / 1000.0);
+    let over = |v: Option<f64>, floor: f64| v.map(|v| v / floor);
+    let lost_claims = result.lost.len() as u64;
+    let kill_ok = kill_check
+        .as_ref()
+        .is_none_or(|k| k.survived == k.acknowledged && k.release_undone == 0);
+    let ok = lost_claims == 0 && orphans.is_empty() && errors.is_empty() && kill_ok;
+    let full = cfg.full();
+    let mut report = Report {
+        mode: if full { "full" } else { "server" },
+        nodes: cfg.nodes,
+        volumes: a.volumes,
+        concurrency: a.concurrency,
+        duration_s: elapsed,
+        mount: full.then_some(cfg.mount()),
+        controller_publish: cfg.controller_publish,
+        heartbeat_ttl_s: a.heartbeat_ttl.as_secs_f64(),
+        cpus,
+        machine: stats::machine(),
+        load_average_start,
+        load_average_end: load_average(),
+        other_cpu_s,
+        cpu_available_s: elapsed * cpus as f64,
+        cycles,
+        cycles_per_second,
+        claim_ready_p50_ms: claim.p50(),
+        claim_ready_p99_ms: claim.p99(),
+        claim_ready_max_ms: claim.max(),
+        release_p50_ms: release.p50(),
+        release_p99_ms: release.p99(),
+        release_max_ms: release.max(),
+        floor_commit_ms: floor.sqlite_commit.p50_ms,
+        floor_http_ms: floor.http_round_trip.p50_ms,
+        floor_grpc_ms: floor.grpc_round_trip.p50_ms,
+        floor_cycle_ms: cycle_floor.claim_ready.ms,
+        floor_cycle_formula: cycle_floor.claim_ready.sum_text(),
+        floor_release_ms: cycle_floor.release_gone.ms,
+        floor_release_formula: cycle_floor.release_gone.sum_text(),
+        floor_full_cycle_ms: cycle_floor.full_cycle_ms,
+        ratio_p50: over(claim.p50(), cycle_floor.claim_ready.ms),
+        ratio_p99: over(claim.p99(), cycle_floor.claim_ready.ms),
+        release_ratio_p50: over(release.p50(), cycle_floor.release_gone.ms),
+        floor_cycles_per_second,
+        throughput_ratio: cycles_per_second / floor_cycles_per_second,
+        server_rss_mib,
+        server_memory,
+        agent_rss_mib,
+        plugin_rss_mib,
+        cpu_s_per_cycle: load.per_cycle(|c| c.csivol),
+        server_cpu_s_per_cycle: load.per_cycle(|c| c.server),
+        server_writer_cpu_s_per_cycle: load.per_cycle(|c| c.writer),
+        server_writer_busy: load
+            .used(|c| c.writer)
+            .map(|d| d.as_secs_f64() / elapsed.max(f64::EPSILON)),
+        bench_cpu_s_per_cycle: load.per_cycle(|c| c.bench),
+        bench_requests_per_cycle: (cycles > 0).then(|| load.requests as f64 / cycles as f64),
+        agents_cpu_s_per_cycle: full.then(|| load.per_cycle(|c| c.agents)).flatten(),
+        plugins_cpu_s_per_cycle: full.then(|| load.per_cycle(|c| c.plugins)).flatten(),
+        list_volumes_ms: list.as_ref().map(|l| l.p50_ms),
+        list_volumes_max_ms: list.as_ref().map(|l| l.max_ms),
+        list_volumes_count: list.as_ref().map(|l| l.count),
+        list_volumes_bytes: list.as_ref().map(|l| l.bytes),
+        node_loss_blocked_s: node_loss.as_ref().map(|n| n.blocked_s),
+        node_loss_excess_s: node_loss
+            .as_ref()
+            .map(|n| n.blocked_s - a.heartbeat_ttl.as_secs_f64()),
+        node_loss_claims: node_loss.as_ref().map(|n| n.claims),
+        acknowledged_claims: result.acknowledged,
+        lost_claims,
+        orphans,
+        errors,
+        error_count,
+        kill_check,
+        ok,
+        targets: Vec::new(),
+        floor,
+        cycle_floor,
+    };
+    report.targets = targets(&report);
+    report
 }

@@ -72,7 +72,7 @@ impl ChaosCluster {
                         node: Some(name.clone()),
                         name: None,
                         ttl_ms: None,
-                        controllers: vec![crate::bench::PLUGIN.to_owned()],
+                        controllers: vec![crate::PLUGIN.to_owned()],
                     },
                 )
                 .await?

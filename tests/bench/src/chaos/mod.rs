@@ -26,8 +26,9 @@ use serde::Serialize;
 use self::cluster::ChaosCluster;
 use self::faults::Fault;
 use self::load::{Spec, Tally};
+use super::phases::{Say, WorkDir};
 use super::procs::Bins;
-use super::{Config, MountArg, Say, WorkDir, stats, volumes};
+use super::{Config, stats, volumes};
 
 /// How long the end of the run waits for every volume to be free again.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(180);
@@ -141,14 +142,11 @@ pub fn run(cfg: &Config) -> anyhow::Result<ExitCode> {
 
 async fn execute(cfg: &Config) -> anyhow::Result<ChaosReport> {
     let a = &cfg.args;
-    let say = Say(Instant::now());
+    let say = Say::start();
     let bins = Bins::find(a.bin_dir.as_deref())?;
     let dir = WorkDir::new(a.keep_dir.as_deref())?;
     let root = dir.path().to_owned();
-    let mount = match a.mount {
-        MountArg::None => "none",
-        MountArg::Bind => "bind",
-    };
+    let mount = cfg.mount();
     let seed = a.seed.unwrap_or_else(rand::random);
     let ttl = a.heartbeat_ttl;
     let cycle_timeout = a.cycle_timeout.max(ttl * 4 + Duration::from_secs(60));

@@ -1,0 +1,333 @@
+//! csivol's load benchmark (issue 7). One run:
+//!
+//! 1. measures the floor of this machine: a durable SQLite commit with the server's
+//!    settings, a loopback HTTP round trip to the real server, a unix-socket gRPC round trip
+//!    to the real plugin;
+//! 2. builds a cluster: the real server plus N real agents and plugins (`full`), or N
+//!    simulated nodes (`server`), and V volumes;
+//! 3. runs C clients doing claim → ready → release → gone cycles for the duration;
+//! 4. in server mode, kills a node holding ready claims and times its claims to `blocked`,
+//!    and times `GET /v1/volumes` over the whole inventory (100,000 volumes by default);
+//! 5. checks that every acknowledged claim was seen through and nothing is left attached,
+//!    in the server and in the plugins;
+//! 6. SIGKILLs the server under load, restarts it and checks that every acknowledged claim
+//!    survived;
+//! 7. prints the figures, and each as a multiple of the floor.
+//!
+//! Every process it starts is killed by pid when the run ends, however it ends; its files
+//! live in a temp dir that is unmounted and removed. `phases` runs these steps, one
+//! function each; `report` turns their figures into the report.
+
+mod chaos;
+mod client;
+mod cluster;
+mod floor;
+mod killcheck;
+mod load;
+mod nodeloss;
+mod phases;
+mod procs;
+mod report;
+mod sim;
+mod stats;
+mod volumes;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::Parser;
+
+/// csivol's id for the plugin in every run.
+pub const PLUGIN: &str = "hp";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Mode {
+    /// The real server, N real node agents, each with a real csivol-hostpath.
+    Full,
+    /// The real server and N simulated nodes that answer at once: the control plane alone.
+    Server,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum MountArg {
+    /// Marker files instead of mounts (`csivol-hostpath --mount none`).
+    None,
+    /// Real bind mounts (needs root).
+    Bind,
+}
+
+/// csivol's load benchmark: claim throughput, latency and scale, measured against this
+/// machine's own floor in the same run.
+///
+/// Build first: `cargo build --release --workspace` (csivol-bench runs csivol-agent and
+/// csivol-hostpath from its own directory). Exits 0 when every claim was accounted for,
+/// 1 when the run failed (a lost claim, an orphan, an error), never because of a slow
+/// figure; 2 on a usage error.
+#[derive(Debug, Clone, clap::Parser)]
+#[command(name = "csivol-bench", version)]
+pub struct Args {
+    /// `full`: real agents and plugins; `server`: simulated nodes (the control plane alone).
+    #[arg(long, value_enum, default_value = "full")]
+    pub mode: Mode,
+    /// Nodes [default: 10 in full mode, 1000 in server mode].
+    #[arg(long)]
+    pub nodes: Option<u32>,
+    /// Volumes the clients cycle through; each client owns its own share.
+    #[arg(long, default_value_t = 1000)]
+    pub volumes: u32,
+    /// Concurrent clients, each cycling claims on its own volumes and random nodes.
+    #[arg(long, default_value_t = 32)]
+    pub concurrency: u32,
+    /// How long the clients start new cycles (each finishes the one it is in).
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub duration: Duration,
+    /// Full mode: how the plugins present volumes.
+    #[arg(long, value_enum, default_value = "none")]
+    pub mount: MountArg,
+    /// Print one JSON object on stdout instead of the text report.
+    #[arg(long)]
+    pub json: bool,
+    /// The server's heartbeat TTL; the node-loss figure is measured against it.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub heartbeat_ttl: Duration,
+    /// Whether volumes need ControllerPublish/Unpublish before node staging [default: true
+    /// in full mode, false in server mode].
+    #[arg(long, value_name = "BOOL")]
+    pub controller_publish: Option<bool>,
+    /// Server mode: how many simulated nodes host the plugin's controller.
+    #[arg(long, default_value_t = 3)]
+    pub controller_hosts: u32,
+    /// Volumes registered in all before `GET /v1/volumes` is timed (the cycled ones
+    /// included); 0 skips the figure [default: 100000 in server mode, 0 in full mode].
+    #[arg(long)]
+    pub list_volumes: Option<u32>,
+    /// The server's `--controller-concurrency` [default: the server's default].
+    #[arg(long)]
+    pub controller_concurrency: Option<u32>,
+    /// Run the server under this command, e.g. `valgrind --tool=massif --vgdb=yes` (split
+    /// at spaces). Valgrind runs the server in its own process; with a wrapper that forks
+    /// it, the pid, CPU and memory figures are the wrapper's.
+    #[arg(long, value_name = "COMMAND")]
+    pub server_wrapper: Option<String>,
+    /// Full mode: the agents' `node_concurrency` [default: the agent's default].
+    #[arg(long)]
+    pub node_concurrency: Option<u32>,
+    /// Server mode: skip the node-loss figure.
+    #[arg(long)]
+    pub no_node_loss: bool,
+    /// Skip the kill -9 durability check at the end.
+    #[arg(long)]
+    pub no_kill_check: bool,
+    /// How long a claim may take from claim to gone before it counts as lost.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    pub cycle_timeout: Duration,
+    /// Round trips measured for each of the HTTP and gRPC floors (SQLite: 200 commits).
+    #[arg(long, default_value_t = 1000)]
+    pub floor_samples: u32,
+    /// Where csivol-agent and csivol-hostpath are [default: next to csivol-bench].
+    #[arg(long, value_name = "DIR")]
+    pub bin_dir: Option<PathBuf>,
+    /// Keep the run's files (databases, logs) in DIR instead of a temp dir that is removed.
+    #[arg(long, value_name = "DIR")]
+    pub keep_dir: Option<PathBuf>,
+    /// Full mode: the fault campaign instead of the benchmark. For --duration, under the
+    /// claim load on single-writer volumes: kill -9 of the server, agents and plugins,
+    /// agents stopped across the TTL, the server's disk filled and freed (needs root: a
+    /// tmpfs); invariants checked throughout. Exits 1 on any violation.
+    #[arg(long)]
+    pub chaos: bool,
+    /// The chaos campaign's random seed [default: random, printed in the report].
+    #[arg(long)]
+    pub seed: Option<u64>,
+}
+
+/// SQLite commits measured for the floor (each one fsyncs, so fewer than round trips).
+const COMMIT_SAMPLES: u32 = 200;
+/// Claims put on the node that the node-loss figure kills.
+const NODE_LOSS_CLAIMS: u32 = 5;
+/// The server's database writer thread (its name as the kernel keeps it, 15 bytes).
+const WRITER_THREAD: &str = "csivol-db-write";
+/// Errors listed in the report (all are counted).
+const MAX_REPORTED_ERRORS: usize = 50;
+/// How long the end-of-run checks wait for the last detaches.
+const SETTLE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The arguments with mode defaults applied and checked.
+#[derive(Debug, Clone)]
+struct Config {
+    args: Args,
+    nodes: u32,
+    controller_publish: bool,
+    list_volumes: u32,
+}
+
+impl Config {
+    fn resolve(args: Args) -> anyhow::Result<Self> {
+        let full = args.mode == Mode::Full;
+        let nodes = args.nodes.unwrap_or(if full { 10 } else { 1000 });
+        if nodes == 0 {
+            bail!("--nodes must be at least 1");
+        }
+        if full && nodes > 200 {
+            bail!(
+                "--nodes is at most 200 in full mode (two processes per node); use --mode server for more"
+            );
+        }
+        if args.concurrency == 0 {
+            bail!("--concurrency must be at least 1");
+        }
+        if args.volumes < args.concurrency {
+            bail!(
+                "--volumes ({}) must be at least --concurrency ({}): every client owns its own volumes",
+                args.volumes,
+                args.concurrency
+            );
+        }
+        if args.heartbeat_ttl < Duration::from_millis(300) {
+            bail!("--heartbeat-ttl must be at least 300ms");
+        }
+        let controller_publish = args.controller_publish.unwrap_or(full);
+        if !full && controller_publish && args.controller_hosts == 0 {
+            bail!("--controller-hosts must be at least 1 with --controller-publish true");
+        }
+        if args.chaos && !full {
+            bail!("--chaos needs --mode full: the faults fall on real agents and plugins");
+        }
+        let list_volumes = args.list_volumes.unwrap_or(if full { 0 } else { 100_000 });
+        Ok(Self {
+            nodes,
+            controller_publish,
+            list_volumes,
+            args,
+        })
+    }
+
+    fn full(&self) -> bool {
+        self.args.mode == Mode::Full
+    }
+
+    /// The plugins' `--mount` in full mode.
+    fn mount(&self) -> &'static str {
+        match self.args.mount {
+            MountArg::None => "none",
+            MountArg::Bind => "bind",
+        }
+    }
+
+    /// Every volume registered in the run.
+    fn total_volumes(&self) -> u32 {
+        self.args.volumes.max(self.list_volumes)
+    }
+
+    /// The longest a run may take before it stops itself.
+    fn budget(&self) -> Duration {
+        Duration::from_secs(600)
+            + self.args.duration
+            + self.args.cycle_timeout * 3
+            + self.args.heartbeat_ttl * 3
+            + Duration::from_millis(u64::from(self.total_volumes()) * 5)
+            + Duration::from_millis(u64::from(self.nodes) * 20)
+    }
+}
+
+/// Parses the arguments' defaults, runs the benchmark, prints the report.
+fn main() -> ExitCode {
+    match run(Args::parse()) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Parses the arguments' defaults, runs the benchmark, prints the report.
+fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let cfg = match Config::resolve(args) {
+        Ok(cfg) => cfg,
+        Err(e) => {
+            // Flags that do not fit together: a usage error, like clap's own.
+            eprintln!("error: {e:#}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    if let Some(limit) = raise_fd_limit()
+        && u64::from(cfg.nodes) * 2 + 1000 > limit
+    {
+        eprintln!(
+            "csivol-bench: warning: {} nodes need about {} open files on each side, but the limit is {limit}; \
+             the server may refuse connections when many nodes reconnect at once (raise the hard limit, `ulimit -Hn`, which needs CAP_SYS_RESOURCE)",
+            cfg.nodes,
+            u64::from(cfg.nodes) * 2 + 1000
+        );
+    }
+    if cfg.args.chaos {
+        return chaos::run(&cfg);
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("failed to start the async runtime")?;
+    let budget = cfg.budget();
+    let report = runtime.block_on(async {
+        tokio::select! {
+            r = tokio::time::timeout(budget, phases::execute(&cfg)) => r.map_err(|_| {
+                anyhow::anyhow!("the run took longer than its budget of {}; stopped it", humantime::format_duration(budget))
+            })?,
+            () = interrupted() => bail!("interrupted; stopped every process the run started"),
+        }
+    })?;
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    if cfg.args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", report.text());
+    }
+    Ok(if report.ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+async fn interrupted() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}
+
+/// Open files the run wants: every node holds two connections to the server (its blocking
+/// query and its heartbeats and reports), on both sides. The server inherits the limit, as
+/// it would get a `LimitNOFILE=` from its service manager.
+const WANTED_FILES: u64 = 65_536;
+
+/// Lifts the limit on open files: to [`WANTED_FILES`] where allowed (root), else to the hard
+/// limit. Returns the limit in force.
+fn raise_fd_limit() -> Option<u64> {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let limit = getrlimit(Resource::Nofile);
+    let wanted = Rlimit {
+        current: Some(WANTED_FILES.max(limit.maximum.unwrap_or(0))),
+        maximum: Some(WANTED_FILES.max(limit.maximum.unwrap_or(0))),
+    };
+    if limit.maximum.is_some() && setrlimit(Resource::Nofile, wanted).is_err() {
+        let _ = setrlimit(
+            Resource::Nofile,
+            Rlimit {
+                current: limit.maximum,
+                maximum: limit.maximum,
+            },
+        );
+    }
+    getrlimit(Resource::Nofile).current
+}
