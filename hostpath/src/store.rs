@@ -378,6 +378,11 @@ impl Backend {
     /// The nodes a volume is attached to.
     pub fn attachments(&self, id: &str) -> io::Result<BTreeMap<String, AttachmentRecord>> {
         let mut out = BTreeMap::new();
+        // Ids come from callers: one this backend could not have handed out has nothing
+        // (and must not name a path outside the attachments directory).
+        if !valid_id(id) {
+            return Ok(out);
+        }
         let dir = self.root.join("attachments").join(id);
         let entries = match fs::read_dir(&dir) {
             Ok(entries) => entries,
