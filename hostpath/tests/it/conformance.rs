@@ -236,3 +236,117 @@ async fn access_type_that_does_not_fit_the_volume() {
         Code::InvalidArgument
     );
 }
+
+/// The rows of the error table (README) that the other tests do not reach.
+#[tokio::test]
+async fn the_rest_of_the_error_table() {
+    let dir = TestDir::new("hostpath-error-table");
+    let mut p = Plugin::start(&dir, "node-1", &["--capacity=8388608"]).await;
+    let v = create(&mut p, "v", AccessMode::MultiNodeMultiWriter).await;
+    let publish =
+        |readonly: bool, cap: csi::VolumeCapability| csi::ControllerPublishVolumeRequest {
+            volume_id: v.volume_id.clone(),
+            node_id: "node-1".into(),
+            volume_capability: Some(cap),
+            readonly,
+            ..Default::default()
+        };
+    let mode = AccessMode::MultiNodeMultiWriter;
+    let ctx = p
+        .controller
+        .controller_publish_volume(publish(false, mount_cap(mode)))
+        .await
+        .unwrap()
+        .into_inner()
+        .publish_context;
+    // ControllerPublishVolume: published here with another readonly or capability.
+    assert_eq!(
+        code(
+            p.controller
+                .controller_publish_volume(publish(true, mount_cap(mode)))
+                .await
+        ),
+        Code::AlreadyExists
+    );
+    assert_eq!(
+        code(
+            p.controller
+                .controller_publish_volume(publish(
+                    false,
+                    mount_cap(AccessMode::MultiNodeReaderOnly)
+                ))
+                .await
+        ),
+        Code::AlreadyExists
+    );
+    // NodeStageVolume: staged at that path with another capability.
+    let staging = dir.join("staging");
+    std::fs::create_dir(&staging).unwrap();
+    let mut stage = stage_req(&v, &staging, &ctx);
+    stage.volume_capability = Some(mount_cap(mode));
+    p.node.node_stage_volume(stage.clone()).await.unwrap();
+    stage.volume_capability = Some(mount_cap(AccessMode::MultiNodeReaderOnly));
+    assert_eq!(
+        code(p.node.node_stage_volume(stage).await),
+        Code::AlreadyExists
+    );
+    // NodeExpandVolume: block access to a file-system volume.
+    let expand = csi::NodeExpandVolumeRequest {
+        volume_id: v.volume_id.clone(),
+        volume_path: staging.display().to_string(),
+        volume_capability: Some(block_cap()),
+        ..Default::default()
+    };
+    assert_eq!(
+        code(p.node.node_expand_volume(expand).await),
+        Code::InvalidArgument
+    );
+    // ControllerExpandVolume: a capability that does not fit; past the pool.
+    let grow =
+        |bytes: i64, cap: Option<csi::VolumeCapability>| csi::ControllerExpandVolumeRequest {
+            volume_id: v.volume_id.clone(),
+            capacity_range: Some(csi::CapacityRange {
+                required_bytes: bytes,
+                limit_bytes: 0,
+            }),
+            volume_capability: cap,
+            ..Default::default()
+        };
+    assert_eq!(
+        code(
+            p.controller
+                .controller_expand_volume(grow(2 << 20, Some(block_cap())))
+                .await
+        ),
+        Code::InvalidArgument
+    );
+    assert_eq!(
+        code(
+            p.controller
+                .controller_expand_volume(grow(64 << 20, None))
+                .await
+        ),
+        Code::OutOfRange
+    );
+    // CreateSnapshot of an unknown volume; ListVolumes with a negative page size.
+    let snapshot = csi::CreateSnapshotRequest {
+        source_volume_id: "hostpath-999999".into(),
+        name: "s".into(),
+        ..Default::default()
+    };
+    assert_eq!(
+        code(p.controller.create_snapshot(snapshot).await),
+        Code::NotFound
+    );
+    assert_eq!(
+        code(
+            p.controller
+                .list_volumes(csi::ListVolumesRequest {
+                    max_entries: -1,
+                    starting_token: String::new(),
+                })
+                .await
+        ),
+        Code::InvalidArgument
+    );
+}
