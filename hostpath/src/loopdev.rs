@@ -6,9 +6,10 @@
 //! ourselves would need `unsafe` (which this workspace forbids) or a crate that generates
 //! kernel bindings at build time, for nothing the binary does not already do well.
 //!
-//! The kernel is the record: which loop devices back a volume's image is asked of it
-//! (`losetup --associated`), never remembered, so a plugin killed at any point neither
-//! loses a device nor attaches a second one.
+//! Each node plugin attaches its own device to an image (simulated nodes share one machine
+//! and one backend, so a device must not be taken away from another node's workload); it
+//! remembers which, and asks the kernel whether that device still backs the image
+//! (`losetup --associated`) before it trusts the record.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -53,19 +54,26 @@ pub fn devices(image: &Path) -> io::Result<Vec<PathBuf>> {
         .collect())
 }
 
-/// The loop device backed by `image`, attaching one if there is none.
+/// Attaches a new loop device to `image`.
 pub fn attach(image: &Path) -> io::Result<PathBuf> {
-    if let Some(device) = devices(image)?.into_iter().next() {
-        return Ok(device);
-    }
     let out = losetup(&["--find".as_ref(), "--show".as_ref(), image.as_os_str()])?;
     Ok(PathBuf::from(out.trim()))
+}
+
+/// Detaches one loop device.
+pub fn detach(device: &Path) -> io::Result<()> {
+    losetup(&["--detach".as_ref(), device.as_os_str()]).map(drop)
+}
+
+/// Makes a loop device take its backing file's current size.
+pub fn set_capacity(device: &Path) -> io::Result<()> {
+    losetup(&["--set-capacity".as_ref(), device.as_os_str()]).map(drop)
 }
 
 /// Detaches every loop device backed by `image`.
 pub fn detach_all(image: &Path) -> io::Result<()> {
     for device in devices(image)? {
-        losetup(&["--detach".as_ref(), device.as_os_str()])?;
+        detach(&device)?;
     }
     Ok(())
 }
@@ -73,7 +81,7 @@ pub fn detach_all(image: &Path) -> io::Result<()> {
 /// Makes the loop devices backed by `image` take the image's current size.
 pub fn refresh_capacity(image: &Path) -> io::Result<()> {
     for device in devices(image)? {
-        losetup(&["--set-capacity".as_ref(), device.as_os_str()])?;
+        set_capacity(&device)?;
     }
     Ok(())
 }

@@ -542,6 +542,10 @@ pub struct NodeState {
     /// raised by NodeExpandVolume. What NodeGetVolumeStats reports as the total.
     #[serde(default)]
     pub grown: BTreeMap<String, i64>,
+    /// The loop device this node attached to each block volume it holds. Trusted only
+    /// while the kernel says the device still backs the volume's image.
+    #[serde(default)]
+    pub devices: BTreeMap<String, PathBuf>,
 }
 
 impl NodeState {

@@ -173,18 +173,44 @@ impl Plugin {
         )
     }
 
-    /// Whether a block volume's loop device is attached on this machine.
-    fn block_device(&self, volume_id: &str) -> Result<Option<PathBuf>, Status> {
-        loopdev::devices(&self.backend.image(volume_id))
-            .map(|d| d.into_iter().next())
-            .map_err(|e| internal(e, "look up loop devices"))
+    /// This node's loop device for a block volume, while the kernel says it still backs
+    /// the volume's image.
+    fn block_device(&self, state: &NodeState, volume_id: &str) -> Result<Option<PathBuf>, Status> {
+        let Some(device) = state.devices.get(volume_id) else {
+            return Ok(None);
+        };
+        let backing = loopdev::devices(&self.backend.image(volume_id))
+            .map_err(|e| internal(e, "look up loop devices"))?;
+        Ok(backing.contains(device).then(|| device.clone()))
     }
 
-    /// Whether a staging is in place: mounted (file systems), or its loop device attached
-    /// (block volumes), or its marker written (`--mount none`).
-    fn staging_in_place(&self, volume: &VolumeRecord, path: &Path) -> Result<bool, Status> {
+    /// This node's loop device for a block volume, attached if it has none. The device is
+    /// recorded at once: one attached but not recorded would be left behind.
+    fn attach_block_device(
+        &self,
+        state: &mut NodeState,
+        volume_id: &str,
+    ) -> Result<PathBuf, Status> {
+        if let Some(device) = self.block_device(state, volume_id)? {
+            return Ok(device);
+        }
+        let device = loopdev::attach(&self.backend.image(volume_id))
+            .map_err(|e| internal(e, "attach a loop device"))?;
+        state.devices.insert(volume_id.to_owned(), device.clone());
+        self.save_node(state)?;
+        Ok(device)
+    }
+
+    /// Whether a staging is in place: mounted (file systems), or this node's loop device
+    /// attached (block volumes), or its marker written (`--mount none`).
+    fn staging_in_place(
+        &self,
+        state: &NodeState,
+        volume: &VolumeRecord,
+        path: &Path,
+    ) -> Result<bool, Status> {
         if volume.block && self.cfg.mount == MountMode::Bind {
-            return Ok(self.block_device(&volume.id)?.is_some());
+            return Ok(self.block_device(state, &volume.id)?.is_some());
         }
         self.cfg
             .mount
@@ -192,12 +218,12 @@ impl Plugin {
             .map_err(|e| internal(e, "read the mount table"))
     }
 
-    /// Releases a block volume's loop device once this node holds nothing of it.
-    fn release_block(&self, volume_id: &str) -> Result<(), Status> {
-        if self.cfg.mount == MountMode::Bind {
-            loopdev::detach_all(&self.backend.image(volume_id))
-                .map_err(|e| internal(e, "detach the loop device"))?;
+    /// Detaches this node's loop device of a block volume, once it holds nothing of it.
+    fn release_block(&self, state: &mut NodeState, volume_id: &str) -> Result<(), Status> {
+        if let Some(device) = self.block_device(state, volume_id)? {
+            loopdev::detach(&device).map_err(|e| internal(e, "detach the loop device"))?;
         }
+        state.devices.remove(volume_id);
         Ok(())
     }
 
@@ -244,10 +270,9 @@ impl Plugin {
         }
         // Attach unless already attached: after a crash between the attach and the state
         // write, the mount (or loop device) is there but the record is not.
-        if !self.staging_in_place(&volume, &path)? {
+        if !self.staging_in_place(&state, &volume, &path)? {
             if volume.block && self.cfg.mount == MountMode::Bind {
-                loopdev::attach(&self.backend.image(&volume.id))
-                    .map_err(|e| internal(e, "attach a loop device"))?;
+                self.attach_block_device(&mut state, &volume.id)?;
             } else {
                 self.cfg
                     .mount
@@ -302,7 +327,7 @@ impl Plugin {
             )));
         }
         if self.is_block(volume.as_ref(), &state, &req.volume_id) {
-            self.release_block(&req.volume_id)?;
+            self.release_block(&mut state, &req.volume_id)?;
         }
         // Also for a block volume in `none` mode, whose staging holds a marker.
         self.cfg
@@ -342,7 +367,10 @@ impl Plugin {
                 // A staging unmounted behind the plugin's back (a crash, an operator's
                 // umount, a detached loop device) must not be bound to the target: that
                 // would publish an empty local directory instead of the volume.
-                Some(s) if s.path == staging && !self.staging_in_place(&volume, &staging)? => {
+                Some(s)
+                    if s.path == staging
+                        && !self.staging_in_place(&state, &volume, &staging)? =>
+                {
                     return Err(Status::failed_precondition(format!(
                         "volume `{}` is recorded as staged at {}, but it is not in place there; \
                          call NodeStageVolume again",
@@ -406,7 +434,7 @@ impl Plugin {
             )));
         }
         if volume.block {
-            self.publish_block(&volume, &target, readonly)?;
+            self.publish_block(&mut state, &volume, &target, readonly)?;
         } else {
             match std::fs::create_dir(&target) {
                 Err(e) if e.kind() != io::ErrorKind::AlreadyExists => {
@@ -440,6 +468,7 @@ impl Plugin {
     /// bind-mounted (attached here when there is no staging).
     fn publish_block(
         &self,
+        state: &mut NodeState,
         volume: &VolumeRecord,
         target: &Path,
         readonly: bool,
@@ -462,8 +491,7 @@ impl Plugin {
             return Ok(());
         }
         let device = if self.cfg.mount == MountMode::Bind {
-            loopdev::attach(&self.backend.image(&volume.id))
-                .map_err(|e| internal(e, "attach a loop device"))?
+            self.attach_block_device(state, &volume.id)?
         } else {
             PathBuf::new()
         };
@@ -512,7 +540,7 @@ impl Plugin {
         if state.publications.remove(&target).is_some() {
             if state.holds_nothing(&req.volume_id) {
                 if block && !self.cfg.stage {
-                    self.release_block(&req.volume_id)?;
+                    self.release_block(&mut state, &req.volume_id)?;
                 }
                 state.grown.remove(&req.volume_id);
             }
@@ -562,7 +590,7 @@ impl Plugin {
         let attached = if block && is_target {
             self.cfg.mount.is_block_attached(&path, &req.volume_id)
         } else if block && self.cfg.mount == MountMode::Bind {
-            Ok(self.block_device(&req.volume_id)?.is_some())
+            Ok(self.block_device(&state, &req.volume_id)?.is_some())
         } else {
             self.cfg.mount.is_attached(&path)
         }
@@ -605,7 +633,7 @@ impl Plugin {
         use csi::volume_usage::Unit;
         let recorded = volume.map_or(0, |v| v.capacity_bytes);
         if block {
-            let total = match self.block_device(volume_id)? {
+            let total = match self.block_device(state, volume_id)? {
                 Some(device) if self.cfg.mount == MountMode::Bind => {
                     loopdev::size(&device).map_err(|e| internal(e, "read the device's size"))?
                 }
@@ -674,9 +702,9 @@ impl Plugin {
             )));
         }
         let capacity = if volume.block {
-            match self.block_device(&volume.id)? {
+            match self.block_device(&state, &volume.id)? {
                 Some(device) if self.cfg.mount == MountMode::Bind => {
-                    loopdev::refresh_capacity(&self.backend.image(&volume.id))
+                    loopdev::set_capacity(&device)
                         .map_err(|e| internal(e, "refresh the loop device's capacity"))?;
                     loopdev::size(&device).map_err(|e| internal(e, "read the device's size"))?
                 }

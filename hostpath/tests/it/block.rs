@@ -283,3 +283,63 @@ async fn block_with_marker_files() {
     assert!(!target.exists());
     assert!(dir.mounts().is_empty());
 }
+
+/// Two nodes on one machine stage one multi-node block volume: each gets its own loop
+/// device, and one node's unstage leaves the other's device and data alone.
+#[tokio::test]
+async fn each_node_has_its_own_device() {
+    let dir = TestDir::new("hostpath-block-two-nodes");
+    let _loops = LoopGuard::new(&dir);
+    let mut n1 = Plugin::start(&dir, "node-1", &[]).await;
+    let mut n2 = Plugin::start(&dir, "node-2", &[]).await;
+    let cap = block_cap_mode(AccessMode::MultiNodeMultiWriter);
+    let v = create_with(&mut n1, create_req("shared", cap.clone(), 2 * MIB)).await;
+    let (s1, t1) = bring_up(&mut n1, &dir, &v, &cap, "n1").await;
+    let ctx = n1
+        .controller
+        .controller_publish_volume(csi::ControllerPublishVolumeRequest {
+            volume_id: v.volume_id.clone(),
+            node_id: "node-2".into(),
+            volume_capability: Some(cap.clone()),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .publish_context;
+    let s2 = dir.join("staging-n2");
+    std::fs::create_dir(&s2).unwrap();
+    let t2 = dir.join("target-n2");
+    let mut stage = stage_req(&v, &s2, &ctx);
+    stage.volume_capability = Some(cap.clone());
+    n2.node.node_stage_volume(stage).await.unwrap();
+    let mut publish = publish_req(&v, Some(&s2), &t2, &ctx, false);
+    publish.volume_capability = Some(cap.clone());
+    n2.node.node_publish_volume(publish).await.unwrap();
+    assert_eq!(loop_devices_under(dir.path()).len(), 2);
+
+    write_through(&t1, 0, b"from node-1");
+    take_down(&mut n1, &v, &s1, &t1).await;
+    assert_eq!(loop_devices_under(dir.path()).len(), 1);
+    assert_eq!(read_through(&t2, 0, 11), b"from node-1");
+}
+
+/// Killed with its volume staged and published, the plugin comes back knowing its device:
+/// staging and publishing again attach no second one, and taking down releases it.
+#[tokio::test]
+async fn a_killed_plugin_keeps_its_device() {
+    let dir = TestDir::new("hostpath-block-restart");
+    let _loops = LoopGuard::new(&dir);
+    let mut p = Plugin::start(&dir, "node-1", &[]).await;
+    let cap = block_cap();
+    let v = create_with(&mut p, create_req("disk", cap.clone(), MIB)).await;
+    let (staging, target) = bring_up(&mut p, &dir, &v, &cap, "a").await;
+    write_through(&target, 0, b"before the kill");
+    let mut p = p.restart_after_kill().await;
+    let (staging2, target2) = bring_up(&mut p, &dir, &v, &cap, "a").await;
+    assert_eq!((&staging2, &target2), (&staging, &target));
+    assert_eq!(loop_devices_under(dir.path()).len(), 1);
+    assert_eq!(read_through(&target, 0, 15), b"before the kill");
+    take_down(&mut p, &v, &staging, &target).await;
+    assert!(loop_devices_under(dir.path()).is_empty());
+}
