@@ -13,7 +13,7 @@ use crate::topology;
 
 use super::{
     CONTEXT_NAME_KEY, DEFAULT_CAPACITY, Expansion, PUBLISH_DEVICE_KEY, Plugin, Service,
-    capacity_range, check_given_context, internal, kind_mismatch, require,
+    capacity_range, check_given_context, check_name, internal, kind_mismatch, require,
 };
 
 /// Delegates an RPC to `Plugin::$method` through `Plugin::call`, logging `$id` as its volume.
@@ -239,12 +239,7 @@ impl Plugin {
         &self,
         req: csi::CreateVolumeRequest,
     ) -> Result<csi::CreateVolumeResponse, Status> {
-        require(&req.name, "name")?;
-        if crate::store::file_safe(&req.name).len() > 240 {
-            return Err(Status::invalid_argument(
-                "`name` is too long for csivol-hostpath (at most 120 bytes of non-alphanumeric text)",
-            ));
-        }
+        check_name(&req.name)?;
         let caps = self.capabilities(&req.volume_capabilities)?;
         let block = caps.iter().any(|c| c.access_type.is_block());
         if block && caps.iter().any(|c| !c.access_type.is_block()) {

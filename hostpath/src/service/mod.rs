@@ -314,6 +314,25 @@ fn require(value: &str, field: &'static str) -> Result<(), Status> {
     Ok(())
 }
 
+/// Checks a CO-chosen name (of a volume or snapshot): present, without the control
+/// characters the spec bans, and short enough to be a file name in the backend.
+fn check_name(name: &str) -> Result<(), Status> {
+    require(name, "name")?;
+    let banned = |c: char| matches!(c, '\u{0}'..='\u{8}' | '\u{b}' | '\u{c}' | '\u{e}'..='\u{1f}' | '\u{7f}'..='\u{9f}');
+    if name.chars().any(banned) {
+        return Err(Status::invalid_argument(
+            "`name` contains a control character the spec bans (U+0000-U+0008, U+000B, U+000C, \
+             U+000E-U+001F, U+007F-U+009F)",
+        ));
+    }
+    if crate::store::file_safe(name).len() > 240 {
+        return Err(Status::invalid_argument(
+            "`name` is too long for csivol-hostpath (at most 120 bytes of non-alphanumeric text)",
+        ));
+    }
+    Ok(())
+}
+
 fn require_path(value: &str, field: &'static str) -> Result<PathBuf, Status> {
     require(value, field)?;
     let path = PathBuf::from(value);

@@ -9,7 +9,7 @@ use tonic::Status;
 use crate::store::SnapshotRecord;
 
 use super::controller::page;
-use super::{Plugin, internal, require};
+use super::{Plugin, check_name, internal, require};
 
 fn wire_snapshot(s: &SnapshotRecord) -> csi::Snapshot {
     csi::Snapshot {
@@ -36,12 +36,7 @@ impl Plugin {
             ));
         }
         require(&req.source_volume_id, "source_volume_id")?;
-        require(&req.name, "name")?;
-        if crate::store::file_safe(&req.name).len() > 240 {
-            return Err(Status::invalid_argument(
-                "`name` is too long for csivol-hostpath (at most 120 bytes of non-alphanumeric text)",
-            ));
-        }
+        check_name(&req.name)?;
         let lock = self.lock()?;
         if let Some(existing) = self
             .backend

@@ -328,6 +328,21 @@ async fn the_rest_of_the_error_table() {
         ),
         Code::OutOfRange
     );
+    // Names with a control character the spec bans.
+    let banned = create_req("bad\u{7}name", mount_cap(mode), 0);
+    assert_eq!(
+        code(p.controller.create_volume(banned).await),
+        Code::InvalidArgument
+    );
+    let banned = csi::CreateSnapshotRequest {
+        source_volume_id: v.volume_id.clone(),
+        name: "bad\u{1b}name".into(),
+        ..Default::default()
+    };
+    assert_eq!(
+        code(p.controller.create_snapshot(banned).await),
+        Code::InvalidArgument
+    );
     // CreateSnapshot of an unknown volume; ListVolumes with a negative page size.
     let snapshot = csi::CreateSnapshotRequest {
         source_volume_id: "hostpath-999999".into(),
