@@ -365,3 +365,56 @@ async fn the_rest_of_the_error_table() {
         Code::InvalidArgument
     );
 }
+
+/// A second NodePublishVolume at another target: refused for single-node-single-writer
+/// (FAILED_PRECONDITION), allowed for single-node-writer (csivol shares such a volume
+/// between claims on one node) and single-node-multi-writer.
+#[tokio::test]
+async fn second_publish_on_a_node_by_access_mode() {
+    let dir = TestDir::new("hostpath-second-publish");
+    let mut p = Plugin::start(&dir, "node-1", &[]).await;
+    for (name, mode, second) in [
+        (
+            "ssw",
+            AccessMode::SingleNodeSingleWriter,
+            Err(Code::FailedPrecondition),
+        ),
+        ("snw", AccessMode::SingleNodeWriter, Ok(())),
+        ("smw", AccessMode::SingleNodeMultiWriter, Ok(())),
+    ] {
+        let cap = mount_cap(mode);
+        let v = create_with(&mut p, create_req(name, cap.clone(), 1 << 20)).await;
+        let (staging, target) = bring_up(&mut p, &dir, &v, &cap, name).await;
+        let ctx = p
+            .controller
+            .controller_publish_volume(csi::ControllerPublishVolumeRequest {
+                volume_id: v.volume_id.clone(),
+                node_id: "node-1".into(),
+                volume_capability: Some(cap.clone()),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .publish_context;
+        let other = dir.join(format!("other-{name}"));
+        let mut publish = publish_req(&v, Some(&staging), &other, &ctx, false);
+        publish.volume_capability = Some(cap.clone());
+        let got = p
+            .node
+            .node_publish_volume(publish)
+            .await
+            .map(drop)
+            .map_err(|e| e.code());
+        assert_eq!(got, second, "{name}");
+        if got.is_ok() {
+            assert!(is_mounted(&other));
+            p.node
+                .node_unpublish_volume(unpublish_req(&v, &other))
+                .await
+                .unwrap();
+        }
+        take_down(&mut p, &v, &staging, &target).await;
+    }
+    assert!(dir.mounts().is_empty());
+}
