@@ -25,18 +25,25 @@ pub enum Rpc {
     ControllerUnpublishVolume,
     ValidateVolumeCapabilities,
     ListVolumes,
+    GetCapacity,
     ControllerGetCapabilities,
+    CreateSnapshot,
+    DeleteSnapshot,
+    ListSnapshots,
+    ControllerExpandVolume,
+    ControllerGetVolume,
     NodeStageVolume,
     NodeUnstageVolume,
     NodePublishVolume,
     NodeUnpublishVolume,
     NodeGetVolumeStats,
+    NodeExpandVolume,
     NodeGetCapabilities,
     NodeGetInfo,
 }
 
 impl Rpc {
-    const ALL: [Rpc; 17] = [
+    const ALL: [Rpc; 24] = [
         Self::GetPluginInfo,
         Self::GetPluginCapabilities,
         Self::Probe,
@@ -46,12 +53,19 @@ impl Rpc {
         Self::ControllerUnpublishVolume,
         Self::ValidateVolumeCapabilities,
         Self::ListVolumes,
+        Self::GetCapacity,
         Self::ControllerGetCapabilities,
+        Self::CreateSnapshot,
+        Self::DeleteSnapshot,
+        Self::ListSnapshots,
+        Self::ControllerExpandVolume,
+        Self::ControllerGetVolume,
         Self::NodeStageVolume,
         Self::NodeUnstageVolume,
         Self::NodePublishVolume,
         Self::NodeUnpublishVolume,
         Self::NodeGetVolumeStats,
+        Self::NodeExpandVolume,
         Self::NodeGetCapabilities,
         Self::NodeGetInfo,
     ];
@@ -65,6 +79,7 @@ impl Rpc {
             | Self::NodePublishVolume
             | Self::NodeUnpublishVolume
             | Self::NodeGetVolumeStats
+            | Self::NodeExpandVolume
             | Self::NodeGetCapabilities
             | Self::NodeGetInfo => 2,
             _ => 1,

@@ -4,9 +4,11 @@
 //! A library too, so that `csivol-agent dev` can run the plugin from its own binary.
 
 mod faults;
+mod loopdev;
 mod mounts;
 mod service;
 mod store;
+mod topology;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -20,14 +22,18 @@ use tokio_stream::wrappers::UnixListenerStream;
 
 use crate::faults::{DelaySpec, FailSpec, Faults};
 use crate::mounts::MountMode;
-use crate::service::{Config, Plugin, Service};
+use crate::service::{Config, Expansion, Feature, Features, Plugin, Service};
 use crate::store::Backend;
 
 /// How long calls in flight may take to finish after SIGTERM or SIGINT.
 const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// csivol's reference CSI plugin: volumes are directories, staging and publishing are bind
-/// mounts. Serves the Identity, Controller and Node services on one endpoint.
+/// csivol's reference CSI plugin: volumes are directories (block volumes: image files on
+/// loop devices), staging and publishing are bind mounts. Serves the Identity, Controller
+/// and Node services on one endpoint.
+///
+/// Every optional capability is on unless `--disable`d, so that tests can cover plugins
+/// without it; topology is on only with `--topology`.
 #[derive(Debug, Clone, Parser)]
 #[command(name = "csivol-hostpath", version)]
 pub struct Args {
@@ -72,6 +78,25 @@ pub struct Args {
     /// ready volume.
     #[arg(long)]
     pub publish_without_mount: bool,
+    /// Leave out an optional capability: its calls are refused with UNIMPLEMENTED (or, for
+    /// `block`, `snapshots` and `clone-volume`, the requests that need it with
+    /// INVALID_ARGUMENT), as the spec asks of a plugin without it. Repeatable.
+    #[arg(long = "disable", value_enum, value_name = "CAPABILITY")]
+    pub disable: Vec<Feature>,
+    /// This node's topology segment, `KEY=VALUE` (repeatable, e.g. `--topology zone=a`):
+    /// reported by NodeGetInfo, with VOLUME_ACCESSIBILITY_CONSTRAINTS. CreateVolume then
+    /// places volumes in the segments of the nodes sharing the backend.
+    #[arg(long = "topology", value_name = "KEY=VALUE", value_parser = topology::parse_pair)]
+    pub topology: Vec<(String, String)>,
+    /// The storage pool's size in bytes: GetCapacity reports it less the capacity of every
+    /// volume, and volumes that would not fit are refused (RESOURCE_EXHAUSTED). Without
+    /// it, the pool is the free space of the backend's file system.
+    #[arg(long, value_name = "BYTES")]
+    pub capacity: Option<u64>,
+    /// Whether volumes may be expanded while published (`online`) or only when no node
+    /// has them (`offline`).
+    #[arg(long, value_enum, default_value = "online")]
+    pub expansion: Expansion,
 }
 
 /// Serves the plugin until SIGTERM or SIGINT.
@@ -101,6 +126,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         max_volumes_per_node: args.max_volumes_per_node,
         fsync: !args.no_fsync,
         publish_without_mount: args.publish_without_mount,
+        features: Features::without(&args.disable),
+        topology: args.topology.iter().cloned().collect(),
+        capacity: args
+            .capacity
+            .map(|c| i64::try_from(c).context("--capacity is too large"))
+            .transpose()?,
+        expansion: args.expansion,
     };
     let plugin = Plugin::new(
         cfg,

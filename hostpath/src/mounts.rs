@@ -30,19 +30,36 @@ impl MountMode {
         readonly: bool,
     ) -> io::Result<()> {
         match self {
-            Self::Bind => {
-                mount_bind(source, target)?;
-                if readonly {
-                    // A bind mount ignores MS_RDONLY on creation; it takes a remount.
-                    if let Err(e) = mount_remount(target, MountFlags::BIND | MountFlags::RDONLY, "")
-                    {
-                        let _ = unmount(target, UnmountFlags::empty());
-                        return Err(e.into());
-                    }
-                }
-                Ok(())
-            }
+            Self::Bind => bind(source, target, readonly),
             Self::None => fs::write(target.join(MARKER), volume_id),
+        }
+    }
+
+    /// Makes a block volume appear at `target`, a file: in `bind` mode the device node is
+    /// bind-mounted onto it; in `none` mode the file holds the volume id.
+    pub fn attach_block(
+        self,
+        device: &Path,
+        target: &Path,
+        volume_id: &str,
+        readonly: bool,
+    ) -> io::Result<()> {
+        match self {
+            Self::Bind => bind(device, target, readonly),
+            Self::None => fs::write(target, volume_id),
+        }
+    }
+
+    /// Whether the block volume `volume_id` is attached at the file `target`.
+    pub fn is_block_attached(self, target: &Path, volume_id: &str) -> io::Result<bool> {
+        match self {
+            Self::Bind => is_mount_point(target),
+            Self::None => match fs::read_to_string(target) {
+                Ok(s) => Ok(s == volume_id),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+                // A directory or unreadable file: not a block publication of ours.
+                Err(_) => Ok(false),
+            },
         }
     }
 
@@ -70,6 +87,27 @@ impl MountMode {
             Self::None => Ok(target.join(MARKER).is_file()),
         }
     }
+}
+
+/// Bind-mounts `source` (a directory or a device node) onto `target`, read-only if asked.
+fn bind(source: &Path, target: &Path, readonly: bool) -> io::Result<()> {
+    mount_bind(source, target)?;
+    if readonly {
+        // A bind mount ignores MS_RDONLY on creation; it takes a remount.
+        if let Err(e) = mount_remount(target, MountFlags::BIND | MountFlags::RDONLY, "") {
+            let _ = unmount(target, UnmountFlags::empty());
+            return Err(e.into());
+        }
+    }
+    Ok(())
+}
+
+/// Unmounts `target` if something is mounted there.
+pub fn unmount_if_mounted(target: &Path) -> io::Result<()> {
+    if is_mount_point(target)? {
+        unmount(target, UnmountFlags::empty())?;
+    }
+    Ok(())
 }
 
 /// Whether `path` is a mount point, from `/proc/self/mountinfo`.

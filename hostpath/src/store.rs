@@ -49,6 +49,17 @@ fn remove_if_exists(path: &Path) -> io::Result<()> {
     }
 }
 
+/// A topology segment: topological domains to their values (`zone` → `a`).
+pub type Segment = BTreeMap<String, String>;
+
+/// What a volume was created from.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum ContentSource {
+    Snapshot(String),
+    Volume(String),
+}
+
 /// A volume as the backend knows it.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct VolumeRecord {
@@ -59,7 +70,31 @@ pub struct VolumeRecord {
     pub parameters: BTreeMap<String, String>,
     #[serde(default)]
     pub context: BTreeMap<String, String>,
+    /// A block volume: its data is one image file, [`IMAGE`] in its data directory.
+    #[serde(default)]
+    pub block: bool,
+    /// Where the volume is accessible from; empty means from everywhere.
+    #[serde(default)]
+    pub accessible_topology: Vec<Segment>,
+    #[serde(default)]
+    pub content_source: Option<ContentSource>,
 }
+
+/// A snapshot: a copy of a volume's data at one point in time.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct SnapshotRecord {
+    pub id: String,
+    pub name: String,
+    pub source_volume_id: String,
+    pub size_bytes: i64,
+    pub block: bool,
+    /// Seconds and nanoseconds since the Unix epoch.
+    pub created_secs: i64,
+    pub created_nanos: i32,
+}
+
+/// The file a block volume's data lives in, inside its data directory.
+pub const IMAGE: &str = "disk.img";
 
 /// A volume controller-published to a node.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
@@ -67,21 +102,30 @@ pub struct AttachmentRecord {
     pub node_id: String,
     pub readonly: bool,
     pub publish_context: PublishContext,
+    /// The capability it was published with (absent in records of older versions).
+    #[serde(default)]
+    pub capability: Option<VolumeCapability>,
 }
 
 /// A node plugin's announcement of itself to the backend.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct NodeRecord {
     pub max_volumes_per_node: u32,
+    /// The node's topology segment (`--topology`); empty when it has none.
+    #[serde(default)]
+    pub topology: Segment,
 }
 
 /// The storage system the plugin drives: a directory that several plugin processes (one
 /// per simulated node) may share, like nodes sharing a storage array.
 ///
 /// Layout: `volumes/<id>.json`, `names/<name>` (the id of the volume with that name),
-/// `data/<id>/` (the volume's contents), `attachments/<id>/<node>.json`, `by-node/<node>/<id>`
-/// (an index, so counting a node's volumes does not read every volume), `nodes/<node>.json`,
-/// `next-id`, `lock`. Node ids and names become file names through [`file_safe`].
+/// `data/<id>/` (the volume's contents; a block volume's is the image file [`IMAGE`]),
+/// `attachments/<id>/<node>.json`, `by-node/<node>/<id>` (an index, so counting a node's
+/// volumes does not read every volume), `nodes/<node>.json`, `snapshots/<id>.json`,
+/// `snapshot-names/<name>`, `snapshot-data/<id>/` (a copy of the volume's data directory),
+/// `next-id`, `next-snapshot-id`, `lock`. Node ids and names become file names through
+/// [`file_safe`].
 #[derive(Clone, Debug)]
 pub struct Backend {
     root: PathBuf,
@@ -97,6 +141,9 @@ impl Backend {
             "attachments",
             "by-node",
             "nodes",
+            "snapshots",
+            "snapshot-names",
+            "snapshot-data",
         ] {
             fs::create_dir_all(root.join(dir))?;
         }
@@ -115,8 +162,17 @@ impl Backend {
         Ok(BackendLock { _file: file })
     }
 
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
     pub fn data_dir(&self, id: &str) -> PathBuf {
         self.root.join("data").join(id)
+    }
+
+    /// The image file of a block volume.
+    pub fn image(&self, id: &str) -> PathBuf {
+        self.data_dir(id).join(IMAGE)
     }
 
     pub fn volume(&self, id: &str) -> io::Result<Option<VolumeRecord>> {
@@ -151,17 +207,38 @@ impl Backend {
         self.root.join("names").join(file_safe(name))
     }
 
-    /// Creates the volume's record and data directory under a fresh id. Needs the lock.
+    /// Creates the volume's record and data under a fresh id: a copy of `source` (a data
+    /// directory) when given, else empty; a block volume's image is then sized to its
+    /// capacity. Needs the lock.
     pub fn create_volume(
         &self,
         _lock: &BackendLock,
         mut record: VolumeRecord,
+        source: Option<&Path>,
     ) -> io::Result<VolumeRecord> {
         let counter = self.root.join("next-id");
         let next: u64 = read_json(&counter)?.unwrap_or(1);
         write_json(&counter, &(next + 1), self.fsync)?;
         record.id = format!("hostpath-{next:06}");
-        fs::create_dir_all(self.data_dir(&record.id))?;
+        let data = self.data_dir(&record.id);
+        // A crash mid-copy may have left a partial directory under this id; the id is
+        // never handed out again, but start clean all the same.
+        remove_tree(&data)?;
+        match source {
+            Some(src) => copy_tree(src, &data)?,
+            None => fs::create_dir_all(&data)?,
+        }
+        if record.block {
+            let image = File::options()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(data.join(IMAGE))?;
+            image.set_len(record.capacity_bytes as u64)?;
+            if self.fsync {
+                image.sync_all()?;
+            }
+        }
         // The record first, the name index last: a crash in between leaves an unnamed
         // record, never a name pointing at nothing.
         write_json(
@@ -182,17 +259,130 @@ impl Backend {
             remove_if_exists(&self.name_path(&v.name))?;
         }
         remove_if_exists(&self.root.join("volumes").join(format!("{id}.json")))?;
-        match fs::remove_dir_all(self.data_dir(id)) {
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            other => other?,
-        }
+        remove_tree(&self.data_dir(id))?;
         let _ = fs::remove_dir(self.root.join("attachments").join(id));
         Ok(())
+    }
+
+    /// Records a new capacity; a block volume's image grows to it. Needs the lock.
+    pub fn resize_volume(&self, _lock: &BackendLock, record: &VolumeRecord) -> io::Result<()> {
+        if record.block {
+            let image = File::options().write(true).open(self.image(&record.id))?;
+            image.set_len(record.capacity_bytes as u64)?;
+            if self.fsync {
+                image.sync_all()?;
+            }
+        }
+        write_json(
+            &self
+                .root
+                .join("volumes")
+                .join(format!("{}.json", record.id)),
+            record,
+            self.fsync,
+        )
+    }
+
+    pub fn snapshot(&self, id: &str) -> io::Result<Option<SnapshotRecord>> {
+        if !valid_id(id) {
+            return Ok(None);
+        }
+        read_json(&self.root.join("snapshots").join(format!("{id}.json")))
+    }
+
+    /// Every snapshot, ordered by id (the order ListSnapshots pages through).
+    pub fn snapshots(&self) -> io::Result<Vec<SnapshotRecord>> {
+        let mut out = Vec::new();
+        for entry in fs::read_dir(self.root.join("snapshots"))? {
+            let path = entry?.path();
+            if path.extension().is_some_and(|e| e == "json")
+                && let Some(s) = read_json::<SnapshotRecord>(&path)?
+            {
+                out.push(s);
+            }
+        }
+        out.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(out)
+    }
+
+    pub fn snapshot_by_name(&self, name: &str) -> io::Result<Option<SnapshotRecord>> {
+        let Some(id) = read_json::<String>(&self.snapshot_name_path(name))? else {
+            return Ok(None);
+        };
+        Ok(self.snapshot(&id)?.filter(|s| s.name == name))
+    }
+
+    fn snapshot_name_path(&self, name: &str) -> PathBuf {
+        self.root.join("snapshot-names").join(file_safe(name))
+    }
+
+    pub fn snapshot_data(&self, id: &str) -> PathBuf {
+        self.root.join("snapshot-data").join(id)
+    }
+
+    /// Cuts a snapshot: copies the volume's data under a fresh id, then records it.
+    /// Needs the lock.
+    pub fn create_snapshot(
+        &self,
+        _lock: &BackendLock,
+        mut record: SnapshotRecord,
+    ) -> io::Result<SnapshotRecord> {
+        let counter = self.root.join("next-snapshot-id");
+        let next: u64 = read_json(&counter)?.unwrap_or(1);
+        write_json(&counter, &(next + 1), self.fsync)?;
+        record.id = format!("snapshot-{next:06}");
+        let data = self.snapshot_data(&record.id);
+        remove_tree(&data)?;
+        copy_tree(&self.data_dir(&record.source_volume_id), &data)?;
+        // The data, then the record, then the name: a snapshot is listed only once it
+        // is cut, as the spec asks.
+        write_json(
+            &self
+                .root
+                .join("snapshots")
+                .join(format!("{}.json", record.id)),
+            &record,
+            self.fsync,
+        )?;
+        write_json(
+            &self.snapshot_name_path(&record.name),
+            &record.id,
+            self.fsync,
+        )?;
+        Ok(record)
+    }
+
+    /// Removes a snapshot's record and data. Needs the lock.
+    pub fn delete_snapshot(&self, _lock: &BackendLock, id: &str) -> io::Result<()> {
+        if let Some(s) = self.snapshot(id)? {
+            remove_if_exists(&self.snapshot_name_path(&s.name))?;
+        }
+        remove_if_exists(&self.root.join("snapshots").join(format!("{id}.json")))?;
+        remove_tree(&self.snapshot_data(id))
+    }
+
+    /// Every node that announced itself, with its record.
+    pub fn nodes(&self) -> io::Result<Vec<NodeRecord>> {
+        let mut out = Vec::new();
+        for entry in fs::read_dir(self.root.join("nodes"))? {
+            let path = entry?.path();
+            if path.extension().is_some_and(|e| e == "json")
+                && let Some(n) = read_json::<NodeRecord>(&path)?
+            {
+                out.push(n);
+            }
+        }
+        Ok(out)
     }
 
     /// The nodes a volume is attached to.
     pub fn attachments(&self, id: &str) -> io::Result<BTreeMap<String, AttachmentRecord>> {
         let mut out = BTreeMap::new();
+        // Ids come from callers: one this backend could not have handed out has nothing
+        // (and must not name a path outside the attachments directory).
+        if !valid_id(id) {
+            return Ok(out);
+        }
         let dir = self.root.join("attachments").join(id);
         let entries = match fs::read_dir(&dir) {
             Ok(entries) => entries,
@@ -279,6 +469,32 @@ impl Backend {
     }
 }
 
+/// Removes a directory tree; succeeds when there is none.
+fn remove_tree(path: &Path) -> io::Result<()> {
+    match fs::remove_dir_all(path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        other => other,
+    }
+}
+
+/// Copies a directory tree (directories, files with their permissions, symlinks).
+pub fn copy_tree(from: &Path, to: &Path) -> io::Result<()> {
+    fs::create_dir_all(to)?;
+    for entry in fs::read_dir(from)? {
+        let entry = entry?;
+        let kind = entry.file_type()?;
+        let dest = to.join(entry.file_name());
+        if kind.is_dir() {
+            copy_tree(&entry.path(), &dest)?;
+        } else if kind.is_symlink() {
+            std::os::unix::fs::symlink(fs::read_link(entry.path())?, &dest)?;
+        } else {
+            fs::copy(entry.path(), &dest)?;
+        }
+    }
+    Ok(())
+}
+
 /// Held while a controller operation runs; dropping it releases the `flock`.
 #[derive(Debug)]
 pub struct BackendLock {
@@ -321,6 +537,15 @@ pub struct Publication {
 pub struct NodeState {
     pub stagings: BTreeMap<String, Staging>,
     pub publications: BTreeMap<PathBuf, Publication>,
+    /// The size this node has grown each file-system volume it holds to: set when it is
+    /// first staged or published (the file system is "made" at the volume's capacity),
+    /// raised by NodeExpandVolume. What NodeGetVolumeStats reports as the total.
+    #[serde(default)]
+    pub grown: BTreeMap<String, i64>,
+    /// The loop device this node attached to each block volume it holds. Trusted only
+    /// while the kernel says the device still backs the volume's image.
+    #[serde(default)]
+    pub devices: BTreeMap<String, PathBuf>,
 }
 
 impl NodeState {
@@ -330,6 +555,11 @@ impl NodeState {
             .filter(|(_, p)| p.volume_id == volume_id)
             .map(|(t, _)| t.as_path())
             .collect()
+    }
+
+    /// Whether this node holds nothing of the volume any more.
+    pub fn holds_nothing(&self, volume_id: &str) -> bool {
+        !self.stagings.contains_key(volume_id) && self.published_targets(volume_id).is_empty()
     }
 }
 

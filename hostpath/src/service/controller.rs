@@ -1,17 +1,29 @@
-//! The Controller service: volumes created and deleted, published to and unpublished from
-//! nodes, capabilities validated, volumes listed.
+//! The Controller service: volumes created (empty, from a snapshot, as a clone, in a
+//! topology segment), deleted, expanded, published to and unpublished from nodes,
+//! capabilities validated, volumes listed and fetched, capacity reported. Snapshots are in
+//! `snapshots.rs`.
 
-use csivol_api::domain::ControllerCapabilities;
 use csivol_csi::csi::v1 as csi;
 use tonic::{Request, Response, Status};
 
 use crate::faults::Rpc;
-use crate::store::{AttachmentRecord, VolumeRecord};
+use crate::loopdev;
+use crate::store::{AttachmentRecord, ContentSource, Segment, VolumeRecord};
+use crate::topology;
 
 use super::{
-    CONTEXT_NAME_KEY, DEFAULT_CAPACITY, PUBLISH_DEVICE_KEY, Plugin, Service, capabilities,
-    capability, check_volume_context, internal, require,
+    CONTEXT_NAME_KEY, DEFAULT_CAPACITY, Expansion, PUBLISH_DEVICE_KEY, Plugin, Service,
+    capacity_range, check_given_context, check_name, internal, kind_mismatch, require,
 };
+
+/// Delegates an RPC to `Plugin::$method` through `Plugin::call`, logging `$id` as its volume.
+macro_rules! delegate {
+    ($self:ident, $request:ident, $rpc:ident, $method:ident, $id:expr) => {{
+        let req = $request.into_inner();
+        let id: String = $id(&req);
+        $self.0.call(Rpc::$rpc, id, move |p| p.$method(req)).await
+    }};
+}
 
 #[tonic::async_trait]
 impl csi::controller_server::Controller for Service {
@@ -19,78 +31,91 @@ impl csi::controller_server::Controller for Service {
         &self,
         request: Request<csi::CreateVolumeRequest>,
     ) -> Result<Response<csi::CreateVolumeResponse>, Status> {
-        let req = request.into_inner();
-        self.0
-            .call(Rpc::CreateVolume, req.name.clone(), move |p| {
-                p.create_volume(req)
-            })
-            .await
+        delegate!(
+            self,
+            request,
+            CreateVolume,
+            create_volume,
+            |r: &csi::CreateVolumeRequest| r.name.clone()
+        )
     }
 
     async fn delete_volume(
         &self,
         request: Request<csi::DeleteVolumeRequest>,
     ) -> Result<Response<csi::DeleteVolumeResponse>, Status> {
-        let req = request.into_inner();
-        self.0
-            .call(Rpc::DeleteVolume, req.volume_id.clone(), move |p| {
-                p.delete_volume(req)
-            })
-            .await
+        delegate!(
+            self,
+            request,
+            DeleteVolume,
+            delete_volume,
+            |r: &csi::DeleteVolumeRequest| r.volume_id.clone()
+        )
     }
 
     async fn controller_publish_volume(
         &self,
         request: Request<csi::ControllerPublishVolumeRequest>,
     ) -> Result<Response<csi::ControllerPublishVolumeResponse>, Status> {
-        let req = request.into_inner();
-        self.0
-            .call(
-                Rpc::ControllerPublishVolume,
-                req.volume_id.clone(),
-                move |p| p.controller_publish(req),
-            )
-            .await
+        delegate!(
+            self,
+            request,
+            ControllerPublishVolume,
+            controller_publish,
+            |r: &csi::ControllerPublishVolumeRequest| r.volume_id.clone()
+        )
     }
 
     async fn controller_unpublish_volume(
         &self,
         request: Request<csi::ControllerUnpublishVolumeRequest>,
     ) -> Result<Response<csi::ControllerUnpublishVolumeResponse>, Status> {
-        let req = request.into_inner();
-        self.0
-            .call(
-                Rpc::ControllerUnpublishVolume,
-                req.volume_id.clone(),
-                move |p| p.controller_unpublish(req),
-            )
-            .await
+        delegate!(
+            self,
+            request,
+            ControllerUnpublishVolume,
+            controller_unpublish,
+            |r: &csi::ControllerUnpublishVolumeRequest| r.volume_id.clone()
+        )
     }
 
     async fn validate_volume_capabilities(
         &self,
         request: Request<csi::ValidateVolumeCapabilitiesRequest>,
     ) -> Result<Response<csi::ValidateVolumeCapabilitiesResponse>, Status> {
-        let req = request.into_inner();
-        self.0
-            .call(
-                Rpc::ValidateVolumeCapabilities,
-                req.volume_id.clone(),
-                move |p| p.validate(req),
-            )
-            .await
+        delegate!(
+            self,
+            request,
+            ValidateVolumeCapabilities,
+            validate,
+            |r: &csi::ValidateVolumeCapabilitiesRequest| r.volume_id.clone()
+        )
     }
 
     async fn list_volumes(
         &self,
         request: Request<csi::ListVolumesRequest>,
     ) -> Result<Response<csi::ListVolumesResponse>, Status> {
-        let req = request.into_inner();
-        self.0
-            .call(Rpc::ListVolumes, String::new(), move |p| {
-                p.list_volumes(req)
-            })
-            .await
+        delegate!(
+            self,
+            request,
+            ListVolumes,
+            list_volumes,
+            |_: &csi::ListVolumesRequest| String::new()
+        )
+    }
+
+    async fn get_capacity(
+        &self,
+        request: Request<csi::GetCapacityRequest>,
+    ) -> Result<Response<csi::GetCapacityResponse>, Status> {
+        delegate!(
+            self,
+            request,
+            GetCapacity,
+            get_capacity,
+            |_: &csi::GetCapacityRequest| String::new()
+        )
     }
 
     async fn controller_get_capabilities(
@@ -99,56 +124,148 @@ impl csi::controller_server::Controller for Service {
     ) -> Result<Response<csi::ControllerGetCapabilitiesResponse>, Status> {
         self.0
             .call(Rpc::ControllerGetCapabilities, String::new(), |p| {
-                Ok(ControllerCapabilities {
-                    create_delete_volume: true,
-                    publish_unpublish_volume: p.cfg.controller_publish,
-                    list_volumes: true,
-                    list_volumes_published_nodes: p.cfg.controller_publish,
-                    publish_readonly: p.cfg.controller_publish,
-                    single_node_multi_writer: true,
-                }
-                .into())
+                Ok(p.controller_capabilities())
             })
             .await
     }
+
+    async fn create_snapshot(
+        &self,
+        request: Request<csi::CreateSnapshotRequest>,
+    ) -> Result<Response<csi::CreateSnapshotResponse>, Status> {
+        delegate!(
+            self,
+            request,
+            CreateSnapshot,
+            create_snapshot,
+            |r: &csi::CreateSnapshotRequest| r.source_volume_id.clone()
+        )
+    }
+
+    async fn delete_snapshot(
+        &self,
+        request: Request<csi::DeleteSnapshotRequest>,
+    ) -> Result<Response<csi::DeleteSnapshotResponse>, Status> {
+        delegate!(
+            self,
+            request,
+            DeleteSnapshot,
+            delete_snapshot,
+            |_: &csi::DeleteSnapshotRequest| String::new()
+        )
+    }
+
+    async fn list_snapshots(
+        &self,
+        request: Request<csi::ListSnapshotsRequest>,
+    ) -> Result<Response<csi::ListSnapshotsResponse>, Status> {
+        delegate!(
+            self,
+            request,
+            ListSnapshots,
+            list_snapshots,
+            |r: &csi::ListSnapshotsRequest| r.source_volume_id.clone()
+        )
+    }
+
+    async fn controller_expand_volume(
+        &self,
+        request: Request<csi::ControllerExpandVolumeRequest>,
+    ) -> Result<Response<csi::ControllerExpandVolumeResponse>, Status> {
+        delegate!(
+            self,
+            request,
+            ControllerExpandVolume,
+            controller_expand,
+            |r: &csi::ControllerExpandVolumeRequest| r.volume_id.clone()
+        )
+    }
+
+    async fn controller_get_volume(
+        &self,
+        request: Request<csi::ControllerGetVolumeRequest>,
+    ) -> Result<Response<csi::ControllerGetVolumeResponse>, Status> {
+        delegate!(
+            self,
+            request,
+            ControllerGetVolume,
+            controller_get_volume,
+            |r: &csi::ControllerGetVolumeRequest| r.volume_id.clone()
+        )
+    }
+}
+
+/// The segments of a wire topology list.
+fn segments(topologies: &[csi::Topology]) -> Vec<Segment> {
+    topologies
+        .iter()
+        .map(|t| t.segments.clone().into_iter().collect())
+        .collect()
 }
 
 impl Plugin {
+    fn controller_capabilities(&self) -> csi::ControllerGetCapabilitiesResponse {
+        use csi::controller_service_capability::{Rpc as R, Type, rpc::Type as T};
+        let f = self.cfg.features;
+        let publish = self.cfg.controller_publish;
+        let flags = [
+            (true, T::CreateDeleteVolume),
+            (publish, T::PublishUnpublishVolume),
+            (f.list_volumes, T::ListVolumes),
+            (f.get_capacity, T::GetCapacity),
+            (f.snapshots, T::CreateDeleteSnapshot),
+            (f.list_snapshots, T::ListSnapshots),
+            (f.clone, T::CloneVolume),
+            (publish, T::PublishReadonly),
+            (f.expand, T::ExpandVolume),
+            // The spec makes this capability depend on PUBLISH_UNPUBLISH_VOLUME.
+            (f.published_nodes && publish, T::ListVolumesPublishedNodes),
+            (f.volume_condition, T::VolumeCondition),
+            (f.get_volume, T::GetVolume),
+            (true, T::SingleNodeMultiWriter),
+        ];
+        csi::ControllerGetCapabilitiesResponse {
+            capabilities: flags
+                .into_iter()
+                .filter(|(on, _)| *on)
+                .map(|(_, t)| csi::ControllerServiceCapability {
+                    r#type: Some(Type::Rpc(R { r#type: t.into() })),
+                })
+                .collect(),
+        }
+    }
+
     fn create_volume(
         &self,
         req: csi::CreateVolumeRequest,
     ) -> Result<csi::CreateVolumeResponse, Status> {
-        require(&req.name, "name")?;
-        if crate::store::file_safe(&req.name).len() > 240 {
+        check_name(&req.name)?;
+        let caps = self.capabilities(&req.volume_capabilities)?;
+        let block = caps.iter().any(|c| c.access_type.is_block());
+        if block && caps.iter().any(|c| !c.access_type.is_block()) {
             return Err(Status::invalid_argument(
-                "`name` is too long for csivol-hostpath (at most 120 bytes of non-alphanumeric text)",
+                "`volume_capabilities` mixes block and mount access; a csivol-hostpath volume is one or the other",
             ));
         }
-        capabilities(&req.volume_capabilities)?;
-        if req.volume_content_source.is_some() {
-            return Err(Status::invalid_argument(
-                "csivol-hostpath cannot create a volume from a content source",
-            ));
-        }
-        let (required, limit) = match &req.capacity_range {
-            Some(r) if r.required_bytes < 0 || r.limit_bytes < 0 => {
+        let (required, limit) = capacity_range(req.capacity_range.as_ref())?;
+        let source = self.content_source(req.volume_content_source.as_ref())?;
+        let (requisite, preferred) = match &req.accessibility_requirements {
+            None => (Vec::new(), Vec::new()),
+            Some(_) if self.cfg.topology.is_empty() => {
                 return Err(Status::invalid_argument(
-                    "`capacity_range` must not be negative",
+                    "`accessibility_requirements` given, but this plugin has no \
+                     VOLUME_ACCESSIBILITY_CONSTRAINTS (start it with --topology)",
                 ));
             }
-            Some(r) if r.limit_bytes > 0 && r.limit_bytes < r.required_bytes => {
-                return Err(Status::out_of_range(format!(
-                    "`capacity_range`: limit_bytes {} is below required_bytes {}",
-                    r.limit_bytes, r.required_bytes
-                )));
+            Some(r) if r.requisite.is_empty() && r.preferred.is_empty() => {
+                return Err(Status::invalid_argument(
+                    "`accessibility_requirements` must have requisite or preferred segments",
+                ));
             }
-            Some(r) => (r.required_bytes, r.limit_bytes),
-            None => (0, 0),
+            Some(r) => (segments(&r.requisite), segments(&r.preferred)),
         };
-        let lock = self
-            .backend
-            .lock()
-            .map_err(|e| internal(e, "lock the backend"))?;
+        let parameters: std::collections::BTreeMap<_, _> = req.parameters.into_iter().collect();
+        let lock = self.lock()?;
         if let Some(existing) = self
             .backend
             .volume_by_name(&req.name)
@@ -156,9 +273,20 @@ impl Plugin {
         {
             let fits = existing.capacity_bytes >= required
                 && (limit == 0 || existing.capacity_bytes <= limit);
-            if !fits || existing.parameters != req.parameters.clone().into_iter().collect() {
+            let placed = requisite.is_empty()
+                || existing
+                    .accessible_topology
+                    .iter()
+                    .all(|s| requisite.contains(s));
+            if !fits
+                || existing.parameters != parameters
+                || existing.block != block
+                || existing.content_source != source
+                || !placed
+            {
                 return Err(Status::already_exists(format!(
-                    "a volume named `{}` exists with a different capacity or parameters",
+                    "a volume named `{}` exists with a different capacity, parameters, access type, \
+                     content source or topology",
                     req.name
                 )));
             }
@@ -166,23 +294,77 @@ impl Plugin {
                 volume: Some(wire_volume(&existing)),
             });
         }
+        let (source_dir, source_size) = match &source {
+            None => (None, 0),
+            Some(ContentSource::Snapshot(id)) => {
+                let snap = self
+                    .backend
+                    .snapshot(id)
+                    .map_err(|e| internal(e, "read snapshot"))?
+                    .ok_or_else(|| Status::not_found(format!("snapshot `{id}` does not exist")))?;
+                if snap.block != block {
+                    return Err(Status::invalid_argument(format!(
+                        "snapshot `{id}` is of a {} volume; request the same access type",
+                        if snap.block { "block" } else { "file-system" }
+                    )));
+                }
+                (Some(self.backend.snapshot_data(id)), snap.size_bytes)
+            }
+            Some(ContentSource::Volume(id)) => {
+                let v = self
+                    .backend
+                    .volume(id)
+                    .map_err(|e| internal(e, "read volume"))?
+                    .ok_or_else(|| {
+                        Status::not_found(format!("source volume `{id}` does not exist"))
+                    })?;
+                if v.block != block {
+                    return Err(Status::invalid_argument(format!(
+                        "source volume `{id}` is a {} volume; request the same access type",
+                        if v.block { "block" } else { "file-system" }
+                    )));
+                }
+                (Some(self.backend.data_dir(id)), v.capacity_bytes)
+            }
+        };
+        if limit > 0 && limit < source_size {
+            return Err(Status::out_of_range(format!(
+                "`capacity_range`: limit_bytes {limit} is below the source's size {source_size}"
+            )));
+        }
         let capacity = if required > 0 {
-            required
+            required.max(source_size)
+        } else if source.is_some() {
+            source_size
         } else if limit > 0 {
             limit.min(DEFAULT_CAPACITY)
         } else {
             DEFAULT_CAPACITY
         };
+        self.check_pool(capacity)?;
+        let known: Vec<Segment> = self
+            .backend
+            .nodes()
+            .map_err(|e| internal(e, "read nodes"))?
+            .into_iter()
+            .map(|n| n.topology)
+            .collect();
+        let accessible_topology =
+            topology::place(&requisite, &preferred, &known, &self.cfg.topology)
+                .map_err(|e| Status::resource_exhausted(e.0))?;
         let record = VolumeRecord {
             id: String::new(),
             name: req.name.clone(),
             capacity_bytes: capacity,
-            parameters: req.parameters.into_iter().collect(),
+            parameters,
             context: [(CONTEXT_NAME_KEY.to_owned(), req.name)].into(),
+            block,
+            accessible_topology,
+            content_source: source,
         };
         let record = self
             .backend
-            .create_volume(&lock, record)
+            .create_volume(&lock, record, source_dir.as_deref())
             .map_err(|e| internal(e, "create volume"))?;
         tracing::info!(volume_id = record.id, name = record.name, "created volume");
         Ok(csi::CreateVolumeResponse {
@@ -190,24 +372,88 @@ impl Plugin {
         })
     }
 
+    /// The content source of a CreateVolume request, refused where the capability is off.
+    fn content_source(
+        &self,
+        source: Option<&csi::VolumeContentSource>,
+    ) -> Result<Option<ContentSource>, Status> {
+        use csi::volume_content_source::Type;
+        let Some(source) = source else {
+            return Ok(None);
+        };
+        match &source.r#type {
+            None => Err(Status::invalid_argument(
+                "`volume_content_source` must name a snapshot or a volume",
+            )),
+            Some(Type::Snapshot(_)) if !self.cfg.features.snapshots => {
+                Err(Status::invalid_argument(
+                    "this plugin has no CREATE_DELETE_SNAPSHOT: it cannot create a volume from a snapshot",
+                ))
+            }
+            Some(Type::Volume(_)) if !self.cfg.features.clone => Err(Status::invalid_argument(
+                "this plugin has no CLONE_VOLUME: it cannot create a volume from another volume",
+            )),
+            Some(Type::Snapshot(s)) => {
+                require(&s.snapshot_id, "volume_content_source.snapshot.snapshot_id")?;
+                Ok(Some(ContentSource::Snapshot(s.snapshot_id.clone())))
+            }
+            Some(Type::Volume(v)) => {
+                require(&v.volume_id, "volume_content_source.volume.volume_id")?;
+                Ok(Some(ContentSource::Volume(v.volume_id.clone())))
+            }
+        }
+    }
+
+    /// What is left of the pool: `--capacity` less every volume's capacity, or the free
+    /// space of the backend's file system.
+    fn available(&self) -> Result<i64, Status> {
+        match self.cfg.capacity {
+            Some(pool) => {
+                let used: i64 = self
+                    .backend
+                    .volumes()
+                    .map_err(|e| internal(e, "read volumes"))?
+                    .iter()
+                    .map(|v| v.capacity_bytes)
+                    .sum();
+                Ok((pool - used).max(0))
+            }
+            None => {
+                let fs = rustix::fs::statvfs(self.backend.root())
+                    .map_err(|e| internal(e.into(), "statvfs the backend"))?;
+                Ok(i64::try_from(fs.f_bavail.saturating_mul(fs.f_frsize)).unwrap_or(i64::MAX))
+            }
+        }
+    }
+
+    /// Refuses `extra` bytes more than a `--capacity` pool has left.
+    fn check_pool(&self, extra: i64) -> Result<(), Status> {
+        if self.cfg.capacity.is_none() {
+            return Ok(());
+        }
+        let available = self.available()?;
+        if extra > available {
+            return Err(Status::resource_exhausted(format!(
+                "the storage pool has {available} bytes left, {extra} are needed"
+            )));
+        }
+        Ok(())
+    }
+
     fn delete_volume(
         &self,
         req: csi::DeleteVolumeRequest,
     ) -> Result<csi::DeleteVolumeResponse, Status> {
         require(&req.volume_id, "volume_id")?;
-        let lock = self
-            .backend
-            .lock()
-            .map_err(|e| internal(e, "lock the backend"))?;
-        if self
+        let lock = self.lock()?;
+        let Some(volume) = self
             .backend
             .volume(&req.volume_id)
             .map_err(|e| internal(e, "read volume"))?
-            .is_none()
-        {
+        else {
             // Deleting a volume that is gone is a success: the call must be idempotent.
             return Ok(csi::DeleteVolumeResponse {});
-        }
+        };
         let attached = self
             .backend
             .attachments(&req.volume_id)
@@ -219,6 +465,11 @@ impl Plugin {
                 req.volume_id,
                 nodes.join(", ")
             )));
+        }
+        if volume.block {
+            // Loop devices a node left behind would keep the deleted image alive.
+            loopdev::detach_all(&self.backend.image(&volume.id))
+                .map_err(|e| internal(e, "release the volume's loop devices"))?;
         }
         self.backend
             .delete_volume(&lock, &req.volume_id)
@@ -238,13 +489,13 @@ impl Plugin {
         }
         require(&req.volume_id, "volume_id")?;
         require(&req.node_id, "node_id")?;
-        let cap = capability(req.volume_capability.as_ref(), "volume_capability")?;
-        let lock = self
-            .backend
-            .lock()
-            .map_err(|e| internal(e, "lock the backend"))?;
+        let cap = self.capability(req.volume_capability.as_ref(), "volume_capability")?;
+        let lock = self.lock()?;
         let volume = self.volume(&req.volume_id)?;
-        check_volume_context(&volume, &req.volume_context)?;
+        check_given_context(&volume, &req.volume_context)?;
+        if let Some(why) = kind_mismatch(&volume, &cap) {
+            return Err(Status::invalid_argument(why));
+        }
         let node = self
             .backend
             .node(&req.node_id)
@@ -255,14 +506,29 @@ impl Plugin {
                     req.node_id
                 ))
             })?;
+        if !topology::reachable(&volume.accessible_topology, &node.topology) {
+            let segments: Vec<_> = volume
+                .accessible_topology
+                .iter()
+                .map(topology::show)
+                .collect();
+            return Err(Status::failed_precondition(format!(
+                "volume `{}` is accessible from {} only; node `{}` lies in {}",
+                volume.id,
+                segments.join(", "),
+                req.node_id,
+                topology::show(&node.topology)
+            )));
+        }
         let attached = self
             .backend
             .attachments(&volume.id)
             .map_err(|e| internal(e, "read attachments"))?;
         if let Some(existing) = attached.get(&req.node_id) {
-            if existing.readonly != req.readonly {
+            let same_cap = existing.capability.as_ref().is_none_or(|c| *c == cap);
+            if existing.readonly != req.readonly || !same_cap {
                 return Err(Status::already_exists(format!(
-                    "volume `{}` is already published to node `{}` with readonly={}",
+                    "volume `{}` is already published to node `{}` with readonly={} and another capability",
                     volume.id, req.node_id, existing.readonly
                 )));
             }
@@ -299,6 +565,7 @@ impl Plugin {
             node_id: req.node_id.clone(),
             readonly: req.readonly,
             publish_context: [(PUBLISH_DEVICE_KEY.to_owned(), device)].into(),
+            capability: Some(cap),
         };
         self.backend
             .attach(&lock, &volume.id, &req.node_id, &record)
@@ -323,14 +590,13 @@ impl Plugin {
             ));
         }
         require(&req.volume_id, "volume_id")?;
-        let lock = self
-            .backend
-            .lock()
-            .map_err(|e| internal(e, "lock the backend"))?;
-        let volume = self.volume(&req.volume_id)?;
+        let lock = self.lock()?;
+        // A volume or node that no longer exists is not published anywhere: the volume can
+        // be regarded as unpublished, and the spec asks for OK. Attachment records left
+        // under a deleted volume's id are removed all the same.
         let attached = self
             .backend
-            .attachments(&volume.id)
+            .attachments(&req.volume_id)
             .map_err(|e| internal(e, "read attachments"))?;
         // An empty node_id means "from every node", as the spec allows.
         for node in attached
@@ -338,10 +604,10 @@ impl Plugin {
             .filter(|n| req.node_id.is_empty() || **n == req.node_id)
         {
             self.backend
-                .detach(&lock, &volume.id, node)
+                .detach(&lock, &req.volume_id, node)
                 .map_err(|e| internal(e, "remove attachment"))?;
             tracing::info!(
-                volume_id = volume.id,
+                volume_id = req.volume_id,
                 node_id = node,
                 "controller-unpublished"
             );
@@ -360,21 +626,22 @@ impl Plugin {
             ));
         }
         let volume = self.volume(&req.volume_id)?;
-        let unsupported = req
-            .volume_capabilities
-            .iter()
-            .find_map(|c| capability(Some(c), "volume_capabilities").err());
-        if let Some(status) = unsupported {
-            return Ok(csi::ValidateVolumeCapabilitiesResponse {
-                confirmed: None,
-                message: status.message().to_owned(),
-            });
+        let refused = |message: String| csi::ValidateVolumeCapabilitiesResponse {
+            confirmed: None,
+            message,
+        };
+        for cap in &req.volume_capabilities {
+            match self.capability(Some(cap), "volume_capabilities") {
+                Err(status) => return Ok(refused(status.message().to_owned())),
+                Ok(cap) => {
+                    if let Some(why) = kind_mismatch(&volume, &cap) {
+                        return Ok(refused(why));
+                    }
+                }
+            }
         }
-        if let Err(status) = check_volume_context(&volume, &req.volume_context) {
-            return Ok(csi::ValidateVolumeCapabilitiesResponse {
-                confirmed: None,
-                message: status.message().to_owned(),
-            });
+        if let Err(status) = check_given_context(&volume, &req.volume_context) {
+            return Ok(refused(status.message().to_owned()));
         }
         Ok(csi::ValidateVolumeCapabilitiesResponse {
             confirmed: Some(csi::validate_volume_capabilities_response::Confirmed {
@@ -387,71 +654,279 @@ impl Plugin {
         })
     }
 
+    /// The nodes a volume is published to, when this plugin reports them.
+    fn published_node_ids(&self, volume_id: &str) -> Result<Option<Vec<String>>, Status> {
+        if !(self.cfg.features.published_nodes && self.cfg.controller_publish) {
+            return Ok(None);
+        }
+        let nodes = self
+            .backend
+            .attachments(volume_id)
+            .map_err(|e| internal(e, "read attachments"))?;
+        Ok(Some(nodes.into_keys().collect()))
+    }
+
+    /// The volume's condition as the storage system sees it: abnormal when injected, or
+    /// when the volume's data is gone from the backend.
+    fn controller_condition(&self, volume: &VolumeRecord) -> Option<csi::VolumeCondition> {
+        if !self.cfg.features.volume_condition {
+            return None;
+        }
+        if let Some(injected) = self.injected_condition(&volume.id) {
+            return Some(injected);
+        }
+        let data = if volume.block {
+            self.backend.image(&volume.id)
+        } else {
+            self.backend.data_dir(&volume.id)
+        };
+        Some(if data.exists() {
+            csi::VolumeCondition {
+                abnormal: false,
+                message: "the volume's data is in the backend".into(),
+            }
+        } else {
+            csi::VolumeCondition {
+                abnormal: true,
+                message: format!("the volume's data is missing: {}", data.display()),
+            }
+        })
+    }
+
     fn list_volumes(
         &self,
         req: csi::ListVolumesRequest,
     ) -> Result<csi::ListVolumesResponse, Status> {
-        if req.max_entries < 0 {
-            return Err(Status::invalid_argument(
-                "`max_entries` must not be negative",
+        if !self.cfg.features.list_volumes {
+            return Err(Status::unimplemented(
+                "this plugin does not advertise LIST_VOLUMES",
             ));
         }
         let volumes = self
             .backend
             .volumes()
             .map_err(|e| internal(e, "read volumes"))?;
-        let start = if req.starting_token.is_empty() {
-            0
-        } else {
-            req.starting_token
-                .parse::<usize>()
-                .ok()
-                .filter(|n| *n <= volumes.len())
-                .ok_or_else(|| {
-                    Status::aborted(format!(
-                        "`starting_token` `{}` is not valid",
-                        req.starting_token
-                    ))
-                })?
-        };
-        let take = if req.max_entries == 0 {
-            usize::MAX
-        } else {
-            req.max_entries as usize
-        };
+        let (page, next_token) = page(&volumes, req.max_entries, &req.starting_token)?;
         let mut entries = Vec::new();
-        for v in volumes.iter().skip(start).take(take) {
-            let nodes = self
-                .backend
-                .attachments(&v.id)
-                .map_err(|e| internal(e, "read attachments"))?;
+        for v in page {
+            let published = self.published_node_ids(&v.id)?;
+            let condition = self.controller_condition(v);
+            let status = (published.is_some() || condition.is_some()).then(|| {
+                csi::list_volumes_response::VolumeStatus {
+                    published_node_ids: published.unwrap_or_default(),
+                    volume_condition: condition,
+                }
+            });
             entries.push(csi::list_volumes_response::Entry {
                 volume: Some(wire_volume(v)),
-                status: Some(csi::list_volumes_response::VolumeStatus {
-                    published_node_ids: nodes.into_keys().collect(),
-                    volume_condition: None,
-                }),
+                status,
             });
         }
-        let end = start + entries.len();
-        let next_token = if end < volumes.len() {
-            end.to_string()
-        } else {
-            String::new()
-        };
         Ok(csi::ListVolumesResponse {
             entries,
             next_token,
         })
     }
+
+    fn controller_get_volume(
+        &self,
+        req: csi::ControllerGetVolumeRequest,
+    ) -> Result<csi::ControllerGetVolumeResponse, Status> {
+        if !self.cfg.features.get_volume {
+            return Err(Status::unimplemented(
+                "this plugin does not advertise GET_VOLUME",
+            ));
+        }
+        require(&req.volume_id, "volume_id")?;
+        let volume = self.volume(&req.volume_id)?;
+        Ok(csi::ControllerGetVolumeResponse {
+            status: Some(csi::controller_get_volume_response::VolumeStatus {
+                published_node_ids: self.published_node_ids(&volume.id)?.unwrap_or_default(),
+                volume_condition: self.controller_condition(&volume),
+            }),
+            volume: Some(wire_volume(&volume)),
+        })
+    }
+
+    fn get_capacity(
+        &self,
+        req: csi::GetCapacityRequest,
+    ) -> Result<csi::GetCapacityResponse, Status> {
+        if !self.cfg.features.get_capacity {
+            return Err(Status::unimplemented(
+                "this plugin does not advertise GET_CAPACITY",
+            ));
+        }
+        let zero = csi::GetCapacityResponse {
+            available_capacity: 0,
+            maximum_volume_size: Some(0),
+            minimum_volume_size: None,
+        };
+        // Capabilities this plugin cannot provide have no capacity.
+        if req
+            .volume_capabilities
+            .iter()
+            .any(|c| self.capability(Some(c), "volume_capabilities").is_err())
+        {
+            return Ok(zero);
+        }
+        if let Some(t) = &req.accessible_topology {
+            let wanted: Segment = t.segments.clone().into_iter().collect();
+            let known = self
+                .backend
+                .nodes()
+                .map_err(|e| internal(e, "read nodes"))?;
+            if !known
+                .iter()
+                .any(|n| !n.topology.is_empty() && topology::lies_in(&n.topology, &wanted))
+            {
+                return Ok(zero);
+            }
+        }
+        let available = self.available()?;
+        Ok(csi::GetCapacityResponse {
+            available_capacity: available,
+            // With a pool, the largest volume is what is left of it; without, the file
+            // system sets no such limit.
+            maximum_volume_size: self.cfg.capacity.map(|_| available),
+            minimum_volume_size: None,
+        })
+    }
+
+    fn controller_expand(
+        &self,
+        req: csi::ControllerExpandVolumeRequest,
+    ) -> Result<csi::ControllerExpandVolumeResponse, Status> {
+        if !self.cfg.features.expand {
+            return Err(Status::unimplemented(
+                "this plugin does not advertise EXPAND_VOLUME",
+            ));
+        }
+        require(&req.volume_id, "volume_id")?;
+        let Some(range) = &req.capacity_range else {
+            return Err(Status::invalid_argument("`capacity_range` is required"));
+        };
+        let (required, limit) = capacity_range(Some(range))?;
+        if required == 0 && limit == 0 {
+            return Err(Status::invalid_argument(
+                "`capacity_range` needs required_bytes or limit_bytes",
+            ));
+        }
+        let cap = req
+            .volume_capability
+            .as_ref()
+            .map(|c| self.capability(Some(c), "volume_capability"))
+            .transpose()?;
+        let lock = self.lock()?;
+        let mut volume = self.volume(&req.volume_id)?;
+        if let Some(why) = cap.as_ref().and_then(|c| kind_mismatch(&volume, c)) {
+            return Err(Status::invalid_argument(why));
+        }
+        let node_expansion_required = self.cfg.features.node_expand;
+        let target = if required > 0 { required } else { limit };
+        if volume.capacity_bytes >= target {
+            // Already that large (a retry, or a request to shrink within the range): OK.
+            return Ok(csi::ControllerExpandVolumeResponse {
+                capacity_bytes: volume.capacity_bytes,
+                node_expansion_required,
+            });
+        }
+        if self.cfg.expansion == Expansion::Offline {
+            let attached = self
+                .backend
+                .attachments(&volume.id)
+                .map_err(|e| internal(e, "read attachments"))?;
+            if let Some(node) = attached.keys().next() {
+                return Err(Status::failed_precondition(format!(
+                    "volume `{}` is published to node `{node}` and this plugin expands volumes \
+                     OFFLINE only; call ControllerUnpublishVolume first",
+                    volume.id
+                )));
+            }
+        }
+        if self.cfg.capacity.is_some() && self.check_pool(target - volume.capacity_bytes).is_err() {
+            return Err(Status::out_of_range(format!(
+                "the storage pool cannot grow volume `{}` to {target} bytes",
+                volume.id
+            )));
+        }
+        volume.capacity_bytes = target;
+        self.backend
+            .resize_volume(&lock, &volume)
+            .map_err(|e| internal(e, "resize volume"))?;
+        if volume.block && !node_expansion_required {
+            // Without a node step, the loop devices must see the new size at once.
+            loopdev::refresh_capacity(&self.backend.image(&volume.id))
+                .map_err(|e| internal(e, "refresh the loop devices' capacity"))?;
+        }
+        tracing::info!(volume_id = volume.id, capacity = target, "expanded volume");
+        Ok(csi::ControllerExpandVolumeResponse {
+            capacity_bytes: target,
+            node_expansion_required,
+        })
+    }
+}
+
+/// One page of `items` for a List call: `starting_token` is the index to start at (as
+/// the previous page's `next_token` gave it), `max_entries` the page's size (0: all).
+/// A token that is not one this plugin handed out is ABORTED, as the spec asks.
+pub(super) fn page<'a, T>(
+    items: &'a [T],
+    max_entries: i32,
+    starting_token: &str,
+) -> Result<(&'a [T], String), Status> {
+    if max_entries < 0 {
+        return Err(Status::invalid_argument(
+            "`max_entries` must not be negative",
+        ));
+    }
+    let start = if starting_token.is_empty() {
+        0
+    } else {
+        starting_token
+            .parse::<usize>()
+            .ok()
+            .filter(|n| *n <= items.len())
+            .ok_or_else(|| {
+                Status::aborted(format!("`starting_token` `{starting_token}` is not valid"))
+            })?
+    };
+    let take = if max_entries == 0 {
+        items.len()
+    } else {
+        max_entries as usize
+    };
+    let end = start.saturating_add(take).min(items.len());
+    let next_token = if end < items.len() {
+        end.to_string()
+    } else {
+        String::new()
+    };
+    Ok((&items[start..end], next_token))
 }
 
 fn wire_volume(v: &VolumeRecord) -> csi::Volume {
+    use csi::volume_content_source::{SnapshotSource, Type, VolumeSource};
     csi::Volume {
         capacity_bytes: v.capacity_bytes,
         volume_id: v.id.clone(),
         volume_context: v.context.clone().into_iter().collect(),
-        content_source: None,
-        accessible_topology: Vec::new(),
+        content_source: v.content_source.as_ref().map(|s| csi::VolumeContentSource {
+            r#type: Some(match s {
+                ContentSource::Snapshot(id) => Type::Snapshot(SnapshotSource {
+                    snapshot_id: id.clone(),
+                }),
+                ContentSource::Volume(id) => Type::Volume(VolumeSource {
+                    volume_id: id.clone(),
+                }),
+            }),
+        }),
+        accessible_topology: v
+            .accessible_topology
+            .iter()
+            .map(|s| csi::Topology {
+                segments: s.clone().into_iter().collect(),
+            })
+            .collect(),
     }
 }

@@ -1,12 +1,11 @@
 //! The Identity service: the plugin's name, capabilities and Probe.
 
-use csivol_api::domain::PluginCapabilities;
 use csivol_csi::csi::v1 as csi;
 use tonic::{Request, Response, Status};
 
 use crate::faults::Rpc;
 
-use super::{PLUGIN_NAME, Service};
+use super::{Expansion, PLUGIN_NAME, Plugin, Service};
 
 #[tonic::async_trait]
 impl csi::identity_server::Identity for Service {
@@ -30,12 +29,8 @@ impl csi::identity_server::Identity for Service {
         _: Request<csi::GetPluginCapabilitiesRequest>,
     ) -> Result<Response<csi::GetPluginCapabilitiesResponse>, Status> {
         self.0
-            .call(Rpc::GetPluginCapabilities, String::new(), |_| {
-                Ok(PluginCapabilities {
-                    controller_service: true,
-                    volume_accessibility_constraints: false,
-                }
-                .into())
+            .call(Rpc::GetPluginCapabilities, String::new(), |p| {
+                Ok(p.plugin_capabilities())
             })
             .await
     }
@@ -49,5 +44,30 @@ impl csi::identity_server::Identity for Service {
                 Ok(csi::ProbeResponse { ready: Some(true) })
             })
             .await
+    }
+}
+
+impl Plugin {
+    fn plugin_capabilities(&self) -> csi::GetPluginCapabilitiesResponse {
+        use csi::plugin_capability::{
+            Service as S, Type, VolumeExpansion, service, volume_expansion,
+        };
+        let service = |t: service::Type| csi::PluginCapability {
+            r#type: Some(Type::Service(S { r#type: t.into() })),
+        };
+        let mut capabilities = vec![service(service::Type::ControllerService)];
+        if !self.cfg.topology.is_empty() {
+            capabilities.push(service(service::Type::VolumeAccessibilityConstraints));
+        }
+        if self.cfg.features.expand {
+            let t = match self.cfg.expansion {
+                Expansion::Online => volume_expansion::Type::Online,
+                Expansion::Offline => volume_expansion::Type::Offline,
+            };
+            capabilities.push(csi::PluginCapability {
+                r#type: Some(Type::VolumeExpansion(VolumeExpansion { r#type: t.into() })),
+            });
+        }
+        csi::GetPluginCapabilitiesResponse { capabilities }
     }
 }

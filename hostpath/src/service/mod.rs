@@ -15,11 +15,12 @@ use tonic::{Code, Response, Status};
 
 use crate::faults::{CallLog, Faults, Rpc};
 use crate::mounts::MountMode;
-use crate::store::{AttachmentRecord, Backend, NodeState, VolumeRecord, write_json};
+use crate::store::{AttachmentRecord, Backend, NodeState, Segment, VolumeRecord, write_json};
 
 mod controller;
 mod identity;
 mod node;
+mod snapshots;
 
 pub const PLUGIN_NAME: &str = "hostpath.csivol.dev";
 /// Key of the volume context entry every created volume carries.
@@ -39,6 +40,92 @@ pub struct Config {
     pub fsync: bool,
     /// `--publish-without-mount`: NodePublishVolume succeeds and does nothing.
     pub publish_without_mount: bool,
+    pub features: Features,
+    /// `--topology`: this node's segment; empty without topology.
+    pub topology: Segment,
+    /// `--capacity`: the pool's size in bytes.
+    pub capacity: Option<i64>,
+    pub expansion: Expansion,
+}
+
+/// An optional capability, named for `--disable`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Feature {
+    /// LIST_VOLUMES (and with it LIST_VOLUMES_PUBLISHED_NODES).
+    ListVolumes,
+    /// LIST_VOLUMES_PUBLISHED_NODES only.
+    ListVolumesPublishedNodes,
+    /// GET_CAPACITY.
+    GetCapacity,
+    /// EXPAND_VOLUME on the controller and the node, and the VolumeExpansion capability.
+    ExpandVolume,
+    /// EXPAND_VOLUME on the node only (ControllerExpandVolume then needs no node step).
+    NodeExpandVolume,
+    /// CREATE_DELETE_SNAPSHOT (and with it LIST_SNAPSHOTS).
+    Snapshots,
+    /// LIST_SNAPSHOTS only.
+    ListSnapshots,
+    /// CLONE_VOLUME.
+    CloneVolume,
+    /// GET_VOLUME_STATS on the node.
+    VolumeStats,
+    /// VOLUME_CONDITION on the node and the controller.
+    VolumeCondition,
+    /// GET_VOLUME (ControllerGetVolume).
+    GetVolume,
+    /// Block volumes (the block access type).
+    Block,
+}
+
+/// Which optional capabilities this instance has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[allow(clippy::struct_excessive_bools)] // reason: one switch per capability, as the flags are
+pub struct Features {
+    pub list_volumes: bool,
+    pub published_nodes: bool,
+    pub get_capacity: bool,
+    pub expand: bool,
+    pub node_expand: bool,
+    pub snapshots: bool,
+    pub list_snapshots: bool,
+    pub clone: bool,
+    pub volume_stats: bool,
+    pub volume_condition: bool,
+    pub get_volume: bool,
+    pub block: bool,
+}
+
+impl Features {
+    /// Every capability except the ones named, and those that depend on them.
+    pub fn without(disabled: &[Feature]) -> Self {
+        let off = |f| disabled.contains(&f);
+        let list_volumes = !off(Feature::ListVolumes);
+        let expand = !off(Feature::ExpandVolume);
+        let snapshots = !off(Feature::Snapshots);
+        Self {
+            list_volumes,
+            published_nodes: list_volumes && !off(Feature::ListVolumesPublishedNodes),
+            get_capacity: !off(Feature::GetCapacity),
+            expand,
+            node_expand: expand && !off(Feature::NodeExpandVolume),
+            snapshots,
+            list_snapshots: snapshots && !off(Feature::ListSnapshots),
+            clone: !off(Feature::CloneVolume),
+            volume_stats: !off(Feature::VolumeStats),
+            volume_condition: !off(Feature::VolumeCondition),
+            get_volume: !off(Feature::GetVolume),
+            block: !off(Feature::Block),
+        }
+    }
+}
+
+/// `--expansion`: the VolumeExpansion plugin capability.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Expansion {
+    /// Volumes may be expanded while published.
+    Online,
+    /// ControllerExpandVolume is refused (FAILED_PRECONDITION) while a node has the volume.
+    Offline,
 }
 
 /// State shared by the three services.
@@ -68,6 +155,7 @@ impl Plugin {
             &cfg.node_id,
             &crate::store::NodeRecord {
                 max_volumes_per_node: cfg.max_volumes_per_node,
+                topology: cfg.topology.clone(),
             },
         )?;
         let calls = CallLog::open(&state_dir.join("calls.jsonl"))?;
@@ -133,6 +221,86 @@ impl Plugin {
             .map_err(|e| internal(e, "read volume"))?
             .ok_or_else(|| Status::not_found(format!("volume `{id}` does not exist")))
     }
+
+    /// A volume condition injected for this instance with `<state-dir>/abnormal/<id>`.
+    fn injected_condition(&self, volume_id: &str) -> Option<csi::VolumeCondition> {
+        let message = std::fs::read_to_string(self.abnormal_dir.join(volume_id)).ok()?;
+        Some(csi::VolumeCondition {
+            abnormal: true,
+            message: message.trim().to_owned(),
+        })
+    }
+
+    fn lock(&self) -> Result<crate::store::BackendLock, Status> {
+        self.backend
+            .lock()
+            .map_err(|e| internal(e, "lock the backend"))
+    }
+
+    /// Converts and checks a volume capability: block access only where enabled.
+    fn capability(
+        &self,
+        cap: Option<&csi::VolumeCapability>,
+        field: &'static str,
+    ) -> Result<VolumeCapability, Status> {
+        let cap = cap.ok_or_else(|| Status::invalid_argument(format!("`{field}` is required")))?;
+        let cap = VolumeCapability::try_from(cap)
+            .map_err(|e| Status::invalid_argument(format!("`{field}`: {e}")))?;
+        if cap.access_type.is_block() && !self.cfg.features.block {
+            return Err(Status::invalid_argument(
+                "block access is not supported by this csivol-hostpath (started with `--disable block`); \
+                 use a file-system (mount) capability",
+            ));
+        }
+        Ok(cap)
+    }
+
+    fn capabilities(
+        &self,
+        caps: &[csi::VolumeCapability],
+    ) -> Result<Vec<VolumeCapability>, Status> {
+        if caps.is_empty() {
+            return Err(Status::invalid_argument(
+                "`volume_capabilities` is required",
+            ));
+        }
+        caps.iter()
+            .map(|c| self.capability(Some(c), "volume_capabilities"))
+            .collect()
+    }
+}
+
+/// Why `cap` cannot be used with `volume`: block access to a file-system volume or the
+/// reverse. Each call maps this to the code its error table names.
+fn kind_mismatch(volume: &VolumeRecord, cap: &VolumeCapability) -> Option<String> {
+    match (volume.block, cap.access_type.is_block()) {
+        (true, false) => Some(format!(
+            "volume `{}` is a block volume; use a block capability",
+            volume.id
+        )),
+        (false, true) => Some(format!(
+            "volume `{}` is a file-system volume; use a mount capability",
+            volume.id
+        )),
+        _ => None,
+    }
+}
+
+/// The required and limit bytes of a capacity range (0: unset), checked.
+fn capacity_range(range: Option<&csi::CapacityRange>) -> Result<(i64, i64), Status> {
+    match range {
+        Some(r) if r.required_bytes < 0 || r.limit_bytes < 0 => Err(Status::invalid_argument(
+            "`capacity_range` must not be negative",
+        )),
+        Some(r) if r.limit_bytes > 0 && r.limit_bytes < r.required_bytes => {
+            Err(Status::out_of_range(format!(
+                "`capacity_range`: limit_bytes {} is below required_bytes {}",
+                r.limit_bytes, r.required_bytes
+            )))
+        }
+        Some(r) => Ok((r.required_bytes, r.limit_bytes)),
+        None => Ok((0, 0)),
+    }
 }
 
 fn internal(e: io::Error, what: &str) -> Status {
@@ -142,6 +310,25 @@ fn internal(e: io::Error, what: &str) -> Status {
 fn require(value: &str, field: &'static str) -> Result<(), Status> {
     if value.is_empty() {
         return Err(Status::invalid_argument(format!("`{field}` is required")));
+    }
+    Ok(())
+}
+
+/// Checks a CO-chosen name (of a volume or snapshot): present, without the control
+/// characters the spec bans, and short enough to be a file name in the backend.
+fn check_name(name: &str) -> Result<(), Status> {
+    require(name, "name")?;
+    let banned = |c: char| matches!(c, '\u{0}'..='\u{8}' | '\u{b}' | '\u{c}' | '\u{e}'..='\u{1f}' | '\u{7f}'..='\u{9f}');
+    if name.chars().any(banned) {
+        return Err(Status::invalid_argument(
+            "`name` contains a control character the spec bans (U+0000-U+0008, U+000B, U+000C, \
+             U+000E-U+001F, U+007F-U+009F)",
+        ));
+    }
+    if crate::store::file_safe(name).len() > 240 {
+        return Err(Status::invalid_argument(
+            "`name` is too long for csivol-hostpath (at most 120 bytes of non-alphanumeric text)",
+        ));
     }
     Ok(())
 }
@@ -157,34 +344,10 @@ fn require_path(value: &str, field: &'static str) -> Result<PathBuf, Status> {
     Ok(path)
 }
 
-/// Converts and checks a volume capability: csivol-hostpath serves file systems only.
-fn capability(
-    cap: Option<&csi::VolumeCapability>,
-    field: &'static str,
-) -> Result<VolumeCapability, Status> {
-    let cap = cap.ok_or_else(|| Status::invalid_argument(format!("`{field}` is required")))?;
-    let cap = VolumeCapability::try_from(cap)
-        .map_err(|e| Status::invalid_argument(format!("`{field}`: {e}")))?;
-    if cap.access_type.is_block() {
-        return Err(Status::invalid_argument(
-            "block access is not supported by csivol-hostpath; use a file-system (mount) capability",
-        ));
-    }
-    Ok(cap)
-}
-
-fn capabilities(caps: &[csi::VolumeCapability]) -> Result<Vec<VolumeCapability>, Status> {
-    if caps.is_empty() {
-        return Err(Status::invalid_argument(
-            "`volume_capabilities` is required",
-        ));
-    }
-    caps.iter()
-        .map(|c| capability(Some(c), "volume_capabilities"))
-        .collect()
-}
-
-/// A volume created by CreateVolume carries context the node side must be given back.
+/// A volume created by CreateVolume carries context the node side must be given back: the
+/// spec has the CO pass it to publishing calls. The controller does not need it (it reads
+/// the volume's record), so there an absent context is accepted and only a wrong one is
+/// refused ([`check_given_context`]).
 fn check_volume_context(
     volume: &VolumeRecord,
     given: &std::collections::HashMap<String, String>,
@@ -196,6 +359,24 @@ fn check_volume_context(
                 volume.id
             )));
         }
+    }
+    Ok(())
+}
+
+/// A volume context, where it is OPTIONAL, must match the volume's when it is given.
+fn check_given_context(
+    volume: &VolumeRecord,
+    given: &std::collections::HashMap<String, String>,
+) -> Result<(), Status> {
+    if given.is_empty() {
+        return Ok(());
+    }
+    let given: BTreeMap<_, _> = given.clone().into_iter().collect();
+    if given != volume.context {
+        return Err(Status::invalid_argument(format!(
+            "`volume_context` does not match the one CreateVolume returned for volume `{}`",
+            volume.id
+        )));
     }
     Ok(())
 }

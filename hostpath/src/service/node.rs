@@ -1,17 +1,38 @@
-//! The Node service: stage, publish, unpublish, unstage, volume stats, capabilities and
-//! node info, each checked against the real mount table.
+//! The Node service: stage, publish, unpublish, unstage, expand, volume stats,
+//! capabilities and node info, each checked against the real mount table (and, for block
+//! volumes, the kernel's loop devices).
+//!
+//! A file-system volume is its backend directory, bind-mounted at the staging path and
+//! from there at each target. A block volume is its image file on a loop device: staging
+//! attaches the device, publishing bind-mounts the device node onto the target (a file),
+//! unstaging (or the last unpublish, without staging) detaches it. In `--mount none` mode
+//! both are stood in for by marker files.
 
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use csivol_api::domain::{NodeCapabilities, NodeInfo};
 use csivol_csi::csi::v1 as csi;
 use tonic::{Request, Response, Status};
 
 use crate::faults::Rpc;
+use crate::loopdev;
+use crate::mounts::{MountMode, unmount_if_mounted};
 use crate::store::{NodeState, Publication, Staging, VolumeRecord};
 
-use super::{Plugin, Service, capability, check_volume_context, internal, require, require_path};
+use super::{
+    Plugin, Service, capacity_range, check_volume_context, internal, kind_mismatch, require,
+    require_path,
+};
+
+macro_rules! delegate {
+    ($self:ident, $request:ident, $rpc:ident, $method:ident) => {{
+        let req = $request.into_inner();
+        $self
+            .0
+            .call(Rpc::$rpc, req.volume_id.clone(), move |p| p.$method(req))
+            .await
+    }};
+}
 
 #[tonic::async_trait]
 impl csi::node_server::Node for Service {
@@ -19,60 +40,42 @@ impl csi::node_server::Node for Service {
         &self,
         request: Request<csi::NodeStageVolumeRequest>,
     ) -> Result<Response<csi::NodeStageVolumeResponse>, Status> {
-        let req = request.into_inner();
-        self.0
-            .call(Rpc::NodeStageVolume, req.volume_id.clone(), move |p| {
-                p.node_stage(req)
-            })
-            .await
+        delegate!(self, request, NodeStageVolume, node_stage)
     }
 
     async fn node_unstage_volume(
         &self,
         request: Request<csi::NodeUnstageVolumeRequest>,
     ) -> Result<Response<csi::NodeUnstageVolumeResponse>, Status> {
-        let req = request.into_inner();
-        self.0
-            .call(Rpc::NodeUnstageVolume, req.volume_id.clone(), move |p| {
-                p.node_unstage(req)
-            })
-            .await
+        delegate!(self, request, NodeUnstageVolume, node_unstage)
     }
 
     async fn node_publish_volume(
         &self,
         request: Request<csi::NodePublishVolumeRequest>,
     ) -> Result<Response<csi::NodePublishVolumeResponse>, Status> {
-        let req = request.into_inner();
-        self.0
-            .call(Rpc::NodePublishVolume, req.volume_id.clone(), move |p| {
-                p.node_publish(req)
-            })
-            .await
+        delegate!(self, request, NodePublishVolume, node_publish)
     }
 
     async fn node_unpublish_volume(
         &self,
         request: Request<csi::NodeUnpublishVolumeRequest>,
     ) -> Result<Response<csi::NodeUnpublishVolumeResponse>, Status> {
-        let req = request.into_inner();
-        self.0
-            .call(Rpc::NodeUnpublishVolume, req.volume_id.clone(), move |p| {
-                p.node_unpublish(req)
-            })
-            .await
+        delegate!(self, request, NodeUnpublishVolume, node_unpublish)
     }
 
     async fn node_get_volume_stats(
         &self,
         request: Request<csi::NodeGetVolumeStatsRequest>,
     ) -> Result<Response<csi::NodeGetVolumeStatsResponse>, Status> {
-        let req = request.into_inner();
-        self.0
-            .call(Rpc::NodeGetVolumeStats, req.volume_id.clone(), move |p| {
-                p.node_stats(req)
-            })
-            .await
+        delegate!(self, request, NodeGetVolumeStats, node_stats)
+    }
+
+    async fn node_expand_volume(
+        &self,
+        request: Request<csi::NodeExpandVolumeRequest>,
+    ) -> Result<Response<csi::NodeExpandVolumeResponse>, Status> {
+        delegate!(self, request, NodeExpandVolume, node_expand)
     }
 
     async fn node_get_capabilities(
@@ -81,13 +84,24 @@ impl csi::node_server::Node for Service {
     ) -> Result<Response<csi::NodeGetCapabilitiesResponse>, Status> {
         self.0
             .call(Rpc::NodeGetCapabilities, String::new(), |p| {
-                Ok(NodeCapabilities {
-                    stage_unstage_volume: p.cfg.stage,
-                    get_volume_stats: true,
-                    volume_condition: true,
-                    single_node_multi_writer: true,
-                }
-                .into())
+                use csi::node_service_capability::{Rpc as R, Type, rpc::Type as T};
+                let f = p.cfg.features;
+                let flags = [
+                    (p.cfg.stage, T::StageUnstageVolume),
+                    (f.volume_stats, T::GetVolumeStats),
+                    (f.node_expand, T::ExpandVolume),
+                    (f.volume_condition, T::VolumeCondition),
+                    (true, T::SingleNodeMultiWriter),
+                ];
+                Ok(csi::NodeGetCapabilitiesResponse {
+                    capabilities: flags
+                        .into_iter()
+                        .filter(|(on, _)| *on)
+                        .map(|(_, t)| csi::NodeServiceCapability {
+                            r#type: Some(Type::Rpc(R { r#type: t.into() })),
+                        })
+                        .collect(),
+                })
             })
             .await
     }
@@ -98,14 +112,29 @@ impl csi::node_server::Node for Service {
     ) -> Result<Response<csi::NodeGetInfoResponse>, Status> {
         self.0
             .call(Rpc::NodeGetInfo, String::new(), |p| {
-                Ok(NodeInfo {
+                Ok(csi::NodeGetInfoResponse {
                     node_id: p.cfg.node_id.clone(),
-                    max_volumes_per_node: p.cfg.max_volumes_per_node,
-                    accessible_topology: None,
-                }
-                .into())
+                    max_volumes_per_node: i64::from(p.cfg.max_volumes_per_node),
+                    accessible_topology: (!p.cfg.topology.is_empty()).then(|| csi::Topology {
+                        segments: p.cfg.topology.clone().into_iter().collect(),
+                    }),
+                })
             })
             .await
+    }
+}
+
+/// Removes what NodePublishVolume created at `target`: a directory, or a block volume's
+/// file. Succeeds when there is nothing.
+fn remove_target(target: &Path) -> io::Result<()> {
+    let result = match std::fs::symlink_metadata(target) {
+        Ok(m) if m.is_dir() => std::fs::remove_dir(target),
+        Ok(_) => std::fs::remove_file(target),
+        Err(e) => Err(e),
+    };
+    match result {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        other => other,
     }
 }
 
@@ -119,11 +148,83 @@ impl Plugin {
             .map_err(|e| internal(e, "read volume"))?
         {
             Some(v) => Ok(Some(v)),
-            None if state.stagings.contains_key(id) || !state.published_targets(id).is_empty() => {
-                Ok(None)
-            }
+            None if !state.holds_nothing(id) => Ok(None),
             None => Err(Status::not_found(format!("volume `{id}` does not exist"))),
         }
+    }
+
+    fn is_block(&self, volume: Option<&VolumeRecord>, state: &NodeState, id: &str) -> bool {
+        volume.map_or_else(
+            || {
+                state
+                    .stagings
+                    .get(id)
+                    .map(|s| s.capability.access_type.is_block())
+                    .or_else(|| {
+                        state
+                            .publications
+                            .values()
+                            .find(|p| p.volume_id == id)
+                            .map(|p| p.capability.access_type.is_block())
+                    })
+                    .unwrap_or(false)
+            },
+            |v| v.block,
+        )
+    }
+
+    /// This node's loop device for a block volume, while the kernel says it still backs
+    /// the volume's image.
+    fn block_device(&self, state: &NodeState, volume_id: &str) -> Result<Option<PathBuf>, Status> {
+        let Some(device) = state.devices.get(volume_id) else {
+            return Ok(None);
+        };
+        let backing = loopdev::devices(&self.backend.image(volume_id))
+            .map_err(|e| internal(e, "look up loop devices"))?;
+        Ok(backing.contains(device).then(|| device.clone()))
+    }
+
+    /// This node's loop device for a block volume, attached if it has none. The device is
+    /// recorded at once: one attached but not recorded would be left behind.
+    fn attach_block_device(
+        &self,
+        state: &mut NodeState,
+        volume_id: &str,
+    ) -> Result<PathBuf, Status> {
+        if let Some(device) = self.block_device(state, volume_id)? {
+            return Ok(device);
+        }
+        let device = loopdev::attach(&self.backend.image(volume_id))
+            .map_err(|e| internal(e, "attach a loop device"))?;
+        state.devices.insert(volume_id.to_owned(), device.clone());
+        self.save_node(state)?;
+        Ok(device)
+    }
+
+    /// Whether a staging is in place: mounted (file systems), or this node's loop device
+    /// attached (block volumes), or its marker written (`--mount none`).
+    fn staging_in_place(
+        &self,
+        state: &NodeState,
+        volume: &VolumeRecord,
+        path: &Path,
+    ) -> Result<bool, Status> {
+        if volume.block && self.cfg.mount == MountMode::Bind {
+            return Ok(self.block_device(state, &volume.id)?.is_some());
+        }
+        self.cfg
+            .mount
+            .is_attached(path)
+            .map_err(|e| internal(e, "read the mount table"))
+    }
+
+    /// Detaches this node's loop device of a block volume, once it holds nothing of it.
+    fn release_block(&self, state: &mut NodeState, volume_id: &str) -> Result<(), Status> {
+        if let Some(device) = self.block_device(state, volume_id)? {
+            loopdev::detach(&device).map_err(|e| internal(e, "detach the loop device"))?;
+        }
+        state.devices.remove(volume_id);
+        Ok(())
     }
 
     fn node_stage(
@@ -137,9 +238,12 @@ impl Plugin {
         }
         require(&req.volume_id, "volume_id")?;
         let path = require_path(&req.staging_target_path, "staging_target_path")?;
-        let cap = capability(req.volume_capability.as_ref(), "volume_capability")?;
+        let cap = self.capability(req.volume_capability.as_ref(), "volume_capability")?;
         let volume = self.volume(&req.volume_id)?;
         check_volume_context(&volume, &req.volume_context)?;
+        if let Some(why) = kind_mismatch(&volume, &cap) {
+            return Err(Status::failed_precondition(why));
+        }
         self.check_controller_published(&volume.id, &req.publish_context)?;
         if !path.is_dir() {
             return Err(Status::invalid_argument(format!(
@@ -164,19 +268,22 @@ impl Plugin {
                 )));
             }
         }
-        // Attach unless already attached: after a crash between the mount and the state
-        // write, the mount is there but the record is not.
-        if !self
-            .cfg
-            .mount
-            .is_attached(&path)
-            .map_err(|e| internal(e, "read the mount table"))?
-        {
-            self.cfg
-                .mount
-                .attach(&self.backend.data_dir(&volume.id), &path, &volume.id, false)
-                .map_err(|e| internal(e, &format!("mount {}", path.display())))?;
+        // Attach unless already attached: after a crash between the attach and the state
+        // write, the mount (or loop device) is there but the record is not.
+        if !self.staging_in_place(&state, &volume, &path)? {
+            if volume.block && self.cfg.mount == MountMode::Bind {
+                self.attach_block_device(&mut state, &volume.id)?;
+            } else {
+                self.cfg
+                    .mount
+                    .attach(&self.backend.data_dir(&volume.id), &path, &volume.id, false)
+                    .map_err(|e| internal(e, &format!("mount {}", path.display())))?;
+            }
         }
+        state
+            .grown
+            .entry(volume.id.clone())
+            .or_insert(volume.capacity_bytes);
         state.stagings.insert(
             volume.id.clone(),
             Staging {
@@ -200,7 +307,7 @@ impl Plugin {
         require(&req.volume_id, "volume_id")?;
         let path = require_path(&req.staging_target_path, "staging_target_path")?;
         let mut state = self.node_state();
-        self.known_volume(&req.volume_id, &state)?;
+        let volume = self.known_volume(&req.volume_id, &state)?;
         let targets = state.published_targets(&req.volume_id);
         if let Some(target) = targets.first() {
             return Err(Status::failed_precondition(format!(
@@ -219,11 +326,16 @@ impl Plugin {
                 path.display()
             )));
         }
+        if self.is_block(volume.as_ref(), &state, &req.volume_id) {
+            self.release_block(&mut state, &req.volume_id)?;
+        }
+        // Also for a block volume in `none` mode, whose staging holds a marker.
         self.cfg
             .mount
             .detach(&path)
             .map_err(|e| internal(e, &format!("unmount {}", path.display())))?;
         if state.stagings.remove(&req.volume_id).is_some() {
+            state.grown.remove(&req.volume_id);
             self.save_node(&state)?;
         }
         Ok(csi::NodeUnstageVolumeResponse {})
@@ -235,33 +347,38 @@ impl Plugin {
     ) -> Result<csi::NodePublishVolumeResponse, Status> {
         require(&req.volume_id, "volume_id")?;
         let target = require_path(&req.target_path, "target_path")?;
-        let cap = capability(req.volume_capability.as_ref(), "volume_capability")?;
+        let cap = self.capability(req.volume_capability.as_ref(), "volume_capability")?;
         let volume = self.volume(&req.volume_id)?;
         check_volume_context(&volume, &req.volume_context)?;
+        if let Some(why) = kind_mismatch(&volume, &cap) {
+            return Err(Status::failed_precondition(why));
+        }
         let attachment = self.check_controller_published(&volume.id, &req.publish_context)?;
         let mut state = self.node_state();
-        let source = if self.cfg.stage {
+        let staging_path = if self.cfg.stage {
+            if req.staging_target_path.is_empty() {
+                return Err(Status::failed_precondition(
+                    "`staging_target_path` is not set, but this plugin has STAGE_UNSTAGE_VOLUME; \
+                     call NodeStageVolume and pass its path",
+                ));
+            }
             let staging = require_path(&req.staging_target_path, "staging_target_path")?;
             match state.stagings.get(&volume.id) {
                 // A staging unmounted behind the plugin's back (a crash, an operator's
-                // umount) must not be bound to the target: that would publish an empty
-                // local directory instead of the volume.
+                // umount, a detached loop device) must not be bound to the target: that
+                // would publish an empty local directory instead of the volume.
                 Some(s)
                     if s.path == staging
-                        && !self
-                            .cfg
-                            .mount
-                            .is_attached(&staging)
-                            .map_err(|e| internal(e, "read the mount table"))? =>
+                        && !self.staging_in_place(&state, &volume, &staging)? =>
                 {
                     return Err(Status::failed_precondition(format!(
-                        "volume `{}` is recorded as staged at {}, but nothing is mounted there; \
+                        "volume `{}` is recorded as staged at {}, but it is not in place there; \
                          call NodeStageVolume again",
                         volume.id,
                         staging.display()
                     )));
                 }
-                Some(s) if s.path == staging => staging,
+                Some(s) if s.path == staging => Some(staging),
                 Some(s) => {
                     return Err(Status::failed_precondition(format!(
                         "volume `{}` is staged at {}, not at {}",
@@ -278,7 +395,7 @@ impl Plugin {
                 }
             }
         } else {
-            self.backend.data_dir(&volume.id)
+            None
         };
         let readonly = req.readonly
             || cap.access_mode.max_writers() == Some(0)
@@ -287,7 +404,7 @@ impl Plugin {
             volume_id: volume.id.clone(),
             readonly,
             capability: cap.clone(),
-            staging_path: self.cfg.stage.then(|| source.clone()),
+            staging_path: staging_path.clone(),
         };
         if let Some(existing) = state.publications.get(&target) {
             if *existing != wanted {
@@ -316,26 +433,77 @@ impl Plugin {
                 parent.display()
             )));
         }
-        match std::fs::create_dir(&target) {
-            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => {
-                return Err(internal(e, &format!("create {}", target.display())));
+        if volume.block {
+            self.publish_block(&mut state, &volume, &target, readonly)?;
+        } else {
+            match std::fs::create_dir(&target) {
+                Err(e) if e.kind() != io::ErrorKind::AlreadyExists => {
+                    return Err(internal(e, &format!("create {}", target.display())));
+                }
+                _ => {}
             }
-            _ => {}
-        }
-        if !self
-            .cfg
-            .mount
-            .is_attached(&target)
-            .map_err(|e| internal(e, "read the mount table"))?
-        {
-            self.cfg
+            if !self
+                .cfg
                 .mount
-                .attach(&source, &target, &volume.id, readonly)
-                .map_err(|e| internal(e, &format!("mount {}", target.display())))?;
+                .is_attached(&target)
+                .map_err(|e| internal(e, "read the mount table"))?
+            {
+                let source = staging_path.unwrap_or_else(|| self.backend.data_dir(&volume.id));
+                self.cfg
+                    .mount
+                    .attach(&source, &target, &volume.id, readonly)
+                    .map_err(|e| internal(e, &format!("mount {}", target.display())))?;
+            }
         }
+        state
+            .grown
+            .entry(volume.id.clone())
+            .or_insert(volume.capacity_bytes);
         state.publications.insert(target, wanted);
         self.save_node(&state)?;
         Ok(csi::NodePublishVolumeResponse {})
+    }
+
+    /// Places a block volume at `target`: a file, onto which the loop device's node is
+    /// bind-mounted (attached here when there is no staging).
+    fn publish_block(
+        &self,
+        state: &mut NodeState,
+        volume: &VolumeRecord,
+        target: &Path,
+        readonly: bool,
+    ) -> Result<(), Status> {
+        match std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(target)
+        {
+            Ok(_) => {}
+            Err(e) => return Err(internal(e, &format!("create {}", target.display()))),
+        }
+        if self
+            .cfg
+            .mount
+            .is_block_attached(target, &volume.id)
+            .map_err(|e| internal(e, "read the mount table"))?
+        {
+            return Ok(());
+        }
+        let device = if self.cfg.mount == MountMode::Bind {
+            self.attach_block_device(state, &volume.id)?
+        } else {
+            PathBuf::new()
+        };
+        self.cfg
+            .mount
+            .attach_block(&device, target, &volume.id, readonly)
+            .map_err(|e| {
+                internal(
+                    e,
+                    &format!("bind {} to {}", device.display(), target.display()),
+                )
+            })
     }
 
     fn node_unpublish(
@@ -345,7 +513,7 @@ impl Plugin {
         require(&req.volume_id, "volume_id")?;
         let target = require_path(&req.target_path, "target_path")?;
         let mut state = self.node_state();
-        self.known_volume(&req.volume_id, &state)?;
+        let volume = self.known_volume(&req.volume_id, &state)?;
         if let Some(existing) = state.publications.get(&target)
             && existing.volume_id != req.volume_id
         {
@@ -356,86 +524,228 @@ impl Plugin {
                 req.volume_id
             )));
         }
-        self.cfg
-            .mount
-            .detach(&target)
-            .map_err(|e| internal(e, &format!("unmount {}", target.display())))?;
-        match std::fs::remove_dir(&target) {
-            Err(e) if e.kind() != io::ErrorKind::NotFound => {
-                return Err(internal(e, &format!("remove {}", target.display())));
+        let block = self.is_block(volume.as_ref(), &state, &req.volume_id);
+        if block || target.is_file() {
+            if self.cfg.mount == MountMode::Bind {
+                unmount_if_mounted(&target)
+                    .map_err(|e| internal(e, &format!("unmount {}", target.display())))?;
             }
-            _ => {}
+        } else {
+            self.cfg
+                .mount
+                .detach(&target)
+                .map_err(|e| internal(e, &format!("unmount {}", target.display())))?;
         }
+        remove_target(&target).map_err(|e| internal(e, &format!("remove {}", target.display())))?;
         if state.publications.remove(&target).is_some() {
+            if state.holds_nothing(&req.volume_id) {
+                if block && !self.cfg.stage {
+                    self.release_block(&mut state, &req.volume_id)?;
+                }
+                state.grown.remove(&req.volume_id);
+            }
             self.save_node(&state)?;
         }
         Ok(csi::NodeUnpublishVolumeResponse {})
+    }
+
+    /// Whether `path` is where this node staged or published the volume.
+    fn holds_at(state: &NodeState, volume_id: &str, path: &Path) -> bool {
+        state
+            .publications
+            .get(path)
+            .is_some_and(|p| p.volume_id == volume_id)
+            || state
+                .stagings
+                .get(volume_id)
+                .is_some_and(|s| s.path == path)
     }
 
     fn node_stats(
         &self,
         req: csi::NodeGetVolumeStatsRequest,
     ) -> Result<csi::NodeGetVolumeStatsResponse, Status> {
+        let f = self.cfg.features;
+        if !(f.volume_stats || f.volume_condition) {
+            return Err(Status::unimplemented(
+                "this plugin advertises neither GET_VOLUME_STATS nor VOLUME_CONDITION",
+            ));
+        }
         require(&req.volume_id, "volume_id")?;
-        let path = require_path(&req.volume_path, "volume_path")?;
+        require(&req.volume_path, "volume_path")?;
         let state = self.node_state();
-        self.known_volume(&req.volume_id, &state)?;
-        let ours = state
-            .publications
-            .get(&path)
-            .is_some_and(|p| p.volume_id == req.volume_id)
-            || state
-                .stagings
-                .get(&req.volume_id)
-                .is_some_and(|s| s.path == path);
-        if !ours {
+        let volume = self.known_volume(&req.volume_id, &state)?;
+        // Any path that is not where this node staged or published the volume (a relative
+        // one included) does not hold the volume: NOT_FOUND, as the spec's table says.
+        let path = PathBuf::from(&req.volume_path);
+        if !Self::holds_at(&state, &req.volume_id, &path) {
             return Err(Status::not_found(format!(
                 "volume `{}` is not published or staged at {}",
                 req.volume_id,
                 path.display()
             )));
         }
-        let attached = self
-            .cfg
-            .mount
-            .is_attached(&path)
-            .map_err(|e| internal(e, "read the mount table"))?;
-        let fs = rustix::fs::statvfs(&path)
-            .map_err(|e| internal(e.into(), &format!("statvfs {}", path.display())))?;
-        let frsize = fs.f_frsize as i64;
-        let usage =
-            |unit: csi::volume_usage::Unit, scale: i64, total: u64, free: u64| csi::VolumeUsage {
-                available: free as i64 * scale,
-                total: total as i64 * scale,
-                used: total.saturating_sub(free) as i64 * scale,
-                unit: unit.into(),
-            };
-        Ok(csi::NodeGetVolumeStatsResponse {
-            usage: vec![
-                usage(
-                    csi::volume_usage::Unit::Bytes,
-                    frsize,
-                    fs.f_blocks,
-                    fs.f_bavail,
-                ),
-                usage(csi::volume_usage::Unit::Inodes, 1, fs.f_files, fs.f_favail),
-            ],
-            volume_condition: Some(
-                match std::fs::read_to_string(self.abnormal_dir.join(&req.volume_id)) {
-                    Ok(injected) => csi::VolumeCondition {
-                        abnormal: true,
-                        message: injected.trim().to_owned(),
-                    },
-                    Err(_) if !attached => csi::VolumeCondition {
+        let block = self.is_block(volume.as_ref(), &state, &req.volume_id);
+        let is_target = state.publications.contains_key(&path);
+        let attached = if block && is_target {
+            self.cfg.mount.is_block_attached(&path, &req.volume_id)
+        } else if block && self.cfg.mount == MountMode::Bind {
+            Ok(self.block_device(&state, &req.volume_id)?.is_some())
+        } else {
+            self.cfg.mount.is_attached(&path)
+        }
+        .map_err(|e| internal(e, "read the mount table"))?;
+        let usage = if f.volume_stats {
+            self.usage(volume.as_ref(), &state, &req.volume_id, &path, block)?
+        } else {
+            Vec::new()
+        };
+        let volume_condition = f.volume_condition.then(|| {
+            self.injected_condition(&req.volume_id)
+                .unwrap_or_else(|| match attached {
+                    false => csi::VolumeCondition {
                         abnormal: true,
                         message: format!("{} is not mounted", path.display()),
                     },
-                    Err(_) => csi::VolumeCondition {
+                    true => csi::VolumeCondition {
                         abnormal: false,
                         message: "mounted".into(),
                     },
-                },
-            ),
+                })
+        });
+        Ok(csi::NodeGetVolumeStatsResponse {
+            usage,
+            volume_condition,
         })
     }
+
+    /// A file-system volume reports the size its "file system" was grown to on this node
+    /// and the bytes its files take, with the inodes of the file system beneath; a block
+    /// volume reports its device's size only (the spec lets `used` and `available` go).
+    fn usage(
+        &self,
+        volume: Option<&VolumeRecord>,
+        state: &NodeState,
+        volume_id: &str,
+        path: &Path,
+        block: bool,
+    ) -> Result<Vec<csi::VolumeUsage>, Status> {
+        use csi::volume_usage::Unit;
+        let recorded = volume.map_or(0, |v| v.capacity_bytes);
+        if block {
+            let total = match self.block_device(state, volume_id)? {
+                Some(device) if self.cfg.mount == MountMode::Bind => {
+                    loopdev::size(&device).map_err(|e| internal(e, "read the device's size"))?
+                }
+                _ => recorded,
+            };
+            return Ok(vec![csi::VolumeUsage {
+                available: 0,
+                total,
+                used: 0,
+                unit: Unit::Bytes.into(),
+            }]);
+        }
+        let total = state.grown.get(volume_id).copied().unwrap_or(recorded);
+        let used = tree_size(&self.backend.data_dir(volume_id));
+        let fs = rustix::fs::statvfs(path)
+            .map_err(|e| internal(e.into(), &format!("statvfs {}", path.display())))?;
+        Ok(vec![
+            csi::VolumeUsage {
+                available: (total - used).max(0),
+                total,
+                used,
+                unit: Unit::Bytes.into(),
+            },
+            csi::VolumeUsage {
+                available: fs.f_favail as i64,
+                total: fs.f_files as i64,
+                used: fs.f_files.saturating_sub(fs.f_favail) as i64,
+                unit: Unit::Inodes.into(),
+            },
+        ])
+    }
+
+    fn node_expand(
+        &self,
+        req: csi::NodeExpandVolumeRequest,
+    ) -> Result<csi::NodeExpandVolumeResponse, Status> {
+        if !self.cfg.features.node_expand {
+            return Err(Status::unimplemented(
+                "this plugin does not advertise the node's EXPAND_VOLUME",
+            ));
+        }
+        require(&req.volume_id, "volume_id")?;
+        require(&req.volume_path, "volume_path")?;
+        let (required, limit) = capacity_range(req.capacity_range.as_ref())?;
+        let volume = self.volume(&req.volume_id)?;
+        if let Some(c) = &req.volume_capability {
+            let cap = self.capability(Some(c), "volume_capability")?;
+            if let Some(why) = kind_mismatch(&volume, &cap) {
+                return Err(Status::invalid_argument(why));
+            }
+        }
+        let mut state = self.node_state();
+        let path = PathBuf::from(&req.volume_path);
+        if !Self::holds_at(&state, &volume.id, &path) {
+            return Err(Status::not_found(format!(
+                "volume `{}` is not published or staged at {}",
+                volume.id,
+                path.display()
+            )));
+        }
+        if required > volume.capacity_bytes {
+            return Err(Status::out_of_range(format!(
+                "volume `{}` has {} bytes in the backend, {required} were asked for; \
+                 call ControllerExpandVolume first",
+                volume.id, volume.capacity_bytes
+            )));
+        }
+        let capacity = if volume.block {
+            match self.block_device(&state, &volume.id)? {
+                Some(device) if self.cfg.mount == MountMode::Bind => {
+                    loopdev::set_capacity(&device)
+                        .map_err(|e| internal(e, "refresh the loop device's capacity"))?;
+                    loopdev::size(&device).map_err(|e| internal(e, "read the device's size"))?
+                }
+                _ => volume.capacity_bytes,
+            }
+        } else {
+            // Grow the "file system" to the volume's size, as resize2fs would.
+            let grown = state.grown.entry(volume.id.clone()).or_insert(0);
+            *grown = (*grown).max(volume.capacity_bytes);
+            let grown = *grown;
+            self.save_node(&state)?;
+            grown
+        };
+        if limit > 0 && capacity > limit {
+            return Err(Status::out_of_range(format!(
+                "volume `{}` is {capacity} bytes, above limit_bytes {limit}",
+                volume.id
+            )));
+        }
+        tracing::info!(
+            volume_id = volume.id,
+            capacity,
+            "expanded volume on the node"
+        );
+        Ok(csi::NodeExpandVolumeResponse {
+            capacity_bytes: capacity,
+        })
+    }
+}
+
+/// The bytes of the files below `dir` (0 when it cannot be read).
+fn tree_size(dir: &Path) -> i64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => tree_size(&e.path()),
+            Ok(t) if t.is_file() => e.metadata().map_or(0, |m| m.len() as i64),
+            _ => 0,
+        })
+        .sum()
 }

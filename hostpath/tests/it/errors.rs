@@ -13,7 +13,8 @@ use crate::support::*;
 #[tokio::test]
 async fn required_fields_are_invalid_argument() {
     let dir = TestDir::new("hostpath-fields");
-    let mut p = Plugin::start(&dir, "node-1", &[]).await;
+    // Without block support, a block capability is an unsupported field too.
+    let mut p = Plugin::start(&dir, "node-1", &["--disable=block"]).await;
     let c = &mut p.controller;
     assert_eq!(
         code(c.create_volume(csi::CreateVolumeRequest::default()).await),

@@ -227,3 +227,192 @@ pub(crate) fn attached(bind: bool, path: &Path) -> bool {
         path.join(".csivol-hostpath").is_file()
     }
 }
+
+pub(crate) fn block_cap_mode(mode: AccessMode) -> csi::VolumeCapability {
+    csi::VolumeCapability::from(&VolumeCapability {
+        access_type: AccessType::BlockDevice,
+        access_mode: mode,
+    })
+}
+
+/// A CreateVolume request for `name` with `cap` and `bytes` of required capacity.
+pub(crate) fn create_req(
+    name: &str,
+    cap: csi::VolumeCapability,
+    bytes: i64,
+) -> csi::CreateVolumeRequest {
+    csi::CreateVolumeRequest {
+        name: name.into(),
+        capacity_range: Some(csi::CapacityRange {
+            required_bytes: bytes,
+            limit_bytes: 0,
+        }),
+        volume_capabilities: vec![cap],
+        ..Default::default()
+    }
+}
+
+/// Creates a volume from `req`, which must succeed.
+pub(crate) async fn create_with(p: &mut Plugin, req: csi::CreateVolumeRequest) -> csi::Volume {
+    p.controller
+        .create_volume(req)
+        .await
+        .unwrap()
+        .into_inner()
+        .volume
+        .unwrap()
+}
+
+/// Controller-publishes, stages and publishes `v` with `cap` on the plugin's own node
+/// (`node-1`), at `dir/staging-<tag>` and `dir/target-<tag>`; returns the target.
+pub(crate) async fn bring_up(
+    p: &mut Plugin,
+    dir: &TestDir,
+    v: &csi::Volume,
+    cap: &csi::VolumeCapability,
+    tag: &str,
+) -> (PathBuf, PathBuf) {
+    let ctx = p
+        .controller
+        .controller_publish_volume(csi::ControllerPublishVolumeRequest {
+            volume_id: v.volume_id.clone(),
+            node_id: "node-1".into(),
+            volume_capability: Some(cap.clone()),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .publish_context;
+    let staging = dir.join(format!("staging-{tag}"));
+    std::fs::create_dir_all(&staging).unwrap();
+    let target = dir.join(format!("target-{tag}"));
+    let mut stage = stage_req(v, &staging, &ctx);
+    stage.volume_capability = Some(cap.clone());
+    p.node.node_stage_volume(stage).await.unwrap();
+    let mut publish = publish_req(v, Some(&staging), &target, &ctx, false);
+    publish.volume_capability = Some(cap.clone());
+    p.node.node_publish_volume(publish).await.unwrap();
+    (staging, target)
+}
+
+/// Undoes [`bring_up`].
+pub(crate) async fn take_down(p: &mut Plugin, v: &csi::Volume, staging: &Path, target: &Path) {
+    p.node
+        .node_unpublish_volume(unpublish_req(v, target))
+        .await
+        .unwrap();
+    p.node
+        .node_unstage_volume(unstage_req(v, staging))
+        .await
+        .unwrap();
+    p.controller
+        .controller_unpublish_volume(csi::ControllerUnpublishVolumeRequest {
+            volume_id: v.volume_id.clone(),
+            node_id: "node-1".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+}
+
+pub(crate) fn stats_req(v: &csi::Volume, path: &Path) -> csi::NodeGetVolumeStatsRequest {
+    csi::NodeGetVolumeStatsRequest {
+        volume_id: v.volume_id.clone(),
+        volume_path: path.display().to_string(),
+        staging_target_path: String::new(),
+    }
+}
+
+/// The total bytes NodeGetVolumeStats reports for `v` at `path`.
+pub(crate) async fn stats_total(p: &mut Plugin, v: &csi::Volume, path: &Path) -> i64 {
+    let stats = p
+        .node
+        .node_get_volume_stats(stats_req(v, path))
+        .await
+        .unwrap()
+        .into_inner();
+    stats
+        .usage
+        .iter()
+        .find(|u| u.unit == csi::volume_usage::Unit::Bytes as i32)
+        .expect("a usage in bytes")
+        .total
+}
+
+/// The controller capabilities a plugin reports, as wire enum values.
+pub(crate) async fn controller_caps(
+    p: &mut Plugin,
+) -> Vec<csi::controller_service_capability::rpc::Type> {
+    use csi::controller_service_capability::Type;
+    p.controller
+        .controller_get_capabilities(csi::ControllerGetCapabilitiesRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .capabilities
+        .into_iter()
+        .filter_map(|c| match c.r#type {
+            Some(Type::Rpc(r)) => r.r#type().into(),
+            None => None,
+        })
+        .collect()
+}
+
+/// The node capabilities a plugin reports, as wire enum values.
+pub(crate) async fn node_caps(p: &mut Plugin) -> Vec<csi::node_service_capability::rpc::Type> {
+    use csi::node_service_capability::Type;
+    p.node
+        .node_get_capabilities(csi::NodeGetCapabilitiesRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .capabilities
+        .into_iter()
+        .filter_map(|c| match c.r#type {
+            Some(Type::Rpc(r)) => r.r#type().into(),
+            None => None,
+        })
+        .collect()
+}
+
+/// Detaches, when dropped, every loop device whose backing file lies below a test's
+/// directory, so a failing test leaves none behind. Declare it after the `TestDir`: it
+/// then drops first, before the directory and its images are removed.
+pub(crate) struct LoopGuard(PathBuf);
+
+impl LoopGuard {
+    pub(crate) fn new(dir: &TestDir) -> Self {
+        Self(dir.path().to_owned())
+    }
+}
+
+/// The loop devices backed by files below `root`.
+pub(crate) fn loop_devices_under(root: &Path) -> Vec<PathBuf> {
+    let out = Command::new("losetup")
+        .args(["--list", "--noheadings", "--output", "NAME,BACK-FILE"])
+        .output()
+        .expect("run losetup");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let (name, file) = l.trim().split_once(char::is_whitespace)?;
+            // A deleted backing file is listed with " (deleted)" appended.
+            let file = file.trim().trim_end_matches(" (deleted)");
+            Path::new(file)
+                .starts_with(root)
+                .then(|| PathBuf::from(name))
+        })
+        .collect()
+}
+
+impl Drop for LoopGuard {
+    fn drop(&mut self) {
+        for device in loop_devices_under(&self.0) {
+            let _ = Command::new("losetup")
+                .arg("--detach")
+                .arg(&device)
+                .status();
+        }
+    }
+}
