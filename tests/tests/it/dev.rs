@@ -35,10 +35,12 @@ impl Dev {
             .env("RUST_LOG", "info");
         let log = self.dir.with_extension(format!("{}.log", self.runs));
         let proc = Proc::spawn("csivol-agent dev", cmd, &log);
-        // Up once the demo volumes are there and the CLI finds the cluster.
+        // Up once the CLI finds the cluster and the demo volume is created (a first run
+        // records it as `creating` until its CreateVolume is through: a claim then would be
+        // refused as too early).
         wait_for("dev mode up", WAIT, || {
             let out = self.csivol(&["volume", "show", "demo-data", "-o", "json"]);
-            (out.code == 0).then_some(())
+            (out.code == 0 && out.json()["state"] != "creating").then_some(())
         });
         proc
     }
