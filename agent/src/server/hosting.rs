@@ -11,6 +11,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use super::auth::Caller;
 use super::db::WriteCtx;
 use super::error::{ApiError, ApiResult};
+use super::kinds::EventKind;
 use super::lifecycle::event;
 use super::model::time;
 
@@ -87,7 +88,7 @@ pub fn refused(
     {
         event(
             ctx,
-            "controller-host-refused",
+            EventKind::ControllerHostRefused,
             None,
             Some(node),
             None,
@@ -187,7 +188,7 @@ pub fn change(
         if added > 0 {
             event(
                 ctx,
-                "controller-host-allowed",
+                EventKind::ControllerHostAllowed,
                 None,
                 Some(n),
                 None,
@@ -204,7 +205,7 @@ pub fn change(
         if removed > 0 {
             event(
                 ctx,
-                "controller-host-disallowed",
+                EventKind::ControllerHostDisallowed,
                 None,
                 Some(n),
                 None,

@@ -4,30 +4,31 @@
 use std::collections::BTreeMap;
 
 use csivol_proto::api::{AttachmentState, ClaimState};
-use rusqlite::params;
 
 use super::claims::grant_queued;
-use super::ops::{insert_op, schedule_ops};
+use super::ops::schedule_ops;
 use super::{
-    Limits, delete_attachment, event, exec, set_attachment_state, set_claim_state, touch_volume,
+    Limits, delete_attachment, event, set_attachment_state, set_claim_state, touch_volume,
 };
-use crate::server::db::WriteCtx;
 use crate::server::error::ApiResult;
-use crate::server::model::{AttachmentRow, ClaimRow, VolumeRow, needs_controller_publish};
+use crate::server::kinds::{EventKind, OpKind};
+use crate::server::model::{AttachmentRow, VolumeRow};
+use crate::server::store::Txn;
 use crate::server::watch::Key;
 
 /// Moves a volume's claims and attachments as far forward as the recorded facts allow.
-pub fn advance_volume(ctx: &mut WriteCtx<'_>, volume: &str, limits: &Limits) -> ApiResult<()> {
-    let Some(v) = VolumeRow::load(ctx.tx, volume)? else {
+pub fn advance_volume(ctx: &mut impl Txn, volume: &str, limits: &Limits) -> ApiResult<()> {
+    let Some(v) = ctx.volume(volume)? else {
         return Ok(());
     };
     grant_queued(ctx, &v)?;
-    let claims = ClaimRow::of_volume(ctx.tx, volume)?;
-    let mut atts: BTreeMap<String, AttachmentRow> = AttachmentRow::of_volume(ctx.tx, volume)?
+    let claims = ctx.claims_of_volume(volume)?;
+    let mut atts: BTreeMap<String, AttachmentRow> = ctx
+        .attachments_of_volume(volume)?
         .into_iter()
         .map(|a| (a.node.clone(), a))
         .collect();
-    let needs_cp = needs_controller_publish(ctx.tx, &v.plugin)?;
+    let needs_cp = ctx.needs_controller_publish(&v.plugin)?;
     let mut ops_added = false;
 
     // An attachment with no claim left waits for the node to unstage; one that gains a
@@ -68,15 +69,10 @@ pub fn advance_volume(ctx: &mut WriteCtx<'_>, volume: &str, limits: &Limits) -> 
                     } else {
                         AttachmentState::Attached
                     };
-                    ctx.tx
-                        .prepare_cached(
-                            "INSERT INTO attachments (volume, node, state, publish_context, updated_at) \
-                             VALUES (?1, ?2, ?3, '{}', ?4)",
-                        )?
-                        .execute(params![volume, c.node, state.as_str(), ctx.now])?;
+                    ctx.insert_attachment(volume, &c.node, state)?;
                     ctx.touch(Key::Node(c.node.clone()));
                     if needs_cp {
-                        insert_op(ctx, "publish", &v.plugin, volume, Some(&c.node), "{}")?;
+                        ctx.queue_op(OpKind::Publish, &v.plugin, volume, Some(&c.node), "{}")?;
                         ops_added = true;
                     }
                     atts.insert(
@@ -89,7 +85,7 @@ pub fn advance_volume(ctx: &mut WriteCtx<'_>, volume: &str, limits: &Limits) -> 
                             forced: false,
                             error: None,
                             next_retry_at: None,
-                            updated_at: ctx.now,
+                            updated_at: ctx.now(),
                         },
                     );
                     if needs_cp {
@@ -113,25 +109,16 @@ pub fn advance_volume(ctx: &mut WriteCtx<'_>, volume: &str, limits: &Limits) -> 
 /// Starts taking an attachment down: ControllerUnpublish where the plugin needs it, else the
 /// attachment is simply gone.
 pub(super) fn begin_detach(
-    ctx: &mut WriteCtx<'_>,
+    ctx: &mut impl Txn,
     v: &VolumeRow,
     node: &str,
     forced: bool,
     limits: &Limits,
 ) -> ApiResult<()> {
-    if needs_controller_publish(ctx.tx, &v.plugin)? {
-        exec(
-            ctx.tx,
-            "UPDATE attachments SET state = 'detaching', forced = ?1, error = NULL, next_retry_at = NULL, updated_at = ?2 \
-             WHERE volume = ?3 AND node = ?4",
-            params![forced, ctx.now, v.name, node],
-        )?;
-        exec(
-            ctx.tx,
-            "DELETE FROM ops WHERE volume = ?1 AND kind = 'publish' AND node = ?2",
-            params![v.name, node],
-        )?;
-        insert_op(ctx, "unpublish", &v.plugin, &v.name, Some(node), "{}")?;
+    if ctx.needs_controller_publish(&v.plugin)? {
+        ctx.set_attachment_detaching(&v.name, node, forced)?;
+        ctx.delete_op_for(OpKind::Publish, &v.name, node)?;
+        ctx.queue_op(OpKind::Unpublish, &v.plugin, &v.name, Some(node), "{}")?;
         ctx.touch(Key::Node(node.to_owned()));
         touch_volume(ctx, &v.name)?;
         schedule_ops(ctx, &v.plugin, limits)?;
@@ -139,7 +126,7 @@ pub(super) fn begin_detach(
         delete_attachment(ctx, &v.name, node)?;
         event(
             ctx,
-            "volume-detached",
+            EventKind::VolumeDetached,
             Some(&v.name),
             Some(node),
             None,

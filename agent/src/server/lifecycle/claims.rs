@@ -3,20 +3,18 @@
 use std::time::Duration;
 
 use csivol_proto::api::{
-    self, AttachmentState, ClaimRequest, ClaimState, NodeStatus, validate_name,
+    self, AttachmentState, ClaimDryRun, ClaimRequest, ClaimState, ErrorCode, NodeStatus,
+    validate_name,
 };
-use rusqlite::{Connection, params};
 
 use super::attachments::advance_volume;
 use super::{Limits, delete_claim, event, set_claim_state, touch_volume};
-use crate::server::db::WriteCtx;
 use crate::server::error::{ApiError, ApiResult};
-use crate::server::model::{
-    AttachmentRow, ClaimRow, Lifecycle, NodePluginRow, NodeRow, VolumeRow,
-    needs_controller_publish, slots_used, time, to_json,
-};
+use crate::server::kinds::EventKind;
+use crate::server::model::{ClaimRow, Lifecycle, VolumeRow, time};
 use crate::server::queue;
 use crate::server::rules::{self, Accept, ConflictRule, Held, Refusal, Wanted};
+use crate::server::store::{NewClaim, Snapshot, Txn};
 
 /// What recording a claim would do.
 #[derive(Debug)]
@@ -100,13 +98,13 @@ pub(super) fn refusal_error(
 /// Whether a claim of `v` on `node` may start there: the node is not lost, runs the
 /// plugin, and has room. `Err((true, _))` when only room is missing (worth waiting for).
 pub(super) fn node_may_start(
-    conn: &Connection,
+    conn: &(impl Snapshot + ?Sized),
     v: &VolumeRow,
     claims: &[ClaimRow],
     node: &str,
 ) -> ApiResult<Result<(), (bool, ApiError)>> {
     let volume = &v.name;
-    let n = NodeRow::require(conn, node)?;
+    let n = conn.require_node(node)?;
     if n.status == NodeStatus::Fenced {
         return Ok(Err((
             false,
@@ -130,7 +128,7 @@ pub(super) fn node_may_start(
             .with_hint(format!("choose another node, or bring {node}'s agent back")),
         )));
     }
-    let np = NodePluginRow::load(conn, node, &v.plugin)?;
+    let np = conn.node_plugin(node, &v.plugin)?;
     let Some(np) = np.filter(|p| p.node_service) else {
         return Ok(Err((
             false,
@@ -144,11 +142,12 @@ pub(super) fn node_may_start(
     let attached_here = claims
         .iter()
         .any(|c| c.node == node && c.state != ClaimState::Queued)
-        || AttachmentRow::of_volume(conn, volume)?
+        || conn
+            .attachments_of_volume(volume)?
             .iter()
             .any(|a| a.node == node);
     if !attached_here {
-        let used = slots_used(conn, node, &v.plugin)?;
+        let used = conn.slots_used(node, &v.plugin)?;
         if !rules::has_room(used, np.max_volumes) {
             return Ok(Err((
                 true,
@@ -181,7 +180,7 @@ pub(super) fn held_of(claims: &[ClaimRow]) -> Vec<Held<'_>> {
 
 /// Checks a claim against every rule, without changing anything.
 pub fn evaluate_claim(
-    conn: &Connection,
+    conn: &(impl Snapshot + ?Sized),
     volume: &str,
     req: &ClaimRequest,
 ) -> ApiResult<ClaimDecision> {
@@ -198,7 +197,7 @@ pub fn evaluate_claim(
     if req.ttl_ms == Some(0) {
         return Err(ApiError::invalid("`ttl_ms` must be longer than zero"));
     }
-    let v = VolumeRow::require(conn, volume)?;
+    let v = conn.require_volume(volume)?;
     match v.lifecycle {
         Lifecycle::Ready => {}
         Lifecycle::Creating => {
@@ -219,7 +218,7 @@ pub fn evaluate_claim(
             )));
         }
     }
-    let claims = ClaimRow::of_volume(conn, volume)?;
+    let claims = conn.claims_of_volume(volume)?;
     // The alloc's own claim, queued or not: asking for the same claim again is a no-op.
     if let Some(own) = claims.iter().find(|c| c.alloc == req.alloc) {
         let same = own.node == req.node
@@ -230,7 +229,7 @@ pub fn evaluate_claim(
         }
     }
     // A node the operator took out of service (ineligible, draining) takes no new claims.
-    if let Some(n) = NodeRow::load(conn, &req.node)?
+    if let Some(n) = conn.node(&req.node)?
         && let Some(refusal) = crate::server::nodes::claim_refusal(&req.node, n.eligibility)
     {
         return Err(refusal);
@@ -294,8 +293,8 @@ pub fn evaluate_claim(
 
 /// Grants the volume's queued claims that may start now, in arrival order, inside the
 /// transaction that freed the room.
-pub(super) fn grant_queued(ctx: &mut WriteCtx<'_>, v: &VolumeRow) -> ApiResult<()> {
-    let claims = ClaimRow::of_volume(ctx.tx, &v.name)?;
+pub(super) fn grant_queued(ctx: &mut impl Txn, v: &VolumeRow) -> ApiResult<()> {
+    let claims = ctx.claims_of_volume(&v.name)?;
     let queued: Vec<Wanted<'_>> = claims
         .iter()
         .filter(|c| c.state == ClaimState::Queued)
@@ -308,7 +307,7 @@ pub(super) fn grant_queued(ctx: &mut WriteCtx<'_>, v: &VolumeRow) -> ApiResult<(
     if queued.is_empty() {
         return Ok(());
     }
-    let conn: &Connection = ctx.tx;
+    let conn = &*ctx;
     let mut error = None;
     let granted: Vec<String> =
         queue::grants(
@@ -337,7 +336,7 @@ pub(super) fn grant_queued(ctx: &mut WriteCtx<'_>, v: &VolumeRow) -> ApiResult<(
         set_claim_state(ctx, c, ClaimState::Pending)?;
         event(
             ctx,
-            "claim-granted",
+            EventKind::ClaimGranted,
             Some(&v.name),
             Some(&c.node),
             Some(&c.alloc),
@@ -350,9 +349,13 @@ pub(super) fn grant_queued(ctx: &mut WriteCtx<'_>, v: &VolumeRow) -> ApiResult<(
 
 /// The state a new claim of `volume` on `node` would start in (for dry runs); the same
 /// decision [`advance_volume`] makes.
-pub fn initial_state(conn: &Connection, volume: &str, node: &str) -> ApiResult<ClaimState> {
-    let v = VolumeRow::require(conn, volume)?;
-    let atts = AttachmentRow::of_volume(conn, volume)?;
+pub fn initial_state(
+    conn: &(impl Snapshot + ?Sized),
+    volume: &str,
+    node: &str,
+) -> ApiResult<ClaimState> {
+    let v = conn.require_volume(volume)?;
+    let atts = conn.attachments_of_volume(volume)?;
     Ok(
         match atts.iter().find(|a| a.node == node).map(|a| a.state) {
             Some(AttachmentState::Attached) => ClaimState::Publishing,
@@ -361,7 +364,7 @@ pub fn initial_state(conn: &Connection, volume: &str, node: &str) -> ApiResult<C
             Some(AttachmentState::Detaching) => ClaimState::Pending,
             Some(AttachmentState::Blocked) => ClaimState::Blocked,
             None if v.access_mode.is_single_node() && !atts.is_empty() => ClaimState::Pending,
-            None if needs_controller_publish(conn, &v.plugin)? => ClaimState::Attaching,
+            None if conn.needs_controller_publish(&v.plugin)? => ClaimState::Attaching,
             None => ClaimState::Publishing,
         },
     )
@@ -369,37 +372,26 @@ pub fn initial_state(conn: &Connection, volume: &str, node: &str) -> ApiResult<C
 
 /// `POST /v1/volumes/{name}/claims`: returns the claim and whether it is new.
 pub fn create_claim(
-    ctx: &mut WriteCtx<'_>,
+    ctx: &mut impl Txn,
     volume: &str,
     req: &ClaimRequest,
     actor: &str,
     limits: &Limits,
 ) -> ApiResult<(api::Claim, bool)> {
-    match evaluate_claim(ctx.tx, volume, req)? {
-        ClaimDecision::Existing(c) => Ok((c.to_api_at(ctx.tx)?, false)),
+    match evaluate_claim(&*ctx, volume, req)? {
+        ClaimDecision::Existing(c) => Ok((ctx.claim_to_api(&c)?, false)),
         decision => {
             let state = match &decision {
                 ClaimDecision::Queue(_) => ClaimState::Queued,
                 _ => ClaimState::Pending,
             };
-            let expires_at = req.ttl_ms.map(|t| ctx.now.saturating_add(t as i64));
-            ctx.tx
-                .prepare_cached(
-                    "INSERT INTO claims (volume, alloc, node, mode, state, created_at, updated_at, modify_index, \
-                     ttl_ms, expires_at, labels) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7, ?8, ?9, ?10)",
-                )?
-                .execute(params![
-                    volume,
-                    req.alloc,
-                    req.node,
-                    req.mode.as_str(),
-                    state.as_str(),
-                    ctx.now,
-                    ctx.index as i64,
-                    req.ttl_ms.map(|t| t as i64),
-                    expires_at,
-                    to_json(&req.labels)
-                ])?;
+            let expires_at = req.ttl_ms.map(|t| ctx.now().saturating_add(t as i64));
+            ctx.insert_claim(NewClaim {
+                volume,
+                request: req,
+                state,
+                expires_at,
+            })?;
             let mut message = format!("{} claim recorded", req.mode.as_str());
             if let Some(t) = req.ttl_ms {
                 message.push_str(&format!(
@@ -416,9 +408,9 @@ pub fn create_claim(
                 message.push_str(&format!("; queued: {why}"));
             }
             let kind = if state == ClaimState::Queued {
-                "claim-queued"
+                EventKind::ClaimQueued
             } else {
-                "claim-created"
+                EventKind::ClaimCreated
             };
             event(
                 ctx,
@@ -434,20 +426,20 @@ pub fn create_claim(
             } else {
                 advance_volume(ctx, volume, limits)?;
             }
-            let c = ClaimRow::load(ctx.tx, volume, &req.alloc)?.expect("just inserted");
-            Ok((c.to_api_at(ctx.tx)?, true))
+            let c = ctx.claim(volume, &req.alloc)?.expect("just inserted");
+            Ok((ctx.claim_to_api(&c)?, true))
         }
     }
 }
 
 /// `DELETE /v1/volumes/{name}/claims/{alloc}`: starts the release; idempotent.
 pub fn release_claim(
-    ctx: &mut WriteCtx<'_>,
+    ctx: &mut impl Txn,
     volume: &str,
     alloc: &str,
     actor: &str,
 ) -> ApiResult<api::Claim> {
-    let c = ClaimRow::load(ctx.tx, volume, alloc)?.ok_or_else(|| {
+    let c = ctx.claim(volume, alloc)?.ok_or_else(|| {
         ApiError::not_found(format!(
             "alloc `{alloc}` holds no claim on volume `{volume}`"
         ))
@@ -458,7 +450,7 @@ pub fn release_claim(
             delete_claim(ctx, &c)?;
             event(
                 ctx,
-                "claim-dequeued",
+                EventKind::ClaimDequeued,
                 Some(volume),
                 Some(&c.node),
                 Some(alloc),
@@ -479,7 +471,7 @@ pub fn release_claim(
             set_claim_state(ctx, &c, ClaimState::Releasing)?;
             event(
                 ctx,
-                "claim-releasing",
+                EventKind::ClaimReleasing,
                 Some(volume),
                 Some(&c.node),
                 Some(alloc),
@@ -488,7 +480,37 @@ pub fn release_claim(
             )?;
         }
     }
-    Ok(ClaimRow::load(ctx.tx, volume, alloc)?
-        .expect("still there")
-        .to_api())
+    Ok(ctx.claim(volume, alloc)?.expect("still there").to_api())
+}
+
+/// `POST /v1/volumes/{name}/claims` with `dry_run`: what recording the claim would do,
+/// changing nothing. A refusal is the answer, not an error; only a failure to read the
+/// state is an error.
+pub fn claim_dry_run(
+    conn: &(impl Snapshot + ?Sized),
+    volume: &str,
+    req: &ClaimRequest,
+) -> ApiResult<ClaimDryRun> {
+    let (existing, state) = match evaluate_claim(conn, volume, req) {
+        Ok(ClaimDecision::Existing(claim)) => (true, claim.state),
+        Ok(ClaimDecision::Queue(_)) => (false, ClaimState::Queued),
+        Ok(ClaimDecision::New) => (false, initial_state(conn, volume, &req.node)?),
+        Err(e) if matches!(e.code, ErrorCode::Internal | ErrorCode::Unavailable) => {
+            return Err(e);
+        }
+        Err(e) => {
+            return Ok(ClaimDryRun {
+                accepted: false,
+                existing: false,
+                state: None,
+                error: Some(e.body()),
+            });
+        }
+    };
+    Ok(ClaimDryRun {
+        accepted: true,
+        existing,
+        state: Some(state),
+        error: None,
+    })
 }

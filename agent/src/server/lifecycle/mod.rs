@@ -11,11 +11,11 @@
 //! the next step is what keeps the lifecycle consistent.
 
 use csivol_proto::api::{AttachmentState, ClaimState, PluginError};
-use rusqlite::{Connection, params};
 
-use super::db::WriteCtx;
 use super::error::ApiResult;
+use super::kinds::EventKind;
 use super::model::ClaimRow;
+use super::store::{Event, Txn};
 use super::watch::Key;
 
 mod attachments;
@@ -28,10 +28,10 @@ mod reports;
 mod volumes;
 
 pub use attachments::advance_volume;
-pub use claims::{ClaimDecision, create_claim, evaluate_claim, initial_state, release_claim};
+pub use claims::{claim_dry_run, create_claim, release_claim};
 pub use desired::desired_state;
-pub use nodes::{claims_of_node, mark_lost, register_node};
-pub use operator::{detach, unblock_node, unblock_volume};
+pub use nodes::{mark_lost, register_node};
+pub use operator::{detach, require_reason, unblock_node, unblock_volume};
 pub use ops::{plugins_with_due_ops, schedule_ops};
 pub use reports::apply_reports;
 pub use volumes::{create_volume, deregister_volume, register_volume, volume_view};
@@ -44,9 +44,10 @@ pub struct Limits {
     pub metrics: std::sync::Arc<super::metrics::Metrics>,
 }
 
+/// Appends an entry to the event log; logged once committed.
 pub fn event(
-    ctx: &mut WriteCtx<'_>,
-    kind: &str,
+    ctx: &mut impl Txn,
+    kind: EventKind,
     volume: Option<&str>,
     node: Option<&str>,
     alloc: Option<&str>,
@@ -54,102 +55,71 @@ pub fn event(
     message: impl Into<String>,
 ) -> ApiResult<()> {
     let message = message.into();
-    ctx.tx.prepare_cached(
-        "INSERT INTO events (at, kind, volume, node, alloc, actor, message) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-    )?
-    .execute(params![ctx.now, kind, volume, node, alloc, actor, message])?;
+    ctx.append_event(Event {
+        kind,
+        volume,
+        node,
+        alloc,
+        actor,
+        message: &message,
+    })?;
     ctx.touch(Key::Events);
     // Logged once committed: a change that was rolled back never happened.
     let (kind, volume, node, alloc, actor) = (
-        kind.to_owned(),
+        kind.as_str(),
         volume.map(str::to_owned),
         node.map(str::to_owned),
         alloc.map(str::to_owned),
         actor.to_owned(),
     );
-    ctx.after_commit(move || {
+    ctx.after_commit(Box::new(move || {
         tracing::info!(kind, volume, node, alloc, actor, "{message}");
-    });
+    }));
     Ok(())
 }
 
-/// Runs one statement through the connection's statement cache: the same few statements
-/// run for every claim, and preparing them each time would cost more than running them.
-fn exec(
-    conn: &Connection,
-    sql: &str,
-    params: impl rusqlite::Params,
-) -> ApiResult<usize> {
-    Ok(conn.prepare_cached(sql)?.execute(params)?)
-}
-
-fn touch_volume(ctx: &mut WriteCtx<'_>, volume: &str) -> ApiResult<()> {
-    ctx.tx
-        .prepare_cached("UPDATE volumes SET modify_index = ?1, updated_at = ?2 WHERE name = ?3")?
-        .execute(params![ctx.index as i64, ctx.now, volume])?;
+/// Stamps the volume changed and wakes its watchers.
+fn touch_volume(ctx: &mut impl Txn, volume: &str) -> ApiResult<()> {
+    ctx.stamp_volume(volume)?;
     ctx.touch(Key::Volume(volume.to_owned()));
     Ok(())
 }
 
-fn set_claim_state(
-    ctx: &mut WriteCtx<'_>,
-    c: &ClaimRow,
-    state: ClaimState,
-) -> ApiResult<()> {
-    ctx.tx
-        .prepare_cached(
-            "UPDATE claims SET state = ?1, updated_at = ?2, modify_index = ?3, \
-             error = CASE WHEN ?1 IN ('ready', 'releasing') THEN NULL ELSE error END, \
-             next_retry_at = CASE WHEN ?1 IN ('ready', 'releasing', 'failed', 'blocked') THEN NULL ELSE next_retry_at END, \
-             waiting = CASE WHEN ?1 = 'publishing' THEN waiting END, \
-             waiting_since = CASE WHEN ?1 = 'publishing' THEN waiting_since END, \
-             waiting_timeout_ms = CASE WHEN ?1 = 'publishing' THEN waiting_timeout_ms END, \
-             condition = CASE WHEN ?1 IN ('ready', 'publishing', 'blocked') THEN condition END \
-             WHERE volume = ?4 AND alloc = ?5",
-        )?
-        .execute(params![state.as_str(), ctx.now, ctx.index as i64, c.volume, c.alloc])?;
+fn set_claim_state(ctx: &mut impl Txn, c: &ClaimRow, state: ClaimState) -> ApiResult<()> {
+    ctx.set_claim_state(&c.volume, &c.alloc, state)?;
     ctx.touch(Key::Node(c.node.clone()));
     touch_volume(ctx, &c.volume)
 }
 
 /// Starts releasing a claim through its node (for a lease that ran out).
-pub fn begin_release(ctx: &mut WriteCtx<'_>, c: &ClaimRow) -> ApiResult<()> {
+pub fn begin_release(ctx: &mut impl Txn, c: &ClaimRow) -> ApiResult<()> {
     set_claim_state(ctx, c, ClaimState::Releasing)
 }
 
 /// Forgets a claim that holds nothing (a queued one).
-pub fn remove_claim(ctx: &mut WriteCtx<'_>, c: &ClaimRow) -> ApiResult<()> {
+pub fn remove_claim(ctx: &mut impl Txn, c: &ClaimRow) -> ApiResult<()> {
     delete_claim(ctx, c)
 }
 
-fn delete_claim(ctx: &mut WriteCtx<'_>, c: &ClaimRow) -> ApiResult<()> {
-    ctx.tx
-        .prepare_cached("DELETE FROM claims WHERE volume = ?1 AND alloc = ?2")?
-        .execute(params![c.volume, c.alloc])?;
+fn delete_claim(ctx: &mut impl Txn, c: &ClaimRow) -> ApiResult<()> {
+    ctx.delete_claim(&c.volume, &c.alloc)?;
     ctx.touch(Key::Node(c.node.clone()));
     touch_volume(ctx, &c.volume)
 }
 
 fn set_attachment_state(
-    ctx: &mut WriteCtx<'_>,
+    ctx: &mut impl Txn,
     volume: &str,
     node: &str,
     state: AttachmentState,
 ) -> ApiResult<()> {
-    ctx.tx
-        .prepare_cached(
-            "UPDATE attachments SET state = ?1, updated_at = ?2, error = NULL, next_retry_at = NULL \
-             WHERE volume = ?3 AND node = ?4",
-        )?
-        .execute(params![state.as_str(), ctx.now, volume, node])?;
+    ctx.set_attachment_state(volume, node, state)?;
     ctx.touch(Key::Node(node.to_owned()));
     touch_volume(ctx, volume)
 }
 
-fn delete_attachment(ctx: &mut WriteCtx<'_>, volume: &str, node: &str) -> ApiResult<()> {
-    ctx.tx
-        .prepare_cached("DELETE FROM attachments WHERE volume = ?1 AND node = ?2")?
-        .execute(params![volume, node])?;
+fn delete_attachment(ctx: &mut impl Txn, volume: &str, node: &str) -> ApiResult<()> {
+    ctx.delete_attachment(volume, node)?;
     ctx.touch(Key::Node(node.to_owned()));
     touch_volume(ctx, volume)
 }

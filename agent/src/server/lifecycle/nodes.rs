@@ -6,20 +6,20 @@ use std::collections::BTreeSet;
 use csivol_proto::api::{
     AttachmentState, ClaimRef, ClaimState, NodeStatus, RegisterRequest, validate_name,
 };
-use rusqlite::{Connection, params};
 
 use super::attachments::advance_volume;
 use super::ops::schedule_ops;
 use super::reports::DRIFT;
-use super::{Limits, delete_claim, event, exec, list_or, set_attachment_state, set_claim_state};
-use crate::server::db::WriteCtx;
+use super::{Limits, delete_claim, event, list_or, set_attachment_state, set_claim_state};
 use crate::server::error::{ApiError, ApiResult};
-use crate::server::model::{ClaimRow, NodePluginRow, NodeRow, VolumeRow, to_json};
+use crate::server::kinds::{EventKind, OpKind};
+use crate::server::model::ClaimRow;
+use crate::server::store::{Snapshot, Txn};
 use crate::server::watch::Key;
 
 /// `POST /v1/nodes/{node}/register`. Returns whether the node had been lost.
 pub fn register_node(
-    ctx: &mut WriteCtx<'_>,
+    ctx: &mut impl Txn,
     node: &str,
     req: &RegisterRequest,
     limits: &Limits,
@@ -35,51 +35,19 @@ pub fn register_node(
             )));
         }
     }
-    let existing = NodeRow::load(ctx.tx, node)?;
+    let existing = ctx.node(node)?;
     let was_lost = existing
         .as_ref()
         .is_some_and(|n| n.status == NodeStatus::Lost);
     let was_fenced = existing
         .as_ref()
         .is_some_and(|n| n.status == NodeStatus::Fenced);
-    exec(
-        ctx.tx,
-        "INSERT INTO nodes (name, status, registered_at, fence_after_ms, labels) VALUES (?1, 'ready', ?2, ?3, ?4) \
-         ON CONFLICT (name) DO UPDATE SET status = 'ready', lost_at = NULL, fence_after_ms = ?3, labels = ?4, \
-         fence_failures = 0, fence_error = NULL",
-        params![
-            node,
-            ctx.now,
-            req.fence_after_ms.map(|v| v as i64),
-            to_json(&req.labels)
-        ],
-    )?;
-    let old_plugins: BTreeSet<String> = NodePluginRow::of_node(ctx.tx, node)?
+    let old_plugins: BTreeSet<String> = ctx
+        .node_plugins(node)?
         .into_iter()
         .map(|p| p.plugin)
         .collect();
-    ctx.tx
-        .execute("DELETE FROM node_plugins WHERE node = ?1", [node])?;
-    for p in &req.plugins {
-        let node_part = p.node.as_ref();
-        exec(
-            ctx.tx,
-            "INSERT INTO node_plugins (node, plugin, registration, csi_node_id, max_volumes, node_service, controller, \
-             controller_service, controller_publish, stage_unstage) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-            params![
-                node,
-                p.id,
-                to_json(p),
-                node_part.map(|n| n.info.node_id.clone()),
-                node_part.map_or(0, |n| n.info.max_volumes_per_node),
-                node_part.is_some(),
-                p.controller.is_some(),
-                p.capabilities.controller_service,
-                p.controller.is_some_and(|c| c.publish_unpublish_volume),
-                node_part.is_some_and(|n| n.capabilities.stage_unstage_volume),
-            ],
-        )?;
-    }
+    ctx.register_node(node, req.fence_after_ms, &req.labels, &req.plugins)?;
     ctx.touch(Key::Node(node.to_owned()));
     if was_fenced {
         // Its claims were force-released by the fence's unblock: nothing is resumed.
@@ -88,7 +56,7 @@ pub fn register_node(
         return_from_loss(ctx, node, &req.published, limits)?;
         event(
             ctx,
-            "node-returned",
+            EventKind::NodeReturned,
             None,
             Some(node),
             None,
@@ -105,7 +73,7 @@ pub fn register_node(
         let names: Vec<_> = req.plugins.iter().map(|p| p.id.as_str()).collect();
         event(
             ctx,
-            "node-registered",
+            EventKind::NodeRegistered,
             None,
             Some(node),
             None,
@@ -132,12 +100,12 @@ pub fn register_node(
 /// operator released meanwhile is not in its desired state any more, so the node takes it
 /// down; that is recorded here. Blocked attachments resume their normal lifecycle.
 pub(super) fn return_from_loss(
-    ctx: &mut WriteCtx<'_>,
+    ctx: &mut impl Txn,
     node: &str,
     published: &[ClaimRef],
     limits: &Limits,
 ) -> ApiResult<()> {
-    let blocked = claims_of_node(ctx.tx, node, Some(ClaimState::Blocked))?;
+    let blocked = ctx.claims_of_node(node, Some(ClaimState::Blocked))?;
     let still_published = |c: &ClaimRow| {
         published
             .iter()
@@ -149,14 +117,14 @@ pub(super) fn return_from_loss(
             set_claim_state(ctx, c, ClaimState::Releasing)?;
             event(
                 ctx,
-                "claim-releasing",
+                EventKind::ClaimReleasing,
                 Some(&c.volume),
                 Some(node),
                 Some(&c.alloc),
                 &format!("node:{node}"),
                 "node came back: releasing the claim whose release was under way when the node was lost",
             )?;
-        } else if crate::server::leases::expires(ClaimState::Ready, c.expires_at, ctx.now) {
+        } else if crate::server::leases::expires(ClaimState::Ready, c.expires_at, ctx.now()) {
             // Its lease ran out while the node was away: released the normal way, through
             // the node (which takes down whatever it still has).
             crate::server::leases::release_expired(ctx, c)?;
@@ -178,7 +146,7 @@ pub(super) fn return_from_loss(
             set_claim_state(ctx, c, state)?;
             event(
                 ctx,
-                "claim-resumed",
+                EventKind::ClaimResumed,
                 Some(&c.volume),
                 Some(node),
                 Some(&c.alloc),
@@ -189,7 +157,7 @@ pub(super) fn return_from_loss(
             delete_claim(ctx, c)?;
             event(
                 ctx,
-                "claim-released",
+                EventKind::ClaimReleased,
                 Some(&c.volume),
                 Some(node),
                 Some(&c.alloc),
@@ -200,11 +168,13 @@ pub(super) fn return_from_loss(
         volumes.insert(c.volume.clone());
     }
     for p in published {
-        let kept = ClaimRow::load(ctx.tx, &p.volume, &p.alloc)?.is_some_and(|c| c.node == node);
-        if !kept && VolumeRow::load(ctx.tx, &p.volume)?.is_some() {
+        let kept = ctx
+            .claim(&p.volume, &p.alloc)?
+            .is_some_and(|c| c.node == node);
+        if !kept && ctx.volume(&p.volume)?.is_some() {
             event(
                 ctx,
-                "claim-taken-down",
+                EventKind::ClaimTakenDown,
                 Some(&p.volume),
                 Some(node),
                 Some(&p.alloc),
@@ -213,12 +183,8 @@ pub(super) fn return_from_loss(
             )?;
         }
     }
-    let atts: Vec<String> = ctx
-        .tx
-        .prepare_cached("SELECT volume FROM attachments WHERE node = ?1 AND state = 'blocked'")?
-        .query_map([node], |r| r.get(0))?
-        .collect::<Result<_, _>>()?;
-    for v in atts {
+    let blocked_atts = attachments_in(ctx, node, &[AttachmentState::Blocked])?;
+    for v in blocked_atts {
         set_attachment_state(ctx, &v, node, AttachmentState::Attached)?;
         volumes.insert(v);
     }
@@ -232,12 +198,12 @@ pub(super) fn return_from_loss(
 /// it does not report is not ready any more (its agent restarted without the mount, or the
 /// node was taken down): it is publishing again, and its drift is recorded.
 pub(super) fn not_mounted_any_more(
-    ctx: &mut WriteCtx<'_>,
+    ctx: &mut impl Txn,
     node: &str,
     published: &[ClaimRef],
     limits: &Limits,
 ) -> ApiResult<()> {
-    for c in claims_of_node(ctx.tx, node, Some(ClaimState::Ready))? {
+    for c in ctx.claims_of_node(node, Some(ClaimState::Ready))? {
         if published
             .iter()
             .any(|p| p.volume == c.volume && p.alloc == c.alloc)
@@ -257,21 +223,17 @@ pub(super) fn not_mounted_any_more(
 /// A ready claim is not mounted from its volume any more: it is publishing again, with
 /// why as its error, and the drift is an event.
 pub(super) fn record_drift(
-    ctx: &mut WriteCtx<'_>,
+    ctx: &mut impl Txn,
     c: &ClaimRow,
     reason: &str,
     limits: &Limits,
 ) -> ApiResult<()> {
     limits.metrics.claim_drifts.inc();
     set_claim_state(ctx, c, ClaimState::Publishing)?;
-    exec(
-        ctx.tx,
-        "UPDATE claims SET error = ?1 WHERE volume = ?2 AND alloc = ?3",
-        params![format!("{DRIFT}{reason}"), c.volume, c.alloc],
-    )?;
+    ctx.set_claim_error(&c.volume, &c.alloc, &format!("{DRIFT}{reason}"), None)?;
     event(
         ctx,
-        "claim-drift",
+        EventKind::ClaimDrift,
         Some(&c.volume),
         Some(&c.node),
         Some(&c.alloc),
@@ -280,79 +242,65 @@ pub(super) fn record_drift(
     )
 }
 
-pub fn claims_of_node(
-    conn: &Connection,
+/// The volumes attached to `node` in one of `states`.
+fn attachments_in(
+    ctx: &impl Snapshot,
     node: &str,
-    state: Option<ClaimState>,
-) -> ApiResult<Vec<ClaimRow>> {
-    let sql = format!(
-        "SELECT {} FROM claims WHERE node = ?1 AND (?2 IS NULL OR state = ?2) ORDER BY volume, alloc",
-        crate::server::model::CLAIM_COLUMNS
-    );
-    let mut stmt = conn.prepare_cached(&sql)?;
-    let rows = stmt
-        .query_map(params![node, state.map(|s| s.as_str())], ClaimRow::from_row)?
-        .collect::<Result<_, _>>()?;
-    Ok(rows)
+    states: &[AttachmentState],
+) -> ApiResult<Vec<String>> {
+    Ok(ctx
+        .attachments_of_node(node)?
+        .into_iter()
+        .filter(|a| states.contains(&a.state))
+        .map(|a| a.volume)
+        .collect())
 }
 
 /// The node missed its heartbeats: its claims and attachments are blocked, and controller
 /// operations it hosted go to another host.
 /// `why` opens the event (`no heartbeat for 30s`).
-pub fn mark_lost(ctx: &mut WriteCtx<'_>, node: &str, why: &str, limits: &Limits) -> ApiResult<()> {
-    let Some(n) = NodeRow::load(ctx.tx, node)? else {
+pub fn mark_lost(ctx: &mut impl Txn, node: &str, why: &str, limits: &Limits) -> ApiResult<()> {
+    let Some(n) = ctx.node(node)? else {
         return Ok(());
     };
     // A fenced node is off already: its volumes were unblocked, nothing is left to block.
     if n.status != NodeStatus::Ready {
         return Ok(());
     }
-    exec(
-        ctx.tx,
-        "UPDATE nodes SET status = 'lost', lost_at = ?1 WHERE name = ?2",
-        params![ctx.now, node],
-    )?;
+    ctx.set_node_status(node, NodeStatus::Lost)?;
     ctx.touch(Key::Node(node.to_owned()));
-    let claims = claims_of_node(ctx.tx, node, None)?;
+    let claims = ctx.claims_of_node(node, None)?;
     // A queued claim holds nothing: it stays in the queue (its lease, if any, runs on). A
     // claim being released (or cleaned up) when its node was lost stays released: when the
     // node returns it is taken down, not resumed.
     for c in &claims {
         if matches!(c.state, ClaimState::Releasing | ClaimState::Failed) {
-            exec(
-                ctx.tx,
-                "UPDATE claims SET release_pending = 1 WHERE volume = ?1 AND alloc = ?2",
-                params![c.volume, c.alloc],
-            )?;
+            ctx.set_claim_release_pending(&c.volume, &c.alloc)?;
         }
         if !matches!(c.state, ClaimState::Blocked | ClaimState::Queued) {
             set_claim_state(ctx, c, ClaimState::Blocked)?;
         }
     }
-    let atts: Vec<String> = ctx
-        .tx
-        .prepare_cached("SELECT volume FROM attachments WHERE node = ?1 AND state IN ('attaching', 'attached', 'unstaging')")?
-        .query_map([node], |r| r.get(0))?
-        .collect::<Result<_, _>>()?;
+    let atts = attachments_in(
+        ctx,
+        node,
+        &[
+            AttachmentState::Attaching,
+            AttachmentState::Attached,
+            AttachmentState::Unstaging,
+        ],
+    )?;
     for v in &atts {
         set_attachment_state(ctx, v, node, AttachmentState::Blocked)?;
         // A publish to a lost node is pointless; an unblock will unpublish whatever it did.
-        exec(
-            ctx.tx,
-            "DELETE FROM ops WHERE volume = ?1 AND kind = 'publish' AND node = ?2",
-            params![v, node],
-        )?;
+        ctx.delete_op_for(OpKind::Publish, v, node)?;
     }
-    let hosted: Vec<String> = ctx
-        .tx
-        .prepare_cached("SELECT DISTINCT plugin FROM ops WHERE host = ?1")?
-        .query_map([node], |r| r.get(0))?
-        .collect::<Result<_, _>>()?;
-    exec(
-        ctx.tx,
-        "UPDATE ops SET host = NULL, assigned_at = NULL WHERE host = ?1",
-        [node],
-    )?;
+    let hosted: BTreeSet<String> = ctx
+        .ops_of_host(node)?
+        .into_iter()
+        .map(|o| o.plugin)
+        .collect();
+    ctx.unassign_ops_of(node)?;
     let volumes: BTreeSet<&str> = claims
         .iter()
         .map(|c| c.volume.as_str())
@@ -360,7 +308,7 @@ pub fn mark_lost(ctx: &mut WriteCtx<'_>, node: &str, why: &str, limits: &Limits)
         .collect();
     event(
         ctx,
-        "node-lost",
+        EventKind::NodeLost,
         None,
         Some(node),
         None,
@@ -379,7 +327,7 @@ pub fn mark_lost(ctx: &mut WriteCtx<'_>, node: &str, why: &str, limits: &Limits)
             .collect();
         event(
             ctx,
-            "volume-blocked",
+            EventKind::VolumeBlocked,
             Some(v),
             Some(node),
             None,

@@ -1,23 +1,37 @@
 //! Operators' actions: unblock (of a volume or a whole node) and detach, each with a dry
 //! run.
 
+use std::collections::BTreeSet;
+
 use csivol_proto::api::{self, ActionPlan, AttachmentState, ClaimState, NodeStatus, PlannedAction};
-use rusqlite::Connection;
 
 use super::attachments::{advance_volume, begin_detach};
 use super::{Limits, delete_claim, event, set_claim_state};
-use crate::server::db::WriteCtx;
 use crate::server::error::{ApiError, ApiResult};
-use crate::server::model::{AttachmentRow, ClaimRow, NodeRow, VolumeRow, time};
+use crate::server::kinds::EventKind;
+use crate::server::model::{AttachmentRow, ClaimRow, time};
+use crate::server::store::{Snapshot, Txn};
 
-pub(super) fn lost_since(conn: &Connection, node: &str) -> ApiResult<Option<String>> {
-    Ok(NodeRow::load(conn, node)?.and_then(|n| n.lost_at).map(time))
+/// An operator's action goes into the event log with why; a dry run records nothing, so
+/// it needs no reason.
+pub fn require_reason(reason: &str, dry_run: bool) -> ApiResult<()> {
+    if !dry_run && reason.trim().is_empty() {
+        return Err(
+            ApiError::invalid("`reason` is required: say why, it goes into the event log")
+                .with_hint("e.g. --reason \"node-2 powered off in rack 4\""),
+        );
+    }
+    Ok(())
+}
+
+pub(super) fn lost_since(conn: &(impl Snapshot + ?Sized), node: &str) -> ApiResult<Option<String>> {
+    Ok(conn.node(node)?.and_then(|n| n.lost_at).map(time))
 }
 
 /// Plans (and unless `dry_run`, carries out) the unblock of `volume`, on `node` or on every
 /// node holding it blocked.
 pub fn unblock_volume(
-    ctx: &mut WriteCtx<'_>,
+    ctx: &mut impl Txn,
     volume: &str,
     node: Option<&str>,
     reason: &str,
@@ -25,16 +39,19 @@ pub fn unblock_volume(
     actor: &str,
     limits: &Limits,
 ) -> ApiResult<ActionPlan> {
-    let v = VolumeRow::require(ctx.tx, volume)?;
+    require_reason(reason, dry_run)?;
+    let v = ctx.require_volume(volume)?;
     if let Some(n) = node {
-        NodeRow::require(ctx.tx, n)?;
+        ctx.require_node(n)?;
     }
     let on_node = |n: &str| node.is_none_or(|want| want == n);
-    let claims: Vec<ClaimRow> = ClaimRow::of_volume(ctx.tx, volume)?
+    let claims: Vec<ClaimRow> = ctx
+        .claims_of_volume(volume)?
         .into_iter()
         .filter(|c| c.state == ClaimState::Blocked && on_node(&c.node))
         .collect();
-    let atts: Vec<AttachmentRow> = AttachmentRow::of_volume(ctx.tx, volume)?
+    let atts: Vec<AttachmentRow> = ctx
+        .attachments_of_volume(volume)?
         .into_iter()
         .filter(|a| a.state == AttachmentState::Blocked && on_node(&a.node))
         .collect();
@@ -52,7 +69,7 @@ pub fn unblock_volume(
             volume: volume.to_owned(),
             node: c.node.clone(),
             alloc: Some(c.alloc.clone()),
-            lost_since: lost_since(ctx.tx, &c.node)?,
+            lost_since: lost_since(&*ctx, &c.node)?,
         });
     }
     for a in &atts {
@@ -61,7 +78,7 @@ pub fn unblock_volume(
             volume: volume.to_owned(),
             node: a.node.clone(),
             alloc: None,
-            lost_since: lost_since(ctx.tx, &a.node)?,
+            lost_since: lost_since(&*ctx, &a.node)?,
         });
     }
     if dry_run {
@@ -71,7 +88,7 @@ pub fn unblock_volume(
         delete_claim(ctx, c)?;
         event(
             ctx,
-            "claim-force-released",
+            EventKind::ClaimForceReleased,
             Some(volume),
             Some(&c.node),
             Some(&c.alloc),
@@ -83,7 +100,7 @@ pub fn unblock_volume(
         begin_detach(ctx, &v, &a.node, true, limits)?;
         event(
             ctx,
-            "volume-force-detaching",
+            EventKind::VolumeForceDetaching,
             Some(volume),
             Some(&a.node),
             None,
@@ -93,7 +110,7 @@ pub fn unblock_volume(
     }
     event(
         ctx,
-        "volume-unblocked",
+        EventKind::VolumeUnblocked,
         Some(volume),
         node,
         None,
@@ -106,22 +123,26 @@ pub fn unblock_volume(
 
 /// Unblocks every volume blocked on `node`.
 pub fn unblock_node(
-    ctx: &mut WriteCtx<'_>,
+    ctx: &mut impl Txn,
     node: &str,
     reason: &str,
     dry_run: bool,
     actor: &str,
     limits: &Limits,
 ) -> ApiResult<ActionPlan> {
-    NodeRow::require(ctx.tx, node)?;
-    let volumes: Vec<String> = ctx
-        .tx
-        .prepare_cached(
-            "SELECT volume FROM claims WHERE node = ?1 AND state = 'blocked' \
-             UNION SELECT volume FROM attachments WHERE node = ?1 AND state = 'blocked' ORDER BY 1",
-        )?
-        .query_map([node], |r| r.get(0))?
-        .collect::<Result<_, _>>()?;
+    require_reason(reason, dry_run)?;
+    ctx.require_node(node)?;
+    let claims = ctx.claims_of_node(node, Some(ClaimState::Blocked))?;
+    let atts = ctx.attachments_of_node(node)?;
+    let volumes: BTreeSet<String> = claims
+        .into_iter()
+        .map(|c| c.volume)
+        .chain(
+            atts.into_iter()
+                .filter(|a| a.state == AttachmentState::Blocked)
+                .map(|a| a.volume),
+        )
+        .collect();
     if volumes.is_empty() {
         return Err(
             ApiError::conflict(format!("node `{node}` holds no blocked volume"))
@@ -139,7 +160,7 @@ pub fn unblock_node(
 /// `POST /v1/volumes/{name}/detach`: releases every claim of the volume on a live node
 /// through the node; on a lost node, `force` is an unblock.
 pub fn detach(
-    ctx: &mut WriteCtx<'_>,
+    ctx: &mut impl Txn,
     volume: &str,
     req: &api::DetachRequest,
     actor: &str,
@@ -151,8 +172,9 @@ pub fn detach(
         req.force,
         req.dry_run,
     );
-    VolumeRow::require(ctx.tx, volume)?;
-    let n = NodeRow::require(ctx.tx, node)?;
+    require_reason(reason, dry_run)?;
+    ctx.require_volume(volume)?;
+    let n = ctx.require_node(node)?;
     if n.status == NodeStatus::Lost {
         if !force {
             return Err(ApiError::blocked(format!(
@@ -170,7 +192,8 @@ pub fn detach(
             "detach through the node: csivol detach {volume} --node {node} --reason \"...\""
         )));
     }
-    let claims: Vec<ClaimRow> = ClaimRow::of_volume(ctx.tx, volume)?
+    let claims: Vec<ClaimRow> = ctx
+        .claims_of_volume(volume)?
         .into_iter()
         .filter(|c| {
             c.node == node && !matches!(c.state, ClaimState::Releasing | ClaimState::Failed)
@@ -193,7 +216,7 @@ pub fn detach(
         set_claim_state(ctx, c, ClaimState::Releasing)?;
         event(
             ctx,
-            "claim-releasing",
+            EventKind::ClaimReleasing,
             Some(volume),
             Some(node),
             Some(&c.alloc),
@@ -203,7 +226,7 @@ pub fn detach(
     }
     event(
         ctx,
-        "volume-detach",
+        EventKind::VolumeDetach,
         Some(volume),
         Some(node),
         None,

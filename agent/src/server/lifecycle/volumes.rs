@@ -3,13 +3,13 @@
 use std::collections::BTreeMap;
 
 use csivol_proto::api::{self, CreateVolumeSpec, VolumeSpec, validate_name};
-use rusqlite::{Connection, params};
 
-use super::ops::{insert_op, schedule_ops};
-use super::{Limits, event, exec};
-use crate::server::db::WriteCtx;
+use super::ops::schedule_ops;
+use super::{Limits, event};
 use crate::server::error::{ApiError, ApiResult};
-use crate::server::model::{AttachmentRow, ClaimRow, Lifecycle, VolumeRow, to_json};
+use crate::server::kinds::{EventKind, OpKind};
+use crate::server::model::{ClaimRow, Lifecycle, VolumeRow};
+use crate::server::store::{Snapshot, Txn};
 use crate::server::watch::Key;
 
 pub(super) fn check_spec_names(
@@ -30,43 +30,17 @@ pub(super) fn check_spec_names(
     Ok(())
 }
 
-pub(super) fn insert_volume(ctx: &mut WriteCtx<'_>, v: &VolumeRow) -> ApiResult<()> {
-    let secrets = crate::server::secrets::seal(&v.name, &v.secrets).map_err(ApiError::internal)?;
-    exec(
-        ctx.tx,
-        "INSERT INTO volumes (name, plugin, external_id, access_mode, attachment, fs_type, mount_flags, context, \
-         parameters, secrets, capacity_bytes, lifecycle, error, created_at, updated_at, modify_index) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?14, ?15) \
-         ON CONFLICT (name) DO UPDATE SET plugin = ?2, external_id = ?3, access_mode = ?4, attachment = ?5, \
-         fs_type = ?6, mount_flags = ?7, context = ?8, parameters = ?9, secrets = ?10, capacity_bytes = ?11, \
-         lifecycle = ?12, error = ?13, updated_at = ?14, modify_index = ?15",
-        params![
-            v.name,
-            v.plugin,
-            v.external_id,
-            v.access_mode.as_str(),
-            v.attachment.as_str(),
-            v.fs_type,
-            to_json(&v.mount_flags),
-            to_json(&v.context),
-            to_json(&v.parameters),
-            secrets,
-            v.capacity_bytes.map(|c| c as i64),
-            v.lifecycle.as_str(),
-            v.error,
-            ctx.now,
-            ctx.index as i64,
-        ],
-    )?;
+fn insert_volume(ctx: &mut impl Txn, v: &VolumeRow) -> ApiResult<()> {
+    ctx.put_volume(v)?;
     ctx.touch(Key::Volume(v.name.clone()));
     Ok(())
 }
 
 /// Full view of a volume inside a transaction.
-pub fn volume_view(conn: &Connection, name: &str) -> ApiResult<api::Volume> {
-    let v = VolumeRow::require(conn, name)?;
-    let claims = ClaimRow::of_volume(conn, name)?;
-    let atts = AttachmentRow::of_volume(conn, name)?;
+pub fn volume_view(conn: &(impl Snapshot + ?Sized), name: &str) -> ApiResult<api::Volume> {
+    let v = conn.require_volume(name)?;
+    let claims = conn.claims_of_volume(name)?;
+    let atts = conn.attachments_of_volume(name)?;
     Ok(v.to_api(&claims, &atts))
 }
 
@@ -80,7 +54,7 @@ pub(super) fn claims_in_the_way(claims: &[ClaimRow]) -> String {
 
 /// `PUT /v1/volumes/{name}`: returns the volume and whether it was new or changed.
 pub fn register_volume(
-    ctx: &mut WriteCtx<'_>,
+    ctx: &mut impl Txn,
     name: &str,
     spec: VolumeSpec,
     actor: &str,
@@ -97,7 +71,7 @@ pub fn register_volume(
             "`external_id` is required: the plugin's id for the volume",
         ));
     }
-    let existing = VolumeRow::load(ctx.tx, name)?;
+    let existing = ctx.volume(name)?;
     let row = VolumeRow {
         name: name.to_owned(),
         plugin: spec.plugin,
@@ -112,9 +86,9 @@ pub fn register_volume(
         capacity_bytes: existing.as_ref().and_then(|e| e.capacity_bytes),
         lifecycle: Lifecycle::Ready,
         error: None,
-        created_at: ctx.now,
-        updated_at: ctx.now,
-        modify_index: ctx.index,
+        created_at: ctx.now(),
+        updated_at: ctx.now(),
+        modify_index: ctx.index(),
     };
     if let Some(e) = &existing {
         let same = e.plugin == row.plugin
@@ -128,7 +102,7 @@ pub fn register_volume(
             && e.secrets == row.secrets
             && e.lifecycle == Lifecycle::Ready;
         if same {
-            return Ok((volume_view(ctx.tx, name)?, false));
+            return Ok((volume_view(ctx, name)?, false));
         }
         if e.lifecycle != Lifecycle::Ready {
             return Err(ApiError::conflict(format!(
@@ -136,8 +110,8 @@ pub fn register_volume(
                 e.lifecycle.as_str()
             )));
         }
-        let claims = ClaimRow::of_volume(ctx.tx, name)?;
-        let atts = AttachmentRow::of_volume(ctx.tx, name)?;
+        let claims = ctx.claims_of_volume(name)?;
+        let atts = ctx.attachments_of_volume(name)?;
         if !claims.is_empty() || !atts.is_empty() {
             return Err(ApiError::conflict(format!(
                 "volume `{name}` is registered with a different spec and is in use: {}",
@@ -153,27 +127,27 @@ pub fn register_volume(
         }
     }
     insert_volume(ctx, &row)?;
-    let verb = if existing.is_some() {
-        "updated"
+    let (verb, kind) = if existing.is_some() {
+        ("updated", EventKind::VolumeUpdated)
     } else {
-        "registered"
+        ("registered", EventKind::VolumeRegistered)
     };
     event(
         ctx,
-        &format!("volume-{verb}"),
+        kind,
         Some(name),
         None,
         None,
         actor,
         format!("volume {verb} (plugin {}, {})", row.plugin, row.access_mode),
     )?;
-    Ok((volume_view(ctx.tx, name)?, true))
+    Ok((volume_view(ctx, name)?, true))
 }
 
 /// `POST /v1/volumes/{name}/create`: records the volume as `creating` and queues
 /// CreateVolume. Returns the volume and whether the request started something.
 pub fn create_volume(
-    ctx: &mut WriteCtx<'_>,
+    ctx: &mut impl Txn,
     name: &str,
     spec: CreateVolumeSpec,
     actor: &str,
@@ -186,7 +160,7 @@ pub fn create_volume(
         &spec.fs_type,
         &spec.mount_flags,
     )?;
-    if let Some(e) = VolumeRow::load(ctx.tx, name)? {
+    if let Some(e) = ctx.volume(name)? {
         let same = e.plugin == spec.plugin
             && e.access_mode == spec.access_mode
             && e.attachment == spec.attachment
@@ -194,7 +168,7 @@ pub fn create_volume(
             && (spec.capacity_bytes == 0
                 || e.capacity_bytes.is_none_or(|c| c >= spec.capacity_bytes));
         if same && matches!(e.lifecycle, Lifecycle::Creating | Lifecycle::Ready) {
-            return Ok((volume_view(ctx.tx, name)?, false));
+            return Ok((volume_view(ctx, name)?, false));
         }
         if e.lifecycle != Lifecycle::Failed {
             return Err(ApiError::conflict(format!(
@@ -219,15 +193,14 @@ pub fn create_volume(
         capacity_bytes: (spec.capacity_bytes > 0).then_some(spec.capacity_bytes),
         lifecycle: Lifecycle::Creating,
         error: None,
-        created_at: ctx.now,
-        updated_at: ctx.now,
-        modify_index: ctx.index,
+        created_at: ctx.now(),
+        updated_at: ctx.now(),
+        modify_index: ctx.index(),
     };
     insert_volume(ctx, &row)?;
     let payload = serde_json::json!({ "capacity_bytes": spec.capacity_bytes });
-    insert_op(
-        ctx,
-        "create",
+    ctx.queue_op(
+        OpKind::Create,
         &spec.plugin,
         name,
         None,
@@ -235,7 +208,7 @@ pub fn create_volume(
     )?;
     event(
         ctx,
-        "volume-creating",
+        EventKind::VolumeCreating,
         Some(name),
         None,
         None,
@@ -243,20 +216,20 @@ pub fn create_volume(
         format!("CreateVolume requested from plugin {}", spec.plugin),
     )?;
     schedule_ops(ctx, &spec.plugin, limits)?;
-    Ok((volume_view(ctx.tx, name)?, true))
+    Ok((volume_view(ctx, name)?, true))
 }
 
 /// `DELETE /v1/volumes/{name}`: removes the record (`None`), or with `delete` queues
 /// DeleteVolume and returns the volume in `deleting`.
 pub fn deregister_volume(
-    ctx: &mut WriteCtx<'_>,
+    ctx: &mut impl Txn,
     name: &str,
     delete: bool,
     actor: &str,
     limits: &Limits,
 ) -> ApiResult<Option<api::Volume>> {
-    let v = VolumeRow::require(ctx.tx, name)?;
-    let claims = ClaimRow::of_volume(ctx.tx, name)?;
+    let v = ctx.require_volume(name)?;
+    let claims = ctx.claims_of_volume(name)?;
     if !claims.is_empty() {
         return Err(ApiError::conflict(format!(
             "volume `{name}` is claimed: {}",
@@ -266,7 +239,7 @@ pub fn deregister_volume(
             "release the claims first (`csivol release {name} --alloc ALLOC`)"
         )));
     }
-    let atts = AttachmentRow::of_volume(ctx.tx, name)?;
+    let atts = ctx.attachments_of_volume(name)?;
     if !atts.is_empty() {
         let nodes: Vec<_> = atts
             .iter()
@@ -288,16 +261,12 @@ pub fn deregister_volume(
         Lifecycle::Ready | Lifecycle::Failed => {}
     }
     if delete && v.lifecycle == Lifecycle::Ready {
-        exec(
-            ctx.tx,
-            "UPDATE volumes SET lifecycle = 'deleting', error = NULL, updated_at = ?1, modify_index = ?2 WHERE name = ?3",
-            params![ctx.now, ctx.index as i64, name],
-        )?;
+        ctx.set_volume_lifecycle(name, Lifecycle::Deleting, None)?;
         ctx.touch(Key::Volume(name.to_owned()));
-        insert_op(ctx, "delete", &v.plugin, name, None, "{}")?;
+        ctx.queue_op(OpKind::Delete, &v.plugin, name, None, "{}")?;
         event(
             ctx,
-            "volume-deleting",
+            EventKind::VolumeDeleting,
             Some(name),
             None,
             None,
@@ -305,16 +274,13 @@ pub fn deregister_volume(
             "DeleteVolume requested",
         )?;
         schedule_ops(ctx, &v.plugin, limits)?;
-        return Ok(Some(volume_view(ctx.tx, name)?));
+        return Ok(Some(volume_view(ctx, name)?));
     }
-    ctx.tx
-        .execute("DELETE FROM volumes WHERE name = ?1", [name])?;
-    ctx.tx
-        .execute("DELETE FROM ops WHERE volume = ?1", [name])?;
+    ctx.delete_volume(name)?;
     ctx.touch(Key::Volume(name.to_owned()));
     event(
         ctx,
-        "volume-deregistered",
+        EventKind::VolumeDeregistered,
         Some(name),
         None,
         None,
