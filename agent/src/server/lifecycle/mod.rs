@@ -25,6 +25,8 @@ mod nodes;
 mod operator;
 mod ops;
 mod reports;
+#[cfg(test)]
+mod tests;
 mod volumes;
 
 pub use attachments::advance_volume;
