@@ -23,6 +23,7 @@ mod nodes;
 mod queue;
 pub mod rules;
 mod secrets;
+mod transitions;
 mod views;
 mod watch;
 
