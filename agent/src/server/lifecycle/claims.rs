@@ -1,0 +1,494 @@
+//! Claims: the rules checked when one is recorded, the queue, release.
+
+use std::time::Duration;
+
+use csivol_proto::api::{
+    self, AttachmentState, ClaimRequest, ClaimState, NodeStatus, validate_name,
+};
+use rusqlite::{Connection, params};
+
+use super::attachments::advance_volume;
+use super::{Limits, delete_claim, event, set_claim_state, touch_volume};
+use crate::server::db::WriteCtx;
+use crate::server::error::{ApiError, ApiResult};
+use crate::server::model::{
+    AttachmentRow, ClaimRow, Lifecycle, NodePluginRow, NodeRow, VolumeRow,
+    needs_controller_publish, slots_used, time, to_json,
+};
+use crate::server::queue;
+use crate::server::rules::{self, Accept, ConflictRule, Held, Refusal, Wanted};
+
+/// What recording a claim would do.
+#[derive(Debug)]
+pub enum ClaimDecision {
+    New,
+    Existing(ClaimRow),
+    /// Other claims are in the way and the claimant asked to wait: it is queued, with why.
+    Queue(String),
+}
+
+pub(super) fn unblock_hint(volume: &str, node: &str) -> String {
+    format!(
+        "if node {node} is really gone or fenced, run: csivol unblock {volume} --reason \"...\" \
+         (or wait for the node to come back)"
+    )
+}
+
+/// The rules' refusal as the API error it becomes, and whether it may be waited out in
+/// the volume's queue.
+pub(super) fn refusal_error(
+    volume: &str,
+    v: &VolumeRow,
+    req: &ClaimRequest,
+    r: Refusal,
+) -> (bool, ApiError) {
+    let wait = queue::may_wait(&r);
+    let e = match r {
+        Refusal::ReadOnlyMode { access_mode } => ApiError::invalid(format!(
+            "volume `{volume}` is {access_mode}: it takes read claims only"
+        ))
+        .with_hint("claim it with --read-only"),
+        Refusal::AllocHoldsOther { node, mode, state } => ApiError::conflict(format!(
+            "alloc `{}` already holds a {} claim on volume `{volume}` on node {node} ({state})",
+            req.alloc,
+            mode.as_str()
+        ))
+        .with_hint(match state {
+            ClaimState::Releasing | ClaimState::Failed => {
+                "wait for that claim to be gone, then claim again".to_owned()
+            }
+            _ => format!(
+                "release it first: csivol release {volume} --alloc {}",
+                req.alloc
+            ),
+        }),
+        Refusal::Conflict {
+            rule,
+            holder_alloc,
+            holder_node,
+            blocked,
+        } => {
+            let why = match rule {
+                ConflictRule::SingleNode => {
+                    format!("is {} and is claimed on node {holder_node}", v.access_mode)
+                }
+                ConflictRule::SingleWriter => {
+                    format!("is {} and already has a writer", v.access_mode)
+                }
+                ConflictRule::SingleClaim => format!("is {} and already claimed", v.access_mode),
+            };
+            if blocked {
+                ApiError::blocked(format!(
+                    "volume `{volume}` {why}: alloc {holder_alloc} on node {holder_node}, which was lost; \
+                     the claim is blocked until that node comes back or is unblocked"
+                ))
+                .with_hint(unblock_hint(volume, &holder_node))
+            } else {
+                ApiError::conflict(format!(
+                    "volume `{volume}` {why}: held by alloc {holder_alloc} on node {holder_node}"
+                ))
+                .with_hint(format!(
+                    "wait for it to be released (csivol release {volume} --alloc {holder_alloc}), \
+                     or claim with --queue to wait in line"
+                ))
+            }
+        }
+    };
+    (wait, e)
+}
+
+/// Whether a claim of `v` on `node` may start there: the node is not lost, runs the
+/// plugin, and has room. `Err((true, _))` when only room is missing (worth waiting for).
+pub(super) fn node_may_start(
+    conn: &Connection,
+    v: &VolumeRow,
+    claims: &[ClaimRow],
+    node: &str,
+) -> ApiResult<Result<(), (bool, ApiError)>> {
+    let volume = &v.name;
+    let n = NodeRow::require(conn, node)?;
+    if n.status == NodeStatus::Fenced {
+        return Ok(Err((
+            false,
+            ApiError::blocked(format!(
+                "node `{node}` was fenced (powered off); no claim can be placed on it until its agent registers again"
+            ))
+            .with_hint(format!(
+                "choose another node, or power {node} on again (`csivol node show {node}` shows its fence)"
+            )),
+        )));
+    }
+    if n.status == NodeStatus::Lost {
+        return Ok(Err((
+            false,
+            ApiError::blocked(format!(
+                "node `{node}` is lost{}; no claim can be placed on it",
+                n.lost_at
+                    .map(|t| format!(" since {}", time(t)))
+                    .unwrap_or_default()
+            ))
+            .with_hint(format!("choose another node, or bring {node}'s agent back")),
+        )));
+    }
+    let np = NodePluginRow::load(conn, node, &v.plugin)?;
+    let Some(np) = np.filter(|p| p.node_service) else {
+        return Ok(Err((
+            false,
+            ApiError::invalid(format!(
+                "node `{node}` does not run plugin `{}` (needed by volume `{volume}`)",
+                v.plugin
+            ))
+            .with_hint("`csivol plugin show` lists the nodes that run it"),
+        )));
+    };
+    let attached_here = claims
+        .iter()
+        .any(|c| c.node == node && c.state != ClaimState::Queued)
+        || AttachmentRow::of_volume(conn, volume)?
+            .iter()
+            .any(|a| a.node == node);
+    if !attached_here {
+        let used = slots_used(conn, node, &v.plugin)?;
+        if !rules::has_room(used, np.max_volumes) {
+            return Ok(Err((
+                true,
+                ApiError::conflict(format!(
+                    "node `{node}` has no free slot for plugin `{}`: {used} of {} volumes in use \
+                     (attachments still detaching count)",
+                    v.plugin, np.max_volumes
+                ))
+                .with_hint(
+                    "release a claim on that node, choose another node, or claim with --queue",
+                ),
+            )));
+        }
+    }
+    Ok(Ok(()))
+}
+
+pub(super) fn held_of(claims: &[ClaimRow]) -> Vec<Held<'_>> {
+    claims
+        .iter()
+        .filter(|c| c.state != ClaimState::Queued)
+        .map(|c| Held {
+            alloc: &c.alloc,
+            node: &c.node,
+            mode: c.mode,
+            state: c.state,
+        })
+        .collect()
+}
+
+/// Checks a claim against every rule, without changing anything.
+pub fn evaluate_claim(
+    conn: &Connection,
+    volume: &str,
+    req: &ClaimRequest,
+) -> ApiResult<ClaimDecision> {
+    validate_name("volume", volume).map_err(ApiError::invalid)?;
+    validate_name("alloc", &req.alloc).map_err(ApiError::invalid)?;
+    validate_name("node", &req.node).map_err(ApiError::invalid)?;
+    for k in req.labels.keys() {
+        if k.is_empty() || k.len() > 63 || k.contains(['=', ',']) {
+            return Err(ApiError::invalid(format!(
+                "invalid label key `{k}`: 1 to 63 characters, without `=` or `,`"
+            )));
+        }
+    }
+    if req.ttl_ms == Some(0) {
+        return Err(ApiError::invalid("`ttl_ms` must be longer than zero"));
+    }
+    let v = VolumeRow::require(conn, volume)?;
+    match v.lifecycle {
+        Lifecycle::Ready => {}
+        Lifecycle::Creating => {
+            return Err(
+                ApiError::conflict(format!("volume `{volume}` is still being created"))
+                    .with_hint("wait for `csivol volume show` to say it is free"),
+            );
+        }
+        Lifecycle::Deleting => {
+            return Err(ApiError::conflict(format!(
+                "volume `{volume}` is being deleted"
+            )));
+        }
+        Lifecycle::Failed => {
+            return Err(ApiError::conflict(format!(
+                "volume `{volume}` failed to be created: {}",
+                v.error.as_deref().unwrap_or("unknown error")
+            )));
+        }
+    }
+    let claims = ClaimRow::of_volume(conn, volume)?;
+    // The alloc's own claim, queued or not: asking for the same claim again is a no-op.
+    if let Some(own) = claims.iter().find(|c| c.alloc == req.alloc) {
+        let same = own.node == req.node
+            && own.mode == req.mode
+            && !matches!(own.state, ClaimState::Releasing | ClaimState::Failed);
+        if same {
+            return Ok(ClaimDecision::Existing(own.clone()));
+        }
+    }
+    // A node the operator took out of service (ineligible, draining) takes no new claims.
+    if let Some(n) = NodeRow::load(conn, &req.node)?
+        && let Some(refusal) = crate::server::nodes::claim_refusal(&req.node, n.eligibility)
+    {
+        return Err(refusal);
+    }
+    let wanted = Wanted {
+        alloc: &req.alloc,
+        node: &req.node,
+        mode: req.mode,
+    };
+    let own_holds = claims
+        .iter()
+        .any(|c| c.alloc == req.alloc && c.state == ClaimState::Queued);
+    match rules::check_claim(v.access_mode, &held_of(&claims), wanted) {
+        // The alloc's own claim was answered above; should the rules find it all the same,
+        // it is that claim.
+        Ok(Accept::Existing) => {
+            if let Some(own) = claims.iter().find(|c| c.alloc == req.alloc) {
+                return Ok(ClaimDecision::Existing(own.clone()));
+            }
+        }
+        Ok(Accept::New) if own_holds => {
+            let (_, e) = refusal_error(
+                volume,
+                &v,
+                req,
+                Refusal::AllocHoldsOther {
+                    node: req.node.clone(),
+                    mode: req.mode,
+                    state: ClaimState::Queued,
+                },
+            );
+            return Err(e);
+        }
+        Ok(Accept::New) => {}
+        Err(r) => {
+            let (wait, e) = refusal_error(volume, &v, req, r);
+            if wait && req.queue {
+                return Ok(ClaimDecision::Queue(e.message));
+            }
+            return Err(e);
+        }
+    }
+    // Nobody overtakes the queue.
+    let ahead = claims
+        .iter()
+        .filter(|c| c.state == ClaimState::Queued)
+        .count();
+    if ahead > 0 {
+        let why = format!("{ahead} claim(s) are queued for volume `{volume}` ahead of it");
+        if req.queue {
+            return Ok(ClaimDecision::Queue(why));
+        }
+        return Err(ApiError::conflict(why).with_hint("claim with --queue to wait in line"));
+    }
+    match node_may_start(conn, &v, &claims, &req.node)? {
+        Ok(()) => Ok(ClaimDecision::New),
+        Err((true, e)) if req.queue => Ok(ClaimDecision::Queue(e.message)),
+        Err((_, e)) => Err(e),
+    }
+}
+
+/// Grants the volume's queued claims that may start now, in arrival order, inside the
+/// transaction that freed the room.
+pub(super) fn grant_queued(ctx: &mut WriteCtx<'_>, v: &VolumeRow) -> ApiResult<()> {
+    let claims = ClaimRow::of_volume(ctx.tx, &v.name)?;
+    let queued: Vec<Wanted<'_>> = claims
+        .iter()
+        .filter(|c| c.state == ClaimState::Queued)
+        .map(|c| Wanted {
+            alloc: &c.alloc,
+            node: &c.node,
+            mode: c.mode,
+        })
+        .collect();
+    if queued.is_empty() {
+        return Ok(());
+    }
+    let conn: &Connection = ctx.tx;
+    let mut error = None;
+    let granted: Vec<String> =
+        queue::grants(
+            v.access_mode,
+            &held_of(&claims),
+            &queued,
+            |w| match node_may_start(conn, v, &claims, w.node) {
+                Ok(r) => r.is_ok(),
+                Err(e) => {
+                    error.get_or_insert(e);
+                    false
+                }
+            },
+        )
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+    if let Some(e) = error {
+        return Err(e);
+    }
+    for alloc in granted {
+        let c = claims
+            .iter()
+            .find(|c| c.alloc == alloc)
+            .expect("granted from the queue");
+        set_claim_state(ctx, c, ClaimState::Pending)?;
+        event(
+            ctx,
+            "claim-granted",
+            Some(&v.name),
+            Some(&c.node),
+            Some(&c.alloc),
+            "server",
+            format!("{} claim granted from the queue", c.mode.as_str()),
+        )?;
+    }
+    Ok(())
+}
+
+/// The state a new claim of `volume` on `node` would start in (for dry runs); the same
+/// decision [`advance_volume`] makes.
+pub fn initial_state(conn: &Connection, volume: &str, node: &str) -> ApiResult<ClaimState> {
+    let v = VolumeRow::require(conn, volume)?;
+    let atts = AttachmentRow::of_volume(conn, volume)?;
+    Ok(
+        match atts.iter().find(|a| a.node == node).map(|a| a.state) {
+            Some(AttachmentState::Attached) => ClaimState::Publishing,
+            Some(AttachmentState::Attaching) => ClaimState::Attaching,
+            Some(AttachmentState::Unstaging) => ClaimState::Publishing,
+            Some(AttachmentState::Detaching) => ClaimState::Pending,
+            Some(AttachmentState::Blocked) => ClaimState::Blocked,
+            None if v.access_mode.is_single_node() && !atts.is_empty() => ClaimState::Pending,
+            None if needs_controller_publish(conn, &v.plugin)? => ClaimState::Attaching,
+            None => ClaimState::Publishing,
+        },
+    )
+}
+
+/// `POST /v1/volumes/{name}/claims`: returns the claim and whether it is new.
+pub fn create_claim(
+    ctx: &mut WriteCtx<'_>,
+    volume: &str,
+    req: &ClaimRequest,
+    actor: &str,
+    limits: &Limits,
+) -> ApiResult<(api::Claim, bool)> {
+    match evaluate_claim(ctx.tx, volume, req)? {
+        ClaimDecision::Existing(c) => Ok((c.to_api_at(ctx.tx)?, false)),
+        decision => {
+            let state = match &decision {
+                ClaimDecision::Queue(_) => ClaimState::Queued,
+                _ => ClaimState::Pending,
+            };
+            let expires_at = req.ttl_ms.map(|t| ctx.now.saturating_add(t as i64));
+            ctx.tx
+                .prepare_cached(
+                    "INSERT INTO claims (volume, alloc, node, mode, state, created_at, updated_at, modify_index, \
+                     ttl_ms, expires_at, labels) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7, ?8, ?9, ?10)",
+                )?
+                .execute(params![
+                    volume,
+                    req.alloc,
+                    req.node,
+                    req.mode.as_str(),
+                    state.as_str(),
+                    ctx.now,
+                    ctx.index as i64,
+                    req.ttl_ms.map(|t| t as i64),
+                    expires_at,
+                    to_json(&req.labels)
+                ])?;
+            let mut message = format!("{} claim recorded", req.mode.as_str());
+            if let Some(t) = req.ttl_ms {
+                message.push_str(&format!(
+                    " with a lease of {}",
+                    humantime::format_duration(Duration::from_millis(t))
+                ));
+            }
+            if !req.labels.is_empty() {
+                let labels: Vec<String> =
+                    req.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                message.push_str(&format!(" (labels: {})", labels.join(", ")));
+            }
+            if let ClaimDecision::Queue(why) = &decision {
+                message.push_str(&format!("; queued: {why}"));
+            }
+            let kind = if state == ClaimState::Queued {
+                "claim-queued"
+            } else {
+                "claim-created"
+            };
+            event(
+                ctx,
+                kind,
+                Some(volume),
+                Some(&req.node),
+                Some(&req.alloc),
+                actor,
+                message,
+            )?;
+            if state == ClaimState::Queued {
+                touch_volume(ctx, volume)?;
+            } else {
+                advance_volume(ctx, volume, limits)?;
+            }
+            let c = ClaimRow::load(ctx.tx, volume, &req.alloc)?.expect("just inserted");
+            Ok((c.to_api_at(ctx.tx)?, true))
+        }
+    }
+}
+
+/// `DELETE /v1/volumes/{name}/claims/{alloc}`: starts the release; idempotent.
+pub fn release_claim(
+    ctx: &mut WriteCtx<'_>,
+    volume: &str,
+    alloc: &str,
+    actor: &str,
+) -> ApiResult<api::Claim> {
+    let c = ClaimRow::load(ctx.tx, volume, alloc)?.ok_or_else(|| {
+        ApiError::not_found(format!(
+            "alloc `{alloc}` holds no claim on volume `{volume}`"
+        ))
+    })?;
+    match c.state {
+        ClaimState::Releasing | ClaimState::Failed => {}
+        ClaimState::Queued => {
+            delete_claim(ctx, &c)?;
+            event(
+                ctx,
+                "claim-dequeued",
+                Some(volume),
+                Some(&c.node),
+                Some(alloc),
+                actor,
+                "left the queue: release requested",
+            )?;
+            return Ok(c.to_api());
+        }
+        ClaimState::Blocked => {
+            return Err(ApiError::blocked(format!(
+                "the claim of alloc `{alloc}` on volume `{volume}` is blocked: its node {} was lost, so it \
+                 cannot be released through the node",
+                c.node
+            ))
+            .with_hint(unblock_hint(volume, &c.node)));
+        }
+        _ => {
+            set_claim_state(ctx, &c, ClaimState::Releasing)?;
+            event(
+                ctx,
+                "claim-releasing",
+                Some(volume),
+                Some(&c.node),
+                Some(alloc),
+                actor,
+                "release requested",
+            )?;
+        }
+    }
+    Ok(ClaimRow::load(ctx.tx, volume, alloc)?
+        .expect("still there")
+        .to_api())
+}
