@@ -13,19 +13,19 @@ use csivol_proto::api::{AttachmentState, ClaimState, NodeStatus};
 use csivol_proto::domain::AccessMode;
 
 /// What is recorded about one volume.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct Facts<'a> {
     pub access_mode: AccessMode,
     /// Whether the volume's plugin needs ControllerPublishVolume, as its registrations say.
     pub controller_publish: bool,
     /// The volume's claims, in arrival order (earlier claims take a new attachment first).
-    pub claims: &'a [ClaimFact<'a>],
+    pub claims: Vec<ClaimFact<'a>>,
     /// The volume's attachments, at most one per node.
-    pub attachments: &'a [AttachmentFact<'a>],
+    pub attachments: Vec<AttachmentFact<'a>>,
     /// The status of the nodes named by the claims and attachments. A node not listed is
     /// taken as ready: claims are recorded only on registered nodes, and the server's
     /// shell lists every node involved.
-    pub nodes: &'a [(&'a str, NodeStatus)],
+    pub nodes: Vec<(&'a str, NodeStatus)>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -76,12 +76,6 @@ pub struct Changes<'a> {
     pub claims: Vec<(&'a str, ClaimState)>,
 }
 
-impl Changes<'_> {
-    pub fn is_empty(&self) -> bool {
-        self.attachments.is_empty() && self.ops.is_empty() && self.claims.is_empty()
-    }
-}
-
 /// Moves the volume's claims and attachments as far forward as `facts` allow.
 ///
 /// - An attachment to a node where no claim is left (queued ones hold nothing) waits for
@@ -130,7 +124,7 @@ pub fn next<'a>(facts: &Facts<'a>) -> Changes<'a> {
         *state = to;
     }
 
-    for c in facts.claims {
+    for c in &facts.claims {
         if !matches!(
             c.state,
             ClaimState::Pending | ClaimState::Attaching | ClaimState::Publishing
@@ -172,7 +166,8 @@ pub fn next<'a>(facts: &Facts<'a>) -> Changes<'a> {
     changes
 }
 
-/// The state a claim would be recorded in: `pending`, then wherever [`next`] takes it.
+/// The state a claim is recorded in: `pending`, then wherever [`next`] takes it in the
+/// same transaction.
 pub const NEW_CLAIM: ClaimState = ClaimState::Pending;
 
 /// The state a new claim on `node` would reach once recorded (for dry runs): what [`next`]
@@ -180,17 +175,14 @@ pub const NEW_CLAIM: ClaimState = ClaimState::Pending;
 pub fn first_state(facts: &Facts<'_>, node: &str) -> ClaimState {
     // No alloc is named like this (names are validated), so it is nobody else's claim.
     const NEW: &str = "\0new";
-    let mut claims = facts.claims.to_vec();
-    claims.push(ClaimFact {
+    let mut facts = facts.clone();
+    facts.claims.push(ClaimFact {
         alloc: NEW,
         node,
         state: NEW_CLAIM,
         release_pending: false,
     });
-    let changes = next(&Facts {
-        claims: &claims,
-        ..*facts
-    });
+    let changes = next(&facts);
     changes
         .claims
         .iter()

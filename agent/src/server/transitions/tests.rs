@@ -158,9 +158,9 @@ fn run(claim: &str, attachment: &str, node: &str, cp: &str) -> (String, String, 
     let changes = next(&Facts {
         access_mode: AccessMode::SingleNodeWriter,
         controller_publish: cp == "yes",
-        claims: &claims,
-        attachments: &attachments,
-        nodes: &nodes,
+        claims: claims.to_vec(),
+        attachments,
+        nodes: nodes.to_vec(),
     });
     let claim = match changes.claims.as_slice() {
         [] => "=".to_owned(),
@@ -398,9 +398,9 @@ fn claims_and_nodes_together() {
         let facts = Facts {
             access_mode: c.access_mode,
             controller_publish: c.controller_publish,
-            claims: c.claims,
-            attachments: c.attachments,
-            nodes: c.nodes,
+            claims: c.claims.to_vec(),
+            attachments: c.attachments.to_vec(),
+            nodes: c.nodes.to_vec(),
         };
         assert_eq!(render(&next(&facts)), c.expected, "{}", c.what);
     }
@@ -454,9 +454,9 @@ fn a_new_claim_starts_where_the_lifecycle_takes_it() {
         let facts = Facts {
             access_mode,
             controller_publish: cp,
-            claims,
-            attachments,
-            nodes,
+            claims: claims.to_vec(),
+            attachments: attachments.to_vec(),
+            nodes: nodes.to_vec(),
         };
         assert_eq!(
             first_state(&facts, node),
