@@ -25,6 +25,7 @@ mod queue;
 pub mod rules;
 mod secrets;
 mod store;
+mod transitions;
 mod views;
 mod watch;
 

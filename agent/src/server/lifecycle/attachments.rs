@@ -1,9 +1,8 @@
-//! The attachment lifecycle: a volume's claims and attachments moved forward from the
-//! recorded facts, and detaches begun.
+//! The attachment lifecycle: a volume's recorded facts loaded for [`transitions`], its
+//! decisions written back, and detaches begun.
 
-use std::collections::BTreeMap;
-
-use csivol_proto::api::{AttachmentState, ClaimState};
+use csivol_proto::api::NodeStatus;
+use csivol_proto::domain::AccessMode;
 
 use super::claims::grant_queued;
 use super::ops::schedule_ops;
@@ -12,95 +11,100 @@ use super::{
 };
 use crate::server::error::ApiResult;
 use crate::server::kinds::{EventKind, OpKind};
-use crate::server::model::{AttachmentRow, VolumeRow};
-use crate::server::store::Txn;
+use crate::server::model::{AttachmentRow, ClaimRow, VolumeRow};
+use crate::server::store::{Snapshot, Txn};
+use crate::server::transitions::{self, AttachmentChange, AttachmentFact, ClaimFact, Facts, Op};
 use crate::server::watch::Key;
 
-/// Moves a volume's claims and attachments as far forward as the recorded facts allow.
+/// What is recorded about a volume, as [`transitions`] reads it.
+pub(super) struct Recorded {
+    access_mode: AccessMode,
+    controller_publish: bool,
+    claims: Vec<ClaimRow>,
+    attachments: Vec<AttachmentRow>,
+    nodes: Vec<(String, NodeStatus)>,
+}
+
+impl Recorded {
+    /// Loads the facts of `v`, with the status of every node its claims and attachments
+    /// name, and of `also` (the node of a claim not recorded yet).
+    pub(super) fn load(
+        conn: &(impl Snapshot + ?Sized),
+        v: &VolumeRow,
+        also: Option<&str>,
+    ) -> ApiResult<Self> {
+        Ok(Self {
+            access_mode: v.access_mode,
+            controller_publish: conn.needs_controller_publish(&v.plugin)?,
+            claims: conn.claims_of_volume(&v.name)?,
+            attachments: conn.attachments_of_volume(&v.name)?,
+            nodes: conn.node_statuses(&v.name, also)?,
+        })
+    }
+
+    pub(super) fn facts(&self) -> Facts<'_> {
+        Facts {
+            access_mode: self.access_mode,
+            controller_publish: self.controller_publish,
+            claims: self
+                .claims
+                .iter()
+                .map(|c| ClaimFact {
+                    alloc: &c.alloc,
+                    node: &c.node,
+                    state: c.state,
+                    release_pending: c.release_pending,
+                })
+                .collect(),
+            attachments: self
+                .attachments
+                .iter()
+                .map(|a| AttachmentFact {
+                    node: &a.node,
+                    state: a.state,
+                })
+                .collect(),
+            nodes: self.nodes.iter().map(|(n, s)| (n.as_str(), *s)).collect(),
+        }
+    }
+}
+
+/// Moves a volume's claims and attachments as far forward as the recorded facts allow:
+/// grants what its queue may, then writes what [`transitions::next`] decides.
 pub fn advance_volume(ctx: &mut impl Txn, volume: &str, limits: &Limits) -> ApiResult<()> {
     let Some(v) = ctx.volume(volume)? else {
         return Ok(());
     };
     grant_queued(ctx, &v)?;
-    let claims = ctx.claims_of_volume(volume)?;
-    let mut atts: BTreeMap<String, AttachmentRow> = ctx
-        .attachments_of_volume(volume)?
-        .into_iter()
-        .map(|a| (a.node.clone(), a))
-        .collect();
-    let needs_cp = ctx.needs_controller_publish(&v.plugin)?;
-    let mut ops_added = false;
-
-    // An attachment with no claim left waits for the node to unstage; one that gains a
-    // claim again is simply attached.
-    for a in atts.values_mut() {
-        let has_claims = claims
-            .iter()
-            .any(|c| c.node == a.node && c.state != ClaimState::Queued);
-        let next = match a.state {
-            AttachmentState::Attached if !has_claims => AttachmentState::Unstaging,
-            AttachmentState::Unstaging if has_claims => AttachmentState::Attached,
-            _ => continue,
-        };
-        set_attachment_state(ctx, volume, &a.node.clone(), next)?;
-        a.state = next;
-    }
-
-    for c in &claims {
-        if !matches!(
-            c.state,
-            ClaimState::Pending | ClaimState::Attaching | ClaimState::Publishing
-        ) {
-            continue;
-        }
-        let next = match atts.get(&c.node).map(|a| a.state) {
-            Some(AttachmentState::Attached) => ClaimState::Publishing,
-            Some(AttachmentState::Attaching) => ClaimState::Attaching,
-            Some(AttachmentState::Detaching | AttachmentState::Unstaging) => ClaimState::Pending,
-            Some(AttachmentState::Blocked) => ClaimState::Blocked,
-            None => {
-                let elsewhere = atts.keys().any(|n| *n != c.node);
-                if v.access_mode.is_single_node() && elsewhere {
-                    // The volume must be detached from its other node first.
-                    ClaimState::Pending
-                } else {
-                    let state = if needs_cp {
-                        AttachmentState::Attaching
-                    } else {
-                        AttachmentState::Attached
-                    };
-                    ctx.insert_attachment(volume, &c.node, state)?;
-                    ctx.touch(Key::Node(c.node.clone()));
-                    if needs_cp {
-                        ctx.queue_op(OpKind::Publish, &v.plugin, volume, Some(&c.node), "{}")?;
-                        ops_added = true;
-                    }
-                    atts.insert(
-                        c.node.clone(),
-                        AttachmentRow {
-                            volume: volume.to_owned(),
-                            node: c.node.clone(),
-                            state,
-                            publish_context: BTreeMap::new(),
-                            forced: false,
-                            error: None,
-                            next_retry_at: None,
-                            updated_at: ctx.now(),
-                        },
-                    );
-                    if needs_cp {
-                        ClaimState::Attaching
-                    } else {
-                        ClaimState::Publishing
-                    }
-                }
+    let recorded = Recorded::load(&*ctx, &v, None)?;
+    let changes = transitions::next(&recorded.facts());
+    for a in &changes.attachments {
+        match *a {
+            AttachmentChange::Set { node, state } => {
+                set_attachment_state(ctx, volume, node, state)?;
             }
-        };
-        if next != c.state {
-            set_claim_state(ctx, c, next)?;
+            AttachmentChange::Create { node, state } => {
+                ctx.insert_attachment(volume, node, state)?;
+                ctx.touch(Key::Node(node.to_owned()));
+            }
         }
     }
-    if ops_added {
+    for o in &changes.ops {
+        match *o {
+            Op::Publish { node } => {
+                ctx.queue_op(OpKind::Publish, &v.plugin, volume, Some(node), "{}")?;
+            }
+        }
+    }
+    for &(alloc, state) in &changes.claims {
+        let c = recorded
+            .claims
+            .iter()
+            .find(|c| c.alloc == alloc)
+            .expect("a claim of the facts");
+        set_claim_state(ctx, c, state)?;
+    }
+    if !changes.ops.is_empty() {
         schedule_ops(ctx, &v.plugin, limits)?;
     }
     Ok(())

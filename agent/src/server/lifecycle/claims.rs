@@ -3,18 +3,18 @@
 use std::time::Duration;
 
 use csivol_proto::api::{
-    self, AttachmentState, ClaimDryRun, ClaimRequest, ClaimState, ErrorCode, NodeStatus,
-    validate_name,
+    self, ClaimDryRun, ClaimRequest, ClaimState, ErrorCode, NodeStatus, validate_name,
 };
 
-use super::attachments::advance_volume;
+use super::attachments::{Recorded, advance_volume};
 use super::{Limits, delete_claim, event, set_claim_state, touch_volume};
 use crate::server::error::{ApiError, ApiResult};
 use crate::server::kinds::EventKind;
 use crate::server::model::{ClaimRow, Lifecycle, VolumeRow, time};
 use crate::server::queue;
-use crate::server::rules::{self, Accept, ConflictRule, Held, Refusal, Wanted};
+use crate::server::rules::{self, Accept, ConflictRule, Held, NodeRefusal, Refusal, Wanted};
 use crate::server::store::{NewClaim, Snapshot, Txn};
+use crate::server::transitions;
 
 /// What recording a claim would do.
 #[derive(Debug)]
@@ -103,66 +103,64 @@ pub(super) fn node_may_start(
     claims: &[ClaimRow],
     node: &str,
 ) -> ApiResult<Result<(), (bool, ApiError)>> {
-    let volume = &v.name;
     let n = conn.require_node(node)?;
-    if n.status == NodeStatus::Fenced {
-        return Ok(Err((
-            false,
-            ApiError::blocked(format!(
-                "node `{node}` was fenced (powered off); no claim can be placed on it until its agent registers again"
-            ))
-            .with_hint(format!(
-                "choose another node, or power {node} on again (`csivol node show {node}` shows its fence)"
-            )),
-        )));
-    }
-    if n.status == NodeStatus::Lost {
-        return Ok(Err((
-            false,
-            ApiError::blocked(format!(
-                "node `{node}` is lost{}; no claim can be placed on it",
-                n.lost_at
-                    .map(|t| format!(" since {}", time(t)))
-                    .unwrap_or_default()
-            ))
-            .with_hint(format!("choose another node, or bring {node}'s agent back")),
-        )));
-    }
-    let np = conn.node_plugin(node, &v.plugin)?;
-    let Some(np) = np.filter(|p| p.node_service) else {
-        return Ok(Err((
-            false,
-            ApiError::invalid(format!(
-                "node `{node}` does not run plugin `{}` (needed by volume `{volume}`)",
-                v.plugin
-            ))
-            .with_hint("`csivol plugin show` lists the nodes that run it"),
-        )));
-    };
-    let attached_here = claims
-        .iter()
-        .any(|c| c.node == node && c.state != ClaimState::Queued)
-        || conn
-            .attachments_of_volume(volume)?
+    let plugin_slots = conn
+        .node_plugin(node, &v.plugin)?
+        .filter(|p| p.node_service)
+        .map(|p| p.max_volumes);
+    // Counted only when the node runs the plugin and the volume needs a new slot there,
+    // as the rules look at it only then.
+    let holds_slot = || -> ApiResult<bool> {
+        Ok(claims
             .iter()
-            .any(|a| a.node == node);
-    if !attached_here {
-        let used = conn.slots_used(node, &v.plugin)?;
-        if !rules::has_room(used, np.max_volumes) {
-            return Ok(Err((
-                true,
-                ApiError::conflict(format!(
-                    "node `{node}` has no free slot for plugin `{}`: {used} of {} volumes in use \
-                     (attachments still detaching count)",
-                    v.plugin, np.max_volumes
-                ))
-                .with_hint(
-                    "release a claim on that node, choose another node, or claim with --queue",
-                ),
-            )));
-        }
+            .any(|c| c.node == node && c.state != ClaimState::Queued)
+            || conn
+                .attachments_of_volume(&v.name)?
+                .iter()
+                .any(|a| a.node == node))
+    };
+    let new_slot_among =
+        if n.status == NodeStatus::Ready && plugin_slots.is_some() && !holds_slot()? {
+            Some(conn.slots_used(node, &v.plugin)?)
+        } else {
+            None
+        };
+    let placement = rules::Placement {
+        status: n.status,
+        lost_at: n.lost_at,
+        plugin_slots,
+        new_slot_among,
+    };
+    Ok(rules::check_placement(placement)
+        .map_err(|r| (r.may_wait(), node_refusal_error(v, node, r))))
+}
+
+/// The node rules' refusal as the API error it becomes.
+fn node_refusal_error(v: &VolumeRow, node: &str, r: NodeRefusal) -> ApiError {
+    match r {
+        NodeRefusal::Fenced => ApiError::blocked(format!(
+            "node `{node}` was fenced (powered off); no claim can be placed on it until its agent registers again"
+        ))
+        .with_hint(format!(
+            "choose another node, or power {node} on again (`csivol node show {node}` shows its fence)"
+        )),
+        NodeRefusal::Lost { since } => ApiError::blocked(format!(
+            "node `{node}` is lost{}; no claim can be placed on it",
+            since.map(|t| format!(" since {}", time(t))).unwrap_or_default()
+        ))
+        .with_hint(format!("choose another node, or bring {node}'s agent back")),
+        NodeRefusal::NoPlugin => ApiError::invalid(format!(
+            "node `{node}` does not run plugin `{}` (needed by volume `{}`)",
+            v.plugin, v.name
+        ))
+        .with_hint("`csivol plugin show` lists the nodes that run it"),
+        NodeRefusal::NoRoom { used, max } => ApiError::conflict(format!(
+            "node `{node}` has no free slot for plugin `{}`: {used} of {max} volumes in use \
+             (attachments still detaching count)",
+            v.plugin
+        ))
+        .with_hint("release a claim on that node, choose another node, or claim with --queue"),
     }
-    Ok(Ok(()))
 }
 
 pub(super) fn held_of(claims: &[ClaimRow]) -> Vec<Held<'_>> {
@@ -333,7 +331,7 @@ pub(super) fn grant_queued(ctx: &mut impl Txn, v: &VolumeRow) -> ApiResult<()> {
             .iter()
             .find(|c| c.alloc == alloc)
             .expect("granted from the queue");
-        set_claim_state(ctx, c, ClaimState::Pending)?;
+        set_claim_state(ctx, c, transitions::NEW_CLAIM)?;
         event(
             ctx,
             EventKind::ClaimGranted,
@@ -347,27 +345,16 @@ pub(super) fn grant_queued(ctx: &mut impl Txn, v: &VolumeRow) -> ApiResult<()> {
     Ok(())
 }
 
-/// The state a new claim of `volume` on `node` would start in (for dry runs); the same
-/// decision [`advance_volume`] makes.
+/// The state a new claim of `volume` on `node` would start in (for dry runs), as
+/// [`transitions`] would take it once recorded.
 pub fn initial_state(
     conn: &(impl Snapshot + ?Sized),
     volume: &str,
     node: &str,
 ) -> ApiResult<ClaimState> {
     let v = conn.require_volume(volume)?;
-    let atts = conn.attachments_of_volume(volume)?;
-    Ok(
-        match atts.iter().find(|a| a.node == node).map(|a| a.state) {
-            Some(AttachmentState::Attached) => ClaimState::Publishing,
-            Some(AttachmentState::Attaching) => ClaimState::Attaching,
-            Some(AttachmentState::Unstaging) => ClaimState::Publishing,
-            Some(AttachmentState::Detaching) => ClaimState::Pending,
-            Some(AttachmentState::Blocked) => ClaimState::Blocked,
-            None if v.access_mode.is_single_node() && !atts.is_empty() => ClaimState::Pending,
-            None if conn.needs_controller_publish(&v.plugin)? => ClaimState::Attaching,
-            None => ClaimState::Publishing,
-        },
-    )
+    let recorded = Recorded::load(conn, &v, Some(node))?;
+    Ok(transitions::first_state(&recorded.facts(), node))
 }
 
 /// `POST /v1/volumes/{name}/claims`: returns the claim and whether it is new.
@@ -383,7 +370,7 @@ pub fn create_claim(
         decision => {
             let state = match &decision {
                 ClaimDecision::Queue(_) => ClaimState::Queued,
-                _ => ClaimState::Pending,
+                _ => transitions::NEW_CLAIM,
             };
             let expires_at = req.ttl_ms.map(|t| ctx.now().saturating_add(t as i64));
             ctx.insert_claim(NewClaim {

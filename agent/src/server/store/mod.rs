@@ -56,6 +56,13 @@ pub trait Snapshot {
     /// and external id, by volume.
     fn unstaging_on(&self, node: &str) -> ApiResult<Vec<api::DesiredUnstage>>;
     fn node(&self, name: &str) -> ApiResult<Option<NodeRow>>;
+    /// The status of every node that a claim or attachment of `volume` names, and of
+    /// `also`.
+    fn node_statuses(
+        &self,
+        volume: &str,
+        also: Option<&str>,
+    ) -> ApiResult<Vec<(String, NodeStatus)>>;
     /// The plugins a node registered, by plugin.
     fn node_plugins(&self, node: &str) -> ApiResult<Vec<NodePluginRow>>;
     /// Whether volumes of `plugin` need ControllerPublish before a node may use them: yes

@@ -122,6 +122,27 @@ impl Snapshot for Connection {
         NodeRow::load(self, name)
     }
 
+    fn node_statuses(
+        &self,
+        volume: &str,
+        also: Option<&str>,
+    ) -> ApiResult<Vec<(String, NodeStatus)>> {
+        let mut stmt = self.prepare_cached(
+            "SELECT name, status FROM nodes WHERE name = ?2 OR name IN \
+             (SELECT node FROM claims WHERE volume = ?1 UNION SELECT node FROM attachments WHERE volume = ?1)",
+        )?;
+        let rows = stmt
+            .query_map(params![volume, also], |r| {
+                Ok((r.get(0)?, r.get::<_, String>(1)?))
+            })?
+            .map(|r| {
+                let (name, status) = r?;
+                Ok((name, status.parse().map_err(ApiError::internal)?))
+            })
+            .collect::<ApiResult<_>>()?;
+        Ok(rows)
+    }
+
     fn node_plugins(&self, node: &str) -> ApiResult<Vec<NodePluginRow>> {
         NodePluginRow::of_node(self, node)
     }
@@ -194,6 +215,7 @@ reads_through_the_transaction! {
     attachments_of_node(node: &str) -> Vec<AttachmentRow>;
     unstaging_on(node: &str) -> Vec<api::DesiredUnstage>;
     node(name: &str) -> Option<NodeRow>;
+    node_statuses(volume: &str, also: Option<&str>) -> Vec<(String, NodeStatus)>;
     node_plugins(node: &str) -> Vec<NodePluginRow>;
     needs_controller_publish(plugin: &str) -> bool;
     slots_used(node: &str, plugin: &str) -> u32;
