@@ -84,7 +84,10 @@ pub fn refused(
         )
         .optional()?;
     if last.as_ref().map(|(k, m)| (k.as_str(), m.as_str()))
-        != Some(("controller-host-refused", event_message.as_str()))
+        != Some((
+            EventKind::ControllerHostRefused.as_str(),
+            event_message.as_str(),
+        ))
     {
         event(
             ctx,
