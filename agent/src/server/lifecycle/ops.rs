@@ -11,7 +11,7 @@ use super::{Limits, delete_attachment, event, format_error, set_claim_state, tou
 use crate::server::error::ApiResult;
 use crate::server::kinds::{EventKind, OpKind};
 use crate::server::model::{Lifecycle, OpRow, time};
-use crate::server::store::{Snapshot, Txn};
+use crate::server::store::{OpSlot, Snapshot, Txn};
 use crate::server::watch::Key;
 
 /// Exponential backoff with jitter: 1 s doubling to 5 min, ±20 %.
@@ -60,7 +60,7 @@ pub fn schedule_ops(ctx: &mut impl Txn, plugin: &str, limits: &Limits) -> ApiRes
             busy_nodes.insert(n);
         }
     }
-    for OpRow { id, node, .. } in waiting {
+    for OpSlot { id, node, .. } in waiting {
         if in_flight >= limits.controller_concurrency {
             break;
         }

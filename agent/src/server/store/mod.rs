@@ -79,10 +79,10 @@ pub trait Snapshot {
     /// Operations assigned to `host`, by id.
     fn ops_of_host(&self, host: &str) -> ApiResult<Vec<OpRow>>;
     /// Operations of `plugin` assigned to a host.
-    fn assigned_ops(&self, plugin: &str) -> ApiResult<Vec<OpRow>>;
+    fn assigned_ops(&self, plugin: &str) -> ApiResult<Vec<OpSlot>>;
     /// Operations of `plugin` waiting for a host and due at `now`, oldest first, at most
     /// 1,000.
-    fn due_ops(&self, plugin: &str, now: i64) -> ApiResult<Vec<OpRow>>;
+    fn due_ops(&self, plugin: &str, now: i64) -> ApiResult<Vec<OpSlot>>;
     /// Plugins with operations waiting for a host and due at `now`.
     fn plugins_with_due_ops(&self, now: i64) -> ApiResult<Vec<String>>;
 
@@ -114,6 +114,16 @@ pub trait Snapshot {
         c.queue_position = self.queue_position(claim)?;
         Ok(c)
     }
+}
+
+/// Where a controller operation stands in the queue: what scheduling reads of it (every
+/// claim cycle does, so it reads no more).
+#[derive(Clone, Debug)]
+pub struct OpSlot {
+    pub id: i64,
+    pub volume: String,
+    pub node: Option<String>,
+    pub host: Option<String>,
 }
 
 /// A new claim as recorded.

@@ -11,7 +11,7 @@ use csivol_proto::api::{self, AttachmentState, ClaimState, NodeStatus, PluginReg
 use csivol_proto::domain::PublishContext;
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::{Event, NewClaim, Snapshot, Txn};
+use super::{Event, NewClaim, OpSlot, Snapshot, Txn};
 use crate::server::db::{WriteCtx, optional};
 use crate::server::error::{ApiError, ApiResult};
 use crate::server::kinds::OpKind;
@@ -42,6 +42,22 @@ fn ops(conn: &Connection, filter: &str, params: impl rusqlite::Params) -> ApiRes
     let mut stmt = conn.prepare_cached(&sql)?;
     let rows = stmt
         .query_map(params, rows::op_from_row)?
+        .collect::<Result<_, _>>()?;
+    Ok(rows)
+}
+
+fn slots(conn: &Connection, filter: &str, params: impl rusqlite::Params) -> ApiResult<Vec<OpSlot>> {
+    let sql = format!("SELECT id, volume, node, host FROM ops WHERE {filter}");
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let rows = stmt
+        .query_map(params, |r| {
+            Ok(OpSlot {
+                id: r.get(0)?,
+                volume: r.get(1)?,
+                node: r.get(2)?,
+                host: r.get(3)?,
+            })
+        })?
         .collect::<Result<_, _>>()?;
     Ok(rows)
 }
@@ -172,12 +188,12 @@ impl Snapshot for Connection {
         ops(self, "host = ?1 ORDER BY id", [host])
     }
 
-    fn assigned_ops(&self, plugin: &str) -> ApiResult<Vec<OpRow>> {
-        ops(self, "plugin = ?1 AND host IS NOT NULL", [plugin])
+    fn assigned_ops(&self, plugin: &str) -> ApiResult<Vec<OpSlot>> {
+        slots(self, "plugin = ?1 AND host IS NOT NULL", [plugin])
     }
 
-    fn due_ops(&self, plugin: &str, now: i64) -> ApiResult<Vec<OpRow>> {
-        ops(
+    fn due_ops(&self, plugin: &str, now: i64) -> ApiResult<Vec<OpSlot>> {
+        slots(
             self,
             "plugin = ?1 AND host IS NULL AND not_before <= ?2 ORDER BY id LIMIT 1000",
             params![plugin, now],
@@ -222,8 +238,8 @@ reads_through_the_transaction! {
     controller_hosts(plugin: &str) -> Vec<String>;
     op(id: i64) -> Option<OpRow>;
     ops_of_host(host: &str) -> Vec<OpRow>;
-    assigned_ops(plugin: &str) -> Vec<OpRow>;
-    due_ops(plugin: &str, now: i64) -> Vec<OpRow>;
+    assigned_ops(plugin: &str) -> Vec<OpSlot>;
+    due_ops(plugin: &str, now: i64) -> Vec<OpSlot>;
     plugins_with_due_ops(now: i64) -> Vec<String>;
 }
 
