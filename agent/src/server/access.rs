@@ -13,6 +13,7 @@ use super::db::now_ms;
 use super::error::{ApiError, ApiResult};
 use super::hosting;
 use super::http::{App, Body, name};
+use super::kinds::EventKind;
 use super::lifecycle;
 
 /// Mutual TLS: a node token presented over a connection with a client certificate is
@@ -83,7 +84,7 @@ pub(super) async fn create_token(
             }
             lifecycle::event(
                 ctx,
-                "token-created",
+                EventKind::TokenCreated,
                 None,
                 t.node.as_deref(),
                 None,
@@ -176,7 +177,7 @@ pub(super) async fn revoke_token(
             let role = auth::revoke_token(ctx, &id)?;
             lifecycle::event(
                 ctx,
-                "token-revoked",
+                EventKind::TokenRevoked,
                 None,
                 None,
                 None,

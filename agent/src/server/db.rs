@@ -309,9 +309,9 @@ impl WriteCtx<'_> {
     }
 
     /// Runs `f` once this request's changes are committed, never if they are rolled back:
-    /// log lines about a change are written after it happened.
-    pub fn after_commit(&mut self, f: impl FnOnce() + Send + 'static) {
-        self.on_commit.push(Box::new(f));
+    /// log lines about a change are written after it happened (`store::Txn::after_commit`).
+    pub(super) fn after_commit(&mut self, f: AfterCommit) {
+        self.on_commit.push(f);
     }
 }
 

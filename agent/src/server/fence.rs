@@ -21,8 +21,10 @@ use super::error::{ApiError, ApiResult};
 use super::fence_command::{Ran, run_command};
 use super::fence_policy::{self, Auto, FenceMethod, NodeFacts};
 use super::http::App;
+use super::kinds::EventKind;
 use super::lifecycle::{self, event};
 use super::model::{NodeRow, time};
+use super::store::{Snapshot, Txn};
 use super::watch::Key;
 
 /// The nodes whose fence command runs now: one at a time per node.
@@ -71,7 +73,7 @@ struct Target {
 }
 
 fn load_target(conn: &Connection, node: &str) -> ApiResult<Target> {
-    let row = NodeRow::require(conn, node)?;
+    let row = conn.require_node(node)?;
     let labels: String =
         conn.query_row("SELECT labels FROM nodes WHERE name = ?1", [node], |r| {
             r.get(0)
@@ -81,7 +83,7 @@ fn load_target(conn: &Connection, node: &str) -> ApiResult<Target> {
     // What the unblock will do: every claim and attachment the node still holds (all of
     // them blocked on a lost node; a forced fence of a ready node blocks them all first,
     // as `mark_lost` does).
-    for c in lifecycle::claims_of_node(conn, node, None)? {
+    for c in conn.claims_of_node(node, None)? {
         actions.push(PlannedAction {
             action: "force-release".into(),
             volume: c.volume,
@@ -356,7 +358,7 @@ fn record(
         }
         event(
             ctx,
-            "node-fence-failed",
+            EventKind::NodeFenceFailed,
             None,
             Some(e.node),
             None,
@@ -368,7 +370,7 @@ fn record(
         )?;
         return Ok((record, Vec::new()));
     }
-    let n = NodeRow::require(ctx.tx, e.node)?;
+    let n = ctx.require_node(e.node)?;
     if n.status == NodeStatus::Ready {
         lifecycle::mark_lost(ctx, e.node, &format!("fenced by {}", e.actor), limits)?;
     }
@@ -379,7 +381,7 @@ fn record(
     let tail = brief(&record.output);
     event(
         ctx,
-        "node-fenced",
+        EventKind::NodeFenced,
         None,
         Some(e.node),
         None,
@@ -423,7 +425,7 @@ fn not_run(ctx: &mut WriteCtx<'_>, node: &str, actor: &str, why: &str) -> ApiRes
     ctx.touch(Key::Node(node.to_owned()));
     event(
         ctx,
-        "node-fence-failed",
+        EventKind::NodeFenceFailed,
         None,
         Some(node),
         None,
@@ -451,12 +453,12 @@ fn shell_words(command: &[String]) -> String {
 /// is resumed: what it still reports published is recorded as taken down (its desired
 /// state lists nothing, so its agent takes it down). It stays `fenced` until it registers
 /// holding nothing.
-pub fn returned(ctx: &mut WriteCtx<'_>, node: &str, req: &RegisterRequest) -> ApiResult<()> {
+pub fn returned(ctx: &mut impl Txn, node: &str, req: &RegisterRequest) -> ApiResult<()> {
     let actor = format!("node:{node}");
     for p in &req.published {
         event(
             ctx,
-            "claim-taken-down",
+            EventKind::ClaimTakenDown,
             Some(&p.volume),
             Some(node),
             Some(&p.alloc),
@@ -467,7 +469,7 @@ pub fn returned(ctx: &mut WriteCtx<'_>, node: &str, req: &RegisterRequest) -> Ap
     if req.published.is_empty() && req.staged.is_empty() {
         return event(
             ctx,
-            "node-returned",
+            EventKind::NodeReturned,
             None,
             Some(node),
             None,
@@ -475,11 +477,10 @@ pub fn returned(ctx: &mut WriteCtx<'_>, node: &str, req: &RegisterRequest) -> Ap
             "fenced node registered again holding nothing: ready",
         );
     }
-    ctx.tx
-        .execute("UPDATE nodes SET status = 'fenced' WHERE name = ?1", [node])?;
+    ctx.set_node_status(node, NodeStatus::Fenced)?;
     event(
         ctx,
-        "node-returned",
+        EventKind::NodeReturned,
         None,
         Some(node),
         None,
@@ -594,7 +595,7 @@ pub async fn auto_fence(app: App) {
             .read(move |c| {
                 let sql = format!(
                     "SELECT {} FROM nodes WHERE status = 'lost'",
-                    super::model::NODE_COLUMNS
+                    super::store::sqlite::NODE_COLUMNS
                 );
                 let rows: Vec<NodeRow> = c
                     .prepare_cached(&sql)?

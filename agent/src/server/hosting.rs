@@ -11,6 +11,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use super::auth::Caller;
 use super::db::WriteCtx;
 use super::error::{ApiError, ApiResult};
+use super::kinds::EventKind;
 use super::lifecycle::event;
 use super::model::time;
 
@@ -83,11 +84,14 @@ pub fn refused(
         )
         .optional()?;
     if last.as_ref().map(|(k, m)| (k.as_str(), m.as_str()))
-        != Some(("controller-host-refused", event_message.as_str()))
+        != Some((
+            EventKind::ControllerHostRefused.as_str(),
+            event_message.as_str(),
+        ))
     {
         event(
             ctx,
-            "controller-host-refused",
+            EventKind::ControllerHostRefused,
             None,
             Some(node),
             None,
@@ -187,7 +191,7 @@ pub fn change(
         if added > 0 {
             event(
                 ctx,
-                "controller-host-allowed",
+                EventKind::ControllerHostAllowed,
                 None,
                 Some(n),
                 None,
@@ -204,7 +208,7 @@ pub fn change(
         if removed > 0 {
             event(
                 ctx,
-                "controller-host-disallowed",
+                EventKind::ControllerHostDisallowed,
                 None,
                 Some(n),
                 None,

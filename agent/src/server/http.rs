@@ -9,9 +9,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use csivol_api::{
-    self as api, ClaimDryRun, ClaimRequest, CreateVolumeSpec, DetachRequest, Health,
-    HeartbeatResponse, INDEX_HEADER, NodeUnblockRequest, RegisterRequest, RegisterResponse,
-    ReportBatch, UnblockRequest, VolumeSpec, VolumeState, validate_name,
+    self as api, ClaimRequest, CreateVolumeSpec, DetachRequest, Health, HeartbeatResponse,
+    INDEX_HEADER, NodeUnblockRequest, RegisterRequest, RegisterResponse, ReportBatch,
+    UnblockRequest, VolumeSpec, VolumeState, validate_name,
 };
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -23,10 +23,11 @@ use super::error::{ApiError, ApiResult};
 use super::fence::{self, Fencer};
 use super::fence_policy::FenceConfig;
 use super::hosting;
-use super::lifecycle::{self, ClaimDecision, Limits};
+use super::lifecycle::{self, Limits};
 use super::liveness::Liveness;
 use super::metrics::Metrics;
 use super::nodes;
+use super::store::Snapshot;
 use super::views;
 use super::watch::Key;
 
@@ -215,7 +216,7 @@ pub fn router(app: App) -> Router {
             get(access::get_controller_hosts).post(access::change_controller_hosts),
         )
         .route("/v1/events", get(events))
-        .route("/v1/backup", get(backup))
+        .route("/v1/backup", get(super::backup::download))
         .fallback(|| async {
             ApiError::not_found("no such endpoint").with_hint("the API lives under /v1/")
         })
@@ -389,42 +390,7 @@ async fn post_claim(
     if req.dry_run {
         let answer = app
             .db
-            .read(move |c| {
-                Ok(match lifecycle::evaluate_claim(c, &volume, &req) {
-                    Ok(ClaimDecision::Existing(claim)) => ClaimDryRun {
-                        accepted: true,
-                        existing: true,
-                        state: Some(claim.state),
-                        error: None,
-                    },
-                    Ok(ClaimDecision::Queue(_)) => ClaimDryRun {
-                        accepted: true,
-                        existing: false,
-                        state: Some(api::ClaimState::Queued),
-                        error: None,
-                    },
-                    Ok(ClaimDecision::New) => ClaimDryRun {
-                        accepted: true,
-                        existing: false,
-                        state: Some(lifecycle::initial_state(c, &volume, &req.node)?),
-                        error: None,
-                    },
-                    Err(e)
-                        if matches!(
-                            e.code,
-                            api::ErrorCode::Internal | api::ErrorCode::Unavailable
-                        ) =>
-                    {
-                        return Err(e);
-                    }
-                    Err(e) => ClaimDryRun {
-                        accepted: false,
-                        existing: false,
-                        state: None,
-                        error: Some(e.body()),
-                    },
-                })
-            })
+            .read(move |c| lifecycle::claim_dry_run(c, &volume, &req))
             .await?;
         return Ok(Json(answer).into_response());
     }
@@ -459,8 +425,8 @@ async fn get_claim(
     let claim = app
         .db
         .read(move |c| {
-            super::model::ClaimRow::load(c, &volume, &alloc)?
-                .map(|row| row.to_api_at(c))
+            c.claim(&volume, &alloc)?
+                .map(|row| c.claim_to_api(&row))
                 .transpose()?
                 .ok_or_else(|| {
                     ApiError::not_found(format!(
@@ -518,16 +484,6 @@ async fn list_claims(
     Ok(Json(claims).into_response())
 }
 
-fn reason(r: &str) -> ApiResult<()> {
-    if r.trim().is_empty() {
-        return Err(
-            ApiError::invalid("`reason` is required: say why, it goes into the event log")
-                .with_hint("e.g. --reason \"node-2 powered off in rack 4\""),
-        );
-    }
-    Ok(())
-}
-
 async fn unblock_volume(
     State(app): State<App>,
     headers: HeaderMap,
@@ -536,10 +492,6 @@ async fn unblock_volume(
 ) -> ApiResult<Json<api::ActionPlan>> {
     let (actor, limits) = app.operator(&headers)?;
     name("volume", &volume)?;
-    // A dry run records nothing, so it needs no reason.
-    if !req.dry_run {
-        reason(&req.reason)?;
-    }
     let plan = app
         .db
         .write(move |ctx| {
@@ -566,10 +518,6 @@ async fn detach(
     let (actor, limits) = app.operator(&headers)?;
     name("volume", &volume)?;
     name("node", &req.node)?;
-    // A dry run records nothing, so it needs no reason.
-    if !req.dry_run {
-        reason(&req.reason)?;
-    }
     let plan = app
         .db
         .write(move |ctx| lifecycle::detach(ctx, &volume, &req, &actor, &limits))
@@ -626,10 +574,6 @@ async fn unblock_node(
 ) -> ApiResult<Json<api::ActionPlan>> {
     let (actor, limits) = app.operator(&headers)?;
     name("node", &node)?;
-    // A dry run records nothing, so it needs no reason.
-    if !req.dry_run {
-        reason(&req.reason)?;
-    }
     let plan = app
         .db
         .write(move |ctx| {
@@ -647,7 +591,7 @@ async fn fence_node(
 ) -> ApiResult<Json<api::FenceOutcome>> {
     let (actor, _) = app.operator(&headers)?;
     name("node", &node)?;
-    reason(&req.reason)?;
+    lifecycle::require_reason(&req.reason, false)?;
     Ok(Json(fence::fence(&app, &node, &req, &actor).await?))
 }
 
@@ -839,50 +783,4 @@ async fn events(
         }
         app.db.hub.wait(&Key::Events, seen, deadline - now).await;
     }
-}
-
-/// `GET /v1/backup`: a consistent snapshot of the state database, as one SQLite file.
-async fn backup(State(app): State<App>, headers: HeaderMap) -> ApiResult<Response> {
-    app.operator(&headers)?;
-    let db = app.db.path().to_owned();
-    let (summary, bytes) = tokio::task::spawn_blocking(move || {
-        // The snapshot goes through a file beside the database (same filesystem, private
-        // dir), read back and removed: the online backup API writes to a database file.
-        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let to = db.with_file_name(format!("backup-{}-{n}.db", std::process::id()));
-        let result = super::backup::backup(&db, &to).and_then(|s| Ok((s, std::fs::read(&to)?)));
-        let _ = std::fs::remove_file(&to);
-        result
-    })
-    .await
-    .map_err(|e| ApiError::internal(format!("backup task failed: {e}")))?
-    .map_err(|e| {
-        ApiError::unavailable(format!("the backup failed: {e:#}"))
-            .with_hint("`csivol-agent server backup --data-dir DIR --to FILE` on the server's machine does the same")
-    })?;
-    let mut r = (
-        [
-            (
-                axum::http::header::CONTENT_TYPE,
-                "application/vnd.sqlite3".to_owned(),
-            ),
-            (
-                axum::http::header::CONTENT_DISPOSITION,
-                "attachment; filename=\"csivol-state.db\"".to_owned(),
-            ),
-        ],
-        bytes,
-    )
-        .into_response();
-    if let Some(id) = summary
-        .cluster_id
-        .as_deref()
-        .and_then(|id| HeaderValue::from_str(id).ok())
-    {
-        r.headers_mut().insert("x-csivol-cluster", id);
-    }
-    r.headers_mut()
-        .insert(INDEX_HEADER, HeaderValue::from(summary.index as u64));
-    Ok(r)
 }

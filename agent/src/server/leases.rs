@@ -10,8 +10,11 @@ use rusqlite::params;
 
 use super::db::WriteCtx;
 use super::error::{ApiError, ApiResult};
+use super::kinds::EventKind;
 use super::lifecycle::{self, Limits, event};
-use super::model::{CLAIM_COLUMNS, ClaimRow, time};
+use super::model::{ClaimRow, time};
+use super::store::sqlite::CLAIM_COLUMNS;
+use super::store::{Snapshot, Txn};
 
 /// Whether a lease that ran out at `expires_at` is due at `now`, and what expiry does to a
 /// claim in `state`: the states a lease cannot touch are left alone.
@@ -72,9 +75,8 @@ pub fn renew(
         ])?;
     ctx.touch(super::watch::Key::Volume(volume.to_owned()));
     tracing::debug!(volume, alloc, actor, expires_at = %time(expires_at), "lease renewed");
-    ClaimRow::load(ctx.tx, volume, alloc)?
-        .expect("still there")
-        .to_api_at(ctx.tx)
+    let c = ctx.claim(volume, alloc)?.expect("still there");
+    ctx.claim_to_api(&c)
 }
 
 /// Releases every claim whose lease ran out: a queued one leaves the queue, any other is
@@ -102,7 +104,7 @@ pub fn expire(ctx: &mut WriteCtx<'_>, limits: &Limits) -> ApiResult<usize> {
 }
 
 /// Releases one claim whose lease ran out, with the event that says so.
-pub fn release_expired(ctx: &mut WriteCtx<'_>, c: &ClaimRow) -> ApiResult<()> {
+pub fn release_expired(ctx: &mut impl Txn, c: &ClaimRow) -> ApiResult<()> {
     let ttl = c
         .ttl_ms
         .map(|t| humantime::format_duration(Duration::from_millis(t.max(0) as u64)).to_string())
@@ -120,7 +122,7 @@ pub fn release_expired(ctx: &mut WriteCtx<'_>, c: &ClaimRow) -> ApiResult<()> {
     }
     event(
         ctx,
-        "claim-expired",
+        EventKind::ClaimExpired,
         Some(&c.volume),
         Some(&c.node),
         Some(&c.alloc),

@@ -13,6 +13,7 @@ pub mod fence_policy;
 mod hosting;
 mod http;
 pub mod identity;
+mod kinds;
 mod leases;
 mod lifecycle;
 mod listen;
@@ -23,6 +24,8 @@ mod nodes;
 mod queue;
 pub mod rules;
 mod secrets;
+mod store;
+mod transitions;
 mod views;
 mod watch;
 

@@ -7,8 +7,9 @@ use rusqlite::params;
 
 use super::db::WriteCtx;
 use super::error::{ApiError, ApiResult};
+use super::kinds::EventKind;
 use super::lifecycle::event;
-use super::model::NodeRow;
+use super::store::Snapshot;
 
 /// Why a new claim on `node` is refused, if it is.
 pub fn claim_refusal(node: &str, eligibility: Eligibility) -> Option<ApiError> {
@@ -108,7 +109,7 @@ pub fn set_eligibility(
     eligibility: Eligibility,
     actor: &str,
 ) -> ApiResult<()> {
-    let n = NodeRow::require(ctx.tx, node)?;
+    let n = ctx.require_node(node)?;
     if n.eligibility == eligibility {
         return Ok(());
     }
@@ -117,10 +118,10 @@ pub fn set_eligibility(
         params![eligibility.as_str(), node],
     )?;
     let (kind, message) = match eligibility {
-        Eligibility::Eligible => ("node-eligible", "node takes new claims again"),
-        Eligibility::Ineligible => ("node-ineligible", "node takes no new claims"),
+        Eligibility::Eligible => (EventKind::NodeEligible, "node takes new claims again"),
+        Eligibility::Ineligible => (EventKind::NodeIneligible, "node takes no new claims"),
         Eligibility::Draining => (
-            "node-draining",
+            EventKind::NodeDraining,
             "node is being drained: no new claims; its claims are left to their owners to release",
         ),
     };
@@ -129,7 +130,7 @@ pub fn set_eligibility(
 
 /// `DELETE /v1/nodes/{node}`: forgets a node that holds nothing (see [`removal`]).
 pub fn remove(ctx: &mut WriteCtx<'_>, node: &str, actor: &str) -> ApiResult<()> {
-    let n = NodeRow::require(ctx.tx, node)?;
+    let n = ctx.require_node(node)?;
     let h = holdings(ctx.tx, node)?;
     removal(node, &h)?;
     ctx.tx
@@ -138,7 +139,7 @@ pub fn remove(ctx: &mut WriteCtx<'_>, node: &str, actor: &str) -> ApiResult<()> 
         .execute("DELETE FROM nodes WHERE name = ?1", [node])?;
     event(
         ctx,
-        "node-removed",
+        EventKind::NodeRemoved,
         None,
         Some(node),
         None,

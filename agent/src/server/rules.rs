@@ -1,9 +1,10 @@
 //! The claim rules, as pure functions over plain data: which claims may coexist on a volume
-//! under its access mode, and whether a node has room for one more volume. The server calls
-//! them inside the transaction that records the claim.
+//! under its access mode, and whether a claim may start on its node (not lost or fenced,
+//! running the volume's plugin, with room for one more volume). The server calls them
+//! inside the transaction that records the claim.
 
 use csivol_api::domain::AccessMode;
-use csivol_api::{ClaimMode, ClaimState};
+use csivol_api::{ClaimMode, ClaimState, NodeStatus};
 
 /// A claim already recorded on the volume.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -119,6 +120,59 @@ pub fn check_claim(
 /// Whether a node with `used` of `max` slots (0: no limit) can take one more volume.
 pub fn has_room(used: u32, max: u32) -> bool {
     max == 0 || used < max
+}
+
+/// What is recorded about the node a claim would start on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Placement {
+    pub status: NodeStatus,
+    /// When it was lost (milliseconds since the epoch), if it is.
+    pub lost_at: Option<i64>,
+    /// `max_volumes_per_node` of the volume's plugin there (0: no limit), when the node runs
+    /// the plugin's node service; `None` when it does not.
+    pub plugin_slots: Option<u32>,
+    /// `None` when the volume holds a slot on the node already (claimed or attached there);
+    /// else how many slots of the plugin's are in use there (detaching volumes included).
+    pub new_slot_among: Option<u32>,
+}
+
+/// Why a claim may not start on its node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NodeRefusal {
+    /// The node was powered off by a fence; it takes nothing until its agent registers.
+    Fenced,
+    /// The node missed its heartbeats.
+    Lost { since: Option<i64> },
+    /// The node does not run the volume's plugin (or not its node service).
+    NoPlugin,
+    /// Every slot of the plugin's on the node is taken.
+    NoRoom { used: u32, max: u32 },
+}
+
+impl NodeRefusal {
+    /// Whether the claim may wait in the volume's queue for this to change: only room,
+    /// which a release frees; a lost, fenced or unfit node needs more than time.
+    pub fn may_wait(self) -> bool {
+        matches!(self, Self::NoRoom { .. })
+    }
+}
+
+/// Whether a claim may start on the node described by `p`: checked in this order, the
+/// node is not fenced, not lost, runs the plugin, and has room unless the volume is there
+/// already.
+pub fn check_placement(p: Placement) -> Result<(), NodeRefusal> {
+    match p.status {
+        NodeStatus::Fenced => return Err(NodeRefusal::Fenced),
+        NodeStatus::Lost => return Err(NodeRefusal::Lost { since: p.lost_at }),
+        NodeStatus::Ready => {}
+    }
+    let Some(max) = p.plugin_slots else {
+        return Err(NodeRefusal::NoPlugin);
+    };
+    match p.new_slot_among {
+        Some(used) if !has_room(used, max) => Err(NodeRefusal::NoRoom { used, max }),
+        _ => Ok(()),
+    }
 }
 
 /// Whether the volume takes any new claim now: a read or write claim by a new alloc, on a
@@ -362,6 +416,62 @@ mod tests {
             check_claim(SingleNodeMultiWriter, &h, wanted("n1", Write)),
             Ok(Accept::New)
         );
+    }
+
+    #[test]
+    fn where_a_claim_may_start() {
+        use NodeRefusal as R;
+        use NodeStatus::{Fenced, Lost, Ready};
+        const T: Option<i64> = Some(1_700_000_000_000);
+        type Case = (
+            NodeStatus,
+            Option<i64>,
+            Option<u32>,
+            Option<u32>,
+            Result<(), NodeRefusal>,
+        );
+        // (status, lost at, plugin's slots on the node, slots used if the volume needs a
+        // new one, answer)
+        #[rustfmt::skip] // One case a line: the table is the specification.
+        let cases: [Case; 16] = [
+            (Ready,  None, Some(0), Some(0),   Ok(())),
+            (Ready,  None, Some(0), Some(900), Ok(())),
+            (Ready,  None, Some(2), Some(1),   Ok(())),
+            (Ready,  None, Some(2), Some(2),   Err(R::NoRoom { used: 2, max: 2 })),
+            (Ready,  None, Some(2), Some(3),   Err(R::NoRoom { used: 3, max: 2 })),
+            // The volume is on the node already: it takes no new slot.
+            (Ready,  None, Some(2), None,      Ok(())),
+            (Ready,  None, Some(1), None,      Ok(())),
+            (Ready,  None, None,    Some(0),   Err(R::NoPlugin)),
+            (Ready,  None, None,    None,      Err(R::NoPlugin)),
+            (Lost,   T,    Some(0), Some(0),   Err(R::Lost { since: T })),
+            (Lost,   None, Some(0), Some(0),   Err(R::Lost { since: None })),
+            // A lost node is named as lost before anything else is checked.
+            (Lost,   T,    None,    Some(5),   Err(R::Lost { since: T })),
+            (Lost,   T,    Some(1), Some(1),   Err(R::Lost { since: T })),
+            (Fenced, None, Some(0), Some(0),   Err(R::Fenced)),
+            (Fenced, T,    None,    Some(1),   Err(R::Fenced)),
+            (Fenced, T,    Some(1), Some(1),   Err(R::Fenced)),
+        ];
+        for (status, lost_at, plugin_slots, new_slot_among, want) in cases {
+            let p = Placement {
+                status,
+                lost_at,
+                plugin_slots,
+                new_slot_among,
+            };
+            assert_eq!(check_placement(p), want, "{p:?}");
+        }
+        // Only room is worth waiting for in the queue.
+        let waits = [
+            (NodeRefusal::Fenced, false),
+            (NodeRefusal::Lost { since: T }, false),
+            (NodeRefusal::NoPlugin, false),
+            (NodeRefusal::NoRoom { used: 1, max: 1 }, true),
+        ];
+        for (r, want) in waits {
+            assert_eq!(r.may_wait(), want, "{r:?}");
+        }
     }
 
     #[test]

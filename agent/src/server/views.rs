@@ -10,8 +10,11 @@ use super::fence;
 use super::fence_policy::FenceConfig;
 use super::liveness::Beats;
 use super::model::{
-    ATTACHMENT_COLUMNS, AttachmentRow, CLAIM_COLUMNS, ClaimRow, NODE_COLUMNS, NodePluginRow,
-    NodeRow, VOLUME_COLUMNS, VolumeRow, claims_to_api, needs_controller_publish, slots_used, time,
+    AttachmentRow, ClaimRow, NodePluginRow, NodeRow, VolumeRow, claims_to_api, time,
+};
+use super::store::sqlite::{
+    ATTACHMENT_COLUMNS, CLAIM_COLUMNS, NODE_COLUMNS, VOLUME_COLUMNS, needs_controller_publish,
+    slots_used,
 };
 
 /// Every volume (optionally filtered), with claims and attachments, in three queries.

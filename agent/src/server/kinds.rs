@@ -1,0 +1,133 @@
+//! The kinds of events and of controller operations. Each is stored (and shown by the API)
+//! as the string of [`EventKind::as_str`] / [`OpKind::as_str`], so the enums change no
+//! stored data; the code names them by variant, so a misspelt kind does not compile.
+
+use std::fmt;
+use std::str::FromStr;
+
+macro_rules! string_enum {
+    ($(#[$meta:meta])* $name:ident { $($variant:ident = $text:literal,)* }) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum $name {
+            $($variant,)*
+        }
+
+        impl $name {
+            pub const ALL: &[Self] = &[$(Self::$variant,)*];
+
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(Self::$variant => $text,)*
+                }
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = String;
+            fn from_str(s: &str) -> Result<Self, String> {
+                Self::ALL
+                    .iter()
+                    .copied()
+                    .find(|k| k.as_str() == s)
+                    .ok_or_else(|| format!("unknown {} `{s}`", stringify!($name)))
+            }
+        }
+    };
+}
+
+string_enum! {
+    /// What an entry of the event log records.
+    EventKind {
+        VolumeRegistered = "volume-registered",
+        VolumeUpdated = "volume-updated",
+        VolumeCreating = "volume-creating",
+        VolumeCreated = "volume-created",
+        VolumeDeleting = "volume-deleting",
+        VolumeDeleted = "volume-deleted",
+        VolumeDeregistered = "volume-deregistered",
+        VolumeAttached = "volume-attached",
+        VolumeUnstaged = "volume-unstaged",
+        VolumeDetach = "volume-detach",
+        VolumeDetached = "volume-detached",
+        VolumeForceDetaching = "volume-force-detaching",
+        VolumeBlocked = "volume-blocked",
+        VolumeUnblocked = "volume-unblocked",
+        VolumeCondition = "volume-condition",
+        ClaimCreated = "claim-created",
+        ClaimQueued = "claim-queued",
+        ClaimDequeued = "claim-dequeued",
+        ClaimGranted = "claim-granted",
+        ClaimReady = "claim-ready",
+        ClaimReleasing = "claim-releasing",
+        ClaimReleased = "claim-released",
+        ClaimForceReleased = "claim-force-released",
+        ClaimFailed = "claim-failed",
+        ClaimResumed = "claim-resumed",
+        ClaimTakenDown = "claim-taken-down",
+        ClaimDrift = "claim-drift",
+        ClaimRepaired = "claim-repaired",
+        ClaimExpired = "claim-expired",
+        OperationFailed = "operation-failed",
+        NodeRegistered = "node-registered",
+        NodeReturned = "node-returned",
+        NodeLost = "node-lost",
+        NodeFenced = "node-fenced",
+        NodeFenceFailed = "node-fence-failed",
+        NodeEligible = "node-eligible",
+        NodeIneligible = "node-ineligible",
+        NodeDraining = "node-draining",
+        NodeRemoved = "node-removed",
+        TokenCreated = "token-created",
+        TokenRevoked = "token-revoked",
+        ControllerHostAllowed = "controller-host-allowed",
+        ControllerHostDisallowed = "controller-host-disallowed",
+        ControllerHostRefused = "controller-host-refused",
+    }
+}
+
+string_enum! {
+    /// A controller operation the server queues for a controller host.
+    OpKind {
+        Publish = "publish",
+        Unpublish = "unpublish",
+        Create = "create",
+        Delete = "delete",
+    }
+}
+
+impl OpKind {
+    /// The CSI call the operation makes.
+    pub fn call(self) -> &'static str {
+        match self {
+            Self::Publish => "ControllerPublishVolume",
+            Self::Unpublish => "ControllerUnpublishVolume",
+            Self::Create => "CreateVolume",
+            Self::Delete => "DeleteVolume",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_read_back_from_their_stored_strings() {
+        for k in EventKind::ALL {
+            assert_eq!(k.as_str().parse::<EventKind>(), Ok(*k));
+        }
+        for k in OpKind::ALL {
+            assert_eq!(k.as_str().parse::<OpKind>(), Ok(*k));
+        }
+        assert_eq!(EventKind::ClaimTakenDown.as_str(), "claim-taken-down");
+        assert_eq!(OpKind::Unpublish.call(), "ControllerUnpublishVolume");
+        assert!("claim-teleported".parse::<EventKind>().is_err());
+    }
+}

@@ -1,0 +1,291 @@
+//! Volumes: registration, creation through the plugin, deregistration and deletion.
+
+use std::collections::BTreeMap;
+
+use csivol_api::{self as api, CreateVolumeSpec, VolumeSpec, validate_name};
+
+use super::ops::schedule_ops;
+use super::{Limits, event};
+use crate::server::error::{ApiError, ApiResult};
+use crate::server::kinds::{EventKind, OpKind};
+use crate::server::model::{ClaimRow, Lifecycle, VolumeRow};
+use crate::server::store::{Snapshot, Txn};
+use crate::server::watch::Key;
+
+pub(super) fn check_spec_names(
+    plugin: &str,
+    attachment: api::Attachment,
+    fs_type: &str,
+    mount_flags: &[String],
+) -> ApiResult<()> {
+    validate_name("plugin", plugin).map_err(ApiError::invalid)?;
+    if attachment == api::Attachment::BlockDevice
+        && (!fs_type.is_empty() || !mount_flags.is_empty())
+    {
+        return Err(
+            ApiError::invalid("a block-device volume takes no `fs_type` or `mount_flags`")
+                .with_hint("remove them, or use `attachment = \"file-system\"`"),
+        );
+    }
+    Ok(())
+}
+
+fn insert_volume(ctx: &mut impl Txn, v: &VolumeRow) -> ApiResult<()> {
+    ctx.put_volume(v)?;
+    ctx.touch(Key::Volume(v.name.clone()));
+    Ok(())
+}
+
+/// Full view of a volume inside a transaction.
+pub fn volume_view(conn: &(impl Snapshot + ?Sized), name: &str) -> ApiResult<api::Volume> {
+    let v = conn.require_volume(name)?;
+    let claims = conn.claims_of_volume(name)?;
+    let atts = conn.attachments_of_volume(name)?;
+    Ok(v.to_api(&claims, &atts))
+}
+
+pub(super) fn claims_in_the_way(claims: &[ClaimRow]) -> String {
+    let names: Vec<_> = claims
+        .iter()
+        .map(|c| format!("{} on {} ({})", c.alloc, c.node, c.state))
+        .collect();
+    names.join(", ")
+}
+
+/// `PUT /v1/volumes/{name}`: returns the volume and whether it was new or changed.
+pub fn register_volume(
+    ctx: &mut impl Txn,
+    name: &str,
+    spec: VolumeSpec,
+    actor: &str,
+) -> ApiResult<(api::Volume, bool)> {
+    validate_name("volume", name).map_err(ApiError::invalid)?;
+    check_spec_names(
+        &spec.plugin,
+        spec.attachment,
+        &spec.fs_type,
+        &spec.mount_flags,
+    )?;
+    if spec.external_id.is_empty() {
+        return Err(ApiError::invalid(
+            "`external_id` is required: the plugin's id for the volume",
+        ));
+    }
+    let existing = ctx.volume(name)?;
+    let row = VolumeRow {
+        name: name.to_owned(),
+        plugin: spec.plugin,
+        external_id: spec.external_id,
+        access_mode: spec.access_mode,
+        attachment: spec.attachment,
+        fs_type: spec.fs_type,
+        mount_flags: spec.mount_flags,
+        context: spec.context,
+        parameters: spec.parameters,
+        secrets: spec.secrets,
+        capacity_bytes: existing.as_ref().and_then(|e| e.capacity_bytes),
+        lifecycle: Lifecycle::Ready,
+        error: None,
+        created_at: ctx.now(),
+        updated_at: ctx.now(),
+        modify_index: ctx.index(),
+    };
+    if let Some(e) = &existing {
+        let same = e.plugin == row.plugin
+            && e.external_id == row.external_id
+            && e.access_mode == row.access_mode
+            && e.attachment == row.attachment
+            && e.fs_type == row.fs_type
+            && e.mount_flags == row.mount_flags
+            && e.context == row.context
+            && e.parameters == row.parameters
+            && e.secrets == row.secrets
+            && e.lifecycle == Lifecycle::Ready;
+        if same {
+            return Ok((volume_view(ctx, name)?, false));
+        }
+        if e.lifecycle != Lifecycle::Ready {
+            return Err(ApiError::conflict(format!(
+                "volume `{name}` is {}; it cannot be re-registered now",
+                e.lifecycle.as_str()
+            )));
+        }
+        let claims = ctx.claims_of_volume(name)?;
+        let atts = ctx.attachments_of_volume(name)?;
+        if !claims.is_empty() || !atts.is_empty() {
+            return Err(ApiError::conflict(format!(
+                "volume `{name}` is registered with a different spec and is in use: {}",
+                if claims.is_empty() {
+                    "still attached".to_owned()
+                } else {
+                    claims_in_the_way(&claims)
+                }
+            ))
+            .with_hint(
+                "release its claims first, or register the changed spec under another name",
+            ));
+        }
+    }
+    insert_volume(ctx, &row)?;
+    let (verb, kind) = if existing.is_some() {
+        ("updated", EventKind::VolumeUpdated)
+    } else {
+        ("registered", EventKind::VolumeRegistered)
+    };
+    event(
+        ctx,
+        kind,
+        Some(name),
+        None,
+        None,
+        actor,
+        format!("volume {verb} (plugin {}, {})", row.plugin, row.access_mode),
+    )?;
+    Ok((volume_view(ctx, name)?, true))
+}
+
+/// `POST /v1/volumes/{name}/create`: records the volume as `creating` and queues
+/// CreateVolume. Returns the volume and whether the request started something.
+pub fn create_volume(
+    ctx: &mut impl Txn,
+    name: &str,
+    spec: CreateVolumeSpec,
+    actor: &str,
+    limits: &Limits,
+) -> ApiResult<(api::Volume, bool)> {
+    validate_name("volume", name).map_err(ApiError::invalid)?;
+    check_spec_names(
+        &spec.plugin,
+        spec.attachment,
+        &spec.fs_type,
+        &spec.mount_flags,
+    )?;
+    if let Some(e) = ctx.volume(name)? {
+        let same = e.plugin == spec.plugin
+            && e.access_mode == spec.access_mode
+            && e.attachment == spec.attachment
+            && e.parameters == spec.parameters
+            && (spec.capacity_bytes == 0
+                || e.capacity_bytes.is_none_or(|c| c >= spec.capacity_bytes));
+        if same && matches!(e.lifecycle, Lifecycle::Creating | Lifecycle::Ready) {
+            return Ok((volume_view(ctx, name)?, false));
+        }
+        if e.lifecycle != Lifecycle::Failed {
+            return Err(ApiError::conflict(format!(
+                "volume `{name}` is already registered with another spec"
+            ))
+            .with_hint(format!(
+                "choose another name, or deregister it with `csivol volume deregister {name}`"
+            )));
+        }
+    }
+    let row = VolumeRow {
+        name: name.to_owned(),
+        plugin: spec.plugin.clone(),
+        external_id: String::new(),
+        access_mode: spec.access_mode,
+        attachment: spec.attachment,
+        fs_type: spec.fs_type,
+        mount_flags: spec.mount_flags,
+        context: BTreeMap::new(),
+        parameters: spec.parameters,
+        secrets: spec.secrets,
+        capacity_bytes: (spec.capacity_bytes > 0).then_some(spec.capacity_bytes),
+        lifecycle: Lifecycle::Creating,
+        error: None,
+        created_at: ctx.now(),
+        updated_at: ctx.now(),
+        modify_index: ctx.index(),
+    };
+    insert_volume(ctx, &row)?;
+    let payload = serde_json::json!({ "capacity_bytes": spec.capacity_bytes });
+    ctx.queue_op(
+        OpKind::Create,
+        &spec.plugin,
+        name,
+        None,
+        &payload.to_string(),
+    )?;
+    event(
+        ctx,
+        EventKind::VolumeCreating,
+        Some(name),
+        None,
+        None,
+        actor,
+        format!("CreateVolume requested from plugin {}", spec.plugin),
+    )?;
+    schedule_ops(ctx, &spec.plugin, limits)?;
+    Ok((volume_view(ctx, name)?, true))
+}
+
+/// `DELETE /v1/volumes/{name}`: removes the record (`None`), or with `delete` queues
+/// DeleteVolume and returns the volume in `deleting`.
+pub fn deregister_volume(
+    ctx: &mut impl Txn,
+    name: &str,
+    delete: bool,
+    actor: &str,
+    limits: &Limits,
+) -> ApiResult<Option<api::Volume>> {
+    let v = ctx.require_volume(name)?;
+    let claims = ctx.claims_of_volume(name)?;
+    if !claims.is_empty() {
+        return Err(ApiError::conflict(format!(
+            "volume `{name}` is claimed: {}",
+            claims_in_the_way(&claims)
+        ))
+        .with_hint(format!(
+            "release the claims first (`csivol release {name} --alloc ALLOC`)"
+        )));
+    }
+    let atts = ctx.attachments_of_volume(name)?;
+    if !atts.is_empty() {
+        let nodes: Vec<_> = atts
+            .iter()
+            .map(|a| format!("{} ({})", a.node, a.state))
+            .collect();
+        return Err(ApiError::conflict(format!(
+            "volume `{name}` is still attached to {}",
+            nodes.join(", ")
+        ))
+        .with_hint("wait for the detach to finish; `csivol status` shows where it stands"));
+    }
+    match v.lifecycle {
+        Lifecycle::Creating | Lifecycle::Deleting => {
+            return Err(ApiError::conflict(format!(
+                "volume `{name}` is {}; wait for it to finish",
+                v.lifecycle.as_str()
+            )));
+        }
+        Lifecycle::Ready | Lifecycle::Failed => {}
+    }
+    if delete && v.lifecycle == Lifecycle::Ready {
+        ctx.set_volume_lifecycle(name, Lifecycle::Deleting, None)?;
+        ctx.touch(Key::Volume(name.to_owned()));
+        ctx.queue_op(OpKind::Delete, &v.plugin, name, None, "{}")?;
+        event(
+            ctx,
+            EventKind::VolumeDeleting,
+            Some(name),
+            None,
+            None,
+            actor,
+            "DeleteVolume requested",
+        )?;
+        schedule_ops(ctx, &v.plugin, limits)?;
+        return Ok(Some(volume_view(ctx, name)?));
+    }
+    ctx.delete_volume(name)?;
+    ctx.touch(Key::Volume(name.to_owned()));
+    event(
+        ctx,
+        EventKind::VolumeDeregistered,
+        Some(name),
+        None,
+        None,
+        actor,
+        "volume deregistered",
+    )?;
+    Ok(None)
+}

@@ -1,0 +1,194 @@
+//! The attachment lifecycle as a pure function: from a volume's recorded facts (its claims,
+//! its attachments, the status of their nodes, whether its plugin needs ControllerPublish)
+//! to the next states of its claims and attachments and the controller operations to queue.
+//!
+//! This is the one place that derives a volume's next step; the server's lifecycle code
+//! loads the facts, calls [`next`], and writes the changes back in the same transaction.
+//! The state a new claim starts in ([`first_state`]) is read from the same table, by
+//! asking what [`next`] would do with it.
+
+use std::collections::BTreeMap;
+
+use csivol_api::domain::AccessMode;
+use csivol_api::{AttachmentState, ClaimState, NodeStatus};
+
+/// What is recorded about one volume.
+#[derive(Clone, Debug)]
+pub struct Facts<'a> {
+    pub access_mode: AccessMode,
+    /// Whether the volume's plugin needs ControllerPublishVolume, as its registrations say.
+    pub controller_publish: bool,
+    /// The volume's claims, in arrival order (earlier claims take a new attachment first).
+    pub claims: Vec<ClaimFact<'a>>,
+    /// The volume's attachments, at most one per node.
+    pub attachments: Vec<AttachmentFact<'a>>,
+    /// The status of the nodes named by the claims and attachments. A node not listed is
+    /// taken as ready: claims are recorded only on registered nodes, and the server's
+    /// shell lists every node involved.
+    pub nodes: Vec<(&'a str, NodeStatus)>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClaimFact<'a> {
+    pub alloc: &'a str,
+    pub node: &'a str,
+    pub state: ClaimState,
+    /// Blocked while being released: when its node returns, it is taken down, not resumed.
+    /// It still holds its attachment until then.
+    pub release_pending: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AttachmentFact<'a> {
+    pub node: &'a str,
+    pub state: AttachmentState,
+}
+
+/// A change to one attachment of the volume.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttachmentChange<'a> {
+    /// A new attachment of the volume to `node`.
+    Create {
+        node: &'a str,
+        state: AttachmentState,
+    },
+    /// The existing attachment to `node` moves to `state`.
+    Set {
+        node: &'a str,
+        state: AttachmentState,
+    },
+}
+
+/// A controller operation to queue (unless one of that kind is queued already).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op<'a> {
+    /// ControllerPublishVolume of the volume to `node`.
+    Publish { node: &'a str },
+}
+
+/// What [`next`] decided, in the order to apply it: attachments, then operations, then
+/// claims.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Changes<'a> {
+    pub attachments: Vec<AttachmentChange<'a>>,
+    pub ops: Vec<Op<'a>>,
+    /// `(alloc, new state)` of each claim whose state changes.
+    pub claims: Vec<(&'a str, ClaimState)>,
+}
+
+/// Moves the volume's claims and attachments as far forward as `facts` allow.
+///
+/// - An attachment to a node where no claim is left (queued ones hold nothing) waits for
+///   the node to unstage (`unstaging`); one that gains a claim again is `attached`.
+/// - A claim that is `pending`, `attaching` or `publishing` follows its node's attachment:
+///   attached → `publishing`, attaching → `attaching`, being taken down → `pending` (it
+///   waits for the detach), blocked → `blocked`. With no attachment there, the claim
+///   attaches the volume, unless a single-node volume is still attached elsewhere
+///   (`pending` until that attachment is gone): `attaching` with a ControllerPublish to
+///   queue when the plugin needs one, else `publishing` straight away.
+/// - Nothing moves on a node that is lost or fenced: its loss blocked what it held, and
+///   only its return, an unblock or a fence changes that.
+/// - Ready, releasing, failed, blocked and queued claims are moved by other facts (the
+///   node's reports, the queue, an unblock), never here.
+pub fn next<'a>(facts: &Facts<'a>) -> Changes<'a> {
+    let mut changes = Changes::default();
+    let ready = |node: &str| {
+        facts
+            .nodes
+            .iter()
+            .find(|(n, _)| *n == node)
+            .is_none_or(|(_, s)| *s == NodeStatus::Ready)
+    };
+    let mut atts: BTreeMap<&'a str, AttachmentState> = facts
+        .attachments
+        .iter()
+        .map(|a| (a.node, a.state))
+        .collect();
+
+    for (&node, state) in atts.iter_mut() {
+        if !ready(node) {
+            continue;
+        }
+        let has_claims = facts
+            .claims
+            .iter()
+            .any(|c| c.node == node && c.state != ClaimState::Queued);
+        let to = match *state {
+            AttachmentState::Attached if !has_claims => AttachmentState::Unstaging,
+            AttachmentState::Unstaging if has_claims => AttachmentState::Attached,
+            _ => continue,
+        };
+        changes
+            .attachments
+            .push(AttachmentChange::Set { node, state: to });
+        *state = to;
+    }
+
+    for c in &facts.claims {
+        if !matches!(
+            c.state,
+            ClaimState::Pending | ClaimState::Attaching | ClaimState::Publishing
+        ) || !ready(c.node)
+        {
+            continue;
+        }
+        let to = match atts.get(c.node) {
+            Some(AttachmentState::Attached) => ClaimState::Publishing,
+            Some(AttachmentState::Attaching) => ClaimState::Attaching,
+            Some(AttachmentState::Detaching | AttachmentState::Unstaging) => ClaimState::Pending,
+            Some(AttachmentState::Blocked) => ClaimState::Blocked,
+            None if facts.access_mode.is_single_node() && !atts.is_empty() => {
+                // The volume must be detached from its other node first.
+                ClaimState::Pending
+            }
+            None if facts.controller_publish => {
+                changes.attachments.push(AttachmentChange::Create {
+                    node: c.node,
+                    state: AttachmentState::Attaching,
+                });
+                changes.ops.push(Op::Publish { node: c.node });
+                atts.insert(c.node, AttachmentState::Attaching);
+                ClaimState::Attaching
+            }
+            None => {
+                changes.attachments.push(AttachmentChange::Create {
+                    node: c.node,
+                    state: AttachmentState::Attached,
+                });
+                atts.insert(c.node, AttachmentState::Attached);
+                ClaimState::Publishing
+            }
+        };
+        if to != c.state {
+            changes.claims.push((c.alloc, to));
+        }
+    }
+    changes
+}
+
+/// The state a claim is recorded in: `pending`, then wherever [`next`] takes it in the
+/// same transaction.
+pub const NEW_CLAIM: ClaimState = ClaimState::Pending;
+
+/// The state a new claim on `node` would reach once recorded (for dry runs): what [`next`]
+/// does with it after the volume's claims, so that a dry run and the real claim agree.
+pub fn first_state(facts: &Facts<'_>, node: &str) -> ClaimState {
+    // No alloc is named like this (names are validated), so it is nobody else's claim.
+    const NEW: &str = "\0new";
+    let mut facts = facts.clone();
+    facts.claims.push(ClaimFact {
+        alloc: NEW,
+        node,
+        state: NEW_CLAIM,
+        release_pending: false,
+    });
+    let changes = next(&facts);
+    changes
+        .claims
+        .iter()
+        .find(|(alloc, _)| *alloc == NEW)
+        .map_or(NEW_CLAIM, |(_, s)| *s)
+}
+
+#[cfg(test)]
+mod tests;
