@@ -46,7 +46,7 @@ async fn bytes_survive_unpublish_and_republish_and_the_device_grows() {
     let (staging, target) = bring_up(&mut p, &dir, &v, &cap, "a").await;
     assert!(is_mounted(&target), "the device is bound onto the target");
     assert!(is_block_device(&target));
-    assert_eq!(loop_devices_under(dir.path()).len(), 1);
+    assert_loop_devices(dir.path(), 1);
     write_through(&target, 3 * MIB as u64, b"written through the device");
 
     // Unpublish removes the target; the staged device stays; a new publish reads back.
@@ -55,7 +55,7 @@ async fn bytes_survive_unpublish_and_republish_and_the_device_grows() {
         .await
         .unwrap();
     assert!(!target.exists());
-    assert_eq!(loop_devices_under(dir.path()).len(), 1);
+    assert_loop_devices(dir.path(), 1);
     let again = dir.join("target-b");
     let ctx = p
         .controller
@@ -134,7 +134,7 @@ async fn bytes_survive_unpublish_and_republish_and_the_device_grows() {
 
     // Taken down: the device is released.
     take_down(&mut p, &v, &staging, &again).await;
-    assert!(loop_devices_under(dir.path()).is_empty());
+    assert_loop_devices(dir.path(), 0);
     assert!(!again.exists());
     p.controller
         .delete_volume(csi::DeleteVolumeRequest {
@@ -191,7 +191,7 @@ async fn block_snapshot_restores_bytes() {
     let (staging, target) = bring_up(&mut p, &dir, &restored, &cap, "b").await;
     assert_eq!(read_through(&target, 4096, 17), b"snapshotted bytes");
     take_down(&mut p, &restored, &staging, &target).await;
-    assert!(loop_devices_under(dir.path()).is_empty());
+    assert_loop_devices(dir.path(), 0);
 }
 
 /// Without staging, publishing attaches the device and the last unpublish releases it.
@@ -209,27 +209,19 @@ async fn block_without_staging() {
         p.node.node_publish_volume(publish).await.unwrap();
         assert!(is_block_device(t));
     }
-    assert_eq!(
-        loop_devices_under(dir.path()).len(),
-        1,
-        "one device for both"
-    );
+    assert_loop_devices(dir.path(), 1);
     write_through(&targets[0], 0, b"shared");
     assert_eq!(read_through(&targets[1], 0, 6), b"shared");
     p.node
         .node_unpublish_volume(unpublish_req(&v, &targets[0]))
         .await
         .unwrap();
-    assert_eq!(
-        loop_devices_under(dir.path()).len(),
-        1,
-        "still published at t2"
-    );
+    assert_loop_devices(dir.path(), 1);
     p.node
         .node_unpublish_volume(unpublish_req(&v, &targets[1]))
         .await
         .unwrap();
-    assert!(loop_devices_under(dir.path()).is_empty());
+    assert_loop_devices(dir.path(), 0);
 }
 
 /// DeleteVolume releases loop devices left on the image (a node that went away).
@@ -246,7 +238,7 @@ async fn delete_releases_leftover_loop_devices() {
         .status()
         .unwrap();
     assert!(status.success());
-    assert_eq!(loop_devices_under(dir.path()).len(), 1);
+    assert_loop_devices(dir.path(), 1);
     p.controller
         .delete_volume(csi::DeleteVolumeRequest {
             volume_id: v.volume_id.clone(),
@@ -254,7 +246,7 @@ async fn delete_releases_leftover_loop_devices() {
         })
         .await
         .unwrap();
-    assert!(loop_devices_under(dir.path()).is_empty());
+    assert_loop_devices(dir.path(), 0);
     assert!(!image.exists());
 }
 
@@ -268,7 +260,7 @@ async fn block_with_marker_files() {
     let v = create_with(&mut p, create_req("disk", cap.clone(), MIB)).await;
     let (staging, target) = bring_up(&mut p, &dir, &v, &cap, "a").await;
     assert_eq!(std::fs::read_to_string(&target).unwrap(), v.volume_id);
-    assert!(loop_devices_under(dir.path()).is_empty());
+    assert_loop_devices(dir.path(), 0);
     assert!(
         !p.node
             .node_get_volume_stats(stats_req(&v, &target))
@@ -316,11 +308,11 @@ async fn each_node_has_its_own_device() {
     let mut publish = publish_req(&v, Some(&s2), &t2, &ctx, false);
     publish.volume_capability = Some(cap.clone());
     n2.node.node_publish_volume(publish).await.unwrap();
-    assert_eq!(loop_devices_under(dir.path()).len(), 2);
+    assert_loop_devices(dir.path(), 2);
 
     write_through(&t1, 0, b"from node-1");
     take_down(&mut n1, &v, &s1, &t1).await;
-    assert_eq!(loop_devices_under(dir.path()).len(), 1);
+    assert_loop_devices(dir.path(), 1);
     assert_eq!(read_through(&t2, 0, 11), b"from node-1");
 }
 
@@ -338,8 +330,8 @@ async fn a_killed_plugin_keeps_its_device() {
     let mut p = p.restart_after_kill().await;
     let (staging2, target2) = bring_up(&mut p, &dir, &v, &cap, "a").await;
     assert_eq!((&staging2, &target2), (&staging, &target));
-    assert_eq!(loop_devices_under(dir.path()).len(), 1);
+    assert_loop_devices(dir.path(), 1);
     assert_eq!(read_through(&target, 0, 15), b"before the kill");
     take_down(&mut p, &v, &staging, &target).await;
-    assert!(loop_devices_under(dir.path()).is_empty());
+    assert_loop_devices(dir.path(), 0);
 }

@@ -406,6 +406,26 @@ pub(crate) fn loop_devices_under(root: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
+/// Waits until `count` loop devices are backed by files under `root`, for 10 s at most: a
+/// detached device that something still holds open (a prober that opened the new device,
+/// a bind mount being released) is cleared by the kernel when the last holder closes it.
+#[track_caller]
+pub(crate) fn assert_loop_devices(root: &Path, count: usize) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let devices = loop_devices_under(root);
+        if devices.len() == count {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "expected {count} loop device(s) under {}, found {devices:?}",
+            root.display()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 impl Drop for LoopGuard {
     fn drop(&mut self) {
         for device in loop_devices_under(&self.0) {
