@@ -20,6 +20,7 @@ use crate::store::{AttachmentRecord, Backend, NodeState, Segment, VolumeRecord, 
 mod controller;
 mod identity;
 mod node;
+mod provision;
 mod snapshots;
 
 pub const PLUGIN_NAME: &str = "hostpath.csivol.dev";
