@@ -96,6 +96,12 @@ pub struct SnapshotRecord {
 /// The file a block volume's data lives in, inside its data directory.
 pub const IMAGE: &str = "disk.img";
 
+/// The backend's folders of records (`<id>.json`) and of name indexes (`<name>` → id).
+const VOLUMES: &str = "volumes";
+const VOLUME_NAMES: &str = "names";
+const SNAPSHOTS: &str = "snapshots";
+const SNAPSHOT_NAMES: &str = "snapshot-names";
+
 /// A volume controller-published to a node.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct AttachmentRecord {
@@ -135,14 +141,14 @@ pub struct Backend {
 impl Backend {
     pub fn open(root: PathBuf, fsync: bool) -> io::Result<Self> {
         for dir in [
-            "volumes",
-            "names",
+            VOLUMES,
+            VOLUME_NAMES,
             "data",
             "attachments",
             "by-node",
             "nodes",
-            "snapshots",
-            "snapshot-names",
+            SNAPSHOTS,
+            SNAPSHOT_NAMES,
             "snapshot-data",
         ] {
             fs::create_dir_all(root.join(dir))?;
@@ -176,35 +182,61 @@ impl Backend {
     }
 
     pub fn volume(&self, id: &str) -> io::Result<Option<VolumeRecord>> {
-        if !valid_id(id) {
-            return Ok(None);
-        }
-        read_json(&self.root.join("volumes").join(format!("{id}.json")))
+        self.record(VOLUMES, id)
     }
 
     pub fn volumes(&self) -> io::Result<Vec<VolumeRecord>> {
-        let mut out = Vec::new();
-        for entry in fs::read_dir(self.root.join("volumes"))? {
-            let path = entry?.path();
-            if path.extension().is_some_and(|e| e == "json")
-                && let Some(v) = read_json::<VolumeRecord>(&path)?
-            {
-                out.push(v);
-            }
-        }
-        out.sort_by(|a, b| a.id.cmp(&b.id));
-        Ok(out)
+        self.records(VOLUMES, |v: &VolumeRecord| &v.id)
     }
 
     pub fn volume_by_name(&self, name: &str) -> io::Result<Option<VolumeRecord>> {
-        let Some(id) = read_json::<String>(&self.name_path(name))? else {
+        self.by_name(VOLUME_NAMES, VOLUMES, name, |v: &VolumeRecord| &v.name)
+    }
+
+    /// The record of `kind` (a folder of `<id>.json` files) with this id.
+    fn record<T: DeserializeOwned>(&self, kind: &str, id: &str) -> io::Result<Option<T>> {
+        if !valid_id(id) {
+            return Ok(None);
+        }
+        read_json(&self.root.join(kind).join(format!("{id}.json")))
+    }
+
+    /// Every record of `kind`, ordered by id (the order the List calls page through).
+    fn records<T: DeserializeOwned>(
+        &self,
+        kind: &str,
+        id_of: impl Fn(&T) -> &str,
+    ) -> io::Result<Vec<T>> {
+        let mut out = Vec::new();
+        for entry in fs::read_dir(self.root.join(kind))? {
+            let path = entry?.path();
+            if path.extension().is_some_and(|e| e == "json")
+                && let Some(r) = read_json::<T>(&path)?
+            {
+                out.push(r);
+            }
+        }
+        out.sort_by(|a, b| id_of(a).cmp(id_of(b)));
+        Ok(out)
+    }
+
+    /// The record of `kind` that the name index `names` points to, if it still has that
+    /// name.
+    fn by_name<T: DeserializeOwned>(
+        &self,
+        names: &str,
+        kind: &str,
+        name: &str,
+        name_of: impl Fn(&T) -> &str,
+    ) -> io::Result<Option<T>> {
+        let Some(id) = read_json::<String>(&self.root.join(names).join(file_safe(name)))? else {
             return Ok(None);
         };
-        Ok(self.volume(&id)?.filter(|v| v.name == name))
+        Ok(self.record::<T>(kind, &id)?.filter(|r| name_of(r) == name))
     }
 
     fn name_path(&self, name: &str) -> PathBuf {
-        self.root.join("names").join(file_safe(name))
+        self.root.join(VOLUME_NAMES).join(file_safe(name))
     }
 
     /// Creates the volume's record and data under a fresh id: a copy of `source` (a data
@@ -242,10 +274,7 @@ impl Backend {
         // The record first, the name index last: a crash in between leaves an unnamed
         // record, never a name pointing at nothing.
         write_json(
-            &self
-                .root
-                .join("volumes")
-                .join(format!("{}.json", record.id)),
+            &self.root.join(VOLUMES).join(format!("{}.json", record.id)),
             &record,
             self.fsync,
         )?;
@@ -258,7 +287,7 @@ impl Backend {
         if let Some(v) = self.volume(id)? {
             remove_if_exists(&self.name_path(&v.name))?;
         }
-        remove_if_exists(&self.root.join("volumes").join(format!("{id}.json")))?;
+        remove_if_exists(&self.root.join(VOLUMES).join(format!("{id}.json")))?;
         remove_tree(&self.data_dir(id))?;
         let _ = fs::remove_dir(self.root.join("attachments").join(id));
         Ok(())
@@ -274,46 +303,29 @@ impl Backend {
             }
         }
         write_json(
-            &self
-                .root
-                .join("volumes")
-                .join(format!("{}.json", record.id)),
+            &self.root.join(VOLUMES).join(format!("{}.json", record.id)),
             record,
             self.fsync,
         )
     }
 
     pub fn snapshot(&self, id: &str) -> io::Result<Option<SnapshotRecord>> {
-        if !valid_id(id) {
-            return Ok(None);
-        }
-        read_json(&self.root.join("snapshots").join(format!("{id}.json")))
+        self.record(SNAPSHOTS, id)
     }
 
     /// Every snapshot, ordered by id (the order ListSnapshots pages through).
     pub fn snapshots(&self) -> io::Result<Vec<SnapshotRecord>> {
-        let mut out = Vec::new();
-        for entry in fs::read_dir(self.root.join("snapshots"))? {
-            let path = entry?.path();
-            if path.extension().is_some_and(|e| e == "json")
-                && let Some(s) = read_json::<SnapshotRecord>(&path)?
-            {
-                out.push(s);
-            }
-        }
-        out.sort_by(|a, b| a.id.cmp(&b.id));
-        Ok(out)
+        self.records(SNAPSHOTS, |s: &SnapshotRecord| &s.id)
     }
 
     pub fn snapshot_by_name(&self, name: &str) -> io::Result<Option<SnapshotRecord>> {
-        let Some(id) = read_json::<String>(&self.snapshot_name_path(name))? else {
-            return Ok(None);
-        };
-        Ok(self.snapshot(&id)?.filter(|s| s.name == name))
+        self.by_name(SNAPSHOT_NAMES, SNAPSHOTS, name, |s: &SnapshotRecord| {
+            &s.name
+        })
     }
 
     fn snapshot_name_path(&self, name: &str) -> PathBuf {
-        self.root.join("snapshot-names").join(file_safe(name))
+        self.root.join(SNAPSHOT_NAMES).join(file_safe(name))
     }
 
     pub fn snapshot_data(&self, id: &str) -> PathBuf {
@@ -339,7 +351,7 @@ impl Backend {
         write_json(
             &self
                 .root
-                .join("snapshots")
+                .join(SNAPSHOTS)
                 .join(format!("{}.json", record.id)),
             &record,
             self.fsync,
@@ -357,7 +369,7 @@ impl Backend {
         if let Some(s) = self.snapshot(id)? {
             remove_if_exists(&self.snapshot_name_path(&s.name))?;
         }
-        remove_if_exists(&self.root.join("snapshots").join(format!("{id}.json")))?;
+        remove_if_exists(&self.root.join(SNAPSHOTS).join(format!("{id}.json")))?;
         remove_tree(&self.snapshot_data(id))
     }
 
