@@ -266,26 +266,46 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
     if cfg.args.chaos {
         return chaos::run(&cfg);
     }
+    let report = run_bounded("run", cfg.budget(), phases::execute(&cfg))?;
+    emit(cfg.args.json, &report, || report.text(), report.ok)
+}
+
+/// Runs `work` on a fresh runtime; past `budget`, or on SIGINT/SIGTERM, stops it (its
+/// processes are killed as its values drop) and says so.
+fn run_bounded<T>(
+    what: &str,
+    budget: Duration,
+    work: impl Future<Output = anyhow::Result<T>>,
+) -> anyhow::Result<T> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("failed to start the async runtime")?;
-    let budget = cfg.budget();
-    let report = runtime.block_on(async {
+    let out = runtime.block_on(async {
         tokio::select! {
-            r = tokio::time::timeout(budget, phases::execute(&cfg)) => r.map_err(|_| {
-                anyhow::anyhow!("the run took longer than its budget of {}; stopped it", humantime::format_duration(budget))
+            r = tokio::time::timeout(budget, work) => r.map_err(|_| {
+                anyhow::anyhow!("the {what} took longer than its budget of {}; stopped it", humantime::format_duration(budget))
             })?,
-            () = interrupted() => bail!("interrupted; stopped every process the run started"),
+            () = interrupted() => bail!("interrupted; stopped every process the {what} started"),
         }
-    })?;
+    });
     runtime.shutdown_timeout(Duration::from_secs(1));
-    if cfg.args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+    out
+}
+
+/// Prints a report (JSON with `--json`, else its text) and the exit status it means.
+fn emit<R: serde::Serialize>(
+    json: bool,
+    report: &R,
+    text: impl FnOnce() -> String,
+    ok: bool,
+) -> anyhow::Result<ExitCode> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(report)?);
     } else {
-        print!("{}", report.text());
+        print!("{}", text());
     }
-    Ok(if report.ok {
+    Ok(if ok {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE

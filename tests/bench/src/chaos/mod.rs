@@ -114,30 +114,9 @@ impl ChaosReport {
 
 /// Runs the campaign and prints its report.
 pub fn run(cfg: &Config) -> anyhow::Result<ExitCode> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("failed to start the async runtime")?;
     let budget = cfg.args.duration + DRAIN_TIMEOUT * 3 + Duration::from_secs(300);
-    let report = runtime.block_on(async {
-        tokio::select! {
-            r = tokio::time::timeout(budget, execute(cfg)) => r.map_err(|_| {
-                anyhow::anyhow!("the campaign took longer than its budget of {}; stopped it", humantime::format_duration(budget))
-            })?,
-            () = super::interrupted() => anyhow::bail!("interrupted; stopped every process the run started"),
-        }
-    })?;
-    runtime.shutdown_timeout(Duration::from_secs(1));
-    if cfg.args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        print!("{}", report.text());
-    }
-    Ok(if report.ok {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
+    let report = super::run_bounded("campaign", budget, execute(cfg))?;
+    super::emit(cfg.args.json, &report, || report.text(), report.ok)
 }
 
 async fn execute(cfg: &Config) -> anyhow::Result<ChaosReport> {
