@@ -281,7 +281,8 @@ fn fence_unblocks_with_evidence_and_the_node_comes_back_clean() {
 /// A fence that exits 1, or hangs past its timeout, changes nothing and says why.
 #[test]
 fn a_failed_or_hung_fence_changes_nothing() {
-    let c = cluster("fence-fails", "1s", "");
+    // A timeout a failing script meets even on a loaded machine (at 1s, one did not).
+    let c = cluster("fence-fails", "5s", "");
     let t = claimed(&c, "vol", "node-2", "a1");
     hang_agent(&c);
     c.wait_node_status(1, "lost");
