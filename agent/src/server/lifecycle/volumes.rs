@@ -89,6 +89,7 @@ pub fn register_volume(
         created_at: ctx.now(),
         updated_at: ctx.now(),
         modify_index: ctx.index(),
+        expansion: None,
     };
     if let Some(e) = &existing {
         let same = e.plugin == row.plugin
@@ -196,6 +197,7 @@ pub fn create_volume(
         created_at: ctx.now(),
         updated_at: ctx.now(),
         modify_index: ctx.index(),
+        expansion: None,
     };
     insert_volume(ctx, &row)?;
     let payload = serde_json::json!({ "capacity_bytes": spec.capacity_bytes });
