@@ -275,6 +275,23 @@ pub(super) fn node_expanded(
     ctx.set_volume_expansion(volume, None, Some(&e))
 }
 
+/// The volume left `node` while it was to grow there: nothing is left on the node to grow,
+/// so its part is done (the next stage there uses the new size).
+pub(super) fn detached(ctx: &mut impl Txn, volume: &str, node: &str) -> ApiResult<()> {
+    let Some(e) = ctx.volume(volume)?.and_then(|v| v.expansion) else {
+        return Ok(());
+    };
+    let Some(part) = e
+        .nodes
+        .iter()
+        .find(|n| n.node == node && n.state == NodeExpansionState::Pending)
+    else {
+        return Ok(());
+    };
+    let attempt = part.attempt;
+    node_expanded(ctx, node, "server", volume, attempt)
+}
+
 /// NodeExpandVolume failed on the reporting node: retried with backoff when the error says
 /// it may pass, otherwise the expansion fails with it.
 pub(super) fn node_expand_error(

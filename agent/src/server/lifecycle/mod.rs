@@ -124,6 +124,7 @@ fn set_attachment_state(
 
 fn delete_attachment(ctx: &mut impl Txn, volume: &str, node: &str) -> ApiResult<()> {
     ctx.delete_attachment(volume, node)?;
+    expand::detached(ctx, volume, node)?;
     ctx.touch(Key::Node(node.to_owned()));
     touch_volume(ctx, volume)
 }

@@ -262,6 +262,16 @@ pub fn deregister_volume(
         }
         Lifecycle::Ready | Lifecycle::Failed => {}
     }
+    if let Some(e) = &v.expansion
+        && e.phase != api::ExpansionPhase::Failed
+    {
+        return Err(ApiError::conflict(format!(
+            "volume `{name}` is being expanded; wait for it to finish"
+        ))
+        .with_hint(format!(
+            "`csivol volume show {name}` shows where the expansion stands"
+        )));
+    }
     if delete && v.lifecycle == Lifecycle::Ready {
         ctx.set_volume_lifecycle(name, Lifecycle::Deleting, None)?;
         ctx.touch(Key::Volume(name.to_owned()));

@@ -200,6 +200,12 @@ async fn expansion_is_refused_without_the_capability_and_fails_on_a_final_error(
         e.body().message.contains("is being expanded to 2 GiB"),
         "{e:?}"
     );
+    // Nor is it deregistered meanwhile.
+    let e = env
+        .write(|ctx, l| super::super::deregister_volume(ctx, "v", true, "op", l))
+        .await
+        .unwrap_err();
+    assert_eq!(e.body().code, ErrorCode::Conflict);
     let o = env.ops_of("n1").await.remove(0);
     env.report(
         "n1",
@@ -223,4 +229,46 @@ async fn expansion_is_refused_without_the_capability_and_fails_on_a_final_error(
     // A failed expansion may be asked again.
     assert!(expand(&env, "v", G).await.unwrap());
     assert_eq!(env.ops().await, ["expand v - n1 0"]);
+}
+
+#[tokio::test]
+async fn a_node_the_volume_left_has_nothing_to_grow() {
+    let env = Env::new();
+    register(&env, "n1", true, Some("online")).await;
+    env.volume("v", "single-node-writer").await;
+    env.ready_claim("v", "a1", "n1").await;
+    assert!(expand(&env, "v", 2 * G).await.unwrap());
+    controller_expanded(&env, "n1", 2 * G, true).await;
+    assert_eq!(desired(&env, "n1").await.expand.len(), 1);
+
+    // The claim is released before the node grew it: unpublished, unstaged, detached.
+    env.release("v", "a1").await.unwrap();
+    env.report(
+        "n1",
+        vec![
+            Report::Unpublished {
+                volume: "v".into(),
+                alloc: "a1".into(),
+            },
+            Report::Unstaged { volume: "v".into() },
+        ],
+    )
+    .await;
+    let ops = env.ops_of("n1").await;
+    let o = ops
+        .iter()
+        .find(|o| o.kind == crate::server::kinds::OpKind::Unpublish)
+        .expect("unpublish");
+    env.report(
+        "n1",
+        vec![Report::ControllerUnpublished {
+            op: o.id as u64,
+            attempt: o.attempt,
+        }],
+    )
+    .await;
+    let v = volume_row(&env, "v").await;
+    assert!(v.expansion.is_none(), "{:?}", v.expansion);
+    assert_eq!(v.capacity_bytes, Some(2 * G));
+    assert!(desired(&env, "n1").await.expand.is_empty());
 }
