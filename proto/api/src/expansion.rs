@@ -192,7 +192,7 @@ pub fn format_size(bytes: u64) -> String {
         (1000, "KB"),
     ];
     for (size, name) in UNITS {
-        if bytes >= size && bytes % size == 0 {
+        if bytes >= size && bytes.is_multiple_of(size) {
             return format!("{} {name}", bytes / size);
         }
     }
