@@ -570,7 +570,7 @@ function __csivol_names_kind
     end
     string match -q -- '-*' (commandline -ct); and return 1
     switch "$words"
-        case 'claim' 'claim renew' 'release' 'status' 'unblock' 'detach' 'volume show' 'volume deregister'
+        case 'claim' 'claim renew' 'release' 'status' 'unblock' 'detach' 'volume show' 'volume deregister' 'volume expand'
             echo volumes
         case 'fence' 'node show' 'node drain' 'node eligibility' 'node remove'
             echo nodes
