@@ -246,3 +246,60 @@ fn expansion_is_refused_where_the_plugin_cannot_expand() {
     assert_eq!(shown["capacity_bytes"], MIB);
     assert!(shown.get("expansion").is_none());
 }
+
+#[test]
+fn status_shows_an_expansion_under_way_with_its_last_error() {
+    let c = Cluster::start(
+        "expand-progress",
+        "30s",
+        node_with(&[
+            "--fail",
+            "NodeExpandVolume=UNAVAILABLE:1",
+            "--delay",
+            "NodeExpandVolume=3s",
+        ]),
+    );
+    create_volume(&c, "slow", "single-node-writer");
+    claim(&c, "slow", "job-1");
+    let started = c.csivol(&["volume", "expand", "slow", "--capacity", "2MiB"]);
+    assert!(
+        started
+            .ok()
+            .stderr
+            .contains("expanding volume slow to 2 MiB"),
+        "{started:?}"
+    );
+    // The node's first NodeExpandVolume fails and is retried: `status` and `volume show`
+    // say where it stands and why.
+    let status = csivol_tests::wait_for(
+        "status to show the failed node expansion",
+        Duration::from_secs(30),
+        || {
+            let out = c.csivol(&["status"]);
+            out.stdout
+                .contains("(last error: NodeExpandVolume on node-1 failed: UNAVAILABLE")
+                .then_some(out)
+        },
+    );
+    assert!(
+        status
+            .stdout
+            .contains("expansions:\n  slow: expanding to 2 MiB: node-1 pending"),
+        "{status:?}"
+    );
+    let shown = c.csivol(&["volume", "show", "slow"]);
+    let text = &shown.ok().stdout;
+    assert!(
+        text.contains("expanding to 2 MiB: node-1 pending")
+            && text.contains("NodeExpandVolume on node-1 failed: UNAVAILABLE"),
+        "{shown:?}"
+    );
+    // Waiting on the same capacity follows it to the end.
+    let out = expand(&c, "slow", "2MiB");
+    let v = out.ok().json();
+    assert_eq!(v["capacity_bytes"], 2 * MIB, "{out:?}");
+    assert!(v.get("expansion").is_none(), "{v}");
+    let status = c.csivol(&["status"]);
+    assert!(!status.ok().stdout.contains("expansions:"), "{status:?}");
+    release(&c, "slow", "job-1");
+}
