@@ -51,10 +51,11 @@ fn release(c: &Cluster, volume: &str, alloc: &str) {
     .ok();
 }
 
-/// The error `-o json` prints on stderr.
+/// The error `-o json` prints on stderr (its last line, after any progress notes).
 fn error_of(out: &Out) -> serde_json::Value {
-    let v: serde_json::Value = serde_json::from_str(&out.stderr)
-        .unwrap_or_else(|e| panic!("stderr is not JSON ({e}): {out:?}"));
+    let last = out.stderr.lines().last().unwrap_or_default();
+    let v: serde_json::Value =
+        serde_json::from_str(last).unwrap_or_else(|e| panic!("stderr is not JSON ({e}): {out:?}"));
     v["error"].clone()
 }
 
@@ -302,4 +303,32 @@ fn status_shows_an_expansion_under_way_with_its_last_error() {
     let status = c.csivol(&["status"]);
     assert!(!status.ok().stdout.contains("expansions:"), "{status:?}");
     release(&c, "slow", "job-1");
+}
+
+#[test]
+fn a_failed_expansion_exits_1_with_the_plugins_error_and_may_be_asked_again() {
+    let c = Cluster::start(
+        "expand-failed",
+        "30s",
+        node_with(&["--fail", "ControllerExpandVolume=OUT_OF_RANGE:1"]),
+    );
+    create_volume(&c, "full", "single-node-writer");
+    let out = expand(&c, "full", "2MiB");
+    assert_eq!(out.code, 1, "{out:?}");
+    let e = error_of(&out);
+    assert!(
+        e["message"].as_str().unwrap().contains(
+            "could not be expanded to 2 MiB: ControllerExpandVolume failed: OUT_OF_RANGE"
+        ),
+        "{e}"
+    );
+    let shown = c
+        .csivol(&["volume", "show", "full", "-o", "json"])
+        .ok()
+        .json();
+    assert_eq!(shown["capacity_bytes"], MIB);
+    assert_eq!(shown["expansion"]["phase"], "failed", "{shown}");
+    // The plugin fails only once: asked again, it grows.
+    let again = expand(&c, "full", "2MiB");
+    assert_eq!(again.ok().json()["capacity_bytes"], 2 * MIB, "{again:?}");
 }
