@@ -169,6 +169,9 @@ _csivol() {
             csivol__subcmd__help__subcmd__volume,deregister)
                 cmd="csivol__subcmd__help__subcmd__volume__subcmd__deregister"
                 ;;
+            csivol__subcmd__help__subcmd__volume,expand)
+                cmd="csivol__subcmd__help__subcmd__volume__subcmd__expand"
+                ;;
             csivol__subcmd__help__subcmd__volume,list)
                 cmd="csivol__subcmd__help__subcmd__volume__subcmd__list"
                 ;;
@@ -268,6 +271,9 @@ _csivol() {
             csivol__subcmd__volume,deregister)
                 cmd="csivol__subcmd__volume__subcmd__deregister"
                 ;;
+            csivol__subcmd__volume,expand)
+                cmd="csivol__subcmd__volume__subcmd__expand"
+                ;;
             csivol__subcmd__volume,help)
                 cmd="csivol__subcmd__volume__subcmd__help"
                 ;;
@@ -285,6 +291,9 @@ _csivol() {
                 ;;
             csivol__subcmd__volume__subcmd__help,deregister)
                 cmd="csivol__subcmd__volume__subcmd__help__subcmd__deregister"
+                ;;
+            csivol__subcmd__volume__subcmd__help,expand)
+                cmd="csivol__subcmd__volume__subcmd__help__subcmd__expand"
                 ;;
             csivol__subcmd__volume__subcmd__help,help)
                 cmd="csivol__subcmd__volume__subcmd__help__subcmd__help"
@@ -1143,7 +1152,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__help__subcmd__volume)
-            opts="register create list show deregister"
+            opts="register create list show deregister expand"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1171,6 +1180,20 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__help__subcmd__volume__subcmd__deregister)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__help__subcmd__volume__subcmd__expand)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -2153,7 +2176,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__volume)
-            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --help --version register create list show deregister help"
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --help --version register create list show deregister expand help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2262,8 +2285,50 @@ _csivol() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        csivol__subcmd__volume__subcmd__expand)
+            opts="-o -q -h -V --capacity --wait --timeout --addr --ca-cert --token --output --no-color --quiet --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --capacity)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --addr)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --token)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    return 0
+                    ;;
+                -o)
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         csivol__subcmd__volume__subcmd__help)
-            opts="register create list show deregister help"
+            opts="register create list show deregister expand help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2291,6 +2356,20 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__volume__subcmd__help__subcmd__deregister)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__volume__subcmd__help__subcmd__expand)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -2495,7 +2574,7 @@ _csivol_with_names() {
     if [[ -z "$kind" && "$cur" != -* ]]; then
         local IFS=' '
         case "${COMP_WORDS[*]:1:COMP_CWORD-1}" in
-            'claim'|'claim renew'|'release'|'status'|'unblock'|'detach'|'volume show'|'volume deregister') kind=volumes ;;
+            'claim'|'claim renew'|'release'|'status'|'unblock'|'detach'|'volume show'|'volume deregister'|'volume expand') kind=volumes ;;
             'fence'|'node show'|'node drain'|'node eligibility'|'node remove') kind=nodes ;;
         esac
     fi

@@ -49,22 +49,23 @@ complete -c csivol -n "__fish_csivol_needs_command" -f -a "token" -d 'Create, li
 complete -c csivol -n "__fish_csivol_needs_command" -f -a "completions" -d 'Print a shell completion script'
 complete -c csivol -n "__fish_csivol_needs_command" -f -a "__complete" -d 'Names for shell completion, one per line (used by the bash completion script)'
 complete -c csivol -n "__fish_csivol_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
-complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister help" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r
-complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister help" -l ca-cert -d 'CA certificate (PEM) the server\'s certificate must chain to [env: CSIVOL_CACERT, then $XDG_CONFIG_HOME/csivol/ca.pem, then the system\'s roots]' -r -F
-complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister help" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
-complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister help" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister expand help" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister expand help" -l ca-cert -d 'CA certificate (PEM) the server\'s certificate must chain to [env: CSIVOL_CACERT, then $XDG_CONFIG_HOME/csivol/ca.pem, then the system\'s roots]' -r -F
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister expand help" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister expand help" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
-complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister help" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
-complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister help" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
-complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister help" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister help" -s V -l version -d 'Print version'
-complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister help" -f -a "register" -d 'Register an existing volume from a TOML or JSON spec'
-complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister help" -f -a "create" -d 'Create a volume through its plugin\'s controller (CreateVolume), then register it'
-complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister help" -f -a "list" -d 'List volumes'
-complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister help" -f -a "show" -d 'Show a volume with its claims and attachments'
-complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister help" -f -a "deregister" -d 'Forget a volume (its storage is kept), or with --delete destroy it'
-complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister expand help" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister expand help" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister expand help" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister expand help" -s V -l version -d 'Print version'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister expand help" -f -a "register" -d 'Register an existing volume from a TOML or JSON spec'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister expand help" -f -a "create" -d 'Create a volume through its plugin\'s controller (CreateVolume), then register it'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister expand help" -f -a "list" -d 'List volumes'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister expand help" -f -a "show" -d 'Show a volume with its claims and attachments'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister expand help" -f -a "deregister" -d 'Forget a volume (its storage is kept), or with --delete destroy it'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister expand help" -f -a "expand" -d 'Grow a volume through its plugin (ControllerExpandVolume, then NodeExpandVolume)'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister expand help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from register" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from register" -l ca-cert -d 'CA certificate (PEM) the server\'s certificate must chain to [env: CSIVOL_CACERT, then $XDG_CONFIG_HOME/csivol/ca.pem, then the system\'s roots]' -r -F
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from register" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
@@ -129,11 +130,25 @@ complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_su
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from deregister" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from deregister" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from deregister" -s V -l version -d 'Print version'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from expand" -l capacity -d 'The capacity to reach: bytes, or a size with a unit (`20GiB`, `500M`, `1.5T`; K/M/G/T are powers of 1000, KiB/MiB/GiB/TiB powers of 1024)' -r
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from expand" -l timeout -d 'How long --wait waits before giving up with exit code 5' -r
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from expand" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from expand" -l ca-cert -d 'CA certificate (PEM) the server\'s certificate must chain to [env: CSIVOL_CACERT, then $XDG_CONFIG_HOME/csivol/ca.pem, then the system\'s roots]' -r -F
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from expand" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from expand" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
+wide\t'A table with nothing cut and times in full'
+json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from expand" -l wait -d 'Wait until it is done, showing progress on a terminal'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from expand" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from expand" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from expand" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from expand" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from help" -f -a "register" -d 'Register an existing volume from a TOML or JSON spec'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from help" -f -a "create" -d 'Create a volume through its plugin\'s controller (CreateVolume), then register it'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from help" -f -a "list" -d 'List volumes'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from help" -f -a "show" -d 'Show a volume with its claims and attachments'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from help" -f -a "deregister" -d 'Forget a volume (its storage is kept), or with --delete destroy it'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from help" -f -a "expand" -d 'Grow a volume through its plugin (ControllerExpandVolume, then NodeExpandVolume)'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen_subcommand_from renew list help" -l node -d 'The node the alloc runs on' -r
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen_subcommand_from renew list help" -l alloc -d 'The alloc (workload) claiming the volume; claiming again with the same alloc is a no-op' -r
@@ -525,6 +540,7 @@ complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subc
 complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from volume" -f -a "list" -d 'List volumes'
 complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from volume" -f -a "show" -d 'Show a volume with its claims and attachments'
 complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from volume" -f -a "deregister" -d 'Forget a volume (its storage is kept), or with --delete destroy it'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from volume" -f -a "expand" -d 'Grow a volume through its plugin (ControllerExpandVolume, then NodeExpandVolume)'
 complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from claim" -f -a "renew" -d 'Extend a claim\'s lease from now'
 complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from claim" -f -a "list" -d 'List claims across volumes, oldest first'
 complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from node" -f -a "list" -d 'List nodes with their status, heartbeat and plugins'
@@ -554,7 +570,7 @@ function __csivol_names_kind
     end
     string match -q -- '-*' (commandline -ct); and return 1
     switch "$words"
-        case 'claim' 'claim renew' 'release' 'status' 'unblock' 'detach' 'volume show' 'volume deregister'
+        case 'claim' 'claim renew' 'release' 'status' 'unblock' 'detach' 'volume show' 'volume deregister' 'volume expand'
             echo volumes
         case 'fence' 'node show' 'node drain' 'node eligibility' 'node remove'
             echo nodes

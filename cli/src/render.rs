@@ -141,6 +141,12 @@ pub fn volume(out: &Out, v: &Volume) -> anyhow::Result<()> {
     if let Some(e) = &v.error {
         rows.push(("error", e.clone()));
     }
+    if let Some(e) = &v.expansion {
+        rows.push(("expansion", e.progress()));
+        if let Some(err) = &e.error {
+            rows.push(("expansion error", err.clone()));
+        }
+    }
     rows.push(("created", when(&v.created_at)));
     record(out, &format!("volume {}", v.name), &rows)?;
 

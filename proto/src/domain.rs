@@ -5,7 +5,7 @@
 
 use csivol_api::domain::{
     AccessMode, AccessType, ControllerCapabilities, ErrorClass, NodeCapabilities, NodeInfo,
-    PluginCapabilities, PluginInfo, VolumeCapability,
+    PluginCapabilities, PluginInfo, VolumeCapability, VolumeExpansion,
 };
 
 use crate::csi::v1 as csi;
@@ -123,6 +123,14 @@ impl From<&csi::GetPluginCapabilitiesResponse> for PluginCapabilities {
                     _ => {}
                 }
             }
+            if let Some(csi::plugin_capability::Type::VolumeExpansion(e)) = &cap.r#type {
+                use csi::plugin_capability::volume_expansion::Type as E;
+                caps.volume_expansion = match E::try_from(e.r#type) {
+                    Ok(E::Online) => Some(VolumeExpansion::Online),
+                    Ok(E::Offline) => Some(VolumeExpansion::Offline),
+                    _ => caps.volume_expansion,
+                };
+            }
         }
         caps
     }
@@ -140,6 +148,16 @@ impl From<PluginCapabilities> for csi::GetPluginCapabilitiesResponse {
         }
         if caps.volume_accessibility_constraints {
             capabilities.push(service(S::VolumeAccessibilityConstraints));
+        }
+        if let Some(e) = caps.volume_expansion {
+            use csi::plugin_capability::{VolumeExpansion as V, volume_expansion::Type as E};
+            let t = match e {
+                VolumeExpansion::Online => E::Online,
+                VolumeExpansion::Offline => E::Offline,
+            };
+            capabilities.push(csi::PluginCapability {
+                r#type: Some(Type::VolumeExpansion(V { r#type: t.into() })),
+            });
         }
         Self { capabilities }
     }
@@ -160,6 +178,7 @@ impl From<&csi::ControllerGetCapabilitiesResponse> for ControllerCapabilities {
                 Ok(R::ListVolumesPublishedNodes) => caps.list_volumes_published_nodes = true,
                 Ok(R::PublishReadonly) => caps.publish_readonly = true,
                 Ok(R::SingleNodeMultiWriter) => caps.single_node_multi_writer = true,
+                Ok(R::ExpandVolume) => caps.expand_volume = true,
                 _ => {}
             }
         }
@@ -180,6 +199,7 @@ impl From<ControllerCapabilities> for csi::ControllerGetCapabilitiesResponse {
             ),
             (caps.publish_readonly, R::PublishReadonly),
             (caps.single_node_multi_writer, R::SingleNodeMultiWriter),
+            (caps.expand_volume, R::ExpandVolume),
         ];
         let capabilities = flags
             .into_iter()
@@ -205,6 +225,7 @@ impl From<&csi::NodeGetCapabilitiesResponse> for NodeCapabilities {
                 Ok(R::GetVolumeStats) => caps.get_volume_stats = true,
                 Ok(R::VolumeCondition) => caps.volume_condition = true,
                 Ok(R::SingleNodeMultiWriter) => caps.single_node_multi_writer = true,
+                Ok(R::ExpandVolume) => caps.expand_volume = true,
                 _ => {}
             }
         }
@@ -220,6 +241,7 @@ impl From<NodeCapabilities> for csi::NodeGetCapabilitiesResponse {
             (caps.get_volume_stats, R::GetVolumeStats),
             (caps.volume_condition, R::VolumeCondition),
             (caps.single_node_multi_writer, R::SingleNodeMultiWriter),
+            (caps.expand_volume, R::ExpandVolume),
         ];
         let capabilities = flags
             .into_iter()
@@ -353,20 +375,30 @@ mod tests {
             create_delete_volume: true,
             publish_unpublish_volume: true,
             publish_readonly: true,
+            expand_volume: true,
             ..Default::default()
         };
         assert_eq!(ControllerCapabilities::from(&c.into()), c);
         let n = NodeCapabilities {
             stage_unstage_volume: true,
             get_volume_stats: true,
+            expand_volume: true,
             ..Default::default()
         };
         assert_eq!(NodeCapabilities::from(&n.into()), n);
         let p = PluginCapabilities {
             controller_service: true,
             volume_accessibility_constraints: false,
+            volume_expansion: None,
         };
         assert_eq!(PluginCapabilities::from(&p.into()), p);
+        for e in [VolumeExpansion::Online, VolumeExpansion::Offline] {
+            let p = PluginCapabilities {
+                volume_expansion: Some(e),
+                ..p
+            };
+            assert_eq!(PluginCapabilities::from(&p.into()), p);
+        }
     }
 
     #[test]

@@ -11,8 +11,8 @@ use csivol_api::domain::{
     VolumeCapability,
 };
 use csivol_api::{
-    ControllerOp, ControllerOpKind, DesiredPublish, NodePluginRegistration, NodeVolume,
-    PluginError, PluginRegistration, Report,
+    ControllerOp, ControllerOpKind, DesiredExpand, DesiredPublish, NodePluginRegistration,
+    NodeVolume, PluginError, PluginRegistration, Report,
 };
 use csivol_csi::CsiEndpoint;
 use csivol_csi::csi::v1 as csi;
@@ -399,6 +399,35 @@ impl NodePlugin {
             .map(|c| (c.abnormal, c.message)))
     }
 
+    /// NodeExpandVolume at `path` (a target, or the staging when nothing is published);
+    /// returns the capacity the plugin reports (0: it did not say).
+    pub async fn expand(
+        &self,
+        e: &DesiredExpand,
+        path: &Path,
+        staging: Option<&Path>,
+    ) -> Result<u64, CallError> {
+        let req = csi::NodeExpandVolumeRequest {
+            volume_id: e.external_id.clone(),
+            volume_path: wire_path(path),
+            capacity_range: Some(csi::CapacityRange {
+                required_bytes: i64::try_from(e.capacity_bytes).unwrap_or(i64::MAX),
+                limit_bytes: 0,
+            }),
+            staging_target_path: staging.map(wire_path).unwrap_or_default(),
+            volume_capability: Some(csi::VolumeCapability::from(&e.capability)),
+            secrets: wire_map(&e.secrets),
+        };
+        let _permit = self.permits.acquire().await.expect("never closed");
+        let r = self
+            .client
+            .clone()
+            .node_expand_volume(with_deadline(req, self.timeout))
+            .await
+            .map_err(|s| CallError::new("NodeExpandVolume", s))?;
+        Ok(u64::try_from(r.into_inner().capacity_bytes).unwrap_or(0))
+    }
+
     pub async fn unstage(&self, external_id: &str, staging: &Path) -> Result<(), CallError> {
         let req = csi::NodeUnstageVolumeRequest {
             volume_id: external_id.to_owned(),
@@ -552,6 +581,34 @@ impl ControllerPlugin {
                     .await
                     .map_err(|s| CallError::new("DeleteVolume", s))?;
                 Report::Deleted { op: id, attempt }
+            }
+            ControllerOpKind::Expand {
+                external_id,
+                capacity_bytes,
+                capability,
+                secrets,
+                ..
+            } => {
+                let req = csi::ControllerExpandVolumeRequest {
+                    volume_id: external_id.clone(),
+                    capacity_range: Some(csi::CapacityRange {
+                        required_bytes: i64::try_from(*capacity_bytes).unwrap_or(i64::MAX),
+                        limit_bytes: 0,
+                    }),
+                    secrets: wire_map(secrets),
+                    volume_capability: cap(capability),
+                };
+                let r = client
+                    .controller_expand_volume(with_deadline(req, self.timeout))
+                    .await
+                    .map_err(|s| CallError::new("ControllerExpandVolume", s))?
+                    .into_inner();
+                Report::Expanded {
+                    op: id,
+                    attempt,
+                    capacity_bytes: u64::try_from(r.capacity_bytes).unwrap_or(0),
+                    node_expansion_required: r.node_expansion_required,
+                }
             }
         })
     }

@@ -219,6 +219,11 @@ INSERT INTO controller_hosts (plugin, node, allowed_by, allowed_at)
     SELECT plugin, node, 'upgrade', CAST(strftime('%s', 'now') AS INTEGER) * 1000
     FROM node_plugins WHERE controller = 1;
 "#,
+    r#"
+-- An expansion in progress or failed (`csivol volume expand`), as JSON: the capacity asked
+-- for, its phase, and each node's NodeExpandVolume.
+ALTER TABLE volumes ADD COLUMN expansion TEXT;
+"#,
 ];
 
 /// How many schema migrations this build knows: a database at this `user_version` is current.

@@ -191,6 +191,7 @@ pub fn router(app: App) -> Router {
             get(get_volume).put(put_volume).delete(delete_volume),
         )
         .route("/v1/volumes/{name}/create", post(create_volume))
+        .route("/v1/volumes/{name}/expand", post(expand_volume))
         .route("/v1/volumes/{name}/claims", post(post_claim))
         .route(
             "/v1/volumes/{name}/claims/{alloc}",
@@ -346,6 +347,27 @@ async fn create_volume(
     let (v, started) = app
         .db
         .write(move |ctx| lifecycle::create_volume(ctx, &volume, spec, &actor, &limits))
+        .await?;
+    let status = if started {
+        StatusCode::ACCEPTED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(v)).into_response())
+}
+
+async fn expand_volume(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(volume): Path<String>,
+    Body(req): Body<csivol_api::ExpandRequest>,
+) -> ApiResult<Response> {
+    let (actor, limits) = app.operator(&headers)?;
+    let (v, started) = app
+        .db
+        .write(move |ctx| {
+            lifecycle::expand_volume(ctx, &volume, req.capacity_bytes, &actor, &limits)
+        })
         .await?;
     let status = if started {
         StatusCode::ACCEPTED

@@ -60,6 +60,8 @@ string_enum! {
         VolumeBlocked = "volume-blocked",
         VolumeUnblocked = "volume-unblocked",
         VolumeCondition = "volume-condition",
+        VolumeExpanding = "volume-expanding",
+        VolumeExpanded = "volume-expanded",
         ClaimCreated = "claim-created",
         ClaimQueued = "claim-queued",
         ClaimDequeued = "claim-dequeued",
@@ -99,6 +101,7 @@ string_enum! {
         Unpublish = "unpublish",
         Create = "create",
         Delete = "delete",
+        Expand = "expand",
     }
 }
 
@@ -110,6 +113,7 @@ impl OpKind {
             Self::Unpublish => "ControllerUnpublishVolume",
             Self::Create => "CreateVolume",
             Self::Delete => "DeleteVolume",
+            Self::Expand => "ControllerExpandVolume",
         }
     }
 }

@@ -7,6 +7,7 @@ mod auth;
 pub mod backup;
 mod db;
 mod error;
+pub mod expansion;
 mod fence;
 mod fence_command;
 pub mod fence_policy;

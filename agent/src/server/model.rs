@@ -73,6 +73,8 @@ pub struct VolumeRow {
     pub created_at: i64,
     pub updated_at: i64,
     pub modify_index: u64,
+    /// An expansion in progress or failed (`csivol volume expand`).
+    pub expansion: Option<api::Expansion>,
 }
 
 impl VolumeRow {
@@ -133,6 +135,7 @@ impl VolumeRow {
                 super::rules::accepts_new_claims(self.access_mode, &held)
             },
             capacity_bytes: self.capacity_bytes,
+            expansion: self.expansion.clone(),
             fs_type: self.fs_type.clone(),
             mount_flags: self.mount_flags.clone(),
             context: self.context.clone(),

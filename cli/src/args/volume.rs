@@ -1,4 +1,4 @@
-//! `csivol volume`: register, create, list, show, deregister.
+//! `csivol volume`: register, create, list, show, deregister, expand.
 
 use std::path::PathBuf;
 
@@ -34,6 +34,32 @@ pub enum VolumeCommand {
     /// Refused while the volume is claimed or attached. Asks on a terminal; elsewhere it
     /// needs --yes.
     Deregister(DeregisterArgs),
+
+    /// Grow a volume through its plugin (ControllerExpandVolume, then NodeExpandVolume)
+    ///
+    /// Where the plugin expands online, a claimed volume grows under its workload; where it
+    /// expands offline, release the claims first. The nodes where the volume is staged or
+    /// published grow it too when the plugin asks for it. Shrinking is refused.
+    Expand(ExpandArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ExpandArgs {
+    /// The volume's name
+    #[arg(value_parser = volume_name)]
+    pub volume: String,
+
+    /// The capacity to reach: bytes, or a size with a unit (`20GiB`, `500M`, `1.5T`;
+    /// K/M/G/T are powers of 1000, KiB/MiB/GiB/TiB powers of 1024)
+    #[arg(long, value_name = "SIZE", value_parser = capacity)]
+    pub capacity: u64,
+
+    #[command(flatten)]
+    pub wait: WaitArgs,
+}
+
+fn capacity(s: &str) -> Result<u64, String> {
+    csivol_api::parse_size(s).map_err(|e| e.to_string())
 }
 
 #[derive(Debug, Args)]

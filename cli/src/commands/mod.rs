@@ -4,6 +4,7 @@ mod claim;
 pub mod completions;
 mod detach;
 mod events;
+mod expand;
 mod fence;
 mod node;
 mod plugin;

@@ -193,6 +193,25 @@ async fn once(ctx: &Ctx, args: &StatusArgs) -> anyhow::Result<Exit> {
             ctx.out.line(format!("  {r}"))?;
         }
     }
+    let expanding: Vec<&Volume> = summary
+        .volumes
+        .iter()
+        .filter(|v| v.expansion.is_some())
+        .collect();
+    if !expanding.is_empty() {
+        ctx.out.line("")?;
+        ctx.out.line("expansions:")?;
+        for v in expanding {
+            let e = v.expansion.as_ref().expect("filtered");
+            let err = e
+                .error
+                .as_deref()
+                .map(|err| format!(" (last error: {err})"))
+                .unwrap_or_default();
+            ctx.out
+                .line(format!("  {}: {}{err}", v.name, e.progress()))?;
+        }
+    }
     if !summary.blocked.is_empty() {
         ctx.out.line("")?;
         ctx.out.line("blocked volumes:")?;

@@ -1,4 +1,4 @@
-//! `csivol volume register|create|list|show|deregister`.
+//! `csivol volume register|create|list|show|deregister` (`expand` is in `expand.rs`).
 
 use anyhow::Context;
 use csivol_api::{Volume, VolumeState};
@@ -19,6 +19,7 @@ pub async fn run(ctx: &Ctx, cmd: VolumeCommand) -> anyhow::Result<Exit> {
         VolumeCommand::List(args) => list(ctx, args).await,
         VolumeCommand::Show(args) => show(ctx, args).await,
         VolumeCommand::Deregister(args) => deregister(ctx, args).await,
+        VolumeCommand::Expand(args) => super::expand::run(ctx, args).await,
     }
 }
 

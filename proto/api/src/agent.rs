@@ -163,6 +163,33 @@ pub enum ControllerOpKind {
         #[serde(default)]
         secrets: BTreeMap<String, String>,
     },
+    /// ControllerExpandVolume to at least `capacity_bytes`.
+    Expand {
+        volume: String,
+        external_id: String,
+        capacity_bytes: u64,
+        capability: VolumeCapability,
+        #[serde(default)]
+        secrets: BTreeMap<String, String>,
+    },
+}
+
+/// A volume staged or published on the node that must grow there (NodeExpandVolume)
+/// after its controller grew it; reported `node_expanded` or `node_expand_error`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DesiredExpand {
+    pub volume: String,
+    pub plugin: String,
+    pub external_id: String,
+    pub capacity_bytes: u64,
+    pub capability: VolumeCapability,
+    /// Bumped on every retry; a report names the attempt it answers.
+    pub attempt: u32,
+    /// Do not start before this time (unix ms): the server's backoff after an error.
+    #[serde(default)]
+    pub not_before_ms: u64,
+    #[serde(default)]
+    pub secrets: BTreeMap<String, String>,
 }
 
 /// `GET /v1/nodes/{node}/desired`.
@@ -174,6 +201,9 @@ pub struct DesiredState {
     pub unpublish: Vec<DesiredUnpublish>,
     pub unstage: Vec<DesiredUnstage>,
     pub controller_ops: Vec<ControllerOp>,
+    /// Volumes to grow on the node.
+    #[serde(default)]
+    pub expand: Vec<DesiredExpand>,
 }
 
 /// `POST /v1/nodes/{node}/reports`: a batch of outcomes.
@@ -271,6 +301,25 @@ pub enum Report {
     },
     OpError {
         op: u64,
+        attempt: u32,
+        error: PluginError,
+    },
+    /// ControllerExpandVolume succeeded.
+    Expanded {
+        op: u64,
+        attempt: u32,
+        capacity_bytes: u64,
+        node_expansion_required: bool,
+    },
+    /// NodeExpandVolume succeeded (or there was nothing on the node to grow).
+    NodeExpanded {
+        volume: String,
+        attempt: u32,
+        capacity_bytes: u64,
+    },
+    /// NodeExpandVolume failed.
+    NodeExpandError {
+        volume: String,
         attempt: u32,
         error: PluginError,
     },

@@ -145,6 +145,19 @@ pub struct PluginInfo {
 pub struct PluginCapabilities {
     pub controller_service: bool,
     pub volume_accessibility_constraints: bool,
+    /// The VolumeExpansion capability: whether a volume may grow while in use.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume_expansion: Option<VolumeExpansion>,
+}
+
+/// The plugin's VolumeExpansion capability.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum VolumeExpansion {
+    /// A volume may be expanded while published on a node.
+    Online,
+    /// A volume may be expanded only while published nowhere.
+    Offline,
 }
 
 /// Controller capabilities csivol acts on, from ControllerGetCapabilities.
@@ -156,6 +169,9 @@ pub struct ControllerCapabilities {
     pub list_volumes_published_nodes: bool,
     pub publish_readonly: bool,
     pub single_node_multi_writer: bool,
+    /// EXPAND_VOLUME: ControllerExpandVolume.
+    #[serde(default)]
+    pub expand_volume: bool,
 }
 
 /// Node capabilities csivol acts on, from NodeGetCapabilities.
@@ -165,6 +181,9 @@ pub struct NodeCapabilities {
     pub get_volume_stats: bool,
     pub volume_condition: bool,
     pub single_node_multi_writer: bool,
+    /// EXPAND_VOLUME: NodeExpandVolume.
+    #[serde(default)]
+    pub expand_volume: bool,
 }
 
 /// What a node plugin says about its node, from NodeGetInfo.

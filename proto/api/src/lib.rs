@@ -15,6 +15,7 @@ pub mod domain;
 mod agent;
 mod claims;
 mod errors;
+mod expansion;
 mod name;
 mod nodes;
 mod operator;
@@ -28,6 +29,7 @@ pub use domain::{
     PluginCapabilities, PluginInfo, PublishContext, Topology, VolumeCapability,
 };
 pub use errors::*;
+pub use expansion::*;
 pub use name::*;
 pub use nodes::*;
 pub use operator::*;

@@ -130,6 +130,9 @@ pub struct Volume {
     pub secret_keys: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// An expansion in progress, or the one that failed (`csivol volume expand`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expansion: Option<crate::Expansion>,
     pub claims: Vec<Claim>,
     pub attachments: Vec<AttachmentStatus>,
     pub created_at: String,

@@ -77,6 +77,7 @@ impl SimNode {
                 capabilities: PluginCapabilities {
                     controller_service: self.controller_publish,
                     volume_accessibility_constraints: false,
+                    volume_expansion: None,
                 },
                 node: Some(NodePluginRegistration {
                     info: NodeInfo {
@@ -273,6 +274,12 @@ impl SimNode {
                     context: BTreeMap::new(),
                 },
                 ControllerOpKind::Delete { .. } => Report::Deleted { op: id, attempt },
+                ControllerOpKind::Expand { capacity_bytes, .. } => Report::Expanded {
+                    op: id,
+                    attempt,
+                    capacity_bytes: *capacity_bytes,
+                    node_expansion_required: false,
+                },
             });
         }
         (reports, new, later)

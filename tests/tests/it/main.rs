@@ -6,6 +6,7 @@ mod cluster;
 mod dev;
 mod durability;
 mod e2e;
+mod expand;
 mod fence;
 mod network;
 mod security;

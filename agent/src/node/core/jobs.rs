@@ -6,10 +6,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use csivol_api::domain::ErrorClass;
-use csivol_api::{ClaimRef, ControllerOp, PluginError, Report};
+use csivol_api::{ClaimRef, ControllerOp, DesiredExpand, PluginError, Report};
 
 use crate::node::plan::Job;
-use crate::node::store::{PublicationRecord, PublishState, now_ms};
+use crate::node::store::{PublicationRecord, PublishState, StageState, now_ms};
 
 use super::Shared;
 use super::steps::{StepError, publish, stage, unpublish, unstage, vanished_staging};
@@ -363,6 +363,72 @@ pub(super) async fn run_op(shared: Arc<Shared>, op: ControllerOp) {
                 }
             }
         },
+    };
+    shared.report(report);
+}
+
+/// Grows a volume on this node (NodeExpandVolume) after its controller grew it, at a target
+/// where it is published (or its staging when none is), and reports the outcome. A volume
+/// with nothing on the node any more has nothing to grow: reported done.
+pub(super) async fn run_expand(shared: Arc<Shared>, e: DesiredExpand) {
+    let failed = |code: &str, message: String, is_final: bool| Report::NodeExpandError {
+        volume: e.volume.clone(),
+        attempt: e.attempt,
+        error: PluginError {
+            code: code.into(),
+            message,
+            is_final,
+            next_retry_at_ms: None,
+        },
+    };
+    let report = match shared.node_plugin(&e.plugin) {
+        Err(err) => failed("FAILED_PRECONDITION", err.to_string(), true),
+        Ok(plugin) if !plugin.capabilities.expand_volume => failed(
+            "FAILED_PRECONDITION",
+            format!(
+                "plugin `{}` on this node does not report the node's EXPAND_VOLUME",
+                e.plugin
+            ),
+            true,
+        ),
+        Ok(plugin) => {
+            let staging = shared
+                .store
+                .staging(&e.volume)
+                .filter(|s| s.state == StageState::Staged)
+                .map(|s| s.path);
+            let target = shared
+                .store
+                .publications_of(&e.volume)
+                .into_iter()
+                .find(|p| p.state == PublishState::Published)
+                .map(|p| p.target);
+            match target.as_ref().or(staging.as_ref()) {
+                None => Report::NodeExpanded {
+                    volume: e.volume.clone(),
+                    attempt: e.attempt,
+                    capacity_bytes: 0,
+                },
+                Some(path) => match plugin.expand(&e, path, staging.as_deref()).await {
+                    Ok(capacity_bytes) => {
+                        tracing::info!(volume = e.volume, capacity_bytes, "expanded on the node");
+                        Report::NodeExpanded {
+                            volume: e.volume.clone(),
+                            attempt: e.attempt,
+                            capacity_bytes,
+                        }
+                    }
+                    Err(err) => {
+                        tracing::warn!(volume = e.volume, "failed to expand on the node: {err}");
+                        Report::NodeExpandError {
+                            volume: e.volume.clone(),
+                            attempt: e.attempt,
+                            error: err.to_plugin_error(err.class() != ErrorClass::Retry, None),
+                        }
+                    }
+                },
+            }
+        }
     };
     shared.report(report);
 }

@@ -13,7 +13,7 @@ use crate::node::mounts::Checker;
 use crate::node::plan::{self, Memo, VolumeDesired};
 use crate::node::store::{PublicationRecord, PublishState, StageState, StagingRecord, now_ms};
 
-use super::jobs::{JobContext, Outcome, check_conditions, run_job, run_op};
+use super::jobs::{JobContext, Outcome, check_conditions, run_expand, run_job, run_op};
 use super::{Control, FenceState, Shared};
 
 #[derive(Debug)]
@@ -41,6 +41,8 @@ pub(super) struct Reconciler {
     last_errors: HashMap<ClaimRef, String>,
     ops: JoinSet<()>,
     ops_started: HashSet<(u64, u32)>,
+    /// Node expansions started: volume, attempt and capacity.
+    expands_started: HashSet<(String, u32, u64)>,
     /// Set by a resync: check that published volumes are still ready.
     verify: bool,
     idle_waiters: Vec<tokio::sync::oneshot::Sender<()>>,
@@ -77,6 +79,7 @@ impl Reconciler {
             last_errors: HashMap::new(),
             ops: JoinSet::new(),
             ops_started: HashSet::new(),
+            expands_started: HashSet::new(),
             verify: false,
             idle_waiters: Vec::new(),
             taking_down: false,
@@ -383,6 +386,16 @@ impl Reconciler {
             self.ops_started.insert((op.id, op.attempt));
             self.ops.spawn(run_op(Arc::clone(&self.shared), op.clone()));
         }
+        let key = |e: &csivol_api::DesiredExpand| (e.volume.clone(), e.attempt, e.capacity_bytes);
+        self.expands_started
+            .retain(|k| desired.expand.iter().any(|e| key(e) == *k));
+        for e in &desired.expand {
+            if e.not_before_ms > now_ms || !self.expands_started.insert(key(e)) {
+                continue;
+            }
+            self.ops
+                .spawn(run_expand(Arc::clone(&self.shared), e.clone()));
+        }
     }
 
     /// Finds what drifted under the records of one volume: a staging recorded staged but not
@@ -434,11 +447,23 @@ impl Reconciler {
             .map(|(_, b)| b.at);
         let now_ms = now_ms();
         let ops = if self.fence == FenceState::No {
+            let expands = self
+                .desired
+                .expand
+                .iter()
+                .filter(|e| {
+                    !self
+                        .expands_started
+                        .contains(&(e.volume.clone(), e.attempt, e.capacity_bytes))
+                })
+                .map(|e| e.not_before_ms);
             self.desired
                 .controller_ops
                 .iter()
                 .filter(|o| !self.ops_started.contains(&(o.id, o.attempt)))
-                .map(|o| now + Duration::from_millis(o.not_before_ms.saturating_sub(now_ms)))
+                .map(|o| o.not_before_ms)
+                .chain(expands)
+                .map(|at| now + Duration::from_millis(at.saturating_sub(now_ms)))
                 .collect()
         } else {
             Vec::new()

@@ -77,5 +77,6 @@ pub fn desired_state(
         unpublish,
         unstage,
         controller_ops,
+        expand: super::expand::desired_expansions(conn, node)?,
     })
 }

@@ -21,6 +21,7 @@ use super::watch::Key;
 mod attachments;
 mod claims;
 mod desired;
+mod expand;
 mod nodes;
 mod operator;
 mod ops;
@@ -32,6 +33,7 @@ mod volumes;
 pub use attachments::advance_volume;
 pub use claims::{claim_dry_run, create_claim, release_claim};
 pub use desired::desired_state;
+pub use expand::expand_volume;
 pub use nodes::{mark_lost, register_node};
 pub use operator::{detach, require_reason, unblock_node, unblock_volume};
 pub use ops::{plugins_with_due_ops, schedule_ops};
@@ -122,6 +124,7 @@ fn set_attachment_state(
 
 fn delete_attachment(ctx: &mut impl Txn, volume: &str, node: &str) -> ApiResult<()> {
     ctx.delete_attachment(volume, node)?;
+    expand::detached(ctx, volume, node)?;
     ctx.touch(Key::Node(node.to_owned()));
     touch_volume(ctx, volume)
 }

@@ -175,6 +175,12 @@ pub(super) fn op_failed(
         ctx.retry_op(o.id, next, &message)?;
         match &node {
             Some(n) => ctx.set_attach_retry(&o.volume, n, &message, next)?,
+            None if o.kind == OpKind::Expand => super::expand::controller_expand_failed(
+                ctx,
+                &o.volume,
+                &format!("{message}; retrying at {}", time(next)),
+                false,
+            )?,
             None => ctx.set_volume_error(
                 &o.volume,
                 &format!("{message}; retrying at {}", time(next)),
@@ -215,6 +221,7 @@ pub(super) fn op_failed(
             ctx.set_volume_lifecycle(&o.volume, lifecycle, Some(&message))?;
             ctx.touch(Key::Volume(o.volume.clone()));
         }
+        OpKind::Expand => super::expand::controller_expand_failed(ctx, &o.volume, &message, true)?,
         OpKind::Unpublish => {}
     }
     Ok(())
@@ -266,6 +273,16 @@ pub fn op_to_api(
             external_id: v.external_id.clone(),
             secrets: v.secrets.clone(),
         },
+        OpKind::Expand => {
+            let payload: serde_json::Value = serde_json::from_str(&o.payload)?;
+            ControllerOpKind::Expand {
+                volume: v.name.clone(),
+                external_id: v.external_id.clone(),
+                capacity_bytes: payload["capacity_bytes"].as_u64().unwrap_or(0),
+                capability: v.capability(),
+                secrets: v.secrets.clone(),
+            }
+        }
     };
     Ok(Some(api::ControllerOp {
         id: o.id as u64,

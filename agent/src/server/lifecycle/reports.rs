@@ -9,6 +9,7 @@ use csivol_api::domain::PublishContext;
 use csivol_api::{AttachmentState, ClaimState, PluginError, Report};
 
 use super::attachments::{advance_volume, begin_detach};
+use super::expand::{controller_expanded, node_expand_error, node_expanded};
 use super::nodes::record_drift;
 use super::ops::{finish_delete, finish_unpublish, load_op, observe_op, op_failed, schedule_ops};
 use super::{Limits, delete_claim, event, format_error, list_or, set_claim_state, touch_volume};
@@ -111,6 +112,22 @@ pub fn apply_reports(
                     Ok(())
                 })?
             }
+            Report::Expanded {
+                op,
+                attempt,
+                capacity_bytes,
+                node_expansion_required,
+            } => with_op(ctx, &mut b, op, attempt, "ok", |ctx, b, o| {
+                controller_expanded(ctx, o, capacity_bytes, node_expansion_required, &b.actor)
+            })?,
+            Report::NodeExpanded {
+                volume, attempt, ..
+            } => node_expanded(ctx, node, &b.actor, &volume, attempt)?,
+            Report::NodeExpandError {
+                volume,
+                attempt,
+                error,
+            } => node_expand_error(ctx, node, &b.actor, &volume, attempt, &error)?,
             Report::Fenced { at_ms, volumes } => fenced(ctx, &b, at_ms, &volumes)?,
         }
     }

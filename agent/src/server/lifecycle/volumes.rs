@@ -89,6 +89,7 @@ pub fn register_volume(
         created_at: ctx.now(),
         updated_at: ctx.now(),
         modify_index: ctx.index(),
+        expansion: None,
     };
     if let Some(e) = &existing {
         let same = e.plugin == row.plugin
@@ -196,6 +197,7 @@ pub fn create_volume(
         created_at: ctx.now(),
         updated_at: ctx.now(),
         modify_index: ctx.index(),
+        expansion: None,
     };
     insert_volume(ctx, &row)?;
     let payload = serde_json::json!({ "capacity_bytes": spec.capacity_bytes });
@@ -259,6 +261,16 @@ pub fn deregister_volume(
             )));
         }
         Lifecycle::Ready | Lifecycle::Failed => {}
+    }
+    if let Some(e) = &v.expansion
+        && e.phase != api::ExpansionPhase::Failed
+    {
+        return Err(ApiError::conflict(format!(
+            "volume `{name}` is being expanded; wait for it to finish"
+        ))
+        .with_hint(format!(
+            "`csivol volume show {name}` shows where the expansion stands"
+        )));
     }
     if delete && v.lifecycle == Lifecycle::Ready {
         ctx.set_volume_lifecycle(name, Lifecycle::Deleting, None)?;

@@ -85,6 +85,11 @@ pub trait Snapshot {
     fn due_ops(&self, plugin: &str, now: i64) -> ApiResult<Vec<OpSlot>>;
     /// Plugins with operations waiting for a host and due at `now`.
     fn plugins_with_due_ops(&self, now: i64) -> ApiResult<Vec<String>>;
+    /// Every node's registration of `plugin` (node name, its status, what it reported).
+    fn plugin_registrations(
+        &self,
+        plugin: &str,
+    ) -> ApiResult<Vec<(String, NodeStatus, PluginRegistration)>>;
 
     fn require_volume(&self, name: &str) -> ApiResult<VolumeRow> {
         self.volume(name)?.ok_or_else(|| {
@@ -180,6 +185,13 @@ pub trait Txn: Snapshot {
         external_id: &str,
         capacity_bytes: u64,
         context: &BTreeMap<String, String>,
+    ) -> ApiResult<()>;
+    /// Sets the volume's expansion and, when given, its capacity; stamps it changed.
+    fn set_volume_expansion(
+        &mut self,
+        name: &str,
+        capacity_bytes: Option<u64>,
+        expansion: Option<&api::Expansion>,
     ) -> ApiResult<()>;
     /// Removes a volume and its queued operations.
     fn delete_volume(&mut self, name: &str) -> ApiResult<()>;

@@ -251,7 +251,8 @@ pub fn desired(
         publish,
         unpublish,
         unstage,
-        controller_ops: vec![],
+        // Fields other tests do not use (controller operations, expansions) stay empty.
+        ..DesiredState::default()
     }
 }
 

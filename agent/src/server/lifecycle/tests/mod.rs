@@ -5,6 +5,7 @@
 
 mod claims;
 mod desired;
+mod expand;
 mod nodes;
 mod operator;
 mod ops;

@@ -207,6 +207,33 @@ impl Snapshot for Connection {
             [now],
         )
     }
+
+    fn plugin_registrations(
+        &self,
+        plugin: &str,
+    ) -> ApiResult<Vec<(String, NodeStatus, PluginRegistration)>> {
+        let mut stmt = self.prepare_cached(
+            "SELECT np.node, n.status, np.registration FROM node_plugins np \
+             JOIN nodes n ON n.name = np.node WHERE np.plugin = ?1 ORDER BY np.node",
+        )?;
+        let rows = stmt
+            .query_map([plugin], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                ))
+            })?
+            .collect::<Result<Vec<_>, _>>()?;
+        rows.into_iter()
+            .map(|(node, status, reg)| {
+                let status = status.parse().map_err(ApiError::internal)?;
+                let reg =
+                    serde_json::from_str(&reg).map_err(|e| ApiError::internal(e.to_string()))?;
+                Ok((node, status, reg))
+            })
+            .collect()
+    }
 }
 
 /// Reads inside a write see the transaction's own changes: they go to its connection.
@@ -241,6 +268,7 @@ reads_through_the_transaction! {
     assigned_ops(plugin: &str) -> Vec<OpSlot>;
     due_ops(plugin: &str, now: i64) -> Vec<OpSlot>;
     plugins_with_due_ops(now: i64) -> Vec<String>;
+    plugin_registrations(plugin: &str) -> Vec<(String, NodeStatus, PluginRegistration)>;
 }
 
 impl Txn for WriteCtx<'_> {
@@ -364,6 +392,27 @@ impl Txn for WriteCtx<'_> {
                 external_id,
                 capacity_bytes as i64,
                 to_json(context),
+                self.now,
+                self.index as i64,
+                name
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn set_volume_expansion(
+        &mut self,
+        name: &str,
+        capacity_bytes: Option<u64>,
+        expansion: Option<&api::Expansion>,
+    ) -> ApiResult<()> {
+        exec(
+            self.tx,
+            "UPDATE volumes SET capacity_bytes = COALESCE(?1, capacity_bytes), expansion = ?2, \
+             updated_at = ?3, modify_index = ?4 WHERE name = ?5",
+            params![
+                capacity_bytes.map(|c| c as i64),
+                expansion.map(to_json),
                 self.now,
                 self.index as i64,
                 name

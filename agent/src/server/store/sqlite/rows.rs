@@ -22,7 +22,7 @@ fn json<T: serde::de::DeserializeOwned>(s: String) -> rusqlite::Result<T> {
 }
 
 pub const VOLUME_COLUMNS: &str = "name, plugin, external_id, access_mode, attachment, fs_type, mount_flags, \
-     context, parameters, secrets, capacity_bytes, lifecycle, error, created_at, updated_at, modify_index";
+     context, parameters, secrets, capacity_bytes, lifecycle, error, created_at, updated_at, modify_index, expansion";
 
 impl VolumeRow {
     pub fn from_row(r: &Row<'_>) -> rusqlite::Result<Self> {
@@ -48,6 +48,7 @@ impl VolumeRow {
             created_at: r.get(13)?,
             updated_at: r.get(14)?,
             modify_index: r.get::<_, i64>(15)? as u64,
+            expansion: r.get::<_, Option<String>>(16)?.map(json).transpose()?,
         })
     }
 

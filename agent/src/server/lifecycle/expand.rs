@@ -1,0 +1,368 @@
+//! Volume expansion: ControllerExpandVolume as a controller operation, then NodeExpandVolume
+//! on every node where the volume is attached, run by those nodes' agents. The volume
+//! records what it has (`capacity_bytes`) and the expansion under way (`expansion`).
+
+use std::collections::BTreeSet;
+
+use csivol_api::domain::ErrorClass;
+use csivol_api::{
+    self as api, AttachmentState, ClaimState, Expansion, ExpansionPhase, NodeExpansion,
+    NodeExpansionState, PluginError, format_size,
+};
+
+use super::ops::{backoff, schedule_ops};
+use super::volumes::volume_view;
+use super::{Limits, event, format_error};
+use crate::server::error::{ApiError, ApiResult};
+use crate::server::expansion::{Decision, Facts, decide};
+use crate::server::kinds::{EventKind, OpKind};
+use crate::server::model::{Lifecycle, OpRow, time};
+use crate::server::store::{Snapshot, Txn};
+use crate::server::watch::Key;
+
+/// `POST /v1/volumes/{name}/expand`: checks the rule and queues ControllerExpandVolume.
+/// Returns the volume and whether the request started something.
+pub fn expand_volume(
+    ctx: &mut impl Txn,
+    name: &str,
+    capacity_bytes: u64,
+    actor: &str,
+    limits: &Limits,
+) -> ApiResult<(api::Volume, bool)> {
+    if capacity_bytes == 0 || capacity_bytes > i64::MAX as u64 {
+        return Err(ApiError::invalid(format!(
+            "`capacity_bytes` must be between 1 and {}",
+            i64::MAX
+        )));
+    }
+    let v = ctx.require_volume(name)?;
+    let regs = ctx.plugin_registrations(&v.plugin)?;
+    let controllers: Vec<_> = regs.iter().filter_map(|(_, _, r)| r.controller).collect();
+    let controller_expand =
+        (!controllers.is_empty()).then(|| controllers.iter().any(|c| c.expand_volume));
+    let mode = regs
+        .iter()
+        .find(|(_, _, r)| r.controller.is_some())
+        .or(regs.first())
+        .and_then(|(_, _, r)| r.capabilities.volume_expansion);
+    let mut in_use = BTreeSet::new();
+    for c in ctx.claims_of_volume(name)? {
+        if c.state != ClaimState::Queued {
+            in_use.insert(c.node);
+        }
+    }
+    for a in ctx.attachments_of_volume(name)? {
+        in_use.insert(a.node);
+    }
+    let in_use: Vec<String> = in_use.into_iter().collect();
+    let facts = Facts {
+        volume: name,
+        plugin: &v.plugin,
+        ready: v.lifecycle == Lifecycle::Ready,
+        current: v.capacity_bytes,
+        requested: capacity_bytes,
+        under_way: v.expansion.as_ref().map(|e| (e.capacity_bytes, e.phase)),
+        controller_expand,
+        mode,
+        in_use: &in_use,
+    };
+    match decide(&facts) {
+        Ok(Decision::Nothing) => return Ok((volume_view(ctx, name)?, false)),
+        Ok(Decision::Start) => {}
+        Err(r) => {
+            let e = if r.invalid {
+                ApiError::invalid(r.message)
+            } else {
+                ApiError::conflict(r.message)
+            };
+            return Err(e.with_hint(r.hint));
+        }
+    }
+    let expansion = Expansion {
+        capacity_bytes,
+        phase: ExpansionPhase::Controller,
+        nodes: Vec::new(),
+        error: None,
+        requested_at: time(ctx.now()),
+    };
+    ctx.set_volume_expansion(name, None, Some(&expansion))?;
+    ctx.touch(Key::Volume(name.to_owned()));
+    let payload = serde_json::json!({ "capacity_bytes": capacity_bytes });
+    ctx.queue_op(OpKind::Expand, &v.plugin, name, None, &payload.to_string())?;
+    event(
+        ctx,
+        EventKind::VolumeExpanding,
+        Some(name),
+        None,
+        None,
+        actor,
+        format!(
+            "ControllerExpandVolume to {} requested from plugin {}",
+            format_size(capacity_bytes),
+            v.plugin
+        ),
+    )?;
+    schedule_ops(ctx, &v.plugin, limits)?;
+    Ok((volume_view(ctx, name)?, true))
+}
+
+/// ControllerExpandVolume succeeded: the volume has `capacity_bytes` in its storage; the
+/// nodes where it is attached grow it too when the plugin says so and can.
+pub(super) fn controller_expanded(
+    ctx: &mut impl Txn,
+    o: &OpRow,
+    capacity_bytes: u64,
+    node_expansion_required: bool,
+    actor: &str,
+) -> ApiResult<()> {
+    ctx.delete_op(o.id)?;
+    let Some(v) = ctx.volume(&o.volume)? else {
+        return Ok(());
+    };
+    let Some(mut e) = v.expansion else {
+        return Ok(());
+    };
+    // The spec: 0 means the plugin did not say; take what was asked for.
+    let capacity = if capacity_bytes == 0 {
+        e.capacity_bytes
+    } else {
+        capacity_bytes
+    };
+    let mut nodes = Vec::new();
+    if node_expansion_required {
+        let can_grow: BTreeSet<String> = ctx
+            .plugin_registrations(&v.plugin)?
+            .into_iter()
+            .filter(|(_, _, r)| {
+                r.node
+                    .as_ref()
+                    .is_some_and(|n| n.capabilities.expand_volume)
+            })
+            .map(|(n, _, _)| n)
+            .collect();
+        for a in ctx.attachments_of_volume(&o.volume)? {
+            if a.state == AttachmentState::Attached && can_grow.contains(&a.node) {
+                nodes.push(a.node);
+            }
+        }
+    }
+    if nodes.is_empty() {
+        ctx.set_volume_expansion(&o.volume, Some(capacity), None)?;
+        ctx.touch(Key::Volume(o.volume.clone()));
+        return event(
+            ctx,
+            EventKind::VolumeExpanded,
+            Some(&o.volume),
+            None,
+            None,
+            actor,
+            format!("expanded to {}", format_size(capacity)),
+        );
+    }
+    e.phase = ExpansionPhase::Node;
+    e.error = None;
+    e.nodes = nodes
+        .iter()
+        .map(|n| NodeExpansion {
+            node: n.clone(),
+            state: NodeExpansionState::Pending,
+            attempt: 0,
+            not_before_ms: None,
+            error: None,
+        })
+        .collect();
+    ctx.set_volume_expansion(&o.volume, Some(capacity), Some(&e))?;
+    ctx.touch(Key::Volume(o.volume.clone()));
+    for n in &nodes {
+        ctx.touch(Key::Node(n.clone()));
+    }
+    event(
+        ctx,
+        EventKind::VolumeExpanding,
+        Some(&o.volume),
+        None,
+        None,
+        actor,
+        format!(
+            "ControllerExpandVolume grew it to {}; NodeExpandVolume on {}",
+            format_size(capacity),
+            nodes.join(", ")
+        ),
+    )
+}
+
+/// ControllerExpandVolume failed: the last error is shown while it is retried, and a
+/// final one ends the expansion as failed (the capacity stays as it was).
+pub(super) fn controller_expand_failed(
+    ctx: &mut impl Txn,
+    volume: &str,
+    message: &str,
+    is_final: bool,
+) -> ApiResult<()> {
+    let Some(mut e) = ctx.volume(volume)?.and_then(|v| v.expansion) else {
+        return Ok(());
+    };
+    e.error = Some(message.to_owned());
+    if is_final {
+        e.phase = ExpansionPhase::Failed;
+    }
+    ctx.set_volume_expansion(volume, None, Some(&e))?;
+    ctx.touch(Key::Volume(volume.to_owned()));
+    Ok(())
+}
+
+/// The node's part of an expansion, if the report answers its current attempt.
+fn node_part(
+    ctx: &impl Txn,
+    node: &str,
+    volume: &str,
+    attempt: u32,
+) -> ApiResult<Option<(Expansion, usize)>> {
+    let Some(e) = ctx.volume(volume)?.and_then(|v| v.expansion) else {
+        return Ok(None);
+    };
+    if e.phase != ExpansionPhase::Node {
+        return Ok(None);
+    }
+    let Some(i) = e.nodes.iter().position(|n| {
+        n.node == node && n.state == NodeExpansionState::Pending && n.attempt == attempt
+    }) else {
+        return Ok(None);
+    };
+    Ok(Some((e, i)))
+}
+
+/// NodeExpandVolume succeeded on the reporting node; the expansion ends with the last.
+pub(super) fn node_expanded(
+    ctx: &mut impl Txn,
+    node: &str,
+    actor: &str,
+    volume: &str,
+    attempt: u32,
+) -> ApiResult<()> {
+    let Some((mut e, i)) = node_part(ctx, node, volume, attempt)? else {
+        return Ok(());
+    };
+    e.nodes[i].state = NodeExpansionState::Done;
+    e.nodes[i].error = None;
+    e.nodes[i].not_before_ms = None;
+    ctx.touch(Key::Node(node.to_owned()));
+    ctx.touch(Key::Volume(volume.to_owned()));
+    if e.nodes.iter().all(|n| n.state == NodeExpansionState::Done) {
+        ctx.set_volume_expansion(volume, None, None)?;
+        let capacity = ctx
+            .volume(volume)?
+            .and_then(|v| v.capacity_bytes)
+            .unwrap_or(e.capacity_bytes);
+        return event(
+            ctx,
+            EventKind::VolumeExpanded,
+            Some(volume),
+            None,
+            None,
+            actor,
+            format!(
+                "expanded to {} (NodeExpandVolume done on {})",
+                format_size(capacity),
+                e.nodes
+                    .iter()
+                    .map(|n| n.node.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        );
+    }
+    ctx.set_volume_expansion(volume, None, Some(&e))
+}
+
+/// The volume left `node` while it was to grow there: nothing is left on the node to grow,
+/// so its part is done (the next stage there uses the new size).
+pub(super) fn detached(ctx: &mut impl Txn, volume: &str, node: &str) -> ApiResult<()> {
+    let Some(e) = ctx.volume(volume)?.and_then(|v| v.expansion) else {
+        return Ok(());
+    };
+    let Some(part) = e
+        .nodes
+        .iter()
+        .find(|n| n.node == node && n.state == NodeExpansionState::Pending)
+    else {
+        return Ok(());
+    };
+    let attempt = part.attempt;
+    node_expanded(ctx, node, "server", volume, attempt)
+}
+
+/// NodeExpandVolume failed on the reporting node: retried with backoff when the error says
+/// it may pass, otherwise the expansion fails with it.
+pub(super) fn node_expand_error(
+    ctx: &mut impl Txn,
+    node: &str,
+    actor: &str,
+    volume: &str,
+    attempt: u32,
+    error: &PluginError,
+) -> ApiResult<()> {
+    let Some((mut e, i)) = node_part(ctx, node, volume, attempt)? else {
+        return Ok(());
+    };
+    let message = format!("NodeExpandVolume on {node} failed: {}", format_error(error));
+    ctx.touch(Key::Node(node.to_owned()));
+    ctx.touch(Key::Volume(volume.to_owned()));
+    if ErrorClass::of_name(&error.code) == ErrorClass::Retry {
+        let next = ctx.now() + backoff(attempt).as_millis() as i64;
+        let part = &mut e.nodes[i];
+        part.attempt += 1;
+        part.not_before_ms = Some(next as u64);
+        part.error = Some(message.clone());
+        e.error = Some(format!("{message}; retrying at {}", time(next)));
+        return ctx.set_volume_expansion(volume, None, Some(&e));
+    }
+    e.nodes[i].state = NodeExpansionState::Failed;
+    e.nodes[i].error = Some(message.clone());
+    e.phase = ExpansionPhase::Failed;
+    e.error = Some(message.clone());
+    ctx.set_volume_expansion(volume, None, Some(&e))?;
+    event(
+        ctx,
+        EventKind::OperationFailed,
+        Some(volume),
+        Some(node),
+        None,
+        actor,
+        message,
+    )
+}
+
+/// The node's share of expansions: volumes it must grow, with what to call the plugin with.
+pub(super) fn desired_expansions(
+    conn: &(impl Snapshot + ?Sized),
+    node: &str,
+) -> ApiResult<Vec<api::DesiredExpand>> {
+    let mut out = Vec::new();
+    for a in conn.attachments_of_node(node)? {
+        let Some(v) = conn.volume(&a.volume)? else {
+            continue;
+        };
+        let Some(e) = &v.expansion else {
+            continue;
+        };
+        if e.phase != ExpansionPhase::Node {
+            continue;
+        }
+        for n in &e.nodes {
+            if n.node == node && n.state == NodeExpansionState::Pending {
+                out.push(api::DesiredExpand {
+                    volume: v.name.clone(),
+                    plugin: v.plugin.clone(),
+                    external_id: v.external_id.clone(),
+                    capacity_bytes: v.capacity_bytes.unwrap_or(e.capacity_bytes),
+                    capability: v.capability(),
+                    attempt: n.attempt,
+                    not_before_ms: n.not_before_ms.unwrap_or(0),
+                    secrets: v.secrets.clone(),
+                });
+            }
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,334 @@
+//! Volume expansion through the CLI on real processes: online while claimed (the new size in
+//! `volume show` and in the plugin's NodeGetVolumeStats), offline refused while claimed and
+//! done after release, refused without the capability, and shrinking refused.
+
+use std::path::Path;
+use std::time::Duration;
+
+use csivol_csi::CsiEndpoint;
+use csivol_csi::csi::v1 as csi;
+
+use crate::cluster::{Cluster, NodeOpts, Out};
+use crate::e2e::create_volume;
+
+const MIB: u64 = 1 << 20;
+
+fn node_with(plugin_args: &[&str]) -> Vec<NodeOpts> {
+    vec![NodeOpts {
+        plugin_args: plugin_args.iter().map(|s| (*s).to_owned()).collect(),
+        ..NodeOpts::default()
+    }]
+}
+
+fn claim(c: &Cluster, volume: &str, alloc: &str) -> Out {
+    let out = c.csivol(&[
+        "claim",
+        volume,
+        "--node",
+        "node-1",
+        "--alloc",
+        alloc,
+        "--wait",
+        "--timeout",
+        "60s",
+        "-o",
+        "json",
+    ]);
+    assert_eq!(out.ok().json()["state"], "ready", "{out:?}");
+    out
+}
+
+fn release(c: &Cluster, volume: &str, alloc: &str) {
+    c.csivol(&[
+        "release",
+        volume,
+        "--alloc",
+        alloc,
+        "--wait",
+        "--timeout",
+        "60s",
+    ])
+    .ok();
+}
+
+/// The error `-o json` prints on stderr (its last line, after any progress notes).
+fn error_of(out: &Out) -> serde_json::Value {
+    let last = out.stderr.lines().last().unwrap_or_default();
+    let v: serde_json::Value =
+        serde_json::from_str(last).unwrap_or_else(|e| panic!("stderr is not JSON ({e}): {out:?}"));
+    v["error"].clone()
+}
+
+fn wait_free(c: &Cluster, volume: &str) {
+    csivol_tests::wait_for(
+        &format!("volume {volume} to be free"),
+        Duration::from_secs(60),
+        || {
+            let v = c
+                .csivol(&["volume", "show", volume, "-o", "json"])
+                .ok()
+                .json();
+            (v["state"] == "free").then_some(())
+        },
+    );
+}
+
+fn expand(c: &Cluster, volume: &str, size: &str) -> Out {
+    c.csivol(&[
+        "volume",
+        "expand",
+        volume,
+        "--capacity",
+        size,
+        "--wait",
+        "--timeout",
+        "60s",
+        "-o",
+        "json",
+    ])
+}
+
+/// The total bytes the plugin's NodeGetVolumeStats reports for the volume at `target`.
+fn stats_total(c: &Cluster, external_id: &str, target: &Path) -> i64 {
+    let socket = c.nodes[0].dir.join("plugin.sock");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let channel = CsiEndpoint::Unix(socket).channel(Duration::from_secs(10));
+        let mut node = csi::node_client::NodeClient::new(channel);
+        let r = node
+            .node_get_volume_stats(csi::NodeGetVolumeStatsRequest {
+                volume_id: external_id.to_owned(),
+                volume_path: target.display().to_string(),
+                staging_target_path: String::new(),
+            })
+            .await
+            .expect("NodeGetVolumeStats")
+            .into_inner();
+        r.usage
+            .iter()
+            .find(|u| u.unit == csi::volume_usage::Unit::Bytes as i32)
+            .expect("bytes usage")
+            .total
+    })
+}
+
+#[test]
+fn online_expansion_grows_a_claimed_volume_and_shrinking_is_refused() {
+    let c = Cluster::start("expand-online", "30s", node_with(&[]));
+    create_volume(&c, "grow", "single-node-writer");
+    let claimed = claim(&c, "grow", "job-1");
+    let target = claimed.json()["target_path"].as_str().unwrap().to_owned();
+    let shown = c
+        .csivol(&["volume", "show", "grow", "-o", "json"])
+        .ok()
+        .json();
+    let external_id = shown["external_id"].as_str().unwrap().to_owned();
+    assert_eq!(shown["capacity_bytes"], MIB);
+    assert_eq!(
+        stats_total(&c, &external_id, Path::new(&target)),
+        MIB as i64
+    );
+
+    let out = expand(&c, "grow", "2MiB");
+    let v = out.ok().json();
+    assert_eq!(v["capacity_bytes"], 2 * MIB, "{out:?}");
+    assert!(v.get("expansion").is_none(), "done: {v}");
+    assert!(
+        out.stderr.contains("expanded volume grow to 2 MiB"),
+        "{out:?}"
+    );
+    // Grown on the node under the workload, which kept its claim.
+    assert_eq!(
+        stats_total(&c, &external_id, Path::new(&target)),
+        2 * MIB as i64
+    );
+    let shown = c
+        .csivol(&["volume", "show", "grow", "-o", "json"])
+        .ok()
+        .json();
+    assert_eq!(shown["claims"][0]["state"], "ready");
+    let rpcs: Vec<String> = c.nodes[0]
+        .plugin_calls()
+        .iter()
+        .filter_map(|call| call["rpc"].as_str().map(str::to_owned))
+        .filter(|r| r.contains("Expand"))
+        .collect();
+    assert_eq!(rpcs, ["ControllerExpandVolume", "NodeExpandVolume"]);
+
+    // The same size again changes nothing; a smaller one is refused (exit 2).
+    let again = expand(&c, "grow", "2097152");
+    assert!(again.ok().stderr.contains("already has 2 MiB"), "{again:?}");
+    let shrink = expand(&c, "grow", "1MiB");
+    assert_eq!(shrink.code, 2, "{shrink:?}");
+    assert!(
+        shrink
+            .stderr
+            .contains("shrinking it to 1 MiB is not supported"),
+        "{shrink:?}"
+    );
+    // A size that does not parse is a usage error naming the units.
+    let bad = expand(&c, "grow", "2 parsecs");
+    assert_eq!(bad.code, 2, "{bad:?}");
+    assert!(bad.stderr.contains("unknown unit `parsecs`"), "{bad:?}");
+    release(&c, "grow", "job-1");
+}
+
+#[test]
+fn offline_expansion_is_refused_while_claimed_and_works_after_release() {
+    let c = Cluster::start(
+        "expand-offline",
+        "30s",
+        node_with(&["--expansion", "offline"]),
+    );
+    create_volume(&c, "cold", "single-node-writer");
+    claim(&c, "cold", "job-1");
+    let refused = expand(&c, "cold", "3MiB");
+    assert_eq!(refused.code, 4, "{refused:?}");
+    let e = error_of(&refused);
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .contains("expands volumes only offline, and `cold` is in use on node-1"),
+        "{e}"
+    );
+    assert!(
+        e["hint"]
+            .as_str()
+            .unwrap()
+            .starts_with("release its claims first"),
+        "{e}"
+    );
+    release(&c, "cold", "job-1");
+    wait_free(&c, "cold");
+    let out = expand(&c, "cold", "3MiB");
+    assert_eq!(out.ok().json()["capacity_bytes"], 3 * MIB, "{out:?}");
+    // The next claim mounts it at its new size.
+    let claimed = claim(&c, "cold", "job-2");
+    let target = claimed.json()["target_path"].as_str().unwrap().to_owned();
+    let shown = c
+        .csivol(&["volume", "show", "cold", "-o", "json"])
+        .ok()
+        .json();
+    let external_id = shown["external_id"].as_str().unwrap();
+    assert_eq!(
+        stats_total(&c, external_id, Path::new(&target)),
+        3 * MIB as i64
+    );
+    release(&c, "cold", "job-2");
+}
+
+#[test]
+fn expansion_is_refused_where_the_plugin_cannot_expand() {
+    let c = Cluster::start(
+        "expand-disabled",
+        "30s",
+        node_with(&["--disable", "expand-volume"]),
+    );
+    create_volume(&c, "fixed", "single-node-writer");
+    let out = expand(&c, "fixed", "2MiB");
+    assert_eq!(out.code, 2, "{out:?}");
+    let e = error_of(&out);
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .contains("plugin `hostpath` cannot expand volumes"),
+        "{e}"
+    );
+    assert!(e["hint"].as_str().is_some_and(|h| !h.is_empty()), "{e}");
+    let shown = c
+        .csivol(&["volume", "show", "fixed", "-o", "json"])
+        .ok()
+        .json();
+    assert_eq!(shown["capacity_bytes"], MIB);
+    assert!(shown.get("expansion").is_none());
+}
+
+#[test]
+fn status_shows_an_expansion_under_way_with_its_last_error() {
+    let c = Cluster::start(
+        "expand-progress",
+        "30s",
+        node_with(&[
+            "--fail",
+            "NodeExpandVolume=UNAVAILABLE:1",
+            "--delay",
+            "NodeExpandVolume=3s",
+        ]),
+    );
+    create_volume(&c, "slow", "single-node-writer");
+    claim(&c, "slow", "job-1");
+    let started = c.csivol(&["volume", "expand", "slow", "--capacity", "2MiB"]);
+    assert!(
+        started
+            .ok()
+            .stderr
+            .contains("expanding volume slow to 2 MiB"),
+        "{started:?}"
+    );
+    // The node's first NodeExpandVolume fails and is retried: `status` and `volume show`
+    // say where it stands and why.
+    let status = csivol_tests::wait_for(
+        "status to show the failed node expansion",
+        Duration::from_secs(30),
+        || {
+            let out = c.csivol(&["status"]);
+            out.stdout
+                .contains("(last error: NodeExpandVolume on node-1 failed: UNAVAILABLE")
+                .then_some(out)
+        },
+    );
+    assert!(
+        status
+            .stdout
+            .contains("expansions:\n  slow: expanding to 2 MiB: node-1 pending"),
+        "{status:?}"
+    );
+    let shown = c.csivol(&["volume", "show", "slow"]);
+    let text = &shown.ok().stdout;
+    assert!(
+        text.contains("expanding to 2 MiB: node-1 pending")
+            && text.contains("NodeExpandVolume on node-1 failed: UNAVAILABLE"),
+        "{shown:?}"
+    );
+    // Waiting on the same capacity follows it to the end.
+    let out = expand(&c, "slow", "2MiB");
+    let v = out.ok().json();
+    assert_eq!(v["capacity_bytes"], 2 * MIB, "{out:?}");
+    assert!(v.get("expansion").is_none(), "{v}");
+    let status = c.csivol(&["status"]);
+    assert!(!status.ok().stdout.contains("expansions:"), "{status:?}");
+    release(&c, "slow", "job-1");
+}
+
+#[test]
+fn a_failed_expansion_exits_1_with_the_plugins_error_and_may_be_asked_again() {
+    let c = Cluster::start(
+        "expand-failed",
+        "30s",
+        node_with(&["--fail", "ControllerExpandVolume=OUT_OF_RANGE:1"]),
+    );
+    create_volume(&c, "full", "single-node-writer");
+    let out = expand(&c, "full", "2MiB");
+    assert_eq!(out.code, 1, "{out:?}");
+    let e = error_of(&out);
+    assert!(
+        e["message"].as_str().unwrap().contains(
+            "could not be expanded to 2 MiB: ControllerExpandVolume failed: OUT_OF_RANGE"
+        ),
+        "{e}"
+    );
+    let shown = c
+        .csivol(&["volume", "show", "full", "-o", "json"])
+        .ok()
+        .json();
+    assert_eq!(shown["capacity_bytes"], MIB);
+    assert_eq!(shown["expansion"]["phase"], "failed", "{shown}");
+    // The plugin fails only once: asked again, it grows.
+    let again = expand(&c, "full", "2MiB");
+    assert_eq!(again.ok().json()["capacity_bytes"], 2 * MIB, "{again:?}");
+}
