@@ -257,7 +257,9 @@ fn status_shows_an_expansion_under_way_with_its_last_error() {
             "--fail",
             "NodeExpandVolume=UNAVAILABLE:1",
             "--delay",
-            "NodeExpandVolume=3s",
+            // The retry's delay is the window in which `status` must catch the error:
+            // wide enough for a loaded machine.
+            "NodeExpandVolume=10s",
         ]),
     );
     create_volume(&c, "slow", "single-node-writer");
