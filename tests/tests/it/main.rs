@@ -1,5 +1,6 @@
 //! csivol's end-to-end tests: real binaries, real sockets, real mounts.
 
+mod block;
 mod ci;
 mod client;
 mod cluster;
