@@ -158,6 +158,7 @@ impl From<&csi::ControllerGetCapabilitiesResponse> for ControllerCapabilities {
                 Ok(R::PublishUnpublishVolume) => caps.publish_unpublish_volume = true,
                 Ok(R::ListVolumes) => caps.list_volumes = true,
                 Ok(R::ListVolumesPublishedNodes) => caps.list_volumes_published_nodes = true,
+                Ok(R::VolumeCondition) => caps.volume_condition = true,
                 Ok(R::PublishReadonly) => caps.publish_readonly = true,
                 Ok(R::SingleNodeMultiWriter) => caps.single_node_multi_writer = true,
                 _ => {}
@@ -179,6 +180,7 @@ impl From<ControllerCapabilities> for csi::ControllerGetCapabilitiesResponse {
                 R::ListVolumesPublishedNodes,
             ),
             (caps.publish_readonly, R::PublishReadonly),
+            (caps.volume_condition, R::VolumeCondition),
             (caps.single_node_multi_writer, R::SingleNodeMultiWriter),
         ];
         let capabilities = flags
@@ -402,5 +404,27 @@ mod tests {
         assert_eq!(ErrorClass::of_name("TIMEOUT"), ErrorClass::Final);
         assert_eq!(code_name(Code::ResourceExhausted), "RESOURCE_EXHAUSTED");
         assert_eq!(code_from_name("ALREADY_EXISTS"), Some(Code::AlreadyExists));
+    }
+}
+
+/// One ListVolumes entry as csivol's reconciliation reads it: the volume id, the nodes it
+/// is published to, and its condition when abnormal.
+impl From<&csi::list_volumes_response::Entry> for csivol_api::ListedVolume {
+    fn from(e: &csi::list_volumes_response::Entry) -> Self {
+        let status = e.status.as_ref();
+        Self {
+            external_id: e
+                .volume
+                .as_ref()
+                .map(|v| v.volume_id.clone())
+                .unwrap_or_default(),
+            published_node_ids: status
+                .map(|s| s.published_node_ids.clone())
+                .unwrap_or_default(),
+            abnormal: status
+                .and_then(|s| s.volume_condition.as_ref())
+                .filter(|c| c.abnormal)
+                .map(|c| c.message.clone()),
+        }
     }
 }

@@ -22,6 +22,7 @@ mod metrics;
 mod model;
 mod nodes;
 mod queue;
+mod reconcile;
 pub mod rules;
 mod secrets;
 mod store;

@@ -18,6 +18,7 @@ mod errors;
 mod name;
 mod nodes;
 mod operator;
+mod reconcile;
 mod tokens;
 mod volumes;
 
@@ -31,6 +32,7 @@ pub use errors::*;
 pub use name::*;
 pub use nodes::*;
 pub use operator::*;
+pub use reconcile::*;
 pub use tokens::*;
 pub use volumes::*;
 

@@ -9,4 +9,5 @@ mod durability;
 mod e2e;
 mod fence;
 mod network;
+mod reconcile;
 mod security;

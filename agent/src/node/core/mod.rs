@@ -13,6 +13,7 @@ use csivol_api::{ClaimRef, DesiredState, RegisterRequest, Report};
 use tokio::sync::{mpsc, watch};
 
 mod jobs;
+mod listing;
 mod reconciler;
 mod recovery;
 mod steps;
@@ -231,6 +232,8 @@ impl Core {
             initial,
         );
         let task = tokio::spawn(reconciler.run());
+        // Ends when the agent stops listening to reports.
+        tokio::spawn(listing::run(Arc::clone(&shared)));
         Ok((
             Self {
                 shared,

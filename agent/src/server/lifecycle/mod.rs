@@ -24,6 +24,7 @@ mod desired;
 mod nodes;
 mod operator;
 mod ops;
+mod reconcile;
 mod reports;
 #[cfg(test)]
 mod tests;
