@@ -304,6 +304,28 @@ pub fn error_class(code: tonic::Code) -> ErrorClass {
     ErrorClass::of_name(code_name(code))
 }
 
+/// One ListVolumes entry as csivol's reconciliation reads it: the volume id, the nodes it
+/// is published to, and its condition when abnormal.
+impl From<&csi::list_volumes_response::Entry> for csivol_api::ListedVolume {
+    fn from(e: &csi::list_volumes_response::Entry) -> Self {
+        let status = e.status.as_ref();
+        Self {
+            external_id: e
+                .volume
+                .as_ref()
+                .map(|v| v.volume_id.clone())
+                .unwrap_or_default(),
+            published_node_ids: status
+                .map(|s| s.published_node_ids.clone())
+                .unwrap_or_default(),
+            abnormal: status
+                .and_then(|s| s.volume_condition.as_ref())
+                .filter(|c| c.abnormal)
+                .map(|c| c.message.clone()),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -404,27 +426,5 @@ mod tests {
         assert_eq!(ErrorClass::of_name("TIMEOUT"), ErrorClass::Final);
         assert_eq!(code_name(Code::ResourceExhausted), "RESOURCE_EXHAUSTED");
         assert_eq!(code_from_name("ALREADY_EXISTS"), Some(Code::AlreadyExists));
-    }
-}
-
-/// One ListVolumes entry as csivol's reconciliation reads it: the volume id, the nodes it
-/// is published to, and its condition when abnormal.
-impl From<&csi::list_volumes_response::Entry> for csivol_api::ListedVolume {
-    fn from(e: &csi::list_volumes_response::Entry) -> Self {
-        let status = e.status.as_ref();
-        Self {
-            external_id: e
-                .volume
-                .as_ref()
-                .map(|v| v.volume_id.clone())
-                .unwrap_or_default(),
-            published_node_ids: status
-                .map(|s| s.published_node_ids.clone())
-                .unwrap_or_default(),
-            abnormal: status
-                .and_then(|s| s.volume_condition.as_ref())
-                .filter(|c| c.abnormal)
-                .map(|c| c.message.clone()),
-        }
     }
 }

@@ -370,17 +370,20 @@ mod tests {
         assert_eq!(c.staging(ReadyCheck::Mount, "v", root, true), Ok(()));
     }
 
+    /// What stat says, what the kernel says of the device's size, the verdict.
+    type Case = (
+        io::Result<NodeKind>,
+        Option<Result<u64, ()>>,
+        Result<u64, &'static str>,
+    );
+
     #[test]
     fn a_block_target_is_ready_only_as_a_live_block_device() {
         let loop3 = rustix::fs::makedev(7, 3);
         let t = Path::new(TARGET);
         let gone = || Err(io::Error::from(io::ErrorKind::NotFound));
         // (what stat says, what the kernel says of the device's size) -> verdict
-        let cases: [(
-            io::Result<NodeKind>,
-            Option<Result<u64, ()>>,
-            Result<u64, &str>,
-        ); 7] = [
+        let cases: [Case; 7] = [
             (
                 Ok(NodeKind::Block { rdev: loop3 }),
                 Some(Ok(16384)),

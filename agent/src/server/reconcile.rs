@@ -234,17 +234,16 @@ mod tests {
             .collect()
     }
 
+    type Found3 = (FindingKind, Option<String>, Option<String>);
+    /// A case's name, csivol's records, the plugin's listing, the findings.
+    type Case = (&'static str, Vec<Recorded>, Vec<ListedVolume>, Vec<Found3>);
+
     #[test]
     fn the_comparison_table() {
         use AttachmentState::*;
         use FindingKind::*;
         let s = |x: &str| Some(x.to_owned());
-        let cases: Vec<(
-            &str,
-            Vec<Recorded>,
-            Vec<ListedVolume>,
-            Vec<(FindingKind, Option<String>, Option<String>)>,
-        )> = vec![
+        let cases: Vec<Case> = vec![
             (
                 "agree",
                 vec![rec("e1", "n1", Attached, 10)],

@@ -235,11 +235,11 @@ async fn once(ctx: &Ctx, args: &StatusArgs) -> anyhow::Result<Exit> {
 /// The next step an operator can take on a finding, where csivol has one.
 fn finding_hint(f: &ControllerFinding) -> Option<String> {
     match (f.kind, &f.volume, &f.node) {
-        // csivol's attachment has nothing behind it at the plugin: detaching it records the
-        // operator's word and lets the volume's claims start over.
-        (FindingKind::Missing, Some(v), Some(n)) => {
-            Some(format!("csivol detach {v} --node {n} --reason \"...\""))
-        }
+        // csivol's attachment has nothing behind it at the plugin: releasing the claims
+        // there unpublishes it (the plugin answers OK), and a new claim publishes it anew.
+        (FindingKind::Missing, Some(v), Some(n)) => Some(format!(
+            "release the claims of {v} on {n} (csivol release {v} --alloc ALLOC) and claim again: csivol publishes it anew"
+        )),
         (FindingKind::Leaked, _, _) => Some(format!(
             "unpublish `{}` from node id `{}` with the storage system's own tools, or claim it through csivol",
             f.external_id,

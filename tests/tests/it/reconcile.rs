@@ -1,7 +1,8 @@
 //! Controller-side reconciliation through csivol: the controller hosts list the reference
 //! plugin's volumes every second; an attachment made or removed at the plugin behind
 //! csivol's back (ControllerPublishVolume / ControllerUnpublishVolume on the plugin's own
-//! socket) is reported in `csivol status` and the event log, and never fixed by csivol.
+//! socket) is reported in `csivol status` and the event log, and never fixed by csivol;
+//! so is a volume the plugin lists as abnormal.
 
 use std::time::Duration;
 
@@ -172,4 +173,22 @@ fn attachments_made_or_removed_behind_csivols_back_are_reported_not_fixed() {
         "{resolved:?}"
     );
     assert!(findings(&c).iter().any(|f| f["kind"] == "missing"));
+
+    // Abnormal: the plugin's VOLUME_CONDITION in its listing (injected on both hosts'
+    // plugins, which list the same storage system).
+    for n in &c.nodes {
+        let dir = n.plugin_state().join("abnormal");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(&external_id), "disk on fire").unwrap();
+    }
+    let abnormal = wait_for("an abnormal finding", WAIT, || {
+        findings(&c).into_iter().find(|f| f["kind"] == "abnormal")
+    });
+    assert_eq!(abnormal["volume"], "shared");
+    assert_eq!(abnormal["node"], Value::Null);
+    assert_eq!(
+        abnormal["message"],
+        "the plugin says the volume is abnormal: disk on fire"
+    );
+    assert_eq!(event_messages(&c, "volume-abnormal").len(), 1);
 }
