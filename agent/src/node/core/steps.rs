@@ -242,8 +242,9 @@ pub(super) async fn publish(
             .map_err(|e| local("create", parent, e))?;
     }
     // A block volume's target is a file, not a directory: the device node is placed on
-    // it. The agent creates it empty (a plugin that creates it itself finds it there).
-    if rec.block {
+    // it. The agent creates it empty (a plugin that creates it itself finds it there),
+    // except where readiness is mere existence: there only the plugin may create it.
+    if rec.block && shared.cfg.ready_check_of(&rec.plugin) == ReadyCheck::Mount {
         match std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
