@@ -176,6 +176,7 @@ impl From<&csi::ControllerGetCapabilitiesResponse> for ControllerCapabilities {
                 Ok(R::PublishUnpublishVolume) => caps.publish_unpublish_volume = true,
                 Ok(R::ListVolumes) => caps.list_volumes = true,
                 Ok(R::ListVolumesPublishedNodes) => caps.list_volumes_published_nodes = true,
+                Ok(R::VolumeCondition) => caps.volume_condition = true,
                 Ok(R::PublishReadonly) => caps.publish_readonly = true,
                 Ok(R::SingleNodeMultiWriter) => caps.single_node_multi_writer = true,
                 Ok(R::ExpandVolume) => caps.expand_volume = true,
@@ -198,6 +199,7 @@ impl From<ControllerCapabilities> for csi::ControllerGetCapabilitiesResponse {
                 R::ListVolumesPublishedNodes,
             ),
             (caps.publish_readonly, R::PublishReadonly),
+            (caps.volume_condition, R::VolumeCondition),
             (caps.single_node_multi_writer, R::SingleNodeMultiWriter),
             (caps.expand_volume, R::ExpandVolume),
         ];
@@ -322,6 +324,28 @@ pub fn code_from_name(name: &str) -> Option<tonic::Code> {
 /// error tables, kept by code name in [`ErrorClass::of_name`]).
 pub fn error_class(code: tonic::Code) -> ErrorClass {
     ErrorClass::of_name(code_name(code))
+}
+
+/// One ListVolumes entry as csivol's reconciliation reads it: the volume id, the nodes it
+/// is published to, and its condition when abnormal.
+impl From<&csi::list_volumes_response::Entry> for csivol_api::ListedVolume {
+    fn from(e: &csi::list_volumes_response::Entry) -> Self {
+        let status = e.status.as_ref();
+        Self {
+            external_id: e
+                .volume
+                .as_ref()
+                .map(|v| v.volume_id.clone())
+                .unwrap_or_default(),
+            published_node_ids: status
+                .map(|s| s.published_node_ids.clone())
+                .unwrap_or_default(),
+            abnormal: status
+                .and_then(|s| s.volume_condition.as_ref())
+                .filter(|c| c.abnormal)
+                .map(|c| c.message.clone()),
+        }
+    }
 }
 
 #[cfg(test)]

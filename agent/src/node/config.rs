@@ -74,6 +74,9 @@ pub const DEFAULT_NODE_CALL_TIMEOUT: Duration = Duration::from_secs(120);
 pub const DEFAULT_CONTROLLER_CALL_TIMEOUT: Duration = Duration::from_secs(60);
 pub const DEFAULT_VOLUME_READY_TIMEOUT: Duration = Duration::from_secs(120);
 pub const DEFAULT_RESYNC_INTERVAL: Duration = Duration::from_secs(30);
+/// How often a controller host lists its plugin's volumes for the server's comparison
+/// (plugins with LIST_VOLUMES and LIST_VOLUMES_PUBLISHED_NODES).
+pub const DEFAULT_CONTROLLER_LIST_INTERVAL: Duration = Duration::from_secs(60);
 pub const DEFAULT_PLUGIN_WAIT_TIMEOUT: Duration = Duration::from_secs(120);
 pub const DEFAULT_RETRY_BASE: Duration = Duration::from_millis(250);
 pub const DEFAULT_RETRY_MAX: Duration = Duration::from_secs(30);
@@ -200,6 +203,8 @@ pub struct CoreConfig {
     pub controller_call_timeout: Duration,
     pub volume_ready_timeout: Duration,
     pub resync_interval: Duration,
+    /// How often a hosted controller's volumes are listed (`controller_list_interval`).
+    pub controller_list_interval: Duration,
     /// How long to wait at start for each plugin to answer Probe.
     pub plugin_wait_timeout: Duration,
     /// The readiness check of plugins not in `plugin_ready_checks`.
@@ -224,6 +229,7 @@ impl CoreConfig {
             controller_call_timeout: DEFAULT_CONTROLLER_CALL_TIMEOUT,
             volume_ready_timeout: DEFAULT_VOLUME_READY_TIMEOUT,
             resync_interval: DEFAULT_RESYNC_INTERVAL,
+            controller_list_interval: DEFAULT_CONTROLLER_LIST_INTERVAL,
             plugin_wait_timeout: DEFAULT_PLUGIN_WAIT_TIMEOUT,
             ready_check: ReadyCheck::Mount,
             plugin_ready_checks: std::collections::BTreeMap::new(),
@@ -279,6 +285,8 @@ struct FileConfig {
     volume_ready_timeout: Option<Duration>,
     #[serde(default, deserialize_with = "duration")]
     resync_interval: Option<Duration>,
+    #[serde(default, deserialize_with = "duration")]
+    controller_list_interval: Option<Duration>,
     #[serde(default, deserialize_with = "duration")]
     plugin_wait_timeout: Option<Duration>,
     /// `[labels]` / `bmc = "10.0.0.11"`.
@@ -427,6 +435,9 @@ impl Settings {
             .volume_ready_timeout
             .unwrap_or(DEFAULT_VOLUME_READY_TIMEOUT);
         core.resync_interval = file.resync_interval.unwrap_or(DEFAULT_RESYNC_INTERVAL);
+        core.controller_list_interval = file
+            .controller_list_interval
+            .unwrap_or(DEFAULT_CONTROLLER_LIST_INTERVAL);
         core.plugin_wait_timeout = file
             .plugin_wait_timeout
             .unwrap_or(DEFAULT_PLUGIN_WAIT_TIMEOUT);
@@ -435,6 +446,7 @@ impl Settings {
             (core.controller_call_timeout, "controller_call_timeout"),
             (core.volume_ready_timeout, "volume_ready_timeout"),
             (core.resync_interval, "resync_interval"),
+            (core.controller_list_interval, "controller_list_interval"),
         ] {
             if d.is_zero() {
                 return Err(ConfigError::Invalid(format!(

@@ -9,7 +9,9 @@
 //!   staging's device and a root at or below the staging's root;
 //! - a target published without staging is ready when it is a mount point that is not a
 //!   bind of a directory below the agent's data dir;
-//! - a block volume is a device file: its staging or target must exist.
+//! - a block volume's staging must exist, and its target must be a block device node
+//!   (`stat`) whose device is still there (a loop device with nothing behind it has no
+//!   size), the same device as the volume's other targets on the node.
 //!
 //! Plugins that present volumes without mounting them (`csivol-hostpath --mount none`) are
 //! checked with [`ReadyCheck::Exists`]: the path exists.
@@ -116,6 +118,9 @@ impl<'a> Checker<'a> {
         block: bool,
     ) -> Result<(), String> {
         let what = format!("target of {volume}");
+        if block && check == ReadyCheck::Mount {
+            return self.block_target(volume, target, staging).map(|_| ());
+        }
         if check == ReadyCheck::Exists || block {
             if let Some(s) = staging {
                 exists(&format!("staging of {volume}"), s)?;
@@ -140,6 +145,114 @@ impl<'a> Checker<'a> {
             ));
         }
         Ok(())
+    }
+}
+
+impl Checker<'_> {
+    /// Whether the target of a block volume holds a live block device, and which (its
+    /// `rdev`): the staging exists, and the target is a device node, not the empty file or
+    /// directory it was before the device was placed there. A bind of the agent's own file
+    /// is no device node, so `stat` alone tells; the mount table is read for the message.
+    pub fn block_target(
+        &self,
+        volume: &str,
+        target: &Path,
+        staging: Option<&Path>,
+    ) -> Result<u64, String> {
+        if let Some(s) = staging {
+            exists(&format!("staging of {volume}"), s)?;
+        }
+        let what = format!("target of {volume}");
+        let node = std::fs::metadata(target).map(|m| NodeKind::of(&m));
+        let verdict = block_verdict(&what, target, node, sectors);
+        if verdict.is_err() && self.table.at(target).is_none() {
+            // Say it plainly: the device was never bound there, or was unmounted.
+            return verdict.map_err(|e| format!("{e}; nothing is mounted there"));
+        }
+        verdict
+    }
+}
+
+impl Checker<'_> {
+    /// Why the block device node at `path` no longer has its device behind it (detached,
+    /// or gone from the kernel); `None` when it has, or when `path` is no device node.
+    /// A staging whose device died this way must be staged again before publishing.
+    pub fn dead_device(&self, path: &Path) -> Option<String> {
+        let node = std::fs::metadata(path).map(|m| NodeKind::of(&m));
+        if !matches!(node, Ok(NodeKind::Block { .. })) {
+            return None;
+        }
+        block_verdict("the device", path, node, sectors).err()
+    }
+}
+
+/// What `stat` says a path is, as far as the block check cares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NodeKind {
+    Block { rdev: u64 },
+    Other(&'static str),
+}
+
+impl NodeKind {
+    fn of(m: &std::fs::Metadata) -> Self {
+        use std::os::unix::fs::{FileTypeExt, MetadataExt};
+        let t = m.file_type();
+        if t.is_block_device() {
+            Self::Block { rdev: m.rdev() }
+        } else if t.is_file() {
+            Self::Other("a regular file")
+        } else if t.is_dir() {
+            Self::Other("a directory")
+        } else if t.is_char_device() {
+            Self::Other("a character device")
+        } else {
+            Self::Other("not a device node")
+        }
+    }
+}
+
+/// The size in 512-byte sectors the kernel gives the block device `rdev`, from sysfs;
+/// `None` when the machine has no sysfs to ask (then the size is not judged).
+fn sectors(rdev: u64) -> Option<Result<u64, ()>> {
+    let (major, minor) = (rustix::fs::major(rdev), rustix::fs::minor(rdev));
+    if !Path::new("/sys/dev/block").is_dir() {
+        return None;
+    }
+    let size = std::fs::read_to_string(format!("/sys/dev/block/{major}:{minor}/size"));
+    Some(size.ok().and_then(|s| s.trim().parse().ok()).ok_or(()))
+}
+
+/// The pure judgement of a block target: a block device node whose device is still there
+/// (known to the kernel, with a size). `sectors` answers the size of a device, or `None`
+/// when it cannot be asked; `Err(())` when the kernel no longer knows the device.
+pub fn block_verdict(
+    what: &str,
+    path: &Path,
+    node: io::Result<NodeKind>,
+    sectors: impl Fn(u64) -> Option<Result<u64, ()>>,
+) -> Result<u64, String> {
+    let rdev = match node {
+        Err(e) => return Err(format!("{what} is gone ({}: {e})", path.display())),
+        Ok(NodeKind::Other(kind)) => {
+            return Err(format!(
+                "{what} at {} is {kind}, not the volume's block device",
+                path.display()
+            ));
+        }
+        Ok(NodeKind::Block { rdev }) => rdev,
+    };
+    let (major, minor) = (rustix::fs::major(rdev), rustix::fs::minor(rdev));
+    match sectors(rdev) {
+        None => Ok(rdev),
+        Some(Err(())) => Err(format!(
+            "{what} at {} is device {major}:{minor}, which the kernel no longer has",
+            path.display()
+        )),
+        Some(Ok(0)) => Err(format!(
+            "{what} at {} is device {major}:{minor}, which has nothing behind it (size 0)",
+            path.display()
+        )),
+        Some(Ok(_)) => Ok(rdev),
     }
 }
 
@@ -243,19 +356,99 @@ mod tests {
     }
 
     #[test]
-    fn exists_checks_and_block_volumes_look_at_the_path() {
+    fn exists_checks_look_at_the_path_and_block_stagings_too() {
         let c = check(&[]);
         let root = Path::new("/");
         assert_eq!(c.target(ReadyCheck::Exists, "v", root, None, false), Ok(()));
-        assert_eq!(
-            c.target(ReadyCheck::Mount, "v", root, Some(root), true),
-            Ok(())
-        );
+        assert_eq!(c.target(ReadyCheck::Exists, "v", root, None, true), Ok(()));
         let gone = Path::new("/nonexistent/csivol");
         assert!(
             c.target(ReadyCheck::Exists, "v", gone, None, false)
                 .is_err()
         );
         assert!(c.staging(ReadyCheck::Mount, "v", gone, true).is_err());
+        assert_eq!(c.staging(ReadyCheck::Mount, "v", root, true), Ok(()));
+    }
+
+    /// What stat says, what the kernel says of the device's size, the verdict.
+    type Case = (
+        io::Result<NodeKind>,
+        Option<Result<u64, ()>>,
+        Result<u64, &'static str>,
+    );
+
+    #[test]
+    fn a_block_target_is_ready_only_as_a_live_block_device() {
+        let loop3 = rustix::fs::makedev(7, 3);
+        let t = Path::new(TARGET);
+        let gone = || Err(io::Error::from(io::ErrorKind::NotFound));
+        // (what stat says, what the kernel says of the device's size) -> verdict
+        let cases: [Case; 7] = [
+            (
+                Ok(NodeKind::Block { rdev: loop3 }),
+                Some(Ok(16384)),
+                Ok(loop3),
+            ),
+            // No sysfs to ask: the device node is enough.
+            (Ok(NodeKind::Block { rdev: loop3 }), None, Ok(loop3)),
+            (
+                Ok(NodeKind::Block { rdev: loop3 }),
+                Some(Ok(0)),
+                Err(
+                    "target of v1 at /data/targets/v1/a is device 7:3, which has nothing behind it (size 0)",
+                ),
+            ),
+            (
+                Ok(NodeKind::Block { rdev: loop3 }),
+                Some(Err(())),
+                Err(
+                    "target of v1 at /data/targets/v1/a is device 7:3, which the kernel no longer has",
+                ),
+            ),
+            (
+                Ok(NodeKind::Other("a regular file")),
+                Some(Ok(16384)),
+                Err(
+                    "target of v1 at /data/targets/v1/a is a regular file, not the volume's block device",
+                ),
+            ),
+            (
+                Ok(NodeKind::Other("a directory")),
+                None,
+                Err(
+                    "target of v1 at /data/targets/v1/a is a directory, not the volume's block device",
+                ),
+            ),
+            (
+                gone(),
+                None,
+                Err("target of v1 is gone (/data/targets/v1/a: entity not found)"),
+            ),
+        ];
+        for (node, size, want) in cases {
+            let got = block_verdict("target of v1", t, node, |_| size);
+            assert_eq!(got, want.map_err(str::to_owned));
+        }
+    }
+
+    #[test]
+    fn a_real_block_target_that_is_a_file_or_missing_is_not_ready() {
+        let dir = std::env::temp_dir().join(format!("csivol-block-check-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("target");
+        std::fs::write(&file, "").unwrap();
+        let c = check(&[]);
+        let e = c.block_target("v1", &file, Some(&dir)).unwrap_err();
+        assert!(
+            e.contains(
+                "is a regular file, not the volume's block device; nothing is mounted there"
+            ),
+            "{e}"
+        );
+        let e = c
+            .block_target("v1", &file, Some(&dir.join("gone")))
+            .unwrap_err();
+        assert!(e.starts_with("staging of v1 is gone"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

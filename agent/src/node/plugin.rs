@@ -476,6 +476,37 @@ impl ControllerPlugin {
         })
     }
 
+    /// Whether the server can compare this plugin's publications with its attachments.
+    pub fn lists_published_nodes(&self) -> bool {
+        self.capabilities.list_volumes && self.capabilities.list_volumes_published_nodes
+    }
+
+    /// Every volume the plugin has, through all pages of ListVolumes (`next_token`).
+    pub async fn list_volumes(&self) -> Result<Vec<csivol_api::ListedVolume>, CallError> {
+        /// A page of this size keeps each answer small; the plugin may return fewer.
+        const PAGE: i32 = 100;
+        let mut client = self.client.clone();
+        let _permit = self.permits.acquire().await.expect("never closed");
+        let mut volumes = Vec::new();
+        let mut token = String::new();
+        loop {
+            let req = csi::ListVolumesRequest {
+                max_entries: PAGE,
+                starting_token: token,
+            };
+            let r = client
+                .list_volumes(with_deadline(req, self.timeout))
+                .await
+                .map_err(|s| CallError::new("ListVolumes", s))?
+                .into_inner();
+            volumes.extend(r.entries.iter().map(csivol_api::ListedVolume::from));
+            if r.next_token.is_empty() {
+                return Ok(volumes);
+            }
+            token = r.next_token;
+        }
+    }
+
     /// Runs one controller operation and returns the report of its success.
     pub async fn run(&self, op: &ControllerOp) -> Result<Report, CallError> {
         let cap = |c: &VolumeCapability| Some(csi::VolumeCapability::from(c));

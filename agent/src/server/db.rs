@@ -224,6 +224,15 @@ INSERT INTO controller_hosts (plugin, node, allowed_by, allowed_at)
 -- for, its phase, and each node's NodeExpandVolume.
 ALTER TABLE volumes ADD COLUMN expansion TEXT;
 "#,
+    r#"
+-- Controller-side reconciliation: per plugin, what its last listings showed that differs
+-- from csivol's attachments (JSON, `reconcile::Kept`), replaced at each listing.
+CREATE TABLE controller_findings (
+    plugin TEXT PRIMARY KEY,
+    findings TEXT NOT NULL,
+    listed_at INTEGER NOT NULL
+);
+"#,
 ];
 
 /// How many schema migrations this build knows: a database at this `user_version` is current.

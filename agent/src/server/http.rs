@@ -217,6 +217,7 @@ pub fn router(app: App) -> Router {
             get(access::get_controller_hosts).post(access::change_controller_hosts),
         )
         .route("/v1/events", get(events))
+        .route("/v1/controller-findings", get(controller_findings))
         .route("/v1/backup", get(super::backup::download))
         .fallback(|| async {
             ApiError::not_found("no such endpoint").with_hint("the API lives under /v1/")
@@ -273,6 +274,38 @@ struct VolumeFilter {
     state: Option<String>,
     node: Option<String>,
     plugin: Option<String>,
+}
+
+/// `GET /v1/controller-findings`: what controller-side reconciliation found and a second
+/// listing confirmed (leaked and missing attachments, abnormal volumes).
+async fn controller_findings(
+    State(app): State<App>,
+    headers: HeaderMap,
+) -> ApiResult<Json<Vec<api::ControllerFinding>>> {
+    app.caller(&headers)?.require_reader()?;
+    let found = app
+        .db
+        .read(|c| {
+            use crate::server::store::Snapshot;
+            c.controller_findings(None)
+        })
+        .await?;
+    Ok(Json(
+        found
+            .into_iter()
+            .filter(|(_, k)| k.confirmed)
+            .map(|(plugin, k)| api::ControllerFinding {
+                plugin,
+                kind: k.found.kind,
+                volume: k.found.volume,
+                external_id: k.found.external_id,
+                node: k.found.node,
+                node_id: k.found.node_id,
+                message: k.found.message,
+                since: crate::server::model::time(k.since),
+            })
+            .collect(),
+    ))
 }
 
 async fn list_volumes(

@@ -91,6 +91,10 @@ string_enum! {
         ControllerHostAllowed = "controller-host-allowed",
         ControllerHostDisallowed = "controller-host-disallowed",
         ControllerHostRefused = "controller-host-refused",
+        AttachmentLeaked = "attachment-leaked",
+        AttachmentMissing = "attachment-missing",
+        VolumeAbnormal = "volume-abnormal",
+        FindingResolved = "finding-resolved",
     }
 }
 

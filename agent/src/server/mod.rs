@@ -23,6 +23,7 @@ mod metrics;
 mod model;
 mod nodes;
 mod queue;
+mod reconcile;
 pub mod rules;
 mod secrets;
 mod store;

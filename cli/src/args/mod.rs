@@ -125,7 +125,9 @@ pub enum Command {
     /// Show the cluster at a glance, one volume in detail, or the blocked volumes
     ///
     /// Without arguments: volumes by state, nodes by status, blocked volumes with the command
-    /// to unblock each, then the volumes. With VOLUME: its spec (secrets redacted),
+    /// to unblock each, what controller-side reconciliation found (attachments the storage
+    /// system has and csivol does not, the reverse, abnormal volumes), then the volumes.
+    /// With VOLUME: its spec (secrets redacted),
     /// attachments and claims. With --blocked: only blocked volumes; the exit code is 0 when
     /// none are blocked and 6 when some are, so a pipeline can gate on it.
     Status(StatusArgs),

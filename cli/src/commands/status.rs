@@ -6,7 +6,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use csivol_api::{
-    AttachmentState, ClaimState, Event, Health, Node, NodeStatus, Volume, VolumeState,
+    AttachmentState, ClaimState, ControllerFinding, Event, FindingKind, Health, Node, NodeStatus,
+    Volume, VolumeState,
 };
 use serde::Serialize;
 
@@ -51,6 +52,10 @@ pub struct Summary {
     /// unless one arrives.
     pub nodes_at_risk: Vec<String>,
     pub blocked: Vec<Blocked>,
+    /// What controller-side reconciliation found and a second listing confirmed: attachments
+    /// the storage system has and csivol does not (`leaked`), the reverse (`missing`), and
+    /// volumes the plugin says are abnormal. Never fixed by csivol on its own.
+    pub controller_findings: Vec<ControllerFinding>,
     pub volumes: Vec<Volume>,
     /// The server's health (`GET /v1/health`), present only when it is not `ok`: e.g.
     /// `degraded` while its database refuses writes.
@@ -150,11 +155,16 @@ async fn once(ctx: &Ctx, args: &StatusArgs) -> anyhow::Result<Exit> {
         .ok()
         .filter(|h| h.status != "ok");
     let at_risk: Vec<&Node> = nodes.iter().filter(|n| n.at_risk()).collect();
+    let mut findings: Vec<ControllerFinding> = ctx.client.get("/v1/controller-findings").await?;
+    if let Some(n) = &args.node {
+        findings.retain(|f| f.node.as_deref() == Some(n));
+    }
     let summary = Summary {
         volumes_by_state,
         nodes_by_status,
         nodes_at_risk: at_risk.iter().map(|n| n.name.clone()).collect(),
         blocked,
+        controller_findings: findings,
         volumes,
         server,
     };
@@ -217,12 +227,45 @@ async fn once(ctx: &Ctx, args: &StatusArgs) -> anyhow::Result<Exit> {
         ctx.out.line("blocked volumes:")?;
         blocked_table(ctx, &summary.blocked)?;
     }
+    if !summary.controller_findings.is_empty() {
+        ctx.out.line("")?;
+        ctx.out
+            .line("controller findings (not fixed by csivol; act on them with a reason):")?;
+        for f in &summary.controller_findings {
+            ctx.out.line(format!(
+                "  {} [{}] {}",
+                f.kind.as_str(),
+                f.plugin,
+                f.message
+            ))?;
+            if let Some(hint) = finding_hint(f) {
+                ctx.out.line(format!("    {hint}"))?;
+            }
+        }
+    }
     if !summary.volumes.is_empty() {
         ctx.out.line("")?;
         ctx.out.line("volumes:")?;
         render::volumes(&ctx.out, &summary.volumes)?;
     }
     Ok(Exit::Ok)
+}
+
+/// The next step an operator can take on a finding, where csivol has one.
+fn finding_hint(f: &ControllerFinding) -> Option<String> {
+    match (f.kind, &f.volume, &f.node) {
+        // csivol's attachment has nothing behind it at the plugin: releasing the claims
+        // there unpublishes it (the plugin answers OK), and a new claim publishes it anew.
+        (FindingKind::Missing, Some(v), Some(n)) => Some(format!(
+            "release the claims of {v} on {n} (csivol release {v} --alloc ALLOC) and claim again: csivol publishes it anew"
+        )),
+        (FindingKind::Leaked, _, _) => Some(format!(
+            "unpublish `{}` from node id `{}` with the storage system's own tools, or claim it through csivol",
+            f.external_id,
+            f.node_id.as_deref().unwrap_or("?")
+        )),
+        _ => None,
+    }
 }
 
 /// Every (volume, lost node) hold, with what the operator needs to judge an unblock.

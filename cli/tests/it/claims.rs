@@ -250,6 +250,7 @@ async fn claim_wait_follows_the_claim_to_ready() {
       },
       "nodes_at_risk": [],
       "blocked": [],
+      "controller_findings": [],
       "volumes": [
         {
           "name": "v1",

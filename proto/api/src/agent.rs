@@ -323,6 +323,13 @@ pub enum Report {
         attempt: u32,
         error: PluginError,
     },
+    /// Every volume a controller host's plugin listed (all pages of ListVolumes), with the
+    /// nodes each is published to; listed from `started_ms` on.
+    ControllerVolumes {
+        plugin: String,
+        started_ms: u64,
+        volumes: Vec<crate::ListedVolume>,
+    },
     /// The agent lost the server for its fence time and took everything down.
     Fenced {
         at_ms: u64,

@@ -167,6 +167,9 @@ pub struct ControllerCapabilities {
     pub publish_unpublish_volume: bool,
     pub list_volumes: bool,
     pub list_volumes_published_nodes: bool,
+    /// VOLUME_CONDITION: ListVolumes and ControllerGetVolume say when a volume is abnormal.
+    #[serde(default)]
+    pub volume_condition: bool,
     pub publish_readonly: bool,
     pub single_node_multi_writer: bool,
     /// EXPAND_VOLUME: ControllerExpandVolume.

@@ -19,6 +19,7 @@ mod expansion;
 mod name;
 mod nodes;
 mod operator;
+mod reconcile;
 mod tokens;
 mod volumes;
 
@@ -33,6 +34,7 @@ pub use expansion::*;
 pub use name::*;
 pub use nodes::*;
 pub use operator::*;
+pub use reconcile::*;
 pub use tokens::*;
 pub use volumes::*;
 

@@ -1,5 +1,6 @@
 //! csivol's end-to-end tests: real binaries, real sockets, real mounts.
 
+mod block;
 mod ci;
 mod client;
 mod cluster;
@@ -9,4 +10,5 @@ mod e2e;
 mod expand;
 mod fence;
 mod network;
+mod reconcile;
 mod security;

@@ -13,6 +13,7 @@ use csivol_api::{ClaimRef, DesiredState, RegisterRequest, Report};
 use tokio::sync::{mpsc, watch};
 
 mod jobs;
+mod listing;
 mod reconciler;
 mod recovery;
 mod steps;
@@ -20,7 +21,7 @@ mod steps;
 use self::reconciler::Reconciler;
 use self::recovery::recover;
 use self::steps::{StepError, local};
-use crate::node::config::CoreConfig;
+use crate::node::config::{CoreConfig, ReadyCheck};
 use crate::node::mounts::Checker;
 use crate::node::plugin::{ConnectError, NodePlugin, Plugins};
 use crate::node::store::{
@@ -68,6 +69,9 @@ impl Shared {
 
     /// Whether a publication's target is mounted from its volume; why not otherwise.
     fn check_publication(&self, c: &Checker<'_>, r: &PublicationRecord) -> Result<(), String> {
+        if r.block && self.cfg.ready_check_of(&r.plugin) == ReadyCheck::Mount {
+            return self.check_block_publication(c, r);
+        }
         c.target(
             self.cfg.ready_check_of(&r.plugin),
             &r.volume,
@@ -77,19 +81,56 @@ impl Shared {
         )
     }
 
+    /// A block target is the volume's device: a live block device node, and the same
+    /// device as every other target of the volume on this node that holds one (two claims
+    /// of one volume on a node see one device; a target showing another is not the volume).
+    fn check_block_publication(
+        &self,
+        c: &Checker<'_>,
+        r: &PublicationRecord,
+    ) -> Result<(), String> {
+        let device = c.block_target(&r.volume, &r.target, r.staging.as_deref())?;
+        for other in self.store.publications_of(&r.volume) {
+            if other.alloc == r.alloc || !other.block {
+                continue;
+            }
+            if let Ok(theirs) = c.block_target(&other.volume, &other.target, None)
+                && theirs != device
+            {
+                let dev = |d: u64| format!("{}:{}", rustix::fs::major(d), rustix::fs::minor(d));
+                return Err(format!(
+                    "target of {} at {} is device {}, but the volume's device at {} is {}",
+                    r.volume,
+                    r.target.display(),
+                    dev(device),
+                    other.target.display(),
+                    dev(theirs)
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Whether a staging holds its volume; why not otherwise.
     fn check_staging(&self, c: &Checker<'_>, s: &StagingRecord) -> Result<(), String> {
-        let block = self
-            .store
-            .publications_of(&s.volume)
-            .iter()
-            .any(|p| p.block);
-        c.staging(
-            self.cfg.ready_check_of(&s.plugin),
-            &s.volume,
-            &s.path,
-            block,
-        )
+        let publications = self.store.publications_of(&s.volume);
+        let block = publications.iter().any(|p| p.block);
+        let check = self.cfg.ready_check_of(&s.plugin);
+        c.staging(check, &s.volume, &s.path, block)?;
+        // A block staging is a directory the plugin may leave empty; what it staged is the
+        // device its targets show. A target whose device lost what was behind it (a loop
+        // device detached) means the staging lost it too.
+        if block && check == ReadyCheck::Mount {
+            for p in publications.iter().filter(|p| p.block) {
+                if let Some(why) = c.dead_device(&p.target) {
+                    return Err(format!(
+                        "staging of {} no longer holds the volume's device: {why}",
+                        s.volume
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
     fn report(&self, r: Report) {
@@ -191,6 +232,8 @@ impl Core {
             initial,
         );
         let task = tokio::spawn(reconciler.run());
+        // Ends when the agent stops listening to reports.
+        tokio::spawn(listing::run(Arc::clone(&shared)));
         Ok((
             Self {
                 shared,

@@ -105,7 +105,11 @@ pub(super) async fn unpublish(shared: &Shared, rec: &PublicationRecord) -> Resul
             return Err(e.into());
         }
     }
-    remove_empty_dir(&rec.target);
+    if rec.block {
+        remove_empty_file(&rec.target);
+    } else {
+        remove_empty_dir(&rec.target);
+    }
     if let Some(parent) = rec.target.parent() {
         remove_empty_dir(parent);
     }
@@ -168,6 +172,22 @@ fn remove_empty_dir(path: &Path) {
     }
 }
 
+/// Removes the empty file the agent created as a block volume's target, if the plugin left
+/// it and nothing is mounted on it. A file with content is not the agent's to remove.
+fn remove_empty_file(path: &Path) {
+    if mounts::is_mount_point(path).unwrap_or(true) {
+        return;
+    }
+    match path.symlink_metadata() {
+        Ok(m) if m.is_file() && m.len() == 0 => {
+            if let Err(e) = std::fs::remove_file(path) {
+                tracing::debug!(path = %path.display(), "failed to remove: {e}");
+            }
+        }
+        _ => {}
+    }
+}
+
 pub(super) async fn stage(shared: &Shared, step: &StageStep) -> Result<(), StepError> {
     let v = &step.desired.volume;
     let plugin = shared.node_plugin(&v.plugin)?;
@@ -221,10 +241,24 @@ pub(super) async fn publish(
             .create(parent)
             .map_err(|e| local("create", parent, e))?;
     }
+    // A block volume's target is a file, not a directory: the device node is placed on
+    // it. The agent creates it empty (a plugin that creates it itself finds it there),
+    // except where readiness is mere existence: there only the plugin may create it.
+    if rec.block && shared.cfg.ready_check_of(&rec.plugin) == ReadyCheck::Mount {
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&step.target)
+        {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(local("create", &step.target, e)),
+        }
+    }
     // A target still holding a mount that is not the volume's (say, a bind of the
-    // unmounted staging directory) is taken down first: a plugin that finds something
-    // mounted there would keep it.
-    if shared.cfg.ready_check_of(&rec.plugin) == ReadyCheck::Mount && !rec.block {
+    // unmounted staging directory, or of a block device that lost what was behind it) is
+    // taken down first: a plugin that finds something mounted there would keep it.
+    if shared.cfg.ready_check_of(&rec.plugin) == ReadyCheck::Mount {
         let c = shared.checker()?;
         if c.is_mount_point(&rec.target)
             && let Err(why) = shared.check_publication(&c, &rec)

@@ -25,6 +25,7 @@ mod expand;
 mod nodes;
 mod operator;
 mod ops;
+mod reconcile;
 mod reports;
 #[cfg(test)]
 mod tests;

@@ -129,6 +129,11 @@ pub fn apply_reports(
                 error,
             } => node_expand_error(ctx, node, &b.actor, &volume, attempt, &error)?,
             Report::Fenced { at_ms, volumes } => fenced(ctx, &b, at_ms, &volumes)?,
+            Report::ControllerVolumes {
+                plugin,
+                started_ms,
+                volumes,
+            } => super::reconcile::controller_volumes(ctx, node, &plugin, started_ms, &volumes)?,
         }
     }
     for v in b.advance {

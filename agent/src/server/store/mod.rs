@@ -76,6 +76,20 @@ pub trait Snapshot {
     /// Ready nodes that host the controller of `plugin`, by name.
     fn controller_hosts(&self, plugin: &str) -> ApiResult<Vec<String>>;
     fn op(&self, id: i64) -> ApiResult<Option<OpRow>>;
+    /// The plugin's volumes and csivol's nodes as the plugin names them, and every
+    /// attachment of its volumes, for controller-side reconciliation.
+    fn reconcile_facts(
+        &self,
+        plugin: &str,
+    ) -> ApiResult<(
+        crate::server::reconcile::Known,
+        Vec<crate::server::reconcile::Recorded>,
+    )>;
+    /// What the last listings of `plugin` found (every plugin's when `None`).
+    fn controller_findings(
+        &self,
+        plugin: Option<&str>,
+    ) -> ApiResult<Vec<(String, crate::server::reconcile::Kept)>>;
     /// Operations assigned to `host`, by id.
     fn ops_of_host(&self, host: &str) -> ApiResult<Vec<OpRow>>;
     /// Operations of `plugin` assigned to a host.
@@ -317,4 +331,10 @@ pub trait Txn: Snapshot {
     fn delete_op(&mut self, id: i64) -> ApiResult<()>;
     /// Drops the queued operation of `kind` for `volume` on `node`, if any.
     fn delete_op_for(&mut self, kind: OpKind, volume: &str, node: &str) -> ApiResult<()>;
+    /// Replaces what the listings of `plugin` found.
+    fn put_controller_findings(
+        &mut self,
+        plugin: &str,
+        findings: &[crate::server::reconcile::Kept],
+    ) -> ApiResult<()>;
 }

@@ -242,3 +242,54 @@ async fn fenced_records_when_the_agent_fenced_itself() {
         .await;
     assert!(message.ends_with("took down v"), "{message}");
 }
+
+/// A listing that shows `v` (`ext-1`) published to the nodes with the given plugin ids.
+fn listing(published: &[&str]) -> Report {
+    Report::ControllerVolumes {
+        plugin: "hp".into(),
+        started_ms: u64::MAX / 2,
+        volumes: vec![csivol_api::ListedVolume {
+            external_id: "ext-1".into(),
+            published_node_ids: published.iter().map(|s| (*s).to_owned()).collect(),
+            abnormal: None,
+        }],
+    }
+}
+
+#[tokio::test]
+async fn controller_listings_are_compared_from_a_controller_host_and_confirmed_twice() {
+    let env = publishing().await;
+    env.register("n2", false, &[]).await;
+    // n2 does not host the controller: its listing does not count.
+    for _ in 0..2 {
+        env.report("n2", vec![listing(&[])]).await;
+    }
+    assert!(env.read(|c| c.controller_findings(None)).await.is_empty());
+
+    // n1's attachment is missing at the plugin, and v is published to n2 behind csivol's
+    // back: found by the first listing, shown and said by the second, said once.
+    env.report("n1", vec![listing(&["csi-n2"])]).await;
+    assert!(env.events_of("attachment-missing").await.is_empty());
+    let found = env.read(|c| c.controller_findings(None)).await;
+    assert_eq!(found.len(), 2);
+    assert!(found.iter().all(|(_, k)| !k.confirmed));
+    for _ in 0..2 {
+        env.report("n1", vec![listing(&["csi-n2"])]).await;
+    }
+    assert_eq!(
+        env.events_of("attachment-missing").await,
+        ["attachment-missing v n1 -"]
+    );
+    assert_eq!(
+        env.events_of("attachment-leaked").await,
+        ["attachment-leaked v n2 -"]
+    );
+    // Nothing was fixed: the attachment is as it was.
+    let a = env.read(|c| c.attachment("v", "n1")).await.unwrap();
+    assert_eq!(a.state, AttachmentState::Attached);
+
+    // The storage system agrees again: both resolved.
+    env.report("n1", vec![listing(&["csi-n1"])]).await;
+    assert_eq!(env.events_of("finding-resolved").await.len(), 2);
+    assert!(env.read(|c| c.controller_findings(None)).await.is_empty());
+}

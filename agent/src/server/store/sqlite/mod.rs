@@ -63,6 +63,23 @@ fn slots(conn: &Connection, filter: &str, params: impl rusqlite::Params) -> ApiR
 }
 
 impl Snapshot for Connection {
+    fn reconcile_facts(
+        &self,
+        plugin: &str,
+    ) -> ApiResult<(
+        crate::server::reconcile::Known,
+        Vec<crate::server::reconcile::Recorded>,
+    )> {
+        reconcile_facts(self, plugin)
+    }
+
+    fn controller_findings(
+        &self,
+        plugin: Option<&str>,
+    ) -> ApiResult<Vec<(String, crate::server::reconcile::Kept)>> {
+        controller_findings(self, plugin)
+    }
+
     fn volume(&self, name: &str) -> ApiResult<Option<VolumeRow>> {
         VolumeRow::load(self, name)
     }
@@ -269,6 +286,84 @@ reads_through_the_transaction! {
     due_ops(plugin: &str, now: i64) -> Vec<OpSlot>;
     plugins_with_due_ops(now: i64) -> Vec<String>;
     plugin_registrations(plugin: &str) -> Vec<(String, NodeStatus, PluginRegistration)>;
+    reconcile_facts(plugin: &str) -> (crate::server::reconcile::Known, Vec<crate::server::reconcile::Recorded>);
+    controller_findings(plugin: Option<&str>) -> Vec<(String, crate::server::reconcile::Kept)>;
+}
+
+fn reconcile_facts(
+    conn: &Connection,
+    plugin: &str,
+) -> ApiResult<(
+    crate::server::reconcile::Known,
+    Vec<crate::server::reconcile::Recorded>,
+)> {
+    use crate::server::reconcile::{Known, Recorded};
+    let mut known = Known::default();
+    let mut stmt = conn.prepare_cached(
+        "SELECT external_id, name FROM volumes WHERE plugin = ?1 AND external_id != ''",
+    )?;
+    for row in stmt.query_map([plugin], |r| Ok((r.get(0)?, r.get(1)?)))? {
+        let (ext, name): (String, String) = row?;
+        known.volumes.insert(ext, name);
+    }
+    let mut stmt = conn.prepare_cached(
+        "SELECT csi_node_id, node FROM node_plugins WHERE plugin = ?1 AND csi_node_id IS NOT NULL",
+    )?;
+    for row in stmt.query_map([plugin], |r| Ok((r.get(0)?, r.get(1)?)))? {
+        let (id, node): (String, String) = row?;
+        known.nodes.insert(id, node);
+    }
+    let mut stmt = conn.prepare_cached(
+        "SELECT a.volume, v.external_id, a.node, np.csi_node_id, a.state, a.updated_at \
+         FROM attachments a JOIN volumes v ON v.name = a.volume \
+         LEFT JOIN node_plugins np ON np.node = a.node AND np.plugin = v.plugin \
+         WHERE v.plugin = ?1 ORDER BY a.volume, a.node",
+    )?;
+    let rows = stmt.query_map([plugin], |r| {
+        let state: String = r.get(4)?;
+        Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, state, r.get(5)?))
+    })?;
+    let mut recorded = Vec::new();
+    for row in rows {
+        let (volume, external_id, node, node_id, state, updated_at): (
+            String,
+            String,
+            String,
+            Option<String>,
+            String,
+            i64,
+        ) = row?;
+        let state = serde_json::from_value(serde_json::Value::String(state))
+            .map_err(|e| ApiError::internal(format!("attachment state in the database: {e}")))?;
+        recorded.push(Recorded {
+            volume,
+            external_id,
+            node,
+            node_id,
+            state,
+            updated_at,
+        });
+    }
+    Ok((known, recorded))
+}
+
+fn controller_findings(
+    conn: &Connection,
+    plugin: Option<&str>,
+) -> ApiResult<Vec<(String, crate::server::reconcile::Kept)>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT plugin, findings FROM controller_findings \
+         WHERE ?1 IS NULL OR plugin = ?1 ORDER BY plugin",
+    )?;
+    let rows = stmt.query_map([plugin], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    let mut out = Vec::new();
+    for row in rows {
+        let (plugin, json): (String, String) = row?;
+        let kept: Vec<crate::server::reconcile::Kept> = serde_json::from_str(&json)
+            .map_err(|e| ApiError::internal(format!("controller findings in the database: {e}")))?;
+        out.extend(kept.into_iter().map(|k| (plugin.clone(), k)));
+    }
+    Ok(out)
 }
 
 impl Txn for WriteCtx<'_> {
@@ -817,6 +912,20 @@ impl Txn for WriteCtx<'_> {
 
     fn delete_op(&mut self, id: i64) -> ApiResult<()> {
         exec(self.tx, "DELETE FROM ops WHERE id = ?1", [id])?;
+        Ok(())
+    }
+
+    fn put_controller_findings(
+        &mut self,
+        plugin: &str,
+        findings: &[crate::server::reconcile::Kept],
+    ) -> ApiResult<()> {
+        exec(
+            self.tx,
+            "INSERT INTO controller_findings (plugin, findings, listed_at) VALUES (?1, ?2, ?3) \
+             ON CONFLICT (plugin) DO UPDATE SET findings = ?2, listed_at = ?3",
+            params![plugin, to_json(&findings), self.now()],
+        )?;
         Ok(())
     }
 
