@@ -448,16 +448,28 @@ pub fn create_token(
 }
 
 /// Writes the first operator token where the operator will look, readable by the owner only.
+/// The file appears whole or not at all (written aside, then linked into place, which fails
+/// rather than replace a token already there): a reader that finds it never reads it half
+/// written.
 pub fn write_token_file(path: &Path, token: &str) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
+    let aside = path.with_extension("new");
+    let _ = std::fs::remove_file(&aside);
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o600)
-        .open(path)?;
+        .open(&aside)?;
     writeln!(f, "{token}")?;
-    f.sync_all()
+    f.sync_all()?;
+    let linked = std::fs::hard_link(&aside, path);
+    let _ = std::fs::remove_file(&aside);
+    linked?;
+    if let Some(dir) = path.parent() {
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
