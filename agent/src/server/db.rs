@@ -219,6 +219,18 @@ INSERT INTO controller_hosts (plugin, node, allowed_by, allowed_at)
     SELECT plugin, node, 'upgrade', CAST(strftime('%s', 'now') AS INTEGER) * 1000
     FROM node_plugins WHERE controller = 1;
 "#,
+    r#"
+-- Topology: the segments each node plugin reports (NodeGetInfo's `accessible_topology`, read
+-- by every claim, so a column rather than the registration's JSON; the registrations
+-- recorded before fill it), the segments a volume is accessible from, and what
+-- `volume create` asked for.
+ALTER TABLE node_plugins ADD COLUMN topology TEXT NOT NULL DEFAULT '{}';
+UPDATE node_plugins
+    SET topology = COALESCE(json_extract(registration, '$.node.info.accessible_topology'), '{}')
+    WHERE json_valid(registration);
+ALTER TABLE volumes ADD COLUMN accessible_topology TEXT NOT NULL DEFAULT '[]';
+ALTER TABLE volumes ADD COLUMN topology_request TEXT;
+"#,
 ];
 
 /// How many schema migrations this build knows: a database at this `user_version` is current.
