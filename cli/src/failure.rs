@@ -24,6 +24,9 @@ pub enum Exit {
     Unauthorized,
     /// The server cannot be reached, or answered that it cannot serve now.
     Unreachable,
+    /// The node lies outside the volume's accessible topology: the claim can never succeed
+    /// there, another node must be chosen.
+    Topology,
     /// Stopped by a signal (after releasing what it claimed): 128 + the signal's number,
     /// as shells report it (130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP).
     Signal(u8),
@@ -72,6 +75,11 @@ pub const EXIT_CODES: &[(Exit, &str)] = &[
         "server unreachable (or its certificate not trusted), or it answered that it is unavailable",
     ),
     (
+        Exit::Topology,
+        "topology: the node lies outside the volume's accessible topology (the hint names \
+         nodes that reach it)",
+    ),
+    (
         Exit::Signal(2),
         "interrupted by SIGINT (143: SIGTERM, 129: SIGHUP) after releasing what it claimed; \
          `run` exits with its command's status once the command ran",
@@ -90,6 +98,7 @@ impl Exit {
             Self::Blocked => 6,
             Self::Unauthorized => 7,
             Self::Unreachable => 8,
+            Self::Topology => 9,
             Self::Signal(n) => 128 + n,
             Self::Command(c) => c,
         }
@@ -107,6 +116,7 @@ impl Exit {
             Self::Blocked => "blocked",
             Self::Unauthorized => "unauthorized",
             Self::Unreachable => "unavailable",
+            Self::Topology => "topology",
             Self::Signal(_) => "interrupted",
             Self::Command(_) => "command-failed",
         }
@@ -120,6 +130,7 @@ impl Exit {
             ErrorCode::NotFound => Self::NotFound,
             ErrorCode::Conflict => Self::Conflict,
             ErrorCode::Blocked => Self::Blocked,
+            ErrorCode::Topology => Self::Topology,
             ErrorCode::Unavailable => Self::Unreachable,
             ErrorCode::Failed | ErrorCode::Internal => Self::Error,
         }

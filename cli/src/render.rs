@@ -26,6 +26,15 @@ pub fn record(out: &Out, title: &str, rows: &[(&str, String)]) -> anyhow::Result
     out.line(text.trim_end())
 }
 
+/// Topology segments: `zone=a` or `zone=a, rack=1`, several joined by ` | `; `any` for
+/// none (accessible from every node).
+fn segments(ss: &[BTreeMap<String, String>]) -> String {
+    if ss.is_empty() {
+        return "any".into();
+    }
+    ss.iter().map(map).collect::<Vec<_>>().join(" | ")
+}
+
 fn map(m: &BTreeMap<String, String>) -> String {
     if m.is_empty() {
         return "-".into();
@@ -138,6 +147,17 @@ pub fn volume(out: &Out, v: &Volume) -> anyhow::Result<()> {
                 .join(", ")
         },
     ));
+    if !v.accessible_topology.is_empty() || v.topology_request.is_some() {
+        rows.push(("accessible from", segments(&v.accessible_topology)));
+    }
+    if let Some(r) = &v.topology_request {
+        if !r.required.is_empty() {
+            rows.push(("topology required", segments(&r.required)));
+        }
+        if !r.preferred.is_empty() {
+            rows.push(("topology preferred", segments(&r.preferred)));
+        }
+    }
     if let Some(e) = &v.error {
         rows.push(("error", e.clone()));
     }
@@ -633,7 +653,17 @@ pub fn plugin(out: &Out, p: &Plugin) -> anyhow::Result<()> {
             ("stage/unstage", yes(p.stage_unstage)),
             ("volumes", p.volumes.to_string()),
         ],
-    )
+    )?;
+    if p.nodes.is_empty() {
+        return Ok(());
+    }
+    out.line("")?;
+    out.line("nodes:")?;
+    let mut t = out.table(&["NODE", "STATUS", "TOPOLOGY"]);
+    for n in &p.nodes {
+        t.add_row(vec![n.name.clone(), n.status.to_string(), map(&n.topology)]);
+    }
+    out.print_table(t)
 }
 
 pub fn events(out: &Out, es: &[Event]) -> anyhow::Result<()> {

@@ -8,7 +8,9 @@ use std::io::Read;
 use std::path::Path;
 
 use csivol_api::domain::AccessMode;
-use csivol_api::{Attachment, CreateVolumeSpec, VolumeSpec, validate_name};
+use csivol_api::{
+    Attachment, CreateVolumeSpec, Topology, TopologyRequest, VolumeSpec, validate_name,
+};
 use serde::Deserialize;
 use serde::de::{self, DeserializeOwned, Deserializer, Visitor};
 
@@ -35,6 +37,8 @@ struct RegisterFile {
     parameters: BTreeMap<String, String>,
     #[serde(default)]
     secrets: BTreeMap<String, Secret>,
+    #[serde(default)]
+    topology: Vec<Topology>,
 }
 
 /// `volume create` files, likewise for [`CreateVolumeSpec`].
@@ -55,6 +59,8 @@ struct CreateFile {
     parameters: BTreeMap<String, String>,
     #[serde(default)]
     secrets: BTreeMap<String, Secret>,
+    #[serde(default)]
+    topology_request: Option<TopologyRequest>,
 }
 
 /// A secret value. Its deserialiser refuses anything but a string without quoting the
@@ -128,6 +134,7 @@ pub fn read_register(path: &Path) -> anyhow::Result<(String, VolumeSpec)> {
         context: f.context,
         parameters: f.parameters,
         secrets: secrets(f.secrets),
+        topology: f.topology,
     };
     Ok((f.name, spec))
 }
@@ -145,6 +152,7 @@ pub fn read_create(path: &Path) -> anyhow::Result<(String, CreateVolumeSpec)> {
         mount_flags: f.mount_flags,
         parameters: f.parameters,
         secrets: secrets(f.secrets),
+        topology_request: f.topology_request,
     };
     Ok((f.name, spec))
 }
@@ -296,5 +304,59 @@ key = "s3cret"
         )
         .unwrap_err();
         assert!(!e.contains("987654321"), "{e}");
+    }
+
+    #[test]
+    fn topology_in_register_and_create_files() {
+        let (_, t) = parse(
+            "v.toml",
+            "name = \"v1\"\nplugin = \"hp\"\nexternal_id = \"e\"\n\
+             access_mode = \"single-node-writer\"\nattachment = \"file-system\"\n\
+             topology = [{ zone = \"a\", rack = \"1\" }, { zone = \"b\" }]\n",
+        )
+        .unwrap();
+        let seg = |pairs: &[(&str, &str)]| -> Topology {
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect()
+        };
+        assert_eq!(
+            t.topology,
+            [seg(&[("zone", "a"), ("rack", "1")]), seg(&[("zone", "b")])]
+        );
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        std::fs::write(
+            &path,
+            "name = \"c1\"\nplugin = \"hp\"\naccess_mode = \"single-node-writer\"\n\
+             attachment = \"file-system\"\n[topology_request]\n\
+             required = [{ zone = \"a\" }, { zone = \"b\" }]\npreferred = [{ zone = \"b\" }]\n",
+        )
+        .unwrap();
+        let (_, c) = read_create(&path).unwrap();
+        assert_eq!(
+            c.topology_request,
+            Some(TopologyRequest {
+                required: vec![seg(&[("zone", "a")]), seg(&[("zone", "b")])],
+                preferred: vec![seg(&[("zone", "b")])],
+            })
+        );
+        // A misspelt key is named, not ignored.
+        std::fs::write(
+            &path,
+            "name = \"c1\"\nplugin = \"hp\"\naccess_mode = \"single-node-writer\"\n\
+             attachment = \"file-system\"\n[topology_request]\nrequisite = [{ zone = \"a\" }]\n",
+        )
+        .unwrap();
+        let e = read_create(&path).unwrap_err();
+        let f = e.downcast_ref::<Failure>().unwrap();
+        assert!(
+            f.message
+                .contains("unknown field `requisite`, expected `required` or `preferred`"),
+            "{}",
+            f.message
+        );
     }
 }

@@ -3,9 +3,10 @@
 //! this module and the gRPC edges (agent plugin calls, the reference plugin's handlers)
 //! should name a `csi::v1` type.
 
+use csivol_api::TopologyRequest;
 use csivol_api::domain::{
     AccessMode, AccessType, ControllerCapabilities, ErrorClass, NodeCapabilities, NodeInfo,
-    PluginCapabilities, PluginInfo, VolumeCapability, VolumeExpansion,
+    PluginCapabilities, PluginInfo, Topology, VolumeCapability, VolumeExpansion,
 };
 
 use crate::csi::v1 as csi;
@@ -282,6 +283,30 @@ impl From<NodeInfo> for csi::NodeGetInfoResponse {
             accessible_topology: info.accessible_topology.map(|segments| csi::Topology {
                 segments: segments.into_iter().collect(),
             }),
+        }
+    }
+}
+
+impl From<&Topology> for csi::Topology {
+    fn from(segments: &Topology) -> Self {
+        Self {
+            segments: segments.clone().into_iter().collect(),
+        }
+    }
+}
+
+impl From<csi::Topology> for Topology {
+    fn from(t: csi::Topology) -> Self {
+        t.segments.into_iter().collect()
+    }
+}
+
+/// csivol's `required` segments are CSI's `requisite` ones.
+impl From<&TopologyRequest> for csi::TopologyRequirement {
+    fn from(r: &TopologyRequest) -> Self {
+        Self {
+            requisite: r.required.iter().map(csi::Topology::from).collect(),
+            preferred: r.preferred.iter().map(csi::Topology::from).collect(),
         }
     }
 }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use csivol_api::domain::{
     ControllerCapabilities, ErrorClass, NodeCapabilities, NodeInfo, PluginCapabilities, PluginInfo,
-    VolumeCapability,
+    Topology, VolumeCapability,
 };
 use csivol_api::{
     ControllerOp, ControllerOpKind, DesiredExpand, DesiredPublish, NodePluginRegistration,
@@ -564,6 +564,7 @@ impl ControllerPlugin {
                 capacity_bytes,
                 parameters,
                 secrets,
+                topology_request,
             } => {
                 let req = csi::CreateVolumeRequest {
                     name: volume.clone(),
@@ -574,6 +575,9 @@ impl ControllerPlugin {
                     volume_capabilities: vec![csi::VolumeCapability::from(capability)],
                     parameters: wire_map(parameters),
                     secrets: wire_map(secrets),
+                    accessibility_requirements: topology_request
+                        .as_ref()
+                        .map(csi::TopologyRequirement::from),
                     ..Default::default()
                 };
                 let r = client
@@ -596,6 +600,11 @@ impl ControllerPlugin {
                     // The spec: 0 means the capacity is unknown.
                     capacity_bytes: u64::try_from(v.capacity_bytes).unwrap_or(0),
                     context: v.volume_context.into_iter().collect(),
+                    accessible_topology: v
+                        .accessible_topology
+                        .into_iter()
+                        .map(Topology::from)
+                        .collect(),
                 }
             }
             ControllerOpKind::Delete {

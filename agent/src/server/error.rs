@@ -62,6 +62,16 @@ impl ApiError {
         Self::new(ErrorCode::Blocked, StatusCode::LOCKED, message)
     }
 
+    /// The node lies outside the volume's accessible topology: 422, as no retry of the same
+    /// request can succeed.
+    pub fn topology(message: impl Into<String>) -> Self {
+        Self::new(
+            ErrorCode::Topology,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            message,
+        )
+    }
+
     /// An action ran and did not succeed (a fence method that did not confirm the node off).
     pub fn failed(message: impl Into<String>) -> Self {
         Self::new(ErrorCode::Failed, StatusCode::BAD_GATEWAY, message)

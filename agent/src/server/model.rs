@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::str::FromStr;
 
-use csivol_api::domain::{AccessMode, AccessType, PublishContext, VolumeCapability};
+use csivol_api::domain::{AccessMode, AccessType, PublishContext, Topology, VolumeCapability};
 use csivol_api::{
     self as api, AttachmentState, AttachmentStatus, ClaimMode, ClaimState, Eligibility, NodeStatus,
     VolumeState,
@@ -75,6 +75,10 @@ pub struct VolumeRow {
     pub modify_index: u64,
     /// An expansion in progress or failed (`csivol volume expand`).
     pub expansion: Option<api::Expansion>,
+    /// The segments the volume is accessible from (empty: every node).
+    pub accessible_topology: Vec<Topology>,
+    /// What `volume create` asked CreateVolume for.
+    pub topology_request: Option<api::TopologyRequest>,
 }
 
 impl VolumeRow {
@@ -141,6 +145,8 @@ impl VolumeRow {
             context: self.context.clone(),
             parameters: self.parameters.clone(),
             secret_keys: self.secrets.keys().cloned().collect(),
+            accessible_topology: self.accessible_topology.clone(),
+            topology_request: self.topology_request.clone(),
             error: self.error.clone(),
             claims: claims_to_api(claims),
             attachments: attachments.iter().map(AttachmentRow::to_api).collect(),
@@ -268,6 +274,8 @@ pub struct NodePluginRow {
     pub max_volumes: u32,
     pub node_service: bool,
     pub controller: bool,
+    /// The node's segments as the plugin reports them (empty: none).
+    pub topology: Topology,
 }
 
 /// A controller operation as stored.

@@ -1,9 +1,9 @@
 //! The claim rules, as pure functions over plain data: which claims may coexist on a volume
 //! under its access mode, and whether a claim may start on its node (not lost or fenced,
-//! running the volume's plugin, with room for one more volume). The server calls them
-//! inside the transaction that records the claim.
+//! running the volume's plugin, inside the volume's accessible topology, with room for one
+//! more volume). The server calls them inside the transaction that records the claim.
 
-use csivol_api::domain::AccessMode;
+use csivol_api::domain::{AccessMode, Topology};
 use csivol_api::{ClaimMode, ClaimState, NodeStatus};
 
 /// A claim already recorded on the volume.
@@ -134,6 +134,21 @@ pub struct Placement {
     /// `None` when the volume holds a slot on the node already (claimed or attached there);
     /// else how many slots of the plugin's are in use there (detaching volumes included).
     pub new_slot_among: Option<u32>,
+    /// Whether the node's topology for the plugin reaches the volume ([`reachable`]).
+    pub reachable: bool,
+}
+
+/// Whether a node whose plugin reports the segments `node` lies in the volume's `segment`:
+/// as the CSI spec matches topology, every key of the segment is present in the node's
+/// segments with the same value (the node may have more keys).
+pub fn segment_matches(segment: &Topology, node: &Topology) -> bool {
+    segment.iter().all(|(k, v)| node.get(k) == Some(v))
+}
+
+/// Whether a volume accessible from `accessible` (empty: from every node) can be used on a
+/// node whose plugin reports the segments `node`: some segment of the volume matches.
+pub fn reachable(accessible: &[Topology], node: &Topology) -> bool {
+    accessible.is_empty() || accessible.iter().any(|s| segment_matches(s, node))
 }
 
 /// Why a claim may not start on its node.
@@ -145,6 +160,9 @@ pub enum NodeRefusal {
     Lost { since: Option<i64> },
     /// The node does not run the volume's plugin (or not its node service).
     NoPlugin,
+    /// The node's topology matches none of the volume's accessible segments: the volume
+    /// can never be used there.
+    OutOfTopology,
     /// Every slot of the plugin's on the node is taken.
     NoRoom { used: u32, max: u32 },
 }
@@ -158,8 +176,8 @@ impl NodeRefusal {
 }
 
 /// Whether a claim may start on the node described by `p`: checked in this order, the
-/// node is not fenced, not lost, runs the plugin, and has room unless the volume is there
-/// already.
+/// node is not fenced, not lost, runs the plugin, reaches the volume's topology, and has
+/// room unless the volume is there already.
 pub fn check_placement(p: Placement) -> Result<(), NodeRefusal> {
     match p.status {
         NodeStatus::Fenced => return Err(NodeRefusal::Fenced),
@@ -169,6 +187,9 @@ pub fn check_placement(p: Placement) -> Result<(), NodeRefusal> {
     let Some(max) = p.plugin_slots else {
         return Err(NodeRefusal::NoPlugin);
     };
+    if !p.reachable {
+        return Err(NodeRefusal::OutOfTopology);
+    }
     match p.new_slot_among {
         Some(used) if !has_room(used, max) => Err(NodeRefusal::NoRoom { used, max }),
         _ => Ok(()),
@@ -423,42 +444,54 @@ mod tests {
         use NodeRefusal as R;
         use NodeStatus::{Fenced, Lost, Ready};
         const T: Option<i64> = Some(1_700_000_000_000);
+        const IN: bool = true;
+        const OUT: bool = false;
         type Case = (
             NodeStatus,
             Option<i64>,
             Option<u32>,
             Option<u32>,
+            bool,
             Result<(), NodeRefusal>,
         );
         // (status, lost at, plugin's slots on the node, slots used if the volume needs a
-        // new one, answer)
+        // new one, node inside the volume's topology, answer)
         #[rustfmt::skip] // One case a line: the table is the specification.
-        let cases: [Case; 16] = [
-            (Ready,  None, Some(0), Some(0),   Ok(())),
-            (Ready,  None, Some(0), Some(900), Ok(())),
-            (Ready,  None, Some(2), Some(1),   Ok(())),
-            (Ready,  None, Some(2), Some(2),   Err(R::NoRoom { used: 2, max: 2 })),
-            (Ready,  None, Some(2), Some(3),   Err(R::NoRoom { used: 3, max: 2 })),
+        let cases: [Case; 22] = [
+            (Ready,  None, Some(0), Some(0),   IN,  Ok(())),
+            (Ready,  None, Some(0), Some(900), IN,  Ok(())),
+            (Ready,  None, Some(2), Some(1),   IN,  Ok(())),
+            (Ready,  None, Some(2), Some(2),   IN,  Err(R::NoRoom { used: 2, max: 2 })),
+            (Ready,  None, Some(2), Some(3),   IN,  Err(R::NoRoom { used: 3, max: 2 })),
             // The volume is on the node already: it takes no new slot.
-            (Ready,  None, Some(2), None,      Ok(())),
-            (Ready,  None, Some(1), None,      Ok(())),
-            (Ready,  None, None,    Some(0),   Err(R::NoPlugin)),
-            (Ready,  None, None,    None,      Err(R::NoPlugin)),
-            (Lost,   T,    Some(0), Some(0),   Err(R::Lost { since: T })),
-            (Lost,   None, Some(0), Some(0),   Err(R::Lost { since: None })),
+            (Ready,  None, Some(2), None,      IN,  Ok(())),
+            (Ready,  None, Some(1), None,      IN,  Ok(())),
+            (Ready,  None, None,    Some(0),   IN,  Err(R::NoPlugin)),
+            (Ready,  None, None,    None,      IN,  Err(R::NoPlugin)),
+            // Outside the topology: refused before room is looked at (no release makes
+            // room for it), after the plugin (a node without it has no topology for it).
+            (Ready,  None, Some(0), Some(0),   OUT, Err(R::OutOfTopology)),
+            (Ready,  None, Some(2), Some(2),   OUT, Err(R::OutOfTopology)),
+            (Ready,  None, Some(2), None,      OUT, Err(R::OutOfTopology)),
+            (Ready,  None, None,    Some(0),   OUT, Err(R::NoPlugin)),
+            (Lost,   T,    Some(0), Some(0),   IN,  Err(R::Lost { since: T })),
+            (Lost,   None, Some(0), Some(0),   IN,  Err(R::Lost { since: None })),
             // A lost node is named as lost before anything else is checked.
-            (Lost,   T,    None,    Some(5),   Err(R::Lost { since: T })),
-            (Lost,   T,    Some(1), Some(1),   Err(R::Lost { since: T })),
-            (Fenced, None, Some(0), Some(0),   Err(R::Fenced)),
-            (Fenced, T,    None,    Some(1),   Err(R::Fenced)),
-            (Fenced, T,    Some(1), Some(1),   Err(R::Fenced)),
+            (Lost,   T,    None,    Some(5),   IN,  Err(R::Lost { since: T })),
+            (Lost,   T,    Some(1), Some(1),   IN,  Err(R::Lost { since: T })),
+            (Lost,   T,    Some(0), Some(0),   OUT, Err(R::Lost { since: T })),
+            (Fenced, None, Some(0), Some(0),   IN,  Err(R::Fenced)),
+            (Fenced, T,    None,    Some(1),   IN,  Err(R::Fenced)),
+            (Fenced, T,    Some(1), Some(1),   IN,  Err(R::Fenced)),
+            (Fenced, T,    Some(1), Some(1),   OUT, Err(R::Fenced)),
         ];
-        for (status, lost_at, plugin_slots, new_slot_among, want) in cases {
+        for (status, lost_at, plugin_slots, new_slot_among, reachable, want) in cases {
             let p = Placement {
                 status,
                 lost_at,
                 plugin_slots,
                 new_slot_among,
+                reachable,
             };
             assert_eq!(check_placement(p), want, "{p:?}");
         }
@@ -467,10 +500,56 @@ mod tests {
             (NodeRefusal::Fenced, false),
             (NodeRefusal::Lost { since: T }, false),
             (NodeRefusal::NoPlugin, false),
+            (NodeRefusal::OutOfTopology, false),
             (NodeRefusal::NoRoom { used: 1, max: 1 }, true),
         ];
         for (r, want) in waits {
             assert_eq!(r.may_wait(), want, "{r:?}");
+        }
+    }
+
+    fn segments(s: &str) -> Topology {
+        s.split(',')
+            .filter(|p| !p.is_empty())
+            .map(|p| {
+                let (k, v) = p.split_once('=').expect("KEY=VALUE");
+                (k.to_owned(), v.to_owned())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn which_nodes_reach_a_volume() {
+        // (volume's accessible segments, the node's segments, reachable)
+        #[rustfmt::skip] // One case a line: the table is the specification.
+        let cases: [(&[&str], &str, bool); 14] = [
+            // No accessible topology: the volume is reachable from every node.
+            (&[],                      "",                true),
+            (&[],                      "zone=a",          true),
+            (&["zone=a"],              "zone=a",          true),
+            (&["zone=a"],              "zone=b",          false),
+            // Every key of the segment must be present with the same value...
+            (&["zone=a"],              "",                false),
+            (&["zone=a"],              "region=eu",       false),
+            (&["zone=a,rack=1"],       "zone=a",          false),
+            (&["zone=a,rack=1"],       "zone=a,rack=2",   false),
+            (&["zone=a,rack=1"],       "rack=1,zone=a",   true),
+            // ...and the node may have more keys.
+            (&["zone=a"],              "zone=a,rack=1",   true),
+            // Any one segment of the volume is enough.
+            (&["zone=a", "zone=b"],    "zone=b",          true),
+            (&["zone=a", "zone=b"],    "zone=c",          false),
+            // An empty segment constrains nothing.
+            (&[""],                    "zone=c",          true),
+            (&["zone=a", ""],          "",                true),
+        ];
+        for (accessible, node, want) in cases {
+            let accessible: Vec<Topology> = accessible.iter().map(|s| segments(s)).collect();
+            assert_eq!(
+                reachable(&accessible, &segments(node)),
+                want,
+                "{accessible:?} from {node:?}"
+            );
         }
     }
 

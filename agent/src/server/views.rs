@@ -85,20 +85,8 @@ pub fn list_nodes(
         };
         let mut plugins = Vec::new();
         for p in NodePluginRow::of_node(conn, &n.name)? {
-            // Topology is read from the registration as the agent sent it.
-            let registration: Option<String> = conn
-                .prepare_cached(
-                    "SELECT registration FROM node_plugins WHERE node = ?1 AND plugin = ?2",
-                )?
-                .query_row([&n.name, &p.plugin], |r| r.get(0))
-                .ok();
-            let topology = registration
-                .and_then(|r| serde_json::from_str::<api::PluginRegistration>(&r).ok())
-                .and_then(|r| r.node)
-                .and_then(|n| n.info.accessible_topology)
-                .unwrap_or_default();
             plugins.push(api::NodePlugin {
-                topology,
+                topology: p.topology,
                 used: slots_used(conn, &n.name, &p.plugin)?,
                 id: p.plugin,
                 node_id: p.csi_node_id.unwrap_or_default(),
@@ -142,8 +130,8 @@ pub fn list_nodes(
 /// Plugins across the cluster; `only` selects one.
 pub fn list_plugins(conn: &Connection, only: Option<&str>) -> ApiResult<Vec<api::Plugin>> {
     let mut stmt = conn.prepare(
-        "SELECT np.plugin, np.registration, np.node_service, np.controller, np.stage_unstage, n.status \
-         FROM node_plugins np JOIN nodes n ON n.name = np.node WHERE (?1 IS NULL OR np.plugin = ?1) ORDER BY np.plugin, np.node",
+        "SELECT np.plugin, np.registration, np.node_service, np.controller, np.stage_unstage, n.status, \
+         np.node, np.topology FROM node_plugins np JOIN nodes n ON n.name = np.node WHERE (?1 IS NULL OR np.plugin = ?1) ORDER BY np.plugin, np.node",
     )?;
     let mut plugins: BTreeMap<String, api::Plugin> = BTreeMap::new();
     let rows = stmt.query_map([only], |r| {
@@ -154,10 +142,12 @@ pub fn list_plugins(conn: &Connection, only: Option<&str>) -> ApiResult<Vec<api:
             r.get::<_, bool>(3)?,
             r.get::<_, bool>(4)?,
             r.get::<_, String>(5)?,
+            r.get::<_, String>(6)?,
+            r.get::<_, String>(7)?,
         ))
     })?;
     for row in rows {
-        let (id, registration, node_service, controller, stage, status) = row?;
+        let (id, registration, node_service, controller, stage, status, node, topology) = row?;
         let reg: api::PluginRegistration = serde_json::from_str(&registration)?;
         let healthy = status == NodeStatus::Ready.as_str();
         let p = plugins.entry(id.clone()).or_insert_with(|| api::Plugin {
@@ -171,10 +161,16 @@ pub fn list_plugins(conn: &Connection, only: Option<&str>) -> ApiResult<Vec<api:
             controller_publish: false,
             stage_unstage: false,
             volumes: 0,
+            nodes: Vec::new(),
         });
         if node_service {
             p.nodes_expected += 1;
             p.nodes_healthy += u32::from(healthy);
+            p.nodes.push(api::PluginNode {
+                name: node,
+                status: status.parse().map_err(ApiError::internal)?,
+                topology: serde_json::from_str(&topology)?,
+            });
         }
         if controller {
             p.controllers_expected += 1;

@@ -13,14 +13,18 @@ pub enum VolumeCommand {
     ///
     /// The spec has `name`, `plugin`, `external_id` (the plugin's id for the volume),
     /// `access_mode`, `attachment` (`file-system` or `block-device`) and optionally
-    /// `fs_type`, `mount_flags`, `context`, `parameters` and `secrets`. Registering the
-    /// same spec again changes nothing.
+    /// `fs_type`, `mount_flags`, `context`, `parameters`, `secrets` and `topology` (the
+    /// segments the volume is accessible from, e.g. `topology = [{ zone = "a" }]`: claims on
+    /// nodes outside them are refused). Registering the same spec again changes nothing.
     Register(SpecArgs),
 
     /// Create a volume through its plugin's controller (CreateVolume), then register it
     ///
     /// The spec has `name`, `plugin`, `access_mode`, `attachment` and optionally
-    /// `capacity_bytes`, `fs_type`, `mount_flags`, `parameters` and `secrets`.
+    /// `capacity_bytes`, `fs_type`, `mount_flags`, `parameters`, `secrets` and
+    /// `topology_request` with `required` and `preferred` segments (e.g.
+    /// `required = [{ zone = "a" }]`), passed to CreateVolume; the volume records the
+    /// topology the plugin returns.
     Create(CreateArgs),
 
     /// List volumes

@@ -400,6 +400,11 @@ async fn nodes_and_plugins() {
       controller publish:  yes
       stage/unstage:       yes
       volumes:             1
+
+    nodes:
+    NODE  STATUS  TOPOLOGY
+    n1    ready   -
+    n2    ready   -
     --- stderr
     ");
     snap!(env.run(&["plugin", "show", "hp", "-o", "json"]).await, @r#"
@@ -415,7 +420,17 @@ async fn nodes_and_plugins() {
       "controllers_expected": 1,
       "controller_publish": true,
       "stage_unstage": true,
-      "volumes": 1
+      "volumes": 1,
+      "nodes": [
+        {
+          "name": "n1",
+          "status": "ready"
+        },
+        {
+          "name": "n2",
+          "status": "ready"
+        }
+      ]
     }
     --- stderr
     "#);

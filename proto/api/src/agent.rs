@@ -156,6 +156,9 @@ pub enum ControllerOpKind {
         parameters: BTreeMap<String, String>,
         #[serde(default)]
         secrets: BTreeMap<String, String>,
+        /// CreateVolume's `accessibility_requirements`, when the volume asked for some.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        topology_request: Option<crate::TopologyRequest>,
     },
     Delete {
         volume: String,
@@ -294,6 +297,9 @@ pub enum Report {
         capacity_bytes: u64,
         #[serde(default)]
         context: BTreeMap<String, String>,
+        /// The volume's `accessible_topology` as CreateVolume returned it.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        accessible_topology: Vec<crate::Topology>,
     },
     Deleted {
         op: u64,

@@ -40,6 +40,9 @@ pub enum ErrorCode {
     Conflict,
     /// Held by a lost node; needs the node back or an operator unblock.
     Blocked,
+    /// The node lies outside the volume's accessible topology: never on that node, choose
+    /// another.
+    Topology,
     /// An action ran and failed (a fence method that did not confirm the node off).
     Failed,
     /// The server cannot serve now; retry.
@@ -55,6 +58,7 @@ impl ErrorCode {
             Self::NotFound => "not_found",
             Self::Conflict => "conflict",
             Self::Blocked => "blocked",
+            Self::Topology => "topology",
             Self::Failed => "failed",
             Self::Unavailable => "unavailable",
             Self::Internal => "internal",

@@ -201,6 +201,19 @@ pub struct Plugin {
     pub controller_publish: bool,
     pub stage_unstage: bool,
     pub volumes: u32,
+    /// The nodes that run the plugin's node service, with their topology.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<PluginNode>,
+}
+
+/// A node that runs a plugin's node service, as `plugin show` lists it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PluginNode {
+    pub name: String,
+    pub status: NodeStatus,
+    /// The node's topology segments for this plugin (NodeGetInfo's `accessible_topology`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub topology: BTreeMap<String, String>,
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{AccessMode, AttachmentStatus, Claim};
+use crate::{AccessMode, AttachmentStatus, Claim, Topology};
 
 /// How a volume is presented to workloads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -41,6 +41,27 @@ pub struct VolumeSpec {
     pub parameters: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub secrets: BTreeMap<String, String>,
+    /// The segments the volume is accessible from (CSI's `accessible_topology`, e.g.
+    /// `[{"zone": "a"}]`); empty: from every node.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub topology: Vec<Topology>,
+}
+
+/// Where a volume to be created must (`required`) and should (`preferred`) be accessible
+/// from: CreateVolume's `accessibility_requirements` (`requisite`, `preferred`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TopologyRequest {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub required: Vec<Topology>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub preferred: Vec<Topology>,
+}
+
+impl TopologyRequest {
+    pub fn is_empty(&self) -> bool {
+        self.required.is_empty() && self.preferred.is_empty()
+    }
 }
 
 /// `POST /v1/volumes/{name}/create`: create a volume through the plugin's controller.
@@ -60,6 +81,8 @@ pub struct CreateVolumeSpec {
     pub parameters: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub secrets: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology_request: Option<TopologyRequest>,
 }
 
 /// Where a volume stands, derived from its claims and attachments.
@@ -128,6 +151,13 @@ pub struct Volume {
     pub parameters: BTreeMap<String, String>,
     #[serde(default)]
     pub secret_keys: Vec<String>,
+    /// The segments the volume is accessible from: as registered, or as CreateVolume
+    /// returned them; empty: from every node.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub accessible_topology: Vec<Topology>,
+    /// What `volume create` asked for, when it asked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology_request: Option<TopologyRequest>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     /// An expansion in progress, or the one that failed (`csivol volume expand`).

@@ -272,6 +272,7 @@ impl SimNode {
                     external_id: format!("sim-{volume}"),
                     capacity_bytes: *capacity_bytes,
                     context: BTreeMap::new(),
+                    accessible_topology: Vec::new(),
                 },
                 ControllerOpKind::Delete { .. } => Report::Deleted { op: id, attempt },
                 ControllerOpKind::Expand { capacity_bytes, .. } => Report::Expanded {

@@ -47,6 +47,7 @@ pub async fn create_with(
                 mount_flags: Vec::new(),
                 parameters: BTreeMap::new(),
                 secrets: BTreeMap::new(),
+                topology_request: None,
             };
             http.post(&format!("/v1/volumes/{name}/create"), &spec)
                 .await?
@@ -98,6 +99,7 @@ pub async fn register(http: &Http, names: Vec<String>, limit: usize) -> anyhow::
                 context: BTreeMap::new(),
                 parameters: BTreeMap::new(),
                 secrets: BTreeMap::new(),
+                topology: Vec::new(),
             };
             http.put(&format!("/v1/volumes/{name}"), &spec)
                 .await?

@@ -12,3 +12,4 @@ mod fence;
 mod network;
 mod reconcile;
 mod security;
+mod topology;

@@ -96,7 +96,8 @@ pub(super) fn refusal_error(
 }
 
 /// Whether a claim of `v` on `node` may start there: the node is not lost, runs the
-/// plugin, and has room. `Err((true, _))` when only room is missing (worth waiting for).
+/// plugin, reaches the volume's topology, and has room. `Err((true, _))` when only room is
+/// missing (worth waiting for).
 pub(super) fn node_may_start(
     conn: &(impl Snapshot + ?Sized),
     v: &VolumeRow,
@@ -104,10 +105,13 @@ pub(super) fn node_may_start(
     node: &str,
 ) -> ApiResult<Result<(), (bool, ApiError)>> {
     let n = conn.require_node(node)?;
-    let plugin_slots = conn
+    let plugin = conn
         .node_plugin(node, &v.plugin)?
-        .filter(|p| p.node_service)
-        .map(|p| p.max_volumes);
+        .filter(|p| p.node_service);
+    let plugin_slots = plugin.as_ref().map(|p| p.max_volumes);
+    let reachable = plugin
+        .as_ref()
+        .is_none_or(|p| rules::reachable(&v.accessible_topology, &p.topology));
     // Counted only when the node runs the plugin and the volume needs a new slot there,
     // as the rules look at it only then.
     let holds_slot = || -> ApiResult<bool> {
@@ -130,14 +134,50 @@ pub(super) fn node_may_start(
         lost_at: n.lost_at,
         plugin_slots,
         new_slot_among,
+        reachable,
     };
-    Ok(rules::check_placement(placement)
-        .map_err(|r| (r.may_wait(), node_refusal_error(v, node, r))))
+    match rules::check_placement(placement) {
+        Ok(()) => Ok(Ok(())),
+        Err(r) => Ok(Err((r.may_wait(), node_refusal_error(conn, v, node, r)?))),
+    }
+}
+
+/// Refuses at once a claim on a node outside the volume's accessible topology: no queue
+/// and no release can ever make room for it there. `None` when the node reaches the volume
+/// (or does not run its plugin, which [`node_may_start`] says).
+fn out_of_topology(
+    conn: &(impl Snapshot + ?Sized),
+    v: &VolumeRow,
+    node: &str,
+) -> ApiResult<Option<ApiError>> {
+    if v.accessible_topology.is_empty() {
+        return Ok(None);
+    }
+    match conn
+        .node_plugin(node, &v.plugin)?
+        .filter(|p| p.node_service)
+    {
+        Some(p) if !rules::reachable(&v.accessible_topology, &p.topology) => Ok(Some(
+            node_refusal_error(conn, v, node, NodeRefusal::OutOfTopology)?,
+        )),
+        _ => Ok(None),
+    }
+}
+
+/// `{zone=a,rack=1}`; `{}` for no segments.
+pub(crate) fn show_segment(s: &csivol_api::Topology) -> String {
+    let pairs: Vec<_> = s.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    format!("{{{}}}", pairs.join(","))
 }
 
 /// The node rules' refusal as the API error it becomes.
-fn node_refusal_error(v: &VolumeRow, node: &str, r: NodeRefusal) -> ApiError {
-    match r {
+fn node_refusal_error(
+    conn: &(impl Snapshot + ?Sized),
+    v: &VolumeRow,
+    node: &str,
+    r: NodeRefusal,
+) -> ApiResult<ApiError> {
+    Ok(match r {
         NodeRefusal::Fenced => ApiError::blocked(format!(
             "node `{node}` was fenced (powered off); no claim can be placed on it until its agent registers again"
         ))
@@ -160,7 +200,43 @@ fn node_refusal_error(v: &VolumeRow, node: &str, r: NodeRefusal) -> ApiError {
             v.plugin
         ))
         .with_hint("release a claim on that node, choose another node, or claim with --queue"),
-    }
+        NodeRefusal::OutOfTopology => {
+            let theirs = conn
+                .node_plugin(node, &v.plugin)?
+                .map(|p| show_segment(&p.topology))
+                .unwrap_or_else(|| "{}".to_owned());
+            let accessible: Vec<_> = v.accessible_topology.iter().map(show_segment).collect();
+            let eligible: Vec<String> = conn
+                .ready_plugin_nodes(&v.plugin)?
+                .into_iter()
+                .filter(|(n, t)| n != node && rules::reachable(&v.accessible_topology, t))
+                .map(|(n, _)| n)
+                .collect();
+            let hint = if eligible.is_empty() {
+                format!(
+                    "no ready node of plugin `{}` lies in {}; `csivol plugin show {}` lists \
+                     its nodes and their topology",
+                    v.plugin,
+                    accessible.join(" or "),
+                    v.plugin
+                )
+            } else {
+                format!(
+                    "claim it on a node in that topology: {} (e.g. --node {})",
+                    eligible.join(", "),
+                    eligible[0]
+                )
+            };
+            ApiError::topology(format!(
+                "node `{node}` is outside the topology of volume `{}`: the volume is accessible \
+                 from {}, and plugin `{}` reports {theirs} there",
+                v.name,
+                accessible.join(" or "),
+                v.plugin
+            ))
+            .with_hint(hint)
+        }
+    })
 }
 
 pub(super) fn held_of(claims: &[ClaimRow]) -> Vec<Held<'_>> {
@@ -231,6 +307,11 @@ pub fn evaluate_claim(
         && let Some(refusal) = crate::server::nodes::claim_refusal(&req.node, n.eligibility)
     {
         return Err(refusal);
+    }
+    // Nor does a node the volume cannot reach, whatever else holds the volume: checked
+    // before the claims in the way, so that `--queue` never waits for what cannot fit.
+    if let Some(e) = out_of_topology(conn, &v, &req.node)? {
+        return Err(e);
     }
     let wanted = Wanted {
         alloc: &req.alloc,

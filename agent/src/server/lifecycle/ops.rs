@@ -266,6 +266,7 @@ pub fn op_to_api(
                 capacity_bytes: payload["capacity_bytes"].as_u64().unwrap_or(0),
                 parameters: v.parameters.clone(),
                 secrets: v.secrets.clone(),
+                topology_request: v.topology_request.clone(),
             }
         }
         OpKind::Delete => ControllerOpKind::Delete {

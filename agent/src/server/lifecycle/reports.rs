@@ -97,8 +97,15 @@ pub fn apply_reports(
                 external_id,
                 capacity_bytes,
                 context,
+                accessible_topology,
             } => with_op(ctx, &mut b, op, attempt, "ok", |ctx, b, o| {
-                created(ctx, b, o, &external_id, capacity_bytes, &context)
+                let made = Made {
+                    external_id: &external_id,
+                    capacity_bytes,
+                    context: &context,
+                    accessible_topology: &accessible_topology,
+                };
+                created(ctx, b, o, made)
             })?,
             Report::Deleted { op, attempt } => {
                 with_op(ctx, &mut b, op, attempt, "ok", |ctx, b, o| {
@@ -422,17 +429,31 @@ fn controller_published(
     Ok(())
 }
 
-/// CreateVolume succeeded: the volume is ready, with the plugin's id for it.
-fn created(
-    ctx: &mut impl Txn,
-    b: &mut Batch<'_>,
-    o: &OpRow,
-    external_id: &str,
+/// What CreateVolume returned.
+struct Made<'a> {
+    external_id: &'a str,
     capacity_bytes: u64,
-    context: &BTreeMap<String, String>,
-) -> ApiResult<()> {
+    context: &'a BTreeMap<String, String>,
+    accessible_topology: &'a [csivol_api::Topology],
+}
+
+/// CreateVolume succeeded: the volume is ready, with the plugin's id for it and where it is
+/// accessible from.
+fn created(ctx: &mut impl Txn, b: &mut Batch<'_>, o: &OpRow, made: Made<'_>) -> ApiResult<()> {
+    let Made {
+        external_id,
+        capacity_bytes,
+        context,
+        accessible_topology,
+    } = made;
     ctx.delete_op(o.id)?;
-    ctx.volume_created(&o.volume, external_id, capacity_bytes, context)?;
+    ctx.volume_created(
+        &o.volume,
+        external_id,
+        capacity_bytes,
+        context,
+        accessible_topology,
+    )?;
     ctx.touch(Key::Volume(o.volume.clone()));
     event(
         ctx,
@@ -441,7 +462,18 @@ fn created(
         None,
         None,
         &b.actor,
-        format!("created as {external_id}"),
+        if accessible_topology.is_empty() {
+            format!("created as {external_id}")
+        } else {
+            let segments: Vec<_> = accessible_topology
+                .iter()
+                .map(super::claims::show_segment)
+                .collect();
+            format!(
+                "created as {external_id}, accessible from {}",
+                segments.join(" or ")
+            )
+        },
     )
 }
 

@@ -30,6 +30,59 @@ pub(super) fn check_spec_names(
     Ok(())
 }
 
+/// Topology segments are checked for what the CSI spec requires of them: keys and values
+/// that are not empty, no segment twice; `what` names the field.
+fn check_segments(what: &str, segments: &[api::Topology]) -> ApiResult<()> {
+    for (i, s) in segments.iter().enumerate() {
+        if let Some((k, v)) = s
+            .iter()
+            .find(|(k, v)| k.trim().is_empty() || v.trim().is_empty())
+        {
+            return Err(ApiError::invalid(format!(
+                "`{what}` segment {} has an empty key or value (`{k}` = `{v}`)",
+                i + 1
+            ))
+            .with_hint(
+                "write segments as maps of non-empty keys and values, e.g. {\"zone\": \"a\"}",
+            ));
+        }
+        if s.is_empty() {
+            return Err(ApiError::invalid(format!(
+                "`{what}` segment {} is empty: it would match every node",
+                i + 1
+            ))
+            .with_hint(format!(
+                "remove it, or leave `{what}` out to mean every node"
+            )));
+        }
+        if segments[..i].contains(s) {
+            return Err(ApiError::invalid(format!(
+                "`{what}` lists segment {} twice",
+                super::claims::show_segment(s)
+            ))
+            .with_hint("list each segment once"));
+        }
+    }
+    Ok(())
+}
+
+/// A `topology_request` as CreateVolume takes it: with required segments, every preferred
+/// one is also required (the spec's rule for `requisite` and `preferred`).
+fn check_topology_request(r: &api::TopologyRequest) -> ApiResult<()> {
+    check_segments("topology_request.required", &r.required)?;
+    check_segments("topology_request.preferred", &r.preferred)?;
+    if !r.required.is_empty()
+        && let Some(p) = r.preferred.iter().find(|p| !r.required.contains(p))
+    {
+        return Err(ApiError::invalid(format!(
+            "preferred segment {} is not among the required ones",
+            super::claims::show_segment(p)
+        ))
+        .with_hint("add it to `topology_request.required`, or remove it from `preferred`"));
+    }
+    Ok(())
+}
+
 fn insert_volume(ctx: &mut impl Txn, v: &VolumeRow) -> ApiResult<()> {
     ctx.put_volume(v)?;
     ctx.touch(Key::Volume(v.name.clone()));
@@ -71,6 +124,7 @@ pub fn register_volume(
             "`external_id` is required: the plugin's id for the volume",
         ));
     }
+    check_segments("topology", &spec.topology)?;
     let existing = ctx.volume(name)?;
     let row = VolumeRow {
         name: name.to_owned(),
@@ -90,6 +144,8 @@ pub fn register_volume(
         updated_at: ctx.now(),
         modify_index: ctx.index(),
         expansion: None,
+        accessible_topology: spec.topology,
+        topology_request: None,
     };
     if let Some(e) = &existing {
         let same = e.plugin == row.plugin
@@ -101,6 +157,7 @@ pub fn register_volume(
             && e.context == row.context
             && e.parameters == row.parameters
             && e.secrets == row.secrets
+            && e.accessible_topology == row.accessible_topology
             && e.lifecycle == Lifecycle::Ready;
         if same {
             return Ok((volume_view(ctx, name)?, false));
@@ -161,11 +218,17 @@ pub fn create_volume(
         &spec.fs_type,
         &spec.mount_flags,
     )?;
+    // An empty request asks for nothing: recorded as none.
+    let topology_request = spec.topology_request.filter(|r| !r.is_empty());
+    if let Some(r) = &topology_request {
+        check_topology_request(r)?;
+    }
     if let Some(e) = ctx.volume(name)? {
         let same = e.plugin == spec.plugin
             && e.access_mode == spec.access_mode
             && e.attachment == spec.attachment
             && e.parameters == spec.parameters
+            && e.topology_request == topology_request
             && (spec.capacity_bytes == 0
                 || e.capacity_bytes.is_none_or(|c| c >= spec.capacity_bytes));
         if same && matches!(e.lifecycle, Lifecycle::Creating | Lifecycle::Ready) {
@@ -198,6 +261,8 @@ pub fn create_volume(
         updated_at: ctx.now(),
         modify_index: ctx.index(),
         expansion: None,
+        accessible_topology: Vec::new(),
+        topology_request,
     };
     insert_volume(ctx, &row)?;
     let payload = serde_json::json!({ "capacity_bytes": spec.capacity_bytes });

@@ -28,7 +28,9 @@
 use std::collections::BTreeMap;
 
 use csivol_api::domain::PublishContext;
-use csivol_api::{self as api, AttachmentState, ClaimState, NodeStatus, PluginRegistration};
+use csivol_api::{
+    self as api, AttachmentState, ClaimState, NodeStatus, PluginRegistration, Topology,
+};
 
 use super::error::{ApiError, ApiResult};
 use super::kinds::{EventKind, OpKind};
@@ -73,6 +75,9 @@ pub trait Snapshot {
     /// How many volumes of `plugin` occupy a slot on `node`: attached there (detaching ones
     /// included) or claimed there (queued claims not).
     fn slots_used(&self, node: &str, plugin: &str) -> ApiResult<u32>;
+    /// Ready, eligible nodes that run the node service of `plugin`, by name, with the
+    /// segments the plugin reports there.
+    fn ready_plugin_nodes(&self, plugin: &str) -> ApiResult<Vec<(String, Topology)>>;
     /// Ready nodes that host the controller of `plugin`, by name.
     fn controller_hosts(&self, plugin: &str) -> ApiResult<Vec<String>>;
     fn op(&self, id: i64) -> ApiResult<Option<OpRow>>;
@@ -192,13 +197,15 @@ pub trait Txn: Snapshot {
     ) -> ApiResult<()>;
     /// Sets the volume's error, with (`changed`) or without its `updated_at`.
     fn set_volume_error(&mut self, name: &str, error: &str, changed: bool) -> ApiResult<()>;
-    /// A `creating` volume is created: its plugin's id, capacity and context; it is ready.
+    /// A `creating` volume is created: its plugin's id, capacity, context and the segments
+    /// it is accessible from; it is ready.
     fn volume_created(
         &mut self,
         name: &str,
         external_id: &str,
         capacity_bytes: u64,
         context: &BTreeMap<String, String>,
+        accessible_topology: &[Topology],
     ) -> ApiResult<()>;
     /// Sets the volume's expansion and, when given, its capacity; stamps it changed.
     fn set_volume_expansion(

@@ -67,6 +67,7 @@ async fn create_publish_unpublish_delete_through_the_hosted_controller() {
                 capacity_bytes: 1 << 20,
                 parameters: BTreeMap::new(),
                 secrets: BTreeMap::new(),
+                topology_request: None,
             },
         )
     };
@@ -196,6 +197,7 @@ async fn controller_calls_per_plugin_stay_within_the_limit() {
                     capacity_bytes: 0,
                     parameters: BTreeMap::new(),
                     secrets: BTreeMap::new(),
+                    topology_request: None,
                 },
             )
         })
@@ -242,4 +244,56 @@ async fn operations_for_a_controller_not_hosted_here_are_refused() {
         error.message
     );
     assert_eq!(hp.count("DeleteVolume", "OK"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn topology_is_registered_and_create_lands_in_the_required_segment() {
+    let dir = TestDir::new("node-controller-topology");
+    // Two nodes of one storage system, in zones a and b; this agent runs the one in a.
+    let hp = Hostpath::start(&dir, "n1", &["--topology=zone=a"]);
+    let _other = Hostpath::start(&dir, "n2", &["--topology=zone=b"]);
+    let mut cfg = config(&dir, vec![hp.spec("hp")]);
+    cfg.controllers = vec![hp.spec("hp")];
+    let mut agent = Agent::start(cfg).await;
+    let reg = agent.core.registration(None);
+    let node = reg.plugins[0].node.as_ref().expect("node service");
+    let zone = |z: &str| -> csivol_api::Topology { [("zone".to_owned(), z.to_owned())].into() };
+    assert_eq!(
+        node.info.accessible_topology,
+        Some(zone("a")),
+        "NodeGetInfo's segments are carried in the registration"
+    );
+    assert!(reg.plugins[0].capabilities.volume_accessibility_constraints);
+
+    let request = csivol_api::TopologyRequest {
+        required: vec![zone("b")],
+        preferred: vec![],
+    };
+    agent.core.set_desired(with_ops(vec![op(
+        1,
+        0,
+        0,
+        ControllerOpKind::Create {
+            volume: "zonal".into(),
+            capability: capability(),
+            capacity_bytes: 0,
+            parameters: BTreeMap::new(),
+            secrets: BTreeMap::new(),
+            topology_request: Some(request),
+        },
+    )]));
+    let Report::Created {
+        accessible_topology,
+        ..
+    } = op_report(&mut agent, 1, 0).await
+    else {
+        panic!("the volume is created: {:?}", agent.seen)
+    };
+    // Without the requirement the plugin would have placed it in its controller's own
+    // zone (a): zone b is the request, passed on.
+    assert_eq!(
+        accessible_topology,
+        [zone("b")],
+        "where CreateVolume put it"
+    );
 }

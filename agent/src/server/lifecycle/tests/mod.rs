@@ -10,6 +10,7 @@ mod nodes;
 mod operator;
 mod ops;
 mod reports;
+mod topology;
 mod volumes;
 
 use std::path::PathBuf;

@@ -8,7 +8,9 @@ mod rows;
 use std::collections::BTreeMap;
 
 use csivol_api::domain::PublishContext;
-use csivol_api::{self as api, AttachmentState, ClaimState, NodeStatus, PluginRegistration};
+use csivol_api::{
+    self as api, AttachmentState, ClaimState, NodeStatus, PluginRegistration, Topology,
+};
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::{Event, NewClaim, OpSlot, Snapshot, Txn};
@@ -188,6 +190,23 @@ impl Snapshot for Connection {
         slots_used(self, node, plugin)
     }
 
+    fn ready_plugin_nodes(&self, plugin: &str) -> ApiResult<Vec<(String, Topology)>> {
+        let mut stmt = self.prepare_cached(
+            "SELECT np.node, np.topology FROM node_plugins np JOIN nodes n ON n.name = np.node \
+             WHERE np.plugin = ?1 AND np.node_service = 1 AND n.status = 'ready' \
+             AND n.eligibility = 'eligible' ORDER BY np.node",
+        )?;
+        let rows = stmt
+            .query_map([plugin], |r| {
+                let topology: String = r.get(1)?;
+                Ok((r.get(0)?, topology))
+            })?
+            .collect::<Result<Vec<(String, String)>, _>>()?;
+        rows.into_iter()
+            .map(|(node, t)| Ok((node, serde_json::from_str(&t)?)))
+            .collect()
+    }
+
     fn controller_hosts(&self, plugin: &str) -> ApiResult<Vec<String>> {
         strings(
             self,
@@ -279,6 +298,7 @@ reads_through_the_transaction! {
     node_plugins(node: &str) -> Vec<NodePluginRow>;
     needs_controller_publish(plugin: &str) -> bool;
     slots_used(node: &str, plugin: &str) -> u32;
+    ready_plugin_nodes(plugin: &str) -> Vec<(String, Topology)>;
     controller_hosts(plugin: &str) -> Vec<String>;
     op(id: i64) -> Option<OpRow>;
     ops_of_host(host: &str) -> Vec<OpRow>;
@@ -406,11 +426,13 @@ impl Txn for WriteCtx<'_> {
         exec(
             self.tx,
             "INSERT INTO volumes (name, plugin, external_id, access_mode, attachment, fs_type, mount_flags, context, \
-             parameters, secrets, capacity_bytes, lifecycle, error, created_at, updated_at, modify_index) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?14, ?15) \
+             parameters, secrets, capacity_bytes, lifecycle, error, created_at, updated_at, modify_index, \
+             accessible_topology, topology_request) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?14, ?15, ?16, ?17) \
              ON CONFLICT (name) DO UPDATE SET plugin = ?2, external_id = ?3, access_mode = ?4, attachment = ?5, \
              fs_type = ?6, mount_flags = ?7, context = ?8, parameters = ?9, secrets = ?10, capacity_bytes = ?11, \
-             lifecycle = ?12, error = ?13, updated_at = ?14, modify_index = ?15",
+             lifecycle = ?12, error = ?13, updated_at = ?14, modify_index = ?15, accessible_topology = ?16, \
+             topology_request = ?17",
             params![
                 v.name,
                 v.plugin,
@@ -427,6 +449,8 @@ impl Txn for WriteCtx<'_> {
                 v.error,
                 self.now,
                 self.index as i64,
+                to_json(&v.accessible_topology),
+                v.topology_request.as_ref().map(to_json),
             ],
         )?;
         Ok(())
@@ -478,18 +502,20 @@ impl Txn for WriteCtx<'_> {
         external_id: &str,
         capacity_bytes: u64,
         context: &BTreeMap<String, String>,
+        accessible_topology: &[Topology],
     ) -> ApiResult<()> {
         exec(
             self.tx,
             "UPDATE volumes SET external_id = ?1, capacity_bytes = ?2, context = ?3, lifecycle = 'ready', error = NULL, \
-             updated_at = ?4, modify_index = ?5 WHERE name = ?6 AND lifecycle = 'creating'",
+             updated_at = ?4, modify_index = ?5, accessible_topology = ?7 WHERE name = ?6 AND lifecycle = 'creating'",
             params![
                 external_id,
                 capacity_bytes as i64,
                 to_json(context),
                 self.now,
                 self.index as i64,
-                name
+                name,
+                to_json(&accessible_topology),
             ],
         )?;
         Ok(())
@@ -807,7 +833,8 @@ impl Txn for WriteCtx<'_> {
             exec(
                 self.tx,
                 "INSERT INTO node_plugins (node, plugin, registration, csi_node_id, max_volumes, node_service, controller, \
-                 controller_service, controller_publish, stage_unstage) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                 controller_service, controller_publish, stage_unstage, topology) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
                 params![
                     name,
                     p.id,
@@ -819,6 +846,11 @@ impl Txn for WriteCtx<'_> {
                     p.capabilities.controller_service,
                     p.controller.is_some_and(|c| c.publish_unpublish_volume),
                     node_part.is_some_and(|n| n.capabilities.stage_unstage_volume),
+                    to_json(
+                        &node_part
+                            .and_then(|n| n.info.accessible_topology.clone())
+                            .unwrap_or_default()
+                    ),
                 ],
             )?;
         }

@@ -22,7 +22,8 @@ fn json<T: serde::de::DeserializeOwned>(s: String) -> rusqlite::Result<T> {
 }
 
 pub const VOLUME_COLUMNS: &str = "name, plugin, external_id, access_mode, attachment, fs_type, mount_flags, \
-     context, parameters, secrets, capacity_bytes, lifecycle, error, created_at, updated_at, modify_index, expansion";
+     context, parameters, secrets, capacity_bytes, lifecycle, error, created_at, updated_at, modify_index, \
+     expansion, accessible_topology, topology_request";
 
 impl VolumeRow {
     pub fn from_row(r: &Row<'_>) -> rusqlite::Result<Self> {
@@ -49,6 +50,8 @@ impl VolumeRow {
             updated_at: r.get(14)?,
             modify_index: r.get::<_, i64>(15)? as u64,
             expansion: r.get::<_, Option<String>>(16)?.map(json).transpose()?,
+            accessible_topology: json(r.get(17)?)?,
+            topology_request: r.get::<_, Option<String>>(18)?.map(json).transpose()?,
         })
     }
 
@@ -176,7 +179,7 @@ impl NodeRow {
 impl NodePluginRow {
     pub fn of_node(conn: &Connection, node: &str) -> ApiResult<Vec<Self>> {
         let mut stmt = conn.prepare_cached(
-            "SELECT plugin, csi_node_id, max_volumes, node_service, controller \
+            "SELECT plugin, csi_node_id, max_volumes, node_service, controller, topology \
              FROM node_plugins WHERE node = ?1 ORDER BY plugin",
         )?;
         let rows = stmt
@@ -187,6 +190,7 @@ impl NodePluginRow {
                     max_volumes: r.get(2)?,
                     node_service: r.get(3)?,
                     controller: r.get(4)?,
+                    topology: json(r.get(5)?)?,
                 })
             })?
             .collect::<Result<Vec<_>, _>>()?;
