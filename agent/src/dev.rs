@@ -596,6 +596,7 @@ impl DevClient {
             mount_flags: Vec::new(),
             parameters: Default::default(),
             secrets: Default::default(),
+            source: None,
         };
         let path = format!("/v1/volumes/{name}");
         let exists = (self.0)

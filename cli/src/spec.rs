@@ -145,6 +145,7 @@ pub fn read_create(path: &Path) -> anyhow::Result<(String, CreateVolumeSpec)> {
         mount_flags: f.mount_flags,
         parameters: f.parameters,
         secrets: secrets(f.secrets),
+        source: None,
     };
     Ok((f.name, spec))
 }

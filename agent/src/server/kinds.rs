@@ -89,6 +89,11 @@ string_enum! {
         ControllerHostAllowed = "controller-host-allowed",
         ControllerHostDisallowed = "controller-host-disallowed",
         ControllerHostRefused = "controller-host-refused",
+        SnapshotCreating = "snapshot-creating",
+        SnapshotPending = "snapshot-pending",
+        SnapshotReady = "snapshot-ready",
+        SnapshotDeleting = "snapshot-deleting",
+        SnapshotDeleted = "snapshot-deleted",
     }
 }
 
@@ -99,6 +104,8 @@ string_enum! {
         Unpublish = "unpublish",
         Create = "create",
         Delete = "delete",
+        CreateSnapshot = "create-snapshot",
+        DeleteSnapshot = "delete-snapshot",
     }
 }
 
@@ -110,6 +117,8 @@ impl OpKind {
             Self::Unpublish => "ControllerUnpublishVolume",
             Self::Create => "CreateVolume",
             Self::Delete => "DeleteVolume",
+            Self::CreateSnapshot => "CreateSnapshot",
+            Self::DeleteSnapshot => "DeleteSnapshot",
         }
     }
 }
@@ -128,6 +137,7 @@ mod tests {
         }
         assert_eq!(EventKind::ClaimTakenDown.as_str(), "claim-taken-down");
         assert_eq!(OpKind::Unpublish.call(), "ControllerUnpublishVolume");
+        assert_eq!(OpKind::CreateSnapshot.as_str(), "create-snapshot");
         assert!("claim-teleported".parse::<EventKind>().is_err());
     }
 }

@@ -24,6 +24,7 @@ mod nodes;
 mod queue;
 pub mod rules;
 mod secrets;
+mod snapshot_rules;
 mod store;
 mod transitions;
 mod views;

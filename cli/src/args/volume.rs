@@ -20,7 +20,9 @@ pub enum VolumeCommand {
     /// Create a volume through its plugin's controller (CreateVolume), then register it
     ///
     /// The spec has `name`, `plugin`, `access_mode`, `attachment` and optionally
-    /// `capacity_bytes`, `fs_type`, `mount_flags`, `parameters` and `secrets`.
+    /// `capacity_bytes`, `fs_type`, `mount_flags`, `parameters` and `secrets`. With
+    /// --from-snapshot or --from-volume the new volume starts with that snapshot's or
+    /// volume's data (the plugin must report CREATE_DELETE_SNAPSHOT or CLONE_VOLUME).
     Create(CreateArgs),
 
     /// List volumes
@@ -48,6 +50,15 @@ pub struct SpecArgs {
 pub struct CreateArgs {
     #[command(flatten)]
     pub spec: SpecArgs,
+
+    /// Start with the data of this snapshot (CreateVolume's volume_content_source)
+    #[arg(long, value_name = "SNAPSHOT", value_parser = super::snapshot::snapshot_name)]
+    pub from_snapshot: Option<String>,
+
+    /// Start with a copy of this volume's data: a clone (CreateVolume's
+    /// volume_content_source)
+    #[arg(long, value_name = "VOLUME", value_parser = volume_name, conflicts_with = "from_snapshot")]
+    pub from_volume: Option<String>,
     #[command(flatten)]
     pub wait: WaitArgs,
 }

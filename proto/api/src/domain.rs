@@ -156,6 +156,12 @@ pub struct ControllerCapabilities {
     pub list_volumes_published_nodes: bool,
     pub publish_readonly: bool,
     pub single_node_multi_writer: bool,
+    #[serde(default)]
+    pub create_delete_snapshot: bool,
+    #[serde(default)]
+    pub list_snapshots: bool,
+    #[serde(default)]
+    pub clone_volume: bool,
 }
 
 /// Node capabilities csivol acts on, from NodeGetCapabilities.

@@ -18,6 +18,7 @@ mod errors;
 mod name;
 mod nodes;
 mod operator;
+mod snapshots;
 mod tokens;
 mod volumes;
 
@@ -31,6 +32,7 @@ pub use errors::*;
 pub use name::*;
 pub use nodes::*;
 pub use operator::*;
+pub use snapshots::*;
 pub use tokens::*;
 pub use volumes::*;
 
@@ -67,5 +69,6 @@ text_enum!(
     AttachmentState,
     NodeStatus,
     Eligibility,
-    Role
+    Role,
+    SnapshotState
 );

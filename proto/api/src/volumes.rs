@@ -60,6 +60,9 @@ pub struct CreateVolumeSpec {
     pub parameters: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub secrets: BTreeMap<String, String>,
+    /// The data the new volume starts with: a snapshot or another volume of the plugin.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<crate::ContentSource>,
 }
 
 /// Where a volume stands, derived from its claims and attachments.

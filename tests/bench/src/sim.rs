@@ -273,6 +273,17 @@ impl SimNode {
                     context: BTreeMap::new(),
                 },
                 ControllerOpKind::Delete { .. } => Report::Deleted { op: id, attempt },
+                ControllerOpKind::CreateSnapshot { snapshot, .. } => Report::SnapshotCreated {
+                    op: id,
+                    attempt,
+                    snapshot_id: format!("sim-{snapshot}"),
+                    size_bytes: 0,
+                    ready_to_use: true,
+                    creation_time_ms: None,
+                },
+                ControllerOpKind::DeleteSnapshot { .. } => {
+                    Report::SnapshotDeleted { op: id, attempt }
+                }
             });
         }
         (reports, new, later)

@@ -47,6 +47,7 @@ pub async fn create_with(
                 mount_flags: Vec::new(),
                 parameters: BTreeMap::new(),
                 secrets: BTreeMap::new(),
+                source: None,
             };
             http.post(&format!("/v1/volumes/{name}/create"), &spec)
                 .await?

@@ -179,6 +179,18 @@ pub fn create_volume(
             )));
         }
     }
+    let mut payload = serde_json::json!({ "capacity_bytes": spec.capacity_bytes });
+    let mut from = String::new();
+    if let Some(source) = &spec.source {
+        // Resolved now, to the plugin's ids: the source is checked once, when the
+        // operator asks, and the operation carries what it was checked against.
+        let wire = super::snapshots::content_source(ctx, &spec.plugin, source)?;
+        payload["source"] = serde_json::to_value(&wire)?;
+        from = match source {
+            api::ContentSource::Snapshot(s) => format!(" from snapshot `{s}`"),
+            api::ContentSource::Volume(v) => format!(" as a clone of volume `{v}`"),
+        };
+    }
     let row = VolumeRow {
         name: name.to_owned(),
         plugin: spec.plugin.clone(),
@@ -198,7 +210,6 @@ pub fn create_volume(
         modify_index: ctx.index(),
     };
     insert_volume(ctx, &row)?;
-    let payload = serde_json::json!({ "capacity_bytes": spec.capacity_bytes });
     ctx.queue_op(
         OpKind::Create,
         &spec.plugin,
@@ -213,7 +224,7 @@ pub fn create_volume(
         None,
         None,
         actor,
-        format!("CreateVolume requested from plugin {}", spec.plugin),
+        format!("CreateVolume requested from plugin {}{from}", spec.plugin),
     )?;
     schedule_ops(ctx, &spec.plugin, limits)?;
     Ok((volume_view(ctx, name)?, true))

@@ -67,6 +67,7 @@ async fn create_publish_unpublish_delete_through_the_hosted_controller() {
                 capacity_bytes: 1 << 20,
                 parameters: BTreeMap::new(),
                 secrets: BTreeMap::new(),
+                source: None,
             },
         )
     };
@@ -196,6 +197,7 @@ async fn controller_calls_per_plugin_stay_within_the_limit() {
                     capacity_bytes: 0,
                     parameters: BTreeMap::new(),
                     secrets: BTreeMap::new(),
+                    source: None,
                 },
             )
         })

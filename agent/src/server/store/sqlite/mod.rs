@@ -4,6 +4,7 @@
 //! preparing them each time would cost more than running them.
 
 mod rows;
+mod snapshots;
 
 use std::collections::BTreeMap;
 
@@ -207,6 +208,21 @@ impl Snapshot for Connection {
             [now],
         )
     }
+
+    fn snapshot(&self, name: &str) -> ApiResult<Option<crate::server::model::SnapshotRow>> {
+        snapshots::snapshot(self, name)
+    }
+
+    fn snapshots(&self, volume: Option<&str>) -> ApiResult<Vec<crate::server::model::SnapshotRow>> {
+        snapshots::snapshots(self, volume)
+    }
+
+    fn controller_capabilities(
+        &self,
+        plugin: &str,
+    ) -> ApiResult<Option<api::ControllerCapabilities>> {
+        snapshots::controller_capabilities(self, plugin)
+    }
 }
 
 /// Reads inside a write see the transaction's own changes: they go to its connection.
@@ -241,6 +257,9 @@ reads_through_the_transaction! {
     assigned_ops(plugin: &str) -> Vec<OpSlot>;
     due_ops(plugin: &str, now: i64) -> Vec<OpSlot>;
     plugins_with_due_ops(now: i64) -> Vec<String>;
+    snapshot(name: &str) -> Option<crate::server::model::SnapshotRow>;
+    snapshots(volume: Option<&str>) -> Vec<crate::server::model::SnapshotRow>;
+    controller_capabilities(plugin: &str) -> Option<api::ControllerCapabilities>;
 }
 
 impl Txn for WriteCtx<'_> {
@@ -776,6 +795,24 @@ impl Txn for WriteCtx<'_> {
             self.tx,
             "DELETE FROM ops WHERE volume = ?1 AND kind = ?2 AND node = ?3",
             params![volume, kind.as_str(), node],
+        )?;
+        Ok(())
+    }
+
+    fn put_snapshot(&mut self, s: &crate::server::model::SnapshotRow) -> ApiResult<()> {
+        snapshots::put(self.tx, s, self.index, self.now)
+    }
+
+    fn delete_snapshot(&mut self, name: &str) -> ApiResult<()> {
+        exec(self.tx, "DELETE FROM snapshots WHERE name = ?1", [name])?;
+        Ok(())
+    }
+
+    fn delete_key_op(&mut self, kind: OpKind, key: &str) -> ApiResult<()> {
+        exec(
+            self.tx,
+            "DELETE FROM ops WHERE volume = ?1 AND kind = ?2 AND node IS NULL",
+            params![key, kind.as_str()],
         )?;
         Ok(())
     }
