@@ -114,10 +114,7 @@ pub fn may_create_from_snapshot(
                 "snapshot `{}` belongs to plugin `{}`, not `{plugin}`",
                 snapshot.name, snapshot.plugin
             ),
-            format!(
-                "create the volume with `plugin = \"{}\"`",
-                snapshot.plugin
-            ),
+            format!("create the volume with `plugin = \"{}\"`", snapshot.plugin),
             false,
         ));
     }
@@ -125,7 +122,10 @@ pub fn may_create_from_snapshot(
         SnapshotState::Ready => Ok(()),
         SnapshotState::Creating | SnapshotState::Pending => Err(refuse(
             format!("snapshot `{}` is not ready to use yet", snapshot.name),
-            format!("wait for it: `csivol snapshot create` with `--wait`, or `csivol snapshot show {}`", snapshot.name),
+            format!(
+                "wait for it: `csivol snapshot create` with `--wait`, or `csivol snapshot show {}`",
+                snapshot.name
+            ),
             true,
         )),
         SnapshotState::Deleting | SnapshotState::Failed => Err(refuse(
@@ -229,13 +229,25 @@ mod tests {
                 vol("p", "id", true),
                 "no agent hosts the controller of plugin `p` (transient: false)",
             ),
-            (Some(ALL), vol("p", "", true), "volume `v` is not ready (transient: true)"),
-            (Some(ALL), vol("p", "id", false), "volume `v` is not ready (transient: true)"),
+            (
+                Some(ALL),
+                vol("p", "", true),
+                "volume `v` is not ready (transient: true)",
+            ),
+            (
+                Some(ALL),
+                vol("p", "id", false),
+                "volume `v` is not ready (transient: true)",
+            ),
             // Cloning is not snapshotting: a plugin without CLONE_VOLUME still snapshots.
             (Some(NO_CLONE), vol("p", "id", true), "ok"),
         ];
         for (caps, v, want) in cases {
-            assert_eq!(outcome(may_snapshot(caps.as_ref(), v)), *want, "{caps:?} {v:?}");
+            assert_eq!(
+                outcome(may_snapshot(caps.as_ref(), v)),
+                *want,
+                "{caps:?} {v:?}"
+            );
         }
     }
 
@@ -275,8 +287,16 @@ mod tests {
                 snap("p", S::Pending),
                 "snapshot `s` is not ready to use yet (transient: true)",
             ),
-            (Some(ALL), snap("p", S::Deleting), "snapshot `s` is deleting (transient: false)"),
-            (Some(ALL), snap("p", S::Failed), "snapshot `s` is failed (transient: false)"),
+            (
+                Some(ALL),
+                snap("p", S::Deleting),
+                "snapshot `s` is deleting (transient: false)",
+            ),
+            (
+                Some(ALL),
+                snap("p", S::Failed),
+                "snapshot `s` is failed (transient: false)",
+            ),
         ];
         for (caps, s, want) in cases {
             assert_eq!(
@@ -302,10 +322,18 @@ mod tests {
                 vol("q", "id", true),
                 "volume `v` belongs to plugin `q`, not `p` (transient: false)",
             ),
-            (Some(ALL), vol("p", "", false), "volume `v` is not ready (transient: true)"),
+            (
+                Some(ALL),
+                vol("p", "", false),
+                "volume `v` is not ready (transient: true)",
+            ),
         ];
         for (caps, v, want) in cases {
-            assert_eq!(outcome(may_clone("p", caps.as_ref(), v)), *want, "{caps:?} {v:?}");
+            assert_eq!(
+                outcome(may_clone("p", caps.as_ref(), v)),
+                *want,
+                "{caps:?} {v:?}"
+            );
         }
     }
 

@@ -149,7 +149,11 @@ async fn delete(ctx: &Ctx, args: SnapshotDeleteArgs) -> anyhow::Result<Exit> {
             s.plugin
         ));
         // It may be gone already: then there is nothing left to print.
-        if let Some(a) = ctx.client.watch::<Snapshot>(&path, 0, Default::default()).await? {
+        if let Some(a) = ctx
+            .client
+            .watch::<Snapshot>(&path, 0, Default::default())
+            .await?
+        {
             print(&ctx.out, &a.body)?;
         }
         return Ok(Exit::Ok);
@@ -197,11 +201,7 @@ fn describe(s: &Snapshot) -> String {
 }
 
 fn size(n: u64) -> String {
-    if n == 0 {
-        "-".to_owned()
-    } else {
-        bytes(n)
-    }
+    if n == 0 { "-".to_owned() } else { bytes(n) }
 }
 
 /// Prints a snapshot: JSON, or the detailed view.
@@ -224,7 +224,11 @@ fn print(out: &Out, s: &Snapshot) -> anyhow::Result<()> {
         rows.push(("cut at", when(t)));
     }
     if !s.parameters.is_empty() {
-        let p: Vec<_> = s.parameters.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let p: Vec<_> = s
+            .parameters
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
         rows.push(("parameters", p.join(", ")));
     }
     if let Some(e) = &s.error {

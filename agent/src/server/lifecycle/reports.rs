@@ -10,8 +10,8 @@ use csivol_api::{AttachmentState, ClaimState, PluginError, Report};
 
 use super::attachments::{advance_volume, begin_detach};
 use super::nodes::record_drift;
-use super::snapshots;
 use super::ops::{finish_delete, finish_unpublish, load_op, observe_op, op_failed, schedule_ops};
+use super::snapshots;
 use super::{Limits, delete_claim, event, format_error, list_or, set_claim_state, touch_volume};
 use crate::server::error::ApiResult;
 use crate::server::kinds::EventKind;

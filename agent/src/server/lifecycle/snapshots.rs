@@ -157,7 +157,9 @@ pub fn delete_snapshot(
             return Err(ApiError::conflict(format!(
                 "snapshot `{name}` is being created; wait for it to finish"
             ))
-            .with_hint(format!("`csivol snapshot show {name}` shows where it stands")));
+            .with_hint(format!(
+                "`csivol snapshot show {name}` shows where it stands"
+            )));
         }
         SnapshotState::Failed if s.snapshot_id.is_empty() => {
             ctx.delete_snapshot(name)?;
@@ -315,7 +317,11 @@ pub(super) fn snapshot_op_failed(
         return snapshot_deleted(ctx, o, actor);
     }
     let message = format!("{} failed: {}", o.kind.call(), format_error(error));
-    let Some(mut s) = snapshot_of_op(o).map(|n| ctx.snapshot(n)).transpose()?.flatten() else {
+    let Some(mut s) = snapshot_of_op(o)
+        .map(|n| ctx.snapshot(n))
+        .transpose()?
+        .flatten()
+    else {
         return ctx.delete_op(o.id);
     };
     if ErrorClass::of_name(&error.code) == ErrorClass::Retry {
@@ -348,7 +354,11 @@ pub(super) fn snapshot_op_failed(
 
 /// No controller host for a snapshot's operation: say why on the snapshot.
 pub(super) fn snapshot_op_waiting(ctx: &mut impl Txn, o: &OpRow, why: &str) -> ApiResult<()> {
-    let Some(mut s) = snapshot_of_op(o).map(|n| ctx.snapshot(n)).transpose()?.flatten() else {
+    let Some(mut s) = snapshot_of_op(o)
+        .map(|n| ctx.snapshot(n))
+        .transpose()?
+        .flatten()
+    else {
         return Ok(());
     };
     s.error = Some(why.to_owned());
@@ -363,7 +373,11 @@ pub(super) fn snapshot_op_kind(
     conn: &(impl Snapshot + ?Sized),
     o: &OpRow,
 ) -> ApiResult<Option<ControllerOpKind>> {
-    let Some(s) = snapshot_of_op(o).map(|n| conn.snapshot(n)).transpose()?.flatten() else {
+    let Some(s) = snapshot_of_op(o)
+        .map(|n| conn.snapshot(n))
+        .transpose()?
+        .flatten()
+    else {
         return Ok(None);
     };
     // The source volume's secrets are the plugin's for its snapshots too; a snapshot

@@ -9,6 +9,7 @@ mod nodes;
 mod operator;
 mod ops;
 mod reports;
+mod snapshots;
 mod volumes;
 
 use std::path::PathBuf;

@@ -40,9 +40,8 @@ pub fn snapshot(conn: &Connection, name: &str) -> ApiResult<Option<SnapshotRow>>
 }
 
 pub fn snapshots(conn: &Connection, volume: Option<&str>) -> ApiResult<Vec<SnapshotRow>> {
-    let sql = format!(
-        "SELECT {COLUMNS} FROM snapshots WHERE (?1 IS NULL OR volume = ?1) ORDER BY name"
-    );
+    let sql =
+        format!("SELECT {COLUMNS} FROM snapshots WHERE (?1 IS NULL OR volume = ?1) ORDER BY name");
     let mut stmt = conn.prepare_cached(&sql)?;
     let rows = stmt
         .query_map([volume], from_row)?
