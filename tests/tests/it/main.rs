@@ -9,3 +9,4 @@ mod e2e;
 mod fence;
 mod network;
 mod security;
+mod snapshots;
