@@ -124,6 +124,14 @@ fn data_written_before_a_snapshot_is_in_the_volume_created_from_it_and_in_a_clon
     );
 
     // List (all, by volume, table), show.
+    let p = c
+        .csivol(&["plugin", "show", PLUGIN, "-o", "json"])
+        .ok()
+        .json();
+    assert_eq!(
+        (&p["snapshots"], &p["clone_volume"]),
+        (&Value::Bool(true), &Value::Bool(true))
+    );
     let all = snapshots(&c, &[]);
     assert_eq!(all.len(), 1);
     assert_eq!(all[0]["name"], "snap-1");
@@ -225,6 +233,14 @@ fn plugins_without_snapshots_or_clones_refuse_at_once_with_a_hint() {
     let c = Cluster::start("no-snapshots", "30s", vec![opts]);
     assert_eq!(create(&c, "src", &[]).ok().json()["state"], "free");
 
+    let p = c
+        .csivol(&["plugin", "show", PLUGIN, "-o", "json"])
+        .ok()
+        .json();
+    assert_eq!(
+        (&p["snapshots"], &p["clone_volume"]),
+        (&Value::Bool(false), &Value::Bool(false))
+    );
     let snap = c.csivol(&["snapshot", "create", "src", "--name", "s1"]);
     assert_eq!(snap.code, 2, "{snap:?}");
     assert!(snap.stderr.contains("CREATE_DELETE_SNAPSHOT"), "{snap:?}");
