@@ -197,6 +197,27 @@ pub fn delete_snapshot(
     Ok(Some(snapshot_view(ctx, name)?))
 }
 
+/// Refuses to deregister or delete a volume while a snapshot of it is being cut: its
+/// CreateSnapshot needs the volume (and is repeated until the snapshot is ready to use).
+pub(super) fn no_snapshot_in_progress(ctx: &impl Txn, volume: &str) -> ApiResult<()> {
+    let cutting: Vec<_> = ctx
+        .snapshots(Some(volume))?
+        .into_iter()
+        .filter(|s| matches!(s.state, SnapshotState::Creating | SnapshotState::Pending))
+        .map(|s| s.name)
+        .collect();
+    if cutting.is_empty() {
+        return Ok(());
+    }
+    Err(ApiError::conflict(format!(
+        "volume `{volume}` has snapshots being created: {}",
+        cutting.join(", ")
+    ))
+    .with_hint(format!(
+        "wait until they are ready (`csivol snapshot list --volume {volume}`), or delete them"
+    )))
+}
+
 /// The plugin's ids for a new volume's content source, if the plugin can create it so.
 pub(super) fn content_source(
     ctx: &impl Txn,

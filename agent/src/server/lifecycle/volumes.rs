@@ -262,6 +262,7 @@ pub fn deregister_volume(
         ))
         .with_hint("wait for the detach to finish; `csivol status` shows where it stands"));
     }
+    super::snapshots::no_snapshot_in_progress(ctx, name)?;
     match v.lifecycle {
         Lifecycle::Creating | Lifecycle::Deleting => {
             return Err(ApiError::conflict(format!(

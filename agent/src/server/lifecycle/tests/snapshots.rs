@@ -112,6 +112,18 @@ async fn a_snapshot_is_created_polled_until_ready_used_and_deleted() {
     assert_eq!(s.snapshot_id, "snap-9");
     assert_eq!(env.ops().await, ["create-snapshot snapshot/s1 - - 1"]);
 
+    // Its volume stays while the snapshot is being cut.
+    let e = env
+        .write(|ctx, l| super::super::deregister_volume(ctx, "v", true, "op", l))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code.as_str(), "conflict");
+    assert!(
+        e.message.contains("snapshots being created: s1"),
+        "{}",
+        e.message
+    );
+
     // A volume cannot start from a snapshot that is not ready to use.
     let e = env
         .write(|ctx, l| {
