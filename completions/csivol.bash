@@ -2895,7 +2895,7 @@ _csivol_with_names() {
     if [[ -z "$kind" && "$cur" != -* ]]; then
         local IFS=' '
         case "${COMP_WORDS[*]:1:COMP_CWORD-1}" in
-            'claim'|'claim renew'|'release'|'status'|'unblock'|'detach'|'volume show'|'volume deregister') kind=volumes ;;
+            'claim'|'claim renew'|'release'|'status'|'unblock'|'detach'|'volume show'|'volume deregister'|'snapshot create') kind=volumes ;;
             'fence'|'node show'|'node drain'|'node eligibility'|'node remove') kind=nodes ;;
         esac
     fi

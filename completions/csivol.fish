@@ -630,7 +630,7 @@ function __csivol_names_kind
     end
     string match -q -- '-*' (commandline -ct); and return 1
     switch "$words"
-        case 'claim' 'claim renew' 'release' 'status' 'unblock' 'detach' 'volume show' 'volume deregister'
+        case 'claim' 'claim renew' 'release' 'status' 'unblock' 'detach' 'volume show' 'volume deregister' 'snapshot create'
             echo volumes
         case 'fence' 'node show' 'node drain' 'node eligibility' 'node remove'
             echo nodes

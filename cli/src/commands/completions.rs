@@ -73,6 +73,7 @@ pub const NAME_ARGUMENTS: &[(&str, Names)] = &[
     ("fence", Names::Nodes),
     ("volume show", Names::Volumes),
     ("volume deregister", Names::Volumes),
+    ("snapshot create", Names::Volumes),
     ("node show", Names::Nodes),
     ("node drain", Names::Nodes),
     ("node eligibility", Names::Nodes),
