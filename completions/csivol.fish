@@ -35,6 +35,7 @@ complete -c csivol -n "__fish_csivol_needs_command" -s q -l quiet -d 'Print only
 complete -c csivol -n "__fish_csivol_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_needs_command" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_needs_command" -f -a "volume" -d 'Register, create, list, show and deregister volumes'
+complete -c csivol -n "__fish_csivol_needs_command" -f -a "snapshot" -d 'Snapshot volumes; list, show and delete snapshots'
 complete -c csivol -n "__fish_csivol_needs_command" -f -a "claim" -d 'Claim a volume for an alloc on a node; renew a claim\'s lease; list claims'
 complete -c csivol -n "__fish_csivol_needs_command" -f -a "run" -d 'Claim volumes, run a command with them mounted, release them: a CI job in one line'
 complete -c csivol -n "__fish_csivol_needs_command" -f -a "release" -d 'Release an alloc\'s claim on a volume'
@@ -76,6 +77,8 @@ complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_su
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from register" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from register" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from register" -s V -l version -d 'Print version'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from create" -l from-snapshot -d 'Start with the data of this snapshot (CreateVolume\'s volume_content_source)' -r
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from create" -l from-volume -d 'Start with a copy of this volume\'s data: a clone (CreateVolume\'s volume_content_source)' -r
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from create" -l timeout -d 'How long --wait waits before giving up with exit code 5' -r
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from create" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from create" -l ca-cert -d 'CA certificate (PEM) the server\'s certificate must chain to [env: CSIVOL_CACERT, then $XDG_CONFIG_HOME/csivol/ca.pem, then the system\'s roots]' -r -F
@@ -150,6 +153,74 @@ complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_su
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from help" -f -a "deregister" -d 'Forget a volume (its storage is kept), or with --delete destroy it'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from help" -f -a "expand" -d 'Grow a volume through its plugin (ControllerExpandVolume, then NodeExpandVolume)'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and not __fish_seen_subcommand_from create list show delete help" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and not __fish_seen_subcommand_from create list show delete help" -l ca-cert -d 'CA certificate (PEM) the server\'s certificate must chain to [env: CSIVOL_CACERT, then $XDG_CONFIG_HOME/csivol/ca.pem, then the system\'s roots]' -r -F
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and not __fish_seen_subcommand_from create list show delete help" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and not __fish_seen_subcommand_from create list show delete help" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
+wide\t'A table with nothing cut and times in full'
+json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and not __fish_seen_subcommand_from create list show delete help" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and not __fish_seen_subcommand_from create list show delete help" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and not __fish_seen_subcommand_from create list show delete help" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and not __fish_seen_subcommand_from create list show delete help" -s V -l version -d 'Print version'
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and not __fish_seen_subcommand_from create list show delete help" -f -a "create" -d 'Snapshot a volume through its plugin\'s controller (CreateSnapshot)'
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and not __fish_seen_subcommand_from create list show delete help" -f -a "list" -d 'List snapshots, or those of one volume'
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and not __fish_seen_subcommand_from create list show delete help" -f -a "show" -d 'Show a snapshot'
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and not __fish_seen_subcommand_from create list show delete help" -f -a "delete" -d 'Delete a snapshot through its plugin\'s controller (DeleteSnapshot)'
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and not __fish_seen_subcommand_from create list show delete help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from create" -l name -d 'The snapshot\'s name' -r
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from create" -l parameter -d 'A CreateSnapshot parameter for the plugin, KEY=VALUE (repeatable)' -r
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from create" -l timeout -d 'How long --wait waits before giving up with exit code 5' -r
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from create" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from create" -l ca-cert -d 'CA certificate (PEM) the server\'s certificate must chain to [env: CSIVOL_CACERT, then $XDG_CONFIG_HOME/csivol/ca.pem, then the system\'s roots]' -r -F
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from create" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from create" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
+wide\t'A table with nothing cut and times in full'
+json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from create" -l wait -d 'Wait until it is done, showing progress on a terminal'
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from create" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from create" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from create" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from create" -s V -l version -d 'Print version'
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from list" -l volume -d 'Only snapshots of this volume' -r
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from list" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from list" -l ca-cert -d 'CA certificate (PEM) the server\'s certificate must chain to [env: CSIVOL_CACERT, then $XDG_CONFIG_HOME/csivol/ca.pem, then the system\'s roots]' -r -F
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from list" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from list" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
+wide\t'A table with nothing cut and times in full'
+json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from list" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from list" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from list" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from list" -s V -l version -d 'Print version'
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from show" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from show" -l ca-cert -d 'CA certificate (PEM) the server\'s certificate must chain to [env: CSIVOL_CACERT, then $XDG_CONFIG_HOME/csivol/ca.pem, then the system\'s roots]' -r -F
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from show" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from show" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
+wide\t'A table with nothing cut and times in full'
+json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from show" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from show" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from show" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from show" -s V -l version -d 'Print version'
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from delete" -l timeout -d 'How long --wait waits before giving up with exit code 5' -r
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from delete" -l addr -d 'Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from delete" -l ca-cert -d 'CA certificate (PEM) the server\'s certificate must chain to [env: CSIVOL_CACERT, then $XDG_CONFIG_HOME/csivol/ca.pem, then the system\'s roots]' -r -F
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from delete" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from delete" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
+wide\t'A table with nothing cut and times in full'
+json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from delete" -s y -l yes -d 'Do it without asking'
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from delete" -l wait -d 'Wait until it is done, showing progress on a terminal'
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from delete" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from delete" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from delete" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from delete" -s V -l version -d 'Print version'
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from help" -f -a "create" -d 'Snapshot a volume through its plugin\'s controller (CreateSnapshot)'
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from help" -f -a "list" -d 'List snapshots, or those of one volume'
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from help" -f -a "show" -d 'Show a snapshot'
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from help" -f -a "delete" -d 'Delete a snapshot through its plugin\'s controller (DeleteSnapshot)'
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen_subcommand_from renew list help" -l node -d 'The node the alloc runs on' -r
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen_subcommand_from renew list help" -l alloc -d 'The alloc (workload) claiming the volume; claiming again with the same alloc is a no-op' -r
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen_subcommand_from renew list help" -l ttl -d 'A lease: the server releases the claim unless it is renewed within this long (`csivol claim renew`)' -r
@@ -520,27 +591,32 @@ complete -c csivol -n "__fish_csivol_using_subcommand __complete" -l no-color -d
 complete -c csivol -n "__fish_csivol_using_subcommand __complete" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand __complete" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand __complete" -s V -l version -d 'Print version'
-complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim run release status unblock fence detach node plugin events token completions __complete help" -f -a "volume" -d 'Register, create, list, show and deregister volumes'
-complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim run release status unblock fence detach node plugin events token completions __complete help" -f -a "claim" -d 'Claim a volume for an alloc on a node; renew a claim\'s lease; list claims'
-complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim run release status unblock fence detach node plugin events token completions __complete help" -f -a "run" -d 'Claim volumes, run a command with them mounted, release them: a CI job in one line'
-complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim run release status unblock fence detach node plugin events token completions __complete help" -f -a "release" -d 'Release an alloc\'s claim on a volume'
-complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim run release status unblock fence detach node plugin events token completions __complete help" -f -a "status" -d 'Show the cluster at a glance, one volume in detail, or the blocked volumes'
-complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim run release status unblock fence detach node plugin events token completions __complete help" -f -a "unblock" -d 'Free volumes held by a lost node: force-release its claims and force-detach'
-complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim run release status unblock fence detach node plugin events token completions __complete help" -f -a "fence" -d 'Power a lost node off through its fence method, then unblock its volumes with the proof'
-complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim run release status unblock fence detach node plugin events token completions __complete help" -f -a "detach" -d 'Take a volume off a node: release every claim it has there'
-complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim run release status unblock fence detach node plugin events token completions __complete help" -f -a "node" -d 'List nodes, or show one'
-complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim run release status unblock fence detach node plugin events token completions __complete help" -f -a "plugin" -d 'List plugins, or show one'
-complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim run release status unblock fence detach node plugin events token completions __complete help" -f -a "events" -d 'Show the audit trail, or follow it'
-complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim run release status unblock fence detach node plugin events token completions __complete help" -f -a "token" -d 'Create, list and revoke API tokens'
-complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim run release status unblock fence detach node plugin events token completions __complete help" -f -a "completions" -d 'Print a shell completion script'
-complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim run release status unblock fence detach node plugin events token completions __complete help" -f -a "__complete" -d 'Names for shell completion, one per line (used by the bash completion script)'
-complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume claim run release status unblock fence detach node plugin events token completions __complete help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume snapshot claim run release status unblock fence detach node plugin events token completions __complete help" -f -a "volume" -d 'Register, create, list, show and deregister volumes'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume snapshot claim run release status unblock fence detach node plugin events token completions __complete help" -f -a "snapshot" -d 'Snapshot volumes; list, show and delete snapshots'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume snapshot claim run release status unblock fence detach node plugin events token completions __complete help" -f -a "claim" -d 'Claim a volume for an alloc on a node; renew a claim\'s lease; list claims'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume snapshot claim run release status unblock fence detach node plugin events token completions __complete help" -f -a "run" -d 'Claim volumes, run a command with them mounted, release them: a CI job in one line'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume snapshot claim run release status unblock fence detach node plugin events token completions __complete help" -f -a "release" -d 'Release an alloc\'s claim on a volume'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume snapshot claim run release status unblock fence detach node plugin events token completions __complete help" -f -a "status" -d 'Show the cluster at a glance, one volume in detail, or the blocked volumes'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume snapshot claim run release status unblock fence detach node plugin events token completions __complete help" -f -a "unblock" -d 'Free volumes held by a lost node: force-release its claims and force-detach'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume snapshot claim run release status unblock fence detach node plugin events token completions __complete help" -f -a "fence" -d 'Power a lost node off through its fence method, then unblock its volumes with the proof'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume snapshot claim run release status unblock fence detach node plugin events token completions __complete help" -f -a "detach" -d 'Take a volume off a node: release every claim it has there'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume snapshot claim run release status unblock fence detach node plugin events token completions __complete help" -f -a "node" -d 'List nodes, or show one'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume snapshot claim run release status unblock fence detach node plugin events token completions __complete help" -f -a "plugin" -d 'List plugins, or show one'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume snapshot claim run release status unblock fence detach node plugin events token completions __complete help" -f -a "events" -d 'Show the audit trail, or follow it'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume snapshot claim run release status unblock fence detach node plugin events token completions __complete help" -f -a "token" -d 'Create, list and revoke API tokens'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume snapshot claim run release status unblock fence detach node plugin events token completions __complete help" -f -a "completions" -d 'Print a shell completion script'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume snapshot claim run release status unblock fence detach node plugin events token completions __complete help" -f -a "__complete" -d 'Names for shell completion, one per line (used by the bash completion script)'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume snapshot claim run release status unblock fence detach node plugin events token completions __complete help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from volume" -f -a "register" -d 'Register an existing volume from a TOML or JSON spec'
 complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from volume" -f -a "create" -d 'Create a volume through its plugin\'s controller (CreateVolume), then register it'
 complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from volume" -f -a "list" -d 'List volumes'
 complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from volume" -f -a "show" -d 'Show a volume with its claims and attachments'
 complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from volume" -f -a "deregister" -d 'Forget a volume (its storage is kept), or with --delete destroy it'
 complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from volume" -f -a "expand" -d 'Grow a volume through its plugin (ControllerExpandVolume, then NodeExpandVolume)'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from snapshot" -f -a "create" -d 'Snapshot a volume through its plugin\'s controller (CreateSnapshot)'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from snapshot" -f -a "list" -d 'List snapshots, or those of one volume'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from snapshot" -f -a "show" -d 'Show a snapshot'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from snapshot" -f -a "delete" -d 'Delete a snapshot through its plugin\'s controller (DeleteSnapshot)'
 complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from claim" -f -a "renew" -d 'Extend a claim\'s lease from now'
 complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from claim" -f -a "list" -d 'List claims across volumes, oldest first'
 complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from node" -f -a "list" -d 'List nodes with their status, heartbeat and plugins'
@@ -570,7 +646,7 @@ function __csivol_names_kind
     end
     string match -q -- '-*' (commandline -ct); and return 1
     switch "$words"
-        case 'claim' 'claim renew' 'release' 'status' 'unblock' 'detach' 'volume show' 'volume deregister' 'volume expand'
+        case 'claim' 'claim renew' 'release' 'status' 'unblock' 'detach' 'volume show' 'volume deregister' 'volume expand' 'snapshot create'
             echo volumes
         case 'fence' 'node show' 'node drain' 'node eligibility' 'node remove'
             echo nodes

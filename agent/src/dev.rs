@@ -597,6 +597,7 @@ impl DevClient {
             parameters: Default::default(),
             secrets: Default::default(),
             topology_request: None,
+            source: None,
         };
         let path = format!("/v1/volumes/{name}");
         let exists = (self.0)

@@ -651,6 +651,8 @@ pub fn plugin(out: &Out, p: &Plugin) -> anyhow::Result<()> {
             ),
             ("controller publish", yes(p.controller_publish)),
             ("stage/unstage", yes(p.stage_unstage)),
+            ("snapshots", yes(p.snapshots)),
+            ("clone volume", yes(p.clone_volume)),
             ("volumes", p.volumes.to_string()),
         ],
     )?;

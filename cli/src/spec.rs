@@ -153,6 +153,7 @@ pub fn read_create(path: &Path) -> anyhow::Result<(String, CreateVolumeSpec)> {
         parameters: f.parameters,
         secrets: secrets(f.secrets),
         topology_request: f.topology_request,
+        source: None,
     };
     Ok((f.name, spec))
 }

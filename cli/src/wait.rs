@@ -26,7 +26,7 @@ impl Deadline {
         }
     }
 
-    fn left(&self) -> Duration {
+    pub fn left(&self) -> Duration {
         self.at.saturating_duration_since(Instant::now())
     }
 }

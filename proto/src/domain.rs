@@ -181,6 +181,9 @@ impl From<&csi::ControllerGetCapabilitiesResponse> for ControllerCapabilities {
                 Ok(R::PublishReadonly) => caps.publish_readonly = true,
                 Ok(R::SingleNodeMultiWriter) => caps.single_node_multi_writer = true,
                 Ok(R::ExpandVolume) => caps.expand_volume = true,
+                Ok(R::CreateDeleteSnapshot) => caps.create_delete_snapshot = true,
+                Ok(R::ListSnapshots) => caps.list_snapshots = true,
+                Ok(R::CloneVolume) => caps.clone_volume = true,
                 _ => {}
             }
         }
@@ -203,6 +206,9 @@ impl From<ControllerCapabilities> for csi::ControllerGetCapabilitiesResponse {
             (caps.volume_condition, R::VolumeCondition),
             (caps.single_node_multi_writer, R::SingleNodeMultiWriter),
             (caps.expand_volume, R::ExpandVolume),
+            (caps.create_delete_snapshot, R::CreateDeleteSnapshot),
+            (caps.list_snapshots, R::ListSnapshots),
+            (caps.clone_volume, R::CloneVolume),
         ];
         let capabilities = flags
             .into_iter()
@@ -332,6 +338,32 @@ const CODE_NAMES: [(tonic::Code, &str); 17] = [
     (tonic::Code::Unauthenticated, "UNAUTHENTICATED"),
 ];
 
+impl From<&csivol_api::WireContentSource> for csi::VolumeContentSource {
+    fn from(source: &csivol_api::WireContentSource) -> Self {
+        use csi::volume_content_source::{SnapshotSource, Type, VolumeSource};
+        use csivol_api::WireContentSource as W;
+        let t = match source {
+            W::SnapshotId(id) => Type::Snapshot(SnapshotSource {
+                snapshot_id: id.clone(),
+            }),
+            W::VolumeId(id) => Type::Volume(VolumeSource {
+                volume_id: id.clone(),
+            }),
+        };
+        Self { r#type: Some(t) }
+    }
+}
+
+/// A CSI timestamp as unix milliseconds (`None` when absent or before 1970).
+pub fn timestamp_ms(t: Option<&prost_types::Timestamp>) -> Option<u64> {
+    let t = t?;
+    let ms = t
+        .seconds
+        .checked_mul(1000)?
+        .checked_add(i64::from(t.nanos) / 1_000_000)?;
+    u64::try_from(ms).ok()
+}
+
 /// The canonical name of a gRPC status code (`UNAVAILABLE`).
 pub fn code_name(code: tonic::Code) -> &'static str {
     CODE_NAMES
@@ -419,12 +451,32 @@ mod tests {
     }
 
     #[test]
+    fn content_sources_and_timestamps_convert() {
+        let s = csi::VolumeContentSource::from(&csivol_api::WireContentSource::SnapshotId(
+            "snap-1".into(),
+        ));
+        assert!(matches!(
+            s.r#type,
+            Some(csi::volume_content_source::Type::Snapshot(ref x)) if x.snapshot_id == "snap-1"
+        ));
+        let t = prost_types::Timestamp {
+            seconds: 2,
+            nanos: 5_000_000,
+        };
+        assert_eq!(timestamp_ms(Some(&t)), Some(2005));
+        assert_eq!(timestamp_ms(None), None);
+    }
+
+    #[test]
     fn capabilities_round_trip() {
         let c = ControllerCapabilities {
             create_delete_volume: true,
             publish_unpublish_volume: true,
             publish_readonly: true,
             expand_volume: true,
+            create_delete_snapshot: true,
+            list_snapshots: true,
+            clone_volume: true,
             ..Default::default()
         };
         assert_eq!(ControllerCapabilities::from(&c.into()), c);

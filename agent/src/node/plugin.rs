@@ -16,7 +16,7 @@ use csivol_api::{
 };
 use csivol_csi::CsiEndpoint;
 use csivol_csi::csi::v1 as csi;
-use csivol_csi::domain::{code_name, error_class};
+use csivol_csi::domain::{code_name, error_class, timestamp_ms};
 use csivol_csi::endpoint::with_deadline;
 use tokio::sync::Semaphore;
 use tonic::Code;
@@ -565,6 +565,7 @@ impl ControllerPlugin {
                 parameters,
                 secrets,
                 topology_request,
+                source,
             } => {
                 let req = csi::CreateVolumeRequest {
                     name: volume.clone(),
@@ -578,6 +579,7 @@ impl ControllerPlugin {
                     accessibility_requirements: topology_request
                         .as_ref()
                         .map(csi::TopologyRequirement::from),
+                    volume_content_source: source.as_ref().map(csi::VolumeContentSource::from),
                     ..Default::default()
                 };
                 let r = client
@@ -649,6 +651,56 @@ impl ControllerPlugin {
                     capacity_bytes: u64::try_from(r.capacity_bytes).unwrap_or(0),
                     node_expansion_required: r.node_expansion_required,
                 }
+            }
+            ControllerOpKind::CreateSnapshot {
+                snapshot,
+                source_volume_id,
+                parameters,
+                secrets,
+            } => {
+                let req = csi::CreateSnapshotRequest {
+                    source_volume_id: source_volume_id.clone(),
+                    name: snapshot.clone(),
+                    secrets: wire_map(secrets),
+                    parameters: wire_map(parameters),
+                };
+                let r = client
+                    .create_snapshot(with_deadline(req, self.timeout))
+                    .await
+                    .map_err(|s| CallError::new("CreateSnapshot", s))?;
+                let s = r.into_inner().snapshot.ok_or_else(|| {
+                    CallError::invalid_response("CreateSnapshot", "`snapshot` is missing")
+                })?;
+                if s.snapshot_id.is_empty() {
+                    return Err(CallError::invalid_response(
+                        "CreateSnapshot",
+                        "`snapshot.snapshot_id` is empty",
+                    ));
+                }
+                Report::SnapshotCreated {
+                    op: id,
+                    attempt,
+                    snapshot_id: s.snapshot_id,
+                    // The spec: 0 means the size is unknown.
+                    size_bytes: u64::try_from(s.size_bytes).unwrap_or(0),
+                    ready_to_use: s.ready_to_use,
+                    creation_time_ms: timestamp_ms(s.creation_time.as_ref()),
+                }
+            }
+            ControllerOpKind::DeleteSnapshot {
+                snapshot_id,
+                secrets,
+                ..
+            } => {
+                let req = csi::DeleteSnapshotRequest {
+                    snapshot_id: snapshot_id.clone(),
+                    secrets: wire_map(secrets),
+                };
+                client
+                    .delete_snapshot(with_deadline(req, self.timeout))
+                    .await
+                    .map_err(|s| CallError::new("DeleteSnapshot", s))?;
+                Report::SnapshotDeleted { op: id, attempt }
             }
         })
     }

@@ -95,6 +95,11 @@ string_enum! {
         AttachmentMissing = "attachment-missing",
         VolumeAbnormal = "volume-abnormal",
         FindingResolved = "finding-resolved",
+        SnapshotCreating = "snapshot-creating",
+        SnapshotPending = "snapshot-pending",
+        SnapshotReady = "snapshot-ready",
+        SnapshotDeleting = "snapshot-deleting",
+        SnapshotDeleted = "snapshot-deleted",
     }
 }
 
@@ -106,6 +111,8 @@ string_enum! {
         Create = "create",
         Delete = "delete",
         Expand = "expand",
+        CreateSnapshot = "create-snapshot",
+        DeleteSnapshot = "delete-snapshot",
     }
 }
 
@@ -118,6 +125,8 @@ impl OpKind {
             Self::Create => "CreateVolume",
             Self::Delete => "DeleteVolume",
             Self::Expand => "ControllerExpandVolume",
+            Self::CreateSnapshot => "CreateSnapshot",
+            Self::DeleteSnapshot => "DeleteSnapshot",
         }
     }
 }
@@ -136,6 +145,7 @@ mod tests {
         }
         assert_eq!(EventKind::ClaimTakenDown.as_str(), "claim-taken-down");
         assert_eq!(OpKind::Unpublish.call(), "ControllerUnpublishVolume");
+        assert_eq!(OpKind::CreateSnapshot.as_str(), "create-snapshot");
         assert!("claim-teleported".parse::<EventKind>().is_err());
     }
 }

@@ -26,6 +26,7 @@ mod queue;
 mod reconcile;
 pub mod rules;
 mod secrets;
+mod snapshot_rules;
 mod store;
 mod transitions;
 mod views;

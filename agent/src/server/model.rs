@@ -292,3 +292,41 @@ pub struct OpRow {
     pub payload: String,
     pub created_at: i64,
 }
+
+/// A snapshot as stored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SnapshotRow {
+    pub name: String,
+    pub volume: String,
+    pub plugin: String,
+    pub snapshot_id: String,
+    pub state: api::SnapshotState,
+    pub ready_to_use: bool,
+    pub size_bytes: u64,
+    pub creation_time: Option<i64>,
+    pub parameters: BTreeMap<String, String>,
+    pub error: Option<String>,
+    pub created_at: i64,
+    pub updated_at: i64,
+    pub modify_index: u64,
+}
+
+impl SnapshotRow {
+    pub fn to_api(&self) -> api::Snapshot {
+        api::Snapshot {
+            name: self.name.clone(),
+            volume: self.volume.clone(),
+            plugin: self.plugin.clone(),
+            snapshot_id: self.snapshot_id.clone(),
+            state: self.state,
+            ready_to_use: self.ready_to_use,
+            size_bytes: self.size_bytes,
+            creation_time: self.creation_time.map(time),
+            parameters: self.parameters.clone(),
+            error: self.error.clone(),
+            created_at: time(self.created_at),
+            updated_at: time(self.updated_at),
+            index: self.modify_index,
+        }
+    }
+}

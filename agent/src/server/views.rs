@@ -160,9 +160,15 @@ pub fn list_plugins(conn: &Connection, only: Option<&str>) -> ApiResult<Vec<api:
             controllers_expected: 0,
             controller_publish: false,
             stage_unstage: false,
+            snapshots: false,
+            clone_volume: false,
             volumes: 0,
             nodes: Vec::new(),
         });
+        if let Some(c) = &reg.controller {
+            p.snapshots |= c.create_delete_snapshot;
+            p.clone_volume |= c.clone_volume;
+        }
         if node_service {
             p.nodes_expected += 1;
             p.nodes_healthy += u32::from(healthy);

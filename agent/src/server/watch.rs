@@ -16,6 +16,8 @@ pub enum Key {
     Volume(String),
     /// The event log.
     Events,
+    /// A snapshot.
+    Snapshot(String),
 }
 
 #[derive(Debug)]

@@ -15,12 +15,14 @@ use crate::failure::EXIT_CODES;
 mod claim;
 mod node;
 mod operator;
+mod snapshot;
 mod token;
 mod volume;
 
 pub use claim::*;
 pub use node::*;
 pub use operator::*;
+pub use snapshot::*;
 pub use token::*;
 pub use volume::*;
 
@@ -96,6 +98,10 @@ pub enum Command {
     /// Register, create, list, show and deregister volumes
     #[command(subcommand)]
     Volume(VolumeCommand),
+
+    /// Snapshot volumes; list, show and delete snapshots
+    #[command(subcommand)]
+    Snapshot(SnapshotCommand),
 
     /// Claim a volume for an alloc on a node; renew a claim's lease; list claims
     ///

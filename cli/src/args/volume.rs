@@ -24,7 +24,9 @@ pub enum VolumeCommand {
     /// `capacity_bytes`, `fs_type`, `mount_flags`, `parameters`, `secrets` and
     /// `topology_request` with `required` and `preferred` segments (e.g.
     /// `required = [{ zone = "a" }]`), passed to CreateVolume; the volume records the
-    /// topology the plugin returns.
+    /// topology the plugin returns. With --from-snapshot or --from-volume the new volume
+    /// starts with that snapshot's or volume's data (the plugin must report
+    /// CREATE_DELETE_SNAPSHOT or CLONE_VOLUME).
     Create(CreateArgs),
 
     /// List volumes
@@ -78,6 +80,15 @@ pub struct SpecArgs {
 pub struct CreateArgs {
     #[command(flatten)]
     pub spec: SpecArgs,
+
+    /// Start with the data of this snapshot (CreateVolume's volume_content_source)
+    #[arg(long, value_name = "SNAPSHOT", value_parser = super::snapshot::snapshot_name)]
+    pub from_snapshot: Option<String>,
+
+    /// Start with a copy of this volume's data: a clone (CreateVolume's
+    /// volume_content_source)
+    #[arg(long, value_name = "VOLUME", value_parser = volume_name, conflicts_with = "from_snapshot")]
+    pub from_volume: Option<String>,
     #[command(flatten)]
     pub wait: WaitArgs,
 }

@@ -10,6 +10,7 @@ mod node;
 mod plugin;
 mod release;
 mod run;
+mod snapshot;
 mod status;
 mod suggest;
 mod token;
@@ -34,6 +35,7 @@ pub async fn run(cli: Cli, out: Out) -> anyhow::Result<Exit> {
     };
     let result = match command {
         Command::Volume(cmd) => volume::run(&ctx, cmd).await,
+        Command::Snapshot(cmd) => snapshot::run(&ctx, cmd).await,
         Command::Claim(args) => claim::run(&ctx, args).await,
         Command::Release(args) => release::run(&ctx, args).await,
         Command::Run(args) => run::run(&ctx, args).await,

@@ -1,7 +1,7 @@
 //! `csivol volume register|create|list|show|deregister` (`expand` is in `expand.rs`).
 
 use anyhow::Context;
-use csivol_api::{Volume, VolumeState};
+use csivol_api::{ContentSource, Volume, VolumeState};
 use csivol_client::{Method, StatusCode};
 
 use crate::args::{CreateArgs, DeregisterArgs, SpecArgs, VolumeArg, VolumeCommand, VolumeListArgs};
@@ -42,7 +42,12 @@ async fn register(ctx: &Ctx, args: SpecArgs) -> anyhow::Result<Exit> {
 }
 
 async fn create(ctx: &Ctx, args: CreateArgs) -> anyhow::Result<Exit> {
-    let (name, spec) = spec::read_create(&args.spec.file)?;
+    let (name, mut spec) = spec::read_create(&args.spec.file)?;
+    spec.source = match (args.from_snapshot, args.from_volume) {
+        (Some(s), _) => Some(ContentSource::Snapshot(s)),
+        (None, Some(v)) => Some(ContentSource::Volume(v)),
+        (None, None) => None,
+    };
     let a: Answer<Volume> = ctx
         .client
         .call(

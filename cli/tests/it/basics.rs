@@ -399,6 +399,8 @@ async fn nodes_and_plugins() {
       controllers:         1 healthy of 1
       controller publish:  yes
       stage/unstage:       yes
+      snapshots:           no
+      clone volume:        no
       volumes:             1
 
     nodes:
@@ -420,6 +422,8 @@ async fn nodes_and_plugins() {
       "controllers_expected": 1,
       "controller_publish": true,
       "stage_unstage": true,
+      "snapshots": false,
+      "clone_volume": false,
       "volumes": 1,
       "nodes": [
         {

@@ -159,6 +159,9 @@ pub enum ControllerOpKind {
         /// CreateVolume's `accessibility_requirements`, when the volume asked for some.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         topology_request: Option<crate::TopologyRequest>,
+        /// The content source, as the plugin's ids.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        source: Option<crate::WireContentSource>,
     },
     Delete {
         volume: String,
@@ -172,6 +175,22 @@ pub enum ControllerOpKind {
         external_id: String,
         capacity_bytes: u64,
         capability: VolumeCapability,
+        #[serde(default)]
+        secrets: BTreeMap<String, String>,
+    },
+    /// CreateSnapshot; repeated (it is idempotent by name) until `ready_to_use`.
+    CreateSnapshot {
+        snapshot: String,
+        /// The plugin's id of the source volume.
+        source_volume_id: String,
+        #[serde(default)]
+        parameters: BTreeMap<String, String>,
+        #[serde(default)]
+        secrets: BTreeMap<String, String>,
+    },
+    DeleteSnapshot {
+        snapshot: String,
+        snapshot_id: String,
         #[serde(default)]
         secrets: BTreeMap<String, String>,
     },
@@ -302,6 +321,19 @@ pub enum Report {
         accessible_topology: Vec<crate::Topology>,
     },
     Deleted {
+        op: u64,
+        attempt: u32,
+    },
+    SnapshotCreated {
+        op: u64,
+        attempt: u32,
+        snapshot_id: String,
+        size_bytes: u64,
+        ready_to_use: bool,
+        #[serde(default)]
+        creation_time_ms: Option<u64>,
+    },
+    SnapshotDeleted {
         op: u64,
         attempt: u32,
     },

@@ -175,6 +175,12 @@ pub struct ControllerCapabilities {
     /// EXPAND_VOLUME: ControllerExpandVolume.
     #[serde(default)]
     pub expand_volume: bool,
+    #[serde(default)]
+    pub create_delete_snapshot: bool,
+    #[serde(default)]
+    pub list_snapshots: bool,
+    #[serde(default)]
+    pub clone_volume: bool,
 }
 
 /// Node capabilities csivol acts on, from NodeGetCapabilities.

@@ -20,6 +20,7 @@ mod name;
 mod nodes;
 mod operator;
 mod reconcile;
+mod snapshots;
 mod tokens;
 mod volumes;
 
@@ -35,6 +36,7 @@ pub use name::*;
 pub use nodes::*;
 pub use operator::*;
 pub use reconcile::*;
+pub use snapshots::*;
 pub use tokens::*;
 pub use volumes::*;
 
@@ -71,5 +73,6 @@ text_enum!(
     AttachmentState,
     NodeStatus,
     Eligibility,
-    Role
+    Role,
+    SnapshotState
 );

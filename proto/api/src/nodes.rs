@@ -200,6 +200,12 @@ pub struct Plugin {
     pub controllers_expected: u32,
     pub controller_publish: bool,
     pub stage_unstage: bool,
+    /// Its controller reports CREATE_DELETE_SNAPSHOT (`csivol snapshot`, `--from-snapshot`).
+    #[serde(default)]
+    pub snapshots: bool,
+    /// Its controller reports CLONE_VOLUME (`volume create --from-volume`).
+    #[serde(default)]
+    pub clone_volume: bool,
     pub volumes: u32,
     /// The nodes that run the plugin's node service, with their topology.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

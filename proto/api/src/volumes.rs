@@ -83,6 +83,9 @@ pub struct CreateVolumeSpec {
     pub secrets: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub topology_request: Option<TopologyRequest>,
+    /// The data the new volume starts with: a snapshot or another volume of the plugin.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<crate::ContentSource>,
 }
 
 /// Where a volume stands, derived from its claims and attachments.

@@ -281,6 +281,17 @@ impl SimNode {
                     capacity_bytes: *capacity_bytes,
                     node_expansion_required: false,
                 },
+                ControllerOpKind::CreateSnapshot { snapshot, .. } => Report::SnapshotCreated {
+                    op: id,
+                    attempt,
+                    snapshot_id: format!("sim-{snapshot}"),
+                    size_bytes: 0,
+                    ready_to_use: true,
+                    creation_time_ms: None,
+                },
+                ControllerOpKind::DeleteSnapshot { .. } => {
+                    Report::SnapshotDeleted { op: id, attempt }
+                }
             });
         }
         (reports, new, later)

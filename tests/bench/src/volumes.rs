@@ -48,6 +48,7 @@ pub async fn create_with(
                 parameters: BTreeMap::new(),
                 secrets: BTreeMap::new(),
                 topology_request: None,
+                source: None,
             };
             http.post(&format!("/v1/volumes/{name}/create"), &spec)
                 .await?

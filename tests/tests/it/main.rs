@@ -12,4 +12,5 @@ mod fence;
 mod network;
 mod reconcile;
 mod security;
+mod snapshots;
 mod topology;

@@ -27,6 +27,7 @@ mod operator;
 mod ops;
 mod reconcile;
 mod reports;
+mod snapshots;
 #[cfg(test)]
 mod tests;
 mod volumes;
@@ -39,6 +40,7 @@ pub use nodes::{mark_lost, register_node};
 pub use operator::{detach, require_reason, unblock_node, unblock_volume};
 pub use ops::{plugins_with_due_ops, schedule_ops};
 pub use reports::apply_reports;
+pub use snapshots::{create_snapshot, delete_snapshot, list_snapshots, snapshot_view};
 pub use volumes::{create_volume, deregister_volume, register_volume, volume_view};
 
 /// Server settings the lifecycle depends on, and where it records latencies.

@@ -7,6 +7,7 @@ use std::time::Duration;
 use csivol_api::domain::ErrorClass;
 use csivol_api::{self as api, ClaimState, ControllerOpKind, PluginError};
 
+use super::snapshots::{snapshot_of_op, snapshot_op_failed, snapshot_op_kind, snapshot_op_waiting};
 use super::{Limits, delete_attachment, event, format_error, set_claim_state, touch_volume};
 use crate::server::error::ApiResult;
 use crate::server::kinds::{EventKind, OpKind};
@@ -38,6 +39,12 @@ pub fn schedule_ops(ctx: &mut impl Txn, plugin: &str, limits: &Limits) -> ApiRes
         );
         for o in &waiting {
             if !ctx.note_op_waiting(o.id, &msg)? {
+                continue;
+            }
+            if let Some(op) = ctx.op(o.id)?
+                && snapshot_of_op(&op).is_some()
+            {
+                snapshot_op_waiting(ctx, &op, &msg)?;
                 continue;
             }
             match &o.node {
@@ -156,6 +163,9 @@ pub(super) fn op_failed(
     error: &PluginError,
     actor: &str,
 ) -> ApiResult<()> {
+    if snapshot_of_op(o).is_some() {
+        return snapshot_op_failed(ctx, o, error, actor);
+    }
     let class = ErrorClass::of_name(&error.code);
     let message = format!("{} failed: {}", o.kind.call(), format_error(error));
     let node = o.node.clone();
@@ -222,7 +232,7 @@ pub(super) fn op_failed(
             ctx.touch(Key::Volume(o.volume.clone()));
         }
         OpKind::Expand => super::expand::controller_expand_failed(ctx, &o.volume, &message, true)?,
-        OpKind::Unpublish => {}
+        OpKind::Unpublish | OpKind::CreateSnapshot | OpKind::DeleteSnapshot => {}
     }
     Ok(())
 }
@@ -232,6 +242,16 @@ pub fn op_to_api(
     conn: &(impl Snapshot + ?Sized),
     o: &OpRow,
 ) -> ApiResult<Option<api::ControllerOp>> {
+    let op = |kind| api::ControllerOp {
+        id: o.id as u64,
+        attempt: o.attempt,
+        plugin: o.plugin.clone(),
+        not_before_ms: o.not_before.max(0) as u64,
+        kind,
+    };
+    if snapshot_of_op(o).is_some() {
+        return Ok(snapshot_op_kind(conn, o)?.map(op));
+    }
     let Some(v) = conn.volume(&o.volume)? else {
         return Ok(None);
     };
@@ -267,6 +287,7 @@ pub fn op_to_api(
                 parameters: v.parameters.clone(),
                 secrets: v.secrets.clone(),
                 topology_request: v.topology_request.clone(),
+                source: serde_json::from_value(payload["source"].clone()).ok(),
             }
         }
         OpKind::Delete => ControllerOpKind::Delete {
@@ -284,12 +305,7 @@ pub fn op_to_api(
                 secrets: v.secrets.clone(),
             }
         }
+        OpKind::CreateSnapshot | OpKind::DeleteSnapshot => return Ok(None),
     };
-    Ok(Some(api::ControllerOp {
-        id: o.id as u64,
-        attempt: o.attempt,
-        plugin: o.plugin.clone(),
-        not_before_ms: o.not_before.max(0) as u64,
-        kind,
-    }))
+    Ok(Some(op(kind)))
 }

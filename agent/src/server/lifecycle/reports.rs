@@ -12,6 +12,7 @@ use super::attachments::{advance_volume, begin_detach};
 use super::expand::{controller_expanded, node_expand_error, node_expanded};
 use super::nodes::record_drift;
 use super::ops::{finish_delete, finish_unpublish, load_op, observe_op, op_failed, schedule_ops};
+use super::snapshots;
 use super::{Limits, delete_claim, event, format_error, list_or, set_claim_state, touch_volume};
 use crate::server::error::ApiResult;
 use crate::server::kinds::EventKind;
@@ -110,6 +111,27 @@ pub fn apply_reports(
             Report::Deleted { op, attempt } => {
                 with_op(ctx, &mut b, op, attempt, "ok", |ctx, b, o| {
                     finish_delete(ctx, o, &b.actor)
+                })?
+            }
+            Report::SnapshotCreated {
+                op,
+                attempt,
+                snapshot_id,
+                size_bytes,
+                ready_to_use,
+                creation_time_ms,
+            } => with_op(ctx, &mut b, op, attempt, "ok", |ctx, b, o| {
+                let answer = snapshots::Created {
+                    snapshot_id,
+                    size_bytes,
+                    ready_to_use,
+                    creation_time_ms,
+                };
+                snapshots::snapshot_created(ctx, o, &b.actor, answer)
+            })?,
+            Report::SnapshotDeleted { op, attempt } => {
+                with_op(ctx, &mut b, op, attempt, "ok", |ctx, b, o| {
+                    snapshots::snapshot_deleted(ctx, o, &b.actor)
                 })?
             }
             Report::OpError { op, attempt, error } => {

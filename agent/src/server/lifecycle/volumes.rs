@@ -243,6 +243,18 @@ pub fn create_volume(
             )));
         }
     }
+    let mut payload = serde_json::json!({ "capacity_bytes": spec.capacity_bytes });
+    let mut from = String::new();
+    if let Some(source) = &spec.source {
+        // Resolved now, to the plugin's ids: the source is checked once, when the
+        // operator asks, and the operation carries what it was checked against.
+        let wire = super::snapshots::content_source(ctx, &spec.plugin, source)?;
+        payload["source"] = serde_json::to_value(&wire)?;
+        from = match source {
+            api::ContentSource::Snapshot(s) => format!(" from snapshot `{s}`"),
+            api::ContentSource::Volume(v) => format!(" as a clone of volume `{v}`"),
+        };
+    }
     let row = VolumeRow {
         name: name.to_owned(),
         plugin: spec.plugin.clone(),
@@ -265,7 +277,6 @@ pub fn create_volume(
         topology_request,
     };
     insert_volume(ctx, &row)?;
-    let payload = serde_json::json!({ "capacity_bytes": spec.capacity_bytes });
     ctx.queue_op(
         OpKind::Create,
         &spec.plugin,
@@ -280,7 +291,7 @@ pub fn create_volume(
         None,
         None,
         actor,
-        format!("CreateVolume requested from plugin {}", spec.plugin),
+        format!("CreateVolume requested from plugin {}{from}", spec.plugin),
     )?;
     schedule_ops(ctx, &spec.plugin, limits)?;
     Ok((volume_view(ctx, name)?, true))
@@ -318,6 +329,7 @@ pub fn deregister_volume(
         ))
         .with_hint("wait for the detach to finish; `csivol status` shows where it stands"));
     }
+    super::snapshots::no_snapshot_in_progress(ctx, name)?;
     match v.lifecycle {
         Lifecycle::Creating | Lifecycle::Deleting => {
             return Err(ApiError::conflict(format!(

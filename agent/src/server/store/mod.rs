@@ -34,7 +34,9 @@ use csivol_api::{
 
 use super::error::{ApiError, ApiResult};
 use super::kinds::{EventKind, OpKind};
-use super::model::{AttachmentRow, ClaimRow, Lifecycle, NodePluginRow, NodeRow, OpRow, VolumeRow};
+use super::model::{
+    AttachmentRow, ClaimRow, Lifecycle, NodePluginRow, NodeRow, OpRow, SnapshotRow, VolumeRow,
+};
 use super::watch::Key;
 
 pub mod sqlite;
@@ -109,6 +111,18 @@ pub trait Snapshot {
         &self,
         plugin: &str,
     ) -> ApiResult<Vec<(String, NodeStatus, PluginRegistration)>>;
+
+    // ---- snapshots ----
+
+    fn snapshot(&self, name: &str) -> ApiResult<Option<SnapshotRow>>;
+    /// Every snapshot, or those taken of `volume`, by name.
+    fn snapshots(&self, volume: Option<&str>) -> ApiResult<Vec<SnapshotRow>>;
+    /// The controller capabilities of `plugin` as its controller hosts registered them
+    /// (any host's), or `None` when no agent hosts its controller.
+    fn controller_capabilities(
+        &self,
+        plugin: &str,
+    ) -> ApiResult<Option<api::ControllerCapabilities>>;
 
     fn require_volume(&self, name: &str) -> ApiResult<VolumeRow> {
         self.volume(name)?.ok_or_else(|| {
@@ -344,4 +358,12 @@ pub trait Txn: Snapshot {
         plugin: &str,
         findings: &[crate::server::reconcile::Kept],
     ) -> ApiResult<()>;
+
+    // ---- snapshots ----
+
+    /// Inserts or replaces a snapshot (stamped with the write's index and time).
+    fn put_snapshot(&mut self, s: &SnapshotRow) -> ApiResult<()>;
+    fn delete_snapshot(&mut self, name: &str) -> ApiResult<()>;
+    /// Drops the operation of `kind` queued under `key` with no node, if any.
+    fn delete_key_op(&mut self, kind: OpKind, key: &str) -> ApiResult<()>;
 }

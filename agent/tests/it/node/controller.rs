@@ -68,6 +68,7 @@ async fn create_publish_unpublish_delete_through_the_hosted_controller() {
                 parameters: BTreeMap::new(),
                 secrets: BTreeMap::new(),
                 topology_request: None,
+                source: None,
             },
         )
     };
@@ -198,6 +199,7 @@ async fn controller_calls_per_plugin_stay_within_the_limit() {
                     parameters: BTreeMap::new(),
                     secrets: BTreeMap::new(),
                     topology_request: None,
+                    source: None,
                 },
             )
         })
@@ -280,6 +282,7 @@ async fn topology_is_registered_and_create_lands_in_the_required_segment() {
             parameters: BTreeMap::new(),
             secrets: BTreeMap::new(),
             topology_request: Some(request),
+            source: None,
         },
     )]));
     let Report::Created {

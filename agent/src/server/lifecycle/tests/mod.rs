@@ -10,6 +10,7 @@ mod nodes;
 mod operator;
 mod ops;
 mod reports;
+mod snapshots;
 mod topology;
 mod volumes;
 

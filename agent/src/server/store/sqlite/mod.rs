@@ -4,6 +4,7 @@
 //! preparing them each time would cost more than running them.
 
 mod rows;
+mod snapshots;
 
 use std::collections::BTreeMap;
 
@@ -270,6 +271,21 @@ impl Snapshot for Connection {
             })
             .collect()
     }
+
+    fn snapshot(&self, name: &str) -> ApiResult<Option<crate::server::model::SnapshotRow>> {
+        snapshots::snapshot(self, name)
+    }
+
+    fn snapshots(&self, volume: Option<&str>) -> ApiResult<Vec<crate::server::model::SnapshotRow>> {
+        snapshots::snapshots(self, volume)
+    }
+
+    fn controller_capabilities(
+        &self,
+        plugin: &str,
+    ) -> ApiResult<Option<api::ControllerCapabilities>> {
+        snapshots::controller_capabilities(self, plugin)
+    }
 }
 
 /// Reads inside a write see the transaction's own changes: they go to its connection.
@@ -308,6 +324,9 @@ reads_through_the_transaction! {
     plugin_registrations(plugin: &str) -> Vec<(String, NodeStatus, PluginRegistration)>;
     reconcile_facts(plugin: &str) -> (crate::server::reconcile::Known, Vec<crate::server::reconcile::Recorded>);
     controller_findings(plugin: Option<&str>) -> Vec<(String, crate::server::reconcile::Kept)>;
+    snapshot(name: &str) -> Option<crate::server::model::SnapshotRow>;
+    snapshots(volume: Option<&str>) -> Vec<crate::server::model::SnapshotRow>;
+    controller_capabilities(plugin: &str) -> Option<api::ControllerCapabilities>;
 }
 
 fn reconcile_facts(
@@ -966,6 +985,24 @@ impl Txn for WriteCtx<'_> {
             self.tx,
             "DELETE FROM ops WHERE volume = ?1 AND kind = ?2 AND node = ?3",
             params![volume, kind.as_str(), node],
+        )?;
+        Ok(())
+    }
+
+    fn put_snapshot(&mut self, s: &crate::server::model::SnapshotRow) -> ApiResult<()> {
+        snapshots::put(self.tx, s, self.index, self.now)
+    }
+
+    fn delete_snapshot(&mut self, name: &str) -> ApiResult<()> {
+        exec(self.tx, "DELETE FROM snapshots WHERE name = ?1", [name])?;
+        Ok(())
+    }
+
+    fn delete_key_op(&mut self, kind: OpKind, key: &str) -> ApiResult<()> {
+        exec(
+            self.tx,
+            "DELETE FROM ops WHERE volume = ?1 AND kind = ?2 AND node IS NULL",
+            params![key, kind.as_str()],
         )?;
         Ok(())
     }
