@@ -1,5 +1,8 @@
 //! The HTTP API: routes, authentication, request parsing with JSON errors, blocking queries.
 
+mod node_endpoints;
+mod snapshot_endpoints;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -201,25 +204,39 @@ pub fn router(app: App) -> Router {
         .route("/v1/claims", get(list_claims))
         .route("/v1/volumes/{name}/unblock", post(unblock_volume))
         .route("/v1/volumes/{name}/detach", post(detach))
-        .route("/v1/nodes", get(list_nodes))
-        .route("/v1/nodes/{node}", get(get_node).delete(remove_node))
-        .route("/v1/nodes/{node}/eligibility", post(node_eligibility))
-        .route("/v1/nodes/{node}/unblock", post(unblock_node))
-        .route("/v1/nodes/{node}/fence", post(fence_node))
-        .route("/v1/nodes/{node}/register", post(register))
-        .route("/v1/nodes/{node}/heartbeat", post(heartbeat))
-        .route("/v1/nodes/{node}/desired", get(desired))
-        .route("/v1/nodes/{node}/reports", post(reports))
-        .route("/v1/plugins", get(list_plugins))
-        .route("/v1/plugins/{id}", get(get_plugin))
+        .route("/v1/nodes", get(node_endpoints::list_nodes))
+        .route(
+            "/v1/nodes/{node}",
+            get(node_endpoints::get_node).delete(node_endpoints::remove_node),
+        )
+        .route(
+            "/v1/nodes/{node}/eligibility",
+            post(node_endpoints::node_eligibility),
+        )
+        .route(
+            "/v1/nodes/{node}/unblock",
+            post(node_endpoints::unblock_node),
+        )
+        .route("/v1/nodes/{node}/fence", post(node_endpoints::fence_node))
+        .route("/v1/nodes/{node}/register", post(node_endpoints::register))
+        .route(
+            "/v1/nodes/{node}/heartbeat",
+            post(node_endpoints::heartbeat),
+        )
+        .route("/v1/nodes/{node}/desired", get(node_endpoints::desired))
+        .route("/v1/nodes/{node}/reports", post(node_endpoints::reports))
+        .route("/v1/plugins", get(node_endpoints::list_plugins))
+        .route("/v1/plugins/{id}", get(node_endpoints::get_plugin))
         .route(
             "/v1/plugins/{id}/controllers",
             get(access::get_controller_hosts).post(access::change_controller_hosts),
         )
-        .route("/v1/snapshots", get(list_snapshots))
+        .route("/v1/snapshots", get(snapshot_endpoints::list_snapshots))
         .route(
             "/v1/snapshots/{name}",
-            get(get_snapshot).put(put_snapshot).delete(delete_snapshot),
+            get(snapshot_endpoints::get_snapshot)
+                .put(snapshot_endpoints::put_snapshot)
+                .delete(snapshot_endpoints::delete_snapshot),
         )
         .route("/v1/events", get(events))
         .route("/v1/controller-findings", get(controller_findings))
@@ -417,86 +434,6 @@ async fn expand_volume(
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct SnapshotFilter {
-    volume: Option<String>,
-}
-
-async fn list_snapshots(
-    State(app): State<App>,
-    headers: HeaderMap,
-    Q(f): Q<SnapshotFilter>,
-) -> ApiResult<Json<Vec<api::Snapshot>>> {
-    app.caller(&headers)?.require_reader()?;
-    if let Some(v) = &f.volume {
-        name("volume", v)?;
-    }
-    let snapshots = app
-        .db
-        .read(move |c| lifecycle::list_snapshots(c, f.volume.as_deref()))
-        .await?;
-    Ok(Json(snapshots))
-}
-
-async fn get_snapshot(
-    State(app): State<App>,
-    headers: HeaderMap,
-    Path(snapshot): Path<String>,
-    Q(b): Q<Blocking>,
-) -> ApiResult<Response> {
-    app.caller(&headers)?.require_reader()?;
-    name("snapshot", &snapshot)?;
-    let key = Key::Snapshot(snapshot.clone());
-    let blocking = b.wait()?;
-    let _permit = app.long_poll(blocking.is_some())?;
-    let index = match blocking {
-        Some((after, wait)) => app.db.hub.wait(&key, after, wait).await,
-        None => app.db.hub.index(&key),
-    };
-    let s = app
-        .db
-        .read(move |c| lifecycle::snapshot_view(c, &snapshot))
-        .await?;
-    Ok(with_index(StatusCode::OK, index, s))
-}
-
-async fn put_snapshot(
-    State(app): State<App>,
-    headers: HeaderMap,
-    Path(snapshot): Path<String>,
-    Body(req): Body<api::SnapshotRequest>,
-) -> ApiResult<Response> {
-    let (actor, limits) = app.operator(&headers)?;
-    let (s, started) = app
-        .db
-        .write(move |ctx| lifecycle::create_snapshot(ctx, &snapshot, req, &actor, &limits))
-        .await?;
-    let status = if started {
-        StatusCode::ACCEPTED
-    } else {
-        StatusCode::OK
-    };
-    Ok((status, Json(s)).into_response())
-}
-
-async fn delete_snapshot(
-    State(app): State<App>,
-    headers: HeaderMap,
-    Path(snapshot): Path<String>,
-) -> ApiResult<Response> {
-    let (actor, limits) = app.operator(&headers)?;
-    name("snapshot", &snapshot)?;
-    let s = app
-        .db
-        .write(move |ctx| lifecycle::delete_snapshot(ctx, &snapshot, &actor, &limits))
-        .await?;
-    Ok(match s {
-        Some(s) => (StatusCode::ACCEPTED, Json(s)).into_response(),
-        None => StatusCode::NO_CONTENT.into_response(),
-    })
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
 struct DeleteVolumeQuery {
     #[serde(default)]
     delete: bool,
@@ -663,216 +600,6 @@ async fn detach(
         .write(move |ctx| lifecycle::detach(ctx, &volume, &req, &actor, &limits))
         .await?;
     Ok(Json(plan))
-}
-
-async fn node_eligibility(
-    State(app): State<App>,
-    headers: HeaderMap,
-    Path(node): Path<String>,
-    Body(req): Body<api::EligibilityRequest>,
-) -> ApiResult<Json<api::Node>> {
-    let (actor, _) = app.operator(&headers)?;
-    name("node", &node)?;
-    let wanted = node.clone();
-    app.db
-        .write(move |ctx| nodes::set_eligibility(ctx, &wanted, req.eligibility, &actor))
-        .await?;
-    let beats = app.live.beats();
-    let fencing = Arc::clone(&app.fence);
-    let found = app
-        .db
-        .read(move |c| views::list_nodes(c, &beats, Some(&node), &fencing))
-        .await?;
-    found
-        .into_iter()
-        .next()
-        .map(Json)
-        .ok_or_else(|| ApiError::internal("the node vanished after its eligibility was set"))
-}
-
-async fn remove_node(
-    State(app): State<App>,
-    headers: HeaderMap,
-    Path(node): Path<String>,
-) -> ApiResult<StatusCode> {
-    let (actor, _) = app.operator(&headers)?;
-    name("node", &node)?;
-    let wanted = node.clone();
-    app.db
-        .write(move |ctx| nodes::remove(ctx, &wanted, &actor))
-        .await?;
-    // Its heartbeats are unknown from now on: the agent, if it runs, registers again.
-    app.live.forget(&node);
-    Ok(StatusCode::NO_CONTENT)
-}
-
-async fn unblock_node(
-    State(app): State<App>,
-    headers: HeaderMap,
-    Path(node): Path<String>,
-    Body(req): Body<NodeUnblockRequest>,
-) -> ApiResult<Json<api::ActionPlan>> {
-    let (actor, limits) = app.operator(&headers)?;
-    name("node", &node)?;
-    let plan = app
-        .db
-        .write(move |ctx| {
-            lifecycle::unblock_node(ctx, &node, &req.reason, req.dry_run, &actor, &limits)
-        })
-        .await?;
-    Ok(Json(plan))
-}
-
-async fn fence_node(
-    State(app): State<App>,
-    headers: HeaderMap,
-    Path(node): Path<String>,
-    Body(req): Body<api::FenceRequest>,
-) -> ApiResult<Json<api::FenceOutcome>> {
-    let (actor, _) = app.operator(&headers)?;
-    name("node", &node)?;
-    lifecycle::require_reason(&req.reason, false)?;
-    Ok(Json(fence::fence(&app, &node, &req, &actor).await?))
-}
-
-async fn list_nodes(State(app): State<App>, headers: HeaderMap) -> ApiResult<Json<Vec<api::Node>>> {
-    app.caller(&headers)?.require_reader()?;
-    let beats = app.live.beats();
-    let fencing = Arc::clone(&app.fence);
-    Ok(Json(
-        app.db
-            .read(move |c| views::list_nodes(c, &beats, None, &fencing))
-            .await?,
-    ))
-}
-
-async fn get_node(
-    State(app): State<App>,
-    headers: HeaderMap,
-    Path(node): Path<String>,
-) -> ApiResult<Json<api::Node>> {
-    app.caller(&headers)?.require_reader()?;
-    name("node", &node)?;
-    let beats = app.live.beats();
-    let wanted = node.clone();
-    let fencing = Arc::clone(&app.fence);
-    let found = app
-        .db
-        .read(move |c| views::list_nodes(c, &beats, Some(&wanted), &fencing))
-        .await?;
-    found.into_iter().next().map(Json).ok_or_else(|| {
-        ApiError::not_found(format!("node `{node}` is not registered")).with_hint(
-            "`csivol node list` shows the registered nodes; a node registers when its agent starts",
-        )
-    })
-}
-
-async fn register(
-    State(app): State<App>,
-    headers: HeaderMap,
-    Path(node): Path<String>,
-    Body(req): Body<RegisterRequest>,
-) -> ApiResult<Json<RegisterResponse>> {
-    let caller = app.caller(&headers)?;
-    caller.require_node(&node)?;
-    name("node", &node)?;
-    let limits = app.limits.clone();
-    let n = node.clone();
-    // A refusal is answered after its event committed, so it is an Ok of the write.
-    app.db
-        .write(move |ctx| {
-            if let Some(refusal) = hosting::refused(ctx, &caller, &n, &req)? {
-                return Ok(Err(refusal));
-            }
-            lifecycle::register_node(ctx, &n, &req, &limits).map(Ok)
-        })
-        .await??;
-    app.live.registered(&node, now_ms());
-    Ok(Json(RegisterResponse {
-        heartbeat_ttl_ms: app.live.ttl().as_millis() as u64,
-        index: app.db.hub.index(&Key::Node(node)),
-    }))
-}
-
-async fn heartbeat(
-    State(app): State<App>,
-    headers: HeaderMap,
-    Path(node): Path<String>,
-) -> ApiResult<Json<HeartbeatResponse>> {
-    app.caller(&headers)?.require_node(&node)?;
-    name("node", &node)?;
-    let status = app.live.heartbeat(&node, now_ms()).ok_or_else(|| {
-        ApiError::not_found(format!("node `{node}` is not registered"))
-            .with_hint("the agent registers again")
-    })?;
-    Ok(Json(HeartbeatResponse {
-        status,
-        heartbeat_ttl_ms: app.live.ttl().as_millis() as u64,
-    }))
-}
-
-async fn desired(
-    State(app): State<App>,
-    headers: HeaderMap,
-    Path(node): Path<String>,
-    Q(b): Q<Blocking>,
-) -> ApiResult<Response> {
-    app.caller(&headers)?.require_node(&node)?;
-    name("node", &node)?;
-    let key = Key::Node(node.clone());
-    let blocking = b.wait()?;
-    let _permit = app.long_poll(blocking.is_some())?;
-    let index = match blocking {
-        Some((after, wait)) => app.db.hub.wait(&key, after, wait).await,
-        None => app.db.hub.index(&key),
-    };
-    let state = app
-        .db
-        .read(move |c| lifecycle::desired_state(c, &node, index))
-        .await?;
-    Ok(with_index(StatusCode::OK, index, state))
-}
-
-async fn reports(
-    State(app): State<App>,
-    headers: HeaderMap,
-    Path(node): Path<String>,
-    Body(batch): Body<ReportBatch>,
-) -> ApiResult<Json<serde_json::Value>> {
-    app.caller(&headers)?.require_node(&node)?;
-    name("node", &node)?;
-    let limits = app.limits.clone();
-    let count = batch.reports.len();
-    app.metrics.node_reports.inc_by(count as u64);
-    app.db
-        .write(move |ctx| lifecycle::apply_reports(ctx, &node, batch.reports, &limits))
-        .await?;
-    Ok(Json(serde_json::json!({ "accepted": count })))
-}
-
-async fn list_plugins(
-    State(app): State<App>,
-    headers: HeaderMap,
-) -> ApiResult<Json<Vec<api::Plugin>>> {
-    app.caller(&headers)?.require_reader()?;
-    Ok(Json(app.db.read(|c| views::list_plugins(c, None)).await?))
-}
-
-async fn get_plugin(
-    State(app): State<App>,
-    headers: HeaderMap,
-    Path(id): Path<String>,
-) -> ApiResult<Json<api::Plugin>> {
-    app.caller(&headers)?.require_reader()?;
-    name("plugin", &id)?;
-    let found = app
-        .db
-        .read(move |c| views::list_plugins(c, Some(&id)))
-        .await?;
-    found.into_iter().next().map(Json).ok_or_else(|| {
-        ApiError::not_found("no node runs this plugin")
-            .with_hint("`csivol plugin list` shows the known plugins")
-    })
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -1,0 +1,218 @@
+//! The node and plugin endpoints: operators' node actions (eligibility, removal, unblock,
+//! fence), the node and plugin views, and the agents' own endpoints (register, heartbeat,
+//! desired state, reports).
+
+use super::*;
+
+pub(super) async fn node_eligibility(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(node): Path<String>,
+    Body(req): Body<api::EligibilityRequest>,
+) -> ApiResult<Json<api::Node>> {
+    let (actor, _) = app.operator(&headers)?;
+    name("node", &node)?;
+    let wanted = node.clone();
+    app.db
+        .write(move |ctx| nodes::set_eligibility(ctx, &wanted, req.eligibility, &actor))
+        .await?;
+    let beats = app.live.beats();
+    let fencing = Arc::clone(&app.fence);
+    let found = app
+        .db
+        .read(move |c| views::list_nodes(c, &beats, Some(&node), &fencing))
+        .await?;
+    found
+        .into_iter()
+        .next()
+        .map(Json)
+        .ok_or_else(|| ApiError::internal("the node vanished after its eligibility was set"))
+}
+
+pub(super) async fn remove_node(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(node): Path<String>,
+) -> ApiResult<StatusCode> {
+    let (actor, _) = app.operator(&headers)?;
+    name("node", &node)?;
+    let wanted = node.clone();
+    app.db
+        .write(move |ctx| nodes::remove(ctx, &wanted, &actor))
+        .await?;
+    // Its heartbeats are unknown from now on: the agent, if it runs, registers again.
+    app.live.forget(&node);
+    Ok(StatusCode::NO_CONTENT)
+}
+
+pub(super) async fn unblock_node(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(node): Path<String>,
+    Body(req): Body<NodeUnblockRequest>,
+) -> ApiResult<Json<api::ActionPlan>> {
+    let (actor, limits) = app.operator(&headers)?;
+    name("node", &node)?;
+    let plan = app
+        .db
+        .write(move |ctx| {
+            lifecycle::unblock_node(ctx, &node, &req.reason, req.dry_run, &actor, &limits)
+        })
+        .await?;
+    Ok(Json(plan))
+}
+
+pub(super) async fn fence_node(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(node): Path<String>,
+    Body(req): Body<api::FenceRequest>,
+) -> ApiResult<Json<api::FenceOutcome>> {
+    let (actor, _) = app.operator(&headers)?;
+    name("node", &node)?;
+    lifecycle::require_reason(&req.reason, false)?;
+    Ok(Json(fence::fence(&app, &node, &req, &actor).await?))
+}
+
+pub(super) async fn list_nodes(
+    State(app): State<App>,
+    headers: HeaderMap,
+) -> ApiResult<Json<Vec<api::Node>>> {
+    app.caller(&headers)?.require_reader()?;
+    let beats = app.live.beats();
+    let fencing = Arc::clone(&app.fence);
+    Ok(Json(
+        app.db
+            .read(move |c| views::list_nodes(c, &beats, None, &fencing))
+            .await?,
+    ))
+}
+
+pub(super) async fn get_node(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(node): Path<String>,
+) -> ApiResult<Json<api::Node>> {
+    app.caller(&headers)?.require_reader()?;
+    name("node", &node)?;
+    let beats = app.live.beats();
+    let wanted = node.clone();
+    let fencing = Arc::clone(&app.fence);
+    let found = app
+        .db
+        .read(move |c| views::list_nodes(c, &beats, Some(&wanted), &fencing))
+        .await?;
+    found.into_iter().next().map(Json).ok_or_else(|| {
+        ApiError::not_found(format!("node `{node}` is not registered")).with_hint(
+            "`csivol node list` shows the registered nodes; a node registers when its agent starts",
+        )
+    })
+}
+
+pub(super) async fn register(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(node): Path<String>,
+    Body(req): Body<RegisterRequest>,
+) -> ApiResult<Json<RegisterResponse>> {
+    let caller = app.caller(&headers)?;
+    caller.require_node(&node)?;
+    name("node", &node)?;
+    let limits = app.limits.clone();
+    let n = node.clone();
+    // A refusal is answered after its event committed, so it is an Ok of the write.
+    app.db
+        .write(move |ctx| {
+            if let Some(refusal) = hosting::refused(ctx, &caller, &n, &req)? {
+                return Ok(Err(refusal));
+            }
+            lifecycle::register_node(ctx, &n, &req, &limits).map(Ok)
+        })
+        .await??;
+    app.live.registered(&node, now_ms());
+    Ok(Json(RegisterResponse {
+        heartbeat_ttl_ms: app.live.ttl().as_millis() as u64,
+        index: app.db.hub.index(&Key::Node(node)),
+    }))
+}
+
+pub(super) async fn heartbeat(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(node): Path<String>,
+) -> ApiResult<Json<HeartbeatResponse>> {
+    app.caller(&headers)?.require_node(&node)?;
+    name("node", &node)?;
+    let status = app.live.heartbeat(&node, now_ms()).ok_or_else(|| {
+        ApiError::not_found(format!("node `{node}` is not registered"))
+            .with_hint("the agent registers again")
+    })?;
+    Ok(Json(HeartbeatResponse {
+        status,
+        heartbeat_ttl_ms: app.live.ttl().as_millis() as u64,
+    }))
+}
+
+pub(super) async fn desired(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(node): Path<String>,
+    Q(b): Q<Blocking>,
+) -> ApiResult<Response> {
+    app.caller(&headers)?.require_node(&node)?;
+    name("node", &node)?;
+    let key = Key::Node(node.clone());
+    let blocking = b.wait()?;
+    let _permit = app.long_poll(blocking.is_some())?;
+    let index = match blocking {
+        Some((after, wait)) => app.db.hub.wait(&key, after, wait).await,
+        None => app.db.hub.index(&key),
+    };
+    let state = app
+        .db
+        .read(move |c| lifecycle::desired_state(c, &node, index))
+        .await?;
+    Ok(with_index(StatusCode::OK, index, state))
+}
+
+pub(super) async fn reports(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(node): Path<String>,
+    Body(batch): Body<ReportBatch>,
+) -> ApiResult<Json<serde_json::Value>> {
+    app.caller(&headers)?.require_node(&node)?;
+    name("node", &node)?;
+    let limits = app.limits.clone();
+    let count = batch.reports.len();
+    app.metrics.node_reports.inc_by(count as u64);
+    app.db
+        .write(move |ctx| lifecycle::apply_reports(ctx, &node, batch.reports, &limits))
+        .await?;
+    Ok(Json(serde_json::json!({ "accepted": count })))
+}
+
+pub(super) async fn list_plugins(
+    State(app): State<App>,
+    headers: HeaderMap,
+) -> ApiResult<Json<Vec<api::Plugin>>> {
+    app.caller(&headers)?.require_reader()?;
+    Ok(Json(app.db.read(|c| views::list_plugins(c, None)).await?))
+}
+
+pub(super) async fn get_plugin(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> ApiResult<Json<api::Plugin>> {
+    app.caller(&headers)?.require_reader()?;
+    name("plugin", &id)?;
+    let found = app
+        .db
+        .read(move |c| views::list_plugins(c, Some(&id)))
+        .await?;
+    found.into_iter().next().map(Json).ok_or_else(|| {
+        ApiError::not_found("no node runs this plugin")
+            .with_hint("`csivol plugin list` shows the known plugins")
+    })
+}
