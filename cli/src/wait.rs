@@ -226,13 +226,46 @@ pub async fn volume(
     deadline: Deadline,
     check: impl Fn(Option<&Volume>) -> Step,
 ) -> anyhow::Result<Option<Volume>> {
-    let path = format!("/v1/volumes/{name}");
+    let followed = Followed {
+        what: "volume",
+        name,
+        path: format!("/v1/volumes/{name}"),
+        show: format!("csivol status {name}"),
+    };
+    follow(ctx, &followed, goal, deadline, check, |v: &Volume| v.index).await
+}
+
+/// An object `follow` watches: its kind and name (for messages), its path, and the command
+/// that shows where it stands.
+pub struct Followed<'a> {
+    pub what: &'a str,
+    pub name: &'a str,
+    pub path: String,
+    pub show: String,
+}
+
+/// Follows an object with blocking queries until `check` is done or fails, or the
+/// deadline passes (exit 5). Returns the object as last seen (`None`: it is gone).
+pub async fn follow<T: serde::de::DeserializeOwned>(
+    ctx: &Ctx,
+    f: &Followed<'_>,
+    goal: &str,
+    deadline: Deadline,
+    check: impl Fn(Option<&T>) -> Step,
+    index_of: impl Fn(&T) -> u64,
+) -> anyhow::Result<Option<T>> {
+    let Followed {
+        what,
+        name,
+        path,
+        show,
+    } = f;
     let mut progress = ctx.out.progress();
-    let first: Option<Answer<Volume>> = ctx
+    let first: Option<Answer<T>> = ctx
         .client
-        .watch(&path, 0, Duration::ZERO)
+        .watch(path, 0, Duration::ZERO)
         .await
-        .with_context(|| format!("failed to follow volume `{name}`"))?;
+        .with_context(|| format!("failed to follow {what} `{name}`"))?;
     let mut index = first.as_ref().and_then(|a| a.index).unwrap_or(0);
     let mut current = first.map(|a| a.body);
     loop {
@@ -247,29 +280,29 @@ pub async fn volume(
             }
             Step::Waiting(w) => w,
         };
-        progress.set(&format!("volume {name}: {where_}"));
+        progress.set(&format!("{what} {name}: {where_}"));
         let left = deadline.left();
         if left.is_zero() {
             progress.finish();
             return Err(Failure::new(
                 Exit::TimedOut,
                 format!(
-                    "timed out after {} waiting for volume {name} {goal}; where it stands: {where_}",
+                    "timed out after {} waiting for {what} {name} {goal}; where it stands: {where_}",
                     short_duration(deadline.timeout)
                 ),
             )
             .hint(format!(
-                "`csivol status {name}` shows where it stands; wait longer with --timeout"
+                "`{show}` shows where it stands; wait longer with --timeout"
             ))
             .into());
         }
-        let answer: Option<Answer<Volume>> = ctx
+        let answer: Option<Answer<T>> = ctx
             .client
-            .watch(&path, index, left.min(MAX_BLOCK))
+            .watch(path, index, left.min(MAX_BLOCK))
             .await
-            .with_context(|| format!("failed to follow volume `{name}`"))?;
+            .with_context(|| format!("failed to follow {what} `{name}`"))?;
         current = answer.map(|a| {
-            index = a.index.unwrap_or(a.body.index).max(index);
+            index = a.index.unwrap_or_else(|| index_of(&a.body)).max(index);
             a.body
         });
     }

@@ -7,10 +7,10 @@ use csivol_client::{Method, StatusCode};
 use crate::args::{
     SnapshotArg, SnapshotCommand, SnapshotCreateArgs, SnapshotDeleteArgs, SnapshotListArgs,
 };
-use crate::client::{Answer, MAX_BLOCK};
+use crate::client::Answer;
 use crate::ctx::Ctx;
 use crate::failure::{Exit, Failure};
-use crate::output::{Out, age, bytes, or_dash, short_duration, when};
+use crate::output::{Out, age, bytes, or_dash, when};
 use crate::render::record;
 use crate::wait::{Deadline, Step};
 
@@ -247,51 +247,14 @@ async fn follow(
     deadline: Deadline,
     check: impl Fn(Option<&Snapshot>) -> Step,
 ) -> anyhow::Result<Option<Snapshot>> {
-    let path = format!("/v1/snapshots/{name}");
-    let mut progress = ctx.out.progress();
-    let first: Option<Answer<Snapshot>> = ctx
-        .client
-        .watch(&path, 0, Default::default())
-        .await
-        .with_context(|| format!("failed to follow snapshot `{name}`"))?;
-    let mut index = first.as_ref().and_then(|a| a.index).unwrap_or(0);
-    let mut current = first.map(|a| a.body);
-    loop {
-        let where_ = match check(current.as_ref()) {
-            Step::Done => {
-                progress.finish();
-                return Ok(current);
-            }
-            Step::Fail(f) => {
-                progress.finish();
-                return Err(f.into());
-            }
-            Step::Waiting(w) => w,
-        };
-        progress.set(&format!("snapshot {name}: {where_}"));
-        let left = deadline.left();
-        if left.is_zero() {
-            progress.finish();
-            return Err(Failure::new(
-                Exit::TimedOut,
-                format!(
-                    "timed out after {} waiting for snapshot {name} {goal}; where it stands: {where_}",
-                    short_duration(deadline.timeout)
-                ),
-            )
-            .hint(format!(
-                "`csivol snapshot show {name}` shows where it stands; wait longer with --timeout"
-            ))
-            .into());
-        }
-        let answer: Option<Answer<Snapshot>> = ctx
-            .client
-            .watch(&path, index, left.min(MAX_BLOCK))
-            .await
-            .with_context(|| format!("failed to follow snapshot `{name}`"))?;
-        current = answer.map(|a| {
-            index = a.index.unwrap_or(a.body.index).max(index);
-            a.body
-        });
-    }
+    let followed = crate::wait::Followed {
+        what: "snapshot",
+        name,
+        path: format!("/v1/snapshots/{name}"),
+        show: format!("csivol snapshot show {name}"),
+    };
+    crate::wait::follow(ctx, &followed, goal, deadline, check, |s: &Snapshot| {
+        s.index
+    })
+    .await
 }
