@@ -66,26 +66,15 @@ fn nodes(conf: &TestDir, n: usize) -> Vec<NodeOpts> {
 }
 
 fn create_block_volume(c: &Cluster, name: &str) {
-    let spec = c.dir.join(format!("{name}.toml"));
-    std::fs::write(
-        &spec,
-        format!(
+    c.create_volume_spec(
+        name,
+        &format!(
             "name = \"{name}\"\nplugin = \"{}\"\naccess_mode = \"single-node-writer\"\n\
              attachment = \"block-device\"\ncapacity_bytes = {}\n",
             crate::cluster::PLUGIN,
             8 * MIB
         ),
-    )
-    .unwrap();
-    let out = c.csivol(&[
-        "volume",
-        "create",
-        spec.to_str().unwrap(),
-        "--wait",
-        "-o",
-        "json",
-    ]);
-    assert_eq!(out.ok().json()["state"], "free", "{out:?}");
+    );
 }
 
 fn claim(c: &Cluster, volume: &str, node: &str, alloc: &str) -> PathBuf {

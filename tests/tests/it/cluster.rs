@@ -140,6 +140,24 @@ impl Cluster {
         Api::new(&self.url, Some(&self.token))
     }
 
+    /// Creates a volume from the spec file text `toml` (saved as `<dir>/<name>.toml`) with
+    /// `volume create --wait`; checks it came out free and returns it as JSON.
+    pub fn create_volume_spec(&self, name: &str, toml: &str) -> Value {
+        let spec = self.dir.join(format!("{name}.toml"));
+        std::fs::write(&spec, toml).unwrap();
+        let out = self.csivol(&[
+            "volume",
+            "create",
+            spec.to_str().unwrap(),
+            "--wait",
+            "-o",
+            "json",
+        ]);
+        let v = out.ok().json();
+        assert_eq!(v["state"], "free", "{out:?}");
+        v
+    }
+
     /// A new token for `node`, made with the CLI; the node may host the plugin's controller.
     pub fn node_token(&self, node: &str) -> String {
         let out = self.csivol(&[

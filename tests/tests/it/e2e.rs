@@ -20,24 +20,13 @@ fn nodes(n: usize) -> Vec<NodeOpts> {
 
 /// `csivol volume create` from a TOML spec file, waiting until the volume exists.
 pub fn create_volume(c: &Cluster, name: &str, mode: &str) {
-    let spec = c.dir.join(format!("{name}.toml"));
-    std::fs::write(
-        &spec,
-        format!(
+    c.create_volume_spec(
+        name,
+        &format!(
             "name = \"{name}\"\nplugin = \"{}\"\naccess_mode = \"{mode}\"\nattachment = \"file-system\"\ncapacity_bytes = 1048576\n",
             crate::cluster::PLUGIN
         ),
-    )
-    .unwrap();
-    let out = c.csivol(&[
-        "volume",
-        "create",
-        spec.to_str().unwrap(),
-        "--wait",
-        "-o",
-        "json",
-    ]);
-    assert_eq!(out.ok().json()["state"], "free", "{out:?}");
+    );
 }
 
 fn claim(c: &Cluster, volume: &str, node: &str, alloc: &str) -> Out {

@@ -75,16 +75,12 @@ fn claimed(c: &Cluster, volume: &str, node: &str, alloc: &str) -> PathBuf {
 }
 
 fn create(c: &Cluster, volume: &str) {
-    let spec = c.dir.join(format!("{volume}.toml"));
-    std::fs::write(
-        &spec,
-        format!(
+    c.create_volume_spec(
+        volume,
+        &format!(
             "name = \"{volume}\"\nplugin = \"{PLUGIN}\"\naccess_mode = \"single-node-writer\"\nattachment = \"file-system\"\ncapacity_bytes = 1048576\n"
         ),
-    )
-    .unwrap();
-    c.csivol(&["volume", "create", spec.to_str().unwrap(), "--wait"])
-        .ok();
+    );
 }
 
 fn claim(c: &Cluster, volume: &str, node: &str, alloc: &str) -> Out {

@@ -70,23 +70,11 @@ fn zonal_volumes_are_claimed_only_in_their_zone() {
     );
 
     // Created where it asked to be: zone b, whichever controller host ran CreateVolume.
-    let spec = c.dir.join("zonal.toml");
-    std::fs::write(
-        &spec,
+    let v = c.create_volume_spec(
+        "zonal",
         "name = \"zonal\"\nplugin = \"hostpath\"\naccess_mode = \"single-node-writer\"\n\
          attachment = \"file-system\"\n\n[topology_request]\nrequired = [{ zone = \"b\" }]\n",
-    )
-    .unwrap();
-    let created = c.csivol(&[
-        "volume",
-        "create",
-        spec.to_str().unwrap(),
-        "--wait",
-        "-o",
-        "json",
-    ]);
-    let v = created.ok().json();
-    assert_eq!(v["state"], "free", "{created:?}");
+    );
     assert_eq!(v["accessible_topology"], json!([{"zone": "b"}]));
     assert_eq!(v["topology_request"], json!({"required": [{"zone": "b"}]}));
     let shown = c.csivol(&["volume", "show", "zonal"]);
