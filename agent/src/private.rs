@@ -53,15 +53,29 @@ pub fn create_file(path: &Path) -> io::Result<()> {
 
 /// Makes every regular file directly in `dir` readable by its owner only.
 pub fn files_in(dir: &Path) -> io::Result<()> {
+    // A file may go between the listing and its turn (SQLite removes its `-wal` and `-shm`
+    // files when the last connection closes): gone is fine, it holds nothing any more.
+    let gone = |e: &io::Error| e.kind() == io::ErrorKind::NotFound;
     for entry in std::fs::read_dir(dir)? {
         let entry = entry?;
-        let meta = entry.metadata()?;
+        let meta = match entry.metadata() {
+            Ok(m) => m,
+            Err(e) if gone(&e) => continue,
+            Err(e) => return Err(e),
+        };
         if !meta.is_file() {
             continue;
         }
         let mode = meta.permissions().mode() & 0o7777;
         if mode & 0o077 != 0 {
-            std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(mode & 0o700))?;
+            match std::fs::set_permissions(
+                entry.path(),
+                std::fs::Permissions::from_mode(mode & 0o700),
+            ) {
+                Ok(()) => {}
+                Err(e) if gone(&e) => continue,
+                Err(e) => return Err(e),
+            }
             tracing::info!(
                 path = %entry.path().display(),
                 from = format!("{mode:04o}"),
