@@ -1,0 +1,157 @@
+//! A real etcd cluster for tests of the etcd state store: `n` members of the system's
+//! `etcd` (Debian package `etcd-server`) on free loopback ports, each with its data dir in
+//! the test's temp dir, stopped by pid. A machine without etcd fails the test with how to
+//! install it: an etcd test is never skipped.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use crate::{Proc, wait_for};
+
+/// Where the Debian package puts the server.
+pub const ETCD_BIN: &str = "/usr/bin/etcd";
+
+#[derive(Debug)]
+pub struct EtcdMember {
+    pub name: String,
+    pub client_url: String,
+    proc: Option<Proc>,
+    args: Vec<String>,
+    log: PathBuf,
+}
+
+impl EtcdMember {
+    fn spawn(&mut self) {
+        let mut cmd = Command::new(ETCD_BIN);
+        cmd.args(&self.args);
+        self.proc = Some(Proc::spawn(&format!("etcd {}", self.name), cmd, &self.log));
+    }
+
+    /// Whether the member answers its health check (only with a quorum it says true).
+    pub fn healthy(&self) -> bool {
+        http_get(&self.client_url, "/health").is_some_and(|b| b.contains("\"health\":\"true\""))
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.proc.is_some()
+    }
+}
+
+#[derive(Debug)]
+pub struct EtcdCluster {
+    pub members: Vec<EtcdMember>,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A plain HTTP GET of `path` on `url` (`http://127.0.0.1:port`); the body, or `None`.
+fn http_get(url: &str, path: &str) -> Option<String> {
+    let addr = url.strip_prefix("http://")?;
+    let mut s = TcpStream::connect_timeout(&addr.parse().ok()?, Duration::from_millis(500)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    Some(out)
+}
+
+impl EtcdCluster {
+    /// Starts `n` members under `dir` and waits until the cluster is healthy.
+    pub fn start(dir: &Path, n: usize) -> Self {
+        assert!(
+            Path::new(ETCD_BIN).exists(),
+            "{ETCD_BIN} is missing: the etcd store's tests need a real etcd; install it with \
+             `apt-get install etcd-server` (.ci/run does)"
+        );
+        let ports: Vec<(u16, u16)> = (0..n).map(|_| (free_port(), free_port())).collect();
+        let initial: Vec<String> = ports
+            .iter()
+            .enumerate()
+            .map(|(i, (_, peer))| format!("m{i}=http://127.0.0.1:{peer}"))
+            .collect();
+        let token = format!("csivol-test-{}", std::process::id());
+        let members = ports
+            .iter()
+            .enumerate()
+            .map(|(i, (client, peer))| {
+                let name = format!("m{i}");
+                let data = dir.join(format!("etcd-{name}"));
+                let client_url = format!("http://127.0.0.1:{client}");
+                let peer_url = format!("http://127.0.0.1:{peer}");
+                let args = vec![
+                    format!("--name={name}"),
+                    format!("--data-dir={}", data.display()),
+                    format!("--listen-client-urls={client_url}"),
+                    format!("--advertise-client-urls={client_url}"),
+                    format!("--listen-peer-urls={peer_url}"),
+                    format!("--initial-advertise-peer-urls={peer_url}"),
+                    format!("--initial-cluster={}", initial.join(",")),
+                    "--initial-cluster-state=new".to_owned(),
+                    format!("--initial-cluster-token={token}"),
+                    // A group commit of many requests is one transaction of many puts.
+                    "--max-txn-ops=100000".to_owned(),
+                    "--max-request-bytes=33554432".to_owned(),
+                    "--log-level=warn".to_owned(),
+                ];
+                let mut m = EtcdMember {
+                    name,
+                    client_url,
+                    proc: None,
+                    args,
+                    log: dir.join(format!("etcd-m{i}.log")),
+                };
+                m.spawn();
+                m
+            })
+            .collect();
+        let c = Self { members };
+        c.wait_healthy();
+        c
+    }
+
+    /// Waits until every running member answers healthy.
+    pub fn wait_healthy(&self) {
+        wait_for(
+            "the etcd cluster to be healthy",
+            Duration::from_secs(60),
+            || {
+                self.members
+                    .iter()
+                    .filter(|m| m.is_running())
+                    .all(EtcdMember::healthy)
+                    .then_some(())
+            },
+        );
+    }
+
+    /// Every member's client URL, comma-separated (for `--etcd-endpoints`).
+    pub fn endpoints(&self) -> String {
+        self.members
+            .iter()
+            .map(|m| m.client_url.clone())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// SIGKILL member `i`.
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut p) = self.members[i].proc.take() {
+            p.kill();
+        }
+    }
+
+    /// Starts member `i` again on its data dir.
+    pub fn restart(&mut self, i: usize) {
+        self.kill(i);
+        self.members[i].spawn();
+    }
+}
