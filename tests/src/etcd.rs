@@ -65,13 +65,29 @@ fn http_get(url: &str, path: &str) -> Option<String> {
 }
 
 impl EtcdCluster {
-    /// Starts `n` members under `dir` and waits until the cluster is healthy.
+    /// Starts `n` members under `dir` and waits until the cluster is healthy. A port picked
+    /// free can be taken by another test before etcd binds it: a cluster that does not come
+    /// up is stopped and started again on other ports.
     pub fn start(dir: &Path, n: usize) -> Self {
         assert!(
             Path::new(ETCD_BIN).exists(),
             "{ETCD_BIN} is missing: the etcd store's tests need a real etcd; install it with \
              `apt-get install etcd-server` (.ci/run does)"
         );
+        for attempt in 0..3 {
+            let mut c = Self::spawn_all(&dir.join(format!("etcd-{attempt}")), n);
+            if c.try_wait_healthy(Duration::from_secs(30)) {
+                return c;
+            }
+            for i in 0..n {
+                c.kill(i);
+            }
+        }
+        panic!("the etcd cluster did not come up in three attempts; see the etcd-*.log files");
+    }
+
+    fn spawn_all(dir: &Path, n: usize) -> Self {
+        std::fs::create_dir_all(dir).unwrap();
         let ports: Vec<(u16, u16)> = (0..n).map(|_| (free_port(), free_port())).collect();
         let initial: Vec<String> = ports
             .iter()
@@ -113,9 +129,25 @@ impl EtcdCluster {
                 m
             })
             .collect();
-        let c = Self { members };
-        c.wait_healthy();
-        c
+        Self { members }
+    }
+
+    fn try_wait_healthy(&mut self, timeout: Duration) -> bool {
+        let deadline = std::time::Instant::now() + timeout;
+        while std::time::Instant::now() < deadline {
+            let exited = self
+                .members
+                .iter_mut()
+                .any(|m| m.proc.as_mut().is_some_and(|p| p.exited().is_some()));
+            if exited {
+                return false;
+            }
+            if self.members.iter().all(EtcdMember::healthy) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        false
     }
 
     /// Waits until every running member answers healthy.

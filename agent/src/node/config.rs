@@ -12,7 +12,9 @@ use serde::Deserialize;
 /// `csivol-agent node` flags. Each may also be set in the `--config` file; flags win.
 #[derive(Debug, Default, clap::Args)]
 pub struct NodeArgs {
-    /// The server's URL, e.g. `https://10.0.0.1:7420` (plain `http://` only on loopback).
+    /// The server's URL, e.g. `https://10.0.0.1:7420` (plain `http://` only on loopback);
+    /// several servers of one cluster comma-separated, tried in turn when one cannot be
+    /// reached (the self-fence clock runs only while none answers).
     #[arg(long, value_name = "URL")]
     pub server: Option<String>,
     /// The CA (PEM) that signed the server's certificate [default: the system's roots].

@@ -147,6 +147,14 @@ async fn killing_the_leading_server_moves_its_work_and_loses_nothing() {
     })
     .await;
     let takeover = killed.elapsed();
+    // A client given both servers (the dead one first, as an agent or the CLI would be)
+    // carries on through the other.
+    let both = Api::new(
+        &format!("{},{}", leader.url, survivor.url),
+        Some(&survivor.token),
+    );
+    let (status, body) = both.get("/v1/volumes/v0").await;
+    assert_eq!(status, 200, "{body}");
     wait_sent(&sent, before + 40).await;
     stop.store(true, Ordering::SeqCst);
     for t in tasks {
