@@ -6,7 +6,7 @@ mod claims;
 mod connections;
 mod controller;
 mod durability;
-mod ha;
+pub(crate) mod ha;
 mod ha_faults;
 mod hosting;
 mod lost;
