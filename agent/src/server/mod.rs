@@ -156,6 +156,9 @@ pub enum ServerAction {
     /// Seal every volume secret under a new secrets key, then replace the key file; the
     /// server must be stopped. Running it again finishes an interrupted rotation.
     RotateSecretsKey,
+    /// Copy a stopped single server's state (`sqlite:DIR`) into an empty etcd prefix for
+    /// `--store etcd`, then check the copy row by row.
+    Migrate(etcd::migrate::MigrateArgs),
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -351,6 +354,7 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
             );
             return Ok(());
         }
+        Some(ServerAction::Migrate(m)) => return etcd::migrate::run(m).await,
         None => {}
     }
     let check = args.check;

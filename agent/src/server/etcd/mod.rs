@@ -7,6 +7,7 @@
 //! elected with an etcd lease (`leader`).
 
 mod leader;
+pub mod migrate;
 pub mod mirror;
 mod writer;
 

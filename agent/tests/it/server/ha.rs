@@ -178,3 +178,78 @@ async fn sixty_four_writers_across_two_servers_one_wins() {
         .await;
     }
 }
+
+#[tokio::test]
+async fn migrating_a_single_server_into_etcd_keeps_everything() {
+    let dir = TestDir::new("ha-migrate");
+    let mut single = ServerProc::start(&dir.join("single"), &[]);
+    let api = single.api();
+    let n1 = FakeAgent::new(&single, "n1").await;
+    n1.register(0, false, json!([])).await;
+    register_volume(&api, "v1", "single-node-writer").await;
+    let (status, c) = claim(&api, "v1", "a1", "n1", "write").await;
+    assert_eq!(status, 201, "{c}");
+    let (status, t) = api
+        .post("/v1/tokens", json!({"role": "claimer", "name": "ci"}))
+        .await;
+    assert_eq!(status, 201, "{t}");
+    let (_, events_before) = api.get("/v1/events").await;
+    single.proc.terminate(Duration::from_secs(10));
+
+    let etcd = EtcdCluster::start(dir.path(), 3);
+    let migrate = |extra: &[&str]| {
+        let mut cmd = std::process::Command::new(csivol_tests::bin_path("csivol-agent"));
+        cmd.args([
+            "server",
+            "migrate",
+            &format!("--from=sqlite:{}", single.data_dir.display()),
+            &format!("--to=etcd:{}", etcd.endpoints()),
+        ])
+        .args(extra);
+        csivol_tests::run_to_exit("migrate", cmd, Duration::from_secs(60))
+    };
+    let (status, out) = migrate(&[]);
+    assert!(status.success(), "{out}");
+    assert!(out.contains("verified"), "{out}");
+    let (status, out) = migrate(&[]);
+    assert!(
+        !status.success(),
+        "a second copy into a used prefix is refused: {out}"
+    );
+    assert!(out.contains("already holds"), "{out}");
+
+    // A server over etcd serves the same cluster: the old tokens, volume, claim, events.
+    let key = single.data_dir.join("secrets.key");
+    let mut moved = ServerProc::start(
+        &dir.join("moved"),
+        &[
+            "--store=etcd",
+            &format!("--etcd-endpoints={}", etcd.endpoints()),
+            &format!("--secrets-key-file={}", key.display()),
+        ],
+    );
+    moved.token = single.token.clone();
+    let m = moved.api();
+    let (status, v) = m.get("/v1/volumes/v1").await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["claims"][0]["alloc"], "a1");
+    assert_eq!(v["secret_keys"], json!(["key"]));
+    let (_, node) = m.get("/v1/nodes/n1").await;
+    assert_eq!(node["name"], "n1");
+    let ci = m.with_token(t["token"].as_str());
+    assert_eq!(
+        ci.get("/v1/volumes").await.0,
+        200,
+        "the claimer token works"
+    );
+    let (_, events_after) = m.get("/v1/events").await;
+    let before = events_before.as_array().unwrap();
+    assert!(!before.is_empty());
+    let after = events_after.as_array().unwrap();
+    for e in before {
+        assert!(after.contains(e), "event {e} kept");
+    }
+    // And it takes new writes on top.
+    let (status, c) = claim(&m, "v1", "a1", "n1", "write").await;
+    assert!(status == 200 || status == 201, "{c}");
+}
