@@ -238,7 +238,8 @@ impl ServerProc {
             }
             None => Command::new(server),
         };
-        cmd.args(&args).env("RUST_LOG", "info");
+        cmd.args(&args)
+            .env("RUST_LOG", "info,csivol_agent::server::etcd=debug");
         let log_file = log;
         let mut proc = Proc::spawn("csivol-agent server", cmd, &log_file);
         let url = wait_for("the server to listen", Duration::from_secs(30), || {

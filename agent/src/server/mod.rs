@@ -123,6 +123,11 @@ pub struct ServerArgs {
     /// second [default: 3s].
     #[arg(long, value_parser = humantime::parse_duration)]
     pub etcd_lease_ttl: Option<Duration>,
+    /// Most operations one etcd transaction may hold: the etcd cluster's `--max-txn-ops`.
+    /// Requests committed together are split to fit; one request that changes more is
+    /// refused [default: 128, etcd's default].
+    #[arg(long, value_name = "N")]
+    pub etcd_max_txn_ops: Option<usize>,
     /// TOML file with the same settings (`data_dir`, `listen`, `heartbeat_ttl = "30s"`,
     /// `controller_concurrency`, `secrets_key_file`, TLS and connection bounds), and fencing:
     /// `[[fence]]` methods (`name`, `command`, `timeout`, `nodes`, `labels`, `env`,
@@ -185,6 +190,7 @@ struct FileConfig {
     etcd_endpoints: Vec<String>,
     etcd_prefix: Option<String>,
     etcd_lease_ttl: Option<String>,
+    etcd_max_txn_ops: Option<usize>,
 }
 
 /// Resolved server settings.
@@ -282,6 +288,11 @@ impl ServerConfig {
                         .or(file.etcd_prefix)
                         .unwrap_or_else(|| etcd::DEFAULT_PREFIX.to_owned()),
                     lease_ttl,
+                    max_txn_ops: args
+                        .etcd_max_txn_ops
+                        .or(file.etcd_max_txn_ops)
+                        .unwrap_or(etcd::DEFAULT_MAX_TXN_OPS)
+                        .max(8),
                 })
             }
         };

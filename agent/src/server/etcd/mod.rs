@@ -35,7 +35,12 @@ pub struct EtcdConfig {
     pub endpoints: Vec<String>,
     pub prefix: String,
     pub lease_ttl: Duration,
+    /// Most operations in one etcd transaction: etcd's `--max-txn-ops` (128 by default).
+    pub max_txn_ops: usize,
 }
+
+/// etcd's own default `--max-txn-ops`.
+pub const DEFAULT_MAX_TXN_OPS: usize = 128;
 
 /// The mirror's file in the data dir; removed and rebuilt at every start.
 pub const MIRROR_DB: &str = "mirror.db";
@@ -144,6 +149,7 @@ pub async fn start(path: &Path, cfg: &EtcdConfig) -> anyhow::Result<(Db, Cluster
         index,
         head_rev,
         applied: from,
+        max_ops: cfg.max_txn_ops,
     };
     let db = Db::start_with(path, index, move |parts| writer.run(parts))?;
     let leadership = Leadership::start(client.clone(), &prefix, cfg.lease_ttl);

@@ -43,6 +43,8 @@ pub struct Writer {
     pub head_rev: i64,
     /// The last etcd revision applied (revisions up to it are skipped by the watch).
     pub applied: i64,
+    /// Most operations in one etcd transaction (etcd's `--max-txn-ops`).
+    pub max_ops: usize,
 }
 
 enum Msg {
@@ -54,6 +56,8 @@ enum Msg {
 enum Outcome {
     Committed(GroupEffects, i64),
     Conflict(i64),
+    /// More operations than one transaction may hold (rolled back, nothing sent).
+    TooBig(usize),
     /// Not committed (or not known to be): why, and whether etcd could not be reached,
     /// which a member's death causes until the client moves to another member.
     Failed(String, bool),
@@ -63,6 +67,27 @@ enum Outcome {
 /// answered `unavailable`.
 const RETRY_UNREACHABLE: Duration = Duration::from_secs(3);
 
+/// What the writer answers through: the hub, the error slot, the tokens' bell.
+struct Ends {
+    hub: std::sync::Arc<crate::server::watch::Hub>,
+    write_error: std::sync::Arc<std::sync::Mutex<Option<String>>>,
+    tokens_changed: std::sync::Arc<tokio::sync::Notify>,
+}
+
+impl Ends {
+    fn set_error(&self, e: Option<String>) {
+        let mut slot = self.write_error.lock().unwrap_or_else(|e| e.into_inner());
+        if e.is_none()
+            && let Some(was) = slot.take()
+        {
+            tracing::info!(was = %was, "etcd accepts writes again");
+        }
+        if e.is_some() {
+            *slot = e;
+        }
+    }
+}
+
 impl Writer {
     pub fn run(mut self, parts: WriterParts) {
         let WriterParts {
@@ -71,16 +96,10 @@ impl Writer {
             write_error,
             tokens_changed,
         } = parts;
-        let set_error = |e: Option<String>| {
-            let mut slot = write_error.lock().unwrap_or_else(|e| e.into_inner());
-            if e.is_none()
-                && let Some(was) = slot.take()
-            {
-                tracing::info!(was = %was, "etcd accepts writes again");
-            }
-            if e.is_some() {
-                *slot = e;
-            }
+        let ends = Ends {
+            hub,
+            write_error,
+            tokens_changed,
         };
         loop {
             let msg = self.rt.block_on(async {
@@ -93,61 +112,90 @@ impl Writer {
             let first = match msg {
                 Msg::Closed => return,
                 Msg::Remote(r) => {
-                    self.apply(r, &hub, &tokens_changed);
+                    self.apply(r, &ends.hub, &ends.tokens_changed);
                     continue;
                 }
                 Msg::Job(j) => j,
             };
-            let mut group = take_group(first, &mut rx);
-            let mut attempts = 0;
-            let started = std::time::Instant::now();
-            loop {
-                while let Ok(r) = self.remote.try_recv() {
-                    self.apply(r, &hub, &tokens_changed);
+            let group = take_group(first, &mut rx);
+            self.commit(group, &ends);
+        }
+    }
+
+    /// Commits `group` (again after conflicts; in halves when it changes more keys than one
+    /// etcd transaction may hold) and answers its requests.
+    fn commit(&mut self, mut group: Vec<BoxJob>, ends: &Ends) {
+        let mut attempts = 0;
+        let started = std::time::Instant::now();
+        loop {
+            while let Ok(r) = self.remote.try_recv() {
+                self.apply(r, &ends.hub, &ends.tokens_changed);
+            }
+            attempts += 1;
+            match self.attempt(&mut group) {
+                Outcome::Committed(effects, rev) => {
+                    self.index += 1;
+                    self.head_rev = rev;
+                    self.applied = self.applied.max(rev);
+                    ends.set_error(None);
+                    for f in effects.on_commit {
+                        f();
+                    }
+                    ends.hub.publish(self.index, effects.touched);
+                    for job in group {
+                        job.finish(None);
+                    }
+                    return;
                 }
-                attempts += 1;
-                match self.attempt(&mut group) {
-                    Outcome::Committed(effects, rev) => {
-                        self.index += 1;
-                        self.head_rev = rev;
-                        self.applied = self.applied.max(rev);
-                        set_error(None);
-                        for f in effects.on_commit {
-                            f();
-                        }
-                        hub.publish(self.index, effects.touched);
-                        for job in group {
-                            job.finish(None);
-                        }
-                        break;
+                Outcome::TooBig(ops) if group.len() > 1 => {
+                    tracing::debug!(
+                        ops,
+                        requests = group.len(),
+                        "too many operations for one etcd transaction: committing in halves"
+                    );
+                    let second = group.split_off(group.len() / 2);
+                    self.commit(group, ends);
+                    self.commit(second, ends);
+                    return;
+                }
+                Outcome::TooBig(ops) => {
+                    let e = format!(
+                        "this change is {ops} etcd operations, more than one etcd transaction \
+                         may hold here ({}); raise etcd's --max-txn-ops and the servers' \
+                         --etcd-max-txn-ops",
+                        self.max_ops
+                    );
+                    for job in group {
+                        job.finish(Some(ApiError::unavailable(e.clone())));
                     }
-                    Outcome::Conflict(target) if attempts < MAX_ATTEMPTS => {
-                        self.catch_up(target, &hub, &tokens_changed);
+                    return;
+                }
+                Outcome::Conflict(target) if attempts < MAX_ATTEMPTS => {
+                    self.catch_up(target, &ends.hub, &ends.tokens_changed);
+                }
+                Outcome::Conflict(_) => {
+                    for job in group {
+                        job.finish(Some(ApiError::unavailable(
+                            "other servers kept committing first; try again",
+                        )));
                     }
-                    Outcome::Conflict(_) => {
-                        for job in group {
-                            job.finish(Some(ApiError::unavailable(
-                                "other servers kept committing first; try again",
-                            )));
-                        }
-                        break;
+                    return;
+                }
+                Outcome::Failed(e, true) if started.elapsed() < RETRY_UNREACHABLE => {
+                    // Committed or not, the next attempt finds out: a commit that landed
+                    // moved `head`, so the group runs again on what it wrote.
+                    tracing::debug!(error = %e, "etcd unreachable; trying again");
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                Outcome::Failed(e, _) => {
+                    tracing::error!(error = %e, "etcd commit failed; the group's requests are refused");
+                    ends.set_error(Some(e.clone()));
+                    for job in group {
+                        job.finish(Some(ApiError::unavailable(format!(
+                            "the state could not be committed to etcd: {e}"
+                        ))));
                     }
-                    Outcome::Failed(e, true) if started.elapsed() < RETRY_UNREACHABLE => {
-                        // Committed or not, the next attempt finds out: a commit that
-                        // landed moved `head`, so the group runs again on what it wrote.
-                        tracing::debug!(error = %e, "etcd unreachable; trying again");
-                        std::thread::sleep(Duration::from_millis(100));
-                    }
-                    Outcome::Failed(e, _) => {
-                        tracing::error!(error = %e, "etcd commit failed; the group's requests are refused");
-                        set_error(Some(e.clone()));
-                        for job in group {
-                            job.finish(Some(ApiError::unavailable(format!(
-                                "the state could not be committed to etcd: {e}"
-                            ))));
-                        }
-                        break;
-                    }
+                    return;
                 }
             }
         }
@@ -180,6 +228,9 @@ impl Writer {
                 mirror::head_value(next),
                 0,
             ));
+            if ops.len() > self.max_ops {
+                return Ok(Outcome::TooBig(ops.len()));
+            }
             let head = self.keys.head();
             let answer = self.rt.block_on(self.client.txn(
                 vec![csivol_etcd::mod_revision_is(head.clone(), self.head_rev)],

@@ -132,6 +132,23 @@ async fn sixty_four_writers_across_two_servers_one_wins() {
             .await;
     }
     register_volume(&a, "v", "multi-node-single-writer").await;
+    // Many writes at once through one server: committed together they would be more
+    // operations than one etcd transaction holds by default (128), so they are split.
+    let registered: Vec<_> = (0..100)
+        .map(|i| {
+            let a = a.clone();
+            tokio::spawn(async move {
+                register_volume(&a, &format!("many-{i}"), "single-node-writer").await
+            })
+        })
+        .collect();
+    for r in registered {
+        r.await.unwrap();
+    }
+    assert!(
+        ha.a.log().contains("committing in halves"),
+        "the writes were committed together and split"
+    );
     eventually("B to see the volume", WAIT, || async {
         (b.get("/v1/volumes/v").await.0 == 200).then_some(())
     })
