@@ -14,6 +14,7 @@ pub fn spawn(app: &http::App, cluster: Option<Cluster>) -> Vec<tokio::task::Join
     let mut tasks = vec![tokio::spawn(persist_token_use(app.clone()))];
     let leadership = match cluster {
         Some(c) => {
+            tasks.push(tokio::spawn(compact_history(c.clone())));
             tasks.push(tokio::spawn(etcd::forward_heard(
                 c.clone(),
                 app.live.clone(),
@@ -54,6 +55,33 @@ async fn lead(app: http::App, mut leadership: Leadership) {
         leadership.wait_for(false).await;
         for t in tasks {
             t.abort();
+        }
+    }
+}
+
+/// How much etcd history the leader keeps: revisions a lagging watch can still resume from.
+const HISTORY_KEPT: i64 = 10_000;
+
+/// etcd keeps every version of every key until compacted; the leader drops the history
+/// older than [`HISTORY_KEPT`] revisions every five minutes (a server whose watch was
+/// further behind reloads its mirror).
+async fn compact_history(cluster: Cluster) {
+    let mut tick = tokio::time::interval(Duration::from_secs(300));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if !cluster.leadership.is_leader() {
+            continue;
+        }
+        let head = format!("{}/d/head", cluster.prefix).into_bytes();
+        let revision = match cluster.client.get(&head).await {
+            Ok((rev, _)) => rev - HISTORY_KEPT,
+            Err(_) => continue,
+        };
+        if revision > 0
+            && let Err(e) = cluster.client.compact(revision).await
+        {
+            tracing::debug!(error = %e, revision, "etcd compaction failed");
         }
     }
 }

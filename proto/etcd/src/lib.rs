@@ -18,7 +18,7 @@ pub mod pb {
 }
 
 use pb::etcdserverpb::{
-    Compare, DeleteRangeRequest, LeaseGrantRequest, LeaseKeepAliveRequest, LeaseRevokeRequest,
+    CompactionRequest, Compare, DeleteRangeRequest, LeaseGrantRequest, LeaseKeepAliveRequest, LeaseRevokeRequest,
     PutRequest, RangeRequest, RequestOp, TxnRequest, TxnResponse, WatchCreateRequest, WatchRequest,
     WatchResponse, compare, kv_client::KvClient, lease_client::LeaseClient, request_op,
     watch_client::WatchClient, watch_request,
@@ -150,6 +150,16 @@ impl Client {
             failure,
         };
         Ok(self.kv.clone().txn(timed(req)).await?.into_inner())
+    }
+
+    /// Drops the history before `revision` (etcd keeps every old version until compacted).
+    pub async fn compact(&self, revision: i64) -> Result<()> {
+        let req = CompactionRequest {
+            revision,
+            physical: false,
+        };
+        self.kv.clone().compact(timed(req)).await?;
+        Ok(())
     }
 
     /// Watches every key under `prefix` from `start_revision` on; the stream ends or

@@ -266,6 +266,10 @@ async fn migrating_a_single_server_into_etcd_keeps_everything() {
     for e in before {
         assert!(after.contains(e), "event {e} kept");
     }
+    // A backup from a server over etcd is a consistent SQLite copy of the state.
+    let raw = m.send("GET", "/v1/backup", None).await.unwrap();
+    assert_eq!(raw.status.as_u16(), 200);
+    assert!(raw.body.starts_with(b"SQLite format 3"), "a SQLite file");
     // And it takes new writes on top.
     let (status, c) = claim(&m, "v1", "a1", "n1", "write").await;
     assert!(status == 200 || status == 201, "{c}");
