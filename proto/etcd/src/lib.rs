@@ -18,10 +18,10 @@ pub mod pb {
 }
 
 use pb::etcdserverpb::{
-    CompactionRequest, Compare, DeleteRangeRequest, LeaseGrantRequest, LeaseKeepAliveRequest, LeaseRevokeRequest,
-    PutRequest, RangeRequest, RequestOp, TxnRequest, TxnResponse, WatchCreateRequest, WatchRequest,
-    WatchResponse, compare, kv_client::KvClient, lease_client::LeaseClient, request_op,
-    watch_client::WatchClient, watch_request,
+    CompactionRequest, Compare, DeleteRangeRequest, LeaseGrantRequest, LeaseKeepAliveRequest,
+    LeaseRevokeRequest, PutRequest, RangeRequest, RequestOp, TxnRequest, TxnResponse,
+    WatchCreateRequest, WatchRequest, WatchResponse, compare, kv_client::KvClient,
+    lease_client::LeaseClient, request_op, watch_client::WatchClient, watch_request,
 };
 pub use pb::mvccpb::{Event, KeyValue, event::EventType};
 

@@ -188,6 +188,37 @@ async fn killing_the_leading_server_moves_its_work_and_loses_nothing() {
     .await;
     let (_, node) = s.get("/v1/nodes/n1").await;
     assert_eq!(node["status"], "ready");
+    // Its claims are blocked, and an operator unblocks them through the new leader.
+    let on_n2: Vec<(String, String)> = sent
+        .iter()
+        .filter(|(_, a, status, _)| *status == 201 && claim_node(a) == "n2")
+        .map(|(v, a, _, _)| (v.clone(), a.clone()))
+        .collect();
+    assert!(!on_n2.is_empty(), "the load put claims on n2");
+    for (v, a) in &on_n2 {
+        eventually(&format!("{v}/{a} blocked"), WAIT, || async {
+            let (_, c) = s.get(&format!("/v1/volumes/{v}/claims/{a}")).await;
+            (c["state"] == "blocked").then_some(())
+        })
+        .await;
+    }
+    let (status, plan) = s
+        .post(
+            "/v1/nodes/n2/unblock",
+            json!({"reason": "n2 is powered off"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{plan}");
+    for (v, a) in &on_n2 {
+        let (status, c) = s.get(&format!("/v1/volumes/{v}/claims/{a}")).await;
+        assert_eq!(status, 404, "{v}/{a} force-released: {c}");
+    }
+}
+
+/// The node the load claimed `alloc` on (`a<task>-<k>`: n1 for even k).
+fn claim_node(alloc: &str) -> &'static str {
+    let k: u64 = alloc.rsplit('-').next().unwrap().parse().unwrap();
+    if k % 2 == 0 { "n1" } else { "n2" }
 }
 
 #[tokio::test]
