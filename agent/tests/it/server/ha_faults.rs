@@ -218,7 +218,7 @@ async fn killing_the_leading_server_moves_its_work_and_loses_nothing() {
 /// The node the load claimed `alloc` on (`a<task>-<k>`: n1 for even k).
 fn claim_node(alloc: &str) -> &'static str {
     let k: u64 = alloc.rsplit('-').next().unwrap().parse().unwrap();
-    if k % 2 == 0 { "n1" } else { "n2" }
+    if k.is_multiple_of(2) { "n1" } else { "n2" }
 }
 
 #[tokio::test]
