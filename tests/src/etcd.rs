@@ -14,10 +14,21 @@ use crate::{Proc, wait_for};
 /// Where the Debian package puts the server.
 pub const ETCD_BIN: &str = "/usr/bin/etcd";
 
+/// TLS for the members' client port: their certificate and key, and the CA whose client
+/// certificates they require (`--client-cert-auth`). Peers talk plain HTTP on loopback.
+#[derive(Debug, Clone)]
+pub struct EtcdTls {
+    pub ca: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
 #[derive(Debug)]
 pub struct EtcdMember {
     pub name: String,
     pub client_url: String,
+    /// Plain HTTP `/health` (etcd's metrics listener), whatever the client port speaks.
+    health_url: String,
     proc: Option<Proc>,
     args: Vec<String>,
     log: PathBuf,
@@ -32,7 +43,7 @@ impl EtcdMember {
 
     /// Whether the member answers its health check (only with a quorum it says true).
     pub fn healthy(&self) -> bool {
-        http_get(&self.client_url, "/health").is_some_and(|b| b.contains("\"health\":\"true\""))
+        http_get(&self.health_url, "/health").is_some_and(|b| b.contains("\"health\":\"true\""))
     }
 
     pub fn is_running(&self) -> bool {
@@ -69,13 +80,18 @@ impl EtcdCluster {
     /// free can be taken by another test before etcd binds it: a cluster that does not come
     /// up is stopped and started again on other ports.
     pub fn start(dir: &Path, n: usize) -> Self {
+        Self::start_with(dir, n, None)
+    }
+
+    /// [`EtcdCluster::start`], with TLS on the client port when `tls` is given.
+    pub fn start_with(dir: &Path, n: usize, tls: Option<&EtcdTls>) -> Self {
         assert!(
             Path::new(ETCD_BIN).exists(),
             "{ETCD_BIN} is missing: the etcd store's tests need a real etcd; install it with \
              `apt-get install etcd-server` (.ci/run does)"
         );
         for attempt in 0..3 {
-            let mut c = Self::spawn_all(&dir.join(format!("etcd-{attempt}")), n);
+            let mut c = Self::spawn_all(&dir.join(format!("etcd-{attempt}")), n, tls);
             if c.try_wait_healthy(Duration::from_secs(30)) {
                 return c;
             }
@@ -86,9 +102,10 @@ impl EtcdCluster {
         panic!("the etcd cluster did not come up in three attempts; see the etcd-*.log files");
     }
 
-    fn spawn_all(dir: &Path, n: usize) -> Self {
+    fn spawn_all(dir: &Path, n: usize, tls: Option<&EtcdTls>) -> Self {
         std::fs::create_dir_all(dir).unwrap();
         let ports: Vec<(u16, u16)> = (0..n).map(|_| (free_port(), free_port())).collect();
+        let scheme = if tls.is_some() { "https" } else { "http" };
         let initial: Vec<String> = ports
             .iter()
             .enumerate()
@@ -101,9 +118,10 @@ impl EtcdCluster {
             .map(|(i, (client, peer))| {
                 let name = format!("m{i}");
                 let data = dir.join(format!("etcd-{name}"));
-                let client_url = format!("http://127.0.0.1:{client}");
+                let client_url = format!("{scheme}://127.0.0.1:{client}");
                 let peer_url = format!("http://127.0.0.1:{peer}");
-                let args = vec![
+                let health_url = format!("http://127.0.0.1:{}", free_port());
+                let mut args = vec![
                     format!("--name={name}"),
                     format!("--data-dir={}", data.display()),
                     format!("--listen-client-urls={client_url}"),
@@ -116,10 +134,20 @@ impl EtcdCluster {
                     // etcd's defaults for transaction size (--max-txn-ops 128): the
                     // servers split what they commit together to fit.
                     "--log-level=warn".to_owned(),
+                    format!("--listen-metrics-urls={health_url}"),
                 ];
+                if let Some(t) = tls {
+                    args.extend([
+                        format!("--cert-file={}", t.cert.display()),
+                        format!("--key-file={}", t.key.display()),
+                        format!("--trusted-ca-file={}", t.ca.display()),
+                        "--client-cert-auth".to_owned(),
+                    ]);
+                }
                 let mut m = EtcdMember {
                     name,
                     client_url,
+                    health_url,
                     proc: None,
                     args,
                     log: dir.join(format!("etcd-m{i}.log")),

@@ -128,6 +128,15 @@ pub struct ServerArgs {
     /// refused [default: 128, etcd's default].
     #[arg(long, value_name = "N")]
     pub etcd_max_txn_ops: Option<usize>,
+    /// The CA (PEM) that signed the etcd members' certificates, for `https://` endpoints.
+    #[arg(long, value_name = "FILE")]
+    pub etcd_ca_cert: Option<PathBuf>,
+    /// A client certificate (PEM) for etcd's `--client-cert-auth`; with --etcd-key.
+    #[arg(long, value_name = "FILE", requires = "etcd_key")]
+    pub etcd_cert: Option<PathBuf>,
+    /// The client certificate's private key (PEM).
+    #[arg(long, value_name = "FILE", requires = "etcd_cert")]
+    pub etcd_key: Option<PathBuf>,
     /// TOML file with the same settings (`data_dir`, `listen`, `heartbeat_ttl = "30s"`,
     /// `controller_concurrency`, `secrets_key_file`, TLS and connection bounds), and fencing:
     /// `[[fence]]` methods (`name`, `command`, `timeout`, `nodes`, `labels`, `env`,
@@ -191,6 +200,9 @@ struct FileConfig {
     etcd_prefix: Option<String>,
     etcd_lease_ttl: Option<String>,
     etcd_max_txn_ops: Option<usize>,
+    etcd_ca_cert: Option<PathBuf>,
+    etcd_cert: Option<PathBuf>,
+    etcd_key: Option<PathBuf>,
 }
 
 /// Resolved server settings.
@@ -293,6 +305,15 @@ impl ServerConfig {
                         .or(file.etcd_max_txn_ops)
                         .unwrap_or(etcd::DEFAULT_MAX_TXN_OPS)
                         .max(8),
+                    ca_cert: args.etcd_ca_cert.or(file.etcd_ca_cert),
+                    cert_key: match (
+                        args.etcd_cert.or(file.etcd_cert),
+                        args.etcd_key.or(file.etcd_key),
+                    ) {
+                        (Some(c), Some(k)) => Some((c, k)),
+                        (None, None) => None,
+                        _ => bail!("--etcd-cert and --etcd-key go together"),
+                    },
                 })
             }
         };

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
 /// The generated etcd types (`etcdserverpb`, `mvccpb`).
 pub mod pb {
@@ -69,14 +69,40 @@ pub struct Client {
     lease: LeaseClient<Channel>,
 }
 
+/// TLS to etcd (`https://` endpoints): the CA that signed the members' certificates, and
+/// the client certificate and key when etcd asks for one (`--client-cert-auth`); PEM.
+#[derive(Debug, Clone, Default)]
+pub struct Tls {
+    pub ca_pem: Vec<u8>,
+    pub identity_pem: Option<(Vec<u8>, Vec<u8>)>,
+}
+
 impl Client {
     /// A client of the cluster at `endpoints` (`http://host:port`); connects lazily, so it
     /// needs a running Tokio runtime but no member yet.
     pub fn new(endpoints: &[String]) -> Result<Self> {
+        Self::with_tls(endpoints, None)
+    }
+
+    /// [`Client::new`], with TLS for `https://` endpoints.
+    pub fn with_tls(endpoints: &[String], tls: Option<&Tls>) -> Result<Self> {
         let mut list = Vec::with_capacity(endpoints.len());
         for e in endpoints {
-            let ep = Endpoint::from_shared(e.clone())
-                .map_err(|err| Error::Endpoint(e.clone(), err.to_string()))?
+            let mut ep = Endpoint::from_shared(e.clone())
+                .map_err(|err| Error::Endpoint(e.clone(), err.to_string()))?;
+            if e.starts_with("https://") {
+                let mut config = ClientTlsConfig::new();
+                if let Some(t) = tls {
+                    config = config.ca_certificate(Certificate::from_pem(&t.ca_pem));
+                    if let Some((cert, key)) = &t.identity_pem {
+                        config = config.identity(Identity::from_pem(cert, key));
+                    }
+                }
+                ep = ep
+                    .tls_config(config)
+                    .map_err(|err| Error::Endpoint(e.clone(), err.to_string()))?;
+            }
+            let ep = ep
                 .connect_timeout(Duration::from_secs(2))
                 .tcp_nodelay(true)
                 .http2_keep_alive_interval(Duration::from_secs(2))

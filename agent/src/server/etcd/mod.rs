@@ -37,6 +37,32 @@ pub struct EtcdConfig {
     pub lease_ttl: Duration,
     /// Most operations in one etcd transaction: etcd's `--max-txn-ops` (128 by default).
     pub max_txn_ops: usize,
+    /// TLS to etcd's `https://` endpoints: CA, and client certificate and key.
+    pub ca_cert: Option<std::path::PathBuf>,
+    pub cert_key: Option<(std::path::PathBuf, std::path::PathBuf)>,
+}
+
+impl EtcdConfig {
+    /// The client of this cluster, TLS files read.
+    pub fn client(&self) -> anyhow::Result<Client> {
+        let tls = match &self.ca_cert {
+            None => None,
+            Some(ca) => {
+                let read = |p: &Path| {
+                    std::fs::read(p).with_context(|| format!("failed to read {}", p.display()))
+                };
+                let identity_pem = match &self.cert_key {
+                    Some((c, k)) => Some((read(c)?, read(k)?)),
+                    None => None,
+                };
+                Some(csivol_etcd::Tls {
+                    ca_pem: read(ca)?,
+                    identity_pem,
+                })
+            }
+        };
+        Client::with_tls(&self.endpoints, tls.as_ref()).context("invalid --etcd-endpoints")
+    }
 }
 
 /// etcd's own default `--max-txn-ops`.
@@ -67,7 +93,7 @@ fn remove_mirror(path: &Path) -> std::io::Result<()> {
 /// Opens the store: loads etcd's state into a fresh mirror at `path` (or, on an empty
 /// prefix, writes a new cluster's first state into etcd), starts the writer and the watch.
 pub async fn start(path: &Path, cfg: &EtcdConfig) -> anyhow::Result<(Db, Cluster)> {
-    let client = Client::new(&cfg.endpoints).context("invalid --etcd-endpoints")?;
+    let client = cfg.client()?;
     let prefix = cfg.prefix.trim_end_matches('/').to_owned();
     let keys = Keys::new(&prefix);
     let (conn, tables, index, head_rev, from) = loop {

@@ -274,3 +274,63 @@ async fn migrating_a_single_server_into_etcd_keeps_everything() {
     let (status, c) = claim(&m, "v1", "a1", "n1", "write").await;
     assert!(status == 200 || status == 201, "{c}");
 }
+
+#[tokio::test]
+async fn servers_reach_etcd_over_tls_with_a_client_certificate() {
+    let dir = TestDir::new("ha-etcd-tls");
+    let certs = dir.join("tls");
+    let mut init = std::process::Command::new(csivol_tests::bin_path("csivol-agent"));
+    init.args([
+        "tls",
+        "init",
+        &format!("--dir={}", certs.display()),
+        "--server-name=127.0.0.1",
+        "--node=csivol-server",
+    ]);
+    let (status, out) = csivol_tests::run_to_exit("tls init", init, Duration::from_secs(30));
+    assert!(status.success(), "{out}");
+    let tls = csivol_tests::etcd::EtcdTls {
+        ca: certs.join("ca.pem"),
+        cert: certs.join("server.pem"),
+        key: certs.join("server-key.pem"),
+    };
+    let etcd = EtcdCluster::start_with(dir.path(), 3, Some(&tls));
+    assert!(etcd.endpoints().starts_with("https://"));
+    let common = [
+        "--store=etcd".to_owned(),
+        format!("--etcd-endpoints={}", etcd.endpoints()),
+        format!("--etcd-ca-cert={}", certs.join("ca.pem").display()),
+    ];
+    // Without a client certificate etcd refuses the server, which then refuses to start.
+    let mut cmd = std::process::Command::new(csivol_tests::bin_path("csivol-agent"));
+    cmd.arg("server")
+        .arg(format!("--data-dir={}", dir.join("refused").display()))
+        .arg("--listen=127.0.0.1:0")
+        .args(&common);
+    let (status, out) = csivol_tests::run_to_exit("server", cmd, Duration::from_secs(60));
+    assert!(!status.success(), "{out}");
+    assert!(out.contains("etcd"), "{out}");
+
+    let mut args: Vec<String> = common.to_vec();
+    args.push(format!(
+        "--secrets-key-file={}",
+        dir.join("secrets.key").display()
+    ));
+    args.push(format!(
+        "--etcd-cert={}",
+        certs.join("node-csivol-server.pem").display()
+    ));
+    args.push(format!(
+        "--etcd-key={}",
+        certs.join("node-csivol-server-key.pem").display()
+    ));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let a = ServerProc::start(&dir.join("a"), &args);
+    let mut b = ServerProc::start(&dir.join("b"), &args);
+    b.token = a.token.clone();
+    register_volume(&a.api(), "v1", "single-node-writer").await;
+    eventually("B to see the volume over TLS", WAIT, || async {
+        (b.api().get("/v1/volumes/v1").await.0 == 200).then_some(())
+    })
+    .await;
+}
