@@ -142,6 +142,7 @@ impl Plugin {
             block,
             accessible_topology,
             content_source: source,
+            fs_bytes: None,
         };
         let record = self
             .backend
@@ -315,6 +316,12 @@ impl Plugin {
                 "the storage pool cannot grow volume `{}` to {target} bytes",
                 volume.id
             )));
+        }
+        if volume.block || !node_expansion_required {
+            volume.fs_bytes = None;
+        } else {
+            // The file system stays as it is until a node grows it.
+            volume.fs_bytes.get_or_insert(volume.capacity_bytes);
         }
         volume.capacity_bytes = target;
         self.backend

@@ -468,7 +468,8 @@ async fn expand_grows_a_published_volume() {
 }
 
 /// `--expansion offline`: refused while the volume is published (FAILED_PRECONDITION),
-/// done once it is not.
+/// done once it is not; the file system then waits for NodeExpandVolume after the next
+/// stage.
 #[tokio::test]
 async fn offline_expansion_waits_for_unpublish() {
     let dir = TestDir::new("hostpath-expand-offline");
@@ -491,8 +492,28 @@ async fn offline_expansion_waits_for_unpublish() {
         .unwrap()
         .into_inner();
     assert_eq!(r.capacity_bytes, 2 << 20);
-    // Staged again, the node's file system is made at the new size.
+    assert!(r.node_expansion_required);
+    // Staged again, the file system is as it was until NodeExpandVolume grows it: it
+    // belongs to the volume, not to the node that staged it.
     let (staging, target) = bring_up(&mut p, &dir, &v, &cap, "b").await;
+    assert_eq!(stats_total(&mut p, &v, &target).await, 1 << 20);
+    p.node
+        .node_expand_volume(csi::NodeExpandVolumeRequest {
+            volume_id: v.volume_id.clone(),
+            volume_path: staging.display().to_string(),
+            capacity_range: Some(csi::CapacityRange {
+                required_bytes: 2 << 20,
+                limit_bytes: 0,
+            }),
+            staging_target_path: staging.display().to_string(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(stats_total(&mut p, &v, &target).await, 2 << 20);
+    take_down(&mut p, &v, &staging, &target).await;
+    // And it stays grown when staged again.
+    let (staging, target) = bring_up(&mut p, &dir, &v, &cap, "c").await;
     assert_eq!(stats_total(&mut p, &v, &target).await, 2 << 20);
     take_down(&mut p, &v, &staging, &target).await;
 }

@@ -1,12 +1,14 @@
 //! Volume expansion through the CLI on real processes: online while claimed (the new size in
 //! `volume show` and in the plugin's NodeGetVolumeStats), offline refused while claimed and
-//! done after release, refused without the capability, and shrinking refused.
+//! done after release (the file system grown by the next node to stage it), refused without the capability, and shrinking refused.
 
 use std::path::Path;
 use std::time::Duration;
 
 use csivol_csi::CsiEndpoint;
 use csivol_csi::csi::v1 as csi;
+
+use csivol_tests::wait_for;
 
 use crate::cluster::{Cluster, NodeOpts, Out};
 use crate::e2e::create_volume;
@@ -60,7 +62,7 @@ fn error_of(out: &Out) -> serde_json::Value {
 }
 
 fn wait_free(c: &Cluster, volume: &str) {
-    csivol_tests::wait_for(
+    wait_for(
         &format!("volume {volume} to be free"),
         Duration::from_secs(60),
         || {
@@ -204,19 +206,48 @@ fn offline_expansion_is_refused_while_claimed_and_works_after_release() {
     );
     release(&c, "cold", "job-1");
     wait_free(&c, "cold");
+    // The plugin grows the storage, and says a node must grow the file system: nowhere
+    // staged now, so that waits for the next node to stage it.
     let out = expand(&c, "cold", "3MiB");
-    assert_eq!(out.ok().json()["capacity_bytes"], 3 * MIB, "{out:?}");
-    // The next claim mounts it at its new size.
+    assert!(
+        out.stderr
+            .contains("the next node to stage it grows its file system"),
+        "{out:?}"
+    );
+    let waiting = out.ok().json();
+    assert_eq!(waiting["capacity_bytes"], 3 * MIB, "{waiting}");
+    assert_eq!(waiting["expansion"]["when_staged"], true, "{waiting}");
+    let external_id = waiting["external_id"].as_str().unwrap().to_owned();
+    let human = c.csivol(&["volume", "show", "cold"]).ok().stdout.clone();
+    assert!(
+        human
+            .contains("grown to 3 MiB in storage; the next node to stage it grows its file system"),
+        "{human}"
+    );
+    // The next claim stages it, and its node grows the file system (NodeExpandVolume).
     let claimed = claim(&c, "cold", "job-2");
     let target = claimed.json()["target_path"].as_str().unwrap().to_owned();
-    let shown = c
-        .csivol(&["volume", "show", "cold", "-o", "json"])
+    wait_for("the node's part done", Duration::from_secs(30), || {
+        let v = c
+            .csivol(&["volume", "show", "cold", "-o", "json"])
+            .ok()
+            .json();
+        v["expansion"].is_null().then_some(())
+    });
+    assert_eq!(
+        stats_total(&c, &external_id, Path::new(&target)),
+        3 * MIB as i64
+    );
+    let said = c
+        .csivol(&["events", "--volume", "cold", "-o", "json"])
         .ok()
         .json();
-    let external_id = shown["external_id"].as_str().unwrap();
-    assert_eq!(
-        stats_total(&c, external_id, Path::new(&target)),
-        3 * MIB as i64
+    assert!(
+        said.as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["kind"] == "volume-expanded"),
+        "{said}"
     );
     release(&c, "cold", "job-2");
 }
@@ -274,7 +305,7 @@ fn status_shows_an_expansion_under_way_with_its_last_error() {
     );
     // The node's first NodeExpandVolume fails and is retried: `status` and `volume show`
     // say where it stands and why.
-    let status = csivol_tests::wait_for(
+    let status = wait_for(
         "status to show the failed node expansion",
         Duration::from_secs(30),
         || {

@@ -61,7 +61,12 @@ pub fn expand_volume(
         ready: v.lifecycle == Lifecycle::Ready,
         current: v.capacity_bytes,
         requested: capacity_bytes,
-        under_way: v.expansion.as_ref().map(|e| (e.capacity_bytes, e.phase)),
+        // One waiting for a node to stage the volume is not in the way of a new request.
+        under_way: v
+            .expansion
+            .as_ref()
+            .filter(|e| !(e.when_staged && e.nodes.is_empty()))
+            .map(|e| (e.capacity_bytes, e.phase)),
         controller_expand,
         mode,
         in_use: &in_use,
@@ -82,6 +87,7 @@ pub fn expand_volume(
         capacity_bytes,
         phase: ExpansionPhase::Controller,
         nodes: Vec::new(),
+        when_staged: false,
         error: None,
         requested_at: time(ctx.now()),
     };
@@ -129,22 +135,35 @@ pub(super) fn controller_expanded(
         capacity_bytes
     };
     let mut nodes = Vec::new();
+    let mut can_grow = BTreeSet::new();
     if node_expansion_required {
-        let can_grow: BTreeSet<String> = ctx
-            .plugin_registrations(&v.plugin)?
-            .into_iter()
-            .filter(|(_, _, r)| {
-                r.node
-                    .as_ref()
-                    .is_some_and(|n| n.capabilities.expand_volume)
-            })
-            .map(|(n, _, _)| n)
-            .collect();
+        can_grow = nodes_that_grow(ctx, &v.plugin)?;
         for a in ctx.attachments_of_volume(&o.volume)? {
             if a.state == AttachmentState::Attached && can_grow.contains(&a.node) {
                 nodes.push(a.node);
             }
         }
+    }
+    if nodes.is_empty() && !can_grow.is_empty() {
+        // Nowhere staged now (an offline expansion): the next node to stage it grows it.
+        e.phase = ExpansionPhase::Node;
+        e.error = None;
+        e.nodes = Vec::new();
+        e.when_staged = true;
+        ctx.set_volume_expansion(&o.volume, Some(capacity), Some(&e))?;
+        ctx.touch(Key::Volume(o.volume.clone()));
+        return event(
+            ctx,
+            EventKind::VolumeExpanding,
+            Some(&o.volume),
+            None,
+            None,
+            actor,
+            format!(
+                "ControllerExpandVolume grew it to {}; NodeExpandVolume on the next node to stage it",
+                format_size(capacity)
+            ),
+        );
     }
     if nodes.is_empty() {
         ctx.set_volume_expansion(&o.volume, Some(capacity), None)?;
@@ -208,6 +227,48 @@ pub(super) fn controller_expand_failed(
     }
     ctx.set_volume_expansion(volume, None, Some(&e))?;
     ctx.touch(Key::Volume(volume.to_owned()));
+    Ok(())
+}
+
+/// The nodes whose plugin of `plugin` has the node's EXPAND_VOLUME.
+fn nodes_that_grow(ctx: &impl Txn, plugin: &str) -> ApiResult<BTreeSet<String>> {
+    Ok(ctx
+        .plugin_registrations(plugin)?
+        .into_iter()
+        .filter(|(_, _, r)| {
+            r.node
+                .as_ref()
+                .is_some_and(|n| n.capabilities.expand_volume)
+        })
+        .map(|(n, _, _)| n)
+        .collect())
+}
+
+/// `volume` was just published on `node`: an expansion waiting for the next node to stage
+/// it (`when_staged`) becomes that node's NodeExpandVolume.
+pub(super) fn staged_on(ctx: &mut impl Txn, volume: &str, node: &str) -> ApiResult<()> {
+    let Some(v) = ctx.volume(volume)? else {
+        return Ok(());
+    };
+    let Some(mut e) = v.expansion else {
+        return Ok(());
+    };
+    if !(e.when_staged && e.phase == ExpansionPhase::Node && e.nodes.is_empty()) {
+        return Ok(());
+    }
+    if !nodes_that_grow(ctx, &v.plugin)?.contains(node) {
+        return Ok(());
+    }
+    e.nodes.push(NodeExpansion {
+        node: node.to_owned(),
+        state: NodeExpansionState::Pending,
+        attempt: 0,
+        not_before_ms: None,
+        error: None,
+    });
+    ctx.set_volume_expansion(volume, None, Some(&e))?;
+    ctx.touch(Key::Volume(volume.to_owned()));
+    ctx.touch(Key::Node(node.to_owned()));
     Ok(())
 }
 

@@ -156,7 +156,7 @@ async fn online_expansion_grows_a_claimed_volume_on_the_controller_then_on_its_n
 }
 
 #[tokio::test]
-async fn offline_expansion_is_refused_while_claimed_and_needs_no_node_when_free() {
+async fn offline_expansion_is_refused_while_claimed_and_grows_on_the_next_node_to_stage_it() {
     let env = Env::new();
     register(&env, "n1", true, Some("offline")).await;
     env.volume("used", "single-node-writer").await;
@@ -169,10 +169,44 @@ async fn offline_expansion_is_refused_while_claimed_and_needs_no_node_when_free(
 
     env.volume("free", "single-node-writer").await;
     assert!(expand(&env, "free", 2 * G).await.unwrap());
-    // The plugin asks for node expansion, but nothing is attached: done at once.
+    // The plugin asks for node expansion while no node has the volume: the next node to
+    // stage it grows it, as the spec orders an offline expansion.
     controller_expanded(&env, "n1", 2 * G, true).await;
     let v = volume_row(&env, "free").await;
+    assert_eq!(v.capacity_bytes, Some(2 * G));
+    let e = v.expansion.expect("waits for a node to stage it");
+    assert!(e.when_staged && e.nodes.is_empty(), "{e:?}");
+    assert!(desired(&env, "n1").await.expand.is_empty());
+    // Meanwhile it may be expanded again (its capacity is what counts), or asked for the
+    // same size with nothing to do.
+    assert!(!expand(&env, "free", 2 * G).await.unwrap());
+
+    env.ready_claim("free", "a2", "n1").await;
+    let e = volume_row(&env, "free").await.expansion.unwrap();
+    assert_eq!(e.progress(), "expanding to 2 GiB: n1 pending");
+    let d = desired(&env, "n1").await;
+    assert_eq!(
+        d.expand
+            .iter()
+            .map(|x| (x.volume.as_str(), x.capacity_bytes))
+            .collect::<Vec<_>>(),
+        [("free", 2 * G)]
+    );
+    env.report(
+        "n1",
+        vec![Report::NodeExpanded {
+            volume: "free".into(),
+            attempt: 0,
+            capacity_bytes: 2 * G,
+        }],
+    )
+    .await;
+    let v = volume_row(&env, "free").await;
     assert_eq!((v.capacity_bytes, v.expansion), (Some(2 * G), None));
+    assert_eq!(
+        env.events_of("volume-expanded").await,
+        ["volume-expanded free - -"]
+    );
 }
 
 #[tokio::test]
