@@ -673,7 +673,7 @@ impl Plugin {
                 return Err(Status::invalid_argument(why));
             }
         }
-        let state = self.node_state();
+        let mut state = self.node_state();
         let path = PathBuf::from(&req.volume_path);
         if !Self::holds_at(&state, &volume.id, &path) {
             return Err(Status::not_found(format!(
@@ -682,12 +682,19 @@ impl Plugin {
                 path.display()
             )));
         }
+        let mut volume = volume;
         if required > volume.capacity_bytes {
-            return Err(Status::out_of_range(format!(
-                "volume `{}` has {} bytes in the backend, {required} were asked for; \
-                 call ControllerExpandVolume first",
-                volume.id, volume.capacity_bytes
-            )));
+            if self.cfg.features.controller_expand {
+                return Err(Status::out_of_range(format!(
+                    "volume `{}` has {} bytes in the backend, {required} were asked for; \
+                     call ControllerExpandVolume first",
+                    volume.id, volume.capacity_bytes
+                )));
+            }
+            // Without the controller's EXPAND_VOLUME the node grows the storage itself.
+            drop(state);
+            volume = self.grow_in_storage(&req.volume_id, required)?;
+            state = self.node_state();
         }
         let capacity = if volume.block {
             match self.block_device(&state, &volume.id)? {

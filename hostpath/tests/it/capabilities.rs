@@ -517,3 +517,52 @@ async fn offline_expansion_waits_for_unpublish() {
     assert_eq!(stats_total(&mut p, &v, &target).await, 2 << 20);
     take_down(&mut p, &v, &staging, &target).await;
 }
+
+/// `--disable controller-expand-volume`: a node-only plugin. ControllerExpandVolume is
+/// UNIMPLEMENTED and the controller does not list EXPAND_VOLUME; the node's
+/// NodeExpandVolume grows the volume in storage and its file system.
+#[tokio::test]
+async fn node_only_expansion_grows_the_volume_from_the_node() {
+    let dir = TestDir::new("hostpath-expand-node-only");
+    let mut p = Plugin::start(&dir, "node-1", &["--disable=controller-expand-volume"]).await;
+    assert!(!controller_caps(&mut p).await.contains(&C::ExpandVolume));
+    assert!(node_caps(&mut p).await.contains(&N::ExpandVolume));
+    let cap = mount_cap(AccessMode::SingleNodeWriter);
+    let v = create_with(&mut p, create_req("v", cap.clone(), 1 << 20)).await;
+    assert_eq!(
+        code(
+            p.controller
+                .controller_expand_volume(expand_req(&v, 2 << 20))
+                .await
+        ),
+        Code::Unimplemented
+    );
+    let (staging, target) = bring_up(&mut p, &dir, &v, &cap, "a").await;
+    let grown = p
+        .node
+        .node_expand_volume(csi::NodeExpandVolumeRequest {
+            volume_id: v.volume_id.clone(),
+            volume_path: target.display().to_string(),
+            capacity_range: Some(csi::CapacityRange {
+                required_bytes: 2 << 20,
+                limit_bytes: 0,
+            }),
+            staging_target_path: staging.display().to_string(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(grown.capacity_bytes, 2 << 20);
+    assert_eq!(stats_total(&mut p, &v, &target).await, 2 << 20);
+    let listed = p
+        .controller
+        .controller_get_volume(csi::ControllerGetVolumeRequest {
+            volume_id: v.volume_id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(listed.volume.unwrap().capacity_bytes, 2 << 20);
+    take_down(&mut p, &v, &staging, &target).await;
+}

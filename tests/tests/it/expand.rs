@@ -365,3 +365,43 @@ fn a_failed_expansion_exits_1_with_the_plugins_error_and_may_be_asked_again() {
     let again = expand(&c, "full", "2MiB");
     assert_eq!(again.ok().json()["capacity_bytes"], 2 * MIB, "{again:?}");
 }
+
+#[test]
+fn a_node_only_plugin_grows_a_claimed_volume_from_its_node() {
+    let c = Cluster::start(
+        "expand-node-only",
+        "30s",
+        node_with(&["--disable", "controller-expand-volume"]),
+    );
+    create_volume(&c, "local", "single-node-writer");
+    let claimed = claim(&c, "local", "job-1");
+    let target = claimed.json()["target_path"].as_str().unwrap().to_owned();
+    let out = expand(&c, "local", "2MiB");
+    let v = out.ok().json();
+    assert_eq!(v["capacity_bytes"], 2 * MIB, "{out:?}");
+    assert!(v.get("expansion").is_none(), "done: {v}");
+    let external_id = v["external_id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        stats_total(&c, &external_id, Path::new(&target)),
+        2 * MIB as i64
+    );
+    // No controller step: the node grew it.
+    let rpcs: Vec<String> = c.nodes[0]
+        .plugin_calls()
+        .iter()
+        .filter_map(|call| call["rpc"].as_str().map(str::to_owned))
+        .filter(|r| r.contains("Expand"))
+        .collect();
+    assert_eq!(rpcs, ["NodeExpandVolume"]);
+    let said = c
+        .csivol(&["events", "--volume", "local", "-o", "json"])
+        .ok()
+        .json();
+    assert!(
+        said.as_array().unwrap().iter().any(|e| e["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("expands on its nodes only"))),
+        "{said}"
+    );
+    release(&c, "local", "job-1");
+}

@@ -16,7 +16,7 @@ use super::{Limits, event, format_error};
 use crate::server::error::{ApiError, ApiResult};
 use crate::server::expansion::{Decision, Facts, decide};
 use crate::server::kinds::{EventKind, OpKind};
-use crate::server::model::{Lifecycle, OpRow, time};
+use crate::server::model::{Lifecycle, OpRow, VolumeRow, time};
 use crate::server::store::{Snapshot, Txn};
 use crate::server::watch::Key;
 
@@ -68,11 +68,23 @@ pub fn expand_volume(
             .filter(|e| !(e.when_staged && e.nodes.is_empty()))
             .map(|e| (e.capacity_bytes, e.phase)),
         controller_expand,
+        node_expand: regs.iter().any(|(_, _, r)| {
+            r.node
+                .as_ref()
+                .is_some_and(|n| n.capabilities.expand_volume)
+        }),
+        controller_service: regs
+            .iter()
+            .any(|(_, _, r)| r.capabilities.controller_service),
         mode,
         in_use: &in_use,
     };
     match decide(&facts) {
         Ok(Decision::Nothing) => return Ok((volume_view(ctx, name)?, false)),
+        Ok(Decision::StartOnNodes) => {
+            start_on_nodes(ctx, &v, capacity_bytes, actor)?;
+            return Ok((volume_view(ctx, name)?, true));
+        }
         Ok(Decision::Start) => {}
         Err(r) => {
             let e = if r.invalid {
@@ -110,6 +122,64 @@ pub fn expand_volume(
     )?;
     schedule_ops(ctx, &v.plugin, limits)?;
     Ok((volume_view(ctx, name)?, true))
+}
+
+/// A node-only plugin's expansion: no controller step; NodeExpandVolume on every node
+/// where the volume is attached, or on the next node to stage it. The capacity is recorded
+/// when the nodes are done.
+fn start_on_nodes(
+    ctx: &mut impl Txn,
+    v: &VolumeRow,
+    capacity_bytes: u64,
+    actor: &str,
+) -> ApiResult<()> {
+    let can_grow = nodes_that_grow(ctx, &v.plugin)?;
+    let nodes: Vec<String> = ctx
+        .attachments_of_volume(&v.name)?
+        .into_iter()
+        .filter(|a| a.state == AttachmentState::Attached && can_grow.contains(&a.node))
+        .map(|a| a.node)
+        .collect();
+    let expansion = Expansion {
+        capacity_bytes,
+        phase: ExpansionPhase::Node,
+        nodes: nodes
+            .iter()
+            .map(|n| NodeExpansion {
+                node: n.clone(),
+                state: NodeExpansionState::Pending,
+                attempt: 0,
+                not_before_ms: None,
+                error: None,
+            })
+            .collect(),
+        when_staged: nodes.is_empty(),
+        error: None,
+        requested_at: time(ctx.now()),
+    };
+    ctx.set_volume_expansion(&v.name, None, Some(&expansion))?;
+    ctx.touch(Key::Volume(v.name.clone()));
+    for n in &nodes {
+        ctx.touch(Key::Node(n.clone()));
+    }
+    let on = if nodes.is_empty() {
+        "the next node to stage it".to_owned()
+    } else {
+        nodes.join(", ")
+    };
+    event(
+        ctx,
+        EventKind::VolumeExpanding,
+        Some(&v.name),
+        None,
+        None,
+        actor,
+        format!(
+            "NodeExpandVolume to {} requested on {on} (plugin {} expands on its nodes only)",
+            format_size(capacity_bytes),
+            v.plugin
+        ),
+    )
 }
 
 /// ControllerExpandVolume succeeded: the volume has `capacity_bytes` in its storage; the
@@ -310,7 +380,10 @@ pub(super) fn node_expanded(
     ctx.touch(Key::Node(node.to_owned()));
     ctx.touch(Key::Volume(volume.to_owned()));
     if e.nodes.iter().all(|n| n.state == NodeExpansionState::Done) {
-        ctx.set_volume_expansion(volume, None, None)?;
+        // A node-only expansion grew the storage too: its capacity is recorded now.
+        let has = ctx.volume(volume)?.and_then(|v| v.capacity_bytes);
+        let grown = has.is_none_or(|c| c < e.capacity_bytes);
+        ctx.set_volume_expansion(volume, grown.then_some(e.capacity_bytes), None)?;
         let capacity = ctx
             .volume(volume)?
             .and_then(|v| v.capacity_bytes)
@@ -416,7 +489,9 @@ pub(super) fn desired_expansions(
                     volume: v.name.clone(),
                     plugin: v.plugin.clone(),
                     external_id: v.external_id.clone(),
-                    capacity_bytes: v.capacity_bytes.unwrap_or(e.capacity_bytes),
+                    // What the controller gave it, or for a node-only plugin what was
+                    // asked for.
+                    capacity_bytes: v.capacity_bytes.unwrap_or(0).max(e.capacity_bytes),
                     capability: v.capability(),
                     attempt: n.attempt,
                     not_before_ms: n.not_before_ms.unwrap_or(0),

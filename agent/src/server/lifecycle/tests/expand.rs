@@ -13,6 +13,17 @@ const G: u64 = 1 << 30;
 /// `node` running plugin `hp` that hosts its controller, with EXPAND_VOLUME on the
 /// controller (`controller_expand`) and the node, and VolumeExpansion `mode`.
 async fn register(env: &Env, node: &str, controller_expand: bool, mode: Option<&str>) {
+    register_with(env, node, controller_expand, true, mode).await;
+}
+
+/// As [`register`], choosing the node's EXPAND_VOLUME too.
+async fn register_with(
+    env: &Env,
+    node: &str,
+    controller_expand: bool,
+    node_expand: bool,
+    mode: Option<&str>,
+) {
     let mut caps = json!({"controller_service": true, "volume_accessibility_constraints": false});
     if let Some(m) = mode {
         caps["volume_expansion"] = json!(m);
@@ -26,7 +37,7 @@ async fn register(env: &Env, node: &str, controller_expand: bool, mode: Option<&
                 "info": {"node_id": format!("csi-{node}"), "max_volumes_per_node": 0},
                 "capabilities": {"stage_unstage_volume": true, "get_volume_stats": false,
                                  "volume_condition": false, "single_node_multi_writer": false,
-                                 "expand_volume": true}
+                                 "expand_volume": node_expand}
             },
             "controller": {"create_delete_volume": true, "publish_unpublish_volume": true,
                            "list_volumes": false, "list_volumes_published_nodes": false,
@@ -218,11 +229,13 @@ async fn expansion_is_refused_without_the_capability_and_fails_on_a_final_error(
     assert_eq!(e.body().code, ErrorCode::Conflict);
     assert!(e.body().hint.unwrap().contains("--controller hp=ENDPOINT"));
 
-    register(&env, "n1", false, Some("online")).await;
+    register_with(&env, "n1", false, false, Some("online")).await;
     let e = expand(&env, "v", 2 * G).await.unwrap_err();
     assert_eq!(e.body().code, ErrorCode::Invalid);
     assert!(
-        e.body().message.contains("does not report EXPAND_VOLUME"),
+        e.body()
+            .message
+            .contains("neither its controller nor its nodes report EXPAND_VOLUME"),
         "{e:?}"
     );
 
@@ -305,4 +318,54 @@ async fn a_node_the_volume_left_has_nothing_to_grow() {
     assert!(v.expansion.is_none(), "{:?}", v.expansion);
     assert_eq!(v.capacity_bytes, Some(2 * G));
     assert!(desired(&env, "n1").await.expand.is_empty());
+}
+
+#[tokio::test]
+async fn a_node_only_plugin_grows_the_volume_on_its_nodes_and_the_capacity_follows() {
+    let env = Env::new();
+    register_with(&env, "n1", false, true, Some("online")).await;
+    env.volume("v", "single-node-writer").await;
+    env.ready_claim("v", "a1", "n1").await;
+    let before = volume_row(&env, "v").await.capacity_bytes;
+
+    assert!(expand(&env, "v", 2 * G).await.unwrap());
+    // No controller step: n1 grows it, asked for the new capacity.
+    assert!(env.ops().await.is_empty());
+    let v = volume_row(&env, "v").await;
+    assert_eq!(v.capacity_bytes, before, "recorded once the node grew it");
+    assert_eq!(
+        v.expansion.unwrap().progress(),
+        "expanding to 2 GiB: n1 pending"
+    );
+    let d = desired(&env, "n1").await;
+    assert_eq!(
+        d.expand
+            .iter()
+            .map(|x| (x.volume.as_str(), x.capacity_bytes))
+            .collect::<Vec<_>>(),
+        [("v", 2 * G)]
+    );
+    env.report(
+        "n1",
+        vec![Report::NodeExpanded {
+            volume: "v".into(),
+            attempt: 0,
+            capacity_bytes: 2 * G,
+        }],
+    )
+    .await;
+    let v = volume_row(&env, "v").await;
+    assert_eq!((v.capacity_bytes, v.expansion), (Some(2 * G), None));
+    assert_eq!(
+        env.events_of("volume-expanded").await,
+        ["volume-expanded v - -"]
+    );
+
+    // Nowhere staged: it waits for the next node to stage it.
+    env.volume("w", "single-node-writer").await;
+    assert!(expand(&env, "w", G).await.unwrap());
+    let e = volume_row(&env, "w").await.expansion.unwrap();
+    assert!(e.when_staged && e.nodes.is_empty(), "{e:?}");
+    env.ready_claim("w", "a2", "n1").await;
+    assert_eq!(desired(&env, "n1").await.expand.len(), 1);
 }
