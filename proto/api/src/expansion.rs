@@ -66,6 +66,19 @@ pub struct NodeExpansion {
     pub error: Option<String>,
 }
 
+impl NodeExpansion {
+    /// A node's part not started yet.
+    pub fn pending(node: &str) -> Self {
+        Self {
+            node: node.to_owned(),
+            state: NodeExpansionState::Pending,
+            attempt: 0,
+            not_before_ms: None,
+            error: None,
+        }
+    }
+}
+
 /// An expansion in progress or failed; a volume has none once it reached its capacity.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Expansion {
@@ -88,6 +101,18 @@ pub struct Expansion {
 }
 
 impl Expansion {
+    /// An expansion to `capacity_bytes` asked for at `requested_at`, starting in `phase`.
+    pub fn started(capacity_bytes: u64, phase: ExpansionPhase, requested_at: String) -> Self {
+        Self {
+            capacity_bytes,
+            phase,
+            nodes: Vec::new(),
+            when_staged: false,
+            error: None,
+            requested_at,
+        }
+    }
+
     /// `expanding to 2 GiB: node-1 pending`, for tables and `status`.
     pub fn progress(&self) -> String {
         let to = format_size(self.capacity_bytes);

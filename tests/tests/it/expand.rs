@@ -90,6 +90,16 @@ fn expand(c: &Cluster, volume: &str, size: &str) -> Out {
     ])
 }
 
+/// The expansion calls node-1's plugin received, in order.
+fn expand_calls(c: &Cluster) -> Vec<String> {
+    c.nodes[0]
+        .plugin_calls()
+        .iter()
+        .filter_map(|call| call["rpc"].as_str().map(str::to_owned))
+        .filter(|r| r.contains("Expand"))
+        .collect()
+}
+
 /// The total bytes the plugin's NodeGetVolumeStats reports for the volume at `target`.
 fn stats_total(c: &Cluster, external_id: &str, target: &Path) -> i64 {
     let socket = c.nodes[0].dir.join("plugin.sock");
@@ -152,12 +162,7 @@ fn online_expansion_grows_a_claimed_volume_and_shrinking_is_refused() {
         .ok()
         .json();
     assert_eq!(shown["claims"][0]["state"], "ready");
-    let rpcs: Vec<String> = c.nodes[0]
-        .plugin_calls()
-        .iter()
-        .filter_map(|call| call["rpc"].as_str().map(str::to_owned))
-        .filter(|r| r.contains("Expand"))
-        .collect();
+    let rpcs = expand_calls(&c);
     assert_eq!(rpcs, ["ControllerExpandVolume", "NodeExpandVolume"]);
 
     // The same size again changes nothing; a smaller one is refused (exit 2).
@@ -386,12 +391,7 @@ fn a_node_only_plugin_grows_a_claimed_volume_from_its_node() {
         2 * MIB as i64
     );
     // No controller step: the node grew it.
-    let rpcs: Vec<String> = c.nodes[0]
-        .plugin_calls()
-        .iter()
-        .filter_map(|call| call["rpc"].as_str().map(str::to_owned))
-        .filter(|r| r.contains("Expand"))
-        .collect();
+    let rpcs = expand_calls(&c);
     assert_eq!(rpcs, ["NodeExpandVolume"]);
     let said = c
         .csivol(&["events", "--volume", "local", "-o", "json"])

@@ -15,18 +15,27 @@ use crate::cluster::{Cluster, NodeOpts};
 
 const WAIT: Duration = Duration::from_secs(60);
 
-/// Calls the plugin's controller on node `i`'s socket directly, as a storage admin would.
-fn at_plugin(c: &Cluster, i: usize, publish: bool, external_id: &str, node_id: &str) {
+type Controller = csi::controller_client::ControllerClient<csivol_csi::Channel>;
+
+/// Runs `call` against the plugin's controller on node `i`'s socket, as a storage admin
+/// would.
+fn with_controller<T, F: Future<Output = T>>(
+    c: &Cluster,
+    i: usize,
+    call: impl FnOnce(Controller) -> F,
+) -> T {
     let socket = c.nodes[i].dir.join("plugin.sock");
     let endpoint: CsiEndpoint = format!("unix://{}", socket.display()).parse().unwrap();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    rt.block_on(async {
-        let mut client = csi::controller_client::ControllerClient::new(
-            endpoint.channel(Duration::from_secs(10)),
-        );
+    rt.block_on(async { call(Controller::new(endpoint.channel(Duration::from_secs(10)))).await })
+}
+
+/// ControllerPublishVolume or ControllerUnpublishVolume behind csivol's back.
+fn at_plugin(c: &Cluster, i: usize, publish: bool, external_id: &str, node_id: &str) {
+    with_controller(c, i, |mut client| async move {
         if publish {
             let cap = csivol_api::domain::VolumeCapability {
                 access_mode: csivol_api::domain::AccessMode::MultiNodeMultiWriter,
@@ -60,16 +69,7 @@ fn at_plugin(c: &Cluster, i: usize, publish: bool, external_id: &str, node_id: &
 /// The plugin's node ids `external_id` is published to, from ListVolumes on node `i`'s
 /// socket.
 fn published_at_plugin(c: &Cluster, i: usize, external_id: &str) -> Vec<String> {
-    let socket = c.nodes[i].dir.join("plugin.sock");
-    let endpoint: CsiEndpoint = format!("unix://{}", socket.display()).parse().unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let listing = rt.block_on(async {
-        let mut client = csi::controller_client::ControllerClient::new(
-            endpoint.channel(Duration::from_secs(10)),
-        );
+    let listing = with_controller(c, i, |mut client| async move {
         client
             .list_volumes(csi::ListVolumesRequest::default())
             .await

@@ -95,14 +95,7 @@ pub fn expand_volume(
             return Err(e.with_hint(r.hint));
         }
     }
-    let expansion = Expansion {
-        capacity_bytes,
-        phase: ExpansionPhase::Controller,
-        nodes: Vec::new(),
-        when_staged: false,
-        error: None,
-        requested_at: time(ctx.now()),
-    };
+    let expansion = Expansion::started(capacity_bytes, ExpansionPhase::Controller, time(ctx.now()));
     ctx.set_volume_expansion(name, None, Some(&expansion))?;
     ctx.touch(Key::Volume(name.to_owned()));
     let payload = serde_json::json!({ "capacity_bytes": capacity_bytes });
@@ -133,33 +126,35 @@ fn start_on_nodes(
     capacity_bytes: u64,
     actor: &str,
 ) -> ApiResult<()> {
-    let can_grow = nodes_that_grow(ctx, &v.plugin)?;
-    let nodes: Vec<String> = ctx
-        .attachments_of_volume(&v.name)?
-        .into_iter()
-        .filter(|a| a.state == AttachmentState::Attached && can_grow.contains(&a.node))
-        .map(|a| a.node)
-        .collect();
-    let expansion = Expansion {
-        capacity_bytes,
-        phase: ExpansionPhase::Node,
-        nodes: nodes
-            .iter()
-            .map(|n| NodeExpansion {
-                node: n.clone(),
-                state: NodeExpansionState::Pending,
-                attempt: 0,
-                not_before_ms: None,
-                error: None,
-            })
-            .collect(),
-        when_staged: nodes.is_empty(),
-        error: None,
-        requested_at: time(ctx.now()),
-    };
-    ctx.set_volume_expansion(&v.name, None, Some(&expansion))?;
-    ctx.touch(Key::Volume(v.name.clone()));
-    for n in &nodes {
+    let (nodes, _) = attached_that_grow(ctx, v)?;
+    let expansion = Expansion::started(capacity_bytes, ExpansionPhase::Node, time(ctx.now()));
+    let (to, plugin) = (format_size(capacity_bytes), &v.plugin);
+    node_phase(ctx, &v.name, None, expansion, &nodes, actor, |on| {
+        format!(
+            "NodeExpandVolume to {to} requested on {on} (plugin {plugin} expands on its nodes only)"
+        )
+    })
+}
+
+/// Moves expansion `e` of `volume` to its node phase on `nodes` (with none, on the next node
+/// to stage it: `when_staged`), records it with the volume's new `capacity` if known, wakes
+/// the nodes and writes the event `said` gives for where it runs.
+fn node_phase(
+    ctx: &mut impl Txn,
+    volume: &str,
+    capacity: Option<u64>,
+    mut e: Expansion,
+    nodes: &[String],
+    actor: &str,
+    said: impl FnOnce(&str) -> String,
+) -> ApiResult<()> {
+    e.phase = ExpansionPhase::Node;
+    e.error = None;
+    e.nodes = nodes.iter().map(|n| NodeExpansion::pending(n)).collect();
+    e.when_staged = nodes.is_empty();
+    ctx.set_volume_expansion(volume, capacity, Some(&e))?;
+    ctx.touch(Key::Volume(volume.to_owned()));
+    for n in nodes {
         ctx.touch(Key::Node(n.clone()));
     }
     let on = if nodes.is_empty() {
@@ -170,15 +165,11 @@ fn start_on_nodes(
     event(
         ctx,
         EventKind::VolumeExpanding,
-        Some(&v.name),
+        Some(volume),
         None,
         None,
         actor,
-        format!(
-            "NodeExpandVolume to {} requested on {on} (plugin {} expands on its nodes only)",
-            format_size(capacity_bytes),
-            v.plugin
-        ),
+        said(&on),
     )
 }
 
@@ -195,7 +186,7 @@ pub(super) fn controller_expanded(
     let Some(v) = ctx.volume(&o.volume)? else {
         return Ok(());
     };
-    let Some(mut e) = v.expansion else {
+    let Some(e) = v.expansion.clone() else {
         return Ok(());
     };
     // The spec: 0 means the plugin did not say; take what was asked for.
@@ -204,38 +195,12 @@ pub(super) fn controller_expanded(
     } else {
         capacity_bytes
     };
-    let mut nodes = Vec::new();
-    let mut can_grow = BTreeSet::new();
-    if node_expansion_required {
-        can_grow = nodes_that_grow(ctx, &v.plugin)?;
-        for a in ctx.attachments_of_volume(&o.volume)? {
-            if a.state == AttachmentState::Attached && can_grow.contains(&a.node) {
-                nodes.push(a.node);
-            }
-        }
-    }
-    if nodes.is_empty() && !can_grow.is_empty() {
-        // Nowhere staged now (an offline expansion): the next node to stage it grows it.
-        e.phase = ExpansionPhase::Node;
-        e.error = None;
-        e.nodes = Vec::new();
-        e.when_staged = true;
-        ctx.set_volume_expansion(&o.volume, Some(capacity), Some(&e))?;
-        ctx.touch(Key::Volume(o.volume.clone()));
-        return event(
-            ctx,
-            EventKind::VolumeExpanding,
-            Some(&o.volume),
-            None,
-            None,
-            actor,
-            format!(
-                "ControllerExpandVolume grew it to {}; NodeExpandVolume on the next node to stage it",
-                format_size(capacity)
-            ),
-        );
-    }
-    if nodes.is_empty() {
+    let (nodes, any_can_grow) = if node_expansion_required {
+        attached_that_grow(ctx, &v)?
+    } else {
+        (Vec::new(), false)
+    };
+    if nodes.is_empty() && !any_can_grow {
         ctx.set_volume_expansion(&o.volume, Some(capacity), None)?;
         ctx.touch(Key::Volume(o.volume.clone()));
         return event(
@@ -248,36 +213,12 @@ pub(super) fn controller_expanded(
             format!("expanded to {}", format_size(capacity)),
         );
     }
-    e.phase = ExpansionPhase::Node;
-    e.error = None;
-    e.nodes = nodes
-        .iter()
-        .map(|n| NodeExpansion {
-            node: n.clone(),
-            state: NodeExpansionState::Pending,
-            attempt: 0,
-            not_before_ms: None,
-            error: None,
-        })
-        .collect();
-    ctx.set_volume_expansion(&o.volume, Some(capacity), Some(&e))?;
-    ctx.touch(Key::Volume(o.volume.clone()));
-    for n in &nodes {
-        ctx.touch(Key::Node(n.clone()));
-    }
-    event(
-        ctx,
-        EventKind::VolumeExpanding,
-        Some(&o.volume),
-        None,
-        None,
-        actor,
-        format!(
-            "ControllerExpandVolume grew it to {}; NodeExpandVolume on {}",
-            format_size(capacity),
-            nodes.join(", ")
-        ),
-    )
+    // Where it is staged nowhere now (an offline expansion), the next node to stage it
+    // grows it.
+    let grew = format_size(capacity);
+    node_phase(ctx, &o.volume, Some(capacity), e, &nodes, actor, |on| {
+        format!("ControllerExpandVolume grew it to {grew}; NodeExpandVolume on {on}")
+    })
 }
 
 /// ControllerExpandVolume failed: the last error is shown while it is retried, and a
@@ -314,6 +255,19 @@ fn nodes_that_grow(ctx: &impl Txn, plugin: &str) -> ApiResult<BTreeSet<String>> 
         .collect())
 }
 
+/// The nodes where `v` is attached whose plugin can grow it, and whether any node of the
+/// plugin can.
+fn attached_that_grow(ctx: &impl Txn, v: &VolumeRow) -> ApiResult<(Vec<String>, bool)> {
+    let can_grow = nodes_that_grow(ctx, &v.plugin)?;
+    let nodes = ctx
+        .attachments_of_volume(&v.name)?
+        .into_iter()
+        .filter(|a| a.state == AttachmentState::Attached && can_grow.contains(&a.node))
+        .map(|a| a.node)
+        .collect();
+    Ok((nodes, !can_grow.is_empty()))
+}
+
 /// `volume` was just published on `node`: an expansion waiting for the next node to stage
 /// it (`when_staged`) becomes that node's NodeExpandVolume.
 pub(super) fn staged_on(ctx: &mut impl Txn, volume: &str, node: &str) -> ApiResult<()> {
@@ -329,13 +283,7 @@ pub(super) fn staged_on(ctx: &mut impl Txn, volume: &str, node: &str) -> ApiResu
     if !nodes_that_grow(ctx, &v.plugin)?.contains(node) {
         return Ok(());
     }
-    e.nodes.push(NodeExpansion {
-        node: node.to_owned(),
-        state: NodeExpansionState::Pending,
-        attempt: 0,
-        not_before_ms: None,
-        error: None,
-    });
+    e.nodes.push(NodeExpansion::pending(node));
     ctx.set_volume_expansion(volume, None, Some(&e))?;
     ctx.touch(Key::Volume(volume.to_owned()));
     ctx.touch(Key::Node(node.to_owned()));

@@ -70,6 +70,30 @@ async fn desired(env: &Env, node: &str) -> csivol_api::DesiredState {
         .await
 }
 
+/// `node`'s desired state asks it to grow `volume` (alone) to `bytes`; it reports done, and
+/// the volume has that capacity with no expansion left.
+async fn node_grows(env: &Env, node: &str, volume: &str, bytes: u64) {
+    let d = desired(env, node).await;
+    assert_eq!(
+        d.expand
+            .iter()
+            .map(|x| (x.volume.as_str(), x.capacity_bytes))
+            .collect::<Vec<_>>(),
+        [(volume, bytes)]
+    );
+    env.report(
+        node,
+        vec![Report::NodeExpanded {
+            volume: volume.to_owned(),
+            attempt: 0,
+            capacity_bytes: bytes,
+        }],
+    )
+    .await;
+    let v = volume_row(env, volume).await;
+    assert_eq!((v.capacity_bytes, v.expansion), (Some(bytes), None));
+}
+
 /// Answers the expand operation assigned to `host`.
 async fn controller_expanded(env: &Env, host: &str, bytes: u64, node_required: bool) {
     let ops = env.ops_of(host).await;
@@ -95,6 +119,10 @@ async fn online_expansion_grows_a_claimed_volume_on_the_controller_then_on_its_n
     env.ready_claim("v", "a1", "n1").await;
 
     assert!(expand(&env, "v", 2 * G).await.unwrap());
+    assert_eq!(
+        volume_row(&env, "v").await.expansion.unwrap().progress(),
+        "expanding to 2 GiB: controller pending"
+    );
     // Asking again for the same capacity changes nothing.
     assert!(!expand(&env, "v", 2 * G).await.unwrap());
     assert_eq!(env.ops().await, ["expand v - n1 0"]);
@@ -195,25 +223,7 @@ async fn offline_expansion_is_refused_while_claimed_and_grows_on_the_next_node_t
     env.ready_claim("free", "a2", "n1").await;
     let e = volume_row(&env, "free").await.expansion.unwrap();
     assert_eq!(e.progress(), "expanding to 2 GiB: n1 pending");
-    let d = desired(&env, "n1").await;
-    assert_eq!(
-        d.expand
-            .iter()
-            .map(|x| (x.volume.as_str(), x.capacity_bytes))
-            .collect::<Vec<_>>(),
-        [("free", 2 * G)]
-    );
-    env.report(
-        "n1",
-        vec![Report::NodeExpanded {
-            volume: "free".into(),
-            attempt: 0,
-            capacity_bytes: 2 * G,
-        }],
-    )
-    .await;
-    let v = volume_row(&env, "free").await;
-    assert_eq!((v.capacity_bytes, v.expansion), (Some(2 * G), None));
+    node_grows(&env, "n1", "free", 2 * G).await;
     assert_eq!(
         env.events_of("volume-expanded").await,
         ["volume-expanded free - -"]
@@ -337,25 +347,7 @@ async fn a_node_only_plugin_grows_the_volume_on_its_nodes_and_the_capacity_follo
         v.expansion.unwrap().progress(),
         "expanding to 2 GiB: n1 pending"
     );
-    let d = desired(&env, "n1").await;
-    assert_eq!(
-        d.expand
-            .iter()
-            .map(|x| (x.volume.as_str(), x.capacity_bytes))
-            .collect::<Vec<_>>(),
-        [("v", 2 * G)]
-    );
-    env.report(
-        "n1",
-        vec![Report::NodeExpanded {
-            volume: "v".into(),
-            attempt: 0,
-            capacity_bytes: 2 * G,
-        }],
-    )
-    .await;
-    let v = volume_row(&env, "v").await;
-    assert_eq!((v.capacity_bytes, v.expansion), (Some(2 * G), None));
+    node_grows(&env, "n1", "v", 2 * G).await;
     assert_eq!(
         env.events_of("volume-expanded").await,
         ["volume-expanded v - -"]
