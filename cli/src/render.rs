@@ -741,6 +741,14 @@ pub fn action(a: &PlannedAction, done: bool) -> String {
             "force-detaching volume {} from node {}{lost}",
             a.volume, a.node
         ),
+        ("unpublish-leaked", false) => format!(
+            "unpublish volume {} from node {}{lost}, where the plugin has it published and csivol has nothing: ControllerUnpublishVolume",
+            a.volume, a.node
+        ),
+        ("unpublish-leaked", true) => format!(
+            "unpublishing volume {} from node {}{lost}",
+            a.volume, a.node
+        ),
         ("release", false) => format!(
             "release the claim of alloc {alloc} on volume {} through node {}",
             a.volume, a.node

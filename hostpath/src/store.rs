@@ -78,6 +78,13 @@ pub struct VolumeRecord {
     pub accessible_topology: Vec<Segment>,
     #[serde(default)]
     pub content_source: Option<ContentSource>,
+    /// A file-system volume's "file system" size when it lags the capacity: after
+    /// ControllerExpandVolume with `node_expansion_required`, until a node grows it with
+    /// NodeExpandVolume (as resize2fs would). It belongs to the volume, not to a node, so
+    /// a volume expanded offline is still at its old size when it is next staged. `None`:
+    /// the file system has the volume's capacity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fs_bytes: Option<i64>,
 }
 
 /// A snapshot: a copy of a volume's data at one point in time.
@@ -549,11 +556,6 @@ pub struct Publication {
 pub struct NodeState {
     pub stagings: BTreeMap<String, Staging>,
     pub publications: BTreeMap<PathBuf, Publication>,
-    /// The size this node has grown each file-system volume it holds to: set when it is
-    /// first staged or published (the file system is "made" at the volume's capacity),
-    /// raised by NodeExpandVolume. What NodeGetVolumeStats reports as the total.
-    #[serde(default)]
-    pub grown: BTreeMap<String, i64>,
     /// The loop device this node attached to each block volume it holds. Trusted only
     /// while the kernel says the device still backs the volume's image.
     #[serde(default)]

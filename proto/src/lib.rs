@@ -20,3 +20,5 @@ pub mod csi {
 }
 
 pub use endpoint::{CsiEndpoint, EndpointError};
+/// The channel [`CsiEndpoint::channel`] gives, for naming the generated clients' types.
+pub use tonic::transport::Channel;

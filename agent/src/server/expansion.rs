@@ -20,6 +20,10 @@ pub struct Facts<'a> {
     /// `None` when no controller host of the plugin has registered; otherwise whether any
     /// says EXPAND_VOLUME.
     pub controller_expand: Option<bool>,
+    /// Whether a node plugin of the plugin has the node's EXPAND_VOLUME.
+    pub node_expand: bool,
+    /// Whether the plugin has a controller service at all.
+    pub controller_service: bool,
     /// The plugin's VolumeExpansion capability.
     pub mode: Option<VolumeExpansion>,
     /// Nodes where the volume is claimed or still attached.
@@ -30,6 +34,9 @@ pub struct Facts<'a> {
 pub enum Decision {
     /// Start ControllerExpandVolume.
     Start,
+    /// A node-only plugin (the node's EXPAND_VOLUME, not the controller's): start with
+    /// NodeExpandVolume where the volume is staged, or on the next node to stage it.
+    StartOnNodes,
     /// The volume already has that capacity, or is being expanded to it: nothing to do.
     Nothing,
 }
@@ -92,7 +99,14 @@ pub fn decide(f: &Facts<'_>) -> Result<Decision, Refusal> {
     if f.under_way.is_none() && f.current == Some(f.requested) {
         return Ok(Decision::Nothing);
     }
+    // Node-only: the controller cannot expand (or there is none) but the nodes can.
+    let node_only = f.node_expand
+        && match f.controller_expand {
+            Some(c) => !c,
+            None => !f.controller_service,
+        };
     match f.controller_expand {
+        _ if node_only => {}
         None => {
             return refuse(
                 false,
@@ -106,7 +120,7 @@ pub fn decide(f: &Facts<'_>) -> Result<Decision, Refusal> {
             return refuse(
                 true,
                 format!(
-                    "plugin `{p}` cannot expand volumes: its controller does not report EXPAND_VOLUME"
+                    "plugin `{p}` cannot expand volumes: neither its controller nor its nodes report EXPAND_VOLUME"
                 ),
                 "create a larger volume and copy the data, or use a plugin that can expand".into(),
             );
@@ -125,7 +139,11 @@ pub fn decide(f: &Facts<'_>) -> Result<Decision, Refusal> {
             ),
         );
     }
-    Ok(Decision::Start)
+    Ok(if node_only {
+        Decision::StartOnNodes
+    } else {
+        Decision::Start
+    })
 }
 
 #[cfg(test)]
@@ -150,6 +168,8 @@ mod tests {
             requested: 2 * G,
             under_way: None,
             controller_expand: Some(true),
+            node_expand: true,
+            controller_service: true,
             mode: Some(Online),
             in_use: &in_use,
         };
@@ -168,7 +188,7 @@ mod tests {
 
     #[test]
     fn expansion_rules() {
-        use Decision::{Nothing, Start};
+        use Decision::{Nothing, Start, StartOnNodes};
         // Online: allowed while claimed, and while free.
         check(|_| {}, &["node-1"], Ok(Start));
         check(|_| {}, &[], Ok(Start));
@@ -188,12 +208,47 @@ mod tests {
         check(|f| f.mode = None, &[], Ok(Start));
         // Unsupported, or nobody to ask.
         check(
-            |f| f.controller_expand = Some(false),
+            |f| {
+                f.controller_expand = Some(false);
+                f.node_expand = false
+            },
             &[],
-            Err((true, "does not report EXPAND_VOLUME")),
+            Err((true, "nor its nodes report EXPAND_VOLUME")),
         );
         check(
             |f| f.controller_expand = None,
+            &[],
+            Err((false, "no agent hosts the controller")),
+        );
+        // Node-only: the nodes grow it, where the controller cannot or there is none; a
+        // plugin that can grow nowhere is refused.
+        check(
+            |f| f.controller_expand = Some(false),
+            &["node-1"],
+            Ok(StartOnNodes),
+        );
+        check(
+            |f| {
+                f.controller_expand = None;
+                f.controller_service = false
+            },
+            &[],
+            Ok(StartOnNodes),
+        );
+        check(
+            |f| {
+                f.controller_expand = Some(false);
+                f.mode = Some(Offline)
+            },
+            &["node-1"],
+            Err((false, "only offline")),
+        );
+        check(
+            |f| {
+                f.controller_expand = None;
+                f.controller_service = false;
+                f.node_expand = false
+            },
             &[],
             Err((false, "no agent hosts the controller")),
         );
@@ -206,7 +261,8 @@ mod tests {
         check(
             |f| {
                 f.requested = 1;
-                f.controller_expand = Some(false)
+                f.controller_expand = Some(false);
+                f.node_expand = false
             },
             &[],
             Err((true, "shrinking")),

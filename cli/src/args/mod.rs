@@ -162,7 +162,9 @@ pub enum Command {
     /// Take a volume off a node: release every claim it has there
     ///
     /// On a ready node the claims are released through the node. On a lost node, --force
-    /// releases them without it (an unblock). Shows what will happen and asks on a
+    /// releases them without it (an unblock). Where csivol has nothing of the volume on the
+    /// node but the plugin has it published there (a `leaked` finding in `csivol status`),
+    /// it is unpublished (ControllerUnpublishVolume). Shows what will happen and asks on a
     /// terminal; elsewhere it needs --yes.
     Detach(DetachArgs),
 

@@ -51,6 +51,9 @@ pub async fn run(ctx: &Ctx, args: ExpandArgs) -> anyhow::Result<Exit> {
                 )),
                 Some(v) => match &v.expansion {
                     None => Step::Done,
+                    // The storage has grown; the file system grows on the next node to
+                    // stage the volume, which no wait here can bring about.
+                    Some(e) if e.when_staged && e.nodes.is_empty() => Step::Done,
                     Some(e) if e.phase == ExpansionPhase::Failed => Step::Fail(
                         Failure::new(
                             Exit::Error,
@@ -73,10 +76,14 @@ pub async fn run(ctx: &Ctx, args: ExpandArgs) -> anyhow::Result<Exit> {
         )
         .await?;
         v = done.expect("done means it exists");
-        ctx.out.note(format!(
-            "expanded volume {name} to {}",
-            format_size(v.capacity_bytes.unwrap_or(args.capacity))
-        ));
+        let has = format_size(v.capacity_bytes.unwrap_or(args.capacity));
+        ctx.out.note(if v.expansion.is_some() {
+            format!(
+                "expanded volume {name} to {has} in storage; the next node to stage it grows its file system"
+            )
+        } else {
+            format!("expanded volume {name} to {has}")
+        });
     }
     render::print_volume(&ctx.out, &v)?;
     Ok(Exit::Ok)

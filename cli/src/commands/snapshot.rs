@@ -96,10 +96,14 @@ async fn list(ctx: &Ctx, args: SnapshotListArgs) -> anyhow::Result<Exit> {
         ctx.out.note("no snapshots");
         return Ok(Exit::Ok);
     }
-    let mut t = ctx
-        .out
-        .table(&["NAME", "VOLUME", "PLUGIN", "STATE", "SIZE", "AGE"]);
-    for s in &ss {
+    table(&ctx.out, &ss)?;
+    Ok(Exit::Ok)
+}
+
+/// Snapshots as a table (`snapshot list`, and under `volume show`).
+pub(crate) fn table(out: &Out, ss: &[Snapshot]) -> anyhow::Result<()> {
+    let mut t = out.table(&["NAME", "VOLUME", "PLUGIN", "STATE", "SIZE", "AGE"]);
+    for s in ss {
         t.add_row(vec![
             s.name.clone(),
             s.volume.clone(),
@@ -109,8 +113,7 @@ async fn list(ctx: &Ctx, args: SnapshotListArgs) -> anyhow::Result<Exit> {
             age(&s.created_at),
         ]);
     }
-    ctx.out.print_table(t)?;
-    Ok(Exit::Ok)
+    out.print_table(t)
 }
 
 async fn show(ctx: &Ctx, args: SnapshotArg) -> anyhow::Result<Exit> {

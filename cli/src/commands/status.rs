@@ -259,6 +259,9 @@ fn finding_hint(f: &ControllerFinding) -> Option<String> {
         (FindingKind::Missing, Some(v), Some(n)) => Some(format!(
             "release the claims of {v} on {n} (csivol release {v} --alloc ALLOC) and claim again: csivol publishes it anew"
         )),
+        (FindingKind::Leaked, Some(v), Some(n)) => Some(format!(
+            "if nothing on {n} uses it, detach it: csivol detach {v} --node {n} --reason \"...\""
+        )),
         (FindingKind::Leaked, _, _) => Some(format!(
             "unpublish `{}` from node id `{}` with the storage system's own tools, or claim it through csivol",
             f.external_id,

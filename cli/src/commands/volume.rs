@@ -1,7 +1,7 @@
 //! `csivol volume register|create|list|show|deregister` (`expand` is in `expand.rs`).
 
 use anyhow::Context;
-use csivol_api::{ContentSource, Volume, VolumeState};
+use csivol_api::{ContentSource, Snapshot, Volume, VolumeState};
 use csivol_client::{Method, StatusCode};
 
 use crate::args::{CreateArgs, DeregisterArgs, SpecArgs, VolumeArg, VolumeCommand, VolumeListArgs};
@@ -140,6 +140,20 @@ async fn show(ctx: &Ctx, args: VolumeArg) -> anyhow::Result<Exit> {
         .get(&format!("/v1/volumes/{}", args.volume))
         .await?;
     render::print_volume(&ctx.out, &v)?;
+    if !ctx.out.json_mode() {
+        // Its snapshots too, where an operator deciding to delete or restore looks.
+        let ss: Vec<Snapshot> = ctx
+            .client
+            .get(&format!("/v1/snapshots?volume={}", args.volume))
+            .await?;
+        ctx.out.line("")?;
+        if ss.is_empty() {
+            ctx.out.line("snapshots: none")?;
+        } else {
+            ctx.out.line("snapshots:")?;
+            super::snapshot::table(&ctx.out, &ss)?;
+        }
+    }
     Ok(Exit::Ok)
 }
 

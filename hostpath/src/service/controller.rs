@@ -214,7 +214,7 @@ impl Plugin {
             (f.list_snapshots, T::ListSnapshots),
             (f.clone, T::CloneVolume),
             (publish, T::PublishReadonly),
-            (f.expand, T::ExpandVolume),
+            (f.controller_expand, T::ExpandVolume),
             // The spec makes this capability depend on PUBLISH_UNPUBLISH_VOLUME.
             (f.published_nodes && publish, T::ListVolumesPublishedNodes),
             (f.volume_condition, T::VolumeCondition),

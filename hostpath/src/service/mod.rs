@@ -62,6 +62,9 @@ pub enum Feature {
     ExpandVolume,
     /// EXPAND_VOLUME on the node only (ControllerExpandVolume then needs no node step).
     NodeExpandVolume,
+    /// EXPAND_VOLUME on the controller only: the node's NodeExpandVolume then grows the
+    /// volume in storage itself (a node-only plugin, as local volumes are).
+    ControllerExpandVolume,
     /// CREATE_DELETE_SNAPSHOT (and with it LIST_SNAPSHOTS).
     Snapshots,
     /// LIST_SNAPSHOTS only.
@@ -86,6 +89,7 @@ pub struct Features {
     pub published_nodes: bool,
     pub get_capacity: bool,
     pub expand: bool,
+    pub controller_expand: bool,
     pub node_expand: bool,
     pub snapshots: bool,
     pub list_snapshots: bool,
@@ -108,6 +112,7 @@ impl Features {
             published_nodes: list_volumes && !off(Feature::ListVolumesPublishedNodes),
             get_capacity: !off(Feature::GetCapacity),
             expand,
+            controller_expand: expand && !off(Feature::ControllerExpandVolume),
             node_expand: expand && !off(Feature::NodeExpandVolume),
             snapshots,
             list_snapshots: snapshots && !off(Feature::ListSnapshots),

@@ -280,10 +280,6 @@ impl Plugin {
                     .map_err(|e| internal(e, &format!("mount {}", path.display())))?;
             }
         }
-        state
-            .grown
-            .entry(volume.id.clone())
-            .or_insert(volume.capacity_bytes);
         state.stagings.insert(
             volume.id.clone(),
             Staging {
@@ -335,7 +331,6 @@ impl Plugin {
             .detach(&path)
             .map_err(|e| internal(e, &format!("unmount {}", path.display())))?;
         if state.stagings.remove(&req.volume_id).is_some() {
-            state.grown.remove(&req.volume_id);
             self.save_node(&state)?;
         }
         Ok(csi::NodeUnstageVolumeResponse {})
@@ -455,10 +450,6 @@ impl Plugin {
                     .map_err(|e| internal(e, &format!("mount {}", target.display())))?;
             }
         }
-        state
-            .grown
-            .entry(volume.id.clone())
-            .or_insert(volume.capacity_bytes);
         state.publications.insert(target, wanted);
         self.save_node(&state)?;
         Ok(csi::NodePublishVolumeResponse {})
@@ -538,11 +529,8 @@ impl Plugin {
         }
         remove_target(&target).map_err(|e| internal(e, &format!("remove {}", target.display())))?;
         if state.publications.remove(&target).is_some() {
-            if state.holds_nothing(&req.volume_id) {
-                if block && !self.cfg.stage {
-                    self.release_block(&mut state, &req.volume_id)?;
-                }
-                state.grown.remove(&req.volume_id);
+            if state.holds_nothing(&req.volume_id) && block && !self.cfg.stage {
+                self.release_block(&mut state, &req.volume_id)?;
             }
             self.save_node(&state)?;
         }
@@ -646,7 +634,7 @@ impl Plugin {
                 unit: Unit::Bytes.into(),
             }]);
         }
-        let total = state.grown.get(volume_id).copied().unwrap_or(recorded);
+        let total = volume.and_then(|v| v.fs_bytes).unwrap_or(recorded);
         let used = tree_size(&self.backend.data_dir(volume_id));
         let fs = rustix::fs::statvfs(path)
             .map_err(|e| internal(e.into(), &format!("statvfs {}", path.display())))?;
@@ -694,12 +682,19 @@ impl Plugin {
                 path.display()
             )));
         }
+        let mut volume = volume;
         if required > volume.capacity_bytes {
-            return Err(Status::out_of_range(format!(
-                "volume `{}` has {} bytes in the backend, {required} were asked for; \
-                 call ControllerExpandVolume first",
-                volume.id, volume.capacity_bytes
-            )));
+            if self.cfg.features.controller_expand {
+                return Err(Status::out_of_range(format!(
+                    "volume `{}` has {} bytes in the backend, {required} were asked for; \
+                     call ControllerExpandVolume first",
+                    volume.id, volume.capacity_bytes
+                )));
+            }
+            // Without the controller's EXPAND_VOLUME the node grows the storage itself.
+            drop(state);
+            volume = self.grow_in_storage(&req.volume_id, required)?;
+            state = self.node_state();
         }
         let capacity = if volume.block {
             match self.block_device(&state, &volume.id)? {
@@ -712,11 +707,15 @@ impl Plugin {
             }
         } else {
             // Grow the "file system" to the volume's size, as resize2fs would.
-            let grown = state.grown.entry(volume.id.clone()).or_insert(0);
-            *grown = (*grown).max(volume.capacity_bytes);
-            let grown = *grown;
-            self.save_node(&state)?;
-            grown
+            drop(state);
+            let lock = self.lock()?;
+            let mut volume = self.volume(&req.volume_id)?;
+            if volume.fs_bytes.take().is_some() {
+                self.backend
+                    .resize_volume(&lock, &volume)
+                    .map_err(|e| internal(e, "record the grown file system"))?;
+            }
+            volume.capacity_bytes
         };
         if limit > 0 && capacity > limit {
             return Err(Status::out_of_range(format!(

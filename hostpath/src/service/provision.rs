@@ -142,6 +142,7 @@ impl Plugin {
             block,
             accessible_topology,
             content_source: source,
+            fs_bytes: None,
         };
         let record = self
             .backend
@@ -259,13 +260,44 @@ impl Plugin {
         Ok(csi::DeleteVolumeResponse {})
     }
 
+    /// A node-only expansion: the volume's storage grown to `required` bytes by the node's
+    /// NodeExpandVolume (within the pool), its file system with it.
+    pub(super) fn grow_in_storage(
+        &self,
+        volume_id: &str,
+        required: i64,
+    ) -> Result<VolumeRecord, Status> {
+        let lock = self.lock()?;
+        let mut volume = self.volume(volume_id)?;
+        if volume.capacity_bytes >= required {
+            return Ok(volume);
+        }
+        if self.cfg.capacity.is_some() && self.check_pool(required - volume.capacity_bytes).is_err()
+        {
+            return Err(Status::out_of_range(format!(
+                "the storage pool cannot grow volume `{volume_id}` to {required} bytes"
+            )));
+        }
+        volume.capacity_bytes = required;
+        volume.fs_bytes = None;
+        self.backend
+            .resize_volume(&lock, &volume)
+            .map_err(|e| internal(e, "resize volume"))?;
+        tracing::info!(
+            volume_id,
+            capacity = required,
+            "grew the volume from the node"
+        );
+        Ok(volume)
+    }
+
     pub(super) fn controller_expand(
         &self,
         req: csi::ControllerExpandVolumeRequest,
     ) -> Result<csi::ControllerExpandVolumeResponse, Status> {
-        if !self.cfg.features.expand {
+        if !self.cfg.features.controller_expand {
             return Err(Status::unimplemented(
-                "this plugin does not advertise EXPAND_VOLUME",
+                "this plugin does not advertise the controller's EXPAND_VOLUME",
             ));
         }
         require(&req.volume_id, "volume_id")?;
@@ -315,6 +347,12 @@ impl Plugin {
                 "the storage pool cannot grow volume `{}` to {target} bytes",
                 volume.id
             )));
+        }
+        if volume.block || !node_expansion_required {
+            volume.fs_bytes = None;
+        } else {
+            // The file system stays as it is until a node grows it.
+            volume.fs_bytes.get_or_insert(volume.capacity_bytes);
         }
         volume.capacity_bytes = target;
         self.backend

@@ -2,6 +2,8 @@
 //! refused with the spec's code; ListVolumes and ControllerGetVolume with published nodes
 //! and conditions; GetCapacity; expansion.
 
+use std::path::Path;
+
 use csivol_api::domain::AccessMode;
 use csivol_csi::csi::v1 as csi;
 use csivol_tests::TestDir;
@@ -355,6 +357,39 @@ async fn get_capacity_reports_the_pool() {
     assert_eq!(free.maximum_volume_size, None);
 }
 
+/// The capacity ControllerGetVolume reports for `v`.
+async fn recorded_capacity(p: &mut Plugin, v: &csi::Volume) -> i64 {
+    p.controller
+        .controller_get_volume(csi::ControllerGetVolumeRequest {
+            volume_id: v.volume_id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .volume
+        .unwrap()
+        .capacity_bytes
+}
+
+/// NodeExpandVolume of `v` at `path` (staged at `staging`) to `bytes`.
+fn node_expand_req(
+    v: &csi::Volume,
+    path: &Path,
+    staging: &Path,
+    bytes: i64,
+) -> csi::NodeExpandVolumeRequest {
+    csi::NodeExpandVolumeRequest {
+        volume_id: v.volume_id.clone(),
+        volume_path: path.display().to_string(),
+        capacity_range: Some(csi::CapacityRange {
+            required_bytes: bytes,
+            limit_bytes: 0,
+        }),
+        staging_target_path: staging.display().to_string(),
+        ..Default::default()
+    }
+}
+
 fn expand_req(v: &csi::Volume, bytes: i64) -> csi::ControllerExpandVolumeRequest {
     csi::ControllerExpandVolumeRequest {
         volume_id: v.volume_id.clone(),
@@ -377,16 +412,7 @@ async fn expand_grows_a_published_volume() {
     let (staging, target) = bring_up(&mut p, &dir, &v, &cap, "a").await;
     assert_eq!(stats_total(&mut p, &v, &target).await, 1 << 20);
 
-    let node_expand = |path: &std::path::Path, bytes: i64| csi::NodeExpandVolumeRequest {
-        volume_id: v.volume_id.clone(),
-        volume_path: path.display().to_string(),
-        capacity_range: Some(csi::CapacityRange {
-            required_bytes: bytes,
-            limit_bytes: 0,
-        }),
-        staging_target_path: staging.display().to_string(),
-        ..Default::default()
-    };
+    let node_expand = |path: &Path, bytes: i64| node_expand_req(&v, path, &staging, bytes);
     // The node cannot grow past what the controller gave the volume.
     assert_eq!(
         code(
@@ -427,15 +453,7 @@ async fn expand_grows_a_published_volume() {
         .into_inner();
     assert_eq!(grown.capacity_bytes, 3 << 20);
     assert_eq!(stats_total(&mut p, &v, &target).await, 3 << 20);
-    let listed = p
-        .controller
-        .controller_get_volume(csi::ControllerGetVolumeRequest {
-            volume_id: v.volume_id.clone(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    assert_eq!(listed.volume.unwrap().capacity_bytes, 3 << 20);
+    assert_eq!(recorded_capacity(&mut p, &v).await, 3 << 20);
 
     // Wrong requests: a path without the volume, an unknown volume, no range.
     assert_eq!(
@@ -468,7 +486,8 @@ async fn expand_grows_a_published_volume() {
 }
 
 /// `--expansion offline`: refused while the volume is published (FAILED_PRECONDITION),
-/// done once it is not.
+/// done once it is not; the file system then waits for NodeExpandVolume after the next
+/// stage.
 #[tokio::test]
 async fn offline_expansion_waits_for_unpublish() {
     let dir = TestDir::new("hostpath-expand-offline");
@@ -491,8 +510,51 @@ async fn offline_expansion_waits_for_unpublish() {
         .unwrap()
         .into_inner();
     assert_eq!(r.capacity_bytes, 2 << 20);
-    // Staged again, the node's file system is made at the new size.
+    assert!(r.node_expansion_required);
+    // Staged again, the file system is as it was until NodeExpandVolume grows it: it
+    // belongs to the volume, not to the node that staged it.
     let (staging, target) = bring_up(&mut p, &dir, &v, &cap, "b").await;
+    assert_eq!(stats_total(&mut p, &v, &target).await, 1 << 20);
+    p.node
+        .node_expand_volume(node_expand_req(&v, &staging, &staging, 2 << 20))
+        .await
+        .unwrap();
     assert_eq!(stats_total(&mut p, &v, &target).await, 2 << 20);
+    take_down(&mut p, &v, &staging, &target).await;
+    // And it stays grown when staged again.
+    let (staging, target) = bring_up(&mut p, &dir, &v, &cap, "c").await;
+    assert_eq!(stats_total(&mut p, &v, &target).await, 2 << 20);
+    take_down(&mut p, &v, &staging, &target).await;
+}
+
+/// `--disable controller-expand-volume`: a node-only plugin. ControllerExpandVolume is
+/// UNIMPLEMENTED and the controller does not list EXPAND_VOLUME; the node's
+/// NodeExpandVolume grows the volume in storage and its file system.
+#[tokio::test]
+async fn node_only_expansion_grows_the_volume_from_the_node() {
+    let dir = TestDir::new("hostpath-expand-node-only");
+    let mut p = Plugin::start(&dir, "node-1", &["--disable=controller-expand-volume"]).await;
+    assert!(!controller_caps(&mut p).await.contains(&C::ExpandVolume));
+    assert!(node_caps(&mut p).await.contains(&N::ExpandVolume));
+    let cap = mount_cap(AccessMode::SingleNodeWriter);
+    let v = create_with(&mut p, create_req("v", cap.clone(), 1 << 20)).await;
+    assert_eq!(
+        code(
+            p.controller
+                .controller_expand_volume(expand_req(&v, 2 << 20))
+                .await
+        ),
+        Code::Unimplemented
+    );
+    let (staging, target) = bring_up(&mut p, &dir, &v, &cap, "a").await;
+    let grown = p
+        .node
+        .node_expand_volume(node_expand_req(&v, &target, &staging, 2 << 20))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(grown.capacity_bytes, 2 << 20);
+    assert_eq!(stats_total(&mut p, &v, &target).await, 2 << 20);
+    assert_eq!(recorded_capacity(&mut p, &v).await, 2 << 20);
     take_down(&mut p, &v, &staging, &target).await;
 }

@@ -66,6 +66,19 @@ pub struct NodeExpansion {
     pub error: Option<String>,
 }
 
+impl NodeExpansion {
+    /// A node's part not started yet.
+    pub fn pending(node: &str) -> Self {
+        Self {
+            node: node.to_owned(),
+            state: NodeExpansionState::Pending,
+            attempt: 0,
+            not_before_ms: None,
+            error: None,
+        }
+    }
+}
+
 /// An expansion in progress or failed; a volume has none once it reached its capacity.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Expansion {
@@ -76,6 +89,11 @@ pub struct Expansion {
     /// that they must grow it too.
     #[serde(default)]
     pub nodes: Vec<NodeExpansion>,
+    /// The controller grew the volume while no node had it staged, and the plugin needs a
+    /// node to grow it too: NodeExpandVolume runs on the next node that stages it (the spec's
+    /// order for an offline expansion). Until then the volume may be expanded again.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub when_staged: bool,
     /// The last error, while retrying or once failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -83,11 +101,26 @@ pub struct Expansion {
 }
 
 impl Expansion {
+    /// An expansion to `capacity_bytes` asked for at `requested_at`, starting in `phase`.
+    pub fn started(capacity_bytes: u64, phase: ExpansionPhase, requested_at: String) -> Self {
+        Self {
+            capacity_bytes,
+            phase,
+            nodes: Vec::new(),
+            when_staged: false,
+            error: None,
+            requested_at,
+        }
+    }
+
     /// `expanding to 2 GiB: node-1 pending`, for tables and `status`.
     pub fn progress(&self) -> String {
         let to = format_size(self.capacity_bytes);
         match self.phase {
             ExpansionPhase::Controller => format!("expanding to {to}: controller pending"),
+            ExpansionPhase::Node if self.nodes.is_empty() && self.when_staged => {
+                format!("grown to {to} in storage; the next node to stage it grows its file system")
+            }
             ExpansionPhase::Node => {
                 let nodes: Vec<String> = self
                     .nodes
@@ -277,9 +310,19 @@ mod tests {
                 not_before_ms: None,
                 error: None,
             }],
+            when_staged: false,
             error: None,
             requested_at: String::new(),
         };
         assert_eq!(e.progress(), "expanding to 2 GiB: node-1 pending");
+        let waiting = Expansion {
+            nodes: Vec::new(),
+            when_staged: true,
+            ..e
+        };
+        assert_eq!(
+            waiting.progress(),
+            "grown to 2 GiB in storage; the next node to stage it grows its file system"
+        );
     }
 }

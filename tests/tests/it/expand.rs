@@ -1,12 +1,14 @@
 //! Volume expansion through the CLI on real processes: online while claimed (the new size in
 //! `volume show` and in the plugin's NodeGetVolumeStats), offline refused while claimed and
-//! done after release, refused without the capability, and shrinking refused.
+//! done after release (the file system grown by the next node to stage it), refused without the capability, and shrinking refused.
 
 use std::path::Path;
 use std::time::Duration;
 
 use csivol_csi::CsiEndpoint;
 use csivol_csi::csi::v1 as csi;
+
+use csivol_tests::wait_for;
 
 use crate::cluster::{Cluster, NodeOpts, Out};
 use crate::e2e::create_volume;
@@ -60,7 +62,7 @@ fn error_of(out: &Out) -> serde_json::Value {
 }
 
 fn wait_free(c: &Cluster, volume: &str) {
-    csivol_tests::wait_for(
+    wait_for(
         &format!("volume {volume} to be free"),
         Duration::from_secs(60),
         || {
@@ -86,6 +88,16 @@ fn expand(c: &Cluster, volume: &str, size: &str) -> Out {
         "-o",
         "json",
     ])
+}
+
+/// The expansion calls node-1's plugin received, in order.
+fn expand_calls(c: &Cluster) -> Vec<String> {
+    c.nodes[0]
+        .plugin_calls()
+        .iter()
+        .filter_map(|call| call["rpc"].as_str().map(str::to_owned))
+        .filter(|r| r.contains("Expand"))
+        .collect()
 }
 
 /// The total bytes the plugin's NodeGetVolumeStats reports for the volume at `target`.
@@ -150,12 +162,7 @@ fn online_expansion_grows_a_claimed_volume_and_shrinking_is_refused() {
         .ok()
         .json();
     assert_eq!(shown["claims"][0]["state"], "ready");
-    let rpcs: Vec<String> = c.nodes[0]
-        .plugin_calls()
-        .iter()
-        .filter_map(|call| call["rpc"].as_str().map(str::to_owned))
-        .filter(|r| r.contains("Expand"))
-        .collect();
+    let rpcs = expand_calls(&c);
     assert_eq!(rpcs, ["ControllerExpandVolume", "NodeExpandVolume"]);
 
     // The same size again changes nothing; a smaller one is refused (exit 2).
@@ -204,19 +211,48 @@ fn offline_expansion_is_refused_while_claimed_and_works_after_release() {
     );
     release(&c, "cold", "job-1");
     wait_free(&c, "cold");
+    // The plugin grows the storage, and says a node must grow the file system: nowhere
+    // staged now, so that waits for the next node to stage it.
     let out = expand(&c, "cold", "3MiB");
-    assert_eq!(out.ok().json()["capacity_bytes"], 3 * MIB, "{out:?}");
-    // The next claim mounts it at its new size.
+    assert!(
+        out.stderr
+            .contains("the next node to stage it grows its file system"),
+        "{out:?}"
+    );
+    let waiting = out.ok().json();
+    assert_eq!(waiting["capacity_bytes"], 3 * MIB, "{waiting}");
+    assert_eq!(waiting["expansion"]["when_staged"], true, "{waiting}");
+    let external_id = waiting["external_id"].as_str().unwrap().to_owned();
+    let human = c.csivol(&["volume", "show", "cold"]).ok().stdout.clone();
+    assert!(
+        human
+            .contains("grown to 3 MiB in storage; the next node to stage it grows its file system"),
+        "{human}"
+    );
+    // The next claim stages it, and its node grows the file system (NodeExpandVolume).
     let claimed = claim(&c, "cold", "job-2");
     let target = claimed.json()["target_path"].as_str().unwrap().to_owned();
-    let shown = c
-        .csivol(&["volume", "show", "cold", "-o", "json"])
+    wait_for("the node's part done", Duration::from_secs(30), || {
+        let v = c
+            .csivol(&["volume", "show", "cold", "-o", "json"])
+            .ok()
+            .json();
+        v["expansion"].is_null().then_some(())
+    });
+    assert_eq!(
+        stats_total(&c, &external_id, Path::new(&target)),
+        3 * MIB as i64
+    );
+    let said = c
+        .csivol(&["events", "--volume", "cold", "-o", "json"])
         .ok()
         .json();
-    let external_id = shown["external_id"].as_str().unwrap();
-    assert_eq!(
-        stats_total(&c, external_id, Path::new(&target)),
-        3 * MIB as i64
+    assert!(
+        said.as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["kind"] == "volume-expanded"),
+        "{said}"
     );
     release(&c, "cold", "job-2");
 }
@@ -274,7 +310,7 @@ fn status_shows_an_expansion_under_way_with_its_last_error() {
     );
     // The node's first NodeExpandVolume fails and is retried: `status` and `volume show`
     // say where it stands and why.
-    let status = csivol_tests::wait_for(
+    let status = wait_for(
         "status to show the failed node expansion",
         Duration::from_secs(30),
         || {
@@ -333,4 +369,39 @@ fn a_failed_expansion_exits_1_with_the_plugins_error_and_may_be_asked_again() {
     // The plugin fails only once: asked again, it grows.
     let again = expand(&c, "full", "2MiB");
     assert_eq!(again.ok().json()["capacity_bytes"], 2 * MIB, "{again:?}");
+}
+
+#[test]
+fn a_node_only_plugin_grows_a_claimed_volume_from_its_node() {
+    let c = Cluster::start(
+        "expand-node-only",
+        "30s",
+        node_with(&["--disable", "controller-expand-volume"]),
+    );
+    create_volume(&c, "local", "single-node-writer");
+    let claimed = claim(&c, "local", "job-1");
+    let target = claimed.json()["target_path"].as_str().unwrap().to_owned();
+    let out = expand(&c, "local", "2MiB");
+    let v = out.ok().json();
+    assert_eq!(v["capacity_bytes"], 2 * MIB, "{out:?}");
+    assert!(v.get("expansion").is_none(), "done: {v}");
+    let external_id = v["external_id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        stats_total(&c, &external_id, Path::new(&target)),
+        2 * MIB as i64
+    );
+    // No controller step: the node grew it.
+    let rpcs = expand_calls(&c);
+    assert_eq!(rpcs, ["NodeExpandVolume"]);
+    let said = c
+        .csivol(&["events", "--volume", "local", "-o", "json"])
+        .ok()
+        .json();
+    assert!(
+        said.as_array().unwrap().iter().any(|e| e["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("expands on its nodes only"))),
+        "{said}"
+    );
+    release(&c, "local", "job-1");
 }

@@ -15,18 +15,27 @@ use crate::cluster::{Cluster, NodeOpts};
 
 const WAIT: Duration = Duration::from_secs(60);
 
-/// Calls the plugin's controller on node `i`'s socket directly, as a storage admin would.
-fn at_plugin(c: &Cluster, i: usize, publish: bool, external_id: &str, node_id: &str) {
+type Controller = csi::controller_client::ControllerClient<csivol_csi::Channel>;
+
+/// Runs `call` against the plugin's controller on node `i`'s socket, as a storage admin
+/// would.
+fn with_controller<T, F: Future<Output = T>>(
+    c: &Cluster,
+    i: usize,
+    call: impl FnOnce(Controller) -> F,
+) -> T {
     let socket = c.nodes[i].dir.join("plugin.sock");
     let endpoint: CsiEndpoint = format!("unix://{}", socket.display()).parse().unwrap();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    rt.block_on(async {
-        let mut client = csi::controller_client::ControllerClient::new(
-            endpoint.channel(Duration::from_secs(10)),
-        );
+    rt.block_on(async { call(Controller::new(endpoint.channel(Duration::from_secs(10)))).await })
+}
+
+/// ControllerPublishVolume or ControllerUnpublishVolume behind csivol's back.
+fn at_plugin(c: &Cluster, i: usize, publish: bool, external_id: &str, node_id: &str) {
+    with_controller(c, i, |mut client| async move {
         if publish {
             let cap = csivol_api::domain::VolumeCapability {
                 access_mode: csivol_api::domain::AccessMode::MultiNodeMultiWriter,
@@ -55,6 +64,28 @@ fn at_plugin(c: &Cluster, i: usize, publish: bool, external_id: &str, node_id: &
                 .unwrap();
         }
     });
+}
+
+/// The plugin's node ids `external_id` is published to, from ListVolumes on node `i`'s
+/// socket.
+fn published_at_plugin(c: &Cluster, i: usize, external_id: &str) -> Vec<String> {
+    let listing = with_controller(c, i, |mut client| async move {
+        client
+            .list_volumes(csi::ListVolumesRequest::default())
+            .await
+            .unwrap()
+            .into_inner()
+    });
+    listing
+        .entries
+        .into_iter()
+        .filter(|e| {
+            e.volume
+                .as_ref()
+                .is_some_and(|v| v.volume_id == external_id)
+        })
+        .flat_map(|e| e.status.map(|s| s.published_node_ids).unwrap_or_default())
+        .collect()
 }
 
 fn findings(c: &Cluster) -> Vec<Value> {
@@ -173,6 +204,62 @@ fn attachments_made_or_removed_behind_csivols_back_are_reported_not_fixed() {
         "{resolved:?}"
     );
     assert!(findings(&c).iter().any(|f| f["kind"] == "missing"));
+
+    // Leaked again; this time an operator detaches it through csivol, with a reason:
+    // ControllerUnpublishVolume of that publication, and nothing else.
+    at_plugin(&c, 0, true, &external_id, "node-2");
+    let leaked = wait_finding(&c, "leaked", "node-2");
+    let hint = c.csivol(&["status"]).ok().stdout.clone();
+    assert!(
+        hint.contains("detach it: csivol detach shared --node node-2 --reason"),
+        "{hint}"
+    );
+    assert_eq!(leaked["volume"], "shared");
+    let plan = c
+        .csivol(&["detach", "shared", "--node", "node-2", "--dry-run"])
+        .ok()
+        .stdout
+        .clone();
+    assert!(
+        plan.contains(
+            "unpublish volume shared from node node-2, where the plugin has it published and csivol has nothing"
+        ),
+        "{plan}"
+    );
+    assert!(published_at_plugin(&c, 0, &external_id).contains(&"node-2".to_owned()));
+    c.csivol(&[
+        "detach",
+        "shared",
+        "--node",
+        "node-2",
+        "--reason",
+        "published by hand during the migration",
+        "--yes",
+        "--wait",
+        "--timeout",
+        "60s",
+    ])
+    .ok();
+    assert_eq!(
+        published_at_plugin(&c, 0, &external_id),
+        Vec::<String>::new(),
+        "node-2's publication is gone at the plugin; node-1's was already removed there"
+    );
+    let said = event_messages(&c, "volume-detach");
+    assert!(
+        said.iter()
+            .any(|m| m.contains("leaked publication") && m.contains("during the migration")),
+        "{said:?}"
+    );
+    wait_for("the second leak resolved", WAIT, || {
+        (!findings(&c).iter().any(|f| f["kind"] == "leaked")).then_some(())
+    });
+    // node-1's claim was not touched.
+    let v = c
+        .csivol(&["volume", "show", "shared", "-o", "json"])
+        .ok()
+        .json();
+    assert_eq!(v["claims"][0]["state"], "ready", "{v}");
 
     // Abnormal: the plugin's VOLUME_CONDITION in its listing (injected on both hosts'
     // plugins, which list the same storage system).

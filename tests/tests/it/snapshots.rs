@@ -145,6 +145,15 @@ fn data_written_before_a_snapshot_is_in_the_volume_created_from_it_and_in_a_clon
     );
     let shown = c.csivol(&["snapshot", "show", "snap-1", "-o", "json"]);
     assert_eq!(shown.ok().json()["snapshot_id"], s["snapshot_id"]);
+    // A volume's snapshots are where an operator looks at the volume.
+    let src = c.csivol(&["volume", "show", "src"]).ok().stdout.clone();
+    let below = src
+        .split("\nsnapshots:\n")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no snapshots section: {src}"));
+    assert!(below.contains("snap-1") && below.contains("ready"), "{src}");
+    let copy = c.csivol(&["volume", "show", "copy"]).ok().stdout.clone();
+    assert!(copy.contains("\nsnapshots: none"), "{copy}");
     let missing = c.csivol(&["snapshot", "show", "nope"]);
     assert_eq!(missing.code, 3, "{missing:?}");
 

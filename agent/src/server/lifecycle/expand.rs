@@ -16,7 +16,7 @@ use super::{Limits, event, format_error};
 use crate::server::error::{ApiError, ApiResult};
 use crate::server::expansion::{Decision, Facts, decide};
 use crate::server::kinds::{EventKind, OpKind};
-use crate::server::model::{Lifecycle, OpRow, time};
+use crate::server::model::{Lifecycle, OpRow, VolumeRow, time};
 use crate::server::store::{Snapshot, Txn};
 use crate::server::watch::Key;
 
@@ -61,13 +61,30 @@ pub fn expand_volume(
         ready: v.lifecycle == Lifecycle::Ready,
         current: v.capacity_bytes,
         requested: capacity_bytes,
-        under_way: v.expansion.as_ref().map(|e| (e.capacity_bytes, e.phase)),
+        // One waiting for a node to stage the volume is not in the way of a new request.
+        under_way: v
+            .expansion
+            .as_ref()
+            .filter(|e| !(e.when_staged && e.nodes.is_empty()))
+            .map(|e| (e.capacity_bytes, e.phase)),
         controller_expand,
+        node_expand: regs.iter().any(|(_, _, r)| {
+            r.node
+                .as_ref()
+                .is_some_and(|n| n.capabilities.expand_volume)
+        }),
+        controller_service: regs
+            .iter()
+            .any(|(_, _, r)| r.capabilities.controller_service),
         mode,
         in_use: &in_use,
     };
     match decide(&facts) {
         Ok(Decision::Nothing) => return Ok((volume_view(ctx, name)?, false)),
+        Ok(Decision::StartOnNodes) => {
+            start_on_nodes(ctx, &v, capacity_bytes, actor)?;
+            return Ok((volume_view(ctx, name)?, true));
+        }
         Ok(Decision::Start) => {}
         Err(r) => {
             let e = if r.invalid {
@@ -78,13 +95,7 @@ pub fn expand_volume(
             return Err(e.with_hint(r.hint));
         }
     }
-    let expansion = Expansion {
-        capacity_bytes,
-        phase: ExpansionPhase::Controller,
-        nodes: Vec::new(),
-        error: None,
-        requested_at: time(ctx.now()),
-    };
+    let expansion = Expansion::started(capacity_bytes, ExpansionPhase::Controller, time(ctx.now()));
     ctx.set_volume_expansion(name, None, Some(&expansion))?;
     ctx.touch(Key::Volume(name.to_owned()));
     let payload = serde_json::json!({ "capacity_bytes": capacity_bytes });
@@ -106,6 +117,62 @@ pub fn expand_volume(
     Ok((volume_view(ctx, name)?, true))
 }
 
+/// A node-only plugin's expansion: no controller step; NodeExpandVolume on every node
+/// where the volume is attached, or on the next node to stage it. The capacity is recorded
+/// when the nodes are done.
+fn start_on_nodes(
+    ctx: &mut impl Txn,
+    v: &VolumeRow,
+    capacity_bytes: u64,
+    actor: &str,
+) -> ApiResult<()> {
+    let (nodes, _) = attached_that_grow(ctx, v)?;
+    let expansion = Expansion::started(capacity_bytes, ExpansionPhase::Node, time(ctx.now()));
+    let (to, plugin) = (format_size(capacity_bytes), &v.plugin);
+    node_phase(ctx, &v.name, None, expansion, &nodes, actor, |on| {
+        format!(
+            "NodeExpandVolume to {to} requested on {on} (plugin {plugin} expands on its nodes only)"
+        )
+    })
+}
+
+/// Moves expansion `e` of `volume` to its node phase on `nodes` (with none, on the next node
+/// to stage it: `when_staged`), records it with the volume's new `capacity` if known, wakes
+/// the nodes and writes the event `said` gives for where it runs.
+fn node_phase(
+    ctx: &mut impl Txn,
+    volume: &str,
+    capacity: Option<u64>,
+    mut e: Expansion,
+    nodes: &[String],
+    actor: &str,
+    said: impl FnOnce(&str) -> String,
+) -> ApiResult<()> {
+    e.phase = ExpansionPhase::Node;
+    e.error = None;
+    e.nodes = nodes.iter().map(|n| NodeExpansion::pending(n)).collect();
+    e.when_staged = nodes.is_empty();
+    ctx.set_volume_expansion(volume, capacity, Some(&e))?;
+    ctx.touch(Key::Volume(volume.to_owned()));
+    for n in nodes {
+        ctx.touch(Key::Node(n.clone()));
+    }
+    let on = if nodes.is_empty() {
+        "the next node to stage it".to_owned()
+    } else {
+        nodes.join(", ")
+    };
+    event(
+        ctx,
+        EventKind::VolumeExpanding,
+        Some(volume),
+        None,
+        None,
+        actor,
+        said(&on),
+    )
+}
+
 /// ControllerExpandVolume succeeded: the volume has `capacity_bytes` in its storage; the
 /// nodes where it is attached grow it too when the plugin says so and can.
 pub(super) fn controller_expanded(
@@ -119,7 +186,7 @@ pub(super) fn controller_expanded(
     let Some(v) = ctx.volume(&o.volume)? else {
         return Ok(());
     };
-    let Some(mut e) = v.expansion else {
+    let Some(e) = v.expansion.clone() else {
         return Ok(());
     };
     // The spec: 0 means the plugin did not say; take what was asked for.
@@ -128,25 +195,12 @@ pub(super) fn controller_expanded(
     } else {
         capacity_bytes
     };
-    let mut nodes = Vec::new();
-    if node_expansion_required {
-        let can_grow: BTreeSet<String> = ctx
-            .plugin_registrations(&v.plugin)?
-            .into_iter()
-            .filter(|(_, _, r)| {
-                r.node
-                    .as_ref()
-                    .is_some_and(|n| n.capabilities.expand_volume)
-            })
-            .map(|(n, _, _)| n)
-            .collect();
-        for a in ctx.attachments_of_volume(&o.volume)? {
-            if a.state == AttachmentState::Attached && can_grow.contains(&a.node) {
-                nodes.push(a.node);
-            }
-        }
-    }
-    if nodes.is_empty() {
+    let (nodes, any_can_grow) = if node_expansion_required {
+        attached_that_grow(ctx, &v)?
+    } else {
+        (Vec::new(), false)
+    };
+    if nodes.is_empty() && !any_can_grow {
         ctx.set_volume_expansion(&o.volume, Some(capacity), None)?;
         ctx.touch(Key::Volume(o.volume.clone()));
         return event(
@@ -159,36 +213,12 @@ pub(super) fn controller_expanded(
             format!("expanded to {}", format_size(capacity)),
         );
     }
-    e.phase = ExpansionPhase::Node;
-    e.error = None;
-    e.nodes = nodes
-        .iter()
-        .map(|n| NodeExpansion {
-            node: n.clone(),
-            state: NodeExpansionState::Pending,
-            attempt: 0,
-            not_before_ms: None,
-            error: None,
-        })
-        .collect();
-    ctx.set_volume_expansion(&o.volume, Some(capacity), Some(&e))?;
-    ctx.touch(Key::Volume(o.volume.clone()));
-    for n in &nodes {
-        ctx.touch(Key::Node(n.clone()));
-    }
-    event(
-        ctx,
-        EventKind::VolumeExpanding,
-        Some(&o.volume),
-        None,
-        None,
-        actor,
-        format!(
-            "ControllerExpandVolume grew it to {}; NodeExpandVolume on {}",
-            format_size(capacity),
-            nodes.join(", ")
-        ),
-    )
+    // Where it is staged nowhere now (an offline expansion), the next node to stage it
+    // grows it.
+    let grew = format_size(capacity);
+    node_phase(ctx, &o.volume, Some(capacity), e, &nodes, actor, |on| {
+        format!("ControllerExpandVolume grew it to {grew}; NodeExpandVolume on {on}")
+    })
 }
 
 /// ControllerExpandVolume failed: the last error is shown while it is retried, and a
@@ -208,6 +238,55 @@ pub(super) fn controller_expand_failed(
     }
     ctx.set_volume_expansion(volume, None, Some(&e))?;
     ctx.touch(Key::Volume(volume.to_owned()));
+    Ok(())
+}
+
+/// The nodes whose plugin of `plugin` has the node's EXPAND_VOLUME.
+fn nodes_that_grow(ctx: &impl Txn, plugin: &str) -> ApiResult<BTreeSet<String>> {
+    Ok(ctx
+        .plugin_registrations(plugin)?
+        .into_iter()
+        .filter(|(_, _, r)| {
+            r.node
+                .as_ref()
+                .is_some_and(|n| n.capabilities.expand_volume)
+        })
+        .map(|(n, _, _)| n)
+        .collect())
+}
+
+/// The nodes where `v` is attached whose plugin can grow it, and whether any node of the
+/// plugin can.
+fn attached_that_grow(ctx: &impl Txn, v: &VolumeRow) -> ApiResult<(Vec<String>, bool)> {
+    let can_grow = nodes_that_grow(ctx, &v.plugin)?;
+    let nodes = ctx
+        .attachments_of_volume(&v.name)?
+        .into_iter()
+        .filter(|a| a.state == AttachmentState::Attached && can_grow.contains(&a.node))
+        .map(|a| a.node)
+        .collect();
+    Ok((nodes, !can_grow.is_empty()))
+}
+
+/// `volume` was just published on `node`: an expansion waiting for the next node to stage
+/// it (`when_staged`) becomes that node's NodeExpandVolume.
+pub(super) fn staged_on(ctx: &mut impl Txn, volume: &str, node: &str) -> ApiResult<()> {
+    let Some(v) = ctx.volume(volume)? else {
+        return Ok(());
+    };
+    let Some(mut e) = v.expansion else {
+        return Ok(());
+    };
+    if !(e.when_staged && e.phase == ExpansionPhase::Node && e.nodes.is_empty()) {
+        return Ok(());
+    }
+    if !nodes_that_grow(ctx, &v.plugin)?.contains(node) {
+        return Ok(());
+    }
+    e.nodes.push(NodeExpansion::pending(node));
+    ctx.set_volume_expansion(volume, None, Some(&e))?;
+    ctx.touch(Key::Volume(volume.to_owned()));
+    ctx.touch(Key::Node(node.to_owned()));
     Ok(())
 }
 
@@ -249,7 +328,10 @@ pub(super) fn node_expanded(
     ctx.touch(Key::Node(node.to_owned()));
     ctx.touch(Key::Volume(volume.to_owned()));
     if e.nodes.iter().all(|n| n.state == NodeExpansionState::Done) {
-        ctx.set_volume_expansion(volume, None, None)?;
+        // A node-only expansion grew the storage too: its capacity is recorded now.
+        let has = ctx.volume(volume)?.and_then(|v| v.capacity_bytes);
+        let grown = has.is_none_or(|c| c < e.capacity_bytes);
+        ctx.set_volume_expansion(volume, grown.then_some(e.capacity_bytes), None)?;
         let capacity = ctx
             .volume(volume)?
             .and_then(|v| v.capacity_bytes)
@@ -355,7 +437,9 @@ pub(super) fn desired_expansions(
                     volume: v.name.clone(),
                     plugin: v.plugin.clone(),
                     external_id: v.external_id.clone(),
-                    capacity_bytes: v.capacity_bytes.unwrap_or(e.capacity_bytes),
+                    // What the controller gave it, or for a node-only plugin what was
+                    // asked for.
+                    capacity_bytes: v.capacity_bytes.unwrap_or(0).max(e.capacity_bytes),
                     capability: v.capability(),
                     attempt: n.attempt,
                     not_before_ms: n.not_before_ms.unwrap_or(0),

@@ -3,13 +3,15 @@
 
 use std::collections::BTreeSet;
 
-use csivol_api::{self as api, ActionPlan, AttachmentState, ClaimState, NodeStatus, PlannedAction};
+use csivol_api::{
+    self as api, ActionPlan, AttachmentState, ClaimState, FindingKind, NodeStatus, PlannedAction,
+};
 
 use super::attachments::{advance_volume, begin_detach};
 use super::{Limits, delete_claim, event, set_claim_state};
 use crate::server::error::{ApiError, ApiResult};
 use crate::server::kinds::EventKind;
-use crate::server::model::{AttachmentRow, ClaimRow, time};
+use crate::server::model::{AttachmentRow, ClaimRow, VolumeRow, time};
 use crate::server::store::{Snapshot, Txn};
 
 /// An operator's action goes into the event log with why; a dry run records nothing, so
@@ -157,8 +159,70 @@ pub fn unblock_node(
     Ok(ActionPlan { dry_run, actions })
 }
 
+/// Whether csivol holds nothing of `v` on `node` while a confirmed `leaked` finding says the
+/// plugin has it published there.
+fn leaked_here(ctx: &impl Txn, v: &VolumeRow, node: &str) -> ApiResult<bool> {
+    if ctx.attachment(&v.name, node)?.is_some()
+        || ctx
+            .claims_of_volume(&v.name)?
+            .iter()
+            .any(|c| c.node == node && c.state != ClaimState::Queued)
+    {
+        return Ok(false);
+    }
+    Ok(ctx
+        .controller_findings(Some(&v.plugin))?
+        .iter()
+        .any(|(_, k)| {
+            k.confirmed
+                && k.found.kind == FindingKind::Leaked
+                && k.found.volume.as_deref() == Some(v.name.as_str())
+                && k.found.node.as_deref() == Some(node)
+        }))
+}
+
+/// Detaches a leaked publication: recorded as an attachment being detached, so that the
+/// ControllerUnpublishVolume runs as any other (throttled, retried, shown, with events)
+/// and the next listing resolves the finding. `forced` when the node is lost.
+#[allow(clippy::too_many_arguments)]
+fn detach_leaked(
+    ctx: &mut impl Txn,
+    v: &VolumeRow,
+    node: &str,
+    reason: &str,
+    dry_run: bool,
+    actor: &str,
+    limits: &Limits,
+    forced: bool,
+) -> ApiResult<ActionPlan> {
+    let actions = vec![PlannedAction {
+        action: "unpublish-leaked".into(),
+        volume: v.name.clone(),
+        node: node.to_owned(),
+        alloc: None,
+        lost_since: lost_since(&*ctx, node)?,
+    }];
+    if dry_run {
+        return Ok(ActionPlan { dry_run, actions });
+    }
+    ctx.insert_attachment(&v.name, node, AttachmentState::Attached)?;
+    begin_detach(ctx, v, node, forced, limits)?;
+    event(
+        ctx,
+        EventKind::VolumeDetach,
+        Some(&v.name),
+        Some(node),
+        None,
+        actor,
+        format!("detach of the leaked publication requested (ControllerUnpublishVolume): {reason}"),
+    )?;
+    Ok(ActionPlan { dry_run, actions })
+}
+
 /// `POST /v1/volumes/{name}/detach`: releases every claim of the volume on a live node
-/// through the node; on a lost node, `force` is an unblock.
+/// through the node; on a lost node, `force` is an unblock. Where csivol has nothing of the
+/// volume on the node but its plugin's controller listing confirmed it published there (a
+/// `leaked` finding), the detach is ControllerUnpublishVolume of that publication.
 pub fn detach(
     ctx: &mut impl Txn,
     volume: &str,
@@ -173,9 +237,13 @@ pub fn detach(
         req.dry_run,
     );
     require_reason(reason, dry_run)?;
-    ctx.require_volume(volume)?;
+    let v = ctx.require_volume(volume)?;
     let n = ctx.require_node(node)?;
-    if n.status == NodeStatus::Lost {
+    let lost = n.status == NodeStatus::Lost;
+    if force == lost && leaked_here(ctx, &v, node)? {
+        return detach_leaked(ctx, &v, node, reason, dry_run, actor, limits, lost);
+    }
+    if lost {
         if !force {
             return Err(ApiError::blocked(format!(
                 "node `{node}` is lost; its claims cannot be released through it"

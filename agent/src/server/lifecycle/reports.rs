@@ -222,6 +222,7 @@ fn published(
     }
     let drift = c.error.as_deref().and_then(|e| e.strip_prefix(DRIFT));
     set_claim_state(ctx, &c, ClaimState::Ready)?;
+    super::expand::staged_on(ctx, volume, b.node)?;
     let (kind, message) = match drift {
         Some(why) => (
             EventKind::ClaimRepaired,

@@ -13,6 +13,17 @@ const G: u64 = 1 << 30;
 /// `node` running plugin `hp` that hosts its controller, with EXPAND_VOLUME on the
 /// controller (`controller_expand`) and the node, and VolumeExpansion `mode`.
 async fn register(env: &Env, node: &str, controller_expand: bool, mode: Option<&str>) {
+    register_with(env, node, controller_expand, true, mode).await;
+}
+
+/// As [`register`], choosing the node's EXPAND_VOLUME too.
+async fn register_with(
+    env: &Env,
+    node: &str,
+    controller_expand: bool,
+    node_expand: bool,
+    mode: Option<&str>,
+) {
     let mut caps = json!({"controller_service": true, "volume_accessibility_constraints": false});
     if let Some(m) = mode {
         caps["volume_expansion"] = json!(m);
@@ -26,7 +37,7 @@ async fn register(env: &Env, node: &str, controller_expand: bool, mode: Option<&
                 "info": {"node_id": format!("csi-{node}"), "max_volumes_per_node": 0},
                 "capabilities": {"stage_unstage_volume": true, "get_volume_stats": false,
                                  "volume_condition": false, "single_node_multi_writer": false,
-                                 "expand_volume": true}
+                                 "expand_volume": node_expand}
             },
             "controller": {"create_delete_volume": true, "publish_unpublish_volume": true,
                            "list_volumes": false, "list_volumes_published_nodes": false,
@@ -59,6 +70,30 @@ async fn desired(env: &Env, node: &str) -> csivol_api::DesiredState {
         .await
 }
 
+/// `node`'s desired state asks it to grow `volume` (alone) to `bytes`; it reports done, and
+/// the volume has that capacity with no expansion left.
+async fn node_grows(env: &Env, node: &str, volume: &str, bytes: u64) {
+    let d = desired(env, node).await;
+    assert_eq!(
+        d.expand
+            .iter()
+            .map(|x| (x.volume.as_str(), x.capacity_bytes))
+            .collect::<Vec<_>>(),
+        [(volume, bytes)]
+    );
+    env.report(
+        node,
+        vec![Report::NodeExpanded {
+            volume: volume.to_owned(),
+            attempt: 0,
+            capacity_bytes: bytes,
+        }],
+    )
+    .await;
+    let v = volume_row(env, volume).await;
+    assert_eq!((v.capacity_bytes, v.expansion), (Some(bytes), None));
+}
+
 /// Answers the expand operation assigned to `host`.
 async fn controller_expanded(env: &Env, host: &str, bytes: u64, node_required: bool) {
     let ops = env.ops_of(host).await;
@@ -84,6 +119,10 @@ async fn online_expansion_grows_a_claimed_volume_on_the_controller_then_on_its_n
     env.ready_claim("v", "a1", "n1").await;
 
     assert!(expand(&env, "v", 2 * G).await.unwrap());
+    assert_eq!(
+        volume_row(&env, "v").await.expansion.unwrap().progress(),
+        "expanding to 2 GiB: controller pending"
+    );
     // Asking again for the same capacity changes nothing.
     assert!(!expand(&env, "v", 2 * G).await.unwrap());
     assert_eq!(env.ops().await, ["expand v - n1 0"]);
@@ -156,7 +195,7 @@ async fn online_expansion_grows_a_claimed_volume_on_the_controller_then_on_its_n
 }
 
 #[tokio::test]
-async fn offline_expansion_is_refused_while_claimed_and_needs_no_node_when_free() {
+async fn offline_expansion_is_refused_while_claimed_and_grows_on_the_next_node_to_stage_it() {
     let env = Env::new();
     register(&env, "n1", true, Some("offline")).await;
     env.volume("used", "single-node-writer").await;
@@ -169,10 +208,26 @@ async fn offline_expansion_is_refused_while_claimed_and_needs_no_node_when_free(
 
     env.volume("free", "single-node-writer").await;
     assert!(expand(&env, "free", 2 * G).await.unwrap());
-    // The plugin asks for node expansion, but nothing is attached: done at once.
+    // The plugin asks for node expansion while no node has the volume: the next node to
+    // stage it grows it, as the spec orders an offline expansion.
     controller_expanded(&env, "n1", 2 * G, true).await;
     let v = volume_row(&env, "free").await;
-    assert_eq!((v.capacity_bytes, v.expansion), (Some(2 * G), None));
+    assert_eq!(v.capacity_bytes, Some(2 * G));
+    let e = v.expansion.expect("waits for a node to stage it");
+    assert!(e.when_staged && e.nodes.is_empty(), "{e:?}");
+    assert!(desired(&env, "n1").await.expand.is_empty());
+    // Meanwhile it may be expanded again (its capacity is what counts), or asked for the
+    // same size with nothing to do.
+    assert!(!expand(&env, "free", 2 * G).await.unwrap());
+
+    env.ready_claim("free", "a2", "n1").await;
+    let e = volume_row(&env, "free").await.expansion.unwrap();
+    assert_eq!(e.progress(), "expanding to 2 GiB: n1 pending");
+    node_grows(&env, "n1", "free", 2 * G).await;
+    assert_eq!(
+        env.events_of("volume-expanded").await,
+        ["volume-expanded free - -"]
+    );
 }
 
 #[tokio::test]
@@ -184,11 +239,13 @@ async fn expansion_is_refused_without_the_capability_and_fails_on_a_final_error(
     assert_eq!(e.body().code, ErrorCode::Conflict);
     assert!(e.body().hint.unwrap().contains("--controller hp=ENDPOINT"));
 
-    register(&env, "n1", false, Some("online")).await;
+    register_with(&env, "n1", false, false, Some("online")).await;
     let e = expand(&env, "v", 2 * G).await.unwrap_err();
     assert_eq!(e.body().code, ErrorCode::Invalid);
     assert!(
-        e.body().message.contains("does not report EXPAND_VOLUME"),
+        e.body()
+            .message
+            .contains("neither its controller nor its nodes report EXPAND_VOLUME"),
         "{e:?}"
     );
 
@@ -271,4 +328,36 @@ async fn a_node_the_volume_left_has_nothing_to_grow() {
     assert!(v.expansion.is_none(), "{:?}", v.expansion);
     assert_eq!(v.capacity_bytes, Some(2 * G));
     assert!(desired(&env, "n1").await.expand.is_empty());
+}
+
+#[tokio::test]
+async fn a_node_only_plugin_grows_the_volume_on_its_nodes_and_the_capacity_follows() {
+    let env = Env::new();
+    register_with(&env, "n1", false, true, Some("online")).await;
+    env.volume("v", "single-node-writer").await;
+    env.ready_claim("v", "a1", "n1").await;
+    let before = volume_row(&env, "v").await.capacity_bytes;
+
+    assert!(expand(&env, "v", 2 * G).await.unwrap());
+    // No controller step: n1 grows it, asked for the new capacity.
+    assert!(env.ops().await.is_empty());
+    let v = volume_row(&env, "v").await;
+    assert_eq!(v.capacity_bytes, before, "recorded once the node grew it");
+    assert_eq!(
+        v.expansion.unwrap().progress(),
+        "expanding to 2 GiB: n1 pending"
+    );
+    node_grows(&env, "n1", "v", 2 * G).await;
+    assert_eq!(
+        env.events_of("volume-expanded").await,
+        ["volume-expanded v - -"]
+    );
+
+    // Nowhere staged: it waits for the next node to stage it.
+    env.volume("w", "single-node-writer").await;
+    assert!(expand(&env, "w", G).await.unwrap());
+    let e = volume_row(&env, "w").await.expansion.unwrap();
+    assert!(e.when_staged && e.nodes.is_empty(), "{e:?}");
+    env.ready_claim("w", "a2", "n1").await;
+    assert_eq!(desired(&env, "n1").await.expand.len(), 1);
 }

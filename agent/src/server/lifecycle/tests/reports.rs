@@ -1,7 +1,7 @@
 //! Agents' reports, one test per kind of report (the controller operations' reports are
 //! in `ops` and `volumes`), and the reports that are ignored.
 
-use csivol_api::{AttachmentState, ClaimMode, ClaimState, Report};
+use csivol_api::{AttachmentState, ClaimMode, ClaimState, DetachRequest, Report};
 
 use super::{Env, plugin_error, published};
 use crate::server::store::Snapshot;
@@ -292,4 +292,80 @@ async fn controller_listings_are_compared_from_a_controller_host_and_confirmed_t
     env.report("n1", vec![listing(&["csi-n1"])]).await;
     assert_eq!(env.events_of("finding-resolved").await.len(), 2);
     assert!(env.read(|c| c.controller_findings(None)).await.is_empty());
+}
+
+#[tokio::test]
+async fn a_confirmed_leak_is_detached_only_by_an_operator_through_controller_unpublish() {
+    let env = publishing().await;
+    env.register("n2", false, &[]).await;
+    let detach = |dry_run: bool| {
+        let req = DetachRequest {
+            node: "n2".into(),
+            reason: if dry_run {
+                ""
+            } else {
+                "left by the old cluster"
+            }
+            .into(),
+            force: false,
+            dry_run,
+        };
+        env.write(move |ctx, l| super::super::detach(ctx, "v", &req, "op", l))
+    };
+    // Before the leak is confirmed there is nothing of `v` on n2 to detach.
+    assert!(detach(true).await.unwrap().actions.is_empty());
+    for _ in 0..2 {
+        env.report("n1", vec![listing(&["csi-n1", "csi-n2"])]).await;
+    }
+    assert_eq!(
+        env.events_of("attachment-leaked").await,
+        ["attachment-leaked v n2 -"]
+    );
+    let plan = detach(true).await.unwrap();
+    let actions: Vec<_> = plan
+        .actions
+        .iter()
+        .map(|a| format!("{} {} {}", a.action, a.volume, a.node))
+        .collect();
+    assert_eq!(actions, ["unpublish-leaked v n2"]);
+    assert_eq!(env.attachment_state("v", "n2").await, None, "a dry run");
+    assert!(env.ops().await.is_empty(), "a dry run queues nothing");
+
+    detach(false).await.unwrap();
+    assert_eq!(
+        env.attachment_state("v", "n2").await,
+        Some(AttachmentState::Detaching)
+    );
+    assert_eq!(env.ops().await, ["unpublish v n2 n1 0"]);
+    assert_eq!(
+        env.events_of("volume-detach").await,
+        ["volume-detach v n2 -"]
+    );
+    // csivol now records the publication (detaching): the next listing resolves the
+    // finding and finds nothing new.
+    env.report("n1", vec![listing(&["csi-n1", "csi-n2"])]).await;
+    assert_eq!(env.events_of("attachment-leaked").await.len(), 1);
+    assert_eq!(env.events_of("finding-resolved").await.len(), 1);
+    assert!(env.read(|c| c.controller_findings(None)).await.is_empty());
+    let op = env.ops_of("n1").await.remove(0);
+    env.report(
+        "n1",
+        vec![Report::ControllerUnpublished {
+            op: op.id as u64,
+            attempt: op.attempt,
+        }],
+    )
+    .await;
+    assert_eq!(env.attachment_state("v", "n2").await, None);
+    assert_eq!(
+        env.events_of("volume-detached").await,
+        ["volume-detached v n2 -"]
+    );
+    // The storage system agrees; n1's claim never moved.
+    env.report("n1", vec![listing(&["csi-n1"])]).await;
+    assert!(env.read(|c| c.controller_findings(None)).await.is_empty());
+    assert_eq!(
+        env.claim_state("v", "a1").await,
+        Some(ClaimState::Publishing)
+    );
 }
