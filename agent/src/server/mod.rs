@@ -720,6 +720,36 @@ kind = "metal"
     }
 
     #[test]
+    fn the_example_configs_etcd_settings_resolve() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../dist/server.toml");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let etcd_keys = ["store", "etcd_", "secrets_key_file"];
+        let uncommented: Vec<&str> = text
+            .lines()
+            .map(|l| {
+                l.strip_prefix("# ")
+                    .filter(|r| etcd_keys.iter().any(|k| r.starts_with(k)))
+                    .unwrap_or(l)
+            })
+            .collect();
+        let e = resolve(&uncommented.join("\n"))
+            .unwrap()
+            .etcd
+            .expect("etcd store");
+        assert_eq!(e.endpoints.len(), 3);
+        assert_eq!(e.prefix, "/csivol");
+        assert_eq!(e.lease_ttl, Duration::from_secs(3));
+        assert_eq!(e.max_txn_ops, 128);
+        assert!(e.ca_cert.is_some() && e.cert_key.is_some());
+        assert!(
+            resolve("store = \"etcd\"\n")
+                .unwrap_err()
+                .to_string()
+                .contains("--etcd-endpoints")
+        );
+    }
+
+    #[test]
     fn plain_http_only_on_loopback_or_when_insisted() {
         let at = |s: &str| s.parse::<SocketAddr>().unwrap();
         assert_eq!(plain_http(at("127.0.0.1:7420"), false), Ok(false));
