@@ -46,7 +46,7 @@ async fn node_status(api: &Api, node: &str) -> String {
 #[tokio::test]
 async fn two_servers_over_etcd_serve_one_cluster() {
     let dir = TestDir::new("ha-two-servers");
-    let ha = start_ha(&dir, &["--heartbeat-ttl=2s"]);
+    let ha = start_ha(&dir, &["--heartbeat-ttl=3s"]);
     let (a, b) = (ha.a.api(), ha.b.api());
     let started = Instant::now();
 
@@ -112,7 +112,7 @@ async fn two_servers_over_etcd_serve_one_cluster() {
     .await;
 
     // The node heartbeats to A only; whichever server leads, it is not lost.
-    let ttl = Duration::from_secs(2);
+    let ttl = Duration::from_secs(3);
     while started.elapsed() < 3 * ttl {
         assert_eq!(node_status(&a, "n1").await, "ready");
         assert_eq!(node_status(&b, "n1").await, "ready");
