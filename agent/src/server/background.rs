@@ -155,7 +155,7 @@ async fn watch_liveness(app: http::App) {
             let n = due.node.clone();
             match app
                 .db
-                .write(move |ctx| lifecycle::mark_lost(ctx, &n, &why, &limits))
+                .write_led(move |ctx| lifecycle::mark_lost(ctx, &n, &why, &limits))
                 .await
             {
                 Ok(()) => {
@@ -205,7 +205,7 @@ async fn schedule_due_ops(app: http::App) {
             let limits = app.limits.clone();
             if let Err(e) = app
                 .db
-                .write(move |ctx| lifecycle::schedule_ops(ctx, &plugin, &limits))
+                .write_led(move |ctx| lifecycle::schedule_ops(ctx, &plugin, &limits))
                 .await
             {
                 tracing::warn!(error = %e, "failed to schedule controller operations");
@@ -229,7 +229,11 @@ async fn expire_leases(app: http::App) {
             }
         }
         let limits = app.limits.clone();
-        if let Err(e) = app.db.write(move |ctx| leases::expire(ctx, &limits)).await {
+        if let Err(e) = app
+            .db
+            .write_led(move |ctx| leases::expire(ctx, &limits))
+            .await
+        {
             tracing::warn!(error = %e, "failed to release claims whose lease ran out; retrying");
         }
     }
@@ -243,7 +247,7 @@ async fn prune_events(app: http::App) {
         tick.tick().await;
         let pruned = app
             .db
-            .write(|ctx| {
+            .write_led(|ctx| {
                 Ok(ctx.tx.execute(
                     "DELETE FROM events WHERE idx <= (SELECT MAX(idx) FROM events) - ?1",
                     [EVENTS_KEPT],

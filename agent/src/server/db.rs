@@ -370,9 +370,12 @@ pub(super) trait Job: Send {
     fn run(&mut self, ctx: &mut WriteCtx<'_>) -> bool;
     /// Answers the request: its result, or the commit's error.
     fn finish(self: Box<Self>, commit_error: Option<ApiError>);
+    /// Whether only the leader may commit it (`Db::write_led`).
+    fn led(&self) -> bool;
 }
 
 struct Request<T, F> {
+    led: bool,
     f: F,
     result: Option<ApiResult<T>>,
     reply: oneshot::Sender<ApiResult<T>>,
@@ -396,6 +399,10 @@ where
                 false
             }
         }
+    }
+
+    fn led(&self) -> bool {
+        self.led
     }
 
     fn finish(self: Box<Self>, commit_error: Option<ApiError>) {
@@ -550,8 +557,28 @@ impl Db {
         T: Send + 'static,
         F: FnMut(&mut WriteCtx<'_>) -> ApiResult<T> + Send + 'static,
     {
+        self.send(false, f).await
+    }
+
+    /// [`Db::write`] for once-only work: with the etcd store it commits only while this
+    /// server leads (its commit compares the leader's term), so a deposed leader's write
+    /// fails; the single SQLite server always leads.
+    pub async fn write_led<T, F>(&self, f: F) -> ApiResult<T>
+    where
+        T: Send + 'static,
+        F: FnMut(&mut WriteCtx<'_>) -> ApiResult<T> + Send + 'static,
+    {
+        self.send(true, f).await
+    }
+
+    async fn send<T, F>(&self, led: bool, f: F) -> ApiResult<T>
+    where
+        T: Send + 'static,
+        F: FnMut(&mut WriteCtx<'_>) -> ApiResult<T> + Send + 'static,
+    {
         let (reply, answer) = oneshot::channel();
         let job: BoxJob = Box::new(Request {
+            led,
             f,
             result: None,
             reply,

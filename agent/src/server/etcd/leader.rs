@@ -9,43 +9,54 @@ use std::time::{Duration, Instant};
 use csivol_etcd::Client;
 use tokio::sync::watch;
 
-/// Whether this server leads now; `changed()` to follow it.
+/// Whether this server leads now, and its term: the revision at which it created the
+/// leader key, which its once-only writes compare (`Db::write_led`), so that a deposed
+/// leader's write fails.
 #[derive(Debug, Clone)]
 pub struct Leadership {
-    rx: watch::Receiver<bool>,
+    rx: watch::Receiver<Option<i64>>,
 }
 
 impl Leadership {
     /// Always the leader: a single server (SQLite store).
     pub fn alone() -> Self {
-        let (tx, rx) = watch::channel(true);
-        // The sender is dropped: the value stays `true` for good.
+        let (tx, rx) = watch::channel(Some(0));
+        // The sender is dropped: the value stays for good.
         drop(tx);
         Self { rx }
     }
 
     pub fn start(client: Client, prefix: &str, ttl: Duration) -> Self {
-        let (tx, rx) = watch::channel(false);
-        let key = format!("{prefix}/leader").into_bytes();
-        tokio::spawn(campaign(client, key, ttl, tx));
+        let (tx, rx) = watch::channel(None);
+        tokio::spawn(campaign(client, leader_key(prefix), ttl, tx));
         Self { rx }
     }
 
     pub fn is_leader(&self) -> bool {
+        self.rx.borrow().is_some()
+    }
+
+    /// The current term, while leading.
+    pub fn term(&self) -> Option<i64> {
         *self.rx.borrow()
     }
 
     /// Waits until leadership is `want`.
     pub async fn wait_for(&mut self, want: bool) {
-        let _ = self.rx.wait_for(|v| *v == want).await;
-        if self.rx.has_changed().is_err() && *self.rx.borrow() != want {
+        let _ = self.rx.wait_for(|v| v.is_some() == want).await;
+        if self.rx.has_changed().is_err() && self.rx.borrow().is_some() != want {
             // The campaign stopped (never with the single-server store): wait forever.
             std::future::pending::<()>().await;
         }
     }
 }
 
-async fn campaign(client: Client, key: Vec<u8>, ttl: Duration, tx: watch::Sender<bool>) {
+/// The election key under `prefix`.
+pub fn leader_key(prefix: &str) -> Vec<u8> {
+    format!("{prefix}/leader").into_bytes()
+}
+
+async fn campaign(client: Client, key: Vec<u8>, ttl: Duration, tx: watch::Sender<Option<i64>>) {
     let id = format!("{}-{}", std::process::id(), super::db::now_ms()).into_bytes();
     let renew_every = ttl / 3;
     loop {
@@ -74,7 +85,7 @@ async fn campaign(client: Client, key: Vec<u8>, ttl: Duration, tx: watch::Sender
             if !safe {
                 break;
             }
-            let leading = *tx.borrow();
+            let leading = tx.borrow().is_some();
             if !leading {
                 let taken = client
                     .txn(
@@ -86,20 +97,21 @@ async fn campaign(client: Client, key: Vec<u8>, ttl: Duration, tx: watch::Sender
                 if let Ok(resp) = taken
                     && resp.succeeded
                 {
-                    tracing::info!("this server leads now (once-only work runs here)");
-                    let _ = tx.send(true);
+                    let term = resp.header.map_or(0, |h| h.revision);
+                    tracing::info!(term, "this server leads now (once-only work runs here)");
+                    let _ = tx.send(Some(term));
                 }
             }
-            let pause = if *tx.borrow() {
+            let pause = if tx.borrow().is_some() {
                 renew_every
             } else {
                 Duration::from_millis(500).min(renew_every)
             };
             tokio::time::sleep(pause).await;
         }
-        if *tx.borrow() {
+        if tx.borrow().is_some() {
             tracing::warn!("lost the leader lease; once-only work stops here");
-            let _ = tx.send(false);
+            let _ = tx.send(None);
         }
         let _ = client.lease_revoke(lease).await;
     }

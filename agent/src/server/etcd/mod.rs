@@ -163,6 +163,7 @@ pub async fn start(path: &Path, cfg: &EtcdConfig) -> anyhow::Result<(Db, Cluster
         }
     };
     mirror::install_triggers(&conn, &tables)?;
+    let leadership = Leadership::start(client.clone(), &prefix, cfg.lease_ttl);
     let (remote_tx, remote) = mpsc::unbounded_channel();
     tokio::spawn(watch(client.clone(), keys.clone(), from + 1, remote_tx));
     let writer = Writer {
@@ -176,9 +177,10 @@ pub async fn start(path: &Path, cfg: &EtcdConfig) -> anyhow::Result<(Db, Cluster
         head_rev,
         applied: from,
         max_ops: cfg.max_txn_ops,
+        leadership: leadership.clone(),
+        leader_key: leader::leader_key(&prefix),
     };
     let db = Db::start_with(path, index, move |parts| writer.run(parts))?;
-    let leadership = Leadership::start(client.clone(), &prefix, cfg.lease_ttl);
     Ok((
         db,
         Cluster {

@@ -45,6 +45,18 @@ pub struct Writer {
     pub applied: i64,
     /// Most operations in one etcd transaction (etcd's `--max-txn-ops`).
     pub max_ops: usize,
+    /// This server's leadership, and the election key its once-only writes compare.
+    pub leadership: super::Leadership,
+    pub leader_key: Vec<u8>,
+}
+
+/// Answers the once-only requests of `group` with `why` and returns the others.
+fn refuse_led(group: Vec<BoxJob>, why: &str) -> Vec<BoxJob> {
+    let (led, rest): (Vec<_>, Vec<_>) = group.into_iter().partition(|j| j.led());
+    for job in led {
+        job.finish(Some(ApiError::unavailable(why)));
+    }
+    rest
 }
 
 enum Msg {
@@ -56,6 +68,8 @@ enum Msg {
 enum Outcome {
     Committed(GroupEffects, i64),
     Conflict(i64),
+    /// The group holds once-only requests and this server no longer leads.
+    Deposed,
     /// More operations than one transaction may hold (rolled back, nothing sent).
     TooBig(usize),
     /// Not committed (or not known to be): why, and whether etcd could not be reached,
@@ -131,8 +145,19 @@ impl Writer {
             while let Ok(r) = self.remote.try_recv() {
                 self.apply(r, &ends.hub, &ends.tokens_changed);
             }
+            // Once-only requests commit only in this server's current term.
+            let term = self.leadership.term();
+            if term.is_none() && group.iter().any(|j| j.led()) {
+                group = refuse_led(
+                    group,
+                    "this server does not lead; once-only work runs on the leader",
+                );
+                if group.is_empty() {
+                    return;
+                }
+            }
             attempts += 1;
-            match self.attempt(&mut group) {
+            match self.attempt(&mut group, term) {
                 Outcome::Committed(effects, rev) => {
                     self.index += 1;
                     self.head_rev = rev;
@@ -146,6 +171,12 @@ impl Writer {
                         job.finish(None);
                     }
                     return;
+                }
+                Outcome::Deposed => {
+                    group = refuse_led(group, "this server no longer leads");
+                    if group.is_empty() {
+                        return;
+                    }
                 }
                 Outcome::TooBig(ops) if group.len() > 1 => {
                     tracing::debug!(
@@ -202,8 +233,9 @@ impl Writer {
     }
 
     /// Runs the group on the mirror and commits it to etcd, then to the mirror.
-    fn attempt(&mut self, group: &mut [BoxJob]) -> Outcome {
+    fn attempt(&mut self, group: &mut [BoxJob], term: Option<i64>) -> Outcome {
         let next = self.index + 1;
+        let fence = term.filter(|_| group.iter().any(|j| j.led()));
         let result = (|| -> Result<Outcome, String> {
             let tx = self.conn.transaction().map_err(|e| e.to_string())?;
             mirror::clear_changes(&tx).map_err(|e| e.to_string())?;
@@ -232,10 +264,17 @@ impl Writer {
                 return Ok(Outcome::TooBig(ops.len()));
             }
             let head = self.keys.head();
+            let mut compare = vec![csivol_etcd::mod_revision_is(head.clone(), self.head_rev)];
+            if let Some(t) = fence {
+                compare.push(csivol_etcd::create_revision_is(self.leader_key.clone(), t));
+            }
             let answer = self.rt.block_on(self.client.txn(
-                vec![csivol_etcd::mod_revision_is(head.clone(), self.head_rev)],
+                compare,
                 ops,
-                vec![csivol_etcd::get(head)],
+                vec![
+                    csivol_etcd::get(head.clone()),
+                    csivol_etcd::get(self.leader_key.clone()),
+                ],
             ));
             match answer {
                 Err(e) => {
@@ -252,10 +291,16 @@ impl Writer {
                     Ok(Outcome::Committed(effects, rev))
                 }
                 Ok(resp) => {
-                    let at = csivol_etcd::read_results(&resp)
-                        .first()
-                        .map_or(0, |kv| kv.mod_revision);
-                    Ok(Outcome::Conflict(at))
+                    let read = csivol_etcd::read_results(&resp);
+                    let find = |k: &[u8]| read.iter().find(|kv| kv.key == k);
+                    if let Some(t) = fence
+                        && find(&self.leader_key).map(|kv| kv.create_revision) != Some(t)
+                    {
+                        return Ok(Outcome::Deposed);
+                    }
+                    Ok(Outcome::Conflict(
+                        find(&head).map_or(0, |kv| kv.mod_revision),
+                    ))
                 }
             }
         })();

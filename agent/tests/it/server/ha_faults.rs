@@ -301,3 +301,55 @@ async fn etcd_member_loss_keeps_serving_and_no_quorum_refuses() {
     check_nothing_lost_nothing_twice(&aa, &sent, volumes).await;
     assert_eq!(aa.get("/v1/volumes/after-one").await.0, 200);
 }
+
+#[tokio::test]
+async fn a_paused_leader_steps_down_and_records_no_false_loss() {
+    let dir = TestDir::new("ha-paused-leader");
+    let Ha { etcd: _etcd, a, b } = start_ha(&dir, &["--heartbeat-ttl=3s", "--etcd-lease-ttl=2s"]);
+    let leader_is_a = eventually("a leader", WAIT, || async {
+        if a.log().contains(LEADS) {
+            Some(true)
+        } else if b.log().contains(LEADS) {
+            Some(false)
+        } else {
+            None
+        }
+    })
+    .await;
+    let (leader, other) = if leader_is_a { (a, b) } else { (b, a) };
+    let o = other.api();
+    let n1 = FakeAgent::new(&other, "n1").await;
+    n1.register(0, false, json!([])).await;
+    let _beating = n1.keep_alive();
+    eventually("the leader to know n1", WAIT, || async {
+        (leader.api().get("/v1/nodes/n1").await.0 == 200).then_some(())
+    })
+    .await;
+
+    // Paused past its lease and past the heartbeat TTL: when it resumes, its clocks say n1
+    // has been silent, but it no longer leads, and its loss must not be recorded.
+    let pid = rustix::process::Pid::from_raw(leader.proc.pid() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::STOP).unwrap();
+    let stopped = Instant::now();
+    eventually("the other server to take the lead", WAIT, || async {
+        other.log().contains(LEADS).then_some(())
+    })
+    .await;
+    while stopped.elapsed() < Duration::from_secs(5) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    rustix::process::kill_process(pid, rustix::process::Signal::CONT).unwrap();
+    eventually("the paused server to step down", WAIT, || async {
+        leader.log().contains("lost the leader lease").then_some(())
+    })
+    .await;
+    let resumed = Instant::now();
+    while resumed.elapsed() < Duration::from_secs(2) {
+        let (_, n) = o.get("/v1/nodes/n1").await;
+        assert_eq!(
+            n["status"], "ready",
+            "a deposed leader recorded a loss: {n}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
