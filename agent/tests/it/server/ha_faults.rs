@@ -1,5 +1,6 @@
 //! Faults of a two-server cluster over a real 3-member etcd: the leading server killed
-//! (-9) under a claim load, and etcd members killed and stopped.
+//! (-9) under a claim load or paused past its lease, etcd members killed, and a server
+//! whose watch fell behind a compaction of etcd's history.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -352,4 +353,52 @@ async fn a_paused_leader_steps_down_and_records_no_false_loss() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+#[tokio::test]
+async fn a_server_whose_watch_fell_behind_a_compaction_reloads_its_mirror() {
+    let dir = TestDir::new("ha-compaction");
+    let Ha { mut etcd, a, b } = start_ha(&dir, &[]);
+    let (aa, bb) = (a.api(), b.api());
+    register_volume(&aa, "before", "single-node-writer").await;
+    eventually("B to see the first volume", WAIT, || async {
+        (bb.get("/v1/volumes/before").await.0 == 200).then_some(())
+    })
+    .await;
+
+    // B is paused; every member is restarted (B's watch connection is gone, so nothing
+    // more reaches it), then A writes and etcd's history is compacted past what B saw:
+    // resumed, B must watch again from a compacted revision.
+    let pid = rustix::process::Pid::from_raw(b.proc.pid() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::STOP).unwrap();
+    for i in 0..3 {
+        etcd.restart(i);
+        etcd.wait_healthy();
+    }
+    for i in 0..5 {
+        register_volume(&aa, &format!("during-{i}"), "single-node-writer").await;
+    }
+    let endpoints: Vec<String> = etcd.members.iter().map(|m| m.client_url.clone()).collect();
+    let client = csivol_etcd::Client::new(&endpoints).unwrap();
+    let (rev, _) = client.get(b"/csivol/d/head").await.unwrap();
+    client.compact(rev).await.unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::CONT).unwrap();
+
+    eventually(
+        "B to see what A wrote while it was behind",
+        WAIT,
+        || async { (bb.get("/v1/volumes/during-4").await.0 == 200).then_some(()) },
+    )
+    .await;
+    assert!(
+        b.log().contains("reloading"),
+        "B reloaded its mirror:\n{}",
+        b.log()
+    );
+    // And B writes on top of the reloaded state, seen by A.
+    register_volume(&bb, "after", "single-node-writer").await;
+    eventually("A to see B's write", WAIT, || async {
+        (aa.get("/v1/volumes/after").await.0 == 200).then_some(())
+    })
+    .await;
 }
