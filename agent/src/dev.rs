@@ -102,6 +102,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
             client_ca: Some(f.ca.clone()),
         }),
         insecure_http: false,
+        etcd: None,
     })
     .await?;
     let scheme = if tls.is_some() { "https" } else { "http" };

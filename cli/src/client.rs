@@ -59,9 +59,9 @@ impl Client {
             .clone()
             .or_else(|| env::var(env::CSIVOL_CACERT).map(PathBuf::from))
             .or_else(env::default_ca_file);
-        let addr = match &args.addr {
-            Some(a) => a.clone(),
-            None => env::var(env::CSIVOL_ADDR).unwrap_or_else(|| {
+        let addr = match args.addr.is_empty() {
+            false => args.addr.join(","),
+            true => env::var(env::CSIVOL_ADDR).unwrap_or_else(|| {
                 if env::default_ca_file().is_some() {
                     env::DEFAULT_TLS_ADDR.to_owned()
                 } else {
@@ -69,7 +69,17 @@ impl Client {
                 }
             }),
         };
-        let addr = normalise_addr(&addr)?;
+        // Several servers of one cluster (etcd store): comma-separated or `--addr` repeated;
+        // a server that cannot be reached is passed over for the next.
+        let mut addrs = csivol_client::addresses(&addr);
+        if addrs.is_empty() {
+            addrs.push(addr.clone());
+        }
+        let addr = addrs
+            .iter()
+            .map(|a| normalise_addr(a))
+            .collect::<anyhow::Result<Vec<_>>>()?
+            .join(",");
         let (token, token_source) = resolve_token(args.token.as_deref())?;
         let mut api = csivol_client::Client::builder(&addr)
             .token(token)

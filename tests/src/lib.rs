@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 
 use rustix::mount::{UnmountFlags, unmount};
 
+pub mod etcd;
 pub mod idle;
 
 /// A temporary directory that, when dropped, first unmounts everything mounted below it
@@ -237,7 +238,8 @@ impl ServerProc {
             }
             None => Command::new(server),
         };
-        cmd.args(&args).env("RUST_LOG", "info");
+        cmd.args(&args)
+            .env("RUST_LOG", "info,csivol_agent::server::etcd=debug");
         let log_file = log;
         let mut proc = Proc::spawn("csivol-agent server", cmd, &log_file);
         let url = wait_for("the server to listen", Duration::from_secs(30), || {
@@ -252,10 +254,14 @@ impl ServerProc {
                 .map(|s| s.trim().to_owned())
                 .filter(|s| !s.is_empty())
         });
-        let token = fs::read_to_string(data_dir.join("operator.token"))
-            .expect("operator token")
-            .trim()
-            .to_owned();
+        // A second server over an etcd cluster another server created writes no token
+        // file: its tests take the first server's token.
+        let shared_store = args.iter().any(|a| a == "--store=etcd");
+        let token = match fs::read_to_string(data_dir.join("operator.token")) {
+            Ok(t) => t.trim().to_owned(),
+            Err(_) if shared_store => String::new(),
+            Err(e) => panic!("operator token: {e}"),
+        };
         Self {
             proc,
             data_dir,

@@ -12,9 +12,11 @@ use serde::Deserialize;
 /// `csivol-agent node` flags. Each may also be set in the `--config` file; flags win.
 #[derive(Debug, Default, clap::Args)]
 pub struct NodeArgs {
-    /// The server's URL, e.g. `https://10.0.0.1:7420` (plain `http://` only on loopback).
-    #[arg(long, value_name = "URL")]
-    pub server: Option<String>,
+    /// The server's URL, e.g. `https://10.0.0.1:7420` (plain `http://` only on loopback);
+    /// several servers of one cluster comma-separated or repeated, tried in turn when one
+    /// cannot be reached (the self-fence clock runs only while none answers).
+    #[arg(long, value_name = "URL", value_delimiter = ',')]
+    pub server: Vec<String>,
     /// The CA (PEM) that signed the server's certificate [default: the system's roots].
     #[arg(long, value_name = "FILE")]
     pub ca_cert: Option<PathBuf>,
@@ -341,9 +343,8 @@ impl Settings {
                 flag.replace('-', "_")
             ))
         };
-        let server = args
-            .server
-            .clone()
+        let server = Some(args.server.join(","))
+            .filter(|s| !s.is_empty())
             .or(file.server)
             .ok_or_else(|| missing("server"))?;
         let node = args
@@ -625,6 +626,28 @@ rack = "4"
         ]))
         .unwrap_err();
         assert!(err.to_string().contains("no plugin given"), "{err}");
+    }
+
+    #[test]
+    fn several_servers_repeated_or_comma_separated() {
+        let base = [
+            "--node=n",
+            "--data-dir=/d",
+            "--token-file=/t",
+            "--plugin=p=unix:///p",
+        ];
+        for servers in [
+            &["--server=http://a:1", "--server=http://b:1/"][..],
+            &["--server=http://a:1,http://b:1/"][..],
+        ] {
+            let mut a: Vec<&str> = base.to_vec();
+            a.extend(servers);
+            let s = Settings::load(&args(&a)).unwrap();
+            assert_eq!(
+                csivol_client::addresses(&s.server),
+                ["http://a:1", "http://b:1"]
+            );
+        }
     }
 
     #[test]

@@ -46,8 +46,9 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
             settings.node
         );
     }
-    if !settings.server.starts_with("https://")
-        && !csivol_client::tls::is_loopback_url(&settings.server)
+    if csivol_client::addresses(&settings.server)
+        .iter()
+        .any(|a| !a.starts_with("https://") && !csivol_client::tls::is_loopback_url(a))
     {
         anyhow::bail!(
             "refusing to send this node's token to {} over plain HTTP\nhint: use an https:// \

@@ -215,6 +215,16 @@ impl Tokens {
         Ok(entry.caller)
     }
 
+    /// Takes the tokens of `other` (loaded again after another server changed them); the
+    /// last-use times not yet written are kept.
+    pub fn replace_with(&self, other: Tokens) {
+        let fresh = other
+            .by_hash
+            .into_inner()
+            .unwrap_or_else(|e| e.into_inner());
+        *self.by_hash.write().unwrap_or_else(|e| e.into_inner()) = fresh;
+    }
+
     /// Knows a token created (and committed) just now.
     pub fn remember(&self, token: &str, caller: Caller, expires_at: Option<i64>) {
         self.by_hash

@@ -362,13 +362,107 @@ impl WriteCtx<'_> {
     }
 }
 
-type Finish = Box<dyn FnOnce(Option<ApiError>) + Send>;
-type Job = Box<dyn FnOnce(&mut WriteCtx<'_>) -> (bool, Finish) + Send>;
+/// One write request. The etcd store runs a group's requests again when another server
+/// committed first (its mirror moved on), so a request may run more than once; it is
+/// answered once, with the result of its last run.
+pub(super) trait Job: Send {
+    /// Runs the request; whether it succeeded (its changes are kept).
+    fn run(&mut self, ctx: &mut WriteCtx<'_>) -> bool;
+    /// Answers the request: its result, or the commit's error.
+    fn finish(self: Box<Self>, commit_error: Option<ApiError>);
+    /// Whether only the leader may commit it (`Db::write_led`).
+    fn led(&self) -> bool;
+}
+
+struct Request<T, F> {
+    led: bool,
+    f: F,
+    result: Option<ApiResult<T>>,
+    reply: oneshot::Sender<ApiResult<T>>,
+}
+
+impl<T, F> Job for Request<T, F>
+where
+    T: Send,
+    F: FnMut(&mut WriteCtx<'_>) -> ApiResult<T> + Send,
+{
+    fn run(&mut self, ctx: &mut WriteCtx<'_>) -> bool {
+        self.result = None;
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (self.f)(ctx))) {
+            Ok(r) => {
+                let ok = r.is_ok();
+                self.result = Some(r);
+                ok
+            }
+            Err(_) => {
+                tracing::error!("a write request panicked; its changes are rolled back");
+                false
+            }
+        }
+    }
+
+    fn led(&self) -> bool {
+        self.led
+    }
+
+    fn finish(self: Box<Self>, commit_error: Option<ApiError>) {
+        let answer = match (commit_error, self.result) {
+            (Some(e), _) => Err(e),
+            (None, Some(r)) => r,
+            (None, None) => Err(ApiError::internal("the write request panicked")),
+        };
+        let _ = self.reply.send(answer);
+    }
+}
+
+pub(super) type BoxJob = Box<dyn Job>;
+
+/// What a group's successful requests asked for once it commits.
+#[derive(Default)]
+pub(super) struct GroupEffects {
+    pub touched: Vec<Key>,
+    pub on_commit: Vec<AfterCommit>,
+}
+
+/// Runs `group` in `tx`, each request in a savepoint of its own (a failed one rolls back
+/// alone), and records the group's change index in `meta`.
+pub(super) fn run_group(
+    tx: &rusqlite::Transaction<'_>,
+    group: &mut [BoxJob],
+    index: u64,
+) -> Result<GroupEffects, String> {
+    let mut effects = GroupEffects::default();
+    for job in group.iter_mut() {
+        tx.execute_batch("SAVEPOINT job")
+            .map_err(|e| e.to_string())?;
+        let mut ctx = WriteCtx {
+            tx,
+            index,
+            now: now_ms(),
+            touched: Vec::new(),
+            on_commit: Vec::new(),
+        };
+        if job.run(&mut ctx) {
+            tx.execute_batch("RELEASE job").map_err(|e| e.to_string())?;
+            effects.touched.append(&mut ctx.touched);
+            effects.on_commit.append(&mut ctx.on_commit);
+        } else {
+            tx.execute_batch("ROLLBACK TO job; RELEASE job")
+                .map_err(|e| e.to_string())?;
+        }
+    }
+    tx.execute(
+        "UPDATE meta SET value = ?1 WHERE key = 'index'",
+        params![index as i64],
+    )
+    .map_err(|e| e.to_string())?;
+    Ok(effects)
+}
 
 /// The database handle: a writer thread fed by a channel, and read connections.
 #[derive(Clone)]
 pub struct Db {
-    jobs: mpsc::UnboundedSender<Job>,
+    jobs: mpsc::UnboundedSender<BoxJob>,
     readers: Arc<Mutex<Vec<Connection>>>,
     /// Bounds concurrent reads, and so read connections and their page caches.
     read_slots: Arc<tokio::sync::Semaphore>,
@@ -376,6 +470,9 @@ pub struct Db {
     pub hub: Arc<Hub>,
     /// Why the last commit failed, until one succeeds.
     write_error: Arc<Mutex<Option<String>>>,
+    /// Bumped when another server changed the tokens (etcd store), so that this one
+    /// reloads them.
+    pub tokens_changed: Arc<tokio::sync::Notify>,
 }
 
 impl std::fmt::Debug for Db {
@@ -391,17 +488,42 @@ const READERS: usize = 8;
 /// Most requests committed together in one transaction.
 const MAX_GROUP: usize = 512;
 
+/// What a writer thread is handed: the job channel, the hub and the error slot.
+pub(super) struct WriterParts {
+    pub rx: mpsc::UnboundedReceiver<BoxJob>,
+    pub hub: Arc<Hub>,
+    pub write_error: Arc<Mutex<Option<String>>>,
+    pub tokens_changed: Arc<tokio::sync::Notify>,
+}
+
 impl Db {
     pub fn start(path: &Path) -> anyhow::Result<Self> {
         let (conn, index) = open(path)?;
+        Self::start_with(path, index, move |parts| {
+            writer(conn, index, parts);
+        })
+    }
+
+    /// A database at `path` whose writer thread runs `writer` (the SQLite writer, or the
+    /// etcd store's over its mirror) from change index `index`.
+    pub(super) fn start_with(
+        path: &Path,
+        index: u64,
+        writer: impl FnOnce(WriterParts) + Send + 'static,
+    ) -> anyhow::Result<Self> {
         let hub = Arc::new(Hub::new(index));
         let (jobs, rx) = mpsc::unbounded_channel();
-        let writer_hub = Arc::clone(&hub);
         let write_error = Arc::new(Mutex::new(None));
-        let writer_error = Arc::clone(&write_error);
+        let tokens_changed = Arc::new(tokio::sync::Notify::new());
+        let parts = WriterParts {
+            rx,
+            hub: Arc::clone(&hub),
+            write_error: Arc::clone(&write_error),
+            tokens_changed: Arc::clone(&tokens_changed),
+        };
         std::thread::Builder::new()
             .name("csivol-db-writer".into())
-            .spawn(move || writer(conn, index, rx, &writer_hub, &writer_error))?;
+            .spawn(move || writer(parts))?;
         Ok(Self {
             jobs,
             readers: Arc::new(Mutex::new(Vec::new())),
@@ -409,6 +531,7 @@ impl Db {
             path: path.to_owned(),
             hub,
             write_error,
+            tokens_changed,
         })
     }
 
@@ -427,22 +550,38 @@ impl Db {
 
     /// Runs `f` in the writer's transaction; returns its result once committed durably.
     /// If `f` fails, its changes are rolled back and other requests of the group commit.
+    /// `f` may run more than once (the etcd store runs it again after a conflict), so it
+    /// must act only through `ctx`.
     pub async fn write<T, F>(&self, f: F) -> ApiResult<T>
     where
         T: Send + 'static,
-        F: FnOnce(&mut WriteCtx<'_>) -> ApiResult<T> + Send + 'static,
+        F: FnMut(&mut WriteCtx<'_>) -> ApiResult<T> + Send + 'static,
+    {
+        self.send(false, f).await
+    }
+
+    /// [`Db::write`] for once-only work: with the etcd store it commits only while this
+    /// server leads (its commit compares the leader's term), so a deposed leader's write
+    /// fails; the single SQLite server always leads.
+    pub async fn write_led<T, F>(&self, f: F) -> ApiResult<T>
+    where
+        T: Send + 'static,
+        F: FnMut(&mut WriteCtx<'_>) -> ApiResult<T> + Send + 'static,
+    {
+        self.send(true, f).await
+    }
+
+    async fn send<T, F>(&self, led: bool, f: F) -> ApiResult<T>
+    where
+        T: Send + 'static,
+        F: FnMut(&mut WriteCtx<'_>) -> ApiResult<T> + Send + 'static,
     {
         let (reply, answer) = oneshot::channel();
-        let job: Job = Box::new(move |ctx| {
-            let result = f(ctx);
-            let ok = result.is_ok();
-            let finish: Finish = Box::new(move |commit_error| {
-                let _ = reply.send(match commit_error {
-                    Some(e) => Err(e),
-                    None => result,
-                });
-            });
-            (ok, finish)
+        let job: BoxJob = Box::new(Request {
+            led,
+            f,
+            result: None,
+            reply,
         });
         self.jobs
             .send(job)
@@ -493,84 +632,54 @@ impl Db {
     }
 }
 
-fn writer(
-    mut conn: Connection,
-    mut index: u64,
-    mut rx: mpsc::UnboundedReceiver<Job>,
-    hub: &Hub,
-    write_error: &Mutex<Option<String>>,
-) {
-    while let Some(first) = rx.blocking_recv() {
-        let mut group = vec![first];
-        while group.len() < MAX_GROUP {
-            match rx.try_recv() {
-                Ok(job) => group.push(job),
-                Err(_) => break,
-            }
+/// Takes up to [`MAX_GROUP`] waiting requests after `first`.
+pub(super) fn take_group(first: BoxJob, rx: &mut mpsc::UnboundedReceiver<BoxJob>) -> Vec<BoxJob> {
+    let mut group = vec![first];
+    while group.len() < MAX_GROUP {
+        match rx.try_recv() {
+            Ok(job) => group.push(job),
+            Err(_) => break,
         }
+    }
+    group
+}
+
+fn writer(mut conn: Connection, mut index: u64, parts: WriterParts) {
+    let WriterParts {
+        mut rx,
+        hub,
+        write_error,
+        ..
+    } = parts;
+    while let Some(first) = rx.blocking_recv() {
+        let mut group = take_group(first, &mut rx);
         let next = index + 1;
-        let mut finishes = Vec::with_capacity(group.len());
-        let mut touched = Vec::new();
-        let mut on_commit = Vec::new();
-        let committed: Result<(), String> = (|| {
+        let committed: Result<GroupEffects, String> = (|| {
             let tx = conn.transaction().map_err(|e| e.to_string())?;
-            for job in group {
-                tx.execute_batch("SAVEPOINT job")
-                    .map_err(|e| e.to_string())?;
-                let mut ctx = WriteCtx {
-                    tx: &tx,
-                    index: next,
-                    now: now_ms(),
-                    touched: Vec::new(),
-                    on_commit: Vec::new(),
-                };
-                let outcome =
-                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(&mut ctx)));
-                let (ok, finish) = match outcome {
-                    Ok(v) => v,
-                    Err(_) => {
-                        tracing::error!("a write request panicked; its changes are rolled back");
-                        let fail: Finish = Box::new(|_| {});
-                        (false, fail)
-                    }
-                };
-                if ok {
-                    tx.execute_batch("RELEASE job").map_err(|e| e.to_string())?;
-                    touched.append(&mut ctx.touched);
-                    on_commit.append(&mut ctx.on_commit);
-                } else {
-                    tx.execute_batch("ROLLBACK TO job; RELEASE job")
-                        .map_err(|e| e.to_string())?;
-                }
-                finishes.push(finish);
-            }
-            tx.execute(
-                "UPDATE meta SET value = ?1 WHERE key = 'index'",
-                params![next as i64],
-            )
-            .map_err(|e| e.to_string())?;
-            tx.commit().map_err(|e| e.to_string())
+            let effects = run_group(&tx, &mut group, next)?;
+            tx.commit().map_err(|e| e.to_string())?;
+            Ok(effects)
         })();
         match committed {
-            Ok(()) => {
+            Ok(effects) => {
                 index = next;
                 let recovered = write_error.lock().unwrap_or_else(|e| e.into_inner()).take();
                 if let Some(e) = recovered {
                     tracing::info!(was = %e, "the state database accepts writes again");
                 }
-                for f in on_commit {
+                for f in effects.on_commit {
                     f();
                 }
-                hub.publish(index, touched);
-                for finish in finishes {
-                    finish(None);
+                hub.publish(index, effects.touched);
+                for job in group {
+                    job.finish(None);
                 }
             }
             Err(e) => {
                 tracing::error!(error = %e, "commit failed; the group's requests are refused");
                 *write_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(e.clone());
-                for finish in finishes {
-                    finish(Some(ApiError::unavailable(format!(
+                for job in group {
+                    job.finish(Some(ApiError::unavailable(format!(
                         "the state database could not commit: {e}"
                     ))));
                 }

@@ -274,8 +274,8 @@ async fn run_and_record(
                 Evidence {
                     node: &node_s,
                     method: &method_s,
-                    command,
-                    ran,
+                    command: command.clone(),
+                    ran: ran.clone(),
                     started_at,
                     actor: &actor_s,
                     reason: &reason_s,

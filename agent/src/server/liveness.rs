@@ -72,6 +72,9 @@ const MAX_RETRY: Duration = Duration::from_secs(2);
 pub struct Liveness {
     ttl: Duration,
     nodes: Mutex<HashMap<String, Live>>,
+    /// With several servers (etcd store): the nodes heard from here since the last
+    /// forward, and whether they registered, handed on to the leader through etcd.
+    heard: Mutex<HashMap<String, bool>>,
 }
 
 impl Liveness {
@@ -85,6 +88,81 @@ impl Liveness {
         Self {
             ttl,
             nodes: Mutex::new(nodes),
+            heard: Mutex::default(),
+        }
+    }
+
+    fn heard(&self, node: &str, registered: bool) {
+        let mut heard = self.heard.lock().unwrap_or_else(|e| e.into_inner());
+        *heard.entry(node.to_owned()).or_default() |= registered;
+    }
+
+    /// The nodes heard from since the last call (name, registered?), for the leader.
+    pub fn take_heard(&self) -> Vec<(String, bool)> {
+        std::mem::take(&mut *self.heard.lock().unwrap_or_else(|e| e.into_inner()))
+            .into_iter()
+            .collect()
+    }
+
+    /// Another server heard from `node` (etcd store): as a heartbeat here, or a
+    /// registration; a node this server did not track yet is tracked from now on.
+    pub fn heard_elsewhere(&self, node: &str, registered: bool) {
+        let mut nodes = self.nodes();
+        match nodes.get_mut(node) {
+            Some(live) if !registered => {
+                if !live.lost {
+                    live.last = Instant::now();
+                    live.last_ms = Some(super::db::now_ms());
+                }
+            }
+            Some(live) => {
+                *live = Live::fresh(
+                    Instant::now(),
+                    Some(super::db::now_ms()),
+                    false,
+                    live.epoch + 1,
+                );
+            }
+            None => {
+                nodes.insert(
+                    node.to_owned(),
+                    Live::fresh(Instant::now(), Some(super::db::now_ms()), false, 0),
+                );
+            }
+        }
+    }
+
+    /// This server just became the one that decides losses: every node (name, lost in the
+    /// database?) gets a full TTL from now, as after a restart, so that taking over never
+    /// marks a node lost by itself.
+    pub fn restart_clocks(&self, db_nodes: Vec<(String, bool)>) {
+        let now = Instant::now();
+        let mut nodes = self.nodes();
+        let mut fresh = HashMap::new();
+        for (name, lost) in db_nodes {
+            let epoch = nodes.get(&name).map_or(0, |l| l.epoch + 1);
+            let last_ms = nodes.get(&name).and_then(|l| l.last_ms);
+            fresh.insert(name, Live::fresh(now, last_ms, lost, epoch));
+        }
+        *nodes = fresh;
+    }
+
+    /// A server that does not decide losses follows the database (etcd store): a node
+    /// recorded lost is answered `lost`, one recorded ready again is alive.
+    pub fn follow(&self, db_nodes: Vec<(String, bool)>) {
+        let now = Instant::now();
+        let mut nodes = self.nodes();
+        for (name, lost) in db_nodes {
+            match nodes.get_mut(&name) {
+                Some(live) if live.lost == lost => {}
+                Some(live) => {
+                    let epoch = live.epoch + 1;
+                    *live = Live::fresh(now, live.last_ms, lost, epoch);
+                }
+                None => {
+                    nodes.insert(name, Live::fresh(now, None, lost, 0));
+                }
+            }
         }
     }
 
@@ -106,6 +184,8 @@ impl Liveness {
         }
         live.last = Instant::now();
         live.last_ms = Some(now_ms);
+        drop(nodes);
+        self.heard(node, false);
         Some(NodeStatus::Ready)
     }
 
@@ -117,6 +197,8 @@ impl Liveness {
             node.to_owned(),
             Live::fresh(Instant::now(), Some(now_ms), false, epoch),
         );
+        drop(nodes);
+        self.heard(node, true);
     }
 
     /// The node was fenced: its heartbeats are answered `lost` from now on, so that a

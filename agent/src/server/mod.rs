@@ -4,9 +4,11 @@
 
 mod access;
 mod auth;
+mod background;
 pub mod backup;
 mod db;
 mod error;
+pub mod etcd;
 pub mod expansion;
 mod fence;
 mod fence_command;
@@ -105,6 +107,36 @@ pub struct ServerArgs {
     /// backups: a backup's secrets open only with it.
     #[arg(long, value_name = "FILE")]
     pub secrets_key_file: Option<PathBuf>,
+    /// Where the cluster state lives: `sqlite` (one server, `<data-dir>/state.db`) or `etcd`
+    /// (several servers over one etcd cluster, see --etcd-endpoints) [default: sqlite].
+    #[arg(long, value_name = "STORE")]
+    pub store: Option<StoreKind>,
+    /// The etcd cluster's client URLs (`http://h1:2379,http://h2:2379,...`; repeatable) for
+    /// `--store etcd`. Every server of the cluster names the same etcd and prefix.
+    #[arg(long, value_name = "URL", value_delimiter = ',')]
+    pub etcd_endpoints: Vec<String>,
+    /// The key prefix the state lives under in etcd [default: /csivol].
+    #[arg(long, value_name = "PREFIX")]
+    pub etcd_prefix: Option<String>,
+    /// TTL of the leader's etcd lease: a dead leader's once-only work (loss detection,
+    /// controller operations, lease expiry) moves to another server within it and about a
+    /// second [default: 3s].
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub etcd_lease_ttl: Option<Duration>,
+    /// Most operations one etcd transaction may hold: the etcd cluster's `--max-txn-ops`.
+    /// Requests committed together are split to fit; one request that changes more is
+    /// refused [default: 128, etcd's default].
+    #[arg(long, value_name = "N")]
+    pub etcd_max_txn_ops: Option<usize>,
+    /// The CA (PEM) that signed the etcd members' certificates, for `https://` endpoints.
+    #[arg(long, value_name = "FILE")]
+    pub etcd_ca_cert: Option<PathBuf>,
+    /// A client certificate (PEM) for etcd's `--client-cert-auth`; with --etcd-key.
+    #[arg(long, value_name = "FILE", requires = "etcd_key")]
+    pub etcd_cert: Option<PathBuf>,
+    /// The client certificate's private key (PEM).
+    #[arg(long, value_name = "FILE", requires = "etcd_cert")]
+    pub etcd_key: Option<PathBuf>,
     /// TOML file with the same settings (`data_dir`, `listen`, `heartbeat_ttl = "30s"`,
     /// `controller_concurrency`, `secrets_key_file`, TLS and connection bounds), and fencing:
     /// `[[fence]]` methods (`name`, `command`, `timeout`, `nodes`, `labels`, `env`,
@@ -119,6 +151,14 @@ pub struct ServerArgs {
     pub action: Option<ServerAction>,
 }
 
+/// Where the cluster state lives (`--store`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StoreKind {
+    Sqlite,
+    Etcd,
+}
+
 /// What `csivol-agent server` does besides serving.
 #[derive(Debug, Clone, clap::Subcommand)]
 pub enum ServerAction {
@@ -130,6 +170,9 @@ pub enum ServerAction {
     /// Seal every volume secret under a new secrets key, then replace the key file; the
     /// server must be stopped. Running it again finishes an interrupted rotation.
     RotateSecretsKey,
+    /// Copy a stopped single server's state (`sqlite:DIR`) into an empty etcd prefix for
+    /// `--store etcd`, then check the copy row by row.
+    Migrate(etcd::migrate::MigrateArgs),
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -151,6 +194,15 @@ struct FileConfig {
     tls_key: Option<PathBuf>,
     tls_client_ca: Option<PathBuf>,
     insecure_http: Option<bool>,
+    store: Option<StoreKind>,
+    #[serde(default)]
+    etcd_endpoints: Vec<String>,
+    etcd_prefix: Option<String>,
+    etcd_lease_ttl: Option<String>,
+    etcd_max_txn_ops: Option<usize>,
+    etcd_ca_cert: Option<PathBuf>,
+    etcd_cert: Option<PathBuf>,
+    etcd_key: Option<PathBuf>,
 }
 
 /// Resolved server settings.
@@ -171,6 +223,8 @@ pub struct ServerConfig {
     /// Certificate, key and client CA files.
     pub tls: Option<TlsFiles>,
     pub insecure_http: bool,
+    /// `Some`: the etcd store (`--store etcd`); `None`: SQLite.
+    pub etcd: Option<etcd::EtcdConfig>,
 }
 
 /// The server's TLS files.
@@ -218,7 +272,53 @@ impl ServerConfig {
         };
         let fence = fence_policy::FenceConfig::new(file.fence, file.node_labels)
             .map_err(|e| anyhow::anyhow!("{e}{}", config_name()))?;
+        let etcd = match args.store.or(file.store).unwrap_or(StoreKind::Sqlite) {
+            StoreKind::Sqlite => None,
+            StoreKind::Etcd => {
+                let endpoints = if args.etcd_endpoints.is_empty() {
+                    file.etcd_endpoints
+                } else {
+                    args.etcd_endpoints
+                };
+                if endpoints.is_empty() {
+                    bail!("--store etcd needs --etcd-endpoints (the etcd cluster's client URLs)");
+                }
+                let lease_ttl = match (args.etcd_lease_ttl, &file.etcd_lease_ttl) {
+                    (Some(d), _) => d,
+                    (None, Some(s)) => humantime::parse_duration(s).with_context(|| {
+                        format!("invalid etcd_lease_ttl `{s}` in the config file")
+                    })?,
+                    (None, None) => etcd::DEFAULT_LEASE_TTL,
+                };
+                if lease_ttl < Duration::from_secs(2) {
+                    bail!("--etcd-lease-ttl must be at least 2s");
+                }
+                Some(etcd::EtcdConfig {
+                    endpoints,
+                    prefix: args
+                        .etcd_prefix
+                        .or(file.etcd_prefix)
+                        .unwrap_or_else(|| etcd::DEFAULT_PREFIX.to_owned()),
+                    lease_ttl,
+                    max_txn_ops: args
+                        .etcd_max_txn_ops
+                        .or(file.etcd_max_txn_ops)
+                        .unwrap_or(etcd::DEFAULT_MAX_TXN_OPS)
+                        .max(8),
+                    ca_cert: args.etcd_ca_cert.or(file.etcd_ca_cert),
+                    cert_key: match (
+                        args.etcd_cert.or(file.etcd_cert),
+                        args.etcd_key.or(file.etcd_key),
+                    ) {
+                        (Some(c), Some(k)) => Some((c, k)),
+                        (None, None) => None,
+                        _ => bail!("--etcd-cert and --etcd-key go together"),
+                    },
+                })
+            }
+        };
         Ok(Self {
+            etcd,
             data_dir,
             listen: args
                 .listen
@@ -286,6 +386,7 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
             );
             return Ok(());
         }
+        Some(ServerAction::Migrate(m)) => return etcd::migrate::run(m).await,
         None => {}
     }
     let check = args.check;
@@ -299,6 +400,8 @@ pub struct Server {
     listener: TcpListener,
     app: http::App,
     bounds: listen::Bounds,
+    /// The etcd cluster, with the etcd store.
+    cluster: Option<etcd::Cluster>,
     /// The data dir's lock, held while this server may write there.
     _lock: rustix::fd::OwnedFd,
 }
@@ -332,8 +435,10 @@ impl Server {
         };
         create_private_dir(&cfg.data_dir)?;
         let lock = identity::lock(&cfg.data_dir)?;
-        identity::check_before_open(&cfg.data_dir)?;
-        if check {
+        if cfg.etcd.is_none() {
+            identity::check_before_open(&cfg.data_dir)?;
+        }
+        if check && cfg.etcd.is_none() {
             let dir = cfg.data_dir.clone();
             tokio::task::spawn_blocking(move || identity::integrity_check(&dir))
                 .await
@@ -341,11 +446,19 @@ impl Server {
         }
         // Created 0600 before SQLite opens it: SQLite gives the -wal and -shm files the
         // database file's mode.
-        let db_path = cfg.data_dir.join(identity::STATE_DB);
-        crate::private::create_file(&db_path)
-            .with_context(|| format!("failed to create {}", db_path.display()))?;
         let keys = secrets::Keys::load(&cfg.secrets_key_path(), true)?;
-        let db = Db::start(&db_path)?;
+        let (db, cluster) = match &cfg.etcd {
+            Some(e) => {
+                let (db, c) = etcd::start(&cfg.data_dir.join(etcd::MIRROR_DB), e).await?;
+                (db, Some(c))
+            }
+            None => {
+                let db_path = cfg.data_dir.join(identity::STATE_DB);
+                crate::private::create_file(&db_path)
+                    .with_context(|| format!("failed to create {}", db_path.display()))?;
+                (Db::start(&db_path)?, None)
+            }
+        };
         let check = keys.clone();
         let sealed = db
             .write(move |ctx| check.check_and_seal(ctx.tx).map_err(ApiError::internal))
@@ -396,13 +509,7 @@ impl Server {
             tracing::info!(path = %token_path.display(), "created the first operator token");
         }
         let nodes: Vec<(String, bool)> = db
-            .read(|c| {
-                let mut s = c.prepare("SELECT name, status FROM nodes")?;
-                let rows = s.query_map([], |r| {
-                    Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)? != "ready"))
-                })?;
-                Ok(rows.collect::<Result<Vec<_>, _>>()?)
-            })
+            .read(background::node_statuses)
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         let open_files = listen::raise_open_file_limit();
@@ -472,6 +579,7 @@ impl Server {
             listener,
             app,
             bounds,
+            cluster,
             _lock: lock,
         })
     }
@@ -481,14 +589,7 @@ impl Server {
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
-        let tasks = [
-            tokio::spawn(watch_liveness(self.app.clone())),
-            tokio::spawn(schedule_due_ops(self.app.clone())),
-            tokio::spawn(prune_events(self.app.clone())),
-            tokio::spawn(expire_leases(self.app.clone())),
-            tokio::spawn(fence::auto_fence(self.app.clone())),
-            tokio::spawn(persist_token_use(self.app.clone())),
-        ];
+        let tasks = background::spawn(&self.app, self.cluster.clone());
         let app = self.app.clone();
         let _lock = self._lock;
         let router = http::router(self.app);
@@ -500,142 +601,6 @@ impl Server {
             tracing::warn!(error = %e, "failed to record when tokens were last used");
         }
         served.context("HTTP server failed")
-    }
-}
-
-/// Records once a minute when tokens were last used (`csivol token list` also does).
-async fn persist_token_use(app: http::App) {
-    let mut tick = tokio::time::interval(Duration::from_secs(60));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tick.tick().await;
-        if let Err(e) = access::persist_last_used(&app).await {
-            tracing::debug!(error = %e, "failed to record when tokens were last used; retrying");
-        }
-    }
-}
-
-/// Marks nodes lost when their heartbeats stop, and records each loss in the database,
-/// retrying until it is recorded. While the database refuses writes it also probes it once
-/// a second, so that health turns back to `ok` without waiting for a client's write.
-async fn watch_liveness(app: http::App) {
-    let mut tick = tokio::time::interval(app.live.check_interval());
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut last_probe = tokio::time::Instant::now();
-    loop {
-        tick.tick().await;
-        for due in app.live.expire() {
-            if !app.live.still_lost(&due) {
-                continue;
-            }
-            let limits = app.limits.clone();
-            let why = format!(
-                "no heartbeat for {}",
-                humantime::format_duration(app.live.ttl())
-            );
-            let n = due.node.clone();
-            match app
-                .db
-                .write(move |ctx| lifecycle::mark_lost(ctx, &n, &why, &limits))
-                .await
-            {
-                Ok(()) => {
-                    app.live.recorded(&due);
-                    if due.attempts > 0 {
-                        tracing::info!(
-                            node = due.node,
-                            attempts = due.attempts + 1,
-                            "recorded a lost node after the database refused it"
-                        );
-                    }
-                }
-                Err(e) => {
-                    app.live.record_failed(&due);
-                    if due.attempts == 0 {
-                        tracing::error!(node = due.node, error = %e, "failed to record a lost node; retrying until it is recorded");
-                    }
-                }
-            }
-        }
-        if app.db.write_error().is_some() && last_probe.elapsed() >= Duration::from_secs(1) {
-            last_probe = tokio::time::Instant::now();
-            // An empty write still commits (the change index), which is the probe.
-            let _ = app.db.write(|_| Ok(())).await;
-        }
-    }
-}
-
-/// Hands out controller operations whose backoff has passed.
-async fn schedule_due_ops(app: http::App) {
-    let mut tick = tokio::time::interval(Duration::from_millis(500));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tick.tick().await;
-        let plugins = match app
-            .db
-            .read(|c| lifecycle::plugins_with_due_ops(c, db::now_ms()))
-            .await
-        {
-            Ok(p) => p,
-            Err(e) => {
-                tracing::warn!(error = %e, "failed to look for due controller operations");
-                continue;
-            }
-        };
-        for plugin in plugins {
-            let limits = app.limits.clone();
-            if let Err(e) = app
-                .db
-                .write(move |ctx| lifecycle::schedule_ops(ctx, &plugin, &limits))
-                .await
-            {
-                tracing::warn!(error = %e, "failed to schedule controller operations");
-            }
-        }
-    }
-}
-
-/// Releases claims whose lease ran out (checked twice a second; a write only when due).
-async fn expire_leases(app: http::App) {
-    let mut tick = tokio::time::interval(Duration::from_millis(500));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tick.tick().await;
-        match app.db.read(|c| leases::any_due(c, db::now_ms())).await {
-            Ok(false) => continue,
-            Ok(true) => {}
-            Err(e) => {
-                tracing::warn!(error = %e, "failed to look for expired leases");
-                continue;
-            }
-        }
-        let limits = app.limits.clone();
-        if let Err(e) = app.db.write(move |ctx| leases::expire(ctx, &limits)).await {
-            tracing::warn!(error = %e, "failed to release claims whose lease ran out; retrying");
-        }
-    }
-}
-
-/// Keeps the event log bounded: a busy cluster writes several events per claim.
-async fn prune_events(app: http::App) {
-    let mut tick = tokio::time::interval(Duration::from_secs(60));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tick.tick().await;
-        let pruned = app
-            .db
-            .write(|ctx| {
-                Ok(ctx.tx.execute(
-                    "DELETE FROM events WHERE idx <= (SELECT MAX(idx) FROM events) - ?1",
-                    [EVENTS_KEPT],
-                )?)
-            })
-            .await;
-        match pruned {
-            Ok(0) => {}
-            Ok(n) => tracing::debug!(pruned = n, "pruned old events"),
-            Err(e) => tracing::warn!(error = %e, "failed to prune old events"),
-        }
     }
 }
 
@@ -752,6 +717,36 @@ kind = "metal"
         let file: FileConfig = toml::from_str(&text).expect("dist/server.toml parses");
         assert_eq!(file.listen, Some("0.0.0.0:7420".parse().unwrap()));
         assert_eq!(file.heartbeat_ttl.as_deref(), Some("30s"));
+    }
+
+    #[test]
+    fn the_example_configs_etcd_settings_resolve() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../dist/server.toml");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let etcd_keys = ["store", "etcd_", "secrets_key_file"];
+        let uncommented: Vec<&str> = text
+            .lines()
+            .map(|l| {
+                l.strip_prefix("# ")
+                    .filter(|r| etcd_keys.iter().any(|k| r.starts_with(k)))
+                    .unwrap_or(l)
+            })
+            .collect();
+        let e = resolve(&uncommented.join("\n"))
+            .unwrap()
+            .etcd
+            .expect("etcd store");
+        assert_eq!(e.endpoints.len(), 3);
+        assert_eq!(e.prefix, "/csivol");
+        assert_eq!(e.lease_ttl, Duration::from_secs(3));
+        assert_eq!(e.max_txn_ops, 128);
+        assert!(e.ca_cert.is_some() && e.cert_key.is_some());
+        assert!(
+            resolve("store = \"etcd\"\n")
+                .unwrap_err()
+                .to_string()
+                .contains("--etcd-endpoints")
+        );
     }
 
     #[test]

@@ -63,6 +63,11 @@ impl Hub {
         }
     }
 
+    /// Every key a waiter asked about or a commit touched.
+    pub fn keys(&self) -> Vec<Key> {
+        self.entries().keys().cloned().collect()
+    }
+
     /// Waits until `key` changed past `after`, or `wait` passed; returns the key's index.
     pub async fn wait(&self, key: &Key, after: u64, wait: Duration) -> u64 {
         let deadline = tokio::time::Instant::now() + wait;

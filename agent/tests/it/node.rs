@@ -5,6 +5,7 @@
 mod controller;
 mod e2e;
 mod fencing;
+mod ha;
 mod procs;
 mod reconcile;
 mod recovery;

@@ -6,6 +6,8 @@ mod claims;
 mod connections;
 mod controller;
 mod durability;
+pub(crate) mod ha;
+mod ha_faults;
 mod hosting;
 mod lost;
 mod secrets;

@@ -53,10 +53,11 @@ const GLOBAL: &str = "Global options";
 
 #[derive(Debug, Args)]
 pub struct GlobalArgs {
-    /// Server address [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when
-    /// $XDG_CONFIG_HOME/csivol/ca.pem exists]
-    #[arg(long, global = true, value_name = "URL", help_heading = GLOBAL)]
-    pub addr: Option<String>,
+    /// Server address; several servers of one cluster comma-separated or repeated, tried
+    /// in turn when one cannot be reached [env: CSIVOL_ADDR] [default:
+    /// http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]
+    #[arg(long, global = true, value_name = "URL", value_delimiter = ',', help_heading = GLOBAL)]
+    pub addr: Vec<String>,
 
     /// CA certificate (PEM) the server's certificate must chain to [env: CSIVOL_CACERT, then
     /// $XDG_CONFIG_HOME/csivol/ca.pem, then the system's roots]

@@ -46,6 +46,37 @@ async fn an_unreachable_server_is_named_with_exit_8() {
 }
 
 #[tokio::test]
+async fn several_server_addresses_are_tried_in_turn() {
+    let env = Env::start("several-addrs");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dead = format!("http://127.0.0.1:{port}");
+    // Comma-separated in CSIVOL_ADDR, the unreachable one first.
+    let mut cmd = env.command(&["volume", "list"]);
+    cmd.env("CSIVOL_ADDR", format!("{dead},{}", env.server.url));
+    let r = run(cmd).await;
+    assert_eq!(r.code, 0, "{r}");
+    // --addr repeated.
+    let mut cmd = env.command(&["volume", "list", "--addr", &dead, "--addr", &env.server.url]);
+    cmd.env_remove("CSIVOL_ADDR");
+    let r = run(cmd).await;
+    assert_eq!(r.code, 0, "{r}");
+    // None answers: unreachable, exit 8.
+    let mut cmd = env.command(&[
+        "volume",
+        "list",
+        "--addr",
+        &format!("{dead},http://127.0.0.1:1"),
+    ]);
+    cmd.env_remove("CSIVOL_ADDR");
+    let r = run(cmd).await;
+    assert_eq!(r.code, 8, "{r}");
+}
+
+#[tokio::test]
 async fn tokens_come_from_flag_env_file_and_default_file() {
     let env = Env::start("tokens");
 

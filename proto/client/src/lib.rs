@@ -11,6 +11,8 @@
 
 pub mod tls;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use csivol_api::{
@@ -24,13 +26,16 @@ pub use reqwest::{Method, StatusCode, Url};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-/// A client of one server with one token (or none). Cheap to clone: clones share the
-/// connection pool.
+/// A client of one server, or of several serving one cluster (etcd store), with one
+/// token (or none). Cheap to clone: clones share the connection pool and the server they
+/// last reached.
 #[derive(Clone, Debug)]
 pub struct Client {
     http: reqwest::Client,
-    /// The server's base URL, without a trailing slash.
-    base: String,
+    /// The servers' base URLs, without a trailing slash.
+    bases: Arc<[String]>,
+    /// The one last reached: requests go there first.
+    current: Arc<AtomicUsize>,
     token: Option<String>,
     /// Deadline of a request that does not block on the server; `None`: no deadline.
     request_timeout: Option<Duration>,
@@ -102,7 +107,8 @@ impl Builder {
         }
         Ok(Client {
             http: http.build()?,
-            base: self.base.trim_end_matches('/').to_owned(),
+            bases: addresses(&self.base).into(),
+            current: Arc::new(AtomicUsize::new(0)),
             token: self.token,
             request_timeout: self.request_timeout,
         })
@@ -171,8 +177,19 @@ pub enum Body<'a, B: ?Sized> {
     Bytes(Vec<u8>),
 }
 
+/// The server addresses in `list`: comma-separated (`--addr a,b`, `CSIVOL_ADDR=a,b`),
+/// without trailing slashes.
+pub fn addresses(list: &str) -> Vec<String> {
+    list.split(',')
+        .map(|a| a.trim().trim_end_matches('/').to_owned())
+        .filter(|a| !a.is_empty())
+        .collect()
+}
+
 impl Client {
-    /// A builder for a client of the server at `base` (`http(s)://host:port`).
+    /// A builder for a client of the server at `base` (`http(s)://host:port`), or of the
+    /// servers of one cluster, comma-separated: a request that cannot connect to one is
+    /// sent to the next (it never reached a server, so sending it again is safe).
     pub fn builder(base: &str) -> Builder {
         Builder {
             base: base.to_owned(),
@@ -185,9 +202,14 @@ impl Client {
         }
     }
 
-    /// The server's base URL, without a trailing slash.
+    /// The base URL of the server last reached (or first named), without a trailing slash.
     pub fn base(&self) -> &str {
-        &self.base
+        &self.bases[self.current.load(Ordering::Relaxed) % self.bases.len().max(1)]
+    }
+
+    /// Every server this client may use.
+    pub fn bases(&self) -> &[String] {
+        &self.bases
     }
 
     /// The same client (and connection pool) with another token.
@@ -212,7 +234,39 @@ impl Client {
         body: Body<'_, B>,
         timeout: Option<Duration>,
     ) -> Result<Raw, Error> {
-        let url = format!("{}{path}", self.base);
+        let n = self.bases.len().max(1);
+        let first = self.current.load(Ordering::Relaxed) % n;
+        let mut i = 0;
+        loop {
+            let at = (first + i) % n;
+            let base = self.bases.get(at).map_or("", String::as_str);
+            match self
+                .send_to(base, method.clone(), path, &body, timeout)
+                .await
+            {
+                // Not connected: the request never reached that server; try the next.
+                Err(Error::Unreachable { source, .. }) if source.is_connect() && i + 1 < n => {
+                    i += 1;
+                }
+                result => {
+                    if result.is_ok() && at != first {
+                        self.current.store(at, Ordering::Relaxed);
+                    }
+                    return result;
+                }
+            }
+        }
+    }
+
+    async fn send_to<B: Serialize + ?Sized>(
+        &self,
+        base: &str,
+        method: Method,
+        path: &str,
+        body: &Body<'_, B>,
+        timeout: Option<Duration>,
+    ) -> Result<Raw, Error> {
+        let url = format!("{base}{path}");
         let mut req = self.http.request(method, &url);
         if let Some(t) = timeout.or(self.request_timeout) {
             req = req.timeout(t);
@@ -222,8 +276,10 @@ impl Client {
         }
         req = match body {
             Body::None => req,
-            Body::Json(b) => req.json(b),
-            Body::Bytes(bytes) => req.header("content-type", "application/json").body(bytes),
+            Body::Json(b) => req.json(*b),
+            Body::Bytes(bytes) => req
+                .header("content-type", "application/json")
+                .body(bytes.clone()),
         };
         let unreachable = |source| Error::Unreachable {
             url: url.clone(),

@@ -62,6 +62,36 @@ pub fn sqlite_commit(dir: &Path, samples: u32) -> anyhow::Result<Figure> {
     Ok(Figure::of(out))
 }
 
+/// One etcd quorum transaction, as the etcd store commits: compare a key's revision, put
+/// it, on the run's etcd cluster (sequential, one at a time).
+pub async fn etcd_txn(endpoints: &[String], samples: u32) -> anyhow::Result<Figure> {
+    let client = csivol_etcd::Client::new(endpoints)?;
+    let key = b"/csivol-bench-floor".to_vec();
+    let (_, kv) = client.get(&key).await?;
+    let mut rev = kv.map_or(0, |kv| kv.mod_revision);
+    let mut out = Vec::with_capacity(samples as usize);
+    for i in 0..WARMUP + samples {
+        let start = Instant::now();
+        let resp = client
+            .txn(
+                vec![csivol_etcd::mod_revision_is(key.clone(), rev)],
+                vec![csivol_etcd::put(
+                    key.clone(),
+                    format!("claim {i}").into_bytes(),
+                    0,
+                )],
+                vec![],
+            )
+            .await?;
+        if i >= WARMUP {
+            out.push(start.elapsed());
+        }
+        anyhow::ensure!(resp.succeeded, "the floor key changed under the floor");
+        rev = resp.header.map_or(0, |h| h.revision);
+    }
+    Ok(Figure::of(out))
+}
+
 /// One loopback HTTP round trip through the server's stack: `GET /v1/health` on the real
 /// server, on a kept-alive connection of the same client the load uses.
 pub async fn http_round_trip(http: &Http, samples: u32) -> anyhow::Result<Figure> {
@@ -100,8 +130,18 @@ pub async fn grpc_round_trip(socket: &Path, samples: u32) -> anyhow::Result<Figu
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct Floor {
     pub sqlite_commit: Figure,
+    /// With `--store etcd`: one etcd quorum transaction, the commit the formulas count.
+    pub etcd_txn: Option<Figure>,
     pub http_round_trip: Figure,
     pub grpc_round_trip: Figure,
+}
+
+impl Floor {
+    /// What one commit of the server's store costs: etcd's transaction with the etcd
+    /// store, SQLite's durable commit otherwise.
+    pub fn commit(&self) -> Figure {
+        self.etcd_txn.unwrap_or(self.sqlite_commit)
+    }
 }
 
 /// What one step of a cycle costs at the least, in floor units.
@@ -138,7 +178,7 @@ impl Formula {
         let commits = steps.iter().map(|s| s.commits).sum();
         let grpc = steps.iter().map(|s| s.grpc).sum();
         let ms = f64::from(http) * floor.http_round_trip.p50_ms
-            + f64::from(commits) * floor.sqlite_commit.p50_ms
+            + f64::from(commits) * floor.commit().p50_ms
             + f64::from(grpc) * floor.grpc_round_trip.p50_ms;
         Self {
             steps,
@@ -239,6 +279,7 @@ mod tests {
     fn floor_formula() {
         let floor = Floor {
             sqlite_commit: fig(1.0),
+            etcd_txn: None,
             http_round_trip: fig(0.1),
             grpc_round_trip: fig(0.01),
         };

@@ -50,6 +50,16 @@ pub enum Mode {
     Server,
 }
 
+/// Where the server keeps the cluster state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum StoreArg {
+    /// `state.db` in the server's data dir.
+    Sqlite,
+    /// A 3-member etcd cluster on loopback started for the run (`/usr/bin/etcd`); the
+    /// commit floor is then one etcd quorum transaction.
+    Etcd,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum MountArg {
     /// Marker files instead of mounts (`csivol-hostpath --mount none`).
@@ -83,6 +93,9 @@ pub struct Args {
     /// How long the clients start new cycles (each finishes the one it is in).
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     pub duration: Duration,
+    /// Where the server keeps the cluster state.
+    #[arg(long, value_enum, default_value = "sqlite")]
+    pub store: StoreArg,
     /// Full mode: how the plugins present volumes.
     #[arg(long, value_enum, default_value = "none")]
     pub mount: MountArg,

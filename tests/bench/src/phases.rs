@@ -82,6 +82,8 @@ impl Drop for WorkDir {
 /// The processes of a run, in the order they must stop: nodes (agents, then plugins)
 /// before the server, the directory last.
 struct Run {
+    /// With `--store etcd`, the etcd cluster (stopped by pid when the run ends).
+    _etcd: Option<csivol_tests::etcd::EtcdCluster>,
     sims: Option<SimCluster>,
     full: Option<FullCluster>,
     server: Server,
@@ -321,6 +323,26 @@ async fn start(
     let commit =
         tokio::task::spawn_blocking(move || floor::sqlite_commit(&floor_dir, COMMIT_SAMPLES))
             .await??;
+    let (etcd, store_args, etcd_floor) = match a.store {
+        crate::StoreArg::Sqlite => (None, Vec::new(), None),
+        crate::StoreArg::Etcd => {
+            say.say("starting a 3-member etcd cluster");
+            let etcd_dir = root.clone();
+            let etcd = tokio::task::spawn_blocking(move || {
+                csivol_tests::etcd::EtcdCluster::start(&etcd_dir, 3)
+            })
+            .await?;
+            let endpoints: Vec<String> =
+                etcd.members.iter().map(|m| m.client_url.clone()).collect();
+            say.say(format!("floor: {COMMIT_SAMPLES} etcd quorum transactions"));
+            let f = floor::etcd_txn(&endpoints, COMMIT_SAMPLES).await?;
+            let args = vec![
+                "--store=etcd".to_owned(),
+                format!("--etcd-endpoints={}", endpoints.join(",")),
+            ];
+            (Some(etcd), args, Some(f))
+        }
+    };
     say.say("starting the server");
     let server = Server::start(
         bins,
@@ -331,9 +353,11 @@ async fn start(
             .as_deref()
             .map(|w| w.split_whitespace().map(str::to_owned).collect::<Vec<_>>())
             .unwrap_or_default(),
+        &store_args,
     )
     .await?;
     let mut run = Run {
+        _etcd: etcd,
         sims: None,
         full: None,
         server,
@@ -377,6 +401,7 @@ async fn start(
     };
     let floor = Floor {
         sqlite_commit: commit,
+        etcd_txn: etcd_floor,
         http_round_trip: http_floor,
         grpc_round_trip: grpc_floor,
     };

@@ -90,6 +90,7 @@ impl Server {
         heartbeat_ttl: Duration,
         controller_concurrency: Option<u32>,
         wrapper: &[String],
+        extra: &[String],
     ) -> anyhow::Result<Self> {
         let mut args = vec![
             "server".to_owned(),
@@ -102,6 +103,7 @@ impl Server {
         if let Some(c) = controller_concurrency {
             args.push(format!("--controller-concurrency={c}"));
         }
+        args.extend(extra.iter().cloned());
         let log = data_dir.with_extension("log");
         Self::spawn(&bins.agent, wrapper, data_dir, args, log, "127.0.0.1:0").await
     }

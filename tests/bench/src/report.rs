@@ -246,6 +246,12 @@ impl Report {
             "  durable SQLite commit (WAL, synchronous=FULL)  {:>8.3} ms   (p99 {:.3} ms)",
             self.floor.sqlite_commit.p50_ms, self.floor.sqlite_commit.p99_ms
         ));
+        if let Some(e) = &self.floor.etcd_txn {
+            line(format!(
+                "  etcd quorum transaction (3 members, loopback) {:>8.3} ms   (p99 {:.3} ms; the store's commit)",
+                e.p50_ms, e.p99_ms
+            ));
+        }
         line(format!(
             "  loopback HTTP round trip (GET /v1/health)      {:>8.3} ms   (p99 {:.3} ms)",
             self.floor.http_round_trip.p50_ms, self.floor.http_round_trip.p99_ms
@@ -476,7 +482,7 @@ pub fn assemble(cfg: &Config, o: Outcome) -> Report {
         release_p50_ms: release.p50(),
         release_p99_ms: release.p99(),
         release_max_ms: release.max(),
-        floor_commit_ms: floor.sqlite_commit.p50_ms,
+        floor_commit_ms: floor.commit().p50_ms,
         floor_http_ms: floor.http_round_trip.p50_ms,
         floor_grpc_ms: floor.grpc_round_trip.p50_ms,
         floor_cycle_ms: cycle_floor.claim_ready.ms,

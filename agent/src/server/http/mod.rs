@@ -382,7 +382,7 @@ async fn put_volume(
     let (actor, _) = app.operator(&headers)?;
     let (v, changed) = app
         .db
-        .write(move |ctx| lifecycle::register_volume(ctx, &volume, spec, &actor))
+        .write(move |ctx| lifecycle::register_volume(ctx, &volume, spec.clone(), &actor))
         .await?;
     let status = if changed {
         StatusCode::CREATED
@@ -401,7 +401,7 @@ async fn create_volume(
     let (actor, limits) = app.operator(&headers)?;
     let (v, started) = app
         .db
-        .write(move |ctx| lifecycle::create_volume(ctx, &volume, spec, &actor, &limits))
+        .write(move |ctx| lifecycle::create_volume(ctx, &volume, spec.clone(), &actor, &limits))
         .await?;
     let status = if started {
         StatusCode::ACCEPTED

@@ -187,7 +187,7 @@ pub(super) async fn reports(
     let count = batch.reports.len();
     app.metrics.node_reports.inc_by(count as u64);
     app.db
-        .write(move |ctx| lifecycle::apply_reports(ctx, &node, batch.reports, &limits))
+        .write(move |ctx| lifecycle::apply_reports(ctx, &node, batch.reports.clone(), &limits))
         .await?;
     Ok(Json(serde_json::json!({ "accepted": count })))
 }

@@ -55,7 +55,7 @@ pub(super) async fn put_snapshot(
     let (actor, limits) = app.operator(&headers)?;
     let (s, started) = app
         .db
-        .write(move |ctx| lifecycle::create_snapshot(ctx, &snapshot, req, &actor, &limits))
+        .write(move |ctx| lifecycle::create_snapshot(ctx, &snapshot, req.clone(), &actor, &limits))
         .await?;
     let status = if started {
         StatusCode::ACCEPTED

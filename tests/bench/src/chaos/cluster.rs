@@ -58,7 +58,7 @@ impl ChaosCluster {
         let data_dir = disk.join("server");
         std::fs::create_dir_all(&data_dir)?;
         mount_tmpfs(&data_dir)?;
-        let server = Server::start(bins, &data_dir, heartbeat_ttl, None, &[]).await?;
+        let server = Server::start(bins, &data_dir, heartbeat_ttl, None, &[], &[]).await?;
         let http = Http::new(&server.url, &server.token)?;
         let backend = root.join("backend");
         let mut out = Vec::new();

@@ -68,10 +68,10 @@ impl Env {
     }
 
     /// Runs `f` as one write request; its answer once committed (or rolled back).
-    async fn write<T, F>(&self, f: F) -> ApiResult<T>
+    async fn write<T, F>(&self, mut f: F) -> ApiResult<T>
     where
         T: Send + 'static,
-        F: FnOnce(&mut WriteCtx<'_>, &Limits) -> ApiResult<T> + Send + 'static,
+        F: FnMut(&mut WriteCtx<'_>, &Limits) -> ApiResult<T> + Send + 'static,
     {
         let limits = self.limits.clone();
         self.db.write(move |ctx| f(ctx, &limits)).await
@@ -100,7 +100,7 @@ impl Env {
     async fn volume(&self, name: &str, access_mode: &str) {
         let spec = spec(access_mode);
         let n = name.to_owned();
-        self.write(move |ctx, _| super::register_volume(ctx, &n, spec, "op"))
+        self.write(move |ctx, _| super::register_volume(ctx, &n, spec.clone(), "op"))
             .await
             .unwrap();
     }
@@ -131,7 +131,7 @@ impl Env {
 
     async fn report(&self, node: &str, reports: Vec<Report>) {
         let n = node.to_owned();
-        self.write(move |ctx, l| super::apply_reports(ctx, &n, reports, l))
+        self.write(move |ctx, l| super::apply_reports(ctx, &n, reports.clone(), l))
             .await
             .unwrap();
     }

@@ -32,7 +32,7 @@ async fn snapshot(env: &Env, name: &str, volume: &str) -> crate::server::error::
             parameters: Default::default(),
         },
     );
-    env.write(move |ctx, l| super::super::create_snapshot(ctx, &n, req, "op", l))
+    env.write(move |ctx, l| super::super::create_snapshot(ctx, &n, req.clone(), "op", l))
         .await
         .map(|(_, started)| started)
 }

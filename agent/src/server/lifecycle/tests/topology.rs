@@ -36,7 +36,7 @@ impl Env {
         }))
         .unwrap();
         let n = name.to_owned();
-        self.write(move |ctx, _| super::super::register_volume(ctx, &n, spec, "op"))
+        self.write(move |ctx, _| super::super::register_volume(ctx, &n, spec.clone(), "op"))
             .await
             .unwrap();
     }
@@ -185,7 +185,7 @@ async fn create_passes_the_request_and_records_where_the_volume_landed() {
     }))
     .unwrap();
     let (v, _) = env
-        .write(move |ctx, l| super::super::create_volume(ctx, "new", spec, "op", l))
+        .write(move |ctx, l| super::super::create_volume(ctx, "new", spec.clone(), "op", l))
         .await
         .unwrap();
     let asked = v.topology_request.clone().expect("recorded");
@@ -270,7 +270,7 @@ async fn bad_topology_in_a_spec_is_refused_with_what_to_fix() {
     for (request, want) in cases {
         let spec = create(request.clone());
         let e = env
-            .write(move |ctx, l| super::super::create_volume(ctx, "v", spec, "op", l))
+            .write(move |ctx, l| super::super::create_volume(ctx, "v", spec.clone(), "op", l))
             .await
             .unwrap_err();
         assert_eq!(e.code, ErrorCode::Invalid, "{request}: {e:?}");
@@ -283,7 +283,7 @@ async fn bad_topology_in_a_spec_is_refused_with_what_to_fix() {
     }))
     .unwrap();
     let e = env
-        .write(move |ctx, _| super::super::register_volume(ctx, "v", spec, "op"))
+        .write(move |ctx, _| super::super::register_volume(ctx, "v", spec.clone(), "op"))
         .await
         .unwrap_err();
     assert!(

@@ -57,7 +57,7 @@ async fn a_created_volume_is_ready_once_its_plugin_created_it() {
     }))
     .unwrap();
     let (v, started) = env
-        .write(move |ctx, l| super::super::create_volume(ctx, "new", spec, "op", l))
+        .write(move |ctx, l| super::super::create_volume(ctx, "new", spec.clone(), "op", l))
         .await
         .unwrap();
     assert!(started);

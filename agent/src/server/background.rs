@@ -1,0 +1,263 @@
+//! The server's background work: what runs on every server (token use, and with the etcd
+//! store the tokens other servers made and the heartbeats they heard), and the once-only
+//! work that runs on the leader alone (liveness expiry, controller-operation scheduling,
+//! lease expiry, event pruning, the fence policy). With the SQLite store the one server
+//! always leads.
+
+use std::time::Duration;
+
+use super::etcd::{self, Cluster, Leadership};
+use super::{EVENTS_KEPT, access, db, fence, http, leases, lifecycle};
+
+/// Starts the background tasks; the returned handles are aborted when serving stops.
+pub fn spawn(app: &http::App, cluster: Option<Cluster>) -> Vec<tokio::task::JoinHandle<()>> {
+    let mut tasks = vec![tokio::spawn(persist_token_use(app.clone()))];
+    let leadership = match cluster {
+        Some(c) => {
+            tasks.push(tokio::spawn(compact_history(c.clone())));
+            tasks.push(tokio::spawn(etcd::forward_heard(
+                c.clone(),
+                app.live.clone(),
+            )));
+            tasks.push(tokio::spawn(etcd::follow_heard(
+                c.clone(),
+                app.live.clone(),
+            )));
+            tasks.push(tokio::spawn(reload_tokens(app.clone())));
+            tasks.push(tokio::spawn(follow_nodes(
+                app.clone(),
+                c.leadership.clone(),
+            )));
+            c.leadership
+        }
+        None => Leadership::alone(),
+    };
+    tasks.push(tokio::spawn(lead(app.clone(), leadership)));
+    tasks
+}
+
+/// Runs the once-only work while this server leads, and stops it when it does not.
+async fn lead(app: http::App, mut leadership: Leadership) {
+    loop {
+        leadership.wait_for(true).await;
+        // Every node gets a full TTL from now: taking over never marks a node lost by itself.
+        match app.db.read(node_statuses).await {
+            Ok(nodes) => app.live.restart_clocks(nodes),
+            Err(e) => tracing::warn!(error = %e, "failed to read the nodes at takeover"),
+        }
+        let tasks = [
+            tokio::spawn(watch_liveness(app.clone())),
+            tokio::spawn(schedule_due_ops(app.clone())),
+            tokio::spawn(prune_events(app.clone())),
+            tokio::spawn(expire_leases(app.clone())),
+            tokio::spawn(fence::auto_fence(app.clone())),
+        ];
+        leadership.wait_for(false).await;
+        for t in tasks {
+            t.abort();
+        }
+    }
+}
+
+/// How much etcd history the leader keeps: revisions a lagging watch can still resume from.
+const HISTORY_KEPT: i64 = 10_000;
+
+/// etcd keeps every version of every key until compacted; the leader drops the history
+/// older than [`HISTORY_KEPT`] revisions every five minutes (a server whose watch was
+/// further behind reloads its mirror).
+async fn compact_history(cluster: Cluster) {
+    let mut tick = tokio::time::interval(Duration::from_secs(300));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if !cluster.leadership.is_leader() {
+            continue;
+        }
+        let head = format!("{}/d/head", cluster.prefix).into_bytes();
+        let revision = match cluster.client.get(&head).await {
+            Ok((rev, _)) => rev - HISTORY_KEPT,
+            Err(_) => continue,
+        };
+        if revision > 0
+            && let Err(e) = cluster.client.compact(revision).await
+        {
+            tracing::debug!(error = %e, revision, "etcd compaction failed");
+        }
+    }
+}
+
+/// Every node and whether the database records it lost (or fenced).
+pub fn node_statuses(c: &rusqlite::Connection) -> super::error::ApiResult<Vec<(String, bool)>> {
+    let mut s = c.prepare("SELECT name, status FROM nodes")?;
+    let rows = s.query_map([], |r| {
+        Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)? != "ready"))
+    })?;
+    Ok(rows.collect::<Result<Vec<_>, _>>()?)
+}
+
+/// A server that does not lead follows the losses the leader recorded (and the returns
+/// other servers recorded), so that its answers to heartbeats agree with the database.
+async fn follow_nodes(app: http::App, leadership: Leadership) {
+    let mut tick = tokio::time::interval(app.live.check_interval().max(Duration::from_millis(100)));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if leadership.is_leader() {
+            continue;
+        }
+        if let Ok(nodes) = app.db.read(node_statuses).await {
+            app.live.follow(nodes);
+        }
+    }
+}
+
+/// Reloads the tokens when another server changed them.
+async fn reload_tokens(app: http::App) {
+    loop {
+        app.db.tokens_changed.notified().await;
+        match app.db.read(super::auth::Tokens::load).await {
+            Ok(t) => app.tokens.replace_with(t),
+            Err(e) => tracing::warn!(error = %e, "failed to reload the tokens"),
+        }
+    }
+}
+
+/// Records once a minute when tokens were last used (`csivol token list` also does).
+async fn persist_token_use(app: http::App) {
+    let mut tick = tokio::time::interval(Duration::from_secs(60));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if let Err(e) = access::persist_last_used(&app).await {
+            tracing::debug!(error = %e, "failed to record when tokens were last used; retrying");
+        }
+    }
+}
+
+/// Marks nodes lost when their heartbeats stop, and records each loss in the database,
+/// retrying until it is recorded. While the database refuses writes it also probes it once
+/// a second, so that health turns back to `ok` without waiting for a client's write.
+async fn watch_liveness(app: http::App) {
+    let mut tick = tokio::time::interval(app.live.check_interval());
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_probe = tokio::time::Instant::now();
+    loop {
+        tick.tick().await;
+        for due in app.live.expire() {
+            if !app.live.still_lost(&due) {
+                continue;
+            }
+            let limits = app.limits.clone();
+            let why = format!(
+                "no heartbeat for {}",
+                humantime::format_duration(app.live.ttl())
+            );
+            let n = due.node.clone();
+            match app
+                .db
+                .write_led(move |ctx| lifecycle::mark_lost(ctx, &n, &why, &limits))
+                .await
+            {
+                Ok(()) => {
+                    app.live.recorded(&due);
+                    if due.attempts > 0 {
+                        tracing::info!(
+                            node = due.node,
+                            attempts = due.attempts + 1,
+                            "recorded a lost node after the database refused it"
+                        );
+                    }
+                }
+                Err(e) => {
+                    app.live.record_failed(&due);
+                    if due.attempts == 0 {
+                        tracing::error!(node = due.node, error = %e, "failed to record a lost node; retrying until it is recorded");
+                    }
+                }
+            }
+        }
+        if app.db.write_error().is_some() && last_probe.elapsed() >= Duration::from_secs(1) {
+            last_probe = tokio::time::Instant::now();
+            // An empty write still commits (the change index), which is the probe.
+            let _ = app.db.write(|_| Ok(())).await;
+        }
+    }
+}
+
+/// Hands out controller operations whose backoff has passed.
+async fn schedule_due_ops(app: http::App) {
+    let mut tick = tokio::time::interval(Duration::from_millis(500));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let plugins = match app
+            .db
+            .read(|c| lifecycle::plugins_with_due_ops(c, db::now_ms()))
+            .await
+        {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!(error = %e, "failed to look for due controller operations");
+                continue;
+            }
+        };
+        for plugin in plugins {
+            let limits = app.limits.clone();
+            if let Err(e) = app
+                .db
+                .write_led(move |ctx| lifecycle::schedule_ops(ctx, &plugin, &limits))
+                .await
+            {
+                tracing::warn!(error = %e, "failed to schedule controller operations");
+            }
+        }
+    }
+}
+
+/// Releases claims whose lease ran out (checked twice a second; a write only when due).
+async fn expire_leases(app: http::App) {
+    let mut tick = tokio::time::interval(Duration::from_millis(500));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        match app.db.read(|c| leases::any_due(c, db::now_ms())).await {
+            Ok(false) => continue,
+            Ok(true) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "failed to look for expired leases");
+                continue;
+            }
+        }
+        let limits = app.limits.clone();
+        if let Err(e) = app
+            .db
+            .write_led(move |ctx| leases::expire(ctx, &limits))
+            .await
+        {
+            tracing::warn!(error = %e, "failed to release claims whose lease ran out; retrying");
+        }
+    }
+}
+
+/// Keeps the event log bounded: a busy cluster writes several events per claim.
+async fn prune_events(app: http::App) {
+    let mut tick = tokio::time::interval(Duration::from_secs(60));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let pruned = app
+            .db
+            .write_led(|ctx| {
+                Ok(ctx.tx.execute(
+                    "DELETE FROM events WHERE idx <= (SELECT MAX(idx) FROM events) - ?1",
+                    [EVENTS_KEPT],
+                )?)
+            })
+            .await;
+        match pruned {
+            Ok(0) => {}
+            Ok(n) => tracing::debug!(pruned = n, "pruned old events"),
+            Err(e) => tracing::warn!(error = %e, "failed to prune old events"),
+        }
+    }
+}

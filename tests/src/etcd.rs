@@ -1,0 +1,216 @@
+//! A real etcd cluster for tests of the etcd state store: `n` members of the system's
+//! `etcd` (Debian package `etcd-server`) on free loopback ports, each with its data dir in
+//! the test's temp dir, stopped by pid. A machine without etcd fails the test with how to
+//! install it: an etcd test is never skipped.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use crate::{Proc, wait_for};
+
+/// Where the Debian package puts the server.
+pub const ETCD_BIN: &str = "/usr/bin/etcd";
+
+/// TLS for the members' client port: their certificate and key, and the CA whose client
+/// certificates they require (`--client-cert-auth`). Peers talk plain HTTP on loopback.
+#[derive(Debug, Clone)]
+pub struct EtcdTls {
+    pub ca: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+#[derive(Debug)]
+pub struct EtcdMember {
+    pub name: String,
+    pub client_url: String,
+    /// Plain HTTP `/health` (etcd's metrics listener), whatever the client port speaks.
+    health_url: String,
+    proc: Option<Proc>,
+    args: Vec<String>,
+    log: PathBuf,
+}
+
+impl EtcdMember {
+    fn spawn(&mut self) {
+        let mut cmd = Command::new(ETCD_BIN);
+        cmd.args(&self.args);
+        self.proc = Some(Proc::spawn(&format!("etcd {}", self.name), cmd, &self.log));
+    }
+
+    /// Whether the member answers its health check (only with a quorum it says true).
+    pub fn healthy(&self) -> bool {
+        http_get(&self.health_url, "/health").is_some_and(|b| b.contains("\"health\":\"true\""))
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.proc.is_some()
+    }
+}
+
+#[derive(Debug)]
+pub struct EtcdCluster {
+    pub members: Vec<EtcdMember>,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A plain HTTP GET of `path` on `url` (`http://127.0.0.1:port`); the body, or `None`.
+fn http_get(url: &str, path: &str) -> Option<String> {
+    let addr = url.strip_prefix("http://")?;
+    let mut s = TcpStream::connect_timeout(&addr.parse().ok()?, Duration::from_millis(500)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    Some(out)
+}
+
+impl EtcdCluster {
+    /// Starts `n` members under `dir` and waits until the cluster is healthy. A port picked
+    /// free can be taken by another test before etcd binds it: a cluster that does not come
+    /// up is stopped and started again on other ports.
+    pub fn start(dir: &Path, n: usize) -> Self {
+        Self::start_with(dir, n, None)
+    }
+
+    /// [`EtcdCluster::start`], with TLS on the client port when `tls` is given.
+    pub fn start_with(dir: &Path, n: usize, tls: Option<&EtcdTls>) -> Self {
+        assert!(
+            Path::new(ETCD_BIN).exists(),
+            "{ETCD_BIN} is missing: the etcd store's tests need a real etcd; install it with \
+             `apt-get install etcd-server` (.ci/run does)"
+        );
+        for attempt in 0..3 {
+            let mut c = Self::spawn_all(&dir.join(format!("etcd-{attempt}")), n, tls);
+            if c.try_wait_healthy(Duration::from_secs(30)) {
+                return c;
+            }
+            for i in 0..n {
+                c.kill(i);
+            }
+        }
+        panic!("the etcd cluster did not come up in three attempts; see the etcd-*.log files");
+    }
+
+    fn spawn_all(dir: &Path, n: usize, tls: Option<&EtcdTls>) -> Self {
+        std::fs::create_dir_all(dir).unwrap();
+        let ports: Vec<(u16, u16)> = (0..n).map(|_| (free_port(), free_port())).collect();
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let initial: Vec<String> = ports
+            .iter()
+            .enumerate()
+            .map(|(i, (_, peer))| format!("m{i}=http://127.0.0.1:{peer}"))
+            .collect();
+        let token = format!("csivol-test-{}", std::process::id());
+        let members = ports
+            .iter()
+            .enumerate()
+            .map(|(i, (client, peer))| {
+                let name = format!("m{i}");
+                let data = dir.join(format!("etcd-{name}"));
+                let client_url = format!("{scheme}://127.0.0.1:{client}");
+                let peer_url = format!("http://127.0.0.1:{peer}");
+                let health_url = format!("http://127.0.0.1:{}", free_port());
+                let mut args = vec![
+                    format!("--name={name}"),
+                    format!("--data-dir={}", data.display()),
+                    format!("--listen-client-urls={client_url}"),
+                    format!("--advertise-client-urls={client_url}"),
+                    format!("--listen-peer-urls={peer_url}"),
+                    format!("--initial-advertise-peer-urls={peer_url}"),
+                    format!("--initial-cluster={}", initial.join(",")),
+                    "--initial-cluster-state=new".to_owned(),
+                    format!("--initial-cluster-token={token}"),
+                    // etcd's defaults for transaction size (--max-txn-ops 128): the
+                    // servers split what they commit together to fit.
+                    "--log-level=warn".to_owned(),
+                    format!("--listen-metrics-urls={health_url}"),
+                ];
+                if let Some(t) = tls {
+                    args.extend([
+                        format!("--cert-file={}", t.cert.display()),
+                        format!("--key-file={}", t.key.display()),
+                        format!("--trusted-ca-file={}", t.ca.display()),
+                        "--client-cert-auth".to_owned(),
+                    ]);
+                }
+                let mut m = EtcdMember {
+                    name,
+                    client_url,
+                    health_url,
+                    proc: None,
+                    args,
+                    log: dir.join(format!("etcd-m{i}.log")),
+                };
+                m.spawn();
+                m
+            })
+            .collect();
+        Self { members }
+    }
+
+    fn try_wait_healthy(&mut self, timeout: Duration) -> bool {
+        let deadline = std::time::Instant::now() + timeout;
+        while std::time::Instant::now() < deadline {
+            let exited = self
+                .members
+                .iter_mut()
+                .any(|m| m.proc.as_mut().is_some_and(|p| p.exited().is_some()));
+            if exited {
+                return false;
+            }
+            if self.members.iter().all(EtcdMember::healthy) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        false
+    }
+
+    /// Waits until every running member answers healthy.
+    pub fn wait_healthy(&self) {
+        wait_for(
+            "the etcd cluster to be healthy",
+            Duration::from_secs(60),
+            || {
+                self.members
+                    .iter()
+                    .filter(|m| m.is_running())
+                    .all(EtcdMember::healthy)
+                    .then_some(())
+            },
+        );
+    }
+
+    /// Every member's client URL, comma-separated (for `--etcd-endpoints`).
+    pub fn endpoints(&self) -> String {
+        self.members
+            .iter()
+            .map(|m| m.client_url.clone())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// SIGKILL member `i`.
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut p) = self.members[i].proc.take() {
+            p.kill();
+        }
+    }
+
+    /// Starts member `i` again on its data dir.
+    pub fn restart(&mut self, i: usize) {
+        self.kill(i);
+        self.members[i].spawn();
+    }
+}
