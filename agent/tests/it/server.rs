@@ -8,6 +8,7 @@ mod controller;
 mod durability;
 pub(crate) mod ha;
 mod ha_faults;
+mod ha_fence;
 mod hosting;
 mod lost;
 mod secrets;

@@ -1,8 +1,9 @@
 //! Leadership for once-only work (liveness expiry, controller-operation scheduling, lease
 //! expiry, event pruning, the fence policy): the server that creates `<prefix>/leader`
 //! with its etcd lease leads until the lease ends. A leader that cannot renew its lease
-//! steps down before the lease can have expired in etcd; a follower tries to take the key
-//! every half second, so failover takes at most the lease TTL and about a second.
+//! steps down before the lease can have expired in etcd, and so does one that finds the key
+//! no longer its own; a follower tries to take the key every half second, so failover
+//! takes at most the lease TTL and about a second.
 
 use std::time::{Duration, Instant};
 
@@ -84,6 +85,20 @@ async fn campaign(client: Client, key: Vec<u8>, ttl: Duration, tx: watch::Sender
             let safe = renewed.elapsed() < ttl.saturating_sub(Duration::from_millis(500));
             if !safe {
                 break;
+            }
+            // The key itself must still be ours (the term is the revision that created
+            // it): one deleted or taken over by hand deposes this server, whose writes its
+            // fence refuses meanwhile; it stands again once the key is free.
+            let term = *tx.borrow();
+            if let Some(term) = term
+                && let Ok((_, kv)) = client.get(&key).await
+                && kv.map(|kv| kv.create_revision) != Some(term)
+            {
+                tracing::warn!(
+                    term,
+                    "the leader key is no longer this server's; once-only work stops here"
+                );
+                let _ = tx.send(None);
             }
             let leading = tx.borrow().is_some();
             if !leading {
