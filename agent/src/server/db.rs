@@ -266,6 +266,12 @@ CREATE TABLE snapshots (
 );
 CREATE INDEX snapshots_volume ON snapshots (volume);
 "#,
+    r#"
+-- One value sealed with the secrets key the cluster first started with: a server given
+-- another key (a second server over etcd, a data dir with the wrong key file) is refused at
+-- start, before it needs a secret it could not open.
+CREATE TABLE secrets_check (id INTEGER PRIMARY KEY CHECK (id = 1), sealed TEXT NOT NULL);
+"#,
 ];
 
 /// How many schema migrations this build knows: a database at this `user_version` is current.

@@ -12,11 +12,13 @@ use std::sync::{Arc, RwLock};
 use anyhow::{Context, bail};
 use chacha20poly1305::aead::{Aead, AeadCore, KeyInit, OsRng, Payload};
 use chacha20poly1305::{XChaCha20Poly1305, XNonce};
-use rusqlite::{Connection, params};
+use rusqlite::{Connection, OptionalExtension, params};
 use sha2::{Digest, Sha256};
 
 /// The key file's name in the data dir.
 pub const KEY_FILE: &str = "secrets.key";
+/// What the check value (`secrets_check`) is sealed as, in place of a volume's name.
+const CHECK: &str = "csivol secrets key check";
 /// What a sealed value starts with: the scheme, then the key's id.
 const PREFIX: &str = "xchacha20poly1305:";
 const NONCE_LEN: usize = 24;
@@ -247,7 +249,35 @@ impl Keys {
                 sealed += 1;
             }
         }
+        self.check_key(conn)?;
         Ok(sealed)
+    }
+
+    /// Opens the cluster's check value with this key, or records one sealed with it: a
+    /// server whose key is not the cluster's is refused even while no volume has secrets.
+    fn check_key(&self, conn: &Connection) -> Result<(), String> {
+        let stored: Option<String> = conn
+            .query_row("SELECT sealed FROM secrets_check WHERE id = 1", [], |r| {
+                r.get(0)
+            })
+            .optional()
+            .map_err(|e| e.to_string())?;
+        match stored {
+            Some(s) => open_with(&self.open, CHECK, &s).map(drop).map_err(|e| {
+                format!(
+                    "the secrets key {} is not the one this cluster's secrets are sealed with ({e})\n\
+                     hint: give every server of the cluster the same key file (copy it from a \
+                     server that runs, or point --secrets-key-file at it)",
+                    self.path.display()
+                )
+            }),
+            None => {
+                let v = seal_with(&self.seal, CHECK, "{}")?;
+                conn.execute("INSERT INTO secrets_check (id, sealed) VALUES (1, ?1)", [v])
+                    .map_err(|e| e.to_string())?;
+                Ok(())
+            }
+        }
     }
 }
 
@@ -280,6 +310,10 @@ pub fn rotate(db_path: &Path, key_path: &Path) -> anyhow::Result<usize> {
             params![name, v],
         )?;
     }
+    tx.execute(
+        "UPDATE secrets_check SET sealed = ?1 WHERE id = 1",
+        [seal_with(&new, CHECK, "{}").map_err(anyhow::Error::msg)?],
+    )?;
     tx.commit()?;
     conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE);")?;
     drop(conn);

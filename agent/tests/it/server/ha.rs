@@ -334,3 +334,37 @@ async fn servers_reach_etcd_over_tls_with_a_client_certificate() {
     })
     .await;
 }
+
+/// Servers over one etcd need one secrets key: a second server given another key is
+/// refused at start, before anyone registers a volume with secrets it could not open.
+#[tokio::test]
+async fn a_server_with_another_secrets_key_is_refused() {
+    let dir = TestDir::new("ha-secrets-key");
+    let etcd = EtcdCluster::start(dir.path(), 1);
+    let store = [
+        "--store=etcd".to_owned(),
+        format!("--etcd-endpoints={}", etcd.endpoints()),
+    ];
+    let mut args: Vec<String> = store.to_vec();
+    args.push(format!(
+        "--secrets-key-file={}",
+        dir.join("a.key").display()
+    ));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let a = ServerProc::start(&dir.join("a"), &args);
+    let mut cmd = std::process::Command::new(csivol_tests::bin_path("csivol-agent"));
+    cmd.args(["server", "--listen=127.0.0.1:0"])
+        .arg(format!("--data-dir={}", dir.join("b").display()))
+        .arg(format!(
+            "--secrets-key-file={}",
+            dir.join("b.key").display()
+        ))
+        .args(&store);
+    let (status, out) = csivol_tests::run_to_exit("csivol-agent server", cmd, WAIT);
+    assert!(!status.success(), "the server started: {out}");
+    assert!(
+        out.contains("is not the one this cluster's secrets are sealed with"),
+        "{out}"
+    );
+    assert_eq!(a.api().get("/v1/health").await.0, 200, "A serves on");
+}

@@ -70,3 +70,30 @@ async fn secrets_are_sealed_rotated_and_need_their_key() {
     assert!(!contains(&data.join("state.db-wal"), "s3cret"));
     assert!(!server.log().contains("s3cret"));
 }
+
+/// A data dir started under another key is refused even when no volume has secrets yet
+/// (so nothing else would notice until a secret is needed); after a rotation the new key
+/// passes the check.
+#[tokio::test]
+async fn another_key_is_refused_before_any_secret_needs_it() {
+    let dir = TestDir::new("server-secrets-check");
+    let data = dir.join("server");
+    let mut server = ServerProc::start(&data, &[]);
+    server.proc.kill();
+    // A key file that does not exist yet is made afresh: not this cluster's key.
+    let other = dir.join("other.key");
+    let (ok, out) = server_cmd(&data, &[&format!("--secrets-key-file={}", other.display())]);
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("is not the one this cluster's secrets are sealed with"),
+        "{out}"
+    );
+    assert!(
+        out.contains("hint: give every server of the cluster the same key file"),
+        "{out}"
+    );
+    let (ok, out) = server_cmd(&data, &["rotate-secrets-key"]);
+    assert!(ok, "{out}");
+    let server = ServerProc::start(&data, &[]);
+    assert_eq!(server.api().get("/v1/health").await.0, 200);
+}
