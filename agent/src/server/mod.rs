@@ -460,8 +460,13 @@ impl Server {
             }
         };
         let check = keys.clone();
+        let shared = cfg.etcd.is_some();
         let sealed = db
-            .write(move |ctx| check.check_and_seal(ctx.tx).map_err(ApiError::internal))
+            .write(move |ctx| {
+                check
+                    .check_and_seal(ctx.tx, shared)
+                    .map_err(ApiError::internal)
+            })
             .await
             .map_err(|e| anyhow::anyhow!("{}", e.message))?;
         secrets::install(keys);

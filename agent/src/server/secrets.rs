@@ -58,6 +58,8 @@ pub struct Keys {
     seal: Key,
     open: Vec<Key>,
     pub path: PathBuf,
+    /// The key file was made by this start (there was none).
+    created: bool,
 }
 
 static KEYS: RwLock<Option<Arc<Keys>>> = RwLock::new(None);
@@ -191,6 +193,7 @@ impl Keys {
     /// Loads the key at `path`, creating it (0600) when `create` and it is missing; a key
     /// left at `<path>.new` by an interrupted rotation may open values too.
     pub fn load(path: &Path, create: bool) -> anyhow::Result<Self> {
+        let created = !path.exists() && create;
         let seal = if path.exists() {
             read_key(path)?
         } else if create {
@@ -217,12 +220,14 @@ impl Keys {
             seal,
             open,
             path: path.to_owned(),
+            created,
         })
     }
 
     /// Checks that every stored secret opens, and seals those written before secrets were
-    /// sealed (inside the caller's transaction); returns how many it sealed.
-    pub fn check_and_seal(&self, conn: &Connection) -> Result<usize, String> {
+    /// sealed (inside the caller's transaction); returns how many it sealed. `shared`: the
+    /// state is served by several servers (etcd), which must all hold the cluster's key.
+    pub fn check_and_seal(&self, conn: &Connection, shared: bool) -> Result<usize, String> {
         let rows: Vec<(String, String)> = {
             let mut stmt = conn
                 .prepare("SELECT name, secrets FROM volumes WHERE secrets != '{}'")
@@ -232,6 +237,7 @@ impl Keys {
                 .map_err(|e| e.to_string())?
         };
         let mut sealed = 0;
+        let rows_empty = rows.is_empty();
         for (name, stored) in rows {
             let plain = open_with(&self.open, &name, &stored).map_err(|e| {
                 format!(
@@ -249,19 +255,38 @@ impl Keys {
                 sealed += 1;
             }
         }
-        self.check_key(conn)?;
+        // A key made by this start for a single server's state that holds no sealed secret
+        // (a backup restored without its key file) loses nothing: it becomes the key.
+        let replaceable = self.created && !shared && rows_empty;
+        self.check_key(conn, replaceable)?;
         Ok(sealed)
     }
 
     /// Opens the cluster's check value with this key, or records one sealed with it: a
     /// server whose key is not the cluster's is refused even while no volume has secrets.
-    fn check_key(&self, conn: &Connection) -> Result<(), String> {
+    fn check_key(&self, conn: &Connection, replaceable: bool) -> Result<(), String> {
         let stored: Option<String> = conn
             .query_row("SELECT sealed FROM secrets_check WHERE id = 1", [], |r| {
                 r.get(0)
             })
             .optional()
             .map_err(|e| e.to_string())?;
+        if replaceable
+            && let Some(s) = &stored
+            && open_with(&self.open, CHECK, s).is_err()
+        {
+            tracing::warn!(
+                path = %self.path.display(),
+                "the secrets key was made afresh for state whose key is not here; no volume \
+                 has sealed secrets, so nothing is lost: this key seals them from now on"
+            );
+            conn.execute(
+                "UPDATE secrets_check SET sealed = ?1 WHERE id = 1",
+                [seal_with(&self.seal, CHECK, "{}")?],
+            )
+            .map_err(|e| e.to_string())?;
+            return Ok(());
+        }
         match stored {
             Some(s) => open_with(&self.open, CHECK, &s).map(drop).map_err(|e| {
                 format!(

@@ -284,6 +284,24 @@ async fn etcd_member_loss_keeps_serving_and_no_quorum_refuses() {
         .await;
     assert_eq!(status, 503, "{body}");
     assert_eq!(body["error"]["code"], "unavailable", "{body}");
+    // The CLI says so with its exit code for an unavailable server (8).
+    let mut cmd = std::process::Command::new(csivol_tests::bin_path("csivol"));
+    cmd.args([
+        "token",
+        "create",
+        "--role",
+        "operator",
+        "--name",
+        "no-quorum",
+    ])
+    .env_clear()
+    .env("CSIVOL_ADDR", &a.url)
+    .env("CSIVOL_TOKEN", &a.token)
+    .env("HOME", dir.join("home"))
+    .stdin(std::process::Stdio::null());
+    let (exit, out) = csivol_tests::run_to_exit("csivol token create", cmd, WAIT);
+    assert_eq!(exit.code(), Some(8), "{out}");
+    assert!(out.contains("unavailable") || out.contains("etcd"), "{out}");
 
     // Back: service resumes, and the refused write did not land behind the refusal.
     etcd.restart(0);

@@ -71,17 +71,17 @@ async fn secrets_are_sealed_rotated_and_need_their_key() {
     assert!(!server.log().contains("s3cret"));
 }
 
-/// A data dir started under another key is refused even when no volume has secrets yet
-/// (so nothing else would notice until a secret is needed); after a rotation the new key
-/// passes the check.
+/// A data dir started with a key file that is not its own is refused even when no volume
+/// has secrets yet (nothing else would notice until a secret is needed); a key made afresh
+/// for it (a backup restored without its key file) takes over, since no secret is lost.
 #[tokio::test]
 async fn another_key_is_refused_before_any_secret_needs_it() {
     let dir = TestDir::new("server-secrets-check");
     let data = dir.join("server");
     let mut server = ServerProc::start(&data, &[]);
     server.proc.kill();
-    // A key file that does not exist yet is made afresh: not this cluster's key.
     let other = dir.join("other.key");
+    std::fs::write(&other, format!("{}\n", "ab".repeat(32))).unwrap();
     let (ok, out) = server_cmd(&data, &[&format!("--secrets-key-file={}", other.display())]);
     assert!(!ok, "{out}");
     assert!(
@@ -92,8 +92,19 @@ async fn another_key_is_refused_before_any_secret_needs_it() {
         out.contains("hint: give every server of the cluster the same key file"),
         "{out}"
     );
+    // Rotated, the data dir's own key still passes.
     let (ok, out) = server_cmd(&data, &["rotate-secrets-key"]);
     assert!(ok, "{out}");
+    let mut server = ServerProc::start(&data, &[]);
+    assert_eq!(server.api().get("/v1/health").await.0, 200);
+    server.proc.kill();
+    // The key file gone: a new one is made, and it takes over.
+    std::fs::remove_file(data.join("secrets.key")).unwrap();
     let server = ServerProc::start(&data, &[]);
     assert_eq!(server.api().get("/v1/health").await.0, 200);
+    assert!(
+        server.log().contains("this key seals them from now on"),
+        "{}",
+        server.log()
+    );
 }
