@@ -141,9 +141,15 @@ impl ApiClient {
     }
 
     /// A blocking query: answers when the desired state changed past `index`, or after
-    /// `wait` with the current one.
-    pub async fn desired(&self, index: u64, wait: Duration) -> Result<DesiredState, ApiError> {
-        (self.api.desired(&self.node, index, wait).await)
+    /// `wait` with the current one; only the volumes changed since `since` when given (and
+    /// the server can say which).
+    pub async fn desired(
+        &self,
+        index: u64,
+        since: Option<u64>,
+        wait: Duration,
+    ) -> Result<DesiredState, ApiError> {
+        (self.api.desired(&self.node, index, since, wait).await)
             .map_err(|e| ApiError::from_client("the desired-state query", e))
     }
 
