@@ -24,7 +24,7 @@ pub async fn closest_name(ctx: &Ctx, err: anyhow::Error) -> anyhow::Error {
     let names: Vec<String> = match kind {
         "volume" => ctx
             .client
-            .get::<Vec<Volume>>("/v1/volumes")
+            .volumes(&[])
             .await
             .map(|vs| vs.into_iter().map(|v| v.name).collect()),
         _ => ctx
