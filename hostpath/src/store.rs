@@ -696,11 +696,13 @@ mod tests {
     fn the_node_state_is_one_file_per_volume_and_a_node_json_is_split() {
         let dir = std::env::temp_dir().join(format!("hostpath-node-state-{}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
-        let cap: VolumeCapability = serde_json::from_value(serde_json::json!({
-            "access_mode": "single-node-writer",
-            "access_type": {"file_system": {"fs_type": "", "mount_flags": []}}
-        }))
-        .unwrap();
+        let cap = VolumeCapability {
+            access_type: csivol_api::domain::AccessType::FileSystem {
+                fs_type: String::new(),
+                mount_flags: Vec::new(),
+            },
+            access_mode: csivol_api::domain::AccessMode::SingleNodeWriter,
+        };
         let mut old = NodeState::default();
         for id in ["a", "b"] {
             old.stagings.insert(

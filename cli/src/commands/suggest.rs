@@ -1,7 +1,7 @@
 //! "Did you mean": a volume or node that is not registered gets the closest registered
 //! name as its hint, the way cargo suggests a subcommand.
 
-use csivol_api::{Node, Volume};
+use csivol_api::Node;
 
 use crate::ctx::Ctx;
 use crate::failure::{Exit, Failure, classify};
