@@ -579,9 +579,7 @@ pub struct VolumeState {
 
 impl VolumeState {
     fn is_empty(&self) -> bool {
-        self.staging.is_none()
-            && self.publications.is_empty()
-            && self.device.is_none()
+        self.staging.is_none() && self.publications.is_empty() && self.device.is_none()
     }
 }
 
