@@ -79,9 +79,12 @@ fn volume_chunk(
     rows: usize,
 ) -> ApiResult<(Vec<api::Volume>, Option<String>)> {
     let sql = format!(
-        "SELECT {VOLUME_COLUMNS} FROM volumes WHERE (?1 IS NULL OR name > ?1) \
+        "SELECT {VOLUME_COLUMNS} FROM volumes WHERE name > ?1 \
          AND (?2 IS NULL OR plugin = ?2) ORDER BY name LIMIT ?3"
     );
+    // A range on the primary key, so each chunk starts where the last ended: `OR ?1 IS
+    // NULL` would make SQLite scan from the first name every time. No name is empty.
+    let after = after.unwrap_or("");
     let volumes: Vec<VolumeRow> = conn
         .prepare_cached(&sql)?
         .query_map(
@@ -94,7 +97,7 @@ fn volume_chunk(
     };
     let mut claims: HashMap<String, Vec<ClaimRow>> = HashMap::new();
     let sql = format!(
-        "SELECT {CLAIM_COLUMNS} FROM claims WHERE (?1 IS NULL OR volume > ?1) AND volume <= ?2 \
+        "SELECT {CLAIM_COLUMNS} FROM claims WHERE volume > ?1 AND volume <= ?2 \
          ORDER BY volume, created_at, alloc"
     );
     for c in conn
@@ -106,8 +109,8 @@ fn volume_chunk(
     }
     let mut atts: HashMap<String, Vec<AttachmentRow>> = HashMap::new();
     let sql = format!(
-        "SELECT {ATTACHMENT_COLUMNS} FROM attachments WHERE (?1 IS NULL OR volume > ?1) \
-         AND volume <= ?2 ORDER BY volume, node"
+        "SELECT {ATTACHMENT_COLUMNS} FROM attachments WHERE volume > ?1 AND volume <= ?2 \
+         ORDER BY volume, node"
     );
     for a in conn
         .prepare_cached(&sql)?
