@@ -2,8 +2,8 @@
 //! each key it touched (a node's desired state, a volume, the event log) remembers it, so a
 //! waiter on one key is woken only by changes to that key.
 //!
-//! Changes to a node's desired state are also kept in a short journal (which volumes of
-//! which node changed at which index), so that an agent that holds the state as of an index
+//! Changes to a node's desired state are also kept in a short journal per node (which of
+//! its volumes changed at which index), so that an agent that holds the state as of an index
 //! is sent only the volumes changed since (`Hub::node_changes`).
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
@@ -12,9 +12,9 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-/// Changes the journal keeps, across all nodes: an agent more than this many volume changes
-/// behind is sent its whole desired state.
-const JOURNAL: usize = 16_384;
+/// Changes a node's journal keeps: an agent further behind is sent its whole desired
+/// state. An agent's query trims what it no longer needs, so a journal is usually short.
+const JOURNAL: usize = 64;
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Key {
@@ -51,19 +51,11 @@ impl Key {
     }
 }
 
-/// One change to a node's desired state: a volume's entries, or the whole (`None`).
-#[derive(Debug)]
-struct Change {
-    index: u64,
-    node: String,
-    volume: Option<String>,
-}
-
-/// The last [`JOURNAL`] changes to nodes' desired states, in index order.
+/// One node's last changes, in index order: a volume's entries, or the whole (`None`).
 #[derive(Debug)]
 struct Journal {
-    changes: VecDeque<Change>,
-    /// Every change with a greater index is in `changes`.
+    changes: VecDeque<(u64, Option<String>)>,
+    /// Every change of the node with a greater index is in `changes`.
     complete_after: u64,
 }
 
@@ -72,7 +64,7 @@ pub struct Hub {
     /// Index of every key not in `entries`: the index the server started at.
     base: u64,
     entries: Mutex<HashMap<Key, Entry>>,
-    journal: Mutex<Journal>,
+    journals: Mutex<HashMap<String, Journal>>,
 }
 
 impl Hub {
@@ -80,26 +72,34 @@ impl Hub {
         Self {
             base,
             entries: Mutex::new(HashMap::new()),
-            journal: Mutex::new(Journal {
-                changes: VecDeque::new(),
-                complete_after: base,
-            }),
+            journals: Mutex::new(HashMap::new()),
         }
     }
 
     /// The volumes whose entries in `node`'s desired state changed after index `since`, or
     /// `None` when the journal cannot say (the node changed as a whole since, or `since` is
     /// older than what the journal keeps, or than this server's start): then the agent needs
-    /// the whole state.
+    /// the whole state. The agent holds the state as of `since`, so the node's changes up to
+    /// it are dropped: an agent asking from an older index later is sent the whole state.
     pub fn node_changes(&self, node: &str, since: u64) -> Option<BTreeSet<String>> {
-        let journal = self.journal.lock().unwrap_or_else(|e| e.into_inner());
+        if since < self.base {
+            return None;
+        }
+        let mut journals = self.journals.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(journal) = journals.get_mut(node) else {
+            // Nothing changed on the node since the server started.
+            return Some(BTreeSet::new());
+        };
         if since < journal.complete_after {
             return None;
         }
-        let start = journal.changes.partition_point(|c| c.index <= since);
+        while journal.changes.front().is_some_and(|(i, _)| *i <= since) {
+            journal.changes.pop_front();
+        }
+        journal.complete_after = since;
         let mut volumes = BTreeSet::new();
-        for c in journal.changes.range(start..).filter(|c| c.node == node) {
-            volumes.insert(c.volume.clone()?);
+        for (_, volume) in &journal.changes {
+            volumes.insert(volume.clone()?);
         }
         Some(volumes)
     }
@@ -117,17 +117,17 @@ impl Hub {
         if changed.is_empty() {
             return;
         }
-        let mut journal = self.journal.lock().unwrap_or_else(|e| e.into_inner());
+        let mut journals = self.journals.lock().unwrap_or_else(|e| e.into_inner());
         for (node, volume) in changed {
-            journal.changes.push_back(Change {
-                index,
-                node: node.clone(),
-                volume: volume.cloned(),
+            let journal = journals.entry(node.clone()).or_insert_with(|| Journal {
+                changes: VecDeque::new(),
+                complete_after: self.base,
             });
-        }
-        while journal.changes.len() > JOURNAL {
-            let dropped = journal.changes.pop_front().expect("not empty");
-            journal.complete_after = dropped.index;
+            journal.changes.push_back((index, volume.cloned()));
+            if journal.changes.len() > JOURNAL {
+                let (dropped, _) = journal.changes.pop_front().expect("not empty");
+                journal.complete_after = dropped;
+            }
         }
     }
 
@@ -256,16 +256,26 @@ mod tests {
         );
         assert_eq!(hub.node_changes("n", 13), names(&[]));
         assert_eq!(hub.node_changes("m", 10), names(&["b"]));
+        assert_eq!(
+            hub.node_changes("n", 11),
+            None,
+            "asked from before what the agent last said it holds: the whole state"
+        );
     }
 
     #[test]
     fn an_agent_further_behind_than_the_journal_gets_the_whole_state() {
         let hub = Hub::new(0);
         for i in 1..=JOURNAL as u64 + 1 {
-            hub.publish(i, [nv("n", &format!("v{i}"))]);
+            hub.publish(i, [nv("n", &format!("v{i}")), nv("m", "v")]);
         }
         assert_eq!(hub.node_changes("n", 0), None);
         assert_eq!(hub.node_changes("n", 1).map(|v| v.len()), Some(JOURNAL));
+        assert_eq!(
+            hub.node_changes("m", JOURNAL as u64).map(|v| v.len()),
+            Some(1),
+            "each node keeps its own journal"
+        );
     }
 
     #[tokio::test(start_paused = true)]
