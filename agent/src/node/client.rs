@@ -54,6 +54,12 @@ impl ApiError {
     }
 
     /// Resending the same request cannot help (a bug on one side, or a bad token).
+    /// A 400: the server did not understand the request (an older server that does not
+    /// know a parameter).
+    pub fn is_bad_request(&self) -> bool {
+        matches!(self, Self::Refused { status: 400, .. })
+    }
+
     pub fn is_permanent(&self) -> bool {
         matches!(
             self,

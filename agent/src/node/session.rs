@@ -290,6 +290,8 @@ async fn desired_loop(link: &Link) {
     // changes since are asked for. Off until a whole state was applied.
     let mut holds = false;
     let mut whole_at = Instant::now();
+    // Off against a server that refuses `since` (older than the agent, during an upgrade).
+    let mut changes = true;
     loop {
         let Ok(generation) = registered.wait_for(|n| *n > 0).await.map(|n| *n) else {
             return;
@@ -304,7 +306,7 @@ async fn desired_loop(link: &Link) {
         if whole_at.elapsed() >= WHOLE_EVERY {
             holds = false;
         }
-        let since = holds.then_some(index);
+        let since = (holds && changes).then_some(index);
         let answer = tokio::select! {
             answer = link.client.desired(index, since, DESIRED_WAIT) => answer,
             () = link.refresh.notified() => {
@@ -361,6 +363,12 @@ async fn desired_loop(link: &Link) {
                         holds = false;
                     }
                 }
+            }
+            Err(e) if since.is_some() && e.is_bad_request() => {
+                tracing::warn!(
+                    "the server does not send desired-state changes ({e}); fetching the whole state at every change"
+                );
+                changes = false;
             }
             Err(e) => {
                 failures += 1;
