@@ -18,6 +18,8 @@ use crate::failure::{Exit, Failure};
 
 /// How long an ordinary request may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// Volumes per page of `GET /v1/volumes` (`csivol volume list`, name completion).
+pub const VOLUME_PAGE: usize = 1000;
 /// The longest single blocking query; longer waits are several of them.
 pub const MAX_BLOCK: Duration = Duration::from_secs(30);
 
@@ -103,6 +105,26 @@ impl Client {
             addr,
             token_source,
         })
+    }
+
+    /// `GET /v1/volumes` with `query` (filters, `k=v` each), page by page: the server
+    /// answers at most [`VOLUME_PAGE`] volumes at a time, and a shorter page is the last.
+    pub async fn volumes(&self, query: &[String]) -> anyhow::Result<Vec<csivol_api::Volume>> {
+        let mut all: Vec<csivol_api::Volume> = Vec::new();
+        loop {
+            let mut q = query.to_vec();
+            q.push(format!("limit={VOLUME_PAGE}"));
+            if let Some(last) = all.last() {
+                q.push(format!("after={}", last.name));
+            }
+            let page: Vec<csivol_api::Volume> =
+                self.get(&format!("/v1/volumes?{}", q.join("&"))).await?;
+            let done = page.len() < VOLUME_PAGE;
+            all.extend(page);
+            if done {
+                return Ok(all);
+            }
+        }
     }
 
     /// `GET path`.

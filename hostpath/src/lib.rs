@@ -43,7 +43,7 @@ pub struct Args {
     /// This node's id, reported by NodeGetInfo.
     #[arg(long)]
     pub node_id: String,
-    /// Directory for this instance's state (`node.json`, `calls.jsonl`).
+    /// Directory for this instance's state (`node/`, one file per volume; `calls.jsonl`).
     #[arg(long)]
     pub state_dir: PathBuf,
     /// The storage backend, shared by every plugin instance of one simulated cluster:

@@ -54,6 +54,12 @@ impl ApiError {
     }
 
     /// Resending the same request cannot help (a bug on one side, or a bad token).
+    /// A 400: the server did not understand the request (an older server that does not
+    /// know a parameter).
+    pub fn is_bad_request(&self) -> bool {
+        matches!(self, Self::Refused { status: 400, .. })
+    }
+
     pub fn is_permanent(&self) -> bool {
         matches!(
             self,
@@ -141,9 +147,15 @@ impl ApiClient {
     }
 
     /// A blocking query: answers when the desired state changed past `index`, or after
-    /// `wait` with the current one.
-    pub async fn desired(&self, index: u64, wait: Duration) -> Result<DesiredState, ApiError> {
-        (self.api.desired(&self.node, index, wait).await)
+    /// `wait` with the current one; only the volumes changed since `since` when given (and
+    /// the server can say which).
+    pub async fn desired(
+        &self,
+        index: u64,
+        since: Option<u64>,
+        wait: Duration,
+    ) -> Result<DesiredState, ApiError> {
+        (self.api.desired(&self.node, index, since, wait).await)
             .map_err(|e| ApiError::from_client("the desired-state query", e))
     }
 

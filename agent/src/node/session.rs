@@ -16,6 +16,9 @@ use super::core::{Core, FenceState};
 const DEFAULT_TTL: Duration = Duration::from_secs(30);
 /// How long one desired-state query may block on the server.
 const DESIRED_WAIT: Duration = Duration::from_secs(30);
+/// How often the desired state is fetched whole rather than as changes: what a change the
+/// server did not name by volume would otherwise leave stale is this old at most.
+const WHOLE_EVERY: Duration = Duration::from_secs(300);
 /// How often a fenced node that still holds something checks again whether it is clean.
 const FENCED_RECHECK: Duration = Duration::from_secs(1);
 /// Most reports in one request.
@@ -283,6 +286,12 @@ async fn desired_loop(link: &Link) {
     let mut seen = 0;
     let mut index = 0;
     let mut failures = 0u32;
+    // Whether the core's desired state is the server's as of `index`: then only the
+    // changes since are asked for. Off until a whole state was applied.
+    let mut holds = false;
+    let mut whole_at = Instant::now();
+    // Off against a server that refuses `since` (older than the agent, during an upgrade).
+    let mut changes = true;
     loop {
         let Ok(generation) = registered.wait_for(|n| *n > 0).await.map(|n| *n) else {
             return;
@@ -292,11 +301,17 @@ async fn desired_loop(link: &Link) {
         if generation != seen {
             seen = generation;
             index = 0;
+            holds = false;
         }
+        if whole_at.elapsed() >= WHOLE_EVERY {
+            holds = false;
+        }
+        let since = (holds && changes).then_some(index);
         let answer = tokio::select! {
-            answer = link.client.desired(index, DESIRED_WAIT) => answer,
+            answer = link.client.desired(index, since, DESIRED_WAIT) => answer,
             () = link.refresh.notified() => {
                 index = 0;
+                holds = false;
                 continue;
             }
         };
@@ -304,22 +319,36 @@ async fn desired_loop(link: &Link) {
             Ok(desired) => {
                 link.contact();
                 failures = 0;
-                index = desired.index;
-                if desired.status == Some(NodeStatus::Lost) {
+                let status = desired.status;
+                if status == Some(NodeStatus::Lost) {
                     // The server marked this node lost while it could not hear from it (a
                     // pause, a partition): its claims are blocked, not released, so this
                     // state does not list them. Acting on it would unmount volumes that
                     // workloads may still use. Register again with what is really mounted;
                     // the server resumes those claims and answers with a state to follow.
+                    // The core never saw this state: later changes must not apply to it.
+                    index = desired.index;
+                    holds = false;
                     link.reregister.notify_one();
                     continue;
                 }
-                if desired.status == Some(NodeStatus::Fenced) {
+                let (next_index, whole) = (desired.index, desired.changes.is_none());
+                if let Err(e) = link.core.apply_desired(desired) {
+                    tracing::warn!("{e}; fetching the whole desired state");
+                    index = 0;
+                    holds = false;
+                    continue;
+                }
+                index = next_index;
+                holds = true;
+                if whole {
+                    whole_at = Instant::now();
+                }
+                if status == Some(NodeStatus::Fenced) {
                     // The server fenced this node: its claims were force-released, so this
                     // state lists nothing and following it takes every leftover mount
                     // down. Nothing is published again. Once the node holds nothing it
                     // registers again, which tells the server so.
-                    link.core.set_desired(desired);
                     link.core.idle().await;
                     let now = link.core.registration(link.fence_after);
                     if now.published.is_empty() && now.staged.is_empty() {
@@ -331,10 +360,15 @@ async fn desired_loop(link: &Link) {
                         // Take-downs are being retried; look again shortly.
                         tokio::time::sleep(FENCED_RECHECK).await;
                         index = 0;
+                        holds = false;
                     }
-                    continue;
                 }
-                link.core.set_desired(desired);
+            }
+            Err(e) if since.is_some() && e.is_bad_request() => {
+                tracing::warn!(
+                    "the server does not send desired-state changes ({e}); fetching the whole state at every change"
+                );
+                changes = false;
             }
             Err(e) => {
                 failures += 1;

@@ -17,50 +17,126 @@ use super::store::sqlite::{
     slots_used,
 };
 
-/// Every volume (optionally filtered), with claims and attachments, in three queries.
+/// What a volume listing selects.
+#[derive(Debug, Clone, Default)]
+pub struct VolumeFilter {
+    pub state: Option<VolumeState>,
+    pub node: Option<String>,
+    pub plugin: Option<String>,
+}
+
+/// Volume rows read per step of a listing, with their claims and attachments: what a
+/// listing holds in memory at once, whatever the inventory.
+pub const LIST_CHUNK: usize = 500;
+
+/// The volumes after `after` (by name) that pass `filter`, at most `limit`, with their
+/// claims and attachments; each step reads [`LIST_CHUNK`] volumes and the claims and
+/// attachments of that name range (three queries). Fewer than `limit` means the end.
 pub fn list_volumes(
     conn: &Connection,
-    state: Option<VolumeState>,
-    node: Option<&str>,
-    plugin: Option<&str>,
+    filter: &VolumeFilter,
+    after: Option<&str>,
+    limit: usize,
 ) -> ApiResult<Vec<api::Volume>> {
+    let mut out = Vec::new();
+    let mut cursor = after.map(str::to_owned);
+    while out.len() < limit {
+        let (page, last) = volume_chunk(conn, filter, cursor.as_deref(), LIST_CHUNK)?;
+        let Some(last) = last else {
+            break;
+        };
+        out.extend(page);
+        cursor = Some(last);
+    }
+    out.truncate(limit);
+    Ok(out)
+}
+
+/// Every volume passing `filter`, `LIST_CHUNK` rows at a time, each step's volumes handed
+/// to `emit` (all within the caller's read transaction: one consistent view).
+pub fn each_volume_chunk(
+    conn: &Connection,
+    filter: &VolumeFilter,
+    mut emit: impl FnMut(Vec<api::Volume>) -> ApiResult<()>,
+) -> ApiResult<()> {
+    let mut cursor: Option<String> = None;
+    loop {
+        let (page, last) = volume_chunk(conn, filter, cursor.as_deref(), LIST_CHUNK)?;
+        let Some(last) = last else {
+            return Ok(());
+        };
+        emit(page)?;
+        cursor = Some(last);
+    }
+}
+
+/// Up to `rows` volumes after `after` that pass the plugin filter, then the state and node
+/// filters; with the name of the last row read (`None`: no row left).
+fn volume_chunk(
+    conn: &Connection,
+    filter: &VolumeFilter,
+    after: Option<&str>,
+    rows: usize,
+) -> ApiResult<(Vec<api::Volume>, Option<String>)> {
+    let sql = format!(
+        "SELECT {VOLUME_COLUMNS} FROM volumes WHERE name > ?1 \
+         AND (?2 IS NULL OR plugin = ?2) ORDER BY name LIMIT ?3"
+    );
+    // A range on the primary key, so each chunk starts where the last ended: `OR ?1 IS
+    // NULL` would make SQLite scan from the first name every time. No name is empty.
+    let after = after.unwrap_or("");
+    let volumes: Vec<VolumeRow> = conn
+        .prepare_cached(&sql)?
+        .query_map(
+            params![after, filter.plugin, rows as i64],
+            VolumeRow::from_row,
+        )?
+        .collect::<Result<_, _>>()?;
+    let Some(last) = volumes.last().map(|v| v.name.clone()) else {
+        return Ok((Vec::new(), None));
+    };
     let mut claims: HashMap<String, Vec<ClaimRow>> = HashMap::new();
-    let sql = format!("SELECT {CLAIM_COLUMNS} FROM claims ORDER BY created_at, alloc");
-    for c in conn.prepare(&sql)?.query_map([], ClaimRow::from_row)? {
+    let sql = format!(
+        "SELECT {CLAIM_COLUMNS} FROM claims WHERE volume > ?1 AND volume <= ?2 \
+         ORDER BY volume, created_at, alloc"
+    );
+    for c in conn
+        .prepare_cached(&sql)?
+        .query_map(params![after, last], ClaimRow::from_row)?
+    {
         let c = c?;
         claims.entry(c.volume.clone()).or_default().push(c);
     }
     let mut atts: HashMap<String, Vec<AttachmentRow>> = HashMap::new();
-    let sql = format!("SELECT {ATTACHMENT_COLUMNS} FROM attachments ORDER BY node");
-    for a in conn.prepare(&sql)?.query_map([], AttachmentRow::from_row)? {
+    let sql = format!(
+        "SELECT {ATTACHMENT_COLUMNS} FROM attachments WHERE volume > ?1 AND volume <= ?2 \
+         ORDER BY volume, node"
+    );
+    for a in conn
+        .prepare_cached(&sql)?
+        .query_map(params![after, last], AttachmentRow::from_row)?
+    {
         let a = a?;
         atts.entry(a.volume.clone()).or_default().push(a);
     }
-    let sql = format!(
-        "SELECT {VOLUME_COLUMNS} FROM volumes WHERE (?1 IS NULL OR plugin = ?1) ORDER BY name"
-    );
-    let mut out = Vec::new();
     let empty_c = Vec::new();
     let empty_a = Vec::new();
-    for v in conn
-        .prepare(&sql)?
-        .query_map([plugin], VolumeRow::from_row)?
-    {
-        let v = v?;
+    let mut out = Vec::with_capacity(volumes.len());
+    for v in volumes {
         let c = claims.get(&v.name).unwrap_or(&empty_c);
         let a = atts.get(&v.name).unwrap_or(&empty_a);
-        if let Some(n) = node
-            && !c.iter().any(|c| c.node == n)
-            && !a.iter().any(|a| a.node == n)
+        if let Some(n) = &filter.node
+            && !c.iter().any(|c| c.node == *n)
+            && !a.iter().any(|a| a.node == *n)
         {
             continue;
         }
-        if state.is_some_and(|s| s != v.state(c, a)) {
+        if filter.state.is_some_and(|s| s != v.state(c, a)) {
             continue;
         }
         out.push(v.to_api(c, a));
     }
-    Ok(out)
+    Ok((out, Some(last)))
 }
 
 /// Nodes with their plugins; `only` selects one.

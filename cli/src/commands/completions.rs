@@ -237,7 +237,7 @@ pub async fn names(ctx: &crate::ctx::Ctx, what: &str) -> anyhow::Result<Exit> {
         let nodes: Vec<csivol_api::Node> = ctx.client.get("/v1/nodes").await?;
         nodes.into_iter().map(|n| n.name).collect()
     } else {
-        let volumes: Vec<csivol_api::Volume> = ctx.client.get("/v1/volumes").await?;
+        let volumes = ctx.client.volumes(&[]).await?;
         volumes.into_iter().map(|v| v.name).collect()
     };
     for n in names {

@@ -106,8 +106,8 @@ pub async fn run(ctx: &Ctx, args: StatusArgs) -> anyhow::Result<Exit> {
 async fn once(ctx: &Ctx, args: &StatusArgs) -> anyhow::Result<Exit> {
     let volumes: Vec<Volume> = match (&args.volume, &args.node) {
         (Some(v), _) => vec![ctx.client.get(&format!("/v1/volumes/{v}")).await?],
-        (None, Some(n)) => ctx.client.get(&format!("/v1/volumes?node={n}")).await?,
-        (None, None) => ctx.client.get("/v1/volumes").await?,
+        (None, Some(n)) => ctx.client.volumes(&[format!("node={n}")]).await?,
+        (None, None) => ctx.client.volumes(&[]).await?,
     };
     if let (Some(_), false) = (&args.volume, args.blocked) {
         render::print_volume(&ctx.out, &volumes[0])?;

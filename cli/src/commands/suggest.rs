@@ -1,7 +1,7 @@
 //! "Did you mean": a volume or node that is not registered gets the closest registered
 //! name as its hint, the way cargo suggests a subcommand.
 
-use csivol_api::{Node, Volume};
+use csivol_api::Node;
 
 use crate::ctx::Ctx;
 use crate::failure::{Exit, Failure, classify};
@@ -24,7 +24,7 @@ pub async fn closest_name(ctx: &Ctx, err: anyhow::Error) -> anyhow::Error {
     let names: Vec<String> = match kind {
         "volume" => ctx
             .client
-            .get::<Vec<Volume>>("/v1/volumes")
+            .volumes(&[])
             .await
             .map(|vs| vs.into_iter().map(|v| v.name).collect()),
         _ => ctx

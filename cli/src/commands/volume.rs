@@ -120,12 +120,7 @@ async fn list(ctx: &Ctx, args: VolumeListArgs) -> anyhow::Result<Exit> {
     if let Some(n) = &args.node {
         query.push(format!("node={n}"));
     }
-    let path = if query.is_empty() {
-        "/v1/volumes".to_owned()
-    } else {
-        format!("/v1/volumes?{}", query.join("&"))
-    };
-    let vs: Vec<Volume> = ctx.client.get(&path).await?;
+    let vs: Vec<Volume> = ctx.client.volumes(&query).await?;
     if ctx.out.json_mode() {
         ctx.out.json(&vs)?;
     } else {

@@ -15,7 +15,7 @@ use tonic::{Code, Response, Status};
 
 use crate::faults::{CallLog, Faults, Rpc};
 use crate::mounts::MountMode;
-use crate::store::{AttachmentRecord, Backend, NodeState, Segment, VolumeRecord, write_json};
+use crate::store::{AttachmentRecord, Backend, NodeState, Segment, VolumeRecord};
 
 mod controller;
 mod identity;
@@ -140,7 +140,7 @@ pub struct Plugin {
     cfg: Config,
     backend: Backend,
     node: Mutex<NodeState>,
-    node_state_path: PathBuf,
+    state_dir: PathBuf,
     /// `<state-dir>/abnormal/<volume-id>`: a test writes a message there to make the
     /// volume's VOLUME_CONDITION abnormal with it (fault injection for conditions).
     abnormal_dir: PathBuf,
@@ -155,8 +155,7 @@ impl Plugin {
         state_dir: &Path,
         faults: Faults,
     ) -> io::Result<Self> {
-        let node_state_path = state_dir.join("node.json");
-        let node = crate::store::read_json(&node_state_path)?.unwrap_or_default();
+        let node = NodeState::load(state_dir, cfg.fsync)?;
         backend.announce_node(
             &cfg.node_id,
             &crate::store::NodeRecord {
@@ -169,7 +168,7 @@ impl Plugin {
             cfg,
             backend,
             node: Mutex::new(node),
-            node_state_path,
+            state_dir: state_dir.to_owned(),
             abnormal_dir: state_dir.join("abnormal"),
             faults,
             calls,
@@ -212,8 +211,10 @@ impl Plugin {
         result.map(Response::new)
     }
 
-    fn save_node(&self, state: &NodeState) -> Result<(), Status> {
-        write_json(&self.node_state_path, state, self.cfg.fsync)
+    /// Saves what a call changed: one volume's part of the node's state.
+    fn save_node(&self, state: &NodeState, volume_id: &str) -> Result<(), Status> {
+        state
+            .save_volume(&self.state_dir, volume_id, self.cfg.fsync)
             .map_err(|e| internal(e, "save node state"))
     }
 

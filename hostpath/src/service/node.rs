@@ -197,7 +197,7 @@ impl Plugin {
         let device = loopdev::attach(&self.backend.image(volume_id))
             .map_err(|e| internal(e, "attach a loop device"))?;
         state.devices.insert(volume_id.to_owned(), device.clone());
-        self.save_node(state)?;
+        self.save_node(state, volume_id)?;
         Ok(device)
     }
 
@@ -287,7 +287,7 @@ impl Plugin {
                 capability: cap,
             },
         );
-        self.save_node(&state)?;
+        self.save_node(&state, &volume.id)?;
         Ok(csi::NodeStageVolumeResponse {})
     }
 
@@ -331,7 +331,7 @@ impl Plugin {
             .detach(&path)
             .map_err(|e| internal(e, &format!("unmount {}", path.display())))?;
         if state.stagings.remove(&req.volume_id).is_some() {
-            self.save_node(&state)?;
+            self.save_node(&state, &req.volume_id)?;
         }
         Ok(csi::NodeUnstageVolumeResponse {})
     }
@@ -451,7 +451,7 @@ impl Plugin {
             }
         }
         state.publications.insert(target, wanted);
-        self.save_node(&state)?;
+        self.save_node(&state, &volume.id)?;
         Ok(csi::NodePublishVolumeResponse {})
     }
 
@@ -532,7 +532,7 @@ impl Plugin {
             if state.holds_nothing(&req.volume_id) && block && !self.cfg.stage {
                 self.release_block(&mut state, &req.volume_id)?;
             }
-            self.save_node(&state)?;
+            self.save_node(&state, &req.volume_id)?;
         }
         Ok(csi::NodeUnpublishVolumeResponse {})
     }

@@ -226,6 +226,67 @@ pub struct DesiredState {
     /// Volumes to grow on the node.
     #[serde(default)]
     pub expand: Vec<DesiredExpand>,
+    /// Set when this answer holds only the volumes changed since the agent's index
+    /// (`?since=`); absent when it is the whole state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub changes: Option<DesiredChanges>,
+}
+
+/// What a desired state sent as changes replaces.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DesiredChanges {
+    /// The index the changes are counted from: the state the agent holds.
+    pub since: u64,
+    /// The volumes whose entries (`publish`, `unpublish`, `unstage`, `expand`) the answer
+    /// replaces, by name; the entries of other volumes stand. `status` and
+    /// `controller_ops` are always whole.
+    pub volumes: Vec<String>,
+}
+
+/// A desired state sent as changes does not apply to the state held.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("the desired state holds index {held}, the changes are since {since}")]
+pub struct StaleChanges {
+    pub held: u64,
+    pub since: u64,
+}
+
+impl DesiredState {
+    /// Follows the server's answer: a whole state replaces this one; changes replace the
+    /// entries of the volumes they name, if they are counted from this state's index.
+    pub fn apply(&mut self, next: DesiredState) -> Result<(), StaleChanges> {
+        let Some(changes) = next.changes else {
+            *self = next;
+            return Ok(());
+        };
+        if changes.since != self.index {
+            return Err(StaleChanges {
+                held: self.index,
+                since: changes.since,
+            });
+        }
+        let mut volumes = changes.volumes;
+        volumes.sort_unstable();
+        let named = |v: &str| volumes.binary_search_by(|n| n.as_str().cmp(v)).is_ok();
+        self.publish.retain(|p| !named(&p.volume.volume));
+        self.publish.extend(next.publish);
+        self.publish
+            .sort_by(|a, b| (&a.volume.volume, &a.alloc).cmp(&(&b.volume.volume, &b.alloc)));
+        self.unpublish.retain(|u| !named(&u.volume));
+        self.unpublish.extend(next.unpublish);
+        self.unpublish
+            .sort_by(|a, b| (&a.volume, &a.alloc).cmp(&(&b.volume, &b.alloc)));
+        self.unstage.retain(|u| !named(&u.volume));
+        self.unstage.extend(next.unstage);
+        self.unstage.sort_by(|a, b| a.volume.cmp(&b.volume));
+        self.expand.retain(|e| !named(&e.volume));
+        self.expand.extend(next.expand);
+        self.expand.sort_by(|a, b| a.volume.cmp(&b.volume));
+        self.index = next.index;
+        self.status = next.status;
+        self.controller_ops = next.controller_ops;
+        Ok(())
+    }
 }
 
 /// `POST /v1/nodes/{node}/reports`: a batch of outcomes.
@@ -378,6 +439,48 @@ pub enum Report {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn unstage(volume: &str) -> DesiredUnstage {
+        DesiredUnstage {
+            volume: volume.into(),
+            plugin: "p".into(),
+            external_id: format!("e-{volume}"),
+        }
+    }
+
+    #[test]
+    fn changes_replace_the_entries_of_the_volumes_they_name() {
+        let mut held = DesiredState {
+            index: 5,
+            unstage: vec![unstage("a"), unstage("b"), unstage("c")],
+            ..DesiredState::default()
+        };
+        let changes = |since, volumes: &[&str], unstaged: &[&str]| DesiredState {
+            index: 9,
+            unstage: unstaged.iter().map(|v| unstage(v)).collect(),
+            changes: Some(DesiredChanges {
+                since,
+                volumes: volumes.iter().map(|v| v.to_string()).collect(),
+            }),
+            ..DesiredState::default()
+        };
+        // `b` is gone, `d` is new, `a` and `c` stand.
+        held.apply(changes(5, &["d", "b"], &["d"])).unwrap();
+        let left: Vec<_> = held.unstage.iter().map(|u| u.volume.as_str()).collect();
+        assert_eq!(left, ["a", "c", "d"]);
+        assert_eq!((held.index, &held.changes), (9, &None));
+
+        let stale = held.apply(changes(5, &["a"], &[])).unwrap_err();
+        assert_eq!(stale, StaleChanges { held: 9, since: 5 });
+        assert_eq!(held.unstage.len(), 3, "stale changes change nothing");
+
+        held.apply(DesiredState {
+            index: 10,
+            ..DesiredState::default()
+        })
+        .unwrap();
+        assert!(held.unstage.is_empty(), "a whole state replaces everything");
+    }
 
     #[test]
     fn reports_are_tagged() {

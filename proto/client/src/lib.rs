@@ -354,17 +354,21 @@ impl Client {
     }
 
     /// A blocking query: answers when the node's desired state changed past `index`, or
-    /// after `wait` with the current one.
+    /// after `wait` with the current one. With `since` (the index of the state the caller
+    /// holds), the answer may hold only the volumes changed since: apply it with
+    /// [`DesiredState::apply`].
     pub async fn desired(
         &self,
         node: &str,
         index: u64,
+        since: Option<u64>,
         wait: Duration,
     ) -> Result<DesiredState, Error> {
-        Ok(self
-            .watch(&format!("/v1/nodes/{node}/desired"), index, wait)
-            .await?
-            .body)
+        let path = match since {
+            Some(since) => format!("/v1/nodes/{node}/desired?since={since}"),
+            None => format!("/v1/nodes/{node}/desired"),
+        };
+        Ok(self.watch(&path, index, wait).await?.body)
     }
 
     pub async fn reports(&self, node: &str, batch: &ReportBatch) -> Result<(), Error> {

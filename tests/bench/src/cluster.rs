@@ -191,22 +191,16 @@ pub fn leftovers(backend: &Path, nodes: &[(String, PathBuf)], root: &Path) -> Ve
         }
     }
     for (name, dir) in nodes {
-        let state = dir.join("plugin").join("node.json");
-        if let Ok(text) = std::fs::read_to_string(&state) {
-            match serde_json::from_str::<serde_json::Value>(&text) {
-                Ok(v) => {
-                    for key in ["stagings", "publications"] {
-                        let left = v[key].as_object().map_or(0, serde_json::Map::len);
-                        if left > 0 {
-                            out.push(format!(
-                                "the plugin of {} still records {left} {key} in {}",
-                                name,
-                                state.display()
-                            ));
-                        }
-                    }
+        for (file, v) in plugin_node_state(&dir.join("plugin"), &mut out) {
+            let staged = !v["staging"].is_null();
+            let published = v["publications"].as_object().is_some_and(|m| !m.is_empty());
+            for (held, what) in [(staged, "staging"), (published, "publication")] {
+                if held {
+                    out.push(format!(
+                        "the plugin of {name} still records a {what} in {}",
+                        file.display()
+                    ));
                 }
-                Err(e) => out.push(format!("{}: {e}", state.display())),
             }
         }
         let mut markers = 0;
@@ -220,6 +214,33 @@ pub fn leftovers(backend: &Path, nodes: &[(String, PathBuf)], root: &Path) -> Ve
     }
     for m in csivol_tests::mounts_under(root) {
         out.push(format!("still mounted: {}", m.display()));
+    }
+    out
+}
+
+/// The reference plugin's per-volume state files (`<state-dir>/node/*.json`), parsed; a
+/// file that does not parse is reported in `errors`.
+pub fn plugin_node_state(
+    state_dir: &Path,
+    errors: &mut Vec<String>,
+) -> Vec<(PathBuf, serde_json::Value)> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(state_dir.join("node"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let path = entry.path();
+        if path.extension().is_none_or(|e| e != "json") {
+            continue;
+        }
+        match std::fs::read_to_string(&path)
+            .map_err(|e| e.to_string())
+            .and_then(|t| serde_json::from_str(&t).map_err(|e| e.to_string()))
+        {
+            Ok(v) => out.push((path, v)),
+            Err(e) => errors.push(format!("{}: {e}", path.display())),
+        }
     }
     out
 }
@@ -267,8 +288,8 @@ mod tests {
         };
         let nodes = vec![("node-1".to_owned(), node.clone())];
         write(
-            node.join("plugin/node.json"),
-            r#"{"stagings": {}, "publications": {}}"#,
+            node.join("plugin/node/other.json"),
+            r#"{"volume_id": "other", "device": "/dev/loop9"}"#,
         );
         std::fs::create_dir_all(backend.join("attachments/hostpath-000001")).unwrap();
         assert_eq!(
@@ -282,8 +303,8 @@ mod tests {
         );
         write(backend.join("by-node/node-1/hostpath-000001"), "");
         write(
-            node.join("plugin/node.json"),
-            r#"{"stagings": {"hostpath-000001": {}}, "publications": {}}"#,
+            node.join("plugin/node/hostpath-000001.json"),
+            r#"{"volume_id": "hostpath-000001", "staging": {}}"#,
         );
         write(
             node.join("agent/targets/vol/alloc/.csivol-hostpath"),
@@ -292,7 +313,7 @@ mod tests {
         let found = leftovers(&backend, &nodes, root.path());
         assert_eq!(found.len(), 4, "{found:#?}");
         assert!(found[0].contains("attachment"), "{found:#?}");
-        assert!(found[2].contains("1 stagings"), "{found:#?}");
+        assert!(found[2].contains("records a staging"), "{found:#?}");
         assert!(
             found[3].starts_with("1 volume(s) still presented"),
             "{found:#?}"

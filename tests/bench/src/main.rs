@@ -28,6 +28,7 @@ mod nodeloss;
 mod phases;
 mod procs;
 mod report;
+mod resident;
 mod sim;
 mod stats;
 mod volumes;
@@ -127,6 +128,10 @@ pub struct Args {
     /// Full mode: the agents' `node_concurrency` [default: the agent's default].
     #[arg(long)]
     pub node_concurrency: Option<u32>,
+    /// Ready claims held on every node during a second load phase: the report compares
+    /// the CPU per cycle of the two phases (0: one phase, none held).
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub resident: u32,
     /// Server mode: skip the node-loss figure.
     #[arg(long)]
     pub no_node_loss: bool,
@@ -231,7 +236,12 @@ impl Config {
 
     /// Every volume registered in the run.
     fn total_volumes(&self) -> u32 {
-        self.args.volumes.max(self.list_volumes)
+        self.args.volumes.max(self.list_volumes) + self.resident_volumes()
+    }
+
+    /// The volumes `--resident` adds: its claims each hold one.
+    fn resident_volumes(&self) -> u32 {
+        self.args.resident * self.nodes
     }
 
     /// The longest a run may take before it stops itself.

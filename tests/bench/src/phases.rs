@@ -15,6 +15,7 @@ use super::load::{self, LoadResult, LoadSpec};
 use super::nodeloss::{self, NodeLoss};
 use super::procs::{self, Bins, Server};
 use super::report::{self, KillCheck, MemoryPoint, Report};
+use super::resident;
 use super::sim::SimCluster;
 use super::stats::{self, cpu_time, cpu_time_of, load_average, peak_rss_mib, rss_mib};
 use super::volumes::{self, ListFigure};
@@ -182,6 +183,8 @@ pub struct Outcome {
     pub load_average_start: Option<f64>,
     pub floor: Floor,
     pub load: LoadFigures,
+    /// The second load, with `--resident` claims held on every node.
+    pub resident_load: Option<LoadFigures>,
     pub server_memory: Vec<MemoryPoint>,
     pub server_rss_mib: Option<f64>,
     pub agent_rss_mib: Option<f64>,
@@ -219,6 +222,19 @@ pub async fn execute(cfg: &Config) -> anyhow::Result<Report> {
     let load = measure_load(&run, &http, &spec, &say).await;
     findings.errors.extend(load.result.errors.iter().cloned());
     server_memory.push(run.memory("load"));
+    let resident_load = if a.resident > 0 {
+        let figures = resident_phase(cfg, &run, &http, &spec, &node_names, &say).await?;
+        findings
+            .errors
+            .extend(figures.result.errors.iter().cloned());
+        findings
+            .errors
+            .extend((figures.result.lost.iter()).map(|l| format!("resident phase: lost {l}")));
+        server_memory.push(run.memory("resident"));
+        Some(figures)
+    } else {
+        None
+    };
 
     // Node loss → blocked (server mode).
     let mut node_loss = None;
@@ -293,6 +309,7 @@ pub async fn execute(cfg: &Config) -> anyhow::Result<Report> {
             load_average_start,
             floor,
             load,
+            resident_load,
             server_memory,
             server_rss_mib,
             agent_rss_mib,
@@ -518,6 +535,35 @@ async fn measure_load(run: &Run, http: &Http, spec: &LoadSpec, say: &Say) -> Loa
         after,
         requests,
     }
+}
+
+/// Phase 4b (`--resident N`): N ready claims on every node, the same load again with them
+/// held, then their release; returns the second load's figures.
+async fn resident_phase(
+    cfg: &Config,
+    run: &Run,
+    http: &Http,
+    spec: &LoadSpec,
+    nodes: &[String],
+    say: &Say,
+) -> anyhow::Result<LoadFigures> {
+    let residents = resident::plan(nodes, cfg.args.resident);
+    say.say(format!(
+        "resident: {} ready claims on each of {} nodes ({} volumes)",
+        cfg.args.resident,
+        nodes.len(),
+        residents.len()
+    ));
+    let timeout = Duration::from_secs(60) + Duration::from_millis(residents.len() as u64 * 20);
+    resident::hold(http, &residents, cfg.full(), timeout).await?;
+    let spec = LoadSpec {
+        alloc_prefix: "resident-load".to_owned(),
+        ..spec.clone()
+    };
+    let figures = measure_load(run, http, &spec, say).await;
+    say.say("resident: releasing the resident claims");
+    resident::release(http, &residents, timeout).await?;
+    Ok(figures)
 }
 
 /// Phase 5: nothing held anywhere once the last detaches are through, in the server and on

@@ -4,7 +4,7 @@ use serde::Serialize;
 
 use super::Config;
 use super::floor::{self, CycleFloor, Floor};
-use super::phases::{self, Outcome};
+use super::phases::{self, LoadFigures, Outcome};
 use super::stats::{self, Dist, load_average};
 
 /// Everything a run measured. Field names are the `--json` schema; the keys issue 7 asks
@@ -81,10 +81,15 @@ pub struct Report {
     /// simulated nodes' (heartbeats, blocking queries, reports) too.
     pub bench_requests_per_cycle: Option<f64>,
 
+    /// `--resident N`: the same load again with N ready claims held on every node.
+    pub resident: Option<ResidentFigures>,
+
     pub list_volumes_ms: Option<f64>,
     pub list_volumes_max_ms: Option<f64>,
     pub list_volumes_count: Option<usize>,
     pub list_volumes_bytes: Option<usize>,
+    /// The same list page by page (`?limit=1000&after=`), as the CLI reads it.
+    pub list_volumes_paged_ms: Option<f64>,
     pub node_loss_blocked_s: Option<f64>,
     pub node_loss_excess_s: Option<f64>,
     pub node_loss_claims: Option<usize>,
@@ -105,6 +110,51 @@ pub struct Report {
 
     pub floor: Floor,
     pub cycle_floor: CycleFloor,
+}
+
+/// The second load of a `--resident N` run, and its cost against the first load's.
+#[derive(Debug, Clone, Serialize)]
+pub struct ResidentFigures {
+    /// Ready claims held on every node during this load.
+    pub per_node: u32,
+    pub cycles: u64,
+    pub cycles_per_second: f64,
+    pub claim_ready_p50_ms: Option<f64>,
+    pub claim_ready_p99_ms: Option<f64>,
+    pub cpu_s_per_cycle: Option<f64>,
+    pub server_cpu_s_per_cycle: Option<f64>,
+    pub agents_cpu_s_per_cycle: Option<f64>,
+    pub plugins_cpu_s_per_cycle: Option<f64>,
+    pub bench_cpu_s_per_cycle: Option<f64>,
+    /// CPU per cycle with the resident claims over the first load's: every csivol process
+    /// in full mode, the server in server mode (the simulated nodes are the benchmark's).
+    pub cpu_ratio: Option<f64>,
+}
+
+impl ResidentFigures {
+    fn new(per_node: u32, full: bool, first: &LoadFigures, load: &LoadFigures) -> Self {
+        let elapsed = load.result.elapsed.as_secs_f64();
+        let claim = Dist::new(load.result.samples.iter().map(|s| s.claim_ready).collect());
+        let group = |c: &phases::Cpu| if full { c.csivol } else { c.server };
+        let cpu_ratio = (|| Some(load.per_cycle(group)? / first.per_cycle(group)?))();
+        Self {
+            per_node,
+            cycles: load.cycles(),
+            cycles_per_second: if elapsed > 0.0 {
+                load.cycles() as f64 / elapsed
+            } else {
+                0.0
+            },
+            claim_ready_p50_ms: claim.p50(),
+            claim_ready_p99_ms: claim.p99(),
+            cpu_s_per_cycle: load.per_cycle(|c| c.csivol),
+            server_cpu_s_per_cycle: load.per_cycle(|c| c.server),
+            agents_cpu_s_per_cycle: full.then(|| load.per_cycle(|c| c.agents)).flatten(),
+            plugins_cpu_s_per_cycle: full.then(|| load.per_cycle(|c| c.plugins)).flatten(),
+            bench_cpu_s_per_cycle: load.per_cycle(|c| c.bench),
+            cpu_ratio,
+        }
+    }
 }
 
 /// One of issue 7's targets, against this run's figure.
@@ -137,6 +187,18 @@ impl Target {
 /// --mount none` and `--mode server --nodes 1000` (RSS: 10,000 nodes, 100,000 volumes) on
 /// a 2-core machine; other settings are compared all the same, for orientation.
 pub fn targets(r: &Report) -> Vec<Target> {
+    let mut targets = mode_targets(r);
+    if let Some(res) = &r.resident {
+        targets.push(Target::at_most(
+            "CPU per cycle with resident claims within 1.2x of the figure without (issue 18)",
+            res.cpu_ratio,
+            1.2,
+        ));
+    }
+    targets
+}
+
+fn mode_targets(r: &Report) -> Vec<Target> {
     if r.mode == "full" {
         vec![
             Target::at_least(
@@ -350,12 +412,33 @@ impl Report {
                 .collect::<Vec<_>>()
                 .join("\n                         ")
         ));
+        if let Some(r) = &self.resident {
+            let ms = |v: Option<f64>| opt(v.map(|v| v * 1000.0), " ms");
+            line(format!(
+                "  with {} ready claims resident per node: {} cycles = {:.0} cycles/s; claim → ready p50 {} p99 {}",
+                r.per_node,
+                r.cycles,
+                r.cycles_per_second,
+                opt(r.claim_ready_p50_ms, " ms"),
+                opt(r.claim_ready_p99_ms, " ms"),
+            ));
+            line(format!(
+                "                         CPU per cycle {}: server {}, agents {}, plugins {}; benchmark {}; {} the figure without them",
+                ms(r.cpu_s_per_cycle),
+                ms(r.server_cpu_s_per_cycle),
+                ms(r.agents_cpu_s_per_cycle),
+                ms(r.plugins_cpu_s_per_cycle),
+                ms(r.bench_cpu_s_per_cycle),
+                ratio(r.cpu_ratio),
+            ));
+        }
         if let Some(ms) = self.list_volumes_ms {
             line(format!(
-                "  GET /v1/volumes        {ms:.1} ms for {} volumes ({:.1} MiB; max {})",
+                "  GET /v1/volumes        {ms:.1} ms for {} volumes ({:.1} MiB; max {}); in pages of 1,000: {}",
                 self.list_volumes_count.unwrap_or(0),
                 self.list_volumes_bytes.unwrap_or(0) as f64 / (1024.0 * 1024.0),
                 opt(self.list_volumes_max_ms, " ms"),
+                opt(self.list_volumes_paged_ms, " ms"),
             ));
         }
         if let Some(s) = self.node_loss_blocked_s {
@@ -420,6 +503,7 @@ pub fn assemble(cfg: &Config, o: Outcome) -> Report {
         load_average_start,
         floor,
         load,
+        resident_load,
         server_memory,
         server_rss_mib,
         agent_rss_mib,
@@ -509,10 +593,14 @@ pub fn assemble(cfg: &Config, o: Outcome) -> Report {
         bench_requests_per_cycle: (cycles > 0).then(|| load.requests as f64 / cycles as f64),
         agents_cpu_s_per_cycle: full.then(|| load.per_cycle(|c| c.agents)).flatten(),
         plugins_cpu_s_per_cycle: full.then(|| load.per_cycle(|c| c.plugins)).flatten(),
+        resident: resident_load
+            .as_ref()
+            .map(|l| ResidentFigures::new(a.resident, full, &load, l)),
         list_volumes_ms: list.as_ref().map(|l| l.p50_ms),
         list_volumes_max_ms: list.as_ref().map(|l| l.max_ms),
         list_volumes_count: list.as_ref().map(|l| l.count),
         list_volumes_bytes: list.as_ref().map(|l| l.bytes),
+        list_volumes_paged_ms: list.as_ref().and_then(|l| l.paged_ms),
         node_loss_blocked_s: node_loss.as_ref().map(|n| n.blocked_s),
         node_loss_excess_s: node_loss
             .as_ref()

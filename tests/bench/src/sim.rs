@@ -163,11 +163,23 @@ impl SimNode {
         let path = format!("/v1/nodes/{}/desired", self.name);
         let mut index = 0;
         let mut failures = 0u32;
+        // Off against a server that does not know `since` (an older csivol-agent run with
+        // `--bin-dir`, for before/after figures).
+        let mut changes = true;
         loop {
-            let desired = self
-                .http
-                .get_blocking(&path, index)
-                .await
+            // Like an agent, ask for the changes since the state last seen (index 0: the
+            // whole state). Planning is idempotent over what the node holds, so a node that
+            // acted on every earlier answer needs only the changes.
+            let path = match index {
+                since if since > 0 && changes => format!("{path}?since={since}"),
+                _ => path.clone(),
+            };
+            let answer = self.http.get_blocking(&path, index).await;
+            if changes && index > 0 && answer.as_ref().is_ok_and(|r| r.status == 400) {
+                changes = false;
+                continue;
+            }
+            let desired = answer
                 .and_then(|r| r.expect("desired state", &[200]))
                 .and_then(|r| r.json::<DesiredState>());
             let desired = match desired {

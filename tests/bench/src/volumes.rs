@@ -34,6 +34,7 @@ pub async fn create_with(
     access_mode: AccessMode,
 ) -> anyhow::Result<()> {
     let total = names.len();
+    let wanted: std::collections::HashSet<String> = names.iter().cloned().collect();
     let op = http.clone();
     let results = concurrently(names, 32, move |name| {
         let http = op.clone();
@@ -62,7 +63,9 @@ pub async fn create_with(
     }
     let deadline = Instant::now() + timeout;
     loop {
-        let volumes: Vec<api::Volume> = http.get("/v1/volumes").await?.json()?;
+        let mut volumes: Vec<api::Volume> = http.get("/v1/volumes").await?.json()?;
+        // Only these volumes count: others of the run may be free already.
+        volumes.retain(|v| wanted.contains(v.name.as_str()));
         if let Some(v) = volumes.iter().find(|v| v.state == VolumeState::Failed) {
             bail!(
                 "creating volume {} failed: {}",
@@ -196,6 +199,34 @@ pub struct ListFigure {
     pub bytes: usize,
     /// What the listing shows still held (nothing, after a clean run).
     pub held: Vec<String>,
+    /// The same list page by page as the CLI reads it (`?limit=1000&after=`), end to end;
+    /// `None` when the server does not page.
+    pub paged_ms: Option<f64>,
+}
+
+/// Volumes per page of the paged listing, as the CLI asks.
+const PAGE: usize = 1000;
+
+/// Lists every volume page by page; `None` when the server refuses `limit`.
+async fn list_paged(http: &Http) -> anyhow::Result<Option<usize>> {
+    let mut count = 0;
+    let mut after: Option<String> = None;
+    loop {
+        let path = match &after {
+            Some(a) => format!("/v1/volumes?limit={PAGE}&after={a}"),
+            None => format!("/v1/volumes?limit={PAGE}"),
+        };
+        let r = http.get(&path).await?;
+        if r.status == 400 && after.is_none() {
+            return Ok(None);
+        }
+        let page: Vec<api::Volume> = r.expect("GET /v1/volumes?limit=", &[200])?.json()?;
+        count += page.len();
+        if page.len() < PAGE {
+            return Ok(Some(count));
+        }
+        after = page.last().map(|v| v.name.clone());
+    }
 }
 
 pub async fn time_list(http: &Http, samples: u32) -> anyhow::Result<ListFigure> {
@@ -211,6 +242,17 @@ pub async fn time_list(http: &Http, samples: u32) -> anyhow::Result<ListFigure> 
         last = r.body;
     }
     let volumes: Vec<api::Volume> = serde_json::from_slice(&last)?;
+    let start = Instant::now();
+    let paged = list_paged(http).await?;
+    let paged_ms = paged.map(|_| start.elapsed().as_secs_f64() * 1000.0);
+    if let Some(n) = paged
+        && n != volumes.len()
+    {
+        bail!(
+            "the paged listing found {n} volumes, the whole one {}",
+            volumes.len()
+        );
+    }
     let d = Dist::new(times);
     Ok(ListFigure {
         p50_ms: d.p50().unwrap_or(0.0),
@@ -218,6 +260,7 @@ pub async fn time_list(http: &Http, samples: u32) -> anyhow::Result<ListFigure> 
         count: volumes.len(),
         bytes: last.len(),
         held: not_free(&volumes),
+        paged_ms,
     })
 }
 

@@ -59,13 +59,18 @@ async fn a_node_registers_heartbeats_polls_and_reports_through_typed_calls() {
     // Nothing to do, and nothing changes: the blocking query answers after its wait, with
     // the same index, within the request deadline on top of the wait.
     let first = node
-        .desired("n1", 0, Duration::from_millis(10))
+        .desired("n1", 0, None, Duration::from_millis(10))
         .await
         .unwrap();
     assert!(first.publish.is_empty() && first.controller_ops.is_empty());
     let asked = Instant::now();
     let again = node
-        .desired("n1", first.index, Duration::from_millis(500))
+        .desired(
+            "n1",
+            first.index,
+            Some(first.index),
+            Duration::from_millis(500),
+        )
         .await
         .unwrap();
     assert!(
@@ -74,6 +79,14 @@ async fn a_node_registers_heartbeats_polls_and_reports_through_typed_calls() {
         asked.elapsed()
     );
     assert_eq!(again.index, first.index);
+    // Asked for the changes since the state it holds: none.
+    assert_eq!(
+        again.changes,
+        Some(csivol_api::DesiredChanges {
+            since: first.index,
+            volumes: vec![]
+        })
+    );
 
     node.reports("n1", &ReportBatch { reports: vec![] })
         .await

@@ -4,12 +4,12 @@
 //! [`Core::set_desired`] and the reports it would send come out of a channel, so tests
 //! drive it directly.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use csivol_api::{ClaimRef, DesiredState, RegisterRequest, Report};
+use csivol_api::{ClaimRef, DesiredState, RegisterRequest, Report, StaleChanges};
 use tokio::sync::{mpsc, watch};
 
 mod jobs;
@@ -58,6 +58,33 @@ struct Shared {
     desired: watch::Receiver<Arc<DesiredState>>,
     /// The last volume condition reported per published claim.
     conditions: std::sync::Mutex<HashMap<ClaimRef, bool>>,
+    /// Which volumes' desired entries changed since the loop last looked. Updated under
+    /// its lock together with the desired state, so that the loop takes both or neither.
+    changed: std::sync::Mutex<Changed>,
+}
+
+/// Volumes whose desired entries or records changed: the ones a scan looks at.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(super) struct Changed {
+    /// Every volume (a whole desired state, a resync, a fence).
+    pub all: bool,
+    pub volumes: BTreeSet<String>,
+}
+
+impl Changed {
+    pub fn everything() -> Self {
+        Self {
+            all: true,
+            volumes: BTreeSet::new(),
+        }
+    }
+
+    pub fn merge(&mut self, other: Changed) {
+        self.all |= other.all;
+        if !self.all {
+            self.volumes.extend(other.volumes);
+        }
+    }
 }
 
 impl Shared {
@@ -209,6 +236,7 @@ impl Core {
             reports: tx,
             desired: desired_rx.clone(),
             conditions: std::sync::Mutex::default(),
+            changed: std::sync::Mutex::default(),
         });
         recover(&shared, rebooted).await;
         let fence = shared.store.open_fence().await?;
@@ -298,9 +326,45 @@ impl Core {
         }
     }
 
-    /// Gives the loop the server's latest desired state.
-    pub fn set_desired(&self, desired: DesiredState) {
-        self.desired.send_replace(Arc::new(desired));
+    /// Gives the loop the server's latest desired state; every volume is looked at again.
+    pub fn set_desired(&self, mut desired: DesiredState) {
+        desired.changes = None;
+        self.apply_desired(desired)
+            .expect("a whole desired state always applies");
+    }
+
+    /// Follows the server's answer: a whole desired state replaces the one the loop has;
+    /// changes are applied to it in place (`DesiredState::apply`), and the loop then looks
+    /// only at the volumes they name. Changes counted from another index than the state's
+    /// are refused, and nothing changes.
+    pub fn apply_desired(&self, next: DesiredState) -> Result<(), StaleChanges> {
+        let touched = match &next.changes {
+            None => Changed::everything(),
+            Some(c) => Changed {
+                all: false,
+                volumes: c.volumes.iter().cloned().collect(),
+            },
+        };
+        let mut changed = self
+            .shared
+            .changed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let mut result = Ok(());
+        // Nobody else holds the state (the loop and the workers read it in place), so
+        // `make_mut` changes it without a copy.
+        self.desired
+            .send_if_modified(|d| match Arc::make_mut(d).apply(next) {
+                Ok(()) => true,
+                Err(e) => {
+                    result = Err(e);
+                    false
+                }
+            });
+        if result.is_ok() {
+            changed.merge(touched);
+        }
+        result
     }
 
     /// Re-checks everything now, as the periodic resync does.

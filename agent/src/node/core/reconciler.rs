@@ -14,7 +14,7 @@ use crate::node::plan::{self, Memo, VolumeDesired};
 use crate::node::store::{PublicationRecord, PublishState, StageState, StagingRecord, now_ms};
 
 use super::jobs::{JobContext, Outcome, check_conditions, run_expand, run_job, run_op};
-use super::{Control, FenceState, Shared};
+use super::{Changed, Control, FenceState, Shared};
 
 #[derive(Debug)]
 struct Backoff {
@@ -25,10 +25,14 @@ struct Backoff {
 /// The loop's state: the latest desired state, what runs, and what was already said.
 pub(super) struct Reconciler {
     shared: Arc<Shared>,
+    /// The latest desired state, read in place (not held: the session applies the
+    /// server's changes to it without a copy while nobody holds it).
     desired_rx: watch::Receiver<Arc<DesiredState>>,
     control_rx: mpsc::UnboundedReceiver<Control>,
     fence_tx: watch::Sender<FenceState>,
-    desired: Arc<DesiredState>,
+    /// Set when the desired state at hand must not be followed (after a self-fence, until
+    /// a fresh one arrives): an empty one is followed instead.
+    blank: bool,
     fence: FenceState,
     workers: JoinSet<Outcome>,
     running: HashMap<tokio::task::Id, String>,
@@ -51,6 +55,9 @@ pub(super) struct Reconciler {
     down_waiters: Vec<tokio::sync::oneshot::Sender<()>>,
     /// The volume-condition check a resync started, while it runs.
     conditions: Option<tokio::task::JoinHandle<()>>,
+    /// The volumes the next scan looks at: those whose desired entries changed or whose
+    /// worker finished (or all), besides those whose retry is due.
+    dirty: Changed,
 }
 
 impl Reconciler {
@@ -61,10 +68,9 @@ impl Reconciler {
         fence_tx: watch::Sender<FenceState>,
         fence: FenceState,
     ) -> Self {
-        let desired = Arc::clone(&desired_rx.borrow());
         Self {
             shared,
-            desired,
+            blank: false,
             desired_rx,
             control_rx,
             fence_tx,
@@ -85,7 +91,20 @@ impl Reconciler {
             taking_down: false,
             down_waiters: Vec::new(),
             conditions: None,
+            dirty: Changed::everything(),
         }
+    }
+
+    /// Takes the latest desired state with the volumes changed in it, together.
+    fn take_desired(&mut self) {
+        let mut changed = self
+            .shared
+            .changed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        self.desired_rx.mark_unchanged();
+        self.blank = false;
+        self.dirty.merge(std::mem::take(&mut *changed));
     }
 
     pub(super) async fn run(mut self) {
@@ -124,7 +143,7 @@ impl Reconciler {
                     if changed.is_err() {
                         return;
                     }
-                    self.desired = Arc::clone(&self.desired_rx.borrow_and_update());
+                    self.take_desired();
                     started = true;
                 }
                 Some(done) = self.workers.join_next_with_id() => self.finished(done),
@@ -132,6 +151,7 @@ impl Reconciler {
                 control = self.control_rx.recv() => match control {
                     None => return,
                     Some(Control::Fence(f)) => {
+                        self.dirty = Changed::everything();
                         self.fence = FenceState::TearingDown(f);
                         self.fence_tx.send_replace(self.fence.clone());
                         started = true;
@@ -143,21 +163,23 @@ impl Reconciler {
                         // A desired state from before the fence may be stale: the server
                         // may have given the volumes to another node since. Wait for one
                         // fetched after the server heard of the fence.
-                        self.desired_rx.borrow_and_update();
-                        self.desired = Arc::new(DesiredState::default());
+                        self.take_desired();
+                        self.blank = true;
+                        self.dirty = Changed::everything();
                         started = false;
                     }
                     Some(Control::Resync) => self.resync(),
                     Some(Control::TakeDown(tx)) => {
                         tracing::info!("taking down every volume on this node before stopping");
                         self.taking_down = true;
+                        self.dirty = Changed::everything();
                         self.down_waiters.push(tx);
                         started = true;
                     }
                     Some(Control::Idle(tx)) => {
                         // A desired state sent before this request counts as seen.
                         if self.desired_rx.has_changed().unwrap_or(false) {
-                            self.desired = Arc::clone(&self.desired_rx.borrow_and_update());
+                            self.take_desired();
                             started = true;
                         }
                         if started {
@@ -179,6 +201,7 @@ impl Reconciler {
         self.memo.unpublished.clear();
         self.memo.unstaged.clear();
         self.verify = true;
+        self.dirty = Changed::everything();
         if self.conditions.as_ref().is_none_or(|t| t.is_finished()) {
             self.conditions = Some(tokio::spawn(check_conditions(Arc::clone(&self.shared))));
         }
@@ -191,6 +214,7 @@ impl Reconciler {
                 let volume = self.running.remove(&e.id()).unwrap_or_default();
                 tracing::error!(volume, "volume worker failed: {e}");
                 self.busy.remove(&volume);
+                self.dirty.volumes.insert(volume.clone());
                 self.backoff.insert(
                     volume,
                     Backoff {
@@ -203,6 +227,7 @@ impl Reconciler {
         };
         self.running.remove(&id);
         self.busy.remove(&out.volume);
+        self.dirty.volumes.insert(out.volume.clone());
         let claim = |alloc: &str| ClaimRef {
             volume: out.volume.clone(),
             alloc: alloc.to_owned(),
@@ -244,8 +269,13 @@ impl Reconciler {
         let now = Instant::now();
         let none = DesiredState::default();
         let fenced = self.fence != FenceState::No || self.taking_down;
-        let latest = Arc::clone(&self.desired);
-        let desired = if fenced { &none } else { &*latest };
+        let rx = self.desired_rx.clone();
+        let latest = rx.borrow();
+        let desired = if fenced || self.blank {
+            &none
+        } else {
+            &**latest
+        };
         let mut by_volume: BTreeMap<&str, VolumeDesired<'_>> = BTreeMap::new();
         for p in &desired.publish {
             by_volume
@@ -262,18 +292,17 @@ impl Reconciler {
         }
 
         // Forget what concerns entries the server no longer lists.
-        let listed: HashSet<ClaimRef> = desired
+        // Borrowed, not cloned: this runs at every wake-up, over every claim on the node.
+        let listed: HashSet<(&str, &str)> = desired
             .publish
             .iter()
-            .map(|p| ClaimRef {
-                volume: p.volume.volume.clone(),
-                alloc: p.alloc.clone(),
-            })
+            .map(|p| (p.volume.volume.as_str(), p.alloc.as_str()))
             .collect();
-        self.memo.published.retain(|c| listed.contains(c));
-        self.failed.retain(|c| listed.contains(c));
-        self.since.retain(|c, _| listed.contains(c));
-        self.last_errors.retain(|c, _| listed.contains(c));
+        let is_listed = |c: &ClaimRef| listed.contains(&(c.volume.as_str(), c.alloc.as_str()));
+        self.memo.published.retain(is_listed);
+        self.failed.retain(is_listed);
+        self.since.retain(|c, _| is_listed(c));
+        self.last_errors.retain(|c, _| is_listed(c));
         self.memo.unpublished.retain(|c| {
             desired
                 .unpublish
@@ -286,11 +315,22 @@ impl Reconciler {
 
         let shared = Arc::clone(&self.shared);
         let store = &shared.store;
-        let mut volumes: BTreeSet<String> = store.volumes();
-        volumes.extend(by_volume.keys().map(|v| (*v).to_owned()));
-        let busy = &self.busy;
-        self.backoff
-            .retain(|v, _| volumes.contains(v) || busy.contains(v));
+        // Only volumes whose desired entries or records may have changed, or whose retry
+        // is due, can need a job: a wake-up costs what changed, not what the node holds.
+        let dirty = std::mem::take(&mut self.dirty);
+        let volumes: BTreeSet<String> = if dirty.all {
+            let mut all = store.volumes();
+            all.extend(by_volume.keys().map(|v| (*v).to_owned()));
+            let busy = &self.busy;
+            self.backoff
+                .retain(|v, _| all.contains(v) || busy.contains(v));
+            all
+        } else {
+            let due = self.backoff.iter().filter(|(_, b)| b.at <= now);
+            let mut some = dirty.volumes;
+            some.extend(due.map(|(v, _)| v.clone()));
+            some
+        };
         // A resync checks every record against the mount table (node truth).
         let checker = if std::mem::take(&mut self.verify) {
             shared
@@ -375,7 +415,6 @@ impl Reconciler {
         if fenced {
             return;
         }
-        let desired = Arc::clone(&self.desired);
         self.ops_started
             .retain(|(id, _)| desired.controller_ops.iter().any(|o| o.id == *id));
         let now_ms = now_ms();
@@ -446,9 +485,15 @@ impl Reconciler {
             .filter(|(v, b)| !self.busy.contains(*v) && b.at > now)
             .map(|(_, b)| b.at);
         let now_ms = now_ms();
+        let rx = self.desired_rx.clone();
+        let latest = rx.borrow();
+        let desired = if self.blank {
+            &DesiredState::default()
+        } else {
+            &**latest
+        };
         let ops = if self.fence == FenceState::No {
-            let expands = self
-                .desired
+            let expands = desired
                 .expand
                 .iter()
                 .filter(|e| {
@@ -457,7 +502,7 @@ impl Reconciler {
                         .contains(&(e.volume.clone(), e.attempt, e.capacity_bytes))
                 })
                 .map(|e| e.not_before_ms);
-            self.desired
+            desired
                 .controller_ops
                 .iter()
                 .filter(|o| !self.ops_started.contains(&(o.id, o.attempt)))

@@ -157,16 +157,19 @@ pub(super) async fn unstage(shared: &Shared, rec: &StagingRecord) -> Result<(), 
 
 /// Removes a directory the agent created, if it is empty and not a mount point. Never
 /// recursive: below a target or staging path may be a volume's data.
+///
+/// No mount table is read for it: Linux refuses to remove a mount point (`EBUSY`), which
+/// is the same answer `/proc/self/mountinfo` would give, for one syscall instead of reading
+/// and parsing the whole table per directory.
 fn remove_empty_dir(path: &Path) {
-    if mounts::is_mount_point(path).unwrap_or(true) {
-        return;
-    }
     match std::fs::remove_dir(path) {
         Ok(()) => {}
         Err(e)
             if matches!(
                 e.kind(),
-                std::io::ErrorKind::NotFound | std::io::ErrorKind::DirectoryNotEmpty
+                std::io::ErrorKind::NotFound
+                    | std::io::ErrorKind::DirectoryNotEmpty
+                    | std::io::ErrorKind::ResourceBusy
             ) => {}
         Err(e) => tracing::debug!(path = %path.display(), "failed to remove: {e}"),
     }

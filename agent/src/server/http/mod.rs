@@ -296,7 +296,14 @@ struct VolumeFilter {
     state: Option<String>,
     node: Option<String>,
     plugin: Option<String>,
+    /// One page of at most this many volumes; the next page starts `after` the last one's
+    /// name, and a page shorter than `limit` is the last.
+    limit: Option<usize>,
+    after: Option<String>,
 }
+
+/// The largest page of `GET /v1/volumes?limit=`.
+const MAX_PAGE: usize = 10_000;
 
 /// `GET /v1/controller-findings`: what controller-side reconciliation found and a second
 /// listing confirmed (leaked and missing attachments, abnormal volumes).
@@ -330,11 +337,14 @@ async fn controller_findings(
     ))
 }
 
+/// `GET /v1/volumes`: one page (`?limit=&after=`), or every volume streamed as one JSON
+/// array from one read transaction, a chunk of volumes at a time, so that memory stays
+/// flat whatever the inventory.
 async fn list_volumes(
     State(app): State<App>,
     headers: HeaderMap,
     Q(f): Q<VolumeFilter>,
-) -> ApiResult<Json<Vec<api::Volume>>> {
+) -> ApiResult<Response> {
     app.caller(&headers)?.require_reader()?;
     let state = match &f.state {
         Some(s) => Some(s.parse::<VolumeState>().map_err(|_| {
@@ -344,11 +354,76 @@ async fn list_volumes(
         })?),
         None => None,
     };
-    let volumes = app
-        .db
-        .read(move |c| views::list_volumes(c, state, f.node.as_deref(), f.plugin.as_deref()))
-        .await?;
-    Ok(Json(volumes))
+    let filter = views::VolumeFilter {
+        state,
+        node: f.node,
+        plugin: f.plugin,
+    };
+    if let Some(limit) = f.limit {
+        if limit == 0 || limit > MAX_PAGE {
+            return Err(ApiError::bad_request(format!(
+                "`limit` {limit} is out of range: a page holds 1 to {MAX_PAGE} volumes"
+            )));
+        }
+        let after = f.after;
+        let page = app
+            .db
+            .read(move |c| views::list_volumes(c, &filter, after.as_deref(), limit))
+            .await?;
+        return Ok(Json(page).into_response());
+    }
+    if f.after.is_some() {
+        return Err(ApiError::bad_request("`after` needs `limit`")
+            .with_hint("page with ?limit=1000&after=NAME, NAME the last volume of a page"));
+    }
+    Ok(stream_volumes(&app.db, filter))
+}
+
+/// Every volume as a JSON array, serialised a chunk at a time on a read connection and
+/// sent through a short channel: at most a few chunks are in memory at once. An error
+/// after the first byte ends the body with an error, so the client sees a broken answer,
+/// never a short list.
+fn stream_volumes(db: &Db, filter: views::VolumeFilter) -> Response {
+    use axum::body::Bytes;
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(2);
+    let db = db.clone();
+    tokio::spawn(async move {
+        let sender = tx.clone();
+        let read = db
+            .read(move |c| {
+                let gone = || ApiError::unavailable("the client stopped reading the list");
+                let mut first = true;
+                tx.blocking_send(Ok(Bytes::from_static(b"[")))
+                    .map_err(|_| gone())?;
+                views::each_volume_chunk(c, &filter, |page| {
+                    let mut buf = Vec::with_capacity(page.len() * 512);
+                    for v in &page {
+                        if !std::mem::take(&mut first) {
+                            buf.push(b',');
+                        }
+                        serde_json::to_writer(&mut buf, v)
+                            .map_err(|e| ApiError::internal(e.to_string()))?;
+                    }
+                    tx.blocking_send(Ok(buf.into())).map_err(|_| gone())
+                })?;
+                tx.blocking_send(Ok(Bytes::from_static(b"]")))
+                    .map_err(|_| gone())
+            })
+            .await;
+        if let Err(e) = read {
+            tracing::warn!("listing volumes failed part way: {}", e.message);
+            let _ = sender.send(Err(std::io::Error::other(e.message))).await;
+        }
+    });
+    let body = axum::body::Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx));
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        body,
+    )
+        .into_response()
 }
 
 async fn get_volume(

@@ -153,24 +153,45 @@ pub(super) async fn heartbeat(
     }))
 }
 
+/// `?index=N&wait=30s&since=M`: a blocking query whose answer holds only the volumes changed
+/// after index `M` (the state the agent holds), when the server can say which.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct DesiredQuery {
+    index: Option<u64>,
+    wait: Option<String>,
+    since: Option<u64>,
+}
+
 pub(super) async fn desired(
     State(app): State<App>,
     headers: HeaderMap,
     Path(node): Path<String>,
-    Q(b): Q<Blocking>,
+    Q(q): Q<DesiredQuery>,
 ) -> ApiResult<Response> {
     app.caller(&headers)?.require_node(&node)?;
     name("node", &node)?;
     let key = Key::Node(node.clone());
-    let blocking = b.wait()?;
+    let since = checked_index(q.since)?;
+    let blocking = Blocking {
+        index: q.index,
+        wait: q.wait,
+    }
+    .wait()?;
     let _permit = app.long_poll(blocking.is_some())?;
     let index = match blocking {
         Some((after, wait)) => app.db.hub.wait(&key, after, wait).await,
         None => app.db.hub.index(&key),
     };
+    // Which volumes changed is read after the wait, so that it covers every change up to
+    // `index`; the read below sees at least those (later ones are sent again next time).
+    let changes = since.and_then(|s| Some((s, app.db.hub.node_changes(&node, s)?)));
     let state = app
         .db
-        .read(move |c| lifecycle::desired_state(c, &node, index))
+        .read(move |c| match changes {
+            Some((since, volumes)) => lifecycle::desired_changes(c, &node, index, since, volumes),
+            None => lifecycle::desired_state(c, &node, index),
+        })
         .await?;
     Ok(with_index(StatusCode::OK, index, state))
 }

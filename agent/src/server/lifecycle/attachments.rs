@@ -7,14 +7,14 @@ use csivol_api::domain::AccessMode;
 use super::claims::grant_queued;
 use super::ops::schedule_ops;
 use super::{
-    Limits, delete_attachment, event, set_attachment_state, set_claim_state, touch_volume,
+    Limits, delete_attachment, event, node_volume, set_attachment_state, set_claim_state,
+    touch_volume,
 };
 use crate::server::error::ApiResult;
 use crate::server::kinds::{EventKind, OpKind};
 use crate::server::model::{AttachmentRow, ClaimRow, VolumeRow};
 use crate::server::store::{Snapshot, Txn};
 use crate::server::transitions::{self, AttachmentChange, AttachmentFact, ClaimFact, Facts, Op};
-use crate::server::watch::Key;
 
 /// What is recorded about a volume, as [`transitions`] reads it.
 pub(super) struct Recorded {
@@ -85,7 +85,7 @@ pub fn advance_volume(ctx: &mut impl Txn, volume: &str, limits: &Limits) -> ApiR
             }
             AttachmentChange::Create { node, state } => {
                 ctx.insert_attachment(volume, node, state)?;
-                ctx.touch(Key::Node(node.to_owned()));
+                ctx.touch(node_volume(node, volume));
             }
         }
     }
@@ -123,7 +123,7 @@ pub(super) fn begin_detach(
         ctx.set_attachment_detaching(&v.name, node, forced)?;
         ctx.delete_op_for(OpKind::Publish, &v.name, node)?;
         ctx.queue_op(OpKind::Unpublish, &v.plugin, &v.name, Some(node), "{}")?;
-        ctx.touch(Key::Node(node.to_owned()));
+        ctx.touch(node_volume(node, &v.name));
         touch_volume(ctx, &v.name)?;
         schedule_ops(ctx, &v.plugin, limits)?;
     } else {

@@ -17,7 +17,7 @@ use crate::server::error::{ApiError, ApiResult};
 use crate::server::expansion::{Decision, Facts, decide};
 use crate::server::kinds::{EventKind, OpKind};
 use crate::server::model::{Lifecycle, OpRow, VolumeRow, time};
-use crate::server::store::{Snapshot, Txn};
+use crate::server::store::Txn;
 use crate::server::watch::Key;
 
 /// `POST /v1/volumes/{name}/expand`: checks the rule and queues ControllerExpandVolume.
@@ -155,7 +155,7 @@ fn node_phase(
     ctx.set_volume_expansion(volume, capacity, Some(&e))?;
     ctx.touch(Key::Volume(volume.to_owned()));
     for n in nodes {
-        ctx.touch(Key::Node(n.clone()));
+        ctx.touch(super::node_volume(n, volume));
     }
     let on = if nodes.is_empty() {
         "the next node to stage it".to_owned()
@@ -286,7 +286,7 @@ pub(super) fn staged_on(ctx: &mut impl Txn, volume: &str, node: &str) -> ApiResu
     e.nodes.push(NodeExpansion::pending(node));
     ctx.set_volume_expansion(volume, None, Some(&e))?;
     ctx.touch(Key::Volume(volume.to_owned()));
-    ctx.touch(Key::Node(node.to_owned()));
+    ctx.touch(super::node_volume(node, volume));
     Ok(())
 }
 
@@ -325,7 +325,7 @@ pub(super) fn node_expanded(
     e.nodes[i].state = NodeExpansionState::Done;
     e.nodes[i].error = None;
     e.nodes[i].not_before_ms = None;
-    ctx.touch(Key::Node(node.to_owned()));
+    ctx.touch(super::node_volume(node, volume));
     ctx.touch(Key::Volume(volume.to_owned()));
     if e.nodes.iter().all(|n| n.state == NodeExpansionState::Done) {
         // A node-only expansion grew the storage too: its capacity is recorded now.
@@ -388,7 +388,7 @@ pub(super) fn node_expand_error(
         return Ok(());
     };
     let message = format!("NodeExpandVolume on {node} failed: {}", format_error(error));
-    ctx.touch(Key::Node(node.to_owned()));
+    ctx.touch(super::node_volume(node, volume));
     ctx.touch(Key::Volume(volume.to_owned()));
     if ErrorClass::of_name(&error.code) == ErrorClass::Retry {
         let next = ctx.now() + backoff(attempt).as_millis() as i64;
@@ -404,6 +404,10 @@ pub(super) fn node_expand_error(
     e.phase = ExpansionPhase::Failed;
     e.error = Some(message.clone());
     ctx.set_volume_expansion(volume, None, Some(&e))?;
+    // The other nodes' parts leave their desired states with the failed expansion.
+    for n in &e.nodes {
+        ctx.touch(super::node_volume(&n.node, volume));
+    }
     event(
         ctx,
         EventKind::OperationFailed,
@@ -415,38 +419,26 @@ pub(super) fn node_expand_error(
     )
 }
 
-/// The node's share of expansions: volumes it must grow, with what to call the plugin with.
-pub(super) fn desired_expansions(
-    conn: &(impl Snapshot + ?Sized),
-    node: &str,
-) -> ApiResult<Vec<api::DesiredExpand>> {
-    let mut out = Vec::new();
-    for a in conn.attachments_of_node(node)? {
-        let Some(v) = conn.volume(&a.volume)? else {
-            continue;
-        };
-        let Some(e) = &v.expansion else {
-            continue;
-        };
-        if e.phase != ExpansionPhase::Node {
-            continue;
-        }
-        for n in &e.nodes {
-            if n.node == node && n.state == NodeExpansionState::Pending {
-                out.push(api::DesiredExpand {
-                    volume: v.name.clone(),
-                    plugin: v.plugin.clone(),
-                    external_id: v.external_id.clone(),
-                    // What the controller gave it, or for a node-only plugin what was
-                    // asked for.
-                    capacity_bytes: v.capacity_bytes.unwrap_or(0).max(e.capacity_bytes),
-                    capability: v.capability(),
-                    attempt: n.attempt,
-                    not_before_ms: n.not_before_ms.unwrap_or(0),
-                    secrets: v.secrets.clone(),
-                });
-            }
-        }
+/// The node expansion `node` must run for a volume attached there, if any: the volume's
+/// expansion is in its node phase and the node's part is pending.
+pub(super) fn desired_expansion(v: &VolumeRow, node: &str) -> Option<api::DesiredExpand> {
+    let e = v.expansion.as_ref()?;
+    if e.phase != ExpansionPhase::Node {
+        return None;
     }
-    Ok(out)
+    let n = e
+        .nodes
+        .iter()
+        .find(|n| n.node == node && n.state == NodeExpansionState::Pending)?;
+    Some(api::DesiredExpand {
+        volume: v.name.clone(),
+        plugin: v.plugin.clone(),
+        external_id: v.external_id.clone(),
+        // What the controller gave it, or for a node-only plugin what was asked for.
+        capacity_bytes: v.capacity_bytes.unwrap_or(0).max(e.capacity_bytes),
+        capability: v.capability(),
+        attempt: n.attempt,
+        not_before_ms: n.not_before_ms.unwrap_or(0),
+        secrets: v.secrets.clone(),
+    })
 }

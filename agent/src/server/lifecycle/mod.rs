@@ -34,7 +34,7 @@ mod volumes;
 
 pub use attachments::advance_volume;
 pub use claims::{claim_dry_run, create_claim, release_claim};
-pub use desired::desired_state;
+pub use desired::{desired_changes, desired_state};
 pub use expand::expand_volume;
 pub use nodes::{mark_lost, register_node};
 pub use operator::{detach, require_reason, unblock_node, unblock_volume};
@@ -85,6 +85,15 @@ pub fn event(
     Ok(())
 }
 
+/// The key of one volume's entries in a node's desired state: the node's agent is sent
+/// that volume's entries anew.
+pub(crate) fn node_volume(node: &str, volume: &str) -> Key {
+    Key::NodeVolume {
+        node: node.to_owned(),
+        volume: volume.to_owned(),
+    }
+}
+
 /// Stamps the volume changed and wakes its watchers.
 fn touch_volume(ctx: &mut impl Txn, volume: &str) -> ApiResult<()> {
     ctx.stamp_volume(volume)?;
@@ -94,7 +103,7 @@ fn touch_volume(ctx: &mut impl Txn, volume: &str) -> ApiResult<()> {
 
 fn set_claim_state(ctx: &mut impl Txn, c: &ClaimRow, state: ClaimState) -> ApiResult<()> {
     ctx.set_claim_state(&c.volume, &c.alloc, state)?;
-    ctx.touch(Key::Node(c.node.clone()));
+    ctx.touch(node_volume(&c.node, &c.volume));
     touch_volume(ctx, &c.volume)
 }
 
@@ -110,7 +119,7 @@ pub fn remove_claim(ctx: &mut impl Txn, c: &ClaimRow) -> ApiResult<()> {
 
 fn delete_claim(ctx: &mut impl Txn, c: &ClaimRow) -> ApiResult<()> {
     ctx.delete_claim(&c.volume, &c.alloc)?;
-    ctx.touch(Key::Node(c.node.clone()));
+    ctx.touch(node_volume(&c.node, &c.volume));
     touch_volume(ctx, &c.volume)
 }
 
@@ -121,14 +130,14 @@ fn set_attachment_state(
     state: AttachmentState,
 ) -> ApiResult<()> {
     ctx.set_attachment_state(volume, node, state)?;
-    ctx.touch(Key::Node(node.to_owned()));
+    ctx.touch(node_volume(node, volume));
     touch_volume(ctx, volume)
 }
 
 fn delete_attachment(ctx: &mut impl Txn, volume: &str, node: &str) -> ApiResult<()> {
     ctx.delete_attachment(volume, node)?;
     expand::detached(ctx, volume, node)?;
-    ctx.touch(Key::Node(node.to_owned()));
+    ctx.touch(node_volume(node, volume));
     touch_volume(ctx, volume)
 }
 

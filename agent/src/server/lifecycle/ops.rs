@@ -84,7 +84,7 @@ pub fn schedule_ops(ctx: &mut impl Txn, plugin: &str, limits: &Limits) -> ApiRes
         *load.get_mut(&host).expect("known host") += 1;
         in_flight += 1;
         ctx.assign_op(id, &host)?;
-        ctx.touch(Key::Node(host));
+        ctx.touch(Key::NodeOps(host));
     }
     Ok(())
 }

@@ -437,7 +437,7 @@ fn controller_published(
     if let Some(target) = &o.node
         && ctx.attachment_published(&o.volume, target, publish_context)?
     {
-        ctx.touch(Key::Node(target.clone()));
+        ctx.touch(super::node_volume(target, &o.volume));
         event(
             ctx,
             EventKind::VolumeAttached,

@@ -59,7 +59,7 @@ impl Hostpath {
     }
 
     /// Kills the plugin (SIGKILL) and starts it again with other `extra` flags (its state
-    /// survives: `node.json` and the backend).
+    /// survives: its per-volume `node/` files and the backend).
     pub fn restart(&mut self, extra: &[&str]) {
         self.proc.kill();
         self.proc = spawn(&self.base_args, extra, &self.log);

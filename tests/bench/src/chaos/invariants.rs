@@ -40,12 +40,14 @@ pub fn writers(nodes: &[(String, PathBuf)], mount: &str) -> BTreeMap<String, BTr
                 }
             }
         }
-        let state = dir.join("plugin").join("node.json");
-        if let Ok(v) = std::fs::read_to_string(&state)
-            .map_err(|_| ())
-            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).map_err(|_| ()))
-            && let Some(publications) = v["publications"].as_object()
-        {
+        // Files are replaced by rename, so each parses; one that does not is left out here
+        // (the end-of-run accounting reports it).
+        let mut unreadable = Vec::new();
+        let state = crate::cluster::plugin_node_state(&dir.join("plugin"), &mut unreadable);
+        for (_, v) in state {
+            let Some(publications) = v["publications"].as_object() else {
+                continue;
+            };
             for target in publications.keys() {
                 if let Some(volume) = volume_of(Path::new(target)) {
                     out.entry(volume)

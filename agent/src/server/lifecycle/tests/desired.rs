@@ -63,3 +63,79 @@ async fn the_desired_state_lists_what_to_publish_unpublish_unstage_and_run() {
         .unwrap_err();
     assert_eq!(e.code.as_str(), "not_found");
 }
+
+/// The state an agent holds by following the changes since its index equals the whole
+/// state at every step, and each answer names only the volumes that changed.
+#[tokio::test]
+async fn changes_since_an_index_keep_the_agent_s_state_whole() {
+    use crate::server::watch::Key;
+
+    let env = Env::new();
+    env.register("n1", true, &[]).await;
+    for v in ["idle", "ready", "releasing", "attaching"] {
+        env.volume(v, "single-node-writer").await;
+    }
+    env.ready_claim("idle", "a0", "n1").await;
+    let key = Key::Node("n1".to_owned());
+    let index = env.db.hub.index(&key);
+    let mut held = env
+        .read(move |c| super::super::desired_state(c, "n1", index))
+        .await;
+
+    // Follows the changes since `held`, checks them against the whole state, and returns
+    // the volumes they named.
+    async fn follow(env: &Env, held: &mut csivol_api::DesiredState) -> Vec<String> {
+        let index = env.db.hub.index(&Key::Node("n1".to_owned()));
+        let since = held.index;
+        let volumes = env
+            .db
+            .hub
+            .node_changes("n1", since)
+            .expect("the journal covers the changes");
+        let changes = env
+            .read(move |c| super::super::desired_changes(c, "n1", index, since, volumes))
+            .await;
+        let named = changes.changes.clone().unwrap().volumes;
+        held.apply(changes).unwrap();
+        let whole = env
+            .read(move |c| super::super::desired_state(c, "n1", index))
+            .await;
+        assert_eq!(*held, whole);
+        named
+    }
+
+    env.ready_claim("ready", "a1", "n1").await;
+    assert_eq!(follow(&env, &mut held).await, ["ready"]);
+    env.ready_claim("releasing", "a2", "n1").await;
+    env.release("releasing", "a2").await.unwrap();
+    assert_eq!(follow(&env, &mut held).await, ["releasing"]);
+    env.claim("attaching", "a4", "n1", ClaimMode::Write)
+        .await
+        .unwrap();
+    assert_eq!(
+        follow(&env, &mut held).await,
+        ["attaching"],
+        "the controller operation travels whole, the volume as its own change"
+    );
+    assert_eq!(held.controller_ops.len(), 1);
+    env.report(
+        "n1",
+        vec![Report::Unpublished {
+            volume: "releasing".into(),
+            alloc: "a2".into(),
+        }],
+    )
+    .await;
+    assert_eq!(follow(&env, &mut held).await, ["releasing"]);
+    assert_eq!(held.unstage.len(), 1, "releasing is unstaged next");
+    assert_eq!(follow(&env, &mut held).await, Vec::<String>::new());
+    let publish: Vec<_> = held.publish.iter().map(|p| p.alloc.as_str()).collect();
+    assert_eq!(publish, ["a0", "a1"]);
+
+    // A change to the node as a whole (here a registration) is not named by volume: the
+    // agent is told to fetch the whole state.
+    let since = held.index;
+    env.register("n1", true, &[("idle", "a0"), ("ready", "a1")])
+        .await;
+    assert_eq!(env.db.hub.node_changes("n1", since), None);
+}
