@@ -17,11 +17,12 @@ pub mod pb {
     }
 }
 
+pub use pb::etcdserverpb::RequestOp;
 use pb::etcdserverpb::{
     CompactionRequest, Compare, DeleteRangeRequest, LeaseGrantRequest, LeaseKeepAliveRequest,
-    LeaseRevokeRequest, PutRequest, RangeRequest, RequestOp, TxnRequest, TxnResponse,
-    WatchCreateRequest, WatchRequest, WatchResponse, compare, kv_client::KvClient,
-    lease_client::LeaseClient, request_op, watch_client::WatchClient, watch_request,
+    LeaseRevokeRequest, PutRequest, RangeRequest, TxnRequest, TxnResponse, WatchCreateRequest,
+    WatchRequest, WatchResponse, compare, kv_client::KvClient, lease_client::LeaseClient,
+    request_op, watch_client::WatchClient, watch_request,
 };
 pub use pb::mvccpb::{Event, KeyValue, event::EventType};
 

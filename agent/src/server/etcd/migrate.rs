@@ -30,6 +30,25 @@ pub struct MigrateArgs {
 /// Puts per etcd transaction: within etcd's default `--max-txn-ops` (128).
 const BATCH: usize = 100;
 
+/// One transaction of the copy, refused if a server started on the prefix meanwhile.
+async fn copy_step(
+    client: &Client,
+    keys: &Keys,
+    ops: Vec<csivol_etcd::RequestOp>,
+    prefix: &str,
+) -> anyhow::Result<()> {
+    if super::while_no_cluster(client, keys, ops)
+        .await
+        .context("failed to write to etcd")?
+        .is_none()
+    {
+        bail!(
+            "a server started on {prefix} during the copy; stop it, delete the prefix and copy again"
+        );
+    }
+    Ok(())
+}
+
 pub async fn run(args: &MigrateArgs) -> anyhow::Result<()> {
     let Some(dir) = args.from.strip_prefix("sqlite:") else {
         bail!(
@@ -88,33 +107,15 @@ pub async fn run(args: &MigrateArgs) -> anyhow::Result<()> {
             .iter()
             .map(|(k, v)| csivol_etcd::put(k.clone(), v.clone(), 0))
             .collect();
-        let resp = client
-            .txn(
-                vec![csivol_etcd::create_revision_is(keys.head(), 0)],
-                ops,
-                vec![],
-            )
-            .await
-            .context("failed to write to etcd")?;
-        if !resp.succeeded {
-            bail!(
-                "a server started on {prefix} during the copy; stop it, delete the prefix and copy again"
-            );
-        }
+        copy_step(&client, &keys, ops, &prefix).await?;
     }
-    let resp = client
-        .txn(
-            vec![csivol_etcd::create_revision_is(keys.head(), 0)],
-            vec![csivol_etcd::put(keys.head(), mirror::head_value(index), 0)],
-            vec![],
-        )
-        .await
-        .context("failed to write to etcd")?;
-    if !resp.succeeded {
-        bail!(
-            "a server started on {prefix} during the copy; stop it, delete the prefix and copy again"
-        );
-    }
+    copy_step(
+        &client,
+        &keys,
+        vec![csivol_etcd::put(keys.head(), mirror::head_value(index), 0)],
+        &prefix,
+    )
+    .await?;
 
     // Verify: everything read back equals the source, row for row.
     let (_, copied) = client.range_prefix(keys.data.as_bytes(), 0).await?;

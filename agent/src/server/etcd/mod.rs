@@ -131,18 +131,12 @@ pub async fn start(path: &Path, cfg: &EtcdConfig) -> anyhow::Result<(Db, Cluster
                     mirror::head_value(index as u64),
                     0,
                 ));
-                let resp = client
-                    .txn(
-                        vec![csivol_etcd::create_revision_is(keys.head(), 0)],
-                        ops,
-                        vec![],
-                    )
+                let Some(rev) = while_no_cluster(&client, &keys, ops)
                     .await
-                    .context("failed to write a new cluster's state into etcd")?;
-                if !resp.succeeded {
+                    .context("failed to write a new cluster's state into etcd")?
+                else {
                     continue; // another server wrote it first: load that one
-                }
-                let rev = resp.header.map_or(0, |h| h.revision);
+                };
                 tracing::info!(prefix, "wrote a new cluster's state into etcd");
                 break (conn, tables, index as u64, rev, rev);
             }
@@ -193,6 +187,25 @@ pub async fn start(path: &Path, cfg: &EtcdConfig) -> anyhow::Result<(Db, Cluster
 
 /// Follows `<prefix>/d/` from `from` on and hands each revision to the writer; watches
 /// again after a failure, and reloads everything after a compaction.
+/// Commits `ops` only while there is no cluster under the prefix yet (no `head`): the
+/// revision it committed at, or `None` when a cluster is there.
+pub(super) async fn while_no_cluster(
+    client: &Client,
+    keys: &Keys,
+    ops: Vec<csivol_etcd::RequestOp>,
+) -> Result<Option<i64>, csivol_etcd::Error> {
+    let resp = client
+        .txn(
+            vec![csivol_etcd::create_revision_is(keys.head(), 0)],
+            ops,
+            vec![],
+        )
+        .await?;
+    Ok(resp
+        .succeeded
+        .then(|| resp.header.map_or(0, |h| h.revision)))
+}
+
 async fn watch(client: Client, keys: Keys, mut from: i64, tx: mpsc::UnboundedSender<Remote>) {
     loop {
         let mut stream = match client.watch_prefix(keys.data.as_bytes(), from).await {
