@@ -84,6 +84,21 @@ fn touch(ctx: &mut impl Txn, s: &SnapshotRow) {
     ctx.touch(Key::Volume(s.volume.clone()));
 }
 
+/// The record of `s` goes, with its `snapshot-deleted` event saying why.
+fn forget(ctx: &mut impl Txn, s: &SnapshotRow, actor: &str, message: String) -> ApiResult<()> {
+    ctx.delete_snapshot(&s.name)?;
+    touch(ctx, s);
+    event(
+        ctx,
+        EventKind::SnapshotDeleted,
+        Some(&s.volume),
+        None,
+        None,
+        actor,
+        message,
+    )
+}
+
 /// `PUT /v1/snapshots/{name}`: queues CreateSnapshot; the snapshot and whether this call
 /// started it. Idempotent: the same request for a snapshot that exists returns it, and one
 /// for a failed snapshot tries again.
@@ -162,14 +177,9 @@ pub fn delete_snapshot(
             )));
         }
         SnapshotState::Failed if s.snapshot_id.is_empty() => {
-            ctx.delete_snapshot(name)?;
-            touch(ctx, &s);
-            event(
+            forget(
                 ctx,
-                EventKind::SnapshotDeleted,
-                Some(&s.volume),
-                None,
-                None,
+                &s,
                 actor,
                 format!("snapshot `{name}` removed (the plugin never made it)"),
             )?;
@@ -312,14 +322,9 @@ pub(super) fn snapshot_deleted(ctx: &mut impl Txn, o: &OpRow, actor: &str) -> Ap
     let Some(s) = ctx.snapshot(name)? else {
         return Ok(());
     };
-    ctx.delete_snapshot(name)?;
-    touch(ctx, &s);
-    event(
+    forget(
         ctx,
-        EventKind::SnapshotDeleted,
-        Some(&s.volume),
-        None,
-        None,
+        &s,
         actor,
         format!("DeleteSnapshot succeeded: snapshot `{name}` deleted"),
     )
