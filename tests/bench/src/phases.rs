@@ -156,6 +156,8 @@ pub struct LoadFigures {
     pub after: Cpu,
     /// HTTP requests the benchmark sent during the load.
     pub requests: u64,
+    /// Full mode: the memory of the agent with the largest RSS, right after the load.
+    pub agent_memory: Option<stats::RssParts>,
 }
 
 impl LoadFigures {
@@ -524,6 +526,9 @@ async fn measure_load(run: &Run, http: &Http, spec: &LoadSpec, say: &Say) -> Loa
     let result = load::run(http, spec).await;
     let after = cpu_now();
     let requests = client::requests_sent() - requests_before;
+    let agent_memory = (agent_pids.iter())
+        .filter_map(|p| stats::rss_parts(*p))
+        .max_by(|a, b| (a.anon_mib + a.file_mib).total_cmp(&(b.anon_mib + b.file_mib)));
     say.say(format!(
         "load done: {} cycles in {:.1} s",
         result.samples.len(),
@@ -534,6 +539,7 @@ async fn measure_load(run: &Run, http: &Http, spec: &LoadSpec, say: &Say) -> Loa
         before,
         after,
         requests,
+        agent_memory,
     }
 }
 

@@ -63,6 +63,9 @@ pub struct Report {
     pub agent_rss_mib: Option<f64>,
     /// Full mode: the largest peak RSS of the plugins.
     pub plugin_rss_mib: Option<f64>,
+    /// Full mode: the memory of the largest agent right after the load (the `--resident`
+    /// load when there is one, so with its claims held).
+    pub agent_memory: Option<stats::RssParts>,
     /// CPU seconds of every csivol process of the run (server; agents and plugins in full
     /// mode) per cycle, during the load.
     pub cpu_s_per_cycle: Option<f64>,
@@ -396,6 +399,19 @@ impl Report {
             opt(self.agent_rss_mib, " MiB"),
             opt(self.plugin_rss_mib, " MiB"),
         ));
+        if let Some(m) = self.agent_memory {
+            line(format!(
+                "  agent memory           {:.2} MiB resident after the load{}: anonymous {:.2} MiB, \
+                 file-backed {:.2} MiB (its binary's code, shared with every process that maps it)",
+                m.anon_mib + m.file_mib,
+                self.resident.as_ref().map_or(String::new(), |r| format!(
+                    " with {} claims resident",
+                    r.per_node
+                )),
+                m.anon_mib,
+                m.file_mib,
+            ));
+        }
         line(format!(
             "  server memory          {}",
             self.server_memory
@@ -583,6 +599,7 @@ pub fn assemble(cfg: &Config, o: Outcome) -> Report {
         server_memory,
         agent_rss_mib,
         plugin_rss_mib,
+        agent_memory: (resident_load.as_ref()).map_or(load.agent_memory, |l| l.agent_memory),
         cpu_s_per_cycle: load.per_cycle(|c| c.csivol),
         server_cpu_s_per_cycle: load.per_cycle(|c| c.server),
         server_writer_cpu_s_per_cycle: load.per_cycle(|c| c.writer),

@@ -56,6 +56,23 @@ pub fn rss_mib(pid: u32) -> Option<f64> {
     status_kib(pid, "VmRSS:").map(|kib| kib as f64 / 1024.0)
 }
 
+/// Resident memory of a process now, split as the kernel counts it: anonymous pages (its
+/// heap and stacks) and file-backed pages (mostly its binary's code, shared with every
+/// process that maps the same file and reclaimable by the kernel).
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct RssParts {
+    pub anon_mib: f64,
+    pub file_mib: f64,
+}
+
+/// `RssAnon` and `RssFile` of `pid`, in MiB.
+pub fn rss_parts(pid: u32) -> Option<RssParts> {
+    Some(RssParts {
+        anon_mib: status_kib(pid, "RssAnon:")? as f64 / 1024.0,
+        file_mib: status_kib(pid, "RssFile:")? as f64 / 1024.0,
+    })
+}
+
 /// Threads of `pid`.
 pub fn threads(pid: u32) -> Option<u64> {
     status_kib(pid, "Threads:")
