@@ -597,45 +597,68 @@ impl Db {
             .map_err(|_| ApiError::unavailable("the database writer has stopped"))?
     }
 
-    /// Runs `f` on a read connection (a consistent snapshot of committed state).
+    /// Runs `f` on a read connection (a consistent snapshot of committed state), on a
+    /// blocking thread.
     pub async fn read<T, F>(&self, f: F) -> ApiResult<T>
     where
         T: Send + 'static,
         F: FnOnce(&Connection) -> ApiResult<T> + Send + 'static,
     {
-        let permit = Arc::clone(&self.read_slots)
-            .acquire_owned()
-            .await
-            .map_err(|_| ApiError::unavailable("the database is closing"))?;
+        let permit = self.read_permit().await?;
         let readers = Arc::clone(&self.readers);
         let path = self.path.clone();
         tokio::task::spawn_blocking(move || {
-            let conn = readers.lock().unwrap_or_else(|e| e.into_inner()).pop();
-            let conn = match conn {
-                Some(c) => c,
-                None => {
-                    let c = Connection::open_with_flags(
-                        &path,
-                        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-                    )?;
-                    c.busy_timeout(std::time::Duration::from_secs(10))?;
-                    c.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
-                    c
-                }
-            };
-            let result = {
-                let tx = conn.unchecked_transaction()?;
-                let r = f(&tx);
-                drop(tx);
-                r
-            };
-            readers.lock().unwrap_or_else(|e| e.into_inner()).push(conn);
+            let r = read_on(&readers, &path, f);
             drop(permit);
-            result
+            r
         })
         .await
         .map_err(|e| ApiError::internal(format!("read task failed: {e}")))?
     }
+
+    /// [`Db::read`] on the calling thread, for reads bounded by a few rows (one volume,
+    /// one node's changed volumes): a WAL reader never waits for the writer, and such a
+    /// read costs less than the two thread hand-offs of a blocking task.
+    pub async fn read_small<T>(&self, f: impl FnOnce(&Connection) -> ApiResult<T>) -> ApiResult<T> {
+        let _permit = self.read_permit().await?;
+        read_on(&self.readers, &self.path, f)
+    }
+
+    async fn read_permit(&self) -> ApiResult<tokio::sync::OwnedSemaphorePermit> {
+        Arc::clone(&self.read_slots)
+            .acquire_owned()
+            .await
+            .map_err(|_| ApiError::unavailable("the database is closing"))
+    }
+}
+
+/// Runs `f` in a read transaction on a pooled read connection (opened when none is free).
+fn read_on<T>(
+    readers: &Mutex<Vec<Connection>>,
+    path: &Path,
+    f: impl FnOnce(&Connection) -> ApiResult<T>,
+) -> ApiResult<T> {
+    let conn = readers.lock().unwrap_or_else(|e| e.into_inner()).pop();
+    let conn = match conn {
+        Some(c) => c,
+        None => {
+            let c = Connection::open_with_flags(
+                path,
+                OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+            )?;
+            c.busy_timeout(std::time::Duration::from_secs(10))?;
+            c.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+            c
+        }
+    };
+    let result = {
+        let tx = conn.unchecked_transaction()?;
+        let r = f(&tx);
+        drop(tx);
+        r
+    };
+    readers.lock().unwrap_or_else(|e| e.into_inner()).push(conn);
+    result
 }
 
 /// Takes up to [`MAX_GROUP`] waiting requests after `first`.

@@ -443,7 +443,7 @@ async fn get_volume(
     };
     let v = app
         .db
-        .read(move |c| lifecycle::volume_view(c, &volume))
+        .read_small(|c| lifecycle::volume_view(c, &volume))
         .await?;
     Ok(with_index(StatusCode::OK, index, v))
 }

@@ -186,13 +186,20 @@ pub(super) async fn desired(
     // Which volumes changed is read after the wait, so that it covers every change up to
     // `index`; the read below sees at least those (later ones are sent again next time).
     let changes = since.and_then(|s| Some((s, app.db.hub.node_changes(&node, s)?)));
-    let state = app
-        .db
-        .read(move |c| match changes {
-            Some((since, volumes)) => lifecycle::desired_changes(c, &node, index, since, volumes),
-            None => lifecycle::desired_state(c, &node, index),
-        })
-        .await?;
+    // Changes name a few volumes: read them here. The whole state grows with the node's
+    // inventory: read it on a blocking thread.
+    let state = match changes {
+        Some((since, volumes)) => {
+            (app.db)
+                .read_small(|c| lifecycle::desired_changes(c, &node, index, since, volumes))
+                .await?
+        }
+        None => {
+            (app.db)
+                .read(move |c| lifecycle::desired_state(c, &node, index))
+                .await?
+        }
+    };
     Ok(with_index(StatusCode::OK, index, state))
 }
 
