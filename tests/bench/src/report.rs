@@ -242,7 +242,7 @@ fn mode_targets(r: &Report) -> Vec<Target> {
             Target::at_most(
                 "server RSS under 150 MiB with 10,000 connected nodes and 100,000 volumes (issue 18; before the load)",
                 r.server_idle_rss_mib
-                    .filter(|_| r.nodes >= 10_000 && r.volumes >= 100_000),
+                    .filter(|_| r.nodes >= 10_000 && r.list_volumes_count.unwrap_or(0) >= 100_000),
                 150.0,
             ),
             Target::at_most(

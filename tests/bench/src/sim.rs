@@ -170,10 +170,14 @@ impl SimNode {
 
     /// Keeps the node channel open; returns at once against a server without it.
     async fn channel_loop(self: Arc<Self>) {
+        // Failures in a row: while the server is down (the kill -9 check) every node tries
+        // again, and ten thousand of them must not try every few hundred milliseconds.
+        let mut failures = 0u32;
         loop {
             match self.http.channel(&self.name).await {
                 Ok(channel) => match channel.start().await {
                     Ok((reader, writer)) => {
+                        failures = 0;
                         self.channel.serve(reader, writer).await;
                     }
                     Err(e) => self.error(format!("node channel: {e}")),
@@ -186,7 +190,9 @@ impl SimNode {
                 }
                 Err(e) => self.error(format!("node channel: {e}")),
             }
-            tokio::time::sleep(Duration::from_millis(rand::random_range(100..500))).await;
+            let most = (200u64 << failures.min(5)).min(5_000);
+            failures += 1;
+            tokio::time::sleep(Duration::from_millis(rand::random_range(most / 2..=most))).await;
         }
     }
 
@@ -210,6 +216,16 @@ impl SimNode {
             if chan.open && index != 0 && chan.pushed <= index {
                 // Nothing new until the channel says so (or closes).
                 let _ = channel.changed().await;
+                continue;
+            }
+            if !chan.open && !self.no_channel.load(Ordering::Relaxed) {
+                // The channel is being opened (or again, after the server restarted): wait
+                // for it rather than open a long-poll beside it, which would take ten
+                // thousand nodes two connections each while they reconnect.
+                tokio::select! {
+                    _ = channel.changed() => {}
+                    () = tokio::time::sleep(Duration::from_millis(100)) => {}
+                }
                 continue;
             }
             let answer = match (chan.open, chan.pushed) {
