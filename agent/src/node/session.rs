@@ -333,6 +333,12 @@ async fn desired_loop(link: &Link) {
             following = chan.open;
             if following {
                 tracing::debug!("the desired state follows the node channel");
+                if chan.pushed < index {
+                    // The server's index went back (a restored backup): the index held
+                    // means nothing to it any more; start from its whole state.
+                    index = 0;
+                    holds = false;
+                }
             }
         }
         if chan.open && index != 0 && chan.pushed <= index && whole_at.elapsed() < WHOLE_EVERY {
