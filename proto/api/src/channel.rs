@@ -128,8 +128,12 @@ impl Lines {
     /// [`MAX_LINE`] or not UTF-8 (the channel ends then).
     pub fn next_line(&mut self) -> Option<Result<String, String>> {
         let Some(end) = self.buf[..self.len].iter().position(|b| *b == b'\n') else {
-            return (self.len == MAX_LINE)
-                .then(|| Err(format!("a channel line longer than {MAX_LINE} bytes")));
+            if self.len < MAX_LINE {
+                return None;
+            }
+            // Said once; what was gathered is dropped (the channel ends on it anyway).
+            self.len = 0;
+            return Some(Err(format!("a channel line longer than {MAX_LINE} bytes")));
         };
         let line = std::str::from_utf8(&self.buf[..end])
             .map(str::to_owned)
@@ -221,7 +225,13 @@ mod tests {
             ]
         );
         assert_eq!(feed(&[0xff, b'\n']).len(), 1);
-        assert!(feed(&[b'x'; MAX_LINE])[0].is_err(), "too long");
+        let too_long = feed(&[b'x'; MAX_LINE]);
+        assert!(too_long.len() == 1 && too_long[0].is_err(), "{too_long:?}");
+        assert_eq!(
+            feed(b"hb\n"),
+            [Ok("hb".to_owned())],
+            "and then starts afresh"
+        );
     }
 
     #[test]
