@@ -102,6 +102,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
             client_ca: Some(f.ca.clone()),
         }),
         insecure_http: false,
+        node_channel: true,
         etcd: None,
     })
     .await?;

@@ -316,6 +316,27 @@ impl Api {
         }
     }
 
+    /// A client of an `https://` server that trusts `ca`, presenting `identity` (a client
+    /// certificate and its key) when given.
+    pub fn with_tls(
+        base: &str,
+        token: Option<&str>,
+        ca: &Path,
+        identity: Option<(&Path, &Path)>,
+    ) -> Self {
+        let tls = csivol_client::tls::client_config(Some(ca), identity).expect("TLS setup");
+        let token = token.map(str::to_owned);
+        Self {
+            client: csivol_client::Client::builder(base)
+                .token(token.clone())
+                .tls(tls)
+                .build()
+                .expect("an HTTP client"),
+            base: base.trim_end_matches('/').to_owned(),
+            token,
+        }
+    }
+
     fn build(base: &str, token: Option<String>) -> csivol_client::Client {
         csivol_client::Client::builder(base)
             .token(token)

@@ -60,6 +60,14 @@ impl ApiError {
         matches!(self, Self::Refused { status: 400, .. })
     }
 
+    /// The HTTP status of a refusal.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            Self::Refused { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+
     pub fn is_permanent(&self) -> bool {
         matches!(
             self,
@@ -73,7 +81,7 @@ impl ApiError {
 
 impl ApiError {
     /// The shared client's error, for the request that asked for `what`.
-    fn from_client(what: &'static str, e: csivol_client::Error) -> Self {
+    pub fn from_client(what: &'static str, e: csivol_client::Error) -> Self {
         match e {
             csivol_client::Error::Unreachable { url, source } => Self::Unreachable { url, source },
             csivol_client::Error::Refused {
@@ -157,6 +165,19 @@ impl ApiClient {
     ) -> Result<DesiredState, ApiError> {
         (self.api.desired(&self.node, index, since, wait).await)
             .map_err(|e| ApiError::from_client("the desired-state query", e))
+    }
+
+    /// The desired state as the server has it now, without waiting: the node channel said
+    /// it changed.
+    pub async fn desired_now(&self, since: Option<u64>) -> Result<DesiredState, ApiError> {
+        (self.api.desired_now(&self.node, since).await)
+            .map_err(|e| ApiError::from_client("the desired-state query", e))
+    }
+
+    /// Opens the node channel (heartbeats and desired-state pushes on one connection).
+    pub async fn channel(&self) -> Result<csivol_client::channel::Channel, ApiError> {
+        (self.api.channel(&self.node).await)
+            .map_err(|e| ApiError::from_client("the node channel", e))
     }
 
     pub async fn reports(&self, batch: &ReportBatch) -> Result<(), ApiError> {

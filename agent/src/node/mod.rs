@@ -7,12 +7,14 @@
 //! - `store`: `agent.db`, what the agent may have staged and published, and its fences.
 //! - `plan`: pure: one volume's desired and recorded state → the steps to take.
 //! - `core`: recovery at start, the reconcile loop, volume workers, controller operations.
-//! - `client`, `session`: the server side: register, heartbeat, desired state, reports,
-//!   self-fencing.
+//! - `client`, `session`, `channel`: the server side: register, heartbeat, desired state,
+//!   reports, self-fencing; the node channel that carries heartbeats and desired-state
+//!   pushes while the server offers it.
 //!
 //! The node agent reads no environment variable of its own (`RUST_LOG`, read by `main`,
 //! filters its logs); everything is a flag or a `--config` setting.
 
+mod channel;
 mod client;
 pub mod config;
 pub mod core;

@@ -1,13 +1,17 @@
 //! The agent's conversation with the server around the core: register (again when the
-//! server lost or marked the node), heartbeat at a third of the TTL, long-poll the desired
+//! server lost or marked the node), heartbeat at a third of the TTL, follow the desired
 //! state, send reports in batches, and self-fence after `--fence-after` without contact.
+//! While the node channel is open (`channel`), heartbeats go over it and the desired state
+//! is fetched when the server says it changed; otherwise heartbeats are requests and the
+//! desired state is long-polled.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use csivol_api::{NodeStatus, Report, ReportBatch};
+use csivol_api::{HeartbeatResponse, NodeStatus, Report, ReportBatch};
 use tokio::sync::{Notify, mpsc, watch};
 
+use super::channel;
 use super::client::{ApiClient, ApiError};
 use super::config::Backoff;
 use super::core::{Core, FenceState};
@@ -72,6 +76,8 @@ struct Link {
     reregister: Notify,
     /// Asks the desired-state loop for a fresh state now.
     refresh: Notify,
+    /// The node channel, while the server offers it.
+    channel: csivol_client::channel::Shared,
 }
 
 impl Link {
@@ -84,6 +90,16 @@ impl Link {
 
     fn clock(&self) -> FenceClock {
         *self.clock.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A heartbeat: on the node channel when it is open (the same answer as the request),
+    /// else, or when the channel breaks on it, as a request.
+    async fn heartbeat(&self, ttl: Duration) -> Result<HeartbeatResponse, ApiError> {
+        let within = (ttl / 3).clamp(Duration::from_millis(100), Duration::from_secs(10));
+        match self.channel.heartbeat(within).await {
+            Some(answer) => answer.map_err(|e| ApiError::from_client("the heartbeat", e)),
+            None => self.client.heartbeat().await,
+        }
     }
 }
 
@@ -109,11 +125,13 @@ pub async fn run(
         registered: watch::channel(0).0,
         reregister: Notify::new(),
         refresh: Notify::new(),
+        channel: Default::default(),
     });
     let mut sender = tokio::spawn(report_loop(Arc::clone(&link), reports));
     tokio::select! {
         () = heartbeat_loop(&link) => {}
         () = desired_loop(&link) => {}
+        () = channel::run(&link.client, &link.channel, link.registered.subscribe()) => {}
         () = stop => {}
     }
     if take_down {
@@ -160,7 +178,7 @@ async fn heartbeat_loop(link: &Link) {
             }
         };
         let contact = if registered {
-            let answer = tokio::time::timeout(bound, link.client.heartbeat())
+            let answer = tokio::time::timeout(bound, link.heartbeat(ttl))
                 .await
                 .map_err(bounded("the heartbeat"))
                 .and_then(|r| r);
@@ -283,6 +301,9 @@ async fn report_fence(link: &Link) {
 
 async fn desired_loop(link: &Link) {
     let mut registered = link.registered.subscribe();
+    let mut channel = link.channel.subscribe();
+    // Whether the last look found the channel open (for the log).
+    let mut following = false;
     let mut seen = 0;
     let mut index = 0;
     let mut failures = 0u32;
@@ -307,13 +328,51 @@ async fn desired_loop(link: &Link) {
             holds = false;
         }
         let since = (holds && changes).then_some(index);
+        let chan = *channel.borrow_and_update();
+        if chan.open != following {
+            following = chan.open;
+            if following {
+                tracing::debug!("the desired state follows the node channel");
+                if chan.pushed < index {
+                    // The server's index went back (a restored backup): the index held
+                    // means nothing to it any more; start from its whole state.
+                    index = 0;
+                    holds = false;
+                }
+            }
+        }
+        if chan.open && index != 0 && chan.pushed <= index && whole_at.elapsed() < WHOLE_EVERY {
+            // Nothing new: the channel says when there is (or closes), unless a fresh or
+            // whole state is due first.
+            tokio::select! {
+                _ = channel.changed() => {}
+                () = link.refresh.notified() => {
+                    index = 0;
+                    holds = false;
+                }
+                () = tokio::time::sleep(WHOLE_EVERY.saturating_sub(whole_at.elapsed())) => {}
+            }
+            continue;
+        }
+        let fetch = async {
+            match (chan.open, chan.pushed) {
+                // Long-poll, as before the channel.
+                (false, _) => link.client.desired(index, since, DESIRED_WAIT).await,
+                // Answered at once by the server that pushed; a server whose state lags
+                // behind the push (another one of an etcd cluster) answers once it caught up.
+                (true, pushed @ 1..) => link.client.desired(pushed - 1, since, DESIRED_WAIT).await,
+                (true, 0) => link.client.desired_now(since).await,
+            }
+        };
         let answer = tokio::select! {
-            answer = link.client.desired(index, since, DESIRED_WAIT) => answer,
+            answer = fetch => answer,
             () = link.refresh.notified() => {
                 index = 0;
                 holds = false;
                 continue;
             }
+            // The channel opened: it says when to ask, so the long-poll is not needed.
+            Ok(()) = channel.changed(), if !chan.open => continue,
         };
         match answer {
             Ok(desired) => {

@@ -7,6 +7,10 @@
 //! header timeout; only when every connection has spoken do new ones wait in the kernel's
 //! backlog. A log line says when the limit is reached. Long-polls have their own budget
 //! (see `App`), so that agents' long-polls cannot take every connection from operators.
+//!
+//! Connections may be upgraded (the node channel): an upgraded connection keeps its place
+//! under the connection limit for as long as its socket lives, and at shutdown it is told
+//! to close ([`Closing`]) like the connections still speaking HTTP.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -20,12 +24,17 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
-use tokio::sync::{Semaphore, oneshot};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot, watch};
 
 /// The client certificate a TLS connection presented (mutual TLS), put in each request's
 /// extensions; the HTTP layer checks it against the node token's node.
 #[derive(Clone, Debug)]
 pub struct PeerCert(pub rustls::pki_types::CertificateDer<'static>);
+
+/// Set when the server begins to stop, in each request's extensions: what outlives its
+/// request (an upgraded node channel) closes then.
+#[derive(Clone, Debug)]
+pub struct Closing(pub watch::Receiver<bool>);
 
 /// How connections are bounded.
 #[derive(Clone)]
@@ -118,10 +127,12 @@ impl Silent {
     }
 }
 
-/// A connection's stream, on the silent list until its first byte arrives.
+/// A connection's stream, on the silent list until its first byte arrives. It holds the
+/// connection's place under the limit, so that an upgraded connection keeps it.
 struct Heard<S> {
     inner: S,
     silent: Option<(Arc<Mutex<Silent>>, u64)>,
+    _permit: OwnedSemaphorePermit,
 }
 
 impl<S> Heard<S> {
@@ -195,7 +206,7 @@ pub async fn serve(
 ) -> anyhow::Result<()> {
     let permits = Arc::new(Semaphore::new(bounds.max_connections));
     let silent = Arc::new(Mutex::new(Silent::default()));
-    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let (closing, _) = watch::channel(false);
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .timer(TokioTimer::new())
@@ -256,22 +267,19 @@ pub async fn serve(
         let stream = Heard {
             inner: stream,
             silent: Some((Arc::clone(&silent), id)),
+            _permit: permit,
         };
         let router = router.clone();
         let builder = builder.clone();
         let tls = bounds.tls.clone();
-        let watcher = graceful.watcher();
+        let closing = closing.subscribe();
         let handshake_timeout = bounds.header_timeout;
         tokio::spawn(async move {
-            let _permit = permit;
             let serve = async move {
                 let served = match tls {
                     None => {
-                        let conn = builder.serve_connection(
-                            TokioIo::new(stream),
-                            TowerToHyperService::new(router),
-                        );
-                        watcher.watch(conn).await
+                        serve_connection(&builder, TokioIo::new(stream), router, None, closing)
+                            .await
                     }
                     Some(acceptor) => {
                         // The handshake is bounded like the headers that follow it.
@@ -292,20 +300,8 @@ pub async fn serve(
                             .peer_certificates()
                             .and_then(|c| c.first())
                             .map(|c| PeerCert(c.clone().into_owned()));
-                        let service = tower::ServiceExt::map_request(
-                            router,
-                            move |mut req: hyper::Request<hyper::body::Incoming>| {
-                                if let Some(p) = &peer {
-                                    req.extensions_mut().insert(p.clone());
-                                }
-                                req
-                            },
-                        );
-                        let conn = builder.serve_connection(
-                            TokioIo::new(stream),
-                            TowerToHyperService::new(service),
-                        );
-                        watcher.watch(conn).await
+                        serve_connection(&builder, TokioIo::new(stream), router, peer, closing)
+                            .await
                     }
                 };
                 if let Err(e) = served {
@@ -319,7 +315,11 @@ pub async fn serve(
         });
     }
     drop(listener);
-    if tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown())
+    // Connections finish the request they serve, upgraded ones close; each gives its
+    // permit back when its socket closes, so all permits back means all closed.
+    closing.send_replace(true);
+    let all = u32::try_from(bounds.max_connections).unwrap_or(u32::MAX);
+    if tokio::time::timeout(SHUTDOWN_GRACE, permits.acquire_many(all))
         .await
         .is_err()
     {
@@ -329,6 +329,41 @@ pub async fn serve(
         );
     }
     Ok(())
+}
+
+/// Serves one connection (upgrades allowed) until it closes, or, once `closing` is set,
+/// until it finished the request in flight.
+async fn serve_connection<I>(
+    builder: &hyper::server::conn::http1::Builder,
+    io: I,
+    router: Router,
+    peer: Option<PeerCert>,
+    mut closing: watch::Receiver<bool>,
+) -> hyper::Result<()>
+where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let signal = Closing(closing.clone());
+    let service = tower::ServiceExt::map_request(
+        router,
+        move |mut req: hyper::Request<hyper::body::Incoming>| {
+            if let Some(p) = &peer {
+                req.extensions_mut().insert(p.clone());
+            }
+            req.extensions_mut().insert(signal.clone());
+            req
+        },
+    );
+    let conn = builder
+        .serve_connection(io, TowerToHyperService::new(service))
+        .with_upgrades();
+    tokio::pin!(conn);
+    tokio::select! {
+        served = conn.as_mut() => return served,
+        _ = closing.wait_for(|c| *c) => {}
+    }
+    conn.as_mut().graceful_shutdown();
+    conn.await
 }
 
 /// Raises the open-file soft limit to the hard limit; returns the limit in force.

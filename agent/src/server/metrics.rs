@@ -22,6 +22,11 @@ pub struct OpLabel {
     pub result: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ViaLabel {
+    pub via: String,
+}
+
 #[derive(Debug)]
 pub struct Metrics {
     registry: Registry,
@@ -41,6 +46,12 @@ pub struct Metrics {
     fences: Family<StateLabel, Counter>,
     /// Lost nodes whose automatic fence failed and is retried.
     nodes_fence_failing: Gauge,
+    /// Open node channels.
+    pub node_channels: Gauge,
+    /// Heartbeats by how they came (`channel`, `request`).
+    heartbeats: Family<ViaLabel, Counter>,
+    /// Desired-state queries that had to wait for a change (long-polls held open).
+    pub desired_waits: Counter,
 }
 
 impl Default for Metrics {
@@ -59,6 +70,24 @@ impl Default for Metrics {
         let node_reports = Counter::default();
         let fences = Family::<StateLabel, Counter>::default();
         let nodes_fence_failing = Gauge::default();
+        let node_channels = Gauge::default();
+        let heartbeats = Family::<ViaLabel, Counter>::default();
+        let desired_waits = Counter::default();
+        registry.register(
+            "node_channels",
+            "Open node channels (agents heartbeating and told of changes on one connection)",
+            node_channels.clone(),
+        );
+        registry.register(
+            "heartbeats",
+            "Node heartbeats by how they came: on the node channel, or as a request",
+            heartbeats.clone(),
+        );
+        registry.register(
+            "desired_waits",
+            "Desired-state queries that waited for a change (agents' long-polls)",
+            desired_waits.clone(),
+        );
         registry.register(
             "fences",
             "Fence method runs by result (ok: the node was confirmed off)",
@@ -119,11 +148,20 @@ impl Default for Metrics {
             node_reports,
             fences,
             nodes_fence_failing,
+            node_channels,
+            heartbeats,
+            desired_waits,
         }
     }
 }
 
 impl Metrics {
+    /// Counts a heartbeat that came on the node channel, or as a request.
+    pub fn heartbeat(&self, channel: bool) {
+        let via = if channel { "channel" } else { "request" }.to_owned();
+        self.heartbeats.get_or_create(&ViaLabel { via }).inc();
+    }
+
     /// Counts a run of a fence method.
     pub fn fence(&self, ok: bool) {
         let state = if ok { "ok" } else { "failed" }.to_owned();

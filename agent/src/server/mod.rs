@@ -87,6 +87,11 @@ pub struct ServerArgs {
     /// --max-connections].
     #[arg(long)]
     pub max_long_polls: Option<usize>,
+    /// Do not offer node agents the node channel (`GET /v1/nodes/{node}/channel`, one
+    /// upgraded connection per node for heartbeats and desired-state pushes); they then
+    /// heartbeat and long-poll over plain requests, as with an older server.
+    #[arg(long)]
+    pub no_node_channel: bool,
     /// The server's TLS certificate (PEM, its chain after it); with --tls-key the API is
     /// served over https:// (`csivol-agent tls init` makes one).
     #[arg(long, value_name = "FILE", requires = "tls_key")]
@@ -138,7 +143,7 @@ pub struct ServerArgs {
     #[arg(long, value_name = "FILE", requires = "etcd_cert")]
     pub etcd_key: Option<PathBuf>,
     /// TOML file with the same settings (`data_dir`, `listen`, `heartbeat_ttl = "30s"`,
-    /// `controller_concurrency`, `secrets_key_file`, TLS and connection bounds), and fencing:
+    /// `controller_concurrency`, `secrets_key_file`, TLS and connection bounds, `node_channel = false`), and fencing:
     /// `[[fence]]` methods (`name`, `command`, `timeout`, `nodes`, `labels`, `env`,
     /// `auto_fence_after`) and `[node_labels.<node>]`.
     #[arg(long)]
@@ -194,6 +199,7 @@ struct FileConfig {
     tls_key: Option<PathBuf>,
     tls_client_ca: Option<PathBuf>,
     insecure_http: Option<bool>,
+    node_channel: Option<bool>,
     store: Option<StoreKind>,
     #[serde(default)]
     etcd_endpoints: Vec<String>,
@@ -223,6 +229,8 @@ pub struct ServerConfig {
     /// Certificate, key and client CA files.
     pub tls: Option<TlsFiles>,
     pub insecure_http: bool,
+    /// Offer agents the node channel (`--no-node-channel`: no).
+    pub node_channel: bool,
     /// `Some`: the etcd store (`--store etcd`); `None`: SQLite.
     pub etcd: Option<etcd::EtcdConfig>,
 }
@@ -349,6 +357,7 @@ impl ServerConfig {
                 _ => bail!("--tls-cert and --tls-key go together"),
             },
             insecure_http: args.insecure_http || file.insecure_http.unwrap_or(false),
+            node_channel: !args.no_node_channel && file.node_channel.unwrap_or(true),
         })
     }
 
@@ -578,6 +587,7 @@ impl Server {
             fence: Arc::new(cfg.fence),
             fencer: Arc::new(fence::Fencer::default()),
             long_polls: Arc::new(tokio::sync::Semaphore::new(max_long_polls)),
+            node_channel: cfg.node_channel,
         };
         Ok(Self {
             addr,

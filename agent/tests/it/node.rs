@@ -2,6 +2,7 @@
 //! its core driven with desired states (reconcile, faults, recovery, controller
 //! operations, fencing), then the agent binary with the real server.
 
+mod channel;
 mod controller;
 mod e2e;
 mod fencing;

@@ -2,6 +2,7 @@
 //! are played by a test client of the agent endpoints (the real agent has its own tests).
 
 mod access;
+mod channel;
 mod claims;
 mod connections;
 mod controller;

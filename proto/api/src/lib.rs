@@ -13,6 +13,7 @@ use std::str::FromStr;
 pub mod domain;
 
 mod agent;
+pub mod channel;
 mod claims;
 mod errors;
 mod expansion;

@@ -9,6 +9,7 @@
 //! benchmark's accounting); [`Client::request`] and the typed endpoint calls turn an answer
 //! into the API type or an [`Error`].
 
+pub mod channel;
 pub mod tls;
 
 use std::sync::Arc;
@@ -369,6 +370,82 @@ impl Client {
             None => format!("/v1/nodes/{node}/desired"),
         };
         Ok(self.watch(&path, index, wait).await?.body)
+    }
+
+    /// The node's desired state as the server has it now (no blocking query), for a
+    /// caller told by the node channel that it changed; `since` as in [`Client::desired`].
+    pub async fn desired_now(&self, node: &str, since: Option<u64>) -> Result<DesiredState, Error> {
+        let path = match since {
+            Some(since) => format!("/v1/nodes/{node}/desired?since={since}"),
+            None => format!("/v1/nodes/{node}/desired"),
+        };
+        self.get(&path).await
+    }
+
+    /// Opens `node`'s channel (see [`channel`]): the first server, in order, that accepts
+    /// a connection. A server without the channel answers [`Error::Refused`] with 404 (an
+    /// older server, or `--no-node-channel`) or 426.
+    pub async fn channel(&self, node: &str) -> Result<channel::Channel, Error> {
+        let n = self.bases.len().max(1);
+        let first = self.current.load(Ordering::Relaxed) % n;
+        let mut i = 0;
+        loop {
+            let at = (first + i) % n;
+            let base = self.bases.get(at).map_or("", String::as_str);
+            match self.channel_at(base, node).await {
+                Err(Error::Unreachable { source, .. }) if source.is_connect() && i + 1 < n => {
+                    i += 1;
+                }
+                result => {
+                    if result.is_ok() && at != first {
+                        self.current.store(at, Ordering::Relaxed);
+                    }
+                    return result;
+                }
+            }
+        }
+    }
+
+    async fn channel_at(&self, base: &str, node: &str) -> Result<channel::Channel, Error> {
+        use reqwest::header::{CONNECTION, UPGRADE};
+        let url = format!("{base}/v1/nodes/{node}/channel");
+        let mut req = self
+            .http
+            .get(&url)
+            .header(CONNECTION, "upgrade")
+            .header(UPGRADE, csivol_api::channel::UPGRADE);
+        if let Some(t) = self.request_timeout {
+            req = req.timeout(t);
+        }
+        if let Some(t) = &self.token {
+            req = req.bearer_auth(t);
+        }
+        let unreachable = |source| Error::Unreachable {
+            url: url.clone(),
+            source,
+        };
+        let resp = req.send().await.map_err(unreachable)?;
+        let status = resp.status();
+        if status == StatusCode::SWITCHING_PROTOCOLS {
+            let io = resp.upgrade().await.map_err(unreachable)?;
+            return Ok(channel::Channel::new(io));
+        }
+        let body = resp.bytes().await.map_err(unreachable)?.to_vec();
+        let raw = Raw {
+            status,
+            index: None,
+            headers: Default::default(),
+            body,
+        };
+        match raw.into_answer::<serde_json::Value>() {
+            Err(e) => Err(e),
+            // A success that is not an upgrade: a server (or a proxy) that ignored it.
+            Ok(_) => Err(Error::Refused {
+                status,
+                error: None,
+                text: "the server answered the channel request without upgrading".to_owned(),
+            }),
+        }
     }
 
     pub async fn reports(&self, node: &str, batch: &ReportBatch) -> Result<(), Error> {

@@ -102,6 +102,15 @@ impl Http {
         })
     }
 
+    /// Opens `node`'s channel (this client's token must be the node's).
+    pub async fn channel(
+        &self,
+        node: &str,
+    ) -> Result<csivol_client::channel::Channel, csivol_client::Error> {
+        REQUESTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.client.channel(node).await
+    }
+
     pub async fn get(&self, path: &str) -> anyhow::Result<Resp> {
         self.send::<()>(reqwest::Method::GET, path, None).await
     }

@@ -208,8 +208,9 @@ pub async fn execute(cfg: &Config) -> anyhow::Result<Report> {
     let mut findings = Findings::default();
 
     let (mut run, http, floor) = start(cfg, &bins, dir, &say).await?;
+    let mut server_memory = vec![run.memory("start")];
     let node_names = start_nodes(cfg, &mut run, &bins, &http, &say).await?;
-    let mut server_memory = vec![run.memory("nodes")];
+    server_memory.push(run.memory("nodes"));
     let cycled = populate(cfg, &http, &say).await?;
     server_memory.push(run.memory("volumes"));
 
@@ -455,6 +456,11 @@ async fn start_nodes(
         a.heartbeat_ttl,
     )
     .await?;
+    let open = sims.channels_open(Duration::from_secs(60)).await;
+    say.say(format!(
+        "{open} of {} simulated nodes hold a node channel (the others long-poll)",
+        cfg.nodes
+    ));
     let names = sims.names();
     run.sims = Some(sims);
     Ok(names)

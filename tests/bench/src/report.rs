@@ -57,6 +57,12 @@ pub struct Report {
     pub throughput_ratio: f64,
 
     pub server_rss_mib: Option<f64>,
+    /// The server's RSS once the nodes were connected and the volumes registered, before
+    /// the load (issue 18's memory figure).
+    pub server_idle_rss_mib: Option<f64>,
+    /// What each connected node added to the server's RSS: (RSS with the nodes connected
+    /// - RSS before them) / nodes, in KiB.
+    pub server_kib_per_node: Option<f64>,
     /// The server's memory after each phase: where its peak grew.
     pub server_memory: Vec<MemoryPoint>,
     /// Full mode: the largest peak RSS of the agents.
@@ -236,6 +242,17 @@ fn mode_targets(r: &Report) -> Vec<Target> {
                     .filter(|_| r.nodes >= 10_000 && r.list_volumes_count.unwrap_or(0) >= 100_000),
                 200.0,
             ),
+            Target::at_most(
+                "server RSS under 150 MiB with 10,000 connected nodes and 100,000 volumes (issue 18; before the load)",
+                r.server_idle_rss_mib
+                    .filter(|_| r.nodes >= 10_000 && r.list_volumes_count.unwrap_or(0) >= 100_000),
+                150.0,
+            ),
+            Target::at_most(
+                "server RSS per connected idle node at most 4 KiB (issue 18)",
+                r.server_kib_per_node.filter(|_| r.nodes >= 1_000),
+                4.0,
+            ),
         ]
     }
 }
@@ -413,6 +430,11 @@ impl Report {
             ));
         }
         line(format!(
+            "  server RSS idle        {} with the nodes connected and the volumes registered; {} per connected node",
+            opt(self.server_idle_rss_mib, " MiB"),
+            opt(self.server_kib_per_node, " KiB"),
+        ));
+        line(format!(
             "  server memory          {}",
             self.server_memory
                 .iter()
@@ -511,6 +533,11 @@ impl Report {
     }
 }
 
+/// The server's current RSS at the end of phase `after`.
+fn rss_after(points: &[MemoryPoint], after: &str) -> Option<f64> {
+    points.iter().find(|m| m.after == after)?.rss_mib
+}
+
 /// The report of a run from what its phases measured.
 pub fn assemble(cfg: &Config, o: Outcome) -> Report {
     let a = &cfg.args;
@@ -596,6 +623,11 @@ pub fn assemble(cfg: &Config, o: Outcome) -> Report {
         floor_cycles_per_second,
         throughput_ratio: cycles_per_second / floor_cycles_per_second,
         server_rss_mib,
+        server_idle_rss_mib: rss_after(&server_memory, "volumes"),
+        server_kib_per_node: (|| {
+            let grown = rss_after(&server_memory, "nodes")? - rss_after(&server_memory, "start")?;
+            Some(grown * 1024.0 / f64::from(cfg.nodes.max(1)))
+        })(),
         server_memory,
         agent_rss_mib,
         plugin_rss_mib,

@@ -1,6 +1,8 @@
 //! Simulated nodes for `--mode server`: light clients of the agent endpoints that register,
-//! heartbeat at a third of the TTL, long-poll their desired state and report success at
-//! once for everything in it. They measure the control plane alone, without plugins.
+//! heartbeat at a third of the TTL, follow their desired state and report success at once
+//! for everything in it. They measure the control plane alone, without plugins. Like the
+//! agent, they keep the node channel open where the server offers it (heartbeats on it,
+//! the desired state fetched when it says so) and long-poll otherwise.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,6 +17,7 @@ use csivol_api::{
     ControllerOpKind, DesiredState, HeartbeatResponse, NodePluginRegistration, NodeStatus,
     PluginRegistration, RegisterRequest, Report, ReportBatch, Role, TokenRequest, TokenResponse,
 };
+use csivol_client::channel::Shared;
 use tokio::sync::{Notify, oneshot};
 use tokio::task::JoinHandle;
 
@@ -47,6 +50,9 @@ pub struct SimNode {
     die: Notify,
     last_beat: Mutex<Option<oneshot::Sender<Instant>>>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
+    channel: Shared,
+    /// The server does not offer the node channel.
+    no_channel: AtomicBool,
 }
 
 fn now_ms() -> u64 {
@@ -129,13 +135,16 @@ impl SimNode {
         let mut dying = false;
         loop {
             let sent = Instant::now();
-            match self
-                .http
-                .post(&format!("/v1/nodes/{}/heartbeat", self.name), &())
-                .await
-                .and_then(|r| r.expect("heartbeat", &[200]))
-                .and_then(|r| r.json::<HeartbeatResponse>())
-            {
+            let answer = match self.channel.heartbeat(interval).await {
+                Some(answer) => answer.map_err(anyhow::Error::from),
+                None => self
+                    .http
+                    .post(&format!("/v1/nodes/{}/heartbeat", self.name), &())
+                    .await
+                    .and_then(|r| r.expect("heartbeat", &[200]))
+                    .and_then(|r| r.json::<HeartbeatResponse>()),
+            };
+            match answer {
                 Ok(hb) if hb.status == NodeStatus::Lost => {
                     self.error("the server marked this node lost; registering again".into());
                     if let Err(e) = self.register().await {
@@ -159,8 +168,37 @@ impl SimNode {
         }
     }
 
+    /// Keeps the node channel open; returns at once against a server without it.
+    async fn channel_loop(self: Arc<Self>) {
+        // Failures in a row: while the server is down (the kill -9 check) every node tries
+        // again, and ten thousand of them must not try every few hundred milliseconds.
+        let mut failures = 0u32;
+        loop {
+            match self.http.channel(&self.name).await {
+                Ok(channel) => match channel.start().await {
+                    Ok((reader, writer)) => {
+                        failures = 0;
+                        self.channel.serve(reader, writer).await;
+                    }
+                    Err(e) => self.error(format!("node channel: {e}")),
+                },
+                Err(csivol_client::Error::Refused { status, .. })
+                    if status == 404 || status == 426 =>
+                {
+                    self.no_channel.store(true, Ordering::Relaxed);
+                    return;
+                }
+                Err(e) => self.error(format!("node channel: {e}")),
+            }
+            let most = (200u64 << failures.min(5)).min(5_000);
+            failures += 1;
+            tokio::time::sleep(Duration::from_millis(rand::random_range(most / 2..=most))).await;
+        }
+    }
+
     async fn desired_loop(self: Arc<Self>) {
         let path = format!("/v1/nodes/{}/desired", self.name);
+        let mut channel = self.channel.subscribe();
         let mut index = 0;
         let mut failures = 0u32;
         // Off against a server that does not know `since` (an older csivol-agent run with
@@ -174,7 +212,31 @@ impl SimNode {
                 since if since > 0 && changes => format!("{path}?since={since}"),
                 _ => path.clone(),
             };
-            let answer = self.http.get_blocking(&path, index).await;
+            let chan = *channel.borrow_and_update();
+            if chan.open && index != 0 && chan.pushed <= index {
+                // Nothing new until the channel says so (or closes).
+                let _ = channel.changed().await;
+                continue;
+            }
+            if !chan.open && !self.no_channel.load(Ordering::Relaxed) {
+                // The channel is being opened (or again, after the server restarted): wait
+                // for it rather than open a long-poll beside it, which would take ten
+                // thousand nodes two connections each while they reconnect.
+                tokio::select! {
+                    _ = channel.changed() => {}
+                    () = tokio::time::sleep(Duration::from_millis(100)) => {}
+                }
+                continue;
+            }
+            let answer = match (chan.open, chan.pushed) {
+                (false, _) => tokio::select! {
+                    answer = self.http.get_blocking(&path, index) => answer,
+                    // The channel opened: it says when to ask.
+                    Ok(()) = channel.changed() => continue,
+                },
+                (true, pushed @ 1..) => self.http.get_blocking(&path, pushed - 1).await,
+                (true, 0) => self.http.get(&path).await,
+            };
             if changes && index > 0 && answer.as_ref().is_ok_and(|r| r.status == 400) {
                 changes = false;
                 continue;
@@ -392,6 +454,8 @@ impl SimCluster {
                 die: Notify::new(),
                 last_beat: Mutex::new(None),
                 tasks: Mutex::new(Vec::new()),
+                channel: Shared::default(),
+                no_channel: AtomicBool::new(false),
             }));
         }
         // Each node starts heartbeating as soon as it is registered: the server's TTL runs
@@ -402,7 +466,11 @@ impl SimCluster {
                 .with_context(|| format!("failed to register {}", n.name))?;
             let beat = tokio::spawn(Arc::clone(&n).heartbeat_loop());
             let poll = tokio::spawn(Arc::clone(&n).desired_loop());
-            n.tasks.lock().expect("tasks lock").extend([beat, poll]);
+            let channel = tokio::spawn(Arc::clone(&n).channel_loop());
+            n.tasks
+                .lock()
+                .expect("tasks lock")
+                .extend([beat, poll, channel]);
             anyhow::Ok(())
         })
         .await;
@@ -414,6 +482,22 @@ impl SimCluster {
             errors,
             quiet,
         })
+    }
+
+    /// Waits, at most `within`, until every node's channel is open or known not offered;
+    /// returns how many are open.
+    pub async fn channels_open(&self, within: Duration) -> usize {
+        let deadline = Instant::now() + within;
+        loop {
+            let open = self.nodes.iter().filter(|n| n.channel.is_open()).count();
+            let off = (self.nodes.iter())
+                .filter(|n| n.no_channel.load(Ordering::Relaxed))
+                .count();
+            if open + off >= self.nodes.len() || Instant::now() >= deadline {
+                return open;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     pub fn names(&self) -> Vec<String> {

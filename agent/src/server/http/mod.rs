@@ -1,5 +1,6 @@
 //! The HTTP API: routes, authentication, request parsing with JSON errors, blocking queries.
 
+mod channel;
 mod node_endpoints;
 mod snapshot_endpoints;
 
@@ -48,8 +49,10 @@ pub struct App {
     pub metrics: Arc<Metrics>,
     pub fence: Arc<FenceConfig>,
     pub fencer: Arc<Fencer>,
-    /// Long-polls in flight (`--max-long-polls`).
+    /// Long-polls in flight (`--max-long-polls`); an open node channel holds one too.
     pub long_polls: Arc<tokio::sync::Semaphore>,
+    /// Whether agents are offered the node channel (`--no-node-channel` turns it off).
+    pub node_channel: bool,
 }
 
 impl App {
@@ -224,6 +227,7 @@ pub fn router(app: App) -> Router {
             post(node_endpoints::heartbeat),
         )
         .route("/v1/nodes/{node}/desired", get(node_endpoints::desired))
+        .route("/v1/nodes/{node}/channel", get(channel::open))
         .route("/v1/nodes/{node}/reports", post(node_endpoints::reports))
         .route("/v1/plugins", get(node_endpoints::list_plugins))
         .route("/v1/plugins/{id}", get(node_endpoints::get_plugin))

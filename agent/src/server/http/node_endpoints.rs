@@ -143,14 +143,8 @@ pub(super) async fn heartbeat(
 ) -> ApiResult<Json<HeartbeatResponse>> {
     app.caller(&headers)?.require_node(&node)?;
     name("node", &node)?;
-    let status = app.live.heartbeat(&node, now_ms()).ok_or_else(|| {
-        ApiError::not_found(format!("node `{node}` is not registered"))
-            .with_hint("the agent registers again")
-    })?;
-    Ok(Json(HeartbeatResponse {
-        status,
-        heartbeat_ttl_ms: app.live.ttl().as_millis() as u64,
-    }))
+    // The same answer as a heartbeat line on the node channel.
+    channel::heartbeat(&app, &node, false).map(Json)
 }
 
 /// `?index=N&wait=30s&since=M`: a blocking query whose answer holds only the volumes changed
@@ -178,7 +172,13 @@ pub(super) async fn desired(
         wait: q.wait,
     }
     .wait()?;
-    let _permit = app.long_poll(blocking.is_some())?;
+    // A query the server can answer at once (a node channel said the state changed) holds
+    // no place in the long-poll budget; the index only grows, so it cannot come to wait.
+    let waits = blocking.is_some_and(|(after, _)| app.db.hub.index(&key) <= after);
+    let _permit = app.long_poll(waits)?;
+    if waits {
+        app.metrics.desired_waits.inc();
+    }
     let index = match blocking {
         Some((after, wait)) => app.db.hub.wait(&key, after, wait).await,
         None => app.db.hub.index(&key),
