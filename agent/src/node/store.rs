@@ -238,21 +238,21 @@ impl Store {
     ) -> Result<(), StoreError> {
         let r = rec.clone();
         self.call(move |c| {
-            c.execute(
+            c.prepare_cached(
                 "INSERT INTO stagings (volume, plugin, external_id, path, state, error, updated_ms)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
                  ON CONFLICT (volume) DO UPDATE SET plugin = ?2, external_id = ?3, path = ?4,
                      state = ?5, error = ?6, updated_ms = ?7",
-                params![
-                    r.volume,
-                    r.plugin,
-                    r.external_id,
-                    r.path.to_string_lossy(),
-                    r.state.as_str(),
-                    error,
-                    now_ms() as i64
-                ],
-            )
+            )?
+            .execute(params![
+                r.volume,
+                r.plugin,
+                r.external_id,
+                r.path.to_string_lossy(),
+                r.state.as_str(),
+                error,
+                now_ms() as i64
+            ])
         })
         .await?;
         self.mirror()
@@ -263,8 +263,11 @@ impl Store {
 
     pub async fn delete_staging(&self, volume: &str) -> Result<(), StoreError> {
         let v = volume.to_owned();
-        self.call(move |c| c.execute("DELETE FROM stagings WHERE volume = ?1", [v]))
-            .await?;
+        self.call(move |c| {
+            c.prepare_cached("DELETE FROM stagings WHERE volume = ?1")?
+                .execute([v])
+        })
+        .await?;
         self.mirror().stagings.remove(volume);
         Ok(())
     }
@@ -276,13 +279,14 @@ impl Store {
     ) -> Result<(), StoreError> {
         let r = rec.clone();
         self.call(move |c| {
-            c.execute(
+            c.prepare_cached(
                 "INSERT INTO publications
                      (volume, alloc, plugin, external_id, target, staging, block, state, error, updated_ms)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
                  ON CONFLICT (volume, alloc) DO UPDATE SET plugin = ?3, external_id = ?4,
                      target = ?5, staging = ?6, block = ?7, state = ?8, error = ?9, updated_ms = ?10",
-                params![
+            )?
+            .execute(params![
                     r.volume,
                     r.alloc,
                     r.plugin,
@@ -293,8 +297,7 @@ impl Store {
                     r.state.as_str(),
                     error,
                     now_ms() as i64
-                ],
-            )
+                ])
         })
         .await?;
         self.mirror()
@@ -306,10 +309,8 @@ impl Store {
     pub async fn delete_publication(&self, volume: &str, alloc: &str) -> Result<(), StoreError> {
         let (v, a) = (volume.to_owned(), alloc.to_owned());
         self.call(move |c| {
-            c.execute(
-                "DELETE FROM publications WHERE volume = ?1 AND alloc = ?2",
-                [v, a],
-            )
+            c.prepare_cached("DELETE FROM publications WHERE volume = ?1 AND alloc = ?2")?
+                .execute([v, a])
         })
         .await?;
         self.mirror()
