@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -14,6 +15,8 @@ use rusqlite::{Connection, OptionalExtension, params};
 const LOCK_WAIT: Duration = Duration::from_secs(10);
 const SCHEMA_VERSION: i32 = 1;
 const BOOT_ID: &str = "/proc/sys/kernel/random/boot_id";
+/// Writes between two checkpoints of agent.db's WAL: a few hundred KiB of WAL at most.
+const CHECKPOINT_EVERY: u32 = 256;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -44,8 +47,6 @@ pub enum StoreError {
     Newer(i32),
     #[error("failed to write agent.db")]
     Sql(#[from] rusqlite::Error),
-    #[error("agent.db task failed: {0}")]
-    Task(String),
 }
 
 /// What the agent knows about a staging. `Staging` and `Unstaging` mean a call was (or may
@@ -129,7 +130,13 @@ struct Mirror {
 
 #[derive(Debug)]
 pub struct Store {
-    conn: Arc<Mutex<Connection>>,
+    conn: Mutex<Connection>,
+    /// A second connection that only checkpoints the WAL, on a blocking thread, so that
+    /// the fsyncs of a checkpoint never hold up a write (see [`Store::call`]).
+    checkpointer: Arc<Mutex<Connection>>,
+    /// Writes since the last checkpoint was started.
+    writes: AtomicU32,
+    checkpointing: Arc<AtomicBool>,
     mirror: Mutex<Mirror>,
     // Held for the life of the store: one agent per data dir.
     _lock: OwnedFd,
@@ -157,8 +164,12 @@ impl Store {
         // mounts with it: after a reboot (a new boot id) every record is uncertain anyway
         // and is checked against the mount table. An fsync per record would cap a node at
         // a few hundred steps a second on ordinary disks.
+        //
+        // The WAL is not checkpointed by the commit that fills it (`wal_autocheckpoint = 0`)
+        // but every CHECKPOINT_EVERY writes by `checkpointer`, off the runtime thread.
         conn.execute_batch(
-            "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA busy_timeout = 5000;",
+            "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA busy_timeout = 5000;
+             PRAGMA wal_autocheckpoint = 0;",
         )
         .map_err(open_err)?;
         let version: i32 = conn
@@ -200,9 +211,16 @@ impl Store {
         .map_err(open_err)?;
         let rebooted = check_boot(&conn).map_err(open_err)?;
         let mirror = load(&conn).map_err(open_err)?;
+        let checkpointer = Connection::open(&path).map_err(open_err)?;
+        checkpointer
+            .execute_batch("PRAGMA synchronous = NORMAL; PRAGMA busy_timeout = 5000;")
+            .map_err(open_err)?;
         Ok((
             Self {
-                conn: Arc::new(Mutex::new(conn)),
+                conn: Mutex::new(conn),
+                checkpointer: Arc::new(Mutex::new(checkpointer)),
+                writes: AtomicU32::new(0),
+                checkpointing: Arc::new(AtomicBool::new(false)),
                 mirror: Mutex::new(mirror),
                 _lock: lock,
             },
@@ -210,21 +228,45 @@ impl Store {
         ))
     }
 
-    /// Runs `f` on the connection off the async workers: a FULL-sync commit waits for the
-    /// disk.
+    /// Runs `f` on the connection, on the caller's thread. A commit does not wait for the
+    /// disk (WAL with `synchronous = NORMAL`, see [`Store::open`]): it is a write into the
+    /// WAL, cheaper than handing the statement to a blocking thread and back, which the
+    /// agent did before for every record. What does wait for the disk, the checkpoint's
+    /// fsyncs, runs on a blocking thread of its own every CHECKPOINT_EVERY writes.
     async fn call<T, F>(&self, f: F) -> Result<T, StoreError>
     where
-        T: Send + 'static,
-        F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+        F: FnOnce(&Connection) -> rusqlite::Result<T>,
     {
-        let conn = Arc::clone(&self.conn);
-        tokio::task::spawn_blocking(move || {
+        let result = {
+            let conn = self.conn.lock().unwrap_or_else(|e| e.into_inner());
+            f(&conn).map_err(StoreError::Sql)
+        };
+        if self.writes.fetch_add(1, Ordering::Relaxed) + 1 >= CHECKPOINT_EVERY {
+            self.checkpoint();
+        }
+        result
+    }
+
+    /// Starts a PASSIVE checkpoint on the second connection unless one is running: it
+    /// copies the WAL into the database (fsyncing both) while writes go on.
+    fn checkpoint(&self) {
+        if self.checkpointing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        self.writes.store(0, Ordering::Relaxed);
+        let conn = Arc::clone(&self.checkpointer);
+        let running = Arc::clone(&self.checkpointing);
+        let run = move || {
             let conn = conn.lock().unwrap_or_else(|e| e.into_inner());
-            f(&conn)
-        })
-        .await
-        .map_err(|e| StoreError::Task(e.to_string()))?
-        .map_err(StoreError::Sql)
+            if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
+                tracing::warn!("failed to checkpoint agent.db: {e}");
+            }
+            running.store(false, Ordering::Release);
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => drop(rt.spawn_blocking(run)),
+            Err(_) => run(),
+        }
     }
 
     fn mirror(&self) -> std::sync::MutexGuard<'_, Mirror> {
