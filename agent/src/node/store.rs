@@ -166,7 +166,7 @@ impl Store {
         // a few hundred steps a second on ordinary disks.
         //
         // The WAL is not checkpointed by the commit that fills it (`wal_autocheckpoint = 0`)
-        // but every CHECKPOINT_EVERY writes by `checkpointer`, off the runtime thread.
+        // but every CHECKPOINT_EVERY writes by `checkpointer`, on a blocking thread.
         conn.execute_batch(
             "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA busy_timeout = 5000;
              PRAGMA wal_autocheckpoint = 0;",
@@ -232,7 +232,8 @@ impl Store {
     /// disk (WAL with `synchronous = NORMAL`, see [`Store::open`]): it is a write into the
     /// WAL, cheaper than handing the statement to a blocking thread and back, which the
     /// agent did before for every record. What does wait for the disk, the checkpoint's
-    /// fsyncs, runs on a blocking thread of its own every CHECKPOINT_EVERY writes.
+    /// fsyncs, runs on a blocking thread every CHECKPOINT_EVERY writes (a write that comes
+    /// meanwhile waits for it, see [`Store::checkpoint`]).
     async fn call<T, F>(&self, f: F) -> Result<T, StoreError>
     where
         F: FnOnce(&Connection) -> rusqlite::Result<T>,
@@ -247,8 +248,12 @@ impl Store {
         result
     }
 
-    /// Starts a PASSIVE checkpoint on the second connection unless one is running: it
-    /// copies the WAL into the database (fsyncing both) while writes go on.
+    /// Starts a checkpoint on the second connection unless one is running: it copies the
+    /// WAL into the database (fsyncing both) while the agent goes on. RESTART, not
+    /// PASSIVE: a PASSIVE checkpoint overtaken by writes never lets the WAL start over,
+    /// and under steady writes it would grow without end. RESTART makes a write that
+    /// comes while it runs wait for it (`busy_timeout`), as the commit that ran SQLite's
+    /// automatic checkpoint used to.
     fn checkpoint(&self) {
         if self.checkpointing.swap(true, Ordering::AcqRel) {
             return;
@@ -258,7 +263,7 @@ impl Store {
         let running = Arc::clone(&self.checkpointing);
         let run = move || {
             let conn = conn.lock().unwrap_or_else(|e| e.into_inner());
-            if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
+            if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(RESTART)", [], |_| Ok(())) {
                 tracing::warn!("failed to checkpoint agent.db: {e}");
             }
             running.store(false, Ordering::Release);
@@ -590,4 +595,44 @@ pub fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Without the commit's own checkpoint (`wal_autocheckpoint = 0`), the WAL would grow
+    /// with every record; the checkpoints on the second connection keep it bounded.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn records_survive_a_reopen_and_the_wal_stays_bounded() {
+        let dir = std::env::temp_dir().join(format!("csivol-agent-store-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let wal = dir.join("agent.db-wal");
+        let mut largest = 0;
+        {
+            let (store, _) = Store::open(&dir).await.unwrap();
+            for i in 0..4_000 {
+                let rec = StagingRecord {
+                    volume: format!("v{}", i % 50),
+                    plugin: "p".into(),
+                    external_id: format!("x{i}"),
+                    path: dir.join("staging").join(format!("v{i}")),
+                    state: StageState::Staged,
+                };
+                store.put_staging(&rec, None).await.unwrap();
+                largest = largest.max(std::fs::metadata(&wal).map_or(0, |m| m.len()));
+                // Let a checkpoint that was started finish, as a running agent would.
+                tokio::task::yield_now().await;
+            }
+            store.delete_staging("v0").await.unwrap();
+        }
+        // 4,000 records of a few pages each would make a WAL of tens of MiB.
+        assert!(largest < 8 << 20, "the WAL grew to {largest} bytes");
+        let (store, _) = Store::open(&dir).await.unwrap();
+        assert_eq!(store.stagings().len(), 49);
+        assert_eq!(store.staging("v1").unwrap().external_id, "x3951");
+        drop(store);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
