@@ -45,7 +45,18 @@ fn main() -> ExitCode {
     } else {
         logs.init();
     }
-    let runtime = match tokio::runtime::Runtime::new() {
+    // A node agent, or the reference plugin started by dev mode, is a small process that
+    // mostly waits on sockets: one thread runs it for less CPU per call than a pool of
+    // workers waking each other across cores (blocking work still goes to the blocking
+    // pool: agent.db commits, the plugin's handlers). The server and dev mode keep the
+    // multi-threaded runtime: the server's HTTP load spreads over the cores.
+    let runtime = match &cli.command {
+        Command::Node(_) | Command::Hostpath(_) => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build(),
+        _ => tokio::runtime::Runtime::new(),
+    };
+    let runtime = match runtime {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: failed to start the async runtime: {e}");

@@ -234,6 +234,22 @@ impl Drop for InFlight<'_> {
     }
 }
 
+/// One line of `calls.jsonl`.
+#[derive(serde::Serialize)]
+struct CallLine<'a> {
+    #[serde(serialize_with = "display")]
+    rpc: Rpc,
+    volume_id: &'a str,
+    node_id: &'a str,
+    code: &'a str,
+    in_flight: usize,
+    at_ms: u64,
+}
+
+fn display<S: serde::Serializer>(v: &impl fmt::Display, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(v)
+}
+
 impl CallLog {
     pub fn open(path: &Path) -> std::io::Result<Self> {
         let file = File::options().create(true).append(true).open(path)?;
@@ -256,17 +272,20 @@ impl CallLog {
         let at_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_millis());
-        let line = serde_json::json!({
-            "rpc": rpc.to_string(),
-            "volume_id": volume_id,
-            "node_id": node_id,
-            "code": code_name(code),
-            "in_flight": concurrent,
-            "at_ms": at_ms as u64,
-        });
+        // One line, serialised before the lock and written with one syscall.
+        let mut line = serde_json::to_vec(&CallLine {
+            rpc,
+            volume_id,
+            node_id,
+            code: code_name(code),
+            in_flight: concurrent,
+            at_ms: at_ms as u64,
+        })
+        .expect("a call line serialises");
+        line.push(b'\n');
         let mut file = self.file.lock().unwrap_or_else(|e| e.into_inner());
         // The log is for observation only; a failed write must not fail the call.
-        let _ = writeln!(file, "{line}");
+        let _ = file.write_all(&line);
     }
 }
 

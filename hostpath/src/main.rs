@@ -15,7 +15,13 @@ fn main() -> ExitCode {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let args = Args::parse();
-    let runtime = match tokio::runtime::Runtime::new() {
+    // A plugin mostly waits on its socket: one thread serves it for less CPU per call than
+    // a pool of workers waking each other across cores. The handlers, which may block on
+    // the disk, mounts and the backend lock, still run on the blocking pool.
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: failed to start the async runtime: {e}");

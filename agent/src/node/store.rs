@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -14,6 +15,8 @@ use rusqlite::{Connection, OptionalExtension, params};
 const LOCK_WAIT: Duration = Duration::from_secs(10);
 const SCHEMA_VERSION: i32 = 1;
 const BOOT_ID: &str = "/proc/sys/kernel/random/boot_id";
+/// Writes between two checkpoints of agent.db's WAL: a few hundred KiB of WAL at most.
+const CHECKPOINT_EVERY: u32 = 256;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -44,8 +47,6 @@ pub enum StoreError {
     Newer(i32),
     #[error("failed to write agent.db")]
     Sql(#[from] rusqlite::Error),
-    #[error("agent.db task failed: {0}")]
-    Task(String),
 }
 
 /// What the agent knows about a staging. `Staging` and `Unstaging` mean a call was (or may
@@ -129,7 +130,13 @@ struct Mirror {
 
 #[derive(Debug)]
 pub struct Store {
-    conn: Arc<Mutex<Connection>>,
+    conn: Mutex<Connection>,
+    /// A second connection that only checkpoints the WAL, on a blocking thread, so that
+    /// the fsyncs of a checkpoint never hold up a write (see [`Store::call`]).
+    checkpointer: Arc<Mutex<Connection>>,
+    /// Writes since the last checkpoint was started.
+    writes: AtomicU32,
+    checkpointing: Arc<AtomicBool>,
     mirror: Mutex<Mirror>,
     // Held for the life of the store: one agent per data dir.
     _lock: OwnedFd,
@@ -157,8 +164,12 @@ impl Store {
         // mounts with it: after a reboot (a new boot id) every record is uncertain anyway
         // and is checked against the mount table. An fsync per record would cap a node at
         // a few hundred steps a second on ordinary disks.
+        //
+        // The WAL is not checkpointed by the commit that fills it (`wal_autocheckpoint = 0`)
+        // but every CHECKPOINT_EVERY writes by `checkpointer`, on a blocking thread.
         conn.execute_batch(
-            "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA busy_timeout = 5000;",
+            "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA busy_timeout = 5000;
+             PRAGMA wal_autocheckpoint = 0;",
         )
         .map_err(open_err)?;
         let version: i32 = conn
@@ -200,9 +211,16 @@ impl Store {
         .map_err(open_err)?;
         let rebooted = check_boot(&conn).map_err(open_err)?;
         let mirror = load(&conn).map_err(open_err)?;
+        let checkpointer = Connection::open(&path).map_err(open_err)?;
+        checkpointer
+            .execute_batch("PRAGMA synchronous = NORMAL; PRAGMA busy_timeout = 5000;")
+            .map_err(open_err)?;
         Ok((
             Self {
-                conn: Arc::new(Mutex::new(conn)),
+                conn: Mutex::new(conn),
+                checkpointer: Arc::new(Mutex::new(checkpointer)),
+                writes: AtomicU32::new(0),
+                checkpointing: Arc::new(AtomicBool::new(false)),
                 mirror: Mutex::new(mirror),
                 _lock: lock,
             },
@@ -210,21 +228,50 @@ impl Store {
         ))
     }
 
-    /// Runs `f` on the connection off the async workers: a FULL-sync commit waits for the
-    /// disk.
+    /// Runs `f` on the connection, on the caller's thread. A commit does not wait for the
+    /// disk (WAL with `synchronous = NORMAL`, see [`Store::open`]): it is a write into the
+    /// WAL, cheaper than handing the statement to a blocking thread and back, which the
+    /// agent did before for every record. What does wait for the disk, the checkpoint's
+    /// fsyncs, runs on a blocking thread every CHECKPOINT_EVERY writes (a write that comes
+    /// meanwhile waits for it, see [`Store::checkpoint`]).
     async fn call<T, F>(&self, f: F) -> Result<T, StoreError>
     where
-        T: Send + 'static,
-        F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+        F: FnOnce(&Connection) -> rusqlite::Result<T>,
     {
-        let conn = Arc::clone(&self.conn);
-        tokio::task::spawn_blocking(move || {
+        let result = {
+            let conn = self.conn.lock().unwrap_or_else(|e| e.into_inner());
+            f(&conn).map_err(StoreError::Sql)
+        };
+        if self.writes.fetch_add(1, Ordering::Relaxed) + 1 >= CHECKPOINT_EVERY {
+            self.checkpoint();
+        }
+        result
+    }
+
+    /// Starts a checkpoint on the second connection unless one is running: it copies the
+    /// WAL into the database (fsyncing both) while the agent goes on. RESTART, not
+    /// PASSIVE: a PASSIVE checkpoint overtaken by writes never lets the WAL start over,
+    /// and under steady writes it would grow without end. RESTART makes a write that
+    /// comes while it runs wait for it (`busy_timeout`), as the commit that ran SQLite's
+    /// automatic checkpoint used to.
+    fn checkpoint(&self) {
+        if self.checkpointing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        self.writes.store(0, Ordering::Relaxed);
+        let conn = Arc::clone(&self.checkpointer);
+        let running = Arc::clone(&self.checkpointing);
+        let run = move || {
             let conn = conn.lock().unwrap_or_else(|e| e.into_inner());
-            f(&conn)
-        })
-        .await
-        .map_err(|e| StoreError::Task(e.to_string()))?
-        .map_err(StoreError::Sql)
+            if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(RESTART)", [], |_| Ok(())) {
+                tracing::warn!("failed to checkpoint agent.db: {e}");
+            }
+            running.store(false, Ordering::Release);
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => drop(rt.spawn_blocking(run)),
+            Err(_) => run(),
+        }
     }
 
     fn mirror(&self) -> std::sync::MutexGuard<'_, Mirror> {
@@ -238,21 +285,21 @@ impl Store {
     ) -> Result<(), StoreError> {
         let r = rec.clone();
         self.call(move |c| {
-            c.execute(
+            c.prepare_cached(
                 "INSERT INTO stagings (volume, plugin, external_id, path, state, error, updated_ms)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
                  ON CONFLICT (volume) DO UPDATE SET plugin = ?2, external_id = ?3, path = ?4,
                      state = ?5, error = ?6, updated_ms = ?7",
-                params![
-                    r.volume,
-                    r.plugin,
-                    r.external_id,
-                    r.path.to_string_lossy(),
-                    r.state.as_str(),
-                    error,
-                    now_ms() as i64
-                ],
-            )
+            )?
+            .execute(params![
+                r.volume,
+                r.plugin,
+                r.external_id,
+                r.path.to_string_lossy(),
+                r.state.as_str(),
+                error,
+                now_ms() as i64
+            ])
         })
         .await?;
         self.mirror()
@@ -263,8 +310,11 @@ impl Store {
 
     pub async fn delete_staging(&self, volume: &str) -> Result<(), StoreError> {
         let v = volume.to_owned();
-        self.call(move |c| c.execute("DELETE FROM stagings WHERE volume = ?1", [v]))
-            .await?;
+        self.call(move |c| {
+            c.prepare_cached("DELETE FROM stagings WHERE volume = ?1")?
+                .execute([v])
+        })
+        .await?;
         self.mirror().stagings.remove(volume);
         Ok(())
     }
@@ -276,13 +326,14 @@ impl Store {
     ) -> Result<(), StoreError> {
         let r = rec.clone();
         self.call(move |c| {
-            c.execute(
+            c.prepare_cached(
                 "INSERT INTO publications
                      (volume, alloc, plugin, external_id, target, staging, block, state, error, updated_ms)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
                  ON CONFLICT (volume, alloc) DO UPDATE SET plugin = ?3, external_id = ?4,
                      target = ?5, staging = ?6, block = ?7, state = ?8, error = ?9, updated_ms = ?10",
-                params![
+            )?
+            .execute(params![
                     r.volume,
                     r.alloc,
                     r.plugin,
@@ -293,8 +344,7 @@ impl Store {
                     r.state.as_str(),
                     error,
                     now_ms() as i64
-                ],
-            )
+                ])
         })
         .await?;
         self.mirror()
@@ -306,10 +356,8 @@ impl Store {
     pub async fn delete_publication(&self, volume: &str, alloc: &str) -> Result<(), StoreError> {
         let (v, a) = (volume.to_owned(), alloc.to_owned());
         self.call(move |c| {
-            c.execute(
-                "DELETE FROM publications WHERE volume = ?1 AND alloc = ?2",
-                [v, a],
-            )
+            c.prepare_cached("DELETE FROM publications WHERE volume = ?1 AND alloc = ?2")?
+                .execute([v, a])
         })
         .await?;
         self.mirror()
@@ -547,4 +595,44 @@ pub fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Without the commit's own checkpoint (`wal_autocheckpoint = 0`), the WAL would grow
+    /// with every record; the checkpoints on the second connection keep it bounded.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn records_survive_a_reopen_and_the_wal_stays_bounded() {
+        let dir = std::env::temp_dir().join(format!("csivol-agent-store-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let wal = dir.join("agent.db-wal");
+        let mut largest = 0;
+        {
+            let (store, _) = Store::open(&dir).await.unwrap();
+            for i in 0..4_000 {
+                let rec = StagingRecord {
+                    volume: format!("v{}", i % 50),
+                    plugin: "p".into(),
+                    external_id: format!("x{i}"),
+                    path: dir.join("staging").join(format!("v{i}")),
+                    state: StageState::Staged,
+                };
+                store.put_staging(&rec, None).await.unwrap();
+                largest = largest.max(std::fs::metadata(&wal).map_or(0, |m| m.len()));
+                // Let a checkpoint that was started finish, as a running agent would.
+                tokio::task::yield_now().await;
+            }
+            store.delete_staging("v0").await.unwrap();
+        }
+        // 4,000 records of a few pages each would make a WAL of tens of MiB.
+        assert!(largest < 8 << 20, "the WAL grew to {largest} bytes");
+        let (store, _) = Store::open(&dir).await.unwrap();
+        assert_eq!(store.stagings().len(), 49);
+        assert_eq!(store.staging("v1").unwrap().external_id, "x3951");
+        drop(store);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -104,8 +104,8 @@ fn volume_entries(
 ) {
     let attached = att.filter(|a| a.state == AttachmentState::Attached);
     for c in claims {
-        match c.state {
-            ClaimState::Publishing | ClaimState::Ready => {
+        match claim_entry(c.state) {
+            ClaimEntry::Publish => {
                 let Some(att) = attached else {
                     continue;
                 };
@@ -123,7 +123,7 @@ fn volume_entries(
                     },
                 });
             }
-            ClaimState::Releasing | ClaimState::Failed => {
+            ClaimEntry::Unpublish => {
                 out.unpublish.push(api::DesiredUnpublish {
                     volume: v.name.clone(),
                     alloc: c.alloc,
@@ -131,10 +131,28 @@ fn volume_entries(
                     external_id: v.external_id.clone(),
                 });
             }
-            _ => {}
+            ClaimEntry::None => {}
         }
     }
     if att.is_some() {
         out.expand.extend(super::expand::desired_expansion(v, node));
+    }
+}
+
+/// What a claim puts in its node's desired state, by its state alone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum ClaimEntry {
+    /// Publish it (once its attachment is attached).
+    Publish,
+    /// Take it down and report it unpublished.
+    Unpublish,
+    None,
+}
+
+pub(super) fn claim_entry(state: ClaimState) -> ClaimEntry {
+    match state {
+        ClaimState::Publishing | ClaimState::Ready => ClaimEntry::Publish,
+        ClaimState::Releasing | ClaimState::Failed => ClaimEntry::Unpublish,
+        _ => ClaimEntry::None,
     }
 }

@@ -101,9 +101,15 @@ fn touch_volume(ctx: &mut impl Txn, volume: &str) -> ApiResult<()> {
     Ok(())
 }
 
+/// Sets a claim's state. Its node's agent is woken only when that changes what the claim
+/// puts in the node's desired state: `publishing` → `ready`, which the agent's own report
+/// makes, leaves its entry as it was, and a wake-up would cost the agent and the server a
+/// round trip and a read per claim for nothing.
 fn set_claim_state(ctx: &mut impl Txn, c: &ClaimRow, state: ClaimState) -> ApiResult<()> {
     ctx.set_claim_state(&c.volume, &c.alloc, state)?;
-    ctx.touch(node_volume(&c.node, &c.volume));
+    if desired::claim_entry(c.state) != desired::claim_entry(state) {
+        ctx.touch(node_volume(&c.node, &c.volume));
+    }
     touch_volume(ctx, &c.volume)
 }
 

@@ -139,3 +139,39 @@ async fn changes_since_an_index_keep_the_agent_s_state_whole() {
         .await;
     assert_eq!(env.db.hub.node_changes("n1", since), None);
 }
+
+#[tokio::test]
+async fn the_node_is_woken_when_a_claim_s_entry_changes_not_when_it_becomes_ready() {
+    use crate::server::watch::Key;
+
+    let env = Env::new();
+    env.register("n1", true, &[]).await;
+    env.volume("v", "single-node-writer").await;
+    env.claim("v", "a1", "n1", ClaimMode::Write).await.unwrap();
+    let node = Key::Node("n1".to_owned());
+    let volume = Key::Volume("v".to_owned());
+    let before_attach = env.db.hub.index(&node);
+    env.controller_published("n1").await;
+    let publishing = env.db.hub.index(&node);
+    assert!(
+        publishing > before_attach,
+        "attached: the claim is to publish"
+    );
+
+    // Its own report makes the claim ready: the node's entry for it is the same publish,
+    // so its agent is not sent it again; the claim's watchers are told.
+    let volume_before = env.db.hub.index(&volume);
+    env.report("n1", vec![super::published("v", "a1")]).await;
+    assert_eq!(
+        env.db.hub.index(&node),
+        publishing,
+        "ready leaves the entry"
+    );
+    assert!(env.db.hub.index(&volume) > volume_before);
+
+    env.release("v", "a1").await.unwrap();
+    assert!(
+        env.db.hub.index(&node) > publishing,
+        "released: the claim is to unpublish"
+    );
+}
