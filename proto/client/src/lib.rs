@@ -235,17 +235,27 @@ impl Client {
         body: Body<'_, B>,
         timeout: Option<Duration>,
     ) -> Result<Raw, Error> {
+        self.in_turn(|base| self.send_to(base, method.clone(), path, &body, timeout))
+            .await
+    }
+
+    /// Runs `attempt` against the server that answered last, then each other one in
+    /// order while a server cannot be connected to (the request never reached it); the
+    /// first server that answers becomes the one asked first next time.
+    async fn in_turn<'a, T, Fut>(
+        &'a self,
+        mut attempt: impl FnMut(&'a str) -> Fut,
+    ) -> Result<T, Error>
+    where
+        Fut: Future<Output = Result<T, Error>>,
+    {
         let n = self.bases.len().max(1);
         let first = self.current.load(Ordering::Relaxed) % n;
         let mut i = 0;
         loop {
             let at = (first + i) % n;
             let base = self.bases.get(at).map_or("", String::as_str);
-            match self
-                .send_to(base, method.clone(), path, &body, timeout)
-                .await
-            {
-                // Not connected: the request never reached that server; try the next.
+            match attempt(base).await {
                 Err(Error::Unreachable { source, .. }) if source.is_connect() && i + 1 < n => {
                     i += 1;
                 }
@@ -386,24 +396,7 @@ impl Client {
     /// a connection. A server without the channel answers [`Error::Refused`] with 404 (an
     /// older server, or `--no-node-channel`) or 426.
     pub async fn channel(&self, node: &str) -> Result<channel::Channel, Error> {
-        let n = self.bases.len().max(1);
-        let first = self.current.load(Ordering::Relaxed) % n;
-        let mut i = 0;
-        loop {
-            let at = (first + i) % n;
-            let base = self.bases.get(at).map_or("", String::as_str);
-            match self.channel_at(base, node).await {
-                Err(Error::Unreachable { source, .. }) if source.is_connect() && i + 1 < n => {
-                    i += 1;
-                }
-                result => {
-                    if result.is_ok() && at != first {
-                        self.current.store(at, Ordering::Relaxed);
-                    }
-                    return result;
-                }
-            }
-        }
+        self.in_turn(|base| self.channel_at(base, node)).await
     }
 
     async fn channel_at(&self, base: &str, node: &str) -> Result<channel::Channel, Error> {
