@@ -171,15 +171,7 @@ async fn backup_while_serving_and_restore_round_trip() {
         .unwrap()
         .trim()
         .to_owned();
-    let put = |api: csivol_tests::Api, name: String| async move {
-        let (status, body) = api
-            .put(
-                &format!("/v1/volumes/{name}"),
-                json!({"plugin": "hp", "external_id": name, "access_mode": "single-node-writer", "attachment": "file-system"}),
-            )
-            .await;
-        assert_eq!(status, 201, "{body}");
-    };
+    let put = |api: csivol_tests::Api, name: String| async move { register(&api, &name).await };
     for i in 0..20 {
         put(api.clone(), format!("before-{i}")).await;
     }
@@ -408,15 +400,7 @@ async fn the_volume_list_streams_and_pages_the_same_volumes() {
             .map(|name| {
                 let api = api.clone();
                 let name = name.clone();
-                tokio::spawn(async move {
-                    let (status, body) = api
-                        .put(
-                            &format!("/v1/volumes/{name}"),
-                            json!({"plugin": "hp", "external_id": name, "access_mode": "single-node-writer", "attachment": "file-system"}),
-                        )
-                        .await;
-                    assert_eq!(status, 201, "{body}");
-                })
+                tokio::spawn(async move { register(&api, &name).await })
             })
             .collect();
         for p in puts {
@@ -453,4 +437,15 @@ async fn the_volume_list_streams_and_pages_the_same_volumes() {
         let (status, body) = api.get(bad).await;
         assert_eq!(status, 400, "{bad}: {body}");
     }
+}
+
+/// Registers a single-node-writer file-system volume `name` of plugin `hp`; it must be new.
+async fn register(api: &csivol_tests::Api, name: &str) {
+    let (status, body) = api
+        .put(
+            &format!("/v1/volumes/{name}"),
+            json!({"plugin": "hp", "external_id": name, "access_mode": "single-node-writer", "attachment": "file-system"}),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
 }
