@@ -300,7 +300,7 @@ fn a_killed_agent_comes_back_with_the_command_dev_mode_prints() {
         lines.next().map(|l| l.trim().to_owned())
     });
     assert!(
-        line.contains(" node ") && line.contains("--node=node-1"),
+        line.contains("csivol-agent run ") && line.contains("--node=node-1"),
         "{line}"
     );
     let status = Command::new("sh").arg("-c").arg(&line).status().unwrap();
