@@ -615,6 +615,7 @@ impl Server {
             fencer: Arc::new(fence::Fencer::default()),
             long_polls: Arc::new(tokio::sync::Semaphore::new(max_long_polls)),
             node_channel: cfg.node_channel,
+            reads: cluster.as_ref().map(|c| c.reads.clone()),
         };
         Ok(Self {
             addr,

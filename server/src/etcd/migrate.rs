@@ -114,7 +114,12 @@ pub async fn run(args: &MigrateArgs) -> anyhow::Result<()> {
         &keys,
         vec![csivol_etcd_client::put(
             keys.head(),
-            mirror::head_value(index),
+            mirror::Head {
+                index,
+                schema: db::SCHEMA_VERSION,
+                ..mirror::Head::default()
+            }
+            .encode(),
             0,
         )],
         &prefix,

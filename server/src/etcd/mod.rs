@@ -9,6 +9,7 @@
 mod leader;
 pub mod migrate;
 pub mod mirror;
+mod reads;
 mod writer;
 
 use std::path::Path;
@@ -19,8 +20,9 @@ use csivol_etcd_client::{Client, EventType};
 use tokio::sync::mpsc;
 
 pub use leader::Leadership;
+pub use reads::{READ_BOUND, Reads};
 
-use self::mirror::{KeyKind, Keys};
+use self::mirror::{Head, KeyKind, Keys};
 use self::writer::{Remote, Writer};
 use super::db::{self, Db};
 
@@ -77,6 +79,8 @@ pub struct Cluster {
     pub client: Client,
     pub prefix: String,
     pub leadership: Leadership,
+    /// Catches the mirror up with etcd before a read.
+    pub reads: Reads,
 }
 
 fn remove_mirror(path: &Path) -> std::io::Result<()> {
@@ -126,11 +130,12 @@ pub async fn start(path: &Path, cfg: &EtcdConfig) -> anyhow::Result<(Db, Cluster
                     conn.query_row("SELECT value FROM meta WHERE key = 'index'", [], |r| {
                         r.get(0)
                     })?;
-                ops.push(csivol_etcd_client::put(
-                    keys.head(),
-                    mirror::head_value(index as u64),
-                    0,
-                ));
+                let head = Head {
+                    index: index as u64,
+                    schema: db::SCHEMA_VERSION,
+                    ..Head::default()
+                };
+                ops.push(csivol_etcd_client::put(keys.head(), head.encode(), 0));
                 let Some(rev) = while_no_cluster(&client, &keys, ops)
                     .await
                     .context("failed to write a new cluster's state into etcd")?
@@ -141,7 +146,8 @@ pub async fn start(path: &Path, cfg: &EtcdConfig) -> anyhow::Result<(Db, Cluster
                 break (conn, tables, index as u64, rev, rev);
             }
             Some(h) => {
-                let (index, schema) = mirror::parse_head(&h.value).map_err(anyhow::Error::msg)?;
+                let Head { index, schema, .. } =
+                    Head::parse(&h.value).map_err(anyhow::Error::msg)?;
                 if schema != db::SCHEMA_VERSION {
                     bail!(
                         "the state in etcd under {prefix} has schema version {schema}, this \
@@ -158,6 +164,8 @@ pub async fn start(path: &Path, cfg: &EtcdConfig) -> anyhow::Result<(Db, Cluster
     };
     mirror::install_triggers(&conn, &tables)?;
     let leadership = Leadership::start(client.clone(), &prefix, cfg.lease_ttl);
+    let (mirror_rev, applied) = tokio::sync::watch::channel(head_rev);
+    let reads = Reads::start(client.clone(), keys.head(), applied);
     let (remote_tx, remote) = mpsc::unbounded_channel();
     tokio::spawn(watch(client.clone(), keys.clone(), from + 1, remote_tx));
     let writer = Writer {
@@ -173,6 +181,10 @@ pub async fn start(path: &Path, cfg: &EtcdConfig) -> anyhow::Result<(Db, Cluster
         max_ops: cfg.max_txn_ops,
         leadership: leadership.clone(),
         leader_key: leader::leader_key(&prefix),
+        schema: db::SCHEMA_VERSION,
+        mirror_rev,
+        id: format!("{:016x}", rand::random::<u64>()),
+        commits: 0,
     };
     let db = Db::start_with(path, index, move |parts| writer.run(parts))?;
     Ok((
@@ -181,6 +193,7 @@ pub async fn start(path: &Path, cfg: &EtcdConfig) -> anyhow::Result<(Db, Cluster
             client,
             prefix,
             leadership,
+            reads,
         },
     ))
 }

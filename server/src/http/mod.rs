@@ -2,6 +2,7 @@
 
 mod channel;
 mod node_endpoints;
+mod reads;
 mod snapshot_endpoints;
 
 use std::sync::Arc;
@@ -53,6 +54,8 @@ pub struct App {
     pub long_polls: Arc<tokio::sync::Semaphore>,
     /// Whether agents are offered the node channel (`--no-node-channel` turns it off).
     pub node_channel: bool,
+    /// With the etcd store: what makes a read consistent (`None`: SQLite, consistent as is).
+    pub reads: Option<super::etcd::Reads>,
 }
 
 impl App {
@@ -249,6 +252,10 @@ pub fn router(app: App) -> Router {
             ApiError::not_found("no such endpoint").with_hint("the API lives under /v1/")
         })
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .layer(axum::middleware::from_fn_with_state(
+            app.clone(),
+            reads::consistent,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             app.clone(),
             access::client_cert_names_the_node,
