@@ -362,7 +362,7 @@ _csivol() {
 
     case "${cmd}" in
         csivol)
-            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --help --version volume snapshot claim run release status unblock fence detach node plugin events token completions __complete help"
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version volume snapshot claim run release status unblock fence detach node plugin events token completions __complete help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -396,7 +396,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd____complete)
-            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --help --version volumes nodes"
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version volumes nodes"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -430,7 +430,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__claim)
-            opts="-o -q -h -V --node --alloc --read-only --ttl --queue --label --dry-run --release-on-timeout --wait --timeout --addr --ca-cert --token --output --no-color --quiet --help --version renew list help"
+            opts="-o -q -h -V --node --alloc --read-only --ttl --queue --label --dry-run --release-on-timeout --wait --timeout --addr --ca-cert --token --output --no-color --quiet --stale --help --version renew list help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -540,7 +540,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__claim__subcmd__list)
-            opts="-o -q -h -V --volume --node --state --older-than --label --addr --ca-cert --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --volume --node --state --older-than --label --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -594,7 +594,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__claim__subcmd__renew)
-            opts="-o -q -h -V --alloc --ttl --addr --ca-cert --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --alloc --ttl --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -636,7 +636,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__completions)
-            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --help --version bash zsh fish"
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version bash zsh fish"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -670,7 +670,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__detach)
-            opts="-y -o -q -h -V --node --reason --force --yes --dry-run --wait --timeout --addr --ca-cert --token --output --no-color --quiet --help --version"
+            opts="-y -o -q -h -V --node --reason --force --yes --dry-run --wait --timeout --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -716,7 +716,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__events)
-            opts="-f -o -q -h -V --volume --node --follow --since --tail --addr --ca-cert --token --output --no-color --quiet --help --version"
+            opts="-f -o -q -h -V --volume --node --follow --since --tail --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -766,7 +766,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__fence)
-            opts="-y -o -q -h -V --reason --force --yes --dry-run --wait --timeout --addr --ca-cert --token --output --no-color --quiet --help --version"
+            opts="-y -o -q -h -V --reason --force --yes --dry-run --wait --timeout --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1368,7 +1368,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__node)
-            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --help --version list show drain eligibility remove help"
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version list show drain eligibility remove help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1402,7 +1402,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__node__subcmd__drain)
-            opts="-o -q -h -V --wait --deadline --addr --ca-cert --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --wait --deadline --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1440,7 +1440,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__node__subcmd__eligibility)
-            opts="-o -q -h -V --enable --disable --addr --ca-cert --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --enable --disable --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1572,7 +1572,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__node__subcmd__list)
-            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1606,7 +1606,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__node__subcmd__remove)
-            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1640,7 +1640,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__node__subcmd__show)
-            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1674,7 +1674,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__plugin)
-            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --help --version list show controllers help"
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version list show controllers help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1708,7 +1708,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__plugin__subcmd__controllers)
-            opts="-o -q -h -V --allow --disallow --addr --ca-cert --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --allow --disallow --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1820,7 +1820,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__plugin__subcmd__list)
-            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1854,7 +1854,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__plugin__subcmd__show)
-            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1888,7 +1888,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__release)
-            opts="-o -q -h -V --alloc --ignore-missing --wait --timeout --addr --ca-cert --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --alloc --ignore-missing --wait --timeout --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1930,7 +1930,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__run)
-            opts="-o -q -h -V --node --alloc --ttl --queue --timeout --label --no-wait-release --addr --ca-cert --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --node --alloc --ttl --queue --timeout --label --no-wait-release --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1984,7 +1984,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__snapshot)
-            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --help --version create list show delete help"
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version create list show delete help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2018,7 +2018,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__snapshot__subcmd__create)
-            opts="-o -q -h -V --name --parameter --wait --timeout --addr --ca-cert --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --name --parameter --wait --timeout --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2064,7 +2064,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__snapshot__subcmd__delete)
-            opts="-y -o -q -h -V --yes --wait --timeout --addr --ca-cert --token --output --no-color --quiet --help --version"
+            opts="-y -o -q -h -V --yes --wait --timeout --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2186,7 +2186,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__snapshot__subcmd__list)
-            opts="-o -q -h -V --volume --addr --ca-cert --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --volume --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2224,7 +2224,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__snapshot__subcmd__show)
-            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2258,7 +2258,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__status)
-            opts="-w -o -q -h -V --blocked --node --watch --addr --ca-cert --token --output --no-color --quiet --help --version"
+            opts="-w -o -q -h -V --blocked --node --watch --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2296,7 +2296,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__token)
-            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --help --version create list revoke help"
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version create list revoke help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2330,7 +2330,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__token__subcmd__create)
-            opts="-o -q -h -V --role --node --name --ttl --controller --addr --ca-cert --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --role --node --name --ttl --controller --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2454,7 +2454,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__token__subcmd__list)
-            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2488,7 +2488,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__token__subcmd__revoke)
-            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2522,7 +2522,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__unblock)
-            opts="-y -o -q -h -V --node --reason --yes --dry-run --wait --timeout --addr --ca-cert --token --output --no-color --quiet --help --version"
+            opts="-y -o -q -h -V --node --reason --yes --dry-run --wait --timeout --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2568,7 +2568,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__volume)
-            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --help --version register create list show deregister expand help"
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version register create list show deregister expand help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2602,7 +2602,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__volume__subcmd__create)
-            opts="-o -q -h -V --from-snapshot --from-volume --wait --timeout --addr --ca-cert --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --from-snapshot --from-volume --wait --timeout --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2648,7 +2648,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__volume__subcmd__deregister)
-            opts="-y -o -q -h -V --delete --yes --wait --timeout --addr --ca-cert --token --output --no-color --quiet --help --version"
+            opts="-y -o -q -h -V --delete --yes --wait --timeout --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2686,7 +2686,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__volume__subcmd__expand)
-            opts="-o -q -h -V --capacity --wait --timeout --addr --ca-cert --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --capacity --wait --timeout --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2840,7 +2840,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__volume__subcmd__list)
-            opts="-o -q -h -V --plugin --state --node --addr --ca-cert --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --plugin --state --node --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2886,7 +2886,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__volume__subcmd__register)
-            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2920,7 +2920,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__volume__subcmd__show)
-            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
