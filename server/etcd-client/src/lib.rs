@@ -74,6 +74,12 @@ pub type Result<T> = std::result::Result<T, Error>;
 /// cluster without quorum fails after it.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How long one member has to answer one try of a call. Shorter than etcd's own request
+/// timeout (7 s by default): a proposal a member took while its cluster had no leader is
+/// dropped by raft and answered only when that timeout runs out, and a call must not wait
+/// for that when the new leader is elected within about a second.
+pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// How long a member that failed a call is tried only after the others.
 const FAILED_FOR: Duration = Duration::from_secs(2);
 
@@ -203,8 +209,9 @@ impl Client {
     }
 
     /// Runs `call` on one member after another until one answers, within
-    /// [`CALL_TIMEOUT`]: a refusal is final, a member that is gone (or has no leader) is
-    /// passed over, and with [`Resend::Never`] the first such failure is the answer.
+    /// [`CALL_TIMEOUT`], each try within [`ATTEMPT_TIMEOUT`]: a refusal is final, a member
+    /// that is gone, has no leader or does not answer in time is passed over, and with
+    /// [`Resend::Never`] the first such failure is the answer.
     async fn call<T, F, Fut>(&self, resend: Resend, call: F) -> Result<T>
     where
         F: Fn(&Member, Duration) -> Fut,
@@ -214,7 +221,9 @@ impl Client {
         let mut last = None;
         loop {
             for i in self.order() {
-                let left = deadline.saturating_duration_since(Instant::now());
+                let left = deadline
+                    .saturating_duration_since(Instant::now())
+                    .min(ATTEMPT_TIMEOUT);
                 if left.is_zero() {
                     return Err(last.unwrap_or_else(|| Error::Unavailable("timed out".into())));
                 }
@@ -547,6 +556,18 @@ pub fn mod_revision_is(key: Vec<u8>, revision: i64) -> Compare {
         key,
         target_union: Some(compare::TargetUnion::ModRevision(revision)),
         range_end: Vec::new(),
+    }
+}
+
+/// Holds when every key in `[key, range_end)` was last changed before `revision` (and so
+/// when the range is empty): nothing in it was put since a read at `revision - 1`.
+pub fn mod_revision_below_in_range(key: Vec<u8>, range_end: Vec<u8>, revision: i64) -> Compare {
+    Compare {
+        result: compare::CompareResult::Less as i32,
+        target: compare::CompareTarget::Mod as i32,
+        key,
+        target_union: Some(compare::TargetUnion::ModRevision(revision)),
+        range_end,
     }
 }
 
