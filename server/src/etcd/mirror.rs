@@ -353,6 +353,68 @@ pub fn load(
     tx.commit().map_err(|e| e.to_string())
 }
 
+/// Checks a mirror just loaded from `rows`: every row etcd holds is in it (none took
+/// another's place by breaking a unique index, which loading would not notice), and SQLite
+/// finds the database whole (`integrity_check`) with no dangling reference
+/// (`foreign_key_check`). Says what is wrong, table by table.
+pub fn check(
+    conn: &Connection,
+    tables: &[Table],
+    keys: &Keys,
+    rows: &[(Vec<u8>, Vec<u8>)],
+) -> Result<(), String> {
+    let mut in_etcd: std::collections::BTreeMap<&str, i64> = std::collections::BTreeMap::new();
+    for (k, _) in rows {
+        if let Some(KeyKind::Row(t, _)) = keys.parse(k) {
+            *in_etcd.entry(t).or_default() += 1;
+        }
+    }
+    let mut wrong = Vec::new();
+    for t in tables {
+        let loaded: i64 = conn
+            .query_row(&format!("SELECT COUNT(*) FROM \"{}\"", t.name), [], |r| {
+                r.get(0)
+            })
+            .map_err(|e| e.to_string())?;
+        let held = in_etcd.get(t.name.as_str()).copied().unwrap_or(0);
+        if loaded != held {
+            wrong.push(format!(
+                "etcd holds {held} rows of `{}` but only {loaded} fit the schema's unique keys",
+                t.name
+            ));
+        }
+    }
+    let pragma = |sql: &str| -> Result<Vec<String>, String> {
+        let mut stmt = conn.prepare(sql).map_err(|e| e.to_string())?;
+        let found: rusqlite::Result<Vec<String>> = stmt
+            .query_map([], |r| {
+                let n = r.as_ref().column_count();
+                let cells: Vec<String> = (0..n)
+                    .map(|i| match r.get::<_, Value>(i) {
+                        Ok(Value::Text(s)) => s,
+                        Ok(Value::Integer(i)) => i.to_string(),
+                        _ => String::new(),
+                    })
+                    .collect();
+                Ok(cells.join(" "))
+            })
+            .and_then(|rows| rows.collect());
+        found.map_err(|e| e.to_string())
+    };
+    let integrity = pragma("PRAGMA integrity_check(20)")?;
+    if integrity != ["ok"] {
+        wrong.extend(integrity);
+    }
+    for dangling in pragma("PRAGMA foreign_key_check")? {
+        wrong.push(format!("a dangling reference: {dangling}"));
+    }
+    if wrong.is_empty() {
+        Ok(())
+    } else {
+        Err(wrong.join("; "))
+    }
+}
+
 /// Every row of the mirror as (key, value), for a cluster's first write into etcd.
 pub fn all_rows(
     conn: &Connection,

@@ -6,19 +6,25 @@
 //! commits to the mirror and wakes blocking queries. Once-only work runs on the leader,
 //! elected with an etcd lease (`leader`).
 
+mod args;
+pub mod backup;
+mod follow;
 mod leader;
 pub mod migrate;
 pub mod mirror;
 mod reads;
+pub mod schema;
+pub mod upgrade;
 mod writer;
 
 use std::path::Path;
 use std::time::Duration;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use csivol_etcd_client::{Client, EventType};
 use tokio::sync::mpsc;
 
+pub use args::{EtcdArgs, EtcdTlsArgs};
 pub use leader::Leadership;
 pub use reads::{READ_BOUND, Reads};
 
@@ -81,6 +87,9 @@ pub struct Cluster {
     pub leadership: Leadership,
     /// Catches the mirror up with etcd before a read.
     pub reads: Reads,
+    /// This server's name in etcd (its presence under `<prefix>/servers/`, its commits).
+    pub id: String,
+    pub lease_ttl: Duration,
 }
 
 fn remove_mirror(path: &Path) -> std::io::Result<()> {
@@ -96,18 +105,15 @@ fn remove_mirror(path: &Path) -> std::io::Result<()> {
 
 /// Opens the store: loads etcd's state into a fresh mirror at `path` (or, on an empty
 /// prefix, writes a new cluster's first state into etcd), starts the writer and the watch.
-pub async fn start(path: &Path, cfg: &EtcdConfig) -> anyhow::Result<(Db, Cluster)> {
+/// With `check`, the mirror is checked against what etcd holds before anything is served.
+pub async fn start(path: &Path, cfg: &EtcdConfig, check: bool) -> anyhow::Result<(Db, Cluster)> {
     let client = cfg.client()?;
     let prefix = cfg.prefix.trim_end_matches('/').to_owned();
     let keys = Keys::new(&prefix);
-    let (conn, tables, index, head_rev, from) = loop {
+    let (conn, tables, index, schema, head_rev, from) = loop {
         remove_mirror(path).with_context(|| format!("failed to remove {}", path.display()))?;
         csivol_daemon::modes::create_file(path)
             .with_context(|| format!("failed to create {}", path.display()))?;
-        let (mut conn, _) = db::open(path)?;
-        // etcd holds the truth: the mirror need not survive a crash (it is rebuilt).
-        conn.pragma_update(None, "synchronous", "OFF")?;
-        let tables = mirror::tables(&conn)?;
         let (rev, kvs) = client
             .range_prefix(keys.data.as_bytes(), 0)
             .await
@@ -122,17 +128,17 @@ pub async fn start(path: &Path, cfg: &EtcdConfig) -> anyhow::Result<(Db, Cluster
             .find(|kv| keys.parse(&kv.key) == Some(KeyKind::Head));
         match head {
             None => {
+                let (conn, index) = db::open(path)?;
+                // etcd holds the truth: the mirror need not survive a crash (it is rebuilt).
+                conn.pragma_update(None, "synchronous", "OFF")?;
+                let tables = mirror::tables(&conn)?;
                 let mut ops: Vec<_> = mirror::all_rows(&conn, &tables, &keys)?
                     .into_iter()
                     .map(|(k, v)| csivol_etcd_client::put(k, v, 0))
                     .collect();
-                let index: i64 =
-                    conn.query_row("SELECT value FROM meta WHERE key = 'index'", [], |r| {
-                        r.get(0)
-                    })?;
                 let head = Head {
-                    index: index as u64,
-                    schema: db::SCHEMA_VERSION,
+                    index,
+                    schema: db::schema_version(),
                     ..Head::default()
                 };
                 ops.push(csivol_etcd_client::put(keys.head(), head.encode(), 0));
@@ -143,29 +149,47 @@ pub async fn start(path: &Path, cfg: &EtcdConfig) -> anyhow::Result<(Db, Cluster
                     continue; // another server wrote it first: load that one
                 };
                 tracing::info!(prefix, "wrote a new cluster's state into etcd");
-                break (conn, tables, index as u64, rev, rev);
+                break (conn, tables, index, head.schema, rev, rev);
             }
             Some(h) => {
-                let Head { index, schema, .. } =
-                    Head::parse(&h.value).map_err(anyhow::Error::msg)?;
-                if schema != db::SCHEMA_VERSION {
-                    bail!(
-                        "the state in etcd under {prefix} has schema version {schema}, this \
-                         csivol-server has {}; run the same version on every server",
-                        db::SCHEMA_VERSION
-                    );
-                }
+                let head = Head::parse(&h.value).map_err(anyhow::Error::msg)?;
+                let schema = schema::accept(&head, &prefix)?;
+                let (mut conn, _) = db::open_at(path, schema)?;
+                conn.pragma_update(None, "synchronous", "OFF")?;
+                let tables = mirror::tables(&conn)?;
                 let head_rev = h.mod_revision;
                 let rows: Vec<_> = kvs.into_iter().map(|kv| (kv.key, kv.value)).collect();
                 mirror::load(&mut conn, &tables, &keys, &rows).map_err(anyhow::Error::msg)?;
-                break (conn, tables, index, head_rev, rev);
+                if check {
+                    mirror::check(&conn, &tables, &keys, &rows).map_err(|e| {
+                        anyhow::anyhow!(
+                            "the state in etcd under {prefix} failed its check: {e}\n\
+                             hint: restore the latest backup into an empty prefix \
+                             (`csivol-server restore --from BACKUP --etcd-endpoints ... \
+                             --etcd-prefix NEW`) and start the servers on it"
+                        )
+                    })?;
+                    tracing::info!(
+                        prefix,
+                        rows = rows.len(),
+                        "the state in etcd passed its check"
+                    );
+                }
+                break (conn, tables, head.index, schema, head_rev, rev);
             }
         }
     };
     mirror::install_triggers(&conn, &tables)?;
+    let id = format!("{:016x}", rand::random::<u64>());
     let leadership = Leadership::start(client.clone(), &prefix, cfg.lease_ttl);
     let (mirror_rev, applied) = tokio::sync::watch::channel(head_rev);
-    let reads = Reads::start(client.clone(), keys.head(), applied);
+    let halted = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let reads = Reads::start(
+        client.clone(),
+        keys.head(),
+        applied,
+        std::sync::Arc::clone(&halted),
+    );
     let (remote_tx, remote) = mpsc::unbounded_channel();
     tokio::spawn(watch(client.clone(), keys.clone(), from + 1, remote_tx));
     let writer = Writer {
@@ -181,12 +205,15 @@ pub async fn start(path: &Path, cfg: &EtcdConfig) -> anyhow::Result<(Db, Cluster
         max_ops: cfg.max_txn_ops,
         leadership: leadership.clone(),
         leader_key: leader::leader_key(&prefix),
-        schema: db::SCHEMA_VERSION,
+        schema,
+        schema_shown: Default::default(),
+        migrating: None,
+        halted,
         mirror_rev,
-        id: format!("{:016x}", rand::random::<u64>()),
+        id: id.clone(),
         commits: 0,
     };
-    let db = Db::start_with(path, index, move |parts| writer.run(parts))?;
+    let db = Db::start_with(path, index, schema, move |parts| writer.run(parts))?;
     Ok((
         db,
         Cluster {
@@ -194,6 +221,8 @@ pub async fn start(path: &Path, cfg: &EtcdConfig) -> anyhow::Result<(Db, Cluster
             prefix,
             leadership,
             reads,
+            id,
+            lease_ttl: cfg.lease_ttl,
         },
     ))
 }

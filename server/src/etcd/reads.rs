@@ -40,17 +40,25 @@ struct Inner {
     /// Reads waiting for the next round.
     waiting: Mutex<Vec<Waiter>>,
     wake: Notify,
+    /// Why the mirror no longer follows etcd, if it stopped (see `writer`).
+    halted: Arc<Mutex<Option<String>>>,
 }
 
 impl Reads {
-    /// Starts the rounds; `applied` follows the mirror.
-    pub fn start(client: Client, head: Vec<u8>, applied: watch::Receiver<i64>) -> Self {
+    /// Starts the rounds; `applied` follows the mirror, `halted` says why it stopped.
+    pub fn start(
+        client: Client,
+        head: Vec<u8>,
+        applied: watch::Receiver<i64>,
+        halted: Arc<Mutex<Option<String>>>,
+    ) -> Self {
         let inner = Arc::new(Inner {
             client,
             head,
             applied,
             waiting: Mutex::new(Vec::new()),
             wake: Notify::new(),
+            halted,
         });
         tokio::spawn(rounds(Arc::clone(&inner)));
         Self { inner }
@@ -59,6 +67,15 @@ impl Reads {
     /// Returns once the mirror holds everything etcd had committed when this was called,
     /// or `unavailable` after [`READ_BOUND`].
     pub async fn catch_up(&self) -> ApiResult<()> {
+        if let Some(why) = self
+            .inner
+            .halted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+        {
+            return Err(ApiError::unavailable(why));
+        }
         let deadline = Instant::now() + READ_BOUND;
         let target = loop {
             match self.etcd_revision(deadline).await? {

@@ -8,15 +8,14 @@
 
 use std::time::Duration;
 
-use csivol_etcd_client::{Client, Event, EventType, KeyValue};
+use csivol_etcd_client::{Client, Event, KeyValue};
 use rusqlite::Connection;
 use tokio::runtime::Handle;
 use tokio::sync::mpsc;
 
-use super::mirror::{self, Head, KeyKind, Keys, Table};
+use super::mirror::{self, Head, Keys, Table};
 use crate::db::{BoxJob, GroupEffects, WriterParts, run_group, take_group};
 use crate::error::ApiError;
-use crate::watch::Key;
 
 /// What the watch hands the writer.
 #[derive(Debug)]
@@ -50,6 +49,14 @@ pub struct Writer {
     pub leader_key: Vec<u8>,
     /// The schema the rows are written in: the cluster's.
     pub schema: i64,
+    /// `schema`, as `Db::schema` shows it.
+    pub schema_shown: std::sync::Arc<std::sync::atomic::AtomicI64>,
+    /// Since when `csivol-server upgrade finalize` has been rewriting the rows (commits
+    /// wait meanwhile).
+    pub migrating: Option<std::time::Instant>,
+    /// Why the mirror stopped following etcd (a schema this build does not know), if it
+    /// did: reads and writes are refused with it.
+    pub halted: std::sync::Arc<std::sync::Mutex<Option<String>>>,
     /// The revision of `head` the mirror reflects, for consistent reads (`reads`).
     pub mirror_rev: tokio::sync::watch::Sender<i64>,
     /// This server's commits are named `<id>-<n>` in the head they put.
@@ -100,6 +107,9 @@ enum Sent {
 /// takes about a second, more on a loaded machine.
 const RETRY_UNREACHABLE: Duration = Duration::from_secs(10);
 
+/// Longest that commits wait for a schema migration to finish before they are refused.
+const MIGRATION_HOLD: Duration = Duration::from_secs(60);
+
 /// Pause between sends of a commit etcd did not answer.
 const RESEND_PAUSE: Duration = Duration::from_millis(50);
 
@@ -131,7 +141,9 @@ impl Writer {
             hub,
             write_error,
             tokens_changed,
+            schema,
         } = parts;
+        self.schema_shown = schema;
         let ends = Ends {
             hub,
             write_error,
@@ -165,6 +177,13 @@ impl Writer {
         loop {
             while let Ok(r) = self.remote.try_recv() {
                 self.apply(r, &ends.hub, &ends.tokens_changed);
+            }
+            if let Err(e) = self.wait_for_schema(ends) {
+                ends.set_error(Some(e.clone()));
+                for job in group {
+                    job.finish(Some(ApiError::unavailable(e.clone())));
+                }
+                return;
             }
             // Once-only requests commit only in this server's current term.
             let term = self.leadership.term();
@@ -263,6 +282,40 @@ impl Writer {
         }
     }
 
+    /// Holds commits while a schema migration rewrites the rows, for at most
+    /// [`MIGRATION_HOLD`]; refuses them when the mirror stopped.
+    fn wait_for_schema(&mut self, ends: &Ends) -> Result<(), String> {
+        loop {
+            if let Some(why) = self
+                .halted
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone()
+            {
+                return Err(why);
+            }
+            let Some(since) = self.migrating else {
+                return Ok(());
+            };
+            let left = MIGRATION_HOLD.saturating_sub(since.elapsed());
+            if left.is_zero() {
+                return Err(format!(
+                    "a schema migration has held writes for more than {}: it has not finished\n\
+                     hint: run `csivol-server upgrade finalize` again to finish it",
+                    humantime::format_duration(MIGRATION_HOLD)
+                ));
+            }
+            let next = self
+                .rt
+                .block_on(async { tokio::time::timeout(left, self.remote.recv()).await });
+            match next {
+                Ok(Some(r)) => self.apply(r, &ends.hub, &ends.tokens_changed),
+                Ok(None) => return Err("the etcd watch has stopped".into()),
+                Err(_) => {}
+            }
+        }
+    }
+
     /// Runs the group on the mirror and commits it to etcd, then to the mirror.
     fn attempt(&mut self, group: &mut [BoxJob], term: Option<i64>) -> Outcome {
         let next = self.index + 1;
@@ -324,146 +377,6 @@ impl Writer {
             })
         })();
         result.unwrap_or_else(Outcome::Failed)
-    }
-
-    /// Applies the watch's revisions until the mirror holds `target`; reloads from etcd if
-    /// the watch does not bring it in time.
-    fn catch_up(&mut self, target: i64, hub: &crate::watch::Hub, tokens: &tokio::sync::Notify) {
-        while self.head_rev < target {
-            let next = self.rt.block_on(async {
-                tokio::time::timeout(Duration::from_secs(5), self.remote.recv()).await
-            });
-            match next {
-                Ok(Some(r)) => self.apply(r, hub, tokens),
-                Ok(None) => return,
-                Err(_) => {
-                    tracing::warn!(target, "the watch is late; reloading the mirror from etcd");
-                    let before = self.head_rev;
-                    self.reload(hub, tokens);
-                    if self.head_rev == before {
-                        return;
-                    }
-                }
-            }
-        }
-    }
-
-    /// Applies other servers' changes to the mirror and wakes their blocking queries.
-    fn apply(&mut self, r: Remote, hub: &crate::watch::Hub, tokens: &tokio::sync::Notify) {
-        let (rev, result) = match r {
-            Remote::Revision(rev, _) if rev <= self.applied => return,
-            Remote::Revision(rev, events) => (rev, self.apply_events(&events)),
-            Remote::Reload(rev, kvs) => {
-                let rows: Vec<_> = kvs
-                    .iter()
-                    .map(|kv| (kv.key.clone(), kv.value.clone()))
-                    .collect();
-                let head = kvs
-                    .iter()
-                    .find(|kv| self.keys.parse(&kv.key) == Some(KeyKind::Head));
-                let result = mirror::load(&mut self.conn, &self.tables, &self.keys, &rows)
-                    .and_then(|()| mirror::clear_changes(&self.conn).map_err(|e| e.to_string()))
-                    .and_then(|()| {
-                        let h = head.ok_or("etcd holds no head")?;
-                        let index = Head::parse(&h.value)?.index;
-                        Ok((Some((index, h.mod_revision)), hub.keys(), true))
-                    });
-                (rev, result)
-            }
-        };
-        match result {
-            Ok((head, keys, tokens_changed)) => {
-                self.applied = rev;
-                if let Some((index, head_rev)) = head {
-                    self.index = index;
-                    self.set_head_rev(head_rev);
-                }
-                if tokens_changed {
-                    tokens.notify_one();
-                }
-                hub.publish(self.index, keys);
-            }
-            Err(e) => {
-                // Consistent reads wait for this revision: the mirror must get it, whole.
-                tracing::error!(revision = rev, error = %e, "failed to apply another server's change to the mirror; reloading it from etcd");
-                self.reload(hub, tokens);
-            }
-        }
-    }
-
-    /// The mirror reflects `head` at `rev` now: consistent reads waiting for it go on.
-    fn set_head_rev(&mut self, rev: i64) {
-        self.head_rev = rev;
-        self.mirror_rev.send_if_modified(|r| {
-            let moved = *r < rev;
-            *r = (*r).max(rev);
-            moved
-        });
-    }
-
-    /// Replaces the mirror's content with etcd's current state.
-    fn reload(&mut self, hub: &crate::watch::Hub, tokens: &tokio::sync::Notify) {
-        let keys = self.keys.clone();
-        match self
-            .rt
-            .block_on(self.client.range_prefix(keys.data.as_bytes(), 0))
-        {
-            Ok((rev, kvs)) => self.apply(Remote::Reload(rev, kvs), hub, tokens),
-            Err(e) => tracing::warn!(error = %e, "failed to reload the mirror"),
-        }
-    }
-
-    /// One revision's events in one mirror transaction; the new head and the woken keys.
-    fn apply_events(&mut self, events: &[Event]) -> Result<Applied, String> {
-        let tx = self.conn.transaction().map_err(|e| e.to_string())?;
-        let mut head = None;
-        let mut wake = Vec::new();
-        let mut shipped = None;
-        let mut tokens = false;
-        // Deletes first: a revision may delete a row and insert another with its key.
-        let mut ordered: Vec<&Event> = events
-            .iter()
-            .filter(|e| e.r#type == EventType::Delete as i32)
-            .collect();
-        ordered.extend(
-            events
-                .iter()
-                .filter(|e| e.r#type != EventType::Delete as i32),
-        );
-        for ev in ordered {
-            let Some(kv) = &ev.kv else { continue };
-            let delete = ev.r#type == EventType::Delete as i32;
-            match self.keys.parse(&kv.key) {
-                Some(KeyKind::Head) if !delete => {
-                    let h = Head::parse(&kv.value)?;
-                    head = Some((h.index, kv.mod_revision));
-                    shipped = h.keys;
-                }
-                Some(KeyKind::Seq) if !delete => mirror::apply_seq(&tx, &kv.value)?,
-                Some(KeyKind::Row(name, rid)) => {
-                    let Some(t) = self.tables.iter().find(|t| t.name == name) else {
-                        return Err(format!("a row of an unknown table `{name}`"));
-                    };
-                    if let Some(old) = mirror::read_row(&tx, t, rid).map_err(|e| e.to_string())? {
-                        mirror::wake_keys(t, &old, &mut wake);
-                    }
-                    if delete {
-                        mirror::delete_row(&tx, t, rid).map_err(|e| e.to_string())?;
-                    } else {
-                        let v = mirror::decode_row(t, &kv.value)?;
-                        mirror::wake_keys(t, &v, &mut wake);
-                        mirror::put_row(&tx, t, rid, v).map_err(|e| e.to_string())?;
-                    }
-                    tokens |= name == "tokens";
-                }
-                _ => {}
-            }
-        }
-        mirror::clear_changes(&tx).map_err(|e| e.to_string())?;
-        tx.commit().map_err(|e| e.to_string())?;
-        // The committing server's own keys: a claim's change reaches its node's agent as
-        // that volume's entries, as it does on the server that made it.
-        Ok((head, shipped.unwrap_or(wake), tokens))
     }
 }
 
@@ -557,7 +470,3 @@ impl Guarded<'_> {
         }
     }
 }
-
-/// What applying changes gave: the new head (index, revision), the keys to wake, and
-/// whether the tokens changed.
-type Applied = (Option<(u64, i64)>, Vec<Key>, bool);

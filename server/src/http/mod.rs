@@ -284,6 +284,10 @@ async fn health(State(app): State<App>) -> Json<Health> {
         status: if reasons.is_empty() { "ok" } else { "degraded" }.into(),
         version: env!("CARGO_PKG_VERSION").into(),
         reasons,
+        schema: Some(api::SchemaVersions {
+            running: app.db.schema(),
+            known: super::db::schema_version(),
+        }),
     })
 }
 

@@ -128,6 +128,9 @@ async fn killing_each_etcd_member_in_turn_fails_no_request() {
         sent.len()
     );
     let failed_reads = failed_reads.lock().await.clone();
+    if !failed_reads.is_empty() {
+        eprintln!("--- A ---\n{}\n--- B ---\n{}", a.log(), b.log());
+    }
     assert!(
         failed_reads.is_empty(),
         "{} reads failed while a quorum was up: {failed_reads:?}",

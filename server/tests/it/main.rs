@@ -15,6 +15,7 @@ mod ha_fence;
 mod ha_members;
 mod ha_parity;
 mod ha_reads;
+mod ha_upgrade;
 mod hosting;
 mod lost;
 mod queue_and_leases;
