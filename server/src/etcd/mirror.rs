@@ -469,6 +469,32 @@ mod tests {
     }
 
     #[test]
+    fn the_check_finds_rows_that_do_not_fit_the_schema() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch("CREATE TABLE t (k TEXT PRIMARY KEY, v INTEGER);")
+            .unwrap();
+        let tables = tables(&conn).unwrap();
+        let keys = Keys::new("/csivol");
+        let row = |rid: i64, k: &str| {
+            (
+                keys.row("t", rid),
+                encode_row(vec![Value::Text(k.into()), Value::Integer(rid)]),
+            )
+        };
+        let good = vec![row(1, "a"), row(2, "b")];
+        load(&mut conn, &tables, &keys, &good).unwrap();
+        check(&conn, &tables, &keys, &good).unwrap();
+        // Two rows with the same primary key: loading keeps one of them.
+        let twice = vec![row(1, "a"), row(2, "a")];
+        load(&mut conn, &tables, &keys, &twice).unwrap();
+        let e = check(&conn, &tables, &keys, &twice).unwrap_err();
+        assert_eq!(
+            e,
+            "etcd holds 2 rows of `t` but only 1 fit the schema's unique keys"
+        );
+    }
+
+    #[test]
     fn heads_of_older_and_newer_servers_are_read() {
         let older = br#"{"index":7,"schema":14}"#;
         assert_eq!(

@@ -136,3 +136,34 @@ pub async fn withdraw(cluster: &Cluster) {
         tracing::debug!(error = %e, "failed to take this server's presence out of etcd");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head(schema: i64, migrating: bool) -> Head {
+        Head {
+            index: 1,
+            schema,
+            migrating,
+            ..Head::default()
+        }
+    }
+
+    #[test]
+    fn a_server_runs_on_its_own_schema_or_the_one_before() {
+        let ours = db::schema_version();
+        let check = |schema, migrating| accept(&head(schema, migrating), "/csivol");
+        assert_eq!(check(ours, false).unwrap(), ours);
+        assert_eq!(check(ours - 1, false).unwrap(), ours - 1, "a rolling upgrade");
+        let newer = check(ours + 1, false).unwrap_err().to_string();
+        assert!(newer.contains("newer than this csivol-server knows"), "{newer}");
+        assert!(newer.contains("restored into an empty prefix"), "{newer}");
+        let older = check(ours - 2, false).unwrap_err().to_string();
+        assert!(older.contains("more than one version older"), "{older}");
+        assert!(older.contains(&format!("schema version {}", ours - 1)), "{older}");
+        let migrating = check(ours, true).unwrap_err().to_string();
+        assert!(migrating.contains("being migrated"), "{migrating}");
+        assert!(migrating.contains("upgrade finalize"), "{migrating}");
+    }
+}
