@@ -16,12 +16,17 @@ fn cell(s: impl ToString) -> String {
     s.to_string()
 }
 
-/// Aligned `key: value` lines under a title.
+/// Aligned `key: value` lines under a title; each value on its one line.
 pub fn record(out: &Out, title: &str, rows: &[(&str, String)]) -> anyhow::Result<()> {
     let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0) + 1;
-    let mut text = format!("{}\n", out.paint(console::Style::new().bold(), title));
+    out.styled_line(console::Style::new().bold(), title)?;
+    let mut text = String::new();
     for (k, v) in rows {
+        let v = crate::escape::line(v);
         text.push_str(&format!("  {:<width$}  {v}\n", format!("{k}:")));
+    }
+    if text.is_empty() {
+        return Ok(());
     }
     out.line(text.trim_end())
 }

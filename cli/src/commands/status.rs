@@ -78,8 +78,7 @@ pub async fn run(ctx: &Ctx, args: StatusArgs) -> anyhow::Result<Exit> {
     let mut first = true;
     loop {
         if tty {
-            // Clear the screen and go home, like watch(1).
-            ctx.out.raw("\x1b[2J\x1b[H")?;
+            ctx.out.clear_screen()?;
         } else if !first {
             ctx.out.line("")?;
         }
@@ -200,7 +199,7 @@ async fn once(ctx: &Ctx, args: &StatusArgs) -> anyhow::Result<Exit> {
     if let Some(h) = &summary.server {
         ctx.out.line(format!("server:  {}", h.status))?;
         for r in &h.reasons {
-            ctx.out.line(format!("  {r}"))?;
+            ctx.out.one_line(format!("  {r}"))?;
         }
     }
     let expanding: Vec<&Volume> = summary
@@ -219,7 +218,7 @@ async fn once(ctx: &Ctx, args: &StatusArgs) -> anyhow::Result<Exit> {
                 .map(|err| format!(" (last error: {err})"))
                 .unwrap_or_default();
             ctx.out
-                .line(format!("  {}: {}{err}", v.name, e.progress()))?;
+                .one_line(format!("  {}: {}{err}", v.name, e.progress()))?;
         }
     }
     if !summary.blocked.is_empty() {
@@ -232,14 +231,14 @@ async fn once(ctx: &Ctx, args: &StatusArgs) -> anyhow::Result<Exit> {
         ctx.out
             .line("controller findings (not fixed by csivol; act on them with a reason):")?;
         for f in &summary.controller_findings {
-            ctx.out.line(format!(
+            ctx.out.one_line(format!(
                 "  {} [{}] {}",
                 f.kind.as_str(),
                 f.plugin,
                 f.message
             ))?;
             if let Some(hint) = finding_hint(f) {
-                ctx.out.line(format!("    {hint}"))?;
+                ctx.out.one_line(format!("    {hint}"))?;
             }
         }
     }
