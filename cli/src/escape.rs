@@ -46,13 +46,10 @@ fn escape(text: &str, keep_newlines: bool) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
-/// Characters a terminal may act on or that reorder what it shows: C0 controls (ESC,
-/// BEL, `\r`, backspace...), DEL, C1 controls (U+0080..U+009F: a terminal taking 8-bit
-/// controls reads U+009B as CSI and U+009D as OSC), and the Unicode bidirectional
-/// overrides and isolates, which make text display in another order than it reads.
+/// What the server refuses in text clients write, shown escaped here whoever wrote it
+/// (a plugin's error is not refused): C0 and C1 controls, DEL, bidirectional overrides.
 fn unsafe_char(c: char) -> bool {
-    c.is_control()
-        || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    csivol_api::is_control(c)
 }
 
 #[cfg(test)]

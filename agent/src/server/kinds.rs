@@ -86,6 +86,7 @@ string_enum! {
         NodeIneligible = "node-ineligible",
         NodeDraining = "node-draining",
         NodeRemoved = "node-removed",
+        NodeLabelled = "node-labelled",
         TokenCreated = "token-created",
         TokenRevoked = "token-revoked",
         ControllerHostAllowed = "controller-host-allowed",

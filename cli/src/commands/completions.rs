@@ -82,6 +82,7 @@ pub const NAME_ARGUMENTS: &[(&str, Names)] = &[
     ("node show", Names::Nodes),
     ("node drain", Names::Nodes),
     ("node eligibility", Names::Nodes),
+    ("node label", Names::Nodes),
     ("node remove", Names::Nodes),
 ];
 

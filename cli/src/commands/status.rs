@@ -38,6 +38,9 @@ pub struct Blocked {
     pub fence_method: Option<String>,
     /// The command that fences the node and then unblocks it, when a method applies.
     pub fence: Option<String>,
+    /// The method that applies but lacks labels an operator must set first, and which.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fence_lacks: Option<csivol_api::FenceLacks>,
     /// Failed automatic fences of the node, and the last one's error.
     pub fence_failures: u32,
     pub fence_error: Option<String>,
@@ -311,6 +314,7 @@ pub(crate) fn blocked(volumes: &[Volume], nodes: &[Node], only_node: Option<&str
                 fence: n
                     .filter(|n| n.fence_method.is_some())
                     .map(|_| format!("csivol fence {node} --reason \"...\"")),
+                fence_lacks: n.and_then(|n| n.fence_lacks.clone()),
                 fence_failures: n.map_or(0, |n| n.fence_failures),
                 fence_error: n.and_then(|n| n.fence_error.clone()),
             });
@@ -350,7 +354,10 @@ pub(crate) fn blocked_table(ctx: &Ctx, blocked: &[Blocked]) -> anyhow::Result<()
             allocs,
             b.unblock.clone(),
             match (&b.fence, &b.fence_error) {
-                (None, _) => "no fence method".to_owned(),
+                (None, _) => b
+                    .fence_lacks
+                    .as_ref()
+                    .map_or_else(|| "no fence method".to_owned(), |l| l.describe(&b.node)),
                 (Some(f), None) => f.clone(),
                 (Some(f), Some(e)) => format!(
                     "{f} (automatic fence failed {} time(s): {e})",

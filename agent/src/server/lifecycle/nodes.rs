@@ -25,6 +25,7 @@ pub fn register_node(
     limits: &Limits,
 ) -> ApiResult<bool> {
     validate_name("node", node).map_err(ApiError::invalid)?;
+    csivol_api::FreeText::check_text(req).map_err(ApiError::control_text)?;
     let mut ids = BTreeSet::new();
     for p in &req.plugins {
         validate_name("plugin", &p.id).map_err(ApiError::invalid)?;
