@@ -87,6 +87,7 @@ string_enum! {
         NodeDraining = "node-draining",
         NodeRemoved = "node-removed",
         NodeLabelled = "node-labelled",
+        NodeIdRefused = "node-id-refused",
         TokenCreated = "token-created",
         TokenRevoked = "token-revoked",
         ControllerHostAllowed = "controller-host-allowed",

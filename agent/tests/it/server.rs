@@ -11,6 +11,7 @@ pub(crate) mod ha;
 mod ha_faults;
 mod ha_fence;
 mod hosting;
+mod impostor;
 mod lost;
 mod secrets;
 mod state;

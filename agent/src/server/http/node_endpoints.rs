@@ -148,6 +148,9 @@ pub(super) async fn register(
             if let Some(refusal) = hosting::refused(ctx, &caller, &n, &req)? {
                 return Ok(Err(refusal));
             }
+            if let Some(refusal) = lifecycle::node_id_refused(ctx, &n, &req)? {
+                return Ok(Err(refusal));
+            }
             lifecycle::register_node(ctx, &n, &req, &limits).map(Ok)
         })
         .await??;
