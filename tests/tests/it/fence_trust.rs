@@ -221,6 +221,24 @@ fn a_node_cannot_make_itself_unfenceable() {
     );
 }
 
+/// The policy does not run a method whose command lacks an operator's label, whatever the
+/// agent reports in its place; it fences once the operator set it, with that value.
+#[test]
+fn the_policy_waits_for_the_operators_label() {
+    let config = "[[fence]]\nname = \"ipmi\"\ncommand = [{rec}, \"--ip\", \"{bmc}\"]\nnodes = [\"node-*\"]\nauto_fence_after = \"1s\"\n";
+    let c = cluster("fence-policy-waits", config, &["bmc=10.0.0.1"]);
+    let _t = claimed_then_silent(&c);
+    let shown = node(&c, "node-2");
+    assert_eq!(fenced(&c), Vec::<String>::new(), "{shown}");
+    assert!(shown["next_fence_at"].is_null(), "nothing planned: {shown}");
+    assert_eq!(shown["fence_lacks"]["labels"][0], "bmc", "{shown}");
+    c.csivol(&["node", "label", "node-2", "bmc=10.0.0.2"]).ok();
+    wait_for("the policy to fence node-2", WAIT, || {
+        (node(&c, "node-2")["status"] == "fenced").then_some(())
+    });
+    assert_eq!(fenced(&c), ["--ip 10.0.0.2"]);
+}
+
 /// `trust_agent_labels` lets an agent's label select a method, never fill its command: a
 /// key that fills a placeholder is refused when the server starts, naming the method.
 #[test]
