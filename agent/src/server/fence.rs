@@ -207,15 +207,17 @@ pub async fn fence(
 /// The refusal of a fence whose method needs labels no operator set: nothing else may
 /// fill them (an agent's label would let the node choose what its fence acts on).
 fn lacking(node: &str, method: &str, labels: &[String]) -> ApiError {
-    let s = if labels.len() == 1 { "" } else { "s" };
-    let set: Vec<String> = labels.iter().map(|k| format!("{k}=…")).collect();
+    let lacks = api::FenceLacks {
+        method: method.to_owned(),
+        labels: labels.to_vec(),
+    };
     ApiError::invalid(format!(
-        "cannot fence node `{node}`: method {method} lacks label{s} {} for {node}; only labels an operator set fill a fence command, never those its agent reports",
-        labels.join(", ")
+        "cannot fence node `{node}`: {}; only labels an operator set fill a fence command, never those its agent reports",
+        lacks.what(node)
     ))
     .with_hint(format!(
-        "set it: csivol node label {node} {} (or under [node_labels.{node}] in the server's config file)",
-        set.join(" ")
+        "set it: {} (or under [node_labels.{node}] in the server's config file)",
+        api::label_command(node, labels)
     ))
 }
 
@@ -231,15 +233,15 @@ fn no_method(node: &str, by_agent: Option<(&FenceMethod, Vec<(String, String)>)>
         Some((m, labels)) => {
             let s = if labels.len() == 1 { "" } else { "s" };
             let shown: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
-            let set: Vec<String> = labels.iter().map(|(k, _)| format!("{k}=…")).collect();
+            let keys: Vec<String> = labels.iter().map(|(k, _)| k.clone()).collect();
             ApiError::invalid(format!(
                 "no fence method applies to node `{node}` by the labels an operator set; method {} would apply by the label{s} {} that its agent reports, which the method does not trust",
                 m.name,
                 shown.join(", ")
             ))
             .with_hint(format!(
-                "label it as it really is: csivol node label {node} {}; {unblock}",
-                set.join(" ")
+                "label it as it really is: {}; {unblock}",
+                api::label_command(node, &keys)
             ))
         }
     }

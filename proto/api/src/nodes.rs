@@ -121,15 +121,24 @@ pub struct FenceLacks {
 impl FenceLacks {
     /// `method ipmi lacks label bmc for node-2: csivol node label node-2 bmc=…`.
     pub fn describe(&self, node: &str) -> String {
+        format!("{}: {}", self.what(node), label_command(node, &self.labels))
+    }
+
+    /// `method ipmi lacks label bmc for node-2`.
+    pub fn what(&self, node: &str) -> String {
         let s = if self.labels.len() == 1 { "" } else { "s" };
-        let set: Vec<String> = self.labels.iter().map(|k| format!("{k}=…")).collect();
         format!(
-            "method {} lacks label{s} {} for {node}: csivol node label {node} {}",
+            "method {} lacks label{s} {} for {node}",
             self.method,
-            self.labels.join(", "),
-            set.join(" ")
+            self.labels.join(", ")
         )
     }
+}
+
+/// `csivol node label NODE KEY=… KEY=…`: the command that sets these labels.
+pub fn label_command(node: &str, keys: &[String]) -> String {
+    let set: Vec<String> = keys.iter().map(|k| format!("{k}=…")).collect();
+    format!("csivol node label {node} {}", set.join(" "))
 }
 
 /// `POST /v1/nodes/{node}/labels`: an operator sets and removes a node's labels.
