@@ -124,33 +124,55 @@ fn spec(env: &Env, name: &str, fields: Value) -> String {
     env.file(&format!("{name}.json"), &spec.to_string())
 }
 
-/// Where a client writes free text, the server refuses control characters, naming the
-/// field; the refusal itself reaches the terminal escaped.
-#[tokio::test]
-async fn the_server_refuses_control_characters_in_what_clients_write() {
-    let config = TestDir::new("cli-escapes-config");
+/// A server with a 1s heartbeat TTL and a fence method for n2 running `command` (TOML
+/// array items), and a controller host of plugin `hp` (`evil_plugin`: see [`registration`]).
+async fn start(name: &str, command: &str, evil_plugin: bool) -> (TestDir, Env, FakeAgent) {
+    let config = TestDir::new(&format!("cli-{name}-config"));
     let path = config.join("server.toml");
     std::fs::write(
         &path,
-        "[[fence]]\nname = \"m\"\ncommand = [\"true\"]\nnodes = [\"n2\"]\n",
+        format!("[[fence]]\nname = \"m\"\ncommand = [{command}]\nnodes = [\"n2\"]\n"),
     )
     .unwrap();
     let env = Env::start_with(
-        "escapes-refused",
+        name,
         &[
             "--heartbeat-ttl=1s",
             &format!("--config={}", path.display()),
         ],
     );
-    let api = env.api();
     let host = FakeAgent::new(&env.server, "host").await;
-    assert_eq!(
-        register(&host, registration("host", true, false, json!({})))
-            .await
-            .0,
-        200
-    );
+    let (status, body) = register(&host, registration("host", true, evil_plugin, json!({}))).await;
+    assert_eq!(status, 200, "{body}");
+    (config, env, host)
+}
+
+/// n2 registers, `alloc` claims volume `v` on it while it heartbeats, then n2 falls silent
+/// until it is lost.
+async fn claimed_then_lost(env: &Env, n2: &FakeAgent, alloc: &str) {
+    let (status, body) = register(n2, registration("n2", false, false, json!({}))).await;
+    assert_eq!(status, 200, "{body}");
+    let alive = n2.keep_alive();
+    let r = env
+        .run(&["claim", "v", "--node", "n2", "--alloc", alloc])
+        .await;
+    assert_eq!(r.code, 0, "{r}");
+    drop(alive);
+    let api = env.api();
+    eventually("n2 to be lost", WAIT, || async {
+        let (_, n) = api.get("/v1/nodes/n2").await;
+        (n["status"] == "lost").then_some(())
+    })
+    .await;
+}
+
+/// Where a client writes free text, the server refuses control characters, naming the
+/// field; the refusal itself reaches the terminal escaped.
+#[tokio::test]
+async fn the_server_refuses_control_characters_in_what_clients_write() {
+    let (_config, env, host) = start("escapes-refused", "\"true\"", false).await;
     let _host_alive = host.keep_alive();
+    let api = env.api();
 
     // An operator's volume specs: every free-text field, one at a time.
     let bad = evil("spec");
@@ -187,13 +209,6 @@ async fn the_server_refuses_control_characters_in_what_clients_write() {
     let ok = spec(&env, "v", json!({}));
     assert_eq!(env.run(&["volume", "register", &ok]).await.code, 0);
     let n2 = FakeAgent::new(&env.server, "n2").await;
-    assert_eq!(
-        register(&n2, registration("n2", false, false, json!({})))
-            .await
-            .0,
-        200
-    );
-    let n2_alive = n2.keep_alive();
     let label = format!("job={}", evil("label"));
     let args = [
         "claim", "v", "--node", "n2", "--alloc", "a1", "--label", &label,
@@ -217,16 +232,7 @@ async fn the_server_refuses_control_characters_in_what_clients_write() {
     );
 
     // An operator's reasons and node labels, on a node that holds a volume and is lost.
-    let r = env
-        .run(&["claim", "v", "--node", "n2", "--alloc", "a1"])
-        .await;
-    assert_eq!(r.code, 0, "{r}");
-    drop(n2_alive);
-    eventually("n2 to be lost", WAIT, || async {
-        let (_, n) = api.get("/v1/nodes/n2").await;
-        (n["status"] == "lost").then_some(())
-    })
-    .await;
+    claimed_then_lost(&env, &n2, "a1").await;
     let reason = evil("reason");
     for args in [
         vec!["unblock", "v", "--reason", &reason, "--yes"],
@@ -255,29 +261,10 @@ async fn the_server_refuses_control_characters_in_what_clients_write() {
 /// happened) reaches every printing command escaped.
 #[tokio::test]
 async fn what_plugins_and_nodes_say_reaches_the_terminal_escaped() {
-    let config = TestDir::new("cli-escapes-fence");
-    let path = config.join("server.toml");
-    // The fence method's output carries escapes too.
-    std::fs::write(
-        &path,
-        "[[fence]]\nname = \"m\"\ncommand = [\"printf\", \"{node} off fence-output\\\\033[2J\\\\033]0;fence-output\\\\007\\\\r\\\\302\\\\2331m\\\\n\"]\nnodes = [\"n2\"]\n",
-    )
-    .unwrap();
-    let env = Env::start_with(
-        "escapes-shown",
-        &[
-            "--heartbeat-ttl=1s",
-            &format!("--config={}", path.display()),
-        ],
-    );
-    let api = env.api();
-    let host = FakeAgent::new(&env.server, "host").await;
-    assert_eq!(
-        register(&host, registration("host", true, true, json!({})))
-            .await
-            .0,
-        200
-    );
+    // The fence method's output carries escapes too; the controller host's plugin says
+    // things of itself with them.
+    let printf = "\"printf\", \"{node} off fence-output\\\\033[2J\\\\033]0;fence-output\\\\007\\\\r\\\\302\\\\2331m\\\\n\"";
+    let (_config, env, host) = start("escapes-shown", printf, true).await;
     let _host_alive = host.keep_alive();
     let n1 = FakeAgent::new(&env.server, "n1").await;
     assert_eq!(
@@ -383,23 +370,7 @@ async fn what_plugins_and_nodes_say_reaches_the_terminal_escaped() {
 
     // A node is lost holding a volume; its fence method's output carries escapes.
     let n2 = FakeAgent::new(&env.server, "n2").await;
-    assert_eq!(
-        register(&n2, registration("n2", false, false, json!({})))
-            .await
-            .0,
-        200
-    );
-    let n2_alive = n2.keep_alive();
-    let r = env
-        .run(&["claim", "v", "--node", "n2", "--alloc", "a2"])
-        .await;
-    assert_eq!(r.code, 0, "{r}");
-    drop(n2_alive);
-    eventually("n2 to be lost", WAIT, || async {
-        let (_, n) = api.get("/v1/nodes/n2").await;
-        (n["status"] == "lost").then_some(())
-    })
-    .await;
+    claimed_then_lost(&env, &n2, "a2").await;
     terminal(&env, &["status", "--blocked"], &[]).await;
     terminal(&env, &["fence", "n2", "--reason", "gone", "--dry-run"], &[]).await;
     // -q: no spinner while the method runs; the evidence is printed all the same.
