@@ -250,8 +250,8 @@ fn trusting_an_agent_label_that_fills_the_command_is_refused_at_start() {
         "[[fence]]\nname = \"ipmi\"\ncommand = [\"fence_ipmilan\", \"--ip\", \"{bmc}\"]\ntrust_agent_labels = [\"bmc\"]\n",
     )
     .unwrap();
-    let out = std::process::Command::new(csivol_tests::bin_path("csivol-agent"))
-        .args(["server", "--listen=127.0.0.1:0"])
+    let out = std::process::Command::new(csivol_tests::bin_path("csivol-server"))
+        .args(["serve", "--listen=127.0.0.1:0"])
         .arg(format!("--data-dir={}", dir.join("data").display()))
         .arg(format!("--config={}", config.display()))
         .output()
