@@ -348,15 +348,18 @@ fn glob(pattern: &str, name: &str) -> bool {
     }
 }
 
+/// Whether `key` can stand in a command as `{KEY}`: letters, digits, `_`, `-`, `.`.
+pub fn is_label_key(key: &str) -> bool {
+    !key.is_empty()
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+}
+
 /// Fills `{node}` and `{KEY}` in one argument; the missing keys otherwise. Only braces
 /// around a plain key (letters, digits, `_`, `-`, `.`) are a placeholder, so that a shell
 /// snippet's `{ ...; }` passes through as written.
 fn fill(arg: &str, node: &str, labels: &BTreeMap<String, String>) -> Result<String, Vec<String>> {
-    let is_key = |k: &str| {
-        !k.is_empty()
-            && k.chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
-    };
     let mut out = String::new();
     let mut missing = Vec::new();
     let mut rest = arg;
@@ -364,7 +367,7 @@ fn fill(arg: &str, node: &str, labels: &BTreeMap<String, String>) -> Result<Stri
         out.push_str(&rest[..open]);
         let after = &rest[open + 1..];
         match after.find('}').map(|close| &after[..close]) {
-            Some(key) if is_key(key) => {
+            Some(key) if is_label_key(key) => {
                 match (key, labels.get(key)) {
                     ("node", _) => out.push_str(node),
                     (_, Some(v)) => out.push_str(v),

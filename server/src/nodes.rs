@@ -125,9 +125,7 @@ pub fn relabel(
     for key in req.set.keys().chain(&req.remove) {
         let ok = key.len() <= 63
             && key.starts_with(|c: char| c.is_ascii_alphanumeric())
-            && key
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+            && csivol_rules::fence::is_label_key(key);
         if !ok {
             return Err(ApiError::invalid(format!(
                 "invalid label key `{}`: use 1 to 63 letters, digits, `.`, `_` or `-`, starting with a letter or digit (a fence command names it as `{{KEY}}`)",

@@ -3,8 +3,9 @@
 //! terminal obeys them. Names have a stricter rule of their own ([`crate::validate_name`]).
 //!
 //! An operator's `reason` (unblock, detach, fence) is checked with [`check_text`] where
-//! the server requires it. Text a plugin wrote (its errors, a volume context CreateVolume returned, what it lists)
-//! is not refused: it is evidence, and the CLI shows its control characters escaped.
+//! the server requires it. Text a plugin wrote (its errors, the context CreateVolume
+//! returned, what it lists) is not refused: it is evidence, and the CLI shows its control
+//! characters escaped.
 
 use std::collections::BTreeMap;
 
