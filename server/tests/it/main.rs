@@ -17,6 +17,7 @@ mod ha_parity;
 mod ha_reads;
 mod ha_upgrade;
 mod hosting;
+mod impostor;
 mod lost;
 mod queue_and_leases;
 mod secrets;
