@@ -114,8 +114,7 @@ pub async fn start(path: &Path, cfg: &EtcdConfig, check: bool) -> anyhow::Result
         remove_mirror(path).with_context(|| format!("failed to remove {}", path.display()))?;
         csivol_daemon::modes::create_file(path)
             .with_context(|| format!("failed to create {}", path.display()))?;
-        let (rev, kvs) = client
-            .range_prefix(keys.data.as_bytes(), 0)
+        let (rev, kvs) = at_start(|| client.range_prefix(keys.data.as_bytes(), 0))
             .await
             .with_context(|| {
                 format!(
@@ -142,7 +141,9 @@ pub async fn start(path: &Path, cfg: &EtcdConfig, check: bool) -> anyhow::Result
                     ..Head::default()
                 };
                 ops.push(csivol_etcd_client::put(keys.head(), head.encode(), 0));
-                let Some(rev) = while_no_cluster(&client, &keys, ops)
+                // Sent again if etcd did not answer: the compare lets one send land,
+                // and a send that finds the state written loads it, its own or not.
+                let Some(rev) = at_start(|| while_no_cluster(&client, &keys, ops.clone()))
                     .await
                     .context("failed to write a new cluster's state into etcd")?
                 else {
@@ -231,6 +232,30 @@ pub async fn start(path: &Path, cfg: &EtcdConfig, check: bool) -> anyhow::Result
 /// again after a failure, and reloads everything after a compaction.
 /// Commits `ops` only while there is no cluster under the prefix yet (no `head`): the
 /// revision it committed at, or `None` when a cluster is there.
+/// How long a starting server waits for etcd to answer: started with its etcd cluster, or
+/// on a machine busy enough that etcd answers slowly, it waits rather than exits.
+const START_PATIENCE: Duration = Duration::from_secs(60);
+
+/// Runs `call` until etcd answers it, for up to [`START_PATIENCE`]; a refusal is final.
+async fn at_start<T, F, Fut>(call: F) -> Result<T, csivol_etcd_client::Error>
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = Result<T, csivol_etcd_client::Error>>,
+{
+    let deadline = tokio::time::Instant::now() + START_PATIENCE;
+    loop {
+        match call().await {
+            Err(e @ csivol_etcd_client::Error::Unavailable(_))
+                if tokio::time::Instant::now() < deadline =>
+            {
+                tracing::warn!(error = %e, "etcd did not answer; trying again");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
 pub(super) async fn while_no_cluster(
     client: &Client,
     keys: &Keys,

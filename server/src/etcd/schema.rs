@@ -155,13 +155,23 @@ mod tests {
         let ours = db::schema_version();
         let check = |schema, migrating| accept(&head(schema, migrating), "/csivol");
         assert_eq!(check(ours, false).unwrap(), ours);
-        assert_eq!(check(ours - 1, false).unwrap(), ours - 1, "a rolling upgrade");
+        assert_eq!(
+            check(ours - 1, false).unwrap(),
+            ours - 1,
+            "a rolling upgrade"
+        );
         let newer = check(ours + 1, false).unwrap_err().to_string();
-        assert!(newer.contains("newer than this csivol-server knows"), "{newer}");
+        assert!(
+            newer.contains("newer than this csivol-server knows"),
+            "{newer}"
+        );
         assert!(newer.contains("restored into an empty prefix"), "{newer}");
         let older = check(ours - 2, false).unwrap_err().to_string();
         assert!(older.contains("more than one version older"), "{older}");
-        assert!(older.contains(&format!("schema version {}", ours - 1)), "{older}");
+        assert!(
+            older.contains(&format!("schema version {}", ours - 1)),
+            "{older}"
+        );
         let migrating = check(ours, true).unwrap_err().to_string();
         assert!(migrating.contains("being migrated"), "{migrating}");
         assert!(migrating.contains("upgrade finalize"), "{migrating}");
