@@ -251,7 +251,8 @@ impl ServerProc {
             .envs(env.iter().map(|(k, v)| (k, v)));
         let log_file = log;
         let mut proc = Proc::spawn("csivol-server serve", cmd, &log_file);
-        let url = wait_for("the server to listen", Duration::from_secs(30), || {
+        // Generous: a server over etcd waits for etcd at start, and a loaded machine is slow.
+        let url = wait_for("the server to listen", Duration::from_secs(120), || {
             if let Some(status) = proc.exited() {
                 panic!(
                     "server exited with {status}: {}",
