@@ -18,15 +18,7 @@ use crate::db;
 pub async fn backup(cfg: &EtcdConfig, to: &Path) -> anyhow::Result<Summary> {
     let client = cfg.client()?;
     let keys = Keys::new(&cfg.prefix);
-    let (revision, kvs) = client
-        .range_prefix(keys.data.as_bytes(), 0)
-        .await
-        .with_context(|| {
-            format!(
-                "failed to read the state from etcd at {}",
-                cfg.endpoints.join(",")
-            )
-        })?;
+    let (revision, kvs) = super::read_state(&client, cfg, &keys).await?;
     let rows: Vec<(Vec<u8>, Vec<u8>)> = kvs.into_iter().map(|kv| (kv.key, kv.value)).collect();
     let head = cluster_head(&keys, &rows, &cfg.prefix)?;
     let to = to.to_owned();

@@ -114,14 +114,7 @@ pub async fn start(path: &Path, cfg: &EtcdConfig, check: bool) -> anyhow::Result
         remove_mirror(path).with_context(|| format!("failed to remove {}", path.display()))?;
         csivol_daemon::modes::create_file(path)
             .with_context(|| format!("failed to create {}", path.display()))?;
-        let (rev, kvs) = at_start(|| client.range_prefix(keys.data.as_bytes(), 0))
-            .await
-            .with_context(|| {
-                format!(
-                    "failed to read the state from etcd at {}",
-                    cfg.endpoints.join(",")
-                )
-            })?;
+        let (rev, kvs) = read_state(&client, cfg, &keys).await?;
         let head = kvs
             .iter()
             .find(|kv| keys.parse(&kv.key) == Some(KeyKind::Head));
@@ -254,6 +247,23 @@ where
             other => return other,
         }
     }
+}
+
+/// Every key of the state as of one etcd revision, and that revision; waits for etcd as
+/// [`at_start`] does.
+pub(super) async fn read_state(
+    client: &Client,
+    cfg: &EtcdConfig,
+    keys: &Keys,
+) -> anyhow::Result<(i64, Vec<csivol_etcd_client::KeyValue>)> {
+    at_start(|| client.range_prefix(keys.data.as_bytes(), 0))
+        .await
+        .with_context(|| {
+            format!(
+                "failed to read the state from etcd at {}",
+                cfg.endpoints.join(",")
+            )
+        })
 }
 
 pub(super) async fn while_no_cluster(
