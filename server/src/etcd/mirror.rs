@@ -471,8 +471,12 @@ mod tests {
     #[test]
     fn the_check_finds_rows_that_do_not_fit_the_schema() {
         let mut conn = Connection::open_in_memory().unwrap();
-        conn.execute_batch("CREATE TABLE t (k TEXT PRIMARY KEY, v INTEGER);")
-            .unwrap();
+        // A table with AUTOINCREMENT, as the schema has, makes `sqlite_sequence`.
+        conn.execute_batch(
+            "CREATE TABLE t (k TEXT PRIMARY KEY, v INTEGER);
+             CREATE TABLE s (id INTEGER PRIMARY KEY AUTOINCREMENT);",
+        )
+        .unwrap();
         let tables = tables(&conn).unwrap();
         let keys = Keys::new("/csivol");
         let row = |rid: i64, k: &str| {
