@@ -221,13 +221,9 @@ pub async fn start(path: &Path, cfg: &EtcdConfig, check: bool) -> anyhow::Result
     ))
 }
 
-/// Follows `<prefix>/d/` from `from` on and hands each revision to the writer; watches
-/// again after a failure, and reloads everything after a compaction.
-/// Commits `ops` only while there is no cluster under the prefix yet (no `head`): the
-/// revision it committed at, or `None` when a cluster is there.
 /// How long a starting server waits for etcd to answer: started with its etcd cluster, or
 /// on a machine busy enough that etcd answers slowly, it waits rather than exits.
-const START_PATIENCE: Duration = Duration::from_secs(60);
+const START_PATIENCE: Duration = Duration::from_secs(20);
 
 /// Runs `call` until etcd answers it, for up to [`START_PATIENCE`]; a refusal is final.
 async fn at_start<T, F, Fut>(call: F) -> Result<T, csivol_etcd_client::Error>
@@ -266,6 +262,8 @@ pub(super) async fn read_state(
         })
 }
 
+/// Commits `ops` only while there is no cluster under the prefix yet (no `head`): the
+/// revision it committed at, or `None` when a cluster is there.
 pub(super) async fn while_no_cluster(
     client: &Client,
     keys: &Keys,
@@ -283,6 +281,8 @@ pub(super) async fn while_no_cluster(
         .then(|| resp.header.map_or(0, |h| h.revision)))
 }
 
+/// Follows `<prefix>/d/` from `from` on and hands each revision to the writer; watches
+/// again after a failure, and reloads everything after a compaction.
 async fn watch(client: Client, keys: Keys, mut from: i64, tx: mpsc::UnboundedSender<Remote>) {
     loop {
         let mut stream = match client.watch_prefix(keys.data.as_bytes(), from).await {
