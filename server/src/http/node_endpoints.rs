@@ -14,7 +14,7 @@ pub(super) async fn node_eligibility(
     name("node", &node)?;
     let wanted = node.clone();
     app.db
-        .write(move |ctx| nodes::set_eligibility(ctx, &wanted, req.eligibility, &actor))
+        .write(move |ctx| lifecycle::set_eligibility(ctx, &wanted, req.eligibility, &actor))
         .await?;
     let beats = app.live.beats();
     let fencing = Arc::clone(&app.fence);
@@ -38,7 +38,7 @@ pub(super) async fn remove_node(
     name("node", &node)?;
     let wanted = node.clone();
     app.db
-        .write(move |ctx| nodes::remove(ctx, &wanted, &actor))
+        .write(move |ctx| lifecycle::remove_node(ctx, &wanted, &actor))
         .await?;
     // Its heartbeats are unknown from now on: the agent, if it runs, registers again.
     app.live.forget(&node);
@@ -123,7 +123,7 @@ pub(super) async fn register(
     // A refusal is answered after its event committed, so it is an Ok of the write.
     app.db
         .write(move |ctx| {
-            if let Some(refusal) = hosting::refused(ctx, &caller, &n, &req)? {
+            if let Some(refusal) = lifecycle::refused_hosting(ctx, &caller, &n, &req)? {
                 return Ok(Err(refusal));
             }
             lifecycle::register_node(ctx, &n, &req, &limits).map(Ok)

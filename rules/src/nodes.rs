@@ -1,29 +1,38 @@
 //! Operator actions on a node as a whole: whether it takes new claims (eligibility, drain)
-//! and forgetting it (remove). The rules are pure functions over plain data, table-tested
-//! below; the shell underneath reads and writes the nodes table in the writer's transaction.
+//! and whether it may be forgotten (remove), table-tested below. The server's lifecycle
+//! loads the facts and records the outcome.
+
+use std::fmt;
 
 use csivol_api::{AttachmentState, ClaimState, Eligibility};
-use rusqlite::params;
 
-use super::db::WriteCtx;
-use super::error::{ApiError, ApiResult};
-use super::lifecycle::event;
-use super::store::Snapshot;
-use csivol_rules::kinds::EventKind;
+/// Why an action on a node is refused: a conflict that clears (the node takes claims
+/// again, or gives up what it holds), with the next step.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub message: String,
+    pub hint: String,
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
 
 /// Why a new claim on `node` is refused, if it is.
-pub fn claim_refusal(node: &str, eligibility: Eligibility) -> Option<ApiError> {
+pub fn claim_refusal(node: &str, eligibility: Eligibility) -> Option<Refusal> {
     let why = match eligibility {
         Eligibility::Eligible => return None,
         Eligibility::Ineligible => "is not eligible for new claims",
         Eligibility::Draining => "is being drained",
     };
-    Some(
-        ApiError::conflict(format!("node `{node}` {why}: it takes no new claims"))
-            .with_hint(format!(
-                "claim on another node, or make it eligible again: csivol node eligibility {node} --enable"
-            )),
-    )
+    Some(Refusal {
+        message: format!("node `{node}` {why}: it takes no new claims"),
+        hint: format!(
+            "claim on another node, or make it eligible again: csivol node eligibility {node} --enable"
+        ),
+    })
 }
 
 /// What a node still holds, as far as removing it is concerned.
@@ -40,7 +49,7 @@ pub struct Holdings {
 /// Whether `node` may be forgotten: only when nothing is claimed on it, attached to it or
 /// running on it. Blocked holdings need an unblock; the rest needs their owners to release
 /// (a drain), never a forced release.
-pub fn removal(node: &str, h: &Holdings) -> Result<(), ApiError> {
+pub fn removal(node: &str, h: &Holdings) -> Result<(), Refusal> {
     let blocked = h.claims.iter().any(|c| c.2 == ClaimState::Blocked)
         || h.attachments
             .iter()
@@ -59,14 +68,16 @@ pub fn removal(node: &str, h: &Holdings) -> Result<(), ApiError> {
             )
             .collect();
         let volumes: Vec<&str> = volumes.into_iter().collect();
-        return Err(ApiError::conflict(format!(
-            "refusing to remove node `{node}`: it blocks {} ({})",
-            count(volumes.len(), "volume"),
-            volumes.join(", ")
-        ))
-        .with_hint(format!(
-            "if node {node} is really gone or fenced, run: csivol unblock --node {node} --reason \"...\""
-        )));
+        return Err(Refusal {
+            message: format!(
+                "refusing to remove node `{node}`: it blocks {} ({})",
+                count(volumes.len(), "volume"),
+                volumes.join(", ")
+            ),
+            hint: format!(
+                "if node {node} is really gone or fenced, run: csivol unblock --node {node} --reason \"...\""
+            ),
+        });
     }
     if !h.claims.is_empty() || !h.attachments.is_empty() {
         let mut what = Vec::new();
@@ -76,20 +87,24 @@ pub fn removal(node: &str, h: &Holdings) -> Result<(), ApiError> {
         if !h.attachments.is_empty() {
             what.push(count(h.attachments.len(), "attachment"));
         }
-        return Err(ApiError::conflict(format!(
-            "refusing to remove node `{node}`: it still has {}",
-            what.join(" and ")
-        ))
-        .with_hint(format!(
-            "drain it and wait for the owners to release their claims: csivol node drain {node} --wait"
-        )));
+        return Err(Refusal {
+            message: format!(
+                "refusing to remove node `{node}`: it still has {}",
+                what.join(" and ")
+            ),
+            hint: format!(
+                "drain it and wait for the owners to release their claims: csivol node drain {node} --wait"
+            ),
+        });
     }
     if h.ops > 0 {
-        return Err(ApiError::conflict(format!(
-            "refusing to remove node `{node}`: its agent runs {}",
-            count(h.ops, "controller operation")
-        ))
-        .with_hint("wait for them to finish (csivol events --node) and try again"));
+        return Err(Refusal {
+            message: format!(
+                "refusing to remove node `{node}`: its agent runs {}",
+                count(h.ops, "controller operation")
+            ),
+            hint: "wait for them to finish (csivol events --node) and try again".into(),
+        });
     }
     Ok(())
 }
@@ -100,85 +115,6 @@ fn count(n: usize, what: &str) -> String {
     } else {
         format!("{n} {what}s")
     }
-}
-
-/// `POST /v1/nodes/{node}/eligibility`: records the operator's choice, with an event.
-pub fn set_eligibility(
-    ctx: &mut WriteCtx<'_>,
-    node: &str,
-    eligibility: Eligibility,
-    actor: &str,
-) -> ApiResult<()> {
-    let n = ctx.require_node(node)?;
-    if n.eligibility == eligibility {
-        return Ok(());
-    }
-    ctx.tx.execute(
-        "UPDATE nodes SET eligibility = ?1 WHERE name = ?2",
-        params![eligibility.as_str(), node],
-    )?;
-    let (kind, message) = match eligibility {
-        Eligibility::Eligible => (EventKind::NodeEligible, "node takes new claims again"),
-        Eligibility::Ineligible => (EventKind::NodeIneligible, "node takes no new claims"),
-        Eligibility::Draining => (
-            EventKind::NodeDraining,
-            "node is being drained: no new claims; its claims are left to their owners to release",
-        ),
-    };
-    event(ctx, kind, None, Some(node), None, actor, message)
-}
-
-/// `DELETE /v1/nodes/{node}`: forgets a node that holds nothing (see [`removal`]).
-pub fn remove(ctx: &mut WriteCtx<'_>, node: &str, actor: &str) -> ApiResult<()> {
-    let n = ctx.require_node(node)?;
-    let h = holdings(ctx.tx, node)?;
-    removal(node, &h)?;
-    ctx.tx
-        .execute("DELETE FROM node_plugins WHERE node = ?1", [node])?;
-    ctx.tx
-        .execute("DELETE FROM nodes WHERE name = ?1", [node])?;
-    event(
-        ctx,
-        EventKind::NodeRemoved,
-        None,
-        Some(node),
-        None,
-        actor,
-        format!(
-            "node removed (it was {}); an agent that registers it again brings it back",
-            n.status.as_str()
-        ),
-    )
-}
-
-fn holdings(conn: &rusqlite::Connection, node: &str) -> ApiResult<Holdings> {
-    let mut h = Holdings::default();
-    let mut stmt = conn.prepare("SELECT volume, alloc, state FROM claims WHERE node = ?1")?;
-    let rows = stmt.query_map([node], |r| {
-        Ok((
-            r.get::<_, String>(0)?,
-            r.get::<_, String>(1)?,
-            r.get::<_, String>(2)?,
-        ))
-    })?;
-    for row in rows {
-        let (v, a, s) = row?;
-        h.claims
-            .push((v, a, s.parse().map_err(ApiError::internal)?));
-    }
-    let mut stmt = conn.prepare("SELECT volume, state FROM attachments WHERE node = ?1")?;
-    let rows = stmt.query_map([node], |r| {
-        Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
-    })?;
-    for row in rows {
-        let (v, s) = row?;
-        h.attachments
-            .push((v, s.parse().map_err(ApiError::internal)?));
-    }
-    h.ops = conn.query_row("SELECT count(*) FROM ops WHERE host = ?1", [node], |r| {
-        r.get::<_, i64>(0)
-    })? as usize;
-    Ok(h)
 }
 
 #[cfg(test)]
