@@ -76,6 +76,13 @@ impl ApiError {
         Self::new(Kind::Invalid, message)
     }
 
+    /// Free text a client sent with a control character in it ([`csivol_api::check_text`]).
+    pub fn control_text(message: impl Into<String>) -> Self {
+        Self::invalid(message).with_hint(
+            "remove the control character (an ESC, `\\r`, a tab, a newline...) from that field and send it again",
+        )
+    }
+
     /// Input that does not parse.
     pub fn bad_request(message: impl Into<String>) -> Self {
         Self::new(Kind::Malformed, message)

@@ -347,10 +347,11 @@ pub struct TokenRow {
     pub revoked_at: Option<i64>,
 }
 
-/// A node's fence facts as stored: the labels its agent reported and the policy's failed
-/// attempts.
+/// A node's fence facts as stored: the labels an operator set (`csivol node label`), those
+/// its agent reported, and the policy's failed attempts.
 #[derive(Clone, Debug, Default)]
 pub struct NodeFenceRow {
+    pub operator_labels: BTreeMap<String, String>,
     pub reported_labels: BTreeMap<String, String>,
     pub failures: u32,
     pub error: Option<String>,

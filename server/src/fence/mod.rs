@@ -25,7 +25,7 @@ use super::http::App;
 use super::lifecycle::{self, Evidence, failure};
 use super::model::{NodeRow, time};
 use super::store::Snapshot;
-use csivol_rules::fence::{self as fence_policy, Auto, FenceMethod, NodeFacts};
+use csivol_rules::fence::{self as fence_policy, Auto, Choice, FenceMethod, Labels, NodeFacts};
 
 /// The nodes whose fence command runs now: one at a time per node.
 #[derive(Debug, Default)]
@@ -68,13 +68,31 @@ impl Fencer {
 /// What the server knows of a node, for fencing.
 struct Target {
     row: NodeRow,
-    reported: BTreeMap<String, String>,
+    labels: NodeLabels,
     actions: Vec<PlannedAction>,
+}
+
+/// A node's labels as stored: those an operator set with `csivol node label` and those its
+/// agent reported.
+#[derive(Debug, Clone, Default)]
+pub struct NodeLabels {
+    pub set: BTreeMap<String, String>,
+    pub reported: BTreeMap<String, String>,
+}
+
+impl NodeLabels {
+    pub fn read(conn: &impl Snapshot, node: &str) -> ApiResult<Self> {
+        let facts = conn.node_fence_facts(node)?;
+        Ok(Self {
+            set: facts.operator_labels,
+            reported: facts.reported_labels,
+        })
+    }
 }
 
 fn load_target(conn: &impl Snapshot, node: &str) -> ApiResult<Target> {
     let row = conn.require_node(node)?;
-    let reported = conn.node_fence_facts(node)?.reported_labels;
+    let labels = NodeLabels::read(conn, node)?;
     let lost_since = row.lost_at.map(time);
     let mut actions = Vec::new();
     // What the unblock will do: every claim and attachment the node still holds (all of
@@ -107,7 +125,7 @@ fn load_target(conn: &impl Snapshot, node: &str) -> ApiResult<Target> {
         }
     }
     Ok(Target {
-        reported,
+        labels,
         row,
         actions,
     })
@@ -140,19 +158,16 @@ pub async fn fence(
             .with_hint(format!("`csivol node show {node}` shows its fence history")));
         }
     }
-    let labels = app.fence.labels_of(node, &target.reported);
-    let method = app.fence.method_for(node, &labels).ok_or_else(|| {
-        ApiError::invalid(format!("no fence method applies to node `{node}`")).with_hint(
-            format!(
-                "add a [[fence]] method for it to the server's config file; if the node is really off, run: csivol unblock --node {node} --reason \"...\""
-            ),
-        )
-    })?;
-    let command = method.render(node, &labels).map_err(|e| {
-        ApiError::invalid(e).with_hint(format!(
-            "set the label in the server config under [node_labels.{node}], or have its agent report it"
-        ))
-    })?;
+    let operator = app.fence.operator_labels(node, &target.labels.set);
+    let labels = Labels {
+        operator: &operator,
+        agent: &target.labels.reported,
+    };
+    let (method, command) = match app.fence.choose(node, labels) {
+        Choice::Ready { method, command } => (method, command),
+        Choice::Lacks { method, labels } => return Err(lacking(node, &method.name, &labels)),
+        Choice::None { by_agent } => return Err(no_method(node, by_agent)),
+    };
     let mut outcome = FenceOutcome {
         dry_run: req.dry_run,
         node: node.to_owned(),
@@ -171,7 +186,7 @@ pub async fn fence(
         let (app, node, method) = (app.clone(), node.to_owned(), method.clone());
         let (actor, reason) = (actor.to_owned(), req.reason.clone());
         tokio::spawn(async move {
-            run_and_record(&app, &node, &method, command, &labels, &actor, &reason).await
+            run_and_record(&app, &node, &method, command, &operator, &actor, &reason).await
         })
     };
     let (record, actions) = task
@@ -192,6 +207,49 @@ pub async fn fence(
     Ok(outcome)
 }
 
+/// The refusal of a fence whose method needs labels no operator set: nothing else may
+/// fill them (an agent's label would let the node choose what its fence acts on).
+fn lacking(node: &str, method: &str, labels: &[String]) -> ApiError {
+    let lacks = api::FenceLacks {
+        method: method.to_owned(),
+        labels: labels.to_vec(),
+    };
+    ApiError::invalid(format!(
+        "cannot fence node `{node}`: {}; only labels an operator set fill a fence command, never those its agent reports",
+        lacks.what(node)
+    ))
+    .with_hint(format!(
+        "set it: {} (or under [node_labels.{node}] in the server's config file)",
+        api::label_command(node, labels)
+    ))
+}
+
+/// The refusal of a fence no method applies to; saying which method the node's own
+/// labels would have chosen, for the operator to check and set.
+fn no_method(node: &str, by_agent: Option<(&FenceMethod, Vec<(String, String)>)>) -> ApiError {
+    let unblock =
+        format!("if the node is really off, run: csivol unblock --node {node} --reason \"...\"");
+    match by_agent {
+        None => ApiError::invalid(format!("no fence method applies to node `{node}`")).with_hint(
+            format!("add a [[fence]] method for it to the server's config file; {unblock}"),
+        ),
+        Some((m, labels)) => {
+            let s = if labels.len() == 1 { "" } else { "s" };
+            let shown: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            let keys: Vec<String> = labels.iter().map(|(k, _)| k.clone()).collect();
+            ApiError::invalid(format!(
+                "no fence method applies to node `{node}` by the labels an operator set; method {} would apply by the label{s} {} that its agent reports, which the method does not trust",
+                m.name,
+                shown.join(", ")
+            ))
+            .with_hint(format!(
+                "label it as it really is: {}; {unblock}",
+                api::label_command(node, &keys)
+            ))
+        }
+    }
+}
+
 /// Runs the method (one at a time per node) and records its outcome in one write: on
 /// success the node is fenced and unblocked; otherwise only the attempt is recorded.
 async fn run_and_record(
@@ -199,7 +257,7 @@ async fn run_and_record(
     node: &str,
     method: &FenceMethod,
     command: Vec<String>,
-    labels: &BTreeMap<String, String>,
+    operator: &BTreeMap<String, String>,
     actor: &str,
     reason: &str,
 ) -> ApiResult<(FenceRecord, Vec<PlannedAction>)> {
@@ -216,7 +274,7 @@ async fn run_and_record(
         actor,
         "fencing: running the fence method"
     );
-    let ran = run_command(method, &command, &method.environment(node, labels)).await;
+    let ran = run_command(method, &command, &method.environment(node, operator)).await;
     let limits = app.limits.clone();
     let (node_s, method_s, actor_s, reason_s) = (
         node.to_owned(),
@@ -255,8 +313,14 @@ async fn run_and_record(
 
 /// The fence facts of every node, for views and the policy.
 pub struct NodeFence {
+    /// The labels an operator set (the config file's and `csivol node label`'s).
     pub labels: BTreeMap<String, String>,
+    /// The labels its agent reported.
+    pub agent_labels: BTreeMap<String, String>,
+    /// The method that fences it, when one applies and its command is complete.
     pub method: Option<String>,
+    /// The method that applies but lacks labels for its command, and which.
+    pub lacks: Option<(String, Vec<String>)>,
     pub failures: u32,
     pub error: Option<String>,
     pub next_at: Option<i64>,
@@ -270,8 +334,19 @@ pub fn node_fence(
 ) -> ApiResult<NodeFence> {
     let facts = conn.node_fence_facts(&n.name)?;
     let (failures, error, failed_at) = (facts.failures, facts.error, facts.failed_at);
-    let labels = app_fence.labels_of(&n.name, &facts.reported_labels);
-    let method = app_fence.method_for(&n.name, &labels);
+    let stored = NodeLabels {
+        set: facts.operator_labels,
+        reported: facts.reported_labels,
+    };
+    let operator = app_fence.operator_labels(&n.name, &stored.set);
+    let choice = app_fence.choose(
+        &n.name,
+        Labels {
+            operator: &operator,
+            agent: &stored.reported,
+        },
+    );
+    let method = choice.method();
     let next_at = method.and_then(|m| {
         match fence_policy::auto_fence(
             m,
@@ -289,8 +364,13 @@ pub fn node_fence(
         }
     });
     Ok(NodeFence {
-        labels,
         method: method.map(|m| m.name.clone()),
+        lacks: match &choice {
+            Choice::Lacks { method, labels } => Some((method.name.clone(), labels.clone())),
+            _ => None,
+        },
+        labels: operator,
+        agent_labels: stored.reported,
         failures,
         error,
         next_at,
@@ -321,7 +401,7 @@ pub async fn auto_fence(app: App) {
                 for n in rows.iter().filter(|n| n.status == NodeStatus::Lost) {
                     let f = node_fence(&config, c, n)?;
                     if f.next_at.is_some_and(|t| t <= now_ms()) {
-                        due.push((n.name.clone(), f.labels));
+                        due.push((n.name.clone(), NodeLabels::read(c, &n.name)?));
                     }
                 }
                 Ok(due)
@@ -334,14 +414,21 @@ pub async fn auto_fence(app: App) {
                 continue;
             }
         };
-        for (node, labels) in due {
+        for (node, stored) in due {
             if app.fencer.is_running(&node) {
                 continue;
             }
-            let Some(method) = app.fence.method_for(&node, &labels).cloned() else {
+            let operator = app.fence.operator_labels(&node, &stored.set);
+            let labels = Labels {
+                operator: &operator,
+                agent: &stored.reported,
+            };
+            // Only a method that applies with a complete command: one that lacks labels is
+            // shown (`status --blocked`, `node show`) and waits for an operator to set them.
+            let Choice::Ready { method, command } = app.fence.choose(&node, labels) else {
                 continue;
             };
-            let app = app.clone();
+            let (app, method) = (app.clone(), method.clone());
             // Each in its own task: one hanging fence must not hold up another node's.
             tokio::spawn(async move {
                 let actor = format!("policy:{}", method.name);
@@ -349,25 +436,8 @@ pub async fn auto_fence(app: App) {
                     "lost for {} (auto_fence_after)",
                     humantime::format_duration(method.auto_fence_after.unwrap_or_default())
                 );
-                let command = match method.render(&node, &labels) {
-                    Ok(c) => c,
-                    Err(e) => {
-                        // Recorded as a failed attempt: shown on the node, retried with
-                        // backoff (the label may be reported at the next registration).
-                        let (n, a) = (node.clone(), actor.clone());
-                        let why = format!("not run: {e}");
-                        let written = app
-                            .db
-                            .write(move |ctx| lifecycle::fence_not_run(ctx, &n, &a, &why))
-                            .await;
-                        if let Err(e) = written {
-                            tracing::warn!(node, error = %e, "failed to record a fence not run");
-                        }
-                        app.metrics.fence(false);
-                        return;
-                    }
-                };
-                match run_and_record(&app, &node, &method, command, &labels, &actor, &reason).await
+                match run_and_record(&app, &node, &method, command, &operator, &actor, &reason)
+                    .await
                 {
                     Ok((r, _)) if r.ok => {}
                     Ok((r, _)) => tracing::warn!(node, "automatic fence failed: {}", failure(&r)),
@@ -382,7 +452,11 @@ pub async fn auto_fence(app: App) {
 /// The API form of a node's fence facts.
 pub fn to_api(f: NodeFence, node: &mut api::Node) {
     node.labels = f.labels;
+    node.agent_labels = f.agent_labels;
     node.fence_method = f.method;
+    node.fence_lacks = f
+        .lacks
+        .map(|(method, labels)| api::FenceLacks { method, labels });
     node.fence_failures = f.failures;
     node.fence_error = f.error;
     node.next_fence_at = f.next_at.map(time);

@@ -1,7 +1,7 @@
 //! A fence's record: in one write, the evidence of a fence method's run and its event;
 //! on success the node fenced (blocked first if it was ready) and its volumes unblocked as
-//! `unblock --node` does, the unblock's events naming the fence. Also a failed automatic
-//! attempt, and the return of a fenced node. Running the method is `crate::fence`'s.
+//! `unblock --node` does, the unblock's events naming the fence. Also the return of a
+//! fenced node. Running the method is `crate::fence`'s.
 
 use std::time::Duration;
 
@@ -171,26 +171,6 @@ pub(crate) fn record_fence(
         Vec::new()
     };
     Ok((record, actions))
-}
-
-/// The policy could not run a fence: counted as a failed attempt, with why.
-pub(crate) fn fence_not_run(
-    ctx: &mut impl Txn,
-    node: &str,
-    actor: &str,
-    why: &str,
-) -> ApiResult<()> {
-    ctx.note_fence_failure(node, why)?;
-    ctx.touch(Key::Node(node.to_owned()));
-    event(
-        ctx,
-        EventKind::NodeFenceFailed,
-        None,
-        Some(node),
-        None,
-        actor,
-        format!("automatic fence {why}; nothing was changed"),
-    )
 }
 
 /// A command line as it would be typed (for messages; arguments with spaces quoted).

@@ -73,6 +73,8 @@ pub trait Snapshot {
     ) -> ApiResult<Vec<(String, NodeStatus)>>;
     /// The plugins a node registered, by plugin.
     fn node_plugins(&self, node: &str) -> ApiResult<Vec<NodePluginRow>>;
+    /// The nodes whose registration of `plugin` names `node_id` (NodeGetInfo's), by name.
+    fn nodes_with_plugin_id(&self, plugin: &str, node_id: &str) -> ApiResult<Vec<String>>;
     /// Whether volumes of `plugin` need ControllerPublish before a node may use them: yes
     /// when a controller host says it has PUBLISH_UNPUBLISH_VOLUME, or when no host has
     /// registered yet but the plugin announces a controller service (claims then wait for a
@@ -446,6 +448,12 @@ pub trait Txn: Snapshot {
     fn set_node_eligibility(&mut self, name: &str, eligibility: api::Eligibility) -> ApiResult<()>;
     /// Forgets a node and its plugins.
     fn delete_node(&mut self, name: &str) -> ApiResult<()>;
+    /// Replaces the labels an operator set on a node.
+    fn set_node_operator_labels(
+        &mut self,
+        node: &str,
+        labels: &BTreeMap<String, String>,
+    ) -> ApiResult<()>;
     /// Records a fence method's run; its id.
     fn insert_fence(&mut self, f: &NewFence<'_>) -> ApiResult<u64>;
     /// Counts a failed automatic fence of `node`, with why, at `now`.

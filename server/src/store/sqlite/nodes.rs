@@ -1,5 +1,7 @@
 //! Node eligibility and removal, fences and claim leases as SQLite keeps them.
 
+use std::collections::BTreeMap;
+
 use csivol_api::{self as api, Eligibility};
 use rusqlite::{Connection, params};
 
@@ -39,12 +41,22 @@ pub fn delete_node(ctx: &WriteCtx<'_>, node: &str) -> ApiResult<()> {
 // ---- fences ----
 
 pub fn node_fence_facts(conn: &Connection, node: &str) -> ApiResult<NodeFenceRow> {
-    let (labels, failures, error, failed_at): (String, u32, Option<String>, Option<i64>) = conn
+    let (operator, labels, failures, error, failed_at): (
+        String,
+        String,
+        u32,
+        Option<String>,
+        Option<i64>,
+    ) = conn
         .prepare_cached(
-            "SELECT labels, fence_failures, fence_error, fence_failed_at FROM nodes WHERE name = ?1",
+            "SELECT operator_labels, labels, fence_failures, fence_error, fence_failed_at \
+             FROM nodes WHERE name = ?1",
         )?
-        .query_row([node], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?;
+        .query_row([node], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+        })?;
     Ok(NodeFenceRow {
+        operator_labels: serde_json::from_str(&operator)?,
         reported_labels: serde_json::from_str(&labels)?,
         failures,
         error,
@@ -160,6 +172,19 @@ pub fn set_claim_lease(
         "UPDATE claims SET ttl_ms = ?1, expires_at = ?2, updated_at = ?3, modify_index = ?4 \
          WHERE volume = ?5 AND alloc = ?6",
         params![ttl_ms, expires_at, ctx.now, ctx.index as i64, volume, alloc],
+    )?;
+    Ok(())
+}
+
+pub fn set_node_operator_labels(
+    ctx: &WriteCtx<'_>,
+    node: &str,
+    labels: &BTreeMap<String, String>,
+) -> ApiResult<()> {
+    exec(
+        ctx.tx,
+        "UPDATE nodes SET operator_labels = ?1 WHERE name = ?2",
+        params![serde_json::to_string(labels)?, node],
     )?;
     Ok(())
 }

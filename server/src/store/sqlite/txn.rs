@@ -632,6 +632,14 @@ impl Txn for WriteCtx<'_> {
         nodes::delete_node(self, name)
     }
 
+    fn set_node_operator_labels(
+        &mut self,
+        node: &str,
+        labels: &BTreeMap<String, String>,
+    ) -> ApiResult<()> {
+        nodes::set_node_operator_labels(self, node, labels)
+    }
+
     fn insert_fence(&mut self, f: &NewFence<'_>) -> ApiResult<u64> {
         nodes::insert_fence(self, f)
     }
