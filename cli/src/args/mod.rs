@@ -327,4 +327,27 @@ mod tests {
     fn the_command_line_is_consistent() {
         Cli::command().debug_assert();
     }
+
+    #[test]
+    fn spec_help_lists_every_access_mode_and_attachment() {
+        let cmd = Cli::command();
+        let volume = cmd.find_subcommand("volume").unwrap();
+        for verb in ["register", "create"] {
+            let help = volume
+                .find_subcommand(verb)
+                .unwrap()
+                .get_long_about()
+                .unwrap()
+                .to_string();
+            for mode in csivol_api::domain::AccessMode::ALL {
+                assert!(help.contains(mode.as_str()), "{verb}: {mode:?}");
+            }
+            for a in [
+                csivol_api::Attachment::FileSystem,
+                csivol_api::Attachment::BlockDevice,
+            ] {
+                assert!(help.contains(a.as_str()), "{verb}: {a:?}");
+            }
+        }
+    }
 }

@@ -238,14 +238,15 @@ async fn not_found_exits_3() {
     exit: 3
     --- stdout
     --- stderr
-    error: no node runs this plugin
-    hint: `csivol plugin list` shows the known plugins
+    error: plugin `nope` is not registered: no node runs it
+    hint: no node has registered a plugin yet: start a node agent with `--plugin ID=ENDPOINT` (and `--controller ID=ENDPOINT` where it hosts the plugin's controller)
     ");
     snap!(env.run(&["release", "nope", "--alloc", "a1"]).await, @r"
     exit: 3
     --- stdout
     --- stderr
-    error: failed to release the claim of alloc `a1` on volume `nope`: alloc `a1` holds no claim on volume `nope`
+    error: failed to release the claim of alloc `a1` on volume `nope`: volume `nope` is not registered
+    hint: list volumes with `csivol volume list`
     ");
     let r = env.run(&["status", "--node", "nope"]).await;
     assert_eq!(r.code, 3, "{r}");
@@ -272,6 +273,42 @@ async fn not_found_exits_3() {
     --- stderr
     error: node `node-2` is not registered
     hint: did you mean node `node-1`? (`csivol node list` shows the registered nodes; a node registers when its agent starts)
+    ");
+    // Commands name the volume in their context first; the suggestion finds it all the same.
+    snap!(env.run(&["claim", "demo-dat", "--node", "node-1", "--alloc", "a1"]).await, @r"
+    exit: 3
+    --- stdout
+    --- stderr
+    error: failed to claim volume `demo-dat` for alloc `a1` on node `node-1`: volume `demo-dat` is not registered
+    hint: did you mean volume `demo-data`? (list volumes with `csivol volume list`)
+    ");
+    snap!(env.run(&["run", "demo-dat", "--node", "node-1", "--alloc", "a1", "--", "true"]).await, @r"
+    exit: 3
+    --- stdout
+    --- stderr
+    alloc: a1
+    error: failed to claim volume `demo-dat` for alloc `a1` on node `node-1`: volume `demo-dat` is not registered
+    hint: did you mean volume `demo-data`? (list volumes with `csivol volume list`)
+    ");
+    // An alloc that holds no claim: the closest claim's alloc, and where to look.
+    let r = env
+        .run(&["claim", "demo-data", "--node", "node-1", "--alloc", "job-1"])
+        .await;
+    assert_eq!(r.code, 0, "{r}");
+    snap!(env.run(&["release", "demo-data", "--alloc", "job-2"]).await, @r"
+    exit: 3
+    --- stdout
+    --- stderr
+    error: failed to release the claim of alloc `job-2` on volume `demo-data`: alloc `job-2` holds no claim on volume `demo-data`
+    hint: did you mean alloc `job-1`? `csivol claim list --volume demo-data` lists its claims; one released or expired is gone (`csivol events --volume demo-data` says); --ignore-missing takes a claim already gone as released
+    ");
+    // A plugin no node runs, close to one that a node runs.
+    snap!(env.run(&["plugin", "show", "hq"]).await, @r"
+    exit: 3
+    --- stdout
+    --- stderr
+    error: plugin `hq` is not registered: no node runs it
+    hint: did you mean plugin `hp`? (known plugins: hp; `csivol plugin list` shows them; a plugin is known once a node's agent registers it)
     ");
 }
 
