@@ -297,6 +297,16 @@ async fn create_and_delete_through_the_controller() {
     claims: none
     ");
 
+    // The same spec again: it exists, and the CLI says so rather than "created".
+    let r = env
+        .run(&["volume", "create", &spec("fresh"), "--wait"])
+        .await;
+    assert_eq!(r.code, 0, "{r}");
+    assert_eq!(
+        r.stderr, "volume fresh already exists with this spec (free); nothing changed\n",
+        "{r}"
+    );
+
     // Delete, waiting until it is gone.
     let cli = env.spawn(&[
         "volume",
