@@ -34,6 +34,32 @@ async fn an_unreachable_server_is_named_with_exit_8() {
     assert_eq!(r.code, 8, "{r}");
     assert!(r.stderr.contains("at http://127.0.0.1:1:"), "{r}");
 
+    // TLS to a server that speaks plain HTTP: the address to use instead.
+    let tls = env.server.url.replace("http://", "https://");
+    snap!(env.run(&["status", "--addr", &tls]).await, @r"
+    exit: 8
+    --- stdout
+    --- stderr
+    error: the csivol server at https://127.0.0.1:[PORT] speaks plain HTTP: use http://127.0.0.1:[PORT]
+    hint: pass --addr http://127.0.0.1:[PORT] (or set CSIVOL_ADDR to it)
+    ");
+
+    // With a CA given, an address without a scheme means https.
+    let status = std::process::Command::new(csivol_tests::bin_path("csivol-agent"))
+        .args(["tls", "init", "--dir"])
+        .arg(env.dir.join("tls"))
+        .output()
+        .unwrap();
+    assert!(status.status.success(), "{status:?}");
+    let mut cmd = env.command(&["status", "--addr", tls.trim_start_matches("https://")]);
+    cmd.env("CSIVOL_CACERT", env.dir.join("tls/ca.pem"));
+    let r = run(cmd).await;
+    assert_eq!(r.code, 8, "{r}");
+    assert!(
+        r.stderr.contains(&format!("at {tls} speaks plain HTTP")),
+        "{r}"
+    );
+
     let mut cmd = env.command(&["status", "--addr", "ftp://127.0.0.1:1"]);
     cmd.env_remove("CSIVOL_ADDR");
     snap!(run(cmd).await, @"
