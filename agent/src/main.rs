@@ -30,6 +30,9 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if matches!(cli.command, Command::Node(_) | Command::Hostpath(_)) {
+        csivol_csi::supervised::exit_with_parent();
+    }
     let logs = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()

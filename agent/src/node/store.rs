@@ -39,10 +39,12 @@ pub enum StoreError {
         source: std::io::Error,
     },
     #[error(
-        "another csivol-agent node is using the data dir {}; stop it first or choose another --data-dir",
-        dir.display()
+        "another csivol-agent node{} is using the data dir {}; stop it first{} or choose another --data-dir",
+        holder.map(|p| format!(" (pid {p})")).unwrap_or_default(),
+        dir.display(),
+        holder.map(|p| format!(" (`kill {p}`)")).unwrap_or_default()
     )]
-    Busy { dir: PathBuf },
+    Busy { dir: PathBuf, holder: Option<u32> },
     #[error("agent.db was written by a newer csivol-agent (schema {0}); upgrade this agent")]
     Newer(i32),
     #[error("failed to write agent.db")]
@@ -571,13 +573,24 @@ async fn lock(dir: &Path) -> Result<OwnedFd, StoreError> {
     let started = Instant::now();
     loop {
         match flock(&fd, FlockOperation::NonBlockingLockExclusive) {
-            Ok(()) => return Ok(fd),
+            Ok(()) => {
+                // The holder's pid, for the error a second agent on this dir gives.
+                let pid = format!("{}\n", std::process::id());
+                rustix::fs::ftruncate(&fd, 0)
+                    .and_then(|()| rustix::io::pwrite(&fd, pid.as_bytes(), 0))
+                    .map_err(|e| StoreError::Lock {
+                        path: path.clone(),
+                        source: e.into(),
+                    })?;
+                return Ok(fd);
+            }
             Err(rustix::io::Errno::WOULDBLOCK) if started.elapsed() < LOCK_WAIT => {
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
             Err(rustix::io::Errno::WOULDBLOCK) => {
                 return Err(StoreError::Busy {
                     dir: dir.to_owned(),
+                    holder: holder_pid(&path),
                 });
             }
             Err(e) => {
@@ -587,6 +600,29 @@ async fn lock(dir: &Path) -> Result<OwnedFd, StoreError> {
                 });
             }
         }
+    }
+}
+
+/// The pid an agent holding `agent.lock` wrote there, while that process lives (the file
+/// may hold a pid from before).
+fn holder_pid(lock: &Path) -> Option<u32> {
+    std::fs::read_to_string(lock)
+        .ok()
+        .and_then(|p| p.trim().parse::<u32>().ok())
+        .filter(|p| Path::new(&format!("/proc/{p}")).exists())
+}
+
+/// Whether an agent is running on the data dir `dir` now (it holds the lock), and its pid
+/// when known: for dev mode, which refuses to start a second agent on a node's dir.
+pub fn running_agent(dir: &Path) -> Option<Option<u32>> {
+    use rustix::fs::{FlockOperation, Mode, OFlags, flock, open};
+    let path = dir.join("agent.lock");
+    let fd = open(&path, OFlags::RDWR | OFlags::CLOEXEC, Mode::empty()).ok()?;
+    match flock(&fd, FlockOperation::NonBlockingLockExclusive) {
+        Err(rustix::io::Errno::WOULDBLOCK) => Some(holder_pid(&path)),
+        // Free (closing the file releases the lock just taken), or not lockable at all:
+        // the agent's own start says why.
+        _ => None,
     }
 }
 
