@@ -341,6 +341,36 @@ async fn not_found_exits_3() {
 #[tokio::test]
 async fn usage_errors_exit_2() {
     let env = Env::start("usage");
+    // `run`'s command goes after `--`; clap's own tip for `-c` ("use '-- -c'") would not
+    // fix it, and without `--` the command's words are taken for volumes.
+    snap!(env.run(&["run", "demo-data", "--node", "node-1", "sh", "-c", "make test"]).await, @r#"
+        exit: 2
+        --- stdout
+        --- stderr
+        error: put the command after `--`: every word before it is a volume or a flag of csivol's, as in
+          csivol run VOLUME --node NODE -- sh -c "make test"
+
+        Usage: csivol run [OPTIONS] --node <NODE> <VOLUME[:ro]>... -- <COMMAND>...
+
+        For more information, try '--help'.
+        "#);
+    let r = env
+        .run(&["run", "demo-data", "--node", "node-1", "make"])
+        .await;
+    assert_eq!(r.code, 2, "{r}");
+    assert!(
+        r.stderr.starts_with("error: put the command after `--`"),
+        "{r}"
+    );
+    // A misspelt flag of csivol's own keeps clap's suggestion.
+    let r = env
+        .run(&["run", "demo-data", "--nod", "n1", "--", "true"])
+        .await;
+    assert_eq!(r.code, 2, "{r}");
+    assert!(
+        r.stderr.contains("a similar argument exists: '--node'"),
+        "{r}"
+    );
     snap!(env.run(&["volume", "show", "a/b"]).await, @r"
     exit: 2
     --- stdout
