@@ -1,14 +1,14 @@
-//! "Did you mean": a volume or node that is not registered gets the closest registered
-//! name as its hint, the way cargo suggests a subcommand. (The server suggests plugins
-//! itself: it knows them all.)
+//! "Did you mean": a volume, node or snapshot that is not registered gets the closest
+//! registered name as its hint, the way cargo suggests a subcommand. (The server suggests
+//! plugins and allocs itself: it has them at hand.)
 
-use csivol_api::{Node, closest};
+use csivol_api::{Node, Snapshot, closest};
 
 use crate::ctx::Ctx;
 use crate::failure::{Exit, Failure, classify};
 
-/// `err` with a "did you mean" hint when it is a volume or node that was not found and a
-/// registered name is close to it; otherwise `err` as it is.
+/// `err` with a "did you mean" hint when it is a volume, node or snapshot that was not
+/// found and a registered name is close to it; otherwise `err` as it is.
 pub async fn closest_name(ctx: &Ctx, err: anyhow::Error) -> anyhow::Error {
     let (exit, hint) = classify(&err);
     if exit != Exit::NotFound
@@ -19,7 +19,7 @@ pub async fn closest_name(ctx: &Ctx, err: anyhow::Error) -> anyhow::Error {
         return err;
     }
     let text = format!("{err:#}");
-    let Some((kind, wanted)) = ["volume", "node"]
+    let Some((kind, wanted)) = ["volume", "node", "snapshot"]
         .into_iter()
         .find_map(|kind| not_registered(&text, kind).map(|w| (kind, w)))
     else {
@@ -32,11 +32,16 @@ pub async fn closest_name(ctx: &Ctx, err: anyhow::Error) -> anyhow::Error {
             .volumes(&[])
             .await
             .map(|vs| vs.into_iter().map(|v| v.name).collect()),
-        _ => ctx
+        "node" => ctx
             .client
             .get::<Vec<Node>>("/v1/nodes")
             .await
             .map(|ns| ns.into_iter().map(|n| n.name).collect()),
+        _ => ctx
+            .client
+            .get::<Vec<Snapshot>>("/v1/snapshots")
+            .await
+            .map(|ss| ss.into_iter().map(|s| s.name).collect()),
     }
     .unwrap_or_default();
     let Some(best) = closest(&wanted, &names) else {
