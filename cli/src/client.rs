@@ -225,7 +225,7 @@ impl Client {
     /// A request that got no HTTP answer.
     fn transport(&self, e: csivol_client::TransportError) -> Failure {
         let hint = format!(
-            "start the server (`csivol-agent server --data-dir DIR`, or `csivol-agent dev`), or \
+            "start the server (`csivol-server serve --data-dir DIR`, or `csivol-server dev`), or \
              point --addr or {} at it",
             env::CSIVOL_ADDR
         );
@@ -383,7 +383,7 @@ impl Client {
     /// Why the server's certificate may not be trusted, and which CA to pass.
     fn ca_hint(&self) -> String {
         let right = format!(
-            "pass the CA that signed it with --ca-cert or {} (csivol-agent tls init wrote it as \
+            "pass the CA that signed it with --ca-cert or {} (csivol-server tls init wrote it as \
              ca.pem)",
             env::CSIVOL_CACERT
         );

@@ -24,13 +24,13 @@ struct Dev {
 impl Dev {
     fn start(&mut self) -> Proc {
         self.runs += 1;
-        let mut cmd = Command::new(bin_path("csivol-agent"));
+        let mut cmd = Command::new(bin_path("csivol-server"));
         cmd.args(self.args())
             .env("HOME", &self.home)
             .env_remove("XDG_CONFIG_HOME")
             .env("RUST_LOG", "info");
         let log = self.log();
-        let proc = Proc::spawn("csivol-agent dev", cmd, &log);
+        let proc = Proc::spawn("csivol-server dev", cmd, &log);
         // Up once the CLI finds the cluster and the demo volume is created (a first run
         // records it as `creating` until its CreateVolume is through: a claim then would be
         // refused as too early).
@@ -273,7 +273,7 @@ fn a_second_dev_cluster_replaces_the_first_ones_token_not_the_users() {
         runs: 0,
         nodes: 1,
     };
-    let mut cmd = Command::new(bin_path("csivol-agent"));
+    let mut cmd = Command::new(bin_path("csivol-server"));
     cmd.arg("dev")
         .arg(format!("--dir={}", third.dir.display()))
         .arg(format!(
@@ -284,7 +284,7 @@ fn a_second_dev_cluster_replaces_the_first_ones_token_not_the_users() {
         .env_remove("XDG_CONFIG_HOME");
     third.runs += 1;
     let log = third.dir.with_extension("log");
-    let proc = Proc::spawn("csivol-agent dev", cmd, &log);
+    let proc = Proc::spawn("csivol-server dev", cmd, &log);
     wait_for("the third dev cluster up", WAIT, || {
         std::fs::read_to_string(&log)
             .ok()
@@ -367,7 +367,7 @@ fn kill_and_restart_by_hand(dev: &Dev, node: &str) -> i32 {
         },
     );
     assert!(
-        line.contains(" node ") && line.contains(&format!("--node={node}")),
+        line.contains("csivol-agent run ") && line.contains(&format!("--node={node}")),
         "{line}"
     );
     let status = Command::new("sh").arg("-c").arg(&line).status().unwrap();
@@ -418,11 +418,11 @@ fn children_die_with_a_killed_dev_mode_and_a_stray_agent_is_named() {
         read(&dev.dir.join("node-1/agent.log")).unwrap_or_default()
     );
 
-    let mut cmd = Command::new(bin_path("csivol-agent"));
+    let mut cmd = Command::new(bin_path("csivol-server"));
     cmd.args(dev.args())
         .env("HOME", &dev.home)
         .env_remove("XDG_CONFIG_HOME");
-    let (status, out) = csivol_tests::run_to_exit("csivol-agent dev", cmd, WAIT);
+    let (status, out) = csivol_tests::run_to_exit("csivol-server dev", cmd, WAIT);
     assert!(!status.success(), "{out}");
     assert!(
         out.contains(&format!(
