@@ -1,5 +1,5 @@
-//! `csivol-bench` runs briefly in both modes, exits 0 and prints the JSON object issue 7
-//! promises. No figure is checked: speed belongs in the benchmark, not in a test.
+//! `csivol-bench` runs briefly in both modes, exits 0 and prints the JSON object its
+//! `--json` documents. No figure is checked: speed belongs in the benchmark, not in a test.
 
 use std::process::Command;
 
