@@ -83,7 +83,7 @@ fn bench_server_mode() {
     assert_eq!(r["list_volumes_count"], 200);
 }
 
-/// The fault campaign, briefly (the README has the long run's figures): faults of every
+/// The fault campaign, briefly (docs/benchmarks.md has the long run's figures): faults of every
 /// kind fall, and no invariant breaks. Needs root (the server's disk is a tmpfs), as the
 /// tests do.
 #[test]

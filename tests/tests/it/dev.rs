@@ -12,17 +12,20 @@ use serde_json::Value;
 use crate::cluster::{Out, run};
 
 const WAIT: Duration = Duration::from_secs(60);
+/// How long a dev cluster may take to come up on a busy machine.
+const START_WAIT: Duration = Duration::from_secs(300);
 
-struct Dev {
-    dir: PathBuf,
-    home: PathBuf,
-    url: String,
-    runs: u32,
-    nodes: u32,
+/// A dev cluster run by its real program, with a home of its own for the CLI's defaults.
+pub struct Dev {
+    pub dir: PathBuf,
+    pub home: PathBuf,
+    pub url: String,
+    pub runs: u32,
+    pub nodes: u32,
 }
 
 impl Dev {
-    fn start(&mut self) -> Proc {
+    pub fn start(&mut self) -> Proc {
         self.runs += 1;
         let mut cmd = Command::new(bin_path("csivol-server"));
         cmd.args(self.args())
@@ -34,7 +37,8 @@ impl Dev {
         // Up once the CLI finds the cluster and the demo volume is created (a first run
         // records it as `creating` until its CreateVolume is through: a claim then would be
         // refused as too early).
-        wait_for("dev mode up", WAIT, || {
+        // Generous: several dev clusters may start at once beside other tests.
+        wait_for("dev mode up", START_WAIT, || {
             let out = self.csivol(&["volume", "show", "demo-data", "-o", "json"]);
             (out.code == 0 && out.json()["state"] != "creating").then_some(())
         });
@@ -57,7 +61,7 @@ impl Dev {
 
     /// A shell command with the CLI's environment from the dev dir's `env` file alone: no
     /// `csivol` on `PATH` but what the file puts there.
-    fn sourced(&self, command: &str) -> Out {
+    pub fn sourced(&self, command: &str) -> Out {
         let mut cmd = Command::new("bash");
         cmd.arg("-c")
             .arg(format!(
@@ -124,7 +128,7 @@ impl Drop for Dev {
 }
 
 /// Ctrl-C, as a terminal sends it, and the wait for dev mode to finish stopping.
-fn interrupt(mut proc: Proc) {
+pub fn interrupt(mut proc: Proc) {
     let pid = Pid::from_raw(proc.pid() as i32).unwrap();
     kill_process(pid, Signal::INT).unwrap();
     let status = wait_for("dev mode stopped", Duration::from_secs(120), || {
@@ -379,7 +383,7 @@ fn kill_and_restart_by_hand(dev: &Dev, node: &str) -> i32 {
     })
 }
 
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
