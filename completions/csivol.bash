@@ -136,6 +136,9 @@ _csivol() {
             csivol__subcmd__help__subcmd__node,eligibility)
                 cmd="csivol__subcmd__help__subcmd__node__subcmd__eligibility"
                 ;;
+            csivol__subcmd__help__subcmd__node,label)
+                cmd="csivol__subcmd__help__subcmd__node__subcmd__label"
+                ;;
             csivol__subcmd__help__subcmd__node,list)
                 cmd="csivol__subcmd__help__subcmd__node__subcmd__list"
                 ;;
@@ -202,6 +205,9 @@ _csivol() {
             csivol__subcmd__node,help)
                 cmd="csivol__subcmd__node__subcmd__help"
                 ;;
+            csivol__subcmd__node,label)
+                cmd="csivol__subcmd__node__subcmd__label"
+                ;;
             csivol__subcmd__node,list)
                 cmd="csivol__subcmd__node__subcmd__list"
                 ;;
@@ -219,6 +225,9 @@ _csivol() {
                 ;;
             csivol__subcmd__node__subcmd__help,help)
                 cmd="csivol__subcmd__node__subcmd__help__subcmd__help"
+                ;;
+            csivol__subcmd__node__subcmd__help,label)
+                cmd="csivol__subcmd__node__subcmd__help__subcmd__label"
                 ;;
             csivol__subcmd__node__subcmd__help,list)
                 cmd="csivol__subcmd__node__subcmd__help__subcmd__list"
@@ -1053,7 +1062,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__help__subcmd__node)
-            opts="list show drain eligibility remove"
+            opts="list show drain eligibility label remove"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1081,6 +1090,20 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__help__subcmd__node__subcmd__eligibility)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__help__subcmd__node__subcmd__label)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -1473,7 +1496,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__node)
-            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --help --version list show drain eligibility remove help"
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --help --version list show drain eligibility label remove help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1618,7 +1641,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__node__subcmd__help)
-            opts="list show drain eligibility remove help"
+            opts="list show drain eligibility label remove help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1673,6 +1696,20 @@ _csivol() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        csivol__subcmd__node__subcmd__help__subcmd__label)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         csivol__subcmd__node__subcmd__help__subcmd__list)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
@@ -1708,6 +1745,52 @@ _csivol() {
                 return 0
             fi
             case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__node__subcmd__label)
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --addr)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --ca-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --token)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -o)
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -3540,7 +3623,7 @@ _csivol_with_names() {
         case "${COMP_WORDS[*]:1:COMP_CWORD-1}" in
             'run'*' --'|'run'*' -- '*|'run'*' --node'|'run'*' --alloc'|'run'*' --ttl'|'run'*' --timeout'|'run'*' --label'|'run'*' --addr'|'run'*' --ca-cert'|'run'*' --token'|'run'*' --output'|'run'*' -o') ;;
             'claim'|'claim renew'|'release'|'status'|'unblock'|'detach'|'volume show'|'volume deregister'|'volume expand'|'snapshot create'|'run'|'run '*) kind=volumes ;;
-            'fence'|'node show'|'node drain'|'node eligibility'|'node remove') kind=nodes ;;
+            'fence'|'node show'|'node drain'|'node eligibility'|'node label'|'node remove') kind=nodes ;;
         esac
     fi
     if [[ -n "$kind" ]]; then

@@ -10,6 +10,7 @@ mod durability;
 mod e2e;
 mod expand;
 mod fence;
+mod fence_trust;
 mod network;
 mod product_text;
 mod reconcile;
