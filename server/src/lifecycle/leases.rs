@@ -33,12 +33,9 @@ pub fn renew_lease(
     ttl_ms: Option<u64>,
     actor: &str,
 ) -> ApiResult<api::Claim> {
-    let c = ctx.claim(volume, alloc)?.ok_or_else(|| {
-        ApiError::not_found(format!(
-            "alloc `{alloc}` holds no claim on volume `{volume}`"
-        ))
-        .with_hint("its lease may have run out: `csivol events --volume VOLUME` says")
-    })?;
+    let Some(c) = ctx.claim(volume, alloc)? else {
+        return Err(super::no_claim(&*ctx, volume, alloc)?);
+    };
     if matches!(c.state, ClaimState::Releasing | ClaimState::Failed) {
         return Err(ApiError::conflict(format!(
             "the claim of alloc `{alloc}` on volume `{volume}` is {}: there is nothing to renew",

@@ -41,7 +41,7 @@ mod tokens;
 mod volumes;
 
 pub use attachments::advance_volume;
-pub use claims::{claim_dry_run, create_claim, release_claim};
+pub use claims::{claim_dry_run, create_claim, no_claim, release_claim};
 pub use desired::{desired_changes, desired_state};
 pub use expand::expand_volume;
 pub(crate) use fence::{Evidence, failure, fenced_node_returned, record_fence};
@@ -54,7 +54,7 @@ pub use ops::{plugins_with_due_ops, schedule_ops};
 pub use reports::apply_reports;
 pub use snapshots::{create_snapshot, delete_snapshot, list_snapshots, snapshot_view};
 pub use tokens::{NewToken, create_token, first_operator_token, persist_last_used, revoke_token};
-pub use volumes::{create_volume, deregister_volume, register_volume, volume_view};
+pub use volumes::{create_volume, deregister_volume, register_volume, unknown_plugin, volume_view};
 
 /// Server settings the lifecycle depends on, and where it records latencies.
 #[derive(Clone, Debug)]
