@@ -129,20 +129,12 @@ fn the_decisions_depend_on_the_api_types_alone() {
     );
 }
 
-#[test]
-fn the_node_agent_links_no_server_code() {
+/// `cargo tree -p csivol-agent --prefix none` with `args`, one line per entry.
+fn agent_tree(args: &[&str]) -> String {
     let out = Command::new(env!("CARGO"))
         .current_dir(root())
-        .args([
-            "tree",
-            "--frozen",
-            "-p",
-            "csivol-agent",
-            "-e",
-            "normal",
-            "--prefix",
-            "none",
-        ])
+        .args(["tree", "--frozen", "-p", "csivol-agent", "--prefix", "none"])
+        .args(args)
         .output()
         .expect("cargo tree runs");
     assert!(
@@ -150,7 +142,12 @@ fn the_node_agent_links_no_server_code() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let tree = String::from_utf8(out.stdout).unwrap();
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn the_node_agent_links_no_server_code() {
+    let tree = agent_tree(&["-e", "normal"]);
     let linked: Vec<&str> = tree
         .lines()
         .filter_map(|l| l.split_whitespace().next())
@@ -170,4 +167,11 @@ fn the_node_agent_links_no_server_code() {
             "csivol-agent links {server_only}: `cargo tree -p csivol-agent -e normal -i {server_only}` says through what"
         );
     }
+    // hyper comes with its HTTP and gRPC clients; its server half must not.
+    let hyper = agent_tree(&["-e", "normal,features", "-i", "hyper"]);
+    assert!(hyper.contains("hyper feature \"client\""), "{hyper}");
+    assert!(
+        !hyper.contains("hyper feature \"server\""),
+        "csivol-agent builds hyper's server: `cargo tree -p csivol-agent -e features -i hyper` says through what"
+    );
 }
