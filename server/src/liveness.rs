@@ -3,12 +3,15 @@
 //! Only status changes (lost, back) are recorded. After a restart every node gets a full TTL.
 //! A loss decided here is retried until the database recorded it: a node that is lost in
 //! memory but `ready` in the database would show `ready` forever with nothing blocked.
+//! With several servers, heartbeats heard here are passed on to the leader through etcd
+//! ([`Relay`]), and a heartbeat is answered once it was.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use csivol_api::NodeStatus;
+use tokio::sync::{Notify, watch};
 
 #[derive(Debug, Clone, Copy)]
 struct Live {
@@ -68,13 +71,42 @@ pub struct Beats {
 /// Longest wait between two attempts to record a loss.
 const MAX_RETRY: Duration = Duration::from_secs(2);
 
+/// The nodes heard from here since the last forward (etcd store), and whether they
+/// registered; each heartbeat is numbered as it is heard.
+#[derive(Debug, Default)]
+struct Heard {
+    nodes: HashMap<String, bool>,
+    count: u64,
+}
+
+/// A heartbeat's number among those heard here: it has been passed on once every
+/// heartbeat up to it has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Ticket(u64);
+
+/// With several servers, the leader learns of the heartbeats other servers heard only
+/// through etcd (`seen/`): a server that answered a heartbeat it could not pass on would
+/// let the leader mark a node lost whose agent was told all is well, and which would
+/// have gone to another server had it known. So a heartbeat is answered once it was
+/// passed on, and refused (`unavailable`) when that does not happen in time, which sends
+/// the agent to its next server.
+#[derive(Debug)]
+struct Relay {
+    /// The last heartbeat passed on.
+    passed: watch::Sender<u64>,
+    /// Rung by each heartbeat, for the forwarder.
+    wanted: Notify,
+}
+
 #[derive(Debug)]
 pub struct Liveness {
     ttl: Duration,
     nodes: Mutex<HashMap<String, Live>>,
-    /// With several servers (etcd store): the nodes heard from here since the last
-    /// forward, and whether they registered, handed on to the leader through etcd.
-    heard: Mutex<HashMap<String, bool>>,
+    heard: Mutex<Heard>,
+    relay: Option<Relay>,
+    /// With the etcd store: per node, the etcd revision of the last heartbeat this
+    /// server accounted for (its own forward, or another server's it followed).
+    seen: Mutex<HashMap<String, i64>>,
 }
 
 impl Liveness {
@@ -89,19 +121,97 @@ impl Liveness {
             ttl,
             nodes: Mutex::new(nodes),
             heard: Mutex::default(),
+            relay: None,
+            seen: Mutex::default(),
         }
     }
 
-    fn heard(&self, node: &str, registered: bool) {
-        let mut heard = self.heard.lock().unwrap_or_else(|e| e.into_inner());
-        *heard.entry(node.to_owned()).or_default() |= registered;
+    /// `node`'s heartbeat at etcd revision `rev` is accounted for here.
+    pub fn seen_at(&self, node: &str, rev: i64) {
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        let at = seen.entry(node.to_owned()).or_default();
+        *at = (*at).max(rev);
     }
 
-    /// The nodes heard from since the last call (name, registered?), for the leader.
-    pub fn take_heard(&self) -> Vec<(String, bool)> {
-        std::mem::take(&mut *self.heard.lock().unwrap_or_else(|e| e.into_inner()))
-            .into_iter()
-            .collect()
+    /// The etcd revision of `node`'s last heartbeat accounted for here (0: none).
+    pub fn seen_revision(&self, node: &str) -> i64 {
+        let seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        seen.get(node).copied().unwrap_or(0)
+    }
+
+    /// Heartbeats are answered once passed on to the other servers ([`Relay`]): with
+    /// the etcd store, whose forwarder calls [`Liveness::take_heard`] and
+    /// [`Liveness::passed_on`].
+    pub fn relayed(mut self) -> Self {
+        self.relay = Some(Relay {
+            passed: watch::channel(0).0,
+            wanted: Notify::new(),
+        });
+        self
+    }
+
+    fn heard(&self, node: &str, registered: bool) -> Ticket {
+        let mut heard = self.heard.lock().unwrap_or_else(|e| e.into_inner());
+        *heard.nodes.entry(node.to_owned()).or_default() |= registered;
+        heard.count += 1;
+        let ticket = Ticket(heard.count);
+        drop(heard);
+        if let Some(r) = &self.relay {
+            r.wanted.notify_one();
+        }
+        ticket
+    }
+
+    /// The nodes heard from since the last call (name, registered?), for the leader, and
+    /// the last heartbeat among them.
+    pub fn take_heard(&self) -> (Vec<(String, bool)>, Ticket) {
+        let mut heard = self.heard.lock().unwrap_or_else(|e| e.into_inner());
+        let nodes = std::mem::take(&mut heard.nodes).into_iter().collect();
+        (nodes, Ticket(heard.count))
+    }
+
+    /// Taken nodes that could not be passed on: they go with the next forward.
+    pub fn not_passed_on(&self, nodes: Vec<(String, bool)>) {
+        let mut heard = self.heard.lock().unwrap_or_else(|e| e.into_inner());
+        for (node, registered) in nodes {
+            *heard.nodes.entry(node).or_default() |= registered;
+        }
+    }
+
+    /// Every heartbeat up to `upto` is in etcd.
+    pub fn passed_on(&self, upto: Ticket) {
+        if let Some(r) = &self.relay {
+            r.passed.send_if_modified(|p| {
+                let newer = upto.0 > *p;
+                *p = (*p).max(upto.0);
+                newer
+            });
+        }
+    }
+
+    /// Resolves when a heartbeat waits to be passed on (never without a relay).
+    pub async fn wanted(&self) {
+        match &self.relay {
+            Some(r) => r.wanted.notified().await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// How long a heartbeat waits to be passed on before it is refused: well within the
+    /// quarter of the TTL an agent gives each server.
+    pub fn relay_within(&self) -> Duration {
+        (self.ttl / 5).max(Duration::from_millis(100))
+    }
+
+    /// Whether heartbeat `t` was passed on within [`Liveness::relay_within`] (at once
+    /// without a relay).
+    pub async fn passed_in_time(&self, t: Ticket) -> bool {
+        let Some(r) = &self.relay else {
+            return true;
+        };
+        let mut passed = r.passed.subscribe();
+        let waited = tokio::time::timeout(self.relay_within(), passed.wait_for(|p| *p >= t.0));
+        matches!(waited.await, Ok(Ok(_)))
     }
 
     /// Another server heard from `node` (etcd store): as a heartbeat here, or a
@@ -176,17 +286,28 @@ impl Liveness {
 
     /// Records a heartbeat; `None` for a node the server does not know.
     pub fn heartbeat(&self, node: &str, now_ms: i64) -> Option<NodeStatus> {
+        self.heartbeat_ticket(node, now_ms)
+            .map(|(status, _)| status)
+    }
+
+    /// [`Liveness::heartbeat`], with the heartbeat's ticket to wait on until it was
+    /// passed on (`None` when there is nothing to pass on: the node is lost).
+    pub fn heartbeat_ticket(
+        &self,
+        node: &str,
+        now_ms: i64,
+    ) -> Option<(NodeStatus, Option<Ticket>)> {
         let mut nodes = self.nodes();
         let live = nodes.get_mut(node)?;
         if live.lost {
             // A lost node must register again, reporting what it still has mounted.
-            return Some(NodeStatus::Lost);
+            return Some((NodeStatus::Lost, None));
         }
         live.last = Instant::now();
         live.last_ms = Some(now_ms);
         drop(nodes);
-        self.heard(node, false);
-        Some(NodeStatus::Ready)
+        let ticket = self.heard(node, false);
+        Some((NodeStatus::Ready, Some(ticket)))
     }
 
     /// The node registered: it is alive now.
@@ -245,6 +366,18 @@ impl Liveness {
         self.nodes()
             .get(&u.node)
             .is_some_and(|l| l.lost && l.epoch == u.epoch)
+    }
+
+    /// `u` was heard from after all (a heartbeat another server passed on, which this
+    /// one had not seen yet): alive, with a fresh TTL, and nothing to record.
+    pub fn alive_after_all(&self, u: &Unrecorded) {
+        if let Some(l) = self.nodes().get_mut(&u.node)
+            && l.epoch == u.epoch
+            && l.lost
+            && !l.recorded
+        {
+            *l = Live::fresh(Instant::now(), l.last_ms, false, l.epoch);
+        }
     }
 
     /// The database recorded `u`'s loss (or found nothing to record).
@@ -347,6 +480,48 @@ mod tests {
             l.unrecorded().is_empty(),
             "the node is back, nothing to record"
         );
+    }
+
+    #[tokio::test]
+    async fn a_heartbeat_is_answered_once_it_was_passed_on() {
+        let l = Liveness::new(Duration::from_secs(1), [("n1".to_owned(), false)]).relayed();
+        let (status, ticket) = l.heartbeat_ticket("n1", 1).unwrap();
+        assert_eq!(status, NodeStatus::Ready);
+        let ticket = ticket.expect("a live node's heartbeat is passed on");
+        assert!(
+            !l.passed_in_time(ticket).await,
+            "not passed on: refused in time"
+        );
+        let (nodes, upto) = l.take_heard();
+        assert_eq!(nodes, [("n1".to_owned(), false)]);
+        l.not_passed_on(nodes);
+        assert_eq!(l.take_heard().0.len(), 1, "kept for the next forward");
+        l.passed_on(upto);
+        assert!(l.passed_in_time(ticket).await);
+        let (_, later) = l.heartbeat_ticket("n1", 2).unwrap();
+        assert!(
+            !l.passed_in_time(later.unwrap()).await,
+            "a later one waits its turn"
+        );
+        // Without a relay (one server), heartbeats are answered at once.
+        let alone = Liveness::new(Duration::from_secs(1), [("n1".to_owned(), false)]);
+        let (_, t) = alone.heartbeat_ticket("n1", 1).unwrap();
+        assert!(alone.passed_in_time(t.unwrap()).await);
+    }
+
+    #[test]
+    fn a_silent_node_heard_elsewhere_after_all_is_not_lost() {
+        let l = Liveness::new(Duration::from_millis(0), [("n1".to_owned(), false)]);
+        std::thread::sleep(Duration::from_millis(2));
+        let due = l.expire();
+        assert_eq!(l.unrecorded(), ["n1"]);
+        l.seen_at("n1", 7);
+        l.seen_at("n1", 5);
+        assert_eq!(l.seen_revision("n1"), 7, "the latest revision counts");
+        l.alive_after_all(&due[0]);
+        assert!(l.unrecorded().is_empty(), "nothing to record");
+        assert!(!l.still_lost(&due[0]));
+        assert_eq!(l.heartbeat("n1", 3), Some(NodeStatus::Ready));
     }
 
     fn wait_due(l: &Liveness) -> Unrecorded {
