@@ -10,6 +10,7 @@ mod e2e;
 mod expand;
 mod fence;
 mod network;
+mod partition;
 mod reconcile;
 mod security;
 mod snapshots;
