@@ -272,6 +272,12 @@ CREATE INDEX snapshots_volume ON snapshots (volume);
 -- start, before it needs a secret it could not open.
 CREATE TABLE secrets_check (id INTEGER PRIMARY KEY CHECK (id = 1), sealed TEXT NOT NULL);
 "#,
+    r#"
+-- The labels an operator set on a node (`csivol node label`), kept apart from those its
+-- agent reports (`labels`, replaced at every registration): only an operator's choose and
+-- fill its fence method.
+ALTER TABLE nodes ADD COLUMN operator_labels TEXT NOT NULL DEFAULT '{}';
+"#,
 ];
 
 /// How many schema migrations this build knows: a database at this `user_version` is current.
