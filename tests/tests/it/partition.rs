@@ -60,7 +60,7 @@ impl Lab {
         }
         let (status, out) = run_to_exit("csivol-server tls init", cmd, WAIT);
         assert!(status.success(), "{out}");
-        let args = vec![
+        let args = [
             "--store=etcd".to_owned(),
             format!("--etcd-endpoints={}", etcd.endpoints()),
             format!("--secrets-key-file={}", dir.join("secrets.key").display()),
