@@ -179,6 +179,9 @@ async fn watch_liveness(app: http::App, cluster: Option<Cluster>) {
                 }
             }
         }
+        // Heard from meanwhile (the watch of `seen/` brought another server's heartbeat
+        // while etcd was asked): not lost after all.
+        due.retain(|d| app.live.still_lost(d));
         for due in due {
             let limits = app.limits.clone();
             let why = format!(

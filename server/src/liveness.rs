@@ -88,12 +88,16 @@ pub struct Ticket(u64);
 /// through etcd (`seen/`): a server that answered a heartbeat it could not pass on would
 /// let the leader mark a node lost whose agent was told all is well, and which would
 /// have gone to another server had it known. So a heartbeat is answered once it was
-/// passed on, and refused (`unavailable`) when that does not happen in time, which sends
-/// the agent to its next server.
+/// passed on, and refused (`unavailable`) while passing on fails (etcd answered with an
+/// error, or not within [`Liveness::forward_within`]), which sends the agent to its next
+/// server. A forward that is only slow (a loaded etcd) is no failure: its heartbeats are
+/// answered once it is through, or after [`Liveness::relay_within`] at the latest.
 #[derive(Debug)]
 struct Relay {
     /// The last heartbeat passed on.
     passed: watch::Sender<u64>,
+    /// Whether the last forward failed, and none succeeded since.
+    failing: watch::Sender<bool>,
     /// Rung by each heartbeat, for the forwarder.
     wanted: Notify,
 }
@@ -145,6 +149,7 @@ impl Liveness {
     pub fn relayed(mut self) -> Self {
         self.relay = Some(Relay {
             passed: watch::channel(0).0,
+            failing: watch::channel(false).0,
             wanted: Notify::new(),
         });
         self
@@ -170,11 +175,16 @@ impl Liveness {
         (nodes, Ticket(heard.count))
     }
 
-    /// Taken nodes that could not be passed on: they go with the next forward.
+    /// Taken nodes that could not be passed on (the forward failed): they go with the
+    /// next forward, and heartbeats are refused until one succeeds.
     pub fn not_passed_on(&self, nodes: Vec<(String, bool)>) {
         let mut heard = self.heard.lock().unwrap_or_else(|e| e.into_inner());
         for (node, registered) in nodes {
             *heard.nodes.entry(node).or_default() |= registered;
+        }
+        drop(heard);
+        if let Some(r) = &self.relay {
+            r.failing.send_if_modified(|f| !std::mem::replace(f, true));
         }
     }
 
@@ -186,6 +196,7 @@ impl Liveness {
                 *p = (*p).max(upto.0);
                 newer
             });
+            r.failing.send_if_modified(|f| std::mem::replace(f, false));
         }
     }
 
@@ -197,21 +208,36 @@ impl Liveness {
         }
     }
 
-    /// How long a heartbeat waits to be passed on before it is refused: well within the
-    /// quarter of the TTL an agent gives each server.
+    /// How long a heartbeat waits to be passed on before it is answered all the same
+    /// (unless passing on failed meanwhile): well within the quarter of the TTL an agent
+    /// gives each server.
     pub fn relay_within(&self) -> Duration {
         (self.ttl / 5).max(Duration::from_millis(100))
     }
 
-    /// Whether heartbeat `t` was passed on within [`Liveness::relay_within`] (at once
-    /// without a relay).
+    /// How long the forwarder waits for etcd before that forward counts as failed. A
+    /// server cut off from etcd then refuses the next heartbeat (within an agent's
+    /// heartbeat interval, a third of the TTL), so its agents reach another server
+    /// within about two thirds of the TTL.
+    pub fn forward_within(&self) -> Duration {
+        (self.ttl / 4).max(Duration::from_millis(200))
+    }
+
+    /// Whether heartbeat `t` may be answered: passed on, or still under way within
+    /// [`Liveness::relay_within`]; not while passing on fails (at once without a relay).
     pub async fn passed_in_time(&self, t: Ticket) -> bool {
         let Some(r) = &self.relay else {
             return true;
         };
-        let mut passed = r.passed.subscribe();
-        let waited = tokio::time::timeout(self.relay_within(), passed.wait_for(|p| *p >= t.0));
-        matches!(waited.await, Ok(Ok(_)))
+        let (mut passed, mut failing) = (r.passed.subscribe(), r.failing.subscribe());
+        if *failing.borrow_and_update() {
+            return false;
+        }
+        tokio::select! {
+            _ = passed.wait_for(|p| *p >= t.0) => true,
+            _ = failing.wait_for(|f| *f) => false,
+            () = tokio::time::sleep(self.relay_within()) => !*r.failing.borrow(),
+        }
     }
 
     /// Another server heard from `node` (etcd store): as a heartbeat here, or a
@@ -223,6 +249,12 @@ impl Liveness {
                 if !live.lost {
                     live.last = Instant::now();
                     live.last_ms = Some(super::db::now_ms());
+                } else if !live.recorded {
+                    // Decided lost here, not recorded yet, and heard from through another
+                    // server meanwhile: it is not lost after all. (Once the loss is
+                    // recorded only the node's registration brings it back.)
+                    *live =
+                        Live::fresh(Instant::now(), Some(super::db::now_ms()), false, live.epoch);
                 }
             }
             Some(live) => {
@@ -489,19 +521,34 @@ mod tests {
         assert_eq!(status, NodeStatus::Ready);
         let ticket = ticket.expect("a live node's heartbeat is passed on");
         assert!(
-            !l.passed_in_time(ticket).await,
-            "not passed on: refused in time"
+            l.passed_in_time(ticket).await,
+            "not passed on yet, but nothing failed: a slow etcd is no reason to refuse"
         );
         let (nodes, upto) = l.take_heard();
         assert_eq!(nodes, [("n1".to_owned(), false)]);
         l.not_passed_on(nodes);
         assert_eq!(l.take_heard().0.len(), 1, "kept for the next forward");
+        assert!(
+            !l.passed_in_time(ticket).await,
+            "passing on failed: refused until a forward succeeds"
+        );
+        let (_, later) = l.heartbeat_ticket("n1", 2).unwrap();
+        assert!(!l.passed_in_time(later.unwrap()).await);
         l.passed_on(upto);
         assert!(l.passed_in_time(ticket).await);
-        let (_, later) = l.heartbeat_ticket("n1", 2).unwrap();
+        // A heartbeat waiting when a forward fails is refused then, not at the deadline.
+        let (_, waiting) = l.heartbeat_ticket("n1", 3).unwrap();
+        let started = std::time::Instant::now();
+        let (answer, ()) = tokio::join!(l.passed_in_time(waiting.unwrap()), async {
+            tokio::task::yield_now().await;
+            let (nodes, _) = l.take_heard();
+            l.not_passed_on(nodes);
+        });
+        assert!(!answer);
         assert!(
-            !l.passed_in_time(later.unwrap()).await,
-            "a later one waits its turn"
+            started.elapsed() < l.relay_within(),
+            "{:?}",
+            started.elapsed()
         );
         // Without a relay (one server), heartbeats are answered at once.
         let alone = Liveness::new(Duration::from_secs(1), [("n1".to_owned(), false)]);
@@ -522,6 +569,27 @@ mod tests {
         assert!(l.unrecorded().is_empty(), "nothing to record");
         assert!(!l.still_lost(&due[0]));
         assert_eq!(l.heartbeat("n1", 3), Some(NodeStatus::Ready));
+    }
+
+    /// A heartbeat another server passed on, followed here while a loss waits to be
+    /// recorded (its etcd check under way, or refused), takes the loss back: following
+    /// it also accounts for its revision, so the check would no longer see it as news.
+    #[test]
+    fn a_heartbeat_followed_from_another_server_takes_back_an_unrecorded_loss() {
+        let l = Liveness::new(Duration::from_millis(0), [("n1".to_owned(), false)]);
+        std::thread::sleep(Duration::from_millis(2));
+        let due = l.expire();
+        assert!(l.still_lost(&due[0]));
+        l.heard_elsewhere("n1", false);
+        l.seen_at("n1", 9);
+        assert!(!l.still_lost(&due[0]), "not lost after all");
+        assert!(l.unrecorded().is_empty(), "nothing to record");
+        // A recorded loss stands until the node registers again.
+        std::thread::sleep(Duration::from_millis(2));
+        let due = l.expire();
+        l.recorded(&due[0]);
+        l.heard_elsewhere("n1", false);
+        assert_eq!(l.heartbeat("n1", 4), Some(NodeStatus::Lost));
     }
 
     fn wait_due(l: &Liveness) -> Unrecorded {

@@ -295,10 +295,11 @@ pub async fn forward_heard(cluster: Cluster, live: std::sync::Arc<super::livenes
                     csivol_etcd_client::put(key, value.as_bytes().to_vec(), 0)
                 })
                 .collect();
-            // Bounded by how long heartbeats wait for it: past that they were refused,
-            // and the next attempt carries the ones that came since.
+            // Past its bound the forward failed: heartbeats are refused (their agents go
+            // to another server) until one succeeds, and the next attempt carries the ones
+            // that came since.
             let put = cluster.client.txn(vec![], ops, vec![]);
-            match tokio::time::timeout(live.relay_within(), put).await {
+            match tokio::time::timeout(live.forward_within(), put).await {
                 Ok(Ok(resp)) => {
                     let rev = resp.header.map_or(0, |h| h.revision);
                     for (node, _) in chunk {

@@ -102,9 +102,9 @@ pub(super) async fn heartbeat(
         && !app.live.passed_in_time(t).await
     {
         return Err(ApiError::unavailable(format!(
-            "this server could not pass the heartbeat on to the other servers within {} \
-             (it cannot reach etcd)",
-            humantime::format_duration(app.live.relay_within())
+            "this server cannot pass heartbeats on to the other servers: etcd did not \
+             take its last forward within {}",
+            humantime::format_duration(app.live.forward_within())
         ))
         .with_hint("the agent sends its heartbeats to its next server"));
     }
