@@ -538,7 +538,7 @@ mod tests {
         assert!(l.passed_in_time(ticket).await);
         // A heartbeat waiting when a forward fails is refused then, not at the deadline.
         let (_, waiting) = l.heartbeat_ticket("n1", 3).unwrap();
-        let started = std::time::Instant::now();
+        let started = Instant::now();
         let (answer, ()) = tokio::join!(l.passed_in_time(waiting.unwrap()), async {
             tokio::task::yield_now().await;
             let (nodes, _) = l.take_heard();
