@@ -15,7 +15,7 @@ use csivol_api::NodeStatus;
 /// Starts the background tasks; the returned handles are aborted when serving stops.
 pub fn spawn(app: &http::App, cluster: Option<Cluster>) -> Vec<tokio::task::JoinHandle<()>> {
     let mut tasks = vec![tokio::spawn(persist_token_use(app.clone()))];
-    let leadership = match cluster {
+    let leadership = match cluster.clone() {
         Some(c) => {
             tasks.push(tokio::spawn(compact_history(c.clone())));
             tasks.push(tokio::spawn(etcd::forward_heard(
@@ -35,12 +35,12 @@ pub fn spawn(app: &http::App, cluster: Option<Cluster>) -> Vec<tokio::task::Join
         }
         None => Leadership::alone(),
     };
-    tasks.push(tokio::spawn(lead(app.clone(), leadership)));
+    tasks.push(tokio::spawn(lead(app.clone(), leadership, cluster)));
     tasks
 }
 
 /// Runs the once-only work while this server leads, and stops it when it does not.
-async fn lead(app: http::App, mut leadership: Leadership) {
+async fn lead(app: http::App, mut leadership: Leadership, cluster: Option<Cluster>) {
     loop {
         leadership.wait_for(true).await;
         // Every node gets a full TTL from now: taking over never marks a node lost by itself.
@@ -49,7 +49,7 @@ async fn lead(app: http::App, mut leadership: Leadership) {
             Err(e) => tracing::warn!(error = %e, "failed to read the nodes at takeover"),
         }
         let tasks = [
-            tokio::spawn(watch_liveness(app.clone())),
+            tokio::spawn(watch_liveness(app.clone(), cluster.clone())),
             tokio::spawn(schedule_due_ops(app.clone())),
             tokio::spawn(prune_events(app.clone())),
             tokio::spawn(expire_leases(app.clone())),
@@ -139,16 +139,52 @@ async fn persist_token_use(app: http::App) {
 /// Marks nodes lost when their heartbeats stop, and records each loss in the database,
 /// retrying until it is recorded. While the database refuses writes it also probes it once
 /// a second, so that health turns back to `ok` without waiting for a client's write.
-async fn watch_liveness(app: http::App) {
+async fn watch_liveness(app: http::App, cluster: Option<Cluster>) {
     let mut tick = tokio::time::interval(app.live.check_interval());
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_probe = tokio::time::Instant::now();
     loop {
         tick.tick().await;
-        for due in app.live.expire() {
-            if !app.live.still_lost(&due) {
-                continue;
+        let mut due: Vec<_> = app
+            .live
+            .expire()
+            .into_iter()
+            .filter(|d| app.live.still_lost(d))
+            .collect();
+        // With several servers, the silence is confirmed with etcd first: another server
+        // may have passed on a heartbeat this one has not seen.
+        if let Some(c) = cluster.as_ref().filter(|_| !due.is_empty()) {
+            let nodes: Vec<&str> = due.iter().map(|d| d.node.as_str()).collect();
+            let asked = etcd::heard_since(c, &app.live, &nodes);
+            match tokio::time::timeout(app.live.ttl(), asked).await {
+                Ok(Ok(heard)) => due.retain(|d| {
+                    let alive = heard.contains(&d.node);
+                    if alive {
+                        app.live.alive_after_all(d);
+                        tracing::info!(
+                            node = d.node,
+                            "another server heard from the node meanwhile; it is not lost"
+                        );
+                    }
+                    !alive
+                }),
+                Ok(Err(_)) | Err(_) => {
+                    for d in due.drain(..) {
+                        app.live.record_failed(&d);
+                        if d.attempts == 0 {
+                            tracing::warn!(
+                                node = d.node,
+                                "cannot confirm with etcd that a silent node is lost; retrying"
+                            );
+                        }
+                    }
+                }
             }
+        }
+        // Heard from meanwhile (the watch of `seen/` brought another server's heartbeat
+        // while etcd was asked): not lost after all.
+        due.retain(|d| app.live.still_lost(d));
+        for due in due {
             let limits = app.limits.clone();
             let why = format!(
                 "no heartbeat for {}",

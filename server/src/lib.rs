@@ -572,7 +572,12 @@ impl Server {
             max_connections,
             tls,
         };
-        let live = Arc::new(liveness::Liveness::new(cfg.heartbeat_ttl, nodes));
+        let live = liveness::Liveness::new(cfg.heartbeat_ttl, nodes);
+        let live = Arc::new(if cluster.is_some() {
+            live.relayed()
+        } else {
+            live
+        });
         let metrics = Arc::new(metrics::Metrics::default());
         let limits = Limits {
             controller_concurrency: cfg.controller_concurrency,
@@ -607,6 +612,7 @@ impl Server {
             fencer: Arc::new(fence::Fencer::default()),
             long_polls: Arc::new(tokio::sync::Semaphore::new(max_long_polls)),
             node_channel: cfg.node_channel,
+            leadership: cluster.as_ref().map(|c| c.leadership.clone()),
         };
         Ok(Self {
             addr,

@@ -54,6 +54,8 @@ pub struct App {
     pub long_polls: Arc<tokio::sync::Semaphore>,
     /// Whether agents are offered the node channel (`--no-node-channel` turns it off).
     pub node_channel: bool,
+    /// With the etcd store, this server's leadership (health shows it).
+    pub leadership: Option<crate::etcd::Leadership>,
 }
 
 impl App {
@@ -279,6 +281,10 @@ async fn health(State(app): State<App>) -> Json<Health> {
         status: if reasons.is_empty() { "ok" } else { "degraded" }.into(),
         version: env!("CARGO_PKG_VERSION").into(),
         reasons,
+        leader: app
+            .leadership
+            .as_ref()
+            .map(crate::etcd::Leadership::is_leader),
     })
 }
 

@@ -169,7 +169,7 @@ pub(super) async fn heartbeat(
     app.caller(&headers)?.require_node(&node)?;
     name("node", &node)?;
     // The same answer as a heartbeat line on the node channel.
-    channel::heartbeat(&app, &node, false).map(Json)
+    channel::heartbeat(&app, &node, false).await.map(Json)
 }
 
 /// `?index=N&wait=30s&since=M`: a blocking query whose answer holds only the volumes changed

@@ -13,6 +13,7 @@ mod expand;
 mod fence;
 mod fence_trust;
 mod network;
+mod partition;
 mod product_text;
 mod reconcile;
 mod security;
