@@ -16,6 +16,7 @@
 //! filters its logs); everything is a flag or a `--config` setting.
 
 mod channel;
+pub mod cli;
 mod client;
 pub mod config;
 pub mod mounts;

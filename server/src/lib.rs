@@ -156,6 +156,20 @@ pub enum StoreKind {
     Etcd,
 }
 
+/// csivol's server (control plane): the cluster state behind the HTTP API, its backups,
+/// and dev mode.
+///
+/// `serve` runs the server; `dev` runs a whole cluster on this machine; `backup`,
+/// `restore`, `rotate-secrets-key` and `migrate` look after a server's state; `tls init`
+/// makes certificates for a small cluster.
+// The program's `main` parses this, and `csivol-gen` writes its man pages from it.
+#[derive(Debug, clap::Parser)]
+#[command(name = "csivol-server", version)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
 /// `csivol-server`'s commands: the server, its maintenance commands, and dev mode.
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {
