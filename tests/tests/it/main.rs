@@ -12,6 +12,7 @@ mod expand;
 mod fence;
 mod fence_trust;
 mod network;
+mod packages;
 mod product_text;
 mod reconcile;
 mod security;
