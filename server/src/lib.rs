@@ -2,28 +2,22 @@
 //! what each node and each controller host must do, notices lost nodes and carries out
 //! operators' decisions. It never dials a plugin.
 
-mod access;
 mod auth;
 mod background;
-pub mod backup;
-mod db;
+pub use store::sqlite::backup;
+pub(crate) use store::sqlite::db;
 pub mod dev;
 mod error;
-pub mod etcd;
+pub use store::etcd;
 mod fence;
-mod fence_command;
-mod hosting;
 mod http;
 pub mod identity;
-mod leases;
 mod lifecycle;
-mod listen;
 mod liveness;
 mod metrics;
 mod model;
-mod nodes;
 mod secrets;
-mod store;
+pub mod store;
 pub mod tls;
 mod views;
 mod watch;
@@ -449,7 +443,7 @@ pub struct Server {
     pub addr: SocketAddr,
     listener: TcpListener,
     app: http::App,
-    bounds: listen::Bounds,
+    bounds: http::listen::Bounds,
     /// The etcd cluster, with the etcd store.
     cluster: Option<etcd::Cluster>,
     /// The data dir's lock, held while this server may write there.
@@ -467,7 +461,7 @@ impl Server {
         // loopback, unreadable certificates) must leave nothing behind, not a data dir with a
         // new cluster's key, operator token and database in it.
         let tls = match &cfg.tls {
-            Some(t) => Some(listen::tls_acceptor(
+            Some(t) => Some(http::listen::tls_acceptor(
                 &t.cert,
                 &t.key,
                 t.client_ca.as_deref(),
@@ -514,7 +508,7 @@ impl Server {
         let sealed = db
             .write(move |ctx| {
                 check
-                    .check_and_seal(ctx.tx, shared)
+                    .check_and_seal(ctx, shared)
                     .map_err(ApiError::internal)
             })
             .await
@@ -543,9 +537,7 @@ impl Server {
         if tokens.is_empty() {
             let token_path = cfg.data_dir.join(OPERATOR_TOKEN_FILE);
             let t = db
-                .write(|ctx| {
-                    auth::create_token(ctx, csivol_api::Role::Operator, None, None, None, vec![])
-                })
+                .write(|ctx| lifecycle::first_operator_token(ctx))
                 .await
                 .map_err(|e| anyhow::anyhow!("failed to create the operator token: {e}"))?;
             auth::write_token_file(&token_path, &t.token)
@@ -567,7 +559,7 @@ impl Server {
             .read(background::node_statuses)
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))?;
-        let open_files = listen::raise_open_file_limit();
+        let open_files = http::listen::raise_open_file_limit();
         // Each node holds a connection or two (heartbeats, long-poll); the database, the
         // log and the operators need the rest.
         let wanted = 2 * nodes.len() as u64 + 1024;
@@ -589,7 +581,7 @@ impl Server {
         }
         let max_long_polls = cfg.max_long_polls.unwrap_or(max_connections * 3 / 4).max(1);
         let scheme = if tls.is_some() { "https" } else { "http" };
-        let bounds = listen::Bounds {
+        let bounds = http::listen::Bounds {
             header_timeout: cfg.header_timeout,
             max_connections,
             tls,
@@ -649,11 +641,11 @@ impl Server {
         let app = self.app.clone();
         let _lock = self._lock;
         let router = http::router(self.app);
-        let served = listen::serve(self.listener, router, self.bounds, shutdown).await;
+        let served = http::listen::serve(self.listener, router, self.bounds, shutdown).await;
         for t in tasks {
             t.abort();
         }
-        if let Err(e) = access::persist_last_used(&app).await {
+        if let Err(e) = http::access::persist_last_used(&app).await {
             tracing::warn!(error = %e, "failed to record when tokens were last used");
         }
         served.context("HTTP server failed")

@@ -22,7 +22,7 @@ pub use leader::Leadership;
 
 use self::mirror::{KeyKind, Keys};
 use self::writer::{Remote, Writer};
-use super::db::{self, Db};
+use crate::db::{self, Db};
 
 /// Default key prefix in etcd.
 pub const DEFAULT_PREFIX: &str = "/csivol";
@@ -263,7 +263,7 @@ async fn watch(client: Client, keys: Keys, mut from: i64, tx: mpsc::UnboundedSen
 
 /// Puts the nodes heard from here under `<prefix>/seen/` for the leader, every quarter
 /// TTL: one etcd transaction whatever the number of nodes.
-pub async fn forward_heard(cluster: Cluster, live: std::sync::Arc<super::liveness::Liveness>) {
+pub async fn forward_heard(cluster: Cluster, live: std::sync::Arc<crate::liveness::Liveness>) {
     let every = (live.ttl() / 4).clamp(Duration::from_millis(50), Duration::from_secs(2));
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -296,7 +296,7 @@ pub async fn forward_heard(cluster: Cluster, live: std::sync::Arc<super::livenes
 
 /// Applies the heartbeats and registrations other servers forwarded to this server's
 /// liveness clocks.
-pub async fn follow_heard(cluster: Cluster, live: std::sync::Arc<super::liveness::Liveness>) {
+pub async fn follow_heard(cluster: Cluster, live: std::sync::Arc<crate::liveness::Liveness>) {
     let prefix = format!("{}/seen/", cluster.prefix);
     let mut from = 0;
     loop {
