@@ -150,6 +150,20 @@ pub enum StoreKind {
     Etcd,
 }
 
+/// csivol's server (control plane): the cluster state behind the HTTP API, its backups,
+/// and dev mode.
+///
+/// `serve` runs the server; `dev` runs a whole cluster on this machine; `backup`,
+/// `restore`, `rotate-secrets-key` and `migrate` look after a server's state; `tls init`
+/// makes certificates for a small cluster.
+// The program's `main` parses this, and `csivol-gen` writes its man pages from it.
+#[derive(Debug, clap::Parser)]
+#[command(name = "csivol-server", version)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
 /// `csivol-server`'s commands: the server, its maintenance commands, and dev mode.
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {
@@ -762,6 +776,36 @@ kind = "metal"
         let file: FileConfig = toml::from_str(&text).expect("dist/server.toml parses");
         assert_eq!(file.listen, Some("0.0.0.0:7420".parse().unwrap()));
         assert_eq!(file.heartbeat_ttl.as_deref(), Some("30s"));
+        // TLS by default, from the files `tls init --dir /etc/csivol/tls` writes.
+        let tls = tls::Files::in_dir(Path::new("/etc/csivol/tls"));
+        assert_eq!(file.tls_cert, Some(tls.server_cert));
+        assert_eq!(file.tls_key, Some(tls.server_key));
+        assert_eq!(file.tls_client_ca, Some(tls.ca));
+        assert_eq!(file.insecure_http, None);
+        // The commented fence example is a method that applies to its node.
+        let fence_lines = [
+            "[[fence]]",
+            "name ",
+            "command ",
+            "timeout ",
+            "nodes ",
+            "env ",
+        ];
+        let uncommented: Vec<&str> = text
+            .lines()
+            .map(|l| match l.strip_prefix("# ") {
+                Some(r)
+                    if fence_lines.iter().any(|k| r.starts_with(k))
+                        || r.starts_with("[node_labels")
+                        || r.starts_with("bmc ") =>
+                {
+                    r
+                }
+                _ => l,
+            })
+            .collect();
+        let resolved = resolve(&uncommented.join("\n")).unwrap();
+        assert_eq!(resolved.fence.methods.len(), 1, "{:?}", resolved.fence);
     }
 
     #[test]

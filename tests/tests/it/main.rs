@@ -13,6 +13,7 @@ mod expand;
 mod fence;
 mod fence_trust;
 mod network;
+mod packages;
 mod partition;
 mod product_text;
 mod reconcile;
