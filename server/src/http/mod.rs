@@ -1,6 +1,10 @@
 //! The HTTP API: routes, authentication, request parsing with JSON errors, blocking queries.
 
+pub(crate) mod access;
+mod backup;
 mod channel;
+pub(crate) mod error;
+pub(crate) mod listen;
 mod node_endpoints;
 mod reads;
 mod snapshot_endpoints;
@@ -21,16 +25,13 @@ use csivol_api::{
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
-use super::access;
 use super::auth::{Caller, Tokens};
 use super::db::{Db, now_ms};
 use super::error::{ApiError, ApiResult};
 use super::fence::{self, Fencer};
-use super::hosting;
 use super::lifecycle::{self, Limits};
 use super::liveness::Liveness;
 use super::metrics::Metrics;
-use super::nodes;
 use super::store::Snapshot;
 use super::views;
 use super::watch::Key;
@@ -55,7 +56,9 @@ pub struct App {
     /// Whether agents are offered the node channel (`--no-node-channel` turns it off).
     pub node_channel: bool,
     /// With the etcd store: what makes a read consistent (`None`: SQLite, consistent as is).
-    pub reads: Option<super::etcd::Reads>,
+    pub reads: Option<crate::etcd::Reads>,
+    /// With the etcd store, this server's leadership (health shows it).
+    pub leadership: Option<crate::etcd::Leadership>,
 }
 
 impl App {
@@ -104,18 +107,18 @@ impl App {
 pub struct Body<T>(pub T);
 
 impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Body<T> {
-    type Rejection = ApiError;
+    /// An API error with the status axum gives the rejection (400, 413, 415, 422).
+    type Rejection = Response;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
         match Json::<T>::from_request(req, state).await {
             Ok(Json(v)) => Ok(Self(v)),
             Err(rejection) => {
-                let mut e = ApiError::bad_request(format!(
+                let e = ApiError::bad_request(format!(
                     "invalid request body: {}",
                     rejection.body_text()
                 ));
-                e.status = rejection.status();
-                Err(e)
+                Err(error::with_status(&e, rejection.status()))
             }
         }
     }
@@ -248,7 +251,7 @@ pub fn router(app: App) -> Router {
         )
         .route("/v1/events", get(events))
         .route("/v1/controller-findings", get(controller_findings))
-        .route("/v1/backup", get(super::backup::download))
+        .route("/v1/backup", get(backup::download))
         .fallback(|| async {
             ApiError::not_found("no such endpoint").with_hint("the API lives under /v1/")
         })
@@ -285,9 +288,13 @@ async fn health(State(app): State<App>) -> Json<Health> {
         status: if reasons.is_empty() { "ok" } else { "degraded" }.into(),
         version: env!("CARGO_PKG_VERSION").into(),
         reasons,
+        leader: app
+            .leadership
+            .as_ref()
+            .map(crate::etcd::Leadership::is_leader),
         schema: Some(api::SchemaVersions {
             running: app.db.schema(),
-            known: super::db::schema_version(),
+            known: crate::db::schema_version(),
         }),
     })
 }
@@ -295,7 +302,8 @@ async fn health(State(app): State<App>) -> Json<Health> {
 async fn metrics(State(app): State<App>, headers: HeaderMap) -> ApiResult<Response> {
     app.caller(&headers)?.require_reader()?;
     let m = Arc::clone(&app.metrics);
-    let text = app.db.read(move |c| m.render(c)).await?;
+    let counts = app.db.read(|c| c.state_counts()).await?;
+    let text = m.render(&counts)?;
     Ok((
         [(
             axum::http::header::CONTENT_TYPE,
@@ -592,15 +600,9 @@ async fn get_claim(
     };
     let claim = app
         .db
-        .read(move |c| {
-            c.claim(&volume, &alloc)?
-                .map(|row| c.claim_to_api(&row))
-                .transpose()?
-                .ok_or_else(|| {
-                    ApiError::not_found(format!(
-                        "alloc `{alloc}` holds no claim on volume `{volume}`"
-                    ))
-                })
+        .read(move |c| match c.claim(&volume, &alloc)? {
+            Some(row) => c.claim_to_api(&row),
+            None => Err(lifecycle::no_claim(c, &volume, &alloc)?),
         })
         .await?;
     Ok(with_index(StatusCode::OK, index, claim))
@@ -632,7 +634,7 @@ async fn renew_claim(
     name("alloc", &alloc)?;
     let claim = app
         .db
-        .write(move |ctx| super::leases::renew(ctx, &volume, &alloc, req.ttl_ms, &actor))
+        .write(move |ctx| lifecycle::renew_lease(ctx, &volume, &alloc, req.ttl_ms, &actor))
         .await?;
     Ok(with_index(StatusCode::OK, claim.index, claim))
 }

@@ -308,9 +308,9 @@ pub fn evaluate_claim(
     }
     // A node the operator took out of service (ineligible, draining) takes no new claims.
     if let Some(n) = conn.node(&req.node)?
-        && let Some(refusal) = crate::nodes::claim_refusal(&req.node, n.eligibility)
+        && let Some(r) = csivol_rules::nodes::claim_refusal(&req.node, n.eligibility)
     {
-        return Err(refusal);
+        return Err(super::nodes::refused(r));
     }
     // Nor does a node the volume cannot reach, whatever else holds the volume: checked
     // before the claims in the way, so that `--queue` never waits for what cannot fit.
@@ -504,6 +504,28 @@ pub fn create_claim(
     }
 }
 
+/// The error for an alloc that holds no claim on `volume`: the volume's own absence when
+/// it is not registered, else the alloc, with the closest of its claims' allocs (a typo)
+/// and where to list them.
+pub fn no_claim(conn: &(impl Snapshot + ?Sized), volume: &str, alloc: &str) -> ApiResult<ApiError> {
+    conn.require_volume(volume)?;
+    let allocs: Vec<String> = conn
+        .claims_of_volume(volume)?
+        .into_iter()
+        .map(|c| c.alloc)
+        .collect();
+    let guess = api::closest(alloc, &allocs)
+        .map(|g| format!("did you mean alloc `{g}`? "))
+        .unwrap_or_default();
+    Ok(ApiError::not_found(format!(
+        "alloc `{alloc}` holds no claim on volume `{volume}`"
+    ))
+    .with_hint(format!(
+        "{guess}`csivol claim list --volume {volume}` lists its claims; one released or expired \
+         is gone (`csivol events --volume {volume}` says)"
+    )))
+}
+
 /// `DELETE /v1/volumes/{name}/claims/{alloc}`: starts the release; idempotent.
 pub fn release_claim(
     ctx: &mut impl Txn,
@@ -511,11 +533,9 @@ pub fn release_claim(
     alloc: &str,
     actor: &str,
 ) -> ApiResult<api::Claim> {
-    let c = ctx.claim(volume, alloc)?.ok_or_else(|| {
-        ApiError::not_found(format!(
-            "alloc `{alloc}` holds no claim on volume `{volume}`"
-        ))
-    })?;
+    let Some(c) = ctx.claim(volume, alloc)? else {
+        return Err(no_claim(ctx, volume, alloc)?);
+    };
     match c.state {
         ClaimState::Releasing | ClaimState::Failed => {}
         ClaimState::Queued => {
@@ -567,7 +587,7 @@ pub fn claim_dry_run(
         Ok(ClaimDecision::Existing(claim)) => (true, claim.state),
         Ok(ClaimDecision::Queue(_)) => (false, ClaimState::Queued),
         Ok(ClaimDecision::New) => (false, initial_state(conn, volume, &req.node)?),
-        Err(e) if matches!(e.code, ErrorCode::Internal | ErrorCode::Unavailable) => {
+        Err(e) if matches!(e.code(), ErrorCode::Internal | ErrorCode::Unavailable) => {
             return Err(e);
         }
         Err(e) => {

@@ -1,16 +1,21 @@
 //! csivol's end-to-end tests: real binaries, real sockets, real mounts.
 
 mod block;
+mod boundaries;
 mod ci;
 mod client;
 mod cluster;
 mod dev;
+mod docs;
 mod durability;
 mod e2e;
 mod expand;
 mod fence;
 mod fence_trust;
 mod network;
+mod packages;
+mod partition;
+mod product_text;
 mod reconcile;
 mod security;
 mod snapshots;
