@@ -5,7 +5,11 @@
 //! - `config`: flags, the TOML file and defaults.
 //! - `plugin`: the gRPC edge to the CSI plugins (the only place building CSI messages).
 //! - `store`: `agent.db`, what the agent may have staged and published, and its fences.
+//! - `mounts`: pure over one snapshot of the mount table: what a plugin made at a path,
+//!   and whether it is still there.
 //! - `plan`: pure: one volume's desired and recorded state → the steps to take.
+//! - `verify`: pure: the records against the mount table → what recovery and every resync
+//!   do (stage or publish again, take down, record, report drift).
 //! - `core`: recovery at start, the reconcile loop, volume workers, controller operations.
 //! - `client`, `session`, `channel`: the server side: register, heartbeat, desired state,
 //!   reports, self-fencing; the node channel that carries heartbeats and desired-state
@@ -23,6 +27,7 @@ pub mod plan;
 pub mod plugin;
 mod session;
 pub mod store;
+pub mod verify;
 
 use anyhow::Context;
 

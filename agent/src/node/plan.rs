@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use csivol_api::{ClaimRef, DesiredPublish, DesiredUnpublish, validate_name};
 
 use super::store::{PublicationRecord, PublishState, StageState, StagingRecord};
+use super::verify::Plan;
 
 /// Reports already handed to the server for entries it still lists, so that a rescan does
 /// not send them again. Entries leave when the server stops listing them.
@@ -75,11 +76,11 @@ pub struct Job {
     pub invalid: Vec<(String, String)>,
     /// Claims past their readiness deadline: reported failed (`TIMEOUT`) first.
     pub timed_out: Vec<String>,
-    /// Published records whose mount went away or lost its backing (with why): marked
-    /// uncertain and reported as drift first; the steps below publish them again.
-    pub demote: Vec<(PublicationRecord, String)>,
-    /// The staging, likewise: staged again before any publish.
-    pub demote_staging: Option<(StagingRecord, String)>,
+    /// What a resync found of this volume's records against the mount table (see
+    /// `verify`): observations to record, a staging to stage again and publications to
+    /// publish again (marked uncertain and reported as drift first; the steps below bring
+    /// them up again).
+    pub verified: Plan,
     /// Set when the agent takes publications down that the server still wants (it stops
     /// and leaves its node clean): each is reported as drift with this reason, so that the
     /// server does not go on calling the claim ready.
@@ -104,8 +105,7 @@ impl Job {
     pub fn is_empty(&self) -> bool {
         self.invalid.is_empty()
             && self.timed_out.is_empty()
-            && self.demote.is_empty()
-            && self.demote_staging.is_none()
+            && self.verified.is_empty()
             && self.unpublish.is_empty()
             && self.report_unpublished.is_empty()
             && self.unstage.is_none()
@@ -324,6 +324,8 @@ mod tests {
             external_id: format!("ext-{volume}"),
             path: staging_path(Path::new(DIR), "hp", volume),
             state,
+            block: false,
+            observed: None,
         }
     }
 
@@ -337,6 +339,7 @@ mod tests {
             staging: Some(staging_path(Path::new(DIR), "hp", volume)),
             block: false,
             state,
+            observed: None,
         }
     }
 

@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 
 use csivol_agent::node::ReadyCheck;
-use csivol_agent::node::mounts::Checker;
+use csivol_agent::node::mounts::{Checker, Observation, Staging, Target};
 use csivol_tests::{Api, TestDir, eventually, is_mounted, wait_for};
 use rustix::mount::{UnmountFlags, mount_bind, unmount};
 use serde_json::{Value, json};
@@ -352,7 +352,7 @@ async fn a_readiness_wait_says_what_it_waits_for_and_a_release_ends_it() {
     assert_eq!(c["state"], "publishing", "{c}");
     let reason = c["waiting"]["reason"].as_str().unwrap();
     assert!(
-        reason.starts_with("published; waiting for the target to be mounted from the volume: target of v1 is no longer mounted"),
+        reason.starts_with("published; waiting for the target to hold the volume: target of v1 is no longer mounted"),
         "{c}"
     );
     assert_eq!(c["waiting"]["timeout_ms"], 300_000, "{c}");
@@ -413,7 +413,8 @@ async fn an_abnormal_volume_condition_is_shown_on_the_claim() {
 }
 
 /// The readiness check on real mounts: a target bound from an empty directory of the node
-/// is refused, a target bound from the mounted staging is ready.
+/// is refused, a target bound from the mounted staging is ready, and once a plugin is seen
+/// to stage nothing, a target bound from its own directory is ready without a staging mount.
 #[test]
 fn readiness_refuses_a_bind_of_an_empty_local_directory() {
     let dir = TestDir::new("node-truth-mounts");
@@ -429,27 +430,50 @@ fn readiness_refuses_a_bind_of_an_empty_local_directory() {
     for d in [&volume, &staging, &target] {
         std::fs::create_dir_all(d).unwrap();
     }
-    let check = |target: &Path| {
+    let check = |target: &Path, staged: Option<&Observation>| {
         Checker::read(&data_dir).unwrap().target(
             ReadyCheck::Mount,
-            "v1",
-            target,
-            Some(&staging),
-            false,
+            Target {
+                volume: "v1",
+                path: target,
+                observed: None,
+                block: false,
+            },
+            Some(Staging {
+                volume: "v1",
+                path: &staging,
+                observed: staged,
+                block: false,
+            }),
         )
     };
+    let observe = || Checker::read(&data_dir).unwrap().observe(&staging, true);
     // The bug: the staging is not mounted, and the target is bound from it.
     mount_bind(&staging, &target).unwrap();
-    let e = check(&target).unwrap_err();
+    let e = check(&target, Some(&observe())).unwrap_err();
     assert!(e.contains("bind of the node's own directory"), "{e}");
+    unmount(&target, UnmountFlags::empty()).unwrap();
+
+    // A plugin that stages nothing and binds its own directory at the target.
+    let nothing = observe();
+    assert_eq!(nothing.kind(), "none");
+    mount_bind(&volume, &target).unwrap();
+    let seen = check(&target, Some(&nothing)).unwrap();
+    assert_eq!(seen.mount.unwrap().root, volume);
     unmount(&target, UnmountFlags::empty()).unwrap();
 
     // Staged for real, then published from the staging.
     mount_bind(&volume, &staging).unwrap();
+    let staged = observe();
+    assert_eq!(staged.kind(), "mount");
     mount_bind(&staging, &target).unwrap();
-    assert_eq!(check(&target), Ok(()));
+    assert!(check(&target, Some(&staged)).is_ok());
     // Without a mount at all.
     let bare = data_dir.join("targets/v1/a2");
     std::fs::create_dir_all(&bare).unwrap();
-    assert!(check(&bare).unwrap_err().contains("no longer mounted"));
+    assert!(
+        check(&bare, Some(&staged))
+            .unwrap_err()
+            .contains("no longer mounted")
+    );
 }
