@@ -72,6 +72,7 @@ string_enum! {
         ClaimForceReleased = "claim-force-released",
         ClaimFailed = "claim-failed",
         ClaimResumed = "claim-resumed",
+        ClaimRepublished = "claim-republished",
         ClaimTakenDown = "claim-taken-down",
         ClaimDrift = "claim-drift",
         ClaimRepaired = "claim-repaired",

@@ -10,7 +10,7 @@ use csivol_api::{
 use super::attachments::advance_volume;
 use super::ops::schedule_ops;
 use super::reports::DRIFT;
-use super::{Limits, delete_claim, event, list_or, set_attachment_state, set_claim_state};
+use super::{Limits, event, list_or, set_attachment_state, set_claim_state};
 use crate::server::error::{ApiError, ApiResult};
 use crate::server::kinds::{EventKind, OpKind};
 use crate::server::model::ClaimRow;
@@ -94,11 +94,13 @@ pub fn register_node(
 }
 
 /// A lost node is back. csivol runs no workloads, so those of its claims may still be
-/// running: a blocked claim that nobody released meanwhile and that the node reports still
-/// published (checked against its mount table) is ready again; one it no longer has (it
-/// fenced itself, or its mounts are gone) is released. A claim it still has that an
-/// operator released meanwhile is not in its desired state any more, so the node takes it
-/// down; that is recorded here. Blocked attachments resume their normal lifecycle.
+/// running, and a claim nobody released is still wanted: a blocked claim that nobody
+/// released meanwhile and whose lease did not run out is ready again if the node reports
+/// it still published (checked against its mount table), and published again if not (its
+/// mounts went while it was away, or it fenced itself): it waits for its node to stage and
+/// publish it, as after drift. A claim it still has that an operator released meanwhile
+/// is not in its desired state any more, so the node takes it down; that is recorded here.
+/// Blocked attachments resume their normal lifecycle.
 pub(super) fn return_from_loss(
     ctx: &mut impl Txn,
     node: &str,
@@ -154,15 +156,19 @@ pub(super) fn return_from_loss(
                 message,
             )?;
         } else {
-            delete_claim(ctx, c)?;
+            // Nobody released it: the node publishes it again (stage, publish, verified);
+            // its `published` report makes it ready, recorded as a repair.
+            let why = format!("node {node} came back without it mounted");
+            set_claim_state(ctx, c, ClaimState::Publishing)?;
+            ctx.set_claim_error(&c.volume, &c.alloc, &format!("{DRIFT}{why}"), None)?;
             event(
                 ctx,
-                EventKind::ClaimReleased,
+                EventKind::ClaimRepublished,
                 Some(&c.volume),
                 Some(node),
                 Some(&c.alloc),
                 &format!("node:{node}"),
-                "node came back without it published: blocked claim released",
+                format!("{why}: nobody released the claim, so the node publishes it again"),
             )?;
         }
         volumes.insert(c.volume.clone());

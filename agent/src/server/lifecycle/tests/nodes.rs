@@ -45,7 +45,7 @@ async fn registration_records_the_plugins_and_finds_a_ready_claim_no_longer_moun
 }
 
 #[tokio::test]
-async fn a_lost_node_blocks_what_it_holds_and_its_return_resumes_what_it_still_has() {
+async fn a_lost_node_blocks_what_it_holds_and_its_return_resumes_or_republishes_it() {
     let env = Env::new();
     env.register("ctl", true, &[]).await;
     env.register("n1", false, &[]).await;
@@ -101,15 +101,33 @@ async fn a_lost_node_blocks_what_it_holds_and_its_return_resumes_what_it_still_h
         env.attachment_state("v", "n1").await,
         Some(AttachmentState::Attached)
     );
-    assert!(env.claim_row("w", "b1").await.is_none(), "released");
+    // Nobody released w's claim: it is published again, not released.
+    let w = env.claim_row("w", "b1").await.expect("kept");
+    assert_eq!(w.state, ClaimState::Publishing);
+    assert_eq!(
+        w.error.as_deref(),
+        Some("drift: node n1 came back without it mounted")
+    );
     assert_eq!(
         env.attachment_state("w", "n1").await,
-        Some(AttachmentState::Unstaging),
-        "taken down the normal way"
+        Some(AttachmentState::Attached),
+        "still attached to the node that publishes it again"
     );
     assert_eq!(
         env.events_of("claim-resumed").await,
         ["claim-resumed v n1 a1"]
+    );
+    assert_eq!(
+        env.events_of("claim-republished").await,
+        ["claim-republished w n1 b1"]
+    );
+    assert!(env.events_of("claim-released").await.is_empty());
+    // Its node's report makes it ready, as a repair.
+    env.report("n1", vec![super::published("w", "b1")]).await;
+    assert_eq!(env.claim_state("w", "b1").await, Some(ClaimState::Ready));
+    assert_eq!(
+        env.events_of("claim-repaired").await,
+        ["claim-repaired w n1 b1"]
     );
     assert_eq!(
         env.events_of("node-returned").await,
