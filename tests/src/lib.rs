@@ -15,6 +15,7 @@ use rustix::mount::{UnmountFlags, unmount};
 
 pub mod etcd;
 pub mod idle;
+pub mod loops;
 
 /// A temporary directory that, when dropped, first unmounts everything mounted below it
 /// (deepest first), then removes it. A panicking test leaks neither mounts nor files.

@@ -10,5 +10,6 @@ mod ha;
 mod procs;
 mod reconcile;
 mod recovery;
+mod shapes;
 mod support;
 mod truth;

@@ -4,55 +4,19 @@
 //! nobody took from it; a plugin killed mid-publish converges; a readiness wait says what
 //! it waits for and ends when the claim is released.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use csivol_agent::node::ReadyCheck;
 use csivol_agent::node::mounts::{Checker, Observation, Staging, Target};
-use csivol_tests::{Api, TestDir, eventually, is_mounted, wait_for};
+use csivol_tests::{TestDir, eventually, is_mounted, wait_for};
 use rustix::mount::{UnmountFlags, mount_bind, unmount};
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::procs::{
-    AgentProc, Logs, OneNode, claim, claim_state, create_volume, gone, ready, wait_volume,
+    Logs, OneNode, claim, claim_state, create_volume, fast_config, gone, ready, staging_of,
+    wait_events, wait_volume,
 };
 use super::support::WAIT;
-
-/// An agent config with a short resync, so that drift is found within a test's patience.
-fn fast_config(dir: &TestDir, ready_timeout: &str) -> String {
-    let path = dir.join("agent.toml");
-    std::fs::write(
-        &path,
-        format!("resync_interval = \"300ms\"\nvolume_ready_timeout = \"{ready_timeout}\"\n"),
-    )
-    .unwrap();
-    format!("--config={}", path.display())
-}
-
-async fn events(api: &Api, volume: &str) -> Vec<Value> {
-    let (_, e) = api.get(&format!("/v1/events?volume={volume}")).await;
-    e.as_array().cloned().unwrap_or_default()
-}
-
-/// Waits for `n` events of `kind` on `volume` and returns them.
-async fn wait_events(api: &Api, volume: &str, kind: &str, n: usize) -> Vec<Value> {
-    eventually(
-        &format!("{n} {kind} event(s) on {volume}"),
-        WAIT,
-        || async {
-            let found: Vec<Value> = events(api, volume)
-                .await
-                .into_iter()
-                .filter(|e| e["kind"] == kind)
-                .collect();
-            (found.len() >= n).then_some(found)
-        },
-    )
-    .await
-}
-
-fn staging_of(agent: &AgentProc, volume: &str) -> PathBuf {
-    agent.data_dir.join("staging").join("hp").join(volume)
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drift_behind_a_running_agent_is_found_and_repaired() {
