@@ -90,6 +90,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         data_dir: dir.join("server"),
         listen: args.listen,
         heartbeat_ttl: args.heartbeat_ttl,
+        planned_stop_grace: crate::server::DEFAULT_PLANNED_STOP_GRACE,
         controller_concurrency: 8,
         fence: Default::default(),
         secrets_key_file: None,

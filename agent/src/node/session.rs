@@ -108,7 +108,8 @@ const TAKE_DOWN_TIME: Duration = Duration::from_secs(60);
 
 /// Runs the agent until `stop` resolves. Mounts stay as they are when it stops, unless
 /// `take_down` asks it to unpublish and unstage everything first (through the plugins,
-/// recorded, so that the next start finds records and mounts that agree).
+/// recorded, so that the next start finds records and mounts that agree). Either way it
+/// tells the server before it returns (`node-stopping`).
 pub async fn run(
     client: ApiClient,
     core: Core,
@@ -134,20 +135,20 @@ pub async fn run(
         () = channel::run(&link.client, &link.channel, link.registered.subscribe()) => {}
         () = stop => {}
     }
-    if take_down {
-        if link.core.take_down(TAKE_DOWN_TIME).await {
-            tracing::info!("node agent stopping; every volume was taken down through its plugin");
-        } else {
-            tracing::warn!(
-                "node agent stopping before every volume was taken down; the next start finishes it"
-            );
-        }
+    let took_down = take_down && link.core.take_down(TAKE_DOWN_TIME).await;
+    if took_down {
+        tracing::info!("node agent stopping; every volume was taken down through its plugin");
+    } else if take_down {
+        tracing::warn!(
+            "node agent stopping before every volume was taken down; the next start finishes it"
+        );
     } else {
         tracing::info!("node agent stopping; published volumes stay mounted");
     }
     // Stop the core, then give the reports it made a moment to reach the server.
+    let client = link.client.clone();
     drop(link);
-    if tokio::time::timeout(Duration::from_secs(5), &mut sender)
+    if tokio::time::timeout(STOP_NOTICE_TIME, &mut sender)
         .await
         .is_err()
     {
@@ -156,7 +157,22 @@ pub async fn run(
             "stopped before every report reached the server; the next registration tells it the actual state"
         );
     }
+    // Then say that this is a planned stop, after the reports it made: the node is
+    // `stopped`, not lost, while its claims wait for it.
+    match tokio::time::timeout(STOP_NOTICE_TIME, client.stopping(took_down)).await {
+        Ok(Ok(())) => tracing::info!("told the server that this node stops"),
+        Ok(Err(e)) => {
+            tracing::warn!("{e:#}; the server finds the node silent and marks it lost at its TTL")
+        }
+        Err(_) => tracing::warn!(
+            "the server did not take the stop notice within {}; it finds the node silent and marks it lost at its TTL",
+            humantime::format_duration(STOP_NOTICE_TIME)
+        ),
+    }
 }
+
+/// How long a stopping agent waits for its last reports, then for its stop notice.
+const STOP_NOTICE_TIME: Duration = Duration::from_secs(5);
 
 async fn heartbeat_loop(link: &Link) {
     let mut ttl = DEFAULT_TTL;

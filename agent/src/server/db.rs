@@ -272,6 +272,15 @@ CREATE INDEX snapshots_volume ON snapshots (volume);
 -- start, before it needs a secret it could not open.
 CREATE TABLE secrets_check (id INTEGER PRIMARY KEY CHECK (id = 1), sealed TEXT NOT NULL);
 "#,
+    r#"
+-- A planned stop (an agent's `node-stopping`): when, and whether it took its volumes down;
+-- the node is `stopped` until it registers again or its grace runs out. And what each
+-- node's agent last observed a plugin make for a claim (`plugin show`), kept across the
+-- node's registrations.
+ALTER TABLE nodes ADD COLUMN stopped_at INTEGER;
+ALTER TABLE nodes ADD COLUMN stop_took_down INTEGER;
+ALTER TABLE node_plugins ADD COLUMN observed TEXT;
+"#,
 ];
 
 /// How many schema migrations this build knows: a database at this `user_version` is current.

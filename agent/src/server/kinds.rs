@@ -81,6 +81,7 @@ string_enum! {
         NodeRegistered = "node-registered",
         NodeReturned = "node-returned",
         NodeLost = "node-lost",
+        NodeStopping = "node-stopping",
         NodeFenced = "node-fenced",
         NodeFenceFailed = "node-fence-failed",
         NodeEligible = "node-eligible",

@@ -197,10 +197,14 @@ impl Metrics {
             &self.claims,
             &claim_states,
         )?;
+        let node_statuses: Vec<_> = csivol_api::NodeStatus::ALL
+            .iter()
+            .map(|s| s.as_str())
+            .collect();
         count_by(
             "SELECT status, count(*) FROM nodes GROUP BY status",
             &self.nodes,
-            &["ready", "lost", "fenced"],
+            &node_statuses,
         )?;
         self.nodes_fence_failing.set(conn.query_row(
             "SELECT count(*) FROM nodes WHERE status = 'lost' AND fence_failures > 0",

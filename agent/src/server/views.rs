@@ -10,7 +10,8 @@ use super::fence;
 use super::fence_policy::FenceConfig;
 use super::liveness::Beats;
 use super::model::{
-    AttachmentRow, ClaimRow, NodePluginRow, NodeRow, VolumeRow, claims_to_api, time,
+    AttachmentRow, ClaimRow, NodePluginRow, NodeRow, StoredObservation, VolumeRow, claims_to_api,
+    time,
 };
 use super::store::sqlite::{
     ATTACHMENT_COLUMNS, CLAIM_COLUMNS, NODE_COLUMNS, VOLUME_COLUMNS, needs_controller_publish,
@@ -163,6 +164,8 @@ pub fn list_nodes(
         for p in NodePluginRow::of_node(conn, &n.name)? {
             plugins.push(api::NodePlugin {
                 topology: p.topology,
+                ready_check: p.ready_check,
+                observed: p.observed.as_ref().map(StoredObservation::to_api),
                 used: slots_used(conn, &n.name, &p.plugin)?,
                 id: p.plugin,
                 node_id: p.csi_node_id.unwrap_or_default(),
@@ -187,6 +190,14 @@ pub fn list_nodes(
                     .to_string()
             }),
             fenced_at: n.fenced_at.map(time),
+            stopped: n
+                .stopped_at
+                .filter(|_| n.status == NodeStatus::Stopped)
+                .map(|at| api::NodeStop {
+                    at: time(at),
+                    took_down: n.stop_took_down,
+                    lost_at: time(at + beats.planned_stop_grace.as_millis() as i64),
+                }),
             registered_at: time(n.registered_at),
             plugins,
             name: n.name,
@@ -207,7 +218,7 @@ pub fn list_nodes(
 pub fn list_plugins(conn: &Connection, only: Option<&str>) -> ApiResult<Vec<api::Plugin>> {
     let mut stmt = conn.prepare(
         "SELECT np.plugin, np.registration, np.node_service, np.controller, np.stage_unstage, n.status, \
-         np.node, np.topology FROM node_plugins np JOIN nodes n ON n.name = np.node WHERE (?1 IS NULL OR np.plugin = ?1) ORDER BY np.plugin, np.node",
+         np.node, np.topology, np.observed FROM node_plugins np JOIN nodes n ON n.name = np.node WHERE (?1 IS NULL OR np.plugin = ?1) ORDER BY np.plugin, np.node",
     )?;
     let mut plugins: BTreeMap<String, api::Plugin> = BTreeMap::new();
     let rows = stmt.query_map([only], |r| {
@@ -220,10 +231,12 @@ pub fn list_plugins(conn: &Connection, only: Option<&str>) -> ApiResult<Vec<api:
             r.get::<_, String>(5)?,
             r.get::<_, String>(6)?,
             r.get::<_, String>(7)?,
+            r.get::<_, Option<String>>(8)?,
         ))
     })?;
     for row in rows {
-        let (id, registration, node_service, controller, stage, status, node, topology) = row?;
+        let (id, registration, node_service, controller, stage, status, node, topology, observed) =
+            row?;
         let reg: api::PluginRegistration = serde_json::from_str(&registration)?;
         let healthy = status == NodeStatus::Ready.as_str();
         let p = plugins.entry(id.clone()).or_insert_with(|| api::Plugin {
@@ -248,10 +261,14 @@ pub fn list_plugins(conn: &Connection, only: Option<&str>) -> ApiResult<Vec<api:
         if node_service {
             p.nodes_expected += 1;
             p.nodes_healthy += u32::from(healthy);
+            let observed: Option<StoredObservation> =
+                observed.and_then(|o| serde_json::from_str(&o).ok());
             p.nodes.push(api::PluginNode {
                 name: node,
                 status: status.parse().map_err(ApiError::internal)?,
                 topology: serde_json::from_str(&topology)?,
+                ready_check: reg.node.as_ref().and_then(|n| n.ready_check.clone()),
+                observed: observed.as_ref().map(StoredObservation::to_api),
             });
         }
         if controller {

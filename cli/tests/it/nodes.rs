@@ -356,10 +356,11 @@ async fn node_show_lists_its_plugins_topology() {
     assert_eq!(status, 200, "{body}");
     let r = env.run(&["node", "show", "n1"]).await;
     assert!(
-        r.stdout
-            .contains("PLUGIN  CSI NODE ID  USED  MAX       CONTROLLER  TOPOLOGY\n")
-            && r.stdout
-                .contains("hp      csi-n1       0     no limit  no          rack=4, zone=a\n"),
+        r.stdout.contains(
+            "PLUGIN  CSI NODE ID  USED  MAX       CONTROLLER  TOPOLOGY        READY CHECK"
+        ) && r
+            .stdout
+            .contains("hp      csi-n1       0     no limit  no          rack=4, zone=a  -"),
         "{r}"
     );
     let r = env.run(&["node", "show", "n1", "-o", "json"]).await;

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use csivol_api::{
     DesiredState, ErrorBody, ErrorResponse, HeartbeatResponse, INDEX_HEADER, Node, RegisterRequest,
-    RegisterResponse, ReportBatch, TokenRequest, TokenResponse,
+    RegisterResponse, ReportBatch, StoppingRequest, TokenRequest, TokenResponse,
 };
 /// A failure below HTTP: no connection, a broken one, a deadline passed, or a client that
 /// could not be set up.
@@ -444,6 +444,14 @@ impl Client {
     pub async fn reports(&self, node: &str, batch: &ReportBatch) -> Result<(), Error> {
         let _: serde_json::Value = self
             .post(&format!("/v1/nodes/{node}/reports"), batch)
+            .await?;
+        Ok(())
+    }
+
+    /// The agent stops in order: the node is `stopped`, not lost.
+    pub async fn stopping(&self, node: &str, req: &StoppingRequest) -> Result<(), Error> {
+        let _: serde_json::Value = self
+            .post(&format!("/v1/nodes/{node}/stopping"), req)
             .await?;
         Ok(())
     }

@@ -253,6 +253,7 @@ pub(super) async fn run_job(shared: Arc<Shared>, job: Job, ctx: JobContext) -> O
                     volume: vol.clone(),
                     alloc: alloc.to_owned(),
                     target_path: step.target.display().to_string(),
+                    observed: shared.shape(&vol, alloc),
                 });
                 out.memo_published.push(alloc.to_owned());
                 out.ready.push(alloc.to_owned());
@@ -273,6 +274,7 @@ pub(super) async fn run_job(shared: Arc<Shared>, job: Job, ctx: JobContext) -> O
             volume: vol.clone(),
             alloc: alloc.clone(),
             target_path: target.display().to_string(),
+            observed: shared.shape(&vol, alloc),
         });
         out.memo_published.push(alloc.clone());
     }

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use csivol_api::{ClaimRef, DesiredState, RegisterRequest, Report, StaleChanges};
+use csivol_api::{ClaimRef, DesiredState, ObservedShape, RegisterRequest, Report, StaleChanges};
 use tokio::sync::{mpsc, watch};
 
 mod jobs;
@@ -121,6 +121,28 @@ impl Shared {
     fn check_staging(&self, c: &Checker<'_>, s: &StagingRecord) -> Result<(), String> {
         let publications = self.store.publications_of(&s.volume);
         self.judge(Some(c)).staging(s, &publications).map(|_| ())
+    }
+
+    /// What the plugin made for a claim, from its records: at the staging path and at the
+    /// target (told the server with the claim's `published` report).
+    fn shape(&self, volume: &str, alloc: &str) -> Option<ObservedShape> {
+        let p = self
+            .store
+            .publications_of(volume)
+            .into_iter()
+            .find(|p| p.alloc == alloc)?;
+        let staging = p.staging.as_ref().map(|path| {
+            self.store
+                .staging(volume)
+                .filter(|s| s.path == *path)
+                .and_then(|s| s.observed)
+                .map_or("unknown", |o| o.kind())
+                .to_owned()
+        });
+        Some(ObservedShape {
+            staging,
+            target: p.observed?.kind().to_owned(),
+        })
     }
 
     fn report(&self, r: Report) {
@@ -258,7 +280,9 @@ impl Core {
             .ok();
         let Some(c) = checker else {
             return RegisterRequest {
-                plugins: shared.plugins.registrations(),
+                plugins: shared
+                    .plugins
+                    .registrations(|p| shared.cfg.ready_check_of(p)),
                 fence_after_ms: fence_after.map(|d| d.as_millis() as u64),
                 published: Vec::new(),
                 staged: Vec::new(),
@@ -266,7 +290,9 @@ impl Core {
             };
         };
         RegisterRequest {
-            plugins: shared.plugins.registrations(),
+            plugins: shared
+                .plugins
+                .registrations(|p| shared.cfg.ready_check_of(p)),
             fence_after_ms: fence_after.map(|d| d.as_millis() as u64),
             published: store
                 .publications()

@@ -42,6 +42,9 @@ pub fn register_node(
     let was_fenced = existing
         .as_ref()
         .is_some_and(|n| n.status == NodeStatus::Fenced);
+    let was_stopped = existing
+        .as_ref()
+        .is_some_and(|n| n.status == NodeStatus::Stopped);
     let old_plugins: BTreeSet<String> = ctx
         .node_plugins(node)?
         .into_iter()
@@ -65,7 +68,9 @@ pub fn register_node(
         )?;
     } else {
         not_mounted_any_more(ctx, node, &req.published, limits)?;
-        let verb = if existing.is_some() {
+        let verb = if was_stopped {
+            "registered again after a planned stop"
+        } else if existing.is_some() {
             "re-registered"
         } else {
             "registered"
@@ -270,7 +275,8 @@ pub fn mark_lost(ctx: &mut impl Txn, node: &str, why: &str, limits: &Limits) -> 
         return Ok(());
     };
     // A fenced node is off already: its volumes were unblocked, nothing is left to block.
-    if n.status != NodeStatus::Ready {
+    // A stopped node whose grace ran out is lost like any silent node.
+    if !matches!(n.status, NodeStatus::Ready | NodeStatus::Stopped) {
         return Ok(());
     }
     ctx.set_node_status(node, NodeStatus::Lost)?;
@@ -344,6 +350,95 @@ pub fn mark_lost(ctx: &mut impl Txn, node: &str, why: &str, limits: &Limits) -> 
             ),
         )?;
     }
+    for p in hosted {
+        schedule_ops(ctx, &p, limits)?;
+    }
+    Ok(())
+}
+
+/// What the liveness check's verdict on a silent node comes to in the database.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Expiry {
+    /// Marked lost (or nothing to mark: not ready, or gone).
+    Done,
+    /// Its agent stopped in order and its grace runs until this time (unix ms): not lost
+    /// before then.
+    StoppedUntil(i64),
+}
+
+/// A node silent past its TTL is lost, unless its agent said it stopped in order
+/// (`node-stopping`) less than `planned_stop_grace` ago: a planned stop is not a death, and
+/// neither its claims nor auto-fence move before the grace is out. Every server of a
+/// cluster decides this from the database, whichever one heard the stop.
+pub fn expire_node(
+    ctx: &mut impl Txn,
+    node: &str,
+    ttl: std::time::Duration,
+    planned_stop_grace: std::time::Duration,
+    limits: &Limits,
+) -> ApiResult<Expiry> {
+    if let Some(n) = ctx.node(node)?
+        && n.status == NodeStatus::Stopped
+        && let Some(at) = n.stopped_at
+    {
+        let until = at + planned_stop_grace.as_millis() as i64;
+        if until > ctx.now() {
+            return Ok(Expiry::StoppedUntil(until));
+        }
+        let why = format!(
+            "stopped in order and silent for {} (planned_stop_grace)",
+            humantime::format_duration(planned_stop_grace)
+        );
+        mark_lost(ctx, node, &why, limits)?;
+        return Ok(Expiry::Done);
+    }
+    let why = format!("no heartbeat for {}", humantime::format_duration(ttl));
+    mark_lost(ctx, node, &why, limits)?;
+    Ok(Expiry::Done)
+}
+
+/// `POST /v1/nodes/{node}/stopping`: the node's agent stops in order. A ready node becomes
+/// `stopped`: its claims stay as they are (ready, or publishing again after the drift its
+/// agent reported when it took its volumes down), nothing moves, and the controller
+/// operations it hosted go to another host. A node lost or fenced meanwhile stays so.
+pub fn node_stopping(
+    ctx: &mut impl Txn,
+    node: &str,
+    took_down: bool,
+    planned_stop_grace: std::time::Duration,
+    limits: &Limits,
+) -> ApiResult<()> {
+    let n = ctx.require_node(node)?;
+    if n.status != NodeStatus::Ready {
+        return Ok(());
+    }
+    ctx.set_node_stopped(node, took_down)?;
+    ctx.touch(Key::Node(node.to_owned()));
+    let hosted: BTreeSet<String> = ctx
+        .ops_of_host(node)?
+        .into_iter()
+        .map(|o| o.plugin)
+        .collect();
+    ctx.unassign_ops_of(node)?;
+    let held = ctx.claims_of_node(node, None)?.len();
+    let volumes = if took_down {
+        "took its volumes down first"
+    } else {
+        "left its volumes mounted"
+    };
+    event(
+        ctx,
+        EventKind::NodeStopping,
+        None,
+        Some(node),
+        None,
+        &format!("node:{node}"),
+        format!(
+            "the agent stopped in order and {volumes}; its {held} claim(s) stay held until it \
+             starts again (lost if silent for {}, planned_stop_grace)",
+            humantime::format_duration(planned_stop_grace)
+        ),
+    )?;
     for p in hosted {
         schedule_ops(ctx, &p, limits)?;
     }

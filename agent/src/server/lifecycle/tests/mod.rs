@@ -289,6 +289,7 @@ fn published(volume: &str, alloc: &str) -> Report {
         volume: volume.to_owned(),
         alloc: alloc.to_owned(),
         target_path: format!("/targets/{volume}/{alloc}"),
+        observed: None,
     }
 }
 
