@@ -229,6 +229,11 @@ async fn heartbeat_loop(link: &Link) {
                     ttl = Duration::from_millis(r.heartbeat_ttl_ms.max(300));
                     registered = true;
                     link.registered.send_modify(|n| *n += 1);
+                    // The server now holds what this registration said is there; the core
+                    // checks its records against the mount table at once, so that what
+                    // failed the check is staged and published again rather than reported
+                    // published from the records (a lost node's claims are republished).
+                    link.core.resync();
                     tracing::info!(
                         node = link.client.node(),
                         published = req.published.len(),

@@ -18,6 +18,8 @@ struct Dev {
     home: PathBuf,
     url: String,
     runs: u32,
+    /// More `csivol-agent dev` flags.
+    extra: Vec<String>,
 }
 
 impl Dev {
@@ -30,6 +32,7 @@ impl Dev {
                 "--listen={}",
                 self.url.trim_start_matches("https://")
             ))
+            .args(&self.extra)
             .env("HOME", &self.home)
             .env_remove("XDG_CONFIG_HOME")
             .env("RUST_LOG", "info");
@@ -112,7 +115,32 @@ fn read(path: &Path) -> Option<String> {
 
 #[test]
 fn ctrl_c_and_resume_keeps_the_claim_and_its_data() {
-    let test = TestDir::new("dev-resume");
+    ctrl_c_and_resume("dev-resume", &[]);
+}
+
+/// With a heartbeat TTL shorter than dev mode takes to stop, the node used to be lost
+/// while the server outlived its agent, and its claim released when it came back. A
+/// planned stop leaves the node `stopped`, and a claim nobody released comes back.
+#[test]
+fn ctrl_c_with_a_short_ttl_keeps_the_claim_and_its_data() {
+    let (_test, events) = ctrl_c_and_resume("dev-resume-ttl", &["--heartbeat-ttl=3s"]);
+    let kinds: Vec<&str> = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["kind"].as_str())
+        .collect();
+    assert!(kinds.contains(&"node-stopping"), "{kinds:?}");
+    assert!(
+        !kinds.contains(&"claim-released"),
+        "nobody released it: {kinds:?}"
+    );
+}
+
+/// Claim `demo-data`, write into it, Ctrl-C, start again on the same directory: the claim
+/// is ready again with its data. Returns the test dir and the event log of the second run.
+fn ctrl_c_and_resume(name: &str, extra: &[&str]) -> (TestDir, Value) {
+    let test = TestDir::new(name);
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -124,6 +152,7 @@ fn ctrl_c_and_resume_keeps_the_claim_and_its_data() {
         // Dev mode serves TLS with its own CA, which it leaves where the CLI looks.
         url: format!("https://127.0.0.1:{port}"),
         runs: 0,
+        extra: extra.iter().map(|s| (*s).to_owned()).collect(),
     };
     let proc = dev.start();
     // Found over TLS with no flags: the CA is where the CLI looks, and the env file names it.
@@ -189,8 +218,10 @@ fn ctrl_c_and_resume_keeps_the_claim_and_its_data() {
         kinds.contains(&"claim-drift") && kinds.contains(&"claim-repaired"),
         "the resume is in the event log: {kinds:?}"
     );
+    let all = dev.csivol(&["events", "-o", "json"]).ok().json();
     interrupt(proc);
     assert!(mounts_under(&dev.dir).is_empty());
+    (test, all)
 }
 
 /// A second dev cluster in another directory leaves the CLI working with no flags: the
@@ -210,6 +241,7 @@ fn a_second_dev_cluster_replaces_the_first_ones_token_not_the_users() {
         home: home.clone(),
         url: format!("https://127.0.0.1:{port}"),
         runs: 0,
+        extra: Vec::new(),
     };
     interrupt(first.start());
     let first_token = read(&token_file).expect("dev mode wrote the CLI's token");
@@ -220,6 +252,7 @@ fn a_second_dev_cluster_replaces_the_first_ones_token_not_the_users() {
         home: first.home.clone(),
         url: first.url.clone(),
         runs: 0,
+        extra: Vec::new(),
     };
     let proc = second.start();
     let second_token = read(&token_file).unwrap();
@@ -241,6 +274,7 @@ fn a_second_dev_cluster_replaces_the_first_ones_token_not_the_users() {
         home: second.home.clone(),
         url: second.url.clone(),
         runs: 0,
+        extra: Vec::new(),
     };
     let mut cmd = Command::new(bin_path("csivol-agent"));
     cmd.arg("dev")
@@ -284,6 +318,7 @@ fn a_killed_agent_comes_back_with_the_command_dev_mode_prints() {
         home: test.join("home"),
         url: format!("https://127.0.0.1:{port}"),
         runs: 0,
+        extra: Vec::new(),
     };
     let proc = dev.start();
     let pid_file = dev.dir.join("node-1/agent.pid");

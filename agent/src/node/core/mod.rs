@@ -177,11 +177,15 @@ pub struct Core {
     control: mpsc::UnboundedSender<Control>,
     fenced: watch::Receiver<FenceState>,
     task: tokio::task::JoinHandle<()>,
+    /// The controller listings: stopped with the core, so that nothing holds the reports
+    /// channel open once it is gone (a stopping agent waits for its last reports).
+    listing: tokio::task::JoinHandle<()>,
 }
 
 impl Drop for Core {
     fn drop(&mut self) {
         self.task.abort();
+        self.listing.abort();
     }
 }
 
@@ -245,8 +249,7 @@ impl Core {
             initial,
         );
         let task = tokio::spawn(reconciler.run());
-        // Ends when the agent stops listening to reports.
-        tokio::spawn(listing::run(Arc::clone(&shared)));
+        let listing = tokio::spawn(listing::run(Arc::clone(&shared)));
         Ok((
             Self {
                 shared,
@@ -254,6 +257,7 @@ impl Core {
                 control: control_tx,
                 fenced: fence_rx,
                 task,
+                listing,
             },
             rx,
         ))

@@ -13,7 +13,7 @@ use rustix::mount::{UnmountFlags, mount_bind, unmount};
 use serde_json::json;
 
 use super::procs::{
-    Logs, OneNode, claim, claim_state, create_volume, fast_config, gone, ready, staging_of,
+    self, Logs, OneNode, claim, claim_state, create_volume, fast_config, gone, ready, staging_of,
     wait_events, wait_volume,
 };
 use super::support::WAIT;
@@ -255,6 +255,64 @@ async fn a_paused_node_resumes_its_claims_and_takes_down_what_was_unblocked() {
         is_mounted(&targets[0]),
         "stopping the agent leaves volumes mounted"
     );
+}
+
+/// A node paused past its TTL while its staging was unmounted comes back without the
+/// claim mounted: nobody released the claim, so it is published again (staged, published,
+/// checked), never released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_node_whose_staging_vanished_republishes_the_claim() {
+    use rustix::process::{Pid, Signal, kill_process};
+    let dir = TestDir::new("node-truth-paused-unmounted");
+    let OneNode {
+        server: _server,
+        api,
+        hp,
+        agent,
+    } = OneNode::start(&dir, &["--heartbeat-ttl=1s"], &[], &[]).await;
+    let _logs = Logs(&agent);
+    create_volume(&api, "v1", "single-node-writer").await;
+    claim(&api, "v1", "a1").await;
+    let target = ready(&api, "v1", "a1").await;
+    std::fs::write(target.join("work.txt"), "kept").unwrap();
+    let staging = staging_of(&agent, "v1");
+
+    let pid = Pid::from_raw(agent.proc.pid() as i32).unwrap();
+    kill_process(pid, Signal::STOP).unwrap();
+    wait_volume(&api, "v1", "blocked").await;
+    // Meanwhile the node's mounts go (a cleanup script, a plugin restart): the staging
+    // first, then the target bound from it.
+    unmount(&target, UnmountFlags::empty()).unwrap();
+    unmount(&staging, UnmountFlags::empty()).unwrap();
+    kill_process(pid, Signal::CONT).unwrap();
+
+    let republished = wait_events(&api, "v1", "claim-republished", 1).await;
+    assert!(
+        republished[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("came back without it mounted"),
+        "{republished:?}"
+    );
+    let back = ready(&api, "v1", "a1").await;
+    assert_eq!(back, target);
+    assert!(is_mounted(&staging) && is_mounted(&target));
+    assert_eq!(
+        std::fs::read_to_string(target.join("work.txt")).unwrap(),
+        "kept"
+    );
+    wait_events(&api, "v1", "claim-repaired", 1).await;
+    let kinds: Vec<String> = procs::events(&api, "v1")
+        .await
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(
+        !kinds.iter().any(|k| k == "claim-released"),
+        "nobody released it: {kinds:?}"
+    );
+    assert_eq!(hp.count("NodeStageVolume", "OK"), 2, "staged again");
+    hp.assert_no_lifecycle_violation();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
