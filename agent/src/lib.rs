@@ -12,6 +12,8 @@
 //!   and every resync do (stage or publish again, take down, record, report drift).
 //! - `reconcile`: recovery at start, the reconcile loop, volume workers, controller
 //!   operations.
+//! - `check`: `csivol-agent check`, one safe round trip through a plugin before trusting
+//!   it, judged against the spec and the agent's readiness rule.
 //! - `client`, `session`, `channel`: the server side: register, heartbeat, desired state,
 //!   reports, self-fencing; the node channel that carries heartbeats and desired-state
 //!   pushes while the server offers it.
@@ -20,6 +22,7 @@
 //! filters its logs); everything is a flag or a `--config` setting.
 
 mod channel;
+pub mod check;
 mod client;
 pub mod config;
 pub mod mounts;

@@ -16,6 +16,14 @@ struct Cli {
 enum Command {
     /// Run the node agent: drive this node's CSI plugins toward the server's desired state.
     Run(csivol_agent::NodeArgs),
+    /// Check a CSI plugin before trusting it: one safe round trip on a scratch volume the
+    /// check creates and deletes (CreateVolume where offered, ControllerPublishVolume,
+    /// NodeStageVolume, NodePublishVolume, a write and a read through the target, and back;
+    /// each call twice), run on the node as root. It prints the plugin's capabilities and
+    /// node info, the shape it stages and publishes in, which readiness check applies and
+    /// whether it passes, the time per call and every departure from the spec it met, and
+    /// exits 1 when one would hurt csivol.
+    Check(csivol_agent::check::CheckArgs),
     /// The old spelling of `run`, accepted with a notice until the next release.
     #[command(hide = true)]
     Node(csivol_agent::NodeArgs),
@@ -71,6 +79,7 @@ fn moved(old: &str, new: Vec<&str>, args: &[String]) -> ExitCode {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let args = match cli.command {
+        Command::Check(args) => return check(args),
         Command::Run(args) => args,
         Command::Node(args) => {
             eprintln!(
@@ -85,18 +94,8 @@ fn main() -> ExitCode {
         Command::Hostpath(m) => return moved("hostpath", vec!["csivol-hostpath"], &m.args),
     };
     csivol_daemon::init_logs();
-    // A node agent is a small process that mostly waits on sockets: one thread runs it for
-    // less CPU per call than a pool of workers waking each other across cores (blocking
-    // work still goes to the blocking pool: agent.db commits).
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: failed to start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+    let Some(runtime) = runtime() else {
+        return ExitCode::FAILURE;
     };
     match runtime.block_on(csivol_agent::run(args)) {
         Ok(()) => ExitCode::SUCCESS,
@@ -105,4 +104,32 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `csivol-agent check`: 0 when csivol can use the plugin, 1 when not (or the check could
+/// not be made).
+fn check(args: csivol_agent::check::CheckArgs) -> ExitCode {
+    csivol_daemon::init_logs();
+    let Some(runtime) = runtime() else {
+        return ExitCode::FAILURE;
+    };
+    match runtime.block_on(csivol_agent::check::run(args)) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn runtime() -> Option<tokio::runtime::Runtime> {
+    // A node agent is a small process that mostly waits on sockets: one thread runs it for
+    // less CPU per call than a pool of workers waking each other across cores (blocking
+    // work still goes to the blocking pool: agent.db commits).
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .inspect_err(|e| eprintln!("error: failed to start the async runtime: {e}"))
+        .ok()
 }

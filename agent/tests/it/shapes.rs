@@ -27,43 +27,64 @@ enum Outcome {
     NeverReady { waits_for: &'static str },
 }
 
-struct Shape {
-    name: &'static str,
-    plugin_args: &'static [&'static str],
-    block: bool,
+pub struct Shape {
+    pub name: &'static str,
+    pub plugin_args: &'static [&'static str],
+    pub block: bool,
     outcome: Outcome,
+    /// What the agent observes the plugin make at the staging path (`None`: no staging)
+    /// and at the target, as `csivol plugin show` and `csivol-agent check` say it.
+    pub staged_as: Option<&'static str>,
+    pub published_as: &'static str,
 }
 
-const SHAPES: &[Shape] = &[
+impl Shape {
+    /// Whether csivol can use the plugin with default agent flags.
+    pub fn works(&self) -> bool {
+        matches!(self.outcome, Outcome::Works)
+    }
+}
+
+pub const SHAPES: &[Shape] = &[
     Shape {
         name: "stage mounts the volume at the staging path, publish binds the staging",
         plugin_args: &[],
         block: false,
         outcome: Outcome::Works,
+        staged_as: Some("mount"),
+        published_as: "mount",
     },
     Shape {
         name: "stage makes nothing, publish binds the plugin's own directory (the Kubernetes reference driver)",
         plugin_args: &["--node-shape=stage-nothing"],
         block: false,
         outcome: Outcome::Works,
+        staged_as: Some("none"),
+        published_as: "mount",
     },
     Shape {
         name: "no STAGE_UNSTAGE_VOLUME, publish mounts at the target",
         plugin_args: &["--no-stage"],
         block: false,
         outcome: Outcome::Works,
+        staged_as: None,
+        published_as: "mount",
     },
     Shape {
         name: "stage binds a directory, publish binds a subdirectory of the staging",
         plugin_args: &["--node-shape=publish-subdir"],
         block: false,
         outcome: Outcome::Works,
+        staged_as: Some("mount"),
+        published_as: "mount",
     },
     Shape {
         name: "block: stage binds the device node in the staging directory, publish at the target",
         plugin_args: &["--node-shape=stage-device"],
         block: true,
         outcome: Outcome::Works,
+        staged_as: Some("mounts-inside"),
+        published_as: "device",
     },
     Shape {
         name: "publish answers OK and makes nothing at the target (a broken plugin)",
@@ -72,6 +93,8 @@ const SHAPES: &[Shape] = &[
         outcome: Outcome::NeverReady {
             waits_for: "target of v1 is no longer mounted",
         },
+        staged_as: Some("mount"),
+        published_as: "none",
     },
 ];
 
