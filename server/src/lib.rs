@@ -761,6 +761,21 @@ kind = "metal"
     }
 
     #[test]
+    fn the_planned_stop_grace_comes_from_the_file_or_its_default() {
+        assert_eq!(
+            resolve("").unwrap().planned_stop_grace,
+            DEFAULT_PLANNED_STOP_GRACE
+        );
+        let cfg = resolve("planned_stop_grace = \"90s\"\n").unwrap();
+        assert_eq!(cfg.planned_stop_grace, Duration::from_secs(90));
+        let err = format!(
+            "{:#}",
+            resolve("planned_stop_grace = \"soon\"\n").unwrap_err()
+        );
+        assert!(err.contains("invalid planned_stop_grace `soon`"), "{err}");
+    }
+
+    #[test]
     fn bad_fence_methods_are_refused_naming_the_file() {
         let twice = "[[fence]]\nname = \"a\"\ncommand = [\"x\"]\n[[fence]]\nname = \"a\"\ncommand = [\"y\"]\n";
         let err = format!("{:#}", resolve(twice).unwrap_err());
@@ -780,6 +795,7 @@ kind = "metal"
         let file: FileConfig = toml::from_str(&text).expect("dist/server.toml parses");
         assert_eq!(file.listen, Some("0.0.0.0:7420".parse().unwrap()));
         assert_eq!(file.heartbeat_ttl.as_deref(), Some("30s"));
+        assert_eq!(file.planned_stop_grace.as_deref(), Some("10m"));
     }
 
     #[test]

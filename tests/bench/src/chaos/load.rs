@@ -161,9 +161,10 @@ async fn cycle(http: &Http, spec: &Spec, volume: &str, alloc: &str, node: &str, 
                 } else if history.iter().any(|(kind, m)| {
                     kind.starts_with("claim-releas") && m.starts_with("node came back")
                 }) {
-                    // The server's documented rule for a lost node that returns: its blocked
-                    // claims are released (through the node if it still has them), recorded
-                    // with the reason. Not silent, so not lost; counted apart.
+                    // The server's documented rule for a lost node that returns: a claim whose
+                    // release was under way when it was lost is released through the node,
+                    // recorded with the reason (a claim nobody released is published again).
+                    // Not silent, so not lost; counted apart.
                     t.released_on_return += 1;
                     t.cycles += 1;
                 } else {
