@@ -196,6 +196,16 @@ async fn works(dir: &TestDir, shape: &Shape) {
         "{}: the plugin mounted something",
         shape.name
     );
+    // What the agent observed the plugin make, as `csivol plugin show` lists it.
+    let (_, plugin) = api.get("/v1/plugins/hp").await;
+    let n = &plugin["nodes"][0];
+    assert_eq!(n["ready_check"], "mount", "{plugin}");
+    assert_eq!(
+        n["observed"]["staging"].as_str(),
+        shape.staged_as,
+        "{plugin}"
+    );
+    assert_eq!(n["observed"]["target"], shape.published_as, "{plugin}");
 
     // Each mount the plugin made, removed behind the agent: drift, repaired, same data.
     for (i, m) in made.iter().enumerate() {
