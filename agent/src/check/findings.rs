@@ -173,7 +173,7 @@ pub fn departures(calls: &[Call], seen: &Seen) -> Vec<Departure> {
             rule: UNSTAGE_UNDOES,
         });
     }
-    out.sort_by(|a, b| b.severity.cmp(&a.severity));
+    out.sort_by_key(|d| std::cmp::Reverse(d.severity));
     out
 }
 
