@@ -44,6 +44,13 @@ struct Shape {
     published: &'static [&'static str],
 }
 
+impl Shape {
+    /// Every mount the plugin made, stagings first.
+    fn mounts(&self) -> Vec<&'static str> {
+        self.staged.iter().chain(self.published).copied().collect()
+    }
+}
+
 const SHAPES: &[Shape] = &[
     Shape {
         name: "stage mounts the volume, publish binds the staging",
@@ -108,12 +115,7 @@ impl Run {
             stage_obs,
             target_obs: None,
         };
-        let all: Vec<&str> = shape
-            .staged
-            .iter()
-            .chain(shape.published)
-            .copied()
-            .collect();
+        let all = shape.mounts();
         let seen = run
             .check(shape, &all)
             .unwrap_or_else(|e| panic!("{}: {e}", shape.name));
@@ -146,12 +148,7 @@ impl Run {
 fn every_shape_is_ready_as_made_and_not_once_a_mount_is_gone() {
     for shape in SHAPES {
         let run = Run::up(shape);
-        let all: Vec<&str> = shape
-            .staged
-            .iter()
-            .chain(shape.published)
-            .copied()
-            .collect();
+        let all = shape.mounts();
         assert!(run.check(shape, &all).is_ok(), "{}", shape.name);
         // Each mount the plugin made, gone in turn, is drift.
         for gone in 0..all.len() {
@@ -265,12 +262,7 @@ fn a_target_not_from_the_staged_mount_is_not_ready() {
 fn a_block_target_must_keep_the_device_the_plugin_placed() {
     let shape = &SHAPES[4];
     let mut run = Run::up(shape);
-    let all: Vec<&str> = shape
-        .staged
-        .iter()
-        .chain(shape.published)
-        .copied()
-        .collect();
+    let all = shape.mounts();
     run.files
         .kinds
         .insert(TARGET.into(), NodeKind::Block { rdev: loop4() });

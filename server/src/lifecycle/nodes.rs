@@ -253,6 +253,18 @@ pub(super) fn record_drift(
     )
 }
 
+/// Takes the controller operations `node` hosts from it, for another host: the plugins
+/// whose operations are to be handed out again.
+fn unassign_hosted_ops(ctx: &mut impl Txn, node: &str) -> ApiResult<BTreeSet<String>> {
+    let hosted = ctx
+        .ops_of_host(node)?
+        .into_iter()
+        .map(|o| o.plugin)
+        .collect();
+    ctx.unassign_ops_of(node)?;
+    Ok(hosted)
+}
+
 /// The volumes attached to `node` in one of `states`.
 fn attachments_in(
     ctx: &impl Snapshot,
@@ -307,12 +319,7 @@ pub fn mark_lost(ctx: &mut impl Txn, node: &str, why: &str, limits: &Limits) -> 
         // A publish to a lost node is pointless; an unblock will unpublish whatever it did.
         ctx.delete_op_for(OpKind::Publish, v, node)?;
     }
-    let hosted: BTreeSet<String> = ctx
-        .ops_of_host(node)?
-        .into_iter()
-        .map(|o| o.plugin)
-        .collect();
-    ctx.unassign_ops_of(node)?;
+    let hosted = unassign_hosted_ops(ctx, node)?;
     let volumes: BTreeSet<&str> = claims
         .iter()
         .map(|c| c.volume.as_str())
@@ -414,12 +421,7 @@ pub fn node_stopping(
     }
     ctx.set_node_stopped(node, took_down)?;
     ctx.touch(Key::Node(node.to_owned()));
-    let hosted: BTreeSet<String> = ctx
-        .ops_of_host(node)?
-        .into_iter()
-        .map(|o| o.plugin)
-        .collect();
-    ctx.unassign_ops_of(node)?;
+    let hosted = unassign_hosted_ops(ctx, node)?;
     let held = ctx.claims_of_node(node, None)?.len();
     let volumes = if took_down {
         "took its volumes down first"

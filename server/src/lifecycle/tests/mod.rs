@@ -205,6 +205,19 @@ impl Env {
     }
 
     /// Events of one kind, as [`Env::events`] lists them.
+    /// The message of the latest event of `kind` on `node`.
+    async fn last_message(&self, kind: &str, node: &str) -> String {
+        let (kind, node) = (kind.to_owned(), node.to_owned());
+        self.read(move |c| {
+            Ok(c.query_row(
+                "SELECT message FROM events WHERE kind = ?1 AND node = ?2 ORDER BY rowid DESC LIMIT 1",
+                [&kind, &node],
+                |r| r.get::<_, String>(0),
+            )?)
+        })
+        .await
+    }
+
     async fn events_of(&self, kind: &str) -> Vec<String> {
         self.events()
             .await

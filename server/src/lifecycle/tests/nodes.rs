@@ -202,15 +202,7 @@ async fn a_planned_stop_holds_the_claims_until_its_grace_is_out() {
         NodeStatus::Lost
     );
     assert_eq!(env.claim_state("v", "a1").await, Some(ClaimState::Blocked));
-    let lost = env
-        .read(|c| {
-            Ok(c.query_row(
-                "SELECT message FROM events WHERE kind = 'node-lost'",
-                [],
-                |r| r.get::<_, String>(0),
-            )?)
-        })
-        .await;
+    let lost = env.last_message("node-lost", "n1").await;
     assert!(
         lost.starts_with("stopped in order and silent for 0s (planned_stop_grace)"),
         "{lost}"
@@ -233,15 +225,7 @@ async fn a_stopped_node_registers_again_with_what_it_still_has() {
         env.claim_state("v", "a1").await,
         Some(ClaimState::Publishing)
     );
-    let message = env
-        .read(|c| {
-            Ok(c.query_row(
-                "SELECT message FROM events WHERE kind = 'node-registered' AND node = 'n1' ORDER BY rowid DESC LIMIT 1",
-                [],
-                |r| r.get::<_, String>(0),
-            )?)
-        })
-        .await;
+    let message = env.last_message("node-registered", "n1").await;
     assert!(
         message.contains("registered again after a planned stop"),
         "{message}"
