@@ -78,9 +78,19 @@ struct Link {
     refresh: Notify,
     /// The node channel, while the server offers it.
     channel: csivol_client::channel::Shared,
+    /// The server's heartbeat TTL, as it last said.
+    ttl: Mutex<Duration>,
 }
 
 impl Link {
+    fn ttl(&self) -> Duration {
+        *self.ttl.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn set_ttl(&self, ttl: Duration) {
+        *self.ttl.lock().unwrap_or_else(|e| e.into_inner()) = ttl;
+    }
+
     fn contact(&self) {
         self.clock
             .lock()
@@ -127,6 +137,7 @@ pub async fn run(
         reregister: Notify::new(),
         refresh: Notify::new(),
         channel: Default::default(),
+        ttl: Mutex::new(DEFAULT_TTL),
     });
     let mut sender = tokio::spawn(report_loop(Arc::clone(&link), reports));
     tokio::select! {
@@ -135,7 +146,13 @@ pub async fn run(
         () = channel::run(&link.client, &link.channel, link.registered.subscribe()) => {}
         () = stop => {}
     }
-    let took_down = take_down && link.core.take_down(TAKE_DOWN_TIME).await;
+    // A take-down may take longer than the heartbeat TTL: the agent goes on heartbeating
+    // meanwhile, so that the server does not take the stop for a loss before it hears of it.
+    let took_down = take_down
+        && tokio::select! {
+            done = link.core.take_down(TAKE_DOWN_TIME) => done,
+            () = keep_alive(&link) => false,
+        };
     if took_down {
         tracing::info!("node agent stopping; every volume was taken down through its plugin");
     } else if take_down {
@@ -171,6 +188,18 @@ pub async fn run(
     }
 }
 
+/// Heartbeats at a third of the TTL, and nothing else (no registration, no fence): what a
+/// stopping agent does until it has said that it stops.
+async fn keep_alive(link: &Link) {
+    loop {
+        let ttl = link.ttl();
+        if link.heartbeat(ttl).await.is_ok() {
+            link.contact();
+        }
+        tokio::time::sleep(ttl / 3).await;
+    }
+}
+
 /// How long a stopping agent waits for its last reports, then for its stop notice.
 const STOP_NOTICE_TIME: Duration = Duration::from_secs(5);
 
@@ -201,6 +230,7 @@ async fn heartbeat_loop(link: &Link) {
             match answer {
                 Ok(hb) => {
                     ttl = Duration::from_millis(hb.heartbeat_ttl_ms.max(300));
+                    link.set_ttl(ttl);
                     if hb.status == NodeStatus::Lost {
                         tracing::warn!(
                             "the server marked this node lost; registering again with the actual state"
@@ -227,6 +257,7 @@ async fn heartbeat_loop(link: &Link) {
             match answer {
                 Ok(r) => {
                     ttl = Duration::from_millis(r.heartbeat_ttl_ms.max(300));
+                    link.set_ttl(ttl);
                     registered = true;
                     link.registered.send_modify(|n| *n += 1);
                     // The server now holds what this registration said is there; the core
