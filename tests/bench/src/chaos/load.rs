@@ -184,7 +184,19 @@ async fn cycle(http: &Http, spec: &Spec, volume: &str, alloc: &str, node: &str, 
     }
     // Release, then until gone.
     let release_deadline = Instant::now() + spec.cycle_timeout;
-    let mut index = match persist(release_deadline, &mut t.retries, || http.delete(&path)).await {
+    // A claim blocked on its lost node cannot be released through it (423): as a CI job
+    // would, wait for the node to come back (a claim nobody released is published again
+    // then), within the cycle's time.
+    let released = loop {
+        match persist(release_deadline, &mut t.retries, || http.delete(&path)).await {
+            Answer::Got(r) if r.status == 423 && Instant::now() < release_deadline => {
+                t.retries += 1;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            answer => break answer,
+        }
+    };
+    let mut index = match released {
         Answer::Got(r) if r.status == 202 || r.status == 404 => r.index.unwrap_or(0),
         Answer::Got(r) => {
             t.stuck.push(format!(
