@@ -273,6 +273,12 @@ CREATE INDEX snapshots_volume ON snapshots (volume);
 CREATE TABLE secrets_check (id INTEGER PRIMARY KEY CHECK (id = 1), sealed TEXT NOT NULL);
 "#,
     r#"
+-- The labels an operator set on a node (`csivol node label`), kept apart from those its
+-- agent reports (`labels`, replaced at every registration): only an operator's choose and
+-- fill its fence method.
+ALTER TABLE nodes ADD COLUMN operator_labels TEXT NOT NULL DEFAULT '{}';
+"#,
+    r#"
 -- A planned stop (an agent's `node-stopping`): when, and whether it took its volumes down;
 -- the node is `stopped` until it registers again or its grace runs out. And what each
 -- node's agent last observed a plugin make for a claim (`plugin show`), kept across the

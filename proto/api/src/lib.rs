@@ -22,6 +22,7 @@ mod nodes;
 mod operator;
 mod reconcile;
 mod snapshots;
+mod text;
 mod tokens;
 mod volumes;
 
@@ -38,6 +39,7 @@ pub use nodes::*;
 pub use operator::*;
 pub use reconcile::*;
 pub use snapshots::*;
+pub use text::{FreeText, check_map, check_text, is_control};
 pub use tokens::*;
 pub use volumes::*;
 

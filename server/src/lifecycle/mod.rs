@@ -36,7 +36,7 @@ pub use attachments::advance_volume;
 pub use claims::{claim_dry_run, create_claim, release_claim};
 pub use desired::{desired_changes, desired_state};
 pub use expand::expand_volume;
-pub use nodes::{Expiry, expire_node, mark_lost, node_stopping, register_node};
+pub use nodes::{Expiry, expire_node, mark_lost, node_id_refused, node_stopping, register_node};
 pub use operator::{detach, require_reason, unblock_node, unblock_volume};
 pub use ops::{plugins_with_due_ops, schedule_ops};
 pub use reports::apply_reports;

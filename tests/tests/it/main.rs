@@ -9,6 +9,7 @@ mod durability;
 mod e2e;
 mod expand;
 mod fence;
+mod fence_trust;
 mod network;
 mod reconcile;
 mod security;
