@@ -109,6 +109,16 @@ fn interrupt(mut proc: Proc) {
     assert!(status.success(), "dev mode exited with {status}");
 }
 
+/// The kinds of a JSON list of events, in order.
+fn kinds(events: &Value) -> Vec<&str> {
+    events
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["kind"].as_str())
+        .collect()
+}
+
 fn read(path: &Path) -> Option<String> {
     std::fs::read_to_string(path).ok()
 }
@@ -124,12 +134,7 @@ fn ctrl_c_and_resume_keeps_the_claim_and_its_data() {
 #[test]
 fn ctrl_c_with_a_short_ttl_keeps_the_claim_and_its_data() {
     let (_test, events) = ctrl_c_and_resume("dev-resume-ttl", &["--heartbeat-ttl=3s"]);
-    let kinds: Vec<&str> = events
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|e| e["kind"].as_str())
-        .collect();
+    let kinds = kinds(&events);
     assert!(kinds.contains(&"node-stopping"), "{kinds:?}");
     assert!(
         !kinds.contains(&"claim-released"),
@@ -208,12 +213,7 @@ fn ctrl_c_and_resume(name: &str, extra: &[&str]) -> (TestDir, Value) {
         .csivol(&["events", "--volume", "demo-data", "-o", "json"])
         .ok()
         .json();
-    let kinds: Vec<&str> = events
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|e| e["kind"].as_str())
-        .collect();
+    let kinds = kinds(&events);
     assert!(
         kinds.contains(&"claim-drift") && kinds.contains(&"claim-repaired"),
         "the resume is in the event log: {kinds:?}"

@@ -297,6 +297,19 @@ fn spec(access_mode: &str) -> VolumeSpec {
     .unwrap()
 }
 
+/// Node `n1` with a ready claim `a1` of volume `v`, attached through controller host `ctl`.
+async fn ready_node() -> Env {
+    let env = Env::new();
+    env.register("ctl", true, &[]).await;
+    env.register("n1", false, &[]).await;
+    env.volume("v", "single-node-writer").await;
+    env.claim("v", "a1", "n1", ClaimMode::Write).await.unwrap();
+    env.controller_published("ctl").await;
+    env.report("n1", vec![published("v", "a1")]).await;
+    assert_eq!(env.claim_state("v", "a1").await, Some(ClaimState::Ready));
+    env
+}
+
 fn published(volume: &str, alloc: &str) -> Report {
     Report::Published {
         volume: volume.to_owned(),

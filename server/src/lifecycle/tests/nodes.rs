@@ -2,7 +2,7 @@
 
 use csivol_api::{AttachmentState, ClaimMode, ClaimState, NodeStatus};
 
-use super::Env;
+use super::{Env, ready_node};
 use crate::store::Snapshot;
 
 #[tokio::test]
@@ -137,19 +137,6 @@ async fn a_lost_node_blocks_what_it_holds_and_its_return_resumes_or_republishes_
 
 const GRACE: std::time::Duration = std::time::Duration::from_secs(600);
 const TTL: std::time::Duration = std::time::Duration::from_secs(1);
-
-/// A node with a ready claim `v/a1`, its controller hosted on `ctl`.
-async fn ready_node() -> Env {
-    let env = Env::new();
-    env.register("ctl", true, &[]).await;
-    env.register("n1", false, &[]).await;
-    env.volume("v", "single-node-writer").await;
-    env.claim("v", "a1", "n1", ClaimMode::Write).await.unwrap();
-    env.controller_published("ctl").await;
-    env.report("n1", vec![super::published("v", "a1")]).await;
-    assert_eq!(env.claim_state("v", "a1").await, Some(ClaimState::Ready));
-    env
-}
 
 #[tokio::test]
 async fn a_planned_stop_holds_the_claims_until_its_grace_is_out() {
