@@ -93,6 +93,7 @@ fn main() -> ExitCode {
         Command::Tls(m) => return moved("tls", vec!["csivol-server", "tls"], &m.args),
         Command::Hostpath(m) => return moved("hostpath", vec!["csivol-hostpath"], &m.args),
     };
+    csivol_csi::supervised::exit_with_parent();
     csivol_daemon::init_logs();
     let Some(runtime) = runtime() else {
         return ExitCode::FAILURE;

@@ -14,7 +14,7 @@
 //! So right after NodeStageVolume succeeds the agent records what is at the staging path
 //! (an [`Observation`]: a mount point with its device, root and source, a block device node,
 //! mounts inside it, or nothing), and once the target passes its first check, what is at
-//! the target. From then on (see ARCHITECTURE.md, "Node truth"):
+//! the target. From then on (docs/design/readiness.md):
 //! - a staging holds its volume while it still shows what the plugin made there; a plugin
 //!   that made nothing there is never asked for a mount;
 //! - a file-system target is ready while it is a mount point that is not a bind of a

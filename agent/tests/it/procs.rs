@@ -183,8 +183,13 @@ pub async fn create_volume(api: &Api, name: &str, mode: &str) {
     create_volume_as(api, name, mode, "file-system").await;
 }
 
-/// Creates a volume with the attachment given (`file-system`, `block-device`).
+/// Creates a volume with the attachment given (`file-system`, `block-device`), once an
+/// agent has registered the plugin: the server refuses a plugin no node runs.
 pub async fn create_volume_as(api: &Api, name: &str, mode: &str, attachment: &str) {
+    eventually("plugin hp registered", WAIT, || async {
+        (api.get("/v1/plugins/hp").await.0 == 200).then_some(())
+    })
+    .await;
     let (status, body) = api
         .post(
             &format!("/v1/volumes/{name}/create"),
