@@ -413,11 +413,20 @@ fn kill_and_restart_by_hand(dev: &Dev, node: &str) -> i32 {
     );
     let status = Command::new("sh").arg("-c").arg(&line).status().unwrap();
     assert!(status.success());
-    wait_for("a new agent pid", WAIT, || {
+    let pid = wait_for("a new agent pid", WAIT, || {
         read(&pid_file)
             .and_then(|p| p.trim().parse::<i32>().ok())
             .filter(|p| *p != old)
-    })
+    });
+    // The shell writes `$!` before the agent runs: wait until the agent holds its data dir
+    // (its pid in the lock file), which is what makes it a stray for the next dev mode.
+    let lock = dev.dir.join(node).join("agent").join("agent.lock");
+    wait_for("the hand-started agent to hold its data dir", WAIT, || {
+        read(&lock)
+            .filter(|p| p.trim() == pid.to_string())
+            .map(|_| ())
+    });
+    pid
 }
 
 pub fn free_port() -> u16 {
