@@ -94,6 +94,27 @@ impl Dev {
         run(cmd)
     }
 
+    /// What dev mode and each node's agent and plugin said, for a failing test: the
+    /// test's directory is gone once it has failed.
+    fn print_logs(&self) {
+        let mut logs: Vec<PathBuf> = (1..=self.runs)
+            .map(|run| self.dir.with_extension(format!("{run}.log")))
+            .collect();
+        for node in (1..=self.nodes).map(|n| self.dir.join(format!("node-{n}"))) {
+            logs.push(node.join("agent.log"));
+            logs.push(node.join("plugin.log"));
+        }
+        for log in logs {
+            let text = read(&log).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            let tail = &lines[lines.len().saturating_sub(60)..];
+            eprintln!("--- {} (last {} lines)", log.display(), tail.len());
+            for line in tail {
+                eprintln!("{line}");
+            }
+        }
+    }
+
     fn claim_of(&self, volume: &str) -> Value {
         let v = self
             .csivol(&["volume", "show", volume, "-o", "json"])
@@ -108,6 +129,9 @@ impl Dev {
 /// pids dev mode wrote.
 impl Drop for Dev {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.print_logs();
+        }
         let Ok(nodes) = std::fs::read_dir(&self.dir) else {
             return;
         };
@@ -132,13 +156,16 @@ impl Drop for Dev {
     }
 }
 
+/// Longer than dev mode may take to stop by its own bounds (75 s for the agents to take
+/// their nodes down, then 75 s for the plugins, then the server): on a busy machine a
+/// take-down may use much of its time, and dev mode is still right to wait for it.
+const STOP_WAIT: Duration = Duration::from_secs(240);
+
 /// Ctrl-C, as a terminal sends it, and the wait for dev mode to finish stopping.
 pub fn interrupt(mut proc: Proc) {
     let pid = Pid::from_raw(proc.pid() as i32).unwrap();
     kill_process(pid, Signal::INT).unwrap();
-    let status = wait_for("dev mode stopped", Duration::from_secs(120), || {
-        proc.exited()
-    });
+    let status = wait_for("dev mode stopped", STOP_WAIT, || proc.exited());
     assert!(status.success(), "dev mode exited with {status}");
 }
 
