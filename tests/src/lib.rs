@@ -15,6 +15,7 @@ use rustix::mount::{UnmountFlags, unmount};
 
 pub mod etcd;
 pub mod idle;
+pub mod loops;
 pub mod netns;
 
 /// A temporary directory that, when dropped, first unmounts everything mounted below it
@@ -252,7 +253,8 @@ impl ServerProc {
             .envs(env.iter().map(|(k, v)| (k, v)));
         let log_file = log;
         let mut proc = Proc::spawn("csivol-server serve", cmd, &log_file);
-        // Generous: a server over etcd waits for etcd at start, and a loaded machine is slow.
+        // Generous: a server over etcd waits for etcd at start, and a debug build starts
+        // slowly on a machine busy with other builds.
         let url = wait_for("the server to listen", Duration::from_secs(120), || {
             if let Some(status) = proc.exited() {
                 panic!(
