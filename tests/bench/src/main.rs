@@ -31,6 +31,7 @@ mod report;
 mod resident;
 mod sim;
 mod stats;
+mod targets;
 mod volumes;
 
 use std::path::PathBuf;
