@@ -264,6 +264,9 @@ pub struct NodeRow {
     pub fence_after_ms: Option<i64>,
     pub fenced_at: Option<i64>,
     pub eligibility: Eligibility,
+    /// A planned stop: when its agent said it stopped, and whether it took its volumes down.
+    pub stopped_at: Option<i64>,
+    pub stop_took_down: bool,
 }
 
 /// What the server knows of a plugin on one node.
@@ -276,6 +279,32 @@ pub struct NodePluginRow {
     pub controller: bool,
     /// The node's segments as the plugin reports them (empty: none).
     pub topology: Topology,
+    /// How the node's agent checks the plugin's volumes ready, as it registered it.
+    pub ready_check: Option<String>,
+    /// What the agent last observed the plugin make for a claim.
+    pub observed: Option<StoredObservation>,
+}
+
+/// What a node's agent last observed a plugin make for a claim, as `node_plugins.observed`
+/// keeps it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct StoredObservation {
+    pub volume: String,
+    pub alloc: String,
+    pub at_ms: i64,
+    #[serde(flatten)]
+    pub shape: csivol_api::ObservedShape,
+}
+
+impl StoredObservation {
+    pub fn to_api(&self) -> csivol_api::PluginObservation {
+        csivol_api::PluginObservation {
+            volume: self.volume.clone(),
+            alloc: self.alloc.clone(),
+            at: time(self.at_ms),
+            shape: self.shape.clone(),
+        }
+    }
 }
 
 /// A controller operation as stored.
@@ -369,6 +398,8 @@ pub struct PluginNodeRow {
     pub controller: bool,
     pub stage_unstage: bool,
     pub topology: Topology,
+    /// What the node's agent last observed the plugin make for a claim.
+    pub observed: Option<StoredObservation>,
 }
 
 /// A run of volumes by name with their claims and attachments, as a listing reads them.

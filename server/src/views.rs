@@ -8,7 +8,7 @@ use csivol_api::{self as api, ControllerHost, ControllerHosts, NodeStatus, Volum
 use super::error::{ApiError, ApiResult};
 use super::fence;
 use super::liveness::Beats;
-use super::model::{ClaimRow, claims_to_api, time};
+use super::model::{ClaimRow, StoredObservation, claims_to_api, time};
 pub use super::store::EventFilter;
 use super::store::Snapshot;
 use csivol_rules::fence::FenceConfig;
@@ -118,6 +118,8 @@ pub fn list_nodes(
         for p in conn.node_plugins(&n.name)? {
             plugins.push(api::NodePlugin {
                 topology: p.topology,
+                ready_check: p.ready_check,
+                observed: p.observed.as_ref().map(StoredObservation::to_api),
                 used: conn.slots_used(&n.name, &p.plugin)?,
                 id: p.plugin,
                 node_id: p.csi_node_id.unwrap_or_default(),
@@ -142,6 +144,14 @@ pub fn list_nodes(
                     .to_string()
             }),
             fenced_at: n.fenced_at.map(time),
+            stopped: n
+                .stopped_at
+                .filter(|_| n.status == NodeStatus::Stopped)
+                .map(|at| api::NodeStop {
+                    at: time(at),
+                    took_down: n.stop_took_down,
+                    lost_at: time(at + beats.planned_stop_grace.as_millis() as i64),
+                }),
             registered_at: time(n.registered_at),
             plugins,
             name: n.name,
@@ -161,7 +171,10 @@ pub fn list_nodes(
 }
 
 /// Plugins across the cluster; `only` selects one.
-pub fn list_plugins(conn: &impl Snapshot, only: Option<&str>) -> ApiResult<Vec<api::Plugin>> {
+pub fn list_plugins(
+    conn: &(impl Snapshot + ?Sized),
+    only: Option<&str>,
+) -> ApiResult<Vec<api::Plugin>> {
     let mut plugins: BTreeMap<String, api::Plugin> = BTreeMap::new();
     for row in conn.plugin_nodes(only)? {
         let reg = &row.registration;
@@ -193,6 +206,8 @@ pub fn list_plugins(conn: &impl Snapshot, only: Option<&str>) -> ApiResult<Vec<a
                 name: row.node,
                 status: row.status,
                 topology: row.topology,
+                ready_check: reg.node.as_ref().and_then(|n| n.ready_check.clone()),
+                observed: row.observed.as_ref().map(StoredObservation::to_api),
             });
         }
         if row.controller {

@@ -399,6 +399,11 @@ pub trait Txn: Snapshot {
     fn set_node_status(&mut self, name: &str, status: NodeStatus) -> ApiResult<()>;
     /// The node's agent fenced itself at `at_ms`.
     fn set_node_fenced_at(&mut self, name: &str, at_ms: i64) -> ApiResult<()>;
+    /// The node's agent stopped in order now (`node-stopping`): the node is `stopped`.
+    fn set_node_stopped(&mut self, name: &str, took_down: bool) -> ApiResult<()>;
+    /// What the node's agent observed a plugin make for a claim (`ObservedShape` JSON with
+    /// the claim and the time), kept across registrations.
+    fn set_plugin_observed(&mut self, node: &str, plugin: &str, observed: &str) -> ApiResult<()>;
 
     // ---- controller operations ----
 
