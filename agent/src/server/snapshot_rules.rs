@@ -189,6 +189,8 @@ mod tests {
         clone_volume: true,
         expand_volume: false,
         volume_condition: false,
+        modify_volume: false,
+        get_snapshot: false,
     };
     const NO_SNAP: ControllerCapabilities = ControllerCapabilities {
         create_delete_snapshot: false,

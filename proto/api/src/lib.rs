@@ -28,8 +28,9 @@ mod volumes;
 pub use agent::*;
 pub use claims::*;
 pub use domain::{
-    AccessMode, AccessType, ControllerCapabilities, ErrorClass, NodeCapabilities, NodeInfo,
-    PluginCapabilities, PluginInfo, PublishContext, Topology, VolumeCapability,
+    AccessMode, AccessType, ControllerCapabilities, ErrorClass, GroupControllerCapabilities,
+    NodeCapabilities, NodeInfo, PluginCapabilities, PluginInfo, PublishContext, Topology,
+    VolumeCapability,
 };
 pub use errors::*;
 pub use expansion::*;

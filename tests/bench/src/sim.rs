@@ -84,6 +84,7 @@ impl SimNode {
                     controller_service: self.controller_publish,
                     volume_accessibility_constraints: false,
                     volume_expansion: None,
+                    group_controller_service: false,
                 },
                 node: Some(NodePluginRegistration {
                     info: NodeInfo {
