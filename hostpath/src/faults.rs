@@ -32,6 +32,12 @@ pub enum Rpc {
     ListSnapshots,
     ControllerExpandVolume,
     ControllerGetVolume,
+    ControllerModifyVolume,
+    GetSnapshot,
+    GroupControllerGetCapabilities,
+    CreateVolumeGroupSnapshot,
+    DeleteVolumeGroupSnapshot,
+    GetVolumeGroupSnapshot,
     NodeStageVolume,
     NodeUnstageVolume,
     NodePublishVolume,
@@ -43,7 +49,7 @@ pub enum Rpc {
 }
 
 impl Rpc {
-    const ALL: [Rpc; 24] = [
+    const ALL: [Rpc; 30] = [
         Self::GetPluginInfo,
         Self::GetPluginCapabilities,
         Self::Probe,
@@ -60,6 +66,12 @@ impl Rpc {
         Self::ListSnapshots,
         Self::ControllerExpandVolume,
         Self::ControllerGetVolume,
+        Self::ControllerModifyVolume,
+        Self::GetSnapshot,
+        Self::GroupControllerGetCapabilities,
+        Self::CreateVolumeGroupSnapshot,
+        Self::DeleteVolumeGroupSnapshot,
+        Self::GetVolumeGroupSnapshot,
         Self::NodeStageVolume,
         Self::NodeUnstageVolume,
         Self::NodePublishVolume,
@@ -70,7 +82,8 @@ impl Rpc {
         Self::NodeGetInfo,
     ];
 
-    /// The service an RPC belongs to: 0 identity, 1 controller, 2 node.
+    /// The service an RPC belongs to: 0 identity, 1 controller (and group controller),
+    /// 2 node.
     fn service(self) -> usize {
         match self {
             Self::GetPluginInfo | Self::GetPluginCapabilities | Self::Probe => 0,
