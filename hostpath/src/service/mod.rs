@@ -224,13 +224,8 @@ impl Plugin {
             }
         };
         let code = result.as_ref().map_or_else(Status::code, |_| Code::Ok);
-        self.calls.record(
-            rpc,
-            &volume_id,
-            &self.cfg.node_id,
-            code,
-            in_flight.concurrent,
-        );
+        self.calls
+            .record(rpc, &volume_id, &self.cfg.node_id, code, &in_flight);
         if code != Code::Ok {
             tracing::info!(%rpc, volume_id, ?code, "call refused");
         }

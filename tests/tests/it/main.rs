@@ -13,4 +13,5 @@ mod network;
 mod reconcile;
 mod security;
 mod snapshots;
+mod staging;
 mod topology;
