@@ -193,6 +193,9 @@ _csivol() {
             csivol__subcmd__help__subcmd__volume,list)
                 cmd="csivol__subcmd__help__subcmd__volume__subcmd__list"
                 ;;
+            csivol__subcmd__help__subcmd__volume,modify)
+                cmd="csivol__subcmd__help__subcmd__volume__subcmd__modify"
+                ;;
             csivol__subcmd__help__subcmd__volume,register)
                 cmd="csivol__subcmd__help__subcmd__volume__subcmd__register"
                 ;;
@@ -328,6 +331,9 @@ _csivol() {
             csivol__subcmd__volume,list)
                 cmd="csivol__subcmd__volume__subcmd__list"
                 ;;
+            csivol__subcmd__volume,modify)
+                cmd="csivol__subcmd__volume__subcmd__modify"
+                ;;
             csivol__subcmd__volume,register)
                 cmd="csivol__subcmd__volume__subcmd__register"
                 ;;
@@ -348,6 +354,9 @@ _csivol() {
                 ;;
             csivol__subcmd__volume__subcmd__help,list)
                 cmd="csivol__subcmd__volume__subcmd__help__subcmd__list"
+                ;;
+            csivol__subcmd__volume__subcmd__help,modify)
+                cmd="csivol__subcmd__volume__subcmd__help__subcmd__modify"
                 ;;
             csivol__subcmd__volume__subcmd__help,register)
                 cmd="csivol__subcmd__volume__subcmd__help__subcmd__register"
@@ -1270,7 +1279,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__help__subcmd__volume)
-            opts="register create list show deregister expand"
+            opts="register create list show deregister expand modify"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1326,6 +1335,20 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__help__subcmd__volume__subcmd__list)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__help__subcmd__volume__subcmd__modify)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -2568,7 +2591,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__volume)
-            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --help --version register create list show deregister expand help"
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --help --version register create list show deregister expand modify help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2728,7 +2751,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__volume__subcmd__help)
-            opts="register create list show deregister expand help"
+            opts="register create list show deregister expand modify help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2811,6 +2834,20 @@ _csivol() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        csivol__subcmd__volume__subcmd__help__subcmd__modify)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         csivol__subcmd__volume__subcmd__help__subcmd__register)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
@@ -2855,6 +2892,52 @@ _csivol() {
                     return 0
                     ;;
                 --node)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --addr)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --token)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    return 0
+                    ;;
+                -o)
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__volume__subcmd__modify)
+            opts="-o -q -h -V --parameter --param --wait --timeout --addr --ca-cert --token --output --no-color --quiet --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --param)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --parameter)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -2974,7 +3057,7 @@ _csivol_with_names() {
     if [[ -z "$kind" && "$cur" != -* ]]; then
         local IFS=' '
         case "${COMP_WORDS[*]:1:COMP_CWORD-1}" in
-            'claim'|'claim renew'|'release'|'status'|'unblock'|'detach'|'volume show'|'volume deregister'|'volume expand'|'snapshot create') kind=volumes ;;
+            'claim'|'claim renew'|'release'|'status'|'unblock'|'detach'|'volume show'|'volume deregister'|'volume expand'|'volume modify'|'snapshot create') kind=volumes ;;
             'fence'|'node show'|'node drain'|'node eligibility'|'node remove') kind=nodes ;;
         esac
     fi

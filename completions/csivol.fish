@@ -50,23 +50,24 @@ complete -c csivol -n "__fish_csivol_needs_command" -f -a "token" -d 'Create, li
 complete -c csivol -n "__fish_csivol_needs_command" -f -a "completions" -d 'Print a shell completion script'
 complete -c csivol -n "__fish_csivol_needs_command" -f -a "__complete" -d 'Names for shell completion, one per line (used by the bash completion script)'
 complete -c csivol -n "__fish_csivol_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
-complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister expand help" -l addr -d 'Server address; several servers of one cluster comma-separated or repeated, tried in turn when one cannot be reached [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r
-complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister expand help" -l ca-cert -d 'CA certificate (PEM) the server\'s certificate must chain to [env: CSIVOL_CACERT, then $XDG_CONFIG_HOME/csivol/ca.pem, then the system\'s roots]' -r -F
-complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister expand help" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
-complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister expand help" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister expand modify help" -l addr -d 'Server address; several servers of one cluster comma-separated or repeated, tried in turn when one cannot be reached [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister expand modify help" -l ca-cert -d 'CA certificate (PEM) the server\'s certificate must chain to [env: CSIVOL_CACERT, then $XDG_CONFIG_HOME/csivol/ca.pem, then the system\'s roots]' -r -F
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister expand modify help" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister expand modify help" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
-complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister expand help" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
-complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister expand help" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
-complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister expand help" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister expand help" -s V -l version -d 'Print version'
-complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister expand help" -f -a "register" -d 'Register an existing volume from a TOML or JSON spec'
-complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister expand help" -f -a "create" -d 'Create a volume through its plugin\'s controller (CreateVolume), then register it'
-complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister expand help" -f -a "list" -d 'List volumes'
-complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister expand help" -f -a "show" -d 'Show a volume with its claims and attachments'
-complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister expand help" -f -a "deregister" -d 'Forget a volume (its storage is kept), or with --delete destroy it'
-complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister expand help" -f -a "expand" -d 'Grow a volume through its plugin (ControllerExpandVolume, then NodeExpandVolume)'
-complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister expand help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister expand modify help" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister expand modify help" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister expand modify help" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister expand modify help" -s V -l version -d 'Print version'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister expand modify help" -f -a "register" -d 'Register an existing volume from a TOML or JSON spec'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister expand modify help" -f -a "create" -d 'Create a volume through its plugin\'s controller (CreateVolume), then register it'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister expand modify help" -f -a "list" -d 'List volumes'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister expand modify help" -f -a "show" -d 'Show a volume with its claims and attachments'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister expand modify help" -f -a "deregister" -d 'Forget a volume (its storage is kept), or with --delete destroy it'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister expand modify help" -f -a "expand" -d 'Grow a volume through its plugin (ControllerExpandVolume, then NodeExpandVolume)'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister expand modify help" -f -a "modify" -d 'Change a volume\'s mutable parameters through its plugin (ControllerModifyVolume)'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister expand modify help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from register" -l addr -d 'Server address; several servers of one cluster comma-separated or repeated, tried in turn when one cannot be reached [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from register" -l ca-cert -d 'CA certificate (PEM) the server\'s certificate must chain to [env: CSIVOL_CACERT, then $XDG_CONFIG_HOME/csivol/ca.pem, then the system\'s roots]' -r -F
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from register" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
@@ -146,12 +147,26 @@ complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_su
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from expand" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from expand" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from expand" -s V -l version -d 'Print version'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from modify" -l param -l parameter -d 'A mutable parameter to set, KEY=VALUE (repeatable)' -r
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from modify" -l timeout -d 'How long --wait waits before giving up with exit code 5' -r
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from modify" -l addr -d 'Server address; several servers of one cluster comma-separated or repeated, tried in turn when one cannot be reached [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from modify" -l ca-cert -d 'CA certificate (PEM) the server\'s certificate must chain to [env: CSIVOL_CACERT, then $XDG_CONFIG_HOME/csivol/ca.pem, then the system\'s roots]' -r -F
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from modify" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from modify" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
+wide\t'A table with nothing cut and times in full'
+json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from modify" -l wait -d 'Wait until it is done, showing progress on a terminal'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from modify" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from modify" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from modify" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from modify" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from help" -f -a "register" -d 'Register an existing volume from a TOML or JSON spec'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from help" -f -a "create" -d 'Create a volume through its plugin\'s controller (CreateVolume), then register it'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from help" -f -a "list" -d 'List volumes'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from help" -f -a "show" -d 'Show a volume with its claims and attachments'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from help" -f -a "deregister" -d 'Forget a volume (its storage is kept), or with --delete destroy it'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from help" -f -a "expand" -d 'Grow a volume through its plugin (ControllerExpandVolume, then NodeExpandVolume)'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from help" -f -a "modify" -d 'Change a volume\'s mutable parameters through its plugin (ControllerModifyVolume)'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and not __fish_seen_subcommand_from create list show delete help" -l addr -d 'Server address; several servers of one cluster comma-separated or repeated, tried in turn when one cannot be reached [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and not __fish_seen_subcommand_from create list show delete help" -l ca-cert -d 'CA certificate (PEM) the server\'s certificate must chain to [env: CSIVOL_CACERT, then $XDG_CONFIG_HOME/csivol/ca.pem, then the system\'s roots]' -r -F
@@ -613,6 +628,7 @@ complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subc
 complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from volume" -f -a "show" -d 'Show a volume with its claims and attachments'
 complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from volume" -f -a "deregister" -d 'Forget a volume (its storage is kept), or with --delete destroy it'
 complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from volume" -f -a "expand" -d 'Grow a volume through its plugin (ControllerExpandVolume, then NodeExpandVolume)'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from volume" -f -a "modify" -d 'Change a volume\'s mutable parameters through its plugin (ControllerModifyVolume)'
 complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from snapshot" -f -a "create" -d 'Snapshot a volume through its plugin\'s controller (CreateSnapshot)'
 complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from snapshot" -f -a "list" -d 'List snapshots, or those of one volume'
 complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from snapshot" -f -a "show" -d 'Show a snapshot'
@@ -646,7 +662,7 @@ function __csivol_names_kind
     end
     string match -q -- '-*' (commandline -ct); and return 1
     switch "$words"
-        case 'claim' 'claim renew' 'release' 'status' 'unblock' 'detach' 'volume show' 'volume deregister' 'volume expand' 'snapshot create'
+        case 'claim' 'claim renew' 'release' 'status' 'unblock' 'detach' 'volume show' 'volume deregister' 'volume expand' 'volume modify' 'snapshot create'
             echo volumes
         case 'fence' 'node show' 'node drain' 'node eligibility' 'node remove'
             echo nodes

@@ -600,6 +600,7 @@ impl DevClient {
             secrets: Default::default(),
             topology_request: None,
             source: None,
+            mutable_parameters: Default::default(),
         };
         let path = format!("/v1/volumes/{name}");
         let exists = (self.0)

@@ -135,6 +135,9 @@ pub fn volume(out: &Out, v: &Volume) -> anyhow::Result<()> {
     }
     rows.push(("context", map(&v.context)));
     rows.push(("parameters", map(&v.parameters)));
+    if !v.mutable_parameters.is_empty() || v.modification.is_some() {
+        rows.push(("mutable parameters", map(&v.mutable_parameters)));
+    }
     rows.push((
         "secrets",
         if v.secret_keys.is_empty() {
@@ -165,6 +168,12 @@ pub fn volume(out: &Out, v: &Volume) -> anyhow::Result<()> {
         rows.push(("expansion", e.progress()));
         if let Some(err) = &e.error {
             rows.push(("expansion error", err.clone()));
+        }
+    }
+    if let Some(m) = &v.modification {
+        rows.push(("modification", m.progress()));
+        if let Some(err) = &m.error {
+            rows.push(("modification error", err.clone()));
         }
     }
     rows.push(("created", when(&v.created_at)));
@@ -653,6 +662,7 @@ pub fn plugin(out: &Out, p: &Plugin) -> anyhow::Result<()> {
             ("stage/unstage", yes(p.stage_unstage)),
             ("snapshots", yes(p.snapshots)),
             ("clone volume", yes(p.clone_volume)),
+            ("modify volume", yes(p.modify_volume)),
             ("volumes", p.volumes.to_string()),
         ],
     )?;

@@ -61,6 +61,8 @@ struct CreateFile {
     secrets: BTreeMap<String, Secret>,
     #[serde(default)]
     topology_request: Option<TopologyRequest>,
+    #[serde(default)]
+    mutable_parameters: BTreeMap<String, String>,
 }
 
 /// A secret value. Its deserialiser refuses anything but a string without quoting the
@@ -154,6 +156,7 @@ pub fn read_create(path: &Path) -> anyhow::Result<(String, CreateVolumeSpec)> {
         secrets: secrets(f.secrets),
         topology_request: f.topology_request,
         source: None,
+        mutable_parameters: f.mutable_parameters,
     };
     Ok((f.name, spec))
 }

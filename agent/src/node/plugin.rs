@@ -566,6 +566,7 @@ impl ControllerPlugin {
                 secrets,
                 topology_request,
                 source,
+                mutable_parameters,
             } => {
                 let req = csi::CreateVolumeRequest {
                     name: volume.clone(),
@@ -580,7 +581,7 @@ impl ControllerPlugin {
                         .as_ref()
                         .map(csi::TopologyRequirement::from),
                     volume_content_source: source.as_ref().map(csi::VolumeContentSource::from),
-                    ..Default::default()
+                    mutable_parameters: wire_map(mutable_parameters),
                 };
                 let r = client
                     .create_volume(with_deadline(req, self.timeout))
@@ -651,6 +652,23 @@ impl ControllerPlugin {
                     capacity_bytes: u64::try_from(r.capacity_bytes).unwrap_or(0),
                     node_expansion_required: r.node_expansion_required,
                 }
+            }
+            ControllerOpKind::Modify {
+                external_id,
+                parameters,
+                secrets,
+                ..
+            } => {
+                let req = csi::ControllerModifyVolumeRequest {
+                    volume_id: external_id.clone(),
+                    secrets: wire_map(secrets),
+                    mutable_parameters: wire_map(parameters),
+                };
+                client
+                    .controller_modify_volume(with_deadline(req, self.timeout))
+                    .await
+                    .map_err(|s| CallError::new("ControllerModifyVolume", s))?;
+                Report::Modified { op: id, attempt }
             }
             ControllerOpKind::CreateSnapshot {
                 snapshot,

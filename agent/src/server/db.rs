@@ -272,6 +272,12 @@ CREATE INDEX snapshots_volume ON snapshots (volume);
 -- start, before it needs a secret it could not open.
 CREATE TABLE secrets_check (id INTEGER PRIMARY KEY CHECK (id = 1), sealed TEXT NOT NULL);
 "#,
+    r#"
+-- Mutable parameters (ControllerModifyVolume): what a volume has, as JSON, and a change
+-- asked for and not applied yet, or refused (`csivol volume modify`).
+ALTER TABLE volumes ADD COLUMN mutable_parameters TEXT NOT NULL DEFAULT '{}';
+ALTER TABLE volumes ADD COLUMN modification TEXT;
+"#,
 ];
 
 /// How many schema migrations this build knows: a database at this `user_version` is current.

@@ -62,6 +62,8 @@ string_enum! {
         VolumeCondition = "volume-condition",
         VolumeExpanding = "volume-expanding",
         VolumeExpanded = "volume-expanded",
+        VolumeModifying = "volume-modifying",
+        VolumeModified = "volume-modified",
         ClaimCreated = "claim-created",
         ClaimQueued = "claim-queued",
         ClaimDequeued = "claim-dequeued",
@@ -111,6 +113,7 @@ string_enum! {
         Create = "create",
         Delete = "delete",
         Expand = "expand",
+        Modify = "modify",
         CreateSnapshot = "create-snapshot",
         DeleteSnapshot = "delete-snapshot",
     }
@@ -125,6 +128,7 @@ impl OpKind {
             Self::Create => "CreateVolume",
             Self::Delete => "DeleteVolume",
             Self::Expand => "ControllerExpandVolume",
+            Self::Modify => "ControllerModifyVolume",
             Self::CreateSnapshot => "CreateSnapshot",
             Self::DeleteSnapshot => "DeleteSnapshot",
         }

@@ -23,6 +23,7 @@ mod listen;
 mod liveness;
 mod metrics;
 mod model;
+mod modify_rules;
 mod nodes;
 mod queue;
 mod reconcile;

@@ -79,6 +79,10 @@ pub struct VolumeRow {
     pub accessible_topology: Vec<Topology>,
     /// What `volume create` asked CreateVolume for.
     pub topology_request: Option<api::TopologyRequest>,
+    /// The mutable parameters the volume has.
+    pub mutable_parameters: BTreeMap<String, String>,
+    /// A change of them asked for and not applied yet, or refused.
+    pub modification: Option<api::Modification>,
 }
 
 impl VolumeRow {
@@ -140,6 +144,8 @@ impl VolumeRow {
             },
             capacity_bytes: self.capacity_bytes,
             expansion: self.expansion.clone(),
+            mutable_parameters: self.mutable_parameters.clone(),
+            modification: self.modification.clone(),
             fs_type: self.fs_type.clone(),
             mount_flags: self.mount_flags.clone(),
             context: self.context.clone(),

@@ -238,12 +238,14 @@ pub fn list_plugins(conn: &Connection, only: Option<&str>) -> ApiResult<Vec<api:
             stage_unstage: false,
             snapshots: false,
             clone_volume: false,
+            modify_volume: false,
             volumes: 0,
             nodes: Vec::new(),
         });
         if let Some(c) = &reg.controller {
             p.snapshots |= c.create_delete_snapshot;
             p.clone_volume |= c.clone_volume;
+            p.modify_volume |= c.modify_volume;
         }
         if node_service {
             p.nodes_expected += 1;

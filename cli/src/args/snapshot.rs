@@ -76,7 +76,7 @@ pub(super) fn snapshot_name(s: &str) -> Result<String, String> {
     csivol_api::validate_name("snapshot", s).map(|()| s.to_owned())
 }
 
-fn key_value(s: &str) -> Result<(String, String), String> {
+pub(super) fn key_value(s: &str) -> Result<(String, String), String> {
     match s.split_once('=') {
         Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
         _ => Err(format!("`{s}` is not KEY=VALUE")),

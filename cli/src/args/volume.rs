@@ -1,4 +1,4 @@
-//! `csivol volume`: register, create, list, show, deregister, expand.
+//! `csivol volume`: register, create, list, show, deregister, expand, modify.
 
 use std::path::PathBuf;
 
@@ -21,10 +21,11 @@ pub enum VolumeCommand {
     /// Create a volume through its plugin's controller (CreateVolume), then register it
     ///
     /// The spec has `name`, `plugin`, `access_mode`, `attachment` and optionally
-    /// `capacity_bytes`, `fs_type`, `mount_flags`, `parameters`, `secrets` and
-    /// `topology_request` with `required` and `preferred` segments (e.g.
-    /// `required = [{ zone = "a" }]`), passed to CreateVolume; the volume records the
-    /// topology the plugin returns. With --from-snapshot or --from-volume the new volume
+    /// `capacity_bytes`, `fs_type`, `mount_flags`, `parameters`, `secrets`,
+    /// `mutable_parameters` (parameters `volume modify` can change later; the plugin must
+    /// report MODIFY_VOLUME) and `topology_request` with `required` and `preferred`
+    /// segments (e.g. `required = [{ zone = "a" }]`), passed to CreateVolume; the volume
+    /// records the topology the plugin returns. With --from-snapshot or --from-volume the new volume
     /// starts with that snapshot's or volume's data (the plugin must report
     /// CREATE_DELETE_SNAPSHOT or CLONE_VOLUME).
     Create(CreateArgs),
@@ -47,6 +48,34 @@ pub enum VolumeCommand {
     /// expands offline, release the claims first. The nodes where the volume is staged or
     /// published grow it too when the plugin asks for it. Shrinking is refused.
     Expand(ExpandArgs),
+
+    /// Change a volume's mutable parameters through its plugin (ControllerModifyVolume)
+    ///
+    /// The plugin must report MODIFY_VOLUME. Only the parameters whose value changes are
+    /// sent; the others keep theirs. A plugin that answers INVALID_ARGUMENT cannot apply
+    /// the values and changed nothing: the modification is shown as infeasible and not
+    /// retried; ask for other values (or the ones the volume has, to withdraw it).
+    Modify(ModifyArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ModifyArgs {
+    /// The volume's name
+    #[arg(value_parser = volume_name)]
+    pub volume: String,
+
+    /// A mutable parameter to set, KEY=VALUE (repeatable)
+    #[arg(
+        long = "param",
+        visible_alias = "parameter",
+        value_name = "KEY=VALUE",
+        value_parser = super::snapshot::key_value,
+        required = true
+    )]
+    pub parameters: Vec<(String, String)>,
+
+    #[command(flatten)]
+    pub wait: WaitArgs,
 }
 
 #[derive(Debug, Args)]

@@ -74,6 +74,7 @@ pub const NAME_ARGUMENTS: &[(&str, Names)] = &[
     ("volume show", Names::Volumes),
     ("volume deregister", Names::Volumes),
     ("volume expand", Names::Volumes),
+    ("volume modify", Names::Volumes),
     ("snapshot create", Names::Volumes),
     ("node show", Names::Nodes),
     ("node drain", Names::Nodes),

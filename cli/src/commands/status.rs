@@ -222,6 +222,25 @@ async fn once(ctx: &Ctx, args: &StatusArgs) -> anyhow::Result<Exit> {
                 .line(format!("  {}: {}{err}", v.name, e.progress()))?;
         }
     }
+    let modifying: Vec<&Volume> = summary
+        .volumes
+        .iter()
+        .filter(|v| v.modification.is_some())
+        .collect();
+    if !modifying.is_empty() {
+        ctx.out.line("")?;
+        ctx.out.line("modifications:")?;
+        for v in modifying {
+            let m = v.modification.as_ref().expect("filtered");
+            let err = m
+                .error
+                .as_deref()
+                .map(|err| format!(" (last error: {err})"))
+                .unwrap_or_default();
+            ctx.out
+                .line(format!("  {}: {}{err}", v.name, m.progress()))?;
+        }
+    }
     if !summary.blocked.is_empty() {
         ctx.out.line("")?;
         ctx.out.line("blocked volumes:")?;

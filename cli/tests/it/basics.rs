@@ -432,6 +432,7 @@ async fn nodes_and_plugins() {
       stage/unstage:       yes
       snapshots:           no
       clone volume:        no
+      modify volume:       no
       volumes:             1
 
     nodes:
@@ -455,6 +456,7 @@ async fn nodes_and_plugins() {
       "stage_unstage": true,
       "snapshots": false,
       "clone_volume": false,
+      "modify_volume": false,
       "volumes": 1,
       "nodes": [
         {

@@ -265,6 +265,7 @@ async fn claim_wait_follows_the_claim_to_ready() {
           "secret_keys": [
             "password"
           ],
+          "mutable_parameters": {},
           "claims": [
             {
               "volume": "v1",

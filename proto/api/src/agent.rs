@@ -162,6 +162,9 @@ pub enum ControllerOpKind {
         /// The content source, as the plugin's ids.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         source: Option<crate::WireContentSource>,
+        /// CreateVolume's `mutable_parameters`.
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        mutable_parameters: BTreeMap<String, String>,
     },
     Delete {
         volume: String,
@@ -175,6 +178,14 @@ pub enum ControllerOpKind {
         external_id: String,
         capacity_bytes: u64,
         capability: VolumeCapability,
+        #[serde(default)]
+        secrets: BTreeMap<String, String>,
+    },
+    /// ControllerModifyVolume with only the mutable parameters that change.
+    Modify {
+        volume: String,
+        external_id: String,
+        parameters: BTreeMap<String, String>,
         #[serde(default)]
         secrets: BTreeMap<String, String>,
     },
@@ -409,6 +420,11 @@ pub enum Report {
         attempt: u32,
         capacity_bytes: u64,
         node_expansion_required: bool,
+    },
+    /// ControllerModifyVolume succeeded.
+    Modified {
+        op: u64,
+        attempt: u32,
     },
     /// NodeExpandVolume succeeded (or there was nothing on the node to grow).
     NodeExpanded {

@@ -17,6 +17,7 @@ pub mod channel;
 mod claims;
 mod errors;
 mod expansion;
+mod modify;
 mod name;
 mod nodes;
 mod operator;
@@ -34,6 +35,7 @@ pub use domain::{
 };
 pub use errors::*;
 pub use expansion::*;
+pub use modify::*;
 pub use name::*;
 pub use nodes::*;
 pub use operator::*;
@@ -76,5 +78,6 @@ text_enum!(
     NodeStatus,
     Eligibility,
     Role,
-    SnapshotState
+    SnapshotState,
+    ModificationState
 );

@@ -206,6 +206,9 @@ pub struct Plugin {
     /// Its controller reports CLONE_VOLUME (`volume create --from-volume`).
     #[serde(default)]
     pub clone_volume: bool,
+    /// Its controller reports MODIFY_VOLUME (`volume modify`, `mutable_parameters`).
+    #[serde(default)]
+    pub modify_volume: bool,
     pub volumes: u32,
     /// The nodes that run the plugin's node service, with their topology.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

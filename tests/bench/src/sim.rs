@@ -356,6 +356,7 @@ impl SimNode {
                     capacity_bytes: *capacity_bytes,
                     node_expansion_required: false,
                 },
+                ControllerOpKind::Modify { .. } => Report::Modified { op: id, attempt },
                 ControllerOpKind::CreateSnapshot { snapshot, .. } => Report::SnapshotCreated {
                     op: id,
                     attempt,

@@ -9,6 +9,7 @@ mod durability;
 mod e2e;
 mod expand;
 mod fence;
+mod modify;
 mod network;
 mod reconcile;
 mod security;

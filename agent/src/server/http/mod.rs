@@ -198,6 +198,7 @@ pub fn router(app: App) -> Router {
         )
         .route("/v1/volumes/{name}/create", post(create_volume))
         .route("/v1/volumes/{name}/expand", post(expand_volume))
+        .route("/v1/volumes/{name}/modify", post(modify_volume))
         .route("/v1/volumes/{name}/claims", post(post_claim))
         .route(
             "/v1/volumes/{name}/claims/{alloc}",
@@ -502,6 +503,25 @@ async fn expand_volume(
         .write(move |ctx| {
             lifecycle::expand_volume(ctx, &volume, req.capacity_bytes, &actor, &limits)
         })
+        .await?;
+    let status = if started {
+        StatusCode::ACCEPTED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(v)).into_response())
+}
+
+async fn modify_volume(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(volume): Path<String>,
+    Body(req): Body<csivol_api::ModifyRequest>,
+) -> ApiResult<Response> {
+    let (actor, limits) = app.operator(&headers)?;
+    let (v, started) = app
+        .db
+        .write(move |ctx| lifecycle::modify_volume(ctx, &volume, &req, &actor, &limits))
         .await?;
     let status = if started {
         StatusCode::ACCEPTED

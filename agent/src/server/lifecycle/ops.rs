@@ -166,6 +166,9 @@ pub(super) fn op_failed(
     if snapshot_of_op(o).is_some() {
         return snapshot_op_failed(ctx, o, error, actor);
     }
+    if o.kind == OpKind::Modify {
+        return super::modify::modify_failed(ctx, o, error, actor);
+    }
     let class = ErrorClass::of_name(&error.code);
     let message = format!("{} failed: {}", o.kind.call(), format_error(error));
     let node = o.node.clone();
@@ -232,7 +235,7 @@ pub(super) fn op_failed(
             ctx.touch(Key::Volume(o.volume.clone()));
         }
         OpKind::Expand => super::expand::controller_expand_failed(ctx, &o.volume, &message, true)?,
-        OpKind::Unpublish | OpKind::CreateSnapshot | OpKind::DeleteSnapshot => {}
+        OpKind::Unpublish | OpKind::Modify | OpKind::CreateSnapshot | OpKind::DeleteSnapshot => {}
     }
     Ok(())
 }
@@ -288,6 +291,7 @@ pub fn op_to_api(
                 secrets: v.secrets.clone(),
                 topology_request: v.topology_request.clone(),
                 source: serde_json::from_value(payload["source"].clone()).ok(),
+                mutable_parameters: v.mutable_parameters.clone(),
             }
         }
         OpKind::Delete => ControllerOpKind::Delete {
@@ -305,6 +309,12 @@ pub fn op_to_api(
                 secrets: v.secrets.clone(),
             }
         }
+        OpKind::Modify => ControllerOpKind::Modify {
+            volume: v.name.clone(),
+            external_id: v.external_id.clone(),
+            parameters: super::modify::op_parameters(o)?,
+            secrets: v.secrets.clone(),
+        },
         OpKind::CreateSnapshot | OpKind::DeleteSnapshot => return Ok(None),
     };
     Ok(Some(op(kind)))

@@ -149,6 +149,11 @@ pub fn apply_reports(
             } => with_op(ctx, &mut b, op, attempt, "ok", |ctx, b, o| {
                 controller_expanded(ctx, o, capacity_bytes, node_expansion_required, &b.actor)
             })?,
+            Report::Modified { op, attempt } => {
+                with_op(ctx, &mut b, op, attempt, "ok", |ctx, b, o| {
+                    super::modify::modified(ctx, o, &b.actor)
+                })?
+            }
             Report::NodeExpanded {
                 volume, attempt, ..
             } => node_expanded(ctx, node, &b.actor, &volume, attempt)?,

@@ -228,6 +228,14 @@ pub trait Txn: Snapshot {
         capacity_bytes: Option<u64>,
         expansion: Option<&api::Expansion>,
     ) -> ApiResult<()>;
+    /// Sets the volume's modification and, when given, its mutable parameters; stamps it
+    /// changed.
+    fn set_volume_modification(
+        &mut self,
+        name: &str,
+        mutable_parameters: Option<&BTreeMap<String, String>>,
+        modification: Option<&api::Modification>,
+    ) -> ApiResult<()>;
     /// Removes a volume and its queued operations.
     fn delete_volume(&mut self, name: &str) -> ApiResult<()>;
     /// Removes a volume if it is `deleting`.

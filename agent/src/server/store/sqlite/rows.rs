@@ -23,7 +23,7 @@ fn json<T: serde::de::DeserializeOwned>(s: String) -> rusqlite::Result<T> {
 
 pub const VOLUME_COLUMNS: &str = "name, plugin, external_id, access_mode, attachment, fs_type, mount_flags, \
      context, parameters, secrets, capacity_bytes, lifecycle, error, created_at, updated_at, modify_index, \
-     expansion, accessible_topology, topology_request";
+     expansion, accessible_topology, topology_request, mutable_parameters, modification";
 
 impl VolumeRow {
     pub fn from_row(r: &Row<'_>) -> rusqlite::Result<Self> {
@@ -52,6 +52,8 @@ impl VolumeRow {
             expansion: r.get::<_, Option<String>>(16)?.map(json).transpose()?,
             accessible_topology: json(r.get(17)?)?,
             topology_request: r.get::<_, Option<String>>(18)?.map(json).transpose()?,
+            mutable_parameters: json(r.get(19)?)?,
+            modification: r.get::<_, Option<String>>(20)?.map(json).transpose()?,
         })
     }
 

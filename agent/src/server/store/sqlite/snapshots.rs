@@ -95,6 +95,8 @@ pub fn controller_capabilities(
         f.list_snapshots |= c.list_snapshots;
         f.clone_volume |= c.clone_volume;
         f.create_delete_volume |= c.create_delete_volume;
+        f.modify_volume |= c.modify_volume;
+        f.get_snapshot |= c.get_snapshot;
     }
     Ok(found)
 }

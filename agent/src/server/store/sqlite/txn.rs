@@ -44,12 +44,12 @@ impl Txn for WriteCtx<'_> {
             self.tx,
             "INSERT INTO volumes (name, plugin, external_id, access_mode, attachment, fs_type, mount_flags, context, \
              parameters, secrets, capacity_bytes, lifecycle, error, created_at, updated_at, modify_index, \
-             accessible_topology, topology_request) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?14, ?15, ?16, ?17) \
+             accessible_topology, topology_request, mutable_parameters) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?14, ?15, ?16, ?17, ?18) \
              ON CONFLICT (name) DO UPDATE SET plugin = ?2, external_id = ?3, access_mode = ?4, attachment = ?5, \
              fs_type = ?6, mount_flags = ?7, context = ?8, parameters = ?9, secrets = ?10, capacity_bytes = ?11, \
              lifecycle = ?12, error = ?13, updated_at = ?14, modify_index = ?15, accessible_topology = ?16, \
-             topology_request = ?17",
+             topology_request = ?17, mutable_parameters = ?18",
             params![
                 v.name,
                 v.plugin,
@@ -68,6 +68,7 @@ impl Txn for WriteCtx<'_> {
                 self.index as i64,
                 to_json(&v.accessible_topology),
                 v.topology_request.as_ref().map(to_json),
+                to_json(&v.mutable_parameters),
             ],
         )?;
         Ok(())
@@ -151,6 +152,27 @@ impl Txn for WriteCtx<'_> {
             params![
                 capacity_bytes.map(|c| c as i64),
                 expansion.map(to_json),
+                self.now,
+                self.index as i64,
+                name
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn set_volume_modification(
+        &mut self,
+        name: &str,
+        mutable_parameters: Option<&BTreeMap<String, String>>,
+        modification: Option<&api::Modification>,
+    ) -> ApiResult<()> {
+        exec(
+            self.tx,
+            "UPDATE volumes SET mutable_parameters = COALESCE(?1, mutable_parameters), \
+             modification = ?2, updated_at = ?3, modify_index = ?4 WHERE name = ?5",
+            params![
+                mutable_parameters.map(to_json),
+                modification.map(to_json),
                 self.now,
                 self.index as i64,
                 name
