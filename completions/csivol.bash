@@ -2709,7 +2709,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__volume__subcmd__expand)
-            opts="-o -q -h -V --capacity --wait --timeout --addr --ca-cert --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --capacity --cancel --wait --timeout --addr --ca-cert --token --output --no-color --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

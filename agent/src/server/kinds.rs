@@ -62,6 +62,7 @@ string_enum! {
         VolumeCondition = "volume-condition",
         VolumeExpanding = "volume-expanding",
         VolumeExpanded = "volume-expanded",
+        VolumeExpansionCancelled = "volume-expansion-cancelled",
         VolumeModifying = "volume-modifying",
         VolumeModified = "volume-modified",
         ClaimCreated = "claim-created",

@@ -46,7 +46,10 @@ pub enum VolumeCommand {
     ///
     /// Where the plugin expands online, a claimed volume grows under its workload; where it
     /// expands offline, release the claims first. The nodes where the volume is staged or
-    /// published grow it too when the plugin asks for it. Shrinking is refused.
+    /// published grow it too when the plugin asks for it. Shrinking is refused. An
+    /// expansion the plugin refused, or whose ControllerExpandVolume fails and waits for its
+    /// retry, may be lowered (a smaller --capacity, never below what the volume has) or
+    /// cancelled (--cancel, or the capacity the volume has).
     Expand(ExpandArgs),
 
     /// Change a volume's mutable parameters through its plugin (ControllerModifyVolume)
@@ -86,8 +89,12 @@ pub struct ExpandArgs {
 
     /// The capacity to reach: bytes, or a size with a unit (`20GiB`, `500M`, `1.5T`;
     /// K/M/G/T are powers of 1000, KiB/MiB/GiB/TiB powers of 1024)
-    #[arg(long, value_name = "SIZE", value_parser = capacity)]
-    pub capacity: u64,
+    #[arg(long, value_name = "SIZE", value_parser = capacity, required_unless_present = "cancel")]
+    pub capacity: Option<u64>,
+
+    /// Cancel the expansion that failed or keeps failing; the volume keeps what it has
+    #[arg(long, conflicts_with = "capacity")]
+    pub cancel: bool,
 
     #[command(flatten)]
     pub wait: WaitArgs,

@@ -500,9 +500,7 @@ async fn expand_volume(
     let (actor, limits) = app.operator(&headers)?;
     let (v, started) = app
         .db
-        .write(move |ctx| {
-            lifecycle::expand_volume(ctx, &volume, req.capacity_bytes, &actor, &limits)
-        })
+        .write(move |ctx| lifecycle::expand_volume(ctx, &volume, &req, &actor, &limits))
         .await?;
     let status = if started {
         StatusCode::ACCEPTED

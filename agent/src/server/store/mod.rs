@@ -106,6 +106,8 @@ pub trait Snapshot {
     fn due_ops(&self, plugin: &str, now: i64) -> ApiResult<Vec<OpSlot>>;
     /// Plugins with operations waiting for a host and due at `now`.
     fn plugins_with_due_ops(&self, now: i64) -> ApiResult<Vec<String>>;
+    /// The operation of `kind` queued for `volume` (a key) with no node, if any.
+    fn key_op(&self, kind: OpKind, volume: &str) -> ApiResult<Option<OpRow>>;
     /// Every node's registration of `plugin` (node name, its status, what it reported).
     fn plugin_registrations(
         &self,
@@ -355,6 +357,9 @@ pub trait Txn: Snapshot {
     fn note_op_waiting(&mut self, id: i64, why: &str) -> ApiResult<bool>;
     /// Hands an operation back to the queue for its next attempt, due at `not_before`.
     fn retry_op(&mut self, id: i64, not_before: i64, error: &str) -> ApiResult<()>;
+    /// Gives a waiting operation a new payload for its next attempt, due now: its
+    /// attempt is bumped, so a report of the one before is not taken for it.
+    fn retarget_op(&mut self, id: i64, payload: &str) -> ApiResult<()>;
     /// Hands every operation assigned to `host` back to the queue.
     fn unassign_ops_of(&mut self, host: &str) -> ApiResult<()>;
     fn delete_op(&mut self, id: i64) -> ApiResult<()>;

@@ -238,6 +238,15 @@ impl Snapshot for Connection {
         )
     }
 
+    fn key_op(&self, kind: OpKind, volume: &str) -> ApiResult<Option<OpRow>> {
+        Ok(ops(
+            self,
+            "volume = ?1 AND kind = ?2 AND node IS NULL",
+            params![volume, kind.as_str()],
+        )?
+        .pop())
+    }
+
     fn plugins_with_due_ops(&self, now: i64) -> ApiResult<Vec<String>> {
         strings(
             self,
@@ -322,6 +331,7 @@ reads_through_the_transaction! {
     assigned_ops(plugin: &str) -> Vec<OpSlot>;
     due_ops(plugin: &str, now: i64) -> Vec<OpSlot>;
     plugins_with_due_ops(now: i64) -> Vec<String>;
+    key_op(kind: OpKind, volume: &str) -> Option<OpRow>;
     plugin_registrations(plugin: &str) -> Vec<(String, NodeStatus, PluginRegistration)>;
     reconcile_facts(plugin: &str) -> (crate::server::reconcile::Known, Vec<crate::server::reconcile::Recorded>);
     controller_findings(plugin: Option<&str>) -> Vec<(String, crate::server::reconcile::Kept)>;

@@ -572,6 +572,16 @@ impl Txn for WriteCtx<'_> {
         Ok(())
     }
 
+    fn retarget_op(&mut self, id: i64, payload: &str) -> ApiResult<()> {
+        exec(
+            self.tx,
+            "UPDATE ops SET payload = ?1, attempt = attempt + 1, host = NULL, assigned_at = NULL, \
+             not_before = ?2, error = NULL WHERE id = ?3",
+            params![payload, self.now, id],
+        )?;
+        Ok(())
+    }
+
     fn unassign_ops_of(&mut self, host: &str) -> ApiResult<()> {
         exec(
             self.tx,
