@@ -1,25 +1,89 @@
-//! csivol's server (the control plane over SQLite), node agent (drives the node's CSI
-//! plugins toward the server's desired state) and dev mode.
+//! The node agent (`csivol-agent run`): makes this node's real state follow the server's
+//! desired state through the node's CSI plugins, runs the controller operations the server
+//! assigns to it, and reports what really happened.
+//!
+//! - `config`: flags, the TOML file and defaults.
+//! - `plugin`: the gRPC edge to the CSI plugins (the only place building CSI messages).
+//! - `store`: `agent.db`, what the agent may have staged and published, and its fences.
+//! - `plan`: pure, in `csivol-rules`: one volume's desired and recorded state → the steps.
+//! - `reconcile`: recovery at start, the reconcile loop, volume workers, controller
+//!   operations.
+//! - `client`, `session`, `channel`: the server side: register, heartbeat, desired state,
+//!   reports, self-fencing; the node channel that carries heartbeats and desired-state
+//!   pushes while the server offers it.
+//!
+//! The node agent reads no environment variable of its own (`RUST_LOG`, read by `main`,
+//! filters its logs); everything is a flag or a `--config` setting.
 
-pub mod dev;
-pub mod node;
-pub mod private;
-pub mod server;
-pub mod tls;
+mod channel;
+mod client;
+pub mod config;
+pub mod mounts;
+pub mod plugin;
+pub mod reconcile;
+mod session;
+pub mod store;
 
-/// Completes on SIGTERM or SIGINT: how the server, the node agent and dev mode are asked to
-/// stop. Without signal handlers (which should not happen) it never completes, and the
-/// process still stops when killed.
-pub async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
+pub use csivol_rules::plan;
+
+use anyhow::Context;
+
+pub use self::config::{CoreConfig, NodeArgs, PluginSpec, ReadyCheck, ReadyCheckSetting};
+pub use self::reconcile::{Core, FenceState, TARGETS_MODE};
+pub use self::session::FenceClock;
+
+pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
+    let settings = config::Settings::load(&args)?;
+    let token = std::fs::read_to_string(&settings.token_file)
+        .with_context(|| {
+            format!(
+                "failed to read the token file {}",
+                settings.token_file.display()
+            )
+        })?
+        .trim()
+        .to_owned();
+    if token.is_empty() {
+        anyhow::bail!(
+            "the token file {} is empty\nhint: create a node token with `csivol token create --role node --node {}`",
+            settings.token_file.display(),
+            settings.node
+        );
     }
+    if csivol_client::addresses(&settings.server)
+        .iter()
+        .any(|a| !a.starts_with("https://") && !csivol_client::tls::is_loopback_url(a))
+    {
+        anyhow::bail!(
+            "refusing to send this node's token to {} over plain HTTP\nhint: use an https:// \
+             server address (the server needs --tls-cert and --tls-key)",
+            settings.server
+        );
+    }
+    let tls = csivol_client::tls::client_config(
+        args.ca_cert.as_deref(),
+        args.tls_cert.as_deref().zip(args.tls_key.as_deref()),
+    )
+    .map_err(anyhow::Error::msg)?;
+    let client = client::ApiClient::new(&settings.server, &settings.node, token, tls)
+        .context("failed to set up the HTTP client")?;
+    tracing::info!(
+        node = settings.node,
+        server = settings.server,
+        data_dir = %settings.core.data_dir.display(),
+        "starting the node agent"
+    );
+    let (core, reports) = Core::start(settings.core.clone())
+        .await
+        .context("failed to start the node agent")?;
+    session::run(
+        client,
+        core,
+        reports,
+        settings.fence_after,
+        args.take_down_on_stop,
+        csivol_daemon::shutdown_signal(),
+    )
+    .await;
+    Ok(())
 }

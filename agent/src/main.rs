@@ -1,10 +1,10 @@
-//! `csivol-agent`: the server, the node agent and dev mode, one binary.
+//! `csivol-agent`: the node agent, alone in its binary (the server is `csivol-server`).
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-/// csivol's server (control plane), node agent and dev mode.
+/// csivol's node agent: drives this node's CSI plugins toward the server's desired state.
 #[derive(Debug, Parser)]
 #[command(name = "csivol-agent", version)]
 struct Cli {
@@ -14,65 +14,91 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run the server: the cluster state in SQLite behind the HTTP API.
-    Server(csivol_agent::server::ServerArgs),
     /// Run the node agent: drive this node's CSI plugins toward the server's desired state.
-    Node(csivol_agent::node::NodeArgs),
-    /// Run a whole cluster on this machine: server, node agents and reference plugins.
-    Dev(csivol_agent::dev::DevArgs),
-    /// Make TLS certificates for a small cluster.
-    #[command(subcommand)]
-    Tls(csivol_agent::tls::TlsCommand),
-    /// Run the reference CSI plugin (dev mode starts it this way).
+    Run(csivol_agent::NodeArgs),
+    /// The old spelling of `run`, accepted with a notice until the next release.
     #[command(hide = true)]
-    Hostpath(csivol_hostpath::Args),
+    Node(csivol_agent::NodeArgs),
+    /// Moved: the server is `csivol-server serve` (and its maintenance commands).
+    #[command(hide = true, disable_help_flag = true)]
+    Server(Moved),
+    /// Moved: dev mode is `csivol-server dev`.
+    #[command(hide = true, disable_help_flag = true)]
+    Dev(Moved),
+    /// Moved: `csivol-server tls init`.
+    #[command(hide = true, disable_help_flag = true)]
+    Tls(Moved),
+    /// Moved: the reference plugin is the `csivol-hostpath` program.
+    #[command(hide = true, disable_help_flag = true)]
+    Hostpath(Moved),
+}
+
+/// Whatever followed a command that moved to another program, to say how to run it there.
+#[derive(Debug, clap::Args)]
+struct Moved {
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    args: Vec<String>,
+}
+
+/// The commands of `csivol-agent server` that are commands of `csivol-server` of their own.
+const SERVER_ACTIONS: [&str; 4] = ["backup", "restore", "rotate-secrets-key", "migrate"];
+
+/// `csivol-agent server ARGS` as `csivol-server` spells it: `serve ARGS`, or the
+/// maintenance command among ARGS first, followed by the rest.
+fn server_command(args: &[String]) -> Vec<&str> {
+    let action = args
+        .iter()
+        .find(|a| SERVER_ACTIONS.contains(&a.as_str()))
+        .map_or("serve", String::as_str);
+    let mut new = vec!["csivol-server", action];
+    new.extend(args.iter().map(String::as_str).filter(|a| *a != action));
+    new
+}
+
+/// Says what to run instead of a command `csivol-agent` no longer has: a usage error.
+fn moved(old: &str, new: Vec<&str>, args: &[String]) -> ExitCode {
+    let program = new[0];
+    let mut words: Vec<String> = new.iter().map(|w| csivol_daemon::shell_word(w)).collect();
+    words.extend(args.iter().map(|w| csivol_daemon::shell_word(w)));
+    eprintln!(
+        "error: `csivol-agent {old}` is no longer part of csivol-agent, which runs the node \
+         agent only; it is the `{program}` program now\nhint: run `{}`",
+        words.join(" ")
+    );
+    ExitCode::from(2)
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let logs = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
-    // Under systemd (stderr connected to the journal, which sets JOURNAL_STREAM) the journal
-    // stamps every line itself: a second timestamp only pushes the message off the screen
-    // in `journalctl`.
-    if std::env::var_os("JOURNAL_STREAM").is_some() {
-        logs.without_time().with_ansi(false).init();
-    } else {
-        logs.init();
-    }
-    // A node agent, or the reference plugin started by dev mode, is a small process that
-    // mostly waits on sockets: one thread runs it for less CPU per call than a pool of
-    // workers waking each other across cores (blocking work still goes to the blocking
-    // pool: agent.db commits, the plugin's handlers). The server and dev mode keep the
-    // multi-threaded runtime: the server's HTTP load spreads over the cores.
-    let runtime = match &cli.command {
-        Command::Node(_) | Command::Hostpath(_) => tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build(),
-        _ => tokio::runtime::Runtime::new(),
+    let args = match cli.command {
+        Command::Run(args) => args,
+        Command::Node(args) => {
+            eprintln!(
+                "warning: `csivol-agent node` is now `csivol-agent run`; the old spelling \
+                 goes in the next release"
+            );
+            args
+        }
+        Command::Server(m) => return moved("server", server_command(&m.args), &[]),
+        Command::Dev(m) => return moved("dev", vec!["csivol-server", "dev"], &m.args),
+        Command::Tls(m) => return moved("tls", vec!["csivol-server", "tls"], &m.args),
+        Command::Hostpath(m) => return moved("hostpath", vec!["csivol-hostpath"], &m.args),
     };
-    let runtime = match runtime {
+    csivol_daemon::init_logs();
+    // A node agent is a small process that mostly waits on sockets: one thread runs it for
+    // less CPU per call than a pool of workers waking each other across cores (blocking
+    // work still goes to the blocking pool: agent.db commits).
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: failed to start the async runtime: {e}");
             return ExitCode::FAILURE;
         }
     };
-    let result = runtime.block_on(async {
-        match cli.command {
-            Command::Server(args) => csivol_agent::server::run(args).await,
-            Command::Node(args) => csivol_agent::node::run(args).await,
-            Command::Dev(args) => csivol_agent::dev::run(args).await,
-            Command::Tls(cmd) => csivol_agent::tls::run(cmd),
-            Command::Hostpath(args) => csivol_hostpath::run(args).await,
-        }
-    });
-    match result {
+    match runtime.block_on(csivol_agent::run(args)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");

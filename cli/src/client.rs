@@ -217,7 +217,7 @@ impl Client {
     /// A request that got no HTTP answer.
     fn transport(&self, e: csivol_client::TransportError) -> Failure {
         let hint = format!(
-            "start the server (`csivol-agent server --data-dir DIR`, or `csivol-agent dev`), or \
+            "start the server (`csivol-server serve --data-dir DIR`, or `csivol-server dev`), or \
              point --addr or {} at it",
             env::CSIVOL_ADDR
         );
@@ -237,7 +237,7 @@ impl Client {
         let hint = if text.contains("certificate") || text.contains("UnknownIssuer") {
             format!(
                 "the server's certificate is not trusted: pass the CA that signed it with \
-                 --ca-cert or {} (csivol-agent tls init wrote it as ca.pem)",
+                 --ca-cert or {} (csivol-server tls init wrote it as ca.pem)",
                 env::CSIVOL_CACERT
             )
         } else {

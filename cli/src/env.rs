@@ -59,7 +59,7 @@ pub const DEFAULT_CA_FILE: &str = "csivol/ca.pem";
 pub const DEFAULT_TOKEN_FILE: &str = "csivol/token";
 
 /// Beside the default token file when dev mode wrote that token: its hash and the dev dir
-/// (written by `csivol-agent dev`; read for the hint of a refused token).
+/// (written by `csivol-server dev`; read for the hint of a refused token).
 pub const DEV_TOKEN_RECORD: &str = "token.from-dev";
 
 /// A variable's value, treating an empty one as unset.

@@ -1,7 +1,7 @@
 //! `csivol-hostpath`: a spec-following CSI plugin over directories and bind mounts, with
 //! fault injection, for csivol's dev mode, tests, benchmarks and demos.
 //!
-//! A library too, so that `csivol-agent dev` can run the plugin from its own binary.
+//! Dev mode, the tests and the benchmark run it as a program of its own (`main.rs`).
 
 mod faults;
 mod loopdev;

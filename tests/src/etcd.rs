@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use crate::{Proc, wait_for};
+use crate::{Proc, ServerProc, TestDir, wait_for};
 
 /// Where the Debian package puts the server.
 pub const ETCD_BIN: &str = "/usr/bin/etcd";
@@ -213,4 +213,32 @@ impl EtcdCluster {
         self.kill(i);
         self.members[i].spawn();
     }
+}
+
+/// Two servers over one etcd cluster (`--store etcd`): [`start_ha`].
+#[derive(Debug)]
+pub struct Ha {
+    pub etcd: EtcdCluster,
+    pub a: ServerProc,
+    pub b: ServerProc,
+}
+
+/// Two servers over a fresh etcd cluster, sharing the secrets key.
+pub fn start_ha(dir: &TestDir, extra: &[&str]) -> Ha {
+    let etcd = EtcdCluster::start(dir.path(), 3);
+    let mut args = vec![
+        "--store=etcd".to_owned(),
+        format!("--etcd-endpoints={}", etcd.endpoints()),
+        format!("--secrets-key-file={}", dir.join("secrets.key").display()),
+    ];
+    args.extend(extra.iter().map(|s| (*s).to_owned()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let a = ServerProc::start(&dir.join("a"), &args);
+    let mut b = ServerProc::start(&dir.join("b"), &args);
+    assert!(
+        !b.data_dir.join("operator.token").exists(),
+        "the second server joins the first one's cluster instead of making a new one"
+    );
+    b.token = a.token.clone();
+    Ha { etcd, a, b }
 }

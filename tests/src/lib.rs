@@ -190,7 +190,7 @@ pub fn bin_path(name: &str) -> PathBuf {
     path
 }
 
-/// A `csivol-agent server` process on a free loopback port, with its data dir.
+/// A `csivol-server serve` process on a free loopback port, with its data dir.
 #[derive(Debug)]
 pub struct ServerProc {
     pub proc: Proc,
@@ -216,7 +216,7 @@ impl ServerProc {
     /// as those do, keeps the pid the server's, so it is still stopped by pid.
     pub fn start_via(wrapper: &[&str], data_dir: &Path, listen: &str, extra: &[&str]) -> Self {
         let mut args = vec![
-            "server".to_owned(),
+            "serve".to_owned(),
             format!("--data-dir={}", data_dir.display()),
             format!("--listen={listen}"),
         ];
@@ -229,7 +229,7 @@ impl ServerProc {
     fn spawn(data_dir: PathBuf, wrapper: Vec<String>, args: Vec<String>, log: PathBuf) -> Self {
         let addr_file = data_dir.join("server.addr");
         let _ = fs::remove_file(&addr_file);
-        let server = bin_path("csivol-agent");
+        let server = bin_path("csivol-server");
         let mut cmd = match wrapper.split_first() {
             Some((program, rest)) => {
                 let mut cmd = Command::new(program);
@@ -239,9 +239,9 @@ impl ServerProc {
             None => Command::new(server),
         };
         cmd.args(&args)
-            .env("RUST_LOG", "info,csivol_agent::server::etcd=debug");
+            .env("RUST_LOG", "info,csivol_server::etcd=debug");
         let log_file = log;
-        let mut proc = Proc::spawn("csivol-agent server", cmd, &log_file);
+        let mut proc = Proc::spawn("csivol-server serve", cmd, &log_file);
         let url = wait_for("the server to listen", Duration::from_secs(30), || {
             if let Some(status) = proc.exited() {
                 panic!(

@@ -1,7 +1,16 @@
-//! csivol-agent tests with real processes: the server over real HTTP with real SQLite
-//! files, the node agent with csivol-hostpath on real unix sockets and real bind mounts.
+//! csivol-agent tests: the node agent against a real `csivol-hostpath` on a unix socket
+//! with real bind mounts: its reconcile core driven with desired states (reconcile,
+//! faults, recovery, controller operations, fencing), then the agent binary with a real
+//! `csivol-server` (run `cargo build -p csivol-server` first when testing this crate alone).
 
-mod fence;
-mod node;
-mod queue_and_leases;
-mod server;
+mod channel;
+mod controller;
+mod e2e;
+mod fencing;
+mod ha;
+mod procs;
+mod reconcile;
+mod recovery;
+mod spellings;
+mod support;
+mod truth;

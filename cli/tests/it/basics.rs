@@ -24,7 +24,7 @@ async fn an_unreachable_server_is_named_with_exit_8() {
     --- stdout
     --- stderr
     error: cannot reach the csivol server at http://127.0.0.1:[PORT]: Connection refused (os error 111)
-    hint: start the server (`csivol-agent server --data-dir DIR`, or `csivol-agent dev`), or point --addr or CSIVOL_ADDR at it
+    hint: start the server (`csivol-server serve --data-dir DIR`, or `csivol-server dev`), or point --addr or CSIVOL_ADDR at it
     ");
 
     // Without any address, the default one is tried and named.
@@ -594,7 +594,7 @@ async fn a_closed_stdout_is_not_an_error() {
 #[tokio::test]
 async fn the_agent_help_uses_the_port_everything_else_uses() {
     let out = tokio::process::Command::new(csivol_tests::bin_path("csivol-agent"))
-        .args(["node", "--help"])
+        .args(["run", "--help"])
         .output()
         .await
         .unwrap();

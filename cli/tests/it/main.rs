@@ -1,4 +1,4 @@
-//! The `csivol` binary against a real `csivol-agent server` on loopback. Node agents are
+//! The `csivol` binary against a real `csivol-server serve` on loopback. Node agents are
 //! played by `FakeAgent` (below the CLI, the line under test); their steps are driven by the
 //! tests so that every state a command can meet is reached on purpose.
 

@@ -1,4 +1,4 @@
-//! The whole stack under the CLI, no stand-ins: the server, a `csivol-agent node` and the
+//! The whole stack under the CLI, no stand-ins: the server, a `csivol-agent run` and the
 //! reference plugin `csivol-hostpath` (marker files instead of bind mounts, so the test
 //! needs no mount rights). A volume is created, claimed, released and deleted through
 //! `csivol` alone.
@@ -39,7 +39,7 @@ async fn the_cli_drives_a_real_agent_and_plugin() {
     let token = env.file("n1.token", &r.stdout);
     let mut agent = Command::new(bin_path("csivol-agent"));
     agent
-        .arg("node")
+        .arg("run")
         .arg(format!("--server={}", env.server.url))
         .arg("--node=n1")
         .arg(format!("--data-dir={}", env.dir.join("agent").display()))
@@ -48,7 +48,7 @@ async fn the_cli_drives_a_real_agent_and_plugin() {
         .arg(format!("--controller=hp=unix://{}", socket.display()))
         .arg("--ready-check=exists");
     let agent_log = env.dir.join("agent.log");
-    let _agent = Proc::spawn("csivol-agent node", agent, &agent_log);
+    let _agent = Proc::spawn("csivol-agent run", agent, &agent_log);
     let log = || std::fs::read_to_string(&agent_log).unwrap_or_default();
 
     let spec = env.file(

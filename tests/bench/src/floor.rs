@@ -65,7 +65,7 @@ pub fn sqlite_commit(dir: &Path, samples: u32) -> anyhow::Result<Figure> {
 /// One etcd quorum transaction, as the etcd store commits: compare a key's revision, put
 /// it, on the run's etcd cluster (sequential, one at a time).
 pub async fn etcd_txn(endpoints: &[String], samples: u32) -> anyhow::Result<Figure> {
-    let client = csivol_etcd::Client::new(endpoints)?;
+    let client = csivol_etcd_client::Client::new(endpoints)?;
     let key = b"/csivol-bench-floor".to_vec();
     let (_, kv) = client.get(&key).await?;
     let mut rev = kv.map_or(0, |kv| kv.mod_revision);
@@ -74,8 +74,8 @@ pub async fn etcd_txn(endpoints: &[String], samples: u32) -> anyhow::Result<Figu
         let start = Instant::now();
         let resp = client
             .txn(
-                vec![csivol_etcd::mod_revision_is(key.clone(), rev)],
-                vec![csivol_etcd::put(
+                vec![csivol_etcd_client::mod_revision_is(key.clone(), rev)],
+                vec![csivol_etcd_client::put(
                     key.clone(),
                     format!("claim {i}").into_bytes(),
                     0,

@@ -72,10 +72,10 @@ pub enum MountArg {
 /// csivol's load benchmark: claim throughput, latency and scale, measured against this
 /// machine's own floor in the same run.
 ///
-/// Build first: `cargo build --release --workspace` (csivol-bench runs csivol-agent and
-/// csivol-hostpath from its own directory). Exits 0 when every claim was accounted for,
-/// 1 when the run failed (a lost claim, an orphan, an error), never because of a slow
-/// figure; 2 on a usage error.
+/// Build first: `cargo build --release --workspace` (csivol-bench runs csivol-server,
+/// csivol-agent and csivol-hostpath from its own directory). Exits 0 when every claim was
+/// accounted for, 1 when the run failed (a lost claim, an orphan, an error), never because
+/// of a slow figure; 2 on a usage error.
 #[derive(Debug, Clone, clap::Parser)]
 #[command(name = "csivol-bench", version)]
 pub struct Args {
@@ -144,7 +144,7 @@ pub struct Args {
     /// Round trips measured for each of the HTTP and gRPC floors (SQLite: 200 commits).
     #[arg(long, default_value_t = 1000)]
     pub floor_samples: u32,
-    /// Where csivol-agent and csivol-hostpath are [default: next to csivol-bench].
+    /// Where csivol-server, csivol-agent and csivol-hostpath are [default: next to csivol-bench].
     #[arg(long, value_name = "DIR")]
     pub bin_dir: Option<PathBuf>,
     /// Keep the run's files (databases, logs) in DIR instead of a temp dir that is removed.

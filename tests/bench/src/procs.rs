@@ -11,6 +11,7 @@ use csivol_tests::Proc;
 /// The binaries a run needs, found next to the benchmark's own executable.
 #[derive(Debug, Clone)]
 pub struct Bins {
+    pub server: PathBuf,
     pub agent: PathBuf,
     pub hostpath: PathBuf,
 }
@@ -23,7 +24,7 @@ fn build_hint(dir: &Path) -> String {
         " --release"
     };
     format!(
-        "cargo build{release} -p csivol-agent -p csivol-hostpath -p csivol-tests \
+        "cargo build{release} -p csivol-server -p csivol-agent -p csivol-hostpath -p csivol-tests \
          (or `cargo build{release} --workspace`), then run {}",
         dir.join("csivol-bench").display()
     )
@@ -58,6 +59,7 @@ impl Bins {
                 })
         };
         Ok(Self {
+            server: find("csivol-server")?,
             agent: find("csivol-agent")?,
             hostpath: find("csivol-hostpath")?,
         })
@@ -69,7 +71,7 @@ fn quiet(cmd: &mut Command) {
     cmd.env("RUST_LOG", "warn");
 }
 
-/// `csivol-agent server` on a loopback port, with its data dir.
+/// `csivol-server serve` on a loopback port, with its data dir.
 #[derive(Debug)]
 pub struct Server {
     pub proc: Proc,
@@ -78,7 +80,7 @@ pub struct Server {
     pub data_dir: PathBuf,
     args: Vec<String>,
     log: PathBuf,
-    agent: PathBuf,
+    server: PathBuf,
     wrapper: Vec<String>,
 }
 
@@ -93,7 +95,7 @@ impl Server {
         extra: &[String],
     ) -> anyhow::Result<Self> {
         let mut args = vec![
-            "server".to_owned(),
+            "serve".to_owned(),
             format!("--data-dir={}", data_dir.display()),
             format!(
                 "--heartbeat-ttl={}",
@@ -105,11 +107,11 @@ impl Server {
         }
         args.extend(extra.iter().cloned());
         let log = data_dir.with_extension("log");
-        Self::spawn(&bins.agent, wrapper, data_dir, args, log, "127.0.0.1:0").await
+        Self::spawn(&bins.server, wrapper, data_dir, args, log, "127.0.0.1:0").await
     }
 
     async fn spawn(
-        agent: &Path,
+        server: &Path,
         wrapper: &[String],
         data_dir: &Path,
         args: Vec<String>,
@@ -122,14 +124,14 @@ impl Server {
         let mut cmd = match wrapper.split_first() {
             Some((first, rest)) => {
                 let mut c = Command::new(first);
-                c.args(rest).arg(agent);
+                c.args(rest).arg(server);
                 c
             }
-            None => Command::new(agent),
+            None => Command::new(server),
         };
         cmd.args(&args).arg(format!("--listen={listen}"));
         quiet(&mut cmd);
-        let mut proc = Proc::spawn("csivol-agent server", cmd, &log);
+        let mut proc = Proc::spawn("csivol-server serve", cmd, &log);
         let url = wait_until("the server to listen", Duration::from_secs(30), || {
             if let Some(status) = proc.exited() {
                 bail!("the server exited with {status}: {}", tail(&log, 20));
@@ -151,7 +153,7 @@ impl Server {
             data_dir: data_dir.to_owned(),
             args,
             log,
-            agent: agent.to_owned(),
+            server: server.to_owned(),
             wrapper: wrapper.to_owned(),
         })
     }
@@ -170,7 +172,7 @@ impl Server {
             .context("the server URL is not http://")?
             .to_owned();
         let fresh = Self::spawn(
-            &self.agent,
+            &self.server,
             &self.wrapper,
             &self.data_dir,
             self.args.clone(),
@@ -253,7 +255,7 @@ pub struct AgentSpec<'a> {
     pub node_concurrency: Option<u32>,
 }
 
-/// `csivol-agent node` with the node's plugin as node plugin and controller.
+/// `csivol-agent run` with the node's plugin as node plugin and controller.
 pub fn start_agent(bins: &Bins, spec: &AgentSpec<'_>) -> anyhow::Result<Proc> {
     let token_file = spec.node_dir.join("token");
     std::fs::write(&token_file, spec.token)
@@ -261,7 +263,7 @@ pub fn start_agent(bins: &Bins, spec: &AgentSpec<'_>) -> anyhow::Result<Proc> {
     let endpoint = format!("unix://{}", spec.socket.display());
     let mut cmd = Command::new(&bins.agent);
     cmd.args([
-        "node".to_owned(),
+        "run".to_owned(),
         format!("--server={}", spec.server),
         format!("--node={}", spec.node),
         format!("--data-dir={}", spec.node_dir.join("agent").display()),
@@ -279,7 +281,7 @@ pub fn start_agent(bins: &Bins, spec: &AgentSpec<'_>) -> anyhow::Result<Proc> {
     }
     quiet(&mut cmd);
     Ok(Proc::spawn(
-        &format!("{} csivol-agent node", spec.node),
+        &format!("{} csivol-agent run", spec.node),
         cmd,
         &spec.node_dir.join("agent.log"),
     ))

@@ -202,7 +202,7 @@ impl SimNode {
         let mut channel = self.channel.subscribe();
         let mut index = 0;
         let mut failures = 0u32;
-        // Off against a server that does not know `since` (an older csivol-agent run with
+        // Off against a server that does not know `since` (an older csivol-server run with
         // `--bin-dir`, for before/after figures).
         let mut changes = true;
         loop {

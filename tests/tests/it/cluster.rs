@@ -179,9 +179,9 @@ impl Cluster {
     }
 
     pub fn start_server(&mut self) {
-        let mut cmd = Command::new(bin_path("csivol-agent"));
+        let mut cmd = Command::new(bin_path("csivol-server"));
         cmd.args([
-            "server",
+            "serve",
             &format!("--data-dir={}", self.dir.join("server").display()),
         ])
         .arg(format!("--listen={}", self.listen))
@@ -231,7 +231,7 @@ impl Cluster {
         let endpoint = format!("unix://{}", n.dir.join("plugin.sock").display());
         let mut cmd = Command::new(bin_path("csivol-agent"));
         cmd.args([
-            "node".to_owned(),
+            "run".to_owned(),
             format!("--server={}", self.url),
             format!("--node={}", n.name),
             format!("--data-dir={}", n.agent_dir().display()),

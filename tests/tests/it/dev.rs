@@ -23,7 +23,7 @@ struct Dev {
 impl Dev {
     fn start(&mut self) -> Proc {
         self.runs += 1;
-        let mut cmd = Command::new(bin_path("csivol-agent"));
+        let mut cmd = Command::new(bin_path("csivol-server"));
         cmd.arg("dev")
             .arg(format!("--dir={}", self.dir.display()))
             .arg(format!(
@@ -34,7 +34,7 @@ impl Dev {
             .env_remove("XDG_CONFIG_HOME")
             .env("RUST_LOG", "info");
         let log = self.dir.with_extension(format!("{}.log", self.runs));
-        let proc = Proc::spawn("csivol-agent dev", cmd, &log);
+        let proc = Proc::spawn("csivol-server dev", cmd, &log);
         // Up once the CLI finds the cluster and the demo volume is created (a first run
         // records it as `creating` until its CreateVolume is through: a claim then would be
         // refused as too early).
@@ -242,7 +242,7 @@ fn a_second_dev_cluster_replaces_the_first_ones_token_not_the_users() {
         url: second.url.clone(),
         runs: 0,
     };
-    let mut cmd = Command::new(bin_path("csivol-agent"));
+    let mut cmd = Command::new(bin_path("csivol-server"));
     cmd.arg("dev")
         .arg(format!("--dir={}", third.dir.display()))
         .arg(format!(
@@ -253,7 +253,7 @@ fn a_second_dev_cluster_replaces_the_first_ones_token_not_the_users() {
         .env_remove("XDG_CONFIG_HOME");
     third.runs += 1;
     let log = third.dir.with_extension("log");
-    let proc = Proc::spawn("csivol-agent dev", cmd, &log);
+    let proc = Proc::spawn("csivol-server dev", cmd, &log);
     wait_for("the third dev cluster up", WAIT, || {
         std::fs::read_to_string(&log)
             .ok()
@@ -300,7 +300,7 @@ fn a_killed_agent_comes_back_with_the_command_dev_mode_prints() {
         lines.next().map(|l| l.trim().to_owned())
     });
     assert!(
-        line.contains(" node ") && line.contains("--node=node-1"),
+        line.contains("csivol-agent run ") && line.contains("--node=node-1"),
         "{line}"
     );
     let status = Command::new("sh").arg("-c").arg(&line).status().unwrap();

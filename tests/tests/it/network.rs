@@ -357,14 +357,14 @@ fn plain_http_off_loopback_is_refused_unless_insecure_http() {
     let refused = |data_dir: &Path, listen: &str| {
         let mut cmd = Command::new(prefix[0]);
         cmd.args(&prefix[1..])
-            .arg(bin_path("csivol-agent"))
+            .arg(bin_path("csivol-server"))
             .args([
-                "server",
+                "serve",
                 &format!("--data-dir={}", data_dir.display()),
                 &format!("--listen={listen}"),
             ])
             .env("RUST_LOG", "info");
-        let (status, out) = run_to_exit("csivol-agent server", cmd, Duration::from_secs(30));
+        let (status, out) = run_to_exit("csivol-server serve", cmd, Duration::from_secs(30));
         assert!(!status.success(), "{listen}: {out}");
         assert!(
             out.contains(&format!(
@@ -377,7 +377,7 @@ fn plain_http_off_loopback_is_refused_unless_insecure_http() {
             .lines()
             .find(|l| l.starts_with("hint:"))
             .unwrap_or_else(|| panic!("no hint: {out}"));
-        for fix in ["--tls-cert", "csivol-agent tls init", "--insecure-http"] {
+        for fix in ["--tls-cert", "csivol-server tls init", "--insecure-http"] {
             assert!(hint.contains(fix), "the hint names `{fix}`: {out}");
         }
         out

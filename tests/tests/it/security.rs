@@ -124,7 +124,7 @@ fn controller_hijack_is_refused() {
     let endpoint = format!("unix://{}", c.nodes[0].dir.join("plugin.sock").display());
     let mut cmd = std::process::Command::new(csivol_tests::bin_path("csivol-agent"));
     cmd.args([
-        "node".to_owned(),
+        "run".to_owned(),
         format!("--server={}", c.url),
         "--node=made-up".to_owned(),
         format!("--data-dir={}", dir.join("agent").display()),
@@ -323,7 +323,7 @@ fn a_pre_existing_open_data_dir_is_tightened() {
     );
 }
 
-/// TLS end to end with certificates from `csivol-agent tls init`: the CLI trusts the
+/// TLS end to end with certificates from `csivol-server tls init`: the CLI trusts the
 /// server through `CSIVOL_CACERT` and refuses one signed by another CA (exit 8, saying
 /// how to fix it); with mutual TLS, a node token presented with another node's
 /// certificate is refused, with its own node's accepted.
@@ -331,7 +331,7 @@ fn a_pre_existing_open_data_dir_is_tightened() {
 async fn tls_trust_and_mutual_tls_node_names() {
     let dir = csivol_tests::TestDir::new("tls");
     let init = |sub: &str, nodes: &[&str]| {
-        let mut cmd = std::process::Command::new(csivol_tests::bin_path("csivol-agent"));
+        let mut cmd = std::process::Command::new(csivol_tests::bin_path("csivol-server"));
         cmd.args(["tls", "init", &format!("--dir={}", dir.join(sub).display())]);
         for n in nodes {
             cmd.arg(format!("--node={n}"));

@@ -1,0 +1,42 @@
+//! Controller-side reconciliation, the agent's half: every `controller_list_interval`, each
+//! hosted controller whose plugin lists volumes with their published nodes is listed (all
+//! pages) and the listing is reported. The server compares it with its attachments; the
+//! agent decides nothing and fixes nothing.
+
+use std::sync::Arc;
+
+use csivol_api::Report;
+
+use super::Shared;
+use crate::store::now_ms;
+
+pub(super) async fn run(shared: Arc<Shared>) {
+    let listing: Vec<_> = shared
+        .plugins
+        .controller
+        .values()
+        .filter(|p| p.lists_published_nodes())
+        .collect();
+    if listing.is_empty() {
+        return;
+    }
+    let mut tick = tokio::time::interval(shared.cfg.controller_list_interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if shared.reports.is_closed() {
+            return;
+        }
+        for plugin in &listing {
+            let started_ms = now_ms();
+            match plugin.list_volumes().await {
+                Ok(volumes) => shared.report(Report::ControllerVolumes {
+                    plugin: plugin.id.clone(),
+                    started_ms,
+                    volumes,
+                }),
+                Err(e) => tracing::warn!(plugin = plugin.id, "failed to list volumes: {e}"),
+            }
+        }
+    }
+}

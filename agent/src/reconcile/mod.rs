@@ -1,0 +1,450 @@
+//! The reconcile core: recovery at start, then a loop that makes the node follow the
+//! desired state it is given, one worker per volume, and runs the controller operations
+//! assigned to this agent. It knows nothing of HTTP: the desired state comes in through
+//! [`Core::set_desired`] and the reports it would send come out of a channel, so tests
+//! drive it directly.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use csivol_api::{ClaimRef, DesiredState, RegisterRequest, Report, StaleChanges};
+use tokio::sync::{mpsc, watch};
+
+mod jobs;
+mod listing;
+mod reconciler;
+mod recovery;
+mod steps;
+
+use self::reconciler::Reconciler;
+use self::recovery::recover;
+use self::steps::{StepError, local};
+use crate::config::{CoreConfig, ReadyCheck};
+use crate::mounts::Checker;
+use crate::plugin::{ConnectError, NodePlugin, Plugins};
+use crate::store::{
+    Fence, PublicationRecord, PublishState, StageState, StagingRecord, Store, StoreError, now_ms,
+};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("failed to create the data dir {}", path.display())]
+    DataDir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the data dir {} must be a UTF-8 path: plugins receive it as a string", .0.display())]
+    NonUtf8(PathBuf),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Connect(#[from] ConnectError),
+}
+
+/// State shared by the loop and its workers.
+#[derive(Debug)]
+struct Shared {
+    cfg: CoreConfig,
+    data_dir: PathBuf,
+    plugins: Plugins,
+    store: Store,
+    staging_plugins: HashSet<String>,
+    reports: mpsc::UnboundedSender<Report>,
+    /// The latest desired state, for workers: a readiness wait ends when its claim is
+    /// no longer wanted.
+    desired: watch::Receiver<Arc<DesiredState>>,
+    /// The last volume condition reported per published claim.
+    conditions: std::sync::Mutex<HashMap<ClaimRef, bool>>,
+    /// Which volumes' desired entries changed since the loop last looked. Updated under
+    /// its lock together with the desired state, so that the loop takes both or neither.
+    changed: std::sync::Mutex<Changed>,
+}
+
+/// Volumes whose desired entries or records changed: the ones a scan looks at.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(super) struct Changed {
+    /// Every volume (a whole desired state, a resync, a fence).
+    pub all: bool,
+    pub volumes: BTreeSet<String>,
+}
+
+impl Changed {
+    pub fn everything() -> Self {
+        Self {
+            all: true,
+            volumes: BTreeSet::new(),
+        }
+    }
+
+    pub fn merge(&mut self, other: Changed) {
+        self.all |= other.all;
+        if !self.all {
+            self.volumes.extend(other.volumes);
+        }
+    }
+}
+
+impl Shared {
+    /// One snapshot of the mount table, to check records against.
+    fn checker(&self) -> Result<Checker<'_>, StepError> {
+        Checker::read(&self.data_dir)
+            .map_err(|e| local("read the mount table for", &self.data_dir, e))
+    }
+
+    /// Whether a publication's target is mounted from its volume; why not otherwise.
+    fn check_publication(&self, c: &Checker<'_>, r: &PublicationRecord) -> Result<(), String> {
+        if r.block && self.cfg.ready_check_of(&r.plugin) == ReadyCheck::Mount {
+            return self.check_block_publication(c, r);
+        }
+        c.target(
+            self.cfg.ready_check_of(&r.plugin),
+            &r.volume,
+            &r.target,
+            r.staging.as_deref(),
+            r.block,
+        )
+    }
+
+    /// A block target is the volume's device: a live block device node, and the same
+    /// device as every other target of the volume on this node that holds one (two claims
+    /// of one volume on a node see one device; a target showing another is not the volume).
+    fn check_block_publication(
+        &self,
+        c: &Checker<'_>,
+        r: &PublicationRecord,
+    ) -> Result<(), String> {
+        let device = c.block_target(&r.volume, &r.target, r.staging.as_deref())?;
+        for other in self.store.publications_of(&r.volume) {
+            if other.alloc == r.alloc || !other.block {
+                continue;
+            }
+            if let Ok(theirs) = c.block_target(&other.volume, &other.target, None)
+                && theirs != device
+            {
+                let dev = |d: u64| format!("{}:{}", rustix::fs::major(d), rustix::fs::minor(d));
+                return Err(format!(
+                    "target of {} at {} is device {}, but the volume's device at {} is {}",
+                    r.volume,
+                    r.target.display(),
+                    dev(device),
+                    other.target.display(),
+                    dev(theirs)
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether a staging holds its volume; why not otherwise.
+    fn check_staging(&self, c: &Checker<'_>, s: &StagingRecord) -> Result<(), String> {
+        let publications = self.store.publications_of(&s.volume);
+        let block = publications.iter().any(|p| p.block);
+        let check = self.cfg.ready_check_of(&s.plugin);
+        c.staging(check, &s.volume, &s.path, block)?;
+        // A block staging is a directory the plugin may leave empty; what it staged is the
+        // device its targets show. A target whose device lost what was behind it (a loop
+        // device detached) means the staging lost it too.
+        if block && check == ReadyCheck::Mount {
+            for p in publications.iter().filter(|p| p.block) {
+                if let Some(why) = c.dead_device(&p.target) {
+                    return Err(format!(
+                        "staging of {} no longer holds the volume's device: {why}",
+                        s.volume
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn report(&self, r: Report) {
+        // Nobody listening means the agent is stopping; the report is rebuilt from actual
+        // state at the next start.
+        let _ = self.reports.send(r);
+    }
+
+    fn node_plugin(&self, id: &str) -> Result<&NodePlugin, StepError> {
+        self.plugins
+            .node
+            .get(id)
+            .ok_or_else(|| StepError::UnknownPlugin(id.to_owned()))
+    }
+}
+
+#[derive(Debug)]
+enum Control {
+    Fence(Fence),
+    Unfence,
+    Resync,
+    Idle(tokio::sync::oneshot::Sender<()>),
+    TakeDown(tokio::sync::oneshot::Sender<()>),
+}
+
+/// A running core. Dropping it stops the loop and every worker at once, as a crash would:
+/// what they were doing is in `agent.db`, and the next start recovers it.
+#[derive(Debug)]
+pub struct Core {
+    shared: Arc<Shared>,
+    desired: watch::Sender<Arc<DesiredState>>,
+    control: mpsc::UnboundedSender<Control>,
+    fenced: watch::Receiver<FenceState>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Core {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Whether the core is fenced, and whether the teardown is complete.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum FenceState {
+    #[default]
+    No,
+    TearingDown(Fence),
+    Complete(Fence),
+}
+
+impl Core {
+    /// Opens `agent.db`, connects every plugin (waiting for Probe), finishes or undoes what
+    /// was in flight when the agent last stopped, and starts the loop. The loop does nothing
+    /// until the first [`Core::set_desired`] (except finishing a self-fence it recorded).
+    pub async fn start(
+        cfg: CoreConfig,
+    ) -> Result<(Self, mpsc::UnboundedReceiver<Report>), StartError> {
+        let data_dir = prepare_data_dir(&cfg.data_dir)?;
+        let (store, rebooted) = Store::open(&data_dir).await?;
+        let plugins = Plugins::connect(&cfg).await?;
+        let staging_plugins = plugins
+            .node
+            .values()
+            .filter(|p| p.stages())
+            .map(|p| p.id.clone())
+            .collect();
+        let (tx, rx) = mpsc::unbounded_channel();
+        let (desired_tx, desired_rx) = watch::channel(Arc::new(DesiredState::default()));
+        let shared = Arc::new(Shared {
+            cfg,
+            data_dir,
+            plugins,
+            store,
+            staging_plugins,
+            reports: tx,
+            desired: desired_rx.clone(),
+            conditions: std::sync::Mutex::default(),
+            changed: std::sync::Mutex::default(),
+        });
+        recover(&shared, rebooted).await;
+        let fence = shared.store.open_fence().await?;
+        let (control_tx, control_rx) = mpsc::unbounded_channel();
+        let initial = match fence {
+            Some(f) if f.completed_ms.is_some() => FenceState::Complete(f),
+            Some(f) => FenceState::TearingDown(f),
+            None => FenceState::No,
+        };
+        if initial != FenceState::No {
+            tracing::warn!(
+                "the agent fenced itself before it stopped; it keeps everything down until the server has heard of it"
+            );
+        }
+        let (fence_tx, fence_rx) = watch::channel(initial.clone());
+        let reconciler = Reconciler::new(
+            Arc::clone(&shared),
+            desired_rx,
+            control_rx,
+            fence_tx,
+            initial,
+        );
+        let task = tokio::spawn(reconciler.run());
+        // Ends when the agent stops listening to reports.
+        tokio::spawn(listing::run(Arc::clone(&shared)));
+        Ok((
+            Self {
+                shared,
+                desired: desired_tx,
+                control: control_tx,
+                fenced: fence_rx,
+                task,
+            },
+            rx,
+        ))
+    }
+
+    /// The data dir, canonical: targets and stagings live below it.
+    pub fn data_dir(&self) -> &Path {
+        &self.shared.data_dir
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.shared.store
+    }
+
+    /// What the server is told at registration: the plugins and what is published and
+    /// staged now, checked against the mount table (never from the records alone: a lost
+    /// node's claims are resumed on the strength of this answer).
+    pub fn registration(&self, fence_after: Option<Duration>) -> RegisterRequest {
+        let shared = &self.shared;
+        let store = &shared.store;
+        let checker = shared
+            .checker()
+            .inspect_err(|e| tracing::warn!("registering as holding nothing: {e}"))
+            .ok();
+        let Some(c) = checker else {
+            return RegisterRequest {
+                plugins: shared.plugins.registrations(),
+                fence_after_ms: fence_after.map(|d| d.as_millis() as u64),
+                published: Vec::new(),
+                staged: Vec::new(),
+                labels: shared.cfg.labels.clone(),
+            };
+        };
+        RegisterRequest {
+            plugins: shared.plugins.registrations(),
+            fence_after_ms: fence_after.map(|d| d.as_millis() as u64),
+            published: store
+                .publications()
+                .into_iter()
+                .filter(|p| {
+                    p.state == PublishState::Published && shared.check_publication(&c, p).is_ok()
+                })
+                .map(|p| ClaimRef {
+                    volume: p.volume,
+                    alloc: p.alloc,
+                })
+                .collect(),
+            staged: store
+                .stagings()
+                .into_iter()
+                .filter(|s| s.state == StageState::Staged && shared.check_staging(&c, s).is_ok())
+                .map(|s| s.volume)
+                .collect(),
+            labels: shared.cfg.labels.clone(),
+        }
+    }
+
+    /// Gives the loop the server's latest desired state; every volume is looked at again.
+    pub fn set_desired(&self, mut desired: DesiredState) {
+        desired.changes = None;
+        self.apply_desired(desired)
+            .expect("a whole desired state always applies");
+    }
+
+    /// Follows the server's answer: a whole desired state replaces the one the loop has;
+    /// changes are applied to it in place (`DesiredState::apply`), and the loop then looks
+    /// only at the volumes they name. Changes counted from another index than the state's
+    /// are refused, and nothing changes.
+    pub fn apply_desired(&self, next: DesiredState) -> Result<(), StaleChanges> {
+        let touched = match &next.changes {
+            None => Changed::everything(),
+            Some(c) => Changed {
+                all: false,
+                volumes: c.volumes.iter().cloned().collect(),
+            },
+        };
+        let mut changed = self
+            .shared
+            .changed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let mut result = Ok(());
+        // Nobody else holds the state (the loop and the workers read it in place), so
+        // `make_mut` changes it without a copy.
+        self.desired
+            .send_if_modified(|d| match Arc::make_mut(d).apply(next) {
+                Ok(()) => true,
+                Err(e) => {
+                    result = Err(e);
+                    false
+                }
+            });
+        if result.is_ok() {
+            changed.merge(touched);
+        }
+        result
+    }
+
+    /// Re-checks everything now, as the periodic resync does.
+    pub fn resync(&self) {
+        let _ = self.control.send(Control::Resync);
+    }
+
+    /// Waits until the loop has looked at the latest desired state and no volume worker
+    /// runs (retries may be pending). Lets tests check that something did not happen.
+    pub async fn idle(&self) {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let _ = self.control.send(Control::Idle(tx));
+        let _ = rx.await;
+    }
+
+    /// Takes down everything published or staged on this node through its plugins,
+    /// recording each step, whatever the desired state says: for an agent asked to leave
+    /// its node clean when it stops (dev mode). Returns once nothing is left, or when
+    /// `within` has passed (what is left is recorded, and recovered at the next start).
+    pub async fn take_down(&self, within: Duration) -> bool {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let _ = self.control.send(Control::TakeDown(tx));
+        tokio::time::timeout(within, rx)
+            .await
+            .is_ok_and(|r| r.is_ok())
+    }
+
+    /// Self-fencing: records the fence, then takes down everything published or staged,
+    /// whatever the desired state says, until [`Core::fence_reported`].
+    pub async fn fence(&self) -> Result<Fence, StoreError> {
+        match &*self.fenced.borrow() {
+            FenceState::TearingDown(f) | FenceState::Complete(f) => return Ok(f.clone()),
+            FenceState::No => {}
+        }
+        let volumes: Vec<String> = self.shared.store.volumes().into_iter().collect();
+        let fence = self.shared.store.record_fence(now_ms(), volumes).await?;
+        tracing::warn!(
+            volumes = ?fence.volumes,
+            "self-fencing: the server was not reachable for the fence time; taking down every volume on this node"
+        );
+        let _ = self.control.send(Control::Fence(fence.clone()));
+        Ok(fence)
+    }
+
+    /// Where fencing stands; a receiver sees changes as they happen.
+    pub fn fence_state(&self) -> watch::Receiver<FenceState> {
+        self.fenced.clone()
+    }
+
+    /// The server has heard of the fence: record it, and follow the next desired state
+    /// given (not an older one).
+    pub async fn fence_reported(&self, id: i64) -> Result<(), StoreError> {
+        self.shared.store.fence_reported(id).await?;
+        let _ = self.control.send(Control::Unfence);
+        Ok(())
+    }
+}
+
+/// The mode of the agent's data dir, `targets/` and each volume's dir in it.
+pub const TARGETS_MODE: u32 = csivol_daemon::modes::PASSABLE;
+
+fn prepare_data_dir(dir: &Path) -> Result<PathBuf, StartError> {
+    let io_err = |path: &Path| {
+        let path = path.to_owned();
+        move |source| StartError::DataDir { path, source }
+    };
+    // Workloads of other users reach their targets through the data dir and `targets/`,
+    // so both are 0711: passable, not listable. Staging is the agent's and the plugin's
+    // only (0700): a workload sees its volume through its target's bind mount, which needs
+    // no access to the staging path. The agent's records (agent.db) are 0600.
+    csivol_daemon::modes::dir_logged(dir, TARGETS_MODE, "agent data dir").map_err(io_err(dir))?;
+    // Canonical, so that targets compare equal to what the mount table shows.
+    let dir = dir.canonicalize().map_err(io_err(dir))?;
+    if dir.to_str().is_none() {
+        return Err(StartError::NonUtf8(dir));
+    }
+    for (sub, mode) in [("staging", 0o700), ("targets", TARGETS_MODE)] {
+        csivol_daemon::modes::dir_logged(&dir.join(sub), mode, sub)
+            .map_err(io_err(&dir.join(sub)))?;
+    }
+    csivol_daemon::modes::files_in(&dir).map_err(io_err(&dir))?;
+    Ok(dir)
+}

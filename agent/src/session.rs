@@ -1,0 +1,584 @@
+//! The agent's conversation with the server around the core: register (again when the
+//! server lost or marked the node), heartbeat at a third of the TTL, follow the desired
+//! state, send reports in batches, and self-fence after `--fence-after` without contact.
+//! While the node channel is open (`channel`), heartbeats go over it and the desired state
+//! is fetched when the server says it changed; otherwise heartbeats are requests and the
+//! desired state is long-polled.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use csivol_api::{HeartbeatResponse, NodeStatus, Report, ReportBatch};
+use tokio::sync::{Notify, mpsc, watch};
+
+use super::channel;
+use super::client::{ApiClient, ApiError};
+use super::config::Backoff;
+use super::reconcile::{Core, FenceState};
+
+/// The heartbeat TTL assumed until the server says otherwise.
+const DEFAULT_TTL: Duration = Duration::from_secs(30);
+/// How long one desired-state query may block on the server.
+const DESIRED_WAIT: Duration = Duration::from_secs(30);
+/// How often the desired state is fetched whole rather than as changes: what a change the
+/// server did not name by volume would otherwise leave stale is this old at most.
+const WHOLE_EVERY: Duration = Duration::from_secs(300);
+/// How often a fenced node that still holds something checks again whether it is clean.
+const FENCED_RECHECK: Duration = Duration::from_secs(1);
+/// Most reports in one request.
+const MAX_BATCH: usize = 500;
+/// Retries of server requests.
+const SERVER_BACKOFF: Backoff = Backoff {
+    base: Duration::from_millis(250),
+    max: Duration::from_secs(10),
+};
+
+/// When to self-fence: after `after` without any successful contact with the server.
+#[derive(Clone, Copy, Debug)]
+pub struct FenceClock {
+    after: Option<Duration>,
+    last_contact: Instant,
+}
+
+impl FenceClock {
+    pub fn new(after: Option<Duration>, now: Instant) -> Self {
+        Self {
+            after,
+            last_contact: now,
+        }
+    }
+
+    pub fn contact(&mut self, now: Instant) {
+        self.last_contact = now;
+    }
+
+    /// Time left before fencing is due; `None` when the agent does not self-fence.
+    pub fn remaining(&self, now: Instant) -> Option<Duration> {
+        self.after
+            .map(|d| d.saturating_sub(now.saturating_duration_since(self.last_contact)))
+    }
+
+    pub fn due(&self, now: Instant) -> bool {
+        self.remaining(now).is_some_and(|r| r.is_zero())
+    }
+}
+
+/// What the three loops share.
+struct Link {
+    client: ApiClient,
+    core: Core,
+    fence_after: Option<Duration>,
+    /// Any successful answer of the server resets it.
+    clock: Mutex<FenceClock>,
+    /// Counts successful registrations; 0 until the first.
+    registered: watch::Sender<u64>,
+    /// Asks the heartbeat loop to register again (the server does not know the node).
+    reregister: Notify,
+    /// Asks the desired-state loop for a fresh state now.
+    refresh: Notify,
+    /// The node channel, while the server offers it.
+    channel: csivol_client::channel::Shared,
+}
+
+impl Link {
+    fn contact(&self) {
+        self.clock
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contact(Instant::now());
+    }
+
+    fn clock(&self) -> FenceClock {
+        *self.clock.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A heartbeat: on the node channel when it is open (the same answer as the request),
+    /// else, or when the channel breaks on it, as a request.
+    async fn heartbeat(&self, ttl: Duration) -> Result<HeartbeatResponse, ApiError> {
+        let within = (ttl / 3).clamp(Duration::from_millis(100), Duration::from_secs(10));
+        match self.channel.heartbeat(within).await {
+            Some(answer) => answer.map_err(|e| ApiError::from_client("the heartbeat", e)),
+            None => self.client.heartbeat().await,
+        }
+    }
+}
+
+/// How long an agent that takes its node down when it stops may take for it.
+const TAKE_DOWN_TIME: Duration = Duration::from_secs(60);
+
+/// Runs the agent until `stop` resolves. Mounts stay as they are when it stops, unless
+/// `take_down` asks it to unpublish and unstage everything first (through the plugins,
+/// recorded, so that the next start finds records and mounts that agree).
+pub async fn run(
+    client: ApiClient,
+    core: Core,
+    reports: mpsc::UnboundedReceiver<Report>,
+    fence_after: Option<Duration>,
+    take_down: bool,
+    stop: impl Future<Output = ()>,
+) {
+    let link = Arc::new(Link {
+        client,
+        core,
+        fence_after,
+        clock: Mutex::new(FenceClock::new(fence_after, Instant::now())),
+        registered: watch::channel(0).0,
+        reregister: Notify::new(),
+        refresh: Notify::new(),
+        channel: Default::default(),
+    });
+    let mut sender = tokio::spawn(report_loop(Arc::clone(&link), reports));
+    tokio::select! {
+        () = heartbeat_loop(&link) => {}
+        () = desired_loop(&link) => {}
+        () = channel::run(&link.client, &link.channel, link.registered.subscribe()) => {}
+        () = stop => {}
+    }
+    if take_down {
+        if link.core.take_down(TAKE_DOWN_TIME).await {
+            tracing::info!("node agent stopping; every volume was taken down through its plugin");
+        } else {
+            tracing::warn!(
+                "node agent stopping before every volume was taken down; the next start finishes it"
+            );
+        }
+    } else {
+        tracing::info!("node agent stopping; published volumes stay mounted");
+    }
+    // Stop the core, then give the reports it made a moment to reach the server.
+    drop(link);
+    if tokio::time::timeout(Duration::from_secs(5), &mut sender)
+        .await
+        .is_err()
+    {
+        sender.abort();
+        tracing::warn!(
+            "stopped before every report reached the server; the next registration tells it the actual state"
+        );
+    }
+}
+
+async fn heartbeat_loop(link: &Link) {
+    let mut ttl = DEFAULT_TTL;
+    let mut registered = false;
+    let mut failures = 0u32;
+    let mut fence_state = link.core.fence_state();
+    loop {
+        // A server that accepts connections but does not answer must not hold off the
+        // fence: no request outlasts the time left before fencing.
+        let bound = link
+            .clock()
+            .remaining(Instant::now())
+            .filter(|_| *fence_state.borrow() == FenceState::No)
+            .map_or(Duration::MAX, |left| left.max(Duration::from_millis(100)));
+        let bounded = |what| {
+            move |_| ApiError::TimedOut {
+                what,
+                waited: bound,
+            }
+        };
+        let contact = if registered {
+            let answer = tokio::time::timeout(bound, link.heartbeat(ttl))
+                .await
+                .map_err(bounded("the heartbeat"))
+                .and_then(|r| r);
+            match answer {
+                Ok(hb) => {
+                    ttl = Duration::from_millis(hb.heartbeat_ttl_ms.max(300));
+                    if hb.status == NodeStatus::Lost {
+                        tracing::warn!(
+                            "the server marked this node lost; registering again with the actual state"
+                        );
+                        registered = false;
+                    }
+                    Ok(())
+                }
+                Err(e) if e.is_not_found() => {
+                    tracing::warn!(
+                        "the server does not know this node any more; registering again"
+                    );
+                    registered = false;
+                    Ok(())
+                }
+                Err(e) => Err(e),
+            }
+        } else {
+            let req = link.core.registration(link.fence_after);
+            let answer = tokio::time::timeout(bound, link.client.register(&req))
+                .await
+                .map_err(bounded("registration"))
+                .and_then(|r| r);
+            match answer {
+                Ok(r) => {
+                    ttl = Duration::from_millis(r.heartbeat_ttl_ms.max(300));
+                    registered = true;
+                    link.registered.send_modify(|n| *n += 1);
+                    tracing::info!(
+                        node = link.client.node(),
+                        published = req.published.len(),
+                        staged = req.staged.len(),
+                        ttl = %humantime::format_duration(ttl),
+                        "registered with the server"
+                    );
+                    Ok(())
+                }
+                Err(e) => Err(e),
+            }
+        };
+        match contact {
+            Ok(()) => {
+                link.contact();
+                failures = 0;
+                if registered {
+                    report_fence(link).await;
+                }
+            }
+            Err(e) => {
+                failures += 1;
+                // Say it once when the server goes away, then now and then.
+                if failures == 1 || failures.is_power_of_two() {
+                    tracing::warn!(failures, "{e:#}");
+                }
+                if e.is_permanent() {
+                    tracing::error!("the server refuses this agent; check --token-file and --node");
+                }
+            }
+        }
+        let now = Instant::now();
+        let clock = link.clock();
+        let unfenced = *fence_state.borrow() == FenceState::No;
+        if clock.due(now)
+            && unfenced
+            && let Err(e) = link.core.fence().await
+        {
+            tracing::error!("failed to record the self-fence: {e:#}");
+        }
+        // A third of the TTL, and of the fence time: an agent that fences must hear from
+        // the server well within it while all is well.
+        let interval = (ttl / 3).min(link.fence_after.map_or(Duration::MAX, |d| d / 3));
+        let mut pause = if registered && failures == 0 {
+            interval
+        } else if failures == 0 {
+            Duration::ZERO
+        } else {
+            SERVER_BACKOFF.delay(failures).min(interval)
+        };
+        if unfenced && let Some(left) = clock.remaining(now) {
+            pause = pause.min(left.max(Duration::from_millis(10)));
+        }
+        tokio::select! {
+            () = tokio::time::sleep(pause) => {}
+            () = link.reregister.notified() => registered = false,
+            // A completed fence is reported as soon as the server is there.
+            Ok(()) = fence_state.changed() => {}
+        }
+    }
+}
+
+/// Reports a completed self-fence, once the node is registered again.
+async fn report_fence(link: &Link) {
+    let FenceState::Complete(fence) = link.core.fence_state().borrow().clone() else {
+        return;
+    };
+    let batch = ReportBatch {
+        reports: vec![Report::Fenced {
+            at_ms: fence.at_ms,
+            volumes: fence.volumes.clone(),
+        }],
+    };
+    match link.client.reports(&batch).await {
+        Ok(()) => {
+            tracing::info!(volumes = ?fence.volumes, "reported the self-fence to the server");
+            if let Err(e) = link.core.fence_reported(fence.id).await {
+                tracing::error!("failed to record that the self-fence was reported: {e:#}");
+            }
+            // The core waits for a desired state fetched after this point.
+            link.refresh.notify_one();
+        }
+        Err(e) => tracing::warn!("failed to report the self-fence: {e:#}"),
+    }
+}
+
+async fn desired_loop(link: &Link) {
+    let mut registered = link.registered.subscribe();
+    let mut channel = link.channel.subscribe();
+    // Whether the last look found the channel open (for the log).
+    let mut following = false;
+    let mut seen = 0;
+    let mut index = 0;
+    let mut failures = 0u32;
+    // Whether the core's desired state is the server's as of `index`: then only the
+    // changes since are asked for. Off until a whole state was applied.
+    let mut holds = false;
+    let mut whole_at = Instant::now();
+    // Off against a server that refuses `since` (older than the agent, during an upgrade).
+    let mut changes = true;
+    loop {
+        let Ok(generation) = registered.wait_for(|n| *n > 0).await.map(|n| *n) else {
+            return;
+        };
+        // After a (re)registration, start from scratch: the server may have restarted and
+        // counted its index anew.
+        if generation != seen {
+            seen = generation;
+            index = 0;
+            holds = false;
+        }
+        if whole_at.elapsed() >= WHOLE_EVERY {
+            holds = false;
+        }
+        let since = (holds && changes).then_some(index);
+        let chan = *channel.borrow_and_update();
+        if chan.open != following {
+            following = chan.open;
+            if following {
+                tracing::debug!("the desired state follows the node channel");
+                if chan.pushed < index {
+                    // The server's index went back (a restored backup): the index held
+                    // means nothing to it any more; start from its whole state.
+                    index = 0;
+                    holds = false;
+                }
+            }
+        }
+        if chan.open && index != 0 && chan.pushed <= index && whole_at.elapsed() < WHOLE_EVERY {
+            // Nothing new: the channel says when there is (or closes), unless a fresh or
+            // whole state is due first.
+            tokio::select! {
+                _ = channel.changed() => {}
+                () = link.refresh.notified() => {
+                    index = 0;
+                    holds = false;
+                }
+                () = tokio::time::sleep(WHOLE_EVERY.saturating_sub(whole_at.elapsed())) => {}
+            }
+            continue;
+        }
+        let fetch = async {
+            match (chan.open, chan.pushed) {
+                // Long-poll, as before the channel.
+                (false, _) => link.client.desired(index, since, DESIRED_WAIT).await,
+                // Answered at once by the server that pushed; a server whose state lags
+                // behind the push (another one of an etcd cluster) answers once it caught up.
+                (true, pushed @ 1..) => link.client.desired(pushed - 1, since, DESIRED_WAIT).await,
+                (true, 0) => link.client.desired_now(since).await,
+            }
+        };
+        let answer = tokio::select! {
+            answer = fetch => answer,
+            () = link.refresh.notified() => {
+                index = 0;
+                holds = false;
+                continue;
+            }
+            // The channel opened: it says when to ask, so the long-poll is not needed.
+            Ok(()) = channel.changed(), if !chan.open => continue,
+        };
+        match answer {
+            Ok(desired) => {
+                link.contact();
+                failures = 0;
+                let status = desired.status;
+                if status == Some(NodeStatus::Lost) {
+                    // The server marked this node lost while it could not hear from it (a
+                    // pause, a partition): its claims are blocked, not released, so this
+                    // state does not list them. Acting on it would unmount volumes that
+                    // workloads may still use. Register again with what is really mounted;
+                    // the server resumes those claims and answers with a state to follow.
+                    // The core never saw this state: later changes must not apply to it.
+                    index = desired.index;
+                    holds = false;
+                    link.reregister.notify_one();
+                    continue;
+                }
+                let (next_index, whole) = (desired.index, desired.changes.is_none());
+                if let Err(e) = link.core.apply_desired(desired) {
+                    tracing::warn!("{e}; fetching the whole desired state");
+                    index = 0;
+                    holds = false;
+                    continue;
+                }
+                index = next_index;
+                holds = true;
+                if whole {
+                    whole_at = Instant::now();
+                }
+                if status == Some(NodeStatus::Fenced) {
+                    // The server fenced this node: its claims were force-released, so this
+                    // state lists nothing and following it takes every leftover mount
+                    // down. Nothing is published again. Once the node holds nothing it
+                    // registers again, which tells the server so.
+                    link.core.idle().await;
+                    let now = link.core.registration(link.fence_after);
+                    if now.published.is_empty() && now.staged.is_empty() {
+                        tracing::info!(
+                            "this node was fenced and holds nothing any more; registering again"
+                        );
+                        link.reregister.notify_one();
+                    } else {
+                        // Take-downs are being retried; look again shortly.
+                        tokio::time::sleep(FENCED_RECHECK).await;
+                        index = 0;
+                        holds = false;
+                    }
+                }
+            }
+            Err(e) if since.is_some() && e.is_bad_request() => {
+                tracing::warn!(
+                    "the server does not send desired-state changes ({e}); fetching the whole state at every change"
+                );
+                changes = false;
+            }
+            Err(e) => {
+                failures += 1;
+                if e.is_not_found() {
+                    link.reregister.notify_one();
+                }
+                if failures == 1 || failures.is_power_of_two() {
+                    tracing::warn!(failures, "{e:#}");
+                }
+                tokio::time::sleep(SERVER_BACKOFF.delay(failures)).await;
+            }
+        }
+    }
+}
+
+/// Adds a report to the queue. A newer retryable error of a claim replaces the older one,
+/// so that a long outage does not pile up one error per retry.
+fn enqueue(queue: &mut Vec<Report>, report: Report) {
+    if let Report::ClaimError {
+        volume,
+        alloc,
+        error,
+    } = &report
+        && !error.is_final
+    {
+        queue.retain(|r| {
+            !matches!(r, Report::ClaimError { volume: v, alloc: a, error: e }
+                if v == volume && a == alloc && !e.is_final)
+        });
+    }
+    queue.push(report);
+}
+
+async fn report_loop(link: Arc<Link>, mut reports: mpsc::UnboundedReceiver<Report>) {
+    // Only the queue and the registration count are needed from here on: dropping the
+    // link stops the core, whose end closes `reports`.
+    let client = link.client.clone();
+    let mut registered = link.registered.subscribe();
+    let weak = Arc::downgrade(&link);
+    drop(link);
+    let mut queue: Vec<Report> = Vec::new();
+    let mut failures = 0u32;
+    let mut open = true;
+    loop {
+        if queue.is_empty() {
+            if !open {
+                return;
+            }
+            match reports.recv().await {
+                Some(r) => enqueue(&mut queue, r),
+                None => return,
+            }
+        }
+        while let Ok(r) = reports.try_recv() {
+            enqueue(&mut queue, r);
+        }
+        if registered.wait_for(|n| *n > 0).await.is_err() {
+            return;
+        }
+        let n = queue.len().min(MAX_BATCH);
+        let batch = ReportBatch {
+            reports: queue[..n].to_vec(),
+        };
+        match client.reports(&batch).await {
+            Ok(()) => {
+                if let Some(link) = weak.upgrade() {
+                    link.contact();
+                }
+                failures = 0;
+                queue.drain(..n);
+            }
+            Err(e) if e.is_permanent() => {
+                tracing::error!(reports = n, "dropping reports the server refuses: {e:#}");
+                queue.drain(..n);
+            }
+            Err(e) => {
+                failures += 1;
+                if e.is_not_found()
+                    && let Some(link) = weak.upgrade()
+                {
+                    link.reregister.notify_one();
+                }
+                if failures == 1 || failures.is_power_of_two() {
+                    tracing::warn!(failures, queued = queue.len(), "{e:#}");
+                }
+                // Keep collecting while waiting; stop waiting when the agent stops.
+                let pause = tokio::time::sleep(SERVER_BACKOFF.delay(failures));
+                tokio::pin!(pause);
+                loop {
+                    tokio::select! {
+                        () = &mut pause => break,
+                        r = reports.recv(), if open => match r {
+                            Some(r) => enqueue(&mut queue, r),
+                            None => open = false,
+                        },
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use csivol_api::PluginError;
+
+    use super::*;
+
+    #[test]
+    fn fence_clock_is_due_after_the_fence_time_without_contact() {
+        let t0 = Instant::now();
+        let mut c = FenceClock::new(Some(Duration::from_secs(10)), t0);
+        assert!(!c.due(t0 + Duration::from_secs(9)));
+        assert_eq!(
+            c.remaining(t0 + Duration::from_secs(4)),
+            Some(Duration::from_secs(6))
+        );
+        c.contact(t0 + Duration::from_secs(5));
+        assert!(!c.due(t0 + Duration::from_secs(14)));
+        assert!(c.due(t0 + Duration::from_secs(15)));
+
+        let off = FenceClock::new(None, t0);
+        assert!(!off.due(t0 + Duration::from_secs(3600)));
+        assert_eq!(off.remaining(t0), None);
+    }
+
+    #[test]
+    fn a_newer_retryable_error_replaces_the_older() {
+        let err = |msg: &str, is_final| Report::ClaimError {
+            volume: "v".into(),
+            alloc: "a".into(),
+            error: PluginError {
+                code: "UNAVAILABLE".into(),
+                message: msg.into(),
+                is_final,
+                next_retry_at_ms: None,
+            },
+        };
+        let mut q = Vec::new();
+        enqueue(&mut q, err("1", false));
+        enqueue(&mut q, Report::Unstaged { volume: "w".into() });
+        enqueue(&mut q, err("2", false));
+        enqueue(&mut q, err("3", true));
+        enqueue(&mut q, err("4", false));
+        assert_eq!(
+            q,
+            [
+                Report::Unstaged { volume: "w".into() },
+                err("3", true),
+                err("4", false)
+            ]
+        );
+    }
+}

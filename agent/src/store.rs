@@ -1,0 +1,644 @@
+//! The agent's own memory, `DIR/agent.db` (SQLite): every staging and publication it may
+//! have made, written before the plugin call and updated after it, and the self-fences it
+//! has to report. Reads come from an in-memory mirror; every change goes to the file first.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rusqlite::{Connection, OptionalExtension, params};
+
+/// How long start-up waits for a previous agent process on the same data dir to let go.
+const LOCK_WAIT: Duration = Duration::from_secs(10);
+const SCHEMA_VERSION: i32 = 1;
+const BOOT_ID: &str = "/proc/sys/kernel/random/boot_id";
+/// Writes between two checkpoints of agent.db's WAL: a few hundred KiB of WAL at most.
+const CHECKPOINT_EVERY: u32 = 256;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("failed to open {}", path.display())]
+    Open {
+        path: PathBuf,
+        #[source]
+        source: rusqlite::Error,
+    },
+    #[error("failed to create {}", path.display())]
+    Create {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("failed to lock {}", path.display())]
+    Lock {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "another csivol-agent is using the data dir {}; stop it first or choose another --data-dir",
+        dir.display()
+    )]
+    Busy { dir: PathBuf },
+    #[error("agent.db was written by a newer csivol-agent (schema {0}); upgrade this agent")]
+    Newer(i32),
+    #[error("failed to write agent.db")]
+    Sql(#[from] rusqlite::Error),
+}
+
+// The records are plain types of the node's plan (pure, `csivol-rules`); this module
+// stores them.
+pub use csivol_rules::plan::{PublicationRecord, PublishState, StageState, StagingRecord};
+
+/// A record's state from its column, or an error naming the text that is no state.
+fn state<T>(s: &str, parse: fn(&str) -> Option<T>) -> rusqlite::Result<T> {
+    parse(s).ok_or_else(|| {
+        rusqlite::Error::InvalidColumnType(
+            0,
+            format!("unknown state `{s}`"),
+            rusqlite::types::Type::Text,
+        )
+    })
+}
+
+/// A self-fence: when it began, what it took down, and whether the server has heard.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fence {
+    pub id: i64,
+    pub at_ms: u64,
+    pub volumes: Vec<String>,
+    pub completed_ms: Option<u64>,
+    pub reported_ms: Option<u64>,
+}
+
+#[derive(Debug, Default)]
+struct Mirror {
+    stagings: BTreeMap<String, StagingRecord>,
+    publications: BTreeMap<(String, String), PublicationRecord>,
+}
+
+#[derive(Debug)]
+pub struct Store {
+    conn: Mutex<Connection>,
+    /// A second connection that only checkpoints the WAL, on a blocking thread, so that
+    /// the fsyncs of a checkpoint never hold up a write (see [`Store::call`]).
+    checkpointer: Arc<Mutex<Connection>>,
+    /// Writes since the last checkpoint was started.
+    writes: AtomicU32,
+    checkpointing: Arc<AtomicBool>,
+    mirror: Mutex<Mirror>,
+    // Held for the life of the store: one agent per data dir.
+    _lock: OwnedFd,
+}
+
+impl Store {
+    /// Opens (creating if needed) `DIR/agent.db` under an exclusive lock on `DIR/agent.lock`.
+    /// Also says whether the machine rebooted since the last run (every mount is gone then).
+    pub async fn open(dir: &Path) -> Result<(Self, bool), StoreError> {
+        let lock = lock(dir).await?;
+        let path = dir.join("agent.db");
+        let open_err = |source| StoreError::Open {
+            path: path.clone(),
+            source,
+        };
+        // 0600 before SQLite opens it: its -wal and -shm files get the same mode.
+        csivol_daemon::modes::create_file(&path).map_err(|source| StoreError::Create {
+            path: path.clone(),
+            source,
+        })?;
+        let conn = Connection::open(&path).map_err(open_err)?;
+        // WAL with NORMAL sync: a committed intent is in the WAL before the plugin call it
+        // announces, so it survives the agent being killed at any point. What NORMAL gives
+        // up is the last commits on a machine crash, and a machine crash takes the node's
+        // mounts with it: after a reboot (a new boot id) every record is uncertain anyway
+        // and is checked against the mount table. An fsync per record would cap a node at
+        // a few hundred steps a second on ordinary disks.
+        //
+        // The WAL is not checkpointed by the commit that fills it (`wal_autocheckpoint = 0`)
+        // but every CHECKPOINT_EVERY writes by `checkpointer`, on a blocking thread.
+        conn.execute_batch(
+            "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA busy_timeout = 5000;
+             PRAGMA wal_autocheckpoint = 0;",
+        )
+        .map_err(open_err)?;
+        let version: i32 = conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .map_err(open_err)?;
+        if version > SCHEMA_VERSION {
+            return Err(StoreError::Newer(version));
+        }
+        conn.execute_batch(
+            "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+             CREATE TABLE IF NOT EXISTS stagings (
+                 volume TEXT PRIMARY KEY,
+                 plugin TEXT NOT NULL,
+                 external_id TEXT NOT NULL,
+                 path TEXT NOT NULL,
+                 state TEXT NOT NULL,
+                 error TEXT,
+                 updated_ms INTEGER NOT NULL);
+             CREATE TABLE IF NOT EXISTS publications (
+                 volume TEXT NOT NULL,
+                 alloc TEXT NOT NULL,
+                 plugin TEXT NOT NULL,
+                 external_id TEXT NOT NULL,
+                 target TEXT NOT NULL,
+                 staging TEXT,
+                 block INTEGER NOT NULL,
+                 state TEXT NOT NULL,
+                 error TEXT,
+                 updated_ms INTEGER NOT NULL,
+                 PRIMARY KEY (volume, alloc));
+             CREATE TABLE IF NOT EXISTS fences (
+                 id INTEGER PRIMARY KEY,
+                 at_ms INTEGER NOT NULL,
+                 volumes TEXT NOT NULL,
+                 completed_ms INTEGER,
+                 reported_ms INTEGER);
+             PRAGMA user_version = 1;",
+        )
+        .map_err(open_err)?;
+        let rebooted = check_boot(&conn).map_err(open_err)?;
+        let mirror = load(&conn).map_err(open_err)?;
+        let checkpointer = Connection::open(&path).map_err(open_err)?;
+        checkpointer
+            .execute_batch("PRAGMA synchronous = NORMAL; PRAGMA busy_timeout = 5000;")
+            .map_err(open_err)?;
+        Ok((
+            Self {
+                conn: Mutex::new(conn),
+                checkpointer: Arc::new(Mutex::new(checkpointer)),
+                writes: AtomicU32::new(0),
+                checkpointing: Arc::new(AtomicBool::new(false)),
+                mirror: Mutex::new(mirror),
+                _lock: lock,
+            },
+            rebooted,
+        ))
+    }
+
+    /// Runs `f` on the connection, on the caller's thread. A commit does not wait for the
+    /// disk (WAL with `synchronous = NORMAL`, see [`Store::open`]): it is a write into the
+    /// WAL, cheaper than handing the statement to a blocking thread and back, which the
+    /// agent did before for every record. What does wait for the disk, the checkpoint's
+    /// fsyncs, runs on a blocking thread every CHECKPOINT_EVERY writes (a write that comes
+    /// meanwhile waits for it, see [`Store::checkpoint`]).
+    async fn call<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        F: FnOnce(&Connection) -> rusqlite::Result<T>,
+    {
+        let result = {
+            let conn = self.conn.lock().unwrap_or_else(|e| e.into_inner());
+            f(&conn).map_err(StoreError::Sql)
+        };
+        let writes = self.writes.fetch_add(1, Ordering::Relaxed) + 1;
+        if writes >= CHECKPOINT_EVERY {
+            self.checkpoint(writes >= CHECKPOINT_EVERY * 2);
+        }
+        result
+    }
+
+    /// Starts a checkpoint on the second connection unless one is running: it copies the
+    /// WAL into the database (fsyncing both) while the agent goes on. RESTART, not
+    /// PASSIVE: a PASSIVE checkpoint overtaken by writes never lets the WAL start over,
+    /// and under steady writes it would grow without end. RESTART makes a write that
+    /// comes while it runs wait for it (`busy_timeout`), as the commit that ran SQLite's
+    /// automatic checkpoint used to.
+    ///
+    /// A checkpoint handed to a blocking thread that a busy machine does not run for a
+    /// while would let the WAL grow meanwhile: past twice CHECKPOINT_EVERY writes
+    /// (`overdue`), the writer checkpoints on its own thread, so the bound holds however
+    /// late the blocking thread comes.
+    fn checkpoint(&self, overdue: bool) {
+        if self.checkpointing.swap(true, Ordering::AcqRel) {
+            if overdue {
+                let conn = self.checkpointer.lock().unwrap_or_else(|e| e.into_inner());
+                self.writes.store(0, Ordering::Relaxed);
+                if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(RESTART)", [], |_| Ok(())) {
+                    tracing::warn!("failed to checkpoint agent.db: {e}");
+                }
+            }
+            return;
+        }
+        self.writes.store(0, Ordering::Relaxed);
+        let conn = Arc::clone(&self.checkpointer);
+        let running = Arc::clone(&self.checkpointing);
+        let run = move || {
+            let conn = conn.lock().unwrap_or_else(|e| e.into_inner());
+            if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(RESTART)", [], |_| Ok(())) {
+                tracing::warn!("failed to checkpoint agent.db: {e}");
+            }
+            running.store(false, Ordering::Release);
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => drop(rt.spawn_blocking(run)),
+            Err(_) => run(),
+        }
+    }
+
+    fn mirror(&self) -> std::sync::MutexGuard<'_, Mirror> {
+        self.mirror.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub async fn put_staging(
+        &self,
+        rec: &StagingRecord,
+        error: Option<String>,
+    ) -> Result<(), StoreError> {
+        let r = rec.clone();
+        self.call(move |c| {
+            c.prepare_cached(
+                "INSERT INTO stagings (volume, plugin, external_id, path, state, error, updated_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+                 ON CONFLICT (volume) DO UPDATE SET plugin = ?2, external_id = ?3, path = ?4,
+                     state = ?5, error = ?6, updated_ms = ?7",
+            )?
+            .execute(params![
+                r.volume,
+                r.plugin,
+                r.external_id,
+                r.path.to_string_lossy(),
+                r.state.as_str(),
+                error,
+                now_ms() as i64
+            ])
+        })
+        .await?;
+        self.mirror()
+            .stagings
+            .insert(rec.volume.clone(), rec.clone());
+        Ok(())
+    }
+
+    pub async fn delete_staging(&self, volume: &str) -> Result<(), StoreError> {
+        let v = volume.to_owned();
+        self.call(move |c| {
+            c.prepare_cached("DELETE FROM stagings WHERE volume = ?1")?
+                .execute([v])
+        })
+        .await?;
+        self.mirror().stagings.remove(volume);
+        Ok(())
+    }
+
+    pub async fn put_publication(
+        &self,
+        rec: &PublicationRecord,
+        error: Option<String>,
+    ) -> Result<(), StoreError> {
+        let r = rec.clone();
+        self.call(move |c| {
+            c.prepare_cached(
+                "INSERT INTO publications
+                     (volume, alloc, plugin, external_id, target, staging, block, state, error, updated_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
+                 ON CONFLICT (volume, alloc) DO UPDATE SET plugin = ?3, external_id = ?4,
+                     target = ?5, staging = ?6, block = ?7, state = ?8, error = ?9, updated_ms = ?10",
+            )?
+            .execute(params![
+                    r.volume,
+                    r.alloc,
+                    r.plugin,
+                    r.external_id,
+                    r.target.to_string_lossy(),
+                    r.staging.as_ref().map(|p| p.to_string_lossy().into_owned()),
+                    r.block,
+                    r.state.as_str(),
+                    error,
+                    now_ms() as i64
+                ])
+        })
+        .await?;
+        self.mirror()
+            .publications
+            .insert((rec.volume.clone(), rec.alloc.clone()), rec.clone());
+        Ok(())
+    }
+
+    pub async fn delete_publication(&self, volume: &str, alloc: &str) -> Result<(), StoreError> {
+        let (v, a) = (volume.to_owned(), alloc.to_owned());
+        self.call(move |c| {
+            c.prepare_cached("DELETE FROM publications WHERE volume = ?1 AND alloc = ?2")?
+                .execute([v, a])
+        })
+        .await?;
+        self.mirror()
+            .publications
+            .remove(&(volume.to_owned(), alloc.to_owned()));
+        Ok(())
+    }
+
+    pub fn staging(&self, volume: &str) -> Option<StagingRecord> {
+        self.mirror().stagings.get(volume).cloned()
+    }
+
+    pub fn publications_of(&self, volume: &str) -> Vec<PublicationRecord> {
+        self.mirror()
+            .publications
+            .range((volume.to_owned(), String::new())..)
+            .take_while(|((v, _), _)| v == volume)
+            .map(|(_, r)| r.clone())
+            .collect()
+    }
+
+    /// Whether any publication was made from `staging`: then it must not be unstaged.
+    pub fn staging_in_use(&self, staging: &Path) -> bool {
+        self.mirror()
+            .publications
+            .values()
+            .any(|p| p.staging.as_deref() == Some(staging))
+    }
+
+    pub fn stagings(&self) -> Vec<StagingRecord> {
+        self.mirror().stagings.values().cloned().collect()
+    }
+
+    pub fn publications(&self) -> Vec<PublicationRecord> {
+        self.mirror().publications.values().cloned().collect()
+    }
+
+    /// Every volume with something recorded on this node.
+    pub fn volumes(&self) -> BTreeSet<String> {
+        let m = self.mirror();
+        m.stagings
+            .keys()
+            .cloned()
+            .chain(m.publications.keys().map(|(v, _)| v.clone()))
+            .collect()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        let m = self.mirror();
+        m.stagings.is_empty() && m.publications.is_empty()
+    }
+
+    /// Records that a self-fence began, and what it takes down.
+    pub async fn record_fence(
+        &self,
+        at_ms: u64,
+        volumes: Vec<String>,
+    ) -> Result<Fence, StoreError> {
+        let json = serde_json::to_string(&volumes).expect("strings serialise");
+        let id = self
+            .call(move |c| {
+                c.execute(
+                    "INSERT INTO fences (at_ms, volumes) VALUES (?1, ?2)",
+                    params![at_ms as i64, json],
+                )?;
+                Ok(c.last_insert_rowid())
+            })
+            .await?;
+        Ok(Fence {
+            id,
+            at_ms,
+            volumes,
+            completed_ms: None,
+            reported_ms: None,
+        })
+    }
+
+    pub async fn complete_fence(&self, id: i64) -> Result<(), StoreError> {
+        let at = now_ms() as i64;
+        self.call(move |c| {
+            c.execute(
+                "UPDATE fences SET completed_ms = ?1 WHERE id = ?2 AND completed_ms IS NULL",
+                params![at, id],
+            )
+        })
+        .await?;
+        Ok(())
+    }
+
+    pub async fn fence_reported(&self, id: i64) -> Result<(), StoreError> {
+        let at = now_ms() as i64;
+        self.call(move |c| {
+            c.execute(
+                "UPDATE fences SET reported_ms = ?1 WHERE id = ?2",
+                params![at, id],
+            )
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// The latest fence the server has not heard of yet, if any.
+    pub async fn open_fence(&self) -> Result<Option<Fence>, StoreError> {
+        self.call(|c| {
+            c.query_row(
+                "SELECT id, at_ms, volumes, completed_ms, reported_ms FROM fences
+                 WHERE reported_ms IS NULL ORDER BY id DESC LIMIT 1",
+                [],
+                fence_row,
+            )
+            .optional()
+        })
+        .await
+    }
+
+    /// Every fence, oldest first (for operators and tests).
+    pub async fn fences(&self) -> Result<Vec<Fence>, StoreError> {
+        self.call(|c| {
+            let mut stmt = c.prepare(
+                "SELECT id, at_ms, volumes, completed_ms, reported_ms FROM fences ORDER BY id",
+            )?;
+            stmt.query_map([], fence_row)?.collect()
+        })
+        .await
+    }
+}
+
+fn fence_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Fence> {
+    let volumes: String = r.get(2)?;
+    Ok(Fence {
+        id: r.get(0)?,
+        at_ms: r.get::<_, i64>(1)? as u64,
+        volumes: serde_json::from_str(&volumes).unwrap_or_default(),
+        completed_ms: r.get::<_, Option<i64>>(3)?.map(|v| v as u64),
+        reported_ms: r.get::<_, Option<i64>>(4)?.map(|v| v as u64),
+    })
+}
+
+fn load(conn: &Connection) -> rusqlite::Result<Mirror> {
+    let mut mirror = Mirror::default();
+    let mut stmt = conn.prepare("SELECT volume, plugin, external_id, path, state FROM stagings")?;
+    let rows = stmt.query_map([], |r| {
+        Ok(StagingRecord {
+            volume: r.get(0)?,
+            plugin: r.get(1)?,
+            external_id: r.get(2)?,
+            path: PathBuf::from(r.get::<_, String>(3)?),
+            state: state(&r.get::<_, String>(4)?, StageState::parse)?,
+        })
+    })?;
+    for rec in rows {
+        let rec = rec?;
+        mirror.stagings.insert(rec.volume.clone(), rec);
+    }
+    let mut stmt = conn.prepare(
+        "SELECT volume, alloc, plugin, external_id, target, staging, block, state FROM publications",
+    )?;
+    let rows = stmt.query_map([], |r| {
+        Ok(PublicationRecord {
+            volume: r.get(0)?,
+            alloc: r.get(1)?,
+            plugin: r.get(2)?,
+            external_id: r.get(3)?,
+            target: PathBuf::from(r.get::<_, String>(4)?),
+            staging: r.get::<_, Option<String>>(5)?.map(PathBuf::from),
+            block: r.get(6)?,
+            state: state(&r.get::<_, String>(7)?, PublishState::parse)?,
+        })
+    })?;
+    for rec in rows {
+        let rec = rec?;
+        mirror
+            .publications
+            .insert((rec.volume.clone(), rec.alloc.clone()), rec);
+    }
+    Ok(mirror)
+}
+
+/// Compares the kernel's boot id with the one of the last run, and stores the current one.
+fn check_boot(conn: &Connection) -> rusqlite::Result<bool> {
+    let Ok(current) = std::fs::read_to_string(BOOT_ID) else {
+        return Ok(false);
+    };
+    let current = current.trim().to_owned();
+    let previous: Option<String> = conn
+        .query_row("SELECT value FROM meta WHERE key = 'boot_id'", [], |r| {
+            r.get(0)
+        })
+        .optional()?;
+    conn.execute(
+        "INSERT INTO meta (key, value) VALUES ('boot_id', ?1)
+         ON CONFLICT (key) DO UPDATE SET value = ?1",
+        [&current],
+    )?;
+    Ok(previous.is_some_and(|p| p != current))
+}
+
+/// Takes the data dir's lock, waiting a little for an agent that is just exiting.
+async fn lock(dir: &Path) -> Result<OwnedFd, StoreError> {
+    use rustix::fs::{FlockOperation, Mode, OFlags, flock, open};
+    let path = dir.join("agent.lock");
+    let fd = open(
+        &path,
+        OFlags::CREATE | OFlags::RDWR | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o600),
+    )
+    .map_err(|e| StoreError::Lock {
+        path: path.clone(),
+        source: e.into(),
+    })?;
+    let started = Instant::now();
+    loop {
+        match flock(&fd, FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => return Ok(fd),
+            Err(rustix::io::Errno::WOULDBLOCK) if started.elapsed() < LOCK_WAIT => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(rustix::io::Errno::WOULDBLOCK) => {
+                return Err(StoreError::Busy {
+                    dir: dir.to_owned(),
+                });
+            }
+            Err(e) => {
+                return Err(StoreError::Lock {
+                    path,
+                    source: e.into(),
+                });
+            }
+        }
+    }
+}
+
+/// Wall-clock milliseconds since the Unix epoch, as the API carries times.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Without the commit's own checkpoint (`wal_autocheckpoint = 0`), the WAL would grow
+    /// with every record; the checkpoints on the second connection keep it bounded.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn records_survive_a_reopen_and_the_wal_stays_bounded() {
+        let dir = std::env::temp_dir().join(format!("csivol-agent-store-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let wal = dir.join("agent.db-wal");
+        let mut largest = 0;
+        {
+            let (store, _) = Store::open(&dir).await.unwrap();
+            for i in 0..4_000 {
+                let rec = StagingRecord {
+                    volume: format!("v{}", i % 50),
+                    plugin: "p".into(),
+                    external_id: format!("x{i}"),
+                    path: dir.join("staging").join(format!("v{i}")),
+                    state: StageState::Staged,
+                };
+                store.put_staging(&rec, None).await.unwrap();
+                largest = largest.max(std::fs::metadata(&wal).map_or(0, |m| m.len()));
+                // Let a checkpoint that was started finish, as a running agent would.
+                tokio::task::yield_now().await;
+            }
+            store.delete_staging("v0").await.unwrap();
+        }
+        // 4,000 records of a few pages each would make a WAL of tens of MiB.
+        assert!(largest < 8 << 20, "the WAL grew to {largest} bytes");
+        let (store, _) = Store::open(&dir).await.unwrap();
+        assert_eq!(store.stagings().len(), 49);
+        assert_eq!(store.staging("v1").unwrap().external_id, "x3951");
+        drop(store);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A busy machine may not run the blocking thread a checkpoint was handed to for a
+    /// long while: here it never does (the only one is held), and the writer's own
+    /// checkpoints still keep the WAL bounded.
+    #[test]
+    fn the_wal_stays_bounded_when_no_blocking_thread_runs_the_checkpoint() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .max_blocking_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let dir = std::env::temp_dir()
+                .join(format!("csivol-agent-store-held-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            let wal = dir.join("agent.db-wal");
+            let (store, _) = Store::open(&dir).await.unwrap();
+            let (release, held) = std::sync::mpsc::channel::<()>();
+            let holder = tokio::task::spawn_blocking(move || {
+                let _ = held.recv();
+            });
+            let mut largest = 0;
+            for i in 0..4_000 {
+                let rec = StagingRecord {
+                    volume: format!("v{}", i % 50),
+                    plugin: "p".into(),
+                    external_id: format!("x{i}"),
+                    path: dir.join("staging").join(format!("v{i}")),
+                    state: StageState::Staged,
+                };
+                store.put_staging(&rec, None).await.unwrap();
+                largest = largest.max(std::fs::metadata(&wal).map_or(0, |m| m.len()));
+            }
+            release.send(()).unwrap();
+            holder.await.unwrap();
+            assert!(largest < 8 << 20, "the WAL grew to {largest} bytes");
+            drop(store);
+            std::fs::remove_dir_all(&dir).unwrap();
+        });
+    }
+}

@@ -1,0 +1,32 @@
+//! csivol's decisions as pure functions over plain data: what the server decides when it
+//! records a claim and moves a volume, and what the node agent decides to do for one
+//! volume. Nothing here reads a clock, a file, a socket or a database; the server and the
+//! agent load the facts, call these functions and carry out their answers. Each module is
+//! table-tested: its cases read as the specification.
+//!
+//! - `claims`: whether a claim may be recorded (access modes, single writer, single node,
+//!   blocked holders, the node's eligibility, topology and free slots).
+//! - `transitions`: a volume's facts → the next states of its claims and attachments and
+//!   the controller operations to queue.
+//! - `queue`: which refusals a claim may wait out, and which queued claims to grant.
+//! - `expansion`: whether and how a volume may be expanded now (a failed expansion lowered
+//!   or cancelled).
+//! - `modify`: whether a volume's mutable parameters may be changed now, and which keys
+//!   ControllerModifyVolume is sent.
+//! - `snapshots`: whether a volume may be snapshotted, created from a snapshot or cloned.
+//! - `reconcile`: a controller's listing against csivol's attachments → findings.
+//! - `fence`: which configured fence method applies to a node, its command, and when an
+//!   automatic fence is due.
+//! - `kinds`: event and controller-operation kinds.
+//! - `plan`: the node agent's: one volume's desired state and records → the steps to take.
+
+pub mod claims;
+pub mod expansion;
+pub mod fence;
+pub mod kinds;
+pub mod modify;
+pub mod plan;
+pub mod queue;
+pub mod reconcile;
+pub mod snapshots;
+pub mod transitions;

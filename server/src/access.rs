@@ -1,0 +1,192 @@
+//! The API's access endpoints: tokens (create, list, revoke), who may host a plugin's
+//! controller, and the mutual-TLS check that a node token comes with its node's
+//! certificate.
+
+use axum::Json;
+use axum::extract::{Path, Request, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use csivol_api::{self as api, Role, TokenInfo, TokenRequest};
+
+use super::auth::{self, Caller};
+use super::db::now_ms;
+use super::error::{ApiError, ApiResult};
+use super::hosting;
+use super::http::{App, Body, name};
+use super::lifecycle;
+use csivol_rules::kinds::EventKind;
+
+/// Mutual TLS: a node token presented over a connection with a client certificate is
+/// accepted only when the certificate names the token's node (a DNS name in its subject
+/// alternative names), so a stolen token is useless without that node's key.
+pub(super) async fn client_cert_names_the_node(
+    State(app): State<App>,
+    req: Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if let Some(super::listen::PeerCert(cert)) = req.extensions().get()
+        && let Ok(caller) = app.caller(req.headers())
+        && let (Role::Node, Some(node)) = (caller.role, caller.node.as_deref())
+        && !cert_names(cert, node)
+    {
+        return ApiError::forbidden(format!(
+            "the client certificate is not for node `{node}`, the node this token acts for"
+        ))
+        .with_hint(format!(
+            "give the agent node {node}'s certificate (csivol-server tls init --node {node})"
+        ))
+        .into_response();
+    }
+    next.run(req).await
+}
+
+fn cert_names(cert: &rustls::pki_types::CertificateDer<'_>, node: &str) -> bool {
+    let Ok(name) = rustls::pki_types::ServerName::try_from(node) else {
+        return false;
+    };
+    webpki::EndEntityCert::try_from(cert)
+        .is_ok_and(|c| c.verify_is_valid_for_subject_name(&name).is_ok())
+}
+
+pub(super) async fn create_token(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Body(req): Body<TokenRequest>,
+) -> ApiResult<Response> {
+    let (actor, _) = app.operator(&headers)?;
+    let (resp, expires_at) = app
+        .db
+        .write(move |ctx| {
+            let t = auth::create_token(
+                ctx,
+                req.role,
+                req.node.clone(),
+                req.name.clone(),
+                req.ttl_ms,
+                req.controllers.clone(),
+            )?;
+            let expires_at = req.ttl_ms.map(|ms| {
+                ctx.now
+                    .saturating_add(i64::try_from(ms).unwrap_or(i64::MAX))
+            });
+            let mut what = format!("{} token {} created", t.role, t.id);
+            if let Some(name) = &t.name {
+                what.push_str(&format!(", named {name}"));
+            }
+            if let Some(e) = &t.expires_at {
+                what.push_str(&format!(", expires at {e}"));
+            }
+            if !t.controllers.is_empty() {
+                what.push_str(&format!(
+                    ", may host the controller of {}",
+                    t.controllers.join(", ")
+                ));
+            }
+            lifecycle::event(
+                ctx,
+                EventKind::TokenCreated,
+                None,
+                t.node.as_deref(),
+                None,
+                &actor,
+                what,
+            )?;
+            Ok((t, expires_at))
+        })
+        .await?;
+    app.tokens.remember(
+        &resp.token,
+        Caller {
+            token_id: resp.id.clone(),
+            role: resp.role,
+            node: resp.node.clone(),
+            name: resp.name.clone(),
+            controllers: resp.controllers.clone(),
+        },
+        expires_at,
+    );
+    Ok((StatusCode::CREATED, Json(resp)).into_response())
+}
+
+/// `GET /v1/plugins/{id}/controllers`.
+pub(super) async fn get_controller_hosts(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(plugin): Path<String>,
+) -> ApiResult<Json<api::ControllerHosts>> {
+    app.caller(&headers)?.require_reader()?;
+    name("plugin", &plugin)?;
+    Ok(Json(app.db.read(move |c| hosting::list(c, &plugin)).await?))
+}
+
+/// `POST /v1/plugins/{id}/controllers`: operators allow or disallow controller hosts.
+pub(super) async fn change_controller_hosts(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(plugin): Path<String>,
+    Body(req): Body<api::ControllerHostsChange>,
+) -> ApiResult<Json<api::ControllerHosts>> {
+    let (actor, _) = app.operator(&headers)?;
+    let p = plugin.clone();
+    app.db
+        .write(move |ctx| hosting::change(ctx, &actor, &p, &req.allow, &req.disallow))
+        .await?;
+    Ok(Json(app.db.read(move |c| hosting::list(c, &plugin)).await?))
+}
+
+/// `GET /v1/tokens`: operators only (a token list tells who may do what).
+pub(super) async fn list_tokens(
+    State(app): State<App>,
+    headers: HeaderMap,
+) -> ApiResult<Json<Vec<TokenInfo>>> {
+    app.operator(&headers)?;
+    persist_last_used(&app).await?;
+    let now = now_ms();
+    Ok(Json(app.db.read(move |c| auth::list_tokens(c, now)).await?))
+}
+
+/// Writes the in-memory last-use times, so that a list shows them and they survive a
+/// restart; on failure they are put back for the next try.
+pub(super) async fn persist_last_used(app: &App) -> ApiResult<()> {
+    let used = app.tokens.take_last_used();
+    if used.is_empty() {
+        return Ok(());
+    }
+    let again = used.clone();
+    let r = app
+        .db
+        .write(move |ctx| auth::persist_last_used(ctx, &used))
+        .await;
+    if r.is_err() {
+        app.tokens.put_back_last_used(again);
+    }
+    r
+}
+
+/// `DELETE /v1/tokens/{id}`: revokes a token; requests with it get 401 from then on.
+pub(super) async fn revoke_token(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> ApiResult<StatusCode> {
+    let (actor, _) = app.operator(&headers)?;
+    let revoked_id = id.clone();
+    let at = app
+        .db
+        .write(move |ctx| {
+            let role = auth::revoke_token(ctx, &id)?;
+            lifecycle::event(
+                ctx,
+                EventKind::TokenRevoked,
+                None,
+                None,
+                None,
+                &actor,
+                format!("{role} token {id} revoked"),
+            )?;
+            Ok(ctx.now)
+        })
+        .await?;
+    app.tokens.revoke(&revoked_id, at);
+    Ok(StatusCode::NO_CONTENT)
+}

@@ -1,0 +1,346 @@
+//! Backups and restores of the state database. A copy of `state.db` alone misses every
+//! change still in its write-ahead log (in a small database, all of them); a backup here is
+//! SQLite's online backup: one consistent snapshot of the committed state, WAL included,
+//! taken while the server runs, written as one self-contained file.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use rusqlite::{Connection, OpenFlags};
+
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue};
+use axum::response::{IntoResponse, Response};
+use csivol_api::INDEX_HEADER;
+
+use super::db::{self, SCHEMA_VERSION};
+use super::error::{ApiError, ApiResult};
+use super::http::App;
+use super::identity::{self, CLUSTER_ID_FILE, Contents, STATE_DB, Signs};
+
+/// `csivol-server backup` flags.
+#[derive(Debug, Clone, clap::Args)]
+pub struct BackupArgs {
+    /// The server's data dir (the one holding `state.db`); the server may be running
+    /// [default: the `data_dir` of --config].
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// The server's TOML config, for its `data_dir`.
+    #[arg(long, conflicts_with = "data_dir")]
+    pub config: Option<PathBuf>,
+    /// Where to write the backup (one SQLite file; replaced atomically if it exists).
+    #[arg(long, value_name = "FILE")]
+    pub to: PathBuf,
+}
+
+/// `csivol-server restore` flags.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RestoreArgs {
+    /// A backup written by `csivol-server backup` or `GET /v1/backup`.
+    #[arg(long, value_name = "FILE")]
+    pub from: PathBuf,
+    /// The data dir to restore into; its server must be stopped.
+    #[arg(long)]
+    pub data_dir: PathBuf,
+    /// Replace the cluster the data dir already holds (its database is kept aside as
+    /// `state.db.before-restore-<time>`).
+    #[arg(long)]
+    pub force: bool,
+}
+
+/// What a backup holds.
+#[derive(Debug, Clone)]
+pub struct Summary {
+    pub cluster_id: Option<String>,
+    pub schema: i64,
+    pub index: i64,
+    pub volumes: i64,
+    pub bytes: u64,
+}
+
+impl std::fmt::Display for Summary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "cluster {}, change index {}, {} volumes, schema version {}, {} bytes",
+            self.cluster_id
+                .as_deref()
+                .unwrap_or("(no id: made before cluster ids)"),
+            self.index,
+            self.volumes,
+            self.schema,
+            self.bytes
+        )
+    }
+}
+
+/// Opens the live database for reading without creating it.
+fn open_source(db: &Path) -> anyhow::Result<Connection> {
+    match identity::inspect(db)? {
+        Contents::Schema(_) => {}
+        other => bail!(
+            "nothing to back up: {}\nhint: pass the data dir the server runs with (--data-dir)",
+            match other {
+                Contents::Missing => format!("{} does not exist", db.display()),
+                _ => format!("{} holds no cluster state", db.display()),
+            }
+        ),
+    }
+    let conn = Connection::open_with_flags(db, OpenFlags::SQLITE_OPEN_READ_WRITE)
+        .with_context(|| format!("failed to open the state database {}", db.display()))?;
+    conn.busy_timeout(std::time::Duration::from_secs(10))?;
+    Ok(conn)
+}
+
+/// Writes a consistent snapshot of the database at `db` to `to` (temp file, fsync, rename).
+pub fn backup(db: &Path, to: &Path) -> anyhow::Result<Summary> {
+    let src = open_source(db)?;
+    let tmp = tmp_path(to);
+    let _ = std::fs::remove_file(&tmp);
+    let written = (|| -> anyhow::Result<Summary> {
+        let mut dst = Connection::open(&tmp)
+            .with_context(|| format!("failed to create {}", tmp.display()))?;
+        {
+            // All pages in one step: one read transaction, so one snapshot of committed
+            // state even while the server keeps writing.
+            use rusqlite::backup::StepResult;
+            let b = rusqlite::backup::Backup::new(&src, &mut dst)?;
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+            loop {
+                match b
+                    .step(-1)
+                    .with_context(|| format!("failed to back up {}", db.display()))?
+                {
+                    StepResult::Done => break,
+                    // Another step after a change of the source starts over, consistently.
+                    StepResult::More => {}
+                    StepResult::Busy | StepResult::Locked
+                        if std::time::Instant::now() < deadline =>
+                    {
+                        std::thread::sleep(std::time::Duration::from_millis(10));
+                    }
+                    _ => bail!(
+                        "failed to back up {}: the database stayed locked for 30s",
+                        db.display()
+                    ),
+                }
+            }
+        }
+        // A backup is one file: no WAL beside it to lose.
+        dst.pragma_update(None, "journal_mode", "DELETE")?;
+        let summary = verify(&dst, &tmp)?;
+        drop(dst);
+        std::fs::File::open(&tmp)?.sync_all()?;
+        Ok(summary)
+    })();
+    let summary = match written {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e);
+        }
+    };
+    std::fs::rename(&tmp, to).with_context(|| format!("failed to write {}", to.display()))?;
+    let dir = to.parent().filter(|p| !p.as_os_str().is_empty());
+    identity::sync_dir(dir.unwrap_or(Path::new(".")))
+        .with_context(|| format!("failed to sync the directory of {}", to.display()))?;
+    Ok(Summary {
+        bytes: std::fs::metadata(to).map_or(0, |m| m.len()),
+        ..summary
+    })
+}
+
+fn tmp_path(to: &Path) -> PathBuf {
+    let mut name = to.file_name().unwrap_or_default().to_owned();
+    name.push(".tmp");
+    to.with_file_name(name)
+}
+
+/// Checks a backup: whole, csivol's, not newer than this build; what it holds.
+fn verify(conn: &Connection, path: &Path) -> anyhow::Result<Summary> {
+    let check: String = conn
+        .query_row("PRAGMA quick_check", [], |r| r.get(0))
+        .with_context(|| format!("{} is not a readable SQLite database", path.display()))?;
+    if check != "ok" {
+        bail!("{} is damaged: {check}", path.display());
+    }
+    let schema: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+    if schema == 0 {
+        bail!("{} holds no csivol state (no schema)", path.display());
+    }
+    if schema > SCHEMA_VERSION {
+        bail!(
+            "{} has schema version {schema}, newer than this csivol-server understands \
+             ({SCHEMA_VERSION})\nhint: restore it with the csivol-server that made it, or a newer one",
+            path.display()
+        );
+    }
+    // Asked of the schema itself, not of its version: a backup made before cluster ids
+    // has none, and gets one when the server migrates it.
+    let has_id: bool = conn.query_row(
+        "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'cluster')",
+        [],
+        |r| r.get(0),
+    )?;
+    let cluster_id = if has_id {
+        Some(db::cluster_id(conn)?)
+    } else {
+        None
+    };
+    let index = conn.query_row("SELECT value FROM meta WHERE key = 'index'", [], |r| {
+        r.get(0)
+    })?;
+    let volumes = conn.query_row("SELECT COUNT(*) FROM volumes", [], |r| r.get(0))?;
+    Ok(Summary {
+        cluster_id,
+        schema,
+        index,
+        volumes,
+        bytes: std::fs::metadata(path).map_or(0, |m| m.len()),
+    })
+}
+
+/// `csivol-server backup`.
+pub fn run_backup(args: &BackupArgs, data_dir: &Path) -> anyhow::Result<()> {
+    let db = data_dir.join(STATE_DB);
+    let summary = backup(&db, &args.to)?;
+    println!("backed up {} to {}", summary, args.to.display());
+    Ok(())
+}
+
+/// `csivol-server restore`.
+pub fn run_restore(args: &RestoreArgs) -> anyhow::Result<()> {
+    let summary = {
+        let conn = Connection::open_with_flags(&args.from, OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .with_context(|| format!("failed to open the backup {}", args.from.display()))?;
+        verify(&conn, &args.from)?
+    };
+    let dir = &args.data_dir;
+    super::create_private_dir(dir)?;
+    let Some(_lock) = identity::try_lock(dir)? else {
+        bail!(
+            "a csivol server is running on data dir {}: a restore cannot replace its database \
+             under it\nhint: stop that server, then run the restore again",
+            dir.display()
+        );
+    };
+    let db = dir.join(STATE_DB);
+    let current = identity::inspect(&db)?;
+    let signs = Signs::find(dir)?;
+    let stamp = db::now_ms();
+    if current.has_state() || signs.any() {
+        if !args.force {
+            bail!(
+                "data dir {} already holds a cluster{}: restoring would replace it\n\
+                 hint: to replace it, run the restore again with --force (its database is kept \
+                 as {}.before-restore-<time>)",
+                dir.display(),
+                signs
+                    .cluster_id
+                    .as_deref()
+                    .map_or(String::new(), |id| format!(" ({id})")),
+                db.display()
+            );
+        }
+        for suffix in ["", "-wal"] {
+            let from = dir.join(format!("{STATE_DB}{suffix}"));
+            let to = dir.join(format!("{STATE_DB}.before-restore-{stamp}{suffix}"));
+            if from.exists() {
+                std::fs::rename(&from, &to).with_context(|| {
+                    format!(
+                        "failed to move {} aside to {}",
+                        from.display(),
+                        to.display()
+                    )
+                })?;
+            }
+        }
+    }
+    // A WAL or shared-memory file of another database must not be applied to this one.
+    for suffix in ["-wal", "-shm"] {
+        let stale = dir.join(format!("{STATE_DB}{suffix}"));
+        match std::fs::remove_file(&stale) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                return Err(e).with_context(|| format!("failed to remove {}", stale.display()));
+            }
+        }
+    }
+    let tmp = dir.join(format!("{STATE_DB}.restore.tmp"));
+    std::fs::copy(&args.from, &tmp).with_context(|| {
+        format!(
+            "failed to copy {} to {}",
+            args.from.display(),
+            tmp.display()
+        )
+    })?;
+    std::fs::File::open(&tmp)?.sync_all()?;
+    std::fs::rename(&tmp, &db).with_context(|| format!("failed to write {}", db.display()))?;
+    match &summary.cluster_id {
+        Some(id) => identity::write_id(dir, id)?,
+        // An older backup gets its id when the server migrates it.
+        None => {
+            let _ = std::fs::remove_file(dir.join(CLUSTER_ID_FILE));
+        }
+    }
+    identity::sync_dir(dir)?;
+    println!(
+        "restored {} from {} into {}",
+        summary,
+        args.from.display(),
+        db.display()
+    );
+    eprintln!(
+        "start the server on it: csivol-server serve --data-dir {}; the tokens of the backup are valid again",
+        dir.display()
+    );
+    Ok(())
+}
+
+/// `GET /v1/backup`: a consistent snapshot of the state database, as one SQLite file.
+pub(super) async fn download(State(app): State<App>, headers: HeaderMap) -> ApiResult<Response> {
+    app.operator(&headers)?;
+    let db = app.db.path().to_owned();
+    let (summary, bytes) = tokio::task::spawn_blocking(move || {
+        // The snapshot goes through a file beside the database (same filesystem, private
+        // dir), read back and removed: the online backup API writes to a database file.
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let to = db.with_file_name(format!("backup-{}-{n}.db", std::process::id()));
+        let result = backup(&db, &to).and_then(|s| Ok((s, std::fs::read(&to)?)));
+        let _ = std::fs::remove_file(&to);
+        result
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("backup task failed: {e}")))?
+    .map_err(|e| {
+        ApiError::unavailable(format!("the backup failed: {e:#}")).with_hint(
+            "`csivol-server backup --data-dir DIR --to FILE` on the server's machine does the same",
+        )
+    })?;
+    let mut r = (
+        [
+            (
+                axum::http::header::CONTENT_TYPE,
+                "application/vnd.sqlite3".to_owned(),
+            ),
+            (
+                axum::http::header::CONTENT_DISPOSITION,
+                "attachment; filename=\"csivol-state.db\"".to_owned(),
+            ),
+        ],
+        bytes,
+    )
+        .into_response();
+    if let Some(id) = summary
+        .cluster_id
+        .as_deref()
+        .and_then(|id| HeaderValue::from_str(id).ok())
+    {
+        r.headers_mut().insert("x-csivol-cluster", id);
+    }
+    r.headers_mut()
+        .insert(INDEX_HEADER, HeaderValue::from(summary.index as u64));
+    Ok(r)
+}

@@ -1,0 +1,827 @@
+//! The cluster state database: schema migrations, one writer thread that commits requests
+//! in groups (each request in its own savepoint, one fsync per group), and a pool of read
+//! connections. A write is acknowledged only after its group's commit is durable.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
+use tokio::sync::{mpsc, oneshot};
+
+use super::error::{ApiError, ApiResult};
+use super::watch::{Hub, Key};
+
+/// Schema migrations, in order; the database's `user_version` is how many were applied.
+const MIGRATIONS: &[&str] = &[
+    r#"
+CREATE TABLE meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+INSERT INTO meta (key, value) VALUES ('index', 1);
+
+CREATE TABLE tokens (
+    id TEXT PRIMARY KEY,
+    hash TEXT NOT NULL UNIQUE,
+    role TEXT NOT NULL,
+    node TEXT,
+    created_at INTEGER NOT NULL
+);
+
+CREATE TABLE nodes (
+    name TEXT PRIMARY KEY,
+    status TEXT NOT NULL,
+    registered_at INTEGER NOT NULL,
+    lost_at INTEGER,
+    fence_after_ms INTEGER,
+    fenced_at INTEGER
+);
+
+CREATE TABLE node_plugins (
+    node TEXT NOT NULL,
+    plugin TEXT NOT NULL,
+    registration TEXT NOT NULL,
+    csi_node_id TEXT,
+    max_volumes INTEGER NOT NULL,
+    node_service INTEGER NOT NULL,
+    controller INTEGER NOT NULL,
+    controller_service INTEGER NOT NULL,
+    controller_publish INTEGER NOT NULL,
+    stage_unstage INTEGER NOT NULL,
+    PRIMARY KEY (node, plugin)
+);
+CREATE INDEX node_plugins_plugin ON node_plugins (plugin);
+
+CREATE TABLE volumes (
+    name TEXT PRIMARY KEY,
+    plugin TEXT NOT NULL,
+    external_id TEXT NOT NULL,
+    access_mode TEXT NOT NULL,
+    attachment TEXT NOT NULL,
+    fs_type TEXT NOT NULL,
+    mount_flags TEXT NOT NULL,
+    context TEXT NOT NULL,
+    parameters TEXT NOT NULL,
+    secrets TEXT NOT NULL,
+    capacity_bytes INTEGER,
+    lifecycle TEXT NOT NULL,
+    error TEXT,
+    created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL,
+    modify_index INTEGER NOT NULL
+);
+CREATE INDEX volumes_plugin ON volumes (plugin);
+
+CREATE TABLE claims (
+    volume TEXT NOT NULL,
+    alloc TEXT NOT NULL,
+    node TEXT NOT NULL,
+    mode TEXT NOT NULL,
+    state TEXT NOT NULL,
+    target_path TEXT,
+    error TEXT,
+    next_retry_at INTEGER,
+    created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL,
+    modify_index INTEGER NOT NULL,
+    PRIMARY KEY (volume, alloc)
+);
+CREATE INDEX claims_node ON claims (node, state);
+
+CREATE TABLE attachments (
+    volume TEXT NOT NULL,
+    node TEXT NOT NULL,
+    state TEXT NOT NULL,
+    publish_context TEXT NOT NULL,
+    forced INTEGER NOT NULL DEFAULT 0,
+    error TEXT,
+    next_retry_at INTEGER,
+    updated_at INTEGER NOT NULL,
+    PRIMARY KEY (volume, node)
+);
+CREATE INDEX attachments_node ON attachments (node, state);
+
+CREATE TABLE ops (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    kind TEXT NOT NULL,
+    plugin TEXT NOT NULL,
+    volume TEXT NOT NULL,
+    node TEXT,
+    host TEXT,
+    attempt INTEGER NOT NULL DEFAULT 0,
+    not_before INTEGER NOT NULL DEFAULT 0,
+    error TEXT,
+    payload TEXT NOT NULL DEFAULT '{}',
+    created_at INTEGER NOT NULL,
+    assigned_at INTEGER
+);
+CREATE INDEX ops_host ON ops (host);
+CREATE INDEX ops_plugin ON ops (plugin, host);
+CREATE INDEX ops_volume ON ops (volume);
+
+CREATE TABLE events (
+    idx INTEGER PRIMARY KEY AUTOINCREMENT,
+    at INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    volume TEXT,
+    node TEXT,
+    alloc TEXT,
+    actor TEXT NOT NULL,
+    message TEXT NOT NULL
+);
+CREATE INDEX events_volume ON events (volume);
+CREATE INDEX events_node ON events (node);
+"#,
+    r#"
+-- Whether a plugin needs ControllerPublish is asked for every claim; answer it from an
+-- index instead of every node's row.
+CREATE INDEX node_plugins_caps ON node_plugins (plugin, controller, controller_publish);
+CREATE INDEX node_plugins_service ON node_plugins (plugin, controller_service);
+CREATE INDEX events_alloc ON events (alloc);
+"#,
+    r#"
+-- What a claim waits for on its node (node truth: readiness is checked against the mount
+-- table), and the plugin's abnormal volume condition.
+ALTER TABLE claims ADD COLUMN waiting TEXT;
+ALTER TABLE claims ADD COLUMN waiting_since INTEGER;
+ALTER TABLE claims ADD COLUMN waiting_timeout_ms INTEGER;
+ALTER TABLE claims ADD COLUMN condition TEXT;
+"#,
+    r#"
+-- CI claims: leases (released when not renewed), labels, and the volume's queue (claims in
+-- state 'queued', granted in arrival order: created_at, then rowid).
+ALTER TABLE claims ADD COLUMN ttl_ms INTEGER;
+ALTER TABLE claims ADD COLUMN expires_at INTEGER;
+ALTER TABLE claims ADD COLUMN labels TEXT NOT NULL DEFAULT '{}';
+-- A claim that was being released (or cleaned up after a failure) when its node was lost:
+-- when the node returns, it is released through it, not resumed.
+ALTER TABLE claims ADD COLUMN release_pending INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX claims_expires ON claims (expires_at) WHERE expires_at IS NOT NULL;
+"#,
+    r#"
+-- The cluster's identity, made once with the schema and kept by backups. The server also
+-- writes it beside the database (`cluster.id`), so that a data dir whose database went
+-- missing or empty is recognised as a lost cluster instead of becoming a new, empty one.
+CREATE TABLE cluster (id TEXT PRIMARY KEY, created_at INTEGER NOT NULL);
+INSERT INTO cluster (id, created_at)
+    VALUES (lower(hex(randomblob(16))), CAST(strftime('%s', 'now') AS INTEGER) * 1000);
+"#,
+    r#"
+-- Fencing: a node's labels (as its agent reported them), the policy's failed attempts,
+-- and every run of a fence method with its evidence.
+ALTER TABLE nodes ADD COLUMN labels TEXT NOT NULL DEFAULT '{}';
+ALTER TABLE nodes ADD COLUMN fence_failures INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE nodes ADD COLUMN fence_error TEXT;
+ALTER TABLE nodes ADD COLUMN fence_failed_at INTEGER;
+
+CREATE TABLE fences (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    node TEXT NOT NULL,
+    at INTEGER NOT NULL,
+    method TEXT NOT NULL,
+    command TEXT NOT NULL,
+    exit_status INTEGER,
+    timed_out INTEGER NOT NULL,
+    output TEXT NOT NULL,
+    duration_ms INTEGER NOT NULL,
+    actor TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    ok INTEGER NOT NULL
+);
+CREATE INDEX fences_node ON fences (node, id);
+"#,
+    r#"
+-- Whether a node takes new claims (eligible, ineligible, draining): an operator's choice
+-- that a registration keeps.
+ALTER TABLE nodes ADD COLUMN eligibility TEXT NOT NULL DEFAULT 'eligible';
+"#,
+    r#"
+-- Token names (`token create --name alice`), shown as the actor in events; unique.
+ALTER TABLE tokens ADD COLUMN name TEXT;
+CREATE UNIQUE INDEX tokens_name ON tokens (name) WHERE name IS NOT NULL;
+"#,
+    r#"
+-- Tokens expire and are revoked (kept, so that the refusal can say which); when each was
+-- last used; which plugins' controllers a node token's node may host.
+ALTER TABLE tokens ADD COLUMN expires_at INTEGER;
+ALTER TABLE tokens ADD COLUMN revoked_at INTEGER;
+ALTER TABLE tokens ADD COLUMN last_used_at INTEGER;
+ALTER TABLE tokens ADD COLUMN controllers TEXT NOT NULL DEFAULT '[]';
+-- Controller hosts an operator allowed (`csivol plugin controllers P --allow N`). The nodes
+-- that hosted a controller before hosting was authorised keep hosting it: they were
+-- accepted then, and refusing them at upgrade would stall every volume of their plugin.
+CREATE TABLE controller_hosts (
+    plugin TEXT NOT NULL,
+    node TEXT NOT NULL,
+    allowed_by TEXT NOT NULL,
+    allowed_at INTEGER NOT NULL,
+    PRIMARY KEY (plugin, node)
+);
+INSERT INTO controller_hosts (plugin, node, allowed_by, allowed_at)
+    SELECT plugin, node, 'upgrade', CAST(strftime('%s', 'now') AS INTEGER) * 1000
+    FROM node_plugins WHERE controller = 1;
+"#,
+    r#"
+-- An expansion in progress or failed (`csivol volume expand`), as JSON: the capacity asked
+-- for, its phase, and each node's NodeExpandVolume.
+ALTER TABLE volumes ADD COLUMN expansion TEXT;
+"#,
+    r#"
+-- Controller-side reconciliation: per plugin, what its last listings showed that differs
+-- from csivol's attachments (JSON, `reconcile::Kept`), replaced at each listing.
+CREATE TABLE controller_findings (
+    plugin TEXT PRIMARY KEY,
+    findings TEXT NOT NULL,
+    listed_at INTEGER NOT NULL
+);
+"#,
+    r#"
+-- Topology: the segments each node plugin reports (NodeGetInfo's `accessible_topology`, read
+-- by every claim, so a column rather than the registration's JSON; the registrations
+-- recorded before fill it), the segments a volume is accessible from, and what
+-- `volume create` asked for.
+ALTER TABLE node_plugins ADD COLUMN topology TEXT NOT NULL DEFAULT '{}';
+UPDATE node_plugins
+    SET topology = COALESCE(json_extract(registration, '$.node.info.accessible_topology'), '{}')
+    WHERE json_valid(registration);
+ALTER TABLE volumes ADD COLUMN accessible_topology TEXT NOT NULL DEFAULT '[]';
+ALTER TABLE volumes ADD COLUMN topology_request TEXT;
+"#,
+    r#"
+-- Snapshots taken through a plugin's controller (`csivol snapshot create`): the volume they
+-- were taken of (kept when that volume is deleted), the plugin's id and `ready_to_use`,
+-- tracked until true.
+CREATE TABLE snapshots (
+    name TEXT PRIMARY KEY,
+    volume TEXT NOT NULL,
+    plugin TEXT NOT NULL,
+    snapshot_id TEXT NOT NULL,
+    state TEXT NOT NULL,
+    ready_to_use INTEGER NOT NULL,
+    size_bytes INTEGER NOT NULL,
+    creation_time INTEGER,
+    parameters TEXT NOT NULL,
+    error TEXT,
+    created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL,
+    modify_index INTEGER NOT NULL
+);
+CREATE INDEX snapshots_volume ON snapshots (volume);
+"#,
+    r#"
+-- One value sealed with the secrets key the cluster first started with: a server given
+-- another key (a second server over etcd, a data dir with the wrong key file) is refused at
+-- start, before it needs a secret it could not open.
+CREATE TABLE secrets_check (id INTEGER PRIMARY KEY CHECK (id = 1), sealed TEXT NOT NULL);
+"#,
+    r#"
+-- Mutable parameters (ControllerModifyVolume): what a volume has, as JSON, and a change
+-- asked for and not applied yet, or refused (`csivol volume modify`).
+ALTER TABLE volumes ADD COLUMN mutable_parameters TEXT NOT NULL DEFAULT '{}';
+ALTER TABLE volumes ADD COLUMN modification TEXT;
+"#,
+];
+
+/// How many schema migrations this build knows: a database at this `user_version` is current.
+pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+
+/// The cluster id recorded in the database (every migrated database has one).
+pub fn cluster_id(conn: &Connection) -> rusqlite::Result<String> {
+    conn.query_row("SELECT id FROM cluster", [], |r| r.get(0))
+}
+
+/// The current time in unix milliseconds.
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// Distinct statements the server runs; all of them stay prepared.
+const STATEMENT_CACHE: usize = 256;
+
+fn configure(conn: &Connection) -> rusqlite::Result<()> {
+    conn.busy_timeout(std::time::Duration::from_secs(10))?;
+    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+    // WAL lets readers run beside the writer; synchronous=FULL makes each commit durable
+    // (the WAL is fsynced) before it returns.
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "FULL")?;
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    // Overwritten and deleted content is zeroed, so that a secret sealed again under a new
+    // key, or a volume deregistered, leaves no old bytes in free pages.
+    conn.pragma_update(None, "secure_delete", "ON")?;
+    Ok(())
+}
+
+/// Opens (creating or migrating) the database at `path`; returns the connection and the
+/// last committed change index.
+pub fn open(path: &Path) -> anyhow::Result<(Connection, u64)> {
+    use anyhow::Context;
+    let mut conn = Connection::open(path)
+        .with_context(|| format!("failed to open the state database {}", path.display()))?;
+    configure(&conn).with_context(|| format!("failed to configure {}", path.display()))?;
+    let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+    let known = MIGRATIONS.len() as i64;
+    if version > known {
+        anyhow::bail!(
+            "the state database {} has schema version {version}, newer than this csivol-server \
+             understands ({known}); run a newer csivol-server, or restore a backup made by this version",
+            path.display()
+        );
+    }
+    if version < known {
+        let tx = conn.transaction()?;
+        for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
+            tx.execute_batch(sql).with_context(|| {
+                format!(
+                    "failed to migrate {} to schema version {}",
+                    path.display(),
+                    i + 1
+                )
+            })?;
+        }
+        tx.pragma_update(None, "user_version", known)?;
+        tx.commit()?;
+        tracing::info!(path = %path.display(), from = version, to = known, "database schema migrated");
+    }
+    let index: i64 = conn.query_row("SELECT value FROM meta WHERE key = 'index'", [], |r| {
+        r.get(0)
+    })?;
+    Ok((conn, index as u64))
+}
+
+/// What a write request sees: the open transaction, the index its group commits at, the
+/// time, and the keys it changes.
+pub struct WriteCtx<'a> {
+    pub tx: &'a rusqlite::Transaction<'a>,
+    pub index: u64,
+    pub now: i64,
+    touched: Vec<Key>,
+    on_commit: Vec<AfterCommit>,
+}
+
+type AfterCommit = Box<dyn FnOnce() + Send>;
+
+impl WriteCtx<'_> {
+    /// Marks `key` changed by this request (wakes its blocking queries after commit).
+    pub fn touch(&mut self, key: Key) {
+        self.touched.push(key);
+    }
+
+    /// Runs `f` once this request's changes are committed, never if they are rolled back:
+    /// log lines about a change are written after it happened (`store::Txn::after_commit`).
+    pub(super) fn after_commit(&mut self, f: AfterCommit) {
+        self.on_commit.push(f);
+    }
+}
+
+/// One write request. The etcd store runs a group's requests again when another server
+/// committed first (its mirror moved on), so a request may run more than once; it is
+/// answered once, with the result of its last run.
+pub(super) trait Job: Send {
+    /// Runs the request; whether it succeeded (its changes are kept).
+    fn run(&mut self, ctx: &mut WriteCtx<'_>) -> bool;
+    /// Answers the request: its result, or the commit's error.
+    fn finish(self: Box<Self>, commit_error: Option<ApiError>);
+    /// Whether only the leader may commit it (`Db::write_led`).
+    fn led(&self) -> bool;
+}
+
+struct Request<T, F> {
+    led: bool,
+    f: F,
+    result: Option<ApiResult<T>>,
+    reply: oneshot::Sender<ApiResult<T>>,
+}
+
+impl<T, F> Job for Request<T, F>
+where
+    T: Send,
+    F: FnMut(&mut WriteCtx<'_>) -> ApiResult<T> + Send,
+{
+    fn run(&mut self, ctx: &mut WriteCtx<'_>) -> bool {
+        self.result = None;
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (self.f)(ctx))) {
+            Ok(r) => {
+                let ok = r.is_ok();
+                self.result = Some(r);
+                ok
+            }
+            Err(_) => {
+                tracing::error!("a write request panicked; its changes are rolled back");
+                false
+            }
+        }
+    }
+
+    fn led(&self) -> bool {
+        self.led
+    }
+
+    fn finish(self: Box<Self>, commit_error: Option<ApiError>) {
+        let answer = match (commit_error, self.result) {
+            (Some(e), _) => Err(e),
+            (None, Some(r)) => r,
+            (None, None) => Err(ApiError::internal("the write request panicked")),
+        };
+        let _ = self.reply.send(answer);
+    }
+}
+
+pub(super) type BoxJob = Box<dyn Job>;
+
+/// What a group's successful requests asked for once it commits.
+#[derive(Default)]
+pub(super) struct GroupEffects {
+    pub touched: Vec<Key>,
+    pub on_commit: Vec<AfterCommit>,
+}
+
+/// Runs `group` in `tx`, each request in a savepoint of its own (a failed one rolls back
+/// alone), and records the group's change index in `meta`.
+pub(super) fn run_group(
+    tx: &rusqlite::Transaction<'_>,
+    group: &mut [BoxJob],
+    index: u64,
+) -> Result<GroupEffects, String> {
+    let mut effects = GroupEffects::default();
+    for job in group.iter_mut() {
+        tx.execute_batch("SAVEPOINT job")
+            .map_err(|e| e.to_string())?;
+        let mut ctx = WriteCtx {
+            tx,
+            index,
+            now: now_ms(),
+            touched: Vec::new(),
+            on_commit: Vec::new(),
+        };
+        if job.run(&mut ctx) {
+            tx.execute_batch("RELEASE job").map_err(|e| e.to_string())?;
+            effects.touched.append(&mut ctx.touched);
+            effects.on_commit.append(&mut ctx.on_commit);
+        } else {
+            tx.execute_batch("ROLLBACK TO job; RELEASE job")
+                .map_err(|e| e.to_string())?;
+        }
+    }
+    tx.execute(
+        "UPDATE meta SET value = ?1 WHERE key = 'index'",
+        params![index as i64],
+    )
+    .map_err(|e| e.to_string())?;
+    Ok(effects)
+}
+
+/// The database handle: a writer thread fed by a channel, and read connections.
+#[derive(Clone)]
+pub struct Db {
+    jobs: mpsc::UnboundedSender<BoxJob>,
+    readers: Arc<Mutex<Vec<Connection>>>,
+    /// Bounds concurrent reads, and so read connections and their page caches.
+    read_slots: Arc<tokio::sync::Semaphore>,
+    path: PathBuf,
+    pub hub: Arc<Hub>,
+    /// Why the last commit failed, until one succeeds.
+    write_error: Arc<Mutex<Option<String>>>,
+    /// Bumped when another server changed the tokens (etcd store), so that this one
+    /// reloads them.
+    pub tokens_changed: Arc<tokio::sync::Notify>,
+}
+
+impl std::fmt::Debug for Db {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Db").field("path", &self.path).finish()
+    }
+}
+
+/// Most reads running at once (each holds a read connection while it runs). Reads are
+/// short; more of them than cores only adds connections, threads and memory.
+const READERS: usize = 8;
+
+/// Most requests committed together in one transaction.
+const MAX_GROUP: usize = 512;
+
+/// What a writer thread is handed: the job channel, the hub and the error slot.
+pub(super) struct WriterParts {
+    pub rx: mpsc::UnboundedReceiver<BoxJob>,
+    pub hub: Arc<Hub>,
+    pub write_error: Arc<Mutex<Option<String>>>,
+    pub tokens_changed: Arc<tokio::sync::Notify>,
+}
+
+impl Db {
+    pub fn start(path: &Path) -> anyhow::Result<Self> {
+        let (conn, index) = open(path)?;
+        Self::start_with(path, index, move |parts| {
+            writer(conn, index, parts);
+        })
+    }
+
+    /// A database at `path` whose writer thread runs `writer` (the SQLite writer, or the
+    /// etcd store's over its mirror) from change index `index`.
+    pub(super) fn start_with(
+        path: &Path,
+        index: u64,
+        writer: impl FnOnce(WriterParts) + Send + 'static,
+    ) -> anyhow::Result<Self> {
+        let hub = Arc::new(Hub::new(index));
+        let (jobs, rx) = mpsc::unbounded_channel();
+        let write_error = Arc::new(Mutex::new(None));
+        let tokens_changed = Arc::new(tokio::sync::Notify::new());
+        let parts = WriterParts {
+            rx,
+            hub: Arc::clone(&hub),
+            write_error: Arc::clone(&write_error),
+            tokens_changed: Arc::clone(&tokens_changed),
+        };
+        std::thread::Builder::new()
+            .name("csivol-db-writer".into())
+            .spawn(move || writer(parts))?;
+        Ok(Self {
+            jobs,
+            readers: Arc::new(Mutex::new(Vec::new())),
+            read_slots: Arc::new(tokio::sync::Semaphore::new(READERS)),
+            path: path.to_owned(),
+            hub,
+            write_error,
+            tokens_changed,
+        })
+    }
+
+    /// Why the database refuses writes (the last commit failed), or `None`.
+    pub fn write_error(&self) -> Option<String> {
+        self.write_error
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Runs `f` in the writer's transaction; returns its result once committed durably.
+    /// If `f` fails, its changes are rolled back and other requests of the group commit.
+    /// `f` may run more than once (the etcd store runs it again after a conflict), so it
+    /// must act only through `ctx`.
+    pub async fn write<T, F>(&self, f: F) -> ApiResult<T>
+    where
+        T: Send + 'static,
+        F: FnMut(&mut WriteCtx<'_>) -> ApiResult<T> + Send + 'static,
+    {
+        self.send(false, f).await
+    }
+
+    /// [`Db::write`] for once-only work: with the etcd store it commits only while this
+    /// server leads (its commit compares the leader's term), so a deposed leader's write
+    /// fails; the single SQLite server always leads.
+    pub async fn write_led<T, F>(&self, f: F) -> ApiResult<T>
+    where
+        T: Send + 'static,
+        F: FnMut(&mut WriteCtx<'_>) -> ApiResult<T> + Send + 'static,
+    {
+        self.send(true, f).await
+    }
+
+    async fn send<T, F>(&self, led: bool, f: F) -> ApiResult<T>
+    where
+        T: Send + 'static,
+        F: FnMut(&mut WriteCtx<'_>) -> ApiResult<T> + Send + 'static,
+    {
+        let (reply, answer) = oneshot::channel();
+        let job: BoxJob = Box::new(Request {
+            led,
+            f,
+            result: None,
+            reply,
+        });
+        self.jobs
+            .send(job)
+            .map_err(|_| ApiError::unavailable("the database writer has stopped"))?;
+        answer
+            .await
+            .map_err(|_| ApiError::unavailable("the database writer has stopped"))?
+    }
+
+    /// Runs `f` on a read connection (a consistent snapshot of committed state), on a
+    /// blocking thread.
+    pub async fn read<T, F>(&self, f: F) -> ApiResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> ApiResult<T> + Send + 'static,
+    {
+        let permit = self.read_permit().await?;
+        let readers = Arc::clone(&self.readers);
+        let path = self.path.clone();
+        tokio::task::spawn_blocking(move || {
+            let r = read_on(&readers, &path, f);
+            drop(permit);
+            r
+        })
+        .await
+        .map_err(|e| ApiError::internal(format!("read task failed: {e}")))?
+    }
+
+    /// [`Db::read`] on the calling thread, for reads bounded by a few rows (one volume,
+    /// one node's changed volumes): a WAL reader never waits for the writer, and such a
+    /// read costs less than the two thread hand-offs of a blocking task.
+    pub async fn read_small<T>(&self, f: impl FnOnce(&Connection) -> ApiResult<T>) -> ApiResult<T> {
+        let _permit = self.read_permit().await?;
+        read_on(&self.readers, &self.path, f)
+    }
+
+    async fn read_permit(&self) -> ApiResult<tokio::sync::OwnedSemaphorePermit> {
+        Arc::clone(&self.read_slots)
+            .acquire_owned()
+            .await
+            .map_err(|_| ApiError::unavailable("the database is closing"))
+    }
+}
+
+/// Runs `f` in a read transaction on a pooled read connection (opened when none is free).
+fn read_on<T>(
+    readers: &Mutex<Vec<Connection>>,
+    path: &Path,
+    f: impl FnOnce(&Connection) -> ApiResult<T>,
+) -> ApiResult<T> {
+    let conn = readers.lock().unwrap_or_else(|e| e.into_inner()).pop();
+    let conn = match conn {
+        Some(c) => c,
+        None => {
+            let c = Connection::open_with_flags(
+                path,
+                OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+            )?;
+            c.busy_timeout(std::time::Duration::from_secs(10))?;
+            c.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+            c
+        }
+    };
+    let result = {
+        let tx = conn.unchecked_transaction()?;
+        let r = f(&tx);
+        drop(tx);
+        r
+    };
+    readers.lock().unwrap_or_else(|e| e.into_inner()).push(conn);
+    result
+}
+
+/// Takes up to [`MAX_GROUP`] waiting requests after `first`.
+pub(super) fn take_group(first: BoxJob, rx: &mut mpsc::UnboundedReceiver<BoxJob>) -> Vec<BoxJob> {
+    let mut group = vec![first];
+    while group.len() < MAX_GROUP {
+        match rx.try_recv() {
+            Ok(job) => group.push(job),
+            Err(_) => break,
+        }
+    }
+    group
+}
+
+fn writer(mut conn: Connection, mut index: u64, parts: WriterParts) {
+    let WriterParts {
+        mut rx,
+        hub,
+        write_error,
+        ..
+    } = parts;
+    while let Some(first) = rx.blocking_recv() {
+        let mut group = take_group(first, &mut rx);
+        let next = index + 1;
+        let committed: Result<GroupEffects, String> = (|| {
+            let tx = conn.transaction().map_err(|e| e.to_string())?;
+            let effects = run_group(&tx, &mut group, next)?;
+            tx.commit().map_err(|e| e.to_string())?;
+            Ok(effects)
+        })();
+        match committed {
+            Ok(effects) => {
+                index = next;
+                let recovered = write_error.lock().unwrap_or_else(|e| e.into_inner()).take();
+                if let Some(e) = recovered {
+                    tracing::info!(was = %e, "the state database accepts writes again");
+                }
+                for f in effects.on_commit {
+                    f();
+                }
+                hub.publish(index, effects.touched);
+                for job in group {
+                    job.finish(None);
+                }
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "commit failed; the group's requests are refused");
+                *write_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(e.clone());
+                for job in group {
+                    job.finish(Some(ApiError::unavailable(format!(
+                        "the state database could not commit: {e}"
+                    ))));
+                }
+            }
+        }
+    }
+}
+
+/// Reads a single optional row.
+pub fn optional<T>(r: rusqlite::Result<T>) -> ApiResult<Option<T>> {
+    Ok(r.optional()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refuses_a_newer_schema_and_migrates_an_empty_one() {
+        let dir = tempfile_dir();
+        let path = dir.join("state.db");
+        let (conn, index) = open(&path).unwrap();
+        assert_eq!(index, 1);
+        conn.pragma_update(None, "user_version", 99).unwrap();
+        drop(conn);
+        let err = open(&path).unwrap_err().to_string();
+        assert!(err.contains("schema version 99"), "{err}");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn migrates_an_older_schema_keeping_its_data() {
+        let dir = tempfile_dir();
+        let path = dir.join("state.db");
+        {
+            let conn = Connection::open(&path).unwrap();
+            conn.execute_batch(MIGRATIONS[0]).unwrap();
+            conn.pragma_update(None, "user_version", 1).unwrap();
+            conn.execute("UPDATE meta SET value = 42 WHERE key = 'index'", [])
+                .unwrap();
+        }
+        let (conn, index) = open(&path).unwrap();
+        assert_eq!(index, 42, "data kept");
+        let version: i64 = conn
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .unwrap();
+        assert_eq!(version, MIGRATIONS.len() as i64);
+        let has_index: bool = conn
+            .query_row(
+                "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE name = 'node_plugins_caps')",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert!(has_index);
+        let has_fences: bool = conn
+            .query_row(
+                "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE name = 'fences')",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert!(has_fences, "schema 4 adds the fence history");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    fn tempfile_dir() -> PathBuf {
+        // Tests run in parallel in one process: a counter keeps their directories apart.
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let dir = std::env::temp_dir().join(format!(
+            "csivol-db-test-{}-{}-{n}",
+            std::process::id(),
+            now_ms()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[tokio::test]
+    async fn failed_requests_roll_back_alone() {
+        let dir = tempfile_dir();
+        let db = Db::start(&dir.join("state.db")).unwrap();
+        let ok = db.write(|ctx| {
+            ctx.tx
+                .execute("INSERT INTO meta (key, value) VALUES ('a', 1)", [])?;
+            Ok(())
+        });
+        let bad = db.write(|ctx| -> ApiResult<()> {
+            ctx.tx
+                .execute("INSERT INTO meta (key, value) VALUES ('b', 1)", [])?;
+            Err(ApiError::conflict("no"))
+        });
+        let (ok, bad) = tokio::join!(ok, bad);
+        ok.unwrap();
+        assert_eq!(bad.unwrap_err().message, "no");
+        let keys = db
+            .read(|c| {
+                let mut s = c.prepare("SELECT key FROM meta ORDER BY key")?;
+                let rows = s
+                    .query_map([], |r| r.get::<_, String>(0))?
+                    .collect::<Result<Vec<_>, _>>()?;
+                Ok(rows)
+            })
+            .await
+            .unwrap();
+        assert_eq!(keys, ["a", "index"]);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+}

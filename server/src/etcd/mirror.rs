@@ -1,0 +1,369 @@
+//! The etcd store's local mirror: a SQLite database with the server's schema holding what
+//! etcd holds, one etcd key per row. A row is keyed by its table and rowid
+//! (`<prefix>/d/t/<table>/<rowid>`, the rowid zero-padded so keys sort as rows do) and
+//! stored as a JSON array of its column values in schema order; `<prefix>/d/seq` holds
+//! `sqlite_sequence` (so ids are never handed out twice) and `<prefix>/d/head` the change
+//! index, put by every commit. Temporary triggers, on the mirror's writer connection only,
+//! note every row a write changes; the writer turns those rows into etcd puts and deletes.
+
+use rusqlite::types::Value;
+use rusqlite::{Connection, params_from_iter};
+use serde_json::json;
+
+use crate::watch::Key;
+
+/// A replicated table: its name, its columns in order, and whether its rowid is a column
+/// (`INTEGER PRIMARY KEY`).
+#[derive(Debug, Clone)]
+pub struct Table {
+    pub name: String,
+    pub columns: Vec<String>,
+    pub rowid_alias: bool,
+}
+
+/// Every table of the schema (SQLite's own excepted).
+pub fn tables(conn: &Connection) -> rusqlite::Result<Vec<Table>> {
+    let mut stmt = conn.prepare(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' \
+         ORDER BY name",
+    )?;
+    let names: Vec<String> = stmt
+        .query_map([], |r| r.get(0))?
+        .collect::<Result<_, _>>()?;
+    let mut out = Vec::new();
+    for name in names {
+        let mut info = conn.prepare(&format!("PRAGMA table_info(\"{name}\")"))?;
+        let cols: Vec<(String, String, i64)> = info
+            .query_map([], |r| Ok((r.get(1)?, r.get(2)?, r.get(5)?)))?
+            .collect::<Result<_, _>>()?;
+        let pks: Vec<_> = cols.iter().filter(|c| c.2 > 0).collect();
+        let rowid_alias = pks.len() == 1 && pks[0].1.eq_ignore_ascii_case("INTEGER");
+        out.push(Table {
+            name,
+            columns: cols.into_iter().map(|c| c.0).collect(),
+            rowid_alias,
+        });
+    }
+    Ok(out)
+}
+
+/// Notes every changed row in `temp.changes` (REPLACE's deletes included).
+pub fn install_triggers(conn: &Connection, tables: &[Table]) -> rusqlite::Result<()> {
+    conn.pragma_update(None, "recursive_triggers", "ON")?;
+    let mut sql = String::from("CREATE TEMP TABLE IF NOT EXISTS changes (tbl TEXT, rid INTEGER);");
+    for t in tables {
+        let n = &t.name;
+        sql.push_str(&format!(
+            "CREATE TEMP TRIGGER IF NOT EXISTS csivol_i_{n} AFTER INSERT ON main.\"{n}\" BEGIN \
+               INSERT INTO changes VALUES ('{n}', NEW.rowid); END;
+             CREATE TEMP TRIGGER IF NOT EXISTS csivol_u_{n} AFTER UPDATE ON main.\"{n}\" BEGIN \
+               INSERT INTO changes VALUES ('{n}', OLD.rowid); \
+               INSERT INTO changes VALUES ('{n}', NEW.rowid); END;
+             CREATE TEMP TRIGGER IF NOT EXISTS csivol_d_{n} AFTER DELETE ON main.\"{n}\" BEGIN \
+               INSERT INTO changes VALUES ('{n}', OLD.rowid); END;"
+        ));
+    }
+    conn.execute_batch(&sql)
+}
+
+/// The rows changed since `temp.changes` was last cleared.
+pub fn changes(conn: &Connection) -> rusqlite::Result<Vec<(String, i64)>> {
+    let mut stmt = conn.prepare_cached("SELECT DISTINCT tbl, rid FROM changes")?;
+    stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect()
+}
+
+pub fn clear_changes(conn: &Connection) -> rusqlite::Result<()> {
+    conn.prepare_cached("DELETE FROM changes")?.execute([])?;
+    Ok(())
+}
+
+/// Key layout under the store's prefix.
+#[derive(Debug, Clone)]
+pub struct Keys {
+    /// `<prefix>/d/`: everything the watch follows.
+    pub data: String,
+}
+
+/// What an etcd key under `<prefix>/d/` is.
+#[derive(Debug, PartialEq, Eq)]
+pub enum KeyKind<'a> {
+    Head,
+    Seq,
+    Row(&'a str, i64),
+}
+
+impl Keys {
+    pub fn new(prefix: &str) -> Self {
+        Self {
+            data: format!("{}/d/", prefix.trim_end_matches('/')),
+        }
+    }
+
+    pub fn head(&self) -> Vec<u8> {
+        format!("{}head", self.data).into_bytes()
+    }
+
+    pub fn seq(&self) -> Vec<u8> {
+        format!("{}seq", self.data).into_bytes()
+    }
+
+    pub fn row(&self, table: &str, rid: i64) -> Vec<u8> {
+        format!("{}t/{table}/{rid:020}", self.data).into_bytes()
+    }
+
+    pub fn parse<'a>(&self, key: &'a [u8]) -> Option<KeyKind<'a>> {
+        let key = std::str::from_utf8(key).ok()?.strip_prefix(&self.data)?;
+        match key {
+            "head" => Some(KeyKind::Head),
+            "seq" => Some(KeyKind::Seq),
+            _ => {
+                let (table, rid) = key.strip_prefix("t/")?.split_once('/')?;
+                Some(KeyKind::Row(table, rid.parse().ok()?))
+            }
+        }
+    }
+}
+
+/// The head value: the change index and the schema version it was written by.
+pub fn head_value(index: u64) -> Vec<u8> {
+    json!({ "index": index, "schema": crate::db::SCHEMA_VERSION })
+        .to_string()
+        .into_bytes()
+}
+
+/// The change index and schema version of a head value.
+pub fn parse_head(value: &[u8]) -> Result<(u64, i64), String> {
+    let v: serde_json::Value = serde_json::from_slice(value).map_err(|e| e.to_string())?;
+    let index = v["index"].as_u64().ok_or("head without an index")?;
+    let schema = v["schema"]
+        .as_i64()
+        .ok_or("head without a schema version")?;
+    Ok((index, schema))
+}
+
+fn to_json(v: Value) -> serde_json::Value {
+    match v {
+        Value::Null => serde_json::Value::Null,
+        Value::Integer(i) => json!(i),
+        Value::Real(f) => json!(f),
+        Value::Text(s) => json!(s),
+        Value::Blob(b) => {
+            let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+            json!({ "b": hex })
+        }
+    }
+}
+
+fn from_json(v: &serde_json::Value) -> Result<Value, String> {
+    Ok(match v {
+        serde_json::Value::Null => Value::Null,
+        serde_json::Value::Bool(b) => Value::Integer(i64::from(*b)),
+        serde_json::Value::Number(n) => match n.as_i64() {
+            Some(i) => Value::Integer(i),
+            None => Value::Real(n.as_f64().unwrap_or(0.0)),
+        },
+        serde_json::Value::String(s) => Value::Text(s.clone()),
+        serde_json::Value::Object(o) => {
+            let hex = o.get("b").and_then(|h| h.as_str()).ok_or("bad blob")?;
+            let bytes = (0..hex.len() / 2)
+                .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16))
+                .collect::<Result<Vec<u8>, _>>()
+                .map_err(|e| e.to_string())?;
+            Value::Blob(bytes)
+        }
+        serde_json::Value::Array(_) => return Err("nested array in a row".into()),
+    })
+}
+
+/// A row's column values, if it exists.
+pub fn read_row(conn: &Connection, t: &Table, rid: i64) -> rusqlite::Result<Option<Vec<Value>>> {
+    let cols: Vec<String> = t.columns.iter().map(|c| format!("\"{c}\"")).collect();
+    let sql = format!(
+        "SELECT {} FROM \"{}\" WHERE rowid = ?1",
+        cols.join(", "),
+        t.name
+    );
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let mut rows = stmt.query([rid])?;
+    match rows.next()? {
+        Some(r) => {
+            let mut v = Vec::with_capacity(t.columns.len());
+            for i in 0..t.columns.len() {
+                v.push(r.get::<_, Value>(i)?);
+            }
+            Ok(Some(v))
+        }
+        None => Ok(None),
+    }
+}
+
+pub fn encode_row(values: Vec<Value>) -> Vec<u8> {
+    serde_json::Value::Array(values.into_iter().map(to_json).collect())
+        .to_string()
+        .into_bytes()
+}
+
+pub fn decode_row(t: &Table, bytes: &[u8]) -> Result<Vec<Value>, String> {
+    let v: Vec<serde_json::Value> = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+    if v.len() != t.columns.len() {
+        return Err(format!(
+            "a row of {} has {} values, the schema {} columns",
+            t.name,
+            v.len(),
+            t.columns.len()
+        ));
+    }
+    v.iter().map(from_json).collect()
+}
+
+/// Puts `values` as row `rid` of `t`, replacing whatever is there.
+pub fn put_row(conn: &Connection, t: &Table, rid: i64, values: Vec<Value>) -> rusqlite::Result<()> {
+    let mut cols: Vec<String> = t.columns.iter().map(|c| format!("\"{c}\"")).collect();
+    let mut vals = values;
+    if !t.rowid_alias {
+        cols.insert(0, "rowid".into());
+        vals.insert(0, Value::Integer(rid));
+    }
+    let marks: Vec<String> = (1..=cols.len()).map(|i| format!("?{i}")).collect();
+    let sql = format!(
+        "INSERT OR REPLACE INTO \"{}\" ({}) VALUES ({})",
+        t.name,
+        cols.join(", "),
+        marks.join(", ")
+    );
+    conn.prepare_cached(&sql)?.execute(params_from_iter(vals))?;
+    Ok(())
+}
+
+pub fn delete_row(conn: &Connection, t: &Table, rid: i64) -> rusqlite::Result<()> {
+    let sql = format!("DELETE FROM \"{}\" WHERE rowid = ?1", t.name);
+    conn.prepare_cached(&sql)?.execute([rid])?;
+    Ok(())
+}
+
+/// `sqlite_sequence` as a value for `<prefix>/d/seq`.
+pub fn seq_value(conn: &Connection) -> rusqlite::Result<Vec<u8>> {
+    let mut stmt = conn.prepare_cached("SELECT name, seq FROM sqlite_sequence ORDER BY name")?;
+    let rows: Vec<(String, i64)> = stmt
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<Result<_, _>>()?;
+    Ok(serde_json::to_vec(&rows).unwrap_or_default())
+}
+
+pub fn apply_seq(conn: &Connection, value: &[u8]) -> Result<(), String> {
+    let rows: Vec<(String, i64)> = serde_json::from_slice(value).map_err(|e| e.to_string())?;
+    conn.execute("DELETE FROM sqlite_sequence", [])
+        .map_err(|e| e.to_string())?;
+    for (name, seq) in rows {
+        conn.execute(
+            "INSERT INTO sqlite_sequence (name, seq) VALUES (?1, ?2)",
+            rusqlite::params![name, seq],
+        )
+        .map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+/// The blocking-query keys a row of `t` belongs to (so that a change made on another
+/// server wakes the same waiters as one made here).
+pub fn wake_keys(t: &Table, values: &[Value], out: &mut Vec<Key>) {
+    if t.name == "events" {
+        out.push(Key::Events);
+        return;
+    }
+    for (col, v) in t.columns.iter().zip(values) {
+        let Value::Text(s) = v else { continue };
+        let key = match (t.name.as_str(), col.as_str()) {
+            ("volumes", "name") | (_, "volume") => Key::Volume(s.clone()),
+            ("nodes", "name") | (_, "node") | (_, "host") => Key::Node(s.clone()),
+            ("snapshots", "name") => Key::Snapshot(s.clone()),
+            _ => continue,
+        };
+        out.push(key);
+    }
+}
+
+/// Replaces the mirror's content with etcd's `rows` (key, value) in one transaction.
+pub fn load(
+    conn: &mut Connection,
+    tables: &[Table],
+    keys: &Keys,
+    rows: &[(Vec<u8>, Vec<u8>)],
+) -> Result<(), String> {
+    let tx = conn.transaction().map_err(|e| e.to_string())?;
+    for t in tables {
+        tx.execute(&format!("DELETE FROM \"{}\"", t.name), [])
+            .map_err(|e| e.to_string())?;
+    }
+    tx.execute("DELETE FROM sqlite_sequence", [])
+        .map_err(|e| e.to_string())?;
+    for (k, v) in rows {
+        match keys.parse(k) {
+            Some(KeyKind::Seq) => apply_seq(&tx, v)?,
+            Some(KeyKind::Row(name, rid)) => {
+                let t = tables
+                    .iter()
+                    .find(|t| t.name == name)
+                    .ok_or_else(|| format!("etcd holds rows of an unknown table `{name}`"))?;
+                put_row(&tx, t, rid, decode_row(t, v)?).map_err(|e| e.to_string())?;
+            }
+            Some(KeyKind::Head) | None => {}
+        }
+    }
+    tx.commit().map_err(|e| e.to_string())
+}
+
+/// Every row of the mirror as (key, value), for a cluster's first write into etcd.
+pub fn all_rows(
+    conn: &Connection,
+    tables: &[Table],
+    keys: &Keys,
+) -> rusqlite::Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    let mut out = Vec::new();
+    for t in tables {
+        let mut stmt = conn.prepare(&format!("SELECT rowid FROM \"{}\"", t.name))?;
+        let rids: Vec<i64> = stmt
+            .query_map([], |r| r.get(0))?
+            .collect::<Result<_, _>>()?;
+        for rid in rids {
+            if let Some(v) = read_row(conn, t, rid)? {
+                out.push((keys.row(&t.name, rid), encode_row(v)));
+            }
+        }
+    }
+    out.push((keys.seq(), seq_value(conn)?));
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_round_trip_through_their_keys_and_values() {
+        let keys = Keys::new("/csivol/");
+        assert_eq!(
+            keys.row("claims", 7),
+            b"/csivol/d/t/claims/00000000000000000007"
+        );
+        assert_eq!(
+            keys.parse(&keys.row("claims", 7)),
+            Some(KeyKind::Row("claims", 7))
+        );
+        assert_eq!(keys.parse(&keys.head()), Some(KeyKind::Head));
+        assert_eq!(keys.parse(b"/other/d/head"), None);
+        let t = Table {
+            name: "x".into(),
+            columns: vec!["a".into(), "b".into(), "c".into(), "d".into()],
+            rowid_alias: false,
+        };
+        let row = vec![
+            Value::Null,
+            Value::Integer(-3),
+            Value::Text("hé".into()),
+            Value::Blob(vec![0, 255]),
+        ];
+        assert_eq!(decode_row(&t, &encode_row(row.clone())).unwrap(), row);
+    }
+}

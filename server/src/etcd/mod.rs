@@ -1,0 +1,330 @@
+//! The etcd state store (`--store etcd`): several servers over one etcd cluster. etcd is
+//! the truth; each server keeps a SQLite mirror of it (`mirror.db` in its data dir, built
+//! anew at every start by the same migrations), so every read and every lifecycle rule is
+//! the SQLite code unchanged. Writes commit to etcd first, in one transaction compared
+//! against the revision the mirror reflects (`writer`); the watch applies other servers'
+//! commits to the mirror and wakes blocking queries. Once-only work runs on the leader,
+//! elected with an etcd lease (`leader`).
+
+mod leader;
+pub mod migrate;
+pub mod mirror;
+mod writer;
+
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use csivol_etcd_client::{Client, EventType};
+use tokio::sync::mpsc;
+
+pub use leader::Leadership;
+
+use self::mirror::{KeyKind, Keys};
+use self::writer::{Remote, Writer};
+use super::db::{self, Db};
+
+/// Default key prefix in etcd.
+pub const DEFAULT_PREFIX: &str = "/csivol";
+/// Default TTL of the leader's lease: the failover bound is this plus about a second.
+pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(3);
+
+/// Where the state lives in etcd.
+#[derive(Debug, Clone)]
+pub struct EtcdConfig {
+    pub endpoints: Vec<String>,
+    pub prefix: String,
+    pub lease_ttl: Duration,
+    /// Most operations in one etcd transaction: etcd's `--max-txn-ops` (128 by default).
+    pub max_txn_ops: usize,
+    /// TLS to etcd's `https://` endpoints: CA, and client certificate and key.
+    pub ca_cert: Option<std::path::PathBuf>,
+    pub cert_key: Option<(std::path::PathBuf, std::path::PathBuf)>,
+}
+
+impl EtcdConfig {
+    /// The client of this cluster, TLS files read.
+    pub fn client(&self) -> anyhow::Result<Client> {
+        let tls = match &self.ca_cert {
+            None => None,
+            Some(ca) => {
+                let read = |p: &Path| {
+                    std::fs::read(p).with_context(|| format!("failed to read {}", p.display()))
+                };
+                let identity_pem = match &self.cert_key {
+                    Some((c, k)) => Some((read(c)?, read(k)?)),
+                    None => None,
+                };
+                Some(csivol_etcd_client::Tls {
+                    ca_pem: read(ca)?,
+                    identity_pem,
+                })
+            }
+        };
+        Client::with_tls(&self.endpoints, tls.as_ref()).context("invalid --etcd-endpoints")
+    }
+}
+
+/// etcd's own default `--max-txn-ops`.
+pub const DEFAULT_MAX_TXN_OPS: usize = 128;
+
+/// The mirror's file in the data dir; removed and rebuilt at every start.
+pub const MIRROR_DB: &str = "mirror.db";
+
+/// This server's link to the etcd cluster beside its [`Db`].
+#[derive(Debug, Clone)]
+pub struct Cluster {
+    pub client: Client,
+    pub prefix: String,
+    pub leadership: Leadership,
+}
+
+fn remove_mirror(path: &Path) -> std::io::Result<()> {
+    for suffix in ["", "-wal", "-shm"] {
+        let p = format!("{}{suffix}", path.display());
+        match std::fs::remove_file(&p) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Opens the store: loads etcd's state into a fresh mirror at `path` (or, on an empty
+/// prefix, writes a new cluster's first state into etcd), starts the writer and the watch.
+pub async fn start(path: &Path, cfg: &EtcdConfig) -> anyhow::Result<(Db, Cluster)> {
+    let client = cfg.client()?;
+    let prefix = cfg.prefix.trim_end_matches('/').to_owned();
+    let keys = Keys::new(&prefix);
+    let (conn, tables, index, head_rev, from) = loop {
+        remove_mirror(path).with_context(|| format!("failed to remove {}", path.display()))?;
+        csivol_daemon::modes::create_file(path)
+            .with_context(|| format!("failed to create {}", path.display()))?;
+        let (mut conn, _) = db::open(path)?;
+        // etcd holds the truth: the mirror need not survive a crash (it is rebuilt).
+        conn.pragma_update(None, "synchronous", "OFF")?;
+        let tables = mirror::tables(&conn)?;
+        let (rev, kvs) = client
+            .range_prefix(keys.data.as_bytes(), 0)
+            .await
+            .with_context(|| {
+                format!(
+                    "failed to read the state from etcd at {}",
+                    cfg.endpoints.join(",")
+                )
+            })?;
+        let head = kvs
+            .iter()
+            .find(|kv| keys.parse(&kv.key) == Some(KeyKind::Head));
+        match head {
+            None => {
+                let mut ops: Vec<_> = mirror::all_rows(&conn, &tables, &keys)?
+                    .into_iter()
+                    .map(|(k, v)| csivol_etcd_client::put(k, v, 0))
+                    .collect();
+                let index: i64 =
+                    conn.query_row("SELECT value FROM meta WHERE key = 'index'", [], |r| {
+                        r.get(0)
+                    })?;
+                ops.push(csivol_etcd_client::put(
+                    keys.head(),
+                    mirror::head_value(index as u64),
+                    0,
+                ));
+                let Some(rev) = while_no_cluster(&client, &keys, ops)
+                    .await
+                    .context("failed to write a new cluster's state into etcd")?
+                else {
+                    continue; // another server wrote it first: load that one
+                };
+                tracing::info!(prefix, "wrote a new cluster's state into etcd");
+                break (conn, tables, index as u64, rev, rev);
+            }
+            Some(h) => {
+                let (index, schema) = mirror::parse_head(&h.value).map_err(anyhow::Error::msg)?;
+                if schema != db::SCHEMA_VERSION {
+                    bail!(
+                        "the state in etcd under {prefix} has schema version {schema}, this \
+                         csivol-server has {}; run the same version on every server",
+                        db::SCHEMA_VERSION
+                    );
+                }
+                let head_rev = h.mod_revision;
+                let rows: Vec<_> = kvs.into_iter().map(|kv| (kv.key, kv.value)).collect();
+                mirror::load(&mut conn, &tables, &keys, &rows).map_err(anyhow::Error::msg)?;
+                break (conn, tables, index, head_rev, rev);
+            }
+        }
+    };
+    mirror::install_triggers(&conn, &tables)?;
+    let leadership = Leadership::start(client.clone(), &prefix, cfg.lease_ttl);
+    let (remote_tx, remote) = mpsc::unbounded_channel();
+    tokio::spawn(watch(client.clone(), keys.clone(), from + 1, remote_tx));
+    let writer = Writer {
+        conn,
+        tables,
+        keys,
+        client: client.clone(),
+        rt: tokio::runtime::Handle::current(),
+        remote,
+        index,
+        head_rev,
+        applied: from,
+        max_ops: cfg.max_txn_ops,
+        leadership: leadership.clone(),
+        leader_key: leader::leader_key(&prefix),
+    };
+    let db = Db::start_with(path, index, move |parts| writer.run(parts))?;
+    Ok((
+        db,
+        Cluster {
+            client,
+            prefix,
+            leadership,
+        },
+    ))
+}
+
+/// Follows `<prefix>/d/` from `from` on and hands each revision to the writer; watches
+/// again after a failure, and reloads everything after a compaction.
+/// Commits `ops` only while there is no cluster under the prefix yet (no `head`): the
+/// revision it committed at, or `None` when a cluster is there.
+pub(super) async fn while_no_cluster(
+    client: &Client,
+    keys: &Keys,
+    ops: Vec<csivol_etcd_client::RequestOp>,
+) -> Result<Option<i64>, csivol_etcd_client::Error> {
+    let resp = client
+        .txn(
+            vec![csivol_etcd_client::create_revision_is(keys.head(), 0)],
+            ops,
+            vec![],
+        )
+        .await?;
+    Ok(resp
+        .succeeded
+        .then(|| resp.header.map_or(0, |h| h.revision)))
+}
+
+async fn watch(client: Client, keys: Keys, mut from: i64, tx: mpsc::UnboundedSender<Remote>) {
+    loop {
+        let mut stream = match client.watch_prefix(keys.data.as_bytes(), from).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::debug!(error = %e, "etcd watch failed; watching again");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
+        };
+        loop {
+            let resp = match stream.message().await {
+                Ok(Some(r)) => r,
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::debug!(error = %e, "etcd watch ended; watching again");
+                    break;
+                }
+            };
+            if resp.compact_revision > 0 {
+                tracing::warn!(
+                    from,
+                    compacted = resp.compact_revision,
+                    "the watch fell behind a compaction; reloading the state"
+                );
+                match client.range_prefix(keys.data.as_bytes(), 0).await {
+                    Ok((rev, kvs)) => {
+                        from = rev + 1;
+                        if tx.send(Remote::Reload(rev, kvs)).is_err() {
+                            return;
+                        }
+                    }
+                    Err(e) => tracing::warn!(error = %e, "failed to reload the state"),
+                }
+                break;
+            }
+            let mut events = resp.events.into_iter().peekable();
+            while let Some(first) = events.next() {
+                let rev = first.kv.as_ref().map_or(0, |kv| kv.mod_revision);
+                let mut batch = vec![first];
+                while let Some(e) =
+                    events.next_if(|e| e.kv.as_ref().map_or(0, |kv| kv.mod_revision) == rev)
+                {
+                    batch.push(e);
+                }
+                from = rev + 1;
+                if tx.send(Remote::Revision(rev, batch)).is_err() {
+                    return;
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Puts the nodes heard from here under `<prefix>/seen/` for the leader, every quarter
+/// TTL: one etcd transaction whatever the number of nodes.
+pub async fn forward_heard(cluster: Cluster, live: std::sync::Arc<super::liveness::Liveness>) {
+    let every = (live.ttl() / 4).clamp(Duration::from_millis(50), Duration::from_secs(2));
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let heard = live.take_heard();
+        if heard.is_empty() {
+            continue;
+        }
+        let ops = heard
+            .iter()
+            .map(|(node, registered)| {
+                let key = format!("{}/seen/{node}", cluster.prefix).into_bytes();
+                let value = if *registered { "registered" } else { "beat" };
+                csivol_etcd_client::put(key, value.as_bytes().to_vec(), 0)
+            })
+            .collect();
+        if let Err(e) = cluster.client.txn(vec![], ops, vec![]).await {
+            tracing::debug!(error = %e, "failed to forward heartbeats to etcd; retrying");
+            for (node, registered) in heard {
+                if registered {
+                    live.registered(&node, db::now_ms());
+                } else {
+                    live.heartbeat(&node, db::now_ms());
+                }
+            }
+        }
+    }
+}
+
+/// Applies the heartbeats and registrations other servers forwarded to this server's
+/// liveness clocks.
+pub async fn follow_heard(cluster: Cluster, live: std::sync::Arc<super::liveness::Liveness>) {
+    let prefix = format!("{}/seen/", cluster.prefix);
+    let mut from = 0;
+    loop {
+        let mut stream = match cluster.client.watch_prefix(prefix.as_bytes(), from).await {
+            Ok(s) => s,
+            Err(_) => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
+        };
+        while let Ok(Some(resp)) = stream.message().await {
+            if resp.compact_revision > 0 {
+                from = 0;
+                break;
+            }
+            for ev in resp.events {
+                let Some(kv) = ev.kv else { continue };
+                from = kv.mod_revision + 1;
+                if ev.r#type == EventType::Delete as i32 {
+                    continue;
+                }
+                let Some(node) = kv.key.strip_prefix(prefix.as_bytes()) else {
+                    continue;
+                };
+                let node = String::from_utf8_lossy(node);
+                live.heard_elsewhere(&node, kv.value == b"registered");
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

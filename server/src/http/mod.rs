@@ -1,0 +1,750 @@
+//! The HTTP API: routes, authentication, request parsing with JSON errors, blocking queries.
+
+mod channel;
+mod node_endpoints;
+mod snapshot_endpoints;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{DefaultBodyLimit, FromRequest, FromRequestParts, Path, Query, Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, request::Parts};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get, post};
+use axum::{Json, Router};
+use csivol_api::{
+    self as api, ClaimRequest, CreateVolumeSpec, DetachRequest, Health, HeartbeatResponse,
+    INDEX_HEADER, NodeUnblockRequest, RegisterRequest, RegisterResponse, ReportBatch,
+    UnblockRequest, VolumeSpec, VolumeState, validate_name,
+};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+
+use super::access;
+use super::auth::{Caller, Tokens};
+use super::db::{Db, now_ms};
+use super::error::{ApiError, ApiResult};
+use super::fence::{self, Fencer};
+use super::hosting;
+use super::lifecycle::{self, Limits};
+use super::liveness::Liveness;
+use super::metrics::Metrics;
+use super::nodes;
+use super::store::Snapshot;
+use super::views;
+use super::watch::Key;
+use csivol_rules::fence::FenceConfig;
+
+/// Largest request body accepted.
+const BODY_LIMIT: usize = 1 << 20;
+/// Longest a blocking query may wait.
+const MAX_WAIT: Duration = Duration::from_secs(300);
+
+#[derive(Clone)]
+pub struct App {
+    pub db: Db,
+    pub tokens: Arc<Tokens>,
+    pub live: Arc<Liveness>,
+    pub limits: Limits,
+    pub metrics: Arc<Metrics>,
+    pub fence: Arc<FenceConfig>,
+    pub fencer: Arc<Fencer>,
+    /// Long-polls in flight (`--max-long-polls`); an open node channel holds one too.
+    pub long_polls: Arc<tokio::sync::Semaphore>,
+    /// Whether agents are offered the node channel (`--no-node-channel` turns it off).
+    pub node_channel: bool,
+}
+
+impl App {
+    /// Authenticates an operator; returns how the event log names them and the limits a
+    /// write needs.
+    pub(super) fn operator(&self, headers: &HeaderMap) -> ApiResult<(String, Limits)> {
+        let caller = self.caller(headers)?;
+        caller.require_operator()?;
+        Ok((caller.actor(), self.limits.clone()))
+    }
+
+    /// Claims: an operator's or a claimer's token.
+    fn claimer(&self, headers: &HeaderMap) -> ApiResult<(String, Limits)> {
+        let caller = self.caller(headers)?;
+        caller.require_claimer()?;
+        Ok((caller.actor(), self.limits.clone()))
+    }
+
+    /// A place in the long-poll budget for a blocking query (none needed otherwise).
+    fn long_poll(&self, blocking: bool) -> ApiResult<Option<tokio::sync::OwnedSemaphorePermit>> {
+        if !blocking {
+            return Ok(None);
+        }
+        Arc::clone(&self.long_polls)
+            .try_acquire_owned()
+            .map(Some)
+            .map_err(|_| {
+                ApiError::unavailable(
+                    "too many long-polls in flight: this server's --max-long-polls is reached",
+                )
+                .with_hint(
+                    "retry shortly; an operator may raise --max-long-polls and --max-connections",
+                )
+            })
+    }
+
+    pub(super) fn caller(&self, headers: &HeaderMap) -> ApiResult<Caller> {
+        let header = headers
+            .get(axum::http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok());
+        self.tokens.authenticate(header)
+    }
+}
+
+/// A JSON body; malformed, unknown-field and oversize bodies become API errors.
+pub struct Body<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Body<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        match Json::<T>::from_request(req, state).await {
+            Ok(Json(v)) => Ok(Self(v)),
+            Err(rejection) => {
+                let mut e = ApiError::bad_request(format!(
+                    "invalid request body: {}",
+                    rejection.body_text()
+                ));
+                e.status = rejection.status();
+                Err(e)
+            }
+        }
+    }
+}
+
+/// Query parameters; unknown or malformed ones become API errors.
+pub struct Q<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for Q<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|Query(v)| Self(v))
+            .map_err(|r| ApiError::bad_request(format!("invalid query: {}", r.body_text())))
+    }
+}
+
+/// `?index=N&wait=30s`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Blocking {
+    index: Option<u64>,
+    wait: Option<String>,
+}
+
+/// Change indexes are SQLite integers: anything above `i64::MAX` is refused, never wrapped
+/// (a wrapped `?index=` would page through the whole log again).
+fn checked_index(index: Option<u64>) -> ApiResult<Option<u64>> {
+    match index {
+        Some(i) if i > i64::MAX as u64 => Err(ApiError::invalid(format!(
+            "`index` {i} is out of range: change indexes go up to {}",
+            i64::MAX
+        ))
+        .with_hint(
+            "pass an index the server returned (the X-Csivol-Index header or `index` fields)",
+        )),
+        other => Ok(other),
+    }
+}
+
+impl Blocking {
+    fn wait(&self) -> ApiResult<Option<(u64, Duration)>> {
+        let Some(index) = checked_index(self.index)? else {
+            return Ok(None);
+        };
+        let wait = match &self.wait {
+            Some(w) => humantime::parse_duration(w).map_err(|e| {
+                ApiError::bad_request(format!("invalid `wait` `{w}`: {e}"))
+                    .with_hint("use e.g. wait=30s")
+            })?,
+            None => Duration::from_secs(30),
+        };
+        Ok(Some((index, wait.min(MAX_WAIT))))
+    }
+}
+
+fn with_index<T: serde::Serialize>(status: StatusCode, index: u64, body: T) -> Response {
+    let mut r = (status, Json(body)).into_response();
+    r.headers_mut()
+        .insert(INDEX_HEADER, HeaderValue::from(index));
+    r
+}
+
+pub(super) fn name(kind: &str, value: &str) -> ApiResult<()> {
+    validate_name(kind, value).map_err(ApiError::invalid)
+}
+
+pub fn router(app: App) -> Router {
+    Router::new()
+        .route("/v1/health", get(health))
+        .route("/v1/metrics", get(metrics))
+        .route(
+            "/v1/tokens",
+            post(access::create_token).get(access::list_tokens),
+        )
+        .route("/v1/tokens/{id}", delete(access::revoke_token))
+        .route("/v1/volumes", get(list_volumes))
+        .route(
+            "/v1/volumes/{name}",
+            get(get_volume).put(put_volume).delete(delete_volume),
+        )
+        .route("/v1/volumes/{name}/create", post(create_volume))
+        .route("/v1/volumes/{name}/expand", post(expand_volume))
+        .route("/v1/volumes/{name}/modify", post(modify_volume))
+        .route("/v1/volumes/{name}/claims", post(post_claim))
+        .route(
+            "/v1/volumes/{name}/claims/{alloc}",
+            get(get_claim).delete(delete_claim),
+        )
+        .route("/v1/volumes/{name}/claims/{alloc}/renew", post(renew_claim))
+        .route("/v1/claims", get(list_claims))
+        .route("/v1/volumes/{name}/unblock", post(unblock_volume))
+        .route("/v1/volumes/{name}/detach", post(detach))
+        .route("/v1/nodes", get(node_endpoints::list_nodes))
+        .route(
+            "/v1/nodes/{node}",
+            get(node_endpoints::get_node).delete(node_endpoints::remove_node),
+        )
+        .route(
+            "/v1/nodes/{node}/eligibility",
+            post(node_endpoints::node_eligibility),
+        )
+        .route(
+            "/v1/nodes/{node}/unblock",
+            post(node_endpoints::unblock_node),
+        )
+        .route("/v1/nodes/{node}/fence", post(node_endpoints::fence_node))
+        .route("/v1/nodes/{node}/register", post(node_endpoints::register))
+        .route(
+            "/v1/nodes/{node}/heartbeat",
+            post(node_endpoints::heartbeat),
+        )
+        .route("/v1/nodes/{node}/desired", get(node_endpoints::desired))
+        .route("/v1/nodes/{node}/channel", get(channel::open))
+        .route("/v1/nodes/{node}/reports", post(node_endpoints::reports))
+        .route("/v1/plugins", get(node_endpoints::list_plugins))
+        .route("/v1/plugins/{id}", get(node_endpoints::get_plugin))
+        .route(
+            "/v1/plugins/{id}/controllers",
+            get(access::get_controller_hosts).post(access::change_controller_hosts),
+        )
+        .route("/v1/snapshots", get(snapshot_endpoints::list_snapshots))
+        .route(
+            "/v1/snapshots/{name}",
+            get(snapshot_endpoints::get_snapshot)
+                .put(snapshot_endpoints::put_snapshot)
+                .delete(snapshot_endpoints::delete_snapshot),
+        )
+        .route("/v1/events", get(events))
+        .route("/v1/controller-findings", get(controller_findings))
+        .route("/v1/backup", get(super::backup::download))
+        .fallback(|| async {
+            ApiError::not_found("no such endpoint").with_hint("the API lives under /v1/")
+        })
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .layer(axum::middleware::from_fn_with_state(
+            app.clone(),
+            access::client_cert_names_the_node,
+        ))
+        .with_state(app)
+}
+
+/// `GET /v1/health`, no token needed: `ok`, or `degraded` with the reasons while the
+/// database refuses writes or a decided transition waits to be recorded.
+async fn health(State(app): State<App>) -> Json<Health> {
+    let mut reasons = Vec::new();
+    if let Some(e) = app.db.write_error() {
+        reasons.push(format!(
+            "the state database {} refuses writes: {e}",
+            app.db.path().display()
+        ));
+    }
+    let unrecorded = app.live.unrecorded();
+    if !unrecorded.is_empty() {
+        reasons.push(format!(
+            "lost node(s) {} not recorded yet (retrying): their volumes are not blocked until then",
+            unrecorded.join(", ")
+        ));
+    }
+    Json(Health {
+        status: if reasons.is_empty() { "ok" } else { "degraded" }.into(),
+        version: env!("CARGO_PKG_VERSION").into(),
+        reasons,
+    })
+}
+
+async fn metrics(State(app): State<App>, headers: HeaderMap) -> ApiResult<Response> {
+    app.caller(&headers)?.require_reader()?;
+    let m = Arc::clone(&app.metrics);
+    let text = app.db.read(move |c| m.render(c)).await?;
+    Ok((
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4",
+        )],
+        text,
+    )
+        .into_response())
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct VolumeFilter {
+    state: Option<String>,
+    node: Option<String>,
+    plugin: Option<String>,
+    /// One page of at most this many volumes; the next page starts `after` the last one's
+    /// name, and a page shorter than `limit` is the last.
+    limit: Option<usize>,
+    after: Option<String>,
+}
+
+/// The largest page of `GET /v1/volumes?limit=`.
+const MAX_PAGE: usize = 10_000;
+
+/// `GET /v1/controller-findings`: what controller-side reconciliation found and a second
+/// listing confirmed (leaked and missing attachments, abnormal volumes).
+async fn controller_findings(
+    State(app): State<App>,
+    headers: HeaderMap,
+) -> ApiResult<Json<Vec<api::ControllerFinding>>> {
+    app.caller(&headers)?.require_reader()?;
+    let found = app
+        .db
+        .read(|c| {
+            use crate::store::Snapshot;
+            c.controller_findings(None)
+        })
+        .await?;
+    Ok(Json(
+        found
+            .into_iter()
+            .filter(|(_, k)| k.confirmed)
+            .map(|(plugin, k)| api::ControllerFinding {
+                plugin,
+                kind: k.found.kind,
+                volume: k.found.volume,
+                external_id: k.found.external_id,
+                node: k.found.node,
+                node_id: k.found.node_id,
+                message: k.found.message,
+                since: crate::model::time(k.since),
+            })
+            .collect(),
+    ))
+}
+
+/// `GET /v1/volumes`: one page (`?limit=&after=`), or every volume streamed as one JSON
+/// array from one read transaction, a chunk of volumes at a time, so that memory stays
+/// flat whatever the inventory.
+async fn list_volumes(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Q(f): Q<VolumeFilter>,
+) -> ApiResult<Response> {
+    app.caller(&headers)?.require_reader()?;
+    let state = match &f.state {
+        Some(s) => Some(s.parse::<VolumeState>().map_err(|_| {
+            let all: Vec<_> = VolumeState::ALL.iter().map(|s| s.as_str()).collect();
+            ApiError::bad_request(format!("invalid state filter `{s}`"))
+                .with_hint(format!("use one of: {}", all.join(", ")))
+        })?),
+        None => None,
+    };
+    let filter = views::VolumeFilter {
+        state,
+        node: f.node,
+        plugin: f.plugin,
+    };
+    if let Some(limit) = f.limit {
+        if limit == 0 || limit > MAX_PAGE {
+            return Err(ApiError::bad_request(format!(
+                "`limit` {limit} is out of range: a page holds 1 to {MAX_PAGE} volumes"
+            )));
+        }
+        let after = f.after;
+        let page = app
+            .db
+            .read(move |c| views::list_volumes(c, &filter, after.as_deref(), limit))
+            .await?;
+        return Ok(Json(page).into_response());
+    }
+    if f.after.is_some() {
+        return Err(ApiError::bad_request("`after` needs `limit`")
+            .with_hint("page with ?limit=1000&after=NAME, NAME the last volume of a page"));
+    }
+    Ok(stream_volumes(&app.db, filter))
+}
+
+/// Every volume as a JSON array, serialised a chunk at a time on a read connection and
+/// sent through a short channel: at most a few chunks are in memory at once. An error
+/// after the first byte ends the body with an error, so the client sees a broken answer,
+/// never a short list.
+fn stream_volumes(db: &Db, filter: views::VolumeFilter) -> Response {
+    use axum::body::Bytes;
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(2);
+    let db = db.clone();
+    tokio::spawn(async move {
+        let sender = tx.clone();
+        let read = db
+            .read(move |c| {
+                let gone = || ApiError::unavailable("the client stopped reading the list");
+                let mut first = true;
+                tx.blocking_send(Ok(Bytes::from_static(b"[")))
+                    .map_err(|_| gone())?;
+                views::each_volume_chunk(c, &filter, |page| {
+                    let mut buf = Vec::with_capacity(page.len() * 512);
+                    for v in &page {
+                        if !std::mem::take(&mut first) {
+                            buf.push(b',');
+                        }
+                        serde_json::to_writer(&mut buf, v)
+                            .map_err(|e| ApiError::internal(e.to_string()))?;
+                    }
+                    tx.blocking_send(Ok(buf.into())).map_err(|_| gone())
+                })?;
+                tx.blocking_send(Ok(Bytes::from_static(b"]")))
+                    .map_err(|_| gone())
+            })
+            .await;
+        if let Err(e) = read {
+            tracing::warn!("listing volumes failed part way: {}", e.message);
+            let _ = sender.send(Err(std::io::Error::other(e.message))).await;
+        }
+    });
+    let body = axum::body::Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx));
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        body,
+    )
+        .into_response()
+}
+
+async fn get_volume(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(volume): Path<String>,
+    Q(b): Q<Blocking>,
+) -> ApiResult<Response> {
+    app.caller(&headers)?.require_reader()?;
+    name("volume", &volume)?;
+    let key = Key::Volume(volume.clone());
+    let blocking = b.wait()?;
+    let _permit = app.long_poll(blocking.is_some())?;
+    let index = match blocking {
+        Some((after, wait)) => app.db.hub.wait(&key, after, wait).await,
+        None => app.db.hub.index(&key),
+    };
+    let v = app
+        .db
+        .read_small(|c| lifecycle::volume_view(c, &volume))
+        .await?;
+    Ok(with_index(StatusCode::OK, index, v))
+}
+
+async fn put_volume(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(volume): Path<String>,
+    Body(spec): Body<VolumeSpec>,
+) -> ApiResult<Response> {
+    let (actor, _) = app.operator(&headers)?;
+    let (v, changed) = app
+        .db
+        .write(move |ctx| lifecycle::register_volume(ctx, &volume, spec.clone(), &actor))
+        .await?;
+    let status = if changed {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(v)).into_response())
+}
+
+async fn create_volume(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(volume): Path<String>,
+    Body(spec): Body<CreateVolumeSpec>,
+) -> ApiResult<Response> {
+    let (actor, limits) = app.operator(&headers)?;
+    let (v, started) = app
+        .db
+        .write(move |ctx| lifecycle::create_volume(ctx, &volume, spec.clone(), &actor, &limits))
+        .await?;
+    let status = if started {
+        StatusCode::ACCEPTED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(v)).into_response())
+}
+
+async fn expand_volume(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(volume): Path<String>,
+    Body(req): Body<csivol_api::ExpandRequest>,
+) -> ApiResult<Response> {
+    let (actor, limits) = app.operator(&headers)?;
+    let (v, started) = app
+        .db
+        .write(move |ctx| lifecycle::expand_volume(ctx, &volume, &req, &actor, &limits))
+        .await?;
+    let status = if started {
+        StatusCode::ACCEPTED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(v)).into_response())
+}
+
+async fn modify_volume(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(volume): Path<String>,
+    Body(req): Body<csivol_api::ModifyRequest>,
+) -> ApiResult<Response> {
+    let (actor, limits) = app.operator(&headers)?;
+    let (v, started) = app
+        .db
+        .write(move |ctx| lifecycle::modify_volume(ctx, &volume, &req, &actor, &limits))
+        .await?;
+    let status = if started {
+        StatusCode::ACCEPTED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(v)).into_response())
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DeleteVolumeQuery {
+    #[serde(default)]
+    delete: bool,
+}
+
+async fn delete_volume(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(volume): Path<String>,
+    Q(q): Q<DeleteVolumeQuery>,
+) -> ApiResult<Response> {
+    let (actor, limits) = app.operator(&headers)?;
+    name("volume", &volume)?;
+    let v = app
+        .db
+        .write(move |ctx| lifecycle::deregister_volume(ctx, &volume, q.delete, &actor, &limits))
+        .await?;
+    Ok(match v {
+        Some(v) => (StatusCode::ACCEPTED, Json(v)).into_response(),
+        None => StatusCode::NO_CONTENT.into_response(),
+    })
+}
+
+async fn post_claim(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(volume): Path<String>,
+    Body(req): Body<ClaimRequest>,
+) -> ApiResult<Response> {
+    let (actor, limits) = app.claimer(&headers)?;
+    if req.dry_run {
+        let answer = app
+            .db
+            .read(move |c| lifecycle::claim_dry_run(c, &volume, &req))
+            .await?;
+        return Ok(Json(answer).into_response());
+    }
+    let (claim, new) = app
+        .db
+        .write(move |ctx| lifecycle::create_claim(ctx, &volume, &req, &actor, &limits))
+        .await?;
+    let status = if new {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok(with_index(status, claim.index, claim))
+}
+
+async fn get_claim(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path((volume, alloc)): Path<(String, String)>,
+    Q(b): Q<Blocking>,
+) -> ApiResult<Response> {
+    app.caller(&headers)?.require_reader()?;
+    name("volume", &volume)?;
+    name("alloc", &alloc)?;
+    let key = Key::Volume(volume.clone());
+    let blocking = b.wait()?;
+    let _permit = app.long_poll(blocking.is_some())?;
+    let index = match blocking {
+        Some((after, wait)) => app.db.hub.wait(&key, after, wait).await,
+        None => app.db.hub.index(&key),
+    };
+    let claim = app
+        .db
+        .read(move |c| {
+            c.claim(&volume, &alloc)?
+                .map(|row| c.claim_to_api(&row))
+                .transpose()?
+                .ok_or_else(|| {
+                    ApiError::not_found(format!(
+                        "alloc `{alloc}` holds no claim on volume `{volume}`"
+                    ))
+                })
+        })
+        .await?;
+    Ok(with_index(StatusCode::OK, index, claim))
+}
+
+async fn delete_claim(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path((volume, alloc)): Path<(String, String)>,
+) -> ApiResult<Response> {
+    let (actor, _) = app.claimer(&headers)?;
+    name("volume", &volume)?;
+    name("alloc", &alloc)?;
+    let claim = app
+        .db
+        .write(move |ctx| lifecycle::release_claim(ctx, &volume, &alloc, &actor))
+        .await?;
+    Ok(with_index(StatusCode::ACCEPTED, claim.index, claim))
+}
+
+async fn renew_claim(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path((volume, alloc)): Path<(String, String)>,
+    Body(req): Body<api::RenewRequest>,
+) -> ApiResult<Response> {
+    let (actor, _) = app.claimer(&headers)?;
+    name("volume", &volume)?;
+    name("alloc", &alloc)?;
+    let claim = app
+        .db
+        .write(move |ctx| super::leases::renew(ctx, &volume, &alloc, req.ttl_ms, &actor))
+        .await?;
+    Ok(with_index(StatusCode::OK, claim.index, claim))
+}
+
+/// `GET /v1/claims?volume=&node=&state=&label=k=v&older_than_ms=`; `label` repeatable.
+async fn list_claims(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Query(pairs): Query<Vec<(String, String)>>,
+) -> ApiResult<Response> {
+    app.caller(&headers)?.require_reader()?;
+    let filter = views::ClaimFilter::from_query(&pairs)?;
+    let claims = app
+        .db
+        .read(move |c| views::list_claims(c, &filter, now_ms()))
+        .await?;
+    Ok(Json(claims).into_response())
+}
+
+async fn unblock_volume(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(volume): Path<String>,
+    Body(req): Body<UnblockRequest>,
+) -> ApiResult<Json<api::ActionPlan>> {
+    let (actor, limits) = app.operator(&headers)?;
+    name("volume", &volume)?;
+    let plan = app
+        .db
+        .write(move |ctx| {
+            lifecycle::unblock_volume(
+                ctx,
+                &volume,
+                req.node.as_deref(),
+                &req.reason,
+                req.dry_run,
+                &actor,
+                &limits,
+            )
+        })
+        .await?;
+    Ok(Json(plan))
+}
+
+async fn detach(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(volume): Path<String>,
+    Body(req): Body<DetachRequest>,
+) -> ApiResult<Json<api::ActionPlan>> {
+    let (actor, limits) = app.operator(&headers)?;
+    name("volume", &volume)?;
+    name("node", &req.node)?;
+    let plan = app
+        .db
+        .write(move |ctx| lifecycle::detach(ctx, &volume, &req, &actor, &limits))
+        .await?;
+    Ok(Json(plan))
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EventsQuery {
+    volume: Option<String>,
+    alloc: Option<String>,
+    node: Option<String>,
+    index: Option<u64>,
+    wait: Option<String>,
+    limit: Option<u32>,
+}
+
+async fn events(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Q(q): Q<EventsQuery>,
+) -> ApiResult<Response> {
+    app.caller(&headers)?.require_reader()?;
+    let after = checked_index(q.index)?.unwrap_or(0);
+    let limit = q.limit.unwrap_or(1000).min(10_000);
+    // `index` alone pages through the log; `wait` makes it a blocking query.
+    let blocking = match &q.wait {
+        Some(_) => Blocking {
+            index: Some(after),
+            wait: q.wait.clone(),
+        }
+        .wait()?,
+        None => None,
+    };
+    let _permit = app.long_poll(blocking.is_some())?;
+    let deadline = tokio::time::Instant::now() + blocking.map_or(Duration::ZERO, |(_, w)| w);
+    loop {
+        let seen = app.db.hub.index(&Key::Events);
+        let filter = views::EventFilter {
+            volume: q.volume.clone(),
+            node: q.node.clone(),
+            alloc: q.alloc.clone(),
+        };
+        let found = app
+            .db
+            .read(move |c| views::events(c, after, &filter, limit))
+            .await?;
+        let now = tokio::time::Instant::now();
+        if !found.is_empty() || blocking.is_none() || now >= deadline {
+            let last = found.last().map_or(after, |e| e.index);
+            return Ok(with_index(StatusCode::OK, last, found));
+        }
+        app.db.hub.wait(&Key::Events, seen, deadline - now).await;
+    }
+}

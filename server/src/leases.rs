@@ -1,0 +1,166 @@
+//! Claim leases: a claim made with a TTL is released the normal way (through its node:
+//! unpublish, unstage, then detach) unless renewed in time, so that a CI job killed between
+//! claim and release does not hold its volume forever. Expiry never force-detaches: the
+//! claim of a lost node stays blocked until the node returns or an operator unblocks it.
+
+use std::time::Duration;
+
+use csivol_api::{self as api, ClaimState};
+use rusqlite::params;
+
+use super::db::WriteCtx;
+use super::error::{ApiError, ApiResult};
+use super::lifecycle::{self, Limits, event};
+use super::model::{ClaimRow, time};
+use super::store::sqlite::CLAIM_COLUMNS;
+use super::store::{Snapshot, Txn};
+use csivol_rules::kinds::EventKind;
+
+/// Whether a lease that ran out at `expires_at` is due at `now`, and what expiry does to a
+/// claim in `state`: the states a lease cannot touch are left alone.
+pub fn expires(state: ClaimState, expires_at: Option<i64>, now: i64) -> bool {
+    let due = expires_at.is_some_and(|t| t <= now);
+    due && !matches!(
+        state,
+        ClaimState::Releasing | ClaimState::Failed | ClaimState::Blocked
+    )
+}
+
+/// `POST /v1/volumes/{name}/claims/{alloc}/renew`: the lease runs `ttl_ms` (else the
+/// claim's own TTL) from now.
+pub fn renew(
+    ctx: &mut WriteCtx<'_>,
+    volume: &str,
+    alloc: &str,
+    ttl_ms: Option<u64>,
+    actor: &str,
+) -> ApiResult<api::Claim> {
+    let c = ClaimRow::load(ctx.tx, volume, alloc)?.ok_or_else(|| {
+        ApiError::not_found(format!(
+            "alloc `{alloc}` holds no claim on volume `{volume}`"
+        ))
+        .with_hint("its lease may have run out: `csivol events --volume VOLUME` says")
+    })?;
+    if matches!(c.state, ClaimState::Releasing | ClaimState::Failed) {
+        return Err(ApiError::conflict(format!(
+            "the claim of alloc `{alloc}` on volume `{volume}` is {}: there is nothing to renew",
+            c.state
+        )));
+    }
+    let ttl = match ttl_ms.or(c.ttl_ms.map(|t| t.max(0) as u64)) {
+        Some(0) => return Err(ApiError::invalid("`ttl_ms` must be longer than zero")),
+        Some(t) => t,
+        None => {
+            return Err(ApiError::invalid(format!(
+                "the claim of alloc `{alloc}` on volume `{volume}` has no lease to renew"
+            ))
+            .with_hint("give one: csivol claim renew VOLUME --alloc ALLOC --ttl 10m"));
+        }
+    };
+    let expires_at = ctx
+        .now
+        .saturating_add(i64::try_from(ttl).unwrap_or(i64::MAX));
+    ctx.tx
+        .prepare_cached(
+            "UPDATE claims SET ttl_ms = ?1, expires_at = ?2, updated_at = ?3, modify_index = ?4 \
+             WHERE volume = ?5 AND alloc = ?6",
+        )?
+        .execute(params![
+            ttl as i64,
+            expires_at,
+            ctx.now,
+            ctx.index as i64,
+            volume,
+            alloc
+        ])?;
+    ctx.touch(super::watch::Key::Volume(volume.to_owned()));
+    tracing::debug!(volume, alloc, actor, expires_at = %time(expires_at), "lease renewed");
+    let c = ctx.claim(volume, alloc)?.expect("still there");
+    ctx.claim_to_api(&c)
+}
+
+/// Releases every claim whose lease ran out: a queued one leaves the queue, any other is
+/// released through its node. Returns how many.
+pub fn expire(ctx: &mut WriteCtx<'_>, limits: &Limits) -> ApiResult<usize> {
+    let sql = format!(
+        "SELECT {CLAIM_COLUMNS} FROM claims WHERE expires_at <= ?1 \
+         AND state NOT IN ('releasing', 'failed', 'blocked') ORDER BY expires_at"
+    );
+    let due: Vec<ClaimRow> = ctx
+        .tx
+        .prepare_cached(&sql)?
+        .query_map([ctx.now], ClaimRow::from_row)?
+        .collect::<Result<_, _>>()?;
+    for c in &due {
+        release_expired(ctx, c)?;
+    }
+    let mut volumes: Vec<&str> = due.iter().map(|c| c.volume.as_str()).collect();
+    volumes.sort_unstable();
+    volumes.dedup();
+    for v in volumes {
+        lifecycle::advance_volume(ctx, v, limits)?;
+    }
+    Ok(due.len())
+}
+
+/// Releases one claim whose lease ran out, with the event that says so.
+pub fn release_expired(ctx: &mut impl Txn, c: &ClaimRow) -> ApiResult<()> {
+    let ttl = c
+        .ttl_ms
+        .map(|t| humantime::format_duration(Duration::from_millis(t.max(0) as u64)).to_string())
+        .unwrap_or_default();
+    let at = c.expires_at.map(time).unwrap_or_default();
+    let message = if c.state == ClaimState::Queued {
+        format!("lease of {ttl} ran out at {at} while queued (its waiter is gone): left the queue")
+    } else {
+        format!("lease of {ttl} ran out at {at} without renewal: released through its node")
+    };
+    if c.state == ClaimState::Queued {
+        lifecycle::remove_claim(ctx, c)?;
+    } else {
+        lifecycle::begin_release(ctx, c)?;
+    }
+    event(
+        ctx,
+        EventKind::ClaimExpired,
+        Some(&c.volume),
+        Some(&c.node),
+        Some(&c.alloc),
+        "server",
+        message,
+    )
+}
+
+/// Whether any lease is due (a cheap read, so the timer writes only when there is work).
+pub fn any_due(conn: &rusqlite::Connection, now: i64) -> ApiResult<bool> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT EXISTS (SELECT 1 FROM claims WHERE expires_at <= ?1 \
+             AND state NOT IN ('releasing', 'failed', 'blocked'))",
+        )?
+        .query_row([now], |r| r.get(0))?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lease_expires_only_when_due_and_never_for_a_lost_node() {
+        use ClaimState::*;
+        let cases = [
+            (Ready, Some(100), 100, true),
+            (Ready, Some(101), 100, false),
+            (Ready, None, 100, false),
+            (Queued, Some(50), 100, true),
+            (Pending, Some(50), 100, true),
+            (Publishing, Some(50), 100, true),
+            (Blocked, Some(50), 100, false),
+            (Releasing, Some(50), 100, false),
+            (Failed, Some(50), 100, false),
+        ];
+        for (state, at, now, want) in cases {
+            assert_eq!(expires(state, at, now), want, "{state} {at:?} {now}");
+        }
+    }
+}

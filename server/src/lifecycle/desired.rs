@@ -1,0 +1,158 @@
+//! The desired state of a node: what its agent should publish, unpublish, unstage and grow,
+//! and the controller operations it runs. Sent whole, or as the entries of the volumes that
+//! changed since the index the agent holds (`desired_changes`), so that a wake-up costs what
+//! changed, not what the node holds.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use csivol_api::{self as api, AttachmentState, ClaimMode, ClaimState};
+
+use super::ops::op_to_api;
+use crate::error::ApiResult;
+use crate::model::{AttachmentRow, ClaimRow, VolumeRow};
+use crate::store::Snapshot;
+
+/// `GET /v1/nodes/{node}/desired`: the whole state, every volume with a claim or an
+/// attachment on the node.
+pub fn desired_state(
+    conn: &(impl Snapshot + ?Sized),
+    node: &str,
+    index: u64,
+) -> ApiResult<api::DesiredState> {
+    let mut out = start(conn, node, index)?;
+    let mut held: BTreeMap<String, (Vec<ClaimRow>, Option<AttachmentRow>)> = BTreeMap::new();
+    for c in conn.claims_of_node(node, None)? {
+        held.entry(c.volume.clone()).or_default().0.push(c);
+    }
+    for a in conn.attachments_of_node(node)? {
+        let entry = held.entry(a.volume.clone()).or_default();
+        entry.1 = Some(a);
+    }
+    for (volume, (claims, att)) in held {
+        if let Some(v) = conn.volume(&volume)? {
+            volume_entries(&v, node, claims, att.as_ref(), &mut out);
+        }
+    }
+    // One query for what to unstage (the same rows `volume_entries` reads per volume).
+    out.unstage = conn.unstaging_on(node)?;
+    Ok(out)
+}
+
+/// `GET /v1/nodes/{node}/desired?since=N`: the entries of `volumes` (those changed on the
+/// node after `since`, from `watch::Hub::node_changes`), with the rest left as the agent
+/// holds them.
+pub fn desired_changes(
+    conn: &(impl Snapshot + ?Sized),
+    node: &str,
+    index: u64,
+    since: u64,
+    volumes: BTreeSet<String>,
+) -> ApiResult<api::DesiredState> {
+    let mut out = start(conn, node, index)?;
+    for volume in &volumes {
+        let Some(v) = conn.volume(volume)? else {
+            continue;
+        };
+        let mut claims = conn.claims_of_volume(volume)?;
+        claims.retain(|c| c.node == node);
+        claims.sort_by(|a, b| a.alloc.cmp(&b.alloc));
+        let att = conn.attachment(volume, node)?;
+        if let Some(a) = att
+            .as_ref()
+            .filter(|a| a.state == AttachmentState::Unstaging)
+        {
+            out.unstage.push(api::DesiredUnstage {
+                volume: a.volume.clone(),
+                plugin: v.plugin.clone(),
+                external_id: v.external_id.clone(),
+            });
+        }
+        volume_entries(&v, node, claims, att.as_ref(), &mut out);
+    }
+    out.changes = Some(api::DesiredChanges {
+        since,
+        volumes: volumes.into_iter().collect(),
+    });
+    Ok(out)
+}
+
+/// What every answer carries whole: the node's status and its controller operations.
+fn start(conn: &(impl Snapshot + ?Sized), node: &str, index: u64) -> ApiResult<api::DesiredState> {
+    let n = conn.require_node(node)?;
+    let mut controller_ops = Vec::new();
+    for o in conn.ops_of_host(node)? {
+        if let Some(op) = op_to_api(conn, &o)? {
+            controller_ops.push(op);
+        }
+    }
+    Ok(api::DesiredState {
+        index,
+        status: Some(n.status),
+        controller_ops,
+        ..api::DesiredState::default()
+    })
+}
+
+/// One volume's publish, unpublish and expand entries on `node`, from its claims there (by
+/// alloc) and its attachment.
+fn volume_entries(
+    v: &VolumeRow,
+    node: &str,
+    claims: Vec<ClaimRow>,
+    att: Option<&AttachmentRow>,
+    out: &mut api::DesiredState,
+) {
+    let attached = att.filter(|a| a.state == AttachmentState::Attached);
+    for c in claims {
+        match claim_entry(c.state) {
+            ClaimEntry::Publish => {
+                let Some(att) = attached else {
+                    continue;
+                };
+                out.publish.push(api::DesiredPublish {
+                    alloc: c.alloc,
+                    read_only: c.mode == ClaimMode::Read,
+                    volume: api::NodeVolume {
+                        volume: v.name.clone(),
+                        plugin: v.plugin.clone(),
+                        external_id: v.external_id.clone(),
+                        capability: v.capability(),
+                        context: v.context.clone(),
+                        secrets: v.secrets.clone(),
+                        publish_context: att.publish_context.clone(),
+                    },
+                });
+            }
+            ClaimEntry::Unpublish => {
+                out.unpublish.push(api::DesiredUnpublish {
+                    volume: v.name.clone(),
+                    alloc: c.alloc,
+                    plugin: v.plugin.clone(),
+                    external_id: v.external_id.clone(),
+                });
+            }
+            ClaimEntry::None => {}
+        }
+    }
+    if att.is_some() {
+        out.expand.extend(super::expand::desired_expansion(v, node));
+    }
+}
+
+/// What a claim puts in its node's desired state, by its state alone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum ClaimEntry {
+    /// Publish it (once its attachment is attached).
+    Publish,
+    /// Take it down and report it unpublished.
+    Unpublish,
+    None,
+}
+
+pub(super) fn claim_entry(state: ClaimState) -> ClaimEntry {
+    match state {
+        ClaimState::Publishing | ClaimState::Ready => ClaimEntry::Publish,
+        ClaimState::Releasing | ClaimState::Failed => ClaimEntry::Unpublish,
+        _ => ClaimEntry::None,
+    }
+}

@@ -1,0 +1,166 @@
+//! Everything that changes cluster state, each function running inside one write
+//! transaction, one file per job: `volumes`, `claims`, `attachments` (the attachment
+//! lifecycle), `ops` (the controller-operation queue), `nodes` (registration, loss and
+//! return), `reports` (agents' reports), `operator` (unblock, detach) and `desired` (a
+//! node's desired state). This file holds what they share: the event log and the row
+//! changes every job makes.
+//!
+//! Handlers change the facts (a claim is recorded, a node reports a volume unstaged) and
+//! then call [`advance_volume`], which moves the volume's claims and attachments as far
+//! forward as those facts allow. Keeping that one function the only place that derives
+//! the next step is what keeps the lifecycle consistent.
+
+use csivol_api::{AttachmentState, ClaimState, PluginError};
+
+use super::error::ApiResult;
+use super::model::ClaimRow;
+use super::store::{Event, Txn};
+use super::watch::Key;
+use csivol_rules::kinds::EventKind;
+
+mod attachments;
+mod claims;
+mod desired;
+mod expand;
+mod modify;
+mod nodes;
+mod operator;
+mod ops;
+mod reconcile;
+mod reports;
+mod snapshots;
+#[cfg(test)]
+mod tests;
+mod volumes;
+
+pub use attachments::advance_volume;
+pub use claims::{claim_dry_run, create_claim, release_claim};
+pub use desired::{desired_changes, desired_state};
+pub use expand::expand_volume;
+pub use modify::modify_volume;
+pub use nodes::{mark_lost, register_node};
+pub use operator::{detach, require_reason, unblock_node, unblock_volume};
+pub use ops::{plugins_with_due_ops, schedule_ops};
+pub use reports::apply_reports;
+pub use snapshots::{create_snapshot, delete_snapshot, list_snapshots, snapshot_view};
+pub use volumes::{create_volume, deregister_volume, register_volume, volume_view};
+
+/// Server settings the lifecycle depends on, and where it records latencies.
+#[derive(Clone, Debug)]
+pub struct Limits {
+    /// Controller operations in flight per plugin.
+    pub controller_concurrency: u32,
+    pub metrics: std::sync::Arc<super::metrics::Metrics>,
+}
+
+/// Appends an entry to the event log; logged once committed.
+pub fn event(
+    ctx: &mut impl Txn,
+    kind: EventKind,
+    volume: Option<&str>,
+    node: Option<&str>,
+    alloc: Option<&str>,
+    actor: &str,
+    message: impl Into<String>,
+) -> ApiResult<()> {
+    let message = message.into();
+    ctx.append_event(Event {
+        kind,
+        volume,
+        node,
+        alloc,
+        actor,
+        message: &message,
+    })?;
+    ctx.touch(Key::Events);
+    // Logged once committed: a change that was rolled back never happened.
+    let (kind, volume, node, alloc, actor) = (
+        kind.as_str(),
+        volume.map(str::to_owned),
+        node.map(str::to_owned),
+        alloc.map(str::to_owned),
+        actor.to_owned(),
+    );
+    ctx.after_commit(Box::new(move || {
+        tracing::info!(kind, volume, node, alloc, actor, "{message}");
+    }));
+    Ok(())
+}
+
+/// The key of one volume's entries in a node's desired state: the node's agent is sent
+/// that volume's entries anew.
+pub(crate) fn node_volume(node: &str, volume: &str) -> Key {
+    Key::NodeVolume {
+        node: node.to_owned(),
+        volume: volume.to_owned(),
+    }
+}
+
+/// Stamps the volume changed and wakes its watchers.
+fn touch_volume(ctx: &mut impl Txn, volume: &str) -> ApiResult<()> {
+    ctx.stamp_volume(volume)?;
+    ctx.touch(Key::Volume(volume.to_owned()));
+    Ok(())
+}
+
+/// Sets a claim's state. Its node's agent is woken only when that changes what the claim
+/// puts in the node's desired state: `publishing` → `ready`, which the agent's own report
+/// makes, leaves its entry as it was, and a wake-up would cost the agent and the server a
+/// round trip and a read per claim for nothing.
+fn set_claim_state(ctx: &mut impl Txn, c: &ClaimRow, state: ClaimState) -> ApiResult<()> {
+    ctx.set_claim_state(&c.volume, &c.alloc, state)?;
+    if desired::claim_entry(c.state) != desired::claim_entry(state) {
+        ctx.touch(node_volume(&c.node, &c.volume));
+    }
+    touch_volume(ctx, &c.volume)
+}
+
+/// Starts releasing a claim through its node (for a lease that ran out).
+pub fn begin_release(ctx: &mut impl Txn, c: &ClaimRow) -> ApiResult<()> {
+    set_claim_state(ctx, c, ClaimState::Releasing)
+}
+
+/// Forgets a claim that holds nothing (a queued one).
+pub fn remove_claim(ctx: &mut impl Txn, c: &ClaimRow) -> ApiResult<()> {
+    delete_claim(ctx, c)
+}
+
+fn delete_claim(ctx: &mut impl Txn, c: &ClaimRow) -> ApiResult<()> {
+    ctx.delete_claim(&c.volume, &c.alloc)?;
+    ctx.touch(node_volume(&c.node, &c.volume));
+    touch_volume(ctx, &c.volume)
+}
+
+fn set_attachment_state(
+    ctx: &mut impl Txn,
+    volume: &str,
+    node: &str,
+    state: AttachmentState,
+) -> ApiResult<()> {
+    ctx.set_attachment_state(volume, node, state)?;
+    ctx.touch(node_volume(node, volume));
+    touch_volume(ctx, volume)
+}
+
+fn delete_attachment(ctx: &mut impl Txn, volume: &str, node: &str) -> ApiResult<()> {
+    ctx.delete_attachment(volume, node)?;
+    expand::detached(ctx, volume, node)?;
+    ctx.touch(node_volume(node, volume));
+    touch_volume(ctx, volume)
+}
+
+/// `a, b, c`, or `empty` when there is nothing to list.
+fn list_or<S: AsRef<str>>(items: &[S], empty: &str) -> String {
+    if items.is_empty() {
+        return empty.to_owned();
+    }
+    items
+        .iter()
+        .map(AsRef::as_ref)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn format_error(e: &PluginError) -> String {
+    format!("{}: {}", e.code, e.message)
+}

@@ -1,0 +1,345 @@
+//! Nodes and liveness: registration, a lost node's return, drift found at registration,
+//! loss.
+
+use std::collections::BTreeSet;
+
+use csivol_api::{
+    AttachmentState, ClaimRef, ClaimState, NodeStatus, RegisterRequest, validate_name,
+};
+
+use super::attachments::advance_volume;
+use super::ops::schedule_ops;
+use super::reports::DRIFT;
+use super::{Limits, delete_claim, event, list_or, set_attachment_state, set_claim_state};
+use crate::error::{ApiError, ApiResult};
+use crate::model::ClaimRow;
+use crate::store::{Snapshot, Txn};
+use crate::watch::Key;
+use csivol_rules::kinds::{EventKind, OpKind};
+
+/// `POST /v1/nodes/{node}/register`. Returns whether the node had been lost.
+pub fn register_node(
+    ctx: &mut impl Txn,
+    node: &str,
+    req: &RegisterRequest,
+    limits: &Limits,
+) -> ApiResult<bool> {
+    validate_name("node", node).map_err(ApiError::invalid)?;
+    let mut ids = BTreeSet::new();
+    for p in &req.plugins {
+        validate_name("plugin", &p.id).map_err(ApiError::invalid)?;
+        if !ids.insert(&p.id) {
+            return Err(ApiError::invalid(format!(
+                "plugin `{}` is listed twice",
+                p.id
+            )));
+        }
+    }
+    let existing = ctx.node(node)?;
+    let was_lost = existing
+        .as_ref()
+        .is_some_and(|n| n.status == NodeStatus::Lost);
+    let was_fenced = existing
+        .as_ref()
+        .is_some_and(|n| n.status == NodeStatus::Fenced);
+    let old_plugins: BTreeSet<String> = ctx
+        .node_plugins(node)?
+        .into_iter()
+        .map(|p| p.plugin)
+        .collect();
+    ctx.register_node(node, req.fence_after_ms, &req.labels, &req.plugins)?;
+    ctx.touch(Key::Node(node.to_owned()));
+    if was_fenced {
+        // Its claims were force-released by the fence's unblock: nothing is resumed.
+        crate::fence::returned(ctx, node, req)?;
+    } else if was_lost {
+        return_from_loss(ctx, node, &req.published, limits)?;
+        event(
+            ctx,
+            EventKind::NodeReturned,
+            None,
+            Some(node),
+            None,
+            &format!("node:{node}"),
+            "lost node registered again",
+        )?;
+    } else {
+        not_mounted_any_more(ctx, node, &req.published, limits)?;
+        let verb = if existing.is_some() {
+            "re-registered"
+        } else {
+            "registered"
+        };
+        let names: Vec<_> = req.plugins.iter().map(|p| p.id.as_str()).collect();
+        event(
+            ctx,
+            EventKind::NodeRegistered,
+            None,
+            Some(node),
+            None,
+            &format!("node:{node}"),
+            format!("node {verb} with plugins {}", names.join(", ")),
+        )?;
+    }
+    let plugins: BTreeSet<String> = req
+        .plugins
+        .iter()
+        .map(|p| p.id.clone())
+        .chain(old_plugins)
+        .collect();
+    for p in plugins {
+        schedule_ops(ctx, &p, limits)?;
+    }
+    Ok(was_lost)
+}
+
+/// A lost node is back. csivol runs no workloads, so those of its claims may still be
+/// running: a blocked claim that nobody released meanwhile and that the node reports still
+/// published (checked against its mount table) is ready again; one it no longer has (it
+/// fenced itself, or its mounts are gone) is released. A claim it still has that an
+/// operator released meanwhile is not in its desired state any more, so the node takes it
+/// down; that is recorded here. Blocked attachments resume their normal lifecycle.
+pub(super) fn return_from_loss(
+    ctx: &mut impl Txn,
+    node: &str,
+    published: &[ClaimRef],
+    limits: &Limits,
+) -> ApiResult<()> {
+    let blocked = ctx.claims_of_node(node, Some(ClaimState::Blocked))?;
+    let still_published = |c: &ClaimRow| {
+        published
+            .iter()
+            .any(|p| p.volume == c.volume && p.alloc == c.alloc)
+    };
+    let mut volumes = BTreeSet::new();
+    for c in &blocked {
+        if c.release_pending {
+            set_claim_state(ctx, c, ClaimState::Releasing)?;
+            event(
+                ctx,
+                EventKind::ClaimReleasing,
+                Some(&c.volume),
+                Some(node),
+                Some(&c.alloc),
+                &format!("node:{node}"),
+                "node came back: releasing the claim whose release was under way when the node was lost",
+            )?;
+        } else if crate::leases::expires(ClaimState::Ready, c.expires_at, ctx.now()) {
+            // Its lease ran out while the node was away: released the normal way, through
+            // the node (which takes down whatever it still has).
+            crate::leases::release_expired(ctx, c)?;
+        } else if still_published(c) {
+            // A claim whose `published` report never reached the server before the loss
+            // has no target path yet: it is publishing until the node's report (queued or
+            // made again) says where, so that nobody sees it ready without its path.
+            let (state, message) = if c.target_path.is_some() {
+                (
+                    ClaimState::Ready,
+                    "node came back with the volume still mounted from it: the claim is ready again",
+                )
+            } else {
+                (
+                    ClaimState::Publishing,
+                    "node came back with the volume mounted from it: the claim is ready again once the node reports where",
+                )
+            };
+            set_claim_state(ctx, c, state)?;
+            event(
+                ctx,
+                EventKind::ClaimResumed,
+                Some(&c.volume),
+                Some(node),
+                Some(&c.alloc),
+                &format!("node:{node}"),
+                message,
+            )?;
+        } else {
+            delete_claim(ctx, c)?;
+            event(
+                ctx,
+                EventKind::ClaimReleased,
+                Some(&c.volume),
+                Some(node),
+                Some(&c.alloc),
+                &format!("node:{node}"),
+                "node came back without it published: blocked claim released",
+            )?;
+        }
+        volumes.insert(c.volume.clone());
+    }
+    for p in published {
+        let kept = ctx
+            .claim(&p.volume, &p.alloc)?
+            .is_some_and(|c| c.node == node);
+        if !kept && ctx.volume(&p.volume)?.is_some() {
+            event(
+                ctx,
+                EventKind::ClaimTakenDown,
+                Some(&p.volume),
+                Some(node),
+                Some(&p.alloc),
+                &format!("node:{node}"),
+                "node came back with a claim that was released while it was lost: the node takes it down",
+            )?;
+        }
+    }
+    let blocked_atts = attachments_in(ctx, node, &[AttachmentState::Blocked])?;
+    for v in blocked_atts {
+        set_attachment_state(ctx, &v, node, AttachmentState::Attached)?;
+        volumes.insert(v);
+    }
+    for v in volumes {
+        advance_volume(ctx, &v, limits)?;
+    }
+    Ok(())
+}
+
+/// A node registers with what is really mounted on it. A claim recorded ready there that
+/// it does not report is not ready any more (its agent restarted without the mount, or the
+/// node was taken down): it is publishing again, and its drift is recorded.
+pub(super) fn not_mounted_any_more(
+    ctx: &mut impl Txn,
+    node: &str,
+    published: &[ClaimRef],
+    limits: &Limits,
+) -> ApiResult<()> {
+    for c in ctx.claims_of_node(node, Some(ClaimState::Ready))? {
+        if published
+            .iter()
+            .any(|p| p.volume == c.volume && p.alloc == c.alloc)
+        {
+            continue;
+        }
+        record_drift(
+            ctx,
+            &c,
+            &format!("node {node} registered without it mounted"),
+            limits,
+        )?;
+    }
+    Ok(())
+}
+
+/// A ready claim is not mounted from its volume any more: it is publishing again, with
+/// why as its error, and the drift is an event.
+pub(super) fn record_drift(
+    ctx: &mut impl Txn,
+    c: &ClaimRow,
+    reason: &str,
+    limits: &Limits,
+) -> ApiResult<()> {
+    limits.metrics.claim_drifts.inc();
+    set_claim_state(ctx, c, ClaimState::Publishing)?;
+    ctx.set_claim_error(&c.volume, &c.alloc, &format!("{DRIFT}{reason}"), None)?;
+    event(
+        ctx,
+        EventKind::ClaimDrift,
+        Some(&c.volume),
+        Some(&c.node),
+        Some(&c.alloc),
+        &format!("node:{}", c.node),
+        format!("{DRIFT}{reason}; the claim waits for its node to publish it again"),
+    )
+}
+
+/// The volumes attached to `node` in one of `states`.
+fn attachments_in(
+    ctx: &impl Snapshot,
+    node: &str,
+    states: &[AttachmentState],
+) -> ApiResult<Vec<String>> {
+    Ok(ctx
+        .attachments_of_node(node)?
+        .into_iter()
+        .filter(|a| states.contains(&a.state))
+        .map(|a| a.volume)
+        .collect())
+}
+
+/// The node missed its heartbeats: its claims and attachments are blocked, and controller
+/// operations it hosted go to another host.
+/// `why` opens the event (`no heartbeat for 30s`).
+pub fn mark_lost(ctx: &mut impl Txn, node: &str, why: &str, limits: &Limits) -> ApiResult<()> {
+    let Some(n) = ctx.node(node)? else {
+        return Ok(());
+    };
+    // A fenced node is off already: its volumes were unblocked, nothing is left to block.
+    if n.status != NodeStatus::Ready {
+        return Ok(());
+    }
+    ctx.set_node_status(node, NodeStatus::Lost)?;
+    ctx.touch(Key::Node(node.to_owned()));
+    let claims = ctx.claims_of_node(node, None)?;
+    // A queued claim holds nothing: it stays in the queue (its lease, if any, runs on). A
+    // claim being released (or cleaned up) when its node was lost stays released: when the
+    // node returns it is taken down, not resumed.
+    for c in &claims {
+        if matches!(c.state, ClaimState::Releasing | ClaimState::Failed) {
+            ctx.set_claim_release_pending(&c.volume, &c.alloc)?;
+        }
+        if !matches!(c.state, ClaimState::Blocked | ClaimState::Queued) {
+            set_claim_state(ctx, c, ClaimState::Blocked)?;
+        }
+    }
+    let atts = attachments_in(
+        ctx,
+        node,
+        &[
+            AttachmentState::Attaching,
+            AttachmentState::Attached,
+            AttachmentState::Unstaging,
+        ],
+    )?;
+    for v in &atts {
+        set_attachment_state(ctx, v, node, AttachmentState::Blocked)?;
+        // A publish to a lost node is pointless; an unblock will unpublish whatever it did.
+        ctx.delete_op_for(OpKind::Publish, v, node)?;
+    }
+    let hosted: BTreeSet<String> = ctx
+        .ops_of_host(node)?
+        .into_iter()
+        .map(|o| o.plugin)
+        .collect();
+    ctx.unassign_ops_of(node)?;
+    let volumes: BTreeSet<&str> = claims
+        .iter()
+        .map(|c| c.volume.as_str())
+        .chain(atts.iter().map(String::as_str))
+        .collect();
+    event(
+        ctx,
+        EventKind::NodeLost,
+        None,
+        Some(node),
+        None,
+        "server",
+        format!(
+            "{why}: node lost; {} claim(s) and {} attachment(s) blocked until it returns or is unblocked",
+            claims.len(),
+            atts.len()
+        ),
+    )?;
+    for v in volumes {
+        let allocs: Vec<_> = claims
+            .iter()
+            .filter(|c| c.volume == v)
+            .map(|c| c.alloc.as_str())
+            .collect();
+        event(
+            ctx,
+            EventKind::VolumeBlocked,
+            Some(v),
+            Some(node),
+            None,
+            "server",
+            format!(
+                "blocked: node {node} lost (claims: {})",
+                list_or(&allocs, "none")
+            ),
+        )?;
+    }
+    for p in hosted {
+        schedule_ops(ctx, &p, limits)?;
+    }
+    Ok(())
+}

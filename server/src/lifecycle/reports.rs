@@ -1,0 +1,526 @@
+//! Agents' reports: the facts a node reports, one function per kind of report. A report
+//! about a claim counts only for the reporting node's own claim, one about a controller
+//! operation only from its host and for its current attempt; anything else is ignored.
+
+use std::collections::BTreeMap;
+use std::collections::BTreeSet;
+
+use csivol_api::domain::PublishContext;
+use csivol_api::{AttachmentState, ClaimState, PluginError, Report};
+
+use super::attachments::{advance_volume, begin_detach};
+use super::expand::{controller_expanded, node_expand_error, node_expanded};
+use super::nodes::record_drift;
+use super::ops::{finish_delete, finish_unpublish, load_op, observe_op, op_failed, schedule_ops};
+use super::snapshots;
+use super::{Limits, delete_claim, event, format_error, list_or, set_claim_state, touch_volume};
+use crate::error::ApiResult;
+use crate::model::{ClaimRow, OpRow, time};
+use crate::store::Txn;
+use crate::watch::Key;
+use csivol_rules::kinds::EventKind;
+
+/// How a drift report starts a claim's error, so that the next `published` is recorded
+/// as its repair.
+pub(super) const DRIFT: &str = "drift: ";
+
+/// One batch of a node's reports, and the volumes to move forward once it is applied.
+struct Batch<'a> {
+    node: &'a str,
+    actor: String,
+    limits: &'a Limits,
+    advance: BTreeSet<String>,
+}
+
+/// `POST /v1/nodes/{node}/reports`.
+pub fn apply_reports(
+    ctx: &mut impl Txn,
+    node: &str,
+    reports: Vec<Report>,
+    limits: &Limits,
+) -> ApiResult<()> {
+    let mut b = Batch {
+        node,
+        actor: format!("node:{node}"),
+        limits,
+        advance: BTreeSet::new(),
+    };
+    for report in reports {
+        match report {
+            Report::Published {
+                volume,
+                alloc,
+                target_path,
+            } => published(ctx, &b, &volume, &alloc, &target_path)?,
+            Report::Drift {
+                volume,
+                alloc,
+                reason,
+            } => drift(ctx, &b, &volume, &alloc, &reason)?,
+            Report::Waiting {
+                volume,
+                alloc,
+                reason,
+                since_ms,
+                timeout_ms,
+            } => waiting(ctx, &b, &volume, &alloc, &reason, since_ms, timeout_ms)?,
+            Report::Condition {
+                volume,
+                alloc,
+                abnormal,
+                message,
+            } => condition(ctx, &b, &volume, &alloc, abnormal, &message)?,
+            Report::Unpublished { volume, alloc } => unpublished(ctx, &mut b, &volume, &alloc)?,
+            Report::Unstaged { volume } => unstaged(ctx, &mut b, &volume)?,
+            Report::ClaimError {
+                volume,
+                alloc,
+                error,
+            } => claim_error(ctx, &b, &volume, &alloc, &error)?,
+            Report::VolumeError { volume, error } => volume_error(ctx, &b, &volume, &error)?,
+            Report::ControllerPublished {
+                op,
+                attempt,
+                publish_context,
+            } => with_op(ctx, &mut b, op, attempt, "ok", |ctx, b, o| {
+                controller_published(ctx, b, o, &publish_context)
+            })?,
+            Report::ControllerUnpublished { op, attempt } => {
+                with_op(ctx, &mut b, op, attempt, "ok", |ctx, b, o| {
+                    finish_unpublish(ctx, o, &b.actor)?;
+                    b.advance.insert(o.volume.clone());
+                    Ok(())
+                })?
+            }
+            Report::Created {
+                op,
+                attempt,
+                external_id,
+                capacity_bytes,
+                context,
+                accessible_topology,
+            } => with_op(ctx, &mut b, op, attempt, "ok", |ctx, b, o| {
+                let made = Made {
+                    external_id: &external_id,
+                    capacity_bytes,
+                    context: &context,
+                    accessible_topology: &accessible_topology,
+                };
+                created(ctx, b, o, made)
+            })?,
+            Report::Deleted { op, attempt } => {
+                with_op(ctx, &mut b, op, attempt, "ok", |ctx, b, o| {
+                    finish_delete(ctx, o, &b.actor)
+                })?
+            }
+            Report::SnapshotCreated {
+                op,
+                attempt,
+                snapshot_id,
+                size_bytes,
+                ready_to_use,
+                creation_time_ms,
+            } => with_op(ctx, &mut b, op, attempt, "ok", |ctx, b, o| {
+                let answer = snapshots::Created {
+                    snapshot_id,
+                    size_bytes,
+                    ready_to_use,
+                    creation_time_ms,
+                };
+                snapshots::snapshot_created(ctx, o, &b.actor, answer)
+            })?,
+            Report::SnapshotDeleted { op, attempt } => {
+                with_op(ctx, &mut b, op, attempt, "ok", |ctx, b, o| {
+                    snapshots::snapshot_deleted(ctx, o, &b.actor)
+                })?
+            }
+            Report::OpError { op, attempt, error } => {
+                with_op(ctx, &mut b, op, attempt, "error", |ctx, b, o| {
+                    op_failed(ctx, o, &error, &b.actor)?;
+                    b.advance.insert(o.volume.clone());
+                    Ok(())
+                })?
+            }
+            Report::Expanded {
+                op,
+                attempt,
+                capacity_bytes,
+                node_expansion_required,
+            } => with_op(ctx, &mut b, op, attempt, "ok", |ctx, b, o| {
+                controller_expanded(ctx, o, capacity_bytes, node_expansion_required, &b.actor)
+            })?,
+            Report::Modified { op, attempt } => {
+                with_op(ctx, &mut b, op, attempt, "ok", |ctx, b, o| {
+                    super::modify::modified(ctx, o, &b.actor)
+                })?
+            }
+            Report::NodeExpanded {
+                volume, attempt, ..
+            } => node_expanded(ctx, node, &b.actor, &volume, attempt)?,
+            Report::NodeExpandError {
+                volume,
+                attempt,
+                error,
+            } => node_expand_error(ctx, node, &b.actor, &volume, attempt, &error)?,
+            Report::Fenced { at_ms, volumes } => fenced(ctx, &b, at_ms, &volumes)?,
+            Report::ControllerVolumes {
+                plugin,
+                started_ms,
+                volumes,
+            } => super::reconcile::controller_volumes(ctx, node, &plugin, started_ms, &volumes)?,
+        }
+    }
+    for v in b.advance {
+        advance_volume(ctx, &v, limits)?;
+    }
+    Ok(())
+}
+
+/// The claim a report is about, if it is the reporting node's.
+fn own_claim(
+    ctx: &impl Txn,
+    b: &Batch<'_>,
+    volume: &str,
+    alloc: &str,
+) -> ApiResult<Option<ClaimRow>> {
+    Ok(ctx.claim(volume, alloc)?.filter(|c| c.node == b.node))
+}
+
+/// Runs `f` on the operation a report answers, if the report is current (see
+/// [`load_op`]), with its latency recorded as `result`; then hands out the plugin's
+/// operations the answer made room for.
+fn with_op<T: Txn>(
+    ctx: &mut T,
+    b: &mut Batch<'_>,
+    id: u64,
+    attempt: u32,
+    result: &str,
+    f: impl FnOnce(&mut T, &mut Batch<'_>, &OpRow) -> ApiResult<()>,
+) -> ApiResult<()> {
+    let Some(o) = load_op(ctx, id, attempt, b.node)? else {
+        return Ok(());
+    };
+    observe_op(b.limits, ctx.now(), &o, result);
+    f(ctx, b, &o)?;
+    schedule_ops(ctx, &o.plugin, b.limits)
+}
+
+/// The claim is mounted from its volume at `target_path`: ready (or repaired, after a
+/// drift).
+fn published(
+    ctx: &mut impl Txn,
+    b: &Batch<'_>,
+    volume: &str,
+    alloc: &str,
+    target_path: &str,
+) -> ApiResult<()> {
+    let Some(c) = own_claim(ctx, b, volume, alloc)? else {
+        return Ok(());
+    };
+    ctx.set_claim_target(volume, alloc, target_path)?;
+    touch_volume(ctx, volume)?;
+    if !matches!(
+        c.state,
+        ClaimState::Publishing | ClaimState::Attaching | ClaimState::Pending
+    ) {
+        return Ok(());
+    }
+    let drift = c.error.as_deref().and_then(|e| e.strip_prefix(DRIFT));
+    set_claim_state(ctx, &c, ClaimState::Ready)?;
+    super::expand::staged_on(ctx, volume, b.node)?;
+    let (kind, message) = match drift {
+        Some(why) => (
+            EventKind::ClaimRepaired,
+            format!("repaired after drift ({why}): mounted from the volume again at {target_path}"),
+        ),
+        None => {
+            b.limits
+                .metrics
+                .claim_ready_seconds
+                .observe((ctx.now() - c.created_at).max(0) as f64 / 1000.0);
+            (EventKind::ClaimReady, format!("published at {target_path}"))
+        }
+    };
+    event(
+        ctx,
+        kind,
+        Some(volume),
+        Some(b.node),
+        Some(alloc),
+        &b.actor,
+        message,
+    )
+}
+
+/// A ready claim is not mounted from its volume any more.
+fn drift(
+    ctx: &mut impl Txn,
+    b: &Batch<'_>,
+    volume: &str,
+    alloc: &str,
+    reason: &str,
+) -> ApiResult<()> {
+    match own_claim(ctx, b, volume, alloc)? {
+        Some(c) if c.state == ClaimState::Ready => record_drift(ctx, &c, reason, b.limits),
+        _ => Ok(()),
+    }
+}
+
+/// What a publishing claim waits for on its node.
+fn waiting(
+    ctx: &mut impl Txn,
+    b: &Batch<'_>,
+    volume: &str,
+    alloc: &str,
+    reason: &str,
+    since_ms: u64,
+    timeout_ms: u64,
+) -> ApiResult<()> {
+    if own_claim(ctx, b, volume, alloc)?.is_some_and(|c| c.state == ClaimState::Publishing) {
+        ctx.set_claim_waiting(volume, alloc, reason, since_ms as i64, timeout_ms as i64)?;
+        touch_volume(ctx, volume)?;
+    }
+    Ok(())
+}
+
+/// The plugin's volume condition changed (abnormal, or normal again).
+fn condition(
+    ctx: &mut impl Txn,
+    b: &Batch<'_>,
+    volume: &str,
+    alloc: &str,
+    abnormal: bool,
+    message: &str,
+) -> ApiResult<()> {
+    let Some(c) = own_claim(ctx, b, volume, alloc)? else {
+        return Ok(());
+    };
+    let condition = abnormal.then_some(message);
+    if c.condition.as_deref() == condition {
+        return Ok(());
+    }
+    ctx.set_claim_condition(volume, alloc, condition)?;
+    touch_volume(ctx, volume)?;
+    let text = if abnormal {
+        format!("the plugin reports the volume abnormal: {message}")
+    } else {
+        format!("the plugin reports the volume normal again: {message}")
+    };
+    event(
+        ctx,
+        EventKind::VolumeCondition,
+        Some(volume),
+        Some(b.node),
+        Some(alloc),
+        &b.actor,
+        text,
+    )
+}
+
+/// The node took a claim down: a released (or failed, or blocked) claim is gone.
+fn unpublished(ctx: &mut impl Txn, b: &mut Batch<'_>, volume: &str, alloc: &str) -> ApiResult<()> {
+    let Some(c) = own_claim(ctx, b, volume, alloc)? else {
+        return Ok(());
+    };
+    if !matches!(
+        c.state,
+        ClaimState::Releasing | ClaimState::Failed | ClaimState::Blocked
+    ) {
+        return Ok(());
+    }
+    delete_claim(ctx, &c)?;
+    let how = if c.state == ClaimState::Blocked {
+        "blocked claim released by its returning node"
+    } else {
+        "released"
+    };
+    event(
+        ctx,
+        EventKind::ClaimReleased,
+        Some(volume),
+        Some(b.node),
+        Some(alloc),
+        &b.actor,
+        how,
+    )?;
+    b.advance.insert(volume.to_owned());
+    Ok(())
+}
+
+/// The node unstaged a volume none of its claims use: the attachment is taken down.
+fn unstaged(ctx: &mut impl Txn, b: &mut Batch<'_>, volume: &str) -> ApiResult<()> {
+    let Some(v) = ctx.volume(volume)? else {
+        return Ok(());
+    };
+    let Some(a) = ctx.attachment(volume, b.node)? else {
+        return Ok(());
+    };
+    let claims_here = ctx
+        .claims_of_volume(volume)?
+        .into_iter()
+        .any(|c| c.node == b.node);
+    // Attached counts too: a batch may carry the last claim's `unpublished` and the
+    // `unstaged` together, before the attachment moved on.
+    let waiting = matches!(
+        a.state,
+        AttachmentState::Attached | AttachmentState::Unstaging | AttachmentState::Blocked
+    );
+    if claims_here || !waiting {
+        return Ok(());
+    }
+    event(
+        ctx,
+        EventKind::VolumeUnstaged,
+        Some(volume),
+        Some(b.node),
+        None,
+        &b.actor,
+        "node unstaged the volume",
+    )?;
+    begin_detach(ctx, &v, b.node, false, b.limits)?;
+    b.advance.insert(volume.to_owned());
+    Ok(())
+}
+
+/// A node call for a claim failed: retried at the error's time, or final (the claim fails).
+fn claim_error(
+    ctx: &mut impl Txn,
+    b: &Batch<'_>,
+    volume: &str,
+    alloc: &str,
+    error: &PluginError,
+) -> ApiResult<()> {
+    let Some(c) = own_claim(ctx, b, volume, alloc)? else {
+        return Ok(());
+    };
+    let next = error.next_retry_at_ms.map(|t| t as i64);
+    ctx.set_claim_error(volume, alloc, &format_error(error), next)?;
+    touch_volume(ctx, volume)?;
+    if !error.is_final
+        || matches!(
+            c.state,
+            ClaimState::Releasing | ClaimState::Failed | ClaimState::Blocked
+        )
+    {
+        return Ok(());
+    }
+    set_claim_state(ctx, &c, ClaimState::Failed)?;
+    event(
+        ctx,
+        EventKind::ClaimFailed,
+        Some(volume),
+        Some(b.node),
+        Some(alloc),
+        &b.actor,
+        format!("failed: {}", format_error(error)),
+    )
+}
+
+/// NodeUnstageVolume failed: the attachment says why and when it is retried.
+fn volume_error(
+    ctx: &mut impl Txn,
+    b: &Batch<'_>,
+    volume: &str,
+    error: &PluginError,
+) -> ApiResult<()> {
+    let message = format!("NodeUnstageVolume failed: {}", format_error(error));
+    let next = error.next_retry_at_ms.map(|t| t as i64);
+    if ctx.set_attachment_error(volume, b.node, &message, next)? {
+        touch_volume(ctx, volume)?;
+    }
+    Ok(())
+}
+
+/// ControllerPublishVolume succeeded: the attachment is attached with its context.
+fn controller_published(
+    ctx: &mut impl Txn,
+    b: &mut Batch<'_>,
+    o: &OpRow,
+    publish_context: &PublishContext,
+) -> ApiResult<()> {
+    ctx.delete_op(o.id)?;
+    if let Some(target) = &o.node
+        && ctx.attachment_published(&o.volume, target, publish_context)?
+    {
+        ctx.touch(super::node_volume(target, &o.volume));
+        event(
+            ctx,
+            EventKind::VolumeAttached,
+            Some(&o.volume),
+            Some(target),
+            None,
+            &b.actor,
+            "ControllerPublishVolume succeeded",
+        )?;
+    }
+    b.advance.insert(o.volume.clone());
+    Ok(())
+}
+
+/// What CreateVolume returned.
+struct Made<'a> {
+    external_id: &'a str,
+    capacity_bytes: u64,
+    context: &'a BTreeMap<String, String>,
+    accessible_topology: &'a [csivol_api::Topology],
+}
+
+/// CreateVolume succeeded: the volume is ready, with the plugin's id for it and where it is
+/// accessible from.
+fn created(ctx: &mut impl Txn, b: &mut Batch<'_>, o: &OpRow, made: Made<'_>) -> ApiResult<()> {
+    let Made {
+        external_id,
+        capacity_bytes,
+        context,
+        accessible_topology,
+    } = made;
+    ctx.delete_op(o.id)?;
+    ctx.volume_created(
+        &o.volume,
+        external_id,
+        capacity_bytes,
+        context,
+        accessible_topology,
+    )?;
+    ctx.touch(Key::Volume(o.volume.clone()));
+    event(
+        ctx,
+        EventKind::VolumeCreated,
+        Some(&o.volume),
+        None,
+        None,
+        &b.actor,
+        if accessible_topology.is_empty() {
+            format!("created as {external_id}")
+        } else {
+            let segments: Vec<_> = accessible_topology
+                .iter()
+                .map(super::claims::show_segment)
+                .collect();
+            format!(
+                "created as {external_id}, accessible from {}",
+                segments.join(" or ")
+            )
+        },
+    )
+}
+
+/// The node's agent fenced itself after losing the server.
+fn fenced(ctx: &mut impl Txn, b: &Batch<'_>, at_ms: u64, volumes: &[String]) -> ApiResult<()> {
+    ctx.set_node_fenced_at(b.node, at_ms as i64)?;
+    // The agent waits for a fresh desired state after a fence; wake it.
+    ctx.touch(Key::Node(b.node.to_owned()));
+    event(
+        ctx,
+        EventKind::NodeFenced,
+        None,
+        Some(b.node),
+        None,
+        &b.actor,
+        format!(
+            "node fenced itself at {} after losing the server: took down {}",
+            time(at_ms as i64),
+            list_or(volumes, "nothing")
+        ),
+    )
+}

@@ -1,0 +1,302 @@
+//! In-process tests of the lifecycle, one file per job: each test runs the lifecycle's
+//! functions as write requests of a real database writer (`Db`, a temporary SQLite file,
+//! savepoints and group commit as in the server) and checks the rows and events they leave.
+//! No HTTP, no child process.
+
+mod claims;
+mod desired;
+mod expand;
+mod nodes;
+mod operator;
+mod ops;
+mod reports;
+mod snapshots;
+mod topology;
+mod volumes;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use csivol_api::{
+    self as api, AttachmentState, ClaimMode, ClaimRequest, ClaimState, RegisterRequest, Report,
+    VolumeSpec,
+};
+use rusqlite::Connection;
+use serde_json::json;
+
+use super::Limits;
+use crate::db::{Db, WriteCtx};
+use crate::error::ApiResult;
+use crate::metrics::Metrics;
+use crate::model::{ClaimRow, OpRow};
+use crate::store::Snapshot;
+
+/// The plugin every test volume uses.
+const PLUGIN: &str = "hp";
+
+/// A fresh cluster state in a temporary directory, removed when dropped.
+struct Env {
+    db: Db,
+    dir: PathBuf,
+    limits: Limits,
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl Env {
+    fn new() -> Self {
+        // Tests run in parallel in one process: a counter keeps their directories apart.
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let dir =
+            std::env::temp_dir().join(format!("csivol-lifecycle-test-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let db = Db::start(&dir.join("state.db")).unwrap();
+        Self {
+            db,
+            dir,
+            limits: Limits {
+                controller_concurrency: 8,
+                metrics: Arc::new(Metrics::default()),
+            },
+        }
+    }
+
+    /// Runs `f` as one write request; its answer once committed (or rolled back).
+    async fn write<T, F>(&self, mut f: F) -> ApiResult<T>
+    where
+        T: Send + 'static,
+        F: FnMut(&mut WriteCtx<'_>, &Limits) -> ApiResult<T> + Send + 'static,
+    {
+        let limits = self.limits.clone();
+        self.db.write(move |ctx| f(ctx, &limits)).await
+    }
+
+    /// Reads the committed state.
+    async fn read<T, F>(&self, f: F) -> T
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> ApiResult<T> + Send + 'static,
+    {
+        self.db.read(f).await.unwrap()
+    }
+
+    /// Registers `node` running plugin `hp` (which announces a controller service); with
+    /// `host`, the node hosts its controller (ControllerPublish needed); `published` are the
+    /// (volume, alloc) it reports mounted.
+    async fn register(&self, node: &str, host: bool, published: &[(&str, &str)]) -> bool {
+        let req = registration(node, host, published);
+        let n = node.to_owned();
+        self.write(move |ctx, l| super::register_node(ctx, &n, &req, l))
+            .await
+            .unwrap()
+    }
+
+    async fn volume(&self, name: &str, access_mode: &str) {
+        let spec = spec(access_mode);
+        let n = name.to_owned();
+        self.write(move |ctx, _| super::register_volume(ctx, &n, spec.clone(), "op"))
+            .await
+            .unwrap();
+    }
+
+    async fn claim_with(&self, volume: &str, req: ClaimRequest) -> ApiResult<api::Claim> {
+        let v = volume.to_owned();
+        self.write(move |ctx, l| super::create_claim(ctx, &v, &req, "ci", l))
+            .await
+            .map(|(c, _)| c)
+    }
+
+    async fn claim(
+        &self,
+        volume: &str,
+        alloc: &str,
+        node: &str,
+        mode: ClaimMode,
+    ) -> ApiResult<api::Claim> {
+        self.claim_with(volume, ClaimRequest::new(alloc, node, mode))
+            .await
+    }
+
+    async fn release(&self, volume: &str, alloc: &str) -> ApiResult<api::Claim> {
+        let (v, a) = (volume.to_owned(), alloc.to_owned());
+        self.write(move |ctx, _| super::release_claim(ctx, &v, &a, "ci"))
+            .await
+    }
+
+    async fn report(&self, node: &str, reports: Vec<Report>) {
+        let n = node.to_owned();
+        self.write(move |ctx, l| super::apply_reports(ctx, &n, reports.clone(), l))
+            .await
+            .unwrap();
+    }
+
+    async fn claim_row(&self, volume: &str, alloc: &str) -> Option<ClaimRow> {
+        let (v, a) = (volume.to_owned(), alloc.to_owned());
+        self.read(move |c| c.claim(&v, &a)).await
+    }
+
+    async fn claim_state(&self, volume: &str, alloc: &str) -> Option<ClaimState> {
+        self.claim_row(volume, alloc).await.map(|c| c.state)
+    }
+
+    async fn attachment_state(&self, volume: &str, node: &str) -> Option<AttachmentState> {
+        let (v, n) = (volume.to_owned(), node.to_owned());
+        self.read(move |c| c.attachment(&v, &n))
+            .await
+            .map(|a| a.state)
+    }
+
+    /// Every queued operation as `kind volume node host attempt`, by id.
+    async fn ops(&self) -> Vec<String> {
+        self.read(|c| {
+            let mut stmt = c.prepare("SELECT id FROM ops ORDER BY id")?;
+            let ids: Vec<i64> = stmt
+                .query_map([], |r| r.get(0))?
+                .collect::<Result<_, _>>()?;
+            let mut out = Vec::new();
+            for id in ids {
+                let o = c.op(id)?.expect("listed");
+                out.push(format!(
+                    "{} {} {} {} {}",
+                    o.kind,
+                    o.volume,
+                    o.node.as_deref().unwrap_or("-"),
+                    o.host.as_deref().unwrap_or("-"),
+                    o.attempt
+                ));
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn ops_of(&self, host: &str) -> Vec<OpRow> {
+        let h = host.to_owned();
+        self.read(move |c| c.ops_of_host(&h)).await
+    }
+
+    /// The event log as `kind volume node alloc` lines, in order.
+    async fn events(&self) -> Vec<String> {
+        self.read(|c| {
+            let mut stmt = c.prepare(
+                "SELECT kind, coalesce(volume, '-'), coalesce(node, '-'), coalesce(alloc, '-') \
+                 FROM events ORDER BY idx",
+            )?;
+            let rows = stmt
+                .query_map([], |r| {
+                    Ok(format!(
+                        "{} {} {} {}",
+                        r.get::<_, String>(0)?,
+                        r.get::<_, String>(1)?,
+                        r.get::<_, String>(2)?,
+                        r.get::<_, String>(3)?
+                    ))
+                })?
+                .collect::<Result<_, _>>()?;
+            Ok(rows)
+        })
+        .await
+    }
+
+    /// Events of one kind, as [`Env::events`] lists them.
+    async fn events_of(&self, kind: &str) -> Vec<String> {
+        self.events()
+            .await
+            .into_iter()
+            .filter(|e| e.split(' ').next() == Some(kind))
+            .collect()
+    }
+
+    /// A write claim of `v` by `alloc` on `node` taken to ready the way a node agent and a
+    /// controller host take it: ControllerPublish by `node` (which hosts the controller),
+    /// then the publish.
+    async fn ready_claim(&self, volume: &str, alloc: &str, node: &str) {
+        self.claim(volume, alloc, node, ClaimMode::Write)
+            .await
+            .unwrap();
+        self.controller_published(node).await;
+        assert_eq!(
+            self.claim_state(volume, alloc).await,
+            Some(ClaimState::Publishing)
+        );
+        self.report(node, vec![published(volume, alloc)]).await;
+        assert_eq!(
+            self.claim_state(volume, alloc).await,
+            Some(ClaimState::Ready)
+        );
+    }
+
+    /// Answers every publish operation assigned to `host` with success.
+    async fn controller_published(&self, host: &str) {
+        let reports = self
+            .ops_of(host)
+            .await
+            .into_iter()
+            .map(|o| Report::ControllerPublished {
+                op: o.id as u64,
+                attempt: o.attempt,
+                publish_context: [("device".to_owned(), format!("/dev/{}", o.volume))].into(),
+            })
+            .collect();
+        self.report(host, reports).await;
+    }
+}
+
+fn registration(node: &str, host: bool, published: &[(&str, &str)]) -> RegisterRequest {
+    let controller = host.then(|| {
+        json!({"create_delete_volume": true, "publish_unpublish_volume": true, "list_volumes": false,
+               "list_volumes_published_nodes": false, "publish_readonly": false, "single_node_multi_writer": false})
+    });
+    let published: Vec<_> = published
+        .iter()
+        .map(|(v, a)| json!({"volume": v, "alloc": a}))
+        .collect();
+    serde_json::from_value(json!({
+        "plugins": [{
+            "id": PLUGIN,
+            "info": {"name": "hostpath.csivol.dev", "vendor_version": "1"},
+            "capabilities": {"controller_service": true, "volume_accessibility_constraints": false},
+            "node": {
+                "info": {"node_id": format!("csi-{node}"), "max_volumes_per_node": 0},
+                "capabilities": {"stage_unstage_volume": true, "get_volume_stats": false,
+                                 "volume_condition": false, "single_node_multi_writer": false}
+            },
+            "controller": controller,
+        }],
+        "published": published,
+    }))
+    .unwrap()
+}
+
+fn spec(access_mode: &str) -> VolumeSpec {
+    serde_json::from_value(json!({
+        "plugin": PLUGIN,
+        "external_id": "ext-1",
+        "access_mode": access_mode,
+        "attachment": "file-system",
+    }))
+    .unwrap()
+}
+
+fn published(volume: &str, alloc: &str) -> Report {
+    Report::Published {
+        volume: volume.to_owned(),
+        alloc: alloc.to_owned(),
+        target_path: format!("/targets/{volume}/{alloc}"),
+    }
+}
+
+fn plugin_error(code: &str, is_final: bool) -> api::PluginError {
+    api::PluginError {
+        code: code.to_owned(),
+        message: "the plugin says no".to_owned(),
+        is_final,
+        next_retry_at_ms: (!is_final).then_some(4_102_444_800_000),
+    }
+}

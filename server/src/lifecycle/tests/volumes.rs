@@ -1,0 +1,149 @@
+//! Volumes: registration, creation through the plugin, deregistration and deletion.
+
+use csivol_api::{ClaimMode, CreateVolumeSpec, Report};
+use serde_json::json;
+
+use super::{Env, spec};
+use crate::model::Lifecycle;
+use crate::store::Snapshot;
+
+#[tokio::test]
+async fn registering_again_changes_nothing_and_a_changed_spec_in_use_is_refused() {
+    let env = Env::new();
+    let first = env
+        .write(|ctx, _| {
+            super::super::register_volume(ctx, "v", spec("multi-node-multi-writer"), "op")
+        })
+        .await
+        .unwrap();
+    assert!(first.1, "new");
+    let again = env
+        .write(|ctx, _| {
+            super::super::register_volume(ctx, "v", spec("multi-node-multi-writer"), "op")
+        })
+        .await
+        .unwrap();
+    assert!(!again.1, "the same spec is no change");
+    assert_eq!(again.0.index, first.0.index, "not even its index moved");
+
+    env.register("n1", false, &[]).await;
+    env.claim("v", "a1", "n1", ClaimMode::Write).await.unwrap();
+    let e = env
+        .write(|ctx, _| super::super::register_volume(ctx, "v", spec("single-node-writer"), "op"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code.as_str(), "conflict");
+    assert!(e.message.contains("in use: a1 on n1"), "{}", e.message);
+    let v = env.read(|c| c.require_volume("v")).await;
+    assert_eq!(
+        v.access_mode.as_str(),
+        "multi-node-multi-writer",
+        "unchanged"
+    );
+    assert_eq!(
+        env.events_of("volume-registered").await,
+        ["volume-registered v - -"]
+    );
+    assert!(env.events_of("volume-updated").await.is_empty());
+}
+
+#[tokio::test]
+async fn a_created_volume_is_ready_once_its_plugin_created_it() {
+    let env = Env::new();
+    env.register("n1", true, &[]).await;
+    let spec: CreateVolumeSpec = serde_json::from_value(json!({
+        "plugin": "hp", "access_mode": "single-node-writer", "attachment": "file-system",
+        "capacity_bytes": 1024,
+    }))
+    .unwrap();
+    let (v, started) = env
+        .write(move |ctx, l| super::super::create_volume(ctx, "new", spec.clone(), "op", l))
+        .await
+        .unwrap();
+    assert!(started);
+    assert_eq!(v.state.as_str(), "creating");
+    assert_eq!(
+        env.ops().await,
+        ["create new - n1 0"],
+        "handed to the controller host"
+    );
+    let op = env.ops_of("n1").await.remove(0);
+    assert_eq!(op.payload, r#"{"capacity_bytes":1024}"#);
+
+    env.report(
+        "n1",
+        vec![Report::Created {
+            op: op.id as u64,
+            attempt: 0,
+            external_id: "disk-7".into(),
+            capacity_bytes: 2048,
+            context: [("zone".to_owned(), "a".to_owned())].into(),
+            accessible_topology: Vec::new(),
+        }],
+    )
+    .await;
+    let v = env.read(|c| c.require_volume("new")).await;
+    assert_eq!(v.lifecycle, Lifecycle::Ready);
+    assert_eq!(v.external_id, "disk-7");
+    assert_eq!(v.capacity_bytes, Some(2048));
+    assert_eq!(v.context["zone"], "a");
+    assert!(env.ops().await.is_empty());
+    assert_eq!(
+        env.events_of("volume-created").await,
+        ["volume-created new - -"]
+    );
+}
+
+#[tokio::test]
+async fn deregistering_refuses_a_claimed_volume_and_deletes_a_free_one_through_its_plugin() {
+    let env = Env::new();
+    env.register("n1", true, &[]).await;
+    env.volume("v", "single-node-writer").await;
+    env.claim("v", "a1", "n1", ClaimMode::Write).await.unwrap();
+    let e = env
+        .write(|ctx, l| super::super::deregister_volume(ctx, "v", false, "op", l))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code.as_str(), "conflict");
+    assert!(e.message.contains("is claimed: a1 on n1"), "{}", e.message);
+
+    env.volume("w", "single-node-writer").await;
+    let deleting = env
+        .write(|ctx, l| super::super::deregister_volume(ctx, "w", true, "op", l))
+        .await
+        .unwrap()
+        .expect("a volume being deleted");
+    assert_eq!(deleting.state.as_str(), "deleting");
+    let op = env
+        .ops_of("n1")
+        .await
+        .into_iter()
+        .find(|o| o.volume == "w")
+        .expect("DeleteVolume handed out");
+    assert_eq!(op.kind.as_str(), "delete");
+    env.report(
+        "n1",
+        vec![Report::Deleted {
+            op: op.id as u64,
+            attempt: 0,
+        }],
+    )
+    .await;
+    assert!(env.read(|c| c.volume("w")).await.is_none(), "gone");
+    assert_eq!(
+        env.events_of("volume-deleted").await,
+        ["volume-deleted w - -"]
+    );
+
+    env.volume("x", "single-node-writer").await;
+    let gone = env
+        .write(|ctx, l| super::super::deregister_volume(ctx, "x", false, "op", l))
+        .await
+        .unwrap();
+    assert!(gone.is_none());
+    assert!(env.read(|c| c.volume("x")).await.is_none());
+    assert_eq!(
+        env.events_of("volume-deregistered").await,
+        ["volume-deregistered x - -"]
+    );
+}

@@ -1,0 +1,416 @@
+//! Volumes: registration, creation through the plugin, deregistration and deletion.
+
+use std::collections::BTreeMap;
+
+use csivol_api::{self as api, CreateVolumeSpec, VolumeSpec, validate_name};
+
+use super::ops::schedule_ops;
+use super::{Limits, event};
+use crate::error::{ApiError, ApiResult};
+use crate::model::{ClaimRow, Lifecycle, VolumeRow};
+use crate::store::{Snapshot, Txn};
+use crate::watch::Key;
+use csivol_rules::kinds::{EventKind, OpKind};
+
+pub(super) fn check_spec_names(
+    plugin: &str,
+    attachment: api::Attachment,
+    fs_type: &str,
+    mount_flags: &[String],
+) -> ApiResult<()> {
+    validate_name("plugin", plugin).map_err(ApiError::invalid)?;
+    if attachment == api::Attachment::BlockDevice
+        && (!fs_type.is_empty() || !mount_flags.is_empty())
+    {
+        return Err(
+            ApiError::invalid("a block-device volume takes no `fs_type` or `mount_flags`")
+                .with_hint("remove them, or use `attachment = \"file-system\"`"),
+        );
+    }
+    Ok(())
+}
+
+/// Topology segments are checked for what the CSI spec requires of them: keys and values
+/// that are not empty, no segment twice; `what` names the field.
+fn check_segments(what: &str, segments: &[api::Topology]) -> ApiResult<()> {
+    for (i, s) in segments.iter().enumerate() {
+        if let Some((k, v)) = s
+            .iter()
+            .find(|(k, v)| k.trim().is_empty() || v.trim().is_empty())
+        {
+            return Err(ApiError::invalid(format!(
+                "`{what}` segment {} has an empty key or value (`{k}` = `{v}`)",
+                i + 1
+            ))
+            .with_hint(
+                "write segments as maps of non-empty keys and values, e.g. {\"zone\": \"a\"}",
+            ));
+        }
+        if s.is_empty() {
+            return Err(ApiError::invalid(format!(
+                "`{what}` segment {} is empty: it would match every node",
+                i + 1
+            ))
+            .with_hint(format!(
+                "remove it, or leave `{what}` out to mean every node"
+            )));
+        }
+        if segments[..i].contains(s) {
+            return Err(ApiError::invalid(format!(
+                "`{what}` lists segment {} twice",
+                super::claims::show_segment(s)
+            ))
+            .with_hint("list each segment once"));
+        }
+    }
+    Ok(())
+}
+
+/// A `topology_request` as CreateVolume takes it: with required segments, every preferred
+/// one is also required (the spec's rule for `requisite` and `preferred`).
+fn check_topology_request(r: &api::TopologyRequest) -> ApiResult<()> {
+    check_segments("topology_request.required", &r.required)?;
+    check_segments("topology_request.preferred", &r.preferred)?;
+    if !r.required.is_empty()
+        && let Some(p) = r.preferred.iter().find(|p| !r.required.contains(p))
+    {
+        return Err(ApiError::invalid(format!(
+            "preferred segment {} is not among the required ones",
+            super::claims::show_segment(p)
+        ))
+        .with_hint("add it to `topology_request.required`, or remove it from `preferred`"));
+    }
+    Ok(())
+}
+
+fn insert_volume(ctx: &mut impl Txn, v: &VolumeRow) -> ApiResult<()> {
+    ctx.put_volume(v)?;
+    ctx.touch(Key::Volume(v.name.clone()));
+    Ok(())
+}
+
+/// Full view of a volume inside a transaction.
+pub fn volume_view(conn: &(impl Snapshot + ?Sized), name: &str) -> ApiResult<api::Volume> {
+    let v = conn.require_volume(name)?;
+    let claims = conn.claims_of_volume(name)?;
+    let atts = conn.attachments_of_volume(name)?;
+    Ok(v.to_api(&claims, &atts))
+}
+
+pub(super) fn claims_in_the_way(claims: &[ClaimRow]) -> String {
+    let names: Vec<_> = claims
+        .iter()
+        .map(|c| format!("{} on {} ({})", c.alloc, c.node, c.state))
+        .collect();
+    names.join(", ")
+}
+
+/// `PUT /v1/volumes/{name}`: returns the volume and whether it was new or changed.
+pub fn register_volume(
+    ctx: &mut impl Txn,
+    name: &str,
+    spec: VolumeSpec,
+    actor: &str,
+) -> ApiResult<(api::Volume, bool)> {
+    validate_name("volume", name).map_err(ApiError::invalid)?;
+    check_spec_names(
+        &spec.plugin,
+        spec.attachment,
+        &spec.fs_type,
+        &spec.mount_flags,
+    )?;
+    if spec.external_id.is_empty() {
+        return Err(ApiError::invalid(
+            "`external_id` is required: the plugin's id for the volume",
+        ));
+    }
+    check_segments("topology", &spec.topology)?;
+    let existing = ctx.volume(name)?;
+    let row = VolumeRow {
+        name: name.to_owned(),
+        plugin: spec.plugin,
+        external_id: spec.external_id,
+        access_mode: spec.access_mode,
+        attachment: spec.attachment,
+        fs_type: spec.fs_type,
+        mount_flags: spec.mount_flags,
+        context: spec.context,
+        parameters: spec.parameters,
+        secrets: spec.secrets,
+        capacity_bytes: existing.as_ref().and_then(|e| e.capacity_bytes),
+        lifecycle: Lifecycle::Ready,
+        error: None,
+        created_at: ctx.now(),
+        updated_at: ctx.now(),
+        modify_index: ctx.index(),
+        expansion: None,
+        accessible_topology: spec.topology,
+        topology_request: None,
+        mutable_parameters: existing
+            .as_ref()
+            .map(|e| e.mutable_parameters.clone())
+            .unwrap_or_default(),
+        modification: None,
+    };
+    if let Some(e) = &existing {
+        let same = e.plugin == row.plugin
+            && e.external_id == row.external_id
+            && e.access_mode == row.access_mode
+            && e.attachment == row.attachment
+            && e.fs_type == row.fs_type
+            && e.mount_flags == row.mount_flags
+            && e.context == row.context
+            && e.parameters == row.parameters
+            && e.secrets == row.secrets
+            && e.accessible_topology == row.accessible_topology
+            && e.lifecycle == Lifecycle::Ready;
+        if same {
+            return Ok((volume_view(ctx, name)?, false));
+        }
+        if e.lifecycle != Lifecycle::Ready {
+            return Err(ApiError::conflict(format!(
+                "volume `{name}` is {}; it cannot be re-registered now",
+                e.lifecycle.as_str()
+            )));
+        }
+        let claims = ctx.claims_of_volume(name)?;
+        let atts = ctx.attachments_of_volume(name)?;
+        if !claims.is_empty() || !atts.is_empty() {
+            return Err(ApiError::conflict(format!(
+                "volume `{name}` is registered with a different spec and is in use: {}",
+                if claims.is_empty() {
+                    "still attached".to_owned()
+                } else {
+                    claims_in_the_way(&claims)
+                }
+            ))
+            .with_hint(
+                "release its claims first, or register the changed spec under another name",
+            ));
+        }
+    }
+    insert_volume(ctx, &row)?;
+    let (verb, kind) = if existing.is_some() {
+        ("updated", EventKind::VolumeUpdated)
+    } else {
+        ("registered", EventKind::VolumeRegistered)
+    };
+    event(
+        ctx,
+        kind,
+        Some(name),
+        None,
+        None,
+        actor,
+        format!("volume {verb} (plugin {}, {})", row.plugin, row.access_mode),
+    )?;
+    Ok((volume_view(ctx, name)?, true))
+}
+
+/// `POST /v1/volumes/{name}/create`: records the volume as `creating` and queues
+/// CreateVolume. Returns the volume and whether the request started something.
+pub fn create_volume(
+    ctx: &mut impl Txn,
+    name: &str,
+    spec: CreateVolumeSpec,
+    actor: &str,
+    limits: &Limits,
+) -> ApiResult<(api::Volume, bool)> {
+    validate_name("volume", name).map_err(ApiError::invalid)?;
+    check_spec_names(
+        &spec.plugin,
+        spec.attachment,
+        &spec.fs_type,
+        &spec.mount_flags,
+    )?;
+    // An empty request asks for nothing: recorded as none.
+    let topology_request = spec.topology_request.filter(|r| !r.is_empty());
+    if let Some(r) = &topology_request {
+        check_topology_request(r)?;
+    }
+    if let Some(e) = ctx.volume(name)? {
+        let same = e.plugin == spec.plugin
+            && e.access_mode == spec.access_mode
+            && e.attachment == spec.attachment
+            && e.parameters == spec.parameters
+            && e.topology_request == topology_request
+            && (spec.capacity_bytes == 0
+                || e.capacity_bytes.is_none_or(|c| c >= spec.capacity_bytes));
+        // The mutable parameters count while the volume is being created; once it is,
+        // `volume modify` may have changed them, and the spec is still the volume's.
+        let same = same
+            && (e.lifecycle != Lifecycle::Creating
+                || e.mutable_parameters == spec.mutable_parameters);
+        if same && matches!(e.lifecycle, Lifecycle::Creating | Lifecycle::Ready) {
+            return Ok((volume_view(ctx, name)?, false));
+        }
+        if e.lifecycle != Lifecycle::Failed {
+            return Err(ApiError::conflict(format!(
+                "volume `{name}` is already registered with another spec"
+            ))
+            .with_hint(format!(
+                "choose another name, or deregister it with `csivol volume deregister {name}`"
+            )));
+        }
+    }
+    if !spec.mutable_parameters.is_empty() {
+        may_set_mutable(ctx, &spec.plugin)?;
+    }
+    let mut payload = serde_json::json!({ "capacity_bytes": spec.capacity_bytes });
+    let mut from = String::new();
+    if let Some(source) = &spec.source {
+        // Resolved now, to the plugin's ids: the source is checked once, when the
+        // operator asks, and the operation carries what it was checked against.
+        let wire = super::snapshots::content_source(ctx, &spec.plugin, source)?;
+        payload["source"] = serde_json::to_value(&wire)?;
+        from = match source {
+            api::ContentSource::Snapshot(s) => format!(" from snapshot `{s}`"),
+            api::ContentSource::Volume(v) => format!(" as a clone of volume `{v}`"),
+        };
+    }
+    let row = VolumeRow {
+        name: name.to_owned(),
+        plugin: spec.plugin.clone(),
+        external_id: String::new(),
+        access_mode: spec.access_mode,
+        attachment: spec.attachment,
+        fs_type: spec.fs_type,
+        mount_flags: spec.mount_flags,
+        context: BTreeMap::new(),
+        parameters: spec.parameters,
+        secrets: spec.secrets,
+        capacity_bytes: (spec.capacity_bytes > 0).then_some(spec.capacity_bytes),
+        lifecycle: Lifecycle::Creating,
+        error: None,
+        created_at: ctx.now(),
+        updated_at: ctx.now(),
+        modify_index: ctx.index(),
+        expansion: None,
+        accessible_topology: Vec::new(),
+        topology_request,
+        mutable_parameters: spec.mutable_parameters,
+        modification: None,
+    };
+    insert_volume(ctx, &row)?;
+    ctx.queue_op(
+        OpKind::Create,
+        &spec.plugin,
+        name,
+        None,
+        &payload.to_string(),
+    )?;
+    event(
+        ctx,
+        EventKind::VolumeCreating,
+        Some(name),
+        None,
+        None,
+        actor,
+        format!("CreateVolume requested from plugin {}{from}", spec.plugin),
+    )?;
+    schedule_ops(ctx, &spec.plugin, limits)?;
+    Ok((volume_view(ctx, name)?, true))
+}
+
+/// Mutable parameters go to CreateVolume only for a plugin whose controller reports
+/// MODIFY_VOLUME: the spec says the field "SHALL NOT be specified unless the SP has the
+/// MODIFY_VOLUME controller capability", so a plugin nobody can ask is refused too.
+fn may_set_mutable(ctx: &impl Txn, plugin: &str) -> ApiResult<()> {
+    match ctx.controller_capabilities(plugin)? {
+        Some(c) if c.modify_volume => Ok(()),
+        Some(_) => Err(ApiError::invalid(format!(
+            "plugin `{plugin}` takes no `mutable_parameters`: its controller does not report MODIFY_VOLUME"
+        ))
+        .with_hint(format!(
+            "remove `mutable_parameters` from the spec; `csivol plugin show {plugin}` shows what its controller reports"
+        ))),
+        None => Err(ApiError::conflict(format!(
+            "no agent hosts the controller of plugin `{plugin}`, so it cannot say whether it takes `mutable_parameters`"
+        ))
+        .with_hint(format!(
+            "start an agent with `--controller {plugin}=ENDPOINT`, or create the volume without them"
+        ))),
+    }
+}
+
+/// `DELETE /v1/volumes/{name}`: removes the record (`None`), or with `delete` queues
+/// DeleteVolume and returns the volume in `deleting`.
+pub fn deregister_volume(
+    ctx: &mut impl Txn,
+    name: &str,
+    delete: bool,
+    actor: &str,
+    limits: &Limits,
+) -> ApiResult<Option<api::Volume>> {
+    let v = ctx.require_volume(name)?;
+    let claims = ctx.claims_of_volume(name)?;
+    if !claims.is_empty() {
+        return Err(ApiError::conflict(format!(
+            "volume `{name}` is claimed: {}",
+            claims_in_the_way(&claims)
+        ))
+        .with_hint(format!(
+            "release the claims first (`csivol release {name} --alloc ALLOC`)"
+        )));
+    }
+    let atts = ctx.attachments_of_volume(name)?;
+    if !atts.is_empty() {
+        let nodes: Vec<_> = atts
+            .iter()
+            .map(|a| format!("{} ({})", a.node, a.state))
+            .collect();
+        return Err(ApiError::conflict(format!(
+            "volume `{name}` is still attached to {}",
+            nodes.join(", ")
+        ))
+        .with_hint("wait for the detach to finish; `csivol status` shows where it stands"));
+    }
+    super::snapshots::no_snapshot_in_progress(ctx, name)?;
+    match v.lifecycle {
+        Lifecycle::Creating | Lifecycle::Deleting => {
+            return Err(ApiError::conflict(format!(
+                "volume `{name}` is {}; wait for it to finish",
+                v.lifecycle.as_str()
+            )));
+        }
+        Lifecycle::Ready | Lifecycle::Failed => {}
+    }
+    if let Some(e) = &v.expansion
+        && e.phase != api::ExpansionPhase::Failed
+    {
+        return Err(ApiError::conflict(format!(
+            "volume `{name}` is being expanded; wait for it to finish"
+        ))
+        .with_hint(format!(
+            "`csivol volume show {name}` shows where the expansion stands"
+        )));
+    }
+    if delete && v.lifecycle == Lifecycle::Ready {
+        ctx.set_volume_lifecycle(name, Lifecycle::Deleting, None)?;
+        ctx.touch(Key::Volume(name.to_owned()));
+        ctx.queue_op(OpKind::Delete, &v.plugin, name, None, "{}")?;
+        event(
+            ctx,
+            EventKind::VolumeDeleting,
+            Some(name),
+            None,
+            None,
+            actor,
+            "DeleteVolume requested",
+        )?;
+        schedule_ops(ctx, &v.plugin, limits)?;
+        return Ok(Some(volume_view(ctx, name)?));
+    }
+    ctx.delete_volume(name)?;
+    ctx.touch(Key::Volume(name.to_owned()));
+    event(
+        ctx,
+        EventKind::VolumeDeregistered,
+        Some(name),
+        None,
+        None,
+        actor,
+        "volume deregistered",
+    )?;
+    Ok(None)
+}

@@ -1,0 +1,338 @@
+//! Rows of the cluster state as Rust values, and their API forms. How a store keeps them
+//! is its own business (`super::store`; SQLite: `store/sqlite/rows.rs`).
+
+use std::collections::BTreeMap;
+use std::str::FromStr;
+
+use csivol_api::domain::{AccessMode, AccessType, PublishContext, Topology, VolumeCapability};
+use csivol_api::{
+    self as api, AttachmentState, AttachmentStatus, ClaimMode, ClaimState, Eligibility, NodeStatus,
+    VolumeState,
+};
+
+use csivol_rules::kinds::OpKind;
+
+/// Formats unix milliseconds as RFC 3339.
+pub fn time(ms: i64) -> String {
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64);
+    humantime::format_rfc3339_millis(t).to_string()
+}
+
+pub fn to_json<T: serde::Serialize>(v: &T) -> String {
+    serde_json::to_string(v).expect("plain data serialises")
+}
+
+/// Where a volume's own lifecycle stands (as opposed to its claims).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lifecycle {
+    Ready,
+    Creating,
+    Deleting,
+    Failed,
+}
+
+impl Lifecycle {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Ready => "ready",
+            Self::Creating => "creating",
+            Self::Deleting => "deleting",
+            Self::Failed => "failed",
+        }
+    }
+}
+
+impl FromStr for Lifecycle {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Ok(match s {
+            "ready" => Self::Ready,
+            "creating" => Self::Creating,
+            "deleting" => Self::Deleting,
+            "failed" => Self::Failed,
+            other => return Err(format!("unknown volume lifecycle `{other}`")),
+        })
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct VolumeRow {
+    pub name: String,
+    pub plugin: String,
+    pub external_id: String,
+    pub access_mode: AccessMode,
+    pub attachment: api::Attachment,
+    pub fs_type: String,
+    pub mount_flags: Vec<String>,
+    pub context: BTreeMap<String, String>,
+    pub parameters: BTreeMap<String, String>,
+    pub secrets: BTreeMap<String, String>,
+    pub capacity_bytes: Option<u64>,
+    pub lifecycle: Lifecycle,
+    pub error: Option<String>,
+    pub created_at: i64,
+    pub updated_at: i64,
+    pub modify_index: u64,
+    /// An expansion in progress or failed (`csivol volume expand`).
+    pub expansion: Option<api::Expansion>,
+    /// The segments the volume is accessible from (empty: every node).
+    pub accessible_topology: Vec<Topology>,
+    /// What `volume create` asked CreateVolume for.
+    pub topology_request: Option<api::TopologyRequest>,
+    /// The mutable parameters the volume has.
+    pub mutable_parameters: BTreeMap<String, String>,
+    /// A change of them asked for and not applied yet, or refused.
+    pub modification: Option<api::Modification>,
+}
+
+impl VolumeRow {
+    pub fn capability(&self) -> VolumeCapability {
+        let access_type = match self.attachment {
+            api::Attachment::FileSystem => AccessType::FileSystem {
+                fs_type: self.fs_type.clone(),
+                mount_flags: self.mount_flags.clone(),
+            },
+            api::Attachment::BlockDevice => AccessType::BlockDevice,
+        };
+        VolumeCapability {
+            access_type,
+            access_mode: self.access_mode,
+        }
+    }
+
+    /// The volume's state, given its claims and attachments.
+    pub fn state(&self, claims: &[ClaimRow], attachments: &[AttachmentRow]) -> VolumeState {
+        match self.lifecycle {
+            Lifecycle::Creating => return VolumeState::Creating,
+            Lifecycle::Deleting => return VolumeState::Deleting,
+            Lifecycle::Failed => return VolumeState::Failed,
+            Lifecycle::Ready => {}
+        }
+        if claims.iter().any(|c| c.state == ClaimState::Blocked)
+            || attachments
+                .iter()
+                .any(|a| a.state == AttachmentState::Blocked)
+        {
+            VolumeState::Blocked
+        } else if claims.iter().all(|c| c.state == ClaimState::Queued) && attachments.is_empty() {
+            VolumeState::Free
+        } else {
+            VolumeState::Attached
+        }
+    }
+
+    pub fn to_api(&self, claims: &[ClaimRow], attachments: &[AttachmentRow]) -> api::Volume {
+        api::Volume {
+            name: self.name.clone(),
+            plugin: self.plugin.clone(),
+            external_id: self.external_id.clone(),
+            access_mode: self.access_mode,
+            attachment: self.attachment,
+            state: self.state(claims, attachments),
+            accepts_claims: self.lifecycle == Lifecycle::Ready && {
+                let held: Vec<csivol_rules::claims::Held<'_>> = claims
+                    .iter()
+                    .filter(|c| c.state != ClaimState::Queued)
+                    .map(|c| csivol_rules::claims::Held {
+                        alloc: &c.alloc,
+                        node: &c.node,
+                        mode: c.mode,
+                        state: c.state,
+                    })
+                    .collect();
+                csivol_rules::claims::accepts_new_claims(self.access_mode, &held)
+            },
+            capacity_bytes: self.capacity_bytes,
+            expansion: self.expansion.clone(),
+            mutable_parameters: self.mutable_parameters.clone(),
+            modification: self.modification.clone(),
+            fs_type: self.fs_type.clone(),
+            mount_flags: self.mount_flags.clone(),
+            context: self.context.clone(),
+            parameters: self.parameters.clone(),
+            secret_keys: self.secrets.keys().cloned().collect(),
+            accessible_topology: self.accessible_topology.clone(),
+            topology_request: self.topology_request.clone(),
+            error: self.error.clone(),
+            claims: claims_to_api(claims),
+            attachments: attachments.iter().map(AttachmentRow::to_api).collect(),
+            created_at: time(self.created_at),
+            updated_at: time(self.updated_at),
+            index: self.modify_index,
+        }
+    }
+}
+
+/// A volume's claims, in queue order (created_at, alloc), with queue positions.
+pub fn claims_to_api(claims: &[ClaimRow]) -> Vec<api::Claim> {
+    let mut position = 0;
+    claims
+        .iter()
+        .map(|c| {
+            let mut a = c.to_api();
+            if c.state == ClaimState::Queued {
+                position += 1;
+                a.queue_position = Some(position);
+            }
+            a
+        })
+        .collect()
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClaimRow {
+    pub volume: String,
+    pub alloc: String,
+    pub node: String,
+    pub mode: ClaimMode,
+    pub state: ClaimState,
+    pub target_path: Option<String>,
+    pub error: Option<String>,
+    pub next_retry_at: Option<i64>,
+    pub created_at: i64,
+    pub updated_at: i64,
+    pub modify_index: u64,
+    /// What the node says the claim waits for, since when, and its readiness timeout.
+    pub waiting: Option<(String, i64, i64)>,
+    /// The plugin's abnormal volume condition, if any.
+    pub condition: Option<String>,
+    pub ttl_ms: Option<i64>,
+    pub expires_at: Option<i64>,
+    pub labels: BTreeMap<String, String>,
+    /// Blocked while it was being released: released, not resumed, when its node returns.
+    pub release_pending: bool,
+}
+
+impl ClaimRow {
+    pub fn to_api(&self) -> api::Claim {
+        api::Claim {
+            volume: self.volume.clone(),
+            alloc: self.alloc.clone(),
+            node: self.node.clone(),
+            mode: self.mode,
+            state: self.state,
+            target_path: self.target_path.clone(),
+            error: self.error.clone(),
+            next_retry_at: self.next_retry_at.map(time),
+            created_at: time(self.created_at),
+            updated_at: time(self.updated_at),
+            index: self.modify_index,
+            waiting: self
+                .waiting
+                .as_ref()
+                .map(|(reason, since, timeout)| api::ClaimWaiting {
+                    reason: reason.clone(),
+                    since: time(*since),
+                    timeout_ms: (*timeout).max(0) as u64,
+                }),
+            condition: self.condition.clone(),
+            expires_at: self.expires_at.map(time),
+            ttl_ms: self.ttl_ms.map(|t| t.max(0) as u64),
+            queue_position: None,
+            labels: self.labels.clone(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AttachmentRow {
+    pub volume: String,
+    pub node: String,
+    pub state: AttachmentState,
+    pub publish_context: PublishContext,
+    pub forced: bool,
+    pub error: Option<String>,
+    pub next_retry_at: Option<i64>,
+    pub updated_at: i64,
+}
+
+impl AttachmentRow {
+    pub fn to_api(&self) -> AttachmentStatus {
+        AttachmentStatus {
+            volume: self.volume.clone(),
+            node: self.node.clone(),
+            state: self.state,
+            publish_context: self.publish_context.clone(),
+            forced: self.forced,
+            error: self.error.clone(),
+            next_retry_at: self.next_retry_at.map(time),
+            updated_at: time(self.updated_at),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct NodeRow {
+    pub name: String,
+    pub status: NodeStatus,
+    pub registered_at: i64,
+    pub lost_at: Option<i64>,
+    pub fence_after_ms: Option<i64>,
+    pub fenced_at: Option<i64>,
+    pub eligibility: Eligibility,
+}
+
+/// What the server knows of a plugin on one node.
+#[derive(Clone, Debug)]
+pub struct NodePluginRow {
+    pub plugin: String,
+    pub csi_node_id: Option<String>,
+    pub max_volumes: u32,
+    pub node_service: bool,
+    pub controller: bool,
+    /// The node's segments as the plugin reports them (empty: none).
+    pub topology: Topology,
+}
+
+/// A controller operation as stored.
+#[derive(Clone, Debug)]
+pub struct OpRow {
+    pub id: i64,
+    pub kind: OpKind,
+    pub plugin: String,
+    pub volume: String,
+    pub node: Option<String>,
+    pub host: Option<String>,
+    pub attempt: u32,
+    pub not_before: i64,
+    pub payload: String,
+    pub created_at: i64,
+}
+
+/// A snapshot as stored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SnapshotRow {
+    pub name: String,
+    pub volume: String,
+    pub plugin: String,
+    pub snapshot_id: String,
+    pub state: api::SnapshotState,
+    pub ready_to_use: bool,
+    pub size_bytes: u64,
+    pub creation_time: Option<i64>,
+    pub parameters: BTreeMap<String, String>,
+    pub error: Option<String>,
+    pub created_at: i64,
+    pub updated_at: i64,
+    pub modify_index: u64,
+}
+
+impl SnapshotRow {
+    pub fn to_api(&self) -> api::Snapshot {
+        api::Snapshot {
+            name: self.name.clone(),
+            volume: self.volume.clone(),
+            plugin: self.plugin.clone(),
+            snapshot_id: self.snapshot_id.clone(),
+            state: self.state,
+            ready_to_use: self.ready_to_use,
+            size_bytes: self.size_bytes,
+            creation_time: self.creation_time.map(time),
+            parameters: self.parameters.clone(),
+            error: self.error.clone(),
+            created_at: time(self.created_at),
+            updated_at: time(self.updated_at),
+            index: self.modify_index,
+        }
+    }
+}

@@ -1,0 +1,382 @@
+//! The state store: the narrow interface the lifecycle code reads and writes the cluster
+//! state through, and its SQLite implementation (`sqlite`).
+//!
+//! The lifecycle (`super::lifecycle`) holds the decisions; a store holds typed rows
+//! (`super::model`) and nothing else. A second backend implements these two traits:
+//!
+//! - [`Snapshot`]: reads over one consistent view of the rows: a read connection's
+//!   snapshot, or the rows as the current transaction left them (reads inside a write see
+//!   that write's own changes).
+//! - [`Txn`]: one request's write transaction. Every change a request makes through it
+//!   commits together or not at all (a failed request's changes are rolled back, whatever
+//!   else commits beside it); the request is answered only once the commit is durable.
+//!   `index()` is the change index the commit gets (every row written carries it as its
+//!   `modify_index`), `now()` the request's clock. The writer names the keys it changes
+//!   with [`Txn::touch`]; once committed, the store publishes them (with the index) to the
+//!   blocking queries waiting on them (`super::watch::Hub`), and runs the
+//!   [`Txn::after_commit`] hooks. A rolled-back request touches nothing and logs nothing.
+//!
+//! Each write method is one change to rows named by their keys (a claim by volume and
+//! alloc, an attachment by volume and node, an operation by id), so that a backend that
+//! writes by comparing revisions (etcd) knows what it read and what it changes. Methods
+//! that say "if" change nothing when the row is not as stated, and say so in their result
+//! where the caller needs it.
+//!
+//! SQLite is the only implementation: the writer thread of `super::db` runs each request
+//! in a savepoint of a group transaction with one fsync per group (`WriteCtx`).
+
+use std::collections::BTreeMap;
+
+use csivol_api::domain::PublishContext;
+use csivol_api::{
+    self as api, AttachmentState, ClaimState, NodeStatus, PluginRegistration, Topology,
+};
+
+use super::error::{ApiError, ApiResult};
+use super::model::{
+    AttachmentRow, ClaimRow, Lifecycle, NodePluginRow, NodeRow, OpRow, SnapshotRow, VolumeRow,
+};
+use super::watch::Key;
+use csivol_rules::kinds::{EventKind, OpKind};
+
+pub mod sqlite;
+
+/// Reads of the cluster state.
+pub trait Snapshot {
+    fn volume(&self, name: &str) -> ApiResult<Option<VolumeRow>>;
+    /// Claims of a volume, in queue order (created_at, then alloc).
+    fn claims_of_volume(&self, volume: &str) -> ApiResult<Vec<ClaimRow>>;
+    fn claim(&self, volume: &str, alloc: &str) -> ApiResult<Option<ClaimRow>>;
+    /// Claims on a node (in one state, or all), by volume and alloc.
+    fn claims_of_node(&self, node: &str, state: Option<ClaimState>) -> ApiResult<Vec<ClaimRow>>;
+    /// A queued claim's place in its volume's queue (1 first); `None` when not queued.
+    fn queue_position(&self, claim: &ClaimRow) -> ApiResult<Option<u32>>;
+    /// Attachments of a volume, by node.
+    fn attachments_of_volume(&self, volume: &str) -> ApiResult<Vec<AttachmentRow>>;
+    fn attachment(&self, volume: &str, node: &str) -> ApiResult<Option<AttachmentRow>>;
+    /// Attachments on a node, by volume.
+    fn attachments_of_node(&self, node: &str) -> ApiResult<Vec<AttachmentRow>>;
+    /// What a node must unstage: its attachments in `unstaging`, with their volumes' plugin
+    /// and external id, by volume.
+    fn unstaging_on(&self, node: &str) -> ApiResult<Vec<api::DesiredUnstage>>;
+    fn node(&self, name: &str) -> ApiResult<Option<NodeRow>>;
+    /// The status of every node that a claim or attachment of `volume` names, and of
+    /// `also`.
+    fn node_statuses(
+        &self,
+        volume: &str,
+        also: Option<&str>,
+    ) -> ApiResult<Vec<(String, NodeStatus)>>;
+    /// The plugins a node registered, by plugin.
+    fn node_plugins(&self, node: &str) -> ApiResult<Vec<NodePluginRow>>;
+    /// Whether volumes of `plugin` need ControllerPublish before a node may use them: yes
+    /// when a controller host says it has PUBLISH_UNPUBLISH_VOLUME, or when no host has
+    /// registered yet but the plugin announces a controller service (claims then wait for a
+    /// host).
+    fn needs_controller_publish(&self, plugin: &str) -> ApiResult<bool>;
+    /// How many volumes of `plugin` occupy a slot on `node`: attached there (detaching ones
+    /// included) or claimed there (queued claims not).
+    fn slots_used(&self, node: &str, plugin: &str) -> ApiResult<u32>;
+    /// Ready, eligible nodes that run the node service of `plugin`, by name, with the
+    /// segments the plugin reports there.
+    fn ready_plugin_nodes(&self, plugin: &str) -> ApiResult<Vec<(String, Topology)>>;
+    /// Ready nodes that host the controller of `plugin`, by name.
+    fn controller_hosts(&self, plugin: &str) -> ApiResult<Vec<String>>;
+    fn op(&self, id: i64) -> ApiResult<Option<OpRow>>;
+    /// The plugin's volumes and csivol's nodes as the plugin names them, and every
+    /// attachment of its volumes, for controller-side reconciliation.
+    fn reconcile_facts(
+        &self,
+        plugin: &str,
+    ) -> ApiResult<(
+        csivol_rules::reconcile::Known,
+        Vec<csivol_rules::reconcile::Recorded>,
+    )>;
+    /// What the last listings of `plugin` found (every plugin's when `None`).
+    fn controller_findings(
+        &self,
+        plugin: Option<&str>,
+    ) -> ApiResult<Vec<(String, csivol_rules::reconcile::Kept)>>;
+    /// Operations assigned to `host`, by id.
+    fn ops_of_host(&self, host: &str) -> ApiResult<Vec<OpRow>>;
+    /// Operations of `plugin` assigned to a host.
+    fn assigned_ops(&self, plugin: &str) -> ApiResult<Vec<OpSlot>>;
+    /// Operations of `plugin` waiting for a host and due at `now`, oldest first, at most
+    /// 1,000.
+    fn due_ops(&self, plugin: &str, now: i64) -> ApiResult<Vec<OpSlot>>;
+    /// Plugins with operations waiting for a host and due at `now`.
+    fn plugins_with_due_ops(&self, now: i64) -> ApiResult<Vec<String>>;
+    /// The operation of `kind` queued for `volume` (a key) with no node, if any.
+    fn key_op(&self, kind: OpKind, volume: &str) -> ApiResult<Option<OpRow>>;
+    /// Every node's registration of `plugin` (node name, its status, what it reported).
+    fn plugin_registrations(
+        &self,
+        plugin: &str,
+    ) -> ApiResult<Vec<(String, NodeStatus, PluginRegistration)>>;
+
+    // ---- snapshots ----
+
+    fn snapshot(&self, name: &str) -> ApiResult<Option<SnapshotRow>>;
+    /// Every snapshot, or those taken of `volume`, by name.
+    fn snapshots(&self, volume: Option<&str>) -> ApiResult<Vec<SnapshotRow>>;
+    /// The controller capabilities of `plugin` as its controller hosts registered them
+    /// (any host's), or `None` when no agent hosts its controller.
+    fn controller_capabilities(
+        &self,
+        plugin: &str,
+    ) -> ApiResult<Option<api::ControllerCapabilities>>;
+
+    fn require_volume(&self, name: &str) -> ApiResult<VolumeRow> {
+        self.volume(name)?.ok_or_else(|| {
+            ApiError::not_found(format!("volume `{name}` is not registered"))
+                .with_hint("list volumes with `csivol volume list`")
+        })
+    }
+
+    fn require_node(&self, name: &str) -> ApiResult<NodeRow> {
+        self.node(name)?.ok_or_else(|| {
+            ApiError::not_found(format!("node `{name}` is not registered")).with_hint(
+                "list nodes with `csivol node list`; a node registers when its agent starts",
+            )
+        })
+    }
+
+    fn node_plugin(&self, node: &str, plugin: &str) -> ApiResult<Option<NodePluginRow>> {
+        Ok(self
+            .node_plugins(node)?
+            .into_iter()
+            .find(|p| p.plugin == plugin))
+    }
+
+    /// A claim's API form, with its queue position.
+    fn claim_to_api(&self, claim: &ClaimRow) -> ApiResult<api::Claim> {
+        let mut c = claim.to_api();
+        c.queue_position = self.queue_position(claim)?;
+        Ok(c)
+    }
+}
+
+/// Where a controller operation stands in the queue: what scheduling reads of it (every
+/// claim cycle does, so it reads no more).
+#[derive(Clone, Debug)]
+pub struct OpSlot {
+    pub id: i64,
+    pub volume: String,
+    pub node: Option<String>,
+    pub host: Option<String>,
+}
+
+/// A new claim as recorded.
+#[derive(Clone, Debug)]
+pub struct NewClaim<'a> {
+    pub volume: &'a str,
+    pub request: &'a api::ClaimRequest,
+    pub state: ClaimState,
+    pub expires_at: Option<i64>,
+}
+
+/// An entry of the event log.
+#[derive(Clone, Copy, Debug)]
+pub struct Event<'a> {
+    pub kind: EventKind,
+    pub volume: Option<&'a str>,
+    pub node: Option<&'a str>,
+    pub alloc: Option<&'a str>,
+    pub actor: &'a str,
+    pub message: &'a str,
+}
+
+/// One request's write transaction (see the module's documentation for the contract).
+pub trait Txn: Snapshot {
+    /// The change index this transaction commits at.
+    fn index(&self) -> u64;
+    /// The request's clock, in unix milliseconds.
+    fn now(&self) -> i64;
+    /// Marks `key` changed: its blocking queries wake once this commits.
+    fn touch(&mut self, key: Key);
+    /// Runs `f` once this request's changes are committed, never if they are rolled back.
+    fn after_commit(&mut self, f: Box<dyn FnOnce() + Send>);
+
+    fn append_event(&mut self, e: Event<'_>) -> ApiResult<()>;
+
+    // ---- volumes ----
+
+    /// Records a volume, replacing one of that name (its secrets sealed at rest).
+    fn put_volume(&mut self, v: &VolumeRow) -> ApiResult<()>;
+    /// Stamps the volume changed (its `modify_index` and `updated_at`).
+    fn stamp_volume(&mut self, name: &str) -> ApiResult<()>;
+    fn set_volume_lifecycle(
+        &mut self,
+        name: &str,
+        lifecycle: Lifecycle,
+        error: Option<&str>,
+    ) -> ApiResult<()>;
+    /// Sets the volume's error, with (`changed`) or without its `updated_at`.
+    fn set_volume_error(&mut self, name: &str, error: &str, changed: bool) -> ApiResult<()>;
+    /// A `creating` volume is created: its plugin's id, capacity, context and the segments
+    /// it is accessible from; it is ready.
+    fn volume_created(
+        &mut self,
+        name: &str,
+        external_id: &str,
+        capacity_bytes: u64,
+        context: &BTreeMap<String, String>,
+        accessible_topology: &[Topology],
+    ) -> ApiResult<()>;
+    /// Sets the volume's expansion and, when given, its capacity; stamps it changed.
+    fn set_volume_expansion(
+        &mut self,
+        name: &str,
+        capacity_bytes: Option<u64>,
+        expansion: Option<&api::Expansion>,
+    ) -> ApiResult<()>;
+    /// Sets the volume's modification and, when given, its mutable parameters; stamps it
+    /// changed.
+    fn set_volume_modification(
+        &mut self,
+        name: &str,
+        mutable_parameters: Option<&BTreeMap<String, String>>,
+        modification: Option<&api::Modification>,
+    ) -> ApiResult<()>;
+    /// Removes a volume and its queued operations.
+    fn delete_volume(&mut self, name: &str) -> ApiResult<()>;
+    /// Removes a volume if it is `deleting`.
+    fn delete_deleting_volume(&mut self, name: &str) -> ApiResult<()>;
+
+    // ---- claims ----
+
+    fn insert_claim(&mut self, c: NewClaim<'_>) -> ApiResult<()>;
+    /// Moves a claim to `state`, stamped. Leaving for `ready` or `releasing` clears its
+    /// error; for `ready`, `releasing`, `failed` or `blocked` its next retry; anything but
+    /// `publishing` clears what it waits for; anything but `ready`, `publishing` or
+    /// `blocked` its condition.
+    fn set_claim_state(&mut self, volume: &str, alloc: &str, state: ClaimState) -> ApiResult<()>;
+    fn set_claim_target(&mut self, volume: &str, alloc: &str, target_path: &str) -> ApiResult<()>;
+    fn set_claim_waiting(
+        &mut self,
+        volume: &str,
+        alloc: &str,
+        reason: &str,
+        since_ms: i64,
+        timeout_ms: i64,
+    ) -> ApiResult<()>;
+    fn set_claim_condition(
+        &mut self,
+        volume: &str,
+        alloc: &str,
+        condition: Option<&str>,
+    ) -> ApiResult<()>;
+    /// Sets a claim's error and next retry, stamped.
+    fn set_claim_error(
+        &mut self,
+        volume: &str,
+        alloc: &str,
+        error: &str,
+        next_retry_at: Option<i64>,
+    ) -> ApiResult<()>;
+    /// Marks a claim released while its node was lost (taken down, not resumed, at return).
+    fn set_claim_release_pending(&mut self, volume: &str, alloc: &str) -> ApiResult<()>;
+    fn delete_claim(&mut self, volume: &str, alloc: &str) -> ApiResult<()>;
+
+    // ---- attachments ----
+
+    fn insert_attachment(
+        &mut self,
+        volume: &str,
+        node: &str,
+        state: AttachmentState,
+    ) -> ApiResult<()>;
+    /// Moves an attachment to `state`, clearing its error and next retry.
+    fn set_attachment_state(
+        &mut self,
+        volume: &str,
+        node: &str,
+        state: AttachmentState,
+    ) -> ApiResult<()>;
+    /// Starts detaching: `detaching`, `forced` recorded, error and next retry cleared.
+    fn set_attachment_detaching(&mut self, volume: &str, node: &str, forced: bool)
+    -> ApiResult<()>;
+    /// An `attaching` attachment is attached with its publish context; whether it was.
+    fn attachment_published(
+        &mut self,
+        volume: &str,
+        node: &str,
+        publish_context: &PublishContext,
+    ) -> ApiResult<bool>;
+    /// Sets an attachment's error and next retry; whether the attachment exists.
+    fn set_attachment_error(
+        &mut self,
+        volume: &str,
+        node: &str,
+        error: &str,
+        next_retry_at: Option<i64>,
+    ) -> ApiResult<bool>;
+    /// Says why attaching `volume` to `node` waits: on the attachment and on the claims
+    /// there that wait for it (`attaching`, `pending`), without stamping the attachment.
+    fn note_attach_waiting(&mut self, volume: &str, node: &str, why: &str) -> ApiResult<()>;
+    /// An attach or detach of `volume` on `node` failed and is retried at `next_retry_at`:
+    /// the error and retry time on the attachment and on the claims waiting for it.
+    fn set_attach_retry(
+        &mut self,
+        volume: &str,
+        node: &str,
+        error: &str,
+        next_retry_at: i64,
+    ) -> ApiResult<()>;
+    fn delete_attachment(&mut self, volume: &str, node: &str) -> ApiResult<()>;
+
+    // ---- nodes ----
+
+    /// Records a registration: the node is `ready` (lost time and fence failures cleared,
+    /// its eligibility kept) with its fence time and labels, and exactly these plugins.
+    fn register_node(
+        &mut self,
+        name: &str,
+        fence_after_ms: Option<u64>,
+        labels: &BTreeMap<String, String>,
+        plugins: &[PluginRegistration],
+    ) -> ApiResult<()>;
+    /// Sets a node's status; `lost` also records when.
+    fn set_node_status(&mut self, name: &str, status: NodeStatus) -> ApiResult<()>;
+    /// The node's agent fenced itself at `at_ms`.
+    fn set_node_fenced_at(&mut self, name: &str, at_ms: i64) -> ApiResult<()>;
+
+    // ---- controller operations ----
+
+    /// Queues an operation, unless one of that kind is queued for the same volume and node.
+    fn queue_op(
+        &mut self,
+        kind: OpKind,
+        plugin: &str,
+        volume: &str,
+        node: Option<&str>,
+        payload: &str,
+    ) -> ApiResult<()>;
+    fn assign_op(&mut self, id: i64, host: &str) -> ApiResult<()>;
+    /// Sets why an operation waits; whether that changed it.
+    fn note_op_waiting(&mut self, id: i64, why: &str) -> ApiResult<bool>;
+    /// Hands an operation back to the queue for its next attempt, due at `not_before`.
+    fn retry_op(&mut self, id: i64, not_before: i64, error: &str) -> ApiResult<()>;
+    /// Gives a waiting operation a new payload for its next attempt, due now: its
+    /// attempt is bumped, so a report of the one before is not taken for it.
+    fn retarget_op(&mut self, id: i64, payload: &str) -> ApiResult<()>;
+    /// Hands every operation assigned to `host` back to the queue.
+    fn unassign_ops_of(&mut self, host: &str) -> ApiResult<()>;
+    fn delete_op(&mut self, id: i64) -> ApiResult<()>;
+    /// Drops the queued operation of `kind` for `volume` on `node`, if any.
+    fn delete_op_for(&mut self, kind: OpKind, volume: &str, node: &str) -> ApiResult<()>;
+    /// Replaces what the listings of `plugin` found.
+    fn put_controller_findings(
+        &mut self,
+        plugin: &str,
+        findings: &[csivol_rules::reconcile::Kept],
+    ) -> ApiResult<()>;
+
+    // ---- snapshots ----
+
+    /// Inserts or replaces a snapshot (stamped with the write's index and time).
+    fn put_snapshot(&mut self, s: &SnapshotRow) -> ApiResult<()>;
+    fn delete_snapshot(&mut self, name: &str) -> ApiResult<()>;
+    /// Drops the operation of `kind` queued under `key` with no node, if any.
+    fn delete_key_op(&mut self, kind: OpKind, key: &str) -> ApiResult<()>;
+}

@@ -1,0 +1,417 @@
+//! The SQLite store: [`Snapshot`] over a connection (a read connection's snapshot, or the
+//! writer's transaction), [`Txn`] over the writer's [`WriteCtx`]. Every statement runs
+//! through the connection's statement cache: the same few run for every claim, and
+//! preparing them each time would cost more than running them.
+
+mod rows;
+mod snapshots;
+mod txn;
+
+use std::collections::BTreeMap;
+
+use csivol_api::domain::PublishContext;
+use csivol_api::{
+    self as api, AttachmentState, ClaimState, NodeStatus, PluginRegistration, Topology,
+};
+use rusqlite::{Connection, OptionalExtension, params};
+
+use super::{Event, NewClaim, OpSlot, Snapshot, Txn};
+use crate::db::{WriteCtx, optional};
+use crate::error::{ApiError, ApiResult};
+use crate::model::{
+    AttachmentRow, ClaimRow, Lifecycle, NodePluginRow, NodeRow, OpRow, VolumeRow, to_json,
+};
+use crate::watch::Key;
+use csivol_rules::kinds::OpKind;
+
+pub use rows::{
+    ATTACHMENT_COLUMNS, CLAIM_COLUMNS, NODE_COLUMNS, VOLUME_COLUMNS, needs_controller_publish,
+    slots_used,
+};
+
+fn exec(conn: &Connection, sql: &str, params: impl rusqlite::Params) -> ApiResult<usize> {
+    Ok(conn.prepare_cached(sql)?.execute(params)?)
+}
+
+fn strings(conn: &Connection, sql: &str, params: impl rusqlite::Params) -> ApiResult<Vec<String>> {
+    let mut stmt = conn.prepare_cached(sql)?;
+    let rows = stmt
+        .query_map(params, |r| r.get(0))?
+        .collect::<Result<_, _>>()?;
+    Ok(rows)
+}
+
+fn ops(conn: &Connection, filter: &str, params: impl rusqlite::Params) -> ApiResult<Vec<OpRow>> {
+    let sql = format!("SELECT {} FROM ops WHERE {filter}", rows::OP_COLUMNS);
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let rows = stmt
+        .query_map(params, rows::op_from_row)?
+        .collect::<Result<_, _>>()?;
+    Ok(rows)
+}
+
+fn slots(conn: &Connection, filter: &str, params: impl rusqlite::Params) -> ApiResult<Vec<OpSlot>> {
+    let sql = format!("SELECT id, volume, node, host FROM ops WHERE {filter}");
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let rows = stmt
+        .query_map(params, |r| {
+            Ok(OpSlot {
+                id: r.get(0)?,
+                volume: r.get(1)?,
+                node: r.get(2)?,
+                host: r.get(3)?,
+            })
+        })?
+        .collect::<Result<_, _>>()?;
+    Ok(rows)
+}
+
+impl Snapshot for Connection {
+    fn reconcile_facts(
+        &self,
+        plugin: &str,
+    ) -> ApiResult<(
+        csivol_rules::reconcile::Known,
+        Vec<csivol_rules::reconcile::Recorded>,
+    )> {
+        reconcile_facts(self, plugin)
+    }
+
+    fn controller_findings(
+        &self,
+        plugin: Option<&str>,
+    ) -> ApiResult<Vec<(String, csivol_rules::reconcile::Kept)>> {
+        controller_findings(self, plugin)
+    }
+
+    fn volume(&self, name: &str) -> ApiResult<Option<VolumeRow>> {
+        VolumeRow::load(self, name)
+    }
+
+    fn claims_of_volume(&self, volume: &str) -> ApiResult<Vec<ClaimRow>> {
+        ClaimRow::of_volume(self, volume)
+    }
+
+    fn claim(&self, volume: &str, alloc: &str) -> ApiResult<Option<ClaimRow>> {
+        ClaimRow::load(self, volume, alloc)
+    }
+
+    fn claims_of_node(&self, node: &str, state: Option<ClaimState>) -> ApiResult<Vec<ClaimRow>> {
+        let sql = format!(
+            "SELECT {CLAIM_COLUMNS} FROM claims WHERE node = ?1 AND (?2 IS NULL OR state = ?2) ORDER BY volume, alloc"
+        );
+        let mut stmt = self.prepare_cached(&sql)?;
+        let rows = stmt
+            .query_map(params![node, state.map(|s| s.as_str())], ClaimRow::from_row)?
+            .collect::<Result<_, _>>()?;
+        Ok(rows)
+    }
+
+    fn queue_position(&self, claim: &ClaimRow) -> ApiResult<Option<u32>> {
+        claim.queue_position(self)
+    }
+
+    fn attachments_of_volume(&self, volume: &str) -> ApiResult<Vec<AttachmentRow>> {
+        AttachmentRow::of_volume(self, volume)
+    }
+
+    fn attachment(&self, volume: &str, node: &str) -> ApiResult<Option<AttachmentRow>> {
+        let sql = format!(
+            "SELECT {} FROM attachments WHERE volume = ?1 AND node = ?2",
+            ATTACHMENT_COLUMNS
+        );
+        optional(
+            self.prepare_cached(&sql)?
+                .query_row([volume, node], AttachmentRow::from_row),
+        )
+    }
+
+    fn attachments_of_node(&self, node: &str) -> ApiResult<Vec<AttachmentRow>> {
+        let sql = format!(
+            "SELECT {} FROM attachments WHERE node = ?1 ORDER BY volume",
+            ATTACHMENT_COLUMNS
+        );
+        let mut stmt = self.prepare_cached(&sql)?;
+        let rows = stmt
+            .query_map([node], AttachmentRow::from_row)?
+            .collect::<Result<_, _>>()?;
+        Ok(rows)
+    }
+
+    fn unstaging_on(&self, node: &str) -> ApiResult<Vec<api::DesiredUnstage>> {
+        let mut stmt = self.prepare_cached(
+            "SELECT a.volume, v.plugin, v.external_id FROM attachments a JOIN volumes v ON v.name = a.volume \
+             WHERE a.node = ?1 AND a.state = 'unstaging' ORDER BY a.volume",
+        )?;
+        let rows = stmt
+            .query_map([node], |r| {
+                Ok(api::DesiredUnstage {
+                    volume: r.get(0)?,
+                    plugin: r.get(1)?,
+                    external_id: r.get(2)?,
+                })
+            })?
+            .collect::<Result<_, _>>()?;
+        Ok(rows)
+    }
+
+    fn node(&self, name: &str) -> ApiResult<Option<NodeRow>> {
+        NodeRow::load(self, name)
+    }
+
+    fn node_statuses(
+        &self,
+        volume: &str,
+        also: Option<&str>,
+    ) -> ApiResult<Vec<(String, NodeStatus)>> {
+        let mut stmt = self.prepare_cached(
+            "SELECT name, status FROM nodes WHERE name = ?2 OR name IN \
+             (SELECT node FROM claims WHERE volume = ?1 UNION SELECT node FROM attachments WHERE volume = ?1)",
+        )?;
+        let rows = stmt
+            .query_map(params![volume, also], |r| {
+                Ok((r.get(0)?, r.get::<_, String>(1)?))
+            })?
+            .map(|r| {
+                let (name, status) = r?;
+                Ok((name, status.parse().map_err(ApiError::internal)?))
+            })
+            .collect::<ApiResult<_>>()?;
+        Ok(rows)
+    }
+
+    fn node_plugins(&self, node: &str) -> ApiResult<Vec<NodePluginRow>> {
+        NodePluginRow::of_node(self, node)
+    }
+
+    fn needs_controller_publish(&self, plugin: &str) -> ApiResult<bool> {
+        needs_controller_publish(self, plugin)
+    }
+
+    fn slots_used(&self, node: &str, plugin: &str) -> ApiResult<u32> {
+        slots_used(self, node, plugin)
+    }
+
+    fn ready_plugin_nodes(&self, plugin: &str) -> ApiResult<Vec<(String, Topology)>> {
+        let mut stmt = self.prepare_cached(
+            "SELECT np.node, np.topology FROM node_plugins np JOIN nodes n ON n.name = np.node \
+             WHERE np.plugin = ?1 AND np.node_service = 1 AND n.status = 'ready' \
+             AND n.eligibility = 'eligible' ORDER BY np.node",
+        )?;
+        let rows = stmt
+            .query_map([plugin], |r| {
+                let topology: String = r.get(1)?;
+                Ok((r.get(0)?, topology))
+            })?
+            .collect::<Result<Vec<(String, String)>, _>>()?;
+        rows.into_iter()
+            .map(|(node, t)| Ok((node, serde_json::from_str(&t)?)))
+            .collect()
+    }
+
+    fn controller_hosts(&self, plugin: &str) -> ApiResult<Vec<String>> {
+        strings(
+            self,
+            "SELECT np.node FROM node_plugins np JOIN nodes n ON n.name = np.node \
+             WHERE np.plugin = ?1 AND np.controller = 1 AND n.status = 'ready' ORDER BY np.node",
+            [plugin],
+        )
+    }
+
+    fn op(&self, id: i64) -> ApiResult<Option<OpRow>> {
+        Ok(ops(self, "id = ?1", [id])?.pop())
+    }
+
+    fn ops_of_host(&self, host: &str) -> ApiResult<Vec<OpRow>> {
+        ops(self, "host = ?1 ORDER BY id", [host])
+    }
+
+    fn assigned_ops(&self, plugin: &str) -> ApiResult<Vec<OpSlot>> {
+        slots(self, "plugin = ?1 AND host IS NOT NULL", [plugin])
+    }
+
+    fn due_ops(&self, plugin: &str, now: i64) -> ApiResult<Vec<OpSlot>> {
+        slots(
+            self,
+            "plugin = ?1 AND host IS NULL AND not_before <= ?2 ORDER BY id LIMIT 1000",
+            params![plugin, now],
+        )
+    }
+
+    fn key_op(&self, kind: OpKind, volume: &str) -> ApiResult<Option<OpRow>> {
+        Ok(ops(
+            self,
+            "volume = ?1 AND kind = ?2 AND node IS NULL",
+            params![volume, kind.as_str()],
+        )?
+        .pop())
+    }
+
+    fn plugins_with_due_ops(&self, now: i64) -> ApiResult<Vec<String>> {
+        strings(
+            self,
+            "SELECT DISTINCT plugin FROM ops WHERE host IS NULL AND not_before <= ?1",
+            [now],
+        )
+    }
+
+    fn plugin_registrations(
+        &self,
+        plugin: &str,
+    ) -> ApiResult<Vec<(String, NodeStatus, PluginRegistration)>> {
+        let mut stmt = self.prepare_cached(
+            "SELECT np.node, n.status, np.registration FROM node_plugins np \
+             JOIN nodes n ON n.name = np.node WHERE np.plugin = ?1 ORDER BY np.node",
+        )?;
+        let rows = stmt
+            .query_map([plugin], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                ))
+            })?
+            .collect::<Result<Vec<_>, _>>()?;
+        rows.into_iter()
+            .map(|(node, status, reg)| {
+                let status = status.parse().map_err(ApiError::internal)?;
+                let reg =
+                    serde_json::from_str(&reg).map_err(|e| ApiError::internal(e.to_string()))?;
+                Ok((node, status, reg))
+            })
+            .collect()
+    }
+
+    fn snapshot(&self, name: &str) -> ApiResult<Option<crate::model::SnapshotRow>> {
+        snapshots::snapshot(self, name)
+    }
+
+    fn snapshots(&self, volume: Option<&str>) -> ApiResult<Vec<crate::model::SnapshotRow>> {
+        snapshots::snapshots(self, volume)
+    }
+
+    fn controller_capabilities(
+        &self,
+        plugin: &str,
+    ) -> ApiResult<Option<api::ControllerCapabilities>> {
+        snapshots::controller_capabilities(self, plugin)
+    }
+}
+
+/// Reads inside a write see the transaction's own changes: they go to its connection.
+macro_rules! reads_through_the_transaction {
+    ($($name:ident($($arg:ident: $ty:ty),*) -> $ret:ty;)*) => {
+        impl Snapshot for WriteCtx<'_> {
+            $(fn $name(&self, $($arg: $ty),*) -> ApiResult<$ret> {
+                <Connection as Snapshot>::$name(self.tx, $($arg),*)
+            })*
+        }
+    };
+}
+
+reads_through_the_transaction! {
+    volume(name: &str) -> Option<VolumeRow>;
+    claims_of_volume(volume: &str) -> Vec<ClaimRow>;
+    claim(volume: &str, alloc: &str) -> Option<ClaimRow>;
+    claims_of_node(node: &str, state: Option<ClaimState>) -> Vec<ClaimRow>;
+    queue_position(claim: &ClaimRow) -> Option<u32>;
+    attachments_of_volume(volume: &str) -> Vec<AttachmentRow>;
+    attachment(volume: &str, node: &str) -> Option<AttachmentRow>;
+    attachments_of_node(node: &str) -> Vec<AttachmentRow>;
+    unstaging_on(node: &str) -> Vec<api::DesiredUnstage>;
+    node(name: &str) -> Option<NodeRow>;
+    node_statuses(volume: &str, also: Option<&str>) -> Vec<(String, NodeStatus)>;
+    node_plugins(node: &str) -> Vec<NodePluginRow>;
+    needs_controller_publish(plugin: &str) -> bool;
+    slots_used(node: &str, plugin: &str) -> u32;
+    ready_plugin_nodes(plugin: &str) -> Vec<(String, Topology)>;
+    controller_hosts(plugin: &str) -> Vec<String>;
+    op(id: i64) -> Option<OpRow>;
+    ops_of_host(host: &str) -> Vec<OpRow>;
+    assigned_ops(plugin: &str) -> Vec<OpSlot>;
+    due_ops(plugin: &str, now: i64) -> Vec<OpSlot>;
+    plugins_with_due_ops(now: i64) -> Vec<String>;
+    key_op(kind: OpKind, volume: &str) -> Option<OpRow>;
+    plugin_registrations(plugin: &str) -> Vec<(String, NodeStatus, PluginRegistration)>;
+    reconcile_facts(plugin: &str) -> (csivol_rules::reconcile::Known, Vec<csivol_rules::reconcile::Recorded>);
+    controller_findings(plugin: Option<&str>) -> Vec<(String, csivol_rules::reconcile::Kept)>;
+    snapshot(name: &str) -> Option<crate::model::SnapshotRow>;
+    snapshots(volume: Option<&str>) -> Vec<crate::model::SnapshotRow>;
+    controller_capabilities(plugin: &str) -> Option<api::ControllerCapabilities>;
+}
+
+fn reconcile_facts(
+    conn: &Connection,
+    plugin: &str,
+) -> ApiResult<(
+    csivol_rules::reconcile::Known,
+    Vec<csivol_rules::reconcile::Recorded>,
+)> {
+    use csivol_rules::reconcile::{Known, Recorded};
+    let mut known = Known::default();
+    let mut stmt = conn.prepare_cached(
+        "SELECT external_id, name FROM volumes WHERE plugin = ?1 AND external_id != ''",
+    )?;
+    for row in stmt.query_map([plugin], |r| Ok((r.get(0)?, r.get(1)?)))? {
+        let (ext, name): (String, String) = row?;
+        known.volumes.insert(ext, name);
+    }
+    let mut stmt = conn.prepare_cached(
+        "SELECT csi_node_id, node FROM node_plugins WHERE plugin = ?1 AND csi_node_id IS NOT NULL",
+    )?;
+    for row in stmt.query_map([plugin], |r| Ok((r.get(0)?, r.get(1)?)))? {
+        let (id, node): (String, String) = row?;
+        known.nodes.insert(id, node);
+    }
+    let mut stmt = conn.prepare_cached(
+        "SELECT a.volume, v.external_id, a.node, np.csi_node_id, a.state, a.updated_at \
+         FROM attachments a JOIN volumes v ON v.name = a.volume \
+         LEFT JOIN node_plugins np ON np.node = a.node AND np.plugin = v.plugin \
+         WHERE v.plugin = ?1 ORDER BY a.volume, a.node",
+    )?;
+    let rows = stmt.query_map([plugin], |r| {
+        let state: String = r.get(4)?;
+        Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, state, r.get(5)?))
+    })?;
+    let mut recorded = Vec::new();
+    for row in rows {
+        let (volume, external_id, node, node_id, state, updated_at): (
+            String,
+            String,
+            String,
+            Option<String>,
+            String,
+            i64,
+        ) = row?;
+        let state = serde_json::from_value(serde_json::Value::String(state))
+            .map_err(|e| ApiError::internal(format!("attachment state in the database: {e}")))?;
+        recorded.push(Recorded {
+            volume,
+            external_id,
+            node,
+            node_id,
+            state,
+            updated_at,
+        });
+    }
+    Ok((known, recorded))
+}
+
+fn controller_findings(
+    conn: &Connection,
+    plugin: Option<&str>,
+) -> ApiResult<Vec<(String, csivol_rules::reconcile::Kept)>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT plugin, findings FROM controller_findings \
+         WHERE ?1 IS NULL OR plugin = ?1 ORDER BY plugin",
+    )?;
+    let rows = stmt.query_map([plugin], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    let mut out = Vec::new();
+    for row in rows {
+        let (plugin, json): (String, String) = row?;
+        let kept: Vec<csivol_rules::reconcile::Kept> = serde_json::from_str(&json)
+            .map_err(|e| ApiError::internal(format!("controller findings in the database: {e}")))?;
+        out.extend(kept.into_iter().map(|k| (plugin.clone(), k)));
+    }
+    Ok(out)
+}

@@ -1,0 +1,102 @@
+//! The snapshots table, and the controller capabilities snapshots and clones need.
+
+use csivol_api::{self as api, PluginRegistration};
+use rusqlite::{Connection, OptionalExtension, params};
+
+use crate::error::ApiResult;
+use crate::model::{SnapshotRow, to_json};
+
+const COLUMNS: &str = "name, volume, plugin, snapshot_id, state, ready_to_use, size_bytes, \
+     creation_time, parameters, error, created_at, updated_at, modify_index";
+
+fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<SnapshotRow> {
+    let state: String = r.get(4)?;
+    let state = state.parse::<api::SnapshotState>().map_err(|e| {
+        rusqlite::Error::FromSqlConversionFailure(4, rusqlite::types::Type::Text, e.into())
+    })?;
+    Ok(SnapshotRow {
+        name: r.get(0)?,
+        volume: r.get(1)?,
+        plugin: r.get(2)?,
+        snapshot_id: r.get(3)?,
+        state,
+        ready_to_use: r.get(5)?,
+        size_bytes: r.get::<_, i64>(6)?.max(0) as u64,
+        creation_time: r.get(7)?,
+        parameters: serde_json::from_str(&r.get::<_, String>(8)?).unwrap_or_default(),
+        error: r.get(9)?,
+        created_at: r.get(10)?,
+        updated_at: r.get(11)?,
+        modify_index: r.get::<_, i64>(12)? as u64,
+    })
+}
+
+pub fn snapshot(conn: &Connection, name: &str) -> ApiResult<Option<SnapshotRow>> {
+    let sql = format!("SELECT {COLUMNS} FROM snapshots WHERE name = ?1");
+    Ok(conn
+        .prepare_cached(&sql)?
+        .query_row([name], from_row)
+        .optional()?)
+}
+
+pub fn snapshots(conn: &Connection, volume: Option<&str>) -> ApiResult<Vec<SnapshotRow>> {
+    let sql =
+        format!("SELECT {COLUMNS} FROM snapshots WHERE (?1 IS NULL OR volume = ?1) ORDER BY name");
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let rows = stmt
+        .query_map([volume], from_row)?
+        .collect::<Result<_, _>>()?;
+    Ok(rows)
+}
+
+pub fn put(conn: &Connection, s: &SnapshotRow, index: u64, now: i64) -> ApiResult<()> {
+    let sql = format!(
+        "INSERT OR REPLACE INTO snapshots ({COLUMNS}) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"
+    );
+    conn.prepare_cached(&sql)?.execute(params![
+        s.name,
+        s.volume,
+        s.plugin,
+        s.snapshot_id,
+        s.state.as_str(),
+        s.ready_to_use,
+        i64::try_from(s.size_bytes).unwrap_or(i64::MAX),
+        s.creation_time,
+        to_json(&s.parameters),
+        s.error,
+        s.created_at,
+        now,
+        index as i64,
+    ])?;
+    Ok(())
+}
+
+/// Any controller host's registered capabilities, each flag set if one host has it: the
+/// hosts of one plugin run the same plugin, and an operation goes to any of them.
+pub fn controller_capabilities(
+    conn: &Connection,
+    plugin: &str,
+) -> ApiResult<Option<api::ControllerCapabilities>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT registration FROM node_plugins WHERE plugin = ?1 AND controller = 1",
+    )?;
+    let regs: Vec<String> = stmt
+        .query_map([plugin], |r| r.get(0))?
+        .collect::<Result<_, _>>()?;
+    let mut found: Option<api::ControllerCapabilities> = None;
+    for reg in regs {
+        let Ok(reg) = serde_json::from_str::<PluginRegistration>(&reg) else {
+            continue;
+        };
+        let Some(c) = reg.controller else { continue };
+        let f = found.get_or_insert_with(Default::default);
+        f.create_delete_snapshot |= c.create_delete_snapshot;
+        f.list_snapshots |= c.list_snapshots;
+        f.clone_volume |= c.clone_volume;
+        f.create_delete_volume |= c.create_delete_volume;
+        f.modify_volume |= c.modify_volume;
+        f.get_snapshot |= c.get_snapshot;
+    }
+    Ok(found)
+}

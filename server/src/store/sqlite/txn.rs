@@ -1,0 +1,638 @@
+//! The SQLite side of [`Txn`]: each row change of the state machine as the statement it
+//! runs inside the request's savepoint on the writer thread.
+
+use super::*;
+
+impl Txn for WriteCtx<'_> {
+    fn index(&self) -> u64 {
+        self.index
+    }
+
+    fn now(&self) -> i64 {
+        self.now
+    }
+
+    fn touch(&mut self, key: Key) {
+        WriteCtx::touch(self, key);
+    }
+
+    fn after_commit(&mut self, f: Box<dyn FnOnce() + Send>) {
+        WriteCtx::after_commit(self, f);
+    }
+
+    fn append_event(&mut self, e: Event<'_>) -> ApiResult<()> {
+        exec(
+            self.tx,
+            "INSERT INTO events (at, kind, volume, node, alloc, actor, message) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            params![
+                self.now,
+                e.kind.as_str(),
+                e.volume,
+                e.node,
+                e.alloc,
+                e.actor,
+                e.message
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn put_volume(&mut self, v: &VolumeRow) -> ApiResult<()> {
+        let secrets = crate::secrets::seal(&v.name, &v.secrets).map_err(ApiError::internal)?;
+        exec(
+            self.tx,
+            "INSERT INTO volumes (name, plugin, external_id, access_mode, attachment, fs_type, mount_flags, context, \
+             parameters, secrets, capacity_bytes, lifecycle, error, created_at, updated_at, modify_index, \
+             accessible_topology, topology_request, mutable_parameters) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?14, ?15, ?16, ?17, ?18) \
+             ON CONFLICT (name) DO UPDATE SET plugin = ?2, external_id = ?3, access_mode = ?4, attachment = ?5, \
+             fs_type = ?6, mount_flags = ?7, context = ?8, parameters = ?9, secrets = ?10, capacity_bytes = ?11, \
+             lifecycle = ?12, error = ?13, updated_at = ?14, modify_index = ?15, accessible_topology = ?16, \
+             topology_request = ?17, mutable_parameters = ?18",
+            params![
+                v.name,
+                v.plugin,
+                v.external_id,
+                v.access_mode.as_str(),
+                v.attachment.as_str(),
+                v.fs_type,
+                to_json(&v.mount_flags),
+                to_json(&v.context),
+                to_json(&v.parameters),
+                secrets,
+                v.capacity_bytes.map(|c| c as i64),
+                v.lifecycle.as_str(),
+                v.error,
+                self.now,
+                self.index as i64,
+                to_json(&v.accessible_topology),
+                v.topology_request.as_ref().map(to_json),
+                to_json(&v.mutable_parameters),
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn stamp_volume(&mut self, name: &str) -> ApiResult<()> {
+        exec(
+            self.tx,
+            "UPDATE volumes SET modify_index = ?1, updated_at = ?2 WHERE name = ?3",
+            params![self.index as i64, self.now, name],
+        )?;
+        Ok(())
+    }
+
+    fn set_volume_lifecycle(
+        &mut self,
+        name: &str,
+        lifecycle: Lifecycle,
+        error: Option<&str>,
+    ) -> ApiResult<()> {
+        exec(
+            self.tx,
+            "UPDATE volumes SET lifecycle = ?1, error = ?2, updated_at = ?3, modify_index = ?4 WHERE name = ?5",
+            params![lifecycle.as_str(), error, self.now, self.index as i64, name],
+        )?;
+        Ok(())
+    }
+
+    fn set_volume_error(&mut self, name: &str, error: &str, changed: bool) -> ApiResult<()> {
+        if changed {
+            exec(
+                self.tx,
+                "UPDATE volumes SET error = ?1, updated_at = ?2, modify_index = ?3 WHERE name = ?4",
+                params![error, self.now, self.index as i64, name],
+            )?;
+        } else {
+            exec(
+                self.tx,
+                "UPDATE volumes SET error = ?1, modify_index = ?2 WHERE name = ?3",
+                params![error, self.index as i64, name],
+            )?;
+        }
+        Ok(())
+    }
+
+    fn volume_created(
+        &mut self,
+        name: &str,
+        external_id: &str,
+        capacity_bytes: u64,
+        context: &BTreeMap<String, String>,
+        accessible_topology: &[Topology],
+    ) -> ApiResult<()> {
+        exec(
+            self.tx,
+            "UPDATE volumes SET external_id = ?1, capacity_bytes = ?2, context = ?3, lifecycle = 'ready', error = NULL, \
+             updated_at = ?4, modify_index = ?5, accessible_topology = ?7 WHERE name = ?6 AND lifecycle = 'creating'",
+            params![
+                external_id,
+                capacity_bytes as i64,
+                to_json(context),
+                self.now,
+                self.index as i64,
+                name,
+                to_json(&accessible_topology),
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn set_volume_expansion(
+        &mut self,
+        name: &str,
+        capacity_bytes: Option<u64>,
+        expansion: Option<&api::Expansion>,
+    ) -> ApiResult<()> {
+        exec(
+            self.tx,
+            "UPDATE volumes SET capacity_bytes = COALESCE(?1, capacity_bytes), expansion = ?2, \
+             updated_at = ?3, modify_index = ?4 WHERE name = ?5",
+            params![
+                capacity_bytes.map(|c| c as i64),
+                expansion.map(to_json),
+                self.now,
+                self.index as i64,
+                name
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn set_volume_modification(
+        &mut self,
+        name: &str,
+        mutable_parameters: Option<&BTreeMap<String, String>>,
+        modification: Option<&api::Modification>,
+    ) -> ApiResult<()> {
+        exec(
+            self.tx,
+            "UPDATE volumes SET mutable_parameters = COALESCE(?1, mutable_parameters), \
+             modification = ?2, updated_at = ?3, modify_index = ?4 WHERE name = ?5",
+            params![
+                mutable_parameters.map(to_json),
+                modification.map(to_json),
+                self.now,
+                self.index as i64,
+                name
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn delete_volume(&mut self, name: &str) -> ApiResult<()> {
+        exec(self.tx, "DELETE FROM volumes WHERE name = ?1", [name])?;
+        exec(self.tx, "DELETE FROM ops WHERE volume = ?1", [name])?;
+        Ok(())
+    }
+
+    fn delete_deleting_volume(&mut self, name: &str) -> ApiResult<()> {
+        exec(
+            self.tx,
+            "DELETE FROM volumes WHERE name = ?1 AND lifecycle = 'deleting'",
+            [name],
+        )?;
+        Ok(())
+    }
+
+    fn insert_claim(&mut self, c: NewClaim<'_>) -> ApiResult<()> {
+        let req = c.request;
+        exec(
+            self.tx,
+            "INSERT INTO claims (volume, alloc, node, mode, state, created_at, updated_at, modify_index, \
+             ttl_ms, expires_at, labels) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7, ?8, ?9, ?10)",
+            params![
+                c.volume,
+                req.alloc,
+                req.node,
+                req.mode.as_str(),
+                c.state.as_str(),
+                self.now,
+                self.index as i64,
+                req.ttl_ms.map(|t| t as i64),
+                c.expires_at,
+                to_json(&req.labels)
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn set_claim_state(&mut self, volume: &str, alloc: &str, state: ClaimState) -> ApiResult<()> {
+        exec(
+            self.tx,
+            "UPDATE claims SET state = ?1, updated_at = ?2, modify_index = ?3, \
+             error = CASE WHEN ?1 IN ('ready', 'releasing') THEN NULL ELSE error END, \
+             next_retry_at = CASE WHEN ?1 IN ('ready', 'releasing', 'failed', 'blocked') THEN NULL ELSE next_retry_at END, \
+             waiting = CASE WHEN ?1 = 'publishing' THEN waiting END, \
+             waiting_since = CASE WHEN ?1 = 'publishing' THEN waiting_since END, \
+             waiting_timeout_ms = CASE WHEN ?1 = 'publishing' THEN waiting_timeout_ms END, \
+             condition = CASE WHEN ?1 IN ('ready', 'publishing', 'blocked') THEN condition END \
+             WHERE volume = ?4 AND alloc = ?5",
+            params![state.as_str(), self.now, self.index as i64, volume, alloc],
+        )?;
+        Ok(())
+    }
+
+    fn set_claim_target(&mut self, volume: &str, alloc: &str, target_path: &str) -> ApiResult<()> {
+        exec(
+            self.tx,
+            "UPDATE claims SET target_path = ?1, updated_at = ?2, modify_index = ?3 WHERE volume = ?4 AND alloc = ?5",
+            params![target_path, self.now, self.index as i64, volume, alloc],
+        )?;
+        Ok(())
+    }
+
+    fn set_claim_waiting(
+        &mut self,
+        volume: &str,
+        alloc: &str,
+        reason: &str,
+        since_ms: i64,
+        timeout_ms: i64,
+    ) -> ApiResult<()> {
+        exec(
+            self.tx,
+            "UPDATE claims SET waiting = ?1, waiting_since = ?2, waiting_timeout_ms = ?3, \
+             updated_at = ?4, modify_index = ?5 WHERE volume = ?6 AND alloc = ?7",
+            params![
+                reason,
+                since_ms,
+                timeout_ms,
+                self.now,
+                self.index as i64,
+                volume,
+                alloc
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn set_claim_condition(
+        &mut self,
+        volume: &str,
+        alloc: &str,
+        condition: Option<&str>,
+    ) -> ApiResult<()> {
+        exec(
+            self.tx,
+            "UPDATE claims SET condition = ?1, updated_at = ?2, modify_index = ?3 \
+             WHERE volume = ?4 AND alloc = ?5",
+            params![condition, self.now, self.index as i64, volume, alloc],
+        )?;
+        Ok(())
+    }
+
+    fn set_claim_error(
+        &mut self,
+        volume: &str,
+        alloc: &str,
+        error: &str,
+        next_retry_at: Option<i64>,
+    ) -> ApiResult<()> {
+        exec(
+            self.tx,
+            "UPDATE claims SET error = ?1, next_retry_at = ?2, updated_at = ?3, modify_index = ?4 WHERE volume = ?5 AND alloc = ?6",
+            params![
+                error,
+                next_retry_at,
+                self.now,
+                self.index as i64,
+                volume,
+                alloc
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn set_claim_release_pending(&mut self, volume: &str, alloc: &str) -> ApiResult<()> {
+        exec(
+            self.tx,
+            "UPDATE claims SET release_pending = 1 WHERE volume = ?1 AND alloc = ?2",
+            params![volume, alloc],
+        )?;
+        Ok(())
+    }
+
+    fn delete_claim(&mut self, volume: &str, alloc: &str) -> ApiResult<()> {
+        exec(
+            self.tx,
+            "DELETE FROM claims WHERE volume = ?1 AND alloc = ?2",
+            params![volume, alloc],
+        )?;
+        Ok(())
+    }
+
+    fn insert_attachment(
+        &mut self,
+        volume: &str,
+        node: &str,
+        state: AttachmentState,
+    ) -> ApiResult<()> {
+        exec(
+            self.tx,
+            "INSERT INTO attachments (volume, node, state, publish_context, updated_at) \
+             VALUES (?1, ?2, ?3, '{}', ?4)",
+            params![volume, node, state.as_str(), self.now],
+        )?;
+        Ok(())
+    }
+
+    fn set_attachment_state(
+        &mut self,
+        volume: &str,
+        node: &str,
+        state: AttachmentState,
+    ) -> ApiResult<()> {
+        exec(
+            self.tx,
+            "UPDATE attachments SET state = ?1, updated_at = ?2, error = NULL, next_retry_at = NULL \
+             WHERE volume = ?3 AND node = ?4",
+            params![state.as_str(), self.now, volume, node],
+        )?;
+        Ok(())
+    }
+
+    fn set_attachment_detaching(
+        &mut self,
+        volume: &str,
+        node: &str,
+        forced: bool,
+    ) -> ApiResult<()> {
+        exec(
+            self.tx,
+            "UPDATE attachments SET state = 'detaching', forced = ?1, error = NULL, next_retry_at = NULL, updated_at = ?2 \
+             WHERE volume = ?3 AND node = ?4",
+            params![forced, self.now, volume, node],
+        )?;
+        Ok(())
+    }
+
+    fn attachment_published(
+        &mut self,
+        volume: &str,
+        node: &str,
+        publish_context: &PublishContext,
+    ) -> ApiResult<bool> {
+        let updated = exec(
+            self.tx,
+            "UPDATE attachments SET state = 'attached', publish_context = ?1, error = NULL, next_retry_at = NULL, updated_at = ?2 \
+             WHERE volume = ?3 AND node = ?4 AND state = 'attaching'",
+            params![to_json(publish_context), self.now, volume, node],
+        )?;
+        Ok(updated > 0)
+    }
+
+    fn set_attachment_error(
+        &mut self,
+        volume: &str,
+        node: &str,
+        error: &str,
+        next_retry_at: Option<i64>,
+    ) -> ApiResult<bool> {
+        let changed = exec(
+            self.tx,
+            "UPDATE attachments SET error = ?1, next_retry_at = ?2, updated_at = ?3 \
+             WHERE volume = ?4 AND node = ?5",
+            params![error, next_retry_at, self.now, volume, node],
+        )?;
+        Ok(changed > 0)
+    }
+
+    fn note_attach_waiting(&mut self, volume: &str, node: &str, why: &str) -> ApiResult<()> {
+        exec(
+            self.tx,
+            "UPDATE attachments SET error = ?1 WHERE volume = ?2 AND node = ?3",
+            params![why, volume, node],
+        )?;
+        exec(
+            self.tx,
+            "UPDATE claims SET error = ?1, modify_index = ?2 \
+             WHERE volume = ?3 AND node = ?4 AND state IN ('attaching', 'pending')",
+            params![why, self.index as i64, volume, node],
+        )?;
+        Ok(())
+    }
+
+    fn set_attach_retry(
+        &mut self,
+        volume: &str,
+        node: &str,
+        error: &str,
+        next_retry_at: i64,
+    ) -> ApiResult<()> {
+        self.set_attachment_error(volume, node, error, Some(next_retry_at))?;
+        exec(
+            self.tx,
+            "UPDATE claims SET error = ?1, next_retry_at = ?2, updated_at = ?3, modify_index = ?4 \
+             WHERE volume = ?5 AND node = ?6 AND state IN ('attaching', 'pending')",
+            params![
+                error,
+                next_retry_at,
+                self.now,
+                self.index as i64,
+                volume,
+                node
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn delete_attachment(&mut self, volume: &str, node: &str) -> ApiResult<()> {
+        exec(
+            self.tx,
+            "DELETE FROM attachments WHERE volume = ?1 AND node = ?2",
+            params![volume, node],
+        )?;
+        Ok(())
+    }
+
+    fn register_node(
+        &mut self,
+        name: &str,
+        fence_after_ms: Option<u64>,
+        labels: &BTreeMap<String, String>,
+        plugins: &[PluginRegistration],
+    ) -> ApiResult<()> {
+        exec(
+            self.tx,
+            "INSERT INTO nodes (name, status, registered_at, fence_after_ms, labels) VALUES (?1, 'ready', ?2, ?3, ?4) \
+             ON CONFLICT (name) DO UPDATE SET status = 'ready', lost_at = NULL, fence_after_ms = ?3, labels = ?4, \
+             fence_failures = 0, fence_error = NULL",
+            params![
+                name,
+                self.now,
+                fence_after_ms.map(|v| v as i64),
+                to_json(labels)
+            ],
+        )?;
+        exec(self.tx, "DELETE FROM node_plugins WHERE node = ?1", [name])?;
+        for p in plugins {
+            let node_part = p.node.as_ref();
+            exec(
+                self.tx,
+                "INSERT INTO node_plugins (node, plugin, registration, csi_node_id, max_volumes, node_service, controller, \
+                 controller_service, controller_publish, stage_unstage, topology) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                params![
+                    name,
+                    p.id,
+                    to_json(p),
+                    node_part.map(|n| n.info.node_id.clone()),
+                    node_part.map_or(0, |n| n.info.max_volumes_per_node),
+                    node_part.is_some(),
+                    p.controller.is_some(),
+                    p.capabilities.controller_service,
+                    p.controller.is_some_and(|c| c.publish_unpublish_volume),
+                    node_part.is_some_and(|n| n.capabilities.stage_unstage_volume),
+                    to_json(
+                        &node_part
+                            .and_then(|n| n.info.accessible_topology.clone())
+                            .unwrap_or_default()
+                    ),
+                ],
+            )?;
+        }
+        Ok(())
+    }
+
+    fn set_node_status(&mut self, name: &str, status: NodeStatus) -> ApiResult<()> {
+        if status == NodeStatus::Lost {
+            exec(
+                self.tx,
+                "UPDATE nodes SET status = 'lost', lost_at = ?1 WHERE name = ?2",
+                params![self.now, name],
+            )?;
+        } else {
+            exec(
+                self.tx,
+                "UPDATE nodes SET status = ?1 WHERE name = ?2",
+                params![status.as_str(), name],
+            )?;
+        }
+        Ok(())
+    }
+
+    fn set_node_fenced_at(&mut self, name: &str, at_ms: i64) -> ApiResult<()> {
+        exec(
+            self.tx,
+            "UPDATE nodes SET fenced_at = ?1 WHERE name = ?2",
+            params![at_ms, name],
+        )?;
+        Ok(())
+    }
+
+    fn queue_op(
+        &mut self,
+        kind: OpKind,
+        plugin: &str,
+        volume: &str,
+        node: Option<&str>,
+        payload: &str,
+    ) -> ApiResult<()> {
+        let exists: Option<i64> = self
+            .tx
+            .prepare_cached("SELECT id FROM ops WHERE volume = ?1 AND kind = ?2 AND node IS ?3")?
+            .query_row(params![volume, kind.as_str(), node], |r| r.get(0))
+            .optional()?;
+        if exists.is_none() {
+            exec(
+                self.tx,
+                "INSERT INTO ops (kind, plugin, volume, node, payload, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![kind.as_str(), plugin, volume, node, payload, self.now],
+            )?;
+        }
+        Ok(())
+    }
+
+    fn assign_op(&mut self, id: i64, host: &str) -> ApiResult<()> {
+        exec(
+            self.tx,
+            "UPDATE ops SET host = ?1, assigned_at = ?2 WHERE id = ?3",
+            params![host, self.now, id],
+        )?;
+        Ok(())
+    }
+
+    fn note_op_waiting(&mut self, id: i64, why: &str) -> ApiResult<bool> {
+        let changed = exec(
+            self.tx,
+            "UPDATE ops SET error = ?1 WHERE id = ?2 AND error IS NOT ?1",
+            params![why, id],
+        )?;
+        Ok(changed > 0)
+    }
+
+    fn retry_op(&mut self, id: i64, not_before: i64, error: &str) -> ApiResult<()> {
+        exec(
+            self.tx,
+            "UPDATE ops SET attempt = attempt + 1, host = NULL, assigned_at = NULL, not_before = ?1, error = ?2 WHERE id = ?3",
+            params![not_before, error, id],
+        )?;
+        Ok(())
+    }
+
+    fn retarget_op(&mut self, id: i64, payload: &str) -> ApiResult<()> {
+        exec(
+            self.tx,
+            "UPDATE ops SET payload = ?1, attempt = attempt + 1, host = NULL, assigned_at = NULL, \
+             not_before = ?2, error = NULL WHERE id = ?3",
+            params![payload, self.now, id],
+        )?;
+        Ok(())
+    }
+
+    fn unassign_ops_of(&mut self, host: &str) -> ApiResult<()> {
+        exec(
+            self.tx,
+            "UPDATE ops SET host = NULL, assigned_at = NULL WHERE host = ?1",
+            [host],
+        )?;
+        Ok(())
+    }
+
+    fn delete_op(&mut self, id: i64) -> ApiResult<()> {
+        exec(self.tx, "DELETE FROM ops WHERE id = ?1", [id])?;
+        Ok(())
+    }
+
+    fn put_controller_findings(
+        &mut self,
+        plugin: &str,
+        findings: &[csivol_rules::reconcile::Kept],
+    ) -> ApiResult<()> {
+        exec(
+            self.tx,
+            "INSERT INTO controller_findings (plugin, findings, listed_at) VALUES (?1, ?2, ?3) \
+             ON CONFLICT (plugin) DO UPDATE SET findings = ?2, listed_at = ?3",
+            params![plugin, to_json(&findings), self.now()],
+        )?;
+        Ok(())
+    }
+
+    fn delete_op_for(&mut self, kind: OpKind, volume: &str, node: &str) -> ApiResult<()> {
+        exec(
+            self.tx,
+            "DELETE FROM ops WHERE volume = ?1 AND kind = ?2 AND node = ?3",
+            params![volume, kind.as_str(), node],
+        )?;
+        Ok(())
+    }
+
+    fn put_snapshot(&mut self, s: &crate::model::SnapshotRow) -> ApiResult<()> {
+        snapshots::put(self.tx, s, self.index, self.now)
+    }
+
+    fn delete_snapshot(&mut self, name: &str) -> ApiResult<()> {
+        exec(self.tx, "DELETE FROM snapshots WHERE name = ?1", [name])?;
+        Ok(())
+    }
+
+    fn delete_key_op(&mut self, kind: OpKind, key: &str) -> ApiResult<()> {
+        exec(
+            self.tx,
+            "DELETE FROM ops WHERE volume = ?1 AND kind = ?2 AND node IS NULL",
+            params![key, kind.as_str()],
+        )?;
+        Ok(())
+    }
+}

@@ -1,0 +1,276 @@
+//! The node channel (`GET /v1/nodes/{node}/channel`, HTTP/1.1 Upgrade) against the real
+//! server, played by the shared client's channel end (the real agent has its own tests in
+//! `node/channel`): over mutual TLS, with its node's certificate only; heartbeats answered
+//! as requests are, pushes of the desired index, a revoked token ending it; channels keep
+//! their place under the connection limit and in the long-poll budget; on a server that
+//! does not lead an etcd-backed cluster, heartbeats on the channel keep a node ready, and
+//! an open channel without them does not.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use csivol_api::NodeStatus;
+use csivol_client::channel::{ChannelError, Shared};
+use csivol_tests::{Api, FakeAgent, TestDir, eventually};
+use serde_json::json;
+
+use super::{WAIT, claim, register_volume, start};
+use csivol_tests::etcd::start_ha;
+
+/// An open channel, served by a task of its own until dropped.
+struct Chan {
+    shared: Arc<Shared>,
+    task: tokio::task::JoinHandle<ChannelError>,
+}
+
+impl Chan {
+    async fn open(api: &Api, node: &str) -> Result<Self, csivol_client::Error> {
+        let (reader, writer) = api
+            .client()
+            .channel(node)
+            .await?
+            .start()
+            .await
+            .expect("the server's hello");
+        let shared = Arc::new(Shared::default());
+        let serving = Arc::clone(&shared);
+        let task = tokio::spawn(async move { serving.serve(reader, writer).await });
+        eventually("the first push", WAIT, || async {
+            shared.is_open().then_some(())
+        })
+        .await;
+        Ok(Self { shared, task })
+    }
+
+    async fn beat(&self) -> Result<csivol_api::HeartbeatResponse, csivol_client::Error> {
+        (self.shared.heartbeat(Duration::from_secs(10)).await).expect("an answer on the channel")
+    }
+
+    fn pushed(&self) -> u64 {
+        self.shared.subscribe().borrow().pushed
+    }
+}
+
+impl Drop for Chan {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn node_status(api: &Api) -> String {
+    let (status, n) = api.get("/v1/nodes/n1").await;
+    assert_eq!(status, 200, "{n}");
+    n["status"].as_str().unwrap().to_owned()
+}
+
+/// A token for `node`, and its id.
+async fn node_token(op: &Api, node: &str) -> (String, String) {
+    let (status, t) = op
+        .post(
+            "/v1/tokens",
+            json!({"role": "node", "node": node, "controllers": ["hp"]}),
+        )
+        .await;
+    assert_eq!(status, 201, "{t}");
+    (
+        t["token"].as_str().unwrap().to_owned(),
+        t["id"].as_str().unwrap().to_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_channel_over_mutual_tls_beats_pushes_and_ends_with_its_token() {
+    let dir = TestDir::new("channel-tls");
+    let tls = dir.join("tls");
+    let mut init = std::process::Command::new(csivol_tests::bin_path("csivol-server"));
+    init.args(["tls", "init", &format!("--dir={}", tls.display())])
+        .args(["--node=n1", "--node=n2"]);
+    let (status, out) = csivol_tests::run_to_exit("tls init", init, Duration::from_secs(30));
+    assert!(status.success(), "{out}");
+    let server = start(
+        &dir,
+        &[
+            &format!("--tls-cert={}", tls.join("server.pem").display()),
+            &format!("--tls-key={}", tls.join("server-key.pem").display()),
+            &format!("--tls-client-ca={}", tls.join("ca.pem").display()),
+            "--heartbeat-ttl=2s",
+        ],
+    );
+    let ca = tls.join("ca.pem");
+    let op = Api::with_tls(&server.url, Some(&server.token), &ca, None);
+    let (token, token_id) = node_token(&op, "n1").await;
+    let as_node = |cert: &str| {
+        let (pem, key) = (
+            tls.join(format!("node-{cert}.pem")),
+            tls.join(format!("node-{cert}-key.pem")),
+        );
+        Api::with_tls(&server.url, Some(&token), &ca, Some((&pem, &key)))
+    };
+
+    // n1's token with n2's certificate: refused as on every node endpoint.
+    match Chan::open(&as_node("n2"), "n1").await {
+        Err(csivol_client::Error::Refused { status, text, .. }) => {
+            assert_eq!(status, 403, "{text}");
+            assert!(text.contains("not for node `n1`"), "{text}");
+        }
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("a channel opened with another node's certificate"),
+    }
+
+    let n1 = FakeAgent {
+        api: as_node("n1"),
+        node: "n1".into(),
+    };
+    let mut chan = Chan::open(&n1.api, "n1").await.expect("the channel");
+    let e = chan.beat().await.expect_err("not registered yet");
+    assert!(e.is_not_found(), "{e}");
+    n1.register(0, true, json!([])).await;
+    let hb = chan.beat().await.expect("a heartbeat");
+    assert_eq!((hb.status, hb.heartbeat_ttl_ms), (NodeStatus::Ready, 2000));
+
+    // Heartbeats on the channel alone keep the node ready past the TTL.
+    let since = Instant::now();
+    while since.elapsed() < Duration::from_secs(5) {
+        assert_eq!(chan.beat().await.unwrap().status, NodeStatus::Ready);
+        assert_eq!(node_status(&op).await, "ready");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+
+    // A claim on n1 changes its desired state: the channel says so.
+    let before = chan.pushed();
+    register_volume(&op, "v1", "single-node-writer").await;
+    let (status, c) = claim(&op, "v1", "a1", "n1", "write").await;
+    assert_eq!(status, 201, "{c}");
+    eventually("the change pushed", WAIT, || async {
+        (chan.pushed() > before).then_some(())
+    })
+    .await;
+    let (status, d) = n1
+        .api
+        .get(&format!(
+            "/v1/nodes/n1/desired?index={}&wait=0s",
+            chan.pushed() - 1
+        ))
+        .await;
+    assert_eq!(status, 200, "{d}");
+    assert_eq!(d["index"].as_u64(), Some(chan.pushed()), "{d}");
+    assert_eq!(d["controller_ops"].as_array().map(Vec::len), Some(1), "{d}");
+
+    // A revoked token: the next heartbeat is refused, and the server ends the channel.
+    let (status, body) = op.delete(&format!("/v1/tokens/{token_id}")).await;
+    assert!(status == 200 || status == 204, "{status} {body}");
+    let e = chan.beat().await.expect_err("a revoked token");
+    assert!(e.to_string().contains("revoked"), "{e}");
+    let why = tokio::time::timeout(WAIT, &mut chan.task)
+        .await
+        .expect("the channel ended");
+    assert!(matches!(why, Ok(ChannelError::Closed)), "{why:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_channels_hold_their_connections_under_the_limit() {
+    let dir = TestDir::new("channel-limit");
+    let server = start(
+        &dir,
+        &[
+            "--max-connections=2",
+            "--max-long-polls=2",
+            "--header-timeout=1s",
+        ],
+    );
+    let op = server.api();
+    let (t1, _) = node_token(&op, "n1").await;
+    let (t2, _) = node_token(&op, "n2").await;
+    // Each its own client, so each its own connection; the operator's idle connection
+    // closes after the header timeout to make room for the second.
+    let n1 = Chan::open(&Api::new(&server.url, Some(&t1)), "n1").await;
+    let n2 = Chan::open(&Api::new(&server.url, Some(&t2)), "n2").await;
+    let (n1, n2) = (n1.expect("n1's channel"), n2.expect("n2's channel"));
+
+    // Both places are taken for as long as the channels are open, however quiet they are.
+    let health = tokio::spawn({
+        let api = Api::new(&server.url, None);
+        async move { api.get("/v1/health").await }
+    });
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(!health.is_finished(), "a third connection got in");
+    assert!(
+        n2.beat().await.unwrap_err().is_not_found(),
+        "n2's channel still answers"
+    );
+    drop(n1);
+    let (status, _) = tokio::time::timeout(WAIT, health).await.unwrap().unwrap();
+    assert_eq!(status, 200, "in once a channel closed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_channel_takes_a_place_in_the_long_poll_budget() {
+    let dir = TestDir::new("channel-long-polls");
+    let server = start(&dir, &["--max-long-polls=1"]);
+    let op = server.api();
+    let (t1, _) = node_token(&op, "n1").await;
+    let (t2, _) = node_token(&op, "n2").await;
+    let _n1 = Chan::open(&Api::new(&server.url, Some(&t1)), "n1")
+        .await
+        .expect("n1's channel");
+    match Chan::open(&Api::new(&server.url, Some(&t2)), "n2").await {
+        Err(csivol_client::Error::Refused { status, text, .. }) => {
+            assert_eq!(status, 503, "{text}");
+            assert!(text.contains("--max-long-polls"), "{text}");
+        }
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("a second channel within a budget of one"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn channel_heartbeats_on_a_server_that_does_not_lead_keep_the_node_ready() {
+    let dir = TestDir::new("channel-ha");
+    let ha = start_ha(&dir, &["--heartbeat-ttl=3s"]);
+    let leader_is_a = eventually("a leader", WAIT, || async {
+        const LEADS: &str = "this server leads now";
+        if ha.a.log().contains(LEADS) {
+            Some(true)
+        } else if ha.b.log().contains(LEADS) {
+            Some(false)
+        } else {
+            None
+        }
+    })
+    .await;
+    let (leader, other) = if leader_is_a {
+        (ha.a.api(), ha.b.api())
+    } else {
+        (ha.b.api(), ha.a.api())
+    };
+    let (token, _) = node_token(&leader, "n1").await;
+    let n1 = FakeAgent {
+        api: other.with_token(Some(&token)),
+        node: "n1".into(),
+    };
+    // The token made on the leader reaches the other server through etcd.
+    eventually("the other server to know n1's token", WAIT, || async {
+        let (status, _) = n1.api.post("/v1/nodes/n1/heartbeat", json!({})).await;
+        (status == 404).then_some(())
+    })
+    .await;
+    n1.register(0, true, json!([])).await;
+    let chan = Chan::open(&n1.api, "n1").await.expect("the channel");
+    let since = Instant::now();
+    while since.elapsed() < Duration::from_secs(8) {
+        assert_eq!(chan.beat().await.unwrap().status, NodeStatus::Ready);
+        assert_eq!(node_status(&leader).await, "ready", "the leader hears n1");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    // The channel stays open but carries no heartbeat: the leader's TTL decides.
+    let quiet = Instant::now();
+    eventually("n1 lost on the leader", WAIT, || async {
+        (node_status(&leader).await == "lost").then_some(())
+    })
+    .await;
+    assert!(
+        quiet.elapsed() >= Duration::from_secs(2),
+        "lost after {:?}, before its TTL",
+        quiet.elapsed()
+    );
+}

@@ -1,0 +1,111 @@
+//! csivol-server tests: the server over real HTTP on loopback, with real SQLite files in
+//! temp dirs (and a real etcd cluster for `--store etcd`). Node agents are played by a test
+//! client of the agent endpoints (the real agent has its own tests, in csivol-agent's).
+
+mod access;
+mod channel;
+mod claims;
+mod connections;
+mod controller;
+mod durability;
+mod fence;
+mod ha;
+mod ha_faults;
+mod ha_fence;
+mod hosting;
+mod lost;
+mod queue_and_leases;
+mod secrets;
+mod state;
+
+use std::time::Duration;
+
+use csivol_tests::{Api, FakeAgent, ServerProc, TestDir, eventually};
+use serde_json::{Value, json};
+
+pub(crate) const WAIT: Duration = Duration::from_secs(20);
+
+pub(crate) fn start(dir: &TestDir, extra: &[&str]) -> ServerProc {
+    ServerProc::start(&dir.join("server"), extra)
+}
+
+pub(crate) async fn wait_volume_state(api: &Api, volume: &str, state: &str) {
+    eventually(&format!("{volume} {state}"), WAIT, || async {
+        let (_, v) = api.get(&format!("/v1/volumes/{volume}")).await;
+        (v["state"] == state).then_some(())
+    })
+    .await;
+}
+
+pub(crate) async fn register_volume(api: &Api, name: &str, mode: &str) {
+    let (status, body) = api
+        .put(
+            &format!("/v1/volumes/{name}"),
+            json!({"plugin": "hp", "external_id": format!("ext-{name}"), "access_mode": mode, "attachment": "file-system", "secrets": {"key": "s3cret"}}),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+}
+
+pub(crate) async fn claim(
+    api: &Api,
+    volume: &str,
+    alloc: &str,
+    node: &str,
+    mode: &str,
+) -> (u16, Value) {
+    api.post(
+        &format!("/v1/volumes/{volume}/claims"),
+        json!({"alloc": alloc, "node": node, "mode": mode}),
+    )
+    .await
+}
+
+pub(crate) async fn claim_state(api: &Api, volume: &str, alloc: &str) -> Option<String> {
+    let (status, body) = api
+        .get(&format!("/v1/volumes/{volume}/claims/{alloc}"))
+        .await;
+    (status == 200).then(|| body["state"].as_str().unwrap().to_owned())
+}
+
+/// Drives a claim to ready through a controller host and the node.
+pub(crate) async fn make_ready(
+    api: &Api,
+    host: &FakeAgent,
+    node: &FakeAgent,
+    volume: &str,
+    alloc: &str,
+) {
+    let (status, body) = claim(api, volume, alloc, &node.node, "write").await;
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(body["state"], "attaching");
+    let op = host.wait_op("publish").await;
+    assert_eq!(
+        op["node_id"],
+        format!("csi-{}", node.node),
+        "ControllerPublish names the plugin's node id"
+    );
+    host.report(json!([{"kind": "controller_published", "op": op["id"], "attempt": op["attempt"], "publish_context": {"dev": "/dev/x"}}])).await;
+    assert_eq!(
+        claim_state(api, volume, alloc).await.as_deref(),
+        Some("publishing")
+    );
+    let d = node.desired().await;
+    let p = d["publish"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["alloc"] == alloc)
+        .cloned()
+        .expect("claim in desired state");
+    assert_eq!(p["publish_context"]["dev"], "/dev/x");
+    assert_eq!(
+        p["secrets"]["key"], "s3cret",
+        "the node gets the secrets it needs"
+    );
+    node.report(json!([{"kind": "published", "volume": volume, "alloc": alloc, "target_path": format!("/mnt/{alloc}")}])).await;
+    assert_eq!(
+        claim_state(api, volume, alloc).await.as_deref(),
+        Some("ready")
+    );
+}
