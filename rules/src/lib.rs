@@ -14,6 +14,8 @@
 //! - `modify`: whether a volume's mutable parameters may be changed now, and which keys
 //!   ControllerModifyVolume is sent.
 //! - `snapshots`: whether a volume may be snapshotted, created from a snapshot or cloned.
+//! - `schedule`: which waiting controller operations of a plugin run next: shared fairly
+//!   between attaches, detaches and the rest, and between volumes.
 //! - `reconcile`: a controller's listing against csivol's attachments → findings.
 //! - `fence`: which configured fence method applies to a node, its command, and when an
 //!   automatic fence is due.
@@ -28,5 +30,6 @@ pub mod modify;
 pub mod plan;
 pub mod queue;
 pub mod reconcile;
+pub mod schedule;
 pub mod snapshots;
 pub mod transitions;

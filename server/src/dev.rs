@@ -93,6 +93,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         listen: args.listen,
         heartbeat_ttl: args.heartbeat_ttl,
         controller_concurrency: 8,
+        controller_queue_warning: Duration::from_secs(60),
         fence: Default::default(),
         secrets_key_file: None,
         header_timeout: Duration::from_secs(10),

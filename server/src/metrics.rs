@@ -23,6 +23,17 @@ pub struct OpLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PluginKindLabel {
+    pub plugin: String,
+    pub kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PluginLabel {
+    pub plugin: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ViaLabel {
     pub via: String,
 }
@@ -42,6 +53,12 @@ pub struct Metrics {
     /// Controller operation queued → reported done or failed.
     pub op_seconds: Family<OpLabel, Histogram>,
     pub node_reports: Counter,
+    /// Controller operation due → handed to a controller host, by plugin and kind.
+    op_wait_seconds: Family<PluginKindLabel, Histogram>,
+    /// Controller operations waiting for a slot or a host (due), by plugin and kind.
+    queue_depth: Family<PluginKindLabel, Gauge>,
+    /// How long the oldest due operation of a plugin has waited.
+    queue_oldest_seconds: Family<PluginLabel, Gauge<f64, std::sync::atomic::AtomicU64>>,
     /// Fence method runs by result (`ok`, `failed`).
     fences: Family<StateLabel, Counter>,
     /// Lost nodes whose automatic fence failed and is retried.
@@ -68,6 +85,27 @@ impl Default for Metrics {
             Histogram::new(exponential_buckets(0.001, 2.0, 20))
         });
         let node_reports = Counter::default();
+        let op_wait_seconds = Family::<PluginKindLabel, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.001, 2.0, 22))
+        });
+        let queue_depth = Family::<PluginKindLabel, Gauge>::default();
+        let queue_oldest_seconds =
+            Family::<PluginLabel, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+        registry.register(
+            "controller_op_wait_seconds",
+            "Time a controller operation waited, from due (queued, or its retry due) to handed to a controller host",
+            op_wait_seconds.clone(),
+        );
+        registry.register(
+            "controller_queue",
+            "Controller operations due and waiting for a slot of their plugin or a controller host",
+            queue_depth.clone(),
+        );
+        registry.register(
+            "controller_queue_oldest_seconds",
+            "How long the oldest waiting controller operation of a plugin has waited (0: none waits)",
+            queue_oldest_seconds.clone(),
+        );
         let fences = Family::<StateLabel, Counter>::default();
         let nodes_fence_failing = Gauge::default();
         let node_channels = Gauge::default();
@@ -146,6 +184,9 @@ impl Default for Metrics {
             claim_ready_seconds,
             op_seconds,
             node_reports,
+            op_wait_seconds,
+            queue_depth,
+            queue_oldest_seconds,
             fences,
             nodes_fence_failing,
             node_channels,
@@ -160,6 +201,16 @@ impl Metrics {
     pub fn heartbeat(&self, channel: bool) {
         let via = if channel { "channel" } else { "request" }.to_owned();
         self.heartbeats.get_or_create(&ViaLabel { via }).inc();
+    }
+
+    /// Observes how long an operation of `plugin` waited before it was handed out.
+    pub fn op_waited(&self, plugin: &str, kind: &str, waited_ms: i64) {
+        self.op_wait_seconds
+            .get_or_create(&PluginKindLabel {
+                plugin: plugin.to_owned(),
+                kind: kind.to_owned(),
+            })
+            .observe(waited_ms.max(0) as f64 / 1000.0);
     }
 
     /// Counts a run of a fence method.
@@ -212,6 +263,7 @@ impl Metrics {
             &self.ops,
             &["queued", "in_flight"],
         )?;
+        self.queue_gauges(conn)?;
         self.claims_with_error.set(conn.query_row(
             "SELECT count(*) FROM claims WHERE error IS NOT NULL",
             [],
@@ -227,5 +279,40 @@ impl Metrics {
             super::error::ApiError::internal(format!("failed to render metrics: {e}"))
         })?;
         Ok(out)
+    }
+
+    /// Every plugin's queue depth by kind and its oldest wait, read now; the series of a
+    /// queue that emptied go, as a scraper reads a series that is not there as none.
+    fn queue_gauges(&self, conn: &Connection) -> ApiResult<()> {
+        let now = super::db::now_ms();
+        let mut stmt = conn.prepare(
+            "SELECT plugin, kind, count(*), min(MAX(created_at, not_before)) FROM ops \
+             WHERE host IS NULL AND not_before <= ?1 GROUP BY plugin, kind",
+        )?;
+        let rows = stmt.query_map([now], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, i64>(2)?,
+                r.get::<_, i64>(3)?,
+            ))
+        })?;
+        self.queue_depth.clear();
+        self.queue_oldest_seconds.clear();
+        let mut oldest: std::collections::BTreeMap<String, i64> = Default::default();
+        for row in rows {
+            let (plugin, kind, n, since) = row?;
+            let o = oldest.entry(plugin.clone()).or_insert(since);
+            *o = (*o).min(since);
+            self.queue_depth
+                .get_or_create(&PluginKindLabel { plugin, kind })
+                .set(n);
+        }
+        for (plugin, since) in oldest {
+            self.queue_oldest_seconds
+                .get_or_create(&PluginLabel { plugin })
+                .set((now - since).max(0) as f64 / 1000.0);
+        }
+        Ok(())
     }
 }

@@ -203,8 +203,12 @@ pub fn list_nodes(
     Ok(out)
 }
 
-/// Plugins across the cluster; `only` selects one.
-pub fn list_plugins(conn: &Connection, only: Option<&str>) -> ApiResult<Vec<api::Plugin>> {
+/// Plugins across the cluster with their controller queues; `only` selects one.
+pub fn list_plugins(
+    conn: &Connection,
+    only: Option<&str>,
+    limits: &crate::lifecycle::Limits,
+) -> ApiResult<Vec<api::Plugin>> {
     let mut stmt = conn.prepare(
         "SELECT np.plugin, np.registration, np.node_service, np.controller, np.stage_unstage, n.status, \
          np.node, np.topology FROM node_plugins np JOIN nodes n ON n.name = np.node WHERE (?1 IS NULL OR np.plugin = ?1) ORDER BY np.plugin, np.node",
@@ -241,6 +245,7 @@ pub fn list_plugins(conn: &Connection, only: Option<&str>) -> ApiResult<Vec<api:
             modify_volume: false,
             volumes: 0,
             nodes: Vec::new(),
+            queue: api::ControllerQueue::default(),
         });
         if let Some(c) = &reg.controller {
             p.snapshots |= c.create_delete_snapshot;
@@ -263,6 +268,7 @@ pub fn list_plugins(conn: &Connection, only: Option<&str>) -> ApiResult<Vec<api:
         p.stage_unstage |= stage;
     }
     for p in plugins.values_mut() {
+        p.queue = controller_queue(conn, &p.id, limits)?;
         p.controller_publish = needs_controller_publish(conn, &p.id)?;
         p.volumes = conn.query_row(
             "SELECT count(*) FROM volumes WHERE plugin = ?1",
@@ -271,6 +277,70 @@ pub fn list_plugins(conn: &Connection, only: Option<&str>) -> ApiResult<Vec<api:
         )?;
     }
     Ok(plugins.into_values().collect())
+}
+
+/// What a plugin's controller operations wait for and how long they waited, now.
+fn controller_queue(
+    conn: &Connection,
+    plugin: &str,
+    limits: &crate::lifecycle::Limits,
+) -> ApiResult<api::ControllerQueue> {
+    let now = crate::db::now_ms();
+    let ms = |t: i64| (now - t).max(0) as u64;
+    let mut q = api::ControllerQueue {
+        concurrency: limits.controller_concurrency,
+        warn_after_ms: limits.controller_queue_warning.as_millis() as u64,
+        ..Default::default()
+    };
+    // Due since: queued, or due again after a retry's backoff.
+    let mut stmt = conn.prepare_cached(
+        "SELECT kind, count(*), min(MAX(created_at, not_before)), not_before <= ?2 AS due \
+         FROM ops WHERE plugin = ?1 AND host IS NULL GROUP BY kind, due",
+    )?;
+    let rows = stmt.query_map(params![plugin, now], |r| {
+        Ok((
+            r.get::<_, String>(0)?,
+            r.get::<_, u32>(1)?,
+            r.get::<_, i64>(2)?,
+            r.get::<_, bool>(3)?,
+        ))
+    })?;
+    for row in rows {
+        let (kind, count, since, due) = row?;
+        if due {
+            q.oldest_wait_ms = Some(q.oldest_wait_ms.unwrap_or(0).max(ms(since)));
+            q.waiting.insert(
+                kind,
+                api::QueuedKind {
+                    count,
+                    oldest_wait_ms: ms(since),
+                },
+            );
+        } else {
+            q.backing_off.insert(kind, count);
+        }
+    }
+    let mut stmt = conn.prepare_cached(
+        "SELECT id, kind, volume, node, host, MAX(created_at, not_before), assigned_at FROM ops \
+         WHERE plugin = ?1 AND host IS NOT NULL ORDER BY assigned_at, id",
+    )?;
+    let rows = stmt.query_map([plugin], |r| {
+        Ok(api::RunningOp {
+            id: r.get::<_, i64>(0)? as u64,
+            kind: r.get(1)?,
+            volume: r.get(2)?,
+            node: r.get(3)?,
+            host: r.get(4)?,
+            waited_ms: {
+                let since: i64 = r.get(5)?;
+                let at: Option<i64> = r.get(6)?;
+                at.map_or(0, |a| (a - since).max(0) as u64)
+            },
+            running_ms: r.get::<_, Option<i64>>(6)?.map_or(0, ms),
+        })
+    })?;
+    q.running = rows.collect::<Result<_, _>>()?;
+    Ok(q)
 }
 
 /// Which events to return.

@@ -416,8 +416,8 @@ async fn nodes_and_plugins() {
     snap!(env.run(&["plugin", "list"]).await, @r"
     exit: 0
     --- stdout
-    ID  NAME                 VERSION  NODES        CONTROLLERS  CONTROLLER PUBLISH  VOLUMES
-    hp  hostpath.csivol.dev  1        2/2 healthy  1/1 healthy  yes                 1
+    ID  NAME                 VERSION  NODES        CONTROLLERS  CONTROLLER PUBLISH  VOLUMES  QUEUE
+    hp  hostpath.csivol.dev  1        2/2 healthy  1/1 healthy  yes                 1        -
     --- stderr
     ");
     snap!(env.run(&["plugin", "show", "hp"]).await, @r"
@@ -434,6 +434,7 @@ async fn nodes_and_plugins() {
       clone volume:        no
       modify volume:       no
       volumes:             1
+      controller queue:    -; at most 8 running
 
     nodes:
     NODE  STATUS  TOPOLOGY
@@ -467,7 +468,13 @@ async fn nodes_and_plugins() {
           "name": "n2",
           "status": "ready"
         }
-      ]
+      ],
+      "queue": {
+        "concurrency": 8,
+        "waiting": {},
+        "warn_after_ms": 60000,
+        "running": []
+      }
     }
     --- stderr
     "#);

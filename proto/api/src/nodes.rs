@@ -213,6 +213,70 @@ pub struct Plugin {
     /// The nodes that run the plugin's node service, with their topology.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub nodes: Vec<PluginNode>,
+    /// Its controller operations: what waits, what runs, how long each waited.
+    #[serde(default)]
+    pub queue: ControllerQueue,
+}
+
+/// A plugin's controller operations as the server schedules them, within the plugin's
+/// concurrency, shared fairly between attaches, detaches and the rest.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ControllerQueue {
+    /// Operations in flight at most (the server's `--controller-concurrency`).
+    pub concurrency: u32,
+    /// Due operations waiting for a free slot or a controller host, by kind (`publish`,
+    /// `unpublish`, `create`, ...).
+    #[serde(default)]
+    pub waiting: BTreeMap<String, QueuedKind>,
+    /// Operations waiting out a retry's backoff, by kind: not due yet.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub backing_off: BTreeMap<String, u32>,
+    /// How long the oldest due operation has waited; absent when none waits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oldest_wait_ms: Option<u64>,
+    /// The oldest wait past which the queue is shown with a warning (the server's
+    /// `--controller-queue-warning`).
+    pub warn_after_ms: u64,
+    /// The operations running now, oldest first, each with how long it waited to run.
+    #[serde(default)]
+    pub running: Vec<RunningOp>,
+}
+
+impl ControllerQueue {
+    /// Whether the oldest due operation has waited past the warning threshold.
+    pub fn behind(&self) -> bool {
+        self.oldest_wait_ms
+            .is_some_and(|w| self.warn_after_ms > 0 && w >= self.warn_after_ms)
+    }
+
+    /// Due operations waiting, all kinds.
+    pub fn depth(&self) -> u32 {
+        self.waiting.values().map(|k| k.count).sum()
+    }
+}
+
+/// Waiting operations of one kind.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueuedKind {
+    pub count: u32,
+    /// How long the oldest of them has waited.
+    pub oldest_wait_ms: u64,
+}
+
+/// A controller operation running on a controller host.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunningOp {
+    pub id: u64,
+    pub kind: String,
+    /// The volume it is for (`snapshot/NAME` for a snapshot's).
+    pub volume: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    pub host: String,
+    /// How long it waited, from due (queued, or its retry due) to handed to its host.
+    pub waited_ms: u64,
+    /// How long it has been running.
+    pub running_ms: u64,
 }
 
 /// A node that runs a plugin's node service, as `plugin show` lists it.

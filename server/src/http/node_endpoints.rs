@@ -225,7 +225,12 @@ pub(super) async fn list_plugins(
     headers: HeaderMap,
 ) -> ApiResult<Json<Vec<api::Plugin>>> {
     app.caller(&headers)?.require_reader()?;
-    Ok(Json(app.db.read(|c| views::list_plugins(c, None)).await?))
+    let limits = app.limits.clone();
+    Ok(Json(
+        app.db
+            .read(move |c| views::list_plugins(c, None, &limits))
+            .await?,
+    ))
 }
 
 pub(super) async fn get_plugin(
@@ -235,9 +240,10 @@ pub(super) async fn get_plugin(
 ) -> ApiResult<Json<api::Plugin>> {
     app.caller(&headers)?.require_reader()?;
     name("plugin", &id)?;
+    let limits = app.limits.clone();
     let found = app
         .db
-        .read(move |c| views::list_plugins(c, Some(&id)))
+        .read(move |c| views::list_plugins(c, Some(&id), &limits))
         .await?;
     found.into_iter().next().map(Json).ok_or_else(|| {
         ApiError::not_found("no node runs this plugin")

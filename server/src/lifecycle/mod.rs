@@ -50,6 +50,15 @@ pub use volumes::{create_volume, deregister_volume, register_volume, volume_view
 pub struct Limits {
     /// Controller operations in flight per plugin.
     pub controller_concurrency: u32,
+    /// The oldest wait past which a plugin's controller queue is shown with a warning.
+    pub controller_queue_warning: std::time::Duration,
+    /// Per plugin, the class of controller operations its last slot went to, so that the
+    /// next tie goes to another (`csivol_rules::schedule`). Kept in memory, a hint for ties
+    /// only: after a restart (or on another leader) the first tie goes to the one waiting
+    /// longest, and a write that rolls back may leave it a turn ahead.
+    pub served_last: std::sync::Arc<
+        std::sync::Mutex<std::collections::HashMap<String, csivol_rules::schedule::OpClass>>,
+    >,
     pub metrics: std::sync::Arc<super::metrics::Metrics>,
 }
 

@@ -1,7 +1,7 @@
 //! The controller-operation queue: operations queued, handed to healthy controller hosts
 //! within limits, finished, or retried with backoff.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::time::Duration;
 
 use csivol_api::domain::ErrorClass;
@@ -14,6 +14,7 @@ use crate::model::{Lifecycle, OpRow, time};
 use crate::store::{OpSlot, Snapshot, Txn};
 use crate::watch::Key;
 use csivol_rules::kinds::{EventKind, OpKind};
+use csivol_rules::schedule;
 
 /// Exponential backoff with jitter: 1 s doubling to 5 min, ±20 %.
 pub fn backoff(attempt: u32) -> Duration {
@@ -25,7 +26,9 @@ pub fn backoff(attempt: u32) -> Duration {
 }
 
 /// Hands unassigned, due controller operations of `plugin` to healthy hosts, within the
-/// limits: one in flight per (plugin, node) and `controller_concurrency` per plugin.
+/// limits: one in flight per (plugin, node) and `controller_concurrency` per plugin, the
+/// slots shared fairly between attaches, detaches and the rest, and between volumes
+/// (`csivol_rules::schedule`). Each operation's wait, from due to handed out, is observed.
 pub fn schedule_ops(ctx: &mut impl Txn, plugin: &str, limits: &Limits) -> ApiResult<()> {
     let hosts = ctx.controller_hosts(plugin)?;
     let waiting = ctx.due_ops(plugin, ctx.now())?;
@@ -56,37 +59,61 @@ pub fn schedule_ops(ctx: &mut impl Txn, plugin: &str, limits: &Limits) -> ApiRes
         return Ok(());
     }
     let mut load: HashMap<String, u32> = hosts.iter().map(|h| (h.clone(), 0)).collect();
-    let mut busy_nodes = BTreeSet::new();
-    let mut in_flight = 0;
-    for o in ctx.assigned_ops(plugin)? {
-        in_flight += 1;
-        if let Some(host) = o.host {
-            *load.entry(host).or_default() += 1;
-        }
-        if let Some(n) = o.node {
-            busy_nodes.insert(n);
+    let assigned = ctx.assigned_ops(plugin)?;
+    for o in &assigned {
+        if let Some(host) = &o.host {
+            *load.entry(host.clone()).or_default() += 1;
         }
     }
-    for OpSlot { id, node, .. } in waiting {
-        if in_flight >= limits.controller_concurrency {
-            break;
-        }
-        if let Some(n) = &node
-            && !busy_nodes.insert(n.clone())
-        {
-            continue;
-        }
+    let free = (limits.controller_concurrency as usize).saturating_sub(assigned.len());
+    if free == 0 {
+        return Ok(());
+    }
+    let running: Vec<schedule::Running<'_>> = assigned.iter().map(running).collect();
+    let queued: Vec<schedule::Waiting<'_>> = waiting.iter().map(queued).collect();
+    let last = served_last(limits).get(plugin).copied();
+    let picked = schedule::pick(&queued, &running, free, last);
+    if let Some(class) = picked.last {
+        served_last(limits).insert(plugin.to_owned(), class);
+    }
+    let by_id: HashMap<i64, &OpSlot> = waiting.iter().map(|o| (o.id, o)).collect();
+    for id in picked.ids {
+        let o = by_id[&id];
         let host = hosts
             .iter()
             .min_by_key(|h| load[*h])
             .expect("hosts is not empty")
             .clone();
         *load.get_mut(&host).expect("known host") += 1;
-        in_flight += 1;
         ctx.assign_op(id, &host)?;
         ctx.touch(Key::NodeOps(host));
+        limits
+            .metrics
+            .op_waited(plugin, o.kind.as_str(), ctx.now() - o.due_since);
     }
     Ok(())
+}
+
+fn served_last(limits: &Limits) -> std::sync::MutexGuard<'_, HashMap<String, schedule::OpClass>> {
+    limits.served_last.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn running(o: &OpSlot) -> schedule::Running<'_> {
+    schedule::Running {
+        kind: o.kind,
+        volume: &o.volume,
+        node: o.node.as_deref(),
+    }
+}
+
+fn queued(o: &OpSlot) -> schedule::Waiting<'_> {
+    schedule::Waiting {
+        id: o.id,
+        kind: o.kind,
+        volume: &o.volume,
+        node: o.node.as_deref(),
+        due_since: o.due_since,
+    }
 }
 
 /// Plugins with controller operations due for assignment (for the periodic scheduler).

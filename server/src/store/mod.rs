@@ -102,7 +102,7 @@ pub trait Snapshot {
     /// Operations of `plugin` assigned to a host.
     fn assigned_ops(&self, plugin: &str) -> ApiResult<Vec<OpSlot>>;
     /// Operations of `plugin` waiting for a host and due at `now`, oldest first, at most
-    /// 1,000.
+    /// 1,000 of each kind (so that a burst of one kind hides none of the others).
     fn due_ops(&self, plugin: &str, now: i64) -> ApiResult<Vec<OpSlot>>;
     /// Plugins with operations waiting for a host and due at `now`.
     fn plugins_with_due_ops(&self, now: i64) -> ApiResult<Vec<String>>;
@@ -161,9 +161,12 @@ pub trait Snapshot {
 #[derive(Clone, Debug)]
 pub struct OpSlot {
     pub id: i64,
+    pub kind: OpKind,
     pub volume: String,
     pub node: Option<String>,
     pub host: Option<String>,
+    /// Since when it waits to run: queued, or due again after a retry's backoff.
+    pub due_since: i64,
 }
 
 /// A new claim as recorded.

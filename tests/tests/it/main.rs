@@ -11,6 +11,7 @@ mod expand;
 mod fence;
 mod modify;
 mod network;
+mod queue;
 mod reconcile;
 mod security;
 mod snapshots;

@@ -62,6 +62,8 @@ impl Env {
             dir,
             limits: Limits {
                 controller_concurrency: 8,
+                controller_queue_warning: std::time::Duration::from_secs(60),
+                served_last: Default::default(),
                 metrics: Arc::new(Metrics::default()),
             },
         }

@@ -50,18 +50,28 @@ fn ops(conn: &Connection, filter: &str, params: impl rusqlite::Params) -> ApiRes
     Ok(rows)
 }
 
+/// The columns of an [`OpSlot`], as `slot_from_row` reads them.
+const SLOT_COLUMNS: &str = "id, kind, volume, node, host, MAX(created_at, not_before)";
+
+fn slot_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<OpSlot> {
+    let kind: String = r.get(1)?;
+    Ok(OpSlot {
+        id: r.get(0)?,
+        kind: kind.parse().map_err(|e: String| {
+            rusqlite::Error::FromSqlConversionFailure(1, rusqlite::types::Type::Text, e.into())
+        })?,
+        volume: r.get(2)?,
+        node: r.get(3)?,
+        host: r.get(4)?,
+        due_since: r.get(5)?,
+    })
+}
+
 fn slots(conn: &Connection, filter: &str, params: impl rusqlite::Params) -> ApiResult<Vec<OpSlot>> {
-    let sql = format!("SELECT id, volume, node, host FROM ops WHERE {filter}");
+    let sql = format!("SELECT {SLOT_COLUMNS} FROM ops WHERE {filter}");
     let mut stmt = conn.prepare_cached(&sql)?;
     let rows = stmt
-        .query_map(params, |r| {
-            Ok(OpSlot {
-                id: r.get(0)?,
-                volume: r.get(1)?,
-                node: r.get(2)?,
-                host: r.get(3)?,
-            })
-        })?
+        .query_map(params, slot_from_row)?
         .collect::<Result<_, _>>()?;
     Ok(rows)
 }
@@ -231,11 +241,15 @@ impl Snapshot for Connection {
     }
 
     fn due_ops(&self, plugin: &str, now: i64) -> ApiResult<Vec<OpSlot>> {
-        slots(
-            self,
-            "plugin = ?1 AND host IS NULL AND not_before <= ?2 ORDER BY id LIMIT 1000",
-            params![plugin, now],
-        )
+        let sql = format!(
+            "SELECT {SLOT_COLUMNS} FROM (SELECT *, row_number() OVER (PARTITION BY kind ORDER BY id) AS n \
+             FROM ops WHERE plugin = ?1 AND host IS NULL AND not_before <= ?2) WHERE n <= 1000 ORDER BY id"
+        );
+        let mut stmt = self.prepare_cached(&sql)?;
+        let rows = stmt
+            .query_map(params![plugin, now], slot_from_row)?
+            .collect::<Result<_, _>>()?;
+        Ok(rows)
     }
 
     fn key_op(&self, kind: OpKind, volume: &str) -> ApiResult<Option<OpRow>> {
