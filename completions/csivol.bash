@@ -142,6 +142,9 @@ _csivol() {
             csivol__subcmd__help__subcmd__node,eligibility)
                 cmd="csivol__subcmd__help__subcmd__node__subcmd__eligibility"
                 ;;
+            csivol__subcmd__help__subcmd__node,label)
+                cmd="csivol__subcmd__help__subcmd__node__subcmd__label"
+                ;;
             csivol__subcmd__help__subcmd__node,list)
                 cmd="csivol__subcmd__help__subcmd__node__subcmd__list"
                 ;;
@@ -211,6 +214,9 @@ _csivol() {
             csivol__subcmd__node,help)
                 cmd="csivol__subcmd__node__subcmd__help"
                 ;;
+            csivol__subcmd__node,label)
+                cmd="csivol__subcmd__node__subcmd__label"
+                ;;
             csivol__subcmd__node,list)
                 cmd="csivol__subcmd__node__subcmd__list"
                 ;;
@@ -228,6 +234,9 @@ _csivol() {
                 ;;
             csivol__subcmd__node__subcmd__help,help)
                 cmd="csivol__subcmd__node__subcmd__help__subcmd__help"
+                ;;
+            csivol__subcmd__node__subcmd__help,label)
+                cmd="csivol__subcmd__node__subcmd__help__subcmd__label"
                 ;;
             csivol__subcmd__node__subcmd__help,list)
                 cmd="csivol__subcmd__node__subcmd__help__subcmd__list"
@@ -957,7 +966,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__help__subcmd__node)
-            opts="list show drain eligibility remove"
+            opts="list show drain eligibility label remove"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -985,6 +994,20 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__help__subcmd__node__subcmd__eligibility)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__help__subcmd__node__subcmd__label)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -1391,7 +1414,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__node)
-            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --help --version list show drain eligibility remove help"
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --help --version list show drain eligibility label remove help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1497,7 +1520,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__node__subcmd__help)
-            opts="list show drain eligibility remove help"
+            opts="list show drain eligibility label remove help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1552,6 +1575,20 @@ _csivol() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        csivol__subcmd__node__subcmd__help__subcmd__label)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         csivol__subcmd__node__subcmd__help__subcmd__list)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
@@ -1587,6 +1624,40 @@ _csivol() {
                 return 0
             fi
             case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__node__subcmd__label)
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --addr)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --token)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    return 0
+                    ;;
+                -o)
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -3058,7 +3129,7 @@ _csivol_with_names() {
         local IFS=' '
         case "${COMP_WORDS[*]:1:COMP_CWORD-1}" in
             'claim'|'claim renew'|'release'|'status'|'unblock'|'detach'|'volume show'|'volume deregister'|'volume expand'|'volume modify'|'snapshot create') kind=volumes ;;
-            'fence'|'node show'|'node drain'|'node eligibility'|'node remove') kind=nodes ;;
+            'fence'|'node show'|'node drain'|'node eligibility'|'node label'|'node remove') kind=nodes ;;
         esac
     fi
     if [[ -n "$kind" ]]; then

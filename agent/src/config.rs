@@ -58,8 +58,9 @@ pub struct NodeArgs {
     /// uses it; on a real node workloads outlive the agent, so it is off by default.
     #[arg(long)]
     pub take_down_on_stop: bool,
-    /// A label reported at registration, e.g. `bmc=10.0.0.11`, which the server's fence
-    /// methods may use (the server's `[node_labels]` win over it). Repeatable.
+    /// A label reported at registration, e.g. `rack=4`, shown as the agent's own by `csivol
+    /// node show`. The server never fences a node by what it says of itself: only a key a
+    /// fence method lists in `trust_agent_labels` may select that method. Repeatable.
     #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
     pub labels: Vec<(String, String)>,
     /// TOML file with these settings and tuning (`node_concurrency`, `node_call_timeout`,
@@ -116,7 +117,7 @@ impl fmt::Display for PluginSpec {
 pub fn parse_label(s: &str) -> Result<(String, String), String> {
     match s.split_once('=') {
         Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
-        _ => Err(format!("`{s}`: expected KEY=VALUE, e.g. bmc=10.0.0.11")),
+        _ => Err(format!("`{s}`: expected KEY=VALUE, e.g. rack=4")),
     }
 }
 
@@ -214,8 +215,8 @@ pub struct CoreConfig {
     /// Per plugin id: a node may run plugins that mount and plugins that do not.
     pub plugin_ready_checks: std::collections::BTreeMap<String, ReadyCheck>,
     pub retry: Backoff,
-    /// Reported at registration (`--label`, `[labels]`), e.g. the node's BMC address for
-    /// the server's fence method.
+    /// Reported at registration (`--label`, `[labels]`): the agent's own labels, shown by
+    /// the server apart from the ones an operator set.
     pub labels: std::collections::BTreeMap<String, String>,
 }
 
@@ -291,7 +292,7 @@ struct FileConfig {
     controller_list_interval: Option<Duration>,
     #[serde(default, deserialize_with = "duration")]
     plugin_wait_timeout: Option<Duration>,
-    /// `[labels]` / `bmc = "10.0.0.11"`.
+    /// `[labels]` / `rack = "4"`.
     #[serde(default)]
     labels: std::collections::BTreeMap<String, String>,
 }

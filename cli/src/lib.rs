@@ -6,6 +6,7 @@ pub mod client;
 pub mod commands;
 pub mod ctx;
 pub mod env;
+pub mod escape;
 pub mod failure;
 pub mod generate;
 pub mod output;

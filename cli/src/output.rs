@@ -1,6 +1,18 @@
 //! Where output goes and how it looks: data (tables, JSON) on stdout; notes, warnings,
 //! prompts and progress on stderr. Colour only on a terminal and never with `NO_COLOR`;
 //! spinners only when stderr is a terminal, in table mode, and not with `-q`.
+//!
+//! Every text written for people goes through [`escape`] here (or, for tables, in
+//! [`Table`]'s cells): no control character that came from data reaches the terminal.
+//! The only control sequences written are csivol's own: colours and `status --watch`'s
+//! clearing of the screen.
+
+// The one place that writes to the terminal (see `cli/clippy.toml`).
+#![allow(
+    clippy::disallowed_macros,
+    clippy::disallowed_methods,
+    reason = "the writers every other module goes through; they escape what they print"
+)]
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::time::{Duration, SystemTime};
@@ -11,6 +23,7 @@ use serde::Serialize;
 
 use crate::args::{Format, GlobalArgs};
 use crate::env;
+use crate::escape;
 use crate::failure::{Exit, Failure};
 use crate::table::Table;
 
@@ -74,18 +87,34 @@ impl Out {
         self.stdout_tty
     }
 
-    /// Text on stdout as it is (terminal control sequences).
-    pub fn raw(&self, text: &str) -> anyhow::Result<()> {
+    /// Clears the terminal and puts the cursor top left, like watch(1).
+    pub fn clear_screen(&self) -> anyhow::Result<()> {
         let mut out = std::io::stdout().lock();
-        out.write_all(text.as_bytes())?;
+        out.write_all(b"\x1b[2J\x1b[H")?;
         out.flush()?;
         Ok(())
     }
 
-    /// A line of text on stdout.
+    /// Text on stdout and a newline; it may span lines (control characters escaped).
     pub fn line(&self, text: impl AsRef<str>) -> anyhow::Result<()> {
+        self.write_line(&escape::lines(text.as_ref()))
+    }
+
+    /// Text on stdout as one line: newlines in it become spaces (an event, a finding).
+    pub fn one_line(&self, text: impl AsRef<str>) -> anyhow::Result<()> {
+        self.write_line(&escape::line(text.as_ref()))
+    }
+
+    /// One line on stdout in `style` when colour is on (a record's title).
+    pub fn styled_line(&self, style: Style, text: &str) -> anyhow::Result<()> {
+        let text = escape::line(text);
+        let painted = style.force_styling(self.color_stdout).apply_to(&*text);
+        self.write_line(&painted.to_string())
+    }
+
+    fn write_line(&self, text: &str) -> anyhow::Result<()> {
         let mut out = std::io::stdout().lock();
-        writeln!(out, "{}", text.as_ref())?;
+        writeln!(out, "{text}")?;
         out.flush()?;
         Ok(())
     }
@@ -108,7 +137,8 @@ impl Out {
         Table::new(header, width, self.color_stdout)
     }
 
-    /// Prints a table from [`Out::table`] on stdout.
+    /// Prints a table from [`Out::table`] on stdout (its cells were escaped as they were
+    /// added; its lines hold only the table's own colours).
     pub fn print_table(&self, t: Table) -> anyhow::Result<()> {
         let mut out = std::io::stdout().lock();
         for line in t.lines() {
@@ -118,20 +148,12 @@ impl Out {
         Ok(())
     }
 
-    /// Text styled for stdout, when colour is on.
-    pub fn paint(&self, style: Style, text: &str) -> String {
-        style
-            .force_styling(self.color_stdout)
-            .apply_to(text)
-            .to_string()
-    }
-
     // ---- stderr ----
 
     /// A note for the person at the terminal (not with `-q`).
     pub fn note(&self, text: impl AsRef<str>) {
         if !self.quiet {
-            eprintln!("{}", text.as_ref());
+            eprintln!("{}", escape::lines(text.as_ref()));
         }
     }
 
@@ -141,7 +163,7 @@ impl Out {
             .bold()
             .force_styling(self.color_stderr)
             .apply_to("warning:");
-        eprintln!("{label} {}", text.as_ref());
+        eprintln!("{label} {}", escape::lines(text.as_ref()));
     }
 
     /// The final error: what failed and why, then the next step.
@@ -161,10 +183,10 @@ impl Out {
             return;
         }
         let red = Style::new().red().bold().force_styling(self.color_stderr);
-        eprintln!("{} {message}", red.apply_to("error:"));
+        eprintln!("{} {}", red.apply_to("error:"), escape::lines(message));
         if let (Some(h), false) = (hint, self.quiet) {
             let cyan = Style::new().cyan().bold().force_styling(self.color_stderr);
-            eprintln!("{} {h}", cyan.apply_to("hint:"));
+            eprintln!("{} {}", cyan.apply_to("hint:"), escape::lines(h));
         }
     }
 
@@ -226,10 +248,10 @@ pub enum Progress {
 impl Progress {
     pub fn set(&mut self, message: &str) {
         match self {
-            Self::Spinner(bar) => bar.set_message(message.to_owned()),
+            Self::Spinner(bar) => bar.set_message(escape::line(message).into_owned()),
             Self::Lines { last } => {
                 if last.as_deref() != Some(message) {
-                    eprintln!("{message}");
+                    eprintln!("{}", escape::line(message));
                     *last = Some(message.to_owned());
                 }
             }

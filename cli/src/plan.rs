@@ -85,7 +85,7 @@ pub async fn carry_out<O: Outcome>(
     if !confirm.yes {
         let mut text = String::from("This will:\n");
         for l in outcome.describe() {
-            text.push_str(&format!("  {l}\n"));
+            text.push_str(&format!("  {}\n", crate::escape::line(&l)));
         }
         for a in &planned.actions {
             text.push_str(&format!("  {}\n", render::action(a, false)));
@@ -132,7 +132,7 @@ fn print<O: Outcome>(ctx: &Ctx, outcome: &O) -> anyhow::Result<()> {
         return ctx.out.json(outcome);
     }
     for l in outcome.describe() {
-        ctx.out.line(l)?;
+        ctx.out.one_line(l)?;
     }
     render::plan(&ctx.out, &outcome.plan())
 }

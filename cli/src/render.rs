@@ -16,12 +16,17 @@ fn cell(s: impl ToString) -> String {
     s.to_string()
 }
 
-/// Aligned `key: value` lines under a title.
+/// Aligned `key: value` lines under a title; each value on its one line.
 pub fn record(out: &Out, title: &str, rows: &[(&str, String)]) -> anyhow::Result<()> {
     let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0) + 1;
-    let mut text = format!("{}\n", out.paint(console::Style::new().bold(), title));
+    out.styled_line(console::Style::new().bold(), title)?;
+    let mut text = String::new();
     for (k, v) in rows {
+        let v = crate::escape::line(v);
         text.push_str(&format!("  {:<width$}  {v}\n", format!("{k}:")));
+    }
+    if text.is_empty() {
+        return Ok(());
     }
     out.line(text.trim_end())
 }
@@ -492,6 +497,28 @@ pub fn fencing(n: &Node) -> String {
     }
 }
 
+/// A node's labels as `k=v, k=v`; `-` for none.
+pub fn labels_of(labels: &BTreeMap<String, String>) -> String {
+    if labels.is_empty() {
+        return "-".to_owned();
+    }
+    labels
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// A node's fence method: its name (and when the policy fences it), what it lacks, or none.
+pub fn fence_method(n: &Node) -> String {
+    match (&n.fence_method, &n.next_fence_at, &n.fence_lacks) {
+        (Some(m), None, _) => m.clone(),
+        (Some(m), Some(at), _) => format!("{m} (automatic fence at {at})"),
+        (None, _, Some(lacks)) => lacks.describe(&n.name),
+        (None, _, None) => "none".to_owned(),
+    }
+}
+
 /// Whether a node takes new claims, and for a drain how far it got.
 pub fn eligibility(n: &Node, claims: usize) -> String {
     match (n.eligibility, claims) {
@@ -522,28 +549,19 @@ pub fn node(out: &Out, n: &Node, claims: usize) -> anyhow::Result<()> {
         ),
         ("self-fences", fencing(n)),
         ("registered", when(&n.registered_at)),
-        (
-            "labels",
-            if n.labels.is_empty() {
-                "-".to_owned()
-            } else {
-                n.labels
-                    .iter()
-                    .map(|(k, v)| format!("{k}={v}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            },
-        ),
-        (
-            "fence method",
-            match (&n.fence_method, &n.next_fence_at) {
-                (None, _) => "none".to_owned(),
-                (Some(m), None) => m.clone(),
-                (Some(m), Some(at)) => format!("{m} (automatic fence at {at})"),
-            },
-        ),
+        ("labels", labels_of(&n.labels)),
     ];
     let mut rows = rows;
+    if !n.agent_labels.is_empty() {
+        rows.push((
+            "agent labels",
+            format!(
+                "{} (as its agent reports them; not used to fence it)",
+                labels_of(&n.agent_labels)
+            ),
+        ));
+    }
+    rows.push(("fence method", fence_method(n)));
     if n.fence_failures > 0 {
         rows.push((
             "fence failures",

@@ -2,7 +2,11 @@
 //! apart, and when a table is wider than the terminal (or `COLUMNS`) the least important
 //! columns are cut with an ellipsis. A cell is never wrapped; `-o wide` cuts nothing.
 
+use std::borrow::Cow;
+
 use console::Style;
+
+use crate::escape;
 
 /// How a column may be cut when the table does not fit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -115,10 +119,14 @@ impl Table {
     pub fn add_row<S: Into<String>>(&mut self, row: impl IntoIterator<Item = S>) {
         let mut row: Vec<String> = row.into_iter().map(Into::into).collect();
         row.resize(self.header.len(), String::new());
-        // A cell is one line: newlines in free text (an error from a plugin) become spaces.
+        // A cell is one line: newlines in free text (an error from a plugin) become spaces,
+        // and control characters are shown escaped, before the table adds its colours.
         for cell in &mut row {
             if cell.contains('\n') {
                 *cell = cell.split_whitespace().collect::<Vec<_>>().join(" ");
+            }
+            if let Cow::Owned(escaped) = escape::line(cell) {
+                *cell = escaped;
             }
         }
         self.rows.push(row);
@@ -246,6 +254,18 @@ mod tests {
         ]);
         t.add_row(["volume-2", "blocked", "-", "node node-2\nwas lost"]);
         t
+    }
+
+    #[test]
+    fn cells_cannot_drive_the_terminal() {
+        let mut t = Table::new(&["NAME", "STATE", "MESSAGE"], Some(80), true);
+        t.add_row(["v\x1b[2J", "ready", "ok\rFAILED\x1b]0;title\x07"]);
+        let lines = t.lines();
+        // The state is coloured (the table's own escape), the data is not obeyed.
+        assert_eq!(
+            lines[1],
+            "v\\x1b[2J  \x1b[32mready\x1b[0m  ok\\rFAILED\\x1b]0;title\\x07"
+        );
     }
 
     #[test]

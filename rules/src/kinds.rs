@@ -89,6 +89,8 @@ string_enum! {
         NodeIneligible = "node-ineligible",
         NodeDraining = "node-draining",
         NodeRemoved = "node-removed",
+        NodeLabelled = "node-labelled",
+        NodeIdRefused = "node-id-refused",
         TokenCreated = "token-created",
         TokenRevoked = "token-revoked",
         ControllerHostAllowed = "controller-host-allowed",

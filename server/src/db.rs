@@ -273,6 +273,12 @@ CREATE INDEX snapshots_volume ON snapshots (volume);
 CREATE TABLE secrets_check (id INTEGER PRIMARY KEY CHECK (id = 1), sealed TEXT NOT NULL);
 "#,
     r#"
+-- The labels an operator set on a node (`csivol node label`), kept apart from those its
+-- agent reports (`labels`, replaced at every registration): only an operator's choose and
+-- fill its fence method.
+ALTER TABLE nodes ADD COLUMN operator_labels TEXT NOT NULL DEFAULT '{}';
+"#,
+    r#"
 -- Mutable parameters (ControllerModifyVolume): what a volume has, as JSON, and a change
 -- asked for and not applied yet, or refused (`csivol volume modify`).
 ALTER TABLE volumes ADD COLUMN mutable_parameters TEXT NOT NULL DEFAULT '{}';

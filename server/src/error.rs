@@ -38,6 +38,13 @@ impl ApiError {
         )
     }
 
+    /// Free text a client sent with a control character in it ([`csivol_api::check_text`]).
+    pub fn control_text(message: impl Into<String>) -> Self {
+        Self::invalid(message).with_hint(
+            "remove the control character (an ESC, `\\r`, a tab, a newline...) from that field and send it again",
+        )
+    }
+
     pub fn bad_request(message: impl Into<String>) -> Self {
         Self::new(ErrorCode::Invalid, StatusCode::BAD_REQUEST, message)
     }

@@ -24,7 +24,7 @@ use super::lifecycle::{self, event};
 use super::model::{NodeRow, time};
 use super::store::{Snapshot, Txn};
 use super::watch::Key;
-use csivol_rules::fence::{self as fence_policy, Auto, FenceMethod, NodeFacts};
+use csivol_rules::fence::{self as fence_policy, Auto, Choice, FenceMethod, Labels, NodeFacts};
 use csivol_rules::kinds::EventKind;
 
 /// The nodes whose fence command runs now: one at a time per node.
@@ -68,16 +68,33 @@ impl Fencer {
 /// What the server knows of a node, for fencing.
 struct Target {
     row: NodeRow,
-    reported: BTreeMap<String, String>,
+    labels: NodeLabels,
     actions: Vec<PlannedAction>,
+}
+
+/// A node's labels as stored: those an operator set with `csivol node label` and those its
+/// agent reported.
+#[derive(Debug, Clone, Default)]
+pub struct NodeLabels {
+    pub set: BTreeMap<String, String>,
+    pub reported: BTreeMap<String, String>,
+}
+
+impl NodeLabels {
+    pub fn read(conn: &Connection, node: &str) -> ApiResult<Self> {
+        let (set, reported): (String, String) = conn
+            .prepare_cached("SELECT operator_labels, labels FROM nodes WHERE name = ?1")?
+            .query_row([node], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        Ok(Self {
+            set: serde_json::from_str(&set)?,
+            reported: serde_json::from_str(&reported)?,
+        })
+    }
 }
 
 fn load_target(conn: &Connection, node: &str) -> ApiResult<Target> {
     let row = conn.require_node(node)?;
-    let labels: String =
-        conn.query_row("SELECT labels FROM nodes WHERE name = ?1", [node], |r| {
-            r.get(0)
-        })?;
+    let labels = NodeLabels::read(conn, node)?;
     let lost_since = row.lost_at.map(time);
     let mut actions = Vec::new();
     // What the unblock will do: every claim and attachment the node still holds (all of
@@ -105,7 +122,7 @@ fn load_target(conn: &Connection, node: &str) -> ApiResult<Target> {
         });
     }
     Ok(Target {
-        reported: serde_json::from_str(&labels)?,
+        labels,
         row,
         actions,
     })
@@ -138,19 +155,16 @@ pub async fn fence(
             .with_hint(format!("`csivol node show {node}` shows its fence history")));
         }
     }
-    let labels = app.fence.labels_of(node, &target.reported);
-    let method = app.fence.method_for(node, &labels).ok_or_else(|| {
-        ApiError::invalid(format!("no fence method applies to node `{node}`")).with_hint(
-            format!(
-                "add a [[fence]] method for it to the server's config file; if the node is really off, run: csivol unblock --node {node} --reason \"...\""
-            ),
-        )
-    })?;
-    let command = method.render(node, &labels).map_err(|e| {
-        ApiError::invalid(e).with_hint(format!(
-            "set the label in the server config under [node_labels.{node}], or have its agent report it"
-        ))
-    })?;
+    let operator = app.fence.operator_labels(node, &target.labels.set);
+    let labels = Labels {
+        operator: &operator,
+        agent: &target.labels.reported,
+    };
+    let (method, command) = match app.fence.choose(node, labels) {
+        Choice::Ready { method, command } => (method, command),
+        Choice::Lacks { method, labels } => return Err(lacking(node, &method.name, &labels)),
+        Choice::None { by_agent } => return Err(no_method(node, by_agent)),
+    };
     let mut outcome = FenceOutcome {
         dry_run: req.dry_run,
         node: node.to_owned(),
@@ -169,7 +183,7 @@ pub async fn fence(
         let (app, node, method) = (app.clone(), node.to_owned(), method.clone());
         let (actor, reason) = (actor.to_owned(), req.reason.clone());
         tokio::spawn(async move {
-            run_and_record(&app, &node, &method, command, &labels, &actor, &reason).await
+            run_and_record(&app, &node, &method, command, &operator, &actor, &reason).await
         })
     };
     let (record, actions) = task
@@ -188,6 +202,49 @@ pub async fn fence(
     outcome.actions = actions;
     outcome.fence = Some(record);
     Ok(outcome)
+}
+
+/// The refusal of a fence whose method needs labels no operator set: nothing else may
+/// fill them (an agent's label would let the node choose what its fence acts on).
+fn lacking(node: &str, method: &str, labels: &[String]) -> ApiError {
+    let lacks = api::FenceLacks {
+        method: method.to_owned(),
+        labels: labels.to_vec(),
+    };
+    ApiError::invalid(format!(
+        "cannot fence node `{node}`: {}; only labels an operator set fill a fence command, never those its agent reports",
+        lacks.what(node)
+    ))
+    .with_hint(format!(
+        "set it: {} (or under [node_labels.{node}] in the server's config file)",
+        api::label_command(node, labels)
+    ))
+}
+
+/// The refusal of a fence no method applies to; saying which method the node's own
+/// labels would have chosen, for the operator to check and set.
+fn no_method(node: &str, by_agent: Option<(&FenceMethod, Vec<(String, String)>)>) -> ApiError {
+    let unblock =
+        format!("if the node is really off, run: csivol unblock --node {node} --reason \"...\"");
+    match by_agent {
+        None => ApiError::invalid(format!("no fence method applies to node `{node}`")).with_hint(
+            format!("add a [[fence]] method for it to the server's config file; {unblock}"),
+        ),
+        Some((m, labels)) => {
+            let s = if labels.len() == 1 { "" } else { "s" };
+            let shown: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            let keys: Vec<String> = labels.iter().map(|(k, _)| k.clone()).collect();
+            ApiError::invalid(format!(
+                "no fence method applies to node `{node}` by the labels an operator set; method {} would apply by the label{s} {} that its agent reports, which the method does not trust",
+                m.name,
+                shown.join(", ")
+            ))
+            .with_hint(format!(
+                "label it as it really is: {}; {unblock}",
+                api::label_command(node, &keys)
+            ))
+        }
+    }
 }
 
 /// Why a fence did not confirm the node off, in a few words.
@@ -240,7 +297,7 @@ async fn run_and_record(
     node: &str,
     method: &FenceMethod,
     command: Vec<String>,
-    labels: &BTreeMap<String, String>,
+    operator: &BTreeMap<String, String>,
     actor: &str,
     reason: &str,
 ) -> ApiResult<(FenceRecord, Vec<PlannedAction>)> {
@@ -257,7 +314,7 @@ async fn run_and_record(
         actor,
         "fencing: running the fence method"
     );
-    let ran = run_command(method, &command, &method.environment(node, labels)).await;
+    let ran = run_command(method, &command, &method.environment(node, operator)).await;
     let limits = app.limits.clone();
     let (node_s, method_s, actor_s, reason_s) = (
         node.to_owned(),
@@ -416,24 +473,6 @@ fn record(
     Ok((record, actions))
 }
 
-/// The policy could not run a fence: counted as a failed attempt, with why.
-fn not_run(ctx: &mut WriteCtx<'_>, node: &str, actor: &str, why: &str) -> ApiResult<()> {
-    ctx.tx.execute(
-        "UPDATE nodes SET fence_failures = fence_failures + 1, fence_error = ?1, fence_failed_at = ?2 WHERE name = ?3",
-        params![why, ctx.now, node],
-    )?;
-    ctx.touch(Key::Node(node.to_owned()));
-    event(
-        ctx,
-        EventKind::NodeFenceFailed,
-        None,
-        Some(node),
-        None,
-        actor,
-        format!("automatic fence {why}; nothing was changed"),
-    )
-}
-
 /// A command line as it would be typed (for messages; arguments with spaces quoted).
 fn shell_words(command: &[String]) -> String {
     command
@@ -495,8 +534,14 @@ pub fn returned(ctx: &mut impl Txn, node: &str, req: &RegisterRequest) -> ApiRes
 
 /// The fence facts of every node, for views and the policy.
 pub struct NodeFence {
+    /// The labels an operator set (the config file's and `csivol node label`'s).
     pub labels: BTreeMap<String, String>,
+    /// The labels its agent reported.
+    pub agent_labels: BTreeMap<String, String>,
+    /// The method that fences it, when one applies and its command is complete.
     pub method: Option<String>,
+    /// The method that applies but lacks labels for its command, and which.
+    pub lacks: Option<(String, Vec<String>)>,
     pub failures: u32,
     pub error: Option<String>,
     pub next_at: Option<i64>,
@@ -508,13 +553,21 @@ pub fn node_fence(
     conn: &Connection,
     n: &NodeRow,
 ) -> ApiResult<NodeFence> {
-    let (labels, failures, error, failed_at): (String, u32, Option<String>, Option<i64>) = conn
+    let (failures, error, failed_at): (u32, Option<String>, Option<i64>) = conn
         .prepare_cached(
-            "SELECT labels, fence_failures, fence_error, fence_failed_at FROM nodes WHERE name = ?1",
+            "SELECT fence_failures, fence_error, fence_failed_at FROM nodes WHERE name = ?1",
         )?
-        .query_row([&n.name], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?;
-    let labels = app_fence.labels_of(&n.name, &serde_json::from_str(&labels)?);
-    let method = app_fence.method_for(&n.name, &labels);
+        .query_row([&n.name], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+    let stored = NodeLabels::read(conn, &n.name)?;
+    let operator = app_fence.operator_labels(&n.name, &stored.set);
+    let choice = app_fence.choose(
+        &n.name,
+        Labels {
+            operator: &operator,
+            agent: &stored.reported,
+        },
+    );
+    let method = choice.method();
     let next_at = method.and_then(|m| {
         match fence_policy::auto_fence(
             m,
@@ -532,8 +585,13 @@ pub fn node_fence(
         }
     });
     Ok(NodeFence {
-        labels,
         method: method.map(|m| m.name.clone()),
+        lacks: match &choice {
+            Choice::Lacks { method, labels } => Some((method.name.clone(), labels.clone())),
+            _ => None,
+        },
+        labels: operator,
+        agent_labels: stored.reported,
         failures,
         error,
         next_at,
@@ -605,7 +663,7 @@ pub async fn auto_fence(app: App) {
                 for n in rows {
                     let f = node_fence(&config, c, &n)?;
                     if f.next_at.is_some_and(|t| t <= now_ms()) {
-                        due.push((n.name, f.labels));
+                        due.push((n.name.clone(), NodeLabels::read(c, &n.name)?));
                     }
                 }
                 Ok(due)
@@ -618,14 +676,21 @@ pub async fn auto_fence(app: App) {
                 continue;
             }
         };
-        for (node, labels) in due {
+        for (node, stored) in due {
             if app.fencer.is_running(&node) {
                 continue;
             }
-            let Some(method) = app.fence.method_for(&node, &labels).cloned() else {
+            let operator = app.fence.operator_labels(&node, &stored.set);
+            let labels = Labels {
+                operator: &operator,
+                agent: &stored.reported,
+            };
+            // Only a method that applies with a complete command: one that lacks labels is
+            // shown (`status --blocked`, `node show`) and waits for an operator to set them.
+            let Choice::Ready { method, command } = app.fence.choose(&node, labels) else {
                 continue;
             };
-            let app = app.clone();
+            let (app, method) = (app.clone(), method.clone());
             // Each in its own task: one hanging fence must not hold up another node's.
             tokio::spawn(async move {
                 let actor = format!("policy:{}", method.name);
@@ -633,22 +698,8 @@ pub async fn auto_fence(app: App) {
                     "lost for {} (auto_fence_after)",
                     humantime::format_duration(method.auto_fence_after.unwrap_or_default())
                 );
-                let command = match method.render(&node, &labels) {
-                    Ok(c) => c,
-                    Err(e) => {
-                        // Recorded as a failed attempt: shown on the node, retried with
-                        // backoff (the label may be reported at the next registration).
-                        let (n, a) = (node.clone(), actor.clone());
-                        let why = format!("not run: {e}");
-                        let written = app.db.write(move |ctx| not_run(ctx, &n, &a, &why)).await;
-                        if let Err(e) = written {
-                            tracing::warn!(node, error = %e, "failed to record a fence not run");
-                        }
-                        app.metrics.fence(false);
-                        return;
-                    }
-                };
-                match run_and_record(&app, &node, &method, command, &labels, &actor, &reason).await
+                match run_and_record(&app, &node, &method, command, &operator, &actor, &reason)
+                    .await
                 {
                     Ok((r, _)) if r.ok => {}
                     Ok((r, _)) => tracing::warn!(node, "automatic fence failed: {}", failure(&r)),
@@ -663,7 +714,11 @@ pub async fn auto_fence(app: App) {
 /// The API form of a node's fence facts.
 pub fn to_api(f: NodeFence, node: &mut api::Node) {
     node.labels = f.labels;
+    node.agent_labels = f.agent_labels;
     node.fence_method = f.method;
+    node.fence_lacks = f
+        .lacks
+        .map(|(method, labels)| api::FenceLacks { method, labels });
     node.fence_failures = f.failures;
     node.fence_error = f.error;
     node.next_fence_at = f.next_at.map(time);

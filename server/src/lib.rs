@@ -143,7 +143,7 @@ pub struct ServerArgs {
     /// TOML file with the same settings (`data_dir`, `listen`, `heartbeat_ttl = "30s"`,
     /// `controller_concurrency`, `secrets_key_file`, TLS and connection bounds, `node_channel = false`), and fencing:
     /// `[[fence]]` methods (`name`, `command`, `timeout`, `nodes`, `labels`, `env`,
-    /// `auto_fence_after`) and `[node_labels.<node>]`.
+    /// `auto_fence_after`, `trust_agent_labels`) and `[node_labels.<node>]`.
     #[arg(long)]
     pub config: Option<PathBuf>,
     /// Run SQLite's `PRAGMA integrity_check` over the state database before serving, and
@@ -750,13 +750,18 @@ kind = "metal"
         assert_eq!(names, ["ipmi", "virsh"], "in the file's order");
         assert_eq!(f.methods[0].timeout, Duration::from_secs(30));
         assert_eq!(f.methods[1].timeout, csivol_rules::fence::DEFAULT_TIMEOUT);
-        let labels = f.labels_of("node-1", &BTreeMap::new());
-        assert_eq!(f.method_for("node-1", &labels).unwrap().name, "ipmi");
-        assert_eq!(
-            f.method_for("vm-3", &BTreeMap::new()).unwrap().name,
-            "virsh"
-        );
-        assert!(f.method_for("node-2", &BTreeMap::new()).is_none());
+        let none = BTreeMap::new();
+        let method = |node: &str, operator: &BTreeMap<String, String>| {
+            let labels = csivol_rules::fence::Labels {
+                operator,
+                agent: &none,
+            };
+            f.choose(node, labels).method().map(|m| m.name.clone())
+        };
+        let node_1 = f.operator_labels("node-1", &none);
+        assert_eq!(method("node-1", &node_1).as_deref(), Some("ipmi"));
+        assert_eq!(method("vm-3", &none).as_deref(), Some("virsh"));
+        assert_eq!(method("node-2", &none), None);
     }
 
     #[test]

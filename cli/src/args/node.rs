@@ -22,11 +22,47 @@ pub enum NodeCommand {
     Drain(NodeDrainArgs),
     /// Whether a node takes new claims (existing claims are not touched)
     Eligibility(NodeEligibilityArgs),
+    /// Set or remove the labels an operator keeps on a node: the only labels fence methods
+    /// select by and fill their commands from (`{bmc}`)
+    ///
+    /// `KEY=VALUE` sets a label, `KEY-` removes it. The labels a node's own agent reports
+    /// are shown apart by `csivol node show` and never fill a fence command: a node must
+    /// not choose the machine its fence powers off. Labels in the server's config file
+    /// (`[node_labels.NODE]`) are changed there. Each change is an event with who made it.
+    Label(NodeLabelArgs),
     /// Forget a node that holds nothing: no claim, no attachment, nothing blocked
     ///
     /// Refused otherwise, with the command that gets it there (a drain, or an unblock for
     /// a lost node). An agent that registers the node again brings it back.
     Remove(NodeArg),
+}
+
+#[derive(Debug, Args)]
+pub struct NodeLabelArgs {
+    /// The node's name
+    #[arg(value_parser = node_name)]
+    pub node: String,
+
+    /// `KEY=VALUE` to set a label, `KEY-` to remove one
+    #[arg(required = true, value_name = "KEY=VALUE|KEY-", value_parser = label_change)]
+    pub changes: Vec<LabelChange>,
+}
+
+/// One change of `csivol node label`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LabelChange {
+    Set(String, String),
+    Remove(String),
+}
+
+fn label_change(s: &str) -> Result<LabelChange, String> {
+    match (s.split_once('='), s.strip_suffix('-')) {
+        (Some((k, v)), _) if !k.is_empty() => Ok(LabelChange::Set(k.to_owned(), v.to_owned())),
+        (None, Some(k)) if !k.is_empty() => Ok(LabelChange::Remove(k.to_owned())),
+        _ => Err(format!(
+            "`{s}`: expected KEY=VALUE to set a label or KEY- to remove it, e.g. bmc=10.0.0.12"
+        )),
+    }
 }
 
 #[derive(Debug, Args)]

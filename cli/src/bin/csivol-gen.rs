@@ -16,6 +16,10 @@ struct Args {
     out: PathBuf,
 }
 
+#[allow(
+    clippy::disallowed_macros,
+    reason = "a developer tool's own messages, with no data from a server"
+)]
 fn main() -> ExitCode {
     let args = Args::parse();
     match csivol::generate::write_all(&args.out) {

@@ -175,7 +175,7 @@ fn dry_run(ctx: &Ctx, claim: &NewClaim<'_>, d: &ClaimDryRun) -> anyhow::Result<E
             claim.alloc, claim.volume, claim.node, claim.mode
         ))?;
     } else if let Some(e) = &d.error {
-        ctx.out.line(format!("refused: {}", e.message))?;
+        ctx.out.one_line(format!("refused: {}", e.message))?;
         if let Some(h) = &e.hint {
             ctx.out.note(format!("hint: {h}"));
         }

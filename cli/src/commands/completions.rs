@@ -8,6 +8,10 @@ use crate::args::{Cli, CompletionsArgs, Shell};
 use crate::failure::Exit;
 use crate::output::Out;
 
+#[allow(
+    clippy::disallowed_methods,
+    reason = "a completion script is generated code, not data from the server"
+)]
 pub fn run(_out: &Out, args: CompletionsArgs) -> anyhow::Result<Exit> {
     // Written to memory first: clap_complete panics when its writer fails, and a closed
     // pipe (`csivol completions bash | head -1`) must end the command quietly instead.
@@ -79,6 +83,7 @@ pub const NAME_ARGUMENTS: &[(&str, Names)] = &[
     ("node show", Names::Nodes),
     ("node drain", Names::Nodes),
     ("node eligibility", Names::Nodes),
+    ("node label", Names::Nodes),
     ("node remove", Names::Nodes),
 ];
 

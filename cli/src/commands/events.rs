@@ -87,7 +87,7 @@ pub async fn run(ctx: &Ctx, args: EventsArgs) -> anyhow::Result<Exit> {
         if ctx.out.json_mode() {
             ctx.out.json_line(e)
         } else {
-            ctx.out.line(render::event_line(e))
+            ctx.out.one_line(render::event_line(e))
         }
     };
     ctx.out.note(format!(

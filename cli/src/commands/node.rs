@@ -1,10 +1,12 @@
-//! `csivol node list|show|drain|eligibility|remove`: a node as an object the operator acts
-//! on as a whole.
+//! `csivol node list|show|drain|eligibility|label|remove`: a node as an object the
+//! operator acts on as a whole.
 
-use csivol_api::{AttachmentState, Claim, Eligibility, EligibilityRequest, Event, Node, Volume};
+use csivol_api::{
+    AttachmentState, Claim, Eligibility, EligibilityRequest, Event, Node, NodeLabelRequest, Volume,
+};
 use csivol_client::Method;
 
-use crate::args::{NodeCommand, NodeDrainArgs, NodeEligibilityArgs};
+use crate::args::{LabelChange, NodeCommand, NodeDrainArgs, NodeEligibilityArgs, NodeLabelArgs};
 use crate::client::MAX_BLOCK;
 use crate::ctx::Ctx;
 use crate::failure::{Exit, Failure};
@@ -27,6 +29,7 @@ pub async fn run(ctx: &Ctx, cmd: NodeCommand) -> anyhow::Result<Exit> {
         NodeCommand::Show(args) => show(ctx, &args.node).await?,
         NodeCommand::Drain(args) => return drain(ctx, args).await,
         NodeCommand::Eligibility(args) => eligibility(ctx, args).await?,
+        NodeCommand::Label(args) => label(ctx, args).await?,
         NodeCommand::Remove(args) => {
             ctx.client
                 .call_empty(Method::DELETE, &format!("/v1/nodes/{}", args.node))
@@ -192,6 +195,37 @@ async fn eligibility(ctx: &Ctx, args: NodeEligibilityArgs) -> anyhow::Result<()>
             args.node
         ),
     })
+}
+
+async fn label(ctx: &Ctx, args: NodeLabelArgs) -> anyhow::Result<()> {
+    let mut req = NodeLabelRequest::default();
+    for c in args.changes {
+        match c {
+            LabelChange::Set(k, v) => {
+                req.set.insert(k, v);
+            }
+            LabelChange::Remove(k) => req.remove.push(k),
+        }
+    }
+    let node: Node = ctx
+        .client
+        .call(
+            Method::POST,
+            &format!("/v1/nodes/{}/labels", args.node),
+            Some(&req),
+        )
+        .await?
+        .body;
+    if ctx.out.json_mode() {
+        return ctx.out.json(&node);
+    }
+    ctx.out.line(format!(
+        "labels of node {}: {}",
+        node.name,
+        render::labels_of(&node.labels)
+    ))?;
+    ctx.out
+        .line(format!("fence method: {}", render::fence_method(&node)))
 }
 
 async fn set(ctx: &Ctx, node: &str, eligibility: Eligibility) -> anyhow::Result<Node> {

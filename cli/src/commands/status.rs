@@ -38,6 +38,9 @@ pub struct Blocked {
     pub fence_method: Option<String>,
     /// The command that fences the node and then unblocks it, when a method applies.
     pub fence: Option<String>,
+    /// The method that applies but lacks labels an operator must set first, and which.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fence_lacks: Option<csivol_api::FenceLacks>,
     /// Failed automatic fences of the node, and the last one's error.
     pub fence_failures: u32,
     pub fence_error: Option<String>,
@@ -93,8 +96,7 @@ pub async fn run(ctx: &Ctx, args: StatusArgs) -> anyhow::Result<Exit> {
     let mut first = true;
     loop {
         if tty {
-            // Clear the screen and go home, like watch(1).
-            ctx.out.raw("\x1b[2J\x1b[H")?;
+            ctx.out.clear_screen()?;
         } else if !first {
             ctx.out.line("")?;
         }
@@ -236,7 +238,7 @@ async fn once(ctx: &Ctx, args: &StatusArgs) -> anyhow::Result<Exit> {
     if let Some(h) = &summary.server {
         ctx.out.line(format!("server:  {}", h.status))?;
         for r in &h.reasons {
-            ctx.out.line(format!("  {r}"))?;
+            ctx.out.one_line(format!("  {r}"))?;
         }
     }
     let expanding: Vec<&Volume> = summary
@@ -255,7 +257,7 @@ async fn once(ctx: &Ctx, args: &StatusArgs) -> anyhow::Result<Exit> {
                 .map(|err| format!(" (last error: {err})"))
                 .unwrap_or_default();
             ctx.out
-                .line(format!("  {}: {}{err}", v.name, e.progress()))?;
+                .one_line(format!("  {}: {}{err}", v.name, e.progress()))?;
         }
     }
     let modifying: Vec<&Volume> = summary
@@ -287,14 +289,14 @@ async fn once(ctx: &Ctx, args: &StatusArgs) -> anyhow::Result<Exit> {
         ctx.out
             .line("controller findings (not fixed by csivol; act on them with a reason):")?;
         for f in &summary.controller_findings {
-            ctx.out.line(format!(
+            ctx.out.one_line(format!(
                 "  {} [{}] {}",
                 f.kind.as_str(),
                 f.plugin,
                 f.message
             ))?;
             if let Some(hint) = finding_hint(f) {
-                ctx.out.line(format!("    {hint}"))?;
+                ctx.out.one_line(format!("    {hint}"))?;
             }
         }
     }
@@ -367,6 +369,7 @@ pub(crate) fn blocked(volumes: &[Volume], nodes: &[Node], only_node: Option<&str
                 fence: n
                     .filter(|n| n.fence_method.is_some())
                     .map(|_| format!("csivol fence {node} --reason \"...\"")),
+                fence_lacks: n.and_then(|n| n.fence_lacks.clone()),
                 fence_failures: n.map_or(0, |n| n.fence_failures),
                 fence_error: n.and_then(|n| n.fence_error.clone()),
             });
@@ -406,7 +409,10 @@ pub(crate) fn blocked_table(ctx: &Ctx, blocked: &[Blocked]) -> anyhow::Result<()
             allocs,
             b.unblock.clone(),
             match (&b.fence, &b.fence_error) {
-                (None, _) => "no fence method".to_owned(),
+                (None, _) => b
+                    .fence_lacks
+                    .as_ref()
+                    .map_or_else(|| "no fence method".to_owned(), |l| l.describe(&b.node)),
                 (Some(f), None) => f.clone(),
                 (Some(f), Some(e)) => format!(
                     "{f} (automatic fence failed {} time(s): {e})",

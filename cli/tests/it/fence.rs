@@ -111,3 +111,67 @@ async fn fence_refuses_plans_asks_and_records() {
     let r = env.run(&["status", "--blocked"]).await;
     assert_eq!(r.code, 0, "nothing is blocked after the fence: {r}");
 }
+
+/// `csivol node label`: what it prints, the lacking label shown where the operator looks,
+/// and the refusals with their next step.
+#[tokio::test]
+async fn node_label_sets_what_the_fence_method_needs() {
+    let conf = TestDir::new("cli-node-label-config");
+    std::fs::write(
+        conf.join("server.toml"),
+        "[[fence]]\nname = \"ipmi\"\ncommand = [\"fence_ipmilan\", \"--ip\", \"{bmc}\"]\nnodes = [\"n*\"]\n\n\
+         [node_labels.n1]\nrack = \"4\"\n",
+    )
+    .unwrap();
+    let config = format!("--config={}", conf.join("server.toml").display());
+    let env = Env::start_with("node-label", &[&config]);
+    let n1 = FakeAgent::new(&env.server, "n1").await;
+    n1.register_labeled(0, false, json!([]), json!({"bmc": "10.6.6.6"}))
+        .await;
+
+    let r = env.run(&["node", "show", "n1"]).await;
+    let fence_rows: Vec<&str> = r
+        .stdout
+        .lines()
+        .filter(|l| l.contains("labels:") || l.contains("fence method:"))
+        .collect();
+    insta::assert_snapshot!(fence_rows.join("\n"), @r"
+      labels:          rack=4
+      agent labels:    bmc=10.6.6.6 (as its agent reports them; not used to fence it)
+      fence method:    method ipmi lacks label bmc for n1: csivol node label n1 bmc=…
+    ");
+
+    snap!(env.run(&["node", "label", "n1", "bmc=10.0.0.11", "zone=a"]).await, @r"
+    exit: 0
+    --- stdout
+    labels of node n1: bmc=10.0.0.11, rack=4, zone=a
+    fence method: ipmi
+    --- stderr
+    ");
+    snap!(env.run(&["node", "label", "n1", "zone-"]).await, @r"
+    exit: 0
+    --- stdout
+    labels of node n1: bmc=10.0.0.11, rack=4
+    fence method: ipmi
+    --- stderr
+    ");
+    snap!(env.run(&["node", "label", "n1", "rack=5"]).await, @r#"
+    exit: 2
+    --- stdout
+    --- stderr
+    error: label `rack` of node `n1` is set in the server's config file (rack = "4" under [node_labels.n1]); the API does not change it
+    hint: change it in the config file of every server and restart them, or remove it there to set it with csivol node label
+    "#);
+    snap!(env.run(&["node", "label", "n1", "bmc"]).await, @r"
+    exit: 2
+    --- stdout
+    --- stderr
+    error: invalid value 'bmc' for '<KEY=VALUE|KEY->...': `bmc`: expected KEY=VALUE to set a label or KEY- to remove it, e.g. bmc=10.0.0.12
+
+    For more information, try '--help'.
+    ");
+    let r = env
+        .run(&["node", "label", "n1", "bmc-", "-o", "json"])
+        .await;
+    assert_eq!(r.json()["fence_lacks"]["labels"], json!(["bmc"]), "{r}");
+}

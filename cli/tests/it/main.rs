@@ -8,6 +8,7 @@ mod support;
 mod basics;
 mod blocked;
 mod claims;
+mod escapes;
 mod fence;
 mod generated;
 mod nodes;

@@ -1,91 +1,10 @@
 //! The confirmation prompt of destructive commands, on a real pseudo-terminal (util-linux
 //! `script`): "n" exits 2 and changes nothing on the server, "y" goes through.
 
-use std::process::Stdio;
-
 use csivol_tests::{FakeAgent, eventually};
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::support::{Env, Run, WAIT, make_ready};
-
-const PROMPT: &str = "Proceed? [y/N] ";
-
-/// Runs `csivol args` on a terminal of its own and, once it asks, types `answer` and
-/// Enter, as a person would. The terminal carries stdout and stderr both, and the echo of
-/// the answer, with `\r\n` line ends (turned into `\n` here).
-async fn on_terminal(env: &Env, args: &[&str], answer: &str) -> Run {
-    if let Err(e) = std::process::Command::new("script")
-        .arg("--version")
-        .output()
-    {
-        panic!(
-            "cannot run `script` (util-linux) for a terminal: {e}; apt-get install -y util-linux"
-        );
-    }
-    let csivol = env.command(args);
-    let mut line = vec![quote(env!("CARGO_BIN_EXE_csivol"))];
-    line.extend(args.iter().map(|a| quote(a)));
-    let mut cmd = tokio::process::Command::new("script");
-    // -q: no "Script started" lines; -e: csivol's exit code; -c: the command; /dev/null:
-    // no typescript file.
-    cmd.args(["-q", "-e", "-c", &line.join(" "), "/dev/null"])
-        .envs(
-            csivol
-                .as_std()
-                .get_envs()
-                .filter_map(|(k, v)| v.map(|v| (k, v))),
-        )
-        .env("SHELL", "/bin/sh")
-        .env("NO_COLOR", "1")
-        .env("TERM", "dumb")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    let mut child = cmd.spawn().expect("start script");
-    let mut stdin = child.stdin.take().unwrap();
-    let mut stdout = child.stdout.take().unwrap();
-    let mut seen = Vec::new();
-    let asked = tokio::time::timeout(WAIT, async {
-        let mut buf = [0u8; 4096];
-        while !String::from_utf8_lossy(&seen).contains(PROMPT) {
-            let n = stdout.read(&mut buf).await.unwrap();
-            if n == 0 {
-                return false;
-            }
-            seen.extend_from_slice(&buf[..n]);
-        }
-        true
-    })
-    .await;
-    if asked == Ok(true) {
-        stdin
-            .write_all(format!("{answer}\n").as_bytes())
-            .await
-            .unwrap();
-    }
-    drop(stdin);
-    let mut rest = Vec::new();
-    tokio::time::timeout(WAIT, stdout.read_to_end(&mut rest))
-        .await
-        .expect("csivol finished after the answer")
-        .unwrap();
-    seen.extend(rest);
-    let out = tokio::time::timeout(WAIT, child.wait_with_output())
-        .await
-        .expect("script exited")
-        .unwrap();
-    Run {
-        code: out.status.code().expect("exited, not killed"),
-        stdout: String::from_utf8(seen).unwrap().replace("\r\n", "\n"),
-        stderr: String::from_utf8(out.stderr).unwrap(),
-    }
-}
-
-fn quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', r"'\''"))
-}
+use crate::support::{Env, PROMPT, Terminal, WAIT, make_ready, on_terminal};
 
 /// The server's view of everything a destructive command could change.
 async fn state(env: &Env) -> Value {
@@ -111,7 +30,7 @@ async fn deregister_asks_and_no_keeps_the_volume() {
     env.volume("v1", "single-node-writer").await;
     let before = state(&env).await;
 
-    let r = on_terminal(&env, &["volume", "deregister", "v1"], "n").await;
+    let r = on_terminal(&env, &["volume", "deregister", "v1"], Terminal::Answer("n")).await;
     snap!(r, @"
     exit: 2
     --- stdout
@@ -122,7 +41,7 @@ async fn deregister_asks_and_no_keeps_the_volume() {
     ");
     assert_eq!(state(&env).await, before, "answering n changed the server");
 
-    let r = on_terminal(&env, &["volume", "deregister", "v1"], "y").await;
+    let r = on_terminal(&env, &["volume", "deregister", "v1"], Terminal::Answer("y")).await;
     assert_eq!(r.code, 0, "{r}");
     assert!(r.stdout.contains(PROMPT), "{r}");
     assert!(r.stdout.contains("deregistered volume v1"), "{r}");
@@ -155,7 +74,7 @@ async fn unblock_asks_and_no_leaves_the_volume_blocked() {
     let before = state(&env).await;
 
     let args = ["unblock", "v1", "--reason", "n1 powered off"];
-    let r = on_terminal(&env, &args, "n").await;
+    let r = on_terminal(&env, &args, Terminal::Answer("n")).await;
     snap!(r, @"
     exit: 2
     --- stdout
@@ -170,7 +89,7 @@ async fn unblock_asks_and_no_leaves_the_volume_blocked() {
     assert_eq!(state(&env).await, before, "answering n changed the server");
     assert_eq!(env.run(&["status", "--blocked", "-q"]).await.code, 6);
 
-    let r = on_terminal(&env, &args, "y").await;
+    let r = on_terminal(&env, &args, Terminal::Answer("y")).await;
     assert_eq!(r.code, 0, "{r}");
     assert!(r.stdout.contains(PROMPT), "{r}");
     let (_, claims) = api.get("/v1/claims").await;

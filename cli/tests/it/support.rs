@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use csivol_tests::{Api, FakeAgent, ServerProc, TestDir};
 use serde_json::{Value, json};
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 pub const WAIT: Duration = Duration::from_secs(20);
 
@@ -198,4 +198,116 @@ pub async fn make_ready(host: &FakeAgent, node: &FakeAgent, volume: &str, alloc:
         .await;
     node.report(json!([{"kind": "published", "volume": volume, "alloc": alloc, "target_path": format!("/mnt/csivol/{volume}/{alloc}")}]))
         .await;
+}
+
+/// The confirmation prompt of destructive commands.
+pub const PROMPT: &str = "Proceed? [y/N] ";
+
+/// What a run on a terminal waits for.
+#[derive(Clone, Copy, Debug)]
+pub enum Terminal<'a> {
+    /// The command's end.
+    Exit,
+    /// The prompt, then types this answer and Enter, as a person would.
+    Answer(&'a str),
+    /// This text, then stops the command (one that follows forever).
+    Until(&'a str),
+}
+
+/// Runs `csivol args` on a terminal of its own (util-linux `script`), without colours.
+/// The terminal carries stdout and stderr both, and the echo of an answer, with `\r\n`
+/// line ends (turned into `\n` here: a `\r` left is one the command wrote).
+pub async fn on_terminal(env: &Env, args: &[&str], wait: Terminal<'_>) -> Run {
+    on_terminal_as(env, &env.server.token, args, wait).await
+}
+
+/// [`on_terminal`] with another token than the operator's.
+pub async fn on_terminal_as(env: &Env, token: &str, args: &[&str], wait: Terminal<'_>) -> Run {
+    if let Err(e) = std::process::Command::new("script")
+        .arg("--version")
+        .output()
+    {
+        panic!(
+            "cannot run `script` (util-linux) for a terminal: {e}; apt-get install -y util-linux"
+        );
+    }
+    let csivol = env.command(args);
+    let mut line = vec![quote(env!("CARGO_BIN_EXE_csivol"))];
+    line.extend(args.iter().map(|a| quote(a)));
+    let mut cmd = tokio::process::Command::new("script");
+    // -q: no "Script started" lines; -e: csivol's exit code; -c: the command; /dev/null:
+    // no typescript file.
+    cmd.args(["-q", "-e", "-c", &line.join(" "), "/dev/null"])
+        .envs(
+            csivol
+                .as_std()
+                .get_envs()
+                .filter_map(|(k, v)| v.map(|v| (k, v))),
+        )
+        .env("CSIVOL_TOKEN", token)
+        .env("SHELL", "/bin/sh")
+        .env("NO_COLOR", "1")
+        .env("TERM", "dumb")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = cmd.spawn().expect("start script");
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let mut seen = Vec::new();
+    let awaited = match wait {
+        Terminal::Exit => None,
+        Terminal::Answer(_) => Some(PROMPT),
+        Terminal::Until(text) => Some(text),
+    };
+    if let Some(text) = awaited {
+        let found = tokio::time::timeout(WAIT, async {
+            let mut buf = [0u8; 4096];
+            while !String::from_utf8_lossy(&seen).contains(text) {
+                let n = stdout.read(&mut buf).await.unwrap();
+                if n == 0 {
+                    return false;
+                }
+                seen.extend_from_slice(&buf[..n]);
+            }
+            true
+        })
+        .await;
+        match (wait, found) {
+            (Terminal::Answer(answer), Ok(true)) => stdin
+                .write_all(format!("{answer}\n").as_bytes())
+                .await
+                .unwrap(),
+            (Terminal::Until(_), Ok(true)) => {
+                child.kill().await.unwrap();
+            }
+            (Terminal::Until(text), _) => panic!(
+                "`csivol {}` never printed {text:?}:\n{}",
+                args.join(" "),
+                String::from_utf8_lossy(&seen)
+            ),
+            _ => {}
+        }
+    }
+    drop(stdin);
+    let mut rest = Vec::new();
+    tokio::time::timeout(WAIT, stdout.read_to_end(&mut rest))
+        .await
+        .expect("csivol finished")
+        .unwrap();
+    seen.extend(rest);
+    let out = tokio::time::timeout(WAIT, child.wait_with_output())
+        .await
+        .expect("script exited")
+        .unwrap();
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8(seen).unwrap().replace("\r\n", "\n"),
+        stderr: String::from_utf8(out.stderr).unwrap(),
+    }
+}
+
+fn quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
 }

@@ -23,6 +23,7 @@ mod nodes;
 mod operator;
 mod reconcile;
 mod snapshots;
+mod text;
 mod tokens;
 mod volumes;
 
@@ -41,6 +42,7 @@ pub use nodes::*;
 pub use operator::*;
 pub use reconcile::*;
 pub use snapshots::*;
+pub use text::{FreeText, check_map, check_text, is_control};
 pub use tokens::*;
 pub use volumes::*;
 

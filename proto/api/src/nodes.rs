@@ -82,12 +82,21 @@ pub struct Node {
     pub fenced_at: Option<String>,
     pub plugins: Vec<NodePlugin>,
     pub registered_at: String,
-    /// The node's labels: the agent's, overridden by the server's `[node_labels]`.
+    /// The labels an operator set for the node: `csivol node label` and the server's
+    /// `[node_labels]`. Only these choose and fill its fence method.
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
-    /// The server's fence method for this node, if one applies.
+    /// The labels the node's own agent reports (`csivol-agent node --label`): shown, never
+    /// used to fence it, except a key a method lists in `trust_agent_labels` to select by.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub agent_labels: BTreeMap<String, String>,
+    /// The server's fence method for this node, if one applies and can run.
     #[serde(default)]
     pub fence_method: Option<String>,
+    /// The method that applies to the node but cannot run: its command needs labels no
+    /// operator set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fence_lacks: Option<FenceLacks>,
     /// Failed automatic fences since the node was lost, and the last one's error.
     #[serde(default)]
     pub fence_failures: u32,
@@ -99,6 +108,47 @@ pub struct Node {
     /// Fence attempts, newest first (only when one node is shown).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub fences: Vec<FenceRecord>,
+}
+
+/// A fence method that applies to a node but lacks labels for its command.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FenceLacks {
+    pub method: String,
+    /// The label keys its command uses (`{bmc}`) that no operator set for the node.
+    pub labels: Vec<String>,
+}
+
+impl FenceLacks {
+    /// `method ipmi lacks label bmc for node-2: csivol node label node-2 bmc=…`.
+    pub fn describe(&self, node: &str) -> String {
+        format!("{}: {}", self.what(node), label_command(node, &self.labels))
+    }
+
+    /// `method ipmi lacks label bmc for node-2`.
+    pub fn what(&self, node: &str) -> String {
+        let s = if self.labels.len() == 1 { "" } else { "s" };
+        format!(
+            "method {} lacks label{s} {} for {node}",
+            self.method,
+            self.labels.join(", ")
+        )
+    }
+}
+
+/// `csivol node label NODE KEY=… KEY=…`: the command that sets these labels.
+pub fn label_command(node: &str, keys: &[String]) -> String {
+    let set: Vec<String> = keys.iter().map(|k| format!("{k}=…")).collect();
+    format!("csivol node label {node} {}", set.join(" "))
+}
+
+/// `POST /v1/nodes/{node}/labels`: an operator sets and removes a node's labels.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeLabelRequest {
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub set: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub remove: Vec<String>,
 }
 
 /// One run of a fence method: the evidence that a node is off, or why it is not proved.
@@ -308,7 +358,9 @@ mod tests {
             plugins: Vec::new(),
             registered_at: String::new(),
             labels: BTreeMap::new(),
+            agent_labels: BTreeMap::new(),
             fence_method: None,
+            fence_lacks: None,
             fence_failures: 0,
             fence_error: None,
             next_fence_at: None,

@@ -217,6 +217,7 @@ pub fn router(app: App) -> Router {
             "/v1/nodes/{node}/eligibility",
             post(node_endpoints::node_eligibility),
         )
+        .route("/v1/nodes/{node}/labels", post(node_endpoints::node_labels))
         .route(
             "/v1/nodes/{node}/unblock",
             post(node_endpoints::unblock_node),

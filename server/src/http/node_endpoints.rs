@@ -4,6 +4,38 @@
 
 use super::*;
 
+pub(super) async fn node_labels(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(node): Path<String>,
+    Body(req): Body<api::NodeLabelRequest>,
+) -> ApiResult<Json<api::Node>> {
+    let (actor, _) = app.operator(&headers)?;
+    name("node", &node)?;
+    let (wanted, fencing) = (node.clone(), Arc::clone(&app.fence));
+    app.db
+        .write(move |ctx| {
+            nodes::set_labels(ctx, &wanted, &req, fencing.configured(&wanted), &actor)
+        })
+        .await?;
+    one_node(&app, node, "its labels were set").await
+}
+
+/// The view of one node after an operator changed it.
+async fn one_node(app: &App, node: String, after: &str) -> ApiResult<Json<api::Node>> {
+    let beats = app.live.beats();
+    let fencing = Arc::clone(&app.fence);
+    let found = app
+        .db
+        .read(move |c| views::list_nodes(c, &beats, Some(&node), &fencing))
+        .await?;
+    found
+        .into_iter()
+        .next()
+        .map(Json)
+        .ok_or_else(|| ApiError::internal(format!("the node vanished after {after}")))
+}
+
 pub(super) async fn node_eligibility(
     State(app): State<App>,
     headers: HeaderMap,
@@ -16,17 +48,7 @@ pub(super) async fn node_eligibility(
     app.db
         .write(move |ctx| nodes::set_eligibility(ctx, &wanted, req.eligibility, &actor))
         .await?;
-    let beats = app.live.beats();
-    let fencing = Arc::clone(&app.fence);
-    let found = app
-        .db
-        .read(move |c| views::list_nodes(c, &beats, Some(&node), &fencing))
-        .await?;
-    found
-        .into_iter()
-        .next()
-        .map(Json)
-        .ok_or_else(|| ApiError::internal("the node vanished after its eligibility was set"))
+    one_node(&app, node, "its eligibility was set").await
 }
 
 pub(super) async fn remove_node(
@@ -124,6 +146,9 @@ pub(super) async fn register(
     app.db
         .write(move |ctx| {
             if let Some(refusal) = hosting::refused(ctx, &caller, &n, &req)? {
+                return Ok(Err(refusal));
+            }
+            if let Some(refusal) = lifecycle::node_id_refused(ctx, &n, &req)? {
                 return Ok(Err(refusal));
             }
             lifecycle::register_node(ctx, &n, &req, &limits).map(Ok)

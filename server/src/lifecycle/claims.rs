@@ -3,7 +3,8 @@
 use std::time::Duration;
 
 use csivol_api::{
-    self as api, ClaimDryRun, ClaimRequest, ClaimState, ErrorCode, NodeStatus, validate_name,
+    self as api, ClaimDryRun, ClaimRequest, ClaimState, ErrorCode, FreeText, NodeStatus,
+    validate_name,
 };
 
 use super::attachments::{Recorded, advance_volume};
@@ -263,6 +264,7 @@ pub fn evaluate_claim(
     validate_name("volume", volume).map_err(ApiError::invalid)?;
     validate_name("alloc", &req.alloc).map_err(ApiError::invalid)?;
     validate_name("node", &req.node).map_err(ApiError::invalid)?;
+    req.check_text().map_err(ApiError::control_text)?;
     for k in req.labels.keys() {
         if k.is_empty() || k.len() > 63 || k.contains(['=', ',']) {
             return Err(ApiError::invalid(format!(

@@ -38,7 +38,7 @@ pub use claims::{claim_dry_run, create_claim, release_claim};
 pub use desired::{desired_changes, desired_state};
 pub use expand::expand_volume;
 pub use modify::modify_volume;
-pub use nodes::{mark_lost, register_node};
+pub use nodes::{mark_lost, node_id_refused, register_node};
 pub use operator::{detach, require_reason, unblock_node, unblock_volume};
 pub use ops::{plugins_with_due_ops, schedule_ops};
 pub use reports::apply_reports;

@@ -17,6 +17,51 @@ use crate::store::{Snapshot, Txn};
 use crate::watch::Key;
 use csivol_rules::kinds::{EventKind, OpKind};
 
+/// A registration that names, for one of its plugins, the CSI node id another node
+/// registered: refused, with an event. The id is what ControllerPublishVolume and
+/// ControllerUnpublishVolume are told, so a node holding another's id would have the
+/// storage attach its claims' volumes to that machine and detach that machine's when its
+/// own are released. CSI's NodeGetInfoResponse `node_id`: "This field MUST contain enough
+/// information to uniquely identify this specific node vs all other nodes supported by
+/// this plugin. This field SHALL be used by the CO in subsequent calls, including
+/// `ControllerPublishVolume`, to refer to this node." The first node to register an id
+/// keeps it until it is removed (`csivol node remove`).
+pub fn node_id_refused(
+    ctx: &mut impl Txn,
+    node: &str,
+    req: &RegisterRequest,
+) -> ApiResult<Option<ApiError>> {
+    for p in &req.plugins {
+        let Some(n) = &p.node else { continue };
+        let id = &n.info.node_id;
+        let Some(holder) = ctx
+            .nodes_with_plugin_id(&p.id, id)?
+            .into_iter()
+            .find(|other| other != node)
+        else {
+            continue;
+        };
+        let shown = id.escape_debug();
+        let message = format!(
+            "plugin `{}` on node `{node}` reports the CSI node id `{shown}`, which node `{holder}` registered: csivol would attach volumes to, and detach them from, the machine of `{holder}` for this node's claims",
+            p.id
+        );
+        event(
+            ctx,
+            EventKind::NodeIdRefused,
+            None,
+            Some(node),
+            None,
+            &format!("node:{node}"),
+            format!("registration refused: {message}"),
+        )?;
+        return Ok(Some(ApiError::conflict(message).with_hint(format!(
+            "each node's plugin must report its own node id (NodeGetInfo); if node `{holder}` is gone for good, remove it first: csivol node remove {holder}"
+        ))));
+    }
+    Ok(None)
+}
+
 /// `POST /v1/nodes/{node}/register`. Returns whether the node had been lost.
 pub fn register_node(
     ctx: &mut impl Txn,
@@ -25,6 +70,7 @@ pub fn register_node(
     limits: &Limits,
 ) -> ApiResult<bool> {
     validate_name("node", node).map_err(ApiError::invalid)?;
+    csivol_api::FreeText::check_text(req).map_err(ApiError::control_text)?;
     let mut ids = BTreeSet::new();
     for p in &req.plugins {
         validate_name("plugin", &p.id).map_err(ApiError::invalid)?;

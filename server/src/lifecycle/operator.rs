@@ -17,6 +17,7 @@ use csivol_rules::kinds::EventKind;
 /// An operator's action goes into the event log with why; a dry run records nothing, so
 /// it needs no reason.
 pub fn require_reason(reason: &str, dry_run: bool) -> ApiResult<()> {
+    csivol_api::check_text("reason", reason).map_err(ApiError::control_text)?;
     if !dry_run && reason.trim().is_empty() {
         return Err(
             ApiError::invalid("`reason` is required: say why, it goes into the event log")

@@ -111,6 +111,7 @@ pub fn create_snapshot(
 ) -> ApiResult<(api::Snapshot, bool)> {
     validate_name("snapshot", name).map_err(ApiError::invalid)?;
     validate_name("volume", &req.volume).map_err(ApiError::invalid)?;
+    csivol_api::FreeText::check_text(&req).map_err(ApiError::control_text)?;
     if let Some(s) = ctx.snapshot(name)? {
         if s.volume != req.volume {
             return Err(ApiError::conflict(format!(

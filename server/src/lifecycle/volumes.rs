@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use csivol_api::{self as api, CreateVolumeSpec, VolumeSpec, validate_name};
+use csivol_api::{self as api, CreateVolumeSpec, FreeText, VolumeSpec, validate_name};
 
 use super::ops::schedule_ops;
 use super::{Limits, event};
@@ -113,6 +113,7 @@ pub fn register_volume(
     actor: &str,
 ) -> ApiResult<(api::Volume, bool)> {
     validate_name("volume", name).map_err(ApiError::invalid)?;
+    spec.check_text().map_err(ApiError::control_text)?;
     check_spec_names(
         &spec.plugin,
         spec.attachment,
@@ -217,6 +218,7 @@ pub fn create_volume(
     limits: &Limits,
 ) -> ApiResult<(api::Volume, bool)> {
     validate_name("volume", name).map_err(ApiError::invalid)?;
+    spec.check_text().map_err(ApiError::control_text)?;
     check_spec_names(
         &spec.plugin,
         spec.attachment,

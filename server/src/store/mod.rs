@@ -69,6 +69,8 @@ pub trait Snapshot {
     ) -> ApiResult<Vec<(String, NodeStatus)>>;
     /// The plugins a node registered, by plugin.
     fn node_plugins(&self, node: &str) -> ApiResult<Vec<NodePluginRow>>;
+    /// The nodes whose registration of `plugin` names `node_id` (NodeGetInfo's), by name.
+    fn nodes_with_plugin_id(&self, plugin: &str, node_id: &str) -> ApiResult<Vec<String>>;
     /// Whether volumes of `plugin` need ControllerPublish before a node may use them: yes
     /// when a controller host says it has PUBLISH_UNPUBLISH_VOLUME, or when no host has
     /// registered yet but the plugin announces a controller service (claims then wait for a

@@ -35,8 +35,13 @@ async fn a_fenced_node_returns_holding_leftovers_and_is_ready_once_clean() {
     let (_, node) = api.get("/v1/nodes/n2").await;
     assert_eq!(
         node["labels"],
-        json!({"bmc": "10.0.0.12", "rack": "4"}),
-        "the server's labels win over the agent's: {node}"
+        json!({"bmc": "10.0.0.12"}),
+        "only the operator's labels are the node's labels: {node}"
+    );
+    assert_eq!(
+        node["agent_labels"],
+        json!({"bmc": "10.6.6.6", "rack": "4"}),
+        "the agent's are shown apart: {node}"
     );
     assert_eq!(node["fence_method"], "ipmi");
     let (_, n1_shown) = api.get("/v1/nodes/n1").await;
@@ -213,5 +218,113 @@ async fn a_failing_auto_fence_is_retried_and_shown() {
             .iter()
             .any(|e| e["kind"] == "claim-force-released" && e["actor"] == "policy:auto"),
         "{events:?}"
+    );
+}
+
+/// `POST /v1/nodes/{node}/labels`: only an operator sets the labels a fence uses; they
+/// outlive the agent's registrations, are events with who set them, and are kept apart
+/// from what the agent reports; keys of the config file stay the file's.
+#[tokio::test]
+async fn only_an_operator_labels_a_node() {
+    let dir = TestDir::new("server-node-labels");
+    std::fs::write(
+        dir.join("server.toml"),
+        "[[fence]]\nname = \"ipmi\"\ncommand = [\"fence_ipmilan\", \"--ip\", \"{bmc}\", \"--pdu\", \"{pdu}\"]\nnodes = [\"n*\"]\n\n\
+         [node_labels.n2]\npdu = \"a\"\n",
+    )
+    .unwrap();
+    let config = format!("--config={}", dir.join("server.toml").display());
+    let server = start(&dir, &[&config]);
+    let api = server.api();
+    let n2 = FakeAgent::new(&server, "n2").await;
+    n2.register_labeled(0, false, json!([]), json!({"bmc": "10.6.6.6"}))
+        .await;
+    let (_, node) = api.get("/v1/nodes/n2").await;
+    assert!(node["fence_method"].is_null(), "{node}");
+    assert_eq!(
+        node["fence_lacks"],
+        json!({"method": "ipmi", "labels": ["bmc"]}),
+        "{node}"
+    );
+
+    let set = json!({"set": {"bmc": "10.0.0.12"}});
+    let (status, body) = n2.api.post("/v1/nodes/n2/labels", set.clone()).await;
+    assert_eq!(status, 403, "not the node's own agent: {body}");
+    let (_, claimer) = api.post("/v1/tokens", json!({"role": "claimer"})).await;
+    let as_claimer = api.with_token(claimer["token"].as_str());
+    let (status, body) = as_claimer.post("/v1/nodes/n2/labels", set.clone()).await;
+    assert_eq!(status, 403, "nor a claimer: {body}");
+    let (status, body) = api.post("/v1/nodes/n9/labels", set.clone()).await;
+    assert_eq!(status, 404, "{body}");
+
+    let (status, node) = api.post("/v1/nodes/n2/labels", set).await;
+    assert_eq!(status, 200, "{node}");
+    assert_eq!(node["labels"], json!({"bmc": "10.0.0.12", "pdu": "a"}));
+    assert_eq!(node["agent_labels"], json!({"bmc": "10.6.6.6"}));
+    assert_eq!(node["fence_method"], "ipmi", "{node}");
+    // The agent registers again, saying something else: the operator's labels stay.
+    n2.register_labeled(0, false, json!([]), json!({"bmc": "10.6.6.7"}))
+        .await;
+    let (_, node) = api.get("/v1/nodes/n2").await;
+    assert_eq!(node["labels"]["bmc"], "10.0.0.12", "{node}");
+    assert_eq!(node["agent_labels"]["bmc"], "10.6.6.7", "{node}");
+    let (status, plan) = api
+        .post(
+            "/v1/nodes/n2/fence",
+            json!({"reason": "check", "dry_run": true, "force": true}),
+        )
+        .await;
+    assert_eq!(status, 200, "{plan}");
+    assert_eq!(
+        plan["command"],
+        json!(["fence_ipmilan", "--ip", "10.0.0.12", "--pdu", "a"])
+    );
+
+    let (status, body) = api
+        .post("/v1/nodes/n2/labels", json!({"set": {"pdu": "b"}}))
+        .await;
+    assert_eq!(status, 422, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("label `pdu` of node `n2` is set in the server's config file"),
+        "{body}"
+    );
+    let (status, body) = api
+        .post(
+            "/v1/nodes/n2/labels",
+            json!({"set": {"rack": "4\u{1b}[2J"}}),
+        )
+        .await;
+    assert_eq!(status, 422, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("`labels.rack` holds the control character U+001B"),
+        "{body}"
+    );
+
+    let (status, node) = api
+        .post("/v1/nodes/n2/labels", json!({"remove": ["bmc"]}))
+        .await;
+    assert_eq!(status, 200, "{node}");
+    assert_eq!(node["fence_lacks"]["labels"], json!(["bmc"]), "{node}");
+    let (_, events) = api.get("/v1/events?node=n2").await;
+    let labelled: Vec<_> = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "node-labelled")
+        .map(|e| e["message"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        labelled,
+        [
+            "operator labels: bmc=10.0.0.12",
+            "operator labels: removed bmc=10.0.0.12"
+        ],
+        "{events}"
     );
 }

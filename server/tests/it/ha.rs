@@ -348,3 +348,42 @@ async fn a_server_with_another_secrets_key_is_refused() {
     );
     assert_eq!(a.api().get("/v1/health").await.0, 200, "A serves on");
 }
+
+/// An operator's node labels are cluster state: set through one server, they choose and
+/// fill the fence method on the other (both read the same `[[fence]]` config).
+#[tokio::test]
+async fn node_labels_set_through_one_server_fence_through_the_other() {
+    let dir = TestDir::new("ha-node-labels");
+    std::fs::write(
+        dir.join("server.toml"),
+        "[[fence]]\nname = \"ipmi\"\ncommand = [\"fence_ipmilan\", \"--ip\", \"{bmc}\"]\n",
+    )
+    .unwrap();
+    let config = format!("--config={}", dir.join("server.toml").display());
+    let ha = start_ha(&dir, &[&config]);
+    let (a, b) = (ha.a.api(), ha.b.api());
+    let n1 = FakeAgent::new(&ha.a, "n1").await;
+    n1.register_labeled(0, false, json!([]), json!({"bmc": "10.6.6.6"}))
+        .await;
+    let (status, node) = a
+        .post("/v1/nodes/n1/labels", json!({"set": {"bmc": "10.0.0.11"}}))
+        .await;
+    assert_eq!(status, 200, "{node}");
+    let seen = eventually("B to see the label set through A", WAIT, || async {
+        let (_, n) = b.get("/v1/nodes/n1").await;
+        (n["labels"]["bmc"] == "10.0.0.11").then_some(n)
+    })
+    .await;
+    assert_eq!(seen["fence_method"], "ipmi", "{seen}");
+    let (status, plan) = b
+        .post(
+            "/v1/nodes/n1/fence",
+            json!({"reason": "check", "dry_run": true, "force": true}),
+        )
+        .await;
+    assert_eq!(status, 200, "{plan}");
+    assert_eq!(
+        plan["command"],
+        json!(["fence_ipmilan", "--ip", "10.0.0.11"])
+    );
+}

@@ -13,6 +13,7 @@ mod ha;
 mod ha_faults;
 mod ha_fence;
 mod hosting;
+mod impostor;
 mod lost;
 mod queue_and_leases;
 mod secrets;

@@ -9,6 +9,7 @@ mod durability;
 mod e2e;
 mod expand;
 mod fence;
+mod fence_trust;
 mod modify;
 mod network;
 mod queue;

@@ -219,6 +219,14 @@ impl Snapshot for Connection {
             .collect()
     }
 
+    fn nodes_with_plugin_id(&self, plugin: &str, node_id: &str) -> ApiResult<Vec<String>> {
+        strings(
+            self,
+            "SELECT node FROM node_plugins WHERE plugin = ?1 AND csi_node_id = ?2 ORDER BY node",
+            [plugin, node_id],
+        )
+    }
+
     fn controller_hosts(&self, plugin: &str) -> ApiResult<Vec<String>> {
         strings(
             self,
@@ -336,6 +344,7 @@ reads_through_the_transaction! {
     node(name: &str) -> Option<NodeRow>;
     node_statuses(volume: &str, also: Option<&str>) -> Vec<(String, NodeStatus)>;
     node_plugins(node: &str) -> Vec<NodePluginRow>;
+    nodes_with_plugin_id(plugin: &str, node_id: &str) -> Vec<String>;
     needs_controller_publish(plugin: &str) -> bool;
     slots_used(node: &str, plugin: &str) -> u32;
     ready_plugin_nodes(plugin: &str) -> Vec<(String, Topology)>;
