@@ -111,6 +111,8 @@ pub struct NodePlugin {
     pub identity: Identity,
     pub info: NodeInfo,
     pub capabilities: NodeCapabilities,
+    /// The attach limit (`max_volumes_per_node`) as NodeGetInfo last said it.
+    limit: std::sync::atomic::AtomicU32,
     client: csi::node_client::NodeClient<Channel>,
     permits: Semaphore,
     timeout: Duration,
@@ -184,7 +186,7 @@ impl Plugins {
                     info: identity.info.clone(),
                     capabilities: identity.capabilities,
                     node: node.map(|n| NodePluginRegistration {
-                        info: n.info.clone(),
+                        info: n.node_info(),
                         capabilities: n.capabilities,
                     }),
                     controller: controller.map(|c| c.capabilities),
@@ -297,6 +299,7 @@ impl NodePlugin {
             id: spec.id.clone(),
             endpoint: spec.endpoint.clone(),
             identity,
+            limit: std::sync::atomic::AtomicU32::new(info.max_volumes_per_node),
             info,
             capabilities: NodeCapabilities::from(caps.get_ref()),
             client,
@@ -307,6 +310,38 @@ impl NodePlugin {
 
     pub fn stages(&self) -> bool {
         self.capabilities.stage_unstage_volume
+    }
+
+    /// The node's facts as NodeGetInfo last said them (the attach limit read again).
+    pub fn node_info(&self) -> NodeInfo {
+        NodeInfo {
+            max_volumes_per_node: self.limit(),
+            ..self.info.clone()
+        }
+    }
+
+    /// The attach limit as NodeGetInfo last said it (0: no limit).
+    pub fn limit(&self) -> u32 {
+        self.limit.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Reads the attach limit again with NodeGetInfo; returns it (the node id and topology
+    /// the spec has the plugin keep are not taken again).
+    pub async fn refresh_limit(&self) -> Result<u32, CallError> {
+        let info = self
+            .client
+            .clone()
+            .node_get_info(with_deadline(csi::NodeGetInfoRequest {}, PROBE_DEADLINE))
+            .await
+            .map_err(|s| CallError::new("NodeGetInfo", s))?
+            .into_inner();
+        let info =
+            NodeInfo::try_from(info).map_err(|e| CallError::invalid_response("NodeGetInfo", e))?;
+        self.limit.store(
+            info.max_volumes_per_node,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        Ok(info.max_volumes_per_node)
     }
 
     pub async fn stage(&self, v: &NodeVolume, staging: &Path) -> Result<(), CallError> {

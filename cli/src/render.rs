@@ -623,7 +623,36 @@ pub fn node(out: &Out, n: &Node, claims: usize) -> anyhow::Result<()> {
             map(&p.topology),
         ]);
     }
-    out.print_table(t)
+    out.print_table(t)?;
+    for p in &n.plugins {
+        if let Some(line) = limit_line(p) {
+            out.line(line)?;
+        }
+    }
+    Ok(())
+}
+
+/// `limit of hostpath: lowered from 3 to 1 at T (5s ago), NodeGetInfo read again: read
+/// every 5m; last read T (1s ago)`: how a node plugin's attach limit last changed while the node ran.
+fn limit_line(p: &csivol_api::NodePlugin) -> Option<String> {
+    let show = csivol_api::limit_text;
+    let read = p
+        .limit_read_at
+        .as_deref()
+        .map(|t| format!("; last read {}", when(t)));
+    match &p.limit_change {
+        Some(c) => Some(format!(
+            "limit of {}: {} from {} to {} at {}, NodeGetInfo read again: {}{}",
+            p.id,
+            c.direction(),
+            show(c.from),
+            show(c.to),
+            when(&c.at),
+            c.reason,
+            read.unwrap_or_default()
+        )),
+        None => read.map(|r| format!("limit of {}: unchanged{r}", p.id)),
+    }
 }
 
 pub fn plugins(out: &Out, ps: &[Plugin]) -> anyhow::Result<()> {

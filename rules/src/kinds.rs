@@ -81,6 +81,7 @@ string_enum! {
         ClaimExpired = "claim-expired",
         OperationFailed = "operation-failed",
         NodeRegistered = "node-registered",
+        NodeLimitChanged = "node-limit-changed",
         NodeReturned = "node-returned",
         NodeLost = "node-lost",
         NodeFenced = "node-fenced",

@@ -270,6 +270,8 @@ pub struct NodeRow {
     pub fence_after_ms: Option<i64>,
     pub fenced_at: Option<i64>,
     pub eligibility: Eligibility,
+    /// When the server last asked the node to read its attach limits again (0: never).
+    pub limits_refresh_at: i64,
 }
 
 /// What the server knows of a plugin on one node.
@@ -282,6 +284,43 @@ pub struct NodePluginRow {
     pub controller: bool,
     /// The node's segments as the plugin reports them (empty: none).
     pub topology: Topology,
+    /// The last change of `max_volumes` (NodeGetInfo read again).
+    pub limit_change: Option<LimitChangeRow>,
+    /// When the limit was last read again while the node ran.
+    pub limit_read_at: Option<i64>,
+}
+
+/// A node plugin's attach limit changed, as stored (`node_plugins.limit_change`).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct LimitChangeRow {
+    pub from: u32,
+    pub to: u32,
+    pub at_ms: i64,
+    pub reason: String,
+}
+
+impl LimitChangeRow {
+    pub fn to_api(&self) -> csivol_api::LimitChange {
+        csivol_api::LimitChange {
+            from: self.from,
+            to: self.to,
+            at: time(self.at_ms),
+            reason: self.reason.clone(),
+        }
+    }
+
+    /// `its limit was lowered from 3 to 1 at T (NodeGetInfo read again: read every 5m)`.
+    pub fn describe(&self) -> String {
+        use csivol_api::limit_text;
+        format!(
+            "its limit was {} from {} to {} at {} (NodeGetInfo read again: {})",
+            self.to_api().direction(),
+            limit_text(self.from),
+            limit_text(self.to),
+            time(self.at_ms),
+            self.reason
+        )
+    }
 }
 
 /// A controller operation as stored.

@@ -9,7 +9,7 @@ use super::error::{ApiError, ApiResult};
 use super::fence;
 use super::liveness::Beats;
 use super::model::{
-    AttachmentRow, ClaimRow, NodePluginRow, NodeRow, VolumeRow, claims_to_api, time,
+    AttachmentRow, ClaimRow, LimitChangeRow, NodePluginRow, NodeRow, VolumeRow, claims_to_api, time,
 };
 use super::store::sqlite::{
     ATTACHMENT_COLUMNS, CLAIM_COLUMNS, NODE_COLUMNS, VOLUME_COLUMNS, needs_controller_publish,
@@ -168,6 +168,8 @@ pub fn list_nodes(
                 node_id: p.csi_node_id.unwrap_or_default(),
                 max_volumes: p.max_volumes,
                 controller: p.controller,
+                limit_change: p.limit_change.as_ref().map(LimitChangeRow::to_api),
+                limit_read_at: p.limit_read_at.map(time),
             });
         }
         let mut node = api::Node {

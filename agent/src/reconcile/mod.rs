@@ -13,6 +13,7 @@ use csivol_api::{ClaimRef, DesiredState, RegisterRequest, Report, StaleChanges};
 use tokio::sync::{mpsc, watch};
 
 mod jobs;
+mod limits;
 mod listing;
 mod reconciler;
 mod recovery;
@@ -61,6 +62,9 @@ struct Shared {
     /// Which volumes' desired entries changed since the loop last looked. Updated under
     /// its lock together with the desired state, so that the loop takes both or neither.
     changed: std::sync::Mutex<Changed>,
+    /// Woken when a NodeStageVolume answered RESOURCE_EXHAUSTED: the attach limits are read
+    /// again at once.
+    limits_wake: tokio::sync::Notify,
 }
 
 /// Volumes whose desired entries or records changed: the ones a scan looks at.
@@ -237,6 +241,7 @@ impl Core {
             desired: desired_rx.clone(),
             conditions: std::sync::Mutex::default(),
             changed: std::sync::Mutex::default(),
+            limits_wake: tokio::sync::Notify::new(),
         });
         recover(&shared, rebooted).await;
         let fence = shared.store.open_fence().await?;
@@ -262,6 +267,7 @@ impl Core {
         let task = tokio::spawn(reconciler.run());
         // Ends when the agent stops listening to reports.
         tokio::spawn(listing::run(Arc::clone(&shared)));
+        tokio::spawn(limits::run(Arc::clone(&shared)));
         Ok((
             Self {
                 shared,

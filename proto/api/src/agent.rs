@@ -237,6 +237,11 @@ pub struct DesiredState {
     /// Volumes to grow on the node.
     #[serde(default)]
     pub expand: Vec<DesiredExpand>,
+    /// When the server last asked the node to read its plugins' attach limits again
+    /// (NodeGetInfo), in unix ms: after a ControllerPublishVolume to the node answered
+    /// RESOURCE_EXHAUSTED. 0: never. The agent reads them again when this grows.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub refresh_limits: u64,
     /// Set when this answer holds only the volumes changed since the agent's index
     /// (`?since=`); absent when it is the whole state.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -296,8 +301,13 @@ impl DesiredState {
         self.index = next.index;
         self.status = next.status;
         self.controller_ops = next.controller_ops;
+        self.refresh_limits = next.refresh_limits;
         Ok(())
     }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// `POST /v1/nodes/{node}/reports`: a batch of outcomes.
@@ -444,6 +454,13 @@ pub enum Report {
         plugin: String,
         started_ms: u64,
         volumes: Vec<crate::ListedVolume>,
+    },
+    /// A node plugin's attach limit, read again with NodeGetInfo (`reason` says why); sent
+    /// when it changed, or when the read was asked for.
+    NodeLimits {
+        plugin: String,
+        max_volumes_per_node: u32,
+        reason: String,
     },
     /// The agent lost the server for its fence time and took everything down.
     Fenced {

@@ -236,6 +236,49 @@ pub struct NodePlugin {
     /// `accessible_topology`, e.g. `{"zone": "a"}`); empty when it reports none.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub topology: BTreeMap<String, String>,
+    /// The last change of `max_volumes` the server heard of: the limit is read again with
+    /// NodeGetInfo while the node runs (every `node_limits_refresh`, and at once after a
+    /// NodeStageVolume or ControllerPublishVolume answered RESOURCE_EXHAUSTED) and at each
+    /// registration. Absent when it never changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit_change: Option<LimitChange>,
+    /// When the limit was last read again while the node ran (absent: not since the
+    /// agent registered).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit_read_at: Option<String>,
+}
+
+/// A node plugin's attach limit changed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LimitChange {
+    /// The limit before (0: no limit).
+    pub from: u32,
+    /// The limit after (0: no limit).
+    pub to: u32,
+    pub at: String,
+    /// Why it was read: `read every 5m`, `NodeStageVolume answered RESOURCE_EXHAUSTED`,
+    /// `ControllerPublishVolume to this node answered RESOURCE_EXHAUSTED`, `registration`.
+    pub reason: String,
+}
+
+impl LimitChange {
+    /// `raised` or `lowered` (no limit is the highest).
+    pub fn direction(&self) -> &'static str {
+        if self.to == 0 || (self.from != 0 && self.to > self.from) {
+            "raised"
+        } else {
+            "lowered"
+        }
+    }
+}
+
+/// An attach limit for people: the number, or `no limit` for 0.
+pub fn limit_text(n: u32) -> String {
+    if n == 0 {
+        "no limit".to_owned()
+    } else {
+        n.to_string()
+    }
 }
 
 /// A plugin across the cluster.

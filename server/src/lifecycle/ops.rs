@@ -207,6 +207,20 @@ pub(super) fn op_failed(
             finish_delete(ctx, o, actor)
         };
     }
+    if o.kind == OpKind::Publish
+        && error.code == "RESOURCE_EXHAUSTED"
+        && let Some(n) = &node
+    {
+        // The node holds fewer volumes than its limit said (ControllerPublishVolume's error
+        // table: "8 RESOURCE_EXHAUSTED | Indicates that the maximum supported number of
+        // volumes that can be attached to the specified node are already attached"): its
+        // agent reads it again, and the next claim decision counts what it reads. The
+        // publish keeps its retries ("Caller MUST ensure that the number of volumes
+        // already attached to the node is less then the maximum supported number of
+        // volumes before retrying with exponential backoff").
+        ctx.ask_node_limits(n)?;
+        ctx.touch(Key::NodeOps(n.clone()));
+    }
     let retry = class == ErrorClass::Retry || o.kind == OpKind::Unpublish;
     if retry {
         // An attachment is never dropped on an error: unpublish is retried until it

@@ -168,6 +168,11 @@ pub fn apply_reports(
                 started_ms,
                 volumes,
             } => super::reconcile::controller_volumes(ctx, node, &plugin, started_ms, &volumes)?,
+            Report::NodeLimits {
+                plugin,
+                max_volumes_per_node,
+                reason,
+            } => node_limits(ctx, &mut b, &plugin, max_volumes_per_node, &reason)?,
         }
     }
     for v in b.advance {
@@ -503,6 +508,40 @@ fn created(ctx: &mut impl Txn, b: &mut Batch<'_>, o: &OpRow, made: Made<'_>) -> 
             )
         },
     )
+}
+
+/// A node plugin's attach limit, read again with NodeGetInfo: recorded, and counted by the
+/// next claim decision on the node. A change is an event, and a raised limit may let
+/// claims queued on the node start.
+fn node_limits(
+    ctx: &mut impl Txn,
+    b: &mut Batch<'_>,
+    plugin: &str,
+    limit: u32,
+    reason: &str,
+) -> ApiResult<()> {
+    let Some(from) = ctx.set_node_limit(b.node, plugin, limit, reason)? else {
+        return Ok(());
+    };
+    ctx.touch(Key::Node(b.node.to_owned()));
+    let show = csivol_api::limit_text;
+    event(
+        ctx,
+        EventKind::NodeLimitChanged,
+        None,
+        Some(b.node),
+        None,
+        &b.actor,
+        format!(
+            "plugin `{plugin}`'s attach limit changed from {} to {} (NodeGetInfo read again: {reason})",
+            show(from),
+            show(limit)
+        ),
+    )?;
+    for c in ctx.claims_of_node(b.node, Some(ClaimState::Queued))? {
+        b.advance.insert(c.volume);
+    }
+    Ok(())
 }
 
 /// The node's agent fenced itself after losing the server.

@@ -345,6 +345,19 @@ pub trait Txn: Snapshot {
     fn set_node_status(&mut self, name: &str, status: NodeStatus) -> ApiResult<()>;
     /// The node's agent fenced itself at `at_ms`.
     fn set_node_fenced_at(&mut self, name: &str, at_ms: i64) -> ApiResult<()>;
+    /// Asks the node's agent to read its plugins' attach limits again (its desired state
+    /// carries when).
+    fn ask_node_limits(&mut self, name: &str) -> ApiResult<()>;
+    /// Records a node plugin's attach limit as NodeGetInfo read it again (`reason`: why it
+    /// was read); returns the limit before when it changed. Nothing for a plugin the node
+    /// did not register with a node service.
+    fn set_node_limit(
+        &mut self,
+        node: &str,
+        plugin: &str,
+        limit: u32,
+        reason: &str,
+    ) -> ApiResult<Option<u32>>;
 
     // ---- controller operations ----
 

@@ -147,7 +147,10 @@ fn bench_backlog_scenario() {
         "attach_wait_in_ops",
         "machine",
     ] {
-        assert!(r.get(key).is_some_and(|v| !v.is_null()), "no `{key}` in {r:#}");
+        assert!(
+            r.get(key).is_some_and(|v| !v.is_null()),
+            "no `{key}` in {r:#}"
+        );
     }
     assert_eq!(r["detaches"], 30);
     assert!(r["queued_at_attach"].as_u64().unwrap() > 0, "{r:#}");

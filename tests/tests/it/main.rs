@@ -10,6 +10,7 @@ mod e2e;
 mod expand;
 mod fence;
 mod fence_trust;
+mod limits;
 mod modify;
 mod network;
 mod queue;

@@ -155,8 +155,7 @@ impl AttachmentRow {
     }
 }
 
-pub const NODE_COLUMNS: &str =
-    "name, status, registered_at, lost_at, fence_after_ms, fenced_at, eligibility";
+pub const NODE_COLUMNS: &str = "name, status, registered_at, lost_at, fence_after_ms, fenced_at, eligibility, limits_refresh_at";
 
 impl NodeRow {
     pub fn from_row(r: &Row<'_>) -> rusqlite::Result<Self> {
@@ -168,6 +167,7 @@ impl NodeRow {
             fence_after_ms: r.get(4)?,
             fenced_at: r.get(5)?,
             eligibility: parse(r.get(6)?)?,
+            limits_refresh_at: r.get(7)?,
         })
     }
 
@@ -180,7 +180,8 @@ impl NodeRow {
 impl NodePluginRow {
     pub fn of_node(conn: &Connection, node: &str) -> ApiResult<Vec<Self>> {
         let mut stmt = conn.prepare_cached(
-            "SELECT plugin, csi_node_id, max_volumes, node_service, controller, topology \
+            "SELECT plugin, csi_node_id, max_volumes, node_service, controller, topology, \
+                    limit_change, limit_read_at \
              FROM node_plugins WHERE node = ?1 ORDER BY plugin",
         )?;
         let rows = stmt
@@ -192,6 +193,8 @@ impl NodePluginRow {
                     node_service: r.get(3)?,
                     controller: r.get(4)?,
                     topology: json(r.get(5)?)?,
+                    limit_change: r.get::<_, Option<String>>(6)?.map(json).transpose()?,
+                    limit_read_at: r.get(7)?,
                 })
             })?
             .collect::<Result<Vec<_>, _>>()?;

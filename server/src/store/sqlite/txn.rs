@@ -465,20 +465,42 @@ impl Txn for WriteCtx<'_> {
                 to_json(labels)
             ],
         )?;
+        // What was known of each plugin's limit: a registration that reads another one is a
+        // change like one read while the node ran; an unchanged one keeps the last change.
+        let before: BTreeMap<String, (u32, Option<String>)> = self
+            .tx
+            .prepare_cached(
+                "SELECT plugin, max_volumes, limit_change FROM node_plugins WHERE node = ?1",
+            )?
+            .query_map([name], |r| Ok((r.get(0)?, (r.get(1)?, r.get(2)?))))?
+            .collect::<Result<_, _>>()?;
         exec(self.tx, "DELETE FROM node_plugins WHERE node = ?1", [name])?;
         for p in plugins {
             let node_part = p.node.as_ref();
+            let limit = node_part.map_or(0, |n| n.info.max_volumes_per_node);
+            let limit_change = match before.get(&p.id) {
+                Some((from, _)) if *from != limit && node_part.is_some() => {
+                    Some(to_json(&crate::model::LimitChangeRow {
+                        from: *from,
+                        to: limit,
+                        at_ms: self.now,
+                        reason: "registration".to_owned(),
+                    }))
+                }
+                Some((_, kept)) => kept.clone(),
+                None => None,
+            };
             exec(
                 self.tx,
                 "INSERT INTO node_plugins (node, plugin, registration, csi_node_id, max_volumes, node_service, controller, \
-                 controller_service, controller_publish, stage_unstage, topology) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                 controller_service, controller_publish, stage_unstage, topology, limit_change) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
                 params![
                     name,
                     p.id,
                     to_json(p),
                     node_part.map(|n| n.info.node_id.clone()),
-                    node_part.map_or(0, |n| n.info.max_volumes_per_node),
+                    limit,
                     node_part.is_some(),
                     p.controller.is_some(),
                     p.capabilities.controller_service,
@@ -489,6 +511,7 @@ impl Txn for WriteCtx<'_> {
                             .and_then(|n| n.info.accessible_topology.clone())
                             .unwrap_or_default()
                     ),
+                    limit_change,
                 ],
             )?;
         }
@@ -519,6 +542,48 @@ impl Txn for WriteCtx<'_> {
             params![at_ms, name],
         )?;
         Ok(())
+    }
+
+    fn ask_node_limits(&mut self, name: &str) -> ApiResult<()> {
+        exec(
+            self.tx,
+            "UPDATE nodes SET limits_refresh_at = ?1 WHERE name = ?2",
+            params![self.now, name],
+        )?;
+        Ok(())
+    }
+
+    fn set_node_limit(
+        &mut self,
+        node: &str,
+        plugin: &str,
+        limit: u32,
+        reason: &str,
+    ) -> ApiResult<Option<u32>> {
+        let Some(from) = self
+            .node_plugin(node, plugin)?
+            .filter(|p| p.node_service)
+            .map(|p| p.max_volumes)
+        else {
+            return Ok(None);
+        };
+        let change = (from != limit).then(|| {
+            to_json(&crate::model::LimitChangeRow {
+                from,
+                to: limit,
+                at_ms: self.now,
+                reason: reason.to_owned(),
+            })
+        });
+        exec(
+            self.tx,
+            "UPDATE node_plugins SET max_volumes = ?3, limit_read_at = ?4, \
+               limit_change = coalesce(?5, limit_change), \
+               registration = json_set(registration, '$.node.info.max_volumes_per_node', ?3) \
+             WHERE node = ?1 AND plugin = ?2",
+            params![node, plugin, limit, self.now, change],
+        )?;
+        Ok((from != limit).then_some(from))
     }
 
     fn queue_op(
