@@ -708,25 +708,43 @@ impl ControllerPlugin {
             ControllerOpKind::CreateSnapshot {
                 snapshot,
                 source_volume_id,
+                snapshot_id,
                 parameters,
                 secrets,
             } => {
-                let req = csi::CreateSnapshotRequest {
-                    source_volume_id: source_volume_id.clone(),
-                    name: snapshot.clone(),
-                    secrets: wire_map(secrets),
-                    parameters: wire_map(parameters),
+                // Once the snapshot is cut, a plugin with GET_SNAPSHOT is asked about that one
+                // snapshot (GetSnapshot: "Snapshots which were recently created and not yet
+                // ready to use must be retrievable with this RPC"); a plugin without it is
+                // asked CreateSnapshot again, as the spec advises ("calling CreateSnapshot
+                // repeatedly is the preferred way to check if the processing is complete").
+                let (call, s) = if !snapshot_id.is_empty() && self.capabilities.get_snapshot {
+                    let req = csi::GetSnapshotRequest {
+                        snapshot_id: snapshot_id.clone(),
+                        secrets: wire_map(secrets),
+                    };
+                    let r = client
+                        .get_snapshot(with_deadline(req, self.timeout))
+                        .await
+                        .map_err(|s| CallError::new("GetSnapshot", s))?;
+                    ("GetSnapshot", r.into_inner().snapshot)
+                } else {
+                    let req = csi::CreateSnapshotRequest {
+                        source_volume_id: source_volume_id.clone(),
+                        name: snapshot.clone(),
+                        secrets: wire_map(secrets),
+                        parameters: wire_map(parameters),
+                    };
+                    let r = client
+                        .create_snapshot(with_deadline(req, self.timeout))
+                        .await
+                        .map_err(|s| CallError::new("CreateSnapshot", s))?;
+                    ("CreateSnapshot", r.into_inner().snapshot)
                 };
-                let r = client
-                    .create_snapshot(with_deadline(req, self.timeout))
-                    .await
-                    .map_err(|s| CallError::new("CreateSnapshot", s))?;
-                let s = r.into_inner().snapshot.ok_or_else(|| {
-                    CallError::invalid_response("CreateSnapshot", "`snapshot` is missing")
-                })?;
+                let s =
+                    s.ok_or_else(|| CallError::invalid_response(call, "`snapshot` is missing"))?;
                 if s.snapshot_id.is_empty() {
                     return Err(CallError::invalid_response(
-                        "CreateSnapshot",
+                        call,
                         "`snapshot.snapshot_id` is empty",
                     ));
                 }

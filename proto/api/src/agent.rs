@@ -189,11 +189,16 @@ pub enum ControllerOpKind {
         #[serde(default)]
         secrets: BTreeMap<String, String>,
     },
-    /// CreateSnapshot; repeated (it is idempotent by name) until `ready_to_use`.
+    /// CreateSnapshot; repeated (it is idempotent by name) until `ready_to_use`, or, once
+    /// the snapshot is cut (`snapshot_id` known) and the plugin has GET_SNAPSHOT,
+    /// GetSnapshot in its place.
     CreateSnapshot {
         snapshot: String,
         /// The plugin's id of the source volume.
         source_volume_id: String,
+        /// The plugin's id of the snapshot once CreateSnapshot answered (empty before).
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        snapshot_id: String,
         #[serde(default)]
         parameters: BTreeMap<String, String>,
         #[serde(default)]

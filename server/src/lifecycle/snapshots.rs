@@ -420,6 +420,7 @@ pub(super) fn snapshot_op_kind(
             Some(ControllerOpKind::CreateSnapshot {
                 snapshot: s.name.clone(),
                 source_volume_id: v.external_id.clone(),
+                snapshot_id: s.snapshot_id.clone(),
                 parameters: s.parameters.clone(),
                 secrets,
             })
