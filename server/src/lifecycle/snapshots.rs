@@ -1,8 +1,10 @@
 //! Snapshots: taken and deleted through the plugin's controller as controller operations
 //! (queued, handed to controller hosts within the same limits, retried with the same
-//! backoff as CreateVolume), `ready_to_use` tracked until true by repeating CreateSnapshot
-//! (idempotent by name, as the spec allows); and the content source of a volume created
-//! from a snapshot or cloned from a volume.
+//! backoff as CreateVolume), `ready_to_use` tracked until true by repeating the operation:
+//! CreateSnapshot (idempotent by name, as the spec allows), or GetSnapshot of the snapshot
+//! cut where the plugin has GET_SNAPSHOT (the controller host chooses; the operation names
+//! the snapshot id once known); and the content source of a volume created from a
+//! snapshot or cloned from a volume.
 //!
 //! A snapshot's operations are queued under the key `snapshot/NAME` in the operation's
 //! volume column: no volume can be named so (names have no `/`), so the queue's

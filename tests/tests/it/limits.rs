@@ -130,14 +130,18 @@ fn a_limit_read_again_is_counted_by_the_next_claim_and_shown() {
     });
 }
 
-#[test]
-fn a_controller_publish_answering_resource_exhausted_reads_the_limit_at_once() {
+/// A node whose plugin holds 3 volumes, with one claimed; the storage system's limit then
+/// drops to 1 and a second claim, still placed by the server's count, meets the plugin's
+/// RESOURCE_EXHAUSTED. Waits until the node read its limit again for `reason`.
+fn exhausted_at_the_second_claim(name: &str, plugin_args: &[&str], reason: &str) -> Cluster {
     // The periodic read is far off: only the RESOURCE_EXHAUSTED makes the node read it.
+    let mut plugin_args: Vec<String> = plugin_args.iter().map(|a| (*a).to_owned()).collect();
+    plugin_args.push("--max-volumes-per-node=3".into());
     let c = Cluster::start(
-        "limits-publish",
+        name,
         "30s",
         vec![NodeOpts {
-            plugin_args: vec!["--max-volumes-per-node=3".into()],
+            plugin_args,
             agent_args: vec!["--node-limits-refresh=1h".into()],
         }],
     );
@@ -146,11 +150,16 @@ fn a_controller_publish_answering_resource_exhausted_reads_the_limit_at_once() {
     }
     claim(&c, "v1", true).ok();
     set_limit(&c, "node-1", 1);
-    // The server still counts 3: the claim is placed, and ControllerPublishVolume refuses it.
     claim(&c, "v2", false).ok();
-    let reason = "ControllerPublishVolume to this node answered RESOURCE_EXHAUSTED";
     let p = wait_limit(&c, 1, reason);
     assert_eq!(p["limit_change"]["from"], 3, "{p}");
+    c
+}
+
+#[test]
+fn a_controller_publish_answering_resource_exhausted_reads_the_limit_at_once() {
+    let reason = "ControllerPublishVolume to this node answered RESOURCE_EXHAUSTED";
+    let c = exhausted_at_the_second_claim("limits-publish", &[], reason);
     let v2 = c
         .csivol(&["volume", "show", "v2", "-o", "json"])
         .ok()
@@ -162,23 +171,8 @@ fn a_controller_publish_answering_resource_exhausted_reads_the_limit_at_once() {
 #[test]
 fn a_node_stage_answering_resource_exhausted_reads_the_limit_at_once() {
     // No ControllerPublishVolume: the node plugin itself holds the limit at NodeStageVolume.
-    let mut c = Cluster::start(
-        "limits-stage",
-        "30s",
-        vec![NodeOpts {
-            plugin_args: vec!["--no-controller".into(), "--max-volumes-per-node=3".into()],
-            agent_args: vec!["--node-limits-refresh=1h".into()],
-        }],
-    );
-    for v in ["v1", "v2", "v3"] {
-        create_volume(&c, v, "single-node-writer");
-    }
-    claim(&c, "v1", true).ok();
-    set_limit(&c, "node-1", 1);
-    claim(&c, "v2", false).ok();
     let reason = "NodeStageVolume answered RESOURCE_EXHAUSTED";
-    let p = wait_limit(&c, 1, reason);
-    assert_eq!(p["limit_change"]["from"], 3, "{p}");
+    let mut c = exhausted_at_the_second_claim("limits-stage", &["--no-controller"], reason);
     assert!(
         c.nodes[0]
             .plugin_calls()
