@@ -84,6 +84,7 @@ fn main() -> ExitCode {
         Command::Tls(m) => return moved("tls", vec!["csivol-server", "tls"], &m.args),
         Command::Hostpath(m) => return moved("hostpath", vec!["csivol-hostpath"], &m.args),
     };
+    csivol_csi::supervised::exit_with_parent();
     csivol_daemon::init_logs();
     // A node agent is a small process that mostly waits on sockets: one thread runs it for
     // less CPU per call than a pool of workers waking each other across cores (blocking

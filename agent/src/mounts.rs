@@ -1,7 +1,7 @@
 //! Whether a staging or a published target really holds its volume, judged from the mount
 //! table (`/proc/self/mountinfo`), never from the agent's records.
 //!
-//! The rule (see ARCHITECTURE.md, "Node truth"): a mount shows a volume's data exactly when
+//! The rule (docs/design/readiness.md): a mount shows a volume's data exactly when
 //! its device (`MAJOR:MINOR`) and root are the volume's. So
 //! - a staging is there when its path is a mount point that is not a bind of a directory
 //!   below the agent's data dir (the empty directory the agent created for it);

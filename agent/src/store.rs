@@ -39,10 +39,12 @@ pub enum StoreError {
         source: std::io::Error,
     },
     #[error(
-        "another csivol-agent is using the data dir {}; stop it first or choose another --data-dir",
-        dir.display()
+        "another csivol-agent{} is using the data dir {}; stop it first{} or choose another --data-dir",
+        holder.map(|p| format!(" (pid {p})")).unwrap_or_default(),
+        dir.display(),
+        holder.map(|p| format!(" (`kill {p}`)")).unwrap_or_default()
     )]
-    Busy { dir: PathBuf },
+    Busy { dir: PathBuf, holder: Option<u32> },
     #[error("agent.db was written by a newer csivol-agent (schema {0}); upgrade this agent")]
     Newer(i32),
     #[error("failed to write agent.db")]
@@ -523,7 +525,7 @@ fn check_boot(conn: &Connection) -> rusqlite::Result<bool> {
 /// Takes the data dir's lock, waiting a little for an agent that is just exiting.
 async fn lock(dir: &Path) -> Result<OwnedFd, StoreError> {
     use rustix::fs::{FlockOperation, Mode, OFlags, flock, open};
-    let path = dir.join("agent.lock");
+    let path = dir.join(csivol_daemon::lock::FILE);
     let fd = open(
         &path,
         OFlags::CREATE | OFlags::RDWR | OFlags::CLOEXEC,
@@ -536,13 +538,21 @@ async fn lock(dir: &Path) -> Result<OwnedFd, StoreError> {
     let started = Instant::now();
     loop {
         match flock(&fd, FlockOperation::NonBlockingLockExclusive) {
-            Ok(()) => return Ok(fd),
+            Ok(()) => {
+                // The holder's pid, for the error a second agent on this dir gives.
+                csivol_daemon::lock::record_holder(&fd).map_err(|source| StoreError::Lock {
+                    path: path.clone(),
+                    source,
+                })?;
+                return Ok(fd);
+            }
             Err(rustix::io::Errno::WOULDBLOCK) if started.elapsed() < LOCK_WAIT => {
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
             Err(rustix::io::Errno::WOULDBLOCK) => {
                 return Err(StoreError::Busy {
                     dir: dir.to_owned(),
+                    holder: csivol_daemon::lock::holder_pid(&path),
                 });
             }
             Err(e) => {

@@ -51,6 +51,8 @@ pub struct Client {
     /// The server's base URL, without a trailing slash.
     pub addr: String,
     token_source: TokenSource,
+    /// The default CA file, when the CA came from there.
+    default_ca: Option<PathBuf>,
 }
 
 impl Client {
@@ -59,8 +61,11 @@ impl Client {
         let ca = args
             .ca_cert
             .clone()
-            .or_else(|| env::var(env::CSIVOL_CACERT).map(PathBuf::from))
-            .or_else(env::default_ca_file);
+            .or_else(|| env::var(env::CSIVOL_CACERT).map(PathBuf::from));
+        // The default CA file, when it is the one used: a refusal then says where it came
+        // from (a dev cluster may have put it there).
+        let default_ca = ca.is_none().then(env::default_ca_file).flatten();
+        let ca = ca.or_else(|| default_ca.clone());
         let addr = match args.addr.is_empty() {
             false => args.addr.join(","),
             true => env::var(env::CSIVOL_ADDR).unwrap_or_else(|| {
@@ -77,9 +82,11 @@ impl Client {
         if addrs.is_empty() {
             addrs.push(addr.clone());
         }
+        // With a CA at hand, an address without a scheme means TLS.
+        let scheme = if ca.is_some() { "https" } else { "http" };
         let addr = addrs
             .iter()
-            .map(|a| normalise_addr(a))
+            .map(|a| normalise_addr(a, scheme))
             .collect::<anyhow::Result<Vec<_>>>()?
             .join(",");
         let (token, token_source) = resolve_token(args.token.as_deref())?;
@@ -104,6 +111,7 @@ impl Client {
             api,
             addr,
             token_source,
+            default_ca,
         })
     }
 
@@ -234,12 +242,31 @@ impl Client {
             cause = next;
         }
         let text = cause.to_string();
-        let hint = if text.contains("certificate") || text.contains("UnknownIssuer") {
-            format!(
-                "the server's certificate is not trusted: pass the CA that signed it with \
-                 --ca-cert or {} (csivol-server tls init wrote it as ca.pem)",
-                env::CSIVOL_CACERT
+        // A TLS server answers a plain request with a TLS record, which HTTP/1 parsing
+        // calls an invalid version; a plain server answers a TLS hello with HTTP, which
+        // rustls calls a message of an invalid content type.
+        let swapped = if text.contains("invalid HTTP version") && self.addr.contains("http://") {
+            Some(("TLS", self.addr.replace("http://", "https://")))
+        } else if text.contains("InvalidContentType") && self.addr.contains("https://") {
+            Some(("plain HTTP", self.addr.replace("https://", "http://")))
+        } else {
+            None
+        };
+        if let Some((speaks, to)) = swapped {
+            return Failure::new(
+                Exit::Unreachable,
+                format!(
+                    "the csivol server at {} speaks {speaks}: use {to}",
+                    self.addr
+                ),
             )
+            .hint(format!(
+                "pass --addr {to} (or set {} to it)",
+                env::CSIVOL_ADDR
+            ));
+        }
+        let hint = if text.contains("certificate") || text.contains("UnknownIssuer") {
+            self.ca_hint()
         } else {
             hint
         };
@@ -324,13 +351,13 @@ fn truncate(s: &str, max: usize) -> String {
     }
 }
 
-/// `host:port` becomes `http://host:port`; a trailing slash is dropped.
-fn normalise_addr(addr: &str) -> anyhow::Result<String> {
+/// `host:port` becomes `SCHEME://host:port`; a trailing slash is dropped.
+fn normalise_addr(addr: &str, scheme: &str) -> anyhow::Result<String> {
     let addr = addr.trim();
     let full = if addr.contains("://") {
         addr.to_owned()
     } else {
-        format!("http://{addr}")
+        format!("{scheme}://{addr}")
     };
     let bad = |why: &str| {
         Failure::usage(format!("invalid server address `{addr}`: {why}")).hint(format!(
@@ -353,6 +380,27 @@ fn normalise_addr(addr: &str) -> anyhow::Result<String> {
 }
 
 impl Client {
+    /// Why the server's certificate may not be trusted, and which CA to pass.
+    fn ca_hint(&self) -> String {
+        let right = format!(
+            "pass the CA that signed it with --ca-cert or {} (csivol-server tls init wrote it as \
+             ca.pem)",
+            env::CSIVOL_CACERT
+        );
+        if let Some(path) = &self.default_ca
+            && let Some(dir) = dev_record(&path.with_file_name(env::DEV_CA_RECORD))
+        {
+            return format!(
+                "the server's certificate is not signed by the CA in {}, which the dev cluster in \
+                 {dir} wrote; if that is not the server at {}, run `source DIR/env` with the dev \
+                 dir of the running cluster, or {right}",
+                path.display(),
+                self.addr
+            );
+        }
+        format!("the server's certificate is not trusted: {right}")
+    }
+
     /// Where the refused token came from and how to use the right one.
     fn token_hint(&self) -> String {
         let right = format!(
@@ -361,8 +409,7 @@ impl Client {
             env::CSIVOL_TOKEN
         );
         if let TokenSource::DefaultFile(path) = &self.token_source
-            && let Ok(record) = std::fs::read_to_string(path.with_file_name(env::DEV_TOKEN_RECORD))
-            && let Some(dir) = record.lines().nth(1)
+            && let Some(dir) = dev_record(&path.with_file_name(env::DEV_TOKEN_RECORD))
         {
             return format!(
                 "that token was written by the dev cluster in {dir}; if that is not the server at \
@@ -372,6 +419,12 @@ impl Client {
         }
         right
     }
+}
+
+/// The dev dir a dev-mode record (`token.from-dev`, `ca.from-dev`) names: its second line.
+fn dev_record(path: &std::path::Path) -> Option<String> {
+    let record = std::fs::read_to_string(path).ok()?;
+    record.lines().nth(1).map(str::to_owned)
 }
 
 fn resolve_token(flag: Option<&str>) -> anyhow::Result<(Option<String>, TokenSource)> {
@@ -418,13 +471,23 @@ mod tests {
     #[test]
     fn addresses() {
         assert_eq!(
-            normalise_addr("127.0.0.1:7420").unwrap(),
+            normalise_addr("127.0.0.1:7420", "http").unwrap(),
             "http://127.0.0.1:7420"
         );
-        assert_eq!(normalise_addr("http://h:1/").unwrap(), "http://h:1");
-        assert_eq!(normalise_addr("https://h:1").unwrap(), "https://h:1");
+        assert_eq!(
+            normalise_addr("127.0.0.1:7420", "https").unwrap(),
+            "https://127.0.0.1:7420"
+        );
+        assert_eq!(
+            normalise_addr("http://h:1/", "https").unwrap(),
+            "http://h:1"
+        );
+        assert_eq!(
+            normalise_addr("https://h:1", "http").unwrap(),
+            "https://h:1"
+        );
         for bad in ["http://h:1/v1", "ftp://x", "http://"] {
-            let e = normalise_addr(bad).unwrap_err();
+            let e = normalise_addr(bad, "http").unwrap_err();
             assert_eq!(
                 e.downcast_ref::<Failure>().unwrap().exit,
                 Exit::Usage,

@@ -62,6 +62,9 @@ pub const DEFAULT_TOKEN_FILE: &str = "csivol/token";
 /// (written by `csivol-server dev`; read for the hint of a refused token).
 pub const DEV_TOKEN_RECORD: &str = "token.from-dev";
 
+/// The same beside the default CA file, when dev mode wrote that CA.
+pub const DEV_CA_RECORD: &str = "ca.from-dev";
+
 /// A variable's value, treating an empty one as unset.
 pub fn var(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())

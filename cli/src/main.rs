@@ -3,16 +3,27 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use csivol::args::Cli;
+use csivol::args::{self, Cli};
 use csivol::commands;
 use csivol::failure::{Exit, classify, is_broken_pipe};
 use csivol::output::Out;
 
 fn main() -> ExitCode {
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if argv.get(1).is_some_and(|a| a == args::COMPLETE) {
+        let complete = args::CompleteArgs::parse_from(&argv[1..]);
+        let out = Out::new(&complete.global);
+        return finish(&out, block_on(commands::complete(complete, out.clone())));
+    }
     // Usage errors exit with 2 here, `--help` and `--version` with 0.
-    let cli = Cli::parse();
+    let cli = Cli::try_parse_from(&argv).unwrap_or_else(|e| args::usage_error(e).exit());
     let out = Out::new(&cli.global);
-    match run(cli, out.clone()) {
+    finish(&out, block_on(commands::run(cli, out.clone())))
+}
+
+/// The exit code of a command's result, its error printed once.
+fn finish(out: &Out, result: anyhow::Result<Exit>) -> ExitCode {
+    match result {
         Ok(exit) => exit.into(),
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
@@ -23,10 +34,10 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(cli: Cli, out: Out) -> anyhow::Result<Exit> {
+fn block_on(command: impl Future<Output = anyhow::Result<Exit>>) -> anyhow::Result<Exit> {
     // One thread is plenty: a command makes one request at a time.
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    runtime.block_on(commands::run(cli, out))
+    runtime.block_on(command)
 }

@@ -49,8 +49,11 @@ struct CreateFile {
     plugin: String,
     access_mode: AccessMode,
     attachment: Attachment,
+    /// A size with its unit (`"10GiB"`), or bytes; `capacity_bytes` takes either too.
     #[serde(default)]
-    capacity_bytes: u64,
+    capacity: Option<Size>,
+    #[serde(default)]
+    capacity_bytes: Option<Size>,
     #[serde(default)]
     fs_type: String,
     #[serde(default)]
@@ -63,6 +66,35 @@ struct CreateFile {
     topology_request: Option<TopologyRequest>,
     #[serde(default)]
     mutable_parameters: BTreeMap<String, String>,
+}
+
+/// A capacity: a number of bytes, or a string with a unit as `volume expand` takes it
+/// (`"100M"`, `"1.5GiB"`).
+#[derive(Debug)]
+struct Size(u64);
+
+impl<'de> Deserialize<'de> for Size {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = Size;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a size: bytes, or a string with a unit such as \"10GiB\" or \"500M\"")
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Size, E> {
+                Ok(Size(v))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Size, E> {
+                u64::try_from(v)
+                    .map(Size)
+                    .map_err(|_| E::custom("a size cannot be negative"))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Size, E> {
+                csivol_api::parse_size(v).map(Size).map_err(E::custom)
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 /// A secret value. Its deserialiser refuses anything but a string without quoting the
@@ -124,7 +156,7 @@ fn secrets(s: BTreeMap<String, Secret>) -> BTreeMap<String, String> {
 
 /// Reads a `volume register` spec: the volume's name and its spec.
 pub fn read_register(path: &Path) -> anyhow::Result<(String, VolumeSpec)> {
-    let (origin, f): (_, RegisterFile) = read(path)?;
+    let (origin, f): (_, RegisterFile) = read(path, "register")?;
     check_name(&origin, &f.name)?;
     let spec = VolumeSpec {
         plugin: f.plugin,
@@ -143,13 +175,24 @@ pub fn read_register(path: &Path) -> anyhow::Result<(String, VolumeSpec)> {
 
 /// Reads a `volume create` spec: the volume's name and its spec.
 pub fn read_create(path: &Path) -> anyhow::Result<(String, CreateVolumeSpec)> {
-    let (origin, f): (_, CreateFile) = read(path)?;
+    let (origin, f): (_, CreateFile) = read(path, "create")?;
     check_name(&origin, &f.name)?;
+    let capacity_bytes = match (f.capacity, f.capacity_bytes) {
+        (Some(_), Some(_)) => {
+            return Err(Failure::usage(format!(
+                "invalid volume spec {origin}: both `capacity` and `capacity_bytes` are given"
+            ))
+            .hint("keep one: `capacity = \"10GiB\"` (a unit, or bytes) or `capacity_bytes`")
+            .into());
+        }
+        (Some(Size(b)), None) | (None, Some(Size(b))) => b,
+        (None, None) => 0,
+    };
     let spec = CreateVolumeSpec {
         plugin: f.plugin,
         access_mode: f.access_mode,
         attachment: f.attachment,
-        capacity_bytes: f.capacity_bytes,
+        capacity_bytes,
         fs_type: f.fs_type,
         mount_flags: f.mount_flags,
         parameters: f.parameters,
@@ -167,7 +210,8 @@ fn check_name(origin: &str, name: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn read<T: DeserializeOwned>(path: &Path) -> anyhow::Result<(String, T)> {
+/// Reads and parses a spec file for `volume VERB`.
+fn read<T: DeserializeOwned>(path: &Path, verb: &str) -> anyhow::Result<(String, T)> {
     let (origin, text) = if path == Path::new("-") {
         let mut text = String::new();
         std::io::stdin()
@@ -190,12 +234,12 @@ fn read<T: DeserializeOwned>(path: &Path) -> anyhow::Result<(String, T)> {
             let full = e.to_string();
             let suffix = format!(" at line {} column {}", e.line(), e.column());
             let msg = full.strip_suffix(&suffix).unwrap_or(&full).to_owned();
-            located(&origin, &text, e.line(), e.column(), &msg, ':')
+            located(&origin, &text, (e.line(), e.column()), &msg, ':', verb)
         })
     } else {
         toml::from_str(&text).map_err(|e| {
             let (line, col) = e.span().map_or((0, 0), |s| line_col(&text, s.start));
-            located(&origin, &text, line, col, e.message().trim(), '=')
+            located(&origin, &text, (line, col), e.message().trim(), '=', verb)
         })
     };
     Ok((origin, parsed?))
@@ -214,7 +258,14 @@ fn line_col(text: &str, offset: usize) -> (usize, usize) {
 
 /// An error at a position; names the key written on that line when the message does not
 /// already name a field. Only the key is shown, never the line, which may hold a secret.
-fn located(origin: &str, text: &str, line: usize, col: usize, msg: &str, sep: char) -> Failure {
+fn located(
+    origin: &str,
+    text: &str,
+    (line, col): (usize, usize),
+    msg: &str,
+    sep: char,
+    verb: &str,
+) -> Failure {
     let mut out = format!("invalid volume spec {origin}");
     if line > 0 {
         out.push_str(&format!(": line {line}, column {col}"));
@@ -232,10 +283,14 @@ fn located(origin: &str, text: &str, line: usize, col: usize, msg: &str, sep: ch
             out.push_str(&format!(" (field `{k}`)"));
         }
     }
-    Failure::usage(out).hint(
-        "a spec needs `name`, `plugin`, `access_mode`, `attachment` (and `external_id` to \
-         register); see `csivol volume register --help`",
-    )
+    let needs = if verb == "register" {
+        "`name`, `plugin`, `external_id`, `access_mode`, `attachment`"
+    } else {
+        "`name`, `plugin`, `access_mode`, `attachment`"
+    };
+    Failure::usage(out).hint(format!(
+        "a spec needs {needs}; `csivol volume {verb} --help` lists every field and its values"
+    ))
 }
 
 #[cfg(test)]
@@ -308,6 +363,66 @@ key = "s3cret"
         )
         .unwrap_err();
         assert!(!e.contains("987654321"), "{e}");
+    }
+
+    fn create(text: &str) -> Result<CreateVolumeSpec, String> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        std::fs::write(
+            &path,
+            format!(
+                "name = \"c1\"\nplugin = \"hp\"\naccess_mode = \"single-node-writer\"\n\
+                 attachment = \"file-system\"\n{text}"
+            ),
+        )
+        .unwrap();
+        read_create(&path)
+            .map(|(_, spec)| spec)
+            .map_err(|e| e.downcast_ref::<Failure>().unwrap().message.clone())
+    }
+
+    /// The example specs in `volume register --help` and `volume create --help` are read
+    /// as they are shown.
+    #[test]
+    fn the_help_examples_parse() {
+        let dir = tempfile::tempdir().unwrap();
+        for (example, register) in [
+            (crate::args::REGISTER_EXAMPLE, true),
+            (crate::args::CREATE_EXAMPLE, false),
+        ] {
+            let body: Vec<&str> = example.lines().skip(1).map(str::trim).collect();
+            let path = dir.path().join("example.toml");
+            std::fs::write(&path, body.join("\n")).unwrap();
+            if register {
+                read_register(&path).unwrap();
+            } else {
+                assert_eq!(read_create(&path).unwrap().1.capacity_bytes, 1 << 30);
+            }
+        }
+    }
+
+    #[test]
+    fn capacities_take_units_as_volume_expand_does() {
+        for (line, bytes) in [
+            ("", 0),
+            ("capacity_bytes = 1048576", 1 << 20),
+            ("capacity_bytes = \"100M\"", 100_000_000),
+            ("capacity = \"1.5GiB\"", 3 << 29),
+            ("capacity = \"64 MiB\"", 64 << 20),
+            ("capacity = 4096", 4096),
+        ] {
+            assert_eq!(create(line).unwrap().capacity_bytes, bytes, "{line}");
+        }
+        let e = create("capacity = \"10 GB\"\ncapacity_bytes = 5").unwrap_err();
+        assert!(
+            e.ends_with("both `capacity` and `capacity_bytes` are given"),
+            "{e}"
+        );
+        let e = create("capacity = \"10 gigs\"").unwrap_err();
+        assert!(e.contains("unknown unit `gigs`"), "{e}");
+        assert!(e.ends_with("(field `capacity`)"), "{e}");
+        let e = create("capacity_bytes = -1").unwrap_err();
+        assert!(e.contains("a size cannot be negative"), "{e}");
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! What the server (`csivol-server`) and the node agent (`csivol-agent`) share, and
-//! nothing else: the modes of their data dirs and files, the signal that stops them, and
-//! their log setup.
+//! nothing else: the modes of their data dirs and files, the agent's data-dir lock (which
+//! dev mode checks), the signal that stops them, and their log setup.
 
+pub mod lock;
 pub mod modes;
 
 /// Completes on SIGTERM or SIGINT: how the server, the node agent and dev mode are asked to

@@ -6,6 +6,7 @@ use clap::Parser;
 use csivol_hostpath::{Args, run};
 
 fn main() -> ExitCode {
+    csivol_csi::supervised::exit_with_parent();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()

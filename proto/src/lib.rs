@@ -1,6 +1,6 @@
 //! The CSI v1 protocol as generated tonic/prost code, the conversions between it and the
 //! types the rest of csivol uses instead, a connector for plugin endpoints, and the mount
-//! table both ends of a node's CSI socket read.
+//! table both ends of a node's CSI socket read, and how dev mode's children die with it.
 //!
 //! Generated types stay at the edge: [`domain`] holds every conversion to and from the wire
 //! types, in one place; the plain types themselves are `csivol-api`'s, so that the CLI and
@@ -9,6 +9,7 @@
 pub mod domain;
 pub mod endpoint;
 pub mod mountinfo;
+pub mod supervised;
 
 /// Generated CSI v1 code (package `csi.v1`). Only [`domain`] and the gRPC edges of the
 /// agent and the reference plugin should touch these types.

@@ -49,6 +49,7 @@ string_enum! {
         VolumeUpdated = "volume-updated",
         VolumeCreating = "volume-creating",
         VolumeCreated = "volume-created",
+        VolumeCreateCancelled = "volume-create-cancelled",
         VolumeDeleting = "volume-deleting",
         VolumeDeleted = "volume-deleted",
         VolumeDeregistered = "volume-deregistered",

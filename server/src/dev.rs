@@ -76,6 +76,39 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         },
     };
 
+    // An agent left running on a node's data dir (one started by hand from the command dev
+    // mode prints when a node dies) would keep that node for itself: say which, and stop.
+    let strays: Vec<(String, Option<u32>)> = (1..=args.nodes)
+        .filter_map(|i| {
+            let node = format!("node-{i}");
+            csivol_daemon::lock::running_agent(&dir.join(&node).join("agent")).map(|p| (node, p))
+        })
+        .collect();
+    if !strays.is_empty() {
+        let which: Vec<String> = strays
+            .iter()
+            .map(|(n, p)| match p {
+                Some(p) => format!("{n} (pid {p})"),
+                None => n.clone(),
+            })
+            .collect();
+        let pids: Vec<String> = strays
+            .iter()
+            .filter_map(|(_, p)| p.map(|p| p.to_string()))
+            .collect();
+        let them = if strays.len() == 1 { "it" } else { "them" };
+        let stop = if pids.is_empty() {
+            format!("stop {them}")
+        } else {
+            format!("stop {them} with `kill {}`", pids.join(" "))
+        };
+        bail!(
+            "a csivol-agent is already running on the data dir of {} (started by hand, or left \
+             from an earlier dev mode); {stop}, then start dev mode again",
+            which.join(", ")
+        );
+    }
+
     // TLS with a CA of the dev cluster's own (made once, kept in DIR/tls); agents present
     // node certificates, so mutual TLS is exercised too.
     let tls_dir = dir.join("tls");
@@ -130,9 +163,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         DevClient(b.build()?)
     };
 
-    let mut children: Vec<(String, Child)> = Vec::new();
-    // Per child, the shell command that starts it again by hand (printed if it dies).
-    let mut again: Vec<String> = Vec::new();
+    let mut children: Vec<Kid> = Vec::new();
     let started: anyhow::Result<()> = async {
         for i in 1..=args.nodes {
             let node = format!("node-{i}");
@@ -157,19 +188,12 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
                 format!("--backend-dir={}", dir.join("backend").display()),
                 format!("--mount={mount}"),
             ]);
-            again.push(shell_line(
-                &plugin,
+            children.push(Kid::spawn(
+                format!("{node} plugin"),
+                plugin,
                 &node_dir.join("plugin.log"),
                 &node_dir.join("plugin.pid"),
-            ));
-            children.push((
-                format!("{node} plugin"),
-                spawn(
-                    plugin,
-                    &node_dir.join("plugin.log"),
-                    &node_dir.join("plugin.pid"),
-                )?,
-            ));
+            )?);
             let mut agent = Command::new(&agent_exe);
             agent.arg("run").args([
                 format!("--server={url}"),
@@ -197,23 +221,16 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
             if mount == "none" {
                 agent.arg("--ready-check=exists");
             }
-            again.push(shell_line(
-                &agent,
+            children.push(Kid::spawn(
+                format!("{node} agent"),
+                agent,
                 &node_dir.join("agent.log"),
                 &node_dir.join("agent.pid"),
-            ));
-            children.push((
-                format!("{node} agent"),
-                spawn(
-                    agent,
-                    &node_dir.join("agent.log"),
-                    &node_dir.join("agent.pid"),
-                )?,
-            ));
+            )?);
         }
         if !args.no_demo_volumes {
             client
-                .wait_for_nodes(args.nodes, Duration::from_secs(60))
+                .wait_for_nodes(args.nodes, Duration::from_secs(60), &mut children)
                 .await?;
             for (name, mode) in DEMO_VOLUMES {
                 client.create_volume(name, mode).await?;
@@ -228,34 +245,35 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         return Err(e);
     }
 
+    // The CLI built beside this program (`cargo build --release` builds them together).
+    let cli = agent_exe.with_file_name("csivol");
+    let cli = cli.is_file().then_some(cli);
     let env_file = dir.join("env");
     std::fs::write(
         &env_file,
-        format!(
-            "export CSIVOL_ADDR={url}\nexport CSIVOL_TOKEN_FILE={}\n{}",
-            token_path.display(),
-            tls.as_ref()
-                .map(|f| format!("export CSIVOL_CACERT={}\n", f.ca.display()))
-                .unwrap_or_default()
+        env_file_text(
+            &url,
+            &token_path,
+            tls.as_ref().map(|f| f.ca.as_path()),
+            cli.as_deref(),
         ),
     )?;
     let cli_token = offer_cli_token(&token, &dir);
     let cli_ca = tls.as_ref().and_then(|f| offer_cli_ca(&f.ca, &dir));
-    print_banner(
-        &url,
-        &dir,
-        &token_path,
-        &env_file,
-        cli_token
-            .as_deref()
-            .filter(|_| tls.is_none() || cli_ca.is_some()),
-        args.nodes,
-        &mount,
-    );
+    print_banner(&Banner {
+        url: &url,
+        token: &token_path,
+        env: &env_file,
+        cli: cli.as_deref(),
+        defaults: cli_token.is_some() && (tls.is_none() || cli_ca.is_some()),
+        nodes: args.nodes,
+        mount: &mount,
+        dir: &dir,
+    });
 
     // A child that dies (say, an agent killed to see a node fail) does not stop the others:
     // that is what a node failure looks like. Ctrl-C stops everything.
-    let watch = watch_children(&mut children, &again);
+    let watch = watch_children(&mut children);
     tokio::select! {
         () = csivol_daemon::shutdown_signal() => {}
         () = watch => {}
@@ -268,6 +286,20 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     let _ = stop_server.send(());
     serving.await.context("server task failed")??;
     Ok(())
+}
+
+/// Checks that this process may bind-mount, with a throwaway mount under `dir`.
+fn probe_mounts(dir: &Path) -> anyhow::Result<()> {
+    let probe = dir.join(".mount-probe");
+    let (src, dst) = (probe.join("src"), probe.join("dst"));
+    std::fs::create_dir_all(&src)?;
+    std::fs::create_dir_all(&dst)?;
+    let result = rustix::mount::mount_bind(&src, &dst);
+    if result.is_ok() {
+        rustix::mount::unmount(&dst, rustix::mount::UnmountFlags::DETACH)?;
+    }
+    let _ = std::fs::remove_dir_all(&probe);
+    result.map_err(Into::into)
 }
 
 /// A program dev mode runs, from the directory of this one: a build puts them together
@@ -289,42 +321,80 @@ fn sibling(name: &str) -> anyhow::Result<PathBuf> {
     Ok(path)
 }
 
-/// Checks that this process may bind-mount, with a throwaway mount under `dir`.
-fn probe_mounts(dir: &Path) -> anyhow::Result<()> {
-    let probe = dir.join(".mount-probe");
-    let (src, dst) = (probe.join("src"), probe.join("dst"));
-    std::fs::create_dir_all(&src)?;
-    std::fs::create_dir_all(&dst)?;
-    let result = rustix::mount::mount_bind(&src, &dst);
-    if result.is_ok() {
-        rustix::mount::unmount(&dst, rustix::mount::UnmountFlags::DETACH)?;
-    }
-    let _ = std::fs::remove_dir_all(&probe);
-    result.map_err(Into::into)
+/// A process dev mode started: a node's agent or plugin.
+struct Kid {
+    /// `node-1 agent`, `node-1 plugin`.
+    name: String,
+    child: Child,
+    log: PathBuf,
+    /// Where this run's output starts in `log` (the file is appended to across runs).
+    log_from: u64,
+    /// The shell command that starts it again by hand (printed if it dies).
+    again: String,
 }
 
-/// Starts a child with its output appended to `log` and its pid written to `pid_file`
-/// (so a failure can be simulated with `kill -9 $(cat DIR/node-2/agent.pid)`).
-fn spawn(mut cmd: Command, log: &Path, pid_file: &Path) -> anyhow::Result<Child> {
-    let out = std::fs::File::options()
-        .create(true)
-        .append(true)
-        .open(log)?;
-    let err = out.try_clone()?;
-    // A process group of its own: a Ctrl-C in the terminal reaches dev mode only, which
-    // stops the children in order (a plugin must outlive its agent's take-down).
-    cmd.stdin(Stdio::null())
-        .stdout(out)
-        .stderr(err)
-        .process_group(0)
-        .kill_on_drop(true);
-    let child = cmd
-        .spawn()
-        .with_context(|| format!("failed to start a child process (log: {})", log.display()))?;
-    if let Some(pid) = child.id() {
-        std::fs::write(pid_file, format!("{pid}\n"))?;
+impl Kid {
+    /// Starts a child with its output appended to `log` and its pid written to `pid_file`
+    /// (so a failure can be simulated with `kill -9 $(cat DIR/node-2/agent.pid)`). It dies
+    /// with dev mode, even when dev mode is killed outright ([`csivol_csi::supervised`]).
+    fn spawn(name: String, mut cmd: Command, log: &Path, pid_file: &Path) -> anyhow::Result<Self> {
+        let again = shell_line(&cmd, log, pid_file);
+        let out = std::fs::File::options()
+            .create(true)
+            .append(true)
+            .open(log)?;
+        let log_from = out.metadata()?.len();
+        let err = out.try_clone()?;
+        // A process group of its own: a Ctrl-C in the terminal reaches dev mode only, which
+        // stops the children in order (a plugin must outlive its agent's take-down).
+        cmd.stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .env(
+                csivol_csi::supervised::PARENT_PID,
+                std::process::id().to_string(),
+            )
+            .process_group(0)
+            .kill_on_drop(true);
+        let child = cmd
+            .spawn()
+            .with_context(|| format!("failed to start a child process (log: {})", log.display()))?;
+        if let Some(pid) = child.id() {
+            std::fs::write(pid_file, format!("{pid}\n"))?;
+        }
+        Ok(Self {
+            name,
+            child,
+            log: log.to_owned(),
+            log_from,
+            again,
+        })
     }
-    Ok(child)
+
+    /// What it said last before it exited: its last `error:` line in this run's output.
+    fn last_error(&self) -> Option<String> {
+        use std::io::{Read, Seek};
+        let mut f = std::fs::File::open(&self.log).ok()?;
+        f.seek(std::io::SeekFrom::Start(self.log_from)).ok()?;
+        let mut text = String::new();
+        f.read_to_string(&mut text).ok()?;
+        text.lines()
+            .rev()
+            .find_map(|l| l.strip_prefix("error: "))
+            .map(str::to_owned)
+    }
+
+    /// "node-2 agent exited (exit status: 1): another csivol-agent ...": why, when it said.
+    fn exit_line(&self, status: std::process::ExitStatus) -> String {
+        match self.last_error() {
+            Some(e) => format!("{} exited ({status}): {e}", self.name),
+            None => format!(
+                "{} exited ({status}); its log: {}",
+                self.name,
+                self.log.display()
+            ),
+        }
+    }
 }
 
 /// The shell command that starts `cmd` again as dev mode did: output appended to `log`,
@@ -346,29 +416,26 @@ fn shell_line(cmd: &Command, log: &Path, pid_file: &Path) -> String {
     )
 }
 
-/// Reports children as they exit, with the command that brings each back; returns once
-/// none is left.
-async fn watch_children(children: &mut [(String, Child)], again: &[String]) {
+/// Reports children as they exit, with why and the command that brings each back; returns
+/// once none is left.
+async fn watch_children(children: &mut [Kid]) {
     let mut alive = children.len();
     let mut reported = vec![false; children.len()];
     while alive > 0 {
-        for (i, (name, child)) in children.iter_mut().enumerate() {
+        for (i, kid) in children.iter_mut().enumerate() {
             if reported[i] {
                 continue;
             }
-            if let Ok(Some(status)) = child.try_wait() {
+            if let Ok(Some(status)) = kid.child.try_wait() {
                 reported[i] = true;
                 alive -= 1;
-                let how = again.get(i).map_or_else(
-                    || "restart dev mode to bring it back".to_owned(),
-                    |cmd| {
-                        format!(
-                            "to bring it back (its node comes back and cleans up as a returning \
-                             node does), run:\n  {cmd}\n(or Ctrl-C and run dev mode again)"
-                        )
-                    },
+                eprintln!(
+                    "{}; the rest of the cluster keeps running; to bring it back (its node comes \
+                     back and cleans up as a returning node does), run:\n  {}\n(or Ctrl-C and \
+                     run dev mode again)",
+                    kid.exit_line(status),
+                    kid.again
                 );
-                eprintln!("{name} exited ({status}); the rest of the cluster keeps running; {how}");
             }
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -383,17 +450,17 @@ const AGENT_STOP_TIME: Duration = Duration::from_secs(75);
 /// time) forces: the rest are killed. Whatever is still mounted below `dir` afterwards was
 /// left behind by a forced stop: it is unmounted, and said, so dev mode leaves nothing
 /// mounted behind.
-async fn stop(children: &mut Vec<(String, Child)>, dir: &Path) {
+async fn stop(children: &mut Vec<Kid>, dir: &Path) {
     let mut forced = false;
     for pass in ["agent", "plugin"] {
-        for (_, child) in children.iter_mut().filter(|(n, _)| n.ends_with(pass)) {
+        for Kid { child, .. } in children.iter_mut().filter(|k| k.name.ends_with(pass)) {
             if let Some(pid) = child.id()
                 && let Some(pid) = rustix::process::Pid::from_raw(pid as i32)
             {
                 let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
             }
         }
-        for (name, child) in children.iter_mut().filter(|(n, _)| n.ends_with(pass)) {
+        for Kid { name, child, .. } in children.iter_mut().filter(|k| k.name.ends_with(pass)) {
             if !forced {
                 tokio::select! {
                     r = tokio::time::timeout(AGENT_STOP_TIME, child.wait()) => {
@@ -527,30 +594,70 @@ fn offer_cli_ca(ca: &Path, dir: &Path) -> Option<PathBuf> {
     offer_cli_file(cli_ca_path()?, &ours, DEV_CA_RECORD, dir)
 }
 
-fn print_banner(
-    url: &str,
-    dir: &Path,
-    token: &Path,
-    env: &Path,
-    cli_token: Option<&Path>,
+/// `DIR/env`: what `source DIR/env` sets for the CLI to reach this cluster, wherever the
+/// user's defaults point: the address, the token, the CA, and the CLI on `PATH`.
+fn env_file_text(url: &str, token: &Path, ca: Option<&Path>, cli: Option<&Path>) -> String {
+    let mut text = format!(
+        "export CSIVOL_ADDR={url}\nexport CSIVOL_TOKEN_FILE={}\n",
+        csivol_daemon::shell_word(&token.display().to_string())
+    );
+    if let Some(ca) = ca {
+        text.push_str(&format!(
+            "export CSIVOL_CACERT={}\n",
+            csivol_daemon::shell_word(&ca.display().to_string())
+        ));
+    }
+    if let Some(dir) = cli.and_then(Path::parent) {
+        text.push_str(&format!(
+            "export PATH={}:\"$PATH\"\n",
+            csivol_daemon::shell_word(&dir.display().to_string())
+        ));
+    }
+    text
+}
+
+/// What the banner says once the cluster is up.
+struct Banner<'a> {
+    url: &'a str,
+    token: &'a Path,
+    env: &'a Path,
+    /// The CLI beside this binary, when it was built.
+    cli: Option<&'a Path>,
+    /// Whether the token and CA are where the CLI looks by default.
+    defaults: bool,
     nodes: u32,
-    mount: &str,
-) {
-    let finds = match cli_token {
-        Some(p) => format!(
-            "the operator token is also in {} where `csivol` finds it",
-            p.display()
-        ),
-        None => format!(
-            "another token is in the CLI's default place; run `source {}` first",
-            env.display()
-        ),
+    mount: &'a str,
+    dir: &'a Path,
+}
+
+fn print_banner(b: &Banner<'_>) {
+    let Banner {
+        url,
+        token,
+        env,
+        cli,
+        defaults,
+        nodes,
+        mount,
+        dir,
+    } = b;
+    let cli = match cli {
+        Some(p) => format!("the CLI: {}", p.display()),
+        None => "the CLI is not built beside this binary: `cargo build --release --bin csivol` \
+                 builds it (then `source` the env file below again)"
+            .to_owned(),
+    };
+    let defaults = if *defaults {
+        "\n(its token and CA are also where `csivol` looks by default)"
+    } else {
+        ""
     };
     println!(
         "csivol dev cluster is up: server {url}, {nodes} node(s), plugin `{DEV_PLUGIN}` (mounts: {mount})\n\
-         operator token: {}\n\
-         {finds}\n\n\
-         Try:\n  \
+         operator token: {}{defaults}\n\
+         {cli}\n\n\
+         Try, in another terminal (the env file sets PATH, the address, the token and the CA):\n  \
+         source {}\n  \
          csivol status\n  \
          csivol claim demo-data --node node-1 --alloc job-1 --wait\n  \
          csivol volume show demo-data\n  \
@@ -559,7 +666,8 @@ fn print_banner(
          To see a node fail: kill -9 $(cat {}/node-{nodes}/agent.pid)\n\n\
          Ctrl-C takes every node's volumes down through its plugin and stops; run again to resume.",
         token.display(),
-        dir.display()
+        csivol_daemon::shell_word(&env.display().to_string()),
+        csivol_daemon::shell_word(&dir.display().to_string())
     );
 }
 
@@ -590,9 +698,21 @@ impl DevClient {
         Ok(self.0.create_token(&req).await.map_err(dev_error)?.token)
     }
 
-    async fn wait_for_nodes(&self, n: u32, timeout: Duration) -> anyhow::Result<()> {
+    /// Waits until `n` nodes are ready; a child that exits meanwhile ends the wait with
+    /// what it said.
+    async fn wait_for_nodes(
+        &self,
+        n: u32,
+        timeout: Duration,
+        children: &mut [Kid],
+    ) -> anyhow::Result<()> {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
+            for kid in children.iter_mut() {
+                if let Ok(Some(status)) = kid.child.try_wait() {
+                    bail!("{}", kid.exit_line(status));
+                }
+            }
             let nodes = self.0.nodes().await.map_err(dev_error)?;
             let ready = nodes
                 .iter()

@@ -35,12 +35,9 @@ pub fn renew(
     ttl_ms: Option<u64>,
     actor: &str,
 ) -> ApiResult<api::Claim> {
-    let c = ClaimRow::load(ctx.tx, volume, alloc)?.ok_or_else(|| {
-        ApiError::not_found(format!(
-            "alloc `{alloc}` holds no claim on volume `{volume}`"
-        ))
-        .with_hint("its lease may have run out: `csivol events --volume VOLUME` says")
-    })?;
+    let Some(c) = ClaimRow::load(ctx.tx, volume, alloc)? else {
+        return Err(lifecycle::no_claim(&*ctx, volume, alloc)?);
+    };
     if matches!(c.state, ClaimState::Releasing | ClaimState::Failed) {
         return Err(ApiError::conflict(format!(
             "the claim of alloc `{alloc}` on volume `{volume}` is {}: there is nothing to renew",

@@ -177,8 +177,13 @@ impl AgentProc {
     }
 }
 
-/// Creates a volume through the server (the agent runs CreateVolume as controller host).
+/// Creates a volume through the server (the agent runs CreateVolume as controller host),
+/// once an agent has registered the plugin: the server refuses a plugin no node runs.
 pub async fn create_volume(api: &Api, name: &str, mode: &str) {
+    eventually("plugin hp registered", WAIT, || async {
+        (api.get("/v1/plugins/hp").await.0 == 200).then_some(())
+    })
+    .await;
     let (status, body) = api
         .post(
             &format!("/v1/volumes/{name}/create"),

@@ -144,7 +144,7 @@ pub struct RunArgs {
     pub no_wait_release: bool,
 
     /// The command and its arguments, after `--`
-    #[arg(last = true, required = true, value_name = "COMMAND")]
+    #[arg(last = true, required = true, value_name = "COMMAND", value_hint = clap::ValueHint::CommandWithArguments)]
     pub command: Vec<String>,
 }
 

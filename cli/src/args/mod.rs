@@ -54,8 +54,9 @@ const GLOBAL: &str = "Global options";
 #[derive(Debug, Args)]
 pub struct GlobalArgs {
     /// Server address; several servers of one cluster comma-separated or repeated, tried
-    /// in turn when one cannot be reached [env: CSIVOL_ADDR] [default:
-    /// http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]
+    /// in turn when one cannot be reached; without a scheme, https:// when a CA is given
+    /// (--ca-cert, CSIVOL_CACERT or the default CA file), else http:// [env: CSIVOL_ADDR]
+    /// [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]
     #[arg(long, global = true, value_name = "URL", value_delimiter = ',', help_heading = GLOBAL)]
     pub addr: Vec<String>,
 
@@ -189,14 +190,19 @@ pub enum Command {
     /// zsh: `csivol completions zsh > "${fpath[1]}/_csivol"`;
     /// fish: `csivol completions fish > ~/.config/fish/completions/csivol.fish`.
     Completions(CompletionsArgs),
-
-    /// Names for shell completion, one per line (used by the bash completion script)
-    #[command(name = "__complete", hide = true)]
-    Complete(CompleteArgs),
 }
 
-#[derive(Debug, Args)]
+/// The first word of `csivol __complete volumes|nodes`, which the completion scripts run.
+pub const COMPLETE: &str = "__complete";
+
+/// Names for shell completion, one per line: what the completion scripts ask for. Parsed
+/// apart from [`Cli`], so that neither the completions nor the help list it.
+#[derive(Debug, Parser)]
+#[command(name = "csivol __complete")]
 pub struct CompleteArgs {
+    #[command(flatten)]
+    pub global: GlobalArgs,
+
     /// `volumes` or `nodes`
     #[arg(value_parser = ["volumes", "nodes"])]
     pub what: String,
@@ -236,6 +242,38 @@ pub enum Shell {
     Bash,
     Zsh,
     Fish,
+}
+
+/// clap's error for a command line, with the fix where clap's own would mislead: `csivol
+/// run VOLUME --node N sh -c "..."` stops at `-c`, and clap's tip "use '-- -c'" would pass
+/// `-c` alone; a command left without `--` is taken for volumes. Either way the fix is the
+/// same: the command goes after `--`.
+pub fn usage_error(e: clap::Error) -> clap::Error {
+    use clap::CommandFactory;
+    use clap::error::{ContextKind, ErrorKind};
+    let rendered = e.render().to_string();
+    let in_run = rendered.contains("Usage: csivol run ");
+    let no_dashes = match e.kind() {
+        // A misspelt flag of csivol's own gets clap's suggestion of the right one.
+        ErrorKind::UnknownArgument => e.get(ContextKind::SuggestedArg).is_none(),
+        ErrorKind::MissingRequiredArgument => rendered.contains("<COMMAND>"),
+        _ => false,
+    };
+    if !(in_run && no_dashes) {
+        return e;
+    }
+    let mut cli = Cli::command();
+    cli.build();
+    let mut run = cli.find_subcommand("run").expect("the run command").clone();
+    let usage = run.render_usage();
+    clap::Error::raw(
+        e.kind(),
+        format!(
+            "put the command after `--`: every word before it is a volume or a flag of csivol's, \
+             as in\n  csivol run VOLUME --node NODE -- sh -c \"make test\"\n\n{usage}\n\n\
+             For more information, try '--help'.\n"
+        ),
+    )
 }
 
 fn after_long_help() -> String {
@@ -326,5 +364,28 @@ mod tests {
     #[test]
     fn the_command_line_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn spec_help_lists_every_access_mode_and_attachment() {
+        let cmd = Cli::command();
+        let volume = cmd.find_subcommand("volume").unwrap();
+        for verb in ["register", "create"] {
+            let help = volume
+                .find_subcommand(verb)
+                .unwrap()
+                .get_long_about()
+                .unwrap()
+                .to_string();
+            for mode in csivol_api::domain::AccessMode::ALL {
+                assert!(help.contains(mode.as_str()), "{verb}: {mode:?}");
+            }
+            for a in [
+                csivol_api::Attachment::FileSystem,
+                csivol_api::Attachment::BlockDevice,
+            ] {
+                assert!(help.contains(a.as_str()), "{verb}: {a:?}");
+            }
+        }
     }
 }

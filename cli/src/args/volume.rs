@@ -11,23 +11,41 @@ use super::{WaitArgs, node_name, plugin_name, volume_name, volume_state};
 pub enum VolumeCommand {
     /// Register an existing volume from a TOML or JSON spec
     ///
-    /// The spec has `name`, `plugin`, `external_id` (the plugin's id for the volume),
-    /// `access_mode`, `attachment` (`file-system` or `block-device`) and optionally
-    /// `fs_type`, `mount_flags`, `context`, `parameters`, `secrets` and `topology` (the
-    /// segments the volume is accessible from, e.g. `topology = [{ zone = "a" }]`: claims on
-    /// nodes outside them are refused). Registering the same spec again changes nothing.
+    /// The spec has `name`, `plugin` (a plugin id a node registered: `csivol plugin list`),
+    /// `external_id` (the plugin's id for the volume), `access_mode`, `attachment` and
+    /// optionally `fs_type`, `mount_flags`, `context`, `parameters`, `secrets` and
+    /// `topology` (the segments the volume is accessible from, e.g. `topology = [{ zone =
+    /// "a" }]`: claims on nodes outside them are refused). Registering the same spec again
+    /// changes nothing.
+    ///
+    /// `access_mode` is one of single-node-writer, single-node-reader-only,
+    /// single-node-single-writer, single-node-multi-writer, multi-node-reader-only,
+    /// multi-node-single-writer, multi-node-multi-writer; `attachment` is file-system or
+    /// block-device.
+    #[command(after_long_help = REGISTER_EXAMPLE)]
     Register(SpecArgs),
 
     /// Create a volume through its plugin's controller (CreateVolume), then register it
     ///
-    /// The spec has `name`, `plugin`, `access_mode`, `attachment` and optionally
-    /// `capacity_bytes`, `fs_type`, `mount_flags`, `parameters`, `secrets`,
-    /// `mutable_parameters` (parameters `volume modify` can change later; the plugin must
-    /// report MODIFY_VOLUME) and `topology_request` with `required` and `preferred`
-    /// segments (e.g. `required = [{ zone = "a" }]`), passed to CreateVolume; the volume
-    /// records the topology the plugin returns. With --from-snapshot or --from-volume the new volume
+    /// The spec has `name`, `plugin` (a plugin id a node registered: `csivol plugin list`;
+    /// another is refused), `access_mode`, `attachment` and optionally `capacity` (a size
+    /// with a unit, `"10GiB"` or `"500M"`, or bytes; `capacity_bytes` takes either too),
+    /// `fs_type`, `mount_flags`, `parameters`, `secrets`, `mutable_parameters` (parameters
+    /// `volume modify` can change later; the plugin must report MODIFY_VOLUME) and
+    /// `topology_request` with `required` and `preferred` segments (e.g.
+    /// `required = [{ zone = "a" }]`), passed to CreateVolume; the volume records the
+    /// topology the plugin returns. With --from-snapshot or --from-volume the new volume
     /// starts with that snapshot's or volume's data (the plugin must report
     /// CREATE_DELETE_SNAPSHOT or CLONE_VOLUME).
+    ///
+    /// `access_mode` is one of single-node-writer, single-node-reader-only,
+    /// single-node-single-writer, single-node-multi-writer, multi-node-reader-only,
+    /// multi-node-single-writer, multi-node-multi-writer; `attachment` is file-system or
+    /// block-device.
+    ///
+    /// A creation that cannot run (no agent hosts the plugin's controller) or keeps failing
+    /// is cancelled with `csivol volume deregister NAME`.
+    #[command(after_long_help = CREATE_EXAMPLE)]
     Create(CreateArgs),
 
     /// List volumes
@@ -80,6 +98,21 @@ pub struct ModifyArgs {
     #[command(flatten)]
     pub wait: WaitArgs,
 }
+
+pub(crate) const REGISTER_EXAMPLE: &str = "Example spec (data.toml):
+  name = \"data\"
+  plugin = \"ebs\"
+  external_id = \"vol-0a1b2c3d\"
+  access_mode = \"single-node-writer\"
+  attachment = \"file-system\"
+  fs_type = \"ext4\"";
+
+pub(crate) const CREATE_EXAMPLE: &str = "Example spec (cache.toml):
+  name = \"cache\"
+  plugin = \"hostpath\"
+  access_mode = \"single-node-writer\"
+  attachment = \"file-system\"
+  capacity = \"1GiB\"";
 
 #[derive(Debug, Args)]
 pub struct ExpandArgs {

@@ -28,7 +28,7 @@ pub fn script(shell: Shell) -> Vec<u8> {
     let mut script = Vec::new();
     clap_complete::generate(
         clap_shell(shell),
-        &mut Cli::command(),
+        &mut completed_command(),
         "csivol",
         &mut script,
     );
@@ -47,6 +47,23 @@ pub fn script(shell: Shell) -> Vec<u8> {
         Shell::Fish => script.extend_from_slice(fish_names().as_bytes()),
     }
     script
+}
+
+/// The command line as the scripts complete it: a value that is not a path (an alloc, a
+/// reason, a duration) is not completed from file names, which is what the shells do for
+/// a value they know nothing about.
+fn completed_command() -> clap::Command {
+    fn not_files(cmd: clap::Command) -> clap::Command {
+        cmd.mut_args(|a| {
+            if a.get_action().takes_values() && a.get_value_hint() == clap::ValueHint::Unknown {
+                a.value_hint(clap::ValueHint::Other)
+            } else {
+                a
+            }
+        })
+        .mut_subcommands(not_files)
+    }
+    not_files(Cli::command())
 }
 
 /// The kind of name a word is, and the `csivol __complete` argument that lists them.
@@ -87,18 +104,91 @@ pub const NAME_ARGUMENTS: &[(&str, Names)] = &[
     ("node remove", Names::Nodes),
 ];
 
+/// The commands whose arguments are names up to `--` (`csivol run VOLUME... -- COMMAND`).
+pub const NAME_LISTS: &[(&str, Names)] = &[("run", Names::Volumes)];
+
 /// The options whose value is a name, in every command that has them.
 pub const NAME_OPTIONS: &[(&str, Names)] =
     &[("--volume", Names::Volumes), ("--node", Names::Nodes)];
 
+/// A `case` pattern of literal words around `*` wildcards: bash and zsh match a `*` left
+/// outside the quotes (`'run'*' --'`), fish one inside them (`'run* --'`).
+fn pattern(parts: &[&str], fish: bool) -> String {
+    if fish {
+        format!("'{}'", parts.join("*"))
+    } else {
+        let quoted: Vec<String> = parts
+            .iter()
+            .map(|p| {
+                if p.is_empty() {
+                    String::new()
+                } else {
+                    format!("'{p}'")
+                }
+            })
+            .collect();
+        quoted.join("*")
+    }
+}
+
+/// Case patterns (joined by `sep`: `|` for bash and zsh, ` ` for fish) of the words before
+/// the cursor where a [`NAME_LISTS`] command takes no name: after `--`, and where an
+/// option's value goes.
+fn lists_without_names(sep: &str) -> String {
+    let fish = sep == " ";
+    let cli = {
+        let mut c = Cli::command();
+        c.build();
+        c
+    };
+    let mut patterns = Vec::new();
+    for (command, _) in NAME_LISTS {
+        patterns.push(pattern(&[command, " --"], fish));
+        patterns.push(pattern(&[command, " -- ", ""], fish));
+        let sub = cli
+            .find_subcommand(command)
+            .expect("a command of NAME_LISTS");
+        for arg in sub.get_opts() {
+            if !arg.get_action().takes_values() {
+                continue;
+            }
+            let flags = arg
+                .get_long()
+                .map(|l| format!("--{l}"))
+                .into_iter()
+                .chain(arg.get_short().map(|c| format!("-{c}")));
+            for flag in flags {
+                patterns.push(pattern(&[command, &format!(" {flag}")], fish));
+            }
+        }
+    }
+    patterns.join(sep)
+}
+
+/// Case patterns of the words before the cursor where a [`NAME_LISTS`] command takes a
+/// name of `kind` (the exceptions come first, from [`lists_without_names`]).
+fn lists_taking(kind: Names, fish: bool) -> Vec<String> {
+    NAME_LISTS
+        .iter()
+        .filter(|(_, k)| *k == kind)
+        .flat_map(|(command, _)| {
+            [
+                pattern(&[command], fish),
+                pattern(&[&format!("{command} "), ""], fish),
+            ]
+        })
+        .collect()
+}
+
 /// `"claim"|"release"|...`: the commands of [`NAME_ARGUMENTS`] that take `kind`, quoted
 /// for a bash or zsh `case` (`sep` `|`) or a fish `case` (`sep` ` `).
 fn commands_taking(kind: Names, sep: &str) -> String {
-    let quoted: Vec<String> = NAME_ARGUMENTS
+    let mut quoted: Vec<String> = NAME_ARGUMENTS
         .iter()
         .filter(|(_, k)| *k == kind)
         .map(|(command, _)| format!("'{command}'"))
         .collect();
+    quoted.extend(lists_taking(kind, sep == " "));
     quoted.join(sep)
 }
 
@@ -128,6 +218,7 @@ _csivol_with_names() {{
     if [[ -z "$kind" && "$cur" != -* ]]; then
         local IFS=' '
         case "${{COMP_WORDS[*]:1:COMP_CWORD-1}}" in
+            {none}) ;;
             {volumes}) kind=volumes ;;
             {nodes}) kind=nodes ;;
         esac
@@ -140,6 +231,7 @@ _csivol_with_names() {{
 complete -F _csivol_with_names -o bashdefault -o default csivol
 "#,
         options = option_cases("; COMPREPLY=()"),
+        none = lists_without_names("|"),
         volumes = commands_taking(Names::Volumes, "|"),
         nodes = commands_taking(Names::Nodes, "|"),
     )
@@ -159,6 +251,7 @@ _csivol() {{
 {options}    esac
     if [[ -z "$kind" && "$PREFIX" != -* ]]; then
         case "${{(j: :)words[2,CURRENT-1]}}" in
+            {none}) ;;
             {volumes}) kind=volumes ;;
             {nodes}) kind=nodes ;;
         esac
@@ -176,6 +269,7 @@ _csivol() {{
 }}
 "#,
         options = option_cases("; clap=0"),
+        none = lists_without_names("|"),
         volumes = commands_taking(Names::Volumes, "|"),
         nodes = commands_taking(Names::Nodes, "|"),
     )
@@ -215,6 +309,8 @@ function __csivol_names_kind
 {options}    end
     string match -q -- '-*' (commandline -ct); and return 1
     switch "$words"
+        case {none}
+            return 1
         case {volumes}
             echo volumes
         case {nodes}
@@ -231,6 +327,7 @@ end
 
 complete -c csivol -n '__csivol_names_kind >/dev/null' -f -a '(__csivol_names)'
 {option_rules}"#,
+        none = lists_without_names(" "),
         volumes = commands_taking(Names::Volumes, " "),
         nodes = commands_taking(Names::Nodes, " "),
         option_rules = option_rules,
@@ -299,12 +396,18 @@ mod tests {
         let mut all = Vec::new();
         commands(&Cli::command(), "", &mut all);
         let mut from_clap = BTreeSet::new();
+        let mut lists = BTreeSet::new();
         let mut options = BTreeSet::new();
         for (path, cmd) in &all {
             for (i, arg) in cmd.get_positionals().enumerate() {
                 if let Some(kind) = kind_of(arg.get_id().as_str()) {
                     assert_eq!(i, 0, "{path}: a name that is not the first argument");
                     from_clap.insert((path.clone(), kind.arg()));
+                }
+                // A list of names: `volumes`, up to the `--` of the command after them.
+                if let Some(kind) = arg.get_id().as_str().strip_suffix('s').and_then(kind_of) {
+                    assert_eq!(i, 0, "{path}: names that are not the first arguments");
+                    lists.insert((path.clone(), kind.arg()));
                 }
             }
             for arg in cmd.get_opts() {
@@ -318,6 +421,11 @@ mod tests {
             .map(|(c, k)| (c.to_string(), k.arg()))
             .collect();
         assert_eq!(table, from_clap);
+        let table: BTreeSet<_> = NAME_LISTS
+            .iter()
+            .map(|(c, k)| (c.to_string(), k.arg()))
+            .collect();
+        assert_eq!(table, lists);
         let table: BTreeSet<_> = NAME_OPTIONS
             .iter()
             .map(|(o, k)| (o.to_string(), k.arg()))
@@ -328,7 +436,7 @@ mod tests {
     /// The commands are pasted into shell `case` patterns unescaped.
     #[test]
     fn the_table_needs_no_quoting() {
-        for (words, _) in NAME_ARGUMENTS.iter().chain(NAME_OPTIONS) {
+        for (words, _) in NAME_ARGUMENTS.iter().chain(NAME_LISTS).chain(NAME_OPTIONS) {
             assert!(
                 words
                     .chars()

@@ -18,11 +18,20 @@ mod token;
 mod unblock;
 mod volume;
 
-use crate::args::{Cli, Command};
+use crate::args::{Cli, Command, CompleteArgs};
 use crate::client::Client;
 use crate::ctx::Ctx;
 use crate::failure::Exit;
 use crate::output::Out;
+
+/// `csivol __complete volumes|nodes`.
+pub async fn complete(args: CompleteArgs, out: Out) -> anyhow::Result<Exit> {
+    let ctx = Ctx {
+        client: Client::from_args(&args.global)?,
+        out,
+    };
+    completions::names(&ctx, &args.what).await
+}
 
 pub async fn run(cli: Cli, out: Out) -> anyhow::Result<Exit> {
     // Commands that need no server come first, so they work without an address or token.
@@ -48,7 +57,6 @@ pub async fn run(cli: Cli, out: Out) -> anyhow::Result<Exit> {
         Command::Plugin(cmd) => plugin::run(&ctx, cmd).await,
         Command::Events(args) => events::run(&ctx, args).await,
         Command::Token(cmd) => token::run(&ctx, cmd).await,
-        Command::Complete(args) => return completions::names(&ctx, &args.what).await,
         Command::Completions(_) => unreachable!("handled above"),
     };
     match result {

@@ -7,7 +7,7 @@ use csivol_client::Method;
 use crate::args::ReleaseArgs;
 use crate::client::Answer;
 use crate::ctx::Ctx;
-use crate::failure::{Exit, classify};
+use crate::failure::{Exit, Failure, classify};
 use crate::render;
 use crate::wait::{self, ClaimGoal};
 
@@ -38,7 +38,7 @@ pub async fn run(ctx: &Ctx, args: ReleaseArgs) -> anyhow::Result<Exit> {
             ));
             return Ok(Exit::Ok);
         }
-        Err(e) => return Err(e.context(failed())),
+        Err(e) => return Err(with_ignore_missing(e).context(failed())),
     };
     let claim = a.body;
     if !args.wait.wait {
@@ -67,4 +67,20 @@ pub async fn run(ctx: &Ctx, args: ReleaseArgs) -> anyhow::Result<Exit> {
         args.alloc, args.volume
     ));
     Ok(Exit::Ok)
+}
+
+/// A claim that is not there may be one released before (a script releasing twice): say
+/// how to take that as done.
+fn with_ignore_missing(e: anyhow::Error) -> anyhow::Error {
+    match e.downcast::<Failure>() {
+        Ok(f) if f.exit == Exit::NotFound && f.message.contains("holds no claim") => {
+            let hint = match &f.hint {
+                Some(h) => format!("{h}; --ignore-missing takes a claim already gone as released"),
+                None => "--ignore-missing takes a claim already gone as released".to_owned(),
+            };
+            f.hint(hint).into()
+        }
+        Ok(f) => f.into(),
+        Err(e) => e,
+    }
 }

@@ -1,22 +1,27 @@
-//! "Did you mean": a volume or node that is not registered gets the closest registered
-//! name as its hint, the way cargo suggests a subcommand.
+//! "Did you mean": a volume, node or snapshot that is not registered gets the closest
+//! registered name as its hint, the way cargo suggests a subcommand. (The server suggests
+//! plugins and allocs itself: it has them at hand.)
 
-use csivol_api::Node;
+use csivol_api::{Node, Snapshot, closest};
 
 use crate::ctx::Ctx;
 use crate::failure::{Exit, Failure, classify};
 
-/// `err` with a "did you mean" hint when it is a volume or node that was not found and a
-/// registered name is close to it; otherwise `err` as it is.
+/// `err` with a "did you mean" hint when it is a volume, node or snapshot that was not
+/// found and a registered name is close to it; otherwise `err` as it is.
 pub async fn closest_name(ctx: &Ctx, err: anyhow::Error) -> anyhow::Error {
     let (exit, hint) = classify(&err);
-    if exit != Exit::NotFound {
+    if exit != Exit::NotFound
+        || hint
+            .as_deref()
+            .is_some_and(|h| h.starts_with("did you mean"))
+    {
         return err;
     }
     let text = format!("{err:#}");
-    let Some((kind, wanted)) = ["volume", "node"]
+    let Some((kind, wanted)) = ["volume", "node", "snapshot"]
         .into_iter()
-        .find_map(|kind| quoted_after(&text, &format!("{kind} `")).map(|w| (kind, w)))
+        .find_map(|kind| not_registered(&text, kind).map(|w| (kind, w)))
     else {
         return err;
     };
@@ -27,11 +32,16 @@ pub async fn closest_name(ctx: &Ctx, err: anyhow::Error) -> anyhow::Error {
             .volumes(&[])
             .await
             .map(|vs| vs.into_iter().map(|v| v.name).collect()),
-        _ => ctx
+        "node" => ctx
             .client
             .get::<Vec<Node>>("/v1/nodes")
             .await
             .map(|ns| ns.into_iter().map(|n| n.name).collect()),
+        _ => ctx
+            .client
+            .get::<Vec<Snapshot>>("/v1/snapshots")
+            .await
+            .map(|ss| ss.into_iter().map(|s| s.name).collect()),
     }
     .unwrap_or_default();
     let Some(best) = closest(&wanted, &names) else {
@@ -44,47 +54,22 @@ pub async fn closest_name(ctx: &Ctx, err: anyhow::Error) -> anyhow::Error {
     Failure::new(exit, text).hint(new_hint).into()
 }
 
-/// The name in "PREFIXname` is not registered": only an unknown volume or node gets a
-/// suggestion (an alloc missing from a known volume does not).
-fn quoted_after(text: &str, prefix: &str) -> Option<String> {
-    let start = text.find(prefix)? + prefix.len();
-    let len = text[start..].find('`')?;
-    text[start + len..]
-        .starts_with("` is not registered")
-        .then(|| text[start..start + len].to_owned())
-}
-
-/// The name closest to `wanted`, if one is close enough to be what was meant: at most a
-/// third of its characters (at least 2) edited away.
-pub fn closest<'a>(wanted: &str, names: &'a [String]) -> Option<&'a str> {
-    let limit = (wanted.chars().count() / 3).max(2);
-    names
-        .iter()
-        .filter(|n| n.as_str() != wanted)
-        .map(|n| (distance(wanted, n), n))
-        .filter(|(d, _)| *d <= limit)
-        .min_by_key(|(d, n)| (*d, n.as_str()))
-        .map(|(_, n)| n.as_str())
-}
-
-/// Levenshtein distance over characters.
-fn distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut prev = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let cur = row[j + 1];
-            row[j + 1] = if ca == *cb {
-                prev
-            } else {
-                1 + prev.min(row[j]).min(cur)
-            };
-            prev = cur;
+/// The name in "KIND `name` is not registered", wherever it stands in the message (a
+/// command's context comes first: "failed to claim volume `v` ...: volume `v` is not
+/// registered"). Only an unknown volume or node gets a suggestion (an alloc missing from a
+/// known volume does not).
+fn not_registered(text: &str, kind: &str) -> Option<String> {
+    let prefix = format!("{kind} `");
+    let mut rest = text;
+    while let Some(i) = rest.find(&prefix) {
+        let after = &rest[i + prefix.len()..];
+        let len = after.find('`')?;
+        if after[len..].starts_with("` is not registered") {
+            return Some(after[..len].to_owned());
         }
+        rest = after;
     }
-    row[b.len()]
+    None
 }
 
 #[cfg(test)]
@@ -92,27 +77,29 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_closest_name_is_suggested_only_when_close() {
-        let names: Vec<String> = ["demo-data", "demo-shared", "node-1", "node-2"]
-            .map(String::from)
-            .to_vec();
-        for (wanted, best) in [
-            ("demo-dat", Some("demo-data")),
-            ("demo-shraed", Some("demo-shared")),
-            ("node-3", Some("node-1")),
-            ("nod1", Some("node-1")),
-            ("zzz", None),
-            ("completely-different", None),
-        ] {
-            assert_eq!(closest(wanted, &names), best, "{wanted}");
-        }
-        assert_eq!(distance("kitten", "sitting"), 3);
+    fn the_unknown_name_is_found_wherever_the_message_names_it() {
         assert_eq!(
-            quoted_after("failed: volume `v9` is not registered", "volume `").as_deref(),
+            not_registered("failed: volume `v9` is not registered", "volume").as_deref(),
             Some("v9")
         );
         assert_eq!(
-            quoted_after("alloc `a1` holds no claim on volume `v1`", "volume `"),
+            not_registered(
+                "failed to claim volume `demo-dat` for alloc `j` on node `node-1`: volume \
+                 `demo-dat` is not registered",
+                "volume"
+            )
+            .as_deref(),
+            Some("demo-dat")
+        );
+        assert_eq!(
+            not_registered(
+                "failed to claim volume `v1` for alloc `j` on node `n3`: node `n3` is not registered",
+                "volume"
+            ),
+            None
+        );
+        assert_eq!(
+            not_registered("alloc `a1` holds no claim on volume `v1`", "volume"),
             None
         );
     }

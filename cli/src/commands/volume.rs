@@ -61,12 +61,18 @@ async fn create(ctx: &Ctx, args: CreateArgs) -> anyhow::Result<Exit> {
         .with_context(|| format!("failed to create volume `{name}`"))?;
     let plugin = spec.plugin.clone();
     let mut v = a.body;
-    if a.status == StatusCode::ACCEPTED {
+    let started = a.status == StatusCode::ACCEPTED;
+    let was_creating = started || v.state == VolumeState::Creating;
+    if started {
         ctx.out
             .note(format!("creating volume {name} through plugin {plugin}"));
+    } else if v.state == VolumeState::Creating {
+        ctx.out.note(format!(
+            "volume {name} is already being created with this spec; nothing changed"
+        ));
     } else {
         ctx.out.note(format!(
-            "volume {name} already exists with this spec ({})",
+            "volume {name} already exists with this spec ({}); nothing changed",
             v.state
         ));
     }
@@ -82,9 +88,7 @@ async fn create(ctx: &Ctx, args: CreateArgs) -> anyhow::Result<Exit> {
                     format!("volume {name} disappeared while it was being created"),
                 )),
                 Some(v) if v.state == VolumeState::Creating => Step::Waiting(match &v.error {
-                    Some(e) => {
-                        format!("creating: CreateVolume through plugin {plugin} failed: {e}")
-                    }
+                    Some(e) => format!("creating: {e}"),
                     None => format!("creating: waiting for CreateVolume through plugin {plugin}"),
                 }),
                 Some(v) if v.state == VolumeState::Failed => Step::Fail(
@@ -103,9 +107,23 @@ async fn create(ctx: &Ctx, args: CreateArgs) -> anyhow::Result<Exit> {
                 Some(_) => Step::Done,
             },
         )
-        .await?;
+        .await
+        .map_err(|e| match e.downcast::<Failure>() {
+            // A creation that cannot run (no controller host) or keeps failing is the
+            // operator's to cancel.
+            Ok(f) if f.exit == Exit::TimedOut => f
+                .hint(format!(
+                    "`csivol status {name}` shows where it stands; wait longer with --timeout, or \
+                     cancel the creation with `csivol volume deregister {name}`"
+                ))
+                .into(),
+            Ok(f) => f.into(),
+            Err(e) => e,
+        })?;
         v = done.expect("done means it exists");
-        ctx.out.note(format!("created volume {name}"));
+        if was_creating {
+            ctx.out.note(format!("created volume {name}"));
+        }
     }
     render::print_volume(&ctx.out, &v)?;
     Ok(Exit::Ok)
@@ -157,6 +175,9 @@ async fn show(ctx: &Ctx, args: VolumeArg) -> anyhow::Result<Exit> {
 async fn deregister(ctx: &Ctx, args: DeregisterArgs) -> anyhow::Result<Exit> {
     let name = &args.volume;
     let v: Volume = ctx.client.get(&format!("/v1/volumes/{name}")).await?;
+    if v.state == VolumeState::Creating {
+        return cancel_create(ctx, &args, &v).await;
+    }
     if !args.yes {
         let ext = if v.external_id.is_empty() {
             String::new()
@@ -209,16 +230,68 @@ async fn deregister(ctx: &Ctx, args: DeregisterArgs) -> anyhow::Result<Exit> {
         render::print_volume(&ctx.out, &a.body)?;
         return Ok(Exit::Ok);
     }
-    let plugin = v.plugin.clone();
+    wait_deleted(ctx, name, &v.plugin, args.wait.timeout).await?;
+    ctx.out.note(format!("deleted volume {name}"));
+    Ok(Exit::Ok)
+}
+
+/// `volume deregister` of a volume whose CreateVolume has not succeeded: the creation is
+/// cancelled (with `--delete` too: nothing was made to delete). While a CreateVolume call
+/// is out, its answer decides: a volume it made is deleted through the plugin.
+async fn cancel_create(ctx: &Ctx, args: &DeregisterArgs, v: &Volume) -> anyhow::Result<Exit> {
+    let name = &args.volume;
+    if !args.yes {
+        ctx.out.note(format!(
+            "This cancels the creation of volume {name}: CreateVolume through plugin {} has not \
+             succeeded, so csivol forgets the volume (a volume a call still running makes is \
+             deleted).",
+            v.plugin
+        ));
+    }
+    let what = format!("cancel the creation of volume {name}");
+    ctx.out.confirm(&what, args.yes, false)?;
+    let status = ctx
+        .client
+        .call_empty(Method::DELETE, &format!("/v1/volumes/{name}"))
+        .await
+        .with_context(|| format!("failed to {what}"))?;
+    if status == StatusCode::NO_CONTENT {
+        ctx.out.note(format!(
+            "cancelled the creation of volume {name}; nothing was made in plugin {}, and the \
+             volume is deregistered",
+            v.plugin
+        ));
+        return Ok(Exit::Ok);
+    }
+    ctx.out.note(format!(
+        "cancelling the creation of volume {name}: a CreateVolume call is still running; if it \
+         makes the volume, DeleteVolume follows"
+    ));
+    if !args.wait.wait {
+        return Ok(Exit::Ok);
+    }
+    wait_deleted(ctx, name, &v.plugin, args.wait.timeout).await?;
+    ctx.out
+        .note(format!("cancelled the creation of volume {name}"));
+    Ok(Exit::Ok)
+}
+
+/// Follows a volume in `deleting` until it is gone.
+async fn wait_deleted(
+    ctx: &Ctx,
+    name: &str,
+    plugin: &str,
+    timeout: std::time::Duration,
+) -> anyhow::Result<()> {
     wait::volume(
         ctx,
         name,
         "to be deleted",
-        wait::Deadline::after(args.wait.timeout),
+        wait::Deadline::after(timeout),
         |v| match v {
             None => Step::Done,
             Some(v) if v.state == VolumeState::Deleting => Step::Waiting(match &v.error {
-                Some(e) => format!("deleting: DeleteVolume through plugin {plugin} failed: {e}"),
+                Some(e) => format!("deleting: {e}"),
                 None => format!("deleting: waiting for DeleteVolume through plugin {plugin}"),
             }),
             Some(v) => Step::Fail(Failure::new(
@@ -231,6 +304,5 @@ async fn deregister(ctx: &Ctx, args: DeregisterArgs) -> anyhow::Result<Exit> {
         },
     )
     .await?;
-    ctx.out.note(format!("deleted volume {name}"));
-    Ok(Exit::Ok)
+    Ok(())
 }

@@ -34,6 +34,32 @@ async fn an_unreachable_server_is_named_with_exit_8() {
     assert_eq!(r.code, 8, "{r}");
     assert!(r.stderr.contains("at http://127.0.0.1:1:"), "{r}");
 
+    // TLS to a server that speaks plain HTTP: the address to use instead.
+    let tls = env.server.url.replace("http://", "https://");
+    snap!(env.run(&["status", "--addr", &tls]).await, @r"
+    exit: 8
+    --- stdout
+    --- stderr
+    error: the csivol server at https://127.0.0.1:[PORT] speaks plain HTTP: use http://127.0.0.1:[PORT]
+    hint: pass --addr http://127.0.0.1:[PORT] (or set CSIVOL_ADDR to it)
+    ");
+
+    // With a CA given, an address without a scheme means https.
+    let status = std::process::Command::new(csivol_tests::bin_path("csivol-server"))
+        .args(["tls", "init", "--dir"])
+        .arg(env.dir.join("tls"))
+        .output()
+        .unwrap();
+    assert!(status.status.success(), "{status:?}");
+    let mut cmd = env.command(&["status", "--addr", tls.trim_start_matches("https://")]);
+    cmd.env("CSIVOL_CACERT", env.dir.join("tls/ca.pem"));
+    let r = run(cmd).await;
+    assert_eq!(r.code, 8, "{r}");
+    assert!(
+        r.stderr.contains(&format!("at {tls} speaks plain HTTP")),
+        "{r}"
+    );
+
     let mut cmd = env.command(&["status", "--addr", "ftp://127.0.0.1:1"]);
     cmd.env_remove("CSIVOL_ADDR");
     snap!(run(cmd).await, @"
@@ -238,14 +264,15 @@ async fn not_found_exits_3() {
     exit: 3
     --- stdout
     --- stderr
-    error: no node runs this plugin
-    hint: `csivol plugin list` shows the known plugins
+    error: plugin `nope` is not registered: no node runs it
+    hint: no node has registered a plugin yet: start a node agent with `--plugin ID=ENDPOINT` (and `--controller ID=ENDPOINT` where it hosts the plugin's controller)
     ");
     snap!(env.run(&["release", "nope", "--alloc", "a1"]).await, @r"
     exit: 3
     --- stdout
     --- stderr
-    error: failed to release the claim of alloc `a1` on volume `nope`: alloc `a1` holds no claim on volume `nope`
+    error: failed to release the claim of alloc `a1` on volume `nope`: volume `nope` is not registered
+    hint: list volumes with `csivol volume list`
     ");
     let r = env.run(&["status", "--node", "nope"]).await;
     assert_eq!(r.code, 3, "{r}");
@@ -273,11 +300,77 @@ async fn not_found_exits_3() {
     error: node `node-2` is not registered
     hint: did you mean node `node-1`? (`csivol node list` shows the registered nodes; a node registers when its agent starts)
     ");
+    // Commands name the volume in their context first; the suggestion finds it all the same.
+    snap!(env.run(&["claim", "demo-dat", "--node", "node-1", "--alloc", "a1"]).await, @r"
+    exit: 3
+    --- stdout
+    --- stderr
+    error: failed to claim volume `demo-dat` for alloc `a1` on node `node-1`: volume `demo-dat` is not registered
+    hint: did you mean volume `demo-data`? (list volumes with `csivol volume list`)
+    ");
+    snap!(env.run(&["run", "demo-dat", "--node", "node-1", "--alloc", "a1", "--", "true"]).await, @r"
+    exit: 3
+    --- stdout
+    --- stderr
+    alloc: a1
+    error: failed to claim volume `demo-dat` for alloc `a1` on node `node-1`: volume `demo-dat` is not registered
+    hint: did you mean volume `demo-data`? (list volumes with `csivol volume list`)
+    ");
+    // An alloc that holds no claim: the closest claim's alloc, and where to look.
+    let r = env
+        .run(&["claim", "demo-data", "--node", "node-1", "--alloc", "job-1"])
+        .await;
+    assert_eq!(r.code, 0, "{r}");
+    snap!(env.run(&["release", "demo-data", "--alloc", "job-2"]).await, @r"
+    exit: 3
+    --- stdout
+    --- stderr
+    error: failed to release the claim of alloc `job-2` on volume `demo-data`: alloc `job-2` holds no claim on volume `demo-data`
+    hint: did you mean alloc `job-1`? `csivol claim list --volume demo-data` lists its claims; one released or expired is gone (`csivol events --volume demo-data` says); --ignore-missing takes a claim already gone as released
+    ");
+    // A plugin no node runs, close to one that a node runs.
+    snap!(env.run(&["plugin", "show", "hq"]).await, @r"
+    exit: 3
+    --- stdout
+    --- stderr
+    error: plugin `hq` is not registered: no node runs it
+    hint: did you mean plugin `hp`? (known plugins: hp; `csivol plugin list` shows them; a plugin is known once a node's agent registers it)
+    ");
 }
 
 #[tokio::test]
 async fn usage_errors_exit_2() {
     let env = Env::start("usage");
+    // `run`'s command goes after `--`; clap's own tip for `-c` ("use '-- -c'") would not
+    // fix it, and without `--` the command's words are taken for volumes.
+    snap!(env.run(&["run", "demo-data", "--node", "node-1", "sh", "-c", "make test"]).await, @r#"
+        exit: 2
+        --- stdout
+        --- stderr
+        error: put the command after `--`: every word before it is a volume or a flag of csivol's, as in
+          csivol run VOLUME --node NODE -- sh -c "make test"
+
+        Usage: csivol run [OPTIONS] --node <NODE> <VOLUME[:ro]>... -- <COMMAND>...
+
+        For more information, try '--help'.
+        "#);
+    let r = env
+        .run(&["run", "demo-data", "--node", "node-1", "make"])
+        .await;
+    assert_eq!(r.code, 2, "{r}");
+    assert!(
+        r.stderr.starts_with("error: put the command after `--`"),
+        "{r}"
+    );
+    // A misspelt flag of csivol's own keeps clap's suggestion.
+    let r = env
+        .run(&["run", "demo-data", "--nod", "n1", "--", "true"])
+        .await;
+    assert_eq!(r.code, 2, "{r}");
+    assert!(
+        r.stderr.contains("a similar argument exists: '--node'"),
+        "{r}"
+    );
     snap!(env.run(&["volume", "show", "a/b"]).await, @r"
     exit: 2
     --- stdout

@@ -154,7 +154,7 @@ async fn claim_refusals_have_their_exit_codes() {
     --- stdout
     --- stderr
     error: failed to claim volume `v2` for alloc `a5` on node `n9`: node `n9` is not registered
-    hint: list nodes with `csivol node list`; a node registers when its agent starts
+    hint: did you mean node `n1`? (list nodes with `csivol node list`; a node registers when its agent starts)
     ");
 }
 

@@ -56,7 +56,11 @@ async fn the_cli_drives_a_real_agent_and_plugin() {
         "name = \"data\"\nplugin = \"hp\"\naccess_mode = \"single-node-writer\"\n\
          attachment = \"file-system\"\ncapacity_bytes = 1048576\n",
     );
-    // The agent may still be registering: CreateVolume waits for a controller host.
+    // The server refuses a plugin no node has registered: wait for the agent to register.
+    eventually("plugin hp registered", WAIT, || async {
+        (env.run(&["plugin", "show", "hp"]).await.code == 0).then_some(())
+    })
+    .await;
     let r = env
         .run(&["volume", "create", &spec, "--wait", "--timeout", "30s"])
         .await;

@@ -5,13 +5,15 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
-use csivol::commands::completions::{NAME_ARGUMENTS, NAME_OPTIONS, Names};
+use csivol::commands::completions::{NAME_ARGUMENTS, NAME_LISTS, NAME_OPTIONS, Names};
 
 use crate::support::{Env, Run, run};
 
 const INSTALL: &str = "apt-get install -y zsh fish (as `.ci/run` does)";
 
 const VOLUMES: &[&str] = &["data-1", "data-2"];
+/// The one file in the shell's working directory.
+const FILE: &str = "notes.toml";
 const NODES: &[&str] = &["node-1"];
 
 #[derive(Clone, Copy, Debug)]
@@ -35,7 +37,7 @@ impl Sh {
 /// prints for it.
 struct Setup {
     env: Env,
-    /// Empty: the shell runs here so that no file name is ever a candidate.
+    /// The shell runs here; it holds one file, [`FILE`], which only a file argument offers.
     cwd: PathBuf,
     /// `csivol.bash`, `_csivol` (alone, as zsh's fpath wants it) and `csivol.fish`.
     scripts: PathBuf,
@@ -52,6 +54,7 @@ impl Setup {
         let cwd = env.dir.join("cwd");
         let scripts = env.dir.join("scripts");
         std::fs::create_dir_all(&cwd).unwrap();
+        std::fs::write(cwd.join(FILE), "").unwrap();
         std::fs::create_dir_all(&scripts).unwrap();
         for (shell, file) in [
             ("bash", "csivol.bash"),
@@ -241,6 +244,16 @@ async fn check(shell: Sh) {
     for (option, kind) in NAME_OPTIONS {
         cases.push((format!("csivol events {option} "), Some(*kind)));
     }
+    for (command, kind) in NAME_LISTS {
+        // Every word up to `--` is a name, whatever flags come between.
+        cases.push((format!("csivol {command} "), Some(*kind)));
+        cases.push((format!("csivol {command} data-1 "), Some(*kind)));
+        cases.push((format!("csivol {command} data-1 --queue "), Some(*kind)));
+        cases.push((format!("csivol {command} data-1 --alloc "), None));
+        cases.push((format!("csivol {command} data-1 -o "), None));
+        cases.push((format!("csivol {command} data-1 -- "), None));
+        cases.push((format!("csivol {command} data-1 -- sh "), None));
+    }
     cases.push(("csivol claim data-1 --node ".into(), Some(Names::Nodes)));
     cases.push(("csivol volume list --node ".into(), Some(Names::Nodes)));
     cases.push(("csivol volume list ".into(), None));
@@ -266,6 +279,31 @@ async fn check(shell: Sh) {
                 shell.name()
             ),
         }
+    }
+    // A value that is not a path is not completed from file names; a spec file is.
+    for line in [
+        "csivol claim data-1 --node node-1 --alloc ",
+        "csivol run data-1 --alloc ",
+        "csivol unblock data-1 --reason ",
+        "csivol claim data-1 --ttl ",
+    ] {
+        let got = s.complete(shell, line).await;
+        assert!(
+            !got.contains(FILE),
+            "{}: {line:?} offers {got:?}",
+            shell.name()
+        );
+    }
+    let got = s.complete(shell, "csivol status --ca-cert ").await;
+    assert!(got.contains(FILE), "{}: offers {got:?}", shell.name());
+    // What the completion scripts run is no command to offer.
+    for line in ["csivol ", "csivol _"] {
+        let got = s.complete(shell, line).await;
+        assert!(
+            !got.iter().any(|w| w.starts_with("__")),
+            "{}: {line:?} offers {got:?}",
+            shell.name()
+        );
     }
     // A prefix picks among the names.
     for (line, want) in [

@@ -3,6 +3,8 @@
 
 use serde_json::json;
 
+use csivol_tests::FakeAgent;
+
 use crate::support::{Env, done};
 
 const SPEC: &str = r#"name = "v1"
@@ -164,7 +166,7 @@ async fn bad_spec_files_name_the_file_and_the_field() {
     --- stdout
     --- stderr
     error: invalid volume spec [TMP]/mode.toml: line 4, column 15: unknown variant `single-writer`, expected one of `single-node-reader-only`, `single-node-writer`, `single-node-single-writer`, `single-node-multi-writer`, `multi-node-reader-only`, `multi-node-single-writer`, `multi-node-multi-writer` (field `access_mode`)
-    hint: a spec needs `name`, `plugin`, `access_mode`, `attachment` (and `external_id` to register); see `csivol volume register --help`
+    hint: a spec needs `name`, `plugin`, `external_id`, `access_mode`, `attachment`; `csivol volume register --help` lists every field and its values
     ");
     let f = env.file("typo.json", r#"{"name": "v1", "plugn": "hp"}"#);
     snap!(env.run(&["volume", "register", &f]).await, @"
@@ -172,7 +174,7 @@ async fn bad_spec_files_name_the_file_and_the_field() {
     --- stdout
     --- stderr
     error: invalid volume spec [TMP]/typo.json: line 1, column 22: unknown field `plugn`, expected one of `name`, `plugin`, `external_id`, `access_mode`, `attachment`, `fs_type`, `mount_flags`, `context`, `parameters`, `secrets`, `topology`
-    hint: a spec needs `name`, `plugin`, `access_mode`, `attachment` (and `external_id` to register); see `csivol volume register --help`
+    hint: a spec needs `name`, `plugin`, `external_id`, `access_mode`, `attachment`; `csivol volume register --help` lists every field and its values
     ");
     // A secret of the wrong type: the error names the key, never the value.
     let f = env.file("secret.toml", &SPEC.replace("\"hunter2\"", "12345678"));
@@ -182,7 +184,7 @@ async fn bad_spec_files_name_the_file_and_the_field() {
     --- stdout
     --- stderr
     error: invalid volume spec [TMP]/secret.toml: line 13, column 12: a secret's value must be a string (the value is not shown) (field `password`)
-    hint: a spec needs `name`, `plugin`, `access_mode`, `attachment` (and `external_id` to register); see `csivol volume register --help`
+    hint: a spec needs `name`, `plugin`, `external_id`, `access_mode`, `attachment`; `csivol volume register --help` lists every field and its values
     ");
     let f = env.file("name.toml", &SPEC.replace("\"v1\"", "\"../etc\""));
     snap!(env.run(&["volume", "register", &f]).await, @r"
@@ -296,6 +298,16 @@ async fn create_and_delete_through_the_controller() {
     claims: none
     ");
 
+    // The same spec again: it exists, and the CLI says so rather than "created".
+    let r = env
+        .run(&["volume", "create", &spec("fresh"), "--wait"])
+        .await;
+    assert_eq!(r.code, 0, "{r}");
+    assert_eq!(
+        r.stderr, "volume fresh already exists with this spec (free); nothing changed\n",
+        "{r}"
+    );
+
     // Delete, waiting until it is gone.
     let cli = env.spawn(&[
         "volume",
@@ -360,4 +372,145 @@ async fn create_and_delete_through_the_controller() {
     --- stderr
     creating volume later through plugin hp
     "#);
+}
+
+#[tokio::test]
+async fn a_creation_that_cannot_run_is_refused_or_cancelled() {
+    let env = Env::start("create-cancel");
+    let spec = |name: &str, plugin: &str| {
+        env.file(
+            &format!("{name}.toml"),
+            &format!(
+                "name = \"{name}\"\nplugin = \"{plugin}\"\naccess_mode = \"single-node-writer\"\n\
+                 attachment = \"file-system\"\ncapacity = \"1M\"\n"
+            ),
+        )
+    };
+    // No node has registered any plugin: refused at once, nothing recorded.
+    snap!(env.run(&["volume", "create", &spec("v0", "hp")]).await, @r"
+    exit: 3
+    --- stdout
+    --- stderr
+    error: failed to create volume `v0`: plugin `hp` is not registered: no node runs it
+    hint: no node has registered a plugin yet: start a node agent with `--plugin ID=ENDPOINT` (and `--controller ID=ENDPOINT` where it hosts the plugin's controller)
+    ");
+    // A node runs plugin hp but does not host its controller.
+    let n1 = FakeAgent::new(&env.server, "n1").await;
+    n1.register(0, false, json!([])).await;
+    snap!(env.run(&["volume", "create", &spec("v1", "hpp"), "--wait"]).await, @r"
+    exit: 3
+    --- stdout
+    --- stderr
+    error: failed to create volume `v1`: plugin `hpp` is not registered: no node runs it
+    hint: did you mean plugin `hp`? (known plugins: hp; `csivol plugin list` shows them; a plugin is known once a node's agent registers it)
+    ");
+    assert_eq!(env.run(&["volume", "show", "v1"]).await.code, 3);
+
+    // CreateVolume cannot run: no agent hosts the controller. The wait says so and how to
+    // cancel; the cancel calls nothing in the plugin and says so in the event log.
+    let r = env
+        .run(&[
+            "volume",
+            "create",
+            &spec("v1", "hp"),
+            "--wait",
+            "--timeout",
+            "1s",
+        ])
+        .await;
+    assert_eq!(r.code, 5, "{r}");
+    let last: Vec<_> = r
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("error:") || l.starts_with("hint:"))
+        .collect();
+    snap!(last.join("\n"), @r"
+    error: timed out after 1s waiting for volume v1 to be created; where it stands: creating: waiting for a controller host: no healthy agent hosts the controller of plugin `hp`
+    hint: `csivol status v1` shows where it stands; wait longer with --timeout, or cancel the creation with `csivol volume deregister v1`
+    ");
+    snap!(env.run(&["volume", "deregister", "v1", "--yes"]).await, @r"
+    exit: 0
+    --- stdout
+    --- stderr
+    cancelled the creation of volume v1; nothing was made in plugin hp, and the volume is deregistered
+    ");
+    snap!(env.run(&["events", "--volume", "v1"]).await, @r"
+    exit: 0
+    --- stdout
+    INDEX  TIME                  KIND                     VOLUME  NODE  ALLOC  ACTOR                  MESSAGE
+    3      [TIME]  volume-creating          v1      -     -      operator:[TOKEN-ID]  CreateVolume requested from plugin hp
+    4      [TIME]  volume-create-cancelled  v1      -     -      operator:[TOKEN-ID]  creation cancelled: CreateVolume through plugin hp never ran (last: waiting for a controller host: no healthy agent hosts the controller of plugin `hp`); nothing was deleted in the storage system
+    --- stderr
+    ");
+    let r = env.run(&["status", "-o", "json"]).await;
+    assert_eq!(
+        r.json()["volumes_by_state"],
+        json!({}),
+        "nothing is left counted: {r}"
+    );
+
+    // A CreateVolume call is out at a controller host when the cancel comes: its answer
+    // decides. Here it made the volume after all: csivol deletes it through the plugin.
+    let host = env.node("n2", 0).await;
+    assert_eq!(
+        env.run(&["volume", "create", &spec("v2", "hp")]).await.code,
+        0
+    );
+    let op = host.wait_op("create").await;
+    snap!(env.run(&["volume", "deregister", "v2", "--yes"]).await, @r"
+    exit: 0
+    --- stdout
+    --- stderr
+    cancelling the creation of volume v2: a CreateVolume call is still running; if it makes the volume, DeleteVolume follows
+    ");
+    assert_eq!(
+        env.run(&["volume", "show", "v2", "-o", "json"])
+            .await
+            .json()["state"],
+        "deleting"
+    );
+    host.report(json!([{"kind": "created", "op": op["id"], "attempt": op["attempt"], "external_id": "hp-v2", "capacity_bytes": 1048576}]))
+        .await;
+    let op = host.wait_op("delete").await;
+    assert_eq!(op["external_id"], "hp-v2");
+    host.report(json!([{"kind": "deleted", "op": op["id"], "attempt": op["attempt"]}]))
+        .await;
+    assert_eq!(env.run(&["volume", "show", "v2"]).await.code, 3);
+
+    // Here the call failed: it made nothing, and the cancel ends without DeleteVolume.
+    assert_eq!(
+        env.run(&["volume", "create", &spec("v3", "hp")]).await.code,
+        0
+    );
+    let op = host.wait_op("create").await;
+    assert_eq!(
+        env.run(&["volume", "deregister", "v3", "--yes"]).await.code,
+        0
+    );
+    host.report(json!([{"kind": "op_error", "op": op["id"], "attempt": op["attempt"], "error": {"code": "DEADLINE_EXCEEDED", "message": "backend slow", "final": false}}]))
+        .await;
+    assert_eq!(env.run(&["volume", "show", "v3"]).await.code, 3);
+    assert!(
+        host.desired().await["controller_ops"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+    let r = env.run(&["events", "--volume", "v3", "-o", "json"]).await;
+    let kinds: Vec<_> = r
+        .json()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["kind"].clone())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            json!("volume-creating"),
+            json!("volume-deleting"),
+            json!("volume-create-cancelled")
+        ],
+        "{r}"
+    );
 }

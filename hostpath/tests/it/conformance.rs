@@ -237,7 +237,7 @@ async fn access_type_that_does_not_fit_the_volume() {
     );
 }
 
-/// The rows of the error table (README) that the other tests do not reach.
+/// The rows of the error table (docs/reference-plugin.md) that the other tests do not reach.
 #[tokio::test]
 async fn the_rest_of_the_error_table() {
     let dir = TestDir::new("hostpath-error-table");

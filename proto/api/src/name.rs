@@ -30,6 +30,39 @@ pub fn validate_name(kind: &str, name: &str) -> Result<(), String> {
     }
 }
 
+/// The name in `names` closest to `wanted`, if one is close enough to be what was meant
+/// ("did you mean"): at most a third of its characters (at least 2) edited away.
+pub fn closest<'a>(wanted: &str, names: &'a [String]) -> Option<&'a str> {
+    let limit = (wanted.chars().count() / 3).max(2);
+    names
+        .iter()
+        .filter(|n| n.as_str() != wanted)
+        .map(|n| (edit_distance(wanted, n), n))
+        .filter(|(d, _)| *d <= limit)
+        .min_by_key(|(d, n)| (*d, n.as_str()))
+        .map(|(_, n)| n.as_str())
+}
+
+/// Levenshtein distance over characters.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let cur = row[j + 1];
+            row[j + 1] = if ca == *cb {
+                prev
+            } else {
+                1 + prev.min(row[j]).min(cur)
+            };
+            prev = cur;
+        }
+    }
+    row[b.len()]
+}
+
 /// What a [`Name`] names; its word in the error message of a name that breaks the rule.
 pub trait NameKind {
     const KIND: &'static str;
@@ -161,6 +194,26 @@ mod tests {
             let err = validate_name("volume", bad).unwrap_err();
             assert!(err.starts_with("invalid volume name"), "{err}");
         }
+    }
+
+    #[test]
+    fn the_closest_name_is_suggested_only_when_close() {
+        let names: Vec<String> = ["demo-data", "demo-shared", "node-1", "node-2", "hostpath"]
+            .map(String::from)
+            .to_vec();
+        for (wanted, best) in [
+            ("demo-dat", Some("demo-data")),
+            ("demo-shraed", Some("demo-shared")),
+            ("node-3", Some("node-1")),
+            ("nod1", Some("node-1")),
+            ("hostpth", Some("hostpath")),
+            ("demo-data", None),
+            ("zzz", None),
+            ("completely-different", None),
+        ] {
+            assert_eq!(closest(wanted, &names), best, "{wanted}");
+        }
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
     }
 
     #[test]

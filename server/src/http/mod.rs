@@ -599,15 +599,9 @@ async fn get_claim(
     };
     let claim = app
         .db
-        .read(move |c| {
-            c.claim(&volume, &alloc)?
-                .map(|row| c.claim_to_api(&row))
-                .transpose()?
-                .ok_or_else(|| {
-                    ApiError::not_found(format!(
-                        "alloc `{alloc}` holds no claim on volume `{volume}`"
-                    ))
-                })
+        .read(move |c| match c.claim(&volume, &alloc)? {
+            Some(row) => c.claim_to_api(&row),
+            None => Err(lifecycle::no_claim(c, &volume, &alloc)?),
         })
         .await?;
     Ok(with_index(StatusCode::OK, index, claim))

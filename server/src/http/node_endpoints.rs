@@ -266,12 +266,13 @@ pub(super) async fn get_plugin(
     app.caller(&headers)?.require_reader()?;
     name("plugin", &id)?;
     let limits = app.limits.clone();
-    let found = app
-        .db
-        .read(move |c| views::list_plugins(c, Some(&id), &limits))
-        .await?;
-    found.into_iter().next().map(Json).ok_or_else(|| {
-        ApiError::not_found("no node runs this plugin")
-            .with_hint("`csivol plugin list` shows the known plugins")
-    })
+    app.db
+        .read(move |c| {
+            let found = views::list_plugins(c, Some(&id), &limits)?;
+            match found.into_iter().next() {
+                Some(p) => Ok(Json(p)),
+                None => Err(lifecycle::unknown_plugin(&id, &c.plugin_ids()?)),
+            }
+        })
+        .await
 }

@@ -509,6 +509,28 @@ pub fn create_claim(
     }
 }
 
+/// The error for an alloc that holds no claim on `volume`: the volume's own absence when
+/// it is not registered, else the alloc, with the closest of its claims' allocs (a typo)
+/// and where to list them.
+pub fn no_claim(conn: &(impl Snapshot + ?Sized), volume: &str, alloc: &str) -> ApiResult<ApiError> {
+    conn.require_volume(volume)?;
+    let allocs: Vec<String> = conn
+        .claims_of_volume(volume)?
+        .into_iter()
+        .map(|c| c.alloc)
+        .collect();
+    let guess = api::closest(alloc, &allocs)
+        .map(|g| format!("did you mean alloc `{g}`? "))
+        .unwrap_or_default();
+    Ok(ApiError::not_found(format!(
+        "alloc `{alloc}` holds no claim on volume `{volume}`"
+    ))
+    .with_hint(format!(
+        "{guess}`csivol claim list --volume {volume}` lists its claims; one released or expired \
+         is gone (`csivol events --volume {volume}` says)"
+    )))
+}
+
 /// `DELETE /v1/volumes/{name}/claims/{alloc}`: starts the release; idempotent.
 pub fn release_claim(
     ctx: &mut impl Txn,
@@ -516,11 +538,9 @@ pub fn release_claim(
     alloc: &str,
     actor: &str,
 ) -> ApiResult<api::Claim> {
-    let c = ctx.claim(volume, alloc)?.ok_or_else(|| {
-        ApiError::not_found(format!(
-            "alloc `{alloc}` holds no claim on volume `{volume}`"
-        ))
-    })?;
+    let Some(c) = ctx.claim(volume, alloc)? else {
+        return Err(no_claim(ctx, volume, alloc)?);
+    };
     match c.state {
         ClaimState::Releasing | ClaimState::Failed => {}
         ClaimState::Queued => {

@@ -34,7 +34,7 @@ mod tests;
 mod volumes;
 
 pub use attachments::advance_volume;
-pub use claims::{claim_dry_run, create_claim, release_claim};
+pub use claims::{claim_dry_run, create_claim, no_claim, release_claim};
 pub use desired::{desired_changes, desired_state};
 pub use expand::expand_volume;
 pub use modify::modify_volume;
@@ -43,7 +43,7 @@ pub use operator::{detach, require_reason, unblock_node, unblock_volume};
 pub use ops::{plugins_with_due_ops, schedule_ops};
 pub use reports::apply_reports;
 pub use snapshots::{create_snapshot, delete_snapshot, list_snapshots, snapshot_view};
-pub use volumes::{create_volume, deregister_volume, register_volume, volume_view};
+pub use volumes::{create_volume, deregister_volume, register_volume, unknown_plugin, volume_view};
 
 /// Server settings the lifecycle depends on, and where it records latencies.
 #[derive(Clone, Debug)]

@@ -198,6 +198,9 @@ pub(super) fn op_failed(
     }
     let class = ErrorClass::of_name(&error.code);
     let message = format!("{} failed: {}", o.kind.call(), format_error(error));
+    if super::volumes::create_was_cancelled(ctx, o)? {
+        return super::volumes::create_answered_after_cancel(ctx, o, &message, actor);
+    }
     let node = o.node.clone();
     // NOT_FOUND from an unpublish or delete means the job is already done.
     if error.code == "NOT_FOUND" && matches!(o.kind, OpKind::Unpublish | OpKind::Delete) {

@@ -479,6 +479,9 @@ fn created(ctx: &mut impl Txn, b: &mut Batch<'_>, o: &OpRow, made: Made<'_>) -> 
         context,
         accessible_topology,
     } = made;
+    if super::volumes::create_was_cancelled(ctx, o)? {
+        return super::volumes::created_after_cancel(ctx, o, external_id, &b.actor, b.limits);
+    }
     ctx.delete_op(o.id)?;
     ctx.volume_created(
         &o.volume,

@@ -59,7 +59,7 @@ fn facts(v: &VolumeRow) -> VolumeFacts<'_> {
 
 fn require_snapshot(conn: &(impl Snapshot + ?Sized), name: &str) -> ApiResult<SnapshotRow> {
     conn.snapshot(name)?.ok_or_else(|| {
-        ApiError::not_found(format!("snapshot `{name}` not found"))
+        ApiError::not_found(format!("snapshot `{name}` is not registered"))
             .with_hint("`csivol snapshot list` shows the snapshots")
     })
 }

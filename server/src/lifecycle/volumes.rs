@@ -7,7 +7,7 @@ use csivol_api::{self as api, CreateVolumeSpec, FreeText, VolumeSpec, validate_n
 use super::ops::schedule_ops;
 use super::{Limits, event};
 use crate::error::{ApiError, ApiResult};
-use crate::model::{ClaimRow, Lifecycle, VolumeRow};
+use crate::model::{ClaimRow, Lifecycle, OpRow, VolumeRow};
 use crate::store::{Snapshot, Txn};
 use crate::watch::Key;
 use csivol_rules::kinds::{EventKind, OpKind};
@@ -28,6 +28,29 @@ pub(super) fn check_spec_names(
         );
     }
     Ok(())
+}
+
+/// A plugin that no node registered: refused with the known plugins and the one closest
+/// to what was asked, for a misspelt id.
+pub fn unknown_plugin(plugin: &str, known: &[String]) -> ApiError {
+    let err = ApiError::not_found(format!(
+        "plugin `{plugin}` is not registered: no node runs it"
+    ));
+    if known.is_empty() {
+        return err.with_hint(
+            "no node has registered a plugin yet: start a node agent with `--plugin ID=ENDPOINT` \
+             (and `--controller ID=ENDPOINT` where it hosts the plugin's controller)",
+        );
+    }
+    let list = format!(
+        "known plugins: {}; `csivol plugin list` shows them; a plugin is known once a node's \
+         agent registers it",
+        known.join(", ")
+    );
+    err.with_hint(match api::closest(plugin, known) {
+        Some(g) => format!("did you mean plugin `{g}`? ({list})"),
+        None => list,
+    })
 }
 
 /// Topology segments are checked for what the CSI spec requires of them: keys and values
@@ -248,12 +271,18 @@ pub fn create_volume(
         }
         if e.lifecycle != Lifecycle::Failed {
             return Err(ApiError::conflict(format!(
-                "volume `{name}` is already registered with another spec"
+                "volume `{name}` already exists with another spec"
             ))
             .with_hint(format!(
                 "choose another name, or deregister it with `csivol volume deregister {name}`"
             )));
         }
+    }
+    // Refused at once rather than queued for a controller host that will never come: a
+    // misspelt plugin would otherwise wait for good.
+    let known = ctx.plugin_ids()?;
+    if !known.contains(&spec.plugin) {
+        return Err(unknown_plugin(&spec.plugin, &known));
     }
     if !spec.mutable_parameters.is_empty() {
         may_set_mutable(ctx, &spec.plugin)?;
@@ -369,7 +398,8 @@ pub fn deregister_volume(
     }
     super::snapshots::no_snapshot_in_progress(ctx, name)?;
     match v.lifecycle {
-        Lifecycle::Creating | Lifecycle::Deleting => {
+        Lifecycle::Creating => return cancel_create(ctx, &v, actor),
+        Lifecycle::Deleting => {
             return Err(ApiError::conflict(format!(
                 "volume `{name}` is {}; wait for it to finish",
                 v.lifecycle.as_str()
@@ -415,4 +445,134 @@ pub fn deregister_volume(
         "volume deregistered",
     )?;
     Ok(None)
+}
+
+/// A volume still `creating` is cancelled. Its CreateVolume never succeeded (success makes
+/// it ready), so csivol holds no id of anything in the storage system: when no call is out,
+/// the queued operation and the record go at once, and nothing is called in the plugin
+/// (`None`). When a call is out at a controller host, its answer decides, for the CSI spec
+/// makes the CO "responsible for cleaning up volumes it provisioned that it no longer needs"
+/// (CreateVolume, `name`): the volume waits in `deleting` (returned); a volume made after
+/// all is deleted through the plugin, a failed call ends the cancel as above
+/// ([`create_answered_after_cancel`], [`created_after_cancel`]).
+fn cancel_create(ctx: &mut impl Txn, v: &VolumeRow, actor: &str) -> ApiResult<Option<api::Volume>> {
+    let name = &v.name;
+    let op = ctx.volume_op(OpKind::Create, name)?;
+    if let Some(o) = &op
+        && let Some(host) = &o.host
+    {
+        let why = format!(
+            "creation cancelled while CreateVolume runs on node {host}: if it makes the volume, \
+             DeleteVolume follows; if it fails, the volume is forgotten"
+        );
+        ctx.set_volume_lifecycle(name, Lifecycle::Deleting, Some(&why))?;
+        ctx.touch(Key::Volume(name.clone()));
+        event(
+            ctx,
+            EventKind::VolumeDeleting,
+            Some(name),
+            None,
+            None,
+            actor,
+            why,
+        )?;
+        return Ok(Some(volume_view(ctx, name)?));
+    }
+    let attempts = op.as_ref().map_or(0, |o| o.attempt);
+    let tried = match attempts {
+        0 => "never ran".to_owned(),
+        1 => "failed once".to_owned(),
+        n => format!("failed {n} times"),
+    };
+    let last = v
+        .error
+        .as_deref()
+        .map(|e| format!(" (last: {e})"))
+        .unwrap_or_default();
+    forget_cancelled(
+        ctx,
+        name,
+        op.as_ref(),
+        actor,
+        &format!("{} {tried}{last}", v.plugin),
+    )?;
+    Ok(None)
+}
+
+/// Ends a cancelled creation that made nothing: the operation and the record go.
+fn forget_cancelled(
+    ctx: &mut impl Txn,
+    name: &str,
+    op: Option<&OpRow>,
+    actor: &str,
+    what: &str,
+) -> ApiResult<()> {
+    if let Some(o) = op {
+        ctx.delete_op(o.id)?;
+    }
+    ctx.delete_volume(name)?;
+    ctx.touch(Key::Volume(name.to_owned()));
+    event(
+        ctx,
+        EventKind::VolumeCreateCancelled,
+        Some(name),
+        None,
+        None,
+        actor,
+        format!(
+            "creation cancelled: CreateVolume through plugin {what}; nothing was deleted in the \
+             storage system"
+        ),
+    )
+}
+
+/// Whether `o` is the CreateVolume of a volume whose creation was cancelled while it ran.
+pub(super) fn create_was_cancelled(ctx: &impl Txn, o: &OpRow) -> ApiResult<bool> {
+    Ok(o.kind == OpKind::Create
+        && ctx
+            .volume(&o.volume)?
+            .is_some_and(|v| v.lifecycle == Lifecycle::Deleting))
+}
+
+/// The CreateVolume of a cancelled creation failed: it made nothing, and the cancel ends.
+pub(super) fn create_answered_after_cancel(
+    ctx: &mut impl Txn,
+    o: &OpRow,
+    message: &str,
+    actor: &str,
+) -> ApiResult<()> {
+    let what = format!("{} failed after the cancel ({message})", o.plugin);
+    forget_cancelled(ctx, &o.volume, Some(o), actor, &what)
+}
+
+/// The CreateVolume of a cancelled creation made the volume after all: csivol records the
+/// plugin's id for it and deletes it through the plugin, as the operator asked.
+pub(super) fn created_after_cancel(
+    ctx: &mut impl Txn,
+    o: &OpRow,
+    external_id: &str,
+    actor: &str,
+    limits: &Limits,
+) -> ApiResult<()> {
+    ctx.delete_op(o.id)?;
+    let mut v = ctx.require_volume(&o.volume)?;
+    v.external_id = external_id.to_owned();
+    v.error = None;
+    v.updated_at = ctx.now();
+    v.modify_index = ctx.index();
+    insert_volume(ctx, &v)?;
+    ctx.queue_op(OpKind::Delete, &v.plugin, &v.name, None, "{}")?;
+    event(
+        ctx,
+        EventKind::VolumeDeleting,
+        Some(&v.name),
+        None,
+        None,
+        actor,
+        format!(
+            "CreateVolume answered after the creation was cancelled: created as {external_id}; \
+             DeleteVolume requested"
+        ),
+    )?;
+    schedule_ops(ctx, &v.plugin, limits)
 }

@@ -85,6 +85,8 @@ pub trait Snapshot {
     /// Ready nodes that host the controller of `plugin`, by name.
     fn controller_hosts(&self, plugin: &str) -> ApiResult<Vec<String>>;
     fn op(&self, id: i64) -> ApiResult<Option<OpRow>>;
+    /// The operation of `kind` on `volume` as a whole (not on one node), if one is queued.
+    fn volume_op(&self, kind: OpKind, volume: &str) -> ApiResult<Option<OpRow>>;
     /// The plugin's volumes and csivol's nodes as the plugin names them, and every
     /// attachment of its volumes, for controller-side reconciliation.
     fn reconcile_facts(
@@ -110,6 +112,8 @@ pub trait Snapshot {
     fn plugins_with_due_ops(&self, now: i64) -> ApiResult<Vec<String>>;
     /// The operation of `kind` queued for `volume` (a key) with no node, if any.
     fn key_op(&self, kind: OpKind, volume: &str) -> ApiResult<Option<OpRow>>;
+    /// Every plugin some node registered (whatever the node's status now), by id.
+    fn plugin_ids(&self) -> ApiResult<Vec<String>>;
     /// Every node's registration of `plugin` (node name, its status, what it reported).
     fn plugin_registrations(
         &self,

@@ -1,4 +1,4 @@
-//! csivol's load benchmark (issue 7). One run:
+//! csivol's load benchmark. One run:
 //!
 //! 1. measures the floor of this machine: a durable SQLite commit with the server's
 //!    settings, a loopback HTTP round trip to the real server, a unix-socket gRPC round trip

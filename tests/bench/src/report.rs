@@ -7,8 +7,8 @@ use super::floor::{self, CycleFloor, Floor};
 use super::phases::{self, LoadFigures, Outcome};
 use super::stats::{self, Dist, load_average};
 
-/// Everything a run measured. Field names are the `--json` schema; the keys issue 7 asks
-/// for are all top-level.
+/// Everything a run measured. Field names are the `--json` schema; the headline figures
+/// (throughput, latency ratios, RSS, node loss, listing) are all top-level.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
     pub mode: &'static str,
@@ -58,7 +58,7 @@ pub struct Report {
 
     pub server_rss_mib: Option<f64>,
     /// The server's RSS once the nodes were connected and the volumes registered, before
-    /// the load (issue 18's memory figure).
+    /// the load: the memory an idle cluster costs.
     pub server_idle_rss_mib: Option<f64>,
     /// What each connected node added to the server's RSS: (RSS with the nodes connected
     /// - RSS before them) / nodes, in KiB.
@@ -114,7 +114,7 @@ pub struct Report {
     /// The kill -9 check: acknowledged claims found after a restart / checked.
     pub kill_check: Option<KillCheck>,
     pub ok: bool,
-    /// Issue 7's targets that apply to this run's mode, each met or missed.
+    /// csivol's targets that apply to this run's mode, each met or missed.
     pub targets: Vec<Target>,
 
     pub floor: Floor,
@@ -166,7 +166,7 @@ impl ResidentFigures {
     }
 }
 
-/// One of issue 7's targets, against this run's figure.
+/// One of csivol's targets, against this run's figure.
 #[derive(Debug, Clone, Serialize)]
 pub struct Target {
     pub target: String,
@@ -192,14 +192,14 @@ impl Target {
     }
 }
 
-/// Issue 7's targets for the run's mode. They are stated for `--mode full --nodes 10
+/// csivol's targets for the run's mode. They are stated for `--mode full --nodes 10
 /// --mount none` and `--mode server --nodes 1000` (RSS: 10,000 nodes, 100,000 volumes) on
 /// a 2-core machine; other settings are compared all the same, for orientation.
 pub fn targets(r: &Report) -> Vec<Target> {
     let mut targets = mode_targets(r);
     if let Some(res) = &r.resident {
         targets.push(Target::at_most(
-            "CPU per cycle with resident claims within 1.2x of the figure without (issue 18)",
+            "CPU per cycle with resident claims within 1.2x of the figure without",
             res.cpu_ratio,
             1.2,
         ));
@@ -243,13 +243,13 @@ fn mode_targets(r: &Report) -> Vec<Target> {
                 200.0,
             ),
             Target::at_most(
-                "server RSS under 150 MiB with 10,000 connected nodes and 100,000 volumes (issue 18; before the load)",
+                "server RSS under 150 MiB with 10,000 connected nodes and 100,000 volumes (before the load)",
                 r.server_idle_rss_mib
                     .filter(|_| r.nodes >= 10_000 && r.list_volumes_count.unwrap_or(0) >= 100_000),
                 150.0,
             ),
             Target::at_most(
-                "server RSS per connected idle node at most 4 KiB (issue 18)",
+                "server RSS per connected idle node at most 4 KiB",
                 r.server_kib_per_node.filter(|_| r.nodes >= 1_000),
                 4.0,
             ),
@@ -508,7 +508,7 @@ impl Report {
             ));
         }
         line(String::new());
-        line("issue 7 targets (stated for full: 10 nodes, --mount none; server: 1,000 nodes; RSS: 10,000 nodes and 100,000 volumes; 2 cores):".into());
+        line("targets (stated for full: 10 nodes, --mount none; server: 1,000 nodes; RSS: 10,000 nodes and 100,000 volumes; 2 cores):".into());
         for t in &self.targets {
             line(format!(
                 "  {:<8} {} (this run: {})",

@@ -1,5 +1,5 @@
-//! `csivol-bench` runs briefly in both modes, exits 0 and prints the JSON object issue 7
-//! promises. No figure is checked: speed belongs in the benchmark, not in a test.
+//! `csivol-bench` runs briefly in both modes, exits 0 and prints the JSON object its
+//! `--json` documents. No figure is checked: speed belongs in the benchmark, not in a test.
 
 use std::process::Command;
 
@@ -83,7 +83,7 @@ fn bench_server_mode() {
     assert_eq!(r["list_volumes_count"], 200);
 }
 
-/// The fault campaign, briefly (the README has the long run's figures): faults of every
+/// The fault campaign, briefly (docs/benchmarks.md has the long run's figures): faults of every
 /// kind fall, and no invariant breaks. Needs root (the server's disk is a tmpfs), as the
 /// tests do.
 #[test]

@@ -12,37 +12,68 @@ use serde_json::Value;
 use crate::cluster::{Out, run};
 
 const WAIT: Duration = Duration::from_secs(60);
+/// How long a dev cluster may take to come up on a busy machine.
+const START_WAIT: Duration = Duration::from_secs(300);
 
-struct Dev {
-    dir: PathBuf,
-    home: PathBuf,
-    url: String,
-    runs: u32,
+/// A dev cluster run by its real program, with a home of its own for the CLI's defaults.
+pub struct Dev {
+    pub dir: PathBuf,
+    pub home: PathBuf,
+    pub url: String,
+    pub runs: u32,
+    pub nodes: u32,
 }
 
 impl Dev {
-    fn start(&mut self) -> Proc {
+    pub fn start(&mut self) -> Proc {
         self.runs += 1;
         let mut cmd = Command::new(bin_path("csivol-server"));
-        cmd.arg("dev")
-            .arg(format!("--dir={}", self.dir.display()))
-            .arg(format!(
-                "--listen={}",
-                self.url.trim_start_matches("https://")
-            ))
+        cmd.args(self.args())
             .env("HOME", &self.home)
             .env_remove("XDG_CONFIG_HOME")
             .env("RUST_LOG", "info");
-        let log = self.dir.with_extension(format!("{}.log", self.runs));
+        let log = self.log();
         let proc = Proc::spawn("csivol-server dev", cmd, &log);
         // Up once the CLI finds the cluster and the demo volume is created (a first run
         // records it as `creating` until its CreateVolume is through: a claim then would be
         // refused as too early).
-        wait_for("dev mode up", WAIT, || {
+        // Generous: several dev clusters may start at once beside other tests.
+        wait_for("dev mode up", START_WAIT, || {
             let out = self.csivol(&["volume", "show", "demo-data", "-o", "json"]);
             (out.code == 0 && out.json()["state"] != "creating").then_some(())
         });
         proc
+    }
+
+    fn args(&self) -> Vec<String> {
+        vec![
+            "dev".to_owned(),
+            format!("--dir={}", self.dir.display()),
+            format!("--listen={}", self.url.trim_start_matches("https://")),
+            format!("--nodes={}", self.nodes),
+        ]
+    }
+
+    /// The output of the latest run.
+    fn log(&self) -> PathBuf {
+        self.dir.with_extension(format!("{}.log", self.runs))
+    }
+
+    /// A shell command with the CLI's environment from the dev dir's `env` file alone: no
+    /// `csivol` on `PATH` but what the file puts there.
+    pub fn sourced(&self, command: &str) -> Out {
+        let mut cmd = Command::new("bash");
+        cmd.arg("-c")
+            .arg(format!(
+                "source {} && {command}",
+                self.dir.join("env").display()
+            ))
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .env("HOME", &self.home)
+            .env("NO_COLOR", "1")
+            .stdin(std::process::Stdio::null());
+        run(cmd)
     }
 
     /// The CLI with no token flag and no token variable: it finds the one dev mode left.
@@ -97,7 +128,7 @@ impl Drop for Dev {
 }
 
 /// Ctrl-C, as a terminal sends it, and the wait for dev mode to finish stopping.
-fn interrupt(mut proc: Proc) {
+pub fn interrupt(mut proc: Proc) {
     let pid = Pid::from_raw(proc.pid() as i32).unwrap();
     kill_process(pid, Signal::INT).unwrap();
     let status = wait_for("dev mode stopped", Duration::from_secs(120), || {
@@ -124,6 +155,7 @@ fn ctrl_c_and_resume_keeps_the_claim_and_its_data() {
         // Dev mode serves TLS with its own CA, which it leaves where the CLI looks.
         url: format!("https://127.0.0.1:{port}"),
         runs: 0,
+        nodes: 1,
     };
     let proc = dev.start();
     // Found over TLS with no flags: the CA is where the CLI looks, and the env file names it.
@@ -210,6 +242,7 @@ fn a_second_dev_cluster_replaces_the_first_ones_token_not_the_users() {
         home: home.clone(),
         url: format!("https://127.0.0.1:{port}"),
         runs: 0,
+        nodes: 1,
     };
     interrupt(first.start());
     let first_token = read(&token_file).expect("dev mode wrote the CLI's token");
@@ -220,6 +253,7 @@ fn a_second_dev_cluster_replaces_the_first_ones_token_not_the_users() {
         home: first.home.clone(),
         url: first.url.clone(),
         runs: 0,
+        nodes: 1,
     };
     let proc = second.start();
     let second_token = read(&token_file).unwrap();
@@ -241,6 +275,7 @@ fn a_second_dev_cluster_replaces_the_first_ones_token_not_the_users() {
         home: second.home.clone(),
         url: second.url.clone(),
         runs: 0,
+        nodes: 1,
     };
     let mut cmd = Command::new(bin_path("csivol-server"));
     cmd.arg("dev")
@@ -284,32 +319,10 @@ fn a_killed_agent_comes_back_with_the_command_dev_mode_prints() {
         home: test.join("home"),
         url: format!("https://127.0.0.1:{port}"),
         runs: 0,
+        nodes: 1,
     };
     let proc = dev.start();
-    let pid_file = dev.dir.join("node-1/agent.pid");
-    let pid = |path: &Path| -> i32 { read(path).unwrap().trim().parse().unwrap() };
-    let old = pid(&pid_file);
-    kill_process(Pid::from_raw(old).unwrap(), Signal::KILL).unwrap();
-    let log = dev.dir.with_extension("1.log");
-    let line = wait_for("dev mode to say how to bring node-1 back", WAIT, || {
-        let text = read(&log)?;
-        let mut lines = text
-            .lines()
-            .skip_while(|l| !l.starts_with("node-1 agent exited"));
-        lines.next()?;
-        lines.next().map(|l| l.trim().to_owned())
-    });
-    assert!(
-        line.contains("csivol-agent run ") && line.contains("--node=node-1"),
-        "{line}"
-    );
-    let status = Command::new("sh").arg("-c").arg(&line).status().unwrap();
-    assert!(status.success());
-    let new = wait_for("a new agent pid", WAIT, || {
-        read(&pid_file)
-            .and_then(|p| p.trim().parse::<i32>().ok())
-            .filter(|p| *p != old)
-    });
+    let new = kill_and_restart_by_hand(&dev, "node-1");
     // The node registers again: a second node-registered event.
     wait_for("node-1 registered again", WAIT, || {
         let out = dev.csivol(&["events", "--node", "node-1", "-o", "json"]);
@@ -325,9 +338,169 @@ fn a_killed_agent_comes_back_with_the_command_dev_mode_prints() {
     // Started by hand, it is stopped by hand, before dev mode stops the rest.
     kill_process(Pid::from_raw(new).unwrap(), Signal::TERM).unwrap();
     wait_for("the hand-started agent to stop", WAIT, || {
-        (!Path::new(&format!("/proc/{new}")).exists()
-            || read(Path::new(&format!("/proc/{new}/stat"))).is_some_and(|s| s.contains(") Z ")))
-        .then_some(())
+        (!alive(new)).then_some(())
     });
     interrupt(proc);
+}
+
+fn pid_in(path: &Path) -> i32 {
+    read(path).unwrap().trim().parse().unwrap()
+}
+
+/// Whether process `pid` runs (a zombie waiting to be reaped does not).
+fn alive(pid: i32) -> bool {
+    read(Path::new(&format!("/proc/{pid}/stat"))).is_some_and(|s| !s.contains(") Z "))
+}
+
+/// `kill -9` of `node`'s agent, then the command dev mode prints to bring it back, run as
+/// a user would: the new agent's pid (not dev mode's child).
+fn kill_and_restart_by_hand(dev: &Dev, node: &str) -> i32 {
+    let pid_file = dev.dir.join(node).join("agent.pid");
+    let old = pid_in(&pid_file);
+    kill_process(Pid::from_raw(old).unwrap(), Signal::KILL).unwrap();
+    let line = wait_for(
+        &format!("dev mode to say how to bring {node} back"),
+        WAIT,
+        || {
+            let text = read(&dev.log())?;
+            let mut lines = text
+                .lines()
+                .skip_while(|l| !l.starts_with(&format!("{node} agent exited")));
+            lines.next()?;
+            lines.next().map(|l| l.trim().to_owned())
+        },
+    );
+    assert!(
+        line.contains("csivol-agent run ") && line.contains(&format!("--node={node}")),
+        "{line}"
+    );
+    let status = Command::new("sh").arg("-c").arg(&line).status().unwrap();
+    assert!(status.success());
+    wait_for("a new agent pid", WAIT, || {
+        read(&pid_file)
+            .and_then(|p| p.trim().parse::<i32>().ok())
+            .filter(|p| *p != old)
+    })
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Dev mode killed outright (SIGKILL: it can stop nothing itself) takes its agents and
+/// plugins with it. An agent started by hand is not its child and stays; the next dev mode
+/// on the directory refuses to start beside it, naming its pid and the command to stop it.
+#[test]
+fn children_die_with_a_killed_dev_mode_and_a_stray_agent_is_named() {
+    let test = TestDir::new("dev-killed");
+    let mut dev = Dev {
+        dir: test.join("csivol-dev"),
+        home: test.join("home"),
+        url: format!("https://127.0.0.1:{}", free_port()),
+        runs: 0,
+        nodes: 2,
+    };
+    let mut proc = dev.start();
+    let stray = kill_and_restart_by_hand(&dev, "node-1");
+    let children = [
+        pid_in(&dev.dir.join("node-1/plugin.pid")),
+        pid_in(&dev.dir.join("node-2/plugin.pid")),
+        pid_in(&dev.dir.join("node-2/agent.pid")),
+    ];
+    proc.kill();
+    wait_for("dev mode's children to die with it", WAIT, || {
+        children.iter().all(|p| !alive(*p)).then_some(())
+    });
+    assert!(
+        alive(stray),
+        "the hand-started agent is nobody's child: {:?}\n{}",
+        read(Path::new(&format!("/proc/{stray}/stat"))),
+        read(&dev.dir.join("node-1/agent.log")).unwrap_or_default()
+    );
+
+    let mut cmd = Command::new(bin_path("csivol-server"));
+    cmd.args(dev.args())
+        .env("HOME", &dev.home)
+        .env_remove("XDG_CONFIG_HOME");
+    let (status, out) = csivol_tests::run_to_exit("csivol-server dev", cmd, WAIT);
+    assert!(!status.success(), "{out}");
+    assert!(
+        out.contains(&format!(
+            "error: a csivol-agent is already running on the data dir of node-1 (pid {stray})"
+        )) && out.contains(&format!("stop it with `kill {stray}`")),
+        "{out}"
+    );
+    kill_process(Pid::from_raw(stray).unwrap(), Signal::TERM).unwrap();
+    wait_for("the hand-started agent to stop", WAIT, || {
+        (!alive(stray)).then_some(())
+    });
+}
+
+/// A second dev cluster on another port, beside the first: its banner names the env file
+/// that reaches it, and that file alone gives a working CLI (on PATH, with the address,
+/// token and CA). The CLI's default CA is then the second's; reaching the first through the
+/// defaults fails with a hint that names the dev cluster the CA came from.
+#[test]
+fn a_second_dev_cluster_says_how_to_reach_it_and_whose_ca_the_cli_holds() {
+    let test = TestDir::new("dev-two");
+    let home = test.join("home");
+    let mut first = Dev {
+        dir: test.join("first"),
+        home: home.clone(),
+        url: format!("https://127.0.0.1:{}", free_port()),
+        runs: 0,
+        nodes: 1,
+    };
+    let one = first.start();
+    let mut second = Dev {
+        dir: test.join("second"),
+        home,
+        url: format!("https://127.0.0.1:{}", free_port()),
+        runs: 0,
+        nodes: 1,
+    };
+    let two = second.start();
+    let banner = read(&second.log()).unwrap();
+    let env = second.dir.canonicalize().unwrap().join("env");
+    assert!(
+        banner.contains(&format!("\n  source {}\n  csivol status\n", env.display())),
+        "{banner}"
+    );
+    let env_text = read(&env).unwrap();
+    assert!(
+        env_text.contains(&format!("export CSIVOL_ADDR={}\n", second.url)),
+        "{env_text}"
+    );
+    let out = second.sourced("csivol status");
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stdout.contains("nodes:   1 (1 ready)"), "{out:?}");
+
+    let out = first.csivol(&["status"]);
+    assert_eq!(out.code, 8, "{out:?}");
+    assert!(
+        out.stderr.contains(&format!(
+            "which the dev cluster in {} wrote",
+            second.dir.canonicalize().unwrap().display()
+        )) && out.stderr.contains("run `source DIR/env`"),
+        "{out:?}"
+    );
+    assert_eq!(first.sourced("csivol status").code, 0);
+
+    // A scheme that does not match the server's is named, with the right address.
+    let plain = first.url.replace("https://", "http://");
+    let out = first.sourced(&format!("csivol --addr {plain} status"));
+    assert_eq!(out.code, 8, "{out:?}");
+    assert!(
+        out.stderr.contains(&format!(
+            "error: the csivol server at {plain} speaks TLS: use {}",
+            first.url
+        )),
+        "{out:?}"
+    );
+    interrupt(two);
+    interrupt(one);
 }

@@ -1,4 +1,4 @@
-//! Issue 13 on the network's side, with the real binaries: a flood of 20,000 idle
+//! Safe on a real network, the network's side, with the real binaries: a flood of 20,000 idle
 //! connections, more than the server has open files for, does not keep a new `csivol` call
 //! out; and plain HTTP is refused off loopback unless `--insecure-http` says otherwise.
 //! Both run in network namespaces the tests make (tests never bind the host's other

@@ -1,4 +1,4 @@
-//! Issue 13, safe on a real network: tokens that can be listed, expired and revoked, and
+//! Safe on a real network: tokens that can be listed, expired and revoked, and
 //! controller hosting that only authorised nodes get. Real server, agents and CLI.
 
 use std::time::Duration;
@@ -110,7 +110,7 @@ fn tokens_list_revoke_expire() {
     );
 }
 
-/// The probe from issue 13: a node token for a made-up node, and a real agent started with
+/// A hijack attempt: a node token for a made-up node, and a real agent started with
 /// it that offers to host the plugin's controller (its plugin is node-1's, so its
 /// registration is node-1's copied). The registration is refused with an event; nothing
 /// is handed to it; an operator can allow it.

@@ -156,6 +156,13 @@ fn data_written_before_a_snapshot_is_in_the_volume_created_from_it_and_in_a_clon
     assert!(copy.contains("\nsnapshots: none"), "{copy}");
     let missing = c.csivol(&["snapshot", "show", "nope"]);
     assert_eq!(missing.code, 3, "{missing:?}");
+    let typo = c.csivol(&["snapshot", "show", "snap-2"]);
+    assert_eq!(typo.code, 3, "{typo:?}");
+    assert!(
+        typo.stderr
+            .contains("hint: did you mean snapshot `snap-1`?"),
+        "{typo:?}"
+    );
 
     for (v, a) in [
         ("src", "writer"),

@@ -240,6 +240,15 @@ impl Snapshot for Connection {
         Ok(ops(self, "id = ?1", [id])?.pop())
     }
 
+    fn volume_op(&self, kind: OpKind, volume: &str) -> ApiResult<Option<OpRow>> {
+        Ok(ops(
+            self,
+            "volume = ?1 AND kind = ?2 AND node IS NULL",
+            params![volume, kind.as_str()],
+        )?
+        .pop())
+    }
+
     fn ops_of_host(&self, host: &str) -> ApiResult<Vec<OpRow>> {
         ops(self, "host = ?1 ORDER BY id", [host])
     }
@@ -274,6 +283,14 @@ impl Snapshot for Connection {
             self,
             "SELECT DISTINCT plugin FROM ops WHERE host IS NULL AND not_before <= ?1",
             [now],
+        )
+    }
+
+    fn plugin_ids(&self) -> ApiResult<Vec<String>> {
+        strings(
+            self,
+            "SELECT DISTINCT plugin FROM node_plugins ORDER BY plugin",
+            [],
         )
     }
 
@@ -350,6 +367,8 @@ reads_through_the_transaction! {
     ready_plugin_nodes(plugin: &str) -> Vec<(String, Topology)>;
     controller_hosts(plugin: &str) -> Vec<String>;
     op(id: i64) -> Option<OpRow>;
+    volume_op(kind: OpKind, volume: &str) -> Option<OpRow>;
+    plugin_ids() -> Vec<String>;
     ops_of_host(host: &str) -> Vec<OpRow>;
     assigned_ops(plugin: &str) -> Vec<OpSlot>;
     due_ops(plugin: &str, now: i64) -> Vec<OpSlot>;
