@@ -149,9 +149,15 @@ impl ApiClient {
             .map_err(|e| ApiError::from_client("registration", e))
     }
 
-    pub async fn heartbeat(&self) -> Result<HeartbeatResponse, ApiError> {
-        (self.api.heartbeat(&self.node).await)
+    /// A heartbeat, each server given `within` to answer before the next one is asked.
+    pub async fn heartbeat(&self, within: Duration) -> Result<HeartbeatResponse, ApiError> {
+        (self.api.heartbeat(&self.node, Some(within)).await)
             .map_err(|e| ApiError::from_client("the heartbeat", e))
+    }
+
+    /// The server answered last is asked last next time (its node channel went silent).
+    pub fn avoid_current(&self) {
+        self.api.avoid_current();
     }
 
     /// A blocking query: answers when the desired state changed past `index`, or after

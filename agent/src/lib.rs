@@ -16,6 +16,7 @@
 //! filters its logs); everything is a flag or a `--config` setting.
 
 mod channel;
+pub mod cli;
 mod client;
 pub mod config;
 pub mod mounts;
@@ -61,8 +62,11 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
         );
     }
     let tls = csivol_client::tls::client_config(
-        args.ca_cert.as_deref(),
-        args.tls_cert.as_deref().zip(args.tls_key.as_deref()),
+        settings.ca_cert.as_deref(),
+        settings
+            .tls_identity
+            .as_ref()
+            .map(|(cert, key)| (cert.as_path(), key.as_path())),
     )
     .map_err(anyhow::Error::msg)?;
     let client = client::ApiClient::new(&settings.server, &settings.node, token, tls)

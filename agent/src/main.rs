@@ -2,43 +2,8 @@
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
-
-/// csivol's node agent: drives this node's CSI plugins toward the server's desired state.
-#[derive(Debug, Parser)]
-#[command(name = "csivol-agent", version)]
-struct Cli {
-    #[command(subcommand)]
-    command: Command,
-}
-
-#[derive(Debug, Subcommand)]
-enum Command {
-    /// Run the node agent: drive this node's CSI plugins toward the server's desired state.
-    Run(csivol_agent::NodeArgs),
-    /// The old spelling of `run`, accepted with a notice until the next release.
-    #[command(hide = true)]
-    Node(csivol_agent::NodeArgs),
-    /// Moved: the server is `csivol-server serve` (and its maintenance commands).
-    #[command(hide = true, disable_help_flag = true)]
-    Server(Moved),
-    /// Moved: dev mode is `csivol-server dev`.
-    #[command(hide = true, disable_help_flag = true)]
-    Dev(Moved),
-    /// Moved: `csivol-server tls init`.
-    #[command(hide = true, disable_help_flag = true)]
-    Tls(Moved),
-    /// Moved: the reference plugin is the `csivol-hostpath` program.
-    #[command(hide = true, disable_help_flag = true)]
-    Hostpath(Moved),
-}
-
-/// Whatever followed a command that moved to another program, to say how to run it there.
-#[derive(Debug, clap::Args)]
-struct Moved {
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-    args: Vec<String>,
-}
+use clap::Parser;
+use csivol_agent::cli::{Cli, Command};
 
 /// The commands of `csivol-agent server` that are commands of `csivol-server` of their own.
 const SERVER_ACTIONS: [&str; 4] = ["backup", "restore", "rotate-secrets-key", "migrate"];

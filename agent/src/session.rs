@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use csivol_api::{HeartbeatResponse, NodeStatus, Report, ReportBatch};
+use csivol_client::StatusCode;
 use tokio::sync::{Notify, mpsc, watch};
 
 use super::channel;
@@ -93,13 +94,25 @@ impl Link {
     }
 
     /// A heartbeat: on the node channel when it is open (the same answer as the request),
-    /// else, or when the channel breaks on it, as a request.
+    /// else, or when the channel breaks on it, as a request. Each server gets a quarter of
+    /// the TTL to answer, and one that cannot pass heartbeats on to the others answers
+    /// 503: an agent cut off from its server, or whose server is cut off from the rest,
+    /// reaches another one well before its node could be marked lost.
     async fn heartbeat(&self, ttl: Duration) -> Result<HeartbeatResponse, ApiError> {
-        let within = (ttl / 3).clamp(Duration::from_millis(100), Duration::from_secs(10));
+        let within = (ttl / 4).clamp(Duration::from_millis(100), Duration::from_secs(10));
+        let on_channel = self.channel.is_open();
         match self.channel.heartbeat(within).await {
-            Some(answer) => answer.map_err(|e| ApiError::from_client("the heartbeat", e)),
-            None => self.client.heartbeat().await,
+            Some(Err(e)) if e.status() == Some(StatusCode::SERVICE_UNAVAILABLE) => {
+                self.client.avoid_current();
+            }
+            Some(answer) => {
+                return answer.map_err(|e| ApiError::from_client("the heartbeat", e));
+            }
+            // Unanswered or closed under it: that server is asked last.
+            None if on_channel => self.client.avoid_current(),
+            None => {}
         }
+        self.client.heartbeat(within).await
     }
 }
 

@@ -19,14 +19,18 @@
 //! - `reconcile`: a controller's listing against csivol's attachments → findings.
 //! - `fence`: which configured fence method applies to a node, its command, and when an
 //!   automatic fence is due.
+//! - `hosting`: whether a registering node may host a plugin's controller.
 //! - `kinds`: event and controller-operation kinds.
+//! - `nodes`: whether a node takes new claims, and whether it may be forgotten.
 //! - `plan`: the node agent's: one volume's desired state and records → the steps to take.
 
 pub mod claims;
 pub mod expansion;
 pub mod fence;
+pub mod hosting;
 pub mod kinds;
 pub mod modify;
+pub mod nodes;
 pub mod plan;
 pub mod queue;
 pub mod reconcile;

@@ -2,28 +2,22 @@
 //! what each node and each controller host must do, notices lost nodes and carries out
 //! operators' decisions. It never dials a plugin.
 
-mod access;
 mod auth;
 mod background;
-pub mod backup;
-mod db;
+pub use store::sqlite::backup;
+pub(crate) use store::sqlite::db;
 pub mod dev;
 mod error;
-pub mod etcd;
+pub use store::etcd;
 mod fence;
-mod fence_command;
-mod hosting;
 mod http;
 pub mod identity;
-mod leases;
 mod lifecycle;
-mod listen;
 mod liveness;
 mod metrics;
 mod model;
-mod nodes;
 mod secrets;
-mod store;
+pub mod store;
 pub mod tls;
 mod views;
 mod watch;
@@ -158,6 +152,20 @@ pub struct ServerArgs {
 pub enum StoreKind {
     Sqlite,
     Etcd,
+}
+
+/// csivol's server (control plane): the cluster state behind the HTTP API, its backups,
+/// and dev mode.
+///
+/// `serve` runs the server; `dev` runs a whole cluster on this machine; `backup`,
+/// `restore`, `rotate-secrets-key` and `migrate` look after a server's state; `tls init`
+/// makes certificates for a small cluster.
+// The program's `main` parses this, and `csivol-gen` writes its man pages from it.
+#[derive(Debug, clap::Parser)]
+#[command(name = "csivol-server", version)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
 }
 
 /// `csivol-server`'s commands: the server, its maintenance commands, and dev mode.
@@ -453,7 +461,7 @@ pub struct Server {
     pub addr: SocketAddr,
     listener: TcpListener,
     app: http::App,
-    bounds: listen::Bounds,
+    bounds: http::listen::Bounds,
     /// The etcd cluster, with the etcd store.
     cluster: Option<etcd::Cluster>,
     /// The data dir's lock, held while this server may write there.
@@ -471,7 +479,7 @@ impl Server {
         // loopback, unreadable certificates) must leave nothing behind, not a data dir with a
         // new cluster's key, operator token and database in it.
         let tls = match &cfg.tls {
-            Some(t) => Some(listen::tls_acceptor(
+            Some(t) => Some(http::listen::tls_acceptor(
                 &t.cert,
                 &t.key,
                 t.client_ca.as_deref(),
@@ -518,7 +526,7 @@ impl Server {
         let sealed = db
             .write(move |ctx| {
                 check
-                    .check_and_seal(ctx.tx, shared)
+                    .check_and_seal(ctx, shared)
                     .map_err(ApiError::internal)
             })
             .await
@@ -547,9 +555,7 @@ impl Server {
         if tokens.is_empty() {
             let token_path = cfg.data_dir.join(OPERATOR_TOKEN_FILE);
             let t = db
-                .write(|ctx| {
-                    auth::create_token(ctx, csivol_api::Role::Operator, None, None, None, vec![])
-                })
+                .write(|ctx| lifecycle::first_operator_token(ctx))
                 .await
                 .map_err(|e| anyhow::anyhow!("failed to create the operator token: {e}"))?;
             auth::write_token_file(&token_path, &t.token)
@@ -571,7 +577,7 @@ impl Server {
             .read(background::node_statuses)
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))?;
-        let open_files = listen::raise_open_file_limit();
+        let open_files = http::listen::raise_open_file_limit();
         // Each node holds a connection or two (heartbeats, long-poll); the database, the
         // log and the operators need the rest.
         let wanted = 2 * nodes.len() as u64 + 1024;
@@ -593,12 +599,17 @@ impl Server {
         }
         let max_long_polls = cfg.max_long_polls.unwrap_or(max_connections * 3 / 4).max(1);
         let scheme = if tls.is_some() { "https" } else { "http" };
-        let bounds = listen::Bounds {
+        let bounds = http::listen::Bounds {
             header_timeout: cfg.header_timeout,
             max_connections,
             tls,
         };
-        let live = Arc::new(liveness::Liveness::new(cfg.heartbeat_ttl, nodes));
+        let live = liveness::Liveness::new(cfg.heartbeat_ttl, nodes);
+        let live = Arc::new(if cluster.is_some() {
+            live.relayed()
+        } else {
+            live
+        });
         let metrics = Arc::new(metrics::Metrics::default());
         let limits = Limits {
             controller_concurrency: cfg.controller_concurrency,
@@ -635,6 +646,7 @@ impl Server {
             fencer: Arc::new(fence::Fencer::default()),
             long_polls: Arc::new(tokio::sync::Semaphore::new(max_long_polls)),
             node_channel: cfg.node_channel,
+            leadership: cluster.as_ref().map(|c| c.leadership.clone()),
         };
         Ok(Self {
             addr,
@@ -655,11 +667,11 @@ impl Server {
         let app = self.app.clone();
         let _lock = self._lock;
         let router = http::router(self.app);
-        let served = listen::serve(self.listener, router, self.bounds, shutdown).await;
+        let served = http::listen::serve(self.listener, router, self.bounds, shutdown).await;
         for t in tasks {
             t.abort();
         }
-        if let Err(e) = access::persist_last_used(&app).await {
+        if let Err(e) = http::access::persist_last_used(&app).await {
             tracing::warn!(error = %e, "failed to record when tokens were last used");
         }
         served.context("HTTP server failed")
@@ -784,6 +796,36 @@ kind = "metal"
         let file: FileConfig = toml::from_str(&text).expect("dist/server.toml parses");
         assert_eq!(file.listen, Some("0.0.0.0:7420".parse().unwrap()));
         assert_eq!(file.heartbeat_ttl.as_deref(), Some("30s"));
+        // TLS by default, from the files `tls init --dir /etc/csivol/tls` writes.
+        let tls = tls::Files::in_dir(Path::new("/etc/csivol/tls"));
+        assert_eq!(file.tls_cert, Some(tls.server_cert));
+        assert_eq!(file.tls_key, Some(tls.server_key));
+        assert_eq!(file.tls_client_ca, Some(tls.ca));
+        assert_eq!(file.insecure_http, None);
+        // The commented fence example is a method that applies to its node.
+        let fence_lines = [
+            "[[fence]]",
+            "name ",
+            "command ",
+            "timeout ",
+            "nodes ",
+            "env ",
+        ];
+        let uncommented: Vec<&str> = text
+            .lines()
+            .map(|l| match l.strip_prefix("# ") {
+                Some(r)
+                    if fence_lines.iter().any(|k| r.starts_with(k))
+                        || r.starts_with("[node_labels")
+                        || r.starts_with("bmc ") =>
+                {
+                    r
+                }
+                _ => l,
+            })
+            .collect();
+        let resolved = resolve(&uncommented.join("\n")).unwrap();
+        assert_eq!(resolved.fence.methods.len(), 1, "{:?}", resolved.fence);
     }
 
     #[test]

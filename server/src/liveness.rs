@@ -3,12 +3,15 @@
 //! Only status changes (lost, back) are recorded. After a restart every node gets a full TTL.
 //! A loss decided here is retried until the database recorded it: a node that is lost in
 //! memory but `ready` in the database would show `ready` forever with nothing blocked.
+//! With several servers, heartbeats heard here are passed on to the leader through etcd
+//! ([`Relay`]), and a heartbeat is answered once it was.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use csivol_api::NodeStatus;
+use tokio::sync::{Notify, watch};
 
 #[derive(Debug, Clone, Copy)]
 struct Live {
@@ -68,13 +71,46 @@ pub struct Beats {
 /// Longest wait between two attempts to record a loss.
 const MAX_RETRY: Duration = Duration::from_secs(2);
 
+/// The nodes heard from here since the last forward (etcd store), and whether they
+/// registered; each heartbeat is numbered as it is heard.
+#[derive(Debug, Default)]
+struct Heard {
+    nodes: HashMap<String, bool>,
+    count: u64,
+}
+
+/// A heartbeat's number among those heard here: it has been passed on once every
+/// heartbeat up to it has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Ticket(u64);
+
+/// With several servers, the leader learns of the heartbeats other servers heard only
+/// through etcd (`seen/`): a server that answered a heartbeat it could not pass on would
+/// let the leader mark a node lost whose agent was told all is well, and which would
+/// have gone to another server had it known. So a heartbeat is answered once it was
+/// passed on, and refused (`unavailable`) while passing on fails (etcd answered with an
+/// error, or not within [`Liveness::forward_within`]), which sends the agent to its next
+/// server. A forward that is only slow (a loaded etcd) is no failure: its heartbeats are
+/// answered once it is through, or after [`Liveness::relay_within`] at the latest.
+#[derive(Debug)]
+struct Relay {
+    /// The last heartbeat passed on.
+    passed: watch::Sender<u64>,
+    /// Whether the last forward failed, and none succeeded since.
+    failing: watch::Sender<bool>,
+    /// Rung by each heartbeat, for the forwarder.
+    wanted: Notify,
+}
+
 #[derive(Debug)]
 pub struct Liveness {
     ttl: Duration,
     nodes: Mutex<HashMap<String, Live>>,
-    /// With several servers (etcd store): the nodes heard from here since the last
-    /// forward, and whether they registered, handed on to the leader through etcd.
-    heard: Mutex<HashMap<String, bool>>,
+    heard: Mutex<Heard>,
+    relay: Option<Relay>,
+    /// With the etcd store: per node, the etcd revision of the last heartbeat this
+    /// server accounted for (its own forward, or another server's it followed).
+    seen: Mutex<HashMap<String, i64>>,
 }
 
 impl Liveness {
@@ -89,19 +125,119 @@ impl Liveness {
             ttl,
             nodes: Mutex::new(nodes),
             heard: Mutex::default(),
+            relay: None,
+            seen: Mutex::default(),
         }
     }
 
-    fn heard(&self, node: &str, registered: bool) {
-        let mut heard = self.heard.lock().unwrap_or_else(|e| e.into_inner());
-        *heard.entry(node.to_owned()).or_default() |= registered;
+    /// `node`'s heartbeat at etcd revision `rev` is accounted for here.
+    pub fn seen_at(&self, node: &str, rev: i64) {
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        let at = seen.entry(node.to_owned()).or_default();
+        *at = (*at).max(rev);
     }
 
-    /// The nodes heard from since the last call (name, registered?), for the leader.
-    pub fn take_heard(&self) -> Vec<(String, bool)> {
-        std::mem::take(&mut *self.heard.lock().unwrap_or_else(|e| e.into_inner()))
-            .into_iter()
-            .collect()
+    /// The etcd revision of `node`'s last heartbeat accounted for here (0: none).
+    pub fn seen_revision(&self, node: &str) -> i64 {
+        let seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        seen.get(node).copied().unwrap_or(0)
+    }
+
+    /// Heartbeats are answered once passed on to the other servers ([`Relay`]): with
+    /// the etcd store, whose forwarder calls [`Liveness::take_heard`] and
+    /// [`Liveness::passed_on`].
+    pub fn relayed(mut self) -> Self {
+        self.relay = Some(Relay {
+            passed: watch::channel(0).0,
+            failing: watch::channel(false).0,
+            wanted: Notify::new(),
+        });
+        self
+    }
+
+    fn heard(&self, node: &str, registered: bool) -> Ticket {
+        let mut heard = self.heard.lock().unwrap_or_else(|e| e.into_inner());
+        *heard.nodes.entry(node.to_owned()).or_default() |= registered;
+        heard.count += 1;
+        let ticket = Ticket(heard.count);
+        drop(heard);
+        if let Some(r) = &self.relay {
+            r.wanted.notify_one();
+        }
+        ticket
+    }
+
+    /// The nodes heard from since the last call (name, registered?), for the leader, and
+    /// the last heartbeat among them.
+    pub fn take_heard(&self) -> (Vec<(String, bool)>, Ticket) {
+        let mut heard = self.heard.lock().unwrap_or_else(|e| e.into_inner());
+        let nodes = std::mem::take(&mut heard.nodes).into_iter().collect();
+        (nodes, Ticket(heard.count))
+    }
+
+    /// Taken nodes that could not be passed on (the forward failed): they go with the
+    /// next forward, and heartbeats are refused until one succeeds.
+    pub fn not_passed_on(&self, nodes: Vec<(String, bool)>) {
+        let mut heard = self.heard.lock().unwrap_or_else(|e| e.into_inner());
+        for (node, registered) in nodes {
+            *heard.nodes.entry(node).or_default() |= registered;
+        }
+        drop(heard);
+        if let Some(r) = &self.relay {
+            r.failing.send_if_modified(|f| !std::mem::replace(f, true));
+        }
+    }
+
+    /// Every heartbeat up to `upto` is in etcd.
+    pub fn passed_on(&self, upto: Ticket) {
+        if let Some(r) = &self.relay {
+            r.passed.send_if_modified(|p| {
+                let newer = upto.0 > *p;
+                *p = (*p).max(upto.0);
+                newer
+            });
+            r.failing.send_if_modified(|f| std::mem::replace(f, false));
+        }
+    }
+
+    /// Resolves when a heartbeat waits to be passed on (never without a relay).
+    pub async fn wanted(&self) {
+        match &self.relay {
+            Some(r) => r.wanted.notified().await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// How long a heartbeat waits to be passed on before it is answered all the same
+    /// (unless passing on failed meanwhile): well within the quarter of the TTL an agent
+    /// gives each server.
+    pub fn relay_within(&self) -> Duration {
+        (self.ttl / 5).max(Duration::from_millis(100))
+    }
+
+    /// How long the forwarder waits for etcd before that forward counts as failed. A
+    /// server cut off from etcd then refuses the next heartbeat (within an agent's
+    /// heartbeat interval, a third of the TTL), so its agents reach another server
+    /// within about two thirds of the TTL.
+    pub fn forward_within(&self) -> Duration {
+        (self.ttl / 4).max(Duration::from_millis(200))
+    }
+
+    /// Whether heartbeat `t` may be answered: passed on, or still under way within
+    /// [`Liveness::relay_within`]; not while passing on fails (at once without a relay).
+    pub async fn passed_in_time(&self, t: Ticket) -> bool {
+        let Some(r) = &self.relay else {
+            return true;
+        };
+        let (mut passed, mut failing) = (r.passed.subscribe(), r.failing.subscribe());
+        if *failing.borrow_and_update() {
+            return false;
+        }
+        tokio::select! {
+            _ = passed.wait_for(|p| *p >= t.0) => true,
+            _ = failing.wait_for(|f| *f) => false,
+            () = tokio::time::sleep(self.relay_within()) => !*r.failing.borrow(),
+        }
     }
 
     /// Another server heard from `node` (etcd store): as a heartbeat here, or a
@@ -113,6 +249,12 @@ impl Liveness {
                 if !live.lost {
                     live.last = Instant::now();
                     live.last_ms = Some(super::db::now_ms());
+                } else if !live.recorded {
+                    // Decided lost here, not recorded yet, and heard from through another
+                    // server meanwhile: it is not lost after all. (Once the loss is
+                    // recorded only the node's registration brings it back.)
+                    *live =
+                        Live::fresh(Instant::now(), Some(super::db::now_ms()), false, live.epoch);
                 }
             }
             Some(live) => {
@@ -176,17 +318,28 @@ impl Liveness {
 
     /// Records a heartbeat; `None` for a node the server does not know.
     pub fn heartbeat(&self, node: &str, now_ms: i64) -> Option<NodeStatus> {
+        self.heartbeat_ticket(node, now_ms)
+            .map(|(status, _)| status)
+    }
+
+    /// [`Liveness::heartbeat`], with the heartbeat's ticket to wait on until it was
+    /// passed on (`None` when there is nothing to pass on: the node is lost).
+    pub fn heartbeat_ticket(
+        &self,
+        node: &str,
+        now_ms: i64,
+    ) -> Option<(NodeStatus, Option<Ticket>)> {
         let mut nodes = self.nodes();
         let live = nodes.get_mut(node)?;
         if live.lost {
             // A lost node must register again, reporting what it still has mounted.
-            return Some(NodeStatus::Lost);
+            return Some((NodeStatus::Lost, None));
         }
         live.last = Instant::now();
         live.last_ms = Some(now_ms);
         drop(nodes);
-        self.heard(node, false);
-        Some(NodeStatus::Ready)
+        let ticket = self.heard(node, false);
+        Some((NodeStatus::Ready, Some(ticket)))
     }
 
     /// The node registered: it is alive now.
@@ -245,6 +398,18 @@ impl Liveness {
         self.nodes()
             .get(&u.node)
             .is_some_and(|l| l.lost && l.epoch == u.epoch)
+    }
+
+    /// `u` was heard from after all (a heartbeat another server passed on, which this
+    /// one had not seen yet): alive, with a fresh TTL, and nothing to record.
+    pub fn alive_after_all(&self, u: &Unrecorded) {
+        if let Some(l) = self.nodes().get_mut(&u.node)
+            && l.epoch == u.epoch
+            && l.lost
+            && !l.recorded
+        {
+            *l = Live::fresh(Instant::now(), l.last_ms, false, l.epoch);
+        }
     }
 
     /// The database recorded `u`'s loss (or found nothing to record).
@@ -347,6 +512,84 @@ mod tests {
             l.unrecorded().is_empty(),
             "the node is back, nothing to record"
         );
+    }
+
+    #[tokio::test]
+    async fn a_heartbeat_is_answered_once_it_was_passed_on() {
+        let l = Liveness::new(Duration::from_secs(1), [("n1".to_owned(), false)]).relayed();
+        let (status, ticket) = l.heartbeat_ticket("n1", 1).unwrap();
+        assert_eq!(status, NodeStatus::Ready);
+        let ticket = ticket.expect("a live node's heartbeat is passed on");
+        assert!(
+            l.passed_in_time(ticket).await,
+            "not passed on yet, but nothing failed: a slow etcd is no reason to refuse"
+        );
+        let (nodes, upto) = l.take_heard();
+        assert_eq!(nodes, [("n1".to_owned(), false)]);
+        l.not_passed_on(nodes);
+        assert_eq!(l.take_heard().0.len(), 1, "kept for the next forward");
+        assert!(
+            !l.passed_in_time(ticket).await,
+            "passing on failed: refused until a forward succeeds"
+        );
+        let (_, later) = l.heartbeat_ticket("n1", 2).unwrap();
+        assert!(!l.passed_in_time(later.unwrap()).await);
+        l.passed_on(upto);
+        assert!(l.passed_in_time(ticket).await);
+        // A heartbeat waiting when a forward fails is refused then, not at the deadline.
+        let (_, waiting) = l.heartbeat_ticket("n1", 3).unwrap();
+        let started = Instant::now();
+        let (answer, ()) = tokio::join!(l.passed_in_time(waiting.unwrap()), async {
+            tokio::task::yield_now().await;
+            let (nodes, _) = l.take_heard();
+            l.not_passed_on(nodes);
+        });
+        assert!(!answer);
+        assert!(
+            started.elapsed() < l.relay_within(),
+            "{:?}",
+            started.elapsed()
+        );
+        // Without a relay (one server), heartbeats are answered at once.
+        let alone = Liveness::new(Duration::from_secs(1), [("n1".to_owned(), false)]);
+        let (_, t) = alone.heartbeat_ticket("n1", 1).unwrap();
+        assert!(alone.passed_in_time(t.unwrap()).await);
+    }
+
+    #[test]
+    fn a_silent_node_heard_elsewhere_after_all_is_not_lost() {
+        let l = Liveness::new(Duration::from_millis(0), [("n1".to_owned(), false)]);
+        std::thread::sleep(Duration::from_millis(2));
+        let due = l.expire();
+        assert_eq!(l.unrecorded(), ["n1"]);
+        l.seen_at("n1", 7);
+        l.seen_at("n1", 5);
+        assert_eq!(l.seen_revision("n1"), 7, "the latest revision counts");
+        l.alive_after_all(&due[0]);
+        assert!(l.unrecorded().is_empty(), "nothing to record");
+        assert!(!l.still_lost(&due[0]));
+        assert_eq!(l.heartbeat("n1", 3), Some(NodeStatus::Ready));
+    }
+
+    /// A heartbeat another server passed on, followed here while a loss waits to be
+    /// recorded (its etcd check under way, or refused), takes the loss back: following
+    /// it also accounts for its revision, so the check would no longer see it as news.
+    #[test]
+    fn a_heartbeat_followed_from_another_server_takes_back_an_unrecorded_loss() {
+        let l = Liveness::new(Duration::from_millis(0), [("n1".to_owned(), false)]);
+        std::thread::sleep(Duration::from_millis(2));
+        let due = l.expire();
+        assert!(l.still_lost(&due[0]));
+        l.heard_elsewhere("n1", false);
+        l.seen_at("n1", 9);
+        assert!(!l.still_lost(&due[0]), "not lost after all");
+        assert!(l.unrecorded().is_empty(), "nothing to record");
+        // A recorded loss stands until the node registers again.
+        std::thread::sleep(Duration::from_millis(2));
+        let due = l.expire();
+        l.recorded(&due[0]);
+        l.heard_elsewhere("n1", false);
+        assert_eq!(l.heartbeat("n1", 4), Some(NodeStatus::Lost));
     }
 
     fn wait_due(l: &Liveness) -> Unrecorded {

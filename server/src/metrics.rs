@@ -7,9 +7,9 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
-use rusqlite::Connection;
 
 use super::error::ApiResult;
+use super::model::{StateCounts, WaitingOps};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StateLabel {
@@ -219,10 +219,16 @@ impl Metrics {
         self.fences.get_or_create(&StateLabel { state }).inc();
     }
 
-    /// Refreshes the gauges from the database and renders everything.
-    pub fn render(&self, conn: &Connection) -> ApiResult<String> {
+    /// Refreshes the gauges from the store's counts and the controller operations waiting
+    /// at `now`, and renders everything.
+    pub fn render(
+        &self,
+        counts: &StateCounts,
+        waiting: &[WaitingOps],
+        now: i64,
+    ) -> ApiResult<String> {
         let count_by =
-            |sql: &str, family: &Family<StateLabel, Gauge>, all: &[&str]| -> ApiResult<()> {
+            |rows: &[(String, i64)], family: &Family<StateLabel, Gauge>, all: &[&str]| {
                 for s in all {
                     family
                         .get_or_create(&StateLabel {
@@ -230,50 +236,25 @@ impl Metrics {
                         })
                         .set(0);
                 }
-                let mut stmt = conn.prepare(sql)?;
-                let rows =
-                    stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?;
-                for row in rows {
-                    let (state, n) = row?;
-                    family.get_or_create(&StateLabel { state }).set(n);
+                for (state, n) in rows {
+                    family
+                        .get_or_create(&StateLabel {
+                            state: state.clone(),
+                        })
+                        .set(*n);
                 }
-                Ok(())
             };
         let claim_states: Vec<_> = csivol_api::ClaimState::ALL
             .iter()
             .map(|s| s.as_str())
             .collect();
-        count_by(
-            "SELECT state, count(*) FROM claims GROUP BY state",
-            &self.claims,
-            &claim_states,
-        )?;
-        count_by(
-            "SELECT status, count(*) FROM nodes GROUP BY status",
-            &self.nodes,
-            &["ready", "lost", "fenced"],
-        )?;
-        self.nodes_fence_failing.set(conn.query_row(
-            "SELECT count(*) FROM nodes WHERE status = 'lost' AND fence_failures > 0",
-            [],
-            |r| r.get(0),
-        )?);
-        count_by(
-            "SELECT CASE WHEN host IS NULL THEN 'queued' ELSE 'in_flight' END, count(*) FROM ops GROUP BY 1",
-            &self.ops,
-            &["queued", "in_flight"],
-        )?;
-        self.queue_gauges(conn)?;
-        self.claims_with_error.set(conn.query_row(
-            "SELECT count(*) FROM claims WHERE error IS NOT NULL",
-            [],
-            |r| r.get(0),
-        )?);
-        self.claims_abnormal.set(conn.query_row(
-            "SELECT count(*) FROM claims WHERE condition IS NOT NULL",
-            [],
-            |r| r.get(0),
-        )?);
+        count_by(&counts.claims, &self.claims, &claim_states);
+        count_by(&counts.nodes, &self.nodes, &["ready", "lost", "fenced"]);
+        self.nodes_fence_failing.set(counts.nodes_fence_failing);
+        count_by(&counts.ops, &self.ops, &["queued", "in_flight"]);
+        self.queue_gauges(waiting, now);
+        self.claims_with_error.set(counts.claims_with_error);
+        self.claims_abnormal.set(counts.claims_abnormal);
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry).map_err(|e| {
             super::error::ApiError::internal(format!("failed to render metrics: {e}"))
@@ -281,38 +262,29 @@ impl Metrics {
         Ok(out)
     }
 
-    /// Every plugin's queue depth by kind and its oldest wait, read now; the series of a
-    /// queue that emptied go, as a scraper reads a series that is not there as none.
-    fn queue_gauges(&self, conn: &Connection) -> ApiResult<()> {
-        let now = super::db::now_ms();
-        let mut stmt = conn.prepare(
-            "SELECT plugin, kind, count(*), min(MAX(created_at, not_before)) FROM ops \
-             WHERE host IS NULL AND not_before <= ?1 GROUP BY plugin, kind",
-        )?;
-        let rows = stmt.query_map([now], |r| {
-            Ok((
-                r.get::<_, String>(0)?,
-                r.get::<_, String>(1)?,
-                r.get::<_, i64>(2)?,
-                r.get::<_, i64>(3)?,
-            ))
-        })?;
+    /// Every plugin's queue depth by kind and its oldest wait, from the operations due at
+    /// `now`; the series of a queue that emptied go, as a scraper reads a series that is
+    /// not there as none.
+    fn queue_gauges(&self, waiting: &[WaitingOps], now: i64) {
         self.queue_depth.clear();
         self.queue_oldest_seconds.clear();
-        let mut oldest: std::collections::BTreeMap<String, i64> = Default::default();
-        for row in rows {
-            let (plugin, kind, n, since) = row?;
-            let o = oldest.entry(plugin.clone()).or_insert(since);
-            *o = (*o).min(since);
+        let mut oldest: std::collections::BTreeMap<&str, i64> = Default::default();
+        for w in waiting.iter().filter(|w| w.due) {
+            let o = oldest.entry(&w.plugin).or_insert(w.since);
+            *o = (*o).min(w.since);
             self.queue_depth
-                .get_or_create(&PluginKindLabel { plugin, kind })
-                .set(n);
+                .get_or_create(&PluginKindLabel {
+                    plugin: w.plugin.clone(),
+                    kind: w.kind.clone(),
+                })
+                .set(i64::from(w.count));
         }
         for (plugin, since) in oldest {
             self.queue_oldest_seconds
-                .get_or_create(&PluginLabel { plugin })
+                .get_or_create(&PluginLabel {
+                    plugin: plugin.to_owned(),
+                })
                 .set((now - since).max(0) as f64 / 1000.0);
         }
-        Ok(())
     }
 }

@@ -7,7 +7,7 @@ use std::str::FromStr;
 use csivol_api::domain::{AccessMode, AccessType, PublishContext, Topology, VolumeCapability};
 use csivol_api::{
     self as api, AttachmentState, AttachmentStatus, ClaimMode, ClaimState, Eligibility, NodeStatus,
-    VolumeState,
+    Role, VolumeState,
 };
 
 use csivol_rules::kinds::OpKind;
@@ -374,4 +374,106 @@ impl SnapshotRow {
             index: self.modify_index,
         }
     }
+}
+
+/// A bearer token as stored: its hash, never its secret.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TokenRow {
+    pub id: String,
+    pub hash: String,
+    pub role: Role,
+    pub node: Option<String>,
+    /// Plugins whose controller a node token's node may host.
+    pub controllers: Vec<String>,
+    pub name: Option<String>,
+    pub created_at: i64,
+    pub last_used_at: Option<i64>,
+    pub expires_at: Option<i64>,
+    pub revoked_at: Option<i64>,
+}
+
+/// A node's fence facts as stored: the labels an operator set (`csivol node label`), those
+/// its agent reported, and the policy's failed attempts.
+#[derive(Clone, Debug, Default)]
+pub struct NodeFenceRow {
+    pub operator_labels: BTreeMap<String, String>,
+    pub reported_labels: BTreeMap<String, String>,
+    pub failures: u32,
+    pub error: Option<String>,
+    pub failed_at: Option<i64>,
+}
+
+/// One node's registration of a plugin, with the node's status, for the plugin list.
+#[derive(Clone, Debug)]
+pub struct PluginNodeRow {
+    pub plugin: String,
+    pub node: String,
+    pub status: NodeStatus,
+    pub registration: api::PluginRegistration,
+    pub node_service: bool,
+    pub controller: bool,
+    pub stage_unstage: bool,
+    pub topology: Topology,
+}
+
+/// A run of volumes by name with their claims and attachments, as a listing reads them.
+#[derive(Clone, Debug, Default)]
+pub struct VolumeChunk {
+    pub volumes: Vec<VolumeRow>,
+    pub claims: std::collections::HashMap<String, Vec<ClaimRow>>,
+    pub attachments: std::collections::HashMap<String, Vec<AttachmentRow>>,
+}
+
+/// How many rows are in each state, for the metrics' gauges.
+#[derive(Clone, Debug, Default)]
+pub struct StateCounts {
+    pub claims: Vec<(String, i64)>,
+    pub nodes: Vec<(String, i64)>,
+    /// `queued` (no host yet) and `in_flight`.
+    pub ops: Vec<(String, i64)>,
+    pub nodes_fence_failing: i64,
+    pub claims_with_error: i64,
+    pub claims_abnormal: i64,
+}
+
+/// Controller operations of one plugin and kind that no host holds, counted by whether
+/// they are due now (queued, or their retry's backoff over) or still backing off.
+#[derive(Clone, Debug)]
+pub struct WaitingOps {
+    pub plugin: String,
+    pub kind: String,
+    pub count: u32,
+    /// The earliest time one of them became due (queued, or due again after a backoff).
+    pub since: i64,
+    pub due: bool,
+}
+
+/// A controller operation handed to a controller host.
+#[derive(Clone, Debug)]
+pub struct RunningOpRow {
+    pub id: i64,
+    pub kind: String,
+    pub volume: String,
+    /// The node it is for, where it is for one (attach, detach).
+    pub node: Option<String>,
+    pub host: String,
+    /// When it became due (queued, or due again after a backoff).
+    pub since: i64,
+    pub assigned_at: Option<i64>,
+}
+
+/// A fence method's run, as recorded.
+#[derive(Clone, Debug)]
+pub struct NewFence<'a> {
+    pub node: &'a str,
+    pub at: i64,
+    pub method: &'a str,
+    pub command: &'a [String],
+    pub exit_status: Option<i32>,
+    pub timed_out: bool,
+    pub output: &'a str,
+    pub duration_ms: u64,
+    pub actor: &'a str,
+    pub reason: &'a str,
+    pub ok: bool,
 }

@@ -30,13 +30,29 @@ pub struct EtcdMember {
     /// Plain HTTP `/health` (etcd's metrics listener), whatever the client port speaks.
     health_url: String,
     proc: Option<Proc>,
+    /// The command etcd runs under (`nsenter` into its host), if any.
+    wrapper: Vec<String>,
     args: Vec<String>,
     log: PathBuf,
 }
 
+/// Where a member runs: under `wrapper`, on `ip`, with its client, peer and metrics ports.
+struct Place {
+    wrapper: Vec<String>,
+    ip: String,
+    ports: [u16; 3],
+}
+
 impl EtcdMember {
     fn spawn(&mut self) {
-        let mut cmd = Command::new(ETCD_BIN);
+        let mut cmd = match self.wrapper.split_first() {
+            Some((program, rest)) => {
+                let mut cmd = Command::new(program);
+                cmd.args(rest).arg(ETCD_BIN);
+                cmd
+            }
+            None => Command::new(ETCD_BIN),
+        };
         cmd.args(&self.args);
         self.proc = Some(Proc::spawn(&format!("etcd {}", self.name), cmd, &self.log));
     }
@@ -48,6 +64,11 @@ impl EtcdMember {
 
     pub fn is_running(&self) -> bool {
         self.proc.is_some()
+    }
+
+    /// The running member's pid.
+    pub fn pid(&self) -> Option<u32> {
+        self.proc.as_ref().map(Proc::pid)
     }
 }
 
@@ -85,42 +106,71 @@ impl EtcdCluster {
 
     /// [`EtcdCluster::start`], with TLS on the client port when `tls` is given.
     pub fn start_with(dir: &Path, n: usize, tls: Option<&EtcdTls>) -> Self {
+        Self::start_placed(dir, tls, || {
+            (0..n)
+                .map(|_| Place {
+                    wrapper: Vec::new(),
+                    ip: "127.0.0.1".to_owned(),
+                    ports: [free_port(), free_port(), free_port()],
+                })
+                .collect()
+        })
+    }
+
+    /// One member on each of `hosts` (namespaces of a [`crate::netns::Net`]), on etcd's
+    /// usual ports of the host's address; the caller must reach them (a thread in the
+    /// router, see [`crate::netns::Net::enter_router`]).
+    pub fn start_on(dir: &Path, hosts: &[&crate::netns::Host]) -> Self {
+        Self::start_placed(dir, None, || {
+            hosts
+                .iter()
+                .map(|h| Place {
+                    wrapper: h.prefix(),
+                    ip: h.addr.to_string(),
+                    ports: [2379, 2380, 2381],
+                })
+                .collect()
+        })
+    }
+
+    fn start_placed(dir: &Path, tls: Option<&EtcdTls>, places: impl Fn() -> Vec<Place>) -> Self {
         assert!(
             Path::new(ETCD_BIN).exists(),
             "{ETCD_BIN} is missing: the etcd store's tests need a real etcd; install it with \
              `apt-get install etcd-server` (.ci/run does)"
         );
         for attempt in 0..3 {
-            let mut c = Self::spawn_all(&dir.join(format!("etcd-{attempt}")), n, tls);
+            let mut c = Self::spawn_all(&dir.join(format!("etcd-{attempt}")), places(), tls);
             if c.try_wait_healthy(Duration::from_secs(30)) {
                 return c;
             }
-            for i in 0..n {
+            for i in 0..c.members.len() {
                 c.kill(i);
             }
         }
         panic!("the etcd cluster did not come up in three attempts; see the etcd-*.log files");
     }
 
-    fn spawn_all(dir: &Path, n: usize, tls: Option<&EtcdTls>) -> Self {
+    fn spawn_all(dir: &Path, places: Vec<Place>, tls: Option<&EtcdTls>) -> Self {
         std::fs::create_dir_all(dir).unwrap();
-        let ports: Vec<(u16, u16)> = (0..n).map(|_| (free_port(), free_port())).collect();
         let scheme = if tls.is_some() { "https" } else { "http" };
-        let initial: Vec<String> = ports
+        let initial: Vec<String> = places
             .iter()
             .enumerate()
-            .map(|(i, (_, peer))| format!("m{i}=http://127.0.0.1:{peer}"))
+            .map(|(i, p)| format!("m{i}=http://{}:{}", p.ip, p.ports[1]))
             .collect();
         let token = format!("csivol-test-{}", std::process::id());
-        let members = ports
-            .iter()
+        let members = places
+            .into_iter()
             .enumerate()
-            .map(|(i, (client, peer))| {
+            .map(|(i, place)| {
                 let name = format!("m{i}");
                 let data = dir.join(format!("etcd-{name}"));
-                let client_url = format!("{scheme}://127.0.0.1:{client}");
-                let peer_url = format!("http://127.0.0.1:{peer}");
-                let health_url = format!("http://127.0.0.1:{}", free_port());
+                let [client, peer, metrics] = place.ports;
+                let ip = &place.ip;
+                let client_url = format!("{scheme}://{ip}:{client}");
+                let peer_url = format!("http://{ip}:{peer}");
+                let health_url = format!("http://{ip}:{metrics}");
                 let mut args = vec![
                     format!("--name={name}"),
                     format!("--data-dir={}", data.display()),
@@ -149,6 +199,7 @@ impl EtcdCluster {
                     client_url,
                     health_url,
                     proc: None,
+                    wrapper: place.wrapper,
                     args,
                     log: dir.join(format!("etcd-m{i}.log")),
                 };

@@ -11,6 +11,11 @@ pub struct Health {
     /// Why the server is degraded, e.g. the state database refuses writes.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub reasons: Vec<String>,
+    /// With several servers over etcd: whether this server leads now (runs the once-only
+    /// work: loss detection, controller-operation scheduling, lease expiry, fencing).
+    /// Absent with the single-server store.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader: Option<bool>,
 }
 
 /// Every error: `{"error": {"code", "message", "hint"}}`.

@@ -167,6 +167,14 @@ impl Error {
     pub fn is_not_found(&self) -> bool {
         matches!(self, Self::Refused { status, .. } if *status == StatusCode::NOT_FOUND)
     }
+
+    /// The HTTP status the server refused with, if it answered.
+    pub fn status(&self) -> Option<StatusCode> {
+        match self {
+            Self::Refused { status, .. } | Self::Invalid { status, .. } => Some(*status),
+            Self::Unreachable { .. } => None,
+        }
+    }
 }
 
 /// What a request carries.
@@ -235,15 +243,47 @@ impl Client {
         body: Body<'_, B>,
         timeout: Option<Duration>,
     ) -> Result<Raw, Error> {
-        self.in_turn(|base| self.send_to(base, method.clone(), path, &body, timeout))
-            .await
+        self.in_turn(Retry::Unconnected, |base| {
+            self.send_to(base, method.clone(), path, &body, timeout)
+        })
+        .await
+    }
+
+    /// [`Client::send`] for a request that may be carried out twice (a heartbeat, a
+    /// registration, a read): it also moves on to the next server when one did not
+    /// answer within `timeout` (a server cut off from the network accepts nothing and
+    /// answers nothing) or answered 503 (it cannot serve now, e.g. it cannot reach its
+    /// store), since sending it again elsewhere changes nothing that it did not.
+    pub async fn send_idempotent<B: Serialize + ?Sized>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Body<'_, B>,
+        timeout: Option<Duration>,
+    ) -> Result<Raw, Error> {
+        self.in_turn(Retry::Unanswered, |base| {
+            self.send_to(base, method.clone(), path, &body, timeout)
+        })
+        .await
+    }
+
+    /// The server answered last is to be asked last next time: a caller learned it does
+    /// not serve (its node channel went silent).
+    pub fn avoid_current(&self) {
+        let n = self.bases.len().max(1);
+        let at = self.current.load(Ordering::Relaxed) % n;
+        let _ =
+            self.current
+                .compare_exchange(at, (at + 1) % n, Ordering::Relaxed, Ordering::Relaxed);
     }
 
     /// Runs `attempt` against the server that answered last, then each other one in
-    /// order while a server cannot be connected to (the request never reached it); the
-    /// first server that answers becomes the one asked first next time.
-    async fn in_turn<'a, T, Fut>(
+    /// order while a server cannot be connected to (the request never reached it), or
+    /// with [`Retry::Unanswered`] while one does not answer or answers 503; the first
+    /// server that answers becomes the one asked first next time.
+    async fn in_turn<'a, T: Answered, Fut>(
         &'a self,
+        retry: Retry,
         mut attempt: impl FnMut(&'a str) -> Fut,
     ) -> Result<T, Error>
     where
@@ -256,7 +296,7 @@ impl Client {
             let at = (first + i) % n;
             let base = self.bases.get(at).map_or("", String::as_str);
             match attempt(base).await {
-                Err(Error::Unreachable { source, .. }) if source.is_connect() && i + 1 < n => {
+                result if i + 1 < n && retry.moves_on(&result) => {
                     i += 1;
                 }
                 result => {
@@ -350,18 +390,29 @@ impl Client {
 
     // ---- the node agent's endpoints, scoped to its node ----
 
+    /// Registers `node` with the state it reports (sent again elsewhere when a server
+    /// does not answer: registering twice is registering once).
     pub async fn register(
         &self,
         node: &str,
         req: &RegisterRequest,
     ) -> Result<RegisterResponse, Error> {
-        self.post(&format!("/v1/nodes/{node}/register"), req).await
+        let path = format!("/v1/nodes/{node}/register");
+        let raw = (self.send_idempotent(Method::POST, &path, Body::Json(req), None)).await?;
+        Ok(raw.into_answer()?.body)
     }
 
-    pub async fn heartbeat(&self, node: &str) -> Result<HeartbeatResponse, Error> {
+    /// A heartbeat of `node`, given `within` to be answered by each server in turn
+    /// (`None`: the request timeout).
+    pub async fn heartbeat(
+        &self,
+        node: &str,
+        within: Option<Duration>,
+    ) -> Result<HeartbeatResponse, Error> {
         let empty = serde_json::Map::new();
-        self.post(&format!("/v1/nodes/{node}/heartbeat"), &empty)
-            .await
+        let path = format!("/v1/nodes/{node}/heartbeat");
+        let raw = (self.send_idempotent(Method::POST, &path, Body::Json(&empty), within)).await?;
+        Ok(raw.into_answer()?.body)
     }
 
     /// A blocking query: answers when the node's desired state changed past `index`, or
@@ -379,7 +430,8 @@ impl Client {
             Some(since) => format!("/v1/nodes/{node}/desired?since={since}"),
             None => format!("/v1/nodes/{node}/desired"),
         };
-        Ok(self.watch(&path, index, wait).await?.body)
+        let path = blocking_path(&path, index, wait);
+        self.read(&path, self.blocking_timeout(wait)).await
     }
 
     /// The node's desired state as the server has it now (no blocking query), for a
@@ -389,14 +441,28 @@ impl Client {
             Some(since) => format!("/v1/nodes/{node}/desired?since={since}"),
             None => format!("/v1/nodes/{node}/desired"),
         };
-        self.get(&path).await
+        self.read(&path, None).await
+    }
+
+    /// A `GET` asked of the next server too when one does not answer (see
+    /// [`Client::send_idempotent`]).
+    async fn read<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        timeout: Option<Duration>,
+    ) -> Result<T, Error> {
+        let raw = self
+            .send_idempotent::<()>(Method::GET, path, Body::None, timeout)
+            .await?;
+        Ok(raw.into_answer()?.body)
     }
 
     /// Opens `node`'s channel (see [`channel`]): the first server, in order, that accepts
     /// a connection. A server without the channel answers [`Error::Refused`] with 404 (an
     /// older server, or `--no-node-channel`) or 426.
     pub async fn channel(&self, node: &str) -> Result<channel::Channel, Error> {
-        self.in_turn(|base| self.channel_at(base, node)).await
+        self.in_turn(Retry::Unconnected, |base| self.channel_at(base, node))
+            .await
     }
 
     async fn channel_at(&self, base: &str, node: &str) -> Result<channel::Channel, Error> {
@@ -441,10 +507,12 @@ impl Client {
         }
     }
 
+    /// Sends a batch of reports (to the next server too when one does not answer: the
+    /// agent resends a batch until one accepts it, so each report may arrive twice).
     pub async fn reports(&self, node: &str, batch: &ReportBatch) -> Result<(), Error> {
-        let _: serde_json::Value = self
-            .post(&format!("/v1/nodes/{node}/reports"), batch)
-            .await?;
+        let path = format!("/v1/nodes/{node}/reports");
+        let raw = (self.send_idempotent(Method::POST, &path, Body::Json(batch), None)).await?;
+        raw.into_answer::<serde_json::Value>()?;
         Ok(())
     }
 
@@ -467,6 +535,48 @@ impl Client {
             .request(Method::POST, path, Some(body), None)
             .await?
             .body)
+    }
+}
+
+/// When a request moves on to the next server.
+#[derive(Clone, Copy, Debug)]
+enum Retry {
+    /// Only when it could not connect: the request never reached the server.
+    Unconnected,
+    /// Also when no answer came (a timeout, a broken connection) or the server answered
+    /// 503: for requests that may be carried out twice.
+    Unanswered,
+}
+
+impl Retry {
+    fn moves_on<T: Answered>(self, result: &Result<T, Error>) -> bool {
+        match (self, result) {
+            (_, Err(Error::Unreachable { source, .. })) if source.is_connect() => true,
+            (Self::Unconnected, _) => false,
+            (Self::Unanswered, Err(Error::Unreachable { .. })) => true,
+            (Self::Unanswered, Err(Error::Refused { status, .. })) => {
+                *status == StatusCode::SERVICE_UNAVAILABLE
+            }
+            (Self::Unanswered, Ok(answer)) => answer.status() == StatusCode::SERVICE_UNAVAILABLE,
+            (Self::Unanswered, Err(Error::Invalid { .. })) => false,
+        }
+    }
+}
+
+/// What a server answered, as far as moving on is concerned.
+trait Answered {
+    fn status(&self) -> StatusCode;
+}
+
+impl Answered for Raw {
+    fn status(&self) -> StatusCode {
+        self.status
+    }
+}
+
+impl Answered for channel::Channel {
+    fn status(&self) -> StatusCode {
+        StatusCode::SWITCHING_PROTOCOLS
     }
 }
 

@@ -12,7 +12,7 @@ use csivol_api::channel::{self, AgentLine, ServerLine};
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use super::super::listen::Closing;
+use super::listen::Closing;
 use super::*;
 
 /// How long closing a channel may take.
@@ -39,12 +39,11 @@ pub(super) async fn open(
         })
     };
     if !asks(CONNECTION, "upgrade") || !asks(UPGRADE, channel::UPGRADE) {
-        let mut e = ApiError::invalid(format!(
+        let e = ApiError::invalid(format!(
             "the node channel needs `Connection: upgrade` and `Upgrade: {}`",
             channel::UPGRADE
         ));
-        e.status = StatusCode::UPGRADE_REQUIRED;
-        return Err(e);
+        return Ok(error::with_status(&e, StatusCode::UPGRADE_REQUIRED));
     }
     // Kept to check the token again at every heartbeat, as `POST .../heartbeat` does: a
     // revoked token ends the channel at the next one.
@@ -88,12 +87,26 @@ pub(super) async fn open(
 /// The answer to one heartbeat, for `POST .../heartbeat` and the channel alike: liveness
 /// (with the etcd store, forwarded to the other servers from there), `lost` when the node
 /// must register again, not found when the server does not know it.
-pub(super) fn heartbeat(app: &App, node: &str, channel: bool) -> ApiResult<HeartbeatResponse> {
+pub(super) async fn heartbeat(
+    app: &App,
+    node: &str,
+    channel: bool,
+) -> ApiResult<HeartbeatResponse> {
     app.metrics.heartbeat(channel);
-    let status = app.live.heartbeat(node, now_ms()).ok_or_else(|| {
+    let (status, ticket) = app.live.heartbeat_ticket(node, now_ms()).ok_or_else(|| {
         ApiError::not_found(format!("node `{node}` is not registered"))
             .with_hint("the agent registers again")
     })?;
+    if let Some(t) = ticket
+        && !app.live.passed_in_time(t).await
+    {
+        return Err(ApiError::unavailable(format!(
+            "this server cannot pass heartbeats on to the other servers: etcd did not \
+             take its last forward within {}",
+            humantime::format_duration(app.live.forward_within())
+        ))
+        .with_hint("the agent sends its heartbeats to its next server"));
+    }
     Ok(HeartbeatResponse {
         status,
         heartbeat_ttl_ms: app.live.ttl().as_millis() as u64,
@@ -138,7 +151,7 @@ async fn serve(
                 heard = Instant::now();
                 while let Some(line) = lines.next_line() {
                     let answer = match line.and_then(|l| AgentLine::parse(&l)) {
-                        Ok(AgentLine::Beat) => beat(app, node, token),
+                        Ok(AgentLine::Beat) => beat(app, node, token).await,
                         Err(e) => return Err(std::io::Error::other(e)),
                     };
                     io.write_all(answer.encode().as_bytes()).await?;
@@ -172,16 +185,19 @@ async fn closed(closing: &mut Option<tokio::sync::watch::Receiver<bool>>) {
 }
 
 /// A heartbeat line's answer: the token checked as on every request, then [`heartbeat`].
-fn beat(app: &App, node: &str, token: &str) -> ServerLine {
-    let answer = app
+async fn beat(app: &App, node: &str, token: &str) -> ServerLine {
+    let allowed = app
         .tokens
         .authenticate(Some(token))
-        .and_then(|caller| caller.require_node(node))
-        .and_then(|()| heartbeat(app, node, true));
+        .and_then(|caller| caller.require_node(node));
+    let answer = match allowed {
+        Ok(()) => heartbeat(app, node, true).await,
+        Err(e) => Err(e),
+    };
     match answer {
         Ok(hb) => ServerLine::Beat(hb),
         Err(e) => ServerLine::Refused {
-            code: e.code,
+            code: e.code(),
             message: e.message,
         },
     }

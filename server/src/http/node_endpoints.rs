@@ -15,7 +15,7 @@ pub(super) async fn node_labels(
     let (wanted, fencing) = (node.clone(), Arc::clone(&app.fence));
     app.db
         .write(move |ctx| {
-            nodes::set_labels(ctx, &wanted, &req, fencing.configured(&wanted), &actor)
+            lifecycle::set_labels(ctx, &wanted, &req, fencing.configured(&wanted), &actor)
         })
         .await?;
     one_node(&app, node, "its labels were set").await
@@ -46,7 +46,7 @@ pub(super) async fn node_eligibility(
     name("node", &node)?;
     let wanted = node.clone();
     app.db
-        .write(move |ctx| nodes::set_eligibility(ctx, &wanted, req.eligibility, &actor))
+        .write(move |ctx| lifecycle::set_eligibility(ctx, &wanted, req.eligibility, &actor))
         .await?;
     one_node(&app, node, "its eligibility was set").await
 }
@@ -60,7 +60,7 @@ pub(super) async fn remove_node(
     name("node", &node)?;
     let wanted = node.clone();
     app.db
-        .write(move |ctx| nodes::remove(ctx, &wanted, &actor))
+        .write(move |ctx| lifecycle::remove_node(ctx, &wanted, &actor))
         .await?;
     // Its heartbeats are unknown from now on: the agent, if it runs, registers again.
     app.live.forget(&node);
@@ -145,7 +145,7 @@ pub(super) async fn register(
     // A refusal is answered after its event committed, so it is an Ok of the write.
     app.db
         .write(move |ctx| {
-            if let Some(refusal) = hosting::refused(ctx, &caller, &n, &req)? {
+            if let Some(refusal) = lifecycle::refused_hosting(ctx, &caller, &n, &req)? {
                 return Ok(Err(refusal));
             }
             if let Some(refusal) = lifecycle::node_id_refused(ctx, &n, &req)? {
@@ -169,7 +169,7 @@ pub(super) async fn heartbeat(
     app.caller(&headers)?.require_node(&node)?;
     name("node", &node)?;
     // The same answer as a heartbeat line on the node channel.
-    channel::heartbeat(&app, &node, false).map(Json)
+    channel::heartbeat(&app, &node, false).await.map(Json)
 }
 
 /// `?index=N&wait=30s&since=M`: a blocking query whose answer holds only the volumes changed

@@ -313,9 +313,9 @@ pub fn evaluate_claim(
     }
     // A node the operator took out of service (ineligible, draining) takes no new claims.
     if let Some(n) = conn.node(&req.node)?
-        && let Some(refusal) = crate::nodes::claim_refusal(&req.node, n.eligibility)
+        && let Some(r) = csivol_rules::nodes::claim_refusal(&req.node, n.eligibility)
     {
-        return Err(refusal);
+        return Err(super::nodes::refused(r));
     }
     // Nor does a node the volume cannot reach, whatever else holds the volume: checked
     // before the claims in the way, so that `--queue` never waits for what cannot fit.
@@ -592,7 +592,7 @@ pub fn claim_dry_run(
         Ok(ClaimDecision::Existing(claim)) => (true, claim.state),
         Ok(ClaimDecision::Queue(_)) => (false, ClaimState::Queued),
         Ok(ClaimDecision::New) => (false, initial_state(conn, volume, &req.node)?),
-        Err(e) if matches!(e.code, ErrorCode::Internal | ErrorCode::Unavailable) => {
+        Err(e) if matches!(e.code(), ErrorCode::Internal | ErrorCode::Unavailable) => {
             return Err(e);
         }
         Err(e) => {

@@ -1,11 +1,13 @@
 //! Nodes and liveness: registration, a lost node's return, drift found at registration,
-//! loss.
+//! loss; and operators' actions on a node as a whole (eligibility, removal), decided by
+//! `csivol_rules::nodes`.
 
 use std::collections::BTreeSet;
 
 use csivol_api::{
-    AttachmentState, ClaimRef, ClaimState, NodeStatus, RegisterRequest, validate_name,
+    AttachmentState, ClaimRef, ClaimState, Eligibility, NodeStatus, RegisterRequest, validate_name,
 };
+use csivol_rules::nodes::{Holdings, Refusal, removal};
 
 use super::attachments::advance_volume;
 use super::ops::schedule_ops;
@@ -97,7 +99,7 @@ pub fn register_node(
     ctx.touch(Key::Node(node.to_owned()));
     if was_fenced {
         // Its claims were force-released by the fence's unblock: nothing is resumed.
-        crate::fence::returned(ctx, node, req)?;
+        super::fenced_node_returned(ctx, node, req)?;
     } else if was_lost {
         return_from_loss(ctx, node, &req.published, limits)?;
         event(
@@ -170,10 +172,10 @@ pub(super) fn return_from_loss(
                 &format!("node:{node}"),
                 "node came back: releasing the claim whose release was under way when the node was lost",
             )?;
-        } else if crate::leases::expires(ClaimState::Ready, c.expires_at, ctx.now()) {
+        } else if super::leases::expires(ClaimState::Ready, c.expires_at, ctx.now()) {
             // Its lease ran out while the node was away: released the normal way, through
             // the node (which takes down whatever it still has).
-            crate::leases::release_expired(ctx, c)?;
+            super::leases::release_expired(ctx, c)?;
         } else if still_published(c) {
             // A claim whose `published` report never reached the server before the loss
             // has no target path yet: it is publishing until the node's report (queued or
@@ -388,4 +390,64 @@ pub fn mark_lost(ctx: &mut impl Txn, node: &str, why: &str, limits: &Limits) -> 
         schedule_ops(ctx, &p, limits)?;
     }
     Ok(())
+}
+
+/// A node rule's refusal as the API's: a conflict, with its next step.
+pub(super) fn refused(r: Refusal) -> ApiError {
+    ApiError::conflict(r.message).with_hint(r.hint)
+}
+
+/// `POST /v1/nodes/{node}/eligibility`: records the operator's choice, with an event.
+pub fn set_eligibility(
+    ctx: &mut impl Txn,
+    node: &str,
+    eligibility: Eligibility,
+    actor: &str,
+) -> ApiResult<()> {
+    let n = ctx.require_node(node)?;
+    if n.eligibility == eligibility {
+        return Ok(());
+    }
+    ctx.set_node_eligibility(node, eligibility)?;
+    let (kind, message) = match eligibility {
+        Eligibility::Eligible => (EventKind::NodeEligible, "node takes new claims again"),
+        Eligibility::Ineligible => (EventKind::NodeIneligible, "node takes no new claims"),
+        Eligibility::Draining => (
+            EventKind::NodeDraining,
+            "node is being drained: no new claims; its claims are left to their owners to release",
+        ),
+    };
+    event(ctx, kind, None, Some(node), None, actor, message)
+}
+
+/// `DELETE /v1/nodes/{node}`: forgets a node that holds nothing (see [`removal`]).
+pub fn remove_node(ctx: &mut impl Txn, node: &str, actor: &str) -> ApiResult<()> {
+    let n = ctx.require_node(node)?;
+    let h = Holdings {
+        claims: ctx
+            .claims_of_node(node, None)?
+            .into_iter()
+            .map(|c| (c.volume, c.alloc, c.state))
+            .collect(),
+        attachments: ctx
+            .attachments_of_node(node)?
+            .into_iter()
+            .map(|a| (a.volume, a.state))
+            .collect(),
+        ops: ctx.ops_of_host(node)?.len(),
+    };
+    removal(node, &h).map_err(refused)?;
+    ctx.delete_node(node)?;
+    event(
+        ctx,
+        EventKind::NodeRemoved,
+        None,
+        Some(node),
+        None,
+        actor,
+        format!(
+            "node removed (it was {}); an agent that registers it again brings it back",
+            n.status.as_str()
+        ),
+    )
 }

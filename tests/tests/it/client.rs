@@ -50,7 +50,7 @@ async fn a_node_registers_heartbeats_polls_and_reports_through_typed_calls() {
     .unwrap();
     let registered = node.register("n1", &req).await.unwrap();
     assert!(registered.heartbeat_ttl_ms > 0, "{registered:?}");
-    let beat = node.heartbeat("n1").await.unwrap();
+    let beat = node.heartbeat("n1", None).await.unwrap();
     assert_eq!(beat.status, NodeStatus::Ready);
     let nodes = operator.nodes().await.unwrap();
     assert_eq!(nodes.len(), 1);
@@ -93,7 +93,7 @@ async fn a_node_registers_heartbeats_polls_and_reports_through_typed_calls() {
         .unwrap();
 
     // A node token acts only for its own node; the answer carries the API's error code.
-    let e = node.heartbeat("n2").await.unwrap_err();
+    let e = node.heartbeat("n2", None).await.unwrap_err();
     match &e {
         Error::Refused {
             status,
@@ -191,4 +191,80 @@ async fn failures_are_told_apart() {
         }
         other => panic!("{other:?}"),
     }
+}
+
+/// A server that accepts connections and answers every request it reads with `status`
+/// (`None`: it reads and never answers, as a server cut off from the network would).
+/// Runs until the test ends.
+fn stand_in(status: Option<u16>) -> String {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for mut conn in listener.incoming().flatten() {
+            let mut buf = [0u8; 4096];
+            let _ = conn.read(&mut buf);
+            if let Some(s) = status {
+                let body = r#"{"error":{"code":"unavailable","message":"stand-in"}}"#;
+                let _ = write!(
+                    conn,
+                    "HTTP/1.1 {s} Stand-in\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            }
+            held.push(conn);
+        }
+    });
+    url
+}
+
+/// A request that may be carried out twice moves on to the next server when one answers
+/// 503 or nothing within its deadline; any other request moves on only when it could not
+/// connect, since the silent server may have carried it out.
+#[tokio::test]
+async fn idempotent_requests_move_on_from_a_silent_or_unavailable_server() {
+    let dir = TestDir::new("client-idempotent");
+    let server = ServerProc::start(&dir.join("server"), &[]);
+    let within = Some(Duration::from_millis(500));
+    for first in [stand_in(None), stand_in(Some(503))] {
+        let both = Client::builder(&format!("{first},{}", server.url))
+            .build()
+            .unwrap();
+        let raw = both
+            .send_idempotent::<()>(Method::GET, "/v1/health", Body::None, within)
+            .await
+            .unwrap();
+        assert_eq!(raw.status, StatusCode::OK, "answered by the real server");
+        assert_eq!(both.base(), server.url, "which is asked first from now on");
+
+        let again = Client::builder(&format!("{first},{}", server.url))
+            .build()
+            .unwrap();
+        let sent = again
+            .send::<()>(Method::GET, "/v1/health", Body::None, within)
+            .await;
+        match sent {
+            Err(Error::Unreachable { source, .. }) => assert!(source.is_timeout(), "{source}"),
+            Ok(raw) => assert_eq!(raw.status.as_u16(), 503, "the stand-in's answer"),
+            Err(e) => panic!("{e}"),
+        }
+        assert_eq!(
+            again.base(),
+            first,
+            "a plain request stays where it was answered"
+        );
+        again.avoid_current();
+        assert_eq!(
+            again.base(),
+            server.url,
+            "avoided, the next server comes first"
+        );
+    }
+    // Every server refusing: the last answer is the caller's.
+    let none = Client::builder(&format!("{},{}", stand_in(Some(503)), stand_in(Some(503))))
+        .build()
+        .unwrap();
+    let e = none.heartbeat("n1", within).await.unwrap_err();
+    assert_eq!(e.status(), Some(StatusCode::SERVICE_UNAVAILABLE), "{e}");
 }

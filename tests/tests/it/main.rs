@@ -1,6 +1,7 @@
 //! csivol's end-to-end tests: real binaries, real sockets, real mounts.
 
 mod block;
+mod boundaries;
 mod ci;
 mod client;
 mod cluster;
@@ -14,6 +15,8 @@ mod fence_trust;
 mod limits;
 mod modify;
 mod network;
+mod packages;
+mod partition;
 mod product_text;
 mod queue;
 mod reconcile;

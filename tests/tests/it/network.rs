@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};
 use std::time::{Duration, Instant};
 
+use csivol_tests::netns::{NetNs, tool};
 use csivol_tests::{Proc, ServerProc, TestDir, bin_path, idle, run_to_exit, wait_for};
 
 /// The flood of the probe.
@@ -23,17 +24,6 @@ const SERVER_HARD_LIMIT: u64 = 20_000;
 /// seconds to accept 20,000), and longer than the CLI's 30 s request timeout, so that a
 /// call which had to wait for idle connections to time out would fail.
 const FLOOD_HEADER_TIMEOUT: Duration = Duration::from_secs(120);
-
-/// A system tool, with the package that brings it when it is missing (`.ci/run` installs
-/// them on Debian).
-fn tool(name: &str, package: &str) -> PathBuf {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .chain(["/usr/sbin", "/sbin", "/usr/bin", "/bin"].map(PathBuf::from))
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
-        .unwrap_or_else(|| panic!("`{name}` is missing: install {package} (`.ci/run` does)"))
-}
 
 /// Runs `csivol` with `args` against `server` (optionally under `wrapper`), killed by pid
 /// if it outlives `timeout`; returns its exit status, what it printed, and how long it took.
@@ -84,7 +74,7 @@ fn hard_open_file_limit() -> Option<u64> {
 #[test]
 fn twenty_thousand_idle_connections_do_not_stop_a_cli_call() {
     let dir = TestDir::new("idle-flood");
-    let ns = NetNs::new(&dir);
+    let ns = netns(&dir);
     let hard = hard_open_file_limit().unwrap_or(u64::MAX);
     let server_hard = hard.min(SERVER_HARD_LIMIT);
     let nofile = format!("--nofile=1024:{server_hard}");
@@ -245,81 +235,26 @@ fn twenty_thousand_idle_connections_do_not_stop_a_cli_call() {
     );
 }
 
-/// A network namespace of the test's own, its loopback up. A `sleep` holds it, killed by
-/// pid when this is dropped; the namespace goes with it.
-struct NetNs {
-    holder: Proc,
-    /// `/proc/<holder>/ns/net`.
-    path: String,
-    nsenter: PathBuf,
+/// The address [`add_address`] gives a namespace.
+const ADDR: &str = "10.213.0.1";
+
+/// A namespace of the test's own (held as long as a test may run).
+fn netns(dir: &TestDir) -> NetNs {
+    NetNs::new(dir.path(), "test", Duration::from_secs(300))
 }
 
-impl NetNs {
-    const ADDR: &str = "10.213.0.1";
-
-    fn new(dir: &TestDir) -> Self {
-        let mut cmd = Command::new(tool("unshare", "util-linux"));
-        // `unshare` execs the sleep, so the holder's pid is the namespace's process; the
-        // sleep is bounded, should a test runner die without killing it.
-        cmd.args(["--net", "--", "sleep", "300"]);
-        let holder = Proc::spawn("network namespace", cmd, &dir.join("netns.log"));
-        let path = format!("/proc/{}/ns/net", holder.pid());
-        let host = std::fs::read_link("/proc/self/ns/net").unwrap();
-        // Until the holder is in its own namespace, entering its namespace would enter the
-        // host's: wait until it is.
-        wait_for("the new network namespace", Duration::from_secs(10), || {
-            std::fs::read_link(&path).ok().filter(|ns| *ns != host)
-        });
-        let ns = Self {
-            holder,
-            path,
-            nsenter: tool("nsenter", "util-linux"),
-        };
-        ns.ip(&["link", "set", "lo", "up"]);
-        ns
-    }
-
-    /// Adds [`NetNs::ADDR`] on a veth link. (A veth pair rather than a dummy link: veth is
-    /// in every kernel that runs containers, dummy is a module some kernels lack.)
-    fn add_address(&self) {
-        let addr = format!("{}/24", Self::ADDR);
-        for args in [
-            &[
-                "link", "add", "csivol0", "type", "veth", "peer", "name", "csivol1",
-            ][..],
-            &["addr", "add", addr.as_str(), "dev", "csivol0"],
-            &["link", "set", "csivol1", "up"],
-            &["link", "set", "csivol0", "up"],
-        ] {
-            self.ip(args);
-        }
-    }
-
-    fn ip(&self, args: &[&str]) {
-        let ip = tool("ip", "iproute2");
-        let mut cmd = Command::new(&self.nsenter);
-        cmd.args(self.wrapper()).arg(ip).args(args);
-        let (status, out) = run_to_exit("ip", cmd, Duration::from_secs(10));
-        assert!(status.success(), "ip {args:?} in the namespace: {out}");
-    }
-
-    /// `nsenter`'s arguments that run a program in the namespace: it execs the program,
-    /// so the pid is the program's.
-    fn wrapper(&self) -> [String; 2] {
-        [format!("--net={}", self.path), "--".to_owned()]
-    }
-
-    /// The full command prefix, as [`ServerProc::start_via`] takes it.
-    fn prefix(&self) -> Vec<String> {
-        let mut v = vec![self.nsenter.to_str().unwrap().to_owned()];
-        v.extend(self.wrapper());
-        v
-    }
-}
-
-impl Drop for NetNs {
-    fn drop(&mut self) {
-        self.holder.kill();
+/// Adds [`ADDR`] on a veth link in `ns`.
+fn add_address(ns: &NetNs) {
+    let addr = format!("{ADDR}/24");
+    for args in [
+        &[
+            "link", "add", "csivol0", "type", "veth", "peer", "name", "csivol1",
+        ][..],
+        &["addr", "add", addr.as_str(), "dev", "csivol0"],
+        &["link", "set", "csivol1", "up"],
+        &["link", "set", "csivol0", "up"],
+    ] {
+        ns.ip(args);
     }
 }
 
@@ -350,8 +285,8 @@ fn snapshot(dir: &Path) -> BTreeMap<PathBuf, (u32, i64, i64, Vec<u8>)> {
 #[test]
 fn plain_http_off_loopback_is_refused_unless_insecure_http() {
     let dir = TestDir::new("plain-http");
-    let ns = NetNs::new(&dir);
-    ns.add_address();
+    let ns = netns(&dir);
+    add_address(&ns);
     let prefix = ns.prefix();
     let prefix: Vec<&str> = prefix.iter().map(String::as_str).collect();
     let refused = |data_dir: &Path, listen: &str| {
@@ -385,7 +320,7 @@ fn plain_http_off_loopback_is_refused_unless_insecure_http() {
 
     // A first start, refused: no data dir, key or token is left behind.
     let fresh = dir.join("fresh");
-    for listen in [format!("{}:0", NetNs::ADDR), "0.0.0.0:0".to_owned()] {
+    for listen in [format!("{}:0", ADDR), "0.0.0.0:0".to_owned()] {
         let out = refused(&fresh, &listen);
         assert!(
             !fresh.exists(),
@@ -396,14 +331,10 @@ fn plain_http_off_loopback_is_refused_unless_insecure_http() {
 
     // With --insecure-http it serves there, says so, and the CLI in the namespace works.
     let data = dir.join("server");
-    let mut server = ServerProc::start_via(
-        &prefix,
-        &data,
-        &format!("{}:0", NetNs::ADDR),
-        &["--insecure-http"],
-    );
+    let mut server =
+        ServerProc::start_via(&prefix, &data, &format!("{}:0", ADDR), &["--insecure-http"]);
     assert!(
-        server.url.starts_with(&format!("http://{}:", NetNs::ADDR)),
+        server.url.starts_with(&format!("http://{}:", ADDR)),
         "{}",
         server.url
     );
@@ -434,7 +365,7 @@ fn plain_http_off_loopback_is_refused_unless_insecure_http() {
 
     // A refused start on that cluster's data dir changes nothing in it.
     let before = snapshot(&data);
-    refused(&data, &format!("{}:0", NetNs::ADDR));
+    refused(&data, &format!("{}:0", ADDR));
     assert_eq!(
         snapshot(&data),
         before,

@@ -21,7 +21,6 @@ use csivol_api::{
     self as api, AttachmentState, ClaimMode, ClaimRequest, ClaimState, RegisterRequest, Report,
     VolumeSpec,
 };
-use rusqlite::Connection;
 use serde_json::json;
 
 use super::Limits;
@@ -83,9 +82,9 @@ impl Env {
     async fn read<T, F>(&self, f: F) -> T
     where
         T: Send + 'static,
-        F: FnOnce(&Connection) -> ApiResult<T> + Send + 'static,
+        F: FnOnce(&dyn Snapshot) -> ApiResult<T> + Send + 'static,
     {
-        self.db.read(f).await.unwrap()
+        self.db.read(move |c| f(c)).await.unwrap()
     }
 
     /// Registers `node` running plugin `hp` (which announces a controller service); with
@@ -156,26 +155,19 @@ impl Env {
 
     /// Every queued operation as `kind volume node host attempt`, by id.
     async fn ops(&self) -> Vec<String> {
-        self.read(|c| {
-            let mut stmt = c.prepare("SELECT id FROM ops ORDER BY id")?;
-            let ids: Vec<i64> = stmt
-                .query_map([], |r| r.get(0))?
-                .collect::<Result<_, _>>()?;
-            let mut out = Vec::new();
-            for id in ids {
-                let o = c.op(id)?.expect("listed");
-                out.push(format!(
+        let ops = self.db.read(crate::store::sqlite::every_op).await.unwrap();
+        ops.into_iter()
+            .map(|o| {
+                format!(
                     "{} {} {} {} {}",
                     o.kind,
                     o.volume,
                     o.node.as_deref().unwrap_or("-"),
                     o.host.as_deref().unwrap_or("-"),
                     o.attempt
-                ));
-            }
-            Ok(out)
-        })
-        .await
+                )
+            })
+            .collect()
     }
 
     async fn ops_of(&self, host: &str) -> Vec<OpRow> {
@@ -186,22 +178,12 @@ impl Env {
     /// The event log as `kind volume node alloc` lines, in order.
     async fn events(&self) -> Vec<String> {
         self.read(|c| {
-            let mut stmt = c.prepare(
-                "SELECT kind, coalesce(volume, '-'), coalesce(node, '-'), coalesce(alloc, '-') \
-                 FROM events ORDER BY idx",
-            )?;
-            let rows = stmt
-                .query_map([], |r| {
-                    Ok(format!(
-                        "{} {} {} {}",
-                        r.get::<_, String>(0)?,
-                        r.get::<_, String>(1)?,
-                        r.get::<_, String>(2)?,
-                        r.get::<_, String>(3)?
-                    ))
-                })?
-                .collect::<Result<_, _>>()?;
-            Ok(rows)
+            let events = c.events(0, &Default::default(), u32::MAX)?;
+            let or = |v: Option<String>| v.unwrap_or_else(|| "-".into());
+            Ok(events
+                .into_iter()
+                .map(|e| format!("{} {} {} {}", e.kind, or(e.volume), or(e.node), or(e.alloc)))
+                .collect())
         })
         .await
     }

@@ -3,7 +3,6 @@
 use csivol_api::{AttachmentState, ClaimMode, ClaimState, NodeStatus};
 
 use super::Env;
-use crate::store::Snapshot;
 
 #[tokio::test]
 async fn registration_records_the_plugins_and_finds_a_ready_claim_no_longer_mounted() {
@@ -40,7 +39,7 @@ async fn registration_records_the_plugins_and_finds_a_ready_claim_no_longer_moun
         .write(move |ctx, l| super::super::register_node(ctx, "n1", &twice, l))
         .await
         .unwrap_err();
-    assert_eq!(e.code.as_str(), "invalid");
+    assert_eq!(e.code().as_str(), "invalid");
     assert!(e.message.contains("listed twice"), "{}", e.message);
 }
 
@@ -84,7 +83,7 @@ async fn a_lost_node_blocks_what_it_holds_and_its_return_resumes_what_it_still_h
         .claim("x", "c1", "n1", ClaimMode::Write)
         .await
         .unwrap_err();
-    assert_eq!(e.code.as_str(), "blocked");
+    assert_eq!(e.code().as_str(), "blocked");
     // Losing it again changes nothing.
     env.write(|ctx, l| super::super::mark_lost(ctx, "n1", "again", l))
         .await

@@ -52,7 +52,11 @@ async fn unblock_plans_in_a_dry_run_and_force_releases_and_detaches_for_real() {
         .write(|ctx, l| super::super::unblock_volume(ctx, "v", None, " ", false, "op", l))
         .await
         .unwrap_err();
-    assert_eq!(e.code.as_str(), "invalid", "a real unblock needs a reason");
+    assert_eq!(
+        e.code().as_str(),
+        "invalid",
+        "a real unblock needs a reason"
+    );
 
     env.write(|ctx, l| super::super::unblock_node(ctx, "n1", "n1 burned", false, "op", l))
         .await
@@ -82,7 +86,7 @@ async fn unblock_plans_in_a_dry_run_and_force_releases_and_detaches_for_real() {
         .write(|ctx, l| super::super::unblock_volume(ctx, "v", None, "again", false, "op", l))
         .await
         .unwrap_err();
-    assert_eq!(e.code.as_str(), "conflict", "not blocked any more");
+    assert_eq!(e.code().as_str(), "conflict", "not blocked any more");
 }
 
 #[tokio::test]
@@ -99,7 +103,7 @@ async fn detach_releases_through_a_live_node_and_needs_force_for_a_lost_one() {
         .write(move |ctx, l| super::super::detach(ctx, "v", &r, "op", l))
         .await
         .unwrap_err();
-    assert_eq!(e.code.as_str(), "blocked");
+    assert_eq!(e.code().as_str(), "blocked");
     assert!(e.message.contains("n1` is lost"), "{}", e.message);
     let r = req("n1", true, true);
     let plan = env
@@ -117,7 +121,7 @@ async fn detach_releases_through_a_live_node_and_needs_force_for_a_lost_one() {
         .write(move |ctx, l| super::super::detach(ctx, "w", &r, "op", l))
         .await
         .unwrap_err();
-    assert_eq!(e.code.as_str(), "conflict");
+    assert_eq!(e.code().as_str(), "conflict");
     let r = req("ctl", false, true);
     let plan = env
         .write(move |ctx, l| super::super::detach(ctx, "w", &r, "op", l))

@@ -700,4 +700,74 @@ impl Txn for WriteCtx<'_> {
         )?;
         Ok(())
     }
+
+    fn insert_token(&mut self, t: &TokenRow) -> ApiResult<()> {
+        access::insert_token(self, t)
+    }
+
+    fn set_token_revoked(&mut self, id: &str, at: i64) -> ApiResult<()> {
+        access::set_token_revoked(self, id, at)
+    }
+
+    fn set_token_last_used(&mut self, id: &str, at: i64) -> ApiResult<()> {
+        access::set_token_last_used(self, id, at)
+    }
+
+    fn allow_controller_host(&mut self, plugin: &str, node: &str, actor: &str) -> ApiResult<bool> {
+        access::allow_controller_host(self, plugin, node, actor)
+    }
+
+    fn disallow_controller_host(&mut self, plugin: &str, node: &str) -> ApiResult<bool> {
+        access::disallow_controller_host(self, plugin, node)
+    }
+
+    fn set_node_eligibility(&mut self, name: &str, eligibility: api::Eligibility) -> ApiResult<()> {
+        nodes::set_node_eligibility(self, name, eligibility)
+    }
+
+    fn delete_node(&mut self, name: &str) -> ApiResult<()> {
+        nodes::delete_node(self, name)
+    }
+
+    fn set_node_operator_labels(
+        &mut self,
+        node: &str,
+        labels: &BTreeMap<String, String>,
+    ) -> ApiResult<()> {
+        nodes::set_node_operator_labels(self, node, labels)
+    }
+
+    fn insert_fence(&mut self, f: &NewFence<'_>) -> ApiResult<u64> {
+        nodes::insert_fence(self, f)
+    }
+
+    fn note_fence_failure(&mut self, node: &str, why: &str) -> ApiResult<()> {
+        nodes::note_fence_failure(self, node, why)
+    }
+
+    fn set_node_fenced(&mut self, node: &str) -> ApiResult<()> {
+        nodes::set_node_fenced(self, node)
+    }
+
+    fn set_claim_lease(
+        &mut self,
+        volume: &str,
+        alloc: &str,
+        ttl_ms: i64,
+        expires_at: i64,
+    ) -> ApiResult<()> {
+        nodes::set_claim_lease(self, volume, alloc, ttl_ms, expires_at)
+    }
+
+    fn prune_events(&mut self, keep: i64) -> ApiResult<usize> {
+        listings::prune_events(self, keep)
+    }
+
+    fn put_stored_secrets(&mut self, volume: &str, sealed: &str) -> ApiResult<()> {
+        access::put_stored_secrets(self, volume, sealed)
+    }
+
+    fn put_secrets_check(&mut self, sealed: &str) -> ApiResult<()> {
+        access::put_secrets_check(self, sealed)
+    }
 }

@@ -57,10 +57,16 @@ pub fn leader_key(prefix: &str) -> Vec<u8> {
     format!("{prefix}/leader").into_bytes()
 }
 
+/// How long before its lease could have ended in etcd a leader stops leading: room for a
+/// renewal's answer on its way back and for clocks that do not tick alike.
+const MARGIN: Duration = Duration::from_millis(500);
+
 async fn campaign(client: Client, key: Vec<u8>, ttl: Duration, tx: watch::Sender<Option<i64>>) {
-    let id = format!("{}-{}", std::process::id(), super::db::now_ms()).into_bytes();
+    let id = format!("{}-{}", std::process::id(), crate::db::now_ms()).into_bytes();
     let renew_every = ttl / 3;
     loop {
+        // The lease runs from when etcd granted it, which is after this.
+        let asked = Instant::now();
         let lease = match client.lease_grant(ttl).await {
             Ok(l) => l,
             Err(e) => {
@@ -69,21 +75,27 @@ async fn campaign(client: Client, key: Vec<u8>, ttl: Duration, tx: watch::Sender
                 continue;
             }
         };
-        let mut renewed = Instant::now();
+        let mut renewed = asked;
         loop {
+            // Past this, etcd may have ended the lease: not leader any more. Every call
+            // below gives up by then, so that a server cut off from etcd, whose calls hang
+            // rather than fail, steps down in time all the same.
+            let deadline = renewed + ttl.saturating_sub(MARGIN);
             // Renew first: the lease must outlive each attempt.
             if renewed.elapsed() >= renew_every {
                 let asked = Instant::now();
-                match tokio::time::timeout(renew_every, client.lease_keep_alive_once(lease)).await {
+                let until = deadline.min(asked + renew_every);
+                match tokio::time::timeout_at(until.into(), client.lease_keep_alive_once(lease))
+                    .await
+                {
                     Ok(Ok(t)) if t > 0 => renewed = asked,
                     Ok(Ok(_)) => break,
                     Ok(Err(e)) => tracing::debug!(error = %e, "failed to renew the leader lease"),
                     Err(_) => tracing::debug!("renewing the leader lease timed out"),
                 }
             }
-            // Past this, etcd may have ended the lease: not leader any more.
-            let safe = renewed.elapsed() < ttl.saturating_sub(Duration::from_millis(500));
-            if !safe {
+            let deadline = renewed + ttl.saturating_sub(MARGIN);
+            if Instant::now() >= deadline {
                 break;
             }
             // The key itself must still be ours (the term is the revision that created
@@ -91,7 +103,8 @@ async fn campaign(client: Client, key: Vec<u8>, ttl: Duration, tx: watch::Sender
             // fence refuses meanwhile; it stands again once the key is free.
             let term = *tx.borrow();
             if let Some(term) = term
-                && let Ok((_, kv)) = client.get(&key).await
+                && let Ok(Ok((_, kv))) =
+                    tokio::time::timeout_at(deadline.into(), client.get(&key)).await
                 && kv.map(|kv| kv.create_revision) != Some(term)
             {
                 tracing::warn!(
@@ -102,19 +115,29 @@ async fn campaign(client: Client, key: Vec<u8>, ttl: Duration, tx: watch::Sender
             }
             let leading = tx.borrow().is_some();
             if !leading {
-                let taken = client
-                    .txn(
-                        vec![csivol_etcd_client::create_revision_is(key.clone(), 0)],
-                        vec![csivol_etcd_client::put(key.clone(), id.clone(), lease)],
-                        vec![],
-                    )
-                    .await;
-                if let Ok(resp) = taken
-                    && resp.succeeded
+                let take = client.txn(
+                    vec![csivol_etcd_client::create_revision_is(key.clone(), 0)],
+                    vec![csivol_etcd_client::put(key.clone(), id.clone(), lease)],
+                    vec![csivol_etcd_client::get(key.clone())],
+                );
+                let taken = tokio::time::timeout_at(deadline.into(), take).await;
+                if let Ok(Ok(resp)) = taken
+                    && Instant::now() < deadline
                 {
-                    let term = resp.header.map_or(0, |h| h.revision);
-                    tracing::info!(term, "this server leads now (once-only work runs here)");
-                    let _ = tx.send(Some(term));
+                    // Taken now, or by an earlier attempt whose answer was lost: the key
+                    // is on this server's lease either way.
+                    let term = if resp.succeeded {
+                        resp.header.map(|h| h.revision)
+                    } else {
+                        csivol_etcd_client::read_results(&resp)
+                            .into_iter()
+                            .find(|kv| kv.lease == lease)
+                            .map(|kv| kv.create_revision)
+                    };
+                    if let Some(term) = term {
+                        tracing::info!(term, "this server leads now (once-only work runs here)");
+                        let _ = tx.send(Some(term));
+                    }
                 }
             }
             let pause = if tx.borrow().is_some() {
@@ -122,7 +145,8 @@ async fn campaign(client: Client, key: Vec<u8>, ttl: Duration, tx: watch::Sender
             } else {
                 Duration::from_millis(500).min(renew_every)
             };
-            tokio::time::sleep(pause).await;
+            let wake = (Instant::now() + pause).min(deadline);
+            tokio::time::sleep_until(wake.into()).await;
         }
         if tx.borrow().is_some() {
             tracing::warn!("lost the leader lease; once-only work stops here");

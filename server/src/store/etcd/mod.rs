@@ -22,7 +22,7 @@ pub use leader::Leadership;
 
 use self::mirror::{KeyKind, Keys};
 use self::writer::{Remote, Writer};
-use super::db::{self, Db};
+use crate::db::{self, Db};
 
 /// Default key prefix in etcd.
 pub const DEFAULT_PREFIX: &str = "/csivol";
@@ -77,6 +77,8 @@ pub struct Cluster {
     pub client: Client,
     pub prefix: String,
     pub leadership: Leadership,
+    /// Most operations in one etcd transaction.
+    pub max_txn_ops: usize,
 }
 
 fn remove_mirror(path: &Path) -> std::io::Result<()> {
@@ -181,6 +183,7 @@ pub async fn start(path: &Path, cfg: &EtcdConfig) -> anyhow::Result<(Db, Cluster
             client,
             prefix,
             leadership,
+            max_txn_ops: cfg.max_txn_ops,
         },
     ))
 }
@@ -261,42 +264,94 @@ async fn watch(client: Client, keys: Keys, mut from: i64, tx: mpsc::UnboundedSen
     }
 }
 
-/// Puts the nodes heard from here under `<prefix>/seen/` for the leader, every quarter
-/// TTL: one etcd transaction whatever the number of nodes.
-pub async fn forward_heard(cluster: Cluster, live: std::sync::Arc<super::liveness::Liveness>) {
-    let every = (live.ttl() / 4).clamp(Duration::from_millis(50), Duration::from_secs(2));
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+/// Puts the nodes heard from here under `<prefix>/seen/` for the leader, as soon as a
+/// heartbeat waits for it (its answer does, see `liveness::Relay`), at most every
+/// sixteenth of the TTL so that heartbeats arriving together share a transaction, and
+/// every quarter TTL for registrations; in transactions of at most `--etcd-max-txn-ops`
+/// puts.
+pub async fn forward_heard(cluster: Cluster, live: std::sync::Arc<crate::liveness::Liveness>) {
+    let idle = (live.ttl() / 4).clamp(Duration::from_millis(50), Duration::from_secs(2));
+    let spacing = (live.ttl() / 16).clamp(Duration::from_millis(10), Duration::from_millis(250));
+    let mut last = tokio::time::Instant::now();
     loop {
-        tick.tick().await;
-        let heard = live.take_heard();
+        tokio::select! {
+            () = live.wanted() => {}
+            () = tokio::time::sleep(idle) => {}
+        }
+        tokio::time::sleep_until(last + spacing).await;
+        last = tokio::time::Instant::now();
+        let (heard, upto) = live.take_heard();
         if heard.is_empty() {
+            live.passed_on(upto);
             continue;
         }
-        let ops = heard
-            .iter()
-            .map(|(node, registered)| {
-                let key = format!("{}/seen/{node}", cluster.prefix).into_bytes();
-                let value = if *registered { "registered" } else { "beat" };
-                csivol_etcd_client::put(key, value.as_bytes().to_vec(), 0)
-            })
-            .collect();
-        if let Err(e) = cluster.client.txn(vec![], ops, vec![]).await {
-            tracing::debug!(error = %e, "failed to forward heartbeats to etcd; retrying");
-            for (node, registered) in heard {
-                if registered {
-                    live.registered(&node, db::now_ms());
-                } else {
-                    live.heartbeat(&node, db::now_ms());
+        let mut failed = None;
+        for chunk in heard.chunks(cluster.max_txn_ops.max(1)) {
+            let ops = chunk
+                .iter()
+                .map(|(node, registered)| {
+                    let key = format!("{}/seen/{node}", cluster.prefix).into_bytes();
+                    let value = if *registered { "registered" } else { "beat" };
+                    csivol_etcd_client::put(key, value.as_bytes().to_vec(), 0)
+                })
+                .collect();
+            // Past its bound the forward failed: heartbeats are refused (their agents go
+            // to another server) until one succeeds, and the next attempt carries the ones
+            // that came since.
+            let put = cluster.client.txn(vec![], ops, vec![]);
+            match tokio::time::timeout(live.forward_within(), put).await {
+                Ok(Ok(resp)) => {
+                    let rev = resp.header.map_or(0, |h| h.revision);
+                    for (node, _) in chunk {
+                        live.seen_at(node, rev);
+                    }
                 }
+                Ok(Err(e)) => failed = Some(e.to_string()),
+                Err(_) => failed = Some("no answer in time".to_owned()),
+            }
+            if failed.is_some() {
+                break;
+            }
+        }
+        match failed {
+            None => live.passed_on(upto),
+            Some(e) => {
+                tracing::debug!(error = %e, "failed to forward heartbeats to etcd; retrying");
+                live.not_passed_on(heard);
             }
         }
     }
 }
 
+/// Which of `nodes` had a heartbeat reach etcd that this server had not accounted for
+/// (accounted for from now on): asked (one linearizable read of `seen/`) before losses
+/// are recorded, so that a leader whose view of `seen/` lags (its watch behind, or itself
+/// cut off from etcd until just now) never records a loss on it while another server was
+/// hearing from the node.
+pub async fn heard_since(
+    cluster: &Cluster,
+    live: &crate::liveness::Liveness,
+    nodes: &[&str],
+) -> Result<Vec<String>, csivol_etcd_client::Error> {
+    let prefix = format!("{}/seen/", cluster.prefix);
+    let (_, kvs) = cluster.client.range_prefix(prefix.as_bytes(), 0).await?;
+    let mut heard = Vec::new();
+    for kv in kvs {
+        let Some(node) = kv.key.strip_prefix(prefix.as_bytes()) else {
+            continue;
+        };
+        let node = String::from_utf8_lossy(node);
+        if nodes.contains(&&*node) && kv.mod_revision > live.seen_revision(&node) {
+            live.seen_at(&node, kv.mod_revision);
+            heard.push(node.into_owned());
+        }
+    }
+    Ok(heard)
+}
+
 /// Applies the heartbeats and registrations other servers forwarded to this server's
 /// liveness clocks.
-pub async fn follow_heard(cluster: Cluster, live: std::sync::Arc<super::liveness::Liveness>) {
+pub async fn follow_heard(cluster: Cluster, live: std::sync::Arc<crate::liveness::Liveness>) {
     let prefix = format!("{}/seen/", cluster.prefix);
     let mut from = 0;
     loop {
@@ -323,6 +378,7 @@ pub async fn follow_heard(cluster: Cluster, live: std::sync::Arc<super::liveness
                 };
                 let node = String::from_utf8_lossy(node);
                 live.heard_elsewhere(&node, kv.value == b"registered");
+                live.seen_at(&node, kv.mod_revision);
             }
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
