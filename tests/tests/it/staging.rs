@@ -201,6 +201,11 @@ fn a_shared_staging_outlives_agent_restarts_while_a_claim_remains() {
     assert_eq!(count(&c, "NodeStageVolume"), 1, "nothing was staged again");
 
     release(&c, "shared", "a2", true);
+    // The claim is gone once its target is unpublished; the agent unstages after that,
+    // so wait for the unstage rather than read the call log once.
+    wait_for("the staging's NodeUnstageVolume", WAIT, || {
+        (count(&c, "NodeUnstageVolume") > 0 && c.all_mounts().is_empty()).then_some(())
+    });
     let calls = node_calls(&c, &id);
     assert_serial(&calls);
     assert_eq!(count(&c, "NodeUnstageVolume"), 1, "{calls:?}");
