@@ -356,6 +356,9 @@ fn alive(pid: i32) -> bool {
 /// a user would: the new agent's pid (not dev mode's child).
 fn kill_and_restart_by_hand(dev: &Dev, node: &str) -> i32 {
     let pid_file = dev.dir.join(node).join("agent.pid");
+    let agent_log = dev.dir.join(node).join("agent.log");
+    let registrations = |text: &str| text.matches("registered with the server").count();
+    let before = registrations(&read(&agent_log).unwrap_or_default());
     let old = pid_in(&pid_file);
     kill_process(Pid::from_raw(old).unwrap(), Signal::KILL).unwrap();
     let line = wait_for(
@@ -376,11 +379,21 @@ fn kill_and_restart_by_hand(dev: &Dev, node: &str) -> i32 {
     );
     let status = Command::new("sh").arg("-c").arg(&line).status().unwrap();
     assert!(status.success());
-    wait_for("a new agent pid", WAIT, || {
+    let pid = wait_for("a new agent pid", WAIT, || {
         read(&pid_file)
             .and_then(|p| p.trim().parse::<i32>().ok())
             .filter(|p| *p != old)
-    })
+    });
+    // The shell writes `$!` before the agent runs: wait until the new agent has taken its
+    // data dir (its pid in the lock file) and registered through its plugin, as a stray
+    // that outlives dev mode has.
+    let lock = dev.dir.join(node).join("agent").join("agent.lock");
+    wait_for("the hand-started agent to register", WAIT, || {
+        let holds = read(&lock).is_some_and(|p| p.trim() == pid.to_string());
+        let registered = registrations(&read(&agent_log).unwrap_or_default()) > before;
+        (holds && registered).then_some(())
+    });
+    pid
 }
 
 pub fn free_port() -> u16 {
