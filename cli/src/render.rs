@@ -752,6 +752,7 @@ pub fn plugin(out: &Out, p: &Plugin) -> anyhow::Result<()> {
             ("snapshots", yes(p.snapshots)),
             ("clone volume", yes(p.clone_volume)),
             ("modify volume", yes(p.modify_volume)),
+            ("group snapshots", yes(p.group_snapshots)),
             ("volumes", p.volumes.to_string()),
             (
                 "controller queue",

@@ -121,6 +121,8 @@ string_enum! {
         Modify = "modify",
         CreateSnapshot = "create-snapshot",
         DeleteSnapshot = "delete-snapshot",
+        CreateGroupSnapshot = "create-group-snapshot",
+        DeleteGroupSnapshot = "delete-group-snapshot",
     }
 }
 
@@ -136,6 +138,8 @@ impl OpKind {
             Self::Modify => "ControllerModifyVolume",
             Self::CreateSnapshot => "CreateSnapshot",
             Self::DeleteSnapshot => "DeleteSnapshot",
+            Self::CreateGroupSnapshot => "CreateVolumeGroupSnapshot",
+            Self::DeleteGroupSnapshot => "DeleteVolumeGroupSnapshot",
         }
     }
 }

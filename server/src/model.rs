@@ -351,6 +351,8 @@ pub struct SnapshotRow {
     pub creation_time: Option<i64>,
     pub parameters: BTreeMap<String, String>,
     pub error: Option<String>,
+    /// The group snapshot it is a member of.
+    pub group: Option<String>,
     pub created_at: i64,
     pub updated_at: i64,
     pub modify_index: u64,
@@ -368,6 +370,45 @@ impl SnapshotRow {
             size_bytes: self.size_bytes,
             creation_time: self.creation_time.map(time),
             parameters: self.parameters.clone(),
+            error: self.error.clone(),
+            group: self.group.clone(),
+            created_at: time(self.created_at),
+            updated_at: time(self.updated_at),
+            index: self.modify_index,
+        }
+    }
+}
+
+/// A group snapshot as stored; its members are [`SnapshotRow`]s naming it in `group`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GroupSnapshotRow {
+    pub name: String,
+    pub plugin: String,
+    /// csivol volume names, in the order asked.
+    pub volumes: Vec<String>,
+    pub group_snapshot_id: String,
+    pub state: api::SnapshotState,
+    pub ready_to_use: bool,
+    pub creation_time: Option<i64>,
+    pub parameters: BTreeMap<String, String>,
+    pub error: Option<String>,
+    pub created_at: i64,
+    pub updated_at: i64,
+    pub modify_index: u64,
+}
+
+impl GroupSnapshotRow {
+    pub fn to_api(&self, members: &[SnapshotRow]) -> api::GroupSnapshot {
+        api::GroupSnapshot {
+            name: self.name.clone(),
+            plugin: self.plugin.clone(),
+            volumes: self.volumes.clone(),
+            group_snapshot_id: self.group_snapshot_id.clone(),
+            state: self.state,
+            ready_to_use: self.ready_to_use,
+            creation_time: self.creation_time.map(time),
+            parameters: self.parameters.clone(),
+            members: members.iter().map(SnapshotRow::to_api).collect(),
             error: self.error.clone(),
             created_at: time(self.created_at),
             updated_at: time(self.updated_at),

@@ -186,6 +186,7 @@ pub fn list_plugins(
             snapshots: false,
             clone_volume: false,
             modify_volume: false,
+            group_snapshots: false,
             volumes: 0,
             nodes: Vec::new(),
             queue: api::ControllerQueue::default(),
@@ -194,6 +195,7 @@ pub fn list_plugins(
             p.snapshots |= c.create_delete_snapshot;
             p.clone_volume |= c.clone_volume;
             p.modify_volume |= c.modify_volume;
+            p.group_snapshots |= c.group_snapshots;
         }
         if row.node_service {
             p.nodes_expected += 1;

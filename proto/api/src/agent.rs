@@ -210,6 +210,44 @@ pub enum ControllerOpKind {
         #[serde(default)]
         secrets: BTreeMap<String, String>,
     },
+    /// CreateVolumeGroupSnapshot; repeated (it is idempotent by name) until the group is
+    /// cut, then GetVolumeGroupSnapshot of the group until it is `ready_to_use`.
+    CreateGroupSnapshot {
+        group: String,
+        /// The plugin's ids of the source volumes.
+        source_volume_ids: Vec<String>,
+        /// The plugin's id of the group once it answered (empty before).
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        group_snapshot_id: String,
+        /// The plugin's ids of the members once it answered, for GetVolumeGroupSnapshot.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        snapshot_ids: Vec<String>,
+        #[serde(default)]
+        parameters: BTreeMap<String, String>,
+        #[serde(default)]
+        secrets: BTreeMap<String, String>,
+    },
+    /// DeleteVolumeGroupSnapshot of the group with every member's id.
+    DeleteGroupSnapshot {
+        group: String,
+        group_snapshot_id: String,
+        snapshot_ids: Vec<String>,
+        #[serde(default)]
+        secrets: BTreeMap<String, String>,
+    },
+}
+
+/// One member snapshot of a group snapshot as the plugin described it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GroupMember {
+    pub snapshot_id: String,
+    /// The plugin's id of the volume it was cut from.
+    pub source_volume_id: String,
+    pub size_bytes: u64,
+    pub ready_to_use: bool,
+    #[serde(default)]
+    pub creation_time_ms: Option<u64>,
 }
 
 /// A volume staged or published on the node that must grow there (NodeExpandVolume)
@@ -421,6 +459,21 @@ pub enum Report {
         creation_time_ms: Option<u64>,
     },
     SnapshotDeleted {
+        op: u64,
+        attempt: u32,
+    },
+    /// CreateVolumeGroupSnapshot or GetVolumeGroupSnapshot answered.
+    GroupSnapshotCreated {
+        op: u64,
+        attempt: u32,
+        group_snapshot_id: String,
+        ready_to_use: bool,
+        #[serde(default)]
+        creation_time_ms: Option<u64>,
+        snapshots: Vec<GroupMember>,
+    },
+    /// DeleteVolumeGroupSnapshot succeeded.
+    GroupSnapshotDeleted {
         op: u64,
         attempt: u32,
     },

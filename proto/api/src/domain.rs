@@ -190,6 +190,11 @@ pub struct ControllerCapabilities {
     /// GET_SNAPSHOT: GetSnapshot answers for one snapshot.
     #[serde(default)]
     pub get_snapshot: bool,
+    /// CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT of the GroupController service, from
+    /// GroupControllerGetCapabilities (asked only of a plugin whose GetPluginCapabilities
+    /// lists GROUP_CONTROLLER_SERVICE): `snapshot create --group`.
+    #[serde(default)]
+    pub group_snapshots: bool,
 }
 
 /// Group controller capabilities csivol acts on, from GroupControllerGetCapabilities.

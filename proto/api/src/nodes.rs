@@ -302,6 +302,10 @@ pub struct Plugin {
     /// Its controller reports MODIFY_VOLUME (`volume modify`, `mutable_parameters`).
     #[serde(default)]
     pub modify_volume: bool,
+    /// Its group controller reports CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT
+    /// (`snapshot create --group`).
+    #[serde(default)]
+    pub group_snapshots: bool,
     pub volumes: u32,
     /// The nodes that run the plugin's node service, with their topology.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -247,6 +247,16 @@ pub fn router(app: App) -> Router {
                 .put(snapshot_endpoints::put_snapshot)
                 .delete(snapshot_endpoints::delete_snapshot),
         )
+        .route(
+            "/v1/group-snapshots",
+            get(snapshot_endpoints::list_group_snapshots),
+        )
+        .route(
+            "/v1/group-snapshots/{name}",
+            get(snapshot_endpoints::get_group_snapshot)
+                .put(snapshot_endpoints::put_group_snapshot)
+                .delete(snapshot_endpoints::delete_group_snapshot),
+        )
         .route("/v1/events", get(events))
         .route("/v1/controller-findings", get(controller_findings))
         .route("/v1/backup", get(backup::download))

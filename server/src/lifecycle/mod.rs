@@ -26,6 +26,7 @@ mod claims;
 mod desired;
 mod expand;
 mod fence;
+mod group_snapshots;
 mod hosting;
 mod labels;
 mod leases;
@@ -46,6 +47,9 @@ pub use claims::{claim_dry_run, create_claim, no_claim, release_claim};
 pub use desired::{desired_changes, desired_state};
 pub use expand::expand_volume;
 pub(crate) use fence::{Evidence, failure, fenced_node_returned, record_fence};
+pub use group_snapshots::{
+    create_group_snapshot, delete_group_snapshot, group_snapshot_view, list_group_snapshots,
+};
 pub use hosting::{change_controller_hosts, refused_hosting};
 pub use labels::set_labels;
 pub use leases::{expire_leases, renew_lease};

@@ -7,6 +7,7 @@ use std::time::Duration;
 use csivol_api::domain::ErrorClass;
 use csivol_api::{self as api, ClaimState, ControllerOpKind, PluginError};
 
+use super::group_snapshots::{group_of_op, group_op_failed, group_op_kind, group_op_waiting};
 use super::snapshots::{snapshot_of_op, snapshot_op_failed, snapshot_op_kind, snapshot_op_waiting};
 use super::{Limits, delete_attachment, event, format_error, set_claim_state, touch_volume};
 use crate::error::ApiResult;
@@ -44,11 +45,15 @@ pub fn schedule_ops(ctx: &mut impl Txn, plugin: &str, limits: &Limits) -> ApiRes
             if !ctx.note_op_waiting(o.id, &msg)? {
                 continue;
             }
-            if let Some(op) = ctx.op(o.id)?
-                && snapshot_of_op(&op).is_some()
-            {
-                snapshot_op_waiting(ctx, &op, &msg)?;
-                continue;
+            if let Some(op) = ctx.op(o.id)? {
+                if snapshot_of_op(&op).is_some() {
+                    snapshot_op_waiting(ctx, &op, &msg)?;
+                    continue;
+                }
+                if group_of_op(&op).is_some() {
+                    group_op_waiting(ctx, &op, &msg)?;
+                    continue;
+                }
             }
             match &o.node {
                 Some(n) => ctx.note_attach_waiting(&o.volume, n, &msg)?,
@@ -193,6 +198,9 @@ pub(super) fn op_failed(
     if snapshot_of_op(o).is_some() {
         return snapshot_op_failed(ctx, o, error, actor);
     }
+    if group_of_op(o).is_some() {
+        return group_op_failed(ctx, o, error, actor);
+    }
     if o.kind == OpKind::Modify {
         return super::modify::modify_failed(ctx, o, error, actor);
     }
@@ -279,7 +287,12 @@ pub(super) fn op_failed(
             ctx.touch(Key::Volume(o.volume.clone()));
         }
         OpKind::Expand => super::expand::controller_expand_failed(ctx, &o.volume, &message, true)?,
-        OpKind::Unpublish | OpKind::Modify | OpKind::CreateSnapshot | OpKind::DeleteSnapshot => {}
+        OpKind::Unpublish
+        | OpKind::Modify
+        | OpKind::CreateSnapshot
+        | OpKind::DeleteSnapshot
+        | OpKind::CreateGroupSnapshot
+        | OpKind::DeleteGroupSnapshot => {}
     }
     Ok(())
 }
@@ -298,6 +311,9 @@ pub fn op_to_api(
     };
     if snapshot_of_op(o).is_some() {
         return Ok(snapshot_op_kind(conn, o)?.map(op));
+    }
+    if group_of_op(o).is_some() {
+        return Ok(group_op_kind(conn, o)?.map(op));
     }
     let Some(v) = conn.volume(&o.volume)? else {
         return Ok(None);
@@ -359,7 +375,10 @@ pub fn op_to_api(
             parameters: super::modify::op_parameters(o)?,
             secrets: v.secrets.clone(),
         },
-        OpKind::CreateSnapshot | OpKind::DeleteSnapshot => return Ok(None),
+        OpKind::CreateSnapshot
+        | OpKind::DeleteSnapshot
+        | OpKind::CreateGroupSnapshot
+        | OpKind::DeleteGroupSnapshot => return Ok(None),
     };
     Ok(Some(op(kind)))
 }

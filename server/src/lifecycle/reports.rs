@@ -12,8 +12,8 @@ use super::attachments::{advance_volume, begin_detach};
 use super::expand::{controller_expanded, node_expand_error, node_expanded};
 use super::nodes::record_drift;
 use super::ops::{finish_delete, finish_unpublish, load_op, observe_op, op_failed, schedule_ops};
-use super::snapshots;
 use super::{Limits, delete_claim, event, format_error, list_or, set_claim_state, touch_volume};
+use super::{group_snapshots, snapshots};
 use crate::error::ApiResult;
 use crate::model::{ClaimRow, OpRow, time};
 use crate::store::Txn;
@@ -132,6 +132,27 @@ pub fn apply_reports(
             Report::SnapshotDeleted { op, attempt } => {
                 with_op(ctx, &mut b, op, attempt, "ok", |ctx, b, o| {
                     snapshots::snapshot_deleted(ctx, o, &b.actor)
+                })?
+            }
+            Report::GroupSnapshotCreated {
+                op,
+                attempt,
+                group_snapshot_id,
+                ready_to_use,
+                creation_time_ms,
+                snapshots,
+            } => with_op(ctx, &mut b, op, attempt, "ok", |ctx, b, o| {
+                let answer = group_snapshots::GroupCut {
+                    group_snapshot_id,
+                    ready_to_use,
+                    creation_time_ms,
+                    snapshots,
+                };
+                group_snapshots::group_created(ctx, o, &b.actor, answer)
+            })?,
+            Report::GroupSnapshotDeleted { op, attempt } => {
+                with_op(ctx, &mut b, op, attempt, "ok", |ctx, b, o| {
+                    group_snapshots::group_deleted(ctx, o, &b.actor)
                 })?
             }
             Report::OpError { op, attempt, error } => {

@@ -36,9 +36,9 @@ use csivol_api::{
 
 use super::error::{ApiError, ApiResult};
 use super::model::{
-    AttachmentRow, ClaimRow, Lifecycle, NewFence, NodeFenceRow, NodePluginRow, NodeRow, OpRow,
-    PluginNodeRow, RunningOpRow, SnapshotRow, StateCounts, TokenRow, VolumeChunk, VolumeRow,
-    WaitingOps,
+    AttachmentRow, ClaimRow, GroupSnapshotRow, Lifecycle, NewFence, NodeFenceRow, NodePluginRow,
+    NodeRow, OpRow, PluginNodeRow, RunningOpRow, SnapshotRow, StateCounts, TokenRow, VolumeChunk,
+    VolumeRow, WaitingOps,
 };
 use super::watch::Key;
 use csivol_rules::kinds::{EventKind, OpKind};
@@ -136,6 +136,11 @@ pub trait Snapshot {
         &self,
         plugin: &str,
     ) -> ApiResult<Option<api::ControllerCapabilities>>;
+    fn group_snapshot(&self, name: &str) -> ApiResult<Option<GroupSnapshotRow>>;
+    /// Every group snapshot, by name.
+    fn group_snapshots(&self) -> ApiResult<Vec<GroupSnapshotRow>>;
+    /// The member snapshots of group snapshot `group`, by name.
+    fn group_members(&self, group: &str) -> ApiResult<Vec<SnapshotRow>>;
 
     // ---- tokens and controller hosts ----
 
@@ -468,6 +473,10 @@ pub trait Txn: Snapshot {
     /// Inserts or replaces a snapshot (stamped with the write's index and time).
     fn put_snapshot(&mut self, s: &SnapshotRow) -> ApiResult<()>;
     fn delete_snapshot(&mut self, name: &str) -> ApiResult<()>;
+    /// Inserts or replaces a group snapshot (stamped with the write's index and time).
+    fn put_group_snapshot(&mut self, g: &GroupSnapshotRow) -> ApiResult<()>;
+    /// Removes a group snapshot and its member snapshots.
+    fn delete_group_snapshot(&mut self, name: &str) -> ApiResult<()>;
     /// Drops the operation of `kind` queued under `key` with no node, if any.
     fn delete_key_op(&mut self, kind: OpKind, key: &str) -> ApiResult<()>;
 

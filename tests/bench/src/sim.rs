@@ -79,6 +79,8 @@ fn is_op_report(r: &Report) -> bool {
             | Report::Modified { .. }
             | Report::SnapshotCreated { .. }
             | Report::SnapshotDeleted { .. }
+            | Report::GroupSnapshotCreated { .. }
+            | Report::GroupSnapshotDeleted { .. }
             | Report::OpError { .. }
     )
 }
@@ -404,6 +406,30 @@ impl SimNode {
                 },
                 ControllerOpKind::DeleteSnapshot { .. } => {
                     Report::SnapshotDeleted { op: id, attempt }
+                }
+                ControllerOpKind::CreateGroupSnapshot {
+                    group,
+                    source_volume_ids,
+                    ..
+                } => Report::GroupSnapshotCreated {
+                    op: id,
+                    attempt,
+                    group_snapshot_id: format!("sim-{group}"),
+                    ready_to_use: true,
+                    creation_time_ms: None,
+                    snapshots: source_volume_ids
+                        .iter()
+                        .map(|v| csivol_api::GroupMember {
+                            snapshot_id: format!("sim-{group}-{v}"),
+                            source_volume_id: v.clone(),
+                            size_bytes: 0,
+                            ready_to_use: true,
+                            creation_time_ms: None,
+                        })
+                        .collect(),
+                },
+                ControllerOpKind::DeleteGroupSnapshot { .. } => {
+                    Report::GroupSnapshotDeleted { op: id, attempt }
                 }
             });
         }

@@ -12,6 +12,7 @@ mod e2e;
 mod expand;
 mod fence;
 mod fence_trust;
+mod group_snapshots;
 mod limits;
 mod modify;
 mod network;

@@ -10,7 +10,7 @@ use crate::cluster::{Cluster, NodeOpts, Out, PLUGIN, mounted};
 
 /// `csivol volume create` of a 1 MiB single-node-writer volume, with extra flags
 /// (`--from-snapshot S`, `--from-volume V`), waiting; the CLI's answer.
-fn create(c: &Cluster, name: &str, extra: &[&str]) -> Out {
+pub(crate) fn create(c: &Cluster, name: &str, extra: &[&str]) -> Out {
     let spec = c.dir.join(format!("{name}.toml"));
     std::fs::write(
         &spec,
@@ -27,7 +27,7 @@ fn create(c: &Cluster, name: &str, extra: &[&str]) -> Out {
 }
 
 /// Claims `volume` for `alloc` on node-1, waiting; its target path, checked mounted.
-fn claim(c: &Cluster, volume: &str, alloc: &str) -> PathBuf {
+pub(crate) fn claim(c: &Cluster, volume: &str, alloc: &str) -> PathBuf {
     let out = c.csivol(&[
         "claim",
         volume,
@@ -46,7 +46,7 @@ fn claim(c: &Cluster, volume: &str, alloc: &str) -> PathBuf {
     t
 }
 
-fn release(c: &Cluster, volume: &str, alloc: &str) {
+pub(crate) fn release(c: &Cluster, volume: &str, alloc: &str) {
     c.csivol(&[
         "release",
         volume,
@@ -59,7 +59,7 @@ fn release(c: &Cluster, volume: &str, alloc: &str) {
     .ok();
 }
 
-fn snapshots(c: &Cluster, extra: &[&str]) -> Vec<Value> {
+pub(crate) fn snapshots(c: &Cluster, extra: &[&str]) -> Vec<Value> {
     let mut args = vec!["snapshot", "list", "-o", "json"];
     args.extend_from_slice(extra);
     c.csivol(&args).ok().json().as_array().unwrap().clone()
@@ -284,7 +284,7 @@ fn plugins_without_snapshots_or_clones_refuse_at_once_with_a_hint() {
 }
 
 /// How many times the plugin was called with `rpc`.
-fn calls(c: &Cluster, rpc: &str) -> usize {
+pub(crate) fn calls(c: &Cluster, rpc: &str) -> usize {
     c.nodes[0]
         .plugin_calls()
         .iter()

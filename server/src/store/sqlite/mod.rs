@@ -348,6 +348,18 @@ impl Snapshot for Connection {
         snapshots::controller_capabilities(self, plugin)
     }
 
+    fn group_snapshot(&self, name: &str) -> ApiResult<Option<crate::model::GroupSnapshotRow>> {
+        snapshots::group_snapshot(self, name)
+    }
+
+    fn group_snapshots(&self) -> ApiResult<Vec<crate::model::GroupSnapshotRow>> {
+        snapshots::group_snapshots(self)
+    }
+
+    fn group_members(&self, group: &str) -> ApiResult<Vec<crate::model::SnapshotRow>> {
+        snapshots::members(self, group)
+    }
+
     fn tokens(&self) -> ApiResult<Vec<TokenRow>> {
         access::tokens(self)
     }
@@ -473,6 +485,9 @@ reads_through_the_transaction! {
     snapshot(name: &str) -> Option<crate::model::SnapshotRow>;
     snapshots(volume: Option<&str>) -> Vec<crate::model::SnapshotRow>;
     controller_capabilities(plugin: &str) -> Option<api::ControllerCapabilities>;
+    group_snapshot(name: &str) -> Option<crate::model::GroupSnapshotRow>;
+    group_snapshots() -> Vec<crate::model::GroupSnapshotRow>;
+    group_members(group: &str) -> Vec<crate::model::SnapshotRow>;
     tokens() -> Vec<TokenRow>;
     controller_allowances(plugin: &str) -> Vec<(String, String, i64)>;
     nodes_hosting_controller(plugin: &str) -> Vec<String>;

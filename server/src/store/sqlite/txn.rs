@@ -687,6 +687,24 @@ impl Txn for WriteCtx<'_> {
         snapshots::put(self.tx, s, self.index, self.now)
     }
 
+    fn put_group_snapshot(&mut self, g: &crate::model::GroupSnapshotRow) -> ApiResult<()> {
+        snapshots::put_group(self.tx, g, self.index, self.now)
+    }
+
+    fn delete_group_snapshot(&mut self, name: &str) -> ApiResult<()> {
+        exec(
+            self.tx,
+            "DELETE FROM snapshots WHERE group_name = ?1",
+            [name],
+        )?;
+        exec(
+            self.tx,
+            "DELETE FROM group_snapshots WHERE name = ?1",
+            [name],
+        )?;
+        Ok(())
+    }
+
     fn delete_snapshot(&mut self, name: &str) -> ApiResult<()> {
         exec(self.tx, "DELETE FROM snapshots WHERE name = ?1", [name])?;
         Ok(())
