@@ -2415,13 +2415,20 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__snapshot__subcmd__create)
-            opts="-o -q -h -V --name --parameter --wait --timeout --addr --ca-cert --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --name --group --parameter --wait --timeout --addr --ca-cert --token --output --no-color --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --name)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --group)
                     COMPREPLY=("${cur}")
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
                         compopt -o nospace
@@ -2619,13 +2626,20 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__snapshot__subcmd__list)
-            opts="-o -q -h -V --volume --addr --ca-cert --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --volume --group --groups --addr --ca-cert --token --output --no-color --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --volume)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --group)
                     COMPREPLY=("${cur}")
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
                         compopt -o nospace

@@ -178,13 +178,14 @@ complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and not __fish_s
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and not __fish_seen_subcommand_from create list show delete help" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and not __fish_seen_subcommand_from create list show delete help" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and not __fish_seen_subcommand_from create list show delete help" -s V -l version -d 'Print version'
-complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and not __fish_seen_subcommand_from create list show delete help" -f -a "create" -d 'Snapshot a volume through its plugin\'s controller (CreateSnapshot)'
-complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and not __fish_seen_subcommand_from create list show delete help" -f -a "list" -d 'List snapshots, or those of one volume'
-complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and not __fish_seen_subcommand_from create list show delete help" -f -a "show" -d 'Show a snapshot'
-complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and not __fish_seen_subcommand_from create list show delete help" -f -a "delete" -d 'Delete a snapshot through its plugin\'s controller (DeleteSnapshot)'
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and not __fish_seen_subcommand_from create list show delete help" -f -a "create" -d 'Snapshot a volume (CreateSnapshot), or several together (--group)'
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and not __fish_seen_subcommand_from create list show delete help" -f -a "list" -d 'List snapshots (group members among them), or the group snapshots (--groups)'
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and not __fish_seen_subcommand_from create list show delete help" -f -a "show" -d 'Show a snapshot, or a group snapshot with its members'
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and not __fish_seen_subcommand_from create list show delete help" -f -a "delete" -d 'Delete a snapshot (DeleteSnapshot), or a group snapshot with its members (DeleteVolumeGroupSnapshot)'
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and not __fish_seen_subcommand_from create list show delete help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
-complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from create" -l name -d 'The snapshot\'s name' -r -f
-complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from create" -l parameter -d 'A CreateSnapshot parameter for the plugin, KEY=VALUE (repeatable)' -r -f
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from create" -l name -d 'The snapshot\'s name (one volume)' -r -f
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from create" -l group -d 'The group snapshot\'s name: snapshot every VOLUME together' -r -f
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from create" -l parameter -d 'A CreateSnapshot (or CreateVolumeGroupSnapshot) parameter for the plugin, KEY=VALUE (repeatable)' -r -f
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from create" -l timeout -d 'How long --wait waits before giving up with exit code 5' -r -f
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from create" -l addr -d 'Server address; several servers of one cluster comma-separated or repeated, tried in turn when one cannot be reached; without a scheme, https:// when a CA is given (--ca-cert, CSIVOL_CACERT or the default CA file), else http:// [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r -f
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from create" -l ca-cert -d 'CA certificate (PEM) the server\'s certificate must chain to [env: CSIVOL_CACERT, then $XDG_CONFIG_HOME/csivol/ca.pem, then the system\'s roots]' -r -F
@@ -198,12 +199,14 @@ complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from create" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from create" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from list" -l volume -d 'Only snapshots of this volume' -r -f
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from list" -l group -d 'Only the members of this group snapshot' -r -f
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from list" -l addr -d 'Server address; several servers of one cluster comma-separated or repeated, tried in turn when one cannot be reached; without a scheme, https:// when a CA is given (--ca-cert, CSIVOL_CACERT or the default CA file), else http:// [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r -f
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from list" -l ca-cert -d 'CA certificate (PEM) the server\'s certificate must chain to [env: CSIVOL_CACERT, then $XDG_CONFIG_HOME/csivol/ca.pem, then the system\'s roots]' -r -F
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from list" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r -f
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from list" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from list" -l groups -d 'List the group snapshots instead, one line each'
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from list" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from list" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from list" -s h -l help -d 'Print help (see more with \'--help\')'
@@ -231,10 +234,10 @@ complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from delete" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from delete" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from delete" -s V -l version -d 'Print version'
-complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from help" -f -a "create" -d 'Snapshot a volume through its plugin\'s controller (CreateSnapshot)'
-complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from help" -f -a "list" -d 'List snapshots, or those of one volume'
-complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from help" -f -a "show" -d 'Show a snapshot'
-complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from help" -f -a "delete" -d 'Delete a snapshot through its plugin\'s controller (DeleteSnapshot)'
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from help" -f -a "create" -d 'Snapshot a volume (CreateSnapshot), or several together (--group)'
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from help" -f -a "list" -d 'List snapshots (group members among them), or the group snapshots (--groups)'
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from help" -f -a "show" -d 'Show a snapshot, or a group snapshot with its members'
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from help" -f -a "delete" -d 'Delete a snapshot (DeleteSnapshot), or a group snapshot with its members (DeleteVolumeGroupSnapshot)'
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen_subcommand_from renew list help" -l node -d 'The node the alloc runs on' -r -f
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen_subcommand_from renew list help" -l alloc -d 'The alloc (workload) claiming the volume; claiming again with the same alloc is a no-op' -r -f
@@ -630,10 +633,10 @@ complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subc
 complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from volume" -f -a "deregister" -d 'Forget a volume (its storage is kept), or with --delete destroy it'
 complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from volume" -f -a "expand" -d 'Grow a volume through its plugin (ControllerExpandVolume, then NodeExpandVolume)'
 complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from volume" -f -a "modify" -d 'Change a volume\'s mutable parameters through its plugin (ControllerModifyVolume)'
-complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from snapshot" -f -a "create" -d 'Snapshot a volume through its plugin\'s controller (CreateSnapshot)'
-complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from snapshot" -f -a "list" -d 'List snapshots, or those of one volume'
-complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from snapshot" -f -a "show" -d 'Show a snapshot'
-complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from snapshot" -f -a "delete" -d 'Delete a snapshot through its plugin\'s controller (DeleteSnapshot)'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from snapshot" -f -a "create" -d 'Snapshot a volume (CreateSnapshot), or several together (--group)'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from snapshot" -f -a "list" -d 'List snapshots (group members among them), or the group snapshots (--groups)'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from snapshot" -f -a "show" -d 'Show a snapshot, or a group snapshot with its members'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from snapshot" -f -a "delete" -d 'Delete a snapshot (DeleteSnapshot), or a group snapshot with its members (DeleteVolumeGroupSnapshot)'
 complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from claim" -f -a "renew" -d 'Extend a claim\'s lease from now'
 complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from claim" -f -a "list" -d 'List claims across volumes, oldest first'
 complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from node" -f -a "list" -d 'List nodes with their status, heartbeat and plugins'
