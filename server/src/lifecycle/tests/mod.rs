@@ -6,6 +6,7 @@
 mod claims;
 mod desired;
 mod expand;
+mod group_snapshots;
 mod nodes;
 mod operator;
 mod ops;
