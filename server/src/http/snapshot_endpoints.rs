@@ -93,7 +93,7 @@ pub(super) async fn list_group_snapshots(
     headers: HeaderMap,
 ) -> ApiResult<Json<Vec<api::GroupSnapshot>>> {
     app.caller(&headers)?.require_reader()?;
-    let groups = app.db.read(|c| lifecycle::list_group_snapshots(c)).await?;
+    let groups = app.db.read(lifecycle::list_group_snapshots).await?;
     Ok(Json(groups))
 }
 
