@@ -16,6 +16,9 @@ _csivol__agent() {
             ",$1")
                 cmd="csivol__agent"
                 ;;
+            csivol__agent,check)
+                cmd="csivol__agent__subcmd__check"
+                ;;
             csivol__agent,dev)
                 cmd="csivol__agent__subcmd__dev"
                 ;;
@@ -36,6 +39,9 @@ _csivol__agent() {
                 ;;
             csivol__agent,tls)
                 cmd="csivol__agent__subcmd__tls"
+                ;;
+            csivol__agent__subcmd__help,check)
+                cmd="csivol__agent__subcmd__help__subcmd__check"
                 ;;
             csivol__agent__subcmd__help,dev)
                 cmd="csivol__agent__subcmd__help__subcmd__dev"
@@ -65,12 +71,62 @@ _csivol__agent() {
 
     case "${cmd}" in
         csivol__agent)
-            opts="-h -V --help --version run node server dev tls hostpath help"
+            opts="-h -V --help --version run check node server dev tls hostpath help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__agent__subcmd__check)
+            opts="-o -h --plugin --data-dir --block --capacity --parameter --volume-id --ready-check --timeout --output --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --plugin)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --data-dir)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --capacity)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --parameter)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --volume-id)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ready-check)
+                    COMPREPLY=($(compgen -W "mount exists" -- "${cur}"))
+                    return 0
+                    ;;
+                --timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
+                -o)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -93,8 +149,22 @@ _csivol__agent() {
             return 0
             ;;
         csivol__subcmd__agent__subcmd__help)
-            opts="run node server dev tls hostpath help"
+            opts="run check node server dev tls hostpath help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__agent__subcmd__help__subcmd__check)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi

@@ -15,6 +15,14 @@ pub struct Cli {
 pub enum Command {
     /// Run the node agent: drive this node's CSI plugins toward the server's desired state.
     Run(crate::NodeArgs),
+    /// Check a CSI plugin before trusting it: one safe round trip on a scratch volume the
+    /// check creates and deletes (CreateVolume where offered, ControllerPublishVolume,
+    /// NodeStageVolume, NodePublishVolume, a write and a read through the target, and back;
+    /// each call twice), run on the node as root. It prints the plugin's capabilities and
+    /// node info, the shape it stages and publishes in, which readiness check applies and
+    /// whether it passes, the time per call and every departure from the spec it met, and
+    /// exits 1 when one would hurt csivol.
+    Check(crate::check::CheckArgs),
     /// The old spelling of `run`, accepted with a notice until the next release.
     #[command(hide = true)]
     Node(crate::NodeArgs),

@@ -143,6 +143,15 @@ pub enum ReadyCheck {
     Exists,
 }
 
+impl ReadyCheck {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Mount => "mount",
+            Self::Exists => "exists",
+        }
+    }
+}
+
 /// `--ready-check [ID=]CHECK`: the check for every plugin, or for the plugin `ID`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReadyCheckSetting {

@@ -5,9 +5,15 @@
 //! - `config`: flags, the TOML file and defaults.
 //! - `plugin`: the gRPC edge to the CSI plugins (the only place building CSI messages).
 //! - `store`: `agent.db`, what the agent may have staged and published, and its fences.
+//! - `mounts`: pure over one snapshot of the mount table and `stat`: what a plugin made at
+//!   a path, whether it is still there, and the checks of the agent's records (`Judge`).
 //! - `plan`: pure, in `csivol-rules`: one volume's desired and recorded state → the steps.
+//! - `verify`: pure, in `csivol-rules`: the records against those checks → what recovery
+//!   and every resync do (stage or publish again, take down, record, report drift).
 //! - `reconcile`: recovery at start, the reconcile loop, volume workers, controller
 //!   operations.
+//! - `check`: `csivol-agent check`, one safe round trip through a plugin before trusting
+//!   it, judged against the spec and the agent's readiness rule.
 //! - `client`, `session`, `channel`: the server side: register, heartbeat, desired state,
 //!   reports, self-fencing; the node channel that carries heartbeats and desired-state
 //!   pushes while the server offers it.
@@ -16,6 +22,7 @@
 //! filters its logs); everything is a flag or a `--config` setting.
 
 mod channel;
+pub mod check;
 pub mod cli;
 mod client;
 pub mod config;
@@ -25,7 +32,7 @@ pub mod reconcile;
 mod session;
 pub mod store;
 
-pub use csivol_rules::plan;
+pub use csivol_rules::{plan, verify};
 
 use anyhow::Context;
 

@@ -36,6 +36,7 @@ fn moved(old: &str, new: Vec<&str>, args: &[String]) -> ExitCode {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let args = match cli.command {
+        Command::Check(args) => return check(args),
         Command::Run(args) => args,
         Command::Node(args) => {
             eprintln!(
@@ -51,18 +52,8 @@ fn main() -> ExitCode {
     };
     csivol_csi::supervised::exit_with_parent();
     csivol_daemon::init_logs();
-    // A node agent is a small process that mostly waits on sockets: one thread runs it for
-    // less CPU per call than a pool of workers waking each other across cores (blocking
-    // work still goes to the blocking pool: agent.db commits).
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: failed to start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+    let Some(runtime) = runtime() else {
+        return ExitCode::FAILURE;
     };
     match runtime.block_on(csivol_agent::run(args)) {
         Ok(()) => ExitCode::SUCCESS,
@@ -71,4 +62,32 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `csivol-agent check`: 0 when csivol can use the plugin, 1 when not (or the check could
+/// not be made).
+fn check(args: csivol_agent::check::CheckArgs) -> ExitCode {
+    csivol_daemon::init_logs();
+    let Some(runtime) = runtime() else {
+        return ExitCode::FAILURE;
+    };
+    match runtime.block_on(csivol_agent::check::run(args)) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn runtime() -> Option<tokio::runtime::Runtime> {
+    // A node agent is a small process that mostly waits on sockets: one thread runs it for
+    // less CPU per call than a pool of workers waking each other across cores (blocking
+    // work still goes to the blocking pool: agent.db commits).
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .inspect_err(|e| eprintln!("error: failed to start the async runtime: {e}"))
+        .ok()
 }

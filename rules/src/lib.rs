@@ -23,6 +23,9 @@
 //! - `kinds`: event and controller-operation kinds.
 //! - `nodes`: whether a node takes new claims, and whether it may be forgotten.
 //! - `plan`: the node agent's: one volume's desired state and records → the steps to take.
+//! - `observed`: what a plugin made at a staging path or a target, as the agent observed it.
+//! - `verify`: the node agent's recovery plan: its records against the checks of one
+//!   snapshot of the mount table → stage or publish again, take down, record, report drift.
 
 pub mod claims;
 pub mod expansion;
@@ -31,9 +34,11 @@ pub mod hosting;
 pub mod kinds;
 pub mod modify;
 pub mod nodes;
+pub mod observed;
 pub mod plan;
 pub mod queue;
 pub mod reconcile;
 pub mod schedule;
 pub mod snapshots;
 pub mod transitions;
+pub mod verify;

@@ -4,7 +4,7 @@
 //! lease expiry, event pruning, the fence policy). With the SQLite store the one server
 //! always leads.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::error::ApiResult;
 use super::etcd::{self, Cluster, Leadership};
@@ -186,17 +186,19 @@ async fn watch_liveness(app: http::App, cluster: Option<Cluster>) {
         due.retain(|d| app.live.still_lost(d));
         for due in due {
             let limits = app.limits.clone();
-            let why = format!(
-                "no heartbeat for {}",
-                humantime::format_duration(app.live.ttl())
-            );
+            let (ttl, grace) = (app.live.ttl(), app.live.planned_stop_grace());
             let n = due.node.clone();
             match app
                 .db
-                .write_led(move |ctx| lifecycle::mark_lost(ctx, &n, &why, &limits))
+                .write_led(move |ctx| lifecycle::expire_node(ctx, &n, ttl, grace, &limits))
                 .await
             {
-                Ok(()) => {
+                Ok(lifecycle::Expiry::StoppedUntil(until_ms)) => {
+                    let left = until_ms.saturating_sub(db::now_ms()).max(0) as u64;
+                    app.live
+                        .defer(&due, Instant::now() + Duration::from_millis(left));
+                }
+                Ok(lifecycle::Expiry::Done) => {
                     app.live.recorded(&due);
                     if due.attempts > 0 {
                         tracing::info!(

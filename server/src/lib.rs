@@ -42,6 +42,8 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:7420";
 pub const OPERATOR_TOKEN_FILE: &str = "operator.token";
 /// File in the data dir holding the address the server listens on (useful with port 0).
 pub const ADDR_FILE: &str = "server.addr";
+/// How long a node stays `stopped` after its agent's planned stop (`--planned-stop-grace`).
+pub const DEFAULT_PLANNED_STOP_GRACE: Duration = Duration::from_secs(600);
 /// How many of the newest events the event log keeps; older ones are pruned every minute.
 pub const EVENTS_KEPT: i64 = 100_000;
 
@@ -57,6 +59,11 @@ pub struct ServerArgs {
     /// A node that misses heartbeats this long is lost and its volumes blocked [default: 30s].
     #[arg(long, value_parser = humantime::parse_duration)]
     pub heartbeat_ttl: Option<Duration>,
+    /// How long a node whose agent stopped in order (`node-stopping`, on SIGTERM or
+    /// SIGINT) stays `stopped` before it is treated as lost: its claims held, nothing
+    /// moved, no auto-fence until then [default: 10m].
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub planned_stop_grace: Option<Duration>,
     /// Controller operations in flight per plugin [default: 8].
     #[arg(long)]
     pub controller_concurrency: Option<u32>,
@@ -135,7 +142,7 @@ pub struct ServerArgs {
     #[arg(long, value_name = "FILE", requires = "etcd_cert")]
     pub etcd_key: Option<PathBuf>,
     /// TOML file with the same settings (`data_dir`, `listen`, `heartbeat_ttl = "30s"`,
-    /// `controller_concurrency`, `secrets_key_file`, TLS and connection bounds, `node_channel = false`), and fencing:
+    /// `planned_stop_grace = "10m"`, `controller_concurrency`, `secrets_key_file`, TLS and connection bounds, `node_channel = false`), and fencing:
     /// `[[fence]]` methods (`name`, `command`, `timeout`, `nodes`, `labels`, `env`,
     /// `auto_fence_after`, `trust_agent_labels`) and `[node_labels.<node>]`.
     #[arg(long)]
@@ -212,6 +219,7 @@ struct FileConfig {
     data_dir: Option<PathBuf>,
     listen: Option<SocketAddr>,
     heartbeat_ttl: Option<String>,
+    planned_stop_grace: Option<String>,
     controller_concurrency: Option<u32>,
     controller_queue_warning: Option<String>,
     #[serde(default)]
@@ -244,6 +252,8 @@ pub struct ServerConfig {
     pub data_dir: PathBuf,
     pub listen: SocketAddr,
     pub heartbeat_ttl: Duration,
+    /// How long a node stays `stopped` after a planned stop before it counts as lost.
+    pub planned_stop_grace: Duration,
     pub controller_concurrency: u32,
     /// The oldest wait past which a plugin's controller queue is shown with a warning.
     pub controller_queue_warning: Duration,
@@ -292,6 +302,12 @@ impl ServerConfig {
         if heartbeat_ttl < Duration::from_millis(100) {
             bail!("--heartbeat-ttl must be at least 100ms");
         }
+        let planned_stop_grace = match (args.planned_stop_grace, &file.planned_stop_grace) {
+            (Some(d), _) => d,
+            (None, Some(s)) => humantime::parse_duration(s)
+                .with_context(|| format!("invalid planned_stop_grace `{s}` in the config file"))?,
+            (None, None) => DEFAULT_PLANNED_STOP_GRACE,
+        };
         let Some(data_dir) = args.data_dir.or(file.data_dir) else {
             bail!("--data-dir is required: the directory that holds the state database");
         };
@@ -372,6 +388,7 @@ impl ServerConfig {
                 .or(file.listen)
                 .unwrap_or_else(|| DEFAULT_LISTEN.parse().expect("valid")),
             heartbeat_ttl,
+            planned_stop_grace,
             controller_concurrency,
             controller_queue_warning,
             fence,
@@ -604,7 +621,7 @@ impl Server {
             max_connections,
             tls,
         };
-        let live = liveness::Liveness::new(cfg.heartbeat_ttl, nodes);
+        let live = liveness::Liveness::new(cfg.heartbeat_ttl, cfg.planned_stop_grace, nodes);
         let live = Arc::new(if cluster.is_some() {
             live.relayed()
         } else {
@@ -777,6 +794,21 @@ kind = "metal"
     }
 
     #[test]
+    fn the_planned_stop_grace_comes_from_the_file_or_its_default() {
+        assert_eq!(
+            resolve("").unwrap().planned_stop_grace,
+            DEFAULT_PLANNED_STOP_GRACE
+        );
+        let cfg = resolve("planned_stop_grace = \"90s\"\n").unwrap();
+        assert_eq!(cfg.planned_stop_grace, Duration::from_secs(90));
+        let err = format!(
+            "{:#}",
+            resolve("planned_stop_grace = \"soon\"\n").unwrap_err()
+        );
+        assert!(err.contains("invalid planned_stop_grace `soon`"), "{err}");
+    }
+
+    #[test]
     fn bad_fence_methods_are_refused_naming_the_file() {
         let twice = "[[fence]]\nname = \"a\"\ncommand = [\"x\"]\n[[fence]]\nname = \"a\"\ncommand = [\"y\"]\n";
         let err = format!("{:#}", resolve(twice).unwrap_err());
@@ -796,6 +828,7 @@ kind = "metal"
         let file: FileConfig = toml::from_str(&text).expect("dist/server.toml parses");
         assert_eq!(file.listen, Some("0.0.0.0:7420".parse().unwrap()));
         assert_eq!(file.heartbeat_ttl.as_deref(), Some("30s"));
+        assert_eq!(file.planned_stop_grace.as_deref(), Some("10m"));
         // TLS by default, from the files `tls init --dir /etc/csivol/tls` writes.
         let tls = tls::Files::in_dir(Path::new("/etc/csivol/tls"));
         assert_eq!(file.tls_cert, Some(tls.server_cert));

@@ -249,7 +249,11 @@ impl Metrics {
             .map(|s| s.as_str())
             .collect();
         count_by(&counts.claims, &self.claims, &claim_states);
-        count_by(&counts.nodes, &self.nodes, &["ready", "lost", "fenced"]);
+        let node_statuses: Vec<_> = csivol_api::NodeStatus::ALL
+            .iter()
+            .map(|s| s.as_str())
+            .collect();
+        count_by(&counts.nodes, &self.nodes, &node_statuses);
         self.nodes_fence_failing.set(counts.nodes_fence_failing);
         count_by(&counts.ops, &self.ops, &["queued", "in_flight"]);
         self.queue_gauges(waiting, now);

@@ -272,6 +272,9 @@ pub struct NodeRow {
     pub eligibility: Eligibility,
     /// When the server last asked the node to read its attach limits again (0: never).
     pub limits_refresh_at: i64,
+    /// A planned stop: when its agent said it stopped, and whether it took its volumes down.
+    pub stopped_at: Option<i64>,
+    pub stop_took_down: bool,
 }
 
 /// What the server knows of a plugin on one node.
@@ -288,6 +291,32 @@ pub struct NodePluginRow {
     pub limit_change: Option<LimitChangeRow>,
     /// When the limit was last read again while the node ran.
     pub limit_read_at: Option<i64>,
+    /// How the node's agent checks the plugin's volumes ready, as it registered it.
+    pub ready_check: Option<String>,
+    /// What the agent last observed the plugin make for a claim.
+    pub observed: Option<StoredObservation>,
+}
+
+/// What a node's agent last observed a plugin make for a claim, as `node_plugins.observed`
+/// keeps it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct StoredObservation {
+    pub volume: String,
+    pub alloc: String,
+    pub at_ms: i64,
+    #[serde(flatten)]
+    pub shape: csivol_api::ObservedShape,
+}
+
+impl StoredObservation {
+    pub fn to_api(&self) -> csivol_api::PluginObservation {
+        csivol_api::PluginObservation {
+            volume: self.volume.clone(),
+            alloc: self.alloc.clone(),
+            at: time(self.at_ms),
+            shape: self.shape.clone(),
+        }
+    }
 }
 
 /// A node plugin's attach limit changed, as stored (`node_plugins.limit_change`).
@@ -455,6 +484,8 @@ pub struct PluginNodeRow {
     pub controller: bool,
     pub stage_unstage: bool,
     pub topology: Topology,
+    /// What the node's agent last observed the plugin make for a claim.
+    pub observed: Option<StoredObservation>,
 }
 
 /// A run of volumes by name with their claims and attachments, as a listing reads them.

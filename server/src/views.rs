@@ -8,7 +8,7 @@ use csivol_api::{self as api, ControllerHost, ControllerHosts, NodeStatus, Volum
 use super::error::{ApiError, ApiResult};
 use super::fence;
 use super::liveness::Beats;
-use super::model::{ClaimRow, LimitChangeRow, claims_to_api, time};
+use super::model::{ClaimRow, LimitChangeRow, StoredObservation, claims_to_api, time};
 pub use super::store::EventFilter;
 use super::store::Snapshot;
 use csivol_rules::fence::FenceConfig;
@@ -118,6 +118,8 @@ pub fn list_nodes(
         for p in conn.node_plugins(&n.name)? {
             plugins.push(api::NodePlugin {
                 topology: p.topology,
+                ready_check: p.ready_check,
+                observed: p.observed.as_ref().map(StoredObservation::to_api),
                 used: conn.slots_used(&n.name, &p.plugin)?,
                 id: p.plugin,
                 node_id: p.csi_node_id.unwrap_or_default(),
@@ -144,6 +146,14 @@ pub fn list_nodes(
                     .to_string()
             }),
             fenced_at: n.fenced_at.map(time),
+            stopped: n
+                .stopped_at
+                .filter(|_| n.status == NodeStatus::Stopped)
+                .map(|at| api::NodeStop {
+                    at: time(at),
+                    took_down: n.stop_took_down,
+                    lost_at: time(at + beats.planned_stop_grace.as_millis() as i64),
+                }),
             registered_at: time(n.registered_at),
             plugins,
             name: n.name,
@@ -164,7 +174,7 @@ pub fn list_nodes(
 
 /// Plugins across the cluster with their controller queues; `only` selects one.
 pub fn list_plugins(
-    conn: &impl Snapshot,
+    conn: &(impl Snapshot + ?Sized),
     only: Option<&str>,
     limits: &crate::lifecycle::Limits,
 ) -> ApiResult<Vec<api::Plugin>> {
@@ -204,6 +214,8 @@ pub fn list_plugins(
                 name: row.node,
                 status: row.status,
                 topology: row.topology,
+                ready_check: reg.node.as_ref().and_then(|n| n.ready_check.clone()),
+                observed: row.observed.as_ref().map(StoredObservation::to_api),
             });
         }
         if row.controller {
@@ -222,7 +234,7 @@ pub fn list_plugins(
 
 /// What a plugin's controller operations wait for and how long they waited, now.
 fn controller_queue(
-    conn: &impl Snapshot,
+    conn: &(impl Snapshot + ?Sized),
     plugin: &str,
     limits: &crate::lifecycle::Limits,
 ) -> ApiResult<api::ControllerQueue> {

@@ -15,6 +15,7 @@ use rustix::mount::{UnmountFlags, unmount};
 
 pub mod etcd;
 pub mod idle;
+pub mod loops;
 pub mod netns;
 
 /// A temporary directory that, when dropped, first unmounts everything mounted below it
@@ -243,7 +244,8 @@ impl ServerProc {
             .env("RUST_LOG", "info,csivol_server::store::etcd=debug");
         let log_file = log;
         let mut proc = Proc::spawn("csivol-server serve", cmd, &log_file);
-        let url = wait_for("the server to listen", Duration::from_secs(30), || {
+        // Generous: a debug build starting on a machine busy with other builds.
+        let url = wait_for("the server to listen", Duration::from_secs(120), || {
             if let Some(status) = proc.exited() {
                 panic!(
                     "server exited with {status}: {}",

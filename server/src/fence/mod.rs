@@ -157,6 +157,17 @@ pub async fn fence(
             ))
             .with_hint(format!("`csivol node show {node}` shows its fence history")));
         }
+        // A planned stop holds its claims for the node's return; fencing it is an
+        // operator's decision that it will not come back.
+        NodeStatus::Stopped if req.force => {}
+        NodeStatus::Stopped => {
+            return Err(ApiError::conflict(format!(
+                "node `{node}` is stopped: its agent stopped in order and its claims wait for it to start again"
+            ))
+            .with_hint(format!(
+                "start its agent again; if the node will not come back, fence it anyway: csivol fence {node} --force --reason \"...\""
+            )));
+        }
     }
     let operator = app.fence.operator_labels(node, &target.labels.set);
     let labels = Labels {

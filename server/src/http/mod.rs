@@ -234,6 +234,7 @@ pub fn router(app: App) -> Router {
         .route("/v1/nodes/{node}/desired", get(node_endpoints::desired))
         .route("/v1/nodes/{node}/channel", get(channel::open))
         .route("/v1/nodes/{node}/reports", post(node_endpoints::reports))
+        .route("/v1/nodes/{node}/stopping", post(node_endpoints::stopping))
         .route("/v1/plugins", get(node_endpoints::list_plugins))
         .route("/v1/plugins/{id}", get(node_endpoints::get_plugin))
         .route(

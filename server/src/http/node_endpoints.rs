@@ -161,6 +161,26 @@ pub(super) async fn register(
     }))
 }
 
+/// `POST /v1/nodes/{node}/stopping`: the node's agent stops in order. Its node is
+/// `stopped`, not lost, for `planned_stop_grace` (see `lifecycle::node_stopping`).
+pub(super) async fn stopping(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(node): Path<String>,
+    Body(req): Body<api::StoppingRequest>,
+) -> ApiResult<Json<serde_json::Value>> {
+    app.caller(&headers)?.require_node(&node)?;
+    name("node", &node)?;
+    let limits = app.limits.clone();
+    let grace = app.live.planned_stop_grace();
+    let n = node.clone();
+    app.db
+        .write(move |ctx| lifecycle::node_stopping(ctx, &n, req.took_down, grace, &limits))
+        .await?;
+    app.live.stopped(&node, std::time::Instant::now() + grace);
+    Ok(Json(serde_json::json!({})))
+}
+
 pub(super) async fn heartbeat(
     State(app): State<App>,
     headers: HeaderMap,

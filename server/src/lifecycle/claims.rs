@@ -192,6 +192,10 @@ fn node_refusal_error(
             since.map(|t| format!(" since {}", time(t))).unwrap_or_default()
         ))
         .with_hint(format!("choose another node, or bring {node}'s agent back")),
+        NodeRefusal::Stopped => ApiError::blocked(format!(
+            "node `{node}` is stopped: its agent stopped in order, and no claim can be placed on it until the agent starts again"
+        ))
+        .with_hint(format!("choose another node, or start {node}'s agent again")),
         NodeRefusal::NoPlugin => ApiError::invalid(format!(
             "node `{node}` does not run plugin `{}` (needed by volume `{}`)",
             v.plugin, v.name

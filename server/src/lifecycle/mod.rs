@@ -54,7 +54,10 @@ pub use hosting::{change_controller_hosts, refused_hosting};
 pub use labels::set_labels;
 pub use leases::{expire_leases, renew_lease};
 pub use modify::modify_volume;
-pub use nodes::{mark_lost, node_id_refused, register_node, remove_node, set_eligibility};
+pub use nodes::{
+    Expiry, expire_node, mark_lost, node_id_refused, node_stopping, register_node, remove_node,
+    set_eligibility,
+};
 pub use operator::{detach, require_reason, unblock_node, unblock_volume};
 pub use ops::{plugins_with_due_ops, schedule_ops};
 pub use reports::apply_reports;

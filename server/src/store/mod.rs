@@ -436,6 +436,11 @@ pub trait Txn: Snapshot {
         limit: u32,
         reason: &str,
     ) -> ApiResult<Option<u32>>;
+    /// The node's agent stopped in order now (`node-stopping`): the node is `stopped`.
+    fn set_node_stopped(&mut self, name: &str, took_down: bool) -> ApiResult<()>;
+    /// What the node's agent observed a plugin make for a claim (`ObservedShape` JSON with
+    /// the claim and the time), kept across registrations.
+    fn set_plugin_observed(&mut self, node: &str, plugin: &str, observed: &str) -> ApiResult<()>;
 
     // ---- controller operations ----
 

@@ -190,6 +190,25 @@ impl Env {
     }
 
     /// Events of one kind, as [`Env::events`] lists them.
+    /// The message of the latest event of `kind` on `node`.
+    async fn last_message(&self, kind: &str, node: &str) -> String {
+        let (kind, node) = (kind.to_owned(), node.to_owned());
+        self.read(move |c| {
+            let f = crate::store::EventFilter {
+                node: Some(node.clone()),
+                ..Default::default()
+            };
+            let events = c.events(0, &f, u32::MAX)?;
+            Ok(events
+                .into_iter()
+                .rev()
+                .find(|e| e.kind == kind)
+                .unwrap_or_else(|| panic!("no `{kind}` event on node `{node}`"))
+                .message)
+        })
+        .await
+    }
+
     async fn events_of(&self, kind: &str) -> Vec<String> {
         self.events()
             .await
@@ -269,11 +288,25 @@ fn spec(access_mode: &str) -> VolumeSpec {
     .unwrap()
 }
 
+/// Node `n1` with a ready claim `a1` of volume `v`, attached through controller host `ctl`.
+async fn ready_node() -> Env {
+    let env = Env::new();
+    env.register("ctl", true, &[]).await;
+    env.register("n1", false, &[]).await;
+    env.volume("v", "single-node-writer").await;
+    env.claim("v", "a1", "n1", ClaimMode::Write).await.unwrap();
+    env.controller_published("ctl").await;
+    env.report("n1", vec![published("v", "a1")]).await;
+    assert_eq!(env.claim_state("v", "a1").await, Some(ClaimState::Ready));
+    env
+}
+
 fn published(volume: &str, alloc: &str) -> Report {
     Report::Published {
         volume: volume.to_owned(),
         alloc: alloc.to_owned(),
         target_path: format!("/targets/{volume}/{alloc}"),
+        observed: None,
     }
 }
 

@@ -7,13 +7,7 @@ use super::Env;
 /// Node `n1` holds a ready claim `a1` of volume `v`, attached through controller host
 /// `ctl`; then `n1` is lost.
 async fn blocked() -> Env {
-    let env = Env::new();
-    env.register("ctl", true, &[]).await;
-    env.register("n1", false, &[]).await;
-    env.volume("v", "single-node-writer").await;
-    env.claim("v", "a1", "n1", ClaimMode::Write).await.unwrap();
-    env.controller_published("ctl").await;
-    env.report("n1", vec![super::published("v", "a1")]).await;
+    let env = super::ready_node().await;
     env.write(|ctx, l| super::super::mark_lost(ctx, "n1", "no heartbeat", l))
         .await
         .unwrap();

@@ -128,7 +128,7 @@ pub fn claims(
 pub fn plugin_nodes(conn: &Connection, only: Option<&str>) -> ApiResult<Vec<PluginNodeRow>> {
     let mut stmt = conn.prepare_cached(
         "SELECT np.plugin, np.registration, np.node_service, np.controller, np.stage_unstage, n.status, \
-         np.node, np.topology FROM node_plugins np JOIN nodes n ON n.name = np.node WHERE (?1 IS NULL OR np.plugin = ?1) ORDER BY np.plugin, np.node",
+         np.node, np.topology, np.observed FROM node_plugins np JOIN nodes n ON n.name = np.node WHERE (?1 IS NULL OR np.plugin = ?1) ORDER BY np.plugin, np.node",
     )?;
     let rows = stmt.query_map([only], |r| {
         Ok((
@@ -140,12 +140,22 @@ pub fn plugin_nodes(conn: &Connection, only: Option<&str>) -> ApiResult<Vec<Plug
             r.get::<_, String>(5)?,
             r.get::<_, String>(6)?,
             r.get::<_, String>(7)?,
+            r.get::<_, Option<String>>(8)?,
         ))
     })?;
     let mut out = Vec::new();
     for row in rows {
-        let (plugin, registration, node_service, controller, stage_unstage, status, node, topology) =
-            row?;
+        let (
+            plugin,
+            registration,
+            node_service,
+            controller,
+            stage_unstage,
+            status,
+            node,
+            topology,
+            observed,
+        ) = row?;
         out.push(PluginNodeRow {
             plugin,
             node,
@@ -155,6 +165,9 @@ pub fn plugin_nodes(conn: &Connection, only: Option<&str>) -> ApiResult<Vec<Plug
             controller,
             stage_unstage,
             topology: serde_json::from_str(&topology)?,
+            // An observation this server cannot read (a newer agent's shape) is left out
+            // rather than failing the whole listing.
+            observed: observed.and_then(|o| serde_json::from_str(&o).ok()),
         });
     }
     Ok(out)

@@ -155,7 +155,8 @@ impl AttachmentRow {
     }
 }
 
-pub const NODE_COLUMNS: &str = "name, status, registered_at, lost_at, fence_after_ms, fenced_at, eligibility, limits_refresh_at";
+pub const NODE_COLUMNS: &str = "name, status, registered_at, lost_at, fence_after_ms, fenced_at, \
+     eligibility, limits_refresh_at, stopped_at, stop_took_down";
 
 impl NodeRow {
     pub fn from_row(r: &Row<'_>) -> rusqlite::Result<Self> {
@@ -168,6 +169,8 @@ impl NodeRow {
             fenced_at: r.get(5)?,
             eligibility: parse(r.get(6)?)?,
             limits_refresh_at: r.get(7)?,
+            stopped_at: r.get(8)?,
+            stop_took_down: r.get::<_, Option<bool>>(9)?.unwrap_or(false),
         })
     }
 
@@ -181,7 +184,7 @@ impl NodePluginRow {
     pub fn of_node(conn: &Connection, node: &str) -> ApiResult<Vec<Self>> {
         let mut stmt = conn.prepare_cached(
             "SELECT plugin, csi_node_id, max_volumes, node_service, controller, topology, \
-                    limit_change, limit_read_at \
+             limit_change, limit_read_at, json_extract(registration, '$.node.ready_check'), observed \
              FROM node_plugins WHERE node = ?1 ORDER BY plugin",
         )?;
         let rows = stmt
@@ -195,6 +198,10 @@ impl NodePluginRow {
                     topology: json(r.get(5)?)?,
                     limit_change: r.get::<_, Option<String>>(6)?.map(json).transpose()?,
                     limit_read_at: r.get(7)?,
+                    ready_check: r.get(8)?,
+                    observed: r
+                        .get::<_, Option<String>>(9)?
+                        .and_then(|o| serde_json::from_str(&o).ok()),
                 })
             })?
             .collect::<Result<Vec<_>, _>>()?;

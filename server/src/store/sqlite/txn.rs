@@ -457,7 +457,7 @@ impl Txn for WriteCtx<'_> {
             self.tx,
             "INSERT INTO nodes (name, status, registered_at, fence_after_ms, labels) VALUES (?1, 'ready', ?2, ?3, ?4) \
              ON CONFLICT (name) DO UPDATE SET status = 'ready', lost_at = NULL, fence_after_ms = ?3, labels = ?4, \
-             fence_failures = 0, fence_error = NULL",
+             fence_failures = 0, fence_error = NULL, stopped_at = NULL, stop_took_down = NULL",
             params![
                 name,
                 self.now,
@@ -467,19 +467,20 @@ impl Txn for WriteCtx<'_> {
         )?;
         // What was known of each plugin's limit: a registration that reads another one is a
         // change like one read while the node ran; an unchanged one keeps the last change.
-        let before: BTreeMap<String, (u32, Option<String>)> = self
+        // What the agent observed of each plugin outlives its registrations.
+        let before: BTreeMap<String, (u32, Option<String>, Option<String>)> = self
             .tx
             .prepare_cached(
-                "SELECT plugin, max_volumes, limit_change FROM node_plugins WHERE node = ?1",
+                "SELECT plugin, max_volumes, limit_change, observed FROM node_plugins WHERE node = ?1",
             )?
-            .query_map([name], |r| Ok((r.get(0)?, (r.get(1)?, r.get(2)?))))?
+            .query_map([name], |r| Ok((r.get(0)?, (r.get(1)?, r.get(2)?, r.get(3)?))))?
             .collect::<Result<_, _>>()?;
         exec(self.tx, "DELETE FROM node_plugins WHERE node = ?1", [name])?;
         for p in plugins {
             let node_part = p.node.as_ref();
             let limit = node_part.map_or(0, |n| n.info.max_volumes_per_node);
             let limit_change = match before.get(&p.id) {
-                Some((from, _)) if *from != limit && node_part.is_some() => {
+                Some((from, _, _)) if *from != limit && node_part.is_some() => {
                     Some(to_json(&crate::model::LimitChangeRow {
                         from: *from,
                         to: limit,
@@ -487,14 +488,14 @@ impl Txn for WriteCtx<'_> {
                         reason: "registration".to_owned(),
                     }))
                 }
-                Some((_, kept)) => kept.clone(),
+                Some((_, kept, _)) => kept.clone(),
                 None => None,
             };
             exec(
                 self.tx,
                 "INSERT INTO node_plugins (node, plugin, registration, csi_node_id, max_volumes, node_service, controller, \
-                 controller_service, controller_publish, stage_unstage, topology, limit_change) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+                 controller_service, controller_publish, stage_unstage, topology, limit_change, observed) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
                 params![
                     name,
                     p.id,
@@ -512,6 +513,7 @@ impl Txn for WriteCtx<'_> {
                             .unwrap_or_default()
                     ),
                     limit_change,
+                    before.get(&p.id).and_then(|b| b.2.clone()),
                 ],
             )?;
         }
@@ -532,6 +534,24 @@ impl Txn for WriteCtx<'_> {
                 params![status.as_str(), name],
             )?;
         }
+        Ok(())
+    }
+
+    fn set_node_stopped(&mut self, name: &str, took_down: bool) -> ApiResult<()> {
+        exec(
+            self.tx,
+            "UPDATE nodes SET status = 'stopped', stopped_at = ?1, stop_took_down = ?2 WHERE name = ?3",
+            params![self.now, took_down, name],
+        )?;
+        Ok(())
+    }
+
+    fn set_plugin_observed(&mut self, node: &str, plugin: &str, observed: &str) -> ApiResult<()> {
+        exec(
+            self.tx,
+            "UPDATE node_plugins SET observed = ?1 WHERE node = ?2 AND plugin = ?3",
+            params![observed, node, plugin],
+        )?;
         Ok(())
     }
 
