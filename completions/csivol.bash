@@ -3739,8 +3739,8 @@ _csivol_with_names() {
     if [[ -z "$kind" && "$cur" != -* ]]; then
         local IFS=' '
         case "${COMP_WORDS[*]:1:COMP_CWORD-1}" in
-            'run'*' --'|'run'*' -- '*|'run'*' --node'|'run'*' --alloc'|'run'*' --ttl'|'run'*' --timeout'|'run'*' --label'|'run'*' --addr'|'run'*' --ca-cert'|'run'*' --token'|'run'*' --output'|'run'*' -o') ;;
-            'claim'|'claim renew'|'release'|'status'|'unblock'|'detach'|'volume show'|'volume deregister'|'volume expand'|'volume modify'|'snapshot create'|'run'|'run '*) kind=volumes ;;
+            'run'*' --'|'run'*' -- '*|'run'*' --node'|'run'*' --alloc'|'run'*' --ttl'|'run'*' --timeout'|'run'*' --label'|'run'*' --addr'|'run'*' --ca-cert'|'run'*' --token'|'run'*' --output'|'run'*' -o'|'snapshot create'*' --'|'snapshot create'*' -- '*|'snapshot create'*' --name'|'snapshot create'*' --group'|'snapshot create'*' --parameter'|'snapshot create'*' --timeout'|'snapshot create'*' --addr'|'snapshot create'*' --ca-cert'|'snapshot create'*' --token'|'snapshot create'*' --output'|'snapshot create'*' -o') ;;
+            'claim'|'claim renew'|'release'|'status'|'unblock'|'detach'|'volume show'|'volume deregister'|'volume expand'|'volume modify'|'run'|'run '*|'snapshot create'|'snapshot create '*) kind=volumes ;;
             'fence'|'node show'|'node drain'|'node eligibility'|'node label'|'node remove') kind=nodes ;;
         esac
     fi
