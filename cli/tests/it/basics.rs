@@ -526,6 +526,7 @@ async fn nodes_and_plugins() {
       snapshots:           no
       clone volume:        no
       modify volume:       no
+      group snapshots:     no
       volumes:             1
       controller queue:    -; at most 8 running
 
@@ -551,6 +552,7 @@ async fn nodes_and_plugins() {
       "snapshots": false,
       "clone_volume": false,
       "modify_volume": false,
+      "group_snapshots": false,
       "volumes": 1,
       "nodes": [
         {
