@@ -11,7 +11,7 @@ use csivol_tests::{Api, FakeAgent, ServerProc, eventually};
 use serde_json::json;
 use tokio::sync::Mutex;
 
-use super::{WAIT, register_volume};
+use super::{WAIT, register_volume, two_nodes_and_volumes};
 use csivol_tests::TestDir;
 use csivol_tests::etcd::{Ha, start_ha};
 
@@ -19,7 +19,7 @@ use csivol_tests::etcd::{Ha, start_ha};
 const LEADS: &str = "this server leads now";
 
 /// One claim sent by the load: volume, alloc, HTTP status (0: no answer) and error code.
-type Sent = (String, String, u16, String);
+pub(super) type Sent = (String, String, u16, String);
 
 /// Claims one of `volumes` volumes at a time, from both APIs in turn, until `stop`.
 fn load(
@@ -59,7 +59,11 @@ fn load(
 }
 
 /// Every acknowledged claim is on `api`, and no volume has two claims or two acks.
-async fn check_nothing_lost_nothing_twice(api: &Api, sent: &[Sent], volumes: usize) -> usize {
+pub(super) async fn check_nothing_lost_nothing_twice(
+    api: &Api,
+    sent: &[Sent],
+    volumes: usize,
+) -> usize {
     let mut acked: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
     for (v, a, status, code) in sent {
         assert!(
@@ -88,7 +92,7 @@ async fn check_nothing_lost_nothing_twice(api: &Api, sent: &[Sent], volumes: usi
     acked.len()
 }
 
-async fn wait_sent(sent: &Mutex<Vec<Sent>>, n: usize) {
+pub(super) async fn wait_sent(sent: &Mutex<Vec<Sent>>, n: usize) {
     eventually(&format!("{n} claims sent"), WAIT, || async {
         (sent.lock().await.len() >= n).then_some(())
     })
@@ -227,16 +231,8 @@ async fn etcd_member_loss_keeps_serving_and_no_quorum_refuses() {
     let dir = TestDir::new("ha-etcd-loss");
     let Ha { mut etcd, a, b } = start_ha(&dir, &[]);
     let (aa, bb) = (a.api(), b.api());
-    for n in ["n1", "n2"] {
-        FakeAgent::new(&a, n)
-            .await
-            .register(0, false, json!([]))
-            .await;
-    }
     let volumes = 24;
-    for i in 0..volumes {
-        register_volume(&aa, &format!("v{i}"), "multi-node-single-writer").await;
-    }
+    two_nodes_and_volumes(&a, &aa, volumes, "multi-node-single-writer").await;
     eventually("B to see every volume", WAIT, || async {
         let v = format!("/v1/volumes/v{}", volumes - 1);
         (bb.get(&v).await.0 == 200).then_some(())
