@@ -289,7 +289,7 @@ _csivol__agent() {
             return 0
             ;;
         csivol__subcmd__agent__subcmd__node)
-            opts="-h --server --ca-cert --tls-cert --tls-key --node --data-dir --token-file --plugin --controller --fence-after --ready-check --take-down-on-stop --label --config --help"
+            opts="-h --server --ca-cert --tls-cert --tls-key --node --data-dir --token-file --plugin --controller --fence-after --ready-check --take-down-on-stop --label --node-limits-refresh --config --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -340,6 +340,10 @@ _csivol__agent() {
                     return 0
                     ;;
                 --label)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --node-limits-refresh)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -355,7 +359,7 @@ _csivol__agent() {
             return 0
             ;;
         csivol__subcmd__agent__subcmd__run)
-            opts="-h --server --ca-cert --tls-cert --tls-key --node --data-dir --token-file --plugin --controller --fence-after --ready-check --take-down-on-stop --label --config --help"
+            opts="-h --server --ca-cert --tls-cert --tls-key --node --data-dir --token-file --plugin --controller --fence-after --ready-check --take-down-on-stop --label --node-limits-refresh --config --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -406,6 +410,10 @@ _csivol__agent() {
                     return 0
                     ;;
                 --label)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --node-limits-refresh)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

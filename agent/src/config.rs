@@ -63,6 +63,11 @@ pub struct NodeArgs {
     /// fence method lists in `trust_agent_labels` may select that method. Repeatable.
     #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
     pub labels: Vec<(String, String)>,
+    /// How often the node plugins' attach limits are read again with NodeGetInfo (at once,
+    /// too, after a NodeStageVolume or ControllerPublishVolume answered RESOURCE_EXHAUSTED)
+    /// [default: 5m].
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub node_limits_refresh: Option<Duration>,
     /// TOML file with these settings and tuning (`node_concurrency`, `node_call_timeout`,
     /// `controller_call_timeout`, `volume_ready_timeout`, `resync_interval`, ...).
     #[arg(long, value_name = "FILE")]
@@ -80,6 +85,10 @@ pub const DEFAULT_RESYNC_INTERVAL: Duration = Duration::from_secs(30);
 /// How often a controller host lists its plugin's volumes for the server's comparison
 /// (plugins with LIST_VOLUMES and LIST_VOLUMES_PUBLISHED_NODES).
 pub const DEFAULT_CONTROLLER_LIST_INTERVAL: Duration = Duration::from_secs(60);
+/// How often the node plugins' attach limits are read again (NodeGetInfo): a storage
+/// system's limit may change while the node runs (other attachments, another instance
+/// type), as Kubernetes' CSINode allocatable now follows.
+pub const DEFAULT_NODE_LIMITS_REFRESH: Duration = Duration::from_secs(300);
 pub const DEFAULT_PLUGIN_WAIT_TIMEOUT: Duration = Duration::from_secs(120);
 pub const DEFAULT_RETRY_BASE: Duration = Duration::from_millis(250);
 pub const DEFAULT_RETRY_MAX: Duration = Duration::from_secs(30);
@@ -217,6 +226,8 @@ pub struct CoreConfig {
     pub resync_interval: Duration,
     /// How often a hosted controller's volumes are listed (`controller_list_interval`).
     pub controller_list_interval: Duration,
+    /// How often the node plugins' attach limits are read again (`node_limits_refresh`).
+    pub node_limits_refresh: Duration,
     /// How long to wait at start for each plugin to answer Probe.
     pub plugin_wait_timeout: Duration,
     /// The readiness check of plugins not in `plugin_ready_checks`.
@@ -242,6 +253,7 @@ impl CoreConfig {
             volume_ready_timeout: DEFAULT_VOLUME_READY_TIMEOUT,
             resync_interval: DEFAULT_RESYNC_INTERVAL,
             controller_list_interval: DEFAULT_CONTROLLER_LIST_INTERVAL,
+            node_limits_refresh: DEFAULT_NODE_LIMITS_REFRESH,
             plugin_wait_timeout: DEFAULT_PLUGIN_WAIT_TIMEOUT,
             ready_check: ReadyCheck::Mount,
             plugin_ready_checks: std::collections::BTreeMap::new(),
@@ -306,6 +318,8 @@ struct FileConfig {
     resync_interval: Option<Duration>,
     #[serde(default, deserialize_with = "duration")]
     controller_list_interval: Option<Duration>,
+    #[serde(default, deserialize_with = "duration")]
+    node_limits_refresh: Option<Duration>,
     #[serde(default, deserialize_with = "duration")]
     plugin_wait_timeout: Option<Duration>,
     /// `[labels]` / `rack = "4"`.
@@ -474,12 +488,17 @@ impl Settings {
         core.plugin_wait_timeout = file
             .plugin_wait_timeout
             .unwrap_or(DEFAULT_PLUGIN_WAIT_TIMEOUT);
+        core.node_limits_refresh = args
+            .node_limits_refresh
+            .or(file.node_limits_refresh)
+            .unwrap_or(DEFAULT_NODE_LIMITS_REFRESH);
         for (d, what) in [
             (core.node_call_timeout, "node_call_timeout"),
             (core.controller_call_timeout, "controller_call_timeout"),
             (core.volume_ready_timeout, "volume_ready_timeout"),
             (core.resync_interval, "resync_interval"),
             (core.controller_list_interval, "controller_list_interval"),
+            (core.node_limits_refresh, "node_limits_refresh"),
         ] {
             if d.is_zero() {
                 return Err(ConfigError::Invalid(format!(

@@ -7,12 +7,12 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use csivol_api::domain::{
-    ControllerCapabilities, ErrorClass, NodeCapabilities, NodeInfo, PluginCapabilities, PluginInfo,
-    Topology, VolumeCapability,
+    ControllerCapabilities, ErrorClass, GroupControllerCapabilities, NodeCapabilities, NodeInfo,
+    PluginCapabilities, PluginInfo, Topology, VolumeCapability,
 };
 use csivol_api::{
-    ControllerOp, ControllerOpKind, DesiredExpand, DesiredPublish, NodePluginRegistration,
-    NodeVolume, PluginError, PluginRegistration, Report,
+    ControllerOp, ControllerOpKind, DesiredExpand, DesiredPublish, GroupMember,
+    NodePluginRegistration, NodeVolume, PluginError, PluginRegistration, Report,
 };
 use csivol_csi::CsiEndpoint;
 use csivol_csi::csi::v1 as csi;
@@ -111,6 +111,8 @@ pub struct NodePlugin {
     pub identity: Identity,
     pub info: NodeInfo,
     pub capabilities: NodeCapabilities,
+    /// The attach limit (`max_volumes_per_node`) as NodeGetInfo last said it.
+    limit: std::sync::atomic::AtomicU32,
     client: csi::node_client::NodeClient<Channel>,
     permits: Semaphore,
     timeout: Duration,
@@ -124,6 +126,8 @@ pub struct ControllerPlugin {
     pub identity: Identity,
     pub capabilities: ControllerCapabilities,
     client: csi::controller_client::ControllerClient<Channel>,
+    /// The GroupController service, where the plugin serves it.
+    group: Option<csi::group_controller_client::GroupControllerClient<Channel>>,
     permits: Semaphore,
     timeout: Duration,
 }
@@ -188,7 +192,7 @@ impl Plugins {
                     info: identity.info.clone(),
                     capabilities: identity.capabilities,
                     node: node.map(|n| NodePluginRegistration {
-                        info: n.info.clone(),
+                        info: n.node_info(),
                         capabilities: n.capabilities,
                         ready_check: Some(ready_check(id).as_str().to_owned()),
                     }),
@@ -302,6 +306,7 @@ impl NodePlugin {
             id: spec.id.clone(),
             endpoint: spec.endpoint.clone(),
             identity,
+            limit: std::sync::atomic::AtomicU32::new(info.max_volumes_per_node),
             info,
             capabilities: NodeCapabilities::from(caps.get_ref()),
             client,
@@ -312,6 +317,38 @@ impl NodePlugin {
 
     pub fn stages(&self) -> bool {
         self.capabilities.stage_unstage_volume
+    }
+
+    /// The node's facts as NodeGetInfo last said them (the attach limit read again).
+    pub fn node_info(&self) -> NodeInfo {
+        NodeInfo {
+            max_volumes_per_node: self.limit(),
+            ..self.info.clone()
+        }
+    }
+
+    /// The attach limit as NodeGetInfo last said it (0: no limit).
+    pub fn limit(&self) -> u32 {
+        self.limit.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Reads the attach limit again with NodeGetInfo; returns it (the node id and topology
+    /// the spec has the plugin keep are not taken again).
+    pub async fn refresh_limit(&self) -> Result<u32, CallError> {
+        let info = self
+            .client
+            .clone()
+            .node_get_info(with_deadline(csi::NodeGetInfoRequest {}, PROBE_DEADLINE))
+            .await
+            .map_err(|s| CallError::new("NodeGetInfo", s))?
+            .into_inner();
+        let info =
+            NodeInfo::try_from(info).map_err(|e| CallError::invalid_response("NodeGetInfo", e))?;
+        self.limit.store(
+            info.max_volumes_per_node,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        Ok(info.max_volumes_per_node)
     }
 
     pub async fn stage(&self, v: &NodeVolume, staging: &Path) -> Result<(), CallError> {
@@ -458,7 +495,7 @@ impl ControllerPlugin {
                 endpoint: spec.endpoint.clone(),
             });
         }
-        let mut client = csi::controller_client::ControllerClient::new(channel);
+        let mut client = csi::controller_client::ControllerClient::new(channel.clone());
         let caps = client
             .controller_get_capabilities(with_deadline(
                 csi::ControllerGetCapabilitiesRequest {},
@@ -470,12 +507,43 @@ impl ControllerPlugin {
                 endpoint: spec.endpoint.clone(),
                 source: CallError::new("ControllerGetCapabilities", s),
             })?;
+        let mut capabilities = ControllerCapabilities::from(caps.get_ref());
+        // The GroupController is a service of its own, asked only where the plugin lists
+        // it (GetPluginCapabilities: GROUP_CONTROLLER_SERVICE "indicates that the Plugin
+        // provides RPCs for operating on groups of volumes. Plugins MAY provide this
+        // capability"), and whose calls need CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT.
+        let group = if identity.capabilities.group_controller_service {
+            let mut group = csi::group_controller_client::GroupControllerClient::new(channel);
+            match group
+                .group_controller_get_capabilities(with_deadline(
+                    csi::GroupControllerGetCapabilitiesRequest {},
+                    PROBE_DEADLINE,
+                ))
+                .await
+            {
+                Ok(r) => {
+                    capabilities.group_snapshots = GroupControllerCapabilities::from(r.get_ref())
+                        .create_delete_get_volume_group_snapshot;
+                }
+                // Its other services still serve: the plugin hosts its controller without
+                // group snapshots, and the server refuses those.
+                Err(s) => tracing::warn!(
+                    plugin = spec.id,
+                    error = %CallError::new("GroupControllerGetCapabilities", s),
+                    "group snapshots unavailable"
+                ),
+            }
+            Some(group)
+        } else {
+            None
+        };
         Ok(Self {
             id: spec.id.clone(),
             endpoint: spec.endpoint.clone(),
             identity,
-            capabilities: ControllerCapabilities::from(caps.get_ref()),
+            capabilities,
             client,
+            group,
             permits: Semaphore::new(cfg.controller_concurrency),
             timeout: cfg.controller_call_timeout,
         })
@@ -571,6 +639,7 @@ impl ControllerPlugin {
                 secrets,
                 topology_request,
                 source,
+                mutable_parameters,
             } => {
                 let req = csi::CreateVolumeRequest {
                     name: volume.clone(),
@@ -585,7 +654,7 @@ impl ControllerPlugin {
                         .as_ref()
                         .map(csi::TopologyRequirement::from),
                     volume_content_source: source.as_ref().map(csi::VolumeContentSource::from),
-                    ..Default::default()
+                    mutable_parameters: wire_map(mutable_parameters),
                 };
                 let r = client
                     .create_volume(with_deadline(req, self.timeout))
@@ -657,28 +726,63 @@ impl ControllerPlugin {
                     node_expansion_required: r.node_expansion_required,
                 }
             }
+            ControllerOpKind::Modify {
+                external_id,
+                parameters,
+                secrets,
+                ..
+            } => {
+                let req = csi::ControllerModifyVolumeRequest {
+                    volume_id: external_id.clone(),
+                    secrets: wire_map(secrets),
+                    mutable_parameters: wire_map(parameters),
+                };
+                client
+                    .controller_modify_volume(with_deadline(req, self.timeout))
+                    .await
+                    .map_err(|s| CallError::new("ControllerModifyVolume", s))?;
+                Report::Modified { op: id, attempt }
+            }
             ControllerOpKind::CreateSnapshot {
                 snapshot,
                 source_volume_id,
+                snapshot_id,
                 parameters,
                 secrets,
             } => {
-                let req = csi::CreateSnapshotRequest {
-                    source_volume_id: source_volume_id.clone(),
-                    name: snapshot.clone(),
-                    secrets: wire_map(secrets),
-                    parameters: wire_map(parameters),
+                // Once the snapshot is cut, a plugin with GET_SNAPSHOT is asked about that one
+                // snapshot (GetSnapshot: "Snapshots which were recently created and not yet
+                // ready to use must be retrievable with this RPC"); a plugin without it is
+                // asked CreateSnapshot again, as the spec advises ("calling CreateSnapshot
+                // repeatedly is the preferred way to check if the processing is complete").
+                let (call, s) = if !snapshot_id.is_empty() && self.capabilities.get_snapshot {
+                    let req = csi::GetSnapshotRequest {
+                        snapshot_id: snapshot_id.clone(),
+                        secrets: wire_map(secrets),
+                    };
+                    let r = client
+                        .get_snapshot(with_deadline(req, self.timeout))
+                        .await
+                        .map_err(|s| CallError::new("GetSnapshot", s))?;
+                    ("GetSnapshot", r.into_inner().snapshot)
+                } else {
+                    let req = csi::CreateSnapshotRequest {
+                        source_volume_id: source_volume_id.clone(),
+                        name: snapshot.clone(),
+                        secrets: wire_map(secrets),
+                        parameters: wire_map(parameters),
+                    };
+                    let r = client
+                        .create_snapshot(with_deadline(req, self.timeout))
+                        .await
+                        .map_err(|s| CallError::new("CreateSnapshot", s))?;
+                    ("CreateSnapshot", r.into_inner().snapshot)
                 };
-                let r = client
-                    .create_snapshot(with_deadline(req, self.timeout))
-                    .await
-                    .map_err(|s| CallError::new("CreateSnapshot", s))?;
-                let s = r.into_inner().snapshot.ok_or_else(|| {
-                    CallError::invalid_response("CreateSnapshot", "`snapshot` is missing")
-                })?;
+                let s =
+                    s.ok_or_else(|| CallError::invalid_response(call, "`snapshot` is missing"))?;
                 if s.snapshot_id.is_empty() {
                     return Err(CallError::invalid_response(
-                        "CreateSnapshot",
+                        call,
                         "`snapshot.snapshot_id` is empty",
                     ));
                 }
@@ -707,6 +811,115 @@ impl ControllerPlugin {
                     .map_err(|s| CallError::new("DeleteSnapshot", s))?;
                 Report::SnapshotDeleted { op: id, attempt }
             }
+            ControllerOpKind::CreateGroupSnapshot {
+                group,
+                source_volume_ids,
+                group_snapshot_id,
+                snapshot_ids,
+                parameters,
+                secrets,
+            } => {
+                let mut client = self.group_client("CreateVolumeGroupSnapshot")?;
+                // Once the group is cut, GetVolumeGroupSnapshot tells where it stands (the
+                // spec: "This optional RPC MAY be called by the CO to fetch current
+                // information about a volume group snapshot", implemented by every plugin
+                // with the capability); before, CreateVolumeGroupSnapshot is asked again
+                // ("The CO SHOULD issue the CreateVolumeGroupSnapshotRequest RPC with the
+                // same arguments again periodically until the ready_to_use field has a
+                // value of true").
+                let (call, g) = if group_snapshot_id.is_empty() {
+                    let req = csi::CreateVolumeGroupSnapshotRequest {
+                        name: group.clone(),
+                        source_volume_ids: source_volume_ids.clone(),
+                        secrets: wire_map(secrets),
+                        parameters: wire_map(parameters),
+                    };
+                    let r = client
+                        .create_volume_group_snapshot(with_deadline(req, self.timeout))
+                        .await
+                        .map_err(|s| CallError::new("CreateVolumeGroupSnapshot", s))?;
+                    ("CreateVolumeGroupSnapshot", r.into_inner().group_snapshot)
+                } else {
+                    let req = csi::GetVolumeGroupSnapshotRequest {
+                        group_snapshot_id: group_snapshot_id.clone(),
+                        snapshot_ids: snapshot_ids.clone(),
+                        secrets: wire_map(secrets),
+                    };
+                    let r = client
+                        .get_volume_group_snapshot(with_deadline(req, self.timeout))
+                        .await
+                        .map_err(|s| CallError::new("GetVolumeGroupSnapshot", s))?;
+                    ("GetVolumeGroupSnapshot", r.into_inner().group_snapshot)
+                };
+                // "In the VolumeGroupSnapshot message, both snapshots and group_snapshot_id
+                // are required fields."
+                let g = g.ok_or_else(|| {
+                    CallError::invalid_response(call, "`group_snapshot` is missing")
+                })?;
+                if g.group_snapshot_id.is_empty() {
+                    return Err(CallError::invalid_response(
+                        call,
+                        "`group_snapshot.group_snapshot_id` is empty",
+                    ));
+                }
+                if g.snapshots.is_empty() || g.snapshots.iter().any(|s| s.snapshot_id.is_empty()) {
+                    return Err(CallError::invalid_response(
+                        call,
+                        "`group_snapshot.snapshots` is empty or names a snapshot without an id",
+                    ));
+                }
+                Report::GroupSnapshotCreated {
+                    op: id,
+                    attempt,
+                    group_snapshot_id: g.group_snapshot_id,
+                    ready_to_use: g.ready_to_use,
+                    creation_time_ms: timestamp_ms(g.creation_time.as_ref()),
+                    snapshots: g
+                        .snapshots
+                        .into_iter()
+                        .map(|s| GroupMember {
+                            snapshot_id: s.snapshot_id,
+                            source_volume_id: s.source_volume_id,
+                            // The spec: 0 means the size is unknown.
+                            size_bytes: u64::try_from(s.size_bytes).unwrap_or(0),
+                            ready_to_use: s.ready_to_use,
+                            creation_time_ms: timestamp_ms(s.creation_time.as_ref()),
+                        })
+                        .collect(),
+                }
+            }
+            ControllerOpKind::DeleteGroupSnapshot {
+                group_snapshot_id,
+                snapshot_ids,
+                secrets,
+                ..
+            } => {
+                let req = csi::DeleteVolumeGroupSnapshotRequest {
+                    group_snapshot_id: group_snapshot_id.clone(),
+                    snapshot_ids: snapshot_ids.clone(),
+                    secrets: wire_map(secrets),
+                };
+                self.group_client("DeleteVolumeGroupSnapshot")?
+                    .delete_volume_group_snapshot(with_deadline(req, self.timeout))
+                    .await
+                    .map_err(|s| CallError::new("DeleteVolumeGroupSnapshot", s))?;
+                Report::GroupSnapshotDeleted { op: id, attempt }
+            }
+        })
+    }
+
+    /// The GroupController client, or the error a plugin without the service gives.
+    fn group_client(
+        &self,
+        call: &'static str,
+    ) -> Result<csi::group_controller_client::GroupControllerClient<Channel>, CallError> {
+        self.group.clone().ok_or_else(|| {
+            CallError::new(
+                call,
+                tonic::Status::unimplemented(
+                    "the plugin does not list GROUP_CONTROLLER_SERVICE in GetPluginCapabilities",
+                ),
+            )
         })
     }
 }

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use csivol_api::{
-    ActionPlan, Claim, ClaimState, Eligibility, Event, Node, NodeStatus, PlannedAction, Plugin,
-    PluginObservation, Volume, VolumeState,
+    ActionPlan, Claim, ClaimState, ControllerQueue, Eligibility, Event, Node, NodeStatus,
+    PlannedAction, Plugin, PluginObservation, Volume, VolumeState,
 };
 
 use crate::output::{Out, age, bytes, or_dash, short_duration, time, when};
@@ -140,6 +140,9 @@ pub fn volume(out: &Out, v: &Volume) -> anyhow::Result<()> {
     }
     rows.push(("context", map(&v.context)));
     rows.push(("parameters", map(&v.parameters)));
+    if !v.mutable_parameters.is_empty() || v.modification.is_some() {
+        rows.push(("mutable parameters", map(&v.mutable_parameters)));
+    }
     rows.push((
         "secrets",
         if v.secret_keys.is_empty() {
@@ -170,6 +173,12 @@ pub fn volume(out: &Out, v: &Volume) -> anyhow::Result<()> {
         rows.push(("expansion", e.progress()));
         if let Some(err) = &e.error {
             rows.push(("expansion error", err.clone()));
+        }
+    }
+    if let Some(m) = &v.modification {
+        rows.push(("modification", m.progress()));
+        if let Some(err) = &m.error {
+            rows.push(("modification error", err.clone()));
         }
     }
     rows.push(("created", when(&v.created_at)));
@@ -656,7 +665,36 @@ pub fn node(out: &Out, n: &Node, claims: usize) -> anyhow::Result<()> {
             published,
         ]);
     }
-    out.print_table(t)
+    out.print_table(t)?;
+    for p in &n.plugins {
+        if let Some(line) = limit_line(p) {
+            out.line(line)?;
+        }
+    }
+    Ok(())
+}
+
+/// `limit of hostpath: lowered from 3 to 1 at T (5s ago), NodeGetInfo read again: read
+/// every 5m; last read T (1s ago)`: how a node plugin's attach limit last changed while the node ran.
+fn limit_line(p: &csivol_api::NodePlugin) -> Option<String> {
+    let show = csivol_api::limit_text;
+    let read = p
+        .limit_read_at
+        .as_deref()
+        .map(|t| format!("; last read {}", when(t)));
+    match &p.limit_change {
+        Some(c) => Some(format!(
+            "limit of {}: {} from {} to {} at {}, NodeGetInfo read again: {}{}",
+            p.id,
+            c.direction(),
+            show(c.from),
+            show(c.to),
+            when(&c.at),
+            c.reason,
+            read.unwrap_or_default()
+        )),
+        None => read.map(|r| format!("limit of {}: unchanged{r}", p.id)),
+    }
 }
 
 pub fn plugins(out: &Out, ps: &[Plugin]) -> anyhow::Result<()> {
@@ -672,6 +710,7 @@ pub fn plugins(out: &Out, ps: &[Plugin]) -> anyhow::Result<()> {
         "CONTROLLERS",
         "CONTROLLER PUBLISH",
         "VOLUMES",
+        "QUEUE",
     ]);
     for p in ps {
         t.add_row(vec![
@@ -685,9 +724,50 @@ pub fn plugins(out: &Out, ps: &[Plugin]) -> anyhow::Result<()> {
             ),
             if p.controller_publish { "yes" } else { "no" }.into(),
             p.volumes.to_string(),
+            queue_summary(&p.queue),
         ]);
     }
     out.print_table(t)
+}
+
+/// A wait in milliseconds for people: `350ms`, `2.4s`, `3m5s`.
+pub fn wait_ms(ms: u64) -> String {
+    match ms {
+        0..1000 => format!("{ms}ms"),
+        1000..60_000 => format!("{:.1}s", ms as f64 / 1000.0),
+        _ => short_duration(Duration::from_millis(ms)),
+    }
+}
+
+/// `3 waiting (oldest 2.4s), 8 running`, or `-` when the queue is empty.
+fn queue_summary(q: &ControllerQueue) -> String {
+    let depth = q.depth();
+    match (depth, q.running.len(), q.oldest_wait_ms) {
+        (0, 0, _) => "-".into(),
+        (0, r, _) => format!("{r} running"),
+        (d, r, oldest) => format!(
+            "{d} waiting (oldest {}), {r} running",
+            wait_ms(oldest.unwrap_or(0))
+        ),
+    }
+}
+
+/// The line `status` warns with when a plugin's oldest waiting controller operation has
+/// waited past the server's threshold.
+pub fn queue_warning(plugin: &str, q: &ControllerQueue) -> String {
+    let waiting: Vec<String> = q
+        .waiting
+        .iter()
+        .map(|(kind, k)| format!("{} {kind}", k.count))
+        .collect();
+    format!(
+        "warning: plugin {plugin}: its oldest controller operation has waited {} (warning after {}): {} waiting, {} of {} running",
+        wait_ms(q.oldest_wait_ms.unwrap_or(0)),
+        wait_ms(q.warn_after_ms),
+        waiting.join(", "),
+        q.running.len(),
+        q.concurrency
+    )
 }
 
 pub fn plugin(out: &Out, p: &Plugin) -> anyhow::Result<()> {
@@ -713,9 +793,20 @@ pub fn plugin(out: &Out, p: &Plugin) -> anyhow::Result<()> {
             ("stage/unstage", yes(p.stage_unstage)),
             ("snapshots", yes(p.snapshots)),
             ("clone volume", yes(p.clone_volume)),
+            ("modify volume", yes(p.modify_volume)),
+            ("group snapshots", yes(p.group_snapshots)),
             ("volumes", p.volumes.to_string()),
+            (
+                "controller queue",
+                format!(
+                    "{}; at most {} running",
+                    queue_summary(&p.queue),
+                    p.queue.concurrency
+                ),
+            ),
         ],
     )?;
+    controller_queue(out, &p.id, &p.queue)?;
     if p.nodes.is_empty() {
         return Ok(());
     }
@@ -749,6 +840,50 @@ pub fn plugin(out: &Out, p: &Plugin) -> anyhow::Result<()> {
         ]);
     }
     out.print_table(t)
+}
+
+/// A plugin's controller queue in detail: what waits by kind (with its oldest wait), what
+/// waits out a retry's backoff, and each running operation with how long it waited to run.
+fn controller_queue(out: &Out, plugin: &str, q: &ControllerQueue) -> anyhow::Result<()> {
+    if q.behind() {
+        out.line("")?;
+        out.line(queue_warning(plugin, q))?;
+    }
+    if !q.waiting.is_empty() || !q.backing_off.is_empty() {
+        out.line("")?;
+        out.line("waiting:")?;
+        let mut t = out.table(&["KIND", "WAITING", "OLDEST WAIT", "BACKING OFF"]);
+        let kinds: std::collections::BTreeSet<&String> =
+            q.waiting.keys().chain(q.backing_off.keys()).collect();
+        for kind in kinds {
+            let w = q.waiting.get(kind);
+            t.add_row(vec![
+                kind.clone(),
+                w.map_or(0, |w| w.count).to_string(),
+                w.map_or_else(|| "-".into(), |w| wait_ms(w.oldest_wait_ms)),
+                q.backing_off.get(kind).copied().unwrap_or(0).to_string(),
+            ]);
+        }
+        out.print_table(t)?;
+    }
+    if !q.running.is_empty() {
+        out.line("")?;
+        out.line("running:")?;
+        let mut t = out.table(&["OP", "KIND", "VOLUME", "NODE", "HOST", "WAITED", "RUNNING"]);
+        for r in &q.running {
+            t.add_row(vec![
+                r.id.to_string(),
+                r.kind.clone(),
+                r.volume.clone(),
+                or_dash(r.node.as_deref()),
+                r.host.clone(),
+                wait_ms(r.waited_ms),
+                wait_ms(r.running_ms),
+            ]);
+        }
+        out.print_table(t)?;
+    }
+    Ok(())
 }
 
 pub fn events(out: &Out, es: &[Event]) -> anyhow::Result<()> {

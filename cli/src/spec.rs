@@ -64,6 +64,8 @@ struct CreateFile {
     secrets: BTreeMap<String, Secret>,
     #[serde(default)]
     topology_request: Option<TopologyRequest>,
+    #[serde(default)]
+    mutable_parameters: BTreeMap<String, String>,
 }
 
 /// A capacity: a number of bytes, or a string with a unit as `volume expand` takes it
@@ -197,6 +199,7 @@ pub fn read_create(path: &Path) -> anyhow::Result<(String, CreateVolumeSpec)> {
         secrets: secrets(f.secrets),
         topology_request: f.topology_request,
         source: None,
+        mutable_parameters: f.mutable_parameters,
     };
     Ok((f.name, spec))
 }

@@ -32,6 +32,12 @@ pub enum Rpc {
     ListSnapshots,
     ControllerExpandVolume,
     ControllerGetVolume,
+    ControllerModifyVolume,
+    GetSnapshot,
+    GroupControllerGetCapabilities,
+    CreateVolumeGroupSnapshot,
+    DeleteVolumeGroupSnapshot,
+    GetVolumeGroupSnapshot,
     NodeStageVolume,
     NodeUnstageVolume,
     NodePublishVolume,
@@ -43,7 +49,7 @@ pub enum Rpc {
 }
 
 impl Rpc {
-    const ALL: [Rpc; 24] = [
+    const ALL: [Rpc; 30] = [
         Self::GetPluginInfo,
         Self::GetPluginCapabilities,
         Self::Probe,
@@ -60,6 +66,12 @@ impl Rpc {
         Self::ListSnapshots,
         Self::ControllerExpandVolume,
         Self::ControllerGetVolume,
+        Self::ControllerModifyVolume,
+        Self::GetSnapshot,
+        Self::GroupControllerGetCapabilities,
+        Self::CreateVolumeGroupSnapshot,
+        Self::DeleteVolumeGroupSnapshot,
+        Self::GetVolumeGroupSnapshot,
         Self::NodeStageVolume,
         Self::NodeUnstageVolume,
         Self::NodePublishVolume,
@@ -70,7 +82,8 @@ impl Rpc {
         Self::NodeGetInfo,
     ];
 
-    /// The service an RPC belongs to: 0 identity, 1 controller, 2 node.
+    /// The service an RPC belongs to: 0 identity, 1 controller (and group controller),
+    /// 2 node.
     fn service(self) -> usize {
         match self {
             Self::GetPluginInfo | Self::GetPluginCapabilities | Self::Probe => 0,
@@ -226,6 +239,8 @@ pub struct CallLog {
 pub struct InFlight<'a> {
     counter: &'a AtomicUsize,
     pub concurrent: usize,
+    /// When the call came in, in Unix ms.
+    pub started_ms: u64,
 }
 
 impl Drop for InFlight<'_> {
@@ -243,6 +258,9 @@ struct CallLine<'a> {
     node_id: &'a str,
     code: &'a str,
     in_flight: usize,
+    /// When the call came in and when it was answered, in Unix ms: tests see which calls
+    /// overlapped.
+    started_ms: u64,
     at_ms: u64,
 }
 
@@ -265,21 +283,20 @@ impl CallLog {
         InFlight {
             counter,
             concurrent,
+            started_ms: now_ms(),
         }
     }
 
-    pub fn record(&self, rpc: Rpc, volume_id: &str, node_id: &str, code: Code, concurrent: usize) {
-        let at_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis());
+    pub fn record(&self, rpc: Rpc, volume_id: &str, node_id: &str, code: Code, call: &InFlight) {
         // One line, serialised before the lock and written with one syscall.
         let mut line = serde_json::to_vec(&CallLine {
             rpc,
             volume_id,
             node_id,
             code: code_name(code),
-            in_flight: concurrent,
-            at_ms: at_ms as u64,
+            in_flight: call.concurrent,
+            started_ms: call.started_ms,
+            at_ms: now_ms(),
         })
         .expect("a call line serialises");
         line.push(b'\n');
@@ -287,6 +304,12 @@ impl CallLog {
         // The log is for observation only; a failed write must not fail the call.
         let _ = file.write_all(&line);
     }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 #[cfg(test)]

@@ -107,6 +107,11 @@ pub struct Args {
     /// has them (`offline`).
     #[arg(long, value_enum, default_value = "online")]
     pub expansion: Expansion,
+    /// Snapshots (and group snapshots) are cut at once but ready to use only this long
+    /// afterwards, as with a plugin that uploads them after cutting: until then
+    /// CreateSnapshot, ListSnapshots and GetSnapshot report `ready_to_use: false`.
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration, default_value = "0s")]
+    pub snapshot_ready_after: std::time::Duration,
 }
 
 /// Serves the plugin until SIGTERM or SIGINT.
@@ -144,6 +149,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             .map(|c| i64::try_from(c).context("--capacity is too large"))
             .transpose()?,
         expansion: args.expansion,
+        snapshot_ready_after: args.snapshot_ready_after,
     };
     let plugin = Plugin::new(
         cfg,
@@ -160,6 +166,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let server = tonic::transport::Server::builder()
         .add_service(csi::identity_server::IdentityServer::new(service.clone()))
         .add_service(csi::controller_server::ControllerServer::new(
+            service.clone(),
+        ))
+        .add_service(csi::group_controller_server::GroupControllerServer::new(
             service.clone(),
         ))
         .add_service(csi::node_server::NodeServer::new(service))

@@ -85,6 +85,10 @@ pub struct VolumeRecord {
     /// the file system has the volume's capacity.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fs_bytes: Option<i64>,
+    /// The mutable parameters the volume has now: set by CreateVolume's
+    /// `mutable_parameters` and changed by ControllerModifyVolume.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub mutable_parameters: BTreeMap<String, String>,
 }
 
 /// A snapshot: a copy of a volume's data at one point in time.
@@ -98,6 +102,23 @@ pub struct SnapshotRecord {
     /// Seconds and nanoseconds since the Unix epoch.
     pub created_secs: i64,
     pub created_nanos: i32,
+    /// The group snapshot it was cut in; empty for a snapshot of its own.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub group_snapshot_id: String,
+}
+
+/// A group snapshot: snapshots of several volumes cut together, under one lock and with
+/// one creation time.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct GroupSnapshotRecord {
+    pub id: String,
+    pub name: String,
+    /// The source volumes, in the order of the request.
+    pub source_volume_ids: Vec<String>,
+    /// The member snapshots, one per source volume, in the same order.
+    pub snapshot_ids: Vec<String>,
+    pub created_secs: i64,
+    pub created_nanos: i32,
 }
 
 /// The file a block volume's data lives in, inside its data directory.
@@ -108,6 +129,12 @@ const VOLUMES: &str = "volumes";
 const VOLUME_NAMES: &str = "names";
 const SNAPSHOTS: &str = "snapshots";
 const SNAPSHOT_NAMES: &str = "snapshot-names";
+const GROUPS: &str = "group-snapshots";
+const GROUP_NAMES: &str = "group-snapshot-names";
+/// `limits/<node>`: a node's attach limit as the storage system has it now, overriding
+/// the `--max-volumes-per-node` its plugin was started with (fault injection: a limit
+/// that changes while the node runs).
+const LIMITS: &str = "limits";
 
 /// A volume controller-published to a node.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
@@ -137,7 +164,9 @@ pub struct NodeRecord {
 /// `attachments/<id>/<node>.json`, `by-node/<node>/<id>` (an index, so counting a node's
 /// volumes does not read every volume), `nodes/<node>.json`, `snapshots/<id>.json`,
 /// `snapshot-names/<name>`, `snapshot-data/<id>/` (a copy of the volume's data directory),
-/// `next-id`, `next-snapshot-id`, `lock`. Node ids and names become file names through
+/// `group-snapshots/<id>.json`, `group-snapshot-names/<name>`, `limits/<node>` (a node's
+/// attach limit changed behind its plugin), `next-id`, `next-snapshot-id`,
+/// `next-group-snapshot-id`, `lock`. Node ids and names become file names through
 /// [`file_safe`].
 #[derive(Clone, Debug)]
 pub struct Backend {
@@ -157,6 +186,9 @@ impl Backend {
             SNAPSHOTS,
             SNAPSHOT_NAMES,
             "snapshot-data",
+            GROUPS,
+            GROUP_NAMES,
+            LIMITS,
         ] {
             fs::create_dir_all(root.join(dir))?;
         }
@@ -378,6 +410,86 @@ impl Backend {
         }
         remove_if_exists(&self.root.join(SNAPSHOTS).join(format!("{id}.json")))?;
         remove_tree(&self.snapshot_data(id))
+    }
+
+    /// Records a volume's new mutable parameters. Needs the lock.
+    pub fn update_volume(&self, _lock: &BackendLock, record: &VolumeRecord) -> io::Result<()> {
+        write_json(
+            &self.root.join(VOLUMES).join(format!("{}.json", record.id)),
+            record,
+            self.fsync,
+        )
+    }
+
+    pub fn group_snapshot(&self, id: &str) -> io::Result<Option<GroupSnapshotRecord>> {
+        self.record(GROUPS, id)
+    }
+
+    pub fn group_snapshot_by_name(&self, name: &str) -> io::Result<Option<GroupSnapshotRecord>> {
+        self.by_name(GROUP_NAMES, GROUPS, name, |g: &GroupSnapshotRecord| &g.name)
+    }
+
+    /// Cuts a group snapshot: every source volume's data copied under one lock (the
+    /// caller's), each member recorded with the group's id and creation time, then the
+    /// group, then its name. A crash part-way leaves members without a group, which a
+    /// retry of the same name does not see and cuts again; they are never listed as a
+    /// group's.
+    pub fn create_group_snapshot(
+        &self,
+        lock: &BackendLock,
+        mut group: GroupSnapshotRecord,
+        members: Vec<SnapshotRecord>,
+    ) -> io::Result<GroupSnapshotRecord> {
+        let counter = self.root.join("next-group-snapshot-id");
+        let next: u64 = read_json(&counter)?.unwrap_or(1);
+        write_json(&counter, &(next + 1), self.fsync)?;
+        group.id = format!("group-{next:06}");
+        group.snapshot_ids.clear();
+        for mut m in members {
+            m.group_snapshot_id = group.id.clone();
+            m.name = format!("{}/{}", group.id, m.source_volume_id);
+            let m = self.create_snapshot(lock, m)?;
+            group.snapshot_ids.push(m.id);
+        }
+        write_json(
+            &self.root.join(GROUPS).join(format!("{}.json", group.id)),
+            &group,
+            self.fsync,
+        )?;
+        write_json(
+            &self.root.join(GROUP_NAMES).join(file_safe(&group.name)),
+            &group.id,
+            self.fsync,
+        )?;
+        Ok(group)
+    }
+
+    /// Removes a group snapshot with its members. Needs the lock.
+    pub fn delete_group_snapshot(&self, lock: &BackendLock, id: &str) -> io::Result<()> {
+        let Some(g) = self.group_snapshot(id)? else {
+            return Ok(());
+        };
+        remove_if_exists(&self.root.join(GROUP_NAMES).join(file_safe(&g.name)))?;
+        remove_if_exists(&self.root.join(GROUPS).join(format!("{id}.json")))?;
+        for s in &g.snapshot_ids {
+            self.delete_snapshot(lock, s)?;
+        }
+        Ok(())
+    }
+
+    /// A node's attach limit as the storage system has it now: `limits/<node>` when
+    /// present, else `announced` (what its plugin was started with).
+    pub fn node_limit(&self, node: &str, announced: u32) -> io::Result<u32> {
+        match fs::read_to_string(self.root.join(LIMITS).join(file_safe(node))) {
+            Ok(text) => text.trim().parse().map_err(|e| {
+                io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("limits/{node}: `{}`: {e}", text.trim()),
+                )
+            }),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(announced),
+            Err(e) => Err(e),
+        }
     }
 
     /// Every node that announced itself, with its record.

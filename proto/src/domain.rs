@@ -5,8 +5,9 @@
 
 use csivol_api::TopologyRequest;
 use csivol_api::domain::{
-    AccessMode, AccessType, ControllerCapabilities, ErrorClass, NodeCapabilities, NodeInfo,
-    PluginCapabilities, PluginInfo, Topology, VolumeCapability, VolumeExpansion,
+    AccessMode, AccessType, ControllerCapabilities, ErrorClass, GroupControllerCapabilities,
+    NodeCapabilities, NodeInfo, PluginCapabilities, PluginInfo, Topology, VolumeCapability,
+    VolumeExpansion,
 };
 
 use crate::csi::v1 as csi;
@@ -120,6 +121,7 @@ impl From<&csi::GetPluginCapabilitiesResponse> for PluginCapabilities {
                     Ok(Type::VolumeAccessibilityConstraints) => {
                         caps.volume_accessibility_constraints = true;
                     }
+                    Ok(Type::GroupControllerService) => caps.group_controller_service = true,
                     // Capabilities csivol does not use are ignored, as the spec asks of a CO.
                     _ => {}
                 }
@@ -149,6 +151,9 @@ impl From<PluginCapabilities> for csi::GetPluginCapabilitiesResponse {
         }
         if caps.volume_accessibility_constraints {
             capabilities.push(service(S::VolumeAccessibilityConstraints));
+        }
+        if caps.group_controller_service {
+            capabilities.push(service(S::GroupControllerService));
         }
         if let Some(e) = caps.volume_expansion {
             use csi::plugin_capability::{VolumeExpansion as V, volume_expansion::Type as E};
@@ -184,6 +189,8 @@ impl From<&csi::ControllerGetCapabilitiesResponse> for ControllerCapabilities {
                 Ok(R::CreateDeleteSnapshot) => caps.create_delete_snapshot = true,
                 Ok(R::ListSnapshots) => caps.list_snapshots = true,
                 Ok(R::CloneVolume) => caps.clone_volume = true,
+                Ok(R::ModifyVolume) => caps.modify_volume = true,
+                Ok(R::GetSnapshot) => caps.get_snapshot = true,
                 _ => {}
             }
         }
@@ -209,6 +216,8 @@ impl From<ControllerCapabilities> for csi::ControllerGetCapabilitiesResponse {
             (caps.create_delete_snapshot, R::CreateDeleteSnapshot),
             (caps.list_snapshots, R::ListSnapshots),
             (caps.clone_volume, R::CloneVolume),
+            (caps.modify_volume, R::ModifyVolume),
+            (caps.get_snapshot, R::GetSnapshot),
         ];
         let capabilities = flags
             .into_iter()
@@ -216,6 +225,38 @@ impl From<ControllerCapabilities> for csi::ControllerGetCapabilitiesResponse {
             .map(|(_, t)| csi::ControllerServiceCapability {
                 r#type: Some(Type::Rpc(Rpc { r#type: t.into() })),
             })
+            .collect();
+        Self { capabilities }
+    }
+}
+
+impl From<&csi::GroupControllerGetCapabilitiesResponse> for GroupControllerCapabilities {
+    fn from(r: &csi::GroupControllerGetCapabilitiesResponse) -> Self {
+        use csi::group_controller_service_capability::{Type, rpc::Type as R};
+        let mut caps = Self::default();
+        for cap in &r.capabilities {
+            let Some(Type::Rpc(rpc)) = &cap.r#type else {
+                continue;
+            };
+            if R::try_from(rpc.r#type) == Ok(R::CreateDeleteGetVolumeGroupSnapshot) {
+                caps.create_delete_get_volume_group_snapshot = true;
+            }
+        }
+        caps
+    }
+}
+
+impl From<GroupControllerCapabilities> for csi::GroupControllerGetCapabilitiesResponse {
+    fn from(caps: GroupControllerCapabilities) -> Self {
+        use csi::group_controller_service_capability::{Rpc, Type, rpc::Type as R};
+        let capabilities = caps
+            .create_delete_get_volume_group_snapshot
+            .then(|| csi::GroupControllerServiceCapability {
+                r#type: Some(Type::Rpc(Rpc {
+                    r#type: R::CreateDeleteGetVolumeGroupSnapshot.into(),
+                })),
+            })
+            .into_iter()
             .collect();
         Self { capabilities }
     }
@@ -477,9 +518,17 @@ mod tests {
             create_delete_snapshot: true,
             list_snapshots: true,
             clone_volume: true,
+            modify_volume: true,
+            get_snapshot: true,
             ..Default::default()
         };
         assert_eq!(ControllerCapabilities::from(&c.into()), c);
+        for g in [true, false] {
+            let caps = GroupControllerCapabilities {
+                create_delete_get_volume_group_snapshot: g,
+            };
+            assert_eq!(GroupControllerCapabilities::from(&caps.into()), caps);
+        }
         let n = NodeCapabilities {
             stage_unstage_volume: true,
             get_volume_stats: true,
@@ -491,6 +540,7 @@ mod tests {
             controller_service: true,
             volume_accessibility_constraints: false,
             volume_expansion: None,
+            group_controller_service: true,
         };
         assert_eq!(PluginCapabilities::from(&p.into()), p);
         for e in [VolumeExpansion::Online, VolumeExpansion::Offline] {

@@ -1,6 +1,12 @@
 //! Pure: whether a volume may be expanded now (`csivol volume expand`), from the facts the
 //! lifecycle loads: its capacity, an expansion under way, what the plugin's controller hosts
 //! and the plugin say they can, and where the volume is in use. Table-tested below.
+//!
+//! An expansion the plugin refuses or keeps failing may be lowered or cancelled, as
+//! Kubernetes does since KEP-1790 (recover from expansion failure): while the request stands
+//! failed, or while its ControllerExpandVolume waits to be retried after an error, a smaller
+//! capacity replaces it and the volume's own capacity cancels it. Never below what the
+//! volume has: the storage may already have grown that far, and CSI has no shrinking.
 
 use csivol_api::domain::VolumeExpansion;
 use csivol_api::{ExpansionPhase, format_size};
@@ -17,6 +23,11 @@ pub struct Facts<'a> {
     pub requested: u64,
     /// An expansion already recorded: its target and phase.
     pub under_way: Option<(u64, ExpansionPhase)>,
+    /// The expansion's ControllerExpandVolume failed with an error that may pass and waits
+    /// for its retry (no attempt is running): it may be lowered or cancelled.
+    pub retrying: bool,
+    /// `volume expand --cancel`: drop the expansion that stands.
+    pub cancel: bool,
     /// `None` when no controller host of the plugin has registered; otherwise whether any
     /// says EXPAND_VOLUME.
     pub controller_expand: Option<bool>,
@@ -39,6 +50,10 @@ pub enum Decision {
     StartOnNodes,
     /// The volume already has that capacity, or is being expanded to it: nothing to do.
     Nothing,
+    /// The retried ControllerExpandVolume is asked for this smaller capacity instead.
+    Lower,
+    /// The expansion that failed or keeps failing is dropped; the volume keeps what it has.
+    Cancel,
 }
 
 /// Why an expansion is refused: the message, its hint, and whether the request itself is
@@ -62,6 +77,9 @@ fn refuse(invalid: bool, message: String, hint: String) -> Result<Decision, Refu
 /// as offline: growing a volume under a workload is allowed only when the plugin says so.
 pub fn decide(f: &Facts<'_>) -> Result<Decision, Refusal> {
     let (v, p) = (f.volume, f.plugin);
+    if let Some(d) = recover(f)? {
+        return Ok(d);
+    }
     if !f.ready {
         return refuse(
             false,
@@ -146,6 +164,69 @@ pub fn decide(f: &Facts<'_>) -> Result<Decision, Refusal> {
     })
 }
 
+/// Lowering or cancelling an expansion that failed, or whose controller call fails and
+/// waits for its retry; `None` when the request is not that (the ordinary rules apply).
+fn recover(f: &Facts<'_>) -> Result<Option<Decision>, Refusal> {
+    let v = f.volume;
+    let Some((target, phase)) = f.under_way else {
+        if f.cancel {
+            return Err(Refusal {
+                invalid: false,
+                message: format!("volume `{v}` has no expansion to cancel"),
+                hint: format!("`csivol volume show {v}` shows its capacity"),
+            });
+        }
+        return Ok(None);
+    };
+    let failed = phase == ExpansionPhase::Failed;
+    let recoverable = failed || (phase == ExpansionPhase::Controller && f.retrying);
+    let reached = f.current.unwrap_or(0);
+    // Lowering to what the volume has cancels, as --cancel does (asking again for a target
+    // the storage reached, with the nodes failed, retries them instead).
+    let cancel =
+        f.cancel || (recoverable && f.current == Some(f.requested) && f.requested < target);
+    if cancel {
+        if !recoverable {
+            return Err(Refusal {
+                invalid: false,
+                message: format!(
+                    "the expansion of volume `{v}` to {} has not failed; it cannot be cancelled now",
+                    format_size(target)
+                ),
+                hint: if phase == ExpansionPhase::Node {
+                    format!(
+                        "the storage already has {}: its nodes grow the file system; `csivol volume show {v}` shows them",
+                        format_size(reached)
+                    )
+                } else {
+                    format!(
+                        "cancel it when ControllerExpandVolume has failed (`csivol volume show {v}` shows its last error)"
+                    )
+                },
+            });
+        }
+        return Ok(Some(Decision::Cancel));
+    }
+    if !recoverable || f.requested >= target {
+        return Ok(None);
+    }
+    if f.current.is_some_and(|c| f.requested < c) {
+        return Err(Refusal {
+            invalid: true,
+            message: format!(
+                "volume `{v}` already has {}; an expansion cannot go below the size reached",
+                format_size(reached)
+            ),
+            hint: format!(
+                "ask for at least {reached} bytes, or cancel the expansion with `csivol volume expand {v} --cancel`"
+            ),
+        });
+    }
+    // A failed one starts again at the lower size through the ordinary rules; a retried one
+    // is lowered in place.
+    Ok((!failed).then_some(Decision::Lower))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -167,6 +248,8 @@ mod tests {
             current: Some(G),
             requested: 2 * G,
             under_way: None,
+            retrying: false,
+            cancel: false,
             controller_expand: Some(true),
             node_expand: true,
             controller_service: true,
@@ -309,5 +392,100 @@ mod tests {
         );
         // Not ready.
         check(|f| f.ready = false, &[], Err((false, "is not ready")));
+    }
+
+    #[test]
+    fn a_failed_or_failing_expansion_is_lowered_or_cancelled() {
+        use Decision::{Cancel, Lower, Start};
+        let failed = Some((8 * G, ExpansionPhase::Failed));
+        let controller = Some((8 * G, ExpansionPhase::Controller));
+        let node = Some((8 * G, ExpansionPhase::Node));
+        // Failed for good: a smaller size starts again; the size the volume has, or
+        // --cancel, drops it; below it is refused.
+        check(|f| f.under_way = failed, &[], Ok(Start));
+        check(
+            |f| {
+                f.under_way = failed;
+                f.requested = G
+            },
+            &["node-1"],
+            Ok(Cancel),
+        );
+        check(
+            |f| {
+                f.under_way = failed;
+                f.cancel = true
+            },
+            &[],
+            Ok(Cancel),
+        );
+        check(
+            |f| {
+                f.under_way = failed;
+                f.requested = G / 2
+            },
+            &[],
+            Err((true, "cannot go below the size reached")),
+        );
+        // Retried after an error: lowered in place, or cancelled.
+        let retrying = |f: &mut Facts<'_>| {
+            f.under_way = controller;
+            f.retrying = true
+        };
+        check(retrying, &[], Ok(Lower));
+        check(
+            |f| {
+                retrying(f);
+                f.requested = G
+            },
+            &[],
+            Ok(Cancel),
+        );
+        check(
+            |f| {
+                retrying(f);
+                f.requested = G / 2
+            },
+            &[],
+            Err((true, "cannot go below")),
+        );
+        // Larger while failing: one expansion at a time.
+        check(
+            |f| {
+                retrying(f);
+                f.requested = 9 * G
+            },
+            &[],
+            Err((false, "is being expanded to 8 GiB")),
+        );
+        // Not failing (an attempt running, or none failed yet): not now.
+        check(
+            |f| f.under_way = controller,
+            &[],
+            Err((false, "is being expanded to 8 GiB")),
+        );
+        check(
+            |f| {
+                f.under_way = controller;
+                f.cancel = true
+            },
+            &[],
+            Err((false, "has not failed")),
+        );
+        // The storage grew: its nodes must follow; not cancelled.
+        check(
+            |f| {
+                f.under_way = node;
+                f.current = Some(8 * G);
+                f.cancel = true
+            },
+            &[],
+            Err((false, "has not failed")),
+        );
+        check(
+            |f| f.cancel = true,
+            &[],
+            Err((false, "no expansion to cancel")),
+        );
     }
 }

@@ -63,6 +63,9 @@ string_enum! {
         VolumeCondition = "volume-condition",
         VolumeExpanding = "volume-expanding",
         VolumeExpanded = "volume-expanded",
+        VolumeExpansionCancelled = "volume-expansion-cancelled",
+        VolumeModifying = "volume-modifying",
+        VolumeModified = "volume-modified",
         ClaimCreated = "claim-created",
         ClaimQueued = "claim-queued",
         ClaimDequeued = "claim-dequeued",
@@ -80,6 +83,7 @@ string_enum! {
         ClaimExpired = "claim-expired",
         OperationFailed = "operation-failed",
         NodeRegistered = "node-registered",
+        NodeLimitChanged = "node-limit-changed",
         NodeReturned = "node-returned",
         NodeLost = "node-lost",
         NodeStopping = "node-stopping",
@@ -116,8 +120,11 @@ string_enum! {
         Create = "create",
         Delete = "delete",
         Expand = "expand",
+        Modify = "modify",
         CreateSnapshot = "create-snapshot",
         DeleteSnapshot = "delete-snapshot",
+        CreateGroupSnapshot = "create-group-snapshot",
+        DeleteGroupSnapshot = "delete-group-snapshot",
     }
 }
 
@@ -130,8 +137,11 @@ impl OpKind {
             Self::Create => "CreateVolume",
             Self::Delete => "DeleteVolume",
             Self::Expand => "ControllerExpandVolume",
+            Self::Modify => "ControllerModifyVolume",
             Self::CreateSnapshot => "CreateSnapshot",
             Self::DeleteSnapshot => "DeleteSnapshot",
+            Self::CreateGroupSnapshot => "CreateVolumeGroupSnapshot",
+            Self::DeleteGroupSnapshot => "DeleteVolumeGroupSnapshot",
         }
     }
 }

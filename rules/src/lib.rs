@@ -9,8 +9,13 @@
 //! - `transitions`: a volume's facts → the next states of its claims and attachments and
 //!   the controller operations to queue.
 //! - `queue`: which refusals a claim may wait out, and which queued claims to grant.
-//! - `expansion`: whether and how a volume may be expanded now.
+//! - `expansion`: whether and how a volume may be expanded now (a failed expansion lowered
+//!   or cancelled).
+//! - `modify`: whether a volume's mutable parameters may be changed now, and which keys
+//!   ControllerModifyVolume is sent.
 //! - `snapshots`: whether a volume may be snapshotted, created from a snapshot or cloned.
+//! - `schedule`: which waiting controller operations of a plugin run next: shared fairly
+//!   between attaches, detaches and the rest, and between volumes.
 //! - `reconcile`: a controller's listing against csivol's attachments → findings.
 //! - `fence`: which configured fence method applies to a node, its command, and when an
 //!   automatic fence is due.
@@ -27,11 +32,13 @@ pub mod expansion;
 pub mod fence;
 pub mod hosting;
 pub mod kinds;
+pub mod modify;
 pub mod nodes;
 pub mod observed;
 pub mod plan;
 pub mod queue;
 pub mod reconcile;
+pub mod schedule;
 pub mod snapshots;
 pub mod transitions;
 pub mod verify;

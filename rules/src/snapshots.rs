@@ -1,4 +1,5 @@
-//! Pure: whether a volume may be snapshotted, and whether a volume may be created from a
+//! Pure: whether a volume may be snapshotted (alone or with others in a group snapshot),
+//! whether a snapshot may be deleted alone, and whether a volume may be created from a
 //! snapshot or cloned from a volume, from the plugin's controller capabilities and the
 //! source's facts. Table-tested below; `lifecycle::snapshots` is the shell around it.
 
@@ -164,6 +165,87 @@ pub fn may_clone(
     volume_ready(source)
 }
 
+/// `snapshot create --group`: volumes of one plugin, each named once and ready, whose
+/// group controller has CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT. The spec ties the calls
+/// to it (CreateVolumeGroupSnapshot: "A Group Controller Plugin MUST implement this RPC
+/// call if it has `CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT` controller capability"), and
+/// a plugin without it is refused here, before anything is queued.
+pub fn may_group_snapshot(
+    caps: Option<&ControllerCapabilities>,
+    volumes: &[VolumeFacts<'_>],
+) -> Result<(), Refusal> {
+    let Some(first) = volumes.first() else {
+        return Err(refuse(
+            "a group snapshot needs at least one volume".to_owned(),
+            "name its volumes: `csivol snapshot create --group NAME VOLUME...`".to_owned(),
+            false,
+        ));
+    };
+    for (i, v) in volumes.iter().enumerate() {
+        if volumes[..i].iter().any(|w| w.name == v.name) {
+            return Err(refuse(
+                format!("volume `{}` is named twice", v.name),
+                "name each volume of the group once".to_owned(),
+                false,
+            ));
+        }
+        if v.plugin != first.plugin {
+            // One CreateVolumeGroupSnapshot goes to one plugin: its `source_volume_ids`
+            // are that plugin's ids.
+            return Err(refuse(
+                format!(
+                    "volume `{}` belongs to plugin `{}`, volume `{}` to `{}`: a group snapshot is of one plugin's volumes",
+                    v.name, v.plugin, first.name, first.plugin
+                ),
+                "snapshot the volumes of each plugin in a group of their own".to_owned(),
+                false,
+            ));
+        }
+    }
+    let caps = caps.ok_or_else(|| no_controller(first.plugin))?;
+    if !caps.group_snapshots {
+        return Err(refuse(
+            format!(
+                "plugin `{}` cannot take group snapshots: its group controller does not report CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT",
+                first.plugin
+            ),
+            format!(
+                "use a plugin whose GroupControllerGetCapabilities lists CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT, or snapshot each volume alone with `csivol snapshot create VOLUME --name NAME`; `csivol plugin show {}` shows what it reports",
+                first.plugin
+            ),
+            false,
+        ));
+    }
+    volumes.iter().try_for_each(volume_ready)
+}
+
+/// `snapshot delete` of one snapshot: refused for a member of a group snapshot, which
+/// goes with its group. The spec (DeleteSnapshot): "The CO SHALL NOT call this RPC with a
+/// snapshot for which SP provided a non-empty group_snapshot_id field at creation time",
+/// and "For such snapshots SP MUST delete the entire snapshot group via a
+/// DeleteVolumeGroupSnapshotRequest call". A member the plugin cut without that field is
+/// kept too: DeleteVolumeGroupSnapshot names every member in `snapshot_ids` ("Some SPs
+/// require this list to delete the snapshots in the group").
+pub fn may_delete_alone(snapshot: &str, group: Option<&str>) -> Result<(), Refusal> {
+    match group {
+        None => Ok(()),
+        Some(g) => Err(refuse(
+            format!(
+                "snapshot `{snapshot}` is a member of group snapshot `{g}` and is deleted with it, not alone"
+            ),
+            format!("delete the group: `csivol snapshot delete {g}`"),
+            false,
+        )),
+    }
+}
+
+/// A group snapshot's state once the plugin answered: ready only when the group says so
+/// (VolumeGroupSnapshot.ready_to_use: "If any snapshot in the list of snapshots in this
+/// message have ready_to_use set to false, the SP MUST set this field to false").
+pub fn group_state(ready_to_use: bool, members: &[bool]) -> SnapshotState {
+    state_after_create(ready_to_use && members.iter().all(|r| *r))
+}
+
 /// A snapshot's state once CreateSnapshot answered with `ready_to_use`.
 pub fn state_after_create(ready_to_use: bool) -> SnapshotState {
     if ready_to_use {
@@ -189,6 +271,13 @@ mod tests {
         clone_volume: true,
         expand_volume: false,
         volume_condition: false,
+        modify_volume: false,
+        get_snapshot: false,
+        group_snapshots: true,
+    };
+    const NO_GROUP: ControllerCapabilities = ControllerCapabilities {
+        group_snapshots: false,
+        ..ALL
     };
     const NO_SNAP: ControllerCapabilities = ControllerCapabilities {
         create_delete_snapshot: false,
@@ -337,6 +426,80 @@ mod tests {
                 "{caps:?} {v:?}"
             );
         }
+    }
+
+    #[test]
+    fn group_snapshot_table() {
+        let named = |name, plugin, ready| VolumeFacts {
+            name,
+            plugin,
+            external_id: "id",
+            ready,
+        };
+        let a = named("a", "p", true);
+        let b = named("b", "p", true);
+        let cases: Vec<(Option<ControllerCapabilities>, Vec<VolumeFacts<'_>>, &str)> = vec![
+            (Some(ALL), vec![a.clone(), b.clone()], "ok"),
+            (Some(ALL), vec![a.clone()], "ok"),
+            (
+                Some(ALL),
+                vec![],
+                "a group snapshot needs at least one volume (transient: false)",
+            ),
+            (
+                Some(ALL),
+                vec![a.clone(), a.clone()],
+                "volume `a` is named twice (transient: false)",
+            ),
+            (
+                Some(ALL),
+                vec![a.clone(), named("c", "q", true)],
+                "volume `c` belongs to plugin `q`, volume `a` to `p`: a group snapshot is of one plugin's volumes (transient: false)",
+            ),
+            (
+                Some(NO_GROUP),
+                vec![a.clone(), b.clone()],
+                "plugin `p` cannot take group snapshots: its group controller does not report CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT (transient: false)",
+            ),
+            (
+                None,
+                vec![a.clone()],
+                "no agent hosts the controller of plugin `p` (transient: false)",
+            ),
+            (
+                Some(ALL),
+                vec![a.clone(), named("b", "p", false)],
+                "volume `b` is not ready (transient: true)",
+            ),
+            // Group snapshots are not single snapshots: the capabilities are apart.
+            (Some(NO_SNAP), vec![a.clone(), b.clone()], "ok"),
+        ];
+        for (caps, vs, want) in &cases {
+            assert_eq!(
+                outcome(may_group_snapshot(caps.as_ref(), vs)),
+                *want,
+                "{caps:?} {vs:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_member_is_deleted_with_its_group_only() {
+        assert_eq!(outcome(may_delete_alone("s", None)), "ok");
+        assert_eq!(
+            outcome(may_delete_alone("g-a", Some("g"))),
+            "snapshot `g-a` is a member of group snapshot `g` and is deleted with it, not alone (transient: false)"
+        );
+        let hint = may_delete_alone("g-a", Some("g")).unwrap_err().hint;
+        assert_eq!(hint, "delete the group: `csivol snapshot delete g`");
+    }
+
+    #[test]
+    fn a_group_is_ready_when_it_and_every_member_are() {
+        assert_eq!(group_state(true, &[true, true]), SnapshotState::Ready);
+        assert_eq!(group_state(true, &[true, false]), SnapshotState::Pending);
+        assert_eq!(group_state(false, &[true, true]), SnapshotState::Pending);
+        assert_eq!(group_state(true, &[]), SnapshotState::Ready);
     }
 
     #[test]

@@ -127,6 +127,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         heartbeat_ttl: args.heartbeat_ttl,
         planned_stop_grace: crate::DEFAULT_PLANNED_STOP_GRACE,
         controller_concurrency: 8,
+        controller_queue_warning: Duration::from_secs(60),
         fence: Default::default(),
         secrets_key_file: None,
         header_timeout: Duration::from_secs(10),
@@ -756,6 +757,7 @@ impl DevClient {
             secrets: Default::default(),
             topology_request: None,
             source: None,
+            mutable_parameters: Default::default(),
         };
         let path = format!("/v1/volumes/{name}");
         let exists = (self.0)

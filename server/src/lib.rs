@@ -67,6 +67,10 @@ pub struct ServerArgs {
     /// Controller operations in flight per plugin [default: 8].
     #[arg(long)]
     pub controller_concurrency: Option<u32>,
+    /// A plugin whose oldest waiting controller operation has waited this long is shown
+    /// with a warning (`csivol status`, `plugin show`) [default: 1m].
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub controller_queue_warning: Option<Duration>,
     /// A request's headers must arrive within this; an idle keep-alive connection is
     /// closed after it too [default: 10s].
     #[arg(long, value_parser = humantime::parse_duration)]
@@ -214,6 +218,7 @@ struct FileConfig {
     heartbeat_ttl: Option<String>,
     planned_stop_grace: Option<String>,
     controller_concurrency: Option<u32>,
+    controller_queue_warning: Option<String>,
     #[serde(default)]
     fence: Vec<csivol_rules::fence::FenceMethodConfig>,
     #[serde(default)]
@@ -247,6 +252,8 @@ pub struct ServerConfig {
     /// How long a node stays `stopped` after a planned stop before it counts as lost.
     pub planned_stop_grace: Duration,
     pub controller_concurrency: u32,
+    /// The oldest wait past which a plugin's controller queue is shown with a warning.
+    pub controller_queue_warning: Duration,
     pub fence: csivol_rules::fence::FenceConfig,
     /// `--secrets-key-file`; `None`: `<data-dir>/secrets.key`.
     pub secrets_key_file: Option<PathBuf>,
@@ -308,6 +315,16 @@ impl ServerConfig {
         if controller_concurrency == 0 {
             bail!("--controller-concurrency must be at least 1");
         }
+        let controller_queue_warning = match (
+            args.controller_queue_warning,
+            &file.controller_queue_warning,
+        ) {
+            (Some(d), _) => d,
+            (None, Some(s)) => humantime::parse_duration(s).with_context(|| {
+                format!("invalid controller_queue_warning `{s}` in the config file")
+            })?,
+            (None, None) => Duration::from_secs(60),
+        };
         let config_name = || {
             args.config
                 .as_ref()
@@ -366,6 +383,7 @@ impl ServerConfig {
             heartbeat_ttl,
             planned_stop_grace,
             controller_concurrency,
+            controller_queue_warning,
             fence,
             secrets_key_file: args.secrets_key_file.or(file.secrets_key_file),
             header_timeout: match (args.header_timeout, &file.header_timeout) {
@@ -594,6 +612,8 @@ impl Server {
         let metrics = Arc::new(metrics::Metrics::default());
         let limits = Limits {
             controller_concurrency: cfg.controller_concurrency,
+            controller_queue_warning: cfg.controller_queue_warning,
+            served_last: Default::default(),
             metrics: Arc::clone(&metrics),
         };
         let listener = TcpListener::bind(cfg.listen)

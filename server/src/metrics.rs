@@ -9,7 +9,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use super::error::ApiResult;
-use super::model::StateCounts;
+use super::model::{StateCounts, WaitingOps};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StateLabel {
@@ -20,6 +20,17 @@ pub struct StateLabel {
 pub struct OpLabel {
     pub kind: String,
     pub result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PluginKindLabel {
+    pub plugin: String,
+    pub kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PluginLabel {
+    pub plugin: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -42,6 +53,12 @@ pub struct Metrics {
     /// Controller operation queued → reported done or failed.
     pub op_seconds: Family<OpLabel, Histogram>,
     pub node_reports: Counter,
+    /// Controller operation due → handed to a controller host, by plugin and kind.
+    op_wait_seconds: Family<PluginKindLabel, Histogram>,
+    /// Controller operations waiting for a slot or a host (due), by plugin and kind.
+    queue_depth: Family<PluginKindLabel, Gauge>,
+    /// How long the oldest due operation of a plugin has waited.
+    queue_oldest_seconds: Family<PluginLabel, Gauge<f64, std::sync::atomic::AtomicU64>>,
     /// Fence method runs by result (`ok`, `failed`).
     fences: Family<StateLabel, Counter>,
     /// Lost nodes whose automatic fence failed and is retried.
@@ -70,6 +87,27 @@ impl Default for Metrics {
             Histogram::new(exponential_buckets(0.001, 2.0, 20))
         });
         let node_reports = Counter::default();
+        let op_wait_seconds = Family::<PluginKindLabel, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.001, 2.0, 22))
+        });
+        let queue_depth = Family::<PluginKindLabel, Gauge>::default();
+        let queue_oldest_seconds =
+            Family::<PluginLabel, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+        registry.register(
+            "controller_op_wait_seconds",
+            "Time a controller operation waited, from due (queued, or its retry due) to handed to a controller host",
+            op_wait_seconds.clone(),
+        );
+        registry.register(
+            "controller_queue",
+            "Controller operations due and waiting for a slot of their plugin or a controller host",
+            queue_depth.clone(),
+        );
+        registry.register(
+            "controller_queue_oldest_seconds",
+            "How long the oldest waiting controller operation of a plugin has waited (0: none waits)",
+            queue_oldest_seconds.clone(),
+        );
         let fences = Family::<StateLabel, Counter>::default();
         let nodes_fence_failing = Gauge::default();
         let node_channels = Gauge::default();
@@ -154,6 +192,9 @@ impl Default for Metrics {
             claim_ready_seconds,
             op_seconds,
             node_reports,
+            op_wait_seconds,
+            queue_depth,
+            queue_oldest_seconds,
             fences,
             nodes_fence_failing,
             node_channels,
@@ -171,14 +212,30 @@ impl Metrics {
         self.heartbeats.get_or_create(&ViaLabel { via }).inc();
     }
 
+    /// Observes how long an operation of `plugin` waited before it was handed out.
+    pub fn op_waited(&self, plugin: &str, kind: &str, waited_ms: i64) {
+        self.op_wait_seconds
+            .get_or_create(&PluginKindLabel {
+                plugin: plugin.to_owned(),
+                kind: kind.to_owned(),
+            })
+            .observe(waited_ms.max(0) as f64 / 1000.0);
+    }
+
     /// Counts a run of a fence method.
     pub fn fence(&self, ok: bool) {
         let state = if ok { "ok" } else { "failed" }.to_owned();
         self.fences.get_or_create(&StateLabel { state }).inc();
     }
 
-    /// Refreshes the gauges from the store's counts and renders everything.
-    pub fn render(&self, counts: &StateCounts) -> ApiResult<String> {
+    /// Refreshes the gauges from the store's counts and the controller operations waiting
+    /// at `now`, and renders everything.
+    pub fn render(
+        &self,
+        counts: &StateCounts,
+        waiting: &[WaitingOps],
+        now: i64,
+    ) -> ApiResult<String> {
         let count_by =
             |rows: &[(String, i64)], family: &Family<StateLabel, Gauge>, all: &[&str]| {
                 for s in all {
@@ -208,6 +265,7 @@ impl Metrics {
         count_by(&counts.nodes, &self.nodes, &node_statuses);
         self.nodes_fence_failing.set(counts.nodes_fence_failing);
         count_by(&counts.ops, &self.ops, &["queued", "in_flight"]);
+        self.queue_gauges(waiting, now);
         self.claims_with_error.set(counts.claims_with_error);
         self.claims_abnormal.set(counts.claims_abnormal);
         let mut out = String::new();
@@ -215,5 +273,31 @@ impl Metrics {
             super::error::ApiError::internal(format!("failed to render metrics: {e}"))
         })?;
         Ok(out)
+    }
+
+    /// Every plugin's queue depth by kind and its oldest wait, from the operations due at
+    /// `now`; the series of a queue that emptied go, as a scraper reads a series that is
+    /// not there as none.
+    fn queue_gauges(&self, waiting: &[WaitingOps], now: i64) {
+        self.queue_depth.clear();
+        self.queue_oldest_seconds.clear();
+        let mut oldest: std::collections::BTreeMap<&str, i64> = Default::default();
+        for w in waiting.iter().filter(|w| w.due) {
+            let o = oldest.entry(&w.plugin).or_insert(w.since);
+            *o = (*o).min(w.since);
+            self.queue_depth
+                .get_or_create(&PluginKindLabel {
+                    plugin: w.plugin.clone(),
+                    kind: w.kind.clone(),
+                })
+                .set(i64::from(w.count));
+        }
+        for (plugin, since) in oldest {
+            self.queue_oldest_seconds
+                .get_or_create(&PluginLabel {
+                    plugin: plugin.to_owned(),
+                })
+                .set((now - since).max(0) as f64 / 1000.0);
+        }
     }
 }

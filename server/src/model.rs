@@ -79,6 +79,10 @@ pub struct VolumeRow {
     pub accessible_topology: Vec<Topology>,
     /// What `volume create` asked CreateVolume for.
     pub topology_request: Option<api::TopologyRequest>,
+    /// The mutable parameters the volume has.
+    pub mutable_parameters: BTreeMap<String, String>,
+    /// A change of them asked for and not applied yet, or refused.
+    pub modification: Option<api::Modification>,
 }
 
 impl VolumeRow {
@@ -140,6 +144,8 @@ impl VolumeRow {
             },
             capacity_bytes: self.capacity_bytes,
             expansion: self.expansion.clone(),
+            mutable_parameters: self.mutable_parameters.clone(),
+            modification: self.modification.clone(),
             fs_type: self.fs_type.clone(),
             mount_flags: self.mount_flags.clone(),
             context: self.context.clone(),
@@ -264,6 +270,8 @@ pub struct NodeRow {
     pub fence_after_ms: Option<i64>,
     pub fenced_at: Option<i64>,
     pub eligibility: Eligibility,
+    /// When the server last asked the node to read its attach limits again (0: never).
+    pub limits_refresh_at: i64,
     /// A planned stop: when its agent said it stopped, and whether it took its volumes down.
     pub stopped_at: Option<i64>,
     pub stop_took_down: bool,
@@ -279,6 +287,10 @@ pub struct NodePluginRow {
     pub controller: bool,
     /// The node's segments as the plugin reports them (empty: none).
     pub topology: Topology,
+    /// The last change of `max_volumes` (NodeGetInfo read again).
+    pub limit_change: Option<LimitChangeRow>,
+    /// When the limit was last read again while the node ran.
+    pub limit_read_at: Option<i64>,
     /// How the node's agent checks the plugin's volumes ready, as it registered it.
     pub ready_check: Option<String>,
     /// What the agent last observed the plugin make for a claim.
@@ -304,6 +316,39 @@ impl StoredObservation {
             at: time(self.at_ms),
             shape: self.shape.clone(),
         }
+    }
+}
+
+/// A node plugin's attach limit changed, as stored (`node_plugins.limit_change`).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct LimitChangeRow {
+    pub from: u32,
+    pub to: u32,
+    pub at_ms: i64,
+    pub reason: String,
+}
+
+impl LimitChangeRow {
+    pub fn to_api(&self) -> csivol_api::LimitChange {
+        csivol_api::LimitChange {
+            from: self.from,
+            to: self.to,
+            at: time(self.at_ms),
+            reason: self.reason.clone(),
+        }
+    }
+
+    /// `its limit was lowered from 3 to 1 at T (NodeGetInfo read again: read every 5m)`.
+    pub fn describe(&self) -> String {
+        use csivol_api::limit_text;
+        format!(
+            "its limit was {} from {} to {} at {} (NodeGetInfo read again: {})",
+            self.to_api().direction(),
+            limit_text(self.from),
+            limit_text(self.to),
+            time(self.at_ms),
+            self.reason
+        )
     }
 }
 
@@ -335,6 +380,8 @@ pub struct SnapshotRow {
     pub creation_time: Option<i64>,
     pub parameters: BTreeMap<String, String>,
     pub error: Option<String>,
+    /// The group snapshot it is a member of.
+    pub group: Option<String>,
     pub created_at: i64,
     pub updated_at: i64,
     pub modify_index: u64,
@@ -352,6 +399,45 @@ impl SnapshotRow {
             size_bytes: self.size_bytes,
             creation_time: self.creation_time.map(time),
             parameters: self.parameters.clone(),
+            error: self.error.clone(),
+            group: self.group.clone(),
+            created_at: time(self.created_at),
+            updated_at: time(self.updated_at),
+            index: self.modify_index,
+        }
+    }
+}
+
+/// A group snapshot as stored; its members are [`SnapshotRow`]s naming it in `group`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GroupSnapshotRow {
+    pub name: String,
+    pub plugin: String,
+    /// csivol volume names, in the order asked.
+    pub volumes: Vec<String>,
+    pub group_snapshot_id: String,
+    pub state: api::SnapshotState,
+    pub ready_to_use: bool,
+    pub creation_time: Option<i64>,
+    pub parameters: BTreeMap<String, String>,
+    pub error: Option<String>,
+    pub created_at: i64,
+    pub updated_at: i64,
+    pub modify_index: u64,
+}
+
+impl GroupSnapshotRow {
+    pub fn to_api(&self, members: &[SnapshotRow]) -> api::GroupSnapshot {
+        api::GroupSnapshot {
+            name: self.name.clone(),
+            plugin: self.plugin.clone(),
+            volumes: self.volumes.clone(),
+            group_snapshot_id: self.group_snapshot_id.clone(),
+            state: self.state,
+            ready_to_use: self.ready_to_use,
+            creation_time: self.creation_time.map(time),
+            parameters: self.parameters.clone(),
+            members: members.iter().map(SnapshotRow::to_api).collect(),
             error: self.error.clone(),
             created_at: time(self.created_at),
             updated_at: time(self.updated_at),
@@ -420,6 +506,32 @@ pub struct StateCounts {
     pub nodes_fence_failing: i64,
     pub claims_with_error: i64,
     pub claims_abnormal: i64,
+}
+
+/// Controller operations of one plugin and kind that no host holds, counted by whether
+/// they are due now (queued, or their retry's backoff over) or still backing off.
+#[derive(Clone, Debug)]
+pub struct WaitingOps {
+    pub plugin: String,
+    pub kind: String,
+    pub count: u32,
+    /// The earliest time one of them became due (queued, or due again after a backoff).
+    pub since: i64,
+    pub due: bool,
+}
+
+/// A controller operation handed to a controller host.
+#[derive(Clone, Debug)]
+pub struct RunningOpRow {
+    pub id: i64,
+    pub kind: String,
+    pub volume: String,
+    /// The node it is for, where it is for one (attach, detach).
+    pub node: Option<String>,
+    pub host: String,
+    /// When it became due (queued, or due again after a backoff).
+    pub since: i64,
+    pub assigned_at: Option<i64>,
 }
 
 /// A fence method's run, as recorded.

@@ -8,7 +8,7 @@ use csivol_api::{self as api, ControllerHost, ControllerHosts, NodeStatus, Volum
 use super::error::{ApiError, ApiResult};
 use super::fence;
 use super::liveness::Beats;
-use super::model::{ClaimRow, StoredObservation, claims_to_api, time};
+use super::model::{ClaimRow, LimitChangeRow, StoredObservation, claims_to_api, time};
 pub use super::store::EventFilter;
 use super::store::Snapshot;
 use csivol_rules::fence::FenceConfig;
@@ -125,6 +125,8 @@ pub fn list_nodes(
                 node_id: p.csi_node_id.unwrap_or_default(),
                 max_volumes: p.max_volumes,
                 controller: p.controller,
+                limit_change: p.limit_change.as_ref().map(LimitChangeRow::to_api),
+                limit_read_at: p.limit_read_at.map(time),
             });
         }
         let mut node = api::Node {
@@ -170,10 +172,11 @@ pub fn list_nodes(
     Ok(out)
 }
 
-/// Plugins across the cluster; `only` selects one.
+/// Plugins across the cluster with their controller queues; `only` selects one.
 pub fn list_plugins(
     conn: &(impl Snapshot + ?Sized),
     only: Option<&str>,
+    limits: &crate::lifecycle::Limits,
 ) -> ApiResult<Vec<api::Plugin>> {
     let mut plugins: BTreeMap<String, api::Plugin> = BTreeMap::new();
     for row in conn.plugin_nodes(only)? {
@@ -192,12 +195,17 @@ pub fn list_plugins(
             stage_unstage: false,
             snapshots: false,
             clone_volume: false,
+            modify_volume: false,
+            group_snapshots: false,
             volumes: 0,
             nodes: Vec::new(),
+            queue: api::ControllerQueue::default(),
         });
         if let Some(c) = &reg.controller {
             p.snapshots |= c.create_delete_snapshot;
             p.clone_volume |= c.clone_volume;
+            p.modify_volume |= c.modify_volume;
+            p.group_snapshots |= c.group_snapshots;
         }
         if row.node_service {
             p.nodes_expected += 1;
@@ -217,10 +225,54 @@ pub fn list_plugins(
         p.stage_unstage |= row.stage_unstage;
     }
     for p in plugins.values_mut() {
+        p.queue = controller_queue(conn, &p.id, limits)?;
         p.controller_publish = conn.needs_controller_publish(&p.id)?;
         p.volumes = conn.volumes_of_plugin(&p.id)?;
     }
     Ok(plugins.into_values().collect())
+}
+
+/// What a plugin's controller operations wait for and how long they waited, now.
+fn controller_queue(
+    conn: &(impl Snapshot + ?Sized),
+    plugin: &str,
+    limits: &crate::lifecycle::Limits,
+) -> ApiResult<api::ControllerQueue> {
+    let now = crate::db::now_ms();
+    let ms = |t: i64| (now - t).max(0) as u64;
+    let mut q = api::ControllerQueue {
+        concurrency: limits.controller_concurrency,
+        warn_after_ms: limits.controller_queue_warning.as_millis() as u64,
+        ..Default::default()
+    };
+    for w in conn.waiting_ops(Some(plugin), now)? {
+        if w.due {
+            q.oldest_wait_ms = Some(q.oldest_wait_ms.unwrap_or(0).max(ms(w.since)));
+            q.waiting.insert(
+                w.kind,
+                api::QueuedKind {
+                    count: w.count,
+                    oldest_wait_ms: ms(w.since),
+                },
+            );
+        } else {
+            q.backing_off.insert(w.kind, w.count);
+        }
+    }
+    q.running = conn
+        .running_ops(plugin)?
+        .into_iter()
+        .map(|r| api::RunningOp {
+            id: r.id as u64,
+            kind: r.kind,
+            volume: r.volume,
+            node: r.node,
+            host: r.host,
+            waited_ms: r.assigned_at.map_or(0, |a| (a - r.since).max(0) as u64),
+            running_ms: r.assigned_at.map_or(0, ms),
+        })
+        .collect();
+    Ok(q)
 }
 
 /// Events after index `after`, oldest first.

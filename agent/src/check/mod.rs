@@ -348,6 +348,7 @@ impl Round<'_> {
                     secrets: Default::default(),
                     topology_request,
                     source: None,
+                    mutable_parameters: Default::default(),
                 });
                 for purpose in [Purpose::First, Purpose::Again] {
                     let r = trip.call("CreateVolume", purpose, c.run(&create)).await;

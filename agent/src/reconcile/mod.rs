@@ -13,6 +13,7 @@ use csivol_api::{ClaimRef, DesiredState, ObservedShape, RegisterRequest, Report,
 use tokio::sync::{mpsc, watch};
 
 mod jobs;
+mod limits;
 mod listing;
 mod reconciler;
 mod recovery;
@@ -62,6 +63,9 @@ struct Shared {
     /// Which volumes' desired entries changed since the loop last looked. Updated under
     /// its lock together with the desired state, so that the loop takes both or neither.
     changed: std::sync::Mutex<Changed>,
+    /// Woken when a NodeStageVolume answered RESOURCE_EXHAUSTED: the attach limits are read
+    /// again at once.
+    limits_wake: tokio::sync::Notify,
 }
 
 /// Volumes whose desired entries or records changed: the ones a scan looks at.
@@ -180,12 +184,15 @@ pub struct Core {
     /// The controller listings: stopped with the core, so that nothing holds the reports
     /// channel open once it is gone (a stopping agent waits for its last reports).
     listing: tokio::task::JoinHandle<()>,
+    /// The attach limits read again while the node runs: stopped with the core likewise.
+    limits: tokio::task::JoinHandle<()>,
 }
 
 impl Drop for Core {
     fn drop(&mut self) {
         self.task.abort();
         self.listing.abort();
+        self.limits.abort();
     }
 }
 
@@ -226,6 +233,7 @@ impl Core {
             desired: desired_rx.clone(),
             conditions: std::sync::Mutex::default(),
             changed: std::sync::Mutex::default(),
+            limits_wake: tokio::sync::Notify::new(),
         });
         recover(&shared, rebooted).await;
         let fence = shared.store.open_fence().await?;
@@ -250,6 +258,7 @@ impl Core {
         );
         let task = tokio::spawn(reconciler.run());
         let listing = tokio::spawn(listing::run(Arc::clone(&shared)));
+        let limits = tokio::spawn(limits::run(Arc::clone(&shared)));
         Ok((
             Self {
                 shared,
@@ -258,6 +267,7 @@ impl Core {
                 fenced: fence_rx,
                 task,
                 listing,
+                limits,
             },
             rx,
         ))

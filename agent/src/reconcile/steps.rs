@@ -208,6 +208,15 @@ pub(super) async fn stage(shared: &Shared, step: &StageStep) -> Result<(), StepE
     std::fs::create_dir_all(&step.path).map_err(|e| local("create", &step.path, e))?;
     if let Err(e) = plugin.stage(v, &step.path).await {
         let _ = shared.store.put_staging(&rec, Some(e.to_string())).await;
+        if e.code == Code::ResourceExhausted {
+            // The node holds fewer volumes than it said: read its limit again.
+            tracing::info!(
+                volume = v.volume,
+                "{}: reading the attach limits again",
+                super::limits::AFTER_STAGE
+            );
+            shared.limits_wake.notify_one();
+        }
         return Err(e.into());
     }
     // What the plugin made at the staging path is what later checks hold it to: the spec

@@ -69,6 +69,7 @@ async fn create_publish_unpublish_delete_through_the_hosted_controller() {
                 secrets: BTreeMap::new(),
                 topology_request: None,
                 source: None,
+                mutable_parameters: BTreeMap::new(),
             },
         )
     };
@@ -200,6 +201,7 @@ async fn controller_calls_per_plugin_stay_within_the_limit() {
                     secrets: BTreeMap::new(),
                     topology_request: None,
                     source: None,
+                    mutable_parameters: BTreeMap::new(),
                 },
             )
         })
@@ -283,6 +285,7 @@ async fn topology_is_registered_and_create_lands_in_the_required_segment() {
             secrets: BTreeMap::new(),
             topology_request: Some(request),
             source: None,
+            mutable_parameters: BTreeMap::new(),
         },
     )]));
     let Report::Created {

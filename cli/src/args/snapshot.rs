@@ -1,42 +1,55 @@
 //! `csivol snapshot`: create, list, show, delete.
 
-use clap::{Args, Subcommand};
+use clap::{ArgGroup, Args, Subcommand};
 
 use super::{WaitArgs, volume_name};
 
 #[derive(Debug, Subcommand)]
 pub enum SnapshotCommand {
-    /// Snapshot a volume through its plugin's controller (CreateSnapshot)
+    /// Snapshot a volume (CreateSnapshot), or several together (--group)
     ///
-    /// The plugin must report CREATE_DELETE_SNAPSHOT. The snapshot is `creating` until the
+    /// With --name, one volume through its plugin's controller, which must report
+    /// CREATE_DELETE_SNAPSHOT. With --group, every volume named, all of one plugin, in one
+    /// group snapshot cut by the plugin's GroupController (CreateVolumeGroupSnapshot), which
+    /// must report CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT: write-order consistent across
+    /// the volumes, as the spec requires of the plugin. Each member is a snapshot named
+    /// GROUP.VOLUME that a volume can be created from. A snapshot is `creating` until the
     /// plugin answers, `pending` while the plugin says it is not ready to use yet, then
     /// `ready`; with --wait, csivol follows it until it is ready. Creating the same snapshot
     /// again changes nothing.
     Create(SnapshotCreateArgs),
 
-    /// List snapshots, or those of one volume
+    /// List snapshots (group members among them), or the group snapshots (--groups)
     List(SnapshotListArgs),
 
-    /// Show a snapshot
+    /// Show a snapshot, or a group snapshot with its members
     Show(SnapshotArg),
 
-    /// Delete a snapshot through its plugin's controller (DeleteSnapshot)
+    /// Delete a snapshot (DeleteSnapshot), or a group snapshot with its members
+    /// (DeleteVolumeGroupSnapshot)
     ///
-    /// Asks on a terminal; elsewhere it needs --yes.
+    /// A member of a group snapshot is deleted with its group, never alone. Asks on a
+    /// terminal; elsewhere it needs --yes.
     Delete(SnapshotDeleteArgs),
 }
 
 #[derive(Debug, Args)]
+#[command(group(ArgGroup::new("what").required(true).args(["name", "group"])))]
 pub struct SnapshotCreateArgs {
-    /// The volume to snapshot
-    #[arg(value_parser = volume_name)]
-    pub volume: String,
+    /// The volume to snapshot; with --group, the volumes to snapshot together
+    #[arg(value_name = "VOLUME", required = true, value_parser = volume_name)]
+    pub volumes: Vec<String>,
 
-    /// The snapshot's name
+    /// The snapshot's name (one volume)
     #[arg(long, value_name = "NAME", value_parser = snapshot_name)]
-    pub name: String,
+    pub name: Option<String>,
 
-    /// A CreateSnapshot parameter for the plugin, KEY=VALUE (repeatable)
+    /// The group snapshot's name: snapshot every VOLUME together
+    #[arg(long, value_name = "NAME", value_parser = snapshot_name)]
+    pub group: Option<String>,
+
+    /// A CreateSnapshot (or CreateVolumeGroupSnapshot) parameter for the plugin, KEY=VALUE
+    /// (repeatable)
     #[arg(long = "parameter", value_name = "KEY=VALUE", value_parser = key_value)]
     pub parameters: Vec<(String, String)>,
 
@@ -49,18 +62,26 @@ pub struct SnapshotListArgs {
     /// Only snapshots of this volume
     #[arg(long, value_name = "VOLUME", value_parser = volume_name)]
     pub volume: Option<String>,
+
+    /// Only the members of this group snapshot
+    #[arg(long, value_name = "GROUP", value_parser = snapshot_name, conflicts_with = "groups")]
+    pub group: Option<String>,
+
+    /// List the group snapshots instead, one line each
+    #[arg(long, conflicts_with = "volume")]
+    pub groups: bool,
 }
 
 #[derive(Debug, Args)]
 pub struct SnapshotArg {
-    /// The snapshot's name
+    /// The snapshot's or group snapshot's name
     #[arg(value_parser = snapshot_name)]
     pub name: String,
 }
 
 #[derive(Debug, Args)]
 pub struct SnapshotDeleteArgs {
-    /// The snapshot's name
+    /// The snapshot's or group snapshot's name
     #[arg(value_parser = snapshot_name)]
     pub name: String,
 
@@ -76,7 +97,7 @@ pub(super) fn snapshot_name(s: &str) -> Result<String, String> {
     csivol_api::validate_name("snapshot", s).map(|()| s.to_owned())
 }
 
-fn key_value(s: &str) -> Result<(String, String), String> {
+pub(super) fn key_value(s: &str) -> Result<(String, String), String> {
     match s.split_once('=') {
         Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
         _ => Err(format!("`{s}` is not KEY=VALUE")),

@@ -1,4 +1,4 @@
-//! `csivol volume`: register, create, list, show, deregister, expand.
+//! `csivol volume`: register, create, list, show, deregister, expand, modify.
 
 use std::path::PathBuf;
 
@@ -30,11 +30,13 @@ pub enum VolumeCommand {
     /// The spec has `name`, `plugin` (a plugin id a node registered: `csivol plugin list`;
     /// another is refused), `access_mode`, `attachment` and optionally `capacity` (a size
     /// with a unit, `"10GiB"` or `"500M"`, or bytes; `capacity_bytes` takes either too),
-    /// `fs_type`, `mount_flags`, `parameters`, `secrets` and `topology_request` with
-    /// `required` and `preferred` segments (e.g. `required = [{ zone = "a" }]`), passed to
-    /// CreateVolume; the volume records the topology the plugin returns. With
-    /// --from-snapshot or --from-volume the new volume starts with that snapshot's or
-    /// volume's data (the plugin must report CREATE_DELETE_SNAPSHOT or CLONE_VOLUME).
+    /// `fs_type`, `mount_flags`, `parameters`, `secrets`, `mutable_parameters` (parameters
+    /// `volume modify` can change later; the plugin must report MODIFY_VOLUME) and
+    /// `topology_request` with `required` and `preferred` segments (e.g.
+    /// `required = [{ zone = "a" }]`), passed to CreateVolume; the volume records the
+    /// topology the plugin returns. With --from-snapshot or --from-volume the new volume
+    /// starts with that snapshot's or volume's data (the plugin must report
+    /// CREATE_DELETE_SNAPSHOT or CLONE_VOLUME).
     ///
     /// `access_mode` is one of single-node-writer, single-node-reader-only,
     /// single-node-single-writer, single-node-multi-writer, multi-node-reader-only,
@@ -62,8 +64,39 @@ pub enum VolumeCommand {
     ///
     /// Where the plugin expands online, a claimed volume grows under its workload; where it
     /// expands offline, release the claims first. The nodes where the volume is staged or
-    /// published grow it too when the plugin asks for it. Shrinking is refused.
+    /// published grow it too when the plugin asks for it. Shrinking is refused. An
+    /// expansion the plugin refused, or whose ControllerExpandVolume fails and waits for its
+    /// retry, may be lowered (a smaller --capacity, never below what the volume has) or
+    /// cancelled (--cancel, or the capacity the volume has).
     Expand(ExpandArgs),
+
+    /// Change a volume's mutable parameters through its plugin (ControllerModifyVolume)
+    ///
+    /// The plugin must report MODIFY_VOLUME. Only the parameters whose value changes are
+    /// sent; the others keep theirs. A plugin that answers INVALID_ARGUMENT cannot apply
+    /// the values and changed nothing: the modification is shown as infeasible and not
+    /// retried; ask for other values (or the ones the volume has, to withdraw it).
+    Modify(ModifyArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ModifyArgs {
+    /// The volume's name
+    #[arg(value_parser = volume_name)]
+    pub volume: String,
+
+    /// A mutable parameter to set, KEY=VALUE (repeatable)
+    #[arg(
+        long = "param",
+        visible_alias = "parameter",
+        value_name = "KEY=VALUE",
+        value_parser = super::snapshot::key_value,
+        required = true
+    )]
+    pub parameters: Vec<(String, String)>,
+
+    #[command(flatten)]
+    pub wait: WaitArgs,
 }
 
 pub(crate) const REGISTER_EXAMPLE: &str = "Example spec (data.toml):
@@ -89,8 +122,12 @@ pub struct ExpandArgs {
 
     /// The capacity to reach: bytes, or a size with a unit (`20GiB`, `500M`, `1.5T`;
     /// K/M/G/T are powers of 1000, KiB/MiB/GiB/TiB powers of 1024)
-    #[arg(long, value_name = "SIZE", value_parser = capacity)]
-    pub capacity: u64,
+    #[arg(long, value_name = "SIZE", value_parser = capacity, required_unless_present = "cancel")]
+    pub capacity: Option<u64>,
+
+    /// Cancel the expansion that failed or keeps failing; the volume keeps what it has
+    #[arg(long, conflicts_with = "capacity")]
+    pub cancel: bool,
 
     #[command(flatten)]
     pub wait: WaitArgs,

@@ -95,7 +95,7 @@ pub const NAME_ARGUMENTS: &[(&str, Names)] = &[
     ("volume show", Names::Volumes),
     ("volume deregister", Names::Volumes),
     ("volume expand", Names::Volumes),
-    ("snapshot create", Names::Volumes),
+    ("volume modify", Names::Volumes),
     ("node show", Names::Nodes),
     ("node drain", Names::Nodes),
     ("node eligibility", Names::Nodes),
@@ -103,8 +103,10 @@ pub const NAME_ARGUMENTS: &[(&str, Names)] = &[
     ("node remove", Names::Nodes),
 ];
 
-/// The commands whose arguments are names up to `--` (`csivol run VOLUME... -- COMMAND`).
-pub const NAME_LISTS: &[(&str, Names)] = &[("run", Names::Volumes)];
+/// The commands whose arguments are names up to `--` (`csivol run VOLUME... -- COMMAND`,
+/// `csivol snapshot create --group NAME VOLUME...`).
+pub const NAME_LISTS: &[(&str, Names)] =
+    &[("run", Names::Volumes), ("snapshot create", Names::Volumes)];
 
 /// The options whose value is a name, in every command that has them.
 pub const NAME_OPTIONS: &[(&str, Names)] =
@@ -144,8 +146,9 @@ fn lists_without_names(sep: &str) -> String {
     for (command, _) in NAME_LISTS {
         patterns.push(pattern(&[command, " --"], fish));
         patterns.push(pattern(&[command, " -- ", ""], fish));
-        let sub = cli
-            .find_subcommand(command)
+        let sub = command
+            .split(' ')
+            .try_fold(&cli, |c, word| c.find_subcommand(word))
             .expect("a command of NAME_LISTS");
         for arg in sub.get_opts() {
             if !arg.get_action().takes_values() {

@@ -1,4 +1,4 @@
-//! `csivol volume expand NAME --capacity SIZE [--wait]`.
+//! `csivol volume expand NAME --capacity SIZE|--cancel [--wait]`.
 
 use anyhow::Context;
 use csivol_api::{ExpandRequest, ExpansionPhase, Volume, format_size};
@@ -13,19 +13,33 @@ use crate::wait::{self, Step};
 
 pub async fn run(ctx: &Ctx, args: ExpandArgs) -> anyhow::Result<Exit> {
     let name = &args.volume;
-    let size = format_size(args.capacity);
+    let Some(capacity) = args.capacity else {
+        return cancel(ctx, name).await;
+    };
+    let size = format_size(capacity);
     let a: Answer<Volume> = ctx
         .client
         .call(
             Method::POST,
             &format!("/v1/volumes/{name}/expand"),
             Some(&ExpandRequest {
-                capacity_bytes: args.capacity,
+                capacity_bytes: capacity,
+                cancel: false,
             }),
         )
         .await
         .with_context(|| format!("failed to expand volume `{name}` to {size}"))?;
     let mut v = a.body;
+    if v.expansion.is_none()
+        && v.capacity_bytes.is_some_and(|c| c == capacity)
+        && a.status == StatusCode::ACCEPTED
+    {
+        ctx.out.note(format!(
+            "cancelled the expansion of volume {name}; it keeps {size}"
+        ));
+        render::print_volume(&ctx.out, &v)?;
+        return Ok(Exit::Ok);
+    }
     if a.status == StatusCode::ACCEPTED {
         ctx.out.note(format!(
             "expanding volume {name} to {size} through plugin {}",
@@ -63,8 +77,8 @@ pub async fn run(ctx: &Ctx, args: ExpandArgs) -> anyhow::Result<Exit> {
                             ),
                         )
                         .hint(format!(
-                            "fix the cause, then run `csivol volume expand {name} --capacity {}` again",
-                            args.capacity
+                            "fix the cause, then run `csivol volume expand {name} --capacity {capacity}` again, \
+                             ask for less, or cancel it with `csivol volume expand {name} --cancel`"
                         )),
                     ),
                     Some(e) => Step::Waiting(match &e.error {
@@ -76,7 +90,7 @@ pub async fn run(ctx: &Ctx, args: ExpandArgs) -> anyhow::Result<Exit> {
         )
         .await?;
         v = done.expect("done means it exists");
-        let has = format_size(v.capacity_bytes.unwrap_or(args.capacity));
+        let has = format_size(v.capacity_bytes.unwrap_or(capacity));
         ctx.out.note(if v.expansion.is_some() {
             format!(
                 "expanded volume {name} to {has} in storage; the next node to stage it grows its file system"
@@ -85,6 +99,31 @@ pub async fn run(ctx: &Ctx, args: ExpandArgs) -> anyhow::Result<Exit> {
             format!("expanded volume {name} to {has}")
         });
     }
+    render::print_volume(&ctx.out, &v)?;
+    Ok(Exit::Ok)
+}
+
+/// `--cancel`: drops the expansion that failed or keeps failing.
+async fn cancel(ctx: &Ctx, name: &str) -> anyhow::Result<Exit> {
+    let a: Answer<Volume> = ctx
+        .client
+        .call(
+            Method::POST,
+            &format!("/v1/volumes/{name}/expand"),
+            Some(&ExpandRequest {
+                capacity_bytes: 0,
+                cancel: true,
+            }),
+        )
+        .await
+        .with_context(|| format!("failed to cancel the expansion of volume `{name}`"))?;
+    let v = a.body;
+    let keeps = v
+        .capacity_bytes
+        .map_or_else(|| "its capacity".to_owned(), format_size);
+    ctx.out.note(format!(
+        "cancelled the expansion of volume {name}; it keeps {keeps}"
+    ));
     render::print_volume(&ctx.out, &v)?;
     Ok(Exit::Ok)
 }

@@ -1,7 +1,7 @@
-//! `csivol snapshot create|list|show|delete`.
+//! `csivol snapshot create|list|show|delete`, of snapshots and of group snapshots.
 
 use anyhow::Context;
-use csivol_api::{Snapshot, SnapshotRequest, SnapshotState};
+use csivol_api::{GroupSnapshot, GroupSnapshotRequest, Snapshot, SnapshotRequest, SnapshotState};
 use csivol_client::{Method, StatusCode};
 
 use crate::args::{
@@ -24,16 +24,36 @@ pub async fn run(ctx: &Ctx, cmd: SnapshotCommand) -> anyhow::Result<Exit> {
 }
 
 async fn create(ctx: &Ctx, args: SnapshotCreateArgs) -> anyhow::Result<Exit> {
-    let name = &args.name;
+    if let Some(group) = args.group.clone() {
+        return group_create(ctx, group, args).await;
+    }
+    let name = args
+        .name
+        .as_deref()
+        .expect("clap requires --name or --group");
+    let [volume] = args.volumes.as_slice() else {
+        return Err(Failure::new(
+            Exit::Usage,
+            format!(
+                "`--name` snapshots one volume, and {} were named",
+                args.volumes.len()
+            ),
+        )
+        .hint(format!(
+            "snapshot them together: `csivol snapshot create --group {name} {}`",
+            args.volumes.join(" ")
+        ))
+        .into());
+    };
     let req = SnapshotRequest {
-        volume: args.volume.clone(),
+        volume: volume.clone(),
         parameters: args.parameters.into_iter().collect(),
     };
     let a: Answer<Snapshot> = ctx
         .client
         .call(Method::PUT, &format!("/v1/snapshots/{name}"), Some(&req))
         .await
-        .with_context(|| format!("failed to snapshot volume `{}`", args.volume))?;
+        .with_context(|| format!("failed to snapshot volume `{volume}`"))?;
     let mut s = a.body;
     if a.status == StatusCode::ACCEPTED {
         ctx.out.note(format!(
@@ -83,9 +103,20 @@ async fn create(ctx: &Ctx, args: SnapshotCreateArgs) -> anyhow::Result<Exit> {
 }
 
 async fn list(ctx: &Ctx, args: SnapshotListArgs) -> anyhow::Result<Exit> {
-    let path = match &args.volume {
-        Some(v) => format!("/v1/snapshots?volume={v}"),
-        None => "/v1/snapshots".to_owned(),
+    if args.groups {
+        return group_list(ctx).await;
+    }
+    let mut filters = Vec::new();
+    if let Some(v) = &args.volume {
+        filters.push(format!("volume={v}"));
+    }
+    if let Some(g) = &args.group {
+        filters.push(format!("group={g}"));
+    }
+    let path = if filters.is_empty() {
+        "/v1/snapshots".to_owned()
+    } else {
+        format!("/v1/snapshots?{}", filters.join("&"))
     };
     let ss: Vec<Snapshot> = ctx.client.get(&path).await?;
     if ctx.out.json_mode() {
@@ -101,22 +132,37 @@ async fn list(ctx: &Ctx, args: SnapshotListArgs) -> anyhow::Result<Exit> {
 }
 
 /// Snapshots as a table (`snapshot list`, and under `volume show`).
+/// A GROUP column only where a member is listed, so that a listing without group
+/// snapshots reads as it always has.
 pub(crate) fn table(out: &Out, ss: &[Snapshot]) -> anyhow::Result<()> {
-    let mut t = out.table(&["NAME", "VOLUME", "PLUGIN", "STATE", "SIZE", "AGE"]);
+    let grouped = ss.iter().any(|s| s.group.is_some());
+    let mut header = vec!["NAME", "VOLUME", "PLUGIN", "STATE", "SIZE", "AGE"];
+    if grouped {
+        header.push("GROUP");
+    }
+    let mut t = out.table(&header);
     for s in ss {
-        t.add_row(vec![
+        let mut row = vec![
             s.name.clone(),
             s.volume.clone(),
             s.plugin.clone(),
             s.state.to_string(),
             size(s.size_bytes),
             age(&s.created_at),
-        ]);
+        ];
+        if grouped {
+            row.push(or_dash(s.group.as_deref()));
+        }
+        t.add_row(row);
     }
     out.print_table(t)
 }
 
 async fn show(ctx: &Ctx, args: SnapshotArg) -> anyhow::Result<Exit> {
+    if let Some(g) = group(ctx, &args.name).await? {
+        group_print(&ctx.out, &g)?;
+        return Ok(Exit::Ok);
+    }
     let s: Snapshot = ctx
         .client
         .get(&format!("/v1/snapshots/{}", args.name))
@@ -126,6 +172,9 @@ async fn show(ctx: &Ctx, args: SnapshotArg) -> anyhow::Result<Exit> {
 }
 
 async fn delete(ctx: &Ctx, args: SnapshotDeleteArgs) -> anyhow::Result<Exit> {
+    if let Some(g) = group(ctx, &args.name).await? {
+        return group_delete(ctx, g, args).await;
+    }
     let name = &args.name;
     let path = format!("/v1/snapshots/{name}");
     let s: Snapshot = ctx.client.get(&path).await?;
@@ -234,6 +283,9 @@ fn print(out: &Out, s: &Snapshot) -> anyhow::Result<()> {
             .collect();
         rows.push(("parameters", p.join(", ")));
     }
+    if let Some(g) = &s.group {
+        rows.push(("group", g.clone()));
+    }
     if let Some(e) = &s.error {
         rows.push(("error", e.clone()));
     }
@@ -259,5 +311,269 @@ async fn follow(
     crate::wait::follow(ctx, &followed, goal, deadline, check, |s: &Snapshot| {
         s.index
     })
+    .await
+}
+
+// ---- group snapshots ----
+
+/// The group snapshot of that name, if there is one (groups and snapshots share names).
+async fn group(ctx: &Ctx, name: &str) -> anyhow::Result<Option<GroupSnapshot>> {
+    Ok(ctx
+        .client
+        .watch::<GroupSnapshot>(
+            &format!("/v1/group-snapshots/{name}"),
+            0,
+            Default::default(),
+        )
+        .await?
+        .map(|a| a.body))
+}
+
+async fn group_create(ctx: &Ctx, name: String, args: SnapshotCreateArgs) -> anyhow::Result<Exit> {
+    let req = GroupSnapshotRequest {
+        volumes: args.volumes.clone(),
+        parameters: args.parameters.into_iter().collect(),
+    };
+    let a: Answer<GroupSnapshot> = ctx
+        .client
+        .call(
+            Method::PUT,
+            &format!("/v1/group-snapshots/{name}"),
+            Some(&req),
+        )
+        .await
+        .with_context(|| {
+            format!(
+                "failed to snapshot volumes {} together",
+                args.volumes.join(", ")
+            )
+        })?;
+    let mut g = a.body;
+    if a.status == StatusCode::ACCEPTED {
+        ctx.out.note(format!(
+            "creating group snapshot {name} of volumes {} through plugin {}",
+            g.volumes.join(", "),
+            g.plugin
+        ));
+    } else {
+        ctx.out.note(format!(
+            "group snapshot {name} of volumes {} already exists ({})",
+            g.volumes.join(", "),
+            g.state
+        ));
+    }
+    if args.wait.wait {
+        let done = group_follow(
+            ctx,
+            &name,
+            "to be ready",
+            Deadline::after(args.wait.timeout),
+            |g| match g {
+                None => Step::Fail(Failure::new(
+                    Exit::Error,
+                    format!("group snapshot {name} disappeared while it was being created"),
+                )),
+                Some(g) if g.state == SnapshotState::Failed => Step::Fail(
+                    Failure::new(
+                        Exit::Error,
+                        format!(
+                            "group snapshot {name} could not be created: {}",
+                            g.error.as_deref().unwrap_or("no reason given")
+                        ),
+                    )
+                    .hint(format!(
+                        "fix the cause, then create it again (the failed record is replaced), or \
+                         `csivol snapshot delete {name}`"
+                    )),
+                ),
+                Some(g) if g.state == SnapshotState::Ready => Step::Done,
+                Some(g) => Step::Waiting(group_describe(g)),
+            },
+        )
+        .await?;
+        g = done.expect("done means it exists");
+        ctx.out
+            .note(format!("group snapshot {name} is ready to use"));
+    }
+    group_print(&ctx.out, &g)?;
+    Ok(Exit::Ok)
+}
+
+async fn group_list(ctx: &Ctx) -> anyhow::Result<Exit> {
+    let gs: Vec<GroupSnapshot> = ctx.client.get("/v1/group-snapshots").await?;
+    if ctx.out.json_mode() {
+        ctx.out.json(&gs)?;
+        return Ok(Exit::Ok);
+    }
+    if gs.is_empty() {
+        ctx.out.note("no group snapshots");
+        return Ok(Exit::Ok);
+    }
+    let mut t = ctx
+        .out
+        .table(&["NAME", "PLUGIN", "STATE", "VOLUMES", "MEMBERS", "AGE"]);
+    for g in &gs {
+        t.add_row(vec![
+            g.name.clone(),
+            g.plugin.clone(),
+            g.state.to_string(),
+            g.volumes.join(","),
+            g.members.len().to_string(),
+            age(&g.created_at),
+        ]);
+    }
+    ctx.out.print_table(t)?;
+    Ok(Exit::Ok)
+}
+
+async fn group_delete(
+    ctx: &Ctx,
+    g: GroupSnapshot,
+    args: SnapshotDeleteArgs,
+) -> anyhow::Result<Exit> {
+    let name = &args.name;
+    let path = format!("/v1/group-snapshots/{name}");
+    if !args.yes {
+        let members: Vec<_> = g.members.iter().map(|m| m.name.as_str()).collect();
+        ctx.out.note(format!(
+            "This deletes group snapshot {name} of volumes {} with its members ({}) and their \
+             data: DeleteVolumeGroupSnapshot through plugin {}.",
+            g.volumes.join(", "),
+            if members.is_empty() {
+                "none yet".to_owned()
+            } else {
+                members.join(", ")
+            },
+            g.plugin
+        ));
+    }
+    let what = format!("delete group snapshot {name}");
+    ctx.out.confirm(&what, args.yes, false)?;
+    let status = ctx
+        .client
+        .call_empty(Method::DELETE, &path)
+        .await
+        .with_context(|| format!("failed to {what}"))?;
+    if status == StatusCode::NO_CONTENT {
+        ctx.out.note(format!("removed group snapshot {name}"));
+        return Ok(Exit::Ok);
+    }
+    if !args.wait.wait {
+        ctx.out.note(format!(
+            "deleting group snapshot {name} through plugin {}; `csivol snapshot show {name}` follows it",
+            g.plugin
+        ));
+        if let Some(a) = ctx
+            .client
+            .watch::<GroupSnapshot>(&path, 0, Default::default())
+            .await?
+        {
+            group_print(&ctx.out, &a.body)?;
+        }
+        return Ok(Exit::Ok);
+    }
+    group_follow(
+        ctx,
+        name,
+        "to be deleted",
+        Deadline::after(args.wait.timeout),
+        |g| match g {
+            None => Step::Done,
+            Some(g) if g.state == SnapshotState::Deleting => Step::Waiting(group_describe(g)),
+            Some(g) => Step::Fail(
+                Failure::new(
+                    Exit::Error,
+                    format!(
+                        "group snapshot {name} could not be deleted: {}",
+                        g.error.as_deref().unwrap_or("no reason given")
+                    ),
+                )
+                .hint(format!(
+                    "fix the cause, then `csivol snapshot delete {name}` again"
+                )),
+            ),
+        },
+    )
+    .await?;
+    ctx.out
+        .note(format!("deleted group snapshot {name} with its members"));
+    Ok(Exit::Ok)
+}
+
+/// Where a group snapshot stands, for the progress line and a timeout message.
+fn group_describe(g: &GroupSnapshot) -> String {
+    let what = match g.state {
+        SnapshotState::Creating => "creating: waiting for CreateVolumeGroupSnapshot",
+        SnapshotState::Pending => "pending: cut, not every member ready to use yet",
+        SnapshotState::Deleting => "deleting: waiting for DeleteVolumeGroupSnapshot",
+        SnapshotState::Ready => "ready",
+        SnapshotState::Failed => "failed",
+    };
+    match &g.error {
+        Some(e) => format!("{what} (last error: {e})"),
+        None => what.to_owned(),
+    }
+}
+
+/// Prints a group snapshot: JSON, or the detailed view with its members' table.
+fn group_print(out: &Out, g: &GroupSnapshot) -> anyhow::Result<()> {
+    if out.json_mode() {
+        return out.json(g);
+    }
+    let mut rows = vec![
+        ("state", g.state.to_string()),
+        ("volumes", g.volumes.join(", ")),
+        ("plugin", g.plugin.clone()),
+        ("group snapshot id", or_dash(Some(&g.group_snapshot_id))),
+        (
+            "ready to use",
+            if g.ready_to_use { "yes" } else { "no" }.to_owned(),
+        ),
+    ];
+    if let Some(t) = &g.creation_time {
+        rows.push(("cut at", when(t)));
+    }
+    if !g.parameters.is_empty() {
+        let p: Vec<_> = g
+            .parameters
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        rows.push(("parameters", p.join(", ")));
+    }
+    if let Some(e) = &g.error {
+        rows.push(("error", e.clone()));
+    }
+    rows.push(("created", when(&g.created_at)));
+    record(out, &format!("group snapshot {}", g.name), &rows)?;
+    if g.members.is_empty() {
+        return Ok(());
+    }
+    out.line("")?;
+    table(out, &g.members)
+}
+
+/// Follows a group snapshot like [`follow`] a snapshot.
+async fn group_follow(
+    ctx: &Ctx,
+    name: &str,
+    goal: &str,
+    deadline: Deadline,
+    check: impl Fn(Option<&GroupSnapshot>) -> Step,
+) -> anyhow::Result<Option<GroupSnapshot>> {
+    let followed = crate::wait::Followed {
+        what: "group snapshot",
+        name,
+        path: format!("/v1/group-snapshots/{name}"),
+        show: format!("csivol snapshot show {name}"),
+    };
+    crate::wait::follow(
+        ctx,
+        &followed,
+        goal,
+        deadline,
+        check,
+        |g: &GroupSnapshot| g.index,
+    )
     .await
 }

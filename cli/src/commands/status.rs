@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use csivol_api::{
     AttachmentState, ClaimState, ControllerFinding, Event, FindingKind, Health, Node, NodeStatus,
-    Volume, VolumeState,
+    Plugin, Volume, VolumeState,
 };
 use serde::Serialize;
 
@@ -59,11 +59,26 @@ pub struct Summary {
     /// the storage system has and csivol does not (`leaked`), the reverse (`missing`), and
     /// volumes the plugin says are abnormal. Never fixed by csivol on its own.
     pub controller_findings: Vec<ControllerFinding>,
+    /// Plugins whose oldest waiting controller operation has waited past the server's
+    /// `--controller-queue-warning`.
+    pub controller_queues_behind: Vec<QueueBehind>,
     pub volumes: Vec<Volume>,
     /// The server's health (`GET /v1/health`), present only when it is not `ok`: e.g.
     /// `degraded` while its database refuses writes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub server: Option<Health>,
+}
+
+/// A plugin whose controller queue is behind. Part of the JSON contract.
+#[derive(Debug, Serialize)]
+pub struct QueueBehind {
+    pub plugin: String,
+    pub oldest_wait_ms: u64,
+    pub warn_after_ms: u64,
+    /// Due operations waiting, by kind.
+    pub waiting: BTreeMap<String, u32>,
+    pub running: usize,
+    pub concurrency: u32,
 }
 
 /// How often `status --watch` redraws on a terminal even when nothing happened, so that
@@ -161,12 +176,30 @@ async fn once(ctx: &Ctx, args: &StatusArgs) -> anyhow::Result<Exit> {
     if let Some(n) = &args.node {
         findings.retain(|f| f.node.as_deref() == Some(n));
     }
+    let plugins: Vec<Plugin> = ctx.client.get("/v1/plugins").await?;
+    let behind: Vec<&Plugin> = plugins.iter().filter(|p| p.queue.behind()).collect();
     let summary = Summary {
         volumes_by_state,
         nodes_by_status,
         nodes_at_risk: at_risk.iter().map(|n| n.name.clone()).collect(),
         blocked,
         controller_findings: findings,
+        controller_queues_behind: behind
+            .iter()
+            .map(|p| QueueBehind {
+                plugin: p.id.clone(),
+                oldest_wait_ms: p.queue.oldest_wait_ms.unwrap_or(0),
+                warn_after_ms: p.queue.warn_after_ms,
+                waiting: p
+                    .queue
+                    .waiting
+                    .iter()
+                    .map(|(k, q)| (k.clone(), q.count))
+                    .collect(),
+                running: p.queue.running.len(),
+                concurrency: p.queue.concurrency,
+            })
+            .collect(),
         volumes,
         server,
     };
@@ -199,6 +232,9 @@ async fn once(ctx: &Ctx, args: &StatusArgs) -> anyhow::Result<Exit> {
         ctx.out
             .line(format!("  at risk: {}: {}", n.name, render::heartbeat(n)))?;
     }
+    for p in &behind {
+        ctx.out.line(render::queue_warning(&p.id, &p.queue))?;
+    }
     if let Some(h) = &summary.server {
         ctx.out.line(format!("server:  {}", h.status))?;
         for r in &h.reasons {
@@ -222,6 +258,25 @@ async fn once(ctx: &Ctx, args: &StatusArgs) -> anyhow::Result<Exit> {
                 .unwrap_or_default();
             ctx.out
                 .one_line(format!("  {}: {}{err}", v.name, e.progress()))?;
+        }
+    }
+    let modifying: Vec<&Volume> = summary
+        .volumes
+        .iter()
+        .filter(|v| v.modification.is_some())
+        .collect();
+    if !modifying.is_empty() {
+        ctx.out.line("")?;
+        ctx.out.line("modifications:")?;
+        for v in modifying {
+            let m = v.modification.as_ref().expect("filtered");
+            let err = m
+                .error
+                .as_deref()
+                .map(|err| format!(" (last error: {err})"))
+                .unwrap_or_default();
+            ctx.out
+                .line(format!("  {}: {}{err}", v.name, m.progress()))?;
         }
     }
     if !summary.blocked.is_empty() {

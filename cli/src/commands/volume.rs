@@ -1,4 +1,5 @@
-//! `csivol volume register|create|list|show|deregister` (`expand` is in `expand.rs`).
+//! `csivol volume register|create|list|show|deregister` (`expand` is in `expand.rs`,
+//! `modify` in `modify.rs`).
 
 use anyhow::Context;
 use csivol_api::{ContentSource, Snapshot, Volume, VolumeState};
@@ -20,6 +21,7 @@ pub async fn run(ctx: &Ctx, cmd: VolumeCommand) -> anyhow::Result<Exit> {
         VolumeCommand::Show(args) => show(ctx, args).await,
         VolumeCommand::Deregister(args) => deregister(ctx, args).await,
         VolumeCommand::Expand(args) => super::expand::run(ctx, args).await,
+        VolumeCommand::Modify(args) => super::modify::run(ctx, args).await,
     }
 }
 

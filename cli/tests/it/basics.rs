@@ -509,8 +509,8 @@ async fn nodes_and_plugins() {
     snap!(env.run(&["plugin", "list"]).await, @r"
     exit: 0
     --- stdout
-    ID  NAME                 VERSION  NODES        CONTROLLERS  CONTROLLER PUBLISH  VOLUMES
-    hp  hostpath.csivol.dev  1        2/2 healthy  1/1 healthy  yes                 1
+    ID  NAME                 VERSION  NODES        CONTROLLERS  CONTROLLER PUBLISH  VOLUMES  QUEUE
+    hp  hostpath.csivol.dev  1        2/2 healthy  1/1 healthy  yes                 1        -
     --- stderr
     ");
     snap!(env.run(&["plugin", "show", "hp"]).await, @r"
@@ -525,7 +525,10 @@ async fn nodes_and_plugins() {
       stage/unstage:       yes
       snapshots:           no
       clone volume:        no
+      modify volume:       no
+      group snapshots:     no
       volumes:             1
+      controller queue:    -; at most 8 running
 
     nodes:
     NODE  STATUS  TOPOLOGY  READY CHECK  STAGED AS  PUBLISHED AS  LAST PUBLISHED
@@ -548,6 +551,8 @@ async fn nodes_and_plugins() {
       "stage_unstage": true,
       "snapshots": false,
       "clone_volume": false,
+      "modify_volume": false,
+      "group_snapshots": false,
       "volumes": 1,
       "nodes": [
         {
@@ -558,7 +563,13 @@ async fn nodes_and_plugins() {
           "name": "n2",
           "status": "ready"
         }
-      ]
+      ],
+      "queue": {
+        "concurrency": 8,
+        "waiting": {},
+        "warn_after_ms": 60000,
+        "running": []
+      }
     }
     --- stderr
     "#);

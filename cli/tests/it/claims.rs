@@ -251,6 +251,7 @@ async fn claim_wait_follows_the_claim_to_ready() {
       "nodes_at_risk": [],
       "blocked": [],
       "controller_findings": [],
+      "controller_queues_behind": [],
       "volumes": [
         {
           "name": "v1",
@@ -265,6 +266,7 @@ async fn claim_wait_follows_the_claim_to_ready() {
           "secret_keys": [
             "password"
           ],
+          "mutable_parameters": {},
           "claims": [
             {
               "volume": "v1",

@@ -245,11 +245,17 @@ async fn check(shell: Sh) {
         cases.push((format!("csivol events {option} "), Some(*kind)));
     }
     for (command, kind) in NAME_LISTS {
-        // Every word up to `--` is a name, whatever flags come between.
+        // Every word up to `--` is a name, whatever flags come between; not the value of
+        // an option.
+        let (flag, option) = match *command {
+            "run" => ("--queue", "--alloc"),
+            "snapshot create" => ("--wait", "--group"),
+            other => panic!("which flag and option of `{other}` to try"),
+        };
         cases.push((format!("csivol {command} "), Some(*kind)));
         cases.push((format!("csivol {command} data-1 "), Some(*kind)));
-        cases.push((format!("csivol {command} data-1 --queue "), Some(*kind)));
-        cases.push((format!("csivol {command} data-1 --alloc "), None));
+        cases.push((format!("csivol {command} data-1 {flag} "), Some(*kind)));
+        cases.push((format!("csivol {command} data-1 {option} "), None));
         cases.push((format!("csivol {command} data-1 -o "), None));
         cases.push((format!("csivol {command} data-1 -- "), None));
         cases.push((format!("csivol {command} data-1 -- sh "), None));

@@ -87,6 +87,7 @@ async fn register_show_list() {
       "secret_keys": [
         "password"
       ],
+      "mutable_parameters": {},
       "claims": [],
       "attachments": [],
       "created_at": "[TIME]",
@@ -361,6 +362,7 @@ async fn create_and_delete_through_the_controller() {
       "secret_keys": [
         "token"
       ],
+      "mutable_parameters": {},
       "claims": [],
       "attachments": [],
       "created_at": "[TIME]",

@@ -13,15 +13,6 @@ use super::{
     PUBLISH_DEVICE_KEY, Plugin, Service, check_given_context, internal, kind_mismatch, require,
 };
 
-/// Delegates an RPC to `Plugin::$method` through `Plugin::call`, logging `$id` as its volume.
-macro_rules! delegate {
-    ($self:ident, $request:ident, $rpc:ident, $method:ident, $id:expr) => {{
-        let req = $request.into_inner();
-        let id: String = $id(&req);
-        $self.0.call(Rpc::$rpc, id, move |p| p.$method(req)).await
-    }};
-}
-
 #[tonic::async_trait]
 impl csi::controller_server::Controller for Service {
     async fn create_volume(
@@ -190,6 +181,32 @@ impl csi::controller_server::Controller for Service {
             |r: &csi::ControllerGetVolumeRequest| r.volume_id.clone()
         )
     }
+
+    async fn controller_modify_volume(
+        &self,
+        request: Request<csi::ControllerModifyVolumeRequest>,
+    ) -> Result<Response<csi::ControllerModifyVolumeResponse>, Status> {
+        delegate!(
+            self,
+            request,
+            ControllerModifyVolume,
+            controller_modify,
+            |r: &csi::ControllerModifyVolumeRequest| r.volume_id.clone()
+        )
+    }
+
+    async fn get_snapshot(
+        &self,
+        request: Request<csi::GetSnapshotRequest>,
+    ) -> Result<Response<csi::GetSnapshotResponse>, Status> {
+        delegate!(
+            self,
+            request,
+            GetSnapshot,
+            get_snapshot,
+            |_: &csi::GetSnapshotRequest| String::new()
+        )
+    }
 }
 
 /// The segments of a wire topology list.
@@ -220,6 +237,8 @@ impl Plugin {
             (f.volume_condition, T::VolumeCondition),
             (f.get_volume, T::GetVolume),
             (true, T::SingleNodeMultiWriter),
+            (f.modify_volume, T::ModifyVolume),
+            (f.get_snapshot, T::GetSnapshot),
         ];
         csi::ControllerGetCapabilitiesResponse {
             capabilities: flags
@@ -298,15 +317,19 @@ impl Plugin {
                 volume.id
             )));
         }
-        if node.max_volumes_per_node > 0 {
+        let limit = self
+            .backend
+            .node_limit(&req.node_id, node.max_volumes_per_node)
+            .map_err(|e| internal(e, "read the node's attach limit"))?;
+        if limit > 0 {
             let used = self
                 .backend
                 .attached_count(&req.node_id)
                 .map_err(|e| internal(e, "count attachments"))?;
-            if used >= node.max_volumes_per_node as usize {
+            if used >= limit as usize {
                 return Err(Status::resource_exhausted(format!(
-                    "node `{}` already has {used} of at most {} volumes published",
-                    req.node_id, node.max_volumes_per_node
+                    "node `{}` already has {used} of at most {limit} volumes published",
+                    req.node_id
                 )));
             }
         }

@@ -59,6 +59,9 @@ impl Plugin {
         if !self.cfg.topology.is_empty() {
             capabilities.push(service(service::Type::VolumeAccessibilityConstraints));
         }
+        if self.cfg.features.group_snapshots {
+            capabilities.push(service(service::Type::GroupControllerService));
+        }
         if self.cfg.features.expand {
             let t = match self.cfg.expansion {
                 Expansion::Online => volume_expansion::Type::Online,

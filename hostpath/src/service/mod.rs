@@ -17,8 +17,19 @@ use crate::faults::{CallLog, Faults, Rpc};
 use crate::mounts::MountMode;
 use crate::store::{AttachmentRecord, Backend, NodeState, Segment, VolumeRecord};
 
+/// Delegates an RPC to `Plugin::$method` through `Plugin::call`, logging `$id` as its volume.
+macro_rules! delegate {
+    ($self:ident, $request:ident, $rpc:ident, $method:ident, $id:expr) => {{
+        let req = $request.into_inner();
+        let id: String = $id(&req);
+        $self.0.call(Rpc::$rpc, id, move |p| p.$method(req)).await
+    }};
+}
+
 mod controller;
+mod groups;
 mod identity;
+mod modify;
 mod node;
 mod provision;
 mod snapshots;
@@ -48,6 +59,8 @@ pub struct Config {
     /// `--capacity`: the pool's size in bytes.
     pub capacity: Option<i64>,
     pub expansion: Expansion,
+    /// `--snapshot-ready-after`: how long after it is cut a snapshot becomes ready to use.
+    pub snapshot_ready_after: std::time::Duration,
 }
 
 /// What NodeStageVolume and NodePublishVolume make on the node (`--node-shape`). The CSI
@@ -108,6 +121,12 @@ pub enum Feature {
     GetVolume,
     /// Block volumes (the block access type).
     Block,
+    /// MODIFY_VOLUME (ControllerModifyVolume, and `mutable_parameters` in CreateVolume).
+    ModifyVolume,
+    /// GET_SNAPSHOT (GetSnapshot).
+    GetSnapshot,
+    /// The GroupController service with CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT.
+    GroupSnapshots,
 }
 
 /// Which optional capabilities this instance has.
@@ -127,6 +146,9 @@ pub struct Features {
     pub volume_condition: bool,
     pub get_volume: bool,
     pub block: bool,
+    pub modify_volume: bool,
+    pub get_snapshot: bool,
+    pub group_snapshots: bool,
 }
 
 impl Features {
@@ -150,6 +172,10 @@ impl Features {
             volume_condition: !off(Feature::VolumeCondition),
             get_volume: !off(Feature::GetVolume),
             block: !off(Feature::Block),
+            modify_volume: !off(Feature::ModifyVolume),
+            // Both read snapshots, which a plugin without CREATE_DELETE_SNAPSHOT has none of.
+            get_snapshot: snapshots && !off(Feature::GetSnapshot),
+            group_snapshots: snapshots && !off(Feature::GroupSnapshots),
         }
     }
 }
@@ -227,13 +253,8 @@ impl Plugin {
             }
         };
         let code = result.as_ref().map_or_else(Status::code, |_| Code::Ok);
-        self.calls.record(
-            rpc,
-            &volume_id,
-            &self.cfg.node_id,
-            code,
-            in_flight.concurrent,
-        );
+        self.calls
+            .record(rpc, &volume_id, &self.cfg.node_id, code, &in_flight);
         if code != Code::Ok {
             tracing::info!(%rpc, volume_id, ?code, "call refused");
         }
@@ -265,6 +286,14 @@ impl Plugin {
             abnormal: true,
             message: message.trim().to_owned(),
         })
+    }
+
+    /// This node's attach limit now: the storage system's (`limits/<node>` in the
+    /// backend) where it changed, else `--max-volumes-per-node`.
+    fn node_limit(&self) -> Result<u32, Status> {
+        self.backend
+            .node_limit(&self.cfg.node_id, self.cfg.max_volumes_per_node)
+            .map_err(|e| internal(e, "read the node's attach limit"))
     }
 
     fn lock(&self) -> Result<crate::store::BackendLock, Status> {

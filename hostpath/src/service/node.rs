@@ -116,7 +116,7 @@ impl csi::node_server::Node for Service {
             .call(Rpc::NodeGetInfo, String::new(), |p| {
                 Ok(csi::NodeGetInfoResponse {
                     node_id: p.cfg.node_id.clone(),
-                    max_volumes_per_node: i64::from(p.cfg.max_volumes_per_node),
+                    max_volumes_per_node: i64::from(p.node_limit()?),
                     accessible_topology: (!p.cfg.topology.is_empty()).then(|| csi::Topology {
                         segments: p.cfg.topology.clone().into_iter().collect(),
                     }),
@@ -311,6 +311,18 @@ impl Plugin {
             )));
         }
         let mut state = self.node_state();
+        if !self.cfg.controller_publish && !state.stagings.contains_key(&volume.id) {
+            // Without ControllerPublishVolume the node is where the limit bites: a plugin
+            // that attaches on the node refuses a volume beyond it.
+            let limit = self.node_limit()?;
+            if limit > 0 && state.stagings.len() >= limit as usize {
+                return Err(Status::resource_exhausted(format!(
+                    "node `{}` already has {} of at most {limit} volumes staged",
+                    self.cfg.node_id,
+                    state.stagings.len()
+                )));
+            }
+        }
         if let Some(existing) = state.stagings.get(&volume.id) {
             if existing.path != path {
                 return Err(Status::failed_precondition(format!(

@@ -46,6 +46,9 @@ impl Plugin {
             Some(r) => (segments(&r.requisite), segments(&r.preferred)),
         };
         let parameters: std::collections::BTreeMap<_, _> = req.parameters.into_iter().collect();
+        // Not compared with an existing volume's: ControllerModifyVolume may have changed
+        // them since, and a CreateVolume retried after that is still the same volume.
+        let mutable_parameters = self.creation_mutable(req.mutable_parameters)?;
         let lock = self.lock()?;
         if let Some(existing) = self
             .backend
@@ -143,6 +146,7 @@ impl Plugin {
             accessible_topology,
             content_source: source,
             fs_bytes: None,
+            mutable_parameters,
         };
         let record = self
             .backend

@@ -1,7 +1,11 @@
-//! Snapshots: CreateSnapshot cuts a copy of the volume's data in the backend (ready to use
-//! at once), DeleteSnapshot removes it, ListSnapshots pages through them. A snapshot is
-//! independent of its volume: the volume may be deleted and the snapshot still serves as
-//! a content source.
+//! Snapshots: CreateSnapshot cuts a copy of the volume's data in the backend, DeleteSnapshot
+//! removes it, ListSnapshots pages through them and GetSnapshot answers for one. A snapshot
+//! is independent of its volume: the volume may be deleted and the snapshot still serves as
+//! a content source. With `--snapshot-ready-after`, a snapshot is cut at once but ready to
+//! use only that long afterwards, as for a plugin that uploads its snapshots after cutting
+//! them (the spec's `ready_to_use` is false until then).
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use csivol_csi::csi::v1 as csi;
 use tonic::Status;
@@ -11,21 +15,44 @@ use crate::store::SnapshotRecord;
 use super::controller::page;
 use super::{Plugin, check_name, internal, require};
 
-fn wire_snapshot(s: &SnapshotRecord) -> csi::Snapshot {
-    csi::Snapshot {
-        size_bytes: s.size_bytes,
-        snapshot_id: s.id.clone(),
-        source_volume_id: s.source_volume_id.clone(),
-        creation_time: Some(prost_types::Timestamp {
-            seconds: s.created_secs,
-            nanos: s.created_nanos,
-        }),
-        ready_to_use: true,
-        group_snapshot_id: String::new(),
+/// Now, as the seconds and nanoseconds the records keep.
+pub(super) fn now_parts() -> (i64, i32) {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    (
+        i64::try_from(now.as_secs()).unwrap_or(i64::MAX),
+        i32::try_from(now.subsec_nanos()).unwrap_or(0),
+    )
+}
+
+pub(super) fn timestamp(secs: i64, nanos: i32) -> prost_types::Timestamp {
+    prost_types::Timestamp {
+        seconds: secs,
+        nanos,
     }
 }
 
 impl Plugin {
+    /// Whether a snapshot cut at the given time is ready to use now.
+    pub(super) fn ready_to_use(&self, created_secs: i64, created_nanos: i32) -> bool {
+        let cut = UNIX_EPOCH
+            + Duration::from_secs(created_secs.max(0) as u64)
+            + Duration::from_nanos(created_nanos.max(0) as u64);
+        SystemTime::now() >= cut + self.cfg.snapshot_ready_after
+    }
+
+    pub(super) fn wire_snapshot(&self, s: &SnapshotRecord) -> csi::Snapshot {
+        csi::Snapshot {
+            size_bytes: s.size_bytes,
+            snapshot_id: s.id.clone(),
+            source_volume_id: s.source_volume_id.clone(),
+            creation_time: Some(timestamp(s.created_secs, s.created_nanos)),
+            ready_to_use: self.ready_to_use(s.created_secs, s.created_nanos),
+            group_snapshot_id: s.group_snapshot_id.clone(),
+        }
+    }
+
     pub(super) fn create_snapshot(
         &self,
         req: csi::CreateSnapshotRequest,
@@ -50,21 +77,20 @@ impl Plugin {
                 )));
             }
             return Ok(csi::CreateSnapshotResponse {
-                snapshot: Some(wire_snapshot(&existing)),
+                snapshot: Some(self.wire_snapshot(&existing)),
             });
         }
         let volume = self.volume(&req.source_volume_id)?;
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default();
+        let (created_secs, created_nanos) = now_parts();
         let record = SnapshotRecord {
             id: String::new(),
             name: req.name,
             source_volume_id: volume.id.clone(),
             size_bytes: volume.capacity_bytes,
             block: volume.block,
-            created_secs: i64::try_from(now.as_secs()).unwrap_or(i64::MAX),
-            created_nanos: i32::try_from(now.subsec_nanos()).unwrap_or(0),
+            created_secs,
+            created_nanos,
+            group_snapshot_id: String::new(),
         };
         let record = self
             .backend
@@ -76,7 +102,7 @@ impl Plugin {
             "created snapshot"
         );
         Ok(csi::CreateSnapshotResponse {
-            snapshot: Some(wire_snapshot(&record)),
+            snapshot: Some(self.wire_snapshot(&record)),
         })
     }
 
@@ -91,6 +117,21 @@ impl Plugin {
         }
         require(&req.snapshot_id, "snapshot_id")?;
         let lock = self.lock()?;
+        // The spec's DeleteSnapshot errors: a snapshot that is part of a group snapshot
+        // and cannot be deleted on its own is INVALID_ARGUMENT. Its group goes as a whole
+        // (DeleteVolumeGroupSnapshot).
+        if let Some(s) = self
+            .backend
+            .snapshot(&req.snapshot_id)
+            .map_err(|e| internal(e, "read snapshot"))?
+            && !s.group_snapshot_id.is_empty()
+        {
+            return Err(Status::invalid_argument(format!(
+                "snapshot `{}` is part of group snapshot `{}` and cannot be deleted on its own; \
+                 call DeleteVolumeGroupSnapshot",
+                s.id, s.group_snapshot_id
+            )));
+        }
         // A snapshot that is gone is deleted: the call is idempotent. Volumes created from
         // a snapshot hold copies, so a snapshot is never in use.
         self.backend
@@ -124,10 +165,34 @@ impl Plugin {
             entries: page
                 .iter()
                 .map(|s| csi::list_snapshots_response::Entry {
-                    snapshot: Some(wire_snapshot(s)),
+                    snapshot: Some(self.wire_snapshot(s)),
                 })
                 .collect(),
             next_token,
+        })
+    }
+
+    /// GetSnapshot: one snapshot as it is now; NOT_FOUND when there is none, as the
+    /// spec's GetSnapshot errors ask ("Snapshot does not exist").
+    pub(super) fn get_snapshot(
+        &self,
+        req: csi::GetSnapshotRequest,
+    ) -> Result<csi::GetSnapshotResponse, Status> {
+        if !self.cfg.features.get_snapshot {
+            return Err(Status::unimplemented(
+                "this plugin does not advertise GET_SNAPSHOT",
+            ));
+        }
+        require(&req.snapshot_id, "snapshot_id")?;
+        let snapshot = self
+            .backend
+            .snapshot(&req.snapshot_id)
+            .map_err(|e| internal(e, "read snapshot"))?
+            .ok_or_else(|| {
+                Status::not_found(format!("snapshot `{}` does not exist", req.snapshot_id))
+            })?;
+        Ok(csi::GetSnapshotResponse {
+            snapshot: Some(self.wire_snapshot(&snapshot)),
         })
     }
 }

@@ -31,6 +31,8 @@ async fn every_capability_by_default() {
         C::ExpandVolume,
         C::VolumeCondition,
         C::GetVolume,
+        C::ModifyVolume,
+        C::GetSnapshot,
     ] {
         assert!(caps.contains(&c), "{c:?} in {caps:?}");
     }
@@ -80,6 +82,7 @@ async fn capabilities_left_out_are_refused() {
             "--disable=volume-condition",
             "--disable=get-volume",
             "--disable=block",
+            "--disable=modify-volume",
         ],
     )
     .await;

@@ -17,8 +17,9 @@ use tonic::transport::Channel;
 pub(crate) type Identity = csi::identity_client::IdentityClient<Channel>;
 pub(crate) type Controller = csi::controller_client::ControllerClient<Channel>;
 pub(crate) type Node = csi::node_client::NodeClient<Channel>;
+pub(crate) type Group = csi::group_controller_client::GroupControllerClient<Channel>;
 
-/// One running plugin process and clients for its three services.
+/// One running plugin process and clients for its services.
 pub(crate) struct Plugin {
     pub(crate) proc: Proc,
     pub(crate) socket: PathBuf,
@@ -28,6 +29,7 @@ pub(crate) struct Plugin {
     pub(crate) identity: Identity,
     pub(crate) controller: Controller,
     pub(crate) node: Node,
+    pub(crate) group: Group,
 }
 
 impl Plugin {
@@ -79,6 +81,7 @@ impl Plugin {
             log,
             identity,
             controller: Controller::new(channel.clone()),
+            group: Group::new(channel.clone()),
             node: Node::new(channel),
         }
     }

@@ -192,6 +192,9 @@ pub enum ControllerOpKind {
         /// The content source, as the plugin's ids.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         source: Option<crate::WireContentSource>,
+        /// CreateVolume's `mutable_parameters`.
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        mutable_parameters: BTreeMap<String, String>,
     },
     Delete {
         volume: String,
@@ -208,11 +211,24 @@ pub enum ControllerOpKind {
         #[serde(default)]
         secrets: BTreeMap<String, String>,
     },
-    /// CreateSnapshot; repeated (it is idempotent by name) until `ready_to_use`.
+    /// ControllerModifyVolume with only the mutable parameters that change.
+    Modify {
+        volume: String,
+        external_id: String,
+        parameters: BTreeMap<String, String>,
+        #[serde(default)]
+        secrets: BTreeMap<String, String>,
+    },
+    /// CreateSnapshot; repeated (it is idempotent by name) until `ready_to_use`, or, once
+    /// the snapshot is cut (`snapshot_id` known) and the plugin has GET_SNAPSHOT,
+    /// GetSnapshot in its place.
     CreateSnapshot {
         snapshot: String,
         /// The plugin's id of the source volume.
         source_volume_id: String,
+        /// The plugin's id of the snapshot once CreateSnapshot answered (empty before).
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        snapshot_id: String,
         #[serde(default)]
         parameters: BTreeMap<String, String>,
         #[serde(default)]
@@ -224,6 +240,44 @@ pub enum ControllerOpKind {
         #[serde(default)]
         secrets: BTreeMap<String, String>,
     },
+    /// CreateVolumeGroupSnapshot; repeated (it is idempotent by name) until the group is
+    /// cut, then GetVolumeGroupSnapshot of the group until it is `ready_to_use`.
+    CreateGroupSnapshot {
+        group: String,
+        /// The plugin's ids of the source volumes.
+        source_volume_ids: Vec<String>,
+        /// The plugin's id of the group once it answered (empty before).
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        group_snapshot_id: String,
+        /// The plugin's ids of the members once it answered, for GetVolumeGroupSnapshot.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        snapshot_ids: Vec<String>,
+        #[serde(default)]
+        parameters: BTreeMap<String, String>,
+        #[serde(default)]
+        secrets: BTreeMap<String, String>,
+    },
+    /// DeleteVolumeGroupSnapshot of the group with every member's id.
+    DeleteGroupSnapshot {
+        group: String,
+        group_snapshot_id: String,
+        snapshot_ids: Vec<String>,
+        #[serde(default)]
+        secrets: BTreeMap<String, String>,
+    },
+}
+
+/// One member snapshot of a group snapshot as the plugin described it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GroupMember {
+    pub snapshot_id: String,
+    /// The plugin's id of the volume it was cut from.
+    pub source_volume_id: String,
+    pub size_bytes: u64,
+    pub ready_to_use: bool,
+    #[serde(default)]
+    pub creation_time_ms: Option<u64>,
 }
 
 /// A volume staged or published on the node that must grow there (NodeExpandVolume)
@@ -256,6 +310,11 @@ pub struct DesiredState {
     /// Volumes to grow on the node.
     #[serde(default)]
     pub expand: Vec<DesiredExpand>,
+    /// When the server last asked the node to read its plugins' attach limits again
+    /// (NodeGetInfo), in unix ms: after a ControllerPublishVolume to the node answered
+    /// RESOURCE_EXHAUSTED. 0: never. The agent reads them again when this grows.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub refresh_limits: u64,
     /// Set when this answer holds only the volumes changed since the agent's index
     /// (`?since=`); absent when it is the whole state.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -315,8 +374,13 @@ impl DesiredState {
         self.index = next.index;
         self.status = next.status;
         self.controller_ops = next.controller_ops;
+        self.refresh_limits = next.refresh_limits;
         Ok(())
     }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// `POST /v1/nodes/{node}/reports`: a batch of outcomes.
@@ -432,6 +496,21 @@ pub enum Report {
         op: u64,
         attempt: u32,
     },
+    /// CreateVolumeGroupSnapshot or GetVolumeGroupSnapshot answered.
+    GroupSnapshotCreated {
+        op: u64,
+        attempt: u32,
+        group_snapshot_id: String,
+        ready_to_use: bool,
+        #[serde(default)]
+        creation_time_ms: Option<u64>,
+        snapshots: Vec<GroupMember>,
+    },
+    /// DeleteVolumeGroupSnapshot succeeded.
+    GroupSnapshotDeleted {
+        op: u64,
+        attempt: u32,
+    },
     OpError {
         op: u64,
         attempt: u32,
@@ -443,6 +522,11 @@ pub enum Report {
         attempt: u32,
         capacity_bytes: u64,
         node_expansion_required: bool,
+    },
+    /// ControllerModifyVolume succeeded.
+    Modified {
+        op: u64,
+        attempt: u32,
     },
     /// NodeExpandVolume succeeded (or there was nothing on the node to grow).
     NodeExpanded {
@@ -462,6 +546,13 @@ pub enum Report {
         plugin: String,
         started_ms: u64,
         volumes: Vec<crate::ListedVolume>,
+    },
+    /// A node plugin's attach limit, read again with NodeGetInfo (`reason` says why); sent
+    /// when it changed, or when the read was asked for.
+    NodeLimits {
+        plugin: String,
+        max_volumes_per_node: u32,
+        reason: String,
     },
     /// The agent lost the server for its fence time and took everything down.
     Fenced {

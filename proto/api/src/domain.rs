@@ -148,6 +148,9 @@ pub struct PluginCapabilities {
     /// The VolumeExpansion capability: whether a volume may grow while in use.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub volume_expansion: Option<VolumeExpansion>,
+    /// GROUP_CONTROLLER_SERVICE: the plugin serves the GroupController service.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub group_controller_service: bool,
 }
 
 /// The plugin's VolumeExpansion capability.
@@ -181,6 +184,26 @@ pub struct ControllerCapabilities {
     pub list_snapshots: bool,
     #[serde(default)]
     pub clone_volume: bool,
+    /// MODIFY_VOLUME: ControllerModifyVolume changes a volume's mutable parameters.
+    #[serde(default)]
+    pub modify_volume: bool,
+    /// GET_SNAPSHOT: GetSnapshot answers for one snapshot.
+    #[serde(default)]
+    pub get_snapshot: bool,
+    /// CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT of the GroupController service, from
+    /// GroupControllerGetCapabilities (asked only of a plugin whose GetPluginCapabilities
+    /// lists GROUP_CONTROLLER_SERVICE): `snapshot create --group`.
+    #[serde(default)]
+    pub group_snapshots: bool,
+}
+
+/// Group controller capabilities csivol acts on, from GroupControllerGetCapabilities.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupControllerCapabilities {
+    /// CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT: CreateVolumeGroupSnapshot,
+    /// DeleteVolumeGroupSnapshot and GetVolumeGroupSnapshot.
+    #[serde(default)]
+    pub create_delete_get_volume_group_snapshot: bool,
 }
 
 /// Node capabilities csivol acts on, from NodeGetCapabilities.

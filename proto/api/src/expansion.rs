@@ -7,8 +7,14 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ExpandRequest {
-    /// The capacity to reach, in bytes; never less than the volume has.
+    /// The capacity to reach, in bytes; never less than the volume has. Lower than an
+    /// expansion that failed (or whose controller call fails and waits for its retry), it
+    /// replaces that one; the capacity the volume has cancels it.
+    #[serde(default)]
     pub capacity_bytes: u64,
+    /// Cancel the expansion that failed or keeps failing; the volume keeps what it has.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cancel: bool,
 }
 
 /// Where an expansion stands.

@@ -17,6 +17,7 @@ pub mod channel;
 mod claims;
 mod errors;
 mod expansion;
+mod modify;
 mod name;
 mod nodes;
 mod operator;
@@ -29,11 +30,13 @@ mod volumes;
 pub use agent::*;
 pub use claims::*;
 pub use domain::{
-    AccessMode, AccessType, ControllerCapabilities, ErrorClass, NodeCapabilities, NodeInfo,
-    PluginCapabilities, PluginInfo, PublishContext, Topology, VolumeCapability,
+    AccessMode, AccessType, ControllerCapabilities, ErrorClass, GroupControllerCapabilities,
+    NodeCapabilities, NodeInfo, PluginCapabilities, PluginInfo, PublishContext, Topology,
+    VolumeCapability,
 };
 pub use errors::*;
 pub use expansion::*;
+pub use modify::*;
 pub use name::*;
 pub use nodes::*;
 pub use operator::*;
@@ -77,5 +80,6 @@ text_enum!(
     NodeStatus,
     Eligibility,
     Role,
-    SnapshotState
+    SnapshotState,
+    ModificationState
 );

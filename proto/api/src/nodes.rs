@@ -255,6 +255,16 @@ pub struct NodePlugin {
     /// `accessible_topology`, e.g. `{"zone": "a"}`); empty when it reports none.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub topology: BTreeMap<String, String>,
+    /// The last change of `max_volumes` the server heard of: the limit is read again with
+    /// NodeGetInfo while the node runs (every `node_limits_refresh`, and at once after a
+    /// NodeStageVolume or ControllerPublishVolume answered RESOURCE_EXHAUSTED) and at each
+    /// registration. Absent when it never changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit_change: Option<LimitChange>,
+    /// When the limit was last read again while the node ran (absent: not since the
+    /// agent registered).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit_read_at: Option<String>,
     /// How the node's agent checks this plugin's volumes ready (`mount`, `exists`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready_check: Option<String>,
@@ -271,6 +281,39 @@ pub struct PluginObservation {
     pub at: String,
     #[serde(flatten)]
     pub shape: crate::ObservedShape,
+}
+
+/// A node plugin's attach limit changed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LimitChange {
+    /// The limit before (0: no limit).
+    pub from: u32,
+    /// The limit after (0: no limit).
+    pub to: u32,
+    pub at: String,
+    /// Why it was read: `read every 5m`, `NodeStageVolume answered RESOURCE_EXHAUSTED`,
+    /// `ControllerPublishVolume to this node answered RESOURCE_EXHAUSTED`, `registration`.
+    pub reason: String,
+}
+
+impl LimitChange {
+    /// `raised` or `lowered` (no limit is the highest).
+    pub fn direction(&self) -> &'static str {
+        if self.to == 0 || (self.from != 0 && self.to > self.from) {
+            "raised"
+        } else {
+            "lowered"
+        }
+    }
+}
+
+/// An attach limit for people: the number, or `no limit` for 0.
+pub fn limit_text(n: u32) -> String {
+    if n == 0 {
+        "no limit".to_owned()
+    } else {
+        n.to_string()
+    }
 }
 
 /// A plugin across the cluster.
@@ -291,10 +334,81 @@ pub struct Plugin {
     /// Its controller reports CLONE_VOLUME (`volume create --from-volume`).
     #[serde(default)]
     pub clone_volume: bool,
+    /// Its controller reports MODIFY_VOLUME (`volume modify`, `mutable_parameters`).
+    #[serde(default)]
+    pub modify_volume: bool,
+    /// Its group controller reports CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT
+    /// (`snapshot create --group`).
+    #[serde(default)]
+    pub group_snapshots: bool,
     pub volumes: u32,
     /// The nodes that run the plugin's node service, with their topology.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub nodes: Vec<PluginNode>,
+    /// Its controller operations: what waits, what runs, how long each waited.
+    #[serde(default)]
+    pub queue: ControllerQueue,
+}
+
+/// A plugin's controller operations as the server schedules them, within the plugin's
+/// concurrency, shared fairly between attaches, detaches and the rest.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ControllerQueue {
+    /// Operations in flight at most (the server's `--controller-concurrency`).
+    pub concurrency: u32,
+    /// Due operations waiting for a free slot or a controller host, by kind (`publish`,
+    /// `unpublish`, `create`, ...).
+    #[serde(default)]
+    pub waiting: BTreeMap<String, QueuedKind>,
+    /// Operations waiting out a retry's backoff, by kind: not due yet.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub backing_off: BTreeMap<String, u32>,
+    /// How long the oldest due operation has waited; absent when none waits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oldest_wait_ms: Option<u64>,
+    /// The oldest wait past which the queue is shown with a warning (the server's
+    /// `--controller-queue-warning`).
+    pub warn_after_ms: u64,
+    /// The operations running now, oldest first, each with how long it waited to run.
+    #[serde(default)]
+    pub running: Vec<RunningOp>,
+}
+
+impl ControllerQueue {
+    /// Whether the oldest due operation has waited past the warning threshold.
+    pub fn behind(&self) -> bool {
+        self.oldest_wait_ms
+            .is_some_and(|w| self.warn_after_ms > 0 && w >= self.warn_after_ms)
+    }
+
+    /// Due operations waiting, all kinds.
+    pub fn depth(&self) -> u32 {
+        self.waiting.values().map(|k| k.count).sum()
+    }
+}
+
+/// Waiting operations of one kind.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueuedKind {
+    pub count: u32,
+    /// How long the oldest of them has waited.
+    pub oldest_wait_ms: u64,
+}
+
+/// A controller operation running on a controller host.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunningOp {
+    pub id: u64,
+    pub kind: String,
+    /// The volume it is for (`snapshot/NAME` for a snapshot's).
+    pub volume: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    pub host: String,
+    /// How long it waited, from due (queued, or its retry due) to handed to its host.
+    pub waited_ms: u64,
+    /// How long it has been running.
+    pub running_ms: u64,
 }
 
 /// A node that runs a plugin's node service, as `plugin show` lists it.

@@ -1,6 +1,7 @@
 //! Snapshots: `PUT /v1/snapshots/{name}`, `GET /v1/snapshots[?volume=V]`,
-//! `GET /v1/snapshots/{name}`, `DELETE /v1/snapshots/{name}`; and the content source a
-//! volume is created from (`volume create --from-snapshot` / `--from-volume`).
+//! `GET /v1/snapshots/{name}`, `DELETE /v1/snapshots/{name}`; group snapshots under
+//! `/v1/group-snapshots` alike; and the content source a volume is created from
+//! (`volume create --from-snapshot` / `--from-volume`).
 
 use std::collections::BTreeMap;
 
@@ -73,6 +74,53 @@ pub struct Snapshot {
     #[serde(default)]
     pub parameters: BTreeMap<String, String>,
     /// The last error of its CreateSnapshot or DeleteSnapshot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The group snapshot it was cut in (`snapshot create --group`): it is deleted with
+    /// its group, never alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    pub created_at: String,
+    pub updated_at: String,
+    pub index: u64,
+}
+
+/// `PUT /v1/group-snapshots/{name}`: snapshot several volumes of one plugin together
+/// (CreateVolumeGroupSnapshot), write-order consistent across them by the plugin.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GroupSnapshotRequest {
+    /// The volumes to snapshot together (csivol volume names), at least one.
+    pub volumes: Vec<String>,
+    /// Plugin-specific CreateVolumeGroupSnapshot parameters.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub parameters: BTreeMap<String, String>,
+}
+
+/// A group snapshot as the API shows it: the group and its member snapshots, each an
+/// ordinary snapshot (`GET /v1/snapshots/{member}`) a volume can be created from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupSnapshot {
+    pub name: String,
+    pub plugin: String,
+    /// The csivol volumes it was taken of, in the order asked.
+    pub volumes: Vec<String>,
+    /// The plugin's group snapshot id; empty until CreateVolumeGroupSnapshot answered.
+    pub group_snapshot_id: String,
+    /// `creating`, `pending` (cut, not every member ready to use), `ready`, `deleting`
+    /// or `failed`, as for a snapshot.
+    pub state: SnapshotState,
+    pub ready_to_use: bool,
+    /// When the storage system cut the group (RFC 3339), once known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub creation_time: Option<String>,
+    #[serde(default)]
+    pub parameters: BTreeMap<String, String>,
+    /// Its member snapshots, one per volume, once the plugin cut them.
+    #[serde(default)]
+    pub members: Vec<Snapshot>,
+    /// The last error of its CreateVolumeGroupSnapshot, GetVolumeGroupSnapshot or
+    /// DeleteVolumeGroupSnapshot.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     pub created_at: String,

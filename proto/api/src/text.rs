@@ -10,8 +10,8 @@
 use std::collections::BTreeMap;
 
 use crate::{
-    ClaimRequest, ContentSource, CreateVolumeSpec, RegisterRequest, SnapshotRequest, Topology,
-    VolumeSpec, validate_name,
+    ClaimRequest, ContentSource, CreateVolumeSpec, GroupSnapshotRequest, RegisterRequest,
+    SnapshotRequest, Topology, VolumeSpec, validate_name,
 };
 
 /// Characters a terminal may act on, or that show text in another order than it reads:
@@ -106,6 +106,12 @@ impl FreeText for ClaimRequest {
 }
 
 impl FreeText for SnapshotRequest {
+    fn check_text(&self) -> Result<(), String> {
+        check_map("parameters", &self.parameters)
+    }
+}
+
+impl FreeText for GroupSnapshotRequest {
     fn check_text(&self) -> Result<(), String> {
         check_map("parameters", &self.parameters)
     }

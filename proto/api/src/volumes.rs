@@ -86,6 +86,10 @@ pub struct CreateVolumeSpec {
     /// The data the new volume starts with: a snapshot or another volume of the plugin.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<crate::ContentSource>,
+    /// Parameters the plugin can change later (CreateVolume's `mutable_parameters`; the
+    /// plugin must report MODIFY_VOLUME).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub mutable_parameters: BTreeMap<String, String>,
 }
 
 /// Where a volume stands, derived from its claims and attachments.
@@ -166,6 +170,13 @@ pub struct Volume {
     /// An expansion in progress, or the one that failed (`csivol volume expand`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expansion: Option<crate::Expansion>,
+    /// The mutable parameters the volume has: as created, then as ControllerModifyVolume
+    /// changed them.
+    #[serde(default)]
+    pub mutable_parameters: BTreeMap<String, String>,
+    /// A change of them asked for and not applied yet, or refused (`csivol volume modify`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub modification: Option<crate::Modification>,
     pub claims: Vec<Claim>,
     pub attachments: Vec<AttachmentStatus>,
     pub created_at: String,

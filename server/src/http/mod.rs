@@ -204,6 +204,7 @@ pub fn router(app: App) -> Router {
         )
         .route("/v1/volumes/{name}/create", post(create_volume))
         .route("/v1/volumes/{name}/expand", post(expand_volume))
+        .route("/v1/volumes/{name}/modify", post(modify_volume))
         .route("/v1/volumes/{name}/claims", post(post_claim))
         .route(
             "/v1/volumes/{name}/claims/{alloc}",
@@ -249,6 +250,16 @@ pub fn router(app: App) -> Router {
             get(snapshot_endpoints::get_snapshot)
                 .put(snapshot_endpoints::put_snapshot)
                 .delete(snapshot_endpoints::delete_snapshot),
+        )
+        .route(
+            "/v1/group-snapshots",
+            get(snapshot_endpoints::list_group_snapshots),
+        )
+        .route(
+            "/v1/group-snapshots/{name}",
+            get(snapshot_endpoints::get_group_snapshot)
+                .put(snapshot_endpoints::put_group_snapshot)
+                .delete(snapshot_endpoints::delete_group_snapshot),
         )
         .route("/v1/events", get(events))
         .route("/v1/controller-findings", get(controller_findings))
@@ -303,8 +314,12 @@ async fn health(State(app): State<App>) -> Json<Health> {
 async fn metrics(State(app): State<App>, headers: HeaderMap) -> ApiResult<Response> {
     app.caller(&headers)?.require_reader()?;
     let m = Arc::clone(&app.metrics);
-    let counts = app.db.read(|c| c.state_counts()).await?;
-    let text = m.render(&counts)?;
+    let now = now_ms();
+    let (counts, waiting) = app
+        .db
+        .read(move |c| Ok((c.state_counts()?, c.waiting_ops(None, now)?)))
+        .await?;
+    let text = m.render(&counts, &waiting, now)?;
     Ok((
         [(
             axum::http::header::CONTENT_TYPE,
@@ -520,9 +535,26 @@ async fn expand_volume(
     let (actor, limits) = app.operator(&headers)?;
     let (v, started) = app
         .db
-        .write(move |ctx| {
-            lifecycle::expand_volume(ctx, &volume, req.capacity_bytes, &actor, &limits)
-        })
+        .write(move |ctx| lifecycle::expand_volume(ctx, &volume, &req, &actor, &limits))
+        .await?;
+    let status = if started {
+        StatusCode::ACCEPTED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(v)).into_response())
+}
+
+async fn modify_volume(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(volume): Path<String>,
+    Body(req): Body<csivol_api::ModifyRequest>,
+) -> ApiResult<Response> {
+    let (actor, limits) = app.operator(&headers)?;
+    let (v, started) = app
+        .db
+        .write(move |ctx| lifecycle::modify_volume(ctx, &volume, &req, &actor, &limits))
         .await?;
     let status = if started {
         StatusCode::ACCEPTED

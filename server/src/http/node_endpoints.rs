@@ -270,7 +270,12 @@ pub(super) async fn list_plugins(
     headers: HeaderMap,
 ) -> ApiResult<Json<Vec<api::Plugin>>> {
     app.caller(&headers)?.require_reader()?;
-    Ok(Json(app.db.read(|c| views::list_plugins(c, None)).await?))
+    let limits = app.limits.clone();
+    Ok(Json(
+        app.db
+            .read(move |c| views::list_plugins(c, None, &limits))
+            .await?,
+    ))
 }
 
 pub(super) async fn get_plugin(
@@ -280,9 +285,10 @@ pub(super) async fn get_plugin(
 ) -> ApiResult<Json<api::Plugin>> {
     app.caller(&headers)?.require_reader()?;
     name("plugin", &id)?;
+    let limits = app.limits.clone();
     app.db
         .read(move |c| {
-            let found = views::list_plugins(c, Some(&id))?;
+            let found = views::list_plugins(c, Some(&id), &limits)?;
             match found.into_iter().next() {
                 Some(p) => Ok(Json(p)),
                 None => Err(lifecycle::unknown_plugin(&id, &c.plugin_ids()?)),

@@ -1,4 +1,5 @@
-//! The snapshot endpoints: `PUT/GET/DELETE /v1/snapshots/{name}`, `GET /v1/snapshots`.
+//! The snapshot endpoints: `PUT/GET/DELETE /v1/snapshots/{name}`, `GET /v1/snapshots`,
+//! and the group snapshots' alike under `/v1/group-snapshots`.
 
 use super::*;
 
@@ -6,6 +7,8 @@ use super::*;
 #[serde(deny_unknown_fields)]
 pub(super) struct SnapshotFilter {
     volume: Option<String>,
+    /// Only the members of this group snapshot.
+    group: Option<String>,
 }
 
 pub(super) async fn list_snapshots(
@@ -17,9 +20,12 @@ pub(super) async fn list_snapshots(
     if let Some(v) = &f.volume {
         name("volume", v)?;
     }
+    if let Some(g) = &f.group {
+        name("group snapshot", g)?;
+    }
     let snapshots = app
         .db
-        .read(move |c| lifecycle::list_snapshots(c, f.volume.as_deref()))
+        .read(move |c| lifecycle::list_snapshots(c, f.volume.as_deref(), f.group.as_deref()))
         .await?;
     Ok(Json(snapshots))
 }
@@ -78,6 +84,76 @@ pub(super) async fn delete_snapshot(
         .await?;
     Ok(match s {
         Some(s) => (StatusCode::ACCEPTED, Json(s)).into_response(),
+        None => StatusCode::NO_CONTENT.into_response(),
+    })
+}
+
+pub(super) async fn list_group_snapshots(
+    State(app): State<App>,
+    headers: HeaderMap,
+) -> ApiResult<Json<Vec<api::GroupSnapshot>>> {
+    app.caller(&headers)?.require_reader()?;
+    let groups = app.db.read(lifecycle::list_group_snapshots).await?;
+    Ok(Json(groups))
+}
+
+pub(super) async fn get_group_snapshot(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(group): Path<String>,
+    Q(b): Q<Blocking>,
+) -> ApiResult<Response> {
+    app.caller(&headers)?.require_reader()?;
+    name("group snapshot", &group)?;
+    // Groups and snapshots share names, and so the key that wakes their followers.
+    let key = Key::Snapshot(group.clone());
+    let blocking = b.wait()?;
+    let _permit = app.long_poll(blocking.is_some())?;
+    let index = match blocking {
+        Some((after, wait)) => app.db.hub.wait(&key, after, wait).await,
+        None => app.db.hub.index(&key),
+    };
+    let g = app
+        .db
+        .read(move |c| lifecycle::group_snapshot_view(c, &group))
+        .await?;
+    Ok(with_index(StatusCode::OK, index, g))
+}
+
+pub(super) async fn put_group_snapshot(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(group): Path<String>,
+    Body(req): Body<api::GroupSnapshotRequest>,
+) -> ApiResult<Response> {
+    let (actor, limits) = app.operator(&headers)?;
+    let (g, started) = app
+        .db
+        .write(move |ctx| {
+            lifecycle::create_group_snapshot(ctx, &group, req.clone(), &actor, &limits)
+        })
+        .await?;
+    let status = if started {
+        StatusCode::ACCEPTED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(g)).into_response())
+}
+
+pub(super) async fn delete_group_snapshot(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(group): Path<String>,
+) -> ApiResult<Response> {
+    let (actor, limits) = app.operator(&headers)?;
+    name("group snapshot", &group)?;
+    let g = app
+        .db
+        .write(move |ctx| lifecycle::delete_group_snapshot(ctx, &group, &actor, &limits))
+        .await?;
+    Ok(match g {
+        Some(g) => (StatusCode::ACCEPTED, Json(g)).into_response(),
         None => StatusCode::NO_CONTENT.into_response(),
     })
 }

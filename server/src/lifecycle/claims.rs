@@ -203,8 +203,13 @@ fn node_refusal_error(
         .with_hint("`csivol plugin show` lists the nodes that run it"),
         NodeRefusal::NoRoom { used, max } => ApiError::conflict(format!(
             "node `{node}` has no free slot for plugin `{}`: {used} of {max} volumes in use \
-             (attachments still detaching count)",
-            v.plugin
+             (attachments still detaching count){}",
+            v.plugin,
+            conn.node_plugin(node, &v.plugin)?
+                .and_then(|p| p.limit_change)
+                .filter(|c| c.to == max)
+                .map(|c| format!("; {}", c.describe()))
+                .unwrap_or_default()
         ))
         .with_hint("release a claim on that node, choose another node, or claim with --queue"),
         NodeRefusal::OutOfTopology => {

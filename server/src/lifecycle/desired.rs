@@ -89,6 +89,7 @@ fn start(conn: &(impl Snapshot + ?Sized), node: &str, index: u64) -> ApiResult<a
         index,
         status: Some(n.status),
         controller_ops,
+        refresh_limits: u64::try_from(n.limits_refresh_at).unwrap_or(0),
         ..api::DesiredState::default()
     })
 }

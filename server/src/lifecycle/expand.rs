@@ -20,22 +20,38 @@ use crate::watch::Key;
 use csivol_rules::expansion::{Decision, Facts, decide};
 use csivol_rules::kinds::{EventKind, OpKind};
 
-/// `POST /v1/volumes/{name}/expand`: checks the rule and queues ControllerExpandVolume.
-/// Returns the volume and whether the request started something.
+/// `POST /v1/volumes/{name}/expand`: checks the rule and queues ControllerExpandVolume, or
+/// lowers or cancels an expansion that failed or keeps failing. Returns the volume and
+/// whether the request started or changed something.
 pub fn expand_volume(
     ctx: &mut impl Txn,
     name: &str,
-    capacity_bytes: u64,
+    req: &api::ExpandRequest,
     actor: &str,
     limits: &Limits,
 ) -> ApiResult<(api::Volume, bool)> {
-    if capacity_bytes == 0 || capacity_bytes > i64::MAX as u64 {
+    let capacity_bytes = req.capacity_bytes;
+    if req.cancel && capacity_bytes != 0 {
+        return Err(ApiError::invalid(
+            "`cancel` takes no `capacity_bytes`: it keeps the capacity the volume has",
+        ));
+    }
+    if !req.cancel && (capacity_bytes == 0 || capacity_bytes > i64::MAX as u64) {
         return Err(ApiError::invalid(format!(
             "`capacity_bytes` must be between 1 and {}",
             i64::MAX
         )));
     }
     let v = ctx.require_volume(name)?;
+    // A controller call that failed and waits for its retry: none running now.
+    let op = ctx.key_op(OpKind::Expand, name)?;
+    let retrying = v
+        .expansion
+        .as_ref()
+        .is_some_and(|e| e.phase == ExpansionPhase::Controller && e.error.is_some())
+        && op
+            .as_ref()
+            .is_some_and(|o| o.host.is_none() && o.attempt > 0);
     let regs = ctx.plugin_registrations(&v.plugin)?;
     let controllers: Vec<_> = regs.iter().filter_map(|(_, _, r)| r.controller).collect();
     let controller_expand =
@@ -67,6 +83,8 @@ pub fn expand_volume(
             .as_ref()
             .filter(|e| !(e.when_staged && e.nodes.is_empty()))
             .map(|e| (e.capacity_bytes, e.phase)),
+        retrying,
+        cancel: req.cancel,
         controller_expand,
         node_expand: regs.iter().any(|(_, _, r)| {
             r.node
@@ -81,6 +99,15 @@ pub fn expand_volume(
     };
     match decide(&facts) {
         Ok(Decision::Nothing) => return Ok((volume_view(ctx, name)?, false)),
+        Ok(Decision::Cancel) => {
+            cancel(ctx, &v, op.as_ref(), actor)?;
+            return Ok((volume_view(ctx, name)?, true));
+        }
+        Ok(Decision::Lower) => {
+            let op = op.expect("a retried expansion has its operation");
+            lower(ctx, &v, &op, capacity_bytes, actor, limits)?;
+            return Ok((volume_view(ctx, name)?, true));
+        }
         Ok(Decision::StartOnNodes) => {
             start_on_nodes(ctx, &v, capacity_bytes, actor)?;
             return Ok((volume_view(ctx, name)?, true));
@@ -115,6 +142,70 @@ pub fn expand_volume(
     )?;
     schedule_ops(ctx, &v.plugin, limits)?;
     Ok((volume_view(ctx, name)?, true))
+}
+
+/// Drops the expansion that failed or waits for its retry; the volume keeps its capacity.
+fn cancel(ctx: &mut impl Txn, v: &VolumeRow, op: Option<&OpRow>, actor: &str) -> ApiResult<()> {
+    let e = v
+        .expansion
+        .as_ref()
+        .expect("the rule cancels a recorded expansion");
+    if let Some(o) = op {
+        ctx.delete_op(o.id)?;
+    }
+    ctx.set_volume_expansion(&v.name, None, None)?;
+    ctx.touch(Key::Volume(v.name.clone()));
+    let keeps = v
+        .capacity_bytes
+        .map_or_else(|| "its capacity".to_owned(), format_size);
+    event(
+        ctx,
+        EventKind::VolumeExpansionCancelled,
+        Some(&v.name),
+        None,
+        None,
+        actor,
+        format!(
+            "the expansion to {} is cancelled ({}); the volume keeps {keeps}",
+            format_size(e.capacity_bytes),
+            e.error.as_deref().unwrap_or("it failed")
+        ),
+    )
+}
+
+/// Asks the retried ControllerExpandVolume for a smaller capacity instead, at once.
+fn lower(
+    ctx: &mut impl Txn,
+    v: &VolumeRow,
+    op: &OpRow,
+    capacity_bytes: u64,
+    actor: &str,
+    limits: &Limits,
+) -> ApiResult<()> {
+    let mut e = v
+        .expansion
+        .clone()
+        .expect("the rule lowers a recorded expansion");
+    let (from, why) = (e.capacity_bytes, e.error.take().unwrap_or_default());
+    e.capacity_bytes = capacity_bytes;
+    ctx.set_volume_expansion(&v.name, None, Some(&e))?;
+    ctx.touch(Key::Volume(v.name.clone()));
+    let payload = serde_json::json!({ "capacity_bytes": capacity_bytes });
+    ctx.retarget_op(op.id, &payload.to_string())?;
+    event(
+        ctx,
+        EventKind::VolumeExpanding,
+        Some(&v.name),
+        None,
+        None,
+        actor,
+        format!(
+            "expansion lowered from {} to {} after: {why}",
+            format_size(from),
+            format_size(capacity_bytes)
+        ),
+    )?;
+    schedule_ops(ctx, &v.plugin, limits)
 }
 
 /// A node-only plugin's expansion: no controller step; NodeExpandVolume on every node

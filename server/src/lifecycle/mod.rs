@@ -26,9 +26,11 @@ mod claims;
 mod desired;
 mod expand;
 mod fence;
+mod group_snapshots;
 mod hosting;
 mod labels;
 mod leases;
+mod modify;
 mod nodes;
 mod operator;
 mod ops;
@@ -45,9 +47,13 @@ pub use claims::{claim_dry_run, create_claim, no_claim, release_claim};
 pub use desired::{desired_changes, desired_state};
 pub use expand::expand_volume;
 pub(crate) use fence::{Evidence, failure, fenced_node_returned, record_fence};
+pub use group_snapshots::{
+    create_group_snapshot, delete_group_snapshot, group_snapshot_view, list_group_snapshots,
+};
 pub use hosting::{change_controller_hosts, refused_hosting};
 pub use labels::set_labels;
 pub use leases::{expire_leases, renew_lease};
+pub use modify::modify_volume;
 pub use nodes::{
     Expiry, expire_node, mark_lost, node_id_refused, node_stopping, register_node, remove_node,
     set_eligibility,
@@ -64,6 +70,15 @@ pub use volumes::{create_volume, deregister_volume, register_volume, unknown_plu
 pub struct Limits {
     /// Controller operations in flight per plugin.
     pub controller_concurrency: u32,
+    /// The oldest wait past which a plugin's controller queue is shown with a warning.
+    pub controller_queue_warning: std::time::Duration,
+    /// Per plugin, the class of controller operations its last slot went to, so that the
+    /// next tie goes to another (`csivol_rules::schedule`). Kept in memory, a hint for ties
+    /// only: after a restart (or on another leader) the first tie goes to the one waiting
+    /// longest, and a write that rolls back may leave it a turn ahead.
+    pub served_last: std::sync::Arc<
+        std::sync::Mutex<std::collections::HashMap<String, csivol_rules::schedule::OpClass>>,
+    >,
     pub metrics: std::sync::Arc<super::metrics::Metrics>,
 }
 

@@ -1,12 +1,13 @@
 //! The controller-operation queue: operations queued, handed to healthy controller hosts
 //! within limits, finished, or retried with backoff.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::time::Duration;
 
 use csivol_api::domain::ErrorClass;
 use csivol_api::{self as api, ClaimState, ControllerOpKind, PluginError};
 
+use super::group_snapshots::{group_of_op, group_op_failed, group_op_kind, group_op_waiting};
 use super::snapshots::{snapshot_of_op, snapshot_op_failed, snapshot_op_kind, snapshot_op_waiting};
 use super::{Limits, delete_attachment, event, format_error, set_claim_state, touch_volume};
 use crate::error::ApiResult;
@@ -14,6 +15,7 @@ use crate::model::{Lifecycle, OpRow, time};
 use crate::store::{OpSlot, Snapshot, Txn};
 use crate::watch::Key;
 use csivol_rules::kinds::{EventKind, OpKind};
+use csivol_rules::schedule;
 
 /// Exponential backoff with jitter: 1 s doubling to 5 min, ±20 %.
 pub fn backoff(attempt: u32) -> Duration {
@@ -25,7 +27,9 @@ pub fn backoff(attempt: u32) -> Duration {
 }
 
 /// Hands unassigned, due controller operations of `plugin` to healthy hosts, within the
-/// limits: one in flight per (plugin, node) and `controller_concurrency` per plugin.
+/// limits: one in flight per (plugin, node) and `controller_concurrency` per plugin, the
+/// slots shared fairly between attaches, detaches and the rest, and between volumes
+/// (`csivol_rules::schedule`). Each operation's wait, from due to handed out, is observed.
 pub fn schedule_ops(ctx: &mut impl Txn, plugin: &str, limits: &Limits) -> ApiResult<()> {
     let hosts = ctx.controller_hosts(plugin)?;
     let waiting = ctx.due_ops(plugin, ctx.now())?;
@@ -41,11 +45,15 @@ pub fn schedule_ops(ctx: &mut impl Txn, plugin: &str, limits: &Limits) -> ApiRes
             if !ctx.note_op_waiting(o.id, &msg)? {
                 continue;
             }
-            if let Some(op) = ctx.op(o.id)?
-                && snapshot_of_op(&op).is_some()
-            {
-                snapshot_op_waiting(ctx, &op, &msg)?;
-                continue;
+            if let Some(op) = ctx.op(o.id)? {
+                if snapshot_of_op(&op).is_some() {
+                    snapshot_op_waiting(ctx, &op, &msg)?;
+                    continue;
+                }
+                if group_of_op(&op).is_some() {
+                    group_op_waiting(ctx, &op, &msg)?;
+                    continue;
+                }
             }
             match &o.node {
                 Some(n) => ctx.note_attach_waiting(&o.volume, n, &msg)?,
@@ -56,37 +64,61 @@ pub fn schedule_ops(ctx: &mut impl Txn, plugin: &str, limits: &Limits) -> ApiRes
         return Ok(());
     }
     let mut load: HashMap<String, u32> = hosts.iter().map(|h| (h.clone(), 0)).collect();
-    let mut busy_nodes = BTreeSet::new();
-    let mut in_flight = 0;
-    for o in ctx.assigned_ops(plugin)? {
-        in_flight += 1;
-        if let Some(host) = o.host {
-            *load.entry(host).or_default() += 1;
-        }
-        if let Some(n) = o.node {
-            busy_nodes.insert(n);
+    let assigned = ctx.assigned_ops(plugin)?;
+    for o in &assigned {
+        if let Some(host) = &o.host {
+            *load.entry(host.clone()).or_default() += 1;
         }
     }
-    for OpSlot { id, node, .. } in waiting {
-        if in_flight >= limits.controller_concurrency {
-            break;
-        }
-        if let Some(n) = &node
-            && !busy_nodes.insert(n.clone())
-        {
-            continue;
-        }
+    let free = (limits.controller_concurrency as usize).saturating_sub(assigned.len());
+    if free == 0 {
+        return Ok(());
+    }
+    let running: Vec<schedule::Running<'_>> = assigned.iter().map(running).collect();
+    let queued: Vec<schedule::Waiting<'_>> = waiting.iter().map(queued).collect();
+    let last = served_last(limits).get(plugin).copied();
+    let picked = schedule::pick(&queued, &running, free, last);
+    if let Some(class) = picked.last {
+        served_last(limits).insert(plugin.to_owned(), class);
+    }
+    let by_id: HashMap<i64, &OpSlot> = waiting.iter().map(|o| (o.id, o)).collect();
+    for id in picked.ids {
+        let o = by_id[&id];
         let host = hosts
             .iter()
             .min_by_key(|h| load[*h])
             .expect("hosts is not empty")
             .clone();
         *load.get_mut(&host).expect("known host") += 1;
-        in_flight += 1;
         ctx.assign_op(id, &host)?;
         ctx.touch(Key::NodeOps(host));
+        limits
+            .metrics
+            .op_waited(plugin, o.kind.as_str(), ctx.now() - o.due_since);
     }
     Ok(())
+}
+
+fn served_last(limits: &Limits) -> std::sync::MutexGuard<'_, HashMap<String, schedule::OpClass>> {
+    limits.served_last.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn running(o: &OpSlot) -> schedule::Running<'_> {
+    schedule::Running {
+        kind: o.kind,
+        volume: &o.volume,
+        node: o.node.as_deref(),
+    }
+}
+
+fn queued(o: &OpSlot) -> schedule::Waiting<'_> {
+    schedule::Waiting {
+        id: o.id,
+        kind: o.kind,
+        volume: &o.volume,
+        node: o.node.as_deref(),
+        due_since: o.due_since,
+    }
 }
 
 /// Plugins with controller operations due for assignment (for the periodic scheduler).
@@ -166,6 +198,12 @@ pub(super) fn op_failed(
     if snapshot_of_op(o).is_some() {
         return snapshot_op_failed(ctx, o, error, actor);
     }
+    if group_of_op(o).is_some() {
+        return group_op_failed(ctx, o, error, actor);
+    }
+    if o.kind == OpKind::Modify {
+        return super::modify::modify_failed(ctx, o, error, actor);
+    }
     let class = ErrorClass::of_name(&error.code);
     let message = format!("{} failed: {}", o.kind.call(), format_error(error));
     if super::volumes::create_was_cancelled(ctx, o)? {
@@ -179,6 +217,20 @@ pub(super) fn op_failed(
         } else {
             finish_delete(ctx, o, actor)
         };
+    }
+    if o.kind == OpKind::Publish
+        && error.code == "RESOURCE_EXHAUSTED"
+        && let Some(n) = &node
+    {
+        // The node holds fewer volumes than its limit said (ControllerPublishVolume's error
+        // table: "8 RESOURCE_EXHAUSTED | Indicates that the maximum supported number of
+        // volumes that can be attached to the specified node are already attached"): its
+        // agent reads it again, and the next claim decision counts what it reads. The
+        // publish keeps its retries ("Caller MUST ensure that the number of volumes
+        // already attached to the node is less then the maximum supported number of
+        // volumes before retrying with exponential backoff").
+        ctx.ask_node_limits(n)?;
+        ctx.touch(Key::NodeOps(n.clone()));
     }
     let retry = class == ErrorClass::Retry || o.kind == OpKind::Unpublish;
     if retry {
@@ -235,7 +287,12 @@ pub(super) fn op_failed(
             ctx.touch(Key::Volume(o.volume.clone()));
         }
         OpKind::Expand => super::expand::controller_expand_failed(ctx, &o.volume, &message, true)?,
-        OpKind::Unpublish | OpKind::CreateSnapshot | OpKind::DeleteSnapshot => {}
+        OpKind::Unpublish
+        | OpKind::Modify
+        | OpKind::CreateSnapshot
+        | OpKind::DeleteSnapshot
+        | OpKind::CreateGroupSnapshot
+        | OpKind::DeleteGroupSnapshot => {}
     }
     Ok(())
 }
@@ -254,6 +311,9 @@ pub fn op_to_api(
     };
     if snapshot_of_op(o).is_some() {
         return Ok(snapshot_op_kind(conn, o)?.map(op));
+    }
+    if group_of_op(o).is_some() {
+        return Ok(group_op_kind(conn, o)?.map(op));
     }
     let Some(v) = conn.volume(&o.volume)? else {
         return Ok(None);
@@ -291,6 +351,7 @@ pub fn op_to_api(
                 secrets: v.secrets.clone(),
                 topology_request: v.topology_request.clone(),
                 source: serde_json::from_value(payload["source"].clone()).ok(),
+                mutable_parameters: v.mutable_parameters.clone(),
             }
         }
         OpKind::Delete => ControllerOpKind::Delete {
@@ -308,7 +369,16 @@ pub fn op_to_api(
                 secrets: v.secrets.clone(),
             }
         }
-        OpKind::CreateSnapshot | OpKind::DeleteSnapshot => return Ok(None),
+        OpKind::Modify => ControllerOpKind::Modify {
+            volume: v.name.clone(),
+            external_id: v.external_id.clone(),
+            parameters: super::modify::op_parameters(o)?,
+            secrets: v.secrets.clone(),
+        },
+        OpKind::CreateSnapshot
+        | OpKind::DeleteSnapshot
+        | OpKind::CreateGroupSnapshot
+        | OpKind::DeleteGroupSnapshot => return Ok(None),
     };
     Ok(Some(op(kind)))
 }

@@ -12,8 +12,8 @@ use super::attachments::{advance_volume, begin_detach};
 use super::expand::{controller_expanded, node_expand_error, node_expanded};
 use super::nodes::record_drift;
 use super::ops::{finish_delete, finish_unpublish, load_op, observe_op, op_failed, schedule_ops};
-use super::snapshots;
 use super::{Limits, delete_claim, event, format_error, list_or, set_claim_state, touch_volume};
+use super::{group_snapshots, snapshots};
 use crate::error::{ApiError, ApiResult};
 use crate::model::{ClaimRow, OpRow, StoredObservation, time};
 use crate::store::Txn;
@@ -135,6 +135,27 @@ pub fn apply_reports(
                     snapshots::snapshot_deleted(ctx, o, &b.actor)
                 })?
             }
+            Report::GroupSnapshotCreated {
+                op,
+                attempt,
+                group_snapshot_id,
+                ready_to_use,
+                creation_time_ms,
+                snapshots,
+            } => with_op(ctx, &mut b, op, attempt, "ok", |ctx, b, o| {
+                let answer = group_snapshots::GroupCut {
+                    group_snapshot_id,
+                    ready_to_use,
+                    creation_time_ms,
+                    snapshots,
+                };
+                group_snapshots::group_created(ctx, o, &b.actor, answer)
+            })?,
+            Report::GroupSnapshotDeleted { op, attempt } => {
+                with_op(ctx, &mut b, op, attempt, "ok", |ctx, b, o| {
+                    group_snapshots::group_deleted(ctx, o, &b.actor)
+                })?
+            }
             Report::OpError { op, attempt, error } => {
                 with_op(ctx, &mut b, op, attempt, "error", |ctx, b, o| {
                     op_failed(ctx, o, &error, &b.actor)?;
@@ -150,6 +171,11 @@ pub fn apply_reports(
             } => with_op(ctx, &mut b, op, attempt, "ok", |ctx, b, o| {
                 controller_expanded(ctx, o, capacity_bytes, node_expansion_required, &b.actor)
             })?,
+            Report::Modified { op, attempt } => {
+                with_op(ctx, &mut b, op, attempt, "ok", |ctx, b, o| {
+                    super::modify::modified(ctx, o, &b.actor)
+                })?
+            }
             Report::NodeExpanded {
                 volume, attempt, ..
             } => node_expanded(ctx, node, &b.actor, &volume, attempt)?,
@@ -164,6 +190,11 @@ pub fn apply_reports(
                 started_ms,
                 volumes,
             } => super::reconcile::controller_volumes(ctx, node, &plugin, started_ms, &volumes)?,
+            Report::NodeLimits {
+                plugin,
+                max_volumes_per_node,
+                reason,
+            } => node_limits(ctx, &mut b, &plugin, max_volumes_per_node, &reason)?,
         }
     }
     for v in b.advance {
@@ -514,6 +545,40 @@ fn created(ctx: &mut impl Txn, b: &mut Batch<'_>, o: &OpRow, made: Made<'_>) -> 
             )
         },
     )
+}
+
+/// A node plugin's attach limit, read again with NodeGetInfo: recorded, and counted by the
+/// next claim decision on the node. A change is an event, and a raised limit may let
+/// claims queued on the node start.
+fn node_limits(
+    ctx: &mut impl Txn,
+    b: &mut Batch<'_>,
+    plugin: &str,
+    limit: u32,
+    reason: &str,
+) -> ApiResult<()> {
+    let Some(from) = ctx.set_node_limit(b.node, plugin, limit, reason)? else {
+        return Ok(());
+    };
+    ctx.touch(Key::Node(b.node.to_owned()));
+    let show = csivol_api::limit_text;
+    event(
+        ctx,
+        EventKind::NodeLimitChanged,
+        None,
+        Some(b.node),
+        None,
+        &b.actor,
+        format!(
+            "plugin `{plugin}`'s attach limit changed from {} to {} (NodeGetInfo read again: {reason})",
+            show(from),
+            show(limit)
+        ),
+    )?;
+    for c in ctx.claims_of_node(b.node, Some(ClaimState::Queued))? {
+        b.advance.insert(c.volume);
+    }
+    Ok(())
 }
 
 /// The node's agent fenced itself after losing the server.

@@ -1,8 +1,10 @@
 //! Snapshots: taken and deleted through the plugin's controller as controller operations
 //! (queued, handed to controller hosts within the same limits, retried with the same
-//! backoff as CreateVolume), `ready_to_use` tracked until true by repeating CreateSnapshot
-//! (idempotent by name, as the spec allows); and the content source of a volume created
-//! from a snapshot or cloned from a volume.
+//! backoff as CreateVolume), `ready_to_use` tracked until true by repeating the operation:
+//! CreateSnapshot (idempotent by name, as the spec allows), or GetSnapshot of the snapshot
+//! cut where the plugin has GET_SNAPSHOT (the controller host chooses; the operation names
+//! the snapshot id once known); and the content source of a volume created from a
+//! snapshot or cloned from a volume.
 //!
 //! A snapshot's operations are queued under the key `snapshot/NAME` in the operation's
 //! volume column: no volume can be named so (names have no `/`), so the queue's
@@ -37,7 +39,7 @@ pub(super) fn snapshot_of_op(o: &OpRow) -> Option<&str> {
     o.volume.strip_prefix(OP_PREFIX)
 }
 
-fn refused(r: Refusal) -> ApiError {
+pub(super) fn refused(r: Refusal) -> ApiError {
     let e = if r.transient {
         ApiError::conflict(r.message)
     } else {
@@ -46,7 +48,7 @@ fn refused(r: Refusal) -> ApiError {
     e.with_hint(r.hint)
 }
 
-fn facts(v: &VolumeRow) -> VolumeFacts<'_> {
+pub(super) fn facts(v: &VolumeRow) -> VolumeFacts<'_> {
     VolumeFacts {
         name: &v.name,
         plugin: &v.plugin,
@@ -67,16 +69,28 @@ pub fn snapshot_view(conn: &(impl Snapshot + ?Sized), name: &str) -> ApiResult<a
     Ok(require_snapshot(conn, name)?.to_api())
 }
 
-/// `GET /v1/snapshots[?volume=V]`.
+/// `GET /v1/snapshots[?volume=V][&group=G]`: a group's members, where `group` names one.
 pub fn list_snapshots(
     conn: &(impl Snapshot + ?Sized),
     volume: Option<&str>,
+    group: Option<&str>,
 ) -> ApiResult<Vec<api::Snapshot>> {
-    Ok(conn
-        .snapshots(volume)?
-        .iter()
-        .map(SnapshotRow::to_api)
-        .collect())
+    let rows = match group {
+        Some(g) => {
+            if conn.group_snapshot(g)?.is_none() {
+                return Err(
+                    ApiError::not_found(format!("group snapshot `{g}` is not registered"))
+                        .with_hint("`csivol snapshot list --groups` shows the group snapshots"),
+                );
+            }
+            conn.group_members(g)?
+                .into_iter()
+                .filter(|s| volume.is_none_or(|v| s.volume == v))
+                .collect()
+        }
+        None => conn.snapshots(volume)?,
+    };
+    Ok(rows.iter().map(SnapshotRow::to_api).collect())
 }
 
 fn touch(ctx: &mut impl Txn, s: &SnapshotRow) {
@@ -112,7 +126,19 @@ pub fn create_snapshot(
     validate_name("snapshot", name).map_err(ApiError::invalid)?;
     validate_name("volume", &req.volume).map_err(ApiError::invalid)?;
     csivol_api::FreeText::check_text(&req).map_err(ApiError::control_text)?;
+    if ctx.group_snapshot(name)?.is_some() {
+        return Err(
+            ApiError::conflict(format!("group snapshot `{name}` already exists"))
+                .with_hint("group snapshots and snapshots share names: choose another name"),
+        );
+    }
     if let Some(s) = ctx.snapshot(name)? {
+        if let Some(g) = &s.group {
+            return Err(ApiError::conflict(format!(
+                "snapshot `{name}` already exists, as a member of group snapshot `{g}`"
+            ))
+            .with_hint("choose another name"));
+        }
         if s.volume != req.volume {
             return Err(ApiError::conflict(format!(
                 "snapshot `{name}` already exists, of volume `{}`",
@@ -138,6 +164,7 @@ pub fn create_snapshot(
         creation_time: None,
         parameters: req.parameters,
         error: None,
+        group: None,
         created_at: ctx.now(),
         updated_at: ctx.now(),
         modify_index: ctx.index(),
@@ -167,6 +194,7 @@ pub fn delete_snapshot(
     limits: &Limits,
 ) -> ApiResult<Option<api::Snapshot>> {
     let mut s = require_snapshot(ctx, name)?;
+    rules::may_delete_alone(name, s.group.as_deref()).map_err(refused)?;
     match s.state {
         SnapshotState::Deleting => return Ok(Some(s.to_api())),
         SnapshotState::Creating => {
@@ -211,12 +239,14 @@ pub fn delete_snapshot(
 /// Refuses to deregister or delete a volume while a snapshot of it is being cut: its
 /// CreateSnapshot needs the volume (and is repeated until the snapshot is ready to use).
 pub(super) fn no_snapshot_in_progress(ctx: &impl Txn, volume: &str) -> ApiResult<()> {
-    let cutting: Vec<_> = ctx
+    let mut cutting: Vec<_> = ctx
         .snapshots(Some(volume))?
         .into_iter()
         .filter(|s| matches!(s.state, SnapshotState::Creating | SnapshotState::Pending))
+        .filter(|s| s.group.is_none())
         .map(|s| s.name)
         .collect();
+    cutting.extend(super::group_snapshots::groups_in_progress(ctx, volume)?);
     if cutting.is_empty() {
         return Ok(());
     }
@@ -420,6 +450,7 @@ pub(super) fn snapshot_op_kind(
             Some(ControllerOpKind::CreateSnapshot {
                 snapshot: s.name.clone(),
                 source_volume_id: v.external_id.clone(),
+                snapshot_id: s.snapshot_id.clone(),
                 parameters: s.parameters.clone(),
                 secrets,
             })

@@ -170,6 +170,11 @@ pub fn register_volume(
         expansion: None,
         accessible_topology: spec.topology,
         topology_request: None,
+        mutable_parameters: existing
+            .as_ref()
+            .map(|e| e.mutable_parameters.clone())
+            .unwrap_or_default(),
+        modification: None,
     };
     if let Some(e) = &existing {
         let same = e.plugin == row.plugin
@@ -256,6 +261,11 @@ pub fn create_volume(
             && e.topology_request == topology_request
             && (spec.capacity_bytes == 0
                 || e.capacity_bytes.is_none_or(|c| c >= spec.capacity_bytes));
+        // The mutable parameters count while the volume is being created; once it is,
+        // `volume modify` may have changed them, and the spec is still the volume's.
+        let same = same
+            && (e.lifecycle != Lifecycle::Creating
+                || e.mutable_parameters == spec.mutable_parameters);
         if same && matches!(e.lifecycle, Lifecycle::Creating | Lifecycle::Ready) {
             return Ok((volume_view(ctx, name)?, false));
         }
@@ -273,6 +283,9 @@ pub fn create_volume(
     let known = ctx.plugin_ids()?;
     if !known.contains(&spec.plugin) {
         return Err(unknown_plugin(&spec.plugin, &known));
+    }
+    if !spec.mutable_parameters.is_empty() {
+        may_set_mutable(ctx, &spec.plugin)?;
     }
     let mut payload = serde_json::json!({ "capacity_bytes": spec.capacity_bytes });
     let mut from = String::new();
@@ -306,6 +319,8 @@ pub fn create_volume(
         expansion: None,
         accessible_topology: Vec::new(),
         topology_request,
+        mutable_parameters: spec.mutable_parameters,
+        modification: None,
     };
     insert_volume(ctx, &row)?;
     ctx.queue_op(
@@ -326,6 +341,27 @@ pub fn create_volume(
     )?;
     schedule_ops(ctx, &spec.plugin, limits)?;
     Ok((volume_view(ctx, name)?, true))
+}
+
+/// Mutable parameters go to CreateVolume only for a plugin whose controller reports
+/// MODIFY_VOLUME: the spec says the field "SHALL NOT be specified unless the SP has the
+/// MODIFY_VOLUME controller capability", so a plugin nobody can ask is refused too.
+fn may_set_mutable(ctx: &impl Txn, plugin: &str) -> ApiResult<()> {
+    match ctx.controller_capabilities(plugin)? {
+        Some(c) if c.modify_volume => Ok(()),
+        Some(_) => Err(ApiError::invalid(format!(
+            "plugin `{plugin}` takes no `mutable_parameters`: its controller does not report MODIFY_VOLUME"
+        ))
+        .with_hint(format!(
+            "remove `mutable_parameters` from the spec; `csivol plugin show {plugin}` shows what its controller reports"
+        ))),
+        None => Err(ApiError::conflict(format!(
+            "no agent hosts the controller of plugin `{plugin}`, so it cannot say whether it takes `mutable_parameters`"
+        ))
+        .with_hint(format!(
+            "start an agent with `--controller {plugin}=ENDPOINT`, or create the volume without them"
+        ))),
+    }
 }
 
 /// `DELETE /v1/volumes/{name}`: removes the record (`None`), or with `delete` queues

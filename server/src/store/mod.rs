@@ -36,8 +36,9 @@ use csivol_api::{
 
 use super::error::{ApiError, ApiResult};
 use super::model::{
-    AttachmentRow, ClaimRow, Lifecycle, NewFence, NodeFenceRow, NodePluginRow, NodeRow, OpRow,
-    PluginNodeRow, SnapshotRow, StateCounts, TokenRow, VolumeChunk, VolumeRow,
+    AttachmentRow, ClaimRow, GroupSnapshotRow, Lifecycle, NewFence, NodeFenceRow, NodePluginRow,
+    NodeRow, OpRow, PluginNodeRow, RunningOpRow, SnapshotRow, StateCounts, TokenRow, VolumeChunk,
+    VolumeRow, WaitingOps,
 };
 use super::watch::Key;
 use csivol_rules::kinds::{EventKind, OpKind};
@@ -110,10 +111,12 @@ pub trait Snapshot {
     /// Operations of `plugin` assigned to a host.
     fn assigned_ops(&self, plugin: &str) -> ApiResult<Vec<OpSlot>>;
     /// Operations of `plugin` waiting for a host and due at `now`, oldest first, at most
-    /// 1,000.
+    /// 1,000 of each kind (so that a burst of one kind hides none of the others).
     fn due_ops(&self, plugin: &str, now: i64) -> ApiResult<Vec<OpSlot>>;
     /// Plugins with operations waiting for a host and due at `now`.
     fn plugins_with_due_ops(&self, now: i64) -> ApiResult<Vec<String>>;
+    /// The operation of `kind` queued for `volume` (a key) with no node, if any.
+    fn key_op(&self, kind: OpKind, volume: &str) -> ApiResult<Option<OpRow>>;
     /// Every plugin some node registered (whatever the node's status now), by id.
     fn plugin_ids(&self) -> ApiResult<Vec<String>>;
     /// Every node's registration of `plugin` (node name, its status, what it reported).
@@ -133,6 +136,11 @@ pub trait Snapshot {
         &self,
         plugin: &str,
     ) -> ApiResult<Option<api::ControllerCapabilities>>;
+    fn group_snapshot(&self, name: &str) -> ApiResult<Option<GroupSnapshotRow>>;
+    /// Every group snapshot, by name.
+    fn group_snapshots(&self) -> ApiResult<Vec<GroupSnapshotRow>>;
+    /// The member snapshots of group snapshot `group`, by name.
+    fn group_members(&self, group: &str) -> ApiResult<Vec<SnapshotRow>>;
 
     // ---- tokens and controller hosts ----
 
@@ -179,6 +187,11 @@ pub trait Snapshot {
     fn events(&self, after: u64, f: &EventFilter, limit: u32) -> ApiResult<Vec<api::Event>>;
     /// How many claims, nodes and operations are in each state.
     fn state_counts(&self) -> ApiResult<StateCounts>;
+    /// The controller operations no host holds, of every plugin (or of `plugin`), by
+    /// plugin, kind and whether they are due at `now`.
+    fn waiting_ops(&self, plugin: Option<&str>, now: i64) -> ApiResult<Vec<WaitingOps>>;
+    /// The controller operations of `plugin` handed to a host, first handed out first.
+    fn running_ops(&self, plugin: &str) -> ApiResult<Vec<RunningOpRow>>;
     /// Every volume's secrets as stored (sealed, or plain from an older csivol), of the
     /// volumes that have any.
     fn stored_secrets(&self) -> ApiResult<Vec<(String, String)>>;
@@ -228,9 +241,12 @@ pub struct EventFilter {
 #[derive(Clone, Debug)]
 pub struct OpSlot {
     pub id: i64,
+    pub kind: OpKind,
     pub volume: String,
     pub node: Option<String>,
     pub host: Option<String>,
+    /// Since when it waits to run: queued, or due again after a retry's backoff.
+    pub due_since: i64,
 }
 
 /// A new claim as recorded.
@@ -296,6 +312,14 @@ pub trait Txn: Snapshot {
         name: &str,
         capacity_bytes: Option<u64>,
         expansion: Option<&api::Expansion>,
+    ) -> ApiResult<()>;
+    /// Sets the volume's modification and, when given, its mutable parameters; stamps it
+    /// changed.
+    fn set_volume_modification(
+        &mut self,
+        name: &str,
+        mutable_parameters: Option<&BTreeMap<String, String>>,
+        modification: Option<&api::Modification>,
     ) -> ApiResult<()>;
     /// Removes a volume and its queued operations.
     fn delete_volume(&mut self, name: &str) -> ApiResult<()>;
@@ -399,6 +423,19 @@ pub trait Txn: Snapshot {
     fn set_node_status(&mut self, name: &str, status: NodeStatus) -> ApiResult<()>;
     /// The node's agent fenced itself at `at_ms`.
     fn set_node_fenced_at(&mut self, name: &str, at_ms: i64) -> ApiResult<()>;
+    /// Asks the node's agent to read its plugins' attach limits again (its desired state
+    /// carries when).
+    fn ask_node_limits(&mut self, name: &str) -> ApiResult<()>;
+    /// Records a node plugin's attach limit as NodeGetInfo read it again (`reason`: why it
+    /// was read); returns the limit before when it changed. Nothing for a plugin the node
+    /// did not register with a node service.
+    fn set_node_limit(
+        &mut self,
+        node: &str,
+        plugin: &str,
+        limit: u32,
+        reason: &str,
+    ) -> ApiResult<Option<u32>>;
     /// The node's agent stopped in order now (`node-stopping`): the node is `stopped`.
     fn set_node_stopped(&mut self, name: &str, took_down: bool) -> ApiResult<()>;
     /// What the node's agent observed a plugin make for a claim (`ObservedShape` JSON with
@@ -421,6 +458,9 @@ pub trait Txn: Snapshot {
     fn note_op_waiting(&mut self, id: i64, why: &str) -> ApiResult<bool>;
     /// Hands an operation back to the queue for its next attempt, due at `not_before`.
     fn retry_op(&mut self, id: i64, not_before: i64, error: &str) -> ApiResult<()>;
+    /// Gives a waiting operation a new payload for its next attempt, due now: its
+    /// attempt is bumped, so a report of the one before is not taken for it.
+    fn retarget_op(&mut self, id: i64, payload: &str) -> ApiResult<()>;
     /// Hands every operation assigned to `host` back to the queue.
     fn unassign_ops_of(&mut self, host: &str) -> ApiResult<()>;
     fn delete_op(&mut self, id: i64) -> ApiResult<()>;
@@ -438,6 +478,10 @@ pub trait Txn: Snapshot {
     /// Inserts or replaces a snapshot (stamped with the write's index and time).
     fn put_snapshot(&mut self, s: &SnapshotRow) -> ApiResult<()>;
     fn delete_snapshot(&mut self, name: &str) -> ApiResult<()>;
+    /// Inserts or replaces a group snapshot (stamped with the write's index and time).
+    fn put_group_snapshot(&mut self, g: &GroupSnapshotRow) -> ApiResult<()>;
+    /// Removes a group snapshot and its member snapshots.
+    fn delete_group_snapshot(&mut self, name: &str) -> ApiResult<()>;
     /// Drops the operation of `kind` queued under `key` with no node, if any.
     fn delete_key_op(&mut self, kind: OpKind, key: &str) -> ApiResult<()>;
 

@@ -395,3 +395,88 @@ async fn node_labels_set_through_one_server_fence_through_the_other() {
         json!(["fence_ipmilan", "--ip", "10.0.0.11"])
     );
 }
+
+#[tokio::test]
+async fn a_group_snapshot_asked_of_one_server_is_cut_and_deleted_through_the_other() {
+    let dir = TestDir::new("ha-group-snapshot");
+    let ha = start_ha(&dir, &["--heartbeat-ttl=5s"]);
+    let (a, b) = (ha.a.api(), ha.b.api());
+    // A controller host whose plugin's group controller can cut group snapshots.
+    let n1 = FakeAgent::new(&ha.a, "n1").await;
+    let (status, body) = n1
+        .api
+        .post(
+            "/v1/nodes/n1/register",
+            json!({"plugins": [{
+                "id": "hp",
+                "info": {"name": "hostpath.csivol.dev", "vendor_version": "1"},
+                "capabilities": {"controller_service": true, "volume_accessibility_constraints": false, "group_controller_service": true},
+                "controller": {"create_delete_volume": true, "publish_unpublish_volume": false, "list_volumes": false, "list_volumes_published_nodes": false, "publish_readonly": false, "single_node_multi_writer": false, "create_delete_snapshot": true, "group_snapshots": true},
+            }]}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let _beating = n1.keep_alive();
+    register_volume(&a, "v1", "single-node-writer").await;
+    register_volume(&a, "v2", "single-node-writer").await;
+    eventually(
+        "B to see the volumes and the group controller",
+        WAIT,
+        || async {
+            let (_, p) = b.get("/v1/plugins/hp").await;
+            let (status, _) = b.get("/v1/volumes/v2").await;
+            (status == 200 && p["group_snapshots"] == true).then_some(())
+        },
+    )
+    .await;
+    let (status, body) = b
+        .put("/v1/group-snapshots/g", json!({"volumes": ["v1", "v2"]}))
+        .await;
+    assert_eq!(status, 202, "{body}");
+
+    // Cut as the host reports through A; the group and its members are seen on B.
+    let op = n1.wait_op("create_group_snapshot").await;
+    assert_eq!(op["source_volume_ids"], json!(["ext-v1", "ext-v2"]), "{op}");
+    let member = |v: &str| json!({"snapshot_id": format!("snap-{v}"), "source_volume_id": format!("ext-{v}"), "size_bytes": 0, "ready_to_use": true});
+    n1.report(json!([{"kind": "group_snapshot_created", "op": op["id"], "attempt": op["attempt"],
+        "group_snapshot_id": "group-1", "ready_to_use": true, "snapshots": [member("v1"), member("v2")]}]))
+        .await;
+    eventually(
+        "B to see the group ready with its members",
+        WAIT,
+        || async {
+            let (_, g) = b.get("/v1/group-snapshots/g").await;
+            let names: Vec<_> = g["members"]
+                .as_array()?
+                .iter()
+                .map(|m| m["name"].as_str().unwrap_or_default().to_owned())
+                .collect();
+            (g["state"] == "ready" && names == ["g.v1", "g.v2"]).then_some(())
+        },
+    )
+    .await;
+    let (status, m) = b.get("/v1/snapshots/g.v2").await;
+    assert_eq!((status, &m["group"]), (200, &json!("g")), "{m}");
+
+    // A member alone is refused through A; the group is deleted through B.
+    let (status, body) = a.delete("/v1/snapshots/g.v1").await;
+    assert_eq!(
+        (status, &body["error"]["code"]),
+        (422, &json!("invalid")),
+        "{body}"
+    );
+    let (status, body) = b.delete("/v1/group-snapshots/g").await;
+    assert_eq!(status, 202, "{body}");
+    let op = n1.wait_op("delete_group_snapshot").await;
+    assert_eq!(op["snapshot_ids"], json!(["snap-v1", "snap-v2"]), "{op}");
+    n1.report(
+        json!([{"kind": "group_snapshot_deleted", "op": op["id"], "attempt": op["attempt"]}]),
+    )
+    .await;
+    eventually("B to see the group and its members gone", WAIT, || async {
+        let (status, _) = b.get("/v1/group-snapshots/g").await;
+        let (_, all) = b.get("/v1/snapshots").await;
+        (status == 404 && all.as_array()?.is_empty()).then_some(())
+    })
+    .await;
+}

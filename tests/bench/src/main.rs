@@ -18,6 +18,7 @@
 //! live in a temp dir that is unmounted and removed. `phases` runs these steps, one
 //! function each; `report` turns their figures into the report.
 
+mod backlog;
 mod chaos;
 mod client;
 mod cluster;
@@ -161,6 +162,19 @@ pub struct Args {
     /// The chaos campaign's random seed [default: random, printed in the report].
     #[arg(long)]
     pub seed: Option<u64>,
+    /// The backlog scenario instead of the benchmark: on simulated nodes whose one
+    /// controller host takes --backlog-op-time per call, --backlog-detaches claims are
+    /// released at once, then one claim on a fresh node needs an attach; prints how long
+    /// that attach waited in the controller queue against how long the detaches took to
+    /// drain.
+    #[arg(long)]
+    pub backlog: bool,
+    /// The backlog scenario's detaches queued on the plugin.
+    #[arg(long, default_value_t = 500)]
+    pub backlog_detaches: u32,
+    /// How long each controller call takes on the backlog scenario's controller host.
+    #[arg(long, default_value = "20ms", value_parser = humantime::parse_duration)]
+    pub backlog_op_time: Duration,
 }
 
 /// SQLite commits measured for the floor (each one fsyncs, so fewer than round trips).
@@ -214,6 +228,12 @@ impl Config {
         }
         if args.chaos && !full {
             bail!("--chaos needs --mode full: the faults fall on real agents and plugins");
+        }
+        if args.backlog && (args.chaos || args.mode != Mode::Server) {
+            bail!("--backlog runs on simulated nodes: use it with --mode server, without --chaos");
+        }
+        if args.backlog && args.backlog_detaches == 0 {
+            bail!("--backlog-detaches must be at least 1");
         }
         let list_volumes = args.list_volumes.unwrap_or(if full { 0 } else { 100_000 });
         Ok(Self {
@@ -290,6 +310,12 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     if cfg.args.chaos {
         return chaos::run(&cfg);
+    }
+    if cfg.args.backlog {
+        let budget =
+            Duration::from_secs(900) + cfg.args.backlog_op_time * cfg.args.backlog_detaches * 4;
+        let report = run_bounded("backlog scenario", budget, backlog::run(&cfg))?;
+        return emit(cfg.args.json, &report, || report.text(), true);
     }
     let report = run_bounded("run", cfg.budget(), phases::execute(&cfg))?;
     emit(cfg.args.json, &report, || report.text(), report.ok)

@@ -478,6 +478,7 @@ async fn start_nodes(
         a.controller_hosts,
         cfg.controller_publish,
         a.heartbeat_ttl,
+        Duration::ZERO,
     )
     .await?;
     let open = sims.channels_open(Duration::from_secs(60)).await;

@@ -53,12 +53,36 @@ pub struct SimNode {
     channel: Shared,
     /// The server does not offer the node channel.
     no_channel: AtomicBool,
+    /// How long a controller operation takes on this host before it reports (0: at once),
+    /// each on its own: the server's concurrency limit bounds how many run together.
+    op_delay: Duration,
+    /// While false, slow controller operations wait before they start (the backlog
+    /// scenario holds them until its storm is queued).
+    ops_open: tokio::sync::watch::Receiver<bool>,
 }
 
 fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Whether a report answers a controller operation.
+fn is_op_report(r: &Report) -> bool {
+    matches!(
+        r,
+        Report::ControllerPublished { .. }
+            | Report::ControllerUnpublished { .. }
+            | Report::Created { .. }
+            | Report::Deleted { .. }
+            | Report::Expanded { .. }
+            | Report::Modified { .. }
+            | Report::SnapshotCreated { .. }
+            | Report::SnapshotDeleted { .. }
+            | Report::GroupSnapshotCreated { .. }
+            | Report::GroupSnapshotDeleted { .. }
+            | Report::OpError { .. }
+    )
 }
 
 impl SimNode {
@@ -84,6 +108,7 @@ impl SimNode {
                     controller_service: self.controller_publish,
                     volume_accessibility_constraints: false,
                     volume_expansion: None,
+                    group_controller_service: false,
                 },
                 node: Some(NodePluginRegistration {
                     info: NodeInfo {
@@ -259,7 +284,22 @@ impl SimNode {
             };
             failures = 0;
             index = desired.index;
-            let (reports, published, later) = self.plan(&desired);
+            let (mut reports, published, later) = self.plan(&desired);
+            if !self.op_delay.is_zero() {
+                // Slow controller calls: each reports on its own once it has taken its time.
+                let (slow, now): (Vec<Report>, Vec<Report>) =
+                    reports.into_iter().partition(is_op_report);
+                reports = now;
+                for r in slow {
+                    let node = Arc::clone(&self);
+                    let mut open = self.ops_open.clone();
+                    tokio::spawn(async move {
+                        let _ = open.wait_for(|o| *o).await;
+                        tokio::time::sleep(node.op_delay).await;
+                        node.send(vec![r]).await;
+                    });
+                }
+            }
             if !reports.is_empty() && !self.send(reports).await {
                 // Nothing reported: forget, so that the next desired state reports again.
                 let mut held = self.held.lock().expect("held lock");
@@ -357,6 +397,7 @@ impl SimNode {
                     capacity_bytes: *capacity_bytes,
                     node_expansion_required: false,
                 },
+                ControllerOpKind::Modify { .. } => Report::Modified { op: id, attempt },
                 ControllerOpKind::CreateSnapshot { snapshot, .. } => Report::SnapshotCreated {
                     op: id,
                     attempt,
@@ -367,6 +408,30 @@ impl SimNode {
                 },
                 ControllerOpKind::DeleteSnapshot { .. } => {
                     Report::SnapshotDeleted { op: id, attempt }
+                }
+                ControllerOpKind::CreateGroupSnapshot {
+                    group,
+                    source_volume_ids,
+                    ..
+                } => Report::GroupSnapshotCreated {
+                    op: id,
+                    attempt,
+                    group_snapshot_id: format!("sim-{group}"),
+                    ready_to_use: true,
+                    creation_time_ms: None,
+                    snapshots: source_volume_ids
+                        .iter()
+                        .map(|v| csivol_api::GroupMember {
+                            snapshot_id: format!("sim-{group}-{v}"),
+                            source_volume_id: v.clone(),
+                            size_bytes: 0,
+                            ready_to_use: true,
+                            creation_time_ms: None,
+                        })
+                        .collect(),
+                },
+                ControllerOpKind::DeleteGroupSnapshot { .. } => {
+                    Report::GroupSnapshotDeleted { op: id, attempt }
                 }
             });
         }
@@ -405,6 +470,8 @@ impl SimNode {
 #[derive(Debug)]
 pub struct SimCluster {
     pub nodes: Vec<Arc<SimNode>>,
+    /// Opens and closes the slow controller operations' gate (`hold_ops`).
+    ops_open: tokio::sync::watch::Sender<bool>,
     errors: Arc<Mutex<Vec<String>>>,
     quiet: Arc<AtomicBool>,
 }
@@ -418,9 +485,11 @@ impl SimCluster {
         controller_hosts: u32,
         controller_publish: bool,
         ttl: Duration,
+        op_delay: Duration,
     ) -> anyhow::Result<Self> {
         let errors = Arc::new(Mutex::new(Vec::new()));
         let quiet = Arc::new(AtomicBool::new(false));
+        let (ops_open, ops_gate) = tokio::sync::watch::channel(true);
         let names: Vec<String> = (1..=count).map(node_name).collect();
         let operator = http.clone();
         let tokens = concurrently(names.clone(), 64, move |node| {
@@ -458,6 +527,8 @@ impl SimCluster {
                 tasks: Mutex::new(Vec::new()),
                 channel: Shared::default(),
                 no_channel: AtomicBool::new(false),
+                op_delay,
+                ops_open: ops_gate.clone(),
             }));
         }
         // Each node starts heartbeating as soon as it is registered: the server's TTL runs
@@ -481,9 +552,15 @@ impl SimCluster {
         }
         Ok(Self {
             nodes,
+            ops_open,
             errors,
             quiet,
         })
+    }
+
+    /// Holds the slow controller operations before they start (`true`), or lets them go.
+    pub fn hold_ops(&self, hold: bool) {
+        self.ops_open.send_replace(!hold);
     }
 
     /// Waits, at most `within`, until every node's channel is open or known not offered;

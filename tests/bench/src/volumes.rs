@@ -50,6 +50,7 @@ pub async fn create_with(
                 secrets: BTreeMap::new(),
                 topology_request: None,
                 source: None,
+                mutable_parameters: BTreeMap::new(),
             };
             http.post(&format!("/v1/volumes/{name}/create"), &spec)
                 .await?

@@ -127,3 +127,45 @@ fn chaos_campaign_short() {
     assert!(report["cycles"].as_u64().unwrap() > 0, "{report:#}");
     assert!(report["observations"].as_u64().unwrap() > 0, "{report:#}");
 }
+
+/// The backlog scenario: a short storm, one attach, every figure present.
+#[test]
+fn bench_backlog_scenario() {
+    let out = Command::new(env!("CARGO_BIN_EXE_csivol-bench"))
+        .args([
+            "--mode=server",
+            "--backlog",
+            "--backlog-detaches=30",
+            "--backlog-op-time=10ms",
+            "--json",
+        ])
+        .output()
+        .expect("run csivol-bench");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "csivol-bench --backlog failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+    let r: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("stdout is not one JSON object ({e}):\n{stdout}"));
+    for key in [
+        "detaches",
+        "queued_at_attach",
+        "attach_wait_ms",
+        "attach_claim_ready_ms",
+        "storm_drain_ms",
+        "detach_mean_wait_ms",
+        "attach_wait_vs_drain",
+        "attach_wait_in_ops",
+        "machine",
+    ] {
+        assert!(
+            r.get(key).is_some_and(|v| !v.is_null()),
+            "no `{key}` in {r:#}"
+        );
+    }
+    assert_eq!(r["detaches"], 30);
+    assert!(r["queued_at_attach"].as_u64().unwrap() > 0, "{r:#}");
+}

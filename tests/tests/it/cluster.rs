@@ -312,6 +312,12 @@ impl Cluster {
         cmd
     }
 
+    /// The server's Prometheus text (`GET /v1/metrics`).
+    pub fn metrics(&self) -> String {
+        http_get(&format!("{}/v1/metrics", self.url), Some(&self.token))
+            .expect("the server answers /v1/metrics")
+    }
+
     /// Mount points under every node's agent dir.
     pub fn all_mounts(&self) -> Vec<PathBuf> {
         self.nodes.iter().flat_map(Node::mounts).collect()
@@ -363,27 +369,32 @@ impl Out {
 }
 
 fn reqwest_blocking_ok(url: &str) -> bool {
-    // A plain TCP + HTTP/1.1 request keeps this synchronous helper free of a runtime.
+    http_get(url, None).is_some()
+}
+
+/// The body of a 200 answer to `GET url` (with the bearer `token`), or `None`. A plain
+/// TCP + HTTP/1.1 request keeps this synchronous helper free of a runtime.
+fn http_get(url: &str, token: Option<&str>) -> Option<String> {
     use std::io::{Read, Write};
-    let Some(rest) = url.strip_prefix("http://") else {
-        return false;
-    };
+    let rest = url.strip_prefix("http://")?;
     let (host, path) = rest.split_once('/').map_or((rest, "/"), |(h, p)| (h, p));
-    let Ok(mut s) = std::net::TcpStream::connect(host) else {
-        return false;
-    };
-    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-    if write!(
+    let mut s = std::net::TcpStream::connect(host).ok()?;
+    let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    write!(
         s,
-        "GET /{path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+        "GET /{path} HTTP/1.1\r\nHost: {host}\r\n{auth}Connection: close\r\n\r\n"
     )
-    .is_err()
-    {
-        return false;
-    }
+    .ok()?;
     let mut buf = String::new();
     let _ = s.read_to_string(&mut buf);
-    buf.starts_with("HTTP/1.1 200")
+    if !buf.starts_with("HTTP/1.1 200") {
+        return None;
+    }
+    let (_, body) = buf.split_once("\r\n\r\n")?;
+    Some(body.to_owned())
 }
 
 /// Whether `path` exists on the node as a mount point.

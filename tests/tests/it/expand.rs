@@ -405,3 +405,156 @@ fn a_node_only_plugin_grows_a_claimed_volume_from_its_node() {
     );
     release(&c, "local", "job-1");
 }
+
+/// The ControllerExpandVolume calls node-1's plugin answered, by code.
+fn controller_expand_codes(c: &Cluster) -> Vec<String> {
+    c.nodes[0]
+        .plugin_calls()
+        .iter()
+        .filter(|l| l["rpc"] == "ControllerExpandVolume")
+        .map(|l| l["code"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+fn show_json(c: &Cluster, volume: &str) -> serde_json::Value {
+    c.csivol(&["volume", "show", volume, "-o", "json"])
+        .ok()
+        .json()
+}
+
+/// An expansion the storage cannot give (more than its pool has: OUT_OF_RANGE, final) is
+/// lowered to a size it accepts, or cancelled, never below what the volume has.
+#[test]
+fn a_failed_expansion_is_lowered_or_cancelled_never_below_the_size_reached() {
+    let c = Cluster::start(
+        "expand-recover",
+        "30s",
+        node_with(&["--capacity", &(64 * MIB).to_string()]),
+    );
+    create_volume(&c, "db", "single-node-writer");
+    claim(&c, "db", "job-1");
+    let out = expand(&c, "db", "1GiB");
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(
+        error_of(&out)["hint"]
+            .as_str()
+            .unwrap()
+            .contains("--cancel"),
+        "{out:?}"
+    );
+    let v = show_json(&c, "db");
+    assert_eq!(v["expansion"]["phase"], "failed", "{v}");
+    assert_eq!(v["expansion"]["capacity_bytes"], 1u64 << 30);
+
+    // Lowered to what the pool has room for, while claimed: it grows.
+    let v = expand(&c, "db", "16MiB").ok().json();
+    assert_eq!(v["capacity_bytes"], 16 * MIB, "{v}");
+    assert!(v.get("expansion").is_none(), "{v}");
+
+    // Too much again; below the 16 MiB reached is refused, and nothing changes.
+    assert_eq!(expand(&c, "db", "1GiB").code, 1);
+    let below = expand(&c, "db", "8MiB");
+    assert_eq!(below.code, 2, "{below:?}");
+    assert!(
+        error_of(&below)["message"]
+            .as_str()
+            .unwrap()
+            .contains("already has 16 MiB; an expansion cannot go below the size reached"),
+        "{below:?}"
+    );
+    assert_eq!(show_json(&c, "db")["expansion"]["phase"], "failed");
+
+    // Cancelled: the volume keeps what it has, and says so in its events.
+    let out = c.csivol(&["volume", "expand", "db", "--cancel", "-o", "json"]);
+    let v = out.ok().json();
+    assert!(v.get("expansion").is_none(), "{v}");
+    assert_eq!(v["capacity_bytes"], 16 * MIB);
+    assert!(out.stderr.contains("it keeps 16 MiB"), "{out:?}");
+    let events = c
+        .csivol(&["events", "--volume", "db", "-o", "json"])
+        .ok()
+        .json();
+    assert!(
+        events
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["kind"] == "volume-expansion-cancelled"),
+        "{events}"
+    );
+    // Nothing is left to cancel.
+    let again = c.csivol(&["volume", "expand", "db", "--cancel"]);
+    assert_eq!(again.code, 4, "{again:?}");
+    // Failed, then cancelled by asking for the capacity the volume has.
+    assert_eq!(expand(&c, "db", "1GiB").code, 1);
+    let v = expand(&c, "db", "16MiB").ok().json();
+    assert!(v.get("expansion").is_none(), "{v}");
+    assert_eq!(
+        controller_expand_codes(&c),
+        ["OUT_OF_RANGE", "OK", "OUT_OF_RANGE", "OUT_OF_RANGE"],
+        "a cancel calls nothing"
+    );
+    release(&c, "db", "job-1");
+}
+
+/// A ControllerExpandVolume that fails with an error that may pass, and is retried, is
+/// lowered in place between two attempts: the retries ask for the new size.
+#[test]
+fn a_retried_expansion_is_lowered_between_attempts() {
+    let c = Cluster::start(
+        "expand-lower",
+        "30s",
+        node_with(&["--fail", "ControllerExpandVolume=UNAVAILABLE:3"]),
+    );
+    create_volume(&c, "db", "single-node-writer");
+    claim(&c, "db", "job-1");
+    c.csivol(&["volume", "expand", "db", "--capacity", "8MiB"])
+        .ok();
+    wait_for(
+        "the first attempt to fail and wait for its retry",
+        Duration::from_secs(30),
+        || {
+            let v = show_json(&c, "db");
+            v["expansion"]["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("UNAVAILABLE") && e.contains("retrying at"))
+                .then_some(())
+        },
+    );
+    // Between attempts the request may be lowered; while an attempt runs it is refused
+    // (exit 4) and asked again.
+    let lowered = wait_for(
+        "the expansion to be lowered",
+        Duration::from_secs(60),
+        || {
+            let out = c.csivol(&["volume", "expand", "db", "--capacity", "2MiB", "-o", "json"]);
+            match out.code {
+                0 => Some(out),
+                4 => None,
+                _ => panic!("{out:?}"),
+            }
+        },
+    );
+    assert_eq!(lowered.json()["expansion"]["capacity_bytes"], 2 * MIB);
+    let v = expand(&c, "db", "2MiB").ok().json();
+    assert_eq!(v["capacity_bytes"], 2 * MIB, "{v}");
+    assert!(v.get("expansion").is_none(), "{v}");
+    let codes = controller_expand_codes(&c);
+    assert_eq!(codes.last().map(String::as_str), Some("OK"), "{codes:?}");
+    assert_eq!(codes.iter().filter(|c| *c == "UNAVAILABLE").count(), 3);
+    let recorded: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(
+            c.dir
+                .join("backend/volumes")
+                .join(format!("{}.json", v["external_id"].as_str().unwrap())),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        recorded["capacity_bytes"],
+        2 * MIB,
+        "the storage got the lower size"
+    );
+    release(&c, "db", "job-1");
+}

@@ -10,7 +10,7 @@ use crate::cluster::{Cluster, NodeOpts, Out, PLUGIN, mounted};
 
 /// `csivol volume create` of a 1 MiB single-node-writer volume, with extra flags
 /// (`--from-snapshot S`, `--from-volume V`), waiting; the CLI's answer.
-fn create(c: &Cluster, name: &str, extra: &[&str]) -> Out {
+pub(crate) fn create(c: &Cluster, name: &str, extra: &[&str]) -> Out {
     let spec = c.dir.join(format!("{name}.toml"));
     std::fs::write(
         &spec,
@@ -27,7 +27,7 @@ fn create(c: &Cluster, name: &str, extra: &[&str]) -> Out {
 }
 
 /// Claims `volume` for `alloc` on node-1, waiting; its target path, checked mounted.
-fn claim(c: &Cluster, volume: &str, alloc: &str) -> PathBuf {
+pub(crate) fn claim(c: &Cluster, volume: &str, alloc: &str) -> PathBuf {
     let out = c.csivol(&[
         "claim",
         volume,
@@ -46,7 +46,7 @@ fn claim(c: &Cluster, volume: &str, alloc: &str) -> PathBuf {
     t
 }
 
-fn release(c: &Cluster, volume: &str, alloc: &str) {
+pub(crate) fn release(c: &Cluster, volume: &str, alloc: &str) {
     c.csivol(&[
         "release",
         volume,
@@ -59,7 +59,7 @@ fn release(c: &Cluster, volume: &str, alloc: &str) {
     .ok();
 }
 
-fn snapshots(c: &Cluster, extra: &[&str]) -> Vec<Value> {
+pub(crate) fn snapshots(c: &Cluster, extra: &[&str]) -> Vec<Value> {
     let mut args = vec!["snapshot", "list", "-o", "json"];
     args.extend_from_slice(extra);
     c.csivol(&args).ok().json().as_array().unwrap().clone()
@@ -281,4 +281,67 @@ fn plugins_without_snapshots_or_clones_refuse_at_once_with_a_hint() {
             .any(|call| call["rpc"] == "CreateSnapshot"),
         "the plugin was never asked"
     );
+}
+
+/// How many times the plugin was called with `rpc`.
+pub(crate) fn calls(c: &Cluster, rpc: &str) -> usize {
+    c.nodes[0]
+        .plugin_calls()
+        .iter()
+        .filter(|call| call["rpc"] == rpc)
+        .count()
+}
+
+/// Snapshots `src` as `snap`, waiting until it is ready to use.
+fn snapshot_ready(c: &Cluster, snap: &str) {
+    let out = c.csivol(&[
+        "snapshot",
+        "create",
+        "src",
+        "--name",
+        snap,
+        "--wait",
+        "--timeout",
+        "60s",
+        "-o",
+        "json",
+    ]);
+    assert_eq!(out.ok().json()["ready_to_use"], true, "{out:?}");
+}
+
+#[test]
+fn a_snapshot_not_ready_yet_is_polled_with_get_snapshot_where_the_plugin_has_it() {
+    // Ready a while after it is cut: csivol asks again until it is.
+    let ready_after = "--snapshot-ready-after=2s".to_owned();
+    let c = Cluster::start(
+        "snapshot-get",
+        "30s",
+        vec![NodeOpts {
+            plugin_args: vec![ready_after.clone()],
+            ..NodeOpts::default()
+        }],
+    );
+    assert_eq!(create(&c, "src", &[]).ok().json()["state"], "free");
+    snapshot_ready(&c, "s1");
+    // Cut once; then GetSnapshot of that one snapshot until it was ready.
+    assert_eq!(calls(&c, "CreateSnapshot"), 1);
+    assert!(calls(&c, "GetSnapshot") >= 1, "polled with GetSnapshot");
+    assert_eq!(calls(&c, "ListSnapshots"), 0);
+
+    // A plugin without GET_SNAPSHOT is asked CreateSnapshot again instead.
+    let c = Cluster::start(
+        "snapshot-no-get",
+        "30s",
+        vec![NodeOpts {
+            plugin_args: vec![ready_after, "--disable=get-snapshot".into()],
+            ..NodeOpts::default()
+        }],
+    );
+    assert_eq!(create(&c, "src", &[]).ok().json()["state"], "free");
+    snapshot_ready(&c, "s1");
+    assert!(
+        calls(&c, "CreateSnapshot") >= 2,
+        "polled with CreateSnapshot"
+    );
+    assert_eq!(calls(&c, "GetSnapshot"), 0);
 }

@@ -53,7 +53,11 @@ async fn register_with(
 
 async fn expand(env: &Env, volume: &str, bytes: u64) -> ApiResult<bool> {
     let v = volume.to_owned();
-    env.write(move |ctx, l| super::super::expand_volume(ctx, &v, bytes, "op", l))
+    let req = csivol_api::ExpandRequest {
+        capacity_bytes: bytes,
+        cancel: false,
+    };
+    env.write(move |ctx, l| super::super::expand_volume(ctx, &v, &req, "op", l))
         .await
         .map(|(_, started)| started)
 }

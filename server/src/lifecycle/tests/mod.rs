@@ -6,6 +6,7 @@
 mod claims;
 mod desired;
 mod expand;
+mod group_snapshots;
 mod nodes;
 mod operator;
 mod ops;
@@ -61,6 +62,8 @@ impl Env {
             dir,
             limits: Limits {
                 controller_concurrency: 8,
+                controller_queue_warning: std::time::Duration::from_secs(60),
+                served_last: Default::default(),
                 metrics: Arc::new(Metrics::default()),
             },
         }

@@ -92,6 +92,7 @@ async fn a_snapshot_is_created_polled_until_ready_used_and_deleted() {
         ControllerOpKind::CreateSnapshot {
             snapshot: "s1".into(),
             source_volume_id: "ext-1".into(),
+            snapshot_id: String::new(),
             parameters: Default::default(),
             secrets: Default::default(),
         }
@@ -139,6 +140,12 @@ async fn a_snapshot_is_created_polled_until_ready_used_and_deleted() {
     env.write(move |ctx, _| ctx.assign_op(id as i64, "n1"))
         .await
         .unwrap();
+    // The poll names the snapshot cut, for a plugin with GET_SNAPSHOT to be asked about it.
+    let (_, _, kind) = op_for(&env, "n1").await;
+    assert!(
+        matches!(&kind, ControllerOpKind::CreateSnapshot { snapshot_id, .. } if snapshot_id == "snap-9"),
+        "{kind:?}"
+    );
     env.report("n1", vec![created(id, attempt + 1, true)]).await;
     let s = row(&env, "s1").await.unwrap();
     assert_eq!((s.state, s.ready_to_use), (SnapshotState::Ready, true));

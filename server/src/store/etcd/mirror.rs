@@ -316,7 +316,7 @@ pub fn wake_keys(t: &Table, values: &[Value], out: &mut Vec<Key>) {
         let key = match (t.name.as_str(), col.as_str()) {
             ("volumes", "name") | (_, "volume") => Key::Volume(s.clone()),
             ("nodes", "name") | (_, "node") | (_, "host") => Key::Node(s.clone()),
-            ("snapshots", "name") => Key::Snapshot(s.clone()),
+            ("snapshots", "name") | ("group_snapshots", "name") => Key::Snapshot(s.clone()),
             _ => continue,
         };
         out.push(key);

@@ -287,6 +287,42 @@ ALTER TABLE nodes ADD COLUMN stopped_at INTEGER;
 ALTER TABLE nodes ADD COLUMN stop_took_down INTEGER;
 ALTER TABLE node_plugins ADD COLUMN observed TEXT;
 "#,
+    r#"
+-- Mutable parameters (ControllerModifyVolume): what a volume has, as JSON, and a change
+-- asked for and not applied yet, or refused (`csivol volume modify`).
+ALTER TABLE volumes ADD COLUMN mutable_parameters TEXT NOT NULL DEFAULT '{}';
+ALTER TABLE volumes ADD COLUMN modification TEXT;
+"#,
+    r#"
+-- Live attach limits (NodeGetInfo read again while a node runs): when the server last asked
+-- a node to read them (a ControllerPublishVolume to it answered RESOURCE_EXHAUSTED), and per
+-- node plugin the last change of its limit (JSON: from, to, at_ms, reason) and when it was
+-- last read.
+ALTER TABLE nodes ADD COLUMN limits_refresh_at INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE node_plugins ADD COLUMN limit_change TEXT;
+ALTER TABLE node_plugins ADD COLUMN limit_read_at INTEGER;
+"#,
+    r#"
+-- Group snapshots (`csivol snapshot create --group`): several volumes of one plugin cut
+-- together by its GroupController. The group's members are rows of `snapshots` naming it
+-- in `group_name`; they are deleted with the group, never alone.
+CREATE TABLE group_snapshots (
+    name TEXT PRIMARY KEY,
+    plugin TEXT NOT NULL,
+    volumes TEXT NOT NULL,
+    group_snapshot_id TEXT NOT NULL,
+    state TEXT NOT NULL,
+    ready_to_use INTEGER NOT NULL,
+    creation_time INTEGER,
+    parameters TEXT NOT NULL,
+    error TEXT,
+    created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL,
+    modify_index INTEGER NOT NULL
+);
+ALTER TABLE snapshots ADD COLUMN group_name TEXT;
+CREATE INDEX snapshots_group ON snapshots (group_name);
+"#,
 ];
 
 /// A migration compiled only into test builds (feature `schema-next`) and applied only

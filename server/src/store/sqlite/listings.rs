@@ -9,7 +9,10 @@ use super::exec;
 use super::rows::{ATTACHMENT_COLUMNS, CLAIM_COLUMNS, VOLUME_COLUMNS};
 use crate::db::WriteCtx;
 use crate::error::{ApiError, ApiResult};
-use crate::model::{AttachmentRow, ClaimRow, PluginNodeRow, StateCounts, VolumeChunk, time};
+use crate::model::{
+    AttachmentRow, ClaimRow, PluginNodeRow, RunningOpRow, StateCounts, VolumeChunk, WaitingOps,
+    time,
+};
 use crate::store::EventFilter;
 
 // ---- the event log ----
@@ -199,4 +202,52 @@ pub fn state_counts(conn: &Connection) -> ApiResult<StateCounts> {
         claims_with_error: count("SELECT count(*) FROM claims WHERE error IS NOT NULL")?,
         claims_abnormal: count("SELECT count(*) FROM claims WHERE condition IS NOT NULL")?,
     })
+}
+
+// ---- the controller queues ----
+
+pub fn waiting_ops(
+    conn: &Connection,
+    plugin: Option<&str>,
+    now: i64,
+) -> ApiResult<Vec<WaitingOps>> {
+    // Due since: queued, or due again after a retry's backoff.
+    let mut stmt = conn.prepare_cached(
+        "SELECT plugin, kind, count(*), min(MAX(created_at, not_before)), not_before <= ?2 AS due \
+         FROM ops WHERE host IS NULL AND (?1 IS NULL OR plugin = ?1) \
+         GROUP BY plugin, kind, due ORDER BY plugin, kind",
+    )?;
+    let rows = stmt
+        .query_map(params![plugin, now], |r| {
+            Ok(WaitingOps {
+                plugin: r.get(0)?,
+                kind: r.get(1)?,
+                count: r.get(2)?,
+                since: r.get(3)?,
+                due: r.get(4)?,
+            })
+        })?
+        .collect::<Result<_, _>>()?;
+    Ok(rows)
+}
+
+pub fn running_ops(conn: &Connection, plugin: &str) -> ApiResult<Vec<RunningOpRow>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT id, kind, volume, node, host, MAX(created_at, not_before), assigned_at FROM ops \
+         WHERE plugin = ?1 AND host IS NOT NULL ORDER BY assigned_at, id",
+    )?;
+    let rows = stmt
+        .query_map([plugin], |r| {
+            Ok(RunningOpRow {
+                id: r.get(0)?,
+                kind: r.get(1)?,
+                volume: r.get(2)?,
+                node: r.get(3)?,
+                host: r.get(4)?,
+                since: r.get(5)?,
+                assigned_at: r.get(6)?,
+            })
+        })?
+        .collect::<Result<_, _>>()?;
+    Ok(rows)
 }

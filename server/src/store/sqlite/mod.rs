@@ -26,7 +26,8 @@ use crate::db::{WriteCtx, optional};
 use crate::error::{ApiError, ApiResult};
 use crate::model::{
     AttachmentRow, ClaimRow, Lifecycle, NewFence, NodeFenceRow, NodePluginRow, NodeRow, OpRow,
-    PluginNodeRow, StateCounts, TokenRow, VolumeChunk, VolumeRow, to_json,
+    PluginNodeRow, RunningOpRow, StateCounts, TokenRow, VolumeChunk, VolumeRow, WaitingOps,
+    to_json,
 };
 use crate::watch::Key;
 use csivol_rules::kinds::OpKind;
@@ -61,18 +62,28 @@ fn ops(conn: &Connection, filter: &str, params: impl rusqlite::Params) -> ApiRes
     Ok(rows)
 }
 
+/// The columns of an [`OpSlot`], as `slot_from_row` reads them.
+const SLOT_COLUMNS: &str = "id, kind, volume, node, host, MAX(created_at, not_before)";
+
+fn slot_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<OpSlot> {
+    let kind: String = r.get(1)?;
+    Ok(OpSlot {
+        id: r.get(0)?,
+        kind: kind.parse().map_err(|e: String| {
+            rusqlite::Error::FromSqlConversionFailure(1, rusqlite::types::Type::Text, e.into())
+        })?,
+        volume: r.get(2)?,
+        node: r.get(3)?,
+        host: r.get(4)?,
+        due_since: r.get(5)?,
+    })
+}
+
 fn slots(conn: &Connection, filter: &str, params: impl rusqlite::Params) -> ApiResult<Vec<OpSlot>> {
-    let sql = format!("SELECT id, volume, node, host FROM ops WHERE {filter}");
+    let sql = format!("SELECT {SLOT_COLUMNS} FROM ops WHERE {filter}");
     let mut stmt = conn.prepare_cached(&sql)?;
     let rows = stmt
-        .query_map(params, |r| {
-            Ok(OpSlot {
-                id: r.get(0)?,
-                volume: r.get(1)?,
-                node: r.get(2)?,
-                host: r.get(3)?,
-            })
-        })?
+        .query_map(params, slot_from_row)?
         .collect::<Result<_, _>>()?;
     Ok(rows)
 }
@@ -259,11 +270,24 @@ impl Snapshot for Connection {
     }
 
     fn due_ops(&self, plugin: &str, now: i64) -> ApiResult<Vec<OpSlot>> {
-        slots(
+        let sql = format!(
+            "SELECT {SLOT_COLUMNS} FROM (SELECT *, row_number() OVER (PARTITION BY kind ORDER BY id) AS n \
+             FROM ops WHERE plugin = ?1 AND host IS NULL AND not_before <= ?2) WHERE n <= 1000 ORDER BY id"
+        );
+        let mut stmt = self.prepare_cached(&sql)?;
+        let rows = stmt
+            .query_map(params![plugin, now], slot_from_row)?
+            .collect::<Result<_, _>>()?;
+        Ok(rows)
+    }
+
+    fn key_op(&self, kind: OpKind, volume: &str) -> ApiResult<Option<OpRow>> {
+        Ok(ops(
             self,
-            "plugin = ?1 AND host IS NULL AND not_before <= ?2 ORDER BY id LIMIT 1000",
-            params![plugin, now],
-        )
+            "volume = ?1 AND kind = ?2 AND node IS NULL",
+            params![volume, kind.as_str()],
+        )?
+        .pop())
     }
 
     fn plugins_with_due_ops(&self, now: i64) -> ApiResult<Vec<String>> {
@@ -322,6 +346,18 @@ impl Snapshot for Connection {
         plugin: &str,
     ) -> ApiResult<Option<api::ControllerCapabilities>> {
         snapshots::controller_capabilities(self, plugin)
+    }
+
+    fn group_snapshot(&self, name: &str) -> ApiResult<Option<crate::model::GroupSnapshotRow>> {
+        snapshots::group_snapshot(self, name)
+    }
+
+    fn group_snapshots(&self) -> ApiResult<Vec<crate::model::GroupSnapshotRow>> {
+        snapshots::group_snapshots(self)
+    }
+
+    fn group_members(&self, group: &str) -> ApiResult<Vec<crate::model::SnapshotRow>> {
+        snapshots::members(self, group)
     }
 
     fn tokens(&self) -> ApiResult<Vec<TokenRow>> {
@@ -389,6 +425,14 @@ impl Snapshot for Connection {
         listings::state_counts(self)
     }
 
+    fn waiting_ops(&self, plugin: Option<&str>, now: i64) -> ApiResult<Vec<WaitingOps>> {
+        listings::waiting_ops(self, plugin, now)
+    }
+
+    fn running_ops(&self, plugin: &str) -> ApiResult<Vec<RunningOpRow>> {
+        listings::running_ops(self, plugin)
+    }
+
     fn stored_secrets(&self) -> ApiResult<Vec<(String, String)>> {
         access::stored_secrets(self)
     }
@@ -434,12 +478,16 @@ reads_through_the_transaction! {
     assigned_ops(plugin: &str) -> Vec<OpSlot>;
     due_ops(plugin: &str, now: i64) -> Vec<OpSlot>;
     plugins_with_due_ops(now: i64) -> Vec<String>;
+    key_op(kind: OpKind, volume: &str) -> Option<OpRow>;
     plugin_registrations(plugin: &str) -> Vec<(String, NodeStatus, PluginRegistration)>;
     reconcile_facts(plugin: &str) -> (csivol_rules::reconcile::Known, Vec<csivol_rules::reconcile::Recorded>);
     controller_findings(plugin: Option<&str>) -> Vec<(String, csivol_rules::reconcile::Kept)>;
     snapshot(name: &str) -> Option<crate::model::SnapshotRow>;
     snapshots(volume: Option<&str>) -> Vec<crate::model::SnapshotRow>;
     controller_capabilities(plugin: &str) -> Option<api::ControllerCapabilities>;
+    group_snapshot(name: &str) -> Option<crate::model::GroupSnapshotRow>;
+    group_snapshots() -> Vec<crate::model::GroupSnapshotRow>;
+    group_members(group: &str) -> Vec<crate::model::SnapshotRow>;
     tokens() -> Vec<TokenRow>;
     controller_allowances(plugin: &str) -> Vec<(String, String, i64)>;
     nodes_hosting_controller(plugin: &str) -> Vec<String>;
@@ -455,6 +503,8 @@ reads_through_the_transaction! {
     volumes_of_plugin(plugin: &str) -> u32;
     events(after: u64, f: &EventFilter, limit: u32) -> Vec<api::Event>;
     state_counts() -> StateCounts;
+    waiting_ops(plugin: Option<&str>, now: i64) -> Vec<WaitingOps>;
+    running_ops(plugin: &str) -> Vec<RunningOpRow>;
     stored_secrets() -> Vec<(String, String)>;
     secrets_check() -> Option<String>;
 }

@@ -23,7 +23,7 @@ fn json<T: serde::de::DeserializeOwned>(s: String) -> rusqlite::Result<T> {
 
 pub const VOLUME_COLUMNS: &str = "name, plugin, external_id, access_mode, attachment, fs_type, mount_flags, \
      context, parameters, secrets, capacity_bytes, lifecycle, error, created_at, updated_at, modify_index, \
-     expansion, accessible_topology, topology_request";
+     expansion, accessible_topology, topology_request, mutable_parameters, modification";
 
 impl VolumeRow {
     pub fn from_row(r: &Row<'_>) -> rusqlite::Result<Self> {
@@ -51,6 +51,8 @@ impl VolumeRow {
             expansion: r.get::<_, Option<String>>(16)?.map(json).transpose()?,
             accessible_topology: json(r.get(17)?)?,
             topology_request: r.get::<_, Option<String>>(18)?.map(json).transpose()?,
+            mutable_parameters: json(r.get(19)?)?,
+            modification: r.get::<_, Option<String>>(20)?.map(json).transpose()?,
         })
     }
 
@@ -154,7 +156,7 @@ impl AttachmentRow {
 }
 
 pub const NODE_COLUMNS: &str = "name, status, registered_at, lost_at, fence_after_ms, fenced_at, \
-     eligibility, stopped_at, stop_took_down";
+     eligibility, limits_refresh_at, stopped_at, stop_took_down";
 
 impl NodeRow {
     pub fn from_row(r: &Row<'_>) -> rusqlite::Result<Self> {
@@ -166,8 +168,9 @@ impl NodeRow {
             fence_after_ms: r.get(4)?,
             fenced_at: r.get(5)?,
             eligibility: parse(r.get(6)?)?,
-            stopped_at: r.get(7)?,
-            stop_took_down: r.get::<_, Option<bool>>(8)?.unwrap_or(false),
+            limits_refresh_at: r.get(7)?,
+            stopped_at: r.get(8)?,
+            stop_took_down: r.get::<_, Option<bool>>(9)?.unwrap_or(false),
         })
     }
 
@@ -181,7 +184,7 @@ impl NodePluginRow {
     pub fn of_node(conn: &Connection, node: &str) -> ApiResult<Vec<Self>> {
         let mut stmt = conn.prepare_cached(
             "SELECT plugin, csi_node_id, max_volumes, node_service, controller, topology, \
-             json_extract(registration, '$.node.ready_check'), observed \
+             limit_change, limit_read_at, json_extract(registration, '$.node.ready_check'), observed \
              FROM node_plugins WHERE node = ?1 ORDER BY plugin",
         )?;
         let rows = stmt
@@ -193,9 +196,11 @@ impl NodePluginRow {
                     node_service: r.get(3)?,
                     controller: r.get(4)?,
                     topology: json(r.get(5)?)?,
-                    ready_check: r.get(6)?,
+                    limit_change: r.get::<_, Option<String>>(6)?.map(json).transpose()?,
+                    limit_read_at: r.get(7)?,
+                    ready_check: r.get(8)?,
                     observed: r
-                        .get::<_, Option<String>>(7)?
+                        .get::<_, Option<String>>(9)?
                         .and_then(|o| serde_json::from_str(&o).ok()),
                 })
             })?

@@ -1,19 +1,24 @@
-//! The snapshots table, and the controller capabilities snapshots and clones need.
+//! The snapshots and group snapshots tables, and the controller capabilities snapshots
+//! and clones need.
 
 use csivol_api::{self as api, PluginRegistration};
 use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::error::ApiResult;
-use crate::model::{SnapshotRow, to_json};
+use crate::model::{GroupSnapshotRow, SnapshotRow, to_json};
 
 const COLUMNS: &str = "name, volume, plugin, snapshot_id, state, ready_to_use, size_bytes, \
-     creation_time, parameters, error, created_at, updated_at, modify_index";
+     creation_time, parameters, error, created_at, updated_at, modify_index, group_name";
+
+fn state_at(r: &rusqlite::Row<'_>, i: usize) -> rusqlite::Result<api::SnapshotState> {
+    let state: String = r.get(i)?;
+    state.parse::<api::SnapshotState>().map_err(|e| {
+        rusqlite::Error::FromSqlConversionFailure(i, rusqlite::types::Type::Text, e.into())
+    })
+}
 
 fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<SnapshotRow> {
-    let state: String = r.get(4)?;
-    let state = state.parse::<api::SnapshotState>().map_err(|e| {
-        rusqlite::Error::FromSqlConversionFailure(4, rusqlite::types::Type::Text, e.into())
-    })?;
+    let state = state_at(r, 4)?;
     Ok(SnapshotRow {
         name: r.get(0)?,
         volume: r.get(1)?,
@@ -28,6 +33,7 @@ fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<SnapshotRow> {
         created_at: r.get(10)?,
         updated_at: r.get(11)?,
         modify_index: r.get::<_, i64>(12)? as u64,
+        group: r.get(13)?,
     })
 }
 
@@ -52,7 +58,7 @@ pub fn snapshots(conn: &Connection, volume: Option<&str>) -> ApiResult<Vec<Snaps
 pub fn put(conn: &Connection, s: &SnapshotRow, index: u64, now: i64) -> ApiResult<()> {
     let sql = format!(
         "INSERT OR REPLACE INTO snapshots ({COLUMNS}) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"
     );
     conn.prepare_cached(&sql)?.execute(params![
         s.name,
@@ -66,6 +72,76 @@ pub fn put(conn: &Connection, s: &SnapshotRow, index: u64, now: i64) -> ApiResul
         to_json(&s.parameters),
         s.error,
         s.created_at,
+        now,
+        index as i64,
+        s.group,
+    ])?;
+    Ok(())
+}
+
+/// The members of group snapshot `group`, by name.
+pub fn members(conn: &Connection, group: &str) -> ApiResult<Vec<SnapshotRow>> {
+    let sql = format!("SELECT {COLUMNS} FROM snapshots WHERE group_name = ?1 ORDER BY name");
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let rows = stmt
+        .query_map([group], from_row)?
+        .collect::<Result<_, _>>()?;
+    Ok(rows)
+}
+
+const GROUP_COLUMNS: &str = "name, plugin, volumes, group_snapshot_id, state, ready_to_use, \
+     creation_time, parameters, error, created_at, updated_at, modify_index";
+
+fn group_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<GroupSnapshotRow> {
+    Ok(GroupSnapshotRow {
+        name: r.get(0)?,
+        plugin: r.get(1)?,
+        volumes: serde_json::from_str(&r.get::<_, String>(2)?).unwrap_or_default(),
+        group_snapshot_id: r.get(3)?,
+        state: state_at(r, 4)?,
+        ready_to_use: r.get(5)?,
+        creation_time: r.get(6)?,
+        parameters: serde_json::from_str(&r.get::<_, String>(7)?).unwrap_or_default(),
+        error: r.get(8)?,
+        created_at: r.get(9)?,
+        updated_at: r.get(10)?,
+        modify_index: r.get::<_, i64>(11)? as u64,
+    })
+}
+
+pub fn group_snapshot(conn: &Connection, name: &str) -> ApiResult<Option<GroupSnapshotRow>> {
+    let sql = format!("SELECT {GROUP_COLUMNS} FROM group_snapshots WHERE name = ?1");
+    Ok(conn
+        .prepare_cached(&sql)?
+        .query_row([name], group_from_row)
+        .optional()?)
+}
+
+pub fn group_snapshots(conn: &Connection) -> ApiResult<Vec<GroupSnapshotRow>> {
+    let sql = format!("SELECT {GROUP_COLUMNS} FROM group_snapshots ORDER BY name");
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let rows = stmt
+        .query_map([], group_from_row)?
+        .collect::<Result<_, _>>()?;
+    Ok(rows)
+}
+
+pub fn put_group(conn: &Connection, g: &GroupSnapshotRow, index: u64, now: i64) -> ApiResult<()> {
+    let sql = format!(
+        "INSERT OR REPLACE INTO group_snapshots ({GROUP_COLUMNS}) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"
+    );
+    conn.prepare_cached(&sql)?.execute(params![
+        g.name,
+        g.plugin,
+        to_json(&g.volumes),
+        g.group_snapshot_id,
+        g.state.as_str(),
+        g.ready_to_use,
+        g.creation_time,
+        to_json(&g.parameters),
+        g.error,
+        g.created_at,
         now,
         index as i64,
     ])?;
@@ -95,6 +171,9 @@ pub fn controller_capabilities(
         f.list_snapshots |= c.list_snapshots;
         f.clone_volume |= c.clone_volume;
         f.create_delete_volume |= c.create_delete_volume;
+        f.modify_volume |= c.modify_volume;
+        f.get_snapshot |= c.get_snapshot;
+        f.group_snapshots |= c.group_snapshots;
     }
     Ok(found)
 }

@@ -43,12 +43,12 @@ impl Txn for WriteCtx<'_> {
             self.tx,
             "INSERT INTO volumes (name, plugin, external_id, access_mode, attachment, fs_type, mount_flags, context, \
              parameters, secrets, capacity_bytes, lifecycle, error, created_at, updated_at, modify_index, \
-             accessible_topology, topology_request) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?14, ?15, ?16, ?17) \
+             accessible_topology, topology_request, mutable_parameters) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?14, ?15, ?16, ?17, ?18) \
              ON CONFLICT (name) DO UPDATE SET plugin = ?2, external_id = ?3, access_mode = ?4, attachment = ?5, \
              fs_type = ?6, mount_flags = ?7, context = ?8, parameters = ?9, secrets = ?10, capacity_bytes = ?11, \
              lifecycle = ?12, error = ?13, updated_at = ?14, modify_index = ?15, accessible_topology = ?16, \
-             topology_request = ?17",
+             topology_request = ?17, mutable_parameters = ?18",
             params![
                 v.name,
                 v.plugin,
@@ -67,6 +67,7 @@ impl Txn for WriteCtx<'_> {
                 self.index as i64,
                 to_json(&v.accessible_topology),
                 v.topology_request.as_ref().map(to_json),
+                to_json(&v.mutable_parameters),
             ],
         )?;
         Ok(())
@@ -150,6 +151,27 @@ impl Txn for WriteCtx<'_> {
             params![
                 capacity_bytes.map(|c| c as i64),
                 expansion.map(to_json),
+                self.now,
+                self.index as i64,
+                name
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn set_volume_modification(
+        &mut self,
+        name: &str,
+        mutable_parameters: Option<&BTreeMap<String, String>>,
+        modification: Option<&api::Modification>,
+    ) -> ApiResult<()> {
+        exec(
+            self.tx,
+            "UPDATE volumes SET mutable_parameters = COALESCE(?1, mutable_parameters), \
+             modification = ?2, updated_at = ?3, modify_index = ?4 WHERE name = ?5",
+            params![
+                mutable_parameters.map(to_json),
+                modification.map(to_json),
                 self.now,
                 self.index as i64,
                 name
@@ -443,28 +465,43 @@ impl Txn for WriteCtx<'_> {
                 to_json(labels)
             ],
         )?;
+        // What was known of each plugin's limit: a registration that reads another one is a
+        // change like one read while the node ran; an unchanged one keeps the last change.
         // What the agent observed of each plugin outlives its registrations.
-        let observed: BTreeMap<String, String> = self
+        let before: BTreeMap<String, (u32, Option<String>, Option<String>)> = self
             .tx
             .prepare_cached(
-                "SELECT plugin, observed FROM node_plugins WHERE node = ?1 AND observed IS NOT NULL",
+                "SELECT plugin, max_volumes, limit_change, observed FROM node_plugins WHERE node = ?1",
             )?
-            .query_map([name], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .query_map([name], |r| Ok((r.get(0)?, (r.get(1)?, r.get(2)?, r.get(3)?))))?
             .collect::<Result<_, _>>()?;
         exec(self.tx, "DELETE FROM node_plugins WHERE node = ?1", [name])?;
         for p in plugins {
             let node_part = p.node.as_ref();
+            let limit = node_part.map_or(0, |n| n.info.max_volumes_per_node);
+            let limit_change = match before.get(&p.id) {
+                Some((from, _, _)) if *from != limit && node_part.is_some() => {
+                    Some(to_json(&crate::model::LimitChangeRow {
+                        from: *from,
+                        to: limit,
+                        at_ms: self.now,
+                        reason: "registration".to_owned(),
+                    }))
+                }
+                Some((_, kept, _)) => kept.clone(),
+                None => None,
+            };
             exec(
                 self.tx,
                 "INSERT INTO node_plugins (node, plugin, registration, csi_node_id, max_volumes, node_service, controller, \
-                 controller_service, controller_publish, stage_unstage, topology, observed) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+                 controller_service, controller_publish, stage_unstage, topology, limit_change, observed) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
                 params![
                     name,
                     p.id,
                     to_json(p),
                     node_part.map(|n| n.info.node_id.clone()),
-                    node_part.map_or(0, |n| n.info.max_volumes_per_node),
+                    limit,
                     node_part.is_some(),
                     p.controller.is_some(),
                     p.capabilities.controller_service,
@@ -475,7 +512,8 @@ impl Txn for WriteCtx<'_> {
                             .and_then(|n| n.info.accessible_topology.clone())
                             .unwrap_or_default()
                     ),
-                    observed.get(&p.id),
+                    limit_change,
+                    before.get(&p.id).and_then(|b| b.2.clone()),
                 ],
             )?;
         }
@@ -524,6 +562,48 @@ impl Txn for WriteCtx<'_> {
             params![at_ms, name],
         )?;
         Ok(())
+    }
+
+    fn ask_node_limits(&mut self, name: &str) -> ApiResult<()> {
+        exec(
+            self.tx,
+            "UPDATE nodes SET limits_refresh_at = ?1 WHERE name = ?2",
+            params![self.now, name],
+        )?;
+        Ok(())
+    }
+
+    fn set_node_limit(
+        &mut self,
+        node: &str,
+        plugin: &str,
+        limit: u32,
+        reason: &str,
+    ) -> ApiResult<Option<u32>> {
+        let Some(from) = self
+            .node_plugin(node, plugin)?
+            .filter(|p| p.node_service)
+            .map(|p| p.max_volumes)
+        else {
+            return Ok(None);
+        };
+        let change = (from != limit).then(|| {
+            to_json(&crate::model::LimitChangeRow {
+                from,
+                to: limit,
+                at_ms: self.now,
+                reason: reason.to_owned(),
+            })
+        });
+        exec(
+            self.tx,
+            "UPDATE node_plugins SET max_volumes = ?3, limit_read_at = ?4, \
+               limit_change = coalesce(?5, limit_change), \
+               registration = json_set(registration, '$.node.info.max_volumes_per_node', ?3) \
+             WHERE node = ?1 AND plugin = ?2",
+            params![node, plugin, limit, self.now, change],
+        )?;
+        Ok((from != limit).then_some(from))
     }
 
     fn queue_op(
@@ -576,6 +656,16 @@ impl Txn for WriteCtx<'_> {
         Ok(())
     }
 
+    fn retarget_op(&mut self, id: i64, payload: &str) -> ApiResult<()> {
+        exec(
+            self.tx,
+            "UPDATE ops SET payload = ?1, attempt = attempt + 1, host = NULL, assigned_at = NULL, \
+             not_before = ?2, error = NULL WHERE id = ?3",
+            params![payload, self.now, id],
+        )?;
+        Ok(())
+    }
+
     fn unassign_ops_of(&mut self, host: &str) -> ApiResult<()> {
         exec(
             self.tx,
@@ -615,6 +705,24 @@ impl Txn for WriteCtx<'_> {
 
     fn put_snapshot(&mut self, s: &crate::model::SnapshotRow) -> ApiResult<()> {
         snapshots::put(self.tx, s, self.index, self.now)
+    }
+
+    fn put_group_snapshot(&mut self, g: &crate::model::GroupSnapshotRow) -> ApiResult<()> {
+        snapshots::put_group(self.tx, g, self.index, self.now)
+    }
+
+    fn delete_group_snapshot(&mut self, name: &str) -> ApiResult<()> {
+        exec(
+            self.tx,
+            "DELETE FROM snapshots WHERE group_name = ?1",
+            [name],
+        )?;
+        exec(
+            self.tx,
+            "DELETE FROM group_snapshots WHERE name = ?1",
+            [name],
+        )?;
+        Ok(())
     }
 
     fn delete_snapshot(&mut self, name: &str) -> ApiResult<()> {

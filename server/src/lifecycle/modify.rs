@@ -1,0 +1,185 @@
+//! Volume modification: ControllerModifyVolume as a controller operation (queued, handed to
+//! a controller host within the plugin's limits, retried with backoff, evented), with the
+//! keys that change. The volume records what it has (`mutable_parameters`) and the change
+//! asked for (`modification`) until the plugin applied it or refused it.
+//!
+//! The spec's ControllerModifyVolume errors (v1.12): INVALID_ARGUMENT means the plugin
+//! cannot apply the parameters to the volume and "no changes were made", so csivol marks
+//! the request infeasible and does not retry it; the operator asks for other values.
+
+use csivol_api::domain::ErrorClass;
+use csivol_api::{self as api, Modification, ModificationState, PluginError};
+
+use super::ops::{backoff, schedule_ops};
+use super::volumes::volume_view;
+use super::{Limits, event, format_error};
+use crate::error::{ApiError, ApiResult};
+use crate::model::{Lifecycle, OpRow, time};
+use crate::store::Txn;
+use crate::watch::Key;
+use csivol_rules::kinds::{EventKind, OpKind};
+use csivol_rules::modify::{Decision, Facts, decide};
+
+fn describe(p: &std::collections::BTreeMap<String, String>) -> String {
+    Modification::describe(p)
+}
+
+/// `POST /v1/volumes/{name}/modify`: checks the rule and queues ControllerModifyVolume with
+/// the keys that change. Returns the volume and whether the request started something.
+pub fn modify_volume(
+    ctx: &mut impl Txn,
+    name: &str,
+    req: &api::ModifyRequest,
+    actor: &str,
+    limits: &Limits,
+) -> ApiResult<(api::Volume, bool)> {
+    let v = ctx.require_volume(name)?;
+    let caps = ctx.controller_capabilities(&v.plugin)?;
+    let facts = Facts {
+        volume: name,
+        plugin: &v.plugin,
+        ready: v.lifecycle == Lifecycle::Ready,
+        current: &v.mutable_parameters,
+        requested: &req.parameters,
+        under_way: v.modification.as_ref(),
+        modify_volume: caps.map(|c| c.modify_volume),
+    };
+    let changes = match decide(&facts) {
+        Ok(Decision::Nothing) => return Ok((volume_view(ctx, name)?, false)),
+        Ok(Decision::Withdraw) => {
+            let refused = v.modification.as_ref().map(|m| describe(&m.parameters));
+            ctx.set_volume_modification(name, None, None)?;
+            ctx.touch(Key::Volume(name.to_owned()));
+            event(
+                ctx,
+                EventKind::VolumeModified,
+                Some(name),
+                None,
+                None,
+                actor,
+                format!(
+                    "the refused modification to {} is withdrawn: the volume keeps {}",
+                    refused.unwrap_or_default(),
+                    describe(&req.parameters)
+                ),
+            )?;
+            return Ok((volume_view(ctx, name)?, false));
+        }
+        Ok(Decision::Start(changes)) => changes,
+        Err(r) => {
+            let e = if r.invalid {
+                ApiError::invalid(r.message)
+            } else {
+                ApiError::conflict(r.message)
+            };
+            return Err(e.with_hint(r.hint));
+        }
+    };
+    let m = Modification {
+        parameters: changes.clone(),
+        state: ModificationState::Pending,
+        error: None,
+        requested_at: time(ctx.now()),
+    };
+    ctx.set_volume_modification(name, None, Some(&m))?;
+    ctx.touch(Key::Volume(name.to_owned()));
+    let payload = serde_json::json!({ "parameters": changes });
+    ctx.queue_op(OpKind::Modify, &v.plugin, name, None, &payload.to_string())?;
+    event(
+        ctx,
+        EventKind::VolumeModifying,
+        Some(name),
+        None,
+        None,
+        actor,
+        format!(
+            "ControllerModifyVolume with {} requested from plugin {}",
+            describe(&changes),
+            v.plugin
+        ),
+    )?;
+    schedule_ops(ctx, &v.plugin, limits)?;
+    Ok((volume_view(ctx, name)?, true))
+}
+
+/// The parameters an operation sends.
+pub(super) fn op_parameters(o: &OpRow) -> ApiResult<std::collections::BTreeMap<String, String>> {
+    let payload: serde_json::Value = serde_json::from_str(&o.payload)?;
+    Ok(serde_json::from_value(payload["parameters"].clone()).unwrap_or_default())
+}
+
+/// ControllerModifyVolume succeeded: the volume has the parameters it was sent.
+pub(super) fn modified(ctx: &mut impl Txn, o: &OpRow, actor: &str) -> ApiResult<()> {
+    ctx.delete_op(o.id)?;
+    let Some(v) = ctx.volume(&o.volume)? else {
+        return Ok(());
+    };
+    let sent = op_parameters(o)?;
+    let mut has = v.mutable_parameters.clone();
+    has.extend(sent.clone());
+    ctx.set_volume_modification(&o.volume, Some(&has), None)?;
+    ctx.touch(Key::Volume(o.volume.clone()));
+    event(
+        ctx,
+        EventKind::VolumeModified,
+        Some(&o.volume),
+        None,
+        None,
+        actor,
+        format!("ControllerModifyVolume succeeded: {}", describe(&sent)),
+    )
+}
+
+/// ControllerModifyVolume failed: INVALID_ARGUMENT is infeasible (not retried, nothing
+/// changed); an error a retry may mend is retried with backoff, shown meanwhile; any other
+/// ends the modification as failed.
+pub(super) fn modify_failed(
+    ctx: &mut impl Txn,
+    o: &OpRow,
+    error: &PluginError,
+    actor: &str,
+) -> ApiResult<()> {
+    let message = format!("ControllerModifyVolume failed: {}", format_error(error));
+    let Some(mut m) = ctx.volume(&o.volume)?.and_then(|v| v.modification) else {
+        return ctx.delete_op(o.id);
+    };
+    if error.code != "INVALID_ARGUMENT" && ErrorClass::of_name(&error.code) == ErrorClass::Retry {
+        let next = ctx.now() + backoff(o.attempt).as_millis() as i64;
+        ctx.retry_op(o.id, next, &message)?;
+        m.error = Some(format!("{message}; retrying at {}", time(next)));
+        ctx.set_volume_modification(&o.volume, None, Some(&m))?;
+        ctx.touch(Key::Volume(o.volume.clone()));
+        return Ok(());
+    }
+    ctx.delete_op(o.id)?;
+    let (state, said) = if error.code == "INVALID_ARGUMENT" {
+        (
+            ModificationState::Infeasible,
+            format!(
+                "modification to {} is infeasible: {message}; the plugin changed nothing",
+                describe(&m.parameters)
+            ),
+        )
+    } else {
+        (
+            ModificationState::Failed,
+            format!(
+                "modification to {} failed: {message}",
+                describe(&m.parameters)
+            ),
+        )
+    };
+    m.state = state;
+    m.error = Some(message);
+    ctx.set_volume_modification(&o.volume, None, Some(&m))?;
+    ctx.touch(Key::Volume(o.volume.clone()));
+    event(
+        ctx,
+        EventKind::OperationFailed,
+        Some(&o.volume),
+        None,
+        None,
+        actor,
+        said,
+    )
+}
