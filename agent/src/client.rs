@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use csivol_api::{
     DesiredState, ErrorCode, HeartbeatResponse, RegisterRequest, RegisterResponse, ReportBatch,
+    StoppingRequest,
 };
 use csivol_client::Client;
 
@@ -189,5 +190,14 @@ impl ApiClient {
     pub async fn reports(&self, batch: &ReportBatch) -> Result<(), ApiError> {
         (self.api.reports(&self.node, batch).await)
             .map_err(|e| ApiError::from_client("the reports", e))
+    }
+
+    /// Tells the server this agent stops in order, and whether it took its volumes down.
+    pub async fn stopping(&self, took_down: bool) -> Result<(), ApiError> {
+        (self
+            .api
+            .stopping(&self.node, &StoppingRequest { took_down })
+            .await)
+            .map_err(|e| ApiError::from_client("the stop notice", e))
     }
 }

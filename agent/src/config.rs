@@ -134,6 +134,15 @@ pub enum ReadyCheck {
     Exists,
 }
 
+impl ReadyCheck {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Mount => "mount",
+            Self::Exists => "exists",
+        }
+    }
+}
+
 /// `--ready-check [ID=]CHECK`: the check for every plugin, or for the plugin `ID`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReadyCheckSetting {
@@ -257,6 +266,10 @@ pub struct Settings {
     pub node: String,
     pub token_file: PathBuf,
     pub fence_after: Option<Duration>,
+    /// The CA the server's certificate must chain to (else the system's roots).
+    pub ca_cert: Option<PathBuf>,
+    /// This node's client certificate and key, for a server with `--tls-client-ca`.
+    pub tls_identity: Option<(PathBuf, PathBuf)>,
     pub core: CoreConfig,
 }
 
@@ -265,6 +278,9 @@ pub struct Settings {
 #[serde(deny_unknown_fields)]
 struct FileConfig {
     server: Option<String>,
+    ca_cert: Option<PathBuf>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
     node: Option<String>,
     data_dir: Option<PathBuf>,
     token_file: Option<PathBuf>,
@@ -348,6 +364,21 @@ impl Settings {
             .filter(|s| !s.is_empty())
             .or(file.server)
             .ok_or_else(|| missing("server"))?;
+        let ca_cert = args.ca_cert.clone().or(file.ca_cert);
+        // The certificate and its key come together, from the flags or from the file.
+        let tls_identity = match (&args.tls_cert, &args.tls_key) {
+            (Some(c), Some(k)) => Some((c.clone(), k.clone())),
+            _ => match (file.tls_cert, file.tls_key) {
+                (Some(c), Some(k)) => Some((c, k)),
+                (None, None) => None,
+                _ => {
+                    return Err(ConfigError::Invalid(format!(
+                        "{} and `tls_key` go together: give both or neither",
+                        origin("`tls_cert`")
+                    )));
+                }
+            },
+        };
         let node = args
             .node
             .clone()
@@ -468,6 +499,8 @@ impl Settings {
             node,
             token_file,
             fence_after,
+            ca_cert,
+            tls_identity,
             core,
         })
     }
@@ -541,6 +574,9 @@ mod tests {
             &file,
             r#"
 server = "http://file:1"
+ca_cert = "/etc/csivol/tls/ca.pem"
+tls_cert = "/etc/csivol/tls/node-n-file.pem"
+tls_key = "/etc/csivol/tls/node-n-file-key.pem"
 node = "n-file"
 data_dir = "/var/lib/csivol"
 token_file = "/etc/csivol/token"
@@ -590,6 +626,17 @@ rack = "4"
         );
         assert!(parse_label("x").is_err());
         assert_eq!(s.server, "http://file:1");
+        assert_eq!(
+            s.ca_cert.as_deref(),
+            Some(Path::new("/etc/csivol/tls/ca.pem"))
+        );
+        assert_eq!(
+            s.tls_identity,
+            Some((
+                "/etc/csivol/tls/node-n-file.pem".into(),
+                "/etc/csivol/tls/node-n-file-key.pem".into()
+            ))
+        );
         assert_eq!(s.node, "n-flag");
         assert_eq!(s.fence_after, Some(Duration::from_secs(300)));
         let ids: Vec<_> = s.core.plugins.iter().map(|p| p.id.as_str()).collect();
@@ -606,6 +653,19 @@ rack = "4"
         let err = "x=maybe".parse::<ReadyCheckSetting>().unwrap_err();
         assert!(err.contains("expected `mount`, `exists`"), "{err}");
 
+        // A certificate without its key is refused, naming the file.
+        std::fs::write(&file, "tls_cert = \"/c.pem\"\n").unwrap();
+        let err = Settings::load(&args(&[
+            "--config",
+            file.to_str().unwrap(),
+            "--server",
+            "https://s:1",
+        ]))
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("and `tls_key` go together"),
+            "{err}"
+        );
         std::fs::write(&file, "nodes = \"typo\"\n").unwrap();
         let err = Settings::load(&args(&["--config", file.to_str().unwrap()])).unwrap_err();
         assert!(err.to_string().contains("unknown field `nodes`"), "{err}");

@@ -5,9 +5,15 @@
 //! - `config`: flags, the TOML file and defaults.
 //! - `plugin`: the gRPC edge to the CSI plugins (the only place building CSI messages).
 //! - `store`: `agent.db`, what the agent may have staged and published, and its fences.
+//! - `mounts`: pure over one snapshot of the mount table and `stat`: what a plugin made at
+//!   a path, whether it is still there, and the checks of the agent's records (`Judge`).
 //! - `plan`: pure, in `csivol-rules`: one volume's desired and recorded state → the steps.
+//! - `verify`: pure, in `csivol-rules`: the records against those checks → what recovery
+//!   and every resync do (stage or publish again, take down, record, report drift).
 //! - `reconcile`: recovery at start, the reconcile loop, volume workers, controller
 //!   operations.
+//! - `check`: `csivol-agent check`, one safe round trip through a plugin before trusting
+//!   it, judged against the spec and the agent's readiness rule.
 //! - `client`, `session`, `channel`: the server side: register, heartbeat, desired state,
 //!   reports, self-fencing; the node channel that carries heartbeats and desired-state
 //!   pushes while the server offers it.
@@ -16,6 +22,8 @@
 //! filters its logs); everything is a flag or a `--config` setting.
 
 mod channel;
+pub mod check;
+pub mod cli;
 mod client;
 pub mod config;
 pub mod mounts;
@@ -24,7 +32,7 @@ pub mod reconcile;
 mod session;
 pub mod store;
 
-pub use csivol_rules::plan;
+pub use csivol_rules::{plan, verify};
 
 use anyhow::Context;
 
@@ -61,8 +69,11 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
         );
     }
     let tls = csivol_client::tls::client_config(
-        args.ca_cert.as_deref(),
-        args.tls_cert.as_deref().zip(args.tls_key.as_deref()),
+        settings.ca_cert.as_deref(),
+        settings
+            .tls_identity
+            .as_ref()
+            .map(|(cert, key)| (cert.as_path(), key.as_path())),
     )
     .map_err(anyhow::Error::msg)?;
     let client = client::ApiClient::new(&settings.server, &settings.node, token, tls)

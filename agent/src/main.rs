@@ -2,43 +2,8 @@
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
-
-/// csivol's node agent: drives this node's CSI plugins toward the server's desired state.
-#[derive(Debug, Parser)]
-#[command(name = "csivol-agent", version)]
-struct Cli {
-    #[command(subcommand)]
-    command: Command,
-}
-
-#[derive(Debug, Subcommand)]
-enum Command {
-    /// Run the node agent: drive this node's CSI plugins toward the server's desired state.
-    Run(csivol_agent::NodeArgs),
-    /// The old spelling of `run`, accepted with a notice until the next release.
-    #[command(hide = true)]
-    Node(csivol_agent::NodeArgs),
-    /// Moved: the server is `csivol-server serve` (and its maintenance commands).
-    #[command(hide = true, disable_help_flag = true)]
-    Server(Moved),
-    /// Moved: dev mode is `csivol-server dev`.
-    #[command(hide = true, disable_help_flag = true)]
-    Dev(Moved),
-    /// Moved: `csivol-server tls init`.
-    #[command(hide = true, disable_help_flag = true)]
-    Tls(Moved),
-    /// Moved: the reference plugin is the `csivol-hostpath` program.
-    #[command(hide = true, disable_help_flag = true)]
-    Hostpath(Moved),
-}
-
-/// Whatever followed a command that moved to another program, to say how to run it there.
-#[derive(Debug, clap::Args)]
-struct Moved {
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-    args: Vec<String>,
-}
+use clap::Parser;
+use csivol_agent::cli::{Cli, Command};
 
 /// The commands of `csivol-agent server` that are commands of `csivol-server` of their own.
 const SERVER_ACTIONS: [&str; 4] = ["backup", "restore", "rotate-secrets-key", "migrate"];
@@ -71,6 +36,7 @@ fn moved(old: &str, new: Vec<&str>, args: &[String]) -> ExitCode {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let args = match cli.command {
+        Command::Check(args) => return check(args),
         Command::Run(args) => args,
         Command::Node(args) => {
             eprintln!(
@@ -86,18 +52,8 @@ fn main() -> ExitCode {
     };
     csivol_csi::supervised::exit_with_parent();
     csivol_daemon::init_logs();
-    // A node agent is a small process that mostly waits on sockets: one thread runs it for
-    // less CPU per call than a pool of workers waking each other across cores (blocking
-    // work still goes to the blocking pool: agent.db commits).
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: failed to start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+    let Some(runtime) = runtime() else {
+        return ExitCode::FAILURE;
     };
     match runtime.block_on(csivol_agent::run(args)) {
         Ok(()) => ExitCode::SUCCESS,
@@ -106,4 +62,32 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `csivol-agent check`: 0 when csivol can use the plugin, 1 when not (or the check could
+/// not be made).
+fn check(args: csivol_agent::check::CheckArgs) -> ExitCode {
+    csivol_daemon::init_logs();
+    let Some(runtime) = runtime() else {
+        return ExitCode::FAILURE;
+    };
+    match runtime.block_on(csivol_agent::check::run(args)) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn runtime() -> Option<tokio::runtime::Runtime> {
+    // A node agent is a small process that mostly waits on sockets: one thread runs it for
+    // less CPU per call than a pool of workers waking each other across cores (blocking
+    // work still goes to the blocking pool: agent.db commits).
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .inspect_err(|e| eprintln!("error: failed to start the async runtime: {e}"))
+        .ok()
 }

@@ -1,20 +1,36 @@
-//! Whether a staging or a published target really holds its volume, judged from the mount
-//! table (`/proc/self/mountinfo`), never from the agent's records.
+//! What a plugin made at a staging path or a target, and whether it is still there, judged
+//! from one snapshot of the mount table (`/proc/self/mountinfo`) and `stat`, never from the
+//! agent's records.
 //!
-//! The rule (docs/design/readiness.md): a mount shows a volume's data exactly when
-//! its device (`MAJOR:MINOR`) and root are the volume's. So
-//! - a staging is there when its path is a mount point that is not a bind of a directory
-//!   below the agent's data dir (the empty directory the agent created for it);
-//! - a target published from a staging is ready when it is a mount point with the
-//!   staging's device and a root at or below the staging's root;
-//! - a target published without staging is ready when it is a mount point that is not a
-//!   bind of a directory below the agent's data dir;
-//! - a block volume's staging must exist, and its target must be a block device node
-//!   (`stat`) whose device is still there (a loop device with nothing behind it has no
-//!   size), the same device as the volume's other targets on the node.
+//! The CSI spec lets plugins differ here, so the agent learns instead of assuming. Of
+//! `NodeStageVolumeRequest.staging_target_path` csi.proto says only "The path to which the
+//! volume MAY be staged": a plugin may mount the volume there, place a device node in it, or
+//! make nothing at all (the Kubernetes reference driver stages nothing). Of
+//! `NodePublishVolumeRequest.target_path` it says "For volumes with an access type of block,
+//! the SP SHALL place the block device at target_path. For volumes with an access type of
+//! mount, the SP SHALL place the mounted directory at target_path", and nothing of where the
+//! mount comes from: from the staging, or from the plugin's own directories.
 //!
-//! Plugins that present volumes without mounting them (`csivol-hostpath --mount none`) are
-//! checked with [`ReadyCheck::Exists`]: the path exists.
+//! So right after NodeStageVolume succeeds the agent records what is at the staging path
+//! (an [`Observation`]: a mount point with its device, root and source, a block device node,
+//! mounts inside it, or nothing), and once the target passes its first check, what is at
+//! the target. From then on (docs/design/readiness.md):
+//! - a staging holds its volume while it still shows what the plugin made there; a plugin
+//!   that made nothing there is never asked for a mount;
+//! - a file-system target is ready while it is a mount point that is not a bind of a
+//!   directory of the agent's own data dir (the one thing never accepted), shows the device
+//!   and root the plugin mounted there, and, where the plugin made a mount at the staging
+//!   path, that mount's device with a root at or below its root (two mounts show the same
+//!   data exactly when their `MAJOR:MINOR` and root agree);
+//! - a block target is ready while it is a block device node (`stat`) whose device the
+//!   kernel still has with a size (a detached loop device has none), the device the plugin
+//!   placed there.
+//!
+//! Records made by an older agent carry no observation: they are judged once by that
+//! agent's rule (a staging is a mount point; a block staging exists), and what is found is
+//! recorded. Plugins checked with [`ReadyCheck::Exists`] (`--ready-check ID=exists`, for
+//! plugins that present volumes without mounting, as `csivol-hostpath --mount none` does)
+//! only need the paths to exist.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -22,7 +38,12 @@ use std::path::{Path, PathBuf};
 use csivol_csi::mountinfo::Mount;
 pub use csivol_csi::mountinfo::MountTable;
 
-use super::config::ReadyCheck;
+use std::collections::BTreeMap;
+
+use csivol_rules::plan::{PublicationRecord, StagingRecord};
+use csivol_rules::verify::Checks;
+
+use crate::config::ReadyCheck;
 
 /// Every mount point of this process's mount namespace.
 pub fn mount_points() -> io::Result<Vec<PathBuf>> {
@@ -37,156 +58,18 @@ pub fn is_mount_point(path: &Path) -> io::Result<bool> {
     Ok(MountTable::read()?.is_mount_point(path))
 }
 
-/// What a readiness check looks at: one snapshot of the mount table and the agent's data
-/// dir (canonical, like every path the agent records).
-#[derive(Debug)]
-pub struct Checker<'a> {
-    table: MountTable,
-    /// Device and directory of the data dir inside its filesystem: a mount showing that
-    /// device with a root below it is a bind of a local directory, not of a volume.
-    local: Option<(String, PathBuf)>,
-    data_dir: &'a Path,
-}
+pub use csivol_rules::observed::{InnerMount, Observation, SeenMount};
 
-impl<'a> Checker<'a> {
-    pub fn read(data_dir: &'a Path) -> io::Result<Self> {
-        Ok(Self::new(MountTable::read()?, data_dir))
-    }
-
-    pub fn new(table: MountTable, data_dir: &'a Path) -> Self {
-        let local = table.fs_location(data_dir);
-        Self {
-            table,
-            local,
-            data_dir,
-        }
-    }
-
-    /// Whether something is mounted at `path` (canonical).
-    pub fn is_mount_point(&self, path: &Path) -> bool {
-        self.table.at(path).is_some()
-    }
-
-    fn is_local_bind(&self, m: &Mount) -> bool {
-        self.local
-            .as_ref()
-            .is_some_and(|(dev, root)| m.device == *dev && m.root.starts_with(root))
-    }
-
-    fn mounted<'m>(&'m self, what: &str, path: &Path) -> Result<&'m Mount, String> {
-        let m = self
-            .table
-            .at(path)
-            .ok_or_else(|| format!("{what} is no longer mounted ({})", path.display()))?;
-        if self.is_local_bind(m) {
-            let inside = m
-                .root
-                .strip_prefix(self.local.as_ref().map_or(Path::new("/"), |l| &l.1))
-                .map_or_else(|_| m.root.clone(), |r| self.data_dir.join(r));
-            return Err(format!(
-                "{what} at {} is a bind of the node's own directory {}, not of the volume",
-                path.display(),
-                inside.display()
-            ));
-        }
-        Ok(m)
-    }
-
-    /// Whether the staging of `volume` at `path` holds the volume.
-    pub fn staging(
-        &self,
-        check: ReadyCheck,
-        volume: &str,
-        path: &Path,
-        block: bool,
-    ) -> Result<(), String> {
-        let what = format!("staging of {volume}");
-        if check == ReadyCheck::Exists || block {
-            return exists(&what, path);
-        }
-        self.mounted(&what, path).map(|_| ())
-    }
-
-    /// Whether the target of a claim of `volume` is mounted from the volume: from its
-    /// staging when it has one.
-    pub fn target(
-        &self,
-        check: ReadyCheck,
-        volume: &str,
-        target: &Path,
-        staging: Option<&Path>,
-        block: bool,
-    ) -> Result<(), String> {
-        let what = format!("target of {volume}");
-        if block && check == ReadyCheck::Mount {
-            return self.block_target(volume, target, staging).map(|_| ());
-        }
-        if check == ReadyCheck::Exists || block {
-            if let Some(s) = staging {
-                exists(&format!("staging of {volume}"), s)?;
-            }
-            return exists(&what, target);
-        }
-        let t = self.mounted(&what, target)?;
-        let Some(staging) = staging else {
-            return Ok(());
-        };
-        let s = self.mounted(&format!("staging of {volume}"), staging)?;
-        if t.device != s.device || !t.root.starts_with(&s.root) {
-            return Err(format!(
-                "{what} at {} is not mounted from the volume's staging {} (device {} root {}, \
-                 the staging is device {} root {})",
-                target.display(),
-                staging.display(),
-                t.device,
-                t.root.display(),
-                s.device,
-                s.root.display()
-            ));
-        }
-        Ok(())
+/// How the agent remembers a mount of the table.
+fn seen(m: &Mount) -> SeenMount {
+    SeenMount {
+        device: m.device.clone(),
+        root: m.root.clone(),
+        source: m.source.clone(),
     }
 }
 
-impl Checker<'_> {
-    /// Whether the target of a block volume holds a live block device, and which (its
-    /// `rdev`): the staging exists, and the target is a device node, not the empty file or
-    /// directory it was before the device was placed there. A bind of the agent's own file
-    /// is no device node, so `stat` alone tells; the mount table is read for the message.
-    pub fn block_target(
-        &self,
-        volume: &str,
-        target: &Path,
-        staging: Option<&Path>,
-    ) -> Result<u64, String> {
-        if let Some(s) = staging {
-            exists(&format!("staging of {volume}"), s)?;
-        }
-        let what = format!("target of {volume}");
-        let node = std::fs::metadata(target).map(|m| NodeKind::of(&m));
-        let verdict = block_verdict(&what, target, node, sectors);
-        if verdict.is_err() && self.table.at(target).is_none() {
-            // Say it plainly: the device was never bound there, or was unmounted.
-            return verdict.map_err(|e| format!("{e}; nothing is mounted there"));
-        }
-        verdict
-    }
-}
-
-impl Checker<'_> {
-    /// Why the block device node at `path` no longer has its device behind it (detached,
-    /// or gone from the kernel); `None` when it has, or when `path` is no device node.
-    /// A staging whose device died this way must be staged again before publishing.
-    pub fn dead_device(&self, path: &Path) -> Option<String> {
-        let node = std::fs::metadata(path).map(|m| NodeKind::of(&m));
-        if !matches!(node, Ok(NodeKind::Block { .. })) {
-            return None;
-        }
-        block_verdict("the device", path, node, sectors).err()
-    }
-}
-
-/// What `stat` says a path is, as far as the block check cares.
+/// What `stat` says a path is, as far as the checks care.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NodeKind {
     Block { rdev: u64 },
@@ -211,20 +94,452 @@ impl NodeKind {
     }
 }
 
-/// The size in 512-byte sectors the kernel gives the block device `rdev`, from sysfs;
-/// `None` when the machine has no sysfs to ask (then the size is not judged).
-fn sectors(rdev: u64) -> Option<Result<u64, ()>> {
-    let (major, minor) = (rustix::fs::major(rdev), rustix::fs::minor(rdev));
-    if !Path::new("/sys/dev/block").is_dir() {
-        return None;
-    }
-    let size = std::fs::read_to_string(format!("/sys/dev/block/{major}:{minor}/size"));
-    Some(size.ok().and_then(|s| s.trim().parse().ok()).ok_or(()))
+/// The files a check looks at besides the mount table: `stat` of a path, and the size the
+/// kernel gives a block device. Tests answer for them; the agent asks the system.
+pub trait Files: Send + Sync {
+    /// `stat` of `path` (following a symlink); an error when it does not exist.
+    fn kind(&self, path: &Path) -> io::Result<NodeKind>;
+    /// The size in 512-byte sectors of the block device `rdev`; `None` when the machine
+    /// cannot say (no sysfs: the size is not judged), `Err(())` when the kernel no longer
+    /// has the device.
+    fn sectors(&self, rdev: u64) -> Option<Result<u64, ()>>;
 }
 
-/// The pure judgement of a block target: a block device node whose device is still there
-/// (known to the kernel, with a size). `sectors` answers the size of a device, or `None`
-/// when it cannot be asked; `Err(())` when the kernel no longer knows the device.
+/// The machine's own files and sysfs.
+#[derive(Debug)]
+pub struct SystemFiles;
+
+impl Files for SystemFiles {
+    fn kind(&self, path: &Path) -> io::Result<NodeKind> {
+        std::fs::metadata(path).map(|m| NodeKind::of(&m))
+    }
+
+    fn sectors(&self, rdev: u64) -> Option<Result<u64, ()>> {
+        let (major, minor) = (rustix::fs::major(rdev), rustix::fs::minor(rdev));
+        if !Path::new("/sys/dev/block").is_dir() {
+            return None;
+        }
+        let size = std::fs::read_to_string(format!("/sys/dev/block/{major}:{minor}/size"));
+        Some(size.ok().and_then(|s| s.trim().parse().ok()).ok_or(()))
+    }
+}
+
+/// A staging as a check sees it.
+#[derive(Clone, Copy, Debug)]
+pub struct Staging<'a> {
+    pub volume: &'a str,
+    pub path: &'a Path,
+    /// What the plugin made there; `None` for a record of an older agent.
+    pub observed: Option<&'a Observation>,
+    pub block: bool,
+}
+
+/// A target as a check sees it.
+#[derive(Clone, Copy, Debug)]
+pub struct Target<'a> {
+    pub volume: &'a str,
+    pub path: &'a Path,
+    /// What the plugin made there; `None` until the first check passed (and for a record
+    /// of an older agent).
+    pub observed: Option<&'a Observation>,
+    pub block: bool,
+}
+
+/// What a check looks at: one snapshot of the mount table, the agent's data dir
+/// (canonical, like every path the agent records) and `stat`.
+pub struct Checker<'a> {
+    table: MountTable,
+    /// Device and directory of the data dir inside its filesystem: a mount showing that
+    /// device with a root below it is a bind of a local directory, not of a volume.
+    local: Option<(String, PathBuf)>,
+    data_dir: &'a Path,
+    files: &'a dyn Files,
+}
+
+impl std::fmt::Debug for Checker<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Checker")
+            .field("mounts", &self.table.mounts.len())
+            .field("data_dir", &self.data_dir)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a> Checker<'a> {
+    pub fn read(data_dir: &'a Path) -> io::Result<Self> {
+        Ok(Self::new(MountTable::read()?, data_dir))
+    }
+
+    pub fn new(table: MountTable, data_dir: &'a Path) -> Self {
+        Self::with_files(table, data_dir, &SystemFiles)
+    }
+
+    pub fn with_files(table: MountTable, data_dir: &'a Path, files: &'a dyn Files) -> Self {
+        let local = table.fs_location(data_dir);
+        Self {
+            table,
+            local,
+            data_dir,
+            files,
+        }
+    }
+
+    /// Whether something is mounted at `path` (canonical).
+    pub fn is_mount_point(&self, path: &Path) -> bool {
+        self.table.at(path).is_some()
+    }
+
+    /// What is at `path` now; with `inside`, the mount points below it too.
+    pub fn observe(&self, path: &Path, inside: bool) -> Observation {
+        let mut below: Vec<InnerMount> = Vec::new();
+        if inside {
+            for m in &self.table.mounts {
+                let Ok(rest) = m.mount_point.strip_prefix(path) else {
+                    continue;
+                };
+                if rest.as_os_str().is_empty() {
+                    continue;
+                }
+                // A later mount at the same point hides the earlier one.
+                below.retain(|b| b.path != rest);
+                below.push(InnerMount {
+                    path: rest.to_owned(),
+                    mount: seen(m),
+                });
+            }
+        }
+        Observation {
+            mount: self.table.at(path).map(seen),
+            device: match self.files.kind(path) {
+                Ok(NodeKind::Block { rdev }) => Some(rdev),
+                _ => None,
+            },
+            inside: below,
+        }
+    }
+
+    fn is_local_bind(&self, m: &Mount) -> bool {
+        self.local
+            .as_ref()
+            .is_some_and(|(dev, root)| m.device == *dev && m.root.starts_with(root))
+    }
+
+    /// The mount at `path`, unless there is none or it is a bind of the agent's own
+    /// directory.
+    fn mounted<'m>(&'m self, what: &str, path: &Path) -> Result<&'m Mount, String> {
+        let m = self
+            .table
+            .at(path)
+            .ok_or_else(|| format!("{what} is no longer mounted ({})", path.display()))?;
+        if self.is_local_bind(m) {
+            let inside = m
+                .root
+                .strip_prefix(self.local.as_ref().map_or(Path::new("/"), |l| &l.1))
+                .map_or_else(|_| m.root.clone(), |r| self.data_dir.join(r));
+            return Err(format!(
+                "{what} at {} is a bind of the node's own directory {}, not of the volume",
+                path.display(),
+                inside.display()
+            ));
+        }
+        Ok(m)
+    }
+
+    /// The mount at `path`, if it shows the data of `seen`.
+    fn same_mount<'m>(
+        &'m self,
+        what: &str,
+        path: &Path,
+        seen: &SeenMount,
+    ) -> Result<&'m Mount, String> {
+        let now = self
+            .table
+            .at(path)
+            .ok_or_else(|| format!("{what} is no longer mounted ({})", path.display()))?;
+        if now.device != seen.device || now.root != seen.root {
+            return Err(format!(
+                "{what} at {} shows device {} root {}, not what the plugin mounted there \
+                 (device {} root {})",
+                path.display(),
+                now.device,
+                now.root.display(),
+                seen.device,
+                seen.root.display()
+            ));
+        }
+        Ok(now)
+    }
+
+    /// Whether `path` still shows what the plugin made there.
+    fn shows(&self, what: &str, path: &Path, seen: &Observation) -> Result<(), String> {
+        if let Some(m) = &seen.mount {
+            self.same_mount(what, path, m)?;
+        }
+        if let Some(want) = seen.device {
+            let now = self.block_device(what, path)?;
+            if now != want {
+                return Err(format!(
+                    "{what} at {} is device {}, not the device the plugin placed there ({})",
+                    path.display(),
+                    dev_name(now),
+                    dev_name(want)
+                ));
+            }
+        }
+        for inner in &seen.inside {
+            let at = path.join(&inner.path);
+            self.same_mount(
+                &format!("the mount the plugin made in the {what}"),
+                &at,
+                &inner.mount,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Whether a staging still holds its volume. A record without an observation (an
+    /// older agent's) is judged by that agent's rule once, and what is there is returned
+    /// to be recorded.
+    pub fn staging(
+        &self,
+        check: ReadyCheck,
+        s: Staging<'_>,
+    ) -> Result<Option<Observation>, String> {
+        let what = format!("staging of {}", s.volume);
+        match (check, s.observed) {
+            (ReadyCheck::Exists, _) => exists(self.files, &what, s.path)?,
+            (ReadyCheck::Mount, Some(seen)) => self.shows(&what, s.path, seen)?,
+            (ReadyCheck::Mount, None) if s.block => exists(self.files, &what, s.path)?,
+            (ReadyCheck::Mount, None) => {
+                self.mounted(&what, s.path)?;
+            }
+        }
+        Ok(s.observed.is_none().then(|| self.observe(s.path, true)))
+    }
+
+    /// Whether a claim's target is ready: it still shows what the plugin made there (the
+    /// first check accepts any mount point that is not the agent's own directory, or a live
+    /// block device node), its staging still holds the volume, and a file-system target
+    /// shows the device and root of the mount the plugin made at the staging, if it made
+    /// one. Returns what is at the target, to be recorded.
+    pub fn target(
+        &self,
+        check: ReadyCheck,
+        t: Target<'_>,
+        staging: Option<Staging<'_>>,
+    ) -> Result<Observation, String> {
+        let what = format!("target of {}", t.volume);
+        if check == ReadyCheck::Exists {
+            if let Some(s) = staging {
+                exists(self.files, &format!("staging of {}", s.volume), s.path)?;
+            }
+            exists(self.files, &what, t.path)?;
+            return Ok(self.observe(t.path, false));
+        }
+        if let Some(s) = staging {
+            self.staging(check, s)?;
+        }
+        if t.block {
+            let rdev = self.block_device(&what, t.path)?;
+            if let Some(want) = t.observed.and_then(|o| o.device)
+                && want != rdev
+            {
+                return Err(format!(
+                    "{what} at {} is device {}, not the device the plugin placed there ({})",
+                    t.path.display(),
+                    dev_name(rdev),
+                    dev_name(want)
+                ));
+            }
+            return Ok(self.observe(t.path, false));
+        }
+        let m = self.mounted(&what, t.path)?;
+        if let Some(seen) = t.observed.and_then(|o| o.mount.as_ref()) {
+            self.same_mount(&what, t.path, seen)?;
+        }
+        // Where the plugin mounted the volume at the staging path, the target shows that
+        // mount's data: its device, and its root or a directory inside it (a plugin may
+        // publish a directory of the staged filesystem). A record of an older agent is
+        // judged by what is mounted there now, as that agent did.
+        let staged: Option<SeenMount> = match staging {
+            Some(s) if !s.block => match s.observed {
+                Some(o) => o.mount.clone(),
+                None => Some(seen(
+                    self.mounted(&format!("staging of {}", s.volume), s.path)?,
+                )),
+            },
+            _ => None,
+        };
+        if let (Some(s), Some(sm)) = (staging, staged)
+            && (m.device != sm.device || !m.root.starts_with(&sm.root))
+        {
+            return Err(format!(
+                "{what} at {} is not mounted from the volume's staging {} (device {} root {}, \
+                 the staging is device {} root {})",
+                t.path.display(),
+                s.path.display(),
+                m.device,
+                m.root.display(),
+                sm.device,
+                sm.root.display()
+            ));
+        }
+        Ok(self.observe(t.path, false))
+    }
+
+    /// The live block device node at `path` (its `rdev`): a device node, not the empty
+    /// file or directory it was before the device was placed there, whose device the
+    /// kernel still has with a size. A bind of the agent's own file is no device node, so
+    /// `stat` alone tells; the mount table is read for the message.
+    pub fn block_device(&self, what: &str, path: &Path) -> Result<u64, String> {
+        let verdict = block_verdict(what, path, self.files.kind(path), |rdev| {
+            self.files.sectors(rdev)
+        });
+        if verdict.is_err() && self.table.at(path).is_none() {
+            // Say it plainly: the device was never bound there, or was unmounted.
+            return verdict.map_err(|e| format!("{e}; nothing is mounted there"));
+        }
+        verdict
+    }
+
+    /// Why the block device node at `path` no longer has its device behind it (detached,
+    /// or gone from the kernel); `None` when it has, or when `path` is no device node.
+    /// A staging whose device died this way must be staged again before publishing.
+    pub fn dead_device(&self, path: &Path) -> Option<String> {
+        let node = self.files.kind(path);
+        if !matches!(node, Ok(NodeKind::Block { .. })) {
+            return None;
+        }
+        block_verdict("the device", path, node, |rdev| self.files.sectors(rdev)).err()
+    }
+}
+
+/// The checks of one snapshot, as the agent's records need them.
+#[derive(Debug)]
+pub struct Judge<'a, 'c> {
+    /// The snapshot; `None` when the mount table could not be read (nothing is verified
+    /// then).
+    pub checker: Option<&'c Checker<'a>>,
+    /// The readiness check of plugins not in `plugin_checks`, and per plugin
+    /// (`--ready-check [ID=]CHECK`).
+    pub default_check: ReadyCheck,
+    pub plugin_checks: &'c BTreeMap<String, ReadyCheck>,
+}
+
+/// Why nothing could be verified.
+pub const UNREADABLE: &str = "the mount table could not be read";
+
+impl Judge<'_, '_> {
+    fn check(&self, plugin: &str) -> ReadyCheck {
+        self.plugin_checks
+            .get(plugin)
+            .copied()
+            .unwrap_or(self.default_check)
+    }
+
+    fn checker(&self) -> Result<&Checker<'_>, String> {
+        self.checker.ok_or_else(|| UNREADABLE.to_owned())
+    }
+}
+
+impl Checks for Judge<'_, '_> {
+    /// Whether a staging holds its volume; for a record without an observation, what is
+    /// there, to record. `publications` are the volume's: a block staging whose device
+    /// died at a target (a loop device detached) lost the volume too.
+    fn staging(
+        &self,
+        s: &StagingRecord,
+        publications: &[PublicationRecord],
+    ) -> Result<Option<Observation>, String> {
+        let c = self.checker()?;
+        let check = self.check(&s.plugin);
+        let block = s.block || publications.iter().any(|p| p.block);
+        let observed = c.staging(check, staging_view(s, block))?;
+        if block && check == ReadyCheck::Mount {
+            for p in publications.iter().filter(|p| p.block) {
+                if let Some(why) = c.dead_device(&p.target) {
+                    return Err(format!(
+                        "staging of {} no longer holds the volume's device: {why}",
+                        s.volume
+                    ));
+                }
+            }
+        }
+        Ok(observed)
+    }
+
+    /// Whether a publication's target is ready; what is there, to record. `staging` is the
+    /// volume's staging record, `publications` every publication of the volume: two claims
+    /// of one block volume on a node see one device, so a target showing another is not
+    /// the volume.
+    fn publication(
+        &self,
+        p: &PublicationRecord,
+        staging: Option<&StagingRecord>,
+        publications: &[PublicationRecord],
+    ) -> Result<Observation, String> {
+        let c = self.checker()?;
+        let check = self.check(&p.plugin);
+        let staging = p.staging.as_deref().map(|path| {
+            let record = staging.filter(|s| s.path == path);
+            Staging {
+                volume: &p.volume,
+                path,
+                observed: record.and_then(|s| s.observed.as_ref()),
+                block: p.block,
+            }
+        });
+        let target = Target {
+            volume: &p.volume,
+            path: &p.target,
+            observed: p.observed.as_ref(),
+            block: p.block,
+        };
+        let seen = c.target(check, target, staging)?;
+        if p.block
+            && check == ReadyCheck::Mount
+            && let Some(mine) = seen.device
+        {
+            for other in publications
+                .iter()
+                .filter(|o| o.alloc != p.alloc && o.block)
+            {
+                if let Ok(theirs) =
+                    c.block_device(&format!("target of {}", other.volume), &other.target)
+                    && theirs != mine
+                {
+                    return Err(format!(
+                        "target of {} at {} is device {}, but the volume's device at {} is {}",
+                        p.volume,
+                        p.target.display(),
+                        dev_name(mine),
+                        other.target.display(),
+                        dev_name(theirs)
+                    ));
+                }
+            }
+        }
+        Ok(seen)
+    }
+}
+
+fn staging_view(s: &StagingRecord, block: bool) -> Staging<'_> {
+    Staging {
+        volume: &s.volume,
+        path: &s.path,
+        observed: s.observed.as_ref(),
+        block,
+    }
+}
+
+/// `MAJOR:MINOR` of a device number.
+pub fn dev_name(rdev: u64) -> String {
+    format!("{}:{}", rustix::fs::major(rdev), rustix::fs::minor(rdev))
+}
+
+/// The pure judgement of a block device node: a block device node whose device is still
+/// there (known to the kernel, with a size). `sectors` answers the size of a device, or
+/// `None` when it cannot be asked; `Err(())` when the kernel no longer knows the device.
 pub fn block_verdict(
     what: &str,
     path: &Path,
@@ -241,214 +556,30 @@ pub fn block_verdict(
         }
         Ok(NodeKind::Block { rdev }) => rdev,
     };
-    let (major, minor) = (rustix::fs::major(rdev), rustix::fs::minor(rdev));
     match sectors(rdev) {
         None => Ok(rdev),
         Some(Err(())) => Err(format!(
-            "{what} at {} is device {major}:{minor}, which the kernel no longer has",
-            path.display()
+            "{what} at {} is device {}, which the kernel no longer has",
+            path.display(),
+            dev_name(rdev)
         )),
         Some(Ok(0)) => Err(format!(
-            "{what} at {} is device {major}:{minor}, which has nothing behind it (size 0)",
-            path.display()
+            "{what} at {} is device {}, which has nothing behind it (size 0)",
+            path.display(),
+            dev_name(rdev)
         )),
         Some(Ok(_)) => Ok(rdev),
     }
 }
 
-fn exists(what: &str, path: &Path) -> Result<(), String> {
-    match path.symlink_metadata() {
+fn exists(files: &dyn Files, what: &str, path: &Path) -> Result<(), String> {
+    match files.kind(path) {
         Ok(_) => Ok(()),
         Err(e) => Err(format!("{what} is gone ({}: {e})", path.display())),
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The data dir `/data` on the root filesystem `8:1`; the plugin's backend on `/srv`.
-    fn check(lines: &[&str]) -> Checker<'static> {
-        let mut text = String::from("1 0 8:1 / / rw - ext4 /dev/sda1 rw\n");
-        for l in lines {
-            text.push_str(l);
-            text.push('\n');
-        }
-        Checker::new(MountTable::parse(&text), Path::new("/data"))
-    }
-
-    const STAGING: &str = "/data/staging/hp/v1";
-    const TARGET: &str = "/data/targets/v1/a";
-    const STAGED: &str = "40 1 8:1 /srv/v1 /data/staging/hp/v1 rw - ext4 /dev/sda1 rw";
-    const PUBLISHED: &str = "41 1 8:1 /srv/v1 /data/targets/v1/a rw - ext4 /dev/sda1 rw";
-    /// What the bug looked like: the target bound from the unmounted staging directory.
-    const BOUND_EMPTY: &str =
-        "41 1 8:1 /data/staging/hp/v1 /data/targets/v1/a rw - ext4 /dev/sda1 rw";
-
-    fn target(c: &Checker<'_>, staging: bool) -> Result<(), String> {
-        c.target(
-            ReadyCheck::Mount,
-            "v1",
-            Path::new(TARGET),
-            staging.then_some(Path::new(STAGING)),
-            false,
-        )
-    }
-
-    #[test]
-    fn a_target_bound_from_the_mounted_staging_is_ready() {
-        assert_eq!(target(&check(&[STAGED, PUBLISHED]), true), Ok(()));
-        // A plugin may publish a directory inside the staged filesystem.
-        let sub = "41 1 8:1 /srv/v1/sub /data/targets/v1/a rw - ext4 /dev/sda1 rw";
-        assert_eq!(target(&check(&[STAGED, sub]), true), Ok(()));
-    }
-
-    #[test]
-    fn a_target_bound_from_an_empty_local_directory_is_not_ready() {
-        let c = check(&[BOUND_EMPTY]);
-        let e = target(&c, true).unwrap_err();
-        assert!(
-            e.contains("bind of the node's own directory /data/staging/hp/v1"),
-            "{e}"
-        );
-        // Even with the staging mounted again afterwards.
-        let e = target(&check(&[BOUND_EMPTY, STAGED]), true).unwrap_err();
-        assert!(e.contains("not of the volume"), "{e}");
-        // And without staging.
-        assert!(target(&c, false).is_err());
-    }
-
-    #[test]
-    fn a_target_needs_its_staging_mounted_and_the_same_data() {
-        let e = target(&check(&[PUBLISHED]), true).unwrap_err();
-        assert_eq!(
-            e,
-            "staging of v1 is no longer mounted (/data/staging/hp/v1)"
-        );
-        let other = "41 1 8:1 /srv/v2 /data/targets/v1/a rw - ext4 /dev/sda1 rw";
-        let e = target(&check(&[STAGED, other]), true).unwrap_err();
-        assert!(
-            e.contains("is not mounted from the volume's staging"),
-            "{e}"
-        );
-        let other_dev = "41 1 8:2 /srv/v1 /data/targets/v1/a rw - ext4 /dev/sdb rw";
-        assert!(target(&check(&[STAGED, other_dev]), true).is_err());
-        let e = target(&check(&[STAGED]), true).unwrap_err();
-        assert_eq!(e, "target of v1 is no longer mounted (/data/targets/v1/a)");
-    }
-
-    #[test]
-    fn a_volume_filesystem_of_its_own_is_ready() {
-        let staged = "40 1 259:3 / /data/staging/hp/v1 rw - xfs /dev/nvme1n1 rw";
-        let published = "41 1 259:3 / /data/targets/v1/a rw - xfs /dev/nvme1n1 rw";
-        assert_eq!(target(&check(&[staged, published]), true), Ok(()));
-        // Without staging, the plugin's own mount at the target.
-        assert_eq!(target(&check(&[published]), false), Ok(()));
-    }
-
-    #[test]
-    fn a_staging_is_there_only_when_mounted_from_elsewhere() {
-        let stage = |c: &Checker<'_>| c.staging(ReadyCheck::Mount, "v1", Path::new(STAGING), false);
-        assert_eq!(stage(&check(&[STAGED])), Ok(()));
-        assert!(stage(&check(&[])).is_err());
-        let self_bind = "40 1 8:1 /data/staging/hp/v1 /data/staging/hp/v1 rw - ext4 /dev/sda1 rw";
-        assert!(stage(&check(&[self_bind])).is_err());
-    }
-
-    #[test]
-    fn exists_checks_look_at_the_path_and_block_stagings_too() {
-        let c = check(&[]);
-        let root = Path::new("/");
-        assert_eq!(c.target(ReadyCheck::Exists, "v", root, None, false), Ok(()));
-        assert_eq!(c.target(ReadyCheck::Exists, "v", root, None, true), Ok(()));
-        let gone = Path::new("/nonexistent/csivol");
-        assert!(
-            c.target(ReadyCheck::Exists, "v", gone, None, false)
-                .is_err()
-        );
-        assert!(c.staging(ReadyCheck::Mount, "v", gone, true).is_err());
-        assert_eq!(c.staging(ReadyCheck::Mount, "v", root, true), Ok(()));
-    }
-
-    /// What stat says, what the kernel says of the device's size, the verdict.
-    type Case = (
-        io::Result<NodeKind>,
-        Option<Result<u64, ()>>,
-        Result<u64, &'static str>,
-    );
-
-    #[test]
-    fn a_block_target_is_ready_only_as_a_live_block_device() {
-        let loop3 = rustix::fs::makedev(7, 3);
-        let t = Path::new(TARGET);
-        let gone = || Err(io::Error::from(io::ErrorKind::NotFound));
-        // (what stat says, what the kernel says of the device's size) -> verdict
-        let cases: [Case; 7] = [
-            (
-                Ok(NodeKind::Block { rdev: loop3 }),
-                Some(Ok(16384)),
-                Ok(loop3),
-            ),
-            // No sysfs to ask: the device node is enough.
-            (Ok(NodeKind::Block { rdev: loop3 }), None, Ok(loop3)),
-            (
-                Ok(NodeKind::Block { rdev: loop3 }),
-                Some(Ok(0)),
-                Err(
-                    "target of v1 at /data/targets/v1/a is device 7:3, which has nothing behind it (size 0)",
-                ),
-            ),
-            (
-                Ok(NodeKind::Block { rdev: loop3 }),
-                Some(Err(())),
-                Err(
-                    "target of v1 at /data/targets/v1/a is device 7:3, which the kernel no longer has",
-                ),
-            ),
-            (
-                Ok(NodeKind::Other("a regular file")),
-                Some(Ok(16384)),
-                Err(
-                    "target of v1 at /data/targets/v1/a is a regular file, not the volume's block device",
-                ),
-            ),
-            (
-                Ok(NodeKind::Other("a directory")),
-                None,
-                Err(
-                    "target of v1 at /data/targets/v1/a is a directory, not the volume's block device",
-                ),
-            ),
-            (
-                gone(),
-                None,
-                Err("target of v1 is gone (/data/targets/v1/a: entity not found)"),
-            ),
-        ];
-        for (node, size, want) in cases {
-            let got = block_verdict("target of v1", t, node, |_| size);
-            assert_eq!(got, want.map_err(str::to_owned));
-        }
-    }
-
-    #[test]
-    fn a_real_block_target_that_is_a_file_or_missing_is_not_ready() {
-        let dir = std::env::temp_dir().join(format!("csivol-block-check-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let file = dir.join("target");
-        std::fs::write(&file, "").unwrap();
-        let c = check(&[]);
-        let e = c.block_target("v1", &file, Some(&dir)).unwrap_err();
-        assert!(
-            e.contains(
-                "is a regular file, not the volume's block device; nothing is mounted there"
-            ),
-            "{e}"
-        );
-        let e = c
-            .block_target("v1", &file, Some(&dir.join("gone")))
-            .unwrap_err();
-        assert!(e.starts_with("staging of v1 is gone"), "{e}");
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-}
+pub(crate) mod fake;
+#[cfg(test)]
+mod tests;

@@ -22,7 +22,7 @@ use tokio::sync::Semaphore;
 use tonic::Code;
 use tonic::transport::Channel;
 
-use super::config::{CoreConfig, PluginSpec};
+use super::config::{CoreConfig, PluginSpec, ReadyCheck};
 
 /// How long one Probe may take while the agent waits for a plugin to come up.
 const PROBE_DEADLINE: Duration = Duration::from_secs(5);
@@ -167,8 +167,12 @@ impl Plugins {
         Ok(plugins)
     }
 
-    /// What the server is told about each plugin at registration.
-    pub fn registrations(&self) -> Vec<PluginRegistration> {
+    /// What the server is told about each plugin at registration, with the readiness
+    /// check each node plugin's volumes get.
+    pub fn registrations(
+        &self,
+        ready_check: impl Fn(&str) -> ReadyCheck,
+    ) -> Vec<PluginRegistration> {
         let ids: std::collections::BTreeSet<&String> =
             self.node.keys().chain(self.controller.keys()).collect();
         ids.into_iter()
@@ -186,6 +190,7 @@ impl Plugins {
                     node: node.map(|n| NodePluginRegistration {
                         info: n.info.clone(),
                         capabilities: n.capabilities,
+                        ready_check: Some(ready_check(id).as_str().to_owned()),
                     }),
                     controller: controller.map(|c| c.capabilities),
                 }

@@ -79,9 +79,19 @@ struct Link {
     refresh: Notify,
     /// The node channel, while the server offers it.
     channel: csivol_client::channel::Shared,
+    /// The server's heartbeat TTL, as it last said.
+    ttl: Mutex<Duration>,
 }
 
 impl Link {
+    fn ttl(&self) -> Duration {
+        *self.ttl.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn set_ttl(&self, ttl: Duration) {
+        *self.ttl.lock().unwrap_or_else(|e| e.into_inner()) = ttl;
+    }
+
     fn contact(&self) {
         self.clock
             .lock()
@@ -121,7 +131,8 @@ const TAKE_DOWN_TIME: Duration = Duration::from_secs(60);
 
 /// Runs the agent until `stop` resolves. Mounts stay as they are when it stops, unless
 /// `take_down` asks it to unpublish and unstage everything first (through the plugins,
-/// recorded, so that the next start finds records and mounts that agree).
+/// recorded, so that the next start finds records and mounts that agree). Either way it
+/// tells the server before it returns (`node-stopping`).
 pub async fn run(
     client: ApiClient,
     core: Core,
@@ -139,6 +150,7 @@ pub async fn run(
         reregister: Notify::new(),
         refresh: Notify::new(),
         channel: Default::default(),
+        ttl: Mutex::new(DEFAULT_TTL),
     });
     let mut sender = tokio::spawn(report_loop(Arc::clone(&link), reports));
     tokio::select! {
@@ -147,20 +159,26 @@ pub async fn run(
         () = channel::run(&link.client, &link.channel, link.registered.subscribe()) => {}
         () = stop => {}
     }
-    if take_down {
-        if link.core.take_down(TAKE_DOWN_TIME).await {
-            tracing::info!("node agent stopping; every volume was taken down through its plugin");
-        } else {
-            tracing::warn!(
-                "node agent stopping before every volume was taken down; the next start finishes it"
-            );
-        }
+    // A take-down may take longer than the heartbeat TTL: the agent goes on heartbeating
+    // meanwhile, so that the server does not take the stop for a loss before it hears of it.
+    let took_down = take_down
+        && tokio::select! {
+            done = link.core.take_down(TAKE_DOWN_TIME) => done,
+            () = keep_alive(&link) => false,
+        };
+    if took_down {
+        tracing::info!("node agent stopping; every volume was taken down through its plugin");
+    } else if take_down {
+        tracing::warn!(
+            "node agent stopping before every volume was taken down; the next start finishes it"
+        );
     } else {
         tracing::info!("node agent stopping; published volumes stay mounted");
     }
     // Stop the core, then give the reports it made a moment to reach the server.
+    let client = link.client.clone();
     drop(link);
-    if tokio::time::timeout(Duration::from_secs(5), &mut sender)
+    if tokio::time::timeout(STOP_NOTICE_TIME, &mut sender)
         .await
         .is_err()
     {
@@ -169,7 +187,34 @@ pub async fn run(
             "stopped before every report reached the server; the next registration tells it the actual state"
         );
     }
+    // Then say that this is a planned stop, after the reports it made: the node is
+    // `stopped`, not lost, while its claims wait for it.
+    match tokio::time::timeout(STOP_NOTICE_TIME, client.stopping(took_down)).await {
+        Ok(Ok(())) => tracing::info!("told the server that this node stops"),
+        Ok(Err(e)) => {
+            tracing::warn!("{e:#}; the server finds the node silent and marks it lost at its TTL")
+        }
+        Err(_) => tracing::warn!(
+            "the server did not take the stop notice within {}; it finds the node silent and marks it lost at its TTL",
+            humantime::format_duration(STOP_NOTICE_TIME)
+        ),
+    }
 }
+
+/// Heartbeats at a third of the TTL, and nothing else (no registration, no fence): what a
+/// stopping agent does until it has said that it stops.
+async fn keep_alive(link: &Link) {
+    loop {
+        let ttl = link.ttl();
+        if link.heartbeat(ttl).await.is_ok() {
+            link.contact();
+        }
+        tokio::time::sleep(ttl / 3).await;
+    }
+}
+
+/// How long a stopping agent waits for its last reports, then for its stop notice.
+const STOP_NOTICE_TIME: Duration = Duration::from_secs(5);
 
 async fn heartbeat_loop(link: &Link) {
     let mut ttl = DEFAULT_TTL;
@@ -198,6 +243,7 @@ async fn heartbeat_loop(link: &Link) {
             match answer {
                 Ok(hb) => {
                     ttl = Duration::from_millis(hb.heartbeat_ttl_ms.max(300));
+                    link.set_ttl(ttl);
                     if hb.status == NodeStatus::Lost {
                         tracing::warn!(
                             "the server marked this node lost; registering again with the actual state"
@@ -224,8 +270,14 @@ async fn heartbeat_loop(link: &Link) {
             match answer {
                 Ok(r) => {
                     ttl = Duration::from_millis(r.heartbeat_ttl_ms.max(300));
+                    link.set_ttl(ttl);
                     registered = true;
                     link.registered.send_modify(|n| *n += 1);
+                    // The server now holds what this registration said is there; the core
+                    // checks its records against the mount table at once, so that what
+                    // failed the check is staged and published again rather than reported
+                    // published from the records (a lost node's claims are republished).
+                    link.core.resync();
                     tracing::info!(
                         node = link.client.node(),
                         published = req.published.len(),

@@ -11,9 +11,13 @@ use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, OptionalExtension, params};
 
+use super::mounts::Observation;
+
 /// How long start-up waits for a previous agent process on the same data dir to let go.
 const LOCK_WAIT: Duration = Duration::from_secs(10);
-const SCHEMA_VERSION: i32 = 1;
+/// 1: stagings, publications, fences. 2: what the plugin made at each path (`observed`,
+/// JSON) and whether a staging is of a block volume.
+const SCHEMA_VERSION: i32 = 2;
 const BOOT_ID: &str = "/proc/sys/kernel/random/boot_id";
 /// Writes between two checkpoints of agent.db's WAL: a few hundred KiB of WAL at most.
 const CHECKPOINT_EVERY: u32 = 256;
@@ -159,10 +163,20 @@ impl Store {
                  at_ms INTEGER NOT NULL,
                  volumes TEXT NOT NULL,
                  completed_ms INTEGER,
-                 reported_ms INTEGER);
-             PRAGMA user_version = 1;",
+                 reported_ms INTEGER);",
         )
         .map_err(open_err)?;
+        if version < 2 {
+            // Records written before keep `observed` NULL: they are observed once, at the
+            // first check (see `mounts`).
+            conn.execute_batch(
+                "ALTER TABLE stagings ADD COLUMN block INTEGER NOT NULL DEFAULT 0;
+                 ALTER TABLE stagings ADD COLUMN observed TEXT;
+                 ALTER TABLE publications ADD COLUMN observed TEXT;
+                 PRAGMA user_version = 2;",
+            )
+            .map_err(open_err)?;
+        }
         let rebooted = check_boot(&conn).map_err(open_err)?;
         let mirror = load(&conn).map_err(open_err)?;
         let checkpointer = Connection::open(&path).map_err(open_err)?;
@@ -253,10 +267,11 @@ impl Store {
         let r = rec.clone();
         self.call(move |c| {
             c.prepare_cached(
-                "INSERT INTO stagings (volume, plugin, external_id, path, state, error, updated_ms)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+                "INSERT INTO stagings
+                     (volume, plugin, external_id, path, state, error, updated_ms, block, observed)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
                  ON CONFLICT (volume) DO UPDATE SET plugin = ?2, external_id = ?3, path = ?4,
-                     state = ?5, error = ?6, updated_ms = ?7",
+                     state = ?5, error = ?6, updated_ms = ?7, block = ?8, observed = ?9",
             )?
             .execute(params![
                 r.volume,
@@ -265,7 +280,9 @@ impl Store {
                 r.path.to_string_lossy(),
                 r.state.as_str(),
                 error,
-                now_ms() as i64
+                now_ms() as i64,
+                r.block,
+                observed_json(r.observed.as_ref()),
             ])
         })
         .await?;
@@ -295,23 +312,26 @@ impl Store {
         self.call(move |c| {
             c.prepare_cached(
                 "INSERT INTO publications
-                     (volume, alloc, plugin, external_id, target, staging, block, state, error, updated_ms)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
+                     (volume, alloc, plugin, external_id, target, staging, block, state, error,
+                      updated_ms, observed)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
                  ON CONFLICT (volume, alloc) DO UPDATE SET plugin = ?3, external_id = ?4,
-                     target = ?5, staging = ?6, block = ?7, state = ?8, error = ?9, updated_ms = ?10",
+                     target = ?5, staging = ?6, block = ?7, state = ?8, error = ?9,
+                     updated_ms = ?10, observed = ?11",
             )?
             .execute(params![
-                    r.volume,
-                    r.alloc,
-                    r.plugin,
-                    r.external_id,
-                    r.target.to_string_lossy(),
-                    r.staging.as_ref().map(|p| p.to_string_lossy().into_owned()),
-                    r.block,
-                    r.state.as_str(),
-                    error,
-                    now_ms() as i64
-                ])
+                r.volume,
+                r.alloc,
+                r.plugin,
+                r.external_id,
+                r.target.to_string_lossy(),
+                r.staging.as_ref().map(|p| p.to_string_lossy().into_owned()),
+                r.block,
+                r.state.as_str(),
+                error,
+                now_ms() as i64,
+                observed_json(r.observed.as_ref()),
+            ])
         })
         .await?;
         self.mirror()
@@ -465,7 +485,9 @@ fn fence_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Fence> {
 
 fn load(conn: &Connection) -> rusqlite::Result<Mirror> {
     let mut mirror = Mirror::default();
-    let mut stmt = conn.prepare("SELECT volume, plugin, external_id, path, state FROM stagings")?;
+    let mut stmt = conn.prepare(
+        "SELECT volume, plugin, external_id, path, state, block, observed FROM stagings",
+    )?;
     let rows = stmt.query_map([], |r| {
         Ok(StagingRecord {
             volume: r.get(0)?,
@@ -473,6 +495,8 @@ fn load(conn: &Connection) -> rusqlite::Result<Mirror> {
             external_id: r.get(2)?,
             path: PathBuf::from(r.get::<_, String>(3)?),
             state: state(&r.get::<_, String>(4)?, StageState::parse)?,
+            block: r.get(5)?,
+            observed: parse_observed(r.get(6)?),
         })
     })?;
     for rec in rows {
@@ -480,7 +504,8 @@ fn load(conn: &Connection) -> rusqlite::Result<Mirror> {
         mirror.stagings.insert(rec.volume.clone(), rec);
     }
     let mut stmt = conn.prepare(
-        "SELECT volume, alloc, plugin, external_id, target, staging, block, state FROM publications",
+        "SELECT volume, alloc, plugin, external_id, target, staging, block, state, observed
+         FROM publications",
     )?;
     let rows = stmt.query_map([], |r| {
         Ok(PublicationRecord {
@@ -492,6 +517,7 @@ fn load(conn: &Connection) -> rusqlite::Result<Mirror> {
             staging: r.get::<_, Option<String>>(5)?.map(PathBuf::from),
             block: r.get(6)?,
             state: state(&r.get::<_, String>(7)?, PublishState::parse)?,
+            observed: parse_observed(r.get(8)?),
         })
     })?;
     for rec in rows {
@@ -501,6 +527,16 @@ fn load(conn: &Connection) -> rusqlite::Result<Mirror> {
             .insert((rec.volume.clone(), rec.alloc.clone()), rec);
     }
     Ok(mirror)
+}
+
+fn observed_json(o: Option<&Observation>) -> Option<String> {
+    o.map(|o| serde_json::to_string(o).expect("observations serialise"))
+}
+
+/// An observation that does not parse (written by a newer agent, say) is treated as none:
+/// the record is observed again at its first check.
+fn parse_observed(text: Option<String>) -> Option<Observation> {
+    text.and_then(|t| serde_json::from_str(&t).ok())
 }
 
 /// Compares the kernel's boot id with the one of the last run, and stores the current one.
@@ -594,6 +630,8 @@ mod tests {
                     external_id: format!("x{i}"),
                     path: dir.join("staging").join(format!("v{i}")),
                     state: StageState::Staged,
+                    block: false,
+                    observed: Some(Observation::default()),
                 };
                 store.put_staging(&rec, None).await.unwrap();
                 largest = largest.max(std::fs::metadata(&wal).map_or(0, |m| m.len()));
@@ -607,6 +645,58 @@ mod tests {
         let (store, _) = Store::open(&dir).await.unwrap();
         assert_eq!(store.stagings().len(), 49);
         assert_eq!(store.staging("v1").unwrap().external_id, "x3951");
+        drop(store);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// An agent.db of the first schema opens: its records carry no observation (observed
+    /// at their first check) and its stagings count as file-system ones.
+    #[tokio::test]
+    async fn an_older_agents_records_open_without_observations() {
+        let dir =
+            std::env::temp_dir().join(format!("csivol-agent-store-v1-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        {
+            let c = Connection::open(dir.join("agent.db")).unwrap();
+            c.execute_batch(
+                "CREATE TABLE stagings (volume TEXT PRIMARY KEY, plugin TEXT NOT NULL,
+                     external_id TEXT NOT NULL, path TEXT NOT NULL, state TEXT NOT NULL,
+                     error TEXT, updated_ms INTEGER NOT NULL);
+                 CREATE TABLE publications (volume TEXT NOT NULL, alloc TEXT NOT NULL,
+                     plugin TEXT NOT NULL, external_id TEXT NOT NULL, target TEXT NOT NULL,
+                     staging TEXT, block INTEGER NOT NULL, state TEXT NOT NULL, error TEXT,
+                     updated_ms INTEGER NOT NULL, PRIMARY KEY (volume, alloc));
+                 INSERT INTO stagings VALUES ('v', 'hp', 'x', '/s/v', 'staged', NULL, 1);
+                 INSERT INTO publications VALUES ('v', 'a', 'hp', 'x', '/t/v/a', '/s/v', 0,
+                     'published', NULL, 1);
+                 PRAGMA user_version = 1;",
+            )
+            .unwrap();
+        }
+        let (store, _) = Store::open(&dir).await.unwrap();
+        let s = store.staging("v").unwrap();
+        assert_eq!((s.block, s.observed), (false, None));
+        let p = store.publications_of("v").pop().unwrap();
+        assert_eq!((p.state, p.observed), (PublishState::Published, None));
+        // Observed, then kept across a reopen.
+        let seen = Observation {
+            device: Some(7),
+            ..Observation::default()
+        };
+        store
+            .put_publication(
+                &PublicationRecord {
+                    observed: Some(seen.clone()),
+                    ..p
+                },
+                None,
+            )
+            .await
+            .unwrap();
+        drop(store);
+        let (store, _) = Store::open(&dir).await.unwrap();
+        assert_eq!(store.publications_of("v")[0].observed, Some(seen));
         drop(store);
         std::fs::remove_dir_all(&dir).unwrap();
     }
@@ -640,6 +730,8 @@ mod tests {
                     external_id: format!("x{i}"),
                     path: dir.join("staging").join(format!("v{i}")),
                     state: StageState::Staged,
+                    block: false,
+                    observed: None,
                 };
                 store.put_staging(&rec, None).await.unwrap();
                 largest = largest.max(std::fs::metadata(&wal).map_or(0, |m| m.len()));

@@ -1,5 +1,7 @@
-//! The checked-in `completions/` and `man/`, generated from the clap definitions (by the
-//! `csivol-gen` binary). A test regenerates them and fails on any difference.
+//! The CLI's share of the checked-in `completions/` and `man/`, generated from its clap
+//! definitions, and the man-page writer every program's pages go through. The `csivol-gen`
+//! program (`gen/`) writes them for every program; a test regenerates them and fails on
+//! any difference.
 
 use std::fs;
 use std::path::Path;
@@ -13,43 +15,45 @@ use crate::commands::completions::file_name;
 use crate::env;
 use crate::failure::EXIT_CODES;
 
-pub fn write_all(root: &Path) -> anyhow::Result<()> {
-    let dir = root.join("completions");
-    recreate(&dir)?;
+/// The CLI's completion scripts and man pages, into `completions` and `man`.
+pub fn write_cli(completions: &Path, man: &Path) -> anyhow::Result<()> {
     for shell in Shell::value_variants() {
         let buf = crate::commands::completions::script(*shell);
-        let path = dir.join(file_name(*shell));
+        let path = completions.join(file_name(*shell));
         fs::write(&path, buf).with_context(|| format!("failed to write {}", path.display()))?;
     }
-
-    let dir = root.join("man");
-    recreate(&dir)?;
     // The exit codes and environment get sections of their own, not clap's EXTRA section.
-    let mut cmd = Cli::command()
-        .after_long_help(None::<&str>)
-        .disable_help_subcommand(true);
+    let cmd = Cli::command().after_long_help(None::<&str>);
+    man_pages(cmd, man, &|root, page| extra_sections(root, page))
+}
+
+/// One page for `cmd` and one for each of its visible subcommands, recursively, each with
+/// the roff `extra(is_root, page_name)` gives before its VERSION section.
+pub fn man_pages(
+    cmd: clap::Command,
+    dir: &Path,
+    extra: &dyn Fn(bool, &str) -> String,
+) -> anyhow::Result<()> {
+    let mut cmd = cmd.disable_help_subcommand(true);
     cmd.build();
-    man_pages(&cmd, &dir, true)
+    pages(&cmd, dir, true, extra)
 }
 
-fn recreate(dir: &Path) -> anyhow::Result<()> {
-    if dir.exists() {
-        fs::remove_dir_all(dir).with_context(|| format!("failed to remove {}", dir.display()))?;
-    }
-    fs::create_dir_all(dir).with_context(|| format!("failed to create {}", dir.display()))
-}
-
-/// One page for the command and one for each of its visible subcommands, recursively.
-fn man_pages(cmd: &clap::Command, dir: &Path, root: bool) -> anyhow::Result<()> {
+fn pages(
+    cmd: &clap::Command,
+    dir: &Path,
+    root: bool,
+    extra: &dyn Fn(bool, &str) -> String,
+) -> anyhow::Result<()> {
     for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
-        man_pages(sub, dir, false)?;
+        pages(sub, dir, false, extra)?;
     }
     let man = clap_mangen::Man::new(cmd.clone());
     let mut page = Vec::new();
     man.render(&mut page)?;
     let page = String::from_utf8(page).context("man page is not UTF-8")?;
     let name = man.get_filename();
-    let extra = extra_sections(root, name.trim_end_matches(".1"));
+    let extra = extra(root, name.trim_end_matches(".1"));
     // Before VERSION, where man pages usually keep such sections.
     let page = match page.find("\n.SH VERSION") {
         Some(i) => format!("{}\n{}{}", &page[..i], extra.trim_end(), &page[i..]),
@@ -57,6 +61,18 @@ fn man_pages(cmd: &clap::Command, dir: &Path, root: bool) -> anyhow::Result<()> 
     };
     let path = dir.join(&name);
     fs::write(&path, page).with_context(|| format!("failed to write {}", path.display()))
+}
+
+/// A roff section of `(tag, text)` paragraphs, the tag in bold.
+pub fn section(title: &str, items: &[(&str, &str)]) -> String {
+    let mut r = Roff::new();
+    r.control("SH", [title]);
+    for (tag, text) in items {
+        r.control("TP", []);
+        r.text([bold(*tag)]);
+        r.text([roman(*text)]);
+    }
+    r.to_roff()
 }
 
 /// EXAMPLES per man page (by page name): what the command is for, as an operator types it.

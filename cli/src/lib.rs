@@ -1,5 +1,6 @@
-//! The `csivol` command-line client, as a library for its two binaries: `csivol` itself and
-//! `csivol-gen`, which writes the checked-in completions and man pages. Not a stable API.
+//! The `csivol` command-line client, as a library for the `csivol` binary and for
+//! `csivol-gen` (`gen/`), which writes the checked-in completions and man pages. Not a
+//! stable API.
 
 pub mod args;
 pub mod client;

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use csivol_api::{
     ActionPlan, Claim, ClaimState, Eligibility, Event, Node, NodeStatus, PlannedAction, Plugin,
-    Volume, VolumeState,
+    PluginObservation, Volume, VolumeState,
 };
 
 use crate::output::{Out, age, bytes, or_dash, short_duration, time, when};
@@ -462,6 +462,7 @@ pub fn heartbeat(n: &Node) -> String {
     let ttl = short_duration(Duration::from_millis(n.heartbeat_ttl_ms));
     match (n.status, n.silent_ms, n.lost_in_ms()) {
         (NodeStatus::Lost, _, _) => format!("none for over {ttl} (the TTL)"),
+        (NodeStatus::Stopped, _, _) => "none: its agent stopped in order".to_owned(),
         (_, Some(silent), Some(left)) if n.at_risk() => format!(
             "no heartbeat for {}; lost in {}",
             short_duration(Duration::from_millis(silent)),
@@ -522,10 +523,43 @@ pub fn eligibility(n: &Node, claims: usize) -> String {
     }
 }
 
+/// A node's status, with a planned stop's details: `stopped at T (left its volumes
+/// mounted); lost at T2 unless its agent starts again`.
+pub fn status(n: &Node) -> String {
+    match &n.stopped {
+        Some(stop) if n.status == NodeStatus::Stopped => format!(
+            "stopped at {} ({}); lost at {} unless its agent starts again",
+            when(&stop.at),
+            if stop.took_down {
+                "took its volumes down"
+            } else {
+                "left its volumes mounted"
+            },
+            stop.lost_at
+        ),
+        _ => n.status.to_string(),
+    }
+}
+
+/// What a plugin made on a node for its last claim there, as its agent observed it:
+/// `(at the staging path, at the target)`; `-` where nothing was observed yet.
+fn observed(o: Option<&PluginObservation>) -> (String, String) {
+    match o {
+        None => ("-".into(), "-".into()),
+        Some(o) => (
+            o.shape
+                .staging
+                .clone()
+                .unwrap_or_else(|| "no staging".into()),
+            o.shape.target.clone(),
+        ),
+    }
+}
+
 /// A node's record; `claims` is how many claims it has (for a drain's progress).
 pub fn node(out: &Out, n: &Node, claims: usize) -> anyhow::Result<()> {
     let rows = vec![
-        ("status", n.status.to_string()),
+        ("status", status(n)),
         ("eligibility", eligibility(n, claims)),
         ("heartbeat", heartbeat(n)),
         (
@@ -599,8 +633,13 @@ pub fn node(out: &Out, n: &Node, claims: usize) -> anyhow::Result<()> {
         "MAX",
         "CONTROLLER",
         "TOPOLOGY",
+        "READY CHECK",
+        "STAGED AS",
+        "PUBLISHED AS",
     ]);
+    t.optional(&["READY CHECK", "STAGED AS", "PUBLISHED AS"]);
     for p in &n.plugins {
+        let (staged, published) = observed(p.observed.as_ref());
         t.add_row(vec![
             p.id.clone(),
             p.node_id.clone(),
@@ -612,6 +651,9 @@ pub fn node(out: &Out, n: &Node, claims: usize) -> anyhow::Result<()> {
             },
             if p.controller { "yes" } else { "no" }.into(),
             map(&p.topology),
+            or_dash(p.ready_check.as_deref()),
+            staged,
+            published,
         ]);
     }
     out.print_table(t)
@@ -679,9 +721,32 @@ pub fn plugin(out: &Out, p: &Plugin) -> anyhow::Result<()> {
     }
     out.line("")?;
     out.line("nodes:")?;
-    let mut t = out.table(&["NODE", "STATUS", "TOPOLOGY"]);
+    // Which readiness check each node's agent applies, and what the plugin made there for
+    // the last claim it published: at the staging path and at the target.
+    let mut t = out.table(&[
+        "NODE",
+        "STATUS",
+        "TOPOLOGY",
+        "READY CHECK",
+        "STAGED AS",
+        "PUBLISHED AS",
+        "LAST PUBLISHED",
+    ]);
+    t.optional(&["LAST PUBLISHED"]);
     for n in &p.nodes {
-        t.add_row(vec![n.name.clone(), n.status.to_string(), map(&n.topology)]);
+        let (staged, published) = observed(n.observed.as_ref());
+        t.add_row(vec![
+            n.name.clone(),
+            n.status.to_string(),
+            map(&n.topology),
+            or_dash(n.ready_check.as_deref()),
+            staged,
+            published,
+            n.observed.as_ref().map_or_else(
+                || "-".to_owned(),
+                |o| format!("{}/{} at {}", o.volume, o.alloc, time(out, &o.at)),
+            ),
+        ]);
     }
     out.print_table(t)
 }

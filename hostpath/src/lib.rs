@@ -22,6 +22,7 @@ use tokio_stream::wrappers::UnixListenerStream;
 
 use crate::faults::{DelaySpec, FailSpec, Faults};
 use crate::mounts::MountMode;
+pub use crate::service::NodeShape;
 use crate::service::{Config, Expansion, Feature, Features, Plugin, Service};
 use crate::store::Backend;
 
@@ -62,6 +63,15 @@ pub struct Args {
     /// Do not advertise STAGE_UNSTAGE_VOLUME: publish bind-mounts the volume directly.
     #[arg(long)]
     pub no_stage: bool,
+    /// What staging and publishing make on the node, as real plugins differ:
+    /// `stage-mount` (the volume mounted at the staging path, the target bound from it),
+    /// `stage-nothing` (nothing at the staging path, the plugin's own directory bound at
+    /// the target, as the Kubernetes reference driver does), `publish-subdir` (the target
+    /// bound from a directory inside the staging), `stage-device` (a block volume's
+    /// device bound onto a file inside the staging directory, and the target bound from
+    /// it).
+    #[arg(long, value_enum, default_value = "stage-mount")]
+    pub node_shape: NodeShape,
     /// Skip fsync on state writes: they stay atomic against a crash of the plugin, but not
     /// of the machine. For benchmarks.
     #[arg(long)]
@@ -122,6 +132,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         node_id: args.node_id.clone(),
         mount: args.mount,
         stage: !args.no_stage,
+        shape: args.node_shape,
         controller_publish: !args.no_controller,
         max_volumes_per_node: args.max_volumes_per_node,
         fsync: !args.no_fsync,

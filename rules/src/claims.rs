@@ -158,6 +158,8 @@ pub enum NodeRefusal {
     Fenced,
     /// The node missed its heartbeats.
     Lost { since: Option<i64> },
+    /// The node's agent stopped in order; the node takes nothing until it starts again.
+    Stopped,
     /// The node does not run the volume's plugin (or not its node service).
     NoPlugin,
     /// The node's topology matches none of the volume's accessible segments: the volume
@@ -176,12 +178,13 @@ impl NodeRefusal {
 }
 
 /// Whether a claim may start on the node described by `p`: checked in this order, the
-/// node is not fenced, not lost, runs the plugin, reaches the volume's topology, and has
+/// node is not fenced, not lost, not stopped, runs the plugin, reaches the volume's topology, and has
 /// room unless the volume is there already.
 pub fn check_placement(p: Placement) -> Result<(), NodeRefusal> {
     match p.status {
         NodeStatus::Fenced => return Err(NodeRefusal::Fenced),
         NodeStatus::Lost => return Err(NodeRefusal::Lost { since: p.lost_at }),
+        NodeStatus::Stopped => return Err(NodeRefusal::Stopped),
         NodeStatus::Ready => {}
     }
     let Some(max) = p.plugin_slots else {
@@ -442,7 +445,7 @@ mod tests {
     #[test]
     fn where_a_claim_may_start() {
         use NodeRefusal as R;
-        use NodeStatus::{Fenced, Lost, Ready};
+        use NodeStatus::{Fenced, Lost, Ready, Stopped};
         const T: Option<i64> = Some(1_700_000_000_000);
         const IN: bool = true;
         const OUT: bool = false;
@@ -457,7 +460,7 @@ mod tests {
         // (status, lost at, plugin's slots on the node, slots used if the volume needs a
         // new one, node inside the volume's topology, answer)
         #[rustfmt::skip] // One case a line: the table is the specification.
-        let cases: [Case; 22] = [
+        let cases: [Case; 24] = [
             (Ready,  None, Some(0), Some(0),   IN,  Ok(())),
             (Ready,  None, Some(0), Some(900), IN,  Ok(())),
             (Ready,  None, Some(2), Some(1),   IN,  Ok(())),
@@ -484,6 +487,9 @@ mod tests {
             (Fenced, T,    None,    Some(1),   IN,  Err(R::Fenced)),
             (Fenced, T,    Some(1), Some(1),   IN,  Err(R::Fenced)),
             (Fenced, T,    Some(1), Some(1),   OUT, Err(R::Fenced)),
+            // A planned stop: nothing new until the agent is back, whatever else holds.
+            (Stopped, None, Some(0), Some(0),  IN,  Err(R::Stopped)),
+            (Stopped, None, None,    Some(1),  OUT, Err(R::Stopped)),
         ];
         for (status, lost_at, plugin_slots, new_slot_among, reachable, want) in cases {
             let p = Placement {

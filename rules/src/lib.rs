@@ -14,15 +14,24 @@
 //! - `reconcile`: a controller's listing against csivol's attachments → findings.
 //! - `fence`: which configured fence method applies to a node, its command, and when an
 //!   automatic fence is due.
+//! - `hosting`: whether a registering node may host a plugin's controller.
 //! - `kinds`: event and controller-operation kinds.
+//! - `nodes`: whether a node takes new claims, and whether it may be forgotten.
 //! - `plan`: the node agent's: one volume's desired state and records → the steps to take.
+//! - `observed`: what a plugin made at a staging path or a target, as the agent observed it.
+//! - `verify`: the node agent's recovery plan: its records against the checks of one
+//!   snapshot of the mount table → stage or publish again, take down, record, report drift.
 
 pub mod claims;
 pub mod expansion;
 pub mod fence;
+pub mod hosting;
 pub mod kinds;
+pub mod nodes;
+pub mod observed;
 pub mod plan;
 pub mod queue;
 pub mod reconcile;
 pub mod snapshots;
 pub mod transitions;
+pub mod verify;

@@ -10,6 +10,9 @@ use std::path::{Path, PathBuf};
 
 use csivol_api::{ClaimRef, DesiredPublish, DesiredUnpublish, validate_name};
 
+use crate::observed::Observation;
+use crate::verify::Plan;
+
 // What the agent recorded in `agent.db` (its store keeps them there): the facts a plan reads.
 
 /// What the agent knows about a staging. `Staging` and `Unstaging` mean a call was (or may
@@ -58,6 +61,11 @@ pub struct StagingRecord {
     pub external_id: String,
     pub path: PathBuf,
     pub state: StageState,
+    /// Staged for block access.
+    pub block: bool,
+    /// What the plugin made at the path when NodeStageVolume succeeded; `None` before,
+    /// and in records of an older agent until they are first checked.
+    pub observed: Option<Observation>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -69,9 +77,12 @@ pub struct PublicationRecord {
     pub target: PathBuf,
     /// The staging path the publication was made from, when the plugin stages.
     pub staging: Option<PathBuf>,
-    /// A block volume is checked by existence, not as a mount point.
+    /// A block volume's target is a device node, not a mount point.
     pub block: bool,
     pub state: PublishState,
+    /// What the plugin made at the target, once it first passed the readiness check;
+    /// `None` before, and in records of an older agent until they are first checked.
+    pub observed: Option<Observation>,
 }
 
 /// Reports already handed to the server for entries it still lists, so that a rescan does
@@ -137,11 +148,11 @@ pub struct Job {
     pub invalid: Vec<(String, String)>,
     /// Claims past their readiness deadline: reported failed (`TIMEOUT`) first.
     pub timed_out: Vec<String>,
-    /// Published records whose mount went away or lost its backing (with why): marked
-    /// uncertain and reported as drift first; the steps below publish them again.
-    pub demote: Vec<(PublicationRecord, String)>,
-    /// The staging, likewise: staged again before any publish.
-    pub demote_staging: Option<(StagingRecord, String)>,
+    /// What a resync found of this volume's records against the mount table (see
+    /// `verify`): observations to record, a staging to stage again and publications to
+    /// publish again (marked uncertain and reported as drift first; the steps below bring
+    /// them up again).
+    pub verified: Plan,
     /// Set when the agent takes publications down that the server still wants (it stops
     /// and leaves its node clean): each is reported as drift with this reason, so that the
     /// server does not go on calling the claim ready.
@@ -166,8 +177,7 @@ impl Job {
     pub fn is_empty(&self) -> bool {
         self.invalid.is_empty()
             && self.timed_out.is_empty()
-            && self.demote.is_empty()
-            && self.demote_staging.is_none()
+            && self.verified.is_empty()
             && self.unpublish.is_empty()
             && self.report_unpublished.is_empty()
             && self.unstage.is_none()
@@ -386,6 +396,8 @@ mod tests {
             external_id: format!("ext-{volume}"),
             path: staging_path(Path::new(DIR), "hp", volume),
             state,
+            block: false,
+            observed: None,
         }
     }
 
@@ -399,6 +411,7 @@ mod tests {
             staging: Some(staging_path(Path::new(DIR), "hp", volume)),
             block: false,
             state,
+            observed: None,
         }
     }
 

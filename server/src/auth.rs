@@ -5,13 +5,13 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Mutex, RwLock};
 
-use csivol_api::{Role, TokenInfo, TokenResponse};
+use csivol_api::{Role, TokenInfo};
 use rand::RngCore;
-use rusqlite::{Connection, OptionalExtension, params};
 use sha2::{Digest, Sha256};
 
-use super::db::WriteCtx;
 use super::error::{ApiError, ApiResult};
+use super::model::time;
+use super::store::Snapshot;
 
 /// Who is calling.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -100,7 +100,7 @@ struct Entry {
 }
 
 /// Known tokens by hash, loaded at start and kept in memory (a lookup per request), and
-/// when each was last used (kept in memory, persisted by [`persist_last_used`]: a write
+/// when each was last used (kept in memory, persisted by `lifecycle::persist_last_used`: a write
 /// per request would cost an fsync per request).
 #[derive(Debug, Default)]
 pub struct Tokens {
@@ -108,46 +108,26 @@ pub struct Tokens {
     last_used: Mutex<HashMap<String, i64>>,
 }
 
-fn parse_controllers(json: &str) -> Vec<String> {
-    serde_json::from_str(json).unwrap_or_default()
-}
-
 impl Tokens {
-    pub fn load(conn: &Connection) -> ApiResult<Self> {
-        let mut stmt = conn.prepare(
-            "SELECT id, hash, role, node, expires_at, revoked_at, controllers, name FROM tokens",
-        )?;
-        let rows = stmt.query_map([], |r| {
-            Ok((
-                r.get::<_, String>(0)?,
-                r.get::<_, String>(1)?,
-                r.get::<_, String>(2)?,
-                r.get::<_, Option<String>>(3)?,
-                r.get::<_, Option<i64>>(4)?,
-                r.get::<_, Option<i64>>(5)?,
-                r.get::<_, String>(6)?,
-                r.get::<_, Option<String>>(7)?,
-            ))
-        })?;
-        let mut by_hash = HashMap::new();
-        for row in rows {
-            let (id, h, role, node, expires_at, revoked_at, controllers, name) = row?;
-            let role = role.parse().map_err(ApiError::internal)?;
-            by_hash.insert(
-                h,
-                Entry {
+    pub fn load(snap: &impl Snapshot) -> ApiResult<Self> {
+        let by_hash = snap
+            .tokens()?
+            .into_iter()
+            .map(|t| {
+                let entry = Entry {
                     caller: Caller {
-                        token_id: id,
-                        role,
-                        node,
-                        controllers: parse_controllers(&controllers),
-                        name,
+                        token_id: t.id,
+                        role: t.role,
+                        node: t.node,
+                        controllers: t.controllers,
+                        name: t.name,
                     },
-                    expires_at,
-                    revoked_at,
-                },
-            );
-        }
+                    expires_at: t.expires_at,
+                    revoked_at: t.revoked_at,
+                };
+                (t.hash, entry)
+            })
+            .collect();
         Ok(Self {
             by_hash: RwLock::new(by_hash),
             last_used: Mutex::default(),
@@ -196,7 +176,7 @@ impl Tokens {
             return Err(ApiError::unauthenticated(format!(
                 "token {} was revoked at {}",
                 entry.caller.token_id,
-                super::model::time(at)
+                time(at)
             ))
             .with_hint(new_token));
         }
@@ -204,7 +184,7 @@ impl Tokens {
             return Err(ApiError::unauthenticated(format!(
                 "token {} expired at {}",
                 entry.caller.token_id,
-                super::model::time(at)
+                time(at)
             ))
             .with_hint(new_token));
         }
@@ -257,7 +237,7 @@ impl Tokens {
         }
     }
 
-    /// Last-use times not yet written, taken out for [`persist_last_used`].
+    /// Last-use times not yet written, taken out for `lifecycle::persist_last_used`.
     pub fn take_last_used(&self) -> Vec<(String, i64)> {
         std::mem::take(&mut *self.last_used.lock().unwrap_or_else(|e| e.into_inner()))
             .into_iter()
@@ -265,196 +245,40 @@ impl Tokens {
     }
 }
 
-/// Writes last-use times taken from [`Tokens::take_last_used`].
-pub fn persist_last_used(ctx: &mut WriteCtx<'_>, used: &[(String, i64)]) -> ApiResult<()> {
-    let mut stmt = ctx.tx.prepare_cached(
-        "UPDATE tokens SET last_used_at = max(coalesce(last_used_at, 0), ?2) WHERE id = ?1",
-    )?;
-    for (id, at) in used {
-        stmt.execute(params![id, at])?;
-    }
-    Ok(())
-}
-
 /// Every token, without secrets.
-pub fn list_tokens(conn: &Connection, now: i64) -> ApiResult<Vec<TokenInfo>> {
-    let mut stmt = conn.prepare(
-        "SELECT id, role, node, controllers, created_at, last_used_at, expires_at, revoked_at, name \
-         FROM tokens ORDER BY created_at, id",
-    )?;
-    let rows = stmt.query_map([], |r| {
-        Ok((
-            r.get::<_, String>(0)?,
-            r.get::<_, String>(1)?,
-            r.get::<_, Option<String>>(2)?,
-            r.get::<_, String>(3)?,
-            r.get::<_, i64>(4)?,
-            r.get::<_, Option<i64>>(5)?,
-            r.get::<_, Option<i64>>(6)?,
-            r.get::<_, Option<i64>>(7)?,
-            r.get::<_, Option<String>>(8)?,
-        ))
-    })?;
-    let mut out = Vec::new();
-    for row in rows {
-        let (id, role, node, controllers, created, used, expires, revoked, name) = row?;
-        let status = match (revoked, expires) {
-            (Some(_), _) => "revoked",
-            (None, Some(e)) if e <= now => "expired",
-            _ => "active",
-        };
-        out.push(TokenInfo {
-            id,
-            name,
-            role: role.parse().map_err(ApiError::internal)?,
-            node,
-            controllers: parse_controllers(&controllers),
-            created_at: super::model::time(created),
-            last_used_at: used.map(super::model::time),
-            expires_at: expires.map(super::model::time),
-            revoked_at: revoked.map(super::model::time),
-            status: status.into(),
-        });
-    }
-    Ok(out)
+pub fn list_tokens(snap: &impl Snapshot, now: i64) -> ApiResult<Vec<TokenInfo>> {
+    Ok(snap
+        .tokens()?
+        .into_iter()
+        .map(|t| {
+            let status = match (t.revoked_at, t.expires_at) {
+                (Some(_), _) => "revoked",
+                (None, Some(e)) if e <= now => "expired",
+                _ => "active",
+            };
+            TokenInfo {
+                id: t.id,
+                name: t.name,
+                role: t.role,
+                node: t.node,
+                controllers: t.controllers,
+                created_at: time(t.created_at),
+                last_used_at: t.last_used_at.map(time),
+                expires_at: t.expires_at.map(time),
+                revoked_at: t.revoked_at.map(time),
+                status: status.into(),
+            }
+        })
+        .collect())
 }
 
-/// Revokes token `id`; refuses to revoke the last usable operator token, which would lock
-/// every operator out. Returns the token's role for the event.
-pub fn revoke_token(ctx: &mut WriteCtx<'_>, id: &str) -> ApiResult<Role> {
-    let row: Option<(String, Option<i64>)> = ctx
-        .tx
-        .query_row(
-            "SELECT role, revoked_at FROM tokens WHERE id = ?1",
-            params![id],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-        .optional()?;
-    let Some((role, revoked)) = row else {
-        return Err(ApiError::not_found(format!("no token `{id}`"))
-            .with_hint("list tokens with `csivol token list`"));
-    };
-    let role: Role = role.parse().map_err(ApiError::internal)?;
-    if let Some(at) = revoked {
-        return Err(ApiError::conflict(format!(
-            "token {id} was already revoked at {}",
-            super::model::time(at)
-        )));
-    }
-    if role == Role::Operator {
-        let others: i64 = ctx.tx.query_row(
-            "SELECT count(*) FROM tokens WHERE role = 'operator' AND id != ?1 \
-             AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > ?2)",
-            params![id, ctx.now],
-            |r| r.get(0),
-        )?;
-        if others == 0 {
-            return Err(ApiError::conflict(format!(
-                "token {id} is the last usable operator token; revoking it would lock every operator out"
-            ))
-            .with_hint("create another operator token first (csivol token create --role operator)"));
-        }
-    }
-    ctx.tx.execute(
-        "UPDATE tokens SET revoked_at = ?2 WHERE id = ?1",
-        params![id, ctx.now],
-    )?;
-    Ok(role)
-}
-
-/// Creates a token in the database; the caller must [`Tokens::remember`] it after commit.
-pub fn create_token(
-    ctx: &mut WriteCtx<'_>,
-    role: Role,
-    node: Option<String>,
-    name: Option<String>,
-    ttl_ms: Option<u64>,
-    controllers: Vec<String>,
-) -> ApiResult<TokenResponse> {
-    if let Some(n) = &name {
-        csivol_api::validate_name("token name", n).map_err(ApiError::invalid)?;
-        // An actor `operator:<12 hex digits>` must stay unambiguous: that is a token id.
-        if n.len() == 12
-            && n.bytes()
-                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-        {
-            return Err(ApiError::invalid(format!(
-                "token name `{n}` looks like a token id; choose a name people recognise"
-            )));
-        }
-        let taken: bool = ctx.tx.query_row(
-            "SELECT EXISTS (SELECT 1 FROM tokens WHERE name = ?1)",
-            [n],
-            |r| r.get(0),
-        )?;
-        if taken {
-            return Err(
-                ApiError::conflict(format!("a token named `{n}` already exists")).with_hint(
-                    "choose another name; each name identifies one token in the event log",
-                ),
-            );
-        }
-    }
-    match (role, &node) {
-        (Role::Node, None) => {
-            return Err(ApiError::invalid(
-                "a node token needs `node`: the node it acts for",
-            ));
-        }
-        (Role::Node, Some(n)) => csivol_api::validate_name("node", n).map_err(ApiError::invalid)?,
-        (_, Some(_)) => {
-            return Err(ApiError::invalid(
-                "only node tokens are bound to a node; drop `node`",
-            ));
-        }
-        (_, None) => {}
-    }
-    if !controllers.is_empty() && role != Role::Node {
-        return Err(ApiError::invalid(
-            "only node tokens may host controllers; drop `controllers`",
-        ));
-    }
-    for p in &controllers {
-        csivol_api::validate_name("plugin", p).map_err(ApiError::invalid)?;
-    }
-    let expires_at = match ttl_ms {
-        Some(0) => return Err(ApiError::invalid("`ttl` must be longer than 0")),
-        Some(ms) => Some(
-            ctx.now
-                .saturating_add(i64::try_from(ms).unwrap_or(i64::MAX)),
-        ),
-        None => None,
-    };
+/// A new token's secret (shown once) and its hash (all that is stored).
+pub fn new_secret() -> (String, String) {
     let mut secret = [0u8; 32];
     rand::rng().fill_bytes(&mut secret);
     let token = format!("csivol_{}", hex(&secret));
     let h = hash(&token);
-    let id = h[..12].to_owned();
-    let controllers_json =
-        serde_json::to_string(&controllers).map_err(|e| ApiError::internal(e.to_string()))?;
-    ctx.tx.execute(
-        "INSERT INTO tokens (id, hash, role, node, created_at, expires_at, controllers, name) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-        params![
-            id,
-            h,
-            role.as_str(),
-            node,
-            ctx.now,
-            expires_at,
-            controllers_json,
-            name
-        ],
-    )?;
-    Ok(TokenResponse {
-        id,
-        role,
-        node,
-        name,
-        token,
-        expires_at: expires_at.map(super::model::time),
-        controllers,
-    })
+    (token, h)
 }
 
 /// Writes the first operator token where the operator will look, readable by the owner only.
@@ -485,6 +309,7 @@ pub fn write_token_file(path: &Path, token: &str) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::http::error::status;
 
     #[test]
     fn node_tokens_act_for_their_node_only() {
@@ -556,11 +381,14 @@ mod tests {
             Role::Operator
         );
         assert_eq!(
-            t.authenticate(Some("Bearer wrong")).unwrap_err().status,
+            status(t.authenticate(Some("Bearer wrong")).unwrap_err().kind),
             401
         );
-        assert_eq!(t.authenticate(None).unwrap_err().status, 401);
-        assert_eq!(t.authenticate(Some("Basic x")).unwrap_err().status, 401);
+        assert_eq!(status(t.authenticate(None).unwrap_err().kind), 401);
+        assert_eq!(
+            status(t.authenticate(Some("Basic x")).unwrap_err().kind),
+            401
+        );
     }
 
     #[test]
@@ -577,7 +405,7 @@ mod tests {
         t.remember("gone", caller("g"), None);
         assert!(t.authenticate_at(Some("Bearer short"), 999).is_ok());
         let e = t.authenticate_at(Some("Bearer short"), 1_000).unwrap_err();
-        assert_eq!(e.status, 401);
+        assert_eq!(status(e.kind), 401);
         assert!(
             e.message.starts_with("token s expired at "),
             "{}",
@@ -586,7 +414,7 @@ mod tests {
         assert!(t.authenticate_at(Some("Bearer gone"), 5).is_ok());
         t.revoke("g", 7);
         let e = t.authenticate_at(Some("Bearer gone"), 8).unwrap_err();
-        assert_eq!(e.status, 401);
+        assert_eq!(status(e.kind), 401);
         assert!(
             e.message.starts_with("token g was revoked at "),
             "{}",

@@ -4,10 +4,13 @@
 //! lease expiry, event pruning, the fence policy). With the SQLite store the one server
 //! always leads.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use super::error::ApiResult;
 use super::etcd::{self, Cluster, Leadership};
-use super::{EVENTS_KEPT, access, db, fence, http, leases, lifecycle};
+use super::store::Snapshot;
+use super::{EVENTS_KEPT, db, fence, http, lifecycle};
+use csivol_api::NodeStatus;
 
 /// Starts the background tasks; the returned handles are aborted when serving stops.
 pub fn spawn(app: &http::App, cluster: Option<Cluster>) -> Vec<tokio::task::JoinHandle<()>> {
@@ -87,12 +90,11 @@ async fn compact_history(cluster: Cluster) {
 }
 
 /// Every node and whether the database records it lost (or fenced).
-pub fn node_statuses(c: &rusqlite::Connection) -> super::error::ApiResult<Vec<(String, bool)>> {
-    let mut s = c.prepare("SELECT name, status FROM nodes")?;
-    let rows = s.query_map([], |r| {
-        Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)? != "ready"))
-    })?;
-    Ok(rows.collect::<Result<Vec<_>, _>>()?)
+pub fn node_statuses(c: &impl Snapshot) -> ApiResult<Vec<(String, bool)>> {
+    Ok(c.nodes(None)?
+        .into_iter()
+        .map(|n| (n.name, n.status != NodeStatus::Ready))
+        .collect())
 }
 
 /// A server that does not lead follows the losses the leader recorded (and the returns
@@ -128,7 +130,7 @@ async fn persist_token_use(app: http::App) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        if let Err(e) = access::persist_last_used(&app).await {
+        if let Err(e) = http::access::persist_last_used(&app).await {
             tracing::debug!(error = %e, "failed to record when tokens were last used; retrying");
         }
     }
@@ -184,17 +186,19 @@ async fn watch_liveness(app: http::App, cluster: Option<Cluster>) {
         due.retain(|d| app.live.still_lost(d));
         for due in due {
             let limits = app.limits.clone();
-            let why = format!(
-                "no heartbeat for {}",
-                humantime::format_duration(app.live.ttl())
-            );
+            let (ttl, grace) = (app.live.ttl(), app.live.planned_stop_grace());
             let n = due.node.clone();
             match app
                 .db
-                .write_led(move |ctx| lifecycle::mark_lost(ctx, &n, &why, &limits))
+                .write_led(move |ctx| lifecycle::expire_node(ctx, &n, ttl, grace, &limits))
                 .await
             {
-                Ok(()) => {
+                Ok(lifecycle::Expiry::StoppedUntil(until_ms)) => {
+                    let left = until_ms.saturating_sub(db::now_ms()).max(0) as u64;
+                    app.live
+                        .defer(&due, Instant::now() + Duration::from_millis(left));
+                }
+                Ok(lifecycle::Expiry::Done) => {
                     app.live.recorded(&due);
                     if due.attempts > 0 {
                         tracing::info!(
@@ -256,7 +260,7 @@ async fn expire_leases(app: http::App) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        match app.db.read(|c| leases::any_due(c, db::now_ms())).await {
+        match app.db.read(|c| c.any_lease_expired(db::now_ms())).await {
             Ok(false) => continue,
             Ok(true) => {}
             Err(e) => {
@@ -267,7 +271,7 @@ async fn expire_leases(app: http::App) {
         let limits = app.limits.clone();
         if let Err(e) = app
             .db
-            .write_led(move |ctx| leases::expire(ctx, &limits))
+            .write_led(move |ctx| lifecycle::expire_leases(ctx, &limits))
             .await
         {
             tracing::warn!(error = %e, "failed to release claims whose lease ran out; retrying");
@@ -283,12 +287,7 @@ async fn prune_events(app: http::App) {
         tick.tick().await;
         let pruned = app
             .db
-            .write_led(|ctx| {
-                Ok(ctx.tx.execute(
-                    "DELETE FROM events WHERE idx <= (SELECT MAX(idx) FROM events) - ?1",
-                    [EVENTS_KEPT],
-                )?)
-            })
+            .write_led(|ctx| lifecycle::prune_events(ctx, EVENTS_KEPT))
             .await;
         match pruned {
             Ok(0) => {}

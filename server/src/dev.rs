@@ -125,6 +125,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         data_dir: dir.join("server"),
         listen: args.listen,
         heartbeat_ttl: args.heartbeat_ttl,
+        planned_stop_grace: crate::DEFAULT_PLANNED_STOP_GRACE,
         controller_concurrency: 8,
         fence: Default::default(),
         secrets_key_file: None,
@@ -278,10 +279,24 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         () = watch => {}
     }
     eprintln!(
-        "stopping: each agent takes its volumes down through its plugin, then the plugins and \
-         the server stop (Ctrl-C again to force)"
+        "stopping: each agent takes its volumes down through its plugin and tells the server it \
+         stops, then the plugins and the server stop (Ctrl-C again to force)"
     );
     stop(&mut children, &dir).await;
+    // The server stays up until every agent said it stopped: each node is then `stopped`,
+    // not lost, however long dev mode stays away, and its claims come back at the next start.
+    match client.0.nodes().await {
+        Ok(nodes) => {
+            for n in nodes.iter().filter(|n| n.status == api::NodeStatus::Ready) {
+                eprintln!(
+                    "{}'s agent did not say it stopped (it was killed, or started by hand): the server \
+                     will find it silent at the next start",
+                    n.name
+                );
+            }
+        }
+        Err(e) => eprintln!("could not ask the server whether every node stopped: {e}"),
+    }
     let _ = stop_server.send(());
     serving.await.context("server task failed")??;
     Ok(())

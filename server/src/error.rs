@@ -1,27 +1,69 @@
-//! The server's error: an API error code, an HTTP status, a message and an optional hint,
-//! rendered as `{"error": {"code", "message", "hint"}}`.
+//! The server's error below the HTTP edge: what kind of refusal it is (which names its API
+//! error code), a message and an optional hint. Only `http` turns a kind into a status code
+//! and the error into `{"error": {"code", "message", "hint"}}`.
 
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
-use csivol_api::{ErrorBody, ErrorCode, ErrorResponse};
+use csivol_api::{ErrorBody, ErrorCode};
+
+/// What went wrong, as far as the caller is concerned: each kind has one API error code
+/// (which tells a client whether a retry can help) and, at the HTTP edge, one status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// The request does not parse (a body, a query, a header).
+    Malformed,
+    /// The request parses but can never succeed as sent.
+    Invalid,
+    /// No usable token.
+    Unauthenticated,
+    /// A token that may not do this.
+    Forbidden,
+    NotFound,
+    Conflict,
+    /// Held by a claim whose node was lost.
+    Blocked,
+    /// The node lies outside the volume's accessible topology.
+    Topology,
+    /// An action ran and did not succeed (a fence method that did not confirm the node off).
+    Failed,
+    Unavailable,
+    Internal,
+}
+
+impl Kind {
+    pub fn code(self) -> ErrorCode {
+        match self {
+            Self::Malformed | Self::Invalid => ErrorCode::Invalid,
+            Self::Unauthenticated | Self::Forbidden => ErrorCode::Unauthorized,
+            Self::NotFound => ErrorCode::NotFound,
+            Self::Conflict => ErrorCode::Conflict,
+            Self::Blocked => ErrorCode::Blocked,
+            Self::Topology => ErrorCode::Topology,
+            Self::Failed => ErrorCode::Failed,
+            Self::Unavailable => ErrorCode::Unavailable,
+            Self::Internal => ErrorCode::Internal,
+        }
+    }
+}
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
 pub struct ApiError {
-    pub code: ErrorCode,
-    pub status: StatusCode,
+    pub kind: Kind,
     pub message: String,
     pub hint: Option<String>,
 }
 
 impl ApiError {
-    fn new(code: ErrorCode, status: StatusCode, message: impl Into<String>) -> Self {
+    fn new(kind: Kind, message: impl Into<String>) -> Self {
         Self {
-            code,
-            status,
+            kind,
             message: message.into(),
             hint: None,
         }
+    }
+
+    /// The API error code.
+    pub fn code(&self) -> ErrorCode {
+        self.kind.code()
     }
 
     pub fn with_hint(mut self, hint: impl Into<String>) -> Self {
@@ -29,13 +71,9 @@ impl ApiError {
         self
     }
 
-    /// A request that can never succeed as sent (422; 400 for malformed input).
+    /// A request that can never succeed as sent.
     pub fn invalid(message: impl Into<String>) -> Self {
-        Self::new(
-            ErrorCode::Invalid,
-            StatusCode::UNPROCESSABLE_ENTITY,
-            message,
-        )
+        Self::new(Kind::Invalid, message)
     }
 
     /// Free text a client sent with a control character in it ([`csivol_api::check_text`]).
@@ -45,87 +83,62 @@ impl ApiError {
         )
     }
 
+    /// Input that does not parse.
     pub fn bad_request(message: impl Into<String>) -> Self {
-        Self::new(ErrorCode::Invalid, StatusCode::BAD_REQUEST, message)
+        Self::new(Kind::Malformed, message)
     }
 
     pub fn unauthenticated(message: impl Into<String>) -> Self {
-        Self::new(ErrorCode::Unauthorized, StatusCode::UNAUTHORIZED, message)
+        Self::new(Kind::Unauthenticated, message)
     }
 
     pub fn forbidden(message: impl Into<String>) -> Self {
-        Self::new(ErrorCode::Unauthorized, StatusCode::FORBIDDEN, message)
+        Self::new(Kind::Forbidden, message)
     }
 
     pub fn not_found(message: impl Into<String>) -> Self {
-        Self::new(ErrorCode::NotFound, StatusCode::NOT_FOUND, message)
+        Self::new(Kind::NotFound, message)
     }
 
     pub fn conflict(message: impl Into<String>) -> Self {
-        Self::new(ErrorCode::Conflict, StatusCode::CONFLICT, message)
+        Self::new(Kind::Conflict, message)
     }
 
     pub fn blocked(message: impl Into<String>) -> Self {
-        Self::new(ErrorCode::Blocked, StatusCode::LOCKED, message)
+        Self::new(Kind::Blocked, message)
     }
 
-    /// The node lies outside the volume's accessible topology: 422, as no retry of the same
+    /// The node lies outside the volume's accessible topology: no retry of the same
     /// request can succeed.
     pub fn topology(message: impl Into<String>) -> Self {
-        Self::new(
-            ErrorCode::Topology,
-            StatusCode::UNPROCESSABLE_ENTITY,
-            message,
-        )
+        Self::new(Kind::Topology, message)
     }
 
     /// An action ran and did not succeed (a fence method that did not confirm the node off).
     pub fn failed(message: impl Into<String>) -> Self {
-        Self::new(ErrorCode::Failed, StatusCode::BAD_GATEWAY, message)
+        Self::new(Kind::Failed, message)
     }
 
     pub fn unavailable(message: impl Into<String>) -> Self {
-        Self::new(
-            ErrorCode::Unavailable,
-            StatusCode::SERVICE_UNAVAILABLE,
-            message,
-        )
+        Self::new(Kind::Unavailable, message)
     }
 
     pub fn internal(message: impl Into<String>) -> Self {
-        Self::new(
-            ErrorCode::Internal,
-            StatusCode::INTERNAL_SERVER_ERROR,
-            message,
-        )
+        Self::new(Kind::Internal, message)
     }
 
     pub fn body(&self) -> ErrorBody {
         ErrorBody {
-            code: self.code,
+            code: self.code(),
             message: self.message.clone(),
             hint: self.hint.clone(),
         }
     }
 }
 
-impl From<rusqlite::Error> for ApiError {
-    fn from(e: rusqlite::Error) -> Self {
-        tracing::error!(error = %e, "database error");
-        Self::internal(format!("database error: {e}"))
-    }
-}
-
 impl From<serde_json::Error> for ApiError {
     fn from(e: serde_json::Error) -> Self {
         Self::internal(format!("stored JSON is unreadable: {e}"))
-    }
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let status = self.status;
-        (status, axum::Json(ErrorResponse { error: self.body() })).into_response()
     }
 }
 

@@ -6,8 +6,8 @@
 
 use std::path::{Path, PathBuf};
 
+use super::store::sqlite::maintenance;
 use anyhow::{Context, bail};
-use rusqlite::{Connection, OpenFlags};
 use rustix::fd::OwnedFd;
 
 use super::OPERATOR_TOKEN_FILE;
@@ -107,12 +107,7 @@ pub fn inspect(db: &Path) -> anyhow::Result<Contents> {
     if meta.len() == 0 {
         return Ok(Contents::ZeroBytes);
     }
-    // Read-write without create: a WAL database needs its `-shm` to be read.
-    let conn = Connection::open_with_flags(db, OpenFlags::SQLITE_OPEN_READ_WRITE)
-        .with_context(|| format!("failed to open the state database {}", db.display()))?;
-    let version: i64 = conn
-        .pragma_query_value(None, "user_version", |r| r.get(0))
-        .with_context(|| format!("failed to read the state database {}", db.display()))?;
+    let version = maintenance::schema_version(db)?;
     Ok(if version == 0 {
         Contents::NoSchema
     } else {
@@ -158,13 +153,7 @@ pub fn integrity_check(dir: &Path) -> anyhow::Result<()> {
          --data-dir {} --force` (the damaged database is kept aside)",
         dir.display()
     );
-    let found: rusqlite::Result<Vec<String>> = (|| {
-        let conn = Connection::open_with_flags(&db, OpenFlags::SQLITE_OPEN_READ_WRITE)?;
-        let mut stmt = conn.prepare("PRAGMA integrity_check(20)")?;
-        let rows = stmt.query_map([], |r| r.get::<_, String>(0))?;
-        rows.collect()
-    })();
-    match found {
+    match maintenance::integrity_check(&db) {
         Ok(rows) if rows == ["ok"] => {
             tracing::info!(
                 path = %db.display(),
@@ -194,7 +183,7 @@ pub fn check_after_open(dir: &Path, id: &str) -> anyhow::Result<()> {
         Some(found) => bail!(
             "refusing to start: the state database {} belongs to cluster {id}, but data dir {} \
              belongs to cluster {found} ({})\n\
-             hint: if this database is the one to keep, restore it with `csivol-agent server \
+             hint: if this database is the one to keep, restore it with `csivol-server \
              restore --from {} --data-dir {} --force`; otherwise put back the database of cluster {found}",
             dir.join(STATE_DB).display(),
             dir.display(),

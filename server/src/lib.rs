@@ -2,28 +2,22 @@
 //! what each node and each controller host must do, notices lost nodes and carries out
 //! operators' decisions. It never dials a plugin.
 
-mod access;
 mod auth;
 mod background;
-pub mod backup;
-mod db;
+pub use store::sqlite::backup;
+pub(crate) use store::sqlite::db;
 pub mod dev;
 mod error;
-pub mod etcd;
+pub use store::etcd;
 mod fence;
-mod fence_command;
-mod hosting;
 mod http;
 pub mod identity;
-mod leases;
 mod lifecycle;
-mod listen;
 mod liveness;
 mod metrics;
 mod model;
-mod nodes;
 mod secrets;
-mod store;
+pub mod store;
 pub mod tls;
 mod views;
 mod watch;
@@ -48,6 +42,8 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:7420";
 pub const OPERATOR_TOKEN_FILE: &str = "operator.token";
 /// File in the data dir holding the address the server listens on (useful with port 0).
 pub const ADDR_FILE: &str = "server.addr";
+/// How long a node stays `stopped` after its agent's planned stop (`--planned-stop-grace`).
+pub const DEFAULT_PLANNED_STOP_GRACE: Duration = Duration::from_secs(600);
 /// How many of the newest events the event log keeps; older ones are pruned every minute.
 pub const EVENTS_KEPT: i64 = 100_000;
 
@@ -63,6 +59,11 @@ pub struct ServerArgs {
     /// A node that misses heartbeats this long is lost and its volumes blocked [default: 30s].
     #[arg(long, value_parser = humantime::parse_duration)]
     pub heartbeat_ttl: Option<Duration>,
+    /// How long a node whose agent stopped in order (`node-stopping`, on SIGTERM or
+    /// SIGINT) stays `stopped` before it is treated as lost: its claims held, nothing
+    /// moved, no auto-fence until then [default: 10m].
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub planned_stop_grace: Option<Duration>,
     /// Controller operations in flight per plugin [default: 8].
     #[arg(long)]
     pub controller_concurrency: Option<u32>,
@@ -137,7 +138,7 @@ pub struct ServerArgs {
     #[arg(long, value_name = "FILE", requires = "etcd_cert")]
     pub etcd_key: Option<PathBuf>,
     /// TOML file with the same settings (`data_dir`, `listen`, `heartbeat_ttl = "30s"`,
-    /// `controller_concurrency`, `secrets_key_file`, TLS and connection bounds, `node_channel = false`), and fencing:
+    /// `planned_stop_grace = "10m"`, `controller_concurrency`, `secrets_key_file`, TLS and connection bounds, `node_channel = false`), and fencing:
     /// `[[fence]]` methods (`name`, `command`, `timeout`, `nodes`, `labels`, `env`,
     /// `auto_fence_after`, `trust_agent_labels`) and `[node_labels.<node>]`.
     #[arg(long)]
@@ -154,6 +155,20 @@ pub struct ServerArgs {
 pub enum StoreKind {
     Sqlite,
     Etcd,
+}
+
+/// csivol's server (control plane): the cluster state behind the HTTP API, its backups,
+/// and dev mode.
+///
+/// `serve` runs the server; `dev` runs a whole cluster on this machine; `backup`,
+/// `restore`, `rotate-secrets-key` and `migrate` look after a server's state; `tls init`
+/// makes certificates for a small cluster.
+// The program's `main` parses this, and `csivol-gen` writes its man pages from it.
+#[derive(Debug, clap::Parser)]
+#[command(name = "csivol-server", version)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
 }
 
 /// `csivol-server`'s commands: the server, its maintenance commands, and dev mode.
@@ -200,6 +215,7 @@ struct FileConfig {
     data_dir: Option<PathBuf>,
     listen: Option<SocketAddr>,
     heartbeat_ttl: Option<String>,
+    planned_stop_grace: Option<String>,
     controller_concurrency: Option<u32>,
     #[serde(default)]
     fence: Vec<csivol_rules::fence::FenceMethodConfig>,
@@ -231,6 +247,8 @@ pub struct ServerConfig {
     pub data_dir: PathBuf,
     pub listen: SocketAddr,
     pub heartbeat_ttl: Duration,
+    /// How long a node stays `stopped` after a planned stop before it counts as lost.
+    pub planned_stop_grace: Duration,
     pub controller_concurrency: u32,
     pub fence: csivol_rules::fence::FenceConfig,
     /// `--secrets-key-file`; `None`: `<data-dir>/secrets.key`.
@@ -277,6 +295,12 @@ impl ServerConfig {
         if heartbeat_ttl < Duration::from_millis(100) {
             bail!("--heartbeat-ttl must be at least 100ms");
         }
+        let planned_stop_grace = match (args.planned_stop_grace, &file.planned_stop_grace) {
+            (Some(d), _) => d,
+            (None, Some(s)) => humantime::parse_duration(s)
+                .with_context(|| format!("invalid planned_stop_grace `{s}` in the config file"))?,
+            (None, None) => DEFAULT_PLANNED_STOP_GRACE,
+        };
         let Some(data_dir) = args.data_dir.or(file.data_dir) else {
             bail!("--data-dir is required: the directory that holds the state database");
         };
@@ -347,6 +371,7 @@ impl ServerConfig {
                 .or(file.listen)
                 .unwrap_or_else(|| DEFAULT_LISTEN.parse().expect("valid")),
             heartbeat_ttl,
+            planned_stop_grace,
             controller_concurrency,
             fence,
             secrets_key_file: args.secrets_key_file.or(file.secrets_key_file),
@@ -435,7 +460,7 @@ pub struct Server {
     pub addr: SocketAddr,
     listener: TcpListener,
     app: http::App,
-    bounds: listen::Bounds,
+    bounds: http::listen::Bounds,
     /// The etcd cluster, with the etcd store.
     cluster: Option<etcd::Cluster>,
     /// The data dir's lock, held while this server may write there.
@@ -453,7 +478,7 @@ impl Server {
         // loopback, unreadable certificates) must leave nothing behind, not a data dir with a
         // new cluster's key, operator token and database in it.
         let tls = match &cfg.tls {
-            Some(t) => Some(listen::tls_acceptor(
+            Some(t) => Some(http::listen::tls_acceptor(
                 &t.cert,
                 &t.key,
                 t.client_ca.as_deref(),
@@ -500,7 +525,7 @@ impl Server {
         let sealed = db
             .write(move |ctx| {
                 check
-                    .check_and_seal(ctx.tx, shared)
+                    .check_and_seal(ctx, shared)
                     .map_err(ApiError::internal)
             })
             .await
@@ -529,9 +554,7 @@ impl Server {
         if tokens.is_empty() {
             let token_path = cfg.data_dir.join(OPERATOR_TOKEN_FILE);
             let t = db
-                .write(|ctx| {
-                    auth::create_token(ctx, csivol_api::Role::Operator, None, None, None, vec![])
-                })
+                .write(|ctx| lifecycle::first_operator_token(ctx))
                 .await
                 .map_err(|e| anyhow::anyhow!("failed to create the operator token: {e}"))?;
             auth::write_token_file(&token_path, &t.token)
@@ -553,7 +576,7 @@ impl Server {
             .read(background::node_statuses)
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))?;
-        let open_files = listen::raise_open_file_limit();
+        let open_files = http::listen::raise_open_file_limit();
         // Each node holds a connection or two (heartbeats, long-poll); the database, the
         // log and the operators need the rest.
         let wanted = 2 * nodes.len() as u64 + 1024;
@@ -575,12 +598,12 @@ impl Server {
         }
         let max_long_polls = cfg.max_long_polls.unwrap_or(max_connections * 3 / 4).max(1);
         let scheme = if tls.is_some() { "https" } else { "http" };
-        let bounds = listen::Bounds {
+        let bounds = http::listen::Bounds {
             header_timeout: cfg.header_timeout,
             max_connections,
             tls,
         };
-        let live = liveness::Liveness::new(cfg.heartbeat_ttl, nodes);
+        let live = liveness::Liveness::new(cfg.heartbeat_ttl, cfg.planned_stop_grace, nodes);
         let live = Arc::new(if cluster.is_some() {
             live.relayed()
         } else {
@@ -641,11 +664,11 @@ impl Server {
         let app = self.app.clone();
         let _lock = self._lock;
         let router = http::router(self.app);
-        let served = listen::serve(self.listener, router, self.bounds, shutdown).await;
+        let served = http::listen::serve(self.listener, router, self.bounds, shutdown).await;
         for t in tasks {
             t.abort();
         }
-        if let Err(e) = access::persist_last_used(&app).await {
+        if let Err(e) = http::access::persist_last_used(&app).await {
             tracing::warn!(error = %e, "failed to record when tokens were last used");
         }
         served.context("HTTP server failed")
@@ -751,6 +774,21 @@ kind = "metal"
     }
 
     #[test]
+    fn the_planned_stop_grace_comes_from_the_file_or_its_default() {
+        assert_eq!(
+            resolve("").unwrap().planned_stop_grace,
+            DEFAULT_PLANNED_STOP_GRACE
+        );
+        let cfg = resolve("planned_stop_grace = \"90s\"\n").unwrap();
+        assert_eq!(cfg.planned_stop_grace, Duration::from_secs(90));
+        let err = format!(
+            "{:#}",
+            resolve("planned_stop_grace = \"soon\"\n").unwrap_err()
+        );
+        assert!(err.contains("invalid planned_stop_grace `soon`"), "{err}");
+    }
+
+    #[test]
     fn bad_fence_methods_are_refused_naming_the_file() {
         let twice = "[[fence]]\nname = \"a\"\ncommand = [\"x\"]\n[[fence]]\nname = \"a\"\ncommand = [\"y\"]\n";
         let err = format!("{:#}", resolve(twice).unwrap_err());
@@ -770,6 +808,37 @@ kind = "metal"
         let file: FileConfig = toml::from_str(&text).expect("dist/server.toml parses");
         assert_eq!(file.listen, Some("0.0.0.0:7420".parse().unwrap()));
         assert_eq!(file.heartbeat_ttl.as_deref(), Some("30s"));
+        assert_eq!(file.planned_stop_grace.as_deref(), Some("10m"));
+        // TLS by default, from the files `tls init --dir /etc/csivol/tls` writes.
+        let tls = tls::Files::in_dir(Path::new("/etc/csivol/tls"));
+        assert_eq!(file.tls_cert, Some(tls.server_cert));
+        assert_eq!(file.tls_key, Some(tls.server_key));
+        assert_eq!(file.tls_client_ca, Some(tls.ca));
+        assert_eq!(file.insecure_http, None);
+        // The commented fence example is a method that applies to its node.
+        let fence_lines = [
+            "[[fence]]",
+            "name ",
+            "command ",
+            "timeout ",
+            "nodes ",
+            "env ",
+        ];
+        let uncommented: Vec<&str> = text
+            .lines()
+            .map(|l| match l.strip_prefix("# ") {
+                Some(r)
+                    if fence_lines.iter().any(|k| r.starts_with(k))
+                        || r.starts_with("[node_labels")
+                        || r.starts_with("bmc ") =>
+                {
+                    r
+                }
+                _ => l,
+            })
+            .collect();
+        let resolved = resolve(&uncommented.join("\n")).unwrap();
+        assert_eq!(resolved.fence.methods.len(), 1, "{:?}", resolved.fence);
     }
 
     #[test]

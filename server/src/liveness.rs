@@ -1,6 +1,9 @@
 //! Node liveness, kept in memory: heartbeats update a clock per node and are never written to
 //! the database (10,000 nodes heartbeating would otherwise be thousands of commits a second).
 //! Only status changes (lost, back) are recorded. After a restart every node gets a full TTL.
+//! A node whose agent stopped in order (`node-stopping`) is not lost at its TTL but once its
+//! `planned_stop_grace` is out; the database holds when it stopped, so any server that
+//! judges the node finds its grace there.
 //! A loss decided here is retried until the database recorded it: a node that is lost in
 //! memory but `ready` in the database would show `ready` forever with nothing blocked.
 //! With several servers, heartbeats heard here are passed on to the leader through etcd
@@ -27,6 +30,8 @@ struct Live {
     /// Bumped by each registration, so that a loss decided before the node came back is
     /// never recorded after it.
     epoch: u64,
+    /// A planned stop's grace: the node is not lost before this, whatever its TTL says.
+    stopped_until: Option<Instant>,
 }
 
 impl Live {
@@ -39,7 +44,13 @@ impl Live {
             attempts: 0,
             next_try: now,
             epoch,
+            stopped_until: None,
         }
+    }
+
+    /// When the node is lost unless it is heard from.
+    fn deadline(&self, ttl: Duration) -> Instant {
+        self.stopped_until.unwrap_or(self.last + ttl)
     }
 }
 
@@ -65,6 +76,7 @@ pub struct Beat {
 #[derive(Debug, Clone, Default)]
 pub struct Beats {
     pub ttl: Duration,
+    pub planned_stop_grace: Duration,
     pub nodes: HashMap<String, Beat>,
 }
 
@@ -105,6 +117,7 @@ struct Relay {
 #[derive(Debug)]
 pub struct Liveness {
     ttl: Duration,
+    planned_stop_grace: Duration,
     nodes: Mutex<HashMap<String, Live>>,
     heard: Mutex<Heard>,
     relay: Option<Relay>,
@@ -114,8 +127,13 @@ pub struct Liveness {
 }
 
 impl Liveness {
-    /// Starts tracking `nodes` (name, lost?) with a fresh TTL each.
-    pub fn new(ttl: Duration, nodes: impl IntoIterator<Item = (String, bool)>) -> Self {
+    /// Starts tracking `nodes` (name, lost?) with a fresh TTL each; a node that stopped in
+    /// order is lost only `planned_stop_grace` after its stop.
+    pub fn new(
+        ttl: Duration,
+        planned_stop_grace: Duration,
+        nodes: impl IntoIterator<Item = (String, bool)>,
+    ) -> Self {
         let now = Instant::now();
         let nodes = nodes
             .into_iter()
@@ -123,6 +141,7 @@ impl Liveness {
             .collect();
         Self {
             ttl,
+            planned_stop_grace,
             nodes: Mutex::new(nodes),
             heard: Mutex::default(),
             relay: None,
@@ -316,6 +335,30 @@ impl Liveness {
         self.ttl
     }
 
+    pub fn planned_stop_grace(&self) -> Duration {
+        self.planned_stop_grace
+    }
+
+    /// The node's agent stopped in order: not lost before `until` (its grace), and its
+    /// heartbeats, should any come, are answered `lost` so that it registers again.
+    pub fn stopped(&self, node: &str, until: Instant) {
+        if let Some(live) = self.nodes().get_mut(node) {
+            live.stopped_until = Some(until);
+        }
+    }
+
+    /// The database says `u`'s node stopped in order and is not lost before `until`: the
+    /// loss decided at its TTL is withdrawn, to be decided again then.
+    pub fn defer(&self, u: &Unrecorded, until: Instant) {
+        if let Some(l) = self.nodes().get_mut(&u.node)
+            && l.epoch == u.epoch
+        {
+            l.lost = false;
+            l.recorded = false;
+            l.stopped_until = Some(until);
+        }
+    }
+
     /// Records a heartbeat; `None` for a node the server does not know.
     pub fn heartbeat(&self, node: &str, now_ms: i64) -> Option<NodeStatus> {
         self.heartbeat_ticket(node, now_ms)
@@ -331,8 +374,9 @@ impl Liveness {
     ) -> Option<(NodeStatus, Option<Ticket>)> {
         let mut nodes = self.nodes();
         let live = nodes.get_mut(node)?;
-        if live.lost {
-            // A lost node must register again, reporting what it still has mounted.
+        if live.lost || live.stopped_until.is_some() {
+            // A lost node must register again, reporting what it still has mounted; so
+            // must a node whose agent said it stopped.
             return Some((NodeStatus::Lost, None));
         }
         live.last = Instant::now();
@@ -374,7 +418,7 @@ impl Liveness {
         let now = Instant::now();
         let mut out = Vec::new();
         for (name, live) in self.nodes().iter_mut() {
-            if !live.lost && now.duration_since(live.last) > self.ttl {
+            if !live.lost && now > live.deadline(self.ttl) {
                 live.lost = true;
                 live.recorded = false;
                 live.attempts = 0;
@@ -456,13 +500,15 @@ impl Liveness {
             .map(|(n, l)| {
                 let beat = Beat {
                     last_ms: l.last_ms,
-                    silent: (!l.lost).then(|| now.duration_since(l.last)),
+                    silent: (!l.lost && l.stopped_until.is_none())
+                        .then(|| now.duration_since(l.last)),
                 };
                 (n.clone(), beat)
             })
             .collect();
         Beats {
             ttl: self.ttl,
+            planned_stop_grace: self.planned_stop_grace,
             nodes,
         }
     }
@@ -480,7 +526,11 @@ mod tests {
 
     #[test]
     fn expiry_and_return() {
-        let l = Liveness::new(Duration::from_millis(0), [("n1".to_owned(), false)]);
+        let l = Liveness::new(
+            Duration::from_millis(0),
+            Duration::ZERO,
+            [("n1".to_owned(), false)],
+        );
         std::thread::sleep(Duration::from_millis(2));
         let due = l.expire();
         assert_eq!(due.len(), 1);
@@ -501,7 +551,11 @@ mod tests {
 
     #[test]
     fn a_loss_decided_before_a_registration_is_never_recorded_after_it() {
-        let l = Liveness::new(Duration::from_millis(0), [("n1".to_owned(), false)]);
+        let l = Liveness::new(
+            Duration::from_millis(0),
+            Duration::ZERO,
+            [("n1".to_owned(), false)],
+        );
         std::thread::sleep(Duration::from_millis(2));
         let due = l.expire();
         l.record_failed(&due[0]);
@@ -516,7 +570,12 @@ mod tests {
 
     #[tokio::test]
     async fn a_heartbeat_is_answered_once_it_was_passed_on() {
-        let l = Liveness::new(Duration::from_secs(1), [("n1".to_owned(), false)]).relayed();
+        let l = Liveness::new(
+            Duration::from_secs(1),
+            Duration::ZERO,
+            [("n1".to_owned(), false)],
+        )
+        .relayed();
         let (status, ticket) = l.heartbeat_ticket("n1", 1).unwrap();
         assert_eq!(status, NodeStatus::Ready);
         let ticket = ticket.expect("a live node's heartbeat is passed on");
@@ -551,14 +610,22 @@ mod tests {
             started.elapsed()
         );
         // Without a relay (one server), heartbeats are answered at once.
-        let alone = Liveness::new(Duration::from_secs(1), [("n1".to_owned(), false)]);
+        let alone = Liveness::new(
+            Duration::from_secs(1),
+            Duration::ZERO,
+            [("n1".to_owned(), false)],
+        );
         let (_, t) = alone.heartbeat_ticket("n1", 1).unwrap();
         assert!(alone.passed_in_time(t.unwrap()).await);
     }
 
     #[test]
     fn a_silent_node_heard_elsewhere_after_all_is_not_lost() {
-        let l = Liveness::new(Duration::from_millis(0), [("n1".to_owned(), false)]);
+        let l = Liveness::new(
+            Duration::from_millis(0),
+            Duration::ZERO,
+            [("n1".to_owned(), false)],
+        );
         std::thread::sleep(Duration::from_millis(2));
         let due = l.expire();
         assert_eq!(l.unrecorded(), ["n1"]);
@@ -576,7 +643,11 @@ mod tests {
     /// it also accounts for its revision, so the check would no longer see it as news.
     #[test]
     fn a_heartbeat_followed_from_another_server_takes_back_an_unrecorded_loss() {
-        let l = Liveness::new(Duration::from_millis(0), [("n1".to_owned(), false)]);
+        let l = Liveness::new(
+            Duration::from_millis(0),
+            Duration::ZERO,
+            [("n1".to_owned(), false)],
+        );
         std::thread::sleep(Duration::from_millis(2));
         let due = l.expire();
         assert!(l.still_lost(&due[0]));
@@ -601,5 +672,39 @@ mod tests {
             assert!(Instant::now() < deadline, "no retry became due");
             std::thread::sleep(Duration::from_millis(5));
         }
+    }
+
+    #[test]
+    fn a_stopped_node_is_lost_only_when_its_grace_is_out() {
+        let l = Liveness::new(
+            Duration::from_millis(0),
+            Duration::from_secs(600),
+            [("n1".to_owned(), false)],
+        );
+        l.stopped("n1", Instant::now() + Duration::from_secs(600));
+        std::thread::sleep(Duration::from_millis(2));
+        assert!(l.expire().is_empty(), "within its grace");
+        assert_eq!(
+            l.heartbeat("n1", 1),
+            Some(NodeStatus::Lost),
+            "register again"
+        );
+        assert_eq!(
+            l.beats().nodes["n1"].silent,
+            None,
+            "not judged by its heartbeats"
+        );
+        // Another server heard the stop: the loss decided at the TTL is withdrawn.
+        l.registered("n1", 2);
+        std::thread::sleep(Duration::from_millis(2));
+        let due = l.expire().pop().expect("past its TTL");
+        l.defer(&due, Instant::now() + Duration::from_millis(20));
+        assert!(l.expire().is_empty(), "deferred");
+        assert!(l.unrecorded().is_empty());
+        let due = wait_due(&l);
+        assert_eq!(due.node, "n1", "lost once the grace is out");
+        // A registration ends the stop.
+        l.registered("n1", 3);
+        assert_eq!(l.heartbeat("n1", 4), Some(NodeStatus::Ready));
     }
 }

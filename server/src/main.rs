@@ -3,15 +3,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-
-/// csivol's server (control plane): the cluster state behind the HTTP API, its backups,
-/// and dev mode.
-#[derive(Debug, Parser)]
-#[command(name = "csivol-server", version)]
-struct Cli {
-    #[command(subcommand)]
-    command: csivol_server::Command,
-}
+use csivol_server::Cli;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();

@@ -7,9 +7,9 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
-use rusqlite::Connection;
 
 use super::error::ApiResult;
+use super::model::StateCounts;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StateLabel {
@@ -168,10 +168,10 @@ impl Metrics {
         self.fences.get_or_create(&StateLabel { state }).inc();
     }
 
-    /// Refreshes the gauges from the database and renders everything.
-    pub fn render(&self, conn: &Connection) -> ApiResult<String> {
+    /// Refreshes the gauges from the store's counts and renders everything.
+    pub fn render(&self, counts: &StateCounts) -> ApiResult<String> {
         let count_by =
-            |sql: &str, family: &Family<StateLabel, Gauge>, all: &[&str]| -> ApiResult<()> {
+            |rows: &[(String, i64)], family: &Family<StateLabel, Gauge>, all: &[&str]| {
                 for s in all {
                     family
                         .get_or_create(&StateLabel {
@@ -179,49 +179,28 @@ impl Metrics {
                         })
                         .set(0);
                 }
-                let mut stmt = conn.prepare(sql)?;
-                let rows =
-                    stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?;
-                for row in rows {
-                    let (state, n) = row?;
-                    family.get_or_create(&StateLabel { state }).set(n);
+                for (state, n) in rows {
+                    family
+                        .get_or_create(&StateLabel {
+                            state: state.clone(),
+                        })
+                        .set(*n);
                 }
-                Ok(())
             };
         let claim_states: Vec<_> = csivol_api::ClaimState::ALL
             .iter()
             .map(|s| s.as_str())
             .collect();
-        count_by(
-            "SELECT state, count(*) FROM claims GROUP BY state",
-            &self.claims,
-            &claim_states,
-        )?;
-        count_by(
-            "SELECT status, count(*) FROM nodes GROUP BY status",
-            &self.nodes,
-            &["ready", "lost", "fenced"],
-        )?;
-        self.nodes_fence_failing.set(conn.query_row(
-            "SELECT count(*) FROM nodes WHERE status = 'lost' AND fence_failures > 0",
-            [],
-            |r| r.get(0),
-        )?);
-        count_by(
-            "SELECT CASE WHEN host IS NULL THEN 'queued' ELSE 'in_flight' END, count(*) FROM ops GROUP BY 1",
-            &self.ops,
-            &["queued", "in_flight"],
-        )?;
-        self.claims_with_error.set(conn.query_row(
-            "SELECT count(*) FROM claims WHERE error IS NOT NULL",
-            [],
-            |r| r.get(0),
-        )?);
-        self.claims_abnormal.set(conn.query_row(
-            "SELECT count(*) FROM claims WHERE condition IS NOT NULL",
-            [],
-            |r| r.get(0),
-        )?);
+        count_by(&counts.claims, &self.claims, &claim_states);
+        let node_statuses: Vec<_> = csivol_api::NodeStatus::ALL
+            .iter()
+            .map(|s| s.as_str())
+            .collect();
+        count_by(&counts.nodes, &self.nodes, &node_statuses);
+        self.nodes_fence_failing.set(counts.nodes_fence_failing);
+        count_by(&counts.ops, &self.ops, &["queued", "in_flight"]);
+        self.claims_with_error.set(counts.claims_with_error);
+        self.claims_abnormal.set(counts.claims_abnormal);
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry).map_err(|e| {
             super::error::ApiError::internal(format!("failed to render metrics: {e}"))

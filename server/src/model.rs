@@ -7,7 +7,7 @@ use std::str::FromStr;
 use csivol_api::domain::{AccessMode, AccessType, PublishContext, Topology, VolumeCapability};
 use csivol_api::{
     self as api, AttachmentState, AttachmentStatus, ClaimMode, ClaimState, Eligibility, NodeStatus,
-    VolumeState,
+    Role, VolumeState,
 };
 
 use csivol_rules::kinds::OpKind;
@@ -264,6 +264,9 @@ pub struct NodeRow {
     pub fence_after_ms: Option<i64>,
     pub fenced_at: Option<i64>,
     pub eligibility: Eligibility,
+    /// A planned stop: when its agent said it stopped, and whether it took its volumes down.
+    pub stopped_at: Option<i64>,
+    pub stop_took_down: bool,
 }
 
 /// What the server knows of a plugin on one node.
@@ -276,6 +279,32 @@ pub struct NodePluginRow {
     pub controller: bool,
     /// The node's segments as the plugin reports them (empty: none).
     pub topology: Topology,
+    /// How the node's agent checks the plugin's volumes ready, as it registered it.
+    pub ready_check: Option<String>,
+    /// What the agent last observed the plugin make for a claim.
+    pub observed: Option<StoredObservation>,
+}
+
+/// What a node's agent last observed a plugin make for a claim, as `node_plugins.observed`
+/// keeps it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct StoredObservation {
+    pub volume: String,
+    pub alloc: String,
+    pub at_ms: i64,
+    #[serde(flatten)]
+    pub shape: csivol_api::ObservedShape,
+}
+
+impl StoredObservation {
+    pub fn to_api(&self) -> csivol_api::PluginObservation {
+        csivol_api::PluginObservation {
+            volume: self.volume.clone(),
+            alloc: self.alloc.clone(),
+            at: time(self.at_ms),
+            shape: self.shape.clone(),
+        }
+    }
 }
 
 /// A controller operation as stored.
@@ -329,4 +358,82 @@ impl SnapshotRow {
             index: self.modify_index,
         }
     }
+}
+
+/// A bearer token as stored: its hash, never its secret.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TokenRow {
+    pub id: String,
+    pub hash: String,
+    pub role: Role,
+    pub node: Option<String>,
+    /// Plugins whose controller a node token's node may host.
+    pub controllers: Vec<String>,
+    pub name: Option<String>,
+    pub created_at: i64,
+    pub last_used_at: Option<i64>,
+    pub expires_at: Option<i64>,
+    pub revoked_at: Option<i64>,
+}
+
+/// A node's fence facts as stored: the labels an operator set (`csivol node label`), those
+/// its agent reported, and the policy's failed attempts.
+#[derive(Clone, Debug, Default)]
+pub struct NodeFenceRow {
+    pub operator_labels: BTreeMap<String, String>,
+    pub reported_labels: BTreeMap<String, String>,
+    pub failures: u32,
+    pub error: Option<String>,
+    pub failed_at: Option<i64>,
+}
+
+/// One node's registration of a plugin, with the node's status, for the plugin list.
+#[derive(Clone, Debug)]
+pub struct PluginNodeRow {
+    pub plugin: String,
+    pub node: String,
+    pub status: NodeStatus,
+    pub registration: api::PluginRegistration,
+    pub node_service: bool,
+    pub controller: bool,
+    pub stage_unstage: bool,
+    pub topology: Topology,
+    /// What the node's agent last observed the plugin make for a claim.
+    pub observed: Option<StoredObservation>,
+}
+
+/// A run of volumes by name with their claims and attachments, as a listing reads them.
+#[derive(Clone, Debug, Default)]
+pub struct VolumeChunk {
+    pub volumes: Vec<VolumeRow>,
+    pub claims: std::collections::HashMap<String, Vec<ClaimRow>>,
+    pub attachments: std::collections::HashMap<String, Vec<AttachmentRow>>,
+}
+
+/// How many rows are in each state, for the metrics' gauges.
+#[derive(Clone, Debug, Default)]
+pub struct StateCounts {
+    pub claims: Vec<(String, i64)>,
+    pub nodes: Vec<(String, i64)>,
+    /// `queued` (no host yet) and `in_flight`.
+    pub ops: Vec<(String, i64)>,
+    pub nodes_fence_failing: i64,
+    pub claims_with_error: i64,
+    pub claims_abnormal: i64,
+}
+
+/// A fence method's run, as recorded.
+#[derive(Clone, Debug)]
+pub struct NewFence<'a> {
+    pub node: &'a str,
+    pub at: i64,
+    pub method: &'a str,
+    pub command: &'a [String],
+    pub exit_status: Option<i32>,
+    pub timed_out: bool,
+    pub output: &'a str,
+    pub duration_ms: u64,
+    pub actor: &'a str,
+    pub reason: &'a str,
+    pub ok: bool,
 }

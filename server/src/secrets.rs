@@ -9,10 +9,11 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
+use super::store::Txn;
+use super::store::sqlite::maintenance;
 use anyhow::{Context, bail};
 use chacha20poly1305::aead::{Aead, AeadCore, KeyInit, OsRng, Payload};
 use chacha20poly1305::{XChaCha20Poly1305, XNonce};
-use rusqlite::{Connection, OptionalExtension, params};
 use sha2::{Digest, Sha256};
 
 /// The key file's name in the data dir.
@@ -227,15 +228,8 @@ impl Keys {
     /// Checks that every stored secret opens, and seals those written before secrets were
     /// sealed (inside the caller's transaction); returns how many it sealed. `shared`: the
     /// state is served by several servers (etcd), which must all hold the cluster's key.
-    pub fn check_and_seal(&self, conn: &Connection, shared: bool) -> Result<usize, String> {
-        let rows: Vec<(String, String)> = {
-            let mut stmt = conn
-                .prepare("SELECT name, secrets FROM volumes WHERE secrets != '{}'")
-                .map_err(|e| e.to_string())?;
-            stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-                .and_then(|rows| rows.collect::<Result<_, _>>())
-                .map_err(|e| e.to_string())?
-        };
+    pub fn check_and_seal(&self, ctx: &mut impl Txn, shared: bool) -> Result<usize, String> {
+        let rows = ctx.stored_secrets().map_err(|e| e.to_string())?;
         let mut sealed = 0;
         let rows_empty = rows.is_empty();
         for (name, stored) in rows {
@@ -247,30 +241,22 @@ impl Keys {
             })?;
             if !stored.starts_with(PREFIX) {
                 let v = seal_with(&self.seal, &name, &plain)?;
-                conn.execute(
-                    "UPDATE volumes SET secrets = ?2 WHERE name = ?1",
-                    params![name, v],
-                )
-                .map_err(|e| e.to_string())?;
+                ctx.put_stored_secrets(&name, &v)
+                    .map_err(|e| e.to_string())?;
                 sealed += 1;
             }
         }
         // A key made by this start for a single server's state that holds no sealed secret
         // (a backup restored without its key file) loses nothing: it becomes the key.
         let replaceable = self.created && !shared && rows_empty;
-        self.check_key(conn, replaceable)?;
+        self.check_key(ctx, replaceable)?;
         Ok(sealed)
     }
 
     /// Opens the cluster's check value with this key, or records one sealed with it: a
     /// server whose key is not the cluster's is refused even while no volume has secrets.
-    fn check_key(&self, conn: &Connection, replaceable: bool) -> Result<(), String> {
-        let stored: Option<String> = conn
-            .query_row("SELECT sealed FROM secrets_check WHERE id = 1", [], |r| {
-                r.get(0)
-            })
-            .optional()
-            .map_err(|e| e.to_string())?;
+    fn check_key(&self, ctx: &mut impl Txn, replaceable: bool) -> Result<(), String> {
+        let stored = ctx.secrets_check().map_err(|e| e.to_string())?;
         if replaceable
             && let Some(s) = &stored
             && open_with(&self.open, CHECK, s).is_err()
@@ -280,11 +266,8 @@ impl Keys {
                 "the secrets key was made afresh for state whose key is not here; no volume \
                  has sealed secrets, so nothing is lost: this key seals them from now on"
             );
-            conn.execute(
-                "UPDATE secrets_check SET sealed = ?1 WHERE id = 1",
-                [seal_with(&self.seal, CHECK, "{}")?],
-            )
-            .map_err(|e| e.to_string())?;
+            ctx.put_secrets_check(&seal_with(&self.seal, CHECK, "{}")?)
+                .map_err(|e| e.to_string())?;
             return Ok(());
         }
         match stored {
@@ -298,8 +281,7 @@ impl Keys {
             }),
             None => {
                 let v = seal_with(&self.seal, CHECK, "{}")?;
-                conn.execute("INSERT INTO secrets_check (id, sealed) VALUES (1, ?1)", [v])
-                    .map_err(|e| e.to_string())?;
+                ctx.put_secrets_check(&v).map_err(|e| e.to_string())?;
                 Ok(())
             }
         }
@@ -320,28 +302,15 @@ pub fn rotate(db_path: &Path, key_path: &Path) -> anyhow::Result<usize> {
         write_key(&next, &bytes)?;
         key
     };
-    let (mut conn, _) = super::db::open(db_path)?;
-    let rows: Vec<(String, String)> = {
-        let mut stmt = conn.prepare("SELECT name, secrets FROM volumes WHERE secrets != '{}'")?;
-        stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
-            .collect::<Result<_, _>>()?
-    };
-    let tx = conn.transaction()?;
-    for (name, stored) in &rows {
-        let plain = open_with(&old.open, name, stored).map_err(anyhow::Error::msg)?;
-        let v = seal_with(&new, name, &plain).map_err(anyhow::Error::msg)?;
-        tx.execute(
-            "UPDATE volumes SET secrets = ?2 WHERE name = ?1",
-            params![name, v],
-        )?;
-    }
-    tx.execute(
-        "UPDATE secrets_check SET sealed = ?1 WHERE id = 1",
-        [seal_with(&new, CHECK, "{}").map_err(anyhow::Error::msg)?],
+    let check = seal_with(&new, CHECK, "{}").map_err(anyhow::Error::msg)?;
+    let volumes = maintenance::reseal_secrets(
+        db_path,
+        |name, stored| {
+            let plain = open_with(&old.open, name, stored).map_err(anyhow::Error::msg)?;
+            seal_with(&new, name, &plain).map_err(anyhow::Error::msg)
+        },
+        &check,
     )?;
-    tx.commit()?;
-    conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE);")?;
-    drop(conn);
     std::fs::rename(&next, key_path).with_context(|| {
         format!(
             "failed to move {} over {}",
@@ -355,10 +324,10 @@ pub fn rotate(db_path: &Path, key_path: &Path) -> anyhow::Result<usize> {
     tracing::info!(
         old = old.seal.id,
         new = new.id,
-        volumes = rows.len(),
+        volumes,
         "rotated the secrets key"
     );
-    Ok(rows.len())
+    Ok(volumes)
 }
 
 #[cfg(test)]

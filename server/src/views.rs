@@ -1,20 +1,16 @@
-//! Read-only views for the API: lists of volumes, nodes, plugins and events.
+//! Read-only views for the API: lists of volumes, nodes, plugins, controller hosts, claims
+//! and events, shaped from what the store reads.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
-use csivol_api::{self as api, NodeStatus, VolumeState};
-use rusqlite::{Connection, params};
+use csivol_api::{self as api, ControllerHost, ControllerHosts, NodeStatus, VolumeState};
 
 use super::error::{ApiError, ApiResult};
 use super::fence;
 use super::liveness::Beats;
-use super::model::{
-    AttachmentRow, ClaimRow, NodePluginRow, NodeRow, VolumeRow, claims_to_api, time,
-};
-use super::store::sqlite::{
-    ATTACHMENT_COLUMNS, CLAIM_COLUMNS, NODE_COLUMNS, VOLUME_COLUMNS, needs_controller_publish,
-    slots_used,
-};
+use super::model::{ClaimRow, StoredObservation, claims_to_api, time};
+pub use super::store::EventFilter;
+use super::store::Snapshot;
 use csivol_rules::fence::FenceConfig;
 
 /// What a volume listing selects.
@@ -33,7 +29,7 @@ pub const LIST_CHUNK: usize = 500;
 /// claims and attachments; each step reads [`LIST_CHUNK`] volumes and the claims and
 /// attachments of that name range (three queries). Fewer than `limit` means the end.
 pub fn list_volumes(
-    conn: &Connection,
+    conn: &impl Snapshot,
     filter: &VolumeFilter,
     after: Option<&str>,
     limit: usize,
@@ -55,7 +51,7 @@ pub fn list_volumes(
 /// Every volume passing `filter`, `LIST_CHUNK` rows at a time, each step's volumes handed
 /// to `emit` (all within the caller's read transaction: one consistent view).
 pub fn each_volume_chunk(
-    conn: &Connection,
+    conn: &impl Snapshot,
     filter: &VolumeFilter,
     mut emit: impl FnMut(Vec<api::Volume>) -> ApiResult<()>,
 ) -> ApiResult<()> {
@@ -73,52 +69,16 @@ pub fn each_volume_chunk(
 /// Up to `rows` volumes after `after` that pass the plugin filter, then the state and node
 /// filters; with the name of the last row read (`None`: no row left).
 fn volume_chunk(
-    conn: &Connection,
+    conn: &impl Snapshot,
     filter: &VolumeFilter,
     after: Option<&str>,
     rows: usize,
 ) -> ApiResult<(Vec<api::Volume>, Option<String>)> {
-    let sql = format!(
-        "SELECT {VOLUME_COLUMNS} FROM volumes WHERE name > ?1 \
-         AND (?2 IS NULL OR plugin = ?2) ORDER BY name LIMIT ?3"
-    );
-    // A range on the primary key, so each chunk starts where the last ended: `OR ?1 IS
-    // NULL` would make SQLite scan from the first name every time. No name is empty.
-    let after = after.unwrap_or("");
-    let volumes: Vec<VolumeRow> = conn
-        .prepare_cached(&sql)?
-        .query_map(
-            params![after, filter.plugin, rows as i64],
-            VolumeRow::from_row,
-        )?
-        .collect::<Result<_, _>>()?;
-    let Some(last) = volumes.last().map(|v| v.name.clone()) else {
+    let chunk = conn.volume_chunk(after.unwrap_or(""), filter.plugin.as_deref(), rows)?;
+    let Some(last) = chunk.volumes.last().map(|v| v.name.clone()) else {
         return Ok((Vec::new(), None));
     };
-    let mut claims: HashMap<String, Vec<ClaimRow>> = HashMap::new();
-    let sql = format!(
-        "SELECT {CLAIM_COLUMNS} FROM claims WHERE volume > ?1 AND volume <= ?2 \
-         ORDER BY volume, created_at, alloc"
-    );
-    for c in conn
-        .prepare_cached(&sql)?
-        .query_map(params![after, last], ClaimRow::from_row)?
-    {
-        let c = c?;
-        claims.entry(c.volume.clone()).or_default().push(c);
-    }
-    let mut atts: HashMap<String, Vec<AttachmentRow>> = HashMap::new();
-    let sql = format!(
-        "SELECT {ATTACHMENT_COLUMNS} FROM attachments WHERE volume > ?1 AND volume <= ?2 \
-         ORDER BY volume, node"
-    );
-    for a in conn
-        .prepare_cached(&sql)?
-        .query_map(params![after, last], AttachmentRow::from_row)?
-    {
-        let a = a?;
-        atts.entry(a.volume.clone()).or_default().push(a);
-    }
+    let (volumes, claims, atts) = (chunk.volumes, chunk.claims, chunk.attachments);
     let empty_c = Vec::new();
     let empty_a = Vec::new();
     let mut out = Vec::with_capacity(volumes.len());
@@ -141,29 +101,26 @@ fn volume_chunk(
 
 /// Nodes with their plugins; `only` selects one.
 pub fn list_nodes(
-    conn: &Connection,
+    conn: &impl Snapshot,
     beats: &Beats,
     only: Option<&str>,
     fencing: &FenceConfig,
 ) -> ApiResult<Vec<api::Node>> {
-    let sql =
-        format!("SELECT {NODE_COLUMNS} FROM nodes WHERE (?1 IS NULL OR name = ?1) ORDER BY name");
-    let rows: Vec<NodeRow> = conn
-        .prepare(&sql)?
-        .query_map([only], NodeRow::from_row)?
-        .collect::<Result<_, _>>()?;
+    let rows = conn.nodes(only)?;
     let mut out = Vec::with_capacity(rows.len());
     for n in rows {
         let fence = fence::node_fence(fencing, conn, &n)?;
         let fences = match only {
-            Some(_) => fence::history(conn, &n.name)?,
+            Some(_) => conn.fence_history(&n.name)?,
             None => Vec::new(),
         };
         let mut plugins = Vec::new();
-        for p in NodePluginRow::of_node(conn, &n.name)? {
+        for p in conn.node_plugins(&n.name)? {
             plugins.push(api::NodePlugin {
                 topology: p.topology,
-                used: slots_used(conn, &n.name, &p.plugin)?,
+                ready_check: p.ready_check,
+                observed: p.observed.as_ref().map(StoredObservation::to_api),
+                used: conn.slots_used(&n.name, &p.plugin)?,
                 id: p.plugin,
                 node_id: p.csi_node_id.unwrap_or_default(),
                 max_volumes: p.max_volumes,
@@ -187,6 +144,14 @@ pub fn list_nodes(
                     .to_string()
             }),
             fenced_at: n.fenced_at.map(time),
+            stopped: n
+                .stopped_at
+                .filter(|_| n.status == NodeStatus::Stopped)
+                .map(|at| api::NodeStop {
+                    at: time(at),
+                    took_down: n.stop_took_down,
+                    lost_at: time(at + beats.planned_stop_grace.as_millis() as i64),
+                }),
             registered_at: time(n.registered_at),
             plugins,
             name: n.name,
@@ -206,28 +171,15 @@ pub fn list_nodes(
 }
 
 /// Plugins across the cluster; `only` selects one.
-pub fn list_plugins(conn: &Connection, only: Option<&str>) -> ApiResult<Vec<api::Plugin>> {
-    let mut stmt = conn.prepare(
-        "SELECT np.plugin, np.registration, np.node_service, np.controller, np.stage_unstage, n.status, \
-         np.node, np.topology FROM node_plugins np JOIN nodes n ON n.name = np.node WHERE (?1 IS NULL OR np.plugin = ?1) ORDER BY np.plugin, np.node",
-    )?;
+pub fn list_plugins(
+    conn: &(impl Snapshot + ?Sized),
+    only: Option<&str>,
+) -> ApiResult<Vec<api::Plugin>> {
     let mut plugins: BTreeMap<String, api::Plugin> = BTreeMap::new();
-    let rows = stmt.query_map([only], |r| {
-        Ok((
-            r.get::<_, String>(0)?,
-            r.get::<_, String>(1)?,
-            r.get::<_, bool>(2)?,
-            r.get::<_, bool>(3)?,
-            r.get::<_, bool>(4)?,
-            r.get::<_, String>(5)?,
-            r.get::<_, String>(6)?,
-            r.get::<_, String>(7)?,
-        ))
-    })?;
-    for row in rows {
-        let (id, registration, node_service, controller, stage, status, node, topology) = row?;
-        let reg: api::PluginRegistration = serde_json::from_str(&registration)?;
-        let healthy = status == NodeStatus::Ready.as_str();
+    for row in conn.plugin_nodes(only)? {
+        let reg = &row.registration;
+        let id = row.plugin;
+        let healthy = row.status == NodeStatus::Ready;
         let p = plugins.entry(id.clone()).or_insert_with(|| api::Plugin {
             id: id.clone(),
             name: reg.info.name.clone(),
@@ -247,68 +199,75 @@ pub fn list_plugins(conn: &Connection, only: Option<&str>) -> ApiResult<Vec<api:
             p.snapshots |= c.create_delete_snapshot;
             p.clone_volume |= c.clone_volume;
         }
-        if node_service {
+        if row.node_service {
             p.nodes_expected += 1;
             p.nodes_healthy += u32::from(healthy);
             p.nodes.push(api::PluginNode {
-                name: node,
-                status: status.parse().map_err(ApiError::internal)?,
-                topology: serde_json::from_str(&topology)?,
+                name: row.node,
+                status: row.status,
+                topology: row.topology,
+                ready_check: reg.node.as_ref().and_then(|n| n.ready_check.clone()),
+                observed: row.observed.as_ref().map(StoredObservation::to_api),
             });
         }
-        if controller {
+        if row.controller {
             p.controllers_expected += 1;
             p.controllers_healthy += u32::from(healthy);
         }
-        p.stage_unstage |= stage;
+        p.stage_unstage |= row.stage_unstage;
     }
     for p in plugins.values_mut() {
-        p.controller_publish = needs_controller_publish(conn, &p.id)?;
-        p.volumes = conn.query_row(
-            "SELECT count(*) FROM volumes WHERE plugin = ?1",
-            [&p.id],
-            |r| r.get(0),
-        )?;
+        p.controller_publish = conn.needs_controller_publish(&p.id)?;
+        p.volumes = conn.volumes_of_plugin(&p.id)?;
     }
     Ok(plugins.into_values().collect())
 }
 
-/// Which events to return.
-#[derive(Debug, Clone, Default)]
-pub struct EventFilter {
-    pub volume: Option<String>,
-    pub node: Option<String>,
-    pub alloc: Option<String>,
-}
-
 /// Events after index `after`, oldest first.
 pub fn events(
-    conn: &Connection,
+    conn: &impl Snapshot,
     after: u64,
     f: &EventFilter,
     limit: u32,
 ) -> ApiResult<Vec<api::Event>> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT idx, at, kind, volume, node, alloc, actor, message FROM events \
-         WHERE idx > ?1 AND (?2 IS NULL OR volume = ?2) AND (?3 IS NULL OR node = ?3) \
-         AND (?4 IS NULL OR alloc = ?4) ORDER BY idx LIMIT ?5",
-    )?;
-    let rows = stmt.query_map(
-        params![after as i64, f.volume, f.node, f.alloc, limit],
-        |r| {
-            Ok(api::Event {
-                index: r.get::<_, i64>(0)? as u64,
-                at: time(r.get(1)?),
-                kind: r.get(2)?,
-                volume: r.get(3)?,
-                node: r.get(4)?,
-                alloc: r.get(5)?,
-                actor: r.get(6)?,
-                message: r.get(7)?,
-            })
-        },
-    )?;
-    Ok(rows.collect::<Result<_, _>>()?)
+    conn.events(after, f, limit)
+}
+
+/// `GET /v1/plugins/{id}/controllers`: who may host, and who does.
+pub fn controller_hosts(conn: &impl Snapshot, plugin: &str) -> ApiResult<ControllerHosts> {
+    let mut hosts: Vec<ControllerHost> = conn
+        .controller_allowances(plugin)?
+        .into_iter()
+        .map(|(node, by, at)| ControllerHost {
+            node,
+            source: "operator".into(),
+            by: Some(by),
+            since: Some(time(at)),
+        })
+        .collect();
+    let mut tokens: Vec<_> = conn
+        .tokens()?
+        .into_iter()
+        .filter(|t| {
+            t.role == api::Role::Node
+                && t.revoked_at.is_none()
+                && t.controllers.iter().any(|p| p == plugin)
+        })
+        .collect();
+    tokens.sort_by(|a, b| (&a.node, &a.id).cmp(&(&b.node, &b.id)));
+    hosts.extend(tokens.into_iter().filter_map(|t| {
+        Some(ControllerHost {
+            node: t.node?,
+            source: "token".into(),
+            by: Some(t.id),
+            since: None,
+        })
+    }));
+    Ok(ControllerHosts {
+        plugin: plugin.to_owned(),
+        allowed: hosts,
+        hosting: conn.nodes_hosting_controller(plugin)?,
+    })
 }
 
 /// What `GET /v1/claims` selects.
@@ -364,15 +323,8 @@ impl ClaimFilter {
 }
 
 /// Claims across volumes, oldest first, with queue positions.
-pub fn list_claims(conn: &Connection, f: &ClaimFilter, now: i64) -> ApiResult<Vec<api::Claim>> {
-    let sql = format!(
-        "SELECT {CLAIM_COLUMNS} FROM claims WHERE (?1 IS NULL OR volume = ?1) AND (?2 IS NULL OR node = ?2) \
-         ORDER BY volume, created_at, alloc"
-    );
-    let rows: Vec<ClaimRow> = conn
-        .prepare(&sql)?
-        .query_map(params![f.volume, f.node], ClaimRow::from_row)?
-        .collect::<Result<_, _>>()?;
+pub fn list_claims(conn: &impl Snapshot, f: &ClaimFilter, now: i64) -> ApiResult<Vec<api::Claim>> {
+    let rows = conn.claims(f.volume.as_deref(), f.node.as_deref())?;
     let mut by_volume: BTreeMap<&str, Vec<&ClaimRow>> = BTreeMap::new();
     for r in &rows {
         by_volume.entry(&r.volume).or_default().push(r);

@@ -98,24 +98,40 @@ pub(super) async fn run_job(shared: Arc<Shared>, job: Job, ctx: JobContext) -> O
         shared.report(claim_error(alloc, error));
         out.failed.push(alloc.clone());
     }
-    if let Some((rec, why)) = &job.demote_staging {
+    let v = &job.verified;
+    for s in &v.observed_stagings {
+        if let Err(e) = shared.store.put_staging(s, None).await {
+            retry(&mut out, &[], &e.into());
+            return out;
+        }
+    }
+    for p in &v.observed_publications {
+        if let Err(e) = shared.store.put_publication(p, None).await {
+            retry(&mut out, &[&p.alloc], &e.into());
+            return out;
+        }
+    }
+    for (rec, why) in &v.restage {
         tracing::warn!(volume = vol, path = %rec.path.display(), "drift: {why}; staging it again");
         if let Err(e) = shared.store.put_staging(rec, Some(why.clone())).await {
             retry(&mut out, &[], &e.into());
             return out;
         }
     }
-    for (rec, why) in &job.demote {
-        tracing::warn!(volume = vol, alloc = rec.alloc, target = %rec.target.display(), "drift: {why}; publishing it again");
-        if let Err(e) = shared.store.put_publication(rec, Some(why.clone())).await {
+    for r in &v.republish {
+        let rec = &r.record;
+        tracing::warn!(volume = vol, alloc = rec.alloc, target = %rec.target.display(), "drift: {}; publishing it again", r.why);
+        if let Err(e) = shared.store.put_publication(rec, Some(r.why.clone())).await {
             retry(&mut out, &[&rec.alloc], &e.into());
             return out;
         }
-        shared.report(Report::Drift {
-            volume: vol.clone(),
-            alloc: rec.alloc.clone(),
-            reason: why.clone(),
-        });
+        if r.report {
+            shared.report(Report::Drift {
+                volume: vol.clone(),
+                alloc: rec.alloc.clone(),
+                reason: r.why.clone(),
+            });
+        }
     }
     for t in &job.unpublish {
         let r = &t.record;
@@ -237,6 +253,7 @@ pub(super) async fn run_job(shared: Arc<Shared>, job: Job, ctx: JobContext) -> O
                     volume: vol.clone(),
                     alloc: alloc.to_owned(),
                     target_path: step.target.display().to_string(),
+                    observed: shared.shape(&vol, alloc),
                 });
                 out.memo_published.push(alloc.to_owned());
                 out.ready.push(alloc.to_owned());
@@ -257,6 +274,7 @@ pub(super) async fn run_job(shared: Arc<Shared>, job: Job, ctx: JobContext) -> O
             volume: vol.clone(),
             alloc: alloc.clone(),
             target_path: target.display().to_string(),
+            observed: shared.shape(&vol, alloc),
         });
         out.memo_published.push(alloc.clone());
     }

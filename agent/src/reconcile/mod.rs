@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use csivol_api::{ClaimRef, DesiredState, RegisterRequest, Report, StaleChanges};
+use csivol_api::{ClaimRef, DesiredState, ObservedShape, RegisterRequest, Report, StaleChanges};
 use tokio::sync::{mpsc, watch};
 
 mod jobs;
@@ -21,12 +21,13 @@ mod steps;
 use self::reconciler::Reconciler;
 use self::recovery::recover;
 use self::steps::{StepError, local};
-use crate::config::{CoreConfig, ReadyCheck};
-use crate::mounts::Checker;
+use crate::config::CoreConfig;
+use crate::mounts::{Checker, Judge, Observation};
 use crate::plugin::{ConnectError, NodePlugin, Plugins};
 use crate::store::{
     Fence, PublicationRecord, PublishState, StageState, StagingRecord, Store, StoreError, now_ms,
 };
+use crate::verify::Checks as _;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -94,70 +95,54 @@ impl Shared {
             .map_err(|e| local("read the mount table for", &self.data_dir, e))
     }
 
-    /// Whether a publication's target is mounted from its volume; why not otherwise.
-    fn check_publication(&self, c: &Checker<'_>, r: &PublicationRecord) -> Result<(), String> {
-        if r.block && self.cfg.ready_check_of(&r.plugin) == ReadyCheck::Mount {
-            return self.check_block_publication(c, r);
+    /// The checks of one snapshot, with this agent's readiness checks.
+    fn judge<'c>(&'c self, c: Option<&'c Checker<'c>>) -> Judge<'c, 'c> {
+        Judge {
+            checker: c,
+            default_check: self.cfg.ready_check,
+            plugin_checks: &self.cfg.plugin_ready_checks,
         }
-        c.target(
-            self.cfg.ready_check_of(&r.plugin),
-            &r.volume,
-            &r.target,
-            r.staging.as_deref(),
-            r.block,
-        )
     }
 
-    /// A block target is the volume's device: a live block device node, and the same
-    /// device as every other target of the volume on this node that holds one (two claims
-    /// of one volume on a node see one device; a target showing another is not the volume).
-    fn check_block_publication(
+    /// Whether a publication's target is ready, judged with its volume's other records;
+    /// what is at the target if it is, why not otherwise.
+    fn check_publication(
         &self,
         c: &Checker<'_>,
         r: &PublicationRecord,
-    ) -> Result<(), String> {
-        let device = c.block_target(&r.volume, &r.target, r.staging.as_deref())?;
-        for other in self.store.publications_of(&r.volume) {
-            if other.alloc == r.alloc || !other.block {
-                continue;
-            }
-            if let Ok(theirs) = c.block_target(&other.volume, &other.target, None)
-                && theirs != device
-            {
-                let dev = |d: u64| format!("{}:{}", rustix::fs::major(d), rustix::fs::minor(d));
-                return Err(format!(
-                    "target of {} at {} is device {}, but the volume's device at {} is {}",
-                    r.volume,
-                    r.target.display(),
-                    dev(device),
-                    other.target.display(),
-                    dev(theirs)
-                ));
-            }
-        }
-        Ok(())
+    ) -> Result<Observation, String> {
+        let staging = self.store.staging(&r.volume);
+        let publications = self.store.publications_of(&r.volume);
+        self.judge(Some(c))
+            .publication(r, staging.as_ref(), &publications)
     }
 
     /// Whether a staging holds its volume; why not otherwise.
     fn check_staging(&self, c: &Checker<'_>, s: &StagingRecord) -> Result<(), String> {
         let publications = self.store.publications_of(&s.volume);
-        let block = publications.iter().any(|p| p.block);
-        let check = self.cfg.ready_check_of(&s.plugin);
-        c.staging(check, &s.volume, &s.path, block)?;
-        // A block staging is a directory the plugin may leave empty; what it staged is the
-        // device its targets show. A target whose device lost what was behind it (a loop
-        // device detached) means the staging lost it too.
-        if block && check == ReadyCheck::Mount {
-            for p in publications.iter().filter(|p| p.block) {
-                if let Some(why) = c.dead_device(&p.target) {
-                    return Err(format!(
-                        "staging of {} no longer holds the volume's device: {why}",
-                        s.volume
-                    ));
-                }
-            }
-        }
-        Ok(())
+        self.judge(Some(c)).staging(s, &publications).map(|_| ())
+    }
+
+    /// What the plugin made for a claim, from its records: at the staging path and at the
+    /// target (told the server with the claim's `published` report).
+    fn shape(&self, volume: &str, alloc: &str) -> Option<ObservedShape> {
+        let p = self
+            .store
+            .publications_of(volume)
+            .into_iter()
+            .find(|p| p.alloc == alloc)?;
+        let staging = p.staging.as_ref().map(|path| {
+            self.store
+                .staging(volume)
+                .filter(|s| s.path == *path)
+                .and_then(|s| s.observed)
+                .map_or("unknown", |o| o.kind())
+                .to_owned()
+        });
+        Some(ObservedShape {
+            staging,
+            target: p.observed?.kind().to_owned(),
+        })
     }
 
     fn report(&self, r: Report) {
@@ -192,11 +177,15 @@ pub struct Core {
     control: mpsc::UnboundedSender<Control>,
     fenced: watch::Receiver<FenceState>,
     task: tokio::task::JoinHandle<()>,
+    /// The controller listings: stopped with the core, so that nothing holds the reports
+    /// channel open once it is gone (a stopping agent waits for its last reports).
+    listing: tokio::task::JoinHandle<()>,
 }
 
 impl Drop for Core {
     fn drop(&mut self) {
         self.task.abort();
+        self.listing.abort();
     }
 }
 
@@ -260,8 +249,7 @@ impl Core {
             initial,
         );
         let task = tokio::spawn(reconciler.run());
-        // Ends when the agent stops listening to reports.
-        tokio::spawn(listing::run(Arc::clone(&shared)));
+        let listing = tokio::spawn(listing::run(Arc::clone(&shared)));
         Ok((
             Self {
                 shared,
@@ -269,6 +257,7 @@ impl Core {
                 control: control_tx,
                 fenced: fence_rx,
                 task,
+                listing,
             },
             rx,
         ))
@@ -295,7 +284,9 @@ impl Core {
             .ok();
         let Some(c) = checker else {
             return RegisterRequest {
-                plugins: shared.plugins.registrations(),
+                plugins: shared
+                    .plugins
+                    .registrations(|p| shared.cfg.ready_check_of(p)),
                 fence_after_ms: fence_after.map(|d| d.as_millis() as u64),
                 published: Vec::new(),
                 staged: Vec::new(),
@@ -303,7 +294,9 @@ impl Core {
             };
         };
         RegisterRequest {
-            plugins: shared.plugins.registrations(),
+            plugins: shared
+                .plugins
+                .registrations(|p| shared.cfg.ready_check_of(p)),
             fence_after_ms: fence_after.map(|d| d.as_millis() as u64),
             published: store
                 .publications()

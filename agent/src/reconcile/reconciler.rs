@@ -11,7 +11,8 @@ use tokio::task::JoinSet;
 
 use crate::mounts::Checker;
 use crate::plan::{self, Memo, VolumeDesired};
-use crate::store::{PublicationRecord, PublishState, StageState, StagingRecord, now_ms};
+use crate::store::{PublicationRecord, PublishState, StagingRecord, now_ms};
+use crate::verify;
 
 use super::jobs::{JobContext, Outcome, check_conditions, run_expand, run_job, run_op};
 use super::{Changed, Control, FenceState, Shared};
@@ -349,9 +350,9 @@ impl Reconciler {
             let vd = by_volume.get(vol.as_str()).unwrap_or(&empty);
             let mut staging = store.staging(&vol);
             let mut publications = store.publications_of(&vol);
-            let (demote_staging, demote) = match &checker {
-                Some(c) => self.drift(c, staging.as_mut(), &mut publications),
-                None => (None, Vec::new()),
+            let verified = match &checker {
+                Some(c) => self.drift(c, &listed, staging.as_mut(), &mut publications),
+                None => verify::Plan::default(),
             };
             let mut deadlines = HashMap::new();
             let mut timed_out = HashSet::new();
@@ -384,8 +385,7 @@ impl Reconciler {
                 timed_out: &timed_out,
                 staging_plugins: &self.shared.staging_plugins,
             });
-            job.demote = demote;
-            job.demote_staging = demote_staging;
+            job.verified = verified;
             if self.taking_down {
                 job.taken_down_because =
                     Some("the node's agent took it down as it stopped".to_owned());
@@ -437,43 +437,49 @@ impl Reconciler {
         }
     }
 
-    /// Finds what drifted under the records of one volume: a staging recorded staged but not
-    /// mounted from the volume, publications recorded published but not mounted from it. They
-    /// are marked uncertain here (so the plan stages and publishes them again) and returned
-    /// with why, for the job to record and report first.
-    #[allow(clippy::type_complexity)] // reason: a pair of what drifted, used once by `scan`
+    /// Finds what drifted under the records of one volume (`verify::plan` at a resync): a
+    /// staging that no longer shows what the plugin made there, publications whose target
+    /// fails its check. They are marked uncertain in the records given (so that the plan
+    /// stages and publishes them again) and returned, for the job to record and report
+    /// first.
     fn drift(
         &mut self,
         c: &Checker<'_>,
+        listed: &HashSet<(&str, &str)>,
         staging: Option<&mut StagingRecord>,
         publications: &mut [PublicationRecord],
-    ) -> (
-        Option<(StagingRecord, String)>,
-        Vec<(PublicationRecord, String)>,
-    ) {
-        let mut demote_staging = None;
-        if let Some(s) = staging
-            && s.state == StageState::Staged
-            && let Err(why) = self.shared.check_staging(c, s)
-        {
-            s.state = StageState::Staging;
-            demote_staging = Some((s.clone(), why));
+    ) -> verify::Plan {
+        let wanted: HashSet<ClaimRef> = publications
+            .iter()
+            .filter(|p| listed.contains(&(p.volume.as_str(), p.alloc.as_str())))
+            .map(|p| ClaimRef {
+                volume: p.volume.clone(),
+                alloc: p.alloc.clone(),
+            })
+            .collect();
+        let stagings: Vec<StagingRecord> = staging.iter().map(|s| (**s).clone()).collect();
+        let found = verify::plan(
+            &self.shared.judge(Some(c)),
+            &verify::Input {
+                when: verify::When::Resync,
+                stagings: &stagings,
+                publications,
+                wanted: Some(&wanted),
+            },
+        );
+        if let (Some(s), Some((demoted, _))) = (staging, found.restage.first()) {
+            *s = demoted.clone();
         }
-        let mut demote = Vec::new();
-        for r in publications
-            .iter_mut()
-            .filter(|r| r.state == PublishState::Published)
-        {
-            if let Err(why) = self.shared.check_publication(c, r) {
-                r.state = PublishState::Publishing;
-                self.memo.published.remove(&ClaimRef {
-                    volume: r.volume.clone(),
-                    alloc: r.alloc.clone(),
-                });
-                demote.push((r.clone(), why));
+        for r in &found.republish {
+            if let Some(p) = publications.iter_mut().find(|p| p.alloc == r.record.alloc) {
+                *p = r.record.clone();
             }
+            self.memo.published.remove(&ClaimRef {
+                volume: r.record.volume.clone(),
+                alloc: r.record.alloc.clone(),
+            });
         }
-        (demote_staging, demote)
+        found
     }
 
     /// The earliest retry or not-yet-due controller operation.

@@ -1,11 +1,11 @@
 //! Recovery at start: every record of `agent.db` checked against the mount table before the
-//! agent registers; what was in flight finished or undone.
+//! agent registers (the plan is `verify`'s); what was in flight finished or undone.
 
 use std::collections::HashSet;
 use std::path::PathBuf;
 
 use crate::mounts::{self};
-use crate::store::{PublishState, StageState};
+use crate::verify;
 
 use super::Shared;
 use super::steps::{StepError, unpublish, unstage};
@@ -13,72 +13,66 @@ use super::steps::{StepError, unpublish, unstage};
 /// How many times recovery tries to undo one in-flight step before leaving it to the loop.
 const RECOVERY_ATTEMPTS: u32 = 5;
 
-/// Finishes or undoes what was in flight when the agent stopped, before it registers. The
-/// records say only what the agent may have done; the mount table says what is. So every
-/// record is checked against it: a staging recorded staged but not mounted from its volume
-/// is marked uncertain (to be staged again before any publish, or unstaged when unused);
-/// a publication recorded published but not mounted from its volume is marked uncertain
-/// (to be published again while wanted, or taken down); a publication the agent was not
-/// sure of is taken down (the calls are idempotent). After a reboot nothing is mounted any
-/// more, so every record is undone at the plugin. What cannot be undone now stays recorded
-/// as uncertain; the loop retries it.
+/// Finishes or undoes what was in flight when the agent stopped, before it registers: the
+/// records checked against one snapshot of the mount table (`verify::plan`), then the plan
+/// carried out. What cannot be undone now stays recorded as uncertain; the loop retries it.
 pub(super) async fn recover(shared: &Shared, rebooted: bool) {
     let store = &shared.store;
     if rebooted {
         tracing::info!("the machine rebooted since the last run: undoing every recorded mount");
     }
-    let checker = match shared.checker() {
-        Ok(c) => Some(c),
-        Err(e) => {
-            tracing::warn!("recovery: {e}; treating every record as unverified");
-            None
-        }
-    };
-    let verdict = |check: Result<(), String>| match &checker {
-        Some(_) => check,
-        None => Err("the mount table could not be read".to_owned()),
-    };
-    if !rebooted {
-        for mut s in store.stagings() {
-            if s.state != StageState::Staged {
-                continue;
-            }
-            let check = checker
-                .as_ref()
-                .map_or(Ok(()), |c| shared.check_staging(c, &s));
-            if let Err(why) = verdict(check) {
-                tracing::warn!(
-                    volume = s.volume,
-                    path = %s.path.display(),
-                    "recovery: {why}; it will be staged again before any publish"
-                );
-                s.state = StageState::Staging;
-                if let Err(e) = store.put_staging(&s, Some(why)).await {
-                    tracing::error!(volume = s.volume, "recovery: {e:#}");
-                }
-            }
+    let checker = shared
+        .checker()
+        .inspect_err(|e| tracing::warn!("recovery: {e}; treating every record as unverified"))
+        .ok();
+    let plan = verify::plan(
+        &shared.judge(checker.as_ref()),
+        &verify::Input {
+            when: verify::When::Start { rebooted },
+            stagings: &store.stagings(),
+            publications: &store.publications(),
+            wanted: None,
+        },
+    );
+    for s in &plan.observed_stagings {
+        tracing::info!(
+            volume = s.volume,
+            path = %s.path.display(),
+            "recovery: recording what the plugin made at the staging path, recorded by an older agent"
+        );
+        if let Err(e) = store.put_staging(s, None).await {
+            tracing::error!(volume = s.volume, "recovery: {e:#}");
         }
     }
-    for mut p in store.publications() {
-        if !rebooted && p.state == PublishState::Published {
-            let check = checker
-                .as_ref()
-                .map_or(Ok(()), |c| shared.check_publication(c, &p));
-            let Err(why) = verdict(check) else {
-                continue;
-            };
-            tracing::warn!(
-                volume = p.volume,
-                alloc = p.alloc,
-                target = %p.target.display(),
-                "recovery: {why}; it will be published again while its claim is wanted"
-            );
-            p.state = PublishState::Publishing;
-            if let Err(e) = store.put_publication(&p, Some(why)).await {
-                tracing::error!(volume = p.volume, alloc = p.alloc, "recovery: {e:#}");
-            }
-            continue;
+    for p in &plan.observed_publications {
+        if let Err(e) = store.put_publication(p, None).await {
+            tracing::error!(volume = p.volume, alloc = p.alloc, "recovery: {e:#}");
         }
+    }
+    for (s, why) in &plan.restage {
+        tracing::warn!(
+            volume = s.volume,
+            path = %s.path.display(),
+            "recovery: {why}; it will be staged again before any publish"
+        );
+        if let Err(e) = store.put_staging(s, Some(why.clone())).await {
+            tracing::error!(volume = s.volume, "recovery: {e:#}");
+        }
+    }
+    for r in &plan.republish {
+        let p = &r.record;
+        tracing::warn!(
+            volume = p.volume,
+            alloc = p.alloc,
+            target = %p.target.display(),
+            "recovery: {}; it will be published again while its claim is wanted",
+            r.why
+        );
+        if let Err(e) = store.put_publication(p, Some(r.why.clone())).await {
+            tracing::error!(volume = p.volume, alloc = p.alloc, "recovery: {e:#}");
+        }
+    }
+    for p in &plan.take_down {
         tracing::info!(
             volume = p.volume,
             alloc = p.alloc,
@@ -86,13 +80,11 @@ pub(super) async fn recover(shared: &Shared, rebooted: bool) {
             state = p.state.as_str(),
             "recovery: taking down a publication that may be incomplete"
         );
-        retry_recovery(shared, "unpublish", || unpublish(shared, &p)).await;
+        retry_recovery(shared, "unpublish", || unpublish(shared, p)).await;
     }
-    for s in store.stagings() {
-        if !rebooted && s.state == StageState::Staged {
-            continue;
-        }
+    for s in &plan.unstage {
         if store.staging_in_use(&s.path) {
+            // A take-down above failed: the loop retries it, then unstages.
             continue;
         }
         tracing::info!(
@@ -101,7 +93,7 @@ pub(super) async fn recover(shared: &Shared, rebooted: bool) {
             state = s.state.as_str(),
             "recovery: unstaging a staging that may be incomplete"
         );
-        retry_recovery(shared, "unstage", || unstage(shared, &s)).await;
+        retry_recovery(shared, "unstage", || unstage(shared, s)).await;
     }
     warn_unknown_mounts(shared);
 }

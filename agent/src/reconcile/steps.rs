@@ -9,7 +9,7 @@ use csivol_api::{DesiredState, PluginError, Report};
 use tonic::Code;
 
 use crate::config::ReadyCheck;
-use crate::mounts::{self};
+use crate::mounts::{self, Observation};
 use crate::plan::{Job, PublishStep, StageStep};
 use crate::plugin::CallError;
 use crate::store::{
@@ -200,6 +200,8 @@ pub(super) async fn stage(shared: &Shared, step: &StageStep) -> Result<(), StepE
         external_id: v.external_id.clone(),
         path: step.path.clone(),
         state: StageState::Staging,
+        block: v.capability.access_type.is_block(),
+        observed: None,
     };
     shared.store.put_staging(&rec, None).await?;
     // The CO creates the staging directory; the plugin mounts on it.
@@ -208,6 +210,10 @@ pub(super) async fn stage(shared: &Shared, step: &StageStep) -> Result<(), StepE
         let _ = shared.store.put_staging(&rec, Some(e.to_string())).await;
         return Err(e.into());
     }
+    // What the plugin made at the staging path is what later checks hold it to: the spec
+    // says the volume "MAY be staged" there (NodeStageVolumeRequest.staging_target_path),
+    // so nothing at all is a staging too.
+    rec.observed = Some(shared.checker()?.observe(&step.path, true));
     rec.state = StageState::Staged;
     shared.store.put_staging(&rec, None).await?;
     Ok(())
@@ -229,6 +235,7 @@ pub(super) async fn publish(
         staging: step.staging.clone(),
         block: d.volume.capability.access_type.is_block(),
         state: PublishState::Publishing,
+        observed: None,
     };
     shared.store.put_publication(&rec, None).await?;
     // The CO creates the parent; the plugin creates the target itself.
@@ -284,7 +291,7 @@ pub(super) async fn publish(
             .await;
         return Err(e.into());
     }
-    wait_ready(shared, &rec, deadline).await?;
+    rec.observed = Some(wait_ready(shared, &rec, deadline).await?);
     rec.state = PublishState::Published;
     shared.store.put_publication(&rec, None).await?;
     Ok(())
@@ -294,14 +301,15 @@ pub(super) async fn publish(
 /// for.
 const WAITING_NOTICE: Duration = Duration::from_secs(1);
 
-/// Polls the readiness check until it passes or the claim's deadline comes. Past a moment,
-/// the claim's status says what it waits for (and again when that changes); a claim that
-/// stops being wanted (released, unblocked) ends the wait at once.
+/// Polls the readiness check until it passes or the claim's deadline comes, and returns
+/// what the plugin made at the target. Past a moment, the claim's status says what it waits
+/// for (and again when that changes); a claim that stops being wanted (released,
+/// unblocked) ends the wait at once.
 async fn wait_ready(
     shared: &Shared,
     rec: &PublicationRecord,
     deadline: Instant,
-) -> Result<(), StepError> {
+) -> Result<Observation, StepError> {
     let started = Instant::now();
     let timeout = shared.cfg.volume_ready_timeout;
     // The claim's wait started when it was first wanted: its deadline less the timeout.
@@ -329,7 +337,7 @@ async fn wait_ready(
     let mut said: Option<String> = None;
     loop {
         let why = match shared.check_publication(&shared.checker()?, rec) {
-            Ok(()) => return Ok(()),
+            Ok(seen) => return Ok(seen),
             Err(why) => why,
         };
         let now = Instant::now();
@@ -344,9 +352,7 @@ async fn wait_ready(
             shared.report(Report::Waiting {
                 volume: rec.volume.clone(),
                 alloc: rec.alloc.clone(),
-                reason: format!(
-                    "published; waiting for the target to be mounted from the volume: {why}"
-                ),
+                reason: format!("published; waiting for the target to hold the volume: {why}"),
                 since_ms,
                 timeout_ms: timeout.as_millis() as u64,
             });

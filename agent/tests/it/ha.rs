@@ -47,7 +47,8 @@ async fn an_agent_with_both_servers_serves_claims_through_either_and_fails_over(
     // through A; a blocking query on B wakes as the claim moves on.
     create_volume(&b, "v1", "single-node-writer").await;
     claim(&a, "v1", "a1").await;
-    let c = claim_state(&b, "v1", "a1").await.expect("B sees the claim");
+    // B learns of A's write through its etcd watch, a moment later on a busy machine.
+    let c = eventually("B sees the claim", WAIT, || claim_state(&b, "v1", "a1")).await;
     let index = c["index"].as_u64().unwrap();
     let (status, woke) = b
         .get(&format!("/v1/volumes/v1/claims/a1?index={index}&wait=20s"))

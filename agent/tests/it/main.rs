@@ -4,6 +4,7 @@
 //! `csivol-server` (run `cargo build -p csivol-server` first when testing this crate alone).
 
 mod channel;
+mod check;
 mod controller;
 mod e2e;
 mod fencing;
@@ -11,6 +12,7 @@ mod ha;
 mod procs;
 mod reconcile;
 mod recovery;
+mod shapes;
 mod spellings;
 mod support;
 mod truth;

@@ -177,9 +177,15 @@ impl AgentProc {
     }
 }
 
-/// Creates a volume through the server (the agent runs CreateVolume as controller host),
-/// once an agent has registered the plugin: the server refuses a plugin no node runs.
+/// Creates a file-system volume through the server (the agent runs CreateVolume as
+/// controller host).
 pub async fn create_volume(api: &Api, name: &str, mode: &str) {
+    create_volume_as(api, name, mode, "file-system").await;
+}
+
+/// Creates a volume with the attachment given (`file-system`, `block-device`), once an
+/// agent has registered the plugin: the server refuses a plugin no node runs.
+pub async fn create_volume_as(api: &Api, name: &str, mode: &str, attachment: &str) {
     eventually("plugin hp registered", WAIT, || async {
         (api.get("/v1/plugins/hp").await.0 == 200).then_some(())
     })
@@ -187,7 +193,7 @@ pub async fn create_volume(api: &Api, name: &str, mode: &str) {
     let (status, body) = api
         .post(
             &format!("/v1/volumes/{name}/create"),
-            json!({"plugin": "hp", "access_mode": mode, "attachment": "file-system", "capacity_bytes": 1 << 20}),
+            json!({"plugin": "hp", "access_mode": mode, "attachment": attachment, "capacity_bytes": 1 << 20}),
         )
         .await;
     assert!(status == 202 || status == 200, "{status} {body}");
@@ -278,4 +284,41 @@ impl OneNode {
             agent,
         }
     }
+}
+
+/// An agent config with a short resync, so that drift is found within a test's patience.
+pub fn fast_config(dir: &TestDir, ready_timeout: &str) -> String {
+    let path = dir.join("agent.toml");
+    std::fs::write(
+        &path,
+        format!("resync_interval = \"300ms\"\nvolume_ready_timeout = \"{ready_timeout}\"\n"),
+    )
+    .unwrap();
+    format!("--config={}", path.display())
+}
+
+pub async fn events(api: &Api, volume: &str) -> Vec<Value> {
+    let (_, e) = api.get(&format!("/v1/events?volume={volume}")).await;
+    e.as_array().cloned().unwrap_or_default()
+}
+
+/// Waits for `n` events of `kind` on `volume` and returns them.
+pub async fn wait_events(api: &Api, volume: &str, kind: &str, n: usize) -> Vec<Value> {
+    eventually(
+        &format!("{n} {kind} event(s) on {volume}"),
+        WAIT,
+        || async {
+            let found: Vec<Value> = events(api, volume)
+                .await
+                .into_iter()
+                .filter(|e| e["kind"] == kind)
+                .collect();
+            (found.len() >= n).then_some(found)
+        },
+    )
+    .await
+}
+
+pub fn staging_of(agent: &AgentProc, volume: &str) -> PathBuf {
+    agent.data_dir.join("staging").join("hp").join(volume)
 }

@@ -4,55 +4,19 @@
 //! nobody took from it; a plugin killed mid-publish converges; a readiness wait says what
 //! it waits for and ends when the claim is released.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use csivol_agent::ReadyCheck;
-use csivol_agent::mounts::Checker;
-use csivol_tests::{Api, TestDir, eventually, is_mounted, wait_for};
+use csivol_agent::mounts::{Checker, Observation, Staging, Target};
+use csivol_tests::{TestDir, eventually, is_mounted, wait_for};
 use rustix::mount::{UnmountFlags, mount_bind, unmount};
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::procs::{
-    AgentProc, Logs, OneNode, claim, claim_state, create_volume, gone, ready, wait_volume,
+    self, Logs, OneNode, claim, claim_state, create_volume, fast_config, gone, ready, staging_of,
+    wait_events, wait_volume,
 };
 use super::support::WAIT;
-
-/// An agent config with a short resync, so that drift is found within a test's patience.
-fn fast_config(dir: &TestDir, ready_timeout: &str) -> String {
-    let path = dir.join("agent.toml");
-    std::fs::write(
-        &path,
-        format!("resync_interval = \"300ms\"\nvolume_ready_timeout = \"{ready_timeout}\"\n"),
-    )
-    .unwrap();
-    format!("--config={}", path.display())
-}
-
-async fn events(api: &Api, volume: &str) -> Vec<Value> {
-    let (_, e) = api.get(&format!("/v1/events?volume={volume}")).await;
-    e.as_array().cloned().unwrap_or_default()
-}
-
-/// Waits for `n` events of `kind` on `volume` and returns them.
-async fn wait_events(api: &Api, volume: &str, kind: &str, n: usize) -> Vec<Value> {
-    eventually(
-        &format!("{n} {kind} event(s) on {volume}"),
-        WAIT,
-        || async {
-            let found: Vec<Value> = events(api, volume)
-                .await
-                .into_iter()
-                .filter(|e| e["kind"] == kind)
-                .collect();
-            (found.len() >= n).then_some(found)
-        },
-    )
-    .await
-}
-
-fn staging_of(agent: &AgentProc, volume: &str) -> PathBuf {
-    agent.data_dir.join("staging").join("hp").join(volume)
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drift_behind_a_running_agent_is_found_and_repaired() {
@@ -293,6 +257,64 @@ async fn a_paused_node_resumes_its_claims_and_takes_down_what_was_unblocked() {
     );
 }
 
+/// A node paused past its TTL while its staging was unmounted comes back without the
+/// claim mounted: nobody released the claim, so it is published again (staged, published,
+/// checked), never released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_node_whose_staging_vanished_republishes_the_claim() {
+    use rustix::process::{Pid, Signal, kill_process};
+    let dir = TestDir::new("node-truth-paused-unmounted");
+    let OneNode {
+        server: _server,
+        api,
+        hp,
+        agent,
+    } = OneNode::start(&dir, &["--heartbeat-ttl=1s"], &[], &[]).await;
+    let _logs = Logs(&agent);
+    create_volume(&api, "v1", "single-node-writer").await;
+    claim(&api, "v1", "a1").await;
+    let target = ready(&api, "v1", "a1").await;
+    std::fs::write(target.join("work.txt"), "kept").unwrap();
+    let staging = staging_of(&agent, "v1");
+
+    let pid = Pid::from_raw(agent.proc.pid() as i32).unwrap();
+    kill_process(pid, Signal::STOP).unwrap();
+    wait_volume(&api, "v1", "blocked").await;
+    // Meanwhile the node's mounts go (a cleanup script, a plugin restart): the staging
+    // first, then the target bound from it.
+    unmount(&target, UnmountFlags::empty()).unwrap();
+    unmount(&staging, UnmountFlags::empty()).unwrap();
+    kill_process(pid, Signal::CONT).unwrap();
+
+    let republished = wait_events(&api, "v1", "claim-republished", 1).await;
+    assert!(
+        republished[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("came back without it mounted"),
+        "{republished:?}"
+    );
+    let back = ready(&api, "v1", "a1").await;
+    assert_eq!(back, target);
+    assert!(is_mounted(&staging) && is_mounted(&target));
+    assert_eq!(
+        std::fs::read_to_string(target.join("work.txt")).unwrap(),
+        "kept"
+    );
+    wait_events(&api, "v1", "claim-repaired", 1).await;
+    let kinds: Vec<String> = procs::events(&api, "v1")
+        .await
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(
+        !kinds.iter().any(|k| k == "claim-released"),
+        "nobody released it: {kinds:?}"
+    );
+    assert_eq!(hp.count("NodeStageVolume", "OK"), 2, "staged again");
+    hp.assert_no_lifecycle_violation();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plugin_killed_mid_publish_converges() {
     let dir = TestDir::new("node-truth-plugin-kill");
@@ -352,7 +374,7 @@ async fn a_readiness_wait_says_what_it_waits_for_and_a_release_ends_it() {
     assert_eq!(c["state"], "publishing", "{c}");
     let reason = c["waiting"]["reason"].as_str().unwrap();
     assert!(
-        reason.starts_with("published; waiting for the target to be mounted from the volume: target of v1 is no longer mounted"),
+        reason.starts_with("published; waiting for the target to hold the volume: target of v1 is no longer mounted"),
         "{c}"
     );
     assert_eq!(c["waiting"]["timeout_ms"], 300_000, "{c}");
@@ -413,7 +435,8 @@ async fn an_abnormal_volume_condition_is_shown_on_the_claim() {
 }
 
 /// The readiness check on real mounts: a target bound from an empty directory of the node
-/// is refused, a target bound from the mounted staging is ready.
+/// is refused, a target bound from the mounted staging is ready, and once a plugin is seen
+/// to stage nothing, a target bound from its own directory is ready without a staging mount.
 #[test]
 fn readiness_refuses_a_bind_of_an_empty_local_directory() {
     let dir = TestDir::new("node-truth-mounts");
@@ -429,27 +452,50 @@ fn readiness_refuses_a_bind_of_an_empty_local_directory() {
     for d in [&volume, &staging, &target] {
         std::fs::create_dir_all(d).unwrap();
     }
-    let check = |target: &Path| {
+    let check = |target: &Path, staged: Option<&Observation>| {
         Checker::read(&data_dir).unwrap().target(
             ReadyCheck::Mount,
-            "v1",
-            target,
-            Some(&staging),
-            false,
+            Target {
+                volume: "v1",
+                path: target,
+                observed: None,
+                block: false,
+            },
+            Some(Staging {
+                volume: "v1",
+                path: &staging,
+                observed: staged,
+                block: false,
+            }),
         )
     };
+    let observe = || Checker::read(&data_dir).unwrap().observe(&staging, true);
     // The bug: the staging is not mounted, and the target is bound from it.
     mount_bind(&staging, &target).unwrap();
-    let e = check(&target).unwrap_err();
+    let e = check(&target, Some(&observe())).unwrap_err();
     assert!(e.contains("bind of the node's own directory"), "{e}");
+    unmount(&target, UnmountFlags::empty()).unwrap();
+
+    // A plugin that stages nothing and binds its own directory at the target.
+    let nothing = observe();
+    assert_eq!(nothing.kind(), "none");
+    mount_bind(&volume, &target).unwrap();
+    let seen = check(&target, Some(&nothing)).unwrap();
+    assert_eq!(seen.mount.unwrap().root, volume);
     unmount(&target, UnmountFlags::empty()).unwrap();
 
     // Staged for real, then published from the staging.
     mount_bind(&volume, &staging).unwrap();
+    let staged = observe();
+    assert_eq!(staged.kind(), "mount");
     mount_bind(&staging, &target).unwrap();
-    assert_eq!(check(&target), Ok(()));
+    assert!(check(&target, Some(&staged)).is_ok());
     // Without a mount at all.
     let bare = data_dir.join("targets/v1/a2");
     std::fs::create_dir_all(&bare).unwrap();
-    assert!(check(&bare).unwrap_err().contains("no longer mounted"));
+    assert!(
+        check(&bare, Some(&staged))
+            .unwrap_err()
+            .contains("no longer mounted")
+    );
 }

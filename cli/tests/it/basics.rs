@@ -462,8 +462,8 @@ async fn nodes_and_plugins() {
       fence method:    none
 
     plugins:
-    PLUGIN  CSI NODE ID  USED  MAX  CONTROLLER  TOPOLOGY
-    hp      csi-n1       0     4    yes         -
+    PLUGIN  CSI NODE ID  USED  MAX  CONTROLLER  TOPOLOGY  READY CHECK  STAGED AS  PUBLISHED AS
+    hp      csi-n1       0     4    yes         -         -            -          -
 
     claims: none
 
@@ -528,9 +528,9 @@ async fn nodes_and_plugins() {
       volumes:             1
 
     nodes:
-    NODE  STATUS  TOPOLOGY
-    n1    ready   -
-    n2    ready   -
+    NODE  STATUS  TOPOLOGY  READY CHECK  STAGED AS  PUBLISHED AS  LAST PUBLISHED
+    n1    ready   -         -            -          -             -
+    n2    ready   -         -            -          -             -
     --- stderr
     ");
     snap!(env.run(&["plugin", "show", "hp", "-o", "json"]).await, @r#"

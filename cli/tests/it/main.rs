@@ -10,7 +10,6 @@ mod blocked;
 mod claims;
 mod escapes;
 mod fence;
-mod generated;
 mod nodes;
 mod prompt;
 mod real_agent;

@@ -270,8 +270,8 @@ async fn a_shared_volume_blocked_on_one_node_still_takes_claims() {
 }
 
 /// A lost node that comes back cleans up by itself, and each claim it settles is an event
-/// the operator reads in `csivol events`: resumed (still mounted), released (gone from the
-/// node), taken down (unblocked by an operator meanwhile).
+/// the operator reads in `csivol events`: resumed (still mounted), republished (gone from
+/// the node, but nobody released it), taken down (unblocked by an operator meanwhile).
 #[tokio::test]
 async fn a_returning_node_records_what_it_did_with_each_claim() {
     let env = Env::start_with("returned", &["--heartbeat-ttl=1s"]);
@@ -309,8 +309,13 @@ async fn a_returning_node_records_what_it_did_with_each_claim() {
         .unwrap()
         .iter()
         .filter(|e| {
-            ["claim-resumed", "claim-released", "claim-taken-down"]
-                .contains(&e["kind"].as_str().unwrap())
+            [
+                "claim-resumed",
+                "claim-republished",
+                "claim-released",
+                "claim-taken-down",
+            ]
+            .contains(&e["kind"].as_str().unwrap())
                 && e["actor"] == "node:n1"
         })
         .map(|e| {
@@ -322,7 +327,7 @@ async fn a_returning_node_records_what_it_did_with_each_claim() {
         .collect();
     let want: Vec<(String, String)> = [
         ("claim-resumed", "a1"),
-        ("claim-released", "a2"),
+        ("claim-republished", "a2"),
         ("claim-taken-down", "a3"),
     ]
     .iter()
@@ -351,10 +356,11 @@ async fn node_show_lists_its_plugins_topology() {
     assert_eq!(status, 200, "{body}");
     let r = env.run(&["node", "show", "n1"]).await;
     assert!(
-        r.stdout
-            .contains("PLUGIN  CSI NODE ID  USED  MAX       CONTROLLER  TOPOLOGY\n")
-            && r.stdout
-                .contains("hp      csi-n1       0     no limit  no          rack=4, zone=a\n"),
+        r.stdout.contains(
+            "PLUGIN  CSI NODE ID  USED  MAX       CONTROLLER  TOPOLOGY        READY CHECK"
+        ) && r
+            .stdout
+            .contains("hp      csi-n1       0     no limit  no          rack=4, zone=a  -"),
         "{r}"
     );
     let r = env.run(&["node", "show", "n1", "-o", "json"]).await;

@@ -88,6 +88,24 @@ async fn the_cli_drives_a_real_agent_and_plugin() {
     let target = claim["target_path"].as_str().expect("a target path");
     assert!(std::path::Path::new(target).exists(), "{target} exists");
 
+    // Which readiness check the node applies to the plugin, and what the plugin made there
+    // (marker files with `--mount none`: no mount at the staging path or the target).
+    let r = env.run(&["plugin", "show", "hp", "-o", "json"]).await;
+    let node = &r.json()["nodes"][0];
+    assert_eq!(node["ready_check"], "exists", "{r}");
+    assert_eq!(node["observed"]["alloc"], "job-1", "{r}");
+    assert_eq!(node["observed"]["staging"], "none", "{r}");
+    assert_eq!(node["observed"]["target"], "none", "{r}");
+    let r = env.run(&["plugin", "show", "hp"]).await;
+    assert!(
+        r.stdout.contains(
+            "NODE  STATUS  TOPOLOGY  READY CHECK  STAGED AS  PUBLISHED AS  LAST PUBLISHED"
+        ) && r.stdout.contains(
+            "n1    ready   -         exists       none       none          data/job-1 at"
+        ),
+        "{r}"
+    );
+
     let r = env
         .run(&[
             "release",

@@ -36,6 +36,7 @@ pub struct Config {
     pub node_id: String,
     pub mount: MountMode,
     pub stage: bool,
+    pub shape: NodeShape,
     pub controller_publish: bool,
     pub max_volumes_per_node: u32,
     pub fsync: bool,
@@ -48,6 +49,34 @@ pub struct Config {
     pub capacity: Option<i64>,
     pub expansion: Expansion,
 }
+
+/// What NodeStageVolume and NodePublishVolume make on the node (`--node-shape`). The CSI
+/// spec allows each: the volume "MAY be staged" at `staging_target_path`, and the plugin
+/// "SHALL place the mounted directory at target_path" (block: "the block device") without
+/// saying where it comes from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum NodeShape {
+    /// The volume mounted at the staging path, each target bound from the staging (block
+    /// volumes: a loop device attached at stage, its node bound at each target).
+    #[default]
+    StageMount,
+    /// Nothing made at the staging path; each target bound from the plugin's own copy of
+    /// the volume (block volumes: the device node), as the Kubernetes reference driver
+    /// (csi-driver-host-path) does.
+    StageNothing,
+    /// The volume mounted at the staging path, each target bound from a directory inside
+    /// it (`published/`), as plugins that share one mount between volumes do.
+    PublishSubdir,
+    /// Block volumes: the device node bound onto a file inside the staging directory
+    /// (`device`), each target bound from it, as Ceph's RBD plugin does. File-system
+    /// volumes as `stage-mount`.
+    StageDevice,
+}
+
+/// The directory inside the staging that `publish-subdir` binds at each target.
+pub const PUBLISH_SUBDIR: &str = "published";
+/// The file inside the staging directory that `stage-device` binds the device onto.
+pub const STAGED_DEVICE: &str = "device";
 
 /// An optional capability, named for `--disable`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]

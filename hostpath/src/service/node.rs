@@ -6,7 +6,9 @@
 //! from there at each target. A block volume is its image file on a loop device: staging
 //! attaches the device, publishing bind-mounts the device node onto the target (a file),
 //! unstaging (or the last unpublish, without staging) detaches it. In `--mount none` mode
-//! both are stood in for by marker files.
+//! both are stood in for by marker files. `--node-shape` ([`NodeShape`]) makes the plugin
+//! stage and publish as other real plugins do: nothing at the staging path, a directory
+//! inside the staging published, a block device bound inside the staging directory.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -16,12 +18,12 @@ use tonic::{Request, Response, Status};
 
 use crate::faults::Rpc;
 use crate::loopdev;
-use crate::mounts::{MountMode, unmount_if_mounted};
+use crate::mounts::{MountMode, is_mount_point, unmount_if_mounted};
 use crate::store::{NodeState, Publication, Staging, VolumeRecord};
 
 use super::{
-    Plugin, Service, capacity_range, check_volume_context, internal, kind_mismatch, require,
-    require_path,
+    NodeShape, PUBLISH_SUBDIR, Plugin, STAGED_DEVICE, Service, capacity_range,
+    check_volume_context, internal, kind_mismatch, require, require_path,
 };
 
 macro_rules! delegate {
@@ -133,6 +135,17 @@ impl csi::node_server::Node for Service {
     }
 }
 
+/// Creates the file a device node is bound onto (an existing one is kept).
+fn create_file(path: &Path) -> Result<(), Status> {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .map(drop)
+        .map_err(|e| internal(e, &format!("create {}", path.display())))
+}
+
 /// Removes what NodePublishVolume created at `target`: a directory, or a block volume's
 /// file. Succeeds when there is nothing.
 fn remove_target(target: &Path) -> io::Result<()> {
@@ -211,20 +224,66 @@ impl Plugin {
     }
 
     /// Whether a staging is in place: mounted (file systems), or this node's loop device
-    /// attached (block volumes), or its marker written (`--mount none`).
+    /// attached (block volumes; with `stage-device` also bound in the staging directory),
+    /// or its marker written (`--mount none`). A plugin that stages nothing has nothing
+    /// there to lose: its record is the staging.
     fn staging_in_place(
         &self,
         state: &NodeState,
-        volume: &VolumeRecord,
+        volume_id: &str,
+        block: bool,
         path: &Path,
     ) -> Result<bool, Status> {
+        let table = |e| internal(e, "read the mount table");
+        if block && self.cfg.mount == MountMode::Bind {
+            let device = self.block_device(state, volume_id)?.is_some();
+            if self.cfg.shape == NodeShape::StageDevice {
+                return Ok(device && is_mount_point(&path.join(STAGED_DEVICE)).map_err(table)?);
+            }
+            return Ok(device);
+        }
+        if self.cfg.shape == NodeShape::StageNothing && self.cfg.mount == MountMode::Bind {
+            return Ok(true);
+        }
+        self.cfg.mount.is_attached(path).map_err(table)
+    }
+
+    /// Makes a staging at `path`, unless it is in place already: after a crash between
+    /// the attach and the state write, the mount (or loop device) is there but the record
+    /// is not.
+    fn make_staging(
+        &self,
+        state: &mut NodeState,
+        volume: &VolumeRecord,
+        path: &Path,
+    ) -> Result<(), Status> {
+        if self.staging_in_place(state, &volume.id, volume.block, path)? {
+            return Ok(());
+        }
+        let mount_err = |e| internal(e, &format!("mount {}", path.display()));
         if volume.block && self.cfg.mount == MountMode::Bind {
-            return Ok(self.block_device(state, &volume.id)?.is_some());
+            let device = self.attach_block_device(state, &volume.id)?;
+            if self.cfg.shape == NodeShape::StageDevice {
+                let file = path.join(STAGED_DEVICE);
+                create_file(&file)?;
+                if !is_mount_point(&file).map_err(|e| internal(e, "read the mount table"))? {
+                    self.cfg
+                        .mount
+                        .attach_block(&device, &file, &volume.id, false)
+                        .map_err(mount_err)?;
+                }
+            }
+            return Ok(());
         }
         self.cfg
             .mount
-            .is_attached(path)
-            .map_err(|e| internal(e, "read the mount table"))
+            .attach(&self.backend.data_dir(&volume.id), path, &volume.id, false)
+            .map_err(mount_err)?;
+        if self.cfg.shape == NodeShape::PublishSubdir {
+            std::fs::create_dir_all(path.join(PUBLISH_SUBDIR))
+                .map_err(|e| internal(e, "create the published directory"))?;
+        }
+        Ok(())
     }
 
     /// Detaches this node's loop device of a block volume, once it holds nothing of it.
@@ -277,18 +336,7 @@ impl Plugin {
                 )));
             }
         }
-        // Attach unless already attached: after a crash between the attach and the state
-        // write, the mount (or loop device) is there but the record is not.
-        if !self.staging_in_place(&state, &volume, &path)? {
-            if volume.block && self.cfg.mount == MountMode::Bind {
-                self.attach_block_device(&mut state, &volume.id)?;
-            } else {
-                self.cfg
-                    .mount
-                    .attach(&self.backend.data_dir(&volume.id), &path, &volume.id, false)
-                    .map_err(|e| internal(e, &format!("mount {}", path.display())))?;
-            }
-        }
+        self.make_staging(&mut state, &volume, &path)?;
         state.stagings.insert(
             volume.id.clone(),
             Staging {
@@ -332,6 +380,13 @@ impl Plugin {
             )));
         }
         if self.is_block(volume.as_ref(), &state, &req.volume_id) {
+            let file = path.join(STAGED_DEVICE);
+            if self.cfg.shape == NodeShape::StageDevice && self.cfg.mount == MountMode::Bind {
+                unmount_if_mounted(&file)
+                    .map_err(|e| internal(e, &format!("unmount {}", file.display())))?;
+                remove_target(&file)
+                    .map_err(|e| internal(e, &format!("remove {}", file.display())))?;
+            }
             self.release_block(&mut state, &req.volume_id)?;
         }
         // Also for a block volume in `none` mode, whose staging holds a marker.
@@ -373,7 +428,12 @@ impl Plugin {
                 // would publish an empty local directory instead of the volume.
                 Some(s)
                     if s.path == staging
-                        && !self.staging_in_place(&state, &volume, &staging)? =>
+                        && !self.staging_in_place(
+                            &state,
+                            &volume.id,
+                            volume.block,
+                            &staging,
+                        )? =>
                 {
                     return Err(Status::failed_precondition(format!(
                         "volume `{}` is recorded as staged at {}, but it is not in place there; \
@@ -438,7 +498,13 @@ impl Plugin {
             )));
         }
         if volume.block {
-            self.publish_block(&mut state, &volume, &target, readonly)?;
+            self.publish_block(
+                &mut state,
+                &volume,
+                staging_path.as_deref(),
+                &target,
+                readonly,
+            )?;
         } else {
             match std::fs::create_dir(&target) {
                 Err(e) if e.kind() != io::ErrorKind::AlreadyExists => {
@@ -452,7 +518,13 @@ impl Plugin {
                 .is_attached(&target)
                 .map_err(|e| internal(e, "read the mount table"))?
             {
-                let source = staging_path.unwrap_or_else(|| self.backend.data_dir(&volume.id));
+                let source = match (&staging_path, self.cfg.shape) {
+                    (Some(s), NodeShape::StageMount | NodeShape::StageDevice) => s.clone(),
+                    (Some(s), NodeShape::PublishSubdir) => s.join(PUBLISH_SUBDIR),
+                    (Some(_), NodeShape::StageNothing) | (None, _) => {
+                        self.backend.data_dir(&volume.id)
+                    }
+                };
                 self.cfg
                     .mount
                     .attach(&source, &target, &volume.id, readonly)
@@ -465,23 +537,17 @@ impl Plugin {
     }
 
     /// Places a block volume at `target`: a file, onto which the loop device's node is
-    /// bind-mounted (attached here when there is no staging).
+    /// bind-mounted (attached here when there is no staging), or with `stage-device` the
+    /// device the staging holds.
     fn publish_block(
         &self,
         state: &mut NodeState,
         volume: &VolumeRecord,
+        staging: Option<&Path>,
         target: &Path,
         readonly: bool,
     ) -> Result<(), Status> {
-        match std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(target)
-        {
-            Ok(_) => {}
-            Err(e) => return Err(internal(e, &format!("create {}", target.display()))),
-        }
+        create_file(target)?;
         if self
             .cfg
             .mount
@@ -490,10 +556,10 @@ impl Plugin {
         {
             return Ok(());
         }
-        let device = if self.cfg.mount == MountMode::Bind {
-            self.attach_block_device(state, &volume.id)?
-        } else {
-            PathBuf::new()
+        let device = match (self.cfg.mount, self.cfg.shape, staging) {
+            (MountMode::Bind, NodeShape::StageDevice, Some(s)) => s.join(STAGED_DEVICE),
+            (MountMode::Bind, ..) => self.attach_block_device(state, &volume.id)?,
+            (MountMode::None, ..) => PathBuf::new(),
         };
         self.cfg
             .mount
@@ -583,15 +649,16 @@ impl Plugin {
             )));
         }
         let block = self.is_block(volume.as_ref(), &state, &req.volume_id);
-        let is_target = state.publications.contains_key(&path);
-        let attached = if block && is_target {
-            self.cfg.mount.is_block_attached(&path, &req.volume_id)
-        } else if block && self.cfg.mount == MountMode::Bind {
-            Ok(self.block_device(&state, &req.volume_id)?.is_some())
+        let attached = if state.publications.contains_key(&path) {
+            if block {
+                self.cfg.mount.is_block_attached(&path, &req.volume_id)
+            } else {
+                self.cfg.mount.is_attached(&path)
+            }
+            .map_err(|e| internal(e, "read the mount table"))?
         } else {
-            self.cfg.mount.is_attached(&path)
-        }
-        .map_err(|e| internal(e, "read the mount table"))?;
+            self.staging_in_place(&state, &req.volume_id, block, &path)?
+        };
         let usage = if f.volume_stats {
             self.usage(volume.as_ref(), &state, &req.volume_id, &path, block)?
         } else {

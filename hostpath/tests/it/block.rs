@@ -37,7 +37,7 @@ fn is_block_device(path: &Path) -> bool {
 #[tokio::test]
 async fn bytes_survive_unpublish_and_republish_and_the_device_grows() {
     let dir = TestDir::new("hostpath-block");
-    let _loops = LoopGuard::new(&dir);
+    let _loops = LoopGuard::new(dir.path());
     let mut p = Plugin::start(&dir, "node-1", &[]).await;
     let cap = block_cap();
     let v = create_with(&mut p, create_req("disk", cap.clone(), 8 * MIB)).await;
@@ -150,7 +150,7 @@ async fn bytes_survive_unpublish_and_republish_and_the_device_grows() {
 #[tokio::test]
 async fn block_snapshot_restores_bytes() {
     let dir = TestDir::new("hostpath-block-snapshot");
-    let _loops = LoopGuard::new(&dir);
+    let _loops = LoopGuard::new(dir.path());
     let mut p = Plugin::start(&dir, "node-1", &[]).await;
     let cap = block_cap();
     let v = create_with(&mut p, create_req("disk", cap.clone(), 4 * MIB)).await;
@@ -198,7 +198,7 @@ async fn block_snapshot_restores_bytes() {
 #[tokio::test]
 async fn block_without_staging() {
     let dir = TestDir::new("hostpath-block-nostage");
-    let _loops = LoopGuard::new(&dir);
+    let _loops = LoopGuard::new(dir.path());
     let mut p = Plugin::start(&dir, "node-1", &["--no-stage", "--no-controller"]).await;
     let cap = block_cap_mode(AccessMode::SingleNodeMultiWriter);
     let v = create_with(&mut p, create_req("disk", cap.clone(), 2 * MIB)).await;
@@ -228,7 +228,7 @@ async fn block_without_staging() {
 #[tokio::test]
 async fn delete_releases_leftover_loop_devices() {
     let dir = TestDir::new("hostpath-block-delete");
-    let _loops = LoopGuard::new(&dir);
+    let _loops = LoopGuard::new(dir.path());
     let mut p = Plugin::start(&dir, "node-1", &[]).await;
     let v = create_with(&mut p, create_req("disk", block_cap(), MIB)).await;
     let image = dir.join("backend/data").join(&v.volume_id).join("disk.img");
@@ -254,7 +254,7 @@ async fn delete_releases_leftover_loop_devices() {
 #[tokio::test]
 async fn block_with_marker_files() {
     let dir = TestDir::new("hostpath-block-none");
-    let _loops = LoopGuard::new(&dir);
+    let _loops = LoopGuard::new(dir.path());
     let mut p = Plugin::start(&dir, "node-1", &["--mount=none"]).await;
     let cap = block_cap();
     let v = create_with(&mut p, create_req("disk", cap.clone(), MIB)).await;
@@ -281,7 +281,7 @@ async fn block_with_marker_files() {
 #[tokio::test]
 async fn each_node_has_its_own_device() {
     let dir = TestDir::new("hostpath-block-two-nodes");
-    let _loops = LoopGuard::new(&dir);
+    let _loops = LoopGuard::new(dir.path());
     let mut n1 = Plugin::start(&dir, "node-1", &[]).await;
     let mut n2 = Plugin::start(&dir, "node-2", &[]).await;
     let cap = block_cap_mode(AccessMode::MultiNodeMultiWriter);
@@ -321,7 +321,7 @@ async fn each_node_has_its_own_device() {
 #[tokio::test]
 async fn a_killed_plugin_keeps_its_device() {
     let dir = TestDir::new("hostpath-block-restart");
-    let _loops = LoopGuard::new(&dir);
+    let _loops = LoopGuard::new(dir.path());
     let mut p = Plugin::start(&dir, "node-1", &[]).await;
     let cap = block_cap();
     let v = create_with(&mut p, create_req("disk", cap.clone(), MIB)).await;

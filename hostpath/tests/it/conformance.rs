@@ -176,7 +176,7 @@ async fn publish_without_staging_path_is_failed_precondition() {
 #[tokio::test]
 async fn access_type_that_does_not_fit_the_volume() {
     let dir = TestDir::new("hostpath-kind");
-    let _loops = LoopGuard::new(&dir);
+    let _loops = LoopGuard::new(dir.path());
     let mut p = Plugin::start(&dir, "node-1", &[]).await;
     let fs_volume = create(&mut p, "fs", AccessMode::SingleNodeWriter).await;
     let block = block_cap();

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use csivol_api::domain::{AccessMode, AccessType, VolumeCapability};
 use csivol_csi::CsiEndpoint;
 use csivol_csi::csi::v1 as csi;
+pub(crate) use csivol_tests::loops::{LoopGuard, assert_loop_devices};
 use csivol_tests::{Proc, TestDir, is_mounted};
 use tonic::Code;
 use tonic::transport::Channel;
@@ -374,65 +375,4 @@ pub(crate) async fn node_caps(p: &mut Plugin) -> Vec<csi::node_service_capabilit
             None => None,
         })
         .collect()
-}
-
-/// Detaches, when dropped, every loop device whose backing file lies below a test's
-/// directory, so a failing test leaves none behind. Declare it after the `TestDir`: it
-/// then drops first, before the directory and its images are removed.
-pub(crate) struct LoopGuard(PathBuf);
-
-impl LoopGuard {
-    pub(crate) fn new(dir: &TestDir) -> Self {
-        Self(dir.path().to_owned())
-    }
-}
-
-/// The loop devices backed by files below `root`.
-pub(crate) fn loop_devices_under(root: &Path) -> Vec<PathBuf> {
-    let out = Command::new("losetup")
-        .args(["--list", "--noheadings", "--output", "NAME,BACK-FILE"])
-        .output()
-        .expect("run losetup");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| {
-            let (name, file) = l.trim().split_once(char::is_whitespace)?;
-            // A deleted backing file is listed with " (deleted)" appended.
-            let file = file.trim().trim_end_matches(" (deleted)");
-            Path::new(file)
-                .starts_with(root)
-                .then(|| PathBuf::from(name))
-        })
-        .collect()
-}
-
-/// Waits until `count` loop devices are backed by files under `root`, for 10 s at most: a
-/// detached device that something still holds open (a prober that opened the new device,
-/// a bind mount being released) is cleared by the kernel when the last holder closes it.
-#[track_caller]
-pub(crate) fn assert_loop_devices(root: &Path, count: usize) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let devices = loop_devices_under(root);
-        if devices.len() == count {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "expected {count} loop device(s) under {}, found {devices:?}",
-            root.display()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-impl Drop for LoopGuard {
-    fn drop(&mut self) {
-        for device in loop_devices_under(&self.0) {
-            let _ = Command::new("losetup")
-                .arg("--detach")
-                .arg(&device)
-                .status();
-        }
-    }
 }

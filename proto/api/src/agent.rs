@@ -30,6 +30,36 @@ pub struct PluginRegistration {
 pub struct NodePluginRegistration {
     pub info: NodeInfo,
     pub capabilities: NodeCapabilities,
+    /// How the agent checks this plugin's volumes ready (`--ready-check`): `mount` (what
+    /// the plugin made at the staging path and the target, as observed when its calls
+    /// succeeded) or `exists`. Absent from older agents.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_check: Option<String>,
+}
+
+/// `POST /v1/nodes/{node}/stopping`: the agent stops in order (SIGTERM, SIGINT) and says so
+/// before it exits. The node is `stopped`, not lost: its claims stay held, nothing moves,
+/// and it is treated as lost only once it has been silent for the server's
+/// `planned_stop_grace`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoppingRequest {
+    /// Whether the agent took its volumes down through its plugins first
+    /// (`--take-down-on-stop`) or left them mounted for the workloads.
+    pub took_down: bool,
+}
+
+/// What a plugin made on the node for one claim, as its agent observed it: at the staging
+/// path when NodeStageVolume succeeded, at the target once it was first ready. Each is
+/// `mount`, `device` (a block device node), `mounts-inside` (stagings only: mounts in the
+/// staging directory) or `none`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ObservedShape {
+    /// `None` for a plugin without STAGE_UNSTAGE_VOLUME.
+    #[serde(default)]
+    pub staging: Option<String>,
+    pub target: String,
 }
 
 /// `POST /v1/nodes/{node}/register`.
@@ -313,11 +343,15 @@ pub struct PluginError {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Report {
-    /// Staged (if needed), published and checked mounted.
+    /// Staged (if needed), published and checked ready.
     Published {
         volume: String,
         alloc: String,
         target_path: String,
+        /// What the plugin made for it (absent from older agents, and when a claim's
+        /// publication is reported again without being made again).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        observed: Option<ObservedShape>,
     },
     /// Not published on the node (any more).
     Unpublished {

@@ -15,16 +15,20 @@ pub enum NodeStatus {
     /// Powered off by a confirmed fence; stays so until its agent registers again holding
     /// nothing.
     Fenced,
+    /// Its agent stopped in order and said so (`node-stopping`): its claims stay held and
+    /// nothing moves; silent past the server's `planned_stop_grace`, it is lost.
+    Stopped,
 }
 
 impl NodeStatus {
-    pub const ALL: [Self; 3] = [Self::Ready, Self::Lost, Self::Fenced];
+    pub const ALL: [Self; 4] = [Self::Ready, Self::Lost, Self::Fenced, Self::Stopped];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Ready => "ready",
             Self::Lost => "lost",
             Self::Fenced => "fenced",
+            Self::Stopped => "stopped",
         }
     }
 }
@@ -80,6 +84,10 @@ pub struct Node {
     pub fence_after: Option<String>,
     /// When the agent last fenced itself, as it reported.
     pub fenced_at: Option<String>,
+    /// For a stopped node: when its agent said it stopped, whether it took its volumes
+    /// down, and when the node counts as lost unless it comes back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<NodeStop>,
     pub plugins: Vec<NodePlugin>,
     pub registered_at: String,
     /// The labels an operator set for the node: `csivol node label` and the server's
@@ -108,6 +116,17 @@ pub struct Node {
     /// Fence attempts, newest first (only when one node is shown).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub fences: Vec<FenceRecord>,
+}
+
+/// A planned stop of a node's agent (`node-stopping`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeStop {
+    pub at: String,
+    /// Whether the agent took its volumes down first or left them mounted.
+    pub took_down: bool,
+    /// When the node is treated as lost (its claims blocked, auto-fence free to act) if its
+    /// agent has not come back: the stop plus the server's `planned_stop_grace`.
+    pub lost_at: String,
 }
 
 /// A fence method that applies to a node but lacks labels for its command.
@@ -236,6 +255,22 @@ pub struct NodePlugin {
     /// `accessible_topology`, e.g. `{"zone": "a"}`); empty when it reports none.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub topology: BTreeMap<String, String>,
+    /// How the node's agent checks this plugin's volumes ready (`mount`, `exists`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_check: Option<String>,
+    /// What the plugin made on the node for the last claim its agent published.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed: Option<PluginObservation>,
+}
+
+/// What a plugin made on a node for one claim (see [`crate::ObservedShape`]), and when.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PluginObservation {
+    pub volume: String,
+    pub alloc: String,
+    pub at: String,
+    #[serde(flatten)]
+    pub shape: crate::ObservedShape,
 }
 
 /// A plugin across the cluster.
@@ -270,6 +305,13 @@ pub struct PluginNode {
     /// The node's topology segments for this plugin (NodeGetInfo's `accessible_topology`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub topology: BTreeMap<String, String>,
+    /// How the node's agent checks the plugin's volumes ready (`mount`, `exists`); absent
+    /// for an older agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_check: Option<String>,
+    /// What the plugin made there for the last claim published on the node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed: Option<PluginObservation>,
 }
 
 #[cfg(test)]
@@ -288,6 +330,7 @@ mod tests {
             lost_at: None,
             fence_after: None,
             fenced_at: None,
+            stopped: None,
             plugins: Vec::new(),
             registered_at: String::new(),
             labels: BTreeMap::new(),

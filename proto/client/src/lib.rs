@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use csivol_api::{
     DesiredState, ErrorBody, ErrorResponse, HeartbeatResponse, INDEX_HEADER, Node, RegisterRequest,
-    RegisterResponse, ReportBatch, TokenRequest, TokenResponse,
+    RegisterResponse, ReportBatch, StoppingRequest, TokenRequest, TokenResponse,
 };
 /// A failure below HTTP: no connection, a broken one, a deadline passed, or a client that
 /// could not be set up.
@@ -513,6 +513,14 @@ impl Client {
         let path = format!("/v1/nodes/{node}/reports");
         let raw = (self.send_idempotent(Method::POST, &path, Body::Json(batch), None)).await?;
         raw.into_answer::<serde_json::Value>()?;
+        Ok(())
+    }
+
+    /// The agent stops in order: the node is `stopped`, not lost.
+    pub async fn stopping(&self, node: &str, req: &StoppingRequest) -> Result<(), Error> {
+        let _: serde_json::Value = self
+            .post(&format!("/v1/nodes/{node}/stopping"), req)
+            .await?;
         Ok(())
     }
 

@@ -12,7 +12,7 @@ use csivol_api::channel::{self, AgentLine, ServerLine};
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use super::super::listen::Closing;
+use super::listen::Closing;
 use super::*;
 
 /// How long closing a channel may take.
@@ -39,12 +39,11 @@ pub(super) async fn open(
         })
     };
     if !asks(CONNECTION, "upgrade") || !asks(UPGRADE, channel::UPGRADE) {
-        let mut e = ApiError::invalid(format!(
+        let e = ApiError::invalid(format!(
             "the node channel needs `Connection: upgrade` and `Upgrade: {}`",
             channel::UPGRADE
         ));
-        e.status = StatusCode::UPGRADE_REQUIRED;
-        return Err(e);
+        return Ok(error::with_status(&e, StatusCode::UPGRADE_REQUIRED));
     }
     // Kept to check the token again at every heartbeat, as `POST .../heartbeat` does: a
     // revoked token ends the channel at the next one.
@@ -198,7 +197,7 @@ async fn beat(app: &App, node: &str, token: &str) -> ServerLine {
     match answer {
         Ok(hb) => ServerLine::Beat(hb),
         Err(e) => ServerLine::Refused {
-            code: e.code,
+            code: e.code(),
             message: e.message,
         },
     }

@@ -1,6 +1,10 @@
 //! The HTTP API: routes, authentication, request parsing with JSON errors, blocking queries.
 
+pub(crate) mod access;
+mod backup;
 mod channel;
+pub(crate) mod error;
+pub(crate) mod listen;
 mod node_endpoints;
 mod snapshot_endpoints;
 
@@ -20,16 +24,13 @@ use csivol_api::{
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
-use super::access;
 use super::auth::{Caller, Tokens};
 use super::db::{Db, now_ms};
 use super::error::{ApiError, ApiResult};
 use super::fence::{self, Fencer};
-use super::hosting;
 use super::lifecycle::{self, Limits};
 use super::liveness::Liveness;
 use super::metrics::Metrics;
-use super::nodes;
 use super::store::Snapshot;
 use super::views;
 use super::watch::Key;
@@ -103,18 +104,18 @@ impl App {
 pub struct Body<T>(pub T);
 
 impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Body<T> {
-    type Rejection = ApiError;
+    /// An API error with the status axum gives the rejection (400, 413, 415, 422).
+    type Rejection = Response;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
         match Json::<T>::from_request(req, state).await {
             Ok(Json(v)) => Ok(Self(v)),
             Err(rejection) => {
-                let mut e = ApiError::bad_request(format!(
+                let e = ApiError::bad_request(format!(
                     "invalid request body: {}",
                     rejection.body_text()
                 ));
-                e.status = rejection.status();
-                Err(e)
+                Err(error::with_status(&e, rejection.status()))
             }
         }
     }
@@ -232,6 +233,7 @@ pub fn router(app: App) -> Router {
         .route("/v1/nodes/{node}/desired", get(node_endpoints::desired))
         .route("/v1/nodes/{node}/channel", get(channel::open))
         .route("/v1/nodes/{node}/reports", post(node_endpoints::reports))
+        .route("/v1/nodes/{node}/stopping", post(node_endpoints::stopping))
         .route("/v1/plugins", get(node_endpoints::list_plugins))
         .route("/v1/plugins/{id}", get(node_endpoints::get_plugin))
         .route(
@@ -247,7 +249,7 @@ pub fn router(app: App) -> Router {
         )
         .route("/v1/events", get(events))
         .route("/v1/controller-findings", get(controller_findings))
-        .route("/v1/backup", get(super::backup::download))
+        .route("/v1/backup", get(backup::download))
         .fallback(|| async {
             ApiError::not_found("no such endpoint").with_hint("the API lives under /v1/")
         })
@@ -290,7 +292,8 @@ async fn health(State(app): State<App>) -> Json<Health> {
 async fn metrics(State(app): State<App>, headers: HeaderMap) -> ApiResult<Response> {
     app.caller(&headers)?.require_reader()?;
     let m = Arc::clone(&app.metrics);
-    let text = app.db.read(move |c| m.render(c)).await?;
+    let counts = app.db.read(|c| c.state_counts()).await?;
+    let text = m.render(&counts)?;
     Ok((
         [(
             axum::http::header::CONTENT_TYPE,
@@ -621,7 +624,7 @@ async fn renew_claim(
     name("alloc", &alloc)?;
     let claim = app
         .db
-        .write(move |ctx| super::leases::renew(ctx, &volume, &alloc, req.ttl_ms, &actor))
+        .write(move |ctx| lifecycle::renew_lease(ctx, &volume, &alloc, req.ttl_ms, &actor))
         .await?;
     Ok(with_index(StatusCode::OK, claim.index, claim))
 }

@@ -15,7 +15,7 @@ pub(super) async fn node_labels(
     let (wanted, fencing) = (node.clone(), Arc::clone(&app.fence));
     app.db
         .write(move |ctx| {
-            nodes::set_labels(ctx, &wanted, &req, fencing.configured(&wanted), &actor)
+            lifecycle::set_labels(ctx, &wanted, &req, fencing.configured(&wanted), &actor)
         })
         .await?;
     one_node(&app, node, "its labels were set").await
@@ -46,7 +46,7 @@ pub(super) async fn node_eligibility(
     name("node", &node)?;
     let wanted = node.clone();
     app.db
-        .write(move |ctx| nodes::set_eligibility(ctx, &wanted, req.eligibility, &actor))
+        .write(move |ctx| lifecycle::set_eligibility(ctx, &wanted, req.eligibility, &actor))
         .await?;
     one_node(&app, node, "its eligibility was set").await
 }
@@ -60,7 +60,7 @@ pub(super) async fn remove_node(
     name("node", &node)?;
     let wanted = node.clone();
     app.db
-        .write(move |ctx| nodes::remove(ctx, &wanted, &actor))
+        .write(move |ctx| lifecycle::remove_node(ctx, &wanted, &actor))
         .await?;
     // Its heartbeats are unknown from now on: the agent, if it runs, registers again.
     app.live.forget(&node);
@@ -145,7 +145,7 @@ pub(super) async fn register(
     // A refusal is answered after its event committed, so it is an Ok of the write.
     app.db
         .write(move |ctx| {
-            if let Some(refusal) = hosting::refused(ctx, &caller, &n, &req)? {
+            if let Some(refusal) = lifecycle::refused_hosting(ctx, &caller, &n, &req)? {
                 return Ok(Err(refusal));
             }
             if let Some(refusal) = lifecycle::node_id_refused(ctx, &n, &req)? {
@@ -159,6 +159,26 @@ pub(super) async fn register(
         heartbeat_ttl_ms: app.live.ttl().as_millis() as u64,
         index: app.db.hub.index(&Key::Node(node)),
     }))
+}
+
+/// `POST /v1/nodes/{node}/stopping`: the node's agent stops in order. Its node is
+/// `stopped`, not lost, for `planned_stop_grace` (see `lifecycle::node_stopping`).
+pub(super) async fn stopping(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(node): Path<String>,
+    Body(req): Body<api::StoppingRequest>,
+) -> ApiResult<Json<serde_json::Value>> {
+    app.caller(&headers)?.require_node(&node)?;
+    name("node", &node)?;
+    let limits = app.limits.clone();
+    let grace = app.live.planned_stop_grace();
+    let n = node.clone();
+    app.db
+        .write(move |ctx| lifecycle::node_stopping(ctx, &n, req.took_down, grace, &limits))
+        .await?;
+    app.live.stopped(&node, std::time::Instant::now() + grace);
+    Ok(Json(serde_json::json!({})))
 }
 
 pub(super) async fn heartbeat(

@@ -192,6 +192,10 @@ fn node_refusal_error(
             since.map(|t| format!(" since {}", time(t))).unwrap_or_default()
         ))
         .with_hint(format!("choose another node, or bring {node}'s agent back")),
+        NodeRefusal::Stopped => ApiError::blocked(format!(
+            "node `{node}` is stopped: its agent stopped in order, and no claim can be placed on it until the agent starts again"
+        ))
+        .with_hint(format!("choose another node, or start {node}'s agent again")),
         NodeRefusal::NoPlugin => ApiError::invalid(format!(
             "node `{node}` does not run plugin `{}` (needed by volume `{}`)",
             v.plugin, v.name
@@ -308,9 +312,9 @@ pub fn evaluate_claim(
     }
     // A node the operator took out of service (ineligible, draining) takes no new claims.
     if let Some(n) = conn.node(&req.node)?
-        && let Some(refusal) = crate::nodes::claim_refusal(&req.node, n.eligibility)
+        && let Some(r) = csivol_rules::nodes::claim_refusal(&req.node, n.eligibility)
     {
-        return Err(refusal);
+        return Err(super::nodes::refused(r));
     }
     // Nor does a node the volume cannot reach, whatever else holds the volume: checked
     // before the claims in the way, so that `--queue` never waits for what cannot fit.
@@ -587,7 +591,7 @@ pub fn claim_dry_run(
         Ok(ClaimDecision::Existing(claim)) => (true, claim.state),
         Ok(ClaimDecision::Queue(_)) => (false, ClaimState::Queued),
         Ok(ClaimDecision::New) => (false, initial_state(conn, volume, &req.node)?),
-        Err(e) if matches!(e.code, ErrorCode::Internal | ErrorCode::Unavailable) => {
+        Err(e) if matches!(e.code(), ErrorCode::Internal | ErrorCode::Unavailable) => {
             return Err(e);
         }
         Err(e) => {

@@ -1,9 +1,12 @@
 //! Everything that changes cluster state, each function running inside one write
 //! transaction, one file per job: `volumes`, `claims`, `attachments` (the attachment
-//! lifecycle), `ops` (the controller-operation queue), `nodes` (registration, loss and
-//! return), `reports` (agents' reports), `operator` (unblock, detach) and `desired` (a
-//! node's desired state). This file holds what they share: the event log and the row
-//! changes every job makes.
+//! lifecycle), `ops` (the controller-operation queue), `nodes` (registration, loss, return,
+//! eligibility, removal), `reports` (agents' reports), `operator` (unblock, detach),
+//! `expand`, `snapshots`, `reconcile` (controller listings), `leases`, `tokens`, `hosting`
+//! (controller hosts), `fence` (a fence's record) and `desired` (a node's desired state).
+//! This file holds what they share: the event log and the row changes every job makes.
+//! Decisions that need no state are `csivol_rules`'; reads and writes go through the
+//! store's traits, never SQL.
 //!
 //! Handlers change the facts (a claim is recorded, a node reports a volume unstaged) and
 //! then call [`advance_volume`], which moves the volume's claims and attachments as far
@@ -22,6 +25,10 @@ mod attachments;
 mod claims;
 mod desired;
 mod expand;
+mod fence;
+mod hosting;
+mod labels;
+mod leases;
 mod nodes;
 mod operator;
 mod ops;
@@ -30,17 +37,26 @@ mod reports;
 mod snapshots;
 #[cfg(test)]
 mod tests;
+mod tokens;
 mod volumes;
 
 pub use attachments::advance_volume;
 pub use claims::{claim_dry_run, create_claim, no_claim, release_claim};
 pub use desired::{desired_changes, desired_state};
 pub use expand::expand_volume;
-pub use nodes::{mark_lost, node_id_refused, register_node};
+pub(crate) use fence::{Evidence, failure, fenced_node_returned, record_fence};
+pub use hosting::{change_controller_hosts, refused_hosting};
+pub use labels::set_labels;
+pub use leases::{expire_leases, renew_lease};
+pub use nodes::{
+    Expiry, expire_node, mark_lost, node_id_refused, node_stopping, register_node, remove_node,
+    set_eligibility,
+};
 pub use operator::{detach, require_reason, unblock_node, unblock_volume};
 pub use ops::{plugins_with_due_ops, schedule_ops};
 pub use reports::apply_reports;
 pub use snapshots::{create_snapshot, delete_snapshot, list_snapshots, snapshot_view};
+pub use tokens::{NewToken, create_token, first_operator_token, persist_last_used, revoke_token};
 pub use volumes::{create_volume, deregister_volume, register_volume, unknown_plugin, volume_view};
 
 /// Server settings the lifecycle depends on, and where it records latencies.
@@ -161,4 +177,9 @@ fn list_or<S: AsRef<str>>(items: &[S], empty: &str) -> String {
 
 fn format_error(e: &PluginError) -> String {
     format!("{}: {}", e.code, e.message)
+}
+
+/// Keeps the event log to its newest `keep` entries; how many went.
+pub fn prune_events(ctx: &mut impl Txn, keep: i64) -> ApiResult<usize> {
+    ctx.prune_events(keep)
 }

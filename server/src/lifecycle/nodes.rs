@@ -1,16 +1,18 @@
 //! Nodes and liveness: registration, a lost node's return, drift found at registration,
-//! loss.
+//! loss; and operators' actions on a node as a whole (eligibility, removal), decided by
+//! `csivol_rules::nodes`.
 
 use std::collections::BTreeSet;
 
 use csivol_api::{
-    AttachmentState, ClaimRef, ClaimState, NodeStatus, RegisterRequest, validate_name,
+    AttachmentState, ClaimRef, ClaimState, Eligibility, NodeStatus, RegisterRequest, validate_name,
 };
+use csivol_rules::nodes::{Holdings, Refusal, removal};
 
 use super::attachments::advance_volume;
 use super::ops::schedule_ops;
 use super::reports::DRIFT;
-use super::{Limits, delete_claim, event, list_or, set_attachment_state, set_claim_state};
+use super::{Limits, event, list_or, set_attachment_state, set_claim_state};
 use crate::error::{ApiError, ApiResult};
 use crate::model::ClaimRow;
 use crate::store::{Snapshot, Txn};
@@ -88,6 +90,9 @@ pub fn register_node(
     let was_fenced = existing
         .as_ref()
         .is_some_and(|n| n.status == NodeStatus::Fenced);
+    let was_stopped = existing
+        .as_ref()
+        .is_some_and(|n| n.status == NodeStatus::Stopped);
     let old_plugins: BTreeSet<String> = ctx
         .node_plugins(node)?
         .into_iter()
@@ -97,7 +102,7 @@ pub fn register_node(
     ctx.touch(Key::Node(node.to_owned()));
     if was_fenced {
         // Its claims were force-released by the fence's unblock: nothing is resumed.
-        crate::fence::returned(ctx, node, req)?;
+        super::fenced_node_returned(ctx, node, req)?;
     } else if was_lost {
         return_from_loss(ctx, node, &req.published, limits)?;
         event(
@@ -111,7 +116,9 @@ pub fn register_node(
         )?;
     } else {
         not_mounted_any_more(ctx, node, &req.published, limits)?;
-        let verb = if existing.is_some() {
+        let verb = if was_stopped {
+            "registered again after a planned stop"
+        } else if existing.is_some() {
             "re-registered"
         } else {
             "registered"
@@ -140,11 +147,13 @@ pub fn register_node(
 }
 
 /// A lost node is back. csivol runs no workloads, so those of its claims may still be
-/// running: a blocked claim that nobody released meanwhile and that the node reports still
-/// published (checked against its mount table) is ready again; one it no longer has (it
-/// fenced itself, or its mounts are gone) is released. A claim it still has that an
-/// operator released meanwhile is not in its desired state any more, so the node takes it
-/// down; that is recorded here. Blocked attachments resume their normal lifecycle.
+/// running, and a claim nobody released is still wanted: a blocked claim that nobody
+/// released meanwhile and whose lease did not run out is ready again if the node reports
+/// it still published (checked against its mount table), and published again if not (its
+/// mounts went while it was away, or it fenced itself): it waits for its node to stage and
+/// publish it, as after drift. A claim it still has that an operator released meanwhile
+/// is not in its desired state any more, so the node takes it down; that is recorded here.
+/// Blocked attachments resume their normal lifecycle.
 pub(super) fn return_from_loss(
     ctx: &mut impl Txn,
     node: &str,
@@ -170,10 +179,10 @@ pub(super) fn return_from_loss(
                 &format!("node:{node}"),
                 "node came back: releasing the claim whose release was under way when the node was lost",
             )?;
-        } else if crate::leases::expires(ClaimState::Ready, c.expires_at, ctx.now()) {
+        } else if super::leases::expires(ClaimState::Ready, c.expires_at, ctx.now()) {
             // Its lease ran out while the node was away: released the normal way, through
             // the node (which takes down whatever it still has).
-            crate::leases::release_expired(ctx, c)?;
+            super::leases::release_expired(ctx, c)?;
         } else if still_published(c) {
             // A claim whose `published` report never reached the server before the loss
             // has no target path yet: it is publishing until the node's report (queued or
@@ -200,15 +209,19 @@ pub(super) fn return_from_loss(
                 message,
             )?;
         } else {
-            delete_claim(ctx, c)?;
+            // Nobody released it: the node publishes it again (stage, publish, verified);
+            // its `published` report makes it ready, recorded as a repair.
+            let why = format!("node {node} came back without it mounted");
+            set_claim_state(ctx, c, ClaimState::Publishing)?;
+            ctx.set_claim_error(&c.volume, &c.alloc, &format!("{DRIFT}{why}"), None)?;
             event(
                 ctx,
-                EventKind::ClaimReleased,
+                EventKind::ClaimRepublished,
                 Some(&c.volume),
                 Some(node),
                 Some(&c.alloc),
                 &format!("node:{node}"),
-                "node came back without it published: blocked claim released",
+                format!("{why}: nobody released the claim, so the node publishes it again"),
             )?;
         }
         volumes.insert(c.volume.clone());
@@ -288,6 +301,18 @@ pub(super) fn record_drift(
     )
 }
 
+/// Takes the controller operations `node` hosts from it, for another host: the plugins
+/// whose operations are to be handed out again.
+fn unassign_hosted_ops(ctx: &mut impl Txn, node: &str) -> ApiResult<BTreeSet<String>> {
+    let hosted = ctx
+        .ops_of_host(node)?
+        .into_iter()
+        .map(|o| o.plugin)
+        .collect();
+    ctx.unassign_ops_of(node)?;
+    Ok(hosted)
+}
+
 /// The volumes attached to `node` in one of `states`.
 fn attachments_in(
     ctx: &impl Snapshot,
@@ -310,7 +335,8 @@ pub fn mark_lost(ctx: &mut impl Txn, node: &str, why: &str, limits: &Limits) -> 
         return Ok(());
     };
     // A fenced node is off already: its volumes were unblocked, nothing is left to block.
-    if n.status != NodeStatus::Ready {
+    // A stopped node whose grace ran out is lost like any silent node.
+    if !matches!(n.status, NodeStatus::Ready | NodeStatus::Stopped) {
         return Ok(());
     }
     ctx.set_node_status(node, NodeStatus::Lost)?;
@@ -341,12 +367,7 @@ pub fn mark_lost(ctx: &mut impl Txn, node: &str, why: &str, limits: &Limits) -> 
         // A publish to a lost node is pointless; an unblock will unpublish whatever it did.
         ctx.delete_op_for(OpKind::Publish, v, node)?;
     }
-    let hosted: BTreeSet<String> = ctx
-        .ops_of_host(node)?
-        .into_iter()
-        .map(|o| o.plugin)
-        .collect();
-    ctx.unassign_ops_of(node)?;
+    let hosted = unassign_hosted_ops(ctx, node)?;
     let volumes: BTreeSet<&str> = claims
         .iter()
         .map(|c| c.volume.as_str())
@@ -388,4 +409,148 @@ pub fn mark_lost(ctx: &mut impl Txn, node: &str, why: &str, limits: &Limits) -> 
         schedule_ops(ctx, &p, limits)?;
     }
     Ok(())
+}
+
+/// What the liveness check's verdict on a silent node comes to in the database.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Expiry {
+    /// Marked lost (or nothing to mark: not ready, or gone).
+    Done,
+    /// Its agent stopped in order and its grace runs until this time (unix ms): not lost
+    /// before then.
+    StoppedUntil(i64),
+}
+
+/// A node silent past its TTL is lost, unless its agent said it stopped in order
+/// (`node-stopping`) less than `planned_stop_grace` ago: a planned stop is not a death, and
+/// neither its claims nor auto-fence move before the grace is out. Every server of a
+/// cluster decides this from the database, whichever one heard the stop.
+pub fn expire_node(
+    ctx: &mut impl Txn,
+    node: &str,
+    ttl: std::time::Duration,
+    planned_stop_grace: std::time::Duration,
+    limits: &Limits,
+) -> ApiResult<Expiry> {
+    if let Some(n) = ctx.node(node)?
+        && n.status == NodeStatus::Stopped
+        && let Some(at) = n.stopped_at
+    {
+        let until = at + planned_stop_grace.as_millis() as i64;
+        if until > ctx.now() {
+            return Ok(Expiry::StoppedUntil(until));
+        }
+        let why = format!(
+            "stopped in order and silent for {} (planned_stop_grace)",
+            humantime::format_duration(planned_stop_grace)
+        );
+        mark_lost(ctx, node, &why, limits)?;
+        return Ok(Expiry::Done);
+    }
+    let why = format!("no heartbeat for {}", humantime::format_duration(ttl));
+    mark_lost(ctx, node, &why, limits)?;
+    Ok(Expiry::Done)
+}
+
+/// `POST /v1/nodes/{node}/stopping`: the node's agent stops in order. A ready node becomes
+/// `stopped`: its claims stay as they are (ready, or publishing again after the drift its
+/// agent reported when it took its volumes down), nothing moves, and the controller
+/// operations it hosted go to another host. A node lost or fenced meanwhile stays so.
+pub fn node_stopping(
+    ctx: &mut impl Txn,
+    node: &str,
+    took_down: bool,
+    planned_stop_grace: std::time::Duration,
+    limits: &Limits,
+) -> ApiResult<()> {
+    let n = ctx.require_node(node)?;
+    if n.status != NodeStatus::Ready {
+        return Ok(());
+    }
+    ctx.set_node_stopped(node, took_down)?;
+    ctx.touch(Key::Node(node.to_owned()));
+    let hosted = unassign_hosted_ops(ctx, node)?;
+    let held = ctx.claims_of_node(node, None)?.len();
+    let volumes = if took_down {
+        "took its volumes down first"
+    } else {
+        "left its volumes mounted"
+    };
+    event(
+        ctx,
+        EventKind::NodeStopping,
+        None,
+        Some(node),
+        None,
+        &format!("node:{node}"),
+        format!(
+            "the agent stopped in order and {volumes}; its {held} claim(s) stay held until it \
+             starts again (lost if silent for {}, planned_stop_grace)",
+            humantime::format_duration(planned_stop_grace)
+        ),
+    )?;
+    for p in hosted {
+        schedule_ops(ctx, &p, limits)?;
+    }
+    Ok(())
+}
+
+/// A node rule's refusal as the API's: a conflict, with its next step.
+pub(super) fn refused(r: Refusal) -> ApiError {
+    ApiError::conflict(r.message).with_hint(r.hint)
+}
+
+/// `POST /v1/nodes/{node}/eligibility`: records the operator's choice, with an event.
+pub fn set_eligibility(
+    ctx: &mut impl Txn,
+    node: &str,
+    eligibility: Eligibility,
+    actor: &str,
+) -> ApiResult<()> {
+    let n = ctx.require_node(node)?;
+    if n.eligibility == eligibility {
+        return Ok(());
+    }
+    ctx.set_node_eligibility(node, eligibility)?;
+    let (kind, message) = match eligibility {
+        Eligibility::Eligible => (EventKind::NodeEligible, "node takes new claims again"),
+        Eligibility::Ineligible => (EventKind::NodeIneligible, "node takes no new claims"),
+        Eligibility::Draining => (
+            EventKind::NodeDraining,
+            "node is being drained: no new claims; its claims are left to their owners to release",
+        ),
+    };
+    event(ctx, kind, None, Some(node), None, actor, message)
+}
+
+/// `DELETE /v1/nodes/{node}`: forgets a node that holds nothing (see [`removal`]).
+pub fn remove_node(ctx: &mut impl Txn, node: &str, actor: &str) -> ApiResult<()> {
+    let n = ctx.require_node(node)?;
+    let h = Holdings {
+        claims: ctx
+            .claims_of_node(node, None)?
+            .into_iter()
+            .map(|c| (c.volume, c.alloc, c.state))
+            .collect(),
+        attachments: ctx
+            .attachments_of_node(node)?
+            .into_iter()
+            .map(|a| (a.volume, a.state))
+            .collect(),
+        ops: ctx.ops_of_host(node)?.len(),
+    };
+    removal(node, &h).map_err(refused)?;
+    ctx.delete_node(node)?;
+    event(
+        ctx,
+        EventKind::NodeRemoved,
+        None,
+        Some(node),
+        None,
+        actor,
+        format!(
+            "node removed (it was {}); an agent that registers it again brings it back",
+            n.status.as_str()
+        ),
+    )
 }

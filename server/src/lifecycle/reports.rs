@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::collections::BTreeSet;
 
 use csivol_api::domain::PublishContext;
-use csivol_api::{AttachmentState, ClaimState, PluginError, Report};
+use csivol_api::{AttachmentState, ClaimState, ObservedShape, PluginError, Report};
 
 use super::attachments::{advance_volume, begin_detach};
 use super::expand::{controller_expanded, node_expand_error, node_expanded};
@@ -14,8 +14,8 @@ use super::nodes::record_drift;
 use super::ops::{finish_delete, finish_unpublish, load_op, observe_op, op_failed, schedule_ops};
 use super::snapshots;
 use super::{Limits, delete_claim, event, format_error, list_or, set_claim_state, touch_volume};
-use crate::error::ApiResult;
-use crate::model::{ClaimRow, OpRow, time};
+use crate::error::{ApiError, ApiResult};
+use crate::model::{ClaimRow, OpRow, StoredObservation, time};
 use crate::store::Txn;
 use crate::watch::Key;
 use csivol_rules::kinds::EventKind;
@@ -51,7 +51,8 @@ pub fn apply_reports(
                 volume,
                 alloc,
                 target_path,
-            } => published(ctx, &b, &volume, &alloc, &target_path)?,
+                observed,
+            } => published(ctx, &b, &volume, &alloc, &target_path, observed)?,
             Report::Drift {
                 volume,
                 alloc,
@@ -208,11 +209,23 @@ fn published(
     volume: &str,
     alloc: &str,
     target_path: &str,
+    observed: Option<ObservedShape>,
 ) -> ApiResult<()> {
     let Some(c) = own_claim(ctx, b, volume, alloc)? else {
         return Ok(());
     };
     ctx.set_claim_target(volume, alloc, target_path)?;
+    // What the plugin made for it, for `plugin show`.
+    if let (Some(shape), Some(v)) = (observed, ctx.volume(volume)?) {
+        let seen = StoredObservation {
+            volume: volume.to_owned(),
+            alloc: alloc.to_owned(),
+            at_ms: ctx.now(),
+            shape,
+        };
+        let json = serde_json::to_string(&seen).map_err(|e| ApiError::internal(e.to_string()))?;
+        ctx.set_plugin_observed(b.node, &v.plugin, &json)?;
+    }
     touch_volume(ctx, volume)?;
     if !matches!(
         c.state,

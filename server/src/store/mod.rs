@@ -22,8 +22,10 @@
 //! that say "if" change nothing when the row is not as stated, and say so in their result
 //! where the caller needs it.
 //!
-//! SQLite is the only implementation: the writer thread of `super::db` runs each request
-//! in a savepoint of a group transaction with one fsync per group (`WriteCtx`).
+//! Every SQL statement of the server lives below this folder (a test fails otherwise).
+//! `sqlite` implements both traits: its writer thread (`sqlite::db`) runs each request in a
+//! savepoint of a group transaction with one fsync per group (`WriteCtx`). `etcd` runs the
+//! same requests on a SQLite mirror whose changed rows it commits to etcd first.
 
 use std::collections::BTreeMap;
 
@@ -34,11 +36,13 @@ use csivol_api::{
 
 use super::error::{ApiError, ApiResult};
 use super::model::{
-    AttachmentRow, ClaimRow, Lifecycle, NodePluginRow, NodeRow, OpRow, SnapshotRow, VolumeRow,
+    AttachmentRow, ClaimRow, Lifecycle, NewFence, NodeFenceRow, NodePluginRow, NodeRow, OpRow,
+    PluginNodeRow, SnapshotRow, StateCounts, TokenRow, VolumeChunk, VolumeRow,
 };
 use super::watch::Key;
 use csivol_rules::kinds::{EventKind, OpKind};
 
+pub mod etcd;
 pub mod sqlite;
 
 /// Reads of the cluster state.
@@ -130,6 +134,57 @@ pub trait Snapshot {
         plugin: &str,
     ) -> ApiResult<Option<api::ControllerCapabilities>>;
 
+    // ---- tokens and controller hosts ----
+
+    /// Every token, oldest first.
+    fn tokens(&self) -> ApiResult<Vec<TokenRow>>;
+    /// The nodes an operator allowed to host `plugin`'s controller: node, by whom, when;
+    /// by node.
+    fn controller_allowances(&self, plugin: &str) -> ApiResult<Vec<(String, String, i64)>>;
+    /// The nodes whose registration hosts `plugin`'s controller, whatever their status, by
+    /// name.
+    fn nodes_hosting_controller(&self, plugin: &str) -> ApiResult<Vec<String>>;
+    /// The newest event about `node`: its kind and message.
+    fn last_event_of_node(&self, node: &str) -> ApiResult<Option<(String, String)>>;
+
+    // ---- nodes, fences, leases ----
+
+    /// Every node (or the one named), by name.
+    fn nodes(&self, only: Option<&str>) -> ApiResult<Vec<NodeRow>>;
+    fn node_fence_facts(&self, node: &str) -> ApiResult<NodeFenceRow>;
+    /// A node's last 20 fence runs, newest first.
+    fn fence_history(&self, node: &str) -> ApiResult<Vec<api::FenceRecord>>;
+    /// Claims whose lease ran out at `now` and that expiry may release, by expiry.
+    fn expired_claims(&self, now: i64) -> ApiResult<Vec<ClaimRow>>;
+    /// Whether any lease ran out at `now` (a cheap read before the write that expires).
+    fn any_lease_expired(&self, now: i64) -> ApiResult<bool>;
+
+    // ---- listings ----
+
+    /// Up to `rows` volumes after `after` by name (of `plugin` when given), with the claims
+    /// and attachments of that name range; no volume: the end.
+    fn volume_chunk(
+        &self,
+        after: &str,
+        plugin: Option<&str>,
+        rows: usize,
+    ) -> ApiResult<VolumeChunk>;
+    /// Claims (of a volume, on a node, or every one), by volume, creation and alloc.
+    fn claims(&self, volume: Option<&str>, node: Option<&str>) -> ApiResult<Vec<ClaimRow>>;
+    /// Every node's registration of every plugin (or of `only`), by plugin and node.
+    fn plugin_nodes(&self, only: Option<&str>) -> ApiResult<Vec<PluginNodeRow>>;
+    /// How many volumes `plugin` has.
+    fn volumes_of_plugin(&self, plugin: &str) -> ApiResult<u32>;
+    /// Events after index `after` that pass `f`, oldest first, at most `limit`.
+    fn events(&self, after: u64, f: &EventFilter, limit: u32) -> ApiResult<Vec<api::Event>>;
+    /// How many claims, nodes and operations are in each state.
+    fn state_counts(&self) -> ApiResult<StateCounts>;
+    /// Every volume's secrets as stored (sealed, or plain from an older csivol), of the
+    /// volumes that have any.
+    fn stored_secrets(&self) -> ApiResult<Vec<(String, String)>>;
+    /// The value sealed with the cluster's key that tells whether a key is the cluster's.
+    fn secrets_check(&self) -> ApiResult<Option<String>>;
+
     fn require_volume(&self, name: &str) -> ApiResult<VolumeRow> {
         self.volume(name)?.ok_or_else(|| {
             ApiError::not_found(format!("volume `{name}` is not registered"))
@@ -158,6 +213,14 @@ pub trait Snapshot {
         c.queue_position = self.queue_position(claim)?;
         Ok(c)
     }
+}
+
+/// Which events to read.
+#[derive(Debug, Clone, Default)]
+pub struct EventFilter {
+    pub volume: Option<String>,
+    pub node: Option<String>,
+    pub alloc: Option<String>,
 }
 
 /// Where a controller operation stands in the queue: what scheduling reads of it (every
@@ -336,6 +399,11 @@ pub trait Txn: Snapshot {
     fn set_node_status(&mut self, name: &str, status: NodeStatus) -> ApiResult<()>;
     /// The node's agent fenced itself at `at_ms`.
     fn set_node_fenced_at(&mut self, name: &str, at_ms: i64) -> ApiResult<()>;
+    /// The node's agent stopped in order now (`node-stopping`): the node is `stopped`.
+    fn set_node_stopped(&mut self, name: &str, took_down: bool) -> ApiResult<()>;
+    /// What the node's agent observed a plugin make for a claim (`ObservedShape` JSON with
+    /// the claim and the time), kept across registrations.
+    fn set_plugin_observed(&mut self, node: &str, plugin: &str, observed: &str) -> ApiResult<()>;
 
     // ---- controller operations ----
 
@@ -372,4 +440,47 @@ pub trait Txn: Snapshot {
     fn delete_snapshot(&mut self, name: &str) -> ApiResult<()>;
     /// Drops the operation of `kind` queued under `key` with no node, if any.
     fn delete_key_op(&mut self, kind: OpKind, key: &str) -> ApiResult<()>;
+
+    // ---- tokens and controller hosts ----
+
+    fn insert_token(&mut self, t: &TokenRow) -> ApiResult<()>;
+    fn set_token_revoked(&mut self, id: &str, at: i64) -> ApiResult<()>;
+    /// Records a use at `at` unless a later one is recorded.
+    fn set_token_last_used(&mut self, id: &str, at: i64) -> ApiResult<()>;
+    /// Lets `node` host `plugin`'s controller; whether it could not before.
+    fn allow_controller_host(&mut self, plugin: &str, node: &str, actor: &str) -> ApiResult<bool>;
+    /// Whether `node` could host `plugin`'s controller by an operator's leave before.
+    fn disallow_controller_host(&mut self, plugin: &str, node: &str) -> ApiResult<bool>;
+
+    // ---- nodes, fences, leases, the event log ----
+
+    fn set_node_eligibility(&mut self, name: &str, eligibility: api::Eligibility) -> ApiResult<()>;
+    /// Forgets a node and its plugins.
+    fn delete_node(&mut self, name: &str) -> ApiResult<()>;
+    /// Replaces the labels an operator set on a node.
+    fn set_node_operator_labels(
+        &mut self,
+        node: &str,
+        labels: &BTreeMap<String, String>,
+    ) -> ApiResult<()>;
+    /// Records a fence method's run; its id.
+    fn insert_fence(&mut self, f: &NewFence<'_>) -> ApiResult<u64>;
+    /// Counts a failed automatic fence of `node`, with why, at `now`.
+    fn note_fence_failure(&mut self, node: &str, why: &str) -> ApiResult<()>;
+    /// The node is `fenced`; the policy's failed attempts are cleared.
+    fn set_node_fenced(&mut self, node: &str) -> ApiResult<()>;
+    /// A claim's lease runs `ttl_ms` and ends at `expires_at`; stamped.
+    fn set_claim_lease(
+        &mut self,
+        volume: &str,
+        alloc: &str,
+        ttl_ms: i64,
+        expires_at: i64,
+    ) -> ApiResult<()>;
+    /// Drops all but the newest `keep` events; how many went.
+    fn prune_events(&mut self, keep: i64) -> ApiResult<usize>;
+    /// Replaces a volume's stored secrets with `sealed` (sealing what an older csivol kept
+    /// in clear).
+    fn put_stored_secrets(&mut self, volume: &str, sealed: &str) -> ApiResult<()>;
+    fn put_secrets_check(&mut self, sealed: &str) -> ApiResult<()>;
 }

@@ -32,6 +32,10 @@ async fn a_fenced_node_returns_holding_leftovers_and_is_ready_once_clean() {
     n1.register(0, true, json!([])).await;
     n2.register_labeled(0, false, json!([]), json!({"bmc": "10.6.6.6", "rack": "4"}))
         .await;
+    // Both nodes beat until the claim is ready (a loaded machine can take longer than the
+    // TTL to get there); then n2 falls silent and is lost.
+    let _beating = n1.keep_alive();
+    let n2_beating = n2.keep_alive();
     let (_, node) = api.get("/v1/nodes/n2").await;
     assert_eq!(
         node["labels"],
@@ -49,7 +53,7 @@ async fn a_fenced_node_returns_holding_leftovers_and_is_ready_once_clean() {
 
     register_volume(&api, "v", "single-node-writer").await;
     make_ready(&api, &n1, &n2, "v", "a1").await;
-    let _beating = n1.keep_alive();
+    drop(n2_beating);
     wait_volume_state(&api, "v", "blocked").await;
 
     let (status, body) = api.post("/v1/nodes/n2/fence", json!({"reason": " "})).await;
@@ -163,9 +167,11 @@ async fn a_failing_auto_fence_is_retried_and_shown() {
     let n2 = FakeAgent::new(&server, "n2").await;
     n1.register(0, true, json!([])).await;
     n2.register(0, false, json!([])).await;
+    let _beating = n1.keep_alive();
+    let n2_beating = n2.keep_alive();
     register_volume(&api, "v", "single-node-writer").await;
     make_ready(&api, &n1, &n2, "v", "a1").await;
-    let _beating = n1.keep_alive();
+    drop(n2_beating);
 
     let node = csivol_tests::eventually("a failed automatic fence", crate::WAIT, || async {
         let (_, n) = api.get("/v1/nodes/n2").await;

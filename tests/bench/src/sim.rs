@@ -95,6 +95,7 @@ impl SimNode {
                         stage_unstage_volume: true,
                         ..NodeCapabilities::default()
                     },
+                    ready_check: None,
                 }),
                 controller: (self.controller_host && self.controller_publish).then(|| {
                     ControllerCapabilities {
@@ -291,6 +292,7 @@ impl SimNode {
                     volume: key.0.clone(),
                     alloc: key.1.clone(),
                     target_path: format!("/sim/{}/{}/{}", self.name, key.0, key.1),
+                    observed: None,
                 });
                 new.push(key);
             }

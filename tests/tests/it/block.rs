@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use csivol_tests::loops::{LoopGuard, loop_devices_under};
 use csivol_tests::{TestDir, wait_for};
 use serde_json::Value;
 
@@ -16,41 +17,6 @@ use crate::cluster::{Cluster, NodeOpts, Out};
 const WAIT: Duration = Duration::from_secs(60);
 const MIB: u64 = 1 << 20;
 const JOB1: &[u8] = b"written through the device by job-1";
-
-/// Detaches, when dropped, every loop device backed by a file below its root: declared
-/// before the cluster, it runs after the cluster's processes stopped and its mounts are gone,
-/// even when the test panicked.
-#[derive(Default)]
-struct LoopGuard(Option<PathBuf>);
-
-fn loop_devices_under(root: &Path) -> Vec<PathBuf> {
-    let out = Command::new("losetup")
-        .args(["--list", "--noheadings", "--output", "NAME,BACK-FILE"])
-        .output()
-        .expect("run losetup");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| {
-            let (name, file) = l.trim().split_once(char::is_whitespace)?;
-            let file = file.trim().trim_end_matches(" (deleted)");
-            Path::new(file)
-                .starts_with(root)
-                .then(|| PathBuf::from(name))
-        })
-        .collect()
-}
-
-impl Drop for LoopGuard {
-    fn drop(&mut self) {
-        let Some(root) = &self.0 else { return };
-        for device in loop_devices_under(root) {
-            let _ = Command::new("losetup")
-                .arg("--detach")
-                .arg(&device)
-                .status();
-        }
-    }
-}
 
 /// Nodes whose agents resync every second, so drift is found quickly.
 fn nodes(conf: &TestDir, n: usize) -> Vec<NodeOpts> {
@@ -158,7 +124,7 @@ fn block_bytes_survive_release_and_a_claim_on_another_node() {
     let mut loops = LoopGuard::default();
     let conf = TestDir::new("block-conf");
     let c = Cluster::start("block-bytes", "30s", nodes(&conf, 2));
-    loops.0 = Some(c.dir.path().to_owned());
+    loops.watch(c.dir.path());
     create_block_volume(&c, "disk");
 
     let t1 = claim(&c, "disk", "node-1", "job-1");
@@ -194,7 +160,7 @@ fn a_block_target_that_lost_its_device_drifts_and_is_repaired() {
     let mut loops = LoopGuard::default();
     let conf = TestDir::new("block-drift-conf");
     let c = Cluster::start("block-drift", "30s", nodes(&conf, 1));
-    loops.0 = Some(c.dir.path().to_owned());
+    loops.watch(c.dir.path());
     create_block_volume(&c, "disk");
     let target = claim(&c, "disk", "node-1", "job-1");
     write_through(&target, 2 * MIB, b"before the drift");

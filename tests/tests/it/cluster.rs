@@ -246,6 +246,22 @@ impl Cluster {
         self.nodes[i].agent = Some(proc);
     }
 
+    /// SIGTERM the node's agent, as systemd stops it, and wait for it to exit: a planned
+    /// stop (it tells the server, and leaves its mounts unless told to take them down).
+    pub fn stop_agent(&mut self, i: usize) {
+        if let Some(mut p) = self.nodes[i].agent.take() {
+            let status = p
+                .terminate(Duration::from_secs(60))
+                .expect("the agent stops on SIGTERM");
+            assert!(
+                status.success(),
+                "the agent exited with {status}:\n{}\n{}",
+                std::fs::read_to_string(self.nodes[i].dir.join("agent.log")).unwrap_or_default(),
+                self.log("server.log")
+            );
+        }
+    }
+
     /// SIGKILL the node's agent: its mounts stay, as after a crash.
     pub fn kill_agent(&mut self, i: usize) {
         if let Some(mut p) = self.nodes[i].agent.take() {

@@ -22,6 +22,8 @@ pub struct Dev {
     pub url: String,
     pub runs: u32,
     pub nodes: u32,
+    /// More `csivol-server dev` flags.
+    pub extra: Vec<String>,
 }
 
 impl Dev {
@@ -52,6 +54,9 @@ impl Dev {
             format!("--listen={}", self.url.trim_start_matches("https://")),
             format!("--nodes={}", self.nodes),
         ]
+        .into_iter()
+        .chain(self.extra.iter().cloned())
+        .collect()
     }
 
     /// The output of the latest run.
@@ -89,6 +94,27 @@ impl Dev {
         run(cmd)
     }
 
+    /// What dev mode and each node's agent and plugin said, for a failing test: the
+    /// test's directory is gone once it has failed.
+    fn print_logs(&self) {
+        let mut logs: Vec<PathBuf> = (1..=self.runs)
+            .map(|run| self.dir.with_extension(format!("{run}.log")))
+            .collect();
+        for node in (1..=self.nodes).map(|n| self.dir.join(format!("node-{n}"))) {
+            logs.push(node.join("agent.log"));
+            logs.push(node.join("plugin.log"));
+        }
+        for log in logs {
+            let text = read(&log).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            let tail = &lines[lines.len().saturating_sub(60)..];
+            eprintln!("--- {} (last {} lines)", log.display(), tail.len());
+            for line in tail {
+                eprintln!("{line}");
+            }
+        }
+    }
+
     fn claim_of(&self, volume: &str) -> Value {
         let v = self
             .csivol(&["volume", "show", volume, "-o", "json"])
@@ -103,6 +129,9 @@ impl Dev {
 /// pids dev mode wrote.
 impl Drop for Dev {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.print_logs();
+        }
         let Ok(nodes) = std::fs::read_dir(&self.dir) else {
             return;
         };
@@ -127,14 +156,27 @@ impl Drop for Dev {
     }
 }
 
+/// Longer than dev mode may take to stop by its own bounds (75 s for the agents to take
+/// their nodes down, then 75 s for the plugins, then the server): on a busy machine a
+/// take-down may use much of its time, and dev mode is still right to wait for it.
+const STOP_WAIT: Duration = Duration::from_secs(240);
+
 /// Ctrl-C, as a terminal sends it, and the wait for dev mode to finish stopping.
 pub fn interrupt(mut proc: Proc) {
     let pid = Pid::from_raw(proc.pid() as i32).unwrap();
     kill_process(pid, Signal::INT).unwrap();
-    let status = wait_for("dev mode stopped", Duration::from_secs(120), || {
-        proc.exited()
-    });
+    let status = wait_for("dev mode stopped", STOP_WAIT, || proc.exited());
     assert!(status.success(), "dev mode exited with {status}");
+}
+
+/// The kinds of a JSON list of events, in order.
+fn kinds(events: &Value) -> Vec<&str> {
+    events
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["kind"].as_str())
+        .collect()
 }
 
 fn read(path: &Path) -> Option<String> {
@@ -143,7 +185,27 @@ fn read(path: &Path) -> Option<String> {
 
 #[test]
 fn ctrl_c_and_resume_keeps_the_claim_and_its_data() {
-    let test = TestDir::new("dev-resume");
+    ctrl_c_and_resume("dev-resume", &[]);
+}
+
+/// With a heartbeat TTL shorter than dev mode takes to stop, the node used to be lost
+/// while the server outlived its agent, and its claim released when it came back. A
+/// planned stop leaves the node `stopped`, and a claim nobody released comes back.
+#[test]
+fn ctrl_c_with_a_short_ttl_keeps_the_claim_and_its_data() {
+    let (_test, events) = ctrl_c_and_resume("dev-resume-ttl", &["--heartbeat-ttl=3s"]);
+    let kinds = kinds(&events);
+    assert!(kinds.contains(&"node-stopping"), "{kinds:?}");
+    assert!(
+        !kinds.contains(&"claim-released"),
+        "nobody released it: {kinds:?}"
+    );
+}
+
+/// Claim `demo-data`, write into it, Ctrl-C, start again on the same directory: the claim
+/// is ready again with its data. Returns the test dir and the event log of the second run.
+fn ctrl_c_and_resume(name: &str, extra: &[&str]) -> (TestDir, Value) {
+    let test = TestDir::new(name);
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -156,6 +218,7 @@ fn ctrl_c_and_resume_keeps_the_claim_and_its_data() {
         url: format!("https://127.0.0.1:{port}"),
         runs: 0,
         nodes: 1,
+        extra: extra.iter().map(|s| (*s).to_owned()).collect(),
     };
     let proc = dev.start();
     // Found over TLS with no flags: the CA is where the CLI looks, and the env file names it.
@@ -211,18 +274,15 @@ fn ctrl_c_and_resume_keeps_the_claim_and_its_data() {
         .csivol(&["events", "--volume", "demo-data", "-o", "json"])
         .ok()
         .json();
-    let kinds: Vec<&str> = events
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|e| e["kind"].as_str())
-        .collect();
+    let kinds = kinds(&events);
     assert!(
         kinds.contains(&"claim-drift") && kinds.contains(&"claim-repaired"),
         "the resume is in the event log: {kinds:?}"
     );
+    let all = dev.csivol(&["events", "-o", "json"]).ok().json();
     interrupt(proc);
     assert!(mounts_under(&dev.dir).is_empty());
+    (test, all)
 }
 
 /// A second dev cluster in another directory leaves the CLI working with no flags: the
@@ -243,6 +303,7 @@ fn a_second_dev_cluster_replaces_the_first_ones_token_not_the_users() {
         url: format!("https://127.0.0.1:{port}"),
         runs: 0,
         nodes: 1,
+        extra: Vec::new(),
     };
     interrupt(first.start());
     let first_token = read(&token_file).expect("dev mode wrote the CLI's token");
@@ -254,6 +315,7 @@ fn a_second_dev_cluster_replaces_the_first_ones_token_not_the_users() {
         url: first.url.clone(),
         runs: 0,
         nodes: 1,
+        extra: Vec::new(),
     };
     let proc = second.start();
     let second_token = read(&token_file).unwrap();
@@ -276,6 +338,7 @@ fn a_second_dev_cluster_replaces_the_first_ones_token_not_the_users() {
         url: second.url.clone(),
         runs: 0,
         nodes: 1,
+        extra: Vec::new(),
     };
     let mut cmd = Command::new(bin_path("csivol-server"));
     cmd.arg("dev")
@@ -320,6 +383,7 @@ fn a_killed_agent_comes_back_with_the_command_dev_mode_prints() {
         url: format!("https://127.0.0.1:{port}"),
         runs: 0,
         nodes: 1,
+        extra: Vec::new(),
     };
     let proc = dev.start();
     let new = kill_and_restart_by_hand(&dev, "node-1");
@@ -356,6 +420,9 @@ fn alive(pid: i32) -> bool {
 /// a user would: the new agent's pid (not dev mode's child).
 fn kill_and_restart_by_hand(dev: &Dev, node: &str) -> i32 {
     let pid_file = dev.dir.join(node).join("agent.pid");
+    let agent_log = dev.dir.join(node).join("agent.log");
+    let registrations = |text: &str| text.matches("registered with the server").count();
+    let before = registrations(&read(&agent_log).unwrap_or_default());
     let old = pid_in(&pid_file);
     kill_process(Pid::from_raw(old).unwrap(), Signal::KILL).unwrap();
     let line = wait_for(
@@ -376,11 +443,21 @@ fn kill_and_restart_by_hand(dev: &Dev, node: &str) -> i32 {
     );
     let status = Command::new("sh").arg("-c").arg(&line).status().unwrap();
     assert!(status.success());
-    wait_for("a new agent pid", WAIT, || {
+    let pid = wait_for("a new agent pid", WAIT, || {
         read(&pid_file)
             .and_then(|p| p.trim().parse::<i32>().ok())
             .filter(|p| *p != old)
-    })
+    });
+    // The shell writes `$!` before the agent runs: wait until the new agent has taken its
+    // data dir (its pid in the lock file) and registered through its plugin, as a stray
+    // that outlives dev mode has.
+    let lock = dev.dir.join(node).join("agent").join("agent.lock");
+    wait_for("the hand-started agent to register", WAIT, || {
+        let holds = read(&lock).is_some_and(|p| p.trim() == pid.to_string());
+        let registered = registrations(&read(&agent_log).unwrap_or_default()) > before;
+        (holds && registered).then_some(())
+    });
+    pid
 }
 
 pub fn free_port() -> u16 {
@@ -403,6 +480,7 @@ fn children_die_with_a_killed_dev_mode_and_a_stray_agent_is_named() {
         url: format!("https://127.0.0.1:{}", free_port()),
         runs: 0,
         nodes: 2,
+        extra: Vec::new(),
     };
     let mut proc = dev.start();
     let stray = kill_and_restart_by_hand(&dev, "node-1");
@@ -454,6 +532,7 @@ fn a_second_dev_cluster_says_how_to_reach_it_and_whose_ca_the_cli_holds() {
         url: format!("https://127.0.0.1:{}", free_port()),
         runs: 0,
         nodes: 1,
+        extra: Vec::new(),
     };
     let one = first.start();
     let mut second = Dev {
@@ -462,6 +541,7 @@ fn a_second_dev_cluster_says_how_to_reach_it_and_whose_ca_the_cli_holds() {
         url: format!("https://127.0.0.1:{}", free_port()),
         runs: 0,
         nodes: 1,
+        extra: Vec::new(),
     };
     let two = second.start();
     let banner = read(&second.log()).unwrap();

@@ -122,6 +122,7 @@ fn check(name: &str, page: &str) {
         url: format!("https://127.0.0.1:{}", free_port()),
         runs: 0,
         nodes: 2,
+        extra: Vec::new(),
     };
     let proc = dev.start();
     // Every demo volume created, as a reader who waited a moment finds them.

@@ -405,3 +405,91 @@ fn a_fenced_node_that_still_runs_takes_everything_down() {
     let again = claim(&c, "vol", "node-2", "a2");
     assert_eq!(again.ok().json()["state"], "ready", "usable again");
 }
+
+/// A planned stop is not a death: node-1's agent stopped with SIGTERM shows `stopped`, is
+/// not fenced while node-2, hung at the same moment, is lost and auto-fenced (same method,
+/// same `auto_fence_after`), and its claim is ready again, untouched, when it starts.
+#[test]
+fn a_planned_stop_is_not_fenced_within_its_grace() {
+    let mut c = Cluster::start_with_config(
+        "planned-stop",
+        "4s",
+        vec![NodeOpts::default(); 2],
+        |dir| {
+            let script = dir.join("fence.sh");
+            std::fs::write(&script, SCRIPT).unwrap();
+            let mut toml = format!(
+                "[[fence]]\nname = \"script\"\ncommand = [\"bash\", \"{}\", \"{{dir}}\"]\ntimeout = \"20s\"\n\
+                 nodes = [\"node-1\", \"node-2\"]\nauto_fence_after = \"1s\"\n",
+                script.display()
+            );
+            for n in ["node-1", "node-2"] {
+                toml.push_str(&format!(
+                    "\n[node_labels.{n}]\ndir = \"{}\"\n",
+                    dir.join(n).display()
+                ));
+            }
+            toml
+        },
+    );
+    let t1 = claimed(&c, "vol1", "node-1", "a1");
+    std::fs::write(t1.join("work.txt"), "kept").unwrap();
+    claimed(&c, "vol2", "node-2", "a2");
+    let publishes = plugin_calls(&c, 0, "NodePublishVolume");
+
+    c.stop_agent(0);
+    c.wait_node_status(0, "stopped");
+    hang_agent(&c);
+    // node-2 is lost at the TTL and fenced a second later; node-1, silent as long, is not.
+    c.wait_node_status(1, "fenced");
+    let n1 = node(&c, "node-1");
+    assert_eq!(n1["status"], "stopped", "{n1}");
+    assert_eq!(n1["stopped"]["took_down"], false, "{n1}");
+    assert!(n1["stopped"]["lost_at"].is_string(), "{n1}");
+    let kinds: Vec<String> = events(&c, "node-1")
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(kinds.iter().any(|k| k == "node-stopping"), "{kinds:?}");
+    for k in ["node-lost", "node-fenced", "claim-force-released"] {
+        assert!(!kinds.iter().any(|x| x == k), "{k} in {kinds:?}");
+    }
+    let summary = c.csivol(&["status", "-o", "json"]).ok().json();
+    assert_eq!(summary["nodes_by_status"]["stopped"], 1, "{summary}");
+    assert_eq!(summary["nodes_by_status"]["fenced"], 1, "{summary}");
+    let (_, metrics) = tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(c.api().get("/v1/metrics"));
+    let metrics = metrics.as_str().unwrap_or_default();
+    assert!(
+        metrics.contains("csivol_nodes{state=\"stopped\"} 1"),
+        "{metrics}"
+    );
+    // The claim is held; its volume stayed mounted, as the agent left it.
+    let v = c
+        .csivol(&["volume", "show", "vol1", "-o", "json"])
+        .ok()
+        .json();
+    assert_eq!(v["claims"][0]["state"], "ready", "{v}");
+    assert!(mounted(&t1));
+
+    c.start_agent(0);
+    c.wait_node_status(0, "ready");
+    let v = wait_for("vol1's claim ready on node-1 again", WAIT, || {
+        let v = c
+            .csivol(&["volume", "show", "vol1", "-o", "json"])
+            .ok()
+            .json();
+        (v["claims"][0]["state"] == "ready").then_some(v)
+    });
+    assert_eq!(v["claims"][0]["node"], "node-1", "{v}");
+    assert_eq!(
+        std::fs::read_to_string(t1.join("work.txt")).unwrap(),
+        "kept"
+    );
+    assert_eq!(
+        plugin_calls(&c, 0, "NodePublishVolume"),
+        publishes,
+        "found as it was left, not published again"
+    );
+}

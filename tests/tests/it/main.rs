@@ -1,6 +1,7 @@
 //! csivol's end-to-end tests: real binaries, real sockets, real mounts.
 
 mod block;
+mod boundaries;
 mod ci;
 mod client;
 mod cluster;
@@ -12,6 +13,7 @@ mod expand;
 mod fence;
 mod fence_trust;
 mod network;
+mod packages;
 mod partition;
 mod product_text;
 mod reconcile;

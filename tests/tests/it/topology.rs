@@ -54,8 +54,8 @@ fn zonal_volumes_are_claimed_only_in_their_zone() {
     assert_eq!(
         p.ok().json()["nodes"],
         json!([
-            {"name": "node-1", "status": "ready", "topology": {"zone": "a"}},
-            {"name": "node-2", "status": "ready", "topology": {"zone": "b"}},
+            {"name": "node-1", "status": "ready", "topology": {"zone": "a"}, "ready_check": "mount"},
+            {"name": "node-2", "status": "ready", "topology": {"zone": "b"}, "ready_check": "mount"},
         ])
     );
     let table = c.csivol(&["plugin", "show", "hostpath"]);

@@ -3,7 +3,6 @@
 use csivol_api::{ClaimMode, ClaimRequest, ClaimState, Report};
 
 use super::Env;
-use crate::store::Snapshot;
 
 #[tokio::test]
 async fn a_claim_waits_for_a_controller_host_and_says_why() {
@@ -50,7 +49,7 @@ async fn a_second_writer_is_refused_or_waits_in_the_queue_until_the_first_is_gon
         .claim("v", "a2", "n2", ClaimMode::Write)
         .await
         .unwrap_err();
-    assert_eq!(e.code.as_str(), "conflict");
+    assert_eq!(e.code().as_str(), "conflict");
     assert!(
         e.message.contains("held by alloc a1 on node n1"),
         "{}",
@@ -130,7 +129,7 @@ async fn release_is_idempotent_leaves_the_queue_and_refuses_an_unknown_alloc() {
     );
 
     let e = env.release("v", "nobody").await.unwrap_err();
-    assert_eq!(e.code.as_str(), "not_found");
+    assert_eq!(e.code().as_str(), "not_found");
 }
 
 #[tokio::test]

@@ -61,7 +61,7 @@ async fn the_desired_state_lists_what_to_publish_unpublish_unstage_and_run() {
         .read(|c| super::super::desired_state(c, "nobody", 1))
         .await
         .unwrap_err();
-    assert_eq!(e.code.as_str(), "not_found");
+    assert_eq!(e.code().as_str(), "not_found");
 }
 
 /// The state an agent holds by following the changes since its index equals the whole

@@ -6,7 +6,6 @@ use serde_json::json;
 
 use super::{Env, PLUGIN, plugin_error};
 use crate::error::ApiResult;
-use crate::store::Snapshot;
 
 const G: u64 = 1 << 30;
 

@@ -21,7 +21,6 @@ use csivol_api::{
     self as api, AttachmentState, ClaimMode, ClaimRequest, ClaimState, RegisterRequest, Report,
     VolumeSpec,
 };
-use rusqlite::Connection;
 use serde_json::json;
 
 use super::Limits;
@@ -81,9 +80,9 @@ impl Env {
     async fn read<T, F>(&self, f: F) -> T
     where
         T: Send + 'static,
-        F: FnOnce(&Connection) -> ApiResult<T> + Send + 'static,
+        F: FnOnce(&dyn Snapshot) -> ApiResult<T> + Send + 'static,
     {
-        self.db.read(f).await.unwrap()
+        self.db.read(move |c| f(c)).await.unwrap()
     }
 
     /// Registers `node` running plugin `hp` (which announces a controller service); with
@@ -154,26 +153,19 @@ impl Env {
 
     /// Every queued operation as `kind volume node host attempt`, by id.
     async fn ops(&self) -> Vec<String> {
-        self.read(|c| {
-            let mut stmt = c.prepare("SELECT id FROM ops ORDER BY id")?;
-            let ids: Vec<i64> = stmt
-                .query_map([], |r| r.get(0))?
-                .collect::<Result<_, _>>()?;
-            let mut out = Vec::new();
-            for id in ids {
-                let o = c.op(id)?.expect("listed");
-                out.push(format!(
+        let ops = self.db.read(crate::store::sqlite::every_op).await.unwrap();
+        ops.into_iter()
+            .map(|o| {
+                format!(
                     "{} {} {} {} {}",
                     o.kind,
                     o.volume,
                     o.node.as_deref().unwrap_or("-"),
                     o.host.as_deref().unwrap_or("-"),
                     o.attempt
-                ));
-            }
-            Ok(out)
-        })
-        .await
+                )
+            })
+            .collect()
     }
 
     async fn ops_of(&self, host: &str) -> Vec<OpRow> {
@@ -184,27 +176,36 @@ impl Env {
     /// The event log as `kind volume node alloc` lines, in order.
     async fn events(&self) -> Vec<String> {
         self.read(|c| {
-            let mut stmt = c.prepare(
-                "SELECT kind, coalesce(volume, '-'), coalesce(node, '-'), coalesce(alloc, '-') \
-                 FROM events ORDER BY idx",
-            )?;
-            let rows = stmt
-                .query_map([], |r| {
-                    Ok(format!(
-                        "{} {} {} {}",
-                        r.get::<_, String>(0)?,
-                        r.get::<_, String>(1)?,
-                        r.get::<_, String>(2)?,
-                        r.get::<_, String>(3)?
-                    ))
-                })?
-                .collect::<Result<_, _>>()?;
-            Ok(rows)
+            let events = c.events(0, &Default::default(), u32::MAX)?;
+            let or = |v: Option<String>| v.unwrap_or_else(|| "-".into());
+            Ok(events
+                .into_iter()
+                .map(|e| format!("{} {} {} {}", e.kind, or(e.volume), or(e.node), or(e.alloc)))
+                .collect())
         })
         .await
     }
 
     /// Events of one kind, as [`Env::events`] lists them.
+    /// The message of the latest event of `kind` on `node`.
+    async fn last_message(&self, kind: &str, node: &str) -> String {
+        let (kind, node) = (kind.to_owned(), node.to_owned());
+        self.read(move |c| {
+            let f = crate::store::EventFilter {
+                node: Some(node.clone()),
+                ..Default::default()
+            };
+            let events = c.events(0, &f, u32::MAX)?;
+            Ok(events
+                .into_iter()
+                .rev()
+                .find(|e| e.kind == kind)
+                .unwrap_or_else(|| panic!("no `{kind}` event on node `{node}`"))
+                .message)
+        })
+        .await
+    }
+
     async fn events_of(&self, kind: &str) -> Vec<String> {
         self.events()
             .await
@@ -284,11 +285,25 @@ fn spec(access_mode: &str) -> VolumeSpec {
     .unwrap()
 }
 
+/// Node `n1` with a ready claim `a1` of volume `v`, attached through controller host `ctl`.
+async fn ready_node() -> Env {
+    let env = Env::new();
+    env.register("ctl", true, &[]).await;
+    env.register("n1", false, &[]).await;
+    env.volume("v", "single-node-writer").await;
+    env.claim("v", "a1", "n1", ClaimMode::Write).await.unwrap();
+    env.controller_published("ctl").await;
+    env.report("n1", vec![published("v", "a1")]).await;
+    assert_eq!(env.claim_state("v", "a1").await, Some(ClaimState::Ready));
+    env
+}
+
 fn published(volume: &str, alloc: &str) -> Report {
     Report::Published {
         volume: volume.to_owned(),
         alloc: alloc.to_owned(),
         target_path: format!("/targets/{volume}/{alloc}"),
+        observed: None,
     }
 }
 

@@ -2,8 +2,7 @@
 
 use csivol_api::{AttachmentState, ClaimMode, ClaimState, NodeStatus};
 
-use super::Env;
-use crate::store::Snapshot;
+use super::{Env, ready_node};
 
 #[tokio::test]
 async fn registration_records_the_plugins_and_finds_a_ready_claim_no_longer_mounted() {
@@ -40,12 +39,12 @@ async fn registration_records_the_plugins_and_finds_a_ready_claim_no_longer_moun
         .write(move |ctx, l| super::super::register_node(ctx, "n1", &twice, l))
         .await
         .unwrap_err();
-    assert_eq!(e.code.as_str(), "invalid");
+    assert_eq!(e.code().as_str(), "invalid");
     assert!(e.message.contains("listed twice"), "{}", e.message);
 }
 
 #[tokio::test]
-async fn a_lost_node_blocks_what_it_holds_and_its_return_resumes_what_it_still_has() {
+async fn a_lost_node_blocks_what_it_holds_and_its_return_resumes_or_republishes_it() {
     let env = Env::new();
     env.register("ctl", true, &[]).await;
     env.register("n1", false, &[]).await;
@@ -84,7 +83,7 @@ async fn a_lost_node_blocks_what_it_holds_and_its_return_resumes_what_it_still_h
         .claim("x", "c1", "n1", ClaimMode::Write)
         .await
         .unwrap_err();
-    assert_eq!(e.code.as_str(), "blocked");
+    assert_eq!(e.code().as_str(), "blocked");
     // Losing it again changes nothing.
     env.write(|ctx, l| super::super::mark_lost(ctx, "n1", "again", l))
         .await
@@ -101,18 +100,155 @@ async fn a_lost_node_blocks_what_it_holds_and_its_return_resumes_what_it_still_h
         env.attachment_state("v", "n1").await,
         Some(AttachmentState::Attached)
     );
-    assert!(env.claim_row("w", "b1").await.is_none(), "released");
+    // Nobody released w's claim: it is published again, not released.
+    let w = env.claim_row("w", "b1").await.expect("kept");
+    assert_eq!(w.state, ClaimState::Publishing);
+    assert_eq!(
+        w.error.as_deref(),
+        Some("drift: node n1 came back without it mounted")
+    );
     assert_eq!(
         env.attachment_state("w", "n1").await,
-        Some(AttachmentState::Unstaging),
-        "taken down the normal way"
+        Some(AttachmentState::Attached),
+        "still attached to the node that publishes it again"
     );
     assert_eq!(
         env.events_of("claim-resumed").await,
         ["claim-resumed v n1 a1"]
     );
     assert_eq!(
+        env.events_of("claim-republished").await,
+        ["claim-republished w n1 b1"]
+    );
+    assert!(env.events_of("claim-released").await.is_empty());
+    // Its node's report makes it ready, as a repair.
+    env.report("n1", vec![super::published("w", "b1")]).await;
+    assert_eq!(env.claim_state("w", "b1").await, Some(ClaimState::Ready));
+    assert_eq!(
+        env.events_of("claim-repaired").await,
+        ["claim-repaired w n1 b1"]
+    );
+    assert_eq!(
         env.events_of("node-returned").await,
         ["node-returned - n1 -"]
     );
+}
+
+const GRACE: std::time::Duration = std::time::Duration::from_secs(600);
+const TTL: std::time::Duration = std::time::Duration::from_secs(1);
+
+#[tokio::test]
+async fn a_planned_stop_holds_the_claims_until_its_grace_is_out() {
+    let env = ready_node().await;
+    env.write(|ctx, l| super::super::node_stopping(ctx, "n1", false, GRACE, l))
+        .await
+        .unwrap();
+    let n = env.read(|c| c.require_node("n1")).await;
+    assert_eq!(n.status, NodeStatus::Stopped);
+    assert!(n.stopped_at.is_some() && !n.stop_took_down);
+    let stopping = env.events_of("node-stopping").await;
+    assert_eq!(stopping, ["node-stopping - n1 -"]);
+    // Nothing moves: the claim stays ready, the volume attached; nothing new lands there.
+    assert_eq!(env.claim_state("v", "a1").await, Some(ClaimState::Ready));
+    assert_eq!(
+        env.attachment_state("v", "n1").await,
+        Some(AttachmentState::Attached)
+    );
+    env.volume("x", "single-node-writer").await;
+    let e = env
+        .claim("x", "c1", "n1", ClaimMode::Write)
+        .await
+        .unwrap_err();
+    assert_eq!(e.code().as_str(), "blocked");
+    assert!(e.message.contains("is stopped"), "{}", e.message);
+
+    // Silent past its TTL, within its grace: not lost.
+    let expiry = env
+        .write(|ctx, l| super::super::expire_node(ctx, "n1", TTL, GRACE, l))
+        .await
+        .unwrap();
+    assert!(
+        matches!(expiry, super::super::Expiry::StoppedUntil(t) if t == n.stopped_at.unwrap() + 600_000),
+        "{expiry:?}"
+    );
+    assert_eq!(
+        env.read(|c| c.require_node("n1")).await.status,
+        NodeStatus::Stopped
+    );
+    assert!(env.events_of("node-lost").await.is_empty());
+
+    // Past its grace: lost as any silent node, its claim blocked.
+    let expiry = env
+        .write(|ctx, l| super::super::expire_node(ctx, "n1", TTL, std::time::Duration::ZERO, l))
+        .await
+        .unwrap();
+    assert_eq!(expiry, super::super::Expiry::Done);
+    assert_eq!(
+        env.read(|c| c.require_node("n1")).await.status,
+        NodeStatus::Lost
+    );
+    assert_eq!(env.claim_state("v", "a1").await, Some(ClaimState::Blocked));
+    let lost = env.last_message("node-lost", "n1").await;
+    assert!(
+        lost.starts_with("stopped in order and silent for 0s (planned_stop_grace)"),
+        "{lost}"
+    );
+}
+
+#[tokio::test]
+async fn a_stopped_node_registers_again_with_what_it_still_has() {
+    let env = ready_node().await;
+    env.write(|ctx, l| super::super::node_stopping(ctx, "n1", true, GRACE, l))
+        .await
+        .unwrap();
+    // It took its volumes down (its drift report made the claim publishing) and comes
+    // back holding nothing: registered as a node that stopped, not as a lost one.
+    assert!(!env.register("n1", false, &[]).await, "it was not lost");
+    let n = env.read(|c| c.require_node("n1")).await;
+    assert_eq!(n.status, NodeStatus::Ready);
+    assert_eq!(n.stopped_at, None);
+    assert_eq!(
+        env.claim_state("v", "a1").await,
+        Some(ClaimState::Publishing)
+    );
+    let message = env.last_message("node-registered", "n1").await;
+    assert!(
+        message.contains("registered again after a planned stop"),
+        "{message}"
+    );
+    // A stop notice from a node that is not ready (lost, fenced) changes nothing.
+    env.write(|ctx, l| super::super::mark_lost(ctx, "n1", "test", l))
+        .await
+        .unwrap();
+    env.write(|ctx, l| super::super::node_stopping(ctx, "n1", false, GRACE, l))
+        .await
+        .unwrap();
+    assert_eq!(
+        env.read(|c| c.require_node("n1")).await.status,
+        NodeStatus::Lost
+    );
+}
+
+#[tokio::test]
+async fn what_a_plugin_made_is_kept_for_plugin_show_across_registrations() {
+    let env = ready_node().await;
+    let observed = csivol_api::Report::Published {
+        volume: "v".into(),
+        alloc: "a1".into(),
+        target_path: "/targets/v/a1".into(),
+        observed: Some(csivol_api::ObservedShape {
+            staging: Some("none".into()),
+            target: "mount".into(),
+        }),
+    };
+    env.report("n1", vec![observed]).await;
+    env.register("n1", false, &[("v", "a1")]).await;
+    let plugins = env
+        .read(|c| crate::views::list_plugins(c, Some("hp")))
+        .await;
+    let n1 = plugins[0].nodes.iter().find(|n| n.name == "n1").unwrap();
+    let seen = n1.observed.as_ref().expect("kept across the registration");
+    assert_eq!((seen.volume.as_str(), seen.alloc.as_str()), ("v", "a1"));
+    assert_eq!(seen.shape.staging.as_deref(), Some("none"));
+    assert_eq!(seen.shape.target, "mount");
 }

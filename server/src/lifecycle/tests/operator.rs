@@ -7,13 +7,7 @@ use super::Env;
 /// Node `n1` holds a ready claim `a1` of volume `v`, attached through controller host
 /// `ctl`; then `n1` is lost.
 async fn blocked() -> Env {
-    let env = Env::new();
-    env.register("ctl", true, &[]).await;
-    env.register("n1", false, &[]).await;
-    env.volume("v", "single-node-writer").await;
-    env.claim("v", "a1", "n1", ClaimMode::Write).await.unwrap();
-    env.controller_published("ctl").await;
-    env.report("n1", vec![super::published("v", "a1")]).await;
+    let env = super::ready_node().await;
     env.write(|ctx, l| super::super::mark_lost(ctx, "n1", "no heartbeat", l))
         .await
         .unwrap();
@@ -52,7 +46,11 @@ async fn unblock_plans_in_a_dry_run_and_force_releases_and_detaches_for_real() {
         .write(|ctx, l| super::super::unblock_volume(ctx, "v", None, " ", false, "op", l))
         .await
         .unwrap_err();
-    assert_eq!(e.code.as_str(), "invalid", "a real unblock needs a reason");
+    assert_eq!(
+        e.code().as_str(),
+        "invalid",
+        "a real unblock needs a reason"
+    );
 
     env.write(|ctx, l| super::super::unblock_node(ctx, "n1", "n1 burned", false, "op", l))
         .await
@@ -82,7 +80,7 @@ async fn unblock_plans_in_a_dry_run_and_force_releases_and_detaches_for_real() {
         .write(|ctx, l| super::super::unblock_volume(ctx, "v", None, "again", false, "op", l))
         .await
         .unwrap_err();
-    assert_eq!(e.code.as_str(), "conflict", "not blocked any more");
+    assert_eq!(e.code().as_str(), "conflict", "not blocked any more");
 }
 
 #[tokio::test]
@@ -99,7 +97,7 @@ async fn detach_releases_through_a_live_node_and_needs_force_for_a_lost_one() {
         .write(move |ctx, l| super::super::detach(ctx, "v", &r, "op", l))
         .await
         .unwrap_err();
-    assert_eq!(e.code.as_str(), "blocked");
+    assert_eq!(e.code().as_str(), "blocked");
     assert!(e.message.contains("n1` is lost"), "{}", e.message);
     let r = req("n1", true, true);
     let plan = env
@@ -117,7 +115,7 @@ async fn detach_releases_through_a_live_node_and_needs_force_for_a_lost_one() {
         .write(move |ctx, l| super::super::detach(ctx, "w", &r, "op", l))
         .await
         .unwrap_err();
-    assert_eq!(e.code.as_str(), "conflict");
+    assert_eq!(e.code().as_str(), "conflict");
     let r = req("ctl", false, true);
     let plan = env
         .write(move |ctx, l| super::super::detach(ctx, "w", &r, "op", l))

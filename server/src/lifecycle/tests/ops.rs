@@ -5,7 +5,6 @@ use std::time::Duration;
 use csivol_api::{AttachmentState, ClaimMode, ClaimState, Report};
 
 use super::{Env, plugin_error};
-use crate::store::Snapshot;
 
 #[tokio::test]
 async fn operations_go_to_the_least_loaded_host_one_per_node_within_the_plugin_limit() {

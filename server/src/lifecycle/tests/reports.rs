@@ -4,7 +4,6 @@
 use csivol_api::{AttachmentState, ClaimMode, ClaimState, DetachRequest, Report};
 
 use super::{Env, plugin_error, published};
-use crate::store::Snapshot;
 
 /// A cluster with node `n1` hosting the controller, volume `v` and claim `a1` on `n1`,
 /// attached and publishing.
@@ -233,11 +232,9 @@ async fn fenced_records_when_the_agent_fenced_itself() {
     assert_eq!(n.fenced_at, Some(1_700_000_000_000));
     let message: String = env
         .read(|c| {
-            Ok(c.query_row(
-                "SELECT message FROM events WHERE kind = 'node-fenced'",
-                [],
-                |r| r.get(0),
-            )?)
+            let events = c.events(0, &Default::default(), 10_000)?;
+            let fenced = events.into_iter().find(|e| e.kind == "node-fenced");
+            Ok(fenced.expect("a node-fenced event").message)
         })
         .await;
     assert!(message.ends_with("took down v"), "{message}");

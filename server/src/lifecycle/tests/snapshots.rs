@@ -9,7 +9,7 @@ use serde_json::json;
 
 use super::{Env, plugin_error, registration};
 use crate::model::SnapshotRow;
-use crate::store::{Snapshot, Txn};
+use crate::store::Txn;
 
 /// Registers `node` hosting the controller of `hp` with these snapshot capabilities.
 async fn register_host(env: &Env, node: &str, snapshots: bool, clone: bool) {
@@ -117,7 +117,7 @@ async fn a_snapshot_is_created_polled_until_ready_used_and_deleted() {
         .write(|ctx, l| super::super::deregister_volume(ctx, "v", true, "op", l))
         .await
         .unwrap_err();
-    assert_eq!(e.code.as_str(), "conflict");
+    assert_eq!(e.code().as_str(), "conflict");
     assert!(
         e.message.contains("snapshots being created: s1"),
         "{}",
@@ -132,7 +132,7 @@ async fn a_snapshot_is_created_polled_until_ready_used_and_deleted() {
         })
         .await
         .unwrap_err();
-    assert_eq!(e.code.as_str(), "conflict");
+    assert_eq!(e.code().as_str(), "conflict");
     assert!(e.message.contains("not ready to use yet"), "{}", e.message);
 
     // The poll comes due (the scheduler's clock is not the test's: hand it out directly).
@@ -157,7 +157,7 @@ async fn a_snapshot_is_created_polled_until_ready_used_and_deleted() {
     assert!(!snapshot(&env, "s1", "v").await.unwrap());
     env.volume("w", "single-node-writer").await;
     let e = snapshot(&env, "s1", "w").await.unwrap_err();
-    assert_eq!(e.code.as_str(), "conflict");
+    assert_eq!(e.code().as_str(), "conflict");
 
     // A volume from the snapshot: CreateVolume carries the plugin's snapshot id.
     env.write(|ctx, l| {
@@ -263,7 +263,7 @@ async fn requests_the_plugin_cannot_serve_are_refused_with_a_hint() {
     env.volume("v", "single-node-writer").await;
 
     let e = snapshot(&env, "s1", "v").await.unwrap_err();
-    assert_eq!(e.code.as_str(), "invalid");
+    assert_eq!(e.code().as_str(), "invalid");
     assert!(
         e.message.contains("CREATE_DELETE_SNAPSHOT"),
         "{}",
@@ -279,7 +279,7 @@ async fn requests_the_plugin_cannot_serve_are_refused_with_a_hint() {
         })
         .await
         .unwrap_err();
-    assert_eq!(e.code.as_str(), "invalid");
+    assert_eq!(e.code().as_str(), "invalid");
     assert!(e.message.contains("CLONE_VOLUME"), "{}", e.message);
     assert!(
         env.read(|c| c.volume("c")).await.is_none(),
@@ -293,10 +293,10 @@ async fn requests_the_plugin_cannot_serve_are_refused_with_a_hint() {
         })
         .await
         .unwrap_err();
-    assert_eq!(e.code.as_str(), "not_found");
+    assert_eq!(e.code().as_str(), "not_found");
 
     let e = snapshot(&env, "s1", "missing").await.unwrap_err();
-    assert_eq!(e.code.as_str(), "not_found");
+    assert_eq!(e.code().as_str(), "not_found");
     assert!(env.ops().await.is_empty());
 }
 

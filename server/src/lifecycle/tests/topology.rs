@@ -9,7 +9,6 @@ use serde_json::json;
 
 use super::{Env, registration};
 use crate::error::ApiError;
-use crate::store::Snapshot;
 
 fn zone(z: &str) -> Topology {
     [("zone".to_owned(), z.to_owned())].into()
@@ -44,7 +43,7 @@ impl Env {
 
 #[track_caller]
 fn assert_topology_refusal(e: &ApiError, node: &str, hint_names: &str) {
-    assert_eq!(e.code, ErrorCode::Topology, "{e:?}");
+    assert_eq!(e.code(), ErrorCode::Topology, "{e:?}");
     assert!(
         e.message
             .contains(&format!("node `{node}` is outside the topology")),
@@ -273,7 +272,7 @@ async fn bad_topology_in_a_spec_is_refused_with_what_to_fix() {
             .write(move |ctx, l| super::super::create_volume(ctx, "v", spec.clone(), "op", l))
             .await
             .unwrap_err();
-        assert_eq!(e.code, ErrorCode::Invalid, "{request}: {e:?}");
+        assert_eq!(e.code(), ErrorCode::Invalid, "{request}: {e:?}");
         assert!(e.message.contains(want), "{request}: {e:?}");
         assert!(e.hint.is_some(), "{request}: a hint says what to do: {e:?}");
     }

@@ -5,7 +5,6 @@ use serde_json::json;
 
 use super::{Env, spec};
 use crate::model::Lifecycle;
-use crate::store::Snapshot;
 
 #[tokio::test]
 async fn registering_again_changes_nothing_and_a_changed_spec_in_use_is_refused() {
@@ -32,7 +31,7 @@ async fn registering_again_changes_nothing_and_a_changed_spec_in_use_is_refused(
         .write(|ctx, _| super::super::register_volume(ctx, "v", spec("single-node-writer"), "op"))
         .await
         .unwrap_err();
-    assert_eq!(e.code.as_str(), "conflict");
+    assert_eq!(e.code().as_str(), "conflict");
     assert!(e.message.contains("in use: a1 on n1"), "{}", e.message);
     let v = env.read(|c| c.require_volume("v")).await;
     assert_eq!(
@@ -104,7 +103,7 @@ async fn deregistering_refuses_a_claimed_volume_and_deletes_a_free_one_through_i
         .write(|ctx, l| super::super::deregister_volume(ctx, "v", false, "op", l))
         .await
         .unwrap_err();
-    assert_eq!(e.code.as_str(), "conflict");
+    assert_eq!(e.code().as_str(), "conflict");
     assert!(e.message.contains("is claimed: a1 on n1"), "{}", e.message);
 
     env.volume("w", "single-node-writer").await;

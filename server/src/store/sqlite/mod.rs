@@ -3,6 +3,12 @@
 //! through the connection's statement cache: the same few run for every claim, and
 //! preparing them each time would cost more than running them.
 
+mod access;
+pub mod backup;
+pub mod db;
+mod listings;
+pub mod maintenance;
+mod nodes;
 mod rows;
 mod snapshots;
 mod txn;
@@ -15,19 +21,24 @@ use csivol_api::{
 };
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::{Event, NewClaim, OpSlot, Snapshot, Txn};
+use super::{Event, EventFilter, NewClaim, OpSlot, Snapshot, Txn};
 use crate::db::{WriteCtx, optional};
 use crate::error::{ApiError, ApiResult};
 use crate::model::{
-    AttachmentRow, ClaimRow, Lifecycle, NodePluginRow, NodeRow, OpRow, VolumeRow, to_json,
+    AttachmentRow, ClaimRow, Lifecycle, NewFence, NodeFenceRow, NodePluginRow, NodeRow, OpRow,
+    PluginNodeRow, StateCounts, TokenRow, VolumeChunk, VolumeRow, to_json,
 };
 use crate::watch::Key;
 use csivol_rules::kinds::OpKind;
 
-pub use rows::{
-    ATTACHMENT_COLUMNS, CLAIM_COLUMNS, NODE_COLUMNS, VOLUME_COLUMNS, needs_controller_publish,
-    slots_used,
-};
+pub use rows::{ATTACHMENT_COLUMNS, CLAIM_COLUMNS, needs_controller_publish, slots_used};
+
+impl From<rusqlite::Error> for ApiError {
+    fn from(e: rusqlite::Error) -> Self {
+        tracing::error!(error = %e, "database error");
+        Self::internal(format!("database error: {e}"))
+    }
+}
 
 fn exec(conn: &Connection, sql: &str, params: impl rusqlite::Params) -> ApiResult<usize> {
     Ok(conn.prepare_cached(sql)?.execute(params)?)
@@ -312,6 +323,79 @@ impl Snapshot for Connection {
     ) -> ApiResult<Option<api::ControllerCapabilities>> {
         snapshots::controller_capabilities(self, plugin)
     }
+
+    fn tokens(&self) -> ApiResult<Vec<TokenRow>> {
+        access::tokens(self)
+    }
+
+    fn controller_allowances(&self, plugin: &str) -> ApiResult<Vec<(String, String, i64)>> {
+        access::controller_allowances(self, plugin)
+    }
+
+    fn nodes_hosting_controller(&self, plugin: &str) -> ApiResult<Vec<String>> {
+        access::nodes_hosting_controller(self, plugin)
+    }
+
+    fn last_event_of_node(&self, node: &str) -> ApiResult<Option<(String, String)>> {
+        access::last_event_of_node(self, node)
+    }
+
+    fn nodes(&self, only: Option<&str>) -> ApiResult<Vec<NodeRow>> {
+        nodes::nodes(self, only)
+    }
+
+    fn node_fence_facts(&self, node: &str) -> ApiResult<NodeFenceRow> {
+        nodes::node_fence_facts(self, node)
+    }
+
+    fn fence_history(&self, node: &str) -> ApiResult<Vec<api::FenceRecord>> {
+        nodes::fence_history(self, node)
+    }
+
+    fn expired_claims(&self, now: i64) -> ApiResult<Vec<ClaimRow>> {
+        nodes::expired_claims(self, now)
+    }
+
+    fn any_lease_expired(&self, now: i64) -> ApiResult<bool> {
+        nodes::any_lease_expired(self, now)
+    }
+
+    fn volume_chunk(
+        &self,
+        after: &str,
+        plugin: Option<&str>,
+        rows: usize,
+    ) -> ApiResult<VolumeChunk> {
+        listings::volume_chunk(self, after, plugin, rows)
+    }
+
+    fn claims(&self, volume: Option<&str>, node: Option<&str>) -> ApiResult<Vec<ClaimRow>> {
+        listings::claims(self, volume, node)
+    }
+
+    fn plugin_nodes(&self, only: Option<&str>) -> ApiResult<Vec<PluginNodeRow>> {
+        listings::plugin_nodes(self, only)
+    }
+
+    fn volumes_of_plugin(&self, plugin: &str) -> ApiResult<u32> {
+        listings::volumes_of_plugin(self, plugin)
+    }
+
+    fn events(&self, after: u64, f: &EventFilter, limit: u32) -> ApiResult<Vec<api::Event>> {
+        listings::events(self, after, f, limit)
+    }
+
+    fn state_counts(&self) -> ApiResult<StateCounts> {
+        listings::state_counts(self)
+    }
+
+    fn stored_secrets(&self) -> ApiResult<Vec<(String, String)>> {
+        access::stored_secrets(self)
+    }
+
+    fn secrets_check(&self) -> ApiResult<Option<String>> {
+        access::secrets_check(self)
+    }
 }
 
 /// Reads inside a write see the transaction's own changes: they go to its connection.
@@ -356,6 +440,23 @@ reads_through_the_transaction! {
     snapshot(name: &str) -> Option<crate::model::SnapshotRow>;
     snapshots(volume: Option<&str>) -> Vec<crate::model::SnapshotRow>;
     controller_capabilities(plugin: &str) -> Option<api::ControllerCapabilities>;
+    tokens() -> Vec<TokenRow>;
+    controller_allowances(plugin: &str) -> Vec<(String, String, i64)>;
+    nodes_hosting_controller(plugin: &str) -> Vec<String>;
+    last_event_of_node(node: &str) -> Option<(String, String)>;
+    nodes(only: Option<&str>) -> Vec<NodeRow>;
+    node_fence_facts(node: &str) -> NodeFenceRow;
+    fence_history(node: &str) -> Vec<api::FenceRecord>;
+    expired_claims(now: i64) -> Vec<ClaimRow>;
+    any_lease_expired(now: i64) -> bool;
+    volume_chunk(after: &str, plugin: Option<&str>, rows: usize) -> VolumeChunk;
+    claims(volume: Option<&str>, node: Option<&str>) -> Vec<ClaimRow>;
+    plugin_nodes(only: Option<&str>) -> Vec<PluginNodeRow>;
+    volumes_of_plugin(plugin: &str) -> u32;
+    events(after: u64, f: &EventFilter, limit: u32) -> Vec<api::Event>;
+    state_counts() -> StateCounts;
+    stored_secrets() -> Vec<(String, String)>;
+    secrets_check() -> Option<String>;
 }
 
 fn reconcile_facts(
@@ -432,4 +533,10 @@ fn controller_findings(
         out.extend(kept.into_iter().map(|k| (plugin.clone(), k)));
     }
     Ok(out)
+}
+
+/// Every queued operation, by id (for tests that check the whole queue).
+#[cfg(test)]
+pub fn every_op(conn: &Connection) -> ApiResult<Vec<OpRow>> {
+    ops(conn, "1 ORDER BY id", [])
 }

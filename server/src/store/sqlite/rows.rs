@@ -153,8 +153,8 @@ impl AttachmentRow {
     }
 }
 
-pub const NODE_COLUMNS: &str =
-    "name, status, registered_at, lost_at, fence_after_ms, fenced_at, eligibility";
+pub const NODE_COLUMNS: &str = "name, status, registered_at, lost_at, fence_after_ms, fenced_at, \
+     eligibility, stopped_at, stop_took_down";
 
 impl NodeRow {
     pub fn from_row(r: &Row<'_>) -> rusqlite::Result<Self> {
@@ -166,6 +166,8 @@ impl NodeRow {
             fence_after_ms: r.get(4)?,
             fenced_at: r.get(5)?,
             eligibility: parse(r.get(6)?)?,
+            stopped_at: r.get(7)?,
+            stop_took_down: r.get::<_, Option<bool>>(8)?.unwrap_or(false),
         })
     }
 
@@ -178,7 +180,8 @@ impl NodeRow {
 impl NodePluginRow {
     pub fn of_node(conn: &Connection, node: &str) -> ApiResult<Vec<Self>> {
         let mut stmt = conn.prepare_cached(
-            "SELECT plugin, csi_node_id, max_volumes, node_service, controller, topology \
+            "SELECT plugin, csi_node_id, max_volumes, node_service, controller, topology, \
+             json_extract(registration, '$.node.ready_check'), observed \
              FROM node_plugins WHERE node = ?1 ORDER BY plugin",
         )?;
         let rows = stmt
@@ -190,6 +193,10 @@ impl NodePluginRow {
                     node_service: r.get(3)?,
                     controller: r.get(4)?,
                     topology: json(r.get(5)?)?,
+                    ready_check: r.get(6)?,
+                    observed: r
+                        .get::<_, Option<String>>(7)?
+                        .and_then(|o| serde_json::from_str(&o).ok()),
                 })
             })?
             .collect::<Result<Vec<_>, _>>()?;

@@ -435,7 +435,7 @@ impl Txn for WriteCtx<'_> {
             self.tx,
             "INSERT INTO nodes (name, status, registered_at, fence_after_ms, labels) VALUES (?1, 'ready', ?2, ?3, ?4) \
              ON CONFLICT (name) DO UPDATE SET status = 'ready', lost_at = NULL, fence_after_ms = ?3, labels = ?4, \
-             fence_failures = 0, fence_error = NULL",
+             fence_failures = 0, fence_error = NULL, stopped_at = NULL, stop_took_down = NULL",
             params![
                 name,
                 self.now,
@@ -443,14 +443,22 @@ impl Txn for WriteCtx<'_> {
                 to_json(labels)
             ],
         )?;
+        // What the agent observed of each plugin outlives its registrations.
+        let observed: BTreeMap<String, String> = self
+            .tx
+            .prepare_cached(
+                "SELECT plugin, observed FROM node_plugins WHERE node = ?1 AND observed IS NOT NULL",
+            )?
+            .query_map([name], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<Result<_, _>>()?;
         exec(self.tx, "DELETE FROM node_plugins WHERE node = ?1", [name])?;
         for p in plugins {
             let node_part = p.node.as_ref();
             exec(
                 self.tx,
                 "INSERT INTO node_plugins (node, plugin, registration, csi_node_id, max_volumes, node_service, controller, \
-                 controller_service, controller_publish, stage_unstage, topology) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                 controller_service, controller_publish, stage_unstage, topology, observed) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
                 params![
                     name,
                     p.id,
@@ -467,6 +475,7 @@ impl Txn for WriteCtx<'_> {
                             .and_then(|n| n.info.accessible_topology.clone())
                             .unwrap_or_default()
                     ),
+                    observed.get(&p.id),
                 ],
             )?;
         }
@@ -487,6 +496,24 @@ impl Txn for WriteCtx<'_> {
                 params![status.as_str(), name],
             )?;
         }
+        Ok(())
+    }
+
+    fn set_node_stopped(&mut self, name: &str, took_down: bool) -> ApiResult<()> {
+        exec(
+            self.tx,
+            "UPDATE nodes SET status = 'stopped', stopped_at = ?1, stop_took_down = ?2 WHERE name = ?3",
+            params![self.now, took_down, name],
+        )?;
+        Ok(())
+    }
+
+    fn set_plugin_observed(&mut self, node: &str, plugin: &str, observed: &str) -> ApiResult<()> {
+        exec(
+            self.tx,
+            "UPDATE node_plugins SET observed = ?1 WHERE node = ?2 AND plugin = ?3",
+            params![observed, node, plugin],
+        )?;
         Ok(())
     }
 
@@ -602,5 +629,75 @@ impl Txn for WriteCtx<'_> {
             params![key, kind.as_str()],
         )?;
         Ok(())
+    }
+
+    fn insert_token(&mut self, t: &TokenRow) -> ApiResult<()> {
+        access::insert_token(self, t)
+    }
+
+    fn set_token_revoked(&mut self, id: &str, at: i64) -> ApiResult<()> {
+        access::set_token_revoked(self, id, at)
+    }
+
+    fn set_token_last_used(&mut self, id: &str, at: i64) -> ApiResult<()> {
+        access::set_token_last_used(self, id, at)
+    }
+
+    fn allow_controller_host(&mut self, plugin: &str, node: &str, actor: &str) -> ApiResult<bool> {
+        access::allow_controller_host(self, plugin, node, actor)
+    }
+
+    fn disallow_controller_host(&mut self, plugin: &str, node: &str) -> ApiResult<bool> {
+        access::disallow_controller_host(self, plugin, node)
+    }
+
+    fn set_node_eligibility(&mut self, name: &str, eligibility: api::Eligibility) -> ApiResult<()> {
+        nodes::set_node_eligibility(self, name, eligibility)
+    }
+
+    fn delete_node(&mut self, name: &str) -> ApiResult<()> {
+        nodes::delete_node(self, name)
+    }
+
+    fn set_node_operator_labels(
+        &mut self,
+        node: &str,
+        labels: &BTreeMap<String, String>,
+    ) -> ApiResult<()> {
+        nodes::set_node_operator_labels(self, node, labels)
+    }
+
+    fn insert_fence(&mut self, f: &NewFence<'_>) -> ApiResult<u64> {
+        nodes::insert_fence(self, f)
+    }
+
+    fn note_fence_failure(&mut self, node: &str, why: &str) -> ApiResult<()> {
+        nodes::note_fence_failure(self, node, why)
+    }
+
+    fn set_node_fenced(&mut self, node: &str) -> ApiResult<()> {
+        nodes::set_node_fenced(self, node)
+    }
+
+    fn set_claim_lease(
+        &mut self,
+        volume: &str,
+        alloc: &str,
+        ttl_ms: i64,
+        expires_at: i64,
+    ) -> ApiResult<()> {
+        nodes::set_claim_lease(self, volume, alloc, ttl_ms, expires_at)
+    }
+
+    fn prune_events(&mut self, keep: i64) -> ApiResult<usize> {
+        listings::prune_events(self, keep)
+    }
+
+    fn put_stored_secrets(&mut self, volume: &str, sealed: &str) -> ApiResult<()> {
+        access::put_stored_secrets(self, volume, sealed)
+    }
+
+    fn put_secrets_check(&mut self, sealed: &str) -> ApiResult<()> {
+        access::put_secrets_check(self, sealed)
     }
 }

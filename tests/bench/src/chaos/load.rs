@@ -200,9 +200,10 @@ async fn cycle(http: &Http, spec: &Spec, volume: &str, alloc: &str, node: &str, 
                 } else if history.iter().any(|(kind, m)| {
                     kind.starts_with("claim-releas") && m.starts_with("node came back")
                 }) {
-                    // The server's documented rule for a lost node that returns: its blocked
-                    // claims are released (through the node if it still has them), recorded
-                    // with the reason. Not silent, so not lost; counted apart.
+                    // The server's documented rule for a lost node that returns: a claim whose
+                    // release was under way when it was lost is released through the node,
+                    // recorded with the reason (a claim nobody released is published again).
+                    // Not silent, so not lost; counted apart.
                     dropped();
                     t.released_on_return += 1;
                     t.cycles += 1;
@@ -233,7 +234,19 @@ async fn cycle(http: &Http, spec: &Spec, volume: &str, alloc: &str, node: &str, 
             Output::Unknown,
         )
     };
-    let mut index = match persist(release_deadline, &mut t.retries, || http.delete(&path)).await {
+    // A claim blocked on its lost node cannot be released through it (423): as a CI job
+    // would, wait for the node to come back (a claim nobody released is published again
+    // then), within the cycle's time.
+    let released = loop {
+        match persist(release_deadline, &mut t.retries, || http.delete(&path)).await {
+            Answer::Got(r) if r.status == 423 && Instant::now() < release_deadline => {
+                t.retries += 1;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            answer => break answer,
+        }
+    };
+    let mut index = match released {
         Answer::Got(r) if r.status == 202 || r.status == 404 => r.index.unwrap_or(0),
         Answer::Got(r) => {
             unseen();

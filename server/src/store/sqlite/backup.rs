@@ -8,15 +8,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, bail};
 use rusqlite::{Connection, OpenFlags};
 
-use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue};
-use axum::response::{IntoResponse, Response};
-use csivol_api::INDEX_HEADER;
-
-use super::db::{self, SCHEMA_VERSION};
-use super::error::{ApiError, ApiResult};
-use super::http::App;
-use super::identity::{self, CLUSTER_ID_FILE, Contents, STATE_DB, Signs};
+use crate::db::{self, SCHEMA_VERSION};
+use crate::identity::{self, CLUSTER_ID_FILE, Contents, STATE_DB, Signs};
 
 /// `csivol-server backup` flags.
 #[derive(Debug, Clone, clap::Args)]
@@ -216,7 +209,7 @@ pub fn run_restore(args: &RestoreArgs) -> anyhow::Result<()> {
         verify(&conn, &args.from)?
     };
     let dir = &args.data_dir;
-    super::create_private_dir(dir)?;
+    crate::create_private_dir(dir)?;
     let Some(_lock) = identity::try_lock(dir)? else {
         bail!(
             "a csivol server is running on data dir {}: a restore cannot replace its database \
@@ -296,51 +289,4 @@ pub fn run_restore(args: &RestoreArgs) -> anyhow::Result<()> {
         dir.display()
     );
     Ok(())
-}
-
-/// `GET /v1/backup`: a consistent snapshot of the state database, as one SQLite file.
-pub(super) async fn download(State(app): State<App>, headers: HeaderMap) -> ApiResult<Response> {
-    app.operator(&headers)?;
-    let db = app.db.path().to_owned();
-    let (summary, bytes) = tokio::task::spawn_blocking(move || {
-        // The snapshot goes through a file beside the database (same filesystem, private
-        // dir), read back and removed: the online backup API writes to a database file.
-        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let to = db.with_file_name(format!("backup-{}-{n}.db", std::process::id()));
-        let result = backup(&db, &to).and_then(|s| Ok((s, std::fs::read(&to)?)));
-        let _ = std::fs::remove_file(&to);
-        result
-    })
-    .await
-    .map_err(|e| ApiError::internal(format!("backup task failed: {e}")))?
-    .map_err(|e| {
-        ApiError::unavailable(format!("the backup failed: {e:#}")).with_hint(
-            "`csivol-server backup --data-dir DIR --to FILE` on the server's machine does the same",
-        )
-    })?;
-    let mut r = (
-        [
-            (
-                axum::http::header::CONTENT_TYPE,
-                "application/vnd.sqlite3".to_owned(),
-            ),
-            (
-                axum::http::header::CONTENT_DISPOSITION,
-                "attachment; filename=\"csivol-state.db\"".to_owned(),
-            ),
-        ],
-        bytes,
-    )
-        .into_response();
-    if let Some(id) = summary
-        .cluster_id
-        .as_deref()
-        .and_then(|id| HeaderValue::from_str(id).ok())
-    {
-        r.headers_mut().insert("x-csivol-cluster", id);
-    }
-    r.headers_mut()
-        .insert(INDEX_HEADER, HeaderValue::from(summary.index as u64));
-    Ok(r)
 }

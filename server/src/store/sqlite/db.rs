@@ -9,8 +9,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use tokio::sync::{mpsc, oneshot};
 
-use super::error::{ApiError, ApiResult};
-use super::watch::{Hub, Key};
+use crate::error::{ApiError, ApiResult};
+use crate::watch::{Hub, Key};
 
 /// Schema migrations, in order; the database's `user_version` is how many were applied.
 const MIGRATIONS: &[&str] = &[
@@ -278,6 +278,15 @@ CREATE TABLE secrets_check (id INTEGER PRIMARY KEY CHECK (id = 1), sealed TEXT N
 -- fill its fence method.
 ALTER TABLE nodes ADD COLUMN operator_labels TEXT NOT NULL DEFAULT '{}';
 "#,
+    r#"
+-- A planned stop (an agent's `node-stopping`): when, and whether it took its volumes down;
+-- the node is `stopped` until it registers again or its grace runs out. And what each
+-- node's agent last observed a plugin make for a claim (`plugin show`), kept across the
+-- node's registrations.
+ALTER TABLE nodes ADD COLUMN stopped_at INTEGER;
+ALTER TABLE nodes ADD COLUMN stop_took_down INTEGER;
+ALTER TABLE node_plugins ADD COLUMN observed TEXT;
+"#,
 ];
 
 /// How many schema migrations this build knows: a database at this `user_version` is current.
@@ -369,7 +378,7 @@ impl WriteCtx<'_> {
 
     /// Runs `f` once this request's changes are committed, never if they are rolled back:
     /// log lines about a change are written after it happened (`store::Txn::after_commit`).
-    pub(super) fn after_commit(&mut self, f: AfterCommit) {
+    pub(crate) fn after_commit(&mut self, f: AfterCommit) {
         self.on_commit.push(f);
     }
 }
@@ -377,7 +386,7 @@ impl WriteCtx<'_> {
 /// One write request. The etcd store runs a group's requests again when another server
 /// committed first (its mirror moved on), so a request may run more than once; it is
 /// answered once, with the result of its last run.
-pub(super) trait Job: Send {
+pub(crate) trait Job: Send {
     /// Runs the request; whether it succeeded (its changes are kept).
     fn run(&mut self, ctx: &mut WriteCtx<'_>) -> bool;
     /// Answers the request: its result, or the commit's error.
@@ -427,18 +436,18 @@ where
     }
 }
 
-pub(super) type BoxJob = Box<dyn Job>;
+pub(crate) type BoxJob = Box<dyn Job>;
 
 /// What a group's successful requests asked for once it commits.
 #[derive(Default)]
-pub(super) struct GroupEffects {
+pub(crate) struct GroupEffects {
     pub touched: Vec<Key>,
     pub on_commit: Vec<AfterCommit>,
 }
 
 /// Runs `group` in `tx`, each request in a savepoint of its own (a failed one rolls back
 /// alone), and records the group's change index in `meta`.
-pub(super) fn run_group(
+pub(crate) fn run_group(
     tx: &rusqlite::Transaction<'_>,
     group: &mut [BoxJob],
     index: u64,
@@ -501,7 +510,7 @@ const READERS: usize = 8;
 const MAX_GROUP: usize = 512;
 
 /// What a writer thread is handed: the job channel, the hub and the error slot.
-pub(super) struct WriterParts {
+pub(crate) struct WriterParts {
     pub rx: mpsc::UnboundedReceiver<BoxJob>,
     pub hub: Arc<Hub>,
     pub write_error: Arc<Mutex<Option<String>>>,
@@ -518,7 +527,7 @@ impl Db {
 
     /// A database at `path` whose writer thread runs `writer` (the SQLite writer, or the
     /// etcd store's over its mirror) from change index `index`.
-    pub(super) fn start_with(
+    pub(crate) fn start_with(
         path: &Path,
         index: u64,
         writer: impl FnOnce(WriterParts) + Send + 'static,
@@ -668,7 +677,7 @@ fn read_on<T>(
 }
 
 /// Takes up to [`MAX_GROUP`] waiting requests after `first`.
-pub(super) fn take_group(first: BoxJob, rx: &mut mpsc::UnboundedReceiver<BoxJob>) -> Vec<BoxJob> {
+pub(crate) fn take_group(first: BoxJob, rx: &mut mpsc::UnboundedReceiver<BoxJob>) -> Vec<BoxJob> {
     let mut group = vec![first];
     while group.len() < MAX_GROUP {
         match rx.try_recv() {

@@ -4,28 +4,28 @@
 //! does. Also the policy's automatic fences and the return of a fenced node.
 //!
 //! A fence that did not confirm the node off (non-zero exit, timeout, no start) changes
-//! nothing but the record of the attempt. Running the command is `fence_command`'s job.
+//! nothing but the record of the attempt. Running the command is `command`'s job;
+//! recording what it did, `lifecycle::fence`'s.
+
+pub(crate) mod command;
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Mutex;
 use std::time::Duration;
 
 use csivol_api::{
-    self as api, FenceOutcome, FenceRecord, FenceRequest, NodeStatus, PlannedAction,
-    RegisterRequest,
+    self as api, AttachmentState, FenceOutcome, FenceRecord, FenceRequest, NodeStatus,
+    PlannedAction,
 };
-use rusqlite::{Connection, params};
 
-use super::db::{WriteCtx, now_ms};
+use self::command::run_command;
+use super::db::now_ms;
 use super::error::{ApiError, ApiResult};
-use super::fence_command::{Ran, run_command};
 use super::http::App;
-use super::lifecycle::{self, event};
+use super::lifecycle::{self, Evidence, failure};
 use super::model::{NodeRow, time};
-use super::store::{Snapshot, Txn};
-use super::watch::Key;
+use super::store::Snapshot;
 use csivol_rules::fence::{self as fence_policy, Auto, Choice, FenceMethod, Labels, NodeFacts};
-use csivol_rules::kinds::EventKind;
 
 /// The nodes whose fence command runs now: one at a time per node.
 #[derive(Debug, Default)]
@@ -81,18 +81,16 @@ pub struct NodeLabels {
 }
 
 impl NodeLabels {
-    pub fn read(conn: &Connection, node: &str) -> ApiResult<Self> {
-        let (set, reported): (String, String) = conn
-            .prepare_cached("SELECT operator_labels, labels FROM nodes WHERE name = ?1")?
-            .query_row([node], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    pub fn read(conn: &impl Snapshot, node: &str) -> ApiResult<Self> {
+        let facts = conn.node_fence_facts(node)?;
         Ok(Self {
-            set: serde_json::from_str(&set)?,
-            reported: serde_json::from_str(&reported)?,
+            set: facts.operator_labels,
+            reported: facts.reported_labels,
         })
     }
 }
 
-fn load_target(conn: &Connection, node: &str) -> ApiResult<Target> {
+fn load_target(conn: &impl Snapshot, node: &str) -> ApiResult<Target> {
     let row = conn.require_node(node)?;
     let labels = NodeLabels::read(conn, node)?;
     let lost_since = row.lost_at.map(time);
@@ -109,17 +107,22 @@ fn load_target(conn: &Connection, node: &str) -> ApiResult<Target> {
             lost_since: lost_since.clone(),
         });
     }
-    let mut stmt = conn.prepare_cached(
-        "SELECT volume FROM attachments WHERE node = ?1 AND state IN ('blocked', 'attaching', 'attached', 'unstaging') ORDER BY volume",
-    )?;
-    for v in stmt.query_map([node], |r| r.get::<_, String>(0))? {
-        actions.push(PlannedAction {
-            action: "force-detach".into(),
-            volume: v?,
-            node: node.to_owned(),
-            alloc: None,
-            lost_since: lost_since.clone(),
-        });
+    let detached = [
+        AttachmentState::Blocked,
+        AttachmentState::Attaching,
+        AttachmentState::Attached,
+        AttachmentState::Unstaging,
+    ];
+    for a in conn.attachments_of_node(node)? {
+        if detached.contains(&a.state) {
+            actions.push(PlannedAction {
+                action: "force-detach".into(),
+                volume: a.volume,
+                node: node.to_owned(),
+                alloc: None,
+                lost_since: lost_since.clone(),
+            });
+        }
     }
     Ok(Target {
         labels,
@@ -153,6 +156,17 @@ pub async fn fence(
                 "node `{node}` is fenced already; its volumes were unblocked then"
             ))
             .with_hint(format!("`csivol node show {node}` shows its fence history")));
+        }
+        // A planned stop holds its claims for the node's return; fencing it is an
+        // operator's decision that it will not come back.
+        NodeStatus::Stopped if req.force => {}
+        NodeStatus::Stopped => {
+            return Err(ApiError::conflict(format!(
+                "node `{node}` is stopped: its agent stopped in order and its claims wait for it to start again"
+            ))
+            .with_hint(format!(
+                "start its agent again; if the node will not come back, fence it anyway: csivol fence {node} --force --reason \"...\""
+            )));
         }
     }
     let operator = app.fence.operator_labels(node, &target.labels.set);
@@ -247,49 +261,6 @@ fn no_method(node: &str, by_agent: Option<(&FenceMethod, Vec<(String, String)>)>
     }
 }
 
-/// Why a fence did not confirm the node off, in a few words.
-fn failure(r: &FenceRecord) -> String {
-    let took = humantime::format_duration(Duration::from_millis(r.duration_ms));
-    let mut s = match (r.timed_out, r.exit_status) {
-        (true, _) => format!("it ran past its timeout and was killed after {took}"),
-        (false, Some(code)) => format!("it exited with status {code} after {took}"),
-        (false, None) if r.output.starts_with("failed to start") => r.output.clone(),
-        (false, None) => format!("it was killed by a signal after {took}"),
-    };
-    let tail = last_line(&r.output);
-    if !tail.is_empty() && !r.output.starts_with("failed to start") {
-        s.push_str(&format!(" (output: {tail})"));
-    }
-    s
-}
-
-/// The output on one line for the event log, at most [`BRIEF`] characters (the whole of it
-/// is in the fence history).
-fn brief(output: &str) -> String {
-    let joined = output
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !matches!(*l, "stdout:" | "stderr:"))
-        .collect::<Vec<_>>()
-        .join(" | ");
-    match joined.char_indices().nth(BRIEF) {
-        Some((cut, _)) => format!("{}...", &joined[..cut]),
-        None => joined,
-    }
-}
-
-/// Most characters of a fence's output in its event.
-const BRIEF: usize = 400;
-
-fn last_line(output: &str) -> &str {
-    output
-        .lines()
-        .rev()
-        .find(|l| !l.trim().is_empty())
-        .unwrap_or("")
-        .trim()
-}
-
 /// Runs the method (one at a time per node) and records its outcome in one write: on
 /// success the node is fenced and unblocked; otherwise only the attempt is recorded.
 async fn run_and_record(
@@ -326,7 +297,7 @@ async fn run_and_record(
     let (record, actions) = app
         .db
         .write(move |ctx| {
-            record(
+            lifecycle::record_fence(
                 ctx,
                 Evidence {
                     node: &node_s,
@@ -351,187 +322,6 @@ async fn run_and_record(
     Ok((record, actions))
 }
 
-struct Evidence<'a> {
-    node: &'a str,
-    method: &'a str,
-    command: Vec<String>,
-    ran: Ran,
-    started_at: i64,
-    actor: &'a str,
-    reason: &'a str,
-    policy: bool,
-}
-
-/// One write: the attempt's record and event; on success the node fenced (blocked first
-/// if it was ready) and its volumes unblocked, the unblock's events naming the fence.
-fn record(
-    ctx: &mut WriteCtx<'_>,
-    e: Evidence<'_>,
-    limits: &lifecycle::Limits,
-) -> ApiResult<(FenceRecord, Vec<PlannedAction>)> {
-    let ok = e.ran.ok();
-    let duration_ms = e.ran.duration.as_millis() as u64;
-    ctx.tx.execute(
-        "INSERT INTO fences (node, at, method, command, exit_status, timed_out, output, duration_ms, actor, reason, ok) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
-        params![
-            e.node,
-            e.started_at,
-            e.method,
-            serde_json::to_string(&e.command)?,
-            e.ran.exit_status,
-            e.ran.timed_out,
-            e.ran.output,
-            duration_ms as i64,
-            e.actor,
-            e.reason,
-            ok
-        ],
-    )?;
-    let record = FenceRecord {
-        id: ctx.tx.last_insert_rowid() as u64,
-        at: time(e.started_at),
-        node: e.node.to_owned(),
-        method: e.method.to_owned(),
-        command: e.command,
-        exit_status: e.ran.exit_status,
-        timed_out: e.ran.timed_out,
-        output: e.ran.output,
-        duration_ms,
-        actor: e.actor.to_owned(),
-        reason: e.reason.to_owned(),
-        ok,
-    };
-    ctx.touch(Key::Node(e.node.to_owned()));
-    let shown = shell_words(&record.command);
-    let took = humantime::format_duration(Duration::from_millis(duration_ms));
-    if !ok {
-        let why = failure(&record);
-        if e.policy {
-            ctx.tx.execute(
-                "UPDATE nodes SET fence_failures = fence_failures + 1, fence_error = ?1, fence_failed_at = ?2 WHERE name = ?3",
-                params![why, ctx.now, e.node],
-            )?;
-        }
-        event(
-            ctx,
-            EventKind::NodeFenceFailed,
-            None,
-            Some(e.node),
-            None,
-            e.actor,
-            format!(
-                "fence #{} by method {} failed: `{shown}`: {why}; nothing was changed (reason: {})",
-                record.id, e.method, e.reason
-            ),
-        )?;
-        return Ok((record, Vec::new()));
-    }
-    let n = ctx.require_node(e.node)?;
-    if n.status == NodeStatus::Ready {
-        lifecycle::mark_lost(ctx, e.node, &format!("fenced by {}", e.actor), limits)?;
-    }
-    ctx.tx.execute(
-        "UPDATE nodes SET status = 'fenced', fence_failures = 0, fence_error = NULL, fence_failed_at = NULL WHERE name = ?1",
-        [e.node],
-    )?;
-    let tail = brief(&record.output);
-    event(
-        ctx,
-        EventKind::NodeFenced,
-        None,
-        Some(e.node),
-        None,
-        e.actor,
-        format!(
-            "fence #{} by method {}: `{shown}` exited 0 in {took}: node confirmed off{}; reason: {}",
-            record.id,
-            e.method,
-            if tail.is_empty() {
-                String::new()
-            } else {
-                format!(" (output: {tail})")
-            },
-            e.reason
-        ),
-    )?;
-    let blocked: bool = ctx.tx.query_row(
-        "SELECT EXISTS (SELECT 1 FROM claims WHERE node = ?1 AND state = 'blocked') \
-         OR EXISTS (SELECT 1 FROM attachments WHERE node = ?1 AND state = 'blocked')",
-        [e.node],
-        |r| r.get(0),
-    )?;
-    let actions = if blocked {
-        let why = format!(
-            "fenced (fence #{}, method {}): {}",
-            record.id, e.method, e.reason
-        );
-        lifecycle::unblock_node(ctx, e.node, &why, false, e.actor, limits)?.actions
-    } else {
-        Vec::new()
-    };
-    Ok((record, actions))
-}
-
-/// A command line as it would be typed (for messages; arguments with spaces quoted).
-fn shell_words(command: &[String]) -> String {
-    command
-        .iter()
-        .map(|a| {
-            if a.is_empty() || a.contains(|c: char| c.is_whitespace() || c == '\'' || c == '"') {
-                format!("'{}'", a.replace('\'', "'\\''"))
-            } else {
-                a.clone()
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-/// A fenced node registers again. Its claims were force-released by the fence, so none
-/// is resumed: what it still reports published is recorded as taken down (its desired
-/// state lists nothing, so its agent takes it down). It stays `fenced` until it registers
-/// holding nothing.
-pub fn returned(ctx: &mut impl Txn, node: &str, req: &RegisterRequest) -> ApiResult<()> {
-    let actor = format!("node:{node}");
-    for p in &req.published {
-        event(
-            ctx,
-            EventKind::ClaimTakenDown,
-            Some(&p.volume),
-            Some(node),
-            Some(&p.alloc),
-            &actor,
-            "node came back after it was fenced; the fence released this claim: the node takes it down",
-        )?;
-    }
-    if req.published.is_empty() && req.staged.is_empty() {
-        return event(
-            ctx,
-            EventKind::NodeReturned,
-            None,
-            Some(node),
-            None,
-            &actor,
-            "fenced node registered again holding nothing: ready",
-        );
-    }
-    ctx.set_node_status(node, NodeStatus::Fenced)?;
-    event(
-        ctx,
-        EventKind::NodeReturned,
-        None,
-        Some(node),
-        None,
-        &actor,
-        format!(
-            "fenced node registered again still holding {} publication(s) and {} staging(s); it stays fenced while it takes them down",
-            req.published.len(),
-            req.staged.len()
-        ),
-    )
-}
-
 /// The fence facts of every node, for views and the policy.
 pub struct NodeFence {
     /// The labels an operator set (the config file's and `csivol node label`'s).
@@ -550,15 +340,15 @@ pub struct NodeFence {
 /// Reads a node's fence facts (inside any read).
 pub fn node_fence(
     app_fence: &fence_policy::FenceConfig,
-    conn: &Connection,
+    conn: &impl Snapshot,
     n: &NodeRow,
 ) -> ApiResult<NodeFence> {
-    let (failures, error, failed_at): (u32, Option<String>, Option<i64>) = conn
-        .prepare_cached(
-            "SELECT fence_failures, fence_error, fence_failed_at FROM nodes WHERE name = ?1",
-        )?
-        .query_row([&n.name], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
-    let stored = NodeLabels::read(conn, &n.name)?;
+    let facts = conn.node_fence_facts(&n.name)?;
+    let (failures, error, failed_at) = (facts.failures, facts.error, facts.failed_at);
+    let stored = NodeLabels {
+        set: facts.operator_labels,
+        reported: facts.reported_labels,
+    };
     let operator = app_fence.operator_labels(&n.name, &stored.set);
     let choice = app_fence.choose(
         &n.name,
@@ -598,40 +388,6 @@ pub fn node_fence(
     })
 }
 
-/// A node's fence history, newest first.
-pub fn history(conn: &Connection, node: &str) -> ApiResult<Vec<FenceRecord>> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT id, at, node, method, command, exit_status, timed_out, output, duration_ms, actor, reason, ok \
-         FROM fences WHERE node = ?1 ORDER BY id DESC LIMIT 20",
-    )?;
-    let rows = stmt.query_map([node], |r| {
-        Ok((
-            FenceRecord {
-                id: r.get::<_, i64>(0)? as u64,
-                at: time(r.get(1)?),
-                node: r.get(2)?,
-                method: r.get(3)?,
-                command: Vec::new(),
-                exit_status: r.get(5)?,
-                timed_out: r.get(6)?,
-                output: r.get(7)?,
-                duration_ms: r.get::<_, i64>(8)? as u64,
-                actor: r.get(9)?,
-                reason: r.get(10)?,
-                ok: r.get(11)?,
-            },
-            r.get::<_, String>(4)?,
-        ))
-    })?;
-    let mut out = Vec::new();
-    for row in rows {
-        let (mut rec, command) = row?;
-        rec.command = serde_json::from_str(&command)?;
-        out.push(rec);
-    }
-    Ok(out)
-}
-
 /// The policy: fences lost nodes whose method has `auto_fence_after`, once it has passed,
 /// and again with backoff after a failure. Its actor is `policy:<method>`.
 pub async fn auto_fence(app: App) {
@@ -651,17 +407,10 @@ pub async fn auto_fence(app: App) {
         let due = app
             .db
             .read(move |c| {
-                let sql = format!(
-                    "SELECT {} FROM nodes WHERE status = 'lost'",
-                    super::store::sqlite::NODE_COLUMNS
-                );
-                let rows: Vec<NodeRow> = c
-                    .prepare_cached(&sql)?
-                    .query_map([], NodeRow::from_row)?
-                    .collect::<Result<_, _>>()?;
+                let rows = c.nodes(None)?;
                 let mut due = Vec::new();
-                for n in rows {
-                    let f = node_fence(&config, c, &n)?;
+                for n in rows.iter().filter(|n| n.status == NodeStatus::Lost) {
+                    let f = node_fence(&config, c, n)?;
                     if f.next_at.is_some_and(|t| t <= now_ms()) {
                         due.push((n.name.clone(), NodeLabels::read(c, &n.name)?));
                     }
@@ -722,24 +471,4 @@ pub fn to_api(f: NodeFence, node: &mut api::Node) {
     node.fence_failures = f.failures;
     node.fence_error = f.error;
     node.next_fence_at = f.next_at.map(time);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn output_in_the_event_log_is_one_bounded_line() {
-        assert_eq!(
-            brief("stdout:\nchassis power off\n\nstderr:\n  warning: slow bmc\n"),
-            "chassis power off | warning: slow bmc"
-        );
-        assert_eq!(brief(""), "");
-        let long = brief(&"é".repeat(1000));
-        assert_eq!(long.chars().count(), BRIEF + 3, "{long}");
-        assert_eq!(
-            shell_words(&["sh".into(), "-c".into(), "echo 'off'".into(), String::new()]),
-            r#"sh -c 'echo '\''off'\''' ''"#
-        );
-    }
 }

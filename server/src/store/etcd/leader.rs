@@ -62,7 +62,7 @@ pub fn leader_key(prefix: &str) -> Vec<u8> {
 const MARGIN: Duration = Duration::from_millis(500);
 
 async fn campaign(client: Client, key: Vec<u8>, ttl: Duration, tx: watch::Sender<Option<i64>>) {
-    let id = format!("{}-{}", std::process::id(), super::db::now_ms()).into_bytes();
+    let id = format!("{}-{}", std::process::id(), crate::db::now_ms()).into_bytes();
     let renew_every = ttl / 3;
     loop {
         // The lease runs from when etcd granted it, which is after this.

@@ -6,14 +6,12 @@
 use std::time::Duration;
 
 use csivol_api::{self as api, ClaimState};
-use rusqlite::params;
 
-use super::db::WriteCtx;
-use super::error::{ApiError, ApiResult};
-use super::lifecycle::{self, Limits, event};
-use super::model::{ClaimRow, time};
-use super::store::sqlite::CLAIM_COLUMNS;
-use super::store::{Snapshot, Txn};
+use super::{Limits, advance_volume, begin_release, event, remove_claim};
+use crate::error::{ApiError, ApiResult};
+use crate::model::{ClaimRow, time};
+use crate::store::Txn;
+use crate::watch::Key;
 use csivol_rules::kinds::EventKind;
 
 /// Whether a lease that ran out at `expires_at` is due at `now`, and what expiry does to a
@@ -28,15 +26,15 @@ pub fn expires(state: ClaimState, expires_at: Option<i64>, now: i64) -> bool {
 
 /// `POST /v1/volumes/{name}/claims/{alloc}/renew`: the lease runs `ttl_ms` (else the
 /// claim's own TTL) from now.
-pub fn renew(
-    ctx: &mut WriteCtx<'_>,
+pub fn renew_lease(
+    ctx: &mut impl Txn,
     volume: &str,
     alloc: &str,
     ttl_ms: Option<u64>,
     actor: &str,
 ) -> ApiResult<api::Claim> {
-    let Some(c) = ClaimRow::load(ctx.tx, volume, alloc)? else {
-        return Err(lifecycle::no_claim(&*ctx, volume, alloc)?);
+    let Some(c) = ctx.claim(volume, alloc)? else {
+        return Err(super::no_claim(&*ctx, volume, alloc)?);
     };
     if matches!(c.state, ClaimState::Releasing | ClaimState::Failed) {
         return Err(ApiError::conflict(format!(
@@ -55,22 +53,10 @@ pub fn renew(
         }
     };
     let expires_at = ctx
-        .now
+        .now()
         .saturating_add(i64::try_from(ttl).unwrap_or(i64::MAX));
-    ctx.tx
-        .prepare_cached(
-            "UPDATE claims SET ttl_ms = ?1, expires_at = ?2, updated_at = ?3, modify_index = ?4 \
-             WHERE volume = ?5 AND alloc = ?6",
-        )?
-        .execute(params![
-            ttl as i64,
-            expires_at,
-            ctx.now,
-            ctx.index as i64,
-            volume,
-            alloc
-        ])?;
-    ctx.touch(super::watch::Key::Volume(volume.to_owned()));
+    ctx.set_claim_lease(volume, alloc, ttl as i64, expires_at)?;
+    ctx.touch(Key::Volume(volume.to_owned()));
     tracing::debug!(volume, alloc, actor, expires_at = %time(expires_at), "lease renewed");
     let c = ctx.claim(volume, alloc)?.expect("still there");
     ctx.claim_to_api(&c)
@@ -78,16 +64,8 @@ pub fn renew(
 
 /// Releases every claim whose lease ran out: a queued one leaves the queue, any other is
 /// released through its node. Returns how many.
-pub fn expire(ctx: &mut WriteCtx<'_>, limits: &Limits) -> ApiResult<usize> {
-    let sql = format!(
-        "SELECT {CLAIM_COLUMNS} FROM claims WHERE expires_at <= ?1 \
-         AND state NOT IN ('releasing', 'failed', 'blocked') ORDER BY expires_at"
-    );
-    let due: Vec<ClaimRow> = ctx
-        .tx
-        .prepare_cached(&sql)?
-        .query_map([ctx.now], ClaimRow::from_row)?
-        .collect::<Result<_, _>>()?;
+pub fn expire_leases(ctx: &mut impl Txn, limits: &Limits) -> ApiResult<usize> {
+    let due = ctx.expired_claims(ctx.now())?;
     for c in &due {
         release_expired(ctx, c)?;
     }
@@ -95,7 +73,7 @@ pub fn expire(ctx: &mut WriteCtx<'_>, limits: &Limits) -> ApiResult<usize> {
     volumes.sort_unstable();
     volumes.dedup();
     for v in volumes {
-        lifecycle::advance_volume(ctx, v, limits)?;
+        advance_volume(ctx, v, limits)?;
     }
     Ok(due.len())
 }
@@ -113,9 +91,9 @@ pub fn release_expired(ctx: &mut impl Txn, c: &ClaimRow) -> ApiResult<()> {
         format!("lease of {ttl} ran out at {at} without renewal: released through its node")
     };
     if c.state == ClaimState::Queued {
-        lifecycle::remove_claim(ctx, c)?;
+        remove_claim(ctx, c)?;
     } else {
-        lifecycle::begin_release(ctx, c)?;
+        begin_release(ctx, c)?;
     }
     event(
         ctx,
@@ -126,16 +104,6 @@ pub fn release_expired(ctx: &mut impl Txn, c: &ClaimRow) -> ApiResult<()> {
         "server",
         message,
     )
-}
-
-/// Whether any lease is due (a cheap read, so the timer writes only when there is work).
-pub fn any_due(conn: &rusqlite::Connection, now: i64) -> ApiResult<bool> {
-    Ok(conn
-        .prepare_cached(
-            "SELECT EXISTS (SELECT 1 FROM claims WHERE expires_at <= ?1 \
-             AND state NOT IN ('releasing', 'failed', 'blocked'))",
-        )?
-        .query_row([now], |r| r.get(0))?)
 }
 
 #[cfg(test)]

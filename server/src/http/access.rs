@@ -8,13 +8,12 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use csivol_api::{self as api, Role, TokenInfo, TokenRequest};
 
-use super::auth::{self, Caller};
-use super::db::now_ms;
-use super::error::{ApiError, ApiResult};
-use super::hosting;
-use super::http::{App, Body, name};
-use super::lifecycle;
-use csivol_rules::kinds::EventKind;
+use super::{App, Body, name};
+use crate::auth::{self, Caller};
+use crate::db::now_ms;
+use crate::error::{ApiError, ApiResult};
+use crate::lifecycle;
+use crate::views;
 
 /// Mutual TLS: a node token presented over a connection with a client certificate is
 /// accepted only when the certificate names the token's node (a DNS name in its subject
@@ -57,41 +56,14 @@ pub(super) async fn create_token(
     let (resp, expires_at) = app
         .db
         .write(move |ctx| {
-            let t = auth::create_token(
-                ctx,
-                req.role,
-                req.node.clone(),
-                req.name.clone(),
-                req.ttl_ms,
-                req.controllers.clone(),
-            )?;
-            let expires_at = req.ttl_ms.map(|ms| {
-                ctx.now
-                    .saturating_add(i64::try_from(ms).unwrap_or(i64::MAX))
-            });
-            let mut what = format!("{} token {} created", t.role, t.id);
-            if let Some(name) = &t.name {
-                what.push_str(&format!(", named {name}"));
-            }
-            if let Some(e) = &t.expires_at {
-                what.push_str(&format!(", expires at {e}"));
-            }
-            if !t.controllers.is_empty() {
-                what.push_str(&format!(
-                    ", may host the controller of {}",
-                    t.controllers.join(", ")
-                ));
-            }
-            lifecycle::event(
-                ctx,
-                EventKind::TokenCreated,
-                None,
-                t.node.as_deref(),
-                None,
-                &actor,
-                what,
-            )?;
-            Ok((t, expires_at))
+            let t = lifecycle::NewToken {
+                role: req.role,
+                node: req.node.clone(),
+                name: req.name.clone(),
+                ttl_ms: req.ttl_ms,
+                controllers: req.controllers.clone(),
+            };
+            lifecycle::create_token(ctx, t, &actor)
         })
         .await?;
     app.tokens.remember(
@@ -116,7 +88,11 @@ pub(super) async fn get_controller_hosts(
 ) -> ApiResult<Json<api::ControllerHosts>> {
     app.caller(&headers)?.require_reader()?;
     name("plugin", &plugin)?;
-    Ok(Json(app.db.read(move |c| hosting::list(c, &plugin)).await?))
+    Ok(Json(
+        app.db
+            .read(move |c| views::controller_hosts(c, &plugin))
+            .await?,
+    ))
 }
 
 /// `POST /v1/plugins/{id}/controllers`: operators allow or disallow controller hosts.
@@ -129,9 +105,15 @@ pub(super) async fn change_controller_hosts(
     let (actor, _) = app.operator(&headers)?;
     let p = plugin.clone();
     app.db
-        .write(move |ctx| hosting::change(ctx, &actor, &p, &req.allow, &req.disallow))
+        .write(move |ctx| {
+            lifecycle::change_controller_hosts(ctx, &actor, &p, &req.allow, &req.disallow)
+        })
         .await?;
-    Ok(Json(app.db.read(move |c| hosting::list(c, &plugin)).await?))
+    Ok(Json(
+        app.db
+            .read(move |c| views::controller_hosts(c, &plugin))
+            .await?,
+    ))
 }
 
 /// `GET /v1/tokens`: operators only (a token list tells who may do what).
@@ -147,7 +129,7 @@ pub(super) async fn list_tokens(
 
 /// Writes the in-memory last-use times, so that a list shows them and they survive a
 /// restart; on failure they are put back for the next try.
-pub(super) async fn persist_last_used(app: &App) -> ApiResult<()> {
+pub(crate) async fn persist_last_used(app: &App) -> ApiResult<()> {
     let used = app.tokens.take_last_used();
     if used.is_empty() {
         return Ok(());
@@ -155,7 +137,7 @@ pub(super) async fn persist_last_used(app: &App) -> ApiResult<()> {
     let again = used.clone();
     let r = app
         .db
-        .write(move |ctx| auth::persist_last_used(ctx, &used))
+        .write(move |ctx| lifecycle::persist_last_used(ctx, &used))
         .await;
     if r.is_err() {
         app.tokens.put_back_last_used(again);
@@ -173,19 +155,7 @@ pub(super) async fn revoke_token(
     let revoked_id = id.clone();
     let at = app
         .db
-        .write(move |ctx| {
-            let role = auth::revoke_token(ctx, &id)?;
-            lifecycle::event(
-                ctx,
-                EventKind::TokenRevoked,
-                None,
-                None,
-                None,
-                &actor,
-                format!("{role} token {id} revoked"),
-            )?;
-            Ok(ctx.now)
-        })
+        .write(move |ctx| lifecycle::revoke_token(ctx, &id, &actor))
         .await?;
     app.tokens.revoke(&revoked_id, at);
     Ok(StatusCode::NO_CONTENT)

@@ -22,7 +22,7 @@ pub use leader::Leadership;
 
 use self::mirror::{KeyKind, Keys};
 use self::writer::{Remote, Writer};
-use super::db::{self, Db};
+use crate::db::{self, Db};
 
 /// Default key prefix in etcd.
 pub const DEFAULT_PREFIX: &str = "/csivol";
@@ -269,7 +269,7 @@ async fn watch(client: Client, keys: Keys, mut from: i64, tx: mpsc::UnboundedSen
 /// sixteenth of the TTL so that heartbeats arriving together share a transaction, and
 /// every quarter TTL for registrations; in transactions of at most `--etcd-max-txn-ops`
 /// puts.
-pub async fn forward_heard(cluster: Cluster, live: std::sync::Arc<super::liveness::Liveness>) {
+pub async fn forward_heard(cluster: Cluster, live: std::sync::Arc<crate::liveness::Liveness>) {
     let idle = (live.ttl() / 4).clamp(Duration::from_millis(50), Duration::from_secs(2));
     let spacing = (live.ttl() / 16).clamp(Duration::from_millis(10), Duration::from_millis(250));
     let mut last = tokio::time::Instant::now();
@@ -330,7 +330,7 @@ pub async fn forward_heard(cluster: Cluster, live: std::sync::Arc<super::livenes
 /// hearing from the node.
 pub async fn heard_since(
     cluster: &Cluster,
-    live: &super::liveness::Liveness,
+    live: &crate::liveness::Liveness,
     nodes: &[&str],
 ) -> Result<Vec<String>, csivol_etcd_client::Error> {
     let prefix = format!("{}/seen/", cluster.prefix);
@@ -351,7 +351,7 @@ pub async fn heard_since(
 
 /// Applies the heartbeats and registrations other servers forwarded to this server's
 /// liveness clocks.
-pub async fn follow_heard(cluster: Cluster, live: std::sync::Arc<super::liveness::Liveness>) {
+pub async fn follow_heard(cluster: Cluster, live: std::sync::Arc<crate::liveness::Liveness>) {
     let prefix = format!("{}/seen/", cluster.prefix);
     let mut from = 0;
     loop {

@@ -1,0 +1,174 @@
+//! Tokens, controller hosts and the stored secrets as SQLite keeps them.
+
+use csivol_api as api;
+use rusqlite::{Connection, OptionalExtension, params};
+
+use super::{exec, strings};
+use crate::db::WriteCtx;
+use crate::error::{ApiError, ApiResult};
+use crate::model::TokenRow;
+
+// ---- tokens and controller hosts ----
+
+const TOKEN_COLUMNS: &str = "id, hash, role, node, controllers, name, created_at, last_used_at, \
+     expires_at, revoked_at";
+
+fn token_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<(TokenRow, String, String)> {
+    Ok((
+        TokenRow {
+            id: r.get(0)?,
+            hash: r.get(1)?,
+            role: api::Role::Reader,
+            node: r.get(3)?,
+            controllers: Vec::new(),
+            name: r.get(5)?,
+            created_at: r.get(6)?,
+            last_used_at: r.get(7)?,
+            expires_at: r.get(8)?,
+            revoked_at: r.get(9)?,
+        },
+        r.get(2)?,
+        r.get(4)?,
+    ))
+}
+
+fn finish_token((mut t, role, controllers): (TokenRow, String, String)) -> ApiResult<TokenRow> {
+    t.role = role.parse().map_err(ApiError::internal)?;
+    // A token whose controllers do not parse hosts none, as when it was made without.
+    t.controllers = serde_json::from_str(&controllers).unwrap_or_default();
+    Ok(t)
+}
+
+pub fn tokens(conn: &Connection) -> ApiResult<Vec<TokenRow>> {
+    let sql = format!("SELECT {TOKEN_COLUMNS} FROM tokens ORDER BY created_at, id");
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let rows = stmt.query_map([], token_from_row)?;
+    rows.map(|r| finish_token(r?)).collect()
+}
+
+pub fn controller_allowances(
+    conn: &Connection,
+    plugin: &str,
+) -> ApiResult<Vec<(String, String, i64)>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT node, allowed_by, allowed_at FROM controller_hosts WHERE plugin = ?1 ORDER BY node",
+    )?;
+    let rows = stmt
+        .query_map([plugin], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+        .collect::<Result<_, _>>()?;
+    Ok(rows)
+}
+
+pub fn nodes_hosting_controller(conn: &Connection, plugin: &str) -> ApiResult<Vec<String>> {
+    strings(
+        conn,
+        "SELECT node FROM node_plugins WHERE plugin = ?1 AND controller = 1 ORDER BY node",
+        [plugin],
+    )
+}
+
+pub fn last_event_of_node(conn: &Connection, node: &str) -> ApiResult<Option<(String, String)>> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT kind, message FROM events WHERE node = ?1 ORDER BY idx DESC LIMIT 1",
+        )?
+        .query_row([node], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?)
+}
+
+pub fn insert_token(ctx: &WriteCtx<'_>, t: &TokenRow) -> ApiResult<()> {
+    exec(
+        ctx.tx,
+        "INSERT INTO tokens (id, hash, role, node, created_at, expires_at, controllers, name) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        params![
+            t.id,
+            t.hash,
+            t.role.as_str(),
+            t.node,
+            t.created_at,
+            t.expires_at,
+            crate::model::to_json(&t.controllers),
+            t.name
+        ],
+    )?;
+    Ok(())
+}
+
+pub fn set_token_revoked(ctx: &WriteCtx<'_>, id: &str, at: i64) -> ApiResult<()> {
+    exec(
+        ctx.tx,
+        "UPDATE tokens SET revoked_at = ?2 WHERE id = ?1",
+        params![id, at],
+    )?;
+    Ok(())
+}
+
+pub fn set_token_last_used(ctx: &WriteCtx<'_>, id: &str, at: i64) -> ApiResult<()> {
+    exec(
+        ctx.tx,
+        "UPDATE tokens SET last_used_at = max(coalesce(last_used_at, 0), ?2) WHERE id = ?1",
+        params![id, at],
+    )?;
+    Ok(())
+}
+
+pub fn allow_controller_host(
+    ctx: &WriteCtx<'_>,
+    plugin: &str,
+    node: &str,
+    actor: &str,
+) -> ApiResult<bool> {
+    Ok(exec(
+        ctx.tx,
+        "INSERT INTO controller_hosts (plugin, node, allowed_by, allowed_at) VALUES (?1, ?2, ?3, ?4) \
+         ON CONFLICT (plugin, node) DO NOTHING",
+        params![plugin, node, actor, ctx.now],
+    )? > 0)
+}
+
+pub fn disallow_controller_host(ctx: &WriteCtx<'_>, plugin: &str, node: &str) -> ApiResult<bool> {
+    Ok(exec(
+        ctx.tx,
+        "DELETE FROM controller_hosts WHERE plugin = ?1 AND node = ?2",
+        params![plugin, node],
+    )? > 0)
+}
+
+// ---- secrets ----
+
+pub fn stored_secrets(conn: &Connection) -> ApiResult<Vec<(String, String)>> {
+    let mut stmt =
+        conn.prepare_cached("SELECT name, secrets FROM volumes WHERE secrets != '{}'")?;
+    let rows = stmt
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<Result<_, _>>()?;
+    Ok(rows)
+}
+
+pub fn secrets_check(conn: &Connection) -> ApiResult<Option<String>> {
+    Ok(conn
+        .query_row("SELECT sealed FROM secrets_check WHERE id = 1", [], |r| {
+            r.get(0)
+        })
+        .optional()?)
+}
+
+pub fn put_stored_secrets(ctx: &WriteCtx<'_>, volume: &str, sealed: &str) -> ApiResult<()> {
+    exec(
+        ctx.tx,
+        "UPDATE volumes SET secrets = ?2 WHERE name = ?1",
+        params![volume, sealed],
+    )?;
+    Ok(())
+}
+
+pub fn put_secrets_check(ctx: &WriteCtx<'_>, sealed: &str) -> ApiResult<()> {
+    exec(
+        ctx.tx,
+        "INSERT INTO secrets_check (id, sealed) VALUES (1, ?1) \
+         ON CONFLICT (id) DO UPDATE SET sealed = ?1",
+        [sealed],
+    )?;
+    Ok(())
+}

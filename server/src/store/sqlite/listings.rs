@@ -1,0 +1,202 @@
+//! The event log and the reads behind the API's listings and the metrics.
+
+use std::collections::HashMap;
+
+use csivol_api as api;
+use rusqlite::{Connection, params};
+
+use super::exec;
+use super::rows::{ATTACHMENT_COLUMNS, CLAIM_COLUMNS, VOLUME_COLUMNS};
+use crate::db::WriteCtx;
+use crate::error::{ApiError, ApiResult};
+use crate::model::{AttachmentRow, ClaimRow, PluginNodeRow, StateCounts, VolumeChunk, time};
+use crate::store::EventFilter;
+
+// ---- the event log ----
+
+pub fn events(
+    conn: &Connection,
+    after: u64,
+    f: &EventFilter,
+    limit: u32,
+) -> ApiResult<Vec<api::Event>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT idx, at, kind, volume, node, alloc, actor, message FROM events \
+         WHERE idx > ?1 AND (?2 IS NULL OR volume = ?2) AND (?3 IS NULL OR node = ?3) \
+         AND (?4 IS NULL OR alloc = ?4) ORDER BY idx LIMIT ?5",
+    )?;
+    let rows = stmt.query_map(
+        params![after as i64, f.volume, f.node, f.alloc, limit],
+        |r| {
+            Ok(api::Event {
+                index: r.get::<_, i64>(0)? as u64,
+                at: time(r.get(1)?),
+                kind: r.get(2)?,
+                volume: r.get(3)?,
+                node: r.get(4)?,
+                alloc: r.get(5)?,
+                actor: r.get(6)?,
+                message: r.get(7)?,
+            })
+        },
+    )?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+pub fn prune_events(ctx: &WriteCtx<'_>, keep: i64) -> ApiResult<usize> {
+    exec(
+        ctx.tx,
+        "DELETE FROM events WHERE idx <= (SELECT MAX(idx) FROM events) - ?1",
+        [keep],
+    )
+}
+
+// ---- listings ----
+
+pub fn volume_chunk(
+    conn: &Connection,
+    after: &str,
+    plugin: Option<&str>,
+    rows: usize,
+) -> ApiResult<VolumeChunk> {
+    let sql = format!(
+        "SELECT {VOLUME_COLUMNS} FROM volumes WHERE name > ?1 \
+         AND (?2 IS NULL OR plugin = ?2) ORDER BY name LIMIT ?3"
+    );
+    // A range on the primary key, so each chunk starts where the last ended: `OR ?1 IS
+    // NULL` would make SQLite scan from the first name every time. No name is empty.
+    let volumes: Vec<crate::model::VolumeRow> = conn
+        .prepare_cached(&sql)?
+        .query_map(
+            params![after, plugin, rows as i64],
+            crate::model::VolumeRow::from_row,
+        )?
+        .collect::<Result<_, _>>()?;
+    let Some(last) = volumes.last().map(|v| v.name.clone()) else {
+        return Ok(VolumeChunk::default());
+    };
+    let mut claims: HashMap<String, Vec<ClaimRow>> = HashMap::new();
+    let sql = format!(
+        "SELECT {CLAIM_COLUMNS} FROM claims WHERE volume > ?1 AND volume <= ?2 \
+         ORDER BY volume, created_at, alloc"
+    );
+    for c in conn
+        .prepare_cached(&sql)?
+        .query_map(params![after, last], ClaimRow::from_row)?
+    {
+        let c = c?;
+        claims.entry(c.volume.clone()).or_default().push(c);
+    }
+    let mut attachments: HashMap<String, Vec<AttachmentRow>> = HashMap::new();
+    let sql = format!(
+        "SELECT {ATTACHMENT_COLUMNS} FROM attachments WHERE volume > ?1 AND volume <= ?2 \
+         ORDER BY volume, node"
+    );
+    for a in conn
+        .prepare_cached(&sql)?
+        .query_map(params![after, last], AttachmentRow::from_row)?
+    {
+        let a = a?;
+        attachments.entry(a.volume.clone()).or_default().push(a);
+    }
+    Ok(VolumeChunk {
+        volumes,
+        claims,
+        attachments,
+    })
+}
+
+pub fn claims(
+    conn: &Connection,
+    volume: Option<&str>,
+    node: Option<&str>,
+) -> ApiResult<Vec<ClaimRow>> {
+    let sql = format!(
+        "SELECT {CLAIM_COLUMNS} FROM claims WHERE (?1 IS NULL OR volume = ?1) AND (?2 IS NULL OR node = ?2) \
+         ORDER BY volume, created_at, alloc"
+    );
+    let rows = conn
+        .prepare_cached(&sql)?
+        .query_map(params![volume, node], ClaimRow::from_row)?
+        .collect::<Result<_, _>>()?;
+    Ok(rows)
+}
+
+pub fn plugin_nodes(conn: &Connection, only: Option<&str>) -> ApiResult<Vec<PluginNodeRow>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT np.plugin, np.registration, np.node_service, np.controller, np.stage_unstage, n.status, \
+         np.node, np.topology, np.observed FROM node_plugins np JOIN nodes n ON n.name = np.node WHERE (?1 IS NULL OR np.plugin = ?1) ORDER BY np.plugin, np.node",
+    )?;
+    let rows = stmt.query_map([only], |r| {
+        Ok((
+            r.get::<_, String>(0)?,
+            r.get::<_, String>(1)?,
+            r.get::<_, bool>(2)?,
+            r.get::<_, bool>(3)?,
+            r.get::<_, bool>(4)?,
+            r.get::<_, String>(5)?,
+            r.get::<_, String>(6)?,
+            r.get::<_, String>(7)?,
+            r.get::<_, Option<String>>(8)?,
+        ))
+    })?;
+    let mut out = Vec::new();
+    for row in rows {
+        let (
+            plugin,
+            registration,
+            node_service,
+            controller,
+            stage_unstage,
+            status,
+            node,
+            topology,
+            observed,
+        ) = row?;
+        out.push(PluginNodeRow {
+            plugin,
+            node,
+            status: status.parse().map_err(ApiError::internal)?,
+            registration: serde_json::from_str(&registration)?,
+            node_service,
+            controller,
+            stage_unstage,
+            topology: serde_json::from_str(&topology)?,
+            // An observation this server cannot read (a newer agent's shape) is left out
+            // rather than failing the whole listing.
+            observed: observed.and_then(|o| serde_json::from_str(&o).ok()),
+        });
+    }
+    Ok(out)
+}
+
+pub fn volumes_of_plugin(conn: &Connection, plugin: &str) -> ApiResult<u32> {
+    Ok(conn.query_row(
+        "SELECT count(*) FROM volumes WHERE plugin = ?1",
+        [plugin],
+        |r| r.get(0),
+    )?)
+}
+
+pub fn state_counts(conn: &Connection) -> ApiResult<StateCounts> {
+    let by = |sql: &str| -> ApiResult<Vec<(String, i64)>> {
+        let mut stmt = conn.prepare_cached(sql)?;
+        let rows = stmt
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<Result<_, _>>()?;
+        Ok(rows)
+    };
+    let count = |sql: &str| -> ApiResult<i64> { Ok(conn.query_row(sql, [], |r| r.get(0))?) };
+    Ok(StateCounts {
+        claims: by("SELECT state, count(*) FROM claims GROUP BY state")?,
+        nodes: by("SELECT status, count(*) FROM nodes GROUP BY status")?,
+        ops: by(
+            "SELECT CASE WHEN host IS NULL THEN 'queued' ELSE 'in_flight' END, count(*) FROM ops GROUP BY 1",
+        )?,
+        nodes_fence_failing: count(
+            "SELECT count(*) FROM nodes WHERE status = 'lost' AND fence_failures > 0",
+        )?,
+        claims_with_error: count("SELECT count(*) FROM claims WHERE error IS NOT NULL")?,
+        claims_abnormal: count("SELECT count(*) FROM claims WHERE condition IS NOT NULL")?,
+    })
+}
