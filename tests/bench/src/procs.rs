@@ -194,6 +194,12 @@ impl Server {
         self.proc.pid()
     }
 
+    /// Whether the server runs (not killed, not exited, not left down by a restart that
+    /// failed).
+    pub fn running(&mut self) -> bool {
+        self.proc.running()
+    }
+
     /// SIGKILL, then start again on the same data dir and the same address (agents keep
     /// their `--server` URL).
     pub async fn kill_and_restart(&mut self) -> anyhow::Result<()> {

@@ -234,10 +234,16 @@ impl ChaosCluster {
         }
     }
 
-    /// SIGSTOP (`true`) or SIGCONT (`false`) to server `i`.
-    pub fn pause_server(&mut self, i: usize, stop: bool) {
+    /// SIGSTOP (`true`) or SIGCONT (`false`) to server `i`; `false` when it does not run
+    /// (a restart that failed left it down), so there was nothing to signal.
+    pub fn pause_server(&mut self, i: usize, stop: bool) -> bool {
+        if !self.servers[i].running() {
+            self.servers_stopped[i] = false;
+            return false;
+        }
         signal(self.servers[i].pid(), stop);
         self.servers_stopped[i] = stop;
+        true
     }
 
     /// SIGSTOP (`true`) or SIGCONT (`false`) to etcd member `i`.
@@ -246,6 +252,40 @@ impl ChaosCluster {
         if let Some(pid) = ha.etcd.members[i].pid() {
             signal(pid, stop);
             ha.etcd_stopped[i] = stop;
+        }
+    }
+
+    /// Waits until etcd member `i` answers its health check again (it has a leader and
+    /// serves a linearizable read): a member just restarted, continued or reconnected is
+    /// not yet part of the quorum, and taking another one down before it is would leave
+    /// none.
+    pub async fn etcd_member_healthy(
+        cluster: &tokio::sync::Mutex<Self>,
+        i: usize,
+        timeout: Duration,
+    ) -> anyhow::Result<()> {
+        let Some(url) = cluster
+            .lock()
+            .await
+            .ha
+            .as_ref()
+            .map(|h| h.etcd.members[i].health_url().to_owned())
+        else {
+            return Ok(());
+        };
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let u = url.clone();
+            if tokio::task::spawn_blocking(move || csivol_tests::etcd::healthy_at(&u)).await? {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                bail!(
+                    "etcd member {} was not healthy again within {timeout:?} of its healing",
+                    i + 1
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
 
@@ -303,6 +343,9 @@ impl ChaosCluster {
                     i + 1,
                     self.servers[i].log_tail()
                 ));
+                self.servers[i].kill_and_restart().await?;
+            } else if !self.servers[i].running() {
+                // A restart during the faults failed (that fault reported it): again now.
                 self.servers[i].kill_and_restart().await?;
             }
         }

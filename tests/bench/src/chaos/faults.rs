@@ -6,6 +6,14 @@
 //! inject at once, so faults overlap; a lane takes a fault's target group for the fault's
 //! time (one server at a time, one etcd member at a time, one fault per node), so that a
 //! quorum of etcd and one server stay whole while everything else may be down together.
+//!
+//! The rule, by construction: a quorum of etcd members is up throughout. An etcd fault's
+//! time lasts until the member it hit answers its health check again (back in the quorum,
+//! caught up with the leader), not only until it was restarted, continued or reconnected;
+//! only then may another member be hit. The product's promises hold while a quorum is up
+//! (nothing acknowledged lost, no request failed for a member's death); what a server does
+//! without a quorum (refuse writes as unavailable, acknowledge nothing) is tested apart,
+//! in the server's own tests.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -104,6 +112,9 @@ struct Lanes<'a> {
     ttl: Duration,
     say: &'a (dyn Fn(String) + Sync),
 }
+
+/// How long a member hit by a fault may take to be healthy again after its healing.
+const ETCD_REJOIN: Duration = Duration::from_secs(60);
 
 /// The most lanes [`inject`] runs.
 pub const MAX_LANES: u32 = 3;
@@ -237,7 +248,9 @@ async fn one(
             c.lock().await.free_disk();
         }
         Fault::StopServer => {
-            c.lock().await.pause_server(server, true);
+            if !c.lock().await.pause_server(server, true) {
+                anyhow::bail!("it was not running: a restart before had failed");
+            }
             tokio::time::sleep(pause(rng, 500, 4000)).await;
             c.lock().await.pause_server(server, false);
         }
@@ -286,6 +299,10 @@ async fn one(
             tokio::time::sleep(ttl + pause(rng, 500, 3000)).await;
             net.mend(&a, &b);
         }
+    }
+    if fault.group(node) == Group::Etcd {
+        // The lane holds the members until the one it hit is back in the quorum.
+        ChaosCluster::etcd_member_healthy(c, member, ETCD_REJOIN).await?;
     }
     Ok(())
 }
