@@ -257,6 +257,10 @@ async fn execute(cfg: &Config, net: Option<Arc<Net>>) -> anyhow::Result<ChaosRep
     violations.extend(seen);
     violations.extend(invariants::call_log_overlaps(&nodes));
     let events = invariants::all_events(&http).await?;
+    // Beside the history, for a look at what the servers recorded when a check fails.
+    if let Err(e) = super::history::save_lines(&root.join("events.jsonl"), &events) {
+        errors.push(format!("failed to save the event log: {e}"));
+    }
     violations.extend(invariants::unattributed_force(&events));
     for (i, s) in cluster.servers.iter_mut().enumerate() {
         if let Some(status) = s.proc.exited() {

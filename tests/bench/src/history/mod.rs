@@ -100,18 +100,23 @@ impl Recorder {
 
     /// Writes the history, one JSON object a line, to `path`.
     pub fn save(&self, path: &Path) -> std::io::Result<()> {
-        let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
-        for r in self.ops.lock().expect("history lock").iter() {
-            serde_json::to_writer(&mut out, r)?;
-            out.write_all(b"\n")?;
-        }
-        out.flush()
+        save_lines(path, &self.ops.lock().expect("history lock"))
     }
 
     /// Checks every volume's history against the single-writer model.
     pub fn check(&self) -> Checked {
         check(&self.ops.lock().expect("history lock"))
     }
+}
+
+/// Writes `items`, one JSON object a line, to `path`.
+pub fn save_lines<T: Serialize>(path: &Path, items: &[T]) -> std::io::Result<()> {
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
+    for i in items {
+        serde_json::to_writer(&mut out, i)?;
+        out.write_all(b"\n")?;
+    }
+    out.flush()
 }
 
 /// Checks the history of each volume in `records` on its own (the volumes are
