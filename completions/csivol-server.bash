@@ -40,6 +40,9 @@ _csivol__server() {
             csivol__server,tls)
                 cmd="csivol__server__subcmd__tls"
                 ;;
+            csivol__server,upgrade)
+                cmd="csivol__server__subcmd__upgrade"
+                ;;
             csivol__server__subcmd__help,backup)
                 cmd="csivol__server__subcmd__help__subcmd__backup"
                 ;;
@@ -64,8 +67,17 @@ _csivol__server() {
             csivol__server__subcmd__help,tls)
                 cmd="csivol__server__subcmd__help__subcmd__tls"
                 ;;
+            csivol__server__subcmd__help,upgrade)
+                cmd="csivol__server__subcmd__help__subcmd__upgrade"
+                ;;
             csivol__server__subcmd__help__subcmd__tls,init)
                 cmd="csivol__server__subcmd__help__subcmd__tls__subcmd__init"
+                ;;
+            csivol__server__subcmd__help__subcmd__upgrade,finalize)
+                cmd="csivol__server__subcmd__help__subcmd__upgrade__subcmd__finalize"
+                ;;
+            csivol__server__subcmd__help__subcmd__upgrade,status)
+                cmd="csivol__server__subcmd__help__subcmd__upgrade__subcmd__status"
                 ;;
             csivol__server__subcmd__tls,help)
                 cmd="csivol__server__subcmd__tls__subcmd__help"
@@ -79,6 +91,24 @@ _csivol__server() {
             csivol__server__subcmd__tls__subcmd__help,init)
                 cmd="csivol__server__subcmd__tls__subcmd__help__subcmd__init"
                 ;;
+            csivol__server__subcmd__upgrade,finalize)
+                cmd="csivol__server__subcmd__upgrade__subcmd__finalize"
+                ;;
+            csivol__server__subcmd__upgrade,help)
+                cmd="csivol__server__subcmd__upgrade__subcmd__help"
+                ;;
+            csivol__server__subcmd__upgrade,status)
+                cmd="csivol__server__subcmd__upgrade__subcmd__status"
+                ;;
+            csivol__server__subcmd__upgrade__subcmd__help,finalize)
+                cmd="csivol__server__subcmd__upgrade__subcmd__help__subcmd__finalize"
+                ;;
+            csivol__server__subcmd__upgrade__subcmd__help,help)
+                cmd="csivol__server__subcmd__upgrade__subcmd__help__subcmd__help"
+                ;;
+            csivol__server__subcmd__upgrade__subcmd__help,status)
+                cmd="csivol__server__subcmd__upgrade__subcmd__help__subcmd__status"
+                ;;
             *)
                 ;;
         esac
@@ -86,7 +116,7 @@ _csivol__server() {
 
     case "${cmd}" in
         csivol__server)
-            opts="-h -V --help --version serve backup restore rotate-secrets-key migrate tls dev help"
+            opts="-h -V --help --version serve backup restore rotate-secrets-key migrate upgrade tls dev help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -100,7 +130,7 @@ _csivol__server() {
             return 0
             ;;
         csivol__subcmd__server__subcmd__backup)
-            opts="-h --data-dir --config --to --help"
+            opts="-h --data-dir --config --etcd-endpoints --etcd-prefix --etcd-ca-cert --etcd-cert --etcd-key --to --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -111,6 +141,26 @@ _csivol__server() {
                     return 0
                     ;;
                 --config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --etcd-endpoints)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --etcd-prefix)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --etcd-ca-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --etcd-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --etcd-key)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -160,7 +210,7 @@ _csivol__server() {
             return 0
             ;;
         csivol__subcmd__server__subcmd__help)
-            opts="serve backup restore rotate-secrets-key migrate tls dev help"
+            opts="serve backup restore rotate-secrets-key migrate upgrade tls dev help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -299,8 +349,50 @@ _csivol__server() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        csivol__subcmd__server__subcmd__help__subcmd__upgrade)
+            opts="status finalize"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__server__subcmd__help__subcmd__upgrade__subcmd__finalize)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__server__subcmd__help__subcmd__upgrade__subcmd__status)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         csivol__subcmd__server__subcmd__migrate)
-            opts="-h --from --to --etcd-prefix --help"
+            opts="-h --from --to --etcd-prefix --etcd-ca-cert --etcd-cert --etcd-key --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -318,6 +410,18 @@ _csivol__server() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --etcd-ca-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --etcd-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --etcd-key)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -326,7 +430,7 @@ _csivol__server() {
             return 0
             ;;
         csivol__subcmd__server__subcmd__restore)
-            opts="-h --from --data-dir --force --help"
+            opts="-h --from --data-dir --force --etcd-endpoints --etcd-prefix --etcd-ca-cert --etcd-cert --etcd-key --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -337,6 +441,26 @@ _csivol__server() {
                     return 0
                     ;;
                 --data-dir)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --etcd-endpoints)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --etcd-prefix)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --etcd-ca-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --etcd-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --etcd-key)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -543,6 +667,144 @@ _csivol__server() {
                     return 0
                     ;;
                 --node)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__server__subcmd__upgrade)
+            opts="-h --help status finalize help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__server__subcmd__upgrade__subcmd__finalize)
+            opts="-h --etcd-endpoints --etcd-prefix --etcd-ca-cert --etcd-cert --etcd-key --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --etcd-endpoints)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --etcd-prefix)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --etcd-ca-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --etcd-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --etcd-key)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__server__subcmd__upgrade__subcmd__help)
+            opts="status finalize help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__server__subcmd__upgrade__subcmd__help__subcmd__finalize)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__server__subcmd__upgrade__subcmd__help__subcmd__help)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__server__subcmd__upgrade__subcmd__help__subcmd__status)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__server__subcmd__upgrade__subcmd__status)
+            opts="-h --etcd-endpoints --etcd-prefix --etcd-ca-cert --etcd-cert --etcd-key --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --etcd-endpoints)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --etcd-prefix)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --etcd-ca-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --etcd-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --etcd-key)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

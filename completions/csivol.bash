@@ -365,7 +365,7 @@ _csivol() {
 
     case "${cmd}" in
         csivol)
-            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --help --version volume snapshot claim run release status unblock fence detach node plugin events token completions help"
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version volume snapshot claim run release status unblock fence detach node plugin events token completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -411,7 +411,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__claim)
-            opts="-o -q -h -V --node --alloc --read-only --ttl --queue --label --dry-run --release-on-timeout --wait --timeout --addr --ca-cert --token --output --no-color --quiet --help --version renew list help"
+            opts="-o -q -h -V --node --alloc --read-only --ttl --queue --label --dry-run --release-on-timeout --wait --timeout --addr --ca-cert --token --output --no-color --quiet --stale --help --version renew list help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -548,7 +548,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__claim__subcmd__list)
-            opts="-o -q -h -V --volume --node --state --older-than --label --addr --ca-cert --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --volume --node --state --older-than --label --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -629,7 +629,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__claim__subcmd__renew)
-            opts="-o -q -h -V --alloc --ttl --addr --ca-cert --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --alloc --ttl --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -689,7 +689,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__completions)
-            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --help --version bash zsh fish"
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version bash zsh fish"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -735,7 +735,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__detach)
-            opts="-y -o -q -h -V --node --reason --force --yes --dry-run --wait --timeout --addr --ca-cert --token --output --no-color --quiet --help --version"
+            opts="-y -o -q -h -V --node --reason --force --yes --dry-run --wait --timeout --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -802,7 +802,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__events)
-            opts="-f -o -q -h -V --volume --node --follow --since --tail --addr --ca-cert --token --output --no-color --quiet --help --version"
+            opts="-f -o -q -h -V --volume --node --follow --since --tail --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -876,7 +876,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__fence)
-            opts="-y -o -q -h -V --reason --force --yes --dry-run --wait --timeout --addr --ca-cert --token --output --no-color --quiet --help --version"
+            opts="-y -o -q -h -V --reason --force --yes --dry-run --wait --timeout --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1496,7 +1496,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__node)
-            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --help --version list show drain eligibility label remove help"
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version list show drain eligibility label remove help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1542,7 +1542,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__node__subcmd__drain)
-            opts="-o -q -h -V --wait --deadline --addr --ca-cert --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --wait --deadline --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1595,7 +1595,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__node__subcmd__eligibility)
-            opts="-o -q -h -V --enable --disable --addr --ca-cert --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --enable --disable --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1753,7 +1753,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__node__subcmd__label)
-            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1799,7 +1799,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__node__subcmd__list)
-            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1845,7 +1845,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__node__subcmd__remove)
-            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1891,7 +1891,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__node__subcmd__show)
-            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1937,7 +1937,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__plugin)
-            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --help --version list show controllers help"
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version list show controllers help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1983,7 +1983,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__plugin__subcmd__controllers)
-            opts="-o -q -h -V --allow --disallow --addr --ca-cert --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --allow --disallow --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2113,7 +2113,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__plugin__subcmd__list)
-            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2159,7 +2159,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__plugin__subcmd__show)
-            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2205,7 +2205,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__release)
-            opts="-o -q -h -V --alloc --ignore-missing --wait --timeout --addr --ca-cert --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --alloc --ignore-missing --wait --timeout --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2265,7 +2265,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__run)
-            opts="-o -q -h -V --node --alloc --ttl --queue --timeout --label --no-wait-release --addr --ca-cert --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --node --alloc --ttl --queue --timeout --label --no-wait-release --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2346,7 +2346,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__snapshot)
-            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --help --version create list show delete help"
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version create list show delete help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2392,7 +2392,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__snapshot__subcmd__create)
-            opts="-o -q -h -V --name --parameter --wait --timeout --addr --ca-cert --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --name --parameter --wait --timeout --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2459,7 +2459,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__snapshot__subcmd__delete)
-            opts="-y -o -q -h -V --yes --wait --timeout --addr --ca-cert --token --output --no-color --quiet --help --version"
+            opts="-y -o -q -h -V --yes --wait --timeout --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2596,7 +2596,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__snapshot__subcmd__list)
-            opts="-o -q -h -V --volume --addr --ca-cert --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --volume --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2649,7 +2649,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__snapshot__subcmd__show)
-            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2695,7 +2695,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__status)
-            opts="-w -o -q -h -V --blocked --node --watch --addr --ca-cert --token --output --no-color --quiet --help --version"
+            opts="-w -o -q -h -V --blocked --node --watch --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2748,7 +2748,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__token)
-            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --help --version create list revoke help"
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version create list revoke help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2794,7 +2794,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__token__subcmd__create)
-            opts="-o -q -h -V --role --node --name --ttl --controller --addr --ca-cert --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --role --node --name --ttl --controller --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2945,7 +2945,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__token__subcmd__list)
-            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2991,7 +2991,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__token__subcmd__revoke)
-            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -3037,7 +3037,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__unblock)
-            opts="-y -o -q -h -V --node --reason --yes --dry-run --wait --timeout --addr --ca-cert --token --output --no-color --quiet --help --version"
+            opts="-y -o -q -h -V --node --reason --yes --dry-run --wait --timeout --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -3104,7 +3104,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__volume)
-            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --help --version register create list show deregister expand help"
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version register create list show deregister expand help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -3150,7 +3150,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__volume__subcmd__create)
-            opts="-o -q -h -V --from-snapshot --from-volume --wait --timeout --addr --ca-cert --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --from-snapshot --from-volume --wait --timeout --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -3217,7 +3217,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__volume__subcmd__deregister)
-            opts="-y -o -q -h -V --delete --yes --wait --timeout --addr --ca-cert --token --output --no-color --quiet --help --version"
+            opts="-y -o -q -h -V --delete --yes --wait --timeout --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -3270,7 +3270,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__volume__subcmd__expand)
-            opts="-o -q -h -V --capacity --wait --timeout --addr --ca-cert --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --capacity --wait --timeout --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -3442,7 +3442,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__volume__subcmd__list)
-            opts="-o -q -h -V --plugin --state --node --addr --ca-cert --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --plugin --state --node --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -3509,7 +3509,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__volume__subcmd__register)
-            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -3555,7 +3555,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__volume__subcmd__show)
-            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --help --version"
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_csivol_global_optspecs
-    string join \n addr= ca-cert= token= o/output= no-color q/quiet h/help V/version
+    string join \n addr= ca-cert= token= o/output= no-color q/quiet stale h/help V/version
 end
 
 function __fish_csivol_needs_command
@@ -32,6 +32,7 @@ wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
 complete -c csivol -n "__fish_csivol_needs_command" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_needs_command" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_needs_command" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
 complete -c csivol -n "__fish_csivol_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_needs_command" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_needs_command" -f -a "volume" -d 'Register, create, list, show and deregister volumes'
@@ -57,6 +58,7 @@ wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister expand help" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister expand help" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister expand help" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister expand help" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister expand help" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register create list show deregister expand help" -f -a "register" -d 'Register an existing volume from a TOML or JSON spec'
@@ -74,6 +76,7 @@ wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from register" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from register" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from register" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from register" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from register" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from create" -l from-snapshot -d 'Start with the data of this snapshot (CreateVolume\'s volume_content_source)' -r -f
@@ -88,6 +91,7 @@ json\t'JSON, the API\'s types (stable field names)'"
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from create" -l wait -d 'Wait until it is done, showing progress on a terminal'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from create" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from create" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from create" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from create" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from create" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from list" -l plugin -d 'Only volumes of this plugin' -r -f
@@ -106,6 +110,7 @@ wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from list" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from list" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from list" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from list" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from list" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from show" -l addr -d 'Server address; several servers of one cluster comma-separated or repeated, tried in turn when one cannot be reached; without a scheme, https:// when a CA is given (--ca-cert, CSIVOL_CACERT or the default CA file), else http:// [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r -f
@@ -116,6 +121,7 @@ wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from show" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from show" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from show" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from show" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from show" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from deregister" -l timeout -d 'How long --wait waits before giving up with exit code 5' -r -f
@@ -130,6 +136,7 @@ complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_su
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from deregister" -l wait -d 'Wait until it is done, showing progress on a terminal'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from deregister" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from deregister" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from deregister" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from deregister" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from deregister" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from expand" -l capacity -d 'The capacity to reach: bytes, or a size with a unit (`20GiB`, `500M`, `1.5T`; K/M/G/T are powers of 1000, KiB/MiB/GiB/TiB powers of 1024)' -r -f
@@ -143,6 +150,7 @@ json\t'JSON, the API\'s types (stable field names)'"
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from expand" -l wait -d 'Wait until it is done, showing progress on a terminal'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from expand" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from expand" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from expand" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from expand" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from expand" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from help" -f -a "register" -d 'Register an existing volume from a TOML or JSON spec'
@@ -160,6 +168,7 @@ wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and not __fish_seen_subcommand_from create list show delete help" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and not __fish_seen_subcommand_from create list show delete help" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and not __fish_seen_subcommand_from create list show delete help" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and not __fish_seen_subcommand_from create list show delete help" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and not __fish_seen_subcommand_from create list show delete help" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and not __fish_seen_subcommand_from create list show delete help" -f -a "create" -d 'Snapshot a volume through its plugin\'s controller (CreateSnapshot)'
@@ -179,6 +188,7 @@ json\t'JSON, the API\'s types (stable field names)'"
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from create" -l wait -d 'Wait until it is done, showing progress on a terminal'
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from create" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from create" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from create" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from create" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from create" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from list" -l volume -d 'Only snapshots of this volume' -r -f
@@ -190,6 +200,7 @@ wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from list" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from list" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from list" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from list" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from list" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from show" -l addr -d 'Server address; several servers of one cluster comma-separated or repeated, tried in turn when one cannot be reached; without a scheme, https:// when a CA is given (--ca-cert, CSIVOL_CACERT or the default CA file), else http:// [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r -f
@@ -200,6 +211,7 @@ wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from show" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from show" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from show" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from show" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from show" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from delete" -l timeout -d 'How long --wait waits before giving up with exit code 5' -r -f
@@ -213,6 +225,7 @@ complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from delete" -l wait -d 'Wait until it is done, showing progress on a terminal'
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from delete" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from delete" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from delete" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from delete" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from delete" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from help" -f -a "create" -d 'Snapshot a volume through its plugin\'s controller (CreateSnapshot)'
@@ -238,6 +251,7 @@ complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen_subcommand_from renew list help" -l wait -d 'Wait until it is done, showing progress on a terminal'
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen_subcommand_from renew list help" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen_subcommand_from renew list help" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen_subcommand_from renew list help" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen_subcommand_from renew list help" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen_subcommand_from renew list help" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen_subcommand_from renew list help" -a "renew" -d 'Extend a claim\'s lease from now'
@@ -253,6 +267,7 @@ wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from renew" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from renew" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from renew" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from renew" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from renew" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from list" -l volume -d 'Only claims of this volume' -r -f
@@ -275,6 +290,7 @@ wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from list" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from list" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from list" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from list" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from list" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from help" -f -a "renew" -d 'Extend a claim\'s lease from now'
@@ -295,6 +311,7 @@ complete -c csivol -n "__fish_csivol_using_subcommand run" -l queue -d 'Wait in 
 complete -c csivol -n "__fish_csivol_using_subcommand run" -l no-wait-release -d 'Do not wait for the release to finish after the command'
 complete -c csivol -n "__fish_csivol_using_subcommand run" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand run" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand run" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
 complete -c csivol -n "__fish_csivol_using_subcommand run" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand run" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand release" -l alloc -d 'The alloc whose claim to release' -r -f
@@ -309,6 +326,7 @@ complete -c csivol -n "__fish_csivol_using_subcommand release" -l ignore-missing
 complete -c csivol -n "__fish_csivol_using_subcommand release" -l wait -d 'Wait until it is done, showing progress on a terminal'
 complete -c csivol -n "__fish_csivol_using_subcommand release" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand release" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand release" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
 complete -c csivol -n "__fish_csivol_using_subcommand release" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand release" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand status" -l node -d 'Only volumes claimed or attached on this node, and only this node' -r -f
@@ -322,6 +340,7 @@ complete -c csivol -n "__fish_csivol_using_subcommand status" -l blocked -d 'Onl
 complete -c csivol -n "__fish_csivol_using_subcommand status" -s w -l watch -d 'Keep it on screen and redraw it when something changes (blocking queries on the event log, and every few seconds for heartbeat countdowns) until interrupted'
 complete -c csivol -n "__fish_csivol_using_subcommand status" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand status" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand status" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
 complete -c csivol -n "__fish_csivol_using_subcommand status" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand status" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand unblock" -l node -d 'The lost node: every volume it holds blocked' -r -f
@@ -338,6 +357,7 @@ complete -c csivol -n "__fish_csivol_using_subcommand unblock" -l dry-run -d 'On
 complete -c csivol -n "__fish_csivol_using_subcommand unblock" -l wait -d 'Wait until it is done, showing progress on a terminal'
 complete -c csivol -n "__fish_csivol_using_subcommand unblock" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand unblock" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand unblock" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
 complete -c csivol -n "__fish_csivol_using_subcommand unblock" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand unblock" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand fence" -l reason -d 'Why, for the event log (e.g. "node-2 unreachable since 03:10, BMC answers")' -r -f
@@ -354,6 +374,7 @@ complete -c csivol -n "__fish_csivol_using_subcommand fence" -l dry-run -d 'Only
 complete -c csivol -n "__fish_csivol_using_subcommand fence" -l wait -d 'Wait until it is done, showing progress on a terminal'
 complete -c csivol -n "__fish_csivol_using_subcommand fence" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand fence" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand fence" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
 complete -c csivol -n "__fish_csivol_using_subcommand fence" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand fence" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand detach" -l node -d 'The node to detach it from' -r -f
@@ -371,6 +392,7 @@ complete -c csivol -n "__fish_csivol_using_subcommand detach" -l dry-run -d 'Onl
 complete -c csivol -n "__fish_csivol_using_subcommand detach" -l wait -d 'Wait until it is done, showing progress on a terminal'
 complete -c csivol -n "__fish_csivol_using_subcommand detach" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand detach" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand detach" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
 complete -c csivol -n "__fish_csivol_using_subcommand detach" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand detach" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show drain eligibility label remove help" -l addr -d 'Server address; several servers of one cluster comma-separated or repeated, tried in turn when one cannot be reached; without a scheme, https:// when a CA is given (--ca-cert, CSIVOL_CACERT or the default CA file), else http:// [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r -f
@@ -381,6 +403,7 @@ wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
 complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show drain eligibility label remove help" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show drain eligibility label remove help" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show drain eligibility label remove help" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show drain eligibility label remove help" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show drain eligibility label remove help" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show drain eligibility label remove help" -f -a "list" -d 'List nodes with their status, heartbeat and plugins'
@@ -398,6 +421,7 @@ wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from list" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from list" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from list" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from list" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from list" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from show" -l addr -d 'Server address; several servers of one cluster comma-separated or repeated, tried in turn when one cannot be reached; without a scheme, https:// when a CA is given (--ca-cert, CSIVOL_CACERT or the default CA file), else http:// [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r -f
@@ -408,6 +432,7 @@ wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from show" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from show" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from show" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from show" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from show" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from drain" -l deadline -d 'How long --wait waits before giving up with exit code 5 (the node stays draining)' -r -f
@@ -420,6 +445,7 @@ json\t'JSON, the API\'s types (stable field names)'"
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from drain" -l wait -d 'Wait until no claim is left on the node'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from drain" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from drain" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from drain" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from drain" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from drain" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from eligibility" -l addr -d 'Server address; several servers of one cluster comma-separated or repeated, tried in turn when one cannot be reached; without a scheme, https:// when a CA is given (--ca-cert, CSIVOL_CACERT or the default CA file), else http:// [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r -f
@@ -432,6 +458,7 @@ complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subc
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from eligibility" -l disable -d 'No new claims on the node'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from eligibility" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from eligibility" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from eligibility" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from eligibility" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from eligibility" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from label" -l addr -d 'Server address; several servers of one cluster comma-separated or repeated, tried in turn when one cannot be reached; without a scheme, https:// when a CA is given (--ca-cert, CSIVOL_CACERT or the default CA file), else http:// [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r -f
@@ -442,6 +469,7 @@ wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from label" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from label" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from label" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from label" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from label" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from remove" -l addr -d 'Server address; several servers of one cluster comma-separated or repeated, tried in turn when one cannot be reached; without a scheme, https:// when a CA is given (--ca-cert, CSIVOL_CACERT or the default CA file), else http:// [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r -f
@@ -452,6 +480,7 @@ wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from remove" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from remove" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from remove" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from remove" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from remove" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from help" -f -a "list" -d 'List nodes with their status, heartbeat and plugins'
@@ -469,6 +498,7 @@ wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show controllers help" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show controllers help" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show controllers help" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show controllers help" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show controllers help" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show controllers help" -f -a "list" -d 'List plugins with their health across nodes'
@@ -483,6 +513,7 @@ wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from list" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from list" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from list" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from list" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from list" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from show" -l addr -d 'Server address; several servers of one cluster comma-separated or repeated, tried in turn when one cannot be reached; without a scheme, https:// when a CA is given (--ca-cert, CSIVOL_CACERT or the default CA file), else http:// [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r -f
@@ -493,6 +524,7 @@ wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from show" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from show" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from show" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from show" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from show" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from controllers" -l allow -d 'Allow this node to host the plugin\'s controller (repeatable)' -r -f
@@ -505,6 +537,7 @@ wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from controllers" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from controllers" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from controllers" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from controllers" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from controllers" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from help" -f -a "list" -d 'List plugins with their health across nodes'
@@ -524,6 +557,7 @@ json\t'JSON, the API\'s types (stable field names)'"
 complete -c csivol -n "__fish_csivol_using_subcommand events" -s f -l follow -d 'Keep printing new events as they happen (with -o json: one object per line); starts at the end of the log unless --since or --tail says otherwise'
 complete -c csivol -n "__fish_csivol_using_subcommand events" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand events" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand events" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
 complete -c csivol -n "__fish_csivol_using_subcommand events" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand events" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand token; and not __fish_seen_subcommand_from create list revoke help" -l addr -d 'Server address; several servers of one cluster comma-separated or repeated, tried in turn when one cannot be reached; without a scheme, https:// when a CA is given (--ca-cert, CSIVOL_CACERT or the default CA file), else http:// [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r -f
@@ -534,6 +568,7 @@ wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
 complete -c csivol -n "__fish_csivol_using_subcommand token; and not __fish_seen_subcommand_from create list revoke help" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand token; and not __fish_seen_subcommand_from create list revoke help" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand token; and not __fish_seen_subcommand_from create list revoke help" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
 complete -c csivol -n "__fish_csivol_using_subcommand token; and not __fish_seen_subcommand_from create list revoke help" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand token; and not __fish_seen_subcommand_from create list revoke help" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand token; and not __fish_seen_subcommand_from create list revoke help" -f -a "create" -d 'Create a token; its secret is printed once, on stdout'
@@ -556,6 +591,7 @@ wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
 complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from create" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from create" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from create" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
 complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from create" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from create" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from list" -l addr -d 'Server address; several servers of one cluster comma-separated or repeated, tried in turn when one cannot be reached; without a scheme, https:// when a CA is given (--ca-cert, CSIVOL_CACERT or the default CA file), else http:// [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r -f
@@ -566,6 +602,7 @@ wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
 complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from list" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from list" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from list" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
 complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from list" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from list" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from revoke" -l addr -d 'Server address; several servers of one cluster comma-separated or repeated, tried in turn when one cannot be reached; without a scheme, https:// when a CA is given (--ca-cert, CSIVOL_CACERT or the default CA file), else http:// [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r -f
@@ -576,6 +613,7 @@ wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
 complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from revoke" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from revoke" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from revoke" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
 complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from revoke" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from revoke" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from help" -f -a "create" -d 'Create a token; its secret is printed once, on stdout'
@@ -590,6 +628,7 @@ wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
 complete -c csivol -n "__fish_csivol_using_subcommand completions" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand completions" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand completions" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
 complete -c csivol -n "__fish_csivol_using_subcommand completions" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand completions" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume snapshot claim run release status unblock fence detach node plugin events token completions help" -f -a "volume" -d 'Register, create, list, show and deregister volumes'

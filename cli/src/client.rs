@@ -94,6 +94,7 @@ impl Client {
             .token(token)
             .connect_timeout(Duration::from_secs(5))
             .request_timeout(REQUEST_TIMEOUT)
+            .stale_reads(args.stale)
             .user_agent(concat!("csivol/", env!("CARGO_PKG_VERSION")));
         if addr.starts_with("https://") {
             let tls = csivol_client::tls::client_config(ca.as_deref(), None).map_err(|e| {

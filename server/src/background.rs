@@ -13,10 +13,16 @@ use super::{EVENTS_KEPT, db, fence, http, lifecycle};
 use csivol_api::NodeStatus;
 
 /// Starts the background tasks; the returned handles are aborted when serving stops.
-pub fn spawn(app: &http::App, cluster: Option<Cluster>) -> Vec<tokio::task::JoinHandle<()>> {
+/// `listen` is where this server serves (announced to the other servers with etcd).
+pub fn spawn(
+    app: &http::App,
+    cluster: Option<Cluster>,
+    listen: String,
+) -> Vec<tokio::task::JoinHandle<()>> {
     let mut tasks = vec![tokio::spawn(persist_token_use(app.clone()))];
     let leadership = match cluster.clone() {
         Some(c) => {
+            tasks.push(tokio::spawn(etcd::schema::announce(c.clone(), listen)));
             tasks.push(tokio::spawn(compact_history(c.clone())));
             tasks.push(tokio::spawn(etcd::forward_heard(
                 c.clone(),
@@ -78,6 +84,12 @@ async fn compact_history(cluster: Cluster) {
         }
         let head = format!("{}/d/head", cluster.prefix).into_bytes();
         let revision = match cluster.client.get(&head).await {
+            // A schema migration reads the rows as of its start: that history stays.
+            Ok((_, Some(kv)))
+                if etcd::mirror::Head::parse(&kv.value).is_ok_and(|h| h.migrating) =>
+            {
+                continue;
+            }
             Ok((rev, _)) => rev - HISTORY_KEPT,
             Err(_) => continue,
         };

@@ -128,15 +128,8 @@ pub struct ServerArgs {
     /// refused [default: 128, etcd's default].
     #[arg(long, value_name = "N")]
     pub etcd_max_txn_ops: Option<usize>,
-    /// The CA (PEM) that signed the etcd members' certificates, for `https://` endpoints.
-    #[arg(long, value_name = "FILE")]
-    pub etcd_ca_cert: Option<PathBuf>,
-    /// A client certificate (PEM) for etcd's `--client-cert-auth`; with --etcd-key.
-    #[arg(long, value_name = "FILE", requires = "etcd_key")]
-    pub etcd_cert: Option<PathBuf>,
-    /// The client certificate's private key (PEM).
-    #[arg(long, value_name = "FILE", requires = "etcd_cert")]
-    pub etcd_key: Option<PathBuf>,
+    #[command(flatten)]
+    pub etcd_tls: etcd::EtcdTlsArgs,
     /// TOML file with the same settings (`data_dir`, `listen`, `heartbeat_ttl = "30s"`,
     /// `planned_stop_grace = "10m"`, `controller_concurrency`, `secrets_key_file`, TLS and connection bounds, `node_channel = false`), and fencing:
     /// `[[fence]]` methods (`name`, `command`, `timeout`, `nodes`, `labels`, `env`,
@@ -187,6 +180,10 @@ pub enum Command {
     /// Copy a stopped single server's state (`sqlite:DIR`) into an empty etcd prefix for
     /// `--store etcd`, then check the copy row by row.
     Migrate(etcd::migrate::MigrateArgs),
+    /// A rolling upgrade of servers over etcd: the cluster's schema version, and the
+    /// command that raises it once every server runs the new release.
+    #[command(subcommand)]
+    Upgrade(etcd::upgrade::UpgradeCommand),
     /// Make TLS certificates for a small cluster.
     #[command(subcommand)]
     Tls(tls::TlsCommand),
@@ -351,15 +348,11 @@ impl ServerConfig {
                         .or(file.etcd_max_txn_ops)
                         .unwrap_or(etcd::DEFAULT_MAX_TXN_OPS)
                         .max(8),
-                    ca_cert: args.etcd_ca_cert.or(file.etcd_ca_cert),
-                    cert_key: match (
-                        args.etcd_cert.or(file.etcd_cert),
-                        args.etcd_key.or(file.etcd_key),
-                    ) {
-                        (Some(c), Some(k)) => Some((c, k)),
-                        (None, None) => None,
-                        _ => bail!("--etcd-cert and --etcd-key go together"),
-                    },
+                    ca_cert: args.etcd_tls.etcd_ca_cert.or(file.etcd_ca_cert),
+                    cert_key: etcd::EtcdTlsArgs::cert_key(
+                        args.etcd_tls.etcd_cert.or(file.etcd_cert),
+                        args.etcd_tls.etcd_key.or(file.etcd_key),
+                    )?,
                 })
             }
         };
@@ -410,20 +403,8 @@ impl ServerConfig {
 pub async fn run(command: Command) -> anyhow::Result<()> {
     let args = match command {
         Command::Serve(args) => args,
-        Command::Backup(b) => {
-            let data_dir = match &b.data_dir {
-                Some(d) => d.clone(),
-                None => {
-                    let args = ServerArgs {
-                        config: b.config.clone(),
-                        ..ServerArgs::default()
-                    };
-                    ServerConfig::resolve(args)?.data_dir
-                }
-            };
-            return backup::run_backup(&b, &data_dir);
-        }
-        Command::Restore(r) => return backup::run_restore(&r),
+        Command::Backup(b) => return backup::run_backup(&b).await,
+        Command::Restore(r) => return backup::run_restore(&r).await,
         Command::RotateSecretsKey(k) => {
             let cfg = ServerConfig::resolve(ServerArgs {
                 data_dir: k.data_dir,
@@ -447,6 +428,7 @@ pub async fn run(command: Command) -> anyhow::Result<()> {
             return Ok(());
         }
         Command::Migrate(m) => return etcd::migrate::run(&m).await,
+        Command::Upgrade(u) => return etcd::upgrade::run(&u).await,
         Command::Tls(cmd) => return tls::run(cmd),
         Command::Dev(args) => return dev::run(args).await,
     };
@@ -510,7 +492,7 @@ impl Server {
         let keys = secrets::Keys::load(&cfg.secrets_key_path(), true)?;
         let (db, cluster) = match &cfg.etcd {
             Some(e) => {
-                let (db, c) = etcd::start(&cfg.data_dir.join(etcd::MIRROR_DB), e).await?;
+                let (db, c) = etcd::start(&cfg.data_dir.join(etcd::MIRROR_DB), e, check).await?;
                 (db, Some(c))
             }
             None => {
@@ -643,6 +625,7 @@ impl Server {
             fencer: Arc::new(fence::Fencer::default()),
             long_polls: Arc::new(tokio::sync::Semaphore::new(max_long_polls)),
             node_channel: cfg.node_channel,
+            reads: cluster.as_ref().map(|c| c.reads.clone()),
             leadership: cluster.as_ref().map(|c| c.leadership.clone()),
         };
         Ok(Self {
@@ -660,13 +643,22 @@ impl Server {
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
-        let tasks = background::spawn(&self.app, self.cluster.clone());
+        let scheme = if self.bounds.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        let listen = format!("{scheme}://{}", self.addr);
+        let tasks = background::spawn(&self.app, self.cluster.clone(), listen);
         let app = self.app.clone();
         let _lock = self._lock;
         let router = http::router(self.app);
         let served = http::listen::serve(self.listener, router, self.bounds, shutdown).await;
         for t in tasks {
             t.abort();
+        }
+        if let Some(c) = &self.cluster {
+            etcd::schema::withdraw(c).await;
         }
         if let Err(e) = http::access::persist_last_used(&app).await {
             tracing::warn!(error = %e, "failed to record when tokens were last used");

@@ -52,6 +52,8 @@ pub struct Metrics {
     heartbeats: Family<ViaLabel, Counter>,
     /// Desired-state queries that had to wait for a change (long-polls held open).
     pub desired_waits: Counter,
+    /// How long reads waited to be made consistent with etcd (etcd store only).
+    pub read_catch_up_seconds: Histogram,
 }
 
 impl Default for Metrics {
@@ -73,6 +75,12 @@ impl Default for Metrics {
         let node_channels = Gauge::default();
         let heartbeats = Family::<ViaLabel, Counter>::default();
         let desired_waits = Counter::default();
+        let read_catch_up_seconds = Histogram::new(exponential_buckets(0.0001, 2.0, 20));
+        registry.register(
+            "read_catch_up_seconds",
+            "Time a read waited for this server's copy of the state to reach etcd's last commit",
+            read_catch_up_seconds.clone(),
+        );
         registry.register(
             "node_channels",
             "Open node channels (agents heartbeating and told of changes on one connection)",
@@ -151,6 +159,7 @@ impl Default for Metrics {
             node_channels,
             heartbeats,
             desired_waits,
+            read_catch_up_seconds,
         }
     }
 }

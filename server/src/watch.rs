@@ -16,7 +16,9 @@ use tokio::sync::Notify;
 /// state. An agent's query trims what it no longer needs, so a journal is usually short.
 const JOURNAL: usize = 64;
 
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+/// Serialised as the etcd store ships a commit's keys to the other servers (`etcd::mirror::Head`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Key {
     /// What a node must do, as a whole: its status, or changes not named by volume. An agent
     /// holding an older index is sent its whole desired state.

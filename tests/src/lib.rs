@@ -208,6 +208,8 @@ pub struct ServerProc {
     /// The command the server runs under (see [`ServerProc::start_via`]), if any.
     wrapper: Vec<String>,
     args: Vec<String>,
+    /// Environment variables set for it (see [`ServerProc::restart_with_env`]).
+    env: Vec<(String, String)>,
     log: PathBuf,
 }
 
@@ -230,10 +232,16 @@ impl ServerProc {
         args.extend(extra.iter().map(|s| (*s).to_owned()));
         let log = data_dir.with_extension("log");
         let wrapper = wrapper.iter().map(|s| (*s).to_owned()).collect();
-        Self::spawn(data_dir.to_owned(), wrapper, args, log)
+        Self::spawn(data_dir.to_owned(), wrapper, args, Vec::new(), log)
     }
 
-    fn spawn(data_dir: PathBuf, wrapper: Vec<String>, args: Vec<String>, log: PathBuf) -> Self {
+    fn spawn(
+        data_dir: PathBuf,
+        wrapper: Vec<String>,
+        args: Vec<String>,
+        env: Vec<(String, String)>,
+        log: PathBuf,
+    ) -> Self {
         let addr_file = data_dir.join("server.addr");
         let _ = fs::remove_file(&addr_file);
         let server = bin_path("csivol-server");
@@ -246,10 +254,12 @@ impl ServerProc {
             None => Command::new(server),
         };
         cmd.args(&args)
-            .env("RUST_LOG", "info,csivol_server::store::etcd=debug");
+            .env("RUST_LOG", "info,csivol_server::store::etcd=debug")
+            .envs(env.iter().map(|(k, v)| (k, v)));
         let log_file = log;
         let mut proc = Proc::spawn("csivol-server serve", cmd, &log_file);
-        // Generous: a debug build starting on a machine busy with other builds.
+        // Generous: a server over etcd waits for etcd at start, and a debug build starts
+        // slowly on a machine busy with other builds.
         let url = wait_for("the server to listen", Duration::from_secs(120), || {
             if let Some(status) = proc.exited() {
                 panic!(
@@ -277,6 +287,7 @@ impl ServerProc {
             token,
             wrapper,
             args,
+            env,
             log: log_file,
         }
     }
@@ -288,9 +299,34 @@ impl ServerProc {
             self.data_dir.clone(),
             self.wrapper.clone(),
             self.args.clone(),
+            self.env.clone(),
             self.log.clone(),
         );
         *self = fresh;
+    }
+
+    /// Stops the server in order (SIGTERM: requests in flight are answered), then starts
+    /// it again on the same data dir and flags with `env` as its environment's additions
+    /// (a server started on a fixed `--listen` keeps its address). The token stays the
+    /// one the test gave it.
+    pub fn restart_with_env(&mut self, env: &[(&str, &str)]) {
+        self.proc.terminate(Duration::from_secs(30));
+        let env = env
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        let token = std::mem::take(&mut self.token);
+        let fresh = Self::spawn(
+            self.data_dir.clone(),
+            self.wrapper.clone(),
+            self.args.clone(),
+            env,
+            self.log.clone(),
+        );
+        *self = fresh;
+        if self.token.is_empty() {
+            self.token = token;
+        }
     }
 
     /// What the server logged so far.

@@ -83,6 +83,12 @@ pub struct GlobalArgs {
     /// Print only data and errors: no progress, notes or hints on stderr
     #[arg(short, long, global = true, help_heading = GLOBAL)]
     pub quiet: bool,
+
+    /// Allow possibly stale reads: with several servers over etcd, the server answers from
+    /// its own copy of the state without first catching up with the writes the others
+    /// acknowledged last (cheaper; reads are consistent by default)
+    #[arg(long, global = true, help_heading = GLOBAL)]
+    pub stale: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

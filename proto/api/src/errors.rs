@@ -16,6 +16,20 @@ pub struct Health {
     /// Absent with the single-server store.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub leader: Option<bool>,
+    /// The schema version the state is kept in, and the newest this server knows: they
+    /// differ on a server of a new release during a rolling upgrade, until `csivol-server
+    /// upgrade finalize` raises the cluster's. Absent from older servers' answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema: Option<SchemaVersions>,
+}
+
+/// See [`Health::schema`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SchemaVersions {
+    /// What the state is kept in (the cluster's, with several servers).
+    pub running: i64,
+    /// The newest this server knows.
+    pub known: i64,
 }
 
 /// Every error: `{"error": {"code", "message", "hint"}}`.

@@ -40,6 +40,8 @@ pub struct Client {
     token: Option<String>,
     /// Deadline of a request that does not block on the server; `None`: no deadline.
     request_timeout: Option<Duration>,
+    /// Every `GET` asks for `stale=true`.
+    stale_reads: bool,
 }
 
 /// How to build a [`Client`]; every setting but the address is optional.
@@ -52,6 +54,7 @@ pub struct Builder {
     request_timeout: Option<Duration>,
     user_agent: Option<String>,
     no_proxy: bool,
+    stale_reads: bool,
 }
 
 impl Builder {
@@ -85,6 +88,14 @@ impl Builder {
         self
     }
 
+    /// Asks for possibly stale reads (`?stale=true` on every `GET`): with several servers
+    /// over etcd, a server then answers from its own copy of the state without first
+    /// catching up with the writes other servers acknowledged last.
+    pub fn stale_reads(mut self, stale: bool) -> Self {
+        self.stale_reads = stale;
+        self
+    }
+
     /// Ignores the `HTTP(S)_PROXY` environment.
     pub fn no_proxy(mut self) -> Self {
         self.no_proxy = true;
@@ -112,6 +123,7 @@ impl Builder {
             current: Arc::new(AtomicUsize::new(0)),
             token: self.token,
             request_timeout: self.request_timeout,
+            stale_reads: self.stale_reads,
         })
     }
 }
@@ -208,6 +220,7 @@ impl Client {
             request_timeout: None,
             user_agent: None,
             no_proxy: false,
+            stale_reads: false,
         }
     }
 
@@ -317,7 +330,11 @@ impl Client {
         body: &Body<'_, B>,
         timeout: Option<Duration>,
     ) -> Result<Raw, Error> {
-        let url = format!("{base}{path}");
+        let url = match self.stale_reads && method == Method::GET {
+            true if path.contains('?') => format!("{base}{path}&stale=true"),
+            true => format!("{base}{path}?stale=true"),
+            false => format!("{base}{path}"),
+        };
         let mut req = self.http.request(method, &url);
         if let Some(t) = timeout.or(self.request_timeout) {
             req = req.timeout(t);

@@ -6,6 +6,7 @@ mod channel;
 pub(crate) mod error;
 pub(crate) mod listen;
 mod node_endpoints;
+mod reads;
 mod snapshot_endpoints;
 
 use std::sync::Arc;
@@ -54,6 +55,8 @@ pub struct App {
     pub long_polls: Arc<tokio::sync::Semaphore>,
     /// Whether agents are offered the node channel (`--no-node-channel` turns it off).
     pub node_channel: bool,
+    /// With the etcd store: what makes a read consistent (`None`: SQLite, consistent as is).
+    pub reads: Option<crate::etcd::Reads>,
     /// With the etcd store, this server's leadership (health shows it).
     pub leadership: Option<crate::etcd::Leadership>,
 }
@@ -256,6 +259,10 @@ pub fn router(app: App) -> Router {
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .layer(axum::middleware::from_fn_with_state(
             app.clone(),
+            reads::consistent,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            app.clone(),
             access::client_cert_names_the_node,
         ))
         .with_state(app)
@@ -286,6 +293,10 @@ async fn health(State(app): State<App>) -> Json<Health> {
             .leadership
             .as_ref()
             .map(crate::etcd::Leadership::is_leader),
+        schema: Some(api::SchemaVersions {
+            running: app.db.schema(),
+            known: crate::db::schema_version(),
+        }),
     })
 }
 

@@ -255,9 +255,10 @@ async fn migrating_a_single_server_into_etcd_keeps_everything() {
     assert!(status == 200 || status == 201, "{c}");
 }
 
-#[tokio::test]
-async fn servers_reach_etcd_over_tls_with_a_client_certificate() {
-    let dir = TestDir::new("ha-etcd-tls");
+/// A 3-member etcd over TLS that requires client certificates, and the directory of the
+/// certificates (`tls init`'s: `ca.pem`, and `node-csivol-server.pem` with its key for
+/// the client).
+pub(super) fn etcd_over_tls(dir: &TestDir) -> (EtcdCluster, std::path::PathBuf) {
     let certs = dir.join("tls");
     let mut init = std::process::Command::new(csivol_tests::bin_path("csivol-server"));
     init.args([
@@ -276,6 +277,13 @@ async fn servers_reach_etcd_over_tls_with_a_client_certificate() {
     };
     let etcd = EtcdCluster::start_with(dir.path(), 3, Some(&tls));
     assert!(etcd.endpoints().starts_with("https://"));
+    (etcd, certs)
+}
+
+#[tokio::test]
+async fn servers_reach_etcd_over_tls_with_a_client_certificate() {
+    let dir = TestDir::new("ha-etcd-tls");
+    let (etcd, certs) = etcd_over_tls(&dir);
     let common = [
         "--store=etcd".to_owned(),
         format!("--etcd-endpoints={}", etcd.endpoints()),

@@ -19,7 +19,7 @@ use csivol_tests::etcd::{Ha, start_ha};
 const LEADS: &str = "this server leads now";
 
 /// One claim sent by the load: volume, alloc, HTTP status (0: no answer) and error code.
-type Sent = (String, String, u16, String);
+pub(super) type Sent = (String, String, u16, String);
 
 /// Claims one of `volumes` volumes at a time, from both APIs in turn, until `stop`.
 fn load(
@@ -59,7 +59,11 @@ fn load(
 }
 
 /// Every acknowledged claim is on `api`, and no volume has two claims or two acks.
-async fn check_nothing_lost_nothing_twice(api: &Api, sent: &[Sent], volumes: usize) -> usize {
+pub(super) async fn check_nothing_lost_nothing_twice(
+    api: &Api,
+    sent: &[Sent],
+    volumes: usize,
+) -> usize {
     let mut acked: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
     for (v, a, status, code) in sent {
         assert!(
@@ -88,7 +92,7 @@ async fn check_nothing_lost_nothing_twice(api: &Api, sent: &[Sent], volumes: usi
     acked.len()
 }
 
-async fn wait_sent(sent: &Mutex<Vec<Sent>>, n: usize) {
+pub(super) async fn wait_sent(sent: &Mutex<Vec<Sent>>, n: usize) {
     eventually(&format!("{n} claims sent"), WAIT, || async {
         (sent.lock().await.len() >= n).then_some(())
     })

@@ -26,7 +26,7 @@ pub struct Figure {
 }
 
 impl Figure {
-    fn of(samples: Vec<Duration>) -> Self {
+    pub fn of(samples: Vec<Duration>) -> Self {
         let d = Dist::new(samples);
         Self {
             p50_ms: d.p50().unwrap_or(0.0),

@@ -28,6 +28,7 @@ mod load;
 mod nodeloss;
 mod phases;
 mod procs;
+mod reads;
 mod report;
 mod resident;
 mod sim;

@@ -194,6 +194,8 @@ pub struct Outcome {
     pub node_loss: Option<NodeLoss>,
     pub list: Option<ListFigure>,
     pub kill_check: Option<KillCheck>,
+    /// With the etcd store: what a consistent read costs.
+    pub reads: Option<crate::reads::ReadCost>,
     pub findings: Findings,
 }
 
@@ -213,6 +215,16 @@ pub async fn execute(cfg: &Config) -> anyhow::Result<Report> {
     server_memory.push(run.memory("nodes"));
     let cycled = populate(cfg, &http, &say).await?;
     server_memory.push(run.memory("volumes"));
+    let reads = match (a.store, cycled.first()) {
+        (crate::StoreArg::Etcd, Some(volume)) => {
+            say.say(format!(
+                "timing {} consistent and stale reads, one at a time and from {} clients",
+                a.floor_samples, a.concurrency
+            ));
+            Some(crate::reads::measure(&http, volume, a.floor_samples, a.concurrency).await?)
+        }
+        _ => None,
+    };
 
     let spec = LoadSpec {
         concurrency: a.concurrency,
@@ -320,6 +332,7 @@ pub async fn execute(cfg: &Config) -> anyhow::Result<Report> {
             node_loss,
             list,
             kill_check,
+            reads,
             findings,
         },
     ))

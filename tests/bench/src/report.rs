@@ -113,6 +113,8 @@ pub struct Report {
     pub error_count: usize,
     /// The kill -9 check: acknowledged claims found after a restart / checked.
     pub kill_check: Option<KillCheck>,
+    /// With the etcd store: a consistent read against a stale one.
+    pub reads: Option<crate::reads::ReadCost>,
     pub ok: bool,
     /// csivol's targets that apply to this run's mode, each met or missed.
     pub targets: Vec<Target>,
@@ -495,6 +497,21 @@ impl Report {
             self.orphans.len(),
             self.error_count
         ));
+        if let Some(r) = &self.reads {
+            line(format!(
+                "reads ({}): consistent {:.3} ms p50 ({:.3} p99), stale {:.3} ms p50 ({:.3} p99): \
+                 +{:.3} ms per read; {} clients at once: {:.0} consistent reads/s, {:.0} stale",
+                r.path,
+                r.consistent.p50_ms,
+                r.consistent.p99_ms,
+                r.stale.p50_ms,
+                r.stale.p99_ms,
+                r.added_p50_ms,
+                r.clients,
+                r.consistent_per_second,
+                r.stale_per_second
+            ));
+        }
         if let Some(k) = &self.kill_check {
             line(format!(
                 "kill -9 check: {} of {} acknowledged claims accounted for after a SIGKILL of the server under load \
@@ -554,6 +571,7 @@ pub fn assemble(cfg: &Config, o: Outcome) -> Report {
         node_loss,
         list,
         kill_check,
+        reads,
         findings,
     } = o;
     let phases::Findings {
@@ -661,6 +679,7 @@ pub fn assemble(cfg: &Config, o: Outcome) -> Report {
         errors,
         error_count,
         kill_check,
+        reads,
         ok,
         targets: Vec::new(),
         floor,

@@ -25,6 +25,8 @@ pub struct MigrateArgs {
     /// The key prefix in etcd [default: /csivol].
     #[arg(long, value_name = "PREFIX")]
     pub etcd_prefix: Option<String>,
+    #[command(flatten)]
+    pub tls: super::EtcdTlsArgs,
 }
 
 /// Puts per etcd transaction: within etcd's default `--max-txn-ops` (128).
@@ -89,7 +91,37 @@ pub async fn run(args: &MigrateArgs) -> anyhow::Result<()> {
     drop(conn);
 
     let endpoints = csivol_client::addresses(urls);
-    let client = Client::new(&endpoints).context("invalid etcd endpoints")?;
+    let cfg = super::EtcdArgs {
+        etcd_endpoints: endpoints.clone(),
+        etcd_prefix: Some(prefix.clone()),
+        tls: args.tls.clone(),
+    }
+    .config()?
+    .context("--to names no etcd endpoint")?;
+    let client = cfg.client()?;
+    let copied = copy_into(&client, &cfg.prefix, &rows, index).await?;
+    eprintln!("copied and verified {copied}");
+    eprintln!(
+        "hint: start every server with --store etcd --etcd-endpoints {} --etcd-prefix {prefix} \
+         and the same secrets key ({}, or the --secrets-key-file the old server used); the \
+         old operator token still works",
+        endpoints.join(","),
+        dir.join(crate::secrets::KEY_FILE).display()
+    );
+    Ok(())
+}
+
+/// Copies `rows` (key, value, in the etcd store's layout) into the empty `prefix` with the
+/// change index `index`: rows first, `head` last, so that a server finds the cluster only
+/// once it is all there; then reads everything back and checks it row by row. Says what it
+/// copied.
+pub(super) async fn copy_into(
+    client: &Client,
+    prefix: &str,
+    rows: &[(Vec<u8>, Vec<u8>)],
+    index: u64,
+) -> anyhow::Result<String> {
+    let keys = Keys::new(prefix);
     let (_, existing) = client
         .range_prefix(keys.data.as_bytes(), 0)
         .await
@@ -101,23 +133,23 @@ pub async fn run(args: &MigrateArgs) -> anyhow::Result<()> {
             existing.len()
         );
     }
-    // Rows first, `head` last: a server finds the cluster only once it is all there.
     for batch in rows.chunks(BATCH) {
         let ops = batch
             .iter()
             .map(|(k, v)| csivol_etcd_client::put(k.clone(), v.clone(), 0))
             .collect();
-        copy_step(&client, &keys, ops, &prefix).await?;
+        copy_step(client, &keys, ops, prefix).await?;
     }
+    let head = mirror::Head {
+        index,
+        schema: db::schema_version(),
+        ..mirror::Head::default()
+    };
     copy_step(
-        &client,
+        client,
         &keys,
-        vec![csivol_etcd_client::put(
-            keys.head(),
-            mirror::head_value(index),
-            0,
-        )],
-        &prefix,
+        vec![csivol_etcd_client::put(keys.head(), head.encode(), 0)],
+        prefix,
     )
     .await?;
 
@@ -126,7 +158,7 @@ pub async fn run(args: &MigrateArgs) -> anyhow::Result<()> {
     let copied: BTreeMap<Vec<u8>, Vec<u8>> =
         copied.into_iter().map(|kv| (kv.key, kv.value)).collect();
     let mut per_table: BTreeMap<String, usize> = BTreeMap::new();
-    for (k, v) in &rows {
+    for (k, v) in rows {
         match copied.get(k) {
             Some(c) if c == v => {}
             Some(_) => bail!(
@@ -150,17 +182,9 @@ pub async fn run(args: &MigrateArgs) -> anyhow::Result<()> {
         );
     }
     let counts: Vec<String> = per_table.iter().map(|(t, n)| format!("{t} {n}")).collect();
-    eprintln!(
-        "copied and verified {} rows into etcd under {prefix} (change index {index}): {}",
+    Ok(format!(
+        "{} rows into etcd under {prefix} (change index {index}): {}",
         rows.len() - 1,
         counts.join(", ")
-    );
-    eprintln!(
-        "hint: start every server with --store etcd --etcd-endpoints {} --etcd-prefix {prefix} \
-         and the same secrets key ({}, or the --secrets-key-file the old server used); the \
-         old operator token still works",
-        endpoints.join(","),
-        dir.join(crate::secrets::KEY_FILE).display()
-    );
-    Ok(())
+    ))
 }

@@ -8,6 +8,7 @@
 
 use rusqlite::types::Value;
 use rusqlite::{Connection, params_from_iter};
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::watch::Key;
@@ -125,21 +126,59 @@ impl Keys {
     }
 }
 
-/// The head value: the change index and the schema version it was written by.
-pub fn head_value(index: u64) -> Vec<u8> {
-    json!({ "index": index, "schema": crate::db::SCHEMA_VERSION })
-        .to_string()
-        .into_bytes()
+/// `<prefix>/d/head`, put by every commit: a JSON object whose fields other than `index`
+/// and `schema` are optional, so that servers of two adjacent versions read each other's.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Head {
+    /// The change index after the commit.
+    pub index: u64,
+    /// The cluster's schema version: the layout of every row under `d/t/`.
+    pub schema: i64,
+    /// Which commit wrote it (`<server>-<n>`, never reused): how a server that could not
+    /// learn whether its commit went through tells its own from another server's.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub by: String,
+    /// The blocking-query keys the commit touched, so that every server wakes (and
+    /// journals per volume) exactly what the committing one did. Absent when a commit
+    /// touched more than [`MAX_SHIPPED_KEYS`] or came from a server that does not send
+    /// them: the keys are then derived from the rows (a whole node's, for a node's rows).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keys: Option<Vec<Key>>,
+    /// Set while `csivol-server upgrade finalize` rewrites the rows in the layout of
+    /// `schema`: no server commits until a head without it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub migrating: bool,
 }
 
-/// The change index and schema version of a head value.
-pub fn parse_head(value: &[u8]) -> Result<(u64, i64), String> {
-    let v: serde_json::Value = serde_json::from_slice(value).map_err(|e| e.to_string())?;
-    let index = v["index"].as_u64().ok_or("head without an index")?;
-    let schema = v["schema"]
-        .as_i64()
-        .ok_or("head without a schema version")?;
-    Ok((index, schema))
+/// Most keys a head carries; a commit that touched more wakes by its rows.
+pub const MAX_SHIPPED_KEYS: usize = 2048;
+
+impl Head {
+    pub fn encode(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("a head serialises")
+    }
+
+    /// A head value; its `keys` are dropped (not the head refused) when they do not parse,
+    /// as when a newer server names a kind of key this one does not know.
+    pub fn parse(value: &[u8]) -> Result<Self, String> {
+        let mut v: serde_json::Value =
+            serde_json::from_slice(value).map_err(|e| format!("invalid head: {e}"))?;
+        let keys = v.as_object_mut().and_then(|o| o.remove("keys"));
+        let mut head: Self = serde_json::from_value(v).map_err(|e| format!("invalid head: {e}"))?;
+        head.keys = keys.and_then(|k| serde_json::from_value(k).ok());
+        Ok(head)
+    }
+
+    /// The keys to ship for `touched`: each once, none past the bound.
+    pub fn shipped(touched: &[Key]) -> Option<Vec<Key>> {
+        let mut seen = std::collections::HashSet::new();
+        let keys: Vec<Key> = touched
+            .iter()
+            .filter(|k| seen.insert(*k))
+            .cloned()
+            .collect();
+        (keys.len() <= MAX_SHIPPED_KEYS).then_some(keys)
+    }
 }
 
 fn to_json(v: Value) -> serde_json::Value {
@@ -314,6 +353,68 @@ pub fn load(
     tx.commit().map_err(|e| e.to_string())
 }
 
+/// Checks a mirror just loaded from `rows`: every row etcd holds is in it (none took
+/// another's place by breaking a unique index, which loading would not notice), and SQLite
+/// finds the database whole (`integrity_check`) with no dangling reference
+/// (`foreign_key_check`). Says what is wrong, table by table.
+pub fn check(
+    conn: &Connection,
+    tables: &[Table],
+    keys: &Keys,
+    rows: &[(Vec<u8>, Vec<u8>)],
+) -> Result<(), String> {
+    let mut in_etcd: std::collections::BTreeMap<&str, i64> = std::collections::BTreeMap::new();
+    for (k, _) in rows {
+        if let Some(KeyKind::Row(t, _)) = keys.parse(k) {
+            *in_etcd.entry(t).or_default() += 1;
+        }
+    }
+    let mut wrong = Vec::new();
+    for t in tables {
+        let loaded: i64 = conn
+            .query_row(&format!("SELECT COUNT(*) FROM \"{}\"", t.name), [], |r| {
+                r.get(0)
+            })
+            .map_err(|e| e.to_string())?;
+        let held = in_etcd.get(t.name.as_str()).copied().unwrap_or(0);
+        if loaded != held {
+            wrong.push(format!(
+                "etcd holds {held} rows of `{}` but only {loaded} fit the schema's unique keys",
+                t.name
+            ));
+        }
+    }
+    let pragma = |sql: &str| -> Result<Vec<String>, String> {
+        let mut stmt = conn.prepare(sql).map_err(|e| e.to_string())?;
+        let found: rusqlite::Result<Vec<String>> = stmt
+            .query_map([], |r| {
+                let n = r.as_ref().column_count();
+                let cells: Vec<String> = (0..n)
+                    .map(|i| match r.get::<_, Value>(i) {
+                        Ok(Value::Text(s)) => s,
+                        Ok(Value::Integer(i)) => i.to_string(),
+                        _ => String::new(),
+                    })
+                    .collect();
+                Ok(cells.join(" "))
+            })
+            .and_then(|rows| rows.collect());
+        found.map_err(|e| e.to_string())
+    };
+    let integrity = pragma("PRAGMA integrity_check(20)")?;
+    if integrity != ["ok"] {
+        wrong.extend(integrity);
+    }
+    for dangling in pragma("PRAGMA foreign_key_check")? {
+        wrong.push(format!("a dangling reference: {dangling}"));
+    }
+    if wrong.is_empty() {
+        Ok(())
+    } else {
+        Err(wrong.join("; "))
+    }
+}
+
 /// Every row of the mirror as (key, value), for a cluster's first write into etcd.
 pub fn all_rows(
     conn: &Connection,
@@ -365,5 +466,64 @@ mod tests {
             Value::Blob(vec![0, 255]),
         ];
         assert_eq!(decode_row(&t, &encode_row(row.clone())).unwrap(), row);
+    }
+
+    #[test]
+    fn the_check_finds_rows_that_do_not_fit_the_schema() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        // A table with AUTOINCREMENT, as the schema has, makes `sqlite_sequence`.
+        conn.execute_batch(
+            "CREATE TABLE t (k TEXT PRIMARY KEY, v INTEGER);
+             CREATE TABLE s (id INTEGER PRIMARY KEY AUTOINCREMENT);",
+        )
+        .unwrap();
+        let tables = tables(&conn).unwrap();
+        let keys = Keys::new("/csivol");
+        let row = |rid: i64, k: &str| {
+            (
+                keys.row("t", rid),
+                encode_row(vec![Value::Text(k.into()), Value::Integer(rid)]),
+            )
+        };
+        let good = vec![row(1, "a"), row(2, "b")];
+        load(&mut conn, &tables, &keys, &good).unwrap();
+        check(&conn, &tables, &keys, &good).unwrap();
+        // Two rows with the same primary key: loading keeps one of them.
+        let twice = vec![row(1, "a"), row(2, "a")];
+        load(&mut conn, &tables, &keys, &twice).unwrap();
+        let e = check(&conn, &tables, &keys, &twice).unwrap_err();
+        assert_eq!(
+            e,
+            "etcd holds 2 rows of `t` but only 1 fit the schema's unique keys"
+        );
+    }
+
+    #[test]
+    fn heads_of_older_and_newer_servers_are_read() {
+        let older = br#"{"index":7,"schema":14}"#;
+        assert_eq!(
+            Head::parse(older).unwrap(),
+            Head {
+                index: 7,
+                schema: 14,
+                ..Head::default()
+            }
+        );
+        let head = Head {
+            index: 8,
+            schema: 14,
+            by: "a1-3".into(),
+            keys: Head::shipped(&[Key::Events, Key::Volume("v".into()), Key::Events]),
+            migrating: false,
+        };
+        assert_eq!(head.keys.as_ref().map(Vec::len), Some(2), "each key once");
+        assert_eq!(Head::parse(&head.encode()).unwrap(), head);
+        let newer = br#"{"index":9,"schema":15,"keys":[{"a_kind_to_come":"x"}],"more":1}"#;
+        let read = Head::parse(newer).unwrap();
+        assert_eq!((read.index, read.schema, read.keys), (9, 15, None));
+        assert!(
+            Head::parse(br#"{"schema":14}"#).is_err(),
+            "an index is needed"
+        );
     }
 }

@@ -6,21 +6,29 @@
 //! commits to the mirror and wakes blocking queries. Once-only work runs on the leader,
 //! elected with an etcd lease (`leader`).
 
+mod args;
+pub mod backup;
+mod follow;
 mod leader;
 pub mod migrate;
 pub mod mirror;
+mod reads;
+pub mod schema;
+pub mod upgrade;
 mod writer;
 
 use std::path::Path;
 use std::time::Duration;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use csivol_etcd_client::{Client, EventType};
 use tokio::sync::mpsc;
 
+pub use args::{EtcdArgs, EtcdTlsArgs};
 pub use leader::Leadership;
+pub use reads::{READ_BOUND, Reads};
 
-use self::mirror::{KeyKind, Keys};
+use self::mirror::{Head, KeyKind, Keys};
 use self::writer::{Remote, Writer};
 use crate::db::{self, Db};
 
@@ -77,6 +85,11 @@ pub struct Cluster {
     pub client: Client,
     pub prefix: String,
     pub leadership: Leadership,
+    /// Catches the mirror up with etcd before a read.
+    pub reads: Reads,
+    /// This server's name in etcd (its presence under `<prefix>/servers/`, its commits).
+    pub id: String,
+    pub lease_ttl: Duration,
     /// Most operations in one etcd transaction.
     pub max_txn_ops: usize,
 }
@@ -94,72 +107,85 @@ fn remove_mirror(path: &Path) -> std::io::Result<()> {
 
 /// Opens the store: loads etcd's state into a fresh mirror at `path` (or, on an empty
 /// prefix, writes a new cluster's first state into etcd), starts the writer and the watch.
-pub async fn start(path: &Path, cfg: &EtcdConfig) -> anyhow::Result<(Db, Cluster)> {
+/// With `check`, the mirror is checked against what etcd holds before anything is served.
+pub async fn start(path: &Path, cfg: &EtcdConfig, check: bool) -> anyhow::Result<(Db, Cluster)> {
     let client = cfg.client()?;
     let prefix = cfg.prefix.trim_end_matches('/').to_owned();
     let keys = Keys::new(&prefix);
-    let (conn, tables, index, head_rev, from) = loop {
+    let (conn, tables, index, schema, head_rev, from) = loop {
         remove_mirror(path).with_context(|| format!("failed to remove {}", path.display()))?;
         csivol_daemon::modes::create_file(path)
             .with_context(|| format!("failed to create {}", path.display()))?;
-        let (mut conn, _) = db::open(path)?;
-        // etcd holds the truth: the mirror need not survive a crash (it is rebuilt).
-        conn.pragma_update(None, "synchronous", "OFF")?;
-        let tables = mirror::tables(&conn)?;
-        let (rev, kvs) = client
-            .range_prefix(keys.data.as_bytes(), 0)
-            .await
-            .with_context(|| {
-                format!(
-                    "failed to read the state from etcd at {}",
-                    cfg.endpoints.join(",")
-                )
-            })?;
+        let (rev, kvs) = read_state(&client, cfg, &keys).await?;
         let head = kvs
             .iter()
             .find(|kv| keys.parse(&kv.key) == Some(KeyKind::Head));
         match head {
             None => {
+                let (conn, index) = db::open(path)?;
+                // etcd holds the truth: the mirror need not survive a crash (it is rebuilt).
+                conn.pragma_update(None, "synchronous", "OFF")?;
+                let tables = mirror::tables(&conn)?;
                 let mut ops: Vec<_> = mirror::all_rows(&conn, &tables, &keys)?
                     .into_iter()
                     .map(|(k, v)| csivol_etcd_client::put(k, v, 0))
                     .collect();
-                let index: i64 =
-                    conn.query_row("SELECT value FROM meta WHERE key = 'index'", [], |r| {
-                        r.get(0)
-                    })?;
-                ops.push(csivol_etcd_client::put(
-                    keys.head(),
-                    mirror::head_value(index as u64),
-                    0,
-                ));
-                let Some(rev) = while_no_cluster(&client, &keys, ops)
+                let head = Head {
+                    index,
+                    schema: db::schema_version(),
+                    ..Head::default()
+                };
+                ops.push(csivol_etcd_client::put(keys.head(), head.encode(), 0));
+                // Sent again if etcd did not answer: the compare lets one send land,
+                // and a send that finds the state written loads it, its own or not.
+                let Some(rev) = at_start(|| while_no_cluster(&client, &keys, ops.clone()))
                     .await
                     .context("failed to write a new cluster's state into etcd")?
                 else {
                     continue; // another server wrote it first: load that one
                 };
                 tracing::info!(prefix, "wrote a new cluster's state into etcd");
-                break (conn, tables, index as u64, rev, rev);
+                break (conn, tables, index, head.schema, rev, rev);
             }
             Some(h) => {
-                let (index, schema) = mirror::parse_head(&h.value).map_err(anyhow::Error::msg)?;
-                if schema != db::SCHEMA_VERSION {
-                    bail!(
-                        "the state in etcd under {prefix} has schema version {schema}, this \
-                         csivol-server has {}; run the same version on every server",
-                        db::SCHEMA_VERSION
-                    );
-                }
+                let head = Head::parse(&h.value).map_err(anyhow::Error::msg)?;
+                let schema = schema::accept(&head, &prefix)?;
+                let (mut conn, _) = db::open_at(path, schema)?;
+                conn.pragma_update(None, "synchronous", "OFF")?;
+                let tables = mirror::tables(&conn)?;
                 let head_rev = h.mod_revision;
                 let rows: Vec<_> = kvs.into_iter().map(|kv| (kv.key, kv.value)).collect();
                 mirror::load(&mut conn, &tables, &keys, &rows).map_err(anyhow::Error::msg)?;
-                break (conn, tables, index, head_rev, rev);
+                if check {
+                    mirror::check(&conn, &tables, &keys, &rows).map_err(|e| {
+                        anyhow::anyhow!(
+                            "the state in etcd under {prefix} failed its check: {e}\n\
+                             hint: restore the latest backup into an empty prefix \
+                             (`csivol-server restore --from BACKUP --etcd-endpoints ... \
+                             --etcd-prefix NEW`) and start the servers on it"
+                        )
+                    })?;
+                    tracing::info!(
+                        prefix,
+                        rows = rows.len(),
+                        "the state in etcd passed its check"
+                    );
+                }
+                break (conn, tables, head.index, schema, head_rev, rev);
             }
         }
     };
     mirror::install_triggers(&conn, &tables)?;
+    let id = format!("{:016x}", rand::random::<u64>());
     let leadership = Leadership::start(client.clone(), &prefix, cfg.lease_ttl);
+    let (mirror_rev, applied) = tokio::sync::watch::channel(head_rev);
+    let halted = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let reads = Reads::start(
+        client.clone(),
+        keys.head(),
+        applied,
+        std::sync::Arc::clone(&halted),
+    );
     let (remote_tx, remote) = mpsc::unbounded_channel();
     tokio::spawn(watch(client.clone(), keys.clone(), from + 1, remote_tx));
     let writer = Writer {
@@ -175,21 +201,70 @@ pub async fn start(path: &Path, cfg: &EtcdConfig) -> anyhow::Result<(Db, Cluster
         max_ops: cfg.max_txn_ops,
         leadership: leadership.clone(),
         leader_key: leader::leader_key(&prefix),
+        schema,
+        schema_shown: Default::default(),
+        migrating: None,
+        halted,
+        mirror_rev,
+        id: id.clone(),
+        commits: 0,
     };
-    let db = Db::start_with(path, index, move |parts| writer.run(parts))?;
+    let db = Db::start_with(path, index, schema, move |parts| writer.run(parts))?;
     Ok((
         db,
         Cluster {
             client,
             prefix,
             leadership,
+            reads,
+            id,
+            lease_ttl: cfg.lease_ttl,
             max_txn_ops: cfg.max_txn_ops,
         },
     ))
 }
 
-/// Follows `<prefix>/d/` from `from` on and hands each revision to the writer; watches
-/// again after a failure, and reloads everything after a compaction.
+/// How long a starting server waits for etcd to answer: started with its etcd cluster, or
+/// on a machine busy enough that etcd answers slowly, it waits rather than exits.
+const START_PATIENCE: Duration = Duration::from_secs(20);
+
+/// Runs `call` until etcd answers it, for up to [`START_PATIENCE`]; a refusal is final.
+async fn at_start<T, F, Fut>(call: F) -> Result<T, csivol_etcd_client::Error>
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = Result<T, csivol_etcd_client::Error>>,
+{
+    let deadline = tokio::time::Instant::now() + START_PATIENCE;
+    loop {
+        match call().await {
+            Err(e @ csivol_etcd_client::Error::Unavailable(_))
+                if tokio::time::Instant::now() < deadline =>
+            {
+                tracing::warn!(error = %e, "etcd did not answer; trying again");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Every key of the state as of one etcd revision, and that revision; waits for etcd as
+/// [`at_start`] does.
+pub(super) async fn read_state(
+    client: &Client,
+    cfg: &EtcdConfig,
+    keys: &Keys,
+) -> anyhow::Result<(i64, Vec<csivol_etcd_client::KeyValue>)> {
+    at_start(|| client.range_prefix(keys.data.as_bytes(), 0))
+        .await
+        .with_context(|| {
+            format!(
+                "failed to read the state from etcd at {}",
+                cfg.endpoints.join(",")
+            )
+        })
+}
+
 /// Commits `ops` only while there is no cluster under the prefix yet (no `head`): the
 /// revision it committed at, or `None` when a cluster is there.
 pub(super) async fn while_no_cluster(
@@ -209,6 +284,8 @@ pub(super) async fn while_no_cluster(
         .then(|| resp.header.map_or(0, |h| h.revision)))
 }
 
+/// Follows `<prefix>/d/` from `from` on and hands each revision to the writer; watches
+/// again after a failure, and reloads everything after a compaction.
 async fn watch(client: Client, keys: Keys, mut from: i64, tx: mpsc::UnboundedSender<Remote>) {
     loop {
         let mut stream = match client.watch_prefix(keys.data.as_bytes(), from).await {

@@ -8,15 +8,14 @@
 
 use std::time::Duration;
 
-use csivol_etcd_client::{Client, Event, EventType, KeyValue};
+use csivol_etcd_client::{Client, Event, KeyValue};
 use rusqlite::Connection;
 use tokio::runtime::Handle;
 use tokio::sync::mpsc;
 
-use super::mirror::{self, KeyKind, Keys, Table};
+use super::mirror::{self, Head, Keys, Table};
 use crate::db::{BoxJob, GroupEffects, WriterParts, run_group, take_group};
 use crate::error::ApiError;
-use crate::watch::Key;
 
 /// What the watch hands the writer.
 #[derive(Debug)]
@@ -48,6 +47,21 @@ pub struct Writer {
     /// This server's leadership, and the election key its once-only writes compare.
     pub leadership: super::Leadership,
     pub leader_key: Vec<u8>,
+    /// The schema the rows are written in: the cluster's.
+    pub schema: i64,
+    /// `schema`, as `Db::schema` shows it.
+    pub schema_shown: std::sync::Arc<std::sync::atomic::AtomicI64>,
+    /// Since when `csivol-server upgrade finalize` has been rewriting the rows (commits
+    /// wait meanwhile).
+    pub migrating: Option<std::time::Instant>,
+    /// Why the mirror stopped following etcd (a schema this build does not know), if it
+    /// did: reads and writes are refused with it.
+    pub halted: std::sync::Arc<std::sync::Mutex<Option<String>>>,
+    /// The revision of `head` the mirror reflects, for consistent reads (`reads`).
+    pub mirror_rev: tokio::sync::watch::Sender<i64>,
+    /// This server's commits are named `<id>-<n>` in the head they put.
+    pub id: String,
+    pub commits: u64,
 }
 
 /// Answers the once-only requests of `group` with `why` and returns the others.
@@ -72,14 +86,32 @@ enum Outcome {
     Deposed,
     /// More operations than one transaction may hold (rolled back, nothing sent).
     TooBig(usize),
-    /// Not committed (or not known to be): why, and whether etcd could not be reached,
-    /// which a member's death causes until the client moves to another member.
-    Failed(String, bool),
+    /// Not committed: why.
+    Failed(String),
+    /// etcd could not be reached for long enough that whether the commit went through is
+    /// not known: why.
+    Unknown(String),
 }
 
-/// How long a group keeps trying when etcd cannot be reached, before its requests are
-/// answered `unavailable`.
-const RETRY_UNREACHABLE: Duration = Duration::from_secs(3);
+/// What one guarded transaction came to, however many times it was sent.
+enum Sent {
+    Committed(i64),
+    Conflict(i64),
+    Deposed,
+    Failed(String),
+    Unknown(String),
+}
+
+/// How long a commit is sent again while etcd cannot be reached (a member died, the
+/// members elect a leader) before its requests are answered `unavailable`: an election
+/// takes about a second, more on a loaded machine.
+const RETRY_UNREACHABLE: Duration = Duration::from_secs(10);
+
+/// Longest that commits wait for a schema migration to finish before they are refused.
+const MIGRATION_HOLD: Duration = Duration::from_secs(60);
+
+/// Pause between sends of a commit etcd did not answer.
+const RESEND_PAUSE: Duration = Duration::from_millis(50);
 
 /// What the writer answers through: the hub, the error slot, the tokens' bell.
 struct Ends {
@@ -109,7 +141,9 @@ impl Writer {
             hub,
             write_error,
             tokens_changed,
+            schema,
         } = parts;
+        self.schema_shown = schema;
         let ends = Ends {
             hub,
             write_error,
@@ -140,10 +174,16 @@ impl Writer {
     /// etcd transaction may hold) and answers its requests.
     fn commit(&mut self, mut group: Vec<BoxJob>, ends: &Ends) {
         let mut attempts = 0;
-        let started = std::time::Instant::now();
         loop {
             while let Ok(r) = self.remote.try_recv() {
                 self.apply(r, &ends.hub, &ends.tokens_changed);
+            }
+            if let Err(e) = self.wait_for_schema(ends) {
+                ends.set_error(Some(e.clone()));
+                for job in group {
+                    job.finish(Some(ApiError::unavailable(e.clone())));
+                }
+                return;
             }
             // Once-only requests commit only in this server's current term.
             let term = self.leadership.term();
@@ -160,7 +200,7 @@ impl Writer {
             match self.attempt(&mut group, term) {
                 Outcome::Committed(effects, rev) => {
                     self.index += 1;
-                    self.head_rev = rev;
+                    self.set_head_rev(rev);
                     self.applied = self.applied.max(rev);
                     ends.set_error(None);
                     for f in effects.on_commit {
@@ -212,13 +252,7 @@ impl Writer {
                     }
                     return;
                 }
-                Outcome::Failed(e, true) if started.elapsed() < RETRY_UNREACHABLE => {
-                    // Committed or not, the next attempt finds out: a commit that landed
-                    // moved `head`, so the group runs again on what it wrote.
-                    tracing::debug!(error = %e, "etcd unreachable; trying again");
-                    std::thread::sleep(Duration::from_millis(100));
-                }
-                Outcome::Failed(e, _) => {
+                Outcome::Failed(e) => {
                     tracing::error!(error = %e, "etcd commit failed; the group's requests are refused");
                     ends.set_error(Some(e.clone()));
                     for job in group {
@@ -228,6 +262,56 @@ impl Writer {
                     }
                     return;
                 }
+                Outcome::Unknown(e) => {
+                    // The watch brings the commit into the mirror if it went through.
+                    tracing::error!(error = %e, "etcd did not answer a commit; the group's requests are answered unavailable");
+                    ends.set_error(Some(e.clone()));
+                    for job in group {
+                        job.finish(Some(
+                            ApiError::unavailable(format!(
+                                "etcd did not answer whether the change was committed: {e}"
+                            ))
+                            .with_hint(
+                                "it may have been: read the state before acting on it again",
+                            ),
+                        ));
+                    }
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Holds commits while a schema migration rewrites the rows, for at most
+    /// [`MIGRATION_HOLD`]; refuses them when the mirror stopped.
+    fn wait_for_schema(&mut self, ends: &Ends) -> Result<(), String> {
+        loop {
+            if let Some(why) = self
+                .halted
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone()
+            {
+                return Err(why);
+            }
+            let Some(since) = self.migrating else {
+                return Ok(());
+            };
+            let left = MIGRATION_HOLD.saturating_sub(since.elapsed());
+            if left.is_zero() {
+                return Err(format!(
+                    "a schema migration has held writes for more than {}: it has not finished\n\
+                     hint: run `csivol-server upgrade finalize` again to finish it",
+                    humantime::format_duration(MIGRATION_HOLD)
+                ));
+            }
+            let next = self
+                .rt
+                .block_on(async { tokio::time::timeout(left, self.remote.recv()).await });
+            match next {
+                Ok(Some(r)) => self.apply(r, &ends.hub, &ends.tokens_changed),
+                Ok(None) => return Err("the etcd watch has stopped".into()),
+                Err(_) => {}
             }
         }
     }
@@ -236,6 +320,8 @@ impl Writer {
     fn attempt(&mut self, group: &mut [BoxJob], term: Option<i64>) -> Outcome {
         let next = self.index + 1;
         let fence = term.filter(|_| group.iter().any(|j| j.led()));
+        self.commits += 1;
+        let by = format!("{}-{}", self.id, self.commits);
         let result = (|| -> Result<Outcome, String> {
             let tx = self.conn.transaction().map_err(|e| e.to_string())?;
             mirror::clear_changes(&tx).map_err(|e| e.to_string())?;
@@ -255,183 +341,132 @@ impl Writer {
             }
             let seq = mirror::seq_value(&tx).map_err(|e| e.to_string())?;
             ops.push(csivol_etcd_client::put(self.keys.seq(), seq, 0));
-            ops.push(csivol_etcd_client::put(
-                self.keys.head(),
-                mirror::head_value(next),
-                0,
-            ));
+            let head = Head {
+                index: next,
+                schema: self.schema,
+                by: by.clone(),
+                keys: Head::shipped(&effects.touched),
+                migrating: false,
+            };
+            ops.push(csivol_etcd_client::put(self.keys.head(), head.encode(), 0));
             if ops.len() > self.max_ops {
                 return Ok(Outcome::TooBig(ops.len()));
             }
-            let head = self.keys.head();
-            let mut compare = vec![csivol_etcd_client::mod_revision_is(
-                head.clone(),
-                self.head_rev,
-            )];
-            if let Some(t) = fence {
-                compare.push(csivol_etcd_client::create_revision_is(
-                    self.leader_key.clone(),
-                    t,
-                ));
-            }
-            let answer = self.rt.block_on(self.client.txn(
-                compare,
-                ops,
-                vec![
-                    csivol_etcd_client::get(head.clone()),
-                    csivol_etcd_client::get(self.leader_key.clone()),
-                ],
-            ));
-            match answer {
-                Err(e) => {
-                    let unreachable = matches!(e, csivol_etcd_client::Error::Unavailable(_));
-                    Ok(Outcome::Failed(e.to_string(), unreachable))
-                }
-                Ok(resp) if resp.succeeded => {
-                    let rev = resp.header.map_or(0, |h| h.revision);
+            let guarded = Guarded {
+                client: &self.client,
+                rt: &self.rt,
+                head: self.keys.head(),
+                head_rev: self.head_rev,
+                leader_key: &self.leader_key,
+                fence,
+                by: &by,
+            };
+            Ok(match guarded.send(ops) {
+                Sent::Committed(rev) => {
                     if let Err(e) = tx.commit() {
                         // etcd has it: the watch brings it back into the mirror.
                         tracing::warn!(error = %e, "the mirror failed to commit what etcd committed; the watch catches up");
                         return Ok(Outcome::Committed(effects, self.head_rev));
                     }
-                    Ok(Outcome::Committed(effects, rev))
+                    Outcome::Committed(effects, rev)
                 }
-                Ok(resp) => {
-                    let read = csivol_etcd_client::read_results(&resp);
-                    let find = |k: &[u8]| read.iter().find(|kv| kv.key == k);
-                    if let Some(t) = fence
-                        && find(&self.leader_key).map(|kv| kv.create_revision) != Some(t)
-                    {
-                        return Ok(Outcome::Deposed);
-                    }
-                    Ok(Outcome::Conflict(
-                        find(&head).map_or(0, |kv| kv.mod_revision),
-                    ))
-                }
-            }
+                Sent::Conflict(rev) => Outcome::Conflict(rev),
+                Sent::Deposed => Outcome::Deposed,
+                Sent::Failed(e) => Outcome::Failed(e),
+                Sent::Unknown(e) => Outcome::Unknown(e),
+            })
         })();
-        result.unwrap_or_else(|e| Outcome::Failed(e, false))
-    }
-
-    /// Applies the watch's revisions until the mirror holds `target`; reloads from etcd if
-    /// the watch does not bring it in time.
-    fn catch_up(&mut self, target: i64, hub: &crate::watch::Hub, tokens: &tokio::sync::Notify) {
-        while self.head_rev < target {
-            let next = self.rt.block_on(async {
-                tokio::time::timeout(Duration::from_secs(5), self.remote.recv()).await
-            });
-            match next {
-                Ok(Some(r)) => self.apply(r, hub, tokens),
-                Ok(None) => return,
-                Err(_) => {
-                    tracing::warn!(target, "the watch is late; reloading the mirror from etcd");
-                    let keys = self.keys.clone();
-                    match self
-                        .rt
-                        .block_on(self.client.range_prefix(keys.data.as_bytes(), 0))
-                    {
-                        Ok((rev, kvs)) => self.apply(Remote::Reload(rev, kvs), hub, tokens),
-                        Err(e) => {
-                            tracing::warn!(error = %e, "failed to reload the mirror");
-                            return;
-                        }
-                    }
-                }
-            }
-        }
-    }
-
-    /// Applies other servers' changes to the mirror and wakes their blocking queries.
-    fn apply(&mut self, r: Remote, hub: &crate::watch::Hub, tokens: &tokio::sync::Notify) {
-        let (rev, result) = match r {
-            Remote::Revision(rev, _) if rev <= self.applied => return,
-            Remote::Revision(rev, events) => (rev, self.apply_events(&events)),
-            Remote::Reload(rev, kvs) => {
-                let rows: Vec<_> = kvs
-                    .iter()
-                    .map(|kv| (kv.key.clone(), kv.value.clone()))
-                    .collect();
-                let head = kvs
-                    .iter()
-                    .find(|kv| self.keys.parse(&kv.key) == Some(KeyKind::Head));
-                let result = mirror::load(&mut self.conn, &self.tables, &self.keys, &rows)
-                    .and_then(|()| mirror::clear_changes(&self.conn).map_err(|e| e.to_string()))
-                    .and_then(|()| {
-                        let h = head.ok_or("etcd holds no head")?;
-                        let (index, _) = mirror::parse_head(&h.value)?;
-                        Ok((Some((index, h.mod_revision)), hub.keys(), true))
-                    });
-                (rev, result)
-            }
-        };
-        match result {
-            Ok((head, keys, tokens_changed)) => {
-                self.applied = rev;
-                if let Some((index, head_rev)) = head {
-                    self.index = index;
-                    self.head_rev = head_rev;
-                }
-                if tokens_changed {
-                    tokens.notify_one();
-                }
-                hub.publish(self.index, keys);
-            }
-            Err(e) => {
-                tracing::error!(revision = rev, error = %e, "failed to apply another server's change to the mirror")
-            }
-        }
-    }
-
-    /// One revision's events in one mirror transaction; the new head and the woken keys.
-    fn apply_events(&mut self, events: &[Event]) -> Result<Applied, String> {
-        let tx = self.conn.transaction().map_err(|e| e.to_string())?;
-        let mut head = None;
-        let mut wake = Vec::new();
-        let mut tokens = false;
-        // Deletes first: a revision may delete a row and insert another with its key.
-        let mut ordered: Vec<&Event> = events
-            .iter()
-            .filter(|e| e.r#type == EventType::Delete as i32)
-            .collect();
-        ordered.extend(
-            events
-                .iter()
-                .filter(|e| e.r#type != EventType::Delete as i32),
-        );
-        for ev in ordered {
-            let Some(kv) = &ev.kv else { continue };
-            let delete = ev.r#type == EventType::Delete as i32;
-            match self.keys.parse(&kv.key) {
-                Some(KeyKind::Head) if !delete => {
-                    let (index, _) = mirror::parse_head(&kv.value)?;
-                    head = Some((index, kv.mod_revision));
-                }
-                Some(KeyKind::Seq) if !delete => mirror::apply_seq(&tx, &kv.value)?,
-                Some(KeyKind::Row(name, rid)) => {
-                    let Some(t) = self.tables.iter().find(|t| t.name == name) else {
-                        return Err(format!("a row of an unknown table `{name}`"));
-                    };
-                    if let Some(old) = mirror::read_row(&tx, t, rid).map_err(|e| e.to_string())? {
-                        mirror::wake_keys(t, &old, &mut wake);
-                    }
-                    if delete {
-                        mirror::delete_row(&tx, t, rid).map_err(|e| e.to_string())?;
-                    } else {
-                        let v = mirror::decode_row(t, &kv.value)?;
-                        mirror::wake_keys(t, &v, &mut wake);
-                        mirror::put_row(&tx, t, rid, v).map_err(|e| e.to_string())?;
-                    }
-                    tokens |= name == "tokens";
-                }
-                _ => {}
-            }
-        }
-        mirror::clear_changes(&tx).map_err(|e| e.to_string())?;
-        tx.commit().map_err(|e| e.to_string())?;
-        Ok((head, wake, tokens))
+        result.unwrap_or_else(Outcome::Failed)
     }
 }
 
-/// What applying changes gave: the new head (index, revision), the keys to wake, and
-/// whether the tokens changed.
-type Applied = (Option<(u64, i64)>, Vec<Key>, bool);
+/// One commit's transaction and what guards it: the revision of `head` the mirror
+/// reflects, and the leader's term for once-only work.
+struct Guarded<'a> {
+    client: &'a Client,
+    rt: &'a Handle,
+    head: Vec<u8>,
+    head_rev: i64,
+    leader_key: &'a [u8],
+    fence: Option<i64>,
+    /// The name the commit's head carries.
+    by: &'a str,
+}
+
+impl Guarded<'_> {
+    /// Commits `ops` in one transaction that holds only if `head` is still at the
+    /// revision the mirror reflects (and, for once-only work, the leader key is still this
+    /// server's term `fence`), and learns how it went even when etcd did not answer.
+    ///
+    /// A transaction whose answer was lost (its member died, the leader changed) is sent
+    /// again, to another member: at most one of the two can hold, since the first that
+    /// does moves `head`. When a send fails its compare, `head`'s next change after the
+    /// compared revision says whether an earlier send went through: it carries `by`.
+    fn send(&self, ops: Vec<csivol_etcd_client::RequestOp>) -> Sent {
+        let (head, by, fence) = (self.head.clone(), self.by, self.fence);
+        let mut compare = vec![csivol_etcd_client::mod_revision_is(
+            head.clone(),
+            self.head_rev,
+        )];
+        if let Some(t) = fence {
+            compare.push(csivol_etcd_client::create_revision_is(
+                self.leader_key.to_vec(),
+                t,
+            ));
+        }
+        let failure = vec![
+            csivol_etcd_client::get(head.clone()),
+            csivol_etcd_client::get(self.leader_key.to_vec()),
+        ];
+        let ours = |kv: &KeyValue| Head::parse(&kv.value).is_ok_and(|h| h.by == by);
+        let deadline = std::time::Instant::now() + RETRY_UNREACHABLE;
+        let mut uncertain = false;
+        loop {
+            let answer = self.rt.block_on(self.client.txn(
+                compare.clone(),
+                ops.clone(),
+                failure.clone(),
+            ));
+            let resp = match answer {
+                Ok(resp) => resp,
+                Err(csivol_etcd_client::Error::Unavailable(e)) => {
+                    if std::time::Instant::now() >= deadline {
+                        return Sent::Unknown(e);
+                    }
+                    tracing::debug!(error = %e, "etcd did not answer a commit; sending it again");
+                    uncertain = true;
+                    std::thread::sleep(RESEND_PAUSE);
+                    continue;
+                }
+                Err(e) if uncertain => return Sent::Unknown(e.to_string()),
+                Err(e) => return Sent::Failed(e.to_string()),
+            };
+            if resp.succeeded {
+                return Sent::Committed(resp.header.map_or(0, |h| h.revision));
+            }
+            let read = csivol_etcd_client::read_results(&resp);
+            let find = |k: &[u8]| read.iter().find(|kv| kv.key == k);
+            let now = find(&head);
+            if let Some(kv) = now.filter(|kv| ours(kv)) {
+                return Sent::Committed(kv.mod_revision);
+            }
+            if uncertain {
+                // Another server may have committed on top of ours already.
+                match self
+                    .rt
+                    .block_on(self.client.first_change_after(&head, self.head_rev))
+                {
+                    Ok(Some(kv)) if ours(&kv) => return Sent::Committed(kv.mod_revision),
+                    Ok(_) => {}
+                    Err(e) => return Sent::Unknown(e.to_string()),
+                }
+            }
+            if let Some(t) = fence
+                && find(self.leader_key).map(|kv| kv.create_revision) != Some(t)
+            {
+                return Sent::Deposed;
+            }
+            return Sent::Conflict(now.map_or(0, |kv| kv.mod_revision));
+        }
+    }
+}

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, bail};
 use rusqlite::{Connection, OpenFlags};
 
-use crate::db::{self, SCHEMA_VERSION};
+use crate::db;
 use crate::identity::{self, CLUSTER_ID_FILE, Contents, STATE_DB, Signs};
 
 /// `csivol-server backup` flags.
@@ -16,11 +16,16 @@ use crate::identity::{self, CLUSTER_ID_FILE, Contents, STATE_DB, Signs};
 pub struct BackupArgs {
     /// The server's data dir (the one holding `state.db`); the server may be running
     /// [default: the `data_dir` of --config].
-    #[arg(long)]
+    #[arg(long, conflicts_with = "etcd_endpoints")]
     pub data_dir: Option<PathBuf>,
-    /// The server's TOML config, for its `data_dir`.
-    #[arg(long, conflicts_with = "data_dir")]
+    /// The server's TOML config: its `data_dir`, or with `store = "etcd"` its etcd
+    /// settings.
+    #[arg(long, conflicts_with_all = ["data_dir", "etcd_endpoints"])]
     pub config: Option<PathBuf>,
+    /// With the etcd store: the cluster's state in etcd, read at one revision while the
+    /// servers run.
+    #[command(flatten)]
+    pub etcd: crate::etcd::EtcdArgs,
     /// Where to write the backup (one SQLite file; replaced atomically if it exists).
     #[arg(long, value_name = "FILE")]
     pub to: PathBuf,
@@ -29,16 +34,24 @@ pub struct BackupArgs {
 /// `csivol-server restore` flags.
 #[derive(Debug, Clone, clap::Args)]
 pub struct RestoreArgs {
-    /// A backup written by `csivol-server backup` or `GET /v1/backup`.
+    /// A backup written by `csivol-server backup` or `GET /v1/backup` (of either store).
     #[arg(long, value_name = "FILE")]
     pub from: PathBuf,
     /// The data dir to restore into; its server must be stopped.
-    #[arg(long)]
-    pub data_dir: PathBuf,
+    #[arg(
+        long,
+        required_unless_present = "etcd_endpoints",
+        conflicts_with = "etcd_endpoints"
+    )]
+    pub data_dir: Option<PathBuf>,
     /// Replace the cluster the data dir already holds (its database is kept aside as
     /// `state.db.before-restore-<time>`).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "etcd_endpoints")]
     pub force: bool,
+    /// Or restore into etcd, under a prefix that must be empty (no server running on it),
+    /// for servers with `--store etcd`.
+    #[command(flatten)]
+    pub etcd: crate::etcd::EtcdArgs,
 }
 
 /// What a backup holds.
@@ -88,37 +101,44 @@ fn open_source(db: &Path) -> anyhow::Result<Connection> {
 /// Writes a consistent snapshot of the database at `db` to `to` (temp file, fsync, rename).
 pub fn backup(db: &Path, to: &Path) -> anyhow::Result<Summary> {
     let src = open_source(db)?;
+    write_file(to, |dst| {
+        // All pages in one step: one read transaction, so one snapshot of committed
+        // state even while the server keeps writing.
+        use rusqlite::backup::StepResult;
+        let b = rusqlite::backup::Backup::new(&src, dst)?;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            match b
+                .step(-1)
+                .with_context(|| format!("failed to back up {}", db.display()))?
+            {
+                StepResult::Done => return Ok(()),
+                // Another step after a change of the source starts over, consistently.
+                StepResult::More => {}
+                StepResult::Busy | StepResult::Locked if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                _ => bail!(
+                    "failed to back up {}: the database stayed locked for 30s",
+                    db.display()
+                ),
+            }
+        }
+    })
+}
+
+/// Writes a backup file at `to`: a new SQLite database filled by `fill`, made one
+/// self-contained file, checked, synced and renamed into place (a failed one is removed).
+pub(crate) fn write_file(
+    to: &Path,
+    fill: impl FnOnce(&mut Connection) -> anyhow::Result<()>,
+) -> anyhow::Result<Summary> {
     let tmp = tmp_path(to);
     let _ = std::fs::remove_file(&tmp);
     let written = (|| -> anyhow::Result<Summary> {
         let mut dst = Connection::open(&tmp)
             .with_context(|| format!("failed to create {}", tmp.display()))?;
-        {
-            // All pages in one step: one read transaction, so one snapshot of committed
-            // state even while the server keeps writing.
-            use rusqlite::backup::StepResult;
-            let b = rusqlite::backup::Backup::new(&src, &mut dst)?;
-            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-            loop {
-                match b
-                    .step(-1)
-                    .with_context(|| format!("failed to back up {}", db.display()))?
-                {
-                    StepResult::Done => break,
-                    // Another step after a change of the source starts over, consistently.
-                    StepResult::More => {}
-                    StepResult::Busy | StepResult::Locked
-                        if std::time::Instant::now() < deadline =>
-                    {
-                        std::thread::sleep(std::time::Duration::from_millis(10));
-                    }
-                    _ => bail!(
-                        "failed to back up {}: the database stayed locked for 30s",
-                        db.display()
-                    ),
-                }
-            }
-        }
+        fill(&mut dst)?;
         // A backup is one file: no WAL beside it to lose.
         dst.pragma_update(None, "journal_mode", "DELETE")?;
         let summary = verify(&dst, &tmp)?;
@@ -150,7 +170,7 @@ fn tmp_path(to: &Path) -> PathBuf {
 }
 
 /// Checks a backup: whole, csivol's, not newer than this build; what it holds.
-fn verify(conn: &Connection, path: &Path) -> anyhow::Result<Summary> {
+pub(crate) fn verify(conn: &Connection, path: &Path) -> anyhow::Result<Summary> {
     let check: String = conn
         .query_row("PRAGMA quick_check", [], |r| r.get(0))
         .with_context(|| format!("{} is not a readable SQLite database", path.display()))?;
@@ -161,11 +181,12 @@ fn verify(conn: &Connection, path: &Path) -> anyhow::Result<Summary> {
     if schema == 0 {
         bail!("{} holds no csivol state (no schema)", path.display());
     }
-    if schema > SCHEMA_VERSION {
+    if schema > db::schema_version() {
         bail!(
             "{} has schema version {schema}, newer than this csivol-server understands \
-             ({SCHEMA_VERSION})\nhint: restore it with the csivol-server that made it, or a newer one",
-            path.display()
+             ({})\nhint: restore it with the csivol-server that made it, or a newer one",
+            path.display(),
+            db::schema_version()
         );
     }
     // Asked of the schema itself, not of its version: a backup made before cluster ids
@@ -193,22 +214,55 @@ fn verify(conn: &Connection, path: &Path) -> anyhow::Result<Summary> {
     })
 }
 
-/// `csivol-server backup`.
-pub fn run_backup(args: &BackupArgs, data_dir: &Path) -> anyhow::Result<()> {
-    let db = data_dir.join(STATE_DB);
-    let summary = backup(&db, &args.to)?;
+/// `csivol-server backup`: of a data dir's `state.db`, or of the state in etcd.
+pub async fn run_backup(args: &BackupArgs) -> anyhow::Result<()> {
+    let etcd = match args.etcd.config()? {
+        Some(e) => Ok(e),
+        None => match &args.data_dir {
+            Some(d) => Err(d.clone()),
+            None => {
+                let cfg = crate::ServerConfig::resolve(crate::ServerArgs {
+                    config: args.config.clone(),
+                    ..crate::ServerArgs::default()
+                })?;
+                cfg.etcd.ok_or(cfg.data_dir)
+            }
+        },
+    };
+    let summary = match etcd {
+        Ok(e) => crate::etcd::backup::backup(&e, &args.to).await?,
+        Err(dir) => backup(&dir.join(STATE_DB), &args.to)?,
+    };
     println!("backed up {} to {}", summary, args.to.display());
     Ok(())
 }
 
-/// `csivol-server restore`.
-pub fn run_restore(args: &RestoreArgs) -> anyhow::Result<()> {
+/// `csivol-server restore`: into a stopped server's data dir, or into an empty etcd prefix.
+pub async fn run_restore(args: &RestoreArgs) -> anyhow::Result<()> {
+    if let Some(e) = args.etcd.config()? {
+        let (summary, copied) = crate::etcd::backup::restore(&e, &args.from).await?;
+        println!(
+            "restored {} from {} into etcd: {copied}",
+            summary,
+            args.from.display()
+        );
+        eprintln!(
+            "start the servers on it: csivol-server serve --store etcd --etcd-endpoints {} \
+             --etcd-prefix {}, with the secrets key the backup's cluster had; the tokens of \
+             the backup are valid again",
+            e.endpoints.join(","),
+            e.prefix
+        );
+        return Ok(());
+    }
+    let Some(dir) = &args.data_dir else {
+        bail!("--data-dir or --etcd-endpoints is needed: where to restore to");
+    };
     let summary = {
         let conn = Connection::open_with_flags(&args.from, OpenFlags::SQLITE_OPEN_READ_ONLY)
             .with_context(|| format!("failed to open the backup {}", args.from.display()))?;
         verify(&conn, &args.from)?
     };
-    let dir = &args.data_dir;
     crate::create_private_dir(dir)?;
     let Some(_lock) = identity::try_lock(dir)? else {
         bail!(

@@ -289,8 +289,41 @@ ALTER TABLE node_plugins ADD COLUMN observed TEXT;
 "#,
 ];
 
+/// A migration compiled only into test builds (feature `schema-next`) and applied only
+/// when [`SCHEMA_NEXT_ENV`] is set: the same binary then plays the next version of
+/// csivol-server in rolling-upgrade tests. It adds a column and fills it, so that a test
+/// sees the rows rewritten.
+#[cfg(feature = "schema-next")]
+const NEXT_MIGRATION: &str = r#"
+ALTER TABLE volumes ADD COLUMN upgrade_probe TEXT;
+UPDATE volumes SET upgrade_probe = 'migrated';
+"#;
+
+/// Set (to anything) in a test build's environment: this csivol-server knows one schema
+/// version more, [`NEXT_MIGRATION`].
+#[cfg(feature = "schema-next")]
+pub const SCHEMA_NEXT_ENV: &str = "CSIVOL_TEST_SCHEMA_NEXT";
+
+/// The migrations this build knows, in order.
+fn migrations() -> &'static [&'static str] {
+    #[cfg(feature = "schema-next")]
+    {
+        static ALL: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
+        if std::env::var_os(SCHEMA_NEXT_ENV).is_some() {
+            return ALL.get_or_init(|| {
+                let mut all = MIGRATIONS.to_vec();
+                all.push(NEXT_MIGRATION);
+                all
+            });
+        }
+    }
+    MIGRATIONS
+}
+
 /// How many schema migrations this build knows: a database at this `user_version` is current.
-pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+pub fn schema_version() -> i64 {
+    migrations().len() as i64
+}
 
 /// The cluster id recorded in the database (every migrated database has one).
 pub fn cluster_id(conn: &Connection) -> rusqlite::Result<String> {
@@ -324,12 +357,18 @@ fn configure(conn: &Connection) -> rusqlite::Result<()> {
 /// Opens (creating or migrating) the database at `path`; returns the connection and the
 /// last committed change index.
 pub fn open(path: &Path) -> anyhow::Result<(Connection, u64)> {
+    open_at(path, schema_version())
+}
+
+/// [`open`], migrating only up to schema version `schema` (the etcd store's mirror of a
+/// cluster still at the previous version during a rolling upgrade).
+pub fn open_at(path: &Path, schema: i64) -> anyhow::Result<(Connection, u64)> {
     use anyhow::Context;
     let mut conn = Connection::open(path)
         .with_context(|| format!("failed to open the state database {}", path.display()))?;
     configure(&conn).with_context(|| format!("failed to configure {}", path.display()))?;
     let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
-    let known = MIGRATIONS.len() as i64;
+    let known = schema_version();
     if version > known {
         anyhow::bail!(
             "the state database {} has schema version {version}, newer than this csivol-server \
@@ -337,25 +376,33 @@ pub fn open(path: &Path) -> anyhow::Result<(Connection, u64)> {
             path.display()
         );
     }
-    if version < known {
-        let tx = conn.transaction()?;
-        for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
-            tx.execute_batch(sql).with_context(|| {
-                format!(
-                    "failed to migrate {} to schema version {}",
-                    path.display(),
-                    i + 1
-                )
-            })?;
-        }
-        tx.pragma_update(None, "user_version", known)?;
-        tx.commit()?;
-        tracing::info!(path = %path.display(), from = version, to = known, "database schema migrated");
+    if version < schema {
+        migrate(&mut conn, version, schema)
+            .with_context(|| format!("failed to migrate {}", path.display()))?;
+        tracing::info!(path = %path.display(), from = version, to = schema, "database schema migrated");
     }
     let index: i64 = conn.query_row("SELECT value FROM meta WHERE key = 'index'", [], |r| {
         r.get(0)
     })?;
     Ok((conn, index as u64))
+}
+
+/// Applies the migrations from schema version `from` to `to`, in one transaction.
+pub fn migrate(conn: &mut Connection, from: i64, to: i64) -> anyhow::Result<()> {
+    use anyhow::Context;
+    let tx = conn.transaction()?;
+    for (i, sql) in migrations()
+        .iter()
+        .enumerate()
+        .take(to as usize)
+        .skip(from as usize)
+    {
+        tx.execute_batch(sql)
+            .with_context(|| format!("failed to migrate to schema version {}", i + 1))?;
+    }
+    tx.pragma_update(None, "user_version", to)?;
+    tx.commit()?;
+    Ok(())
 }
 
 /// What a write request sees: the open transaction, the index its group commits at, the
@@ -494,6 +541,9 @@ pub struct Db {
     /// Bumped when another server changed the tokens (etcd store), so that this one
     /// reloads them.
     pub tokens_changed: Arc<tokio::sync::Notify>,
+    /// The schema version the state is kept in (the etcd store's writer moves it when the
+    /// cluster's is raised).
+    schema: Arc<std::sync::atomic::AtomicI64>,
 }
 
 impl std::fmt::Debug for Db {
@@ -515,23 +565,26 @@ pub(crate) struct WriterParts {
     pub hub: Arc<Hub>,
     pub write_error: Arc<Mutex<Option<String>>>,
     pub tokens_changed: Arc<tokio::sync::Notify>,
+    pub schema: Arc<std::sync::atomic::AtomicI64>,
 }
 
 impl Db {
     pub fn start(path: &Path) -> anyhow::Result<Self> {
         let (conn, index) = open(path)?;
-        Self::start_with(path, index, move |parts| {
+        Self::start_with(path, index, schema_version(), move |parts| {
             writer(conn, index, parts);
         })
     }
 
     /// A database at `path` whose writer thread runs `writer` (the SQLite writer, or the
-    /// etcd store's over its mirror) from change index `index`.
+    /// etcd store's over its mirror) from change index `index`, at schema version `schema`.
     pub(crate) fn start_with(
         path: &Path,
         index: u64,
+        schema: i64,
         writer: impl FnOnce(WriterParts) + Send + 'static,
     ) -> anyhow::Result<Self> {
+        let schema = Arc::new(std::sync::atomic::AtomicI64::new(schema));
         let hub = Arc::new(Hub::new(index));
         let (jobs, rx) = mpsc::unbounded_channel();
         let write_error = Arc::new(Mutex::new(None));
@@ -541,6 +594,7 @@ impl Db {
             hub: Arc::clone(&hub),
             write_error: Arc::clone(&write_error),
             tokens_changed: Arc::clone(&tokens_changed),
+            schema: Arc::clone(&schema),
         };
         std::thread::Builder::new()
             .name("csivol-db-writer".into())
@@ -553,7 +607,13 @@ impl Db {
             hub,
             write_error,
             tokens_changed,
+            schema,
         })
+    }
+
+    /// The schema version the state is kept in.
+    pub fn schema(&self) -> i64 {
+        self.schema.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Why the database refuses writes (the last commit failed), or `None`.
@@ -770,7 +830,7 @@ mod tests {
         let version: i64 = conn
             .pragma_query_value(None, "user_version", |r| r.get(0))
             .unwrap();
-        assert_eq!(version, MIGRATIONS.len() as i64);
+        assert_eq!(version, schema_version());
         let has_index: bool = conn
             .query_row(
                 "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE name = 'node_plugins_caps')",
