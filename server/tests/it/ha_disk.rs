@@ -81,9 +81,11 @@ async fn a_server_whose_disk_filled_reloads_before_it_serves_or_writes_again() {
     // one it missed (and then answer as if current), but reload.
     std::fs::remove_file(b_dir.join("filler")).unwrap();
     register_volume(&aa, "freed", "single-node-writer").await;
-    eventually("B to show the volume A registered once the disk was freed", WAIT, || async {
-        (bb.get("/v1/volumes/freed").await.0 == 200).then_some(())
-    })
+    eventually(
+        "B to show the volume A registered once the disk was freed",
+        WAIT,
+        || async { (bb.get("/v1/volumes/freed").await.0 == 200).then_some(()) },
+    )
     .await;
     // A consistent read of B shows all that A committed before: every earlier volume.
     for i in 0..made {
