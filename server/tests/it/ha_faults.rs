@@ -11,7 +11,7 @@ use csivol_tests::{Api, FakeAgent, ServerProc, eventually};
 use serde_json::json;
 use tokio::sync::Mutex;
 
-use super::{WAIT, register_volume};
+use super::{WAIT, register_volume, two_nodes_and_volumes};
 use csivol_tests::TestDir;
 use csivol_tests::etcd::{Ha, start_ha};
 
@@ -231,16 +231,8 @@ async fn etcd_member_loss_keeps_serving_and_no_quorum_refuses() {
     let dir = TestDir::new("ha-etcd-loss");
     let Ha { mut etcd, a, b } = start_ha(&dir, &[]);
     let (aa, bb) = (a.api(), b.api());
-    for n in ["n1", "n2"] {
-        FakeAgent::new(&a, n)
-            .await
-            .register(0, false, json!([]))
-            .await;
-    }
     let volumes = 24;
-    for i in 0..volumes {
-        register_volume(&aa, &format!("v{i}"), "multi-node-single-writer").await;
-    }
+    two_nodes_and_volumes(&a, &aa, volumes, "multi-node-single-writer").await;
     eventually("B to see every volume", WAIT, || async {
         let v = format!("/v1/volumes/v{}", volumes - 1);
         (bb.get(&v).await.0 == 200).then_some(())

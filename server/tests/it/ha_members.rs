@@ -8,12 +8,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use csivol_tests::etcd::{Ha, start_ha};
-use csivol_tests::{Api, FakeAgent, TestDir};
+use csivol_tests::{Api, TestDir};
 use serde_json::json;
 use tokio::sync::Mutex;
 
 use super::ha_faults::{Sent, check_nothing_lost_nothing_twice, wait_sent};
-use super::register_volume;
+use super::two_nodes_and_volumes;
 
 /// Claims one volume after another from `tasks` clients, each claim through one server and
 /// a read of its volume through the other, until `stop`; every answer is recorded, reads'
@@ -79,16 +79,8 @@ async fn killing_each_etcd_member_in_turn_fails_no_request() {
     let dir = TestDir::new("ha-member-kills");
     let Ha { mut etcd, a, b } = start_ha(&dir, &[]);
     let (aa, bb) = (a.api(), b.api());
-    for n in ["n1", "n2"] {
-        FakeAgent::new(&a, n)
-            .await
-            .register(0, false, json!([]))
-            .await;
-    }
     let volumes = 24;
-    for i in 0..volumes {
-        register_volume(&aa, &format!("v{i}"), "multi-node-single-writer").await;
-    }
+    two_nodes_and_volumes(&a, &aa, volumes, "multi-node-single-writer").await;
     let stop = Arc::new(AtomicBool::new(false));
     let sent = Arc::new(Mutex::new(Vec::new()));
     let failed_reads = Arc::new(Mutex::new(Vec::new()));

@@ -10,11 +10,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use csivol_tests::etcd::EtcdCluster;
-use csivol_tests::{Api, FakeAgent, ServerProc, TestDir, eventually};
+use csivol_tests::{Api, ServerProc, TestDir, eventually};
 use serde_json::{Value, json};
 use tokio::sync::Mutex;
 
-use super::{WAIT, register_volume};
+use super::{WAIT, register_volume, two_nodes_and_volumes};
 
 /// Set for the server playing the next release (see the server's `schema-next` feature).
 const NEXT: (&str, &str) = ("CSIVOL_TEST_SCHEMA_NEXT", "1");
@@ -101,16 +101,8 @@ async fn servers_upgrade_one_at_a_time_with_claims_flowing_and_a_blocking_query_
     assert_eq!(n, next, "a server of release N");
     let both = Api::new(&format!("{},{}", a.url, b.url), Some(&a.token));
 
-    for node in ["n1", "n2"] {
-        FakeAgent::new(&a, node)
-            .await
-            .register(0, false, json!([]))
-            .await;
-    }
     let volumes = 8;
-    for i in 0..volumes {
-        register_volume(&both, &format!("v{i}"), "multi-node-multi-writer").await;
-    }
+    two_nodes_and_volumes(&a, &both, volumes, "multi-node-multi-writer").await;
 
     // Claims and releases from four clients, through whichever server answers.
     let stop = Arc::new(AtomicBool::new(false));

@@ -53,6 +53,25 @@ pub(crate) async fn register_volume(api: &Api, name: &str, mode: &str) {
     assert_eq!(status, 201, "{body}");
 }
 
+/// Nodes n1 and n2 registered through `server` (holding nothing), and volumes `v0` ..
+/// `v{volumes-1}` of access mode `mode` through `api`: what the HA load tests claim.
+pub(crate) async fn two_nodes_and_volumes(
+    server: &ServerProc,
+    api: &Api,
+    volumes: usize,
+    mode: &str,
+) {
+    for n in ["n1", "n2"] {
+        FakeAgent::new(server, n)
+            .await
+            .register(0, false, json!([]))
+            .await;
+    }
+    for i in 0..volumes {
+        register_volume(api, &format!("v{i}"), mode).await;
+    }
+}
+
 pub(crate) async fn claim(
     api: &Api,
     volume: &str,
