@@ -257,11 +257,26 @@ async fn channel_heartbeats_on_a_server_that_does_not_lead_keep_the_node_ready()
     n1.register(0, true, json!([])).await;
     let chan = Chan::open(&n1.api, "n1").await.expect("the channel");
     let since = Instant::now();
+    let (mut taken, mut refused) = (0, 0);
     while since.elapsed() < Duration::from_secs(8) {
-        assert_eq!(chan.beat().await.unwrap().status, NodeStatus::Ready);
+        match chan.beat().await {
+            Ok(beat) => {
+                assert_eq!(beat.status, NodeStatus::Ready);
+                taken += 1;
+            }
+            // When etcd takes longer than the forward bound (a quarter of the TTL), as it
+            // may on a busy machine, the server refuses the beat rather than take it
+            // without passing it on, and an agent sends its next beat elsewhere. That
+            // refusal is the only one allowed; the leader must still hear the node.
+            Err(csivol_client::Error::Refused { status, .. }) if status.as_u16() == 503 => {
+                refused += 1;
+            }
+            Err(e) => panic!("a heartbeat on the channel: {e}"),
+        }
         assert_eq!(node_status(&leader).await, "ready", "the leader hears n1");
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+    assert!(taken > refused, "{taken} beats taken, {refused} refused");
     // The channel stays open but carries no heartbeat: the leader's TTL decides.
     let quiet = Instant::now();
     eventually("n1 lost on the leader", WAIT, || async {

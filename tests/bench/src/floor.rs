@@ -92,6 +92,23 @@ pub async fn etcd_txn(endpoints: &[String], samples: u32) -> anyhow::Result<Figu
     Ok(Figure::of(out))
 }
 
+/// One consistent read on the run's etcd cluster: a linearizable range of one key, which
+/// etcd answers only after confirming with a quorum that its leader is current (its
+/// ReadIndex), the cost a server pays to read its store consistently.
+pub async fn etcd_read(endpoints: &[String], samples: u32) -> anyhow::Result<Figure> {
+    let client = csivol_etcd_client::Client::new(endpoints)?;
+    let key = b"/csivol-bench-floor";
+    let mut out = Vec::with_capacity(samples as usize);
+    for i in 0..WARMUP + samples {
+        let start = Instant::now();
+        client.get(key).await?;
+        if i >= WARMUP {
+            out.push(start.elapsed());
+        }
+    }
+    Ok(Figure::of(out))
+}
+
 /// One loopback HTTP round trip through the server's stack: `GET /v1/health` on the real
 /// server, on a kept-alive connection of the same client the load uses.
 pub async fn http_round_trip(http: &Http, samples: u32) -> anyhow::Result<Figure> {
@@ -132,6 +149,8 @@ pub struct Floor {
     pub sqlite_commit: Figure,
     /// With `--store etcd`: one etcd quorum transaction, the commit the formulas count.
     pub etcd_txn: Option<Figure>,
+    /// With `--store etcd`: one linearizable etcd read, the cost of a consistent read.
+    pub etcd_read: Option<Figure>,
     pub http_round_trip: Figure,
     pub grpc_round_trip: Figure,
 }
@@ -280,6 +299,7 @@ mod tests {
         let floor = Floor {
             sqlite_commit: fig(1.0),
             etcd_txn: None,
+            etcd_read: None,
             http_round_trip: fig(0.1),
             grpc_round_trip: fig(0.01),
         };

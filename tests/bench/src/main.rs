@@ -33,6 +33,7 @@ mod report;
 mod resident;
 mod sim;
 mod stats;
+mod targets;
 mod volumes;
 
 use std::path::PathBuf;

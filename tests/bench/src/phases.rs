@@ -148,6 +148,14 @@ pub struct Cpu {
     pub writer: Option<Duration>,
 }
 
+impl Cpu {
+    /// csivol's own processes: the server and the agents (none in server mode), without
+    /// the plugins.
+    pub fn own(&self) -> Option<Duration> {
+        Some(self.server? + self.agents?)
+    }
+}
+
 /// The load phase's figures.
 #[derive(Debug)]
 pub struct LoadFigures {
@@ -368,12 +376,14 @@ async fn start(
             let endpoints: Vec<String> =
                 etcd.members.iter().map(|m| m.client_url.clone()).collect();
             say.say(format!("floor: {COMMIT_SAMPLES} etcd quorum transactions"));
-            let f = floor::etcd_txn(&endpoints, COMMIT_SAMPLES).await?;
+            let txn = floor::etcd_txn(&endpoints, COMMIT_SAMPLES).await?;
+            say.say(format!("floor: {COMMIT_SAMPLES} linearizable etcd reads"));
+            let read = floor::etcd_read(&endpoints, COMMIT_SAMPLES).await?;
             let args = vec![
                 "--store=etcd".to_owned(),
                 format!("--etcd-endpoints={}", endpoints.join(",")),
             ];
-            (Some(etcd), args, Some(f))
+            (Some(etcd), args, Some((txn, read)))
         }
     };
     say.say("starting the server");
@@ -434,7 +444,8 @@ async fn start(
     };
     let floor = Floor {
         sqlite_commit: commit,
-        etcd_txn: etcd_floor,
+        etcd_txn: etcd_floor.map(|(txn, _)| txn),
+        etcd_read: etcd_floor.map(|(_, read)| read),
         http_round_trip: http_floor,
         grpc_round_trip: grpc_floor,
     };

@@ -271,7 +271,7 @@ pub fn start_plugin(
     Ok((proc, socket))
 }
 
-/// Waits until `socket` exists (the plugin listens) or its process exited.
+/// Waits until the plugin accepts a connection on `socket`, or its process exited.
 pub async fn wait_socket(proc: &mut Proc, socket: &Path, log: &Path) -> anyhow::Result<()> {
     wait_until(
         &format!("{} to listen", proc.name),
@@ -280,7 +280,11 @@ pub async fn wait_socket(proc: &mut Proc, socket: &Path, log: &Path) -> anyhow::
             if let Some(status) = proc.exited() {
                 bail!("{} exited with {status}: {}", proc.name, tail(log, 20));
             }
-            Ok(socket.exists().then_some(()))
+            // The socket file appears at bind(), before listen(): only a connection that
+            // is accepted says the plugin listens.
+            Ok(std::os::unix::net::UnixStream::connect(socket)
+                .is_ok()
+                .then_some(()))
         },
     )
     .await

@@ -6,6 +6,7 @@ use super::Config;
 use super::floor::{self, CycleFloor, Floor};
 use super::phases::{self, LoadFigures, Outcome};
 use super::stats::{self, Dist, load_average};
+use super::targets::{Target, targets};
 
 /// Everything a run measured. Field names are the `--json` schema; the headline figures
 /// (throughput, latency ratios, RSS, node loss, listing) are all top-level.
@@ -75,6 +76,9 @@ pub struct Report {
     /// CPU seconds of every csivol process of the run (server; agents and plugins in full
     /// mode) per cycle, during the load.
     pub cpu_s_per_cycle: Option<f64>,
+    /// csivol's own CPU per cycle: the server and the agents, without the plugins (a user's
+    /// plugin has its own cost) and without the benchmark.
+    pub own_cpu_s_per_cycle: Option<f64>,
     pub server_cpu_s_per_cycle: Option<f64>,
     /// The server's single database writer thread, per cycle: every write goes through it.
     pub server_writer_cpu_s_per_cycle: Option<f64>,
@@ -99,6 +103,8 @@ pub struct Report {
     pub list_volumes_bytes: Option<usize>,
     /// The same list page by page (`?limit=1000&after=`), as the CLI reads it.
     pub list_volumes_paged_ms: Option<f64>,
+    /// How much the server's peak RSS grew while the list was read, over its RSS before.
+    pub list_volumes_growth_mib: Option<f64>,
     pub node_loss_blocked_s: Option<f64>,
     pub node_loss_excess_s: Option<f64>,
     pub node_loss_claims: Option<usize>,
@@ -133,6 +139,7 @@ pub struct ResidentFigures {
     pub claim_ready_p50_ms: Option<f64>,
     pub claim_ready_p99_ms: Option<f64>,
     pub cpu_s_per_cycle: Option<f64>,
+    pub own_cpu_s_per_cycle: Option<f64>,
     pub server_cpu_s_per_cycle: Option<f64>,
     pub agents_cpu_s_per_cycle: Option<f64>,
     pub plugins_cpu_s_per_cycle: Option<f64>,
@@ -159,103 +166,13 @@ impl ResidentFigures {
             claim_ready_p50_ms: claim.p50(),
             claim_ready_p99_ms: claim.p99(),
             cpu_s_per_cycle: load.per_cycle(|c| c.csivol),
+            own_cpu_s_per_cycle: load.per_cycle(phases::Cpu::own),
             server_cpu_s_per_cycle: load.per_cycle(|c| c.server),
             agents_cpu_s_per_cycle: full.then(|| load.per_cycle(|c| c.agents)).flatten(),
             plugins_cpu_s_per_cycle: full.then(|| load.per_cycle(|c| c.plugins)).flatten(),
             bench_cpu_s_per_cycle: load.per_cycle(|c| c.bench),
             cpu_ratio,
         }
-    }
-}
-
-/// One of csivol's targets, against this run's figure.
-#[derive(Debug, Clone, Serialize)]
-pub struct Target {
-    pub target: String,
-    pub value: Option<f64>,
-    pub met: Option<bool>,
-}
-
-impl Target {
-    fn at_most(target: &str, value: Option<f64>, limit: f64) -> Self {
-        Self {
-            target: target.to_owned(),
-            value,
-            met: value.map(|v| v <= limit),
-        }
-    }
-
-    fn at_least(target: &str, value: Option<f64>, limit: f64) -> Self {
-        Self {
-            target: target.to_owned(),
-            value,
-            met: value.map(|v| v >= limit),
-        }
-    }
-}
-
-/// csivol's targets for the run's mode. They are stated for `--mode full --nodes 10
-/// --mount none` and `--mode server --nodes 1000` (RSS: 10,000 nodes, 100,000 volumes) on
-/// a 2-core machine; other settings are compared all the same, for orientation.
-pub fn targets(r: &Report) -> Vec<Target> {
-    let mut targets = mode_targets(r);
-    if let Some(res) = &r.resident {
-        targets.push(Target::at_most(
-            "CPU per cycle with resident claims within 1.2x of the figure without",
-            res.cpu_ratio,
-            1.2,
-        ));
-    }
-    targets
-}
-
-fn mode_targets(r: &Report) -> Vec<Target> {
-    if r.mode == "full" {
-        vec![
-            Target::at_least(
-                "full, 10 nodes, --mount none: at least 1,000 cycles/s",
-                Some(r.cycles_per_second),
-                1000.0,
-            ),
-            Target::at_most("claim -> ready p50 within 2x the floor", r.ratio_p50, 2.0),
-            Target::at_most("claim -> ready p99 within 5x the floor", r.ratio_p99, 5.0),
-        ]
-    } else {
-        vec![
-            Target::at_least(
-                "server, 1,000 nodes: at least 5,000 cycles/s",
-                Some(r.cycles_per_second),
-                5000.0,
-            ),
-            Target::at_most(
-                "node loss -> blocked within TTL + 1 s (excess over the TTL, s)",
-                r.node_loss_excess_s,
-                1.0,
-            ),
-            Target::at_most(
-                "GET /v1/volumes at 100,000 volumes under 500 ms",
-                r.list_volumes_ms
-                    .filter(|_| r.list_volumes_count.unwrap_or(0) >= 100_000),
-                500.0,
-            ),
-            Target::at_most(
-                "server RSS under 200 MiB with 100,000 volumes and 10,000 nodes",
-                r.server_rss_mib
-                    .filter(|_| r.nodes >= 10_000 && r.list_volumes_count.unwrap_or(0) >= 100_000),
-                200.0,
-            ),
-            Target::at_most(
-                "server RSS under 150 MiB with 10,000 connected nodes and 100,000 volumes (before the load)",
-                r.server_idle_rss_mib
-                    .filter(|_| r.nodes >= 10_000 && r.list_volumes_count.unwrap_or(0) >= 100_000),
-                150.0,
-            ),
-            Target::at_most(
-                "server RSS per connected idle node at most 4 KiB",
-                r.server_kib_per_node.filter(|_| r.nodes >= 1_000),
-                4.0,
-            ),
-        ]
     }
 }
 
@@ -336,6 +253,12 @@ impl Report {
                 e.p50_ms, e.p99_ms
             ));
         }
+        if let Some(e) = &self.floor.etcd_read {
+            line(format!(
+                "  etcd linearizable read (3 members, loopback)  {:>8.3} ms   (p99 {:.3} ms; a consistent read)",
+                e.p50_ms, e.p99_ms
+            ));
+        }
         line(format!(
             "  loopback HTTP round trip (GET /v1/health)      {:>8.3} ms   (p99 {:.3} ms)",
             self.floor.http_round_trip.p50_ms, self.floor.http_round_trip.p99_ms
@@ -387,8 +310,8 @@ impl Report {
             ratio(self.release_ratio_p50),
         ));
         line(format!(
-            "  CPU per cycle          {} all csivol processes: server {}, agents {}, plugins {}; benchmark {}",
-            opt(self.cpu_s_per_cycle.map(|v| v * 1000.0), " ms"),
+            "  CPU per cycle          {} csivol's own (server + agents): server {}, agents {}; plugins {}; benchmark {}",
+            opt(self.own_cpu_s_per_cycle.map(|v| v * 1000.0), " ms"),
             opt(self.server_cpu_s_per_cycle.map(|v| v * 1000.0), " ms"),
             opt(self.agents_cpu_s_per_cycle.map(|v| v * 1000.0), " ms"),
             opt(self.plugins_cpu_s_per_cycle.map(|v| v * 1000.0), " ms"),
@@ -421,7 +344,7 @@ impl Report {
         if let Some(m) = self.agent_memory {
             line(format!(
                 "  agent memory           {:.2} MiB resident after the load{}: anonymous {:.2} MiB, \
-                 file-backed {:.2} MiB (its binary's code, shared with every process that maps it)",
+                 file-backed {:.2} MiB ({} of its own binary's code, the rest shared libraries; shared with every process that maps them)",
                 m.anon_mib + m.file_mib,
                 self.resident.as_ref().map_or(String::new(), |r| format!(
                     " with {} claims resident",
@@ -429,6 +352,7 @@ impl Report {
                 )),
                 m.anon_mib,
                 m.file_mib,
+                opt(m.exe_mib, " MiB"),
             ));
         }
         line(format!(
@@ -463,8 +387,8 @@ impl Report {
                 opt(r.claim_ready_p99_ms, " ms"),
             ));
             line(format!(
-                "                         CPU per cycle {}: server {}, agents {}, plugins {}; benchmark {}; {} the figure without them",
-                ms(r.cpu_s_per_cycle),
+                "                         CPU per cycle {} csivol's own: server {}, agents {}; plugins {}; benchmark {}; all csivol processes {} the figure without them",
+                ms(r.own_cpu_s_per_cycle),
                 ms(r.server_cpu_s_per_cycle),
                 ms(r.agents_cpu_s_per_cycle),
                 ms(r.plugins_cpu_s_per_cycle),
@@ -474,11 +398,12 @@ impl Report {
         }
         if let Some(ms) = self.list_volumes_ms {
             line(format!(
-                "  GET /v1/volumes        {ms:.1} ms for {} volumes ({:.1} MiB; max {}); in pages of 1,000: {}",
+                "  GET /v1/volumes        {ms:.1} ms for {} volumes ({:.1} MiB; max {}); in pages of 1,000: {}; server peak RSS +{}",
                 self.list_volumes_count.unwrap_or(0),
                 self.list_volumes_bytes.unwrap_or(0) as f64 / (1024.0 * 1024.0),
                 opt(self.list_volumes_max_ms, " ms"),
                 opt(self.list_volumes_paged_ms, " ms"),
+                opt(self.list_volumes_growth_mib, " MiB"),
             ));
         }
         if let Some(s) = self.node_loss_blocked_s {
@@ -525,19 +450,9 @@ impl Report {
             ));
         }
         line(String::new());
-        line("targets (stated for full: 10 nodes, --mount none; server: 1,000 nodes; RSS: 10,000 nodes and 100,000 volumes; 2 cores):".into());
+        line("targets (each with this run's figure and its ratio to the target):".into());
         for t in &self.targets {
-            line(format!(
-                "  {:<8} {} (this run: {})",
-                match t.met {
-                    Some(true) => "met",
-                    Some(false) => "MISSED",
-                    None => "n/a",
-                },
-                t.target,
-                t.value
-                    .map_or("not measured".to_owned(), |v| format!("{v:.2}")),
-            ));
+            line(t.text());
         }
         for o in self.orphans.iter().take(20) {
             line(format!("  orphan: {o}"));
@@ -553,6 +468,12 @@ impl Report {
 /// The server's current RSS at the end of phase `after`.
 fn rss_after(points: &[MemoryPoint], after: &str) -> Option<f64> {
     points.iter().find(|m| m.after == after)?.rss_mib
+}
+
+/// The growth of the server's peak RSS during the listing phase, over its RSS before it.
+fn list_growth(points: &[MemoryPoint]) -> Option<f64> {
+    let at = points.iter().position(|m| m.after == "list")?;
+    Some(points[at].peak_mib? - points[at.checked_sub(1)?].rss_mib?)
 }
 
 /// The report of a run from what its phases measured.
@@ -604,6 +525,7 @@ pub fn assemble(cfg: &Config, o: Outcome) -> Report {
         .is_none_or(|k| k.survived == k.acknowledged && k.release_undone == 0);
     let ok = lost_claims == 0 && orphans.is_empty() && errors.is_empty() && kill_ok;
     let full = cfg.full();
+    let list_volumes_growth_mib = list_growth(&server_memory);
     let mut report = Report {
         mode: if full { "full" } else { "server" },
         nodes: cfg.nodes,
@@ -651,6 +573,7 @@ pub fn assemble(cfg: &Config, o: Outcome) -> Report {
         plugin_rss_mib,
         agent_memory: (resident_load.as_ref()).map_or(load.agent_memory, |l| l.agent_memory),
         cpu_s_per_cycle: load.per_cycle(|c| c.csivol),
+        own_cpu_s_per_cycle: load.per_cycle(phases::Cpu::own),
         server_cpu_s_per_cycle: load.per_cycle(|c| c.server),
         server_writer_cpu_s_per_cycle: load.per_cycle(|c| c.writer),
         server_writer_busy: load
@@ -668,6 +591,7 @@ pub fn assemble(cfg: &Config, o: Outcome) -> Report {
         list_volumes_count: list.as_ref().map(|l| l.count),
         list_volumes_bytes: list.as_ref().map(|l| l.bytes),
         list_volumes_paged_ms: list.as_ref().and_then(|l| l.paged_ms),
+        list_volumes_growth_mib,
         node_loss_blocked_s: node_loss.as_ref().map(|n| n.blocked_s),
         node_loss_excess_s: node_loss
             .as_ref()

@@ -63,6 +63,8 @@ pub fn rss_mib(pid: u32) -> Option<f64> {
 pub struct RssParts {
     pub anon_mib: f64,
     pub file_mib: f64,
+    /// Of `file_mib`, the pages of the process's own executable (the rest: shared libraries).
+    pub exe_mib: Option<f64>,
 }
 
 /// `RssAnon` and `RssFile` of `pid`, in MiB.
@@ -70,7 +72,30 @@ pub fn rss_parts(pid: u32) -> Option<RssParts> {
     Some(RssParts {
         anon_mib: status_kib(pid, "RssAnon:")? as f64 / 1024.0,
         file_mib: status_kib(pid, "RssFile:")? as f64 / 1024.0,
+        exe_mib: exe_rss_kib(pid).map(|kib| kib as f64 / 1024.0),
     })
+}
+
+/// The resident pages of the mappings of `pid`'s own executable, from `/proc/PID/smaps`.
+fn exe_rss_kib(pid: u32) -> Option<u64> {
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok()?;
+    let exe = exe.to_str()?;
+    let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).ok()?;
+    let mut in_exe = false;
+    let mut kib = 0;
+    for line in smaps.lines() {
+        let mut words = line.split_whitespace();
+        let Some(first) = words.next() else { continue };
+        if first == "Rss:" {
+            if in_exe {
+                kib += words.next()?.parse::<u64>().ok()?;
+            }
+        } else if !first.ends_with(':') {
+            // A mapping's header: `ADDR-ADDR PERMS OFFSET DEV INODE [PATH]`.
+            in_exe = line.ends_with(exe);
+        }
+    }
+    Some(kib)
 }
 
 /// Threads of `pid`.

@@ -52,6 +52,16 @@ fn check(args: &[&str], extra: &[&str]) -> Value {
     for key in extra {
         assert!(!report[key].is_null(), "`{key}` is null in {report:#}");
     }
+    // Every target carries its bound, and a measured one its ratio to it.
+    let targets = report["targets"].as_array().expect("`targets` is an array");
+    assert!(!targets.is_empty(), "{report:#}");
+    for t in targets {
+        let limit = t["limit"].as_f64().expect("a target has a limit");
+        if let Some(value) = t["value"].as_f64() {
+            let ratio = t["ratio"].as_f64().expect("a measured target has a ratio");
+            assert!((ratio - value / limit).abs() < 1e-9, "{t:#}");
+        }
+    }
     assert_eq!(report["lost_claims"], 0, "{report:#}");
     assert_eq!(report["ok"], true, "{report:#}");
     assert!(report["cycles"].as_u64().unwrap() > 0, "{report:#}");
@@ -62,7 +72,11 @@ fn check(args: &[&str], extra: &[&str]) -> Value {
 fn bench_full_mode() {
     let r = check(
         &["--mode=full", "--nodes=2", "--mount=none"],
-        &["agent_rss_mib"],
+        &[
+            "agent_rss_mib",
+            "own_cpu_s_per_cycle",
+            "plugins_cpu_s_per_cycle",
+        ],
     );
     assert_eq!(r["mode"], "full");
     assert_eq!(r["kill_check"]["survived"], r["kill_check"]["acknowledged"]);
