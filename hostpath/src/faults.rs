@@ -227,7 +227,8 @@ impl Faults {
 }
 
 /// Appends one JSON line per call to `<state-dir>/calls.jsonl`: which RPC, for which
-/// volume, with which result, and how many calls of the same service were in flight.
+/// volume (and target path, for a publication), with which result, when it began and
+/// ended, and how many calls of the same service were in flight.
 #[derive(Debug)]
 pub struct CallLog {
     file: Mutex<File>,
@@ -239,8 +240,6 @@ pub struct CallLog {
 pub struct InFlight<'a> {
     counter: &'a AtomicUsize,
     pub concurrent: usize,
-    /// When the call came in, in Unix ms.
-    pub started_ms: u64,
 }
 
 impl Drop for InFlight<'_> {
@@ -256,16 +255,35 @@ struct CallLine<'a> {
     rpc: Rpc,
     volume_id: &'a str,
     node_id: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    target_path: Option<&'a str>,
     code: &'a str,
     in_flight: usize,
-    /// When the call came in and when it was answered, in Unix ms: tests see which calls
-    /// overlapped.
+    /// When the call arrived (unix ms).
     started_ms: u64,
+    /// When it was done, after its effect and before its answer (unix ms).
     at_ms: u64,
+}
+
+/// The wall clock in unix milliseconds, as the call log has it.
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 fn display<S: serde::Serializer>(v: &impl fmt::Display, s: S) -> Result<S::Ok, S::Error> {
     s.collect_str(v)
+}
+
+/// What a line of the call log says about the call besides its outcome.
+#[derive(Debug)]
+pub struct Called<'a> {
+    pub rpc: Rpc,
+    pub volume_id: &'a str,
+    pub node_id: &'a str,
+    pub target_path: Option<&'a str>,
+    pub started_ms: u64,
 }
 
 impl CallLog {
@@ -283,18 +301,18 @@ impl CallLog {
         InFlight {
             counter,
             concurrent,
-            started_ms: now_ms(),
         }
     }
 
-    pub fn record(&self, rpc: Rpc, volume_id: &str, node_id: &str, code: Code, call: &InFlight) {
+    pub fn record(&self, call: &Called<'_>, code: Code, concurrent: usize) {
         // One line, serialised before the lock and written with one syscall.
         let mut line = serde_json::to_vec(&CallLine {
-            rpc,
-            volume_id,
-            node_id,
+            rpc: call.rpc,
+            volume_id: call.volume_id,
+            node_id: call.node_id,
+            target_path: call.target_path,
             code: code_name(code),
-            in_flight: call.concurrent,
+            in_flight: concurrent,
             started_ms: call.started_ms,
             at_ms: now_ms(),
         })
@@ -304,12 +322,6 @@ impl CallLog {
         // The log is for observation only; a failed write must not fail the call.
         let _ = file.write_all(&line);
     }
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 #[cfg(test)]

@@ -59,7 +59,13 @@ impl EtcdMember {
 
     /// Whether the member answers its health check (only with a quorum it says true).
     pub fn healthy(&self) -> bool {
-        http_get(&self.health_url, "/health").is_some_and(|b| b.contains("\"health\":\"true\""))
+        healthy_at(&self.health_url)
+    }
+
+    /// Where the member answers its health check, for [`healthy_at`] from a caller that
+    /// must not hold the member while it waits for the answer.
+    pub fn health_url(&self) -> &str {
+        &self.health_url
     }
 
     pub fn is_running(&self) -> bool {
@@ -83,6 +89,13 @@ fn free_port() -> u16 {
         .local_addr()
         .unwrap()
         .port()
+}
+
+/// Whether the member whose health check is at `health_url` ([`EtcdMember::health_url`])
+/// answers healthy: it has a leader and serves a linearizable read, which only a member
+/// of a cluster with a quorum does.
+pub fn healthy_at(health_url: &str) -> bool {
+    http_get(health_url, "/health").is_some_and(|b| b.contains("\"health\":\"true\""))
 }
 
 /// A plain HTTP GET of `path` on `url` (`http://127.0.0.1:port`); the body, or `None`.

@@ -139,6 +139,11 @@ impl Proc {
         None
     }
 
+    /// Whether the process runs: started, not killed, not exited (reaped if it has).
+    pub fn running(&mut self) -> bool {
+        self.child.is_some() && self.exited().is_none()
+    }
+
     /// Whether the process has exited (and reaps it if so).
     pub fn exited(&mut self) -> Option<ExitStatus> {
         self.child

@@ -242,6 +242,23 @@ impl Plugin {
         T: Send + 'static,
         F: FnOnce(&Plugin) -> Result<T, Status> + Send + 'static,
     {
+        self.call_on(rpc, volume_id, None, f).await
+    }
+
+    /// [`Plugin::call`] for a call on a target path (a publication), which the call log
+    /// names.
+    async fn call_on<T, F>(
+        self: &Arc<Self>,
+        rpc: Rpc,
+        volume_id: String,
+        target_path: Option<String>,
+        f: F,
+    ) -> Result<Response<T>, Status>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Plugin) -> Result<T, Status> + Send + 'static,
+    {
+        let started_ms = crate::faults::now_ms();
         let in_flight = self.calls.enter(rpc);
         let result = match self.faults.before(rpc).await {
             Err(status) => Err(status),
@@ -253,8 +270,14 @@ impl Plugin {
             }
         };
         let code = result.as_ref().map_or_else(Status::code, |_| Code::Ok);
-        self.calls
-            .record(rpc, &volume_id, &self.cfg.node_id, code, &in_flight);
+        let called = crate::faults::Called {
+            rpc,
+            volume_id: &volume_id,
+            node_id: &self.cfg.node_id,
+            target_path: target_path.as_deref(),
+            started_ms,
+        };
+        self.calls.record(&called, code, in_flight.concurrent);
         if code != Code::Ok {
             tracing::info!(%rpc, volume_id, ?code, "call refused");
         }

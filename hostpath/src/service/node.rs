@@ -34,6 +34,15 @@ macro_rules! delegate {
             .call(Rpc::$rpc, req.volume_id.clone(), move |p| p.$method(req))
             .await
     }};
+    // A publication: the call log names its target path.
+    ($self:ident, $request:ident, $rpc:ident, $method:ident, target) => {{
+        let req = $request.into_inner();
+        let (volume, target) = (req.volume_id.clone(), req.target_path.clone());
+        $self
+            .0
+            .call_on(Rpc::$rpc, volume, Some(target), move |p| p.$method(req))
+            .await
+    }};
 }
 
 #[tonic::async_trait]
@@ -56,14 +65,14 @@ impl csi::node_server::Node for Service {
         &self,
         request: Request<csi::NodePublishVolumeRequest>,
     ) -> Result<Response<csi::NodePublishVolumeResponse>, Status> {
-        delegate!(self, request, NodePublishVolume, node_publish)
+        delegate!(self, request, NodePublishVolume, node_publish, target)
     }
 
     async fn node_unpublish_volume(
         &self,
         request: Request<csi::NodeUnpublishVolumeRequest>,
     ) -> Result<Response<csi::NodeUnpublishVolumeResponse>, Status> {
-        delegate!(self, request, NodeUnpublishVolume, node_unpublish)
+        delegate!(self, request, NodeUnpublishVolume, node_unpublish, target)
     }
 
     async fn node_get_volume_stats(

@@ -10,6 +10,7 @@ mod controller;
 mod durability;
 mod fence;
 mod ha;
+mod ha_disk;
 mod ha_faults;
 mod ha_fence;
 mod ha_members;

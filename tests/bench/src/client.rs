@@ -57,6 +57,11 @@ impl Resp {
 pub struct Http {
     client: Client,
     pub base: String,
+    /// Every request may go to another server of the cluster when one does not answer
+    /// in time (see [`Http::cluster`]).
+    idempotent: bool,
+    /// How long a blocking query asks the server to wait.
+    block_wait: Duration,
 }
 
 /// Longest a blocking query is asked to wait; the request timeout adds a margin to it.
@@ -74,6 +79,38 @@ impl Http {
         Ok(Self {
             base: client.base().to_owned(),
             client,
+            idempotent: false,
+            block_wait: BLOCK_WAIT,
+        })
+    }
+
+    /// A client of the `https://` servers of one cluster (`bases`, comma-separated), whose
+    /// certificates `ca` signed, for a caller whose every request may be carried out twice
+    /// (a claim is idempotent per volume and alloc, a release per claim): a request that
+    /// gets no answer from one server within `timeout` (it is stopped, or cut off from the
+    /// network) or a 503 goes to the next.
+    pub fn cluster(
+        bases: &str,
+        token: &str,
+        ca: &std::path::Path,
+        timeout: Duration,
+    ) -> anyhow::Result<Self> {
+        let tls = csivol_client::tls::client_config(Some(ca), None)
+            .map_err(|e| anyhow::anyhow!("{e}"))
+            .context("failed to load the cluster's CA")?;
+        let client = Client::builder(bases)
+            .token(Some(token.to_owned()))
+            .tls(tls)
+            .request_timeout(timeout)
+            .no_proxy()
+            .build()
+            .context("failed to build the HTTP client")?;
+        Ok(Self {
+            base: client.base().to_owned(),
+            client,
+            idempotent: true,
+            // Short, so that a query held by a server that stopped answering moves on soon.
+            block_wait: timeout,
         })
     }
 
@@ -82,6 +119,8 @@ impl Http {
         Self {
             client: self.client.with_token(Some(token.to_owned())),
             base: self.base.clone(),
+            idempotent: self.idempotent,
+            block_wait: self.block_wait,
         }
     }
 
@@ -93,8 +132,19 @@ impl Http {
     ) -> anyhow::Result<Resp> {
         REQUESTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let body = body.map_or(Body::None, Body::Json);
-        let raw = (self.client.send(method.clone(), path, body, None).await)
-            .with_context(|| format!("{method} {path}: no answer from the server"))?;
+        let sent = if self.idempotent {
+            // A blocking query may take its wait and the timeout besides.
+            let timeout = path
+                .contains("wait=")
+                .then(|| self.client.blocking_timeout(self.block_wait))
+                .flatten();
+            self.client
+                .send_idempotent(method.clone(), path, body, timeout)
+                .await
+        } else {
+            self.client.send(method.clone(), path, body, None).await
+        };
+        let raw = sent.with_context(|| format!("{method} {path}: no answer from the server"))?;
         Ok(Resp {
             status: raw.status.as_u16(),
             index: raw.index,
@@ -131,8 +181,8 @@ impl Http {
     pub async fn get_blocking(&self, path: &str, index: u64) -> anyhow::Result<Resp> {
         let sep = if path.contains('?') { '&' } else { '?' };
         self.get(&format!(
-            "{path}{sep}index={index}&wait={}s",
-            BLOCK_WAIT.as_secs()
+            "{path}{sep}index={index}&wait={}ms",
+            self.block_wait.as_millis()
         ))
         .await
     }

@@ -91,6 +91,8 @@ impl FullCluster {
                     socket: &n.socket,
                     ready_exists,
                     node_concurrency,
+                    wrapper: &[],
+                    ca: None,
                 },
             )?);
         }

@@ -23,6 +23,7 @@ mod chaos;
 mod client;
 mod cluster;
 mod floor;
+mod history;
 mod killcheck;
 mod load;
 mod nodeloss;
@@ -156,7 +157,11 @@ pub struct Args {
     /// Full mode: the fault campaign instead of the benchmark. For --duration, under the
     /// claim load on single-writer volumes: kill -9 of the server, agents and plugins,
     /// agents stopped across the TTL, the server's disk filled and freed (needs root: a
-    /// tmpfs); invariants checked throughout. Exits 1 on any violation.
+    /// tmpfs); invariants checked throughout, and the clients' history checked for
+    /// linearizability at the end. With `--store etcd`, HA mode: two servers over a
+    /// 3-member etcd in network namespaces (needs root), faults overlapping on three
+    /// lanes, servers and members also stopped and cut off, nodes cut off from a server.
+    /// Exits 1 on any violation.
     #[arg(long)]
     pub chaos: bool,
     /// The chaos campaign's random seed [default: random, printed in the report].

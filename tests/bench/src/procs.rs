@@ -71,6 +71,19 @@ fn quiet(cmd: &mut Command) {
     cmd.env("RUST_LOG", "warn");
 }
 
+/// `program` run by `wrapper` (a profiler, `nsenter` into a network namespace), which
+/// takes it as its own argument; `program` itself without one.
+fn wrapped(wrapper: &[String], program: &Path) -> Command {
+    match wrapper.split_first() {
+        Some((first, rest)) => {
+            let mut c = Command::new(first);
+            c.args(rest).arg(program);
+            c
+        }
+        None => Command::new(program),
+    }
+}
+
 /// `csivol-server serve` on a loopback port, with its data dir.
 #[derive(Debug)]
 pub struct Server {
@@ -85,10 +98,33 @@ pub struct Server {
 }
 
 impl Server {
-    /// Starts the server (port 0, unless `listen` is given) and waits until it listens.
+    /// Starts the server on a loopback port and waits until it listens.
     pub async fn start(
         bins: &Bins,
         data_dir: &Path,
+        heartbeat_ttl: Duration,
+        controller_concurrency: Option<u32>,
+        wrapper: &[String],
+        extra: &[String],
+    ) -> anyhow::Result<Self> {
+        let listen = "127.0.0.1:0";
+        Self::start_on(
+            bins,
+            data_dir,
+            listen,
+            heartbeat_ttl,
+            controller_concurrency,
+            wrapper,
+            extra,
+        )
+        .await
+    }
+
+    /// [`Server::start`] listening on `listen` (`ip:port`).
+    pub async fn start_on(
+        bins: &Bins,
+        data_dir: &Path,
+        listen: &str,
         heartbeat_ttl: Duration,
         controller_concurrency: Option<u32>,
         wrapper: &[String],
@@ -107,7 +143,7 @@ impl Server {
         }
         args.extend(extra.iter().cloned());
         let log = data_dir.with_extension("log");
-        Self::spawn(&bins.server, wrapper, data_dir, args, log, "127.0.0.1:0").await
+        Self::spawn(&bins.server, wrapper, data_dir, args, log, listen).await
     }
 
     async fn spawn(
@@ -120,15 +156,7 @@ impl Server {
     ) -> anyhow::Result<Self> {
         let addr_file = data_dir.join("server.addr");
         let _ = std::fs::remove_file(&addr_file);
-        // A wrapper (a profiler) runs the server as its own argument.
-        let mut cmd = match wrapper.split_first() {
-            Some((first, rest)) => {
-                let mut c = Command::new(first);
-                c.args(rest).arg(server);
-                c
-            }
-            None => Command::new(server),
-        };
+        let mut cmd = wrapped(wrapper, server);
         cmd.args(&args).arg(format!("--listen={listen}"));
         quiet(&mut cmd);
         let mut proc = Proc::spawn("csivol-server serve", cmd, &log);
@@ -142,10 +170,14 @@ impl Server {
                 .filter(|s| !s.is_empty()))
         })
         .await?;
-        let token = std::fs::read_to_string(data_dir.join("operator.token"))
-            .context("the server wrote no operator token")?
-            .trim()
-            .to_owned();
+        // A server that joins a cluster another server of one etcd store made writes no
+        // token: the caller takes the first server's.
+        let joined = args.iter().any(|a| a == "--store=etcd");
+        let token = match std::fs::read_to_string(data_dir.join("operator.token")) {
+            Ok(t) => t.trim().to_owned(),
+            Err(_) if joined => String::new(),
+            Err(e) => return Err(e).context("the server wrote no operator token"),
+        };
         Ok(Self {
             proc,
             url,
@@ -162,6 +194,12 @@ impl Server {
         self.proc.pid()
     }
 
+    /// Whether the server runs (not killed, not exited, not left down by a restart that
+    /// failed).
+    pub fn running(&mut self) -> bool {
+        self.proc.running()
+    }
+
     /// SIGKILL, then start again on the same data dir and the same address (agents keep
     /// their `--server` URL).
     pub async fn kill_and_restart(&mut self) -> anyhow::Result<()> {
@@ -169,8 +207,10 @@ impl Server {
         let listen = self
             .url
             .strip_prefix("http://")
-            .context("the server URL is not http://")?
+            .or_else(|| self.url.strip_prefix("https://"))
+            .context("the server URL is neither http:// nor https://")?
             .to_owned();
+        let token = self.token.clone();
         let fresh = Self::spawn(
             &self.server,
             &self.wrapper,
@@ -181,6 +221,9 @@ impl Server {
         )
         .await?;
         *self = fresh;
+        if self.token.is_empty() {
+            self.token = token;
+        }
         Ok(())
     }
 
@@ -257,6 +300,10 @@ pub struct AgentSpec<'a> {
     pub socket: &'a Path,
     pub ready_exists: bool,
     pub node_concurrency: Option<u32>,
+    /// The command the agent runs under (`nsenter` into its host), if any.
+    pub wrapper: &'a [String],
+    /// The CA of `https://` servers.
+    pub ca: Option<&'a Path>,
 }
 
 /// `csivol-agent run` with the node's plugin as node plugin and controller.
@@ -265,7 +312,7 @@ pub fn start_agent(bins: &Bins, spec: &AgentSpec<'_>) -> anyhow::Result<Proc> {
     std::fs::write(&token_file, spec.token)
         .with_context(|| format!("failed to write {}", token_file.display()))?;
     let endpoint = format!("unix://{}", spec.socket.display());
-    let mut cmd = Command::new(&bins.agent);
+    let mut cmd = wrapped(spec.wrapper, &bins.agent);
     cmd.args([
         "run".to_owned(),
         format!("--server={}", spec.server),
@@ -277,6 +324,9 @@ pub fn start_agent(bins: &Bins, spec: &AgentSpec<'_>) -> anyhow::Result<Proc> {
     ]);
     if spec.ready_exists {
         cmd.arg("--ready-check=exists");
+    }
+    if let Some(ca) = spec.ca {
+        cmd.arg(format!("--ca-cert={}", ca.display()));
     }
     if let Some(n) = spec.node_concurrency {
         let config = spec.node_dir.join("agent.toml");

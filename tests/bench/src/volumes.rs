@@ -157,23 +157,35 @@ pub async fn wait_all_free(
 ) -> anyhow::Result<Vec<String>> {
     let deadline = Instant::now() + timeout;
     loop {
-        let (held, count) = if expected <= 20_000 {
-            let all: Vec<api::Volume> = http.get("/v1/volumes").await?.json()?;
-            (not_free(&all), all.len())
-        } else {
-            let mut held = Vec::new();
-            for s in [
-                VolumeState::Attached,
-                VolumeState::Blocked,
-                VolumeState::Creating,
-                VolumeState::Deleting,
-                VolumeState::Failed,
-            ] {
-                let some: Vec<api::Volume> =
-                    http.get(&format!("/v1/volumes?state={s}")).await?.json()?;
-                held.extend(not_free(&some));
+        let listed = async {
+            anyhow::Ok(if expected <= 20_000 {
+                let all: Vec<api::Volume> = http.get("/v1/volumes").await?.json()?;
+                (not_free(&all), all.len())
+            } else {
+                let mut held = Vec::new();
+                for s in [
+                    VolumeState::Attached,
+                    VolumeState::Blocked,
+                    VolumeState::Creating,
+                    VolumeState::Deleting,
+                    VolumeState::Failed,
+                ] {
+                    let some: Vec<api::Volume> =
+                        http.get(&format!("/v1/volumes?state={s}")).await?.json()?;
+                    held.extend(not_free(&some));
+                }
+                (held, expected)
+            })
+        };
+        // A listing that got no answer (a server still busy after the faults) is asked
+        // again until the deadline; only then is it the answer.
+        let (held, count) = match listed.await {
+            Ok(l) => l,
+            Err(_) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                continue;
             }
-            (held, expected)
+            Err(e) => return Err(e),
         };
         if held.is_empty() && count == expected {
             return Ok(held);

@@ -169,3 +169,49 @@ fn bench_backlog_scenario() {
     assert_eq!(r["detaches"], 30);
     assert!(r["queued_at_attach"].as_u64().unwrap() > 0, "{r:#}");
 }
+
+/// The fault campaign in HA mode, for a minute: two servers over a 3-member etcd, every
+/// process on a host of its own in network namespaces, faults of every kind overlapping
+/// (kill -9, SIGSTOP and partitions of servers, members, agents and plugins, a full
+/// disk); every acknowledged claim and release is in the final state, and the clients'
+/// history is linearizable. Needs root, as the tests do.
+#[test]
+fn chaos_campaign_ha_for_a_minute() {
+    let out = Command::new(env!("CARGO_BIN_EXE_csivol-bench"))
+        .args([
+            "--mode=full",
+            "--chaos",
+            "--store=etcd",
+            "--mount=bind",
+            "--nodes=3",
+            "--volumes=6",
+            "--concurrency=3",
+            "--duration=60s",
+            "--heartbeat-ttl=2s",
+            "--seed=11",
+            "--json",
+        ])
+        .output()
+        .expect("run csivol-bench --chaos --store etcd");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let report: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("stdout is not one JSON object ({e}):\n{stdout}\n{stderr}"));
+    assert_eq!(report["violation_count"], 0, "{report:#}\n{stderr}");
+    assert_eq!(
+        report["errors"],
+        serde_json::json!([]),
+        "{report:#}\n{stderr}"
+    );
+    assert!(out.status.success(), "{report:#}\n{stderr}");
+    assert_eq!(report["servers"], 2, "{report:#}");
+    assert_eq!(report["etcd_members"], 3, "{report:#}");
+    assert!(report["faults_total"].as_u64().unwrap() >= 10, "{report:#}");
+    assert!(report["cycles"].as_u64().unwrap() > 0, "{report:#}");
+    // The checker judged a history with claims, reads and releases in it.
+    assert!(
+        report["history_operations"].as_u64().unwrap() > report["cycles"].as_u64().unwrap() * 3,
+        "{report:#}"
+    );
+    assert_eq!(report["anomalies"], 0, "{report:#}");
+}

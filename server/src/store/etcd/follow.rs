@@ -40,6 +40,9 @@ impl Writer {
     pub(super) fn apply(&mut self, r: Remote, hub: &Hub, tokens: &Notify) {
         match r {
             Remote::Revision(rev, _) if rev <= self.applied => {}
+            // A revision was missed: applying the next ones on top would leave the mirror
+            // without it, believing it current; only a whole reload catches up.
+            Remote::Revision(..) if self.behind.is_some() => self.reload(hub, tokens),
             Remote::Revision(rev, events) => {
                 let head = events.iter().find_map(|e| {
                     let kv = e.kv.as_ref()?;
@@ -66,6 +69,7 @@ impl Writer {
                             // Consistent reads wait for this revision: the mirror must get
                             // it, whole.
                             tracing::error!(revision = rev, error = %e, "failed to apply another server's change to the mirror; reloading it from etcd");
+                            self.fall_behind(&e);
                             self.reload(hub, tokens);
                         }
                     },
@@ -102,9 +106,13 @@ impl Writer {
                     .and_then(|()| mirror::clear_changes(&self.conn).map_err(|e| e.to_string()));
                 match loaded {
                     Ok(()) => {
+                        self.caught_up();
                         self.applied(rev, (Some((h.index, at)), hub.keys(), true), hub, tokens)
                     }
-                    Err(e) => tracing::error!(error = %e, "failed to reload the mirror from etcd"),
+                    Err(e) => {
+                        tracing::error!(error = %e, "failed to reload the mirror from etcd");
+                        self.fall_behind(&e);
+                    }
                 }
             }
         }
@@ -200,6 +208,38 @@ impl Writer {
         }
     }
 
+    /// The mirror missed a revision (it could not apply it, nor reload): until a reload
+    /// succeeds, reads and writes are refused, and the watch's next revisions are not
+    /// applied on top of the gap but tried as a reload. Writing from a mirror with a gap
+    /// would put rows over the ones it missed.
+    fn fall_behind(&mut self, error: &str) {
+        if self.behind.is_some() {
+            return;
+        }
+        let why = format!(
+            "this server's copy of the state missed a change of another server ({error}); \
+             it answers again once it has reloaded the state from etcd\n\
+             hint: the other servers answer meanwhile; check this server's disk"
+        );
+        let mut halted = self.halted.lock().unwrap_or_else(|e| e.into_inner());
+        if halted.is_none() {
+            *halted = Some(why.clone());
+        }
+        self.behind = Some(why);
+    }
+
+    /// A reload succeeded: a mirror that had fallen behind serves again.
+    fn caught_up(&mut self) {
+        let Some(why) = self.behind.take() else {
+            return;
+        };
+        let mut halted = self.halted.lock().unwrap_or_else(|e| e.into_inner());
+        if halted.as_deref() == Some(why.as_str()) {
+            *halted = None;
+        }
+        tracing::info!("reloaded the state from etcd: this server's copy is whole again");
+    }
+
     /// The mirror no longer follows etcd: reads and writes are refused with `why`.
     fn halt(&mut self, why: String) {
         tracing::error!("{why}");
@@ -217,7 +257,7 @@ impl Writer {
     }
 
     /// Replaces the mirror's content with etcd's current state.
-    fn reload(&mut self, hub: &Hub, tokens: &Notify) {
+    pub(super) fn reload(&mut self, hub: &Hub, tokens: &Notify) {
         let keys = self.keys.clone();
         match self
             .rt

@@ -205,6 +205,7 @@ pub async fn start(path: &Path, cfg: &EtcdConfig, check: bool) -> anyhow::Result
         schema_shown: Default::default(),
         migrating: None,
         halted,
+        behind: None,
         mirror_rev,
         id: id.clone(),
         commits: 0,

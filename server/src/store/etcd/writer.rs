@@ -54,9 +54,12 @@ pub struct Writer {
     /// Since when `csivol-server upgrade finalize` has been rewriting the rows (commits
     /// wait meanwhile).
     pub migrating: Option<std::time::Instant>,
-    /// Why the mirror stopped following etcd (a schema this build does not know), if it
-    /// did: reads and writes are refused with it.
+    /// Why the mirror stopped following etcd (a schema this build does not know, or a
+    /// revision it missed, until a reload), if it did: reads and writes are refused with it.
     pub halted: std::sync::Arc<std::sync::Mutex<Option<String>>>,
+    /// Set (to what `halted` says) while the mirror has missed a revision: cleared by the
+    /// reload that catches it up (`follow`).
+    pub behind: Option<String>,
     /// The revision of `head` the mirror reflects, for consistent reads (`reads`).
     pub mirror_rev: tokio::sync::watch::Sender<i64>,
     /// This server's commits are named `<id>-<n>` in the head they put.
@@ -76,6 +79,8 @@ fn refuse_led(group: Vec<BoxJob>, why: &str) -> Vec<BoxJob> {
 enum Msg {
     Job(BoxJob),
     Remote(Remote),
+    /// Time to try reloading a mirror that fell behind.
+    Reload,
     Closed,
 }
 
@@ -109,6 +114,10 @@ const RETRY_UNREACHABLE: Duration = Duration::from_secs(10);
 
 /// Longest that commits wait for a schema migration to finish before they are refused.
 const MIGRATION_HOLD: Duration = Duration::from_secs(60);
+
+/// How often a mirror that missed a revision tries to reload the state while nothing else
+/// wakes it.
+const RELOAD_AGAIN: Duration = Duration::from_secs(1);
 
 /// Pause between sends of a commit etcd did not answer.
 const RESEND_PAUSE: Duration = Duration::from_millis(50);
@@ -150,15 +159,23 @@ impl Writer {
             tokens_changed,
         };
         loop {
+            let behind = self.behind.is_some();
             let msg = self.rt.block_on(async {
                 tokio::select! {
                     biased;
                     r = self.remote.recv() => r.map_or(Msg::Closed, Msg::Remote),
                     j = rx.recv() => j.map_or(Msg::Closed, Msg::Job),
+                    // A mirror that fell behind tries again on its own, so that it serves
+                    // again without waiting for the next change to come.
+                    () = tokio::time::sleep(RELOAD_AGAIN), if behind => Msg::Reload,
                 }
             });
             let first = match msg {
                 Msg::Closed => return,
+                Msg::Reload => {
+                    self.reload(&ends.hub, &ends.tokens_changed);
+                    continue;
+                }
                 Msg::Remote(r) => {
                     self.apply(r, &ends.hub, &ends.tokens_changed);
                     continue;
@@ -283,8 +300,12 @@ impl Writer {
     }
 
     /// Holds commits while a schema migration rewrites the rows, for at most
-    /// [`MIGRATION_HOLD`]; refuses them when the mirror stopped.
+    /// [`MIGRATION_HOLD`]; refuses them when the mirror stopped, or fell behind and still
+    /// cannot reload.
     fn wait_for_schema(&mut self, ends: &Ends) -> Result<(), String> {
+        if self.behind.is_some() {
+            self.reload(&ends.hub, &ends.tokens_changed);
+        }
         loop {
             if let Some(why) = self
                 .halted

@@ -1,13 +1,20 @@
 //! The chaos campaign's cluster: the real server on a data dir of its own tmpfs (so that
 //! its disk can be filled and freed), and per node a real `csivol-hostpath` and a real
-//! agent, each of which can be killed, restarted, stopped and continued.
+//! agent, each of which can be killed, restarted, stopped and continued. In HA mode, two
+//! servers over a real 3-member etcd, every server, member and agent on a host of its own
+//! in a routed network of namespaces ([`Net`]) whose links can be cut; the clients
+//! (this process) sit in its router, which reaches every host.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
 use csivol_api::{self as api, Role, TokenRequest, TokenResponse};
+use csivol_tests::etcd::EtcdCluster;
+use csivol_tests::netns::Net;
 use csivol_tests::{Proc, TestDir};
 use rustix::process::{Pid, Signal, kill_process};
 
@@ -25,43 +32,100 @@ pub struct ChaosNode {
     stopped: bool,
 }
 
-/// Every process of the campaign. Dropped: agents, plugins, then the server, then the
-/// server's tmpfs (its `TestDir` unmounts it).
+/// The HA mode's parts beside the servers.
+#[derive(Debug)]
+pub struct Ha {
+    pub net: Arc<Net>,
+    pub etcd: EtcdCluster,
+    /// etcd members stopped (SIGSTOP) now.
+    pub etcd_stopped: Vec<bool>,
+    /// The CA that signed the servers' certificates.
+    ca: PathBuf,
+}
+
+/// Every process of the campaign. Dropped: agents, plugins, then the servers, then etcd,
+/// then the servers' tmpfs (its `TestDir` unmounts them).
 #[derive(Debug)]
 pub struct ChaosCluster {
     pub nodes: Vec<ChaosNode>,
-    pub server: Server,
+    pub servers: Vec<Server>,
+    /// Servers stopped (SIGSTOP) now.
+    pub servers_stopped: Vec<bool>,
+    pub ha: Option<Ha>,
     pub backend: PathBuf,
     pub mount: String,
     bins: Bins,
-    /// Where the server's tmpfs is mounted (its data dir is below it).
+    /// Where the servers' tmpfs is mounted (their data dirs are below it).
     disk: PathBuf,
     _disk_dir: TestDir,
 }
 
-/// The server's disk: large enough for a long run's database, small enough to fill fast.
+/// The servers' disk: large enough for a long run's database, small enough to fill fast.
 const DISK_SIZE: &str = "256m";
 
+/// The HA mode's servers.
+pub const HA_SERVERS: usize = 2;
+/// The leader's lease in HA mode (the server's least): a server cut off stops leading
+/// within it.
+const HA_LEASE: &str = "2s";
+/// How long a client waits for one server's answer before it asks the other.
+pub const HA_REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Host names in the HA mode's network.
+pub fn etcd_host(i: usize) -> String {
+    format!("etcd-{}", i + 1)
+}
+pub fn server_host(i: usize) -> String {
+    format!("server-{}", i + 1)
+}
+
+/// The HA mode's network: a host per etcd member, per server and per node.
+pub fn ha_net(dir: &Path, nodes: u32, lifetime: Duration) -> Net {
+    let mut names: Vec<String> = (0..3).map(etcd_host).collect();
+    names.extend((0..HA_SERVERS).map(server_host));
+    names.extend((1..=nodes).map(|i| format!("node-{i}")));
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    Net::new(dir, &names, lifetime)
+}
+
 impl ChaosCluster {
+    /// Starts the cluster: one server, or with `net` (made by [`ha_net`]) the HA mode's.
     pub async fn start(
         bins: &Bins,
         root: &Path,
         nodes: u32,
         mount: &str,
         heartbeat_ttl: Duration,
+        net: Option<Arc<Net>>,
     ) -> anyhow::Result<Self> {
         // The tmpfs lives outside the run's dir: the end-of-run accounting counts every
         // mount below that dir as left over.
         let disk_dir = TestDir::new("chaos-disk");
         let disk = disk_dir.join("disk");
-        // The data dir is the tmpfs; the server's log sits beside it, on a disk that has room.
-        let data_dir = disk.join("server");
-        std::fs::create_dir_all(&data_dir)?;
-        mount_tmpfs(&data_dir)?;
-        let server = Server::start(bins, &data_dir, heartbeat_ttl, None, &[], &[]).await?;
-        let http = Http::new(&server.url, &server.token)?;
-        let backend = root.join("backend");
-        let mut out = Vec::new();
+        let (servers, ha) = match net {
+            None => {
+                // The data dir is the tmpfs; the server's log sits beside it, on a disk
+                // that has room.
+                let data_dir = disk.join("server");
+                std::fs::create_dir_all(&data_dir)?;
+                mount_tmpfs(&data_dir)?;
+                let server = Server::start(bins, &data_dir, heartbeat_ttl, None, &[], &[]).await?;
+                (vec![server], None)
+            }
+            Some(net) => start_ha(bins, root, &disk, net, heartbeat_ttl).await?,
+        };
+        let mut c = Self {
+            nodes: Vec::new(),
+            servers_stopped: vec![false; servers.len()],
+            servers,
+            ha,
+            backend: root.join("backend"),
+            mount: mount.to_owned(),
+            bins: bins.clone(),
+            disk,
+            _disk_dir: disk_dir,
+        };
+        let http = c.http()?;
         for i in 1..=nodes {
             let name = format!("node-{i}");
             let t: TokenResponse = http
@@ -78,7 +142,7 @@ impl ChaosCluster {
                 .await?
                 .expect(&format!("token for {name}"), &[201])?
                 .json()?;
-            out.push(ChaosNode {
+            c.nodes.push(ChaosNode {
                 dir: root.join(&name),
                 socket: root.join(&name).join("plugin.sock"),
                 name,
@@ -88,15 +152,6 @@ impl ChaosCluster {
                 stopped: false,
             });
         }
-        let mut c = Self {
-            nodes: out,
-            server,
-            backend,
-            mount: mount.to_owned(),
-            bins: bins.clone(),
-            disk,
-            _disk_dir: disk_dir,
-        };
         for i in 0..c.nodes.len() {
             c.start_plugin(i).await?;
             c.start_agent(i)?;
@@ -105,8 +160,19 @@ impl ChaosCluster {
         Ok(c)
     }
 
+    /// A client of every server.
     pub fn http(&self) -> anyhow::Result<Http> {
-        Http::new(&self.server.url, &self.server.token)
+        let token = &self.servers[0].token;
+        match &self.ha {
+            None => Http::new(&self.servers[0].url, token),
+            Some(ha) => Http::cluster(&self.urls(), token, &ha.ca, HA_REQUEST_TIMEOUT),
+        }
+    }
+
+    /// The servers' URLs, comma-separated.
+    fn urls(&self) -> String {
+        let urls: Vec<&str> = self.servers.iter().map(|s| s.url.as_str()).collect();
+        urls.join(",")
     }
 
     pub async fn start_plugin(&mut self, i: usize) -> anyhow::Result<()> {
@@ -124,17 +190,22 @@ impl ChaosCluster {
     }
 
     pub fn start_agent(&mut self, i: usize) -> anyhow::Result<()> {
+        let urls = self.urls();
+        let ha = self.ha.as_ref();
         let n = &mut self.nodes[i];
+        let wrapper = ha.map(|h| h.net.host(&n.name).prefix()).unwrap_or_default();
         n.agent = Some(procs::start_agent(
             &self.bins,
             &AgentSpec {
                 node: &n.name,
                 node_dir: &n.dir,
-                server: &self.server.url,
+                server: &urls,
                 token: &n.token,
                 socket: &n.socket,
                 ready_exists: self.mount == "none",
                 node_concurrency: None,
+                wrapper: &wrapper,
+                ca: ha.map(|h| h.ca.as_path()),
             },
         )?);
         n.stopped = false;
@@ -157,17 +228,79 @@ impl ChaosCluster {
     /// SIGSTOP (`true`) or SIGCONT (`false`) to node `i`'s agent.
     pub fn pause_agent(&mut self, i: usize, stop: bool) {
         let n = &mut self.nodes[i];
-        if let Some(a) = &n.agent
-            && let Some(pid) = Pid::from_raw(a.pid() as i32)
-        {
-            let _ = kill_process(pid, if stop { Signal::STOP } else { Signal::CONT });
+        if let Some(a) = &n.agent {
+            signal(a.pid(), stop);
             n.stopped = stop;
         }
     }
 
-    /// Fills the server's disk to the last byte.
-    pub fn fill_disk(&self) -> anyhow::Result<()> {
-        let path = self.disk.join("server").join("filler");
+    /// SIGSTOP (`true`) or SIGCONT (`false`) to server `i`; `false` when it does not run
+    /// (a restart that failed left it down), so there was nothing to signal.
+    pub fn pause_server(&mut self, i: usize, stop: bool) -> bool {
+        if !self.servers[i].running() {
+            self.servers_stopped[i] = false;
+            return false;
+        }
+        signal(self.servers[i].pid(), stop);
+        self.servers_stopped[i] = stop;
+        true
+    }
+
+    /// SIGSTOP (`true`) or SIGCONT (`false`) to etcd member `i`.
+    pub fn pause_etcd(&mut self, i: usize, stop: bool) {
+        let Some(ha) = self.ha.as_mut() else { return };
+        if let Some(pid) = ha.etcd.members[i].pid() {
+            signal(pid, stop);
+            ha.etcd_stopped[i] = stop;
+        }
+    }
+
+    /// Waits until etcd member `i` answers its health check again (it has a leader and
+    /// serves a linearizable read): a member just restarted, continued or reconnected is
+    /// not yet part of the quorum, and taking another one down before it is would leave
+    /// none.
+    pub async fn etcd_member_healthy(
+        cluster: &tokio::sync::Mutex<Self>,
+        i: usize,
+        timeout: Duration,
+    ) -> anyhow::Result<()> {
+        let Some(url) = cluster
+            .lock()
+            .await
+            .ha
+            .as_ref()
+            .map(|h| h.etcd.members[i].health_url().to_owned())
+        else {
+            return Ok(());
+        };
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let u = url.clone();
+            if tokio::task::spawn_blocking(move || csivol_tests::etcd::healthy_at(&u)).await? {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                bail!(
+                    "etcd member {} was not healthy again within {timeout:?} of its healing",
+                    i + 1
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// The data dir of server `i` (the tmpfs that [`ChaosCluster::fill_disk`] fills).
+    fn server_dir(&self, i: usize) -> PathBuf {
+        if self.ha.is_some() {
+            self.disk.join(server_host(i))
+        } else {
+            self.disk.join("server")
+        }
+    }
+
+    /// Fills server `i`'s disk to the last byte.
+    pub fn fill_disk(&self, i: usize) -> anyhow::Result<()> {
+        let path = self.server_dir(i).join("filler");
         let mut f = std::fs::File::create(&path)
             .with_context(|| format!("failed to create {}", path.display()))?;
         let block = vec![0u8; 1 << 20];
@@ -176,8 +309,11 @@ impl ChaosCluster {
         Ok(())
     }
 
+    /// Frees every server's disk.
     pub fn free_disk(&self) {
-        let _ = std::fs::remove_file(self.disk.join("server").join("filler"));
+        for i in 0..self.servers.len() {
+            let _ = std::fs::remove_file(self.server_dir(i).join("filler"));
+        }
     }
 
     /// After the faults: the disk freed, every agent continued, every dead process
@@ -185,12 +321,33 @@ impl ChaosCluster {
     pub async fn heal(&mut self) -> anyhow::Result<Vec<String>> {
         let mut unexpected = Vec::new();
         self.free_disk();
-        if let Some(status) = self.server.proc.exited() {
-            unexpected.push(format!(
-                "the server exited with {status}: {}",
-                self.server.log_tail()
-            ));
-            self.server.kill_and_restart().await?;
+        if let Some(ha) = self.ha.as_mut() {
+            ha.net.heal();
+            for i in 0..ha.etcd.members.len() {
+                if ha.etcd_stopped[i] {
+                    ha.etcd_stopped[i] = false;
+                    signal(ha.etcd.members[i].pid().unwrap_or(0), false);
+                }
+                if !ha.etcd.members[i].is_running() {
+                    ha.etcd.restart(i);
+                }
+            }
+        }
+        for i in 0..self.servers.len() {
+            if self.servers_stopped[i] {
+                self.pause_server(i, false);
+            }
+            if let Some(status) = self.servers[i].proc.exited() {
+                unexpected.push(format!(
+                    "server {} exited with {status}: {}",
+                    i + 1,
+                    self.servers[i].log_tail()
+                ));
+                self.servers[i].kill_and_restart().await?;
+            } else if !self.servers[i].running() {
+                // A restart during the faults failed (that fault reported it): again now.
+                self.servers[i].kill_and_restart().await?;
+            }
         }
         for i in 0..self.nodes.len() {
             if self.nodes[i].stopped {
@@ -249,9 +406,13 @@ impl ChaosCluster {
         }
     }
 
-    /// Copies the server's log (kept beside its tmpfs, which goes away) into `dir`.
+    /// Copies the servers' logs (kept beside their tmpfs, which goes away) into `dir`.
     pub fn save_server_log(&self, dir: &Path) {
-        let _ = std::fs::copy(self.disk.join("server.log"), dir.join("server.log"));
+        for i in 0..self.servers.len() {
+            let log = self.server_dir(i).with_extension("log");
+            let name = log.file_name().unwrap_or_default().to_owned();
+            let _ = std::fs::copy(&log, dir.join(name));
+        }
     }
 
     /// (name, dir) of every node, for the observers.
@@ -275,8 +436,92 @@ impl Drop for ChaosCluster {
                 p.kill();
             }
         }
-        self.server.proc.kill();
+        for s in &mut self.servers {
+            s.proc.kill();
+        }
+        // etcd goes with `ha`, its members killed by pid as they drop.
     }
+}
+
+/// SIGSTOP (`true`) or SIGCONT (`false`) to `pid`.
+fn signal(pid: u32, stop: bool) {
+    if let Some(pid) = Pid::from_raw(pid as i32) {
+        let _ = kill_process(pid, if stop { Signal::STOP } else { Signal::CONT });
+    }
+}
+
+/// The HA mode's servers and etcd, each on its host of `net`: certificates for the
+/// servers' addresses, then the members, then the servers (each data dir a tmpfs).
+async fn start_ha(
+    bins: &Bins,
+    root: &Path,
+    disk: &Path,
+    net: Arc<Net>,
+    heartbeat_ttl: Duration,
+) -> anyhow::Result<(Vec<Server>, Option<Ha>)> {
+    let tls = root.join("tls");
+    let mut cmd = Command::new(&bins.server);
+    cmd.args(["tls", "init", &format!("--dir={}", tls.display())]);
+    for i in 0..HA_SERVERS {
+        cmd.arg(format!("--server-name={}", net.host(&server_host(i)).addr));
+    }
+    let out = cmd
+        .output()
+        .context("failed to run csivol-server tls init")?;
+    if !out.status.success() {
+        bail!(
+            "csivol-server tls init failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let etcd_dir = root.join("etcd");
+    std::fs::create_dir_all(&etcd_dir)?;
+    let etcd = {
+        let (net, dir) = (Arc::clone(&net), etcd_dir.clone());
+        tokio::task::spawn_blocking(move || {
+            let hosts: Vec<_> = (0..3).map(|i| net.host(&etcd_host(i))).collect();
+            EtcdCluster::start_on(&dir, &hosts)
+        })
+        .await
+        .context("etcd did not start")?
+    };
+    let args = [
+        "--store=etcd".to_owned(),
+        format!("--etcd-endpoints={}", etcd.endpoints()),
+        format!("--secrets-key-file={}", root.join("secrets.key").display()),
+        format!("--tls-cert={}", tls.join("server.pem").display()),
+        format!("--tls-key={}", tls.join("server-key.pem").display()),
+        format!("--etcd-lease-ttl={HA_LEASE}"),
+    ];
+    let mut servers: Vec<Server> = Vec::new();
+    for i in 0..HA_SERVERS {
+        let host = net.host(&server_host(i));
+        let data_dir = disk.join(server_host(i));
+        std::fs::create_dir_all(&data_dir)?;
+        mount_tmpfs(&data_dir)?;
+        let listen = format!("{}:0", host.addr);
+        let mut s = Server::start_on(
+            bins,
+            &data_dir,
+            &listen,
+            heartbeat_ttl,
+            None,
+            &host.prefix(),
+            &args,
+        )
+        .await?;
+        if let Some(first) = servers.first() {
+            s.token = first.token.clone();
+        }
+        servers.push(s);
+    }
+    let ha = Ha {
+        net,
+        etcd_stopped: vec![false; etcd.members.len()],
+        etcd,
+        ca: tls.join("ca.pem"),
+    };
+    Ok((servers, Some(ha)))
 }
 
 fn mount_tmpfs(path: &Path) -> anyhow::Result<()> {

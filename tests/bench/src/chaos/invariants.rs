@@ -84,68 +84,100 @@ pub fn double_writers(w: &BTreeMap<String, BTreeSet<String>>) -> Vec<String> {
         .collect()
 }
 
-/// From the plugins' call logs: for each volume, the time between a successful
-/// NodePublishVolume and the next successful NodeUnpublishVolume on a node; two nodes'
-/// intervals of one volume must never overlap. (A call is logged after it took effect and
-/// before it is answered, and the server lets another node publish only after the first
-/// reported its unpublish, so a correct run has strictly ordered intervals.)
+/// From the plugins' call logs: for each volume and target, the time from the start of a
+/// successful NodePublishVolume to the end of the next successful NodeUnpublishVolume of
+/// that target (a mount made at some moment in the first call and gone at some moment in
+/// the second is inside it); two nodes' intervals of one volume must never overlap. (The
+/// server lets another node publish only after the first reported its unpublish, which it
+/// does after the call returned, so a correct run has strictly ordered intervals.)
 pub fn call_log_overlaps(nodes: &[(String, PathBuf)]) -> Vec<String> {
-    let ok = csivol_csi::domain::code_name(tonic::Code::Ok);
-    // volume id -> [(start, end, node)]
-    let mut intervals: BTreeMap<String, Vec<(u64, u64, String)>> = BTreeMap::new();
+    let mut intervals: BTreeMap<String, Vec<Span>> = BTreeMap::new();
     for (name, dir) in nodes {
         let log =
             std::fs::read_to_string(dir.join("plugin").join("calls.jsonl")).unwrap_or_default();
-        let mut open: BTreeMap<String, u64> = BTreeMap::new();
-        for line in log.lines() {
-            let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
-                continue;
-            };
-            if v["code"] != ok {
-                continue;
-            }
-            let (Some(rpc), Some(volume), Some(at)) = (
-                v["rpc"].as_str(),
-                v["volume_id"].as_str(),
-                v["at_ms"].as_u64(),
-            ) else {
-                continue;
-            };
-            match rpc {
-                "NodePublishVolume" => {
-                    open.entry(volume.to_owned()).or_insert(at);
-                }
-                "NodeUnpublishVolume" => {
-                    if let Some(start) = open.remove(volume) {
-                        intervals.entry(volume.to_owned()).or_default().push((
-                            start,
-                            at,
-                            name.clone(),
-                        ));
-                    }
-                }
-                _ => {}
-            }
-        }
-        for (volume, start) in open {
-            intervals
-                .entry(volume)
-                .or_default()
-                .push((start, u64::MAX, name.clone()));
+        for (volume, span) in publication_spans(name, &log) {
+            intervals.entry(volume).or_default().push(span);
         }
     }
     let mut out = Vec::new();
     for (volume, mut spans) in intervals {
         spans.sort();
-        for pair in spans.windows(2) {
-            let ((s1, e1, n1), (s2, _, n2)) = (&pair[0], &pair[1]);
-            if n1 != n2 && s2 < e1 {
-                out.push(format!(
-                    "two writers on volume {volume} per the plugins' call logs: {n1} published it at {s1} ms until {}, {n2} published it at {s2} ms",
-                    if *e1 == u64::MAX { "the end".to_owned() } else { format!("{e1} ms") }
-                ));
+        for (i, a) in spans.iter().enumerate() {
+            // Every later span that starts before this one ends overlaps it.
+            for b in spans[i + 1..].iter().take_while(|b| b.start < a.end) {
+                if a.node != b.node {
+                    out.push(format!(
+                        "two writers on volume {volume} per the plugins' call logs: {} published it at {} ms until {}, {} published it at {} ms",
+                        a.node,
+                        a.start,
+                        if a.end == u64::MAX { "the end".to_owned() } else { format!("{} ms", a.end) },
+                        b.node,
+                        b.start
+                    ));
+                }
             }
         }
+    }
+    out
+}
+
+/// When one target of a volume held a publication on one node, per its plugin's log
+/// (unix ms; `end` `u64::MAX`: still published).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Span {
+    start: u64,
+    end: u64,
+    node: String,
+}
+
+/// The publication spans in one plugin's call log, by volume.
+fn publication_spans(node: &str, log: &str) -> Vec<(String, Span)> {
+    let ok = csivol_csi::domain::code_name(tonic::Code::Ok);
+    // (volume, target) -> when the first publication of it began
+    let mut open: BTreeMap<(String, String), u64> = BTreeMap::new();
+    let mut out = Vec::new();
+    for line in log.lines() {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        if v["code"] != ok {
+            continue;
+        }
+        let (Some(rpc), Some(volume), Some(at)) = (
+            v["rpc"].as_str(),
+            v["volume_id"].as_str(),
+            v["at_ms"].as_u64(),
+        ) else {
+            continue;
+        };
+        let started = v["started_ms"].as_u64().unwrap_or(at);
+        let key = (
+            volume.to_owned(),
+            v["target_path"].as_str().unwrap_or_default().to_owned(),
+        );
+        match rpc {
+            "NodePublishVolume" => {
+                open.entry(key).or_insert(started);
+            }
+            "NodeUnpublishVolume" => {
+                if let Some(start) = open.remove(&key) {
+                    let node = node.to_owned();
+                    out.push((
+                        key.0,
+                        Span {
+                            start,
+                            end: at,
+                            node,
+                        },
+                    ));
+                }
+            }
+            _ => {}
+        }
+    }
+    for ((volume, _), start) in open {
+        let (end, node) = (u64::MAX, node.to_owned());
+        out.push((volume, Span { start, end, node }));
     }
     out
 }
@@ -235,6 +267,55 @@ mod tests {
         assert!(unattributed_force(&[unblock, detached]).is_empty());
         let normal = event(4, "claim-ready", "node:n1", "published");
         assert!(unattributed_force(&[normal]).is_empty());
+    }
+
+    /// Spans run from a publication's start to its unpublication's end, per target; two
+    /// nodes' spans of one volume that share a millisecond are two writers.
+    #[test]
+    fn publications_per_the_call_logs() {
+        let dir = csivol_tests::TestDir::new("call-logs");
+        let line = |rpc: &str, target: &str, started: u64, at: u64| {
+            format!(
+                r#"{{"rpc":"{rpc}","volume_id":"v","node_id":"x","target_path":"{target}","code":"OK","in_flight":1,"started_ms":{started},"at_ms":{at}}}"#
+            )
+        };
+        let mut nodes = Vec::new();
+        for (name, lines) in [
+            (
+                "n1",
+                vec![
+                    line("NodePublishVolume", "/t/a", 100, 110),
+                    line("NodePublishVolume", "/t/a", 120, 121),
+                    line("NodeUnpublishVolume", "/t/a", 190, 200),
+                ],
+            ),
+            (
+                "n2",
+                vec![
+                    line("NodePublishVolume", "/t/b", 200, 210),
+                    line("NodeUnpublishVolume", "/t/b", 300, 305),
+                ],
+            ),
+        ] {
+            let plugin = dir.path().join(name).join("plugin");
+            std::fs::create_dir_all(&plugin).unwrap();
+            std::fs::write(plugin.join("calls.jsonl"), lines.join("\n")).unwrap();
+            nodes.push((name.to_owned(), dir.path().join(name)));
+        }
+        assert_eq!(call_log_overlaps(&nodes), Vec::<String>::new());
+        // n2's publication starting before n1's unpublication ended: two writers.
+        let plugin = dir.path().join("n2").join("plugin");
+        let lines = [
+            line("NodePublishVolume", "/t/b", 195, 199),
+            line("NodeUnpublishVolume", "/t/b", 300, 305),
+        ];
+        std::fs::write(plugin.join("calls.jsonl"), lines.join("\n")).unwrap();
+        let found = call_log_overlaps(&nodes);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(
+            found[0].contains("n1 published it at 100 ms until 200 ms"),
+            "{found:?}"
+        );
     }
 
     #[test]

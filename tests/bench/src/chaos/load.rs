@@ -1,8 +1,10 @@
-//! The campaign's steady claim load: each client cycles claims on its own single-writer
-//! volumes (claim on a random node → ready → release → gone), riding out a server that is
+//! The campaign's steady claim load: each client cycles claims on its single-writer
+//! volumes (its own; in HA mode shared with one other client, so that a claim may be
+//! refused) (claim on a random node → ready → release → gone), riding out a server that is
 //! down or refusing writes by retrying, and checking what it sees: an acknowledged claim
 //! that vanishes before its release is lost; a claim `ready` whose target is not mounted
-//! is a lie.
+//! is a lie. Every operation goes into the run's history (`crate::history`), with when it
+//! was sent, when its outcome came and what it was, for the checker at the end.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -14,6 +16,7 @@ use rand::rngs::StdRng;
 
 use super::super::client::{Http, Resp};
 use super::invariants::presented;
+use crate::history::{Input, Output, Recorder};
 
 #[derive(Debug, Default)]
 pub struct Tally {
@@ -51,6 +54,7 @@ pub struct Spec {
     pub cycle_timeout: Duration,
     pub mount: String,
     pub seed: u64,
+    pub history: Arc<Recorder>,
 }
 
 /// What a request's answer means to a client that must not give up on a fault.
@@ -102,12 +106,32 @@ async fn cycle(http: &Http, spec: &Spec, volume: &str, alloc: &str, node: &str, 
     let claims = format!("/v1/volumes/{volume}/claims");
     let path = format!("{claims}/{alloc}");
     let req = ClaimRequest::new(alloc, node, ClaimMode::Write);
+    let h = &spec.history;
+    let me = || alloc.to_owned();
     // The claim: sent again on no answer (a claim is idempotent per volume and alloc).
-    let created = match persist(deadline, &mut t.retries, || http.post(&claims, &req)).await {
+    // Each attempt is an operation of its own: one that got no answer (or a 503, which
+    // does not say whether it committed) may still take effect at any later time, which
+    // the answer to a later attempt does not rule out.
+    let claimed_at = h.now();
+    let (claims_path, body) = (&claims, &req);
+    let attempt = move || async move {
+        let sent = h.now();
+        let r = http.post(claims_path, body).await;
+        let outcome = match &r {
+            Ok(r) if r.status == 200 || r.status == 201 => Output::Ok,
+            // A refusal changed nothing.
+            Ok(r) if (400..500).contains(&r.status) => Output::Refused,
+            // No answer, or a server error (a 503 does not say whether it committed).
+            _ => Output::Unknown,
+        };
+        h.completed(volume, sent, Input::Claim(me()), outcome);
+        r
+    };
+    let answer = persist(deadline, &mut t.retries, attempt).await;
+    let created = match answer {
         Answer::Got(r) if r.status == 201 || r.status == 200 => r,
-        Answer::Got(r) => {
+        Answer::Got(_) => {
             // Refused (e.g. the node is lost right now): nothing to account for.
-            let _ = r;
             tokio::time::sleep(Duration::from_millis(200)).await;
             return;
         }
@@ -146,16 +170,31 @@ async fn cycle(http: &Http, spec: &Spec, volume: &str, alloc: &str, node: &str, 
             ));
             break;
         }
+        let read_at = h.now();
         match persist(deadline, &mut t.retries, || http.get_blocking(&path, index)).await {
             Answer::Got(r) if r.status == 200 => {
+                h.completed(volume, read_at, Input::Read(me()), Output::Present);
                 index = r.index.unwrap_or(index);
                 claim = r.json().ok();
             }
             Answer::Got(r) if r.status == 404 => {
+                h.completed(volume, read_at, Input::Read(me()), Output::Absent);
                 // A claim that failed is cleaned up like a release: gone is fine if the
                 // event log says it failed; otherwise it was lost.
                 let history = history(http, alloc).await;
+                // The server took it away on its own, and said so: in the history, that
+                // happened at some moment between the claim and this read.
+                let dropped = || {
+                    h.record(
+                        volume,
+                        claimed_at,
+                        Some(h.now()),
+                        Input::Dropped(me()),
+                        Output::Ok,
+                    );
+                };
                 if history.iter().any(|(kind, _)| kind == "claim-failed") {
+                    dropped();
                     t.failed += 1;
                     t.cycles += 1;
                 } else if history.iter().any(|(kind, m)| {
@@ -165,6 +204,7 @@ async fn cycle(http: &Http, spec: &Spec, volume: &str, alloc: &str, node: &str, 
                     // release was under way when it was lost is released through the node,
                     // recorded with the reason (a claim nobody released is published again).
                     // Not silent, so not lost; counted apart.
+                    dropped();
                     t.released_on_return += 1;
                     t.cycles += 1;
                 } else {
@@ -182,8 +222,18 @@ async fn cycle(http: &Http, spec: &Spec, volume: &str, alloc: &str, node: &str, 
             Answer::Got(_) | Answer::TimedOut => {}
         }
     }
-    // Release, then until gone.
+    // Release, then until gone: one operation, from the request to the claim seen gone.
     let release_deadline = Instant::now() + spec.cycle_timeout;
+    let released_at = h.now();
+    let unseen = || {
+        h.record(
+            volume,
+            released_at,
+            None,
+            Input::Release(me()),
+            Output::Unknown,
+        )
+    };
     // A claim blocked on its lost node cannot be released through it (423): as a CI job
     // would, wait for the node to come back (a claim nobody released is published again
     // then), within the cycle's time.
@@ -199,6 +249,7 @@ async fn cycle(http: &Http, spec: &Spec, volume: &str, alloc: &str, node: &str, 
     let mut index = match released {
         Answer::Got(r) if r.status == 202 || r.status == 404 => r.index.unwrap_or(0),
         Answer::Got(r) => {
+            unseen();
             t.stuck.push(format!(
                 "release {volume}/{alloc}: HTTP {}: {}",
                 r.status,
@@ -207,6 +258,7 @@ async fn cycle(http: &Http, spec: &Spec, volume: &str, alloc: &str, node: &str, 
             return;
         }
         Answer::TimedOut => {
+            unseen();
             t.stuck.push(format!("release {volume}/{alloc}: no answer"));
             return;
         }
@@ -220,6 +272,7 @@ async fn cycle(http: &Http, spec: &Spec, volume: &str, alloc: &str, node: &str, 
             Answer::Got(r) if r.status == 404 => break,
             Answer::Got(r) => index = r.index.unwrap_or(index),
             Answer::TimedOut => {
+                unseen();
                 t.stuck.push(format!(
                     "release {volume}/{alloc} on {node}: not gone in time"
                 ));
@@ -227,12 +280,14 @@ async fn cycle(http: &Http, spec: &Spec, volume: &str, alloc: &str, node: &str, 
             }
         }
         if Instant::now() >= release_deadline {
+            unseen();
             t.stuck.push(format!(
                 "release {volume}/{alloc} on {node}: not gone in time"
             ));
             return;
         }
     }
+    h.completed(volume, released_at, Input::Release(me()), Output::Ok);
     t.cycles += 1;
 }
 

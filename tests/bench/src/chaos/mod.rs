@@ -3,8 +3,13 @@
 //! the server, agents and plugins; agents stopped across the heartbeat TTL and continued;
 //! the server's disk filled and freed), while observers check the invariants continuously;
 //! then the faults stop, everything is healed, the load drains, and the end checks run.
-//! It prints the faults injected by kind and the violations found, and exits 1 on any
-//! violation (or a cycle that never finished, or a process that died on its own).
+//! With `--store etcd` it runs in HA mode: two servers over a 3-member etcd, each server,
+//! member and agent on a host of its own in network namespaces, and faults that overlap
+//! (servers and members killed, stopped and cut off, nodes cut off from a server, besides
+//! the others). Every client operation goes into a history that the checker
+//! (`crate::history`) judges at the end. It prints the faults injected by kind, the
+//! operations checked and the violations found, and exits 1 on any violation (or a cycle
+//! that never finished, or a process that died on its own).
 
 mod cluster;
 mod faults;
@@ -19,16 +24,17 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use csivol_api::domain::AccessMode;
-use rand::SeedableRng;
-use rand::rngs::StdRng;
 use serde::Serialize;
 
 use self::cluster::ChaosCluster;
 use self::faults::Fault;
 use self::load::{Spec, Tally};
+use super::client::Http;
+use super::history::{Input, Output, Recorder};
 use super::phases::{Say, WorkDir};
 use super::procs::Bins;
-use super::{Config, stats, volumes};
+use super::{Config, StoreArg, stats, volumes};
+use csivol_tests::netns::Net;
 
 /// How long the end of the run waits for every volume to be free again.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(180);
@@ -42,6 +48,11 @@ pub struct ChaosReport {
     pub concurrency: u32,
     pub heartbeat_ttl_s: f64,
     pub mount: String,
+    /// Servers (2 in HA mode, over etcd) and etcd members (0: SQLite).
+    pub servers: usize,
+    pub etcd_members: usize,
+    /// Fault lanes: how many faults may be under way at once.
+    pub fault_lanes: u32,
     pub seed: u64,
     pub machine: String,
     pub faults: BTreeMap<Fault, u64>,
@@ -53,6 +64,11 @@ pub struct ChaosReport {
     pub released_on_node_return: u64,
     pub client_retries: u64,
     pub observations: u64,
+    /// Client operations in the history, and the volumes they touched.
+    pub history_operations: usize,
+    pub history_volumes: usize,
+    /// Volumes whose history no order explains (each also a violation).
+    pub anomalies: usize,
     pub violations: Vec<String>,
     pub violation_count: usize,
     /// Cycles that did not finish in time, processes that died on their own, faults that
@@ -78,6 +94,10 @@ impl ChaosReport {
             self.mount,
             self.seed
         ));
+        line(format!(
+            "servers: {}, etcd members: {}, fault lanes: {}",
+            self.servers, self.etcd_members, self.fault_lanes
+        ));
         line(format!("machine: {}", self.machine));
         line(format!("faults injected: {}", self.faults_total));
         for (f, n) in &self.faults {
@@ -94,6 +114,10 @@ impl ChaosReport {
         line(format!(
             "observations: {} scans of the nodes' mounts and the plugins' records",
             self.observations
+        ));
+        line(format!(
+            "history: {} operations on {} volumes checked, anomalies: {}",
+            self.history_operations, self.history_volumes, self.anomalies
         ));
         line(format!("violations: {}", self.violation_count));
         for v in &self.violations {
@@ -115,11 +139,20 @@ impl ChaosReport {
 /// Runs the campaign and prints its report.
 pub fn run(cfg: &Config) -> anyhow::Result<ExitCode> {
     let budget = cfg.args.duration + DRAIN_TIMEOUT * 3 + Duration::from_secs(300);
-    let report = super::run_bounded("campaign", budget, execute(cfg))?;
+    let report = if cfg.args.store == StoreArg::Etcd {
+        // The network lives as long as the run may; the clients run in its router.
+        let net_dir = csivol_tests::TestDir::new("chaos-net");
+        let lifetime = budget + Duration::from_secs(60);
+        let net = Arc::new(cluster::ha_net(net_dir.path(), cfg.nodes, lifetime));
+        let n = Arc::clone(&net);
+        net.in_router(move || super::run_bounded("campaign", budget, execute(cfg, Some(n))))?
+    } else {
+        super::run_bounded("campaign", budget, execute(cfg, None))?
+    };
     super::emit(cfg.args.json, &report, || report.text(), report.ok)
 }
 
-async fn execute(cfg: &Config) -> anyhow::Result<ChaosReport> {
+async fn execute(cfg: &Config, net: Option<Arc<Net>>) -> anyhow::Result<ChaosReport> {
     let a = &cfg.args;
     let say = Say::start();
     let bins = Bins::find(a.bin_dir.as_deref())?;
@@ -129,11 +162,17 @@ async fn execute(cfg: &Config) -> anyhow::Result<ChaosReport> {
     let seed = a.seed.unwrap_or_else(rand::random);
     let ttl = a.heartbeat_ttl;
     let cycle_timeout = a.cycle_timeout.max(ttl * 4 + Duration::from_secs(60));
+    let ha = net.is_some();
     say.say(format!(
-        "chaos: starting the server on its own tmpfs and {} nodes (--mount {mount}), seed {seed}",
+        "chaos: starting {} on tmpfs and {} nodes (--mount {mount}), seed {seed}",
+        if ha {
+            "a 3-member etcd and two servers in network namespaces,"
+        } else {
+            "the server"
+        },
         cfg.nodes
     ));
-    let mut cluster = ChaosCluster::start(&bins, &root, cfg.nodes, mount, ttl).await?;
+    let cluster = ChaosCluster::start(&bins, &root, cfg.nodes, mount, ttl, net).await?;
     let http = cluster.http()?;
     let names: Vec<String> = (1..=a.volumes).map(volumes::volume_name).collect();
     say.say(format!("creating {} single-node-writer volumes", a.volumes));
@@ -152,21 +191,18 @@ async fn execute(cfg: &Config) -> anyhow::Result<ChaosReport> {
     let started = Instant::now();
     let until = started + a.duration;
     let node_names = Arc::new(nodes.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>());
+    let recorder = Arc::new(Recorder::default());
     let clients: Vec<_> = (0..a.concurrency)
         .map(|c| {
             let spec = Spec {
                 client: c,
-                volumes: names
-                    .iter()
-                    .skip(c as usize)
-                    .step_by(a.concurrency as usize)
-                    .cloned()
-                    .collect(),
+                volumes: volumes_of(&names, c, a.concurrency, ha),
                 nodes: Arc::clone(&node_names),
                 until,
                 cycle_timeout,
                 mount: mount.to_owned(),
                 seed,
+                history: Arc::clone(&recorder),
             };
             tokio::spawn(load::client(http.clone(), spec))
         })
@@ -178,19 +214,21 @@ async fn execute(cfg: &Config) -> anyhow::Result<ChaosReport> {
         humantime::format_duration(a.duration)
     ));
     let (stop_faults, faults_stopped) = tokio::sync::watch::channel(false);
-    let mut rng = StdRng::seed_from_u64(seed);
     let talk = |m: String| say.say(m);
+    let lanes = if ha { faults::MAX_LANES } else { 1 };
+    let cluster = tokio::sync::Mutex::new(cluster);
     let (counts, mut errors) = {
         let timer = async {
             tokio::time::sleep_until(tokio::time::Instant::from_std(until)).await;
             let _ = stop_faults.send(true);
         };
         let (r, ()) = tokio::join!(
-            faults::inject(&mut cluster, &mut rng, ttl, &faults_stopped, &talk),
+            faults::inject(&cluster, seed, lanes, ttl, &faults_stopped, &talk),
             timer
         );
         r
     };
+    let mut cluster = cluster.into_inner();
     let duration_s = started.elapsed().as_secs_f64();
 
     say.say("chaos: faults stopped; healing every process and draining the load");
@@ -219,10 +257,30 @@ async fn execute(cfg: &Config) -> anyhow::Result<ChaosReport> {
     violations.extend(seen);
     violations.extend(invariants::call_log_overlaps(&nodes));
     let events = invariants::all_events(&http).await?;
-    violations.extend(invariants::unattributed_force(&events));
-    if let Some(status) = cluster.server.proc.exited() {
-        errors.push(format!("the server exited with {status}"));
+    // Beside the history, for a look at what the servers recorded when a check fails.
+    if let Err(e) = super::history::save_lines(&root.join("events.jsonl"), &events) {
+        errors.push(format!("failed to save the event log: {e}"));
     }
+    violations.extend(invariants::unattributed_force(&events));
+    for (i, s) in cluster.servers.iter_mut().enumerate() {
+        if let Some(status) = s.proc.exited() {
+            errors.push(format!("server {} exited with {status}", i + 1));
+        }
+    }
+
+    say.say("chaos: reading who holds each volume, and checking the history");
+    final_holders(&http, &names, &recorder).await;
+    if let Err(e) = recorder.save(&root.join("history.jsonl")) {
+        errors.push(format!("failed to save the history: {e}"));
+    }
+    let checked = tokio::task::spawn_blocking({
+        let r = Arc::clone(&recorder);
+        move || r.check()
+    })
+    .await
+    .context("the history checker panicked")?;
+    violations.extend(checked.anomalies.iter().cloned());
+    errors.extend(checked.undecided.iter().cloned());
 
     cluster.save_server_log(&root);
     let faults_total = counts.values().sum();
@@ -235,6 +293,9 @@ async fn execute(cfg: &Config) -> anyhow::Result<ChaosReport> {
         concurrency: a.concurrency,
         heartbeat_ttl_s: ttl.as_secs_f64(),
         mount: mount.to_owned(),
+        servers: cluster.servers.len(),
+        etcd_members: cluster.ha.as_ref().map_or(0, |h| h.etcd.members.len()),
+        fault_lanes: lanes,
         seed,
         machine: stats::machine(),
         faults: counts,
@@ -245,11 +306,49 @@ async fn execute(cfg: &Config) -> anyhow::Result<ChaosReport> {
         released_on_node_return: tally.released_on_return,
         client_retries: tally.retries,
         observations,
+        history_operations: checked.operations,
+        history_volumes: checked.volumes,
+        anomalies: checked.anomalies.len(),
         violation_count: violations.len(),
         violations,
         errors,
         ok,
     })
+}
+
+/// Client `c`'s volumes: every `n`th; in HA mode also its neighbour's, so that two
+/// clients race for each volume and the single-writer rule is tried under the faults.
+fn volumes_of(names: &[String], c: u32, n: u32, shared: bool) -> Vec<String> {
+    let next = (c + 1) % n;
+    names
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| {
+            let owner = *i as u32 % n;
+            owner == c || (shared && owner == next)
+        })
+        .map(|(_, v)| v.clone())
+        .collect()
+}
+
+/// The last operation of each volume's history: who holds it now, read from the volume.
+/// (A read that fails is left out: an unknown read constrains nothing.)
+async fn final_holders(http: &Http, names: &[String], history: &Recorder) {
+    for name in names {
+        let at = history.now();
+        let Ok(r) = http.get(&format!("/v1/volumes/{name}")).await else {
+            continue;
+        };
+        let Ok(v) = r.json::<csivol_api::Volume>() else {
+            continue;
+        };
+        let writer = v
+            .claims
+            .iter()
+            .find(|c| c.mode == csivol_api::ClaimMode::Write)
+            .map(|c| c.alloc.clone());
+        history.completed(name, at, Input::Holder, Output::Held(writer));
+    }
 }
 
 /// Scans the nodes every 100 ms for a single-writer volume presented on two nodes; a
