@@ -5,21 +5,47 @@
 pub mod lock;
 pub mod modes;
 
-/// Completes on SIGTERM or SIGINT: how the server, the node agent and dev mode are asked to
-/// stop. Without signal handlers (which should not happen) it never completes, and the
-/// process still stops when killed.
-pub async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
+/// SIGTERM and SIGINT, listened for from the moment it is made: a signal that comes
+/// before anyone waits (while a program is still starting) is kept for the next
+/// [`Shutdown::wait`] instead of stopping the process with the default action, which
+/// would skip its orderly stop.
+pub struct Shutdown {
+    signals: Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)>,
+}
+
+impl Shutdown {
+    /// Listens from now on. Must be called within a Tokio runtime.
+    pub fn listen() -> Self {
+        use tokio::signal::unix::{SignalKind, signal};
+        let signals = match (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) {
+            (Ok(term), Ok(int)) => Some((term, int)),
+            _ => None,
+        };
+        Self { signals }
     }
+
+    /// Completes on the next SIGTERM or SIGINT, or on one that came since the last wait.
+    /// Without signal handlers (which should not happen) it never completes, and the
+    /// process still stops when killed.
+    pub async fn wait(&mut self) {
+        let Some((term, int)) = self.signals.as_mut() else {
+            return std::future::pending().await;
+        };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+    }
+}
+
+/// Completes on SIGTERM or SIGINT: how the server, the node agent and dev mode are asked to
+/// stop. It listens from its first poll; a program that must not be stopped by the
+/// default action while it starts holds a [`Shutdown`] from its first step instead.
+pub async fn shutdown_signal() {
+    Shutdown::listen().wait().await;
 }
 
 /// Logs to stderr, filtered by `RUST_LOG` (default `info`). Under systemd (stderr connected

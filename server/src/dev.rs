@@ -52,6 +52,10 @@ const DEMO_VOLUMES: [(&str, &str); 3] = [
 ];
 
 pub async fn run(args: DevArgs) -> anyhow::Result<()> {
+    // From the first step: a Ctrl-C while the cluster starts is kept for the orderly stop
+    // below, not taken by the default action (which would leave the children to die with
+    // dev mode, their volumes not taken down).
+    let mut shutdown = csivol_daemon::Shutdown::listen();
     if args.nodes == 0 || args.nodes > 64 {
         bail!("--nodes must be between 1 and 64");
     }
@@ -241,7 +245,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     }
     .await;
     if let Err(e) = started {
-        stop(&mut children, &dir).await;
+        stop(&mut children, &dir, &mut shutdown).await;
         let _ = stop_server.send(());
         return Err(e);
     }
@@ -276,14 +280,14 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     // that is what a node failure looks like. Ctrl-C stops everything.
     let watch = watch_children(&mut children);
     tokio::select! {
-        () = csivol_daemon::shutdown_signal() => {}
+        () = shutdown.wait() => {}
         () = watch => {}
     }
     eprintln!(
         "stopping: each agent takes its volumes down through its plugin and tells the server it \
          stops, then the plugins and the server stop (Ctrl-C again to force)"
     );
-    stop(&mut children, &dir).await;
+    stop(&mut children, &dir, &mut shutdown).await;
     // The server stays up until every agent said it stopped: each node is then `stopped`,
     // not lost, however long dev mode stays away, and its claims come back at the next start.
     match client.0.nodes().await {
@@ -465,7 +469,7 @@ const AGENT_STOP_TIME: Duration = Duration::from_secs(75);
 /// time) forces: the rest are killed. Whatever is still mounted below `dir` afterwards was
 /// left behind by a forced stop: it is unmounted, and said, so dev mode leaves nothing
 /// mounted behind.
-async fn stop(children: &mut Vec<Kid>, dir: &Path) {
+async fn stop(children: &mut Vec<Kid>, dir: &Path, shutdown: &mut csivol_daemon::Shutdown) {
     let mut forced = false;
     for pass in ["agent", "plugin"] {
         for Kid { child, .. } in children.iter_mut().filter(|k| k.name.ends_with(pass)) {
@@ -483,7 +487,7 @@ async fn stop(children: &mut Vec<Kid>, dir: &Path) {
                             eprintln!("{name} did not stop within {}s; killing it", AGENT_STOP_TIME.as_secs());
                         }
                     }
-                    () = csivol_daemon::shutdown_signal() => {
+                    () = shutdown.wait() => {
                         eprintln!("forced: killing what is left");
                         forced = true;
                     }

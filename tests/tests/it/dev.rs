@@ -27,15 +27,19 @@ pub struct Dev {
 }
 
 impl Dev {
-    pub fn start(&mut self) -> Proc {
+    /// Starts dev mode without waiting for it to be up.
+    fn spawn(&mut self) -> Proc {
         self.runs += 1;
         let mut cmd = Command::new(bin_path("csivol-server"));
         cmd.args(self.args())
             .env("HOME", &self.home)
             .env_remove("XDG_CONFIG_HOME")
             .env("RUST_LOG", "info");
-        let log = self.log();
-        let proc = Proc::spawn("csivol-server dev", cmd, &log);
+        Proc::spawn("csivol-server dev", cmd, &self.log())
+    }
+
+    pub fn start(&mut self) -> Proc {
+        let proc = self.spawn();
         // Up once the CLI finds the cluster and the demo volume is created (a first run
         // records it as `creating` until its CreateVolume is through: a claim then would be
         // refused as too early).
@@ -199,6 +203,39 @@ fn ctrl_c_with_a_short_ttl_keeps_the_claim_and_its_data() {
     assert!(
         !kinds.contains(&"claim-released"),
         "nobody released it: {kinds:?}"
+    );
+}
+
+/// A Ctrl-C while dev mode is still starting (its server up, its nodes not yet) stops it in
+/// order, as one after it is up: it used to come before dev mode listened for it and kill
+/// dev mode outright, its children dying with it.
+#[test]
+fn ctrl_c_while_starting_stops_in_order() {
+    let test = TestDir::new("dev-early-ctrl-c");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut dev = Dev {
+        dir: test.join("csivol-dev"),
+        home: test.join("home"),
+        url: format!("https://127.0.0.1:{port}"),
+        runs: 0,
+        nodes: 1,
+        extra: Vec::new(),
+    };
+    let proc = dev.spawn();
+    wait_for("dev mode's server to listen", START_WAIT, || {
+        read(&dev.log())
+            .filter(|log| log.contains("csivol server listening"))
+            .map(|_| ())
+    });
+    interrupt(proc);
+    assert!(
+        mounts_under(&dev.dir).is_empty(),
+        "{:?}",
+        mounts_under(&dev.dir)
     );
 }
 
