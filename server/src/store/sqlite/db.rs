@@ -526,19 +526,43 @@ pub(crate) type BoxJob = Box<dyn Job>;
 pub(crate) struct GroupEffects {
     pub touched: Vec<Key>,
     pub on_commit: Vec<AfterCommit>,
+    /// How many of the group's requests succeeded (their changes are in the transaction).
+    pub kept: usize,
 }
 
-/// Runs `group` in `tx`, each request in a savepoint of its own (a failed one rolls back
-/// alone), and records the group's change index in `meta`.
+/// Whether a request alone in its group runs in a savepoint too.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Lone {
+    /// It does: the transaction holds only what succeeded, whatever happened (the etcd
+    /// store ships the transaction's rows as they are).
+    InSavepoint,
+    /// It does not: a savepoint copies every page the request changes into SQLite's
+    /// statement journal, which only a group of several needs. When it fails
+    /// (`GroupEffects::kept` is 0) the caller rolls the whole transaction back.
+    Bare,
+}
+
+/// Runs `group` in `tx`, each request in a savepoint of its own when there are several (a
+/// failed one rolls back alone, see [`Lone`] for one), and records the group's change
+/// index in `meta`.
 pub(crate) fn run_group(
     tx: &rusqlite::Transaction<'_>,
     group: &mut [BoxJob],
     index: u64,
+    lone: Lone,
 ) -> Result<GroupEffects, String> {
+    let savepoints = group.len() > 1 || lone == Lone::InSavepoint;
+    // Prepared once per connection (its statement cache), not parsed again per request.
+    let run = |sql: &str| -> Result<(), String> {
+        (tx.prepare_cached(sql).and_then(|mut s| s.execute([])))
+            .map(drop)
+            .map_err(|e| e.to_string())
+    };
     let mut effects = GroupEffects::default();
     for job in group.iter_mut() {
-        tx.execute_batch("SAVEPOINT job")
-            .map_err(|e| e.to_string())?;
+        if savepoints {
+            run("SAVEPOINT job")?;
+        }
         let mut ctx = WriteCtx {
             tx,
             index,
@@ -547,19 +571,23 @@ pub(crate) fn run_group(
             on_commit: Vec::new(),
         };
         if job.run(&mut ctx) {
-            tx.execute_batch("RELEASE job").map_err(|e| e.to_string())?;
+            if savepoints {
+                run("RELEASE job")?;
+            }
+            effects.kept += 1;
             effects.touched.append(&mut ctx.touched);
             effects.on_commit.append(&mut ctx.on_commit);
-        } else {
-            tx.execute_batch("ROLLBACK TO job; RELEASE job")
-                .map_err(|e| e.to_string())?;
+        } else if savepoints {
+            run("ROLLBACK TO job")?;
+            run("RELEASE job")?;
         }
     }
-    tx.execute(
-        "UPDATE meta SET value = ?1 WHERE key = 'index'",
-        params![index as i64],
-    )
-    .map_err(|e| e.to_string())?;
+    if effects.kept == 0 && !savepoints {
+        return Ok(effects);
+    }
+    tx.prepare_cached("UPDATE meta SET value = ?1 WHERE key = 'index'")
+        .and_then(|mut s| s.execute(params![index as i64]))
+        .map_err(|e| e.to_string())?;
     Ok(effects)
 }
 
@@ -796,11 +824,21 @@ fn writer(mut conn: Connection, mut index: u64, parts: WriterParts) {
         let next = index + 1;
         let committed: Result<GroupEffects, String> = (|| {
             let tx = conn.transaction().map_err(|e| e.to_string())?;
-            let effects = run_group(&tx, &mut group, next)?;
+            let effects = run_group(&tx, &mut group, next, Lone::Bare)?;
+            if effects.kept == 0 {
+                // Nothing to keep (a lone request that failed ran without a savepoint):
+                // dropping the transaction rolls it back, and no change index is spent.
+                return Ok(effects);
+            }
             tx.commit().map_err(|e| e.to_string())?;
             Ok(effects)
         })();
         match committed {
+            Ok(effects) if effects.kept == 0 => {
+                for job in group {
+                    job.finish(None);
+                }
+            }
             Ok(effects) => {
                 index = next;
                 let recovered = write_error.lock().unwrap_or_else(|e| e.into_inner()).take();
@@ -897,6 +935,100 @@ mod tests {
         ));
         std::fs::create_dir_all(&dir).unwrap();
         dir
+    }
+
+    /// A write request for `run_group`, inserting `key` into `meta` and then failing or not.
+    fn insert(key: &'static str, fail: bool) -> BoxJob {
+        Box::new(Request {
+            led: false,
+            f: move |ctx: &mut WriteCtx<'_>| -> ApiResult<()> {
+                (ctx.tx).execute("INSERT INTO meta (key, value) VALUES (?1, 1)", [key])?;
+                if fail {
+                    return Err(ApiError::conflict("no"));
+                }
+                Ok(())
+            },
+            result: None,
+            reply: oneshot::channel().0,
+        })
+    }
+
+    fn meta_keys(conn: &Connection) -> Vec<String> {
+        let mut s = conn.prepare("SELECT key FROM meta ORDER BY key").unwrap();
+        s.query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    }
+
+    #[test]
+    fn a_lone_request_runs_without_a_savepoint_and_several_each_in_one() {
+        let dir = tempfile_dir();
+        let (mut conn, index) = open(&dir.join("state.db")).unwrap();
+        let index_now = |c: &Connection| -> i64 {
+            c.query_row("SELECT value FROM meta WHERE key = 'index'", [], |r| {
+                r.get(0)
+            })
+            .unwrap()
+        };
+        // Alone and failing: nothing kept, the index not written; the caller's rollback
+        // takes its insert away.
+        {
+            let tx = conn.transaction().unwrap();
+            let effects = run_group(&tx, &mut [insert("a", true)], index + 1, Lone::Bare).unwrap();
+            assert_eq!(effects.kept, 0);
+            assert_eq!(index_now(&tx), index as i64);
+        }
+        assert_eq!(meta_keys(&conn), ["index"]);
+        // Alone, in a savepoint (the etcd store's way): the failed insert is gone already.
+        {
+            let tx = conn.transaction().unwrap();
+            let effects =
+                run_group(&tx, &mut [insert("a", true)], index + 1, Lone::InSavepoint).unwrap();
+            assert_eq!(effects.kept, 0);
+            assert_eq!(meta_keys(&tx), ["index"]);
+        }
+        // Several: the failed one rolls back alone, the others and the index are kept.
+        let tx = conn.transaction().unwrap();
+        let mut group = [insert("a", false), insert("b", true), insert("c", false)];
+        let effects = run_group(&tx, &mut group, index + 1, Lone::Bare).unwrap();
+        assert_eq!(effects.kept, 2);
+        tx.commit().unwrap();
+        assert_eq!(meta_keys(&conn), ["a", "c", "index"]);
+        assert_eq!(index_now(&conn), index as i64 + 1);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_lone_failed_or_panicking_write_leaves_nothing_and_the_next_one_commits() {
+        let dir = tempfile_dir();
+        let db = Db::start(&dir.join("state.db")).unwrap();
+        let bad = db
+            .write(|ctx| -> ApiResult<()> {
+                ctx.tx
+                    .execute("INSERT INTO meta (key, value) VALUES ('b', 1)", [])?;
+                Err(ApiError::conflict("no"))
+            })
+            .await;
+        assert_eq!(bad.unwrap_err().message, "no");
+        let panicked = db
+            .write(|ctx| -> ApiResult<()> {
+                ctx.tx
+                    .execute("INSERT INTO meta (key, value) VALUES ('p', 1)", [])?;
+                panic!("a bug in a write request")
+            })
+            .await;
+        assert!(panicked.is_err());
+        db.write(|ctx| {
+            ctx.tx
+                .execute("INSERT INTO meta (key, value) VALUES ('a', 1)", [])?;
+            Ok(())
+        })
+        .await
+        .unwrap();
+        let keys = db.read(|c| Ok(meta_keys(c))).await.unwrap();
+        assert_eq!(keys, ["a", "index"]);
+        std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[tokio::test]
