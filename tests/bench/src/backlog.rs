@@ -153,7 +153,7 @@ pub async fn run(cfg: &Config) -> anyhow::Result<BacklogReport> {
     let a = &cfg.args;
     let say = Say::start();
     let machine = machine();
-    let bins = Bins::find(a.bin_dir.as_deref())?;
+    let bins = Bins::find(a.bin_dir.as_deref(), a.agent_bin.as_deref())?;
     let dir = WorkDir::new(a.keep_dir.as_deref())?;
     let detaches = a.backlog_detaches;
     say.say("starting the server");

@@ -151,6 +151,10 @@ pub struct Args {
     /// Where csivol-server, csivol-agent and csivol-hostpath are [default: next to csivol-bench].
     #[arg(long, value_name = "DIR")]
     pub bin_dir: Option<PathBuf>,
+    /// The csivol-agent to run instead of the one in the binaries' directory: the build a
+    /// node installs (`cargo build --profile dist-agent -p csivol-agent`), for its memory.
+    #[arg(long, value_name = "PATH")]
+    pub agent_bin: Option<PathBuf>,
     /// Keep the run's files (databases, logs) in DIR instead of a temp dir that is removed.
     #[arg(long, value_name = "DIR")]
     pub keep_dir: Option<PathBuf>,

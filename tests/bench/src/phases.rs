@@ -210,7 +210,7 @@ pub struct Outcome {
 pub async fn execute(cfg: &Config) -> anyhow::Result<Report> {
     let a = &cfg.args;
     let say = Say::start();
-    let bins = Bins::find(a.bin_dir.as_deref())?;
+    let bins = Bins::find(a.bin_dir.as_deref(), a.agent_bin.as_deref())?;
     let dir = WorkDir::new(a.keep_dir.as_deref())?;
     let root = dir.path().to_owned();
     let load_average_start = load_average();

@@ -32,8 +32,9 @@ fn build_hint(dir: &Path) -> String {
 
 impl Bins {
     /// Looks in `dir`, or next to this executable (`target/<profile>/`; one level up for a
-    /// test harness in `target/<profile>/deps/`).
-    pub fn find(dir: Option<&Path>) -> anyhow::Result<Self> {
+    /// test harness in `target/<profile>/deps/`); `agent` instead of the csivol-agent found
+    /// there when given.
+    pub fn find(dir: Option<&Path>, agent: Option<&Path>) -> anyhow::Result<Self> {
         let exe = std::env::current_exe().context("failed to locate csivol-bench")?;
         let here = exe
             .parent()
@@ -60,7 +61,16 @@ impl Bins {
         };
         Ok(Self {
             server: find("csivol-server")?,
-            agent: find("csivol-agent")?,
+            agent: match agent {
+                Some(a) if a.is_file() => a.to_owned(),
+                Some(a) => anyhow::bail!(
+                    "--agent-bin {} is not a file\nhint: build the node agent as it is installed \
+                     with `cargo build --profile dist-agent -p csivol-agent`, then pass \
+                     target/dist-agent/csivol-agent",
+                    a.display()
+                ),
+                None => find("csivol-agent")?,
+            },
             hostpath: find("csivol-hostpath")?,
         })
     }

@@ -155,7 +155,7 @@ pub fn run(cfg: &Config) -> anyhow::Result<ExitCode> {
 async fn execute(cfg: &Config, net: Option<Arc<Net>>) -> anyhow::Result<ChaosReport> {
     let a = &cfg.args;
     let say = Say::start();
-    let bins = Bins::find(a.bin_dir.as_deref())?;
+    let bins = Bins::find(a.bin_dir.as_deref(), a.agent_bin.as_deref())?;
     let dir = WorkDir::new(a.keep_dir.as_deref())?;
     let root = dir.path().to_owned();
     let mount = cfg.mount();
