@@ -14,7 +14,7 @@ use tokio::runtime::Handle;
 use tokio::sync::mpsc;
 
 use super::mirror::{self, Head, Keys, Table};
-use crate::db::{BoxJob, GroupEffects, Lone, WriterParts, run_group, take_group};
+use crate::db::{BoxJob, GroupEffects, Savepoints, WriterParts, run_group, take_group};
 use crate::error::ApiError;
 
 /// What the watch hands the writer.
@@ -346,7 +346,7 @@ impl Writer {
         let result = (|| -> Result<Outcome, String> {
             let tx = self.conn.transaction().map_err(|e| e.to_string())?;
             mirror::clear_changes(&tx).map_err(|e| e.to_string())?;
-            let effects = run_group(&tx, group, next, Lone::InSavepoint)?;
+            let effects = run_group(&tx, group, next, Savepoints::Each)?;
             let mut ops = Vec::new();
             for (name, rid) in mirror::changes(&tx).map_err(|e| e.to_string())? {
                 let Some(t) = self.tables.iter().find(|t| t.name == name) else {

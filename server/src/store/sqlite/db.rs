@@ -530,28 +530,29 @@ pub(crate) struct GroupEffects {
     pub kept: usize,
 }
 
-/// Whether a request alone in its group runs in a savepoint too.
+/// How a group's requests are kept apart in its transaction.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Lone {
-    /// It does: the transaction holds only what succeeded, whatever happened (the etcd
-    /// store ships the transaction's rows as they are).
-    InSavepoint,
-    /// It does not: a savepoint copies every page the request changes into SQLite's
-    /// statement journal, which only a group of several needs. When it fails
-    /// (`GroupEffects::kept` is 0) the caller rolls the whole transaction back.
-    Bare,
+pub(crate) enum Savepoints {
+    /// Each request in a savepoint of its own: a failed one rolls back alone, and the
+    /// transaction holds only what succeeded, whatever happened (the etcd store ships the
+    /// transaction's rows as they are; the SQLite writer's second try).
+    Each,
+    /// None: a savepoint makes SQLite copy every page its request changes into the
+    /// statement journal, which only a failure needs. The group stops at its first failed
+    /// request (`GroupEffects::kept` is then below the group's length), and the caller
+    /// rolls the whole transaction back.
+    None,
 }
 
-/// Runs `group` in `tx`, each request in a savepoint of its own when there are several (a
-/// failed one rolls back alone, see [`Lone`] for one), and records the group's change
-/// index in `meta`.
+/// Runs `group` in `tx` (see [`Savepoints`]), and records the group's change index in
+/// `meta`.
 pub(crate) fn run_group(
     tx: &rusqlite::Transaction<'_>,
     group: &mut [BoxJob],
     index: u64,
-    lone: Lone,
+    savepoints: Savepoints,
 ) -> Result<GroupEffects, String> {
-    let savepoints = group.len() > 1 || lone == Lone::InSavepoint;
+    let each = savepoints == Savepoints::Each;
     // Prepared once per connection (its statement cache), not parsed again per request.
     let run = |sql: &str| -> Result<(), String> {
         (tx.prepare_cached(sql).and_then(|mut s| s.execute([])))
@@ -560,7 +561,7 @@ pub(crate) fn run_group(
     };
     let mut effects = GroupEffects::default();
     for job in group.iter_mut() {
-        if savepoints {
+        if each {
             run("SAVEPOINT job")?;
         }
         let mut ctx = WriteCtx {
@@ -571,23 +572,52 @@ pub(crate) fn run_group(
             on_commit: Vec::new(),
         };
         if job.run(&mut ctx) {
-            if savepoints {
+            if each {
                 run("RELEASE job")?;
             }
             effects.kept += 1;
             effects.touched.append(&mut ctx.touched);
             effects.on_commit.append(&mut ctx.on_commit);
-        } else if savepoints {
+        } else if each {
             run("ROLLBACK TO job")?;
             run("RELEASE job")?;
+        } else {
+            return Ok(effects);
         }
-    }
-    if effects.kept == 0 && !savepoints {
-        return Ok(effects);
     }
     tx.prepare_cached("UPDATE meta SET value = ?1 WHERE key = 'index'")
         .and_then(|mut s| s.execute(params![index as i64]))
         .map_err(|e| e.to_string())?;
+    Ok(effects)
+}
+
+/// Commits `group` at change index `index` in one transaction. It first runs the group
+/// without savepoints; when a request fails, that transaction is rolled back and the group
+/// run again with one savepoint per request (a request may run more than once, as the
+/// etcd store's do; it is answered once). A group whose requests all failed commits
+/// nothing and spends no change index (`GroupEffects::kept` is 0).
+fn commit_group(
+    conn: &mut Connection,
+    group: &mut [BoxJob],
+    index: u64,
+) -> Result<GroupEffects, String> {
+    {
+        let tx = conn.transaction().map_err(|e| e.to_string())?;
+        let effects = run_group(&tx, group, index, Savepoints::None)?;
+        if effects.kept == group.len() {
+            tx.commit().map_err(|e| e.to_string())?;
+            return Ok(effects);
+        }
+        // A request failed: dropping the transaction rolls the whole group back.
+    }
+    if group.len() == 1 {
+        return Ok(GroupEffects::default());
+    }
+    let tx = conn.transaction().map_err(|e| e.to_string())?;
+    let effects = run_group(&tx, group, index, Savepoints::Each)?;
+    if effects.kept > 0 {
+        tx.commit().map_err(|e| e.to_string())?;
+    }
     Ok(effects)
 }
 
@@ -822,17 +852,7 @@ fn writer(mut conn: Connection, mut index: u64, parts: WriterParts) {
     while let Some(first) = rx.blocking_recv() {
         let mut group = take_group(first, &mut rx);
         let next = index + 1;
-        let committed: Result<GroupEffects, String> = (|| {
-            let tx = conn.transaction().map_err(|e| e.to_string())?;
-            let effects = run_group(&tx, &mut group, next, Lone::Bare)?;
-            if effects.kept == 0 {
-                // Nothing to keep (a lone request that failed ran without a savepoint):
-                // dropping the transaction rolls it back, and no change index is spent.
-                return Ok(effects);
-            }
-            tx.commit().map_err(|e| e.to_string())?;
-            Ok(effects)
-        })();
+        let committed = commit_group(&mut conn, &mut group, next);
         match committed {
             Ok(effects) if effects.kept == 0 => {
                 for job in group {
@@ -873,6 +893,8 @@ pub fn optional<T>(r: rusqlite::Result<T>) -> ApiResult<Option<T>> {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
     use super::*;
 
     #[test]
@@ -927,7 +949,7 @@ mod tests {
     fn tempfile_dir() -> PathBuf {
         // Tests run in parallel in one process: a counter keeps their directories apart.
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let n = NEXT.fetch_add(1, Ordering::SeqCst);
         let dir = std::env::temp_dir().join(format!(
             "csivol-db-test-{}-{}-{n}",
             std::process::id(),
@@ -937,11 +959,14 @@ mod tests {
         dir
     }
 
-    /// A write request for `run_group`, inserting `key` into `meta` and then failing or not.
-    fn insert(key: &'static str, fail: bool) -> BoxJob {
+    /// A write request for `run_group`, inserting `key` into `meta` and then failing or not;
+    /// `runs` counts how often it ran.
+    fn insert(key: &'static str, fail: bool, runs: &Arc<AtomicUsize>) -> BoxJob {
+        let runs = Arc::clone(runs);
         Box::new(Request {
             led: false,
             f: move |ctx: &mut WriteCtx<'_>| -> ApiResult<()> {
+                runs.fetch_add(1, Ordering::SeqCst);
                 (ctx.tx).execute("INSERT INTO meta (key, value) VALUES (?1, 1)", [key])?;
                 if fail {
                     return Err(ApiError::conflict("no"));
@@ -962,40 +987,85 @@ mod tests {
     }
 
     #[test]
-    fn a_lone_request_runs_without_a_savepoint_and_several_each_in_one() {
+    fn a_group_runs_without_savepoints_and_again_with_them_when_a_request_fails() {
         let dir = tempfile_dir();
         let (mut conn, index) = open(&dir.join("state.db")).unwrap();
-        let index_now = |c: &Connection| -> i64 {
+        let index_now = |c: &Connection| -> u64 {
             c.query_row("SELECT value FROM meta WHERE key = 'index'", [], |r| {
-                r.get(0)
+                r.get::<_, i64>(0)
             })
-            .unwrap()
+            .unwrap() as u64
         };
-        // Alone and failing: nothing kept, the index not written; the caller's rollback
-        // takes its insert away.
+        let runs = || Arc::new(AtomicUsize::new(0));
+
+        // Without savepoints, a group stops at its first failure.
+        let (a, b, c) = (runs(), runs(), runs());
         {
             let tx = conn.transaction().unwrap();
-            let effects = run_group(&tx, &mut [insert("a", true)], index + 1, Lone::Bare).unwrap();
-            assert_eq!(effects.kept, 0);
-            assert_eq!(index_now(&tx), index as i64);
+            let mut group = [
+                insert("a", false, &a),
+                insert("b", true, &b),
+                insert("c", false, &c),
+            ];
+            let effects = run_group(&tx, &mut group, index + 1, Savepoints::None).unwrap();
+            assert_eq!(effects.kept, 1);
+            assert_eq!(c.load(Ordering::SeqCst), 0, "nothing runs after a failure");
         }
-        assert_eq!(meta_keys(&conn), ["index"]);
-        // Alone, in a savepoint (the etcd store's way): the failed insert is gone already.
+        assert_eq!(meta_keys(&conn), ["index"], "rolled back when dropped");
+
+        // Each in a savepoint (the etcd store's way): a failed request is gone already.
         {
             let tx = conn.transaction().unwrap();
-            let effects =
-                run_group(&tx, &mut [insert("a", true)], index + 1, Lone::InSavepoint).unwrap();
+            let effects = run_group(
+                &tx,
+                &mut [insert("a", true, &a)],
+                index + 1,
+                Savepoints::Each,
+            )
+            .unwrap();
             assert_eq!(effects.kept, 0);
             assert_eq!(meta_keys(&tx), ["index"]);
         }
-        // Several: the failed one rolls back alone, the others and the index are kept.
-        let tx = conn.transaction().unwrap();
-        let mut group = [insert("a", false), insert("b", true), insert("c", false)];
-        let effects = run_group(&tx, &mut group, index + 1, Lone::Bare).unwrap();
+
+        // Committed: every request succeeds at the first try, each runs once.
+        let (a, b) = (runs(), runs());
+        let effects = commit_group(
+            &mut conn,
+            &mut [insert("a", false, &a), insert("b", false, &b)],
+            index + 1,
+        )
+        .unwrap();
         assert_eq!(effects.kept, 2);
-        tx.commit().unwrap();
-        assert_eq!(meta_keys(&conn), ["a", "c", "index"]);
-        assert_eq!(index_now(&conn), index as i64 + 1);
+        assert_eq!((a.load(Ordering::SeqCst), b.load(Ordering::SeqCst)), (1, 1));
+        assert_eq!(meta_keys(&conn), ["a", "b", "index"]);
+        assert_eq!(index_now(&conn), index + 1);
+
+        // One fails: the group runs again with savepoints, the others are kept.
+        let (c, d, e) = (runs(), runs(), runs());
+        let mut group = [
+            insert("c", false, &c),
+            insert("d", true, &d),
+            insert("e", false, &e),
+        ];
+        let effects = commit_group(&mut conn, &mut group, index + 2).unwrap();
+        assert_eq!(effects.kept, 2);
+        assert_eq!(c.load(Ordering::SeqCst), 2, "ran again with savepoints");
+        assert_eq!(meta_keys(&conn), ["a", "b", "c", "e", "index"]);
+        assert_eq!(index_now(&conn), index + 2);
+
+        // Alone and failing, or all failing: nothing kept, no change index spent.
+        let f = runs();
+        let effects = commit_group(&mut conn, &mut [insert("f", true, &f)], index + 3).unwrap();
+        assert_eq!((effects.kept, f.load(Ordering::SeqCst)), (0, 1));
+        let effects = commit_group(
+            &mut conn,
+            &mut [insert("f", true, &f), insert("g", true, &f)],
+            index + 3,
+        )
+        .unwrap();
+        assert_eq!(effects.kept, 0);
+        assert_eq!(meta_keys(&conn), ["a", "b", "c", "e", "index"]);
+        assert_eq!(index_now(&conn), index + 2);
         std::fs::remove_dir_all(dir).unwrap();
     }
 
