@@ -287,7 +287,11 @@ pub(super) fn record_drift(
     reason: &str,
     limits: &Limits,
 ) -> ApiResult<()> {
-    limits.metrics.claim_drifts.inc();
+    // Counted once it is committed: a write request may run more than once.
+    let drifts = limits.metrics.claim_drifts.clone();
+    ctx.after_commit(Box::new(move || {
+        drifts.inc();
+    }));
     set_claim_state(ctx, c, ClaimState::Publishing)?;
     ctx.set_claim_error(&c.volume, &c.alloc, &format!("{DRIFT}{reason}"), None)?;
     event(
