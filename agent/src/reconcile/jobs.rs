@@ -43,6 +43,8 @@ pub(super) struct JobContext {
 /// Runs one volume's job, step by step; stops at the first error.
 pub(super) async fn run_job(shared: Arc<Shared>, job: Job, ctx: JobContext) -> Outcome {
     let vol = job.volume.clone();
+    let lock = shared.volume_lock(&vol);
+    let _calls = lock.lock().await;
     let mut out = Outcome {
         volume: vol.clone(),
         ..Outcome::default()
@@ -304,6 +306,11 @@ pub(super) async fn check_conditions(shared: Arc<Shared>) {
             alloc: r.alloc.clone(),
         };
         seen.insert(claim.clone());
+        // Not while the volume's worker makes its calls: this volume waits for the next check.
+        let lock = shared.volume_lock(&r.volume);
+        let Ok(_calls) = lock.try_lock() else {
+            continue;
+        };
         match plugin
             .condition(&r.external_id, &r.target, r.staging.as_deref())
             .await

@@ -66,6 +66,10 @@ struct Shared {
     /// Woken when a NodeStageVolume answered RESOURCE_EXHAUSTED: the attach limits are read
     /// again at once.
     limits_wake: tokio::sync::Notify,
+    /// One lock per volume with node calls in flight, held by its worker and by the
+    /// condition check: spec.md, "Concurrency": the CO is "responsible for ensuring that
+    /// there is no more than one call 'in-flight' per volume at a given time".
+    volume_locks: std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 /// Volumes whose desired entries or records changed: the ones a scan looks at.
@@ -93,6 +97,14 @@ impl Changed {
 }
 
 impl Shared {
+    /// The lock of `volume`'s node calls (see `volume_locks`). Locks nobody holds or waits
+    /// for are dropped here.
+    fn volume_lock(&self, volume: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locks = self.volume_locks.lock().unwrap_or_else(|e| e.into_inner());
+        locks.retain(|_, l| Arc::strong_count(l) > 1);
+        Arc::clone(locks.entry(volume.to_owned()).or_default())
+    }
+
     /// One snapshot of the mount table, to check records against.
     fn checker(&self) -> Result<Checker<'_>, StepError> {
         Checker::read(&self.data_dir)
@@ -234,6 +246,7 @@ impl Core {
             conditions: std::sync::Mutex::default(),
             changed: std::sync::Mutex::default(),
             limits_wake: tokio::sync::Notify::new(),
+            volume_locks: Default::default(),
         });
         recover(&shared, rebooted).await;
         let fence = shared.store.open_fence().await?;
