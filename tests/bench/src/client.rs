@@ -152,6 +152,37 @@ impl Http {
         })
     }
 
+    /// [`Http::post`] sent to one server only, for a caller that records every attempt
+    /// as an operation of its own (the chaos campaign's history): an attempt that got no
+    /// answer may still take effect at any later time, which an answer from another server
+    /// to the same request, had it moved on, would hide (a claim refused there while the
+    /// silent server later commits it). Instead of moving on, it makes the next request go
+    /// to the next server first.
+    pub async fn post_once<B: Serialize + ?Sized>(
+        &self,
+        path: &str,
+        body: &B,
+    ) -> anyhow::Result<Resp> {
+        REQUESTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let sent = self
+            .client
+            .send(reqwest::Method::POST, path, Body::Json(body), None)
+            .await;
+        let unanswered = match &sent {
+            Ok(raw) => raw.status == reqwest::StatusCode::SERVICE_UNAVAILABLE,
+            Err(_) => true,
+        };
+        if unanswered && self.idempotent {
+            self.client.avoid_current();
+        }
+        let raw = sent.with_context(|| format!("POST {path}: no answer from the server"))?;
+        Ok(Resp {
+            status: raw.status.as_u16(),
+            index: raw.index,
+            body: raw.body,
+        })
+    }
+
     /// Opens `node`'s channel (this client's token must be the node's).
     pub async fn channel(
         &self,

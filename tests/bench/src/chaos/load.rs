@@ -31,6 +31,10 @@ pub struct Tally {
     pub violations: Vec<String>,
     /// Cycles that did not finish in time: not a broken invariant, but the run fails.
     pub stuck: Vec<String>,
+    /// Claims (volume, alloc) this client gave up on although an attempt of theirs got no
+    /// answer: refused by a server after another had been silent, which may still commit
+    /// it later. A careful client releases them once the servers are back (the drain).
+    pub unsure: Vec<(String, String)>,
 }
 
 impl Tally {
@@ -42,6 +46,7 @@ impl Tally {
         self.retries += o.retries;
         self.violations.extend(o.violations);
         self.stuck.extend(o.stuck);
+        self.unsure.extend(o.unsure);
     }
 }
 
@@ -109,14 +114,16 @@ async fn cycle(http: &Http, spec: &Spec, volume: &str, alloc: &str, node: &str, 
     let h = &spec.history;
     let me = || alloc.to_owned();
     // The claim: sent again on no answer (a claim is idempotent per volume and alloc).
-    // Each attempt is an operation of its own: one that got no answer (or a 503, which
-    // does not say whether it committed) may still take effect at any later time, which
-    // the answer to a later attempt does not rule out.
+    // Each attempt is an operation of its own, sent to one server: one that got no answer
+    // (or a 503, which does not say whether it committed) may still take effect at any
+    // later time, which the answer to a later attempt does not rule out.
     let claimed_at = h.now();
     let (claims_path, body) = (&claims, &req);
+    let silent = std::sync::atomic::AtomicBool::new(false);
+    let silent = &silent;
     let attempt = move || async move {
         let sent = h.now();
-        let r = http.post(claims_path, body).await;
+        let r = http.post_once(claims_path, body).await;
         let outcome = match &r {
             Ok(r) if r.status == 200 || r.status == 201 => Output::Ok,
             // A refusal changed nothing.
@@ -124,6 +131,9 @@ async fn cycle(http: &Http, spec: &Spec, volume: &str, alloc: &str, node: &str, 
             // No answer, or a server error (a 503 does not say whether it committed).
             _ => Output::Unknown,
         };
+        if outcome == Output::Unknown {
+            silent.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
         h.completed(volume, sent, Input::Claim(me()), outcome);
         r
     };
@@ -131,11 +141,16 @@ async fn cycle(http: &Http, spec: &Spec, volume: &str, alloc: &str, node: &str, 
     let created = match answer {
         Answer::Got(r) if r.status == 201 || r.status == 200 => r,
         Answer::Got(_) => {
-            // Refused (e.g. the node is lost right now): nothing to account for.
+            // Refused (e.g. the node is lost right now): nothing to account for, unless
+            // an earlier attempt went unanswered.
+            if silent.load(std::sync::atomic::Ordering::Relaxed) {
+                t.unsure.push((volume.to_owned(), alloc.to_owned()));
+            }
             tokio::time::sleep(Duration::from_millis(200)).await;
             return;
         }
         Answer::TimedOut => {
+            t.unsure.push((volume.to_owned(), alloc.to_owned()));
             t.stuck.push(format!(
                 "claim {volume}/{alloc}: no answer within {:?}",
                 spec.cycle_timeout

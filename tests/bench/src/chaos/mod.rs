@@ -39,6 +39,11 @@ use csivol_tests::netns::Net;
 /// How long the end of the run waits for every volume to be free again.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(180);
 
+/// How long after the heal a claim attempt that got no answer may still take effect: a
+/// server sends an etcd commit that got no answer again for up to 10 s, then runs it once
+/// more if another server committed first; the rest is margin.
+const UNSURE_SETTLE: Duration = Duration::from_secs(20);
+
 #[derive(Debug, Serialize)]
 pub struct ChaosReport {
     pub mode: &'static str,
@@ -63,6 +68,10 @@ pub struct ChaosReport {
     /// Claims released by the server's rule for a lost node that came back (event logged).
     pub released_on_node_return: u64,
     pub client_retries: u64,
+    /// Claims given up on while an attempt had gone unanswered, released in the drain
+    /// when they turned up (a silent server committed them after all).
+    pub unsure_claims: usize,
+    pub unsure_released: usize,
     pub observations: u64,
     /// Client operations in the history, and the volumes they touched.
     pub history_operations: usize,
@@ -111,6 +120,12 @@ impl ChaosReport {
             self.released_on_node_return,
             self.client_retries
         ));
+        if self.unsure_claims > 0 {
+            line(format!(
+                "unsure: {} claim(s) given up on after an attempt got no answer, {} of them committed later and released in the drain",
+                self.unsure_claims, self.unsure_released
+            ));
+        }
         line(format!(
             "observations: {} scans of the nodes' mounts and the plugins' records",
             self.observations
@@ -233,12 +248,22 @@ async fn execute(cfg: &Config, net: Option<Arc<Net>>) -> anyhow::Result<ChaosRep
 
     say.say("chaos: faults stopped; healing every process and draining the load");
     errors.extend(cluster.heal().await?);
+    let healed = Instant::now();
     let mut tally = Tally::default();
     for c in clients {
         tally.add(c.await.context("a load client panicked")?);
     }
     let mut violations = tally.violations.clone();
     errors.extend(tally.stuck.iter().cloned());
+    let unsure_released = if tally.unsure.is_empty() {
+        0
+    } else {
+        say.say(format!(
+            "chaos: releasing what turns up of {} claim(s) given up on after an attempt got no answer",
+            tally.unsure.len()
+        ));
+        release_unsure(&http, &tally.unsure, &recorder, healed + UNSURE_SETTLE).await
+    };
 
     say.say("chaos: checking that every volume is free and nothing is left over");
     violations.extend(
@@ -305,6 +330,8 @@ async fn execute(cfg: &Config, net: Option<Arc<Net>>) -> anyhow::Result<ChaosRep
         failed_claims: tally.failed,
         released_on_node_return: tally.released_on_return,
         client_retries: tally.retries,
+        unsure_claims: tally.unsure.len(),
+        unsure_released,
         observations,
         history_operations: checked.operations,
         history_volumes: checked.volumes,
@@ -329,6 +356,61 @@ fn volumes_of(names: &[String], c: u32, n: u32, shared: bool) -> Vec<String> {
         })
         .map(|(_, v)| v.clone())
         .collect()
+}
+
+/// Releases, as a careful client would once the servers are back, each claim of `unsure`
+/// that turns up (a server that had not answered committed it after all), until `settle`
+/// has passed with none of them present or the drain's deadline; each release goes into
+/// the history, from its request to the claim seen gone. Returns how many were released.
+async fn release_unsure(
+    http: &Http,
+    unsure: &[(String, String)],
+    history: &Recorder,
+    settle: Instant,
+) -> usize {
+    let deadline = Instant::now().max(settle) + DRAIN_TIMEOUT;
+    // The release under way of each claim, by when it was sent.
+    let mut sent: Vec<Option<u64>> = vec![None; unsure.len()];
+    let mut released = 0;
+    loop {
+        let mut present = false;
+        for ((volume, alloc), sent) in unsure.iter().zip(sent.iter_mut()) {
+            let path = format!("/v1/volumes/{volume}/claims/{alloc}");
+            match http.get(&path).await.map(|r| r.status) {
+                Ok(200) => {
+                    present = true;
+                    // Sent again while it is there (a release is idempotent; one refused
+                    // while its node was lost goes through once it is back).
+                    sent.get_or_insert_with(|| history.now());
+                    let _ = http.delete(&path).await;
+                }
+                Ok(404) => {
+                    if let Some(at) = sent.take() {
+                        history.completed(volume, at, Input::Release(alloc.clone()), Output::Ok);
+                        released += 1;
+                    }
+                }
+                // No answer, or blocked on its node: asked again.
+                _ => present = true,
+            }
+        }
+        let now = Instant::now();
+        if (!present && now >= settle) || now >= deadline {
+            for ((volume, alloc), at) in unsure.iter().zip(sent) {
+                if let Some(at) = at {
+                    history.record(
+                        volume,
+                        at,
+                        None,
+                        Input::Release(alloc.clone()),
+                        Output::Unknown,
+                    );
+                }
+            }
+            return released;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// The last operation of each volume's history: who holds it now, read from the volume.
