@@ -31,9 +31,9 @@ pub struct Tally {
     pub violations: Vec<String>,
     /// Cycles that did not finish in time: not a broken invariant, but the run fails.
     pub stuck: Vec<String>,
-    /// Claims (volume, alloc) this client gave up on although an attempt of theirs got no
-    /// answer: refused by a server after another had been silent, which may still commit
-    /// it later. A careful client releases them once the servers are back (the drain).
+    /// Claims (volume, alloc) of which an attempt got no answer: its server may still
+    /// commit it later, after a refusal from another server or after this client's own
+    /// release. A careful client releases them once the servers are back (the drain).
     pub unsure: Vec<(String, String)>,
 }
 
@@ -138,19 +138,20 @@ async fn cycle(http: &Http, spec: &Spec, volume: &str, alloc: &str, node: &str, 
         r
     };
     let answer = persist(deadline, &mut t.retries, attempt).await;
+    // An attempt that got no answer may still be applied by its server after this cycle
+    // is over (one stopped with the request in its socket reads it when it runs again),
+    // whatever the later attempts were told: a careful client releases it if it turns up.
+    if silent.load(std::sync::atomic::Ordering::Relaxed) {
+        t.unsure.push((volume.to_owned(), alloc.to_owned()));
+    }
     let created = match answer {
         Answer::Got(r) if r.status == 201 || r.status == 200 => r,
         Answer::Got(_) => {
-            // Refused (e.g. the node is lost right now): nothing to account for, unless
-            // an earlier attempt went unanswered.
-            if silent.load(std::sync::atomic::Ordering::Relaxed) {
-                t.unsure.push((volume.to_owned(), alloc.to_owned()));
-            }
+            // Refused (e.g. the node is lost right now): nothing to account for.
             tokio::time::sleep(Duration::from_millis(200)).await;
             return;
         }
         Answer::TimedOut => {
-            t.unsure.push((volume.to_owned(), alloc.to_owned()));
             t.stuck.push(format!(
                 "claim {volume}/{alloc}: no answer within {:?}",
                 spec.cycle_timeout

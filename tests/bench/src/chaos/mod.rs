@@ -40,8 +40,9 @@ use csivol_tests::netns::Net;
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(180);
 
 /// How long after the heal a claim attempt that got no answer may still take effect: a
-/// server sends an etcd commit that got no answer again for up to 10 s, then runs it once
-/// more if another server committed first; the rest is margin.
+/// stopped server reads the request waiting in its socket when it runs again, and a server
+/// sends an etcd commit that got no answer again for up to 10 s, then runs it once more if
+/// another server committed first; the rest is margin.
 const UNSURE_SETTLE: Duration = Duration::from_secs(20);
 
 #[derive(Debug, Serialize)]
@@ -68,8 +69,8 @@ pub struct ChaosReport {
     /// Claims released by the server's rule for a lost node that came back (event logged).
     pub released_on_node_return: u64,
     pub client_retries: u64,
-    /// Claims given up on while an attempt had gone unanswered, released in the drain
-    /// when they turned up (a silent server committed them after all).
+    /// Claims of which an attempt went unanswered, and of those how many turned up in
+    /// the drain (a silent server committed them late) and were released there.
     pub unsure_claims: usize,
     pub unsure_released: usize,
     pub observations: u64,
@@ -122,7 +123,7 @@ impl ChaosReport {
         ));
         if self.unsure_claims > 0 {
             line(format!(
-                "unsure: {} claim(s) given up on after an attempt got no answer, {} of them committed later and released in the drain",
+                "unsure: {} claim(s) with an attempt that got no answer, {} of them committed late and released in the drain",
                 self.unsure_claims, self.unsure_released
             ));
         }
@@ -259,7 +260,7 @@ async fn execute(cfg: &Config, net: Option<Arc<Net>>) -> anyhow::Result<ChaosRep
         0
     } else {
         say.say(format!(
-            "chaos: releasing what turns up of {} claim(s) given up on after an attempt got no answer",
+            "chaos: releasing what turns up late of {} claim(s) with an attempt that got no answer",
             tally.unsure.len()
         ));
         release_unsure(&http, &tally.unsure, &recorder, healed + UNSURE_SETTLE).await
