@@ -28,6 +28,11 @@ const WHOLE_EVERY: Duration = Duration::from_secs(300);
 const FENCED_RECHECK: Duration = Duration::from_secs(1);
 /// Most reports in one request.
 const MAX_BATCH: usize = 500;
+/// How long a report batch on the node channel may wait for its commit (half the TTL,
+/// within these bounds) before the channel is taken for broken and the batch goes as a
+/// request.
+const REPORT_MIN: Duration = Duration::from_secs(1);
+const REPORT_MAX: Duration = Duration::from_secs(10);
 /// Retries of server requests.
 const SERVER_BACKOFF: Backoff = Backoff {
     base: Duration::from_millis(250),
@@ -78,7 +83,7 @@ struct Link {
     /// Asks the desired-state loop for a fresh state now.
     refresh: Notify,
     /// The node channel, while the server offers it.
-    channel: csivol_client::channel::Shared,
+    channel: Arc<csivol_client::channel::Shared>,
     /// The server's heartbeat TTL, as it last said.
     ttl: Mutex<Duration>,
 }
@@ -419,7 +424,15 @@ async fn desired_loop(link: &Link) {
             }
             continue;
         }
+        // Changes the channel pushed that follow the state held are applied as they came;
+        // anything else (a gap, the first state, a whole one due) is fetched.
+        let pushed = (chan.open && holds && changes)
+            .then(|| link.channel.take_pushed(index))
+            .flatten();
         let fetch = async {
+            if let Some(pushed) = pushed {
+                return Ok(pushed);
+            }
             match (chan.open, chan.pushed) {
                 // Long-poll, as before the channel.
                 (false, _) => link.client.desired(index, since, DESIRED_WAIT).await,
@@ -527,9 +540,10 @@ fn enqueue(queue: &mut Vec<Report>, report: Report) {
 }
 
 async fn report_loop(link: Arc<Link>, mut reports: mpsc::UnboundedReceiver<Report>) {
-    // Only the queue and the registration count are needed from here on: dropping the
-    // link stops the core, whose end closes `reports`.
+    // Only the queue, the ways to the server and the registration count are needed from
+    // here on: dropping the link stops the core, whose end closes `reports`.
     let client = link.client.clone();
+    let channel = Arc::clone(&link.channel);
     let mut registered = link.registered.subscribe();
     let weak = Arc::downgrade(&link);
     drop(link);
@@ -556,7 +570,16 @@ async fn report_loop(link: Arc<Link>, mut reports: mpsc::UnboundedReceiver<Repor
         let batch = ReportBatch {
             reports: queue[..n].to_vec(),
         };
-        match client.reports(&batch).await {
+        let within = weak.upgrade().map_or(DEFAULT_TTL, |l| l.ttl()) / 2;
+        let sent = match channel
+            .report(&batch, within.clamp(REPORT_MIN, REPORT_MAX))
+            .await
+        {
+            Some(answer) => answer.map_err(|e| ApiError::from_client("the reports", e)),
+            // Not open, of the first version, or closed under it: as a request.
+            None => client.reports(&batch).await,
+        };
+        match sent {
             Ok(()) => {
                 if let Some(link) = weak.upgrade() {
                     link.contact();

@@ -52,7 +52,8 @@ pub struct Metrics {
     pub claim_ready_seconds: Histogram,
     /// Controller operation queued → reported done or failed.
     pub op_seconds: Family<OpLabel, Histogram>,
-    pub node_reports: Counter,
+    /// Reports by how they came (`channel`, `request`).
+    node_reports: Family<ViaLabel, Counter>,
     /// Controller operation due → handed to a controller host, by plugin and kind.
     op_wait_seconds: Family<PluginKindLabel, Histogram>,
     /// Controller operations waiting for a slot or a host (due), by plugin and kind.
@@ -69,6 +70,10 @@ pub struct Metrics {
     heartbeats: Family<ViaLabel, Counter>,
     /// Desired-state queries that had to wait for a change (long-polls held open).
     pub desired_waits: Counter,
+    /// Desired-state changes pushed on node channels as entries (version 2).
+    pub desired_pushes: Counter,
+    /// Desired-state queries answered (requests, waiting or not).
+    pub desired_fetches: Counter,
     /// How long reads waited to be made consistent with etcd (etcd store only).
     pub read_catch_up_seconds: Histogram,
 }
@@ -86,7 +91,7 @@ impl Default for Metrics {
         let op_seconds = Family::<OpLabel, Histogram>::new_with_constructor(|| {
             Histogram::new(exponential_buckets(0.001, 2.0, 20))
         });
-        let node_reports = Counter::default();
+        let node_reports = Family::<ViaLabel, Counter>::default();
         let op_wait_seconds = Family::<PluginKindLabel, Histogram>::new_with_constructor(|| {
             Histogram::new(exponential_buckets(0.001, 2.0, 22))
         });
@@ -113,6 +118,8 @@ impl Default for Metrics {
         let node_channels = Gauge::default();
         let heartbeats = Family::<ViaLabel, Counter>::default();
         let desired_waits = Counter::default();
+        let desired_pushes = Counter::default();
+        let desired_fetches = Counter::default();
         let read_catch_up_seconds = Histogram::new(exponential_buckets(0.0001, 2.0, 20));
         registry.register(
             "read_catch_up_seconds",
@@ -128,6 +135,16 @@ impl Default for Metrics {
             "heartbeats",
             "Node heartbeats by how they came: on the node channel, or as a request",
             heartbeats.clone(),
+        );
+        registry.register(
+            "desired_pushes",
+            "Desired-state changes pushed to agents on their node channels, as the changed volumes' entries",
+            desired_pushes.clone(),
+        );
+        registry.register(
+            "desired_fetches",
+            "Desired-state queries from agents (requests, whether they waited or not)",
+            desired_fetches.clone(),
         );
         registry.register(
             "desired_waits",
@@ -178,7 +195,7 @@ impl Default for Metrics {
         );
         registry.register(
             "node_reports",
-            "Reports received from node agents",
+            "Reports received from node agents, by how they came: on the node channel, or in a request",
             node_reports.clone(),
         );
         Self {
@@ -200,6 +217,8 @@ impl Default for Metrics {
             node_channels,
             heartbeats,
             desired_waits,
+            desired_pushes,
+            desired_fetches,
             read_catch_up_seconds,
         }
     }
@@ -210,6 +229,12 @@ impl Metrics {
     pub fn heartbeat(&self, channel: bool) {
         let via = if channel { "channel" } else { "request" }.to_owned();
         self.heartbeats.get_or_create(&ViaLabel { via }).inc();
+    }
+
+    /// Counts `n` reports that came on the node channel, or in a request.
+    pub fn node_reports(&self, n: u64, channel: bool) {
+        let via = if channel { "channel" } else { "request" }.to_owned();
+        self.node_reports.get_or_create(&ViaLabel { via }).inc_by(n);
     }
 
     /// Observes how long an operation of `plugin` waited before it was handed out.

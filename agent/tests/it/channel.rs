@@ -1,6 +1,6 @@
 //! The real agent and the node channel: its heartbeats keep the node ready and an agent
-//! stopped with its channel open goes lost at the TTL; a claim reaches it through the
-//! channel, without a long-poll; against a server without the channel it heartbeats and
+//! stopped with its channel open goes lost at the TTL; a claim and its release reach it
+//! as pushed changes and its reports go back on the channel, without a request; against a server without the channel it heartbeats and
 //! long-polls as before.
 
 use std::time::{Duration, Instant};
@@ -22,6 +22,8 @@ async fn metric(api: &Api, name: &str) -> f64 {
 
 const CHANNEL_BEATS: &str = r#"csivol_heartbeats_total{via="channel"}"#;
 const REQUEST_BEATS: &str = r#"csivol_heartbeats_total{via="request"}"#;
+const CHANNEL_REPORTS: &str = r#"csivol_node_reports_total{via="channel"}"#;
+const REQUEST_REPORTS: &str = r#"csivol_node_reports_total{via="request"}"#;
 
 async fn node_status(api: &Api) -> String {
     let (status, n) = api.get("/v1/nodes/n1").await;
@@ -95,12 +97,18 @@ async fn channel_heartbeats_keep_the_node_ready_and_a_stopped_agent_goes_lost_at
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_claim_reaches_the_agent_through_the_channel_without_a_long_poll() {
+async fn a_claim_reaches_the_agent_through_the_channel_without_a_request() {
     let dir = TestDir::new("node-channel-claim");
     let one = OneNode::start(&dir, &[], &[], &[]).await;
     let _logs = Logs(&one.agent);
     channel_followed(&one).await;
     let waits = metric(&one.api, "csivol_desired_waits_total").await;
+    let fetches = metric(&one.api, "csivol_desired_fetches_total").await;
+    let pushes = metric(&one.api, "csivol_desired_pushes_total").await;
+    let (on_channel, as_requests) = (
+        metric(&one.api, CHANNEL_REPORTS).await,
+        metric(&one.api, REQUEST_REPORTS).await,
+    );
 
     create_volume(&one.api, "v1", "single-node-writer").await;
     claim(&one.api, "v1", "a1").await;
@@ -114,6 +122,19 @@ async fn a_claim_reaches_the_agent_through_the_channel_without_a_long_poll() {
         waits,
         "no desired-state query waited on the server"
     );
+    // The claim and its release reached the agent as pushed changes, and its reports went
+    // back on the channel: the whole cycle cost the agent no request.
+    assert_eq!(
+        metric(&one.api, "csivol_desired_fetches_total").await,
+        fetches,
+        "no desired-state query at all"
+    );
+    assert!(metric(&one.api, "csivol_desired_pushes_total").await >= pushes + 2.0);
+    assert!(
+        metric(&one.api, CHANNEL_REPORTS).await >= on_channel + 2.0,
+        "published and unpublished reported on the channel"
+    );
+    assert_eq!(metric(&one.api, REQUEST_REPORTS).await, as_requests);
     assert_eq!(metric(&one.api, "csivol_node_channels").await, 1.0);
 }
 

@@ -489,7 +489,15 @@ impl Client {
             .http
             .get(&url)
             .header(CONNECTION, "upgrade")
-            .header(UPGRADE, csivol_api::channel::UPGRADE);
+            // The versions this client speaks, best first: the server chooses.
+            .header(
+                UPGRADE,
+                format!(
+                    "{}, {}",
+                    csivol_api::channel::UPGRADE_V2,
+                    csivol_api::channel::UPGRADE
+                ),
+            );
         if let Some(t) = self.request_timeout {
             req = req.timeout(t);
         }

@@ -1,14 +1,21 @@
-//! `GET /v1/nodes/{node}/channel`: a node agent's cheap wait (the line protocol is
-//! `csivol_api::channel`). An idle node otherwise holds a hyper connection open for its
-//! desired-state long-poll, with hyper's read and write buffers (24 KiB and more); after the
-//! upgrade the connection is a socket and one small task: heartbeats arrive as `hb` lines
-//! and are answered by the same code as `POST .../heartbeat`, and the node's desired index
-//! is pushed whenever it changes, after which the agent fetches the changes without waiting.
+//! `GET /v1/nodes/{node}/channel`: a node agent's connection for its whole conversation
+//! (the line protocol is `csivol_api::channel`). An idle node otherwise holds a hyper
+//! connection open for its desired-state long-poll, with hyper's read and write buffers
+//! (24 KiB and more); after the upgrade the connection is a socket and one small task.
+//! Heartbeats arrive as `hb` lines and are answered by the same code as `POST .../heartbeat`;
+//! in version 2, reports arrive as `report` lines and are committed as `POST .../reports`
+//! commits them, and a change of the node's desired state is pushed as the changed volumes'
+//! entries, so that a claim costs the agent no request at all. In version 1 only the
+//! node's desired index is pushed, after which the agent fetches the changes.
+//!
+//! Lines are answered in the order they came, one at a time: a heartbeat behind a report
+//! waits for the report's commit, which the agent's heartbeat deadline (a third of the TTL)
+//! leaves ample room for.
 
 use std::time::Instant;
 
 use axum::http::header::{AUTHORIZATION, CONNECTION, UPGRADE};
-use csivol_api::channel::{self, AgentLine, ServerLine};
+use csivol_api::channel::{self, AgentLine, ServerLine, Version};
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
@@ -38,13 +45,21 @@ pub(super) async fn open(
                 .is_ok_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case(want)))
         })
     };
-    if !asks(CONNECTION, "upgrade") || !asks(UPGRADE, channel::UPGRADE) {
+    let version = Version::chosen(
+        headers
+            .get_all(UPGRADE)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(',')),
+    );
+    let Some(version) = version.filter(|_| asks(CONNECTION, "upgrade")) else {
         let e = ApiError::invalid(format!(
-            "the node channel needs `Connection: upgrade` and `Upgrade: {}`",
+            "the node channel needs `Connection: upgrade` and `Upgrade: {}` (or `{}`)",
+            channel::UPGRADE_V2,
             channel::UPGRADE
         ));
         return Ok(error::with_status(&e, StatusCode::UPGRADE_REQUIRED));
-    }
+    };
     // Kept to check the token again at every heartbeat, as `POST .../heartbeat` does: a
     // revoked token ends the channel at the next one.
     let token = headers
@@ -65,7 +80,7 @@ pub(super) async fn open(
             Ok(io) => {
                 app.metrics.node_channels.inc();
                 let mut io = TokioIo::new(io);
-                let served = serve(&app, &node, &token, &mut io, closing).await;
+                let served = serve(&app, &node, &token, version, &mut io, closing).await;
                 // Closed properly (TLS close_notify), however it ended.
                 let _ = tokio::time::timeout(SHUTDOWN, io.shutdown()).await;
                 app.metrics.node_channels.dec();
@@ -79,7 +94,7 @@ pub(super) async fn open(
     Response::builder()
         .status(StatusCode::SWITCHING_PROTOCOLS)
         .header(CONNECTION, "upgrade")
-        .header(UPGRADE, channel::UPGRADE)
+        .header(UPGRADE, version.upgrade())
         .body(axum::body::Body::empty())
         .map_err(|e| ApiError::internal(format!("failed to answer the upgrade: {e}")))
 }
@@ -119,20 +134,21 @@ async fn serve(
     app: &App,
     node: &str,
     token: &str,
+    version: Version,
     io: &mut (impl AsyncRead + AsyncWrite + Unpin),
     closing: Option<Closing>,
 ) -> std::io::Result<()> {
     let key = Key::Node(node.to_owned());
     let mut sent = app.db.hub.index(&key);
+    // The agent does not say which state it holds: it fetches the first one itself.
     let hello = format!(
         "{}{}",
-        ServerLine::Hello.encode(),
+        ServerLine::Hello(version).encode(),
         ServerLine::Desired(sent).encode()
     );
     io.write_all(hello.as_bytes()).await?;
     let mut closing = closing.map(|c| c.0);
-    // Lines are a few bytes: they gather in a fixed buffer inside the task.
-    let mut lines = channel::Lines::default();
+    let mut lines = channel::Lines::new(version.max_line());
     let mut heard = Instant::now();
     loop {
         // An agent heartbeats at a third of the TTL at most: one silent for a whole TTL is
@@ -150,26 +166,75 @@ async fn serve(
                 lines.filled(n);
                 heard = Instant::now();
                 while let Some(line) = lines.next_line() {
-                    let answer = match line.and_then(|l| AgentLine::parse(&l)) {
-                        Ok(AgentLine::Beat) => beat(app, node, token).await,
+                    let (answer, ends) = match line.and_then(|l| AgentLine::parse(&l, version)) {
+                        Ok(AgentLine::Beat) => {
+                            let answer = beat(app, node, token).await;
+                            // A refused token or node ends the channel with the answer.
+                            let ends = matches!(&answer, ServerLine::Refused { code, .. }
+                                if *code != csivol_api::ErrorCode::NotFound);
+                            (answer, ends)
+                        }
+                        Ok(AgentLine::Report(batch)) => {
+                            let answer = report(app, node, token, batch).await;
+                            // A refused report is the agent's to handle, as the request's
+                            // answer would be; only a refused token ends the channel.
+                            let ends = matches!(&answer, ServerLine::Refused { code, .. }
+                                if *code == csivol_api::ErrorCode::Unauthorized);
+                            (answer, ends)
+                        }
                         Err(e) => return Err(std::io::Error::other(e)),
                     };
                     io.write_all(answer.encode().as_bytes()).await?;
-                    if let ServerLine::Refused { code, .. } = &answer
-                        && *code != csivol_api::ErrorCode::NotFound
-                    {
-                        // A refused token or node: the channel ends with the answer.
+                    if ends {
                         return Ok(());
                     }
                 }
             }
             index = app.db.hub.wait(&key, sent, silence) => {
                 if index > sent {
+                    let line = match version {
+                        Version::V1 => ServerLine::Desired(index),
+                        Version::V2 => pushed(app, node, sent, index).await,
+                    };
                     sent = index;
-                    io.write_all(ServerLine::Desired(index).encode().as_bytes()).await?;
+                    io.write_all(line.encode().as_bytes()).await?;
                 }
             }
             () = closed(&mut closing) => return Ok(()),
+        }
+    }
+}
+
+/// The most a pushed `changes` line may be: what a few volumes' entries take. More is
+/// fetched by request, which reads a large state on a blocking thread.
+const MAX_PUSH: usize = 16 * 1024;
+
+/// What a version 2 channel sends when the node's desired state moved from `sent` (the
+/// index pushed last) to `index`: the changed volumes' entries, or, when the server cannot
+/// say which volumes changed, the read fails, or the entries are too many for a line,
+/// `desired <index>` (the agent fetches the state by request then).
+async fn pushed(app: &App, node: &str, sent: u64, index: u64) -> ServerLine {
+    // As in `GET .../desired?since=`: which volumes changed is read after the index, so
+    // that it covers every change up to it.
+    let Some(volumes) = app.db.hub.node_changes(node, sent) else {
+        return ServerLine::Desired(index);
+    };
+    let read = (app.db)
+        .read_small(|c| lifecycle::desired_changes(c, node, index, sent, volumes))
+        .await;
+    match read {
+        Ok(state) => {
+            let line = ServerLine::Changes(Box::new(state));
+            if line.encode().len() <= MAX_PUSH {
+                app.metrics.desired_pushes.inc();
+                line
+            } else {
+                ServerLine::Desired(index)
+            }
+        }
+        Err(e) => {
+            tracing::debug!(node, error = %e, "desired changes not pushed; the agent fetches them");
+            ServerLine::Desired(index)
         }
     }
 }
@@ -196,6 +261,26 @@ async fn beat(app: &App, node: &str, token: &str) -> ServerLine {
     };
     match answer {
         Ok(hb) => ServerLine::Beat(hb),
+        Err(e) => ServerLine::Refused {
+            code: e.code(),
+            message: e.message,
+        },
+    }
+}
+
+/// A report line's answer: the token checked as on every request, then the batch committed
+/// as `POST .../reports` commits it.
+async fn report(app: &App, node: &str, token: &str, batch: ReportBatch) -> ServerLine {
+    let allowed = app
+        .tokens
+        .authenticate(Some(token))
+        .and_then(|caller| caller.require_node(node));
+    let answer = match allowed {
+        Ok(()) => node_endpoints::apply_reports(app, node, batch, true).await,
+        Err(e) => Err(e),
+    };
+    match answer {
+        Ok(count) => ServerLine::Reported(count as u64),
         Err(e) => ServerLine::Refused {
             code: e.code(),
             message: e.message,

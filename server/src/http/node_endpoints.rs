@@ -221,6 +221,7 @@ pub(super) async fn desired(
     // no place in the long-poll budget; the index only grows, so it cannot come to wait.
     let waits = blocking.is_some_and(|(after, _)| app.db.hub.index(&key) <= after);
     let _permit = app.long_poll(waits)?;
+    app.metrics.desired_fetches.inc();
     if waits {
         app.metrics.desired_waits.inc();
     }
@@ -256,13 +257,26 @@ pub(super) async fn reports(
 ) -> ApiResult<Json<serde_json::Value>> {
     app.caller(&headers)?.require_node(&node)?;
     name("node", &node)?;
+    let count = apply_reports(&app, &node, batch, false).await?;
+    Ok(Json(serde_json::json!({ "accepted": count })))
+}
+
+/// Commits a node's batch of reports, from a request or a node channel's `report` line;
+/// how many there were.
+pub(super) async fn apply_reports(
+    app: &App,
+    node: &str,
+    batch: ReportBatch,
+    channel: bool,
+) -> ApiResult<usize> {
     let limits = app.limits.clone();
     let count = batch.reports.len();
-    app.metrics.node_reports.inc_by(count as u64);
+    app.metrics.node_reports(count as u64, channel);
+    let node = node.to_owned();
     app.db
         .write(move |ctx| lifecycle::apply_reports(ctx, &node, batch.reports.clone(), &limits))
         .await?;
-    Ok(Json(serde_json::json!({ "accepted": count })))
+    Ok(count)
 }
 
 pub(super) async fn list_plugins(

@@ -289,3 +289,179 @@ async fn channel_heartbeats_on_a_server_that_does_not_lead_keep_the_node_ready()
         quiet.elapsed()
     );
 }
+
+/// The pushed changes that follow `held`, in order, until `done` is true of one (which
+/// is the last returned).
+async fn follow(
+    chan: &Chan,
+    held: &mut u64,
+    what: &str,
+    done: impl Fn(&csivol_api::DesiredState) -> bool,
+) -> Vec<csivol_api::DesiredState> {
+    let mut seen = Vec::new();
+    eventually(what, WAIT, || {
+        let mut found = false;
+        while let Some(d) = chan.shared.take_pushed(*held) {
+            *held = d.index;
+            found = done(&d);
+            seen.push(d);
+            if found {
+                break;
+            }
+        }
+        async move { found.then_some(()) }
+    })
+    .await;
+    seen
+}
+
+fn batch(reports: serde_json::Value) -> csivol_api::ReportBatch {
+    serde_json::from_value(json!({ "reports": reports })).expect("a report batch")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn version_2_pushes_the_changed_entries_and_takes_reports() {
+    let dir = TestDir::new("channel-v2");
+    let server = start(&dir, &[]);
+    let op = server.api();
+    let (token, token_id) = node_token(&op, "n1").await;
+    let n1 = FakeAgent {
+        api: server.api().with_token(Some(&token)),
+        node: "n1".into(),
+    };
+    let mut chan = Chan::open(&n1.api, "n1").await.expect("the channel");
+    assert!(chan.shared.subscribe().borrow().v2, "version 2 chosen");
+    n1.register(0, true, json!([])).await;
+    assert_eq!(chan.beat().await.unwrap().status, NodeStatus::Ready);
+    // A registration changes the node as a whole: the server says `desired <index>` and
+    // the agent fetches the whole state, from which the chain of pushes goes on.
+    let mut held = n1.desired().await["index"].as_u64().unwrap();
+    eventually("the registration told", WAIT, || async {
+        (chan.pushed() == held).then_some(())
+    })
+    .await;
+
+    register_volume(&op, "v1", "single-node-writer").await;
+    let (status, c) = claim(&op, "v1", "a1", "n1", "write").await;
+    assert_eq!(status, 201, "{c}");
+    let pushed = follow(&chan, &mut held, "the controller publish pushed", |d| {
+        !d.controller_ops.is_empty()
+    })
+    .await;
+    let last = pushed.last().unwrap();
+    let changes = last.changes.as_ref().expect("pushed as changes");
+    assert_eq!(changes.volumes, ["v1"], "{last:?}");
+    // What was pushed is what the request answers for the same changes.
+    let (status, fetched) = n1
+        .api
+        .get(&format!("/v1/nodes/n1/desired?since={}", changes.since))
+        .await;
+    assert_eq!(status, 200, "{fetched}");
+    assert_eq!(serde_json::to_value(last).unwrap(), fetched);
+
+    // Reports on the channel are committed before they are answered.
+    let cop = &last.controller_ops[0];
+    let done = batch(json!([{"kind": "controller_published", "op": cop.id,
+        "attempt": cop.attempt, "publish_context": {}}]));
+    let answer = chan.shared.report(&done, Duration::from_secs(10)).await;
+    assert!(matches!(answer, Some(Ok(()))), "{answer:?}");
+    let (_, v) = op.get("/v1/volumes/v1").await;
+    assert_eq!(v["claims"][0]["state"], "publishing", "{v}");
+    let pushed = follow(&chan, &mut held, "the node publish pushed", |d| {
+        d.publish.iter().any(|p| p.alloc == "a1")
+    })
+    .await;
+    assert!(pushed.iter().all(|d| d.changes.is_some()), "{pushed:?}");
+    let published = batch(json!([{"kind": "published", "volume": "v1", "alloc": "a1",
+        "target_path": "/t"}]));
+    let answer = chan
+        .shared
+        .report(&published, Duration::from_secs(10))
+        .await;
+    assert!(matches!(answer, Some(Ok(()))), "{answer:?}");
+    let (_, v) = op.get("/v1/volumes/v1").await;
+    assert_eq!(v["claims"][0]["state"], "ready", "{v}");
+
+    // A revoked token: the report is refused, and the server ends the channel.
+    let (status, body) = op.delete(&format!("/v1/tokens/{token_id}")).await;
+    assert!(status == 200 || status == 204, "{status} {body}");
+    let answer = chan
+        .shared
+        .report(&published, Duration::from_secs(10))
+        .await;
+    match answer {
+        Some(Err(e)) => assert!(e.to_string().contains("revoked"), "{e}"),
+        other => panic!("a report with a revoked token: {other:?}"),
+    }
+    let why = tokio::time::timeout(WAIT, &mut chan.task)
+        .await
+        .expect("the channel ended");
+    assert!(matches!(why, Ok(ChannelError::Closed)), "{why:?}");
+}
+
+/// The next line (or the HTTP head, with `end` `\r\n\r\n`) from a raw channel, with
+/// what was read past it kept in `got`; `None` when the channel ends first.
+async fn read_to(io: &mut tokio::net::TcpStream, got: &mut Vec<u8>, end: &[u8]) -> Option<String> {
+    use tokio::io::AsyncReadExt;
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if let Some(at) = got.windows(end.len()).position(|w| w == end) {
+            let line: Vec<u8> = got.drain(..at + end.len()).collect();
+            return Some(String::from_utf8_lossy(&line[..at]).into_owned());
+        }
+        let mut buf = [0u8; 4096];
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, io.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) | Err(_) => return None,
+            Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_that_speaks_version_1_only_gets_version_1() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = TestDir::new("channel-v1");
+    let server = start(&dir, &[]);
+    let op = server.api();
+    let (token, _) = node_token(&op, "n1").await;
+    let n1 = FakeAgent {
+        api: server.api().with_token(Some(&token)),
+        node: "n1".into(),
+    };
+    n1.register(0, true, json!([])).await;
+    let addr = server.url.trim_start_matches("http://").to_owned();
+    let mut io = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let ask = format!(
+        "GET /v1/nodes/n1/channel HTTP/1.1\r\nHost: {addr}\r\nConnection: upgrade\r\n\
+         Upgrade: csivol-channel/1\r\nAuthorization: Bearer {token}\r\n\r\n"
+    );
+    io.write_all(ask.as_bytes()).await.unwrap();
+    let mut got = Vec::new();
+    let head = read_to(&mut io, &mut got, b"\r\n\r\n").await.unwrap();
+    let head = head.to_ascii_lowercase();
+    assert!(head.starts_with("http/1.1 101"), "{head}");
+    assert!(head.contains("\r\nupgrade: csivol-channel/1"), "{head}");
+    assert_eq!(
+        read_to(&mut io, &mut got, b"\n").await.unwrap(),
+        "csivol-channel 1"
+    );
+    let line = read_to(&mut io, &mut got, b"\n").await.unwrap();
+    assert!(line.starts_with("desired "), "{line}");
+
+    // A change is told as the index alone.
+    register_volume(&op, "v1", "single-node-writer").await;
+    let (status, c) = claim(&op, "v1", "a1", "n1", "write").await;
+    assert_eq!(status, 201, "{c}");
+    let line = read_to(&mut io, &mut got, b"\n").await.unwrap();
+    let index: Option<u64> = line.strip_prefix("desired ").and_then(|i| i.parse().ok());
+    assert!(index.is_some(), "{line}");
+
+    // A version 2 line is unknown in version 1: the channel ends.
+    io.write_all(b"report {\"reports\":[]}\n").await.unwrap();
+    let mut rest = Vec::new();
+    let ended = tokio::time::timeout(WAIT, io.read_to_end(&mut rest)).await;
+    assert!(matches!(ended, Ok(Ok(_))), "{ended:?}");
+    let rest = String::from_utf8_lossy(&rest);
+    assert!(!rest.contains("reported"), "{rest}");
+}
