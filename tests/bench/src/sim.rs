@@ -254,22 +254,32 @@ impl SimNode {
                 }
                 continue;
             }
-            let answer = match (chan.open, chan.pushed) {
-                (false, _) => tokio::select! {
-                    answer = self.http.get_blocking(&path, index) => answer,
-                    // The channel opened: it says when to ask.
-                    Ok(()) = channel.changed() => continue,
-                },
-                (true, pushed @ 1..) => self.http.get_blocking(&path, pushed - 1).await,
-                (true, 0) => self.http.get(&path).await,
+            // Changes the channel pushed that follow what was planned are planned as they
+            // came, without a request.
+            let pushed = (chan.open && index > 0 && changes)
+                .then(|| self.channel.take_pushed(index))
+                .flatten();
+            let desired = match pushed {
+                Some(pushed) => Ok(pushed),
+                None => {
+                    let answer = match (chan.open, chan.pushed) {
+                        (false, _) => tokio::select! {
+                            answer = self.http.get_blocking(&path, index) => answer,
+                            // The channel opened: it says when to ask.
+                            Ok(()) = channel.changed() => continue,
+                        },
+                        (true, pushed @ 1..) => self.http.get_blocking(&path, pushed - 1).await,
+                        (true, 0) => self.http.get(&path).await,
+                    };
+                    if changes && index > 0 && answer.as_ref().is_ok_and(|r| r.status == 400) {
+                        changes = false;
+                        continue;
+                    }
+                    answer
+                        .and_then(|r| r.expect("desired state", &[200]))
+                        .and_then(|r| r.json::<DesiredState>())
+                }
             };
-            if changes && index > 0 && answer.as_ref().is_ok_and(|r| r.status == 400) {
-                changes = false;
-                continue;
-            }
-            let desired = answer
-                .and_then(|r| r.expect("desired state", &[200]))
-                .and_then(|r| r.json::<DesiredState>());
             let desired = match desired {
                 Ok(d) => d,
                 Err(e) => {
@@ -442,6 +452,12 @@ impl SimNode {
     async fn send(&self, reports: Vec<Report>) -> bool {
         let batch = ReportBatch { reports };
         let path = format!("/v1/nodes/{}/reports", self.name);
+        // On the channel when it takes reports, as an agent sends them.
+        match self.channel.report(&batch, Duration::from_secs(10)).await {
+            Some(Ok(())) => return true,
+            Some(Err(e)) => self.error(format!("reports on the node channel: {e:#}")),
+            None => {}
+        }
         for attempt in 1..=3u64 {
             match self
                 .http
