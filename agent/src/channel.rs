@@ -1,7 +1,8 @@
 //! The agent's end of the node channel (`csivol_api::channel`, run by
 //! `csivol_client::channel::Shared`): one upgraded connection to the server that carries
-//! the heartbeats and tells the desired-state loop when the node's desired state changed,
-//! so that an idle node holds no long-poll. Opened once the node registered; when it closes
+//! the heartbeats and reports, and brings the desired-state loop the node's desired
+//! changes (or word that it changed), so that an idle node holds no long-poll and a claim
+//! costs no request. Opened once the node registered; when it closes
 //! (server restart, failover, a heartbeat left unanswered) the session goes back to plain
 //! requests until it is open again. A server that does not offer it (404 or 426: older, or
 //! `--no-node-channel`) is asked again now and then.

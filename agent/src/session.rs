@@ -1,9 +1,10 @@
 //! The agent's conversation with the server around the core: register (again when the
 //! server lost or marked the node), heartbeat at a third of the TTL, follow the desired
 //! state, send reports in batches, and self-fence after `--fence-after` without contact.
-//! While the node channel is open (`channel`), heartbeats go over it and the desired state
-//! is fetched when the server says it changed; otherwise heartbeats are requests and the
-//! desired state is long-polled.
+//! While the node channel is open (`channel`), heartbeats and reports go over it and the
+//! desired state's changes come down it (or are fetched when the server only says that it
+//! changed); otherwise heartbeats and reports are requests and the desired state is
+//! long-polled.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
