@@ -9,8 +9,9 @@
 //! node's desired index is pushed, after which the agent fetches the changes.
 //!
 //! Lines are answered in the order they came, one at a time: a heartbeat behind a report
-//! waits for the report's commit, which the agent's heartbeat deadline (a third of the TTL)
-//! leaves ample room for.
+//! waits for the report's commit, which the agent's deadline for a heartbeat's answer (a
+//! quarter of the TTL) leaves room for; past it the agent closes the channel and sends the
+//! heartbeat as a request, to another server first where it has one.
 
 use std::time::Instant;
 
@@ -193,11 +194,11 @@ async fn serve(
             index = app.db.hub.wait(&key, sent, silence) => {
                 if index > sent {
                     let line = match version {
-                        Version::V1 => ServerLine::Desired(index),
+                        Version::V1 => ServerLine::Desired(index).encode(),
                         Version::V2 => pushed(app, node, sent, index).await,
                     };
                     sent = index;
-                    io.write_all(line.encode().as_bytes()).await?;
+                    io.write_all(line.as_bytes()).await?;
                 }
             }
             () = closed(&mut closing) => return Ok(()),
@@ -210,31 +211,32 @@ async fn serve(
 const MAX_PUSH: usize = 16 * 1024;
 
 /// What a version 2 channel sends when the node's desired state moved from `sent` (the
-/// index pushed last) to `index`: the changed volumes' entries, or, when the server cannot
-/// say which volumes changed, the read fails, or the entries are too many for a line,
-/// `desired <index>` (the agent fetches the state by request then).
-async fn pushed(app: &App, node: &str, sent: u64, index: u64) -> ServerLine {
+/// index pushed last) to `index`, encoded: the changed volumes' entries, or, when the
+/// server cannot say which volumes changed, the read fails, or the entries are too many for
+/// a line, `desired <index>` (the agent fetches the state by request then).
+async fn pushed(app: &App, node: &str, sent: u64, index: u64) -> String {
+    let fetch = || ServerLine::Desired(index).encode();
     // As in `GET .../desired?since=`: which volumes changed is read after the index, so
     // that it covers every change up to it.
     let Some(volumes) = app.db.hub.node_changes(node, sent) else {
-        return ServerLine::Desired(index);
+        return fetch();
     };
     let read = (app.db)
         .read_small(|c| lifecycle::desired_changes(c, node, index, sent, volumes))
         .await;
     match read {
         Ok(state) => {
-            let line = ServerLine::Changes(Box::new(state));
-            if line.encode().len() <= MAX_PUSH {
+            let line = ServerLine::Changes(Box::new(state)).encode();
+            if line.len() <= MAX_PUSH {
                 app.metrics.desired_pushes.inc();
                 line
             } else {
-                ServerLine::Desired(index)
+                fetch()
             }
         }
         Err(e) => {
             tracing::debug!(node, error = %e, "desired changes not pushed; the agent fetches them");
-            ServerLine::Desired(index)
+            fetch()
         }
     }
 }
