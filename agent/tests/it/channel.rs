@@ -102,6 +102,13 @@ async fn a_claim_reaches_the_agent_through_the_channel_without_a_request() {
     let one = OneNode::start(&dir, &[], &[], &[]).await;
     let _logs = Logs(&one.agent);
     channel_followed(&one).await;
+    // A first cycle: the agent fetches the state the channel opened at by request, and
+    // follows pushes from there; once a cycle went through, it holds what was pushed last.
+    create_volume(&one.api, "v0", "single-node-writer").await;
+    claim(&one.api, "v0", "a0").await;
+    ready(&one.api, "v0", "a0").await;
+    one.api.delete("/v1/volumes/v0/claims/a0").await;
+    gone(&one.api, "v0", "a0").await;
     let waits = metric(&one.api, "csivol_desired_waits_total").await;
     let fetches = metric(&one.api, "csivol_desired_fetches_total").await;
     let pushes = metric(&one.api, "csivol_desired_pushes_total").await;

@@ -335,9 +335,9 @@ async fn version_2_pushes_the_changed_entries_and_takes_reports() {
     assert_eq!(chan.beat().await.unwrap().status, NodeStatus::Ready);
     // A registration changes the node as a whole: the server says `desired <index>` and
     // the agent fetches the whole state, from which the chain of pushes goes on.
-    let mut held = n1.desired().await["index"].as_u64().unwrap();
-    eventually("the registration told", WAIT, || async {
-        (chan.pushed() == held).then_some(())
+    let mut held = eventually("the registration told", WAIT, || async {
+        let index = n1.desired().await["index"].as_u64().unwrap();
+        (chan.pushed() == index).then_some(index)
     })
     .await;
 
