@@ -3,22 +3,56 @@
 use std::str::FromStr;
 
 use csivol_api::ClaimState;
+use rusqlite::types::{Type, ValueRef};
 use rusqlite::{Connection, Row, params};
 
 use crate::db::optional;
 use crate::error::ApiResult;
 use crate::model::{AttachmentRow, ClaimRow, NodePluginRow, NodeRow, OpRow, VolumeRow};
 
-fn parse<T: FromStr<Err = String>>(s: String) -> rusqlite::Result<T> {
-    s.parse().map_err(|e: String| {
-        rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, e.into())
-    })
+/// Column `i` as text borrowed from the row: decoding a column this way makes no `String`
+/// for a value that is only parsed (a listing decodes some 20 columns per volume).
+fn text<'r>(r: &'r Row<'_>, i: usize) -> rusqlite::Result<&'r str> {
+    r.get_ref(i)?
+        .as_str()
+        .map_err(|e| rusqlite::Error::FromSqlConversionFailure(i, Type::Text, e.into()))
 }
 
-fn json<T: serde::de::DeserializeOwned>(s: String) -> rusqlite::Result<T> {
-    serde_json::from_str(&s).map_err(|e| {
-        rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, e.into())
-    })
+fn parse<T: FromStr<Err = String>>(r: &Row<'_>, i: usize) -> rusqlite::Result<T> {
+    text(r, i)?
+        .parse()
+        .map_err(|e: String| rusqlite::Error::FromSqlConversionFailure(i, Type::Text, e.into()))
+}
+
+fn json<T: serde::de::DeserializeOwned>(r: &Row<'_>, i: usize) -> rusqlite::Result<T> {
+    serde_json::from_str(text(r, i)?)
+        .map_err(|e| rusqlite::Error::FromSqlConversionFailure(i, Type::Text, e.into()))
+}
+
+/// A JSON column holding a list or a map, most often stored empty: `empty` (`[]` for a
+/// list, `{}` for a map) is the collection's empty value without a parser, which a listing
+/// of many volumes would otherwise start five times a row.
+fn collection<T: serde::de::DeserializeOwned + Default>(
+    r: &Row<'_>,
+    i: usize,
+    empty: &str,
+) -> rusqlite::Result<T> {
+    match text(r, i)? {
+        s if s == empty => Ok(T::default()),
+        s => serde_json::from_str(s)
+            .map_err(|e| rusqlite::Error::FromSqlConversionFailure(i, Type::Text, e.into())),
+    }
+}
+
+/// A nullable JSON column: NULL is `None`.
+fn json_or_null<T: serde::de::DeserializeOwned>(
+    r: &Row<'_>,
+    i: usize,
+) -> rusqlite::Result<Option<T>> {
+    match r.get_ref(i)? {
+        ValueRef::Null => Ok(None),
+        _ => json(r, i).map(Some),
+    }
 }
 
 pub const VOLUME_COLUMNS: &str = "name, plugin, external_id, access_mode, attachment, fs_type, mount_flags, \
@@ -28,31 +62,30 @@ pub const VOLUME_COLUMNS: &str = "name, plugin, external_id, access_mode, attach
 impl VolumeRow {
     pub fn from_row(r: &Row<'_>) -> rusqlite::Result<Self> {
         let name: String = r.get(0)?;
-        let secrets = crate::secrets::open(&name, &r.get::<_, String>(9)?).map_err(|e| {
-            rusqlite::Error::FromSqlConversionFailure(9, rusqlite::types::Type::Text, e.into())
-        })?;
+        let secrets = crate::secrets::open(&name, text(r, 9)?)
+            .map_err(|e| rusqlite::Error::FromSqlConversionFailure(9, Type::Text, e.into()))?;
         Ok(Self {
             name,
             plugin: r.get(1)?,
             external_id: r.get(2)?,
-            access_mode: parse(r.get(3)?)?,
-            attachment: parse(r.get(4)?)?,
+            access_mode: parse(r, 3)?,
+            attachment: parse(r, 4)?,
             fs_type: r.get(5)?,
-            mount_flags: json(r.get(6)?)?,
-            context: json(r.get(7)?)?,
-            parameters: json(r.get(8)?)?,
+            mount_flags: collection(r, 6, "[]")?,
+            context: collection(r, 7, "{}")?,
+            parameters: collection(r, 8, "{}")?,
             secrets,
             capacity_bytes: r.get::<_, Option<i64>>(10)?.map(|v| v as u64),
-            lifecycle: parse(r.get(11)?)?,
+            lifecycle: parse(r, 11)?,
             error: r.get(12)?,
             created_at: r.get(13)?,
             updated_at: r.get(14)?,
             modify_index: r.get::<_, i64>(15)? as u64,
-            expansion: r.get::<_, Option<String>>(16)?.map(json).transpose()?,
-            accessible_topology: json(r.get(17)?)?,
-            topology_request: r.get::<_, Option<String>>(18)?.map(json).transpose()?,
-            mutable_parameters: json(r.get(19)?)?,
-            modification: r.get::<_, Option<String>>(20)?.map(json).transpose()?,
+            expansion: json_or_null(r, 16)?,
+            accessible_topology: collection(r, 17, "[]")?,
+            topology_request: json_or_null(r, 18)?,
+            mutable_parameters: collection(r, 19, "{}")?,
+            modification: json_or_null(r, 20)?,
         })
     }
 
@@ -71,8 +104,8 @@ impl ClaimRow {
             volume: r.get(0)?,
             alloc: r.get(1)?,
             node: r.get(2)?,
-            mode: parse(r.get(3)?)?,
-            state: parse(r.get(4)?)?,
+            mode: parse(r, 3)?,
+            state: parse(r, 4)?,
             target_path: r.get(5)?,
             error: r.get(6)?,
             next_retry_at: r.get(7)?,
@@ -135,8 +168,8 @@ impl AttachmentRow {
         Ok(Self {
             volume: r.get(0)?,
             node: r.get(1)?,
-            state: parse(r.get(2)?)?,
-            publish_context: json(r.get(3)?)?,
+            state: parse(r, 2)?,
+            publish_context: json(r, 3)?,
             forced: r.get(4)?,
             error: r.get(5)?,
             next_retry_at: r.get(6)?,
@@ -162,12 +195,12 @@ impl NodeRow {
     pub fn from_row(r: &Row<'_>) -> rusqlite::Result<Self> {
         Ok(Self {
             name: r.get(0)?,
-            status: parse(r.get(1)?)?,
+            status: parse(r, 1)?,
             registered_at: r.get(2)?,
             lost_at: r.get(3)?,
             fence_after_ms: r.get(4)?,
             fenced_at: r.get(5)?,
-            eligibility: parse(r.get(6)?)?,
+            eligibility: parse(r, 6)?,
             limits_refresh_at: r.get(7)?,
             stopped_at: r.get(8)?,
             stop_took_down: r.get::<_, Option<bool>>(9)?.unwrap_or(false),
@@ -195,8 +228,8 @@ impl NodePluginRow {
                     max_volumes: r.get(2)?,
                     node_service: r.get(3)?,
                     controller: r.get(4)?,
-                    topology: json(r.get(5)?)?,
-                    limit_change: r.get::<_, Option<String>>(6)?.map(json).transpose()?,
+                    topology: json(r, 5)?,
+                    limit_change: json_or_null(r, 6)?,
                     limit_read_at: r.get(7)?,
                     ready_check: r.get(8)?,
                     observed: r
@@ -246,7 +279,7 @@ pub const OP_COLUMNS: &str =
 pub fn op_from_row(r: &Row<'_>) -> rusqlite::Result<OpRow> {
     Ok(OpRow {
         id: r.get(0)?,
-        kind: parse(r.get(1)?)?,
+        kind: parse(r, 1)?,
         plugin: r.get(2)?,
         volume: r.get(3)?,
         node: r.get(4)?,
@@ -256,4 +289,50 @@ pub fn op_from_row(r: &Row<'_>) -> rusqlite::Result<OpRow> {
         payload: r.get(8)?,
         created_at: r.get(9)?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    /// Decodes column 0 of `SELECT value` with `decode`.
+    fn decoded<T>(
+        value: &str,
+        decode: impl Fn(&Row<'_>) -> rusqlite::Result<T>,
+    ) -> rusqlite::Result<T> {
+        let conn = Connection::open_in_memory().unwrap();
+        conn.query_row("SELECT ?1", [value], |r| decode(r))
+    }
+
+    #[test]
+    fn a_collection_column_decodes_empty_without_a_parser_and_anything_else_with_one() {
+        let list = |v: &str| decoded(v, |r| collection::<Vec<String>>(r, 0, "[]"));
+        let map = |v: &str| decoded(v, |r| collection::<BTreeMap<String, String>>(r, 0, "{}"));
+        assert_eq!(list("[]").unwrap(), Vec::<String>::new());
+        assert_eq!(list(r#"["ro","noatime"]"#).unwrap(), ["ro", "noatime"]);
+        assert_eq!(map("{}").unwrap(), BTreeMap::new());
+        assert_eq!(
+            map(r#"{"a":"b"}"#).unwrap(),
+            BTreeMap::from([("a".into(), "b".into())])
+        );
+        // The other kind's empty text is not taken for this one's.
+        assert!(list("{}").is_err());
+        assert!(map("[]").is_err());
+        assert!(map("not json").is_err());
+    }
+
+    #[test]
+    fn a_nullable_json_column_is_none_when_null() {
+        let conn = Connection::open_in_memory().unwrap();
+        let null: Option<Vec<u32>> = conn
+            .query_row("SELECT NULL", [], |r| json_or_null(r, 0))
+            .unwrap();
+        assert_eq!(null, None);
+        assert_eq!(
+            decoded("[1,2]", |r| json_or_null::<Vec<u32>>(r, 0)).unwrap(),
+            Some(vec![1, 2])
+        );
+    }
 }
