@@ -122,12 +122,13 @@ impl VolumeRow {
     }
 
     pub fn to_api(&self, claims: &[ClaimRow], attachments: &[AttachmentRow]) -> api::Volume {
+        self.clone().into_api(claims, attachments)
+    }
+
+    /// [`VolumeRow::to_api`] taking the row, whose strings and maps move into the answer
+    /// instead of being copied (a listing shapes every volume once).
+    pub fn into_api(self, claims: &[ClaimRow], attachments: &[AttachmentRow]) -> api::Volume {
         api::Volume {
-            name: self.name.clone(),
-            plugin: self.plugin.clone(),
-            external_id: self.external_id.clone(),
-            access_mode: self.access_mode,
-            attachment: self.attachment,
             state: self.state(claims, attachments),
             accepts_claims: self.lifecycle == Lifecycle::Ready && {
                 let held: Vec<csivol_rules::claims::Held<'_>> = claims
@@ -142,18 +143,23 @@ impl VolumeRow {
                     .collect();
                 csivol_rules::claims::accepts_new_claims(self.access_mode, &held)
             },
+            name: self.name,
+            plugin: self.plugin,
+            external_id: self.external_id,
+            access_mode: self.access_mode,
+            attachment: self.attachment,
             capacity_bytes: self.capacity_bytes,
-            expansion: self.expansion.clone(),
-            mutable_parameters: self.mutable_parameters.clone(),
-            modification: self.modification.clone(),
-            fs_type: self.fs_type.clone(),
-            mount_flags: self.mount_flags.clone(),
-            context: self.context.clone(),
-            parameters: self.parameters.clone(),
-            secret_keys: self.secrets.keys().cloned().collect(),
-            accessible_topology: self.accessible_topology.clone(),
-            topology_request: self.topology_request.clone(),
-            error: self.error.clone(),
+            expansion: self.expansion,
+            mutable_parameters: self.mutable_parameters,
+            modification: self.modification,
+            fs_type: self.fs_type,
+            mount_flags: self.mount_flags,
+            context: self.context,
+            parameters: self.parameters,
+            secret_keys: self.secrets.into_keys().collect(),
+            accessible_topology: self.accessible_topology,
+            topology_request: self.topology_request,
+            error: self.error,
             claims: claims_to_api(claims),
             attachments: attachments.iter().map(AttachmentRow::to_api).collect(),
             created_at: time(self.created_at),

@@ -8,7 +8,7 @@ use csivol_api::{self as api, ControllerHost, ControllerHosts, NodeStatus, Volum
 use super::error::{ApiError, ApiResult};
 use super::fence;
 use super::liveness::Beats;
-use super::model::{ClaimRow, LimitChangeRow, StoredObservation, claims_to_api, time};
+use super::model::{ClaimRow, LimitChangeRow, StoredObservation, VolumeChunk, claims_to_api, time};
 pub use super::store::EventFilter;
 use super::store::Snapshot;
 use csivol_rules::fence::FenceConfig;
@@ -48,21 +48,23 @@ pub fn list_volumes(
     Ok(out)
 }
 
-/// Every volume passing `filter`, `LIST_CHUNK` rows at a time, each step's volumes handed
-/// to `emit` (all within the caller's read transaction: one consistent view).
+/// Every volume passing the plugin filter, [`LIST_CHUNK`] rows at a time with their claims
+/// and attachments, each step handed to `emit` as the store read it (all within the
+/// caller's read transaction: one consistent view); [`shape`] makes a step the API's
+/// volumes. Reading and shaping are apart so that a listing can do them on two threads.
 pub fn each_volume_chunk(
     conn: &impl Snapshot,
     filter: &VolumeFilter,
-    mut emit: impl FnMut(Vec<api::Volume>) -> ApiResult<()>,
+    mut emit: impl FnMut(VolumeChunk) -> ApiResult<()>,
 ) -> ApiResult<()> {
-    let mut cursor: Option<String> = None;
+    let mut cursor = String::new();
     loop {
-        let (page, last) = volume_chunk(conn, filter, cursor.as_deref(), LIST_CHUNK)?;
-        let Some(last) = last else {
+        let chunk = conn.volume_chunk(&cursor, filter.plugin.as_deref(), LIST_CHUNK)?;
+        let Some(last) = chunk.volumes.last().map(|v| v.name.clone()) else {
             return Ok(());
         };
-        emit(page)?;
-        cursor = Some(last);
+        emit(chunk)?;
+        cursor = last;
     }
 }
 
@@ -75,28 +77,33 @@ fn volume_chunk(
     rows: usize,
 ) -> ApiResult<(Vec<api::Volume>, Option<String>)> {
     let chunk = conn.volume_chunk(after.unwrap_or(""), filter.plugin.as_deref(), rows)?;
-    let Some(last) = chunk.volumes.last().map(|v| v.name.clone()) else {
-        return Ok((Vec::new(), None));
-    };
-    let (volumes, claims, atts) = (chunk.volumes, chunk.claims, chunk.attachments);
-    let empty_c = Vec::new();
-    let empty_a = Vec::new();
-    let mut out = Vec::with_capacity(volumes.len());
-    for v in volumes {
-        let c = claims.get(&v.name).unwrap_or(&empty_c);
-        let a = atts.get(&v.name).unwrap_or(&empty_a);
+    let last = chunk.volumes.last().map(|v| v.name.clone());
+    Ok((shape(chunk, filter).collect(), last))
+}
+
+/// The API's volumes of a chunk the store read, those that pass the state and node
+/// filters (the plugin filter is the store's), one at a time: a listing serialises each as
+/// it is made.
+pub fn shape(chunk: VolumeChunk, filter: &VolumeFilter) -> impl Iterator<Item = api::Volume> {
+    let VolumeChunk {
+        volumes,
+        claims,
+        attachments,
+    } = chunk;
+    volumes.into_iter().filter_map(move |v| {
+        let c = claims.get(&v.name).map_or(&[][..], Vec::as_slice);
+        let a = attachments.get(&v.name).map_or(&[][..], Vec::as_slice);
         if let Some(n) = &filter.node
             && !c.iter().any(|c| c.node == *n)
             && !a.iter().any(|a| a.node == *n)
         {
-            continue;
+            return None;
         }
         if filter.state.is_some_and(|s| s != v.state(c, a)) {
-            continue;
+            return None;
         }
-        out.push(v.to_api(c, a));
-    }
-    Ok((out, Some(last)))
+        Some(v.into_api(c, a))
+    })
 }
 
 /// Nodes with their plugins; `only` selects one.

@@ -439,6 +439,92 @@ async fn the_volume_list_streams_and_pages_the_same_volumes() {
     }
 }
 
+/// A listing whose read fails after its first chunk was sent ends its body broken: the
+/// client must never take what came before for the whole list. The read and the shaping
+/// of the list run on two threads, and the end of the array is written only after the
+/// read said it read everything.
+#[tokio::test]
+async fn a_list_whose_read_fails_part_way_is_broken_not_short() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = TestDir::new("state-list-broken");
+    let mut server = ServerProc::start(&dir.join("server"), &[]);
+    let api = server.api();
+    for i in 0..700 {
+        register(&api, &format!("vol-{i:05}")).await;
+    }
+    server.proc.kill();
+    // A row this server cannot decode, in the second chunk of 500.
+    let conn = rusqlite_open(&server.data_dir.join("state.db"));
+    let changed = conn
+        .execute(
+            "UPDATE volumes SET context = 'not json' WHERE name = 'vol-00600'",
+            [],
+        )
+        .unwrap();
+    assert_eq!(changed, 1);
+    drop(conn);
+    server.restart_after_kill();
+
+    let addr = server.url.trim_start_matches("http://").to_owned();
+    let mut sock = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let request = format!(
+        "GET /v1/volumes HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {}\r\n\
+         Connection: close\r\n\r\n",
+        server.token
+    );
+    sock.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(WAIT, sock.read_to_end(&mut answer))
+        .await
+        .expect("the server ends the answer")
+        .ok();
+    let text = String::from_utf8_lossy(&answer);
+    let (head, body) = text.split_once("\r\n\r\n").expect("an HTTP answer");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("transfer-encoding: chunked"),
+        "{head}"
+    );
+    assert!(
+        body.contains("\"vol-00000\""),
+        "the first chunk was sent before the read failed: {}",
+        &body[..body.len().min(300)]
+    );
+    assert!(
+        !body.ends_with("0\r\n\r\n"),
+        "the chunked body must not end as a complete one: ...{}",
+        &body[body.len().saturating_sub(300)..]
+    );
+    let list = dechunk(body.as_bytes());
+    assert!(
+        serde_json::from_slice::<serde_json::Value>(&list).is_err() && !list.ends_with(b"]"),
+        "what was sent is not a whole JSON array: ...{}",
+        String::from_utf8_lossy(&list[list.len().saturating_sub(300)..])
+    );
+    assert!(
+        !body.contains("\"vol-00600\""),
+        "nothing from the row that failed"
+    );
+}
+
+/// The data of a chunked HTTP body, as far as it goes.
+fn dechunk(mut body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    while let Some(eol) = body.windows(2).position(|w| w == b"\r\n") {
+        let size = std::str::from_utf8(&body[..eol])
+            .ok()
+            .and_then(|s| usize::from_str_radix(s.trim(), 16).ok());
+        let Some(size) = size.filter(|&n| n > 0) else {
+            break;
+        };
+        let data = &body[eol + 2..];
+        out.extend_from_slice(&data[..size.min(data.len())]);
+        body = data.get(size + 2..).unwrap_or_default();
+    }
+    out
+}
+
 /// Registers a single-node-writer file-system volume `name` of plugin `hp`; it must be new.
 async fn register(api: &csivol_tests::Api, name: &str) {
     let (status, body) = api
