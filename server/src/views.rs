@@ -82,8 +82,8 @@ fn volume_chunk(
 }
 
 /// The API's volumes of a chunk the store read, those that pass the state and node
-/// filters (the plugin filter is the store's), one at a time: a listing serialises each as
-/// it is made.
+/// filters (the plugin filter is the store's), each row's strings and maps moved into its
+/// volume.
 pub fn shape(chunk: VolumeChunk, filter: &VolumeFilter) -> impl Iterator<Item = api::Volume> {
     let VolumeChunk {
         volumes,
