@@ -121,12 +121,9 @@ impl VolumeRow {
         }
     }
 
-    pub fn to_api(&self, claims: &[ClaimRow], attachments: &[AttachmentRow]) -> api::Volume {
-        self.clone().into_api(claims, attachments)
-    }
-
-    /// [`VolumeRow::to_api`] taking the row, whose strings and maps move into the answer
-    /// instead of being copied (a listing shapes every volume once).
+    /// The API's view of the volume, taking the row: its strings and maps move into the
+    /// answer instead of being copied (a listing shapes every volume once), and of its
+    /// secrets only the names are kept.
     pub fn into_api(self, claims: &[ClaimRow], attachments: &[AttachmentRow]) -> api::Volume {
         api::Volume {
             state: self.state(claims, attachments),

@@ -117,7 +117,7 @@ pub fn volume_view(conn: &(impl Snapshot + ?Sized), name: &str) -> ApiResult<api
     let v = conn.require_volume(name)?;
     let claims = conn.claims_of_volume(name)?;
     let atts = conn.attachments_of_volume(name)?;
-    Ok(v.to_api(&claims, &atts))
+    Ok(v.into_api(&claims, &atts))
 }
 
 pub(super) fn claims_in_the_way(claims: &[ClaimRow]) -> String {
