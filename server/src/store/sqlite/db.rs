@@ -387,6 +387,18 @@ fn configure(conn: &Connection) -> rusqlite::Result<()> {
     // Overwritten and deleted content is zeroed, so that a secret sealed again under a new
     // key, or a volume deregistered, leaves no old bytes in free pages.
     conn.pragma_update(None, "secure_delete", "ON")?;
+    plan_once(conn)
+}
+
+/// One plan per statement whatever its parameters (SQLite's query planner stability
+/// guarantee): without it SQLite prepares a cached statement again each time a parameter
+/// it planned with (a bound `LIMIT ?`) is bound anew, which a listing does for every chunk
+/// it reads.
+fn plan_once(conn: &Connection) -> rusqlite::Result<()> {
+    conn.set_db_config(
+        rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG,
+        true,
+    )?;
     Ok(())
 }
 
@@ -817,6 +829,7 @@ fn read_on<T>(
             )?;
             c.busy_timeout(std::time::Duration::from_secs(10))?;
             c.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+            plan_once(&c)?;
             c
         }
     };
@@ -1066,6 +1079,30 @@ mod tests {
         assert_eq!(effects.kept, 0);
         assert_eq!(meta_keys(&conn), ["a", "b", "c", "e", "index"]);
         assert_eq!(index_now(&conn), index + 2);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// A cached statement bound with a new `LIMIT` runs as prepared, on the writer's
+    /// connection and on the readers' (a listing binds one per chunk it reads).
+    #[tokio::test]
+    async fn a_cached_statement_is_not_prepared_again_for_new_parameters() {
+        const SQL: &str = "SELECT key FROM meta WHERE key > ?1 ORDER BY key LIMIT ?2";
+        fn reprepared(c: &Connection) -> ApiResult<i32> {
+            for limit in 1..=3 {
+                let mut st = c.prepare_cached(SQL)?;
+                st.query(params!["", limit])?.next()?;
+            }
+            let st = c.prepare_cached(SQL)?;
+            Ok(st.get_status(rusqlite::StatementStatus::RePrepare))
+        }
+        let dir = tempfile_dir();
+        let db = Db::start(&dir.join("state.db")).unwrap();
+        assert_eq!(db.read(reprepared).await.unwrap(), 0, "a reader");
+        assert_eq!(
+            db.write(|ctx| reprepared(ctx.tx)).await.unwrap(),
+            0,
+            "the writer"
+        );
         std::fs::remove_dir_all(dir).unwrap();
     }
 
