@@ -102,23 +102,7 @@ impl VolumeRow {
 
     /// The volume's state, given its claims and attachments.
     pub fn state(&self, claims: &[ClaimRow], attachments: &[AttachmentRow]) -> VolumeState {
-        match self.lifecycle {
-            Lifecycle::Creating => return VolumeState::Creating,
-            Lifecycle::Deleting => return VolumeState::Deleting,
-            Lifecycle::Failed => return VolumeState::Failed,
-            Lifecycle::Ready => {}
-        }
-        if claims.iter().any(|c| c.state == ClaimState::Blocked)
-            || attachments
-                .iter()
-                .any(|a| a.state == AttachmentState::Blocked)
-        {
-            VolumeState::Blocked
-        } else if claims.iter().all(|c| c.state == ClaimState::Queued) && attachments.is_empty() {
-            VolumeState::Free
-        } else {
-            VolumeState::Attached
-        }
+        volume_state(self.lifecycle, claims, attachments)
     }
 
     /// The API's view of the volume, taking the row: its strings and maps move into the
@@ -127,19 +111,7 @@ impl VolumeRow {
     pub fn into_api(self, claims: &[ClaimRow], attachments: &[AttachmentRow]) -> api::Volume {
         api::Volume {
             state: self.state(claims, attachments),
-            accepts_claims: self.lifecycle == Lifecycle::Ready && {
-                let held: Vec<csivol_rules::claims::Held<'_>> = claims
-                    .iter()
-                    .filter(|c| c.state != ClaimState::Queued)
-                    .map(|c| csivol_rules::claims::Held {
-                        alloc: &c.alloc,
-                        node: &c.node,
-                        mode: c.mode,
-                        state: c.state,
-                    })
-                    .collect();
-                csivol_rules::claims::accepts_new_claims(self.access_mode, &held)
-            },
+            accepts_claims: accepts_claims(self.lifecycle, self.access_mode, claims),
             name: self.name,
             plugin: self.plugin,
             external_id: self.external_id,
@@ -163,6 +135,49 @@ impl VolumeRow {
             updated_at: time(self.updated_at),
             index: self.modify_index,
         }
+    }
+}
+
+/// A volume's state from its lifecycle, claims and attachments.
+pub fn volume_state(
+    lifecycle: Lifecycle,
+    claims: &[ClaimRow],
+    attachments: &[AttachmentRow],
+) -> VolumeState {
+    match lifecycle {
+        Lifecycle::Creating => return VolumeState::Creating,
+        Lifecycle::Deleting => return VolumeState::Deleting,
+        Lifecycle::Failed => return VolumeState::Failed,
+        Lifecycle::Ready => {}
+    }
+    if claims.iter().any(|c| c.state == ClaimState::Blocked)
+        || attachments
+            .iter()
+            .any(|a| a.state == AttachmentState::Blocked)
+    {
+        VolumeState::Blocked
+    } else if claims.iter().all(|c| c.state == ClaimState::Queued) && attachments.is_empty() {
+        VolumeState::Free
+    } else {
+        VolumeState::Attached
+    }
+}
+
+/// Whether a volume takes a new claim now, by its access mode and the claims it holds
+/// (blocked ones included).
+pub fn accepts_claims(lifecycle: Lifecycle, access_mode: AccessMode, claims: &[ClaimRow]) -> bool {
+    lifecycle == Lifecycle::Ready && {
+        let held: Vec<csivol_rules::claims::Held<'_>> = claims
+            .iter()
+            .filter(|c| c.state != ClaimState::Queued)
+            .map(|c| csivol_rules::claims::Held {
+                alloc: &c.alloc,
+                node: &c.node,
+                mode: c.mode,
+                state: c.state,
+            })
+            .collect();
+        csivol_rules::claims::accepts_new_claims(access_mode, &held)
     }
 }
 
@@ -492,11 +507,156 @@ pub struct PluginNodeRow {
 }
 
 /// A run of volumes by name with their claims and attachments, as a listing reads them.
-#[derive(Clone, Debug, Default)]
+/// The volumes are kept as the store holds them, and decoded by `decode` where they are
+/// shaped: the thread holding the read transaction only copies their columns.
+#[derive(Clone, Debug)]
 pub struct VolumeChunk {
-    pub volumes: Vec<VolumeRow>,
+    pub volumes: StoredRows,
+    /// The store's reading of one of `volumes`.
+    pub decode: fn(StoredRow<'_>) -> Result<VolumeFields<'_>, String>,
+    /// The name of the last volume (`None`: the chunk is empty).
+    pub last: Option<String>,
     pub claims: std::collections::HashMap<String, Vec<ClaimRow>>,
     pub attachments: std::collections::HashMap<String, Vec<AttachmentRow>>,
+}
+
+/// A volume row's fields borrowed from where the store read them: what a listing shows of
+/// a volume without making a string of every column. The collections are most often empty,
+/// which allocates nothing.
+#[derive(Clone, Debug, PartialEq)]
+pub struct VolumeFields<'a> {
+    pub name: &'a str,
+    pub plugin: &'a str,
+    pub external_id: &'a str,
+    pub access_mode: AccessMode,
+    pub attachment: api::Attachment,
+    pub fs_type: &'a str,
+    pub mount_flags: Vec<String>,
+    pub context: BTreeMap<String, String>,
+    pub parameters: BTreeMap<String, String>,
+    /// The names of its secrets; their values are never listed.
+    pub secret_keys: Vec<String>,
+    pub capacity_bytes: Option<u64>,
+    pub lifecycle: Lifecycle,
+    pub error: Option<&'a str>,
+    pub created_at: i64,
+    pub updated_at: i64,
+    pub modify_index: u64,
+    pub expansion: Option<api::Expansion>,
+    pub accessible_topology: Vec<Topology>,
+    pub topology_request: Option<api::TopologyRequest>,
+    pub mutable_parameters: BTreeMap<String, String>,
+    pub modification: Option<api::Modification>,
+}
+
+/// One column's value within [`StoredRows`].
+#[derive(Clone, Copy, Debug)]
+enum Cell {
+    Null,
+    Int(i64),
+    /// A byte range of the rows' text.
+    Text(usize, usize),
+    /// A type no row of ours stores (a real or a blob).
+    Other,
+}
+
+/// Rows of one width as a store read them: every column's value as stored, the text of
+/// all of them in one buffer. Reading rows this way costs a copy of their bytes and no
+/// allocation per value; decoding them can then happen on another thread.
+#[derive(Clone, Debug, Default)]
+pub struct StoredRows {
+    columns: usize,
+    cells: Vec<Cell>,
+    text: Vec<u8>,
+}
+
+impl StoredRows {
+    pub fn new(columns: usize) -> Self {
+        Self {
+            columns,
+            ..Self::default()
+        }
+    }
+
+    pub fn push_null(&mut self) {
+        self.cells.push(Cell::Null);
+    }
+
+    pub fn push_int(&mut self, v: i64) {
+        self.cells.push(Cell::Int(v));
+    }
+
+    pub fn push_text(&mut self, bytes: &[u8]) {
+        let start = self.text.len();
+        self.text.extend_from_slice(bytes);
+        self.cells.push(Cell::Text(start, self.text.len()));
+    }
+
+    pub fn push_other(&mut self) {
+        self.cells.push(Cell::Other);
+    }
+
+    /// The rows pushed whole.
+    pub fn len(&self) -> usize {
+        self.cells.len().checked_div(self.columns).unwrap_or(0)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn rows(&self) -> impl Iterator<Item = StoredRow<'_>> {
+        self.cells
+            .chunks_exact(self.columns.max(1))
+            .map(|cells| StoredRow {
+                cells,
+                text: &self.text,
+            })
+    }
+}
+
+/// One of [`StoredRows`]; a column read as the wrong type is an error naming it.
+#[derive(Clone, Copy, Debug)]
+pub struct StoredRow<'a> {
+    cells: &'a [Cell],
+    text: &'a [u8],
+}
+
+impl<'a> StoredRow<'a> {
+    fn cell(&self, i: usize) -> Result<Cell, String> {
+        self.cells
+            .get(i)
+            .copied()
+            .ok_or_else(|| format!("column {i} is past the row's {} columns", self.cells.len()))
+    }
+
+    pub fn text_or_null(&self, i: usize) -> Result<Option<&'a str>, String> {
+        match self.cell(i)? {
+            Cell::Null => Ok(None),
+            Cell::Text(start, end) => std::str::from_utf8(&self.text[start..end])
+                .map(Some)
+                .map_err(|e| format!("column {i} is not UTF-8 text: {e}")),
+            other => Err(format!("column {i} holds {other:?}, not text")),
+        }
+    }
+
+    pub fn text(&self, i: usize) -> Result<&'a str, String> {
+        self.text_or_null(i)?
+            .ok_or_else(|| format!("column {i} is NULL, not text"))
+    }
+
+    pub fn int_or_null(&self, i: usize) -> Result<Option<i64>, String> {
+        match self.cell(i)? {
+            Cell::Null => Ok(None),
+            Cell::Int(v) => Ok(Some(v)),
+            other => Err(format!("column {i} holds {other:?}, not an integer")),
+        }
+    }
+
+    pub fn int(&self, i: usize) -> Result<i64, String> {
+        self.int_or_null(i)?
+            .ok_or_else(|| format!("column {i} is NULL, not an integer"))
+    }
 }
 
 /// How many rows are in each state, for the metrics' gauges.

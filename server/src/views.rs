@@ -8,10 +8,15 @@ use csivol_api::{self as api, ControllerHost, ControllerHosts, NodeStatus, Volum
 use super::error::{ApiError, ApiResult};
 use super::fence;
 use super::liveness::Beats;
-use super::model::{ClaimRow, LimitChangeRow, StoredObservation, VolumeChunk, claims_to_api, time};
+use super::model::{
+    AttachmentRow, ClaimRow, LimitChangeRow, StoredObservation, VolumeChunk, VolumeFields,
+    accepts_claims, claims_to_api, time, volume_state,
+};
 pub use super::store::EventFilter;
 use super::store::Snapshot;
+use csivol_api::domain::{AccessMode, Topology};
 use csivol_rules::fence::FenceConfig;
+use serde::Serialize;
 
 /// What a volume listing selects.
 #[derive(Debug, Clone, Default)]
@@ -26,25 +31,30 @@ pub struct VolumeFilter {
 pub const LIST_CHUNK: usize = 500;
 
 /// The volumes after `after` (by name) that pass `filter`, at most `limit`, with their
-/// claims and attachments; each step reads [`LIST_CHUNK`] volumes and the claims and
-/// attachments of that name range (three queries). Fewer than `limit` means the end.
+/// claims and attachments, as a JSON array; each step reads [`LIST_CHUNK`] volumes and the
+/// claims and attachments of that name range (three queries). Fewer than `limit` means
+/// the end.
 pub fn list_volumes(
-    conn: &impl Snapshot,
+    conn: &(impl Snapshot + ?Sized),
     filter: &VolumeFilter,
     after: Option<&str>,
     limit: usize,
-) -> ApiResult<Vec<api::Volume>> {
-    let mut out = Vec::new();
-    let mut cursor = after.map(str::to_owned);
-    while out.len() < limit {
-        let (page, last) = volume_chunk(conn, filter, cursor.as_deref(), LIST_CHUNK)?;
-        let Some(last) = last else {
-            break;
-        };
-        out.extend(page);
-        cursor = Some(last);
+) -> ApiResult<Vec<u8>> {
+    let mut out = vec![b'['];
+    let mut listed = 0;
+    let mut cursor = after.unwrap_or("").to_owned();
+    while listed < limit {
+        let chunk = conn.volume_chunk(&cursor, filter.plugin.as_deref(), LIST_CHUNK)?;
+        for v in shape(&chunk, filter).take(limit - listed) {
+            write_listed(&mut out, listed == 0, &v?)?;
+            listed += 1;
+        }
+        match chunk.last {
+            Some(last) => cursor = last,
+            None => break,
+        }
     }
-    out.truncate(limit);
+    out.push(b']');
     Ok(out)
 }
 
@@ -53,14 +63,14 @@ pub fn list_volumes(
 /// caller's read transaction: one consistent view); [`shape`] makes a step the API's
 /// volumes. Reading and shaping are apart so that a listing can do them on two threads.
 pub fn each_volume_chunk(
-    conn: &impl Snapshot,
+    conn: &(impl Snapshot + ?Sized),
     filter: &VolumeFilter,
     mut emit: impl FnMut(VolumeChunk) -> ApiResult<()>,
 ) -> ApiResult<()> {
     let mut cursor = String::new();
     loop {
         let chunk = conn.volume_chunk(&cursor, filter.plugin.as_deref(), LIST_CHUNK)?;
-        let Some(last) = chunk.volumes.last().map(|v| v.name.clone()) else {
+        let Some(last) = chunk.last.clone() else {
             return Ok(());
         };
         emit(chunk)?;
@@ -68,42 +78,165 @@ pub fn each_volume_chunk(
     }
 }
 
-/// Up to `rows` volumes after `after` that pass the plugin filter, then the state and node
-/// filters; with the name of the last row read (`None`: no row left).
-fn volume_chunk(
-    conn: &impl Snapshot,
-    filter: &VolumeFilter,
-    after: Option<&str>,
-    rows: usize,
-) -> ApiResult<(Vec<api::Volume>, Option<String>)> {
-    let chunk = conn.volume_chunk(after.unwrap_or(""), filter.plugin.as_deref(), rows)?;
-    let last = chunk.volumes.last().map(|v| v.name.clone());
-    Ok((shape(chunk, filter).collect(), last))
+/// Appends one listed volume to a JSON array being written (`first`: no comma before it).
+pub fn write_listed(out: &mut Vec<u8>, first: bool, v: &ListedVolume<'_>) -> ApiResult<()> {
+    if !first {
+        out.push(b',');
+    }
+    serde_json::to_writer(&mut *out, v).map_err(|e| ApiError::internal(e.to_string()))
 }
 
-/// The API's volumes of a chunk the store read, those that pass the state and node
-/// filters (the plugin filter is the store's), each row's strings and maps moved into its
-/// volume.
-pub fn shape(chunk: VolumeChunk, filter: &VolumeFilter) -> impl Iterator<Item = api::Volume> {
-    let VolumeChunk {
-        volumes,
-        claims,
-        attachments,
-    } = chunk;
-    volumes.into_iter().filter_map(move |v| {
-        let c = claims.get(&v.name).map_or(&[][..], Vec::as_slice);
-        let a = attachments.get(&v.name).map_or(&[][..], Vec::as_slice);
+/// The listed volumes of a chunk the store read, those that pass the state and node
+/// filters (the plugin filter is the store's), each decoded from the chunk in place.
+pub fn shape<'c>(
+    chunk: &'c VolumeChunk,
+    filter: &'c VolumeFilter,
+) -> impl Iterator<Item = ApiResult<ListedVolume<'c>>> + 'c {
+    chunk.volumes.rows().filter_map(move |row| {
+        let fields = match (chunk.decode)(row) {
+            Ok(f) => f,
+            Err(e) => return Some(Err(ApiError::internal(format!("a stored volume: {e}")))),
+        };
+        let c = chunk.claims.get(fields.name).map_or(&[][..], Vec::as_slice);
+        let a = chunk
+            .attachments
+            .get(fields.name)
+            .map_or(&[][..], Vec::as_slice);
         if let Some(n) = &filter.node
             && !c.iter().any(|c| c.node == *n)
             && !a.iter().any(|a| a.node == *n)
         {
             return None;
         }
-        if filter.state.is_some_and(|s| s != v.state(c, a)) {
+        let state = volume_state(fields.lifecycle, c, a);
+        if filter.state.is_some_and(|s| s != state) {
             return None;
         }
-        Some(v.into_api(c, a))
+        Some(Ok(ListedVolume::new(fields, state, c, a)))
     })
+}
+
+/// A volume as the API shows it ([`api::Volume`], serialised to the same JSON), its
+/// strings borrowed from where the store read them: a listing of many volumes makes no
+/// string per column and no timestamp string.
+#[derive(Debug, Serialize)]
+pub struct ListedVolume<'a> {
+    name: &'a str,
+    plugin: &'a str,
+    external_id: &'a str,
+    access_mode: AccessMode,
+    attachment: api::Attachment,
+    state: VolumeState,
+    accepts_claims: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    capacity_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "is_empty")]
+    fs_type: &'a str,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    mount_flags: Vec<String>,
+    context: BTreeMap<String, String>,
+    parameters: BTreeMap<String, String>,
+    secret_keys: Vec<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    accessible_topology: Vec<Topology>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    topology_request: Option<api::TopologyRequest>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    expansion: Option<api::Expansion>,
+    mutable_parameters: BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    modification: Option<api::Modification>,
+    claims: Vec<api::Claim>,
+    attachments: Vec<api::AttachmentStatus>,
+    created_at: Rfc3339,
+    updated_at: Rfc3339,
+    index: u64,
+}
+
+fn is_empty(s: &&str) -> bool {
+    s.is_empty()
+}
+
+/// Unix milliseconds serialised as [`time`] formats them, written straight into the
+/// output.
+#[derive(Debug)]
+struct Rfc3339(i64);
+
+impl Serialize for Rfc3339 {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(self.0.max(0) as u64);
+        s.collect_str(&humantime::format_rfc3339_millis(t))
+    }
+}
+
+impl<'a> ListedVolume<'a> {
+    fn new(
+        v: VolumeFields<'a>,
+        state: VolumeState,
+        claims: &[ClaimRow],
+        attachments: &[AttachmentRow],
+    ) -> Self {
+        Self {
+            accepts_claims: accepts_claims(v.lifecycle, v.access_mode, claims),
+            state,
+            name: v.name,
+            plugin: v.plugin,
+            external_id: v.external_id,
+            access_mode: v.access_mode,
+            attachment: v.attachment,
+            capacity_bytes: v.capacity_bytes,
+            fs_type: v.fs_type,
+            mount_flags: v.mount_flags,
+            context: v.context,
+            parameters: v.parameters,
+            secret_keys: v.secret_keys,
+            accessible_topology: v.accessible_topology,
+            topology_request: v.topology_request,
+            error: v.error,
+            expansion: v.expansion,
+            mutable_parameters: v.mutable_parameters,
+            modification: v.modification,
+            claims: claims_to_api(claims),
+            attachments: attachments.iter().map(AttachmentRow::to_api).collect(),
+            created_at: Rfc3339(v.created_at),
+            updated_at: Rfc3339(v.updated_at),
+            index: v.modify_index,
+        }
+    }
+}
+
+/// Every field of [`api::Volume`], named: a field added there fails to compile here until
+/// [`ListedVolume`] has it too (the listing and `GET /v1/volumes/NAME` must agree).
+#[allow(dead_code)]
+fn listed_volume_has_every_field(v: api::Volume) {
+    let api::Volume {
+        name: _,
+        plugin: _,
+        external_id: _,
+        access_mode: _,
+        attachment: _,
+        state: _,
+        accepts_claims: _,
+        capacity_bytes: _,
+        fs_type: _,
+        mount_flags: _,
+        context: _,
+        parameters: _,
+        secret_keys: _,
+        accessible_topology: _,
+        topology_request: _,
+        error: _,
+        expansion: _,
+        mutable_parameters: _,
+        modification: _,
+        claims: _,
+        attachments: _,
+        created_at: _,
+        updated_at: _,
+        index: _,
+    } = v;
 }
 
 /// Nodes with their plugins; `only` selects one.

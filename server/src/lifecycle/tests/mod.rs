@@ -7,6 +7,7 @@ mod claims;
 mod desired;
 mod expand;
 mod group_snapshots;
+mod listing;
 mod nodes;
 mod operator;
 mod ops;

@@ -3,15 +3,16 @@
 use std::collections::HashMap;
 
 use csivol_api as api;
+use rusqlite::types::ValueRef;
 use rusqlite::{Connection, params};
 
 use super::exec;
-use super::rows::{ATTACHMENT_COLUMNS, CLAIM_COLUMNS, VOLUME_COLUMNS};
+use super::rows::{ATTACHMENT_COLUMNS, CLAIM_COLUMNS, VOLUME_COLUMNS, volume_fields};
 use crate::db::WriteCtx;
 use crate::error::{ApiError, ApiResult};
 use crate::model::{
-    AttachmentRow, ClaimRow, PluginNodeRow, RunningOpRow, StateCounts, VolumeChunk, WaitingOps,
-    time,
+    AttachmentRow, ClaimRow, PluginNodeRow, RunningOpRow, StateCounts, StoredRows, VolumeChunk,
+    WaitingOps, time,
 };
 use crate::store::EventFilter;
 
@@ -68,15 +69,31 @@ pub fn volume_chunk(
     );
     // A range on the primary key, so each chunk starts where the last ended: `OR ?1 IS
     // NULL` would make SQLite scan from the first name every time. No name is empty.
-    let volumes: Vec<crate::model::VolumeRow> = conn
-        .prepare_cached(&sql)?
-        .query_map(
-            params![after, plugin, rows as i64],
-            crate::model::VolumeRow::from_row,
-        )?
-        .collect::<Result<_, _>>()?;
-    let Some(last) = volumes.last().map(|v| v.name.clone()) else {
-        return Ok(VolumeChunk::default());
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let columns = stmt.column_count();
+    let mut volumes = StoredRows::new(columns);
+    let mut found = stmt.query(params![after, plugin, rows as i64])?;
+    while let Some(r) = found.next()? {
+        // Copied as stored; the listing decodes them where it shapes them.
+        for i in 0..columns {
+            match r.get_ref(i)? {
+                ValueRef::Null => volumes.push_null(),
+                ValueRef::Integer(v) => volumes.push_int(v),
+                ValueRef::Text(t) => volumes.push_text(t),
+                ValueRef::Real(_) | ValueRef::Blob(_) => volumes.push_other(),
+            }
+        }
+    }
+    drop(found);
+    let last = volumes.rows().last().map(|r| r.text(0).map(str::to_owned));
+    let Some(last) = last.transpose().map_err(ApiError::internal)? else {
+        return Ok(VolumeChunk {
+            volumes,
+            decode: volume_fields,
+            last: None,
+            claims: HashMap::new(),
+            attachments: HashMap::new(),
+        });
     };
     let mut claims: HashMap<String, Vec<ClaimRow>> = HashMap::new();
     let sql = format!(
@@ -104,6 +121,8 @@ pub fn volume_chunk(
     }
     Ok(VolumeChunk {
         volumes,
+        decode: volume_fields,
+        last: Some(last),
         claims,
         attachments,
     })

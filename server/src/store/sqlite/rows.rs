@@ -8,7 +8,9 @@ use rusqlite::{Connection, Row, params};
 
 use crate::db::optional;
 use crate::error::ApiResult;
-use crate::model::{AttachmentRow, ClaimRow, NodePluginRow, NodeRow, OpRow, VolumeRow};
+use crate::model::{
+    AttachmentRow, ClaimRow, NodePluginRow, NodeRow, OpRow, StoredRow, VolumeFields, VolumeRow,
+};
 
 /// Column `i` as text borrowed from the row: decoding a column this way makes no `String`
 /// for a value that is only parsed (a listing decodes some 20 columns per volume).
@@ -93,6 +95,63 @@ impl VolumeRow {
         let sql = format!("SELECT {VOLUME_COLUMNS} FROM volumes WHERE name = ?1");
         optional(conn.prepare_cached(&sql)?.query_row([name], Self::from_row))
     }
+}
+
+/// A volume row of [`VOLUME_COLUMNS`] as a listing copied it ([`StoredRows`]), read in
+/// place: the same columns as [`VolumeRow::from_row`], the secrets' names only.
+pub fn volume_fields(r: StoredRow<'_>) -> Result<VolumeFields<'_>, String> {
+    fn parsed<T: FromStr<Err = String>>(r: &StoredRow<'_>, i: usize) -> Result<T, String> {
+        r.text(i)?.parse().map_err(|e| format!("column {i}: {e}"))
+    }
+    fn collection<T: serde::de::DeserializeOwned + Default>(
+        r: &StoredRow<'_>,
+        i: usize,
+        empty: &str,
+    ) -> Result<T, String> {
+        match r.text(i)? {
+            s if s == empty => Ok(T::default()),
+            s => serde_json::from_str(s).map_err(|e| format!("column {i}: {e}")),
+        }
+    }
+    fn json_or_null<T: serde::de::DeserializeOwned>(
+        r: &StoredRow<'_>,
+        i: usize,
+    ) -> Result<Option<T>, String> {
+        r.text_or_null(i)?
+            .map(|s| serde_json::from_str(s).map_err(|e| format!("column {i}: {e}")))
+            .transpose()
+    }
+    let name = r.text(0)?;
+    let secret_keys = match r.text(9)? {
+        "{}" => Vec::new(),
+        sealed => crate::secrets::open(name, sealed)
+            .map_err(|e| format!("column 9: {e}"))?
+            .into_keys()
+            .collect(),
+    };
+    Ok(VolumeFields {
+        name,
+        plugin: r.text(1)?,
+        external_id: r.text(2)?,
+        access_mode: parsed(&r, 3)?,
+        attachment: parsed(&r, 4)?,
+        fs_type: r.text(5)?,
+        mount_flags: collection(&r, 6, "[]")?,
+        context: collection(&r, 7, "{}")?,
+        parameters: collection(&r, 8, "{}")?,
+        secret_keys,
+        capacity_bytes: r.int_or_null(10)?.map(|v| v as u64),
+        lifecycle: parsed(&r, 11)?,
+        error: r.text_or_null(12)?,
+        created_at: r.int(13)?,
+        updated_at: r.int(14)?,
+        modify_index: r.int(15)? as u64,
+        expansion: json_or_null(&r, 16)?,
+        accessible_topology: collection(&r, 17, "[]")?,
+        topology_request: json_or_null(&r, 18)?,
+        mutable_parameters: collection(&r, 19, "{}")?,
+        modification: json_or_null(&r, 20)?,
+    })
 }
 
 pub const CLAIM_COLUMNS: &str = "volume, alloc, node, mode, state, target_path, error, next_retry_at, created_at, updated_at, modify_index, \
