@@ -21,6 +21,13 @@ async fn another_servers_change_reaches_an_agent_as_that_volumes_entries() {
     let (status, c) = claim(&bb, "v2", "a0", "n1", "write").await;
     assert_eq!(status, 201, "{c}");
 
+    // A consistent read on A waits for A to apply what B acknowledged: the whole state
+    // the agent then takes from A covers the claim of v2 (A's own state read is not
+    // consistent, and under load may come before B's change reached it).
+    let (status, v) = a.api().get("/v1/volumes/v2").await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["claims"][0]["alloc"], "a0", "A applied B's claim: {v}");
+
     // The agent holds its whole state from A; a claim is made through B.
     let held = n1.desired().await;
     let index = held["index"].as_u64().unwrap();
