@@ -712,3 +712,51 @@ pub struct NewFence<'a> {
     pub reason: &'a str,
     pub ok: bool,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::StoredRows;
+
+    #[test]
+    fn stored_rows_give_each_column_back_and_name_a_column_of_the_wrong_type() {
+        let mut rows = StoredRows::new(4);
+        for (name, n) in [("v1", 1), ("v2", 2)] {
+            rows.push_text(name.as_bytes());
+            rows.push_int(n);
+            rows.push_null();
+            rows.push_text(b"\xff\xfe");
+        }
+        rows.push_text(b"a partial row is not a row");
+        assert_eq!(rows.len(), 2);
+        let read: Vec<_> = rows
+            .rows()
+            .map(|r| {
+                (
+                    r.text(0).unwrap(),
+                    r.int(1).unwrap(),
+                    r.int_or_null(2).unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(read, [("v1", 1, None), ("v2", 2, None)]);
+
+        let r = rows.rows().next().unwrap();
+        assert_eq!(r.text_or_null(2), Ok(None));
+        assert_eq!(r.text(2).unwrap_err(), "column 2 is NULL, not text");
+        assert!(
+            r.text(3)
+                .unwrap_err()
+                .starts_with("column 3 is not UTF-8 text")
+        );
+        assert_eq!(r.text(1).unwrap_err(), "column 1 holds Int(1), not text");
+        assert_eq!(
+            r.int(0).unwrap_err(),
+            "column 0 holds Text(0, 2), not an integer"
+        );
+        assert_eq!(
+            r.int(4).unwrap_err(),
+            "column 4 is past the row's 4 columns"
+        );
+        assert!(StoredRows::new(21).is_empty());
+    }
+}
