@@ -32,6 +32,18 @@ pub fn backoff(attempt: u32) -> Duration {
 /// (`csivol_rules::schedule`). Each operation's wait, from due to handed out, is observed.
 pub fn schedule_ops(ctx: &mut impl Txn, plugin: &str, limits: &Limits) -> ApiResult<()> {
     let hosts = ctx.controller_hosts(plugin)?;
+    // With hosts and every slot taken, nothing can be handed out: the queue is not read.
+    // Under a steady load that is most calls (each queued operation asks), and the queue
+    // is the long part; the running operations are `controller_concurrency` at most.
+    let assigned = if hosts.is_empty() {
+        Vec::new()
+    } else {
+        let assigned = ctx.assigned_ops(plugin)?;
+        if assigned.len() >= limits.controller_concurrency as usize {
+            return Ok(());
+        }
+        assigned
+    };
     let waiting = ctx.due_ops(plugin, ctx.now())?;
     if waiting.is_empty() {
         return Ok(());
@@ -64,16 +76,12 @@ pub fn schedule_ops(ctx: &mut impl Txn, plugin: &str, limits: &Limits) -> ApiRes
         return Ok(());
     }
     let mut load: HashMap<String, u32> = hosts.iter().map(|h| (h.clone(), 0)).collect();
-    let assigned = ctx.assigned_ops(plugin)?;
     for o in &assigned {
         if let Some(host) = &o.host {
             *load.entry(host.clone()).or_default() += 1;
         }
     }
     let free = (limits.controller_concurrency as usize).saturating_sub(assigned.len());
-    if free == 0 {
-        return Ok(());
-    }
     let running: Vec<schedule::Running<'_>> = assigned.iter().map(running).collect();
     let queued: Vec<schedule::Waiting<'_>> = waiting.iter().map(queued).collect();
     let last = served_last(limits).get(plugin).copied();

@@ -164,3 +164,47 @@ fn backoff_doubles_from_a_second_to_five_minutes_with_jitter() {
         assert!(backoff(30) >= Duration::from_secs(240));
     }
 }
+
+#[tokio::test]
+async fn the_due_queue_is_read_in_arrival_order_at_most_a_thousand_of_each_kind() {
+    use crate::db::now_ms;
+    use crate::store::Txn;
+    use csivol_rules::kinds::OpKind;
+    let env = Env::new();
+    // A burst of 1,005 attaches queued before two deletes and one more attach (ops rows
+    // only: the queue is read as it is stored, whatever the volumes).
+    env.write(|ctx, _| {
+        for i in 0..1005 {
+            ctx.queue_op(OpKind::Publish, "hp", &format!("v{i:04}"), Some("n1"), "{}")?;
+        }
+        ctx.queue_op(OpKind::Delete, "hp", "d1", None, "{}")?;
+        ctx.queue_op(OpKind::Delete, "hp", "d2", None, "{}")?;
+        ctx.queue_op(OpKind::Publish, "hp", "late", Some("n1"), "{}")?;
+        ctx.queue_op(OpKind::Delete, "other", "d3", None, "{}")?;
+        Ok(())
+    })
+    .await
+    .unwrap();
+    let due = env.read(|c| c.due_ops("hp", now_ms() + 1)).await;
+    let ids: Vec<i64> = due.iter().map(|o| o.id).collect();
+    let mut sorted = ids.clone();
+    sorted.sort_unstable();
+    assert_eq!(ids, sorted, "oldest first");
+    let publish: Vec<&str> = due
+        .iter()
+        .filter(|o| o.kind == OpKind::Publish)
+        .map(|o| o.volume.as_str())
+        .collect();
+    assert_eq!(publish.len(), 1000, "at most 1,000 of a kind");
+    assert_eq!((publish[0], publish[999]), ("v0000", "v0999"));
+    let deletes: Vec<&str> = due
+        .iter()
+        .filter(|o| o.kind == OpKind::Delete)
+        .map(|o| o.volume.as_str())
+        .collect();
+    assert_eq!(
+        deletes,
+        ["d1", "d2"],
+        "a burst of one kind hides none of another"
+    );
+}

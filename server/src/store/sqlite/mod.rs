@@ -13,7 +13,7 @@ mod rows;
 mod snapshots;
 mod txn;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use csivol_api::domain::PublishContext;
 use csivol_api::{
@@ -64,6 +64,8 @@ fn ops(conn: &Connection, filter: &str, params: impl rusqlite::Params) -> ApiRes
 
 /// The columns of an [`OpSlot`], as `slot_from_row` reads them.
 const SLOT_COLUMNS: &str = "id, kind, volume, node, host, MAX(created_at, not_before)";
+/// The most waiting operations of one kind [`Snapshot::due_ops`] returns.
+const DUE_PER_KIND: usize = 1000;
 
 fn slot_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<OpSlot> {
     let kind: String = r.get(1)?;
@@ -206,6 +208,10 @@ impl Snapshot for Connection {
         NodePluginRow::of_node(self, node)
     }
 
+    fn node_plugin(&self, node: &str, plugin: &str) -> ApiResult<Option<NodePluginRow>> {
+        NodePluginRow::load(self, node, plugin)
+    }
+
     fn needs_controller_publish(&self, plugin: &str) -> ApiResult<bool> {
         needs_controller_publish(self, plugin)
     }
@@ -270,15 +276,26 @@ impl Snapshot for Connection {
     }
 
     fn due_ops(&self, plugin: &str, now: i64) -> ApiResult<Vec<OpSlot>> {
+        // The index `ops_plugin (plugin, host)` holds the waiting operations of a plugin in
+        // id order, so this is one ordered scan with no sort; the cap per kind is counted
+        // here (a window function numbering the rows sorted them twice, at every slot
+        // freed).
         let sql = format!(
-            "SELECT {SLOT_COLUMNS} FROM (SELECT *, row_number() OVER (PARTITION BY kind ORDER BY id) AS n \
-             FROM ops WHERE plugin = ?1 AND host IS NULL AND not_before <= ?2) WHERE n <= 1000 ORDER BY id"
+            "SELECT {SLOT_COLUMNS} FROM ops WHERE plugin = ?1 AND host IS NULL AND not_before <= ?2 \
+             ORDER BY id"
         );
         let mut stmt = self.prepare_cached(&sql)?;
-        let rows = stmt
-            .query_map(params![plugin, now], slot_from_row)?
-            .collect::<Result<_, _>>()?;
-        Ok(rows)
+        let mut seen: HashMap<OpKind, usize> = HashMap::new();
+        let mut due = Vec::new();
+        for slot in stmt.query_map(params![plugin, now], slot_from_row)? {
+            let slot = slot?;
+            let n = seen.entry(slot.kind).or_default();
+            *n += 1;
+            if *n <= DUE_PER_KIND {
+                due.push(slot);
+            }
+        }
+        Ok(due)
     }
 
     fn key_op(&self, kind: OpKind, volume: &str) -> ApiResult<Option<OpRow>> {
@@ -466,6 +483,7 @@ reads_through_the_transaction! {
     node(name: &str) -> Option<NodeRow>;
     node_statuses(volume: &str, also: Option<&str>) -> Vec<(String, NodeStatus)>;
     node_plugins(node: &str) -> Vec<NodePluginRow>;
+    node_plugin(node: &str, plugin: &str) -> Option<NodePluginRow>;
     nodes_with_plugin_id(plugin: &str, node_id: &str) -> Vec<String>;
     needs_controller_publish(plugin: &str) -> bool;
     slots_used(node: &str, plugin: &str) -> u32;
