@@ -659,9 +659,10 @@ async fn get_claim(
         Some((after, wait)) => app.db.hub.wait(&key, after, wait).await,
         None => app.db.hub.index(&key),
     };
+    // One claim, or one volume's claims when it is gone: a small read, on this thread.
     let claim = app
         .db
-        .read(move |c| match c.claim(&volume, &alloc)? {
+        .read_small(|c| match c.claim(&volume, &alloc)? {
             Some(row) => c.claim_to_api(&row),
             None => Err(lifecycle::no_claim(c, &volume, &alloc)?),
         })

@@ -74,6 +74,8 @@ pub trait Snapshot {
     ) -> ApiResult<Vec<(String, NodeStatus)>>;
     /// The plugins a node registered, by plugin.
     fn node_plugins(&self, node: &str) -> ApiResult<Vec<NodePluginRow>>;
+    /// One plugin's registration on a node, if it registered there.
+    fn node_plugin(&self, node: &str, plugin: &str) -> ApiResult<Option<NodePluginRow>>;
     /// The nodes whose registration of `plugin` names `node_id` (NodeGetInfo's), by name.
     fn nodes_with_plugin_id(&self, plugin: &str, node_id: &str) -> ApiResult<Vec<String>>;
     /// Whether volumes of `plugin` need ControllerPublish before a node may use them: yes
@@ -211,13 +213,6 @@ pub trait Snapshot {
                 "list nodes with `csivol node list`; a node registers when its agent starts",
             )
         })
-    }
-
-    fn node_plugin(&self, node: &str, plugin: &str) -> ApiResult<Option<NodePluginRow>> {
-        Ok(self
-            .node_plugins(node)?
-            .into_iter()
-            .find(|p| p.plugin == plugin))
     }
 
     /// A claim's API form, with its queue position.

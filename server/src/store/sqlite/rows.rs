@@ -272,32 +272,50 @@ impl NodeRow {
     }
 }
 
+/// The columns [`NodePluginRow::from_row`] reads.
+const NODE_PLUGIN_COLUMNS: &str = "plugin, csi_node_id, max_volumes, node_service, controller, \
+     topology, limit_change, limit_read_at, json_extract(registration, '$.node.ready_check'), observed";
+
 impl NodePluginRow {
+    fn from_row(r: &Row<'_>) -> rusqlite::Result<Self> {
+        Ok(Self {
+            plugin: r.get(0)?,
+            csi_node_id: r.get(1)?,
+            max_volumes: r.get(2)?,
+            node_service: r.get(3)?,
+            controller: r.get(4)?,
+            topology: json(r, 5)?,
+            limit_change: json_or_null(r, 6)?,
+            limit_read_at: r.get(7)?,
+            ready_check: r.get(8)?,
+            observed: r
+                .get::<_, Option<String>>(9)?
+                .and_then(|o| serde_json::from_str(&o).ok()),
+        })
+    }
+
     pub fn of_node(conn: &Connection, node: &str) -> ApiResult<Vec<Self>> {
-        let mut stmt = conn.prepare_cached(
-            "SELECT plugin, csi_node_id, max_volumes, node_service, controller, topology, \
-             limit_change, limit_read_at, json_extract(registration, '$.node.ready_check'), observed \
-             FROM node_plugins WHERE node = ?1 ORDER BY plugin",
-        )?;
-        let rows = stmt
-            .query_map([node], |r| {
-                Ok(Self {
-                    plugin: r.get(0)?,
-                    csi_node_id: r.get(1)?,
-                    max_volumes: r.get(2)?,
-                    node_service: r.get(3)?,
-                    controller: r.get(4)?,
-                    topology: json(r, 5)?,
-                    limit_change: json_or_null(r, 6)?,
-                    limit_read_at: r.get(7)?,
-                    ready_check: r.get(8)?,
-                    observed: r
-                        .get::<_, Option<String>>(9)?
-                        .and_then(|o| serde_json::from_str(&o).ok()),
-                })
-            })?
+        let sql = format!(
+            "SELECT {NODE_PLUGIN_COLUMNS} FROM node_plugins WHERE node = ?1 ORDER BY plugin"
+        );
+        let rows = conn
+            .prepare_cached(&sql)?
+            .query_map([node], Self::from_row)?
             .collect::<Result<Vec<_>, _>>()?;
         Ok(rows)
+    }
+
+    /// One plugin's registration on `node`: one row by its key, where every claim and
+    /// every controller operation asks for one (the other plugins' rows are not read, nor
+    /// their registrations parsed).
+    pub fn load(conn: &Connection, node: &str, plugin: &str) -> ApiResult<Option<Self>> {
+        let sql = format!(
+            "SELECT {NODE_PLUGIN_COLUMNS} FROM node_plugins WHERE node = ?1 AND plugin = ?2"
+        );
+        optional(
+            conn.prepare_cached(&sql)?
+                .query_row([node, plugin], Self::from_row),
+        )
     }
 }
 
