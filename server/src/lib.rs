@@ -635,7 +635,7 @@ impl Server {
             tls = scheme == "https",
             "csivol server listening"
         );
-        let app = http::App {
+        let app = http::App::new(http::AppState {
             db,
             tokens,
             live,
@@ -647,7 +647,7 @@ impl Server {
             node_channel: cfg.node_channel,
             reads: cluster.as_ref().map(|c| c.reads.clone()),
             leadership: cluster.as_ref().map(|c| c.leadership.clone()),
-        };
+        });
         Ok(Self {
             addr,
             listener,

@@ -43,8 +43,27 @@ const BODY_LIMIT: usize = 1 << 20;
 /// Longest a blocking query may wait.
 const MAX_WAIT: Duration = Duration::from_secs(300);
 
+/// What every handler shares, behind one reference count: axum clones the state for each
+/// request's handler and middleware, and a clone of the fields one by one took an atomic
+/// increment (and a decrement at its drop) for each of them.
 #[derive(Clone)]
-pub struct App {
+pub struct App(Arc<AppState>);
+
+impl App {
+    pub fn new(state: AppState) -> Self {
+        Self(Arc::new(state))
+    }
+}
+
+impl std::ops::Deref for App {
+    type Target = AppState;
+
+    fn deref(&self) -> &AppState {
+        &self.0
+    }
+}
+
+pub struct AppState {
     pub db: Db,
     pub tokens: Arc<Tokens>,
     pub live: Arc<Liveness>,
