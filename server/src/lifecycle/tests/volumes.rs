@@ -146,3 +146,42 @@ async fn deregistering_refuses_a_claimed_volume_and_deletes_a_free_one_through_i
         ["volume-deregistered x - -"]
     );
 }
+
+#[tokio::test]
+async fn a_volume_is_stamped_once_per_request_until_its_row_is_written_otherwise() {
+    use crate::store::{Snapshot, Txn};
+    let env = Env::new();
+    env.volume("v", "multi-node-multi-writer").await;
+    let before = env.read(|c| c.require_volume("v")).await;
+    let (index, writes) = env
+        .write(move |ctx, _| {
+            let changes = |ctx: &crate::db::WriteCtx<'_>| ctx.tx.total_changes();
+            let mut writes = Vec::new();
+            let mut last = changes(ctx);
+            let mut step = |ctx: &crate::db::WriteCtx<'_>| {
+                let now = changes(ctx);
+                writes.push(now - last);
+                last = now;
+            };
+            ctx.stamp_volume("v")?;
+            step(ctx);
+            // The same values again: nothing to write.
+            ctx.stamp_volume("v")?;
+            step(ctx);
+            // Its row written by another step: the next stamp is written again.
+            ctx.put_volume(&before)?;
+            step(ctx);
+            ctx.stamp_volume("v")?;
+            step(ctx);
+            ctx.set_volume_error("v", "stuck", false)?;
+            step(ctx);
+            ctx.stamp_volume("v")?;
+            step(ctx);
+            Ok((ctx.index(), writes))
+        })
+        .await
+        .unwrap();
+    assert_eq!(writes, [1, 0, 1, 1, 1, 1]);
+    let after = env.read(|c| c.require_volume("v")).await;
+    assert_eq!(after.modify_index, index);
+}

@@ -461,6 +461,37 @@ pub struct WriteCtx<'a> {
     pub now: i64,
     touched: Vec<Key>,
     on_commit: Vec<AfterCommit>,
+    /// What this request already read or wrote that it would otherwise ask again of the
+    /// database, up to the next write that could change it (see [`Memo`]).
+    pub(crate) memo: Memo,
+}
+
+/// A request's memory of what it asked of the database, each item forgotten by every
+/// write that could change it. A request touches a volume from several places (its claim,
+/// its attachment, the queue), and each used to stamp the volume's row and ask again
+/// whether its plugin needs ControllerPublish.
+#[derive(Default)]
+pub(crate) struct Memo {
+    /// Volumes stamped at this request's index and time, with no other write to their
+    /// rows since: stamping one again would write the same values.
+    pub stamped: Vec<String>,
+    /// Whether a plugin needs ControllerPublish, as read since the last write to
+    /// `node_plugins`.
+    pub controller_publish: std::cell::RefCell<Vec<(String, bool)>>,
+}
+
+impl WriteCtx<'_> {
+    /// A new request's context in `tx`.
+    pub(crate) fn new<'a>(tx: &'a rusqlite::Transaction<'a>, index: u64) -> WriteCtx<'a> {
+        WriteCtx {
+            tx,
+            index,
+            now: now_ms(),
+            touched: Vec::new(),
+            on_commit: Vec::new(),
+            memo: Memo::default(),
+        }
+    }
 }
 
 type AfterCommit = Box<dyn FnOnce() + Send>;
@@ -576,13 +607,7 @@ pub(crate) fn run_group(
         if each {
             run("SAVEPOINT job")?;
         }
-        let mut ctx = WriteCtx {
-            tx,
-            index,
-            now: now_ms(),
-            touched: Vec::new(),
-            on_commit: Vec::new(),
-        };
+        let mut ctx = WriteCtx::new(tx, index);
         if job.run(&mut ctx) {
             if each {
                 run("RELEASE job")?;

@@ -466,6 +466,26 @@ macro_rules! reads_through_the_transaction {
             $(fn $name(&self, $($arg: $ty),*) -> ApiResult<$ret> {
                 <Connection as Snapshot>::$name(self.tx, $($arg),*)
             })*
+
+            /// Asked by every step of a claim's and an attachment's way; read once per
+            /// request until `node_plugins` is written.
+            fn needs_controller_publish(&self, plugin: &str) -> ApiResult<bool> {
+                if let Some((_, needs)) = self
+                    .memo
+                    .controller_publish
+                    .borrow()
+                    .iter()
+                    .find(|(p, _)| p == plugin)
+                {
+                    return Ok(*needs);
+                }
+                let needs = needs_controller_publish(self.tx, plugin)?;
+                self.memo
+                    .controller_publish
+                    .borrow_mut()
+                    .push((plugin.to_owned(), needs));
+                Ok(needs)
+            }
         }
     };
 }
@@ -485,7 +505,6 @@ reads_through_the_transaction! {
     node_plugins(node: &str) -> Vec<NodePluginRow>;
     node_plugin(node: &str, plugin: &str) -> Option<NodePluginRow>;
     nodes_with_plugin_id(plugin: &str, node_id: &str) -> Vec<String>;
-    needs_controller_publish(plugin: &str) -> bool;
     slots_used(node: &str, plugin: &str) -> u32;
     ready_plugin_nodes(plugin: &str) -> Vec<(String, Topology)>;
     controller_hosts(plugin: &str) -> Vec<String>;

@@ -33,6 +33,7 @@ pub fn set_node_eligibility(ctx: &WriteCtx<'_>, node: &str, e: Eligibility) -> A
 }
 
 pub fn delete_node(ctx: &WriteCtx<'_>, node: &str) -> ApiResult<()> {
+    ctx.memo.controller_publish.borrow_mut().clear();
     exec(ctx.tx, "DELETE FROM node_plugins WHERE node = ?1", [node])?;
     exec(ctx.tx, "DELETE FROM nodes WHERE name = ?1", [node])?;
     Ok(())

@@ -38,6 +38,7 @@ impl Txn for WriteCtx<'_> {
     }
 
     fn put_volume(&mut self, v: &VolumeRow) -> ApiResult<()> {
+        self.memo.stamped.clear();
         let secrets = crate::secrets::seal(&v.name, &v.secrets).map_err(ApiError::internal)?;
         exec(
             self.tx,
@@ -74,11 +75,15 @@ impl Txn for WriteCtx<'_> {
     }
 
     fn stamp_volume(&mut self, name: &str) -> ApiResult<()> {
+        if self.memo.stamped.iter().any(|v| v == name) {
+            return Ok(());
+        }
         exec(
             self.tx,
             "UPDATE volumes SET modify_index = ?1, updated_at = ?2 WHERE name = ?3",
             params![self.index as i64, self.now, name],
         )?;
+        self.memo.stamped.push(name.to_owned());
         Ok(())
     }
 
@@ -88,6 +93,7 @@ impl Txn for WriteCtx<'_> {
         lifecycle: Lifecycle,
         error: Option<&str>,
     ) -> ApiResult<()> {
+        self.memo.stamped.clear();
         exec(
             self.tx,
             "UPDATE volumes SET lifecycle = ?1, error = ?2, updated_at = ?3, modify_index = ?4 WHERE name = ?5",
@@ -97,6 +103,7 @@ impl Txn for WriteCtx<'_> {
     }
 
     fn set_volume_error(&mut self, name: &str, error: &str, changed: bool) -> ApiResult<()> {
+        self.memo.stamped.clear();
         if changed {
             exec(
                 self.tx,
@@ -121,6 +128,7 @@ impl Txn for WriteCtx<'_> {
         context: &BTreeMap<String, String>,
         accessible_topology: &[Topology],
     ) -> ApiResult<()> {
+        self.memo.stamped.clear();
         exec(
             self.tx,
             "UPDATE volumes SET external_id = ?1, capacity_bytes = ?2, context = ?3, lifecycle = 'ready', error = NULL, \
@@ -144,6 +152,7 @@ impl Txn for WriteCtx<'_> {
         capacity_bytes: Option<u64>,
         expansion: Option<&api::Expansion>,
     ) -> ApiResult<()> {
+        self.memo.stamped.clear();
         exec(
             self.tx,
             "UPDATE volumes SET capacity_bytes = COALESCE(?1, capacity_bytes), expansion = ?2, \
@@ -165,6 +174,7 @@ impl Txn for WriteCtx<'_> {
         mutable_parameters: Option<&BTreeMap<String, String>>,
         modification: Option<&api::Modification>,
     ) -> ApiResult<()> {
+        self.memo.stamped.clear();
         exec(
             self.tx,
             "UPDATE volumes SET mutable_parameters = COALESCE(?1, mutable_parameters), \
@@ -181,12 +191,14 @@ impl Txn for WriteCtx<'_> {
     }
 
     fn delete_volume(&mut self, name: &str) -> ApiResult<()> {
+        self.memo.stamped.clear();
         exec(self.tx, "DELETE FROM volumes WHERE name = ?1", [name])?;
         exec(self.tx, "DELETE FROM ops WHERE volume = ?1", [name])?;
         Ok(())
     }
 
     fn delete_deleting_volume(&mut self, name: &str) -> ApiResult<()> {
+        self.memo.stamped.clear();
         exec(
             self.tx,
             "DELETE FROM volumes WHERE name = ?1 AND lifecycle = 'deleting'",
@@ -453,6 +465,7 @@ impl Txn for WriteCtx<'_> {
         labels: &BTreeMap<String, String>,
         plugins: &[PluginRegistration],
     ) -> ApiResult<()> {
+        self.memo.controller_publish.get_mut().clear();
         exec(
             self.tx,
             "INSERT INTO nodes (name, status, registered_at, fence_after_ms, labels) VALUES (?1, 'ready', ?2, ?3, ?4) \
@@ -580,6 +593,7 @@ impl Txn for WriteCtx<'_> {
         limit: u32,
         reason: &str,
     ) -> ApiResult<Option<u32>> {
+        self.memo.controller_publish.get_mut().clear();
         let Some(from) = self
             .node_plugin(node, plugin)?
             .filter(|p| p.node_service)
