@@ -34,9 +34,10 @@
 
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use csivol_csi::mountinfo::Mount;
-pub use csivol_csi::mountinfo::MountTable;
+pub use csivol_csi::mountinfo::{MountTable, MountWatch};
 
 use std::collections::BTreeMap;
 
@@ -148,7 +149,7 @@ pub struct Target<'a> {
 /// What a check looks at: one snapshot of the mount table, the agent's data dir
 /// (canonical, like every path the agent records) and `stat`.
 pub struct Checker<'a> {
-    table: MountTable,
+    table: Arc<MountTable>,
     /// Device and directory of the data dir inside its filesystem: a mount showing that
     /// device with a root below it is a bind of a local directory, not of a volume.
     local: Option<(String, PathBuf)>,
@@ -170,11 +171,16 @@ impl<'a> Checker<'a> {
         Ok(Self::new(MountTable::read()?, data_dir))
     }
 
-    pub fn new(table: MountTable, data_dir: &'a Path) -> Self {
+    pub fn new(table: impl Into<Arc<MountTable>>, data_dir: &'a Path) -> Self {
         Self::with_files(table, data_dir, &SystemFiles)
     }
 
-    pub fn with_files(table: MountTable, data_dir: &'a Path, files: &'a dyn Files) -> Self {
+    pub fn with_files(
+        table: impl Into<Arc<MountTable>>,
+        data_dir: &'a Path,
+        files: &'a dyn Files,
+    ) -> Self {
+        let table = table.into();
         let local = table.fs_location(data_dir);
         Self {
             table,

@@ -8,9 +8,11 @@
 //! root, which is what tells a bind of a volume from a bind of an empty local directory.
 
 use std::ffi::OsString;
-use std::io;
+use std::fs::File;
+use std::io::{self, Read, Seek, SeekFrom};
 use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 /// One line of the mount table.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -85,6 +87,71 @@ impl MountTable {
     }
 }
 
+/// The mount table, read again only once it changed. The kernel marks an open
+/// `/proc/self/mountinfo` with a priority event after every mount, unmount or remount in
+/// the process's mount namespace (proc(5), of `/proc/pid/mounts`, which `mountinfo` shares
+/// its polling with: "a change in this file (i.e., a filesystem mount or unmount) causes
+/// select(2) to mark the file descriptor as having an exceptional condition, and poll(2)
+/// and epoll_wait(2) mark the file as having a priority event (POLLPRI)"); each poll that
+/// reports the event takes it. So a look at the table while nothing was mounted or
+/// unmounted costs one `poll`, not the kernel writing out every mount of the node and the
+/// parse of it all, whose cost grows with the node's mounts.
+#[derive(Debug)]
+pub struct MountWatch {
+    /// The open table and what was last read from it, under one lock: a poll that takes
+    /// the event and the read that follows it are one step.
+    state: Mutex<Watched>,
+}
+
+#[derive(Debug)]
+struct Watched {
+    file: File,
+    table: Arc<MountTable>,
+}
+
+impl MountWatch {
+    /// Opens and reads this process's mount table. The kernel counts changes from the open,
+    /// so the table read after it is current until the next event.
+    pub fn open() -> io::Result<Self> {
+        let file = File::open("/proc/self/mountinfo")?;
+        let table = Arc::new(read_from(&file)?);
+        Ok(Self {
+            state: Mutex::new(Watched { file, table }),
+        })
+    }
+
+    /// The mount table as it is now: the one last read, unless the kernel says something was
+    /// mounted or unmounted since, in which case it is read again.
+    pub fn table(&self) -> io::Result<Arc<MountTable>> {
+        let mut w = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if changed(&w.file)? {
+            w.table = Arc::new(read_from(&w.file)?);
+        }
+        Ok(Arc::clone(&w.table))
+    }
+}
+
+/// Whether the kernel marked the open table as changed since the last poll (which this
+/// poll clears).
+fn changed(file: &File) -> io::Result<bool> {
+    use rustix::event::{PollFd, PollFlags, Timespec};
+    let mut fds = [PollFd::new(file, PollFlags::PRI)];
+    let now = Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    rustix::event::poll(&mut fds, Some(&now))?;
+    Ok(fds[0].revents().intersects(PollFlags::PRI | PollFlags::ERR))
+}
+
+/// The whole table from the start of the open file (the kernel writes it afresh).
+fn read_from(mut file: &File) -> io::Result<MountTable> {
+    let mut text = String::new();
+    file.seek(SeekFrom::Start(0))?;
+    file.read_to_string(&mut text)?;
+    Ok(MountTable::parse(&text))
+}
+
 fn parse_line(line: &str) -> Option<Mount> {
     let mut fields = line.split(' ');
     let id = fields.next()?.parse().ok()?;
@@ -139,6 +206,66 @@ fn unescape(field: &str) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A tmpfs mounted for a test, unmounted and its directory removed when dropped (even
+    /// when the test fails).
+    struct Tmpfs(PathBuf);
+
+    impl Tmpfs {
+        fn mount(name: &str) -> Self {
+            let dir = std::env::temp_dir().join(format!("csivol-{name}-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            // Canonical, as the kernel writes mount points.
+            let dir = dir.canonicalize().unwrap();
+            let mounted = Self(dir);
+            rustix::mount::mount(
+                "csivol-test",
+                &mounted.0,
+                "tmpfs",
+                rustix::mount::MountFlags::empty(),
+                None,
+            )
+            .expect("mounting a tmpfs needs root, as the tests do (README)");
+            mounted
+        }
+
+        fn unmount(&self) {
+            rustix::mount::unmount(&self.0, rustix::mount::UnmountFlags::DETACH).unwrap();
+        }
+    }
+
+    impl Drop for Tmpfs {
+        fn drop(&mut self) {
+            let _ = rustix::mount::unmount(&self.0, rustix::mount::UnmountFlags::DETACH);
+            let _ = std::fs::remove_dir(&self.0);
+        }
+    }
+
+    #[test]
+    fn a_watched_table_is_read_again_after_a_mount_or_unmount_only() {
+        let watch = MountWatch::open().unwrap();
+        // Nothing mounted in between: the same table, not read again. The node may mount
+        // something of its own at any moment, so a few tries are allowed for one quiet one.
+        assert!(
+            (0..100).any(|_| {
+                let (a, b) = (watch.table().unwrap(), watch.table().unwrap());
+                Arc::ptr_eq(&a, &b)
+            }),
+            "the table was read again although nothing was mounted"
+        );
+        let tmp = Tmpfs::mount("mount-watch");
+        let after_mount = watch.table().unwrap();
+        assert_eq!(
+            after_mount.at(&tmp.0).map(|m| m.fs_type.as_str()),
+            Some("tmpfs"),
+            "the mount is seen at once"
+        );
+        tmp.unmount();
+        assert!(
+            watch.table().unwrap().at(&tmp.0).is_none(),
+            "and its unmount"
+        );
+    }
 
     const TABLE: &str = "\
 22 1 0:21 / /proc rw,relatime - proc proc rw

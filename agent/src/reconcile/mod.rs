@@ -23,7 +23,7 @@ use self::reconciler::Reconciler;
 use self::recovery::recover;
 use self::steps::{StepError, local};
 use crate::config::CoreConfig;
-use crate::mounts::{Checker, Judge, Observation};
+use crate::mounts::{Checker, Judge, MountWatch, Observation};
 use crate::plugin::{ConnectError, NodePlugin, Plugins};
 use crate::store::{
     Fence, PublicationRecord, PublishState, StageState, StagingRecord, Store, StoreError, now_ms,
@@ -40,6 +40,11 @@ pub enum StartError {
     },
     #[error("the data dir {} must be a UTF-8 path: plugins receive it as a string", .0.display())]
     NonUtf8(PathBuf),
+    #[error("failed to open the mount table /proc/self/mountinfo")]
+    MountTable {
+        #[source]
+        source: std::io::Error,
+    },
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
@@ -53,6 +58,9 @@ struct Shared {
     data_dir: PathBuf,
     plugins: Plugins,
     store: Store,
+    /// The mount table, read again when the kernel says it changed: a claim's steps look
+    /// at it several times, mostly with nothing mounted or unmounted in between.
+    mounts: MountWatch,
     staging_plugins: HashSet<String>,
     reports: mpsc::UnboundedSender<Report>,
     /// The latest desired state, for workers: a readiness wait ends when its claim is
@@ -107,8 +115,11 @@ impl Shared {
 
     /// One snapshot of the mount table, to check records against.
     fn checker(&self) -> Result<Checker<'_>, StepError> {
-        Checker::read(&self.data_dir)
-            .map_err(|e| local("read the mount table for", &self.data_dir, e))
+        let table = self
+            .mounts
+            .table()
+            .map_err(|e| local("read the mount table for", &self.data_dir, e))?;
+        Ok(Checker::new(table, &self.data_dir))
     }
 
     /// The checks of one snapshot, with this agent's readiness checks.
@@ -226,6 +237,7 @@ impl Core {
     ) -> Result<(Self, mpsc::UnboundedReceiver<Report>), StartError> {
         let data_dir = prepare_data_dir(&cfg.data_dir)?;
         let (store, rebooted) = Store::open(&data_dir).await?;
+        let mounts = MountWatch::open().map_err(|source| StartError::MountTable { source })?;
         let plugins = Plugins::connect(&cfg).await?;
         let staging_plugins = plugins
             .node
@@ -240,6 +252,7 @@ impl Core {
             data_dir,
             plugins,
             store,
+            mounts,
             staging_plugins,
             reports: tx,
             desired: desired_rx.clone(),
