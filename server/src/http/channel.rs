@@ -11,7 +11,9 @@
 //! Lines are answered in the order they came, one at a time: a heartbeat behind a report
 //! waits for the report's commit, which the agent's deadline for a heartbeat's answer (a
 //! quarter of the TTL) leaves room for; past it the agent closes the channel and sends the
-//! heartbeat as a request, to another server first where it has one.
+//! heartbeat as a request, to another server first where it has one. When a report's
+//! commit changed the node's desired state, the push of that change follows the report's
+//! answer in the same write, so that the agent reads both at one wake-up.
 
 use std::time::Instant;
 
@@ -166,6 +168,9 @@ async fn serve(
                 }
                 lines.filled(n);
                 heard = Instant::now();
+                // The answers to the lines this read brought, and the push a report's
+                // commit caused, leave in one write: the agent wakes once for them.
+                let mut out = String::new();
                 while let Some(line) = lines.next_line() {
                     let (answer, ends) = match line.and_then(|l| AgentLine::parse(&l, version)) {
                         Ok(AgentLine::Beat) => {
@@ -176,6 +181,11 @@ async fn serve(
                             (answer, ends)
                         }
                         Ok(AgentLine::Report(batch)) => {
+                            // Answers already made do not wait for this report's commit.
+                            if !out.is_empty() {
+                                io.write_all(out.as_bytes()).await?;
+                                out.clear();
+                            }
                             let answer = report(app, node, token, batch).await;
                             // A refused report is the agent's to handle, as the request's
                             // answer would be; only a refused token ends the channel.
@@ -185,24 +195,39 @@ async fn serve(
                         }
                         Err(e) => return Err(std::io::Error::other(e)),
                     };
-                    io.write_all(answer.encode().as_bytes()).await?;
+                    out.push_str(&answer.encode());
                     if ends {
+                        io.write_all(out.as_bytes()).await?;
                         return Ok(());
                     }
                 }
+                // A report whose commit changed this node's desired state (its unpublished
+                // claim's volume is to be unstaged, say) is followed by that change at once.
+                let index = app.db.hub.index(&key);
+                if index > sent {
+                    out.push_str(&push(app, node, version, sent, index).await);
+                    sent = index;
+                }
+                io.write_all(out.as_bytes()).await?;
             }
             index = app.db.hub.wait(&key, sent, silence) => {
                 if index > sent {
-                    let line = match version {
-                        Version::V1 => ServerLine::Desired(index).encode(),
-                        Version::V2 => pushed(app, node, sent, index).await,
-                    };
+                    let line = push(app, node, version, sent, index).await;
                     sent = index;
                     io.write_all(line.as_bytes()).await?;
                 }
             }
             () = closed(&mut closing) => return Ok(()),
         }
+    }
+}
+
+/// What the channel sends when the node's desired state moved from `sent` (the index
+/// pushed last) to `index`: the index (version 1), or the changes (version 2, [`pushed`]).
+async fn push(app: &App, node: &str, version: Version, sent: u64, index: u64) -> String {
+    match version {
+        Version::V1 => ServerLine::Desired(index).encode(),
+        Version::V2 => pushed(app, node, sent, index).await,
     }
 }
 

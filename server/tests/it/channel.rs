@@ -465,3 +465,76 @@ async fn an_agent_that_speaks_version_1_only_gets_version_1() {
     let rest = String::from_utf8_lossy(&rest);
     assert!(!rest.contains("reported"), "{rest}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reports_answer_and_the_push_its_commit_caused_arrive_in_one_read() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = TestDir::new("channel-together");
+    let server = start(&dir, &[]);
+    let op = server.api();
+    let (token, _) = node_token(&op, "n1").await;
+    let n1 = FakeAgent {
+        api: server.api().with_token(Some(&token)),
+        node: "n1".into(),
+    };
+    n1.register(0, true, json!([])).await;
+    let addr = server.url.trim_start_matches("http://").to_owned();
+    let mut io = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let ask = format!(
+        "GET /v1/nodes/n1/channel HTTP/1.1\r\nHost: {addr}\r\nConnection: upgrade\r\n\
+         Upgrade: csivol-channel/2\r\nAuthorization: Bearer {token}\r\n\r\n"
+    );
+    io.write_all(ask.as_bytes()).await.unwrap();
+    let mut got = Vec::new();
+    let head = read_to(&mut io, &mut got, b"\r\n\r\n").await.unwrap();
+    assert!(
+        head.to_ascii_lowercase().starts_with("http/1.1 101"),
+        "{head}"
+    );
+    assert_eq!(
+        read_to(&mut io, &mut got, b"\n").await.unwrap(),
+        "csivol-channel 2"
+    );
+    let line = read_to(&mut io, &mut got, b"\n").await.unwrap();
+    assert!(line.starts_with("desired "), "{line}");
+
+    // A claim on n1, which hosts the controller: its ControllerPublish is pushed to n1.
+    register_volume(&op, "v1", "single-node-writer").await;
+    let (status, c) = claim(&op, "v1", "a1", "n1", "write").await;
+    assert_eq!(status, 201, "{c}");
+    let op_of = |line: &str| -> Option<(u64, u64)> {
+        let d: serde_json::Value = serde_json::from_str(line.strip_prefix("changes ")?).ok()?;
+        let o = d["controller_ops"].get(0)?;
+        Some((o["id"].as_u64()?, o["attempt"].as_u64()?))
+    };
+    let (id, attempt) = loop {
+        let line = read_to(&mut io, &mut got, b"\n")
+            .await
+            .expect("the ControllerPublish pushed");
+        if let Some(o) = op_of(&line) {
+            break o;
+        }
+    };
+
+    // Its success attaches the volume, which gives n1 the claim to publish: the answer to
+    // the report and that change leave the server together.
+    let report = json!({"reports": [{"kind": "controller_published", "op": id,
+        "attempt": attempt, "publish_context": {}}]});
+    io.write_all(format!("report {report}\n").as_bytes())
+        .await
+        .unwrap();
+    let mut buf = vec![0u8; 1 << 16];
+    let n = tokio::time::timeout(WAIT, io.read(&mut buf))
+        .await
+        .expect("an answer")
+        .unwrap();
+    let read = String::from_utf8_lossy(&buf[..n]).into_owned();
+    let mut lines = read.lines();
+    assert_eq!(lines.next(), Some("reported 1"), "{read}");
+    let push: serde_json::Value = lines
+        .next()
+        .and_then(|l| l.strip_prefix("changes "))
+        .and_then(|j| serde_json::from_str(j).ok())
+        .unwrap_or_else(|| panic!("the push in the same read as the answer: {read:?}"));
+    assert_eq!(push["publish"][0]["alloc"], "a1", "{push}");
+}
