@@ -39,8 +39,13 @@ pub(super) async fn consistent(
     if exempt(req.uri().path()) {
         return Ok(next.run(req).await);
     }
-    let (uri, stale) = take_stale(req.uri())?;
-    *req.uri_mut() = uri;
+    let stale = match take_stale(req.uri())? {
+        Some((uri, stale)) => {
+            *req.uri_mut() = uri;
+            stale
+        }
+        None => false,
+    };
     if !stale && let Some(reads) = &app.reads {
         let started = std::time::Instant::now();
         reads.catch_up().await?;
@@ -51,11 +56,16 @@ pub(super) async fn consistent(
     Ok(next.run(req).await)
 }
 
-/// `uri` without its `stale` parameter, and whether it asked for a stale read.
-fn take_stale(uri: &Uri) -> ApiResult<(Uri, bool)> {
+/// `uri` without its `stale` parameter, and whether it asked for a stale read; `None` when
+/// it has none (most requests: the URI is then left as it came, not rebuilt and parsed).
+fn take_stale(uri: &Uri) -> ApiResult<Option<(Uri, bool)>> {
     let Some(query) = uri.query() else {
-        return Ok((uri.clone(), false));
+        return Ok(None);
     };
+    let is_stale = |pair: &str| pair == "stale" || pair.starts_with("stale=");
+    if !query.split('&').any(is_stale) {
+        return Ok(None);
+    }
     let mut stale = false;
     let mut kept = Vec::new();
     for pair in query.split('&') {
@@ -78,7 +88,7 @@ fn take_stale(uri: &Uri) -> ApiResult<(Uri, bool)> {
     let uri = rebuilt
         .parse()
         .map_err(|e| ApiError::bad_request(format!("invalid request URI: {e}")))?;
-    Ok((uri, stale))
+    Ok(Some((uri, stale)))
 }
 
 #[cfg(test)]
@@ -86,13 +96,26 @@ mod tests {
     use super::*;
 
     fn check(uri: &str) -> (String, bool) {
-        let (u, stale) = take_stale(&uri.parse().unwrap()).unwrap();
-        (u.to_string(), stale)
+        let uri: Uri = uri.parse().unwrap();
+        match take_stale(&uri).unwrap() {
+            Some((u, stale)) => (u.to_string(), stale),
+            None => (uri.to_string(), false),
+        }
     }
 
     #[test]
     fn stale_is_taken_out_of_the_query() {
         assert_eq!(check("/v1/volumes/v"), ("/v1/volumes/v".into(), false));
+        assert_eq!(
+            check("/v1/volumes/v/claims/a?index=3&wait=1s"),
+            ("/v1/volumes/v/claims/a?index=3&wait=1s".into(), false)
+        );
+        assert!(
+            take_stale(&"/v1/claims?label=stale%3Dno&staleness=1".parse().unwrap())
+                .unwrap()
+                .is_none(),
+            "a query without `stale` is left alone"
+        );
         assert_eq!(
             check("/v1/volumes/v?stale=true"),
             ("/v1/volumes/v".into(), true)

@@ -149,7 +149,7 @@ async fn deregistering_refuses_a_claimed_volume_and_deletes_a_free_one_through_i
 
 #[tokio::test]
 async fn a_volume_is_stamped_once_per_request_until_its_row_is_written_otherwise() {
-    use crate::store::{Snapshot, Txn};
+    use crate::store::Txn;
     let env = Env::new();
     env.volume("v", "multi-node-multi-writer").await;
     let before = env.read(|c| c.require_volume("v")).await;
