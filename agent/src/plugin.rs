@@ -15,12 +15,12 @@ use csivol_api::{
     NodePluginRegistration, NodeVolume, PluginError, PluginRegistration, Report,
 };
 use csivol_csi::CsiEndpoint;
+use csivol_csi::PluginChannel;
 use csivol_csi::csi::v1 as csi;
 use csivol_csi::domain::{code_name, error_class, timestamp_ms};
 use csivol_csi::endpoint::with_deadline;
 use tokio::sync::Semaphore;
 use tonic::Code;
-use tonic::transport::Channel;
 
 use super::config::{CoreConfig, PluginSpec, ReadyCheck};
 
@@ -113,7 +113,7 @@ pub struct NodePlugin {
     pub capabilities: NodeCapabilities,
     /// The attach limit (`max_volumes_per_node`) as NodeGetInfo last said it.
     limit: std::sync::atomic::AtomicU32,
-    client: csi::node_client::NodeClient<Channel>,
+    client: csi::node_client::NodeClient<PluginChannel>,
     permits: Semaphore,
     timeout: Duration,
 }
@@ -125,9 +125,9 @@ pub struct ControllerPlugin {
     pub endpoint: CsiEndpoint,
     pub identity: Identity,
     pub capabilities: ControllerCapabilities,
-    client: csi::controller_client::ControllerClient<Channel>,
+    client: csi::controller_client::ControllerClient<PluginChannel>,
     /// The GroupController service, where the plugin serves it.
-    group: Option<csi::group_controller_client::GroupControllerClient<Channel>>,
+    group: Option<csi::group_controller_client::GroupControllerClient<PluginChannel>>,
     permits: Semaphore,
     timeout: Duration,
 }
@@ -206,7 +206,7 @@ impl Plugins {
 /// Probes until the plugin says it is ready, then reads its identity.
 async fn identity(
     spec: &PluginSpec,
-    channel: &Channel,
+    channel: &PluginChannel,
     wait: Duration,
 ) -> Result<Identity, ConnectError> {
     let mut client = csi::identity_client::IdentityClient::new(channel.clone());
@@ -912,7 +912,7 @@ impl ControllerPlugin {
     fn group_client(
         &self,
         call: &'static str,
-    ) -> Result<csi::group_controller_client::GroupControllerClient<Channel>, CallError> {
+    ) -> Result<csi::group_controller_client::GroupControllerClient<PluginChannel>, CallError> {
         self.group.clone().ok_or_else(|| {
             CallError::new(
                 call,

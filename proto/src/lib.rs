@@ -20,6 +20,4 @@ pub mod csi {
     }
 }
 
-pub use endpoint::{CsiEndpoint, EndpointError};
-/// The channel [`CsiEndpoint::channel`] gives, for naming the generated clients' types.
-pub use tonic::transport::Channel;
+pub use endpoint::{CsiEndpoint, EndpointError, PluginChannel};

@@ -71,7 +71,7 @@ impl Hostpath {
             .unwrap()
     }
 
-    fn channel(&self) -> tonic::transport::Channel {
+    fn channel(&self) -> csivol_csi::PluginChannel {
         CsiEndpoint::Unix(self.socket.clone()).channel(Duration::from_secs(10))
     }
 

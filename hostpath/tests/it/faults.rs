@@ -157,3 +157,57 @@ async fn restart_keeps_what_it_did() {
     p.controller.delete_volume(delete).await.unwrap();
     assert!(dir.mounts().is_empty());
 }
+
+#[tokio::test]
+async fn the_plugin_channel_keeps_deadlines_and_connects_again_after_a_restart() {
+    use csivol_csi::CsiEndpoint;
+    use csivol_csi::endpoint::with_deadline;
+    let dir = TestDir::new("hostpath-channel");
+    let mut p = Plugin::start(&dir, "node-1", &["--delay=NodeGetInfo=5s"]).await;
+    let channel = CsiEndpoint::Unix(p.socket.clone()).channel(Duration::from_secs(30));
+    let mut node = Node::new(channel.clone());
+    // The request's own deadline: the call gives up long before the plugin answers.
+    let started = Instant::now();
+    let late = node
+        .node_get_info(with_deadline(
+            csi::NodeGetInfoRequest {},
+            Duration::from_millis(300),
+        ))
+        .await;
+    assert_eq!(code(late), Code::DeadlineExceeded);
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
+    // The channel's deadline, for a request without one.
+    let short = CsiEndpoint::Unix(p.socket.clone()).channel(Duration::from_millis(300));
+    let started = Instant::now();
+    let late = Node::new(short)
+        .node_get_info(csi::NodeGetInfoRequest {})
+        .await;
+    assert_eq!(code(late), Code::DeadlineExceeded);
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
+
+    // The plugin dies: a call finds nobody to connect to. Started again on the same
+    // socket, it is reached through the same channel.
+    let mut identity = Identity::new(channel);
+    identity.probe(csi::ProbeRequest {}).await.unwrap();
+    p.proc.kill();
+    assert_eq!(
+        code(identity.probe(csi::ProbeRequest {}).await),
+        Code::Unavailable
+    );
+    let _p = Plugin::spawn(
+        p.socket.clone(),
+        p.args.clone(),
+        p.state_dir.clone(),
+        p.log.clone(),
+    )
+    .await;
+    identity.probe(csi::ProbeRequest {}).await.unwrap();
+}

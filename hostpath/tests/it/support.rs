@@ -8,16 +8,16 @@ use std::time::{Duration, Instant};
 
 use csivol_api::domain::{AccessMode, AccessType, VolumeCapability};
 use csivol_csi::CsiEndpoint;
+use csivol_csi::PluginChannel;
 use csivol_csi::csi::v1 as csi;
 pub(crate) use csivol_tests::loops::{LoopGuard, assert_loop_devices};
 use csivol_tests::{Proc, TestDir, is_mounted};
 use tonic::Code;
-use tonic::transport::Channel;
 
-pub(crate) type Identity = csi::identity_client::IdentityClient<Channel>;
-pub(crate) type Controller = csi::controller_client::ControllerClient<Channel>;
-pub(crate) type Node = csi::node_client::NodeClient<Channel>;
-pub(crate) type Group = csi::group_controller_client::GroupControllerClient<Channel>;
+pub(crate) type Identity = csi::identity_client::IdentityClient<PluginChannel>;
+pub(crate) type Controller = csi::controller_client::ControllerClient<PluginChannel>;
+pub(crate) type Node = csi::node_client::NodeClient<PluginChannel>;
+pub(crate) type Group = csi::group_controller_client::GroupControllerClient<PluginChannel>;
 
 /// One running plugin process and clients for its services.
 pub(crate) struct Plugin {

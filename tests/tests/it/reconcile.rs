@@ -15,7 +15,7 @@ use crate::cluster::{Cluster, NodeOpts};
 
 const WAIT: Duration = Duration::from_secs(60);
 
-type Controller = csi::controller_client::ControllerClient<csivol_csi::Channel>;
+type Controller = csi::controller_client::ControllerClient<csivol_csi::PluginChannel>;
 
 /// Runs `call` against the plugin's controller on node `i`'s socket, as a storage admin
 /// would.
