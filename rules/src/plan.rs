@@ -5,7 +5,7 @@
 //! publication is kept only while a `publish` entry covers it, a staging only while some
 //! wanted claim of the volume needs it, and everything else recorded is taken down.
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
 
 use csivol_api::{ClaimRef, DesiredPublish, DesiredUnpublish, validate_name};
@@ -86,12 +86,13 @@ pub struct PublicationRecord {
 }
 
 /// Reports already handed to the server for entries it still lists, so that a rescan does
-/// not send them again. Entries leave when the server stops listing them.
+/// not send them again. Entries leave when the server stops listing them. Kept in volume
+/// order, so that what concerns one volume is found without walking the node's others.
 #[derive(Debug, Default)]
 pub struct Memo {
-    pub published: HashSet<ClaimRef>,
-    pub unpublished: HashSet<ClaimRef>,
-    pub unstaged: HashSet<String>,
+    pub published: BTreeSet<ClaimRef>,
+    pub unpublished: BTreeSet<ClaimRef>,
+    pub unstaged: BTreeSet<String>,
 }
 
 /// What the server wants for one volume on this node.
@@ -112,7 +113,7 @@ pub struct Input<'a> {
     pub publications: &'a [PublicationRecord],
     pub memo: &'a Memo,
     /// Claims that failed for good: no longer brought up, only taken down.
-    pub failed: &'a HashSet<ClaimRef>,
+    pub failed: &'a BTreeSet<ClaimRef>,
     /// Claims past their readiness deadline.
     pub timed_out: &'a HashSet<ClaimRef>,
     /// Plugins that advertise STAGE_UNSTAGE_VOLUME.
@@ -423,7 +424,7 @@ mod tests {
         staging: Option<StagingRecord>,
         pubs: Vec<PublicationRecord>,
         memo: Memo,
-        failed: HashSet<ClaimRef>,
+        failed: BTreeSet<ClaimRef>,
         timed_out: HashSet<ClaimRef>,
         stages: bool,
     }
@@ -437,7 +438,7 @@ mod tests {
                 staging: None,
                 pubs: vec![],
                 memo: Memo::default(),
-                failed: HashSet::new(),
+                failed: BTreeSet::new(),
                 timed_out: HashSet::new(),
                 stages: true,
             }

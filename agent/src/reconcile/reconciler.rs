@@ -40,10 +40,10 @@ pub(super) struct Reconciler {
     busy: HashSet<String>,
     backoff: HashMap<String, Backoff>,
     memo: Memo,
-    failed: HashSet<ClaimRef>,
+    failed: BTreeSet<ClaimRef>,
     /// When each pending claim was first wanted, for its readiness deadline.
-    since: HashMap<ClaimRef, Instant>,
-    last_errors: HashMap<ClaimRef, String>,
+    since: BTreeMap<ClaimRef, Instant>,
+    last_errors: BTreeMap<ClaimRef, String>,
     ops: JoinSet<()>,
     ops_started: HashSet<(u64, u32)>,
     /// Node expansions started: volume, attempt and capacity.
@@ -81,9 +81,9 @@ impl Reconciler {
             busy: HashSet::new(),
             backoff: HashMap::new(),
             memo: Memo::default(),
-            failed: HashSet::new(),
-            since: HashMap::new(),
-            last_errors: HashMap::new(),
+            failed: BTreeSet::new(),
+            since: BTreeMap::new(),
+            last_errors: BTreeMap::new(),
             ops: JoinSet::new(),
             ops_started: HashSet::new(),
             expands_started: HashSet::new(),
@@ -277,56 +277,27 @@ impl Reconciler {
         } else {
             &**latest
         };
-        let mut by_volume: BTreeMap<&str, VolumeDesired<'_>> = BTreeMap::new();
-        for p in &desired.publish {
-            by_volume
-                .entry(&p.volume.volume)
-                .or_default()
-                .publish
-                .push(p);
-        }
-        for u in &desired.unpublish {
-            by_volume.entry(&u.volume).or_default().unpublish.push(u);
-        }
-        for s in &desired.unstage {
-            by_volume.entry(&s.volume).or_default().unstage = true;
-        }
-
-        // Forget what concerns entries the server no longer lists.
-        // Borrowed, not cloned: this runs at every wake-up, over every claim on the node.
-        let listed: HashSet<(&str, &str)> = desired
-            .publish
-            .iter()
-            .map(|p| (p.volume.volume.as_str(), p.alloc.as_str()))
-            .collect();
-        let is_listed = |c: &ClaimRef| listed.contains(&(c.volume.as_str(), c.alloc.as_str()));
-        self.memo.published.retain(is_listed);
-        self.failed.retain(is_listed);
-        self.since.retain(|c, _| is_listed(c));
-        self.last_errors.retain(|c, _| is_listed(c));
-        self.memo.unpublished.retain(|c| {
-            desired
-                .unpublish
-                .iter()
-                .any(|u| u.volume == c.volume && u.alloc == c.alloc)
-        });
-        self.memo
-            .unstaged
-            .retain(|v| desired.unstage.iter().any(|u| &u.volume == v));
-
         let shared = Arc::clone(&self.shared);
         let store = &shared.store;
         // Only volumes whose desired entries or records may have changed, or whose retry
         // is due, can need a job: a wake-up costs what changed, not what the node holds.
         let dirty = std::mem::take(&mut self.dirty);
         let volumes: BTreeSet<String> = if dirty.all {
+            self.forget_unlisted(desired);
             let mut all = store.volumes();
-            all.extend(by_volume.keys().map(|v| (*v).to_owned()));
+            all.extend(desired.publish.iter().map(|p| p.volume.volume.clone()));
+            all.extend(desired.unpublish.iter().map(|u| u.volume.clone()));
+            all.extend(desired.unstage.iter().map(|u| u.volume.clone()));
             let busy = &self.busy;
             self.backoff
                 .retain(|v, _| all.contains(v) || busy.contains(v));
             all
         } else {
+            // Entries change only with the volumes they are named under: the other
+            // volumes' entries, and what was said about them, are as they were.
+            for vol in &dirty.volumes {
+                self.forget_unlisted_of(desired, vol);
+            }
             let due = self.backoff.iter().filter(|(_, b)| b.at <= now);
             let mut some = dirty.volumes;
             some.extend(due.map(|(v, _)| v.clone()));
@@ -341,17 +312,21 @@ impl Reconciler {
         } else {
             None
         };
-        let empty = VolumeDesired::default();
         let timeout = self.shared.cfg.volume_ready_timeout;
         for vol in volumes {
             if self.busy.contains(&vol) || self.backoff.get(&vol).is_some_and(|b| b.at > now) {
                 continue;
             }
-            let vd = by_volume.get(vol.as_str()).unwrap_or(&empty);
+            let (publish, unpublish, unstage) = desired.entries_of(&vol);
+            let vd = &VolumeDesired {
+                publish: publish.iter().collect(),
+                unpublish: unpublish.iter().collect(),
+                unstage,
+            };
             let mut staging = store.staging(&vol);
             let mut publications = store.publications_of(&vol);
             let verified = match &checker {
-                Some(c) => self.drift(c, &listed, staging.as_mut(), &mut publications),
+                Some(c) => self.drift(c, publish, staging.as_mut(), &mut publications),
                 None => verify::Plan::default(),
             };
             let mut deadlines = HashMap::new();
@@ -398,10 +373,7 @@ impl Reconciler {
             let ctx = JobContext {
                 attempt: self.backoff.get(&vol).map_or(0, |b| b.attempt),
                 deadlines,
-                last_errors: self
-                    .last_errors
-                    .iter()
-                    .filter(|(c, _)| c.volume == vol)
+                last_errors: of_volume(&self.last_errors, &vol)
                     .map(|(c, e)| (c.alloc.clone(), e.clone()))
                     .collect(),
             };
@@ -445,13 +417,13 @@ impl Reconciler {
     fn drift(
         &mut self,
         c: &Checker<'_>,
-        listed: &HashSet<(&str, &str)>,
+        listed: &[csivol_api::DesiredPublish],
         staging: Option<&mut StagingRecord>,
         publications: &mut [PublicationRecord],
     ) -> verify::Plan {
         let wanted: HashSet<ClaimRef> = publications
             .iter()
-            .filter(|p| listed.contains(&(p.volume.as_str(), p.alloc.as_str())))
+            .filter(|p| listed.iter().any(|d| d.alloc == p.alloc))
             .map(|p| ClaimRef {
                 volume: p.volume.clone(),
                 alloc: p.alloc.clone(),
@@ -480,6 +452,48 @@ impl Reconciler {
             });
         }
         found
+    }
+
+    /// Forgets what was said and known about claims the server no longer lists: every
+    /// claim's, after a whole desired state.
+    fn forget_unlisted(&mut self, desired: &DesiredState) {
+        let listed: HashSet<(&str, &str)> = desired
+            .publish
+            .iter()
+            .map(|p| (p.volume.volume.as_str(), p.alloc.as_str()))
+            .collect();
+        let is_listed = |c: &ClaimRef| listed.contains(&(c.volume.as_str(), c.alloc.as_str()));
+        self.memo.published.retain(is_listed);
+        self.failed.retain(is_listed);
+        self.since.retain(|c, _| is_listed(c));
+        self.last_errors.retain(|c, _| is_listed(c));
+        let unpublish: HashSet<(&str, &str)> = desired
+            .unpublish
+            .iter()
+            .map(|u| (u.volume.as_str(), u.alloc.as_str()))
+            .collect();
+        self.memo
+            .unpublished
+            .retain(|c| unpublish.contains(&(c.volume.as_str(), c.alloc.as_str())));
+        self.memo
+            .unstaged
+            .retain(|v| desired.unstage.iter().any(|u| &u.volume == v));
+    }
+
+    /// [`Reconciler::forget_unlisted`] for the claims of one volume, whose entries changed.
+    fn forget_unlisted_of(&mut self, desired: &DesiredState, volume: &str) {
+        let (publish, unpublish, unstage) = desired.entries_of(volume);
+        let listed = |c: &ClaimRef| publish.iter().any(|p| p.alloc == c.alloc);
+        forget(&mut self.memo.published, volume, listed);
+        forget(&mut self.failed, volume, listed);
+        forget_in(&mut self.since, volume, listed);
+        forget_in(&mut self.last_errors, volume, listed);
+        forget(&mut self.memo.unpublished, volume, |c| {
+            unpublish.iter().any(|u| u.alloc == c.alloc)
+        });
+        if !unstage {
+            self.memo.unstaged.remove(volume);
+        }
     }
 
     /// The earliest retry or not-yet-due controller operation.
@@ -539,5 +553,46 @@ impl Reconciler {
         tracing::warn!(volumes = ?f.volumes, "self-fence complete: nothing is published or staged on this node");
         self.fence = FenceState::Complete(f);
         self.fence_tx.send_replace(self.fence.clone());
+    }
+}
+
+/// The first claim of `volume` in volume order, from which its claims are ranged.
+fn first_of(volume: &str) -> ClaimRef {
+    ClaimRef {
+        volume: volume.to_owned(),
+        alloc: String::new(),
+    }
+}
+
+/// The entries of `volume`'s claims in a map ordered by claim.
+fn of_volume<'a, V>(
+    map: &'a BTreeMap<ClaimRef, V>,
+    volume: &'a str,
+) -> impl Iterator<Item = (&'a ClaimRef, &'a V)> {
+    map.range(first_of(volume)..)
+        .take_while(move |(c, _)| c.volume == volume)
+}
+
+/// Removes from `set` the claims of `volume` that `keep` does not keep.
+fn forget(set: &mut BTreeSet<ClaimRef>, volume: &str, keep: impl Fn(&ClaimRef) -> bool) {
+    let gone: Vec<ClaimRef> = set
+        .range(first_of(volume)..)
+        .take_while(|c| c.volume == volume)
+        .filter(|c| !keep(c))
+        .cloned()
+        .collect();
+    for c in gone {
+        set.remove(&c);
+    }
+}
+
+/// [`forget`] for a map ordered by claim.
+fn forget_in<V>(map: &mut BTreeMap<ClaimRef, V>, volume: &str, keep: impl Fn(&ClaimRef) -> bool) {
+    let gone: Vec<ClaimRef> = of_volume(map, volume)
+        .filter(|(c, _)| !keep(c))
+        .map(|(c, _)| c.clone())
+        .collect();
+    for c in gone {
+        map.remove(&c);
     }
 }

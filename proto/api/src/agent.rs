@@ -342,10 +342,12 @@ pub struct StaleChanges {
 
 impl DesiredState {
     /// Follows the server's answer: a whole state replaces this one; changes replace the
-    /// entries of the volumes they name, if they are counted from this state's index.
+    /// entries of the volumes they name, if they are counted from this state's index. The
+    /// entries are kept in volume order either way ([`DesiredState::entries_of`]).
     pub fn apply(&mut self, next: DesiredState) -> Result<(), StaleChanges> {
         let Some(changes) = next.changes else {
             *self = next;
+            self.sort();
             return Ok(());
         };
         if changes.since != self.index {
@@ -359,23 +361,46 @@ impl DesiredState {
         let named = |v: &str| volumes.binary_search_by(|n| n.as_str().cmp(v)).is_ok();
         self.publish.retain(|p| !named(&p.volume.volume));
         self.publish.extend(next.publish);
-        self.publish
-            .sort_by(|a, b| (&a.volume.volume, &a.alloc).cmp(&(&b.volume.volume, &b.alloc)));
         self.unpublish.retain(|u| !named(&u.volume));
         self.unpublish.extend(next.unpublish);
-        self.unpublish
-            .sort_by(|a, b| (&a.volume, &a.alloc).cmp(&(&b.volume, &b.alloc)));
         self.unstage.retain(|u| !named(&u.volume));
         self.unstage.extend(next.unstage);
-        self.unstage.sort_by(|a, b| a.volume.cmp(&b.volume));
         self.expand.retain(|e| !named(&e.volume));
         self.expand.extend(next.expand);
-        self.expand.sort_by(|a, b| a.volume.cmp(&b.volume));
+        self.sort();
         self.index = next.index;
         self.status = next.status;
         self.controller_ops = next.controller_ops;
         self.refresh_limits = next.refresh_limits;
         Ok(())
+    }
+}
+
+impl DesiredState {
+    /// Puts the entries in volume order (then alloc order), which [`DesiredState::apply`]
+    /// keeps.
+    fn sort(&mut self) {
+        self.publish
+            .sort_by(|a, b| (&a.volume.volume, &a.alloc).cmp(&(&b.volume.volume, &b.alloc)));
+        self.unpublish
+            .sort_by(|a, b| (&a.volume, &a.alloc).cmp(&(&b.volume, &b.alloc)));
+        self.unstage.sort_by(|a, b| a.volume.cmp(&b.volume));
+        self.expand.sort_by(|a, b| a.volume.cmp(&b.volume));
+    }
+
+    /// One volume's entries, found by their order (as [`DesiredState::apply`] leaves them):
+    /// its publications, its unpublications, and whether it is to be unstaged.
+    pub fn entries_of(&self, volume: &str) -> (&[DesiredPublish], &[DesiredUnpublish], bool) {
+        fn range<'a, T>(all: &'a [T], volume: &str, of: impl Fn(&T) -> &str) -> &'a [T] {
+            let start = all.partition_point(|e| of(e) < volume);
+            let end = start + all[start..].partition_point(|e| of(e) == volume);
+            &all[start..end]
+        }
+        (
+            range(&self.publish, volume, |p| &p.volume.volume),
+            range(&self.unpublish, volume, |u| &u.volume),
+            !range(&self.unstage, volume, |u| &u.volume).is_empty(),
+        )
     }
 }
 
@@ -605,6 +630,74 @@ mod tests {
         })
         .unwrap();
         assert!(held.unstage.is_empty(), "a whole state replaces everything");
+    }
+
+    fn publish(volume: &str, alloc: &str) -> DesiredPublish {
+        DesiredPublish {
+            alloc: alloc.into(),
+            read_only: false,
+            volume: NodeVolume {
+                volume: volume.into(),
+                plugin: "p".into(),
+                external_id: format!("e-{volume}"),
+                capability: VolumeCapability {
+                    access_type: crate::domain::AccessType::BlockDevice,
+                    access_mode: crate::domain::AccessMode::SingleNodeWriter,
+                },
+                context: BTreeMap::new(),
+                secrets: BTreeMap::new(),
+                publish_context: PublishContext::default(),
+            },
+        }
+    }
+
+    #[test]
+    fn a_volumes_entries_are_found_in_order_whole_or_changed() {
+        // A whole state in no particular order is put in volume order.
+        let mut held = DesiredState::default();
+        held.apply(DesiredState {
+            index: 3,
+            publish: vec![publish("c", "a1"), publish("a", "a2"), publish("a", "a1")],
+            unstage: vec![unstage("d"), unstage("b")],
+            ..DesiredState::default()
+        })
+        .unwrap();
+        let allocs = |d: &DesiredState, v: &str| -> Vec<String> {
+            d.entries_of(v).0.iter().map(|p| p.alloc.clone()).collect()
+        };
+        assert_eq!(allocs(&held, "a"), ["a1", "a2"]);
+        assert_eq!(allocs(&held, "c"), ["a1"]);
+        assert!(
+            allocs(&held, "b").is_empty() && held.entries_of("b").2,
+            "b: unstaged only"
+        );
+        let (publish_of, unpublish_of, unstage_of) = held.entries_of("z");
+        assert!(publish_of.is_empty() && unpublish_of.is_empty() && !unstage_of);
+        // Changes keep the order.
+        held.apply(DesiredState {
+            index: 4,
+            publish: vec![publish("b", "a9")],
+            unpublish: vec![DesiredUnpublish {
+                volume: "a".into(),
+                alloc: "a1".into(),
+                plugin: "p".into(),
+                external_id: "e-a".into(),
+            }],
+            changes: Some(DesiredChanges {
+                since: 3,
+                volumes: vec!["b".into(), "a".into()],
+            }),
+            ..DesiredState::default()
+        })
+        .unwrap();
+        assert!(allocs(&held, "a").is_empty());
+        assert_eq!(held.entries_of("a").1.len(), 1);
+        assert_eq!(allocs(&held, "b"), ["a9"]);
+        assert!(
+            !held.entries_of("b").2,
+            "b's unstage is gone with its changes"
+        );
+        assert!(held.entries_of("d").2);
     }
 
     #[test]
