@@ -131,8 +131,9 @@ pub struct Placement {
     /// `max_volumes_per_node` of the volume's plugin there (0: no limit), when the node runs
     /// the plugin's node service; `None` when it does not.
     pub plugin_slots: Option<u32>,
-    /// `None` when the volume holds a slot on the node already (claimed or attached there);
-    /// else how many slots of the plugin's are in use there (detaching volumes included).
+    /// How many slots of the plugin's are in use there (detaching volumes included), when
+    /// the volume needs a new one; `None` when it holds one already (claimed or attached
+    /// there) or when the plugin sets no limit there (nothing to count against).
     pub new_slot_among: Option<u32>,
     /// Whether the node's topology for the plugin reaches the volume ([`reachable`]).
     pub reachable: bool,

@@ -126,12 +126,14 @@ pub(super) fn node_may_start(
                 .iter()
                 .any(|a| a.node == node))
     };
-    let new_slot_among =
-        if n.status == NodeStatus::Ready && plugin_slots.is_some() && !holds_slot()? {
-            Some(conn.slots_used(node, &v.plugin)?)
-        } else {
-            None
-        };
+    // Counting the slots in use reads every claim and attachment of the node: only where
+    // the plugin sets a limit (`max_volumes_per_node` 0 is none).
+    let limited = plugin_slots.is_some_and(|max| max > 0);
+    let new_slot_among = if n.status == NodeStatus::Ready && limited && !holds_slot()? {
+        Some(conn.slots_used(node, &v.plugin)?)
+    } else {
+        None
+    };
     let placement = rules::Placement {
         status: n.status,
         lost_at: n.lost_at,
