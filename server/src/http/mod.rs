@@ -18,9 +18,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use csivol_api::{
-    self as api, ClaimRequest, CreateVolumeSpec, DetachRequest, Health, HeartbeatResponse,
-    INDEX_HEADER, NodeUnblockRequest, RegisterRequest, RegisterResponse, ReportBatch,
-    UnblockRequest, VolumeSpec, VolumeState, validate_name,
+    self as api, ClaimRequest, ClaimState, CreateVolumeSpec, DetachRequest, Health,
+    HeartbeatResponse, INDEX_HEADER, NodeUnblockRequest, RegisterRequest, RegisterResponse,
+    ReportBatch, UnblockRequest, VolumeSpec, VolumeState, validate_name,
 };
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -187,14 +187,64 @@ impl Blocking {
             return Ok(None);
         };
         let wait = match &self.wait {
-            Some(w) => humantime::parse_duration(w).map_err(|e| {
-                ApiError::bad_request(format!("invalid `wait` `{w}`: {e}"))
-                    .with_hint("use e.g. wait=30s")
-            })?,
+            Some(w) => parse_wait(w)?,
             None => Duration::from_secs(30),
         };
-        Ok(Some((index, wait.min(MAX_WAIT))))
+        Ok(Some((index, wait)))
     }
+}
+
+/// A `wait` duration (`30s`, `500ms`), at most [`MAX_WAIT`].
+fn parse_wait(w: &str) -> ApiResult<Duration> {
+    let wait = humantime::parse_duration(w).map_err(|e| {
+        ApiError::bad_request(format!("invalid `wait` `{w}`: {e}")).with_hint("use e.g. wait=30s")
+    })?;
+    Ok(wait.min(MAX_WAIT))
+}
+
+/// `?wait=30s` on a claim's POST or DELETE: once the request has committed, its answer
+/// waits as a blocking query at the commit's index would, until the claim changes again
+/// (or is gone), or the wait passes. A client following a claim makes one request where
+/// it made a write and a blocking query. Without `wait`, the answer leaves at the commit.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Hold {
+    wait: Option<String>,
+}
+
+impl Hold {
+    fn wait(&self) -> ApiResult<Option<Duration>> {
+        self.wait.as_deref().map(parse_wait).transpose()
+    }
+}
+
+/// What a held answer carries: the claim as it is after the wait (`None` once gone) and
+/// the index to follow it from; the committed claim and its index when nothing changed in
+/// time, or when this server's long-poll slots are all taken (the request has committed:
+/// it is answered, not refused).
+async fn hold_claim(
+    app: &App,
+    committed: &api::Claim,
+    wait: Duration,
+) -> ApiResult<(Option<api::Claim>, u64)> {
+    let unchanged = || Ok((Some(committed.clone()), committed.index));
+    let Ok(_permit) = Arc::clone(&app.long_polls).try_acquire_owned() else {
+        return unchanged();
+    };
+    let key = Key::Volume(committed.volume.clone());
+    let index = app.db.hub.wait(&key, committed.index, wait).await;
+    if index <= committed.index {
+        return unchanged();
+    }
+    let (volume, alloc) = (committed.volume.clone(), committed.alloc.clone());
+    let now = app
+        .db
+        .read_small(move |c| match c.claim(&volume, &alloc)? {
+            Some(row) => c.claim_to_api(&row).map(Some),
+            None => Ok(None),
+        })
+        .await?;
+    Ok((now, index))
 }
 
 fn with_index<T: serde::Serialize>(status: StatusCode, index: u64, body: T) -> Response {
@@ -640,9 +690,11 @@ async fn post_claim(
     State(app): State<App>,
     headers: HeaderMap,
     Path(volume): Path<String>,
+    Q(hold): Q<Hold>,
     Body(req): Body<ClaimRequest>,
 ) -> ApiResult<Response> {
     let (actor, limits) = app.claimer(&headers)?;
+    let hold = hold.wait()?;
     if req.dry_run {
         let answer = app
             .db
@@ -659,6 +711,22 @@ async fn post_claim(
     } else {
         StatusCode::OK
     };
+    // A claim on its way to ready is held; one that got where it goes (ready, failed,
+    // blocked, releasing) is answered at once.
+    let on_its_way = matches!(
+        claim.state,
+        ClaimState::Queued | ClaimState::Pending | ClaimState::Attaching | ClaimState::Publishing
+    );
+    if let Some(wait) = hold
+        && on_its_way
+    {
+        // Gone before the answer (failed and cleaned up): the committed claim is the
+        // answer, and a blocking query from its index finds it gone at once.
+        return Ok(match hold_claim(&app, &claim, wait).await? {
+            (Some(now), index) => with_index(status, index, now),
+            (None, _) => with_index(status, claim.index, claim),
+        });
+    }
     Ok(with_index(status, claim.index, claim))
 }
 
@@ -693,14 +761,30 @@ async fn delete_claim(
     State(app): State<App>,
     headers: HeaderMap,
     Path((volume, alloc)): Path<(String, String)>,
+    Q(hold): Q<Hold>,
 ) -> ApiResult<Response> {
     let (actor, _) = app.claimer(&headers)?;
     name("volume", &volume)?;
     name("alloc", &alloc)?;
+    let hold = hold.wait()?;
     let claim = app
         .db
         .write(move |ctx| lifecycle::release_claim(ctx, &volume, &alloc, &actor))
         .await?;
+    if let Some(wait) = hold
+        && claim.state == ClaimState::Releasing
+    {
+        // 204 once the claim is gone; 202 with the claim while it is still there.
+        return Ok(match hold_claim(&app, &claim, wait).await? {
+            (Some(now), index) => with_index(StatusCode::ACCEPTED, index, now),
+            (None, index) => {
+                let mut r = StatusCode::NO_CONTENT.into_response();
+                r.headers_mut()
+                    .insert(INDEX_HEADER, HeaderValue::from(index));
+                r
+            }
+        });
+    }
     Ok(with_index(StatusCode::ACCEPTED, claim.index, claim))
 }
 

@@ -350,3 +350,91 @@ async fn claims_say_why_they_wait_and_dry_runs_say_where_they_start() {
         "{body}"
     );
 }
+
+/// `?wait=` on a claim's POST and DELETE: the answer leaves once the claim moves on past
+/// what the request committed (the claim's next state; 204 once a released claim is gone),
+/// or when the wait passes; a malformed wait is refused before anything is recorded.
+#[tokio::test]
+async fn held_claims_and_releases_answer_when_the_claim_moves_on() {
+    let dir = TestDir::new("server-held");
+    let server = start(&dir, &[]);
+    let api = server.api();
+    let n1 = FakeAgent::new(&server, "n1").await;
+    n1.register(0, true, json!([])).await;
+    register_volume(&api, "v1", "single-node-writer").await;
+    let req = json!({"alloc": "a1", "node": "n1", "mode": "write"});
+
+    let (status, body) = api
+        .post("/v1/volumes/v1/claims?wait=soon", req.clone())
+        .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("invalid `wait` `soon`"),
+        "{body}"
+    );
+    assert_eq!(
+        claim_state(&api, "v1", "a1").await,
+        None,
+        "nothing recorded"
+    );
+
+    // Recorded `attaching`; answered once ControllerPublishVolume moved it on.
+    let held = {
+        let (api, req) = (api.clone(), req.clone());
+        tokio::spawn(async move {
+            api.send("POST", "/v1/volumes/v1/claims?wait=30s", Some(req))
+                .await
+        })
+    };
+    let op = n1.wait_op("publish").await;
+    assert_eq!(
+        claim_state(&api, "v1", "a1").await.as_deref(),
+        Some("attaching"),
+        "the claim is recorded while its answer is held"
+    );
+    n1.report(json!([{"kind": "controller_published", "op": op["id"], "attempt": op["attempt"], "publish_context": {}}])).await;
+    let raw = held.await.unwrap().expect("an answer");
+    assert_eq!(raw.status.as_u16(), 201);
+    let c: serde_json::Value = serde_json::from_slice(&raw.body).unwrap();
+    assert_eq!(c["state"], "publishing", "{c}");
+    assert!(raw.index.unwrap() >= c["index"].as_u64().unwrap());
+
+    // Nothing changes: the claim as it is, once the wait has passed.
+    let started = std::time::Instant::now();
+    let (status, c) = api
+        .post("/v1/volumes/v1/claims?wait=300ms", req.clone())
+        .await;
+    assert_eq!((status, c["state"].as_str()), (200, Some("publishing")));
+    assert!(started.elapsed() >= Duration::from_millis(300));
+
+    // Ready: where a claim goes, so answered at once however long the wait.
+    n1.report(json!([{"kind": "published", "volume": "v1", "alloc": "a1", "target_path": "/t"}]))
+        .await;
+    let (status, c) = api.post("/v1/volumes/v1/claims?wait=5m", req.clone()).await;
+    assert_eq!((status, c["state"].as_str()), (200, Some("ready")));
+
+    // A held release answers 204 once the node has unpublished and the claim is gone.
+    let held = {
+        let api = api.clone();
+        tokio::spawn(async move {
+            api.send("DELETE", "/v1/volumes/v1/claims/a1?wait=30s", None)
+                .await
+        })
+    };
+    csivol_tests::eventually("the release recorded", Duration::from_secs(30), || async {
+        (claim_state(&api, "v1", "a1").await.as_deref() == Some("releasing")).then_some(())
+    })
+    .await;
+    n1.report(json!([{"kind": "unpublished", "volume": "v1", "alloc": "a1"}]))
+        .await;
+    let raw = held.await.unwrap().expect("an answer");
+    assert_eq!(raw.status.as_u16(), 204, "{:?}", raw.body);
+    assert!(raw.body.is_empty());
+    assert!(raw.index.is_some(), "the index to follow the volume from");
+    assert_eq!(claim_state(&api, "v1", "a1").await, None);
+    let (status, body) = api.delete("/v1/volumes/v1/claims/a1?wait=1s").await;
+    assert_eq!(status, 404, "a gone claim is not held: {body}");
+}
