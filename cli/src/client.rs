@@ -22,6 +22,9 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 pub const VOLUME_PAGE: usize = 1000;
 /// The longest single blocking query; longer waits are several of them.
 pub const MAX_BLOCK: Duration = Duration::from_secs(30);
+/// The longest a claim's POST or DELETE is held (`?wait=`) off a terminal: a step that
+/// takes longer still gets its line in a CI job's log within this time.
+pub const MAX_HOLD: Duration = Duration::from_secs(10);
 
 /// Where the token came from, so an unauthorized answer can say which token was refused.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -220,12 +220,18 @@ impl Out {
         }
     }
 
+    /// Whether a wait's progress shows live (a spinner on a terminal). Where it does not (a
+    /// CI job's log), a wait may take fewer requests and show fewer steps.
+    pub fn live_progress(&self) -> bool {
+        !self.quiet && self.stderr_tty && !self.json_mode()
+    }
+
     /// Progress of a wait: a spinner on a terminal, otherwise a line per change.
     pub fn progress(&self) -> Progress {
         if self.quiet {
             return Progress::Silent;
         }
-        if self.stderr_tty && !self.json_mode() {
+        if self.live_progress() {
             let bar = ProgressBar::new_spinner();
             bar.set_style(
                 ProgressStyle::with_template("{spinner} {msg} ({elapsed})")

@@ -46,14 +46,21 @@ impl NewClaim<'_> {
         )
     }
 
-    /// Records the claim; says whether it is new or already held.
-    pub async fn record(&self, ctx: &Ctx) -> anyhow::Result<Answer<Claim>> {
+    /// Records the claim; says whether it is new or already held. With `hold`, the server
+    /// holds its answer until the claim changes again, for at most that long (`?wait=`).
+    pub async fn record(&self, ctx: &Ctx, hold: Option<Duration>) -> anyhow::Result<Answer<Claim>> {
         let path = format!("/v1/volumes/{}/claims", self.volume);
-        let a: Answer<Claim> = ctx
-            .client
-            .call(Method::POST, &path, Some(&self.request(false)))
-            .await
-            .with_context(|| self.failed())?;
+        let req = self.request(false);
+        let a: Answer<Claim> = match hold {
+            None => ctx.client.call(Method::POST, &path, Some(&req)).await,
+            Some(h) => {
+                let path = format!("{path}?wait={}ms", h.as_millis());
+                (ctx.client)
+                    .call_running(Method::POST, &path, Some(&req), h)
+                    .await
+            }
+        }
+        .with_context(|| self.failed())?;
         let c = &a.body;
         if a.status == StatusCode::CREATED {
             let state = if c.state == ClaimState::Queued {
@@ -122,20 +129,27 @@ pub async fn run(ctx: &Ctx, args: ClaimArgs) -> anyhow::Result<Exit> {
             .with_context(|| claim.failed())?;
         return dry_run(ctx, &claim, &a.body);
     }
-    let a = claim.record(ctx).await?;
+    let deadline = wait::Deadline::after(args.wait.timeout);
+    // Off a terminal, the server holds the answer until the claim moves on: a CI job's
+    // claim takes one request less. On a terminal every step shows as it happens.
+    let hold = (args.wait.wait && !ctx.out.live_progress())
+        .then(|| args.wait.timeout.min(crate::client::MAX_HOLD));
+    let a = match hold {
+        None => claim.record(ctx, None).await?,
+        Some(_) => tokio::select! {
+            a = claim.record(ctx, hold) => a?,
+            signal = crate::signals::terminated() => {
+                return interrupted(ctx, volume, alloc, signal).await;
+            }
+        },
+    };
     let mut result = a.body;
     if args.wait.wait {
         let index = a.index.unwrap_or(result.index);
-        let deadline = wait::Deadline::after(args.wait.timeout);
         let waited = tokio::select! {
             w = wait::claim(ctx, result, index, ClaimGoal::Ready, deadline) => w,
             signal = crate::signals::terminated() => {
-                release(ctx, volume, alloc).await?;
-                ctx.out.note(format!(
-                    "interrupted ({}): released the claim of alloc {alloc} on volume {volume}",
-                    signal.name()
-                ));
-                return Ok(Exit::Signal(signal.number()));
+                return interrupted(ctx, volume, alloc, signal).await;
             }
         };
         result = match waited {
@@ -157,6 +171,22 @@ pub async fn run(ctx: &Ctx, args: ClaimArgs) -> anyhow::Result<Exit> {
         render::claim(&ctx.out, &result)?;
     }
     Ok(Exit::Ok)
+}
+
+/// A wait stopped by `signal`: the claim is released (it may be recorded even when its
+/// answer never came), and the exit says which signal.
+async fn interrupted(
+    ctx: &Ctx,
+    volume: &str,
+    alloc: &str,
+    signal: crate::signals::Stop,
+) -> anyhow::Result<Exit> {
+    release(ctx, volume, alloc).await?;
+    ctx.out.note(format!(
+        "interrupted ({}): released the claim of alloc {alloc} on volume {volume}",
+        signal.name()
+    ));
+    Ok(Exit::Signal(signal.number()))
 }
 
 /// The answer of a dry run: exit 0 when the claim would be accepted, else the exit code of

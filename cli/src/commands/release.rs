@@ -19,11 +19,21 @@ pub async fn run(ctx: &Ctx, args: ReleaseArgs) -> anyhow::Result<Exit> {
             args.alloc, args.volume
         )
     };
-    let answer = ctx
-        .client
-        .call::<(), Claim>(Method::DELETE, &path, None)
-        .await;
-    let a: Answer<Claim> = match answer {
+    let deadline = wait::Deadline::after(args.wait.timeout);
+    // Off a terminal, the server holds the answer until the claim is gone (204) or moved
+    // on: a CI job's release takes one request. On a terminal every step shows.
+    let answer = if args.wait.wait && !ctx.out.live_progress() {
+        let hold = args.wait.timeout.min(crate::client::MAX_HOLD);
+        let held = format!("{path}?wait={}ms", hold.as_millis());
+        ctx.client
+            .call_running::<(), Option<Claim>>(Method::DELETE, &held, None, hold)
+            .await
+    } else {
+        ctx.client
+            .call::<(), Option<Claim>>(Method::DELETE, &path, None)
+            .await
+    };
+    let a: Answer<Option<Claim>> = match answer {
         Ok(a) => a,
         Err(e) if args.ignore_missing && classify(&e).0 == Exit::NotFound => {
             // The claim is gone; the volume must still exist (a typo stays an error).
@@ -40,7 +50,13 @@ pub async fn run(ctx: &Ctx, args: ReleaseArgs) -> anyhow::Result<Exit> {
         }
         Err(e) => return Err(with_ignore_missing(e).context(failed())),
     };
-    let claim = a.body;
+    let Some(claim) = a.body else {
+        ctx.out.note(format!(
+            "released the claim of alloc {} on volume {}",
+            args.alloc, args.volume
+        ));
+        return Ok(Exit::Ok);
+    };
     if !args.wait.wait {
         ctx.out.note(format!(
             "releasing the claim of alloc {} on volume {}: node {} unmounts it",
@@ -54,14 +70,7 @@ pub async fn run(ctx: &Ctx, args: ReleaseArgs) -> anyhow::Result<Exit> {
         return Ok(Exit::Ok);
     }
     let index = a.index.unwrap_or(claim.index);
-    wait::claim(
-        ctx,
-        claim,
-        index,
-        ClaimGoal::Gone,
-        wait::Deadline::after(args.wait.timeout),
-    )
-    .await?;
+    wait::claim(ctx, claim, index, ClaimGoal::Gone, deadline).await?;
     ctx.out.note(format!(
         "released the claim of alloc {} on volume {}",
         args.alloc, args.volume

@@ -118,7 +118,7 @@ async fn claim_all(
             queue: args.queue,
             labels: &args.labels,
         };
-        match claim.record(ctx).await {
+        match claim.record(ctx, None).await {
             Ok(a) => {
                 let index = a.index.unwrap_or(a.body.index);
                 made.push((a.body, index));

@@ -407,8 +407,21 @@ fn release_is_idempotent_and_errors_are_json() {
 
 #[test]
 fn an_interrupted_claim_wait_releases_its_claim() {
+    interrupted_claim_wait("NodePublishVolume", "publishing");
+}
+
+/// Interrupted while the server holds the claim's answer (off a terminal, the claim's POST
+/// waits until the claim moves on): the claim is recorded, its answer has not come, and it
+/// is released all the same.
+#[test]
+fn a_claim_wait_interrupted_while_its_answer_is_held_releases_its_claim() {
+    interrupted_claim_wait("ControllerPublishVolume", "attaching");
+}
+
+/// `claim --wait` with `rpc` held up by the plugin, sent SIGINT once the claim is `state`.
+fn interrupted_claim_wait(rpc: &str, state: &str) {
     let opts = NodeOpts {
-        plugin_args: vec!["--delay=NodePublishVolume=30s".into()],
+        plugin_args: vec![format!("--delay={rpc}=30s")],
         ..NodeOpts::default()
     };
     let c = Cluster::start("ci-interrupt", "10s", vec![opts]);
@@ -419,8 +432,8 @@ fn an_interrupted_claim_wait_releases_its_claim() {
         job(&c, &token, &["claim", "v", "--alloc", "a1", "--wait"]),
         &c.dir.join("claim.log"),
     );
-    wait_for("the claim publishing", WAIT, || {
-        (claim_state(&c, "v", "a1").as_deref() == Some("publishing")).then_some(())
+    wait_for(&format!("the claim {state}"), WAIT, || {
+        (claim_state(&c, "v", "a1").as_deref() == Some(state)).then_some(())
     });
     let pid = Pid::from_raw(claim.pid() as i32).unwrap();
     kill_process(pid, Signal::INT).unwrap();
