@@ -208,6 +208,13 @@ impl Http {
         self.send::<()>(reqwest::Method::DELETE, path, None).await
     }
 
+    /// `path` with `wait=` for a write whose answer is held until what it wrote changes
+    /// again (a claim's POST and DELETE), for as long as a blocking query waits.
+    pub fn held(&self, path: &str) -> String {
+        let sep = if path.contains('?') { '&' } else { '?' };
+        format!("{path}{sep}wait={}ms", self.block_wait.as_millis())
+    }
+
     /// A blocking query: answers once the resource changed past `index`, or after `wait`.
     pub async fn get_blocking(&self, path: &str, index: u64) -> anyhow::Result<Resp> {
         let sep = if path.contains('?') { '&' } else { '?' };

@@ -1,5 +1,7 @@
 //! The load: concurrent clients doing claim → ready → release → gone cycles through the
-//! HTTP API, with the calls the CLI makes (`csivol claim --wait`, `csivol release --wait`).
+//! HTTP API, with the calls the CLI makes off a terminal (`csivol claim --wait`, `csivol
+//! release --wait` in a CI job): the claim's POST and the release's DELETE are held
+//! (`?wait=`) until the claim changes again, and blocking queries follow it from there.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -49,7 +51,7 @@ pub async fn cycle(
     let deadline = start + timeout;
     let req = ClaimRequest::new(alloc, node, ClaimMode::Write);
     let claims = format!("/v1/volumes/{volume}/claims");
-    let created = match http.post(&claims, &req).await {
+    let created = match http.post(&http.held(&claims), &req).await {
         Ok(r) if r.status == 201 => r,
         Ok(r) => {
             return Outcome::NotAcknowledged(format!(
@@ -67,8 +69,14 @@ pub async fn cycle(
     };
     let path = format!("{claims}/{alloc}");
     let mut index = created.index.unwrap_or(claim.index);
-    let mut state = claim.state;
+    let (mut state, mut error) = (claim.state, claim.error);
     while state != ClaimState::Ready {
+        if matches!(state, ClaimState::Failed | ClaimState::Blocked) {
+            return Outcome::Lost(format!(
+                "claim {volume}/{alloc} on {node} became {state}: {}",
+                error.unwrap_or_default()
+            ));
+        }
         if Instant::now() >= deadline {
             return Outcome::Lost(format!(
                 "claim {volume}/{alloc} on {node} not ready after {timeout:?} (still {state})"
@@ -77,13 +85,7 @@ pub async fn cycle(
         match watch(http, &path, index).await {
             Ok(Some((c, i))) => {
                 index = i;
-                state = c.state;
-                if matches!(state, ClaimState::Failed | ClaimState::Blocked) {
-                    return Outcome::Lost(format!(
-                        "claim {volume}/{alloc} on {node} became {state}: {}",
-                        c.error.unwrap_or_default()
-                    ));
-                }
+                (state, error) = (c.state, c.error);
             }
             Ok(None) => {
                 return Outcome::Lost(format!(
@@ -97,10 +99,26 @@ pub async fn cycle(
 
     let released = Instant::now();
     progress.release_sent = true;
-    match http.delete(&path).await {
+    let mut gone = false;
+    match http.delete(&http.held(&path)).await {
         Ok(r) if r.status == 202 => {
             progress.release_acknowledged = true;
             index = r.index.unwrap_or(index);
+            let c: api::Claim = match r.json() {
+                Ok(c) => c,
+                Err(e) => return Outcome::Lost(format!("release of {volume}/{alloc}: {e:#}")),
+            };
+            if c.state != ClaimState::Releasing {
+                return Outcome::Lost(format!(
+                    "released claim {volume}/{alloc} on {node} became {}",
+                    c.state
+                ));
+            }
+        }
+        // Held until the claim was gone.
+        Ok(r) if r.status == 204 => {
+            progress.release_acknowledged = true;
+            gone = true;
         }
         Ok(r) => {
             return Outcome::Lost(format!(
@@ -111,7 +129,7 @@ pub async fn cycle(
         }
         Err(e) => return Outcome::Lost(format!("release of {volume}/{alloc}: {e:#}")),
     }
-    loop {
+    while !gone {
         if Instant::now() >= deadline {
             return Outcome::Lost(format!(
                 "claim {volume}/{alloc} on {node} not gone {timeout:?} after the claim"
@@ -127,7 +145,7 @@ pub async fn cycle(
                     ));
                 }
             }
-            Ok(None) => break,
+            Ok(None) => gone = true,
             Err(e) => return Outcome::Lost(format!("release of {volume}/{alloc}: {e:#}")),
         }
     }
