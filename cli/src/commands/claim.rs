@@ -62,7 +62,14 @@ impl NewClaim<'_> {
         }
         .with_context(|| self.failed())?;
         let c = &a.body;
-        if a.status == StatusCode::CREATED {
+        if a.status == StatusCode::CREATED && hold.is_some() {
+            // Where a held claim stands when its answer came depends on timing; the wait's
+            // progress says it next.
+            ctx.out.note(format!(
+                "claimed volume {} for alloc {} on node {} ({})",
+                c.volume, c.alloc, c.node, self.mode
+            ));
+        } else if a.status == StatusCode::CREATED {
             let state = if c.state == ClaimState::Queued {
                 wait::describe_claim(c)
             } else {
