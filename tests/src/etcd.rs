@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use crate::{Proc, ServerProc, TestDir, wait_for};
+use crate::{Proc, ServerProc, TestDir};
 
 /// Where the Debian package puts the server.
 pub const ETCD_BIN: &str = "/usr/bin/etcd";
@@ -72,6 +72,11 @@ impl EtcdMember {
         self.proc.is_some()
     }
 
+    /// Whether the member was started and its process has exited since.
+    pub fn has_exited(&mut self) -> bool {
+        self.proc.as_mut().is_some_and(|p| p.exited().is_some())
+    }
+
     /// The running member's pid.
     pub fn pid(&self) -> Option<u32> {
         self.proc.as_ref().map(Proc::pid)
@@ -94,6 +99,13 @@ fn free_port() -> u16 {
 /// Whether the member whose health check is at `health_url` ([`EtcdMember::health_url`])
 /// answers healthy: it has a leader and serves a linearizable read, which only a member
 /// of a cluster with a quorum does.
+/// The last lines of a log file, for a failure's message.
+fn log_tail(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| format!("(unreadable: {e})"));
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(20)..].join("\n")
+}
+
 pub fn healthy_at(health_url: &str) -> bool {
     http_get(health_url, "/health").is_some_and(|b| b.contains("\"health\":\"true\""))
 }
@@ -241,19 +253,49 @@ impl EtcdCluster {
         false
     }
 
-    /// Waits until every running member answers healthy.
-    pub fn wait_healthy(&self) {
-        wait_for(
-            "the etcd cluster to be healthy",
-            Duration::from_secs(60),
-            || {
-                self.members
+    /// Waits until every running member answers healthy. A member started again keeps its
+    /// ports (its peers know them), and in the moment between its kill and its bind another
+    /// test's socket may take one of them: etcd then exits at once, and is started again
+    /// here (every second at most) until it binds. A timeout shows the end of the log of
+    /// every member not healthy.
+    pub fn wait_healthy(&mut self) {
+        let timeout = Duration::from_secs(60);
+        let deadline = std::time::Instant::now() + timeout;
+        let mut last_start = std::time::Instant::now();
+        loop {
+            if last_start.elapsed() >= Duration::from_secs(1) {
+                for m in &mut self.members {
+                    if m.has_exited() {
+                        eprintln!(
+                            "etcd {} exited; starting it again. Its log ends:\n{}",
+                            m.name,
+                            log_tail(&m.log)
+                        );
+                        m.spawn();
+                        last_start = std::time::Instant::now();
+                    }
+                }
+            }
+            let unhealthy: Vec<&EtcdMember> = self
+                .members
+                .iter()
+                .filter(|m| m.is_running() && !m.healthy())
+                .collect();
+            if unhealthy.is_empty() {
+                return;
+            }
+            if std::time::Instant::now() >= deadline {
+                let logs: Vec<String> = unhealthy
                     .iter()
-                    .filter(|m| m.is_running())
-                    .all(EtcdMember::healthy)
-                    .then_some(())
-            },
-        );
+                    .map(|m| format!("etcd {}'s log ends:\n{}", m.name, log_tail(&m.log)))
+                    .collect();
+                panic!(
+                    "timed out after {timeout:?} waiting for the etcd cluster to be healthy\n{}",
+                    logs.join("\n")
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     /// Every member's client URL, comma-separated (for `--etcd-endpoints`).

@@ -135,3 +135,32 @@ async fn killing_each_etcd_member_in_turn_fails_no_request() {
         sent.len()
     );
 }
+
+/// The test harness itself: a member started again while another socket holds its client
+/// port exits at once (etcd cannot move ports: its peers know them); waiting for the
+/// cluster starts it again until the port is free, instead of timing out on a dead member.
+#[test]
+fn a_restarted_member_whose_port_was_taken_is_started_again() {
+    let dir = TestDir::new("etcd-port-taken");
+    let mut etcd = csivol_tests::etcd::EtcdCluster::start(dir.path(), 3);
+    etcd.kill(0);
+    let addr = etcd.members[0]
+        .client_url
+        .strip_prefix("http://")
+        .expect("a plain HTTP client URL")
+        .to_owned();
+    let squatter = std::net::TcpListener::bind(&addr).expect("the killed member's port");
+    etcd.restart(0);
+    csivol_tests::wait_for(
+        "the restarted member to exit on its taken port",
+        std::time::Duration::from_secs(60),
+        || etcd.members[0].has_exited().then_some(()),
+    );
+    let freed = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_secs(2));
+        drop(squatter);
+    });
+    etcd.wait_healthy();
+    freed.join().unwrap();
+    assert!(etcd.members[0].healthy());
+}
