@@ -382,7 +382,7 @@ impl<'a> Checker<'a> {
                 self.mounted(&what, s.path)?;
             }
         }
-        if s.observed.is_some() && !s.block {
+        if s.observed.is_some_and(|o| !s.block || !o.may_gain()) {
             return Ok(None);
         }
         Ok(observed::to_record(s.observed, self.observe(s.path, true)))

@@ -77,6 +77,17 @@ impl Observation {
         }
     }
 
+    /// Whether a later observation may add to this record: a device recorded without its
+    /// identity, or a mount inside recorded without saying whether it is a device node
+    /// (records made before identities were).
+    pub fn may_gain(&self) -> bool {
+        (self.device.is_some() && self.identity.is_none())
+            || self
+                .inside
+                .iter()
+                .any(|i| i.device.is_none() || i.identity.is_none())
+    }
+
     /// This record with what `now` adds to it: the identity of a device recorded without
     /// one, and the device (with its identity) of a mount inside recorded without one.
     /// `None` when `now` adds nothing. `now` is what the same path shows at a check that

@@ -121,6 +121,22 @@ mod tests {
             Sameness::Same
         );
 
+        // Its file deleted: the kernel says so, and the path is not looked at (it names
+        // another file, or none). The sequence number, where the kernel gives one, still
+        // says it is the same device; without one nothing does.
+        std::fs::remove_file(&a).unwrap();
+        std::fs::File::create(&a).unwrap();
+        let deleted = read(major, minor).unwrap();
+        let backing = deleted.backing.clone().unwrap();
+        assert!(backing.file.ends_with(" (deleted)"), "{backing:?}");
+        assert_eq!(backing.file_id, None);
+        let verdict = compare(&first, &deleted);
+        if first.diskseq.is_some() {
+            assert_eq!(verdict, Sameness::Same);
+        } else {
+            assert!(matches!(verdict, Sameness::Other(_)), "{verdict:?}");
+        }
+
         // Detached and set up again on another file under the same number. Another
         // process may take the free number in between: then it is reused all the same.
         assert!(losetup(&["--detach".as_ref(), device.as_ref()]).0);

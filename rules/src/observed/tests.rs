@@ -317,8 +317,16 @@ fn what_is_recorded_after_a_check_passed() {
         ),
     ];
     for (name, recorded, now, want) in cases {
+        let gains = want.is_some();
+        if let Some(r) = &recorded {
+            // Where a record gains something, it says that it may.
+            assert!(!gains || r.may_gain(), "{name}");
+        }
         assert_eq!(to_record(recorded.as_ref(), now), want, "{name}");
     }
+    assert!(!device_at(loop3, id()).may_gain());
+    assert!(!inner(Some(loop3), id()).may_gain());
+    assert!(!Observation::default().may_gain());
 }
 
 #[test]
