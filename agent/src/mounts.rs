@@ -24,11 +24,18 @@
 //!   data exactly when their `MAJOR:MINOR` and root agree);
 //! - a block target is ready while it is a block device node (`stat`) whose device the
 //!   kernel still has with a size (a detached loop device has none), the device the plugin
-//!   placed there.
+//!   placed there: the same number, and the same device behind it, not one that took the
+//!   number since (loop devices are reused by number). What sysfs says of the device besides
+//!   its number is recorded with it ([`DeviceIdentity`]: the kernel's sequence number of the
+//!   disk, a loop device's backing file) and compared at each check
+//!   (`csivol_rules::observed::compare`); where sysfs tells devices of one number apart by
+//!   nothing (no sequence number, no loop device), the number and size are all that is
+//!   checked. A device node bound inside a staging directory is held to the same.
 //!
 //! Records made by an older agent carry no observation: they are judged once by that
 //! agent's rule (a staging is a mount point; a block staging exists), and what is found is
-//! recorded. Plugins checked with [`ReadyCheck::Exists`] (`--ready-check ID=exists`, for
+//! recorded. A device recorded before identities were is judged by its number and size
+//! once more, and gains its identity then. Plugins checked with [`ReadyCheck::Exists`] (`--ready-check ID=exists`, for
 //! plugins that present volumes without mounting, as `csivol-hostpath --mount none` does)
 //! only need the paths to exist.
 
@@ -59,7 +66,8 @@ pub fn is_mount_point(path: &Path) -> io::Result<bool> {
     Ok(MountTable::read()?.is_mount_point(path))
 }
 
-pub use csivol_rules::observed::{InnerMount, Observation, SeenMount};
+use csivol_rules::observed::{self, Sameness};
+pub use csivol_rules::observed::{DeviceIdentity, InnerMount, Observation, SeenMount};
 
 /// How the agent remembers a mount of the table.
 fn seen(m: &Mount) -> SeenMount {
@@ -104,6 +112,9 @@ pub trait Files: Send + Sync {
     /// cannot say (no sysfs: the size is not judged), `Err(())` when the kernel no longer
     /// has the device.
     fn sectors(&self, rdev: u64) -> Option<Result<u64, ()>>;
+    /// What the kernel says of the block device `rdev` besides its number; `None` when the
+    /// machine cannot say (no sysfs).
+    fn identity(&self, rdev: u64) -> Option<DeviceIdentity>;
 }
 
 /// The machine's own files and sysfs.
@@ -122,6 +133,10 @@ impl Files for SystemFiles {
         }
         let size = std::fs::read_to_string(format!("/sys/dev/block/{major}:{minor}/size"));
         Some(size.ok().and_then(|s| s.trim().parse().ok()).ok_or(()))
+    }
+
+    fn identity(&self, rdev: u64) -> Option<DeviceIdentity> {
+        identity::read(rustix::fs::major(rdev), rustix::fs::minor(rdev))
     }
 }
 
@@ -208,20 +223,74 @@ impl<'a> Checker<'a> {
                 }
                 // A later mount at the same point hides the earlier one.
                 below.retain(|b| b.path != rest);
+                let device = self.device_node(&m.mount_point);
                 below.push(InnerMount {
                     path: rest.to_owned(),
                     mount: seen(m),
+                    device,
+                    identity: device.and_then(|rdev| self.files.identity(rdev)),
                 });
             }
         }
+        let device = self.device_node(path);
         Observation {
             mount: self.table.at(path).map(seen),
-            device: match self.files.kind(path) {
-                Ok(NodeKind::Block { rdev }) => Some(rdev),
-                _ => None,
-            },
+            device,
+            identity: device.and_then(|rdev| self.files.identity(rdev)),
             inside: below,
         }
+    }
+
+    /// The device number of the block device node at `path`, if it is one.
+    fn device_node(&self, path: &Path) -> Option<u64> {
+        match self.files.kind(path) {
+            Ok(NodeKind::Block { rdev }) => Some(rdev),
+            _ => None,
+        }
+    }
+
+    /// Whether the device `rdev` now is the device recorded with `identity`: why not, when
+    /// another device has taken its number.
+    fn same_device(
+        &self,
+        what: &str,
+        path: &Path,
+        rdev: u64,
+        identity: Option<&DeviceIdentity>,
+    ) -> Result<(), String> {
+        let (Some(recorded), Some(now)) = (identity, self.files.identity(rdev)) else {
+            return Ok(());
+        };
+        match observed::compare(recorded, &now) {
+            Sameness::Same | Sameness::Unknown => Ok(()),
+            Sameness::Other(why) => Err(format!(
+                "{what} at {} is device {} as the plugin placed there, but another device has \
+                 taken that number: {why}",
+                path.display(),
+                dev_name(rdev)
+            )),
+        }
+    }
+
+    /// The live block device node at `path`, the device the plugin placed there: its
+    /// number `want` and, where recorded, its identity.
+    fn placed_device(
+        &self,
+        what: &str,
+        path: &Path,
+        want: u64,
+        identity: Option<&DeviceIdentity>,
+    ) -> Result<(), String> {
+        let now = self.block_device(what, path)?;
+        if now != want {
+            return Err(format!(
+                "{what} at {} is device {}, not the device the plugin placed there ({})",
+                path.display(),
+                dev_name(now),
+                dev_name(want)
+            ));
+        }
+        self.same_device(what, path, now, identity)
     }
 
     fn is_local_bind(&self, m: &Mount) -> bool {
@@ -282,30 +351,23 @@ impl<'a> Checker<'a> {
             self.same_mount(what, path, m)?;
         }
         if let Some(want) = seen.device {
-            let now = self.block_device(what, path)?;
-            if now != want {
-                return Err(format!(
-                    "{what} at {} is device {}, not the device the plugin placed there ({})",
-                    path.display(),
-                    dev_name(now),
-                    dev_name(want)
-                ));
-            }
+            self.placed_device(what, path, want, seen.identity.as_ref())?;
         }
         for inner in &seen.inside {
             let at = path.join(&inner.path);
-            self.same_mount(
-                &format!("the mount the plugin made in the {what}"),
-                &at,
-                &inner.mount,
-            )?;
+            let what = format!("the mount the plugin made in the {what}");
+            self.same_mount(&what, &at, &inner.mount)?;
+            if let Some(want) = inner.device {
+                self.placed_device(&what, &at, want, inner.identity.as_ref())?;
+            }
         }
         Ok(())
     }
 
     /// Whether a staging still holds its volume. A record without an observation (an
     /// older agent's) is judged by that agent's rule once, and what is there is returned
-    /// to be recorded.
+    /// to be recorded; a block staging's record lacking what is known now (the identity of
+    /// a device in it) is returned completed.
     pub fn staging(
         &self,
         check: ReadyCheck,
@@ -320,7 +382,10 @@ impl<'a> Checker<'a> {
                 self.mounted(&what, s.path)?;
             }
         }
-        Ok(s.observed.is_none().then(|| self.observe(s.path, true)))
+        if s.observed.is_some_and(|o| !s.block || !o.may_gain()) {
+            return Ok(None);
+        }
+        Ok(observed::to_record(s.observed, self.observe(s.path, true)))
     }
 
     /// Whether a claim's target is ready: it still shows what the plugin made there (the
@@ -346,16 +411,14 @@ impl<'a> Checker<'a> {
             self.staging(check, s)?;
         }
         if t.block {
-            let rdev = self.block_device(&what, t.path)?;
-            if let Some(want) = t.observed.and_then(|o| o.device)
-                && want != rdev
+            match t
+                .observed
+                .and_then(|o| o.device.map(|d| (d, o.identity.as_ref())))
             {
-                return Err(format!(
-                    "{what} at {} is device {}, not the device the plugin placed there ({})",
-                    t.path.display(),
-                    dev_name(rdev),
-                    dev_name(want)
-                ));
+                Some((want, identity)) => self.placed_device(&what, t.path, want, identity)?,
+                None => {
+                    self.block_device(&what, t.path)?;
+                }
             }
             return Ok(self.observe(t.path, false));
         }
@@ -408,15 +471,21 @@ impl<'a> Checker<'a> {
         verdict
     }
 
-    /// Why the block device node at `path` no longer has its device behind it (detached,
-    /// or gone from the kernel); `None` when it has, or when `path` is no device node.
-    /// A staging whose device died this way must be staged again before publishing.
-    pub fn dead_device(&self, path: &Path) -> Option<String> {
+    /// Why the block device node at `path` no longer has the device the plugin placed
+    /// there behind it (detached, gone from the kernel, or its number taken by another
+    /// device since `recorded`); `None` when it has, or when `path` is no device node. A
+    /// staging whose device was lost this way must be staged again before publishing.
+    pub fn lost_device(&self, path: &Path, recorded: Option<&Observation>) -> Option<String> {
         let node = self.files.kind(path);
-        if !matches!(node, Ok(NodeKind::Block { .. })) {
+        let Ok(NodeKind::Block { rdev }) = node else {
             return None;
+        };
+        if let Err(why) = block_verdict("the device", path, node, |rdev| self.files.sectors(rdev)) {
+            return Some(why);
         }
-        block_verdict("the device", path, node, |rdev| self.files.sectors(rdev)).err()
+        let recorded = recorded.filter(|o| o.device == Some(rdev))?;
+        self.same_device("the device", path, rdev, recorded.identity.as_ref())
+            .err()
     }
 }
 
@@ -463,7 +532,7 @@ impl Checks for Judge<'_, '_> {
         let observed = c.staging(check, staging_view(s, block))?;
         if block && check == ReadyCheck::Mount {
             for p in publications.iter().filter(|p| p.block) {
-                if let Some(why) = c.dead_device(&p.target) {
+                if let Some(why) = c.lost_device(&p.target, p.observed.as_ref()) {
                     return Err(format!(
                         "staging of {} no longer holds the volume's device: {why}",
                         s.volume
@@ -584,6 +653,8 @@ fn exists(files: &dyn Files, what: &str, path: &Path) -> Result<(), String> {
         Err(e) => Err(format!("{what} is gone ({}: {e})", path.display())),
     }
 }
+
+mod identity;
 
 #[cfg(test)]
 pub(crate) mod fake;

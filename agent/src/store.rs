@@ -17,6 +17,11 @@ use super::mounts::Observation;
 const LOCK_WAIT: Duration = Duration::from_secs(10);
 /// 1: stagings, publications, fences. 2: what the plugin made at each path (`observed`,
 /// JSON) and whether a staging is of a block volume.
+///
+/// What an observation holds grows inside its JSON, not as columns: a field added later
+/// (a block device's identity) has a default, so a record written before reads with it
+/// empty and is completed at its next check, and an older agent reads a newer record,
+/// skipping what it does not know. Such a change needs no new version.
 const SCHEMA_VERSION: i32 = 2;
 const BOOT_ID: &str = "/proc/sys/kernel/random/boot_id";
 /// Writes between two checkpoints of agent.db's WAL: a few hundred KiB of WAL at most.
@@ -609,138 +614,4 @@ pub fn now_ms() -> u64 {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Without the commit's own checkpoint (`wal_autocheckpoint = 0`), the WAL would grow
-    /// with every record; the checkpoints on the second connection keep it bounded.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn records_survive_a_reopen_and_the_wal_stays_bounded() {
-        let dir = std::env::temp_dir().join(format!("csivol-agent-store-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let wal = dir.join("agent.db-wal");
-        let mut largest = 0;
-        {
-            let (store, _) = Store::open(&dir).await.unwrap();
-            for i in 0..4_000 {
-                let rec = StagingRecord {
-                    volume: format!("v{}", i % 50),
-                    plugin: "p".into(),
-                    external_id: format!("x{i}"),
-                    path: dir.join("staging").join(format!("v{i}")),
-                    state: StageState::Staged,
-                    block: false,
-                    observed: Some(Observation::default()),
-                };
-                store.put_staging(&rec, None).await.unwrap();
-                largest = largest.max(std::fs::metadata(&wal).map_or(0, |m| m.len()));
-                // Let a checkpoint that was started finish, as a running agent would.
-                tokio::task::yield_now().await;
-            }
-            store.delete_staging("v0").await.unwrap();
-        }
-        // 4,000 records of a few pages each would make a WAL of tens of MiB.
-        assert!(largest < 8 << 20, "the WAL grew to {largest} bytes");
-        let (store, _) = Store::open(&dir).await.unwrap();
-        assert_eq!(store.stagings().len(), 49);
-        assert_eq!(store.staging("v1").unwrap().external_id, "x3951");
-        drop(store);
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    /// An agent.db of the first schema opens: its records carry no observation (observed
-    /// at their first check) and its stagings count as file-system ones.
-    #[tokio::test]
-    async fn an_older_agents_records_open_without_observations() {
-        let dir =
-            std::env::temp_dir().join(format!("csivol-agent-store-v1-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        {
-            let c = Connection::open(dir.join("agent.db")).unwrap();
-            c.execute_batch(
-                "CREATE TABLE stagings (volume TEXT PRIMARY KEY, plugin TEXT NOT NULL,
-                     external_id TEXT NOT NULL, path TEXT NOT NULL, state TEXT NOT NULL,
-                     error TEXT, updated_ms INTEGER NOT NULL);
-                 CREATE TABLE publications (volume TEXT NOT NULL, alloc TEXT NOT NULL,
-                     plugin TEXT NOT NULL, external_id TEXT NOT NULL, target TEXT NOT NULL,
-                     staging TEXT, block INTEGER NOT NULL, state TEXT NOT NULL, error TEXT,
-                     updated_ms INTEGER NOT NULL, PRIMARY KEY (volume, alloc));
-                 INSERT INTO stagings VALUES ('v', 'hp', 'x', '/s/v', 'staged', NULL, 1);
-                 INSERT INTO publications VALUES ('v', 'a', 'hp', 'x', '/t/v/a', '/s/v', 0,
-                     'published', NULL, 1);
-                 PRAGMA user_version = 1;",
-            )
-            .unwrap();
-        }
-        let (store, _) = Store::open(&dir).await.unwrap();
-        let s = store.staging("v").unwrap();
-        assert_eq!((s.block, s.observed), (false, None));
-        let p = store.publications_of("v").pop().unwrap();
-        assert_eq!((p.state, p.observed), (PublishState::Published, None));
-        // Observed, then kept across a reopen.
-        let seen = Observation {
-            device: Some(7),
-            ..Observation::default()
-        };
-        store
-            .put_publication(
-                &PublicationRecord {
-                    observed: Some(seen.clone()),
-                    ..p
-                },
-                None,
-            )
-            .await
-            .unwrap();
-        drop(store);
-        let (store, _) = Store::open(&dir).await.unwrap();
-        assert_eq!(store.publications_of("v")[0].observed, Some(seen));
-        drop(store);
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    /// A busy machine may not run the blocking thread a checkpoint was handed to for a
-    /// long while: here it never does (the only one is held), and the writer's own
-    /// checkpoints still keep the WAL bounded.
-    #[test]
-    fn the_wal_stays_bounded_when_no_blocking_thread_runs_the_checkpoint() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .max_blocking_threads(1)
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async {
-            let dir = std::env::temp_dir()
-                .join(format!("csivol-agent-store-held-{}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&dir);
-            std::fs::create_dir_all(&dir).unwrap();
-            let wal = dir.join("agent.db-wal");
-            let (store, _) = Store::open(&dir).await.unwrap();
-            let (release, held) = std::sync::mpsc::channel::<()>();
-            let holder = tokio::task::spawn_blocking(move || {
-                let _ = held.recv();
-            });
-            let mut largest = 0;
-            for i in 0..4_000 {
-                let rec = StagingRecord {
-                    volume: format!("v{}", i % 50),
-                    plugin: "p".into(),
-                    external_id: format!("x{i}"),
-                    path: dir.join("staging").join(format!("v{i}")),
-                    state: StageState::Staged,
-                    block: false,
-                    observed: None,
-                };
-                store.put_staging(&rec, None).await.unwrap();
-                largest = largest.max(std::fs::metadata(&wal).map_or(0, |m| m.len()));
-            }
-            release.send(()).unwrap();
-            holder.await.unwrap();
-            assert!(largest < 8 << 20, "the WAL grew to {largest} bytes");
-            drop(store);
-            std::fs::remove_dir_all(&dir).unwrap();
-        });
-    }
-}
+mod tests;

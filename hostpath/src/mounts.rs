@@ -136,6 +136,18 @@ pub fn is_mount_point(path: &Path) -> io::Result<bool> {
     Ok(MountTable::read()?.is_mount_point(path))
 }
 
+/// Whether the node of `device` is what is bound at `target`: a mount point showing the
+/// same device number. A node bound earlier whose loop device was detached and its number
+/// set up again on another file shows the number still; the caller knows that `device` is
+/// the volume's now (`losetup --associated`), so the same number is the same device.
+pub fn binds_device(target: &Path, device: &Path) -> io::Result<bool> {
+    use std::os::unix::fs::MetadataExt;
+    if !is_mount_point(target)? {
+        return Ok(false);
+    }
+    Ok(fs::metadata(target)?.rdev() == fs::metadata(device)?.rdev())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

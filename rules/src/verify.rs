@@ -9,7 +9,8 @@
 //!   again before anything is published from it;
 //! - a publication recorded published whose target fails its check is published again
 //!   while its claim is wanted (drift, reported once the server's wish is known);
-//! - a record of an older agent that passes its first check gets what is there recorded.
+//! - a record of an older agent that passes its first check gets what is there recorded,
+//!   and one that lacks what is known now (a device's identity) is completed.
 //!
 //! At start only (the workers own steps in flight while the agent runs):
 //! - a step that was in flight when the agent stopped is undone (the calls are
@@ -20,14 +21,15 @@ use std::collections::HashSet;
 
 use csivol_api::ClaimRef;
 
-use crate::observed::Observation;
+use crate::observed::{self, Observation};
 use crate::plan::{PublicationRecord, PublishState, StageState, StagingRecord};
 
 /// The checks of one snapshot of the node, as the records need them (the agent's answer
 /// them from the mount table and `stat`; tests, from a table).
 pub trait Checks {
     /// Whether a staging holds its volume; for a record without an observation, what is
-    /// there, to record. `publications` are every publication of the volume.
+    /// there, to record (for one lacking what is known now, the record completed, see
+    /// [`observed::to_record`]). `publications` are every publication of the volume.
     fn staging(
         &self,
         s: &StagingRecord,
@@ -78,7 +80,8 @@ pub struct Republish {
 /// The actions, in the order they are carried out.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Plan {
-    /// Records of an older agent that passed their first check, with what is there.
+    /// Records of an older agent that passed their first check, with what is there, and
+    /// records completed with what is known now.
     pub observed_stagings: Vec<StagingRecord>,
     pub observed_publications: Vec<PublicationRecord>,
     /// Stagings recorded staged whose volume is gone from them, marked uncertain
@@ -142,11 +145,14 @@ pub fn plan(checks: &dyn Checks, input: &Input<'_>) -> Plan {
         let staging = input.stagings.iter().find(|s| s.volume == p.volume);
         let seen = checks.publication(p, staging, &of_volume(&p.volume));
         match seen {
-            Ok(seen) if p.observed.is_none() => out.observed_publications.push(PublicationRecord {
-                observed: Some(seen),
-                ..p.clone()
-            }),
-            Ok(_) => {}
+            Ok(seen) => {
+                if let Some(seen) = observed::to_record(p.observed.as_ref(), seen) {
+                    out.observed_publications.push(PublicationRecord {
+                        observed: Some(seen),
+                        ..p.clone()
+                    });
+                }
+            }
             Err(why) => {
                 let claim = ClaimRef {
                     volume: p.volume.clone(),

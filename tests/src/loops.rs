@@ -73,3 +73,53 @@ pub fn assert_loop_devices(root: &Path, count: usize) {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// The file backing the loop device `device` (`/dev/loopN`), as the kernel shows it.
+pub fn backing_file(device: &Path) -> Option<PathBuf> {
+    let name = device.file_name()?.to_str()?;
+    let file =
+        std::fs::read_to_string(format!("/sys/class/block/{name}/loop/backing_file")).ok()?;
+    Some(PathBuf::from(file.trim_end()))
+}
+
+/// Detaches `device` behind whoever set it up and sets its number up again on `image`, as
+/// a reuse of the number does. Returns whether the number went to `image`: another process
+/// may set the free number up in between, which is a reuse all the same (and that device
+/// is left alone). A detached device that something still holds open is cleared once it
+/// is closed; until then the number is busy, for 10 s at most.
+pub fn reuse_number(device: &Path, image: &Path) -> bool {
+    let was = backing_file(device);
+    run_losetup(&["--detach".as_ref(), device.as_os_str()]).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let e = match run_losetup(&[device.as_os_str(), image.as_os_str()]) {
+            Ok(()) => return true,
+            Err(e) => e,
+        };
+        let now = backing_file(device);
+        if now.is_some() && now != was {
+            eprintln!(
+                "{} was set up on {} by another process",
+                device.display(),
+                now.unwrap_or_default().display()
+            );
+            return false;
+        }
+        assert!(Instant::now() < deadline, "{e}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn run_losetup(args: &[&std::ffi::OsStr]) -> Result<(), String> {
+    let out = Command::new("losetup")
+        .args(args)
+        .output()
+        .map_err(|e| format!("failed to run losetup: {e}"))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    Err(format!(
+        "losetup {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr).trim()
+    ))
+}

@@ -81,6 +81,13 @@ const SHAPES: &[Shape] = &[
         published: &["41 1 8:1 /srv/v1/sub /data/targets/v1/a rw - ext4 /dev/sda1 rw"],
     },
     Shape {
+        name: "block: stage sets the device up and makes nothing there, publish at the target",
+        stages: true,
+        block: true,
+        staged: &[],
+        published: &["41 1 0:5 /loop3 /data/targets/v1/a rw - devtmpfs udev rw"],
+    },
+    Shape {
         name: "block: a device node in the staging, one at the target",
         stages: true,
         block: true,
@@ -99,7 +106,18 @@ impl Run {
     /// Stages and publishes `shape` as the agent does: observes the staging after stage,
     /// checks the target until it passes, and keeps both observations.
     fn up(shape: &Shape) -> Self {
-        let mut files = files();
+        Self::up_with(shape, files())
+    }
+
+    /// [`Run::up`] on a machine whose `stat` and sysfs say what `files` says.
+    fn up_with(shape: &Shape, mut files: FakeFiles) -> Self {
+        if shape.block {
+            // The device node the plugin binds inside the staging directory, if it does.
+            files.kinds.insert(
+                "/data/staging/hp/v1/vol-1".into(),
+                NodeKind::Block { rdev: loop3() },
+            );
+        }
         let t = table(shape.staged);
         let stage_obs = shape.stages.then(|| {
             Checker::with_files(t.clone(), Path::new("/data"), &files)
@@ -194,6 +212,7 @@ fn what_each_shape_is_observed_as() {
             (Some("none"), "mount"),
             (None, "mount"),
             (Some("mount"), "mount"),
+            (Some("none"), "device"),
             (Some("mounts-inside"), "device"),
         ]
     );
@@ -260,7 +279,7 @@ fn a_target_not_from_the_staged_mount_is_not_ready() {
 
 #[test]
 fn a_block_target_must_keep_the_device_the_plugin_placed() {
-    let shape = &SHAPES[4];
+    let shape = &SHAPES[5];
     let mut run = Run::up(shape);
     let all = shape.mounts();
     run.files
@@ -508,4 +527,187 @@ fn the_judge_holds_a_block_volume_to_one_live_device() {
         ..judge
     };
     assert!(judge.staging(&s, &[]).is_ok());
+}
+
+/// What the kernel says of loop3 while it shows the volume's image (`diskseq` where the
+/// kernel gives one), and once its number was given to another file.
+fn volume_image(diskseq: Option<u64>) -> DeviceIdentity {
+    image(diskseq, "/srv/hp/v1.img", 12)
+}
+
+fn other_image(diskseq: Option<u64>) -> DeviceIdentity {
+    image(diskseq.map(|n| n + 2), "/srv/hp/v2.img", 14)
+}
+
+fn image(diskseq: Option<u64>, file: &str, ino: u64) -> DeviceIdentity {
+    use csivol_rules::observed::{Backing, FileId};
+    DeviceIdentity {
+        diskseq,
+        start: None,
+        backing: Some(Backing {
+            file: file.into(),
+            offset: 0,
+            sizelimit: 0,
+            file_id: Some(FileId {
+                dev: 2049,
+                ino,
+                born_ns: None,
+            }),
+        }),
+    }
+}
+
+fn with_identity(identity: DeviceIdentity) -> FakeFiles {
+    let mut f = files();
+    f.identities.insert(loop3(), identity);
+    f
+}
+
+#[test]
+fn a_block_device_whose_number_was_taken_by_another_is_not_the_volume() {
+    for shape in SHAPES.iter().filter(|s| s.block) {
+        // With the kernel's sequence number (Linux 5.15 and later), and without it: the
+        // loop device's backing file.
+        for (diskseq, why) in [
+            (
+                Some(11),
+                "its sequence number is 13, not 11: the kernel made it anew since; it now \
+                 shows /srv/hp/v2.img",
+            ),
+            (
+                None,
+                "it shows /srv/hp/v2.img (inode 14 of filesystem 8:1), not the file it showed \
+                 (inode 12 of filesystem 8:1, then /srv/hp/v1.img)",
+            ),
+        ] {
+            let mut run = Run::up_with(shape, with_identity(volume_image(diskseq)));
+            let all = shape.mounts();
+            assert!(run.check(shape, &all).is_ok(), "{}", shape.name);
+            // Detached behind the plugin and set up again on another file: the same
+            // number, the same mounts, a live device of the same size.
+            run.files.identities.insert(loop3(), other_image(diskseq));
+            let e = run.check(shape, &all).unwrap_err();
+            // A device bound in the staging is found first: the staging lost the volume.
+            let at = if shape.staged.is_empty() {
+                "target of v1 at /data/targets/v1/a"
+            } else {
+                "the mount the plugin made in the staging of v1 at /data/staging/hp/v1/vol-1"
+            };
+            assert_eq!(
+                e,
+                format!(
+                    "{at} is device 7:3 as the plugin placed there, but another device has \
+                     taken that number: {why}"
+                ),
+                "{}",
+                shape.name
+            );
+        }
+    }
+}
+
+#[test]
+fn where_nothing_tells_devices_apart_the_number_and_size_decide() {
+    for shape in SHAPES.iter().filter(|s| s.block) {
+        // A device without a sequence number that is no loop device: sysfs says nothing
+        // more of it, so another device under its number passes, as it always did.
+        let run = Run::up(shape);
+        let seen = run.target_obs.clone().unwrap();
+        assert_eq!(
+            seen.identity,
+            Some(DeviceIdentity::default()),
+            "{}",
+            shape.name
+        );
+        assert!(run.check(shape, &shape.mounts()).is_ok(), "{}", shape.name);
+    }
+}
+
+#[test]
+fn a_device_recorded_before_identities_is_judged_as_before_and_gains_one() {
+    let shape = &SHAPES[4];
+    let mut run = Run::up_with(shape, with_identity(volume_image(Some(11))));
+    // The record of an agent that did not record identities.
+    run.target_obs.as_mut().unwrap().identity = None;
+    run.files.identities.insert(loop3(), other_image(Some(11)));
+    let seen = run.check(shape, &shape.mounts()).unwrap();
+    assert_eq!(seen.identity, Some(other_image(Some(11))));
+    let recorded = run.target_obs.as_ref().unwrap();
+    let completed = observed::to_record(Some(recorded), seen).unwrap();
+    run.target_obs = Some(completed);
+    // From then on it is held to it.
+    run.files.identities.insert(loop3(), volume_image(Some(20)));
+    let e = run.check(shape, &shape.mounts()).unwrap_err();
+    assert!(e.contains("its sequence number is 20, not 13"), "{e}");
+}
+
+#[test]
+fn a_block_staging_recorded_before_identities_gains_them() {
+    let shape = &SHAPES[5];
+    let run = Run::up_with(shape, with_identity(volume_image(Some(11))));
+    let f = &run.files;
+    let mut old = run.stage_obs.clone().unwrap();
+    assert_eq!(old.inside[0].device, Some(loop3()));
+    assert_eq!(old.inside[0].identity, Some(volume_image(Some(11))));
+    old.inside[0].device = None;
+    old.inside[0].identity = None;
+    let c = Checker::with_files(table(shape.staged), Path::new("/data"), f);
+    let s = Staging {
+        volume: "v1",
+        path: Path::new(STAGING),
+        observed: Some(&old),
+        block: true,
+    };
+    let completed = c.staging(ReadyCheck::Mount, s).unwrap();
+    assert_eq!(completed, run.stage_obs);
+    let s = Staging {
+        observed: completed.as_ref(),
+        ..s
+    };
+    assert_eq!(c.staging(ReadyCheck::Mount, s), Ok(None));
+}
+
+#[test]
+fn a_block_staging_whose_device_number_was_taken_is_staged_again() {
+    let mut f = with_identity(volume_image(Some(11)));
+    f.kinds
+        .insert(TARGET.into(), NodeKind::Block { rdev: loop3() });
+    let f = f;
+    let (s, mut p) = record(true, Some(Observation::default()));
+    p.observed = Some(Observation {
+        device: Some(loop3()),
+        identity: Some(volume_image(Some(11))),
+        ..Observation::default()
+    });
+    let checks = BTreeMap::new();
+    let c = Checker::with_files(table(&[]), Path::new("/data"), &f);
+    let judge = Judge {
+        checker: Some(&c),
+        default_check: ReadyCheck::Mount,
+        plugin_checks: &checks,
+    };
+    assert!(judge.staging(&s, std::slice::from_ref(&p)).is_ok());
+    let mut reused = with_identity(other_image(Some(11)));
+    reused.kinds = f.kinds.clone();
+    let c = Checker::with_files(table(&[]), Path::new("/data"), &reused);
+    let judge = Judge {
+        checker: Some(&c),
+        ..judge
+    };
+    let e = judge.staging(&s, std::slice::from_ref(&p)).unwrap_err();
+    assert!(
+        e.starts_with(
+            "staging of v1 no longer holds the volume's device: the device at \
+             /data/targets/v1/a is device 7:3 as the plugin placed there, but another device \
+             has taken that number: its sequence number is 13, not 11"
+        ),
+        "{e}"
+    );
+    let e = judge
+        .publication(&p, Some(&s), std::slice::from_ref(&p))
+        .unwrap_err();
+    assert!(
+        e.starts_with("target of v1 at /data/targets/v1/a is device 7:3 as the plugin"),
+        "{e}"
+    );
 }

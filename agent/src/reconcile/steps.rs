@@ -235,6 +235,14 @@ pub(super) async fn publish(
 ) -> Result<(), StepError> {
     let d = &step.desired;
     let plugin = shared.node_plugin(&d.volume.plugin)?;
+    // What the plugin made at the target last time, if anything: a target still holding
+    // it is judged by it below, not as a first publication is.
+    let before = shared
+        .store
+        .publications_of(&d.volume.volume)
+        .into_iter()
+        .find(|p| p.alloc == d.alloc && p.target == step.target)
+        .and_then(|p| p.observed);
     let mut rec = PublicationRecord {
         volume: d.volume.volume.clone(),
         alloc: d.alloc.clone(),
@@ -275,12 +283,17 @@ pub(super) async fn publish(
         }
     }
     // A target still holding a mount that is not the volume's (say, a bind of the
-    // unmounted staging directory, or of a block device that lost what was behind it) is
-    // taken down first: a plugin that finds something mounted there would keep it.
+    // unmounted staging directory, of a block device that lost what was behind it, or of
+    // a device number another device has taken since the plugin placed it there) is taken
+    // down first: a plugin that finds something mounted there would keep it.
     if shared.cfg.ready_check_of(&rec.plugin) == ReadyCheck::Mount {
         let c = shared.checker()?;
+        let held = PublicationRecord {
+            observed: before,
+            ..rec.clone()
+        };
         if c.is_mount_point(&rec.target)
-            && let Err(why) = shared.check_publication(&c, &rec)
+            && let Err(why) = shared.check_publication(&c, &held)
         {
             tracing::warn!(
                 volume = rec.volume,

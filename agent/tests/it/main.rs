@@ -6,6 +6,7 @@
 mod channel;
 mod check;
 mod controller;
+mod devices;
 mod e2e;
 mod fencing;
 mod ha;

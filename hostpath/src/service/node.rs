@@ -18,7 +18,7 @@ use tonic::{Request, Response, Status};
 
 use crate::faults::Rpc;
 use crate::loopdev;
-use crate::mounts::{MountMode, is_mount_point, unmount_if_mounted};
+use crate::mounts::{MountMode, binds_device, is_mount_point, unmount_if_mounted};
 use crate::store::{NodeState, Publication, Staging, VolumeRecord};
 
 use super::{
@@ -236,11 +236,14 @@ impl Plugin {
     ) -> Result<bool, Status> {
         let table = |e| internal(e, "read the mount table");
         if block && self.cfg.mount == MountMode::Bind {
-            let device = self.block_device(state, volume_id)?.is_some();
+            let device = self.block_device(state, volume_id)?;
             if self.cfg.shape == NodeShape::StageDevice {
-                return Ok(device && is_mount_point(&path.join(STAGED_DEVICE)).map_err(table)?);
+                return match device {
+                    Some(d) => binds_device(&path.join(STAGED_DEVICE), &d).map_err(table),
+                    None => Ok(false),
+                };
             }
-            return Ok(device);
+            return Ok(device.is_some());
         }
         if self.cfg.shape == NodeShape::StageNothing && self.cfg.mount == MountMode::Bind {
             return Ok(true);
@@ -266,7 +269,11 @@ impl Plugin {
             if self.cfg.shape == NodeShape::StageDevice {
                 let file = path.join(STAGED_DEVICE);
                 create_file(&file)?;
-                if !is_mount_point(&file).map_err(|e| internal(e, "read the mount table"))? {
+                if !binds_device(&file, &device).map_err(|e| internal(e, "read the mount table"))? {
+                    // A node bound there before is of a device that no longer backs the
+                    // volume (its loop device detached, the number perhaps set up again
+                    // on another file): the volume's device replaces it.
+                    unmount_if_mounted(&file).map_err(mount_err)?;
                     self.cfg
                         .mount
                         .attach_block(&device, &file, &volume.id, false)
@@ -560,19 +567,35 @@ impl Plugin {
         readonly: bool,
     ) -> Result<(), Status> {
         create_file(target)?;
-        if self
-            .cfg
-            .mount
-            .is_block_attached(target, &volume.id)
-            .map_err(|e| internal(e, "read the mount table"))?
-        {
-            return Ok(());
-        }
+        let table = |e| internal(e, "read the mount table");
         let device = match (self.cfg.mount, self.cfg.shape, staging) {
             (MountMode::Bind, NodeShape::StageDevice, Some(s)) => s.join(STAGED_DEVICE),
             (MountMode::Bind, ..) => self.attach_block_device(state, &volume.id)?,
-            (MountMode::None, ..) => PathBuf::new(),
+            (MountMode::None, ..) => {
+                if self
+                    .cfg
+                    .mount
+                    .is_block_attached(target, &volume.id)
+                    .map_err(table)?
+                {
+                    return Ok(());
+                }
+                PathBuf::new()
+            }
         };
+        if self.cfg.mount == MountMode::Bind && is_mount_point(target).map_err(table)? {
+            if binds_device(target, &device).map_err(table)? {
+                return Ok(());
+            }
+            // spec.md (NodePublishVolume): "If the volume corresponding to the volume_id
+            // has already been published at the specified target_path, and is compatible
+            // [...], the Plugin MUST reply 0 OK". A node of a device that no longer backs
+            // the volume (its loop device detached, the number perhaps set up again on
+            // another file) is not the volume published there: the volume's device
+            // replaces it.
+            unmount_if_mounted(target)
+                .map_err(|e| internal(e, &format!("unmount {}", target.display())))?;
+        }
         self.cfg
             .mount
             .attach_block(&device, target, &volume.id, readonly)

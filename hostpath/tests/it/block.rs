@@ -335,3 +335,53 @@ async fn a_killed_plugin_keeps_its_device() {
     take_down(&mut p, &v, &staging, &target).await;
     assert_loop_devices(dir.path(), 0);
 }
+
+/// A loop device detached behind the plugin whose number was set up again on another file
+/// is no longer the volume's, though a target bound to its node still shows the number:
+/// staging and publishing again (as a CO repairing it does) place the volume's own device
+/// at the staging and the target, not the node of the number.
+#[tokio::test]
+async fn a_loop_device_number_reused_by_another_file_is_replaced() {
+    use csivol_tests::loops::{loop_devices_under, reuse_number};
+    use std::os::unix::fs::MetadataExt;
+    for shape in [&[][..], &["--node-shape=stage-device"][..]] {
+        let dir = TestDir::new("hostpath-block-reused");
+        let _loops = LoopGuard::new(dir.path());
+        let mut p = Plugin::start(&dir, "node-1", shape).await;
+        let cap = block_cap();
+        let v = create_with(&mut p, create_req("disk", cap.clone(), MIB)).await;
+        let (staging, target) = bring_up(&mut p, &dir, &v, &cap, "a").await;
+        write_through(&target, 0, b"the volume's own bytes");
+        let devices = loop_devices_under(&dir.join("backend"));
+        assert_eq!(devices.len(), 1, "{shape:?}: {devices:?}");
+        let reused = std::fs::metadata(&devices[0]).unwrap().rdev();
+
+        let other = dir.join("other.img");
+        let f = std::fs::File::create(&other).unwrap();
+        f.set_len(MIB as u64).unwrap();
+        f.write_all_at(b"another volume's bytes", 0).unwrap();
+        drop(f);
+        reuse_number(&devices[0], &other);
+        assert_eq!(
+            String::from_utf8_lossy(&read_through(&target, 0, 22)),
+            "another volume's bytes",
+            "{shape:?}: the target shows the number's new device"
+        );
+
+        let (staging2, target2) = bring_up(&mut p, &dir, &v, &cap, "a").await;
+        assert_eq!((&staging2, &target2), (&staging, &target));
+        assert_eq!(
+            String::from_utf8_lossy(&read_through(&target, 0, 22)),
+            "the volume's own bytes",
+            "{shape:?}: staged and published again from the volume's device"
+        );
+        assert_ne!(
+            std::fs::metadata(&target).unwrap().rdev(),
+            reused,
+            "{shape:?}"
+        );
+        assert_loop_devices(&dir.join("backend"), 1);
+        take_down(&mut p, &v, &staging, &target).await;
+        assert_loop_devices(&dir.join("backend"), 0);
+    }
+}

@@ -38,7 +38,7 @@ struct Gone {
 
 fn a_mount() -> Observation {
     Observation {
-        mount: Some(crate::observed::SeenMount {
+        mount: Some(observed::SeenMount {
             device: "8:1".into(),
             root: "/srv/v".into(),
             source: "/dev/sda1".into(),
@@ -326,4 +326,68 @@ fn a_demoted_record_says_why_and_is_marked_uncertain() {
     });
     assert_eq!(p.observed_stagings[0].observed, Some(a_mount()));
     assert_eq!(p.observed_stagings[0].state, StageState::Staged);
+}
+
+/// The checks of a node whose block target shows loop device 7:3, sequence number 11.
+struct LiveDevice;
+
+fn loop3(identity: bool) -> Observation {
+    Observation {
+        device: Some((7 << 8) | 3),
+        identity: identity.then(|| observed::DeviceIdentity {
+            diskseq: Some(11),
+            ..Default::default()
+        }),
+        ..Observation::default()
+    }
+}
+
+impl Checks for LiveDevice {
+    fn staging(
+        &self,
+        _: &StagingRecord,
+        _: &[PublicationRecord],
+    ) -> Result<Option<Observation>, String> {
+        Ok(None)
+    }
+
+    fn publication(
+        &self,
+        _: &PublicationRecord,
+        _: Option<&StagingRecord>,
+        _: &[PublicationRecord],
+    ) -> Result<Observation, String> {
+        Ok(loop3(true))
+    }
+}
+
+#[test]
+fn a_device_recorded_without_its_identity_gains_it_and_keeps_it() {
+    for when in [When::Start { rebooted: false }, When::Resync] {
+        let old = publication(PublishState::Published, Some(loop3(false)));
+        let p = plan(
+            &LiveDevice,
+            &Input {
+                when,
+                stagings: &[],
+                publications: std::slice::from_ref(&old),
+                wanted: None,
+            },
+        );
+        assert_eq!(words(&p), ["observe a1"], "{when:?}");
+        let completed = &p.observed_publications[0];
+        assert_eq!(completed.observed, Some(loop3(true)));
+        assert_eq!(completed.state, PublishState::Published);
+        // Recorded with it, the next check records nothing.
+        let p = plan(
+            &LiveDevice,
+            &Input {
+                when,
+                stagings: &[],
+                publications: std::slice::from_ref(completed),
+                wanted: None,
+            },
+        );
+        assert!(p.is_empty(), "{when:?}: {p:?}");
+    }
 }
