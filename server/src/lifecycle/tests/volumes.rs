@@ -100,7 +100,7 @@ async fn deregistering_refuses_a_claimed_volume_and_deletes_a_free_one_through_i
     env.volume("v", "single-node-writer").await;
     env.claim("v", "a1", "n1", ClaimMode::Write).await.unwrap();
     let e = env
-        .write(|ctx, l| super::super::deregister_volume(ctx, "v", false, "op", l))
+        .write(|ctx, l| super::super::deregister_volume(ctx, "v", false, "op", l, false))
         .await
         .unwrap_err();
     assert_eq!(e.code().as_str(), "conflict");
@@ -108,7 +108,7 @@ async fn deregistering_refuses_a_claimed_volume_and_deletes_a_free_one_through_i
 
     env.volume("w", "single-node-writer").await;
     let deleting = env
-        .write(|ctx, l| super::super::deregister_volume(ctx, "w", true, "op", l))
+        .write(|ctx, l| super::super::deregister_volume(ctx, "w", true, "op", l, false))
         .await
         .unwrap()
         .expect("a volume being deleted");
@@ -136,7 +136,7 @@ async fn deregistering_refuses_a_claimed_volume_and_deletes_a_free_one_through_i
 
     env.volume("x", "single-node-writer").await;
     let gone = env
-        .write(|ctx, l| super::super::deregister_volume(ctx, "x", false, "op", l))
+        .write(|ctx, l| super::super::deregister_volume(ctx, "x", false, "op", l, false))
         .await
         .unwrap();
     assert!(gone.is_none());
