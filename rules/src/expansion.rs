@@ -28,6 +28,9 @@ pub struct Facts<'a> {
     /// The expansion's ControllerExpandVolume failed with an error that may pass and waits
     /// for its retry (no attempt is running): it may be lowered or cancelled.
     pub retrying: bool,
+    /// The expansion waits for the volume's release to finish (asked with a wait): nothing
+    /// was sent, so it may be cancelled; a smaller size is asked for once it is sent.
+    pub held: bool,
     /// `volume expand --cancel`: drop the expansion that stands.
     pub cancel: bool,
     /// `None` when no controller host of the plugin has registered; otherwise whether any
@@ -208,10 +211,10 @@ fn recover(f: &Facts<'_>) -> Result<Option<Decision>, Refusal> {
     let reached = f.current.unwrap_or(0);
     // Lowering to what the volume has cancels, as --cancel does (asking again for a target
     // the storage reached, with the nodes failed, retries them instead).
-    let cancel =
-        f.cancel || (recoverable && f.current == Some(f.requested) && f.requested < target);
+    let cancel = f.cancel
+        || ((recoverable || f.held) && f.current == Some(f.requested) && f.requested < target);
     if cancel {
-        if !recoverable {
+        if !recoverable && !f.held {
             return Err(Refusal {
                 invalid: false,
                 message: format!(
@@ -513,6 +516,7 @@ mod tests {
             requested: 2 * G,
             under_way: None,
             retrying: false,
+            held: false,
             cancel: false,
             controller_expand: Some(true),
             node_expand: true,
@@ -616,6 +620,36 @@ mod tests {
             |f| f.cancel = true,
             &[],
             Err((false, "no expansion to cancel")),
+        );
+        // Held for the volume's release: nothing was sent, so it may be cancelled (or by
+        // asking for what the volume has); another size waits for it to be sent.
+        let held = |f: &mut Facts<'_>| {
+            f.under_way = controller;
+            f.held = true
+        };
+        check(
+            |f| {
+                held(f);
+                f.cancel = true
+            },
+            &[],
+            Ok(Cancel),
+        );
+        check(
+            |f| {
+                held(f);
+                f.requested = G
+            },
+            &[],
+            Ok(Cancel),
+        );
+        check(
+            |f| {
+                held(f);
+                f.requested = 4 * G
+            },
+            &[],
+            Err((false, "is being expanded to 8 GiB")),
         );
     }
 }

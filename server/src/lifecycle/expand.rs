@@ -92,6 +92,7 @@ pub fn expand_volume(
             .filter(|e| !(e.when_staged && e.nodes.is_empty()))
             .map(|e| (e.capacity_bytes, e.phase)),
         retrying,
+        held: op.as_ref().is_some_and(|o| o.held()),
         cancel: req.cancel,
         controller_expand,
         node_expand: regs.iter().any(|(_, _, r)| {
@@ -185,7 +186,8 @@ fn start_on_next_stage(
     })
 }
 
-/// Drops the expansion that failed or waits for its retry; the volume keeps its capacity.
+/// Drops the expansion that failed, waits for its retry, or waits for the volume's release;
+/// the volume keeps its capacity.
 fn cancel(ctx: &mut impl Txn, v: &VolumeRow, op: Option<&OpRow>, actor: &str) -> ApiResult<()> {
     let e = v
         .expansion
@@ -209,7 +211,11 @@ fn cancel(ctx: &mut impl Txn, v: &VolumeRow, op: Option<&OpRow>, actor: &str) ->
         format!(
             "the expansion to {} is cancelled ({}); the volume keeps {keeps}",
             format_size(e.capacity_bytes),
-            e.error.as_deref().unwrap_or("it failed")
+            match (&e.error, e.after_release) {
+                (Some(error), _) => error.as_str(),
+                (None, true) => "it waited for the volume's release to finish; nothing was sent",
+                (None, false) => "it failed",
+            }
         ),
     )
 }

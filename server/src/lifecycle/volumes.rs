@@ -379,6 +379,13 @@ pub fn deregister_volume(
     waits: bool,
 ) -> ApiResult<Option<api::Volume>> {
     let v = ctx.require_volume(name)?;
+    if v.lifecycle == Lifecycle::Deleting {
+        // Its DeleteVolume runs, or waits for the release it was asked to wait for.
+        return Err(ApiError::conflict(format!(
+            "volume `{name}` is deleting; wait for it to finish"
+        ))
+        .with_hint(format!("`csivol volume show {name}` shows where it stands")));
+    }
     let claims = ctx.claims_of_volume(name)?;
     let atts = ctx.attachments_of_volume(name)?;
     let used = Use::load(&*ctx, name)?;
@@ -437,15 +444,8 @@ pub fn deregister_volume(
         }
     };
     super::snapshots::no_snapshot_in_progress(ctx, name)?;
-    match v.lifecycle {
-        Lifecycle::Creating => return cancel_create(ctx, &v, actor),
-        Lifecycle::Deleting => {
-            return Err(ApiError::conflict(format!(
-                "volume `{name}` is {}; wait for it to finish",
-                v.lifecycle.as_str()
-            )));
-        }
-        Lifecycle::Ready | Lifecycle::Failed => {}
+    if v.lifecycle == Lifecycle::Creating {
+        return cancel_create(ctx, &v, actor);
     }
     if let Some(e) = &v.expansion
         && e.phase != api::ExpansionPhase::Failed

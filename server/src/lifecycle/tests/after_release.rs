@@ -169,3 +169,38 @@ async fn a_claim_elsewhere_with_a_wait_is_queued_behind_the_release() {
         Some(ClaimState::Attaching)
     );
 }
+
+#[tokio::test]
+async fn a_held_expansion_may_be_cancelled_before_anything_is_sent() {
+    let env = Env::new();
+    super::expand::register(&env, "n1", true, Some("offline")).await;
+    env.volume("m", "single-node-writer").await;
+    env.ready_claim("m", "a", "n1").await;
+    env.release("m", "a").await.unwrap();
+    let ask = |capacity_bytes, cancel| csivol_api::ExpandRequest {
+        capacity_bytes,
+        cancel,
+    };
+    let req = ask(2 << 30, false);
+    env.write(move |ctx, l| super::super::expand_volume(ctx, "m", &req, "op", l, true))
+        .await
+        .unwrap();
+    assert_eq!(env.ops().await, ["expand m - - 0"]);
+    let req = ask(0, true);
+    let (v, changed) = env
+        .write(move |ctx, l| super::super::expand_volume(ctx, "m", &req, "op", l, false))
+        .await
+        .unwrap();
+    assert!(changed);
+    assert!(v.expansion.is_none(), "{v:?}");
+    assert!(env.ops().await.is_empty());
+    let said = env
+        .read(|c| c.events(0, &Default::default(), u32::MAX))
+        .await
+        .into_iter()
+        .rev()
+        .find(|e| e.kind == "volume-expansion-cancelled")
+        .expect("cancelled")
+        .message;
+    assert!(said.contains("waited for the volume's release"), "{said}");
+}

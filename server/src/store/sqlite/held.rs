@@ -68,7 +68,8 @@ pub fn volumes(conn: &Connection) -> ApiResult<Vec<String>> {
     strings(
         conn,
         "SELECT DISTINCT COALESCE(s.volume, o.volume) FROM ops o LEFT JOIN snapshots s \
-         ON o.volume = 'snapshot/' || s.name WHERE o.not_before = ?1 ORDER BY 1",
+         ON s.name = substr(o.volume, 10) AND o.volume = 'snapshot/' || s.name \
+         WHERE o.not_before = ?1 ORDER BY 1",
         [HELD_FOR_RELEASE],
     )
 }
