@@ -201,6 +201,17 @@ pub fn register_volume(
         }
         let claims = ctx.claims_of_volume(name)?;
         let atts = ctx.attachments_of_volume(name)?;
+        if let Standing::Releasing { steps, .. } = Use::load(&*ctx, name)?.standing() {
+            let under_way: Vec<String> = steps.iter().map(|s| s.describe()).collect();
+            return Err(ApiError::conflict(format!(
+                "volume `{name}` is registered with a different spec and is still being released: {}",
+                under_way.join("; ")
+            ))
+            .with_hint(format!(
+                "register the changed spec once the release has finished (`csivol status {name}` \
+                 shows where it stands), or under another name"
+            )));
+        }
         if !claims.is_empty() || !atts.is_empty() {
             return Err(ApiError::conflict(format!(
                 "volume `{name}` is registered with a different spec and is in use: {}",

@@ -204,3 +204,39 @@ async fn a_held_expansion_may_be_cancelled_before_anything_is_sent() {
         .message;
     assert!(said.contains("waited for the volume's release"), "{said}");
 }
+
+#[tokio::test]
+async fn a_claim_that_more_than_a_release_stands_in_the_way_of_is_refused_waiting_or_not() {
+    let env = Env::new();
+    env.register("n1", true, &[]).await;
+    env.register("n2", false, &[]).await;
+    env.volume("w", "single-node-multi-writer").await;
+    env.ready_claim("w", "a", "n1").await;
+    env.ready_claim("w", "b", "n1").await;
+    env.release("w", "a").await.unwrap();
+    let e = env
+        .claim("w", "c", "n2", ClaimMode::Write)
+        .await
+        .unwrap_err();
+    assert!(
+        e.message
+            .contains("alloc a on node n1, whose claim is being released, and other claims"),
+        "{e:?}"
+    );
+    let hint = e.hint.as_deref().unwrap_or_default();
+    assert!(
+        hint.contains("--queue") && !hint.contains("csivol release"),
+        "{e:?}"
+    );
+    // A wait is no way past a claim that stays: refused all the same, nothing queued.
+    let (v, req) = (
+        "w".to_owned(),
+        ClaimRequest::new("c", "n2", ClaimMode::Write),
+    );
+    let waited = env
+        .write(move |ctx, l| super::super::create_claim(ctx, &v, &req, "ci", l, true))
+        .await
+        .unwrap_err();
+    assert_eq!(waited.message, e.message);
+    assert!(env.claim_row("w", "c").await.is_none());
+}

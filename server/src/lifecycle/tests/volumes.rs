@@ -33,6 +33,22 @@ async fn registering_again_changes_nothing_and_a_changed_spec_in_use_is_refused(
         .unwrap_err();
     assert_eq!(e.code().as_str(), "conflict");
     assert!(e.message.contains("in use: a1 on n1"), "{}", e.message);
+    // Released, and still being taken down: said so, never "release its claims first".
+    env.release("v", "a1").await.unwrap();
+    let e = env
+        .write(|ctx, _| super::super::register_volume(ctx, "v", spec("single-node-writer"), "op"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code().as_str(), "conflict");
+    assert!(
+        e.message
+            .ends_with("is still being released: the claim of alloc a1 on n1 is releasing"),
+        "{}",
+        e.message
+    );
+    let hint = e.hint.unwrap_or_default();
+    assert!(hint.contains("once the release has finished"), "{hint}");
+    assert!(!hint.contains("release its claims"), "{hint}");
     let v = env.read(|c| c.require_volume("v")).await;
     assert_eq!(
         v.access_mode.as_str(),
