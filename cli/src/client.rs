@@ -119,6 +119,17 @@ impl Client {
         })
     }
 
+    /// The same client, saying with every request that changes something that the
+    /// command follows its outcome (`--wait`): the server then holds what only a release
+    /// under way stands in the way of until that release has finished, instead of refusing
+    /// it. A server that predates this ignores it and answers as before.
+    pub fn waiting_for_release(&self) -> Self {
+        Self {
+            api: self.api.waiting_for_release(),
+            ..self.clone()
+        }
+    }
+
     /// `GET /v1/volumes` with `query` (filters, `k=v` each), page by page: the server
     /// answers at most [`VOLUME_PAGE`] volumes at a time, and a shorter page is the last.
     pub async fn volumes(&self, query: &[String]) -> anyhow::Result<Vec<csivol_api::Volume>> {

@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use csivol_api::{Claim, ClaimState, Event, Volume};
+use csivol_api::{AttachmentState, Claim, ClaimState, Event, Volume};
 
 use crate::client::{Answer, MAX_BLOCK};
 use crate::ctx::Ctx;
@@ -70,6 +70,33 @@ pub fn describe_claim(c: &Claim) -> String {
         what.push_str(&format!("; volume abnormal: {cond}"));
     }
     what
+}
+
+/// Where a volume's release stands, for the progress of an operation held until it has
+/// finished: its claims still being released, then the nodes still unstaging it or being
+/// detached from it (`alloc near releasing on node-a`, `node-a unstaging it`).
+pub fn release_progress(v: &Volume) -> String {
+    let mut steps: Vec<String> = Vec::new();
+    let mut nodes: Vec<&str> = Vec::new();
+    for c in &v.claims {
+        if matches!(c.state, ClaimState::Releasing | ClaimState::Failed) {
+            steps.push(format!("alloc {} releasing on {}", c.alloc, c.node));
+            nodes.push(&c.node);
+        }
+    }
+    for a in &v.attachments {
+        if nodes.contains(&a.node.as_str()) {
+            continue;
+        }
+        steps.push(match a.state {
+            AttachmentState::Detaching => format!("being detached from {}", a.node),
+            _ => format!("{} unstaging it", a.node),
+        });
+    }
+    if steps.is_empty() {
+        return "its release has finished".to_owned();
+    }
+    format!("waiting for its release: {}", steps.join(", "))
 }
 
 fn unblock_hint(volume: &str, node: &str) -> String {

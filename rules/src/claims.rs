@@ -117,6 +117,25 @@ pub fn check_claim(
     Ok(Accept::New)
 }
 
+/// Whether only claims on their way out stand in the way of `wanted`: refused as things
+/// are, it would be accepted once the claims being released (and the failed ones, which
+/// their node cleans up the same way) are gone. A claimant that waits for the outcome may
+/// then wait in the volume's queue rather than be refused: nothing but time is needed.
+pub fn only_releases_in_the_way(
+    access_mode: AccessMode,
+    held: &[Held<'_>],
+    wanted: Wanted<'_>,
+) -> bool {
+    let staying: Vec<Held<'_>> = held
+        .iter()
+        .filter(|h| !matches!(h.state, ClaimState::Releasing | ClaimState::Failed))
+        .cloned()
+        .collect();
+    staying.len() < held.len()
+        && check_claim(access_mode, held, wanted).is_err()
+        && check_claim(access_mode, &staying, wanted) == Ok(Accept::New)
+}
+
 /// Whether a node with `used` of `max` slots (0: no limit) can take one more volume.
 pub fn has_room(used: u32, max: u32) -> bool {
     max == 0 || used < max
@@ -361,6 +380,74 @@ mod tests {
             }
         }
         assert_eq!(checked, 96);
+    }
+
+    #[test]
+    fn only_a_release_in_the_way() {
+        use ClaimState::{Blocked, Failed, Queued, Ready, Releasing};
+        let h = |alloc, node, state| Held {
+            alloc,
+            node,
+            mode: Write,
+            state,
+        };
+        let elsewhere = Wanted {
+            alloc: "far",
+            node: "node-b",
+            mode: Write,
+        };
+        // (access mode, held, only releases in the way)
+        let cases = [
+            // The case: a single-node volume whose only claim is on its way out.
+            (SingleNodeWriter, vec![h("near", "node-a", Releasing)], true),
+            (SingleNodeWriter, vec![h("near", "node-a", Failed)], true),
+            (
+                SingleNodeSingleWriter,
+                vec![h("near", "node-a", Releasing)],
+                true,
+            ),
+            (
+                MultiNodeSingleWriter,
+                vec![h("near", "node-a", Releasing)],
+                true,
+            ),
+            // A claim that stays, or a lost node's, is more than a release.
+            (SingleNodeWriter, vec![h("near", "node-a", Ready)], false),
+            (SingleNodeWriter, vec![h("near", "node-a", Blocked)], false),
+            (
+                SingleNodeWriter,
+                vec![h("near", "node-a", Releasing), h("next", "node-a", Ready)],
+                false,
+            ),
+            (
+                MultiNodeSingleWriter,
+                vec![h("near", "node-a", Releasing), h("w", "node-c", Ready)],
+                false,
+            ),
+            // Nothing in the way at all: not a wait for a release.
+            (
+                MultiNodeMultiWriter,
+                vec![h("near", "node-a", Releasing)],
+                false,
+            ),
+            (SingleNodeWriter, vec![], false),
+            // A queued claim holds nothing (the caller leaves queued claims out).
+            (SingleNodeWriter, vec![h("q", "node-a", Queued)], false),
+        ];
+        for (mode, held, want) in cases {
+            assert_eq!(
+                only_releases_in_the_way(mode, &held, elsewhere),
+                want,
+                "{mode:?} {held:?}"
+            );
+        }
+        // A write claim on a reader-only volume is never a matter of waiting.
+        let read_only = [h("near", "node-a", Releasing)];
+        assert!(!only_releases_in_the_way(
+            MultiNodeReaderOnly,
+            &read_only,
+            elsewhere
+        ));
     }
 
     #[test]

@@ -11,6 +11,8 @@
 use csivol_api::domain::VolumeExpansion;
 use csivol_api::{ExpansionPhase, format_size};
 
+use crate::after_release::{self, Ask, Standing, Verdict};
+
 /// What the rule reads.
 #[derive(Clone, Debug)]
 pub struct Facts<'a> {
@@ -26,6 +28,9 @@ pub struct Facts<'a> {
     /// The expansion's ControllerExpandVolume failed with an error that may pass and waits
     /// for its retry (no attempt is running): it may be lowered or cancelled.
     pub retrying: bool,
+    /// The expansion waits for the volume's release to finish (asked with a wait): nothing
+    /// was sent, so it may be cancelled; a smaller size is asked for once it is sent.
+    pub held: bool,
     /// `volume expand --cancel`: drop the expansion that stands.
     pub cancel: bool,
     /// `None` when no controller host of the plugin has registered; otherwise whether any
@@ -39,6 +44,11 @@ pub struct Facts<'a> {
     pub mode: Option<VolumeExpansion>,
     /// Nodes where the volume is claimed or still attached.
     pub in_use: &'a [String],
+    /// Where the use of the volume stands: a release under way may be waited for.
+    pub standing: &'a Standing<'a>,
+    /// The caller follows the outcome (`--wait`): an offline expansion that only a release
+    /// under way stands in the way of is held until it has finished.
+    pub waits: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,6 +58,12 @@ pub enum Decision {
     /// A node-only plugin (the node's EXPAND_VOLUME, not the controller's): start with
     /// NodeExpandVolume where the volume is staged, or on the next node to stage it.
     StartOnNodes,
+    /// An offline expansion asked for with a wait while the volume is being released:
+    /// ControllerExpandVolume is queued now and sent once the release has finished.
+    StartAfterRelease,
+    /// The same for a node-only plugin: NodeExpandVolume on the next node to stage the
+    /// volume, none of the nodes it is leaving.
+    StartOnNextStage,
     /// The volume already has that capacity, or is being expanded to it: nothing to do.
     Nothing,
     /// The retried ControllerExpandVolume is asked for this smaller capacity instead.
@@ -145,17 +161,29 @@ pub fn decide(f: &Facts<'_>) -> Result<Decision, Refusal> {
         }
         Some(true) => {}
     }
-    if f.mode != Some(VolumeExpansion::Online) && !f.in_use.is_empty() {
-        return refuse(
-            false,
-            format!(
-                "plugin `{p}` expands volumes only offline, and `{v}` is in use on {}",
-                f.in_use.join(", ")
-            ),
-            format!(
-                "release its claims first (`csivol release {v} --alloc ALLOC`), then expand it"
-            ),
-        );
+    if f.mode != Some(VolumeExpansion::Online) {
+        let why = format!("plugin `{p}` expands volumes only offline, and `{v}`");
+        let again = format!("csivol volume expand {v} --capacity {} --wait", f.requested);
+        let ask = Ask {
+            volume: v,
+            why: &why,
+            again: &again,
+        };
+        match after_release::admit_detached(f.standing, f.waits, &ask) {
+            Verdict::Now => {}
+            Verdict::Hold if node_only => return Ok(Decision::StartOnNextStage),
+            Verdict::Hold => return Ok(Decision::StartAfterRelease),
+            Verdict::InUse => {
+                return refuse(
+                    false,
+                    format!("{why} is in use on {}", f.in_use.join(", ")),
+                    format!(
+                        "release its claims first (`csivol release {v} --alloc ALLOC`), then expand it"
+                    ),
+                );
+            }
+            Verdict::Refuse(r) => return refuse(false, r.message, r.hint),
+        }
     }
     Ok(if node_only {
         Decision::StartOnNodes
@@ -183,10 +211,10 @@ fn recover(f: &Facts<'_>) -> Result<Option<Decision>, Refusal> {
     let reached = f.current.unwrap_or(0);
     // Lowering to what the volume has cancels, as --cancel does (asking again for a target
     // the storage reached, with the nodes failed, retries them instead).
-    let cancel =
-        f.cancel || (recoverable && f.current == Some(f.requested) && f.requested < target);
+    let cancel = f.cancel
+        || ((recoverable || f.held) && f.current == Some(f.requested) && f.requested < target);
     if cancel {
-        if !recoverable {
+        if !recoverable && !f.held {
             return Err(Refusal {
                 invalid: false,
                 message: format!(
@@ -240,22 +268,27 @@ mod tests {
         in_use: &[&str],
         want: Result<Decision, (bool, &str)>,
     ) {
+        // Claims ready on those nodes.
+        let claims: Vec<after_release::Claim<'_>> = in_use
+            .iter()
+            .map(|n| after_release::Claim {
+                alloc: "job",
+                node: n,
+                state: csivol_api::ClaimState::Ready,
+            })
+            .collect();
+        let standing = after_release::standing(&claims, &[]);
+        check_standing(change, in_use, &standing, want);
+    }
+
+    fn check_standing(
+        change: impl FnOnce(&mut Facts<'_>),
+        in_use: &[&str],
+        standing: &Standing<'_>,
+        want: Result<Decision, (bool, &str)>,
+    ) {
         let in_use: Vec<String> = in_use.iter().map(|s| (*s).to_owned()).collect();
-        let mut f = Facts {
-            volume: "data",
-            plugin: "hostpath",
-            ready: true,
-            current: Some(G),
-            requested: 2 * G,
-            under_way: None,
-            retrying: false,
-            cancel: false,
-            controller_expand: Some(true),
-            node_expand: true,
-            controller_service: true,
-            mode: Some(Online),
-            in_use: &in_use,
-        };
+        let mut f = base(&in_use, standing);
         change(&mut f);
         let got = decide(&f);
         match (want, got) {
@@ -395,6 +428,107 @@ mod tests {
     }
 
     #[test]
+    fn an_offline_expansion_waits_for_a_release_only_when_asked_to() {
+        use Decision::{Start, StartAfterRelease, StartOnNextStage};
+        use csivol_api::AttachmentState::{Detaching, Unstaging};
+        let unstaging = after_release::standing(
+            &[],
+            &[after_release::Attachment {
+                node: "node-a",
+                state: Unstaging,
+            }],
+        );
+        let offline = |f: &mut Facts<'_>| f.mode = Some(Offline);
+        // Without a wait: refused, saying the volume is being released and how to wait.
+        check_standing(
+            offline,
+            &["node-a"],
+            &unstaging,
+            Err((
+                false,
+                "`data` is still being released: node-a is unstaging it",
+            )),
+        );
+        let refused = {
+            let in_use = ["node-a".to_owned()];
+            let mut f = base(&in_use, &unstaging);
+            f.mode = Some(Offline);
+            decide(&f).unwrap_err()
+        };
+        assert_eq!(
+            refused.hint,
+            "with --wait it waits for the release to finish, then goes ahead: \
+             `csivol volume expand data --capacity 2147483648 --wait`"
+        );
+        // With one: held until the release has finished.
+        check_standing(
+            |f| {
+                offline(f);
+                f.waits = true
+            },
+            &["node-a"],
+            &unstaging,
+            Ok(StartAfterRelease),
+        );
+        // A node-only plugin grows it on the next node to stage it.
+        check_standing(
+            |f| {
+                offline(f);
+                f.waits = true;
+                f.controller_expand = Some(false)
+            },
+            &["node-a"],
+            &unstaging,
+            Ok(StartOnNextStage),
+        );
+        // Online, a release is no matter; a claim in use still refuses an offline one, wait
+        // or not.
+        check_standing(|f| f.waits = true, &["node-a"], &unstaging, Ok(Start));
+        check(
+            |f| {
+                offline(f);
+                f.waits = true
+            },
+            &["node-1"],
+            Err((false, "is in use on node-1")),
+        );
+        let detaching = after_release::standing(
+            &[],
+            &[after_release::Attachment {
+                node: "node-a",
+                state: Detaching,
+            }],
+        );
+        check_standing(
+            offline,
+            &["node-a"],
+            &detaching,
+            Err((false, "being detached from node-a")),
+        );
+    }
+
+    fn base<'a>(in_use: &'a [String], standing: &'a Standing<'a>) -> Facts<'a> {
+        Facts {
+            volume: "data",
+            plugin: "hostpath",
+            ready: true,
+            current: Some(G),
+            requested: 2 * G,
+            under_way: None,
+            retrying: false,
+            held: false,
+            cancel: false,
+            controller_expand: Some(true),
+            node_expand: true,
+            controller_service: true,
+            mode: Some(Online),
+            in_use,
+            standing,
+            waits: false,
+        }
+    }
+
+    #[test]
     fn a_failed_or_failing_expansion_is_lowered_or_cancelled() {
         use Decision::{Cancel, Lower, Start};
         let failed = Some((8 * G, ExpansionPhase::Failed));
@@ -486,6 +620,36 @@ mod tests {
             |f| f.cancel = true,
             &[],
             Err((false, "no expansion to cancel")),
+        );
+        // Held for the volume's release: nothing was sent, so it may be cancelled (or by
+        // asking for what the volume has); another size waits for it to be sent.
+        let held = |f: &mut Facts<'_>| {
+            f.under_way = controller;
+            f.held = true
+        };
+        check(
+            |f| {
+                held(f);
+                f.cancel = true
+            },
+            &[],
+            Ok(Cancel),
+        );
+        check(
+            |f| {
+                held(f);
+                f.requested = G
+            },
+            &[],
+            Ok(Cancel),
+        );
+        check(
+            |f| {
+                held(f);
+                f.requested = 4 * G
+            },
+            &[],
+            Err((false, "is being expanded to 8 GiB")),
         );
     }
 }

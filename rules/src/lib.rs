@@ -6,6 +6,9 @@
 //!
 //! - `claims`: whether a claim may be recorded (access modes, single writer, single node,
 //!   blocked holders, the node's eligibility, topology and free slots).
+//! - `after_release`: what a release under way means for an operation asked of its volume
+//!   (refused with the truth, or held until the release has finished), and when a held one
+//!   runs.
 //! - `transitions`: a volume's facts → the next states of its claims and attachments and
 //!   the controller operations to queue.
 //! - `queue`: which refusals a claim may wait out, and which queued claims to grant.
@@ -27,6 +30,7 @@
 //! - `verify`: the node agent's recovery plan: its records against the checks of one
 //!   snapshot of the mount table → stage or publish again, take down, record, report drift.
 
+pub mod after_release;
 pub mod claims;
 pub mod expansion;
 pub mod fence;

@@ -153,6 +153,7 @@ mod tests {
             state,
             error: None,
             requested_at: String::new(),
+            after_release: false,
         }
     }
 

@@ -236,12 +236,23 @@ async fn watch_liveness(app: http::App, cluster: Option<Cluster>) {
     }
 }
 
-/// Hands out controller operations whose backoff has passed.
+/// How often the leader looks at every operation held for a volume's release: each move
+/// of a volume looks at its own at once, so this only catches a volume moved by a path
+/// that does not advance it, or by a server of a release that holds none.
+const HELD_SWEEP_EVERY: u32 = 10;
+
+/// Hands out controller operations whose backoff has passed, and every few seconds
+/// releases (or drops) operations held for a release that has finished.
 async fn schedule_due_ops(app: http::App) {
     let mut tick = tokio::time::interval(Duration::from_millis(500));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut ticks: u32 = 0;
     loop {
         tick.tick().await;
+        ticks = ticks.wrapping_add(1);
+        if ticks.is_multiple_of(HELD_SWEEP_EVERY) {
+            sweep_held(&app).await;
+        }
         let plugins = match app
             .db
             .read(|c| lifecycle::plugins_with_due_ops(c, db::now_ms()))
@@ -263,6 +274,26 @@ async fn schedule_due_ops(app: http::App) {
                 tracing::warn!(error = %e, "failed to schedule controller operations");
             }
         }
+    }
+}
+
+/// [`lifecycle::resume_all_held`], after a read that finds any (a write only then).
+async fn sweep_held(app: &http::App) {
+    match app.db.read(|c| c.volumes_with_held_ops()).await {
+        Ok(v) if v.is_empty() => return,
+        Ok(_) => {}
+        Err(e) => {
+            tracing::warn!(error = %e, "failed to look for operations held for a release");
+            return;
+        }
+    }
+    let limits = app.limits.clone();
+    if let Err(e) = app
+        .db
+        .write_led(move |ctx| lifecycle::resume_all_held(ctx, &limits))
+        .await
+    {
+        tracing::warn!(error = %e, "failed to move operations held for a release on");
     }
 }
 

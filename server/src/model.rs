@@ -370,6 +370,11 @@ impl LimitChangeRow {
     }
 }
 
+/// The `not_before` of an operation held until its volume's release has finished: never
+/// due until the lifecycle releases it (`lifecycle::after_release`). Past every time a
+/// clock can show, so every query for due operations passes it over as it is.
+pub const HELD_FOR_RELEASE: i64 = i64::MAX;
+
 /// A controller operation as stored.
 #[derive(Clone, Debug)]
 pub struct OpRow {
@@ -383,6 +388,14 @@ pub struct OpRow {
     pub not_before: i64,
     pub payload: String,
     pub created_at: i64,
+}
+
+impl OpRow {
+    /// Whether it waits for its volume's release to finish (queued with `--wait` while only
+    /// that release stood in its way).
+    pub fn held(&self) -> bool {
+        self.not_before == HELD_FOR_RELEASE
+    }
 }
 
 /// A snapshot as stored.
@@ -422,6 +435,8 @@ impl SnapshotRow {
             created_at: time(self.created_at),
             updated_at: time(self.updated_at),
             index: self.modify_index,
+            // Known only from its operation: `lifecycle::snapshots` fills it in.
+            after_release: false,
         }
     }
 }

@@ -24,6 +24,9 @@ pub struct NewClaim<'a> {
     pub ttl: Option<Duration>,
     pub queue: bool,
     pub labels: &'a [(String, String)],
+    /// The command follows the claim until it is ready: where only claims being released
+    /// stand in the way, it waits in the volume's queue for them instead of being refused.
+    pub waits: bool,
 }
 
 impl NewClaim<'_> {
@@ -51,11 +54,16 @@ impl NewClaim<'_> {
     pub async fn record(&self, ctx: &Ctx, hold: Option<Duration>) -> anyhow::Result<Answer<Claim>> {
         let path = format!("/v1/volumes/{}/claims", self.volume);
         let req = self.request(false);
+        let client = if self.waits {
+            ctx.client.waiting_for_release()
+        } else {
+            ctx.client.clone()
+        };
         let a: Answer<Claim> = match hold {
-            None => ctx.client.call(Method::POST, &path, Some(&req)).await,
+            None => client.call(Method::POST, &path, Some(&req)).await,
             Some(h) => {
                 let path = format!("{path}?wait={}ms", h.as_millis());
-                (ctx.client)
+                client
                     .call_running(Method::POST, &path, Some(&req), h)
                     .await
             }
@@ -126,6 +134,7 @@ pub async fn run(ctx: &Ctx, args: ClaimArgs) -> anyhow::Result<Exit> {
         ttl: args.ttl,
         queue: args.queue,
         labels: &args.labels,
+        waits: args.wait.wait,
     };
     if args.dry_run {
         let path = format!("/v1/volumes/{volume}/claims");

@@ -17,8 +17,14 @@ pub async fn run(ctx: &Ctx, args: ExpandArgs) -> anyhow::Result<Exit> {
         return cancel(ctx, name).await;
     };
     let size = format_size(capacity);
-    let a: Answer<Volume> = ctx
-        .client
+    // With --wait, an offline expansion that only the volume's release stands in the way
+    // of is held on the server until that release has finished.
+    let client = if args.wait.wait {
+        ctx.client.waiting_for_release()
+    } else {
+        ctx.client.clone()
+    };
+    let a: Answer<Volume> = client
         .call(
             Method::POST,
             &format!("/v1/volumes/{name}/expand"),
@@ -40,7 +46,13 @@ pub async fn run(ctx: &Ctx, args: ExpandArgs) -> anyhow::Result<Exit> {
         render::print_volume(&ctx.out, &v)?;
         return Ok(Exit::Ok);
     }
-    if a.status == StatusCode::ACCEPTED {
+    if a.status == StatusCode::ACCEPTED && v.expansion.as_ref().is_some_and(|e| e.after_release) {
+        ctx.out.note(format!(
+            "expanding volume {name} to {size} through plugin {} once its release has finished \
+             (the plugin expands volumes only offline)",
+            v.plugin
+        ));
+    } else if a.status == StatusCode::ACCEPTED {
         ctx.out.note(format!(
             "expanding volume {name} to {size} through plugin {}",
             v.plugin
@@ -81,6 +93,9 @@ pub async fn run(ctx: &Ctx, args: ExpandArgs) -> anyhow::Result<Exit> {
                              ask for less, or cancel it with `csivol volume expand {name} --cancel`"
                         )),
                     ),
+                    Some(e) if e.after_release => {
+                        Step::Waiting(format!("{}; {}", e.progress(), wait::release_progress(v)))
+                    }
                     Some(e) => Step::Waiting(match &e.error {
                         Some(err) => format!("{}; last error: {err}", e.progress()),
                         None => e.progress(),

@@ -15,8 +15,14 @@ pub async fn run(ctx: &Ctx, args: ModifyArgs) -> anyhow::Result<Exit> {
     let name = &args.volume;
     let parameters = args.parameters.iter().cloned().collect();
     let asked = Modification::describe(&parameters);
-    let a: Answer<Volume> = ctx
-        .client
+    // With --wait, a modification asked for while the volume is being released is sent
+    // once the release has finished.
+    let client = if args.wait.wait {
+        ctx.client.waiting_for_release()
+    } else {
+        ctx.client.clone()
+    };
+    let a: Answer<Volume> = client
         .call(
             Method::POST,
             &format!("/v1/volumes/{name}/modify"),
@@ -26,6 +32,12 @@ pub async fn run(ctx: &Ctx, args: ModifyArgs) -> anyhow::Result<Exit> {
         .with_context(|| format!("failed to modify volume `{name}` to {asked}"))?;
     let mut v = a.body;
     match &v.modification {
+        Some(m) if a.status == StatusCode::ACCEPTED && m.after_release => ctx.out.note(format!(
+            "modifying volume {name} through plugin {} once its release has finished: \
+             ControllerModifyVolume with {}",
+            v.plugin,
+            Modification::describe(&m.parameters)
+        )),
         Some(m) if a.status == StatusCode::ACCEPTED => ctx.out.note(format!(
             "modifying volume {name} through plugin {}: ControllerModifyVolume with {}",
             v.plugin,
@@ -77,6 +89,9 @@ pub async fn run(ctx: &Ctx, args: ModifyArgs) -> anyhow::Result<Exit> {
                             "fix the cause, then run `csivol volume modify {name}` with the same parameters again"
                         )),
                     ),
+                    Some(m) if m.after_release => {
+                        Step::Waiting(format!("{}; {}", m.progress(), wait::release_progress(v)))
+                    }
                     Some(m) => Step::Waiting(match &m.error {
                         Some(err) => format!("{}; last error: {err}", m.progress()),
                         None => m.progress(),

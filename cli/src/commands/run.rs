@@ -117,6 +117,8 @@ async fn claim_all(
             ttl: Some(args.ttl),
             queue: args.queue,
             labels: &args.labels,
+            // `run` waits for every claim to be ready before the command starts.
+            waits: true,
         };
         match claim.record(ctx, None).await {
             Ok(a) => {

@@ -49,13 +49,25 @@ async fn create(ctx: &Ctx, args: SnapshotCreateArgs) -> anyhow::Result<Exit> {
         volume: volume.clone(),
         parameters: args.parameters.into_iter().collect(),
     };
-    let a: Answer<Snapshot> = ctx
-        .client
+    // With --wait, a snapshot asked for while its volume is being released is cut once
+    // the release has finished.
+    let client = if args.wait.wait {
+        ctx.client.waiting_for_release()
+    } else {
+        ctx.client.clone()
+    };
+    let a: Answer<Snapshot> = client
         .call(Method::PUT, &format!("/v1/snapshots/{name}"), Some(&req))
         .await
         .with_context(|| format!("failed to snapshot volume `{volume}`"))?;
     let mut s = a.body;
-    if a.status == StatusCode::ACCEPTED {
+    if a.status == StatusCode::ACCEPTED && s.after_release {
+        ctx.out.note(format!(
+            "creating snapshot {name} of volume {} through plugin {} once the volume's release \
+             has finished",
+            s.volume, s.plugin
+        ));
+    } else if a.status == StatusCode::ACCEPTED {
         ctx.out.note(format!(
             "creating snapshot {name} of volume {} through plugin {}",
             s.volume, s.plugin
@@ -240,6 +252,9 @@ async fn delete(ctx: &Ctx, args: SnapshotDeleteArgs) -> anyhow::Result<Exit> {
 /// Where a snapshot stands, for the progress line and a timeout message.
 fn describe(s: &Snapshot) -> String {
     let what = match s.state {
+        SnapshotState::Creating if s.after_release => {
+            "creating: CreateSnapshot is sent once the volume's release has finished"
+        }
         SnapshotState::Creating => "creating: waiting for CreateSnapshot",
         SnapshotState::Pending => "pending: cut, not ready to use yet",
         SnapshotState::Deleting => "deleting: waiting for DeleteSnapshot",

@@ -217,8 +217,14 @@ async fn deregister(ctx: &Ctx, args: DeregisterArgs) -> anyhow::Result<Exit> {
         ctx.out.note(format!("deregistered volume {name}"));
         return Ok(Exit::Ok);
     }
-    let a: Answer<Volume> = ctx
-        .client
+    // With --wait, a volume that only its release keeps attached is deleted once that
+    // release has finished: DeleteVolume is held on the server until then.
+    let client = if args.wait.wait {
+        ctx.client.waiting_for_release()
+    } else {
+        ctx.client.clone()
+    };
+    let a: Answer<Volume> = client
         .call::<(), _>(Method::DELETE, &path, None)
         .await
         .with_context(failed)?;
@@ -292,6 +298,11 @@ async fn wait_deleted(
             None => Step::Done,
             Some(v) if v.state == VolumeState::Deleting => Step::Waiting(match &v.error {
                 Some(e) => format!("deleting: {e}"),
+                // DeleteVolume is held until the release has finished.
+                None if !v.claims.is_empty() || !v.attachments.is_empty() => format!(
+                    "deleting once its release has finished; {}",
+                    wait::release_progress(v)
+                ),
                 None => format!("deleting: waiting for DeleteVolume through plugin {plugin}"),
             }),
             Some(v) => Step::Fail(Failure::new(

@@ -104,6 +104,11 @@ pub struct Expansion {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     pub requested_at: String,
+    /// Asked for with `--wait` while the volume was being released (and only that stood in
+    /// the way of an offline expansion): ControllerExpandVolume is sent once the release
+    /// has finished and no node has the volume.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub after_release: bool,
 }
 
 impl Expansion {
@@ -116,6 +121,7 @@ impl Expansion {
             when_staged: false,
             error: None,
             requested_at,
+            after_release: false,
         }
     }
 
@@ -123,6 +129,9 @@ impl Expansion {
     pub fn progress(&self) -> String {
         let to = format_size(self.capacity_bytes);
         match self.phase {
+            ExpansionPhase::Controller if self.after_release => {
+                format!("expanding to {to} once the volume's release has finished")
+            }
             ExpansionPhase::Controller => format!("expanding to {to}: controller pending"),
             ExpansionPhase::Node if self.nodes.is_empty() && self.when_staged => {
                 format!("grown to {to} in storage; the next node to stage it grows its file system")
@@ -319,6 +328,7 @@ mod tests {
             when_staged: false,
             error: None,
             requested_at: String::new(),
+            after_release: false,
         };
         assert_eq!(e.progress(), "expanding to 2 GiB: node-1 pending");
         let waiting = Expansion {
@@ -329,6 +339,15 @@ mod tests {
         assert_eq!(
             waiting.progress(),
             "grown to 2 GiB in storage; the next node to stage it grows its file system"
+        );
+        let held = Expansion {
+            phase: ExpansionPhase::Controller,
+            after_release: true,
+            ..waiting
+        };
+        assert_eq!(
+            held.progress(),
+            "expanding to 2 GiB once the volume's release has finished"
         );
     }
 }

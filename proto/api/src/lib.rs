@@ -54,6 +54,19 @@ fn yes() -> bool {
 /// The header carrying the index of a blocking-query response.
 pub const INDEX_HEADER: &str = "x-csivol-index";
 
+/// A request header a client sets when it follows the outcome (`--wait`): a request that
+/// only a release under way stands in the way of (the volume still being unpublished,
+/// unstaged or detached after its claims were released) is accepted and carried out once
+/// that release has finished, instead of refused: an offline expansion, a deletion, a claim
+/// on another node of a single-node volume; a snapshot or a modification then also waits
+/// for the release, which its caller asked for first. Its one value is [`WAIT_FOR_RELEASE`].
+/// A header, not a body field or a query, because a server that predates it ignores it and
+/// answers as it always did, where an unknown field or query would be refused.
+pub const WAIT_HEADER: &str = "x-csivol-wait";
+
+/// The value of [`WAIT_HEADER`].
+pub const WAIT_FOR_RELEASE: &str = "release";
+
 // The text forms of the API's enums are their JSON forms, for flags and messages.
 macro_rules! text_enum {
     ($($t:ident),*) => {$(

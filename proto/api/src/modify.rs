@@ -46,6 +46,10 @@ pub struct Modification {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     pub requested_at: String,
+    /// Asked for with `--wait` while the volume was being released: ControllerModifyVolume
+    /// is sent once the release has finished.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub after_release: bool,
 }
 
 impl Modification {
@@ -62,6 +66,9 @@ impl Modification {
     pub fn progress(&self) -> String {
         let to = Self::describe(&self.parameters);
         match self.state {
+            ModificationState::Pending if self.after_release => {
+                format!("modifying to {to} once the volume's release has finished")
+            }
             ModificationState::Pending => format!("modifying to {to}: controller pending"),
             ModificationState::Infeasible => {
                 format!("modification to {to} is infeasible; nothing was changed")

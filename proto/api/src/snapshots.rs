@@ -83,6 +83,10 @@ pub struct Snapshot {
     pub created_at: String,
     pub updated_at: String,
     pub index: u64,
+    /// Asked for with `--wait` while its volume was being released: CreateSnapshot is sent
+    /// once the release has finished, so it cuts what the node left when it unstaged it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub after_release: bool,
 }
 
 /// `PUT /v1/group-snapshots/{name}`: snapshot several volumes of one plugin together

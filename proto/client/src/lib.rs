@@ -18,7 +18,8 @@ use std::time::Duration;
 
 use csivol_api::{
     DesiredState, ErrorBody, ErrorResponse, HeartbeatResponse, INDEX_HEADER, Node, RegisterRequest,
-    RegisterResponse, ReportBatch, StoppingRequest, TokenRequest, TokenResponse,
+    RegisterResponse, ReportBatch, StoppingRequest, TokenRequest, TokenResponse, WAIT_FOR_RELEASE,
+    WAIT_HEADER,
 };
 /// A failure below HTTP: no connection, a broken one, a deadline passed, or a client that
 /// could not be set up.
@@ -42,6 +43,9 @@ pub struct Client {
     request_timeout: Option<Duration>,
     /// Every `GET` asks for `stale=true`.
     stale_reads: bool,
+    /// Every request that changes something says the caller follows its outcome
+    /// ([`WAIT_HEADER`]).
+    waits_for_release: bool,
 }
 
 /// How to build a [`Client`]; every setting but the address is optional.
@@ -124,6 +128,7 @@ impl Builder {
             token: self.token,
             request_timeout: self.request_timeout,
             stale_reads: self.stale_reads,
+            waits_for_release: false,
         })
     }
 }
@@ -242,6 +247,17 @@ impl Client {
         }
     }
 
+    /// The same client (and connection pool), saying with every request that changes
+    /// something that the caller follows its outcome (`--wait`): the server holds what only
+    /// a release under way stands in the way of until that release has finished, instead
+    /// of refusing it ([`WAIT_HEADER`]).
+    pub fn waiting_for_release(&self) -> Self {
+        Self {
+            waits_for_release: true,
+            ..self.clone()
+        }
+    }
+
     /// Deadline of a blocking query that may wait `wait` on the server.
     pub fn blocking_timeout(&self, wait: Duration) -> Option<Duration> {
         self.request_timeout.map(|t| t + wait)
@@ -335,12 +351,16 @@ impl Client {
             true => format!("{base}{path}?stale=true"),
             false => format!("{base}{path}"),
         };
+        let changes = method != Method::GET;
         let mut req = self.http.request(method, &url);
         if let Some(t) = timeout.or(self.request_timeout) {
             req = req.timeout(t);
         }
         if let Some(t) = &self.token {
             req = req.bearer_auth(t);
+        }
+        if self.waits_for_release && changes {
+            req = req.header(WAIT_HEADER, WAIT_FOR_RELEASE);
         }
         req = match body {
             Body::None => req,

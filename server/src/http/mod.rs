@@ -8,6 +8,7 @@ pub(crate) mod listen;
 mod node_endpoints;
 mod reads;
 mod snapshot_endpoints;
+mod waits;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,6 +38,7 @@ use super::store::Snapshot;
 use super::views;
 use super::watch::Key;
 use csivol_rules::fence::FenceConfig;
+use waits::waits_for_release;
 
 /// Largest request body accepted.
 const BODY_LIMIT: usize = 1 << 20;
@@ -630,9 +632,10 @@ async fn expand_volume(
     Body(req): Body<csivol_api::ExpandRequest>,
 ) -> ApiResult<Response> {
     let (actor, limits) = app.operator(&headers)?;
+    let waits = waits_for_release(&headers)?;
     let (v, started) = app
         .db
-        .write(move |ctx| lifecycle::expand_volume(ctx, &volume, &req, &actor, &limits))
+        .write(move |ctx| lifecycle::expand_volume(ctx, &volume, &req, &actor, &limits, waits))
         .await?;
     let status = if started {
         StatusCode::ACCEPTED
@@ -649,9 +652,10 @@ async fn modify_volume(
     Body(req): Body<csivol_api::ModifyRequest>,
 ) -> ApiResult<Response> {
     let (actor, limits) = app.operator(&headers)?;
+    let waits = waits_for_release(&headers)?;
     let (v, started) = app
         .db
-        .write(move |ctx| lifecycle::modify_volume(ctx, &volume, &req, &actor, &limits))
+        .write(move |ctx| lifecycle::modify_volume(ctx, &volume, &req, &actor, &limits, waits))
         .await?;
     let status = if started {
         StatusCode::ACCEPTED
@@ -676,9 +680,12 @@ async fn delete_volume(
 ) -> ApiResult<Response> {
     let (actor, limits) = app.operator(&headers)?;
     name("volume", &volume)?;
+    let waits = waits_for_release(&headers)?;
     let v = app
         .db
-        .write(move |ctx| lifecycle::deregister_volume(ctx, &volume, q.delete, &actor, &limits))
+        .write(move |ctx| {
+            lifecycle::deregister_volume(ctx, &volume, q.delete, &actor, &limits, waits)
+        })
         .await?;
     Ok(match v {
         Some(v) => (StatusCode::ACCEPTED, Json(v)).into_response(),
@@ -695,6 +702,7 @@ async fn post_claim(
 ) -> ApiResult<Response> {
     let (actor, limits) = app.claimer(&headers)?;
     let hold = hold.wait()?;
+    let waits = waits_for_release(&headers)?;
     if req.dry_run {
         let answer = app
             .db
@@ -704,7 +712,7 @@ async fn post_claim(
     }
     let (claim, new) = app
         .db
-        .write(move |ctx| lifecycle::create_claim(ctx, &volume, &req, &actor, &limits))
+        .write(move |ctx| lifecycle::create_claim(ctx, &volume, &req, &actor, &limits, waits))
         .await?;
     let status = if new {
         StatusCode::CREATED

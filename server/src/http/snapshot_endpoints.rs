@@ -59,9 +59,12 @@ pub(super) async fn put_snapshot(
     Body(req): Body<api::SnapshotRequest>,
 ) -> ApiResult<Response> {
     let (actor, limits) = app.operator(&headers)?;
+    let waits = waits_for_release(&headers)?;
     let (s, started) = app
         .db
-        .write(move |ctx| lifecycle::create_snapshot(ctx, &snapshot, req.clone(), &actor, &limits))
+        .write(move |ctx| {
+            lifecycle::create_snapshot(ctx, &snapshot, req.clone(), &actor, &limits, waits)
+        })
         .await?;
     let status = if started {
         StatusCode::ACCEPTED

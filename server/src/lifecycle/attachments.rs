@@ -107,7 +107,8 @@ pub fn advance_volume(ctx: &mut impl Txn, volume: &str, limits: &Limits) -> ApiR
     if !changes.ops.is_empty() {
         schedule_ops(ctx, &v.plugin, limits)?;
     }
-    Ok(())
+    // An operation held for the volume's release may run now, or no longer.
+    super::after_release::resume_held(ctx, volume, limits)
 }
 
 /// Starts taking an attachment down: ControllerUnpublish where the plugin needs it, else the

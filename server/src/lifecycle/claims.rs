@@ -36,13 +36,24 @@ pub(super) fn unblock_hint(volume: &str, node: &str) -> String {
 }
 
 /// The rules' refusal as the API error it becomes, and whether it may be waited out in
-/// the volume's queue.
+/// the volume's queue. `claims` are the volume's: a holder in the way that is being
+/// released is said to be, and its release is never asked for again.
 pub(super) fn refusal_error(
     volume: &str,
     v: &VolumeRow,
     req: &ClaimRequest,
     r: Refusal,
+    claims: &[ClaimRow],
 ) -> (bool, ApiError) {
+    let only_releases = rules::only_releases_in_the_way(
+        v.access_mode,
+        &held_of(claims),
+        Wanted {
+            alloc: &req.alloc,
+            node: &req.node,
+            mode: req.mode,
+        },
+    );
     let wait = queue::may_wait(&r);
     let e = match r {
         Refusal::ReadOnlyMode { access_mode } => ApiError::invalid(format!(
@@ -78,12 +89,35 @@ pub(super) fn refusal_error(
                 }
                 ConflictRule::SingleClaim => format!("is {} and already claimed", v.access_mode),
             };
+            let holder_leaving = claims.iter().any(|c| {
+                c.alloc == holder_alloc
+                    && matches!(c.state, ClaimState::Releasing | ClaimState::Failed)
+            });
             if blocked {
                 ApiError::blocked(format!(
                     "volume `{volume}` {why}: alloc {holder_alloc} on node {holder_node}, which was lost; \
                      the claim is blocked until that node comes back or is unblocked"
                 ))
                 .with_hint(unblock_hint(volume, &holder_node))
+            } else if only_releases {
+                ApiError::conflict(format!(
+                    "volume `{volume}` is {}, and the claim of alloc {holder_alloc} on node \
+                     {holder_node} is still being released",
+                    v.access_mode
+                ))
+                .with_hint(format!(
+                    "with --wait the claim waits in line for the release to finish, then is granted: \
+                     `csivol claim {volume} --node {} --alloc {} --wait`",
+                    req.node, req.alloc
+                ))
+            } else if holder_leaving {
+                ApiError::conflict(format!(
+                    "volume `{volume}` {why}: alloc {holder_alloc} on node {holder_node}, whose claim is \
+                     being released, and other claims"
+                ))
+                .with_hint(format!(
+                    "claim with --queue to wait in line; `csivol claim list --volume {volume}` lists them"
+                ))
             } else {
                 ApiError::conflict(format!(
                     "volume `{volume}` {why}: held by alloc {holder_alloc} on node {holder_node}"
@@ -267,10 +301,14 @@ pub(super) fn held_of(claims: &[ClaimRow]) -> Vec<Held<'_>> {
 }
 
 /// Checks a claim against every rule, without changing anything.
+///
+/// With `waits` (the claimant follows the outcome), a claim that only claims being
+/// released stand in the way of is queued behind them rather than refused.
 pub fn evaluate_claim(
     conn: &(impl Snapshot + ?Sized),
     volume: &str,
     req: &ClaimRequest,
+    waits: bool,
 ) -> ApiResult<ClaimDecision> {
     validate_name("volume", volume).map_err(ApiError::invalid)?;
     validate_name("alloc", &req.alloc).map_err(ApiError::invalid)?;
@@ -336,7 +374,8 @@ pub fn evaluate_claim(
     let own_holds = claims
         .iter()
         .any(|c| c.alloc == req.alloc && c.state == ClaimState::Queued);
-    match rules::check_claim(v.access_mode, &held_of(&claims), wanted) {
+    let held = held_of(&claims);
+    match rules::check_claim(v.access_mode, &held, wanted) {
         // The alloc's own claim was answered above; should the rules find it all the same,
         // it is that claim.
         Ok(Accept::Existing) => {
@@ -354,12 +393,26 @@ pub fn evaluate_claim(
                     mode: req.mode,
                     state: ClaimState::Queued,
                 },
+                &claims,
             );
             return Err(e);
         }
         Ok(Accept::New) => {}
+        Err(_) if waits && rules::only_releases_in_the_way(v.access_mode, &held, wanted) => {
+            // Granted from the queue the moment the last of them is gone; a single-node
+            // volume then waits, `pending`, for its detach from their node.
+            let leaving: Vec<String> = claims
+                .iter()
+                .filter(|c| matches!(c.state, ClaimState::Releasing | ClaimState::Failed))
+                .map(|c| format!("alloc {} on node {}", c.alloc, c.node))
+                .collect();
+            return Ok(ClaimDecision::Queue(format!(
+                "waits for the release of {} to finish",
+                leaving.join(", ")
+            )));
+        }
         Err(r) => {
-            let (wait, e) = refusal_error(volume, &v, req, r);
+            let (wait, e) = refusal_error(volume, &v, req, r, &claims);
             if wait && req.queue {
                 return Ok(ClaimDecision::Queue(e.message));
             }
@@ -454,14 +507,18 @@ pub fn initial_state(
 }
 
 /// `POST /v1/volumes/{name}/claims`: returns the claim and whether it is new.
+///
+/// With `waits` (the claimant follows the outcome), a claim that only claims being
+/// released stand in the way of is queued behind them ([`evaluate_claim`]).
 pub fn create_claim(
     ctx: &mut impl Txn,
     volume: &str,
     req: &ClaimRequest,
     actor: &str,
     limits: &Limits,
+    waits: bool,
 ) -> ApiResult<(api::Claim, bool)> {
-    match evaluate_claim(&*ctx, volume, req)? {
+    match evaluate_claim(&*ctx, volume, req, waits)? {
         ClaimDecision::Existing(c) => Ok((ctx.claim_to_api(&c)?, false)),
         decision => {
             let state = match &decision {
@@ -594,7 +651,8 @@ pub fn claim_dry_run(
     volume: &str,
     req: &ClaimRequest,
 ) -> ApiResult<ClaimDryRun> {
-    let (existing, state) = match evaluate_claim(conn, volume, req) {
+    // A dry run asks for no wait: `claim --dry-run` takes no `--wait`.
+    let (existing, state) = match evaluate_claim(conn, volume, req, false) {
         Ok(ClaimDecision::Existing(claim)) => (true, claim.state),
         Ok(ClaimDecision::Queue(_)) => (false, ClaimState::Queued),
         Ok(ClaimDecision::New) => (false, initial_state(conn, volume, &req.node)?),

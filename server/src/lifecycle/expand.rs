@@ -10,6 +10,7 @@ use csivol_api::{
     NodeExpansionState, PluginError, format_size,
 };
 
+use super::after_release::{Use, why_held};
 use super::ops::{backoff, schedule_ops};
 use super::volumes::volume_view;
 use super::{Limits, event, format_error};
@@ -23,12 +24,17 @@ use csivol_rules::kinds::{EventKind, OpKind};
 /// `POST /v1/volumes/{name}/expand`: checks the rule and queues ControllerExpandVolume, or
 /// lowers or cancels an expansion that failed or keeps failing. Returns the volume and
 /// whether the request started or changed something.
+///
+/// With `waits` (the caller follows the outcome), an offline expansion that only the
+/// volume's release stands in the way of is accepted and held until the release has
+/// finished (`after_release`).
 pub fn expand_volume(
     ctx: &mut impl Txn,
     name: &str,
     req: &api::ExpandRequest,
     actor: &str,
     limits: &Limits,
+    waits: bool,
 ) -> ApiResult<(api::Volume, bool)> {
     let capacity_bytes = req.capacity_bytes;
     if req.cancel && capacity_bytes != 0 {
@@ -71,6 +77,8 @@ pub fn expand_volume(
         in_use.insert(a.node);
     }
     let in_use: Vec<String> = in_use.into_iter().collect();
+    let used = Use::load(&*ctx, name)?;
+    let standing = used.standing();
     let facts = Facts {
         volume: name,
         plugin: &v.plugin,
@@ -84,6 +92,7 @@ pub fn expand_volume(
             .filter(|e| !(e.when_staged && e.nodes.is_empty()))
             .map(|e| (e.capacity_bytes, e.phase)),
         retrying,
+        held: op.as_ref().is_some_and(|o| o.held()),
         cancel: req.cancel,
         controller_expand,
         node_expand: regs.iter().any(|(_, _, r)| {
@@ -96,8 +105,10 @@ pub fn expand_volume(
             .any(|(_, _, r)| r.capabilities.controller_service),
         mode,
         in_use: &in_use,
+        standing: &standing,
+        waits,
     };
-    match decide(&facts) {
+    let held = match decide(&facts) {
         Ok(Decision::Nothing) => return Ok((volume_view(ctx, name)?, false)),
         Ok(Decision::Cancel) => {
             cancel(ctx, &v, op.as_ref(), actor)?;
@@ -112,7 +123,12 @@ pub fn expand_volume(
             start_on_nodes(ctx, &v, capacity_bytes, actor)?;
             return Ok((volume_view(ctx, name)?, true));
         }
-        Ok(Decision::Start) => {}
+        Ok(Decision::StartOnNextStage) => {
+            start_on_next_stage(ctx, &v, capacity_bytes, actor)?;
+            return Ok((volume_view(ctx, name)?, true));
+        }
+        Ok(Decision::Start) => false,
+        Ok(Decision::StartAfterRelease) => true,
         Err(r) => {
             let e = if r.invalid {
                 ApiError::invalid(r.message)
@@ -121,12 +137,24 @@ pub fn expand_volume(
             };
             return Err(e.with_hint(r.hint));
         }
-    }
-    let expansion = Expansion::started(capacity_bytes, ExpansionPhase::Controller, time(ctx.now()));
+    };
+    let mut expansion =
+        Expansion::started(capacity_bytes, ExpansionPhase::Controller, time(ctx.now()));
+    expansion.after_release = held;
     ctx.set_volume_expansion(name, None, Some(&expansion))?;
     ctx.touch(Key::Volume(name.to_owned()));
-    let payload = serde_json::json!({ "capacity_bytes": capacity_bytes });
-    ctx.queue_op(OpKind::Expand, &v.plugin, name, None, &payload.to_string())?;
+    let payload = serde_json::json!({ "capacity_bytes": capacity_bytes }).to_string();
+    let mut said = format!(
+        "ControllerExpandVolume to {} requested from plugin {}",
+        format_size(capacity_bytes),
+        v.plugin
+    );
+    if held {
+        ctx.queue_held_op(OpKind::Expand, &v.plugin, name, &payload, &why_held(name))?;
+        said.push_str(", to be sent once the volume's release has finished");
+    } else {
+        ctx.queue_op(OpKind::Expand, &v.plugin, name, None, &payload)?;
+    }
     event(
         ctx,
         EventKind::VolumeExpanding,
@@ -134,17 +162,32 @@ pub fn expand_volume(
         None,
         None,
         actor,
-        format!(
-            "ControllerExpandVolume to {} requested from plugin {}",
-            format_size(capacity_bytes),
-            v.plugin
-        ),
+        said,
     )?;
     schedule_ops(ctx, &v.plugin, limits)?;
     Ok((volume_view(ctx, name)?, true))
 }
 
-/// Drops the expansion that failed or waits for its retry; the volume keeps its capacity.
+/// A node-only plugin's offline expansion asked for while the volume is being released:
+/// none of the nodes it is leaving grows it; the next node to stage it does.
+fn start_on_next_stage(
+    ctx: &mut impl Txn,
+    v: &VolumeRow,
+    capacity_bytes: u64,
+    actor: &str,
+) -> ApiResult<()> {
+    let expansion = Expansion::started(capacity_bytes, ExpansionPhase::Node, time(ctx.now()));
+    let (to, plugin) = (format_size(capacity_bytes), &v.plugin);
+    node_phase(ctx, &v.name, None, expansion, &[], actor, |on| {
+        format!(
+            "NodeExpandVolume to {to} requested on {on}, once the volume's release has finished \
+             (plugin {plugin} expands on its nodes only, and offline)"
+        )
+    })
+}
+
+/// Drops the expansion that failed, waits for its retry, or waits for the volume's release;
+/// the volume keeps its capacity.
 fn cancel(ctx: &mut impl Txn, v: &VolumeRow, op: Option<&OpRow>, actor: &str) -> ApiResult<()> {
     let e = v
         .expansion
@@ -168,7 +211,11 @@ fn cancel(ctx: &mut impl Txn, v: &VolumeRow, op: Option<&OpRow>, actor: &str) ->
         format!(
             "the expansion to {} is cancelled ({}); the volume keeps {keeps}",
             format_size(e.capacity_bytes),
-            e.error.as_deref().unwrap_or("it failed")
+            match (&e.error, e.after_release) {
+                (Some(error), _) => error.as_str(),
+                (None, true) => "it waited for the volume's release to finish; nothing was sent",
+                (None, false) => "it failed",
+            }
         ),
     )
 }

@@ -1,6 +1,7 @@
 //! Everything that changes cluster state, each function running inside one write
 //! transaction, one file per job: `volumes`, `claims`, `attachments` (the attachment
-//! lifecycle), `ops` (the controller-operation queue), `nodes` (registration, loss, return,
+//! lifecycle), `ops` (the controller-operation queue), `after_release` (operations held
+//! until their volume's release has finished), `nodes` (registration, loss, return,
 //! eligibility, removal), `reports` (agents' reports), `operator` (unblock, detach),
 //! `expand`, `snapshots`, `reconcile` (controller listings), `leases`, `tokens`, `hosting`
 //! (controller hosts), `fence` (a fence's record) and `desired` (a node's desired state).
@@ -21,6 +22,7 @@ use super::store::{Event, Txn};
 use super::watch::Key;
 use csivol_rules::kinds::EventKind;
 
+mod after_release;
 mod attachments;
 mod claims;
 mod desired;
@@ -42,6 +44,7 @@ mod tests;
 mod tokens;
 mod volumes;
 
+pub use after_release::resume_all_held;
 pub use attachments::advance_volume;
 pub use claims::{claim_dry_run, create_claim, no_claim, release_claim};
 pub use desired::{desired_changes, desired_state};

@@ -10,6 +10,7 @@
 use csivol_api::domain::ErrorClass;
 use csivol_api::{self as api, Modification, ModificationState, PluginError};
 
+use super::after_release::{Use, why_held};
 use super::ops::{backoff, schedule_ops};
 use super::volumes::volume_view;
 use super::{Limits, event, format_error};
@@ -17,6 +18,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::model::{Lifecycle, OpRow, time};
 use crate::store::Txn;
 use crate::watch::Key;
+use csivol_rules::after_release::hold_settled;
 use csivol_rules::kinds::{EventKind, OpKind};
 use csivol_rules::modify::{Decision, Facts, decide};
 
@@ -26,12 +28,16 @@ fn describe(p: &std::collections::BTreeMap<String, String>) -> String {
 
 /// `POST /v1/volumes/{name}/modify`: checks the rule and queues ControllerModifyVolume with
 /// the keys that change. Returns the volume and whether the request started something.
+///
+/// With `waits` (the caller follows the outcome), a modification asked for while the
+/// volume is being released is held until the release has finished (`after_release`).
 pub fn modify_volume(
     ctx: &mut impl Txn,
     name: &str,
     req: &api::ModifyRequest,
     actor: &str,
     limits: &Limits,
+    waits: bool,
 ) -> ApiResult<(api::Volume, bool)> {
     let v = ctx.require_volume(name)?;
     let caps = ctx.controller_capabilities(&v.plugin)?;
@@ -75,16 +81,28 @@ pub fn modify_volume(
             return Err(e.with_hint(r.hint));
         }
     };
+    let held = hold_settled(&Use::load(&*ctx, name)?.standing(), waits);
     let m = Modification {
         parameters: changes.clone(),
         state: ModificationState::Pending,
         error: None,
         requested_at: time(ctx.now()),
+        after_release: held,
     };
     ctx.set_volume_modification(name, None, Some(&m))?;
     ctx.touch(Key::Volume(name.to_owned()));
-    let payload = serde_json::json!({ "parameters": changes });
-    ctx.queue_op(OpKind::Modify, &v.plugin, name, None, &payload.to_string())?;
+    let payload = serde_json::json!({ "parameters": changes }).to_string();
+    let mut said = format!(
+        "ControllerModifyVolume with {} requested from plugin {}",
+        describe(&changes),
+        v.plugin
+    );
+    if held {
+        ctx.queue_held_op(OpKind::Modify, &v.plugin, name, &payload, &why_held(name))?;
+        said.push_str(", to be sent once the volume's release has finished");
+    } else {
+        ctx.queue_op(OpKind::Modify, &v.plugin, name, None, &payload)?;
+    }
     event(
         ctx,
         EventKind::VolumeModifying,
@@ -92,11 +110,7 @@ pub fn modify_volume(
         None,
         None,
         actor,
-        format!(
-            "ControllerModifyVolume with {} requested from plugin {}",
-            describe(&changes),
-            v.plugin
-        ),
+        said,
     )?;
     schedule_ops(ctx, &v.plugin, limits)?;
     Ok((volume_view(ctx, name)?, true))

@@ -16,12 +16,14 @@ use csivol_api::{
     WireContentSource, validate_name,
 };
 
+use super::after_release::{Use, why_held};
 use super::ops::{backoff, schedule_ops};
 use super::{Limits, event, format_error};
 use crate::error::{ApiError, ApiResult};
 use crate::model::{Lifecycle, OpRow, SnapshotRow, VolumeRow, time};
 use crate::store::{Snapshot, Txn};
 use crate::watch::Key;
+use csivol_rules::after_release::hold_settled;
 use csivol_rules::kinds::{EventKind, OpKind};
 use csivol_rules::snapshots::{self as rules, Refusal, SnapshotFacts, VolumeFacts};
 
@@ -66,7 +68,19 @@ fn require_snapshot(conn: &(impl Snapshot + ?Sized), name: &str) -> ApiResult<Sn
 
 /// `GET /v1/snapshots/{name}`.
 pub fn snapshot_view(conn: &(impl Snapshot + ?Sized), name: &str) -> ApiResult<api::Snapshot> {
-    Ok(require_snapshot(conn, name)?.to_api())
+    to_api(conn, &require_snapshot(conn, name)?)
+}
+
+/// A snapshot as the API shows it: one being created says whether its CreateSnapshot is
+/// held until its volume's release has finished (its operation knows).
+fn to_api(conn: &(impl Snapshot + ?Sized), s: &SnapshotRow) -> ApiResult<api::Snapshot> {
+    let mut a = s.to_api();
+    if s.state == SnapshotState::Creating {
+        a.after_release = conn
+            .key_op(OpKind::CreateSnapshot, &op_key(&s.name))?
+            .is_some_and(|o| o.held());
+    }
+    Ok(a)
 }
 
 /// `GET /v1/snapshots[?volume=V][&group=G]`: a group's members, where `group` names one.
@@ -90,7 +104,7 @@ pub fn list_snapshots(
         }
         None => conn.snapshots(volume)?,
     };
-    Ok(rows.iter().map(SnapshotRow::to_api).collect())
+    rows.iter().map(|s| to_api(conn, s)).collect()
 }
 
 fn touch(ctx: &mut impl Txn, s: &SnapshotRow) {
@@ -116,12 +130,17 @@ fn forget(ctx: &mut impl Txn, s: &SnapshotRow, actor: &str, message: String) -> 
 /// `PUT /v1/snapshots/{name}`: queues CreateSnapshot; the snapshot and whether this call
 /// started it. Idempotent: the same request for a snapshot that exists returns it, and one
 /// for a failed snapshot tries again.
+///
+/// With `waits` (the caller follows the outcome), a snapshot asked for while its volume is
+/// being released is cut once the release has finished (`after_release`): of what the node
+/// left when it unstaged the volume.
 pub fn create_snapshot(
     ctx: &mut impl Txn,
     name: &str,
     req: SnapshotRequest,
     actor: &str,
     limits: &Limits,
+    waits: bool,
 ) -> ApiResult<(api::Snapshot, bool)> {
     validate_name("snapshot", name).map_err(ApiError::invalid)?;
     validate_name("volume", &req.volume).map_err(ApiError::invalid)?;
@@ -147,7 +166,7 @@ pub fn create_snapshot(
             .with_hint("choose another name, or delete it with `csivol snapshot delete`"));
         }
         if s.state != SnapshotState::Failed {
-            return Ok((s.to_api(), false));
+            return Ok((to_api(ctx, &s)?, false));
         }
     }
     let v = ctx.require_volume(&req.volume)?;
@@ -171,7 +190,15 @@ pub fn create_snapshot(
     };
     ctx.put_snapshot(&row)?;
     touch(ctx, &row);
-    ctx.queue_op(OpKind::CreateSnapshot, &v.plugin, &op_key(name), None, "{}")?;
+    let held = hold_settled(&Use::load(&*ctx, &v.name)?.standing(), waits);
+    let mut said = format!("CreateSnapshot `{name}` requested from plugin {}", v.plugin);
+    if held {
+        let why = why_held(&v.name);
+        ctx.queue_held_op(OpKind::CreateSnapshot, &v.plugin, &op_key(name), "{}", &why)?;
+        said.push_str(", to be sent once the volume's release has finished");
+    } else {
+        ctx.queue_op(OpKind::CreateSnapshot, &v.plugin, &op_key(name), None, "{}")?;
+    }
     event(
         ctx,
         EventKind::SnapshotCreating,
@@ -179,7 +206,7 @@ pub fn create_snapshot(
         None,
         None,
         actor,
-        format!("CreateSnapshot `{name}` requested from plugin {}", v.plugin),
+        said,
     )?;
     schedule_ops(ctx, &v.plugin, limits)?;
     Ok((snapshot_view(ctx, name)?, true))
@@ -407,6 +434,23 @@ pub(super) fn snapshot_op_failed(
         actor,
         format!("snapshot `{}`: {message}", s.name),
     )
+}
+
+/// A CreateSnapshot held for its volume's release can no longer be sent as asked: the
+/// snapshot fails with `message` (its record is replaced by the next request).
+pub(super) fn held_snapshot_dropped(ctx: &mut impl Txn, o: &OpRow, message: &str) -> ApiResult<()> {
+    let Some(mut s) = snapshot_of_op(o)
+        .map(|n| ctx.snapshot(n))
+        .transpose()?
+        .flatten()
+    else {
+        return Ok(());
+    };
+    s.state = SnapshotState::Failed;
+    s.error = Some(message.to_owned());
+    ctx.put_snapshot(&s)?;
+    touch(ctx, &s);
+    Ok(())
 }
 
 /// No controller host for a snapshot's operation: say why on the snapshot.

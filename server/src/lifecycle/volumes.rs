@@ -4,12 +4,14 @@ use std::collections::BTreeMap;
 
 use csivol_api::{self as api, CreateVolumeSpec, FreeText, VolumeSpec, validate_name};
 
+use super::after_release::{Use, why_held};
 use super::ops::schedule_ops;
 use super::{Limits, event};
 use crate::error::{ApiError, ApiResult};
 use crate::model::{ClaimRow, Lifecycle, OpRow, VolumeRow};
 use crate::store::{Snapshot, Txn};
 use crate::watch::Key;
+use csivol_rules::after_release::{Ask, Standing, Verdict, admit_detached};
 use csivol_rules::kinds::{EventKind, OpKind};
 
 pub(super) fn check_spec_names(
@@ -199,6 +201,17 @@ pub fn register_volume(
         }
         let claims = ctx.claims_of_volume(name)?;
         let atts = ctx.attachments_of_volume(name)?;
+        if let Standing::Releasing { steps, .. } = Use::load(&*ctx, name)?.standing() {
+            let under_way: Vec<String> = steps.iter().map(|s| s.describe()).collect();
+            return Err(ApiError::conflict(format!(
+                "volume `{name}` is registered with a different spec and is still being released: {}",
+                under_way.join("; ")
+            ))
+            .with_hint(format!(
+                "register the changed spec once the release has finished (`csivol status {name}` \
+                 shows where it stands), or under another name"
+            )));
+        }
         if !claims.is_empty() || !atts.is_empty() {
             return Err(ApiError::conflict(format!(
                 "volume `{name}` is registered with a different spec and is in use: {}",
@@ -365,47 +378,85 @@ fn may_set_mutable(ctx: &impl Txn, plugin: &str) -> ApiResult<()> {
 }
 
 /// `DELETE /v1/volumes/{name}`: removes the record (`None`), or with `delete` queues
-/// DeleteVolume and returns the volume in `deleting`.
+/// DeleteVolume and returns the volume in `deleting`. With `delete` and `waits` (the
+/// caller follows the outcome), a volume that only its release keeps attached is deleted
+/// once the release has finished: `deleting` now, its DeleteVolume held until then.
 pub fn deregister_volume(
     ctx: &mut impl Txn,
     name: &str,
     delete: bool,
     actor: &str,
     limits: &Limits,
+    waits: bool,
 ) -> ApiResult<Option<api::Volume>> {
     let v = ctx.require_volume(name)?;
+    if v.lifecycle == Lifecycle::Deleting {
+        // Its DeleteVolume runs, or waits for the release it was asked to wait for.
+        return Err(ApiError::conflict(format!(
+            "volume `{name}` is deleting; wait for it to finish"
+        ))
+        .with_hint(format!("`csivol volume show {name}` shows where it stands")));
+    }
     let claims = ctx.claims_of_volume(name)?;
-    if !claims.is_empty() {
-        return Err(ApiError::conflict(format!(
-            "volume `{name}` is claimed: {}",
-            claims_in_the_way(&claims)
-        ))
-        .with_hint(format!(
-            "release the claims first (`csivol release {name} --alloc ALLOC`)"
-        )));
-    }
     let atts = ctx.attachments_of_volume(name)?;
-    if !atts.is_empty() {
-        let nodes: Vec<_> = atts
-            .iter()
-            .map(|a| format!("{} ({})", a.node, a.state))
-            .collect();
-        return Err(ApiError::conflict(format!(
-            "volume `{name}` is still attached to {}",
-            nodes.join(", ")
-        ))
-        .with_hint("wait for the detach to finish; `csivol status` shows where it stands"));
-    }
-    super::snapshots::no_snapshot_in_progress(ctx, name)?;
-    match v.lifecycle {
-        Lifecycle::Creating => return cancel_create(ctx, &v, actor),
-        Lifecycle::Deleting => {
+    let used = Use::load(&*ctx, name)?;
+    let standing = used.standing();
+    let held = match &standing {
+        Standing::Releasing { .. } if delete => {
+            let why = format!("volume `{name}`");
+            let again = format!("csivol volume deregister {name} --delete --wait");
+            let ask = Ask {
+                volume: name,
+                why: &why,
+                again: &again,
+            };
+            match admit_detached(&standing, waits, &ask) {
+                Verdict::Hold => true,
+                Verdict::Refuse(r) => return Err(ApiError::conflict(r.message).with_hint(r.hint)),
+                Verdict::Now | Verdict::InUse => unreachable!("a release is under way"),
+            }
+        }
+        Standing::Releasing { steps, .. } => {
+            // Forgetting a volume needs no plugin call to wait for: asked again once the
+            // release has finished, it goes.
+            let under_way: Vec<String> = steps.iter().map(|s| s.describe()).collect();
             return Err(ApiError::conflict(format!(
-                "volume `{name}` is {}; wait for it to finish",
-                v.lifecycle.as_str()
+                "volume `{name}` is still being released: {}",
+                under_way.join("; ")
+            ))
+            .with_hint(format!(
+                "deregister it once the release has finished; `csivol status {name}` shows where it stands"
             )));
         }
-        Lifecycle::Ready | Lifecycle::Failed => {}
+        Standing::Free | Standing::InUse => {
+            if !claims.is_empty() {
+                return Err(ApiError::conflict(format!(
+                    "volume `{name}` is claimed: {}",
+                    claims_in_the_way(&claims)
+                ))
+                .with_hint(format!(
+                    "release the claims first (`csivol release {name} --alloc ALLOC`)"
+                )));
+            }
+            if !atts.is_empty() {
+                let nodes: Vec<_> = atts
+                    .iter()
+                    .map(|a| format!("{} ({})", a.node, a.state))
+                    .collect();
+                return Err(ApiError::conflict(format!(
+                    "volume `{name}` is still attached to {}",
+                    nodes.join(", ")
+                ))
+                .with_hint(
+                    "wait for the detach to finish; `csivol status` shows where it stands",
+                ));
+            }
+            false
+        }
+    };
+    super::snapshots::no_snapshot_in_progress(ctx, name)?;
+    if v.lifecycle == Lifecycle::Creating {
+        return cancel_create(ctx, &v, actor);
     }
     if let Some(e) = &v.expansion
         && e.phase != api::ExpansionPhase::Failed
@@ -420,7 +471,14 @@ pub fn deregister_volume(
     if delete && v.lifecycle == Lifecycle::Ready {
         ctx.set_volume_lifecycle(name, Lifecycle::Deleting, None)?;
         ctx.touch(Key::Volume(name.to_owned()));
-        ctx.queue_op(OpKind::Delete, &v.plugin, name, None, "{}")?;
+        let said = if held {
+            // No new claim is taken while it is `deleting`, so the release is the last use.
+            ctx.queue_held_op(OpKind::Delete, &v.plugin, name, "{}", &why_held(name))?;
+            "DeleteVolume requested, to be sent once the volume's release has finished"
+        } else {
+            ctx.queue_op(OpKind::Delete, &v.plugin, name, None, "{}")?;
+            "DeleteVolume requested"
+        };
         event(
             ctx,
             EventKind::VolumeDeleting,
@@ -428,7 +486,7 @@ pub fn deregister_volume(
             None,
             None,
             actor,
-            "DeleteVolume requested",
+            said,
         )?;
         schedule_ops(ctx, &v.plugin, limits)?;
         return Ok(Some(volume_view(ctx, name)?));

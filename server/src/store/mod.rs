@@ -119,6 +119,11 @@ pub trait Snapshot {
     fn plugins_with_due_ops(&self, now: i64) -> ApiResult<Vec<String>>;
     /// The operation of `kind` queued for `volume` (a key) with no node, if any.
     fn key_op(&self, kind: OpKind, volume: &str) -> ApiResult<Option<OpRow>>;
+    /// The operations held until the release of `volume` has finished: its own, and those
+    /// of its snapshots being created, by id.
+    fn held_ops(&self, volume: &str) -> ApiResult<Vec<OpRow>>;
+    /// The volumes with operations held until their release has finished, by name.
+    fn volumes_with_held_ops(&self) -> ApiResult<Vec<String>>;
     /// Every plugin some node registered (whatever the node's status now), by id.
     fn plugin_ids(&self) -> ApiResult<Vec<String>>;
     /// Every node's registration of `plugin` (node name, its status, what it reported).
@@ -448,6 +453,19 @@ pub trait Txn: Snapshot {
         node: Option<&str>,
         payload: &str,
     ) -> ApiResult<()>;
+    /// Queues an operation held until its volume's release has finished (never due until
+    /// [`Txn::release_held_op`]), with why it waits, unless one of that kind is queued for
+    /// the same volume already.
+    fn queue_held_op(
+        &mut self,
+        kind: OpKind,
+        plugin: &str,
+        volume: &str,
+        payload: &str,
+        why: &str,
+    ) -> ApiResult<()>;
+    /// Makes a held operation due now; its attempt is unchanged (it never ran).
+    fn release_held_op(&mut self, id: i64) -> ApiResult<()>;
     fn assign_op(&mut self, id: i64, host: &str) -> ApiResult<()>;
     /// Sets why an operation waits; whether that changed it.
     fn note_op_waiting(&mut self, id: i64, why: &str) -> ApiResult<bool>;

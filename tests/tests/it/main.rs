@@ -1,5 +1,6 @@
 //! csivol's end-to-end tests: real binaries, real sockets, real mounts.
 
+mod after_release;
 mod block;
 mod boundaries;
 mod ci;

@@ -11,7 +11,7 @@ const G: u64 = 1 << 30;
 
 /// `node` running plugin `hp` that hosts its controller, with EXPAND_VOLUME on the
 /// controller (`controller_expand`) and the node, and VolumeExpansion `mode`.
-async fn register(env: &Env, node: &str, controller_expand: bool, mode: Option<&str>) {
+pub(super) async fn register(env: &Env, node: &str, controller_expand: bool, mode: Option<&str>) {
     register_with(env, node, controller_expand, true, mode).await;
 }
 
@@ -57,7 +57,7 @@ async fn expand(env: &Env, volume: &str, bytes: u64) -> ApiResult<bool> {
         capacity_bytes: bytes,
         cancel: false,
     };
-    env.write(move |ctx, l| super::super::expand_volume(ctx, &v, &req, "op", l))
+    env.write(move |ctx, l| super::super::expand_volume(ctx, &v, &req, "op", l, false))
         .await
         .map(|(_, started)| started)
 }
@@ -262,7 +262,7 @@ async fn expansion_is_refused_without_the_capability_and_fails_on_a_final_error(
     );
     // Nor is it deregistered meanwhile.
     let e = env
-        .write(|ctx, l| super::super::deregister_volume(ctx, "v", true, "op", l))
+        .write(|ctx, l| super::super::deregister_volume(ctx, "v", true, "op", l, false))
         .await
         .unwrap_err();
     assert_eq!(e.body().code, ErrorCode::Conflict);

@@ -146,7 +146,7 @@ async fn a_group_is_cut_polled_until_ready_and_deleted_whole() {
 
     // Its volumes stay while it is being cut; a member is never deleted alone.
     let e = env
-        .write(|ctx, l| super::super::deregister_volume(ctx, "b", true, "op", l))
+        .write(|ctx, l| super::super::deregister_volume(ctx, "b", true, "op", l, false))
         .await
         .unwrap_err();
     assert!(

@@ -3,6 +3,7 @@
 //! savepoints and group commit as in the server) and checks the rows and events they leave.
 //! No HTTP, no child process.
 
+mod after_release;
 mod claims;
 mod desired;
 mod expand;
@@ -110,7 +111,7 @@ impl Env {
 
     async fn claim_with(&self, volume: &str, req: ClaimRequest) -> ApiResult<api::Claim> {
         let v = volume.to_owned();
-        self.write(move |ctx, l| super::create_claim(ctx, &v, &req, "ci", l))
+        self.write(move |ctx, l| super::create_claim(ctx, &v, &req, "ci", l, false))
             .await
             .map(|(c, _)| c)
     }

@@ -32,7 +32,7 @@ async fn snapshot(env: &Env, name: &str, volume: &str) -> crate::error::ApiResul
             parameters: Default::default(),
         },
     );
-    env.write(move |ctx, l| super::super::create_snapshot(ctx, &n, req.clone(), "op", l))
+    env.write(move |ctx, l| super::super::create_snapshot(ctx, &n, req.clone(), "op", l, false))
         .await
         .map(|(_, started)| started)
 }
@@ -115,7 +115,7 @@ async fn a_snapshot_is_created_polled_until_ready_used_and_deleted() {
 
     // Its volume stays while the snapshot is being cut.
     let e = env
-        .write(|ctx, l| super::super::deregister_volume(ctx, "v", true, "op", l))
+        .write(|ctx, l| super::super::deregister_volume(ctx, "v", true, "op", l, false))
         .await
         .unwrap_err();
     assert_eq!(e.code().as_str(), "conflict");

@@ -33,6 +33,22 @@ async fn registering_again_changes_nothing_and_a_changed_spec_in_use_is_refused(
         .unwrap_err();
     assert_eq!(e.code().as_str(), "conflict");
     assert!(e.message.contains("in use: a1 on n1"), "{}", e.message);
+    // Released, and still being taken down: said so, never "release its claims first".
+    env.release("v", "a1").await.unwrap();
+    let e = env
+        .write(|ctx, _| super::super::register_volume(ctx, "v", spec("single-node-writer"), "op"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code().as_str(), "conflict");
+    assert!(
+        e.message
+            .ends_with("is still being released: the claim of alloc a1 on n1 is releasing"),
+        "{}",
+        e.message
+    );
+    let hint = e.hint.unwrap_or_default();
+    assert!(hint.contains("once the release has finished"), "{hint}");
+    assert!(!hint.contains("release its claims"), "{hint}");
     let v = env.read(|c| c.require_volume("v")).await;
     assert_eq!(
         v.access_mode.as_str(),
@@ -100,7 +116,7 @@ async fn deregistering_refuses_a_claimed_volume_and_deletes_a_free_one_through_i
     env.volume("v", "single-node-writer").await;
     env.claim("v", "a1", "n1", ClaimMode::Write).await.unwrap();
     let e = env
-        .write(|ctx, l| super::super::deregister_volume(ctx, "v", false, "op", l))
+        .write(|ctx, l| super::super::deregister_volume(ctx, "v", false, "op", l, false))
         .await
         .unwrap_err();
     assert_eq!(e.code().as_str(), "conflict");
@@ -108,7 +124,7 @@ async fn deregistering_refuses_a_claimed_volume_and_deletes_a_free_one_through_i
 
     env.volume("w", "single-node-writer").await;
     let deleting = env
-        .write(|ctx, l| super::super::deregister_volume(ctx, "w", true, "op", l))
+        .write(|ctx, l| super::super::deregister_volume(ctx, "w", true, "op", l, false))
         .await
         .unwrap()
         .expect("a volume being deleted");
@@ -136,7 +152,7 @@ async fn deregistering_refuses_a_claimed_volume_and_deletes_a_free_one_through_i
 
     env.volume("x", "single-node-writer").await;
     let gone = env
-        .write(|ctx, l| super::super::deregister_volume(ctx, "x", false, "op", l))
+        .write(|ctx, l| super::super::deregister_volume(ctx, "x", false, "op", l, false))
         .await
         .unwrap();
     assert!(gone.is_none());

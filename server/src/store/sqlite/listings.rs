@@ -230,14 +230,15 @@ pub fn waiting_ops(
     plugin: Option<&str>,
     now: i64,
 ) -> ApiResult<Vec<WaitingOps>> {
-    // Due since: queued, or due again after a retry's backoff.
+    // Due since: queued, or due again after a retry's backoff. An operation held for its
+    // volume's release waits for no plugin and no backoff: it is not counted here.
     let mut stmt = conn.prepare_cached(
         "SELECT plugin, kind, count(*), min(MAX(created_at, not_before)), not_before <= ?2 AS due \
-         FROM ops WHERE host IS NULL AND (?1 IS NULL OR plugin = ?1) \
+         FROM ops WHERE host IS NULL AND (?1 IS NULL OR plugin = ?1) AND not_before < ?3 \
          GROUP BY plugin, kind, due ORDER BY plugin, kind",
     )?;
     let rows = stmt
-        .query_map(params![plugin, now], |r| {
+        .query_map(params![plugin, now, crate::model::HELD_FOR_RELEASE], |r| {
             Ok(WaitingOps {
                 plugin: r.get(0)?,
                 kind: r.get(1)?,

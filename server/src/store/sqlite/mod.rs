@@ -6,6 +6,7 @@
 mod access;
 pub mod backup;
 pub mod db;
+mod held;
 mod listings;
 pub mod maintenance;
 mod nodes;
@@ -307,6 +308,14 @@ impl Snapshot for Connection {
         .pop())
     }
 
+    fn held_ops(&self, volume: &str) -> ApiResult<Vec<OpRow>> {
+        held::of_volume(self, volume)
+    }
+
+    fn volumes_with_held_ops(&self) -> ApiResult<Vec<String>> {
+        held::volumes(self)
+    }
+
     fn plugins_with_due_ops(&self, now: i64) -> ApiResult<Vec<String>> {
         strings(
             self,
@@ -516,6 +525,8 @@ reads_through_the_transaction! {
     due_ops(plugin: &str, now: i64) -> Vec<OpSlot>;
     plugins_with_due_ops(now: i64) -> Vec<String>;
     key_op(kind: OpKind, volume: &str) -> Option<OpRow>;
+    held_ops(volume: &str) -> Vec<OpRow>;
+    volumes_with_held_ops() -> Vec<String>;
     plugin_registrations(plugin: &str) -> Vec<(String, NodeStatus, PluginRegistration)>;
     reconcile_facts(plugin: &str) -> (csivol_rules::reconcile::Known, Vec<csivol_rules::reconcile::Recorded>);
     controller_findings(plugin: Option<&str>) -> Vec<(String, csivol_rules::reconcile::Kept)>;

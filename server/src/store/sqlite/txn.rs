@@ -643,6 +643,21 @@ impl Txn for WriteCtx<'_> {
         Ok(())
     }
 
+    fn queue_held_op(
+        &mut self,
+        kind: OpKind,
+        plugin: &str,
+        volume: &str,
+        payload: &str,
+        why: &str,
+    ) -> ApiResult<()> {
+        held::queue(self.tx, self.now, kind, plugin, volume, payload, why)
+    }
+
+    fn release_held_op(&mut self, id: i64) -> ApiResult<()> {
+        held::release(self.tx, self.now, id)
+    }
+
     fn assign_op(&mut self, id: i64, host: &str) -> ApiResult<()> {
         exec(
             self.tx,
