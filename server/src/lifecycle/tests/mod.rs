@@ -66,6 +66,7 @@ impl Env {
                 controller_queue_warning: std::time::Duration::from_secs(60),
                 served_last: Default::default(),
                 metrics: Arc::new(Metrics::default()),
+                request_memory: crate::DEFAULT_REQUEST_MEMORY,
             },
         }
     }
@@ -110,7 +111,7 @@ impl Env {
 
     async fn claim_with(&self, volume: &str, req: ClaimRequest) -> ApiResult<api::Claim> {
         let v = volume.to_owned();
-        self.write(move |ctx, l| super::create_claim(ctx, &v, &req, "ci", l))
+        self.write(move |ctx, l| super::create_claim(ctx, &v, &req, "ci", l, None))
             .await
             .map(|(c, _)| c)
     }
@@ -130,6 +131,7 @@ impl Env {
         let (v, a) = (volume.to_owned(), alloc.to_owned());
         self.write(move |ctx, _| super::release_claim(ctx, &v, &a, "ci"))
             .await
+            .and_then(|released| released)
     }
 
     async fn report(&self, node: &str, reports: Vec<Report>) {

@@ -1,0 +1,145 @@
+//! Exact retries in SQLite: kept answers (`request_keys`), claim tombstones
+//! (`claim_tombstones`), their pruning, and a request's nested savepoint
+//! ([`WriteCtx::attempt`]), which lets a refusal be kept while the refused request's own
+//! changes roll back.
+//!
+//! Both tables come with one schema migration. With the etcd store a server may run on the
+//! schema before it until `upgrade finalize`: then every function here reads nothing and
+//! writes nothing, which is how keys and tombstones are ignored during a rolling upgrade.
+
+use super::*;
+use crate::store::{KeptAnswer, Tombstone};
+
+/// Whether the schema has the tables (asked of the connection itself: a mirror migrated
+/// in place by `upgrade finalize` has them from that moment on).
+pub fn kept(conn: &Connection) -> ApiResult<bool> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'claim_tombstones')",
+    )?;
+    Ok(stmt.query_row([], |r| r.get(0))?)
+}
+
+pub fn kept_answer(conn: &Connection, token: &str, key: &str) -> ApiResult<Option<KeptAnswer>> {
+    if !kept(conn)? {
+        return Ok(None);
+    }
+    let mut stmt = conn.prepare_cached(
+        "SELECT request, digest, status, answer, answer_index, at FROM request_keys \
+         WHERE token = ?1 AND key = ?2",
+    )?;
+    optional(stmt.query_row(params![token, key], |r| {
+        Ok(KeptAnswer {
+            token: token.to_owned(),
+            key: key.to_owned(),
+            request: r.get(0)?,
+            digest: r.get(1)?,
+            status: r.get(2)?,
+            answer: r.get(3)?,
+            index: r.get::<_, Option<i64>>(4)?.map(|i| i as u64),
+            at: r.get(5)?,
+        })
+    }))
+}
+
+pub fn tombstone(conn: &Connection, volume: &str, alloc: &str) -> ApiResult<Option<Tombstone>> {
+    if !kept(conn)? {
+        return Ok(None);
+    }
+    let mut stmt = conn.prepare_cached(
+        "SELECT released_at, released_index FROM claim_tombstones WHERE volume = ?1 AND alloc = ?2",
+    )?;
+    optional(stmt.query_row(params![volume, alloc], |r| {
+        Ok(Tombstone {
+            released_at: r.get(0)?,
+            index: r.get::<_, i64>(1)? as u64,
+        })
+    }))
+}
+
+pub fn keep_answer(ctx: &WriteCtx<'_>, a: &KeptAnswer) -> ApiResult<()> {
+    if !kept(ctx.tx)? {
+        return Ok(());
+    }
+    exec(
+        ctx.tx,
+        "INSERT INTO request_keys (token, key, request, digest, status, answer, answer_index, at) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT (token, key) DO UPDATE SET \
+         request = ?3, digest = ?4, status = ?5, answer = ?6, answer_index = ?7, at = ?8",
+        params![
+            a.token,
+            a.key,
+            a.request,
+            a.digest,
+            a.status,
+            a.answer,
+            a.index.map(|i| i as i64),
+            ctx.now
+        ],
+    )?;
+    Ok(())
+}
+
+pub fn put_tombstone(ctx: &WriteCtx<'_>, volume: &str, alloc: &str) -> ApiResult<()> {
+    if !kept(ctx.tx)? {
+        return Ok(());
+    }
+    // An upsert keeps the row's id (the etcd store keys rows by it) and moves it forward
+    // only: a release recorded later is never replaced by an earlier one.
+    exec(
+        ctx.tx,
+        "INSERT INTO claim_tombstones (volume, alloc, released_at, released_index) \
+         VALUES (?1, ?2, ?3, ?4) ON CONFLICT (volume, alloc) DO UPDATE SET \
+         released_at = MAX(released_at, ?3), released_index = MAX(released_index, ?4)",
+        params![volume, alloc, ctx.now, ctx.index as i64],
+    )?;
+    Ok(())
+}
+
+pub fn prune_retries(ctx: &WriteCtx<'_>, before: i64, most: usize) -> ApiResult<usize> {
+    if !kept(ctx.tx)? {
+        return Ok(0);
+    }
+    let keys = exec(
+        ctx.tx,
+        "DELETE FROM request_keys WHERE rowid IN \
+         (SELECT rowid FROM request_keys WHERE at < ?1 ORDER BY at LIMIT ?2)",
+        params![before, most as i64],
+    )?;
+    let tombstones = exec(
+        ctx.tx,
+        "DELETE FROM claim_tombstones WHERE rowid IN \
+         (SELECT rowid FROM claim_tombstones WHERE released_at < ?1 ORDER BY released_at LIMIT ?2)",
+        params![before, most as i64],
+    )?;
+    Ok(keys + tombstones)
+}
+
+impl WriteCtx<'_> {
+    /// Runs `f` in a savepoint of its own inside this request: when it fails, what it
+    /// changed is rolled back (and what it touched, logged or remembered is forgotten),
+    /// while the request goes on and may still write, e.g. keep the refusal as the answer
+    /// to its `Idempotency-Key`.
+    pub fn attempt<T>(&mut self, f: impl FnOnce(&mut Self) -> ApiResult<T>) -> ApiResult<T> {
+        let run = |ctx: &Self, sql: &str| -> ApiResult<()> {
+            ctx.tx.prepare_cached(sql)?.execute([])?;
+            Ok(())
+        };
+        run(self, "SAVEPOINT attempt")?;
+        let (touched, on_commit) = (self.touched.len(), self.on_commit.len());
+        match f(self) {
+            Ok(t) => {
+                run(self, "RELEASE attempt")?;
+                Ok(t)
+            }
+            Err(e) => {
+                run(self, "ROLLBACK TO attempt")?;
+                run(self, "RELEASE attempt")?;
+                self.touched.truncate(touched);
+                self.on_commit.truncate(on_commit);
+                // What the request remembered of rows it may have written is stale now.
+                self.memo = Default::default();
+                Err(e)
+            }
+        }
+    }
+}
