@@ -385,6 +385,15 @@ fn migrations() -> &'static [&'static str] {
     MIGRATIONS
 }
 
+/// The schema version whose migration holds `sql` (for tests of one migration).
+#[cfg(test)]
+pub(super) fn version_of(sql: &str) -> Option<i64> {
+    MIGRATIONS
+        .iter()
+        .position(|m| m.contains(sql))
+        .map(|i| i as i64 + 1)
+}
+
 /// How many schema migrations this build knows: a database at this `user_version` is current.
 pub fn schema_version() -> i64 {
     migrations().len() as i64

@@ -143,3 +143,159 @@ impl WriteCtx<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::db::{self, version_of};
+
+    /// The schema version that brings request keys and tombstones.
+    fn theirs() -> i64 {
+        version_of("CREATE TABLE claim_tombstones").expect("the migration")
+    }
+
+    fn temp_db(name: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+        let dir = std::env::temp_dir().join(format!(
+            "csivol-retries-{name}-{}-{}",
+            std::process::id(),
+            db::now_ms()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        (dir.join("state.db"), dir)
+    }
+
+    fn answer(key: &str) -> KeptAnswer {
+        KeptAnswer {
+            token: "t".into(),
+            key: key.into(),
+            request: "POST /v1/volumes/v/claims".into(),
+            digest: "d".into(),
+            status: 201,
+            answer: "{}".into(),
+            index: Some(7),
+            at: 0,
+        }
+    }
+
+    #[test]
+    fn an_existing_database_migrates_keeping_its_rows_and_their_ids() {
+        let (path, dir) = temp_db("migrate");
+        let before = theirs() - 1;
+        {
+            let (conn, _) = db::open_at(&path, before).unwrap();
+            conn.execute_batch(
+                "INSERT INTO claims (volume, alloc, node, mode, state, created_at, updated_at, modify_index) \
+                   VALUES ('v', 'a', 'n1', 'write', 'ready', 1, 1, 5);
+                 INSERT INTO claims (volume, alloc, node, mode, state, created_at, updated_at, modify_index) \
+                   VALUES ('v', 'b', 'n1', 'read', 'ready', 2, 2, 6);
+                 DELETE FROM claims WHERE alloc = 'a';
+                 INSERT INTO events (at, kind, actor, message) VALUES (1, 'claim-created', 'ci', 'm');",
+            )
+            .unwrap();
+            assert!(!kept(&conn).unwrap(), "not before its migration");
+        }
+        let ids = |conn: &Connection| -> Vec<(String, i64)> {
+            let mut s = conn
+                .prepare(
+                    "SELECT alloc, rowid FROM claims UNION ALL SELECT message, idx FROM events",
+                )
+                .unwrap();
+            s.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap()
+        };
+        let (conn, _) = db::open_at(&path, before).unwrap();
+        let was = ids(&conn);
+        drop(conn);
+        let (conn, index) = db::open(&path).unwrap();
+        assert_eq!(index, 1);
+        let version: i64 = conn
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .unwrap();
+        assert_eq!(version, db::schema_version());
+        assert!(kept(&conn).unwrap());
+        assert_eq!(ids(&conn), was, "every row kept with its id");
+        let empty: (i64, i64) = conn
+            .query_row(
+                "SELECT (SELECT COUNT(*) FROM request_keys), (SELECT COUNT(*) FROM claim_tombstones)",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .unwrap();
+        assert_eq!(empty, (0, 0));
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// With the etcd store a server runs on the schema before it until `upgrade finalize`:
+    /// its mirror has no such tables, and keys and tombstones are then neither read nor
+    /// written; once migrated in place, they are.
+    #[test]
+    fn below_its_schema_nothing_is_kept_and_after_it_everything() {
+        let (path, dir) = temp_db("gate");
+        for (schema, keeps) in [(theirs() - 1, false), (db::schema_version(), true)] {
+            let (mut conn, index) = db::open_at(&path, schema).unwrap();
+            let tx = conn.transaction().unwrap();
+            let mut ctx = WriteCtx::new(&tx, index + 1);
+            assert_eq!(ctx.retries_kept().unwrap(), keeps);
+            ctx.keep_answer(&answer("k")).unwrap();
+            ctx.put_tombstone("v", "a").unwrap();
+            assert_eq!(ctx.kept_answer("t", "k").unwrap().is_some(), keeps);
+            assert_eq!(
+                ctx.tombstone("v", "a").unwrap(),
+                keeps.then_some(Tombstone {
+                    released_at: ctx.now,
+                    index: index + 1
+                })
+            );
+            assert_eq!(
+                ctx.prune_retries(ctx.now + 1, 10).unwrap(),
+                if keeps { 2 } else { 0 }
+            );
+            drop(ctx);
+            drop(tx);
+        }
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn a_failed_attempt_leaves_nothing_and_the_request_goes_on() {
+        let (path, dir) = temp_db("attempt");
+        let (mut conn, index) = db::open(&path).unwrap();
+        let tx = conn.transaction().unwrap();
+        let mut ctx = WriteCtx::new(&tx, index + 1);
+        let failed: ApiResult<()> = ctx.attempt(|ctx| {
+            ctx.put_tombstone("v", "gone")?;
+            ctx.touch(Key::Volume("v".into()));
+            Err(ApiError::conflict("refused"))
+        });
+        assert_eq!(failed.unwrap_err().message, "refused");
+        assert!(ctx.touched.is_empty(), "what it touched is forgotten");
+        assert_eq!(ctx.tombstone("v", "gone").unwrap(), None);
+        ctx.keep_answer(&answer("k")).unwrap();
+        ctx.attempt(|ctx| ctx.put_tombstone("v", "kept")).unwrap();
+        drop(ctx);
+        tx.commit().unwrap();
+        assert!(conn.kept_answer("t", "k").unwrap().is_some());
+        assert!(conn.tombstone("v", "kept").unwrap().is_some());
+        assert_eq!(conn.tombstone("v", "gone").unwrap(), None);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn a_tombstone_moves_forward_only() {
+        let (path, dir) = temp_db("forward");
+        let (mut conn, index) = db::open(&path).unwrap();
+        let tx = conn.transaction().unwrap();
+        let mut ctx = WriteCtx::new(&tx, index + 5);
+        ctx.put_tombstone("v", "a").unwrap();
+        let later = ctx.tombstone("v", "a").unwrap().unwrap();
+        let mut earlier = WriteCtx::new(&tx, index + 1);
+        earlier.now = later.released_at - 1000;
+        earlier.put_tombstone("v", "a").unwrap();
+        assert_eq!(earlier.tombstone("v", "a").unwrap(), Some(later));
+        drop((ctx, earlier));
+        drop(tx);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+}
