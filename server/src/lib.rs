@@ -143,7 +143,7 @@ pub struct ServerArgs {
     #[command(flatten)]
     pub etcd_tls: etcd::EtcdTlsArgs,
     /// TOML file with the same settings (`data_dir`, `listen`, `heartbeat_ttl = "30s"`,
-    /// `planned_stop_grace = "10m"`, `controller_concurrency`, `secrets_key_file`, TLS and connection bounds, `node_channel = false`), and fencing:
+    /// `planned_stop_grace = "10m"`, `controller_concurrency`, `request_memory = "24h"`, `secrets_key_file`, TLS and connection bounds, `node_channel = false`), and fencing:
     /// `[[fence]]` methods (`name`, `command`, `timeout`, `nodes`, `labels`, `env`,
     /// `auto_fence_after`, `trust_agent_labels`) and `[node_labels.<node>]`.
     #[arg(long)]
