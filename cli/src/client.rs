@@ -188,6 +188,22 @@ impl Client {
             .await
     }
 
+    /// A mutating request sent once, without an `Idempotency-Key`, for the calls whose
+    /// answer the server keeps under no key: a token's creation (its answer is the token's
+    /// secret, which the server keeps only as a hash) and a fence (its method runs outside
+    /// the write transaction). Sent again when an answer is lost, such a call would be
+    /// carried out again, so it is not; it may run `runs_for` beyond an ordinary request.
+    pub async fn call_unkeyed<B: Serialize, T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&B>,
+        runs_for: Duration,
+    ) -> anyhow::Result<Answer<T>> {
+        let timeout = Some(REQUEST_TIMEOUT + runs_for);
+        (self.api.request(method, path, body, timeout).await).map_err(|e| self.failure(e))
+    }
+
     /// A request whose answer has no body worth reading (e.g. 204).
     pub async fn call_empty(&self, method: Method, path: &str) -> anyhow::Result<StatusCode> {
         let sent = match method == Method::GET {
