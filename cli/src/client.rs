@@ -372,8 +372,8 @@ impl Client {
 /// unchanged on the client's own retries, so that a request whose answer was lost is sent
 /// again (to another server too) without being carried out twice, and a claim that a
 /// release overtook is not recorded after it.
-fn new_request() -> csivol_client::Once {
-    csivol_client::Once::new(format!("{:032x}", rand::random::<u128>()))
+fn new_request() -> csivol_client::once::Once {
+    csivol_client::once::Once::new(format!("{:032x}", rand::random::<u128>()))
 }
 
 fn not_found_as_none<T>(r: anyhow::Result<T>) -> anyhow::Result<Option<T>> {

@@ -2,7 +2,8 @@
 //! once are carried out once, a late copy through the other server brings nothing back, and
 //! the client sends a keyed request whose answer was lost on one server to the other.
 
-use csivol_client::{Method, Once};
+use csivol_client::Method;
+use csivol_client::once::Once;
 use csivol_tests::etcd::start_ha;
 use csivol_tests::proxy::LossyProxy;
 use csivol_tests::{Api, FakeAgent, TestDir};

@@ -6,7 +6,8 @@
 
 use std::path::Path;
 
-use csivol_client::{Body, Method, Once, Raw};
+use csivol_client::once::Once;
+use csivol_client::{Body, Method, Raw};
 use csivol_tests::{Api, FakeAgent, ServerProc, TestDir, eventually};
 use serde_json::{Value, json};
 

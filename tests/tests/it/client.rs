@@ -278,7 +278,7 @@ async fn keyed_requests_are_sent_again_when_unanswered_and_unkeyed_ones_are_not(
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
-    use csivol_client::Once;
+    use csivol_client::once::Once;
 
     let dir = TestDir::new("client-keyed");
     let server = ServerProc::start(&dir.join("server"), &[]);
