@@ -270,7 +270,11 @@ impl Once {
                         let a = answer(&t);
                         (a.clone(), Step::Done(t, a))
                     }
-                    Err(e) if retries::keeps(e.code()) => (Answer::refused(&e), Step::Refused(e)),
+                    // Kept only where keys are (the schema gate): a refusal that keeps
+                    // nothing rolls back as one without a key does.
+                    Err(e) if retries::keeps(e.code()) && ctx.retries_kept()? => {
+                        (Answer::refused(&e), Step::Refused(e))
+                    }
                     Err(e) => return Err(e),
                 };
                 ctx.keep_answer(&KeptAnswer {
