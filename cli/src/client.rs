@@ -199,10 +199,34 @@ impl Client {
             .await
     }
 
+    /// A mutating request sent once, without an `Idempotency-Key`, for the calls whose
+    /// answer the server keeps under no key: a token's creation (its answer is the token's
+    /// secret, which the server keeps only as a hash) and a fence (its method runs outside
+    /// the write transaction). Sent again when an answer is lost, such a call would be
+    /// carried out again, so it is not; it may run `runs_for` beyond an ordinary request.
+    pub async fn call_unkeyed<B: Serialize, T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&B>,
+        runs_for: Duration,
+    ) -> anyhow::Result<Answer<T>> {
+        let timeout = Some(REQUEST_TIMEOUT + runs_for);
+        (self.api.request(method, path, body, timeout).await).map_err(|e| self.failure(e))
+    }
+
     /// A request whose answer has no body worth reading (e.g. 204).
     pub async fn call_empty(&self, method: Method, path: &str) -> anyhow::Result<StatusCode> {
-        let raw = (self.api.send::<()>(method, path, Body::None, None).await)
-            .map_err(|e| self.failure(e))?;
+        let sent = match method == Method::GET {
+            true => self.api.send::<()>(method, path, Body::None, None).await,
+            false => {
+                let once = new_request();
+                (self.api)
+                    .send_once::<()>(method, path, Body::None, None, &once)
+                    .await
+            }
+        };
+        let raw = sent.map_err(|e| self.failure(e))?;
         if raw.status.is_success() {
             return Ok(raw.status);
         }
@@ -217,7 +241,16 @@ impl Client {
         body: Option<&B>,
         timeout: Duration,
     ) -> anyhow::Result<Answer<T>> {
-        (self.api.request(method, path, body, Some(timeout)).await).map_err(|e| self.failure(e))
+        let answer = match method == Method::GET {
+            true => self.api.request(method, path, body, Some(timeout)).await,
+            false => {
+                let once = new_request();
+                (self.api)
+                    .request_once(method, path, body, Some(timeout), &once)
+                    .await
+            }
+        };
+        answer.map_err(|e| self.failure(e))
     }
 
     /// What a failed request means to the CLI user.
@@ -344,6 +377,14 @@ impl Client {
             hint,
         }
     }
+}
+
+/// A new mutating request's identity: a random `Idempotency-Key` and its send time, sent
+/// unchanged on the client's own retries, so that a request whose answer was lost is sent
+/// again (to another server too) without being carried out twice, and a claim that a
+/// release overtook is not recorded after it.
+fn new_request() -> csivol_client::once::Once {
+    csivol_client::once::Once::new(format!("{:032x}", rand::random::<u128>()))
 }
 
 fn not_found_as_none<T>(r: anyhow::Result<T>) -> anyhow::Result<Option<T>> {

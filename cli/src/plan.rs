@@ -32,6 +32,10 @@ pub trait Outcome: serde::de::DeserializeOwned + serde::Serialize {
     fn runs_for(&self) -> Duration {
         Duration::ZERO
     }
+
+    /// Whether the server keeps the real action's answer under its `Idempotency-Key`, so
+    /// that it is sent again when its answer is lost (a fence's is not kept).
+    const KEYED: bool = true;
 }
 
 impl Outcome for ActionPlan {
@@ -102,16 +106,20 @@ pub async fn carry_out<O: Outcome>(
         ctx.out.note(second);
         ctx.out.confirm(&action.what, confirm.yes, true)?;
     }
-    let done: Answer<O> = ctx
-        .client
-        .call_running(
-            Method::POST,
-            &action.path,
-            Some(&(action.body)(false)),
-            outcome.runs_for(),
-        )
-        .await
-        .with_context(failed)?;
+    let (path, body) = (&action.path, (action.body)(false));
+    let done: Answer<O> = match O::KEYED {
+        true => {
+            (ctx.client)
+                .call_running(Method::POST, path, Some(&body), outcome.runs_for())
+                .await
+        }
+        false => {
+            (ctx.client)
+                .call_unkeyed(Method::POST, path, Some(&body), outcome.runs_for())
+                .await
+        }
+    }
+    .with_context(failed)?;
     let done_outcome = done.body;
     let done = done_outcome.plan();
     if done.actions != planned.actions {

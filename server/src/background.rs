@@ -1,7 +1,7 @@
 //! The server's background work: what runs on every server (token use, and with the etcd
 //! store the tokens other servers made and the heartbeats they heard), and the once-only
 //! work that runs on the leader alone (liveness expiry, controller-operation scheduling,
-//! lease expiry, event pruning, the fence policy). With the SQLite store the one server
+//! lease expiry, event pruning, request-key and tombstone pruning, the fence policy). With the SQLite store the one server
 //! always leads.
 
 use std::time::{Duration, Instant};
@@ -58,6 +58,7 @@ async fn lead(app: http::App, mut leadership: Leadership, cluster: Option<Cluste
             tokio::spawn(watch_liveness(app.clone(), cluster.clone())),
             tokio::spawn(schedule_due_ops(app.clone())),
             tokio::spawn(prune_events(app.clone())),
+            tokio::spawn(prune_retries(app.clone())),
             tokio::spawn(expire_leases(app.clone())),
             tokio::spawn(fence::auto_fence(app.clone())),
         ];
@@ -318,6 +319,41 @@ async fn expire_leases(app: http::App) {
             .await
         {
             tracing::warn!(error = %e, "failed to release claims whose lease ran out; retrying");
+        }
+    }
+}
+
+/// Drops the request keys and claim tombstones older than the request memory (which
+/// count as forgotten from then on, pruned or not), in batches that each fit one etcd
+/// transaction, pruning again at once while a batch is full. It looks a few times per
+/// memory, at least once a minute.
+async fn prune_retries(app: http::App) {
+    let memory = app.limits.request_memory;
+    let every = (memory / 4).clamp(Duration::from_secs(1), Duration::from_secs(60));
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        loop {
+            let pruned = app
+                .db
+                .write_led(move |ctx| lifecycle::prune_retries(ctx, memory))
+                .await;
+            let full = match pruned {
+                Ok(n) => {
+                    if n > 0 {
+                        tracing::debug!(pruned = n, "pruned old request keys and tombstones");
+                    }
+                    n >= lifecycle::PRUNE_BATCH
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "failed to prune old request keys and tombstones");
+                    false
+                }
+            };
+            if !full {
+                break;
+            }
         }
     }
 }

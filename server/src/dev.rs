@@ -132,6 +132,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         planned_stop_grace: crate::DEFAULT_PLANNED_STOP_GRACE,
         controller_concurrency: 8,
         controller_queue_warning: Duration::from_secs(60),
+        request_memory: crate::DEFAULT_REQUEST_MEMORY,
         fence: Default::default(),
         secrets_key_file: None,
         header_timeout: Duration::from_secs(10),

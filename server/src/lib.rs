@@ -46,6 +46,8 @@ pub const ADDR_FILE: &str = "server.addr";
 pub const DEFAULT_PLANNED_STOP_GRACE: Duration = Duration::from_secs(600);
 /// How many of the newest events the event log keeps; older ones are pruned every minute.
 pub const EVENTS_KEPT: i64 = 100_000;
+/// How long request keys and claim tombstones are kept (`--request-memory`).
+pub const DEFAULT_REQUEST_MEMORY: Duration = Duration::from_secs(24 * 3600);
 
 /// `csivol-server serve` flags. Flags override the `--config` file.
 #[derive(Debug, Clone, Default, clap::Args)]
@@ -67,6 +69,12 @@ pub struct ServerArgs {
     /// Controller operations in flight per plugin [default: 8].
     #[arg(long)]
     pub controller_concurrency: Option<u32>,
+    /// How long the answer to a request that carried an Idempotency-Key, and the
+    /// tombstone of a released claim, are kept: a repeat within it is answered the first
+    /// answer, a claim request sent before its alloc's release is refused, and a request
+    /// sent longer ago than this is refused [default: 24h].
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub request_memory: Option<Duration>,
     /// A plugin whose oldest waiting controller operation has waited this long is shown
     /// with a warning (`csivol status`, `plugin show`) [default: 1m].
     #[arg(long, value_parser = humantime::parse_duration)]
@@ -135,7 +143,7 @@ pub struct ServerArgs {
     #[command(flatten)]
     pub etcd_tls: etcd::EtcdTlsArgs,
     /// TOML file with the same settings (`data_dir`, `listen`, `heartbeat_ttl = "30s"`,
-    /// `planned_stop_grace = "10m"`, `controller_concurrency`, `secrets_key_file`, TLS and connection bounds, `node_channel = false`), and fencing:
+    /// `planned_stop_grace = "10m"`, `controller_concurrency`, `request_memory = "24h"`, `secrets_key_file`, TLS and connection bounds, `node_channel = false`), and fencing:
     /// `[[fence]]` methods (`name`, `command`, `timeout`, `nodes`, `labels`, `env`,
     /// `auto_fence_after`, `trust_agent_labels`) and `[node_labels.<node>]`.
     #[arg(long)]
@@ -219,6 +227,7 @@ struct FileConfig {
     planned_stop_grace: Option<String>,
     controller_concurrency: Option<u32>,
     controller_queue_warning: Option<String>,
+    request_memory: Option<String>,
     #[serde(default)]
     fence: Vec<csivol_rules::fence::FenceMethodConfig>,
     #[serde(default)]
@@ -254,6 +263,8 @@ pub struct ServerConfig {
     pub controller_concurrency: u32,
     /// The oldest wait past which a plugin's controller queue is shown with a warning.
     pub controller_queue_warning: Duration,
+    /// How long request keys and claim tombstones are kept.
+    pub request_memory: Duration,
     pub fence: csivol_rules::fence::FenceConfig,
     /// `--secrets-key-file`; `None`: `<data-dir>/secrets.key`.
     pub secrets_key_file: Option<PathBuf>,
@@ -325,6 +336,17 @@ impl ServerConfig {
             })?,
             (None, None) => Duration::from_secs(60),
         };
+        let request_memory = match (args.request_memory, &file.request_memory) {
+            (Some(d), _) => d,
+            (None, Some(s)) => humantime::parse_duration(s)
+                .with_context(|| format!("invalid request_memory `{s}` in the config file"))?,
+            (None, None) => DEFAULT_REQUEST_MEMORY,
+        };
+        if request_memory < Duration::from_secs(1) {
+            bail!(
+                "--request-memory must be at least 1s: it bounds how late a repeated request may                  come and still be answered the same"
+            );
+        }
         let config_name = || {
             args.config
                 .as_ref()
@@ -384,6 +406,7 @@ impl ServerConfig {
             planned_stop_grace,
             controller_concurrency,
             controller_queue_warning,
+            request_memory,
             fence,
             secrets_key_file: args.secrets_key_file.or(file.secrets_key_file),
             header_timeout: match (args.header_timeout, &file.header_timeout) {
@@ -615,6 +638,7 @@ impl Server {
             controller_queue_warning: cfg.controller_queue_warning,
             served_last: Default::default(),
             metrics: Arc::clone(&metrics),
+            request_memory: cfg.request_memory,
         };
         let listener = TcpListener::bind(cfg.listen)
             .await

@@ -44,6 +44,11 @@ pub async fn run(ctx: &Ctx, args: FenceArgs) -> anyhow::Result<Exit> {
 /// A fence's plan is the unblock it carries out; before it, the method and command, after
 /// it, the evidence.
 impl Outcome for FenceOutcome {
+    /// A fence method runs outside the server's write transaction, which keeps no key for
+    /// it: a fence whose answer was lost is not sent again (`csivol node show` tells what
+    /// happened).
+    const KEYED: bool = false;
+
     fn plan(&self) -> ActionPlan {
         ActionPlan {
             dry_run: self.dry_run,

@@ -1,6 +1,8 @@
 //! `csivol token create|list|revoke`. `create` prints the secret to stdout, alone, so that
 //! `TOKEN=$(csivol token create --role reader)` works; it is shown only this once.
 
+use std::time::Duration;
+
 use anyhow::Context;
 use csivol_api::{TokenInfo, TokenRequest, TokenResponse};
 use csivol_client::Method;
@@ -25,7 +27,7 @@ pub async fn run(ctx: &Ctx, cmd: TokenCommand) -> anyhow::Result<Exit> {
             };
             let a: Answer<TokenResponse> = ctx
                 .client
-                .call(Method::POST, "/v1/tokens", Some(&req))
+                .call_unkeyed(Method::POST, "/v1/tokens", Some(&req), Duration::ZERO)
                 .await
                 .with_context(|| format!("failed to create a {} token", args.role))?;
             let t = a.body;

@@ -13,6 +13,7 @@ mod fence;
 mod nodes;
 mod prompt;
 mod real_agent;
+mod retries;
 mod shells;
 mod tables;
 mod tokens;

@@ -67,6 +67,20 @@ pub const WAIT_HEADER: &str = "x-csivol-wait";
 /// The value of [`WAIT_HEADER`].
 pub const WAIT_FOR_RELEASE: &str = "release";
 
+/// The header naming one mutating request, the same on each of its retries: the server
+/// answers a repeat from the same token with the first answer instead of acting again, and
+/// refuses the key with another request (422). A header, so that a server that does not
+/// know it ignores it rather than refusing the body.
+pub const IDEMPOTENCY_KEY_HEADER: &str = "idempotency-key";
+/// The longest `Idempotency-Key` the server takes; a key is visible ASCII.
+pub const MAX_IDEMPOTENCY_KEY: usize = 255;
+/// When the client first sent a mutating request (unix milliseconds, its own clock; the
+/// same on each retry): a claim request sent before its alloc's last release is not
+/// recorded again, and a request older than the server's request memory is refused.
+pub const SENT_AT_HEADER: &str = "x-csivol-sent-at";
+/// Set on an answer that repeats the first answer kept under the request's key.
+pub const REPLAYED_HEADER: &str = "idempotent-replayed";
+
 // The text forms of the API's enums are their JSON forms, for flags and messages.
 macro_rules! text_enum {
     ($($t:ident),*) => {$(

@@ -10,6 +10,7 @@
 //! into the API type or an [`Error`].
 
 pub mod channel;
+pub mod once;
 pub mod tls;
 
 use std::sync::Arc;
@@ -17,10 +18,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use csivol_api::{
-    DesiredState, ErrorBody, ErrorResponse, HeartbeatResponse, INDEX_HEADER, Node, RegisterRequest,
-    RegisterResponse, ReportBatch, StoppingRequest, TokenRequest, TokenResponse, WAIT_FOR_RELEASE,
-    WAIT_HEADER,
+    DesiredState, ErrorBody, ErrorResponse, HeartbeatResponse, IDEMPOTENCY_KEY_HEADER,
+    INDEX_HEADER, Node, RegisterRequest, RegisterResponse, ReportBatch, SENT_AT_HEADER,
+    StoppingRequest, TokenRequest, TokenResponse, WAIT_FOR_RELEASE, WAIT_HEADER,
 };
+use once::Once;
 /// A failure below HTTP: no connection, a broken one, a deadline passed, or a client that
 /// could not be set up.
 pub use reqwest::Error as TransportError;
@@ -273,7 +275,7 @@ impl Client {
         timeout: Option<Duration>,
     ) -> Result<Raw, Error> {
         self.in_turn(Retry::Unconnected, |base| {
-            self.send_to(base, method.clone(), path, &body, timeout)
+            self.send_to(base, method.clone(), path, &body, timeout, None)
         })
         .await
     }
@@ -291,7 +293,7 @@ impl Client {
         timeout: Option<Duration>,
     ) -> Result<Raw, Error> {
         self.in_turn(Retry::Unanswered, |base| {
-            self.send_to(base, method.clone(), path, &body, timeout)
+            self.send_to(base, method.clone(), path, &body, timeout, None)
         })
         .await
     }
@@ -345,6 +347,7 @@ impl Client {
         path: &str,
         body: &Body<'_, B>,
         timeout: Option<Duration>,
+        once: Option<&Once>,
     ) -> Result<Raw, Error> {
         let url = match self.stale_reads && method == Method::GET {
             true if path.contains('?') => format!("{base}{path}&stale=true"),
@@ -361,6 +364,12 @@ impl Client {
         }
         if self.waits_for_release && changes {
             req = req.header(WAIT_HEADER, WAIT_FOR_RELEASE);
+        }
+        if let Some(once) = once {
+            if let Some(key) = once.key() {
+                req = req.header(IDEMPOTENCY_KEY_HEADER, key);
+            }
+            req = req.header(SENT_AT_HEADER, once.sent_at_ms().to_string());
         }
         req = match body {
             Body::None => req,
@@ -431,7 +440,8 @@ impl Client {
     // ---- the node agent's endpoints, scoped to its node ----
 
     /// Registers `node` with the state it reports (sent again elsewhere when a server
-    /// does not answer: registering twice is registering once).
+    /// does not answer: registering twice is registering once, so it carries no
+    /// `Idempotency-Key`).
     pub async fn register(
         &self,
         node: &str,
@@ -556,7 +566,10 @@ impl Client {
     }
 
     /// Sends a batch of reports (to the next server too when one does not answer: the
-    /// agent resends a batch until one accepts it, so each report may arrive twice).
+    /// agent resends a batch until one accepts it, so each report may arrive twice). No
+    /// `Idempotency-Key`: a report states a fact about the node (staged, published,
+    /// unpublished, an operation's result for its attempt), and the server applies a fact
+    /// it already holds as nothing, so a late or repeated batch changes nothing.
     pub async fn reports(&self, node: &str, batch: &ReportBatch) -> Result<(), Error> {
         let path = format!("/v1/nodes/{node}/reports");
         let raw = (self.send_idempotent(Method::POST, &path, Body::Json(batch), None)).await?;
@@ -564,7 +577,8 @@ impl Client {
         Ok(())
     }
 
-    /// The agent stops in order: the node is `stopped`, not lost.
+    /// The agent stops in order: the node is `stopped`, not lost. No `Idempotency-Key`:
+    /// saying it twice is saying it once.
     pub async fn stopping(&self, node: &str, req: &StoppingRequest) -> Result<(), Error> {
         let _: serde_json::Value = self
             .post(&format!("/v1/nodes/{node}/stopping"), req)

@@ -8,9 +8,10 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use csivol_api::{self as api, Role, TokenInfo, TokenRequest};
 
-use super::{App, Body, name};
+use super::once::{Answer, Once, Outcome};
+use super::{App, Body, name, ok};
 use crate::auth::{self, Caller};
-use crate::db::now_ms;
+use crate::db::{WriteCtx, now_ms};
 use crate::error::{ApiError, ApiResult};
 use crate::lifecycle;
 use crate::views;
@@ -100,20 +101,17 @@ pub(super) async fn change_controller_hosts(
     State(app): State<App>,
     headers: HeaderMap,
     Path(plugin): Path<String>,
+    once: Once,
     Body(req): Body<api::ControllerHostsChange>,
-) -> ApiResult<Json<api::ControllerHosts>> {
+) -> ApiResult<Response> {
     let (actor, _) = app.operator(&headers)?;
-    let p = plugin.clone();
-    app.db
-        .write(move |ctx| {
-            lifecycle::change_controller_hosts(ctx, &actor, &p, &req.allow, &req.disallow)
-        })
-        .await?;
-    Ok(Json(
-        app.db
-            .read(move |c| views::controller_hosts(c, &plugin))
-            .await?,
-    ))
+    let body = req.clone();
+    // The hosts as the change left them, read in its own transaction.
+    let write = move |ctx: &mut WriteCtx<'_>| {
+        lifecycle::change_controller_hosts(ctx, &actor, &plugin, &req.allow, &req.disallow)?;
+        views::controller_hosts(ctx, &plugin)
+    };
+    once.respond(&app, &body, write, ok).await
 }
 
 /// `GET /v1/tokens`: operators only (a token list tells who may do what).
@@ -150,13 +148,17 @@ pub(super) async fn revoke_token(
     State(app): State<App>,
     headers: HeaderMap,
     Path(id): Path<String>,
-) -> ApiResult<StatusCode> {
+    once: Once,
+) -> ApiResult<Response> {
     let (actor, _) = app.operator(&headers)?;
     let revoked_id = id.clone();
-    let at = app
-        .db
-        .write(move |ctx| lifecycle::revoke_token(ctx, &id, &actor))
-        .await?;
-    app.tokens.revoke(&revoked_id, at);
-    Ok(StatusCode::NO_CONTENT)
+    let write = move |ctx: &mut WriteCtx<'_>| lifecycle::revoke_token(ctx, &id, &actor);
+    let revoked = |_: &i64| Answer::empty(StatusCode::NO_CONTENT);
+    match once.write(&app, &(), write, revoked).await? {
+        Outcome::Done(at, answer) => {
+            app.tokens.revoke(&revoked_id, at);
+            Ok(answer.into_response())
+        }
+        Outcome::Replayed(r) => Ok(r),
+    }
 }

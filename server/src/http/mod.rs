@@ -3,9 +3,11 @@
 pub(crate) mod access;
 mod backup;
 mod channel;
+mod claim_endpoints;
 pub(crate) mod error;
 pub(crate) mod listen;
 mod node_endpoints;
+pub(crate) mod once;
 mod reads;
 mod snapshot_endpoints;
 mod waits;
@@ -26,8 +28,9 @@ use csivol_api::{
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
+use self::once::{Answer, Once};
 use super::auth::{Caller, Tokens};
-use super::db::{Db, now_ms};
+use super::db::{Db, WriteCtx, now_ms};
 use super::error::{ApiError, ApiResult};
 use super::fence::{self, Fencer};
 use super::lifecycle::{self, Limits};
@@ -277,12 +280,18 @@ pub fn router(app: App) -> Router {
         .route("/v1/volumes/{name}/create", post(create_volume))
         .route("/v1/volumes/{name}/expand", post(expand_volume))
         .route("/v1/volumes/{name}/modify", post(modify_volume))
-        .route("/v1/volumes/{name}/claims", post(post_claim))
+        .route(
+            "/v1/volumes/{name}/claims",
+            post(claim_endpoints::post_claim),
+        )
         .route(
             "/v1/volumes/{name}/claims/{alloc}",
-            get(get_claim).delete(delete_claim),
+            get(get_claim).delete(claim_endpoints::delete_claim),
         )
-        .route("/v1/volumes/{name}/claims/{alloc}/renew", post(renew_claim))
+        .route(
+            "/v1/volumes/{name}/claims/{alloc}/renew",
+            post(claim_endpoints::renew_claim),
+        )
         .route("/v1/claims", get(list_claims))
         .route("/v1/volumes/{name}/unblock", post(unblock_volume))
         .route("/v1/volumes/{name}/detach", post(detach))
@@ -587,82 +596,86 @@ async fn get_volume(
     Ok(with_index(StatusCode::OK, index, v))
 }
 
-async fn put_volume(
-    State(app): State<App>,
-    headers: HeaderMap,
-    Path(volume): Path<String>,
-    Body(spec): Body<VolumeSpec>,
-) -> ApiResult<Response> {
-    let (actor, _) = app.operator(&headers)?;
-    let (v, changed) = app
-        .db
-        .write(move |ctx| lifecycle::register_volume(ctx, &volume, spec.clone(), &actor))
-        .await?;
-    let status = if changed {
+/// 201 when recorded or changed, 200 when the same spec was there already.
+fn created_or_ok<T: serde::Serialize>((v, changed): &(T, bool)) -> Answer {
+    let status = if *changed {
         StatusCode::CREATED
     } else {
         StatusCode::OK
     };
-    Ok((status, Json(v)).into_response())
+    Answer::json(status, v)
+}
+
+/// 202 when an operation started, 200 when there was nothing to start.
+fn accepted_or_ok<T: serde::Serialize>((v, started): &(T, bool)) -> Answer {
+    let status = if *started {
+        StatusCode::ACCEPTED
+    } else {
+        StatusCode::OK
+    };
+    Answer::json(status, v)
+}
+
+async fn put_volume(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(volume): Path<String>,
+    once: Once,
+    Body(spec): Body<VolumeSpec>,
+) -> ApiResult<Response> {
+    let (actor, _) = app.operator(&headers)?;
+    let body = spec.clone();
+    let write = move |ctx: &mut WriteCtx<'_>| {
+        lifecycle::register_volume(ctx, &volume, spec.clone(), &actor)
+    };
+    once.respond(&app, &body, write, created_or_ok).await
 }
 
 async fn create_volume(
     State(app): State<App>,
     headers: HeaderMap,
     Path(volume): Path<String>,
+    once: Once,
     Body(spec): Body<CreateVolumeSpec>,
 ) -> ApiResult<Response> {
     let (actor, limits) = app.operator(&headers)?;
-    let (v, started) = app
-        .db
-        .write(move |ctx| lifecycle::create_volume(ctx, &volume, spec.clone(), &actor, &limits))
-        .await?;
-    let status = if started {
-        StatusCode::ACCEPTED
-    } else {
-        StatusCode::OK
+    let body = spec.clone();
+    let write = move |ctx: &mut WriteCtx<'_>| {
+        lifecycle::create_volume(ctx, &volume, spec.clone(), &actor, &limits)
     };
-    Ok((status, Json(v)).into_response())
+    once.respond(&app, &body, write, accepted_or_ok).await
 }
 
 async fn expand_volume(
     State(app): State<App>,
     headers: HeaderMap,
     Path(volume): Path<String>,
+    once: Once,
     Body(req): Body<csivol_api::ExpandRequest>,
 ) -> ApiResult<Response> {
     let (actor, limits) = app.operator(&headers)?;
     let waits = waits_for_release(&headers)?;
-    let (v, started) = app
-        .db
-        .write(move |ctx| lifecycle::expand_volume(ctx, &volume, &req, &actor, &limits, waits))
-        .await?;
-    let status = if started {
-        StatusCode::ACCEPTED
-    } else {
-        StatusCode::OK
+    let body = req.clone();
+    let write = move |ctx: &mut WriteCtx<'_>| {
+        lifecycle::expand_volume(ctx, &volume, &req, &actor, &limits, waits)
     };
-    Ok((status, Json(v)).into_response())
+    once.respond(&app, &body, write, accepted_or_ok).await
 }
 
 async fn modify_volume(
     State(app): State<App>,
     headers: HeaderMap,
     Path(volume): Path<String>,
+    once: Once,
     Body(req): Body<csivol_api::ModifyRequest>,
 ) -> ApiResult<Response> {
     let (actor, limits) = app.operator(&headers)?;
     let waits = waits_for_release(&headers)?;
-    let (v, started) = app
-        .db
-        .write(move |ctx| lifecycle::modify_volume(ctx, &volume, &req, &actor, &limits, waits))
-        .await?;
-    let status = if started {
-        StatusCode::ACCEPTED
-    } else {
-        StatusCode::OK
+    let body = req.clone();
+    let write = move |ctx: &mut WriteCtx<'_>| {
+        lifecycle::modify_volume(ctx, &volume, &req, &actor, &limits, waits)
     };
-    Ok((status, Json(v)).into_response())
+    once.respond(&app, &body, write, accepted_or_ok).await
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -672,70 +685,28 @@ struct DeleteVolumeQuery {
     delete: bool,
 }
 
+/// 202 with what is still being done, 204 when it is done.
+fn accepted_or_gone<T: serde::Serialize>(v: &Option<T>) -> Answer {
+    match v {
+        Some(v) => Answer::json(StatusCode::ACCEPTED, v),
+        None => Answer::empty(StatusCode::NO_CONTENT),
+    }
+}
+
 async fn delete_volume(
     State(app): State<App>,
     headers: HeaderMap,
     Path(volume): Path<String>,
     Q(q): Q<DeleteVolumeQuery>,
+    once: Once,
 ) -> ApiResult<Response> {
     let (actor, limits) = app.operator(&headers)?;
     name("volume", &volume)?;
     let waits = waits_for_release(&headers)?;
-    let v = app
-        .db
-        .write(move |ctx| {
-            lifecycle::deregister_volume(ctx, &volume, q.delete, &actor, &limits, waits)
-        })
-        .await?;
-    Ok(match v {
-        Some(v) => (StatusCode::ACCEPTED, Json(v)).into_response(),
-        None => StatusCode::NO_CONTENT.into_response(),
-    })
-}
-
-async fn post_claim(
-    State(app): State<App>,
-    headers: HeaderMap,
-    Path(volume): Path<String>,
-    Q(hold): Q<Hold>,
-    Body(req): Body<ClaimRequest>,
-) -> ApiResult<Response> {
-    let (actor, limits) = app.claimer(&headers)?;
-    let hold = hold.wait()?;
-    let waits = waits_for_release(&headers)?;
-    if req.dry_run {
-        let answer = app
-            .db
-            .read(move |c| lifecycle::claim_dry_run(c, &volume, &req))
-            .await?;
-        return Ok(Json(answer).into_response());
-    }
-    let (claim, new) = app
-        .db
-        .write(move |ctx| lifecycle::create_claim(ctx, &volume, &req, &actor, &limits, waits))
-        .await?;
-    let status = if new {
-        StatusCode::CREATED
-    } else {
-        StatusCode::OK
+    let write = move |ctx: &mut WriteCtx<'_>| {
+        lifecycle::deregister_volume(ctx, &volume, q.delete, &actor, &limits, waits)
     };
-    // A claim on its way to ready is held; one that got where it goes (ready, failed,
-    // blocked, releasing) is answered at once.
-    let on_its_way = matches!(
-        claim.state,
-        ClaimState::Queued | ClaimState::Pending | ClaimState::Attaching | ClaimState::Publishing
-    );
-    if let Some(wait) = hold
-        && on_its_way
-    {
-        // Gone before the answer (failed and cleaned up): the committed claim is the
-        // answer, and a blocking query from its index finds it gone at once.
-        return Ok(match hold_claim(&app, &claim, wait).await? {
-            (Some(now), index) => with_index(status, index, now),
-            (None, _) => with_index(status, claim.index, claim),
-        });
-    }
-    Ok(with_index(status, claim.index, claim))
+    once.respond(&app, &(), write, accepted_or_gone).await
 }
 
 async fn get_claim(
@@ -765,53 +736,6 @@ async fn get_claim(
     Ok(with_index(StatusCode::OK, index, claim))
 }
 
-async fn delete_claim(
-    State(app): State<App>,
-    headers: HeaderMap,
-    Path((volume, alloc)): Path<(String, String)>,
-    Q(hold): Q<Hold>,
-) -> ApiResult<Response> {
-    let (actor, _) = app.claimer(&headers)?;
-    name("volume", &volume)?;
-    name("alloc", &alloc)?;
-    let hold = hold.wait()?;
-    let claim = app
-        .db
-        .write(move |ctx| lifecycle::release_claim(ctx, &volume, &alloc, &actor))
-        .await?;
-    if let Some(wait) = hold
-        && claim.state == ClaimState::Releasing
-    {
-        // 204 once the claim is gone; 202 with the claim while it is still there.
-        return Ok(match hold_claim(&app, &claim, wait).await? {
-            (Some(now), index) => with_index(StatusCode::ACCEPTED, index, now),
-            (None, index) => {
-                let mut r = StatusCode::NO_CONTENT.into_response();
-                r.headers_mut()
-                    .insert(INDEX_HEADER, HeaderValue::from(index));
-                r
-            }
-        });
-    }
-    Ok(with_index(StatusCode::ACCEPTED, claim.index, claim))
-}
-
-async fn renew_claim(
-    State(app): State<App>,
-    headers: HeaderMap,
-    Path((volume, alloc)): Path<(String, String)>,
-    Body(req): Body<api::RenewRequest>,
-) -> ApiResult<Response> {
-    let (actor, _) = app.claimer(&headers)?;
-    name("volume", &volume)?;
-    name("alloc", &alloc)?;
-    let claim = app
-        .db
-        .write(move |ctx| lifecycle::renew_lease(ctx, &volume, &alloc, req.ttl_ms, &actor))
-        .await?;
-    Ok(with_index(StatusCode::OK, claim.index, claim))
-}
-
 /// `GET /v1/claims?volume=&node=&state=&label=k=v&older_than_ms=`; `label` repeatable.
 async fn list_claims(
     State(app): State<App>,
@@ -827,45 +751,49 @@ async fn list_claims(
     Ok(Json(claims).into_response())
 }
 
+/// 200 with the answer.
+pub(super) fn ok<T: serde::Serialize>(v: &T) -> Answer {
+    Answer::json(StatusCode::OK, v)
+}
+
 async fn unblock_volume(
     State(app): State<App>,
     headers: HeaderMap,
     Path(volume): Path<String>,
+    once: Once,
     Body(req): Body<UnblockRequest>,
-) -> ApiResult<Json<api::ActionPlan>> {
+) -> ApiResult<Response> {
     let (actor, limits) = app.operator(&headers)?;
     name("volume", &volume)?;
-    let plan = app
-        .db
-        .write(move |ctx| {
-            lifecycle::unblock_volume(
-                ctx,
-                &volume,
-                req.node.as_deref(),
-                &req.reason,
-                req.dry_run,
-                &actor,
-                &limits,
-            )
-        })
-        .await?;
-    Ok(Json(plan))
+    let body = req.clone();
+    let write = move |ctx: &mut WriteCtx<'_>| {
+        lifecycle::unblock_volume(
+            ctx,
+            &volume,
+            req.node.as_deref(),
+            &req.reason,
+            req.dry_run,
+            &actor,
+            &limits,
+        )
+    };
+    once.respond(&app, &body, write, ok).await
 }
 
 async fn detach(
     State(app): State<App>,
     headers: HeaderMap,
     Path(volume): Path<String>,
+    once: Once,
     Body(req): Body<DetachRequest>,
-) -> ApiResult<Json<api::ActionPlan>> {
+) -> ApiResult<Response> {
     let (actor, limits) = app.operator(&headers)?;
     name("volume", &volume)?;
     name("node", &req.node)?;
-    let plan = app
-        .db
-        .write(move |ctx| lifecycle::detach(ctx, &volume, &req, &actor, &limits))
-        .await?;
-    Ok(Json(plan))
+    let body = req.clone();
+    let write =
+        move |ctx: &mut WriteCtx<'_>| lifecycle::detach(ctx, &volume, &req, &actor, &limits);
+    once.respond(&app, &body, write, ok).await
 }
 
 #[derive(Debug, Default, Deserialize)]

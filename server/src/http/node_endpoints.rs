@@ -8,80 +8,86 @@ pub(super) async fn node_labels(
     State(app): State<App>,
     headers: HeaderMap,
     Path(node): Path<String>,
+    once: Once,
     Body(req): Body<api::NodeLabelRequest>,
-) -> ApiResult<Json<api::Node>> {
+) -> ApiResult<Response> {
     let (actor, _) = app.operator(&headers)?;
     name("node", &node)?;
-    let (wanted, fencing) = (node.clone(), Arc::clone(&app.fence));
-    app.db
-        .write(move |ctx| {
-            lifecycle::set_labels(ctx, &wanted, &req, fencing.configured(&wanted), &actor)
-        })
-        .await?;
-    one_node(&app, node, "its labels were set").await
+    let (fencing, beats, body) = (Arc::clone(&app.fence), app.live.beats(), req.clone());
+    let write = move |ctx: &mut WriteCtx<'_>| {
+        lifecycle::set_labels(ctx, &node, &req, fencing.configured(&node), &actor)?;
+        one_node(ctx, &beats, &node, &fencing)
+    };
+    once.respond(&app, &body, write, ok).await
 }
 
-/// The view of one node after an operator changed it.
-async fn one_node(app: &App, node: String, after: &str) -> ApiResult<Json<api::Node>> {
-    let beats = app.live.beats();
-    let fencing = Arc::clone(&app.fence);
-    let found = app
-        .db
-        .read(move |c| views::list_nodes(c, &beats, Some(&node), &fencing))
-        .await?;
+/// The view of one node after an operator changed it, from the change's own transaction
+/// (the answer kept under the request's key is what the change left).
+fn one_node(
+    ctx: &WriteCtx<'_>,
+    beats: &crate::liveness::Beats,
+    node: &str,
+    fencing: &FenceConfig,
+) -> ApiResult<api::Node> {
+    let found = views::list_nodes(ctx, beats, Some(node), fencing)?;
     found
         .into_iter()
         .next()
-        .map(Json)
-        .ok_or_else(|| ApiError::internal(format!("the node vanished after {after}")))
+        .ok_or_else(|| ApiError::internal("the node vanished while it was being changed"))
 }
 
 pub(super) async fn node_eligibility(
     State(app): State<App>,
     headers: HeaderMap,
     Path(node): Path<String>,
+    once: Once,
     Body(req): Body<api::EligibilityRequest>,
-) -> ApiResult<Json<api::Node>> {
+) -> ApiResult<Response> {
     let (actor, _) = app.operator(&headers)?;
     name("node", &node)?;
-    let wanted = node.clone();
-    app.db
-        .write(move |ctx| lifecycle::set_eligibility(ctx, &wanted, req.eligibility, &actor))
-        .await?;
-    one_node(&app, node, "its eligibility was set").await
+    let (fencing, beats, body) = (Arc::clone(&app.fence), app.live.beats(), req.clone());
+    let write = move |ctx: &mut WriteCtx<'_>| {
+        lifecycle::set_eligibility(ctx, &node, req.eligibility, &actor)?;
+        one_node(ctx, &beats, &node, &fencing)
+    };
+    once.respond(&app, &body, write, ok).await
 }
 
 pub(super) async fn remove_node(
     State(app): State<App>,
     headers: HeaderMap,
     Path(node): Path<String>,
-) -> ApiResult<StatusCode> {
+    once: Once,
+) -> ApiResult<Response> {
     let (actor, _) = app.operator(&headers)?;
     name("node", &node)?;
     let wanted = node.clone();
-    app.db
-        .write(move |ctx| lifecycle::remove_node(ctx, &wanted, &actor))
-        .await?;
-    // Its heartbeats are unknown from now on: the agent, if it runs, registers again.
-    app.live.forget(&node);
-    Ok(StatusCode::NO_CONTENT)
+    let write = move |ctx: &mut WriteCtx<'_>| lifecycle::remove_node(ctx, &wanted, &actor);
+    let removed = |_: &()| Answer::empty(StatusCode::NO_CONTENT);
+    match once.write(&app, &(), write, removed).await? {
+        once::Outcome::Done((), answer) => {
+            // Its heartbeats are unknown from now on: the agent, if it runs, registers again.
+            app.live.forget(&node);
+            Ok(answer.into_response())
+        }
+        once::Outcome::Replayed(r) => Ok(r),
+    }
 }
 
 pub(super) async fn unblock_node(
     State(app): State<App>,
     headers: HeaderMap,
     Path(node): Path<String>,
+    once: Once,
     Body(req): Body<NodeUnblockRequest>,
-) -> ApiResult<Json<api::ActionPlan>> {
+) -> ApiResult<Response> {
     let (actor, limits) = app.operator(&headers)?;
     name("node", &node)?;
-    let plan = app
-        .db
-        .write(move |ctx| {
-            lifecycle::unblock_node(ctx, &node, &req.reason, req.dry_run, &actor, &limits)
-        })
-        .await?;
-    Ok(Json(plan))
+    let body = req.clone();
+    let write = move |ctx: &mut WriteCtx<'_>| {
+        lifecycle::unblock_node(ctx, &node, &req.reason, req.dry_run, &actor, &limits)
+    };
+    once.respond(&app, &body, write, ok).await
 }
 
 pub(super) async fn fence_node(

@@ -56,39 +56,29 @@ pub(super) async fn put_snapshot(
     State(app): State<App>,
     headers: HeaderMap,
     Path(snapshot): Path<String>,
+    once: Once,
     Body(req): Body<api::SnapshotRequest>,
 ) -> ApiResult<Response> {
     let (actor, limits) = app.operator(&headers)?;
     let waits = waits_for_release(&headers)?;
-    let (s, started) = app
-        .db
-        .write(move |ctx| {
-            lifecycle::create_snapshot(ctx, &snapshot, req.clone(), &actor, &limits, waits)
-        })
-        .await?;
-    let status = if started {
-        StatusCode::ACCEPTED
-    } else {
-        StatusCode::OK
+    let body = req.clone();
+    let write = move |ctx: &mut WriteCtx<'_>| {
+        lifecycle::create_snapshot(ctx, &snapshot, req.clone(), &actor, &limits, waits)
     };
-    Ok((status, Json(s)).into_response())
+    once.respond(&app, &body, write, accepted_or_ok).await
 }
 
 pub(super) async fn delete_snapshot(
     State(app): State<App>,
     headers: HeaderMap,
     Path(snapshot): Path<String>,
+    once: Once,
 ) -> ApiResult<Response> {
     let (actor, limits) = app.operator(&headers)?;
     name("snapshot", &snapshot)?;
-    let s = app
-        .db
-        .write(move |ctx| lifecycle::delete_snapshot(ctx, &snapshot, &actor, &limits))
-        .await?;
-    Ok(match s {
-        Some(s) => (StatusCode::ACCEPTED, Json(s)).into_response(),
-        None => StatusCode::NO_CONTENT.into_response(),
-    })
+    let write =
+        move |ctx: &mut WriteCtx<'_>| lifecycle::delete_snapshot(ctx, &snapshot, &actor, &limits);
+    once.respond(&app, &(), write, accepted_or_gone).await
 }
 
 pub(super) async fn list_group_snapshots(
@@ -127,36 +117,27 @@ pub(super) async fn put_group_snapshot(
     State(app): State<App>,
     headers: HeaderMap,
     Path(group): Path<String>,
+    once: Once,
     Body(req): Body<api::GroupSnapshotRequest>,
 ) -> ApiResult<Response> {
     let (actor, limits) = app.operator(&headers)?;
-    let (g, started) = app
-        .db
-        .write(move |ctx| {
-            lifecycle::create_group_snapshot(ctx, &group, req.clone(), &actor, &limits)
-        })
-        .await?;
-    let status = if started {
-        StatusCode::ACCEPTED
-    } else {
-        StatusCode::OK
+    let body = req.clone();
+    let write = move |ctx: &mut WriteCtx<'_>| {
+        lifecycle::create_group_snapshot(ctx, &group, req.clone(), &actor, &limits)
     };
-    Ok((status, Json(g)).into_response())
+    once.respond(&app, &body, write, accepted_or_ok).await
 }
 
 pub(super) async fn delete_group_snapshot(
     State(app): State<App>,
     headers: HeaderMap,
     Path(group): Path<String>,
+    once: Once,
 ) -> ApiResult<Response> {
     let (actor, limits) = app.operator(&headers)?;
     name("group snapshot", &group)?;
-    let g = app
-        .db
-        .write(move |ctx| lifecycle::delete_group_snapshot(ctx, &group, &actor, &limits))
-        .await?;
-    Ok(match g {
-        Some(g) => (StatusCode::ACCEPTED, Json(g)).into_response(),
-        None => StatusCode::NO_CONTENT.into_response(),
-    })
+    let write = move |ctx: &mut WriteCtx<'_>| {
+        lifecycle::delete_group_snapshot(ctx, &group, &actor, &limits)
+    };
+    once.respond(&app, &(), write, accepted_or_gone).await
 }

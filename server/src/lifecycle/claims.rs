@@ -509,7 +509,9 @@ pub fn initial_state(
 /// `POST /v1/volumes/{name}/claims`: returns the claim and whether it is new.
 ///
 /// With `waits` (the claimant follows the outcome), a claim that only claims being
-/// released stand in the way of is queued behind them ([`evaluate_claim`]).
+/// released stand in the way of is queued behind them ([`evaluate_claim`]). `sent_at`:
+/// when the client first sent the request (its clock, `X-Csivol-Sent-At`); a new claim
+/// whose request was sent before its alloc's last release is refused.
 pub fn create_claim(
     ctx: &mut impl Txn,
     volume: &str,
@@ -517,10 +519,12 @@ pub fn create_claim(
     actor: &str,
     limits: &Limits,
     waits: bool,
+    sent_at: Option<i64>,
 ) -> ApiResult<(api::Claim, bool)> {
     match evaluate_claim(&*ctx, volume, req, waits)? {
         ClaimDecision::Existing(c) => Ok((ctx.claim_to_api(&c)?, false)),
         decision => {
+            super::retries::refuse_if_released(&*ctx, volume, &req.alloc, sent_at)?;
             let state = match &decision {
                 ClaimDecision::Queue(_) => ClaimState::Queued,
                 _ => transitions::NEW_CLAIM,
@@ -594,15 +598,20 @@ pub fn no_claim(conn: &(impl Snapshot + ?Sized), volume: &str, alloc: &str) -> A
     )))
 }
 
-/// `DELETE /v1/volumes/{name}/claims/{alloc}`: starts the release; idempotent.
+/// `DELETE /v1/volumes/{name}/claims/{alloc}`: starts the release; idempotent. An alloc
+/// that holds no claim on a registered volume is refused (`Ok(Err(..))`, committed) with a
+/// tombstone left all the same: a claim request of that alloc still on its way, sent
+/// before this release and unanswered, is not recorded when it lands.
 pub fn release_claim(
     ctx: &mut impl Txn,
     volume: &str,
     alloc: &str,
     actor: &str,
-) -> ApiResult<api::Claim> {
+) -> ApiResult<Result<api::Claim, ApiError>> {
     let Some(c) = ctx.claim(volume, alloc)? else {
-        return Err(no_claim(ctx, volume, alloc)?);
+        let refusal = no_claim(ctx, volume, alloc)?;
+        ctx.put_tombstone(volume, alloc)?;
+        return Ok(Err(refusal));
     };
     match c.state {
         ClaimState::Releasing | ClaimState::Failed => {}
@@ -617,7 +626,7 @@ pub fn release_claim(
                 actor,
                 "left the queue: release requested",
             )?;
-            return Ok(c.to_api());
+            return Ok(Ok(c.to_api()));
         }
         ClaimState::Blocked => {
             return Err(ApiError::blocked(format!(
@@ -640,7 +649,7 @@ pub fn release_claim(
             )?;
         }
     }
-    Ok(ctx.claim(volume, alloc)?.expect("still there").to_api())
+    Ok(Ok(ctx.claim(volume, alloc)?.expect("still there").to_api()))
 }
 
 /// `POST /v1/volumes/{name}/claims` with `dry_run`: what recording the claim would do,

@@ -38,6 +38,7 @@ mod operator;
 mod ops;
 mod reconcile;
 mod reports;
+mod retries;
 mod snapshots;
 #[cfg(test)]
 mod tests;
@@ -64,6 +65,7 @@ pub use nodes::{
 pub use operator::{detach, require_reason, unblock_node, unblock_volume};
 pub use ops::{plugins_with_due_ops, schedule_ops};
 pub use reports::apply_reports;
+pub use retries::{PRUNE_BATCH, prune_retries};
 pub use snapshots::{create_snapshot, delete_snapshot, list_snapshots, snapshot_view};
 pub use tokens::{NewToken, create_token, first_operator_token, persist_last_used, revoke_token};
 pub use volumes::{create_volume, deregister_volume, register_volume, unknown_plugin, volume_view};
@@ -83,6 +85,9 @@ pub struct Limits {
         std::sync::Mutex<std::collections::HashMap<String, csivol_rules::schedule::OpClass>>,
     >,
     pub metrics: std::sync::Arc<super::metrics::Metrics>,
+    /// How long request keys and claim tombstones are kept (`request_memory`): a request
+    /// sent longer ago is refused.
+    pub request_memory: std::time::Duration,
 }
 
 /// Appends an entry to the event log; logged once committed.
@@ -138,9 +143,13 @@ fn touch_volume(ctx: &mut impl Txn, volume: &str) -> ApiResult<()> {
 /// Sets a claim's state. Its node's agent is woken only when that changes what the claim
 /// puts in the node's desired state: `publishing` → `ready`, which the agent's own report
 /// makes, leaves its entry as it was, and a wake-up would cost the agent and the server a
-/// round trip and a read per claim for nothing.
+/// round trip and a read per claim for nothing. A release (whoever asked: its holder, an
+/// expired lease, an operator, a fence) leaves the claim's tombstone.
 fn set_claim_state(ctx: &mut impl Txn, c: &ClaimRow, state: ClaimState) -> ApiResult<()> {
     ctx.set_claim_state(&c.volume, &c.alloc, state)?;
+    if state == ClaimState::Releasing && c.state != ClaimState::Releasing {
+        ctx.put_tombstone(&c.volume, &c.alloc)?;
+    }
     if desired::claim_entry(c.state) != desired::claim_entry(state) {
         ctx.touch(node_volume(&c.node, &c.volume));
     }
@@ -157,8 +166,11 @@ pub fn remove_claim(ctx: &mut impl Txn, c: &ClaimRow) -> ApiResult<()> {
     delete_claim(ctx, c)
 }
 
+/// Removes a claim; its tombstone moves to now: a claim request sent while it was still
+/// being released would have been refused then, and is refused after it too.
 fn delete_claim(ctx: &mut impl Txn, c: &ClaimRow) -> ApiResult<()> {
     ctx.delete_claim(&c.volume, &c.alloc)?;
+    ctx.put_tombstone(&c.volume, &c.alloc)?;
     ctx.touch(node_volume(&c.node, &c.volume));
     touch_volume(ctx, &c.volume)
 }

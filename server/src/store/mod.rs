@@ -205,6 +205,17 @@ pub trait Snapshot {
     /// The value sealed with the cluster's key that tells whether a key is the cluster's.
     fn secrets_check(&self) -> ApiResult<Option<String>>;
 
+    // ---- exact retries (see `KeptAnswer`, `Tombstone`) ----
+
+    /// Whether the state's schema keeps request keys and claim tombstones: not before the
+    /// cluster's `upgrade finalize` with the etcd store, and below that schema the methods
+    /// of this section read nothing and write nothing.
+    fn retries_kept(&self) -> ApiResult<bool>;
+    /// The first answer kept for `token`'s request `key`.
+    fn kept_answer(&self, token: &str, key: &str) -> ApiResult<Option<KeptAnswer>>;
+    /// The tombstone of `alloc`'s claim on `volume`: its last release.
+    fn tombstone(&self, volume: &str, alloc: &str) -> ApiResult<Option<Tombstone>>;
+
     fn require_volume(&self, name: &str) -> ApiResult<VolumeRow> {
         self.volume(name)?.ok_or_else(|| {
             ApiError::not_found(format!("volume `{name}` is not registered"))
@@ -540,4 +551,44 @@ pub trait Txn: Snapshot {
     /// in clear).
     fn put_stored_secrets(&mut self, volume: &str, sealed: &str) -> ApiResult<()>;
     fn put_secrets_check(&mut self, sealed: &str) -> ApiResult<()>;
+
+    // ---- exact retries ----
+
+    /// Keeps a request's first answer under its token and key (stamped with the write's
+    /// time), replacing what the key kept before (an answer past the request memory, which
+    /// counts as none: the caller asks [`Snapshot::kept_answer`] first).
+    fn keep_answer(&mut self, a: &KeptAnswer) -> ApiResult<()>;
+    /// Leaves (or moves forward to this write's time and index) the tombstone of `alloc`'s
+    /// claim on `volume`.
+    fn put_tombstone(&mut self, volume: &str, alloc: &str) -> ApiResult<()>;
+    /// Drops up to `most` kept answers and up to `most` tombstones older than `before`
+    /// (unix ms); how many went. Bounded, so that one prune fits one etcd transaction.
+    fn prune_retries(&mut self, before: i64, most: usize) -> ApiResult<usize>;
+}
+
+/// A mutating request's first answer, kept under the `Idempotency-Key` it carried, scoped to
+/// the token that sent it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeptAnswer {
+    /// The token's id.
+    pub token: String,
+    pub key: String,
+    /// The request it answered: method, path and the query that changes what it does.
+    pub request: String,
+    /// SHA-256 of the request's body as the server parsed it, in hex.
+    pub digest: String,
+    /// The answer: HTTP status, body (JSON, or empty) and change index, as first sent.
+    pub status: u16,
+    pub answer: String,
+    pub index: Option<u64>,
+    /// When it was kept (unix ms); it is pruned after the server's `request_memory`.
+    pub at: i64,
+}
+
+/// What is remembered of a claim's release: when and at which change index it began (or
+/// the claim was last removed), so that a claim request sent before it is not recorded again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tombstone {
+    pub released_at: i64,
+    pub index: u64,
 }

@@ -16,11 +16,13 @@ mod ha_fence;
 mod ha_members;
 mod ha_parity;
 mod ha_reads;
+mod ha_retries;
 mod ha_upgrade;
 mod hosting;
 mod impostor;
 mod lost;
 mod queue_and_leases;
+mod retries;
 mod secrets;
 mod state;
 

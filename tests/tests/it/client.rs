@@ -268,3 +268,105 @@ async fn idempotent_requests_move_on_from_a_silent_or_unavailable_server() {
     let e = none.heartbeat("n1", within).await.unwrap_err();
     assert_eq!(e.status(), Some(StatusCode::SERVICE_UNAVAILABLE), "{e}");
 }
+
+/// A request with an `Idempotency-Key` may be sent again: it moves on from a server that
+/// answers 503 or nothing, and after a round of every server, is sent again up to three
+/// rounds in all; one without a key is sent once, since the silent server may have carried
+/// it out.
+#[tokio::test]
+async fn keyed_requests_are_sent_again_when_unanswered_and_unkeyed_ones_are_not() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use csivol_client::once::Once;
+
+    let dir = TestDir::new("client-keyed");
+    let server = ServerProc::start(&dir.join("server"), &[]);
+    let within = Some(Duration::from_secs(2));
+    let spec = json!({"plugin": "hp", "external_id": "e", "access_mode": "single-node-writer", "attachment": "file-system"});
+    for (i, first) in [stand_in(None), stand_in(Some(503))]
+        .into_iter()
+        .enumerate()
+    {
+        let both = Client::builder(&format!("{first},{}", server.url))
+            .token(Some(server.token.clone()))
+            .build()
+            .unwrap();
+        let path = format!("/v1/volumes/keyed-{i}");
+        let once = Once::new(format!("key-{i}"));
+        let raw = both
+            .send_once(Method::PUT, &path, Body::Json(&spec), within, &once)
+            .await
+            .unwrap();
+        assert_eq!(
+            raw.status,
+            StatusCode::CREATED,
+            "answered by the real server"
+        );
+
+        let again = Client::builder(&format!("{first},{}", server.url))
+            .token(Some(server.token.clone()))
+            .build()
+            .unwrap();
+        let path = format!("/v1/volumes/unkeyed-{i}");
+        let sent = again
+            .send_once(
+                Method::PUT,
+                &path,
+                Body::Json(&spec),
+                within,
+                &Once::unkeyed(),
+            )
+            .await;
+        match sent {
+            Err(Error::Unreachable { source, .. }) => assert!(source.is_timeout(), "{source}"),
+            Ok(raw) => assert_eq!(raw.status.as_u16(), 503, "the stand-in's answer"),
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    // A server that answers 503 each time: three rounds for a keyed request, one otherwise.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let asked = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&asked);
+    std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        for mut conn in listener.incoming().flatten() {
+            let mut buf = [0u8; 8192];
+            let _ = conn.read(&mut buf);
+            counted.fetch_add(1, Ordering::SeqCst);
+            let body = r#"{"error":{"code":"unavailable","message":"stand-in"}}"#;
+            let _ = write!(
+                conn,
+                "HTTP/1.1 503 Stand-in\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    let busy = Client::builder(&url).build().unwrap();
+    let raw = busy
+        .send_once(
+            Method::PUT,
+            "/v1/volumes/x",
+            Body::Json(&spec),
+            within,
+            &Once::new("k"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(raw.status.as_u16(), 503, "the last answer is the caller's");
+    assert_eq!(asked.load(Ordering::SeqCst), 3);
+    let raw = busy
+        .send_once(
+            Method::PUT,
+            "/v1/volumes/x",
+            Body::Json(&spec),
+            within,
+            &Once::unkeyed(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(raw.status.as_u16(), 503);
+    assert_eq!(asked.load(Ordering::SeqCst), 4, "sent once");
+}

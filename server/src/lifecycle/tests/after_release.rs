@@ -18,7 +18,7 @@ async fn claim_waiting(env: &Env, volume: &str, alloc: &str, node: &str) -> csiv
         volume.to_owned(),
         ClaimRequest::new(alloc, node, ClaimMode::Write),
     );
-    env.write(move |ctx, l| super::super::create_claim(ctx, &v, &req, "ci", l, true))
+    env.write(move |ctx, l| super::super::create_claim(ctx, &v, &req, "ci", l, true, None))
         .await
         .unwrap()
         .0
@@ -234,7 +234,7 @@ async fn a_claim_that_more_than_a_release_stands_in_the_way_of_is_refused_waitin
         ClaimRequest::new("c", "n2", ClaimMode::Write),
     );
     let waited = env
-        .write(move |ctx, l| super::super::create_claim(ctx, &v, &req, "ci", l, true))
+        .write(move |ctx, l| super::super::create_claim(ctx, &v, &req, "ci", l, true, None))
         .await
         .unwrap_err();
     assert_eq!(waited.message, e.message);

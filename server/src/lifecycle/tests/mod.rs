@@ -13,6 +13,7 @@ mod nodes;
 mod operator;
 mod ops;
 mod reports;
+mod retries;
 mod snapshots;
 mod topology;
 mod volumes;
@@ -67,6 +68,7 @@ impl Env {
                 controller_queue_warning: std::time::Duration::from_secs(60),
                 served_last: Default::default(),
                 metrics: Arc::new(Metrics::default()),
+                request_memory: crate::DEFAULT_REQUEST_MEMORY,
             },
         }
     }
@@ -111,7 +113,7 @@ impl Env {
 
     async fn claim_with(&self, volume: &str, req: ClaimRequest) -> ApiResult<api::Claim> {
         let v = volume.to_owned();
-        self.write(move |ctx, l| super::create_claim(ctx, &v, &req, "ci", l, false))
+        self.write(move |ctx, l| super::create_claim(ctx, &v, &req, "ci", l, false, None))
             .await
             .map(|(c, _)| c)
     }
@@ -131,6 +133,7 @@ impl Env {
         let (v, a) = (volume.to_owned(), alloc.to_owned());
         self.write(move |ctx, _| super::release_claim(ctx, &v, &a, "ci"))
             .await
+            .and_then(|released| released)
     }
 
     async fn report(&self, node: &str, reports: Vec<Report>) {

@@ -323,6 +323,35 @@ CREATE TABLE group_snapshots (
 ALTER TABLE snapshots ADD COLUMN group_name TEXT;
 CREATE INDEX snapshots_group ON snapshots (group_name);
 "#,
+    r#"
+-- Exact retries. The first answer to each mutating request that carried an
+-- `Idempotency-Key`, per token and key: the request it answered (method, path and the query
+-- that matters; a digest of its body), and the answer as sent (status, body, index), so that
+-- a repeat is answered the same without acting again. And a tombstone per released claim
+-- (volume, alloc): when and at which change index its release began or it was last
+-- removed, so that a claim request sent before that is not recorded again. Both are kept
+-- for the server's `request_memory` and pruned by the leader.
+CREATE TABLE request_keys (
+    token TEXT NOT NULL,
+    key TEXT NOT NULL,
+    request TEXT NOT NULL,
+    digest TEXT NOT NULL,
+    status INTEGER NOT NULL,
+    answer TEXT NOT NULL,
+    answer_index INTEGER,
+    at INTEGER NOT NULL,
+    PRIMARY KEY (token, key)
+);
+CREATE INDEX request_keys_at ON request_keys (at);
+CREATE TABLE claim_tombstones (
+    volume TEXT NOT NULL,
+    alloc TEXT NOT NULL,
+    released_at INTEGER NOT NULL,
+    released_index INTEGER NOT NULL,
+    PRIMARY KEY (volume, alloc)
+);
+CREATE INDEX claim_tombstones_at ON claim_tombstones (released_at);
+"#,
 ];
 
 /// A migration compiled only into test builds (feature `schema-next`) and applied only
@@ -354,6 +383,15 @@ fn migrations() -> &'static [&'static str] {
         }
     }
     MIGRATIONS
+}
+
+/// The schema version whose migration holds `sql` (for tests of one migration).
+#[cfg(test)]
+pub(super) fn version_of(sql: &str) -> Option<i64> {
+    MIGRATIONS
+        .iter()
+        .position(|m| m.contains(sql))
+        .map(|i| i as i64 + 1)
 }
 
 /// How many schema migrations this build knows: a database at this `user_version` is current.
@@ -459,8 +497,8 @@ pub struct WriteCtx<'a> {
     pub tx: &'a rusqlite::Transaction<'a>,
     pub index: u64,
     pub now: i64,
-    touched: Vec<Key>,
-    on_commit: Vec<AfterCommit>,
+    pub(super) touched: Vec<Key>,
+    pub(super) on_commit: Vec<AfterCommit>,
     /// What this request already read or wrote that it would otherwise ask again of the
     /// database, up to the next write that could change it (see [`Memo`]).
     pub(crate) memo: Memo,
@@ -494,7 +532,7 @@ impl WriteCtx<'_> {
     }
 }
 
-type AfterCommit = Box<dyn FnOnce() + Send>;
+pub(super) type AfterCommit = Box<dyn FnOnce() + Send>;
 
 impl WriteCtx<'_> {
     /// Marks `key` changed by this request (wakes its blocking queries after commit).

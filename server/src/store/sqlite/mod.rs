@@ -10,6 +10,7 @@ mod held;
 mod listings;
 pub mod maintenance;
 mod nodes;
+mod retries;
 mod rows;
 mod snapshots;
 mod txn;
@@ -466,6 +467,18 @@ impl Snapshot for Connection {
     fn secrets_check(&self) -> ApiResult<Option<String>> {
         access::secrets_check(self)
     }
+
+    fn retries_kept(&self) -> ApiResult<bool> {
+        retries::kept(self)
+    }
+
+    fn kept_answer(&self, token: &str, key: &str) -> ApiResult<Option<crate::store::KeptAnswer>> {
+        retries::kept_answer(self, token, key)
+    }
+
+    fn tombstone(&self, volume: &str, alloc: &str) -> ApiResult<Option<crate::store::Tombstone>> {
+        retries::tombstone(self, volume, alloc)
+    }
 }
 
 /// Reads inside a write see the transaction's own changes: they go to its connection.
@@ -555,6 +568,9 @@ reads_through_the_transaction! {
     running_ops(plugin: &str) -> Vec<RunningOpRow>;
     stored_secrets() -> Vec<(String, String)>;
     secrets_check() -> Option<String>;
+    retries_kept() -> bool;
+    kept_answer(token: &str, key: &str) -> Option<crate::store::KeptAnswer>;
+    tombstone(volume: &str, alloc: &str) -> Option<crate::store::Tombstone>;
 }
 
 fn reconcile_facts(

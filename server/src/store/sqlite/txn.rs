@@ -837,4 +837,16 @@ impl Txn for WriteCtx<'_> {
     fn put_secrets_check(&mut self, sealed: &str) -> ApiResult<()> {
         access::put_secrets_check(self, sealed)
     }
+
+    fn keep_answer(&mut self, a: &crate::store::KeptAnswer) -> ApiResult<()> {
+        retries::keep_answer(self, a)
+    }
+
+    fn put_tombstone(&mut self, volume: &str, alloc: &str) -> ApiResult<()> {
+        retries::put_tombstone(self, volume, alloc)
+    }
+
+    fn prune_retries(&mut self, before: i64, most: usize) -> ApiResult<usize> {
+        retries::prune_retries(self, before, most)
+    }
 }

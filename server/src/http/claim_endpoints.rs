@@ -1,0 +1,119 @@
+//! The claim writes: record a claim, release it, renew its lease. Each may carry an
+//! `Idempotency-Key` and its send time (`once`): a repeat is answered the first answer,
+//! and a claim request sent before its alloc's last release is refused.
+
+use super::once::Outcome;
+use super::*;
+
+pub(super) async fn post_claim(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(volume): Path<String>,
+    Q(hold): Q<Hold>,
+    once: Once,
+    Body(req): Body<ClaimRequest>,
+) -> ApiResult<Response> {
+    let (actor, limits) = app.claimer(&headers)?;
+    let hold = hold.wait()?;
+    let waits = waits_for_release(&headers)?;
+    if req.dry_run {
+        let answer = app
+            .db
+            .read(move |c| lifecycle::claim_dry_run(c, &volume, &req))
+            .await?;
+        return Ok(Json(answer).into_response());
+    }
+    let sent_at = once.sent_at();
+    let body = req.clone();
+    let write = move |ctx: &mut WriteCtx<'_>| {
+        lifecycle::create_claim(ctx, &volume, &req, &actor, &limits, waits, sent_at)
+    };
+    let answer = |(claim, new): &(api::Claim, bool)| {
+        let status = if *new {
+            StatusCode::CREATED
+        } else {
+            StatusCode::OK
+        };
+        Answer::indexed(status, claim.index, claim)
+    };
+    let ((claim, _), answer) = match once.write(&app, &body, write, answer).await? {
+        Outcome::Done(t, answer) => (t, answer),
+        // A repeat is answered at once with the first answer as it was committed; its
+        // index is where to follow the claim from.
+        Outcome::Replayed(r) => return Ok(r),
+    };
+    // A claim on its way to ready is held; one that got where it goes (ready, failed,
+    // blocked, releasing) is answered at once.
+    let on_its_way = matches!(
+        claim.state,
+        ClaimState::Queued | ClaimState::Pending | ClaimState::Attaching | ClaimState::Publishing
+    );
+    if let Some(wait) = hold
+        && on_its_way
+    {
+        // Gone before the answer (failed and cleaned up): the committed claim is the
+        // answer, and a blocking query from its index finds it gone at once.
+        return Ok(match hold_claim(&app, &claim, wait).await? {
+            (Some(now), index) => with_index(answer.status, index, now),
+            (None, _) => answer.into_response(),
+        });
+    }
+    Ok(answer.into_response())
+}
+
+pub(super) async fn delete_claim(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path((volume, alloc)): Path<(String, String)>,
+    Q(hold): Q<Hold>,
+    once: Once,
+) -> ApiResult<Response> {
+    let (actor, _) = app.claimer(&headers)?;
+    name("volume", &volume)?;
+    name("alloc", &alloc)?;
+    let hold = hold.wait()?;
+    let write =
+        move |ctx: &mut WriteCtx<'_>| lifecycle::release_claim(ctx, &volume, &alloc, &actor);
+    // An alloc that holds no claim is refused with the tombstone its release left.
+    let answer = |released: &Result<api::Claim, ApiError>| match released {
+        Ok(claim) => Answer::indexed(StatusCode::ACCEPTED, claim.index, claim),
+        Err(e) => Answer::refused(e),
+    };
+    let claim = match once.write(&app, &(), write, answer).await? {
+        Outcome::Done(released, _) => released?,
+        Outcome::Replayed(r) => return Ok(r),
+    };
+    if let Some(wait) = hold
+        && claim.state == ClaimState::Releasing
+    {
+        // 204 once the claim is gone; 202 with the claim while it is still there.
+        return Ok(match hold_claim(&app, &claim, wait).await? {
+            (Some(now), index) => with_index(StatusCode::ACCEPTED, index, now),
+            (None, index) => {
+                let mut r = StatusCode::NO_CONTENT.into_response();
+                r.headers_mut()
+                    .insert(INDEX_HEADER, HeaderValue::from(index));
+                r
+            }
+        });
+    }
+    Ok(with_index(StatusCode::ACCEPTED, claim.index, claim))
+}
+
+pub(super) async fn renew_claim(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path((volume, alloc)): Path<(String, String)>,
+    once: Once,
+    Body(req): Body<api::RenewRequest>,
+) -> ApiResult<Response> {
+    let (actor, _) = app.claimer(&headers)?;
+    name("volume", &volume)?;
+    name("alloc", &alloc)?;
+    let body = req.clone();
+    let write = move |ctx: &mut WriteCtx<'_>| {
+        lifecycle::renew_lease(ctx, &volume, &alloc, req.ttl_ms, &actor)
+    };
+    let answer = |claim: &api::Claim| Answer::indexed(StatusCode::OK, claim.index, claim);
+    once.respond(&app, &body, write, answer).await
+}
