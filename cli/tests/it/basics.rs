@@ -439,6 +439,26 @@ async fn usage_errors_exit_2() {
         r.stderr.starts_with("error: put the command after `--`"),
         "{r}"
     );
+    // Without a node (no --node, no CSIVOL_NODE) the node is what is missing, with both
+    // ways to give it; the command after `--` is fine.
+    let mut cmd = env.command(&["run", "cache", "--", "true"]);
+    cmd.env_remove("CSIVOL_NODE");
+    snap!(run(cmd).await, @r#"
+        exit: 2
+        --- stdout
+        --- stderr
+        error: no node given: pass --node NODE (the node the alloc runs on) or set CSIVOL_NODE (a CI runner sets it once for its jobs), as in
+          csivol run VOLUME --node NODE -- sh -c "make test"
+
+        Usage: csivol run [OPTIONS] --node <NODE> <VOLUME[:ro]>... -- <COMMAND>...
+
+        For more information, try '--help'.
+        "#);
+    let mut cmd = env.command(&["claim", "cache", "--alloc", "a1"]);
+    cmd.env_remove("CSIVOL_NODE");
+    let r = run(cmd).await;
+    assert_eq!(r.code, 2, "{r}");
+    assert!(r.stderr.starts_with("error: no node given: pass --node NODE"), "{r}");
     // A misspelt flag of csivol's own keeps clap's suggestion.
     let r = env
         .run(&["run", "demo-data", "--nod", "n1", "--", "true"])
