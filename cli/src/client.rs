@@ -76,12 +76,12 @@ impl Client {
             true => env::setting(env::CSIVOL_ADDR)
                 .map_err(empty_setting)?
                 .unwrap_or_else(|| {
-                if env::default_ca_file().is_some() {
-                    env::DEFAULT_TLS_ADDR.to_owned()
-                } else {
-                    env::DEFAULT_ADDR.to_owned()
-                }
-            }),
+                    if env::default_ca_file().is_some() {
+                        env::DEFAULT_TLS_ADDR.to_owned()
+                    } else {
+                        env::DEFAULT_ADDR.to_owned()
+                    }
+                }),
         };
         // Several servers of one cluster (etcd store): comma-separated or `--addr` repeated;
         // a server that cannot be reached is passed over for the next.
@@ -451,7 +451,10 @@ fn resolve_token(flag: Option<&str>) -> anyhow::Result<(Option<String>, TokenSou
     let empty = |source: &str| {
         let (what, value) = match source {
             "--token" => ("--token is empty", "the token"),
-            s if s == env::CSIVOL_TOKEN_FILE => ("CSIVOL_TOKEN_FILE is set but empty", "the path of a token file"),
+            s if s == env::CSIVOL_TOKEN_FILE => (
+                "CSIVOL_TOKEN_FILE is set but empty",
+                "the path of a token file",
+            ),
             _ => ("CSIVOL_TOKEN is set but empty", "the token"),
         };
         Failure::new(Exit::Unauthorized, format!("{what}: no token was sent")).hint(format!(

@@ -347,7 +347,7 @@ pub fn waiting(w: &csivol_api::ClaimWaiting) -> String {
         "{}: {} of {}",
         w.reason,
         short_duration(waited),
-        short_duration(Duration::from_millis(w.timeout_ms))
+        given_duration(Duration::from_millis(w.timeout_ms))
     )
 }
 
@@ -364,6 +364,21 @@ pub fn short_duration(d: Duration) -> String {
     } else {
         format!("{}{}{}{}", big.0, big.1, small.0, small.1)
     }
+}
+
+/// A duration someone set (a `--timeout`, a TTL), exactly as short as it reads: whole
+/// seconds as [`short_duration`] shows them (`2m`, `1m30s`), anything finer to the
+/// millisecond (`1ms`, `1s500ms`), never rounded down to `0s`.
+pub fn given_duration(d: Duration) -> String {
+    if d.subsec_nanos() == 0 {
+        return short_duration(d);
+    }
+    let d = if d >= Duration::from_millis(1) {
+        Duration::from_millis(d.as_millis() as u64)
+    } else {
+        d
+    };
+    humantime::format_duration(d).to_string().replace(' ', "")
 }
 
 /// `-` for nothing, so empty table cells still read as "none".
@@ -396,6 +411,16 @@ mod tests {
         );
         assert!(when("2020-01-01T00:00:00.000Z").ends_with(" ago)"));
         assert!(when("2999-01-01T00:00:00Z").starts_with("2999-01-01T00:00:00Z (in "));
+    }
+
+    #[test]
+    fn given_durations_are_never_rounded_to_nothing() {
+        let ms = |n| given_duration(Duration::from_millis(n));
+        assert_eq!(ms(1), "1ms");
+        assert_eq!(ms(1500), "1s500ms");
+        assert_eq!(ms(120_000), "2m");
+        assert_eq!(ms(90_000), "1m30s");
+        assert_eq!(given_duration(Duration::from_micros(300)), "300us");
     }
 
     #[test]

@@ -282,8 +282,10 @@ pub fn usage_error(e: clap::Error) -> clap::Error {
         _ => Vec::new(),
     };
     let node_arg = |v: Option<&ContextValue>| matches!(v, Some(ContextValue::String(a)) if a.starts_with("--node "));
-    let empty_env_node = matches!(e.kind(), ErrorKind::InvalidValue | ErrorKind::ValueValidation)
-        && node_arg(e.get(ContextKind::InvalidArg))
+    let empty_env_node = matches!(
+        e.kind(),
+        ErrorKind::InvalidValue | ErrorKind::ValueValidation
+    ) && node_arg(e.get(ContextKind::InvalidArg))
         && matches!(e.get(ContextKind::InvalidValue), Some(ContextValue::String(v)) if v.is_empty())
         && std::env::var_os(env::CSIVOL_NODE).is_some_and(|v| v.is_empty())
         && !std::env::args_os().any(|a| a.to_string_lossy().starts_with("--node"));

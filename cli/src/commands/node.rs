@@ -10,7 +10,7 @@ use crate::args::{LabelChange, NodeCommand, NodeDrainArgs, NodeEligibilityArgs, 
 use crate::client::MAX_BLOCK;
 use crate::ctx::Ctx;
 use crate::failure::{Exit, Failure};
-use crate::output::short_duration;
+use crate::output::given_duration;
 use crate::render;
 
 /// Events `node show` lists, the latest.
@@ -306,7 +306,7 @@ async fn drain(ctx: &Ctx, args: NodeDrainArgs) -> anyhow::Result<Exit> {
                 Exit::TimedOut,
                 format!(
                     "timed out after {} waiting for node {name} to be drained: it still has {}",
-                    short_duration(args.deadline),
+                    given_duration(args.deadline),
                     on.describe()
                 ),
             )

@@ -198,7 +198,8 @@ async fn a_setting_set_but_empty_is_refused_never_passed_over() {
     assert_eq!(tokens().await, 1, "the operator token alone");
 
     let mut cmd = env.command(&["token", "create", "--role", "reader"]);
-    cmd.env("CSIVOL_TOKEN", "").env("CSIVOL_TOKEN_FILE", &operator_file);
+    cmd.env("CSIVOL_TOKEN", "")
+        .env("CSIVOL_TOKEN_FILE", &operator_file);
     snap!(run(cmd).await, @r"
     exit: 7
     --- stdout
@@ -208,7 +209,8 @@ async fn a_setting_set_but_empty_is_refused_never_passed_over() {
     ");
     // Blank is empty too.
     let mut cmd = env.command(&["token", "create", "--role", "reader"]);
-    cmd.env("CSIVOL_TOKEN", " \n").env("CSIVOL_TOKEN_FILE", &operator_file);
+    cmd.env("CSIVOL_TOKEN", " \n")
+        .env("CSIVOL_TOKEN_FILE", &operator_file);
     assert_eq!(run(cmd).await.code, 7);
 
     // An empty CSIVOL_TOKEN_FILE does not fall back to the default token file.
@@ -227,7 +229,9 @@ async fn a_setting_set_but_empty_is_refused_never_passed_over() {
     error: CSIVOL_TOKEN_FILE is set but empty: no token was sent
     hint: give CSIVOL_TOKEN_FILE the path of a token file (a CI secret that did not expand leaves it empty); an empty one is never passed over for another token
     ");
-    let r = env.run(&["token", "create", "--role", "reader", "--token", ""]).await;
+    let r = env
+        .run(&["token", "create", "--role", "reader", "--token", ""])
+        .await;
     assert_eq!(r.code, 7, "{r}");
     assert!(r.stderr.contains("error: --token is empty"), "{r}");
     assert_eq!(tokens().await, 1, "no token was created by any of them");
@@ -246,7 +250,10 @@ async fn a_setting_set_but_empty_is_refused_never_passed_over() {
     cmd.env("CSIVOL_CACERT", "");
     let r = run(cmd).await;
     assert_eq!(r.code, 2, "{r}");
-    assert!(r.stderr.contains("error: CSIVOL_CACERT is set but empty"), "{r}");
+    assert!(
+        r.stderr.contains("error: CSIVOL_CACERT is set but empty"),
+        "{r}"
+    );
 
     // The node of `claim` and `run`.
     let mut cmd = env.command(&["claim", "v1", "--alloc", "a1"]);
@@ -458,7 +465,11 @@ async fn usage_errors_exit_2() {
     cmd.env_remove("CSIVOL_NODE");
     let r = run(cmd).await;
     assert_eq!(r.code, 2, "{r}");
-    assert!(r.stderr.starts_with("error: no node given: pass --node NODE"), "{r}");
+    assert!(
+        r.stderr
+            .starts_with("error: no node given: pass --node NODE"),
+        "{r}"
+    );
     // A misspelt flag of csivol's own keeps clap's suggestion.
     let r = env
         .run(&["run", "demo-data", "--nod", "n1", "--", "true"])

@@ -375,6 +375,62 @@ async fn claim_wait_times_out_saying_where_it_is_stuck() {
     ");
 }
 
+/// A wait that runs out of time ends with one message that is true once csivol has acted:
+/// a claim released on the timeout is said to be released, not to still exist, and no hint
+/// names a flag the command lacks. `--timeout 1ms` is said as given.
+#[tokio::test]
+async fn a_timeout_says_once_what_became_of_the_claim() {
+    let env = Env::start("timeout-outcome");
+    env.volume("v1", "single-node-writer").await;
+    let _n1 = env.node("n1", 0).await;
+
+    snap!(env.run(&["claim", "v1", "--node", "n1", "--alloc", "a1", "--wait", "--timeout", "1ms", "--release-on-timeout"]).await, @"
+    exit: 5
+    --- stdout
+    --- stderr
+    claimed volume v1 for alloc a1 on node n1 (write)
+    the claim of alloc a1 on volume v1: attaching: waiting for ControllerPublishVolume to node n1
+    error: timed out after 1ms waiting for the claim of alloc a1 on volume v1 to be ready (it was attaching: waiting for ControllerPublishVolume to node n1); released the claim (--release-on-timeout)
+    hint: claim again with a longer --timeout; `csivol status v1` shows what holds the volume up
+    ");
+    let r = env
+        .run(&["claim", "list", "--volume", "v1", "-o", "json"])
+        .await;
+    assert!(
+        r.json()
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["state"] == "releasing"),
+        "released: {r}"
+    );
+
+    // Still held by a1 (its release never finishes: the fake node reports nothing), the
+    // volume makes `run --queue` wait in line; it gives up, and leaves the line.
+    snap!(env.run(&["run", "v1", "--node", "n1", "--alloc", "job", "--queue", "--timeout", "1s", "--", "true"]).await, @"
+    exit: 5
+    --- stdout
+    --- stderr
+    alloc: job
+    claimed volume v1 for alloc job on node n1 (write): queued: number 1 in line for the volume
+    the claim of alloc job on volume v1: queued: number 1 in line for the volume
+    released every claim of alloc job
+    error: timed out after 1s waiting for the claim of alloc job on volume v1 to be ready (it was queued: number 1 in line for the volume); released every claim made: the command did not run
+    hint: run it again with a longer --timeout (it includes the wait in line); `csivol status v1` shows what holds the volume up
+    ");
+    let r = env
+        .run(&["claim", "list", "--volume", "v1", "-o", "json"])
+        .await;
+    assert!(
+        r.json()
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["alloc"] != "job"),
+        "the queued claim left the line: {r}"
+    );
+}
+
 #[tokio::test]
 async fn claim_wait_ends_with_exit_1_when_the_claim_fails() {
     let env = Env::start("wait-failed");
