@@ -150,14 +150,41 @@ impl Out {
 
     // ---- stderr ----
 
-    /// A note for the person at the terminal (not with `-q`).
+    /// A command's result when nothing is left to print (a claim released, a snapshot
+    /// deleted, a token revoked): `note` for people; with `-o json` instead one document on
+    /// stdout, `{"outcome": ..., ...}` (`outcome` and the names in it), so that every
+    /// outcome in JSON mode is one document.
+    pub fn done(&self, note: impl AsRef<str>, outcome: serde_json::Value) -> anyhow::Result<()> {
+        if self.json_mode() {
+            return self.json(&outcome);
+        }
+        self.note(note);
+        Ok(())
+    }
+
+    /// A note for the person at the terminal (not with `-q`, nor with `-o json`, where
+    /// stderr carries JSON only).
     pub fn note(&self, text: impl AsRef<str>) {
-        if !self.quiet {
+        if !self.quiet && !self.json_mode() {
             eprintln!("{}", escape::lines(text.as_ref()));
         }
     }
 
+    /// What a confirmation prompt asks about, said before it: a note, shown with `-o json`
+    /// too when stdin is a terminal, where the prompt follows.
+    pub fn before_prompt(&self, text: impl AsRef<str>) {
+        if !self.quiet && (!self.json_mode() || self.stdin_tty) {
+            eprintln!("{}", escape::lines(text.as_ref()));
+        }
+    }
+
+    /// A warning on stderr; with `-o json`, as one JSON line `{"warning": "..."}`, so that
+    /// stderr holds JSON documents only.
     pub fn warn(&self, text: impl AsRef<str>) {
+        if self.json_mode() {
+            eprintln!("{}", serde_json::json!({ "warning": text.as_ref() }));
+            return;
+        }
         let label = Style::new()
             .yellow()
             .bold()
@@ -226,9 +253,10 @@ impl Out {
         !self.quiet && self.stderr_tty && !self.json_mode()
     }
 
-    /// Progress of a wait: a spinner on a terminal, otherwise a line per change.
+    /// Progress of a wait: a spinner on a terminal, otherwise a line per change; none with
+    /// `-q` or `-o json`.
     pub fn progress(&self) -> Progress {
-        if self.quiet {
+        if self.quiet || self.json_mode() {
             return Progress::Silent;
         }
         if self.live_progress() {

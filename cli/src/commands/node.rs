@@ -35,7 +35,10 @@ pub async fn run(ctx: &Ctx, cmd: NodeCommand) -> anyhow::Result<Exit> {
                 .call_empty(Method::DELETE, &format!("/v1/nodes/{}", args.node))
                 .await
                 .map_err(|e| e.context(format!("failed to remove node `{}`", args.node)))?;
-            ctx.out.note(format!("removed node {}", args.node));
+            ctx.out.done(
+                format!("removed node {}", args.node),
+                serde_json::json!({"outcome": "removed", "node": args.node}),
+            )?;
         }
     }
     Ok(Exit::Ok)

@@ -3,6 +3,7 @@
 use anyhow::Context;
 use csivol_api::{GroupSnapshot, GroupSnapshotRequest, Snapshot, SnapshotRequest, SnapshotState};
 use csivol_client::{Method, StatusCode};
+use serde_json::json;
 
 use crate::args::{
     SnapshotArg, SnapshotCommand, SnapshotCreateArgs, SnapshotDeleteArgs, SnapshotListArgs,
@@ -179,7 +180,7 @@ async fn delete(ctx: &Ctx, args: SnapshotDeleteArgs) -> anyhow::Result<Exit> {
     let path = format!("/v1/snapshots/{name}");
     let s: Snapshot = ctx.client.get(&path).await?;
     if !args.yes {
-        ctx.out.note(format!(
+        ctx.out.before_prompt(format!(
             "This deletes snapshot {name} of volume {} and its data: DeleteSnapshot through plugin {}.",
             s.volume, s.plugin
         ));
@@ -191,8 +192,9 @@ async fn delete(ctx: &Ctx, args: SnapshotDeleteArgs) -> anyhow::Result<Exit> {
         .call_empty(Method::DELETE, &path)
         .await
         .with_context(|| format!("failed to {what}"))?;
+    let deleted = json!({"outcome": "deleted", "snapshot": name});
     if status == StatusCode::NO_CONTENT {
-        ctx.out.note(format!("removed snapshot {name}"));
+        ctx.out.done(format!("removed snapshot {name}"), deleted)?;
         return Ok(Exit::Ok);
     }
     if !args.wait.wait {
@@ -200,13 +202,14 @@ async fn delete(ctx: &Ctx, args: SnapshotDeleteArgs) -> anyhow::Result<Exit> {
             "deleting snapshot {name} through plugin {}; `csivol snapshot show {name}` follows it",
             s.plugin
         ));
-        // It may be gone already: then there is nothing left to print.
-        if let Some(a) = ctx
+        // It may be gone already: then it is deleted.
+        match ctx
             .client
             .watch::<Snapshot>(&path, 0, Default::default())
             .await?
         {
-            print(&ctx.out, &a.body)?;
+            Some(a) => print(&ctx.out, &a.body)?,
+            None => ctx.out.done(format!("deleted snapshot {name}"), deleted)?,
         }
         return Ok(Exit::Ok);
     }
@@ -233,7 +236,7 @@ async fn delete(ctx: &Ctx, args: SnapshotDeleteArgs) -> anyhow::Result<Exit> {
         },
     )
     .await?;
-    ctx.out.note(format!("deleted snapshot {name}"));
+    ctx.out.done(format!("deleted snapshot {name}"), deleted)?;
     Ok(Exit::Ok)
 }
 
@@ -435,7 +438,7 @@ async fn group_delete(
     let path = format!("/v1/group-snapshots/{name}");
     if !args.yes {
         let members: Vec<_> = g.members.iter().map(|m| m.name.as_str()).collect();
-        ctx.out.note(format!(
+        ctx.out.before_prompt(format!(
             "This deletes group snapshot {name} of volumes {} with its members ({}) and their \
              data: DeleteVolumeGroupSnapshot through plugin {}.",
             g.volumes.join(", "),
@@ -454,8 +457,10 @@ async fn group_delete(
         .call_empty(Method::DELETE, &path)
         .await
         .with_context(|| format!("failed to {what}"))?;
+    let deleted = json!({"outcome": "deleted", "group_snapshot": name});
     if status == StatusCode::NO_CONTENT {
-        ctx.out.note(format!("removed group snapshot {name}"));
+        ctx.out
+            .done(format!("removed group snapshot {name}"), deleted)?;
         return Ok(Exit::Ok);
     }
     if !args.wait.wait {
@@ -463,12 +468,15 @@ async fn group_delete(
             "deleting group snapshot {name} through plugin {}; `csivol snapshot show {name}` follows it",
             g.plugin
         ));
-        if let Some(a) = ctx
+        match ctx
             .client
             .watch::<GroupSnapshot>(&path, 0, Default::default())
             .await?
         {
-            group_print(&ctx.out, &a.body)?;
+            Some(a) => group_print(&ctx.out, &a.body)?,
+            None => ctx
+                .out
+                .done(format!("deleted group snapshot {name}"), deleted)?,
         }
         return Ok(Exit::Ok);
     }
@@ -495,8 +503,10 @@ async fn group_delete(
         },
     )
     .await?;
-    ctx.out
-        .note(format!("deleted group snapshot {name} with its members"));
+    ctx.out.done(
+        format!("deleted group snapshot {name} with its members"),
+        deleted,
+    )?;
     Ok(Exit::Ok)
 }
 

@@ -305,7 +305,6 @@ async fn token_create_prints_the_secret_once_on_stdout() {
       "token": "[TOKEN]"
     }
     --- stderr
-    created node token [TOKEN-ID] for node n1; the secret below is shown only this once
     "#);
 
     snap!(env.run(&["token", "create", "--role", "node"]).await, @r"
