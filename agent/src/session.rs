@@ -171,9 +171,7 @@ pub async fn run(
         () = desired_loop(&link) => {}
         () = channel::run(&link.client, &link.channel, link.registered.subscribe()) => {}
     }
-    let told = link
-        .register_sent
-        .load(std::sync::atomic::Ordering::SeqCst);
+    let told = link.register_sent.load(std::sync::atomic::Ordering::SeqCst);
     // A take-down may take longer than the heartbeat TTL: the agent goes on heartbeating
     // meanwhile, so that the server does not take the stop for a loss before it hears of it.
     let took_down = take_down

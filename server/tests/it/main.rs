@@ -22,6 +22,7 @@ mod impostor;
 mod lost;
 mod queue_and_leases;
 mod secrets;
+mod start;
 mod state;
 
 use std::time::Duration;

@@ -271,7 +271,9 @@ pub async fn run_restore(args: &RestoreArgs) -> anyhow::Result<()> {
             "csivol-server serve --config {}",
             csivol_daemon::shell_word(&path.display().to_string())
         ),
-        None => format!("csivol-server serve {what} with the other flags (or --config) it runs with"),
+        None => {
+            format!("csivol-server serve {what} with the other flags (or --config) it runs with")
+        }
     };
     let etcd = match args.etcd.config()? {
         Some(e) => Some(e),
@@ -295,11 +297,7 @@ pub async fn run_restore(args: &RestoreArgs) -> anyhow::Result<()> {
         );
         return Ok(());
     }
-    let Some(dir) = &args
-        .data_dir
-        .clone()
-        .or(configured.map(|c| c.data_dir))
-    else {
+    let Some(dir) = &args.data_dir.clone().or(configured.map(|c| c.data_dir)) else {
         bail!("--data-dir, --config or --etcd-endpoints is needed: where to restore to");
     };
     let summary = {
