@@ -355,10 +355,7 @@ impl ServerConfig {
                 }
                 Some(etcd::EtcdConfig {
                     endpoints,
-                    prefix: args
-                        .etcd_prefix
-                        .or(file.etcd_prefix)
-                        .unwrap_or_else(|| etcd::DEFAULT_PREFIX.to_owned()),
+                    prefix: etcd::args::prefix(args.etcd_prefix.or(file.etcd_prefix))?,
                     lease_ttl,
                     max_txn_ops: args
                         .etcd_max_txn_ops

@@ -213,3 +213,43 @@ fn a_stop_while_the_server_starts_is_taken_in_order() {
         assert!(!data.join(name).exists(), "{name} made: {}", said());
     }
 }
+
+/// An etcd prefix given empty (`--etcd-prefix "$PREFIX"` with PREFIX unset) is refused,
+/// never taken for the root of etcd's keys, nor passed over for the config's prefix.
+#[test]
+fn an_empty_etcd_prefix_is_refused() {
+    let dir = TestDir::new("server-empty-prefix");
+    let data = dir.join("data");
+    let config = dir.join("server.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "data_dir = {:?}\nlisten = \"127.0.0.1:0\"\nstore = \"etcd\"\n\
+             etcd_endpoints = [\"http://127.0.0.1:1\"]\netcd_prefix = \"/team-a\"\n",
+            data.display().to_string()
+        ),
+    )
+    .unwrap();
+    for args in [
+        vec![
+            "serve".to_owned(),
+            format!("--config={}", config.display()),
+            "--etcd-prefix=".to_owned(),
+        ],
+        vec![
+            "backup".to_owned(),
+            "--etcd-endpoints=http://127.0.0.1:1".to_owned(),
+            "--etcd-prefix=".to_owned(),
+            format!("--to={}", dir.join("b.db").display()),
+        ],
+    ] {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (status, out) = csivol_server(&args);
+        assert!(!status.success(), "{out}");
+        assert!(
+            out.contains("error: --etcd-prefix (etcd_prefix in a config) is empty"),
+            "{out}"
+        );
+    }
+    assert!(!data.exists(), "nothing made");
+}
