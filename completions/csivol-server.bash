@@ -430,7 +430,7 @@ _csivol__server() {
             return 0
             ;;
         csivol__subcmd__server__subcmd__restore)
-            opts="-h --from --data-dir --force --etcd-endpoints --etcd-prefix --etcd-ca-cert --etcd-cert --etcd-key --help"
+            opts="-h --from --data-dir --config --force --etcd-endpoints --etcd-prefix --etcd-ca-cert --etcd-cert --etcd-key --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -441,6 +441,10 @@ _csivol__server() {
                     return 0
                     ;;
                 --data-dir)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --config)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -73,7 +73,8 @@ complete -c csivol-server -n "__fish_csivol_server_using_subcommand backup" -l e
 complete -c csivol-server -n "__fish_csivol_server_using_subcommand backup" -l to -d 'Where to write the backup (one SQLite file; replaced atomically if it exists)' -r -F
 complete -c csivol-server -n "__fish_csivol_server_using_subcommand backup" -s h -l help -d 'Print help'
 complete -c csivol-server -n "__fish_csivol_server_using_subcommand restore" -l from -d 'A backup written by `csivol-server backup` or `GET /v1/backup` (of either store)' -r -F
-complete -c csivol-server -n "__fish_csivol_server_using_subcommand restore" -l data-dir -d 'The data dir to restore into; its server must be stopped' -r -F
+complete -c csivol-server -n "__fish_csivol_server_using_subcommand restore" -l data-dir -d 'The data dir to restore into; its server must be stopped [default: the `data_dir` of --config]' -r -F
+complete -c csivol-server -n "__fish_csivol_server_using_subcommand restore" -l config -d 'The server\'s TOML config: its `data_dir`, or with `store = "etcd"` its etcd settings; the command printed to start the server again names it' -r -F
 complete -c csivol-server -n "__fish_csivol_server_using_subcommand restore" -l etcd-endpoints -d 'The etcd cluster\'s client URLs (`http://h1:2379,...`), as the servers have them in `--etcd-endpoints`' -r
 complete -c csivol-server -n "__fish_csivol_server_using_subcommand restore" -l etcd-prefix -d 'The key prefix the state lives under in etcd [default: /csivol]' -r
 complete -c csivol-server -n "__fish_csivol_server_using_subcommand restore" -l etcd-ca-cert -d 'The CA (PEM) that signed the etcd members\' certificates, for `https://` endpoints' -r -F

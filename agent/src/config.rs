@@ -374,10 +374,19 @@ impl Settings {
                 flag.replace('-', "_")
             ))
         };
-        let server = Some(args.server.join(","))
-            .filter(|s| !s.is_empty())
-            .or(file.server)
-            .ok_or_else(|| missing("server"))?;
+        // A flag given empty (`--server "$SERVER"` with SERVER unset) is a mistake to say,
+        // never a reason to take the file's server instead.
+        let (server, from) = if args.server.is_empty() {
+            let s = file.server.ok_or_else(|| missing("server"))?;
+            (s, origin("`server`"))
+        } else {
+            (args.server.join(","), "--server".to_owned())
+        };
+        if csivol_client::addresses(&server).is_empty() {
+            return Err(ConfigError::Invalid(format!(
+                "{from} is empty: give the server's URL, e.g. https://10.0.0.1:7420"
+            )));
+        }
         let ca_cert = args.ca_cert.clone().or(file.ca_cert);
         // The certificate and its key come together, from the flags or from the file.
         let tls_identity = match (&args.tls_cert, &args.tls_key) {

@@ -40,7 +40,11 @@ pub use self::config::{CoreConfig, NodeArgs, PluginSpec, ReadyCheck, ReadyCheckS
 pub use self::reconcile::{Core, FenceState, TARGETS_MODE};
 pub use self::session::FenceClock;
 
+/// Runs the node agent until SIGTERM or SIGINT. The signals are listened for from the first
+/// step: a stop while the agent starts (waiting for its plugins, recovering what was in
+/// flight, registering) stops it in order, never by the signal's default action.
 pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
+    let mut shutdown = csivol_daemon::Shutdown::listen();
     let settings = config::Settings::load(&args)?;
     let token = std::fs::read_to_string(&settings.token_file)
         .with_context(|| {
@@ -84,16 +88,34 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
         data_dir = %settings.core.data_dir.display(),
         "starting the node agent"
     );
-    let (core, reports) = Core::start(settings.core.clone())
-        .await
-        .context("failed to start the node agent")?;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let start = Core::start_until(settings.core.clone(), stop_rx);
+    tokio::pin!(start);
+    let started = tokio::select! {
+        started = &mut start => started,
+        () = shutdown.wait() => {
+            tracing::info!("asked to stop while starting: stopping after the step under way");
+            let _ = stop_tx.send(true);
+            start.await
+        }
+    };
+    let (core, reports) = match started {
+        Err(reconcile::StartError::Stopped) => {
+            tracing::info!(
+                "node agent stopped while starting, before it registered: what it did is \
+                 recorded in agent.db, and the next start reports it to the server"
+            );
+            return Ok(());
+        }
+        started => started.context("failed to start the node agent")?,
+    };
     session::run(
         client,
         core,
         reports,
         settings.fence_after,
         args.take_down_on_stop,
-        csivol_daemon::shutdown_signal(),
+        async move { shutdown.wait().await },
     )
     .await;
     Ok(())

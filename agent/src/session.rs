@@ -79,6 +79,9 @@ struct Link {
     clock: Mutex<FenceClock>,
     /// Counts successful registrations; 0 until the first.
     registered: watch::Sender<u64>,
+    /// Whether a registration was sent, answered or not: the server may hold the node
+    /// registered, and a stop is then said (`node-stopping`).
+    register_sent: std::sync::atomic::AtomicBool,
     /// Asks the heartbeat loop to register again (the server does not know the node).
     reregister: Notify,
     /// Asks the desired-state loop for a fresh state now.
@@ -153,6 +156,7 @@ pub async fn run(
         fence_after,
         clock: Mutex::new(FenceClock::new(fence_after, Instant::now())),
         registered: watch::channel(0).0,
+        register_sent: Default::default(),
         reregister: Notify::new(),
         refresh: Notify::new(),
         channel: Default::default(),
@@ -160,17 +164,20 @@ pub async fn run(
     });
     let mut sender = tokio::spawn(report_loop(Arc::clone(&link), reports));
     tokio::select! {
+        // First: a stop asked while the agent started is taken before it registers.
+        biased;
+        () = stop => {}
         () = heartbeat_loop(&link) => {}
         () = desired_loop(&link) => {}
         () = channel::run(&link.client, &link.channel, link.registered.subscribe()) => {}
-        () = stop => {}
     }
+    let told = link.register_sent.load(std::sync::atomic::Ordering::SeqCst);
     // A take-down may take longer than the heartbeat TTL: the agent goes on heartbeating
     // meanwhile, so that the server does not take the stop for a loss before it hears of it.
     let took_down = take_down
         && tokio::select! {
             done = link.core.take_down(TAKE_DOWN_TIME) => done,
-            () = keep_alive(&link) => false,
+            () = keep_alive(&link), if told => false,
         };
     if took_down {
         tracing::info!("node agent stopping; every volume was taken down through its plugin");
@@ -194,7 +201,14 @@ pub async fn run(
         );
     }
     // Then say that this is a planned stop, after the reports it made: the node is
-    // `stopped`, not lost, while its claims wait for it.
+    // `stopped`, not lost, while its claims wait for it. An agent stopped before it sent a
+    // registration has nothing to say: the server holds the node as it left it.
+    if !told {
+        tracing::info!(
+            "stopped before registering with the server; the next start registers what is on the node"
+        );
+        return;
+    }
     match tokio::time::timeout(STOP_NOTICE_TIME, client.stopping(took_down)).await {
         Ok(Ok(())) => tracing::info!("told the server that this node stops"),
         Ok(Err(e)) => {
@@ -269,6 +283,8 @@ async fn heartbeat_loop(link: &Link) {
             }
         } else {
             let req = link.core.registration(link.fence_after);
+            link.register_sent
+                .store(true, std::sync::atomic::Ordering::SeqCst);
             let answer = tokio::time::timeout(bound, link.client.register(&req))
                 .await
                 .map_err(bounded("registration"))

@@ -577,6 +577,7 @@ async fn lock(dir: &Path) -> Result<OwnedFd, StoreError> {
         source: e.into(),
     })?;
     let started = Instant::now();
+    let mut said = false;
     loop {
         match flock(&fd, FlockOperation::NonBlockingLockExclusive) {
             Ok(()) => {
@@ -588,6 +589,21 @@ async fn lock(dir: &Path) -> Result<OwnedFd, StoreError> {
                 return Ok(fd);
             }
             Err(rustix::io::Errno::WOULDBLOCK) if started.elapsed() < LOCK_WAIT => {
+                // Said at once, not only when the wait is over: a second agent started on a
+                // data dir in use by mistake hears so before anything else.
+                if !said {
+                    said = true;
+                    let holder = csivol_daemon::lock::holder_pid(&path)
+                        .map(|p| format!(" (pid {p})"))
+                        .unwrap_or_default();
+                    tracing::warn!(
+                        "another csivol-agent{holder} is using the data dir {}; waiting up to {} \
+                         for it to exit (a restart's previous agent), then giving up: stop it, or \
+                         choose another --data-dir",
+                        dir.display(),
+                        humantime::format_duration(LOCK_WAIT)
+                    );
+                }
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
             Err(rustix::io::Errno::WOULDBLOCK) => {

@@ -61,23 +61,27 @@ pub struct Client {
 impl Client {
     /// Resolves the address and the token: flags, then environment, then defaults.
     pub fn from_args(args: &GlobalArgs) -> anyhow::Result<Self> {
-        let ca = args
-            .ca_cert
-            .clone()
-            .or_else(|| env::var(env::CSIVOL_CACERT).map(PathBuf::from));
+        let ca = match &args.ca_cert {
+            Some(ca) => Some(ca.clone()),
+            None => env::setting(env::CSIVOL_CACERT)
+                .map_err(empty_setting)?
+                .map(PathBuf::from),
+        };
         // The default CA file, when it is the one used: a refusal then says where it came
         // from (a dev cluster may have put it there).
         let default_ca = ca.is_none().then(env::default_ca_file).flatten();
         let ca = ca.or_else(|| default_ca.clone());
         let addr = match args.addr.is_empty() {
             false => args.addr.join(","),
-            true => env::var(env::CSIVOL_ADDR).unwrap_or_else(|| {
-                if env::default_ca_file().is_some() {
-                    env::DEFAULT_TLS_ADDR.to_owned()
-                } else {
-                    env::DEFAULT_ADDR.to_owned()
-                }
-            }),
+            true => env::setting(env::CSIVOL_ADDR)
+                .map_err(empty_setting)?
+                .unwrap_or_else(|| {
+                    if env::default_ca_file().is_some() {
+                        env::DEFAULT_TLS_ADDR.to_owned()
+                    } else {
+                        env::DEFAULT_ADDR.to_owned()
+                    }
+                }),
         };
         // Several servers of one cluster (etcd store): comma-separated or `--addr` repeated;
         // a server that cannot be reached is passed over for the next.
@@ -483,14 +487,45 @@ fn dev_record(path: &std::path::Path) -> Option<String> {
     record.lines().nth(1).map(str::to_owned)
 }
 
+/// A setting the environment gives as nothing: a usage error naming the variable.
+fn empty_setting(e: env::SetButEmpty) -> Failure {
+    Failure::usage(e.to_string()).hint(format!(
+        "give {} a value, or unset it to use the default",
+        e.0
+    ))
+}
+
+/// The token from the first place that gives one: `--token`, `CSIVOL_TOKEN`, the file named
+/// by `CSIVOL_TOKEN_FILE`, the default token file. A place that is set but empty stops the
+/// search with exit 7: an empty secret is a mistake (a CI secret that did not expand), and
+/// going on would use a token the caller did not choose, perhaps a stronger one.
 fn resolve_token(flag: Option<&str>) -> anyhow::Result<(Option<String>, TokenSource)> {
+    let empty = |source: &str| {
+        let (what, value) = match source {
+            "--token" => ("--token is empty", "the token"),
+            s if s == env::CSIVOL_TOKEN_FILE => (
+                "CSIVOL_TOKEN_FILE is set but empty",
+                "the path of a token file",
+            ),
+            _ => ("CSIVOL_TOKEN is set but empty", "the token"),
+        };
+        Failure::new(Exit::Unauthorized, format!("{what}: no token was sent")).hint(format!(
+            "give {source} {value} (a CI secret that did not expand leaves it empty); an empty \
+             one is never passed over for another token"
+        ))
+    };
     if let Some(t) = flag {
+        if t.trim().is_empty() {
+            return Err(empty("--token").into());
+        }
         return Ok((Some(t.trim().to_owned()), TokenSource::Flag));
     }
-    if let Some(t) = env::var(env::CSIVOL_TOKEN) {
+    let from_env = env::setting(env::CSIVOL_TOKEN).map_err(|e| empty(e.0))?;
+    if let Some(t) = from_env {
         return Ok((Some(t.trim().to_owned()), TokenSource::Env));
     }
-    if let Some(path) = env::var(env::CSIVOL_TOKEN_FILE) {
+    let file = env::setting(env::CSIVOL_TOKEN_FILE).map_err(|e| empty(e.0))?;
+    if let Some(path) = file {
         let path = PathBuf::from(path);
         let token = read_token_file(&path).map_err(|e| {
             Failure::usage(format!(

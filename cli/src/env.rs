@@ -5,11 +5,13 @@ use std::path::PathBuf;
 /// The server's address, e.g. `http://127.0.0.1:7420`; `--addr` wins over it.
 pub const CSIVOL_ADDR: &str = "CSIVOL_ADDR";
 
-/// An API token; `--token` wins over it, and it wins over `CSIVOL_TOKEN_FILE`.
+/// An API token; `--token` wins over it, and it wins over `CSIVOL_TOKEN_FILE`. Set but
+/// empty, it is an error (exit 7), not a reason to read `CSIVOL_TOKEN_FILE`.
 pub const CSIVOL_TOKEN: &str = "CSIVOL_TOKEN";
 
 /// A file holding an API token (surrounding whitespace is ignored), used when neither
-/// `--token` nor `CSIVOL_TOKEN` gives one.
+/// `--token` nor `CSIVOL_TOKEN` is set. Set but empty, it is an error (exit 7), not a
+/// reason to read the default token file.
 pub const CSIVOL_TOKEN_FILE: &str = "CSIVOL_TOKEN_FILE";
 
 /// The CA certificate (PEM) that signed the server's certificate; `--ca-cert` wins over
@@ -65,10 +67,36 @@ pub const DEV_TOKEN_RECORD: &str = "token.from-dev";
 /// The same beside the default CA file, when dev mode wrote that CA.
 pub const DEV_CA_RECORD: &str = "ca.from-dev";
 
-/// A variable's value, treating an empty one as unset.
+/// A variable's value, treating an empty one as unset: only for the variables whose
+/// conventions say so (`NO_COLOR`, `COLUMNS`, the XDG base directories, `HOME`) and for CI
+/// systems' job ids, none of which chooses a server or a credential.
 pub fn var(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
 }
+
+/// A csivol setting from the environment: `Ok(None)` when the variable is unset. One that
+/// is set but empty (or blank) is an error naming it, never a reason to go on to the next
+/// source: `CSIVOL_TOKEN="$(cat "$MISSING_FILE")"` in a CI job must fail, not let the job
+/// run with a stronger token from `CSIVOL_TOKEN_FILE` or the default token file.
+pub fn setting(name: &'static str) -> Result<Option<String>, SetButEmpty> {
+    match std::env::var_os(name) {
+        None => Ok(None),
+        Some(v) if v.to_string_lossy().trim().is_empty() => Err(SetButEmpty(name)),
+        Some(v) => Ok(Some(v.to_string_lossy().into_owned())),
+    }
+}
+
+/// A variable that is set to nothing (see [`setting`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SetButEmpty(pub &'static str);
+
+impl std::fmt::Display for SetButEmpty {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} is set but empty", self.0)
+    }
+}
+
+impl std::error::Error for SetButEmpty {}
 
 /// `$XDG_CONFIG_HOME/csivol/token`, else `~/.config/csivol/token`.
 pub fn default_token_file() -> Option<PathBuf> {
@@ -80,9 +108,15 @@ pub fn default_ca_file() -> Option<PathBuf> {
     Some(config_dir()?.join(DEFAULT_CA_FILE)).filter(|p| p.exists())
 }
 
+/// `$XDG_CONFIG_HOME`, else `~/.config`: the XDG Base Directory Specification asks that an
+/// unset or empty `XDG_CONFIG_HOME`, or a relative one, be taken as not given (dev mode,
+/// which writes the files read here, reads it the same way).
 fn config_dir() -> Option<PathBuf> {
-    Some(match var(XDG_CONFIG_HOME) {
-        Some(dir) => PathBuf::from(dir),
+    let xdg = var(XDG_CONFIG_HOME)
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute());
+    Some(match xdg {
+        Some(dir) => dir,
         None => PathBuf::from(var(HOME)?).join(".config"),
     })
 }
@@ -101,24 +135,29 @@ pub fn columns() -> Option<u16> {
 pub const DOCUMENTED: &[(&str, &str)] = &[
     (
         CSIVOL_ADDR,
-        "The server's address, e.g. http://127.0.0.1:7420. --addr wins over it.",
+        "The server's address, e.g. http://127.0.0.1:7420. --addr wins over it. Set but \
+         empty, it is a usage error, not the default address.",
     ),
     (
         CSIVOL_TOKEN,
-        "The API token. --token wins over it; it wins over CSIVOL_TOKEN_FILE.",
+        "The API token. --token wins over it; it wins over CSIVOL_TOKEN_FILE. Set but empty, \
+         it is an error (exit 7): csivol never goes on to another token then.",
     ),
     (
         CSIVOL_TOKEN_FILE,
-        "A file holding the API token, used when neither --token nor CSIVOL_TOKEN is given.",
+        "A file holding the API token, used when neither --token nor CSIVOL_TOKEN is set. Set \
+         but empty, it is an error (exit 7).",
     ),
     (
         CSIVOL_CACERT,
         "The CA certificate (PEM) that signed the server's certificate. --ca-cert wins over it; \
-         without either, $XDG_CONFIG_HOME/csivol/ca.pem when it exists, else the system's roots.",
+         without either, $XDG_CONFIG_HOME/csivol/ca.pem when it exists, else the system's roots. \
+         Set but empty, it is a usage error.",
     ),
     (
         CSIVOL_NODE,
-        "The node claim and run use when --node is not given.",
+        "The node claim and run use when --node is not given. Set but empty, it is a usage \
+         error.",
     ),
     (
         NO_COLOR,
@@ -132,6 +171,6 @@ pub const DOCUMENTED: &[(&str, &str)] = &[
     (
         XDG_CONFIG_HOME,
         "Where the default token and CA files are looked for: $XDG_CONFIG_HOME/csivol/token \
-         and ca.pem (~/.config/csivol/ when unset).",
+         and ca.pem (~/.config/csivol/ when unset, empty or not an absolute path).",
     ),
 ];

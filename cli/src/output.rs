@@ -150,14 +150,41 @@ impl Out {
 
     // ---- stderr ----
 
-    /// A note for the person at the terminal (not with `-q`).
+    /// A command's result when nothing is left to print (a claim released, a snapshot
+    /// deleted, a token revoked): `note` for people; with `-o json` instead one document on
+    /// stdout, `{"outcome": ..., ...}` (`outcome` and the names in it), so that every
+    /// outcome in JSON mode is one document.
+    pub fn done(&self, note: impl AsRef<str>, outcome: serde_json::Value) -> anyhow::Result<()> {
+        if self.json_mode() {
+            return self.json(&outcome);
+        }
+        self.note(note);
+        Ok(())
+    }
+
+    /// A note for the person at the terminal (not with `-q`, nor with `-o json`, where
+    /// stderr carries JSON only).
     pub fn note(&self, text: impl AsRef<str>) {
-        if !self.quiet {
+        if !self.quiet && !self.json_mode() {
             eprintln!("{}", escape::lines(text.as_ref()));
         }
     }
 
+    /// What a confirmation prompt asks about, said before it: a note, shown with `-o json`
+    /// too when stdin is a terminal, where the prompt follows.
+    pub fn before_prompt(&self, text: impl AsRef<str>) {
+        if !self.quiet && (!self.json_mode() || self.stdin_tty) {
+            eprintln!("{}", escape::lines(text.as_ref()));
+        }
+    }
+
+    /// A warning on stderr; with `-o json`, as one JSON line `{"warning": "..."}`, so that
+    /// stderr holds JSON documents only.
     pub fn warn(&self, text: impl AsRef<str>) {
+        if self.json_mode() {
+            eprintln!("{}", serde_json::json!({ "warning": text.as_ref() }));
+            return;
+        }
         let label = Style::new()
             .yellow()
             .bold()
@@ -226,9 +253,10 @@ impl Out {
         !self.quiet && self.stderr_tty && !self.json_mode()
     }
 
-    /// Progress of a wait: a spinner on a terminal, otherwise a line per change.
+    /// Progress of a wait: a spinner on a terminal, otherwise a line per change; none with
+    /// `-q` or `-o json`.
     pub fn progress(&self) -> Progress {
-        if self.quiet {
+        if self.quiet || self.json_mode() {
             return Progress::Silent;
         }
         if self.live_progress() {
@@ -347,7 +375,7 @@ pub fn waiting(w: &csivol_api::ClaimWaiting) -> String {
         "{}: {} of {}",
         w.reason,
         short_duration(waited),
-        short_duration(Duration::from_millis(w.timeout_ms))
+        given_duration(Duration::from_millis(w.timeout_ms))
     )
 }
 
@@ -364,6 +392,21 @@ pub fn short_duration(d: Duration) -> String {
     } else {
         format!("{}{}{}{}", big.0, big.1, small.0, small.1)
     }
+}
+
+/// A duration someone set (a `--timeout`, a TTL), exactly as short as it reads: whole
+/// seconds as [`short_duration`] shows them (`2m`, `1m30s`), anything finer to the
+/// millisecond (`1ms`, `1s500ms`), never rounded down to `0s`.
+pub fn given_duration(d: Duration) -> String {
+    if d.subsec_nanos() == 0 {
+        return short_duration(d);
+    }
+    let d = if d >= Duration::from_millis(1) {
+        Duration::from_millis(d.as_millis() as u64)
+    } else {
+        d
+    };
+    humantime::format_duration(d).to_string().replace(' ', "")
 }
 
 /// `-` for nothing, so empty table cells still read as "none".
@@ -396,6 +439,16 @@ mod tests {
         );
         assert!(when("2020-01-01T00:00:00.000Z").ends_with(" ago)"));
         assert!(when("2999-01-01T00:00:00Z").starts_with("2999-01-01T00:00:00Z (in "));
+    }
+
+    #[test]
+    fn given_durations_are_never_rounded_to_nothing() {
+        let ms = |n| given_duration(Duration::from_millis(n));
+        assert_eq!(ms(1), "1ms");
+        assert_eq!(ms(1500), "1s500ms");
+        assert_eq!(ms(120_000), "2m");
+        assert_eq!(ms(90_000), "1m30s");
+        assert_eq!(given_duration(Duration::from_micros(300)), "300us");
     }
 
     #[test]

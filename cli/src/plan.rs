@@ -97,13 +97,13 @@ pub async fn carry_out<O: Outcome>(
         if let Some(w) = &action.warning {
             text.push_str(w);
         }
-        ctx.out.note(text.trim_end());
+        ctx.out.before_prompt(text.trim_end());
     }
     ctx.out.confirm(&action.what, confirm.yes, true)?;
     if let Some(second) = &action.second_confirmation
         && !confirm.yes
     {
-        ctx.out.note(second);
+        ctx.out.before_prompt(second);
         ctx.out.confirm(&action.what, confirm.yes, true)?;
     }
     let (path, body) = (&action.path, (action.body)(false));

@@ -10,7 +10,7 @@ use csivol_api::{
     PlannedAction, Plugin, PluginObservation, Volume, VolumeState,
 };
 
-use crate::output::{Out, age, bytes, or_dash, short_duration, time, when};
+use crate::output::{Out, age, bytes, given_duration, or_dash, short_duration, time, when};
 
 fn cell(s: impl ToString) -> String {
     s.to_string()
@@ -468,7 +468,7 @@ pub fn nodes(out: &Out, ns: &[Node]) -> anyhow::Result<()> {
 /// A node's heartbeat against the TTL: `2s ago, TTL 10s` while all is well, `no heartbeat
 /// for 7s; lost in 3s` once it is at risk (see [`Node::at_risk`]).
 pub fn heartbeat(n: &Node) -> String {
-    let ttl = short_duration(Duration::from_millis(n.heartbeat_ttl_ms));
+    let ttl = given_duration(Duration::from_millis(n.heartbeat_ttl_ms));
     match (n.status, n.silent_ms, n.lost_in_ms()) {
         (NodeStatus::Lost, _, _) => format!("none for over {ttl} (the TTL)"),
         (NodeStatus::Stopped, _, _) => "none: its agent stopped in order".to_owned(),

@@ -9,7 +9,7 @@ use csivol_api::{AttachmentState, Claim, ClaimState, Event, Volume};
 use crate::client::{Answer, MAX_BLOCK};
 use crate::ctx::Ctx;
 use crate::failure::{Exit, Failure};
-use crate::output::short_duration;
+use crate::output::given_duration;
 
 /// When a wait gives up, and the `--timeout` it came from (for messages).
 #[derive(Clone, Copy, Debug)]
@@ -106,7 +106,78 @@ fn unblock_hint(volume: &str, node: &str) -> String {
     )
 }
 
-/// Follows a claim until `goal`. Returns the ready claim, or `None` once it is gone.
+/// A claim wait that ran out of time, with the claim as last seen: the caller says what
+/// became of the claim ([`ClaimTimedOut::kept`], [`ClaimTimedOut::released`]), so that the
+/// one message it prints is true once it has acted.
+#[derive(Debug, Clone)]
+pub struct ClaimTimedOut {
+    pub claim: Claim,
+    pub goal: ClaimGoal,
+    pub timeout: Duration,
+}
+
+impl ClaimTimedOut {
+    fn waited(&self) -> String {
+        let c = &self.claim;
+        let goal = match self.goal {
+            ClaimGoal::Ready => "ready",
+            ClaimGoal::Gone => "released",
+        };
+        format!(
+            "timed out after {} waiting for the claim of alloc {} on volume {} to be {goal}",
+            given_duration(self.timeout),
+            c.alloc,
+            c.volume
+        )
+    }
+
+    /// The claim stays as it is: where it stands, and what to do about it.
+    pub fn kept(&self) -> Failure {
+        let (volume, alloc) = (&self.claim.volume, &self.claim.alloc);
+        let (stands, hint) = match self.goal {
+            ClaimGoal::Ready => (
+                "the claim still exists and is",
+                format!(
+                    "release it with `csivol release {volume} --alloc {alloc}` (or claim with \
+                     --release-on-timeout), or wait longer with --timeout; `csivol status {volume}` \
+                     shows its claims and attachments"
+                ),
+            ),
+            ClaimGoal::Gone => (
+                "it is",
+                format!(
+                    "`csivol status {volume}` shows its claims and attachments; wait longer with --timeout"
+                ),
+            ),
+        };
+        Failure::new(
+            Exit::TimedOut,
+            format!(
+                "{}; {stands} {}",
+                self.waited(),
+                describe_claim(&self.claim)
+            ),
+        )
+        .hint(hint)
+    }
+
+    /// The caller released the claim after the wait gave up (`what` says what was
+    /// released and what follows): where it stood, then that.
+    pub fn released(&self, what: &str, hint: String) -> Failure {
+        Failure::new(
+            Exit::TimedOut,
+            format!(
+                "{} (it was {}); {what}",
+                self.waited(),
+                describe_claim(&self.claim)
+            ),
+        )
+        .hint(hint)
+    }
+}
+
+/// Follows a claim until `goal`. Returns the ready claim, or `None` once it is gone; a
+/// timeout leaves the claim as it is and says so.
 pub async fn claim(
     ctx: &Ctx,
     start: Claim,
@@ -114,6 +185,20 @@ pub async fn claim(
     goal: ClaimGoal,
     deadline: Deadline,
 ) -> anyhow::Result<Option<Claim>> {
+    match claim_until(ctx, start, index, goal, deadline).await? {
+        Ok(c) => Ok(c),
+        Err(t) => Err(t.kept().into()),
+    }
+}
+
+/// [`claim`], with a timeout given back to the caller to say what it does about it.
+pub async fn claim_until(
+    ctx: &Ctx,
+    start: Claim,
+    index: u64,
+    goal: ClaimGoal,
+    deadline: Deadline,
+) -> anyhow::Result<Result<Option<Claim>, ClaimTimedOut>> {
     let (volume, alloc) = (start.volume.clone(), start.alloc.clone());
     let who = format!("the claim of alloc {alloc} on volume {volume}");
     let path = format!("/v1/volumes/{volume}/claims/{alloc}");
@@ -124,7 +209,7 @@ pub async fn claim(
         match (&current, goal) {
             (None, ClaimGoal::Gone) => {
                 progress.finish();
-                return Ok(None);
+                return Ok(Ok(None));
             }
             (None, ClaimGoal::Ready) => {
                 progress.finish();
@@ -150,7 +235,7 @@ pub async fn claim(
             (Some(c), ClaimGoal::Ready) => match c.state {
                 ClaimState::Ready => {
                     progress.finish();
-                    return Ok(current);
+                    return Ok(Ok(current));
                 }
                 ClaimState::Failed => {
                     progress.finish();
@@ -185,32 +270,11 @@ pub async fn claim(
         let left = deadline.left();
         if left.is_zero() {
             progress.finish();
-            let (goal, hint) = match goal {
-                ClaimGoal::Ready => (
-                    "to be ready; the claim still exists and is",
-                    format!(
-                        "release it with `csivol release {volume} --alloc {alloc}` (or claim with \
-                         --release-on-timeout), or wait longer with --timeout; `csivol status {volume}` \
-                         shows its claims and attachments"
-                    ),
-                ),
-                ClaimGoal::Gone => (
-                    "to be released; it is",
-                    format!(
-                        "`csivol status {volume}` shows its claims and attachments; wait longer with --timeout"
-                    ),
-                ),
-            };
-            return Err(Failure::new(
-                Exit::TimedOut,
-                format!(
-                    "timed out after {} waiting for {who} {goal} {}",
-                    short_duration(deadline.timeout),
-                    describe_claim(c)
-                ),
-            )
-            .hint(hint)
-            .into());
+            return Ok(Err(ClaimTimedOut {
+                claim: c.clone(),
+                goal,
+                timeout: deadline.timeout,
+            }));
         }
         let answer: Option<Answer<Claim>> = ctx
             .client
@@ -315,7 +379,7 @@ pub async fn follow<T: serde::de::DeserializeOwned>(
                 Exit::TimedOut,
                 format!(
                     "timed out after {} waiting for {what} {name} {goal}; where it stands: {where_}",
-                    short_duration(deadline.timeout)
+                    given_duration(deadline.timeout)
                 ),
             )
             .hint(format!(

@@ -5,8 +5,9 @@
 pub mod lock;
 pub mod modes;
 
-/// SIGTERM and SIGINT, listened for from the moment it is made: a signal that comes
-/// before anyone waits (while a program is still starting) is kept for the next
+/// SIGTERM and SIGINT, how the server, the node agent and dev mode are asked to stop,
+/// listened for from the moment it is made: each holds one from its first step. A signal
+/// that comes before anyone waits (while a program is still starting) is kept for the next
 /// [`Shutdown::wait`] instead of stopping the process with the default action, which
 /// would skip its orderly stop.
 pub struct Shutdown {
@@ -27,6 +28,16 @@ impl Shutdown {
         Self { signals }
     }
 
+    /// Whether a SIGTERM or SIGINT came since the last wait, without waiting: a program
+    /// that finished a step it would not break off looks before it takes the next.
+    pub async fn pending(&mut self) -> bool {
+        tokio::select! {
+            biased;
+            () = self.wait() => true,
+            () = std::future::ready(()) => false,
+        }
+    }
+
     /// Completes on the next SIGTERM or SIGINT, or on one that came since the last wait.
     /// Without signal handlers (which should not happen) it never completes, and the
     /// process still stops when killed.
@@ -39,13 +50,6 @@ impl Shutdown {
             _ = int.recv() => {}
         }
     }
-}
-
-/// Completes on SIGTERM or SIGINT: how the server, the node agent and dev mode are asked to
-/// stop. It listens from its first poll; a program that must not be stopped by the
-/// default action while it starts holds a [`Shutdown`] from its first step instead.
-pub async fn shutdown_signal() {
-    Shutdown::listen().wait().await;
 }
 
 /// Logs to stderr, filtered by `RUST_LOG` (default `info`): a level, and `target=level`

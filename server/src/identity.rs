@@ -202,10 +202,17 @@ pub fn write_id(dir: &Path, id: &str) -> anyhow::Result<()> {
         .with_context(|| format!("failed to write {}", path.display()))
 }
 
+/// Written 0600 from the start, as every file in the data dir is.
 fn write_durably(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
     let tmp = path.with_extension("tmp");
-    let mut f = std::fs::File::create(&tmp)?;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)?;
     f.write_all(bytes)?;
     f.sync_all()?;
     std::fs::rename(&tmp, path)?;

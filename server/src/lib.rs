@@ -377,10 +377,7 @@ impl ServerConfig {
                 }
                 Some(etcd::EtcdConfig {
                     endpoints,
-                    prefix: args
-                        .etcd_prefix
-                        .or(file.etcd_prefix)
-                        .unwrap_or_else(|| etcd::DEFAULT_PREFIX.to_owned()),
+                    prefix: etcd::args::prefix(args.etcd_prefix.or(file.etcd_prefix))?,
                     lease_ttl,
                     max_txn_ops: args
                         .etcd_max_txn_ops
@@ -473,9 +470,35 @@ pub async fn run(command: Command) -> anyhow::Result<()> {
         Command::Tls(cmd) => return tls::run(cmd),
         Command::Dev(args) => return dev::run(args).await,
     };
+    // Listening from the first step: a stop while the server starts (waiting for etcd,
+    // checking its database) is taken in order, never by the signal's default action.
+    let mut shutdown = csivol_daemon::Shutdown::listen();
     let check = args.check;
-    let server = Server::start_checked(ServerConfig::resolve(args)?, check).await?;
-    server.serve(shutdown_signal()).await
+    let cfg = ServerConfig::resolve(args)?;
+    let Some(server) = Server::start_until(cfg, check, &mut shutdown).await? else {
+        return Ok(());
+    };
+    if shutdown.pending().await {
+        tracing::info!("asked to stop while starting: stopping before serving anything");
+        return Ok(());
+    }
+    server
+        .serve(async move {
+            shutdown.wait().await;
+            tracing::info!("stopping");
+        })
+        .await
+}
+
+/// What the first part of a start opened ([`Server::open`]).
+struct Opened {
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    listener: TcpListener,
+    lock: rustix::fd::OwnedFd,
+    db: Db,
+    cluster: Option<etcd::Cluster>,
+    cluster_id: String,
+    tokens: Arc<auth::Tokens>,
 }
 
 /// A started server: state opened, port bound, ready to serve.
@@ -497,6 +520,37 @@ impl Server {
 
     /// [`Server::start`], with `PRAGMA integrity_check` over the database first if `check`.
     pub async fn start_checked(cfg: ServerConfig, check: bool) -> anyhow::Result<Self> {
+        let opened = Self::open(&cfg, check).await?;
+        Self::assemble(cfg, opened).await
+    }
+
+    /// [`Server::start_checked`], stopped by `stop`: while the server opens its state
+    /// (waiting for etcd, checking the database) at once, which leaves nothing half-made
+    /// (what that step writes is complete when written, or rebuilt at every start: the etcd
+    /// store's mirror); past that, once the start is complete. `None` when it stopped.
+    pub async fn start_until(
+        cfg: ServerConfig,
+        check: bool,
+        stop: &mut csivol_daemon::Shutdown,
+    ) -> anyhow::Result<Option<Self>> {
+        let opened = tokio::select! {
+            biased;
+            () = stop.wait() => {
+                tracing::info!(
+                    "asked to stop while starting: stopped before serving anything; the data \
+                     dir holds no half-made state"
+                );
+                return Ok(None);
+            }
+            opened = Self::open(&cfg, check) => opened?,
+        };
+        // Creating a new cluster's first operator token (in the database, then its file)
+        // is not broken off: a token recorded without its file would lock the operator out.
+        Self::assemble(cfg, opened).await.map(Some)
+    }
+
+    /// The part of a start that a stop may break off: everything up to the state opened.
+    async fn open(cfg: &ServerConfig, check: bool) -> anyhow::Result<Opened> {
         // The transport is settled first: a server that refuses to serve (plain HTTP off
         // loopback, unreadable certificates) must leave nothing behind, not a data dir with a
         // new cluster's key, operator token and database in it.
@@ -517,6 +571,11 @@ impl Server {
                 None
             }
         };
+        // Then the port: a server that cannot listen (the port in use) leaves nothing behind
+        // either. Connections wait in the backlog until the server serves.
+        let listener = TcpListener::bind(cfg.listen)
+            .await
+            .with_context(|| format!("failed to listen on {}", cfg.listen))?;
         create_private_dir(&cfg.data_dir)?;
         let lock = identity::lock(&cfg.data_dir)?;
         if cfg.etcd.is_none() {
@@ -574,6 +633,29 @@ impl Server {
                 .await
                 .map_err(|e| anyhow::anyhow!("{e}"))?,
         );
+        Ok(Opened {
+            tls,
+            listener,
+            lock,
+            db,
+            cluster,
+            cluster_id,
+            tokens,
+        })
+    }
+
+    /// The rest of a start, taken whole: a new cluster's first operator token, and the
+    /// server's parts put together.
+    async fn assemble(cfg: ServerConfig, opened: Opened) -> anyhow::Result<Self> {
+        let Opened {
+            tls,
+            listener,
+            lock,
+            db,
+            cluster,
+            cluster_id,
+            tokens,
+        } = opened;
         if tokens.is_empty() {
             let token_path = cfg.data_dir.join(OPERATOR_TOKEN_FILE);
             let t = db
@@ -640,9 +722,6 @@ impl Server {
             metrics: Arc::clone(&metrics),
             request_memory: cfg.request_memory,
         };
-        let listener = TcpListener::bind(cfg.listen)
-            .await
-            .with_context(|| format!("failed to listen on {}", cfg.listen))?;
         let addr = listener.local_addr()?;
         let addr_file = cfg.data_dir.join(ADDR_FILE);
         write_atomic(&addr_file, format!("{scheme}://{addr}\n").as_bytes())
@@ -736,15 +815,20 @@ fn create_private_dir(dir: &Path) -> anyhow::Result<()> {
         .with_context(|| format!("failed to tighten the files in {}", dir.display()))
 }
 
+/// Written 0600 from the start, as every file in the data dir is.
 fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
     let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, bytes)?;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    f.write_all(bytes)?;
+    drop(f);
     std::fs::rename(tmp, path)
-}
-
-async fn shutdown_signal() {
-    csivol_daemon::shutdown_signal().await;
-    tracing::info!("stopping");
 }
 
 #[cfg(test)]

@@ -251,6 +251,16 @@ pub(super) async fn run_job(shared: Arc<Shared>, job: Job, ctx: JobContext) -> O
             }
             Ok(()) => {
                 tracing::info!(volume = vol, alloc, target = %step.target.display(), "published and ready");
+                // A new mount: the server forgets the condition reported for the old one, so
+                // the next check reports whatever the plugin says of this one.
+                shared
+                    .conditions
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&ClaimRef {
+                        volume: vol.clone(),
+                        alloc: alloc.to_owned(),
+                    });
                 shared.report(Report::Published {
                     volume: vol.clone(),
                     alloc: alloc.to_owned(),

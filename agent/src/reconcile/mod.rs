@@ -49,6 +49,30 @@ pub enum StartError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Connect(#[from] ConnectError),
+    /// Asked to stop while starting ([`Core::start_until`]): the step under way was
+    /// finished and recorded in `agent.db`; the next start goes on from there.
+    #[error("asked to stop while starting")]
+    Stopped,
+}
+
+/// Completes once `stop` says to stop; never when its sender is gone without saying so.
+async fn stop_asked(stop: &mut watch::Receiver<bool>) {
+    if stop.wait_for(|s| *s).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// `step`, unless a stop is asked first: for the steps of a start that record nothing
+/// (waiting for the data dir's lock, for the plugins to answer), which may be dropped.
+async fn unless_stopped<T>(
+    stop: &mut watch::Receiver<bool>,
+    step: impl Future<Output = T>,
+) -> Result<T, StartError> {
+    tokio::select! {
+        biased;
+        () = stop_asked(stop) => Err(StartError::Stopped),
+        out = step => Ok(out),
+    }
 }
 
 /// State shared by the loop and its workers.
@@ -235,10 +259,21 @@ impl Core {
     pub async fn start(
         cfg: CoreConfig,
     ) -> Result<(Self, mpsc::UnboundedReceiver<Report>), StartError> {
+        Self::start_until(cfg, watch::channel(false).1).await
+    }
+
+    /// [`Core::start`], stopped in order when `stop` turns true: waiting for the data
+    /// dir's lock or for the plugins is given up at once (nothing is recorded then), and
+    /// recovery stops after the step under way, which is recorded in `agent.db` as every
+    /// step is; the next start finishes what is left. Then [`StartError::Stopped`].
+    pub async fn start_until(
+        cfg: CoreConfig,
+        mut stop: watch::Receiver<bool>,
+    ) -> Result<(Self, mpsc::UnboundedReceiver<Report>), StartError> {
         let data_dir = prepare_data_dir(&cfg.data_dir)?;
-        let (store, rebooted) = Store::open(&data_dir).await?;
+        let (store, rebooted) = unless_stopped(&mut stop, Store::open(&data_dir)).await??;
         let mounts = MountWatch::open().map_err(|source| StartError::MountTable { source })?;
-        let plugins = Plugins::connect(&cfg).await?;
+        let plugins = unless_stopped(&mut stop, Plugins::connect(&cfg)).await??;
         let staging_plugins = plugins
             .node
             .values()
@@ -261,7 +296,9 @@ impl Core {
             limits_wake: tokio::sync::Notify::new(),
             volume_locks: Default::default(),
         });
-        recover(&shared, rebooted).await;
+        if !recover(&shared, rebooted, &stop).await {
+            return Err(StartError::Stopped);
+        }
         let fence = shared.store.open_fence().await?;
         let (control_tx, control_rx) = mpsc::unbounded_channel();
         let initial = match fence {

@@ -7,6 +7,8 @@ use std::path::PathBuf;
 use crate::mounts::{self};
 use crate::verify;
 
+use tokio::sync::watch;
+
 use super::Shared;
 use super::steps::{StepError, unpublish, unstage};
 
@@ -16,7 +18,18 @@ const RECOVERY_ATTEMPTS: u32 = 5;
 /// Finishes or undoes what was in flight when the agent stopped, before it registers: the
 /// records checked against one snapshot of the mount table (`verify::plan`), then the plan
 /// carried out. What cannot be undone now stays recorded as uncertain; the loop retries it.
-pub(super) async fn recover(shared: &Shared, rebooted: bool) {
+/// A stop asked meanwhile (`stop` true) is taken between steps, never inside one: `false`
+/// then, with every step taken recorded, and the rest left to the next start.
+pub(super) async fn recover(shared: &Shared, rebooted: bool, stop: &watch::Receiver<bool>) -> bool {
+    let stopping = || {
+        let asked = *stop.borrow();
+        if asked {
+            tracing::info!(
+                "recovery: asked to stop; every step taken is recorded in agent.db, and the next start finishes the rest"
+            );
+        }
+        asked
+    };
     let store = &shared.store;
     if rebooted {
         tracing::info!("the machine rebooted since the last run: undoing every recorded mount");
@@ -73,6 +86,9 @@ pub(super) async fn recover(shared: &Shared, rebooted: bool) {
         }
     }
     for p in &plan.take_down {
+        if stopping() {
+            return false;
+        }
         tracing::info!(
             volume = p.volume,
             alloc = p.alloc,
@@ -80,9 +96,12 @@ pub(super) async fn recover(shared: &Shared, rebooted: bool) {
             state = p.state.as_str(),
             "recovery: taking down a publication that may be incomplete"
         );
-        retry_recovery(shared, "unpublish", || unpublish(shared, p)).await;
+        retry_recovery(shared, "unpublish", stop, || unpublish(shared, p)).await;
     }
     for s in &plan.unstage {
+        if stopping() {
+            return false;
+        }
         if store.staging_in_use(&s.path) {
             // A take-down above failed: the loop retries it, then unstages.
             continue;
@@ -93,20 +112,27 @@ pub(super) async fn recover(shared: &Shared, rebooted: bool) {
             state = s.state.as_str(),
             "recovery: unstaging a staging that may be incomplete"
         );
-        retry_recovery(shared, "unstage", || unstage(shared, s)).await;
+        retry_recovery(shared, "unstage", stop, || unstage(shared, s)).await;
     }
     warn_unknown_mounts(shared);
+    !*stop.borrow()
 }
 
-async fn retry_recovery<F, Fut>(shared: &Shared, what: &str, mut step: F)
-where
+/// Tries `step` a few times; a stop asked meanwhile ends the retries (the step stays
+/// recorded as uncertain for the next start).
+async fn retry_recovery<F, Fut>(
+    shared: &Shared,
+    what: &str,
+    stop: &watch::Receiver<bool>,
+    mut step: F,
+) where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<(), StepError>>,
 {
     for attempt in 1..=RECOVERY_ATTEMPTS {
         match step().await {
             Ok(()) => return,
-            Err(e) if attempt == RECOVERY_ATTEMPTS => {
+            Err(e) if attempt == RECOVERY_ATTEMPTS || *stop.borrow() => {
                 tracing::warn!("recovery: failed to {what}, will keep retrying: {e}");
             }
             Err(e) => {

@@ -15,5 +15,6 @@ mod reconcile;
 mod recovery;
 mod shapes;
 mod spellings;
+mod start;
 mod support;
 mod truth;

@@ -149,6 +149,13 @@ impl AgentProc {
         )
     }
 
+    /// Another `csivol-agent run` with the same flags (the same data dir), logging to `log`.
+    pub fn another(&self, log: &Path) -> Proc {
+        let mut cmd = Command::new(bin_path("csivol-agent"));
+        cmd.args(&self.args).env("RUST_LOG", "csivol_agent=debug");
+        Proc::spawn("a second csivol-agent run", cmd, log)
+    }
+
     /// SIGKILL, then start again with the same flags.
     pub fn restart_after_kill(&mut self) {
         self.proc.kill();

@@ -434,6 +434,44 @@ async fn an_abnormal_volume_condition_is_shown_on_the_claim() {
     wait_events(&api, "v1", "volume-condition", 2).await;
 }
 
+/// A target unmounted behind the agent: the plugin reports it abnormal ("... is not
+/// mounted") and the drift is repaired; once repaired, `csivol claim list` shows no
+/// condition of the mount that went away, not even until the next resync.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repaired_claim_shows_no_condition_of_the_mount_it_replaced() {
+    let dir = TestDir::new("node-truth-repaired-condition");
+    // Resyncs far enough apart that the one after the repair cannot hide a stale condition.
+    let config = dir.join("agent.toml");
+    std::fs::write(&config, "resync_interval = \"5s\"\n").unwrap();
+    let OneNode {
+        server,
+        api,
+        hp: _hp,
+        agent,
+    } = OneNode::start(&dir, &[], &[], &[&format!("--config={}", config.display())]).await;
+    let _logs = Logs(&agent);
+    create_volume(&api, "v1", "single-node-writer").await;
+    claim(&api, "v1", "a1").await;
+    let target = ready(&api, "v1", "a1").await;
+
+    unmount(&target, UnmountFlags::empty()).unwrap();
+    wait_events(&api, "v1", "claim-repaired", 1).await;
+    let mut cmd = std::process::Command::new(csivol_tests::bin_path("csivol"));
+    cmd.args(["claim", "list", "--volume", "v1", "-o", "json"])
+        .env("CSIVOL_ADDR", server.url())
+        .env("CSIVOL_TOKEN", server.api.token.as_deref().unwrap())
+        .env_remove("CSIVOL_TOKEN_FILE");
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let claims: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let c = &claims[0];
+    assert_eq!(c["state"], "ready", "{claims}");
+    assert!(
+        c.get("condition").is_none_or(|v| v.is_null()),
+        "no condition of the mount the repair replaced: {claims}"
+    );
+}
+
 /// The readiness check on real mounts: a target bound from an empty directory of the node
 /// is refused, a target bound from the mounted staging is ready, and once a plugin is seen
 /// to stage nothing, a target bound from its own directory is ready without a staging mount.

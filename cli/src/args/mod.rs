@@ -253,32 +253,85 @@ pub enum Shell {
 /// clap's error for a command line, with the fix where clap's own would mislead: `csivol
 /// run VOLUME --node N sh -c "..."` stops at `-c`, and clap's tip "use '-- -c'" would pass
 /// `-c` alone; a command left without `--` is taken for volumes. Either way the fix is the
-/// same: the command goes after `--`.
+/// same: the command goes after `--`. A node missing from `claim` or `run` is named with
+/// both ways to give it, and an empty `CSIVOL_NODE` is named as the variable it is.
 pub fn usage_error(e: clap::Error) -> clap::Error {
     use clap::CommandFactory;
-    use clap::error::{ContextKind, ErrorKind};
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
     let rendered = e.render().to_string();
-    let in_run = rendered.contains("Usage: csivol run ");
+    // clap names the command in its usage line, which an invalid value's error lacks: then
+    // the first word of the command line that names one of them.
+    let command = ["run", "claim"]
+        .into_iter()
+        .find(|c| rendered.contains(&format!("Usage: csivol {c} ")))
+        .or_else(|| {
+            let words: Vec<String> = std::env::args().skip(1).collect();
+            words.into_iter().find_map(|w| match w.as_str() {
+                "run" => Some("run"),
+                "claim" => Some("claim"),
+                _ => None,
+            })
+        });
+    let Some(command) = command else {
+        return e;
+    };
+    let missing: Vec<String> = match e.get(ContextKind::InvalidArg) {
+        Some(ContextValue::Strings(args)) if e.kind() == ErrorKind::MissingRequiredArgument => {
+            args.clone()
+        }
+        _ => Vec::new(),
+    };
+    let node_arg = |v: Option<&ContextValue>| matches!(v, Some(ContextValue::String(a)) if a.starts_with("--node "));
+    let empty_env_node = matches!(
+        e.kind(),
+        ErrorKind::InvalidValue | ErrorKind::ValueValidation
+    ) && node_arg(e.get(ContextKind::InvalidArg))
+        && matches!(e.get(ContextKind::InvalidValue), Some(ContextValue::String(v)) if v.is_empty())
+        && std::env::var_os(env::CSIVOL_NODE).is_some_and(|v| v.is_empty())
+        && !std::env::args_os().any(|a| a.to_string_lossy().starts_with("--node"));
+    let no_node = missing.iter().any(|a| a.starts_with("--node "));
+    let no_command = missing.iter().any(|a| a.contains("<COMMAND>"));
     let no_dashes = match e.kind() {
         // A misspelt flag of csivol's own gets clap's suggestion of the right one.
         ErrorKind::UnknownArgument => e.get(ContextKind::SuggestedArg).is_none(),
-        ErrorKind::MissingRequiredArgument => rendered.contains("<COMMAND>"),
-        _ => false,
+        _ => no_command,
     };
-    if !(in_run && no_dashes) {
-        return e;
-    }
     let mut cli = Cli::command();
     cli.build();
-    let mut run = cli.find_subcommand("run").expect("the run command").clone();
-    let usage = run.render_usage();
-    clap::Error::raw(
-        e.kind(),
+    let mut sub = cli.find_subcommand(command).expect("the command").clone();
+    let usage = sub.render_usage();
+    let example = match command {
+        "run" => "csivol run VOLUME --node NODE -- sh -c \"make test\"",
+        _ => "csivol claim VOLUME --node NODE --alloc ALLOC",
+    };
+    let message = if empty_env_node {
+        format!(
+            "{} is set but empty, so no node is given: set it to the node this runs on, or pass \
+             --node NODE, as in\n  {example}",
+            env::CSIVOL_NODE
+        )
+    } else if no_node {
+        let and_dashes = if command == "run" && no_dashes {
+            "; and put the command after `--`"
+        } else {
+            ""
+        };
+        format!(
+            "no node given: pass --node NODE (the node the alloc runs on) or set {} (a CI \
+             runner sets it once for its jobs){and_dashes}, as in\n  {example}",
+            env::CSIVOL_NODE
+        )
+    } else if command == "run" && no_dashes {
         format!(
             "put the command after `--`: every word before it is a volume or a flag of csivol's, \
-             as in\n  csivol run VOLUME --node NODE -- sh -c \"make test\"\n\n{usage}\n\n\
-             For more information, try '--help'.\n"
-        ),
+             as in\n  {example}"
+        )
+    } else {
+        return e;
+    };
+    clap::Error::raw(
+        e.kind(),
+        format!("{message}\n\n{usage}\n\nFor more information, try '--help'.\n"),
     )
 }
 

@@ -163,22 +163,26 @@ pub async fn run(ctx: &Ctx, args: ClaimArgs) -> anyhow::Result<Exit> {
     if args.wait.wait {
         let index = a.index.unwrap_or(result.index);
         let waited = tokio::select! {
-            w = wait::claim(ctx, result, index, ClaimGoal::Ready, deadline) => w,
+            w = wait::claim_until(ctx, result, index, ClaimGoal::Ready, deadline) => w?,
             signal = crate::signals::terminated() => {
                 return interrupted(ctx, volume, alloc, signal).await;
             }
         };
         result = match waited {
             Ok(c) => c.expect("a ready claim"),
-            Err(e) => {
-                if args.release_on_timeout && crate::failure::classify(&e).0 == Exit::TimedOut {
-                    release(ctx, volume, alloc).await?;
-                    return Err(e.context(format!(
-                        "released the claim of alloc {alloc} on volume {volume} (--release-on-timeout)"
-                    )));
-                }
-                return Err(e);
+            Err(timed_out) if args.release_on_timeout => {
+                release(ctx, volume, alloc).await?;
+                return Err(timed_out
+                    .released(
+                        "released the claim (--release-on-timeout)",
+                        format!(
+                            "claim again with a longer --timeout; `csivol status {volume}` shows \
+                             what holds the volume up"
+                        ),
+                    )
+                    .into());
             }
+            Err(timed_out) => return Err(timed_out.kept().into()),
         };
     }
     if ctx.out.json_mode() {

@@ -10,7 +10,7 @@ use crate::args::{LabelChange, NodeCommand, NodeDrainArgs, NodeEligibilityArgs, 
 use crate::client::MAX_BLOCK;
 use crate::ctx::Ctx;
 use crate::failure::{Exit, Failure};
-use crate::output::short_duration;
+use crate::output::given_duration;
 use crate::render;
 
 /// Events `node show` lists, the latest.
@@ -35,7 +35,10 @@ pub async fn run(ctx: &Ctx, cmd: NodeCommand) -> anyhow::Result<Exit> {
                 .call_empty(Method::DELETE, &format!("/v1/nodes/{}", args.node))
                 .await
                 .map_err(|e| e.context(format!("failed to remove node `{}`", args.node)))?;
-            ctx.out.note(format!("removed node {}", args.node));
+            ctx.out.done(
+                format!("removed node {}", args.node),
+                serde_json::json!({"outcome": "removed", "node": args.node}),
+            )?;
         }
     }
     Ok(Exit::Ok)
@@ -306,7 +309,7 @@ async fn drain(ctx: &Ctx, args: NodeDrainArgs) -> anyhow::Result<Exit> {
                 Exit::TimedOut,
                 format!(
                     "timed out after {} waiting for node {name} to be drained: it still has {}",
-                    short_duration(args.deadline),
+                    given_duration(args.deadline),
                     on.describe()
                 ),
             )

@@ -3,6 +3,7 @@
 use anyhow::Context;
 use csivol_api::{Claim, Volume};
 use csivol_client::Method;
+use serde_json::json;
 
 use crate::args::ReleaseArgs;
 use crate::client::Answer;
@@ -42,19 +43,28 @@ pub async fn run(ctx: &Ctx, args: ReleaseArgs) -> anyhow::Result<Exit> {
                 .get(&format!("/v1/volumes/{}", args.volume))
                 .await
                 .with_context(failed)?;
-            ctx.out.note(format!(
-                "alloc {} holds no claim on volume {} (already released)",
-                args.alloc, args.volume
-            ));
+            ctx.out.done(
+                format!(
+                    "alloc {} holds no claim on volume {} (already released)",
+                    args.alloc, args.volume
+                ),
+                json!({"outcome": "already-released", "volume": args.volume, "alloc": args.alloc}),
+            )?;
             return Ok(Exit::Ok);
         }
         Err(e) => return Err(with_ignore_missing(e).context(failed())),
     };
+    let released = || {
+        ctx.out.done(
+            format!(
+                "released the claim of alloc {} on volume {}",
+                args.alloc, args.volume
+            ),
+            json!({"outcome": "released", "volume": args.volume, "alloc": args.alloc}),
+        )
+    };
     let Some(claim) = a.body else {
-        ctx.out.note(format!(
-            "released the claim of alloc {} on volume {}",
-            args.alloc, args.volume
-        ));
+        released()?;
         return Ok(Exit::Ok);
     };
     if !args.wait.wait {
@@ -71,10 +81,7 @@ pub async fn run(ctx: &Ctx, args: ReleaseArgs) -> anyhow::Result<Exit> {
     }
     let index = a.index.unwrap_or(claim.index);
     wait::claim(ctx, claim, index, ClaimGoal::Gone, deadline).await?;
-    ctx.out.note(format!(
-        "released the claim of alloc {} on volume {}",
-        args.alloc, args.volume
-    ));
+    released()?;
     Ok(Exit::Ok)
 }
 

@@ -37,6 +37,24 @@ pub async fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<Exit> {
                 .note(format!("interrupted ({}): released every claim", s.name()));
             return Ok(Exit::Signal(s.number()));
         }
+        Err(Aborted::TimedOut(t, made)) => {
+            release_all(ctx, &made, &alloc, &args, None).await?;
+            let volume = &t.claim.volume;
+            return Err(t
+                .released(
+                    "released every claim made: the command did not run",
+                    format!(
+                        "run it again with a longer --timeout{}; `csivol status {volume}` shows \
+                         what holds the volume up",
+                        if args.queue {
+                            " (it includes the wait in line)"
+                        } else {
+                            ""
+                        }
+                    ),
+                )
+                .into());
+        }
         Err(Aborted::Error(e, made)) => {
             release_all(ctx, &made, &alloc, &args, None).await?;
             if !made.is_empty() {
@@ -92,6 +110,8 @@ pub async fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<Exit> {
 /// Why claiming stopped before the command ran, with the claims already made.
 enum Aborted {
     Signal(Stop, Vec<Claim>),
+    /// `--timeout` ran out: said once the claims are released.
+    TimedOut(wait::ClaimTimedOut, Vec<Claim>),
     Error(anyhow::Error, Vec<Claim>),
 }
 
@@ -137,13 +157,14 @@ async fn claim_all(
     for (claim, index) in made {
         let waited = loop {
             tokio::select! {
-                w = wait::claim(ctx, claim.clone(), index, ClaimGoal::Ready, deadline) => break w,
+                w = wait::claim_until(ctx, claim.clone(), index, ClaimGoal::Ready, deadline) => break w,
                 s = signals.next() => return Err(Aborted::Signal(s, all)),
                 _ = renewals.tick() => renew_all(ctx, &all, alloc, args.ttl).await,
             }
         };
         match waited {
-            Ok(c) => ready.push(c.expect("a ready claim")),
+            Ok(Ok(c)) => ready.push(c.expect("a ready claim")),
+            Ok(Err(t)) => return Err(Aborted::TimedOut(t, all)),
             Err(e) => return Err(Aborted::Error(e, all)),
         }
     }

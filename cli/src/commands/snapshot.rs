@@ -3,6 +3,7 @@
 use anyhow::Context;
 use csivol_api::{GroupSnapshot, GroupSnapshotRequest, Snapshot, SnapshotRequest, SnapshotState};
 use csivol_client::{Method, StatusCode};
+use serde_json::json;
 
 use crate::args::{
     SnapshotArg, SnapshotCommand, SnapshotCreateArgs, SnapshotDeleteArgs, SnapshotListArgs,
@@ -191,7 +192,7 @@ async fn delete(ctx: &Ctx, args: SnapshotDeleteArgs) -> anyhow::Result<Exit> {
     let path = format!("/v1/snapshots/{name}");
     let s: Snapshot = ctx.client.get(&path).await?;
     if !args.yes {
-        ctx.out.note(format!(
+        ctx.out.before_prompt(format!(
             "This deletes snapshot {name} of volume {} and its data: DeleteSnapshot through plugin {}.",
             s.volume, s.plugin
         ));
@@ -203,8 +204,9 @@ async fn delete(ctx: &Ctx, args: SnapshotDeleteArgs) -> anyhow::Result<Exit> {
         .call_empty(Method::DELETE, &path)
         .await
         .with_context(|| format!("failed to {what}"))?;
+    let deleted = json!({"outcome": "deleted", "snapshot": name});
     if status == StatusCode::NO_CONTENT {
-        ctx.out.note(format!("removed snapshot {name}"));
+        ctx.out.done(format!("removed snapshot {name}"), deleted)?;
         return Ok(Exit::Ok);
     }
     if !args.wait.wait {
@@ -212,13 +214,14 @@ async fn delete(ctx: &Ctx, args: SnapshotDeleteArgs) -> anyhow::Result<Exit> {
             "deleting snapshot {name} through plugin {}; `csivol snapshot show {name}` follows it",
             s.plugin
         ));
-        // It may be gone already: then there is nothing left to print.
-        if let Some(a) = ctx
+        // It may be gone already: then it is deleted.
+        match ctx
             .client
             .watch::<Snapshot>(&path, 0, Default::default())
             .await?
         {
-            print(&ctx.out, &a.body)?;
+            Some(a) => print(&ctx.out, &a.body)?,
+            None => ctx.out.done(format!("deleted snapshot {name}"), deleted)?,
         }
         return Ok(Exit::Ok);
     }
@@ -245,7 +248,7 @@ async fn delete(ctx: &Ctx, args: SnapshotDeleteArgs) -> anyhow::Result<Exit> {
         },
     )
     .await?;
-    ctx.out.note(format!("deleted snapshot {name}"));
+    ctx.out.done(format!("deleted snapshot {name}"), deleted)?;
     Ok(Exit::Ok)
 }
 
@@ -450,7 +453,7 @@ async fn group_delete(
     let path = format!("/v1/group-snapshots/{name}");
     if !args.yes {
         let members: Vec<_> = g.members.iter().map(|m| m.name.as_str()).collect();
-        ctx.out.note(format!(
+        ctx.out.before_prompt(format!(
             "This deletes group snapshot {name} of volumes {} with its members ({}) and their \
              data: DeleteVolumeGroupSnapshot through plugin {}.",
             g.volumes.join(", "),
@@ -469,8 +472,10 @@ async fn group_delete(
         .call_empty(Method::DELETE, &path)
         .await
         .with_context(|| format!("failed to {what}"))?;
+    let deleted = json!({"outcome": "deleted", "group_snapshot": name});
     if status == StatusCode::NO_CONTENT {
-        ctx.out.note(format!("removed group snapshot {name}"));
+        ctx.out
+            .done(format!("removed group snapshot {name}"), deleted)?;
         return Ok(Exit::Ok);
     }
     if !args.wait.wait {
@@ -478,12 +483,15 @@ async fn group_delete(
             "deleting group snapshot {name} through plugin {}; `csivol snapshot show {name}` follows it",
             g.plugin
         ));
-        if let Some(a) = ctx
+        match ctx
             .client
             .watch::<GroupSnapshot>(&path, 0, Default::default())
             .await?
         {
-            group_print(&ctx.out, &a.body)?;
+            Some(a) => group_print(&ctx.out, &a.body)?,
+            None => ctx
+                .out
+                .done(format!("deleted group snapshot {name}"), deleted)?,
         }
         return Ok(Exit::Ok);
     }
@@ -510,8 +518,10 @@ async fn group_delete(
         },
     )
     .await?;
-    ctx.out
-        .note(format!("deleted group snapshot {name} with its members"));
+    ctx.out.done(
+        format!("deleted group snapshot {name} with its members"),
+        deleted,
+    )?;
     Ok(Exit::Ok)
 }
 

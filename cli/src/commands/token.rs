@@ -73,7 +73,10 @@ pub async fn run(ctx: &Ctx, cmd: TokenCommand) -> anyhow::Result<Exit> {
                 .call_empty(Method::DELETE, &format!("/v1/tokens/{}", args.id))
                 .await
                 .with_context(|| format!("failed to revoke token `{}`", args.id))?;
-            ctx.out.note(format!("revoked token {}", args.id));
+            ctx.out.done(
+                format!("revoked token {}", args.id),
+                serde_json::json!({"outcome": "revoked", "token": args.id}),
+            )?;
         }
     }
     Ok(Exit::Ok)

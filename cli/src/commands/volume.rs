@@ -4,6 +4,7 @@
 use anyhow::Context;
 use csivol_api::{ContentSource, Snapshot, Volume, VolumeState};
 use csivol_client::{Method, StatusCode};
+use serde_json::json;
 
 use crate::args::{CreateArgs, DeregisterArgs, SpecArgs, VolumeArg, VolumeCommand, VolumeListArgs};
 use crate::client::Answer;
@@ -184,7 +185,7 @@ async fn deregister(ctx: &Ctx, args: DeregisterArgs) -> anyhow::Result<Exit> {
         } else {
             format!(" (external id {})", v.external_id)
         };
-        ctx.out.note(if args.delete {
+        ctx.out.before_prompt(if args.delete {
             format!(
                 "This destroys volume {name} and all its data: DeleteVolume through plugin {}{ext}.",
                 v.plugin
@@ -214,7 +215,10 @@ async fn deregister(ctx: &Ctx, args: DeregisterArgs) -> anyhow::Result<Exit> {
             .call_empty(Method::DELETE, &path)
             .await
             .with_context(failed)?;
-        ctx.out.note(format!("deregistered volume {name}"));
+        ctx.out.done(
+            format!("deregistered volume {name}"),
+            json!({"outcome": "deregistered", "volume": name}),
+        )?;
         return Ok(Exit::Ok);
     }
     // With --wait, a volume that only its release keeps attached is deleted once that
@@ -237,7 +241,10 @@ async fn deregister(ctx: &Ctx, args: DeregisterArgs) -> anyhow::Result<Exit> {
         return Ok(Exit::Ok);
     }
     wait_deleted(ctx, name, &v.plugin, args.wait.timeout).await?;
-    ctx.out.note(format!("deleted volume {name}"));
+    ctx.out.done(
+        format!("deleted volume {name}"),
+        json!({"outcome": "deleted", "volume": name}),
+    )?;
     Ok(Exit::Ok)
 }
 
@@ -247,7 +254,7 @@ async fn deregister(ctx: &Ctx, args: DeregisterArgs) -> anyhow::Result<Exit> {
 async fn cancel_create(ctx: &Ctx, args: &DeregisterArgs, v: &Volume) -> anyhow::Result<Exit> {
     let name = &args.volume;
     if !args.yes {
-        ctx.out.note(format!(
+        ctx.out.before_prompt(format!(
             "This cancels the creation of volume {name}: CreateVolume through plugin {} has not \
              succeeded, so csivol forgets the volume (a volume a call still running makes is \
              deleted).",
@@ -261,24 +268,37 @@ async fn cancel_create(ctx: &Ctx, args: &DeregisterArgs, v: &Volume) -> anyhow::
         .call_empty(Method::DELETE, &format!("/v1/volumes/{name}"))
         .await
         .with_context(|| format!("failed to {what}"))?;
+    let cancelled = json!({"outcome": "creation-cancelled", "volume": name});
     if status == StatusCode::NO_CONTENT {
-        ctx.out.note(format!(
-            "cancelled the creation of volume {name}; nothing was made in plugin {}, and the \
-             volume is deregistered",
-            v.plugin
-        ));
+        ctx.out.done(
+            format!(
+                "cancelled the creation of volume {name}; nothing was made in plugin {}, and the \
+                 volume is deregistered",
+                v.plugin
+            ),
+            cancelled,
+        )?;
+        return Ok(Exit::Ok);
+    }
+    if !args.wait.wait {
+        ctx.out.done(
+            format!(
+                "cancelling the creation of volume {name}: a CreateVolume call is still running; \
+                 if it makes the volume, DeleteVolume follows"
+            ),
+            json!({"outcome": "creation-cancelling", "volume": name}),
+        )?;
         return Ok(Exit::Ok);
     }
     ctx.out.note(format!(
         "cancelling the creation of volume {name}: a CreateVolume call is still running; if it \
          makes the volume, DeleteVolume follows"
     ));
-    if !args.wait.wait {
-        return Ok(Exit::Ok);
-    }
     wait_deleted(ctx, name, &v.plugin, args.wait.timeout).await?;
-    ctx.out
-        .note(format!("cancelled the creation of volume {name}"));
+    ctx.out.done(
+        format!("cancelled the creation of volume {name}"),
+        cancelled,
+    )?;
     Ok(Exit::Ok)
 }
 

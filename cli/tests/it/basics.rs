@@ -183,6 +183,90 @@ async fn tokens_come_from_flag_env_file_and_default_file() {
     );
 }
 
+/// A setting given as nothing (a CI secret that did not expand) is an error naming it,
+/// never a reason to go on to the next place: an empty `CSIVOL_TOKEN` beside an operator
+/// token in `CSIVOL_TOKEN_FILE` must not act as that operator.
+#[tokio::test]
+async fn a_setting_set_but_empty_is_refused_never_passed_over() {
+    let env = Env::start("empty-settings");
+    let operator_file = env.server.data_dir.join("operator.token");
+    let tokens = || async {
+        let r = env.run(&["token", "list", "-o", "json"]).await;
+        assert_eq!(r.code, 0, "{r}");
+        r.json().as_array().unwrap().len()
+    };
+    assert_eq!(tokens().await, 1, "the operator token alone");
+
+    let mut cmd = env.command(&["token", "create", "--role", "reader"]);
+    cmd.env("CSIVOL_TOKEN", "")
+        .env("CSIVOL_TOKEN_FILE", &operator_file);
+    snap!(run(cmd).await, @r"
+    exit: 7
+    --- stdout
+    --- stderr
+    error: CSIVOL_TOKEN is set but empty: no token was sent
+    hint: give CSIVOL_TOKEN the token (a CI secret that did not expand leaves it empty); an empty one is never passed over for another token
+    ");
+    // Blank is empty too.
+    let mut cmd = env.command(&["token", "create", "--role", "reader"]);
+    cmd.env("CSIVOL_TOKEN", " \n")
+        .env("CSIVOL_TOKEN_FILE", &operator_file);
+    assert_eq!(run(cmd).await.code, 7);
+
+    // An empty CSIVOL_TOKEN_FILE does not fall back to the default token file.
+    std::fs::create_dir_all(env.home().join(".config/csivol")).unwrap();
+    std::fs::write(
+        env.home().join(".config/csivol/token"),
+        format!("{}\n", env.server.token),
+    )
+    .unwrap();
+    let mut cmd = env.command(&["token", "create", "--role", "reader"]);
+    cmd.env_remove("CSIVOL_TOKEN").env("CSIVOL_TOKEN_FILE", "");
+    snap!(run(cmd).await, @r"
+    exit: 7
+    --- stdout
+    --- stderr
+    error: CSIVOL_TOKEN_FILE is set but empty: no token was sent
+    hint: give CSIVOL_TOKEN_FILE the path of a token file (a CI secret that did not expand leaves it empty); an empty one is never passed over for another token
+    ");
+    let r = env
+        .run(&["token", "create", "--role", "reader", "--token", ""])
+        .await;
+    assert_eq!(r.code, 7, "{r}");
+    assert!(r.stderr.contains("error: --token is empty"), "{r}");
+    assert_eq!(tokens().await, 1, "no token was created by any of them");
+
+    // The server's address and CA: an empty one is a usage error, not the default.
+    let mut cmd = env.command(&["status"]);
+    cmd.env("CSIVOL_ADDR", "");
+    snap!(run(cmd).await, @r"
+    exit: 2
+    --- stdout
+    --- stderr
+    error: CSIVOL_ADDR is set but empty
+    hint: give CSIVOL_ADDR a value, or unset it to use the default
+    ");
+    let mut cmd = env.command(&["status"]);
+    cmd.env("CSIVOL_CACERT", "");
+    let r = run(cmd).await;
+    assert_eq!(r.code, 2, "{r}");
+    assert!(
+        r.stderr.contains("error: CSIVOL_CACERT is set but empty"),
+        "{r}"
+    );
+
+    // The node of `claim` and `run`.
+    let mut cmd = env.command(&["claim", "v1", "--alloc", "a1"]);
+    cmd.env("CSIVOL_NODE", "");
+    let r = run(cmd).await;
+    assert_eq!(r.code, 2, "{r}");
+    assert!(
+        r.stderr
+            .starts_with("error: CSIVOL_NODE is set but empty, so no node is given: set it to the node this runs on, or pass --node NODE"),
+        "{r}"
+    );
+}
+
 #[tokio::test]
 async fn token_create_prints_the_secret_once_on_stdout() {
     let env = Env::start("token-create");
@@ -221,7 +305,6 @@ async fn token_create_prints_the_secret_once_on_stdout() {
       "token": "[TOKEN]"
     }
     --- stderr
-    created node token [TOKEN-ID] for node n1; the secret below is shown only this once
     "#);
 
     snap!(env.run(&["token", "create", "--role", "node"]).await, @r"
@@ -360,6 +443,30 @@ async fn usage_errors_exit_2() {
     assert_eq!(r.code, 2, "{r}");
     assert!(
         r.stderr.starts_with("error: put the command after `--`"),
+        "{r}"
+    );
+    // Without a node (no --node, no CSIVOL_NODE) the node is what is missing, with both
+    // ways to give it; the command after `--` is fine.
+    let mut cmd = env.command(&["run", "cache", "--", "true"]);
+    cmd.env_remove("CSIVOL_NODE");
+    snap!(run(cmd).await, @r#"
+        exit: 2
+        --- stdout
+        --- stderr
+        error: no node given: pass --node NODE (the node the alloc runs on) or set CSIVOL_NODE (a CI runner sets it once for its jobs), as in
+          csivol run VOLUME --node NODE -- sh -c "make test"
+
+        Usage: csivol run [OPTIONS] --node <NODE> <VOLUME[:ro]>... -- <COMMAND>...
+
+        For more information, try '--help'.
+        "#);
+    let mut cmd = env.command(&["claim", "cache", "--alloc", "a1"]);
+    cmd.env_remove("CSIVOL_NODE");
+    let r = run(cmd).await;
+    assert_eq!(r.code, 2, "{r}");
+    assert!(
+        r.stderr
+            .starts_with("error: no node given: pass --node NODE"),
         "{r}"
     );
     // A misspelt flag of csivol's own keeps clap's suggestion.

@@ -109,7 +109,6 @@ async fn claim_refusals_have_their_exit_codes() {
       "index": [INDEX]
     }
     --- stderr
-    alloc a1 already holds this claim on volume v1 (attaching)
     "#);
     // Another node while single-node: conflict.
     snap!(env.run(&["claim", "v1", "--node", "n2", "--alloc", "a2"]).await, @"
@@ -202,7 +201,6 @@ async fn claim_wait_follows_the_claim_to_ready() {
       "index": [INDEX]
     }
     --- stderr
-    alloc a1 already holds this claim on volume v1 (ready)
     "#);
 
     snap!(env.run(&["status"]).await, @"
@@ -375,6 +373,139 @@ async fn claim_wait_times_out_saying_where_it_is_stuck() {
     ");
 }
 
+/// A wait that runs out of time ends with one message that is true once csivol has acted:
+/// a claim released on the timeout is said to be released, not to still exist, and no hint
+/// names a flag the command lacks. `--timeout 1ms` is said as given.
+#[tokio::test]
+async fn a_timeout_says_once_what_became_of_the_claim() {
+    let env = Env::start("timeout-outcome");
+    env.volume("v1", "single-node-writer").await;
+    let _n1 = env.node("n1", 0).await;
+
+    snap!(env.run(&["claim", "v1", "--node", "n1", "--alloc", "a1", "--wait", "--timeout", "1ms", "--release-on-timeout"]).await, @"
+    exit: 5
+    --- stdout
+    --- stderr
+    claimed volume v1 for alloc a1 on node n1 (write)
+    the claim of alloc a1 on volume v1: attaching: waiting for ControllerPublishVolume to node n1
+    error: timed out after 1ms waiting for the claim of alloc a1 on volume v1 to be ready (it was attaching: waiting for ControllerPublishVolume to node n1); released the claim (--release-on-timeout)
+    hint: claim again with a longer --timeout; `csivol status v1` shows what holds the volume up
+    ");
+    let r = env
+        .run(&["claim", "list", "--volume", "v1", "-o", "json"])
+        .await;
+    assert!(
+        r.json()
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["state"] == "releasing"),
+        "released: {r}"
+    );
+
+    // Still held by a1 (its release never finishes: the fake node reports nothing), the
+    // volume makes `run --queue` wait in line; it gives up, and leaves the line.
+    snap!(env.run(&["run", "v1", "--node", "n1", "--alloc", "job", "--queue", "--timeout", "1s", "--", "true"]).await, @"
+    exit: 5
+    --- stdout
+    --- stderr
+    alloc: job
+    claimed volume v1 for alloc job on node n1 (write): queued: number 1 in line for the volume
+    the claim of alloc job on volume v1: queued: number 1 in line for the volume
+    released every claim of alloc job
+    error: timed out after 1s waiting for the claim of alloc job on volume v1 to be ready (it was queued: number 1 in line for the volume); released every claim made: the command did not run
+    hint: run it again with a longer --timeout (it includes the wait in line); `csivol status v1` shows what holds the volume up
+    ");
+    let r = env
+        .run(&["claim", "list", "--volume", "v1", "-o", "json"])
+        .await;
+    assert!(
+        r.json()
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["alloc"] != "job"),
+        "the queued claim left the line: {r}"
+    );
+}
+
+/// With `-o json` every outcome is one JSON document: on stdout when the command succeeds
+/// (a release too, whose result is that the claim is gone), and an error alone on stderr,
+/// without progress lines or notes beside it.
+#[tokio::test]
+async fn json_mode_prints_one_document_per_outcome() {
+    let env = Env::start("json-outcomes");
+    env.volume("v1", "multi-node-multi-writer").await;
+    let n1 = env.node("n1", 0).await;
+    let r = env
+        .run(&["claim", "v1", "--node", "n1", "--alloc", "a1"])
+        .await;
+    assert_eq!(r.code, 0, "{r}");
+    make_ready(&n1, &n1, "v1", "a1").await;
+
+    // A wait that times out: the error, and nothing else, on stderr.
+    let r = env
+        .run(&[
+            "claim",
+            "v1",
+            "--node",
+            "n1",
+            "--alloc",
+            "a2",
+            "--wait",
+            "--timeout",
+            "1s",
+            "-o",
+            "json",
+        ])
+        .await;
+    assert_eq!(r.code, 5, "{r}");
+    assert_eq!(r.stdout, "", "{r}");
+    let lines: Vec<&str> = r.stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "one JSON document on stderr: {r}");
+    let e: serde_json::Value = serde_json::from_str(lines[0]).unwrap();
+    assert_eq!(e["error"]["code"], "timed-out", "{r}");
+
+    // A release waited for: the claim is gone, and that is the document.
+    let cli = env.spawn(&["release", "v1", "--alloc", "a1", "--wait", "-o", "json"]);
+    let api = env.api();
+    eventually("the release to be recorded", WAIT, || async {
+        let (_, c) = api.get("/v1/volumes/v1/claims/a1").await;
+        (c["state"] == "releasing").then_some(())
+    })
+    .await;
+    n1.report(json!([{"kind": "unpublished", "volume": "v1", "alloc": "a1"}]))
+        .await;
+    snap!(done(cli).await, @r#"
+    exit: 0
+    --- stdout
+    {
+      "alloc": "a1",
+      "outcome": "released",
+      "volume": "v1"
+    }
+    --- stderr
+    "#);
+    // Released again, as a script may: gone already.
+    snap!(env.run(&["release", "v1", "--alloc", "a1", "--ignore-missing", "-o", "json"]).await, @r#"
+    exit: 0
+    --- stdout
+    {
+      "alloc": "a1",
+      "outcome": "already-released",
+      "volume": "v1"
+    }
+    --- stderr
+    "#);
+    // Without --wait: the claim as it is now, releasing, and no note beside it.
+    let r = env
+        .run(&["release", "v1", "--alloc", "a2", "-o", "json"])
+        .await;
+    assert_eq!(r.code, 0, "{r}");
+    assert_eq!(r.json()["state"], "releasing", "{r}");
+    assert_eq!(r.stderr, "", "{r}");
+}
+
 #[tokio::test]
 async fn claim_wait_ends_with_exit_1_when_the_claim_fails() {
     let env = Env::start("wait-failed");
@@ -453,7 +584,6 @@ async fn release_and_release_wait() {
       "index": [INDEX]
     }
     --- stderr
-    releasing the claim of alloc a2 on volume v1: node n1 unmounts it
     "#);
     // A release the node never carries out times out, saying where it is.
     snap!(env.run(&["release", "v1", "--alloc", "a2", "--wait", "--timeout", "1s"]).await, @"

@@ -95,7 +95,6 @@ async fn register_show_list() {
       "index": [INDEX]
     }
     --- stderr
-    registered volume v2
     "#);
 
     snap!(env.run(&["volume", "list"]).await, @r"
@@ -370,7 +369,6 @@ async fn create_and_delete_through_the_controller() {
       "index": [INDEX]
     }
     --- stderr
-    creating volume later through plugin hp
     "#);
 }
 

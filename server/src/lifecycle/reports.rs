@@ -266,6 +266,12 @@ fn published(
     }
     let drift = c.error.as_deref().and_then(|e| e.strip_prefix(DRIFT));
     set_claim_state(ctx, &c, ClaimState::Ready)?;
+    // A volume condition the plugin reported was about the mount this publish replaced
+    // (after a drift, "not mounted"): it does not hold for the new one, and the agent asks
+    // the plugin again and reports what it says then.
+    if c.condition.is_some() {
+        ctx.set_claim_condition(volume, alloc, None)?;
+    }
     super::expand::staged_on(ctx, volume, b.node)?;
     let (kind, message) = match drift {
         Some(why) => (

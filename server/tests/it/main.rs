@@ -24,6 +24,7 @@ mod lost;
 mod queue_and_leases;
 mod retries;
 mod secrets;
+mod start;
 mod state;
 
 use std::time::Duration;

@@ -209,6 +209,78 @@ fn console_blocks_are_read_as_steps() {
     );
 }
 
+/// README.md's one test command is the CI entry, `.ci/run`, which installs what the tests
+/// need (cargo-deb for the package test among them) before it runs them: the command a new
+/// contributor copies passes on a fresh machine as it passes in CI.
+#[test]
+fn the_readmes_test_command_is_the_one_ci_runs() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let section = readme
+        .split("\nRun the tests")
+        .nth(1)
+        .expect("README.md says how to run the tests");
+    let block = section
+        .split("```sh\n")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .expect("a ```sh block with the test command");
+    let commands: Vec<&str> = block
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .collect();
+    assert_eq!(
+        commands,
+        ["bash .ci/run"],
+        "README.md's test command must be the CI entry alone"
+    );
+    let ci = std::fs::read_to_string(root.join(".ci/run")).unwrap();
+    assert!(ci.starts_with("#!/usr/bin/env bash\n"), "{ci}");
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(root.join(".ci/run"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert!(
+        mode & 0o111 != 0,
+        ".ci/run is executable (CI runs it as is)"
+    );
+    // What the tests need beyond the toolchain, installed when missing, and then the tests.
+    for needed in [
+        "cargo install cargo-deb",
+        "missing+=(zsh)",
+        "missing+=(fish)",
+        "missing+=(iproute2)",
+        "missing+=(etcd-server)",
+        "missing+=(util-linux)",
+        "cargo test --workspace --locked",
+    ] {
+        assert!(ci.contains(needed), ".ci/run lacks `{needed}`");
+    }
+}
+
+/// docs/ci.md says what `--alloc` becomes on every CI system `csivol run` knows: the
+/// prefix and the variables it is made of.
+#[test]
+fn the_ci_page_names_the_alloc_of_every_ci_system() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let page = std::fs::read_to_string(root.join("docs/ci.md")).unwrap();
+    for (prefix, vars) in csivol::env::CI_JOB_IDS {
+        assert!(
+            page.contains(&format!("`{prefix}-`")),
+            "docs/ci.md does not say that `--alloc` starts with `{prefix}-`"
+        );
+        for var in *vars {
+            assert!(
+                page.contains(&format!("`{var}`")),
+                "docs/ci.md does not name {var}"
+            );
+        }
+    }
+    assert!(page.contains("`run-`"), "nor the random alloc's prefix");
+}
+
 /// docs/metrics-and-events.md lists every metric a real server exports and every kind of
 /// event, and no kind that does not exist.
 #[tokio::test]

@@ -133,6 +133,32 @@ async fn drift_sends_a_ready_claim_back_to_publishing_and_the_next_publish_is_it
     );
 }
 
+/// A condition reported while the target had drifted ("not mounted") was about the mount
+/// the repair replaced: the repaired claim shows none until the plugin is asked again.
+#[tokio::test]
+async fn a_repaired_claim_forgets_the_condition_of_the_mount_it_replaced() {
+    let env = publishing().await;
+    env.report("n1", vec![published("v", "a1")]).await;
+    let abnormal = Report::Condition {
+        volume: "v".into(),
+        alloc: "a1".into(),
+        abnormal: true,
+        message: "/t/v/a1 is not mounted".into(),
+    };
+    let drift = Report::Drift {
+        volume: "v".into(),
+        alloc: "a1".into(),
+        reason: "target unmounted".into(),
+    };
+    env.report("n1", vec![abnormal, drift]).await;
+    let c = env.claim_row("v", "a1").await.unwrap();
+    assert_eq!(c.condition.as_deref(), Some("/t/v/a1 is not mounted"));
+    env.report("n1", vec![published("v", "a1")]).await;
+    let c = env.claim_row("v", "a1").await.unwrap();
+    assert_eq!(c.state, ClaimState::Ready);
+    assert_eq!(c.condition, None, "repaired: {c:?}");
+}
+
 #[tokio::test]
 async fn a_claim_error_is_retried_or_fails_the_claim_when_final() {
     let env = publishing().await;

@@ -35,6 +35,21 @@ impl EtcdTlsArgs {
     }
 }
 
+/// The key prefix given (`--etcd-prefix`, `etcd_prefix`), else the default. One given
+/// empty (`--etcd-prefix "$PREFIX"` with PREFIX unset) is refused, not taken for the root
+/// of etcd's keys, where another cluster's state may live.
+pub fn prefix(given: Option<String>) -> anyhow::Result<String> {
+    match given {
+        None => Ok(DEFAULT_PREFIX.to_owned()),
+        Some(p) if p.trim().is_empty() => bail!(
+            "--etcd-prefix (etcd_prefix in a config) is empty: give the key prefix the cluster's \
+             state lives under \
+             (every server of the cluster names the same one), or leave it out for {DEFAULT_PREFIX}"
+        ),
+        Some(p) => Ok(p),
+    }
+}
+
 /// Where a maintenance command finds the cluster's state in etcd.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct EtcdArgs {
@@ -57,10 +72,7 @@ impl EtcdArgs {
         }
         Ok(Some(EtcdConfig {
             endpoints: self.etcd_endpoints.clone(),
-            prefix: self
-                .etcd_prefix
-                .clone()
-                .unwrap_or_else(|| DEFAULT_PREFIX.to_owned())
+            prefix: prefix(self.etcd_prefix.clone())?
                 .trim_end_matches('/')
                 .to_owned(),
             lease_ttl: DEFAULT_LEASE_TTL,

@@ -82,10 +82,7 @@ pub async fn run(args: &MigrateArgs) -> anyhow::Result<()> {
     }
     let (conn, index) = db::open(&path)?;
     let tables = mirror::tables(&conn)?;
-    let prefix = args
-        .etcd_prefix
-        .clone()
-        .unwrap_or_else(|| super::DEFAULT_PREFIX.to_owned());
+    let prefix = super::args::prefix(args.etcd_prefix.clone())?;
     let keys = Keys::new(&prefix);
     let rows = mirror::all_rows(&conn, &tables, &keys)?;
     drop(conn);

@@ -6,7 +6,7 @@
 //! commits to the mirror and wakes blocking queries. Once-only work runs on the leader,
 //! elected with an etcd lease (`leader`).
 
-mod args;
+pub(crate) mod args;
 pub mod backup;
 mod follow;
 mod leader;

@@ -37,13 +37,18 @@ pub struct RestoreArgs {
     /// A backup written by `csivol-server backup` or `GET /v1/backup` (of either store).
     #[arg(long, value_name = "FILE")]
     pub from: PathBuf,
-    /// The data dir to restore into; its server must be stopped.
+    /// The data dir to restore into; its server must be stopped [default: the `data_dir` of
+    /// --config].
     #[arg(
         long,
-        required_unless_present = "etcd_endpoints",
+        required_unless_present_any = ["etcd_endpoints", "config"],
         conflicts_with = "etcd_endpoints"
     )]
     pub data_dir: Option<PathBuf>,
+    /// The server's TOML config: its `data_dir`, or with `store = "etcd"` its etcd
+    /// settings; the command printed to start the server again names it.
+    #[arg(long, conflicts_with_all = ["data_dir", "etcd_endpoints"])]
+    pub config: Option<PathBuf>,
     /// Replace the cluster the data dir already holds (its database is kept aside as
     /// `state.db.before-restore-<time>`).
     #[arg(long, conflicts_with = "etcd_endpoints")]
@@ -136,6 +141,9 @@ pub(crate) fn write_file(
     let tmp = tmp_path(to);
     let _ = std::fs::remove_file(&tmp);
     let written = (|| -> anyhow::Result<Summary> {
+        // 0600 before SQLite opens it: a backup holds sealed secrets and token hashes.
+        csivol_daemon::modes::create_file(&tmp)
+            .with_context(|| format!("failed to create {}", tmp.display()))?;
         let mut dst = Connection::open(&tmp)
             .with_context(|| format!("failed to create {}", tmp.display()))?;
         fill(&mut dst)?;
@@ -161,6 +169,16 @@ pub(crate) fn write_file(
         bytes: std::fs::metadata(to).map_or(0, |m| m.len()),
         ..summary
     })
+}
+
+/// Copies `from`'s bytes into the existing file `to`, keeping `to`'s mode.
+fn copy_into(from: &Path, to: &Path) -> std::io::Result<u64> {
+    let mut src = std::fs::File::open(from)?;
+    let mut dst = std::fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(to)?;
+    std::io::copy(&mut src, &mut dst)
 }
 
 fn tmp_path(to: &Path) -> PathBuf {
@@ -239,7 +257,29 @@ pub async fn run_backup(args: &BackupArgs) -> anyhow::Result<()> {
 
 /// `csivol-server restore`: into a stopped server's data dir, or into an empty etcd prefix.
 pub async fn run_restore(args: &RestoreArgs) -> anyhow::Result<()> {
-    if let Some(e) = args.etcd.config()? {
+    let configured = match &args.config {
+        Some(path) => Some(crate::ServerConfig::resolve(crate::ServerArgs {
+            config: Some(path.clone()),
+            ..crate::ServerArgs::default()
+        })?),
+        None => None,
+    };
+    // How to start the server on what was restored: as it runs, with its config when it
+    // has one (the data dir alone would start it on the default address, without TLS).
+    let serve = |what: String| match &args.config {
+        Some(path) => format!(
+            "csivol-server serve --config {}",
+            csivol_daemon::shell_word(&path.display().to_string())
+        ),
+        None => {
+            format!("csivol-server serve {what} with the other flags (or --config) it runs with")
+        }
+    };
+    let etcd = match args.etcd.config()? {
+        Some(e) => Some(e),
+        None => configured.as_ref().and_then(|c| c.etcd.clone()),
+    };
+    if let Some(e) = etcd {
         let (summary, copied) = crate::etcd::backup::restore(&e, &args.from).await?;
         println!(
             "restored {} from {} into etcd: {copied}",
@@ -247,16 +287,18 @@ pub async fn run_restore(args: &RestoreArgs) -> anyhow::Result<()> {
             args.from.display()
         );
         eprintln!(
-            "start the servers on it: csivol-server serve --store etcd --etcd-endpoints {} \
-             --etcd-prefix {}, with the secrets key the backup's cluster had; the tokens of \
-             the backup are valid again",
-            e.endpoints.join(","),
-            e.prefix
+            "start the servers on it: {}, with the secrets key the backup's cluster had; the \
+             tokens of the backup are valid again",
+            serve(format!(
+                "--store etcd --etcd-endpoints {} --etcd-prefix {}",
+                e.endpoints.join(","),
+                e.prefix
+            ))
         );
         return Ok(());
     }
-    let Some(dir) = &args.data_dir else {
-        bail!("--data-dir or --etcd-endpoints is needed: where to restore to");
+    let Some(dir) = &args.data_dir.clone().or(configured.map(|c| c.data_dir)) else {
+        bail!("--data-dir, --config or --etcd-endpoints is needed: where to restore to");
     };
     let summary = {
         let conn = Connection::open_with_flags(&args.from, OpenFlags::SQLITE_OPEN_READ_ONLY)
@@ -315,7 +357,11 @@ pub async fn run_restore(args: &RestoreArgs) -> anyhow::Result<()> {
         }
     }
     let tmp = dir.join(format!("{STATE_DB}.restore.tmp"));
-    std::fs::copy(&args.from, &tmp).with_context(|| {
+    let _ = std::fs::remove_file(&tmp);
+    // 0600 before the copy fills it (a copy would take the backup's mode).
+    csivol_daemon::modes::create_file(&tmp)
+        .with_context(|| format!("failed to create {}", tmp.display()))?;
+    copy_into(&args.from, &tmp).with_context(|| {
         format!(
             "failed to copy {} to {}",
             args.from.display(),
@@ -339,8 +385,11 @@ pub async fn run_restore(args: &RestoreArgs) -> anyhow::Result<()> {
         db.display()
     );
     eprintln!(
-        "start the server on it: csivol-server serve --data-dir {}; the tokens of the backup are valid again",
-        dir.display()
+        "start the server on it: {}; the tokens of the backup are valid again",
+        serve(format!(
+            "--data-dir {}",
+            csivol_daemon::shell_word(&dir.display().to_string())
+        ))
     );
     Ok(())
 }
