@@ -115,7 +115,9 @@ pub struct ServerArgs {
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     pub tls_client_ca: Option<PathBuf>,
     /// Serve plain HTTP on a non-loopback address (tokens and secrets then cross the
-    /// network in clear; a warning is logged at start).
+    /// network in clear; a warning is logged at start), e.g. behind a proxy that speaks
+    /// TLS to the clients: csivol's own clients send a token over plain HTTP only to a
+    /// loopback address.
     #[arg(long)]
     pub insecure_http: bool,
     /// The key that seals volume secrets in the state database (64 hex digits, mode 0600)

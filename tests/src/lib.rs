@@ -17,6 +17,7 @@ pub mod etcd;
 pub mod idle;
 pub mod loops;
 pub mod netns;
+pub mod sniffer;
 
 /// A temporary directory that, when dropped, first unmounts everything mounted below it
 /// (deepest first), then removes it. A panicking test leaks neither mounts nor files.

@@ -16,5 +16,6 @@ mod real_agent;
 mod shells;
 mod tables;
 mod tokens;
+mod transport;
 mod volumes;
 mod watch;
