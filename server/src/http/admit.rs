@@ -13,10 +13,10 @@ use super::listen::Admitted;
 use super::{App, BODY_LIMIT, error};
 use crate::error::ApiError;
 
-/// The one endpoint that answers without a token: load balancers and `csivol status`
-/// before it has a token ask it whether the server is up.
+/// The one endpoint that answers without a token: a load balancer or a person asks it
+/// whether the server is up.
 fn public(req: &Request) -> bool {
-    req.method() == Method::GET && req.uri().path() == "/v1/health"
+    matches!(*req.method(), Method::GET | Method::HEAD) && req.uri().path() == "/v1/health"
 }
 
 /// Authenticates from the headers, then reads the body within the body timeout.
@@ -58,8 +58,10 @@ pub(super) async fn admit(
         .await
 }
 
-/// The whole body, at most [`BODY_LIMIT`] bytes: a larger one is refused (413) as soon as
-/// its length says so or its bytes pass the limit, never read to its end.
+/// The whole body, at most [`BODY_LIMIT`] bytes: a larger one is refused (413) once its
+/// bytes pass the limit, never read to its end. (Read up to there even when its length
+/// says so at once: a client still sending a body the server has not read would see its
+/// connection break before it reads the refusal.)
 async fn read_body(body: axum::body::Body) -> Result<Vec<u8>, Response> {
     use tokio_stream::StreamExt as _;
     let too_large = || {
@@ -68,11 +70,8 @@ async fn read_body(body: axum::body::Body) -> Result<Vec<u8>, Response> {
         ));
         error::with_status(&e, StatusCode::PAYLOAD_TOO_LARGE)
     };
-    let hint = body.size_hint();
-    if hint.lower() > BODY_LIMIT as u64 {
-        return Err(too_large());
-    }
-    let mut got = Vec::with_capacity(hint.exact().map_or(0, |n| n as usize));
+    let announced = body.size_hint().exact().unwrap_or(0);
+    let mut got = Vec::with_capacity(usize::try_from(announced).unwrap_or(0).min(BODY_LIMIT));
     let mut frames = body.into_data_stream();
     while let Some(frame) = frames.next().await {
         let bytes = frame.map_err(|e| {
