@@ -128,7 +128,7 @@ impl ApiClient {
         node: &str,
         token: String,
         tls: rustls::ClientConfig,
-    ) -> Result<Self, csivol_client::TransportError> {
+    ) -> Result<Self, csivol_client::BuildError> {
         let api = Client::builder(server)
             .token(Some(token))
             .tls(tls)

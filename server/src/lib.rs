@@ -44,6 +44,12 @@ pub const OPERATOR_TOKEN_FILE: &str = "operator.token";
 pub const ADDR_FILE: &str = "server.addr";
 /// How long a node stays `stopped` after its agent's planned stop (`--planned-stop-grace`).
 pub const DEFAULT_PLANNED_STOP_GRACE: Duration = Duration::from_secs(600);
+/// How long a request's headers may take to arrive (`--header-timeout`); an idle
+/// keep-alive connection closes after it too.
+pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a request's body may take to arrive after its headers (`--body-timeout`): a
+/// full 1 MiB body at 35 KiB/s.
+pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(30);
 /// How many of the newest events the event log keeps; older ones are pruned every minute.
 pub const EVENTS_KEPT: i64 = 100_000;
 /// How long request keys and claim tombstones are kept (`--request-memory`).
@@ -83,9 +89,15 @@ pub struct ServerArgs {
     /// closed after it too [default: 10s].
     #[arg(long, value_parser = humantime::parse_duration)]
     pub header_timeout: Option<Duration>,
+    /// A request's body must arrive within this after its headers, else it is answered 408
+    /// and its connection closed; a request without a valid token is answered before its
+    /// body is read [default: 30s].
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub body_timeout: Option<Duration>,
     /// Open connections at most; past it, each new connection closes the one silent longest
-    /// (connected, nothing sent), and waits for one to close when all are busy [default: the
-    /// open-file limit less 256].
+    /// (connected, nothing sent), else the oldest that never showed a valid token or client
+    /// certificate, and waits for one to close when every connection carries an
+    /// authenticated caller [default: the open-file limit less 256].
     #[arg(long)]
     pub max_connections: Option<usize>,
     /// Long-polls (blocking queries: agents' desired state, `--wait`, `events --follow`)
@@ -111,7 +123,9 @@ pub struct ServerArgs {
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     pub tls_client_ca: Option<PathBuf>,
     /// Serve plain HTTP on a non-loopback address (tokens and secrets then cross the
-    /// network in clear; a warning is logged at start).
+    /// network in clear; a warning is logged at start), e.g. behind a proxy that speaks
+    /// TLS to the clients: csivol's own clients send a token over plain HTTP only to a
+    /// loopback address.
     #[arg(long)]
     pub insecure_http: bool,
     /// The key that seals volume secrets in the state database (64 hex digits, mode 0600)
@@ -234,6 +248,7 @@ struct FileConfig {
     node_labels: BTreeMap<String, BTreeMap<String, String>>,
     secrets_key_file: Option<PathBuf>,
     header_timeout: Option<String>,
+    body_timeout: Option<String>,
     max_connections: Option<usize>,
     max_long_polls: Option<usize>,
     tls_cert: Option<PathBuf>,
@@ -269,6 +284,8 @@ pub struct ServerConfig {
     /// `--secrets-key-file`; `None`: `<data-dir>/secrets.key`.
     pub secrets_key_file: Option<PathBuf>,
     pub header_timeout: Duration,
+    /// A request's body must arrive within this after its headers.
+    pub body_timeout: Duration,
     /// `None`: from the open-file limit at start.
     pub max_connections: Option<usize>,
     /// `None`: three quarters of the connections.
@@ -410,7 +427,13 @@ impl ServerConfig {
                 (Some(d), _) => d,
                 (None, Some(s)) => humantime::parse_duration(s)
                     .with_context(|| format!("invalid header_timeout `{s}` in the config file"))?,
-                (None, None) => Duration::from_secs(10),
+                (None, None) => DEFAULT_HEADER_TIMEOUT,
+            },
+            body_timeout: match (args.body_timeout, &file.body_timeout) {
+                (Some(d), _) => d,
+                (None, Some(s)) => humantime::parse_duration(s)
+                    .with_context(|| format!("invalid body_timeout `{s}` in the config file"))?,
+                (None, None) => DEFAULT_BODY_TIMEOUT,
             },
             max_connections: args.max_connections.or(file.max_connections),
             max_long_polls: args.max_long_polls.or(file.max_long_polls),
@@ -701,6 +724,9 @@ impl Server {
         if max_connections == 0 {
             bail!("--max-connections must be at least 1");
         }
+        if cfg.body_timeout.is_zero() {
+            bail!("--body-timeout must be more than 0s: no request with a body could arrive");
+        }
         let max_long_polls = cfg.max_long_polls.unwrap_or(max_connections * 3 / 4).max(1);
         let scheme = if tls.is_some() { "https" } else { "http" };
         let bounds = http::listen::Bounds {
@@ -732,6 +758,7 @@ impl Server {
             data_dir = %cfg.data_dir.display(),
             heartbeat_ttl = %humantime::format_duration(cfg.heartbeat_ttl),
             header_timeout = %humantime::format_duration(cfg.header_timeout),
+            body_timeout = %humantime::format_duration(cfg.body_timeout),
             max_connections,
             max_long_polls,
             open_files,
@@ -748,6 +775,7 @@ impl Server {
             fencer: Arc::new(fence::Fencer::default()),
             long_polls: Arc::new(tokio::sync::Semaphore::new(max_long_polls)),
             node_channel: cfg.node_channel,
+            body_timeout: cfg.body_timeout,
             reads: cluster.as_ref().map(|c| c.reads.clone()),
             leadership: cluster.as_ref().map(|c| c.leadership.clone()),
         });

@@ -17,5 +17,6 @@ mod retries;
 mod shells;
 mod tables;
 mod tokens;
+mod transport;
 mod volumes;
 mod watch;

@@ -9,6 +9,7 @@
 //! benchmark's accounting); [`Client::request`] and the typed endpoint calls turn an answer
 //! into the API type or an [`Error`].
 
+pub mod address;
 pub mod channel;
 pub mod once;
 pub mod tls;
@@ -108,9 +109,28 @@ impl Builder {
         self
     }
 
-    pub fn build(self) -> Result<Client, TransportError> {
+    /// The client, once every server address passed [`address::check`]: plain HTTP only
+    /// to a loopback address, no `USER@`. A client with a plain HTTP address uses no proxy
+    /// (`HTTP_PROXY` would be sent the token in clear), and `localhost` is never looked up.
+    pub fn build(self) -> Result<Client, BuildError> {
         tls::install_provider();
-        let mut http = reqwest::Client::builder().pool_idle_timeout(tls::POOL_IDLE_TIMEOUT);
+        let list = addresses(&self.base);
+        if list.is_empty() {
+            return Err(BuildError::Address(address::AddressError::Invalid {
+                addr: self.base.clone(),
+                why: "no server address".to_owned(),
+            }));
+        }
+        let urls = list
+            .iter()
+            .map(|a| address::check(a))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut http = reqwest::Client::builder()
+            .pool_idle_timeout(tls::POOL_IDLE_TIMEOUT)
+            .resolve_to_addrs("localhost", &address::LOCALHOST);
+        if urls.iter().any(|u| u.scheme() == "http") {
+            http = http.no_proxy();
+        }
         if let Some(tls) = self.tls {
             http = http.tls_backend_preconfigured(tls);
         }
@@ -125,7 +145,7 @@ impl Builder {
         }
         Ok(Client {
             http: http.build()?,
-            bases: addresses(&self.base).into(),
+            bases: urls.iter().map(address::base).collect::<Vec<_>>().into(),
             current: Arc::new(AtomicUsize::new(0)),
             token: self.token,
             request_timeout: self.request_timeout,
@@ -133,6 +153,17 @@ impl Builder {
             waits_for_release: false,
         })
     }
+}
+
+/// Why a client could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// A server address the rule refuses ([`address::check`]); its `hint` says what to
+    /// write instead.
+    #[error(transparent)]
+    Address(#[from] address::AddressError),
+    #[error("failed to set up the HTTP client: {0}")]
+    Transport(#[from] TransportError),
 }
 
 /// An answer as the server sent it.

@@ -1,6 +1,7 @@
 //! The HTTP API: routes, authentication, request parsing with JSON errors, blocking queries.
 
 pub(crate) mod access;
+mod admit;
 mod backup;
 mod channel;
 mod claim_endpoints;
@@ -80,6 +81,8 @@ pub struct AppState {
     pub long_polls: Arc<tokio::sync::Semaphore>,
     /// Whether agents are offered the node channel (`--no-node-channel` turns it off).
     pub node_channel: bool,
+    /// A request's body must arrive within this after its headers (`--body-timeout`).
+    pub body_timeout: Duration,
     /// With the etcd store: what makes a read consistent (`None`: SQLite, consistent as is).
     pub reads: Option<crate::etcd::Reads>,
     /// With the etcd store, this server's leadership (health shows it).
@@ -356,6 +359,11 @@ pub fn router(app: App) -> Router {
         .layer(axum::middleware::from_fn_with_state(
             app.clone(),
             access::client_cert_names_the_node,
+        ))
+        // Outermost: nothing reads a body before its caller showed a token.
+        .layer(axum::middleware::from_fn_with_state(
+            app.clone(),
+            admit::admit,
         ))
         .with_state(app)
 }
