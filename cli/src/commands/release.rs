@@ -50,6 +50,7 @@ pub async fn run(ctx: &Ctx, args: ReleaseArgs) -> anyhow::Result<Exit> {
         }
         Err(e) => return Err(with_ignore_missing(e).context(failed())),
     };
+    let cursor = a.cursor(a.body.as_ref().map_or(0, |c| c.index));
     let Some(claim) = a.body else {
         ctx.out.note(format!(
             "released the claim of alloc {} on volume {}",
@@ -69,8 +70,7 @@ pub async fn run(ctx: &Ctx, args: ReleaseArgs) -> anyhow::Result<Exit> {
         }
         return Ok(Exit::Ok);
     }
-    let index = a.index.unwrap_or(claim.index);
-    wait::claim(ctx, claim, index, ClaimGoal::Gone, deadline).await?;
+    wait::claim(ctx, claim, cursor, ClaimGoal::Gone, deadline).await?;
     ctx.out.note(format!(
         "released the claim of alloc {} on volume {}",
         args.alloc, args.volume

@@ -7,7 +7,7 @@ use csivol_client::{Method, StatusCode};
 use crate::args::{
     SnapshotArg, SnapshotCommand, SnapshotCreateArgs, SnapshotDeleteArgs, SnapshotListArgs,
 };
-use crate::client::Answer;
+use crate::client::{Answer, Cursor};
 use crate::ctx::Ctx;
 use crate::failure::{Exit, Failure};
 use crate::output::{Out, age, bytes, or_dash, when};
@@ -203,7 +203,7 @@ async fn delete(ctx: &Ctx, args: SnapshotDeleteArgs) -> anyhow::Result<Exit> {
         // It may be gone already: then there is nothing left to print.
         if let Some(a) = ctx
             .client
-            .watch::<Snapshot>(&path, 0, Default::default())
+            .watch::<Snapshot>(&path, &Cursor::default(), Default::default())
             .await?
         {
             print(&ctx.out, &a.body)?;
@@ -322,7 +322,7 @@ async fn group(ctx: &Ctx, name: &str) -> anyhow::Result<Option<GroupSnapshot>> {
         .client
         .watch::<GroupSnapshot>(
             &format!("/v1/group-snapshots/{name}"),
-            0,
+            &Cursor::default(),
             Default::default(),
         )
         .await?
@@ -465,7 +465,7 @@ async fn group_delete(
         ));
         if let Some(a) = ctx
             .client
-            .watch::<GroupSnapshot>(&path, 0, Default::default())
+            .watch::<GroupSnapshot>(&path, &Cursor::default(), Default::default())
             .await?
         {
             group_print(&ctx.out, &a.body)?;

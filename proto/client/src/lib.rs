@@ -17,8 +17,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use csivol_api::{
-    DesiredState, ErrorBody, ErrorResponse, HeartbeatResponse, INDEX_HEADER, Node, RegisterRequest,
-    RegisterResponse, ReportBatch, StoppingRequest, TokenRequest, TokenResponse,
+    DesiredState, ErrorBody, ErrorResponse, GENERATION_HEADER, HeartbeatResponse, INDEX_HEADER,
+    Node, RegisterRequest, RegisterResponse, ReportBatch, StoppingRequest, TokenRequest,
+    TokenResponse,
 };
 /// A failure below HTTP: no connection, a broken one, a deadline passed, or a client that
 /// could not be set up.
@@ -134,6 +135,9 @@ pub struct Raw {
     pub status: StatusCode,
     /// The blocking-query index (`x-csivol-index`), if the answer carried one.
     pub index: Option<u64>,
+    /// The generation of the state the index belongs to (`x-csivol-generation`), if the
+    /// answer carried one (an older server's does not).
+    pub generation: Option<String>,
     pub headers: reqwest::header::HeaderMap,
     pub body: Vec<u8>,
 }
@@ -144,6 +148,30 @@ pub struct Answer<T> {
     pub status: StatusCode,
     pub body: T,
     pub index: Option<u64>,
+    /// The generation `index` belongs to ([`Cursor`]).
+    pub generation: Option<String>,
+}
+
+impl<T> Answer<T> {
+    /// Where to follow on from after this answer: its index (`index` when it carried
+    /// none) and generation. Taken as it is, never kept at the greater of two indexes:
+    /// the state can go back in time, and its indexes with it.
+    pub fn cursor(&self, index: u64) -> Cursor {
+        Cursor {
+            index: self.index.unwrap_or(index),
+            generation: self.generation.clone(),
+        }
+    }
+}
+
+/// Where a blocking query follows from: the index of the last answer, and the generation
+/// of the state it belongs to. A server of another generation (its state went back in
+/// time, or it is another history) answers at once with the state as it is and a cursor
+/// of its own.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Cursor {
+    pub index: u64,
+    pub generation: Option<String>,
 }
 
 /// Why a request got no usable answer.
@@ -257,7 +285,7 @@ impl Client {
         timeout: Option<Duration>,
     ) -> Result<Raw, Error> {
         self.in_turn(Retry::Unconnected, |base| {
-            self.send_to(base, method.clone(), path, &body, timeout)
+            self.send_to(base, method.clone(), path, &body, timeout, None)
         })
         .await
     }
@@ -274,8 +302,22 @@ impl Client {
         body: Body<'_, B>,
         timeout: Option<Duration>,
     ) -> Result<Raw, Error> {
+        self.send_idempotent_in(method, path, body, timeout, None)
+            .await
+    }
+
+    /// [`Client::send_idempotent`] that names the `generation` of the state the caller
+    /// follows ([`Cursor`]).
+    async fn send_idempotent_in<B: Serialize + ?Sized>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Body<'_, B>,
+        timeout: Option<Duration>,
+        generation: Option<&str>,
+    ) -> Result<Raw, Error> {
         self.in_turn(Retry::Unanswered, |base| {
-            self.send_to(base, method.clone(), path, &body, timeout)
+            self.send_to(base, method.clone(), path, &body, timeout, generation)
         })
         .await
     }
@@ -329,6 +371,7 @@ impl Client {
         path: &str,
         body: &Body<'_, B>,
         timeout: Option<Duration>,
+        generation: Option<&str>,
     ) -> Result<Raw, Error> {
         let url = match self.stale_reads && method == Method::GET {
             true if path.contains('?') => format!("{base}{path}&stale=true"),
@@ -341,6 +384,9 @@ impl Client {
         }
         if let Some(t) = &self.token {
             req = req.bearer_auth(t);
+        }
+        if let Some(g) = generation {
+            req = req.header(GENERATION_HEADER, g);
         }
         req = match body {
             Body::None => req,
@@ -360,6 +406,11 @@ impl Client {
             .get(INDEX_HEADER)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse().ok());
+        let generation = resp
+            .headers()
+            .get(GENERATION_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
         // Taken, not copied: the body is all that is read from the response after this.
         // `Vec::from` keeps the collected body's buffer, which is the only owner of it; a
         // copy would be a second buffer of the body's size (35 MiB for a listing of
@@ -369,6 +420,7 @@ impl Client {
         Ok(Raw {
             status,
             index,
+            generation,
             headers,
             body,
         })
@@ -396,16 +448,53 @@ impl Client {
             .body)
     }
 
-    /// A blocking query: answers once the resource changed past `index`, or after `wait`.
+    /// A blocking query: answers once the resource changed past the cursor's index, or
+    /// after `wait`; at once when the server's state is of another generation than the
+    /// cursor's. Follow on from [`Answer::cursor`].
     pub async fn watch<T: DeserializeOwned>(
         &self,
         path: &str,
-        index: u64,
+        cursor: &Cursor,
         wait: Duration,
     ) -> Result<Answer<T>, Error> {
-        let path = blocking_path(path, index, wait);
-        self.request::<(), T>(Method::GET, &path, None, self.blocking_timeout(wait))
-            .await
+        let path = blocking_path(path, cursor.index, wait);
+        let timeout = self.blocking_timeout(wait);
+        let raw = self
+            .in_turn(Retry::Unconnected, |base| {
+                self.send_to::<()>(
+                    base,
+                    Method::GET,
+                    &path,
+                    &Body::None,
+                    timeout,
+                    cursor.generation.as_deref(),
+                )
+            })
+            .await?;
+        raw.into_answer()
+    }
+
+    /// `GET path` (a path that carries its own blocking query's `index` and `wait`), naming
+    /// the `generation` of the state the caller follows, within `timeout`.
+    pub async fn get_in<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        generation: Option<&str>,
+        timeout: Duration,
+    ) -> Result<Answer<T>, Error> {
+        let raw = self
+            .in_turn(Retry::Unconnected, |base| {
+                self.send_to::<()>(
+                    base,
+                    Method::GET,
+                    path,
+                    &Body::None,
+                    Some(timeout),
+                    generation,
+                )
+            })
+            .await?;
+        raw.into_answer()
     }
 
     // ---- the node agent's endpoints, scoped to its node ----
@@ -438,12 +527,15 @@ impl Client {
     /// A blocking query: answers when the node's desired state changed past `index`, or
     /// after `wait` with the current one. With `since` (the index of the state the caller
     /// holds), the answer may hold only the volumes changed since: apply it with
-    /// [`DesiredState::apply`].
+    /// [`DesiredState::apply`]. `generation` is the one of the state the caller holds
+    /// ([`DesiredState::generation`]): a server of another generation answers at once with
+    /// the whole state.
     pub async fn desired(
         &self,
         node: &str,
         index: u64,
         since: Option<u64>,
+        generation: Option<&str>,
         wait: Duration,
     ) -> Result<DesiredState, Error> {
         let path = match since {
@@ -451,17 +543,24 @@ impl Client {
             None => format!("/v1/nodes/{node}/desired"),
         };
         let path = blocking_path(&path, index, wait);
-        self.read(&path, self.blocking_timeout(wait)).await
+        self.read(&path, self.blocking_timeout(wait), generation)
+            .await
     }
 
     /// The node's desired state as the server has it now (no blocking query), for a
-    /// caller told by the node channel that it changed; `since` as in [`Client::desired`].
-    pub async fn desired_now(&self, node: &str, since: Option<u64>) -> Result<DesiredState, Error> {
+    /// caller told by the node channel that it changed; `since` and `generation` as in
+    /// [`Client::desired`].
+    pub async fn desired_now(
+        &self,
+        node: &str,
+        since: Option<u64>,
+        generation: Option<&str>,
+    ) -> Result<DesiredState, Error> {
         let path = match since {
             Some(since) => format!("/v1/nodes/{node}/desired?since={since}"),
             None => format!("/v1/nodes/{node}/desired"),
         };
-        self.read(&path, None).await
+        self.read(&path, None, generation).await
     }
 
     /// A `GET` asked of the next server too when one does not answer (see
@@ -470,9 +569,10 @@ impl Client {
         &self,
         path: &str,
         timeout: Option<Duration>,
+        generation: Option<&str>,
     ) -> Result<T, Error> {
         let raw = self
-            .send_idempotent::<()>(Method::GET, path, Body::None, timeout)
+            .send_idempotent_in::<()>(Method::GET, path, Body::None, timeout, generation)
             .await?;
         Ok(raw.into_answer()?.body)
     }
@@ -521,6 +621,7 @@ impl Client {
         let raw = Raw {
             status,
             index: None,
+            generation: None,
             headers: Default::default(),
             body,
         };
@@ -641,6 +742,7 @@ impl Raw {
             status,
             body,
             index: self.index,
+            generation: self.generation,
         })
     }
 }
@@ -673,6 +775,7 @@ mod tests {
         let raw = |status: u16, body: &str| Raw {
             status: StatusCode::from_u16(status).unwrap(),
             index: Some(3),
+            generation: None,
             headers: Default::default(),
             body: body.as_bytes().to_vec(),
         };

@@ -18,8 +18,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use csivol_api::{
-    self as api, ClaimRequest, ClaimState, CreateVolumeSpec, DetachRequest, Health,
-    HeartbeatResponse, INDEX_HEADER, NodeUnblockRequest, RegisterRequest, RegisterResponse,
+    self as api, ClaimRequest, ClaimState, CreateVolumeSpec, DetachRequest, GENERATION_HEADER,
+    Health, HeartbeatResponse, INDEX_HEADER, NodeUnblockRequest, RegisterRequest, RegisterResponse,
     ReportBatch, UnblockRequest, VolumeSpec, VolumeState, validate_name,
 };
 use serde::Deserialize;
@@ -35,7 +35,7 @@ use super::metrics::Metrics;
 use super::model::VolumeChunk;
 use super::store::Snapshot;
 use super::views;
-use super::watch::Key;
+use super::watch::{Cursor, Generation, Key};
 use csivol_rules::fence::FenceConfig;
 
 /// Largest request body accepted.
@@ -181,6 +181,36 @@ fn checked_index(index: Option<u64>) -> ApiResult<Option<u64>> {
     }
 }
 
+/// The generation a client named with the index it follows from (`X-Csivol-Generation`),
+/// if it named one (an older client does not).
+fn sent_generation(headers: &HeaderMap) -> Option<Generation> {
+    headers
+        .get(GENERATION_HEADER)
+        .map(|v| Generation::parse(v.to_str().unwrap_or_default()))
+}
+
+impl App {
+    /// Whether a blocking query from index `after` is answered at once, whatever changed:
+    /// the client's index is of another generation of the state (it went back in time, or
+    /// this is another history), or ahead of every index this server gave, so that waiting
+    /// for the state to pass it could leave the client unaware of a change for as long. A
+    /// client that names no generation (an older one) and holds an index ahead of the
+    /// state is answered as before, when the state passes it: such a client keeps the
+    /// greater of its indexes, and answering it at once would have it ask again at once,
+    /// without end (the agents' desired state, whose clients take the index they are
+    /// given, is answered at once all the same: `node_endpoints::desired`).
+    fn answer_at_once(&self, headers: &HeaderMap, after: u64) -> bool {
+        let cursor = Cursor {
+            generation: sent_generation(headers),
+            index: after,
+        };
+        match cursor.generation {
+            Some(_) => self.db.hub.outdated(&cursor),
+            None => false,
+        }
+    }
+}
+
 impl Blocking {
     fn wait(&self) -> ApiResult<Option<(u64, Duration)>> {
         let Some(index) = checked_index(self.index)? else {
@@ -225,6 +255,7 @@ impl Hold {
 async fn hold_claim(
     app: &App,
     committed: &api::Claim,
+    began: Generation,
     wait: Duration,
 ) -> ApiResult<(Option<api::Claim>, u64)> {
     let unchanged = || Ok((Some(committed.clone()), committed.index));
@@ -233,9 +264,13 @@ async fn hold_claim(
     };
     let key = Key::Volume(committed.volume.clone());
     let index = app.db.hub.wait(&key, committed.index, wait).await;
-    if index <= committed.index {
+    // The state went back in time under the request (its commit may be in no state any
+    // more): the claim as it is now, and an index of the new generation.
+    let other = app.db.hub.generation() != began;
+    if index <= committed.index && !other {
         return unchanged();
     }
+    let index = if other { app.db.hub.index(&key) } else { index };
     let (volume, alloc) = (committed.volume.clone(), committed.alloc.clone());
     let now = app
         .db
@@ -247,11 +282,23 @@ async fn hold_claim(
     Ok((now, index))
 }
 
-fn with_index<T: serde::Serialize>(status: StatusCode, index: u64, body: T) -> Response {
+/// An answer with the index to follow from, and the generation it belongs to.
+fn with_index<T: serde::Serialize>(
+    status: StatusCode,
+    (index, generation): (u64, Generation),
+    body: T,
+) -> Response {
     let mut r = (status, Json(body)).into_response();
+    cursor_headers(&mut r, index, generation);
+    r
+}
+
+fn cursor_headers(r: &mut Response, index: u64, generation: Generation) {
     r.headers_mut()
         .insert(INDEX_HEADER, HeaderValue::from(index));
-    r
+    if let Ok(v) = HeaderValue::from_str(&generation.text()) {
+        r.headers_mut().insert(GENERATION_HEADER, v);
+    }
 }
 
 pub(super) fn name(kind: &str, value: &str) -> ApiResult<()> {
@@ -572,17 +619,12 @@ async fn get_volume(
     app.caller(&headers)?.require_reader()?;
     name("volume", &volume)?;
     let key = Key::Volume(volume.clone());
-    let blocking = b.wait()?;
-    let _permit = app.long_poll(blocking.is_some())?;
-    let index = match blocking {
-        Some((after, wait)) => app.db.hub.wait(&key, after, wait).await,
-        None => app.db.hub.index(&key),
-    };
+    let at = follow(&app, &headers, &key, &b).await?;
     let v = app
         .db
         .read_small(|c| lifecycle::volume_view(c, &volume))
         .await?;
-    Ok(with_index(StatusCode::OK, index, v))
+    Ok(with_index(StatusCode::OK, at, v))
 }
 
 async fn put_volume(
@@ -695,6 +737,7 @@ async fn post_claim(
 ) -> ApiResult<Response> {
     let (actor, limits) = app.claimer(&headers)?;
     let hold = hold.wait()?;
+    let began = app.db.hub.generation();
     if req.dry_run {
         let answer = app
             .db
@@ -722,12 +765,45 @@ async fn post_claim(
     {
         // Gone before the answer (failed and cleaned up): the committed claim is the
         // answer, and a blocking query from its index finds it gone at once.
-        return Ok(match hold_claim(&app, &claim, wait).await? {
-            (Some(now), index) => with_index(status, index, now),
-            (None, _) => with_index(status, claim.index, claim),
+        return Ok(match hold_claim(&app, &claim, began, wait).await? {
+            (Some(now), index) => with_index(status, (index, app.db.hub.generation()), now),
+            (None, _) => with_index(status, (claim.index, began), claim),
         });
     }
-    Ok(with_index(status, claim.index, claim))
+    Ok(with_index(status, (claim.index, began), claim))
+}
+
+/// A blocking query on `key` (`?index=N&wait=30s`): waits until the key changes past the
+/// client's index, or its wait passes; answers at once when the client's index is of
+/// another generation ([`App::answer_at_once`]). The cursor to answer with; a place in the
+/// long-poll budget is held while it waits.
+async fn follow(
+    app: &App,
+    headers: &HeaderMap,
+    key: &Key,
+    b: &Blocking,
+) -> ApiResult<(u64, Generation)> {
+    let blocking = b
+        .wait()?
+        .filter(|(after, _)| !app.answer_at_once(headers, *after));
+    let _permit = app.long_poll(blocking.is_some())?;
+    let began = app.db.hub.generation();
+    let index = match blocking {
+        Some((after, wait)) => app.db.hub.wait(key, after, wait).await,
+        None => app.db.hub.index(key),
+    };
+    Ok(cursor(app, key, index, began))
+}
+
+/// The cursor an answer read at `index` in generation `began` carries: the key's index in
+/// the generation served now, when the state went back in time while the answer was made.
+fn cursor(app: &App, key: &Key, index: u64, began: Generation) -> (u64, Generation) {
+    let now = app.db.hub.generation();
+    if now == began {
+        (index, began)
+    } else {
+        (app.db.hub.index(key), now)
+    }
 }
 
 async fn get_claim(
@@ -740,12 +816,7 @@ async fn get_claim(
     name("volume", &volume)?;
     name("alloc", &alloc)?;
     let key = Key::Volume(volume.clone());
-    let blocking = b.wait()?;
-    let _permit = app.long_poll(blocking.is_some())?;
-    let index = match blocking {
-        Some((after, wait)) => app.db.hub.wait(&key, after, wait).await,
-        None => app.db.hub.index(&key),
-    };
+    let at = follow(&app, &headers, &key, &b).await?;
     // One claim, or one volume's claims when it is gone: a small read, on this thread.
     let claim = app
         .db
@@ -754,7 +825,7 @@ async fn get_claim(
             None => Err(lifecycle::no_claim(c, &volume, &alloc)?),
         })
         .await?;
-    Ok(with_index(StatusCode::OK, index, claim))
+    Ok(with_index(StatusCode::OK, at, claim))
 }
 
 async fn delete_claim(
@@ -767,6 +838,7 @@ async fn delete_claim(
     name("volume", &volume)?;
     name("alloc", &alloc)?;
     let hold = hold.wait()?;
+    let began = app.db.hub.generation();
     let claim = app
         .db
         .write(move |ctx| lifecycle::release_claim(ctx, &volume, &alloc, &actor))
@@ -775,17 +847,22 @@ async fn delete_claim(
         && claim.state == ClaimState::Releasing
     {
         // 204 once the claim is gone; 202 with the claim while it is still there.
-        return Ok(match hold_claim(&app, &claim, wait).await? {
-            (Some(now), index) => with_index(StatusCode::ACCEPTED, index, now),
+        return Ok(match hold_claim(&app, &claim, began, wait).await? {
+            (Some(now), index) => {
+                with_index(StatusCode::ACCEPTED, (index, app.db.hub.generation()), now)
+            }
             (None, index) => {
                 let mut r = StatusCode::NO_CONTENT.into_response();
-                r.headers_mut()
-                    .insert(INDEX_HEADER, HeaderValue::from(index));
+                cursor_headers(&mut r, index, app.db.hub.generation());
                 r
             }
         });
     }
-    Ok(with_index(StatusCode::ACCEPTED, claim.index, claim))
+    Ok(with_index(
+        StatusCode::ACCEPTED,
+        (claim.index, began),
+        claim,
+    ))
 }
 
 async fn renew_claim(
@@ -801,7 +878,11 @@ async fn renew_claim(
         .db
         .write(move |ctx| lifecycle::renew_lease(ctx, &volume, &alloc, req.ttl_ms, &actor))
         .await?;
-    Ok(with_index(StatusCode::OK, claim.index, claim))
+    Ok(with_index(
+        StatusCode::OK,
+        (claim.index, app.db.hub.generation()),
+        claim,
+    ))
 }
 
 /// `GET /v1/claims?volume=&node=&state=&label=k=v&older_than_ms=`; `label` repeatable.
@@ -877,10 +958,10 @@ async fn events(
     Q(q): Q<EventsQuery>,
 ) -> ApiResult<Response> {
     app.caller(&headers)?.require_reader()?;
-    let after = checked_index(q.index)?.unwrap_or(0);
+    let mut after = checked_index(q.index)?.unwrap_or(0);
     let limit = q.limit.unwrap_or(1000).min(10_000);
     // `index` alone pages through the log; `wait` makes it a blocking query.
-    let blocking = match &q.wait {
+    let mut blocking = match &q.wait {
         Some(_) => Blocking {
             index: Some(after),
             wait: q.wait.clone(),
@@ -888,6 +969,15 @@ async fn events(
         .wait()?,
         None => None,
     };
+    let mut generation = app.db.hub.generation();
+    // A place in the log of another generation: the log went back in time, and its
+    // entries are numbered again from where the backup left it. What was logged since
+    // this generation began is sent at once (from the client's place, if that is earlier:
+    // up to there the two logs are one).
+    if sent_generation(&headers).is_some_and(|g| g != generation) {
+        after = after.min(app.db.hub.events_from());
+        blocking = None;
+    }
     let _permit = app.long_poll(blocking.is_some())?;
     let deadline = tokio::time::Instant::now() + blocking.map_or(Duration::ZERO, |(_, w)| w);
     loop {
@@ -904,8 +994,14 @@ async fn events(
         let now = tokio::time::Instant::now();
         if !found.is_empty() || blocking.is_none() || now >= deadline {
             let last = found.last().map_or(after, |e| e.index);
-            return Ok(with_index(StatusCode::OK, last, found));
+            return Ok(with_index(StatusCode::OK, (last, generation), found));
         }
         app.db.hub.wait(&Key::Events, seen, deadline - now).await;
+        if app.db.hub.generation() != generation {
+            // The log went back in time while the client waited.
+            generation = app.db.hub.generation();
+            after = after.min(app.db.hub.events_from());
+            blocking = None;
+        }
     }
 }
