@@ -25,6 +25,9 @@ const DESIRED_WAIT: Duration = Duration::from_secs(30);
 /// How often the desired state is fetched whole rather than as changes: what a change the
 /// server did not name by volume would otherwise leave stale is this old at most.
 const WHOLE_EVERY: Duration = Duration::from_secs(300);
+/// How long an agent told to register again after a restore waits for the steps under
+/// way to finish first.
+const REGISTER_AGAIN_IDLE: Duration = Duration::from_secs(10);
 /// How often a fenced node that still holds something checks again whether it is clean.
 const FENCED_RECHECK: Duration = Duration::from_secs(1);
 /// Most reports in one request.
@@ -495,6 +498,10 @@ async fn desired_loop(link: &Link) {
                             "the server's state was restored from a backup; registering again \
                              with what this node holds before acting on it"
                         );
+                        // Steps under way from the state before finish first, so that the
+                        // registration says what they made (a bounded wait: a step that
+                        // hangs on its plugin is not waited out).
+                        let _ = tokio::time::timeout(REGISTER_AGAIN_IDLE, link.core.idle()).await;
                     }
                     index = desired.index;
                     holds = false;

@@ -22,6 +22,8 @@
 //! - `hosting`: whether a registering node may host a plugin's controller.
 //! - `kinds`: event and controller-operation kinds.
 //! - `nodes`: whether a node takes new claims, and whether it may be forgotten.
+//! - `settle`: which volumes the server holds back after the state went back in time, and
+//!   until when.
 //! - `plan`: the node agent's: one volume's desired state and records → the steps to take.
 //! - `observed`: what a plugin made at a staging path or a target, as the agent observed it.
 //! - `verify`: the node agent's recovery plan: its records against the checks of one
@@ -39,6 +41,7 @@ pub mod plan;
 pub mod queue;
 pub mod reconcile;
 pub mod schedule;
+pub mod settle;
 pub mod snapshots;
 pub mod transitions;
 pub mod verify;

@@ -19,7 +19,10 @@ pub fn spawn(
     cluster: Option<Cluster>,
     listen: String,
 ) -> Vec<tokio::task::JoinHandle<()>> {
-    let mut tasks = vec![tokio::spawn(persist_token_use(app.clone()))];
+    let mut tasks = vec![
+        tokio::spawn(persist_token_use(app.clone())),
+        tokio::spawn(settle_after_reset(app.clone())),
+    ];
     let leadership = match cluster.clone() {
         Some(c) => {
             tasks.push(tokio::spawn(etcd::schema::announce(c.clone(), listen)));
@@ -60,6 +63,7 @@ async fn lead(app: http::App, mut leadership: Leadership, cluster: Option<Cluste
             tokio::spawn(prune_events(app.clone())),
             tokio::spawn(expire_leases(app.clone())),
             tokio::spawn(fence::auto_fence(app.clone())),
+            tokio::spawn(close_settle_window(app.clone())),
         ];
         leadership.wait_for(false).await;
         for t in tasks {
@@ -121,6 +125,52 @@ async fn follow_nodes(app: http::App, leadership: Leadership) {
         }
         if let Ok(nodes) = app.db.read(node_statuses).await {
             app.live.follow(nodes);
+        }
+    }
+}
+
+/// The state went back in time under this server (etcd's did: an etcd snapshot restored,
+/// or a backup restored into the prefix): the nodes are to say what they hold before the
+/// volumes two nodes must not hold go anywhere (`lifecycle::settle`). Every server of the
+/// cluster that sees the new generation says so; the first one's write counts.
+async fn settle_after_reset(app: http::App) {
+    let mut generations = app.db.hub.generations();
+    while generations.changed().await.is_ok() {
+        let generation = *generations.borrow_and_update();
+        let window_end = db::now_ms() + app.live.ttl().as_millis() as i64;
+        let written = app
+            .db
+            .write(move |ctx| lifecycle::settle::begin(ctx, generation, window_end))
+            .await;
+        if let Err(e) = written {
+            tracing::error!(error = %e.message, "failed to record that the state went back in time");
+        }
+    }
+}
+
+/// Closes the window for nodes a restored state does not know once it has passed, so that
+/// what is no longer held back moves on.
+async fn close_settle_window(app: http::App) {
+    let mut tick = tokio::time::interval(Duration::from_millis(250));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let now = db::now_ms();
+        if !matches!(
+            app.db
+                .read(move |c| lifecycle::settle::window_due(c, now))
+                .await,
+            Ok(true)
+        ) {
+            continue;
+        }
+        let limits = app.limits.clone();
+        if let Err(e) = app
+            .db
+            .write_led(move |ctx| lifecycle::settle::close_window(ctx, &limits))
+            .await
+        {
+            tracing::warn!(error = %e.message, "failed to end the hold after a restore; retrying");
         }
     }
 }

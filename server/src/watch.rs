@@ -119,6 +119,8 @@ pub struct Hub {
     timeline: Timeline,
     entries: Mutex<HashMap<Key, Entry>>,
     journals: Mutex<HashMap<String, Journal>>,
+    /// The generation served, for what must follow a reset (the server settles then).
+    generations: tokio::sync::watch::Sender<Generation>,
 }
 
 impl Hub {
@@ -134,7 +136,13 @@ impl Hub {
             },
             entries: Mutex::new(HashMap::new()),
             journals: Mutex::new(HashMap::new()),
+            generations: tokio::sync::watch::channel(generation).0,
         }
+    }
+
+    /// The generation served, changing at every [`Hub::reset`].
+    pub fn generations(&self) -> tokio::sync::watch::Receiver<Generation> {
+        self.generations.subscribe()
     }
 
     fn base(&self) -> u64 {
@@ -192,6 +200,7 @@ impl Hub {
             entry.index = index;
             entry.notify.notify_waiters();
         }
+        self.generations.send_replace(generation);
     }
 
     /// The volumes whose entries in `node`'s desired state changed after index `since`, or

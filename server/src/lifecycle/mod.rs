@@ -36,6 +36,7 @@ mod operator;
 mod ops;
 mod reconcile;
 mod reports;
+pub(crate) mod settle;
 mod snapshots;
 #[cfg(test)]
 mod tests;

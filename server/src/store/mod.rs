@@ -199,6 +199,10 @@ pub trait Snapshot {
     fn stored_secrets(&self) -> ApiResult<Vec<(String, String)>>;
     /// The value sealed with the cluster's key that tells whether a key is the cluster's.
     fn secrets_check(&self) -> ApiResult<Option<String>>;
+    /// The server's own small facts (`meta`) whose keys begin with `prefix`, in key order:
+    /// what the state says of itself, such as where it stands after a restore
+    /// (`lifecycle::settle`).
+    fn meta(&self, prefix: &str) -> ApiResult<Vec<(String, i64)>>;
 
     fn require_volume(&self, name: &str) -> ApiResult<VolumeRow> {
         self.volume(name)?.ok_or_else(|| {
@@ -522,4 +526,7 @@ pub trait Txn: Snapshot {
     /// in clear).
     fn put_stored_secrets(&mut self, volume: &str, sealed: &str) -> ApiResult<()>;
     fn put_secrets_check(&mut self, sealed: &str) -> ApiResult<()>;
+    /// Sets one of the server's own facts (`None`: forgets it). The change index is kept
+    /// by the store itself, never through this.
+    fn put_meta(&mut self, key: &str, value: Option<i64>) -> ApiResult<()>;
 }

@@ -12,6 +12,7 @@ mod nodes;
 mod operator;
 mod ops;
 mod reports;
+mod settle;
 mod snapshots;
 mod topology;
 mod volumes;

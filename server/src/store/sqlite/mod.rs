@@ -9,6 +9,7 @@ pub mod db;
 mod listings;
 pub mod maintenance;
 mod nodes;
+pub mod restore;
 mod rows;
 mod snapshots;
 mod txn;
@@ -457,6 +458,10 @@ impl Snapshot for Connection {
     fn secrets_check(&self) -> ApiResult<Option<String>> {
         access::secrets_check(self)
     }
+
+    fn meta(&self, prefix: &str) -> ApiResult<Vec<(String, i64)>> {
+        access::meta(self, prefix)
+    }
 }
 
 /// Reads inside a write see the transaction's own changes: they go to its connection.
@@ -544,6 +549,7 @@ reads_through_the_transaction! {
     running_ops(plugin: &str) -> Vec<RunningOpRow>;
     stored_secrets() -> Vec<(String, String)>;
     secrets_check() -> Option<String>;
+    meta(prefix: &str) -> Vec<(String, i64)>;
 }
 
 fn reconcile_facts(

@@ -822,4 +822,8 @@ impl Txn for WriteCtx<'_> {
     fn put_secrets_check(&mut self, sealed: &str) -> ApiResult<()> {
         access::put_secrets_check(self, sealed)
     }
+
+    fn put_meta(&mut self, key: &str, value: Option<i64>) -> ApiResult<()> {
+        access::put_meta(self, key, value)
+    }
 }

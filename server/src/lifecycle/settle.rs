@@ -1,0 +1,396 @@
+//! After the state went back in time (a backup restored, an etcd snapshot restored): the
+//! server holds back the volumes two nodes must not hold until every node that may hold
+//! one has said what it holds (`csivol_rules::settle` decides which, and until when), and
+//! what the nodes hold that the restored state does not know is taken down through the
+//! normal path: a claim found mounted is recorded `releasing` (its node unpublishes it),
+//! an attachment found staged is recorded and goes `unstaging` (its node unstages it),
+//! and each attachment is then detached with ControllerUnpublish where its plugin needs it.
+//!
+//! Where it stands is kept in `meta`, so that every server of an etcd cluster sees it and
+//! a server started again finds it: `settle.generation` (the generation settling began
+//! in), `settle.after` (until when the window for nodes the state does not know is open;
+//! 0 once it closed), and `settle.unreported.<node>` for each node not heard from.
+//! `csivol-server restore` leaves `settle.pending` in the restored state, and the server
+//! begins at its start.
+
+use std::collections::BTreeSet;
+
+use csivol_api::{AttachmentState, ClaimMode, ClaimRequest, ClaimState, RegisterRequest};
+use csivol_rules::settle::{self, Settling};
+
+use super::attachments::advance_volume;
+use super::{Limits, event, node_volume, set_claim_state, touch_volume};
+use crate::error::ApiResult;
+use crate::model::VolumeRow;
+use crate::store::{NewClaim, Snapshot, Txn};
+use crate::watch::{Generation, Key};
+use csivol_rules::kinds::EventKind;
+
+/// Left by `csivol-server restore` in the state it restores: begin at start.
+pub const PENDING: &str = "settle.pending";
+const GENERATION: &str = "settle.generation";
+const AFTER: &str = "settle.after";
+const UNREPORTED: &str = "settle.unreported.";
+const PREFIX: &str = "settle.";
+
+/// Where settling stands, as recorded.
+#[derive(Debug, Default)]
+pub struct Recorded {
+    /// The generation it began in; `None`: not settling.
+    generation: Option<i64>,
+    /// Until when (unix ms) the window is open; 0 once closed.
+    after: i64,
+    pending: bool,
+    /// The nodes not heard from, in name order.
+    pub unreported: Vec<String>,
+}
+
+impl Recorded {
+    pub fn load(conn: &(impl Snapshot + ?Sized)) -> ApiResult<Self> {
+        let mut r = Self::default();
+        for (key, value) in conn.meta(PREFIX)? {
+            match key.as_str() {
+                PENDING => r.pending = true,
+                GENERATION => r.generation = Some(value),
+                AFTER => r.after = value,
+                _ => {
+                    if let Some(node) = key.strip_prefix(UNREPORTED) {
+                        r.unreported.push(node.to_owned());
+                    }
+                }
+            }
+        }
+        Ok(r)
+    }
+
+    pub fn settling(&self) -> bool {
+        self.generation.is_some()
+    }
+
+    /// The facts `csivol_rules::settle` decides on: each node not heard from with the
+    /// plugins it registered.
+    fn facts<'a>(&'a self, plugins: &'a [(String, Vec<String>)], now: i64) -> Settling<'a> {
+        Settling {
+            window_open: now < self.after,
+            unreported: plugins
+                .iter()
+                .map(|(n, ps)| (n.as_str(), ps.iter().map(String::as_str).collect()))
+                .collect(),
+        }
+    }
+}
+
+/// The plugins of each node in `nodes`.
+fn plugins_of(
+    conn: &(impl Snapshot + ?Sized),
+    nodes: &[String],
+) -> ApiResult<Vec<(String, Vec<String>)>> {
+    nodes
+        .iter()
+        .map(|n| {
+            let plugins = conn
+                .node_plugins(n)?
+                .into_iter()
+                .map(|p| p.plugin)
+                .collect();
+            Ok((n.clone(), plugins))
+        })
+        .collect()
+}
+
+/// Whether [`at_start`] has anything to do: settling is to begin, or under way.
+pub fn at_start_due(conn: &(impl Snapshot + ?Sized)) -> ApiResult<bool> {
+    let r = Recorded::load(conn)?;
+    Ok(r.pending || r.settling())
+}
+
+/// The restored state's first write at a server's start: begins settling if
+/// `csivol-server restore` left word to; else, while settling, opens the window again for
+/// one heartbeat TTL (`window_end`): the agents this state does not know contact this
+/// server anew.
+pub fn at_start(ctx: &mut impl Txn, generation: Generation, window_end: i64) -> ApiResult<()> {
+    let r = Recorded::load(ctx)?;
+    if r.pending {
+        return begin(ctx, generation, window_end);
+    }
+    if r.settling() && r.after != 0 {
+        ctx.put_meta(AFTER, Some(r.after.max(window_end)))?;
+    }
+    Ok(())
+}
+
+/// The state is of a new generation that went back in time (`generation`): every node it
+/// knows is to report what it holds, and the window is open until `window_end`. Said again
+/// in the same generation (by another server of an etcd cluster), it only keeps the window
+/// open.
+pub fn begin(ctx: &mut impl Txn, generation: Generation, window_end: i64) -> ApiResult<()> {
+    let r = Recorded::load(ctx)?;
+    let stamp = generation.0 as i64;
+    if r.generation == Some(stamp) {
+        if r.after != 0 {
+            ctx.put_meta(AFTER, Some(r.after.max(window_end)))?;
+        }
+        return Ok(());
+    }
+    for node in &r.unreported {
+        ctx.put_meta(&format!("{UNREPORTED}{node}"), None)?;
+    }
+    ctx.put_meta(PENDING, None)?;
+    ctx.put_meta(GENERATION, Some(stamp))?;
+    ctx.put_meta(AFTER, Some(window_end))?;
+    let nodes: Vec<String> = ctx.nodes(None)?.into_iter().map(|n| n.name).collect();
+    for node in &nodes {
+        ctx.put_meta(&format!("{UNREPORTED}{node}"), Some(1))?;
+        // Its agent learns at its next look that it is to register again.
+        ctx.touch(Key::Node(node.clone()));
+    }
+    let waits = if nodes.is_empty() {
+        "no node the state knows".to_owned()
+    } else {
+        format!("node(s) {}", nodes.join(", "))
+    };
+    event(
+        ctx,
+        EventKind::StateRestored,
+        None,
+        None,
+        None,
+        "server",
+        format!(
+            "the state went back in time (restored from a backup): volumes two nodes must not \
+             hold go to no node until {waits} have registered again with what they hold (or \
+             an operator says a node is gone: csivol unblock --node NODE --reason ...), and \
+             for one heartbeat TTL at least; what nodes hold that the state does not have \
+             is taken down"
+        ),
+    )
+}
+
+/// Whether `node` is still to say what it holds: its desired state says to register
+/// again (and `lost`, which an older agent reads the same way), and it acts on nothing
+/// until it has.
+pub fn unreported(conn: &(impl Snapshot + ?Sized), node: &str) -> ApiResult<bool> {
+    let key = format!("{UNREPORTED}{node}");
+    Ok(conn.meta(&key)?.iter().any(|(k, _)| *k == key))
+}
+
+/// Whether volume `v` is held back now (see `csivol_rules::settle`).
+pub fn held(conn: &(impl Snapshot + ?Sized), v: &VolumeRow, now: i64) -> ApiResult<bool> {
+    // Most volumes are not held whatever happened, and most of the time nothing happened:
+    // neither asks more of the store than this.
+    if !settle::restricted(v.access_mode) {
+        return Ok(false);
+    }
+    let r = Recorded::load(conn)?;
+    if !r.settling() {
+        return Ok(false);
+    }
+    let plugins = plugins_of(conn, &r.unreported)?;
+    Ok(settle::held(
+        v.access_mode,
+        &v.plugin,
+        &r.facts(&plugins, now),
+    ))
+}
+
+/// `node` registered while the state settles, reporting what it holds: it is heard from.
+/// What it holds that the state does not know is recorded, to be taken down through the
+/// normal path; a claim the state has there that it does not hold waits while its volume
+/// is held back (its node would mount a volume another node may still hold). Called at the
+/// end of the registration of a node still to report, or of one the state did not know
+/// (registered after the backup); does nothing once settling is over.
+pub fn reported(
+    ctx: &mut impl Txn,
+    node: &str,
+    req: &RegisterRequest,
+    limits: &Limits,
+) -> ApiResult<()> {
+    if !Recorded::load(ctx)?.settling() {
+        return Ok(());
+    }
+    ctx.put_meta(&format!("{UNREPORTED}{node}"), None)?;
+    let actor = format!("node:{node}");
+    let mut volumes = BTreeSet::new();
+    for p in &req.published {
+        if ctx.claim(&p.volume, &p.alloc)?.is_some() {
+            // Known (on this node, or, for the same alloc, elsewhere: one alloc holds one
+            // claim of a volume, and that one stands).
+            continue;
+        }
+        let Some(v) = ctx.volume(&p.volume)? else {
+            // A volume the state does not know: the node takes it down by itself (its
+            // desired state does not have it); csivol knows nothing to detach.
+            continue;
+        };
+        // Write: what it was mounted for is not known, and a writer holds the most.
+        let request = ClaimRequest::new(p.alloc.clone(), node, ClaimMode::Write);
+        ctx.insert_claim(NewClaim {
+            volume: &v.name,
+            request: &request,
+            state: ClaimState::Releasing,
+            expires_at: None,
+        })?;
+        if ctx.attachment(&v.name, node)?.is_none() {
+            ctx.insert_attachment(&v.name, node, AttachmentState::Attached)?;
+        }
+        ctx.touch(node_volume(node, &v.name));
+        touch_volume(ctx, &v.name)?;
+        event(
+            ctx,
+            EventKind::ClaimFound,
+            Some(&v.name),
+            Some(node),
+            Some(&p.alloc),
+            &actor,
+            "found mounted on the node, which the restored state does not have: the node \
+             takes it down (unpublish, unstage, then ControllerUnpublish where the plugin \
+             needs it)",
+        )?;
+        volumes.insert(v.name);
+    }
+    for volume in &req.staged {
+        if ctx.attachment(volume, node)?.is_some() || ctx.volume(volume)?.is_none() {
+            continue;
+        }
+        // Attached: the volume's claims on the node keep it, if the state has any; with
+        // none, the attachment goes `unstaging` when the volume moves on, below.
+        ctx.insert_attachment(volume, node, AttachmentState::Attached)?;
+        ctx.touch(node_volume(node, volume));
+        touch_volume(ctx, volume)?;
+        event(
+            ctx,
+            EventKind::AttachmentFound,
+            Some(volume),
+            Some(node),
+            None,
+            &actor,
+            "found staged on the node, attached there unknown to the restored state: it is \
+             unstaged, then detached, unless a claim of the state needs it",
+        )?;
+        volumes.insert(volume.clone());
+    }
+    let published: BTreeSet<(&str, &str)> = req
+        .published
+        .iter()
+        .map(|p| (p.volume.as_str(), p.alloc.as_str()))
+        .collect();
+    let now = ctx.now();
+    for c in ctx.claims_of_node(node, None)? {
+        let mounted = published.contains(&(c.volume.as_str(), c.alloc.as_str()));
+        let on_its_way = matches!(c.state, ClaimState::Publishing | ClaimState::Ready);
+        if mounted || !on_its_way {
+            continue;
+        }
+        let Some(v) = ctx.volume(&c.volume)? else {
+            continue;
+        };
+        if !held(ctx, &v, now)? {
+            continue;
+        }
+        set_claim_state(ctx, &c, ClaimState::Pending)?;
+        event(
+            ctx,
+            EventKind::ClaimHeld,
+            Some(&c.volume),
+            Some(node),
+            Some(&c.alloc),
+            &actor,
+            "the restored state has this claim, which the node does not hold: it waits until \
+             every node that may hold the volume has said what it holds, then the node \
+             mounts it again",
+        )?;
+    }
+    for v in volumes {
+        advance_volume(ctx, &v, limits)?;
+    }
+    release_unheld(ctx, limits)
+}
+
+/// An operator (`actor`) said `node` is gone, holding nothing (unblocked it, or a fence
+/// confirmed it): it is no longer waited for.
+pub fn accounted(ctx: &mut impl Txn, node: &str, actor: &str, limits: &Limits) -> ApiResult<()> {
+    if !unreported(ctx, node)? {
+        return Ok(());
+    }
+    ctx.put_meta(&format!("{UNREPORTED}{node}"), None)?;
+    event(
+        ctx,
+        EventKind::NodeUnblocked,
+        None,
+        Some(node),
+        None,
+        actor,
+        "node said gone: the restored state no longer waits for it to say what it holds",
+    )?;
+    release_unheld(ctx, limits)
+}
+
+/// A node removed (`csivol node remove`, which the holdings of the restored state allowed):
+/// nothing waits for it.
+pub fn forget(ctx: &mut impl Txn, node: &str, limits: &Limits) -> ApiResult<()> {
+    if !unreported(ctx, node)? {
+        return Ok(());
+    }
+    ctx.put_meta(&format!("{UNREPORTED}{node}"), None)?;
+    release_unheld(ctx, limits)
+}
+
+/// Whether the window for nodes the state does not know has passed, unclosed: the leader
+/// closes it then ([`close_window`]).
+pub fn window_due(conn: &(impl Snapshot + ?Sized), now: i64) -> ApiResult<bool> {
+    let r = Recorded::load(conn)?;
+    Ok(r.settling() && r.after != 0 && now >= r.after)
+}
+
+/// The window passed: what is no longer held moves on.
+pub fn close_window(ctx: &mut impl Txn, limits: &Limits) -> ApiResult<()> {
+    if !window_due(ctx, ctx.now())? {
+        return Ok(());
+    }
+    ctx.put_meta(AFTER, Some(0))?;
+    release_unheld(ctx, limits)
+}
+
+/// Moves on the waiting claims of every volume no longer held, and ends settling when
+/// nothing is held any more.
+fn release_unheld(ctx: &mut impl Txn, limits: &Limits) -> ApiResult<()> {
+    let r = Recorded::load(ctx)?;
+    if !r.settling() {
+        return Ok(());
+    }
+    let now = ctx.now();
+    let plugins = plugins_of(ctx, &r.unreported)?;
+    let done = settle::settled(&r.facts(&plugins, now));
+    if done {
+        for key in [GENERATION, AFTER] {
+            ctx.put_meta(key, None)?;
+        }
+    }
+    let waiting: BTreeSet<String> = ctx
+        .claims(None, None)?
+        .into_iter()
+        .filter(|c| matches!(c.state, ClaimState::Pending | ClaimState::Attaching))
+        .map(|c| c.volume)
+        .collect();
+    for volume in waiting {
+        let Some(v) = ctx.volume(&volume)? else {
+            continue;
+        };
+        if !held(ctx, &v, now)? {
+            advance_volume(ctx, &volume, limits)?;
+        }
+    }
+    if done {
+        event(
+            ctx,
+            EventKind::StateSettled,
+            None,
+            None,
+            None,
+            "server",
+            "every node the restored state knows has said what it holds (or was said gone): \
+             no volume is held back any more",
+        )?;
+    }
+    Ok(())
+}
