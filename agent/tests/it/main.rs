@@ -12,6 +12,7 @@ mod ha;
 mod procs;
 mod reconcile;
 mod recovery;
+mod restore;
 mod shapes;
 mod spellings;
 mod support;

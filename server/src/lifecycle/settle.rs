@@ -5,6 +5,8 @@
 //! normal path: a claim found mounted is recorded `releasing` (its node unpublishes it),
 //! an attachment found staged is recorded and goes `unstaging` (its node unstages it),
 //! and each attachment is then detached with ControllerUnpublish where its plugin needs it.
+//! An attachment the state has of which the node holds nothing is detached as well, and
+//! made again when a claim needs it: the storage may have detached it since the backup.
 //!
 //! Where it stands is kept in `meta`, so that every server of an etcd cluster sees it and
 //! a server started again finds it: `settle.generation` (the generation settling began
@@ -18,7 +20,7 @@ use std::collections::BTreeSet;
 use csivol_api::{AttachmentState, ClaimMode, ClaimRequest, ClaimState, RegisterRequest};
 use csivol_rules::settle::{self, Settling};
 
-use super::attachments::advance_volume;
+use super::attachments::{advance_volume, begin_detach};
 use super::{Limits, event, node_volume, set_claim_state, touch_volume};
 use crate::error::ApiResult;
 use crate::model::VolumeRow;
@@ -268,6 +270,41 @@ pub fn reported(
              unstaged, then detached, unless a claim of the state needs it",
         )?;
         volumes.insert(volume.clone());
+    }
+    // What the state has attached to the node of which the node holds nothing: the
+    // storage may have detached it since the backup (or never attached it), so the
+    // attachment is not to be trusted. The node said it holds none of it, which is what
+    // a detach waits for: it is detached (ControllerUnpublishVolume, which succeeds on a
+    // volume not published), and attached again when a claim needs it.
+    let holds: BTreeSet<&str> = req
+        .staged
+        .iter()
+        .map(String::as_str)
+        .chain(req.published.iter().map(|p| p.volume.as_str()))
+        .collect();
+    for a in ctx.attachments_of_node(node)? {
+        let trusted = !matches!(
+            a.state,
+            AttachmentState::Attached | AttachmentState::Attaching
+        );
+        if trusted || holds.contains(a.volume.as_str()) {
+            continue;
+        }
+        let Some(v) = ctx.volume(&a.volume)? else {
+            continue;
+        };
+        event(
+            ctx,
+            EventKind::VolumeDetach,
+            Some(&v.name),
+            Some(node),
+            None,
+            &actor,
+            "the restored state has the volume attached to the node, which holds nothing of \
+             it: detached first, attached again when a claim needs it",
+        )?;
+        begin_detach(ctx, &v, node, false, limits)?;
+        volumes.insert(v.name);
     }
     let published: BTreeSet<(&str, &str)> = req
         .published
