@@ -137,13 +137,28 @@ async fn settle_after_reset(app: http::App) {
     let mut generations = app.db.hub.generations();
     while generations.changed().await.is_ok() {
         let generation = *generations.borrow_and_update();
-        let window_end = db::now_ms() + app.live.ttl().as_millis() as i64;
-        let written = app
-            .db
-            .write(move |ctx| lifecycle::settle::begin(ctx, generation, window_end))
-            .await;
-        if let Err(e) = written {
-            tracing::error!(error = %e.message, "failed to record that the state went back in time");
+        // Retried until recorded (etcd may be coming back as the state went back), unless
+        // the generation moves on meanwhile.
+        let mut failures = 0u32;
+        while app.db.hub.generation() == generation {
+            let window_end = db::now_ms() + app.live.ttl().as_millis() as i64;
+            let written = app
+                .db
+                .write(move |ctx| lifecycle::settle::begin(ctx, generation, window_end))
+                .await;
+            match written {
+                Ok(()) => {
+                    app.db.hub.settled(generation);
+                    break;
+                }
+                Err(e) => {
+                    failures += 1;
+                    if failures == 1 || failures.is_power_of_two() {
+                        tracing::error!(error = %e.message, "failed to record that the state went back in time; retrying");
+                    }
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                }
+            }
         }
     }
 }

@@ -121,6 +121,10 @@ pub struct Hub {
     journals: Mutex<HashMap<String, Journal>>,
     /// The generation served, for what must follow a reset (the server settles then).
     generations: tokio::sync::watch::Sender<Generation>,
+    /// The generation a reset began whose settling is not recorded yet (0: none): until it
+    /// is, every agent is told to register again (see `lifecycle::settle`), so that none
+    /// acts on the state gone back before the server knows what it holds.
+    unsettled: AtomicU64,
 }
 
 impl Hub {
@@ -137,7 +141,21 @@ impl Hub {
             entries: Mutex::new(HashMap::new()),
             journals: Mutex::new(HashMap::new()),
             generations: tokio::sync::watch::channel(generation).0,
+            unsettled: AtomicU64::new(0),
         }
+    }
+
+    /// Whether the generation served began with a reset whose settling is not recorded yet.
+    pub fn unsettled(&self) -> bool {
+        let g = self.unsettled.load(Ordering::Acquire);
+        g != 0 && g == self.timeline.generation.load(Ordering::Acquire)
+    }
+
+    /// Settling after the reset to `generation` is recorded.
+    pub fn settled(&self, generation: Generation) {
+        let _ =
+            self.unsettled
+                .compare_exchange(generation.0, 0, Ordering::AcqRel, Ordering::Acquire);
     }
 
     /// The generation served, changing at every [`Hub::reset`].
@@ -192,6 +210,7 @@ impl Hub {
         self.timeline
             .events_from
             .store(events_from, Ordering::Release);
+        self.unsettled.store(generation.0, Ordering::Release);
         self.timeline
             .generation
             .store(generation.0, Ordering::Release);
@@ -497,6 +516,15 @@ mod tests {
             Some(["b".to_owned()].into()),
             "the journal holds the new generation's changes only"
         );
+
+        assert!(
+            hub.unsettled(),
+            "nothing may act on it until settling is recorded"
+        );
+        hub.settled(Generation(1));
+        assert!(hub.unsettled(), "another generation's record");
+        hub.settled(Generation(2));
+        assert!(!hub.unsettled());
 
         // A reset to the generation served changes nothing.
         hub.reset(Generation(2), 10, 0);

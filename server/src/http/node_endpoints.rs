@@ -270,6 +270,12 @@ pub(super) async fn desired(
         }
     };
     state.generation = Some(now.text());
+    if hub.unsettled() {
+        // The state went back in time under this server a moment ago, and what the nodes
+        // are to report is not recorded yet: nothing is to act on it meanwhile.
+        state.register_again = true;
+        state.status = Some(api::NodeStatus::Lost);
+    }
     Ok(with_index(StatusCode::OK, (index, now), state))
 }
 
