@@ -544,7 +544,7 @@ impl Server {
         // A restored state, or one settling after a restore: where the window for the
         // nodes it does not know begins again.
         if db
-            .read(|c| lifecycle::settle::at_start_due(c))
+            .read(lifecycle::settle::at_start_due)
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))?
         {

@@ -349,7 +349,7 @@ impl EtcdCluster {
                     .map(str::to_owned)
                     .unwrap_or_else(|| panic!("member {} has no {key}", m.name))
             };
-            let data = std::path::PathBuf::from(arg("--data-dir="));
+            let data = PathBuf::from(arg("--data-dir="));
             let restored = data.with_extension("restored");
             let mut cmd = Command::new(ETCDCTL_BIN);
             cmd.env("ETCDCTL_API", "3")

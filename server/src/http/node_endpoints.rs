@@ -227,8 +227,7 @@ pub(super) async fn desired(
     // have. An agent takes the index it is given, so it asks from there next.
     let generation = sent_generation(&headers);
     let outdated = |index: u64| hub.outdated(&Cursor { generation, index });
-    let at_once =
-        blocking.is_some_and(|(after, _)| outdated(after)) || since.is_some_and(|s| outdated(s));
+    let at_once = blocking.is_some_and(|(after, _)| outdated(after)) || since.is_some_and(outdated);
     let blocking = blocking.filter(|_| !at_once);
     let since = since.filter(|_| !at_once);
     // A query the server can answer at once (a node channel said the state changed) holds
