@@ -63,7 +63,7 @@ async fn lead(app: http::App, mut leadership: Leadership, cluster: Option<Cluste
             tokio::spawn(prune_events(app.clone())),
             tokio::spawn(expire_leases(app.clone())),
             tokio::spawn(fence::auto_fence(app.clone())),
-            tokio::spawn(close_settle_window(app.clone())),
+            tokio::spawn(settle_progress(app.clone())),
         ];
         leadership.wait_for(false).await;
         for t in tasks {
@@ -163,29 +163,36 @@ async fn settle_after_reset(app: http::App) {
     }
 }
 
-/// Closes the window for nodes a restored state does not know once it has passed, so that
-/// what is no longer held back moves on.
-async fn close_settle_window(app: http::App) {
+/// Moves a restored state on while it settles (`lifecycle::settle::progress`): closes the
+/// window for the nodes it does not know once it passed, moves on what is no longer held
+/// back a few volumes at a time, ends settling; then forgets its markers.
+async fn settle_progress(app: http::App) {
     let mut tick = tokio::time::interval(Duration::from_millis(250));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
         let now = db::now_ms();
-        if !matches!(
-            app.db
-                .read(move |c| lifecycle::settle::window_due(c, now))
-                .await,
-            Ok(true)
-        ) {
+        let due = app
+            .db
+            .read(move |c| lifecycle::settle::progress_due(c, now))
+            .await;
+        if !matches!(due, Ok(true)) {
             continue;
         }
-        let limits = app.limits.clone();
-        if let Err(e) = app
-            .db
-            .write_led(move |ctx| lifecycle::settle::close_window(ctx, &limits))
-            .await
-        {
-            tracing::warn!(error = %e.message, "failed to end the hold after a restore; retrying");
+        loop {
+            let limits = app.limits.clone();
+            let step = app
+                .db
+                .write_led(move |ctx| lifecycle::settle::progress(ctx, &limits))
+                .await;
+            match step {
+                Ok(true) => {}
+                Ok(false) => break,
+                Err(e) => {
+                    tracing::warn!(error = %e.message, "failed to move a restored state on; retrying");
+                    break;
+                }
+            }
         }
     }
 }

@@ -56,11 +56,11 @@ pub(super) async fn remove_node(
     headers: HeaderMap,
     Path(node): Path<String>,
 ) -> ApiResult<StatusCode> {
-    let (actor, limits) = app.operator(&headers)?;
+    let (actor, _) = app.operator(&headers)?;
     name("node", &node)?;
     let wanted = node.clone();
     app.db
-        .write(move |ctx| lifecycle::remove_node(ctx, &wanted, &actor, &limits))
+        .write(move |ctx| lifecycle::remove_node(ctx, &wanted, &actor))
         .await?;
     // Its heartbeats are unknown from now on: the agent, if it runs, registers again.
     app.live.forget(&node);

@@ -171,7 +171,7 @@ pub(crate) fn record_fence(
         Vec::new()
     };
     // Powered off: it holds nothing the restored state must wait to hear of.
-    super::settle::accounted(ctx, e.node, e.actor, limits)?;
+    super::settle::accounted(ctx, e.node, e.actor)?;
     Ok((record, actions))
 }
 

@@ -534,7 +534,7 @@ pub fn set_eligibility(
 }
 
 /// `DELETE /v1/nodes/{node}`: forgets a node that holds nothing (see [`removal`]).
-pub fn remove_node(ctx: &mut impl Txn, node: &str, actor: &str, limits: &Limits) -> ApiResult<()> {
+pub fn remove_node(ctx: &mut impl Txn, node: &str, actor: &str) -> ApiResult<()> {
     let n = ctx.require_node(node)?;
     let h = Holdings {
         claims: ctx
@@ -551,7 +551,6 @@ pub fn remove_node(ctx: &mut impl Txn, node: &str, actor: &str, limits: &Limits)
     };
     removal(node, &h).map_err(refused)?;
     ctx.delete_node(node)?;
-    super::settle::forget(ctx, node, limits)?;
     event(
         ctx,
         EventKind::NodeRemoved,

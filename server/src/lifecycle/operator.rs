@@ -161,7 +161,7 @@ pub fn unblock_node(
             .extend(unblock_volume(ctx, &v, Some(node), reason, dry_run, actor, limits)?.actions);
     }
     if waited_for && !dry_run {
-        super::settle::accounted(ctx, node, actor, limits)?;
+        super::settle::accounted(ctx, node, actor)?;
     }
     Ok(ActionPlan { dry_run, actions })
 }

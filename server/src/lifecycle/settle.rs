@@ -11,9 +11,13 @@
 //! Where it stands is kept in `meta`, so that every server of an etcd cluster sees it and
 //! a server started again finds it: `settle.generation` (the generation settling began
 //! in), `settle.after` (until when the window for nodes the state does not know is open;
-//! 0 once it closed), and `settle.unreported.<node>` for each node not heard from.
-//! `csivol-server restore` leaves `settle.pending` in the restored state, and the server
-//! begins at its start.
+//! 0 once it closed), and `settle.heard.<generation>.<node>` for each node heard from (or
+//! said gone) since; the nodes the state knows without one are waited for. Each write is
+//! small whatever the number of nodes and volumes (the etcd store commits a write in one
+//! etcd transaction of bounded size): settling begins with a few keys, each node's
+//! registration adds one, and what is no longer held moves on a few volumes at a time
+//! ([`progress`], the leader's). `csivol-server restore` leaves `settle.pending` in the
+//! restored state, and the server begins at its start.
 
 use std::collections::BTreeSet;
 
@@ -32,72 +36,60 @@ use csivol_rules::kinds::EventKind;
 pub const PENDING: &str = "settle.pending";
 const GENERATION: &str = "settle.generation";
 const AFTER: &str = "settle.after";
-const UNREPORTED: &str = "settle.unreported.";
-const PREFIX: &str = "settle.";
+const HEARD: &str = "settle.heard.";
+
+/// Volumes moved on, or markers of an earlier settling forgotten, in one write.
+const BATCH: usize = 8;
+
+/// The value of the `meta` key `key`, exactly.
+fn meta(conn: &(impl Snapshot + ?Sized), key: &str) -> ApiResult<Option<i64>> {
+    Ok(conn
+        .meta(key)?
+        .into_iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v))
+}
 
 /// Where settling stands, as recorded.
 #[derive(Debug, Default)]
-pub struct Recorded {
+struct Recorded {
     /// The generation it began in; `None`: not settling.
     generation: Option<i64>,
     /// Until when (unix ms) the window is open; 0 once closed.
     after: i64,
     pending: bool,
-    /// The nodes not heard from, in name order.
-    pub unreported: Vec<String>,
 }
 
 impl Recorded {
-    pub fn load(conn: &(impl Snapshot + ?Sized)) -> ApiResult<Self> {
-        let mut r = Self::default();
-        for (key, value) in conn.meta(PREFIX)? {
-            match key.as_str() {
-                PENDING => r.pending = true,
-                GENERATION => r.generation = Some(value),
-                AFTER => r.after = value,
-                _ => {
-                    if let Some(node) = key.strip_prefix(UNREPORTED) {
-                        r.unreported.push(node.to_owned());
-                    }
-                }
-            }
-        }
-        Ok(r)
+    fn load(conn: &(impl Snapshot + ?Sized)) -> ApiResult<Self> {
+        Ok(Self {
+            generation: meta(conn, GENERATION)?,
+            after: meta(conn, AFTER)?.unwrap_or(0),
+            pending: meta(conn, PENDING)?.is_some(),
+        })
     }
 
-    pub fn settling(&self) -> bool {
+    fn settling(&self) -> bool {
         self.generation.is_some()
     }
 
-    /// The facts `csivol_rules::settle` decides on: each node not heard from with the
-    /// plugins it registered.
-    fn facts<'a>(&'a self, plugins: &'a [(String, Vec<String>)], now: i64) -> Settling<'a> {
-        Settling {
-            window_open: now < self.after,
-            unreported: plugins
-                .iter()
-                .map(|(n, ps)| (n.as_str(), ps.iter().map(String::as_str).collect()))
-                .collect(),
-        }
+    /// The prefix of the markers of the nodes heard from in this settling.
+    fn heard_prefix(&self) -> Option<String> {
+        self.generation
+            .map(|g| format!("{HEARD}{:016x}.", g as u64))
     }
-}
 
-/// The plugins of each node in `nodes`.
-fn plugins_of(
-    conn: &(impl Snapshot + ?Sized),
-    nodes: &[String],
-) -> ApiResult<Vec<(String, Vec<String>)>> {
-    nodes
-        .iter()
-        .map(|n| {
-            let plugins = conn
-                .node_plugins(n)?
-                .into_iter()
-                .map(|p| p.plugin)
-                .collect();
-            Ok((n.clone(), plugins))
-        })
-        .collect()
+    /// The nodes heard from (or said gone) in this settling.
+    fn heard(&self, conn: &(impl Snapshot + ?Sized)) -> ApiResult<BTreeSet<String>> {
+        let Some(prefix) = self.heard_prefix() else {
+            return Ok(BTreeSet::new());
+        };
+        Ok(conn
+            .meta(&prefix)?
+            .into_iter()
+            .map(|(k, _)| k[prefix.len()..].to_owned())
+            .collect())
+    }
 }
 
 /// Whether [`at_start`] has anything to do: settling is to begin, or under way.
@@ -134,15 +126,11 @@ pub fn begin(ctx: &mut impl Txn, generation: Generation, window_end: i64) -> Api
         }
         return Ok(());
     }
-    for node in &r.unreported {
-        ctx.put_meta(&format!("{UNREPORTED}{node}"), None)?;
-    }
     ctx.put_meta(PENDING, None)?;
     ctx.put_meta(GENERATION, Some(stamp))?;
     ctx.put_meta(AFTER, Some(window_end))?;
     let nodes: Vec<String> = ctx.nodes(None)?.into_iter().map(|n| n.name).collect();
     for node in &nodes {
-        ctx.put_meta(&format!("{UNREPORTED}{node}"), Some(1))?;
         // Its agent learns at its next look that it is to register again.
         ctx.touch(Key::Node(node.clone()));
     }
@@ -172,8 +160,19 @@ pub fn begin(ctx: &mut impl Txn, generation: Generation, window_end: i64) -> Api
 /// again (and `lost`, which an older agent reads the same way), and it acts on nothing
 /// until it has.
 pub fn unreported(conn: &(impl Snapshot + ?Sized), node: &str) -> ApiResult<bool> {
-    let key = format!("{UNREPORTED}{node}");
-    Ok(conn.meta(&key)?.iter().any(|(k, _)| *k == key))
+    let r = Recorded::load(conn)?;
+    let Some(prefix) = r.heard_prefix() else {
+        return Ok(false);
+    };
+    Ok(meta(conn, &format!("{prefix}{node}"))?.is_none())
+}
+
+/// Marks `node` heard from in this settling.
+fn hear(ctx: &mut impl Txn, r: &Recorded, node: &str) -> ApiResult<()> {
+    match r.heard_prefix() {
+        Some(prefix) => ctx.put_meta(&format!("{prefix}{node}"), Some(1)),
+        None => Ok(()),
+    }
 }
 
 /// Whether volume `v` is held back now (see `csivol_rules::settle`).
@@ -187,12 +186,24 @@ pub fn held(conn: &(impl Snapshot + ?Sized), v: &VolumeRow, now: i64) -> ApiResu
     if !r.settling() {
         return Ok(false);
     }
-    let plugins = plugins_of(conn, &r.unreported)?;
-    Ok(settle::held(
-        v.access_mode,
-        &v.plugin,
-        &r.facts(&plugins, now),
-    ))
+    // One node not heard from that runs the plugin is as much as the rules need.
+    let mut waited_for = None;
+    if now >= r.after {
+        let heard = r.heard(conn)?;
+        waited_for = conn
+            .plugin_registrations(&v.plugin)?
+            .into_iter()
+            .map(|(node, _, _)| node)
+            .find(|node| !heard.contains(node));
+    }
+    let s = Settling {
+        window_open: now < r.after,
+        unreported: waited_for
+            .iter()
+            .map(|n| (n.as_str(), vec![v.plugin.as_str()]))
+            .collect(),
+    };
+    Ok(settle::held(v.access_mode, &v.plugin, &s))
 }
 
 /// `node` registered while the state settles, reporting what it holds: it is heard from.
@@ -207,10 +218,11 @@ pub fn reported(
     req: &RegisterRequest,
     limits: &Limits,
 ) -> ApiResult<()> {
-    if !Recorded::load(ctx)?.settling() {
+    let r = Recorded::load(ctx)?;
+    if !r.settling() {
         return Ok(());
     }
-    ctx.put_meta(&format!("{UNREPORTED}{node}"), None)?;
+    hear(ctx, &r, node)?;
     let actor = format!("node:{node}");
     let mut volumes = BTreeSet::new();
     for p in &req.published {
@@ -340,16 +352,17 @@ pub fn reported(
     for v in volumes {
         advance_volume(ctx, &v, limits)?;
     }
-    release_unheld(ctx, limits)
+    Ok(())
 }
 
 /// An operator (`actor`) said `node` is gone, holding nothing (unblocked it, or a fence
 /// confirmed it): it is no longer waited for.
-pub fn accounted(ctx: &mut impl Txn, node: &str, actor: &str, limits: &Limits) -> ApiResult<()> {
+pub fn accounted(ctx: &mut impl Txn, node: &str, actor: &str) -> ApiResult<()> {
     if !unreported(ctx, node)? {
         return Ok(());
     }
-    ctx.put_meta(&format!("{UNREPORTED}{node}"), None)?;
+    let r = Recorded::load(ctx)?;
+    hear(ctx, &r, node)?;
     event(
         ctx,
         EventKind::NodeUnblocked,
@@ -358,66 +371,54 @@ pub fn accounted(ctx: &mut impl Txn, node: &str, actor: &str, limits: &Limits) -
         None,
         actor,
         "node said gone: the restored state no longer waits for it to say what it holds",
-    )?;
-    release_unheld(ctx, limits)
+    )
 }
 
-/// A node removed (`csivol node remove`, which the holdings of the restored state allowed):
-/// nothing waits for it.
-pub fn forget(ctx: &mut impl Txn, node: &str, limits: &Limits) -> ApiResult<()> {
-    if !unreported(ctx, node)? {
-        return Ok(());
-    }
-    ctx.put_meta(&format!("{UNREPORTED}{node}"), None)?;
-    release_unheld(ctx, limits)
-}
-
-/// Whether the window for nodes the state does not know has passed, unclosed: the leader
-/// closes it then ([`close_window`]).
-pub fn window_due(conn: &(impl Snapshot + ?Sized), now: i64) -> ApiResult<bool> {
+/// What [`progress`] would do now: settling moves on (the window passed, a volume no
+/// longer held has claims waiting, nothing is held any more), or markers of a settling
+/// that ended are left to forget.
+pub fn progress_due(conn: &(impl Snapshot + ?Sized), now: i64) -> ApiResult<bool> {
     let r = Recorded::load(conn)?;
-    Ok(r.settling() && r.after != 0 && now >= r.after)
-}
-
-/// The window passed: what is no longer held moves on.
-pub fn close_window(ctx: &mut impl Txn, limits: &Limits) -> ApiResult<()> {
-    if !window_due(ctx, ctx.now())? {
-        return Ok(());
+    if !r.settling() {
+        return Ok(!conn.meta(HEARD)?.is_empty());
     }
-    ctx.put_meta(AFTER, Some(0))?;
-    release_unheld(ctx, limits)
+    if r.after != 0 && now >= r.after {
+        return Ok(true);
+    }
+    if r.after == 0 && settled(conn, &r, now)? {
+        return Ok(true);
+    }
+    Ok(!released(conn, now, 1)?.is_empty())
 }
 
-/// Moves on the waiting claims of every volume no longer held, and ends settling when
-/// nothing is held any more.
-fn release_unheld(ctx: &mut impl Txn, limits: &Limits) -> ApiResult<()> {
+/// The leader's steps while the state settles, each a small write: closes the window
+/// once it passed, moves on the waiting claims of a few volumes no longer held, and ends
+/// settling once nothing is held back; afterwards, forgets the markers a few at a time.
+/// Whether there is more to do at once.
+pub fn progress(ctx: &mut impl Txn, limits: &Limits) -> ApiResult<bool> {
+    let now = ctx.now();
     let r = Recorded::load(ctx)?;
     if !r.settling() {
-        return Ok(());
-    }
-    let now = ctx.now();
-    let plugins = plugins_of(ctx, &r.unreported)?;
-    let done = settle::settled(&r.facts(&plugins, now));
-    if done {
-        for key in [GENERATION, AFTER] {
+        let left = ctx.meta(HEARD)?;
+        for (key, _) in left.iter().take(BATCH) {
             ctx.put_meta(key, None)?;
         }
+        return Ok(left.len() > BATCH);
     }
-    let waiting: BTreeSet<String> = ctx
-        .claims(None, None)?
-        .into_iter()
-        .filter(|c| matches!(c.state, ClaimState::Pending | ClaimState::Attaching))
-        .map(|c| c.volume)
-        .collect();
-    for volume in waiting {
-        let Some(v) = ctx.volume(&volume)? else {
-            continue;
-        };
-        if !held(ctx, &v, now)? {
-            advance_volume(ctx, &volume, limits)?;
-        }
+    if r.after != 0 && now >= r.after {
+        ctx.put_meta(AFTER, Some(0))?;
     }
-    if done {
+    let volumes = released(ctx, now, BATCH + 1)?;
+    for volume in volumes.iter().take(BATCH) {
+        advance_volume(ctx, volume, limits)?;
+    }
+    if volumes.len() > BATCH {
+        return Ok(true);
+    }
+    let r = Recorded::load(ctx)?;
+    if settled(ctx, &r, now)? {
+        ctx.put_meta(GENERATION, None)?;
+        ctx.put_meta(AFTER, None)?;
         event(
             ctx,
             EventKind::StateSettled,
@@ -428,6 +429,55 @@ fn release_unheld(ctx: &mut impl Txn, limits: &Limits) -> ApiResult<()> {
             "every node the restored state knows has said what it holds (or was said gone): \
              no volume is held back any more",
         )?;
+        // Its markers are forgotten next.
+        return Ok(true);
     }
-    Ok(())
+    Ok(false)
+}
+
+/// Whether nothing is held back any more: the window closed and every node heard from.
+fn settled(conn: &(impl Snapshot + ?Sized), r: &Recorded, now: i64) -> ApiResult<bool> {
+    let heard = r.heard(conn)?;
+    let waiting: Vec<String> = conn
+        .nodes(None)?
+        .into_iter()
+        .map(|n| n.name)
+        .filter(|n| !heard.contains(n))
+        .collect();
+    Ok(settle::settled(&Settling {
+        window_open: now < r.after,
+        unreported: waiting.iter().map(|n| (n.as_str(), vec![])).collect(),
+    }))
+}
+
+/// Up to `most` volumes with claims waiting to move on (`pending`, `attaching`) that are
+/// not held back any more.
+fn released(conn: &(impl Snapshot + ?Sized), now: i64, most: usize) -> ApiResult<Vec<String>> {
+    let waiting: BTreeSet<String> = conn
+        .claims(None, None)?
+        .into_iter()
+        .filter(|c| matches!(c.state, ClaimState::Pending | ClaimState::Attaching))
+        .map(|c| c.volume)
+        .collect();
+    let mut out = Vec::new();
+    for volume in waiting {
+        if out.len() == most {
+            break;
+        }
+        let Some(v) = conn.volume(&volume)? else {
+            continue;
+        };
+        if settle::restricted(v.access_mode) && !held(conn, &v, now)? && moves(conn, &v)? {
+            out.push(volume);
+        }
+    }
+    Ok(out)
+}
+
+/// Whether [`advance_volume`] would move anything of `v` now.
+fn moves(conn: &(impl Snapshot + ?Sized), v: &VolumeRow) -> ApiResult<bool> {
+    let now = i64::MAX; // past any window: `held` was asked already
+    let recorded = super::attachments::Recorded::load(conn, v, None, now)?;
+    let changes = csivol_rules::transitions::next(&recorded.facts());
+    Ok(!changes.claims.is_empty() || !changes.attachments.is_empty() || !changes.ops.is_empty())
 }

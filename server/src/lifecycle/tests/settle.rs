@@ -14,6 +14,11 @@ async fn restored(env: &Env, g: u64) {
         .unwrap();
 }
 
+/// The leader's steps, until it has nothing more to do now.
+async fn progress(env: &Env) {
+    while env.write(|ctx, l| settle::progress(ctx, l)).await.unwrap() {}
+}
+
 async fn held(env: &Env, volume: &str) -> bool {
     let v = volume.to_owned();
     env.read(move |c| {
@@ -107,6 +112,7 @@ async fn a_mount_the_restored_state_does_not_know_is_taken_down_before_anyone_ge
     env.register("ctl", true, &[]).await;
     env.register("n2", false, &[]).await;
     assert!(!held(&env, "v").await);
+    progress(&env).await;
     assert_eq!(env.events_of("state-settled").await.len(), 1);
     assert_eq!(
         env.claim_state("v", "late").await,
@@ -158,6 +164,9 @@ async fn a_mount_the_restored_state_does_not_know_is_taken_down_before_anyone_ge
         env.claim_state("v", "late").await,
         Some(ClaimState::Attaching)
     );
+    progress(&env).await;
+    let left = env.read(|c| c.meta("settle.")).await;
+    assert!(left.is_empty(), "settling leaves nothing behind: {left:?}");
 }
 
 /// A claim the backup has ready, which its node no longer holds (released after the
@@ -248,6 +257,7 @@ async fn a_node_that_does_not_come_back_is_waited_for_until_an_operator_unblocks
         .await
         .unwrap();
     assert!(!held(&env, "v").await);
+    progress(&env).await;
     assert_eq!(env.claim_state("v", "a").await, Some(ClaimState::Attaching));
     assert_eq!(
         env.events_of("node-unblocked").await,
@@ -275,9 +285,9 @@ async fn the_window_holds_back_until_it_closes_and_unknown_nodes_report_too() {
     env.register("newcomer", false, &[("v", "x")]).await;
     assert_eq!(env.claim_state("v", "x").await, Some(ClaimState::Releasing));
     let due = env
-        .read(|c| settle::window_due(c, crate::db::now_ms()))
+        .read(|c| settle::progress_due(c, crate::db::now_ms()))
         .await;
-    assert!(!due);
-    let due = env.read(move |c| settle::window_due(c, far)).await;
-    assert!(due);
+    assert!(!due, "nothing to move on while the window is open");
+    let due = env.read(move |c| settle::progress_due(c, far)).await;
+    assert!(due, "the window passed");
 }

@@ -174,13 +174,16 @@ pub fn put_secrets_check(ctx: &WriteCtx<'_>, sealed: &str) -> ApiResult<()> {
     Ok(())
 }
 
-/// `meta` rows whose keys begin with `prefix` (the index's own row is never asked for).
+/// `meta` rows whose keys begin with `prefix`: a range of the primary key, so that a few
+/// keys are asked for at the cost of a few, however many others there are.
 pub fn meta(conn: &Connection, prefix: &str) -> ApiResult<Vec<(String, i64)>> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT key, value FROM meta WHERE substr(key, 1, length(?1)) = ?1 ORDER BY key",
-    )?;
+    let mut stmt = conn
+        .prepare_cached("SELECT key, value FROM meta WHERE key >= ?1 AND key < ?2 ORDER BY key")?;
+    // Every key that begins with `prefix` sorts below `prefix` followed by the greatest
+    // character (SQLite compares text bytewise, and UTF-8 keeps the order of characters).
+    let end = format!("{prefix}{}", char::MAX);
     let rows = stmt
-        .query_map([prefix], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .query_map(params![prefix, end], |r| Ok((r.get(0)?, r.get(1)?)))?
         .collect::<Result<_, _>>()?;
     Ok(rows)
 }
