@@ -3,6 +3,8 @@
 //! desired state, reports).
 
 use super::*;
+use crate::http::blocking::sent_generation;
+use crate::watch::Cursor;
 
 pub(super) async fn node_labels(
     State(app): State<App>,
