@@ -476,10 +476,10 @@ async fn desired_loop(link: &Link) {
                     if state_generation.is_some() {
                         // Answered with the whole state, which the core takes as it is: what
                         // the node holds that this state does not is taken down now.
-                        tracing::warn!(
+                        tracing::info!(
                             index = desired.index,
-                            "the server's state is of another generation (restored from a \
-                             backup, or gone back in time): following its whole state"
+                            "the server's state is of another generation (the server started \
+                             again, or its state was restored): following its whole state"
                         );
                     }
                     state_generation = desired.generation.clone();
