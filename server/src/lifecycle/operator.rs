@@ -160,8 +160,17 @@ pub fn unblock_node(
         actions
             .extend(unblock_volume(ctx, &v, Some(node), reason, dry_run, actor, limits)?.actions);
     }
-    if waited_for && !dry_run {
-        super::settle::accounted(ctx, node, actor)?;
+    if waited_for {
+        actions.push(PlannedAction {
+            action: "stop-waiting".into(),
+            volume: String::new(),
+            node: node.to_owned(),
+            alloc: None,
+            lost_since: lost_since(&*ctx, node)?,
+        });
+        if !dry_run {
+            super::settle::accounted(ctx, node, actor)?;
+        }
     }
     Ok(ActionPlan { dry_run, actions })
 }

@@ -253,6 +253,19 @@ async fn a_node_that_does_not_come_back_is_waited_for_until_an_operator_unblocks
     let c = env.claim("v", "a", "ctl", ClaimMode::Write).await.unwrap();
     assert_eq!(c.state, ClaimState::Pending);
 
+    // `gone` holds no blocked volume: the plan says what the unblock does all the same (the
+    // CLI asks for it, and acts only on a plan that does something).
+    let plan = env
+        .write(|ctx, l| super::super::unblock_node(ctx, "gone", "it burned", true, "op", l))
+        .await
+        .unwrap();
+    let actions: Vec<_> = plan
+        .actions
+        .iter()
+        .map(|a| (a.action.as_str(), a.node.as_str()))
+        .collect();
+    assert_eq!(actions, [("stop-waiting", "gone")]);
+    assert!(held(&env, "v").await, "a dry run changes nothing");
     env.write(|ctx, l| super::super::unblock_node(ctx, "gone", "it burned", false, "op", l))
         .await
         .unwrap();
