@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use csivol_api::ErrorResponse;
-pub use csivol_client::Answer;
 use csivol_client::address::AddressError;
+pub use csivol_client::{Answer, Cursor};
 use csivol_client::{Body, Method, StatusCode};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -163,15 +163,16 @@ impl Client {
         Ok(self.call::<(), T>(Method::GET, path, None).await?.body)
     }
 
-    /// A blocking query: answers once the resource changed past `index`, or after `wait`.
-    /// `None` when the resource is gone (404).
+    /// A blocking query: answers once the resource changed past the cursor, or after
+    /// `wait` (at once when the server's state is of another generation). `None` when the
+    /// resource is gone (404).
     pub async fn watch<T: DeserializeOwned>(
         &self,
         path: &str,
-        index: u64,
+        cursor: &Cursor,
         wait: Duration,
     ) -> anyhow::Result<Option<Answer<T>>> {
-        let answer = self.api.watch(path, index, wait).await;
+        let answer = self.api.watch(path, cursor, wait).await;
         not_found_as_none(answer.map_err(|e| self.failure(e)))
     }
 
@@ -183,6 +184,21 @@ impl Client {
     ) -> anyhow::Result<Answer<T>> {
         self.request::<(), T>(Method::GET, path, None, wait + REQUEST_TIMEOUT)
             .await
+    }
+
+    /// [`Client::get_blocking`] whose `path` carries the cursor's index, naming its
+    /// generation too (a server of another generation answers at once).
+    pub async fn get_blocking_from<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        cursor: &Cursor,
+        wait: Duration,
+    ) -> anyhow::Result<Answer<T>> {
+        (self
+            .api
+            .get_in(path, cursor.generation.as_deref(), wait + REQUEST_TIMEOUT)
+            .await)
+            .map_err(|e| self.failure(e))
     }
 
     pub async fn call<B: Serialize, T: DeserializeOwned>(

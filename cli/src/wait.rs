@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use csivol_api::{AttachmentState, Claim, ClaimState, Event, Volume};
 
-use crate::client::{Answer, MAX_BLOCK};
+use crate::client::{Answer, Cursor, MAX_BLOCK};
 use crate::ctx::Ctx;
 use crate::failure::{Exit, Failure};
 use crate::output::given_duration;
@@ -176,16 +176,16 @@ impl ClaimTimedOut {
     }
 }
 
-/// Follows a claim until `goal`. Returns the ready claim, or `None` once it is gone; a
+/// Follows a claim from `cursor` (the answer that showed it `start`) until `goal`. Returns the ready claim, or `None` once it is gone; a
 /// timeout leaves the claim as it is and says so.
 pub async fn claim(
     ctx: &Ctx,
     start: Claim,
-    index: u64,
+    cursor: Cursor,
     goal: ClaimGoal,
     deadline: Deadline,
 ) -> anyhow::Result<Option<Claim>> {
-    match claim_until(ctx, start, index, goal, deadline).await? {
+    match claim_until(ctx, start, cursor, goal, deadline).await? {
         Ok(c) => Ok(c),
         Err(t) => Err(t.kept().into()),
     }
@@ -195,7 +195,7 @@ pub async fn claim(
 pub async fn claim_until(
     ctx: &Ctx,
     start: Claim,
-    index: u64,
+    cursor: Cursor,
     goal: ClaimGoal,
     deadline: Deadline,
 ) -> anyhow::Result<Result<Option<Claim>, ClaimTimedOut>> {
@@ -203,7 +203,7 @@ pub async fn claim_until(
     let who = format!("the claim of alloc {alloc} on volume {volume}");
     let path = format!("/v1/volumes/{volume}/claims/{alloc}");
     let mut progress = ctx.out.progress();
-    let mut index = index;
+    let mut cursor = cursor;
     let mut current = Some(start);
     loop {
         match (&current, goal) {
@@ -278,11 +278,13 @@ pub async fn claim_until(
         }
         let answer: Option<Answer<Claim>> = ctx
             .client
-            .watch(&path, index, left.min(MAX_BLOCK))
+            .watch(&path, &cursor, left.min(MAX_BLOCK))
             .await
             .with_context(|| format!("failed to follow {who}"))?;
+        // The server's cursor as it is: an index smaller than the last one is the state
+        // gone back in time (a backup restored), answered with a new generation.
         current = answer.map(|a| {
-            index = a.index.unwrap_or(a.body.index).max(index);
+            cursor = a.cursor(a.body.index);
             a.body
         });
     }
@@ -354,10 +356,10 @@ pub async fn follow<T: serde::de::DeserializeOwned>(
     let mut progress = ctx.out.progress();
     let first: Option<Answer<T>> = ctx
         .client
-        .watch(path, 0, Duration::ZERO)
+        .watch(path, &Cursor::default(), Duration::ZERO)
         .await
         .with_context(|| format!("failed to follow {what} `{name}`"))?;
-    let mut index = first.as_ref().and_then(|a| a.index).unwrap_or(0);
+    let mut cursor = first.as_ref().map(|a| a.cursor(0)).unwrap_or_default();
     let mut current = first.map(|a| a.body);
     loop {
         let where_ = match check(current.as_ref()) {
@@ -389,11 +391,12 @@ pub async fn follow<T: serde::de::DeserializeOwned>(
         }
         let answer: Option<Answer<T>> = ctx
             .client
-            .watch(path, index, left.min(MAX_BLOCK))
+            .watch(path, &cursor, left.min(MAX_BLOCK))
             .await
             .with_context(|| format!("failed to follow {what} `{name}`"))?;
+        // Taken as it is (see `claim`).
         current = answer.map(|a| {
-            index = a.index.unwrap_or_else(|| index_of(&a.body)).max(index);
+            cursor = a.cursor(index_of(&a.body));
             a.body
         });
     }

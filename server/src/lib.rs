@@ -646,6 +646,24 @@ impl Server {
                 "sealed volume secrets an older csivol stored in plain text"
             );
         }
+        // A restored state, or one settling after a restore: where the window for the
+        // nodes it does not know begins again.
+        if db
+            .read(lifecycle::settle::at_start_due)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?
+        {
+            let generation = db.hub.generation();
+            let window_end = db::now_ms() + cfg.heartbeat_ttl.as_millis() as i64;
+            db.write(move |ctx| lifecycle::settle::at_start(ctx, generation, window_end))
+                .await
+                .map_err(|e| anyhow::anyhow!("failed to record the restore: {e}"))?;
+            tracing::warn!(
+                "the state was restored from a backup: volumes two nodes must not hold go to no \
+                 node until every node has registered again with what it holds (see `csivol \
+                 events`)"
+            );
+        }
         let cluster_id = db
             .read(|c| Ok(db::cluster_id(c)?))
             .await

@@ -13,6 +13,7 @@ mod ha;
 mod procs;
 mod reconcile;
 mod recovery;
+mod restore;
 mod server_address;
 mod shapes;
 mod spellings;

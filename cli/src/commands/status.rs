@@ -6,13 +6,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use csivol_api::{
-    AttachmentState, ClaimState, ControllerFinding, Event, FindingKind, Health, Node, NodeStatus,
-    Plugin, Volume, VolumeState,
+    AttachmentState, ClaimState, ControllerFinding, FindingKind, Health, Node, NodeStatus, Plugin,
+    Volume, VolumeState,
 };
 use serde::Serialize;
 
 use crate::args::StatusArgs;
-use crate::client::{Answer, MAX_BLOCK};
+use crate::client::MAX_BLOCK;
 use crate::ctx::Ctx;
 use crate::failure::Exit;
 use crate::render;
@@ -92,7 +92,7 @@ pub async fn run(ctx: &Ctx, args: StatusArgs) -> anyhow::Result<Exit> {
     // Every change the server makes is in the event log: a blocking query on it wakes the
     // redraw as soon as something happened, without polling the cluster's state.
     let tty = ctx.out.stdout_is_tty();
-    let (_, mut index) = super::events::all_after(ctx, 0, "").await?;
+    let (_, mut cursor) = super::events::all_after(ctx, 0, "").await?;
     let mut first = true;
     loop {
         if tty {
@@ -104,15 +104,11 @@ pub async fn run(ctx: &Ctx, args: StatusArgs) -> anyhow::Result<Exit> {
         once(ctx, &args).await?;
         loop {
             let wait = if tty { REFRESH } else { MAX_BLOCK };
-            let path = format!(
-                "/v1/events?index={index}&wait={}ms&limit=10000",
-                wait.as_millis()
-            );
-            let answer: Answer<Vec<Event>> = ctx.client.get_blocking(&path, wait).await?;
-            let changed = !answer.body.is_empty();
-            if let Some(last) = answer.body.last() {
-                index = last.index;
-            }
+            let generation = cursor.generation.clone();
+            let (events, next) = super::events::next(ctx, &cursor, "", wait).await?;
+            // A new generation of the state (restored from a backup) is a change to show.
+            let changed = !events.is_empty() || next.generation != generation;
+            cursor = next;
             if changed || tty {
                 break;
             }

@@ -98,7 +98,7 @@ impl Client {
         loop {
             let result = self
                 .in_turn(retry, |base| {
-                    self.send_to(base, method.clone(), path, &body, timeout, Some(once))
+                    self.send_to(base, method.clone(), path, &body, timeout, Some(once), None)
                 })
                 .await;
             round += 1;

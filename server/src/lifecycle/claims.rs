@@ -502,7 +502,7 @@ pub fn initial_state(
     node: &str,
 ) -> ApiResult<ClaimState> {
     let v = conn.require_volume(volume)?;
-    let recorded = Recorded::load(conn, &v, Some(node))?;
+    let recorded = Recorded::load(conn, &v, Some(node), crate::db::now_ms())?;
     Ok(transitions::first_state(&recorded.facts(), node))
 }
 

@@ -39,6 +39,7 @@ mod ops;
 mod reconcile;
 mod reports;
 mod retries;
+pub(crate) mod settle;
 mod snapshots;
 #[cfg(test)]
 mod tests;

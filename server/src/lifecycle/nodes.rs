@@ -84,6 +84,9 @@ pub fn register_node(
         }
     }
     let existing = ctx.node(node)?;
+    // While the state settles after a restore, a node still to say what it holds, or one
+    // the restored state does not know, says it now.
+    let reports_holdings = existing.is_none() || super::settle::unreported(ctx, node)?;
     let was_lost = existing
         .as_ref()
         .is_some_and(|n| n.status == NodeStatus::Lost);
@@ -140,6 +143,9 @@ pub fn register_node(
         .map(|p| p.id.clone())
         .chain(old_plugins)
         .collect();
+    if reports_holdings {
+        super::settle::reported(ctx, node, req, limits)?;
+    }
     for p in plugins {
         schedule_ops(ctx, &p, limits)?;
     }

@@ -146,7 +146,10 @@ pub fn unblock_node(
                 .map(|a| a.volume),
         )
         .collect();
-    if volumes.is_empty() {
+    // After a restore the server waits for the node to say what it holds: the unblock is
+    // the operator's word that it is gone, holding nothing, as for its blocked volumes.
+    let waited_for = super::settle::unreported(ctx, node)?;
+    if volumes.is_empty() && !waited_for {
         return Err(
             ApiError::conflict(format!("node `{node}` holds no blocked volume"))
                 .with_hint("`csivol status --blocked` lists blocked volumes"),
@@ -156,6 +159,18 @@ pub fn unblock_node(
     for v in volumes {
         actions
             .extend(unblock_volume(ctx, &v, Some(node), reason, dry_run, actor, limits)?.actions);
+    }
+    if waited_for {
+        actions.push(PlannedAction {
+            action: "stop-waiting".into(),
+            volume: String::new(),
+            node: node.to_owned(),
+            alloc: None,
+            lost_since: lost_since(&*ctx, node)?,
+        });
+        if !dry_run {
+            super::settle::accounted(ctx, node, actor)?;
+        }
     }
     Ok(ActionPlan { dry_run, actions })
 }

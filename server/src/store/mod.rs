@@ -204,6 +204,10 @@ pub trait Snapshot {
     fn stored_secrets(&self) -> ApiResult<Vec<(String, String)>>;
     /// The value sealed with the cluster's key that tells whether a key is the cluster's.
     fn secrets_check(&self) -> ApiResult<Option<String>>;
+    /// The server's own small facts (`meta`) whose keys begin with `prefix`, in key order:
+    /// what the state says of itself, such as where it stands after a restore
+    /// (`lifecycle::settle`).
+    fn meta(&self, prefix: &str) -> ApiResult<Vec<(String, i64)>>;
 
     // ---- exact retries (see `KeptAnswer`, `Tombstone`) ----
 
@@ -564,6 +568,9 @@ pub trait Txn: Snapshot {
     /// Drops up to `most` kept answers and up to `most` tombstones older than `before`
     /// (unix ms); how many went. Bounded, so that one prune fits one etcd transaction.
     fn prune_retries(&mut self, before: i64, most: usize) -> ApiResult<usize>;
+    /// Sets one of the server's own facts (`None`: forgets it). The change index is kept
+    /// by the store itself, never through this.
+    fn put_meta(&mut self, key: &str, value: Option<i64>) -> ApiResult<()>;
 }
 
 /// A mutating request's first answer, kept under the `Idempotency-Key` it carried, scoped to

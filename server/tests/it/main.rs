@@ -9,6 +9,7 @@ mod connections;
 mod controller;
 mod durability;
 mod fence;
+mod generation;
 mod ha;
 mod ha_disk;
 mod ha_faults;

@@ -59,7 +59,7 @@ async fn a_node_registers_heartbeats_polls_and_reports_through_typed_calls() {
     // Nothing to do, and nothing changes: the blocking query answers after its wait, with
     // the same index, within the request deadline on top of the wait.
     let first = node
-        .desired("n1", 0, None, Duration::from_millis(10))
+        .desired("n1", 0, None, None, Duration::from_millis(10))
         .await
         .unwrap();
     assert!(first.publish.is_empty() && first.controller_ops.is_empty());
@@ -69,6 +69,7 @@ async fn a_node_registers_heartbeats_polls_and_reports_through_typed_calls() {
             "n1",
             first.index,
             Some(first.index),
+            first.generation.as_deref(),
             Duration::from_millis(500),
         )
         .await
@@ -161,7 +162,11 @@ async fn failures_are_told_apart() {
     // A deadline shorter than the server's wait: no answer, and the error says it timed
     // out, which is what the CLI turns into "did not answer in time".
     let index = operator
-        .watch::<Vec<serde_json::Value>>("/v1/events", 0, Duration::from_millis(10))
+        .watch::<Vec<serde_json::Value>>(
+            "/v1/events",
+            &csivol_client::Cursor::default(),
+            Duration::from_millis(10),
+        )
         .await
         .unwrap()
         .index

@@ -14,6 +14,7 @@ mod operator;
 mod ops;
 mod reports;
 mod retries;
+mod settle;
 mod snapshots;
 mod topology;
 mod volumes;

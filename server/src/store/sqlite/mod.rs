@@ -10,6 +10,7 @@ mod held;
 mod listings;
 pub mod maintenance;
 mod nodes;
+pub mod restore;
 mod retries;
 mod rows;
 mod snapshots;
@@ -479,6 +480,10 @@ impl Snapshot for Connection {
     fn tombstone(&self, volume: &str, alloc: &str) -> ApiResult<Option<crate::store::Tombstone>> {
         retries::tombstone(self, volume, alloc)
     }
+
+    fn meta(&self, prefix: &str) -> ApiResult<Vec<(String, i64)>> {
+        access::meta(self, prefix)
+    }
 }
 
 /// Reads inside a write see the transaction's own changes: they go to its connection.
@@ -571,6 +576,7 @@ reads_through_the_transaction! {
     retries_kept() -> bool;
     kept_answer(token: &str, key: &str) -> Option<crate::store::KeptAnswer>;
     tombstone(volume: &str, alloc: &str) -> Option<crate::store::Tombstone>;
+    meta(prefix: &str) -> Vec<(String, i64)>;
 }
 
 fn reconcile_facts(

@@ -849,4 +849,8 @@ impl Txn for WriteCtx<'_> {
     fn prune_retries(&mut self, before: i64, most: usize) -> ApiResult<usize> {
         retries::prune_retries(self, before, most)
     }
+
+    fn put_meta(&mut self, key: &str, value: Option<i64>) -> ApiResult<()> {
+        access::put_meta(self, key, value)
+    }
 }
