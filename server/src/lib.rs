@@ -13,6 +13,7 @@ mod fence;
 mod http;
 pub mod identity;
 mod lifecycle;
+pub mod limits;
 mod liveness;
 mod metrics;
 mod model;
@@ -44,8 +45,6 @@ pub const OPERATOR_TOKEN_FILE: &str = "operator.token";
 pub const ADDR_FILE: &str = "server.addr";
 /// How long a node stays `stopped` after its agent's planned stop (`--planned-stop-grace`).
 pub const DEFAULT_PLANNED_STOP_GRACE: Duration = Duration::from_secs(600);
-/// How many of the newest events the event log keeps; older ones are pruned every minute.
-pub const EVENTS_KEPT: i64 = 100_000;
 
 /// `csivol-server serve` flags. Flags override the `--config` file.
 #[derive(Debug, Clone, Default, clap::Args)]
@@ -241,6 +240,8 @@ struct FileConfig {
     etcd_ca_cert: Option<PathBuf>,
     etcd_cert: Option<PathBuf>,
     etcd_key: Option<PathBuf>,
+    #[serde(default)]
+    limits: limits::LimitsFile,
 }
 
 /// Resolved server settings.
@@ -269,6 +270,8 @@ pub struct ServerConfig {
     pub node_channel: bool,
     /// `Some`: the etcd store (`--store etcd`); `None`: SQLite.
     pub etcd: Option<etcd::EtcdConfig>,
+    /// Claim labels, operators' reasons and the event log (`[limits]`).
+    pub limits: limits::ServerLimits,
 }
 
 /// The server's TLS files.
@@ -332,6 +335,10 @@ impl ServerConfig {
         };
         let fence = csivol_rules::fence::FenceConfig::new(file.fence, file.node_labels)
             .map_err(|e| anyhow::anyhow!("{e}{}", config_name()))?;
+        let limits = file
+            .limits
+            .resolve()
+            .map_err(|e| anyhow::anyhow!("{e}{}", config_name()))?;
         let etcd = match args.store.or(file.store).unwrap_or(StoreKind::Sqlite) {
             StoreKind::Sqlite => None,
             StoreKind::Etcd => {
@@ -375,6 +382,7 @@ impl ServerConfig {
         };
         Ok(Self {
             etcd,
+            limits,
             data_dir,
             listen: args
                 .listen
@@ -546,6 +554,10 @@ impl Server {
             .await
             .map_err(|e| anyhow::anyhow!("failed to read the cluster id: {e}"))?;
         identity::check_after_open(&cfg.data_dir, &cluster_id)?;
+        // Kept as recorded, and named at every start (`--check` or not) until resolved.
+        for d in (db.read(lifecycle::duplicate_ids).await).map_err(anyhow::Error::msg)? {
+            tracing::warn!("{d}");
+        }
         let tokens = Arc::new(
             db.read(auth::Tokens::load)
                 .await
@@ -615,6 +627,15 @@ impl Server {
             controller_queue_warning: cfg.controller_queue_warning,
             served_last: Default::default(),
             metrics: Arc::clone(&metrics),
+            text: cfg.limits.text,
+            // With etcd, a prune fits in one etcd transaction beside what a commit adds.
+            events: limits::EventBounds {
+                batch: cfg
+                    .etcd
+                    .as_ref()
+                    .map_or(limits::PRUNE_BATCH, |e| (e.max_txn_ops / 2).max(1)),
+                ..cfg.limits.events
+            },
         };
         let listener = TcpListener::bind(cfg.listen)
             .await

@@ -4,6 +4,7 @@ pub(crate) mod access;
 mod backup;
 mod channel;
 pub(crate) mod error;
+mod events;
 pub(crate) mod listen;
 mod node_endpoints;
 mod reads;
@@ -169,16 +170,14 @@ struct Blocking {
 /// Change indexes are SQLite integers: anything above `i64::MAX` is refused, never wrapped
 /// (a wrapped `?index=` would page through the whole log again).
 fn checked_index(index: Option<u64>) -> ApiResult<Option<u64>> {
-    match index {
-        Some(i) if i > i64::MAX as u64 => Err(ApiError::invalid(format!(
-            "`index` {i} is out of range: change indexes go up to {}",
-            i64::MAX
-        ))
-        .with_hint(
-            "pass an index the server returned (the X-Csivol-Index header or `index` fields)",
-        )),
-        other => Ok(other),
+    if let Some(i) = index {
+        api::limits::index("index", i).map_err(|e| {
+            ApiError::out_of_range(e).with_hint(
+                "pass an index the server returned (the X-Csivol-Index header or `index` fields)",
+            )
+        })?;
     }
+    Ok(index)
 }
 
 impl Blocking {
@@ -331,7 +330,7 @@ pub fn router(app: App) -> Router {
                 .put(snapshot_endpoints::put_group_snapshot)
                 .delete(snapshot_endpoints::delete_group_snapshot),
         )
-        .route("/v1/events", get(events))
+        .route("/v1/events", get(events::events))
         .route("/v1/controller-findings", get(controller_findings))
         .route("/v1/backup", get(backup::download))
         .fallback(|| async {
@@ -408,7 +407,7 @@ struct VolumeFilter {
     plugin: Option<String>,
     /// One page of at most this many volumes; the next page starts `after` the last one's
     /// name, and a page shorter than `limit` is the last.
-    limit: Option<usize>,
+    limit: Option<u64>,
     after: Option<String>,
 }
 
@@ -470,11 +469,8 @@ async fn list_volumes(
         plugin: f.plugin,
     };
     if let Some(limit) = f.limit {
-        if limit == 0 || limit > MAX_PAGE {
-            return Err(ApiError::bad_request(format!(
-                "`limit` {limit} is out of range: a page holds 1 to {MAX_PAGE} volumes"
-            )));
-        }
+        let limit = api::limits::count("limit", limit, 1, MAX_PAGE as u64)
+            .map_err(ApiError::out_of_range)?;
         let after = f.after;
         let page = app
             .db
@@ -695,6 +691,8 @@ async fn post_claim(
 ) -> ApiResult<Response> {
     let (actor, limits) = app.claimer(&headers)?;
     let hold = hold.wait()?;
+    // Labels are held to this server's limits, which the lifecycle does not know.
+    api::check_claim_labels(&req.labels, &limits.text).map_err(ApiError::text)?;
     if req.dry_run {
         let answer = app
             .db
@@ -858,54 +856,4 @@ async fn detach(
         .write(move |ctx| lifecycle::detach(ctx, &volume, &req, &actor, &limits))
         .await?;
     Ok(Json(plan))
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct EventsQuery {
-    volume: Option<String>,
-    alloc: Option<String>,
-    node: Option<String>,
-    index: Option<u64>,
-    wait: Option<String>,
-    limit: Option<u32>,
-}
-
-async fn events(
-    State(app): State<App>,
-    headers: HeaderMap,
-    Q(q): Q<EventsQuery>,
-) -> ApiResult<Response> {
-    app.caller(&headers)?.require_reader()?;
-    let after = checked_index(q.index)?.unwrap_or(0);
-    let limit = q.limit.unwrap_or(1000).min(10_000);
-    // `index` alone pages through the log; `wait` makes it a blocking query.
-    let blocking = match &q.wait {
-        Some(_) => Blocking {
-            index: Some(after),
-            wait: q.wait.clone(),
-        }
-        .wait()?,
-        None => None,
-    };
-    let _permit = app.long_poll(blocking.is_some())?;
-    let deadline = tokio::time::Instant::now() + blocking.map_or(Duration::ZERO, |(_, w)| w);
-    loop {
-        let seen = app.db.hub.index(&Key::Events);
-        let filter = views::EventFilter {
-            volume: q.volume.clone(),
-            node: q.node.clone(),
-            alloc: q.alloc.clone(),
-        };
-        let found = app
-            .db
-            .read(move |c| views::events(c, after, &filter, limit))
-            .await?;
-        let now = tokio::time::Instant::now();
-        if !found.is_empty() || blocking.is_none() || now >= deadline {
-            let last = found.last().map_or(after, |e| e.index);
-            return Ok(with_index(StatusCode::OK, last, found));
-        }
-        app.db.hub.wait(&Key::Events, seen, deadline - now).await;
-    }
 }

@@ -66,6 +66,8 @@ impl Env {
                 controller_queue_warning: std::time::Duration::from_secs(60),
                 served_last: Default::default(),
                 metrics: Arc::new(Metrics::default()),
+                text: Default::default(),
+                events: Default::default(),
             },
         }
     }
@@ -101,7 +103,11 @@ impl Env {
     }
 
     async fn volume(&self, name: &str, access_mode: &str) {
-        let spec = spec(access_mode);
+        let mut spec = spec(access_mode);
+        // One backend volume per name; `v`, the volume most tests use, keeps `ext-1`.
+        if name != "v" {
+            spec.external_id = format!("ext-{name}");
+        }
         let n = name.to_owned();
         self.write(move |ctx, _| super::register_volume(ctx, &n, spec.clone(), "op"))
             .await

@@ -323,6 +323,13 @@ CREATE TABLE group_snapshots (
 ALTER TABLE snapshots ADD COLUMN group_name TEXT;
 CREATE INDEX snapshots_group ON snapshots (group_name);
 "#,
+    r#"
+-- One backend volume is one csivol volume: a registration looks its external id up among
+-- the plugin's volumes. Not UNIQUE: a database an older csivol wrote may hold an id under
+-- two names, which is kept and named (`serve --check`, `csivol status`), never a failed
+-- migration.
+CREATE INDEX volumes_external_id ON volumes (plugin, external_id);
+"#,
 ];
 
 /// A migration compiled only into test builds (feature `schema-next`) and applied only
