@@ -185,15 +185,55 @@ pub async fn claim(
             .hint(hint)
             .into());
         }
-        let answer: Option<Answer<Claim>> = ctx
-            .client
-            .watch(&path, index, left.min(MAX_BLOCK))
+        let Some(answer) = watch::<Claim>(ctx, &path, index, deadline)
             .await
-            .with_context(|| format!("failed to follow {who}"))?;
+            .with_context(|| format!("failed to follow {who}"))?
+        else {
+            continue;
+        };
         current = answer.map(|a| {
             index = a.index.unwrap_or(a.body.index).max(index);
             a.body
         });
+    }
+}
+
+/// A blocking query of `path` from `index` for what is left of `deadline` (at most
+/// [`MAX_BLOCK`] at a time). A server that turns it away for now (503: its long-poll slots
+/// are all taken, say) is asked again with a growing backoff, as agents do, while time is
+/// left: the write the wait follows has committed, and only the wait is turned away.
+/// `None`: time ran out while turned away, with nothing new to say.
+async fn watch<T: serde::de::DeserializeOwned>(
+    ctx: &Ctx,
+    path: &str,
+    index: u64,
+    deadline: Deadline,
+) -> anyhow::Result<Option<Option<Answer<T>>>> {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        match ctx
+            .client
+            .watch_or_busy(path, index, deadline.left().min(MAX_BLOCK))
+            .await?
+        {
+            Ok(answer) => return Ok(Some(answer)),
+            Err(_) => {
+                let left = deadline.left();
+                if left.is_zero() {
+                    return Ok(None);
+                }
+                // A little spread, so that waits turned away together do not come back
+                // together.
+                let spread = Duration::from_millis(u64::from(
+                    std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.subsec_millis())
+                        % 50,
+                ));
+                tokio::time::sleep((backoff + spread).min(left)).await;
+                backoff = (backoff * 2).min(Duration::from_secs(2));
+            }
+        }
     }
 }
 
@@ -261,11 +301,25 @@ pub async fn follow<T: serde::de::DeserializeOwned>(
         show,
     } = f;
     let mut progress = ctx.out.progress();
-    let first: Option<Answer<T>> = ctx
-        .client
-        .watch(path, 0, Duration::ZERO)
+    // From index 0 the answer comes at once, unless the server turns it away until the
+    // deadline: then where the object stands is not known, which is no answer to give.
+    let Some(first): Option<Option<Answer<T>>> = watch(ctx, path, 0, deadline)
         .await
-        .with_context(|| format!("failed to follow {what} `{name}`"))?;
+        .with_context(|| format!("failed to follow {what} `{name}`"))?
+    else {
+        progress.finish();
+        return Err(Failure::new(
+            Exit::Unreachable,
+            format!(
+                "the server kept turning the wait for {what} {name} away (too busy) for {}",
+                short_duration(deadline.timeout)
+            ),
+        )
+        .hint(format!(
+            "`{show}` shows where it stands; wait longer with --timeout"
+        ))
+        .into());
+    };
     let mut index = first.as_ref().and_then(|a| a.index).unwrap_or(0);
     let mut current = first.map(|a| a.body);
     loop {
@@ -296,11 +350,12 @@ pub async fn follow<T: serde::de::DeserializeOwned>(
             ))
             .into());
         }
-        let answer: Option<Answer<T>> = ctx
-            .client
-            .watch(path, index, left.min(MAX_BLOCK))
+        let Some(answer) = watch(ctx, path, index, deadline)
             .await
-            .with_context(|| format!("failed to follow {what} `{name}`"))?;
+            .with_context(|| format!("failed to follow {what} `{name}`"))?
+        else {
+            continue;
+        };
         current = answer.map(|a| {
             index = a.index.unwrap_or_else(|| index_of(&a.body)).max(index);
             a.body
