@@ -47,19 +47,21 @@ fn escape(text: &str, keep_newlines: bool) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
-/// Serialised JSON with every character [`unsafe_char`] calls unsafe written as a JSON
-/// escape (`\u009b`, `\u202e`): serde_json escapes C0 controls only, and a terminal that
-/// shows `-o json` (or `jq` passing strings through) obeys C1 controls, DEL and the
-/// Unicode line separators and bidirectional overrides too. Outside strings JSON is ASCII,
-/// so each such character is in a string, where the escape reads back as the same text.
+/// Serialised JSON with every character [`unsafe_char`] calls unsafe beyond C0 written as
+/// a JSON escape (`\u009b`, `\u202e`): serde_json escapes C0 controls in strings itself
+/// (the newlines left are the layout's), and a terminal that shows `-o json` (or `jq`
+/// passing strings through) obeys DEL, C1 controls and the Unicode line separators and
+/// bidirectional overrides too. Outside strings JSON is ASCII, so each such character is in
+/// a string, where the escape reads back as the same text.
 pub fn json(text: &str) -> Cow<'_, str> {
-    let Some(first) = text.find(unsafe_char) else {
+    let escaped = |c: char| c >= '\u{7f}' && unsafe_char(c);
+    let Some(first) = text.find(escaped) else {
         return Cow::Borrowed(text);
     };
     let mut out = String::with_capacity(text.len() + 16);
     out.push_str(&text[..first]);
     for c in text[first..].chars() {
-        if unsafe_char(c) {
+        if escaped(c) {
             // Every such character is in the Basic Multilingual Plane: one `\uXXXX`.
             let _ = write!(out, "\\u{:04x}", c as u32);
         } else {
@@ -84,11 +86,15 @@ mod tests {
         let value = serde_json::json!({
             "message": "c1 \u{9b}31m del\x7f bidi \u{202e}txt\u{2066} sep\u{2028}\u{2029} esc\x1b é ∞",
         });
-        let raw = serde_json::to_string(&value).unwrap();
+        let raw = serde_json::to_string_pretty(&value).unwrap();
         let escaped = json(&raw);
         assert!(
             !escaped.chars().any(|c| unsafe_char(c) && c != '\n'),
             "{escaped}"
+        );
+        assert!(
+            escaped.contains('\n'),
+            "the layout's newlines stay: {escaped}"
         );
         for want in [
             "\\u009b", "\\u007f", "\\u202e", "\\u2066", "\\u2028", "\\u2029", "\\u001b", "é ∞",

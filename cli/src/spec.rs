@@ -204,7 +204,9 @@ impl<'de> Deserialize<'de> for Secrets {
                 Err(refuse())
             }
         }
-        d.deserialize_map(V)
+        // `any`, not `map`: serde_json answers a `map` asked of a string with the string
+        // quoted in its error, without asking the visitor.
+        d.deserialize_any(V)
     }
 }
 

@@ -210,6 +210,7 @@ async fn watch<T: serde::de::DeserializeOwned>(
     deadline: Deadline,
 ) -> anyhow::Result<Option<Option<Answer<T>>>> {
     let mut backoff = Duration::from_millis(100);
+    let mut told = false;
     loop {
         match ctx
             .client
@@ -217,7 +218,13 @@ async fn watch<T: serde::de::DeserializeOwned>(
             .await?
         {
             Ok(answer) => return Ok(Some(answer)),
-            Err(_) => {
+            Err(busy) => {
+                if !std::mem::replace(&mut told, true) {
+                    ctx.out.note(format!(
+                        "the server turned the wait away for now ({}); asking again until the timeout",
+                        busy.message
+                    ));
+                }
                 let left = deadline.left();
                 if left.is_zero() {
                     return Ok(None);

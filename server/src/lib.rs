@@ -136,7 +136,9 @@ pub struct ServerArgs {
     /// TOML file with the same settings (`data_dir`, `listen`, `heartbeat_ttl = "30s"`,
     /// `planned_stop_grace = "10m"`, `controller_concurrency`, `secrets_key_file`, TLS and connection bounds, `node_channel = false`), and fencing:
     /// `[[fence]]` methods (`name`, `command`, `timeout`, `nodes`, `labels`, `env`,
-    /// `auto_fence_after`, `trust_agent_labels`) and `[node_labels.<node>]`.
+    /// `auto_fence_after`, `trust_agent_labels`) and `[node_labels.<node>]`; `[limits]`
+    /// (`claim_labels`, `claim_label_bytes`, `reason_bytes`: lower than the defaults only;
+    /// `events_kept`, `events_bytes`).
     #[arg(long)]
     pub config: Option<PathBuf>,
     /// Run SQLite's `PRAGMA integrity_check` over the state database before serving, and

@@ -73,6 +73,9 @@ pub fn register_node(
 ) -> ApiResult<bool> {
     validate_name("node", node).map_err(ApiError::invalid)?;
     csivol_api::FreeText::check_text(req).map_err(ApiError::text)?;
+    if let Some(f) = req.fence_after_ms {
+        csivol_api::limits::duration_ms("fence_after_ms", f).map_err(ApiError::out_of_range)?;
+    }
     let mut ids = BTreeSet::new();
     for p in &req.plugins {
         validate_name("plugin", &p.id).map_err(ApiError::invalid)?;
@@ -98,9 +101,6 @@ pub fn register_node(
         .into_iter()
         .map(|p| p.plugin)
         .collect();
-    if let Some(f) = req.fence_after_ms {
-        csivol_api::limits::duration_ms("fence_after_ms", f).map_err(ApiError::out_of_range)?;
-    }
     ctx.register_node(node, req.fence_after_ms, &req.labels, &req.plugins)?;
     ctx.touch(Key::Node(node.to_owned()));
     if was_fenced {
