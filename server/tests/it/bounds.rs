@@ -530,9 +530,17 @@ fn age_database(data: &std::path::Path) -> String {
     let version: i64 = conn
         .pragma_query_value(None, "user_version", |r| r.get(0))
         .unwrap();
-    conn.execute_batch("DROP INDEX volumes_external_id;")
+    // The schema before the index: a build that has the index added it last.
+    let indexed: i64 = conn
+        .query_row(
+            "SELECT COUNT(*) FROM sqlite_master WHERE name = 'volumes_external_id'",
+            [],
+            |r| r.get(0),
+        )
         .unwrap();
-    conn.pragma_update(None, "user_version", version - 1)
+    conn.execute_batch("DROP INDEX IF EXISTS volumes_external_id;")
+        .unwrap();
+    conn.pragma_update(None, "user_version", version - indexed)
         .unwrap();
     labels
 }
