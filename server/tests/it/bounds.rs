@@ -603,3 +603,38 @@ async fn an_older_database_with_duplicates_and_oversized_labels_migrates_and_kee
     let (s, b) = api.put("/v1/volumes/b", spec("e1", json!({}))).await;
     assert_eq!(s, 200, "{b}");
 }
+
+/// Two servers over one etcd, each asked at the same moment to register one backend
+/// volume under a name of its own: the check runs in each registration's write
+/// transaction, which etcd's compare covers, so one name wins and the other is refused.
+#[tokio::test]
+async fn two_servers_registering_one_external_id_at_once_keep_one_name() {
+    let dir = TestDir::new("bounds-ha-duplicate");
+    let ha = csivol_tests::etcd::start_ha(&dir, &[]);
+    let (a, b) = (ha.a.api(), ha.b.api());
+    for i in 0..10 {
+        let id = format!("ext-{i}");
+        let (path_a, path_b) = (format!("/v1/volumes/a{i}"), format!("/v1/volumes/b{i}"));
+        let (on_a, on_b) = tokio::join!(
+            a.put(&path_a, spec(&id, json!({}))),
+            b.put(&path_b, spec(&id, json!({}))),
+        );
+        let mut statuses = [on_a.0, on_b.0];
+        statuses.sort_unstable();
+        assert_eq!(statuses, [201, 409], "{on_a:?} {on_b:?}");
+    }
+    let (_, volumes) = a.get("/v1/volumes").await;
+    let volumes = volumes.as_array().unwrap();
+    assert_eq!(
+        volumes.len(),
+        10,
+        "one name per backend volume: {volumes:?}"
+    );
+    let mut ids: Vec<&str> = volumes
+        .iter()
+        .map(|v| v["external_id"].as_str().unwrap())
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), 10);
+}
