@@ -630,14 +630,7 @@ impl Server {
             served_last: Default::default(),
             metrics: Arc::clone(&metrics),
             text: cfg.limits.text,
-            // With etcd, a prune fits in one etcd transaction beside what a commit adds.
-            events: limits::EventBounds {
-                batch: cfg
-                    .etcd
-                    .as_ref()
-                    .map_or(limits::PRUNE_BATCH, |e| (e.max_txn_ops / 2).max(1)),
-                ..cfg.limits.events
-            },
+            events: (cfg.limits.events).in_txn_ops(cfg.etcd.as_ref().map(|e| e.max_txn_ops)),
         };
         let listener = TcpListener::bind(cfg.listen)
             .await

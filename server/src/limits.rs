@@ -63,6 +63,17 @@ impl Default for EventBounds {
     }
 }
 
+impl EventBounds {
+    /// With the etcd store (`max_txn_ops` its `--etcd-max-txn-ops`), a prune's batch fits
+    /// in one etcd transaction beside what a commit adds to it.
+    pub fn in_txn_ops(self, max_txn_ops: Option<usize>) -> Self {
+        Self {
+            batch: max_txn_ops.map_or(PRUNE_BATCH, |ops| (ops / 2).max(1)),
+            ..self
+        }
+    }
+}
+
 /// The server's limits, resolved.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ServerLimits {

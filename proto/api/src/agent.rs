@@ -4,7 +4,6 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::limits::{self, OutOfRange};
 use crate::{
     ControllerCapabilities, NodeCapabilities, NodeInfo, NodeStatus, PluginCapabilities, PluginInfo,
     PublishContext, VolumeCapability,
@@ -585,101 +584,6 @@ pub enum Report {
         at_ms: u64,
         volumes: Vec<String>,
     },
-}
-
-impl PluginError {
-    fn check_numbers(&self) -> Result<(), OutOfRange> {
-        if let Some(t) = self.next_retry_at_ms {
-            limits::time_ms("next_retry_at_ms", t)?;
-        }
-        Ok(())
-    }
-}
-
-impl Report {
-    /// Every number of the report in its kind's range ([`crate::limits`]): ids, times,
-    /// durations and sizes, as the server's columns hold them.
-    pub fn check_numbers(&self) -> Result<(), OutOfRange> {
-        let op = |id: u64| limits::index("op", id).map(drop);
-        match self {
-            Self::Waiting {
-                since_ms,
-                timeout_ms,
-                ..
-            } => {
-                limits::time_ms("since_ms", *since_ms)?;
-                limits::duration_ms("timeout_ms", *timeout_ms).map(drop)
-            }
-            Self::ClaimError { error, .. }
-            | Self::VolumeError { error, .. }
-            | Self::NodeExpandError { error, .. } => error.check_numbers(),
-            Self::OpError { op: id, error, .. } => {
-                op(*id)?;
-                error.check_numbers()
-            }
-            Self::Created {
-                op: id,
-                capacity_bytes,
-                ..
-            }
-            | Self::Expanded {
-                op: id,
-                capacity_bytes,
-                ..
-            } => {
-                op(*id)?;
-                limits::size_bytes("capacity_bytes", *capacity_bytes).map(drop)
-            }
-            Self::NodeExpanded { capacity_bytes, .. } => {
-                limits::size_bytes("capacity_bytes", *capacity_bytes).map(drop)
-            }
-            Self::SnapshotCreated {
-                op: id,
-                size_bytes,
-                creation_time_ms,
-                ..
-            } => {
-                op(*id)?;
-                limits::size_bytes("size_bytes", *size_bytes)?;
-                creation_time_ms
-                    .map_or(Ok(()), |t| limits::time_ms("creation_time_ms", t).map(drop))
-            }
-            Self::GroupSnapshotCreated {
-                op: id,
-                creation_time_ms,
-                snapshots,
-                ..
-            } => {
-                op(*id)?;
-                for t in creation_time_ms
-                    .iter()
-                    .chain(snapshots.iter().filter_map(|s| s.creation_time_ms.as_ref()))
-                {
-                    limits::time_ms("creation_time_ms", *t)?;
-                }
-                for s in snapshots {
-                    limits::size_bytes("size_bytes", s.size_bytes)?;
-                }
-                Ok(())
-            }
-            Self::ControllerPublished { op: id, .. }
-            | Self::ControllerUnpublished { op: id, .. }
-            | Self::Deleted { op: id, .. }
-            | Self::SnapshotDeleted { op: id, .. }
-            | Self::GroupSnapshotDeleted { op: id, .. }
-            | Self::Modified { op: id, .. } => op(*id),
-            Self::ControllerVolumes { started_ms, .. } => {
-                limits::time_ms("started_ms", *started_ms).map(drop)
-            }
-            Self::Fenced { at_ms, .. } => limits::time_ms("at_ms", *at_ms).map(drop),
-            Self::Published { .. }
-            | Self::Unpublished { .. }
-            | Self::Unstaged { .. }
-            | Self::Drift { .. }
-            | Self::Condition { .. }
-            | Self::NodeLimits { .. } => Ok(()),
-        }
-    }
 }
 
 #[cfg(test)]

@@ -8,6 +8,8 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::{PluginError, Report};
+
 // ---- text and maps ----
 
 /// The CSI spec's general size limits (Field Requirements, "Size Limits"): "Unless
@@ -175,6 +177,102 @@ pub fn count(field: &str, n: u64, min: u64, max: u64) -> Result<usize, OutOfRang
         return Err(out_of_range(field, n, format!("it counts {min} to {max}")));
     }
     Ok(n as usize)
+}
+
+// ---- what a node's agent reports ----
+
+impl PluginError {
+    fn check_numbers(&self) -> Result<(), OutOfRange> {
+        if let Some(t) = self.next_retry_at_ms {
+            time_ms("next_retry_at_ms", t)?;
+        }
+        Ok(())
+    }
+}
+
+impl Report {
+    /// Every number of the report in its kind's range (the rules above): ids, times,
+    /// durations and sizes, as the server's columns hold them.
+    pub fn check_numbers(&self) -> Result<(), OutOfRange> {
+        let op = |id: u64| index("op", id).map(drop);
+        match self {
+            Report::Waiting {
+                since_ms,
+                timeout_ms,
+                ..
+            } => {
+                time_ms("since_ms", *since_ms)?;
+                duration_ms("timeout_ms", *timeout_ms).map(drop)
+            }
+            Report::ClaimError { error, .. }
+            | Report::VolumeError { error, .. }
+            | Report::NodeExpandError { error, .. } => error.check_numbers(),
+            Report::OpError { op: id, error, .. } => {
+                op(*id)?;
+                error.check_numbers()
+            }
+            Report::Created {
+                op: id,
+                capacity_bytes,
+                ..
+            }
+            | Report::Expanded {
+                op: id,
+                capacity_bytes,
+                ..
+            } => {
+                op(*id)?;
+                size_bytes("capacity_bytes", *capacity_bytes).map(drop)
+            }
+            Report::NodeExpanded { capacity_bytes, .. } => {
+                size_bytes("capacity_bytes", *capacity_bytes).map(drop)
+            }
+            Report::SnapshotCreated {
+                op: id,
+                size_bytes: size,
+                creation_time_ms,
+                ..
+            } => {
+                op(*id)?;
+                size_bytes("size_bytes", *size)?;
+                creation_time_ms.map_or(Ok(()), |t| time_ms("creation_time_ms", t).map(drop))
+            }
+            Report::GroupSnapshotCreated {
+                op: id,
+                creation_time_ms,
+                snapshots,
+                ..
+            } => {
+                op(*id)?;
+                for t in creation_time_ms
+                    .iter()
+                    .chain(snapshots.iter().filter_map(|s| s.creation_time_ms.as_ref()))
+                {
+                    time_ms("creation_time_ms", *t)?;
+                }
+                for s in snapshots {
+                    size_bytes("size_bytes", s.size_bytes)?;
+                }
+                Ok(())
+            }
+            Report::ControllerPublished { op: id, .. }
+            | Report::ControllerUnpublished { op: id, .. }
+            | Report::Deleted { op: id, .. }
+            | Report::SnapshotDeleted { op: id, .. }
+            | Report::GroupSnapshotDeleted { op: id, .. }
+            | Report::Modified { op: id, .. } => op(*id),
+            Report::ControllerVolumes { started_ms, .. } => {
+                time_ms("started_ms", *started_ms).map(drop)
+            }
+            Report::Fenced { at_ms, .. } => time_ms("at_ms", *at_ms).map(drop),
+            Report::Published { .. }
+            | Report::Unpublished { .. }
+            | Report::Unstaged { .. }
+            | Report::Drift { .. }
+            | Report::Condition { .. }
+            | Report::NodeLimits { .. } => Ok(()),
+        }
+    }
 }
 
 #[cfg(test)]

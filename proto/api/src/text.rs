@@ -17,8 +17,8 @@ use crate::limits::{
     NODE_LABEL_VALUE_BYTES, TextLimits,
 };
 use crate::{
-    ClaimRequest, ContentSource, CreateVolumeSpec, GroupSnapshotRequest, ModifyRequest,
-    RegisterRequest, SnapshotRequest, Topology, VolumeSpec, validate_name,
+    ClaimRequest, CreateVolumeSpec, GroupSnapshotRequest, ModifyRequest, RegisterRequest,
+    SnapshotRequest, Topology, VolumeSpec,
 };
 
 /// Characters a terminal may act on, or that show text in another order or on another
@@ -284,17 +284,6 @@ impl FreeText for CreateVolumeSpec {
             check_segments("topology_request.preferred", &t.preferred)?;
         }
         Ok(())
-    }
-}
-
-impl CreateVolumeSpec {
-    /// The content source names a snapshot or a volume by its csivol name.
-    pub fn check_source(&self) -> Result<(), String> {
-        match &self.source {
-            Some(ContentSource::Snapshot(s)) => validate_name("snapshot", s),
-            Some(ContentSource::Volume(v)) => validate_name("volume", v),
-            None => Ok(()),
-        }
     }
 }
 

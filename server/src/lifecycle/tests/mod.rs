@@ -5,6 +5,7 @@
 
 mod claims;
 mod desired;
+mod events;
 mod expand;
 mod group_snapshots;
 mod listing;
