@@ -203,7 +203,7 @@ pub async fn claim(
 /// are all taken, say) is asked again with a growing backoff, as agents do, while time is
 /// left: the write the wait follows has committed, and only the wait is turned away.
 /// `None`: time ran out while turned away, with nothing new to say.
-async fn watch<T: serde::de::DeserializeOwned>(
+pub async fn watch<T: serde::de::DeserializeOwned>(
     ctx: &Ctx,
     path: &str,
     index: u64,

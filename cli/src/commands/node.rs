@@ -7,7 +7,6 @@ use csivol_api::{
 use csivol_client::Method;
 
 use crate::args::{LabelChange, NodeCommand, NodeDrainArgs, NodeEligibilityArgs, NodeLabelArgs};
-use crate::client::MAX_BLOCK;
 use crate::ctx::Ctx;
 use crate::failure::{Exit, Failure};
 use crate::output::short_duration;
@@ -320,9 +319,14 @@ async fn drain(ctx: &Ctx, args: NodeDrainArgs) -> anyhow::Result<Exit> {
             "draining node {name}: it still has {} (claims are released by their owners, then the node detaches)",
             on.describe()
         ));
-        let wait = (deadline - now).min(MAX_BLOCK);
-        ctx.client
-            .watch::<Vec<Event>>(&format!("/v1/events?node={name}&limit=1"), index, wait)
-            .await?;
+        // Turned away by a busy server, it asks again until the deadline, as a claim's wait.
+        let left = crate::wait::Deadline::after(deadline - now);
+        crate::wait::watch::<Vec<Event>>(
+            ctx,
+            &format!("/v1/events?node={name}&limit=1"),
+            index,
+            left,
+        )
+        .await?;
     }
 }
