@@ -22,8 +22,10 @@ use crate::watch::Key;
 const DEFAULT_PAGE: u32 = 1_000;
 /// The largest page `limit` may ask for.
 const MAX_PAGE: u64 = 10_000;
-/// Events read, and written out, at a time while a page streams.
-const CHUNK: u32 = 256;
+/// Events read, and written out, at a time while a page streams: with two chunks queued
+/// and one being read, a reader holds a few hundred KiB of the server's memory at most
+/// (events of a few KiB each), at the cost of a read every 64 events.
+const CHUNK: u32 = 64;
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
