@@ -185,7 +185,7 @@ pub async fn claim(
             .hint(hint)
             .into());
         }
-        let Some(answer) = watch::<Claim>(ctx, &path, index, deadline)
+        let Some(answer) = watch::<Claim>(ctx, &path, index, MAX_BLOCK, deadline)
             .await
             .with_context(|| format!("failed to follow {who}"))?
         else {
@@ -198,8 +198,8 @@ pub async fn claim(
     }
 }
 
-/// A blocking query of `path` from `index` for what is left of `deadline` (at most
-/// [`MAX_BLOCK`] at a time). A server that turns it away for now (503: its long-poll slots
+/// A blocking query of `path` from `index` for what is left of `deadline`, at most `cap`
+/// (0: a plain read). A server that turns it away for now (503: its long-poll slots
 /// are all taken, say) is asked again with a growing backoff, as agents do, while time is
 /// left: the write the wait follows has committed, and only the wait is turned away.
 /// `None`: time ran out while turned away, with nothing new to say.
@@ -207,6 +207,7 @@ pub async fn watch<T: serde::de::DeserializeOwned>(
     ctx: &Ctx,
     path: &str,
     index: u64,
+    cap: Duration,
     deadline: Deadline,
 ) -> anyhow::Result<Option<Option<Answer<T>>>> {
     let mut backoff = Duration::from_millis(100);
@@ -214,7 +215,7 @@ pub async fn watch<T: serde::de::DeserializeOwned>(
     loop {
         match ctx
             .client
-            .watch_or_busy(path, index, deadline.left().min(MAX_BLOCK))
+            .watch_or_busy(path, index, deadline.left().min(cap))
             .await?
         {
             Ok(answer) => return Ok(Some(answer)),
@@ -308,9 +309,9 @@ pub async fn follow<T: serde::de::DeserializeOwned>(
         show,
     } = f;
     let mut progress = ctx.out.progress();
-    // From index 0 the answer comes at once, unless the server turns it away until the
-    // deadline: then where the object stands is not known, which is no answer to give.
-    let Some(first): Option<Option<Answer<T>>> = watch(ctx, path, 0, deadline)
+    // Where it stands now, unless the server turns the read away until the deadline: then
+    // that is not known, which is no answer to give.
+    let Some(first): Option<Option<Answer<T>>> = watch(ctx, path, 0, Duration::ZERO, deadline)
         .await
         .with_context(|| format!("failed to follow {what} `{name}`"))?
     else {
@@ -357,7 +358,7 @@ pub async fn follow<T: serde::de::DeserializeOwned>(
             ))
             .into());
         }
-        let Some(answer) = watch(ctx, path, index, deadline)
+        let Some(answer) = watch(ctx, path, index, MAX_BLOCK, deadline)
             .await
             .with_context(|| format!("failed to follow {what} `{name}`"))?
         else {

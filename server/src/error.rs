@@ -87,7 +87,7 @@ impl ApiError {
                 Limit::Csi => "shorten it: a plugin is not bound to take more (the CSI spec's Size Limits); keep large data where the plugin reads it, and pass its name".to_owned(),
                 Limit::Csivol => "shorten it, or split it".to_owned(),
                 Limit::Server(setting) => format!(
-                    "shorten it; an operator may lower (never raise) the limit with `{setting}` under [limits] in the server's config file"
+                    "shorten it: this server's limit is `{setting}` under [limits] in its config file, at most csivol's default"
                 ),
             },
         };

@@ -321,12 +321,7 @@ async fn drain(ctx: &Ctx, args: NodeDrainArgs) -> anyhow::Result<Exit> {
         ));
         // Turned away by a busy server, it asks again until the deadline, as a claim's wait.
         let left = crate::wait::Deadline::after(deadline - now);
-        crate::wait::watch::<Vec<Event>>(
-            ctx,
-            &format!("/v1/events?node={name}&limit=1"),
-            index,
-            left,
-        )
-        .await?;
+        let path = format!("/v1/events?node={name}&limit=1");
+        crate::wait::watch::<Vec<Event>>(ctx, &path, index, crate::client::MAX_BLOCK, left).await?;
     }
 }

@@ -53,9 +53,6 @@ const EVENT_BYTES: &str = "(octet_length(kind) + octet_length(actor) + octet_len
      + ifnull(octet_length(volume), 0) + ifnull(octet_length(node), 0) \
      + ifnull(octet_length(alloc), 0))";
 
-/// Drops at most `p.batch` events: first those older than the newest `p.keep`, then,
-/// while the log holds more than `p.bytes`, the oldest events whose kind is not in
-/// `p.kept_by_count` (a JSON array of kinds), which only the count drops.
 /// The index of the last event [`events`] would return, read from the index alone.
 pub fn event_page_end(
     conn: &Connection,
@@ -83,6 +80,9 @@ pub fn event_page_end(
     Ok(last.map(|i| i as u64))
 }
 
+/// Drops at most `p.batch` events: first those older than the newest `p.keep`, then,
+/// while the log holds more than `p.bytes`, the oldest events whose kind is not in
+/// `p.kept_by_count` (a JSON array of kinds), which only the count drops.
 pub fn prune_events(ctx: &WriteCtx<'_>, p: &crate::store::Pruning<'_>) -> ApiResult<usize> {
     let batch = i64::try_from(p.batch).unwrap_or(i64::MAX);
     let by_count = exec(
