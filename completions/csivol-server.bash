@@ -430,7 +430,7 @@ _csivol__server() {
             return 0
             ;;
         csivol__subcmd__server__subcmd__restore)
-            opts="-h --from --data-dir --force --etcd-endpoints --etcd-prefix --etcd-ca-cert --etcd-cert --etcd-key --help"
+            opts="-h --from --data-dir --config --force --etcd-endpoints --etcd-prefix --etcd-ca-cert --etcd-cert --etcd-key --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -441,6 +441,10 @@ _csivol__server() {
                     return 0
                     ;;
                 --data-dir)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --config)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -498,7 +502,7 @@ _csivol__server() {
             return 0
             ;;
         csivol__subcmd__server__subcmd__serve)
-            opts="-h --data-dir --listen --heartbeat-ttl --planned-stop-grace --controller-concurrency --controller-queue-warning --header-timeout --body-timeout --max-connections --max-long-polls --no-node-channel --tls-cert --tls-key --tls-client-ca --insecure-http --secrets-key-file --store --etcd-endpoints --etcd-prefix --etcd-lease-ttl --etcd-max-txn-ops --etcd-ca-cert --etcd-cert --etcd-key --config --check --help"
+            opts="-h --data-dir --listen --heartbeat-ttl --planned-stop-grace --controller-concurrency --request-memory --controller-queue-warning --header-timeout --body-timeout --max-connections --max-long-polls --no-node-channel --tls-cert --tls-key --tls-client-ca --insecure-http --secrets-key-file --store --etcd-endpoints --etcd-prefix --etcd-lease-ttl --etcd-max-txn-ops --etcd-ca-cert --etcd-cert --etcd-key --config --check --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -521,6 +525,10 @@ _csivol__server() {
                     return 0
                     ;;
                 --controller-concurrency)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --request-memory)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

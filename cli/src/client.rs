@@ -176,6 +176,25 @@ impl Client {
         not_found_as_none(answer.map_err(|e| self.failure(e)))
     }
 
+    /// [`Client::watch`], with an answer of 503 (the server cannot serve it now: its
+    /// long-poll slots are all taken, say) told apart as `Ok(Err(failure))`: worth asking
+    /// again shortly.
+    pub async fn watch_or_busy<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        cursor: &Cursor,
+        wait: Duration,
+    ) -> anyhow::Result<Result<Option<Answer<T>>, Failure>> {
+        match self.api.watch(path, cursor, wait).await {
+            Err(csivol_client::Error::Refused { status, text, .. })
+                if status == StatusCode::SERVICE_UNAVAILABLE =>
+            {
+                Ok(Err(self.api_failure(status, &text)))
+            }
+            answer => not_found_as_none(answer.map_err(|e| self.failure(e))).map(Ok),
+        }
+    }
+
     /// `GET path` for a blocking query that may take up to `wait` to answer.
     pub async fn get_blocking<T: DeserializeOwned>(
         &self,

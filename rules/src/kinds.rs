@@ -118,6 +118,32 @@ string_enum! {
     }
 }
 
+impl EventKind {
+    /// An operator's action (an unblock, a detach, a fence, a token or a controller host
+    /// allowed or taken back, a node's labels or eligibility changed): the event log keeps
+    /// these until its count bound drops them, whatever the bytes of the other events.
+    pub fn kept_by_count(self) -> bool {
+        matches!(
+            self,
+            Self::VolumeUnblocked
+                | Self::ClaimForceReleased
+                | Self::VolumeDetach
+                | Self::VolumeForceDetaching
+                | Self::NodeFenced
+                | Self::NodeFenceFailed
+                | Self::TokenCreated
+                | Self::TokenRevoked
+                | Self::ControllerHostAllowed
+                | Self::ControllerHostDisallowed
+                | Self::NodeLabelled
+                | Self::NodeEligible
+                | Self::NodeIneligible
+                | Self::NodeDraining
+                | Self::NodeRemoved
+        )
+    }
+}
+
 string_enum! {
     /// A controller operation the server queues for a controller host.
     OpKind {

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use super::error::ApiResult;
 use super::etcd::{self, Cluster, Leadership};
 use super::store::Snapshot;
-use super::{EVENTS_KEPT, db, fence, http, lifecycle};
+use super::{db, fence, http, lifecycle};
 use csivol_api::NodeStatus;
 
 /// Starts the background tasks; the returned handles are aborted when serving stops.
@@ -430,17 +430,27 @@ async fn prune_retries(app: http::App) {
     }
 }
 
-/// Keeps the event log bounded: a busy cluster writes several events per claim.
+/// Keeps the event log bounded in events and in bytes: a busy cluster writes several
+/// events per claim. The first pass runs at start, so that lowered bounds hold at once.
 async fn prune_events(app: http::App) {
+    let bounds = app.limits.events;
     let mut tick = tokio::time::interval(Duration::from_secs(60));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        let pruned = app
-            .db
-            .write_led(|ctx| lifecycle::prune_events(ctx, EVENTS_KEPT))
-            .await;
-        match pruned {
+        // In batches, each its own transaction, until one drops less than a batch.
+        let mut pruned = 0;
+        let outcome = loop {
+            match (app.db)
+                .write_led(move |ctx| lifecycle::prune_events(ctx, &bounds))
+                .await
+            {
+                Ok(n) if n >= bounds.batch => pruned += n,
+                Ok(n) => break Ok(pruned + n),
+                Err(e) => break Err(e),
+            }
+        };
+        match outcome {
             Ok(0) => {}
             Ok(n) => tracing::debug!(pruned = n, "pruned old events"),
             Err(e) => tracing::warn!(error = %e, "failed to prune old events"),

@@ -147,6 +147,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         insecure_http: false,
         node_channel: true,
         etcd: None,
+        limits: Default::default(),
     })
     .await?;
     let scheme = if tls.is_some() { "https" } else { "http" };

@@ -13,6 +13,7 @@ mod fence;
 mod http;
 pub mod identity;
 mod lifecycle;
+pub mod limits;
 mod liveness;
 mod metrics;
 mod model;
@@ -50,8 +51,6 @@ pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a request's body may take to arrive after its headers (`--body-timeout`): a
 /// full 1 MiB body at 35 KiB/s.
 pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(30);
-/// How many of the newest events the event log keeps; older ones are pruned every minute.
-pub const EVENTS_KEPT: i64 = 100_000;
 /// How long request keys and claim tombstones are kept (`--request-memory`).
 pub const DEFAULT_REQUEST_MEMORY: Duration = Duration::from_secs(24 * 3600);
 
@@ -159,7 +158,9 @@ pub struct ServerArgs {
     /// TOML file with the same settings (`data_dir`, `listen`, `heartbeat_ttl = "30s"`,
     /// `planned_stop_grace = "10m"`, `controller_concurrency`, `request_memory = "24h"`, `secrets_key_file`, TLS and connection bounds, `node_channel = false`), and fencing:
     /// `[[fence]]` methods (`name`, `command`, `timeout`, `nodes`, `labels`, `env`,
-    /// `auto_fence_after`, `trust_agent_labels`) and `[node_labels.<node>]`.
+    /// `auto_fence_after`, `trust_agent_labels`) and `[node_labels.<node>]`; `[limits]`
+    /// (`claim_labels`, `claim_label_bytes`, `reason_bytes`: lower than the defaults only;
+    /// `events_kept`, `events_bytes`).
     #[arg(long)]
     pub config: Option<PathBuf>,
     /// Run SQLite's `PRAGMA integrity_check` over the state database before serving, and
@@ -265,6 +266,8 @@ struct FileConfig {
     etcd_ca_cert: Option<PathBuf>,
     etcd_cert: Option<PathBuf>,
     etcd_key: Option<PathBuf>,
+    #[serde(default)]
+    limits: limits::LimitsFile,
 }
 
 /// Resolved server settings.
@@ -297,6 +300,8 @@ pub struct ServerConfig {
     pub node_channel: bool,
     /// `Some`: the etcd store (`--store etcd`); `None`: SQLite.
     pub etcd: Option<etcd::EtcdConfig>,
+    /// Claim labels, operators' reasons and the event log (`[limits]`).
+    pub limits: limits::ServerLimits,
 }
 
 /// The server's TLS files.
@@ -371,6 +376,10 @@ impl ServerConfig {
         };
         let fence = csivol_rules::fence::FenceConfig::new(file.fence, file.node_labels)
             .map_err(|e| anyhow::anyhow!("{e}{}", config_name()))?;
+        let limits = file
+            .limits
+            .resolve()
+            .map_err(|e| anyhow::anyhow!("{e}{}", config_name()))?;
         let etcd = match args.store.or(file.store).unwrap_or(StoreKind::Sqlite) {
             StoreKind::Sqlite => None,
             StoreKind::Etcd => {
@@ -411,6 +420,7 @@ impl ServerConfig {
         };
         Ok(Self {
             etcd,
+            limits,
             data_dir,
             listen: args
                 .listen
@@ -669,6 +679,10 @@ impl Server {
             .await
             .map_err(|e| anyhow::anyhow!("failed to read the cluster id: {e}"))?;
         identity::check_after_open(&cfg.data_dir, &cluster_id)?;
+        // Kept as recorded, and named at every start (`--check` or not) until resolved.
+        for d in (db.read(lifecycle::duplicate_ids).await).map_err(anyhow::Error::msg)? {
+            tracing::warn!("{d}");
+        }
         let tokens = Arc::new(
             db.read(auth::Tokens::load)
                 .await
@@ -765,6 +779,8 @@ impl Server {
             served_last: Default::default(),
             metrics: Arc::clone(&metrics),
             request_memory: cfg.request_memory,
+            text: cfg.limits.text,
+            events: (cfg.limits.events).in_txn_ops(cfg.etcd.as_ref().map(|e| e.max_txn_ops)),
         };
         let addr = listener.local_addr()?;
         let addr_file = cfg.data_dir.join(ADDR_FILE);

@@ -354,8 +354,16 @@ fn after_long_help() -> String {
     s
 }
 
+/// Every duration flag: humantime's forms, at most csivol's longest duration (100 years),
+/// so that no lease, token or wait wraps a clock.
 fn parse_duration(s: &str) -> Result<Duration, String> {
-    humantime::parse_duration(s).map_err(|e| format!("{e} (use e.g. 90s, 2m, 1h)"))
+    let d = humantime::parse_duration(s).map_err(|e| format!("{e} (use e.g. 90s, 2m, 1h)"))?;
+    if d > csivol_api::limits::MAX_DURATION {
+        return Err(format!(
+            "`{s}` is longer than 100 years, the longest duration csivol takes"
+        ));
+    }
+    Ok(d)
 }
 
 fn volume_name(s: &str) -> Result<String, String> {

@@ -7,7 +7,6 @@ use csivol_api::{
 use csivol_client::Method;
 
 use crate::args::{LabelChange, NodeCommand, NodeDrainArgs, NodeEligibilityArgs, NodeLabelArgs};
-use crate::client::MAX_BLOCK;
 use crate::ctx::Ctx;
 use crate::failure::{Exit, Failure};
 use crate::output::given_duration;
@@ -312,7 +311,7 @@ async fn drain(ctx: &Ctx, args: NodeDrainArgs) -> anyhow::Result<Exit> {
             "draining node {name}: it still has {} (claims are released by their owners, then the node detaches)",
             on.describe()
         ));
-        let wait = (deadline - now).min(MAX_BLOCK);
+        let wait = (deadline - now).min(crate::client::MAX_BLOCK);
         let (_, next) = super::events::next(ctx, &cursor, &filter, wait).await?;
         cursor = next;
     }

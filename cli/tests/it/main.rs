@@ -10,6 +10,7 @@ mod blocked;
 mod claims;
 mod escapes;
 mod fence;
+mod limits;
 mod nodes;
 mod prompt;
 mod real_agent;

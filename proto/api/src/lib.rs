@@ -17,6 +17,7 @@ pub mod channel;
 mod claims;
 mod errors;
 mod expansion;
+pub mod limits;
 mod modify;
 mod name;
 mod nodes;
@@ -42,7 +43,10 @@ pub use nodes::*;
 pub use operator::*;
 pub use reconcile::*;
 pub use snapshots::*;
-pub use text::{FreeText, check_map, check_text, is_control};
+pub use text::{
+    FreeText, TextError, check_claim_labels, check_map, check_node_labels, check_reason,
+    check_text, is_control, map_bytes,
+};
 pub use tokens::*;
 pub use volumes::*;
 

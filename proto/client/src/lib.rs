@@ -155,6 +155,30 @@ impl Builder {
     }
 }
 
+/// What a request says beside its body: a mutating request's key and send time (exact
+/// retries), or the generation of the state a read follows from.
+#[derive(Clone, Copy, Debug, Default)]
+struct Said<'a> {
+    once: Option<&'a Once>,
+    generation: Option<&'a str>,
+}
+
+impl<'a> Said<'a> {
+    fn once(once: &'a Once) -> Self {
+        Self {
+            once: Some(once),
+            generation: None,
+        }
+    }
+
+    fn following(generation: Option<&'a str>) -> Self {
+        Self {
+            once: None,
+            generation,
+        }
+    }
+}
+
 /// Why a client could not be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
@@ -333,7 +357,7 @@ impl Client {
         timeout: Option<Duration>,
     ) -> Result<Raw, Error> {
         self.in_turn(Retry::Unconnected, |base| {
-            self.send_to(base, method.clone(), path, &body, timeout, None, None)
+            self.send_to(base, method.clone(), path, &body, timeout, Said::default())
         })
         .await
     }
@@ -365,7 +389,14 @@ impl Client {
         generation: Option<&str>,
     ) -> Result<Raw, Error> {
         self.in_turn(Retry::Unanswered, |base| {
-            self.send_to(base, method.clone(), path, &body, timeout, None, generation)
+            self.send_to(
+                base,
+                method.clone(),
+                path,
+                &body,
+                timeout,
+                Said::following(generation),
+            )
         })
         .await
     }
@@ -419,8 +450,7 @@ impl Client {
         path: &str,
         body: &Body<'_, B>,
         timeout: Option<Duration>,
-        once: Option<&Once>,
-        generation: Option<&str>,
+        said: Said<'_>,
     ) -> Result<Raw, Error> {
         let url = match self.stale_reads && method == Method::GET {
             true if path.contains('?') => format!("{base}{path}&stale=true"),
@@ -438,13 +468,13 @@ impl Client {
         if self.waits_for_release && changes {
             req = req.header(WAIT_HEADER, WAIT_FOR_RELEASE);
         }
-        if let Some(once) = once {
+        if let Some(once) = said.once {
             if let Some(key) = once.key() {
                 req = req.header(IDEMPOTENCY_KEY_HEADER, key);
             }
             req = req.header(SENT_AT_HEADER, once.sent_at_ms().to_string());
         }
-        if let Some(g) = generation {
+        if let Some(g) = said.generation {
             req = req.header(GENERATION_HEADER, g);
         }
         req = match body {
@@ -526,8 +556,7 @@ impl Client {
                     &path,
                     &Body::None,
                     timeout,
-                    None,
-                    cursor.generation.as_deref(),
+                    Said::following(cursor.generation.as_deref()),
                 )
             })
             .await?;
@@ -550,8 +579,7 @@ impl Client {
                     path,
                     &Body::None,
                     Some(timeout),
-                    None,
-                    generation,
+                    Said::following(generation),
                 )
             })
             .await?;

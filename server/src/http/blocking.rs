@@ -20,16 +20,14 @@ pub(super) struct Blocking {
 /// Change indexes are SQLite integers: anything above `i64::MAX` is refused, never wrapped
 /// (a wrapped `?index=` would page through the whole log again).
 pub(super) fn checked_index(index: Option<u64>) -> ApiResult<Option<u64>> {
-    match index {
-        Some(i) if i > i64::MAX as u64 => Err(ApiError::invalid(format!(
-            "`index` {i} is out of range: change indexes go up to {}",
-            i64::MAX
-        ))
-        .with_hint(
-            "pass an index the server returned (the X-Csivol-Index header or `index` fields)",
-        )),
-        other => Ok(other),
+    if let Some(i) = index {
+        api::limits::index("index", i).map_err(|e| {
+            ApiError::out_of_range(e).with_hint(
+                "pass an index the server returned (the X-Csivol-Index header or `index` fields)",
+            )
+        })?;
     }
+    Ok(index)
 }
 
 /// The generation a client named with the index it follows from (`X-Csivol-Generation`),
@@ -182,70 +180,5 @@ pub(super) fn cursor(app: &App, key: &Key, index: u64, began: Generation) -> (u6
         (index, began)
     } else {
         (app.db.hub.index(key), now)
-    }
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct EventsQuery {
-    volume: Option<String>,
-    alloc: Option<String>,
-    node: Option<String>,
-    index: Option<u64>,
-    wait: Option<String>,
-    limit: Option<u32>,
-}
-
-pub(super) async fn events(
-    State(app): State<App>,
-    headers: HeaderMap,
-    Q(q): Q<EventsQuery>,
-) -> ApiResult<Response> {
-    app.caller(&headers)?.require_reader()?;
-    let mut after = checked_index(q.index)?.unwrap_or(0);
-    let limit = q.limit.unwrap_or(1000).min(10_000);
-    // `index` alone pages through the log; `wait` makes it a blocking query.
-    let mut blocking = match &q.wait {
-        Some(_) => Blocking {
-            index: Some(after),
-            wait: q.wait.clone(),
-        }
-        .wait()?,
-        None => None,
-    };
-    let mut generation = app.db.hub.generation();
-    // A place in the log of another generation: the log went back in time, and its
-    // entries are numbered again from where the backup left it. What was logged since
-    // this generation began is sent at once (from the client's place, if that is earlier:
-    // up to there the two logs are one).
-    if sent_generation(&headers).is_some_and(|g| g != generation) {
-        after = after.min(app.db.hub.events_from());
-        blocking = None;
-    }
-    let _permit = app.long_poll(blocking.is_some())?;
-    let deadline = tokio::time::Instant::now() + blocking.map_or(Duration::ZERO, |(_, w)| w);
-    loop {
-        let seen = app.db.hub.index(&Key::Events);
-        let filter = views::EventFilter {
-            volume: q.volume.clone(),
-            node: q.node.clone(),
-            alloc: q.alloc.clone(),
-        };
-        let found = app
-            .db
-            .read(move |c| views::events(c, after, &filter, limit))
-            .await?;
-        let now = tokio::time::Instant::now();
-        if !found.is_empty() || blocking.is_none() || now >= deadline {
-            let last = found.last().map_or(after, |e| e.index);
-            return Ok(with_index(StatusCode::OK, (last, generation), found));
-        }
-        app.db.hub.wait(&Key::Events, seen, deadline - now).await;
-        if app.db.hub.generation() != generation {
-            // The log went back in time while the client waited.
-            generation = app.db.hub.generation();
-            after = after.min(app.db.hub.events_from());
-            blocking = None;
-        }
     }
 }

@@ -17,6 +17,8 @@ pub(super) async fn post_claim(
     let hold = hold.wait()?;
     let waits = waits_for_release(&headers)?;
     let began = app.db.hub.generation();
+    // Labels are held to this server's limits, which the lifecycle does not know.
+    api::check_claim_labels(&req.labels, &limits.text).map_err(ApiError::text)?;
     if req.dry_run {
         let answer = app
             .db

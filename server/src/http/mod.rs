@@ -7,6 +7,7 @@ mod blocking;
 mod channel;
 mod claim_endpoints;
 pub(crate) mod error;
+mod events;
 pub(crate) mod listen;
 mod node_endpoints;
 pub(crate) mod once;
@@ -248,7 +249,7 @@ pub fn router(app: App) -> Router {
                 .put(snapshot_endpoints::put_group_snapshot)
                 .delete(snapshot_endpoints::delete_group_snapshot),
         )
-        .route("/v1/events", get(blocking::events))
+        .route("/v1/events", get(events::events))
         .route("/v1/controller-findings", get(controller_findings))
         .route("/v1/backup", get(backup::download))
         .fallback(|| async {
@@ -330,7 +331,7 @@ struct VolumeFilter {
     plugin: Option<String>,
     /// One page of at most this many volumes; the next page starts `after` the last one's
     /// name, and a page shorter than `limit` is the last.
-    limit: Option<usize>,
+    limit: Option<u64>,
     after: Option<String>,
 }
 
@@ -392,11 +393,8 @@ async fn list_volumes(
         plugin: f.plugin,
     };
     if let Some(limit) = f.limit {
-        if limit == 0 || limit > MAX_PAGE {
-            return Err(ApiError::bad_request(format!(
-                "`limit` {limit} is out of range: a page holds 1 to {MAX_PAGE} volumes"
-            )));
-        }
+        let limit = api::limits::count("limit", limit, 1, MAX_PAGE as u64)
+            .map_err(ApiError::out_of_range)?;
         let after = f.after;
         let page = app
             .db

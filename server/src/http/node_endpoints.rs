@@ -98,9 +98,9 @@ pub(super) async fn fence_node(
     Path(node): Path<String>,
     Body(req): Body<api::FenceRequest>,
 ) -> ApiResult<Json<api::FenceOutcome>> {
-    let (actor, _) = app.operator(&headers)?;
+    let (actor, limits) = app.operator(&headers)?;
     name("node", &node)?;
-    lifecycle::require_reason(&req.reason, false)?;
+    lifecycle::require_reason(&req.reason, false, &limits.text)?;
     Ok(Json(fence::fence(&app, &node, &req, &actor).await?))
 }
 

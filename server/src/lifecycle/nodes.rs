@@ -72,7 +72,10 @@ pub fn register_node(
     limits: &Limits,
 ) -> ApiResult<bool> {
     validate_name("node", node).map_err(ApiError::invalid)?;
-    csivol_api::FreeText::check_text(req).map_err(ApiError::control_text)?;
+    csivol_api::FreeText::check_text(req).map_err(ApiError::text)?;
+    if let Some(f) = req.fence_after_ms {
+        csivol_api::limits::duration_ms("fence_after_ms", f).map_err(ApiError::out_of_range)?;
+    }
     let mut ids = BTreeSet::new();
     for p in &req.plugins {
         validate_name("plugin", &p.id).map_err(ApiError::invalid)?;

@@ -16,8 +16,12 @@ use csivol_rules::kinds::EventKind;
 
 /// An operator's action goes into the event log with why; a dry run records nothing, so
 /// it needs no reason.
-pub fn require_reason(reason: &str, dry_run: bool) -> ApiResult<()> {
-    csivol_api::check_text("reason", reason).map_err(ApiError::control_text)?;
+pub fn require_reason(
+    reason: &str,
+    dry_run: bool,
+    limits: &csivol_api::limits::TextLimits,
+) -> ApiResult<()> {
+    csivol_api::check_reason(reason, limits).map_err(ApiError::text)?;
     if !dry_run && reason.trim().is_empty() {
         return Err(
             ApiError::invalid("`reason` is required: say why, it goes into the event log")
@@ -42,7 +46,7 @@ pub fn unblock_volume(
     actor: &str,
     limits: &Limits,
 ) -> ApiResult<ActionPlan> {
-    require_reason(reason, dry_run)?;
+    require_reason(reason, dry_run, &limits.text)?;
     let v = ctx.require_volume(volume)?;
     if let Some(n) = node {
         ctx.require_node(n)?;
@@ -133,7 +137,7 @@ pub fn unblock_node(
     actor: &str,
     limits: &Limits,
 ) -> ApiResult<ActionPlan> {
-    require_reason(reason, dry_run)?;
+    require_reason(reason, dry_run, &limits.text)?;
     ctx.require_node(node)?;
     let claims = ctx.claims_of_node(node, Some(ClaimState::Blocked))?;
     let atts = ctx.attachments_of_node(node)?;
@@ -252,7 +256,7 @@ pub fn detach(
         req.force,
         req.dry_run,
     );
-    require_reason(reason, dry_run)?;
+    require_reason(reason, dry_run, &limits.text)?;
     let v = ctx.require_volume(volume)?;
     let n = ctx.require_node(node)?;
     let lost = n.status == NodeStatus::Lost;

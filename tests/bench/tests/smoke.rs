@@ -126,6 +126,10 @@ fn chaos_campaign_short() {
     assert!(report["faults_total"].as_u64().unwrap() >= 5, "{report:#}");
     assert!(report["cycles"].as_u64().unwrap() > 0, "{report:#}");
     assert!(report["observations"].as_u64().unwrap() > 0, "{report:#}");
+    assert!(
+        report["oversized_refused"].as_u64().unwrap() > 0,
+        "the careless client's claims were refused: {report:#}"
+    );
 }
 
 /// The backlog scenario: a short storm, one attach, every figure present.

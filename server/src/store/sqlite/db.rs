@@ -351,6 +351,12 @@ CREATE TABLE claim_tombstones (
     PRIMARY KEY (volume, alloc)
 );
 CREATE INDEX claim_tombstones_at ON claim_tombstones (released_at);
+
+-- One backend volume is one csivol volume: a registration looks its external id up among
+-- the plugin's volumes. Not UNIQUE: a database an older csivol wrote may hold an id under
+-- two names, which is kept and named (`serve --check`, `csivol status`), never a failed
+-- migration.
+CREATE INDEX volumes_external_id ON volumes (plugin, external_id);
 "#,
 ];
 

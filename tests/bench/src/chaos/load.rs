@@ -88,6 +88,64 @@ where
     }
 }
 
+/// The bytes of the careless client's label: far past the server's limit of a claim's
+/// labels, within a request body.
+const OVERSIZED_LABEL: usize = 512 << 10;
+
+/// A careless client beside the load: claims on the load's volumes with a label far past
+/// the server's limit, a few a second until `until`. Each must be refused (422 naming the
+/// labels) whatever the faults: one accepted would grow the state and hold a volume the
+/// load needs; a server error is a crash under it. No answer, or a 503 or 502 from a
+/// server a fault took down, says nothing. Returns how many were refused and the
+/// violations.
+pub async fn oversized_labels(
+    http: Http,
+    volumes: Vec<String>,
+    nodes: Arc<Vec<String>>,
+    until: Instant,
+    seed: u64,
+) -> (u64, Vec<String>) {
+    let mut rng = StdRng::seed_from_u64(seed ^ 0x1abe1);
+    let label = "x".repeat(OVERSIZED_LABEL);
+    let (mut refused, mut violations) = (0, Vec::new());
+    let mut n = 0u64;
+    while Instant::now() < until {
+        n += 1;
+        let volume = &volumes[rng.random_range(0..volumes.len())];
+        let node = &nodes[rng.random_range(0..nodes.len())];
+        let alloc = format!("oversized-{n}");
+        let mut req = ClaimRequest::new(&alloc, node.as_str(), ClaimMode::Write);
+        req.labels.insert("job".to_owned(), label.clone());
+        let what = format!(
+            "claim {volume}/{alloc} with a {} KiB label",
+            OVERSIZED_LABEL >> 10
+        );
+        match http
+            .post_once(&format!("/v1/volumes/{volume}/claims"), &req)
+            .await
+        {
+            Ok(r)
+                if r.status == 422
+                    && String::from_utf8_lossy(&r.body).contains("`labels` holds") =>
+            {
+                refused += 1;
+            }
+            Ok(r) if r.status == 503 || r.status == 502 => {}
+            Ok(r) => violations.push(format!(
+                "{what}: answered {} ({}), not refused as too large",
+                r.status,
+                String::from_utf8_lossy(&r.body)
+                    .chars()
+                    .take(200)
+                    .collect::<String>()
+            )),
+            Err(_) => {}
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    (refused, violations)
+}
+
 pub async fn client(http: Http, spec: Spec) -> Tally {
     let mut t = Tally::default();
     let mut rng = StdRng::seed_from_u64(spec.seed ^ u64::from(spec.client));

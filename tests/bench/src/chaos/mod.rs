@@ -69,6 +69,8 @@ pub struct ChaosReport {
     /// Claims released by the server's rule for a lost node that came back (event logged).
     pub released_on_node_return: u64,
     pub client_retries: u64,
+    /// Claims with an oversized label that the servers refused, as they must.
+    pub oversized_refused: u64,
     /// Claims of which an attempt went unanswered, and of those how many turned up in
     /// the drain (a silent server committed them late) and were released there.
     pub unsure_claims: usize,
@@ -120,6 +122,10 @@ impl ChaosReport {
             self.failed_claims,
             self.released_on_node_return,
             self.client_retries
+        ));
+        line(format!(
+            "careless client: {} claims with an oversized label refused",
+            self.oversized_refused
         ));
         if self.unsure_claims > 0 {
             line(format!(
@@ -224,6 +230,14 @@ async fn execute(cfg: &Config, net: Option<Arc<Net>>) -> anyhow::Result<ChaosRep
         })
         .collect();
 
+    // Beside them, a careless client whose every claim is far too large.
+    let careless = tokio::spawn(load::oversized_labels(
+        http.clone(),
+        names.clone(),
+        Arc::clone(&node_names),
+        until,
+        seed,
+    ));
     say.say(format!(
         "chaos: {} clients and faults for {}",
         a.concurrency,
@@ -255,6 +269,9 @@ async fn execute(cfg: &Config, net: Option<Arc<Net>>) -> anyhow::Result<ChaosRep
         tally.add(c.await.context("a load client panicked")?);
     }
     let mut violations = tally.violations.clone();
+    let (oversized_refused, careless_violations) =
+        careless.await.context("the careless client panicked")?;
+    violations.extend(careless_violations);
     errors.extend(tally.stuck.iter().cloned());
     let unsure_released = if tally.unsure.is_empty() {
         0
@@ -331,6 +348,7 @@ async fn execute(cfg: &Config, net: Option<Arc<Net>>) -> anyhow::Result<ChaosRep
         failed_claims: tally.failed,
         released_on_node_return: tally.released_on_return,
         client_retries: tally.retries,
+        oversized_refused,
         unsure_claims: tally.unsure.len(),
         unsure_released,
         observations,
