@@ -62,6 +62,56 @@ async fn json_output_escapes_what_a_terminal_obeys() {
 }
 
 #[tokio::test]
+async fn a_json_error_on_stderr_escapes_what_a_terminal_obeys() {
+    let env = Env::start("json-error-escapes");
+    env.volume("v", "single-node-writer").await;
+    let n1 = env.node("n1", 0).await;
+    let wait = env.spawn(&[
+        "claim",
+        "v",
+        "--node",
+        "n1",
+        "--alloc",
+        "a1",
+        "--wait",
+        "--timeout",
+        "2m",
+        "-o",
+        "json",
+    ]);
+    let api = env.api();
+    eventually("the claim recorded", WAIT, || async {
+        (api.get("/v1/volumes/v/claims/a1").await.0 == 200).then_some(())
+    })
+    .await;
+    // The plugin's final error fails the claim; the wait says so, quoting it.
+    n1.report(json!([{"kind": "claim_error", "volume": "v", "alloc": "a1",
+        "error": {"code": "INVALID_ARGUMENT", "message": SAID, "final": true}}]))
+        .await;
+    let r = wait.await.unwrap();
+    assert_eq!(r.code, 1, "{r}");
+    let raw: Vec<char> = r
+        .stderr
+        .chars()
+        .filter(|c| *c != '\n' && csivol_api::is_control(*c))
+        .collect();
+    assert!(
+        raw.is_empty(),
+        "stderr wrote {raw:?} raw:\n{}",
+        r.stderr.escape_debug()
+    );
+    for escaped in [
+        "\\u009b", "\\u0085", "\\u202e", "\\u2066", "\\u2028", "\\u2029",
+    ] {
+        assert!(r.stderr.contains(escaped), "{escaped} in {}", r.stderr);
+    }
+    // One JSON document, whose message reads back as the plugin said it.
+    let error: serde_json::Value = serde_json::from_str(r.stderr.trim()).unwrap();
+    let message = error["error"]["message"].as_str().unwrap();
+    assert!(message.contains(SAID), "{}", message.escape_debug());
+}
+
+#[tokio::test]
 async fn spec_files_are_bounded_and_never_echo_a_secret() {
     let env = Env::start("spec-bounds");
     let head = "name = \"v\"\nplugin = \"hp\"\nexternal_id = \"e\"\n\
