@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use csivol_tests::{Api, FakeAgent, ServerProc, eventually};
+use csivol_tests::{Api, FakeAgent, ServerProc, TestDir, eventually};
 use serde_json::json;
 
 use crate::support::{Env, WAIT, make_ready};
@@ -441,6 +441,35 @@ async fn a_run_whose_release_a_busy_server_turns_away_asks_again() {
     let (code, _, said) = ended(cli, &stderr).await;
     assert_eq!(code, Some(0), "{said}");
     assert!(said.contains("released every claim of alloc a1"), "{said}");
+}
+
+#[tokio::test]
+async fn a_claimer_past_its_claims_limit_is_refused_with_exit_4() {
+    let conf = TestDir::new("claims-limit-config");
+    let path = conf.join("server.toml");
+    std::fs::write(&path, "[limits]\nclaims_per_claimer = 1\n").unwrap();
+    let env = Env::start_with("claims-limit", &[&format!("--config={}", path.display())]);
+    env.volume("v1", "single-node-writer").await;
+    env.volume("v2", "single-node-writer").await;
+    let _n1 = env.node("n1", 0).await;
+    let (_, t) = env
+        .api()
+        .post("/v1/tokens", json!({"role": "claimer", "name": "ci"}))
+        .await;
+    let as_ci = |args: &[&str]| {
+        let mut cmd = env.command(args);
+        cmd.env("CSIVOL_TOKEN", t["token"].as_str().unwrap());
+        crate::support::run(cmd)
+    };
+    let r = as_ci(&["claim", "v1", "--node", "n1", "--alloc", "a1"]).await;
+    assert_eq!(r.code, 0, "{r}");
+    snap!(as_ci(&["claim", "v2", "--node", "n1", "--alloc", "a2"]).await, @r"
+    exit: 4
+    --- stdout
+    --- stderr
+    error: failed to claim volume `v2` for alloc `a2` on node `n1`: claimer:ci holds 1 claim (queued ones included), as many as this server allows one claimer token (`claims_per_claimer` in its [limits])
+    hint: release the claims it no longer needs (a claim with a lease, --ttl, is released when it is not renewed), or ask an operator to raise [limits] claims_per_claimer
+    ");
 }
 
 #[tokio::test]

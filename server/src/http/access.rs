@@ -54,6 +54,7 @@ pub(super) async fn create_token(
     Body(req): Body<TokenRequest>,
 ) -> ApiResult<Response> {
     let (actor, _) = app.operator(&headers)?;
+    api::FreeText::check_text(&req).map_err(ApiError::text)?;
     let (resp, expires_at) = app
         .db
         .write(move |ctx| {
@@ -105,6 +106,7 @@ pub(super) async fn change_controller_hosts(
     Body(req): Body<api::ControllerHostsChange>,
 ) -> ApiResult<Response> {
     let (actor, _) = app.operator(&headers)?;
+    api::FreeText::check_text(&req).map_err(ApiError::text)?;
     let body = req.clone();
     // The hosts as the change left them, read in its own transaction.
     let write = move |ctx: &mut WriteCtx<'_>| {

@@ -13,7 +13,11 @@ pub(super) async fn post_claim(
     once: Once,
     Body(req): Body<ClaimRequest>,
 ) -> ApiResult<Response> {
-    let (actor, limits) = app.claimer(&headers)?;
+    let caller = app.caller(&headers)?;
+    caller.require_claimer()?;
+    let (actor, limits) = (caller.actor(), app.limits.clone());
+    // A claimer's claims count against this server's `claims_per_claimer`.
+    let (token, bounded) = (caller.token_id, caller.role == api::Role::Claimer);
     let hold = hold.wait()?;
     let waits = waits_for_release(&headers)?;
     let began = app.db.hub.generation();
@@ -29,7 +33,12 @@ pub(super) async fn post_claim(
     let sent_at = once.sent_at();
     let body = req.clone();
     let write = move |ctx: &mut WriteCtx<'_>| {
-        lifecycle::create_claim(ctx, &volume, &req, &actor, &limits, waits, sent_at)
+        let who = lifecycle::Claimant {
+            actor: &actor,
+            token: &token,
+            bounded,
+        };
+        lifecycle::create_claim(ctx, &volume, &req, &who, &limits, waits, sent_at)
     };
     let answer = move |(claim, new): &(api::Claim, bool)| {
         let status = if *new {

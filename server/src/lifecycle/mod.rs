@@ -48,7 +48,7 @@ mod volumes;
 
 pub use after_release::resume_all_held;
 pub use attachments::advance_volume;
-pub use claims::{claim_dry_run, create_claim, no_claim, release_claim};
+pub use claims::{Claimant, claim_dry_run, create_claim, no_claim, release_claim};
 pub use desired::{desired_changes, desired_state};
 pub use expand::expand_volume;
 pub(crate) use fence::{Evidence, failure, fenced_node_returned, record_fence};
@@ -93,6 +93,8 @@ pub struct Limits {
     pub request_memory: std::time::Duration,
     /// The limits of claim labels and operators' reasons (`[limits]` in the config file).
     pub text: csivol_api::limits::TextLimits,
+    /// Claims one claimer token may hold at once (`[limits] claims_per_claimer`).
+    pub claims_per_claimer: usize,
     /// How large the event log may grow (`[limits]`).
     pub events: crate::limits::EventBounds,
 }

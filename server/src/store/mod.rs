@@ -63,6 +63,9 @@ pub trait Snapshot {
     /// Claims of a volume, in queue order (created_at, then alloc).
     fn claims_of_volume(&self, volume: &str) -> ApiResult<Vec<ClaimRow>>;
     fn claim(&self, volume: &str, alloc: &str) -> ApiResult<Option<ClaimRow>>;
+    /// How many claims the token `token` made and still holds, queued ones included;
+    /// `None` where the schema does not record claimers (before `upgrade finalize`).
+    fn claims_held_by(&self, token: &str) -> ApiResult<Option<usize>>;
     /// Claims on a node (in one state, or all), by volume and alloc.
     fn claims_of_node(&self, node: &str, state: Option<ClaimState>) -> ApiResult<Vec<ClaimRow>>;
     /// A queued claim's place in its volume's queue (1 first); `None` when not queued.
@@ -299,6 +302,9 @@ pub struct NewClaim<'a> {
     pub request: &'a api::ClaimRequest,
     pub state: ClaimState,
     pub expires_at: Option<i64>,
+    /// The token that asked for it (none for a claim found on a node), recorded where the
+    /// schema has the column.
+    pub claimer: Option<&'a str>,
 }
 
 /// An entry of the event log.

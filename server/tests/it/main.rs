@@ -8,6 +8,7 @@ mod channel;
 mod claims;
 mod connections;
 mod controller;
+mod counts;
 mod durability;
 mod fence;
 mod generation;

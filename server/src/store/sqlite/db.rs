@@ -358,6 +358,13 @@ CREATE INDEX claim_tombstones_at ON claim_tombstones (released_at);
 -- migration.
 CREATE INDEX volumes_external_id ON volumes (plugin, external_id);
 "#,
+    r#"
+-- Who made each claim: the token that asked, so that a claimer's claims are counted against
+-- the server's `[limits] claims_per_claimer`. Claims recorded before have none and count for
+-- nobody; they are kept as they are.
+ALTER TABLE claims ADD COLUMN claimer TEXT;
+CREATE INDEX claims_claimer ON claims (claimer) WHERE claimer IS NOT NULL;
+"#,
 ];
 
 /// A migration compiled only into test builds (feature `schema-next`) and applied only

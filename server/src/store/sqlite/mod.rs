@@ -5,6 +5,7 @@
 
 mod access;
 pub mod backup;
+mod claimers;
 pub mod db;
 mod held;
 mod listings;
@@ -121,6 +122,10 @@ impl Snapshot for Connection {
 
     fn claim(&self, volume: &str, alloc: &str) -> ApiResult<Option<ClaimRow>> {
         ClaimRow::load(self, volume, alloc)
+    }
+
+    fn claims_held_by(&self, token: &str) -> ApiResult<Option<usize>> {
+        claimers::held_by(self, token)
     }
 
     fn claims_of_node(&self, node: &str, state: Option<ClaimState>) -> ApiResult<Vec<ClaimRow>> {
@@ -559,6 +564,7 @@ reads_through_the_transaction! {
     volume(name: &str) -> Option<VolumeRow>;
     claims_of_volume(volume: &str) -> Vec<ClaimRow>;
     claim(volume: &str, alloc: &str) -> Option<ClaimRow>;
+    claims_held_by(token: &str) -> Option<usize>;
     claims_of_node(node: &str, state: Option<ClaimState>) -> Vec<ClaimRow>;
     queue_position(claim: &ClaimRow) -> Option<u32>;
     attachments_of_volume(volume: &str) -> Vec<AttachmentRow>;

@@ -226,7 +226,10 @@ impl Txn for WriteCtx<'_> {
                 to_json(&req.labels)
             ],
         )?;
-        Ok(())
+        match c.claimer {
+            Some(token) => claimers::record(self, c.volume, &req.alloc, token),
+            None => Ok(()),
+        }
     }
 
     fn set_claim_state(&mut self, volume: &str, alloc: &str, state: ClaimState) -> ApiResult<()> {
