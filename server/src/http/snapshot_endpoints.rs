@@ -11,11 +11,13 @@ pub(super) struct SnapshotFilter {
     group: Option<String>,
 }
 
+/// Every snapshot (of a volume) streamed a page at a time (`listing`); a group's members
+/// (as many as its volumes) in one read.
 pub(super) async fn list_snapshots(
     State(app): State<App>,
     headers: HeaderMap,
     Q(f): Q<SnapshotFilter>,
-) -> ApiResult<Json<Vec<api::Snapshot>>> {
+) -> ApiResult<Response> {
     app.caller(&headers)?.require_reader()?;
     if let Some(v) = &f.volume {
         name("volume", v)?;
@@ -23,11 +25,14 @@ pub(super) async fn list_snapshots(
     if let Some(g) = &f.group {
         name("group snapshot", g)?;
     }
-    let snapshots = app
+    let Some(group) = f.group else {
+        return listing::snapshots(&app, f.volume).await;
+    };
+    let members = app
         .db
-        .read(move |c| lifecycle::list_snapshots(c, f.volume.as_deref(), f.group.as_deref()))
+        .read(move |c| lifecycle::list_group_members(c, &group, f.volume.as_deref()))
         .await?;
-    Ok(Json(snapshots))
+    Ok(Json(members).into_response())
 }
 
 pub(super) async fn get_snapshot(

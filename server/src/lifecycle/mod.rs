@@ -67,7 +67,9 @@ pub use operator::{detach, require_reason, unblock_node, unblock_volume};
 pub use ops::{plugins_with_due_ops, schedule_ops};
 pub use reports::apply_reports;
 pub use retries::{PRUNE_BATCH, prune_retries};
-pub use snapshots::{create_snapshot, delete_snapshot, list_snapshots, snapshot_view};
+pub use snapshots::{
+    create_snapshot, delete_snapshot, list_group_members, snapshot_page, snapshot_view,
+};
 pub use tokens::{NewToken, create_token, first_operator_token, persist_last_used, revoke_token};
 pub use volumes::{
     create_volume, deregister_volume, duplicate_ids, register_volume, unknown_plugin, volume_view,

@@ -156,6 +156,14 @@ pub trait Snapshot {
     fn snapshot(&self, name: &str) -> ApiResult<Option<SnapshotRow>>;
     /// Every snapshot, or those taken of `volume`, by name.
     fn snapshots(&self, volume: Option<&str>) -> ApiResult<Vec<SnapshotRow>>;
+    /// At most `limit` snapshots by name after `after` (of `volume`, when given): a page of
+    /// a listing. Fewer than `limit`: the end.
+    fn snapshot_page(
+        &self,
+        volume: Option<&str>,
+        after: &str,
+        limit: usize,
+    ) -> ApiResult<Vec<SnapshotRow>>;
     /// The controller capabilities of `plugin` as its controller hosts registered them
     /// (any host's), or `None` when no agent hosts its controller.
     fn controller_capabilities(
@@ -205,6 +213,16 @@ pub trait Snapshot {
     ) -> ApiResult<VolumeChunk>;
     /// Claims (of a volume, on a node, or every one), by volume, creation and alloc.
     fn claims(&self, volume: Option<&str>, node: Option<&str>) -> ApiResult<Vec<ClaimRow>>;
+    /// The claims of the first `volumes` volumes by name after `after` that have claims
+    /// passing the filters ([`Snapshot::claims`]'): a page of a listing, every claim of a
+    /// volume in one page. An empty page is the end.
+    fn claim_page(
+        &self,
+        volume: Option<&str>,
+        node: Option<&str>,
+        after: &str,
+        volumes: usize,
+    ) -> ApiResult<Vec<ClaimRow>>;
     /// Every node's registration of every plugin (or of `only`), by plugin and node.
     fn plugin_nodes(&self, only: Option<&str>) -> ApiResult<Vec<PluginNodeRow>>;
     /// How many volumes `plugin` has.

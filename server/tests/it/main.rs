@@ -23,6 +23,7 @@ mod ha_retries;
 mod ha_upgrade;
 mod hosting;
 mod impostor;
+mod listings;
 mod lost;
 mod queue_and_leases;
 mod retries;
