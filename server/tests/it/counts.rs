@@ -320,3 +320,81 @@ async fn claims_recorded_before_the_bound_are_kept_and_count_for_nobody() {
     // A claim it held before asked for again is still its own.
     assert_eq!(claim(&ci, "v", "a1", false).await.0, 200);
 }
+
+/// Lists an older csivol recorded beyond today's counts (a volume's mount flags, a node
+/// token's plugins) are kept and shown, and still serve; only new ones are refused.
+#[tokio::test]
+async fn lists_recorded_beyond_the_counts_are_kept_and_shown_and_new_ones_refused() {
+    let dir = TestDir::new("counts-kept");
+    let data = dir.join("server");
+    let mut server = ServerProc::start(&data, &[]);
+    let api = server.api();
+    let spec = |flags: &[String]| {
+        json!({"plugin": "hp", "external_id": "ext-v", "access_mode": "single-node-writer",
+            "attachment": "file-system", "mount_flags": flags})
+    };
+    let (s, b) = api.put("/v1/volumes/v", spec(&names("f", 2))).await;
+    assert_eq!(s, 201, "{b}");
+    let (s, token) = api
+        .post(
+            "/v1/tokens",
+            json!({"role": "node", "node": "n1", "controllers": ["hp"]}),
+        )
+        .await;
+    assert_eq!(s, 201, "{token}");
+    server.proc.terminate(WAIT);
+    let (flags, plugins) = (names("f", 100), names("p", 100));
+    let conn = rusqlite::Connection::open(data.join("state.db")).unwrap();
+    conn.execute(
+        "UPDATE volumes SET mount_flags = ?1 WHERE name = 'v'",
+        [json!(flags).to_string()],
+    )
+    .unwrap();
+    conn.execute(
+        "UPDATE tokens SET controllers = ?1 WHERE node = 'n1'",
+        [json!(plugins).to_string()],
+    )
+    .unwrap();
+    drop(conn);
+
+    let server = ServerProc::start(&data, &[]);
+    let api = server.api();
+    let (s, v) = api.get("/v1/volumes/v").await;
+    assert_eq!((s, &v["mount_flags"]), (200, &json!(flags)), "{v}");
+    let (_, all) = api.get("/v1/volumes").await;
+    assert_eq!(all[0]["mount_flags"], json!(flags), "listed as kept");
+    let (_, tokens) = api.get("/v1/tokens").await;
+    let kept = tokens
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["node"] == "n1")
+        .unwrap_or_else(|| panic!("{tokens}"));
+    assert_eq!(kept["controllers"], json!(plugins), "{kept}");
+    // The node token still serves its node.
+    let node = Api::new(&server.url, token["token"].as_str());
+    let (s, b) = node
+        .post(
+            "/v1/nodes/n1/register",
+            json!({"plugins": [plugin("n1", "hp")]}),
+        )
+        .await;
+    assert_eq!(s, 200, "{b}");
+    // New lists that long are refused, on another volume as on this one.
+    let mut other = spec(&flags);
+    other["external_id"] = json!("ext-w");
+    let (s, b) = api.put("/v1/volumes/w", other).await;
+    refused(s, &b, "`mount_flags` holds 100 flags, more than the 64");
+    let (s, b) = api.put("/v1/volumes/v", spec(&flags)).await;
+    refused(s, &b, "`mount_flags` holds 100 flags, more than the 64");
+    let (s, b) = api
+        .post(
+            "/v1/tokens",
+            json!({"role": "node", "node": "n2", "controllers": plugins}),
+        )
+        .await;
+    refused(s, &b, "`controllers` holds 100 plugins, more than the 64");
+    // And what was kept is still as recorded.
+    let (_, v) = api.get("/v1/volumes/v").await;
+    assert_eq!(v["mount_flags"], json!(flags));
+}
