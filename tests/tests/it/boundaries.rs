@@ -175,3 +175,71 @@ fn the_node_agent_links_no_server_code() {
         "csivol-agent builds hyper's server: `cargo tree -p csivol-agent -e features -i hyper` says through what"
     );
 }
+
+/// `sqlite_master` as `server/tests/fixtures/sqlite-schemas.txt` writes it: one line per
+/// table, index and trigger, sorted by type and name, each statement's whitespace collapsed.
+fn stored_schema(conn: &rusqlite::Connection) -> String {
+    let mut s = conn
+        .prepare("SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY type, name")
+        .unwrap();
+    let rows = s
+        .query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, String>(2)?,
+                r.get::<_, Option<String>>(3)?,
+            ))
+        })
+        .unwrap();
+    let mut out = String::new();
+    for row in rows {
+        let (kind, name, table, sql) = row.unwrap();
+        let sql = sql.map_or_else(
+            || "-".to_owned(),
+            |s| s.split_whitespace().collect::<Vec<_>>().join(" "),
+        );
+        out.push_str(&format!("{kind} {name} on {table}: {sql}\n"));
+    }
+    out
+}
+
+#[test]
+fn a_fresh_server_stores_the_schema_its_last_migration_shipped_with() {
+    // The fixture was written from the layout that kept the migrations inline in
+    // `store/sqlite/db.rs` (its header says how); wherever the migrations live now, the
+    // real server's fresh `state.db` must store the same schema, since the etcd store
+    // keys its rows by table and row id. The server's own tests check every version.
+    let fixture =
+        std::fs::read_to_string(root().join("server/tests/fixtures/sqlite-schemas.txt")).unwrap();
+    let last = fixture
+        .rsplit_once("-- schema version ")
+        .map(|(_, s)| s)
+        .expect("the fixture has a section per schema version");
+    let (version, expected) = last.split_once('\n').unwrap();
+    let version: i64 = version.parse().unwrap();
+    let dir = csivol_tests::TestDir::new("schema");
+    let data = dir.join("data");
+    let mut server = csivol_tests::ServerProc::start(&data, &[]);
+    server
+        .proc
+        .terminate(std::time::Duration::from_secs(30))
+        .expect("the server stops on SIGTERM");
+    let conn = rusqlite::Connection::open_with_flags(
+        data.join("state.db"),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+    )
+    .unwrap();
+    let stored_version: i64 = conn
+        .pragma_query_value(None, "user_version", |r| r.get(0))
+        .unwrap();
+    assert_eq!(
+        stored_version, version,
+        "a fresh server's schema version is not the fixture's last"
+    );
+    assert_eq!(
+        stored_schema(&conn),
+        expected,
+        "a fresh server's state.db does not store the schema schema version {version} shipped with"
+    );
+}

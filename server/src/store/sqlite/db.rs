@@ -1049,6 +1049,80 @@ mod tests {
         std::fs::remove_dir_all(dir).unwrap();
     }
 
+    /// `sqlite_master` as the fixture writes it: one line per table, index and trigger,
+    /// sorted by type and name, each statement's whitespace collapsed.
+    fn stored_schema(conn: &Connection) -> String {
+        let mut s = conn
+            .prepare("SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY type, name")
+            .unwrap();
+        let rows = s
+            .query_map([], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, Option<String>>(3)?,
+                ))
+            })
+            .unwrap();
+        let mut out = String::new();
+        for row in rows {
+            let (kind, name, table, sql) = row.unwrap();
+            let sql = sql.map_or_else(
+                || "-".to_owned(),
+                |s| s.split_whitespace().collect::<Vec<_>>().join(" "),
+            );
+            out.push_str(&format!("{kind} {name} on {table}: {sql}\n"));
+        }
+        out
+    }
+
+    /// Every schema version a fresh database is migrated to stores the schema that version
+    /// stored when it shipped (`server/tests/fixtures/sqlite-schemas.txt` says how that file
+    /// was made): the etcd store keys rows by table and row id, and a mirror at the previous
+    /// version reads the rows the cluster wrote.
+    #[test]
+    fn every_schema_version_stores_the_schema_it_shipped_with() {
+        let fixture = std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sqlite-schemas.txt"),
+        )
+        .unwrap();
+        let mut shipped = std::collections::BTreeMap::new();
+        let mut version = 0;
+        for line in fixture.lines().filter(|l| !l.starts_with('#')) {
+            match line.strip_prefix("-- schema version ") {
+                Some(v) => version = v.parse::<i64>().unwrap(),
+                None => shipped
+                    .entry(version)
+                    .or_insert_with(String::new)
+                    .push_str(&format!("{line}\n")),
+            }
+        }
+        let known = MIGRATIONS.len() as i64;
+        let dir = tempfile_dir();
+        for version in 1..=known {
+            let path = dir.join(format!("state-{version}.db"));
+            let (conn, _) = open_at(&path, version).unwrap();
+            let stored = stored_schema(&conn);
+            match shipped.get(&version) {
+                Some(expected) => assert_eq!(
+                    &stored, expected,
+                    "schema version {version} no longer stores the schema it shipped with"
+                ),
+                None => panic!(
+                    "schema version {version} is not in tests/fixtures/sqlite-schemas.txt; \
+                     append:\n-- schema version {version}\n{stored}"
+                ),
+            }
+        }
+        assert_eq!(
+            shipped.keys().last().copied(),
+            Some(known),
+            "the fixture names a schema version this build does not know"
+        );
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
     fn tempfile_dir() -> PathBuf {
         // Tests run in parallel in one process: a counter keeps their directories apart.
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
