@@ -299,7 +299,7 @@ async fn health(State(app): State<App>) -> Json<Health> {
             .map(crate::etcd::Leadership::is_leader),
         schema: Some(api::SchemaVersions {
             running: app.db.schema(),
-            known: crate::db::schema_version(),
+            known: crate::store::sqlite::migrations::schema_version(),
         }),
     })
 }

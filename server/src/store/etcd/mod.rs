@@ -30,7 +30,8 @@ pub use reads::{READ_BOUND, Reads};
 
 use self::mirror::{GenerationValue, Head, KeyKind, Keys};
 use self::writer::{Remote, Writer};
-use crate::db::{self, Db};
+use crate::store::sqlite::db::{self, Db};
+use crate::store::sqlite::migrations;
 use crate::watch::Generation;
 
 /// Default key prefix in etcd.
@@ -145,7 +146,7 @@ pub async fn start(path: &Path, cfg: &EtcdConfig, check: bool) -> anyhow::Result
                 ));
                 let head = Head {
                     index,
-                    schema: db::schema_version(),
+                    schema: migrations::schema_version(),
                     ..Head::default()
                 };
                 ops.push(csivol_etcd_client::put(keys.head(), head.encode(), 0));

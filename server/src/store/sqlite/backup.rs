@@ -9,8 +9,8 @@ use anyhow::{Context, bail};
 use rusqlite::{Connection, OpenFlags};
 
 use super::restore::{Holdings, Plan};
-use crate::db;
 use crate::identity::{self, CLUSTER_ID_FILE, Contents, STATE_DB, Signs};
+use crate::store::sqlite::{db, migrations};
 
 /// `csivol-server backup` flags.
 #[derive(Debug, Clone, clap::Args)]
@@ -200,12 +200,12 @@ pub(crate) fn verify(conn: &Connection, path: &Path) -> anyhow::Result<Summary> 
     if schema == 0 {
         bail!("{} holds no csivol state (no schema)", path.display());
     }
-    if schema > db::schema_version() {
+    if schema > migrations::schema_version() {
         bail!(
             "{} has schema version {schema}, newer than this csivol-server understands \
              ({})\nhint: restore it with the csivol-server that made it, or a newer one",
             path.display(),
-            db::schema_version()
+            migrations::schema_version()
         );
     }
     // Asked of the schema itself, not of its version: a backup made before cluster ids

@@ -9,6 +9,7 @@ pub mod db;
 mod held;
 mod listings;
 pub mod maintenance;
+pub mod migrations;
 mod nodes;
 pub mod restore;
 mod retries;

@@ -147,7 +147,8 @@ impl WriteCtx<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::db::{self, version_of};
+    use crate::store::sqlite::db;
+    use crate::store::sqlite::migrations::{self, version_of};
 
     /// The schema version that brings request keys and tombstones.
     fn theirs() -> i64 {
@@ -213,7 +214,7 @@ mod tests {
         let version: i64 = conn
             .pragma_query_value(None, "user_version", |r| r.get(0))
             .unwrap();
-        assert_eq!(version, db::schema_version());
+        assert_eq!(version, migrations::schema_version());
         assert!(kept(&conn).unwrap());
         assert_eq!(ids(&conn), was, "every row kept with its id");
         let empty: (i64, i64) = conn
@@ -233,7 +234,7 @@ mod tests {
     #[test]
     fn below_its_schema_nothing_is_kept_and_after_it_everything() {
         let (path, dir) = temp_db("gate");
-        for (schema, keeps) in [(theirs() - 1, false), (db::schema_version(), true)] {
+        for (schema, keeps) in [(theirs() - 1, false), (migrations::schema_version(), true)] {
             let (mut conn, index) = db::open_at(&path, schema).unwrap();
             let tx = conn.transaction().unwrap();
             let mut ctx = WriteCtx::new(&tx, index + 1);
