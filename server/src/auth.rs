@@ -141,12 +141,9 @@ impl Tokens {
             .is_empty()
     }
 
-    /// The caller presenting `Authorization: Bearer <token>`, at `now` (ms).
-    pub fn authenticate(&self, header: Option<&str>) -> ApiResult<Caller> {
-        self.authenticate_at(header, super::db::now_ms())
-    }
-
-    fn authenticate_at(&self, header: Option<&str>, now: i64) -> ApiResult<Caller> {
+    /// The caller presenting `Authorization: Bearer <token>`, at `now` (ms, the server's
+    /// clock: an expired token is refused).
+    pub fn authenticate(&self, header: Option<&str>, now: i64) -> ApiResult<Caller> {
         let hint = "pass a token with --token, CSIVOL_TOKEN or CSIVOL_TOKEN_FILE; the server wrote the \
                     first operator token to <data-dir>/operator.token";
         let Some(header) = header else {
@@ -377,16 +374,16 @@ mod tests {
             None,
         );
         assert_eq!(
-            t.authenticate(Some("Bearer secret")).unwrap().role,
+            t.authenticate(Some("Bearer secret"), 0).unwrap().role,
             Role::Operator
         );
         assert_eq!(
-            status(t.authenticate(Some("Bearer wrong")).unwrap_err().kind),
+            status(t.authenticate(Some("Bearer wrong"), 0).unwrap_err().kind),
             401
         );
-        assert_eq!(status(t.authenticate(None).unwrap_err().kind), 401);
+        assert_eq!(status(t.authenticate(None, 0).unwrap_err().kind), 401);
         assert_eq!(
-            status(t.authenticate(Some("Basic x")).unwrap_err().kind),
+            status(t.authenticate(Some("Basic x"), 0).unwrap_err().kind),
             401
         );
     }
@@ -403,17 +400,17 @@ mod tests {
         };
         t.remember("short", caller("s"), Some(1_000));
         t.remember("gone", caller("g"), None);
-        assert!(t.authenticate_at(Some("Bearer short"), 999).is_ok());
-        let e = t.authenticate_at(Some("Bearer short"), 1_000).unwrap_err();
+        assert!(t.authenticate(Some("Bearer short"), 999).is_ok());
+        let e = t.authenticate(Some("Bearer short"), 1_000).unwrap_err();
         assert_eq!(status(e.kind), 401);
         assert!(
             e.message.starts_with("token s expired at "),
             "{}",
             e.message
         );
-        assert!(t.authenticate_at(Some("Bearer gone"), 5).is_ok());
+        assert!(t.authenticate(Some("Bearer gone"), 5).is_ok());
         t.revoke("g", 7);
-        let e = t.authenticate_at(Some("Bearer gone"), 8).unwrap_err();
+        let e = t.authenticate(Some("Bearer gone"), 8).unwrap_err();
         assert_eq!(status(e.kind), 401);
         assert!(
             e.message.starts_with("token g was revoked at "),

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use super::error::ApiResult;
 use super::etcd::{self, Cluster, Leadership};
 use super::store::Snapshot;
-use super::{db, fence, http, lifecycle};
+use super::{fence, http, lifecycle};
 use csivol_api::NodeStatus;
 
 /// Starts the background tasks; the returned handles are aborted when serving stops.
@@ -34,6 +34,7 @@ pub fn spawn(
             tasks.push(tokio::spawn(etcd::follow_heard(
                 c.clone(),
                 app.live.clone(),
+                app.clock.clone(),
             )));
             tasks.push(tokio::spawn(reload_tokens(app.clone())));
             tasks.push(tokio::spawn(follow_nodes(
@@ -142,7 +143,7 @@ async fn settle_after_reset(app: http::App) {
         // the generation moves on meanwhile.
         let mut failures = 0u32;
         while app.db.hub.generation() == generation {
-            let window_end = db::now_ms() + app.live.ttl().as_millis() as i64;
+            let window_end = app.clock.now_ms() + app.live.ttl().as_millis() as i64;
             let written = app
                 .db
                 .write(move |ctx| lifecycle::settle::begin(ctx, generation, window_end))
@@ -172,7 +173,7 @@ async fn settle_progress(app: http::App) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        let now = db::now_ms();
+        let now = app.clock.now_ms();
         let due = app
             .db
             .read(move |c| lifecycle::settle::progress_due(c, now))
@@ -279,7 +280,7 @@ async fn watch_liveness(app: http::App, cluster: Option<Cluster>) {
                 .await
             {
                 Ok(lifecycle::Expiry::StoppedUntil(until_ms)) => {
-                    let left = until_ms.saturating_sub(db::now_ms()).max(0) as u64;
+                    let left = until_ms.saturating_sub(app.clock.now_ms()).max(0) as u64;
                     app.live
                         .defer(&due, Instant::now() + Duration::from_millis(left));
                 }
@@ -326,9 +327,10 @@ async fn schedule_due_ops(app: http::App) {
         if ticks.is_multiple_of(HELD_SWEEP_EVERY) {
             sweep_held(&app).await;
         }
+        let now = app.clock.now_ms();
         let plugins = match app
             .db
-            .read(|c| lifecycle::plugins_with_due_ops(c, db::now_ms()))
+            .read(move |c| lifecycle::plugins_with_due_ops(c, now))
             .await
         {
             Ok(p) => p,
@@ -376,7 +378,8 @@ async fn expire_leases(app: http::App) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        match app.db.read(|c| c.any_lease_expired(db::now_ms())).await {
+        let now = app.clock.now_ms();
+        match app.db.read(move |c| c.any_lease_expired(now)).await {
             Ok(false) => continue,
             Ok(true) => {}
             Err(e) => {

@@ -4,6 +4,7 @@
 
 mod auth;
 mod background;
+pub mod clock;
 pub use store::sqlite::backup;
 pub(crate) use store::sqlite::db;
 pub mod dev;
@@ -33,6 +34,7 @@ use anyhow::{Context, bail};
 use serde::Deserialize;
 use tokio::net::TcpListener;
 
+use self::clock::Clock;
 use self::db::Db;
 use self::error::ApiError;
 use self::lifecycle::Limits;
@@ -528,6 +530,7 @@ struct Opened {
     tls: Option<tokio_rustls::TlsAcceptor>,
     listener: TcpListener,
     lock: rustix::fd::OwnedFd,
+    clock: Clock,
     db: Db,
     cluster: Option<etcd::Cluster>,
     cluster_id: String,
@@ -623,16 +626,19 @@ impl Server {
         // Created 0600 before SQLite opens it: SQLite gives the -wal and -shm files the
         // database file's mode.
         let keys = secrets::Keys::load(&cfg.secrets_key_path(), true)?;
+        // The server's one clock, which every part that reads the time is given.
+        let clock = Clock::wall();
         let (db, cluster) = match &cfg.etcd {
             Some(e) => {
-                let (db, c) = etcd::start(&cfg.data_dir.join(etcd::MIRROR_DB), e, check).await?;
+                let mirror = cfg.data_dir.join(etcd::MIRROR_DB);
+                let (db, c) = etcd::start(&mirror, e, check, clock.clone()).await?;
                 (db, Some(c))
             }
             None => {
                 let db_path = cfg.data_dir.join(identity::STATE_DB);
                 csivol_daemon::modes::create_file(&db_path)
                     .with_context(|| format!("failed to create {}", db_path.display()))?;
-                (Db::start(&db_path)?, None)
+                (Db::start(&db_path, clock.clone())?, None)
             }
         };
         let check = keys.clone();
@@ -664,7 +670,7 @@ impl Server {
             .map_err(|e| anyhow::anyhow!("{e}"))?
         {
             let generation = db.hub.generation();
-            let window_end = db::now_ms() + cfg.heartbeat_ttl.as_millis() as i64;
+            let window_end = clock.now_ms() + cfg.heartbeat_ttl.as_millis() as i64;
             db.write(move |ctx| lifecycle::settle::at_start(ctx, generation, window_end))
                 .await
                 .map_err(|e| anyhow::anyhow!("failed to record the restore: {e}"))?;
@@ -692,6 +698,7 @@ impl Server {
             tls,
             listener,
             lock,
+            clock,
             db,
             cluster,
             cluster_id,
@@ -706,6 +713,7 @@ impl Server {
             tls,
             listener,
             lock,
+            clock,
             db,
             cluster,
             cluster_id,
@@ -812,6 +820,7 @@ impl Server {
             body_timeout: cfg.body_timeout,
             reads: cluster.as_ref().map(|c| c.reads.clone()),
             leadership: cluster.as_ref().map(|c| c.leadership.clone()),
+            clock,
         });
         Ok(Self {
             addr,

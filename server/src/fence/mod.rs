@@ -19,7 +19,6 @@ use csivol_api::{
 };
 
 use self::command::run_command;
-use super::db::now_ms;
 use super::error::{ApiError, ApiResult};
 use super::http::App;
 use super::lifecycle::{self, Evidence, failure};
@@ -278,7 +277,7 @@ async fn run_and_record(
                 .with_hint(format!("`csivol events --node {node}` shows how it ends")),
         );
     };
-    let started_at = now_ms();
+    let started_at = app.clock.now_ms();
     tracing::warn!(
         node,
         method = method.name,
@@ -337,11 +336,12 @@ pub struct NodeFence {
     pub next_at: Option<i64>,
 }
 
-/// Reads a node's fence facts (inside any read).
+/// Reads a node's fence facts (inside any read), as they stand at `now`.
 pub fn node_fence(
     app_fence: &fence_policy::FenceConfig,
     conn: &impl Snapshot,
     n: &NodeRow,
+    now: i64,
 ) -> ApiResult<NodeFence> {
     let facts = conn.node_fence_facts(&n.name)?;
     let (failures, error, failed_at) = (facts.failures, facts.error, facts.failed_at);
@@ -367,11 +367,11 @@ pub fn node_fence(
                 failures,
                 last_failure_at: failed_at,
             },
-            now_ms(),
+            now,
         ) {
             Auto::Off => None,
             Auto::At(t) => Some(t),
-            Auto::Due => Some(now_ms()),
+            Auto::Due => Some(now),
         }
     });
     Ok(NodeFence {
@@ -404,14 +404,15 @@ pub async fn auto_fence(app: App) {
     loop {
         tick.tick().await;
         let config = std::sync::Arc::clone(&app.fence);
+        let now = app.clock.now_ms();
         let due = app
             .db
             .read(move |c| {
                 let rows = c.nodes(None)?;
                 let mut due = Vec::new();
                 for n in rows.iter().filter(|n| n.status == NodeStatus::Lost) {
-                    let f = node_fence(&config, c, n)?;
-                    if f.next_at.is_some_and(|t| t <= now_ms()) {
+                    let f = node_fence(&config, c, n, now)?;
+                    if f.next_at.is_some_and(|t| t <= now) {
                         due.push((n.name.clone(), NodeLabels::read(c, &n.name)?));
                     }
                 }

@@ -11,9 +11,9 @@ use csivol_api::{self as api, Role, TokenInfo, TokenRequest};
 use super::once::{Answer, Once, Outcome};
 use super::{App, Body, name, ok};
 use crate::auth::{self, Caller};
-use crate::db::{WriteCtx, now_ms};
 use crate::error::{ApiError, ApiResult};
 use crate::lifecycle;
+use crate::store::sqlite::writer::WriteCtx;
 use crate::views;
 
 /// Mutual TLS: a node token presented over a connection with a client certificate is
@@ -121,7 +121,7 @@ pub(super) async fn list_tokens(
 ) -> ApiResult<Json<Vec<TokenInfo>>> {
     app.operator(&headers)?;
     persist_last_used(&app).await?;
-    let now = now_ms();
+    let now = app.clock.now_ms();
     Ok(Json(app.db.read(move |c| auth::list_tokens(c, now)).await?))
 }
 

@@ -111,10 +111,13 @@ pub(super) async fn heartbeat(
     channel: bool,
 ) -> ApiResult<HeartbeatResponse> {
     app.metrics.heartbeat(channel);
-    let (status, ticket) = app.live.heartbeat_ticket(node, now_ms()).ok_or_else(|| {
-        ApiError::not_found(format!("node `{node}` is not registered"))
-            .with_hint("the agent registers again")
-    })?;
+    let (status, ticket) = app
+        .live
+        .heartbeat_ticket(node, app.clock.now_ms())
+        .ok_or_else(|| {
+            ApiError::not_found(format!("node `{node}` is not registered"))
+                .with_hint("the agent registers again")
+        })?;
     if let Some(t) = ticket
         && !app.live.passed_in_time(t).await
     {
@@ -295,7 +298,7 @@ async fn closed(closing: &mut Option<tokio::sync::watch::Receiver<bool>>) {
 async fn beat(app: &App, node: &str, token: &str) -> ServerLine {
     let allowed = app
         .tokens
-        .authenticate(Some(token))
+        .authenticate(Some(token), app.clock.now_ms())
         .and_then(|caller| caller.require_node(node));
     let answer = match allowed {
         Ok(()) => heartbeat(app, node, true).await,
@@ -315,7 +318,7 @@ async fn beat(app: &App, node: &str, token: &str) -> ServerLine {
 async fn report(app: &App, node: &str, token: &str, batch: ReportBatch) -> ServerLine {
     let allowed = app
         .tokens
-        .authenticate(Some(token))
+        .authenticate(Some(token), app.clock.now_ms())
         .and_then(|caller| caller.require_node(node));
     let answer = match allowed {
         Ok(()) => node_endpoints::apply_reports(app, node, batch, true).await,

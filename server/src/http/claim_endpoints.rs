@@ -20,9 +20,10 @@ pub(super) async fn post_claim(
     // Labels are held to this server's limits, which the lifecycle does not know.
     api::check_claim_labels(&req.labels, &limits.text).map_err(ApiError::text)?;
     if req.dry_run {
+        let now = app.clock.now_ms();
         let answer = app
             .db
-            .read(move |c| lifecycle::claim_dry_run(c, &volume, &req))
+            .read(move |c| lifecycle::claim_dry_run(c, &volume, &req, now))
             .await?;
         return Ok(Json(answer).into_response());
     }

@@ -33,7 +33,8 @@ use serde::de::DeserializeOwned;
 
 use self::once::{Answer, Once};
 use super::auth::{Caller, Tokens};
-use super::db::{Db, WriteCtx, now_ms};
+use super::clock::Clock;
+use super::db::Db;
 use super::error::{ApiError, ApiResult};
 use super::fence::{self, Fencer};
 use super::lifecycle::{self, Limits};
@@ -41,6 +42,7 @@ use super::liveness::Liveness;
 use super::metrics::Metrics;
 use super::model::VolumeChunk;
 use super::store::Snapshot;
+use super::store::sqlite::writer::WriteCtx;
 use super::views;
 use super::watch::Key;
 use blocking::{Blocking, Hold, checked_index, cursor_headers, follow, hold_claim, with_index};
@@ -87,6 +89,8 @@ pub struct AppState {
     pub reads: Option<crate::etcd::Reads>,
     /// With the etcd store, this server's leadership (health shows it).
     pub leadership: Option<crate::etcd::Leadership>,
+    /// The server's one clock (the database writer's too).
+    pub clock: Clock,
 }
 
 impl App {
@@ -127,7 +131,7 @@ impl App {
         let header = headers
             .get(axum::http::header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok());
-        self.tokens.authenticate(header)
+        self.tokens.authenticate(header, self.clock.now_ms())
     }
 }
 
@@ -307,7 +311,7 @@ async fn health(State(app): State<App>) -> Json<Health> {
 async fn metrics(State(app): State<App>, headers: HeaderMap) -> ApiResult<Response> {
     app.caller(&headers)?.require_reader()?;
     let m = Arc::clone(&app.metrics);
-    let now = now_ms();
+    let now = app.clock.now_ms();
     let (counts, waiting) = app
         .db
         .read(move |c| Ok((c.state_counts()?, c.waiting_ops(None, now)?)))
@@ -643,9 +647,10 @@ async fn list_claims(
 ) -> ApiResult<Response> {
     app.caller(&headers)?.require_reader()?;
     let filter = views::ClaimFilter::from_query(&pairs)?;
+    let now = app.clock.now_ms();
     let claims = app
         .db
-        .read(move |c| views::list_claims(c, &filter, now_ms()))
+        .read(move |c| views::list_claims(c, &filter, now))
         .await?;
     Ok(Json(claims).into_response())
 }

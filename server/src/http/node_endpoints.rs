@@ -31,7 +31,7 @@ fn one_node(
     node: &str,
     fencing: &FenceConfig,
 ) -> ApiResult<api::Node> {
-    let found = views::list_nodes(ctx, beats, Some(node), fencing)?;
+    let found = views::list_nodes(ctx, beats, Some(node), fencing, ctx.now)?;
     found
         .into_iter()
         .next()
@@ -110,10 +110,10 @@ pub(super) async fn list_nodes(
 ) -> ApiResult<Json<Vec<api::Node>>> {
     app.caller(&headers)?.require_reader()?;
     let beats = app.live.beats();
-    let fencing = Arc::clone(&app.fence);
+    let (fencing, now) = (Arc::clone(&app.fence), app.clock.now_ms());
     Ok(Json(
         app.db
-            .read(move |c| views::list_nodes(c, &beats, None, &fencing))
+            .read(move |c| views::list_nodes(c, &beats, None, &fencing, now))
             .await?,
     ))
 }
@@ -127,10 +127,10 @@ pub(super) async fn get_node(
     name("node", &node)?;
     let beats = app.live.beats();
     let wanted = node.clone();
-    let fencing = Arc::clone(&app.fence);
+    let (fencing, now) = (Arc::clone(&app.fence), app.clock.now_ms());
     let found = app
         .db
-        .read(move |c| views::list_nodes(c, &beats, Some(&wanted), &fencing))
+        .read(move |c| views::list_nodes(c, &beats, Some(&wanted), &fencing, now))
         .await?;
     found.into_iter().next().map(Json).ok_or_else(|| {
         ApiError::not_found(format!("node `{node}` is not registered")).with_hint(
@@ -162,7 +162,7 @@ pub(super) async fn register(
             lifecycle::register_node(ctx, &n, &req, &limits).map(Ok)
         })
         .await??;
-    app.live.registered(&node, now_ms());
+    app.live.registered(&node, app.clock.now_ms());
     Ok(Json(RegisterResponse {
         heartbeat_ttl_ms: app.live.ttl().as_millis() as u64,
         index: app.db.hub.index(&Key::Node(node)),
@@ -321,10 +321,10 @@ pub(super) async fn list_plugins(
     headers: HeaderMap,
 ) -> ApiResult<Json<Vec<api::Plugin>>> {
     app.caller(&headers)?.require_reader()?;
-    let limits = app.limits.clone();
+    let (limits, now) = (app.limits.clone(), app.clock.now_ms());
     Ok(Json(
         app.db
-            .read(move |c| views::list_plugins(c, None, &limits))
+            .read(move |c| views::list_plugins(c, None, &limits, now))
             .await?,
     ))
 }
@@ -336,10 +336,10 @@ pub(super) async fn get_plugin(
 ) -> ApiResult<Json<api::Plugin>> {
     app.caller(&headers)?.require_reader()?;
     name("plugin", &id)?;
-    let limits = app.limits.clone();
+    let (limits, now) = (app.limits.clone(), app.clock.now_ms());
     app.db
         .read(move |c| {
-            let found = views::list_plugins(c, Some(&id), &limits)?;
+            let found = views::list_plugins(c, Some(&id), &limits, now)?;
             match found.into_iter().next() {
                 Some(p) => Ok(Json(p)),
                 None => Err(lifecycle::unknown_plugin(&id, &c.plugin_ids()?)),

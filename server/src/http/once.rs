@@ -23,8 +23,8 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use super::App;
-use crate::db::WriteCtx;
 use crate::error::{ApiError, ApiResult};
+use crate::store::sqlite::writer::WriteCtx;
 use crate::store::{KeptAnswer, Snapshot, Txn};
 use crate::watch::Generation;
 
@@ -270,7 +270,7 @@ impl Once {
         // copy is still in flight finds it in the write below.
         let (t, k) = (token.clone(), key.clone());
         let kept = app.db.read_small(move |c| c.kept_answer(&t, &k)).await?;
-        if let Some(kept) = live(kept, crate::db::now_ms(), memory) {
+        if let Some(kept) = live(kept, app.clock.now_ms(), memory) {
             return replay(&kept, this, app.db.hub.generation()).map(Outcome::Replayed);
         }
         let (r, d) = (route.clone(), digest.clone());

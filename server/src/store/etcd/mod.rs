@@ -30,6 +30,7 @@ pub use reads::{READ_BOUND, Reads};
 
 use self::mirror::{GenerationValue, Head, KeyKind, Keys};
 use self::writer::{Remote, Writer};
+use crate::clock::Clock;
 use crate::store::sqlite::db::{self, Db};
 use crate::store::sqlite::migrations;
 use crate::watch::Generation;
@@ -110,7 +111,13 @@ fn remove_mirror(path: &Path) -> std::io::Result<()> {
 /// Opens the store: loads etcd's state into a fresh mirror at `path` (or, on an empty
 /// prefix, writes a new cluster's first state into etcd), starts the writer and the watch.
 /// With `check`, the mirror is checked against what etcd holds before anything is served.
-pub async fn start(path: &Path, cfg: &EtcdConfig, check: bool) -> anyhow::Result<(Db, Cluster)> {
+/// Each write request runs at the time `clock` shows then.
+pub async fn start(
+    path: &Path,
+    cfg: &EtcdConfig,
+    check: bool,
+    clock: Clock,
+) -> anyhow::Result<(Db, Cluster)> {
     let client = cfg.client()?;
     let prefix = cfg.prefix.trim_end_matches('/').to_owned();
     let keys = Keys::new(&prefix);
@@ -216,7 +223,7 @@ pub async fn start(path: &Path, cfg: &EtcdConfig, check: bool) -> anyhow::Result
     };
     mirror::install_triggers(&conn, &tables)?;
     let id = format!("{:016x}", rand::random::<u64>());
-    let leadership = Leadership::start(client.clone(), &prefix, cfg.lease_ttl);
+    let leadership = Leadership::start(client.clone(), &prefix, cfg.lease_ttl, &clock);
     let (mirror_rev, applied) = tokio::sync::watch::channel(head_rev);
     let halted = std::sync::Arc::new(std::sync::Mutex::new(None));
     let (remote_tx, remote) = mpsc::unbounded_channel();
@@ -251,9 +258,12 @@ pub async fn start(path: &Path, cfg: &EtcdConfig, check: bool) -> anyhow::Result
         id: id.clone(),
         commits: 0,
         rewind,
+        clock: clock.clone(),
     };
     let begun = (generation.generation(), generation.events_from);
-    let db = Db::start_with(path, index, begun, schema, move |parts| writer.run(parts))?;
+    let db = Db::start_with(path, index, begun, (schema, clock), move |parts| {
+        writer.run(parts);
+    })?;
     Ok((
         db,
         Cluster {
@@ -525,7 +535,11 @@ pub async fn heard_since(
 
 /// Applies the heartbeats and registrations other servers forwarded to this server's
 /// liveness clocks.
-pub async fn follow_heard(cluster: Cluster, live: std::sync::Arc<crate::liveness::Liveness>) {
+pub async fn follow_heard(
+    cluster: Cluster,
+    live: std::sync::Arc<crate::liveness::Liveness>,
+    clock: Clock,
+) {
     let prefix = format!("{}/seen/", cluster.prefix);
     let mut from = 0;
     loop {
@@ -551,7 +565,7 @@ pub async fn follow_heard(cluster: Cluster, live: std::sync::Arc<crate::liveness
                     continue;
                 };
                 let node = String::from_utf8_lossy(node);
-                live.heard_elsewhere(&node, kv.value == b"registered");
+                live.heard_elsewhere(&node, kv.value == b"registered", clock.now_ms());
                 live.seen_at(&node, kv.mod_revision);
             }
         }

@@ -327,7 +327,7 @@ pub async fn run_restore(args: &RestoreArgs) -> anyhow::Result<()> {
     let db = dir.join(STATE_DB);
     let current = identity::inspect(&db)?;
     let signs = Signs::find(dir)?;
-    let stamp = db::now_ms();
+    let stamp = crate::clock::Clock::wall().now_ms();
     // What the restore changes, said before it acts (and before a refusal: the same
     // command with --force does this).
     let now = if current.has_state() {

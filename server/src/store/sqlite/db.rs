@@ -1,33 +1,27 @@
-//! The cluster state database: opening (and migrating), one writer thread that commits requests
-//! in groups (each request in its own savepoint, one fsync per group), and a pool of read
-//! connections. A write is acknowledged only after its group's commit is durable.
+//! The cluster state database: opening it (and migrating its schema), and [`Db`], the
+//! handle every part of the server reads and writes through: writes go to the writer
+//! thread (`writer`), reads to the read connections (`read_pool`).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
 
-use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
-use tokio::sync::{mpsc, oneshot};
-
-use crate::error::{ApiError, ApiResult};
-use crate::watch::{Generation, Hub, Key};
+use rusqlite::{Connection, OptionalExtension};
+use tokio::sync::mpsc;
 
 use super::migrations::{migrate, schema_version};
+use super::read_pool::ReadPool;
+use super::writer::{self, BoxJob, WriteCtx, WriterParts};
+use crate::clock::Clock;
+use crate::error::{ApiError, ApiResult};
+use crate::watch::{Generation, Hub};
 
 /// The cluster id recorded in the database (every migrated database has one).
 pub fn cluster_id(conn: &Connection) -> rusqlite::Result<String> {
     conn.query_row("SELECT id FROM cluster", [], |r| r.get(0))
 }
 
-/// The current time in unix milliseconds.
-pub fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
-
 /// Distinct statements the server runs; all of them stay prepared.
-const STATEMENT_CACHE: usize = 256;
+pub(super) const STATEMENT_CACHE: usize = 256;
 
 fn configure(conn: &Connection) -> rusqlite::Result<()> {
     conn.busy_timeout(std::time::Duration::from_secs(10))?;
@@ -47,7 +41,7 @@ fn configure(conn: &Connection) -> rusqlite::Result<()> {
 /// guarantee): without it SQLite prepares a cached statement again each time a parameter
 /// it planned with (a bound `LIMIT ?`) is bound anew, which a listing does for every chunk
 /// it reads.
-fn plan_once(conn: &Connection) -> rusqlite::Result<()> {
+pub(super) fn plan_once(conn: &Connection) -> rusqlite::Result<()> {
     conn.set_db_config(
         rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG,
         true,
@@ -88,219 +82,11 @@ pub fn open_at(path: &Path, schema: i64) -> anyhow::Result<(Connection, u64)> {
     Ok((conn, index as u64))
 }
 
-/// What a write request sees: the open transaction, the index its group commits at, the
-/// time, and the keys it changes.
-pub struct WriteCtx<'a> {
-    pub tx: &'a rusqlite::Transaction<'a>,
-    pub index: u64,
-    pub now: i64,
-    pub(super) touched: Vec<Key>,
-    pub(super) on_commit: Vec<AfterCommit>,
-    /// What this request already read or wrote that it would otherwise ask again of the
-    /// database, up to the next write that could change it (see [`Memo`]).
-    pub(crate) memo: Memo,
-}
-
-/// A request's memory of what it asked of the database, each item forgotten by every
-/// write that could change it. A request touches a volume from several places (its claim,
-/// its attachment, the queue), and each used to stamp the volume's row and ask again
-/// whether its plugin needs ControllerPublish.
-#[derive(Default)]
-pub(crate) struct Memo {
-    /// Volumes stamped at this request's index and time, with no other write to their
-    /// rows since: stamping one again would write the same values.
-    pub stamped: Vec<String>,
-    /// Whether a plugin needs ControllerPublish, as read since the last write to
-    /// `node_plugins`.
-    pub controller_publish: std::cell::RefCell<Vec<(String, bool)>>,
-}
-
-impl WriteCtx<'_> {
-    /// A new request's context in `tx`.
-    pub(crate) fn new<'a>(tx: &'a rusqlite::Transaction<'a>, index: u64) -> WriteCtx<'a> {
-        WriteCtx {
-            tx,
-            index,
-            now: now_ms(),
-            touched: Vec::new(),
-            on_commit: Vec::new(),
-            memo: Memo::default(),
-        }
-    }
-}
-
-pub(super) type AfterCommit = Box<dyn FnOnce() + Send>;
-
-impl WriteCtx<'_> {
-    /// Marks `key` changed by this request (wakes its blocking queries after commit).
-    pub fn touch(&mut self, key: Key) {
-        self.touched.push(key);
-    }
-
-    /// Runs `f` once this request's changes are committed, never if they are rolled back:
-    /// log lines about a change are written after it happened (`store::Txn::after_commit`).
-    pub(crate) fn after_commit(&mut self, f: AfterCommit) {
-        self.on_commit.push(f);
-    }
-}
-
-/// One write request. The etcd store runs a group's requests again when another server
-/// committed first (its mirror moved on), so a request may run more than once; it is
-/// answered once, with the result of its last run.
-pub(crate) trait Job: Send {
-    /// Runs the request; whether it succeeded (its changes are kept).
-    fn run(&mut self, ctx: &mut WriteCtx<'_>) -> bool;
-    /// Answers the request: its result, or the commit's error.
-    fn finish(self: Box<Self>, commit_error: Option<ApiError>);
-    /// Whether only the leader may commit it (`Db::write_led`).
-    fn led(&self) -> bool;
-}
-
-struct Request<T, F> {
-    led: bool,
-    f: F,
-    result: Option<ApiResult<T>>,
-    reply: oneshot::Sender<ApiResult<T>>,
-}
-
-impl<T, F> Job for Request<T, F>
-where
-    T: Send,
-    F: FnMut(&mut WriteCtx<'_>) -> ApiResult<T> + Send,
-{
-    fn run(&mut self, ctx: &mut WriteCtx<'_>) -> bool {
-        self.result = None;
-        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (self.f)(ctx))) {
-            Ok(r) => {
-                let ok = r.is_ok();
-                self.result = Some(r);
-                ok
-            }
-            Err(_) => {
-                tracing::error!("a write request panicked; its changes are rolled back");
-                false
-            }
-        }
-    }
-
-    fn led(&self) -> bool {
-        self.led
-    }
-
-    fn finish(self: Box<Self>, commit_error: Option<ApiError>) {
-        let answer = match (commit_error, self.result) {
-            (Some(e), _) => Err(e),
-            (None, Some(r)) => r,
-            (None, None) => Err(ApiError::internal("the write request panicked")),
-        };
-        let _ = self.reply.send(answer);
-    }
-}
-
-pub(crate) type BoxJob = Box<dyn Job>;
-
-/// What a group's successful requests asked for once it commits.
-#[derive(Default)]
-pub(crate) struct GroupEffects {
-    pub touched: Vec<Key>,
-    pub on_commit: Vec<AfterCommit>,
-    /// How many of the group's requests succeeded (their changes are in the transaction).
-    pub kept: usize,
-}
-
-/// How a group's requests are kept apart in its transaction.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Savepoints {
-    /// Each request in a savepoint of its own: a failed one rolls back alone, and the
-    /// transaction holds only what succeeded, whatever happened (the etcd store ships the
-    /// transaction's rows as they are; the SQLite writer's second try).
-    Each,
-    /// None: a savepoint makes SQLite copy every page its request changes into the
-    /// statement journal, which only a failure needs. The group stops at its first failed
-    /// request (`GroupEffects::kept` is then below the group's length), and the caller
-    /// rolls the whole transaction back.
-    None,
-}
-
-/// Runs `group` in `tx` (see [`Savepoints`]), and records the group's change index in
-/// `meta`.
-pub(crate) fn run_group(
-    tx: &rusqlite::Transaction<'_>,
-    group: &mut [BoxJob],
-    index: u64,
-    savepoints: Savepoints,
-) -> Result<GroupEffects, String> {
-    let each = savepoints == Savepoints::Each;
-    // Prepared once per connection (its statement cache), not parsed again per request.
-    let run = |sql: &str| -> Result<(), String> {
-        (tx.prepare_cached(sql).and_then(|mut s| s.execute([])))
-            .map(drop)
-            .map_err(|e| e.to_string())
-    };
-    let mut effects = GroupEffects::default();
-    for job in group.iter_mut() {
-        if each {
-            run("SAVEPOINT job")?;
-        }
-        let mut ctx = WriteCtx::new(tx, index);
-        if job.run(&mut ctx) {
-            if each {
-                run("RELEASE job")?;
-            }
-            effects.kept += 1;
-            effects.touched.append(&mut ctx.touched);
-            effects.on_commit.append(&mut ctx.on_commit);
-        } else if each {
-            run("ROLLBACK TO job")?;
-            run("RELEASE job")?;
-        } else {
-            return Ok(effects);
-        }
-    }
-    tx.prepare_cached("UPDATE meta SET value = ?1 WHERE key = 'index'")
-        .and_then(|mut s| s.execute(params![index as i64]))
-        .map_err(|e| e.to_string())?;
-    Ok(effects)
-}
-
-/// Commits `group` at change index `index` in one transaction. It first runs the group
-/// without savepoints; when a request fails, that transaction is rolled back and the group
-/// run again with one savepoint per request (a request may run more than once, as the
-/// etcd store's do; it is answered once). A group whose requests all failed commits
-/// nothing and spends no change index (`GroupEffects::kept` is 0).
-fn commit_group(
-    conn: &mut Connection,
-    group: &mut [BoxJob],
-    index: u64,
-) -> Result<GroupEffects, String> {
-    {
-        let tx = conn.transaction().map_err(|e| e.to_string())?;
-        let effects = run_group(&tx, group, index, Savepoints::None)?;
-        if effects.kept == group.len() {
-            tx.commit().map_err(|e| e.to_string())?;
-            return Ok(effects);
-        }
-        // A request failed: dropping the transaction rolls the whole group back.
-    }
-    if group.len() == 1 {
-        return Ok(GroupEffects::default());
-    }
-    let tx = conn.transaction().map_err(|e| e.to_string())?;
-    let effects = run_group(&tx, group, index, Savepoints::Each)?;
-    if effects.kept > 0 {
-        tx.commit().map_err(|e| e.to_string())?;
-    }
-    Ok(effects)
-}
-
 /// The database handle: a writer thread fed by a channel, and read connections.
 #[derive(Clone)]
 pub struct Db {
     jobs: mpsc::UnboundedSender<BoxJob>,
-    readers: Arc<Mutex<Vec<Connection>>>,
-    /// Bounds concurrent reads, and so read connections and their page caches.
-    read_slots: Arc<tokio::sync::Semaphore>,
-    path: PathBuf,
+    reads: ReadPool,
     pub hub: Arc<Hub>,
     /// Why the last commit failed, until one succeeds.
     write_error: Arc<Mutex<Option<String>>>,
@@ -314,24 +100,10 @@ pub struct Db {
 
 impl std::fmt::Debug for Db {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Db").field("path", &self.path).finish()
+        f.debug_struct("Db")
+            .field("path", &self.reads.path())
+            .finish()
     }
-}
-
-/// Most reads running at once (each holds a read connection while it runs). Reads are
-/// short; more of them than cores only adds connections, threads and memory.
-const READERS: usize = 8;
-
-/// Most requests committed together in one transaction.
-const MAX_GROUP: usize = 512;
-
-/// What a writer thread is handed: the job channel, the hub and the error slot.
-pub(crate) struct WriterParts {
-    pub rx: mpsc::UnboundedReceiver<BoxJob>,
-    pub hub: Arc<Hub>,
-    pub write_error: Arc<Mutex<Option<String>>>,
-    pub tokens_changed: Arc<tokio::sync::Notify>,
-    pub schema: Arc<std::sync::atomic::AtomicI64>,
 }
 
 /// The event log's last entry (0 when empty): where a follower of the log whose position
@@ -346,29 +118,30 @@ pub fn last_event(conn: &Connection) -> rusqlite::Result<u64> {
 impl Db {
     /// Opens the SQLite store. Every start begins a new generation of the state: the
     /// database may be another than the one the last run served (a backup restored under
-    /// it), and nothing in the file says so for certain.
-    pub fn start(path: &Path) -> anyhow::Result<Self> {
+    /// it), and nothing in the file says so for certain. Each write request runs at the
+    /// time `clock` shows then.
+    pub fn start(path: &Path, clock: Clock) -> anyhow::Result<Self> {
         let (conn, index) = open(path)?;
         let events_from = last_event(&conn)?;
         Self::start_with(
             path,
             index,
             (Generation::mint(), events_from),
-            schema_version(),
+            (schema_version(), clock),
             move |parts| {
-                writer(conn, index, parts);
+                writer::run(conn, index, parts);
             },
         )
     }
 
     /// A database at `path` whose writer thread runs `writer` (the SQLite writer, or the
     /// etcd store's over its mirror) from change index `index` of `generation` (its event
-    /// log's last entry beside it), at schema version `schema`.
+    /// log's last entry beside it), at schema version `schema`, on `clock`.
     pub(crate) fn start_with(
         path: &Path,
         index: u64,
         (generation, events_from): (Generation, u64),
-        schema: i64,
+        (schema, clock): (i64, Clock),
         writer: impl FnOnce(WriterParts) + Send + 'static,
     ) -> anyhow::Result<Self> {
         let schema = Arc::new(std::sync::atomic::AtomicI64::new(schema));
@@ -382,15 +155,14 @@ impl Db {
             write_error: Arc::clone(&write_error),
             tokens_changed: Arc::clone(&tokens_changed),
             schema: Arc::clone(&schema),
+            clock,
         };
         std::thread::Builder::new()
             .name("csivol-db-writer".into())
             .spawn(move || writer(parts))?;
         Ok(Self {
             jobs,
-            readers: Arc::new(Mutex::new(Vec::new())),
-            read_slots: Arc::new(tokio::sync::Semaphore::new(READERS)),
-            path: path.to_owned(),
+            reads: ReadPool::new(path),
             hub,
             write_error,
             tokens_changed,
@@ -413,7 +185,7 @@ impl Db {
 
     /// The database file.
     pub fn path(&self) -> &Path {
-        &self.path
+        self.reads.path()
     }
 
     /// Runs `f` in the writer's transaction; returns its result once committed durably.
@@ -444,13 +216,7 @@ impl Db {
         T: Send + 'static,
         F: FnMut(&mut WriteCtx<'_>) -> ApiResult<T> + Send + 'static,
     {
-        let (reply, answer) = oneshot::channel();
-        let job: BoxJob = Box::new(Request {
-            led,
-            f,
-            result: None,
-            reply,
-        });
+        let (job, answer) = writer::request(led, f);
         self.jobs
             .send(job)
             .map_err(|_| ApiError::unavailable("the database writer has stopped"))?;
@@ -466,117 +232,14 @@ impl Db {
         T: Send + 'static,
         F: FnOnce(&Connection) -> ApiResult<T> + Send + 'static,
     {
-        let permit = self.read_permit().await?;
-        let readers = Arc::clone(&self.readers);
-        let path = self.path.clone();
-        tokio::task::spawn_blocking(move || {
-            let r = read_on(&readers, &path, f);
-            drop(permit);
-            r
-        })
-        .await
-        .map_err(|e| ApiError::internal(format!("read task failed: {e}")))?
+        self.reads.read(f).await
     }
 
     /// [`Db::read`] on the calling thread, for reads bounded by a few rows (one volume,
     /// one node's changed volumes): a WAL reader never waits for the writer, and such a
     /// read costs less than the two thread hand-offs of a blocking task.
     pub async fn read_small<T>(&self, f: impl FnOnce(&Connection) -> ApiResult<T>) -> ApiResult<T> {
-        let _permit = self.read_permit().await?;
-        read_on(&self.readers, &self.path, f)
-    }
-
-    async fn read_permit(&self) -> ApiResult<tokio::sync::OwnedSemaphorePermit> {
-        Arc::clone(&self.read_slots)
-            .acquire_owned()
-            .await
-            .map_err(|_| ApiError::unavailable("the database is closing"))
-    }
-}
-
-/// Runs `f` in a read transaction on a pooled read connection (opened when none is free).
-fn read_on<T>(
-    readers: &Mutex<Vec<Connection>>,
-    path: &Path,
-    f: impl FnOnce(&Connection) -> ApiResult<T>,
-) -> ApiResult<T> {
-    let conn = readers.lock().unwrap_or_else(|e| e.into_inner()).pop();
-    let conn = match conn {
-        Some(c) => c,
-        None => {
-            let c = Connection::open_with_flags(
-                path,
-                OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-            )?;
-            c.busy_timeout(std::time::Duration::from_secs(10))?;
-            c.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
-            plan_once(&c)?;
-            c
-        }
-    };
-    let result = {
-        let tx = conn.unchecked_transaction()?;
-        let r = f(&tx);
-        drop(tx);
-        r
-    };
-    readers.lock().unwrap_or_else(|e| e.into_inner()).push(conn);
-    result
-}
-
-/// Takes up to [`MAX_GROUP`] waiting requests after `first`.
-pub(crate) fn take_group(first: BoxJob, rx: &mut mpsc::UnboundedReceiver<BoxJob>) -> Vec<BoxJob> {
-    let mut group = vec![first];
-    while group.len() < MAX_GROUP {
-        match rx.try_recv() {
-            Ok(job) => group.push(job),
-            Err(_) => break,
-        }
-    }
-    group
-}
-
-fn writer(mut conn: Connection, mut index: u64, parts: WriterParts) {
-    let WriterParts {
-        mut rx,
-        hub,
-        write_error,
-        ..
-    } = parts;
-    while let Some(first) = rx.blocking_recv() {
-        let mut group = take_group(first, &mut rx);
-        let next = index + 1;
-        let committed = commit_group(&mut conn, &mut group, next);
-        match committed {
-            Ok(effects) if effects.kept == 0 => {
-                for job in group {
-                    job.finish(None);
-                }
-            }
-            Ok(effects) => {
-                index = next;
-                let recovered = write_error.lock().unwrap_or_else(|e| e.into_inner()).take();
-                if let Some(e) = recovered {
-                    tracing::info!(was = %e, "the state database accepts writes again");
-                }
-                for f in effects.on_commit {
-                    f();
-                }
-                hub.publish(index, effects.touched);
-                for job in group {
-                    job.finish(None);
-                }
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "commit failed; the group's requests are refused");
-                *write_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(e.clone());
-                for job in group {
-                    job.finish(Some(ApiError::unavailable(format!(
-                        "the state database could not commit: {e}"
-                    ))));
-                }
-            }
-        }
+        self.reads.read_small(f).await
     }
 }
 
@@ -587,7 +250,10 @@ pub fn optional<T>(r: rusqlite::Result<T>) -> ApiResult<Option<T>> {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::path::PathBuf;
+    use std::sync::atomic::Ordering;
+
+    use rusqlite::params;
 
     use super::*;
 
@@ -641,38 +307,6 @@ mod tests {
         std::fs::remove_dir_all(dir).unwrap();
     }
 
-    fn tempfile_dir() -> PathBuf {
-        // Tests run in parallel in one process: a counter keeps their directories apart.
-        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let n = NEXT.fetch_add(1, Ordering::SeqCst);
-        let dir = std::env::temp_dir().join(format!(
-            "csivol-db-test-{}-{}-{n}",
-            std::process::id(),
-            now_ms()
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        dir
-    }
-
-    /// A write request for `run_group`, inserting `key` into `meta` and then failing or not;
-    /// `runs` counts how often it ran.
-    fn insert(key: &'static str, fail: bool, runs: &Arc<AtomicUsize>) -> BoxJob {
-        let runs = Arc::clone(runs);
-        Box::new(Request {
-            led: false,
-            f: move |ctx: &mut WriteCtx<'_>| -> ApiResult<()> {
-                runs.fetch_add(1, Ordering::SeqCst);
-                (ctx.tx).execute("INSERT INTO meta (key, value) VALUES (?1, 1)", [key])?;
-                if fail {
-                    return Err(ApiError::conflict("no"));
-                }
-                Ok(())
-            },
-            result: None,
-            reply: oneshot::channel().0,
-        })
-    }
-
     fn meta_keys(conn: &Connection) -> Vec<String> {
         let mut s = conn.prepare("SELECT key FROM meta ORDER BY key").unwrap();
         s.query_map([], |r| r.get(0))
@@ -681,87 +315,29 @@ mod tests {
             .unwrap()
     }
 
-    #[test]
-    fn a_group_runs_without_savepoints_and_again_with_them_when_a_request_fails() {
-        let dir = tempfile_dir();
-        let (mut conn, index) = open(&dir.join("state.db")).unwrap();
-        let index_now = |c: &Connection| -> u64 {
-            c.query_row("SELECT value FROM meta WHERE key = 'index'", [], |r| {
-                r.get::<_, i64>(0)
-            })
-            .unwrap() as u64
-        };
-        let runs = || Arc::new(AtomicUsize::new(0));
+    fn tempfile_dir() -> PathBuf {
+        // Tests run in parallel in one process: a counter keeps their directories apart.
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, Ordering::SeqCst);
+        let dir = std::env::temp_dir().join(format!(
+            "csivol-db-test-{}-{}-{n}",
+            std::process::id(),
+            Clock::wall().now_ms()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
 
-        // Without savepoints, a group stops at its first failure.
-        let (a, b, c) = (runs(), runs(), runs());
-        {
-            let tx = conn.transaction().unwrap();
-            let mut group = [
-                insert("a", false, &a),
-                insert("b", true, &b),
-                insert("c", false, &c),
-            ];
-            let effects = run_group(&tx, &mut group, index + 1, Savepoints::None).unwrap();
-            assert_eq!(effects.kept, 1);
-            assert_eq!(c.load(Ordering::SeqCst), 0, "nothing runs after a failure");
-        }
-        assert_eq!(meta_keys(&conn), ["index"], "rolled back when dropped");
-
-        // Each in a savepoint (the etcd store's way): a failed request is gone already.
-        {
-            let tx = conn.transaction().unwrap();
-            let effects = run_group(
-                &tx,
-                &mut [insert("a", true, &a)],
-                index + 1,
-                Savepoints::Each,
-            )
-            .unwrap();
-            assert_eq!(effects.kept, 0);
-            assert_eq!(meta_keys(&tx), ["index"]);
-        }
-
-        // Committed: every request succeeds at the first try, each runs once.
-        let (a, b) = (runs(), runs());
-        let effects = commit_group(
-            &mut conn,
-            &mut [insert("a", false, &a), insert("b", false, &b)],
-            index + 1,
-        )
-        .unwrap();
-        assert_eq!(effects.kept, 2);
-        assert_eq!((a.load(Ordering::SeqCst), b.load(Ordering::SeqCst)), (1, 1));
-        assert_eq!(meta_keys(&conn), ["a", "b", "index"]);
-        assert_eq!(index_now(&conn), index + 1);
-
-        // One fails: the group runs again with savepoints, the others are kept.
-        let (c, d, e) = (runs(), runs(), runs());
-        let mut group = [
-            insert("c", false, &c),
-            insert("d", true, &d),
-            insert("e", false, &e),
-        ];
-        let effects = commit_group(&mut conn, &mut group, index + 2).unwrap();
-        assert_eq!(effects.kept, 2);
-        assert_eq!(c.load(Ordering::SeqCst), 2, "ran again with savepoints");
-        assert_eq!(meta_keys(&conn), ["a", "b", "c", "e", "index"]);
-        assert_eq!(index_now(&conn), index + 2);
-
-        // Alone and failing, or all failing: nothing kept, no change index spent.
-        let f = runs();
-        let effects = commit_group(&mut conn, &mut [insert("f", true, &f)], index + 3).unwrap();
-        assert_eq!((effects.kept, f.load(Ordering::SeqCst)), (0, 1));
-        let effects = commit_group(
-            &mut conn,
-            &mut [insert("f", true, &f), insert("g", true, &f)],
-            index + 3,
-        )
-        .unwrap();
-        assert_eq!(effects.kept, 0);
-        assert_eq!(meta_keys(&conn), ["a", "b", "c", "e", "index"]);
-        assert_eq!(index_now(&conn), index + 2);
-        std::fs::remove_dir_all(dir).unwrap();
+    /// Every write request runs at the time the server's clock shows then (`Txn::now`):
+    /// the clock the database was started with, not one of its own.
+    #[tokio::test]
+    async fn a_write_runs_at_the_time_of_the_clock_it_was_given() {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = Clock::held_at(1_000);
+        let db = Db::start(&dir.path().join("state.db"), clock.clone()).unwrap();
+        assert_eq!(db.write(|ctx| Ok(ctx.now)).await.unwrap(), 1_000);
+        clock.set(2_000);
+        assert_eq!(db.write(|ctx| Ok(ctx.now)).await.unwrap(), 2_000);
     }
 
     /// A cached statement bound with a new `LIMIT` runs as prepared, on the writer's
@@ -778,7 +354,7 @@ mod tests {
             Ok(st.get_status(rusqlite::StatementStatus::RePrepare))
         }
         let dir = tempfile_dir();
-        let db = Db::start(&dir.join("state.db")).unwrap();
+        let db = Db::start(&dir.join("state.db"), Clock::wall()).unwrap();
         assert_eq!(db.read(reprepared).await.unwrap(), 0, "a reader");
         assert_eq!(
             db.write(|ctx| reprepared(ctx.tx)).await.unwrap(),
@@ -791,7 +367,7 @@ mod tests {
     #[tokio::test]
     async fn a_lone_failed_or_panicking_write_leaves_nothing_and_the_next_one_commits() {
         let dir = tempfile_dir();
-        let db = Db::start(&dir.join("state.db")).unwrap();
+        let db = Db::start(&dir.join("state.db"), Clock::wall()).unwrap();
         let bad = db
             .write(|ctx| -> ApiResult<()> {
                 ctx.tx
@@ -823,7 +399,7 @@ mod tests {
     #[tokio::test]
     async fn failed_requests_roll_back_alone() {
         let dir = tempfile_dir();
-        let db = Db::start(&dir.join("state.db")).unwrap();
+        let db = Db::start(&dir.join("state.db"), Clock::wall()).unwrap();
         let ok = db.write(|ctx| {
             ctx.tx
                 .execute("INSERT INTO meta (key, value) VALUES ('a', 1)", [])?;

@@ -11,11 +11,13 @@ mod listings;
 pub mod maintenance;
 pub mod migrations;
 mod nodes;
+mod read_pool;
 pub mod restore;
 mod retries;
 mod rows;
 mod snapshots;
 mod txn;
+pub mod writer;
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -26,13 +28,14 @@ use csivol_api::{
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::{Event, EventFilter, NewClaim, OpSlot, Snapshot, Txn};
-use crate::db::{WriteCtx, optional};
 use crate::error::{ApiError, ApiResult};
 use crate::model::{
     AttachmentRow, ClaimRow, Lifecycle, NewFence, NodeFenceRow, NodePluginRow, NodeRow, OpRow,
     PluginNodeRow, RunningOpRow, StateCounts, TokenRow, VolumeChunk, VolumeRow, WaitingOps,
     to_json,
 };
+use crate::store::sqlite::db::optional;
+use crate::store::sqlite::writer::WriteCtx;
 use crate::watch::Key;
 use csivol_rules::kinds::OpKind;
 

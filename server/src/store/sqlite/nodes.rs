@@ -7,9 +7,9 @@ use rusqlite::{Connection, params};
 
 use super::exec;
 use super::rows::{CLAIM_COLUMNS, NODE_COLUMNS};
-use crate::db::WriteCtx;
 use crate::error::ApiResult;
 use crate::model::{ClaimRow, NewFence, NodeFenceRow, NodeRow, time};
+use crate::store::sqlite::writer::WriteCtx;
 
 // ---- nodes ----
 

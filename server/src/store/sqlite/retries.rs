@@ -147,6 +147,7 @@ impl WriteCtx<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clock::Clock;
     use crate::store::sqlite::db;
     use crate::store::sqlite::migrations::{self, version_of};
 
@@ -159,7 +160,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!(
             "csivol-retries-{name}-{}-{}",
             std::process::id(),
-            db::now_ms()
+            Clock::wall().now_ms()
         ));
         std::fs::create_dir_all(&dir).unwrap();
         (dir.join("state.db"), dir)
@@ -237,7 +238,7 @@ mod tests {
         for (schema, keeps) in [(theirs() - 1, false), (migrations::schema_version(), true)] {
             let (mut conn, index) = db::open_at(&path, schema).unwrap();
             let tx = conn.transaction().unwrap();
-            let mut ctx = WriteCtx::new(&tx, index + 1);
+            let mut ctx = WriteCtx::new(&tx, index + 1, Clock::wall().now_ms());
             assert_eq!(ctx.retries_kept().unwrap(), keeps);
             ctx.keep_answer(&answer("k")).unwrap();
             ctx.put_tombstone("v", "a").unwrap();
@@ -264,7 +265,7 @@ mod tests {
         let (path, dir) = temp_db("attempt");
         let (mut conn, index) = db::open(&path).unwrap();
         let tx = conn.transaction().unwrap();
-        let mut ctx = WriteCtx::new(&tx, index + 1);
+        let mut ctx = WriteCtx::new(&tx, index + 1, Clock::wall().now_ms());
         let failed: ApiResult<()> = ctx.attempt(|ctx| {
             ctx.put_tombstone("v", "gone")?;
             ctx.touch(Key::Volume("v".into()));
@@ -288,10 +289,10 @@ mod tests {
         let (path, dir) = temp_db("forward");
         let (mut conn, index) = db::open(&path).unwrap();
         let tx = conn.transaction().unwrap();
-        let mut ctx = WriteCtx::new(&tx, index + 5);
+        let mut ctx = WriteCtx::new(&tx, index + 5, Clock::wall().now_ms());
         ctx.put_tombstone("v", "a").unwrap();
         let later = ctx.tombstone("v", "a").unwrap().unwrap();
-        let mut earlier = WriteCtx::new(&tx, index + 1);
+        let mut earlier = WriteCtx::new(&tx, index + 1, Clock::wall().now_ms());
         earlier.now = later.released_at - 1000;
         earlier.put_tombstone("v", "a").unwrap();
         assert_eq!(earlier.tombstone("v", "a").unwrap(), Some(later));
