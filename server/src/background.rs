@@ -7,8 +7,8 @@
 use std::time::{Duration, Instant};
 
 use super::error::ApiResult;
-use super::etcd::{self, Cluster, Leadership};
 use super::store::Snapshot;
+use super::store::etcd::{self, Cluster, Leadership};
 use super::{fence, http, lifecycle};
 use csivol_api::NodeStatus;
 

@@ -5,11 +5,8 @@
 mod auth;
 mod background;
 pub mod clock;
-pub use store::sqlite::backup;
-pub(crate) use store::sqlite::db;
 pub mod dev;
 mod error;
-pub use store::etcd;
 mod fence;
 mod http;
 pub mod identity;
@@ -35,9 +32,11 @@ use serde::Deserialize;
 use tokio::net::TcpListener;
 
 use self::clock::Clock;
-use self::db::Db;
 use self::error::ApiError;
 use self::lifecycle::Limits;
+use self::store::etcd;
+use self::store::sqlite::backup;
+use self::store::sqlite::db::{self, Db};
 
 /// Default listen address.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7420";

@@ -34,7 +34,6 @@ use serde::de::DeserializeOwned;
 use self::once::{Answer, Once};
 use super::auth::{Caller, Tokens};
 use super::clock::Clock;
-use super::db::Db;
 use super::error::{ApiError, ApiResult};
 use super::fence::{self, Fencer};
 use super::lifecycle::{self, Limits};
@@ -42,6 +41,7 @@ use super::liveness::Liveness;
 use super::metrics::Metrics;
 use super::model::VolumeChunk;
 use super::store::Snapshot;
+use super::store::sqlite::db::Db;
 use super::store::sqlite::writer::WriteCtx;
 use super::views;
 use super::watch::Key;
@@ -86,9 +86,9 @@ pub struct AppState {
     /// A request's body must arrive within this after its headers (`--body-timeout`).
     pub body_timeout: Duration,
     /// With the etcd store: what makes a read consistent (`None`: SQLite, consistent as is).
-    pub reads: Option<crate::etcd::Reads>,
+    pub reads: Option<crate::store::etcd::Reads>,
     /// With the etcd store, this server's leadership (health shows it).
-    pub leadership: Option<crate::etcd::Leadership>,
+    pub leadership: Option<crate::store::etcd::Leadership>,
     /// The server's one clock (the database writer's too).
     pub clock: Clock,
 }
@@ -300,7 +300,7 @@ async fn health(State(app): State<App>) -> Json<Health> {
         leader: app
             .leadership
             .as_ref()
-            .map(crate::etcd::Leadership::is_leader),
+            .map(crate::store::etcd::Leadership::is_leader),
         schema: Some(api::SchemaVersions {
             running: app.db.schema(),
             known: crate::store::sqlite::migrations::schema_version(),

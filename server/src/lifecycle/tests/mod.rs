@@ -30,11 +30,11 @@ use csivol_api::{
 use serde_json::json;
 
 use super::Limits;
-use crate::db::Db;
 use crate::error::ApiResult;
 use crate::metrics::Metrics;
 use crate::model::{ClaimRow, OpRow};
 use crate::store::Snapshot;
+use crate::store::sqlite::db::Db;
 use crate::store::sqlite::writer::WriteCtx;
 
 /// The plugin every test volume uses.

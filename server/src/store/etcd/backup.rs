@@ -11,7 +11,7 @@ use rusqlite::{Connection, OpenFlags};
 
 use super::EtcdConfig;
 use super::mirror::{self, Head, KeyKind, Keys};
-use crate::backup::{self, Summary};
+use crate::store::sqlite::backup::{self, Summary};
 use crate::store::sqlite::migrations;
 
 /// Writes the state under `cfg.prefix`, as etcd holds it now, to the backup file `to`.
