@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::error::ApiResult;
 use super::store::Snapshot;
-use super::store::etcd::{self, Cluster, Leadership};
+use super::store::replicated::{self, Cluster, Leadership};
 use super::{fence, http, lifecycle};
 use csivol_api::NodeStatus;
 
@@ -25,13 +25,16 @@ pub fn spawn(
     ];
     let leadership = match cluster.clone() {
         Some(c) => {
-            tasks.push(tokio::spawn(etcd::schema::announce(c.clone(), listen)));
+            tasks.push(tokio::spawn(replicated::schema::announce(
+                c.clone(),
+                listen,
+            )));
             tasks.push(tokio::spawn(compact_history(c.clone())));
-            tasks.push(tokio::spawn(etcd::forward_heard(
+            tasks.push(tokio::spawn(replicated::forward_heard(
                 c.clone(),
                 app.live.clone(),
             )));
-            tasks.push(tokio::spawn(etcd::follow_heard(
+            tasks.push(tokio::spawn(replicated::follow_heard(
                 c.clone(),
                 app.live.clone(),
                 app.clock.clone(),
@@ -92,7 +95,7 @@ async fn compact_history(cluster: Cluster) {
         let revision = match cluster.client.get(&head).await {
             // A schema migration reads the rows as of its start: that history stays.
             Ok((_, Some(kv)))
-                if etcd::mirror::Head::parse(&kv.value).is_ok_and(|h| h.migrating) =>
+                if replicated::mirror::Head::parse(&kv.value).is_ok_and(|h| h.migrating) =>
             {
                 continue;
             }
@@ -241,7 +244,7 @@ async fn watch_liveness(app: http::App, cluster: Option<Cluster>) {
         // may have passed on a heartbeat this one has not seen.
         if let Some(c) = cluster.as_ref().filter(|_| !due.is_empty()) {
             let nodes: Vec<&str> = due.iter().map(|d| d.node.as_str()).collect();
-            let asked = etcd::heard_since(c, &app.live, &nodes);
+            let asked = replicated::heard_since(c, &app.live, &nodes);
             match tokio::time::timeout(app.live.ttl(), asked).await {
                 Ok(Ok(heard)) => due.retain(|d| {
                     let alive = heard.contains(&d.node);

@@ -34,7 +34,7 @@ use tokio::net::TcpListener;
 use self::clock::Clock;
 use self::error::ApiError;
 use self::lifecycle::Limits;
-use self::store::etcd;
+use self::store::replicated;
 use self::store::sqlite::backup;
 use self::store::sqlite::db::{self, Db};
 
@@ -155,7 +155,7 @@ pub struct ServerArgs {
     #[arg(long, value_name = "N")]
     pub etcd_max_txn_ops: Option<usize>,
     #[command(flatten)]
-    pub etcd_tls: etcd::EtcdTlsArgs,
+    pub etcd_tls: replicated::EtcdTlsArgs,
     /// TOML file with the same settings (`data_dir`, `listen`, `heartbeat_ttl = "30s"`,
     /// `planned_stop_grace = "10m"`, `controller_concurrency`, `request_memory = "24h"`, `secrets_key_file`, TLS and connection bounds, `node_channel = false`), and fencing:
     /// `[[fence]]` methods (`name`, `command`, `timeout`, `nodes`, `labels`, `env`,
@@ -207,11 +207,11 @@ pub enum Command {
     RotateSecretsKey(KeyArgs),
     /// Copy a stopped single server's state (`sqlite:DIR`) into an empty etcd prefix for
     /// `--store etcd`, then check the copy row by row.
-    Migrate(etcd::migrate::MigrateArgs),
+    Migrate(replicated::migrate::MigrateArgs),
     /// A rolling upgrade of servers over etcd: the cluster's schema version, and the
     /// command that raises it once every server runs the new release.
     #[command(subcommand)]
-    Upgrade(etcd::upgrade::UpgradeCommand),
+    Upgrade(replicated::upgrade::UpgradeCommand),
     /// Make TLS certificates for a small cluster.
     #[command(subcommand)]
     Tls(tls::TlsCommand),
@@ -300,7 +300,7 @@ pub struct ServerConfig {
     /// Offer agents the node channel (`--no-node-channel`: no).
     pub node_channel: bool,
     /// `Some`: the etcd store (`--store etcd`); `None`: SQLite.
-    pub etcd: Option<etcd::EtcdConfig>,
+    pub etcd: Option<replicated::EtcdConfig>,
     /// Claim labels, operators' reasons and the event log (`[limits]`).
     pub limits: limits::ServerLimits,
 }
@@ -397,22 +397,22 @@ impl ServerConfig {
                     (None, Some(s)) => humantime::parse_duration(s).with_context(|| {
                         format!("invalid etcd_lease_ttl `{s}` in the config file")
                     })?,
-                    (None, None) => etcd::DEFAULT_LEASE_TTL,
+                    (None, None) => replicated::DEFAULT_LEASE_TTL,
                 };
                 if lease_ttl < Duration::from_secs(2) {
                     bail!("--etcd-lease-ttl must be at least 2s");
                 }
-                Some(etcd::EtcdConfig {
+                Some(replicated::EtcdConfig {
                     endpoints,
-                    prefix: etcd::args::prefix(args.etcd_prefix.or(file.etcd_prefix))?,
+                    prefix: replicated::args::prefix(args.etcd_prefix.or(file.etcd_prefix))?,
                     lease_ttl,
                     max_txn_ops: args
                         .etcd_max_txn_ops
                         .or(file.etcd_max_txn_ops)
-                        .unwrap_or(etcd::DEFAULT_MAX_TXN_OPS)
+                        .unwrap_or(replicated::DEFAULT_MAX_TXN_OPS)
                         .max(8),
                     ca_cert: args.etcd_tls.etcd_ca_cert.or(file.etcd_ca_cert),
-                    cert_key: etcd::EtcdTlsArgs::cert_key(
+                    cert_key: replicated::EtcdTlsArgs::cert_key(
                         args.etcd_tls.etcd_cert.or(file.etcd_cert),
                         args.etcd_tls.etcd_key.or(file.etcd_key),
                     )?,
@@ -499,8 +499,8 @@ pub async fn run(command: Command) -> anyhow::Result<()> {
             );
             return Ok(());
         }
-        Command::Migrate(m) => return etcd::migrate::run(&m).await,
-        Command::Upgrade(u) => return etcd::upgrade::run(&u).await,
+        Command::Migrate(m) => return replicated::migrate::run(&m).await,
+        Command::Upgrade(u) => return replicated::upgrade::run(&u).await,
         Command::Tls(cmd) => return tls::run(cmd),
         Command::Dev(args) => return dev::run(args).await,
     };
@@ -531,7 +531,7 @@ struct Opened {
     lock: rustix::fd::OwnedFd,
     clock: Clock,
     db: Db,
-    cluster: Option<etcd::Cluster>,
+    cluster: Option<replicated::Cluster>,
     cluster_id: String,
     tokens: Arc<auth::Tokens>,
 }
@@ -543,7 +543,7 @@ pub struct Server {
     app: http::App,
     bounds: http::listen::Bounds,
     /// The etcd cluster, with the etcd store.
-    cluster: Option<etcd::Cluster>,
+    cluster: Option<replicated::Cluster>,
     /// The data dir's lock, held while this server may write there.
     _lock: rustix::fd::OwnedFd,
 }
@@ -629,8 +629,8 @@ impl Server {
         let clock = Clock::wall();
         let (db, cluster) = match &cfg.etcd {
             Some(e) => {
-                let mirror = cfg.data_dir.join(etcd::MIRROR_DB);
-                let (db, c) = etcd::start(&mirror, e, check, clock.clone()).await?;
+                let mirror = cfg.data_dir.join(replicated::MIRROR_DB);
+                let (db, c) = replicated::start(&mirror, e, check, clock.clone()).await?;
                 (db, Some(c))
             }
             None => {
@@ -851,7 +851,7 @@ impl Server {
             t.abort();
         }
         if let Some(c) = &self.cluster {
-            etcd::schema::withdraw(c).await;
+            replicated::schema::withdraw(c).await;
         }
         if let Err(e) = http::access::persist_last_used(&app).await {
             tracing::warn!(error = %e, "failed to record when tokens were last used");

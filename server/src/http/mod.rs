@@ -86,9 +86,9 @@ pub struct AppState {
     /// A request's body must arrive within this after its headers (`--body-timeout`).
     pub body_timeout: Duration,
     /// With the etcd store: what makes a read consistent (`None`: SQLite, consistent as is).
-    pub reads: Option<crate::store::etcd::Reads>,
+    pub reads: Option<crate::store::replicated::Reads>,
     /// With the etcd store, this server's leadership (health shows it).
-    pub leadership: Option<crate::store::etcd::Leadership>,
+    pub leadership: Option<crate::store::replicated::Leadership>,
     /// The server's one clock (the database writer's too).
     pub clock: Clock,
 }
@@ -300,7 +300,7 @@ async fn health(State(app): State<App>) -> Json<Health> {
         leader: app
             .leadership
             .as_ref()
-            .map(crate::store::etcd::Leadership::is_leader),
+            .map(crate::store::replicated::Leadership::is_leader),
         schema: Some(api::SchemaVersions {
             running: app.db.schema(),
             known: crate::store::sqlite::migrations::schema_version(),

@@ -26,7 +26,7 @@ pub struct BackupArgs {
     /// With the etcd store: the cluster's state in etcd, read at one revision while the
     /// servers run.
     #[command(flatten)]
-    pub etcd: crate::store::etcd::EtcdArgs,
+    pub etcd: crate::store::replicated::EtcdArgs,
     /// Where to write the backup (one SQLite file; replaced atomically if it exists).
     #[arg(long, value_name = "FILE")]
     pub to: PathBuf,
@@ -57,7 +57,7 @@ pub struct RestoreArgs {
     /// Or restore into etcd, under a prefix that must be empty (no server running on it),
     /// for servers with `--store etcd`.
     #[command(flatten)]
-    pub etcd: crate::store::etcd::EtcdArgs,
+    pub etcd: crate::store::replicated::EtcdArgs,
 }
 
 /// What a backup holds.
@@ -249,7 +249,7 @@ pub async fn run_backup(args: &BackupArgs) -> anyhow::Result<()> {
         },
     };
     let summary = match etcd {
-        Ok(e) => crate::store::etcd::backup::backup(&e, &args.to).await?,
+        Ok(e) => crate::store::replicated::backup::backup(&e, &args.to).await?,
         Err(dir) => backup(&dir.join(STATE_DB), &args.to)?,
     };
     println!("backed up {} to {}", summary, args.to.display());
@@ -281,7 +281,7 @@ pub async fn run_restore(args: &RestoreArgs) -> anyhow::Result<()> {
         None => configured.as_ref().and_then(|c| c.etcd.clone()),
     };
     if let Some(e) = etcd {
-        let prepared = crate::store::etcd::backup::prepare(&e, &args.from).await?;
+        let prepared = crate::store::replicated::backup::prepare(&e, &args.from).await?;
         // Said before anything is written: the prefix holds nothing now, so this is all
         // the backup has; what nodes hold beyond it is taken down when they register.
         println!(
@@ -291,7 +291,7 @@ pub async fn run_restore(args: &RestoreArgs) -> anyhow::Result<()> {
             e.prefix
         );
         println!("{}", prepared.plan);
-        let copied = crate::store::etcd::backup::restore(&e, &args.from, &prepared).await?;
+        let copied = crate::store::replicated::backup::restore(&e, &args.from, &prepared).await?;
         println!(
             "restored {} from {} into etcd: {copied}",
             prepared.summary,

@@ -1,10 +1,13 @@
-//! The etcd state store (`--store etcd`): several servers over one etcd cluster. etcd is
-//! the truth; each server keeps a SQLite mirror of it (`mirror.db` in its data dir, built
-//! anew at every start by the same migrations), so every read and every lifecycle rule is
-//! the SQLite code unchanged. Writes commit to etcd first, in one transaction compared
-//! against the revision the mirror reflects (`writer`); the watch applies other servers'
-//! commits to the mirror and wakes blocking queries. Once-only work runs on the leader,
-//! elected with an etcd lease (`leader`).
+//! The SQLite state replicated through etcd (`--store etcd`, "the etcd store"): several
+//! servers over one etcd cluster. It is not a second store beside `sqlite`: etcd holds the
+//! rows, and each server keeps them as a SQLite mirror (`mirror.db` in its data dir, built
+//! anew at every start by the same migrations), so every read, every lifecycle rule and
+//! every statement is the SQLite store's, unchanged. What this folder adds is the
+//! replication: its writer thread runs each group of write requests through the SQLite
+//! writer's group commit on the mirror and commits the changed rows to etcd first, in one
+//! transaction compared against the revision the mirror reflects (`writer`); the watch
+//! applies other servers' commits to the mirror and wakes blocking queries (`follow`).
+//! Once-only work runs on the leader, elected with an etcd lease (`leader`).
 
 pub(crate) mod args;
 pub mod backup;
