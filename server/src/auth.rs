@@ -9,9 +9,10 @@ use csivol_api::{Role, TokenInfo};
 use rand::RngCore;
 use sha2::{Digest, Sha256};
 
-use super::error::{ApiError, ApiResult};
-use super::model::time;
-use super::store::Snapshot;
+use crate::error::{ApiError, ApiResult};
+use crate::model::time;
+use crate::store::Snapshot;
+use crate::store::sqlite::db::Db;
 
 /// Who is calling.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -225,8 +226,25 @@ impl Tokens {
         }
     }
 
+    /// Writes the in-memory last-use times, so that a list shows them and they survive a
+    /// restart; on failure they are put back for the next try.
+    pub async fn persist_last_used(&self, db: &Db) -> ApiResult<()> {
+        let used = self.take_last_used();
+        if used.is_empty() {
+            return Ok(());
+        }
+        let again = used.clone();
+        let r = db
+            .write(move |ctx| crate::lifecycle::persist_last_used(ctx, &used))
+            .await;
+        if r.is_err() {
+            self.put_back_last_used(again);
+        }
+        r
+    }
+
     /// Puts back last-use times whose write failed (a newer use wins).
-    pub fn put_back_last_used(&self, used: Vec<(String, i64)>) {
+    fn put_back_last_used(&self, used: Vec<(String, i64)>) {
         let mut map = self.last_used.lock().unwrap_or_else(|e| e.into_inner());
         for (id, at) in used {
             let e = map.entry(id).or_insert(at);
@@ -235,7 +253,7 @@ impl Tokens {
     }
 
     /// Last-use times not yet written, taken out for `lifecycle::persist_last_used`.
-    pub fn take_last_used(&self) -> Vec<(String, i64)> {
+    fn take_last_used(&self) -> Vec<(String, i64)> {
         std::mem::take(&mut *self.last_used.lock().unwrap_or_else(|e| e.into_inner()))
             .into_iter()
             .collect()

@@ -2,6 +2,7 @@
 //! what each node and each controller host must do, notices lost nodes and carries out
 //! operators' decisions. It never dials a plugin.
 
+mod app;
 mod auth;
 mod background;
 pub mod clock;
@@ -31,6 +32,7 @@ use anyhow::{Context, bail};
 use serde::Deserialize;
 use tokio::net::TcpListener;
 
+use self::app::{App, AppState};
 use self::clock::Clock;
 use self::error::ApiError;
 use self::lifecycle::Limits;
@@ -540,7 +542,7 @@ struct Opened {
 pub struct Server {
     pub addr: SocketAddr,
     listener: TcpListener,
-    app: http::App,
+    app: App,
     bounds: http::listen::Bounds,
     /// The etcd cluster, with the etcd store.
     cluster: Option<replicated::Cluster>,
@@ -806,7 +808,7 @@ impl Server {
             tls = scheme == "https",
             "csivol server listening"
         );
-        let app = http::App::new(http::AppState {
+        let app = App::new(AppState {
             db,
             tokens,
             live,
@@ -853,7 +855,7 @@ impl Server {
         if let Some(c) = &self.cluster {
             replicated::schema::withdraw(c).await;
         }
-        if let Err(e) = http::access::persist_last_used(&app).await {
+        if let Err(e) = app.tokens.persist_last_used(&app.db).await {
             tracing::warn!(error = %e, "failed to record when tokens were last used");
         }
         served.context("HTTP server failed")

@@ -9,7 +9,8 @@ use axum::response::{IntoResponse, Response};
 use csivol_api::{self as api, Role, TokenInfo, TokenRequest};
 
 use super::once::{Answer, Once, Outcome};
-use super::{App, Body, name, ok};
+use super::{Body, name, ok};
+use crate::app::App;
 use crate::auth::{self, Caller};
 use crate::error::{ApiError, ApiResult};
 use crate::lifecycle;
@@ -120,27 +121,9 @@ pub(super) async fn list_tokens(
     headers: HeaderMap,
 ) -> ApiResult<Json<Vec<TokenInfo>>> {
     app.operator(&headers)?;
-    persist_last_used(&app).await?;
+    app.tokens.persist_last_used(&app.db).await?;
     let now = app.clock.now_ms();
     Ok(Json(app.db.read(move |c| auth::list_tokens(c, now)).await?))
-}
-
-/// Writes the in-memory last-use times, so that a list shows them and they survive a
-/// restart; on failure they are put back for the next try.
-pub(crate) async fn persist_last_used(app: &App) -> ApiResult<()> {
-    let used = app.tokens.take_last_used();
-    if used.is_empty() {
-        return Ok(());
-    }
-    let again = used.clone();
-    let r = app
-        .db
-        .write(move |ctx| lifecycle::persist_last_used(ctx, &used))
-        .await;
-    if r.is_err() {
-        app.tokens.put_back_last_used(again);
-    }
-    r
 }
 
 /// `DELETE /v1/tokens/{id}`: revokes a token; requests with it get 401 from then on.

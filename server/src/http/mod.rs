@@ -32,67 +32,22 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
 use self::once::{Answer, Once};
-use super::auth::{Caller, Tokens};
-use super::clock::Clock;
+use super::auth::Caller;
 use super::error::{ApiError, ApiResult};
-use super::fence::{self, Fencer};
+use super::fence;
 use super::lifecycle::{self, Limits};
-use super::liveness::Liveness;
-use super::metrics::Metrics;
 use super::model::VolumeChunk;
 use super::store::Snapshot;
 use super::store::sqlite::db::Db;
 use super::store::sqlite::writer::WriteCtx;
 use super::views;
 use super::watch::Key;
+use crate::app::App;
 use blocking::{Blocking, Hold, checked_index, cursor_headers, follow, hold_claim, with_index};
-use csivol_rules::fence::FenceConfig;
 use waits::waits_for_release;
 
 /// Largest request body accepted.
 const BODY_LIMIT: usize = 1 << 20;
-/// What every handler shares, behind one reference count: axum clones the state for each
-/// request's handler and middleware, and a clone of the fields one by one took an atomic
-/// increment (and a decrement at its drop) for each of them.
-#[derive(Clone)]
-pub struct App(Arc<AppState>);
-
-impl App {
-    pub fn new(state: AppState) -> Self {
-        Self(Arc::new(state))
-    }
-}
-
-impl std::ops::Deref for App {
-    type Target = AppState;
-
-    fn deref(&self) -> &AppState {
-        &self.0
-    }
-}
-
-pub struct AppState {
-    pub db: Db,
-    pub tokens: Arc<Tokens>,
-    pub live: Arc<Liveness>,
-    pub limits: Limits,
-    pub metrics: Arc<Metrics>,
-    pub fence: Arc<FenceConfig>,
-    pub fencer: Arc<Fencer>,
-    /// Long-polls in flight (`--max-long-polls`); an open node channel holds one too.
-    pub long_polls: Arc<tokio::sync::Semaphore>,
-    /// Whether agents are offered the node channel (`--no-node-channel` turns it off).
-    pub node_channel: bool,
-    /// A request's body must arrive within this after its headers (`--body-timeout`).
-    pub body_timeout: Duration,
-    /// With the etcd store: what makes a read consistent (`None`: SQLite, consistent as is).
-    pub reads: Option<crate::store::replicated::Reads>,
-    /// With the etcd store, this server's leadership (health shows it).
-    pub leadership: Option<crate::store::replicated::Leadership>,
-    /// The server's one clock (the database writer's too).
-    pub clock: Clock,
-}
-
 impl App {
     /// Authenticates an operator; returns how the event log names them and the limits a
     /// write needs.

@@ -5,6 +5,7 @@
 use super::*;
 use crate::http::blocking::sent_generation;
 use crate::watch::Cursor;
+use csivol_rules::fence::FenceConfig;
 
 pub(super) async fn node_labels(
     State(app): State<App>,
@@ -101,7 +102,9 @@ pub(super) async fn fence_node(
     let (actor, limits) = app.operator(&headers)?;
     name("node", &node)?;
     lifecycle::require_reason(&req.reason, false, &limits.text)?;
-    Ok(Json(fence::fence(&app, &node, &req, &actor).await?))
+    Ok(Json(
+        fence::fence(&app.fencing(), &node, &req, &actor).await?,
+    ))
 }
 
 pub(super) async fn list_nodes(

@@ -22,7 +22,7 @@ use csivol_rules::retries::{self, Request};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use super::App;
+use crate::app::App;
 use crate::error::{ApiError, ApiResult};
 use crate::store::sqlite::writer::WriteCtx;
 use crate::store::{KeptAnswer, Snapshot, Txn};

@@ -12,7 +12,7 @@ use axum::http::{Method, Uri};
 use axum::middleware::Next;
 use axum::response::Response;
 
-use super::App;
+use crate::app::App;
 use crate::error::{ApiError, ApiResult};
 
 /// Routes that read no cluster state, or only this server's own view of it: health (which

@@ -97,6 +97,57 @@ fn http_types_stay_in_the_servers_http_folder() {
     );
 }
 
+/// The files among `paths` (files or folders, relative to the workspace root) whose code
+/// (comments and string literals left out) names `word`, with the first such line.
+fn naming(paths: &[&str], word: &str) -> Vec<String> {
+    let root = root();
+    let word = regex::Regex::new(&format!(r"\b{word}\b")).unwrap();
+    let literal = regex::Regex::new(r#""([^"\\]|\\.)*""#).unwrap();
+    let mut found = Vec::new();
+    for path in paths {
+        let path = root.join(path);
+        let files = if path.is_dir() {
+            sources(&path)
+        } else {
+            vec![path]
+        };
+        for file in files {
+            let text = std::fs::read_to_string(&file)
+                .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+            let hit = text.lines().enumerate().find(|(_, line)| {
+                let code = line.split("//").next().unwrap_or_default();
+                word.is_match(&literal.replace_all(code, ""))
+            });
+            if let Some((n, line)) = hit {
+                let rel = file.strip_prefix(&root).unwrap().display();
+                found.push(format!("{rel}:{}: {}", n + 1, line.trim()));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn fencing_and_the_background_tasks_do_not_name_http() {
+    // The server's shared state is its own type outside `http/` (`app`), and fencing and
+    // the background tasks are given the parts of it they use: HTTP is one way in to the
+    // state, not what the state is. (`http` → `fence` → `http` was a circle.)
+    let found = naming(
+        &[
+            "server/src/fence",
+            "server/src/background.rs",
+            "server/src/app.rs",
+        ],
+        "http",
+    );
+    assert!(
+        found.is_empty(),
+        "fencing, the background tasks or the shared state name `http` (pass them the part \
+         of `app::App` they use instead):\n{}",
+        found.join("\n")
+    );
+}
+
 /// The `[dependencies]` of a crate's manifest, by name.
 fn dependencies(manifest: &Path) -> Vec<String> {
     let text = std::fs::read_to_string(manifest).unwrap();
