@@ -12,8 +12,8 @@ use axum::response::{IntoResponse, Response};
 use csivol_api as api;
 use serde::Deserialize;
 
-use super::Q;
 use super::blocking::{Blocking, checked_index, cursor_headers, sent_generation, with_index};
+use super::extract::Q;
 use crate::app::App;
 use crate::error::{ApiError, ApiResult};
 use crate::store::sqlite::db::Db;

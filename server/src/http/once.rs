@@ -376,6 +376,39 @@ fn digest(body: &impl Serialize) -> String {
         .collect()
 }
 
+/// 201 when recorded or changed, 200 when the same spec was there already.
+pub(super) fn created_or_ok<T: Serialize>((v, changed): &(T, bool)) -> Answer {
+    let status = if *changed {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Answer::json(status, v)
+}
+
+/// 202 when an operation started, 200 when there was nothing to start.
+pub(super) fn accepted_or_ok<T: Serialize>((v, started): &(T, bool)) -> Answer {
+    let status = if *started {
+        StatusCode::ACCEPTED
+    } else {
+        StatusCode::OK
+    };
+    Answer::json(status, v)
+}
+
+/// 202 with what is still being done, 204 when it is done.
+pub(super) fn accepted_or_gone<T: Serialize>(v: &Option<T>) -> Answer {
+    match v {
+        Some(v) => Answer::json(StatusCode::ACCEPTED, v),
+        None => Answer::empty(StatusCode::NO_CONTENT),
+    }
+}
+
+/// 200 with the answer.
+pub(super) fn ok<T: Serialize>(v: &T) -> Answer {
+    Answer::json(StatusCode::OK, v)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,11 +1,29 @@
-//! The node and plugin endpoints: operators' node actions (eligibility, removal, unblock,
-//! fence), the node and plugin views, and the agents' own endpoints (register, heartbeat,
+//! The node endpoints: operators' node actions (eligibility, labels, removal, unblock,
+//! fence), the node views, and the agents' own endpoints (register, heartbeat, stopping,
 //! desired state, reports).
 
-use super::*;
-use crate::http::blocking::sent_generation;
-use crate::watch::Cursor;
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use csivol_api::{
+    self as api, HeartbeatResponse, NodeUnblockRequest, RegisterRequest, RegisterResponse,
+    ReportBatch,
+};
 use csivol_rules::fence::FenceConfig;
+use serde::Deserialize;
+
+use super::blocking::{Blocking, checked_index, sent_generation, with_index};
+use super::extract::{Body, Q, name};
+use super::once::{Answer, Once, ok};
+use super::{channel, once};
+use crate::app::App;
+use crate::error::{ApiError, ApiResult};
+use crate::store::sqlite::writer::WriteCtx;
+use crate::watch::{Cursor, Key};
+use crate::{fence, lifecycle, views};
 
 pub(super) async fn node_labels(
     State(app): State<App>,
@@ -317,36 +335,4 @@ pub(super) async fn apply_reports(
         .write(move |ctx| lifecycle::apply_reports(ctx, &node, batch.reports.clone(), &limits))
         .await?;
     Ok(count)
-}
-
-pub(super) async fn list_plugins(
-    State(app): State<App>,
-    headers: HeaderMap,
-) -> ApiResult<Json<Vec<api::Plugin>>> {
-    app.caller(&headers)?.require_reader()?;
-    let (limits, now) = (app.limits.clone(), app.clock.now_ms());
-    Ok(Json(
-        app.db
-            .read(move |c| views::list_plugins(c, None, &limits, now))
-            .await?,
-    ))
-}
-
-pub(super) async fn get_plugin(
-    State(app): State<App>,
-    headers: HeaderMap,
-    Path(id): Path<String>,
-) -> ApiResult<Json<api::Plugin>> {
-    app.caller(&headers)?.require_reader()?;
-    name("plugin", &id)?;
-    let (limits, now) = (app.limits.clone(), app.clock.now_ms());
-    app.db
-        .read(move |c| {
-            let found = views::list_plugins(c, Some(&id), &limits, now)?;
-            match found.into_iter().next() {
-                Some(p) => Ok(Json(p)),
-                None => Err(lifecycle::unknown_plugin(&id, &c.plugin_ids()?)),
-            }
-        })
-        .await
 }
