@@ -12,7 +12,8 @@ use csivol_api as api;
 use csivol_client::{Body, Method};
 use tokio::process::{Child, Command};
 
-use crate::{Server, ServerConfig};
+use crate::config::ServerConfig;
+use crate::server::Server;
 
 /// `csivol-server dev` flags.
 #[derive(Debug, clap::Args)]
@@ -24,7 +25,7 @@ pub struct DevArgs {
     #[arg(long, default_value_t = 1)]
     pub nodes: u32,
     /// Address the server listens on.
-    #[arg(long, default_value = crate::DEFAULT_LISTEN)]
+    #[arg(long, default_value = crate::config::DEFAULT_LISTEN)]
     pub listen: SocketAddr,
     /// How long a silent node stays ready before it is lost and its volumes blocked.
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
@@ -129,17 +130,17 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         data_dir: dir.join("server"),
         listen: args.listen,
         heartbeat_ttl: args.heartbeat_ttl,
-        planned_stop_grace: crate::DEFAULT_PLANNED_STOP_GRACE,
+        planned_stop_grace: crate::config::DEFAULT_PLANNED_STOP_GRACE,
         controller_concurrency: 8,
         controller_queue_warning: Duration::from_secs(60),
-        request_memory: crate::DEFAULT_REQUEST_MEMORY,
+        request_memory: crate::config::DEFAULT_REQUEST_MEMORY,
         fence: Default::default(),
         secrets_key_file: None,
-        header_timeout: crate::DEFAULT_HEADER_TIMEOUT,
-        body_timeout: crate::DEFAULT_BODY_TIMEOUT,
+        header_timeout: crate::config::DEFAULT_HEADER_TIMEOUT,
+        body_timeout: crate::config::DEFAULT_BODY_TIMEOUT,
         max_connections: None,
         max_long_polls: None,
-        tls: tls.as_ref().map(|f| crate::TlsFiles {
+        tls: tls.as_ref().map(|f| crate::config::TlsFiles {
             cert: f.server_cert.clone(),
             key: f.server_key.clone(),
             client_ca: Some(f.ca.clone()),
@@ -156,7 +157,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     let serving = tokio::spawn(server.serve(async {
         let _ = server_stopped.await;
     }));
-    let token_path = dir.join("server").join(crate::OPERATOR_TOKEN_FILE);
+    let token_path = dir.join("server").join(crate::server::OPERATOR_TOKEN_FILE);
     let token = std::fs::read_to_string(&token_path)
         .with_context(|| format!("failed to read {}", token_path.display()))?
         .trim()

@@ -240,9 +240,9 @@ pub async fn run_backup(args: &BackupArgs) -> anyhow::Result<()> {
         None => match &args.data_dir {
             Some(d) => Err(d.clone()),
             None => {
-                let cfg = crate::ServerConfig::resolve(crate::ServerArgs {
+                let cfg = crate::config::ServerConfig::resolve(crate::cli::ServerArgs {
                     config: args.config.clone(),
-                    ..crate::ServerArgs::default()
+                    ..crate::cli::ServerArgs::default()
                 })?;
                 cfg.etcd.ok_or(cfg.data_dir)
             }
@@ -259,10 +259,12 @@ pub async fn run_backup(args: &BackupArgs) -> anyhow::Result<()> {
 /// `csivol-server restore`: into a stopped server's data dir, or into an empty etcd prefix.
 pub async fn run_restore(args: &RestoreArgs) -> anyhow::Result<()> {
     let configured = match &args.config {
-        Some(path) => Some(crate::ServerConfig::resolve(crate::ServerArgs {
-            config: Some(path.clone()),
-            ..crate::ServerArgs::default()
-        })?),
+        Some(path) => Some(crate::config::ServerConfig::resolve(
+            crate::cli::ServerArgs {
+                config: Some(path.clone()),
+                ..crate::cli::ServerArgs::default()
+            },
+        )?),
         None => None,
     };
     // How to start the server on what was restored: as it runs, with its config when it
@@ -316,7 +318,7 @@ pub async fn run_restore(args: &RestoreArgs) -> anyhow::Result<()> {
             .with_context(|| format!("failed to open the backup {}", args.from.display()))?;
         verify(&conn, &args.from)?
     };
-    crate::create_private_dir(dir)?;
+    crate::server::create_private_dir(dir)?;
     let Some(_lock) = identity::try_lock(dir)? else {
         bail!(
             "a csivol server is running on data dir {}: a restore cannot replace its database \
