@@ -11,6 +11,7 @@ mod listings;
 pub mod maintenance;
 pub mod migrations;
 mod nodes;
+mod ops;
 mod read_pool;
 pub mod restore;
 mod retries;
@@ -19,24 +20,19 @@ mod snapshots;
 mod txn;
 pub mod writer;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
-use csivol_api::domain::PublishContext;
-use csivol_api::{
-    self as api, AttachmentState, ClaimState, NodeStatus, PluginRegistration, Topology,
-};
-use rusqlite::{Connection, OptionalExtension, params};
+use csivol_api::{self as api, ClaimState, NodeStatus, PluginRegistration, Topology};
+use rusqlite::{Connection, params};
 
-use super::{Event, EventFilter, NewClaim, OpSlot, Snapshot, Txn};
+use super::{EventFilter, OpSlot, Snapshot};
 use crate::error::{ApiError, ApiResult};
 use crate::model::{
-    AttachmentRow, ClaimRow, Lifecycle, NewFence, NodeFenceRow, NodePluginRow, NodeRow, OpRow,
-    PluginNodeRow, RunningOpRow, StateCounts, TokenRow, VolumeChunk, VolumeRow, WaitingOps,
-    to_json,
+    AttachmentRow, ClaimRow, NodeFenceRow, NodePluginRow, NodeRow, OpRow, PluginNodeRow,
+    RunningOpRow, StateCounts, TokenRow, VolumeChunk, VolumeRow, WaitingOps,
 };
 use crate::store::sqlite::db::optional;
 use crate::store::sqlite::writer::WriteCtx;
-use crate::watch::Key;
 use csivol_rules::kinds::OpKind;
 
 pub use rows::{ATTACHMENT_COLUMNS, CLAIM_COLUMNS, needs_controller_publish, slots_used};

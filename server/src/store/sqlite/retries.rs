@@ -7,7 +7,12 @@
 //! schema before it until `upgrade finalize`: then every function here reads nothing and
 //! writes nothing, which is how keys and tombstones are ignored during a rolling upgrade.
 
-use super::*;
+use rusqlite::{Connection, params};
+
+use super::exec;
+use crate::error::ApiResult;
+use crate::store::sqlite::db::optional;
+use crate::store::sqlite::writer::WriteCtx;
 use crate::store::{KeptAnswer, Tombstone};
 
 /// Whether the schema has the tables (asked of the connection itself: a mirror migrated
@@ -148,8 +153,11 @@ impl WriteCtx<'_> {
 mod tests {
     use super::*;
     use crate::clock::Clock;
+    use crate::error::ApiError;
     use crate::store::sqlite::db;
     use crate::store::sqlite::migrations::{self, version_of};
+    use crate::store::{Snapshot, Txn};
+    use crate::watch::Key;
 
     /// The schema version that brings request keys and tombstones.
     fn theirs() -> i64 {
