@@ -260,11 +260,15 @@ async fn once(ctx: &Ctx, args: &StatusArgs) -> anyhow::Result<Exit> {
     }
     ctx.out.line(format!("nodes:   {node_counts}"))?;
     for n in &at_risk {
-        ctx.out
-            .line(format!("  at risk: {}: {}", n.name, render::heartbeat(n)))?;
+        ctx.out.line(format!(
+            "  at risk: {}: {}",
+            n.name,
+            render::nodes::heartbeat(n)
+        ))?;
     }
     for p in &behind {
-        ctx.out.line(render::queue_warning(&p.id, &p.queue))?;
+        ctx.out
+            .line(render::plugins::queue_warning(&p.id, &p.queue))?;
     }
     if let Some(h) = &summary.server {
         ctx.out.line(format!("server:  {}", h.status))?;
