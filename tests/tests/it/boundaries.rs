@@ -148,6 +148,86 @@ fn fencing_and_the_background_tasks_do_not_name_http() {
     );
 }
 
+/// Every hand-written `.rs` file of the workspace (the target dir and hidden folders left
+/// out), relative to the workspace root.
+fn workspace_sources() -> Vec<String> {
+    let root = root();
+    let mut out = Vec::new();
+    let mut todo = vec![root.clone()];
+    while let Some(d) = todo.pop() {
+        for entry in std::fs::read_dir(&d).unwrap_or_else(|e| panic!("{}: {e}", d.display())) {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy();
+            if path.is_dir() {
+                if name != "target" && !name.starts_with('.') {
+                    todo.push(path);
+                }
+            } else if name.ends_with(".rs") {
+                out.push(
+                    path.strip_prefix(&root)
+                        .unwrap()
+                        .to_string_lossy()
+                        .into_owned(),
+                );
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn no_hand_written_source_file_is_over_800_lines() {
+    // A file that size does two jobs: split it by job. Tests, generated code and
+    // benchmarks are exempt, as the repository's own check has them (`tests/` and `test/`
+    // folders, `generated/`, `*.pb.rs`, `benches/`).
+    let exempt = regex::Regex::new(r"(^|/)tests?/|/generated/|\.pb\.rs$|/benches/").unwrap();
+    let root = root();
+    let over: Vec<String> = workspace_sources()
+        .into_iter()
+        .filter(|f| !exempt.is_match(f))
+        .filter_map(|f| {
+            let lines = std::fs::read_to_string(root.join(&f))
+                .unwrap()
+                .lines()
+                .count();
+            (lines > 800).then(|| format!("{f} ({lines} lines)"))
+        })
+        .collect();
+    assert!(
+        over.is_empty(),
+        "hand-written source files over 800 lines (split each by job):\n{}",
+        over.join("\n")
+    );
+}
+
+#[test]
+fn no_file_takes_everything_of_another_room() {
+    // A room is one source file, with the modules written inline in it and its tests: a
+    // `tests.rs` beside it, or a `tests/` folder under it, that it declares as its tests.
+    // Inside a room `use super::*` is how tests see what they test. A file that globs its
+    // parent module takes every name of another room, so that a reader cannot tell where
+    // a name lives and a change there reaches it unseen: it imports what it uses by name.
+    let glob = regex::Regex::new(r"^(pub(\([^)]*\))?\s+)?use\s+(super::)+\*\s*;").unwrap();
+    let tests = regex::Regex::new(r"(^|/)tests(/|\.rs$)").unwrap();
+    let root = root();
+    let mut found = Vec::new();
+    for f in workspace_sources() {
+        if tests.is_match(&f) {
+            continue;
+        }
+        let text = std::fs::read_to_string(root.join(&f)).unwrap();
+        if let Some((n, line)) = text.lines().enumerate().find(|(_, l)| glob.is_match(l)) {
+            found.push(format!("{f}:{}: {line}", n + 1));
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "files that take everything of their parent module (import the names they use):\n{}",
+        found.join("\n")
+    );
+}
+
 /// The `[dependencies]` of a crate's manifest, by name.
 fn dependencies(manifest: &Path) -> Vec<String> {
     let text = std::fs::read_to_string(manifest).unwrap();
