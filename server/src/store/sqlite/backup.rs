@@ -267,9 +267,23 @@ pub async fn run_restore(args: &RestoreArgs) -> anyhow::Result<()> {
         )?),
         None => None,
     };
-    // How to start the server on what was restored: as it runs, with its config when it
-    // has one (the data dir alone would start it on the default address, without TLS).
-    let serve = |what: String| match &args.config {
+    let etcd = match args.etcd.config()? {
+        Some(e) => Some(e),
+        None => configured.as_ref().and_then(|c| c.etcd.clone()),
+    };
+    if let Some(e) = etcd {
+        return restore_into_etcd(args, &e).await;
+    }
+    let Some(dir) = &args.data_dir.clone().or(configured.map(|c| c.data_dir)) else {
+        bail!("--data-dir, --config or --etcd-endpoints is needed: where to restore to");
+    };
+    restore_into_data_dir(args, dir)
+}
+
+/// How to start the server on what was restored: as it runs, with its config when it has
+/// one (the data dir alone would start it on the default address, without TLS).
+fn serve_command(args: &RestoreArgs, what: String) -> String {
+    match &args.config {
         Some(path) => format!(
             "csivol-server serve --config {}",
             csivol_daemon::shell_word(&path.display().to_string())
@@ -277,42 +291,48 @@ pub async fn run_restore(args: &RestoreArgs) -> anyhow::Result<()> {
         None => {
             format!("csivol-server serve {what} with the other flags (or --config) it runs with")
         }
-    };
-    let etcd = match args.etcd.config()? {
-        Some(e) => Some(e),
-        None => configured.as_ref().and_then(|c| c.etcd.clone()),
-    };
-    if let Some(e) = etcd {
-        let prepared = crate::store::replicated::backup::prepare(&e, &args.from).await?;
-        // Said before anything is written: the prefix holds nothing now, so this is all
-        // the backup has; what nodes hold beyond it is taken down when they register.
-        println!(
-            "restoring {} from {} into etcd under {}",
-            prepared.summary,
-            args.from.display(),
-            e.prefix
-        );
-        println!("{}", prepared.plan);
-        let copied = crate::store::replicated::backup::restore(&e, &args.from, &prepared).await?;
-        println!(
-            "restored {} from {} into etcd: {copied}",
-            prepared.summary,
-            args.from.display()
-        );
-        eprintln!(
-            "start the servers on it: {}, with the secrets key the backup's cluster had; the \
-             tokens of the backup are valid again",
-            serve(format!(
+    }
+}
+
+/// The restore into an empty etcd prefix.
+async fn restore_into_etcd(
+    args: &RestoreArgs,
+    e: &crate::store::replicated::EtcdConfig,
+) -> anyhow::Result<()> {
+    let prepared = crate::store::replicated::backup::prepare(e, &args.from).await?;
+    // Said before anything is written: the prefix holds nothing now, so this is all
+    // the backup has; what nodes hold beyond it is taken down when they register.
+    println!(
+        "restoring {} from {} into etcd under {}",
+        prepared.summary,
+        args.from.display(),
+        e.prefix
+    );
+    println!("{}", prepared.plan);
+    let copied = crate::store::replicated::backup::restore(e, &args.from, &prepared).await?;
+    println!(
+        "restored {} from {} into etcd: {copied}",
+        prepared.summary,
+        args.from.display()
+    );
+    eprintln!(
+        "start the servers on it: {}, with the secrets key the backup's cluster had; the \
+         tokens of the backup are valid again",
+        serve_command(
+            args,
+            format!(
                 "--store etcd --etcd-endpoints {} --etcd-prefix {}",
                 e.endpoints.join(","),
                 e.prefix
-            ))
-        );
-        return Ok(());
-    }
-    let Some(dir) = &args.data_dir.clone().or(configured.map(|c| c.data_dir)) else {
-        bail!("--data-dir, --config or --etcd-endpoints is needed: where to restore to");
-    };
+            )
+        )
+    );
+    Ok(())
+}
+
+/// The restore into a stopped server's data dir: the database it holds is kept aside
+/// (`--force`), the backup put in its place, marked restored.
+fn restore_into_data_dir(args: &RestoreArgs, dir: &Path) -> anyhow::Result<()> {
     let summary = {
         let conn = Connection::open_with_flags(&args.from, OpenFlags::SQLITE_OPEN_READ_ONLY)
             .with_context(|| format!("failed to open the backup {}", args.from.display()))?;
@@ -417,10 +437,13 @@ pub async fn run_restore(args: &RestoreArgs) -> anyhow::Result<()> {
     );
     eprintln!(
         "start the server on it: {}; the tokens of the backup are valid again",
-        serve(format!(
-            "--data-dir {}",
-            csivol_daemon::shell_word(&dir.display().to_string())
-        ))
+        serve_command(
+            args,
+            format!(
+                "--data-dir {}",
+                csivol_daemon::shell_word(&dir.display().to_string())
+            )
+        )
     );
     Ok(())
 }
