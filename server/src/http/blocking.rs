@@ -58,7 +58,7 @@ impl App {
     /// state is answered as before, when the state passes it: such a client keeps the
     /// greater of its indexes, and answering it at once would have it ask again at once,
     /// without end (the agents' desired state, whose clients take the index they are
-    /// given, is answered at once all the same: `node_endpoints::desired`).
+    /// given, is answered at once all the same: `nodes::desired`).
     pub(super) fn answer_at_once(&self, headers: &HeaderMap, after: u64) -> bool {
         let cursor = Cursor {
             generation: sent_generation(headers),
