@@ -10,6 +10,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use csivol_api::{ClaimRef, DesiredState, ObservedShape, RegisterRequest, Report, StaleChanges};
+use csivol_rules::agent::observed::Observation;
+use csivol_rules::agent::records::{PublicationRecord, PublishState, StageState, StagingRecord};
+use csivol_rules::agent::verify::Checks as _;
 use tokio::sync::{mpsc, watch};
 
 mod jobs;
@@ -23,12 +26,9 @@ use self::reconciler::Reconciler;
 use self::recovery::recover;
 use self::steps::{StepError, local};
 use crate::config::CoreConfig;
-use crate::mounts::{Checker, Judge, MountWatch, Observation};
+use crate::mounts::{Checker, Judge, MountWatch};
 use crate::plugin::{ConnectError, NodePlugin, Plugins};
-use crate::store::{
-    Fence, PublicationRecord, PublishState, StageState, StagingRecord, Store, StoreError, now_ms,
-};
-use crate::verify::Checks as _;
+use crate::store::{Fence, Store, StoreError, now_ms};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {

@@ -6,13 +6,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use csivol_api::{ClaimRef, DesiredState};
+use csivol_rules::agent::plan::{self, Memo, VolumeDesired};
+use csivol_rules::agent::records::{PublicationRecord, PublishState, StagingRecord};
+use csivol_rules::agent::verify;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
 use crate::mounts::Checker;
-use crate::plan::{self, Memo, VolumeDesired};
-use crate::store::{PublicationRecord, PublishState, StagingRecord, now_ms};
-use crate::verify;
+use crate::store::now_ms;
 
 use super::jobs::{JobContext, Outcome, check_conditions, run_expand, run_job, run_op};
 use super::{Changed, Control, FenceState, Shared};

@@ -4,10 +4,10 @@
 use std::collections::HashSet;
 use std::path::PathBuf;
 
-use crate::mounts::{self};
-use crate::verify;
-
+use csivol_rules::agent::verify;
 use tokio::sync::watch;
+
+use crate::mounts::{self};
 
 use super::Shared;
 use super::steps::{StepError, unpublish, unstage};

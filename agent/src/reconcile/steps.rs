@@ -6,15 +6,15 @@ use std::time::{Duration, Instant};
 
 use csivol_api::domain::ErrorClass;
 use csivol_api::{DesiredState, PluginError, Report};
+use csivol_rules::agent::observed::Observation;
+use csivol_rules::agent::plan::{Job, PublishStep, StageStep};
+use csivol_rules::agent::records::{PublicationRecord, PublishState, StageState, StagingRecord};
 use tonic::Code;
 
 use crate::config::ReadyCheck;
-use crate::mounts::{self, Observation};
-use crate::plan::{Job, PublishStep, StageStep};
+use crate::mounts;
 use crate::plugin::CallError;
-use crate::store::{
-    PublicationRecord, PublishState, StageState, StagingRecord, StoreError, now_ms,
-};
+use crate::store::{StoreError, now_ms};
 
 use super::Shared;
 

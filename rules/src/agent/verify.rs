@@ -21,8 +21,8 @@ use std::collections::HashSet;
 
 use csivol_api::ClaimRef;
 
-use crate::observed::{self, Observation};
-use crate::plan::{PublicationRecord, PublishState, StageState, StagingRecord};
+use super::observed::{self, Observation};
+use super::records::{PublicationRecord, PublishState, StageState, StagingRecord};
 
 /// The checks of one snapshot of the node, as the records need them (the agent's answer
 /// them from the mount table and `stat`; tests, from a table).

@@ -10,80 +10,8 @@ use std::path::{Path, PathBuf};
 
 use csivol_api::{ClaimRef, DesiredPublish, DesiredUnpublish, validate_name};
 
-use crate::observed::Observation;
-use crate::verify::Plan;
-
-// What the agent recorded in `agent.db` (its store keeps them there): the facts a plan reads.
-
-/// What the agent knows about a staging. `Staging` and `Unstaging` mean a call was (or may
-/// have been) in flight: the volume may or may not be staged.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StageState {
-    Staging,
-    Staged,
-    Unstaging,
-}
-
-/// Likewise for a publication.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PublishState {
-    Publishing,
-    Published,
-    Unpublishing,
-}
-
-macro_rules! text_state {
-    ($t:ident { $($v:ident = $s:literal),* }) => {
-        impl $t {
-            pub fn as_str(self) -> &'static str {
-                match self { $(Self::$v => $s),* }
-            }
-            pub fn parse(s: &str) -> Option<Self> {
-                match s {
-                    $($s => Some(Self::$v),)*
-                    _ => None,
-                }
-            }
-        }
-    };
-}
-text_state!(StageState { Staging = "staging", Staged = "staged", Unstaging = "unstaging" });
-text_state!(PublishState {
-    Publishing = "publishing",
-    Published = "published",
-    Unpublishing = "unpublishing"
-});
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct StagingRecord {
-    pub volume: String,
-    pub plugin: String,
-    pub external_id: String,
-    pub path: PathBuf,
-    pub state: StageState,
-    /// Staged for block access.
-    pub block: bool,
-    /// What the plugin made at the path when NodeStageVolume succeeded; `None` before,
-    /// and in records of an older agent until they are first checked.
-    pub observed: Option<Observation>,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PublicationRecord {
-    pub volume: String,
-    pub alloc: String,
-    pub plugin: String,
-    pub external_id: String,
-    pub target: PathBuf,
-    /// The staging path the publication was made from, when the plugin stages.
-    pub staging: Option<PathBuf>,
-    /// A block volume's target is a device node, not a mount point.
-    pub block: bool,
-    pub state: PublishState,
-    /// What the plugin made at the target, once it first passed the readiness check;
-    /// `None` before, and in records of an older agent until they are first checked.
-    pub observed: Option<Observation>,
-}
+use super::records::{PublicationRecord, PublishState, StageState, StagingRecord};
+use super::verify::Plan;
 
 /// Reports already handed to the server for entries it still lists, so that a rescan does
 /// not send them again. Entries leave when the server stops listing them. Kept in volume
