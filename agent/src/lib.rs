@@ -7,10 +7,10 @@
 //! - `store`: `agent.db`, what the agent may have staged and published, and its fences.
 //! - `mounts`: pure over one snapshot of the mount table and `stat`: what a plugin made at
 //!   a path, whether it is still there, and the checks of the agent's records (`Judge`).
-//! - the decisions are pure, in `csivol_rules::agent`, imported by that path: `plan` (one
+//! - the decisions are pure, in `csivol_rules::agent`, imported by that path: `job` (one
 //!   volume's desired and recorded state → the steps) and `verify` (the records against
-//!   those checks → what recovery and every resync do: stage or publish again, take down,
-//!   record, report drift).
+//!   those checks → what recovery and every resync repair: stage or publish again, take
+//!   down, record, report drift).
 //! - `reconcile`: recovery at start, the reconcile loop, volume workers, controller
 //!   operations.
 //! - `check`: `csivol-agent check`, one safe round trip through a plugin before trusting

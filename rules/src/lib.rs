@@ -29,7 +29,7 @@
 //!   request, and when a request is too old, or a claim older than its alloc's release.
 //! - `settle`: which volumes the server holds back after the state went back in time, and
 //!   until when.
-//! - `agent/`: the node agent's decisions (its step plan, its recovery, what it observed and
+//! - `agent/`: the node agent's decisions (a volume's job, its recovery, what it observed and
 //!   recorded), in a folder of their own.
 
 pub mod after_release;

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use csivol_api::domain::ErrorClass;
 use csivol_api::{ClaimRef, ControllerOp, DesiredExpand, PluginError, Report};
-use csivol_rules::agent::plan::Job;
+use csivol_rules::agent::job::Job;
 use csivol_rules::agent::records::{PublicationRecord, PublishState, StageState};
 
 use crate::store::now_ms;

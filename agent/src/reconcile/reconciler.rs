@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use csivol_api::{ClaimRef, DesiredState};
-use csivol_rules::agent::plan::{self, Memo, VolumeDesired};
+use csivol_rules::agent::job::{self, Memo, VolumeDesired};
 use csivol_rules::agent::records::{PublicationRecord, PublishState, StagingRecord};
 use csivol_rules::agent::verify;
 use tokio::sync::{mpsc, watch};
@@ -328,7 +328,7 @@ impl Reconciler {
             let mut publications = store.publications_of(&vol);
             let verified = match &checker {
                 Some(c) => self.drift(c, publish, staging.as_mut(), &mut publications),
-                None => verify::Plan::default(),
+                None => verify::Repairs::default(),
             };
             let mut deadlines = HashMap::new();
             let mut timed_out = HashSet::new();
@@ -350,7 +350,7 @@ impl Reconciler {
                 }
                 deadlines.insert(p.alloc.clone(), deadline);
             }
-            let mut job = plan::plan(&plan::Input {
+            let mut job = job::decide(&job::Input {
                 data_dir: &self.shared.data_dir,
                 volume: &vol,
                 desired: vd,
@@ -410,9 +410,9 @@ impl Reconciler {
         }
     }
 
-    /// Finds what drifted under the records of one volume (`verify::plan` at a resync): a
+    /// Finds what drifted under the records of one volume (`verify::decide` at a resync): a
     /// staging that no longer shows what the plugin made there, publications whose target
-    /// fails its check. They are marked uncertain in the records given (so that the plan
+    /// fails its check. They are marked uncertain in the records given (so that the job
     /// stages and publishes them again) and returned, for the job to record and report
     /// first.
     fn drift(
@@ -421,7 +421,7 @@ impl Reconciler {
         listed: &[csivol_api::DesiredPublish],
         staging: Option<&mut StagingRecord>,
         publications: &mut [PublicationRecord],
-    ) -> verify::Plan {
+    ) -> verify::Repairs {
         let wanted: HashSet<ClaimRef> = publications
             .iter()
             .filter(|p| listed.iter().any(|d| d.alloc == p.alloc))
@@ -431,7 +431,7 @@ impl Reconciler {
             })
             .collect();
         let stagings: Vec<StagingRecord> = staging.iter().map(|s| (**s).clone()).collect();
-        let found = verify::plan(
+        let found = verify::decide(
             &self.shared.judge(Some(c)),
             &verify::Input {
                 when: verify::When::Resync,

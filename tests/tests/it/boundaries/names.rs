@@ -172,7 +172,7 @@ fn circle(graph: &BTreeMap<String, Vec<String>>) -> Option<Vec<String>> {
 #[test]
 fn the_agents_decisions_import_one_way() {
     let graph = sibling_imports(&root().join("rules/src/agent"));
-    for module in ["plan", "verify", "records", "observed"] {
+    for module in ["job", "verify", "records", "observed"] {
         assert!(
             graph.contains_key(module),
             "rules/src/agent/ has no `{module}`: {graph:?}"
@@ -218,4 +218,49 @@ fn the_agent_imports_the_decisions_by_their_real_path() {
          (`csivol_rules::agent::...`):\n{}",
         found.join("\n")
     );
+}
+
+/// One word per idea (ARCHITECTURE.md's glossary): each word, the folders whose code must
+/// not use it as a name, and what they call their idea instead.
+const WORDS: &[(&str, &[&str], &str)] = &[
+    (
+        "plan",
+        &["rules/src", "agent/src"],
+        "a plan is what an operator action would do (`ActionPlan`, the CLI's `plan`); the node \
+         agent decides a volume's `job` and its recovery's `repairs`",
+    ),
+    (
+        "Plan",
+        &["rules/src", "agent/src"],
+        "a plan is what an operator action would do (`ActionPlan`); the node agent's \
+         recovery decides `Repairs`",
+    ),
+];
+
+#[test]
+fn one_word_per_idea() {
+    let mut found = Vec::new();
+    for (word, dirs, instead) in WORDS {
+        for dir in *dirs {
+            for path in sources(&root().join(dir)) {
+                let named = path
+                    .strip_prefix(root().join(dir))
+                    .unwrap()
+                    .with_extension("")
+                    .components()
+                    .any(|c| c.as_os_str() == *word);
+                let mut hit = named.then(|| "its path".to_owned());
+                if hit.is_none() {
+                    hit = code_lines(&path)
+                        .into_iter()
+                        .find(|(_, code)| names(code, word))
+                        .map(|(n, code)| format!("line {n}: {}", code.trim()));
+                }
+                if let Some(hit) = hit {
+                    found.push(format!("{}: `{word}` ({hit}): {instead}", rel(&path)));
+                }
+            }
+        }
+    }
+    assert!(found.is_empty(), "{}", found.join("\n"));
 }

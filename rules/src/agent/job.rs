@@ -1,5 +1,5 @@
-//! The pure part of reconciling one volume: from what the server wants and what the agent
-//! recorded, the steps to take, in order. No I/O here; the agent's reconcile loop runs them.
+//! One volume's job: from what the server wants and what the agent recorded, the steps to
+//! take, in order. No I/O here; the agent's engine carries the job out.
 //!
 //! The rule is level-triggered, like kubelet's desired and actual state of the world: a
 //! publication is kept only while a `publish` entry covers it, a staging only while some
@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use csivol_api::{ClaimRef, DesiredPublish, DesiredUnpublish, validate_name};
 
 use super::records::{PublicationRecord, PublishState, StageState, StagingRecord};
-use super::verify::Plan;
+use super::verify::Repairs;
 
 /// Reports already handed to the server for entries it still lists, so that a rescan does
 /// not send them again. Entries leave when the server stops listing them. Kept in volume
@@ -31,7 +31,7 @@ pub struct VolumeDesired<'a> {
     pub unstage: bool,
 }
 
-/// Everything [`plan`] looks at.
+/// Everything [`decide`] looks at.
 #[derive(Debug)]
 pub struct Input<'a> {
     pub data_dir: &'a Path,
@@ -81,7 +81,7 @@ pub struct Job {
     /// `verify`): observations to record, a staging to stage again and publications to
     /// publish again (marked uncertain and reported as drift first; the steps below bring
     /// them up again).
-    pub verified: Plan,
+    pub verified: Repairs,
     /// Set when the agent takes publications down that the server still wants (it stops
     /// and leaves its node clean): each is reported as drift with this reason, so that the
     /// server does not go on calling the claim ready.
@@ -95,7 +95,7 @@ pub struct Job {
     pub publish: Vec<PublishStep>,
     /// Claims published and ready that the server has not been told about.
     pub report_published: Vec<(String, PathBuf)>,
-    /// The releases and the unstage the server listed when this job was planned: only a
+    /// The releases and the unstage the server listed when this job was decided: only a
     /// report answering a listed request is remembered as an answer (a report made for
     /// an older desired state may have reached the server before it asked).
     pub listed_unpublish: Vec<String>,
@@ -138,7 +138,7 @@ fn covers(d: &DesiredPublish, plugin: &str, external_id: &str) -> bool {
     d.volume.plugin == plugin && d.volume.external_id == external_id
 }
 
-pub fn plan(input: &Input<'_>) -> Job {
+pub fn decide(input: &Input<'_>) -> Job {
     let vol = input.volume;
     let mut job = Job {
         volume: vol.to_owned(),
@@ -344,7 +344,7 @@ mod tests {
         }
     }
 
-    /// Plans volume `v` with the `hp` plugin staging.
+    /// Decides the job of volume `v` with the `hp` plugin staging.
     struct Check {
         desired_publish: Vec<DesiredPublish>,
         desired_unpublish: Vec<DesiredUnpublish>,
@@ -372,7 +372,7 @@ mod tests {
             }
         }
 
-        fn plan(&self) -> Job {
+        fn job(&self) -> Job {
             let desired = VolumeDesired {
                 publish: self.desired_publish.iter().collect(),
                 unpublish: self.desired_unpublish.iter().collect(),
@@ -383,7 +383,7 @@ mod tests {
             } else {
                 HashSet::new()
             };
-            plan(&Input {
+            decide(&Input {
                 data_dir: Path::new(DIR),
                 volume: "v",
                 desired: &desired,
@@ -440,7 +440,7 @@ mod tests {
     fn first_claim_stages_then_publishes() {
         let mut c = Check::new();
         c.desired_publish = vec![want("v", "a1", "hp")];
-        let job = c.plan();
+        let job = c.job();
         assert_eq!(steps(&job), ["stage", "publish a1"]);
         assert_eq!(job.publish[0].target, Path::new("/d/targets/v/a1"));
         assert_eq!(
@@ -456,11 +456,11 @@ mod tests {
         c.staging = Some(staged("v", StageState::Staged));
         c.pubs = vec![pubrec("v", "a1", PublishState::Published)];
         c.memo.published.insert(claim("v", "a1"));
-        assert_eq!(steps(&c.plan()), ["publish a2"]);
+        assert_eq!(steps(&c.job()), ["publish a2"]);
         // Steady state: nothing to do.
         c.pubs.push(pubrec("v", "a2", PublishState::Published));
         c.memo.published.insert(claim("v", "a2"));
-        assert!(c.plan().is_empty());
+        assert!(c.job().is_empty());
     }
 
     #[test]
@@ -474,7 +474,7 @@ mod tests {
             pubrec("v", "a2", PublishState::Published),
         ];
         c.memo.published.insert(claim("v", "a2"));
-        assert_eq!(steps(&c.plan()), ["unpublish a1"]);
+        assert_eq!(steps(&c.job()), ["unpublish a1"]);
     }
 
     #[test]
@@ -484,7 +484,7 @@ mod tests {
         c.staging = Some(staged("v", StageState::Staged));
         c.pubs = vec![pubrec("v", "a1", PublishState::Published)];
         assert_eq!(
-            steps(&c.plan()),
+            steps(&c.job()),
             ["unpublish a1", "unstage", "report unstaged"]
         );
     }
@@ -495,12 +495,12 @@ mod tests {
         c.desired_unpublish = vec![release("v", "a1")];
         c.unstage = true;
         assert_eq!(
-            steps(&c.plan()),
+            steps(&c.job()),
             ["report unpublished a1", "report unstaged"]
         );
         c.memo.unpublished.insert(claim("v", "a1"));
         c.memo.unstaged.insert("v".into());
-        assert!(c.plan().is_empty());
+        assert!(c.job().is_empty());
     }
 
     #[test]
@@ -509,13 +509,13 @@ mod tests {
         c.desired_publish = vec![want("v", "a1", "hp")];
         c.staging = Some(staged("v", StageState::Staging));
         c.pubs = vec![pubrec("v", "a1", PublishState::Publishing)];
-        assert_eq!(steps(&c.plan()), ["stage", "publish a1"]);
+        assert_eq!(steps(&c.job()), ["stage", "publish a1"]);
 
         c.desired_publish.clear();
         c.staging = Some(staged("v", StageState::Unstaging));
         c.pubs = vec![pubrec("v", "a1", PublishState::Unpublishing)];
         assert_eq!(
-            steps(&c.plan()),
+            steps(&c.job()),
             ["unpublish a1", "unstage", "report unstaged"]
         );
     }
@@ -529,7 +529,7 @@ mod tests {
             pubrec("v", "a2", PublishState::Published),
         ];
         assert_eq!(
-            steps(&c.plan()),
+            steps(&c.job()),
             ["unpublish a1", "unpublish a2", "unstage", "report unstaged"]
         );
     }
@@ -547,7 +547,7 @@ mod tests {
         d.volume.external_id = "ext-new".into();
         c.desired_publish = vec![d];
         // The staging (ext-v) is not wanted, but the kept publication was made from it.
-        let job = c.plan();
+        let job = c.job();
         assert_eq!(job.unstage, None);
     }
 
@@ -560,7 +560,7 @@ mod tests {
         d.volume.external_id = "ext-new".into();
         c.desired_publish = vec![d];
         assert_eq!(
-            steps(&c.plan()),
+            steps(&c.job()),
             ["unpublish a1 (silent)", "unstage", "stage", "publish a1"]
         );
     }
@@ -570,7 +570,7 @@ mod tests {
         let mut c = Check::new();
         c.stages = false;
         c.desired_publish = vec![want("v", "a1", "hp")];
-        let job = c.plan();
+        let job = c.job();
         assert_eq!(steps(&job), ["publish a1"]);
         assert_eq!(job.publish[0].staging, None);
 
@@ -580,7 +580,7 @@ mod tests {
         rec.staging = None;
         c.pubs = vec![rec];
         c.desired_unpublish = vec![release("v", "a1")];
-        assert_eq!(steps(&c.plan()), ["unpublish a1", "report unstaged"]);
+        assert_eq!(steps(&c.job()), ["unpublish a1", "report unstaged"]);
     }
 
     #[test]
@@ -592,7 +592,7 @@ mod tests {
         c.failed.insert(claim("v", "a1"));
         c.timed_out.insert(claim("v", "a2"));
         assert_eq!(
-            steps(&c.plan()),
+            steps(&c.job()),
             ["timeout a2", "unpublish a1", "unstage", "report unstaged"]
         );
         // A claim that became ready does not time out.
@@ -600,14 +600,14 @@ mod tests {
         c.timed_out = [claim("v", "a1")].into();
         c.desired_publish = vec![want("v", "a1", "hp")];
         c.pubs = vec![pubrec("v", "a1", PublishState::Published)];
-        assert_eq!(steps(&c.plan()), ["report published a1"]);
+        assert_eq!(steps(&c.job()), ["report published a1"]);
     }
 
     #[test]
     fn names_that_cannot_be_paths_fail_the_claim() {
         let mut c = Check::new();
         c.desired_publish = vec![want("v", "../etc", "hp")];
-        let job = c.plan();
+        let job = c.job();
         assert_eq!(steps(&job), ["invalid ../etc"]);
         assert!(job.invalid[0].1.contains("invalid alloc name"));
     }
@@ -620,7 +620,7 @@ mod tests {
         c.pubs = vec![pubrec("v", "a1", PublishState::Published)];
         c.staging = Some(staged("v", StageState::Staged));
         assert_eq!(
-            steps(&c.plan()),
+            steps(&c.job()),
             ["unpublish a1", "unstage", "report unstaged"]
         );
     }
