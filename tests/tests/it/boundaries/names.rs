@@ -224,6 +224,18 @@ fn the_agent_imports_the_decisions_by_their_real_path() {
 /// not use it as a name, and what they call their idea instead.
 const WORDS: &[(&str, &[&str], &str)] = &[
     (
+        "reconcile",
+        &["agent/src", "agent/tests"],
+        "reconciliation is controller-side only (a controller's listing against csivol's \
+         attachments, whose agent half is `engine/listing.rs`); what makes the node follow \
+         its desired state is the node `engine`",
+    ),
+    (
+        "Reconciler",
+        &["agent/src", "agent/tests"],
+        "the node engine's loop is its `Driver`",
+    ),
+    (
         "plan",
         &["rules/src", "agent/src"],
         "a plan is what an operator action would do (`ActionPlan`, the CLI's `plan`); the node \

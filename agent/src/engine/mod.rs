@@ -1,4 +1,4 @@
-//! The reconcile core: recovery at start, then a loop that makes the node follow the
+//! The node engine: recovery at start, then a loop that makes the node follow the
 //! desired state it is given, one worker per volume, and runs the controller operations
 //! assigned to this agent. It knows nothing of HTTP: the desired state comes in through
 //! [`Core::set_desired`] and the reports it would send come out of a channel, so tests
@@ -15,14 +15,14 @@ use csivol_rules::agent::records::{PublicationRecord, PublishState, StageState, 
 use csivol_rules::agent::verify::Checks as _;
 use tokio::sync::{mpsc, watch};
 
+mod driver;
 mod jobs;
 mod limits;
 mod listing;
-mod reconciler;
 mod recovery;
 mod steps;
 
-use self::reconciler::Reconciler;
+use self::driver::Driver;
 use self::recovery::recover;
 use self::steps::{StepError, local};
 use crate::config::CoreConfig;
@@ -312,14 +312,14 @@ impl Core {
             );
         }
         let (fence_tx, fence_rx) = watch::channel(initial.clone());
-        let reconciler = Reconciler::new(
+        let driver = Driver::new(
             Arc::clone(&shared),
             desired_rx,
             control_rx,
             fence_tx,
             initial,
         );
-        let task = tokio::spawn(reconciler.run());
+        let task = tokio::spawn(driver.run());
         let listing = tokio::spawn(listing::run(Arc::clone(&shared)));
         let limits = tokio::spawn(limits::run(Arc::clone(&shared)));
         Ok((

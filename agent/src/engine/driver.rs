@@ -1,4 +1,4 @@
-//! The reconcile loop: the latest desired state, what runs, retries and deadlines, drift
+//! The engine's loop: the latest desired state, what runs, retries and deadlines, drift
 //! found at each resync, the fence and the take-down at stop.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -25,7 +25,7 @@ struct Backoff {
 }
 
 /// The loop's state: the latest desired state, what runs, and what was already said.
-pub(super) struct Reconciler {
+pub(super) struct Driver {
     shared: Arc<Shared>,
     /// The latest desired state, read in place (not held: the session applies the
     /// server's changes to it without a copy while nobody holds it).
@@ -62,7 +62,7 @@ pub(super) struct Reconciler {
     dirty: Changed,
 }
 
-impl Reconciler {
+impl Driver {
     pub(super) fn new(
         shared: Arc<Shared>,
         desired_rx: watch::Receiver<Arc<DesiredState>>,
@@ -481,7 +481,7 @@ impl Reconciler {
             .retain(|v| desired.unstage.iter().any(|u| &u.volume == v));
     }
 
-    /// [`Reconciler::forget_unlisted`] for the claims of one volume, whose entries changed.
+    /// [`Driver::forget_unlisted`] for the claims of one volume, whose entries changed.
     fn forget_unlisted_of(&mut self, desired: &DesiredState, volume: &str) {
         let (publish, unpublish, unstage) = desired.entries_of(volume);
         let listed = |c: &ClaimRef| publish.iter().any(|p| p.alloc == c.alloc);
