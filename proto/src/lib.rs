@@ -20,4 +20,4 @@ pub mod csi {
     }
 }
 
-pub use endpoint::{CsiEndpoint, EndpointError, PluginChannel};
+pub use endpoint::{CsiEndpoint, EndpointError, PluginConnection};
