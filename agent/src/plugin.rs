@@ -16,8 +16,8 @@ use csivol_api::{
 };
 use csivol_csi::CsiEndpoint;
 use csivol_csi::PluginConnection;
+use csivol_csi::convert::{code_name, error_class, timestamp_ms};
 use csivol_csi::csi::v1 as csi;
-use csivol_csi::domain::{code_name, error_class, timestamp_ms};
 use csivol_csi::endpoint::with_deadline;
 use tokio::sync::Semaphore;
 use tonic::Code;

@@ -19,7 +19,7 @@ use csivol_api::domain::{AccessMode, AccessType, VolumeCapability};
 use csivol_api::{
     ControllerOp, ControllerOpKind, DesiredPublish, NodeVolume, Report, TopologyRequest,
 };
-use csivol_csi::domain::code_name;
+use csivol_csi::convert::code_name;
 use csivol_rules::agent::observed::Observation;
 use csivol_rules::agent::records::{PublicationRecord, PublishState, StageState, StagingRecord};
 use csivol_rules::agent::verify::Checks as _;

@@ -298,3 +298,35 @@ fn one_word_per_idea() {
     }
     assert!(found.is_empty(), "{}", found.join("\n"));
 }
+
+#[test]
+fn domain_names_the_api_types_alone() {
+    // csivol's own types for what it needs from CSI are `csivol_api::domain`; what turns
+    // the generated wire types into them and back is `csivol_csi::convert`.
+    let own = root().join("proto/api/src/domain.rs");
+    let declared = root().join("proto/api/src/lib.rs");
+    let mut found = Vec::new();
+    for dir in [
+        "proto", "agent", "server", "cli", "hostpath", "rules", "daemon", "tests", "gen",
+    ] {
+        for path in sources(&root().join(dir)) {
+            if path.ends_with("boundaries/names.rs") {
+                continue; // this file spells the names out
+            }
+            if path.file_stem().is_some_and(|s| s == "domain") && path != own {
+                found.push(format!("{}: a second module called `domain`", rel(&path)));
+            }
+            for (n, code) in code_lines(&path) {
+                let declares = names(&code, "mod domain") && path != declared;
+                if declares || names(&code, "csivol_csi::domain") {
+                    found.push(format!("{}:{n}: {}", rel(&path), code.trim()));
+                }
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "`domain` is csivol_api's plain CSI types; conversions are `csivol_csi::convert`:\n{}",
+        found.join("\n")
+    );
+}
