@@ -15,9 +15,9 @@ use csivol_api::{
     NodePluginRegistration, NodeVolume, PluginError, PluginRegistration, Report,
 };
 use csivol_csi::CsiEndpoint;
-use csivol_csi::PluginChannel;
+use csivol_csi::PluginConnection;
+use csivol_csi::convert::{code_name, error_class, timestamp_ms};
 use csivol_csi::csi::v1 as csi;
-use csivol_csi::domain::{code_name, error_class, timestamp_ms};
 use csivol_csi::endpoint::with_deadline;
 use tokio::sync::Semaphore;
 use tonic::Code;
@@ -113,7 +113,7 @@ pub struct NodePlugin {
     pub capabilities: NodeCapabilities,
     /// The attach limit (`max_volumes_per_node`) as NodeGetInfo last said it.
     limit: std::sync::atomic::AtomicU32,
-    client: csi::node_client::NodeClient<PluginChannel>,
+    client: csi::node_client::NodeClient<PluginConnection>,
     permits: Semaphore,
     timeout: Duration,
 }
@@ -125,9 +125,9 @@ pub struct ControllerPlugin {
     pub endpoint: CsiEndpoint,
     pub identity: Identity,
     pub capabilities: ControllerCapabilities,
-    client: csi::controller_client::ControllerClient<PluginChannel>,
+    client: csi::controller_client::ControllerClient<PluginConnection>,
     /// The GroupController service, where the plugin serves it.
-    group: Option<csi::group_controller_client::GroupControllerClient<PluginChannel>>,
+    group: Option<csi::group_controller_client::GroupControllerClient<PluginConnection>>,
     permits: Semaphore,
     timeout: Duration,
 }
@@ -206,10 +206,10 @@ impl Plugins {
 /// Probes until the plugin says it is ready, then reads its identity.
 async fn identity(
     spec: &PluginSpec,
-    channel: &PluginChannel,
+    conn: &PluginConnection,
     wait: Duration,
 ) -> Result<Identity, ConnectError> {
-    let mut client = csi::identity_client::IdentityClient::new(channel.clone());
+    let mut client = csi::identity_client::IdentityClient::new(conn.clone());
     let started = Instant::now();
     let mut last_log: Option<Instant> = None;
     loop {
@@ -280,9 +280,9 @@ fn wire_path(path: &Path) -> String {
 
 impl NodePlugin {
     async fn connect(spec: &PluginSpec, cfg: &CoreConfig) -> Result<Self, ConnectError> {
-        let channel = spec.endpoint.channel(cfg.node_call_timeout);
-        let identity = identity(spec, &channel, cfg.plugin_wait_timeout).await?;
-        let mut client = csi::node_client::NodeClient::new(channel);
+        let conn = spec.endpoint.connection(cfg.node_call_timeout);
+        let identity = identity(spec, &conn, cfg.plugin_wait_timeout).await?;
+        let mut client = csi::node_client::NodeClient::new(conn);
         let call_err = |source| ConnectError::Call {
             id: spec.id.clone(),
             endpoint: spec.endpoint.clone(),
@@ -487,15 +487,15 @@ impl NodePlugin {
 
 impl ControllerPlugin {
     async fn connect(spec: &PluginSpec, cfg: &CoreConfig) -> Result<Self, ConnectError> {
-        let channel = spec.endpoint.channel(cfg.controller_call_timeout);
-        let identity = identity(spec, &channel, cfg.plugin_wait_timeout).await?;
+        let conn = spec.endpoint.connection(cfg.controller_call_timeout);
+        let identity = identity(spec, &conn, cfg.plugin_wait_timeout).await?;
         if !identity.capabilities.controller_service {
             return Err(ConnectError::NoController {
                 id: spec.id.clone(),
                 endpoint: spec.endpoint.clone(),
             });
         }
-        let mut client = csi::controller_client::ControllerClient::new(channel.clone());
+        let mut client = csi::controller_client::ControllerClient::new(conn.clone());
         let caps = client
             .controller_get_capabilities(with_deadline(
                 csi::ControllerGetCapabilitiesRequest {},
@@ -513,7 +513,7 @@ impl ControllerPlugin {
         // provides RPCs for operating on groups of volumes. Plugins MAY provide this
         // capability"), and whose calls need CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT.
         let group = if identity.capabilities.group_controller_service {
-            let mut group = csi::group_controller_client::GroupControllerClient::new(channel);
+            let mut group = csi::group_controller_client::GroupControllerClient::new(conn);
             match group
                 .group_controller_get_capabilities(with_deadline(
                     csi::GroupControllerGetCapabilitiesRequest {},
@@ -912,7 +912,8 @@ impl ControllerPlugin {
     fn group_client(
         &self,
         call: &'static str,
-    ) -> Result<csi::group_controller_client::GroupControllerClient<PluginChannel>, CallError> {
+    ) -> Result<csi::group_controller_client::GroupControllerClient<PluginConnection>, CallError>
+    {
         self.group.clone().ok_or_else(|| {
             CallError::new(
                 call,
