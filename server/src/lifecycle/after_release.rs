@@ -10,8 +10,9 @@
 
 use csivol_api::ExpansionPhase;
 
+use super::events::event;
 use super::ops::schedule_ops;
-use super::{Limits, event};
+use super::settings::Limits;
 use crate::error::ApiResult;
 use crate::model::{AttachmentRow, ClaimRow, Lifecycle, OpRow};
 use crate::store::{Snapshot, Txn};

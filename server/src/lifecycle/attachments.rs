@@ -4,12 +4,13 @@
 use csivol_api::NodeStatus;
 use csivol_api::domain::AccessMode;
 
-use super::claims::grant_queued;
-use super::ops::schedule_ops;
-use super::{
-    Limits, delete_attachment, event, node_volume, set_attachment_state, set_claim_state,
-    touch_volume,
+use super::changes::{
+    delete_attachment, node_volume, set_attachment_state, set_claim_state, touch_volume,
 };
+use super::claims::grant_queued;
+use super::events::event;
+use super::ops::schedule_ops;
+use super::settings::Limits;
 use crate::error::ApiResult;
 use crate::model::{AttachmentRow, ClaimRow, VolumeRow};
 use crate::store::{Snapshot, Txn};

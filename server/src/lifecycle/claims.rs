@@ -8,7 +8,9 @@ use csivol_api::{
 };
 
 use super::attachments::{Recorded, advance_volume};
-use super::{Limits, delete_claim, event, set_claim_state, touch_volume};
+use super::changes::{delete_claim, set_claim_state, touch_volume};
+use super::events::event;
+use super::settings::Limits;
 use crate::error::{ApiError, ApiResult};
 use crate::model::{ClaimRow, Lifecycle, VolumeRow, time};
 use crate::store::{NewClaim, Snapshot, Txn};
@@ -534,7 +536,7 @@ pub fn create_claim(
             };
             let expires_at = req
                 .ttl_ms
-                .map(|t| super::time_after(ctx.now(), "ttl_ms", t))
+                .map(|t| super::changes::time_after(ctx.now(), "ttl_ms", t))
                 .transpose()?;
             ctx.insert_claim(NewClaim {
                 volume,

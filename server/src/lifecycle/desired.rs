@@ -5,8 +5,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use csivol_api::{self as api, AttachmentState, ClaimMode, ClaimState, NodeStatus};
+use csivol_api::{self as api, AttachmentState, ClaimMode, NodeStatus};
 
+use super::changes::{ClaimEntry, claim_entry};
 use super::ops::op_to_api;
 use crate::error::ApiResult;
 use crate::model::{AttachmentRow, ClaimRow, VolumeRow};
@@ -145,23 +146,5 @@ fn volume_entries(
     }
     if att.is_some() {
         out.expand.extend(super::expand::desired_expansion(v, node));
-    }
-}
-
-/// What a claim puts in its node's desired state, by its state alone.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum ClaimEntry {
-    /// Publish it (once its attachment is attached).
-    Publish,
-    /// Take it down and report it unpublished.
-    Unpublish,
-    None,
-}
-
-pub(super) fn claim_entry(state: ClaimState) -> ClaimEntry {
-    match state {
-        ClaimState::Publishing | ClaimState::Ready => ClaimEntry::Publish,
-        ClaimState::Releasing | ClaimState::Failed => ClaimEntry::Unpublish,
-        _ => ClaimEntry::None,
     }
 }

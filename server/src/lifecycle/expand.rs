@@ -11,9 +11,10 @@ use csivol_api::{
 };
 
 use super::after_release::{Use, why_held};
+use super::events::{event, format_error};
 use super::ops::{backoff, schedule_ops};
+use super::settings::Limits;
 use super::volumes::volume_view;
-use super::{Limits, event, format_error};
 use crate::error::{ApiError, ApiResult};
 use crate::model::{Lifecycle, OpRow, VolumeRow, time};
 use crate::store::Txn;
@@ -293,7 +294,7 @@ fn node_phase(
     ctx.set_volume_expansion(volume, capacity, Some(&e))?;
     ctx.touch(Key::Volume(volume.to_owned()));
     for n in nodes {
-        ctx.touch(super::node_volume(n, volume));
+        ctx.touch(super::changes::node_volume(n, volume));
     }
     let on = if nodes.is_empty() {
         "the next node to stage it".to_owned()
@@ -380,7 +381,7 @@ pub(super) fn controller_expand_failed(
 }
 
 /// The nodes whose plugin of `plugin` has the node's EXPAND_VOLUME.
-fn nodes_that_grow(ctx: &impl Txn, plugin: &str) -> ApiResult<BTreeSet<String>> {
+fn nodes_that_grow(ctx: &(impl Txn + ?Sized), plugin: &str) -> ApiResult<BTreeSet<String>> {
     Ok(ctx
         .plugin_registrations(plugin)?
         .into_iter()
@@ -395,7 +396,7 @@ fn nodes_that_grow(ctx: &impl Txn, plugin: &str) -> ApiResult<BTreeSet<String>> 
 
 /// The nodes where `v` is attached whose plugin can grow it, and whether any node of the
 /// plugin can.
-fn attached_that_grow(ctx: &impl Txn, v: &VolumeRow) -> ApiResult<(Vec<String>, bool)> {
+fn attached_that_grow(ctx: &(impl Txn + ?Sized), v: &VolumeRow) -> ApiResult<(Vec<String>, bool)> {
     let can_grow = nodes_that_grow(ctx, &v.plugin)?;
     let nodes = ctx
         .attachments_of_volume(&v.name)?
@@ -424,13 +425,13 @@ pub(super) fn staged_on(ctx: &mut impl Txn, volume: &str, node: &str) -> ApiResu
     e.nodes.push(NodeExpansion::pending(node));
     ctx.set_volume_expansion(volume, None, Some(&e))?;
     ctx.touch(Key::Volume(volume.to_owned()));
-    ctx.touch(super::node_volume(node, volume));
+    ctx.touch(super::changes::node_volume(node, volume));
     Ok(())
 }
 
 /// The node's part of an expansion, if the report answers its current attempt.
 fn node_part(
-    ctx: &impl Txn,
+    ctx: &(impl Txn + ?Sized),
     node: &str,
     volume: &str,
     attempt: u32,
@@ -451,7 +452,7 @@ fn node_part(
 
 /// NodeExpandVolume succeeded on the reporting node; the expansion ends with the last.
 pub(super) fn node_expanded(
-    ctx: &mut impl Txn,
+    ctx: &mut (impl Txn + ?Sized),
     node: &str,
     actor: &str,
     volume: &str,
@@ -463,7 +464,7 @@ pub(super) fn node_expanded(
     e.nodes[i].state = NodeExpansionState::Done;
     e.nodes[i].error = None;
     e.nodes[i].not_before_ms = None;
-    ctx.touch(super::node_volume(node, volume));
+    ctx.touch(super::changes::node_volume(node, volume));
     ctx.touch(Key::Volume(volume.to_owned()));
     if e.nodes.iter().all(|n| n.state == NodeExpansionState::Done) {
         // A node-only expansion grew the storage too: its capacity is recorded now.
@@ -497,7 +498,7 @@ pub(super) fn node_expanded(
 
 /// The volume left `node` while it was to grow there: nothing is left on the node to grow,
 /// so its part is done (the next stage there uses the new size).
-pub(super) fn detached(ctx: &mut impl Txn, volume: &str, node: &str) -> ApiResult<()> {
+pub(super) fn detached(ctx: &mut (impl Txn + ?Sized), volume: &str, node: &str) -> ApiResult<()> {
     let Some(e) = ctx.volume(volume)?.and_then(|v| v.expansion) else {
         return Ok(());
     };
@@ -526,7 +527,7 @@ pub(super) fn node_expand_error(
         return Ok(());
     };
     let message = format!("NodeExpandVolume on {node} failed: {}", format_error(error));
-    ctx.touch(super::node_volume(node, volume));
+    ctx.touch(super::changes::node_volume(node, volume));
     ctx.touch(Key::Volume(volume.to_owned()));
     if ErrorClass::of_name(&error.code) == ErrorClass::Retry {
         let next = ctx.now() + backoff(attempt).as_millis() as i64;
@@ -544,7 +545,7 @@ pub(super) fn node_expand_error(
     ctx.set_volume_expansion(volume, None, Some(&e))?;
     // The other nodes' parts leave their desired states with the failed expansion.
     for n in &e.nodes {
-        ctx.touch(super::node_volume(&n.node, volume));
+        ctx.touch(super::changes::node_volume(&n.node, volume));
     }
     event(
         ctx,

@@ -9,7 +9,7 @@ use csivol_api::{
     AttachmentState, ClaimState, FenceRecord, NodeStatus, PlannedAction, RegisterRequest,
 };
 
-use super::event;
+use super::events::event;
 use crate::error::ApiResult;
 use crate::fence::command::Ran;
 use crate::model::{NewFence, time};
@@ -131,7 +131,7 @@ pub(crate) fn record_fence(
     }
     let n = ctx.require_node(e.node)?;
     if n.status == NodeStatus::Ready {
-        super::mark_lost(ctx, e.node, &format!("fenced by {}", e.actor), limits)?;
+        super::nodes::mark_lost(ctx, e.node, &format!("fenced by {}", e.actor), limits)?;
     }
     ctx.set_node_fenced(e.node)?;
     let tail = brief(&record.output);
@@ -166,7 +166,7 @@ pub(crate) fn record_fence(
             "fenced (fence #{}, method {}): {}",
             record.id, e.method, e.reason
         );
-        super::unblock_node(ctx, e.node, &why, false, e.actor, limits)?.actions
+        super::operator::unblock_node(ctx, e.node, &why, false, e.actor, limits)?.actions
     } else {
         Vec::new()
     };

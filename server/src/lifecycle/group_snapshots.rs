@@ -18,9 +18,10 @@ use csivol_api::{
     validate_name,
 };
 
+use super::events::{event, format_error};
 use super::ops::{backoff, schedule_ops};
+use super::settings::Limits;
 use super::snapshots::{facts, refused};
-use super::{Limits, event, format_error};
 use crate::error::{ApiError, ApiResult};
 use crate::model::{GroupSnapshotRow, OpRow, SnapshotRow, time};
 use crate::store::{Snapshot, Txn};

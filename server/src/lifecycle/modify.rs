@@ -11,9 +11,10 @@ use csivol_api::domain::ErrorClass;
 use csivol_api::{self as api, Modification, ModificationState, PluginError};
 
 use super::after_release::{Use, why_held};
+use super::events::{event, format_error};
 use super::ops::{backoff, schedule_ops};
+use super::settings::Limits;
 use super::volumes::volume_view;
-use super::{Limits, event, format_error};
 use crate::error::{ApiError, ApiResult};
 use crate::model::{Lifecycle, OpRow, time};
 use crate::store::Txn;

@@ -10,9 +10,11 @@ use csivol_api::{
 use csivol_rules::nodes::{Holdings, Refusal, removal};
 
 use super::attachments::advance_volume;
+use super::changes::{set_attachment_state, set_claim_state};
+use super::events::{event, list_or};
 use super::ops::schedule_ops;
 use super::reports::DRIFT;
-use super::{Limits, event, list_or, set_attachment_state, set_claim_state};
+use super::settings::Limits;
 use crate::error::{ApiError, ApiResult};
 use crate::model::ClaimRow;
 use crate::store::{Snapshot, Txn};
@@ -108,7 +110,7 @@ pub fn register_node(
     ctx.touch(Key::Node(node.to_owned()));
     if was_fenced {
         // Its claims were force-released by the fence's unblock: nothing is resumed.
-        super::fenced_node_returned(ctx, node, req)?;
+        super::fence::fenced_node_returned(ctx, node, req)?;
     } else if was_lost {
         return_from_loss(ctx, node, &req.published, limits)?;
         event(

@@ -8,7 +8,9 @@ use csivol_api::{
 };
 
 use super::attachments::{advance_volume, begin_detach};
-use super::{Limits, delete_claim, event, set_claim_state};
+use super::changes::{delete_claim, set_claim_state};
+use super::events::event;
+use super::settings::Limits;
 use crate::error::{ApiError, ApiResult};
 use crate::model::{AttachmentRow, ClaimRow, VolumeRow, time};
 use crate::store::{Snapshot, Txn};

@@ -7,9 +7,11 @@ use std::time::Duration;
 use csivol_api::domain::ErrorClass;
 use csivol_api::{self as api, ClaimState, ControllerOpKind, PluginError};
 
+use super::changes::{delete_attachment, set_claim_state, touch_volume};
+use super::events::{event, format_error};
 use super::group_snapshots::{group_of_op, group_op_failed, group_op_kind, group_op_waiting};
+use super::settings::Limits;
 use super::snapshots::{snapshot_of_op, snapshot_op_failed, snapshot_op_kind, snapshot_op_waiting};
-use super::{Limits, delete_attachment, event, format_error, set_claim_state, touch_volume};
 use crate::error::ApiResult;
 use crate::model::{Lifecycle, OpRow, time};
 use crate::store::{OpSlot, Snapshot, Txn};

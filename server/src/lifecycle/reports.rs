@@ -9,10 +9,12 @@ use csivol_api::domain::PublishContext;
 use csivol_api::{AttachmentState, ClaimState, ObservedShape, PluginError, Report};
 
 use super::attachments::{advance_volume, begin_detach};
+use super::changes::{delete_claim, set_claim_state, touch_volume};
+use super::events::{event, format_error, list_or};
 use super::expand::{controller_expanded, node_expand_error, node_expanded};
 use super::nodes::record_drift;
 use super::ops::{finish_delete, finish_unpublish, load_op, observe_op, op_failed, schedule_ops};
-use super::{Limits, delete_claim, event, format_error, list_or, set_claim_state, touch_volume};
+use super::settings::Limits;
 use super::{group_snapshots, snapshots};
 use crate::error::{ApiError, ApiResult};
 use crate::model::{ClaimRow, OpRow, StoredObservation, time};
@@ -491,7 +493,7 @@ fn controller_published(
     if let Some(target) = &o.node
         && ctx.attachment_published(&o.volume, target, publish_context)?
     {
-        ctx.touch(super::node_volume(target, &o.volume));
+        ctx.touch(super::changes::node_volume(target, &o.volume));
         event(
             ctx,
             EventKind::VolumeAttached,

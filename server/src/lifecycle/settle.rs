@@ -25,7 +25,9 @@ use csivol_api::{AttachmentState, ClaimMode, ClaimRequest, ClaimState, RegisterR
 use csivol_rules::settle::{self, Settling};
 
 use super::attachments::{advance_volume, begin_detach};
-use super::{Limits, event, node_volume, set_claim_state, touch_volume};
+use super::changes::{node_volume, set_claim_state, touch_volume};
+use super::events::event;
+use super::settings::Limits;
 use crate::error::ApiResult;
 use crate::model::VolumeRow;
 use crate::store::{NewClaim, Snapshot, Txn};

@@ -17,8 +17,9 @@ use csivol_api::{
 };
 
 use super::after_release::{Use, why_held};
+use super::events::{event, format_error};
 use super::ops::{backoff, schedule_ops};
-use super::{Limits, event, format_error};
+use super::settings::Limits;
 use crate::error::{ApiError, ApiResult};
 use crate::model::{Lifecycle, OpRow, SnapshotRow, VolumeRow, time};
 use crate::store::{Snapshot, Txn};

@@ -5,8 +5,9 @@ use std::collections::BTreeMap;
 use csivol_api::{self as api, CreateVolumeSpec, FreeText, VolumeSpec, validate_name};
 
 use super::after_release::{Use, why_held};
+use super::events::event;
 use super::ops::schedule_ops;
-use super::{Limits, event};
+use super::settings::Limits;
 use crate::error::{ApiError, ApiResult};
 use crate::model::{ClaimRow, Lifecycle, OpRow, VolumeRow};
 use crate::store::{Snapshot, Txn};
