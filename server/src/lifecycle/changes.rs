@@ -101,7 +101,7 @@ pub(super) fn delete_attachment(
     node: &str,
 ) -> ApiResult<()> {
     ctx.delete_attachment(volume, node)?;
-    super::expand::detached(ctx, volume, node)?;
+    super::node_expansion::detached(ctx, volume, node)?;
     ctx.touch(node_volume(node, volume));
     touch_volume(ctx, volume)
 }

@@ -145,6 +145,7 @@ fn volume_entries(
         }
     }
     if att.is_some() {
-        out.expand.extend(super::expand::desired_expansion(v, node));
+        out.expand
+            .extend(super::node_expansion::desired_expansion(v, node));
     }
 }

@@ -27,6 +27,7 @@ mod hosting;
 mod labels;
 mod leases;
 mod modify;
+mod node_expansion;
 mod nodes;
 mod operator;
 mod ops;

@@ -11,7 +11,8 @@ use csivol_api::{AttachmentState, ClaimState, ObservedShape, PluginError, Report
 use super::attachments::{advance_volume, begin_detach};
 use super::changes::{delete_claim, set_claim_state, touch_volume};
 use super::events::{event, format_error, list_or};
-use super::expand::{controller_expanded, node_expand_error, node_expanded};
+use super::expand::controller_expanded;
+use super::node_expansion::{node_expand_error, node_expanded};
 use super::nodes::record_drift;
 use super::ops::{finish_delete, finish_unpublish, load_op, observe_op, op_failed, schedule_ops};
 use super::settings::Limits;
@@ -278,7 +279,7 @@ fn published(
     if c.condition.is_some() {
         ctx.set_claim_condition(volume, alloc, None)?;
     }
-    super::expand::staged_on(ctx, volume, b.node)?;
+    super::node_expansion::staged_on(ctx, volume, b.node)?;
     let (kind, message) = match drift {
         Some(why) => (
             EventKind::ClaimRepaired,
