@@ -9,7 +9,7 @@ use csivol_api::{
 
 use super::attachments::{Recorded, advance_volume};
 use super::changes::{delete_claim, set_claim_state, touch_volume};
-use super::events::event;
+use super::events::{event, show_segment};
 use super::settings::Limits;
 use crate::error::{ApiError, ApiResult};
 use crate::model::{ClaimRow, Lifecycle, VolumeRow, time};
@@ -203,12 +203,6 @@ fn out_of_topology(
         )),
         _ => Ok(None),
     }
-}
-
-/// `{zone=a,rack=1}`; `{}` for no segments.
-pub(crate) fn show_segment(s: &csivol_api::Topology) -> String {
-    let pairs: Vec<_> = s.iter().map(|(k, v)| format!("{k}={v}")).collect();
-    format!("{{{}}}", pairs.join(","))
 }
 
 /// The node rules' refusal as the API error it becomes.

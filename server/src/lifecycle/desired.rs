@@ -15,11 +15,7 @@ use crate::store::Snapshot;
 
 /// `GET /v1/nodes/{node}/desired`: the whole state, every volume with a claim or an
 /// attachment on the node.
-pub fn desired_state(
-    conn: &(impl Snapshot + ?Sized),
-    node: &str,
-    index: u64,
-) -> ApiResult<api::DesiredState> {
+pub fn desired_state(conn: &dyn Snapshot, node: &str, index: u64) -> ApiResult<api::DesiredState> {
     let mut out = start(conn, node, index)?;
     let mut held: BTreeMap<String, (Vec<ClaimRow>, Option<AttachmentRow>)> = BTreeMap::new();
     for c in conn.claims_of_node(node, None)? {
@@ -43,7 +39,7 @@ pub fn desired_state(
 /// node after `since`, from `watch::Hub::node_changes`), with the rest left as the agent
 /// holds them.
 pub fn desired_changes(
-    conn: &(impl Snapshot + ?Sized),
+    conn: &dyn Snapshot,
     node: &str,
     index: u64,
     since: u64,
@@ -78,7 +74,7 @@ pub fn desired_changes(
 }
 
 /// What every answer carries whole: the node's status and its controller operations.
-fn start(conn: &(impl Snapshot + ?Sized), node: &str, index: u64) -> ApiResult<api::DesiredState> {
+fn start(conn: &dyn Snapshot, node: &str, index: u64) -> ApiResult<api::DesiredState> {
     let n = conn.require_node(node)?;
     // The state was restored and the node has not said what it holds: it registers again
     // first, acting on nothing meanwhile. `lost` tells an older agent the same.

@@ -98,3 +98,9 @@ pub(super) fn list_or<S: AsRef<str>>(items: &[S], empty: &str) -> String {
         .collect::<Vec<_>>()
         .join(", ")
 }
+
+/// A topology segment as an entry says it: `{zone=a,rack=1}`; `{}` for no segments.
+pub(super) fn show_segment(s: &csivol_api::Topology) -> String {
+    let pairs: Vec<_> = s.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    format!("{{{}}}", pairs.join(","))
+}

@@ -10,6 +10,7 @@ use csivol_api::{self as api, ClaimState, Expansion, ExpansionPhase, format_size
 use super::after_release::{Use, why_held};
 use super::events::event;
 use super::node_expansion::{attached_that_grow, node_phase};
+use super::ops::kinds::expand::payload;
 use super::ops::schedule_ops;
 use super::settings::Limits;
 use super::volumes::volume_view;
@@ -142,7 +143,7 @@ pub fn expand_volume(
     expansion.after_release = held;
     ctx.set_volume_expansion(name, None, Some(&expansion))?;
     ctx.touch(Key::Volume(name.to_owned()));
-    let payload = serde_json::json!({ "capacity_bytes": capacity_bytes }).to_string();
+    let payload = payload(capacity_bytes);
     let mut said = format!(
         "ControllerExpandVolume to {} requested from plugin {}",
         format_size(capacity_bytes),
@@ -236,8 +237,7 @@ fn lower(
     e.capacity_bytes = capacity_bytes;
     ctx.set_volume_expansion(&v.name, None, Some(&e))?;
     ctx.touch(Key::Volume(v.name.clone()));
-    let payload = serde_json::json!({ "capacity_bytes": capacity_bytes });
-    ctx.retarget_op(op.id, &payload.to_string())?;
+    ctx.retarget_op(op.id, &payload(capacity_bytes))?;
     event(
         ctx,
         EventKind::VolumeExpanding,
@@ -271,72 +271,4 @@ fn start_on_nodes(
             "NodeExpandVolume to {to} requested on {on} (plugin {plugin} expands on its nodes only)"
         )
     })
-}
-
-/// ControllerExpandVolume succeeded: the volume has `capacity_bytes` in its storage; the
-/// nodes where it is attached grow it too when the plugin says so and can.
-pub(super) fn controller_expanded(
-    ctx: &mut impl Txn,
-    o: &OpRow,
-    capacity_bytes: u64,
-    node_expansion_required: bool,
-    actor: &str,
-) -> ApiResult<()> {
-    ctx.delete_op(o.id)?;
-    let Some(v) = ctx.volume(&o.volume)? else {
-        return Ok(());
-    };
-    let Some(e) = v.expansion.clone() else {
-        return Ok(());
-    };
-    // The spec: 0 means the plugin did not say; take what was asked for.
-    let capacity = if capacity_bytes == 0 {
-        e.capacity_bytes
-    } else {
-        capacity_bytes
-    };
-    let (nodes, any_can_grow) = if node_expansion_required {
-        attached_that_grow(ctx, &v)?
-    } else {
-        (Vec::new(), false)
-    };
-    if nodes.is_empty() && !any_can_grow {
-        ctx.set_volume_expansion(&o.volume, Some(capacity), None)?;
-        ctx.touch(Key::Volume(o.volume.clone()));
-        return event(
-            ctx,
-            EventKind::VolumeExpanded,
-            Some(&o.volume),
-            None,
-            None,
-            actor,
-            format!("expanded to {}", format_size(capacity)),
-        );
-    }
-    // Where it is staged nowhere now (an offline expansion), the next node to stage it
-    // grows it.
-    let grew = format_size(capacity);
-    node_phase(ctx, &o.volume, Some(capacity), e, &nodes, actor, |on| {
-        format!("ControllerExpandVolume grew it to {grew}; NodeExpandVolume on {on}")
-    })
-}
-
-/// ControllerExpandVolume failed: the last error is shown while it is retried, and a
-/// final one ends the expansion as failed (the capacity stays as it was).
-pub(super) fn controller_expand_failed(
-    ctx: &mut impl Txn,
-    volume: &str,
-    message: &str,
-    is_final: bool,
-) -> ApiResult<()> {
-    let Some(mut e) = ctx.volume(volume)?.and_then(|v| v.expansion) else {
-        return Ok(());
-    };
-    e.error = Some(message.to_owned());
-    if is_final {
-        e.phase = ExpansionPhase::Failed;
-    }
-    ctx.set_volume_expansion(volume, None, Some(&e))?;
-    ctx.touch(Key::Volume(volume.to_owned()));
-    Ok(())
 }

@@ -12,7 +12,7 @@ use csivol_api::{
 
 use super::changes::node_volume;
 use super::events::{event, format_error};
-use super::ops::backoff;
+use super::ops::queue::backoff;
 use crate::error::ApiResult;
 use crate::model::{VolumeRow, time};
 use crate::store::Txn;
@@ -23,7 +23,7 @@ use csivol_rules::kinds::EventKind;
 /// to stage it: `when_staged`), records it with the volume's new `capacity` if known, wakes
 /// the nodes and writes the event `said` gives for where it runs.
 pub(super) fn node_phase(
-    ctx: &mut impl Txn,
+    ctx: &mut (impl Txn + ?Sized),
     volume: &str,
     capacity: Option<u64>,
     mut e: Expansion,
