@@ -9,15 +9,6 @@ use crate::model::ClaimRow;
 use crate::store::Txn;
 use crate::watch::Key;
 
-/// The key of one volume's entries in a node's desired state: the node's agent is sent
-/// that volume's entries anew.
-pub(super) fn node_volume(node: &str, volume: &str) -> Key {
-    Key::NodeVolume {
-        node: node.to_owned(),
-        volume: volume.to_owned(),
-    }
-}
-
 /// Stamps the volume changed and wakes its watchers.
 pub(super) fn touch_volume(ctx: &mut (impl Txn + ?Sized), volume: &str) -> ApiResult<()> {
     ctx.stamp_volume(volume)?;
@@ -58,7 +49,7 @@ pub(super) fn set_claim_state(
         ctx.put_tombstone(&c.volume, &c.alloc)?;
     }
     if claim_entry(c.state) != claim_entry(state) {
-        ctx.touch(node_volume(&c.node, &c.volume));
+        ctx.touch(Key::node_volume(&c.node, &c.volume));
     }
     touch_volume(ctx, &c.volume)
 }
@@ -78,7 +69,7 @@ pub fn remove_claim(ctx: &mut impl Txn, c: &ClaimRow) -> ApiResult<()> {
 pub(super) fn delete_claim(ctx: &mut (impl Txn + ?Sized), c: &ClaimRow) -> ApiResult<()> {
     ctx.delete_claim(&c.volume, &c.alloc)?;
     ctx.put_tombstone(&c.volume, &c.alloc)?;
-    ctx.touch(node_volume(&c.node, &c.volume));
+    ctx.touch(Key::node_volume(&c.node, &c.volume));
     touch_volume(ctx, &c.volume)
 }
 
@@ -89,7 +80,7 @@ pub(super) fn set_attachment_state(
     state: AttachmentState,
 ) -> ApiResult<()> {
     ctx.set_attachment_state(volume, node, state)?;
-    ctx.touch(node_volume(node, volume));
+    ctx.touch(Key::node_volume(node, volume));
     touch_volume(ctx, volume)
 }
 
@@ -102,7 +93,7 @@ pub(super) fn delete_attachment(
 ) -> ApiResult<()> {
     ctx.delete_attachment(volume, node)?;
     super::node_expansion::detached(ctx, volume, node)?;
-    ctx.touch(node_volume(node, volume));
+    ctx.touch(Key::node_volume(node, volume));
     touch_volume(ctx, volume)
 }
 

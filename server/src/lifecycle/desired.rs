@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use csivol_api::{self as api, AttachmentState, ClaimMode, NodeStatus};
 
 use super::changes::{ClaimEntry, claim_entry};
+use super::heard::unreported;
 use super::ops::op_to_api;
 use crate::error::ApiResult;
 use crate::model::{AttachmentRow, ClaimRow, VolumeRow};
@@ -78,7 +79,7 @@ fn start(conn: &dyn Snapshot, node: &str, index: u64) -> ApiResult<api::DesiredS
     let n = conn.require_node(node)?;
     // The state was restored and the node has not said what it holds: it registers again
     // first, acting on nothing meanwhile. `lost` tells an older agent the same.
-    let register_again = super::settle::unreported(conn, node)?;
+    let register_again = unreported(conn, node)?;
     let mut controller_ops = Vec::new();
     for o in conn.ops_of_host(node)? {
         if let Some(op) = op_to_api(conn, &o)? {

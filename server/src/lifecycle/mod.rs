@@ -14,8 +14,10 @@
 //! forward as those facts allow. Keeping that one function the only place that derives
 //! the next step is what keeps the lifecycle consistent.
 
+mod admission;
 mod after_release;
 mod attachments;
+mod backoff;
 mod changes;
 mod claims;
 mod desired;
@@ -23,6 +25,7 @@ mod events;
 mod expand;
 mod fence;
 mod group_snapshots;
+mod heard;
 mod hosting;
 mod labels;
 mod leases;

@@ -10,9 +10,8 @@ use csivol_api::{
     PluginError, format_size,
 };
 
-use super::changes::node_volume;
+use super::backoff::backoff;
 use super::events::{event, format_error};
-use super::ops::queue::backoff;
 use crate::error::ApiResult;
 use crate::model::{VolumeRow, time};
 use crate::store::Txn;
@@ -38,7 +37,7 @@ pub(super) fn node_phase(
     ctx.set_volume_expansion(volume, capacity, Some(&e))?;
     ctx.touch(Key::Volume(volume.to_owned()));
     for n in nodes {
-        ctx.touch(node_volume(n, volume));
+        ctx.touch(Key::node_volume(n, volume));
     }
     let on = if nodes.is_empty() {
         "the next node to stage it".to_owned()
@@ -104,7 +103,7 @@ pub(super) fn staged_on(ctx: &mut impl Txn, volume: &str, node: &str) -> ApiResu
     e.nodes.push(NodeExpansion::pending(node));
     ctx.set_volume_expansion(volume, None, Some(&e))?;
     ctx.touch(Key::Volume(volume.to_owned()));
-    ctx.touch(node_volume(node, volume));
+    ctx.touch(Key::node_volume(node, volume));
     Ok(())
 }
 
@@ -143,7 +142,7 @@ pub(super) fn node_expanded(
     e.nodes[i].state = NodeExpansionState::Done;
     e.nodes[i].error = None;
     e.nodes[i].not_before_ms = None;
-    ctx.touch(node_volume(node, volume));
+    ctx.touch(Key::node_volume(node, volume));
     ctx.touch(Key::Volume(volume.to_owned()));
     if e.nodes.iter().all(|n| n.state == NodeExpansionState::Done) {
         // A node-only expansion grew the storage too: its capacity is recorded now.
@@ -206,7 +205,7 @@ pub(super) fn node_expand_error(
         return Ok(());
     };
     let message = format!("NodeExpandVolume on {node} failed: {}", format_error(error));
-    ctx.touch(node_volume(node, volume));
+    ctx.touch(Key::node_volume(node, volume));
     ctx.touch(Key::Volume(volume.to_owned()));
     if ErrorClass::of_name(&error.code) == ErrorClass::Retry {
         let next = ctx.now() + backoff(attempt).as_millis() as i64;
@@ -224,7 +223,7 @@ pub(super) fn node_expand_error(
     ctx.set_volume_expansion(volume, None, Some(&e))?;
     // The other nodes' parts leave their desired states with the failed expansion.
     for n in &e.nodes {
-        ctx.touch(node_volume(&n.node, volume));
+        ctx.touch(Key::node_volume(&n.node, volume));
     }
     event(
         ctx,

@@ -10,7 +10,7 @@ use super::attachments::{advance_volume, begin_detach};
 use super::changes::{delete_claim, set_claim_state, touch_volume};
 use super::events::{event, format_error, list_or};
 use super::node_expansion::{node_expand_error, node_expanded};
-use super::nodes::record_drift;
+use super::nodes::{DRIFT, record_drift};
 use super::ops;
 use super::settings::Limits;
 use crate::error::{ApiError, ApiResult};
@@ -18,10 +18,6 @@ use crate::model::{ClaimRow, StoredObservation, time};
 use crate::store::Txn;
 use crate::watch::Key;
 use csivol_rules::kinds::EventKind;
-
-/// How a drift report starts a claim's error, so that the next `published` is recorded
-/// as its repair.
-pub(super) const DRIFT: &str = "drift: ";
 
 /// One batch of a node's reports, and the volumes to move forward once it is applied.
 struct Batch<'a> {

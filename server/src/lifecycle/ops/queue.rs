@@ -4,11 +4,11 @@
 //! each under `kinds/`), and the engine is handed the table of them ([`Kinds`]).
 
 use std::collections::HashMap;
-use std::time::Duration;
 
 use csivol_api::domain::ErrorClass;
 use csivol_api::{self as api, ControllerOpKind, PluginError, Report};
 
+use super::super::backoff::backoff;
 use super::super::events::{event, format_error};
 use super::super::settings::Limits;
 use crate::error::ApiResult;
@@ -139,15 +139,6 @@ pub struct Failure {
     pub volume: Option<String>,
     pub node: Option<String>,
     pub message: String,
-}
-
-/// Exponential backoff with jitter: 1 s doubling to 5 min, ±20 %.
-pub fn backoff(attempt: u32) -> Duration {
-    use rand::Rng;
-    let base = Duration::from_secs(1)
-        .saturating_mul(1u32 << attempt.min(9))
-        .min(Duration::from_secs(300));
-    base.mul_f64(rand::rng().random_range(0.8..1.2))
 }
 
 /// Hands unassigned, due controller operations of `plugin` to healthy hosts, within the

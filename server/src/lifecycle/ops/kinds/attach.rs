@@ -5,7 +5,7 @@ use csivol_api::{ClaimState, ControllerOpKind, Report};
 
 use super::super::queue::{Judged, Kind, OpError, Retrying, by_class};
 use crate::error::ApiResult;
-use crate::lifecycle::changes::{delete_attachment, node_volume, set_claim_state, touch_volume};
+use crate::lifecycle::changes::{delete_attachment, set_claim_state, touch_volume};
 use crate::lifecycle::events::event;
 use crate::model::OpRow;
 use crate::store::{Snapshot, Txn};
@@ -72,7 +72,7 @@ impl Kind for Attach {
         if let Some(target) = &o.node
             && ctx.attachment_published(&o.volume, target, publish_context)?
         {
-            ctx.touch(node_volume(target, &o.volume));
+            ctx.touch(Key::node_volume(target, &o.volume));
             event(
                 ctx,
                 EventKind::VolumeAttached,

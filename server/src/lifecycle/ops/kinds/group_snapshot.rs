@@ -10,8 +10,9 @@
 
 use csivol_api::{ControllerOpKind, GroupMember, Report, SnapshotState};
 
-use super::super::queue::{Failure, Judged, Kind, OpError, Retrying, backoff, by_class};
+use super::super::queue::{Failure, Judged, Kind, OpError, Retrying, by_class};
 use crate::error::ApiResult;
+use crate::lifecycle::backoff::backoff;
 use crate::lifecycle::events::event;
 use crate::model::{GroupSnapshotRow, OpRow, SnapshotRow};
 use crate::store::{Snapshot, Txn};

@@ -13,8 +13,9 @@
 use csivol_api::{ControllerOpKind, Report, SnapshotState};
 use csivol_rules::after_release::Needs;
 
-use super::super::queue::{Failure, Held, Judged, Kind, OpError, Retrying, backoff, by_class};
+use super::super::queue::{Failure, Held, Judged, Kind, OpError, Retrying, by_class};
 use crate::error::ApiResult;
+use crate::lifecycle::backoff::backoff;
 use crate::lifecycle::events::event;
 use crate::model::{OpRow, SnapshotRow};
 use crate::store::{Snapshot as Store, Txn};
