@@ -566,3 +566,55 @@ fn the_controller_queue_engine_names_no_operation_kind() {
         named.join(", ")
     );
 }
+
+#[test]
+fn the_agent_runs_each_kind_of_controller_operation_from_its_own_file() {
+    // The agent's controller side is a table (`ControllerPlugin::run`, one row per kind)
+    // over one file per kind that makes its CSI calls, as the server's queue is over its
+    // kinds: a new kind is a file and a row.
+    let root = root();
+    let api = std::fs::read_to_string(root.join("proto/api/src/agent.rs")).unwrap();
+    let calls: Vec<String> = variants(&api, "ControllerOpKind")
+        .into_iter()
+        .map(|(v, _)| v)
+        .collect();
+    assert!(calls.len() >= 10, "the kinds were not read: {calls:?}");
+    let table_file = "agent/src/plugin/controller.rs";
+    let table = code_of(
+        &std::fs::read_to_string(root.join(table_file))
+            .unwrap_or_else(|e| panic!("{table_file}: {e}")),
+    );
+    let kinds_dir = root.join("agent/src/plugin/controller");
+    let files: Vec<(String, String)> = sources(&kinds_dir)
+        .into_iter()
+        .map(|p| {
+            let name = p
+                .strip_prefix(&root)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            (name, code_of(&std::fs::read_to_string(&p).unwrap()))
+        })
+        .collect();
+    let mut wrong = Vec::new();
+    for v in &calls {
+        let needle = regex::Regex::new(&format!(r"\bControllerOpKind::{v}\b")).unwrap();
+        let rows = needle.find_iter(&table).count();
+        let holders: Vec<&str> = files
+            .iter()
+            .filter(|(_, code)| needle.is_match(code))
+            .map(|(name, _)| name.as_str())
+            .collect();
+        if rows != 1 || holders.len() != 1 {
+            wrong.push(format!(
+                "{v}: {rows} row(s) in {table_file}, named by {holders:?}"
+            ));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "each kind of controller operation is one row of the table in {table_file} and one \
+         file of agent/src/plugin/controller/:\n{}",
+        wrong.join("\n")
+    );
+}
