@@ -5,7 +5,8 @@
 use std::collections::BTreeSet;
 
 use csivol_api::{
-    AttachmentState, ClaimRef, ClaimState, Eligibility, NodeStatus, RegisterRequest, validate_name,
+    AttachmentState, ClaimRef, ClaimState, DriftFound, Eligibility, NodeStatus, RegisterRequest,
+    validate_name,
 };
 use csivol_rules::nodes::{Holdings, removal};
 
@@ -18,14 +19,10 @@ use super::ops::schedule_ops;
 use super::settings::Limits;
 use super::settle::reported;
 use crate::error::{ApiError, ApiResult};
-use crate::model::ClaimRow;
+use crate::model::{ClaimRow, Drift};
 use crate::store::{Snapshot, Txn};
 use crate::watch::Key;
 use csivol_rules::kinds::{EventKind, OpKind};
-
-/// How a drift report starts a claim's error, so that the next `published` is recorded
-/// as its repair.
-pub(super) const DRIFT: &str = "drift: ";
 
 /// A registration that names, for one of its plugins, the CSI node id another node
 /// registered: refused, with an event. The id is what ControllerPublishVolume and
@@ -274,7 +271,12 @@ pub(super) fn return_from_loss(
             // its `published` report makes it ready, recorded as a repair.
             let why = format!("node {node} came back without it mounted");
             set_claim_state(ctx, c, ClaimState::Publishing)?;
-            ctx.set_claim_error(&c.volume, &c.alloc, &format!("{DRIFT}{why}"), None)?;
+            let drift = Drift {
+                found: DriftFound::Return,
+                at: ctx.now(),
+                reason: why.clone(),
+            };
+            ctx.set_claim_drift(&c.volume, &c.alloc, &drift)?;
             event(
                 ctx,
                 EventKind::ClaimRepublished,
@@ -330,21 +332,19 @@ pub(super) fn not_mounted_any_more(
         {
             continue;
         }
-        record_drift(
-            ctx,
-            &c,
-            &format!("node {node} registered without it mounted"),
-            limits,
-        )?;
+        let reason = format!("node {node} registered without it mounted");
+        record_drift(ctx, &c, DriftFound::Registration, &reason, limits)?;
     }
     Ok(())
 }
 
-/// A ready claim is not mounted from its volume any more: it is publishing again, with
-/// why as its error, and the drift is an event.
+/// A ready claim is not mounted from its volume any more (`found` says what found it,
+/// `reason` why): it is publishing again with its drift recorded, and the drift is an
+/// event.
 pub(super) fn record_drift(
     ctx: &mut impl Txn,
     c: &ClaimRow,
+    found: DriftFound,
     reason: &str,
     limits: &Limits,
 ) -> ApiResult<()> {
@@ -354,7 +354,12 @@ pub(super) fn record_drift(
         drifts.inc();
     }));
     set_claim_state(ctx, c, ClaimState::Publishing)?;
-    ctx.set_claim_error(&c.volume, &c.alloc, &format!("{DRIFT}{reason}"), None)?;
+    let drift = Drift {
+        found,
+        at: ctx.now(),
+        reason: reason.to_owned(),
+    };
+    ctx.set_claim_drift(&c.volume, &c.alloc, &drift)?;
     event(
         ctx,
         EventKind::ClaimDrift,
@@ -362,7 +367,10 @@ pub(super) fn record_drift(
         Some(&c.node),
         Some(&c.alloc),
         &format!("node:{}", c.node),
-        format!("{DRIFT}{reason}; the claim waits for its node to publish it again"),
+        format!(
+            "{}; the claim waits for its node to publish it again",
+            drift.said()
+        ),
     )
 }
 

@@ -4,13 +4,13 @@
 
 use std::collections::BTreeSet;
 
-use csivol_api::{AttachmentState, ClaimState, ObservedShape, PluginError, Report};
+use csivol_api::{AttachmentState, ClaimState, DriftFound, ObservedShape, PluginError, Report};
 
 use super::attachments::{advance_volume, begin_detach};
 use super::changes::{delete_claim, set_claim_state, touch_volume};
 use super::events::{event, format_error, list_or};
 use super::node_expansion::{node_expand_error, node_expanded};
-use super::nodes::{DRIFT, record_drift};
+use super::nodes::record_drift;
 use super::ops;
 use super::settings::Limits;
 use crate::error::{ApiError, ApiResult};
@@ -154,7 +154,7 @@ fn published(
     ) {
         return Ok(());
     }
-    let drift = c.error.as_deref().and_then(|e| e.strip_prefix(DRIFT));
+    let drift = c.drift.as_ref().map(|d| d.reason.as_str());
     set_claim_state(ctx, &c, ClaimState::Ready)?;
     // A volume condition the plugin reported was about the mount this publish replaced
     // (after a drift, "not mounted"): it does not hold for the new one, and the agent asks
@@ -196,7 +196,9 @@ fn drift(
     reason: &str,
 ) -> ApiResult<()> {
     match own_claim(ctx, b, volume, alloc)? {
-        Some(c) if c.state == ClaimState::Ready => record_drift(ctx, &c, reason, b.limits),
+        Some(c) if c.state == ClaimState::Ready => {
+            record_drift(ctx, &c, DriftFound::Check, reason, b.limits)
+        }
         _ => Ok(()),
     }
 }
