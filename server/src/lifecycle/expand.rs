@@ -1,5 +1,6 @@
-//! Volume expansion: ControllerExpandVolume as a controller operation, then NodeExpandVolume
-//! on every node where the volume is attached, run by those nodes' agents
+//! Volume expansion: the request, checked by `csivol_rules::expansion`, then
+//! ControllerExpandVolume as a controller operation (`ops::kinds::expand`) and
+//! NodeExpandVolume on every node where the volume is attached, run by those nodes' agents
 //! (`node_expansion`). The volume records what it has (`capacity_bytes`) and the expansion
 //! under way (`expansion`).
 

@@ -1,14 +1,10 @@
 //! Group snapshots: several volumes of one plugin snapshotted together by its
-//! GroupController (CreateVolumeGroupSnapshot), as controller operations queued, handed
-//! out, retried and evented like a single snapshot's. `ready_to_use` is tracked until true
-//! by repeating the operation: CreateVolumeGroupSnapshot (idempotent by name) until the
-//! group is cut, then GetVolumeGroupSnapshot. Each member is recorded as an ordinary
-//! snapshot named `GROUP.VOLUME`, which a volume is created from like any snapshot; a
-//! member is deleted with its group (DeleteVolumeGroupSnapshot), never alone.
-//!
-//! A group's operations are queued under `group-snapshot/NAME` in the operation's volume
-//! column, as a snapshot's are under `snapshot/NAME`. Groups and snapshots share one
-//! namespace, so that `csivol snapshot show NAME` and `snapshot delete NAME` mean one thing.
+//! GroupController, asked for and deleted as controller operations (their part of the
+//! queue is `ops::kinds::group_snapshot`), and shown. Each member is recorded as an
+//! ordinary snapshot named `GROUP.VOLUME`, which a volume is created from like any
+//! snapshot; a member is deleted with its group, never alone. Groups and snapshots share
+//! one namespace, so that `csivol snapshot show NAME` and `snapshot delete NAME` mean one
+//! thing.
 
 use std::collections::BTreeSet;
 

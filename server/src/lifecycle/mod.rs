@@ -1,18 +1,31 @@
 //! Everything that changes cluster state, each function running inside one write
-//! transaction, one file per job: `volumes`, `claims`, `attachments` (the attachment
-//! lifecycle), `ops` (the controller-operation queue), `after_release` (operations held
-//! until their volume's release has finished), `nodes` (registration, loss, return,
-//! eligibility, removal), `reports` (agents' reports), `operator` (unblock, detach),
-//! `expand`, `snapshots`, `reconcile` (controller listings), `leases`, `tokens`, `hosting`
-//! (controller hosts), `fence` (a fence's record) and `desired` (a node's desired state).
-//! This file holds what they share: the event log and the row changes every job makes.
-//! Decisions that need no state are `csivol_rules`'; reads and writes go through the
-//! store's traits, never SQL.
+//! transaction, one file per job. From the ground up (no file imports one that imports it
+//! back, which a `boundaries` test holds the folder to):
+//!
+//! - what every job shares: `settings` (`Limits`), `events` (the event log), `backoff`,
+//!   `changes` (the row changes every job makes), `node_expansion` (NodeExpandVolume's part
+//!   of an expansion, which a detach ends), `heard` (who was heard from since the state
+//!   went back in time), `retries` (a claim request older than its alloc's release);
+//! - `ops`, the controller-operation queue: its engine (`ops/queue`) knows no kind of
+//!   operation; each kind (attach, detach, create, delete, expand, modify, snapshot, group
+//!   snapshot) is a file of `ops/kinds/` and a row of its table;
+//! - `admission` (who may claim, where, and who waits), `after_release` (operations held
+//!   until their volume's release has finished), `attachments` (a volume's facts loaded
+//!   for `transitions::next` and its answer written: `advance_volume`, detaches begun);
+//! - the jobs, each a request or a report: `claims`, `volumes`, `expand`, `modify`,
+//!   `snapshots`, `group_snapshots`, `leases`, `settle` (after the state went back in
+//!   time), `operator` (unblock, detach), `nodes` (registration, loss, return, eligibility,
+//!   removal), `fence` (a fence's record), `desired` (a node's desired state), `reports`
+//!   (agents' reports), `reconcile` (controller listings), `tokens`, `hosting` (controller
+//!   hosts), `labels`.
+//!
+//! This file only names them and what the rest of the server uses. Decisions that need no
+//! state are `csivol_rules`'; reads and writes go through the store's traits, never SQL.
 //!
 //! Handlers change the facts (a claim is recorded, a node reports a volume unstaged) and
-//! then call [`advance_volume`], which moves the volume's claims and attachments as far
-//! forward as those facts allow. Keeping that one function the only place that derives
-//! the next step is what keeps the lifecycle consistent.
+//! then call `attachments::advance_volume`, which moves the volume's claims and attachments
+//! as far forward as those facts allow. Keeping that one function the only place that
+//! derives the next step is what keeps the lifecycle consistent.
 
 mod admission;
 mod after_release;

@@ -1,11 +1,8 @@
-//! Volume modification: ControllerModifyVolume as a controller operation (queued, handed to
-//! a controller host within the plugin's limits, retried with backoff, evented), with the
-//! keys that change. The volume records what it has (`mutable_parameters`) and the change
-//! asked for (`modification`) until the plugin applied it or refused it.
-//!
-//! The spec's ControllerModifyVolume errors (v1.12): INVALID_ARGUMENT means the plugin
-//! cannot apply the parameters to the volume and "no changes were made", so csivol marks
-//! the request infeasible and does not retry it; the operator asks for other values.
+//! Volume modification: the request, checked by `csivol_rules::modify` and queued as
+//! ControllerModifyVolume with the keys that change (its part of the queue, with what its
+//! errors mean, is `ops::kinds::modify`). The volume records what it has
+//! (`mutable_parameters`) and the change asked for (`modification`) until the plugin
+//! applied it or refused it.
 
 use csivol_api::{self as api, Modification, ModificationState};
 

@@ -1,6 +1,8 @@
-//! Agents' reports: the facts a node reports, one function per kind of report. A report
-//! about a claim counts only for the reporting node's own claim, one about a controller
-//! operation only from its host and for its current attempt; anything else is ignored.
+//! Agents' reports: the facts a node reports, one function per kind of report; the answers
+//! of controller operations go to the queue (`ops`), which hands each to its operation's
+//! kind. A report about a claim counts only for the reporting node's own claim, one about
+//! a controller operation only from its host and for its current attempt; anything else
+//! is ignored.
 
 use std::collections::BTreeSet;
 

@@ -1,14 +1,8 @@
-//! Snapshots: taken and deleted through the plugin's controller as controller operations
-//! (queued, handed to controller hosts within the same limits, retried with the same
-//! backoff as CreateVolume), `ready_to_use` tracked until true by repeating the operation:
-//! CreateSnapshot (idempotent by name, as the spec allows), or GetSnapshot of the snapshot
-//! cut where the plugin has GET_SNAPSHOT (the controller host chooses; the operation names
-//! the snapshot id once known); and the content source of a volume created from a
-//! snapshot or cloned from a volume.
-//!
-//! A snapshot's operations are queued under the key `snapshot/NAME` in the operation's
-//! volume column: no volume can be named so (names have no `/`), so the queue's
-//! one-operation-per-key rule holds per snapshot and nothing meant for a volume touches it.
+//! Snapshots: the requests to take and delete one through the plugin's controller (queued
+//! as controller operations, whose part of the queue is `ops::kinds::snapshot`: their
+//! retries, their answers, `ready_to_use` tracked until true), the snapshots as the API
+//! shows them, and the content source of a volume created from a snapshot or cloned from
+//! a volume.
 
 use csivol_api::{
     self as api, ContentSource, SnapshotRequest, SnapshotState, WireContentSource, validate_name,
