@@ -28,7 +28,8 @@ use serde::Serialize;
 use self::findings::{Call, Departure, Purpose, Seen, Severity, departures};
 use crate::config::{CoreConfig, PluginSpec, ReadyCheck, parse_label};
 use crate::mounts::{Checker, Judge};
-use crate::plugin::{CallError, ControllerPlugin, NodePlugin, Plugins};
+use crate::plugin::controller::ControllerPlugin;
+use crate::plugin::{CallError, NodePlugin, Plugins};
 
 /// `csivol-agent check` flags.
 #[derive(Debug, clap::Args)]
