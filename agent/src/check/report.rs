@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use super::findings::{Purpose, Severity};
 use super::{Outcome, Verdict};
-use crate::mounts::Observation;
+use csivol_rules::agent::observed::Observation;
 
 /// What an observation shows, for people.
 pub(super) fn describe(o: &Observation) -> String {

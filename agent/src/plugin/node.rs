@@ -14,9 +14,9 @@ use crate::config::{CoreConfig, PluginSpec};
 
 impl NodePlugin {
     pub(super) async fn connect(spec: &PluginSpec, cfg: &CoreConfig) -> Result<Self, ConnectError> {
-        let channel = spec.endpoint.channel(cfg.node_call_timeout);
-        let identity = identity(spec, &channel, cfg.plugin_wait_timeout).await?;
-        let mut client = csi::node_client::NodeClient::new(channel);
+        let conn = spec.endpoint.connection(cfg.node_call_timeout);
+        let identity = identity(spec, &conn, cfg.plugin_wait_timeout).await?;
+        let mut client = csi::node_client::NodeClient::new(conn);
         let call_err = |source| ConnectError::Call {
             id: spec.id.clone(),
             endpoint: spec.endpoint.clone(),

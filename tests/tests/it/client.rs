@@ -288,11 +288,14 @@ async fn keyed_requests_are_sent_again_when_unanswered_and_unkeyed_ones_are_not(
     let dir = TestDir::new("client-keyed");
     let server = ServerProc::start(&dir.join("server"), &[]);
     let within = Some(Duration::from_secs(2));
-    let spec = json!({"plugin": "hp", "external_id": "e", "access_mode": "single-node-writer", "attachment": "file-system"});
+    // One backend volume has one name: each volume its own external id.
+    let spec_of = |id: &str| json!({"plugin": "hp", "external_id": id, "access_mode": "single-node-writer", "attachment": "file-system"});
+    let spec = spec_of("e");
     for (i, first) in [stand_in(None), stand_in(Some(503))]
         .into_iter()
         .enumerate()
     {
+        let spec = spec_of(&format!("e-{i}"));
         let both = Client::builder(&format!("{first},{}", server.url))
             .token(Some(server.token.clone()))
             .build()

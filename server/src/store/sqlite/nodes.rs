@@ -7,7 +7,7 @@ use csivol_api::{self as api, Eligibility, NodeStatus, PluginRegistration};
 use rusqlite::{Connection, params};
 
 use super::exec;
-use super::rows::{CLAIM_COLUMNS, NODE_COLUMNS};
+use super::rows::NODE_COLUMNS;
 use crate::error::ApiResult;
 use crate::model::{ClaimRow, NewFence, NodeFenceRow, NodeRow, time, to_json};
 use crate::store::Snapshot;
@@ -144,8 +144,9 @@ pub fn set_node_fenced(ctx: &WriteCtx<'_>, node: &str) -> ApiResult<()> {
 
 pub fn expired_claims(conn: &Connection, now: i64) -> ApiResult<Vec<ClaimRow>> {
     let sql = format!(
-        "SELECT {CLAIM_COLUMNS} FROM claims WHERE expires_at <= ?1 \
-         AND state NOT IN ('releasing', 'failed', 'blocked') ORDER BY expires_at"
+        "SELECT {} FROM claims WHERE expires_at <= ?1 \
+         AND state NOT IN ('releasing', 'failed', 'blocked') ORDER BY expires_at",
+        super::drift::claim_columns(conn)?
     );
     let rows = conn
         .prepare_cached(&sql)?
