@@ -8,9 +8,10 @@ use csivol_api::{self as api, ControllerHost, ControllerHosts, NodeStatus, Volum
 use super::error::{ApiError, ApiResult};
 use super::fence;
 use super::liveness::Beats;
+use super::model::listing::{VolumeChunk, VolumeFields};
 use super::model::{
-    AttachmentRow, ClaimRow, LimitChangeRow, StoredObservation, VolumeChunk, VolumeFields,
-    accepts_claims, claims_to_api, time, volume_state,
+    AttachmentRow, ClaimRow, LimitChangeRow, StoredObservation, accepts_claims, claims_to_api,
+    time, volume_state,
 };
 pub use super::store::EventFilter;
 use super::store::Snapshot;

@@ -17,7 +17,7 @@ use super::waits::waits_for_release;
 use crate::app::App;
 use crate::error::{ApiError, ApiResult};
 use crate::lifecycle::Limits;
-use crate::model::VolumeChunk;
+use crate::model::listing::VolumeChunk;
 use crate::store::sqlite::db::Db;
 use crate::store::sqlite::writer::WriteCtx;
 use crate::watch::Key;

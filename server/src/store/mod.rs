@@ -38,10 +38,11 @@ use csivol_api::{
 };
 
 use super::error::{ApiError, ApiResult};
+use super::model::listing::VolumeChunk;
 use super::model::{
     AttachmentRow, ClaimRow, GroupSnapshotRow, Lifecycle, NewFence, NodeFenceRow, NodePluginRow,
-    NodeRow, OpRow, PluginNodeRow, RunningOpRow, SnapshotRow, StateCounts, TokenRow, VolumeChunk,
-    VolumeRow, WaitingOps,
+    NodeRow, OpRow, PluginNodeRow, RunningOpRow, SnapshotRow, StateCounts, TokenRow, VolumeRow,
+    WaitingOps,
 };
 use super::watch::Key;
 use csivol_rules::kinds::{EventKind, OpKind};

@@ -28,9 +28,10 @@ use rusqlite::{Connection, params};
 
 use super::{EventFilter, OpSlot, Snapshot};
 use crate::error::{ApiError, ApiResult};
+use crate::model::listing::VolumeChunk;
 use crate::model::{
     AttachmentRow, ClaimRow, NodeFenceRow, NodePluginRow, NodeRow, OpRow, PluginNodeRow,
-    RunningOpRow, StateCounts, TokenRow, VolumeChunk, VolumeRow, WaitingOps,
+    RunningOpRow, StateCounts, TokenRow, VolumeRow, WaitingOps,
 };
 use crate::store::sqlite::db::optional;
 use crate::store::sqlite::writer::WriteCtx;

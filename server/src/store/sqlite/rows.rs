@@ -7,9 +7,8 @@ use rusqlite::types::{Type, ValueRef};
 use rusqlite::{Connection, Row, params};
 
 use crate::error::ApiResult;
-use crate::model::{
-    AttachmentRow, ClaimRow, NodePluginRow, NodeRow, OpRow, StoredRow, VolumeFields, VolumeRow,
-};
+use crate::model::listing::{StoredRow, VolumeFields};
+use crate::model::{AttachmentRow, ClaimRow, NodePluginRow, NodeRow, OpRow, VolumeRow};
 use crate::store::sqlite::db::optional;
 
 /// Column `i` as text borrowed from the row: decoding a column this way makes no `String`
