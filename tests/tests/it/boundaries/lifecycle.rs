@@ -354,11 +354,12 @@ fn the_controller_queue_engine_names_no_operation_kind() {
         .captures_iter(&op_kinds)
         .map(|c| c[1].to_owned())
         .collect();
-    let api = std::fs::read_to_string(root.join("proto/api/src/agent.rs")).unwrap();
-    let calls: Vec<String> = variants(&api, "ControllerOpKind")
+    let ops = std::fs::read_to_string(root.join("proto/api/src/controller_ops.rs")).unwrap();
+    let calls: Vec<String> = variants(&ops, "ControllerOpKind")
         .into_iter()
         .map(|(v, _)| v)
         .collect();
+    let api = std::fs::read_to_string(root.join("proto/api/src/agent.rs")).unwrap();
     // The answers of one kind of operation: the reports that carry an operation's id,
     // but for its failure, which the engine takes for every kind.
     let answers: Vec<String> = variants(&api, "Report")
@@ -403,7 +404,7 @@ fn the_agent_runs_each_kind_of_controller_operation_from_its_own_file() {
     // over one file per kind that makes its CSI calls, as the server's queue is over its
     // kinds: a new kind is a file and a row.
     let root = root();
-    let api = std::fs::read_to_string(root.join("proto/api/src/agent.rs")).unwrap();
+    let api = std::fs::read_to_string(root.join("proto/api/src/controller_ops.rs")).unwrap();
     let calls: Vec<String> = variants(&api, "ControllerOpKind")
         .into_iter()
         .map(|(v, _)| v)
