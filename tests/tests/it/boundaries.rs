@@ -151,6 +151,44 @@ fn fencing_and_the_background_tasks_do_not_name_http() {
     );
 }
 
+#[test]
+fn the_server_reads_the_time_of_day_from_one_clock() {
+    // One clock (`server/src/clock.rs`), made once where a server or a one-shot command is
+    // put together and passed in: what a write records (`Txn::now`) and what the code around
+    // it decides (liveness, fencing, tokens, listings, the background tasks) come from one
+    // source, which a test can hold still. Elapsed time (`Instant`) is not the time of day.
+    let assemblies = ["server/src/server.rs", "server/src/store/sqlite/backup.rs"];
+    let root = root();
+    let wall = regex::Regex::new(r"\bSystemTime\b|\bClock::wall\b").unwrap();
+    let literal = regex::Regex::new(r#""([^"\\]|\\.)*""#).unwrap();
+    let mut found = Vec::new();
+    for file in sources(&root.join("server/src")) {
+        let rel = file.strip_prefix(&root).unwrap().to_string_lossy().into_owned();
+        if rel == "server/src/clock.rs"
+            || rel.contains("/tests/")
+            || rel.ends_with("/tests.rs")
+            || assemblies.contains(&rel.as_str())
+        {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).unwrap();
+        // A file's own tests may make a clock of their own.
+        let code = text.split("#[cfg(test)]\nmod tests").next().unwrap_or_default();
+        if let Some((n, line)) = code.lines().enumerate().find(|(_, line)| {
+            let code = line.split("//").next().unwrap_or_default();
+            wall.is_match(&literal.replace_all(code, ""))
+        }) {
+            found.push(format!("{rel}:{}: {}", n + 1, line.trim()));
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "server code reads the time of day itself instead of the clock it is given \
+         (take a `clock::Clock` from the assembly, or `Txn::now` inside a write):\n{}",
+        found.join("\n")
+    );
+}
+
 /// Every hand-written `.rs` file of the workspace (the target dir and hidden folders left
 /// out), relative to the workspace root.
 fn workspace_sources() -> Vec<String> {
