@@ -163,7 +163,11 @@ fn the_server_reads_the_time_of_day_from_one_clock() {
     let literal = regex::Regex::new(r#""([^"\\]|\\.)*""#).unwrap();
     let mut found = Vec::new();
     for file in sources(&root.join("server/src")) {
-        let rel = file.strip_prefix(&root).unwrap().to_string_lossy().into_owned();
+        let rel = file
+            .strip_prefix(&root)
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
         if rel == "server/src/clock.rs"
             || rel.contains("/tests/")
             || rel.ends_with("/tests.rs")
@@ -173,7 +177,10 @@ fn the_server_reads_the_time_of_day_from_one_clock() {
         }
         let text = std::fs::read_to_string(&file).unwrap();
         // A file's own tests may make a clock of their own.
-        let code = text.split("#[cfg(test)]\nmod tests").next().unwrap_or_default();
+        let code = text
+            .split("#[cfg(test)]\nmod tests")
+            .next()
+            .unwrap_or_default();
         if let Some((n, line)) = code.lines().enumerate().find(|(_, line)| {
             let code = line.split("//").next().unwrap_or_default();
             wall.is_match(&literal.replace_all(code, ""))
