@@ -24,7 +24,7 @@ use tokio::sync::Notify;
 /// state. An agent's query trims what it no longer needs, so a journal is usually short.
 const JOURNAL: usize = 64;
 
-/// Serialised as the etcd store ships a commit's keys to the other servers (`etcd::mirror::Head`).
+/// Serialised as the etcd store ships a commit's keys to the other servers (`replicated::mirror::Head`).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Key {

@@ -43,255 +43,306 @@ pub(super) struct JobContext {
 
 /// Runs one volume's job, step by step; stops at the first error.
 pub(super) async fn run_job(shared: Arc<Shared>, job: Job, ctx: JobContext) -> Outcome {
-    let vol = job.volume.clone();
-    let lock = shared.volume_lock(&vol);
+    let lock = shared.volume_lock(&job.volume);
     let _calls = lock.lock().await;
-    let mut out = Outcome {
-        volume: vol.clone(),
-        ..Outcome::default()
+    let mut run = Run {
+        shared: &shared,
+        job: &job,
+        ctx: &ctx,
+        vol: &job.volume,
+        out: Outcome {
+            volume: job.volume.clone(),
+            ..Outcome::default()
+        },
     };
-    let timeout = shared.cfg.volume_ready_timeout;
-    let claim_error = |alloc: &str, error: PluginError| Report::ClaimError {
-        volume: vol.clone(),
-        alloc: alloc.to_owned(),
-        error,
-    };
-    // Retryable errors: report when the next try comes, for each claim concerned.
-    let retry = |out: &mut Outcome, allocs: &[&str], e: &StepError| {
-        let mut delay = shared.cfg.retry.delay(ctx.attempt + 1);
+    run.refuse();
+    // Each phase stops the job at its first error, its outcome saying when to come back.
+    let _: Result<(), Stopped> = async {
+        run.keep_what_the_node_shows().await?;
+        run.take_down().await?;
+        run.bring_up().await
+    }
+    .await;
+    run.out
+}
+
+/// One run of a volume's job: what it works with, and what it found so far.
+struct Run<'a> {
+    shared: &'a Shared,
+    job: &'a Job,
+    ctx: &'a JobContext,
+    vol: &'a str,
+    out: Outcome,
+}
+
+/// The job stopped at a step (failed, or no longer wanted); [`Run::out`] says the rest.
+struct Stopped;
+
+impl Run<'_> {
+    fn claim_error(&self, alloc: &str, error: PluginError) -> Report {
+        Report::ClaimError {
+            volume: self.vol.to_owned(),
+            alloc: alloc.to_owned(),
+            error,
+        }
+    }
+
+    /// A retryable error: reports when the next try comes, for each claim concerned.
+    fn retry(&mut self, allocs: &[&str], e: &StepError) -> Stopped {
+        let mut delay = self.shared.cfg.retry.delay(self.ctx.attempt + 1);
         let now = Instant::now();
-        if let Some(first) = allocs.iter().filter_map(|a| ctx.deadlines.get(*a)).min() {
+        if let Some(first) = allocs
+            .iter()
+            .filter_map(|a| self.ctx.deadlines.get(*a))
+            .min()
+        {
             // Come back at the deadline at the latest, to fail the claim on time.
             delay = delay.min(first.saturating_duration_since(now));
         }
         let at_ms = now_ms() + delay.as_millis() as u64;
         for a in allocs {
-            shared.report(claim_error(a, e.to_plugin_error(false, Some(at_ms))));
-            out.errors.push(((*a).to_owned(), e.to_string()));
+            self.shared
+                .report(self.claim_error(a, e.to_plugin_error(false, Some(at_ms))));
+            self.out.errors.push(((*a).to_owned(), e.to_string()));
         }
-        out.retry_at = Some(now + delay);
-    };
+        self.out.retry_at = Some(now + delay);
+        Stopped
+    }
 
-    for (alloc, message) in &job.invalid {
-        tracing::warn!(volume = vol, alloc, "refusing claim: {message}");
-        let error = PluginError {
-            code: "INVALID_ARGUMENT".into(),
-            message: message.clone(),
-            is_final: true,
-            next_retry_at_ms: None,
-        };
-        shared.report(claim_error(alloc, error));
-        out.failed.push(alloc.clone());
-    }
-    for alloc in &job.timed_out {
-        let mut message = format!(
-            "volume `{vol}` was not ready within {}",
-            humantime::format_duration(timeout)
-        );
-        if let Some(last) = ctx.last_errors.get(alloc) {
-            message.push_str(&format!("; last error: {last}"));
+    /// A final error: the claims concerned fail.
+    fn fail(&mut self, allocs: &[&str], e: &StepError) -> Stopped {
+        for a in allocs {
+            tracing::warn!(volume = self.vol, alloc = a, "claim failed: {e}");
+            self.shared
+                .report(self.claim_error(a, e.to_plugin_error(true, None)));
+            self.out.failed.push((*a).to_owned());
         }
-        tracing::warn!(volume = vol, alloc, "claim failed: {message}");
-        let error = PluginError {
-            code: "TIMEOUT".into(),
-            message,
-            is_final: true,
-            next_retry_at_ms: None,
-        };
-        shared.report(claim_error(alloc, error));
-        out.failed.push(alloc.clone());
+        Stopped
     }
-    let v = &job.verified;
-    for s in &v.observed_stagings {
-        if let Err(e) = shared.store.put_staging(s, None).await {
-            retry(&mut out, &[], &e.into());
-            return out;
+
+    /// Refuses the claims the plan found invalid, and fails those past their deadline.
+    fn refuse(&mut self) {
+        let (vol, job) = (self.vol, self.job);
+        for (alloc, message) in &job.invalid {
+            tracing::warn!(volume = vol, alloc, "refusing claim: {message}");
+            let error = PluginError {
+                code: "INVALID_ARGUMENT".into(),
+                message: message.clone(),
+                is_final: true,
+                next_retry_at_ms: None,
+            };
+            self.shared.report(self.claim_error(alloc, error));
+            self.out.failed.push(alloc.clone());
         }
-    }
-    for p in &v.observed_publications {
-        if let Err(e) = shared.store.put_publication(p, None).await {
-            retry(&mut out, &[&p.alloc], &e.into());
-            return out;
-        }
-    }
-    for (rec, why) in &v.restage {
-        tracing::warn!(volume = vol, path = %rec.path.display(), "drift: {why}; staging it again");
-        if let Err(e) = shared.store.put_staging(rec, Some(why.clone())).await {
-            retry(&mut out, &[], &e.into());
-            return out;
+        let timeout = self.shared.cfg.volume_ready_timeout;
+        for alloc in &job.timed_out {
+            let mut message = format!(
+                "volume `{vol}` was not ready within {}",
+                humantime::format_duration(timeout)
+            );
+            if let Some(last) = self.ctx.last_errors.get(alloc) {
+                message.push_str(&format!("; last error: {last}"));
+            }
+            tracing::warn!(volume = vol, alloc, "claim failed: {message}");
+            let error = PluginError {
+                code: "TIMEOUT".into(),
+                message,
+                is_final: true,
+                next_retry_at_ms: None,
+            };
+            self.shared.report(self.claim_error(alloc, error));
+            self.out.failed.push(alloc.clone());
         }
     }
-    for r in &v.republish {
-        let rec = &r.record;
-        tracing::warn!(volume = vol, alloc = rec.alloc, target = %rec.target.display(), "drift: {}; publishing it again", r.why);
-        if let Err(e) = shared.store.put_publication(rec, Some(r.why.clone())).await {
-            retry(&mut out, &[&rec.alloc], &e.into());
-            return out;
+
+    /// Records what the node's mounts showed (stagings and publications the records
+    /// lacked), and what drifted and is to be staged or published again.
+    async fn keep_what_the_node_shows(&mut self) -> Result<(), Stopped> {
+        let (shared, vol) = (self.shared, self.vol);
+        let v = &self.job.verified;
+        for s in &v.observed_stagings {
+            if let Err(e) = shared.store.put_staging(s, None).await {
+                return Err(self.retry(&[], &e.into()));
+            }
         }
-        if r.report {
-            shared.report(Report::Drift {
-                volume: vol.clone(),
-                alloc: rec.alloc.clone(),
-                reason: r.why.clone(),
-            });
+        for p in &v.observed_publications {
+            if let Err(e) = shared.store.put_publication(p, None).await {
+                return Err(self.retry(&[&p.alloc], &e.into()));
+            }
         }
+        for (rec, why) in &v.restage {
+            tracing::warn!(volume = vol, path = %rec.path.display(), "drift: {why}; staging it again");
+            if let Err(e) = shared.store.put_staging(rec, Some(why.clone())).await {
+                return Err(self.retry(&[], &e.into()));
+            }
+        }
+        for r in &v.republish {
+            let rec = &r.record;
+            tracing::warn!(volume = vol, alloc = rec.alloc, target = %rec.target.display(), "drift: {}; publishing it again", r.why);
+            if let Err(e) = shared.store.put_publication(rec, Some(r.why.clone())).await {
+                return Err(self.retry(&[&rec.alloc], &e.into()));
+            }
+            if r.report {
+                shared.report(Report::Drift {
+                    volume: vol.to_owned(),
+                    alloc: rec.alloc.clone(),
+                    reason: r.why.clone(),
+                });
+            }
+        }
+        Ok(())
     }
-    for t in &job.unpublish {
-        let r = &t.record;
-        match unpublish(&shared, r).await {
-            Ok(()) => {
-                tracing::info!(volume = vol, alloc = r.alloc, target = %r.target.display(), "unpublished");
-                if let Some(why) = &job.taken_down_because {
-                    shared.report(Report::Drift {
-                        volume: vol.clone(),
-                        alloc: r.alloc.clone(),
-                        reason: why.clone(),
-                    });
-                }
-                if t.report {
-                    shared.report(Report::Unpublished {
-                        volume: vol.clone(),
-                        alloc: r.alloc.clone(),
-                    });
-                    if job.listed_unpublish.contains(&r.alloc) {
-                        out.memo_unpublished.push(r.alloc.clone());
+
+    /// Unpublishes what is no longer wanted, then unstages, reporting each.
+    async fn take_down(&mut self) -> Result<(), Stopped> {
+        let (shared, job, vol) = (self.shared, self.job, self.vol);
+        for t in &job.unpublish {
+            let r = &t.record;
+            match unpublish(shared, r).await {
+                Ok(()) => {
+                    tracing::info!(volume = vol, alloc = r.alloc, target = %r.target.display(), "unpublished");
+                    if let Some(why) = &job.taken_down_because {
+                        shared.report(Report::Drift {
+                            volume: vol.to_owned(),
+                            alloc: r.alloc.clone(),
+                            reason: why.clone(),
+                        });
+                    }
+                    if t.report {
+                        shared.report(Report::Unpublished {
+                            volume: vol.to_owned(),
+                            alloc: r.alloc.clone(),
+                        });
+                        if job.listed_unpublish.contains(&r.alloc) {
+                            self.out.memo_unpublished.push(r.alloc.clone());
+                        }
                     }
                 }
-            }
-            Err(e) => {
-                tracing::warn!(volume = vol, alloc = r.alloc, "failed to unpublish: {e}");
-                retry(&mut out, &[&r.alloc], &e);
-                return out;
-            }
-        }
-    }
-    for alloc in &job.report_unpublished {
-        shared.report(Report::Unpublished {
-            volume: vol.clone(),
-            alloc: alloc.clone(),
-        });
-        out.memo_unpublished.push(alloc.clone());
-    }
-    if let Some(s) = &job.unstage {
-        match unstage(&shared, s).await {
-            Ok(()) => tracing::info!(volume = vol, path = %s.path.display(), "unstaged"),
-            Err(e) => {
-                tracing::warn!(volume = vol, path = %s.path.display(), "failed to unstage: {e}");
-                retry(&mut out, &[], &e);
-                // Operators see it on the volume's attachment to this node.
-                let at_ms = out.retry_at.map(|t| {
-                    now_ms() + t.saturating_duration_since(Instant::now()).as_millis() as u64
-                });
-                shared.report(Report::VolumeError {
-                    volume: vol.clone(),
-                    error: e.to_plugin_error(false, at_ms),
-                });
-                return out;
+                Err(e) => {
+                    tracing::warn!(volume = vol, alloc = r.alloc, "failed to unpublish: {e}");
+                    return Err(self.retry(&[&r.alloc], &e));
+                }
             }
         }
-    }
-    if job.report_unstaged {
-        shared.report(Report::Unstaged {
-            volume: vol.clone(),
-        });
-        out.memo_unstaged = job.listed_unstage;
-    }
-    let pending: Vec<&str> = job
-        .publish
-        .iter()
-        .map(|p| p.desired.alloc.as_str())
-        .collect();
-    let fail = |out: &mut Outcome, allocs: &[&str], e: &StepError| {
-        for a in allocs {
-            tracing::warn!(volume = vol, alloc = a, "claim failed: {e}");
-            shared.report(claim_error(a, e.to_plugin_error(true, None)));
-            out.failed.push((*a).to_owned());
+        for alloc in &job.report_unpublished {
+            shared.report(Report::Unpublished {
+                volume: vol.to_owned(),
+                alloc: alloc.clone(),
+            });
+            self.out.memo_unpublished.push(alloc.clone());
         }
-    };
-    // Before publishing, a recorded staging is checked: one that vanished since the last
-    // resync is staged again (NodeStageVolume is idempotent) rather than published from.
-    let stage_step = match &job.stage {
-        Some(step) => Some(step.clone()),
-        None => match vanished_staging(&shared, &job) {
-            Ok(step) => step,
-            Err(e) => {
-                retry(&mut out, &pending, &e);
-                return out;
-            }
-        },
-    };
-    if let Some(step) = &stage_step {
-        match stage(&shared, step).await {
-            Ok(()) => tracing::info!(volume = vol, path = %step.path.display(), "staged"),
-            Err(e) if e.is_final() => {
-                fail(&mut out, &pending, &e);
-                return out;
-            }
-            Err(e) => {
-                tracing::info!(volume = vol, "failed to stage, will retry: {e}");
-                retry(&mut out, &pending, &e);
-                return out;
-            }
-        }
-    }
-    for step in &job.publish {
-        let alloc = step.desired.alloc.as_str();
-        let deadline = ctx
-            .deadlines
-            .get(alloc)
-            .copied()
-            .unwrap_or_else(|| Instant::now() + timeout);
-        match publish(&shared, step, deadline).await {
-            Err(StepError::Interrupted) => {
-                tracing::info!(
-                    volume = vol,
-                    alloc,
-                    "stopped waiting for the target: the claim is no longer wanted"
-                );
-                return out;
-            }
-            Ok(()) => {
-                tracing::info!(volume = vol, alloc, target = %step.target.display(), "published and ready");
-                // A new mount: the server forgets the condition reported for the old one, so
-                // the next check reports whatever the plugin says of this one.
-                shared
-                    .conditions
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .remove(&ClaimRef {
-                        volume: vol.clone(),
-                        alloc: alloc.to_owned(),
+        if let Some(s) = &job.unstage {
+            match unstage(shared, s).await {
+                Ok(()) => tracing::info!(volume = vol, path = %s.path.display(), "unstaged"),
+                Err(e) => {
+                    tracing::warn!(volume = vol, path = %s.path.display(), "failed to unstage: {e}");
+                    let stopped = self.retry(&[], &e);
+                    // Operators see it on the volume's attachment to this node.
+                    let at_ms = self.out.retry_at.map(|t| {
+                        now_ms() + t.saturating_duration_since(Instant::now()).as_millis() as u64
                     });
-                shared.report(Report::Published {
-                    volume: vol.clone(),
-                    alloc: alloc.to_owned(),
-                    target_path: step.target.display().to_string(),
-                    observed: shared.shape(&vol, alloc),
-                });
-                out.memo_published.push(alloc.to_owned());
-                out.ready.push(alloc.to_owned());
-            }
-            Err(e) if e.is_final() => {
-                fail(&mut out, &[alloc], &e);
-                return out;
-            }
-            Err(e) => {
-                tracing::info!(volume = vol, alloc, "failed to publish, will retry: {e}");
-                retry(&mut out, &[alloc], &e);
-                return out;
+                    shared.report(Report::VolumeError {
+                        volume: vol.to_owned(),
+                        error: e.to_plugin_error(false, at_ms),
+                    });
+                    return Err(stopped);
+                }
             }
         }
+        if job.report_unstaged {
+            shared.report(Report::Unstaged {
+                volume: vol.to_owned(),
+            });
+            self.out.memo_unstaged = job.listed_unstage;
+        }
+        Ok(())
     }
-    for (alloc, target) in &job.report_published {
-        shared.report(Report::Published {
-            volume: vol.clone(),
-            alloc: alloc.clone(),
-            target_path: target.display().to_string(),
-            observed: shared.shape(&vol, alloc),
-        });
-        out.memo_published.push(alloc.clone());
+
+    /// Stages (again, where a recorded staging vanished) and publishes each claim wanted
+    /// here, waiting for each target to be ready, reporting each.
+    async fn bring_up(&mut self) -> Result<(), Stopped> {
+        let (shared, job, vol) = (self.shared, self.job, self.vol);
+        let pending: Vec<&str> = job
+            .publish
+            .iter()
+            .map(|p| p.desired.alloc.as_str())
+            .collect();
+        // Before publishing, a recorded staging is checked: one that vanished since the last
+        // resync is staged again (NodeStageVolume is idempotent) rather than published from.
+        let stage_step = match &job.stage {
+            Some(step) => Some(step.clone()),
+            None => match vanished_staging(shared, job) {
+                Ok(step) => step,
+                Err(e) => return Err(self.retry(&pending, &e)),
+            },
+        };
+        if let Some(step) = &stage_step {
+            match stage(shared, step).await {
+                Ok(()) => tracing::info!(volume = vol, path = %step.path.display(), "staged"),
+                Err(e) if e.is_final() => return Err(self.fail(&pending, &e)),
+                Err(e) => {
+                    tracing::info!(volume = vol, "failed to stage, will retry: {e}");
+                    return Err(self.retry(&pending, &e));
+                }
+            }
+        }
+        let timeout = shared.cfg.volume_ready_timeout;
+        for step in &job.publish {
+            let alloc = step.desired.alloc.as_str();
+            let deadline = self
+                .ctx
+                .deadlines
+                .get(alloc)
+                .copied()
+                .unwrap_or_else(|| Instant::now() + timeout);
+            match publish(shared, step, deadline).await {
+                Err(StepError::Interrupted) => {
+                    tracing::info!(
+                        volume = vol,
+                        alloc,
+                        "stopped waiting for the target: the claim is no longer wanted"
+                    );
+                    return Err(Stopped);
+                }
+                Ok(()) => {
+                    tracing::info!(volume = vol, alloc, target = %step.target.display(), "published and ready");
+                    // A new mount: the server forgets the condition reported for the old one, so
+                    // the next check reports whatever the plugin says of this one.
+                    shared
+                        .conditions
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .remove(&ClaimRef {
+                            volume: vol.to_owned(),
+                            alloc: alloc.to_owned(),
+                        });
+                    shared.report(Report::Published {
+                        volume: vol.to_owned(),
+                        alloc: alloc.to_owned(),
+                        target_path: step.target.display().to_string(),
+                        observed: shared.shape(vol, alloc),
+                    });
+                    self.out.memo_published.push(alloc.to_owned());
+                    self.out.ready.push(alloc.to_owned());
+                }
+                Err(e) if e.is_final() => return Err(self.fail(&[alloc], &e)),
+                Err(e) => {
+                    tracing::info!(volume = vol, alloc, "failed to publish, will retry: {e}");
+                    return Err(self.retry(&[alloc], &e));
+                }
+            }
+        }
+        for (alloc, target) in &job.report_published {
+            shared.report(Report::Published {
+                volume: vol.to_owned(),
+                alloc: alloc.clone(),
+                target_path: target.display().to_string(),
+                observed: shared.shape(vol, alloc),
+            });
+            self.out.memo_published.push(alloc.clone());
+        }
+        Ok(())
     }
-    out
 }
 
 /// Asks the plugins that report VOLUME_CONDITION how each published volume is, and reports

@@ -14,15 +14,16 @@ use crate::store::{NewClaim, Snapshot, Txn};
 use csivol_rules::kinds::EventKind;
 use csivol_rules::transitions;
 
-/// The state a new claim of `volume` on `node` would start in (for dry runs), as
+/// The state a new claim of `volume` on `node` would start in at `now` (for dry runs), as
 /// [`transitions`] would take it once recorded.
 pub fn initial_state(
     conn: &(impl Snapshot + ?Sized),
     volume: &str,
     node: &str,
+    now: i64,
 ) -> ApiResult<ClaimState> {
     let v = conn.require_volume(volume)?;
-    let recorded = Recorded::load(conn, &v, Some(node), crate::db::now_ms())?;
+    let recorded = Recorded::load(conn, &v, Some(node), now)?;
     Ok(transitions::first_state(&recorded.facts(), node))
 }
 
@@ -182,12 +183,13 @@ pub fn claim_dry_run(
     conn: &(impl Snapshot + ?Sized),
     volume: &str,
     req: &ClaimRequest,
+    now: i64,
 ) -> ApiResult<ClaimDryRun> {
     // A dry run asks for no wait: `claim --dry-run` takes no `--wait`.
     let (existing, state) = match evaluate_claim(conn, volume, req, false) {
         Ok(ClaimDecision::Existing(claim)) => (true, claim.state),
         Ok(ClaimDecision::Queue(_)) => (false, ClaimState::Queued),
-        Ok(ClaimDecision::New) => (false, initial_state(conn, volume, &req.node)?),
+        Ok(ClaimDecision::New) => (false, initial_state(conn, volume, &req.node, now)?),
         Err(e) if matches!(e.code(), ErrorCode::Internal | ErrorCode::Unavailable) => {
             return Err(e);
         }

@@ -244,8 +244,9 @@ async fn what_a_plugin_made_is_kept_for_plugin_show_across_registrations() {
     env.report("n1", vec![observed]).await;
     env.register("n1", false, &[("v", "a1")]).await;
     let limits = env.limits.clone();
+    let now = crate::clock::Clock::wall().now_ms();
     let plugins = env
-        .read(move |c| crate::views::list_plugins(c, Some("hp"), &limits))
+        .read(move |c| crate::views::list_plugins(c, Some("hp"), &limits, now))
         .await;
     let n1 = plugins[0].nodes.iter().find(|n| n.name == "n1").unwrap();
     let seen = n1.observed.as_ref().expect("kept across the registration");

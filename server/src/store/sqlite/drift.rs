@@ -6,8 +6,12 @@
 //! until `upgrade finalize`: then a drift is written in the old form, which a server of
 //! the previous release reads as it always did, and read back from it.
 
-use super::*;
+use rusqlite::{Connection, params};
+
+use super::{exec, rows};
+use crate::error::{ApiError, ApiResult};
 use crate::model::Drift;
+use crate::store::sqlite::writer::WriteCtx;
 
 /// Whether the schema has the column (asked of the connection itself: a mirror migrated in
 /// place by `upgrade finalize` has it from that moment on).
@@ -91,10 +95,12 @@ pub fn decode(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::db::{self, version_of};
+    use crate::clock::Clock;
     use crate::model::ClaimRow;
+    use crate::store::sqlite::db;
+    use crate::store::sqlite::migrations::{schema_version, version_of};
     use crate::store::{Snapshot, Txn};
-    use csivol_api::DriftFound;
+    use csivol_api::{ClaimState, DriftFound};
 
     /// The schema version that brings the column.
     fn theirs() -> i64 {
@@ -105,7 +111,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!(
             "csivol-drift-{name}-{}-{}",
             std::process::id(),
-            db::now_ms()
+            Clock::wall().now_ms()
         ));
         std::fs::create_dir_all(&dir).unwrap();
         (dir.join("state.db"), dir)
@@ -204,7 +210,7 @@ mod tests {
     #[test]
     fn below_its_schema_a_drift_is_kept_in_the_old_form() {
         let (path, dir) = temp_db("gate");
-        for (schema, column) in [(theirs() - 1, false), (db::schema_version(), true)] {
+        for (schema, column) in [(theirs() - 1, false), (schema_version(), true)] {
             let (mut conn, index) = db::open_at(&path, schema).unwrap();
             conn.execute(
                 "INSERT OR REPLACE INTO claims (volume, alloc, node, mode, state, created_at, updated_at, modify_index) \
@@ -213,7 +219,7 @@ mod tests {
             )
             .unwrap();
             let tx = conn.transaction().unwrap();
-            let mut ctx = WriteCtx::new(&tx, index + 1);
+            let mut ctx = WriteCtx::new(&tx, index + 1, Clock::wall().now_ms());
             assert_eq!(kept(ctx.tx).unwrap(), column);
             let d = Drift {
                 found: DriftFound::Registration,

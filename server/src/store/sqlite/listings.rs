@@ -8,13 +8,13 @@ use rusqlite::{Connection, params};
 
 use super::exec;
 use super::rows::{ATTACHMENT_COLUMNS, VOLUME_COLUMNS, volume_fields};
-use crate::db::WriteCtx;
 use crate::error::{ApiError, ApiResult};
+use crate::model::listing::{StoredRows, VolumeChunk};
 use crate::model::{
-    AttachmentRow, ClaimRow, PluginNodeRow, RunningOpRow, StateCounts, StoredRows, VolumeChunk,
-    WaitingOps, time,
+    AttachmentRow, ClaimRow, PluginNodeRow, RunningOpRow, StateCounts, WaitingOps, time,
 };
 use crate::store::EventFilter;
+use crate::store::sqlite::writer::WriteCtx;
 
 // ---- the event log ----
 

@@ -6,11 +6,10 @@ use csivol_api::ClaimState;
 use rusqlite::types::{Type, ValueRef};
 use rusqlite::{Connection, Row, params};
 
-use crate::db::optional;
 use crate::error::ApiResult;
-use crate::model::{
-    AttachmentRow, ClaimRow, NodePluginRow, NodeRow, OpRow, StoredRow, VolumeFields, VolumeRow,
-};
+use crate::model::listing::{StoredRow, VolumeFields};
+use crate::model::{AttachmentRow, ClaimRow, NodePluginRow, NodeRow, OpRow, VolumeRow};
+use crate::store::sqlite::db::optional;
 
 /// Column `i` as text borrowed from the row: decoding a column this way makes no `String`
 /// for a value that is only parsed (a listing decodes some 20 columns per volume).

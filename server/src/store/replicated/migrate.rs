@@ -10,7 +10,8 @@ use anyhow::{Context, bail};
 use csivol_etcd_client::Client;
 
 use super::mirror::{self, KeyKind, Keys};
-use crate::{db, identity};
+use crate::identity;
+use crate::store::sqlite::{db, migrations};
 
 /// `csivol-server migrate` flags.
 #[derive(Debug, Clone, clap::Args)]
@@ -139,7 +140,7 @@ pub(super) async fn copy_into(
     }
     let head = mirror::Head {
         index,
-        schema: db::schema_version(),
+        schema: migrations::schema_version(),
         ..mirror::Head::default()
     };
     // A state copied in is of a generation of its own: an index a client holds from where

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use super::Cluster;
 use super::mirror::Head;
-use crate::db;
+use crate::store::sqlite::migrations;
 
 /// What a server says of itself under `<prefix>/servers/<id>`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -39,7 +39,7 @@ pub fn servers_prefix(prefix: &str) -> String {
 /// The schema this server runs on for a cluster whose head is `head`: the cluster's, when
 /// it is this build's or the one before it; anything else is refused, saying what to run.
 pub fn accept(head: &Head, prefix: &str) -> anyhow::Result<i64> {
-    let ours = db::schema_version();
+    let ours = migrations::schema_version();
     let theirs = head.schema;
     if head.migrating {
         bail!(
@@ -87,7 +87,7 @@ fn presence_key(cluster: &Cluster) -> Vec<u8> {
 pub async fn announce(cluster: Cluster, listen: String) {
     let key = presence_key(&cluster);
     let me = Presence {
-        schema: db::schema_version(),
+        schema: migrations::schema_version(),
         version: env!("CARGO_PKG_VERSION").to_owned(),
         listen,
         host: std::fs::read_to_string("/proc/sys/kernel/hostname")
@@ -152,7 +152,7 @@ mod tests {
 
     #[test]
     fn a_server_runs_on_its_own_schema_or_the_one_before() {
-        let ours = db::schema_version();
+        let ours = migrations::schema_version();
         let check = |schema, migrating| accept(&head(schema, migrating), "/csivol");
         assert_eq!(check(ours, false).unwrap(), ours);
         assert_eq!(

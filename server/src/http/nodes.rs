@@ -1,10 +1,29 @@
-//! The node and plugin endpoints: operators' node actions (eligibility, removal, unblock,
-//! fence), the node and plugin views, and the agents' own endpoints (register, heartbeat,
+//! The node endpoints: operators' node actions (eligibility, labels, removal, unblock,
+//! fence), the node views, and the agents' own endpoints (register, heartbeat, stopping,
 //! desired state, reports).
 
-use super::*;
-use crate::http::blocking::sent_generation;
-use crate::watch::Cursor;
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use csivol_api::{
+    self as api, HeartbeatResponse, NodeUnblockRequest, RegisterRequest, RegisterResponse,
+    ReportBatch,
+};
+use csivol_rules::fence::FenceConfig;
+use serde::Deserialize;
+
+use super::blocking::{Blocking, checked_index, sent_generation, with_index};
+use super::extract::{Body, Q, name};
+use super::once::{Answer, Once, ok};
+use super::{channel, once};
+use crate::app::App;
+use crate::error::{ApiError, ApiResult};
+use crate::store::sqlite::writer::WriteCtx;
+use crate::watch::{Cursor, Key};
+use crate::{fence, lifecycle, views};
 
 pub(super) async fn node_labels(
     State(app): State<App>,
@@ -31,7 +50,7 @@ fn one_node(
     node: &str,
     fencing: &FenceConfig,
 ) -> ApiResult<api::Node> {
-    let found = views::list_nodes(ctx, beats, Some(node), fencing)?;
+    let found = views::list_nodes(ctx, beats, Some(node), fencing, ctx.now)?;
     found
         .into_iter()
         .next()
@@ -101,7 +120,9 @@ pub(super) async fn fence_node(
     let (actor, limits) = app.operator(&headers)?;
     name("node", &node)?;
     lifecycle::require_reason(&req.reason, false, &limits.text)?;
-    Ok(Json(fence::fence(&app, &node, &req, &actor).await?))
+    Ok(Json(
+        fence::fence(&app.fencing(), &node, &req, &actor).await?,
+    ))
 }
 
 pub(super) async fn list_nodes(
@@ -110,10 +131,10 @@ pub(super) async fn list_nodes(
 ) -> ApiResult<Json<Vec<api::Node>>> {
     app.caller(&headers)?.require_reader()?;
     let beats = app.live.beats();
-    let fencing = Arc::clone(&app.fence);
+    let (fencing, now) = (Arc::clone(&app.fence), app.clock.now_ms());
     Ok(Json(
         app.db
-            .read(move |c| views::list_nodes(c, &beats, None, &fencing))
+            .read(move |c| views::list_nodes(c, &beats, None, &fencing, now))
             .await?,
     ))
 }
@@ -127,10 +148,10 @@ pub(super) async fn get_node(
     name("node", &node)?;
     let beats = app.live.beats();
     let wanted = node.clone();
-    let fencing = Arc::clone(&app.fence);
+    let (fencing, now) = (Arc::clone(&app.fence), app.clock.now_ms());
     let found = app
         .db
-        .read(move |c| views::list_nodes(c, &beats, Some(&wanted), &fencing))
+        .read(move |c| views::list_nodes(c, &beats, Some(&wanted), &fencing, now))
         .await?;
     found.into_iter().next().map(Json).ok_or_else(|| {
         ApiError::not_found(format!("node `{node}` is not registered")).with_hint(
@@ -162,7 +183,7 @@ pub(super) async fn register(
             lifecycle::register_node(ctx, &n, &req, &limits).map(Ok)
         })
         .await??;
-    app.live.registered(&node, now_ms());
+    app.live.registered(&node, app.clock.now_ms());
     Ok(Json(RegisterResponse {
         heartbeat_ttl_ms: app.live.ttl().as_millis() as u64,
         index: app.db.hub.index(&Key::Node(node)),
@@ -314,36 +335,4 @@ pub(super) async fn apply_reports(
         .write(move |ctx| lifecycle::apply_reports(ctx, &node, batch.reports.clone(), &limits))
         .await?;
     Ok(count)
-}
-
-pub(super) async fn list_plugins(
-    State(app): State<App>,
-    headers: HeaderMap,
-) -> ApiResult<Json<Vec<api::Plugin>>> {
-    app.caller(&headers)?.require_reader()?;
-    let limits = app.limits.clone();
-    Ok(Json(
-        app.db
-            .read(move |c| views::list_plugins(c, None, &limits))
-            .await?,
-    ))
-}
-
-pub(super) async fn get_plugin(
-    State(app): State<App>,
-    headers: HeaderMap,
-    Path(id): Path<String>,
-) -> ApiResult<Json<api::Plugin>> {
-    app.caller(&headers)?.require_reader()?;
-    name("plugin", &id)?;
-    let limits = app.limits.clone();
-    app.db
-        .read(move |c| {
-            let found = views::list_plugins(c, Some(&id), &limits)?;
-            match found.into_iter().next() {
-                Some(p) => Ok(Json(p)),
-                None => Err(lifecycle::unknown_plugin(&id, &c.plugin_ids()?)),
-            }
-        })
-        .await
 }

@@ -1,9 +1,24 @@
-//! The claim writes: record a claim, release it, renew its lease. Each may carry an
-//! `Idempotency-Key` and its send time (`once`): a repeat is answered the first answer,
-//! and a claim request sent before its alloc's last release is refused.
+//! The claim endpoints: show a claim (a blocking query), list claims, and the claim writes:
+//! record a claim, release it, renew its lease. Each write may carry an `Idempotency-Key`
+//! and its send time (`once`): a repeat is answered the first answer, and a claim request
+//! sent before its alloc's last release is refused.
 
-use super::once::Outcome;
-use super::*;
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use csivol_api::{self as api, ClaimRequest, ClaimState};
+
+use super::blocking::{Blocking, Hold, cursor_headers, follow, hold_claim, with_index};
+use super::extract::{Body, Q, name};
+use super::once::{Answer, Once, Outcome};
+use super::waits::waits_for_release;
+use crate::app::App;
+use crate::error::{ApiError, ApiResult};
+use crate::store::Snapshot;
+use crate::store::sqlite::writer::WriteCtx;
+use crate::watch::Key;
+use crate::{lifecycle, views};
 
 pub(super) async fn post_claim(
     State(app): State<App>,
@@ -20,9 +35,10 @@ pub(super) async fn post_claim(
     // Labels are held to this server's limits, which the lifecycle does not know.
     api::check_claim_labels(&req.labels, &limits.text).map_err(ApiError::text)?;
     if req.dry_run {
+        let now = app.clock.now_ms();
         let answer = app
             .db
-            .read(move |c| lifecycle::claim_dry_run(c, &volume, &req))
+            .read(move |c| lifecycle::claim_dry_run(c, &volume, &req, now))
             .await?;
         return Ok(Json(answer).into_response());
     }
@@ -127,4 +143,42 @@ pub(super) async fn renew_claim(
     let answer =
         move |claim: &api::Claim| Answer::indexed(StatusCode::OK, (claim.index, began), claim);
     once.respond(&app, &body, write, answer).await
+}
+
+pub(super) async fn get_claim(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path((volume, alloc)): Path<(String, String)>,
+    Q(b): Q<Blocking>,
+) -> ApiResult<Response> {
+    app.caller(&headers)?.require_reader()?;
+    name("volume", &volume)?;
+    name("alloc", &alloc)?;
+    let key = Key::Volume(volume.clone());
+    let at = follow(&app, &headers, &key, &b).await?;
+    // One claim, or one volume's claims when it is gone: a small read, on this thread.
+    let claim = app
+        .db
+        .read_small(|c| match c.claim(&volume, &alloc)? {
+            Some(row) => c.claim_to_api(&row),
+            None => Err(lifecycle::no_claim(c, &volume, &alloc)?),
+        })
+        .await?;
+    Ok(with_index(StatusCode::OK, at, claim))
+}
+
+/// `GET /v1/claims?volume=&node=&state=&label=k=v&older_than_ms=`; `label` repeatable.
+pub(super) async fn list_claims(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Query(pairs): Query<Vec<(String, String)>>,
+) -> ApiResult<Response> {
+    app.caller(&headers)?.require_reader()?;
+    let filter = views::ClaimFilter::from_query(&pairs)?;
+    let now = app.clock.now_ms();
+    let claims = app
+        .db
+        .read(move |c| views::list_claims(c, &filter, now))
+        .await?;
+    Ok(Json(claims).into_response())
 }

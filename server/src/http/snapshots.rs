@@ -1,7 +1,22 @@
 //! The snapshot endpoints: `PUT/GET/DELETE /v1/snapshots/{name}`, `GET /v1/snapshots`,
 //! and the group snapshots' alike under `/v1/group-snapshots`.
 
-use super::*;
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
+use csivol_api as api;
+use serde::Deserialize;
+
+use super::blocking::{Blocking, follow, with_index};
+use super::extract::{Body, Q, name};
+use super::once::{Once, accepted_or_gone, accepted_or_ok};
+use super::waits::waits_for_release;
+use crate::app::App;
+use crate::error::ApiResult;
+use crate::lifecycle;
+use crate::store::sqlite::writer::WriteCtx;
+use crate::watch::Key;
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -22,7 +22,7 @@ use rusqlite::Connection;
 use super::mirror::{self, Head, KeyKind, Keys};
 use super::schema::{Presence, servers_prefix};
 use super::{EtcdArgs, EtcdConfig};
-use crate::db;
+use crate::store::sqlite::migrations;
 
 #[derive(Debug, clap::Subcommand)]
 pub enum UpgradeCommand {
@@ -145,7 +145,7 @@ async fn status(client: &Client, cfg: &EtcdConfig) -> anyhow::Result<()> {
 async fn finalize(client: &Client, cfg: &EtcdConfig) -> anyhow::Result<()> {
     let prefix = &cfg.prefix;
     let keys = Keys::new(prefix);
-    let ours = db::schema_version();
+    let ours = migrations::schema_version();
     let deadline = std::time::Instant::now() + MARK_FOR;
     let (mark, mark_rev) = loop {
         let (h, rev) = head(client, &keys, prefix).await?;
@@ -285,10 +285,10 @@ async fn rewrite(
     let rows: Vec<(Vec<u8>, Vec<u8>)> = old.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
     let new = tokio::task::spawn_blocking(move || -> anyhow::Result<BTreeMap<Vec<u8>, Vec<u8>>> {
         let mut conn = Connection::open_in_memory()?;
-        db::migrate(&mut conn, 0, from)?;
+        migrations::migrate(&mut conn, 0, from)?;
         let tables = mirror::tables(&conn)?;
         mirror::load(&mut conn, &tables, &keys2, &rows).map_err(anyhow::Error::msg)?;
-        db::migrate(&mut conn, from, to)?;
+        migrations::migrate(&mut conn, from, to)?;
         conn.execute(
             "UPDATE meta SET value = ?1 WHERE key = 'index'",
             [index as i64],

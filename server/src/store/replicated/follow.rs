@@ -270,7 +270,7 @@ impl Writer {
         if schema == self.schema {
             return true;
         }
-        let known = crate::db::schema_version();
+        let known = crate::store::sqlite::migrations::schema_version();
         if schema != self.schema + 1 || schema > known {
             self.halt(format!(
                 "the cluster moved to schema version {schema}, which this csivol-server does \
@@ -280,13 +280,14 @@ impl Writer {
             ));
             return false;
         }
-        let migrated = crate::db::migrate(&mut self.conn, self.schema, schema)
-            .map_err(|e| format!("{e:#}"))
-            .and_then(|()| mirror::tables(&self.conn).map_err(|e| e.to_string()))
-            .and_then(|tables| {
-                mirror::install_triggers(&self.conn, &tables).map_err(|e| e.to_string())?;
-                Ok(tables)
-            });
+        let migrated =
+            crate::store::sqlite::migrations::migrate(&mut self.conn, self.schema, schema)
+                .map_err(|e| format!("{e:#}"))
+                .and_then(|()| mirror::tables(&self.conn).map_err(|e| e.to_string()))
+                .and_then(|tables| {
+                    mirror::install_triggers(&self.conn, &tables).map_err(|e| e.to_string())?;
+                    Ok(tables)
+                });
         match migrated {
             Ok(tables) => {
                 tracing::info!(

@@ -14,8 +14,10 @@ use tokio::runtime::Handle;
 use tokio::sync::mpsc;
 
 use super::mirror::{self, Head, Keys, Table};
-use crate::db::{BoxJob, GroupEffects, Savepoints, WriterParts, run_group, take_group};
 use crate::error::ApiError;
+use crate::store::sqlite::writer::{
+    BoxJob, GroupEffects, Savepoints, WriterParts, run_group, take_group,
+};
 
 /// What the watch hands the writer.
 #[derive(Debug)]
@@ -77,6 +79,8 @@ pub struct Writer {
     pub commits: u64,
     /// Tells the watch where to follow from again after the state went back in time.
     pub rewind: tokio::sync::watch::Sender<i64>,
+    /// The server's clock, which each request runs at (from the writer's parts).
+    pub clock: crate::clock::Clock,
 }
 
 /// Answers the once-only requests of `group` with `why` and returns the others.
@@ -163,8 +167,10 @@ impl Writer {
             write_error,
             tokens_changed,
             schema,
+            clock,
         } = parts;
         self.schema_shown = schema;
+        self.clock = clock;
         let ends = Ends {
             hub,
             write_error,
@@ -371,7 +377,7 @@ impl Writer {
         let result = (|| -> Result<Outcome, String> {
             let tx = self.conn.transaction().map_err(|e| e.to_string())?;
             mirror::clear_changes(&tx).map_err(|e| e.to_string())?;
-            let effects = run_group(&tx, group, next, Savepoints::Each)?;
+            let effects = run_group(&tx, group, next, Savepoints::Each, &self.clock)?;
             let mut ops = Vec::new();
             for (name, rid) in mirror::changes(&tx).map_err(|e| e.to_string())? {
                 let Some(t) = self.tables.iter().find(|t| t.name == name) else {

@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 use csivol_etcd_client::Client;
 use tokio::sync::watch;
 
+use crate::clock::Clock;
+
 /// Whether this server leads now, and its term: the revision at which it created the
 /// leader key, which its once-only writes compare (`Db::write_led`), so that a deposed
 /// leader's write fails.
@@ -27,9 +29,11 @@ impl Leadership {
         Self { rx }
     }
 
-    pub fn start(client: Client, prefix: &str, ttl: Duration) -> Self {
+    /// Campaigns for the lease, as a candidate named by this process and `clock`'s time.
+    pub fn start(client: Client, prefix: &str, ttl: Duration, clock: &Clock) -> Self {
         let (tx, rx) = watch::channel(None);
-        tokio::spawn(campaign(client, leader_key(prefix), ttl, tx));
+        let id = format!("{}-{}", std::process::id(), clock.now_ms()).into_bytes();
+        tokio::spawn(campaign(client, leader_key(prefix), ttl, tx, id));
         Self { rx }
     }
 
@@ -61,8 +65,13 @@ pub fn leader_key(prefix: &str) -> Vec<u8> {
 /// renewal's answer on its way back and for clocks that do not tick alike.
 const MARGIN: Duration = Duration::from_millis(500);
 
-async fn campaign(client: Client, key: Vec<u8>, ttl: Duration, tx: watch::Sender<Option<i64>>) {
-    let id = format!("{}-{}", std::process::id(), crate::db::now_ms()).into_bytes();
+async fn campaign(
+    client: Client,
+    key: Vec<u8>,
+    ttl: Duration,
+    tx: watch::Sender<Option<i64>>,
+    id: Vec<u8>,
+) {
     let renew_every = ttl / 3;
     loop {
         // The lease runs from when etcd granted it, which is after this.

@@ -11,8 +11,8 @@ use rusqlite::{Connection, OpenFlags};
 
 use super::EtcdConfig;
 use super::mirror::{self, Head, KeyKind, Keys};
-use crate::backup::{self, Summary};
-use crate::db;
+use crate::store::sqlite::backup::{self, Summary};
+use crate::store::sqlite::migrations;
 
 /// Writes the state under `cfg.prefix`, as etcd holds it now, to the backup file `to`.
 pub async fn backup(cfg: &EtcdConfig, to: &Path) -> anyhow::Result<Summary> {
@@ -50,12 +50,12 @@ fn cluster_head(keys: &Keys, rows: &[(Vec<u8>, Vec<u8>)], prefix: &str) -> anyho
              stopped), then back up"
         );
     }
-    if head.schema > db::schema_version() {
+    if head.schema > migrations::schema_version() {
         bail!(
             "the cluster under {prefix} has schema version {}, newer than this csivol-server \
              understands ({})\nhint: back up with the servers' csivol-server",
             head.schema,
-            db::schema_version()
+            migrations::schema_version()
         );
     }
     Ok(head)
@@ -69,7 +69,7 @@ fn load(
     keys: &Keys,
     rows: &[(Vec<u8>, Vec<u8>)],
 ) -> anyhow::Result<()> {
-    db::migrate(conn, 0, schema)?;
+    migrations::migrate(conn, 0, schema)?;
     let tables = mirror::tables(conn)?;
     mirror::load(conn, &tables, keys, rows).map_err(anyhow::Error::msg)?;
     mirror::check(conn, &tables, keys, rows).map_err(anyhow::Error::msg)
@@ -99,7 +99,7 @@ pub async fn prepare(cfg: &EtcdConfig, from: &Path) -> anyhow::Result<Prepared> 
         rusqlite::backup::Backup::new(&src, &mut mem)?
             .run_to_completion(i32::MAX, std::time::Duration::ZERO, None)
             .with_context(|| format!("failed to read {}", from_path.display()))?;
-        db::migrate(&mut mem, summary.schema, db::schema_version())?;
+        migrations::migrate(&mut mem, summary.schema, migrations::schema_version())?;
         mark(&mem)?;
         let plan = Plan::new(&Holdings::default(), &Holdings::read(&mem)?);
         let tables = mirror::tables(&mem)?;

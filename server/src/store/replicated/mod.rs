@@ -1,10 +1,13 @@
-//! The etcd state store (`--store etcd`): several servers over one etcd cluster. etcd is
-//! the truth; each server keeps a SQLite mirror of it (`mirror.db` in its data dir, built
-//! anew at every start by the same migrations), so every read and every lifecycle rule is
-//! the SQLite code unchanged. Writes commit to etcd first, in one transaction compared
-//! against the revision the mirror reflects (`writer`); the watch applies other servers'
-//! commits to the mirror and wakes blocking queries. Once-only work runs on the leader,
-//! elected with an etcd lease (`leader`).
+//! The SQLite state replicated through etcd (`--store etcd`, "the etcd store"): several
+//! servers over one etcd cluster. It is not a second store beside `sqlite`: etcd holds the
+//! rows, and each server keeps them as a SQLite mirror (`mirror.db` in its data dir, built
+//! anew at every start by the same migrations), so every read, every lifecycle rule and
+//! every statement is the SQLite store's, unchanged. What this folder adds is the
+//! replication: its writer thread runs each group of write requests through the SQLite
+//! writer's group commit on the mirror and commits the changed rows to etcd first, in one
+//! transaction compared against the revision the mirror reflects (`writer`); the watch
+//! applies other servers' commits to the mirror and wakes blocking queries (`follow`).
+//! Once-only work runs on the leader, elected with an etcd lease (`leader`).
 
 pub(crate) mod args;
 pub mod backup;
@@ -30,7 +33,9 @@ pub use reads::{READ_BOUND, Reads};
 
 use self::mirror::{GenerationValue, Head, KeyKind, Keys};
 use self::writer::{Remote, Writer};
-use crate::db::{self, Db};
+use crate::clock::Clock;
+use crate::store::sqlite::db::{self, Db};
+use crate::store::sqlite::migrations;
 use crate::watch::Generation;
 
 /// Default key prefix in etcd.
@@ -106,18 +111,36 @@ fn remove_mirror(path: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Opens the store: loads etcd's state into a fresh mirror at `path` (or, on an empty
-/// prefix, writes a new cluster's first state into etcd), starts the writer and the watch.
-/// With `check`, the mirror is checked against what etcd holds before anything is served.
-pub async fn start(path: &Path, cfg: &EtcdConfig, check: bool) -> anyhow::Result<(Db, Cluster)> {
-    let client = cfg.client()?;
+/// What [`load`] found in etcd and put in the mirror.
+struct Loaded {
+    conn: rusqlite::Connection,
+    tables: Vec<mirror::Table>,
+    /// The change index the mirror holds.
+    index: u64,
+    schema: i64,
+    /// The revision of `head` the mirror reflects.
+    head_rev: i64,
+    /// The revision the watch follows from.
+    from: i64,
+    generation: GenerationValue,
+}
+
+/// Fills a fresh mirror at `path` from etcd: the cluster's state as of one revision, or,
+/// on an empty prefix, a new cluster's first state written into etcd (another server may
+/// write it first: then that one is loaded). A cluster an older release made is given its
+/// generation first. With `check`, the mirror is checked against what etcd holds.
+async fn load(
+    path: &Path,
+    cfg: &EtcdConfig,
+    check: bool,
+    (client, keys): (&Client, &Keys),
+) -> anyhow::Result<Loaded> {
     let prefix = cfg.prefix.trim_end_matches('/').to_owned();
-    let keys = Keys::new(&prefix);
-    let (conn, tables, index, schema, head_rev, from, generation) = loop {
+    loop {
         remove_mirror(path).with_context(|| format!("failed to remove {}", path.display()))?;
         csivol_daemon::modes::create_file(path)
             .with_context(|| format!("failed to create {}", path.display()))?;
-        let (rev, kvs) = read_state(&client, cfg, &keys).await?;
+        let (rev, kvs) = read_state(client, cfg, keys).await?;
         let head = kvs
             .iter()
             .find(|kv| keys.parse(&kv.key) == Some(KeyKind::Head));
@@ -133,7 +156,7 @@ pub async fn start(path: &Path, cfg: &EtcdConfig, check: bool) -> anyhow::Result
                 // etcd holds the truth: the mirror need not survive a crash (it is rebuilt).
                 conn.pragma_update(None, "synchronous", "OFF")?;
                 let tables = mirror::tables(&conn)?;
-                let mut ops: Vec<_> = mirror::all_rows(&conn, &tables, &keys)?
+                let mut ops: Vec<_> = mirror::all_rows(&conn, &tables, keys)?
                     .into_iter()
                     .map(|(k, v)| csivol_etcd_client::put(k, v, 0))
                     .collect();
@@ -145,20 +168,28 @@ pub async fn start(path: &Path, cfg: &EtcdConfig, check: bool) -> anyhow::Result
                 ));
                 let head = Head {
                     index,
-                    schema: db::schema_version(),
+                    schema: migrations::schema_version(),
                     ..Head::default()
                 };
                 ops.push(csivol_etcd_client::put(keys.head(), head.encode(), 0));
                 // Sent again if etcd did not answer: the compare lets one send land,
                 // and a send that finds the state written loads it, its own or not.
-                let Some(rev) = at_start(|| while_no_cluster(&client, &keys, ops.clone()))
+                let Some(rev) = at_start(|| while_no_cluster(client, keys, ops.clone()))
                     .await
                     .context("failed to write a new cluster's state into etcd")?
                 else {
                     continue; // another server wrote it first: load that one
                 };
                 tracing::info!(prefix, "wrote a new cluster's state into etcd");
-                break (conn, tables, index, head.schema, rev, rev, generation);
+                return Ok(Loaded {
+                    conn,
+                    tables,
+                    index,
+                    schema: head.schema,
+                    head_rev: rev,
+                    from: rev,
+                    generation,
+                });
             }
             (Some(_), None) => {
                 // A cluster an older release made: the first server of this one to start
@@ -193,9 +224,9 @@ pub async fn start(path: &Path, cfg: &EtcdConfig, check: bool) -> anyhow::Result
                 let tables = mirror::tables(&conn)?;
                 let head_rev = h.mod_revision;
                 let rows: Vec<_> = kvs.into_iter().map(|kv| (kv.key, kv.value)).collect();
-                mirror::load(&mut conn, &tables, &keys, &rows).map_err(anyhow::Error::msg)?;
+                mirror::load(&mut conn, &tables, keys, &rows).map_err(anyhow::Error::msg)?;
                 if check {
-                    mirror::check(&conn, &tables, &keys, &rows).map_err(|e| {
+                    mirror::check(&conn, &tables, keys, &rows).map_err(|e| {
                         anyhow::anyhow!(
                             "the state in etcd under {prefix} failed its check: {e}\n\
                              hint: restore the latest backup into an empty prefix \
@@ -209,13 +240,45 @@ pub async fn start(path: &Path, cfg: &EtcdConfig, check: bool) -> anyhow::Result
                         "the state in etcd passed its check"
                     );
                 }
-                break (conn, tables, head.index, schema, head_rev, rev, generation);
+                return Ok(Loaded {
+                    conn,
+                    tables,
+                    index: head.index,
+                    schema,
+                    head_rev,
+                    from: rev,
+                    generation,
+                });
             }
         }
-    };
+    }
+}
+
+/// Opens the store: loads etcd's state into a fresh mirror at `path` (or, on an empty
+/// prefix, writes a new cluster's first state into etcd), starts the writer and the watch.
+/// With `check`, the mirror is checked against what etcd holds before anything is served.
+/// Each write request runs at the time `clock` shows then.
+pub async fn start(
+    path: &Path,
+    cfg: &EtcdConfig,
+    check: bool,
+    clock: Clock,
+) -> anyhow::Result<(Db, Cluster)> {
+    let client = cfg.client()?;
+    let prefix = cfg.prefix.trim_end_matches('/').to_owned();
+    let keys = Keys::new(&prefix);
+    let Loaded {
+        conn,
+        tables,
+        index,
+        schema,
+        head_rev,
+        from,
+        generation,
+    } = load(path, cfg, check, (&client, &keys)).await?;
     mirror::install_triggers(&conn, &tables)?;
     let id = format!("{:016x}", rand::random::<u64>());
-    let leadership = Leadership::start(client.clone(), &prefix, cfg.lease_ttl);
+    let leadership = Leadership::start(client.clone(), &prefix, cfg.lease_ttl, &clock);
     let (mirror_rev, applied) = tokio::sync::watch::channel(head_rev);
     let halted = std::sync::Arc::new(std::sync::Mutex::new(None));
     let (remote_tx, remote) = mpsc::unbounded_channel();
@@ -250,9 +313,12 @@ pub async fn start(path: &Path, cfg: &EtcdConfig, check: bool) -> anyhow::Result
         id: id.clone(),
         commits: 0,
         rewind,
+        clock: clock.clone(),
     };
     let begun = (generation.generation(), generation.events_from);
-    let db = Db::start_with(path, index, begun, schema, move |parts| writer.run(parts))?;
+    let db = Db::start_with(path, index, begun, (schema, clock), move |parts| {
+        writer.run(parts);
+    })?;
     Ok((
         db,
         Cluster {
@@ -524,7 +590,11 @@ pub async fn heard_since(
 
 /// Applies the heartbeats and registrations other servers forwarded to this server's
 /// liveness clocks.
-pub async fn follow_heard(cluster: Cluster, live: std::sync::Arc<crate::liveness::Liveness>) {
+pub async fn follow_heard(
+    cluster: Cluster,
+    live: std::sync::Arc<crate::liveness::Liveness>,
+    clock: Clock,
+) {
     let prefix = format!("{}/seen/", cluster.prefix);
     let mut from = 0;
     loop {
@@ -550,7 +620,7 @@ pub async fn follow_heard(cluster: Cluster, live: std::sync::Arc<crate::liveness
                     continue;
                 };
                 let node = String::from_utf8_lossy(node);
-                live.heard_elsewhere(&node, kv.value == b"registered");
+                live.heard_elsewhere(&node, kv.value == b"registered", clock.now_ms());
                 live.seen_at(&node, kv.mod_revision);
             }
         }
