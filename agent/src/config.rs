@@ -210,7 +210,7 @@ impl Backoff {
     }
 }
 
-/// What the reconcile core needs: everything but the server connection. Tests build one
+/// What the node engine needs: everything but the server connection. Tests build one
 /// directly with [`CoreConfig::new`].
 #[derive(Clone, Debug)]
 pub struct CoreConfig {
@@ -354,21 +354,13 @@ pub enum ConfigError {
 impl Settings {
     /// Merges the flags over the config file (when given) over the defaults.
     pub fn load(args: &NodeArgs) -> Result<Self, ConfigError> {
-        let file = match &args.config {
+        let mut file = match &args.config {
             Some(path) => read_file(path)?,
             None => FileConfig::default(),
         };
         let origin = |what: &str| match &args.config {
             Some(p) => format!("{what} in {}", p.display()),
             None => what.to_owned(),
-        };
-        let parse_specs = |list: &[String], what: &str| -> Result<Vec<PluginSpec>, ConfigError> {
-            list.iter()
-                .map(|s| {
-                    s.parse()
-                        .map_err(|e| ConfigError::Invalid(format!("{}: {e}", origin(what))))
-                })
-                .collect()
         };
         let missing = |flag: &str| {
             ConfigError::Invalid(format!(
@@ -379,7 +371,7 @@ impl Settings {
         // A flag given empty (`--server "$SERVER"` with SERVER unset) is a mistake to say,
         // never a reason to take the file's server instead.
         let (server, from) = if args.server.is_empty() {
-            let s = file.server.ok_or_else(|| missing("server"))?;
+            let s = file.server.take().ok_or_else(|| missing("server"))?;
             (s, origin("`server`"))
         } else {
             (args.server.join(","), "--server".to_owned())
@@ -389,11 +381,11 @@ impl Settings {
                 "{from} is empty: give the server's URL, e.g. https://10.0.0.1:7420"
             )));
         }
-        let ca_cert = args.ca_cert.clone().or(file.ca_cert);
+        let ca_cert = args.ca_cert.clone().or(file.ca_cert.take());
         // The certificate and its key come together, from the flags or from the file.
         let tls_identity = match (&args.tls_cert, &args.tls_key) {
             (Some(c), Some(k)) => Some((c.clone(), k.clone())),
-            _ => match (file.tls_cert, file.tls_key) {
+            _ => match (file.tls_cert.take(), file.tls_key.take()) {
                 (Some(c), Some(k)) => Some((c, k)),
                 (None, None) => None,
                 _ => {
@@ -407,118 +399,21 @@ impl Settings {
         let node = args
             .node
             .clone()
-            .or(file.node)
+            .or(file.node.take())
             .ok_or_else(|| missing("node"))?;
         validate_name("node", &node).map_err(ConfigError::Invalid)?;
         let data_dir = args
             .data_dir
             .clone()
-            .or(file.data_dir)
+            .or(file.data_dir.take())
             .ok_or_else(|| missing("data-dir"))?;
         let token_file = args
             .token_file
             .clone()
-            .or(file.token_file)
+            .or(file.token_file.take())
             .ok_or_else(|| missing("token-file"))?;
-        // Repeated flags replace the file's list rather than add to it, so a flag can
-        // always say exactly what runs.
-        let plugins = if args.plugins.is_empty() {
-            parse_specs(&file.plugins, "plugins")?
-        } else {
-            args.plugins.clone()
-        };
-        let controllers = if args.controllers.is_empty() {
-            parse_specs(&file.controllers, "controllers")?
-        } else {
-            args.controllers.clone()
-        };
-        if plugins.is_empty() && controllers.is_empty() {
-            return Err(ConfigError::Invalid(
-                "no plugin given: pass --plugin ID=unix:///path/to/plugin.sock (repeatable)".into(),
-            ));
-        }
-        for list in [&plugins, &controllers] {
-            for (i, p) in list.iter().enumerate() {
-                if list[..i].iter().any(|q| q.id == p.id) {
-                    return Err(ConfigError::Invalid(format!(
-                        "plugin `{}` is given twice with the same role",
-                        p.id
-                    )));
-                }
-            }
-        }
-        let mut core = CoreConfig::new(data_dir, plugins);
-        core.controllers = controllers;
-        core.ready_check = file.ready_check.unwrap_or_default();
-        core.plugin_ready_checks = file.plugin_ready_checks;
-        core.labels = file.labels;
-        core.labels.extend(args.labels.iter().cloned());
-        for id in core.plugin_ready_checks.keys() {
-            validate_name("plugin", id).map_err(|e| {
-                ConfigError::Invalid(format!("{}: {e}", origin("plugin_ready_checks")))
-            })?;
-        }
-        // Flags win over the file, the per-plugin ones over the general one.
-        for s in &args.ready_check {
-            match &s.plugin {
-                Some(id) => {
-                    core.plugin_ready_checks.insert(id.clone(), s.check);
-                }
-                None => core.ready_check = s.check,
-            }
-        }
-        let positive = |n: Option<usize>, what: &str, default: usize| match n {
-            Some(0) => Err(ConfigError::Invalid(format!(
-                "{} must be at least 1",
-                origin(what)
-            ))),
-            Some(n) => Ok(n),
-            None => Ok(default),
-        };
-        core.node_concurrency = positive(
-            file.node_concurrency,
-            "node_concurrency",
-            DEFAULT_NODE_CONCURRENCY,
-        )?;
-        core.controller_concurrency = positive(
-            file.controller_concurrency,
-            "controller_concurrency",
-            DEFAULT_CONTROLLER_CONCURRENCY,
-        )?;
-        core.node_call_timeout = file.node_call_timeout.unwrap_or(DEFAULT_NODE_CALL_TIMEOUT);
-        core.controller_call_timeout = file
-            .controller_call_timeout
-            .unwrap_or(DEFAULT_CONTROLLER_CALL_TIMEOUT);
-        core.volume_ready_timeout = file
-            .volume_ready_timeout
-            .unwrap_or(DEFAULT_VOLUME_READY_TIMEOUT);
-        core.resync_interval = file.resync_interval.unwrap_or(DEFAULT_RESYNC_INTERVAL);
-        core.controller_list_interval = file
-            .controller_list_interval
-            .unwrap_or(DEFAULT_CONTROLLER_LIST_INTERVAL);
-        core.plugin_wait_timeout = file
-            .plugin_wait_timeout
-            .unwrap_or(DEFAULT_PLUGIN_WAIT_TIMEOUT);
-        core.node_limits_refresh = args
-            .node_limits_refresh
-            .or(file.node_limits_refresh)
-            .unwrap_or(DEFAULT_NODE_LIMITS_REFRESH);
-        for (d, what) in [
-            (core.node_call_timeout, "node_call_timeout"),
-            (core.controller_call_timeout, "controller_call_timeout"),
-            (core.volume_ready_timeout, "volume_ready_timeout"),
-            (core.resync_interval, "resync_interval"),
-            (core.controller_list_interval, "controller_list_interval"),
-            (core.node_limits_refresh, "node_limits_refresh"),
-        ] {
-            if d.is_zero() {
-                return Err(ConfigError::Invalid(format!(
-                    "{} must be longer than zero",
-                    origin(what)
-                )));
-            }
-        }
         let fence_after = args.fence_after.or(file.fence_after);
+        let core = core_config(args, file, data_dir, &origin)?;
         if fence_after.is_some_and(|d| d.is_zero()) {
             return Err(ConfigError::Invalid(
                 "--fence-after must be longer than zero".into(),
@@ -534,6 +429,123 @@ impl Settings {
             core,
         })
     }
+}
+
+/// The settings of the agent's work (its plugins and controllers, readiness checks,
+/// concurrency and timeouts), the flags over the file; `origin` names a file setting in an
+/// error.
+fn core_config(
+    args: &NodeArgs,
+    file: FileConfig,
+    data_dir: PathBuf,
+    origin: &dyn Fn(&str) -> String,
+) -> Result<CoreConfig, ConfigError> {
+    let parse_specs = |list: &[String], what: &str| -> Result<Vec<PluginSpec>, ConfigError> {
+        list.iter()
+            .map(|s| {
+                s.parse()
+                    .map_err(|e| ConfigError::Invalid(format!("{}: {e}", origin(what))))
+            })
+            .collect()
+    };
+    // Repeated flags replace the file's list rather than add to it, so a flag can
+    // always say exactly what runs.
+    let plugins = if args.plugins.is_empty() {
+        parse_specs(&file.plugins, "plugins")?
+    } else {
+        args.plugins.clone()
+    };
+    let controllers = if args.controllers.is_empty() {
+        parse_specs(&file.controllers, "controllers")?
+    } else {
+        args.controllers.clone()
+    };
+    if plugins.is_empty() && controllers.is_empty() {
+        return Err(ConfigError::Invalid(
+            "no plugin given: pass --plugin ID=unix:///path/to/plugin.sock (repeatable)".into(),
+        ));
+    }
+    for list in [&plugins, &controllers] {
+        for (i, p) in list.iter().enumerate() {
+            if list[..i].iter().any(|q| q.id == p.id) {
+                return Err(ConfigError::Invalid(format!(
+                    "plugin `{}` is given twice with the same role",
+                    p.id
+                )));
+            }
+        }
+    }
+    let mut core = CoreConfig::new(data_dir, plugins);
+    core.controllers = controllers;
+    core.ready_check = file.ready_check.unwrap_or_default();
+    core.plugin_ready_checks = file.plugin_ready_checks;
+    core.labels = file.labels;
+    core.labels.extend(args.labels.iter().cloned());
+    for id in core.plugin_ready_checks.keys() {
+        validate_name("plugin", id)
+            .map_err(|e| ConfigError::Invalid(format!("{}: {e}", origin("plugin_ready_checks"))))?;
+    }
+    // Flags win over the file, the per-plugin ones over the general one.
+    for s in &args.ready_check {
+        match &s.plugin {
+            Some(id) => {
+                core.plugin_ready_checks.insert(id.clone(), s.check);
+            }
+            None => core.ready_check = s.check,
+        }
+    }
+    let positive = |n: Option<usize>, what: &str, default: usize| match n {
+        Some(0) => Err(ConfigError::Invalid(format!(
+            "{} must be at least 1",
+            origin(what)
+        ))),
+        Some(n) => Ok(n),
+        None => Ok(default),
+    };
+    core.node_concurrency = positive(
+        file.node_concurrency,
+        "node_concurrency",
+        DEFAULT_NODE_CONCURRENCY,
+    )?;
+    core.controller_concurrency = positive(
+        file.controller_concurrency,
+        "controller_concurrency",
+        DEFAULT_CONTROLLER_CONCURRENCY,
+    )?;
+    core.node_call_timeout = file.node_call_timeout.unwrap_or(DEFAULT_NODE_CALL_TIMEOUT);
+    core.controller_call_timeout = file
+        .controller_call_timeout
+        .unwrap_or(DEFAULT_CONTROLLER_CALL_TIMEOUT);
+    core.volume_ready_timeout = file
+        .volume_ready_timeout
+        .unwrap_or(DEFAULT_VOLUME_READY_TIMEOUT);
+    core.resync_interval = file.resync_interval.unwrap_or(DEFAULT_RESYNC_INTERVAL);
+    core.controller_list_interval = file
+        .controller_list_interval
+        .unwrap_or(DEFAULT_CONTROLLER_LIST_INTERVAL);
+    core.plugin_wait_timeout = file
+        .plugin_wait_timeout
+        .unwrap_or(DEFAULT_PLUGIN_WAIT_TIMEOUT);
+    core.node_limits_refresh = args
+        .node_limits_refresh
+        .or(file.node_limits_refresh)
+        .unwrap_or(DEFAULT_NODE_LIMITS_REFRESH);
+    for (d, what) in [
+        (core.node_call_timeout, "node_call_timeout"),
+        (core.controller_call_timeout, "controller_call_timeout"),
+        (core.volume_ready_timeout, "volume_ready_timeout"),
+        (core.resync_interval, "resync_interval"),
+        (core.controller_list_interval, "controller_list_interval"),
+        (core.node_limits_refresh, "node_limits_refresh"),
+    ] {
+        if d.is_zero() {
+            return Err(ConfigError::Invalid(format!(
+                "{} must be longer than zero",
+                origin(what)
+            )));
+        }
+    }
+    Ok(core)
 }
 
 fn read_file(path: &Path) -> Result<FileConfig, ConfigError> {

@@ -16,7 +16,7 @@ use tokio::sync::{Notify, mpsc, watch};
 use super::channel;
 use super::client::{ApiClient, ApiError};
 use super::config::Backoff;
-use super::reconcile::{Core, FenceState};
+use super::engine::{Core, FenceState};
 
 /// The heartbeat TTL assumed until the server says otherwise.
 const DEFAULT_TTL: Duration = Duration::from_secs(30);
@@ -389,6 +389,14 @@ async fn report_fence(link: &Link) {
     }
 }
 
+/// Follows the server's desired state for this node: over the node channel's pushes where
+/// it is open, else by long-poll, applying each answer to the core.
+// Long (about 190 lines) on purpose: one loop holds the follower's state (the index, the
+// generation it belongs to, whether the core holds the state as of it, when the whole
+// state was last taken, whether the server sends changes), and nearly every branch ends
+// by resetting part of it and going round again. Split into functions, that state would
+// pass in and out of each one, and the order of the resets, which is the logic, would
+// be spread over them.
 async fn desired_loop(link: &Link) {
     let mut registered = link.registered.subscribe();
     let mut channel = link.channel.subscribe();

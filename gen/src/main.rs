@@ -97,7 +97,7 @@ fn daemons() -> Vec<Daemon> {
     vec![
         Daemon {
             name: "csivol-server",
-            command: csivol_server::Cli::command(),
+            command: csivol_server::cli::Cli::command(),
             completions: true,
             files: &[
                 (

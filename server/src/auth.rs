@@ -9,9 +9,10 @@ use csivol_api::{Role, TokenInfo};
 use rand::RngCore;
 use sha2::{Digest, Sha256};
 
-use super::error::{ApiError, ApiResult};
-use super::model::time;
-use super::store::Snapshot;
+use crate::error::{ApiError, ApiResult};
+use crate::model::time;
+use crate::store::Snapshot;
+use crate::store::sqlite::db::Db;
 
 /// Who is calling.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -141,12 +142,9 @@ impl Tokens {
             .is_empty()
     }
 
-    /// The caller presenting `Authorization: Bearer <token>`, at `now` (ms).
-    pub fn authenticate(&self, header: Option<&str>) -> ApiResult<Caller> {
-        self.authenticate_at(header, super::db::now_ms())
-    }
-
-    fn authenticate_at(&self, header: Option<&str>, now: i64) -> ApiResult<Caller> {
+    /// The caller presenting `Authorization: Bearer <token>`, at `now` (ms, the server's
+    /// clock: an expired token is refused).
+    pub fn authenticate(&self, header: Option<&str>, now: i64) -> ApiResult<Caller> {
         let hint = "pass a token with --token, CSIVOL_TOKEN or CSIVOL_TOKEN_FILE; the server wrote the \
                     first operator token to <data-dir>/operator.token";
         let Some(header) = header else {
@@ -228,8 +226,25 @@ impl Tokens {
         }
     }
 
+    /// Writes the in-memory last-use times, so that a list shows them and they survive a
+    /// restart; on failure they are put back for the next try.
+    pub async fn persist_last_used(&self, db: &Db) -> ApiResult<()> {
+        let used = self.take_last_used();
+        if used.is_empty() {
+            return Ok(());
+        }
+        let again = used.clone();
+        let r = db
+            .write(move |ctx| crate::lifecycle::persist_last_used(ctx, &used))
+            .await;
+        if r.is_err() {
+            self.put_back_last_used(again);
+        }
+        r
+    }
+
     /// Puts back last-use times whose write failed (a newer use wins).
-    pub fn put_back_last_used(&self, used: Vec<(String, i64)>) {
+    fn put_back_last_used(&self, used: Vec<(String, i64)>) {
         let mut map = self.last_used.lock().unwrap_or_else(|e| e.into_inner());
         for (id, at) in used {
             let e = map.entry(id).or_insert(at);
@@ -238,7 +253,7 @@ impl Tokens {
     }
 
     /// Last-use times not yet written, taken out for `lifecycle::persist_last_used`.
-    pub fn take_last_used(&self) -> Vec<(String, i64)> {
+    fn take_last_used(&self) -> Vec<(String, i64)> {
         std::mem::take(&mut *self.last_used.lock().unwrap_or_else(|e| e.into_inner()))
             .into_iter()
             .collect()
@@ -377,16 +392,16 @@ mod tests {
             None,
         );
         assert_eq!(
-            t.authenticate(Some("Bearer secret")).unwrap().role,
+            t.authenticate(Some("Bearer secret"), 0).unwrap().role,
             Role::Operator
         );
         assert_eq!(
-            status(t.authenticate(Some("Bearer wrong")).unwrap_err().kind),
+            status(t.authenticate(Some("Bearer wrong"), 0).unwrap_err().kind),
             401
         );
-        assert_eq!(status(t.authenticate(None).unwrap_err().kind), 401);
+        assert_eq!(status(t.authenticate(None, 0).unwrap_err().kind), 401);
         assert_eq!(
-            status(t.authenticate(Some("Basic x")).unwrap_err().kind),
+            status(t.authenticate(Some("Basic x"), 0).unwrap_err().kind),
             401
         );
     }
@@ -403,17 +418,17 @@ mod tests {
         };
         t.remember("short", caller("s"), Some(1_000));
         t.remember("gone", caller("g"), None);
-        assert!(t.authenticate_at(Some("Bearer short"), 999).is_ok());
-        let e = t.authenticate_at(Some("Bearer short"), 1_000).unwrap_err();
+        assert!(t.authenticate(Some("Bearer short"), 999).is_ok());
+        let e = t.authenticate(Some("Bearer short"), 1_000).unwrap_err();
         assert_eq!(status(e.kind), 401);
         assert!(
             e.message.starts_with("token s expired at "),
             "{}",
             e.message
         );
-        assert!(t.authenticate_at(Some("Bearer gone"), 5).is_ok());
+        assert!(t.authenticate(Some("Bearer gone"), 5).is_ok());
         t.revoke("g", 7);
-        let e = t.authenticate_at(Some("Bearer gone"), 8).unwrap_err();
+        let e = t.authenticate(Some("Bearer gone"), 8).unwrap_err();
         assert_eq!(status(e.kind), 401);
         assert!(
             e.message.starts_with("token g was revoked at "),

@@ -4,67 +4,117 @@
 //! lease expiry, event pruning, request-key and tombstone pruning, the fence policy). With the SQLite store the one server
 //! always leads.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::error::ApiResult;
-use super::etcd::{self, Cluster, Leadership};
-use super::store::Snapshot;
-use super::{db, fence, http, lifecycle};
 use csivol_api::NodeStatus;
+
+use crate::app::App;
+use crate::auth::Tokens;
+use crate::clock::Clock;
+use crate::error::ApiResult;
+use crate::fence::{self, Fencing};
+use crate::lifecycle::{self, Limits};
+use crate::liveness::Liveness;
+use crate::store::Snapshot;
+use crate::store::replicated::{self, Cluster, Leadership};
+use crate::store::sqlite::db::Db;
 
 /// Starts the background tasks; the returned handles are aborted when serving stops.
 /// `listen` is where this server serves (announced to the other servers with etcd).
 pub fn spawn(
-    app: &http::App,
+    app: &App,
     cluster: Option<Cluster>,
     listen: String,
 ) -> Vec<tokio::task::JoinHandle<()>> {
+    let (db, live, clock) = (&app.db, &app.live, &app.clock);
     let mut tasks = vec![
-        tokio::spawn(persist_token_use(app.clone())),
-        tokio::spawn(settle_after_reset(app.clone())),
+        tokio::spawn(persist_token_use(Arc::clone(&app.tokens), db.clone())),
+        tokio::spawn(settle_after_reset(
+            db.clone(),
+            Arc::clone(live),
+            clock.clone(),
+        )),
     ];
     let leadership = match cluster.clone() {
         Some(c) => {
-            tasks.push(tokio::spawn(etcd::schema::announce(c.clone(), listen)));
+            tasks.push(tokio::spawn(replicated::schema::announce(
+                c.clone(),
+                listen,
+            )));
             tasks.push(tokio::spawn(compact_history(c.clone())));
-            tasks.push(tokio::spawn(etcd::forward_heard(
+            tasks.push(tokio::spawn(replicated::forward_heard(
                 c.clone(),
-                app.live.clone(),
+                Arc::clone(live),
             )));
-            tasks.push(tokio::spawn(etcd::follow_heard(
+            tasks.push(tokio::spawn(replicated::follow_heard(
                 c.clone(),
-                app.live.clone(),
+                Arc::clone(live),
+                clock.clone(),
             )));
-            tasks.push(tokio::spawn(reload_tokens(app.clone())));
+            tasks.push(tokio::spawn(reload_tokens(
+                db.clone(),
+                Arc::clone(&app.tokens),
+            )));
             tasks.push(tokio::spawn(follow_nodes(
-                app.clone(),
+                db.clone(),
+                Arc::clone(live),
                 c.leadership.clone(),
             )));
             c.leadership
         }
         None => Leadership::alone(),
     };
-    tasks.push(tokio::spawn(lead(app.clone(), leadership, cluster)));
+    let duties = Duties {
+        db: db.clone(),
+        live: Arc::clone(live),
+        limits: app.limits.clone(),
+        clock: clock.clone(),
+        fencing: app.fencing(),
+    };
+    tasks.push(tokio::spawn(lead(duties, leadership, cluster)));
     tasks
 }
 
+/// What the once-only work uses: the state, the nodes' liveness, the limits its writes
+/// are held to, the server's clock, and fencing.
+struct Duties {
+    db: Db,
+    live: Arc<Liveness>,
+    limits: Limits,
+    clock: Clock,
+    fencing: Fencing,
+}
+
 /// Runs the once-only work while this server leads, and stops it when it does not.
-async fn lead(app: http::App, mut leadership: Leadership, cluster: Option<Cluster>) {
+async fn lead(duties: Duties, mut leadership: Leadership, cluster: Option<Cluster>) {
+    let Duties {
+        db,
+        live,
+        limits,
+        clock,
+        fencing,
+    } = duties;
     loop {
         leadership.wait_for(true).await;
         // Every node gets a full TTL from now: taking over never marks a node lost by itself.
-        match app.db.read(node_statuses).await {
-            Ok(nodes) => app.live.restart_clocks(nodes),
+        match db.read(node_statuses).await {
+            Ok(nodes) => live.restart_clocks(nodes),
             Err(e) => tracing::warn!(error = %e, "failed to read the nodes at takeover"),
         }
         let tasks = [
-            tokio::spawn(watch_liveness(app.clone(), cluster.clone())),
-            tokio::spawn(schedule_due_ops(app.clone())),
-            tokio::spawn(prune_events(app.clone())),
-            tokio::spawn(prune_retries(app.clone())),
-            tokio::spawn(expire_leases(app.clone())),
-            tokio::spawn(fence::auto_fence(app.clone())),
-            tokio::spawn(settle_progress(app.clone())),
+            tokio::spawn(watch_liveness(
+                db.clone(),
+                Arc::clone(&live),
+                (limits.clone(), clock.clone()),
+                cluster.clone(),
+            )),
+            tokio::spawn(schedule_due_ops(db.clone(), limits.clone(), clock.clone())),
+            tokio::spawn(prune_events(db.clone(), limits.clone())),
+            tokio::spawn(prune_retries(db.clone(), limits.clone())),
+            tokio::spawn(expire_leases(db.clone(), limits.clone(), clock.clone())),
+            tokio::spawn(fence::auto_fence(fencing.clone())),
+            tokio::spawn(settle_progress(db.clone(), limits.clone(), clock.clone())),
         ];
         leadership.wait_for(false).await;
         for t in tasks {
@@ -91,7 +141,7 @@ async fn compact_history(cluster: Cluster) {
         let revision = match cluster.client.get(&head).await {
             // A schema migration reads the rows as of its start: that history stays.
             Ok((_, Some(kv)))
-                if etcd::mirror::Head::parse(&kv.value).is_ok_and(|h| h.migrating) =>
+                if replicated::mirror::Head::parse(&kv.value).is_ok_and(|h| h.migrating) =>
             {
                 continue;
             }
@@ -116,16 +166,16 @@ pub fn node_statuses(c: &impl Snapshot) -> ApiResult<Vec<(String, bool)>> {
 
 /// A server that does not lead follows the losses the leader recorded (and the returns
 /// other servers recorded), so that its answers to heartbeats agree with the database.
-async fn follow_nodes(app: http::App, leadership: Leadership) {
-    let mut tick = tokio::time::interval(app.live.check_interval().max(Duration::from_millis(100)));
+async fn follow_nodes(db: Db, live: Arc<Liveness>, leadership: Leadership) {
+    let mut tick = tokio::time::interval(live.check_interval().max(Duration::from_millis(100)));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
         if leadership.is_leader() {
             continue;
         }
-        if let Ok(nodes) = app.db.read(node_statuses).await {
-            app.live.follow(nodes);
+        if let Ok(nodes) = db.read(node_statuses).await {
+            live.follow(nodes);
         }
     }
 }
@@ -134,22 +184,21 @@ async fn follow_nodes(app: http::App, leadership: Leadership) {
 /// or a backup restored into the prefix): the nodes are to say what they hold before the
 /// volumes two nodes must not hold go anywhere (`lifecycle::settle`). Every server of the
 /// cluster that sees the new generation says so; the first one's write counts.
-async fn settle_after_reset(app: http::App) {
-    let mut generations = app.db.hub.generations();
+async fn settle_after_reset(db: Db, live: Arc<Liveness>, clock: Clock) {
+    let mut generations = db.hub.generations();
     while generations.changed().await.is_ok() {
         let generation = *generations.borrow_and_update();
         // Retried until recorded (etcd may be coming back as the state went back), unless
         // the generation moves on meanwhile.
         let mut failures = 0u32;
-        while app.db.hub.generation() == generation {
-            let window_end = db::now_ms() + app.live.ttl().as_millis() as i64;
-            let written = app
-                .db
+        while db.hub.generation() == generation {
+            let window_end = clock.now_ms() + live.ttl().as_millis() as i64;
+            let written = db
                 .write(move |ctx| lifecycle::settle::begin(ctx, generation, window_end))
                 .await;
             match written {
                 Ok(()) => {
-                    app.db.hub.settled(generation);
+                    db.hub.settled(generation);
                     break;
                 }
                 Err(e) => {
@@ -167,23 +216,21 @@ async fn settle_after_reset(app: http::App) {
 /// Moves a restored state on while it settles (`lifecycle::settle::progress`): closes the
 /// window for the nodes it does not know once it passed, moves on what is no longer held
 /// back a few volumes at a time, ends settling; then forgets its markers.
-async fn settle_progress(app: http::App) {
+async fn settle_progress(db: Db, limits: Limits, clock: Clock) {
     let mut tick = tokio::time::interval(Duration::from_millis(250));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        let now = db::now_ms();
-        let due = app
-            .db
+        let now = clock.now_ms();
+        let due = db
             .read(move |c| lifecycle::settle::progress_due(c, now))
             .await;
         if !matches!(due, Ok(true)) {
             continue;
         }
         loop {
-            let limits = app.limits.clone();
-            let step = app
-                .db
+            let limits = limits.clone();
+            let step = db
                 .write_led(move |ctx| lifecycle::settle::progress(ctx, &limits))
                 .await;
             match step {
@@ -199,23 +246,23 @@ async fn settle_progress(app: http::App) {
 }
 
 /// Reloads the tokens when another server changed them.
-async fn reload_tokens(app: http::App) {
+async fn reload_tokens(db: Db, tokens: Arc<Tokens>) {
     loop {
-        app.db.tokens_changed.notified().await;
-        match app.db.read(super::auth::Tokens::load).await {
-            Ok(t) => app.tokens.replace_with(t),
+        db.tokens_changed.notified().await;
+        match db.read(Tokens::load).await {
+            Ok(t) => tokens.replace_with(t),
             Err(e) => tracing::warn!(error = %e, "failed to reload the tokens"),
         }
     }
 }
 
 /// Records once a minute when tokens were last used (`csivol token list` also does).
-async fn persist_token_use(app: http::App) {
+async fn persist_token_use(tokens: Arc<Tokens>, db: Db) {
     let mut tick = tokio::time::interval(Duration::from_secs(60));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        if let Err(e) = http::access::persist_last_used(&app).await {
+        if let Err(e) = tokens.persist_last_used(&db).await {
             tracing::debug!(error = %e, "failed to record when tokens were last used; retrying");
         }
     }
@@ -224,28 +271,32 @@ async fn persist_token_use(app: http::App) {
 /// Marks nodes lost when their heartbeats stop, and records each loss in the database,
 /// retrying until it is recorded. While the database refuses writes it also probes it once
 /// a second, so that health turns back to `ok` without waiting for a client's write.
-async fn watch_liveness(app: http::App, cluster: Option<Cluster>) {
-    let mut tick = tokio::time::interval(app.live.check_interval());
+async fn watch_liveness(
+    db: Db,
+    live: Arc<Liveness>,
+    (limits, clock): (Limits, Clock),
+    cluster: Option<Cluster>,
+) {
+    let mut tick = tokio::time::interval(live.check_interval());
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_probe = tokio::time::Instant::now();
     loop {
         tick.tick().await;
-        let mut due: Vec<_> = app
-            .live
+        let mut due: Vec<_> = live
             .expire()
             .into_iter()
-            .filter(|d| app.live.still_lost(d))
+            .filter(|d| live.still_lost(d))
             .collect();
         // With several servers, the silence is confirmed with etcd first: another server
         // may have passed on a heartbeat this one has not seen.
         if let Some(c) = cluster.as_ref().filter(|_| !due.is_empty()) {
             let nodes: Vec<&str> = due.iter().map(|d| d.node.as_str()).collect();
-            let asked = etcd::heard_since(c, &app.live, &nodes);
-            match tokio::time::timeout(app.live.ttl(), asked).await {
+            let asked = replicated::heard_since(c, &live, &nodes);
+            match tokio::time::timeout(live.ttl(), asked).await {
                 Ok(Ok(heard)) => due.retain(|d| {
                     let alive = heard.contains(&d.node);
                     if alive {
-                        app.live.alive_after_all(d);
+                        live.alive_after_all(d);
                         tracing::info!(
                             node = d.node,
                             "another server heard from the node meanwhile; it is not lost"
@@ -255,7 +306,7 @@ async fn watch_liveness(app: http::App, cluster: Option<Cluster>) {
                 }),
                 Ok(Err(_)) | Err(_) => {
                     for d in due.drain(..) {
-                        app.live.record_failed(&d);
+                        live.record_failed(&d);
                         if d.attempts == 0 {
                             tracing::warn!(
                                 node = d.node,
@@ -268,23 +319,21 @@ async fn watch_liveness(app: http::App, cluster: Option<Cluster>) {
         }
         // Heard from meanwhile (the watch of `seen/` brought another server's heartbeat
         // while etcd was asked): not lost after all.
-        due.retain(|d| app.live.still_lost(d));
+        due.retain(|d| live.still_lost(d));
         for due in due {
-            let limits = app.limits.clone();
-            let (ttl, grace) = (app.live.ttl(), app.live.planned_stop_grace());
+            let limits = limits.clone();
+            let (ttl, grace) = (live.ttl(), live.planned_stop_grace());
             let n = due.node.clone();
-            match app
-                .db
+            match db
                 .write_led(move |ctx| lifecycle::expire_node(ctx, &n, ttl, grace, &limits))
                 .await
             {
                 Ok(lifecycle::Expiry::StoppedUntil(until_ms)) => {
-                    let left = until_ms.saturating_sub(db::now_ms()).max(0) as u64;
-                    app.live
-                        .defer(&due, Instant::now() + Duration::from_millis(left));
+                    let left = until_ms.saturating_sub(clock.now_ms()).max(0) as u64;
+                    live.defer(&due, Instant::now() + Duration::from_millis(left));
                 }
                 Ok(lifecycle::Expiry::Done) => {
-                    app.live.recorded(&due);
+                    live.recorded(&due);
                     if due.attempts > 0 {
                         tracing::info!(
                             node = due.node,
@@ -294,17 +343,17 @@ async fn watch_liveness(app: http::App, cluster: Option<Cluster>) {
                     }
                 }
                 Err(e) => {
-                    app.live.record_failed(&due);
+                    live.record_failed(&due);
                     if due.attempts == 0 {
                         tracing::error!(node = due.node, error = %e, "failed to record a lost node; retrying until it is recorded");
                     }
                 }
             }
         }
-        if app.db.write_error().is_some() && last_probe.elapsed() >= Duration::from_secs(1) {
+        if db.write_error().is_some() && last_probe.elapsed() >= Duration::from_secs(1) {
             last_probe = tokio::time::Instant::now();
             // An empty write still commits (the change index), which is the probe.
-            let _ = app.db.write(|_| Ok(())).await;
+            let _ = db.write(|_| Ok(())).await;
         }
     }
 }
@@ -316,7 +365,7 @@ const HELD_SWEEP_EVERY: u32 = 10;
 
 /// Hands out controller operations whose backoff has passed, and every few seconds
 /// releases (or drops) operations held for a release that has finished.
-async fn schedule_due_ops(app: http::App) {
+async fn schedule_due_ops(db: Db, limits: Limits, clock: Clock) {
     let mut tick = tokio::time::interval(Duration::from_millis(500));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut ticks: u32 = 0;
@@ -324,11 +373,11 @@ async fn schedule_due_ops(app: http::App) {
         tick.tick().await;
         ticks = ticks.wrapping_add(1);
         if ticks.is_multiple_of(HELD_SWEEP_EVERY) {
-            sweep_held(&app).await;
+            sweep_held(&db, &limits).await;
         }
-        let plugins = match app
-            .db
-            .read(|c| lifecycle::plugins_with_due_ops(c, db::now_ms()))
+        let now = clock.now_ms();
+        let plugins = match db
+            .read(move |c| lifecycle::plugins_with_due_ops(c, now))
             .await
         {
             Ok(p) => p,
@@ -338,9 +387,8 @@ async fn schedule_due_ops(app: http::App) {
             }
         };
         for plugin in plugins {
-            let limits = app.limits.clone();
-            if let Err(e) = app
-                .db
+            let limits = limits.clone();
+            if let Err(e) = db
                 .write_led(move |ctx| lifecycle::schedule_ops(ctx, &plugin, &limits))
                 .await
             {
@@ -351,8 +399,8 @@ async fn schedule_due_ops(app: http::App) {
 }
 
 /// [`lifecycle::resume_all_held`], after a read that finds any (a write only then).
-async fn sweep_held(app: &http::App) {
-    match app.db.read(|c| c.volumes_with_held_ops()).await {
+async fn sweep_held(db: &Db, limits: &Limits) {
+    match db.read(|c| c.volumes_with_held_ops()).await {
         Ok(v) if v.is_empty() => return,
         Ok(_) => {}
         Err(e) => {
@@ -360,9 +408,8 @@ async fn sweep_held(app: &http::App) {
             return;
         }
     }
-    let limits = app.limits.clone();
-    if let Err(e) = app
-        .db
+    let limits = limits.clone();
+    if let Err(e) = db
         .write_led(move |ctx| lifecycle::resume_all_held(ctx, &limits))
         .await
     {
@@ -371,12 +418,13 @@ async fn sweep_held(app: &http::App) {
 }
 
 /// Releases claims whose lease ran out (checked twice a second; a write only when due).
-async fn expire_leases(app: http::App) {
+async fn expire_leases(db: Db, limits: Limits, clock: Clock) {
     let mut tick = tokio::time::interval(Duration::from_millis(500));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        match app.db.read(|c| c.any_lease_expired(db::now_ms())).await {
+        let now = clock.now_ms();
+        match db.read(move |c| c.any_lease_expired(now)).await {
             Ok(false) => continue,
             Ok(true) => {}
             Err(e) => {
@@ -384,9 +432,8 @@ async fn expire_leases(app: http::App) {
                 continue;
             }
         }
-        let limits = app.limits.clone();
-        if let Err(e) = app
-            .db
+        let limits = limits.clone();
+        if let Err(e) = db
             .write_led(move |ctx| lifecycle::expire_leases(ctx, &limits))
             .await
         {
@@ -399,16 +446,15 @@ async fn expire_leases(app: http::App) {
 /// count as forgotten from then on, pruned or not), in batches that each fit one etcd
 /// transaction, pruning again at once while a batch is full. It looks a few times per
 /// memory, at least once a minute.
-async fn prune_retries(app: http::App) {
-    let memory = app.limits.request_memory;
+async fn prune_retries(db: Db, limits: Limits) {
+    let memory = limits.request_memory;
     let every = (memory / 4).clamp(Duration::from_secs(1), Duration::from_secs(60));
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
         loop {
-            let pruned = app
-                .db
+            let pruned = db
                 .write_led(move |ctx| lifecycle::prune_retries(ctx, memory))
                 .await;
             let full = match pruned {
@@ -432,8 +478,8 @@ async fn prune_retries(app: http::App) {
 
 /// Keeps the event log bounded in events and in bytes: a busy cluster writes several
 /// events per claim. The first pass runs at start, so that lowered bounds hold at once.
-async fn prune_events(app: http::App) {
-    let bounds = app.limits.events;
+async fn prune_events(db: Db, limits: Limits) {
+    let bounds = limits.events;
     let mut tick = tokio::time::interval(Duration::from_secs(60));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -441,7 +487,7 @@ async fn prune_events(app: http::App) {
         // In batches, each its own transaction, until one drops less than a batch.
         let mut pruned = 0;
         let outcome = loop {
-            match (app.db)
+            match db
                 .write_led(move |ctx| lifecycle::prune_events(ctx, &bounds))
                 .await
             {

@@ -10,7 +10,7 @@ use super::store::sqlite::maintenance;
 use anyhow::{Context, bail};
 use rustix::fd::OwnedFd;
 
-use super::OPERATOR_TOKEN_FILE;
+use crate::server::OPERATOR_TOKEN_FILE;
 
 /// The state database in the data dir.
 pub const STATE_DB: &str = "state.db";

@@ -260,34 +260,29 @@ impl Liveness {
     }
 
     /// Another server heard from `node` (etcd store): as a heartbeat here, or a
-    /// registration; a node this server did not track yet is tracked from now on.
-    pub fn heard_elsewhere(&self, node: &str, registered: bool) {
+    /// registration; a node this server did not track yet is tracked from now on. `now_ms`:
+    /// the server's clock, shown as when the node was last heard from.
+    pub fn heard_elsewhere(&self, node: &str, registered: bool, now_ms: i64) {
         let mut nodes = self.nodes();
         match nodes.get_mut(node) {
             Some(live) if !registered => {
                 if !live.lost {
                     live.last = Instant::now();
-                    live.last_ms = Some(super::db::now_ms());
+                    live.last_ms = Some(now_ms);
                 } else if !live.recorded {
                     // Decided lost here, not recorded yet, and heard from through another
                     // server meanwhile: it is not lost after all. (Once the loss is
                     // recorded only the node's registration brings it back.)
-                    *live =
-                        Live::fresh(Instant::now(), Some(super::db::now_ms()), false, live.epoch);
+                    *live = Live::fresh(Instant::now(), Some(now_ms), false, live.epoch);
                 }
             }
             Some(live) => {
-                *live = Live::fresh(
-                    Instant::now(),
-                    Some(super::db::now_ms()),
-                    false,
-                    live.epoch + 1,
-                );
+                *live = Live::fresh(Instant::now(), Some(now_ms), false, live.epoch + 1);
             }
             None => {
                 nodes.insert(
                     node.to_owned(),
-                    Live::fresh(Instant::now(), Some(super::db::now_ms()), false, 0),
+                    Live::fresh(Instant::now(), Some(now_ms), false, 0),
                 );
             }
         }
@@ -651,7 +646,7 @@ mod tests {
         std::thread::sleep(Duration::from_millis(2));
         let due = l.expire();
         assert!(l.still_lost(&due[0]));
-        l.heard_elsewhere("n1", false);
+        l.heard_elsewhere("n1", false, 1);
         l.seen_at("n1", 9);
         assert!(!l.still_lost(&due[0]), "not lost after all");
         assert!(l.unrecorded().is_empty(), "nothing to record");
@@ -659,7 +654,7 @@ mod tests {
         std::thread::sleep(Duration::from_millis(2));
         let due = l.expire();
         l.recorded(&due[0]);
-        l.heard_elsewhere("n1", false);
+        l.heard_elsewhere("n1", false, 1);
         assert_eq!(l.heartbeat("n1", 4), Some(NodeStatus::Lost));
     }
 

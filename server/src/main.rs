@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use csivol_server::Cli;
+use csivol_server::cli::Cli;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();

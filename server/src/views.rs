@@ -8,9 +8,10 @@ use csivol_api::{self as api, ControllerHost, ControllerHosts, NodeStatus, Volum
 use super::error::{ApiError, ApiResult};
 use super::fence;
 use super::liveness::Beats;
+use super::model::listing::{VolumeChunk, VolumeFields};
 use super::model::{
-    AttachmentRow, ClaimRow, LimitChangeRow, StoredObservation, VolumeChunk, VolumeFields,
-    accepts_claims, claims_to_api, time, volume_state,
+    AttachmentRow, ClaimRow, LimitChangeRow, StoredObservation, accepts_claims, claims_to_api,
+    time, volume_state,
 };
 pub use super::store::EventFilter;
 use super::store::Snapshot;
@@ -226,11 +227,12 @@ pub fn list_nodes(
     beats: &Beats,
     only: Option<&str>,
     fencing: &FenceConfig,
+    now: i64,
 ) -> ApiResult<Vec<api::Node>> {
     let rows = conn.nodes(only)?;
     let mut out = Vec::with_capacity(rows.len());
     for n in rows {
-        let fence = fence::node_fence(fencing, conn, &n)?;
+        let fence = fence::node_fence(fencing, conn, &n, now)?;
         let fences = match only {
             Some(_) => conn.fence_history(&n.name)?,
             None => Vec::new(),
@@ -298,6 +300,7 @@ pub fn list_plugins(
     conn: &(impl Snapshot + ?Sized),
     only: Option<&str>,
     limits: &crate::lifecycle::Limits,
+    now: i64,
 ) -> ApiResult<Vec<api::Plugin>> {
     let mut plugins: BTreeMap<String, api::Plugin> = BTreeMap::new();
     for row in conn.plugin_nodes(only)? {
@@ -346,20 +349,20 @@ pub fn list_plugins(
         p.stage_unstage |= row.stage_unstage;
     }
     for p in plugins.values_mut() {
-        p.queue = controller_queue(conn, &p.id, limits)?;
+        p.queue = controller_queue(conn, &p.id, limits, now)?;
         p.controller_publish = conn.needs_controller_publish(&p.id)?;
         p.volumes = conn.volumes_of_plugin(&p.id)?;
     }
     Ok(plugins.into_values().collect())
 }
 
-/// What a plugin's controller operations wait for and how long they waited, now.
+/// What a plugin's controller operations wait for and how long they waited, at `now`.
 fn controller_queue(
     conn: &(impl Snapshot + ?Sized),
     plugin: &str,
     limits: &crate::lifecycle::Limits,
+    now: i64,
 ) -> ApiResult<api::ControllerQueue> {
-    let now = crate::db::now_ms();
     let ms = |t: i64| (now - t).max(0) as u64;
     let mut q = api::ControllerQueue {
         concurrency: limits.controller_concurrency,

@@ -24,7 +24,7 @@ use tokio::sync::Notify;
 /// state. An agent's query trims what it no longer needs, so a journal is usually short.
 const JOURNAL: usize = 64;
 
-/// Serialised as the etcd store ships a commit's keys to the other servers (`etcd::mirror::Head`).
+/// Serialised as the etcd store ships a commit's keys to the other servers (`replicated::mirror::Head`).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Key {
@@ -52,6 +52,15 @@ struct Entry {
 }
 
 impl Key {
+    /// The key of one volume's entries in `node`'s desired state: the node's agent is sent
+    /// that volume's entries anew.
+    pub fn node_volume(node: &str, volume: &str) -> Self {
+        Self::NodeVolume {
+            node: node.to_owned(),
+            volume: volume.to_owned(),
+        }
+    }
+
     /// The key blocking queries wait on: a node's waiters for every change of the node.
     fn waiter(self) -> Self {
         match self {

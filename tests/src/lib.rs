@@ -256,7 +256,7 @@ impl ServerProc {
             None => Command::new(server),
         };
         cmd.args(&args)
-            .env("RUST_LOG", "info,csivol_server::store::etcd=debug")
+            .env("RUST_LOG", "info,csivol_server::store::replicated=debug")
             .envs(env.iter().map(|(k, v)| (k, v)));
         let log_file = log;
         let mut proc = Proc::spawn("csivol-server serve", cmd, &log_file);

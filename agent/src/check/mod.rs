@@ -8,7 +8,9 @@
 //! from the spec it met (`findings`). It exits non-zero when one would hurt csivol.
 
 mod findings;
+mod report;
 
+use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::os::unix::fs::FileExt as _;
 use std::path::{Path, PathBuf};
@@ -19,15 +21,17 @@ use csivol_api::domain::{AccessMode, AccessType, VolumeCapability};
 use csivol_api::{
     ControllerOp, ControllerOpKind, DesiredPublish, NodeVolume, Report, TopologyRequest,
 };
-use csivol_csi::domain::code_name;
-use csivol_rules::plan::{PublicationRecord, PublishState, StageState, StagingRecord};
-use csivol_rules::verify::Checks as _;
+use csivol_csi::convert::code_name;
+use csivol_rules::agent::observed::Observation;
+use csivol_rules::agent::records::{PublicationRecord, PublishState, StageState, StagingRecord};
+use csivol_rules::agent::verify::Checks as _;
 use serde::Serialize;
 
 use self::findings::{Call, Departure, Purpose, Seen, Severity, departures};
 use crate::config::{CoreConfig, PluginSpec, ReadyCheck, parse_label};
-use crate::mounts::{Checker, Judge, Observation};
-use crate::plugin::{CallError, ControllerPlugin, NodePlugin, Plugins};
+use crate::mounts::{Checker, Judge};
+use crate::plugin::controller::ControllerPlugin;
+use crate::plugin::{CallError, NodePlugin, Plugins};
 
 /// `csivol-agent check` flags.
 #[derive(Debug, clap::Args)]
@@ -167,29 +171,7 @@ impl Trip {
 /// Runs the check; `Ok(false)` when a departure would hurt csivol.
 pub async fn run(args: CheckArgs) -> anyhow::Result<bool> {
     let id = args.plugin.id.clone();
-    let mut cfg = CoreConfig::new(&args.data_dir, vec![args.plugin.clone()]);
-    cfg.plugin_wait_timeout = args.timeout;
-    cfg.node_call_timeout = args.timeout;
-    cfg.controller_call_timeout = args.timeout;
-    cfg.ready_check = args.ready_check;
-    let mut plugins = Plugins::connect(&cfg)
-        .await
-        .with_context(|| format!("failed to reach plugin `{id}`"))?;
-    let node = plugins
-        .node
-        .remove(&id)
-        .expect("connected as a node plugin");
-    let controller = if node.identity.capabilities.controller_service {
-        let mut with = cfg.clone();
-        with.plugins.clear();
-        with.controllers = vec![args.plugin.clone()];
-        let mut c = Plugins::connect(&with)
-            .await
-            .with_context(|| format!("failed to reach the controller of plugin `{id}`"))?;
-        c.controller.remove(&id)
-    } else {
-        None
-    };
+    let (cfg, node, controller) = connect(&args).await?;
     let creates = controller
         .as_ref()
         .is_some_and(|c| c.capabilities.create_delete_volume);
@@ -265,9 +247,38 @@ pub async fn run(args: CheckArgs) -> anyhow::Result<bool> {
             serde_json::to_writer_pretty(&mut out, &outcome)?;
             writeln!(out)?;
         }
-        Format::Text => print_text(&outcome)?,
+        Format::Text => report::print_text(&outcome)?,
     }
     Ok(outcome.ok)
+}
+
+/// The plugin's node service, and its controller service where it has one, each connected
+/// with the check's timeouts.
+async fn connect(
+    args: &CheckArgs,
+) -> anyhow::Result<(CoreConfig, NodePlugin, Option<ControllerPlugin>)> {
+    let id = &args.plugin.id;
+    let mut cfg = CoreConfig::new(&args.data_dir, vec![args.plugin.clone()]);
+    cfg.plugin_wait_timeout = args.timeout;
+    cfg.node_call_timeout = args.timeout;
+    cfg.controller_call_timeout = args.timeout;
+    cfg.ready_check = args.ready_check;
+    let mut plugins = Plugins::connect(&cfg)
+        .await
+        .with_context(|| format!("failed to reach plugin `{id}`"))?;
+    let node = plugins.node.remove(id).expect("connected as a node plugin");
+    let controller = if node.identity.capabilities.controller_service {
+        let mut with = cfg.clone();
+        with.plugins.clear();
+        with.controllers = vec![args.plugin.clone()];
+        let mut c = Plugins::connect(&with)
+            .await
+            .with_context(|| format!("failed to reach the controller of plugin `{id}`"))?;
+        c.controller.remove(id)
+    } else {
+        None
+    };
+    Ok((cfg, node, controller))
 }
 
 /// One round trip's fixed parts.
@@ -307,17 +318,15 @@ impl Round<'_> {
         }
     }
 
-    /// Brings the scratch volume up and takes it down again, whatever failed on the way
-    /// up: nothing the check made is left behind (or it says what is).
-    async fn run(
+    /// The scratch volume the round trip uses: the one given (`--volume-id`), or one
+    /// CreateVolume made (asked twice: the same name is the same volume). Returns every
+    /// volume the plugin created (two when the second CreateVolume made another), the
+    /// volume context, and the volume's id.
+    async fn scratch_volume(
         &self,
         trip: &mut Trip,
-        outcome: &mut Outcome,
-        seen: &mut Seen,
-    ) -> anyhow::Result<()> {
-        let cap = self.capability();
-        let node_id = self.node.info.node_id.clone();
-        // The scratch volume: created (twice: the same name is the same volume), or given.
+        cap: &VolumeCapability,
+    ) -> (Vec<String>, BTreeMap<String, String>, Option<String>) {
         let mut created: Vec<String> = Vec::new();
         let mut context = Default::default();
         let external_id = match (&self.args.volume_id, self.controller) {
@@ -369,6 +378,21 @@ impl Round<'_> {
             }
             (None, None) => None,
         };
+        (created, context, external_id)
+    }
+
+    /// Brings the scratch volume up and takes it down again, whatever failed on the way
+    /// up: nothing the check made is left behind (or it says what is).
+    async fn run(
+        &self,
+        trip: &mut Trip,
+        outcome: &mut Outcome,
+        seen: &mut Seen,
+    ) -> anyhow::Result<()> {
+        let cap = self.capability();
+        let node_id = self.node.info.node_id.clone();
+        // The scratch volume: created (twice: the same name is the same volume), or given.
+        let (created, context, external_id) = self.scratch_volume(trip, &cap).await;
         outcome.volume = external_id.clone();
         if let [first, second, ..] = &created[..] {
             seen.second_volume = Some((first.clone(), second.clone()));
@@ -586,7 +610,7 @@ impl Round<'_> {
 
 /// What is still at a path the plugin should have cleaned up, if anything of its making.
 fn left_at(o: &Observation) -> Option<String> {
-    (o.kind() != "none").then(|| describe(o))
+    (o.kind() != "none").then(|| report::describe(o))
 }
 
 /// Writes through the target and reads it back: a file in a file system, bytes on a
@@ -639,164 +663,4 @@ fn remove_scratch(base: &Path) {
     } else if let Err(e) = std::fs::remove_dir_all(base) {
         eprintln!("warning: failed to remove {}: {e}", base.display());
     }
-}
-
-/// What an observation shows, for people.
-fn describe(o: &Observation) -> String {
-    let mut parts = Vec::new();
-    if let Some(rdev) = o.device {
-        parts.push(format!(
-            "a block device node ({})",
-            crate::mounts::dev_name(rdev)
-        ));
-    }
-    if let Some(m) = &o.mount {
-        parts.push(format!(
-            "a mount of device {} root {} (source {})",
-            m.device,
-            m.root.display(),
-            m.source
-        ));
-    }
-    for i in &o.inside {
-        parts.push(format!(
-            "a mount inside it at {} (device {} root {})",
-            i.path.display(),
-            i.mount.device,
-            i.mount.root.display()
-        ));
-    }
-    if parts.is_empty() {
-        "nothing (no mount point, no device node)".to_owned()
-    } else {
-        parts.join("; ")
-    }
-}
-
-/// The names of a capability set's fields that are on.
-fn on(caps: &impl Serialize) -> String {
-    let v = serde_json::to_value(caps).unwrap_or_default();
-    let names: Vec<String> = v
-        .as_object()
-        .into_iter()
-        .flatten()
-        .filter(|(_, v)| v.as_bool() == Some(true) || v.is_string())
-        .map(|(k, v)| match v.as_str() {
-            Some(s) => format!("{k} ({s})"),
-            None => k.clone(),
-        })
-        .collect();
-    if names.is_empty() {
-        "none".to_owned()
-    } else {
-        names.join(", ")
-    }
-}
-
-fn print_text(o: &Outcome) -> std::io::Result<()> {
-    let mut out = std::io::stdout().lock();
-    writeln!(out, "plugin {} at {}", o.plugin, o.endpoint)?;
-    writeln!(out, "  name:          {} {}", o.name, o.version)?;
-    writeln!(out, "  plugin:        {}", on(&o.capabilities))?;
-    match &o.controller {
-        Some(c) => writeln!(out, "  controller:    {}", on(c))?,
-        None => writeln!(out, "  controller:    none")?,
-    }
-    writeln!(out, "  node:          {}", on(&o.node))?;
-    let topology = o.node_info.accessible_topology.as_ref().map_or_else(
-        || "none".to_owned(),
-        |t| {
-            t.iter()
-                .map(|(k, v)| format!("{k}={v}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        },
-    );
-    writeln!(
-        out,
-        "  node info:     node id {}, max volumes {}, topology {topology}",
-        o.node_info.node_id,
-        match o.node_info.max_volumes_per_node {
-            0 => "no limit".to_owned(),
-            n => n.to_string(),
-        }
-    )?;
-    writeln!(out)?;
-    writeln!(
-        out,
-        "round trip ({}, single-node-writer) on scratch volume {}:",
-        o.access,
-        o.volume.as_deref().unwrap_or("-")
-    )?;
-    for c in &o.calls {
-        let label = match c.purpose {
-            Purpose::First => c.rpc.to_owned(),
-            Purpose::Again => format!("{} (again)", c.rpc),
-            Purpose::UnknownVolume => format!("{} (no such volume)", c.rpc),
-        };
-        let result = match &c.code {
-            None => "OK".to_owned(),
-            Some(code) => format!("{code}: {}", c.message),
-        };
-        writeln!(out, "  {label:<40} {:>6}ms  {result}", c.ms)?;
-    }
-    writeln!(out)?;
-    writeln!(out, "shape:")?;
-    let staging = o.staging.as_ref().map_or_else(
-        || {
-            if o.node.stage_unstage_volume {
-                "not staged".to_owned()
-            } else {
-                "no staging (no STAGE_UNSTAGE_VOLUME)".to_owned()
-            }
-        },
-        describe,
-    );
-    writeln!(out, "  staging path:  {staging}")?;
-    writeln!(
-        out,
-        "  target:        {}",
-        o.target
-            .as_ref()
-            .map_or_else(|| "not published".to_owned(), describe)
-    )?;
-    let rule = match o.ready_check {
-        "mount" => "each path held to what the plugin made there",
-        _ => "the paths exist",
-    };
-    let verdict = |v: &Option<Verdict>| match v {
-        None => "not checked".to_owned(),
-        Some(Verdict { ok: true, .. }) => "passed".to_owned(),
-        Some(Verdict { why, .. }) => format!("failed: {}", why.as_deref().unwrap_or("")),
-    };
-    writeln!(
-        out,
-        "readiness:       {} ({rule}): {}",
-        o.ready_check,
-        verdict(&o.ready)
-    )?;
-    writeln!(out, "data:            {}", verdict(&o.data))?;
-    writeln!(out)?;
-    if o.departures.is_empty() {
-        writeln!(out, "departures from the spec: none")?;
-    } else {
-        writeln!(out, "departures from the spec:")?;
-        for d in &o.departures {
-            let tag = match d.severity {
-                Severity::Hurts => "HURTS csivol",
-                Severity::Note => "note",
-            };
-            writeln!(out, "  {tag}: {}", d.what)?;
-            writeln!(out, "    {}", d.rule)?;
-        }
-    }
-    writeln!(
-        out,
-        "{}",
-        if o.ok {
-            "csivol can use this plugin with these settings"
-        } else {
-            "csivol cannot use this plugin as it is: see HURTS above"
-        }
-    )
 }

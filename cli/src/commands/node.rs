@@ -22,7 +22,7 @@ pub async fn run(ctx: &Ctx, cmd: NodeCommand) -> anyhow::Result<Exit> {
             if ctx.out.json_mode() {
                 ctx.out.json(&nodes)?;
             } else {
-                render::nodes(&ctx.out, &nodes)?;
+                render::nodes::nodes(&ctx.out, &nodes)?;
             }
         }
         NodeCommand::Show(args) => show(ctx, &args.node).await?,
@@ -121,7 +121,7 @@ async fn show(ctx: &Ctx, name: &str) -> anyhow::Result<()> {
         return ctx.out.json(&node);
     }
     let (volumes, on) = on_node(ctx, name).await?;
-    render::node(&ctx.out, &node, on.claims.len())?;
+    render::nodes::node(&ctx.out, &node, on.claims.len())?;
 
     ctx.out.line("")?;
     if on.claims.is_empty() {
@@ -224,10 +224,12 @@ async fn label(ctx: &Ctx, args: NodeLabelArgs) -> anyhow::Result<()> {
     ctx.out.line(format!(
         "labels of node {}: {}",
         node.name,
-        render::labels_of(&node.labels)
+        render::nodes::labels_of(&node.labels)
     ))?;
-    ctx.out
-        .line(format!("fence method: {}", render::fence_method(&node)))
+    ctx.out.line(format!(
+        "fence method: {}",
+        render::nodes::fence_method(&node)
+    ))
 }
 
 async fn set(ctx: &Ctx, node: &str, eligibility: Eligibility) -> anyhow::Result<Node> {

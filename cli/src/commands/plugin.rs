@@ -16,7 +16,7 @@ pub async fn run(ctx: &Ctx, cmd: PluginCommand) -> anyhow::Result<Exit> {
             if ctx.out.json_mode() {
                 ctx.out.json(&plugins)?;
             } else {
-                render::plugins(&ctx.out, &plugins)?;
+                render::plugins::plugins(&ctx.out, &plugins)?;
             }
         }
         PluginCommand::Show(args) => {
@@ -27,7 +27,7 @@ pub async fn run(ctx: &Ctx, cmd: PluginCommand) -> anyhow::Result<Exit> {
             if ctx.out.json_mode() {
                 ctx.out.json(&plugin)?;
             } else {
-                render::plugin(&ctx.out, &plugin)?;
+                render::plugins::plugin(&ctx.out, &plugin)?;
             }
         }
         PluginCommand::Controllers(args) => {
@@ -66,7 +66,7 @@ pub async fn run(ctx: &Ctx, cmd: PluginCommand) -> anyhow::Result<Exit> {
             if ctx.out.json_mode() {
                 ctx.out.json(&hosts)?;
             } else {
-                render::controller_hosts(&ctx.out, &hosts)?;
+                render::plugins::controller_hosts(&ctx.out, &hosts)?;
             }
         }
     }

@@ -238,6 +238,19 @@ async fn once(ctx: &Ctx, args: &StatusArgs) -> anyhow::Result<Exit> {
         ctx.out.json(&summary)?;
         return Ok(Exit::Ok);
     }
+    print_summary(ctx, &summary, nodes.len(), &at_risk, &behind)?;
+    Ok(Exit::Ok)
+}
+
+/// The summary for people: the counts, what is at risk or behind, what is under way, and
+/// what needs an operator.
+fn print_summary(
+    ctx: &Ctx,
+    summary: &Summary,
+    nodes: usize,
+    at_risk: &[&Node],
+    behind: &[&Plugin],
+) -> anyhow::Result<()> {
     let counts = |total: usize, by: &BTreeMap<String, usize>| {
         if by.is_empty() {
             return total.to_string();
@@ -249,7 +262,7 @@ async fn once(ctx: &Ctx, args: &StatusArgs) -> anyhow::Result<Exit> {
         "volumes: {}",
         counts(summary.volumes.len(), &summary.volumes_by_state)
     ))?;
-    let mut node_counts = counts(nodes.len(), &summary.nodes_by_status);
+    let mut node_counts = counts(nodes, &summary.nodes_by_status);
     if !at_risk.is_empty() {
         // `2 (2 ready)` becomes `2 (2 ready, 1 at risk)`.
         node_counts = format!(
@@ -259,12 +272,16 @@ async fn once(ctx: &Ctx, args: &StatusArgs) -> anyhow::Result<Exit> {
         );
     }
     ctx.out.line(format!("nodes:   {node_counts}"))?;
-    for n in &at_risk {
-        ctx.out
-            .line(format!("  at risk: {}: {}", n.name, render::heartbeat(n)))?;
+    for n in at_risk {
+        ctx.out.line(format!(
+            "  at risk: {}: {}",
+            n.name,
+            render::nodes::heartbeat(n)
+        ))?;
     }
-    for p in &behind {
-        ctx.out.line(render::queue_warning(&p.id, &p.queue))?;
+    for p in behind {
+        ctx.out
+            .line(render::plugins::queue_warning(&p.id, &p.queue))?;
     }
     if let Some(h) = &summary.server {
         ctx.out.line(format!("server:  {}", h.status))?;
@@ -355,7 +372,7 @@ async fn once(ctx: &Ctx, args: &StatusArgs) -> anyhow::Result<Exit> {
         ctx.out.line("volumes:")?;
         render::volumes(&ctx.out, &summary.volumes)?;
     }
-    Ok(Exit::Ok)
+    Ok(())
 }
 
 /// The next step an operator can take on a finding, where csivol has one.

@@ -15,7 +15,8 @@ use tonic::{Code, Response, Status};
 
 use crate::faults::{CallLog, Faults, Rpc};
 use crate::mounts::MountMode;
-use crate::store::{AttachmentRecord, Backend, NodeState, Segment, VolumeRecord};
+use crate::store::node::NodeState;
+use crate::store::{AttachmentRecord, Backend, Segment, VolumeRecord};
 
 /// Delegates an RPC to `Plugin::$method` through `Plugin::call`, logging `$id` as its volume.
 macro_rules! delegate {

@@ -15,6 +15,7 @@ pub mod domain;
 mod agent;
 pub mod channel;
 mod claims;
+mod controller_ops;
 mod errors;
 mod expansion;
 pub mod limits;
@@ -30,6 +31,7 @@ mod volumes;
 
 pub use agent::*;
 pub use claims::*;
+pub use controller_ops::*;
 pub use domain::{
     AccessMode, AccessType, ControllerCapabilities, ErrorClass, GroupControllerCapabilities,
     NodeCapabilities, NodeInfo, PluginCapabilities, PluginInfo, PublishContext, Topology,

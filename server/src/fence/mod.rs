@@ -10,7 +10,7 @@
 pub(crate) mod command;
 
 use std::collections::{BTreeMap, HashSet};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use csivol_api::{
@@ -19,13 +19,32 @@ use csivol_api::{
 };
 
 use self::command::run_command;
-use super::db::now_ms;
-use super::error::{ApiError, ApiResult};
-use super::http::App;
-use super::lifecycle::{self, Evidence, failure};
-use super::model::{NodeRow, time};
-use super::store::Snapshot;
-use csivol_rules::fence::{self as fence_policy, Auto, Choice, FenceMethod, Labels, NodeFacts};
+use crate::clock::Clock;
+use crate::error::{ApiError, ApiResult};
+use crate::lifecycle::{self, Evidence, Limits, failure};
+use crate::liveness::Liveness;
+use crate::metrics::Metrics;
+use crate::model::{NodeRow, time};
+use crate::store::Snapshot;
+use crate::store::sqlite::db::Db;
+use csivol_rules::fence::{
+    self as fence_policy, Auto, Choice, FenceConfig, FenceMethod, Labels, NodeFacts,
+};
+
+/// What fencing works with: the state it reads and records in, the nodes' liveness (a
+/// fenced node's heartbeats are answered `lost`), the metrics, the limits of the write
+/// that records a fence, the server's clock, its fence methods and the fences running.
+#[derive(Clone)]
+pub struct Fencing {
+    pub db: Db,
+    pub live: Arc<Liveness>,
+    pub metrics: Arc<Metrics>,
+    pub limits: Limits,
+    pub clock: Clock,
+    /// The fence methods and node labels of the server's configuration.
+    pub config: Arc<FenceConfig>,
+    pub running: Arc<Fencer>,
+}
 
 /// The nodes whose fence command runs now: one at a time per node.
 #[derive(Debug, Default)]
@@ -133,13 +152,13 @@ fn load_target(conn: &impl Snapshot, node: &str) -> ApiResult<Target> {
 
 /// `POST /v1/nodes/{node}/fence`: an operator's fence.
 pub async fn fence(
-    app: &App,
+    fencing: &Fencing,
     node: &str,
     req: &FenceRequest,
     actor: &str,
 ) -> ApiResult<FenceOutcome> {
     let n = node.to_owned();
-    let target = app.db.read(move |c| load_target(c, &n)).await?;
+    let target = fencing.db.read(move |c| load_target(c, &n)).await?;
     match target.row.status {
         NodeStatus::Lost => {}
         NodeStatus::Ready if req.force => {}
@@ -169,12 +188,12 @@ pub async fn fence(
             )));
         }
     }
-    let operator = app.fence.operator_labels(node, &target.labels.set);
+    let operator = fencing.config.operator_labels(node, &target.labels.set);
     let labels = Labels {
         operator: &operator,
         agent: &target.labels.reported,
     };
-    let (method, command) = match app.fence.choose(node, labels) {
+    let (method, command) = match fencing.config.choose(node, labels) {
         Choice::Ready { method, command } => (method, command),
         Choice::Lacks { method, labels } => return Err(lacking(node, &method.name, &labels)),
         Choice::None { by_agent } => return Err(no_method(node, by_agent)),
@@ -194,10 +213,13 @@ pub async fn fence(
     // In a task of its own: an operator who gives up waiting (the request is dropped) must
     // not kill the fence half way nor lose its evidence.
     let task = {
-        let (app, node, method) = (app.clone(), node.to_owned(), method.clone());
+        let (fencing, node, method) = (fencing.clone(), node.to_owned(), method.clone());
         let (actor, reason) = (actor.to_owned(), req.reason.clone());
         tokio::spawn(async move {
-            run_and_record(&app, &node, &method, command, &operator, &actor, &reason).await
+            run_and_record(
+                &fencing, &node, &method, command, &operator, &actor, &reason,
+            )
+            .await
         })
     };
     let (record, actions) = task
@@ -264,7 +286,7 @@ fn no_method(node: &str, by_agent: Option<(&FenceMethod, Vec<(String, String)>)>
 /// Runs the method (one at a time per node) and records its outcome in one write: on
 /// success the node is fenced and unblocked; otherwise only the attempt is recorded.
 async fn run_and_record(
-    app: &App,
+    fencing: &Fencing,
     node: &str,
     method: &FenceMethod,
     command: Vec<String>,
@@ -272,13 +294,13 @@ async fn run_and_record(
     actor: &str,
     reason: &str,
 ) -> ApiResult<(FenceRecord, Vec<PlannedAction>)> {
-    let Some(_running) = app.fencer.start(node) else {
+    let Some(_running) = fencing.running.start(node) else {
         return Err(
             ApiError::conflict(format!("a fence of node `{node}` is running already"))
                 .with_hint(format!("`csivol events --node {node}` shows how it ends")),
         );
     };
-    let started_at = now_ms();
+    let started_at = fencing.clock.now_ms();
     tracing::warn!(
         node,
         method = method.name,
@@ -286,7 +308,7 @@ async fn run_and_record(
         "fencing: running the fence method"
     );
     let ran = run_command(method, &command, &method.environment(node, operator)).await;
-    let limits = app.limits.clone();
+    let limits = fencing.limits.clone();
     let (node_s, method_s, actor_s, reason_s) = (
         node.to_owned(),
         method.name.clone(),
@@ -294,7 +316,7 @@ async fn run_and_record(
         reason.to_owned(),
     );
     let policy = actor.starts_with("policy:");
-    let (record, actions) = app
+    let (record, actions) = fencing
         .db
         .write(move |ctx| {
             lifecycle::record_fence(
@@ -316,9 +338,9 @@ async fn run_and_record(
     if record.ok {
         // Its heartbeats, if any, are answered `lost`: the agent registers again and
         // finds that it is fenced.
-        app.live.fenced(node);
+        fencing.live.fenced(node);
     }
-    app.metrics.fence(record.ok);
+    fencing.metrics.fence(record.ok);
     Ok((record, actions))
 }
 
@@ -337,11 +359,12 @@ pub struct NodeFence {
     pub next_at: Option<i64>,
 }
 
-/// Reads a node's fence facts (inside any read).
+/// Reads a node's fence facts (inside any read), as they stand at `now`.
 pub fn node_fence(
-    app_fence: &fence_policy::FenceConfig,
+    app_fence: &FenceConfig,
     conn: &impl Snapshot,
     n: &NodeRow,
+    now: i64,
 ) -> ApiResult<NodeFence> {
     let facts = conn.node_fence_facts(&n.name)?;
     let (failures, error, failed_at) = (facts.failures, facts.error, facts.failed_at);
@@ -367,11 +390,11 @@ pub fn node_fence(
                 failures,
                 last_failure_at: failed_at,
             },
-            now_ms(),
+            now,
         ) {
             Auto::Off => None,
             Auto::At(t) => Some(t),
-            Auto::Due => Some(now_ms()),
+            Auto::Due => Some(now),
         }
     });
     Ok(NodeFence {
@@ -390,9 +413,9 @@ pub fn node_fence(
 
 /// The policy: fences lost nodes whose method has `auto_fence_after`, once it has passed,
 /// and again with backoff after a failure. Its actor is `policy:<method>`.
-pub async fn auto_fence(app: App) {
-    if !app
-        .fence
+pub async fn auto_fence(fencing: Fencing) {
+    if !fencing
+        .config
         .methods
         .iter()
         .any(|m| m.auto_fence_after.is_some())
@@ -403,15 +426,16 @@ pub async fn auto_fence(app: App) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        let config = std::sync::Arc::clone(&app.fence);
-        let due = app
+        let config = Arc::clone(&fencing.config);
+        let now = fencing.clock.now_ms();
+        let due = fencing
             .db
             .read(move |c| {
                 let rows = c.nodes(None)?;
                 let mut due = Vec::new();
                 for n in rows.iter().filter(|n| n.status == NodeStatus::Lost) {
-                    let f = node_fence(&config, c, n)?;
-                    if f.next_at.is_some_and(|t| t <= now_ms()) {
+                    let f = node_fence(&config, c, n, now)?;
+                    if f.next_at.is_some_and(|t| t <= now) {
                         due.push((n.name.clone(), NodeLabels::read(c, &n.name)?));
                     }
                 }
@@ -426,20 +450,20 @@ pub async fn auto_fence(app: App) {
             }
         };
         for (node, stored) in due {
-            if app.fencer.is_running(&node) {
+            if fencing.running.is_running(&node) {
                 continue;
             }
-            let operator = app.fence.operator_labels(&node, &stored.set);
+            let operator = fencing.config.operator_labels(&node, &stored.set);
             let labels = Labels {
                 operator: &operator,
                 agent: &stored.reported,
             };
             // Only a method that applies with a complete command: one that lacks labels is
             // shown (`status --blocked`, `node show`) and waits for an operator to set them.
-            let Choice::Ready { method, command } = app.fence.choose(&node, labels) else {
+            let Choice::Ready { method, command } = fencing.config.choose(&node, labels) else {
                 continue;
             };
-            let (app, method) = (app.clone(), method.clone());
+            let (fencing, method) = (fencing.clone(), method.clone());
             // Each in its own task: one hanging fence must not hold up another node's.
             tokio::spawn(async move {
                 let actor = format!("policy:{}", method.name);
@@ -447,8 +471,10 @@ pub async fn auto_fence(app: App) {
                     "lost for {} (auto_fence_after)",
                     humantime::format_duration(method.auto_fence_after.unwrap_or_default())
                 );
-                match run_and_record(&app, &node, &method, command, &operator, &actor, &reason)
-                    .await
+                match run_and_record(
+                    &fencing, &node, &method, command, &operator, &actor, &reason,
+                )
+                .await
                 {
                     Ok((r, _)) if r.ok => {}
                     Ok((r, _)) => tracing::warn!(node, "automatic fence failed: {}", failure(&r)),

@@ -1,20 +1,16 @@
-//! The API's access endpoints: tokens (create, list, revoke), who may host a plugin's
-//! controller, and the mutual-TLS check that a node token comes with its node's
-//! certificate.
+//! Who a request comes from and what they may do: the caller its bearer token names, the
+//! checks each kind of endpoint makes of it, and the mutual-TLS check that a node token
+//! comes with its node's certificate.
 
-use axum::Json;
-use axum::extract::{Path, Request, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::extract::{Request, State};
+use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
-use csivol_api::{self as api, Role, TokenInfo, TokenRequest};
+use csivol_api::Role;
 
-use super::once::{Answer, Once, Outcome};
-use super::{App, Body, name, ok};
-use crate::auth::{self, Caller};
-use crate::db::{WriteCtx, now_ms};
+use crate::app::App;
+use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult};
-use crate::lifecycle;
-use crate::views;
+use crate::lifecycle::Limits;
 
 /// Mutual TLS: a node token presented over a connection with a client certificate is
 /// accepted only when the certificate names the token's node (a DNS name in its subject
@@ -48,119 +44,26 @@ fn cert_names(cert: &rustls::pki_types::CertificateDer<'_>, node: &str) -> bool 
         .is_ok_and(|c| c.verify_is_valid_for_subject_name(&name).is_ok())
 }
 
-pub(super) async fn create_token(
-    State(app): State<App>,
-    headers: HeaderMap,
-    Body(req): Body<TokenRequest>,
-) -> ApiResult<Response> {
-    let (actor, _) = app.operator(&headers)?;
-    api::FreeText::check_text(&req).map_err(ApiError::text)?;
-    let (resp, expires_at) = app
-        .db
-        .write(move |ctx| {
-            let t = lifecycle::NewToken {
-                role: req.role,
-                node: req.node.clone(),
-                name: req.name.clone(),
-                ttl_ms: req.ttl_ms,
-                controllers: req.controllers.clone(),
-            };
-            lifecycle::create_token(ctx, t, &actor)
-        })
-        .await?;
-    app.tokens.remember(
-        &resp.token,
-        Caller {
-            token_id: resp.id.clone(),
-            role: resp.role,
-            node: resp.node.clone(),
-            name: resp.name.clone(),
-            controllers: resp.controllers.clone(),
-        },
-        expires_at,
-    );
-    Ok((StatusCode::CREATED, Json(resp)).into_response())
-}
-
-/// `GET /v1/plugins/{id}/controllers`.
-pub(super) async fn get_controller_hosts(
-    State(app): State<App>,
-    headers: HeaderMap,
-    Path(plugin): Path<String>,
-) -> ApiResult<Json<api::ControllerHosts>> {
-    app.caller(&headers)?.require_reader()?;
-    name("plugin", &plugin)?;
-    Ok(Json(
-        app.db
-            .read(move |c| views::controller_hosts(c, &plugin))
-            .await?,
-    ))
-}
-
-/// `POST /v1/plugins/{id}/controllers`: operators allow or disallow controller hosts.
-pub(super) async fn change_controller_hosts(
-    State(app): State<App>,
-    headers: HeaderMap,
-    Path(plugin): Path<String>,
-    once: Once,
-    Body(req): Body<api::ControllerHostsChange>,
-) -> ApiResult<Response> {
-    let (actor, _) = app.operator(&headers)?;
-    api::FreeText::check_text(&req).map_err(ApiError::text)?;
-    let body = req.clone();
-    // The hosts as the change left them, read in its own transaction.
-    let write = move |ctx: &mut WriteCtx<'_>| {
-        lifecycle::change_controller_hosts(ctx, &actor, &plugin, &req.allow, &req.disallow)?;
-        views::controller_hosts(ctx, &plugin)
-    };
-    once.respond(&app, &body, write, ok).await
-}
-
-/// `GET /v1/tokens`: operators only (a token list tells who may do what).
-pub(super) async fn list_tokens(
-    State(app): State<App>,
-    headers: HeaderMap,
-) -> ApiResult<Json<Vec<TokenInfo>>> {
-    app.operator(&headers)?;
-    persist_last_used(&app).await?;
-    let now = now_ms();
-    Ok(Json(app.db.read(move |c| auth::list_tokens(c, now)).await?))
-}
-
-/// Writes the in-memory last-use times, so that a list shows them and they survive a
-/// restart; on failure they are put back for the next try.
-pub(crate) async fn persist_last_used(app: &App) -> ApiResult<()> {
-    let used = app.tokens.take_last_used();
-    if used.is_empty() {
-        return Ok(());
+impl App {
+    /// Authenticates an operator; returns how the event log names them and the limits a
+    /// write needs.
+    pub(super) fn operator(&self, headers: &HeaderMap) -> ApiResult<(String, Limits)> {
+        let caller = self.caller(headers)?;
+        caller.require_operator()?;
+        Ok((caller.actor(), self.limits.clone()))
     }
-    let again = used.clone();
-    let r = app
-        .db
-        .write(move |ctx| lifecycle::persist_last_used(ctx, &used))
-        .await;
-    if r.is_err() {
-        app.tokens.put_back_last_used(again);
-    }
-    r
-}
 
-/// `DELETE /v1/tokens/{id}`: revokes a token; requests with it get 401 from then on.
-pub(super) async fn revoke_token(
-    State(app): State<App>,
-    headers: HeaderMap,
-    Path(id): Path<String>,
-    once: Once,
-) -> ApiResult<Response> {
-    let (actor, _) = app.operator(&headers)?;
-    let revoked_id = id.clone();
-    let write = move |ctx: &mut WriteCtx<'_>| lifecycle::revoke_token(ctx, &id, &actor);
-    let revoked = |_: &i64| Answer::empty(StatusCode::NO_CONTENT);
-    match once.write(&app, &(), write, revoked).await? {
-        Outcome::Done(at, answer) => {
-            app.tokens.revoke(&revoked_id, at);
-            Ok(answer.into_response())
-        }
-        Outcome::Replayed(r) => Ok(r),
+    /// Claims: an operator's or a claimer's token.
+    pub(super) fn claimer(&self, headers: &HeaderMap) -> ApiResult<(String, Limits)> {
+        let caller = self.caller(headers)?;
+        caller.require_claimer()?;
+        Ok((caller.actor(), self.limits.clone()))
+    }
+
+    pub(super) fn caller(&self, headers: &HeaderMap) -> ApiResult<Caller> {
+        let header = headers
+            .get(axum::http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok());
+        self.tokens.authenticate(header, self.clock.now_ms())
     }
 }

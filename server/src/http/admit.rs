@@ -10,7 +10,8 @@ use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use super::listen::Admitted;
-use super::{App, BODY_LIMIT, error};
+use super::{BODY_LIMIT, error};
+use crate::app::App;
 use crate::error::ApiError;
 
 /// The one endpoint that answers without a token: a load balancer or a person asks it

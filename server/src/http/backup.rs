@@ -5,9 +5,9 @@ use axum::http::{HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use csivol_api::INDEX_HEADER;
 
-use super::App;
-use crate::backup;
+use crate::app::App;
 use crate::error::{ApiError, ApiResult};
+use crate::store::sqlite::backup;
 
 /// `GET /v1/backup`: a consistent snapshot of the state database, as one SQLite file.
 pub(super) async fn download(State(app): State<App>, headers: HeaderMap) -> ApiResult<Response> {

@@ -3,8 +3,19 @@
 //! another generation's index is answered at once), a claim's answer held until it
 //! changes (`?wait=` on its POST or DELETE), and the event log followed.
 
-use super::*;
-use crate::watch::{Cursor, Generation};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Json;
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use csivol_api::{self as api, GENERATION_HEADER, INDEX_HEADER};
+use serde::Deserialize;
+
+use crate::app::App;
+use crate::error::{ApiError, ApiResult};
+use crate::store::Snapshot;
+use crate::watch::{Cursor, Generation, Key};
 
 /// Longest a blocking query may wait.
 const MAX_WAIT: Duration = Duration::from_secs(300);
@@ -47,7 +58,7 @@ impl App {
     /// state is answered as before, when the state passes it: such a client keeps the
     /// greater of its indexes, and answering it at once would have it ask again at once,
     /// without end (the agents' desired state, whose clients take the index they are
-    /// given, is answered at once all the same: `node_endpoints::desired`).
+    /// given, is answered at once all the same: `nodes::desired`).
     pub(super) fn answer_at_once(&self, headers: &HeaderMap, after: u64) -> bool {
         let cursor = Cursor {
             generation: sent_generation(headers),
@@ -180,5 +191,28 @@ pub(super) fn cursor(app: &App, key: &Key, index: u64, began: Generation) -> (u6
         (index, began)
     } else {
         (app.db.hub.index(key), now)
+    }
+}
+
+impl App {
+    /// A place in the long-poll budget for a blocking query (none needed otherwise).
+    pub(super) fn long_poll(
+        &self,
+        blocking: bool,
+    ) -> ApiResult<Option<tokio::sync::OwnedSemaphorePermit>> {
+        if !blocking {
+            return Ok(None);
+        }
+        Arc::clone(&self.long_polls)
+            .try_acquire_owned()
+            .map(Some)
+            .map_err(|_| {
+                ApiError::unavailable(
+                    "too many long-polls in flight: this server's --max-long-polls is reached",
+                )
+                .with_hint(
+                    "retry shortly; an operator may raise --max-long-polls and --max-connections",
+                )
+            })
     }
 }

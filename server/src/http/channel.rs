@@ -15,15 +15,24 @@
 //! commit changed the node's desired state, the push of that change follows the report's
 //! answer in the same write, so that the agent reads both at one wake-up.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
+use axum::extract::{Path, Request, State};
+use axum::http::StatusCode;
 use axum::http::header::{AUTHORIZATION, CONNECTION, UPGRADE};
+use axum::response::Response;
 use csivol_api::channel::{self, AgentLine, ServerLine, Version};
+use csivol_api::{HeartbeatResponse, ReportBatch};
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
+use super::extract::name;
 use super::listen::Closing;
-use super::*;
+use super::{error, nodes};
+use crate::app::App;
+use crate::error::{ApiError, ApiResult};
+use crate::lifecycle;
+use crate::watch::Key;
 
 /// How long closing a channel may take.
 const SHUTDOWN: Duration = Duration::from_secs(1);
@@ -111,10 +120,13 @@ pub(super) async fn heartbeat(
     channel: bool,
 ) -> ApiResult<HeartbeatResponse> {
     app.metrics.heartbeat(channel);
-    let (status, ticket) = app.live.heartbeat_ticket(node, now_ms()).ok_or_else(|| {
-        ApiError::not_found(format!("node `{node}` is not registered"))
-            .with_hint("the agent registers again")
-    })?;
+    let (status, ticket) = app
+        .live
+        .heartbeat_ticket(node, app.clock.now_ms())
+        .ok_or_else(|| {
+            ApiError::not_found(format!("node `{node}` is not registered"))
+                .with_hint("the agent registers again")
+        })?;
     if let Some(t) = ticket
         && !app.live.passed_in_time(t).await
     {
@@ -295,7 +307,7 @@ async fn closed(closing: &mut Option<tokio::sync::watch::Receiver<bool>>) {
 async fn beat(app: &App, node: &str, token: &str) -> ServerLine {
     let allowed = app
         .tokens
-        .authenticate(Some(token))
+        .authenticate(Some(token), app.clock.now_ms())
         .and_then(|caller| caller.require_node(node));
     let answer = match allowed {
         Ok(()) => heartbeat(app, node, true).await,
@@ -315,10 +327,10 @@ async fn beat(app: &App, node: &str, token: &str) -> ServerLine {
 async fn report(app: &App, node: &str, token: &str, batch: ReportBatch) -> ServerLine {
     let allowed = app
         .tokens
-        .authenticate(Some(token))
+        .authenticate(Some(token), app.clock.now_ms())
         .and_then(|caller| caller.require_node(node));
     let answer = match allowed {
-        Ok(()) => node_endpoints::apply_reports(app, node, batch, true).await,
+        Ok(()) => nodes::apply_reports(app, node, batch, true).await,
         Err(e) => Err(e),
     };
     match answer {

@@ -13,9 +13,10 @@ use csivol_api as api;
 use serde::Deserialize;
 
 use super::blocking::{Blocking, checked_index, cursor_headers, sent_generation, with_index};
-use super::{App, Q};
-use crate::db::Db;
+use super::extract::Q;
+use crate::app::App;
 use crate::error::{ApiError, ApiResult};
+use crate::store::sqlite::db::Db;
 use crate::views;
 use crate::watch::{Generation, Key};
 

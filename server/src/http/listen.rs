@@ -349,14 +349,61 @@ pub async fn serve(
             heard: false,
             _permit: permit,
         };
-        let router = router.clone();
-        let builder = builder.clone();
-        let tls = bounds.tls.clone();
-        let closing = closing.subscribe();
-        let handshake_timeout = bounds.header_timeout;
-        tokio::spawn(async move {
-            let serve = async move {
-                let served = match tls {
+        let accepted = Accepted {
+            stream,
+            admitted,
+            closing: closing.subscribe(),
+            closed,
+        };
+        let (router, builder) = (router.clone(), builder.clone());
+        let (tls, handshake_timeout) = (bounds.tls.clone(), bounds.header_timeout);
+        tokio::spawn(accepted.serve(builder, router, tls, handshake_timeout));
+    }
+    drop(listener);
+    // Connections finish the request they serve, upgraded ones close; each gives its
+    // permit back when its socket closes, so all permits back means all closed.
+    closing.send_replace(true);
+    let all = u32::try_from(bounds.max_connections).unwrap_or(u32::MAX);
+    if tokio::time::timeout(SHUTDOWN_GRACE, permits.acquire_many(all))
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            "connections still open {} after shutdown began were dropped",
+            humantime::format_duration(SHUTDOWN_GRACE)
+        );
+    }
+    Ok(())
+}
+
+/// An accepted connection, admitted, with the signals that close it.
+struct Accepted {
+    stream: Heard<tokio::net::TcpStream>,
+    admitted: Admitted,
+    closing: watch::Receiver<bool>,
+    /// Fires when the connection is closed to make room for another.
+    closed: oneshot::Receiver<()>,
+}
+
+impl Accepted {
+    /// Serves the connection (after its TLS handshake, bounded like the headers that
+    /// follow it) until it ends, or until it is closed to make room.
+    async fn serve(
+        self,
+        builder: hyper::server::conn::http1::Builder,
+        router: Router,
+        tls: Option<tokio_rustls::TlsAcceptor>,
+        handshake_timeout: Duration,
+    ) {
+        let Self {
+            stream,
+            admitted,
+            closing,
+            closed,
+        } = self;
+        let serve = async move {
+            let served =
+                match tls {
                     None => {
                         let conn = Conn {
                             peer: None,
@@ -397,31 +444,15 @@ pub async fn serve(
                         serve_connection(&builder, TokioIo::new(stream), router, conn).await
                     }
                 };
-                if let Err(e) = served {
-                    tracing::debug!(error = %e, "connection closed with an error");
-                }
-            };
-            tokio::select! {
-                Ok(()) = closed => tracing::debug!("closed a connection to make room"),
-                () = serve => {}
+            if let Err(e) = served {
+                tracing::debug!(error = %e, "connection closed with an error");
             }
-        });
+        };
+        tokio::select! {
+            Ok(()) = closed => tracing::debug!("closed a connection to make room"),
+            () = serve => {}
+        }
     }
-    drop(listener);
-    // Connections finish the request they serve, upgraded ones close; each gives its
-    // permit back when its socket closes, so all permits back means all closed.
-    closing.send_replace(true);
-    let all = u32::try_from(bounds.max_connections).unwrap_or(u32::MAX);
-    if tokio::time::timeout(SHUTDOWN_GRACE, permits.acquire_many(all))
-        .await
-        .is_err()
-    {
-        tracing::warn!(
-            "connections still open {} after shutdown began were dropped",
-            humantime::format_duration(SHUTDOWN_GRACE)
-        );
-    }
-    Ok(())
 }
 
 /// What a connection's requests carry in their extensions, and its shutdown signal.

@@ -24,11 +24,19 @@
 //! the client lists again.
 
 use std::future::Future;
+use std::sync::Arc;
 
 use axum::body::Bytes;
+use axum::http::HeaderValue;
+use axum::response::{IntoResponse, Response};
+use csivol_api::{self as api, GENERATION_HEADER};
 
-use super::*;
+use crate::app::App;
+use crate::error::{ApiError, ApiResult};
+use crate::model::listing::VolumeChunk;
+use crate::store::Snapshot;
 use crate::watch::Generation;
+use crate::{lifecycle, views};
 
 /// Pages queued for a client: with one being shaped and one being read, a listing holds
 /// four pages in memory at most.
@@ -174,7 +182,7 @@ pub(super) async fn volumes(app: &App, filter: views::VolumeFilter) -> ApiResult
 pub(super) async fn claims(app: &App, filter: views::ClaimFilter) -> ApiResult<Response> {
     let db = app.db.clone();
     // One clock for the whole listing: `older_than_ms` selects alike in every page.
-    let now = now_ms();
+    let now = app.clock.now_ms();
     let read = move |after: String| {
         let (db, filter) = (db.clone(), filter.clone());
         async move {

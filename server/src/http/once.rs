@@ -22,9 +22,9 @@ use csivol_rules::retries::{self, Request};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use super::App;
-use crate::db::WriteCtx;
+use crate::app::App;
 use crate::error::{ApiError, ApiResult};
+use crate::store::sqlite::writer::WriteCtx;
 use crate::store::{KeptAnswer, Snapshot, Txn};
 use crate::watch::Generation;
 
@@ -270,7 +270,7 @@ impl Once {
         // copy is still in flight finds it in the write below.
         let (t, k) = (token.clone(), key.clone());
         let kept = app.db.read_small(move |c| c.kept_answer(&t, &k)).await?;
-        if let Some(kept) = live(kept, crate::db::now_ms(), memory) {
+        if let Some(kept) = live(kept, app.clock.now_ms(), memory) {
             return replay(&kept, this, app.db.hub.generation()).map(Outcome::Replayed);
         }
         let (r, d) = (route.clone(), digest.clone());
@@ -374,6 +374,39 @@ fn digest(body: &impl Serialize) -> String {
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect()
+}
+
+/// 201 when recorded or changed, 200 when the same spec was there already.
+pub(super) fn created_or_ok<T: Serialize>((v, changed): &(T, bool)) -> Answer {
+    let status = if *changed {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Answer::json(status, v)
+}
+
+/// 202 when an operation started, 200 when there was nothing to start.
+pub(super) fn accepted_or_ok<T: Serialize>((v, started): &(T, bool)) -> Answer {
+    let status = if *started {
+        StatusCode::ACCEPTED
+    } else {
+        StatusCode::OK
+    };
+    Answer::json(status, v)
+}
+
+/// 202 with what is still being done, 204 when it is done.
+pub(super) fn accepted_or_gone<T: Serialize>(v: &Option<T>) -> Answer {
+    match v {
+        Some(v) => Answer::json(StatusCode::ACCEPTED, v),
+        None => Answer::empty(StatusCode::NO_CONTENT),
+    }
+}
+
+/// 200 with the answer.
+pub(super) fn ok<T: Serialize>(v: &T) -> Answer {
+    Answer::json(StatusCode::OK, v)
 }
 
 #[cfg(test)]

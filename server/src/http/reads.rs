@@ -1,7 +1,7 @@
 //! Read consistency, for every `GET` in one place: an answer reflects every write
 //! acknowledged before the request arrived, through any server. With the SQLite store that
 //! holds by itself (one server, one database); with etcd the server first catches its
-//! mirror up with etcd's last commit (`etcd::Reads`). `?stale=true` skips that for a
+//! mirror up with etcd's last commit (`replicated::Reads`). `?stale=true` skips that for a
 //! cheaper answer that may miss the last writes made through other servers.
 //!
 //! Blocking queries are made consistent before they wait, and then wake on the changes
@@ -12,7 +12,7 @@ use axum::http::{Method, Uri};
 use axum::middleware::Next;
 use axum::response::Response;
 
-use super::App;
+use crate::app::App;
 use crate::error::{ApiError, ApiResult};
 
 /// Routes that read no cluster state, or only this server's own view of it: health (which

@@ -1,5 +1,6 @@
 //! The state store: the narrow interface the lifecycle code reads and writes the cluster
-//! state through, and its SQLite implementation (`sqlite`).
+//! state through, its one implementation over SQLite (`sqlite`), and that SQLite state
+//! replicated between several servers through etcd (`replicated`, `--store etcd`).
 //!
 //! The lifecycle (`super::lifecycle`) holds the decisions; a store holds typed rows
 //! (`super::model`) and nothing else. A second backend implements these two traits:
@@ -23,9 +24,11 @@
 //! where the caller needs it.
 //!
 //! Every SQL statement of the server lives below this folder (a test fails otherwise).
-//! `sqlite` implements both traits: its writer thread (`sqlite::db`) runs each request in a
-//! savepoint of a group transaction with one fsync per group (`WriteCtx`). `etcd` runs the
-//! same requests on a SQLite mirror whose changed rows it commits to etcd first.
+//! `sqlite` implements both traits: its writer thread (`sqlite::writer`) runs each request
+//! in a savepoint of a group transaction with one fsync per group (`WriteCtx`).
+//! `replicated` is not a second implementation: each server keeps the SQLite state as a
+//! mirror of what etcd holds, and its writer thread drives the same group commit on that
+//! mirror (`sqlite::writer::run_group`), committing the changed rows to etcd first.
 
 use std::collections::BTreeMap;
 
@@ -35,15 +38,16 @@ use csivol_api::{
 };
 
 use super::error::{ApiError, ApiResult};
+use super::model::listing::VolumeChunk;
 use super::model::{
     AttachmentRow, ClaimRow, GroupSnapshotRow, Lifecycle, NewFence, NodeFenceRow, NodePluginRow,
-    NodeRow, OpRow, PluginNodeRow, RunningOpRow, SnapshotRow, StateCounts, TokenRow, VolumeChunk,
-    VolumeRow, WaitingOps,
+    NodeRow, OpRow, PluginNodeRow, RunningOpRow, SnapshotRow, StateCounts, TokenRow, VolumeRow,
+    WaitingOps,
 };
 use super::watch::Key;
 use csivol_rules::kinds::{EventKind, OpKind};
 
-pub mod etcd;
+pub mod replicated;
 pub mod sqlite;
 
 /// How the event log is pruned: all but the newest `keep` events go; beyond `bytes` (the
@@ -423,6 +427,15 @@ pub trait Txn: Snapshot {
         alloc: &str,
         error: &str,
         next_retry_at: Option<i64>,
+    ) -> ApiResult<()>;
+    /// Records a claim's drift, which stands in for its error (cleared, with its next
+    /// retry) until another error replaces it; the drift itself lasts until the claim
+    /// leaves for `ready` or `releasing`.
+    fn set_claim_drift(
+        &mut self,
+        volume: &str,
+        alloc: &str,
+        drift: &crate::model::Drift,
     ) -> ApiResult<()>;
     /// Marks a claim released while its node was lost (taken down, not resumed, at return).
     fn set_claim_release_pending(&mut self, volume: &str, alloc: &str) -> ApiResult<()>;

@@ -527,28 +527,7 @@ fn age_database(data: &std::path::Path) -> String {
         [&labels],
     )
     .unwrap();
-    let version: i64 = conn
-        .pragma_query_value(None, "user_version", |r| r.get(0))
-        .unwrap();
-    // The schema before the index: a build that has the index added it in the migration
-    // that also made the tables of exact retries (empty here), and recorded each claim's
-    // claimer in the one after it; the older schema has none of them.
-    let count = |sql: &str| -> i64 { conn.query_row(sql, [], |r| r.get(0)).unwrap() };
-    let indexed = count("SELECT COUNT(*) FROM sqlite_master WHERE name = 'volumes_external_id'");
-    let claimers = count("SELECT COUNT(*) FROM pragma_table_info('claims') WHERE name = 'claimer'");
-    conn.execute_batch(
-        "DROP INDEX IF EXISTS volumes_external_id;
-         DROP TABLE IF EXISTS request_keys;
-         DROP TABLE IF EXISTS claim_tombstones;
-         DROP INDEX IF EXISTS claims_claimer;",
-    )
-    .unwrap();
-    if claimers > 0 {
-        conn.execute_batch("ALTER TABLE claims DROP COLUMN claimer;")
-            .unwrap();
-    }
-    conn.pragma_update(None, "user_version", version - indexed - claimers)
-        .unwrap();
+    crate::back_to_the_previous_schema(&conn);
     labels
 }
 

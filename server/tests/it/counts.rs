@@ -294,16 +294,9 @@ async fn claims_recorded_before_the_bound_are_kept_and_count_for_nobody() {
         assert_eq!(claim(&ci, "v", alloc, false).await.0, 201);
     }
     server.proc.terminate(WAIT);
-    // The schema before claimers were recorded: the column and its index gone, the
-    // version one lower.
+    // The schema before claimers were recorded (the release before this one's).
     let conn = rusqlite::Connection::open(data.join("state.db")).unwrap();
-    let version: i64 = conn
-        .pragma_query_value(None, "user_version", |r| r.get(0))
-        .unwrap();
-    conn.execute_batch("DROP INDEX claims_claimer; ALTER TABLE claims DROP COLUMN claimer;")
-        .unwrap();
-    conn.pragma_update(None, "user_version", version - 1)
-        .unwrap();
+    crate::back_to_the_previous_schema(&conn);
     drop(conn);
 
     // Migrated with a limit below what the claimer holds: all three are kept, none counts.

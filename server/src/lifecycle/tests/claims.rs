@@ -139,7 +139,9 @@ async fn a_dry_run_answers_what_a_claim_would_do_and_records_nothing() {
     env.volume("v", "single-node-writer").await;
     let req = ClaimRequest::new("a1", "n1", ClaimMode::Write);
     let answer = env
-        .read(move |c| super::super::claim_dry_run(c, "v", &req))
+        .read(move |c| {
+            super::super::claim_dry_run(c, "v", &req, crate::clock::Clock::wall().now_ms())
+        })
         .await;
     assert!(answer.accepted);
     assert_eq!(answer.state, Some(ClaimState::Attaching));
@@ -148,14 +150,18 @@ async fn a_dry_run_answers_what_a_claim_would_do_and_records_nothing() {
     env.ready_claim("v", "a1", "n1").await;
     let same = ClaimRequest::new("a1", "n1", ClaimMode::Write);
     let answer = env
-        .read(move |c| super::super::claim_dry_run(c, "v", &same))
+        .read(move |c| {
+            super::super::claim_dry_run(c, "v", &same, crate::clock::Clock::wall().now_ms())
+        })
         .await;
     assert!(answer.accepted && answer.existing);
     assert_eq!(answer.state, Some(ClaimState::Ready));
 
     let elsewhere = ClaimRequest::new("a2", "n2", ClaimMode::Write);
     let answer = env
-        .read(move |c| super::super::claim_dry_run(c, "v", &elsewhere))
+        .read(move |c| {
+            super::super::claim_dry_run(c, "v", &elsewhere, crate::clock::Clock::wall().now_ms())
+        })
         .await;
     assert!(!answer.accepted);
     let error = answer.error.expect("why not");

@@ -30,11 +30,12 @@ use csivol_api::{
 use serde_json::json;
 
 use super::Limits;
-use crate::db::{Db, WriteCtx};
 use crate::error::ApiResult;
 use crate::metrics::Metrics;
 use crate::model::{ClaimRow, OpRow};
 use crate::store::Snapshot;
+use crate::store::sqlite::db::Db;
+use crate::store::sqlite::writer::WriteCtx;
 
 /// The plugin every test volume uses.
 const PLUGIN: &str = "hp";
@@ -61,7 +62,7 @@ impl Env {
             std::env::temp_dir().join(format!("csivol-lifecycle-test-{}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        let db = Db::start(&dir.join("state.db")).unwrap();
+        let db = Db::start(&dir.join("state.db"), crate::clock::Clock::wall()).unwrap();
         Self {
             db,
             dir,
@@ -70,7 +71,7 @@ impl Env {
                 controller_queue_warning: std::time::Duration::from_secs(60),
                 served_last: Default::default(),
                 metrics: Arc::new(Metrics::default()),
-                request_memory: crate::DEFAULT_REQUEST_MEMORY,
+                request_memory: crate::config::DEFAULT_REQUEST_MEMORY,
                 text: Default::default(),
                 claims_per_claimer: csivol_api::limits::DEFAULT_CLAIMS_PER_CLAIMER,
                 events: Default::default(),

@@ -96,7 +96,7 @@ async fn a_retryable_failure_backs_off_and_a_final_one_fails_the_claim() {
     let retried = env.read(move |c| c.op(first.id)).await.expect("kept");
     assert_eq!(retried.attempt, 1);
     assert_eq!(retried.host, None, "back in the queue");
-    let now = crate::db::now_ms();
+    let now = crate::clock::Clock::wall().now_ms();
     assert!(
         retried.not_before > now - 1_000 && retried.not_before <= now + 1_200,
         "the first retry waits about a second: {} vs {now}",
@@ -154,7 +154,7 @@ fn retried_alloc(volume: &str) -> String {
 
 #[test]
 fn backoff_doubles_from_a_second_to_five_minutes_with_jitter() {
-    use super::super::ops::backoff;
+    use super::super::backoff::backoff;
     for _ in 0..100 {
         let first = backoff(0);
         assert!(first >= Duration::from_millis(800) && first <= Duration::from_millis(1200));
@@ -167,7 +167,6 @@ fn backoff_doubles_from_a_second_to_five_minutes_with_jitter() {
 
 #[tokio::test]
 async fn the_due_queue_is_read_in_arrival_order_at_most_a_thousand_of_each_kind() {
-    use crate::db::now_ms;
     use crate::store::Txn;
     use csivol_rules::kinds::OpKind;
     let env = Env::new();
@@ -185,7 +184,9 @@ async fn the_due_queue_is_read_in_arrival_order_at_most_a_thousand_of_each_kind(
     })
     .await
     .unwrap();
-    let due = env.read(|c| c.due_ops("hp", now_ms() + 1)).await;
+    let due = env
+        .read(|c| c.due_ops("hp", crate::clock::Clock::wall().now_ms() + 1))
+        .await;
     let ids: Vec<i64> = due.iter().map(|o| o.id).collect();
     let mut sorted = ids.clone();
     sorted.sort_unstable();

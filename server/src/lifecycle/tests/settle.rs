@@ -23,7 +23,7 @@ async fn held(env: &Env, volume: &str) -> bool {
     let v = volume.to_owned();
     env.read(move |c| {
         let row = c.require_volume(&v)?;
-        settle::held(c, &row, crate::db::now_ms())
+        super::super::admission::held_back(c, &row, crate::clock::Clock::wall().now_ms())
     })
     .await
 }
@@ -289,7 +289,7 @@ async fn the_window_holds_back_until_it_closes_and_unknown_nodes_report_too() {
     let env = Env::new();
     env.register("ctl", true, &[]).await;
     env.volume("v", "single-node-writer").await;
-    let far = crate::db::now_ms() + 3_600_000;
+    let far = crate::clock::Clock::wall().now_ms() + 3_600_000;
     env.write(move |ctx, _| settle::begin(ctx, Generation(5), far))
         .await
         .unwrap();
@@ -298,7 +298,7 @@ async fn the_window_holds_back_until_it_closes_and_unknown_nodes_report_too() {
     env.register("newcomer", false, &[("v", "x")]).await;
     assert_eq!(env.claim_state("v", "x").await, Some(ClaimState::Releasing));
     let due = env
-        .read(|c| settle::progress_due(c, crate::db::now_ms()))
+        .read(|c| settle::progress_due(c, crate::clock::Clock::wall().now_ms()))
         .await;
     assert!(!due, "nothing to move on while the window is open");
     let due = env.read(move |c| settle::progress_due(c, far)).await;

@@ -101,7 +101,9 @@ async fn a_claim_outside_the_volumes_topology_is_refused_naming_nodes_inside() {
     // The dry run answers the same, and a node inside is accepted.
     let req = ClaimRequest::new("a1", "n2", ClaimMode::Write);
     let dry = env
-        .read(move |c| super::super::claim_dry_run(c, "v", &req))
+        .read(move |c| {
+            super::super::claim_dry_run(c, "v", &req, crate::clock::Clock::wall().now_ms())
+        })
         .await;
     assert!(!dry.accepted);
     assert_eq!(
@@ -112,7 +114,7 @@ async fn a_claim_outside_the_volumes_topology_is_refused_naming_nodes_inside() {
     assert_eq!(c.node, "n3");
 
     // A node outside that is ineligible or lost is not named.
-    env.write(|ctx, l| super::super::mark_lost(ctx, "n1", "missed heartbeats", l))
+    env.write(|ctx, l| super::super::nodes::mark_lost(ctx, "n1", "missed heartbeats", l))
         .await
         .unwrap();
     let e = env

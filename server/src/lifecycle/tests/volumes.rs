@@ -171,10 +171,10 @@ async fn a_volume_is_stamped_once_per_request_until_its_row_is_written_otherwise
     let before = env.read(|c| c.require_volume("v")).await;
     let (index, writes) = env
         .write(move |ctx, _| {
-            let changes = |ctx: &crate::db::WriteCtx<'_>| ctx.tx.total_changes();
+            let changes = |ctx: &crate::store::sqlite::writer::WriteCtx<'_>| ctx.tx.total_changes();
             let mut writes = Vec::new();
             let mut last = changes(ctx);
-            let mut step = |ctx: &crate::db::WriteCtx<'_>| {
+            let mut step = |ctx: &crate::store::sqlite::writer::WriteCtx<'_>| {
                 let now = changes(ctx);
                 writes.push(now - last);
                 last = now;

@@ -5,9 +5,9 @@ use csivol_api as api;
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::{exec, strings};
-use crate::db::WriteCtx;
 use crate::error::{ApiError, ApiResult};
 use crate::model::TokenRow;
+use crate::store::sqlite::writer::WriteCtx;
 
 // ---- tokens and controller hosts ----
 

@@ -9,8 +9,8 @@ use anyhow::{Context, bail};
 use rusqlite::{Connection, OpenFlags};
 
 use super::restore::{Holdings, Plan};
-use crate::db;
 use crate::identity::{self, CLUSTER_ID_FILE, Contents, STATE_DB, Signs};
+use crate::store::sqlite::{db, migrations};
 
 /// `csivol-server backup` flags.
 #[derive(Debug, Clone, clap::Args)]
@@ -26,7 +26,7 @@ pub struct BackupArgs {
     /// With the etcd store: the cluster's state in etcd, read at one revision while the
     /// servers run.
     #[command(flatten)]
-    pub etcd: crate::etcd::EtcdArgs,
+    pub etcd: crate::store::replicated::EtcdArgs,
     /// Where to write the backup (one SQLite file; replaced atomically if it exists).
     #[arg(long, value_name = "FILE")]
     pub to: PathBuf,
@@ -57,7 +57,7 @@ pub struct RestoreArgs {
     /// Or restore into etcd, under a prefix that must be empty (no server running on it),
     /// for servers with `--store etcd`.
     #[command(flatten)]
-    pub etcd: crate::etcd::EtcdArgs,
+    pub etcd: crate::store::replicated::EtcdArgs,
 }
 
 /// What a backup holds.
@@ -200,12 +200,12 @@ pub(crate) fn verify(conn: &Connection, path: &Path) -> anyhow::Result<Summary> 
     if schema == 0 {
         bail!("{} holds no csivol state (no schema)", path.display());
     }
-    if schema > db::schema_version() {
+    if schema > migrations::schema_version() {
         bail!(
             "{} has schema version {schema}, newer than this csivol-server understands \
              ({})\nhint: restore it with the csivol-server that made it, or a newer one",
             path.display(),
-            db::schema_version()
+            migrations::schema_version()
         );
     }
     // Asked of the schema itself, not of its version: a backup made before cluster ids
@@ -240,16 +240,16 @@ pub async fn run_backup(args: &BackupArgs) -> anyhow::Result<()> {
         None => match &args.data_dir {
             Some(d) => Err(d.clone()),
             None => {
-                let cfg = crate::ServerConfig::resolve(crate::ServerArgs {
+                let cfg = crate::config::ServerConfig::resolve(crate::cli::ServerArgs {
                     config: args.config.clone(),
-                    ..crate::ServerArgs::default()
+                    ..crate::cli::ServerArgs::default()
                 })?;
                 cfg.etcd.ok_or(cfg.data_dir)
             }
         },
     };
     let summary = match etcd {
-        Ok(e) => crate::etcd::backup::backup(&e, &args.to).await?,
+        Ok(e) => crate::store::replicated::backup::backup(&e, &args.to).await?,
         Err(dir) => backup(&dir.join(STATE_DB), &args.to)?,
     };
     println!("backed up {} to {}", summary, args.to.display());
@@ -259,15 +259,31 @@ pub async fn run_backup(args: &BackupArgs) -> anyhow::Result<()> {
 /// `csivol-server restore`: into a stopped server's data dir, or into an empty etcd prefix.
 pub async fn run_restore(args: &RestoreArgs) -> anyhow::Result<()> {
     let configured = match &args.config {
-        Some(path) => Some(crate::ServerConfig::resolve(crate::ServerArgs {
-            config: Some(path.clone()),
-            ..crate::ServerArgs::default()
-        })?),
+        Some(path) => Some(crate::config::ServerConfig::resolve(
+            crate::cli::ServerArgs {
+                config: Some(path.clone()),
+                ..crate::cli::ServerArgs::default()
+            },
+        )?),
         None => None,
     };
-    // How to start the server on what was restored: as it runs, with its config when it
-    // has one (the data dir alone would start it on the default address, without TLS).
-    let serve = |what: String| match &args.config {
+    let etcd = match args.etcd.config()? {
+        Some(e) => Some(e),
+        None => configured.as_ref().and_then(|c| c.etcd.clone()),
+    };
+    if let Some(e) = etcd {
+        return restore_into_etcd(args, &e).await;
+    }
+    let Some(dir) = &args.data_dir.clone().or(configured.map(|c| c.data_dir)) else {
+        bail!("--data-dir, --config or --etcd-endpoints is needed: where to restore to");
+    };
+    restore_into_data_dir(args, dir)
+}
+
+/// How to start the server on what was restored: as it runs, with its config when it has
+/// one (the data dir alone would start it on the default address, without TLS).
+fn serve_command(args: &RestoreArgs, what: String) -> String {
+    match &args.config {
         Some(path) => format!(
             "csivol-server serve --config {}",
             csivol_daemon::shell_word(&path.display().to_string())
@@ -275,48 +291,54 @@ pub async fn run_restore(args: &RestoreArgs) -> anyhow::Result<()> {
         None => {
             format!("csivol-server serve {what} with the other flags (or --config) it runs with")
         }
-    };
-    let etcd = match args.etcd.config()? {
-        Some(e) => Some(e),
-        None => configured.as_ref().and_then(|c| c.etcd.clone()),
-    };
-    if let Some(e) = etcd {
-        let prepared = crate::etcd::backup::prepare(&e, &args.from).await?;
-        // Said before anything is written: the prefix holds nothing now, so this is all
-        // the backup has; what nodes hold beyond it is taken down when they register.
-        println!(
-            "restoring {} from {} into etcd under {}",
-            prepared.summary,
-            args.from.display(),
-            e.prefix
-        );
-        println!("{}", prepared.plan);
-        let copied = crate::etcd::backup::restore(&e, &args.from, &prepared).await?;
-        println!(
-            "restored {} from {} into etcd: {copied}",
-            prepared.summary,
-            args.from.display()
-        );
-        eprintln!(
-            "start the servers on it: {}, with the secrets key the backup's cluster had; the \
-             tokens of the backup are valid again",
-            serve(format!(
+    }
+}
+
+/// The restore into an empty etcd prefix.
+async fn restore_into_etcd(
+    args: &RestoreArgs,
+    e: &crate::store::replicated::EtcdConfig,
+) -> anyhow::Result<()> {
+    let prepared = crate::store::replicated::backup::prepare(e, &args.from).await?;
+    // Said before anything is written: the prefix holds nothing now, so this is all
+    // the backup has; what nodes hold beyond it is taken down when they register.
+    println!(
+        "restoring {} from {} into etcd under {}",
+        prepared.summary,
+        args.from.display(),
+        e.prefix
+    );
+    println!("{}", prepared.plan);
+    let copied = crate::store::replicated::backup::restore(e, &args.from, &prepared).await?;
+    println!(
+        "restored {} from {} into etcd: {copied}",
+        prepared.summary,
+        args.from.display()
+    );
+    eprintln!(
+        "start the servers on it: {}, with the secrets key the backup's cluster had; the \
+         tokens of the backup are valid again",
+        serve_command(
+            args,
+            format!(
                 "--store etcd --etcd-endpoints {} --etcd-prefix {}",
                 e.endpoints.join(","),
                 e.prefix
-            ))
-        );
-        return Ok(());
-    }
-    let Some(dir) = &args.data_dir.clone().or(configured.map(|c| c.data_dir)) else {
-        bail!("--data-dir, --config or --etcd-endpoints is needed: where to restore to");
-    };
+            )
+        )
+    );
+    Ok(())
+}
+
+/// The restore into a stopped server's data dir: the database it holds is kept aside
+/// (`--force`), the backup put in its place, marked restored.
+fn restore_into_data_dir(args: &RestoreArgs, dir: &Path) -> anyhow::Result<()> {
     let summary = {
         let conn = Connection::open_with_flags(&args.from, OpenFlags::SQLITE_OPEN_READ_ONLY)
             .with_context(|| format!("failed to open the backup {}", args.from.display()))?;
         verify(&conn, &args.from)?
     };
-    crate::create_private_dir(dir)?;
+    crate::server::create_private_dir(dir)?;
     let Some(_lock) = identity::try_lock(dir)? else {
         bail!(
             "a csivol server is running on data dir {}: a restore cannot replace its database \
@@ -327,7 +349,7 @@ pub async fn run_restore(args: &RestoreArgs) -> anyhow::Result<()> {
     let db = dir.join(STATE_DB);
     let current = identity::inspect(&db)?;
     let signs = Signs::find(dir)?;
-    let stamp = db::now_ms();
+    let stamp = crate::clock::Clock::wall().now_ms();
     // What the restore changes, said before it acts (and before a refusal: the same
     // command with --force does this).
     let now = if current.has_state() {
@@ -415,10 +437,13 @@ pub async fn run_restore(args: &RestoreArgs) -> anyhow::Result<()> {
     );
     eprintln!(
         "start the server on it: {}; the tokens of the backup are valid again",
-        serve(format!(
-            "--data-dir {}",
-            csivol_daemon::shell_word(&dir.display().to_string())
-        ))
+        serve_command(
+            args,
+            format!(
+                "--data-dir {}",
+                csivol_daemon::shell_word(&dir.display().to_string())
+            )
+        )
     );
     Ok(())
 }

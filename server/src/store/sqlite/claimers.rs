@@ -6,7 +6,11 @@
 //! none is counted, which is how the bound is skipped during a rolling upgrade. Claims
 //! recorded before the migration have no claimer and count for nobody.
 
-use super::*;
+use rusqlite::{Connection, params};
+
+use super::exec;
+use crate::error::ApiResult;
+use crate::store::sqlite::writer::WriteCtx;
 
 /// Whether the schema has the column (asked of the connection itself: a mirror migrated in
 /// place by `upgrade finalize` has it from that moment on).
@@ -44,8 +48,11 @@ pub fn record(ctx: &WriteCtx<'_>, volume: &str, alloc: &str, token: &str) -> Api
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::db::{self, version_of};
-    use crate::store::{NewClaim, Txn};
+    use crate::clock::Clock;
+    use crate::store::sqlite::db;
+    use crate::store::sqlite::migrations::version_of;
+    use crate::store::{NewClaim, Snapshot, Txn};
+    use csivol_api::{self as api, ClaimState};
 
     /// With the etcd store a server runs on the schema before the column until `upgrade
     /// finalize`: no claim then records its claimer and none is counted; once migrated in
@@ -55,7 +62,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!(
             "csivol-claimers-{}-{}",
             std::process::id(),
-            db::now_ms()
+            Clock::wall().now_ms()
         ));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("state.db");
@@ -63,7 +70,7 @@ mod tests {
         for (schema, alloc, counted) in [(theirs - 1, "a", None), (theirs, "b", Some(1))] {
             let (mut conn, index) = db::open_at(&path, schema).unwrap();
             let tx = conn.transaction().unwrap();
-            let mut ctx = WriteCtx::new(&tx, index + 1);
+            let mut ctx = WriteCtx::new(&tx, index + 1, Clock::wall().now_ms());
             let request = api::ClaimRequest::new(alloc, "n1", api::ClaimMode::Write);
             ctx.insert_claim(NewClaim {
                 volume: "v",

@@ -35,7 +35,7 @@ pub fn reseal_secrets(
     reseal: impl Fn(&str, &str) -> anyhow::Result<String>,
     check: &str,
 ) -> anyhow::Result<usize> {
-    let (mut conn, _) = crate::db::open(db)?;
+    let (mut conn, _) = crate::store::sqlite::db::open(db)?;
     let rows: Vec<(String, String)> = {
         let mut stmt = conn.prepare("SELECT name, secrets FROM volumes WHERE secrets != '{}'")?;
         stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?

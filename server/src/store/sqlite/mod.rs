@@ -7,36 +7,38 @@ mod access;
 pub mod backup;
 mod claimers;
 pub mod db;
+mod drift;
 mod held;
 mod listings;
 pub mod maintenance;
+pub mod migrations;
 mod nodes;
+mod ops;
+mod read_pool;
 pub mod restore;
 mod retries;
 mod rows;
 mod snapshots;
 mod txn;
+pub mod writer;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
-use csivol_api::domain::PublishContext;
-use csivol_api::{
-    self as api, AttachmentState, ClaimState, NodeStatus, PluginRegistration, Topology,
-};
-use rusqlite::{Connection, OptionalExtension, params};
+use csivol_api::{self as api, ClaimState, NodeStatus, PluginRegistration, Topology};
+use rusqlite::{Connection, params};
 
-use super::{Event, EventFilter, NewClaim, OpSlot, Snapshot, Txn};
-use crate::db::{WriteCtx, optional};
+use super::{EventFilter, OpSlot, Snapshot};
 use crate::error::{ApiError, ApiResult};
+use crate::model::listing::VolumeChunk;
 use crate::model::{
-    AttachmentRow, ClaimRow, Lifecycle, NewFence, NodeFenceRow, NodePluginRow, NodeRow, OpRow,
-    PluginNodeRow, RunningOpRow, StateCounts, TokenRow, VolumeChunk, VolumeRow, WaitingOps,
-    to_json,
+    AttachmentRow, ClaimRow, NodeFenceRow, NodePluginRow, NodeRow, OpRow, PluginNodeRow,
+    RunningOpRow, StateCounts, TokenRow, VolumeRow, WaitingOps,
 };
-use crate::watch::Key;
+use crate::store::sqlite::db::optional;
+use crate::store::sqlite::writer::WriteCtx;
 use csivol_rules::kinds::OpKind;
 
-pub use rows::{ATTACHMENT_COLUMNS, CLAIM_COLUMNS, needs_controller_publish, slots_used};
+pub use rows::{ATTACHMENT_COLUMNS, needs_controller_publish, slots_used};
 
 impl From<rusqlite::Error> for ApiError {
     fn from(e: rusqlite::Error) -> Self {
@@ -130,7 +132,8 @@ impl Snapshot for Connection {
 
     fn claims_of_node(&self, node: &str, state: Option<ClaimState>) -> ApiResult<Vec<ClaimRow>> {
         let sql = format!(
-            "SELECT {CLAIM_COLUMNS} FROM claims WHERE node = ?1 AND (?2 IS NULL OR state = ?2) ORDER BY volume, alloc"
+            "SELECT {} FROM claims WHERE node = ?1 AND (?2 IS NULL OR state = ?2) ORDER BY volume, alloc",
+            drift::claim_columns(self)?
         );
         let mut stmt = self.prepare_cached(&sql)?;
         let rows = stmt

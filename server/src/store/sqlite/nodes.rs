@@ -1,15 +1,17 @@
-//! Node eligibility and removal, fences and claim leases as SQLite keeps them.
+//! Nodes as SQLite keeps them: registration with the node's plugins, status, planned
+//! stops, attach limits, eligibility and removal; fences and claim leases.
 
 use std::collections::BTreeMap;
 
-use csivol_api::{self as api, Eligibility};
+use csivol_api::{self as api, Eligibility, NodeStatus, PluginRegistration};
 use rusqlite::{Connection, params};
 
 use super::exec;
-use super::rows::{CLAIM_COLUMNS, NODE_COLUMNS};
-use crate::db::WriteCtx;
+use super::rows::NODE_COLUMNS;
 use crate::error::ApiResult;
-use crate::model::{ClaimRow, NewFence, NodeFenceRow, NodeRow, time};
+use crate::model::{ClaimRow, NewFence, NodeFenceRow, NodeRow, time, to_json};
+use crate::store::Snapshot;
+use crate::store::sqlite::writer::WriteCtx;
 
 // ---- nodes ----
 
@@ -142,8 +144,9 @@ pub fn set_node_fenced(ctx: &WriteCtx<'_>, node: &str) -> ApiResult<()> {
 
 pub fn expired_claims(conn: &Connection, now: i64) -> ApiResult<Vec<ClaimRow>> {
     let sql = format!(
-        "SELECT {CLAIM_COLUMNS} FROM claims WHERE expires_at <= ?1 \
-         AND state NOT IN ('releasing', 'failed', 'blocked') ORDER BY expires_at"
+        "SELECT {} FROM claims WHERE expires_at <= ?1 \
+         AND state NOT IN ('releasing', 'failed', 'blocked') ORDER BY expires_at",
+        super::drift::claim_columns(conn)?
     );
     let rows = conn
         .prepare_cached(&sql)?
@@ -188,4 +191,173 @@ pub fn set_node_operator_labels(
         params![serde_json::to_string(labels)?, node],
     )?;
     Ok(())
+}
+
+pub fn register_node(
+    ctx: &mut WriteCtx<'_>,
+    name: &str,
+    fence_after_ms: Option<u64>,
+    labels: &BTreeMap<String, String>,
+    plugins: &[PluginRegistration],
+) -> ApiResult<()> {
+    ctx.memo.controller_publish.get_mut().clear();
+    exec(
+        ctx.tx,
+        "INSERT INTO nodes (name, status, registered_at, fence_after_ms, labels) VALUES (?1, 'ready', ?2, ?3, ?4) \
+         ON CONFLICT (name) DO UPDATE SET status = 'ready', lost_at = NULL, fence_after_ms = ?3, labels = ?4, \
+         fence_failures = 0, fence_error = NULL, stopped_at = NULL, stop_took_down = NULL",
+        params![
+            name,
+            ctx.now,
+            fence_after_ms.map(|v| v as i64),
+            to_json(labels)
+        ],
+    )?;
+    // What was known of each plugin's limit: a registration that reads another one is a
+    // change like one read while the node ran; an unchanged one keeps the last change.
+    // What the agent observed of each plugin outlives its registrations.
+    let before: BTreeMap<String, (u32, Option<String>, Option<String>)> = ctx
+        .tx
+        .prepare_cached(
+            "SELECT plugin, max_volumes, limit_change, observed FROM node_plugins WHERE node = ?1",
+        )?
+        .query_map([name], |r| {
+            Ok((r.get(0)?, (r.get(1)?, r.get(2)?, r.get(3)?)))
+        })?
+        .collect::<Result<_, _>>()?;
+    exec(ctx.tx, "DELETE FROM node_plugins WHERE node = ?1", [name])?;
+    for p in plugins {
+        let node_part = p.node.as_ref();
+        let limit = node_part.map_or(0, |n| n.info.max_volumes_per_node);
+        let limit_change = match before.get(&p.id) {
+            Some((from, _, _)) if *from != limit && node_part.is_some() => {
+                Some(to_json(&crate::model::LimitChangeRow {
+                    from: *from,
+                    to: limit,
+                    at_ms: ctx.now,
+                    reason: "registration".to_owned(),
+                }))
+            }
+            Some((_, kept, _)) => kept.clone(),
+            None => None,
+        };
+        exec(
+            ctx.tx,
+            "INSERT INTO node_plugins (node, plugin, registration, csi_node_id, max_volumes, node_service, controller, \
+             controller_service, controller_publish, stage_unstage, topology, limit_change, observed) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+            params![
+                name,
+                p.id,
+                to_json(p),
+                node_part.map(|n| n.info.node_id.clone()),
+                limit,
+                node_part.is_some(),
+                p.controller.is_some(),
+                p.capabilities.controller_service,
+                p.controller.is_some_and(|c| c.publish_unpublish_volume),
+                node_part.is_some_and(|n| n.capabilities.stage_unstage_volume),
+                to_json(
+                    &node_part
+                        .and_then(|n| n.info.accessible_topology.clone())
+                        .unwrap_or_default()
+                ),
+                limit_change,
+                before.get(&p.id).and_then(|b| b.2.clone()),
+            ],
+        )?;
+    }
+    Ok(())
+}
+
+pub fn set_node_status(ctx: &mut WriteCtx<'_>, name: &str, status: NodeStatus) -> ApiResult<()> {
+    if status == NodeStatus::Lost {
+        exec(
+            ctx.tx,
+            "UPDATE nodes SET status = 'lost', lost_at = ?1 WHERE name = ?2",
+            params![ctx.now, name],
+        )?;
+    } else {
+        exec(
+            ctx.tx,
+            "UPDATE nodes SET status = ?1 WHERE name = ?2",
+            params![status.as_str(), name],
+        )?;
+    }
+    Ok(())
+}
+
+pub fn set_node_stopped(ctx: &mut WriteCtx<'_>, name: &str, took_down: bool) -> ApiResult<()> {
+    exec(
+        ctx.tx,
+        "UPDATE nodes SET status = 'stopped', stopped_at = ?1, stop_took_down = ?2 WHERE name = ?3",
+        params![ctx.now, took_down, name],
+    )?;
+    Ok(())
+}
+
+pub fn set_plugin_observed(
+    ctx: &mut WriteCtx<'_>,
+    node: &str,
+    plugin: &str,
+    observed: &str,
+) -> ApiResult<()> {
+    exec(
+        ctx.tx,
+        "UPDATE node_plugins SET observed = ?1 WHERE node = ?2 AND plugin = ?3",
+        params![observed, node, plugin],
+    )?;
+    Ok(())
+}
+
+pub fn set_node_fenced_at(ctx: &mut WriteCtx<'_>, name: &str, at_ms: i64) -> ApiResult<()> {
+    exec(
+        ctx.tx,
+        "UPDATE nodes SET fenced_at = ?1 WHERE name = ?2",
+        params![at_ms, name],
+    )?;
+    Ok(())
+}
+
+pub fn ask_node_limits(ctx: &mut WriteCtx<'_>, name: &str) -> ApiResult<()> {
+    exec(
+        ctx.tx,
+        "UPDATE nodes SET limits_refresh_at = ?1 WHERE name = ?2",
+        params![ctx.now, name],
+    )?;
+    Ok(())
+}
+
+pub fn set_node_limit(
+    ctx: &mut WriteCtx<'_>,
+    node: &str,
+    plugin: &str,
+    limit: u32,
+    reason: &str,
+) -> ApiResult<Option<u32>> {
+    ctx.memo.controller_publish.get_mut().clear();
+    let Some(from) = ctx
+        .node_plugin(node, plugin)?
+        .filter(|p| p.node_service)
+        .map(|p| p.max_volumes)
+    else {
+        return Ok(None);
+    };
+    let change = (from != limit).then(|| {
+        to_json(&crate::model::LimitChangeRow {
+            from,
+            to: limit,
+            at_ms: ctx.now,
+            reason: reason.to_owned(),
+        })
+    });
+    exec(
+        ctx.tx,
+        "UPDATE node_plugins SET max_volumes = ?3, limit_read_at = ?4, \
+           limit_change = coalesce(?5, limit_change), \
+           registration = json_set(registration, '$.node.info.max_volumes_per_node', ?3) \
+         WHERE node = ?1 AND plugin = ?2",
+        params![node, plugin, limit, ctx.now, change],
+    )?;
+    Ok((from != limit).then_some(from))
 }

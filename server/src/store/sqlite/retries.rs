@@ -7,7 +7,12 @@
 //! schema before it until `upgrade finalize`: then every function here reads nothing and
 //! writes nothing, which is how keys and tombstones are ignored during a rolling upgrade.
 
-use super::*;
+use rusqlite::{Connection, params};
+
+use super::exec;
+use crate::error::ApiResult;
+use crate::store::sqlite::db::optional;
+use crate::store::sqlite::writer::WriteCtx;
 use crate::store::{KeptAnswer, Tombstone};
 
 /// Whether the schema has the tables (asked of the connection itself: a mirror migrated
@@ -147,7 +152,12 @@ impl WriteCtx<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::db::{self, version_of};
+    use crate::clock::Clock;
+    use crate::error::ApiError;
+    use crate::store::sqlite::db;
+    use crate::store::sqlite::migrations::{self, version_of};
+    use crate::store::{Snapshot, Txn};
+    use crate::watch::Key;
 
     /// The schema version that brings request keys and tombstones.
     fn theirs() -> i64 {
@@ -158,7 +168,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!(
             "csivol-retries-{name}-{}-{}",
             std::process::id(),
-            db::now_ms()
+            Clock::wall().now_ms()
         ));
         std::fs::create_dir_all(&dir).unwrap();
         (dir.join("state.db"), dir)
@@ -213,7 +223,7 @@ mod tests {
         let version: i64 = conn
             .pragma_query_value(None, "user_version", |r| r.get(0))
             .unwrap();
-        assert_eq!(version, db::schema_version());
+        assert_eq!(version, migrations::schema_version());
         assert!(kept(&conn).unwrap());
         assert_eq!(ids(&conn), was, "every row kept with its id");
         let empty: (i64, i64) = conn
@@ -233,10 +243,10 @@ mod tests {
     #[test]
     fn below_its_schema_nothing_is_kept_and_after_it_everything() {
         let (path, dir) = temp_db("gate");
-        for (schema, keeps) in [(theirs() - 1, false), (db::schema_version(), true)] {
+        for (schema, keeps) in [(theirs() - 1, false), (migrations::schema_version(), true)] {
             let (mut conn, index) = db::open_at(&path, schema).unwrap();
             let tx = conn.transaction().unwrap();
-            let mut ctx = WriteCtx::new(&tx, index + 1);
+            let mut ctx = WriteCtx::new(&tx, index + 1, Clock::wall().now_ms());
             assert_eq!(ctx.retries_kept().unwrap(), keeps);
             ctx.keep_answer(&answer("k")).unwrap();
             ctx.put_tombstone("v", "a").unwrap();
@@ -263,7 +273,7 @@ mod tests {
         let (path, dir) = temp_db("attempt");
         let (mut conn, index) = db::open(&path).unwrap();
         let tx = conn.transaction().unwrap();
-        let mut ctx = WriteCtx::new(&tx, index + 1);
+        let mut ctx = WriteCtx::new(&tx, index + 1, Clock::wall().now_ms());
         let failed: ApiResult<()> = ctx.attempt(|ctx| {
             ctx.put_tombstone("v", "gone")?;
             ctx.touch(Key::Volume("v".into()));
@@ -287,10 +297,10 @@ mod tests {
         let (path, dir) = temp_db("forward");
         let (mut conn, index) = db::open(&path).unwrap();
         let tx = conn.transaction().unwrap();
-        let mut ctx = WriteCtx::new(&tx, index + 5);
+        let mut ctx = WriteCtx::new(&tx, index + 5, Clock::wall().now_ms());
         ctx.put_tombstone("v", "a").unwrap();
         let later = ctx.tombstone("v", "a").unwrap().unwrap();
-        let mut earlier = WriteCtx::new(&tx, index + 1);
+        let mut earlier = WriteCtx::new(&tx, index + 1, Clock::wall().now_ms());
         earlier.now = later.released_at - 1000;
         earlier.put_tombstone("v", "a").unwrap();
         assert_eq!(earlier.tombstone("v", "a").unwrap(), Some(later));

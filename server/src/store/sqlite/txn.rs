@@ -1,7 +1,21 @@
 //! The SQLite side of [`Txn`]: each row change of the state machine as the statement it
 //! runs inside the request's savepoint on the writer thread.
 
-use super::*;
+use std::collections::BTreeMap;
+
+use csivol_api::domain::PublishContext;
+use csivol_api::{
+    self as api, AttachmentState, ClaimState, NodeStatus, PluginRegistration, Topology,
+};
+use rusqlite::params;
+
+use super::{access, claimers, drift, exec, held, listings, nodes, ops, retries, snapshots};
+use crate::error::{ApiError, ApiResult};
+use crate::model::{Lifecycle, NewFence, TokenRow, VolumeRow, to_json};
+use crate::store::sqlite::writer::WriteCtx;
+use crate::store::{Event, NewClaim, Txn};
+use crate::watch::Key;
+use csivol_rules::kinds::OpKind;
 
 impl Txn for WriteCtx<'_> {
     fn index(&self) -> u64 {
@@ -233,16 +247,20 @@ impl Txn for WriteCtx<'_> {
     }
 
     fn set_claim_state(&mut self, volume: &str, alloc: &str, state: ClaimState) -> ApiResult<()> {
-        exec(
-            self.tx,
+        let sql = format!(
             "UPDATE claims SET state = ?1, updated_at = ?2, modify_index = ?3, \
              error = CASE WHEN ?1 IN ('ready', 'releasing') THEN NULL ELSE error END, \
              next_retry_at = CASE WHEN ?1 IN ('ready', 'releasing', 'failed', 'blocked') THEN NULL ELSE next_retry_at END, \
              waiting = CASE WHEN ?1 = 'publishing' THEN waiting END, \
              waiting_since = CASE WHEN ?1 = 'publishing' THEN waiting_since END, \
              waiting_timeout_ms = CASE WHEN ?1 = 'publishing' THEN waiting_timeout_ms END, \
-             condition = CASE WHEN ?1 IN ('ready', 'publishing', 'blocked') THEN condition END \
+             condition = CASE WHEN ?1 IN ('ready', 'publishing', 'blocked') THEN condition END{} \
              WHERE volume = ?4 AND alloc = ?5",
+            drift::cleared_with_state(self.tx)?
+        );
+        exec(
+            self.tx,
+            &sql,
             params![state.as_str(), self.now, self.index as i64, volume, alloc],
         )?;
         Ok(())
@@ -317,6 +335,15 @@ impl Txn for WriteCtx<'_> {
             ],
         )?;
         Ok(())
+    }
+
+    fn set_claim_drift(
+        &mut self,
+        volume: &str,
+        alloc: &str,
+        drift: &crate::model::Drift,
+    ) -> ApiResult<()> {
+        drift::set(self, volume, alloc, drift)
     }
 
     fn set_claim_release_pending(&mut self, volume: &str, alloc: &str) -> ApiResult<()> {
@@ -468,125 +495,27 @@ impl Txn for WriteCtx<'_> {
         labels: &BTreeMap<String, String>,
         plugins: &[PluginRegistration],
     ) -> ApiResult<()> {
-        self.memo.controller_publish.get_mut().clear();
-        exec(
-            self.tx,
-            "INSERT INTO nodes (name, status, registered_at, fence_after_ms, labels) VALUES (?1, 'ready', ?2, ?3, ?4) \
-             ON CONFLICT (name) DO UPDATE SET status = 'ready', lost_at = NULL, fence_after_ms = ?3, labels = ?4, \
-             fence_failures = 0, fence_error = NULL, stopped_at = NULL, stop_took_down = NULL",
-            params![
-                name,
-                self.now,
-                fence_after_ms.map(|v| v as i64),
-                to_json(labels)
-            ],
-        )?;
-        // What was known of each plugin's limit: a registration that reads another one is a
-        // change like one read while the node ran; an unchanged one keeps the last change.
-        // What the agent observed of each plugin outlives its registrations.
-        let before: BTreeMap<String, (u32, Option<String>, Option<String>)> = self
-            .tx
-            .prepare_cached(
-                "SELECT plugin, max_volumes, limit_change, observed FROM node_plugins WHERE node = ?1",
-            )?
-            .query_map([name], |r| Ok((r.get(0)?, (r.get(1)?, r.get(2)?, r.get(3)?))))?
-            .collect::<Result<_, _>>()?;
-        exec(self.tx, "DELETE FROM node_plugins WHERE node = ?1", [name])?;
-        for p in plugins {
-            let node_part = p.node.as_ref();
-            let limit = node_part.map_or(0, |n| n.info.max_volumes_per_node);
-            let limit_change = match before.get(&p.id) {
-                Some((from, _, _)) if *from != limit && node_part.is_some() => {
-                    Some(to_json(&crate::model::LimitChangeRow {
-                        from: *from,
-                        to: limit,
-                        at_ms: self.now,
-                        reason: "registration".to_owned(),
-                    }))
-                }
-                Some((_, kept, _)) => kept.clone(),
-                None => None,
-            };
-            exec(
-                self.tx,
-                "INSERT INTO node_plugins (node, plugin, registration, csi_node_id, max_volumes, node_service, controller, \
-                 controller_service, controller_publish, stage_unstage, topology, limit_change, observed) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
-                params![
-                    name,
-                    p.id,
-                    to_json(p),
-                    node_part.map(|n| n.info.node_id.clone()),
-                    limit,
-                    node_part.is_some(),
-                    p.controller.is_some(),
-                    p.capabilities.controller_service,
-                    p.controller.is_some_and(|c| c.publish_unpublish_volume),
-                    node_part.is_some_and(|n| n.capabilities.stage_unstage_volume),
-                    to_json(
-                        &node_part
-                            .and_then(|n| n.info.accessible_topology.clone())
-                            .unwrap_or_default()
-                    ),
-                    limit_change,
-                    before.get(&p.id).and_then(|b| b.2.clone()),
-                ],
-            )?;
-        }
-        Ok(())
+        nodes::register_node(self, name, fence_after_ms, labels, plugins)
     }
 
     fn set_node_status(&mut self, name: &str, status: NodeStatus) -> ApiResult<()> {
-        if status == NodeStatus::Lost {
-            exec(
-                self.tx,
-                "UPDATE nodes SET status = 'lost', lost_at = ?1 WHERE name = ?2",
-                params![self.now, name],
-            )?;
-        } else {
-            exec(
-                self.tx,
-                "UPDATE nodes SET status = ?1 WHERE name = ?2",
-                params![status.as_str(), name],
-            )?;
-        }
-        Ok(())
+        nodes::set_node_status(self, name, status)
     }
 
     fn set_node_stopped(&mut self, name: &str, took_down: bool) -> ApiResult<()> {
-        exec(
-            self.tx,
-            "UPDATE nodes SET status = 'stopped', stopped_at = ?1, stop_took_down = ?2 WHERE name = ?3",
-            params![self.now, took_down, name],
-        )?;
-        Ok(())
+        nodes::set_node_stopped(self, name, took_down)
     }
 
     fn set_plugin_observed(&mut self, node: &str, plugin: &str, observed: &str) -> ApiResult<()> {
-        exec(
-            self.tx,
-            "UPDATE node_plugins SET observed = ?1 WHERE node = ?2 AND plugin = ?3",
-            params![observed, node, plugin],
-        )?;
-        Ok(())
+        nodes::set_plugin_observed(self, node, plugin, observed)
     }
 
     fn set_node_fenced_at(&mut self, name: &str, at_ms: i64) -> ApiResult<()> {
-        exec(
-            self.tx,
-            "UPDATE nodes SET fenced_at = ?1 WHERE name = ?2",
-            params![at_ms, name],
-        )?;
-        Ok(())
+        nodes::set_node_fenced_at(self, name, at_ms)
     }
 
     fn ask_node_limits(&mut self, name: &str) -> ApiResult<()> {
-        exec(
-            self.tx,
-            "UPDATE nodes SET limits_refresh_at = ?1 WHERE name = ?2",
-            params![self.now, name],
-        )?;
-        Ok(())
+        nodes::ask_node_limits(self, name)
     }
 
     fn set_node_limit(
@@ -596,31 +525,7 @@ impl Txn for WriteCtx<'_> {
         limit: u32,
         reason: &str,
     ) -> ApiResult<Option<u32>> {
-        self.memo.controller_publish.get_mut().clear();
-        let Some(from) = self
-            .node_plugin(node, plugin)?
-            .filter(|p| p.node_service)
-            .map(|p| p.max_volumes)
-        else {
-            return Ok(None);
-        };
-        let change = (from != limit).then(|| {
-            to_json(&crate::model::LimitChangeRow {
-                from,
-                to: limit,
-                at_ms: self.now,
-                reason: reason.to_owned(),
-            })
-        });
-        exec(
-            self.tx,
-            "UPDATE node_plugins SET max_volumes = ?3, limit_read_at = ?4, \
-               limit_change = coalesce(?5, limit_change), \
-               registration = json_set(registration, '$.node.info.max_volumes_per_node', ?3) \
-             WHERE node = ?1 AND plugin = ?2",
-            params![node, plugin, limit, self.now, change],
-        )?;
-        Ok((from != limit).then_some(from))
+        nodes::set_node_limit(self, node, plugin, limit, reason)
     }
 
     fn queue_op(
@@ -631,19 +536,7 @@ impl Txn for WriteCtx<'_> {
         node: Option<&str>,
         payload: &str,
     ) -> ApiResult<()> {
-        let exists: Option<i64> = self
-            .tx
-            .prepare_cached("SELECT id FROM ops WHERE volume = ?1 AND kind = ?2 AND node IS ?3")?
-            .query_row(params![volume, kind.as_str(), node], |r| r.get(0))
-            .optional()?;
-        if exists.is_none() {
-            exec(
-                self.tx,
-                "INSERT INTO ops (kind, plugin, volume, node, payload, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                params![kind.as_str(), plugin, volume, node, payload, self.now],
-            )?;
-        }
-        Ok(())
+        ops::queue_op(self, kind, plugin, volume, node, payload)
     }
 
     fn queue_held_op(
@@ -662,54 +555,27 @@ impl Txn for WriteCtx<'_> {
     }
 
     fn assign_op(&mut self, id: i64, host: &str) -> ApiResult<()> {
-        exec(
-            self.tx,
-            "UPDATE ops SET host = ?1, assigned_at = ?2 WHERE id = ?3",
-            params![host, self.now, id],
-        )?;
-        Ok(())
+        ops::assign_op(self, id, host)
     }
 
     fn note_op_waiting(&mut self, id: i64, why: &str) -> ApiResult<bool> {
-        let changed = exec(
-            self.tx,
-            "UPDATE ops SET error = ?1 WHERE id = ?2 AND error IS NOT ?1",
-            params![why, id],
-        )?;
-        Ok(changed > 0)
+        ops::note_op_waiting(self, id, why)
     }
 
     fn retry_op(&mut self, id: i64, not_before: i64, error: &str) -> ApiResult<()> {
-        exec(
-            self.tx,
-            "UPDATE ops SET attempt = attempt + 1, host = NULL, assigned_at = NULL, not_before = ?1, error = ?2 WHERE id = ?3",
-            params![not_before, error, id],
-        )?;
-        Ok(())
+        ops::retry_op(self, id, not_before, error)
     }
 
     fn retarget_op(&mut self, id: i64, payload: &str) -> ApiResult<()> {
-        exec(
-            self.tx,
-            "UPDATE ops SET payload = ?1, attempt = attempt + 1, host = NULL, assigned_at = NULL, \
-             not_before = ?2, error = NULL WHERE id = ?3",
-            params![payload, self.now, id],
-        )?;
-        Ok(())
+        ops::retarget_op(self, id, payload)
     }
 
     fn unassign_ops_of(&mut self, host: &str) -> ApiResult<()> {
-        exec(
-            self.tx,
-            "UPDATE ops SET host = NULL, assigned_at = NULL WHERE host = ?1",
-            [host],
-        )?;
-        Ok(())
+        ops::unassign_ops_of(self, host)
     }
 
     fn delete_op(&mut self, id: i64) -> ApiResult<()> {
-        exec(self.tx, "DELETE FROM ops WHERE id = ?1", [id])?;
-        Ok(())
+        ops::delete_op(self, id)
     }
 
     fn put_controller_findings(
@@ -717,22 +583,11 @@ impl Txn for WriteCtx<'_> {
         plugin: &str,
         findings: &[csivol_rules::reconcile::Kept],
     ) -> ApiResult<()> {
-        exec(
-            self.tx,
-            "INSERT INTO controller_findings (plugin, findings, listed_at) VALUES (?1, ?2, ?3) \
-             ON CONFLICT (plugin) DO UPDATE SET findings = ?2, listed_at = ?3",
-            params![plugin, to_json(&findings), self.now()],
-        )?;
-        Ok(())
+        ops::put_controller_findings(self, plugin, findings)
     }
 
     fn delete_op_for(&mut self, kind: OpKind, volume: &str, node: &str) -> ApiResult<()> {
-        exec(
-            self.tx,
-            "DELETE FROM ops WHERE volume = ?1 AND kind = ?2 AND node = ?3",
-            params![volume, kind.as_str(), node],
-        )?;
-        Ok(())
+        ops::delete_op_for(self, kind, volume, node)
     }
 
     fn put_snapshot(&mut self, s: &crate::model::SnapshotRow) -> ApiResult<()> {

@@ -1,0 +1,220 @@
+//! The node calls: connecting a node plugin (NodeGetInfo, its capabilities) and every
+//! Node service call the agent makes, each with a deadline and a permit.
+
+use std::path::Path;
+
+use csivol_api::domain::{NodeCapabilities, NodeInfo};
+use csivol_api::{DesiredExpand, DesiredPublish, NodeVolume};
+use csivol_csi::csi::v1 as csi;
+use csivol_csi::endpoint::with_deadline;
+use tokio::sync::Semaphore;
+
+use super::{CallError, ConnectError, NodePlugin, PROBE_DEADLINE, identity, wire_map, wire_path};
+use crate::config::{CoreConfig, PluginSpec};
+
+impl NodePlugin {
+    pub(super) async fn connect(spec: &PluginSpec, cfg: &CoreConfig) -> Result<Self, ConnectError> {
+        let conn = spec.endpoint.connection(cfg.node_call_timeout);
+        let identity = identity(spec, &conn, cfg.plugin_wait_timeout).await?;
+        let mut client = csi::node_client::NodeClient::new(conn);
+        let call_err = |source| ConnectError::Call {
+            id: spec.id.clone(),
+            endpoint: spec.endpoint.clone(),
+            source,
+        };
+        let caps = client
+            .node_get_capabilities(with_deadline(
+                csi::NodeGetCapabilitiesRequest {},
+                PROBE_DEADLINE,
+            ))
+            .await
+            .map_err(|s| call_err(CallError::new("NodeGetCapabilities", s)))?;
+        let info = client
+            .node_get_info(with_deadline(csi::NodeGetInfoRequest {}, PROBE_DEADLINE))
+            .await
+            .map_err(|s| call_err(CallError::new("NodeGetInfo", s)))?
+            .into_inner();
+        let info = NodeInfo::try_from(info)
+            .map_err(|e| call_err(CallError::invalid_response("NodeGetInfo", e)))?;
+        Ok(Self {
+            id: spec.id.clone(),
+            endpoint: spec.endpoint.clone(),
+            identity,
+            limit: std::sync::atomic::AtomicU32::new(info.max_volumes_per_node),
+            info,
+            capabilities: NodeCapabilities::from(caps.get_ref()),
+            client,
+            permits: Semaphore::new(cfg.node_concurrency),
+            timeout: cfg.node_call_timeout,
+        })
+    }
+
+    pub fn stages(&self) -> bool {
+        self.capabilities.stage_unstage_volume
+    }
+
+    /// The node's facts as NodeGetInfo last said them (the attach limit read again).
+    pub fn node_info(&self) -> NodeInfo {
+        NodeInfo {
+            max_volumes_per_node: self.limit(),
+            ..self.info.clone()
+        }
+    }
+
+    /// The attach limit as NodeGetInfo last said it (0: no limit).
+    pub fn limit(&self) -> u32 {
+        self.limit.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Reads the attach limit again with NodeGetInfo; returns it (the node id and topology
+    /// the spec has the plugin keep are not taken again).
+    pub async fn refresh_limit(&self) -> Result<u32, CallError> {
+        let info = self
+            .client
+            .clone()
+            .node_get_info(with_deadline(csi::NodeGetInfoRequest {}, PROBE_DEADLINE))
+            .await
+            .map_err(|s| CallError::new("NodeGetInfo", s))?
+            .into_inner();
+        let info =
+            NodeInfo::try_from(info).map_err(|e| CallError::invalid_response("NodeGetInfo", e))?;
+        self.limit.store(
+            info.max_volumes_per_node,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        Ok(info.max_volumes_per_node)
+    }
+
+    pub async fn stage(&self, v: &NodeVolume, staging: &Path) -> Result<(), CallError> {
+        let req = csi::NodeStageVolumeRequest {
+            volume_id: v.external_id.clone(),
+            publish_context: wire_map(&v.publish_context),
+            staging_target_path: wire_path(staging),
+            volume_capability: Some(csi::VolumeCapability::from(&v.capability)),
+            secrets: wire_map(&v.secrets),
+            volume_context: wire_map(&v.context),
+        };
+        let _permit = self.permits.acquire().await.expect("never closed");
+        self.client
+            .clone()
+            .node_stage_volume(with_deadline(req, self.timeout))
+            .await
+            .map_err(|s| CallError::new("NodeStageVolume", s))?;
+        Ok(())
+    }
+
+    pub async fn publish(
+        &self,
+        p: &DesiredPublish,
+        staging: Option<&Path>,
+        target: &Path,
+    ) -> Result<(), CallError> {
+        let v = &p.volume;
+        let req = csi::NodePublishVolumeRequest {
+            volume_id: v.external_id.clone(),
+            publish_context: wire_map(&v.publish_context),
+            staging_target_path: staging.map(wire_path).unwrap_or_default(),
+            target_path: wire_path(target),
+            volume_capability: Some(csi::VolumeCapability::from(&v.capability)),
+            readonly: p.read_only,
+            secrets: wire_map(&v.secrets),
+            volume_context: wire_map(&v.context),
+        };
+        let _permit = self.permits.acquire().await.expect("never closed");
+        self.client
+            .clone()
+            .node_publish_volume(with_deadline(req, self.timeout))
+            .await
+            .map_err(|s| CallError::new("NodePublishVolume", s))?;
+        Ok(())
+    }
+
+    pub async fn unpublish(&self, external_id: &str, target: &Path) -> Result<(), CallError> {
+        let req = csi::NodeUnpublishVolumeRequest {
+            volume_id: external_id.to_owned(),
+            target_path: wire_path(target),
+        };
+        let _permit = self.permits.acquire().await.expect("never closed");
+        self.client
+            .clone()
+            .node_unpublish_volume(with_deadline(req, self.timeout))
+            .await
+            .map_err(|s| CallError::new("NodeUnpublishVolume", s))?;
+        Ok(())
+    }
+
+    /// Whether the plugin can say how a published volume is (GET_VOLUME_STATS with
+    /// VOLUME_CONDITION).
+    pub fn reports_condition(&self) -> bool {
+        self.capabilities.get_volume_stats && self.capabilities.volume_condition
+    }
+
+    /// NodeGetVolumeStats of a published volume: its condition, `(abnormal, message)`,
+    /// when the plugin gave one.
+    pub async fn condition(
+        &self,
+        external_id: &str,
+        target: &Path,
+        staging: Option<&Path>,
+    ) -> Result<Option<(bool, String)>, CallError> {
+        let req = csi::NodeGetVolumeStatsRequest {
+            volume_id: external_id.to_owned(),
+            volume_path: wire_path(target),
+            staging_target_path: staging.map(wire_path).unwrap_or_default(),
+        };
+        let _permit = self.permits.acquire().await.expect("never closed");
+        let resp = self
+            .client
+            .clone()
+            .node_get_volume_stats(with_deadline(req, self.timeout))
+            .await
+            .map_err(|s| CallError::new("NodeGetVolumeStats", s))?;
+        Ok(resp
+            .into_inner()
+            .volume_condition
+            .map(|c| (c.abnormal, c.message)))
+    }
+
+    /// NodeExpandVolume at `path` (a target, or the staging when nothing is published);
+    /// returns the capacity the plugin reports (0: it did not say).
+    pub async fn expand(
+        &self,
+        e: &DesiredExpand,
+        path: &Path,
+        staging: Option<&Path>,
+    ) -> Result<u64, CallError> {
+        let req = csi::NodeExpandVolumeRequest {
+            volume_id: e.external_id.clone(),
+            volume_path: wire_path(path),
+            capacity_range: Some(csi::CapacityRange {
+                required_bytes: i64::try_from(e.capacity_bytes).unwrap_or(i64::MAX),
+                limit_bytes: 0,
+            }),
+            staging_target_path: staging.map(wire_path).unwrap_or_default(),
+            volume_capability: Some(csi::VolumeCapability::from(&e.capability)),
+            secrets: wire_map(&e.secrets),
+        };
+        let _permit = self.permits.acquire().await.expect("never closed");
+        let r = self
+            .client
+            .clone()
+            .node_expand_volume(with_deadline(req, self.timeout))
+            .await
+            .map_err(|s| CallError::new("NodeExpandVolume", s))?;
+        Ok(u64::try_from(r.into_inner().capacity_bytes).unwrap_or(0))
+    }
+
+    pub async fn unstage(&self, external_id: &str, staging: &Path) -> Result<(), CallError> {
+        let req = csi::NodeUnstageVolumeRequest {
+            volume_id: external_id.to_owned(),
+            staging_target_path: wire_path(staging),
+        };
+        let _permit = self.permits.acquire().await.expect("never closed");
+        self.client
+            .clone()
+            .node_unstage_volume(with_deadline(req, self.timeout))
+            .await
+            .map_err(|s| CallError::new("NodeUnstageVolume", s))?;
+        Ok(())
+    }
+}

@@ -1,0 +1,189 @@
+//! The claim endpoints: show a claim (a blocking query), list claims, and the claim writes:
+//! record a claim, release it, renew its lease. Each write may carry an `Idempotency-Key`
+//! and its send time (`once`): a repeat is answered the first answer, and a claim request
+//! sent before its alloc's last release is refused.
+
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use csivol_api::{self as api, ClaimRequest, ClaimState};
+
+use super::blocking::{Blocking, Hold, cursor_headers, follow, hold_claim, with_index};
+use super::extract::{Body, Q, name};
+use super::listing;
+use super::once::{Answer, Once, Outcome};
+use super::waits::waits_for_release;
+use crate::app::App;
+use crate::error::{ApiError, ApiResult};
+use crate::store::Snapshot;
+use crate::store::sqlite::writer::WriteCtx;
+use crate::watch::Key;
+use crate::{lifecycle, views};
+
+pub(super) async fn post_claim(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(volume): Path<String>,
+    Q(hold): Q<Hold>,
+    once: Once,
+    Body(req): Body<ClaimRequest>,
+) -> ApiResult<Response> {
+    let caller = app.caller(&headers)?;
+    caller.require_claimer()?;
+    let (actor, limits) = (caller.actor(), app.limits.clone());
+    // A claimer's claims count against this server's `claims_per_claimer`.
+    let (token, bounded) = (caller.token_id, caller.role == api::Role::Claimer);
+    let hold = hold.wait()?;
+    let waits = waits_for_release(&headers)?;
+    let began = app.db.hub.generation();
+    // Labels are held to this server's limits, which the lifecycle does not know.
+    api::check_claim_labels(&req.labels, &limits.text).map_err(ApiError::text)?;
+    if req.dry_run {
+        let now = app.clock.now_ms();
+        let answer = app
+            .db
+            .read(move |c| lifecycle::claim_dry_run(c, &volume, &req, now))
+            .await?;
+        return Ok(Json(answer).into_response());
+    }
+    let sent_at = once.sent_at();
+    let body = req.clone();
+    let write = move |ctx: &mut WriteCtx<'_>| {
+        let who = lifecycle::Claimant {
+            actor: &actor,
+            token: &token,
+            bounded,
+        };
+        lifecycle::create_claim(ctx, &volume, &req, &who, &limits, waits, sent_at)
+    };
+    let answer = move |(claim, new): &(api::Claim, bool)| {
+        let status = if *new {
+            StatusCode::CREATED
+        } else {
+            StatusCode::OK
+        };
+        Answer::indexed(status, (claim.index, began), claim)
+    };
+    let ((claim, _), answer) = match once.write(&app, &body, write, answer).await? {
+        Outcome::Done(t, answer) => (t, answer),
+        // A repeat is answered at once with the first answer as it was committed; its
+        // index is where to follow the claim from.
+        Outcome::Replayed(r) => return Ok(r),
+    };
+    // A claim on its way to ready is held; one that got where it goes (ready, failed,
+    // blocked, releasing) is answered at once.
+    let on_its_way = matches!(
+        claim.state,
+        ClaimState::Queued | ClaimState::Pending | ClaimState::Attaching | ClaimState::Publishing
+    );
+    if let Some(wait) = hold
+        && on_its_way
+    {
+        // Gone before the answer (failed and cleaned up): the committed claim is the
+        // answer, and a blocking query from its index finds it gone at once.
+        return Ok(match hold_claim(&app, &claim, began, wait).await? {
+            (Some(now), index) => with_index(answer.status, (index, app.db.hub.generation()), now),
+            (None, _) => answer.into_response(),
+        });
+    }
+    Ok(answer.into_response())
+}
+
+pub(super) async fn delete_claim(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path((volume, alloc)): Path<(String, String)>,
+    Q(hold): Q<Hold>,
+    once: Once,
+) -> ApiResult<Response> {
+    let (actor, _) = app.claimer(&headers)?;
+    name("volume", &volume)?;
+    name("alloc", &alloc)?;
+    let hold = hold.wait()?;
+    let began = app.db.hub.generation();
+    let write =
+        move |ctx: &mut WriteCtx<'_>| lifecycle::release_claim(ctx, &volume, &alloc, &actor);
+    // An alloc that holds no claim is refused with the tombstone its release left.
+    let answer = move |released: &Result<api::Claim, ApiError>| match released {
+        Ok(claim) => Answer::indexed(StatusCode::ACCEPTED, (claim.index, began), claim),
+        Err(e) => Answer::refused(e),
+    };
+    let claim = match once.write(&app, &(), write, answer).await? {
+        Outcome::Done(released, _) => released?,
+        Outcome::Replayed(r) => return Ok(r),
+    };
+    if let Some(wait) = hold
+        && claim.state == ClaimState::Releasing
+    {
+        // 204 once the claim is gone; 202 with the claim while it is still there.
+        return Ok(match hold_claim(&app, &claim, began, wait).await? {
+            (Some(now), index) => {
+                with_index(StatusCode::ACCEPTED, (index, app.db.hub.generation()), now)
+            }
+            (None, index) => {
+                let mut r = StatusCode::NO_CONTENT.into_response();
+                cursor_headers(&mut r, index, app.db.hub.generation());
+                r
+            }
+        });
+    }
+    Ok(with_index(
+        StatusCode::ACCEPTED,
+        (claim.index, began),
+        claim,
+    ))
+}
+
+pub(super) async fn renew_claim(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path((volume, alloc)): Path<(String, String)>,
+    once: Once,
+    Body(req): Body<api::RenewRequest>,
+) -> ApiResult<Response> {
+    let (actor, _) = app.claimer(&headers)?;
+    name("volume", &volume)?;
+    name("alloc", &alloc)?;
+    let body = req.clone();
+    let write = move |ctx: &mut WriteCtx<'_>| {
+        lifecycle::renew_lease(ctx, &volume, &alloc, req.ttl_ms, &actor)
+    };
+    let began = app.db.hub.generation();
+    let answer =
+        move |claim: &api::Claim| Answer::indexed(StatusCode::OK, (claim.index, began), claim);
+    once.respond(&app, &body, write, answer).await
+}
+
+pub(super) async fn get_claim(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path((volume, alloc)): Path<(String, String)>,
+    Q(b): Q<Blocking>,
+) -> ApiResult<Response> {
+    app.caller(&headers)?.require_reader()?;
+    name("volume", &volume)?;
+    name("alloc", &alloc)?;
+    let key = Key::Volume(volume.clone());
+    let at = follow(&app, &headers, &key, &b).await?;
+    // One claim, or one volume's claims when it is gone: a small read, on this thread.
+    let claim = app
+        .db
+        .read_small(|c| match c.claim(&volume, &alloc)? {
+            Some(row) => c.claim_to_api(&row),
+            None => Err(lifecycle::no_claim(c, &volume, &alloc)?),
+        })
+        .await?;
+    Ok(with_index(StatusCode::OK, at, claim))
+}
+
+/// `GET /v1/claims?volume=&node=&state=&label=k=v&older_than_ms=`; `label` repeatable.
+pub(super) async fn list_claims(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Query(pairs): Query<Vec<(String, String)>>,
+) -> ApiResult<Response> {
+    app.caller(&headers)?.require_reader()?;
+    let filter = views::ClaimFilter::from_query(&pairs)?;
+    listing::claims(&app, filter).await
+}

@@ -1,0 +1,154 @@
+//! The snapshot endpoints: `PUT/GET/DELETE /v1/snapshots/{name}`, `GET /v1/snapshots`,
+//! and the group snapshots' alike under `/v1/group-snapshots`.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use csivol_api as api;
+use serde::Deserialize;
+
+use super::blocking::{Blocking, follow, with_index};
+use super::extract::{Body, Q, name};
+use super::listing;
+use super::once::{Once, accepted_or_gone, accepted_or_ok};
+use super::waits::waits_for_release;
+use crate::app::App;
+use crate::error::ApiResult;
+use crate::lifecycle;
+use crate::store::sqlite::writer::WriteCtx;
+use crate::watch::Key;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct SnapshotFilter {
+    volume: Option<String>,
+    /// Only the members of this group snapshot.
+    group: Option<String>,
+}
+
+/// Every snapshot (of a volume) streamed a page at a time (`listing`); a group's members
+/// (as many as its volumes) in one read.
+pub(super) async fn list_snapshots(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Q(f): Q<SnapshotFilter>,
+) -> ApiResult<Response> {
+    app.caller(&headers)?.require_reader()?;
+    if let Some(v) = &f.volume {
+        name("volume", v)?;
+    }
+    if let Some(g) = &f.group {
+        name("group snapshot", g)?;
+    }
+    let Some(group) = f.group else {
+        return listing::snapshots(&app, f.volume).await;
+    };
+    let members = app
+        .db
+        .read(move |c| lifecycle::list_group_members(c, &group, f.volume.as_deref()))
+        .await?;
+    Ok(Json(members).into_response())
+}
+
+pub(super) async fn get_snapshot(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(snapshot): Path<String>,
+    Q(b): Q<Blocking>,
+) -> ApiResult<Response> {
+    app.caller(&headers)?.require_reader()?;
+    name("snapshot", &snapshot)?;
+    let key = Key::Snapshot(snapshot.clone());
+    let index = follow(&app, &headers, &key, &b).await?;
+    let s = app
+        .db
+        .read(move |c| lifecycle::snapshot_view(c, &snapshot))
+        .await?;
+    Ok(with_index(StatusCode::OK, index, s))
+}
+
+pub(super) async fn put_snapshot(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(snapshot): Path<String>,
+    once: Once,
+    Body(req): Body<api::SnapshotRequest>,
+) -> ApiResult<Response> {
+    let (actor, limits) = app.operator(&headers)?;
+    let waits = waits_for_release(&headers)?;
+    let body = req.clone();
+    let write = move |ctx: &mut WriteCtx<'_>| {
+        lifecycle::create_snapshot(ctx, &snapshot, req.clone(), &actor, &limits, waits)
+    };
+    once.respond(&app, &body, write, accepted_or_ok).await
+}
+
+pub(super) async fn delete_snapshot(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(snapshot): Path<String>,
+    once: Once,
+) -> ApiResult<Response> {
+    let (actor, limits) = app.operator(&headers)?;
+    name("snapshot", &snapshot)?;
+    let write =
+        move |ctx: &mut WriteCtx<'_>| lifecycle::delete_snapshot(ctx, &snapshot, &actor, &limits);
+    once.respond(&app, &(), write, accepted_or_gone).await
+}
+
+pub(super) async fn list_group_snapshots(
+    State(app): State<App>,
+    headers: HeaderMap,
+) -> ApiResult<Json<Vec<api::GroupSnapshot>>> {
+    app.caller(&headers)?.require_reader()?;
+    let groups = app.db.read(lifecycle::list_group_snapshots).await?;
+    Ok(Json(groups))
+}
+
+pub(super) async fn get_group_snapshot(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(group): Path<String>,
+    Q(b): Q<Blocking>,
+) -> ApiResult<Response> {
+    app.caller(&headers)?.require_reader()?;
+    name("group snapshot", &group)?;
+    // Groups and snapshots share names, and so the key that wakes their followers.
+    let key = Key::Snapshot(group.clone());
+    let index = follow(&app, &headers, &key, &b).await?;
+    let g = app
+        .db
+        .read(move |c| lifecycle::group_snapshot_view(c, &group))
+        .await?;
+    Ok(with_index(StatusCode::OK, index, g))
+}
+
+pub(super) async fn put_group_snapshot(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(group): Path<String>,
+    once: Once,
+    Body(req): Body<api::GroupSnapshotRequest>,
+) -> ApiResult<Response> {
+    let (actor, limits) = app.operator(&headers)?;
+    let body = req.clone();
+    let write = move |ctx: &mut WriteCtx<'_>| {
+        lifecycle::create_group_snapshot(ctx, &group, req.clone(), &actor, &limits)
+    };
+    once.respond(&app, &body, write, accepted_or_ok).await
+}
+
+pub(super) async fn delete_group_snapshot(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(group): Path<String>,
+    once: Once,
+) -> ApiResult<Response> {
+    let (actor, limits) = app.operator(&headers)?;
+    name("group snapshot", &group)?;
+    let write = move |ctx: &mut WriteCtx<'_>| {
+        lifecycle::delete_group_snapshot(ctx, &group, &actor, &limits)
+    };
+    once.respond(&app, &(), write, accepted_or_gone).await
+}

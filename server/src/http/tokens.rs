@@ -1,0 +1,80 @@
+//! The token endpoints: `POST /v1/tokens`, `GET /v1/tokens`, `DELETE /v1/tokens/{id}`.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use csivol_api::{self as api, TokenInfo, TokenRequest};
+
+use super::extract::Body;
+use super::once::{Answer, Once, Outcome};
+use crate::app::App;
+use crate::auth::Caller;
+use crate::error::{ApiError, ApiResult};
+use crate::store::sqlite::writer::WriteCtx;
+use crate::{auth, lifecycle};
+
+pub(super) async fn create_token(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Body(req): Body<TokenRequest>,
+) -> ApiResult<Response> {
+    let (actor, _) = app.operator(&headers)?;
+    api::FreeText::check_text(&req).map_err(ApiError::text)?;
+    let (resp, expires_at) = app
+        .db
+        .write(move |ctx| {
+            let t = lifecycle::NewToken {
+                role: req.role,
+                node: req.node.clone(),
+                name: req.name.clone(),
+                ttl_ms: req.ttl_ms,
+                controllers: req.controllers.clone(),
+            };
+            lifecycle::create_token(ctx, t, &actor)
+        })
+        .await?;
+    app.tokens.remember(
+        &resp.token,
+        Caller {
+            token_id: resp.id.clone(),
+            role: resp.role,
+            node: resp.node.clone(),
+            name: resp.name.clone(),
+            controllers: resp.controllers.clone(),
+        },
+        expires_at,
+    );
+    Ok((StatusCode::CREATED, Json(resp)).into_response())
+}
+
+/// `GET /v1/tokens`: operators only (a token list tells who may do what).
+pub(super) async fn list_tokens(
+    State(app): State<App>,
+    headers: HeaderMap,
+) -> ApiResult<Json<Vec<TokenInfo>>> {
+    app.operator(&headers)?;
+    app.tokens.persist_last_used(&app.db).await?;
+    let now = app.clock.now_ms();
+    Ok(Json(app.db.read(move |c| auth::list_tokens(c, now)).await?))
+}
+
+/// `DELETE /v1/tokens/{id}`: revokes a token; requests with it get 401 from then on.
+pub(super) async fn revoke_token(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    once: Once,
+) -> ApiResult<Response> {
+    let (actor, _) = app.operator(&headers)?;
+    let revoked_id = id.clone();
+    let write = move |ctx: &mut WriteCtx<'_>| lifecycle::revoke_token(ctx, &id, &actor);
+    let revoked = |_: &i64| Answer::empty(StatusCode::NO_CONTENT);
+    match once.write(&app, &(), write, revoked).await? {
+        Outcome::Done(at, answer) => {
+            app.tokens.revoke(&revoked_id, at);
+            Ok(answer.into_response())
+        }
+        Outcome::Replayed(r) => Ok(r),
+    }
+}

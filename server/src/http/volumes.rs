@@ -1,0 +1,264 @@
+//! The volume endpoints: register, list, show, create, expand, modify, deregister, and the
+//! operators' unblock and detach of a volume.
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use csivol_api::{
+    self as api, CreateVolumeSpec, DetachRequest, UnblockRequest, VolumeSpec, VolumeState,
+};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use super::blocking::{Blocking, follow, with_index};
+use super::extract::{Body, Q, name};
+use super::listing;
+use super::once::{Once, accepted_or_gone, accepted_or_ok, created_or_ok, ok};
+use super::waits::waits_for_release;
+use crate::app::App;
+use crate::error::{ApiError, ApiResult};
+use crate::lifecycle::Limits;
+use crate::store::sqlite::writer::WriteCtx;
+use crate::watch::Key;
+use crate::{lifecycle, views};
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct VolumeFilter {
+    state: Option<String>,
+    node: Option<String>,
+    plugin: Option<String>,
+    /// One page of at most this many volumes; the next page starts `after` the last one's
+    /// name, and a page shorter than `limit` is the last.
+    limit: Option<u64>,
+    after: Option<String>,
+}
+
+/// The largest page of `GET /v1/volumes?limit=`.
+const MAX_PAGE: usize = 10_000;
+
+/// `GET /v1/volumes`: one page (`?limit=&after=`), or every volume streamed as one JSON
+/// array from one read transaction, a chunk of volumes at a time, so that memory stays
+/// flat whatever the inventory.
+pub(super) async fn list_volumes(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Q(f): Q<VolumeFilter>,
+) -> ApiResult<Response> {
+    app.caller(&headers)?.require_reader()?;
+    let state = match &f.state {
+        Some(s) => Some(s.parse::<VolumeState>().map_err(|_| {
+            let all: Vec<_> = VolumeState::ALL.iter().map(|s| s.as_str()).collect();
+            ApiError::bad_request(format!("invalid state filter `{s}`"))
+                .with_hint(format!("use one of: {}", all.join(", ")))
+        })?),
+        None => None,
+    };
+    let filter = views::VolumeFilter {
+        state,
+        node: f.node,
+        plugin: f.plugin,
+    };
+    if let Some(limit) = f.limit {
+        let limit = api::limits::count("limit", limit, 1, MAX_PAGE as u64)
+            .map_err(ApiError::out_of_range)?;
+        let after = f.after;
+        let page = app
+            .db
+            .read(move |c| views::list_volumes(c, &filter, after.as_deref(), limit))
+            .await?;
+        return Ok((
+            [(
+                axum::http::header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            )],
+            page,
+        )
+            .into_response());
+    }
+    if f.after.is_some() {
+        return Err(ApiError::bad_request("`after` needs `limit`")
+            .with_hint("page with ?limit=1000&after=NAME, NAME the last volume of a page"));
+    }
+    listing::volumes(&app, filter).await
+}
+
+pub(super) async fn get_volume(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(volume): Path<String>,
+    Q(b): Q<Blocking>,
+) -> ApiResult<Response> {
+    app.caller(&headers)?.require_reader()?;
+    name("volume", &volume)?;
+    let key = Key::Volume(volume.clone());
+    let at = follow(&app, &headers, &key, &b).await?;
+    let v = app
+        .db
+        .read_small(|c| lifecycle::volume_view(c, &volume))
+        .await?;
+    Ok(with_index(StatusCode::OK, at, v))
+}
+
+pub(super) async fn put_volume(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(volume): Path<String>,
+    once: Once,
+    Body(spec): Body<VolumeSpec>,
+) -> ApiResult<Response> {
+    let (actor, _) = app.operator(&headers)?;
+    let body = spec.clone();
+    let write = move |ctx: &mut WriteCtx<'_>| {
+        lifecycle::register_volume(ctx, &volume, spec.clone(), &actor)
+    };
+    once.respond(&app, &body, write, created_or_ok).await
+}
+
+/// An operation on a volume that an operator starts with a body, answered 202 when it
+/// started and 200 when there was nothing to start: create, expand, modify. Each kind is
+/// one impl below; the handler, [`start_operation`], is one for all of them.
+pub(super) trait VolumeOperation:
+    DeserializeOwned + Serialize + Clone + Send + Sync + 'static
+{
+    /// Whether it may wait for a release under way (the wait header): one that needs the
+    /// volume detached or at rest is held until the release has finished.
+    const WAITS_FOR_RELEASE: bool;
+
+    /// Starts it in the write's transaction: the volume, and whether anything started.
+    fn start(
+        &self,
+        ctx: &mut WriteCtx<'_>,
+        volume: &str,
+        actor: &str,
+        limits: &Limits,
+        waits: bool,
+    ) -> ApiResult<(api::Volume, bool)>;
+}
+
+/// `POST /v1/volumes/{name}/create`.
+impl VolumeOperation for CreateVolumeSpec {
+    const WAITS_FOR_RELEASE: bool = false;
+
+    fn start(
+        &self,
+        ctx: &mut WriteCtx<'_>,
+        volume: &str,
+        actor: &str,
+        limits: &Limits,
+        _: bool,
+    ) -> ApiResult<(api::Volume, bool)> {
+        lifecycle::create_volume(ctx, volume, self.clone(), actor, limits)
+    }
+}
+
+/// `POST /v1/volumes/{name}/expand`.
+impl VolumeOperation for api::ExpandRequest {
+    const WAITS_FOR_RELEASE: bool = true;
+
+    fn start(
+        &self,
+        ctx: &mut WriteCtx<'_>,
+        volume: &str,
+        actor: &str,
+        limits: &Limits,
+        waits: bool,
+    ) -> ApiResult<(api::Volume, bool)> {
+        lifecycle::expand_volume(ctx, volume, self, actor, limits, waits)
+    }
+}
+
+/// `POST /v1/volumes/{name}/modify`.
+impl VolumeOperation for api::ModifyRequest {
+    const WAITS_FOR_RELEASE: bool = true;
+
+    fn start(
+        &self,
+        ctx: &mut WriteCtx<'_>,
+        volume: &str,
+        actor: &str,
+        limits: &Limits,
+        waits: bool,
+    ) -> ApiResult<(api::Volume, bool)> {
+        lifecycle::modify_volume(ctx, volume, self, actor, limits, waits)
+    }
+}
+
+/// Starts a [`VolumeOperation`]: an operator's token, the wait header where the kind may
+/// wait, and the operation started in one write kept for exact retries.
+pub(super) async fn start_operation<O: VolumeOperation>(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(volume): Path<String>,
+    once: Once,
+    Body(req): Body<O>,
+) -> ApiResult<Response> {
+    let (actor, limits) = app.operator(&headers)?;
+    let waits = O::WAITS_FOR_RELEASE && waits_for_release(&headers)?;
+    let body = req.clone();
+    let write = move |ctx: &mut WriteCtx<'_>| req.start(ctx, &volume, &actor, &limits, waits);
+    once.respond(&app, &body, write, accepted_or_ok).await
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct DeleteVolumeQuery {
+    #[serde(default)]
+    delete: bool,
+}
+
+pub(super) async fn delete_volume(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(volume): Path<String>,
+    Q(q): Q<DeleteVolumeQuery>,
+    once: Once,
+) -> ApiResult<Response> {
+    let (actor, limits) = app.operator(&headers)?;
+    name("volume", &volume)?;
+    let waits = waits_for_release(&headers)?;
+    let write = move |ctx: &mut WriteCtx<'_>| {
+        lifecycle::deregister_volume(ctx, &volume, q.delete, &actor, &limits, waits)
+    };
+    once.respond(&app, &(), write, accepted_or_gone).await
+}
+
+pub(super) async fn unblock_volume(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(volume): Path<String>,
+    once: Once,
+    Body(req): Body<UnblockRequest>,
+) -> ApiResult<Response> {
+    let (actor, limits) = app.operator(&headers)?;
+    name("volume", &volume)?;
+    let body = req.clone();
+    let write = move |ctx: &mut WriteCtx<'_>| {
+        lifecycle::unblock_volume(
+            ctx,
+            &volume,
+            req.node.as_deref(),
+            &req.reason,
+            req.dry_run,
+            &actor,
+            &limits,
+        )
+    };
+    once.respond(&app, &body, write, ok).await
+}
+
+pub(super) async fn detach(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(volume): Path<String>,
+    once: Once,
+    Body(req): Body<DetachRequest>,
+) -> ApiResult<Response> {
+    let (actor, limits) = app.operator(&headers)?;
+    name("volume", &volume)?;
+    name("node", &req.node)?;
+    let body = req.clone();
+    let write =
+        move |ctx: &mut WriteCtx<'_>| lifecycle::detach(ctx, &volume, &req, &actor, &limits);
+    once.respond(&app, &body, write, ok).await
+}

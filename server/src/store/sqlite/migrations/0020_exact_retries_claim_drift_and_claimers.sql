@@ -1,0 +1,59 @@
+-- Exact retries. The first answer to each mutating request that carried an
+-- `Idempotency-Key`, per token and key: the request it answered (method, path and the query
+-- that matters; a digest of its body), and the answer as sent (status, body, index), so that
+-- a repeat is answered the same without acting again. And a tombstone per released claim
+-- (volume, alloc): when and at which change index its release began or it was last
+-- removed, so that a claim request sent before that is not recorded again. Both are kept
+-- for the server's `request_memory` and pruned by the leader.
+CREATE TABLE request_keys (
+    token TEXT NOT NULL,
+    key TEXT NOT NULL,
+    request TEXT NOT NULL,
+    digest TEXT NOT NULL,
+    status INTEGER NOT NULL,
+    answer TEXT NOT NULL,
+    answer_index INTEGER,
+    at INTEGER NOT NULL,
+    PRIMARY KEY (token, key)
+);
+CREATE INDEX request_keys_at ON request_keys (at);
+CREATE TABLE claim_tombstones (
+    volume TEXT NOT NULL,
+    alloc TEXT NOT NULL,
+    released_at INTEGER NOT NULL,
+    released_index INTEGER NOT NULL,
+    PRIMARY KEY (volume, alloc)
+);
+CREATE INDEX claim_tombstones_at ON claim_tombstones (released_at);
+
+-- One backend volume is one csivol volume: a registration looks its external id up among
+-- the plugin's volumes. Not UNIQUE: a database an older csivol wrote may hold an id under
+-- two names, which is kept and named (`serve --check`, `csivol status`), never a failed
+-- migration.
+CREATE INDEX volumes_external_id ON volumes (plugin, external_id);
+
+-- A claim's drift (its node found it not mounted as its plugin made it, or registered or
+-- came back without it) as a field of its own, JSON: what found it (`check`,
+-- `registration`, `return`), when (`at`, unix ms) and why (`reason`), until its republish
+-- repairs it. Before, it was kept as the claim's error, `drift: WHY`: such a claim gets the
+-- field (found by what the words say, at the claim's last change) and no error, which
+-- shows the same words while no other error replaces them.
+ALTER TABLE claims ADD COLUMN drift TEXT;
+UPDATE claims SET
+    drift = json_object(
+        'found', CASE
+            WHEN substr(error, 8) GLOB 'node * registered without it mounted' THEN 'registration'
+            WHEN substr(error, 8) GLOB 'node * came back without it mounted' THEN 'return'
+            ELSE 'check'
+        END,
+        'at', updated_at,
+        'reason', substr(error, 8)
+    ),
+    error = NULL
+    WHERE substr(error, 1, 7) = 'drift: ';
+
+-- Who made each claim: the token that asked, so that a claimer's claims are counted against
+-- the server's `[limits] claims_per_claimer`. Claims recorded before have none and count for
+-- nobody; they are kept as they are.
+ALTER TABLE claims ADD COLUMN claimer TEXT;
+CREATE INDEX claims_claimer ON claims (claimer) WHERE claimer IS NOT NULL;
