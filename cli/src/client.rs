@@ -220,6 +220,28 @@ impl Client {
             .map_err(|e| self.failure(e))
     }
 
+    /// [`Client::get_blocking_from`], with an answer of 503 told apart as
+    /// `Ok(Err(failure))`, as [`Client::watch_or_busy`] does.
+    pub async fn get_blocking_from_or_busy<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        cursor: &Cursor,
+        wait: Duration,
+    ) -> anyhow::Result<Result<Answer<T>, Failure>> {
+        let timeout = wait + REQUEST_TIMEOUT;
+        match (self.api)
+            .get_in(path, cursor.generation.as_deref(), timeout)
+            .await
+        {
+            Err(csivol_client::Error::Refused { status, text, .. })
+                if status == StatusCode::SERVICE_UNAVAILABLE =>
+            {
+                Ok(Err(self.api_failure(status, &text)))
+            }
+            answer => answer.map(Ok).map_err(|e| self.failure(e)),
+        }
+    }
+
     pub async fn call<B: Serialize, T: DeserializeOwned>(
         &self,
         method: Method,

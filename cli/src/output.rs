@@ -204,7 +204,10 @@ impl Out {
             if let Some(h) = hint {
                 e["hint"] = h.into();
             }
-            eprintln!("{}", serde_json::json!({ "error": e }));
+            // Escaped as stdout's JSON is: the message may carry a plugin's or a node's
+            // words, and stderr is a terminal as often as stdout.
+            let text = serde_json::json!({ "error": e }).to_string();
+            eprintln!("{}", escape::json(&text));
             return;
         }
         let red = Style::new().red().bold().force_styling(self.color_stderr);

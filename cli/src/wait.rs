@@ -292,9 +292,7 @@ pub async fn claim_until(
 }
 
 /// A blocking query of `path` from `cursor` for what is left of `deadline`, at most `cap`
-/// (0: a plain read). A server that turns it away for now (503: its long-poll slots
-/// are all taken, say) is asked again with a growing backoff, as agents do, while time is
-/// left: the write the wait follows has committed, and only the wait is turned away.
+/// (0: a plain read), asked again while a busy server turns it away ([`unless_busy`]).
 /// `None`: time ran out while turned away, with nothing new to say.
 pub async fn watch<T: serde::de::DeserializeOwned>(
     ctx: &Ctx,
@@ -303,14 +301,30 @@ pub async fn watch<T: serde::de::DeserializeOwned>(
     cap: Duration,
     deadline: Deadline,
 ) -> anyhow::Result<Option<Option<Answer<T>>>> {
+    unless_busy(ctx, deadline, || {
+        ctx.client
+            .watch_or_busy(path, cursor, deadline.left().min(cap))
+    })
+    .await
+}
+
+/// Asks `ask` until a server does not turn it away for now (503: its long-poll slots are
+/// all taken, say), with a growing backoff, as agents do, while `deadline` leaves time:
+/// the write a wait follows has committed, and only the wait is turned away. `None`: time
+/// ran out while turned away.
+pub async fn unless_busy<T, F, Fut>(
+    ctx: &Ctx,
+    deadline: Deadline,
+    mut ask: F,
+) -> anyhow::Result<Option<T>>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = anyhow::Result<Result<T, Failure>>>,
+{
     let mut backoff = Duration::from_millis(100);
     let mut told = false;
     loop {
-        match ctx
-            .client
-            .watch_or_busy(path, cursor, deadline.left().min(cap))
-            .await?
-        {
+        match ask().await? {
             Ok(answer) => return Ok(Some(answer)),
             Err(busy) => {
                 if !std::mem::replace(&mut told, true) {

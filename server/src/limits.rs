@@ -1,10 +1,12 @@
 //! The `[limits]` table of the server's config file: the limits of claim labels and of
-//! operators' reasons (csivol's defaults, which an operator may lower but not raise), and
-//! how large the event log may grow, in events and in bytes.
+//! operators' reasons (csivol's defaults, which an operator may lower but not raise), how
+//! many claims one claimer token may hold, and how large the event log may grow, in events
+//! and in bytes.
 
 use anyhow::bail;
 use csivol_api::limits::{
-    DEFAULT_CLAIM_LABEL_BYTES, DEFAULT_CLAIM_LABELS, DEFAULT_REASON_BYTES, TextLimits,
+    DEFAULT_CLAIM_LABEL_BYTES, DEFAULT_CLAIM_LABELS, DEFAULT_CLAIMS_PER_CLAIMER,
+    DEFAULT_REASON_BYTES, MAX_CLAIMS_PER_CLAIMER, TextLimits,
 };
 use serde::Deserialize;
 
@@ -26,6 +28,7 @@ pub(crate) struct LimitsFile {
     claim_labels: Option<usize>,
     claim_label_bytes: Option<usize>,
     reason_bytes: Option<usize>,
+    claims_per_claimer: Option<usize>,
     events_kept: Option<u64>,
     /// Bytes, or a size with a unit (`"64MiB"`).
     events_bytes: Option<SizeText>,
@@ -75,10 +78,22 @@ impl EventBounds {
 }
 
 /// The server's limits, resolved.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ServerLimits {
     pub text: TextLimits,
+    /// Claims one claimer token may hold at once, queued ones included.
+    pub claims_per_claimer: usize,
     pub events: EventBounds,
+}
+
+impl Default for ServerLimits {
+    fn default() -> Self {
+        Self {
+            text: TextLimits::default(),
+            claims_per_claimer: DEFAULT_CLAIMS_PER_CLAIMER,
+            events: EventBounds::default(),
+        }
+    }
 }
 
 impl LimitsFile {
@@ -110,6 +125,15 @@ impl LimitsFile {
             // A reason is required for every operator action: it needs a few bytes.
             reason_bytes: lowered("reason_bytes", self.reason_bytes, DEFAULT_REASON_BYTES, 16)?,
         };
+        // Raised for a large CI farm sharing one token, lowered for a small one.
+        let claims_per_claimer = self
+            .claims_per_claimer
+            .unwrap_or(DEFAULT_CLAIMS_PER_CLAIMER);
+        if !(1..=MAX_CLAIMS_PER_CLAIMER).contains(&claims_per_claimer) {
+            bail!(
+                "[limits] claims_per_claimer = {claims_per_claimer} is out of range: 1 to {MAX_CLAIMS_PER_CLAIMER}"
+            );
+        }
         let kept = self.events_kept.unwrap_or(DEFAULT_EVENTS_KEPT);
         let bytes = match self.events_bytes {
             None => DEFAULT_EVENTS_BYTES,
@@ -125,6 +149,7 @@ impl LimitsFile {
         };
         Ok(ServerLimits {
             text,
+            claims_per_claimer,
             events: EventBounds {
                 kept: in_range("events_kept", kept, MIN_EVENTS_KEPT)?,
                 bytes: in_range("events_bytes", bytes, MIN_EVENTS_BYTES)?,
@@ -181,5 +206,15 @@ mod tests {
                 .unwrap_err()
                 .contains("unknown field")
         );
+        // A claimer's claims: raised or lowered, within a range.
+        assert_eq!(resolve("").unwrap().claims_per_claimer, 1_000);
+        assert_eq!(
+            resolve("claims_per_claimer = 20000")
+                .unwrap()
+                .claims_per_claimer,
+            20_000
+        );
+        let e = resolve("claims_per_claimer = 0").unwrap_err();
+        assert!(e.contains("out of range: 1 to 100000"), "{e}");
     }
 }

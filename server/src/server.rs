@@ -286,6 +286,7 @@ impl Server {
             metrics: Arc::clone(&metrics),
             request_memory: cfg.request_memory,
             text: cfg.limits.text,
+            claims_per_claimer: cfg.limits.claims_per_claimer,
             events: (cfg.limits.events).in_txn_ops(cfg.etcd.as_ref().map(|e| e.max_txn_ops)),
         };
         let addr = listener.local_addr()?;

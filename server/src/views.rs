@@ -59,26 +59,6 @@ pub fn list_volumes(
     Ok(out)
 }
 
-/// Every volume passing the plugin filter, [`LIST_CHUNK`] rows at a time with their claims
-/// and attachments, each step handed to `emit` as the store read it (all within the
-/// caller's read transaction: one consistent view); [`shape`] makes a step the API's
-/// volumes. Reading and shaping are apart so that a listing can do them on two threads.
-pub fn each_volume_chunk(
-    conn: &(impl Snapshot + ?Sized),
-    filter: &VolumeFilter,
-    mut emit: impl FnMut(VolumeChunk) -> ApiResult<()>,
-) -> ApiResult<()> {
-    let mut cursor = String::new();
-    loop {
-        let chunk = conn.volume_chunk(&cursor, filter.plugin.as_deref(), LIST_CHUNK)?;
-        let Some(last) = chunk.last.clone() else {
-            return Ok(());
-        };
-        emit(chunk)?;
-        cursor = last;
-    }
-}
-
 /// Appends one listed volume to a JSON array being written (`first`: no comma before it).
 pub fn write_listed(out: &mut Vec<u8>, first: bool, v: &ListedVolume<'_>) -> ApiResult<()> {
     if !first {
@@ -477,7 +457,7 @@ pub fn controller_hosts(conn: &impl Snapshot, plugin: &str) -> ApiResult<Control
 }
 
 /// What `GET /v1/claims` selects.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct ClaimFilter {
     pub volume: Option<String>,
     pub node: Option<String>,
@@ -531,20 +511,34 @@ impl ClaimFilter {
     }
 }
 
-/// Claims across volumes, oldest first, with queue positions.
-pub fn list_claims(conn: &impl Snapshot, f: &ClaimFilter, now: i64) -> ApiResult<Vec<api::Claim>> {
-    let rows = conn.claims(f.volume.as_deref(), f.node.as_deref())?;
-    let mut by_volume: BTreeMap<&str, Vec<&ClaimRow>> = BTreeMap::new();
-    for r in &rows {
-        by_volume.entry(&r.volume).or_default().push(r);
-    }
+/// Volumes whose claims a page of `GET /v1/claims` holds.
+pub const CLAIM_PAGE_VOLUMES: usize = 256;
+
+/// `GET /v1/claims`, a page: the claims of the volumes after `after` by name, by volume,
+/// creation and alloc, with queue positions, as JSON entries of an array (comma separated),
+/// and the volume the next page starts after (`None`: this was the last). A volume's claims
+/// are all in one page, so that its queue positions count as a whole listing's do.
+pub fn claim_page(
+    conn: &impl Snapshot,
+    f: &ClaimFilter,
+    now: i64,
+    after: &str,
+) -> ApiResult<(Vec<u8>, Option<String>)> {
+    let rows = conn.claim_page(
+        f.volume.as_deref(),
+        f.node.as_deref(),
+        after,
+        CLAIM_PAGE_VOLUMES,
+    )?;
     let cutoff = f
         .older_than_ms
         .map(|ms| now.saturating_sub(i64::try_from(ms).unwrap_or(i64::MAX)));
     let mut out = Vec::new();
-    for claims in by_volume.values() {
-        let owned: Vec<ClaimRow> = claims.iter().map(|c| (*c).clone()).collect();
-        for (row, c) in owned.iter().zip(claims_to_api(&owned)) {
+    let (mut volumes, mut last) = (0, None);
+    for claims in rows.chunk_by(|a, b| a.volume == b.volume) {
+        volumes += 1;
+        last = Some(&claims[0].volume);
+        for (row, c) in claims.iter().zip(claims_to_api(claims)) {
             if f.state.is_some_and(|s| s != row.state)
                 || cutoff.is_some_and(|t| row.created_at > t)
                 || !f
@@ -554,8 +548,12 @@ pub fn list_claims(conn: &impl Snapshot, f: &ClaimFilter, now: i64) -> ApiResult
             {
                 continue;
             }
-            out.push(c);
+            if !out.is_empty() {
+                out.push(b',');
+            }
+            serde_json::to_writer(&mut out, &c).map_err(|e| ApiError::internal(e.to_string()))?;
         }
     }
-    Ok(out)
+    let next = last.filter(|_| volumes == CLAIM_PAGE_VOLUMES).cloned();
+    Ok((out, next))
 }

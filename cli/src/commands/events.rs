@@ -11,6 +11,7 @@ use crate::client::{Answer, Cursor, MAX_BLOCK};
 use crate::ctx::Ctx;
 use crate::failure::Exit;
 use crate::render;
+use crate::wait::{self, Deadline};
 
 /// Events per request; the server's largest page.
 const PAGE: usize = 10_000;
@@ -27,9 +28,10 @@ pub fn filter(volume: Option<&str>, node: Option<&str>) -> String {
     filter
 }
 
-/// Every event after `index` matching `filter`, page by page; `wait=0s` keeps the last page
-/// from blocking. Returns them and where to follow from: the last one's index, and the
-/// generation of the log it belongs to.
+/// Every event after `index` matching `filter`, page by page: plain reads (an `index`
+/// without a `wait` pages through the log), which a busy server never turns away as it
+/// may a blocking query. Returns them and where to follow from: the last one's index, and
+/// the generation of the log it belongs to.
 pub async fn all_after(
     ctx: &Ctx,
     index: u64,
@@ -41,10 +43,7 @@ pub async fn all_after(
         generation: None,
     };
     loop {
-        let path = format!(
-            "/v1/events?index={}&wait=0s&limit={PAGE}{filter}",
-            cursor.index
-        );
+        let path = format!("/v1/events?index={}&limit={PAGE}{filter}", cursor.index);
         let page: Answer<Vec<Event>> = ctx.client.get_blocking(&path, Duration::ZERO).await?;
         let n = page.body.len();
         if page.generation.is_some()
@@ -77,12 +76,44 @@ pub async fn next(
     filter: &str,
     wait: Duration,
 ) -> anyhow::Result<(Vec<Event>, Cursor)> {
-    let path = format!(
+    let path = next_path(cursor, filter, wait);
+    let answer: Answer<Vec<Event>> = ctx.client.get_blocking_from(&path, cursor, wait).await?;
+    Ok(followed(ctx, cursor, answer))
+}
+
+/// [`next`] for a wait with a deadline (`node drain --wait`), waiting at most what is left
+/// of it: a busy server that turns the query away (503) is asked again from the same
+/// cursor until the deadline ([`wait::unless_busy`]). `None`: time ran out while turned
+/// away, the cursor as it was.
+pub async fn next_within(
+    ctx: &Ctx,
+    cursor: &Cursor,
+    filter: &str,
+    deadline: Deadline,
+) -> anyhow::Result<Option<(Vec<Event>, Cursor)>> {
+    let answer = wait::unless_busy(ctx, deadline, || {
+        let wait = deadline.left().min(MAX_BLOCK);
+        let path = next_path(cursor, filter, wait);
+        async move {
+            ctx.client
+                .get_blocking_from_or_busy(&path, cursor, wait)
+                .await
+        }
+    })
+    .await?;
+    Ok(answer.map(|a| followed(ctx, cursor, a)))
+}
+
+fn next_path(cursor: &Cursor, filter: &str, wait: Duration) -> String {
+    format!(
         "/v1/events?index={}&wait={}ms&limit={PAGE}{filter}",
         cursor.index,
         wait.as_millis()
-    );
-    let answer: Answer<Vec<Event>> = ctx.client.get_blocking_from(&path, cursor, wait).await?;
+    )
+}
+
+/// The events of an answer to a query from `cursor`, and where to follow on from.
+fn followed(ctx: &Ctx, cursor: &Cursor, answer: Answer<Vec<Event>>) -> (Vec<Event>, Cursor) {
     if cursor.generation.is_some()
         && answer.generation.is_some()
         && answer.generation != cursor.generation
@@ -108,7 +139,7 @@ pub async fn next(
             .clone()
             .or_else(|| cursor.generation.clone()),
     };
-    Ok((answer.body, next))
+    (answer.body, next)
 }
 
 /// Keeps the events of the last `since` and then the last `tail` of them.

@@ -313,8 +313,11 @@ async fn drain(ctx: &Ctx, args: NodeDrainArgs) -> anyhow::Result<Exit> {
             "draining node {name}: it still has {} (claims are released by their owners, then the node detaches)",
             on.describe()
         ));
-        let wait = (deadline - now).min(crate::client::MAX_BLOCK);
-        let (_, next) = super::events::next(ctx, &cursor, &filter, wait).await?;
-        cursor = next;
+        // Turned away by a busy server, the follow asks again from the same cursor until
+        // the deadline, as a claim's wait does; then the look above says where it stands.
+        let left = crate::wait::Deadline::after(deadline - now);
+        if let Some((_, next)) = super::events::next_within(ctx, &cursor, &filter, left).await? {
+            cursor = next;
+        }
     }
 }

@@ -18,6 +18,7 @@ use crate::client::{Answer, Cursor};
 use crate::ctx::Ctx;
 use crate::env;
 use crate::failure::{Exit, Failure};
+use crate::output::given_duration;
 use crate::signals::{Signals, Stop};
 use crate::wait::{self, ClaimGoal, Deadline};
 
@@ -209,10 +210,27 @@ async fn release_all(
     let wait_all = async {
         for c in claims {
             let path = format!("/v1/volumes/{}/claims/{alloc}", c.volume);
-            let current: Option<Answer<Claim>> = ctx
-                .client
-                .watch(&path, &Cursor::default(), Duration::ZERO)
-                .await?;
+            // Where it stands now: a plain read, asked again while a busy server turns it
+            // away, as the wait that follows is.
+            let current: Option<Option<Answer<Claim>>> =
+                wait::watch(ctx, &path, &Cursor::default(), Duration::ZERO, deadline).await?;
+            let Some(current) = current else {
+                return Err(Failure::new(
+                    Exit::Unreachable,
+                    format!(
+                        "the server kept turning the wait for the release of volume {} away \
+                         (too busy) for {}",
+                        c.volume,
+                        given_duration(args.timeout)
+                    ),
+                )
+                .hint(format!(
+                    "the release was asked for and the server completes it; `csivol status {}` \
+                     shows where it stands",
+                    c.volume
+                ))
+                .into());
+            };
             if let Some(a) = current {
                 let cursor = a.cursor(a.body.index);
                 wait::claim(ctx, a.body, cursor, ClaimGoal::Gone, deadline).await?;

@@ -3,10 +3,11 @@
 //! wait a busy server turns away is asked again, and `status` names a backend volume
 //! registered under two names.
 
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use csivol_tests::{ServerProc, eventually};
+use csivol_tests::{Api, FakeAgent, ServerProc, TestDir, eventually};
 use serde_json::json;
 
 use crate::support::{Env, WAIT, make_ready};
@@ -59,6 +60,56 @@ async fn json_output_escapes_what_a_terminal_obeys() {
     let r = env.run(&["volume", "show", "v", "-o", "json"]).await;
     let error = r.json()["claims"][0]["error"].as_str().unwrap().to_owned();
     assert!(error.ends_with(SAID), "{}", error.escape_debug());
+}
+
+#[tokio::test]
+async fn a_json_error_on_stderr_escapes_what_a_terminal_obeys() {
+    let env = Env::start("json-error-escapes");
+    env.volume("v", "single-node-writer").await;
+    let n1 = env.node("n1", 0).await;
+    let wait = env.spawn(&[
+        "claim",
+        "v",
+        "--node",
+        "n1",
+        "--alloc",
+        "a1",
+        "--wait",
+        "--timeout",
+        "2m",
+        "-o",
+        "json",
+    ]);
+    let api = env.api();
+    eventually("the claim recorded", WAIT, || async {
+        (api.get("/v1/volumes/v/claims/a1").await.0 == 200).then_some(())
+    })
+    .await;
+    // The plugin's final error fails the claim; the wait says so, quoting it.
+    n1.report(json!([{"kind": "claim_error", "volume": "v", "alloc": "a1",
+        "error": {"code": "INVALID_ARGUMENT", "message": SAID, "final": true}}]))
+        .await;
+    let r = wait.await.unwrap();
+    assert_eq!(r.code, 1, "{r}");
+    let raw: Vec<char> = r
+        .stderr
+        .chars()
+        .filter(|c| *c != '\n' && csivol_api::is_control(*c))
+        .collect();
+    assert!(
+        raw.is_empty(),
+        "stderr wrote {raw:?} raw:\n{}",
+        r.stderr.escape_debug()
+    );
+    for escaped in [
+        "\\u009b", "\\u0085", "\\u202e", "\\u2066", "\\u2028", "\\u2029",
+    ] {
+        assert!(r.stderr.contains(escaped), "{escaped} in {}", r.stderr);
+    }
+    // One JSON document, whose message reads back as the plugin said it.
+    let error: serde_json::Value = serde_json::from_str(r.stderr.trim()).unwrap();
+    let message = error["error"]["message"].as_str().unwrap();
+    assert!(message.contains(SAID), "{}", message.escape_debug());
 }
 
 #[tokio::test]
@@ -171,15 +222,11 @@ async fn durations_beyond_a_hundred_years_are_refused() {
     assert_eq!(status, 404, "no claim was made");
 }
 
-#[tokio::test]
-async fn a_wait_a_busy_server_turns_away_is_asked_again() {
-    let env = Env::start_with("wait-busy", &["--max-long-polls=1"]);
-    env.volume("v1", "single-node-writer").await;
-    env.volume("other", "single-node-writer").await;
-    let n1 = env.node("n1", 0).await;
-    let api = env.api();
+/// The one long-poll slot of a server started with `--max-long-polls=1`, held by a
+/// blocking query on volume `other` until [`Slot::free`] changes that volume.
+struct Slot(tokio::task::JoinHandle<(u16, serde_json::Value)>);
 
-    // The one long-poll slot is held by a blocking query on `other`, until it changes.
+async fn hold_the_slot(api: &Api) -> Slot {
     let index = api
         .send("GET", "/v1/volumes/other", None)
         .await
@@ -188,7 +235,7 @@ async fn a_wait_a_busy_server_turns_away_is_asked_again() {
         .unwrap();
     let holder = {
         let api = api.clone();
-        // Asked again while the probe below holds the slot for its millisecond.
+        // Asked again while a probe below holds the slot for its millisecond.
         tokio::spawn(async move {
             loop {
                 let answer = api
@@ -202,14 +249,71 @@ async fn a_wait_a_busy_server_turns_away_is_asked_again() {
     };
     eventually("the slot held", WAIT, || async {
         let (status, _) = api.get("/v1/events?index=1000000&wait=1ms").await;
-
         (status == 503).then_some(())
     })
     .await;
+    Slot(holder)
+}
+
+impl Slot {
+    /// `other` changes: its blocking query answers and frees the slot.
+    async fn free(self, api: &Api) {
+        let changed = json!({"plugin": "hp", "external_id": "ext-other", "access_mode": "single-node-writer",
+            "attachment": "file-system", "parameters": {"changed": "yes"}});
+        let (status, body) = api.put("/v1/volumes/other", changed).await;
+        assert_eq!(status, 201, "{body}");
+        assert_eq!(self.0.await.unwrap().0, 200);
+    }
+}
+
+/// `csivol args`, its stderr in a file of the test dir.
+fn spawn_logged(env: &Env, args: &[&str], name: &str) -> (tokio::process::Child, PathBuf) {
+    let stderr = env.dir.join(format!("{name}.stderr"));
+    let mut cmd = env.command(args);
+    cmd.stderr(Stdio::from(std::fs::File::create(&stderr).unwrap()));
+    (cmd.spawn().unwrap(), stderr)
+}
+
+/// Until `cli` says that the server turned its wait away and that it asks again; it must
+/// not have exited meanwhile.
+async fn turned_away(cli: &mut tokio::process::Child, stderr: &Path) {
+    eventually("the wait turned away and asked again", WAIT, || {
+        let exited = cli.try_wait().unwrap();
+        let said = std::fs::read_to_string(stderr).unwrap_or_default();
+        async move {
+            assert!(exited.is_none(), "csivol exited with {exited:?}:\n{said}");
+            said.contains("the server turned the wait away for now (too many long-polls in flight")
+                .then_some(())
+        }
+    })
+    .await;
+}
+
+/// What `cli` printed once it ended, within a minute.
+async fn ended(cli: tokio::process::Child, stderr: &Path) -> (Option<i32>, String, String) {
+    let out = tokio::time::timeout(Duration::from_secs(60), cli.wait_with_output())
+        .await
+        .expect("the wait ended once the slot was free")
+        .unwrap();
+    let said = std::fs::read_to_string(stderr).unwrap();
+    (
+        out.status.code(),
+        String::from_utf8(out.stdout).unwrap(),
+        said,
+    )
+}
+
+#[tokio::test]
+async fn a_wait_a_busy_server_turns_away_is_asked_again() {
+    let env = Env::start_with("wait-busy", &["--max-long-polls=1"]);
+    env.volume("v1", "single-node-writer").await;
+    env.volume("other", "single-node-writer").await;
+    let n1 = env.node("n1", 0).await;
+    let api = env.api();
+    let slot = hold_the_slot(&api).await;
 
     // The claim is recorded; its wait is turned away, and asked again.
-    let stderr = env.dir.join("claim.stderr");
-    let mut cmd = env.command(&[
+    let args = [
         "claim",
         "v1",
         "--node",
@@ -219,40 +323,153 @@ async fn a_wait_a_busy_server_turns_away_is_asked_again() {
         "--wait",
         "--timeout",
         "2m",
-    ]);
-    cmd.stderr(Stdio::from(std::fs::File::create(&stderr).unwrap()));
-    let mut cli = cmd.spawn().unwrap();
-    eventually("the wait turned away and asked again", WAIT, || {
-        let exited = cli.try_wait().unwrap();
-        let said = std::fs::read_to_string(&stderr).unwrap_or_default();
-        async move {
-            assert!(exited.is_none(), "csivol exited with {exited:?}:\n{said}");
-            said.contains("the server turned the wait away for now (too many long-polls in flight")
-                .then_some(())
-        }
-    })
-    .await;
+    ];
+    let (mut cli, stderr) = spawn_logged(&env, &args, "claim");
+    turned_away(&mut cli, &stderr).await;
     make_ready(&n1, &n1, "v1", "a1").await;
     // Still turned away: it cannot have seen the claim ready.
     assert!(cli.try_wait().unwrap().is_none());
 
-    // `other` changes: its blocking query answers and frees the slot; the wait gets in.
-    let changed = json!({"plugin": "hp", "external_id": "ext-other", "access_mode": "single-node-writer",
-        "attachment": "file-system", "parameters": {"changed": "yes"}});
-    let (status, body) = api.put("/v1/volumes/other", changed).await;
-    assert_eq!(status, 201, "{body}");
-    assert_eq!(holder.await.unwrap().0, 200);
-    let out = tokio::time::timeout(Duration::from_secs(60), cli.wait_with_output())
-        .await
-        .expect("the wait ended once the slot was free")
-        .unwrap();
-    let said = std::fs::read_to_string(&stderr).unwrap();
-    assert_eq!(out.status.code(), Some(0), "{said}");
-    assert!(
-        String::from_utf8(out.stdout)
-            .unwrap()
-            .contains("state:        ready")
+    // Once the slot is free, the wait gets in.
+    slot.free(&api).await;
+    let (code, stdout, said) = ended(cli, &stderr).await;
+    assert_eq!(code, Some(0), "{said}");
+    assert!(stdout.contains("state:        ready"), "{stdout}");
+}
+
+/// The node's releases are what a drain follows: the agent unmounts and unstages, the
+/// controller detaches.
+async fn taken_down(n1: &FakeAgent, volume: &str, alloc: &str) {
+    n1.report(json!([
+        {"kind": "unpublished", "volume": volume, "alloc": alloc},
+        {"kind": "unstaged", "volume": volume}
+    ]))
+    .await;
+    let op = n1.wait_op("unpublish").await;
+    n1.report(
+        json!([{"kind": "controller_unpublished", "op": op["id"], "attempt": op["attempt"]}]),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_drain_a_busy_server_turns_away_is_asked_again_from_its_place() {
+    let env = Env::start_with("drain-busy", &["--max-long-polls=1"]);
+    env.volume("v1", "single-node-writer").await;
+    env.volume("other", "single-node-writer").await;
+    let n1 = env.node("n1", 0).await;
+    let r = env
+        .run(&["claim", "v1", "--node", "n1", "--alloc", "a1"])
+        .await;
+    assert_eq!(r.code, 0, "{r}");
+    make_ready(&n1, &n1, "v1", "a1").await;
+    let api = env.api();
+    let slot = hold_the_slot(&api).await;
+
+    let args = ["node", "drain", "n1", "--wait", "--deadline", "2m"];
+    let (mut cli, stderr) = spawn_logged(&env, &args, "drain");
+    turned_away(&mut cli, &stderr).await;
+    // The owner releases and the node empties while the follow is turned away: it is
+    // asked again from the place it had, so what happened meanwhile is not missed.
+    let (status, body) = api.delete("/v1/volumes/v1/claims/a1").await;
+    assert_eq!(status, 202, "{body}");
+    taken_down(&n1, "v1", "a1").await;
+    assert!(cli.try_wait().unwrap().is_none());
+
+    slot.free(&api).await;
+    let (code, stdout, said) = ended(cli, &stderr).await;
+    assert_eq!(code, Some(0), "{said}");
+    assert_eq!(
+        stdout,
+        "node n1 is drained: nothing is claimed on or attached to it\n"
     );
+}
+
+#[tokio::test]
+async fn a_run_whose_release_a_busy_server_turns_away_asks_again() {
+    let env = Env::start_with("run-busy", &["--max-long-polls=1"]);
+    env.volume("v1", "single-node-writer").await;
+    env.volume("other", "single-node-writer").await;
+    let n1 = env.node("n1", 0).await;
+    let api = env.api();
+    // The job says it started, then waits for the test's word to end.
+    let (started, go) = (env.dir.join("started"), env.dir.join("go"));
+    let job = format!(
+        "touch {}; while [ ! -e {} ]; do sleep 0.1; done",
+        started.display(),
+        go.display()
+    );
+    let args = [
+        "run",
+        "v1",
+        "--node",
+        "n1",
+        "--alloc",
+        "a1",
+        "--timeout",
+        "2m",
+        "--",
+        "sh",
+        "-c",
+        &job,
+    ];
+    let (mut cli, stderr) = spawn_logged(&env, &args, "run");
+    eventually("the claim recorded", WAIT, || async {
+        (api.get("/v1/volumes/v1/claims/a1").await.0 == 200).then_some(())
+    })
+    .await;
+    make_ready(&n1, &n1, "v1", "a1").await;
+    eventually("the job started", WAIT, || async {
+        started.exists().then_some(())
+    })
+    .await;
+
+    // The job ends while the server is busy: the release is asked for, and the first read
+    // of the wait for it to finish is turned away, and asked again.
+    let slot = hold_the_slot(&api).await;
+    std::fs::write(&go, "").unwrap();
+    turned_away(&mut cli, &stderr).await;
+    eventually("the release asked for", WAIT, || async {
+        let (_, c) = api.get("/v1/volumes/v1/claims/a1").await;
+        (c["state"] == "releasing").then_some(())
+    })
+    .await;
+    taken_down(&n1, "v1", "a1").await;
+    assert!(cli.try_wait().unwrap().is_none());
+
+    slot.free(&api).await;
+    let (code, _, said) = ended(cli, &stderr).await;
+    assert_eq!(code, Some(0), "{said}");
+    assert!(said.contains("released every claim of alloc a1"), "{said}");
+}
+
+#[tokio::test]
+async fn a_claimer_past_its_claims_limit_is_refused_with_exit_4() {
+    let conf = TestDir::new("claims-limit-config");
+    let path = conf.join("server.toml");
+    std::fs::write(&path, "[limits]\nclaims_per_claimer = 1\n").unwrap();
+    let env = Env::start_with("claims-limit", &[&format!("--config={}", path.display())]);
+    env.volume("v1", "single-node-writer").await;
+    env.volume("v2", "single-node-writer").await;
+    let _n1 = env.node("n1", 0).await;
+    let (_, t) = env
+        .api()
+        .post("/v1/tokens", json!({"role": "claimer", "name": "ci"}))
+        .await;
+    let as_ci = |args: &[&str]| {
+        let mut cmd = env.command(args);
+        cmd.env("CSIVOL_TOKEN", t["token"].as_str().unwrap());
+        crate::support::run(cmd)
+    };
+    let r = as_ci(&["claim", "v1", "--node", "n1", "--alloc", "a1"]).await;
+    assert_eq!(r.code, 0, "{r}");
+    snap!(as_ci(&["claim", "v2", "--node", "n1", "--alloc", "a2"]).await, @r"
+    exit: 4
+    --- stdout
+    --- stderr
+    error: failed to claim volume `v2` for alloc `a2` on node `n1`: claimer:ci holds 1 claim (queued ones included), as many as this server allows one claimer token (`claims_per_claimer` in its [limits])
+    hint: release the claims it no longer needs (a claim with a lease, --ttl, is released when it is not renewed), or ask an operator to raise [limits] claims_per_claimer
+    ");
 }
 
 #[tokio::test]

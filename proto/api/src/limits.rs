@@ -29,6 +29,44 @@ pub const CSI_MOUNT_FLAGS_BYTES: usize = 4 << 10;
 /// The spec sets no number for a repeated field; a person writes a handful.
 pub const MAX_SEGMENTS: usize = 64;
 
+/// Mount flags in one spec: their bytes are the spec's limit ([`CSI_MOUNT_FLAGS_BYTES`]),
+/// their number csivol's, so that empty flags cannot pile up where bytes do not count.
+pub const MAX_MOUNT_FLAGS: usize = 64;
+
+// ---- lists ----
+//
+// Every list a client sends is bounded in count here, and its entries in size (names by
+// the naming rule's 128 bytes, label keys by 63 characters): a request refused names the
+// field, how many it held and the limit.
+
+/// Plugins whose controller one node token's node may host (`token create --controller`).
+pub const MAX_TOKEN_CONTROLLERS: usize = 64;
+/// Nodes allowed, and nodes disallowed, to host a plugin's controller in one request
+/// (`plugin controllers --allow/--disallow`), each.
+pub const MAX_HOST_CHANGES: usize = 256;
+/// Volumes one group snapshot cuts together. The spec sets no number for
+/// `source_volume_ids`; a group is an application's few volumes.
+pub const MAX_GROUP_VOLUMES: usize = 64;
+/// Label keys an operator removes from a node in one request: no node keeps more labels.
+pub const MAX_LABEL_REMOVALS: usize = MAX_NODE_LABELS;
+/// Plugins one node's agent registers.
+pub const MAX_NODE_PLUGINS: usize = 64;
+/// Claims a node's agent says it has published, and volumes it says it has staged, when it
+/// registers: each list.
+pub const MAX_NODE_HOLDINGS: usize = 10_000;
+/// Reports in one batch of a node's agent (`POST .../reports`, a node channel's `report`
+/// line); the agent sends at most 500 at a time.
+pub const MAX_REPORTS: usize = 1_000;
+
+// ---- claims ----
+
+/// Claims one claimer token may hold at once, queued ones included, by default
+/// (`[limits] claims_per_claimer`): each holds a place in a volume's queue or a node's slots,
+/// and its labels in the state.
+pub const DEFAULT_CLAIMS_PER_CLAIMER: usize = 1_000;
+/// The most `[limits] claims_per_claimer` may allow.
+pub const MAX_CLAIMS_PER_CLAIMER: usize = 100_000;
+
 /// Labels one claim may carry, by default and at most (`[limits] claim_labels`).
 pub const DEFAULT_CLAIM_LABELS: usize = 32;
 /// Bytes of one claim's labels, keys and values together, by default and at most

@@ -13,12 +13,15 @@
 use std::collections::BTreeMap;
 
 use crate::limits::{
-    CSI_MAP_BYTES, CSI_MOUNT_FLAGS_BYTES, CSI_STRING_BYTES, Limit, MAX_NODE_LABELS, MAX_SEGMENTS,
-    NODE_LABEL_VALUE_BYTES, TextLimits,
+    CSI_MAP_BYTES, CSI_MOUNT_FLAGS_BYTES, CSI_STRING_BYTES, Limit, MAX_GROUP_VOLUMES,
+    MAX_HOST_CHANGES, MAX_LABEL_REMOVALS, MAX_MOUNT_FLAGS, MAX_NODE_HOLDINGS, MAX_NODE_LABELS,
+    MAX_NODE_PLUGINS, MAX_REPORTS, MAX_SEGMENTS, MAX_TOKEN_CONTROLLERS, NODE_LABEL_VALUE_BYTES,
+    TextLimits,
 };
 use crate::{
-    ClaimRequest, CreateVolumeSpec, GroupSnapshotRequest, ModifyRequest, RegisterRequest,
-    SnapshotRequest, Topology, VolumeSpec,
+    ClaimRequest, ControllerHostsChange, CreateVolumeSpec, GroupSnapshotRequest, ModifyRequest,
+    NodeLabelRequest, RegisterRequest, ReportBatch, SnapshotRequest, TokenRequest, Topology,
+    VolumeSpec,
 };
 
 /// Characters a terminal may act on, or that show text in another order or on another
@@ -166,6 +169,13 @@ fn check_csi_string(field: &str, value: &str) -> Result<(), TextError> {
 }
 
 fn check_mount_flags(flags: &[String]) -> Result<(), TextError> {
+    check_count(
+        "mount_flags",
+        flags.len(),
+        "flags",
+        MAX_MOUNT_FLAGS,
+        Limit::Csivol,
+    )?;
     let bytes = flags.iter().map(String::len).sum();
     if bytes > CSI_MOUNT_FLAGS_BYTES {
         return Err(TextError::TooLarge {
@@ -302,7 +312,75 @@ impl FreeText for SnapshotRequest {
 
 impl FreeText for GroupSnapshotRequest {
     fn check_text(&self) -> Result<(), TextError> {
+        check_count(
+            "volumes",
+            self.volumes.len(),
+            "volumes",
+            MAX_GROUP_VOLUMES,
+            Limit::Csivol,
+        )?;
         check_csi_map("parameters", &self.parameters)
+    }
+}
+
+/// The plugins a node token names (names, each checked by the naming rule).
+impl FreeText for TokenRequest {
+    fn check_text(&self) -> Result<(), TextError> {
+        check_count(
+            "controllers",
+            self.controllers.len(),
+            "plugins",
+            MAX_TOKEN_CONTROLLERS,
+            Limit::Csivol,
+        )
+    }
+}
+
+/// The nodes allowed and disallowed (names, each checked by the naming rule).
+impl FreeText for ControllerHostsChange {
+    fn check_text(&self) -> Result<(), TextError> {
+        check_count(
+            "allow",
+            self.allow.len(),
+            "nodes",
+            MAX_HOST_CHANGES,
+            Limit::Csivol,
+        )?;
+        check_count(
+            "disallow",
+            self.disallow.len(),
+            "nodes",
+            MAX_HOST_CHANGES,
+            Limit::Csivol,
+        )
+    }
+}
+
+/// The label keys an operator removes from a node (each checked by the label key rule;
+/// the labels set are checked against the node's as they would be after the change).
+impl FreeText for NodeLabelRequest {
+    fn check_text(&self) -> Result<(), TextError> {
+        check_count(
+            "remove",
+            self.remove.len(),
+            "label keys",
+            MAX_LABEL_REMOVALS,
+            Limit::Csivol,
+        )
+    }
+}
+
+/// How many reports one batch carries. What they say is the node's and its plugins'
+/// evidence, bounded by the request's body, never refused for its text.
+impl FreeText for ReportBatch {
+    fn check_text(&self) -> Result<(), TextError> {
+        check_count(
+            "reports",
+            self.reports.len(),
+            "reports",
+            MAX_REPORTS,
+            Limit::Csivol,
+        )
     }
 }
 
@@ -317,6 +395,27 @@ impl FreeText for ModifyRequest {
 /// NodeGetInfo's ids and topology) is theirs, shown escaped, never refused.
 impl FreeText for RegisterRequest {
     fn check_text(&self) -> Result<(), TextError> {
+        check_count(
+            "plugins",
+            self.plugins.len(),
+            "plugins",
+            MAX_NODE_PLUGINS,
+            Limit::Csivol,
+        )?;
+        check_count(
+            "published",
+            self.published.len(),
+            "claims",
+            MAX_NODE_HOLDINGS,
+            Limit::Csivol,
+        )?;
+        check_count(
+            "staged",
+            self.staged.len(),
+            "volumes",
+            MAX_NODE_HOLDINGS,
+            Limit::Csivol,
+        )?;
         check_node_labels("labels", &self.labels)
     }
 }

@@ -11,6 +11,7 @@ use csivol_api::{self as api, ClaimRequest, ClaimState};
 
 use super::blocking::{Blocking, Hold, cursor_headers, follow, hold_claim, with_index};
 use super::extract::{Body, Q, name};
+use super::listing;
 use super::once::{Answer, Once, Outcome};
 use super::waits::waits_for_release;
 use crate::app::App;
@@ -28,7 +29,11 @@ pub(super) async fn post_claim(
     once: Once,
     Body(req): Body<ClaimRequest>,
 ) -> ApiResult<Response> {
-    let (actor, limits) = app.claimer(&headers)?;
+    let caller = app.caller(&headers)?;
+    caller.require_claimer()?;
+    let (actor, limits) = (caller.actor(), app.limits.clone());
+    // A claimer's claims count against this server's `claims_per_claimer`.
+    let (token, bounded) = (caller.token_id, caller.role == api::Role::Claimer);
     let hold = hold.wait()?;
     let waits = waits_for_release(&headers)?;
     let began = app.db.hub.generation();
@@ -45,7 +50,12 @@ pub(super) async fn post_claim(
     let sent_at = once.sent_at();
     let body = req.clone();
     let write = move |ctx: &mut WriteCtx<'_>| {
-        lifecycle::create_claim(ctx, &volume, &req, &actor, &limits, waits, sent_at)
+        let who = lifecycle::Claimant {
+            actor: &actor,
+            token: &token,
+            bounded,
+        };
+        lifecycle::create_claim(ctx, &volume, &req, &who, &limits, waits, sent_at)
     };
     let answer = move |(claim, new): &(api::Claim, bool)| {
         let status = if *new {
@@ -175,10 +185,5 @@ pub(super) async fn list_claims(
 ) -> ApiResult<Response> {
     app.caller(&headers)?.require_reader()?;
     let filter = views::ClaimFilter::from_query(&pairs)?;
-    let now = app.clock.now_ms();
-    let claims = app
-        .db
-        .read(move |c| views::list_claims(c, &filter, now))
-        .await?;
-    Ok(Json(claims).into_response())
+    listing::claims(&app, filter).await
 }

@@ -17,6 +17,7 @@ mod events;
 mod extract;
 mod health;
 pub(crate) mod listen;
+mod listing;
 mod nodes;
 mod once;
 mod plugins;

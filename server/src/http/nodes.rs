@@ -328,6 +328,7 @@ pub(super) async fn apply_reports(
     channel: bool,
 ) -> ApiResult<usize> {
     let limits = app.limits.clone();
+    api::FreeText::check_text(&batch).map_err(ApiError::text)?;
     let count = batch.reports.len();
     app.metrics.node_reports(count as u64, channel);
     let node = node.to_owned();

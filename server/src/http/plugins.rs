@@ -11,7 +11,7 @@ use csivol_api as api;
 use super::extract::{Body, name};
 use super::once::{Once, ok};
 use crate::app::App;
-use crate::error::ApiResult;
+use crate::error::{ApiError, ApiResult};
 use crate::store::Snapshot;
 use crate::store::sqlite::writer::WriteCtx;
 use crate::{lifecycle, views};
@@ -72,6 +72,7 @@ pub(super) async fn change_controller_hosts(
     Body(req): Body<api::ControllerHostsChange>,
 ) -> ApiResult<Response> {
     let (actor, _) = app.operator(&headers)?;
+    api::FreeText::check_text(&req).map_err(ApiError::text)?;
     let body = req.clone();
     // The hosts as the change left them, read in its own transaction.
     let write = move |ctx: &mut WriteCtx<'_>| {

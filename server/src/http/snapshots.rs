@@ -4,12 +4,13 @@
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use csivol_api as api;
 use serde::Deserialize;
 
 use super::blocking::{Blocking, follow, with_index};
 use super::extract::{Body, Q, name};
+use super::listing;
 use super::once::{Once, accepted_or_gone, accepted_or_ok};
 use super::waits::waits_for_release;
 use crate::app::App;
@@ -26,11 +27,13 @@ pub(super) struct SnapshotFilter {
     group: Option<String>,
 }
 
+/// Every snapshot (of a volume) streamed a page at a time (`listing`); a group's members
+/// (as many as its volumes) in one read.
 pub(super) async fn list_snapshots(
     State(app): State<App>,
     headers: HeaderMap,
     Q(f): Q<SnapshotFilter>,
-) -> ApiResult<Json<Vec<api::Snapshot>>> {
+) -> ApiResult<Response> {
     app.caller(&headers)?.require_reader()?;
     if let Some(v) = &f.volume {
         name("volume", v)?;
@@ -38,11 +41,14 @@ pub(super) async fn list_snapshots(
     if let Some(g) = &f.group {
         name("group snapshot", g)?;
     }
-    let snapshots = app
+    let Some(group) = f.group else {
+        return listing::snapshots(&app, f.volume).await;
+    };
+    let members = app
         .db
-        .read(move |c| lifecycle::list_snapshots(c, f.volume.as_deref(), f.group.as_deref()))
+        .read(move |c| lifecycle::list_group_members(c, &group, f.volume.as_deref()))
         .await?;
-    Ok(Json(snapshots))
+    Ok(Json(members).into_response())
 }
 
 pub(super) async fn get_snapshot(

@@ -4,13 +4,13 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use csivol_api::{TokenInfo, TokenRequest};
+use csivol_api::{self as api, TokenInfo, TokenRequest};
 
 use super::extract::Body;
 use super::once::{Answer, Once, Outcome};
 use crate::app::App;
 use crate::auth::Caller;
-use crate::error::ApiResult;
+use crate::error::{ApiError, ApiResult};
 use crate::store::sqlite::writer::WriteCtx;
 use crate::{auth, lifecycle};
 
@@ -20,6 +20,7 @@ pub(super) async fn create_token(
     Body(req): Body<TokenRequest>,
 ) -> ApiResult<Response> {
     let (actor, _) = app.operator(&headers)?;
+    api::FreeText::check_text(&req).map_err(ApiError::text)?;
     let (resp, expires_at) = app
         .db
         .write(move |ctx| {

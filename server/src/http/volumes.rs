@@ -12,13 +12,12 @@ use serde::{Deserialize, Serialize};
 
 use super::blocking::{Blocking, follow, with_index};
 use super::extract::{Body, Q, name};
+use super::listing;
 use super::once::{Once, accepted_or_gone, accepted_or_ok, created_or_ok, ok};
 use super::waits::waits_for_release;
 use crate::app::App;
 use crate::error::{ApiError, ApiResult};
 use crate::lifecycle::Limits;
-use crate::model::listing::VolumeChunk;
-use crate::store::sqlite::db::Db;
 use crate::store::sqlite::writer::WriteCtx;
 use crate::watch::Key;
 use crate::{lifecycle, views};
@@ -81,74 +80,7 @@ pub(super) async fn list_volumes(
         return Err(ApiError::bad_request("`after` needs `limit`")
             .with_hint("page with ?limit=1000&after=NAME, NAME the last volume of a page"));
     }
-    Ok(stream_volumes(&app.db, filter))
-}
-
-/// Every volume as a JSON array from one read transaction, sent through a short channel:
-/// at most a few chunks are in memory at once. Two threads share the work, so that a long
-/// listing takes the time of the larger half rather than of both: the one holding the read
-/// transaction copies chunks of rows as stored, the other reads the volumes in place and
-/// writes their JSON (allocating, and freeing, almost nothing for a volume on either).
-/// An error after the first byte ends the body with an error, so the client sees a broken
-/// answer, never a short list.
-fn stream_volumes(db: &Db, filter: views::VolumeFilter) -> Response {
-    use axum::body::Bytes;
-    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(4);
-    let db = db.clone();
-    tokio::spawn(async move {
-        let sender = tx.clone();
-        // `None` marks the end of a complete read: a channel that closes without it means
-        // the read failed, and the list must not be closed as if whole.
-        let (rows_tx, rows_rx) = std::sync::mpsc::sync_channel::<Option<VolumeChunk>>(4);
-        let shaping_filter = filter.clone();
-        let shaping = tokio::task::spawn_blocking(move || {
-            let gone = || ApiError::unavailable("the client stopped reading the list");
-            tx.blocking_send(Ok(Bytes::from_static(b"[")))
-                .map_err(|_| gone())?;
-            let mut first = true;
-            loop {
-                let Ok(next) = rows_rx.recv() else {
-                    return Err(ApiError::internal("the read of the list ended early"));
-                };
-                let Some(chunk) = next else {
-                    break;
-                };
-                let mut buf = Vec::with_capacity(chunk.volumes.len() * 512);
-                for v in views::shape(&chunk, &shaping_filter) {
-                    views::write_listed(&mut buf, std::mem::take(&mut first), &v?)?;
-                }
-                tx.blocking_send(Ok(buf.into())).map_err(|_| gone())?;
-            }
-            tx.blocking_send(Ok(Bytes::from_static(b"]")))
-                .map_err(|_| gone())
-        });
-        let read = db
-            .read(move |c| {
-                let gone = || ApiError::unavailable("the client stopped reading the list");
-                views::each_volume_chunk(c, &filter, |chunk| {
-                    rows_tx.send(Some(chunk)).map_err(|_| gone())
-                })?;
-                rows_tx.send(None).map_err(|_| gone())
-            })
-            .await;
-        let shaped = shaping
-            .await
-            .unwrap_or_else(|e| Err(ApiError::internal(format!("shaping the list: {e}"))));
-        // The read's own error says more than the shaper's "ended early".
-        if let Err(e) = read.and(shaped) {
-            tracing::warn!("listing volumes failed part way: {}", e.message);
-            let _ = sender.send(Err(std::io::Error::other(e.message))).await;
-        }
-    });
-    let body = axum::body::Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx));
-    (
-        [(
-            axum::http::header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        )],
-        body,
-    )
-        .into_response()
+    listing::volumes(&app, filter).await
 }
 
 pub(super) async fn get_volume(

@@ -27,6 +27,59 @@ pub fn initial_state(
     Ok(transitions::first_state(&recorded.facts(), node))
 }
 
+/// Who asks for a claim: the actor its event names, the token recorded as its claimer,
+/// and whether that token's claims are bounded by `[limits] claims_per_claimer` (a
+/// claimer's are; an operator's are not, as operators revoke the tokens that misbehave).
+#[derive(Clone, Copy, Debug)]
+pub struct Claimant<'a> {
+    pub actor: &'a str,
+    pub token: &'a str,
+    pub bounded: bool,
+}
+
+#[cfg(test)]
+impl<'a> Claimant<'a> {
+    /// The lifecycle's tests' claims: an operator's, its token named as its actor.
+    pub fn operator(actor: &'a str) -> Self {
+        Self {
+            actor,
+            token: actor,
+            bounded: false,
+        }
+    }
+}
+
+/// A claimer token that holds as many claims as this server allows refuses a new one,
+/// with how many it holds and where the limit is set; what it holds stays.
+fn refuse_past_claims_limit(
+    conn: &(impl Snapshot + ?Sized),
+    who: &Claimant<'_>,
+    limits: &Limits,
+) -> ApiResult<()> {
+    if !who.bounded {
+        return Ok(());
+    }
+    // `None`: the schema does not record claimers yet (a rolling upgrade over etcd before
+    // `upgrade finalize`); the bound applies from then on.
+    let Some(held) = conn.claims_held_by(who.token)? else {
+        return Ok(());
+    };
+    let max = limits.claims_per_claimer;
+    if held < max {
+        return Ok(());
+    }
+    let s = if held == 1 { "" } else { "s" };
+    Err(ApiError::conflict(format!(
+        "{} holds {held} claim{s} (queued ones included), as many as this server allows one \
+         claimer token (`claims_per_claimer` in its [limits])",
+        who.actor
+    ))
+    .with_hint(
+        "release the claims it no longer needs (a claim with a lease, --ttl, is released when \
+         it is not renewed), or ask an operator to raise [limits] claims_per_claimer",
+    ))
+}
+
 /// `POST /v1/volumes/{name}/claims`: returns the claim and whether it is new.
 ///
 /// With `waits` (the claimant follows the outcome), a claim that only claims being
@@ -37,15 +90,17 @@ pub fn create_claim(
     ctx: &mut impl Txn,
     volume: &str,
     req: &ClaimRequest,
-    actor: &str,
+    who: &Claimant<'_>,
     limits: &Limits,
     waits: bool,
     sent_at: Option<i64>,
 ) -> ApiResult<(api::Claim, bool)> {
+    let actor = who.actor;
     match evaluate_claim(&*ctx, volume, req, waits)? {
         ClaimDecision::Existing(c) => Ok((ctx.claim_to_api(&c)?, false)),
         decision => {
             super::retries::refuse_if_released(&*ctx, volume, &req.alloc, sent_at)?;
+            refuse_past_claims_limit(&*ctx, who, limits)?;
             let state = match &decision {
                 ClaimDecision::Queue(_) => ClaimState::Queued,
                 _ => transitions::NEW_CLAIM,
@@ -59,6 +114,7 @@ pub fn create_claim(
                 request: req,
                 state,
                 expires_at,
+                claimer: Some(who.token),
             })?;
             let mut message = format!("{} claim recorded", req.mode.as_str());
             if let Some(t) = req.ttl_ms {

@@ -24,6 +24,7 @@ pub fn relabel(
     configured: Option<&BTreeMap<String, String>>,
     req: &NodeLabelRequest,
 ) -> Result<(BTreeMap<String, String>, Vec<String>), ApiError> {
+    csivol_api::FreeText::check_text(req).map_err(ApiError::text)?;
     if req.set.is_empty() && req.remove.is_empty() {
         return Err(ApiError::invalid("no label to set or remove")
             .with_hint(format!("e.g. csivol node label {node} bmc=10.0.0.12 rack-")));

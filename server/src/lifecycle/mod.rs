@@ -59,7 +59,7 @@ mod tokens;
 mod volumes;
 
 pub use after_release::resume_all_held;
-pub use claims::{claim_dry_run, create_claim, no_claim, release_claim};
+pub use claims::{Claimant, claim_dry_run, create_claim, no_claim, release_claim};
 pub use desired::{desired_changes, desired_state};
 pub use events::prune_events;
 pub use expand::expand_volume;
@@ -80,7 +80,9 @@ pub use ops::{plugins_with_due_ops, schedule_ops};
 pub use reports::apply_reports;
 pub use retries::{PRUNE_BATCH, prune_retries};
 pub use settings::Limits;
-pub use snapshots::{create_snapshot, delete_snapshot, list_snapshots, snapshot_view};
+pub use snapshots::{
+    create_snapshot, delete_snapshot, list_group_members, snapshot_page, snapshot_view,
+};
 pub use tokens::{NewToken, create_token, first_operator_token, persist_last_used, revoke_token};
 pub use volumes::{
     create_volume, deregister_volume, duplicate_ids, register_volume, unknown_plugin, volume_view,

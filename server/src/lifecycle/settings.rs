@@ -26,6 +26,8 @@ pub struct Limits {
     pub request_memory: Duration,
     /// The limits of claim labels and operators' reasons (`[limits]` in the config file).
     pub text: csivol_api::limits::TextLimits,
+    /// Claims one claimer token may hold at once (`[limits] claims_per_claimer`).
+    pub claims_per_claimer: usize,
     /// How large the event log may grow (`[limits]`).
     pub events: crate::limits::EventBounds,
 }

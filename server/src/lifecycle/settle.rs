@@ -139,6 +139,8 @@ pub fn reported(
             request: &request,
             state: ClaimState::Releasing,
             expires_at: None,
+            // Nobody asked for it here: no claimer's claims count it.
+            claimer: None,
         })?;
         if ctx.attachment(&v.name, node)?.is_none() {
             ctx.insert_attachment(&v.name, node, AttachmentState::Attached)?;

@@ -62,28 +62,46 @@ fn to_api(conn: &(impl Snapshot + ?Sized), s: &SnapshotRow) -> ApiResult<api::Sn
     Ok(a)
 }
 
-/// `GET /v1/snapshots[?volume=V][&group=G]`: a group's members, where `group` names one.
-pub fn list_snapshots(
+/// Snapshots per page of `GET /v1/snapshots`.
+pub const SNAPSHOT_PAGE: usize = 500;
+
+/// `GET /v1/snapshots[?volume=V]`, a page: the snapshots after `after` by name, and the name
+/// the next page starts after (`None`: this was the last).
+pub fn snapshot_page(
     conn: &(impl Snapshot + ?Sized),
     volume: Option<&str>,
-    group: Option<&str>,
-) -> ApiResult<Vec<api::Snapshot>> {
-    let rows = match group {
-        Some(g) => {
-            if conn.group_snapshot(g)?.is_none() {
-                return Err(
-                    ApiError::not_found(format!("group snapshot `{g}` is not registered"))
-                        .with_hint("`csivol snapshot list --groups` shows the group snapshots"),
-                );
-            }
-            conn.group_members(g)?
-                .into_iter()
-                .filter(|s| volume.is_none_or(|v| s.volume == v))
-                .collect()
-        }
-        None => conn.snapshots(volume)?,
+    after: &str,
+) -> ApiResult<(Vec<api::Snapshot>, Option<String>)> {
+    let rows = conn.snapshot_page(volume, after, SNAPSHOT_PAGE)?;
+    let next = match rows.last() {
+        Some(last) if rows.len() == SNAPSHOT_PAGE => Some(last.name.clone()),
+        _ => None,
     };
-    rows.iter().map(|s| to_api(conn, s)).collect()
+    let page = rows
+        .iter()
+        .map(|s| to_api(conn, s))
+        .collect::<ApiResult<_>>()?;
+    Ok((page, next))
+}
+
+/// `GET /v1/snapshots?group=G[&volume=V]`: a group's members (as many as its volumes, which
+/// a group bounds).
+pub fn list_group_members(
+    conn: &(impl Snapshot + ?Sized),
+    group: &str,
+    volume: Option<&str>,
+) -> ApiResult<Vec<api::Snapshot>> {
+    if conn.group_snapshot(group)?.is_none() {
+        return Err(
+            ApiError::not_found(format!("group snapshot `{group}` is not registered"))
+                .with_hint("`csivol snapshot list --groups` shows the group snapshots"),
+        );
+    }
+    conn.group_members(group)?
+        .iter()
+        .filter(|s| volume.is_none_or(|v| s.volume == v))
+        .map(|s| to_api(conn, s))
+        .collect()
 }
 
 /// `PUT /v1/snapshots/{name}`: queues CreateSnapshot; the snapshot and whether this call

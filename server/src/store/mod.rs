@@ -67,6 +67,9 @@ pub trait Snapshot {
     /// Claims of a volume, in queue order (created_at, then alloc).
     fn claims_of_volume(&self, volume: &str) -> ApiResult<Vec<ClaimRow>>;
     fn claim(&self, volume: &str, alloc: &str) -> ApiResult<Option<ClaimRow>>;
+    /// How many claims the token `token` made and still holds, queued ones included;
+    /// `None` where the schema does not record claimers (before `upgrade finalize`).
+    fn claims_held_by(&self, token: &str) -> ApiResult<Option<usize>>;
     /// Claims on a node (in one state, or all), by volume and alloc.
     fn claims_of_node(&self, node: &str, state: Option<ClaimState>) -> ApiResult<Vec<ClaimRow>>;
     /// A queued claim's place in its volume's queue (1 first); `None` when not queued.
@@ -157,6 +160,14 @@ pub trait Snapshot {
     fn snapshot(&self, name: &str) -> ApiResult<Option<SnapshotRow>>;
     /// Every snapshot, or those taken of `volume`, by name.
     fn snapshots(&self, volume: Option<&str>) -> ApiResult<Vec<SnapshotRow>>;
+    /// At most `limit` snapshots by name after `after` (of `volume`, when given): a page of
+    /// a listing. Fewer than `limit`: the end.
+    fn snapshot_page(
+        &self,
+        volume: Option<&str>,
+        after: &str,
+        limit: usize,
+    ) -> ApiResult<Vec<SnapshotRow>>;
     /// The controller capabilities of `plugin` as its controller hosts registered them
     /// (any host's), or `None` when no agent hosts its controller.
     fn controller_capabilities(
@@ -206,6 +217,16 @@ pub trait Snapshot {
     ) -> ApiResult<VolumeChunk>;
     /// Claims (of a volume, on a node, or every one), by volume, creation and alloc.
     fn claims(&self, volume: Option<&str>, node: Option<&str>) -> ApiResult<Vec<ClaimRow>>;
+    /// The claims of the first `volumes` volumes by name after `after` that have claims
+    /// passing the filters ([`Snapshot::claims`]'): a page of a listing, every claim of a
+    /// volume in one page. An empty page is the end.
+    fn claim_page(
+        &self,
+        volume: Option<&str>,
+        node: Option<&str>,
+        after: &str,
+        volumes: usize,
+    ) -> ApiResult<Vec<ClaimRow>>;
     /// Every node's registration of every plugin (or of `only`), by plugin and node.
     fn plugin_nodes(&self, only: Option<&str>) -> ApiResult<Vec<PluginNodeRow>>;
     /// How many volumes `plugin` has.
@@ -303,6 +324,9 @@ pub struct NewClaim<'a> {
     pub request: &'a api::ClaimRequest,
     pub state: ClaimState,
     pub expires_at: Option<i64>,
+    /// The token that asked for it (none for a claim found on a node), recorded where the
+    /// schema has the column.
+    pub claimer: Option<&'a str>,
 }
 
 /// An entry of the event log.

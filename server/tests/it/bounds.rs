@@ -527,28 +527,7 @@ fn age_database(data: &std::path::Path) -> String {
         [&labels],
     )
     .unwrap();
-    let version: i64 = conn
-        .pragma_query_value(None, "user_version", |r| r.get(0))
-        .unwrap();
-    // The schema before the index: a build that has the index added it last, in the
-    // migration that also made the tables of exact retries (empty here) and the claims'
-    // drift column (no claim drifted here), so the older schema has none of them.
-    let indexed: i64 = conn
-        .query_row(
-            "SELECT COUNT(*) FROM sqlite_master WHERE name = 'volumes_external_id'",
-            [],
-            |r| r.get(0),
-        )
-        .unwrap();
-    conn.execute_batch(
-        "DROP INDEX IF EXISTS volumes_external_id;
-         DROP TABLE IF EXISTS request_keys;
-         DROP TABLE IF EXISTS claim_tombstones;
-         ALTER TABLE claims DROP COLUMN drift;",
-    )
-    .unwrap();
-    conn.pragma_update(None, "user_version", version - indexed)
-        .unwrap();
+    crate::back_to_the_previous_schema(&conn);
     labels
 }
 

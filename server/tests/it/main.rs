@@ -8,6 +8,7 @@ mod channel;
 mod claims;
 mod connections;
 mod controller;
+mod counts;
 mod durability;
 mod fence;
 mod generation;
@@ -22,6 +23,7 @@ mod ha_retries;
 mod ha_upgrade;
 mod hosting;
 mod impostor;
+mod listings;
 mod lost;
 mod queue_and_leases;
 mod retries;
@@ -138,4 +140,26 @@ pub(crate) async fn make_ready(
         claim_state(api, volume, alloc).await.as_deref(),
         Some("ready")
     );
+}
+
+/// Takes a database this build made back to the schema of the release before: this
+/// release's schema changes are one migration (the retries' tables, the external-id
+/// index, the claims' `drift` and `claimer` columns), undone here, and the version one
+/// lower, so that the next start migrates it as an upgrade does. Rows the older schema
+/// has are kept with their ids.
+pub(crate) fn back_to_the_previous_schema(conn: &rusqlite::Connection) {
+    let version: i64 = conn
+        .pragma_query_value(None, "user_version", |r| r.get(0))
+        .unwrap();
+    conn.execute_batch(
+        "DROP INDEX volumes_external_id;
+         DROP TABLE request_keys;
+         DROP TABLE claim_tombstones;
+         DROP INDEX claims_claimer;
+         ALTER TABLE claims DROP COLUMN claimer;
+         ALTER TABLE claims DROP COLUMN drift;",
+    )
+    .unwrap();
+    conn.pragma_update(None, "user_version", version - 1)
+        .unwrap();
 }

@@ -18,10 +18,20 @@ async fn claim_waiting(env: &Env, volume: &str, alloc: &str, node: &str) -> csiv
         volume.to_owned(),
         ClaimRequest::new(alloc, node, ClaimMode::Write),
     );
-    env.write(move |ctx, l| super::super::create_claim(ctx, &v, &req, "ci", l, true, None))
-        .await
-        .unwrap()
-        .0
+    env.write(move |ctx, l| {
+        super::super::create_claim(
+            ctx,
+            &v,
+            &req,
+            &super::super::Claimant::operator("ci"),
+            l,
+            true,
+            None,
+        )
+    })
+    .await
+    .unwrap()
+    .0
 }
 
 /// The answer of the one operation assigned to `host`, taking it down.
@@ -234,7 +244,17 @@ async fn a_claim_that_more_than_a_release_stands_in_the_way_of_is_refused_waitin
         ClaimRequest::new("c", "n2", ClaimMode::Write),
     );
     let waited = env
-        .write(move |ctx, l| super::super::create_claim(ctx, &v, &req, "ci", l, true, None))
+        .write(move |ctx, l| {
+            super::super::create_claim(
+                ctx,
+                &v,
+                &req,
+                &super::super::Claimant::operator("ci"),
+                l,
+                true,
+                None,
+            )
+        })
         .await
         .unwrap_err();
     assert_eq!(waited.message, e.message);

@@ -73,6 +73,7 @@ impl Env {
                 metrics: Arc::new(Metrics::default()),
                 request_memory: crate::config::DEFAULT_REQUEST_MEMORY,
                 text: Default::default(),
+                claims_per_claimer: csivol_api::limits::DEFAULT_CLAIMS_PER_CLAIMER,
                 events: Default::default(),
             },
         }
@@ -122,9 +123,19 @@ impl Env {
 
     async fn claim_with(&self, volume: &str, req: ClaimRequest) -> ApiResult<api::Claim> {
         let v = volume.to_owned();
-        self.write(move |ctx, l| super::create_claim(ctx, &v, &req, "ci", l, false, None))
-            .await
-            .map(|(c, _)| c)
+        self.write(move |ctx, l| {
+            super::create_claim(
+                ctx,
+                &v,
+                &req,
+                &super::Claimant::operator("ci"),
+                l,
+                false,
+                None,
+            )
+        })
+        .await
+        .map(|(c, _)| c)
     }
 
     async fn claim(

@@ -26,7 +26,15 @@ impl Env {
             ClaimRequest::new(alloc, node, ClaimMode::Write),
         );
         self.write(move |ctx, l| {
-            super::super::create_claim(ctx, &v, &req, "ci", l, false, Some(sent_at))
+            super::super::create_claim(
+                ctx,
+                &v,
+                &req,
+                &super::super::Claimant::operator("ci"),
+                l,
+                false,
+                Some(sent_at),
+            )
         })
         .await
         .map(|(c, _)| c)

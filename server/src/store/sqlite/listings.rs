@@ -7,7 +7,7 @@ use rusqlite::types::ValueRef;
 use rusqlite::{Connection, params};
 
 use super::exec;
-use super::rows::{ATTACHMENT_COLUMNS, VOLUME_COLUMNS, volume_fields};
+use super::rows::{ATTACHMENT_COLUMNS, CLAIM_COLUMNS, VOLUME_COLUMNS, volume_fields};
 use crate::error::{ApiError, ApiResult};
 use crate::model::listing::{StoredRows, VolumeChunk};
 use crate::model::{
@@ -204,6 +204,32 @@ pub fn claims(
     let rows = conn
         .prepare_cached(&sql)?
         .query_map(params![volume, node], ClaimRow::from_row)?
+        .collect::<Result<_, _>>()?;
+    Ok(rows)
+}
+
+/// The claims of the first `volumes` volumes after `after` by name that have claims (of
+/// `volume`, on `node`, when given), by volume, creation and alloc: a page of a listing,
+/// which holds every claim of a volume that passes the filters, so that their queue
+/// positions are counted as the whole listing counts them.
+pub fn claim_page(
+    conn: &Connection,
+    volume: Option<&str>,
+    node: Option<&str>,
+    after: &str,
+    volumes: usize,
+) -> ApiResult<Vec<ClaimRow>> {
+    let filter = "volume > ?3 AND (?1 IS NULL OR volume = ?1) AND (?2 IS NULL OR node = ?2)";
+    let sql = format!(
+        "SELECT {CLAIM_COLUMNS} FROM claims WHERE {filter} AND volume <= \
+         (SELECT MAX(volume) FROM (SELECT DISTINCT volume FROM claims WHERE {filter} \
+         ORDER BY volume LIMIT ?4)) \
+         ORDER BY volume, created_at, alloc"
+    );
+    let volumes = i64::try_from(volumes).unwrap_or(i64::MAX);
+    let rows = conn
+        .prepare_cached(&sql)?
+        .query_map(params![volume, node, after, volumes], ClaimRow::from_row)?
         .collect::<Result<_, _>>()?;
     Ok(rows)
 }

@@ -5,6 +5,7 @@
 
 mod access;
 pub mod backup;
+mod claimers;
 pub mod db;
 mod drift;
 mod held;
@@ -123,6 +124,10 @@ impl Snapshot for Connection {
 
     fn claim(&self, volume: &str, alloc: &str) -> ApiResult<Option<ClaimRow>> {
         ClaimRow::load(self, volume, alloc)
+    }
+
+    fn claims_held_by(&self, token: &str) -> ApiResult<Option<usize>> {
+        claimers::held_by(self, token)
     }
 
     fn claims_of_node(&self, node: &str, state: Option<ClaimState>) -> ApiResult<Vec<ClaimRow>> {
@@ -406,6 +411,15 @@ impl Snapshot for Connection {
         snapshots::snapshots(self, volume)
     }
 
+    fn snapshot_page(
+        &self,
+        volume: Option<&str>,
+        after: &str,
+        limit: usize,
+    ) -> ApiResult<Vec<crate::model::SnapshotRow>> {
+        snapshots::snapshot_page(self, volume, after, limit)
+    }
+
     fn controller_capabilities(
         &self,
         plugin: &str,
@@ -472,6 +486,16 @@ impl Snapshot for Connection {
 
     fn claims(&self, volume: Option<&str>, node: Option<&str>) -> ApiResult<Vec<ClaimRow>> {
         listings::claims(self, volume, node)
+    }
+
+    fn claim_page(
+        &self,
+        volume: Option<&str>,
+        node: Option<&str>,
+        after: &str,
+        volumes: usize,
+    ) -> ApiResult<Vec<ClaimRow>> {
+        listings::claim_page(self, volume, node, after, volumes)
     }
 
     fn plugin_nodes(&self, only: Option<&str>) -> ApiResult<Vec<PluginNodeRow>> {
@@ -562,6 +586,7 @@ reads_through_the_transaction! {
     volume(name: &str) -> Option<VolumeRow>;
     claims_of_volume(volume: &str) -> Vec<ClaimRow>;
     claim(volume: &str, alloc: &str) -> Option<ClaimRow>;
+    claims_held_by(token: &str) -> Option<usize>;
     claims_of_node(node: &str, state: Option<ClaimState>) -> Vec<ClaimRow>;
     queue_position(claim: &ClaimRow) -> Option<u32>;
     attachments_of_volume(volume: &str) -> Vec<AttachmentRow>;
@@ -593,6 +618,7 @@ reads_through_the_transaction! {
     controller_findings(plugin: Option<&str>) -> Vec<(String, csivol_rules::reconcile::Kept)>;
     snapshot(name: &str) -> Option<crate::model::SnapshotRow>;
     snapshots(volume: Option<&str>) -> Vec<crate::model::SnapshotRow>;
+    snapshot_page(volume: Option<&str>, after: &str, limit: usize) -> Vec<crate::model::SnapshotRow>;
     controller_capabilities(plugin: &str) -> Option<api::ControllerCapabilities>;
     group_snapshot(name: &str) -> Option<crate::model::GroupSnapshotRow>;
     group_snapshots() -> Vec<crate::model::GroupSnapshotRow>;
@@ -608,6 +634,7 @@ reads_through_the_transaction! {
     any_lease_expired(now: i64) -> bool;
     volume_chunk(after: &str, plugin: Option<&str>, rows: usize) -> VolumeChunk;
     claims(volume: Option<&str>, node: Option<&str>) -> Vec<ClaimRow>;
+    claim_page(volume: Option<&str>, node: Option<&str>, after: &str, volumes: usize) -> Vec<ClaimRow>;
     plugin_nodes(only: Option<&str>) -> Vec<PluginNodeRow>;
     volumes_of_plugin(plugin: &str) -> u32;
     events(after: u64, f: &EventFilter, limit: u32) -> Vec<api::Event>;

@@ -55,6 +55,26 @@ pub fn snapshots(conn: &Connection, volume: Option<&str>) -> ApiResult<Vec<Snaps
     Ok(rows)
 }
 
+/// At most `limit` snapshots after `after` by name (those taken of `volume`, when given):
+/// a page of a listing.
+pub fn snapshot_page(
+    conn: &Connection,
+    volume: Option<&str>,
+    after: &str,
+    limit: usize,
+) -> ApiResult<Vec<SnapshotRow>> {
+    let sql = format!(
+        "SELECT {COLUMNS} FROM snapshots WHERE name > ?2 AND (?1 IS NULL OR volume = ?1) \
+         ORDER BY name LIMIT ?3"
+    );
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let rows = conn
+        .prepare_cached(&sql)?
+        .query_map(params![volume, after, limit], from_row)?
+        .collect::<Result<_, _>>()?;
+    Ok(rows)
+}
+
 pub fn put(conn: &Connection, s: &SnapshotRow, index: u64, now: i64) -> ApiResult<()> {
     let sql = format!(
         "INSERT OR REPLACE INTO snapshots ({COLUMNS}) \

@@ -51,3 +51,9 @@ UPDATE claims SET
     ),
     error = NULL
     WHERE substr(error, 1, 7) = 'drift: ';
+
+-- Who made each claim: the token that asked, so that a claimer's claims are counted against
+-- the server's `[limits] claims_per_claimer`. Claims recorded before have none and count for
+-- nobody; they are kept as they are.
+ALTER TABLE claims ADD COLUMN claimer TEXT;
+CREATE INDEX claims_claimer ON claims (claimer) WHERE claimer IS NOT NULL;
