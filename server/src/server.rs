@@ -351,7 +351,7 @@ impl Server {
             t.abort();
         }
         if let Some(c) = &self.cluster {
-            replicated::schema::withdraw(c).await;
+            replicated::presence::withdraw(c).await;
         }
         if let Err(e) = app.tokens.persist_last_used(&app.db).await {
             tracing::warn!(error = %e, "failed to record when tokens were last used");

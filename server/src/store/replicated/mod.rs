@@ -15,6 +15,7 @@ mod follow;
 mod leader;
 pub mod migrate;
 pub mod mirror;
+pub mod presence;
 mod reads;
 pub mod schema;
 pub mod upgrade;
