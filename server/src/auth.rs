@@ -11,8 +11,8 @@ use sha2::{Digest, Sha256};
 
 use crate::error::{ApiError, ApiResult};
 use crate::model::time;
-use crate::store::Snapshot;
 use crate::store::sqlite::db::Db;
+use crate::store::{Snapshot, Txn};
 
 /// Who is calling.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -101,8 +101,8 @@ struct Entry {
 }
 
 /// Known tokens by hash, loaded at start and kept in memory (a lookup per request), and
-/// when each was last used (kept in memory, persisted by `lifecycle::persist_last_used`: a write
-/// per request would cost an fsync per request).
+/// when each was last used (kept in memory, persisted by [`Tokens::persist_last_used`]: a
+/// write per request would cost an fsync per request).
 #[derive(Debug, Default)]
 pub struct Tokens {
     by_hash: RwLock<HashMap<String, Entry>>,
@@ -235,7 +235,12 @@ impl Tokens {
         }
         let again = used.clone();
         let r = db
-            .write(move |ctx| crate::lifecycle::persist_last_used(ctx, &used))
+            .write(move |ctx| {
+                for (id, at) in &used {
+                    ctx.set_token_last_used(id, *at)?;
+                }
+                Ok(())
+            })
             .await;
         if r.is_err() {
             self.put_back_last_used(again);

@@ -38,7 +38,7 @@ pub fn spawn(
     ];
     let leadership = match cluster.clone() {
         Some(c) => {
-            tasks.push(tokio::spawn(replicated::schema::announce(
+            tasks.push(tokio::spawn(replicated::presence::announce(
                 c.clone(),
                 listen,
             )));

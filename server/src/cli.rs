@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::store::replicated;
-use crate::store::sqlite::backup;
-use crate::{dev, tls};
+use crate::defaults::DEFAULT_LISTEN;
+use crate::store::replicated::{EtcdConfig, args};
+use crate::tls;
 
 /// `csivol-server serve` flags. Flags override the `--config` file.
 #[derive(Debug, Clone, Default, clap::Args)]
@@ -112,7 +112,7 @@ pub struct ServerArgs {
     #[arg(long, value_name = "N")]
     pub etcd_max_txn_ops: Option<usize>,
     #[command(flatten)]
-    pub etcd_tls: replicated::EtcdTlsArgs,
+    pub etcd_tls: EtcdTlsArgs,
     /// TOML file with the same settings (`data_dir`, `listen`, `heartbeat_ttl = "30s"`,
     /// `planned_stop_grace = "10m"`, `controller_concurrency`, `request_memory = "24h"`, `secrets_key_file`, TLS and connection bounds, `node_channel = false`), and fencing:
     /// `[[fence]]` methods (`name`, `command`, `timeout`, `nodes`, `labels`, `env`,
@@ -156,25 +156,25 @@ pub enum Command {
     Serve(ServerArgs),
     /// Write a consistent backup of the state database, the server running or not (SQLite's
     /// online backup: the write-ahead log included, which a copy of `state.db` alone misses).
-    Backup(backup::BackupArgs),
+    Backup(BackupArgs),
     /// Put a backup in place as a data dir's state database; the server must be stopped.
-    Restore(backup::RestoreArgs),
+    Restore(RestoreArgs),
     /// Seal every volume secret under a new secrets key, then replace the key file; the
     /// server must be stopped. Running it again finishes an interrupted rotation.
     RotateSecretsKey(KeyArgs),
     /// Copy a stopped single server's state (`sqlite:DIR`) into an empty etcd prefix for
     /// `--store etcd`, then check the copy row by row.
-    Migrate(replicated::migrate::MigrateArgs),
+    Migrate(MigrateArgs),
     /// A rolling upgrade of servers over etcd: the cluster's schema version, and the
     /// command that raises it once every server runs the new release.
     #[command(subcommand)]
-    Upgrade(replicated::upgrade::UpgradeCommand),
+    Upgrade(UpgradeCommand),
     /// Make TLS certificates for a small cluster.
     #[command(subcommand)]
     Tls(tls::TlsCommand),
     /// Run a whole cluster on this machine: the server, and the `csivol-agent` and
     /// `csivol-hostpath` programs beside this one for each node.
-    Dev(dev::DevArgs),
+    Dev(DevArgs),
 }
 
 /// `csivol-server rotate-secrets-key` flags: where the data dir and its key are.
@@ -189,4 +189,159 @@ pub struct KeyArgs {
     /// The server's TOML config, for `data_dir` and `secrets_key_file`.
     #[arg(long)]
     pub config: Option<PathBuf>,
+}
+
+/// `csivol-server backup` flags.
+#[derive(Debug, Clone, clap::Args)]
+pub struct BackupArgs {
+    /// The server's data dir (the one holding `state.db`); the server may be running
+    /// [default: the `data_dir` of --config].
+    #[arg(long, conflicts_with = "etcd_endpoints")]
+    pub data_dir: Option<PathBuf>,
+    /// The server's TOML config: its `data_dir`, or with `store = "etcd"` its etcd
+    /// settings.
+    #[arg(long, conflicts_with_all = ["data_dir", "etcd_endpoints"])]
+    pub config: Option<PathBuf>,
+    /// With the etcd store: the cluster's state in etcd, read at one revision while the
+    /// servers run.
+    #[command(flatten)]
+    pub etcd: EtcdArgs,
+    /// Where to write the backup (one SQLite file; replaced atomically if it exists).
+    #[arg(long, value_name = "FILE")]
+    pub to: PathBuf,
+}
+
+/// `csivol-server restore` flags.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RestoreArgs {
+    /// A backup written by `csivol-server backup` or `GET /v1/backup` (of either store).
+    #[arg(long, value_name = "FILE")]
+    pub from: PathBuf,
+    /// The data dir to restore into; its server must be stopped [default: the `data_dir` of
+    /// --config].
+    #[arg(
+        long,
+        required_unless_present_any = ["etcd_endpoints", "config"],
+        conflicts_with = "etcd_endpoints"
+    )]
+    pub data_dir: Option<PathBuf>,
+    /// The server's TOML config: its `data_dir`, or with `store = "etcd"` its etcd
+    /// settings; the command printed to start the server again names it.
+    #[arg(long, conflicts_with_all = ["data_dir", "etcd_endpoints"])]
+    pub config: Option<PathBuf>,
+    /// Replace the cluster the data dir already holds (its database is kept aside as
+    /// `state.db.before-restore-<time>`).
+    #[arg(long, conflicts_with = "etcd_endpoints")]
+    pub force: bool,
+    /// Or restore into etcd, under a prefix that must be empty (no server running on it),
+    /// for servers with `--store etcd`.
+    #[command(flatten)]
+    pub etcd: EtcdArgs,
+}
+
+/// `csivol-server migrate` flags.
+#[derive(Debug, Clone, clap::Args)]
+pub struct MigrateArgs {
+    /// The single server's state: `sqlite:DIR`, its data dir (the server must be stopped).
+    #[arg(long, value_name = "sqlite:DIR")]
+    pub from: String,
+    /// The etcd cluster: `etcd:URL[,URL...]`, its client URLs. The prefix must be empty and
+    /// no server may run on it during the copy.
+    #[arg(long, value_name = "etcd:URLS")]
+    pub to: String,
+    /// The key prefix in etcd [default: /csivol].
+    #[arg(long, value_name = "PREFIX")]
+    pub etcd_prefix: Option<String>,
+    #[command(flatten)]
+    pub tls: EtcdTlsArgs,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum UpgradeCommand {
+    /// Show the cluster's schema version and the newest each live server knows.
+    Status(UpgradeArgs),
+    /// Raise the cluster's schema version to the next one, once every live server knows
+    /// it, and migrate the state in etcd; the servers then migrate their copies. Run it
+    /// with the new release, after every server runs it. It cannot be undone except by
+    /// restoring a backup.
+    Finalize(UpgradeArgs),
+}
+
+/// Where the cluster is.
+#[derive(Debug, Clone, clap::Args)]
+pub struct UpgradeArgs {
+    #[command(flatten)]
+    pub etcd: EtcdArgs,
+}
+
+/// Where a maintenance command finds the cluster's state in etcd.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct EtcdArgs {
+    /// The etcd cluster's client URLs (`http://h1:2379,...`), as the servers have them in
+    /// `--etcd-endpoints`.
+    #[arg(long, value_name = "URL", value_delimiter = ',')]
+    pub etcd_endpoints: Vec<String>,
+    /// The key prefix the state lives under in etcd [default: /csivol].
+    #[arg(long, value_name = "PREFIX")]
+    pub etcd_prefix: Option<String>,
+    #[command(flatten)]
+    pub tls: EtcdTlsArgs,
+}
+
+impl EtcdArgs {
+    /// The cluster these flags name; `None` when they name none (no endpoints).
+    pub fn config(&self) -> anyhow::Result<Option<EtcdConfig>> {
+        if self.etcd_endpoints.is_empty() {
+            return Ok(None);
+        }
+        let prefix = args::prefix(self.etcd_prefix.clone())?;
+        let cert_key = args::cert_key(self.tls.etcd_cert.clone(), self.tls.etcd_key.clone())?;
+        Ok(args::maintenance(
+            self.etcd_endpoints.clone(),
+            &prefix,
+            self.tls.etcd_ca_cert.clone(),
+            cert_key,
+        ))
+    }
+}
+
+/// TLS to etcd's `https://` endpoints.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct EtcdTlsArgs {
+    /// The CA (PEM) that signed the etcd members' certificates, for `https://` endpoints.
+    #[arg(long, value_name = "FILE")]
+    pub etcd_ca_cert: Option<PathBuf>,
+    /// A client certificate (PEM) for etcd's `--client-cert-auth`; with --etcd-key.
+    #[arg(long, value_name = "FILE", requires = "etcd_key")]
+    pub etcd_cert: Option<PathBuf>,
+    /// The client certificate's private key (PEM).
+    #[arg(long, value_name = "FILE", requires = "etcd_cert")]
+    pub etcd_key: Option<PathBuf>,
+}
+
+/// `csivol-server dev` flags.
+#[derive(Debug, clap::Args)]
+pub struct DevArgs {
+    /// Directory for all state: server database, agents' state, plugin state and volume data.
+    #[arg(long, default_value = "csivol-dev")]
+    pub dir: PathBuf,
+    /// How many nodes (`node-1`, `node-2`, ...), each with its own agent and plugin.
+    #[arg(long, default_value_t = 1)]
+    pub nodes: u32,
+    /// Address the server listens on.
+    #[arg(long, default_value = DEFAULT_LISTEN)]
+    pub listen: SocketAddr,
+    /// How long a silent node stays ready before it is lost and its volumes blocked.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub heartbeat_ttl: Duration,
+    /// Force plugin mount mode; by default real bind mounts, or marker files where the
+    /// machine refuses mounts.
+    #[arg(long, value_parser = ["bind", "none"])]
+    pub mount: Option<String>,
+    /// Do not create the demo volumes.
+    #[arg(long)]
+    pub no_demo_volumes: bool,
+    /// Serve plain HTTP instead of TLS with the dev cluster's own CA (`DIR/tls`).
+    #[arg(long)]
+    pub no_tls: bool,
 }

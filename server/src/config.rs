@@ -9,22 +9,13 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use serde::Deserialize;
 
-use crate::cli::{ServerArgs, StoreKind};
+use crate::cli::{EtcdTlsArgs, ServerArgs, StoreKind};
+use crate::defaults::{
+    DEFAULT_BODY_TIMEOUT, DEFAULT_HEADER_TIMEOUT, DEFAULT_LISTEN, DEFAULT_PLANNED_STOP_GRACE,
+    DEFAULT_REQUEST_MEMORY,
+};
 use crate::store::replicated;
 use crate::{limits, secrets};
-
-/// Default listen address.
-pub const DEFAULT_LISTEN: &str = "127.0.0.1:7420";
-/// How long a node stays `stopped` after its agent's planned stop (`--planned-stop-grace`).
-pub const DEFAULT_PLANNED_STOP_GRACE: Duration = Duration::from_secs(600);
-/// How long a request's headers may take to arrive (`--header-timeout`); an idle
-/// keep-alive connection closes after it too.
-pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long a request's body may take to arrive after its headers (`--body-timeout`): a
-/// full 1 MiB body at 35 KiB/s.
-pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(30);
-/// How long request keys and claim tombstones are kept (`--request-memory`).
-pub const DEFAULT_REQUEST_MEMORY: Duration = Duration::from_secs(24 * 3600);
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -263,7 +254,7 @@ struct EtcdSettings {
     prefix: Option<String>,
     lease_ttl: Option<Duration>,
     max_txn_ops: Option<usize>,
-    tls: replicated::EtcdTlsArgs,
+    tls: EtcdTlsArgs,
     file: EtcdFile,
 }
 
@@ -308,7 +299,7 @@ fn etcd_config(s: EtcdSettings) -> anyhow::Result<replicated::EtcdConfig> {
             .unwrap_or(replicated::DEFAULT_MAX_TXN_OPS)
             .max(8),
         ca_cert: tls.etcd_ca_cert.or(file.ca_cert),
-        cert_key: replicated::EtcdTlsArgs::cert_key(
+        cert_key: replicated::args::cert_key(
             tls.etcd_cert.or(file.cert),
             tls.etcd_key.or(file.key),
         )?,

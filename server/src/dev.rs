@@ -2,7 +2,6 @@
 //! N node agents and one `csivol-hostpath` plugin per node (node and controller), with state
 //! under one directory. Starting again on the same directory resumes the same state.
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -12,42 +11,15 @@ use csivol_client::{Body, Method};
 use tokio::process::Command;
 
 use self::children::{Kid, stop, watch_children};
-use self::handoff::{Banner, env_file_text, offer_cli_ca, offer_cli_token, print_banner};
+use self::handoff::{
+    Banner, DEV_PLUGIN, env_file_text, offer_cli_ca, offer_cli_token, print_banner, write_private,
+};
+use crate::cli::DevArgs;
 use crate::config::ServerConfig;
 use crate::server::Server;
 
 mod children;
 mod handoff;
-
-/// `csivol-server dev` flags.
-#[derive(Debug, clap::Args)]
-pub struct DevArgs {
-    /// Directory for all state: server database, agents' state, plugin state and volume data.
-    #[arg(long, default_value = "csivol-dev")]
-    pub dir: PathBuf,
-    /// How many nodes (`node-1`, `node-2`, ...), each with its own agent and plugin.
-    #[arg(long, default_value_t = 1)]
-    pub nodes: u32,
-    /// Address the server listens on.
-    #[arg(long, default_value = crate::config::DEFAULT_LISTEN)]
-    pub listen: SocketAddr,
-    /// How long a silent node stays ready before it is lost and its volumes blocked.
-    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
-    pub heartbeat_ttl: Duration,
-    /// Force plugin mount mode; by default real bind mounts, or marker files where the
-    /// machine refuses mounts.
-    #[arg(long, value_parser = ["bind", "none"])]
-    pub mount: Option<String>,
-    /// Do not create the demo volumes.
-    #[arg(long)]
-    pub no_demo_volumes: bool,
-    /// Serve plain HTTP instead of TLS with the dev cluster's own CA (`DIR/tls`).
-    #[arg(long)]
-    pub no_tls: bool,
-}
-
-/// The csivol plugin id dev mode gives the reference plugin.
-pub const DEV_PLUGIN: &str = "hostpath";
 
 /// Volumes dev mode creates (name, access mode) for a newcomer to claim.
 const DEMO_VOLUMES: [(&str, &str); 3] = [
@@ -93,7 +65,9 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     let serving = tokio::spawn(server.serve(async {
         let _ = server_stopped.await;
     }));
-    let token_path = dir.join("server").join(crate::server::OPERATOR_TOKEN_FILE);
+    let token_path = dir
+        .join("server")
+        .join(crate::identity::OPERATOR_TOKEN_FILE);
     let token = std::fs::read_to_string(&token_path)
         .with_context(|| format!("failed to read {}", token_path.display()))?
         .trim()
@@ -246,14 +220,14 @@ fn server_config(args: &DevArgs, dir: &Path, tls: Option<&crate::tls::Files>) ->
         data_dir: dir.join("server"),
         listen: args.listen,
         heartbeat_ttl: args.heartbeat_ttl,
-        planned_stop_grace: crate::config::DEFAULT_PLANNED_STOP_GRACE,
+        planned_stop_grace: crate::defaults::DEFAULT_PLANNED_STOP_GRACE,
         controller_concurrency: 8,
         controller_queue_warning: Duration::from_secs(60),
-        request_memory: crate::config::DEFAULT_REQUEST_MEMORY,
+        request_memory: crate::defaults::DEFAULT_REQUEST_MEMORY,
         fence: Default::default(),
         secrets_key_file: None,
-        header_timeout: crate::config::DEFAULT_HEADER_TIMEOUT,
-        body_timeout: crate::config::DEFAULT_BODY_TIMEOUT,
+        header_timeout: crate::defaults::DEFAULT_HEADER_TIMEOUT,
+        body_timeout: crate::defaults::DEFAULT_BODY_TIMEOUT,
         max_connections: None,
         max_long_polls: None,
         tls: tls.map(|f| crate::config::TlsFiles {
@@ -400,23 +374,6 @@ fn sibling(name: &str) -> anyhow::Result<PathBuf> {
         );
     }
     Ok(path)
-}
-
-pub(crate) fn write_private(path: &Path, content: &str) -> anyhow::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent)?;
-    }
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)
-        .with_context(|| format!("failed to write {}", path.display()))?;
-    writeln!(f, "{content}")?;
-    Ok(())
 }
 
 /// The few API calls dev mode makes of its own server, with its operator token.

@@ -10,10 +10,10 @@ use super::store::sqlite::maintenance;
 use anyhow::{Context, bail};
 use rustix::fd::OwnedFd;
 
-use crate::server::OPERATOR_TOKEN_FILE;
-
 /// The state database in the data dir.
 pub const STATE_DB: &str = "state.db";
+/// File in the data dir holding the first operator token.
+pub const OPERATOR_TOKEN_FILE: &str = "operator.token";
 /// The cluster id, beside the database.
 pub const CLUSTER_ID_FILE: &str = "cluster.id";
 /// Held (flock) by the server running on the data dir, so that a restore or a second
@@ -251,4 +251,13 @@ pub fn try_lock(dir: &Path) -> anyhow::Result<Option<OwnedFd>> {
         Err(rustix::io::Errno::WOULDBLOCK) => Ok(None),
         Err(e) => Err(e).with_context(|| format!("failed to lock {}", path.display())),
     }
+}
+
+/// The data dir is its owner's only (0700), and so is every file in it (0600): it holds
+/// the secrets key, the operator token and the state database.
+pub fn create_private_dir(dir: &Path) -> anyhow::Result<()> {
+    csivol_daemon::modes::dir_logged(dir, 0o700, "server data dir")
+        .with_context(|| format!("failed to create data dir {}", dir.display()))?;
+    csivol_daemon::modes::files_in(dir)
+        .with_context(|| format!("failed to tighten the files in {}", dir.display()))
 }

@@ -18,8 +18,6 @@ use crate::store::replicated;
 use crate::store::sqlite::db::{self, Db};
 use crate::{auth, background, fence, http, identity, liveness, metrics, secrets};
 
-/// File in the data dir holding the first operator token.
-pub const OPERATOR_TOKEN_FILE: &str = "operator.token";
 /// File in the data dir holding the address the server listens on (useful with port 0).
 pub const ADDR_FILE: &str = "server.addr";
 
@@ -110,7 +108,7 @@ impl Server {
         let listener = TcpListener::bind(cfg.listen)
             .await
             .with_context(|| format!("failed to listen on {}", cfg.listen))?;
-        create_private_dir(&cfg.data_dir)?;
+        identity::create_private_dir(&cfg.data_dir)?;
         let lock = identity::lock(&cfg.data_dir)?;
         if cfg.etcd.is_none() {
             identity::check_before_open(&cfg.data_dir)?;
@@ -218,7 +216,7 @@ impl Server {
             tokens,
         } = opened;
         if tokens.is_empty() {
-            let token_path = cfg.data_dir.join(OPERATOR_TOKEN_FILE);
+            let token_path = cfg.data_dir.join(identity::OPERATOR_TOKEN_FILE);
             let t = db
                 .write(|ctx| lifecycle::first_operator_token(ctx))
                 .await
@@ -351,7 +349,7 @@ impl Server {
             t.abort();
         }
         if let Some(c) = &self.cluster {
-            replicated::schema::withdraw(c).await;
+            replicated::presence::withdraw(c).await;
         }
         if let Err(e) = app.tokens.persist_last_used(&app.db).await {
             tracing::warn!(error = %e, "failed to record when tokens were last used");
@@ -374,15 +372,6 @@ fn plain_http(listen: SocketAddr, insecure_http: bool) -> Result<bool, String> {
          network in clear\nhint: pass --tls-cert and --tls-key (`csivol-server tls init` makes \
          them), listen on a loopback address, or accept the risk with --insecure-http"
     ))
-}
-
-/// The data dir is its owner's only (0700), and so is every file in it (0600): it holds
-/// the secrets key, the operator token and the state database.
-pub(crate) fn create_private_dir(dir: &Path) -> anyhow::Result<()> {
-    csivol_daemon::modes::dir_logged(dir, 0o700, "server data dir")
-        .with_context(|| format!("failed to create data dir {}", dir.display()))?;
-    csivol_daemon::modes::files_in(dir)
-        .with_context(|| format!("failed to tighten the files in {}", dir.display()))
 }
 
 /// Written 0600 from the start, as every file in the data dir is.

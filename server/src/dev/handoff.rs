@@ -1,9 +1,13 @@
 //! What dev mode hands the user: the CLI's token and CA where the CLI looks for them (never
-//! over a user's own), the env file, and the banner that says how to use the cluster.
+//! over a user's own), the env file, and the banner that says how to use the cluster; and
+//! what the rest of dev mode shares with them: the plugin's id, and owner-only files.
 
 use std::path::{Path, PathBuf};
 
-use super::{DEV_PLUGIN, write_private};
+use anyhow::Context;
+
+/// The csivol plugin id dev mode gives the reference plugin.
+pub const DEV_PLUGIN: &str = "hostpath";
 
 /// Where the CLI looks for a token when none is given (see the CLI's documentation).
 pub fn cli_token_path() -> Option<PathBuf> {
@@ -164,4 +168,21 @@ pub(super) fn print_banner(b: &Banner<'_>) {
         csivol_daemon::shell_word(&env.display().to_string()),
         csivol_daemon::shell_word(&dir.display().to_string())
     );
+}
+
+pub(crate) fn write_private(path: &Path, content: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("failed to write {}", path.display()))?;
+    writeln!(f, "{content}")?;
+    Ok(())
 }

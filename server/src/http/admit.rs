@@ -9,10 +9,13 @@ use axum::extract::{Request, State};
 use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 
+use super::error;
 use super::listen::Admitted;
-use super::{BODY_LIMIT, error};
 use crate::app::App;
 use crate::error::ApiError;
+
+/// Largest request body accepted.
+pub(super) const BODY_LIMIT: usize = 1 << 20;
 
 /// The one endpoint that answers without a token: a load balancer or a person asks it
 /// whether the server is up.

@@ -21,14 +21,15 @@ use axum::extract::{Path, Request, State};
 use axum::http::StatusCode;
 use axum::http::header::{AUTHORIZATION, CONNECTION, UPGRADE};
 use axum::response::Response;
+use csivol_api::ReportBatch;
 use csivol_api::channel::{self, AgentLine, ServerLine, Version};
-use csivol_api::{HeartbeatResponse, ReportBatch};
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
+use super::agent::{apply_reports, heartbeat};
+use super::error;
 use super::extract::name;
 use super::listen::Closing;
-use super::{error, nodes};
 use crate::app::App;
 use crate::error::{ApiError, ApiResult};
 use crate::lifecycle;
@@ -109,38 +110,6 @@ pub(super) async fn open(
         .header(UPGRADE, version.upgrade())
         .body(axum::body::Body::empty())
         .map_err(|e| ApiError::internal(format!("failed to answer the upgrade: {e}")))
-}
-
-/// The answer to one heartbeat, for `POST .../heartbeat` and the channel alike: liveness
-/// (with the etcd store, forwarded to the other servers from there), `lost` when the node
-/// must register again, not found when the server does not know it.
-pub(super) async fn heartbeat(
-    app: &App,
-    node: &str,
-    channel: bool,
-) -> ApiResult<HeartbeatResponse> {
-    app.metrics.heartbeat(channel);
-    let (status, ticket) = app
-        .live
-        .heartbeat_ticket(node, app.clock.now_ms())
-        .ok_or_else(|| {
-            ApiError::not_found(format!("node `{node}` is not registered"))
-                .with_hint("the agent registers again")
-        })?;
-    if let Some(t) = ticket
-        && !app.live.passed_in_time(t).await
-    {
-        return Err(ApiError::unavailable(format!(
-            "this server cannot pass heartbeats on to the other servers: etcd did not \
-             take its last forward within {}",
-            humantime::format_duration(app.live.forward_within())
-        ))
-        .with_hint("the agent sends its heartbeats to its next server"));
-    }
-    Ok(HeartbeatResponse {
-        status,
-        heartbeat_ttl_ms: app.live.ttl().as_millis() as u64,
-    })
 }
 
 /// The channel until the agent closes it, goes silent for a TTL, breaks the protocol, or
@@ -330,7 +299,7 @@ async fn report(app: &App, node: &str, token: &str, batch: ReportBatch) -> Serve
         .authenticate(Some(token), app.clock.now_ms())
         .and_then(|caller| caller.require_node(node));
     let answer = match allowed {
-        Ok(()) => nodes::apply_reports(app, node, batch, true).await,
+        Ok(()) => apply_reports(app, node, batch, true).await,
         Err(e) => Err(e),
     };
     match answer {

@@ -1,13 +1,15 @@
 //! The HTTP API: the routes, and the layers every request passes (admission, the client
 //! certificate, consistent reads). One file per resource holds its handlers (`volumes`,
 //! `claims`, `nodes`, `plugins`, `snapshots`, `tokens`, `events`, `backup`, `health`, and
-//! the node channel); the rest is what they share: who the caller is (`access`), what a
+//! the node channel); the rest is what they share: what an agent's heartbeat and reports
+//! do, by request or over the channel (`agent`), who the caller is (`access`), what a
 //! request carries (`extract`), exact retries (`once`), blocking queries (`blocking`),
 //! the wait header (`waits`), errors as status codes (`error`) and the accept loop
 //! (`listen`). Handlers authorise, parse and call the lifecycle.
 
 mod access;
 mod admit;
+mod agent;
 mod backup;
 mod blocking;
 mod channel;
@@ -32,11 +34,9 @@ use axum::extract::DefaultBodyLimit;
 use axum::routing::{delete, get, post};
 use csivol_api::{self as api, CreateVolumeSpec};
 
+use self::admit::BODY_LIMIT;
 use crate::app::App;
 use crate::error::ApiError;
-
-/// Largest request body accepted.
-const BODY_LIMIT: usize = 1 << 20;
 
 pub fn router(app: App) -> Router {
     Router::new()

@@ -18,7 +18,7 @@ use serde::Deserialize;
 use super::blocking::{Blocking, checked_index, sent_generation, with_index};
 use super::extract::{Body, Q, name};
 use super::once::{Answer, Once, ok};
-use super::{channel, once};
+use super::{agent, once};
 use crate::app::App;
 use crate::error::{ApiError, ApiResult};
 use crate::store::sqlite::writer::WriteCtx;
@@ -219,7 +219,7 @@ pub(super) async fn heartbeat(
     app.caller(&headers)?.require_node(&node)?;
     name("node", &node)?;
     // The same answer as a heartbeat line on the node channel.
-    channel::heartbeat(&app, &node, false).await.map(Json)
+    agent::heartbeat(&app, &node, false).await.map(Json)
 }
 
 /// `?index=N&wait=30s&since=M`: a blocking query whose answer holds only the volumes changed
@@ -315,25 +315,6 @@ pub(super) async fn reports(
 ) -> ApiResult<Json<serde_json::Value>> {
     app.caller(&headers)?.require_node(&node)?;
     name("node", &node)?;
-    let count = apply_reports(&app, &node, batch, false).await?;
+    let count = agent::apply_reports(&app, &node, batch, false).await?;
     Ok(Json(serde_json::json!({ "accepted": count })))
-}
-
-/// Commits a node's batch of reports, from a request or a node channel's `report` line;
-/// how many there were.
-pub(super) async fn apply_reports(
-    app: &App,
-    node: &str,
-    batch: ReportBatch,
-    channel: bool,
-) -> ApiResult<usize> {
-    let limits = app.limits.clone();
-    api::FreeText::check_text(&batch).map_err(ApiError::text)?;
-    let count = batch.reports.len();
-    app.metrics.node_reports(count as u64, channel);
-    let node = node.to_owned();
-    app.db
-        .write(move |ctx| lifecycle::apply_reports(ctx, &node, batch.reports.clone(), &limits))
-        .await?;
-    Ok(count)
 }

@@ -83,7 +83,7 @@ pub use settings::Limits;
 pub use snapshots::{
     create_snapshot, delete_snapshot, list_group_members, snapshot_page, snapshot_view,
 };
-pub use tokens::{NewToken, create_token, first_operator_token, persist_last_used, revoke_token};
+pub use tokens::{NewToken, create_token, first_operator_token, revoke_token};
 pub use volumes::{
     create_volume, deregister_volume, duplicate_ids, register_volume, unknown_plugin, volume_view,
 };

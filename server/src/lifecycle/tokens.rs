@@ -189,11 +189,3 @@ pub fn revoke_token(ctx: &mut impl Txn, id: &str, actor: &str) -> ApiResult<i64>
     )?;
     Ok(now)
 }
-
-/// Writes last-use times taken from `Tokens::take_last_used`.
-pub fn persist_last_used(ctx: &mut impl Txn, used: &[(String, i64)]) -> ApiResult<()> {
-    for (id, at) in used {
-        ctx.set_token_last_used(id, *at)?;
-    }
-    Ok(())
-}

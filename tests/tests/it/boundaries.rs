@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+mod imports;
 mod lifecycle;
 mod names;
 

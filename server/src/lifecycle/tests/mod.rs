@@ -71,7 +71,7 @@ impl Env {
                 controller_queue_warning: std::time::Duration::from_secs(60),
                 served_last: Default::default(),
                 metrics: Arc::new(Metrics::default()),
-                request_memory: crate::config::DEFAULT_REQUEST_MEMORY,
+                request_memory: crate::defaults::DEFAULT_REQUEST_MEMORY,
                 text: Default::default(),
                 claims_per_claimer: csivol_api::limits::DEFAULT_CLAIMS_PER_CLAIMER,
                 events: Default::default(),

@@ -13,23 +13,6 @@ use super::mirror::{self, KeyKind, Keys};
 use crate::identity;
 use crate::store::sqlite::{db, migrations};
 
-/// `csivol-server migrate` flags.
-#[derive(Debug, Clone, clap::Args)]
-pub struct MigrateArgs {
-    /// The single server's state: `sqlite:DIR`, its data dir (the server must be stopped).
-    #[arg(long, value_name = "sqlite:DIR")]
-    pub from: String,
-    /// The etcd cluster: `etcd:URL[,URL...]`, its client URLs. The prefix must be empty and
-    /// no server may run on it during the copy.
-    #[arg(long, value_name = "etcd:URLS")]
-    pub to: String,
-    /// The key prefix in etcd [default: /csivol].
-    #[arg(long, value_name = "PREFIX")]
-    pub etcd_prefix: Option<String>,
-    #[command(flatten)]
-    pub tls: super::EtcdTlsArgs,
-}
-
 /// Puts per etcd transaction: within etcd's default `--max-txn-ops` (128).
 const BATCH: usize = 100;
 
@@ -52,17 +35,25 @@ async fn copy_step(
     Ok(())
 }
 
-pub async fn run(args: &MigrateArgs) -> anyhow::Result<()> {
-    let Some(dir) = args.from.strip_prefix("sqlite:") else {
+/// Copies the state of the stopped single server at `from` (`sqlite:DIR`) into the etcd
+/// cluster at `to` (`etcd:URL[,URL...]`), under `etcd_prefix`, then checks the copy.
+pub async fn run(
+    from: &str,
+    to: &str,
+    etcd_prefix: Option<String>,
+    ca_cert: Option<PathBuf>,
+    cert_key: Option<(PathBuf, PathBuf)>,
+) -> anyhow::Result<()> {
+    let Some(dir) = from.strip_prefix("sqlite:") else {
         bail!(
             "--from must be `sqlite:DIR` (the single server's data dir), not `{}`",
-            args.from
+            from
         );
     };
-    let Some(urls) = args.to.strip_prefix("etcd:") else {
+    let Some(urls) = to.strip_prefix("etcd:") else {
         bail!(
             "--to must be `etcd:URL[,URL...]` (the etcd cluster's client URLs), not `{}`",
-            args.to
+            to
         );
     };
     let dir = PathBuf::from(dir);
@@ -83,19 +74,14 @@ pub async fn run(args: &MigrateArgs) -> anyhow::Result<()> {
     }
     let (conn, index) = db::open(&path)?;
     let tables = mirror::tables(&conn)?;
-    let prefix = super::args::prefix(args.etcd_prefix.clone())?;
+    let prefix = super::args::prefix(etcd_prefix)?;
     let keys = Keys::new(&prefix);
     let rows = mirror::all_rows(&conn, &tables, &keys)?;
     drop(conn);
 
     let endpoints = csivol_client::addresses(urls);
-    let cfg = super::EtcdArgs {
-        etcd_endpoints: endpoints.clone(),
-        etcd_prefix: Some(prefix.clone()),
-        tls: args.tls.clone(),
-    }
-    .config()?
-    .context("--to names no etcd endpoint")?;
+    let cfg = super::args::maintenance(endpoints.clone(), &prefix, ca_cert, cert_key)
+        .context("--to names no etcd endpoint")?;
     let client = cfg.client()?;
     let copied = copy_into(&client, &cfg.prefix, &rows, index).await?;
     eprintln!("copied and verified {copied}");

@@ -15,6 +15,7 @@ mod follow;
 mod leader;
 pub mod migrate;
 pub mod mirror;
+pub mod presence;
 mod reads;
 pub mod schema;
 pub mod upgrade;
@@ -27,7 +28,6 @@ use anyhow::Context;
 use csivol_etcd_client::{Client, EventType};
 use tokio::sync::mpsc;
 
-pub use args::{EtcdArgs, EtcdTlsArgs};
 pub use leader::Leadership;
 pub use reads::{READ_BOUND, Reads};
 

@@ -4,16 +4,13 @@
 //! schema it was built for, or on the one before it (a rolling upgrade: servers are
 //! upgraded one at a time, and the new ones read and write the rows as the old ones do),
 //! and refuses any other. Each server announces itself under `<prefix>/servers/<id>`, with
-//! a lease, saying the newest schema it knows: `csivol-server upgrade finalize` raises the
-//! cluster's schema only when every live server knows it, and then rewrites the rows for it
-//! (`upgrade`).
-
-use std::time::Duration;
+//! a lease, saying the newest schema it knows (`presence`): `csivol-server upgrade
+//! finalize` raises the cluster's schema only when every live server knows it, and then
+//! rewrites the rows for it (`upgrade`).
 
 use anyhow::bail;
 use serde::{Deserialize, Serialize};
 
-use super::Cluster;
 use super::mirror::Head;
 use crate::store::sqlite::migrations;
 
@@ -76,65 +73,6 @@ pub fn accept(head: &Head, prefix: &str) -> anyhow::Result<i64> {
          finalize it, then this one",
         theirs + 1
     )
-}
-
-fn presence_key(cluster: &Cluster) -> Vec<u8> {
-    format!("{}{}", servers_prefix(&cluster.prefix), cluster.id).into_bytes()
-}
-
-/// Keeps this server's presence under `<prefix>/servers/` while it runs, on a lease of
-/// its own: a server that dies or loses etcd is gone from the list within the lease TTL.
-pub async fn announce(cluster: Cluster, listen: String) {
-    let key = presence_key(&cluster);
-    let me = Presence {
-        schema: migrations::schema_version(),
-        version: env!("CARGO_PKG_VERSION").to_owned(),
-        listen,
-        host: std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .map(|h| h.trim().to_owned())
-            .unwrap_or_default(),
-    };
-    let value = serde_json::to_vec(&me).expect("a presence serialises");
-    let ttl = cluster.lease_ttl;
-    let renew = ttl / 3;
-    loop {
-        let put = async {
-            let lease = cluster.client.lease_grant(ttl).await?;
-            cluster
-                .client
-                .txn(
-                    vec![],
-                    vec![csivol_etcd_client::put(key.clone(), value.clone(), lease)],
-                    vec![],
-                )
-                .await?;
-            Ok::<_, csivol_etcd_client::Error>(lease)
-        };
-        let lease = match put.await {
-            Ok(l) => l,
-            Err(e) => {
-                tracing::debug!(error = %e, "failed to announce this server in etcd; retrying");
-                tokio::time::sleep(Duration::from_millis(500)).await;
-                continue;
-            }
-        };
-        loop {
-            tokio::time::sleep(renew).await;
-            match cluster.client.lease_keep_alive_once(lease).await {
-                Ok(t) if t > 0 => {}
-                _ => break,
-            }
-        }
-    }
-}
-
-/// Takes this server's presence away as it stops, so that it is not counted as a live
-/// server of its release until its lease ends.
-pub async fn withdraw(cluster: &Cluster) {
-    let delete = csivol_etcd_client::delete(presence_key(cluster));
-    if let Err(e) = cluster.client.txn(vec![], vec![delete], vec![]).await {
-        tracing::debug!(error = %e, "failed to take this server's presence out of etcd");
-    }
 }
 
 #[cfg(test)]

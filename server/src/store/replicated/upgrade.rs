@@ -19,28 +19,10 @@ use anyhow::{Context, bail};
 use csivol_etcd_client::Client;
 use rusqlite::Connection;
 
+use super::EtcdConfig;
 use super::mirror::{self, Head, KeyKind, Keys};
 use super::schema::{Presence, servers_prefix};
-use super::{EtcdArgs, EtcdConfig};
 use crate::store::sqlite::migrations;
-
-#[derive(Debug, clap::Subcommand)]
-pub enum UpgradeCommand {
-    /// Show the cluster's schema version and the newest each live server knows.
-    Status(UpgradeArgs),
-    /// Raise the cluster's schema version to the next one, once every live server knows
-    /// it, and migrate the state in etcd; the servers then migrate their copies. Run it
-    /// with the new release, after every server runs it. It cannot be undone except by
-    /// restoring a backup.
-    Finalize(UpgradeArgs),
-}
-
-/// Where the cluster is.
-#[derive(Debug, Clone, clap::Args)]
-pub struct UpgradeArgs {
-    #[command(flatten)]
-    pub etcd: EtcdArgs,
-}
 
 /// Puts per etcd transaction: within etcd's default `--max-txn-ops` (128).
 const BATCH: usize = 100;
@@ -49,18 +31,14 @@ const BATCH: usize = 100;
 /// check and its mark (claims flowing make that common).
 const MARK_FOR: std::time::Duration = std::time::Duration::from_secs(30);
 
-pub async fn run(cmd: &UpgradeCommand) -> anyhow::Result<()> {
-    let args = match cmd {
-        UpgradeCommand::Status(a) | UpgradeCommand::Finalize(a) => a,
-    };
-    let Some(cfg) = args.etcd.config()? else {
-        bail!("--etcd-endpoints is needed: the etcd cluster the servers run on");
-    };
-    let client = cfg.client()?;
-    match cmd {
-        UpgradeCommand::Status(_) => status(&client, &cfg).await,
-        UpgradeCommand::Finalize(_) => finalize(&client, &cfg).await,
-    }
+/// `csivol-server upgrade status` on the cluster `cfg` names.
+pub async fn show(cfg: &EtcdConfig) -> anyhow::Result<()> {
+    status(&cfg.client()?, cfg).await
+}
+
+/// `csivol-server upgrade finalize` on the cluster `cfg` names.
+pub async fn raise(cfg: &EtcdConfig) -> anyhow::Result<()> {
+    finalize(&cfg.client()?, cfg).await
 }
 
 /// The cluster's head and its revision.

@@ -57,7 +57,7 @@ pub struct Writer {
     /// Most operations in one etcd transaction (etcd's `--max-txn-ops`).
     pub max_ops: usize,
     /// This server's leadership, and the election key its once-only writes compare.
-    pub leadership: super::Leadership,
+    pub leadership: super::leader::Leadership,
     pub leader_key: Vec<u8>,
     /// The schema the rows are written in: the cluster's.
     pub schema: i64,

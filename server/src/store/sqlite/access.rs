@@ -4,7 +4,7 @@
 use csivol_api as api;
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::{exec, strings};
+use super::statement::{exec, strings};
 use crate::error::{ApiError, ApiResult};
 use crate::model::TokenRow;
 use crate::store::sqlite::writer::WriteCtx;

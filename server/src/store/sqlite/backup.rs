@@ -12,54 +12,6 @@ use super::restore::{Holdings, Plan};
 use crate::identity::{self, CLUSTER_ID_FILE, Contents, STATE_DB, Signs};
 use crate::store::sqlite::{db, migrations};
 
-/// `csivol-server backup` flags.
-#[derive(Debug, Clone, clap::Args)]
-pub struct BackupArgs {
-    /// The server's data dir (the one holding `state.db`); the server may be running
-    /// [default: the `data_dir` of --config].
-    #[arg(long, conflicts_with = "etcd_endpoints")]
-    pub data_dir: Option<PathBuf>,
-    /// The server's TOML config: its `data_dir`, or with `store = "etcd"` its etcd
-    /// settings.
-    #[arg(long, conflicts_with_all = ["data_dir", "etcd_endpoints"])]
-    pub config: Option<PathBuf>,
-    /// With the etcd store: the cluster's state in etcd, read at one revision while the
-    /// servers run.
-    #[command(flatten)]
-    pub etcd: crate::store::replicated::EtcdArgs,
-    /// Where to write the backup (one SQLite file; replaced atomically if it exists).
-    #[arg(long, value_name = "FILE")]
-    pub to: PathBuf,
-}
-
-/// `csivol-server restore` flags.
-#[derive(Debug, Clone, clap::Args)]
-pub struct RestoreArgs {
-    /// A backup written by `csivol-server backup` or `GET /v1/backup` (of either store).
-    #[arg(long, value_name = "FILE")]
-    pub from: PathBuf,
-    /// The data dir to restore into; its server must be stopped [default: the `data_dir` of
-    /// --config].
-    #[arg(
-        long,
-        required_unless_present_any = ["etcd_endpoints", "config"],
-        conflicts_with = "etcd_endpoints"
-    )]
-    pub data_dir: Option<PathBuf>,
-    /// The server's TOML config: its `data_dir`, or with `store = "etcd"` its etcd
-    /// settings; the command printed to start the server again names it.
-    #[arg(long, conflicts_with_all = ["data_dir", "etcd_endpoints"])]
-    pub config: Option<PathBuf>,
-    /// Replace the cluster the data dir already holds (its database is kept aside as
-    /// `state.db.before-restore-<time>`).
-    #[arg(long, conflicts_with = "etcd_endpoints")]
-    pub force: bool,
-    /// Or restore into etcd, under a prefix that must be empty (no server running on it),
-    /// for servers with `--store etcd`.
-    #[command(flatten)]
-    pub etcd: crate::store::replicated::EtcdArgs,
-}
-
 /// What a backup holds.
 #[derive(Debug, Clone)]
 pub struct Summary {
@@ -233,112 +185,15 @@ pub(crate) fn verify(conn: &Connection, path: &Path) -> anyhow::Result<Summary> 
     })
 }
 
-/// `csivol-server backup`: of a data dir's `state.db`, or of the state in etcd.
-pub async fn run_backup(args: &BackupArgs) -> anyhow::Result<()> {
-    let etcd = match args.etcd.config()? {
-        Some(e) => Ok(e),
-        None => match &args.data_dir {
-            Some(d) => Err(d.clone()),
-            None => {
-                let cfg = crate::config::ServerConfig::resolve(crate::cli::ServerArgs {
-                    config: args.config.clone(),
-                    ..crate::cli::ServerArgs::default()
-                })?;
-                cfg.etcd.ok_or(cfg.data_dir)
-            }
-        },
-    };
-    let summary = match etcd {
-        Ok(e) => crate::store::replicated::backup::backup(&e, &args.to).await?,
-        Err(dir) => backup(&dir.join(STATE_DB), &args.to)?,
-    };
-    println!("backed up {} to {}", summary, args.to.display());
-    Ok(())
-}
-
-/// `csivol-server restore`: into a stopped server's data dir, or into an empty etcd prefix.
-pub async fn run_restore(args: &RestoreArgs) -> anyhow::Result<()> {
-    let configured = match &args.config {
-        Some(path) => Some(crate::config::ServerConfig::resolve(
-            crate::cli::ServerArgs {
-                config: Some(path.clone()),
-                ..crate::cli::ServerArgs::default()
-            },
-        )?),
-        None => None,
-    };
-    let etcd = match args.etcd.config()? {
-        Some(e) => Some(e),
-        None => configured.as_ref().and_then(|c| c.etcd.clone()),
-    };
-    if let Some(e) = etcd {
-        return restore_into_etcd(args, &e).await;
-    }
-    let Some(dir) = &args.data_dir.clone().or(configured.map(|c| c.data_dir)) else {
-        bail!("--data-dir, --config or --etcd-endpoints is needed: where to restore to");
-    };
-    restore_into_data_dir(args, dir)
-}
-
-/// How to start the server on what was restored: as it runs, with its config when it has
-/// one (the data dir alone would start it on the default address, without TLS).
-fn serve_command(args: &RestoreArgs, what: String) -> String {
-    match &args.config {
-        Some(path) => format!(
-            "csivol-server serve --config {}",
-            csivol_daemon::shell_word(&path.display().to_string())
-        ),
-        None => {
-            format!("csivol-server serve {what} with the other flags (or --config) it runs with")
-        }
-    }
-}
-
-/// The restore into an empty etcd prefix.
-async fn restore_into_etcd(
-    args: &RestoreArgs,
-    e: &crate::store::replicated::EtcdConfig,
-) -> anyhow::Result<()> {
-    let prepared = crate::store::replicated::backup::prepare(e, &args.from).await?;
-    // Said before anything is written: the prefix holds nothing now, so this is all
-    // the backup has; what nodes hold beyond it is taken down when they register.
-    println!(
-        "restoring {} from {} into etcd under {}",
-        prepared.summary,
-        args.from.display(),
-        e.prefix
-    );
-    println!("{}", prepared.plan);
-    let copied = crate::store::replicated::backup::restore(e, &args.from, &prepared).await?;
-    println!(
-        "restored {} from {} into etcd: {copied}",
-        prepared.summary,
-        args.from.display()
-    );
-    eprintln!(
-        "start the servers on it: {}, with the secrets key the backup's cluster had; the \
-         tokens of the backup are valid again",
-        serve_command(
-            args,
-            format!(
-                "--store etcd --etcd-endpoints {} --etcd-prefix {}",
-                e.endpoints.join(","),
-                e.prefix
-            )
-        )
-    );
-    Ok(())
-}
-
-/// The restore into a stopped server's data dir: the database it holds is kept aside
-/// (`--force`), the backup put in its place, marked restored.
-fn restore_into_data_dir(args: &RestoreArgs, dir: &Path) -> anyhow::Result<()> {
+/// The restore of the backup at `from` into a stopped server's data dir `dir`: the
+/// database it holds is kept aside (`force`), the backup put in its place, marked restored.
+pub fn restore_into_data_dir(from: &Path, dir: &Path, force: bool) -> anyhow::Result<()> {
     let summary = {
-        let conn = Connection::open_with_flags(&args.from, OpenFlags::SQLITE_OPEN_READ_ONLY)
-            .with_context(|| format!("failed to open the backup {}", args.from.display()))?;
-        verify(&conn, &args.from)?
+        let conn = Connection::open_with_flags(from, OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .with_context(|| format!("failed to open the backup {}", from.display()))?;
+        verify(&conn, from)?
     };
-    crate::server::create_private_dir(dir)?;
+    identity::create_private_dir(dir)?;
     let Some(_lock) = identity::try_lock(dir)? else {
         bail!(
             "a csivol server is running on data dir {}: a restore cannot replace its database \
@@ -357,16 +212,16 @@ fn restore_into_data_dir(args: &RestoreArgs, dir: &Path) -> anyhow::Result<()> {
     } else {
         Holdings::default()
     };
-    let plan = Plan::new(&now, &Holdings::of_file(&args.from)?);
+    let plan = Plan::new(&now, &Holdings::of_file(from)?);
     println!(
         "restoring {} from {} into {}",
         summary,
-        args.from.display(),
+        from.display(),
         db.display()
     );
     println!("{plan}");
     if current.has_state() || signs.any() {
-        if !args.force {
+        if !force {
             bail!(
                 "data dir {} already holds a cluster{}: restoring would replace it\n\
                  hint: to replace it, run the restore again with --force (its database is kept \
@@ -409,13 +264,8 @@ fn restore_into_data_dir(args: &RestoreArgs, dir: &Path) -> anyhow::Result<()> {
     // 0600 before the copy fills it (a copy would take the backup's mode).
     csivol_daemon::modes::create_file(&tmp)
         .with_context(|| format!("failed to create {}", tmp.display()))?;
-    copy_into(&args.from, &tmp).with_context(|| {
-        format!(
-            "failed to copy {} to {}",
-            args.from.display(),
-            tmp.display()
-        )
-    })?;
+    copy_into(from, &tmp)
+        .with_context(|| format!("failed to copy {} to {}", from.display(), tmp.display()))?;
     // The server starts the restored state holding back what two nodes must not hold,
     // until the nodes have said what they hold.
     super::restore::mark_restored(&tmp)?;
@@ -432,18 +282,8 @@ fn restore_into_data_dir(args: &RestoreArgs, dir: &Path) -> anyhow::Result<()> {
     println!(
         "restored {} from {} into {}",
         summary,
-        args.from.display(),
+        from.display(),
         db.display()
-    );
-    eprintln!(
-        "start the server on it: {}; the tokens of the backup are valid again",
-        serve_command(
-            args,
-            format!(
-                "--data-dir {}",
-                csivol_daemon::shell_word(&dir.display().to_string())
-            )
-        )
     );
     Ok(())
 }

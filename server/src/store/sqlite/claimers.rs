@@ -8,7 +8,7 @@
 
 use rusqlite::{Connection, params};
 
-use super::exec;
+use super::statement::exec;
 use crate::error::ApiResult;
 use crate::store::sqlite::writer::WriteCtx;
 

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use rusqlite::{Connection, OptionalExtension};
 use tokio::sync::mpsc;
 
+use super::connection::{STATEMENT_CACHE, plan_once};
 use super::migrations::{migrate, schema_version};
 use super::read_pool::ReadPool;
 use super::writer::{self, BoxJob, WriteCtx, WriterParts};
@@ -19,9 +20,6 @@ use crate::watch::{Generation, Hub};
 pub fn cluster_id(conn: &Connection) -> rusqlite::Result<String> {
     conn.query_row("SELECT id FROM cluster", [], |r| r.get(0))
 }
-
-/// Distinct statements the server runs; all of them stay prepared.
-pub(super) const STATEMENT_CACHE: usize = 256;
 
 fn configure(conn: &Connection) -> rusqlite::Result<()> {
     conn.busy_timeout(std::time::Duration::from_secs(10))?;
@@ -35,18 +33,6 @@ fn configure(conn: &Connection) -> rusqlite::Result<()> {
     // key, or a volume deregistered, leaves no old bytes in free pages.
     conn.pragma_update(None, "secure_delete", "ON")?;
     plan_once(conn)
-}
-
-/// One plan per statement whatever its parameters (SQLite's query planner stability
-/// guarantee): without it SQLite prepares a cached statement again each time a parameter
-/// it planned with (a bound `LIMIT ?`) is bound anew, which a listing does for every chunk
-/// it reads.
-pub(super) fn plan_once(conn: &Connection) -> rusqlite::Result<()> {
-    conn.set_db_config(
-        rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG,
-        true,
-    )?;
-    Ok(())
 }
 
 /// Opens (creating or migrating) the database at `path`; returns the connection and the

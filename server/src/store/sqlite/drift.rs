@@ -8,10 +8,18 @@
 
 use rusqlite::{Connection, params};
 
-use super::{exec, rows};
+use super::statement::exec;
 use crate::error::{ApiError, ApiResult};
 use crate::model::Drift;
 use crate::store::sqlite::writer::WriteCtx;
+
+/// A claim's columns on the schema before its drift had one ([`claim_columns`]
+/// chooses).
+pub const CLAIM_COLUMNS: &str = "volume, alloc, node, mode, state, target_path, error, next_retry_at, created_at, updated_at, modify_index, \
+     waiting, waiting_since, waiting_timeout_ms, condition, ttl_ms, expires_at, labels, release_pending";
+/// A claim's columns with its drift.
+pub const CLAIM_COLUMNS_WITH_DRIFT: &str = "volume, alloc, node, mode, state, target_path, error, next_retry_at, created_at, updated_at, modify_index, \
+     waiting, waiting_since, waiting_timeout_ms, condition, ttl_ms, expires_at, labels, release_pending, drift";
 
 /// Whether the schema has the column (asked of the connection itself: a mirror migrated in
 /// place by `upgrade finalize` has it from that moment on).
@@ -25,9 +33,9 @@ pub fn kept(conn: &Connection) -> ApiResult<bool> {
 /// The columns of a claim that `ClaimRow::from_row` reads, on this connection's schema.
 pub fn claim_columns(conn: &Connection) -> ApiResult<&'static str> {
     Ok(if kept(conn)? {
-        rows::CLAIM_COLUMNS_WITH_DRIFT
+        CLAIM_COLUMNS_WITH_DRIFT
     } else {
-        rows::CLAIM_COLUMNS
+        CLAIM_COLUMNS
     })
 }
 

@@ -3,7 +3,8 @@
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::{exec, ops, strings};
+use super::rows::ops;
+use super::statement::{exec, strings};
 use crate::error::ApiResult;
 use crate::model::{HELD_FOR_RELEASE, OpRow};
 use csivol_rules::kinds::OpKind;

@@ -6,8 +6,9 @@ use csivol_api as api;
 use rusqlite::types::ValueRef;
 use rusqlite::{Connection, params};
 
-use super::exec;
-use super::rows::{ATTACHMENT_COLUMNS, CLAIM_COLUMNS, VOLUME_COLUMNS, volume_fields};
+use super::drift::CLAIM_COLUMNS;
+use super::rows::{ATTACHMENT_COLUMNS, VOLUME_COLUMNS, volume_fields};
+use super::statement::exec;
 use crate::error::{ApiError, ApiResult};
 use crate::model::listing::{StoredRows, VolumeChunk};
 use crate::model::{

@@ -6,6 +6,7 @@
 mod access;
 pub mod backup;
 mod claimers;
+mod connection;
 pub mod db;
 mod drift;
 mod held;
@@ -19,6 +20,7 @@ pub mod restore;
 mod retries;
 mod rows;
 mod snapshots;
+mod statement;
 mod txn;
 pub mod writer;
 
@@ -35,6 +37,8 @@ use crate::model::{
     RunningOpRow, StateCounts, TokenRow, VolumeRow, WaitingOps,
 };
 use crate::store::sqlite::db::optional;
+use crate::store::sqlite::rows::ops;
+use crate::store::sqlite::statement::{exec, strings};
 use crate::store::sqlite::writer::WriteCtx;
 use csivol_rules::kinds::OpKind;
 
@@ -45,27 +49,6 @@ impl From<rusqlite::Error> for ApiError {
         tracing::error!(error = %e, "database error");
         Self::internal(format!("database error: {e}"))
     }
-}
-
-fn exec(conn: &Connection, sql: &str, params: impl rusqlite::Params) -> ApiResult<usize> {
-    Ok(conn.prepare_cached(sql)?.execute(params)?)
-}
-
-fn strings(conn: &Connection, sql: &str, params: impl rusqlite::Params) -> ApiResult<Vec<String>> {
-    let mut stmt = conn.prepare_cached(sql)?;
-    let rows = stmt
-        .query_map(params, |r| r.get(0))?
-        .collect::<Result<_, _>>()?;
-    Ok(rows)
-}
-
-fn ops(conn: &Connection, filter: &str, params: impl rusqlite::Params) -> ApiResult<Vec<OpRow>> {
-    let sql = format!("SELECT {} FROM ops WHERE {filter}", rows::OP_COLUMNS);
-    let mut stmt = conn.prepare_cached(&sql)?;
-    let rows = stmt
-        .query_map(params, rows::op_from_row)?
-        .collect::<Result<_, _>>()?;
-    Ok(rows)
 }
 
 /// The columns of an [`OpSlot`], as `slot_from_row` reads them.

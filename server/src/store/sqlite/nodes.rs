@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use csivol_api::{self as api, Eligibility, NodeStatus, PluginRegistration};
 use rusqlite::{Connection, params};
 
-use super::exec;
 use super::rows::NODE_COLUMNS;
+use super::statement::exec;
 use crate::error::ApiResult;
 use crate::model::{ClaimRow, NewFence, NodeFenceRow, NodeRow, time, to_json};
 use crate::store::Snapshot;

@@ -3,7 +3,7 @@
 
 use rusqlite::{OptionalExtension, params};
 
-use super::exec;
+use super::statement::exec;
 use crate::error::ApiResult;
 use crate::model::to_json;
 use crate::store::sqlite::writer::WriteCtx;

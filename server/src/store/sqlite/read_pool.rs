@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use rusqlite::{Connection, OpenFlags};
 
-use super::db::{STATEMENT_CACHE, plan_once};
+use super::connection::{STATEMENT_CACHE, plan_once};
 use crate::error::{ApiError, ApiResult};
 
 /// Most reads running at once (each holds a read connection while it runs). Reads are

@@ -9,7 +9,7 @@
 
 use rusqlite::{Connection, params};
 
-use super::exec;
+use super::statement::exec;
 use crate::error::ApiResult;
 use crate::store::sqlite::db::optional;
 use crate::store::sqlite::writer::WriteCtx;

@@ -153,16 +153,9 @@ pub fn volume_fields(r: StoredRow<'_>) -> Result<VolumeFields<'_>, String> {
     })
 }
 
-/// A claim's columns on the schema before its drift had one (`drift::claim_columns`
-/// chooses).
-pub const CLAIM_COLUMNS: &str = "volume, alloc, node, mode, state, target_path, error, next_retry_at, created_at, updated_at, modify_index, \
-     waiting, waiting_since, waiting_timeout_ms, condition, ttl_ms, expires_at, labels, release_pending";
-/// A claim's columns with its drift.
-pub const CLAIM_COLUMNS_WITH_DRIFT: &str = "volume, alloc, node, mode, state, target_path, error, next_retry_at, created_at, updated_at, modify_index, \
-     waiting, waiting_since, waiting_timeout_ms, condition, ttl_ms, expires_at, labels, release_pending, drift";
-
 impl ClaimRow {
-    /// A row of [`CLAIM_COLUMNS`] or [`CLAIM_COLUMNS_WITH_DRIFT`].
+    /// A row of [`super::drift::CLAIM_COLUMNS`] or
+    /// [`super::drift::CLAIM_COLUMNS_WITH_DRIFT`].
     pub fn from_row(r: &Row<'_>) -> rusqlite::Result<Self> {
         let updated_at = r.get(9)?;
         let column = if r.as_ref().column_count() > 19 {
@@ -383,6 +376,20 @@ pub fn op_from_row(r: &Row<'_>) -> rusqlite::Result<OpRow> {
         payload: r.get(8)?,
         created_at: r.get(9)?,
     })
+}
+
+/// The controller operations `filter` selects.
+pub(super) fn ops(
+    conn: &Connection,
+    filter: &str,
+    params: impl rusqlite::Params,
+) -> ApiResult<Vec<OpRow>> {
+    let sql = format!("SELECT {OP_COLUMNS} FROM ops WHERE {filter}");
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let rows = stmt
+        .query_map(params, op_from_row)?
+        .collect::<Result<_, _>>()?;
+    Ok(rows)
 }
 
 #[cfg(test)]

@@ -1,0 +1,60 @@
+//! What a node agent's two steady calls do, a heartbeat and a batch of reports, whether
+//! they come as requests (`nodes`) or as lines of the node channel (`channel`): one body
+//! each, so that both ways in answer alike.
+
+use csivol_api::{self as api, HeartbeatResponse, ReportBatch};
+
+use crate::app::App;
+use crate::error::{ApiError, ApiResult};
+use crate::lifecycle;
+
+/// The answer to one heartbeat, for `POST .../heartbeat` and the channel alike: liveness
+/// (with the etcd store, forwarded to the other servers from there), `lost` when the node
+/// must register again, not found when the server does not know it.
+pub(super) async fn heartbeat(
+    app: &App,
+    node: &str,
+    channel: bool,
+) -> ApiResult<HeartbeatResponse> {
+    app.metrics.heartbeat(channel);
+    let (status, ticket) = app
+        .live
+        .heartbeat_ticket(node, app.clock.now_ms())
+        .ok_or_else(|| {
+            ApiError::not_found(format!("node `{node}` is not registered"))
+                .with_hint("the agent registers again")
+        })?;
+    if let Some(t) = ticket
+        && !app.live.passed_in_time(t).await
+    {
+        return Err(ApiError::unavailable(format!(
+            "this server cannot pass heartbeats on to the other servers: etcd did not \
+             take its last forward within {}",
+            humantime::format_duration(app.live.forward_within())
+        ))
+        .with_hint("the agent sends its heartbeats to its next server"));
+    }
+    Ok(HeartbeatResponse {
+        status,
+        heartbeat_ttl_ms: app.live.ttl().as_millis() as u64,
+    })
+}
+
+/// Commits a node's batch of reports, from a request or a node channel's `report` line;
+/// how many there were.
+pub(super) async fn apply_reports(
+    app: &App,
+    node: &str,
+    batch: ReportBatch,
+    channel: bool,
+) -> ApiResult<usize> {
+    let limits = app.limits.clone();
+    api::FreeText::check_text(&batch).map_err(ApiError::text)?;
+    let count = batch.reports.len();
+    app.metrics.node_reports(count as u64, channel);
+    let node = node.to_owned();
+    app.db
+        .write(move |ctx| lifecycle::apply_reports(ctx, &node, batch.reports.clone(), &limits))
+        .await?;
+    Ok(count)
+}
