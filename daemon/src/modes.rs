@@ -55,6 +55,41 @@ pub fn create_file(path: &Path) -> io::Result<()> {
     }
 }
 
+/// How far [`replace_private`] goes before it returns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Durability {
+    /// The file is replaced whole; a crash may leave the old content (a file rewritten at
+    /// every start, such as the address a server listens on).
+    Replaced,
+    /// The content and the rename are on disk when it returns (a file whose loss would
+    /// change who the data dir belongs to).
+    Synced,
+}
+
+/// Replaces `path` with `bytes` whole: written to a file beside it, readable by its owner
+/// only from the start, then renamed into place, so that a reader finds the old content or
+/// the new, never a part of it.
+pub fn replace_private(path: &Path, bytes: &[u8], durability: Durability) -> io::Result<()> {
+    use std::io::Write;
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    f.write_all(bytes)?;
+    if durability == Durability::Synced {
+        f.sync_all()?;
+    }
+    drop(f);
+    std::fs::rename(&tmp, path)?;
+    if durability == Durability::Synced {
+        std::fs::File::open(path.parent().unwrap_or(Path::new(".")))?.sync_all()?;
+    }
+    Ok(())
+}
+
 /// Makes every regular file directly in `dir` readable by its owner only.
 pub fn files_in(dir: &Path) -> io::Result<()> {
     // A file may go between the listing and its turn (SQLite removes its `-wal` and `-shm`

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use super::store::sqlite::maintenance;
 use anyhow::{Context, bail};
+use csivol_daemon::modes::{self, Durability};
 use rustix::fd::OwnedFd;
 
 /// The state database in the data dir.
@@ -198,25 +199,8 @@ pub fn check_after_open(dir: &Path, id: &str) -> anyhow::Result<()> {
 /// Writes `cluster.id` durably (temp file, fsync, rename).
 pub fn write_id(dir: &Path, id: &str) -> anyhow::Result<()> {
     let path = dir.join(CLUSTER_ID_FILE);
-    write_durably(&path, format!("{id}\n").as_bytes())
+    modes::replace_private(&path, format!("{id}\n").as_bytes(), Durability::Synced)
         .with_context(|| format!("failed to write {}", path.display()))
-}
-
-/// Written 0600 from the start, as every file in the data dir is.
-fn write_durably(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let tmp = path.with_extension("tmp");
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, path)?;
-    sync_dir(path.parent().unwrap_or(Path::new(".")))
 }
 
 pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
@@ -256,8 +240,8 @@ pub fn try_lock(dir: &Path) -> anyhow::Result<Option<OwnedFd>> {
 /// The data dir is its owner's only (0700), and so is every file in it (0600): it holds
 /// the secrets key, the operator token and the state database.
 pub fn create_private_dir(dir: &Path) -> anyhow::Result<()> {
-    csivol_daemon::modes::dir_logged(dir, 0o700, "server data dir")
+    modes::dir_logged(dir, 0o700, "server data dir")
         .with_context(|| format!("failed to create data dir {}", dir.display()))?;
-    csivol_daemon::modes::files_in(dir)
+    modes::files_in(dir)
         .with_context(|| format!("failed to tighten the files in {}", dir.display()))
 }

@@ -3,10 +3,10 @@
 //! together, and its serving until a stop.
 
 use std::net::SocketAddr;
-use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
+use csivol_daemon::modes::{self, Durability};
 use tokio::net::TcpListener;
 
 use crate::app::{App, AppState};
@@ -132,7 +132,7 @@ impl Server {
             }
             None => {
                 let db_path = cfg.data_dir.join(identity::STATE_DB);
-                csivol_daemon::modes::create_file(&db_path)
+                modes::create_file(&db_path)
                     .with_context(|| format!("failed to create {}", db_path.display()))?;
                 (Db::start(&db_path, clock.clone())?, None)
             }
@@ -289,8 +289,12 @@ impl Server {
         };
         let addr = listener.local_addr()?;
         let addr_file = cfg.data_dir.join(ADDR_FILE);
-        write_atomic(&addr_file, format!("{scheme}://{addr}\n").as_bytes())
-            .with_context(|| format!("failed to write {}", addr_file.display()))?;
+        modes::replace_private(
+            &addr_file,
+            format!("{scheme}://{addr}\n").as_bytes(),
+            Durability::Replaced,
+        )
+        .with_context(|| format!("failed to write {}", addr_file.display()))?;
         tracing::info!(
             %addr,
             cluster = %cluster_id,
@@ -372,22 +376,6 @@ fn plain_http(listen: SocketAddr, insecure_http: bool) -> Result<bool, String> {
          network in clear\nhint: pass --tls-cert and --tls-key (`csivol-server tls init` makes \
          them), listen on a loopback address, or accept the risk with --insecure-http"
     ))
-}
-
-/// Written 0600 from the start, as every file in the data dir is.
-fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let tmp = path.with_extension("tmp");
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)?;
-    f.write_all(bytes)?;
-    drop(f);
-    std::fs::rename(tmp, path)
 }
 
 #[cfg(test)]
