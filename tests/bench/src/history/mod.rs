@@ -7,6 +7,13 @@
 //! undone, a stale read, a final state that forgets what was acknowledged: each leaves a
 //! volume's history without such an order, and is reported with the operation no order
 //! could explain.
+//!
+//! Two rules come from the server's exact retries, not from the register: an unanswered
+//! claim of an alloc took effect, if at all, before that alloc's release was sent (the
+//! claim requests carry their send time, which the server judges against the alloc's
+//! release), so a claim that turns up after its release is no late commit but a released
+//! claim come back; and a backup and its restore act on every volume at once (recorded
+//! once, under [`EVERY_VOLUME`], and judged in each volume's history).
 
 pub mod linear;
 pub mod volume;
@@ -22,9 +29,12 @@ use serde::Serialize;
 use self::linear::{Operation, Verdict};
 pub use self::volume::{Input, Output};
 
-/// Steps of the search per volume before it gives up undecided (reported as an error,
-/// not as linearizable).
+/// Steps of the search per volume before it gives up undecided (a failure of the run,
+/// never taken for linearizable).
 const BUDGET: u64 = 20_000_000;
+
+/// The volume of an operation on the whole state: a backup, a restore.
+pub const EVERY_VOLUME: &str = "*";
 
 /// One operation of the history.
 #[derive(Debug, Clone, Serialize)]
@@ -92,6 +102,11 @@ impl Recorder {
         });
     }
 
+    /// Records an operation on every volume at once (a backup, a restore).
+    pub fn record_all(&self, call_us: u64, ret_us: Option<u64>, input: Input, output: Output) {
+        self.record(EVERY_VOLUME, call_us, ret_us, input, output);
+    }
+
     /// Records an operation that just completed with `output`.
     pub fn completed(&self, volume: &str, call_us: u64, input: Input, output: Output) {
         let ret = (output != Output::Unknown).then(|| self.now());
@@ -120,16 +135,22 @@ pub fn save_lines<T: Serialize>(path: &Path, items: &[T]) -> std::io::Result<()>
 }
 
 /// Checks the history of each volume in `records` on its own (the volumes are
-/// independent registers, so the whole is linearizable exactly when each is).
+/// independent registers, so the whole is linearizable exactly when each is; an operation
+/// on every volume is in each one's history).
 pub fn check(records: &[Record]) -> Checked {
     let mut by_volume: BTreeMap<&str, Vec<Operation<Input, Output>>> = BTreeMap::new();
-    for r in records {
-        by_volume.entry(&r.volume).or_default().push(Operation {
-            call: r.call_us,
-            ret: r.ret_us.unwrap_or(u64::MAX),
-            input: r.input.clone(),
-            output: r.output.clone(),
-        });
+    let op = |r: &Record| Operation {
+        call: r.call_us,
+        ret: r.ret_us.unwrap_or(u64::MAX),
+        input: r.input.clone(),
+        output: r.output.clone(),
+    };
+    for r in records.iter().filter(|r| r.volume != EVERY_VOLUME) {
+        by_volume.entry(&r.volume).or_default().push(op(r));
+    }
+    for ops in by_volume.values_mut() {
+        ops.extend(records.iter().filter(|r| r.volume == EVERY_VOLUME).map(op));
+        bound_unanswered_claims(ops);
     }
     let mut out = Checked {
         operations: records.len(),
@@ -155,12 +176,41 @@ pub fn check(records: &[Record]) -> Checked {
                 ));
             }
             Verdict::Unknown => out.undecided.push(format!(
-                "volume {volume}: {} operations not decided within {BUDGET} steps",
+                "volume {volume}: {} operations not decided within {BUDGET} steps: the history is not known to be linearizable",
                 ops.len()
             )),
         }
     }
     out
+}
+
+/// Ends each unanswered claim of an alloc just before the first release of that alloc
+/// sent after it: the server carries out no claim request sent before its alloc's release
+/// (it refuses one that says it was sent earlier, and answers a repeat of a keyed one
+/// with its first answer), so such a claim took effect before that release was sent, or
+/// never. Without a release after it, it may still take effect at any time.
+fn bound_unanswered_claims(ops: &mut [Operation<Input, Output>]) {
+    let mut releases: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    for o in ops.iter() {
+        if let Input::Release(a) = &o.input {
+            releases.entry(a.clone()).or_default().push(o.call);
+        }
+    }
+    for times in releases.values_mut() {
+        times.sort_unstable();
+    }
+    for o in ops.iter_mut().filter(|o| o.ret == u64::MAX) {
+        let Input::Claim(a) = &o.input else { continue };
+        let Some(times) = releases.get(a) else {
+            continue;
+        };
+        // The first release sent at or after the claim; at one instant an invocation
+        // comes before a completion, so the claim ends a microsecond earlier.
+        let i = times.partition_point(|t| *t < o.call);
+        if let Some(release) = times.get(i) {
+            o.ret = release.saturating_sub(1).max(o.call);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -206,5 +256,69 @@ mod tests {
             serde_json::json!({"volume": "v2", "call_us": 40, "ret_us": null,
                 "op": "claim", "alloc": "b", "outcome": "unknown"})
         );
+    }
+
+    /// A claim attempt that got no answer, retried and answered, then released: the claim
+    /// seen again after its release is a released claim come back (a late or repeated
+    /// request carried out), not the unanswered attempt taking effect late.
+    #[test]
+    fn a_claim_seen_after_its_release_is_no_late_commit() {
+        let a = || "a".to_owned();
+        let records = vec![
+            rec("v1", 0, None, Input::Claim(a()), Output::Unknown),
+            rec("v1", 5, Some(10), Input::Claim(a()), Output::Ok),
+            rec("v1", 20, Some(30), Input::Release(a()), Output::Ok),
+            rec("v1", 40, Some(50), Input::Read(a()), Output::Present),
+        ];
+        let checked = check(&records);
+        assert_eq!(checked.anomalies.len(), 1, "{checked:?}");
+        assert!(
+            checked.anomalies[0].contains("Read(\"a\") → Present"),
+            "{checked:?}"
+        );
+        // Without a release after it (a retry refused), the unanswered attempt may still
+        // land at any time: the drain watches for it.
+        let records = vec![
+            rec("v1", 0, None, Input::Claim(a()), Output::Unknown),
+            rec("v1", 5, Some(10), Input::Claim(a()), Output::Refused),
+            rec("v1", 40, Some(50), Input::Read(a()), Output::Absent),
+            rec("v1", 60, Some(70), Input::Read(a()), Output::Present),
+        ];
+        let checked = check(&records);
+        assert!(checked.anomalies.is_empty(), "{checked:?}");
+    }
+
+    /// A backup and a restore recorded once are judged in every volume's history: a
+    /// claim released after the backup comes back in each volume, and is released again.
+    #[test]
+    fn a_restore_is_in_every_volumes_history() {
+        let s = |a: &str| a.to_owned();
+        let records = vec![
+            rec("v1", 0, Some(1), Input::Claim(s("a")), Output::Ok),
+            rec("v2", 0, Some(1), Input::Claim(s("b")), Output::Ok),
+            rec(EVERY_VOLUME, 2, Some(3), Input::Backup, Output::Ok),
+            rec("v1", 4, Some(5), Input::Release(s("a")), Output::Ok),
+            rec("v2", 4, Some(5), Input::Release(s("b")), Output::Ok),
+            rec(EVERY_VOLUME, 6, Some(9), Input::Restore, Output::Ok),
+            rec("v1", 10, Some(11), Input::Read(s("a")), Output::Present),
+            rec("v2", 10, Some(11), Input::Read(s("b")), Output::Present),
+            rec("v1", 12, Some(13), Input::Release(s("a")), Output::Ok),
+            rec(
+                "v2",
+                14,
+                Some(15),
+                Input::Holder,
+                Output::Held(Some(s("b"))),
+            ),
+        ];
+        let checked = check(&records);
+        assert_eq!((checked.operations, checked.volumes), (10, 2));
+        assert!(checked.anomalies.is_empty(), "{checked:?}");
+        // Without the restore, the same reads are claims come back.
+        let without: Vec<Record> = records
+            .into_iter()
+            .filter(|r| r.input != Input::Restore)
+            .collect();
+        assert_eq!(check(&without).anomalies.len(), 2);
     }
 }
