@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use anyhow::Context;
+use csivol_client::once::Once;
 use csivol_client::{Body, Client};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -24,6 +25,24 @@ pub struct Resp {
     pub status: u16,
     pub index: Option<u64>,
     pub body: Vec<u8>,
+    /// The server answered a repeat of a keyed request with its first answer
+    /// (`Idempotent-Replayed`), without acting again.
+    pub replayed: bool,
+}
+
+impl From<csivol_client::Raw> for Resp {
+    fn from(raw: csivol_client::Raw) -> Self {
+        let replayed = raw
+            .headers
+            .get(csivol_api::REPLAYED_HEADER)
+            .is_some_and(|v| v.as_bytes() == b"true");
+        Self {
+            status: raw.status.as_u16(),
+            index: raw.index,
+            body: raw.body,
+            replayed,
+        }
+    }
 }
 
 impl Resp {
@@ -145,28 +164,25 @@ impl Http {
             self.client.send(method.clone(), path, body, None).await
         };
         let raw = sent.with_context(|| format!("{method} {path}: no answer from the server"))?;
-        Ok(Resp {
-            status: raw.status.as_u16(),
-            index: raw.index,
-            body: raw.body,
-        })
+        Ok(raw.into())
     }
 
-    /// [`Http::post`] sent to one server only, for a caller that records every attempt
-    /// as an operation of its own (the chaos campaign's history): an attempt that got no
-    /// answer may still take effect at any later time, which an answer from another server
-    /// to the same request, had it moved on, would hide (a claim refused there while the
-    /// silent server later commits it). Instead of moving on, it makes the next request go
-    /// to the next server first.
+    /// [`Http::post`] of one request (`once`: its `Idempotency-Key`, if any, and its first
+    /// send time, the same on every attempt) sent to one server only, for a caller that
+    /// records every attempt as an operation of its own (the chaos campaign's history): an
+    /// attempt that got no answer may still take effect later, which an answer from
+    /// another server to the same request, had it moved on, would hide from the history.
+    /// Instead of moving on, it makes the next request go to the next server first.
     pub async fn post_once<B: Serialize + ?Sized>(
         &self,
         path: &str,
         body: &B,
+        once: &Once,
     ) -> anyhow::Result<Resp> {
         REQUESTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let sent = self
             .client
-            .send(reqwest::Method::POST, path, Body::Json(body), None)
+            .send_as(reqwest::Method::POST, path, Body::Json(body), None, once)
             .await;
         let unanswered = match &sent {
             Ok(raw) => raw.status == reqwest::StatusCode::SERVICE_UNAVAILABLE,
@@ -176,11 +192,7 @@ impl Http {
             self.client.avoid_current();
         }
         let raw = sent.with_context(|| format!("POST {path}: no answer from the server"))?;
-        Ok(Resp {
-            status: raw.status.as_u16(),
-            index: raw.index,
-            body: raw.body,
-        })
+        Ok(raw.into())
     }
 
     /// Opens `node`'s channel (this client's token must be the node's).

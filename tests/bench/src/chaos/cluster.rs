@@ -32,6 +32,23 @@ pub struct ChaosNode {
     stopped: bool,
 }
 
+/// How long daemons' starts took, last time.
+#[derive(Debug, Clone, Copy)]
+pub struct StartTimes {
+    pub server: Duration,
+    pub agent: Duration,
+}
+
+impl Default for StartTimes {
+    /// Guesses, until a start was timed.
+    fn default() -> Self {
+        Self {
+            server: Duration::from_millis(100),
+            agent: Duration::from_millis(300),
+        }
+    }
+}
+
 /// The HA mode's parts beside the servers.
 #[derive(Debug)]
 pub struct Ha {
@@ -51,10 +68,13 @@ pub struct ChaosCluster {
     pub servers: Vec<Server>,
     /// Servers stopped (SIGSTOP) now.
     pub servers_stopped: Vec<bool>,
+    /// How long a server's start and an agent's took last, from its listening for SIGTERM
+    /// to its serving (registered), for the stops while they start to fall within one.
+    pub start_times: StartTimes,
     pub ha: Option<Ha>,
     pub backend: PathBuf,
     pub mount: String,
-    bins: Bins,
+    pub(super) bins: Bins,
     /// Where the servers' tmpfs is mounted (their data dirs are below it).
     disk: PathBuf,
     _disk_dir: TestDir,
@@ -116,6 +136,7 @@ impl ChaosCluster {
         };
         let mut c = Self {
             nodes: Vec::new(),
+            start_times: StartTimes::default(),
             servers_stopped: vec![false; servers.len()],
             servers,
             ha,
@@ -212,6 +233,11 @@ impl ChaosCluster {
         Ok(())
     }
 
+    /// The pid of node `i`'s agent, if it runs.
+    pub fn agent_pid(&self, i: usize) -> Option<u32> {
+        self.nodes[i].agent.as_ref().map(Proc::pid)
+    }
+
     pub fn kill_plugin(&mut self, i: usize) {
         if let Some(mut p) = self.nodes[i].plugin.take() {
             p.kill();
@@ -223,6 +249,39 @@ impl ChaosCluster {
             a.kill();
         }
         self.nodes[i].stopped = false;
+    }
+
+    /// SIGTERM to node `i`'s agent, as a service manager stops it: its exit status (`None`:
+    /// it had not exited within `timeout`, and was killed, or there was none).
+    pub async fn terminate_agent(
+        &mut self,
+        i: usize,
+        timeout: Duration,
+    ) -> Option<std::process::ExitStatus> {
+        let mut agent = self.nodes[i].agent.take()?;
+        self.nodes[i].stopped = false;
+        procs::terminate(&mut agent, timeout).await
+    }
+
+    /// Starts node `i`'s agent and sends it SIGTERM while it starts: `delay` after it
+    /// listens for the signal. It is left stopped.
+    pub async fn interrupt_agent_start(
+        &mut self,
+        i: usize,
+        delay: Duration,
+        timeout: Duration,
+    ) -> anyhow::Result<procs::Interrupted> {
+        self.start_agent(i)?;
+        let log = self.nodes[i].dir.join("agent.log");
+        let mut agent = self.nodes[i].agent.take().expect("just started");
+        procs::catches_term(&mut agent, &log, timeout).await?;
+        tokio::time::sleep(delay).await;
+        let status = procs::terminate(&mut agent, timeout).await;
+        // Whether it had registered is for the caller to ask the server.
+        Ok(procs::Interrupted {
+            status,
+            complete: false,
+        })
     }
 
     /// SIGSTOP (`true`) or SIGCONT (`false`) to node `i`'s agent.

@@ -2,20 +2,25 @@
 //! volumes (its own; in HA mode shared with one other client, so that a claim may be
 //! refused) (claim on a random node → ready → release → gone), riding out a server that is
 //! down or refusing writes by retrying, and checking what it sees: an acknowledged claim
-//! that vanishes before its release is lost; a claim `ready` whose target is not mounted
-//! is a lie. Every operation goes into the run's history (`crate::history`), with when it
-//! was sent, when its outcome came and what it was, for the checker at the end.
+//! that vanishes before its release is lost (unless a restore may have forgotten it, which
+//! the history judges); a claim `ready` whose target is not mounted is a lie. Each claim
+//! request carries an `Idempotency-Key` and its first send time, the same on every
+//! attempt, as the CLI's do. Every operation goes into the run's history
+//! (`crate::history`), with when it was sent, when its outcome came and what it was, for
+//! the checker at the end.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use csivol_api::{self as api, ClaimMode, ClaimRequest, ClaimState};
+use csivol_client::once::Once;
 use rand::Rng;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
 use super::super::client::{Http, Resp};
 use super::invariants::presented;
+use super::ledger::{Ledger, SentClaim};
 use crate::history::{Input, Output, Recorder};
 
 #[derive(Debug, Default)]
@@ -26,15 +31,32 @@ pub struct Tally {
     pub failed: u64,
     /// Claims the server released because their node was lost and came back.
     pub released_on_return: u64,
+    /// Acknowledged claims seen gone after a restore: a restore forgets the claims made
+    /// after its backup (the history judges whether this one was).
+    pub forgotten_by_restore: u64,
+    /// Claims of a cycle that was over, brought back by a restore and released again.
+    pub released_after_restore: u64,
     /// Requests sent again because the server was down or refused a write.
     pub retries: u64,
     pub violations: Vec<String>,
     /// Cycles that did not finish in time: not a broken invariant, but the run fails.
     pub stuck: Vec<String>,
-    /// Claims (volume, alloc) of which an attempt got no answer: its server may still
-    /// commit it later, after a refusal from another server or after this client's own
-    /// release. A careful client releases them once the servers are back (the drain).
-    pub unsure: Vec<(String, String)>,
+    /// Claims of which an attempt got no answer, for the drain to look at.
+    pub unsure: Vec<Unsure>,
+}
+
+/// A claim of which an attempt got no answer.
+#[derive(Debug, Clone)]
+pub struct Unsure {
+    pub volume: String,
+    pub alloc: String,
+    /// Whether its cycle knows the claim is gone for good: a later attempt was answered
+    /// and the claim was refused, or released (or dropped by the server) and seen gone.
+    /// The server answers a repeat of the request's key with its first answer and
+    /// carries out no claim request sent before its alloc's release, so such a claim must
+    /// never turn up again. Otherwise (no attempt answered, a release not seen through)
+    /// it may still be there, and the drain releases it as a careful client would.
+    pub over: bool,
 }
 
 impl Tally {
@@ -43,6 +65,8 @@ impl Tally {
         self.acknowledged += o.acknowledged;
         self.failed += o.failed;
         self.released_on_return += o.released_on_return;
+        self.forgotten_by_restore += o.forgotten_by_restore;
+        self.released_after_restore += o.released_after_restore;
         self.retries += o.retries;
         self.violations.extend(o.violations);
         self.stuck.extend(o.stuck);
@@ -60,17 +84,18 @@ pub struct Spec {
     pub mount: String,
     pub seed: u64,
     pub history: Arc<Recorder>,
+    pub ledger: Arc<Ledger>,
 }
 
 /// What a request's answer means to a client that must not give up on a fault.
-enum Answer {
+pub enum Answer {
     Got(Resp),
     TimedOut,
 }
 
 /// Sends until the server answers with something other than "unavailable" (connection
 /// refused while it restarts, 503 while its disk is full) or `deadline` passes.
-async fn persist<F, Fut>(deadline: Instant, retries: &mut u64, mut send: F) -> Answer
+pub async fn persist<F, Fut>(deadline: Instant, retries: &mut u64, mut send: F) -> Answer
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = anyhow::Result<Resp>>,
@@ -106,24 +131,71 @@ pub async fn client(http: Http, spec: Spec) -> Tally {
     t
 }
 
+/// A claim request's identity: a random `Idempotency-Key`, and the time it was first sent.
+pub fn new_once() -> Once {
+    Once::new(format!("{:032x}", rand::random::<u128>()))
+}
+
+/// One cycle: claim, until ready, release, until gone. If a restore was done meanwhile,
+/// its claim may be back although the cycle saw it gone (a claim the backup had): it
+/// looks once more at the end, and releases what it finds.
 async fn cycle(http: &Http, spec: &Spec, volume: &str, alloc: &str, node: &str, t: &mut Tally) {
+    let ledger = &spec.ledger;
+    let _under_way = ledger.begin(volume, alloc);
+    let began = ledger.restores();
+    let sent = SentClaim {
+        volume: volume.to_owned(),
+        alloc: alloc.to_owned(),
+        body: ClaimRequest::new(alloc, node, ClaimMode::Write),
+        once: new_once(),
+    };
+    let (silent, over) = claim_and_release(http, spec, &sent, began, t).await;
+    if silent {
+        t.unsure.push(Unsure {
+            volume: volume.to_owned(),
+            alloc: alloc.to_owned(),
+            over,
+        });
+    }
+    if over && ledger.restores() != began {
+        let deadline = Instant::now() + spec.cycle_timeout;
+        match back_after_restore(http, &spec.history, ledger, volume, alloc, deadline).await {
+            Ok(true) => t.released_after_restore += 1,
+            Ok(false) => {}
+            Err(e) => t
+                .stuck
+                .push(format!("claim {volume}/{alloc}, back after a restore: {e}")),
+        }
+    }
+}
+
+/// The cycle up to its claim seen gone. Returns whether an attempt of the claim got no
+/// answer, and whether the cycle knows its claim is gone for good ([`Unsure::over`]).
+async fn claim_and_release(
+    http: &Http,
+    spec: &Spec,
+    sent: &SentClaim,
+    began: u64,
+    t: &mut Tally,
+) -> (bool, bool) {
+    let (volume, alloc, node) = (&sent.volume[..], &sent.alloc[..], &sent.body.node[..]);
     let deadline = Instant::now() + spec.cycle_timeout;
     let claims = format!("/v1/volumes/{volume}/claims");
     let path = format!("{claims}/{alloc}");
-    let req = ClaimRequest::new(alloc, node, ClaimMode::Write);
     let h = &spec.history;
     let me = || alloc.to_owned();
-    // The claim: sent again on no answer (a claim is idempotent per volume and alloc).
-    // Each attempt is an operation of its own, sent to one server: one that got no answer
-    // (or a 503, which does not say whether it committed) may still take effect at any
-    // later time, which the answer to a later attempt does not rule out.
+    // The claim: sent again on no answer, with the same key and first send time (the
+    // server answers a repeat with its first answer, and carries out no claim request
+    // sent before its alloc's release). Each attempt is an operation of its own, sent to
+    // one server: one that got no answer (or a 503, which does not say whether it
+    // committed) took effect, if at all, before the alloc's release was sent.
     let claimed_at = h.now();
-    let (claims_path, body) = (&claims, &req);
+    let (claims_path, body, once) = (&claims, &sent.body, &sent.once);
     let silent = std::sync::atomic::AtomicBool::new(false);
     let silent = &silent;
     let attempt = move || async move {
         let sent = h.now();
-        let r = http.post_once(claims_path, body).await;
+        let r = http.post_once(claims_path, body, once).await;
         let outcome = match &r {
             Ok(r) if r.status == 200 || r.status == 201 => Output::Ok,
             // A refusal changed nothing.
@@ -138,25 +210,29 @@ async fn cycle(http: &Http, spec: &Spec, volume: &str, alloc: &str, node: &str, 
         r
     };
     let answer = persist(deadline, &mut t.retries, attempt).await;
-    // An attempt that got no answer may still be applied by its server after this cycle
-    // is over (one stopped with the request in its socket reads it when it runs again),
-    // whatever the later attempts were told: a careful client releases it if it turns up.
-    if silent.load(std::sync::atomic::Ordering::Relaxed) {
-        t.unsure.push((volume.to_owned(), alloc.to_owned()));
-    }
+    let silent = silent.load(std::sync::atomic::Ordering::Relaxed);
     let created = match answer {
         Answer::Got(r) if r.status == 201 || r.status == 200 => r,
-        Answer::Got(_) => {
+        Answer::Got(r) if (400..500).contains(&r.status) => {
             // Refused (e.g. the node is lost right now): nothing to account for.
             tokio::time::sleep(Duration::from_millis(200)).await;
-            return;
+            return (silent, true);
+        }
+        Answer::Got(r) => {
+            // A server error: not an answer the request's key keeps.
+            t.stuck.push(format!(
+                "claim {volume}/{alloc}: HTTP {}: {}",
+                r.status,
+                String::from_utf8_lossy(&r.body)
+            ));
+            return (silent, false);
         }
         Answer::TimedOut => {
             t.stuck.push(format!(
                 "claim {volume}/{alloc}: no answer within {:?}",
                 spec.cycle_timeout
             ));
-            return;
+            return (silent, false);
         }
     };
     t.acknowledged += 1;
@@ -184,9 +260,10 @@ async fn cycle(http: &Http, spec: &Spec, volume: &str, alloc: &str, node: &str, 
                     .as_ref()
                     .map_or("unknown".to_owned(), |c| c.state.to_string())
             ));
-            break;
+            return (silent, false);
         }
         let read_at = h.now();
+        let epoch = spec.ledger.restores();
         match persist(deadline, &mut t.retries, || http.get_blocking(&path, index)).await {
             Answer::Got(r) if r.status == 200 => {
                 h.completed(volume, read_at, Input::Read(me()), Output::Present);
@@ -195,6 +272,13 @@ async fn cycle(http: &Http, spec: &Spec, volume: &str, alloc: &str, node: &str, 
             }
             Answer::Got(r) if r.status == 404 => {
                 h.completed(volume, read_at, Input::Read(me()), Output::Absent);
+                if epoch != began {
+                    // A restore forgets the claims made after its backup: the history
+                    // judges whether this one was.
+                    t.forgotten_by_restore += 1;
+                    t.cycles += 1;
+                    return (silent, true);
+                }
                 // A claim that failed is cleaned up like a release: gone is fine if the
                 // event log says it failed; otherwise it was lost.
                 let history = history(http, alloc).await;
@@ -233,78 +317,143 @@ async fn cycle(http: &Http, spec: &Spec, volume: &str, alloc: &str, node: &str, 
                             .join("; ")
                     ));
                 }
-                return;
+                return (silent, true);
             }
             Answer::Got(_) | Answer::TimedOut => {}
         }
     }
-    // Release, then until gone: one operation, from the request to the claim seen gone.
     let release_deadline = Instant::now() + spec.cycle_timeout;
+    match release(
+        http,
+        h,
+        &spec.ledger,
+        volume,
+        alloc,
+        release_deadline,
+        &mut t.retries,
+    )
+    .await
+    {
+        Ok(()) => {
+            t.cycles += 1;
+            spec.ledger.released(sent.clone());
+            (silent, true)
+        }
+        Err(e) => {
+            t.stuck
+                .push(format!("release {volume}/{alloc} on {node}: {e}"));
+            (silent, false)
+        }
+    }
+}
+
+/// Releases `alloc`'s claim on `volume` and waits until it is gone: one operation of the
+/// history, from the request to the claim seen gone (unknown if it was not). A claim
+/// blocked on its lost node cannot be released through it (423): as a CI job would, it
+/// waits for the node to come back (a claim nobody released is published again then).
+/// A claim seen again by a read sent after a restore whose servers stopped after the
+/// release was sent is released again: the restore may have undone the release.
+pub async fn release(
+    http: &Http,
+    h: &Recorder,
+    ledger: &Ledger,
+    volume: &str,
+    alloc: &str,
+    deadline: Instant,
+    retries: &mut u64,
+) -> Result<(), String> {
+    let path = format!("/v1/volumes/{volume}/claims/{alloc}");
     let released_at = h.now();
-    let unseen = || {
+    let unseen = |why: String| {
         h.record(
             volume,
             released_at,
             None,
-            Input::Release(me()),
+            Input::Release(alloc.to_owned()),
             Output::Unknown,
-        )
+        );
+        Err(why)
     };
-    // A claim blocked on its lost node cannot be released through it (423): as a CI job
-    // would, wait for the node to come back (a claim nobody released is published again
-    // then), within the cycle's time.
-    let released = loop {
-        match persist(release_deadline, &mut t.retries, || http.delete(&path)).await {
-            Answer::Got(r) if r.status == 423 && Instant::now() < release_deadline => {
-                t.retries += 1;
-                tokio::time::sleep(Duration::from_millis(200)).await;
+    'send: loop {
+        let sent_in = ledger.restores();
+        let answer = loop {
+            match persist(deadline, retries, || http.delete(&path)).await {
+                Answer::Got(r) if r.status == 423 && Instant::now() < deadline => {
+                    *retries += 1;
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                answer => break answer,
             }
-            answer => break answer,
+        };
+        let mut index = match answer {
+            Answer::Got(r) if r.status == 202 || r.status == 404 => r.index.unwrap_or(0),
+            Answer::Got(r) => {
+                return unseen(format!(
+                    "HTTP {}: {}",
+                    r.status,
+                    String::from_utf8_lossy(&r.body)
+                ));
+            }
+            Answer::TimedOut => return unseen("no answer".to_owned()),
+        };
+        loop {
+            let read_in = ledger.restores();
+            match persist(deadline, retries, || http.get_blocking(&path, index)).await {
+                Answer::Got(r) if r.status == 404 => break 'send,
+                Answer::Got(_) if read_in != sent_in => continue 'send,
+                Answer::Got(r) => index = r.index.unwrap_or(index),
+                Answer::TimedOut => return unseen("not gone in time".to_owned()),
+            }
+            if Instant::now() >= deadline {
+                return unseen("not gone in time".to_owned());
+            }
         }
-    };
-    let mut index = match released {
-        Answer::Got(r) if r.status == 202 || r.status == 404 => r.index.unwrap_or(0),
+    }
+    h.completed(
+        volume,
+        released_at,
+        Input::Release(alloc.to_owned()),
+        Output::Ok,
+    );
+    Ok(())
+}
+
+/// After a restore, a claim its cycle saw gone may be back (the backup had it): looked at
+/// once (the read goes into the history) and released if it is there. Whether it was
+/// there returns `true`.
+pub async fn back_after_restore(
+    http: &Http,
+    h: &Recorder,
+    ledger: &Ledger,
+    volume: &str,
+    alloc: &str,
+    deadline: Instant,
+) -> Result<bool, String> {
+    let path = format!("/v1/volumes/{volume}/claims/{alloc}");
+    let mut retries = 0;
+    let read_at = h.now();
+    let present = match persist(deadline, &mut retries, || http.get(&path)).await {
+        Answer::Got(r) if r.status == 404 => false,
+        Answer::Got(r) if r.status == 200 => true,
         Answer::Got(r) => {
-            unseen();
-            t.stuck.push(format!(
-                "release {volume}/{alloc}: HTTP {}: {}",
+            return Err(format!(
+                "HTTP {}: {}",
                 r.status,
                 String::from_utf8_lossy(&r.body)
             ));
-            return;
         }
-        Answer::TimedOut => {
-            unseen();
-            t.stuck.push(format!("release {volume}/{alloc}: no answer"));
-            return;
-        }
+        Answer::TimedOut => return Err("no answer".to_owned()),
     };
-    loop {
-        match persist(release_deadline, &mut t.retries, || {
-            http.get_blocking(&path, index)
-        })
-        .await
-        {
-            Answer::Got(r) if r.status == 404 => break,
-            Answer::Got(r) => index = r.index.unwrap_or(index),
-            Answer::TimedOut => {
-                unseen();
-                t.stuck.push(format!(
-                    "release {volume}/{alloc} on {node}: not gone in time"
-                ));
-                return;
-            }
-        }
-        if Instant::now() >= release_deadline {
-            unseen();
-            t.stuck.push(format!(
-                "release {volume}/{alloc} on {node}: not gone in time"
-            ));
-            return;
-        }
+    let seen = if present {
+        Output::Present
+    } else {
+        Output::Absent
+    };
+    h.completed(volume, read_at, Input::Read(alloc.to_owned()), seen);
+    if present {
+        release(http, h, ledger, volume, alloc, deadline, &mut retries).await?;
     }
-    h.completed(volume, released_at, Input::Release(me()), Output::Ok);
-    t.cycles += 1;
+    Ok(present)
 }
 
 /// A claim seen `ready` must have its target mounted. Reading the claim again after the

@@ -1,7 +1,9 @@
 //! `csivol-bench --mode full --chaos`: the fault campaign. Under a steady claim load on
 //! single-writer volumes, faults fall at random moments for the run's duration (kill -9 of
 //! the server, agents and plugins; agents stopped across the heartbeat TTL and continued;
-//! the server's disk filled and freed), while observers check the invariants continuously;
+//! the server's disk filled and freed; a backup restored; released claims' requests sent
+//! again late; daemons stopped by SIGTERM while they start), while observers check the
+//! invariants continuously;
 //! then the faults stop, everything is healed, the load drains, and the end checks run.
 //! With `--store etcd` it runs in HA mode: two servers over a 3-member etcd, each server,
 //! member and agent on a host of its own in network namespaces, and faults that overlap
@@ -12,9 +14,13 @@
 //! that never finished, or a process that died on its own).
 
 mod cluster;
-mod faults;
+mod duplicate;
+pub(crate) mod faults;
 mod invariants;
+mod ledger;
 mod load;
+mod restore;
+mod starts;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -28,7 +34,8 @@ use serde::Serialize;
 
 use self::cluster::ChaosCluster;
 use self::faults::Fault;
-use self::load::{Spec, Tally};
+use self::ledger::Ledger;
+use self::load::{Spec, Tally, Unsure};
 use super::client::Http;
 use super::history::{Input, Output, Recorder};
 use super::phases::{Say, WorkDir};
@@ -39,10 +46,12 @@ use csivol_tests::netns::Net;
 /// How long the end of the run waits for every volume to be free again.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(180);
 
-/// How long after the heal a claim attempt that got no answer may still take effect: a
-/// stopped server reads the request waiting in its socket when it runs again, and a server
-/// sends an etcd commit that got no answer again for up to 10 s, then runs it once more if
-/// another server committed first; the rest is margin.
+/// How long after the heal the drain watches the claims of which an attempt got no
+/// answer: a stopped server reads the request waiting in its socket when it runs again,
+/// and a server sends an etcd commit that got no answer again for up to 10 s, then runs it
+/// once more if another server committed first; the rest is margin. A claim whose cycle
+/// saw it refused or released must not turn up in that time; one whose cycle could not
+/// tell may, and is released.
 const UNSURE_SETTLE: Duration = Duration::from_secs(20);
 
 #[derive(Debug, Serialize)]
@@ -63,22 +72,35 @@ pub struct ChaosReport {
     pub machine: String,
     pub faults: BTreeMap<Fault, u64>,
     pub faults_total: u64,
+    /// What happened within the faults, counted: a daemon stopped before or after it bound
+    /// its port or registered, how the server answered a delayed duplicate, a claim come
+    /// back with a restore and released.
+    pub fault_notes: BTreeMap<String, u64>,
     pub cycles: u64,
     pub acknowledged_claims: u64,
     pub failed_claims: u64,
     /// Claims released by the server's rule for a lost node that came back (event logged).
     pub released_on_node_return: u64,
+    /// Acknowledged claims a restore forgot (made after its backup), as their cycle saw.
+    pub forgotten_by_restore: u64,
+    /// Claims of a cycle that was over, back with a restore, released by their cycle.
+    pub released_after_restore: u64,
     pub client_retries: u64,
-    /// Claims of which an attempt went unanswered, and of those how many turned up in
-    /// the drain (a silent server committed them late) and were released there.
+    /// Claims of which an attempt went unanswered; of those, how many whose cycle could
+    /// not tell turned up in the drain and were released there, and how many whose cycle
+    /// saw them refused or released turned up again (each a violation).
     pub unsure_claims: usize,
     pub unsure_released: usize,
+    pub unsure_reappeared: usize,
     pub observations: u64,
     /// Client operations in the history, and the volumes they touched.
     pub history_operations: usize,
     pub history_volumes: usize,
     /// Volumes whose history no order explains (each also a violation).
     pub anomalies: usize,
+    /// Volumes whose history the checker could not decide within its budget (each an
+    /// error: a history not known to be linearizable fails the run).
+    pub undecided: usize,
     pub violations: Vec<String>,
     pub violation_count: usize,
     /// Cycles that did not finish in time, processes that died on their own, faults that
@@ -113,6 +135,9 @@ impl ChaosReport {
         for (f, n) in &self.faults {
             line(format!("  {:<30} {n}", f.describe()));
         }
+        for (what, n) in &self.fault_notes {
+            line(format!("    {what}: {n}"));
+        }
         line(format!(
             "load: {} claim cycles completed, {} claims acknowledged, {} failed by a plugin, {} released by their lost node's return, {} requests retried",
             self.cycles,
@@ -121,10 +146,16 @@ impl ChaosReport {
             self.released_on_node_return,
             self.client_retries
         ));
+        if self.forgotten_by_restore + self.released_after_restore > 0 {
+            line(format!(
+                "restores: {} acknowledged claims forgotten (made after the backup), {} claims back after their release and released again by their cycle",
+                self.forgotten_by_restore, self.released_after_restore
+            ));
+        }
         if self.unsure_claims > 0 {
             line(format!(
-                "unsure: {} claim(s) with an attempt that got no answer, {} of them committed late and released in the drain",
-                self.unsure_claims, self.unsure_released
+                "unsure: {} claim(s) with an attempt that got no answer, {} of them still there in the drain and released, {} back after their cycle saw them refused or released",
+                self.unsure_claims, self.unsure_released, self.unsure_reappeared
             ));
         }
         line(format!(
@@ -132,8 +163,8 @@ impl ChaosReport {
             self.observations
         ));
         line(format!(
-            "history: {} operations on {} volumes checked, anomalies: {}",
-            self.history_operations, self.history_volumes, self.anomalies
+            "history: {} operations on {} volumes checked, anomalies: {}, undecided: {}",
+            self.history_operations, self.history_volumes, self.anomalies, self.undecided
         ));
         line(format!("violations: {}", self.violation_count));
         for v in &self.violations {
@@ -208,6 +239,7 @@ async fn execute(cfg: &Config, net: Option<Arc<Net>>) -> anyhow::Result<ChaosRep
     let until = started + a.duration;
     let node_names = Arc::new(nodes.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>());
     let recorder = Arc::new(Recorder::default());
+    let ledger = Arc::new(Ledger::default());
     let clients: Vec<_> = (0..a.concurrency)
         .map(|c| {
             let spec = Spec {
@@ -219,6 +251,7 @@ async fn execute(cfg: &Config, net: Option<Arc<Net>>) -> anyhow::Result<ChaosRep
                 mount: mount.to_owned(),
                 seed,
                 history: Arc::clone(&recorder),
+                ledger: Arc::clone(&ledger),
             };
             tokio::spawn(load::client(http.clone(), spec))
         })
@@ -232,18 +265,35 @@ async fn execute(cfg: &Config, net: Option<Arc<Net>>) -> anyhow::Result<ChaosRep
     let (stop_faults, faults_stopped) = tokio::sync::watch::channel(false);
     let talk = |m: String| say.say(m);
     let lanes = if ha { faults::MAX_LANES } else { 1 };
+    let kinds = cfg.fault_kinds(ha);
     let cluster = tokio::sync::Mutex::new(cluster);
-    let (counts, mut errors) = {
+    let load = faults::Load {
+        http: &http,
+        history: &recorder,
+        ledger: &ledger,
+        root: &root,
+    };
+    let (counts, findings) = {
         let timer = async {
             tokio::time::sleep_until(tokio::time::Instant::from_std(until)).await;
             let _ = stop_faults.send(true);
         };
         let (r, ()) = tokio::join!(
-            faults::inject(&cluster, seed, lanes, ttl, &faults_stopped, &talk),
+            faults::inject(
+                &cluster,
+                &load,
+                &kinds,
+                seed,
+                lanes,
+                ttl,
+                &faults_stopped,
+                &talk
+            ),
             timer
         );
         r
     };
+    let mut errors = findings.problems;
     let mut cluster = cluster.into_inner();
     let duration_s = started.elapsed().as_secs_f64();
 
@@ -255,15 +305,26 @@ async fn execute(cfg: &Config, net: Option<Arc<Net>>) -> anyhow::Result<ChaosRep
         tally.add(c.await.context("a load client panicked")?);
     }
     let mut violations = tally.violations.clone();
+    violations.extend(findings.violations);
     errors.extend(tally.stuck.iter().cloned());
-    let unsure_released = if tally.unsure.is_empty() {
-        0
+    let drained = if tally.unsure.is_empty() {
+        Drained::default()
     } else {
         say.say(format!(
-            "chaos: releasing what turns up late of {} claim(s) with an attempt that got no answer",
+            "chaos: watching {} claim(s) with an attempt that got no answer",
             tally.unsure.len()
         ));
-        release_unsure(&http, &tally.unsure, &recorder, healed + UNSURE_SETTLE).await
+        let d = release_unsure(
+            &http,
+            &tally.unsure,
+            &recorder,
+            &ledger,
+            healed + UNSURE_SETTLE,
+        )
+        .await;
+        violations.extend(d.reappeared.iter().cloned());
+        errors.extend(d.errors.iter().cloned());
+        d
     };
 
     say.say("chaos: checking that every volume is free and nothing is left over");
@@ -306,6 +367,8 @@ async fn execute(cfg: &Config, net: Option<Arc<Net>>) -> anyhow::Result<ChaosRep
     .await
     .context("the history checker panicked")?;
     violations.extend(checked.anomalies.iter().cloned());
+    // A history the checker could not decide is not known to be linearizable: it fails
+    // the run (an error, beside the anomalies).
     errors.extend(checked.undecided.iter().cloned());
 
     cluster.save_server_log(&root);
@@ -326,17 +389,22 @@ async fn execute(cfg: &Config, net: Option<Arc<Net>>) -> anyhow::Result<ChaosRep
         machine: stats::machine(),
         faults: counts,
         faults_total,
+        fault_notes: findings.notes,
         cycles: tally.cycles,
         acknowledged_claims: tally.acknowledged,
         failed_claims: tally.failed,
         released_on_node_return: tally.released_on_return,
+        forgotten_by_restore: tally.forgotten_by_restore,
+        released_after_restore: tally.released_after_restore,
         client_retries: tally.retries,
         unsure_claims: tally.unsure.len(),
-        unsure_released,
+        unsure_released: drained.released,
+        unsure_reappeared: drained.reappeared.len(),
         observations,
         history_operations: checked.operations,
         history_volumes: checked.volumes,
         anomalies: checked.anomalies.len(),
+        undecided: checked.undecided.len(),
         violation_count: violations.len(),
         violations,
         errors,
@@ -359,56 +427,71 @@ fn volumes_of(names: &[String], c: u32, n: u32, shared: bool) -> Vec<String> {
         .collect()
 }
 
-/// Releases, as a careful client would once the servers are back, each claim of `unsure`
-/// that turns up (a server that had not answered committed it after all), until `settle`
-/// has passed with none of them present or the drain's deadline; each release goes into
-/// the history, from its request to the claim seen gone. Returns how many were released.
+/// What the drain found of the claims with an attempt that got no answer.
+#[derive(Debug, Default)]
+struct Drained {
+    /// Claims whose cycle could not tell, found and released.
+    released: usize,
+    /// Claims whose cycle saw them refused or released, found again (violations).
+    reappeared: Vec<String>,
+    /// Releases that did not go through.
+    errors: Vec<String>,
+}
+
+/// Watches each claim of `unsure` until `settle` has passed: a read that finds one goes
+/// into the history, and it is released, as a careful client would once the servers are
+/// back. One whose cycle saw it refused or released ([`Unsure::over`]) must not be found:
+/// the server carries out no claim request sent before its alloc's release and answers a
+/// repeat of a key with its first answer, so it is a released claim come back, reported
+/// as such (besides what the history makes of the read). One whose cycle could not tell
+/// (no attempt answered, a release not seen through) may still be there.
 async fn release_unsure(
     http: &Http,
-    unsure: &[(String, String)],
+    unsure: &[Unsure],
     history: &Recorder,
+    ledger: &Ledger,
     settle: Instant,
-) -> usize {
+) -> Drained {
     let deadline = Instant::now().max(settle) + DRAIN_TIMEOUT;
-    // The release under way of each claim, by when it was sent.
-    let mut sent: Vec<Option<u64>> = vec![None; unsure.len()];
-    let mut released = 0;
+    let mut out = Drained::default();
+    let mut reported = BTreeSet::new();
     loop {
-        let mut present = false;
-        for ((volume, alloc), sent) in unsure.iter().zip(sent.iter_mut()) {
-            let path = format!("/v1/volumes/{volume}/claims/{alloc}");
-            match http.get(&path).await.map(|r| r.status) {
-                Ok(200) => {
-                    present = true;
-                    // Sent again while it is there (a release is idempotent; one refused
-                    // while its node was lost goes through once it is back).
-                    sent.get_or_insert_with(|| history.now());
-                    let _ = http.delete(&path).await;
-                }
-                Ok(404) => {
-                    if let Some(at) = sent.take() {
-                        history.completed(volume, at, Input::Release(alloc.clone()), Output::Ok);
-                        released += 1;
-                    }
-                }
-                // No answer, or blocked on its node: asked again.
-                _ => present = true,
+        for u in unsure {
+            let path = format!("/v1/volumes/{}/claims/{}", u.volume, u.alloc);
+            let at = history.now();
+            // No answer, or any other answer: asked again on the next round.
+            let Ok(200) = http.get(&path).await.map(|r| r.status) else {
+                continue;
+            };
+            history.completed(&u.volume, at, Input::Read(u.alloc.clone()), Output::Present);
+            if u.over && reported.insert((u.volume.clone(), u.alloc.clone())) {
+                out.reappeared.push(format!(
+                    "released claim come back: {}/{}, whose cycle saw it refused or released, is there again after the faults",
+                    u.volume, u.alloc
+                ));
+            }
+            let mut retries = 0;
+            match load::release(
+                http,
+                history,
+                ledger,
+                &u.volume,
+                &u.alloc,
+                deadline,
+                &mut retries,
+            )
+            .await
+            {
+                Ok(()) if !u.over => out.released += 1,
+                Ok(()) => {}
+                Err(e) => out
+                    .errors
+                    .push(format!("drain: release of {}/{}: {e}", u.volume, u.alloc)),
             }
         }
         let now = Instant::now();
-        if (!present && now >= settle) || now >= deadline {
-            for ((volume, alloc), at) in unsure.iter().zip(sent) {
-                if let Some(at) = at {
-                    history.record(
-                        volume,
-                        at,
-                        None,
-                        Input::Release(alloc.clone()),
-                        Output::Unknown,
-                    );
-                }
-            }
-            return released;
+        if now >= settle || now >= deadline {
+            return out;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
