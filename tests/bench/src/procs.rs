@@ -430,6 +430,8 @@ pub struct AgentSpec<'a> {
     pub socket: &'a Path,
     pub ready_exists: bool,
     pub node_concurrency: Option<u32>,
+    /// How often the agent lists its hosted controller's volumes [default: the agent's].
+    pub controller_list_interval: Option<Duration>,
     /// The command the agent runs under (`nsenter` into its host), if any.
     pub wrapper: &'a [String],
     /// The CA of `https://` servers.
@@ -458,10 +460,20 @@ pub fn start_agent(bins: &Bins, spec: &AgentSpec<'_>) -> anyhow::Result<Proc> {
     if let Some(ca) = spec.ca {
         cmd.arg(format!("--ca-cert={}", ca.display()));
     }
+    let mut config = String::new();
     if let Some(n) = spec.node_concurrency {
-        let config = spec.node_dir.join("agent.toml");
-        std::fs::write(&config, format!("node_concurrency = {n}\n"))?;
-        cmd.arg(format!("--config={}", config.display()));
+        config.push_str(&format!("node_concurrency = {n}\n"));
+    }
+    if let Some(every) = spec.controller_list_interval {
+        config.push_str(&format!(
+            "controller_list_interval = \"{}\"\n",
+            humantime::format_duration(every)
+        ));
+    }
+    if !config.is_empty() {
+        let path = spec.node_dir.join("agent.toml");
+        std::fs::write(&path, config)?;
+        cmd.arg(format!("--config={}", path.display()));
     }
     quiet(&mut cmd);
     Ok(Proc::spawn(

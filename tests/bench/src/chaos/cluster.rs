@@ -83,6 +83,11 @@ pub struct ChaosCluster {
 /// The servers' disk: large enough for a long run's database, small enough to fill fast.
 const DISK_SIZE: &str = "256m";
 
+/// How often the agents list the plugin's volumes: a publication the state does not know
+/// (one a restore forgot) is a confirmed finding within two listings, for the drain to act
+/// on as an operator would.
+const CONTROLLER_LIST_INTERVAL: Duration = Duration::from_secs(2);
+
 /// The HA mode's servers.
 pub const HA_SERVERS: usize = 2;
 /// The leader's lease in HA mode (the server's least): a server cut off stops leading
@@ -225,6 +230,7 @@ impl ChaosCluster {
                 socket: &n.socket,
                 ready_exists: self.mount == "none",
                 node_concurrency: None,
+                controller_list_interval: Some(CONTROLLER_LIST_INTERVAL),
                 wrapper: &wrapper,
                 ca: ha.map(|h| h.ca.as_path()),
             },

@@ -1,8 +1,9 @@
 //! What the load, the faults and the drain share about the claims: the cycles under way
 //! (a claim a restore brings back whose cycle is over is nobody's, and the restore's
 //! operator releases it), the claim requests whose cycle saw them released (for the
-//! delayed duplicates), and how many restores were done (a cycle that sees its claim
-//! forgotten, or back after its release, knows a restore may be why).
+//! delayed duplicates), and the restores done (a cycle that sees its claim forgotten, or
+//! back after its release, knows a restore may be why; the drain, which publications a
+//! restore forgot).
 
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::Mutex;
@@ -32,6 +33,9 @@ pub struct Ledger {
     in_flight: Mutex<BTreeSet<(String, String)>>,
     released: Mutex<VecDeque<SentClaim>>,
     restores: AtomicU64,
+    /// Each restore's window, by the wall clock (unix ms): from its backup's request to
+    /// its servers' answering again.
+    windows: Mutex<Vec<(u64, u64)>>,
 }
 
 /// A cycle under way; it ends when this is dropped.
@@ -93,8 +97,34 @@ impl Ledger {
         self.restores.load(Ordering::SeqCst)
     }
 
-    /// A restore is done.
+    /// A restore's servers have all stopped: nothing serves the old state any more.
     pub fn restored(&self) {
         self.restores.fetch_add(1, Ordering::SeqCst);
     }
+
+    /// A restore is done: its backup was asked for at `backup_ms`, and its servers answer
+    /// again now (unix ms).
+    pub fn restore_window(&self, backup_ms: u64, done_ms: u64) {
+        self.windows
+            .lock()
+            .expect("windows lock")
+            .push((backup_ms, done_ms));
+    }
+
+    /// Whether `at_ms` (unix ms) falls between a restore's backup and its end: what was
+    /// done then is what that restore forgot.
+    pub fn forgotten_by_a_restore(&self, at_ms: u64) -> bool {
+        self.windows
+            .lock()
+            .expect("windows lock")
+            .iter()
+            .any(|(from, to)| *from <= at_ms && at_ms <= *to)
+    }
+}
+
+/// The wall clock in unix milliseconds, as files' times are compared with it.
+pub fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }

@@ -10,6 +10,8 @@
 //! the checker at the end.
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
 use csivol_api::{self as api, ClaimMode, ClaimRequest, ClaimState};
@@ -204,13 +206,13 @@ async fn claim_and_release(
             _ => Output::Unknown,
         };
         if outcome == Output::Unknown {
-            silent.store(true, std::sync::atomic::Ordering::Relaxed);
+            silent.store(true, Relaxed);
         }
         h.completed(volume, sent, Input::Claim(me()), outcome);
         r
     };
     let answer = persist(deadline, &mut t.retries, attempt).await;
-    let silent = silent.load(std::sync::atomic::Ordering::Relaxed);
+    let silent = silent.load(Relaxed);
     let created = match answer {
         Answer::Got(r) if r.status == 201 || r.status == 200 => r,
         Answer::Got(r) if (400..500).contains(&r.status) => {
@@ -263,7 +265,6 @@ async fn claim_and_release(
             return (silent, false);
         }
         let read_at = h.now();
-        let epoch = spec.ledger.restores();
         match persist(deadline, &mut t.retries, || http.get_blocking(&path, index)).await {
             Answer::Got(r) if r.status == 200 => {
                 h.completed(volume, read_at, Input::Read(me()), Output::Present);
@@ -272,7 +273,7 @@ async fn claim_and_release(
             }
             Answer::Got(r) if r.status == 404 => {
                 h.completed(volume, read_at, Input::Read(me()), Output::Absent);
-                if epoch != began {
+                if spec.ledger.restores() != began {
                     // A restore forgets the claims made after its backup: the history
                     // judges whether this one was.
                     t.forgotten_by_restore += 1;
@@ -374,10 +375,16 @@ pub async fn release(
         );
         Err(why)
     };
+    // The restores counted when the request that got the last answer was sent.
+    let sent_in = AtomicU64::new(ledger.restores());
+    let read_in = AtomicU64::new(ledger.restores());
     'send: loop {
-        let sent_in = ledger.restores();
         let answer = loop {
-            match persist(deadline, retries, || http.delete(&path)).await {
+            let delete = || {
+                sent_in.store(ledger.restores(), Relaxed);
+                http.delete(&path)
+            };
+            match persist(deadline, retries, delete).await {
                 Answer::Got(r) if r.status == 423 && Instant::now() < deadline => {
                     *retries += 1;
                     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -397,10 +404,13 @@ pub async fn release(
             Answer::TimedOut => return unseen("no answer".to_owned()),
         };
         loop {
-            let read_in = ledger.restores();
-            match persist(deadline, retries, || http.get_blocking(&path, index)).await {
+            let read = || {
+                read_in.store(ledger.restores(), Relaxed);
+                http.get_blocking(&path, index)
+            };
+            match persist(deadline, retries, read).await {
                 Answer::Got(r) if r.status == 404 => break 'send,
-                Answer::Got(_) if read_in != sent_in => continue 'send,
+                Answer::Got(_) if read_in.load(Relaxed) != sent_in.load(Relaxed) => continue 'send,
                 Answer::Got(r) => index = r.index.unwrap_or(index),
                 Answer::TimedOut => return unseen("not gone in time".to_owned()),
             }

@@ -17,6 +17,7 @@ mod cluster;
 mod duplicate;
 pub(crate) mod faults;
 mod invariants;
+mod leaks;
 mod ledger;
 mod load;
 mod restore;
@@ -85,6 +86,9 @@ pub struct ChaosReport {
     pub forgotten_by_restore: u64,
     /// Claims of a cycle that was over, back with a restore, released by their cycle.
     pub released_after_restore: u64,
+    /// Publications made between a restore's backup and its end that the storage kept
+    /// (the restored state never knew them), detached in the drain as an operator would.
+    pub forgotten_publications_detached: usize,
     pub client_retries: u64,
     /// Claims of which an attempt went unanswered; of those, how many whose cycle could
     /// not tell turned up in the drain and were released there, and how many whose cycle
@@ -146,10 +150,12 @@ impl ChaosReport {
             self.released_on_node_return,
             self.client_retries
         ));
-        if self.forgotten_by_restore + self.released_after_restore > 0 {
+        if self.faults.get(&Fault::Restore).is_some_and(|n| *n > 0) {
             line(format!(
-                "restores: {} acknowledged claims forgotten (made after the backup), {} claims back after their release and released again by their cycle",
-                self.forgotten_by_restore, self.released_after_restore
+                "restores: {} acknowledged claims forgotten (made after the backup), {} claims back after their release and released again by their cycle, {} publications the storage kept detached in the drain",
+                self.forgotten_by_restore,
+                self.released_after_restore,
+                self.forgotten_publications_detached
             ));
         }
         if self.unsure_claims > 0 {
@@ -334,6 +340,9 @@ async fn execute(cfg: &Config, net: Option<Arc<Net>>) -> anyhow::Result<ChaosRep
             .into_iter()
             .map(|o| format!("orphan after the drain: {o}")),
     );
+    // What a restore forgot and the storage keeps: taken down as an operator would.
+    let leaks = leaks::detach_forgotten(&http, &cluster.backend, &ledger, DRAIN_TIMEOUT).await;
+    errors.extend(leaks.errors);
     violations.extend(
         super::cluster::leftovers(&cluster.backend, &nodes, &root)
             .into_iter()
@@ -396,6 +405,7 @@ async fn execute(cfg: &Config, net: Option<Arc<Net>>) -> anyhow::Result<ChaosRep
         released_on_node_return: tally.released_on_return,
         forgotten_by_restore: tally.forgotten_by_restore,
         released_after_restore: tally.released_after_restore,
+        forgotten_publications_detached: leaks.detached,
         client_retries: tally.retries,
         unsure_claims: tally.unsure.len(),
         unsure_released: drained.released,

@@ -23,6 +23,7 @@ use rand::rngs::StdRng;
 
 use super::cluster::ChaosCluster;
 use super::faults::{Found, Load, STOP_TIMEOUT};
+use super::ledger::unix_ms;
 use super::load::{self, Answer, persist};
 use super::starts::judge;
 use crate::history::{Input, Output};
@@ -42,6 +43,7 @@ pub async fn restore(
     let file = load.root.join(format!("backup-{n}.db"));
     let via_api = rng.random_bool(0.5);
     let at = load.history.now();
+    let backup_ms = unix_ms();
     if via_api {
         backup_via_api(load, &file).await?;
     } else {
@@ -101,6 +103,7 @@ pub async fn restore(
     }
     load.history
         .record_all(from, Some(load.history.now()), Input::Restore, Output::Ok);
+    load.ledger.restore_window(backup_ms, unix_ms());
     let released = release_orphans(load, Instant::now() + RELEASE_TIMEOUT).await?;
     for _ in 0..released {
         found
