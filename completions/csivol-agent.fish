@@ -34,7 +34,7 @@ complete -c csivol-agent -n "__fish_csivol_agent_needs_command" -f -a "dev" -d '
 complete -c csivol-agent -n "__fish_csivol_agent_needs_command" -f -a "tls" -d 'Moved: `csivol-server tls init`'
 complete -c csivol-agent -n "__fish_csivol_agent_needs_command" -f -a "hostpath" -d 'Moved: the reference plugin is the `csivol-hostpath` program'
 complete -c csivol-agent -n "__fish_csivol_agent_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
-complete -c csivol-agent -n "__fish_csivol_agent_using_subcommand run" -l server -d 'The server\'s URL, e.g. `https://10.0.0.1:7420` (plain `http://` only on loopback); several servers of one cluster comma-separated or repeated, tried in turn when one cannot be reached (the self-fence clock runs only while none answers)' -r
+complete -c csivol-agent -n "__fish_csivol_agent_using_subcommand run" -l server -d 'The server\'s URL, e.g. `https://10.0.0.1:7420`: plain `http://` only to a loopback address (127.0.0.0/8, ::1, localhost), no `USER@`; a bare `HOST:PORT` is https with --ca-cert, else plain HTTP on loopback only. Several servers of one cluster comma-separated or repeated, tried in turn when one cannot be reached (the self-fence clock runs only while none answers)' -r
 complete -c csivol-agent -n "__fish_csivol_agent_using_subcommand run" -l ca-cert -d 'The CA (PEM) that signed the server\'s certificate [default: the system\'s roots]' -r -F
 complete -c csivol-agent -n "__fish_csivol_agent_using_subcommand run" -l tls-cert -d 'This node\'s client certificate (PEM) for mutual TLS; it must name this node' -r -F
 complete -c csivol-agent -n "__fish_csivol_agent_using_subcommand run" -l tls-key -d 'The client certificate\'s private key (PEM)' -r -F
@@ -62,7 +62,7 @@ complete -c csivol-agent -n "__fish_csivol_agent_using_subcommand check" -s o -l
 json\t''"
 complete -c csivol-agent -n "__fish_csivol_agent_using_subcommand check" -l block -d 'Check a raw block volume instead of a mounted file system'
 complete -c csivol-agent -n "__fish_csivol_agent_using_subcommand check" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c csivol-agent -n "__fish_csivol_agent_using_subcommand node" -l server -d 'The server\'s URL, e.g. `https://10.0.0.1:7420` (plain `http://` only on loopback); several servers of one cluster comma-separated or repeated, tried in turn when one cannot be reached (the self-fence clock runs only while none answers)' -r
+complete -c csivol-agent -n "__fish_csivol_agent_using_subcommand node" -l server -d 'The server\'s URL, e.g. `https://10.0.0.1:7420`: plain `http://` only to a loopback address (127.0.0.0/8, ::1, localhost), no `USER@`; a bare `HOST:PORT` is https with --ca-cert, else plain HTTP on loopback only. Several servers of one cluster comma-separated or repeated, tried in turn when one cannot be reached (the self-fence clock runs only while none answers)' -r
 complete -c csivol-agent -n "__fish_csivol_agent_using_subcommand node" -l ca-cert -d 'The CA (PEM) that signed the server\'s certificate [default: the system\'s roots]' -r -F
 complete -c csivol-agent -n "__fish_csivol_agent_using_subcommand node" -l tls-cert -d 'This node\'s client certificate (PEM) for mutual TLS; it must name this node' -r -F
 complete -c csivol-agent -n "__fish_csivol_agent_using_subcommand node" -l tls-key -d 'The client certificate\'s private key (PEM)' -r -F

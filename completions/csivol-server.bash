@@ -502,7 +502,7 @@ _csivol__server() {
             return 0
             ;;
         csivol__subcmd__server__subcmd__serve)
-            opts="-h --data-dir --listen --heartbeat-ttl --planned-stop-grace --controller-concurrency --request-memory --controller-queue-warning --header-timeout --max-connections --max-long-polls --no-node-channel --tls-cert --tls-key --tls-client-ca --insecure-http --secrets-key-file --store --etcd-endpoints --etcd-prefix --etcd-lease-ttl --etcd-max-txn-ops --etcd-ca-cert --etcd-cert --etcd-key --config --check --help"
+            opts="-h --data-dir --listen --heartbeat-ttl --planned-stop-grace --controller-concurrency --request-memory --controller-queue-warning --header-timeout --body-timeout --max-connections --max-long-polls --no-node-channel --tls-cert --tls-key --tls-client-ca --insecure-http --secrets-key-file --store --etcd-endpoints --etcd-prefix --etcd-lease-ttl --etcd-max-txn-ops --etcd-ca-cert --etcd-cert --etcd-key --config --check --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -537,6 +537,10 @@ _csivol__server() {
                     return 0
                     ;;
                 --header-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --body-timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -128,7 +128,7 @@ impl ApiClient {
         node: &str,
         token: String,
         tls: rustls::ClientConfig,
-    ) -> Result<Self, csivol_client::TransportError> {
+    ) -> Result<Self, csivol_client::BuildError> {
         let api = Client::builder(server)
             .token(Some(token))
             .tls(tls)
@@ -163,21 +163,30 @@ impl ApiClient {
 
     /// A blocking query: answers when the desired state changed past `index`, or after
     /// `wait` with the current one; only the volumes changed since `since` when given (and
-    /// the server can say which).
+    /// the server can say which). `generation` is the one of the state held: a server
+    /// whose state is of another (it went back in time) answers at once with all of it.
     pub async fn desired(
         &self,
         index: u64,
         since: Option<u64>,
+        generation: Option<&str>,
         wait: Duration,
     ) -> Result<DesiredState, ApiError> {
-        (self.api.desired(&self.node, index, since, wait).await)
+        (self
+            .api
+            .desired(&self.node, index, since, generation, wait)
+            .await)
             .map_err(|e| ApiError::from_client("the desired-state query", e))
     }
 
     /// The desired state as the server has it now, without waiting: the node channel said
     /// it changed.
-    pub async fn desired_now(&self, since: Option<u64>) -> Result<DesiredState, ApiError> {
-        (self.api.desired_now(&self.node, since).await)
+    pub async fn desired_now(
+        &self,
+        since: Option<u64>,
+        generation: Option<&str>,
+    ) -> Result<DesiredState, ApiError> {
+        (self.api.desired_now(&self.node, since, generation).await)
             .map_err(|e| ApiError::from_client("the desired-state query", e))
     }
 

@@ -12,9 +12,11 @@ use serde::Deserialize;
 /// `csivol-agent run` flags. Each may also be set in the `--config` file; flags win.
 #[derive(Debug, Default, clap::Args)]
 pub struct NodeArgs {
-    /// The server's URL, e.g. `https://10.0.0.1:7420` (plain `http://` only on loopback);
-    /// several servers of one cluster comma-separated or repeated, tried in turn when one
-    /// cannot be reached (the self-fence clock runs only while none answers).
+    /// The server's URL, e.g. `https://10.0.0.1:7420`: plain `http://` only to a loopback
+    /// address (127.0.0.0/8, ::1, localhost), no `USER@`; a bare `HOST:PORT` is https with
+    /// --ca-cert, else plain HTTP on loopback only. Several servers of one cluster
+    /// comma-separated or repeated, tried in turn when one cannot be reached (the
+    /// self-fence clock runs only while none answers).
     #[arg(long, value_name = "URL", value_delimiter = ',')]
     pub server: Vec<String>,
     /// The CA (PEM) that signed the server's certificate [default: the system's roots].

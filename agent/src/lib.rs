@@ -40,6 +40,22 @@ pub use self::config::{CoreConfig, NodeArgs, PluginSpec, ReadyCheck, ReadyCheckS
 pub use self::reconcile::{Core, FenceState, TARGETS_MODE};
 pub use self::session::FenceClock;
 
+/// The `--server` addresses by the rule every csivol client follows
+/// (`csivol_client::address`): plain HTTP only to a loopback address, no `USER@`, a bare
+/// `host:port` https when a CA is given; comma-separated again.
+fn server_addresses(list: &str, ca_given: bool) -> anyhow::Result<String> {
+    let urls = csivol_client::addresses(list)
+        .iter()
+        .map(|a| csivol_client::address::resolve(a, ca_given))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| anyhow::anyhow!("{e}\nhint: {}", e.hint()))?;
+    Ok(urls
+        .iter()
+        .map(csivol_client::address::base)
+        .collect::<Vec<_>>()
+        .join(","))
+}
+
 /// Runs the node agent until SIGTERM or SIGINT. The signals are listened for from the first
 /// step: a stop while the agent starts (waiting for its plugins, recovering what was in
 /// flight, registering) stops it in order, never by the signal's default action.
@@ -62,16 +78,7 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
             settings.node
         );
     }
-    if csivol_client::addresses(&settings.server)
-        .iter()
-        .any(|a| !a.starts_with("https://") && !csivol_client::tls::is_loopback_url(a))
-    {
-        anyhow::bail!(
-            "refusing to send this node's token to {} over plain HTTP\nhint: use an https:// \
-             server address (the server needs --tls-cert and --tls-key)",
-            settings.server
-        );
-    }
+    let server = server_addresses(&settings.server, settings.ca_cert.is_some())?;
     let tls = csivol_client::tls::client_config(
         settings.ca_cert.as_deref(),
         settings
@@ -80,11 +87,10 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
             .map(|(cert, key)| (cert.as_path(), key.as_path())),
     )
     .map_err(anyhow::Error::msg)?;
-    let client = client::ApiClient::new(&settings.server, &settings.node, token, tls)
-        .context("failed to set up the HTTP client")?;
+    let client = client::ApiClient::new(&server, &settings.node, token, tls)?;
     tracing::info!(
         node = settings.node,
-        server = settings.server,
+        server,
         data_dir = %settings.core.data_dir.display(),
         "starting the node agent"
     );

@@ -25,6 +25,9 @@ const DESIRED_WAIT: Duration = Duration::from_secs(30);
 /// How often the desired state is fetched whole rather than as changes: what a change the
 /// server did not name by volume would otherwise leave stale is this old at most.
 const WHOLE_EVERY: Duration = Duration::from_secs(300);
+/// How long an agent told to register again after a restore waits for the steps under
+/// way to finish first.
+const REGISTER_AGAIN_IDLE: Duration = Duration::from_secs(10);
 /// How often a fenced node that still holds something checks again whether it is clean.
 const FENCED_RECHECK: Duration = Duration::from_secs(1);
 /// Most reports in one request.
@@ -393,6 +396,10 @@ async fn desired_loop(link: &Link) {
     let mut following = false;
     let mut seen = 0;
     let mut index = 0;
+    // The generation of the server's state the index belongs to: the state can go back in
+    // time (a backup restored), and an index means something only in its generation. Sent
+    // with every query; a server of another generation answers at once with all of it.
+    let mut state_generation: Option<String> = None;
     let mut failures = 0u32;
     // Whether the core's desired state is the server's as of `index`: then only the
     // changes since are asked for. Off until a whole state was applied.
@@ -444,19 +451,26 @@ async fn desired_loop(link: &Link) {
         // Changes the channel pushed that follow the state held are applied as they came;
         // anything else (a gap, the first state, a whole one due) is fetched.
         let pushed = (chan.open && holds && changes)
-            .then(|| link.channel.take_pushed(index))
+            .then(|| link.channel.take_pushed(index, state_generation.as_deref()))
             .flatten();
+        let held = state_generation.as_deref();
         let fetch = async {
             if let Some(pushed) = pushed {
                 return Ok(pushed);
             }
             match (chan.open, chan.pushed) {
                 // Long-poll, as before the channel.
-                (false, _) => link.client.desired(index, since, DESIRED_WAIT).await,
+                (false, _) => {
+                    let d = link.client.desired(index, since, held, DESIRED_WAIT);
+                    d.await
+                }
                 // Answered at once by the server that pushed; a server whose state lags
                 // behind the push (another one of an etcd cluster) answers once it caught up.
-                (true, pushed @ 1..) => link.client.desired(pushed - 1, since, DESIRED_WAIT).await,
-                (true, 0) => link.client.desired_now(since).await,
+                (true, pushed @ 1..) => {
+                    let d = link.client.desired(pushed - 1, since, held, DESIRED_WAIT);
+                    d.await
+                }
+                (true, 0) => link.client.desired_now(since, held).await,
             }
         };
         let answer = tokio::select! {
@@ -474,13 +488,37 @@ async fn desired_loop(link: &Link) {
                 link.contact();
                 failures = 0;
                 let status = desired.status;
-                if status == Some(NodeStatus::Lost) {
+                if desired.generation.is_some() && desired.generation != state_generation {
+                    if state_generation.is_some() {
+                        // Answered with the whole state, which the core takes as it is: what
+                        // the node holds that this state does not is taken down now.
+                        tracing::info!(
+                            index = desired.index,
+                            "the server's state is of another generation (the server started \
+                             again, or its state was restored): following its whole state"
+                        );
+                    }
+                    state_generation = desired.generation.clone();
+                }
+                if status == Some(NodeStatus::Lost) || desired.register_again {
                     // The server marked this node lost while it could not hear from it (a
                     // pause, a partition): its claims are blocked, not released, so this
                     // state does not list them. Acting on it would unmount volumes that
                     // workloads may still use. Register again with what is really mounted;
                     // the server resumes those claims and answers with a state to follow.
                     // The core never saw this state: later changes must not apply to it.
+                    // A server whose state was restored from a backup says the same
+                    // (`register_again`), until this node has said what it holds.
+                    if desired.register_again {
+                        tracing::warn!(
+                            "the server's state was restored from a backup; registering again \
+                             with what this node holds before acting on it"
+                        );
+                        // Steps under way from the state before finish first, so that the
+                        // registration says what they made (a bounded wait: a step that
+                        // hangs on its plugin is not waited out).
+                        let _ = tokio::time::timeout(REGISTER_AGAIN_IDLE, link.core.idle()).await;
+                    }
                     index = desired.index;
                     holds = false;
                     link.reregister.notify_one();

@@ -7,7 +7,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use csivol_api::ErrorResponse;
-pub use csivol_client::Answer;
+use csivol_client::address::AddressError;
+pub use csivol_client::{Answer, Cursor};
 use csivol_client::{Body, Method, StatusCode};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -89,11 +90,11 @@ impl Client {
         if addrs.is_empty() {
             addrs.push(addr.clone());
         }
-        // With a CA at hand, an address without a scheme means TLS.
-        let scheme = if ca.is_some() { "https" } else { "http" };
+        // With a CA at hand, an address without a scheme means TLS; without one, plain
+        // HTTP on loopback, and nothing elsewhere (`csivol_client::address`).
         let addr = addrs
             .iter()
-            .map(|a| normalise_addr(a, scheme))
+            .map(|a| normalise_addr(a, ca.is_some()))
             .collect::<anyhow::Result<Vec<_>>>()?
             .join(",");
         let (token, token_source) = resolve_token(args.token.as_deref())?;
@@ -112,9 +113,12 @@ impl Client {
             })?;
             api = api.tls(tls);
         }
-        let api = api
-            .build()
-            .map_err(|e| anyhow::Error::new(e).context("failed to set up the HTTP client"))?;
+        let api = api.build().map_err(|e| match e {
+            csivol_client::BuildError::Address(e) => {
+                anyhow::Error::from(Failure::usage(e.to_string()).hint(e.hint()))
+            }
+            e => anyhow::Error::new(e),
+        })?;
         Ok(Self {
             api,
             addr,
@@ -159,16 +163,36 @@ impl Client {
         Ok(self.call::<(), T>(Method::GET, path, None).await?.body)
     }
 
-    /// A blocking query: answers once the resource changed past `index`, or after `wait`.
-    /// `None` when the resource is gone (404).
+    /// A blocking query: answers once the resource changed past the cursor, or after
+    /// `wait` (at once when the server's state is of another generation). `None` when the
+    /// resource is gone (404).
     pub async fn watch<T: DeserializeOwned>(
         &self,
         path: &str,
-        index: u64,
+        cursor: &Cursor,
         wait: Duration,
     ) -> anyhow::Result<Option<Answer<T>>> {
-        let answer = self.api.watch(path, index, wait).await;
+        let answer = self.api.watch(path, cursor, wait).await;
         not_found_as_none(answer.map_err(|e| self.failure(e)))
+    }
+
+    /// [`Client::watch`], with an answer of 503 (the server cannot serve it now: its
+    /// long-poll slots are all taken, say) told apart as `Ok(Err(failure))`: worth asking
+    /// again shortly.
+    pub async fn watch_or_busy<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        cursor: &Cursor,
+        wait: Duration,
+    ) -> anyhow::Result<Result<Option<Answer<T>>, Failure>> {
+        match self.api.watch(path, cursor, wait).await {
+            Err(csivol_client::Error::Refused { status, text, .. })
+                if status == StatusCode::SERVICE_UNAVAILABLE =>
+            {
+                Ok(Err(self.api_failure(status, &text)))
+            }
+            answer => not_found_as_none(answer.map_err(|e| self.failure(e))).map(Ok),
+        }
     }
 
     /// `GET path` for a blocking query that may take up to `wait` to answer.
@@ -179,6 +203,21 @@ impl Client {
     ) -> anyhow::Result<Answer<T>> {
         self.request::<(), T>(Method::GET, path, None, wait + REQUEST_TIMEOUT)
             .await
+    }
+
+    /// [`Client::get_blocking`] whose `path` carries the cursor's index, naming its
+    /// generation too (a server of another generation answers at once).
+    pub async fn get_blocking_from<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        cursor: &Cursor,
+        wait: Duration,
+    ) -> anyhow::Result<Answer<T>> {
+        (self
+            .api
+            .get_in(path, cursor.generation.as_deref(), wait + REQUEST_TIMEOUT)
+            .await)
+            .map_err(|e| self.failure(e))
     }
 
     pub async fn call<B: Serialize, T: DeserializeOwned>(
@@ -411,30 +450,32 @@ fn truncate(s: &str, max: usize) -> String {
     }
 }
 
-/// `host:port` becomes `SCHEME://host:port`; a trailing slash is dropped.
-fn normalise_addr(addr: &str, scheme: &str) -> anyhow::Result<String> {
+/// A server address as given (`--addr`, `CSIVOL_ADDR`) as `SCHEME://host:port`, by the
+/// rule every csivol client follows (`csivol_client::address`): a bare `host:port` is
+/// https when a CA is given, else plain HTTP on a loopback address only; plain HTTP goes
+/// nowhere else, and an address naming a user (`USER@host`) is refused.
+fn normalise_addr(addr: &str, ca_given: bool) -> anyhow::Result<String> {
     let addr = addr.trim();
-    let full = if addr.contains("://") {
-        addr.to_owned()
-    } else {
-        format!("{scheme}://{addr}")
-    };
-    let bad = |why: &str| {
-        Failure::usage(format!("invalid server address `{addr}`: {why}")).hint(format!(
+    let example = || {
+        format!(
             "use e.g. --addr {} (or set {})",
             env::DEFAULT_ADDR,
             env::CSIVOL_ADDR
-        ))
+        )
     };
-    let url = csivol_client::Url::parse(&full).map_err(|e| bad(&e.to_string()))?;
-    if url.scheme() != "http" && url.scheme() != "https" {
-        return Err(bad("only http:// and https:// are supported").into());
-    }
-    if url.host_str().is_none_or(str::is_empty) {
-        return Err(bad("no host").into());
-    }
-    if url.path() != "/" || url.query().is_some() {
-        return Err(bad("give only the scheme, host and port").into());
+    let url = csivol_client::address::resolve(addr, ca_given).map_err(|e| {
+        let hint = match &e {
+            AddressError::Invalid { .. } => example(),
+            refused => refused.hint(),
+        };
+        Failure::usage(e.to_string()).hint(hint)
+    })?;
+    if url.path() != "/" {
+        return Err(Failure::usage(format!(
+            "invalid server address `{addr}`: give only the scheme, host and port"
+        ))
+        .hint(example())
+        .into());
     }
     Ok(url.origin().ascii_serialization())
 }
@@ -562,23 +603,30 @@ mod tests {
     #[test]
     fn addresses() {
         assert_eq!(
-            normalise_addr("127.0.0.1:7420", "http").unwrap(),
+            normalise_addr("127.0.0.1:7420", false).unwrap(),
             "http://127.0.0.1:7420"
         );
         assert_eq!(
-            normalise_addr("127.0.0.1:7420", "https").unwrap(),
+            normalise_addr("127.0.0.1:7420", true).unwrap(),
             "https://127.0.0.1:7420"
         );
         assert_eq!(
-            normalise_addr("http://h:1/", "https").unwrap(),
-            "http://h:1"
-        );
-        assert_eq!(
-            normalise_addr("https://h:1", "http").unwrap(),
+            normalise_addr("https://h:1/", false).unwrap(),
             "https://h:1"
         );
-        for bad in ["http://h:1/v1", "ftp://x", "http://"] {
-            let e = normalise_addr(bad, "http").unwrap_err();
+        assert_eq!(
+            normalise_addr("http://[::1]:1/", true).unwrap(),
+            "http://[::1]:1"
+        );
+        for bad in [
+            "https://h:1/v1",
+            "ftp://x",
+            "http://",
+            "http://h:1",
+            "h:1",
+            "http://[::1]@h:1",
+        ] {
+            let e = normalise_addr(bad, false).unwrap_err();
             assert_eq!(
                 e.downcast_ref::<Failure>().unwrap().exit,
                 Exit::Usage,

@@ -4,8 +4,9 @@
 //! terminal obeys (ESC starts CSI and OSC sequences that clear the screen, move the
 //! cursor, set the window title or write to the clipboard; `\r` overwrites what was
 //! printed; BEL rings). They are shown escaped instead, visibly (`\x1b`, `\r`, `\x07`), so
-//! that an operator sees that something tried. JSON output does not come through here:
-//! JSON escapes control characters by itself and must stay exact.
+//! that an operator sees that something tried. JSON output keeps its values exact, and
+//! writes the same characters as JSON escapes (`\u009b`), which [`json`] adds to the ones
+//! JSON escapes by itself.
 
 use std::borrow::Cow;
 use std::fmt::Write as _;
@@ -46,6 +47,30 @@ fn escape(text: &str, keep_newlines: bool) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// Serialised JSON with every character [`unsafe_char`] calls unsafe beyond C0 written as
+/// a JSON escape (`\u009b`, `\u202e`): serde_json escapes C0 controls in strings itself
+/// (the newlines left are the layout's), and a terminal that shows `-o json` (or `jq`
+/// passing strings through) obeys DEL, C1 controls and the Unicode line separators and
+/// bidirectional overrides too. Outside strings JSON is ASCII, so each such character is in
+/// a string, where the escape reads back as the same text.
+pub fn json(text: &str) -> Cow<'_, str> {
+    let escaped = |c: char| c >= '\u{7f}' && unsafe_char(c);
+    let Some(first) = text.find(escaped) else {
+        return Cow::Borrowed(text);
+    };
+    let mut out = String::with_capacity(text.len() + 16);
+    out.push_str(&text[..first]);
+    for c in text[first..].chars() {
+        if escaped(c) {
+            // Every such character is in the Basic Multilingual Plane: one `\uXXXX`.
+            let _ = write!(out, "\\u{:04x}", c as u32);
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
 /// What the server refuses in text clients write, shown escaped here whoever wrote it
 /// (a plugin's error is not refused): C0 and C1 controls, DEL, bidirectional overrides.
 fn unsafe_char(c: char) -> bool {
@@ -55,6 +80,31 @@ fn unsafe_char(c: char) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn json_escapes_what_a_terminal_obeys_and_reads_back_the_same() {
+        let value = serde_json::json!({
+            "message": "c1 \u{9b}31m del\x7f bidi \u{202e}txt\u{2066} sep\u{2028}\u{2029} esc\x1b é ∞",
+        });
+        let raw = serde_json::to_string_pretty(&value).unwrap();
+        let escaped = json(&raw);
+        assert!(
+            !escaped.chars().any(|c| unsafe_char(c) && c != '\n'),
+            "{escaped}"
+        );
+        assert!(
+            escaped.contains('\n'),
+            "the layout's newlines stay: {escaped}"
+        );
+        for want in [
+            "\\u009b", "\\u007f", "\\u202e", "\\u2066", "\\u2028", "\\u2029", "\\u001b", "é ∞",
+        ] {
+            assert!(escaped.contains(want), "{want} in {escaped}");
+        }
+        let back: serde_json::Value = serde_json::from_str(&escaped).unwrap();
+        assert_eq!(back, value);
+        assert!(matches!(json("{\"a\": \"plain\"}"), Cow::Borrowed(_)));
+    }
 
     #[test]
     fn control_characters_are_shown_escaped() {

@@ -62,23 +62,21 @@ impl Out {
 
     // ---- stdout ----
 
-    /// One JSON document on stdout.
+    /// One JSON document on stdout (characters a terminal obeys escaped: [`escape::json`]).
     pub fn json<T: Serialize + ?Sized>(&self, value: &T) -> anyhow::Result<()> {
         // Serialised first, so a closed pipe surfaces as the I/O error it is.
-        let mut text = serde_json::to_vec_pretty(value)?;
-        text.push(b'\n');
-        let mut out = std::io::stdout().lock();
-        out.write_all(&text)?;
-        out.flush()?;
-        Ok(())
+        self.write_json(&serde_json::to_string_pretty(value)?)
     }
 
     /// One JSON object on one line (for streams such as `events --follow`).
     pub fn json_line<T: Serialize + ?Sized>(&self, value: &T) -> anyhow::Result<()> {
-        let mut text = serde_json::to_vec(value)?;
-        text.push(b'\n');
+        self.write_json(&serde_json::to_string(value)?)
+    }
+
+    fn write_json(&self, text: &str) -> anyhow::Result<()> {
         let mut out = std::io::stdout().lock();
-        out.write_all(&text)?;
+        out.write_all(escape::json(text).as_bytes())?;
+        out.write_all(b"\n")?;
         out.flush()?;
         Ok(())
     }

@@ -975,6 +975,15 @@ pub fn action(a: &PlannedAction, done: bool) -> String {
             "releasing the claim of alloc {alloc} on volume {} through node {}",
             a.volume, a.node
         ),
+        ("stop-waiting", false) => format!(
+            "stop waiting for node {}{lost} to say what it holds after the restore (until then \
+             the volumes of its plugins that two nodes must not hold go to no node)",
+            a.node
+        ),
+        ("stop-waiting", true) => format!(
+            "stopped waiting for node {}{lost} to say what it holds after the restore",
+            a.node
+        ),
         (other, _) => format!("{other} volume {} on node {}", a.volume, a.node),
     }
 }

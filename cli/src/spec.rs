@@ -36,7 +36,7 @@ struct RegisterFile {
     #[serde(default)]
     parameters: BTreeMap<String, String>,
     #[serde(default)]
-    secrets: BTreeMap<String, Secret>,
+    secrets: Secrets,
     #[serde(default)]
     topology: Vec<Topology>,
 }
@@ -61,7 +61,7 @@ struct CreateFile {
     #[serde(default)]
     parameters: BTreeMap<String, String>,
     #[serde(default)]
-    secrets: BTreeMap<String, Secret>,
+    secrets: Secrets,
     #[serde(default)]
     topology_request: Option<TopologyRequest>,
     #[serde(default)]
@@ -82,7 +82,9 @@ impl<'de> Deserialize<'de> for Size {
                 f.write_str("a size: bytes, or a string with a unit such as \"10GiB\" or \"500M\"")
             }
             fn visit_u64<E: de::Error>(self, v: u64) -> Result<Size, E> {
-                Ok(Size(v))
+                csivol_api::limits::size_bytes("capacity_bytes", v)
+                    .map(|_| Size(v))
+                    .map_err(E::custom)
             }
             fn visit_i64<E: de::Error>(self, v: i64) -> Result<Size, E> {
                 u64::try_from(v)
@@ -150,8 +152,66 @@ impl<'de> Deserialize<'de> for Secret {
     }
 }
 
-fn secrets(s: BTreeMap<String, Secret>) -> BTreeMap<String, String> {
-    s.into_iter().map(|(k, Secret(v))| (k, v)).collect()
+/// A spec's `secrets`: a map of names to [`Secret`]s. Its deserialiser refuses anything
+/// but a map without quoting it: serde's own "invalid type: string \"...\", expected a
+/// map" would print a secret written in the wrong place.
+#[derive(Debug, Default)]
+struct Secrets(BTreeMap<String, Secret>);
+
+impl<'de> Deserialize<'de> for Secrets {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        fn refuse<E: de::Error>() -> E {
+            E::custom(
+                "`secrets` must be a table of names and string values, e.g. `[secrets]` then \
+                 `password = \"...\"` (the value given is not shown)",
+            )
+        }
+        impl<'de> Visitor<'de> for V {
+            type Value = Secrets;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a map of secret names to strings")
+            }
+            fn visit_map<A: de::MapAccess<'de>>(self, mut m: A) -> Result<Secrets, A::Error> {
+                let mut out = BTreeMap::new();
+                while let Some((k, v)) = m.next_entry::<String, Secret>()? {
+                    out.insert(k, v);
+                }
+                Ok(Secrets(out))
+            }
+            fn visit_str<E: de::Error>(self, _: &str) -> Result<Secrets, E> {
+                Err(refuse())
+            }
+            fn visit_bytes<E: de::Error>(self, _: &[u8]) -> Result<Secrets, E> {
+                Err(refuse())
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Secrets, E> {
+                Err(refuse())
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Secrets, E> {
+                Err(refuse())
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Secrets, E> {
+                Err(refuse())
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Secrets, E> {
+                Err(refuse())
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Secrets, E> {
+                Err(refuse())
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(self, _: A) -> Result<Secrets, A::Error> {
+                Err(refuse())
+            }
+        }
+        // `any`, not `map`: serde_json answers a `map` asked of a string with the string
+        // quoted in its error, without asking the visitor.
+        d.deserialize_any(V)
+    }
+}
+
+fn secrets(s: Secrets) -> BTreeMap<String, String> {
+    s.0.into_iter().map(|(k, Secret(v))| (k, v)).collect()
 }
 
 /// Reads a `volume register` spec: the volume's name and its spec.
@@ -210,20 +270,54 @@ fn check_name(origin: &str, name: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The largest spec file read: the server takes no larger request, and a spec within the
+/// CSI spec's size limits is a few kilobytes.
+const MAX_SPEC_BYTES: u64 = 1 << 20;
+
+/// The text of a spec: a regular file (not a device, a pipe or a directory) of at most
+/// [`MAX_SPEC_BYTES`], or stdin (`-`) read up to that.
+fn read_text(path: &Path) -> anyhow::Result<(String, String)> {
+    let (origin, reader): (String, Box<dyn Read>) = if path == Path::new("-") {
+        ("<stdin>".to_owned(), Box::new(std::io::stdin()))
+    } else {
+        let origin = path.display().to_string();
+        let cannot =
+            |e: std::io::Error| Failure::usage(format!("cannot read volume spec {origin}: {e}"));
+        // Looked at before it is opened: opening a pipe would wait for a writer.
+        let meta = std::fs::metadata(path).map_err(cannot)?;
+        if !meta.is_file() {
+            return Err(
+                Failure::usage(format!("volume spec {origin} is not a regular file"))
+                    .hint("write the spec to a file, or pass it on stdin with `-`")
+                    .into(),
+            );
+        }
+        (
+            origin.clone(),
+            Box::new(std::fs::File::open(path).map_err(cannot)?),
+        )
+    };
+    let mut bytes = Vec::new();
+    reader
+        .take(MAX_SPEC_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| Failure::usage(format!("cannot read volume spec {origin}: {e}")))?;
+    if bytes.len() as u64 > MAX_SPEC_BYTES {
+        return Err(Failure::usage(format!(
+            "volume spec {origin} is larger than {} KiB, more than any spec needs",
+            MAX_SPEC_BYTES >> 10
+        ))
+        .hint("a spec's maps hold at most 4 KiB each (the CSI spec's size limits): is this the right file?")
+        .into());
+    }
+    let text = String::from_utf8(bytes)
+        .map_err(|_| Failure::usage(format!("volume spec {origin} is not UTF-8 text")))?;
+    Ok((origin, text))
+}
+
 /// Reads and parses a spec file for `volume VERB`.
 fn read<T: DeserializeOwned>(path: &Path, verb: &str) -> anyhow::Result<(String, T)> {
-    let (origin, text) = if path == Path::new("-") {
-        let mut text = String::new();
-        std::io::stdin()
-            .read_to_string(&mut text)
-            .map_err(|e| Failure::usage(format!("cannot read the volume spec from stdin: {e}")))?;
-        ("<stdin>".to_owned(), text)
-    } else {
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            Failure::usage(format!("cannot read volume spec {}: {e}", path.display()))
-        })?;
-        (path.display().to_string(), text)
-    };
+    let (origin, text) = read_text(path)?;
     let json = match path.extension().and_then(|e| e.to_str()) {
         Some("json") => true,
         Some("toml") => false,

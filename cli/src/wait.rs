@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use csivol_api::{AttachmentState, Claim, ClaimState, Event, Volume};
 
-use crate::client::{Answer, MAX_BLOCK};
+use crate::client::{Answer, Cursor, MAX_BLOCK};
 use crate::ctx::Ctx;
 use crate::failure::{Exit, Failure};
 use crate::output::given_duration;
@@ -176,16 +176,16 @@ impl ClaimTimedOut {
     }
 }
 
-/// Follows a claim until `goal`. Returns the ready claim, or `None` once it is gone; a
+/// Follows a claim from `cursor` (the answer that showed it `start`) until `goal`. Returns the ready claim, or `None` once it is gone; a
 /// timeout leaves the claim as it is and says so.
 pub async fn claim(
     ctx: &Ctx,
     start: Claim,
-    index: u64,
+    cursor: Cursor,
     goal: ClaimGoal,
     deadline: Deadline,
 ) -> anyhow::Result<Option<Claim>> {
-    match claim_until(ctx, start, index, goal, deadline).await? {
+    match claim_until(ctx, start, cursor, goal, deadline).await? {
         Ok(c) => Ok(c),
         Err(t) => Err(t.kept().into()),
     }
@@ -195,7 +195,7 @@ pub async fn claim(
 pub async fn claim_until(
     ctx: &Ctx,
     start: Claim,
-    index: u64,
+    cursor: Cursor,
     goal: ClaimGoal,
     deadline: Deadline,
 ) -> anyhow::Result<Result<Option<Claim>, ClaimTimedOut>> {
@@ -203,7 +203,7 @@ pub async fn claim_until(
     let who = format!("the claim of alloc {alloc} on volume {volume}");
     let path = format!("/v1/volumes/{volume}/claims/{alloc}");
     let mut progress = ctx.out.progress();
-    let mut index = index;
+    let mut cursor = cursor;
     let mut current = Some(start);
     loop {
         match (&current, goal) {
@@ -276,15 +276,65 @@ pub async fn claim_until(
                 timeout: deadline.timeout,
             }));
         }
-        let answer: Option<Answer<Claim>> = ctx
-            .client
-            .watch(&path, index, left.min(MAX_BLOCK))
+        let Some(answer) = watch::<Claim>(ctx, &path, &cursor, MAX_BLOCK, deadline)
             .await
-            .with_context(|| format!("failed to follow {who}"))?;
+            .with_context(|| format!("failed to follow {who}"))?
+        else {
+            continue;
+        };
+        // The server's cursor as it is: an index smaller than the last one is the state
+        // gone back in time (a backup restored), answered with a new generation.
         current = answer.map(|a| {
-            index = a.index.unwrap_or(a.body.index).max(index);
+            cursor = a.cursor(a.body.index);
             a.body
         });
+    }
+}
+
+/// A blocking query of `path` from `cursor` for what is left of `deadline`, at most `cap`
+/// (0: a plain read). A server that turns it away for now (503: its long-poll slots
+/// are all taken, say) is asked again with a growing backoff, as agents do, while time is
+/// left: the write the wait follows has committed, and only the wait is turned away.
+/// `None`: time ran out while turned away, with nothing new to say.
+pub async fn watch<T: serde::de::DeserializeOwned>(
+    ctx: &Ctx,
+    path: &str,
+    cursor: &Cursor,
+    cap: Duration,
+    deadline: Deadline,
+) -> anyhow::Result<Option<Option<Answer<T>>>> {
+    let mut backoff = Duration::from_millis(100);
+    let mut told = false;
+    loop {
+        match ctx
+            .client
+            .watch_or_busy(path, cursor, deadline.left().min(cap))
+            .await?
+        {
+            Ok(answer) => return Ok(Some(answer)),
+            Err(busy) => {
+                if !std::mem::replace(&mut told, true) {
+                    ctx.out.note(format!(
+                        "the server turned the wait away for now ({}); asking again until the timeout",
+                        busy.message
+                    ));
+                }
+                let left = deadline.left();
+                if left.is_zero() {
+                    return Ok(None);
+                }
+                // A little spread, so that waits turned away together do not come back
+                // together.
+                let spread = Duration::from_millis(u64::from(
+                    std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.subsec_millis())
+                        % 50,
+                ));
+                tokio::time::sleep((backoff + spread).min(left)).await;
+                backoff = (backoff * 2).min(Duration::from_secs(2));
+            }
+        }
     }
 }
 
@@ -352,12 +402,27 @@ pub async fn follow<T: serde::de::DeserializeOwned>(
         show,
     } = f;
     let mut progress = ctx.out.progress();
-    let first: Option<Answer<T>> = ctx
-        .client
-        .watch(path, 0, Duration::ZERO)
-        .await
-        .with_context(|| format!("failed to follow {what} `{name}`"))?;
-    let mut index = first.as_ref().and_then(|a| a.index).unwrap_or(0);
+    // Where it stands now, unless the server turns the read away until the deadline: then
+    // that is not known, which is no answer to give.
+    let Some(first): Option<Option<Answer<T>>> =
+        watch(ctx, path, &Cursor::default(), Duration::ZERO, deadline)
+            .await
+            .with_context(|| format!("failed to follow {what} `{name}`"))?
+    else {
+        progress.finish();
+        return Err(Failure::new(
+            Exit::Unreachable,
+            format!(
+                "the server kept turning the wait for {what} {name} away (too busy) for {}",
+                given_duration(deadline.timeout)
+            ),
+        )
+        .hint(format!(
+            "`{show}` shows where it stands; wait longer with --timeout"
+        ))
+        .into());
+    };
+    let mut cursor = first.as_ref().map(|a| a.cursor(0)).unwrap_or_default();
     let mut current = first.map(|a| a.body);
     loop {
         let where_ = match check(current.as_ref()) {
@@ -387,13 +452,15 @@ pub async fn follow<T: serde::de::DeserializeOwned>(
             ))
             .into());
         }
-        let answer: Option<Answer<T>> = ctx
-            .client
-            .watch(path, index, left.min(MAX_BLOCK))
+        let Some(answer) = watch(ctx, path, &cursor, MAX_BLOCK, deadline)
             .await
-            .with_context(|| format!("failed to follow {what} `{name}`"))?;
+            .with_context(|| format!("failed to follow {what} `{name}`"))?
+        else {
+            continue;
+        };
+        // Taken as it is (see `claim`).
         current = answer.map(|a| {
-            index = a.index.unwrap_or_else(|| index_of(&a.body)).max(index);
+            cursor = a.cursor(index_of(&a.body));
             a.body
         });
     }

@@ -395,14 +395,18 @@ impl From<&csivol_api::WireContentSource> for csi::VolumeContentSource {
     }
 }
 
-/// A CSI timestamp as unix milliseconds (`None` when absent or before 1970).
+/// A CSI timestamp as unix milliseconds (`None` when absent, before 1970 or after 9999).
 pub fn timestamp_ms(t: Option<&prost_types::Timestamp>) -> Option<u64> {
     let t = t?;
     let ms = t
         .seconds
         .checked_mul(1000)?
         .checked_add(i64::from(t.nanos) / 1_000_000)?;
-    u64::try_from(ms).ok()
+    // A time no RFC 3339 timestamp can write (before 1970, after the year 9999) is no
+    // time csivol can record: unknown, as if the plugin had not said.
+    u64::try_from(ms)
+        .ok()
+        .filter(|ms| *ms <= csivol_api::limits::MAX_TIME_MS)
 }
 
 /// The canonical name of a gRPC status code (`UNAVAILABLE`).
@@ -506,6 +510,11 @@ mod tests {
         };
         assert_eq!(timestamp_ms(Some(&t)), Some(2005));
         assert_eq!(timestamp_ms(None), None);
+        let year_10000 = prost_types::Timestamp {
+            seconds: 253_402_300_800,
+            nanos: 0,
+        };
+        assert_eq!(timestamp_ms(Some(&year_10000)), None);
     }
 
     #[test]

@@ -247,7 +247,8 @@ impl FenceConfig {
         }
         for (node, labels) in &node_labels {
             csivol_api::validate_name("node", node).map_err(|e| format!("[node_labels]: {e}"))?;
-            csivol_api::check_map(&format!("node_labels.{node}"), labels)?;
+            csivol_api::check_map(&format!("node_labels.{node}"), labels)
+                .map_err(|e| e.to_string())?;
         }
         Ok(Self {
             methods: out,

@@ -81,6 +81,11 @@ string_enum! {
         ClaimDrift = "claim-drift",
         ClaimRepaired = "claim-repaired",
         ClaimExpired = "claim-expired",
+        ClaimFound = "claim-found",
+        ClaimHeld = "claim-held",
+        AttachmentFound = "attachment-found",
+        StateRestored = "state-restored",
+        StateSettled = "state-settled",
         OperationFailed = "operation-failed",
         NodeRegistered = "node-registered",
         NodeLimitChanged = "node-limit-changed",
@@ -93,6 +98,7 @@ string_enum! {
         NodeIneligible = "node-ineligible",
         NodeDraining = "node-draining",
         NodeRemoved = "node-removed",
+        NodeUnblocked = "node-unblocked",
         NodeLabelled = "node-labelled",
         NodeIdRefused = "node-id-refused",
         TokenCreated = "token-created",
@@ -109,6 +115,32 @@ string_enum! {
         SnapshotReady = "snapshot-ready",
         SnapshotDeleting = "snapshot-deleting",
         SnapshotDeleted = "snapshot-deleted",
+    }
+}
+
+impl EventKind {
+    /// An operator's action (an unblock, a detach, a fence, a token or a controller host
+    /// allowed or taken back, a node's labels or eligibility changed): the event log keeps
+    /// these until its count bound drops them, whatever the bytes of the other events.
+    pub fn kept_by_count(self) -> bool {
+        matches!(
+            self,
+            Self::VolumeUnblocked
+                | Self::ClaimForceReleased
+                | Self::VolumeDetach
+                | Self::VolumeForceDetaching
+                | Self::NodeFenced
+                | Self::NodeFenceFailed
+                | Self::TokenCreated
+                | Self::TokenRevoked
+                | Self::ControllerHostAllowed
+                | Self::ControllerHostDisallowed
+                | Self::NodeLabelled
+                | Self::NodeEligible
+                | Self::NodeIneligible
+                | Self::NodeDraining
+                | Self::NodeRemoved
+        )
     }
 }
 

@@ -27,6 +27,8 @@
 //! - `nodes`: whether a node takes new claims, and whether it may be forgotten.
 //! - `retries`: which answers are kept under a request's key, when a repeat is the same
 //!   request, and when a request is too old, or a claim older than its alloc's release.
+//! - `settle`: which volumes the server holds back after the state went back in time, and
+//!   until when.
 //! - `plan`: the node agent's: one volume's desired state and records → the steps to take.
 //! - `observed`: what a plugin made at a staging path or a target, as the agent observed it.
 //! - `verify`: the node agent's recovery plan: its records against the checks of one
@@ -46,6 +48,7 @@ pub mod queue;
 pub mod reconcile;
 pub mod retries;
 pub mod schedule;
+pub mod settle;
 pub mod snapshots;
 pub mod transitions;
 pub mod verify;

@@ -26,6 +26,12 @@ pub struct Facts<'a> {
     /// taken as ready: claims are recorded only on registered nodes, and the server's
     /// shell lists every node involved.
     pub nodes: Vec<(&'a str, NodeStatus)>,
+    /// Held back: the state was restored from a backup (or went back in time), and a node
+    /// that may hold the volume unknown to the state has not said yet what it holds.
+    /// Nothing brings the volume to a node meanwhile: no claim moves towards being
+    /// mounted (no attachment made, no ControllerPublish, no claim on to `attaching` or
+    /// `publishing`); what takes it down still moves.
+    pub held: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -88,6 +94,8 @@ pub struct Changes<'a> {
 ///   queue when the plugin needs one, else `publishing` straight away.
 /// - Nothing moves on a node that is lost or fenced: its loss blocked what it held, and
 ///   only its return, an unblock or a fence changes that.
+/// - While the volume is [held](Facts::held), a claim moves back (its attachment being
+///   detached: `pending`; blocked: `blocked`), never forward.
 /// - Ready, releasing, failed, blocked and queued claims are moved by other facts (the
 ///   node's reports, the queue, an unblock), never here.
 pub fn next<'a>(facts: &Facts<'a>) -> Changes<'a> {
@@ -130,6 +138,17 @@ pub fn next<'a>(facts: &Facts<'a>) -> Changes<'a> {
             ClaimState::Pending | ClaimState::Attaching | ClaimState::Publishing
         ) || !ready(c.node)
         {
+            continue;
+        }
+        if facts.held {
+            let back = match atts.get(c.node) {
+                Some(AttachmentState::Detaching) => Some(ClaimState::Pending),
+                Some(AttachmentState::Blocked) => Some(ClaimState::Blocked),
+                _ => None,
+            };
+            if let Some(to) = back.filter(|to| *to != c.state) {
+                changes.claims.push((c.alloc, to));
+            }
             continue;
         }
         let to = match atts.get(c.node) {

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use super::error::ApiResult;
 use super::etcd::{self, Cluster, Leadership};
 use super::store::Snapshot;
-use super::{EVENTS_KEPT, db, fence, http, lifecycle};
+use super::{db, fence, http, lifecycle};
 use csivol_api::NodeStatus;
 
 /// Starts the background tasks; the returned handles are aborted when serving stops.
@@ -19,7 +19,10 @@ pub fn spawn(
     cluster: Option<Cluster>,
     listen: String,
 ) -> Vec<tokio::task::JoinHandle<()>> {
-    let mut tasks = vec![tokio::spawn(persist_token_use(app.clone()))];
+    let mut tasks = vec![
+        tokio::spawn(persist_token_use(app.clone())),
+        tokio::spawn(settle_after_reset(app.clone())),
+    ];
     let leadership = match cluster.clone() {
         Some(c) => {
             tasks.push(tokio::spawn(etcd::schema::announce(c.clone(), listen)));
@@ -61,6 +64,7 @@ async fn lead(app: http::App, mut leadership: Leadership, cluster: Option<Cluste
             tokio::spawn(prune_retries(app.clone())),
             tokio::spawn(expire_leases(app.clone())),
             tokio::spawn(fence::auto_fence(app.clone())),
+            tokio::spawn(settle_progress(app.clone())),
         ];
         leadership.wait_for(false).await;
         for t in tasks {
@@ -122,6 +126,74 @@ async fn follow_nodes(app: http::App, leadership: Leadership) {
         }
         if let Ok(nodes) = app.db.read(node_statuses).await {
             app.live.follow(nodes);
+        }
+    }
+}
+
+/// The state went back in time under this server (etcd's did: an etcd snapshot restored,
+/// or a backup restored into the prefix): the nodes are to say what they hold before the
+/// volumes two nodes must not hold go anywhere (`lifecycle::settle`). Every server of the
+/// cluster that sees the new generation says so; the first one's write counts.
+async fn settle_after_reset(app: http::App) {
+    let mut generations = app.db.hub.generations();
+    while generations.changed().await.is_ok() {
+        let generation = *generations.borrow_and_update();
+        // Retried until recorded (etcd may be coming back as the state went back), unless
+        // the generation moves on meanwhile.
+        let mut failures = 0u32;
+        while app.db.hub.generation() == generation {
+            let window_end = db::now_ms() + app.live.ttl().as_millis() as i64;
+            let written = app
+                .db
+                .write(move |ctx| lifecycle::settle::begin(ctx, generation, window_end))
+                .await;
+            match written {
+                Ok(()) => {
+                    app.db.hub.settled(generation);
+                    break;
+                }
+                Err(e) => {
+                    failures += 1;
+                    if failures == 1 || failures.is_power_of_two() {
+                        tracing::error!(error = %e.message, "failed to record that the state went back in time; retrying");
+                    }
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                }
+            }
+        }
+    }
+}
+
+/// Moves a restored state on while it settles (`lifecycle::settle::progress`): closes the
+/// window for the nodes it does not know once it passed, moves on what is no longer held
+/// back a few volumes at a time, ends settling; then forgets its markers.
+async fn settle_progress(app: http::App) {
+    let mut tick = tokio::time::interval(Duration::from_millis(250));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let now = db::now_ms();
+        let due = app
+            .db
+            .read(move |c| lifecycle::settle::progress_due(c, now))
+            .await;
+        if !matches!(due, Ok(true)) {
+            continue;
+        }
+        loop {
+            let limits = app.limits.clone();
+            let step = app
+                .db
+                .write_led(move |ctx| lifecycle::settle::progress(ctx, &limits))
+                .await;
+            match step {
+                Ok(true) => {}
+                Ok(false) => break,
+                Err(e) => {
+                    tracing::warn!(error = %e.message, "failed to move a restored state on; retrying");
+                    break;
+                }
+            }
         }
     }
 }
@@ -358,17 +430,27 @@ async fn prune_retries(app: http::App) {
     }
 }
 
-/// Keeps the event log bounded: a busy cluster writes several events per claim.
+/// Keeps the event log bounded in events and in bytes: a busy cluster writes several
+/// events per claim. The first pass runs at start, so that lowered bounds hold at once.
 async fn prune_events(app: http::App) {
+    let bounds = app.limits.events;
     let mut tick = tokio::time::interval(Duration::from_secs(60));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        let pruned = app
-            .db
-            .write_led(|ctx| lifecycle::prune_events(ctx, EVENTS_KEPT))
-            .await;
-        match pruned {
+        // In batches, each its own transaction, until one drops less than a batch.
+        let mut pruned = 0;
+        let outcome = loop {
+            match (app.db)
+                .write_led(move |ctx| lifecycle::prune_events(ctx, &bounds))
+                .await
+            {
+                Ok(n) if n >= bounds.batch => pruned += n,
+                Ok(n) => break Ok(pruned + n),
+                Err(e) => break Err(e),
+            }
+        };
+        match outcome {
             Ok(0) => {}
             Ok(n) => tracing::debug!(pruned = n, "pruned old events"),
             Err(e) => tracing::warn!(error = %e, "failed to prune old events"),

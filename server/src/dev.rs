@@ -135,7 +135,8 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         request_memory: crate::DEFAULT_REQUEST_MEMORY,
         fence: Default::default(),
         secrets_key_file: None,
-        header_timeout: Duration::from_secs(10),
+        header_timeout: crate::DEFAULT_HEADER_TIMEOUT,
+        body_timeout: crate::DEFAULT_BODY_TIMEOUT,
         max_connections: None,
         max_long_polls: None,
         tls: tls.as_ref().map(|f| crate::TlsFiles {
@@ -146,6 +147,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         insecure_http: false,
         node_channel: true,
         etcd: None,
+        limits: Default::default(),
     })
     .await?;
     let scheme = if tls.is_some() { "https" } else { "http" };

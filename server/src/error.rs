@@ -76,11 +76,27 @@ impl ApiError {
         Self::new(Kind::Invalid, message)
     }
 
-    /// Free text a client sent with a control character in it ([`csivol_api::check_text`]).
-    pub fn control_text(message: impl Into<String>) -> Self {
-        Self::invalid(message).with_hint(
-            "remove the control character (an ESC, `\\r`, a tab, a newline...) from that field and send it again",
-        )
+    /// Free text a client sent with a control character in it, or larger than its limit
+    /// ([`csivol_api::FreeText`]).
+    pub fn text(e: csivol_api::TextError) -> Self {
+        use csivol_api::TextError;
+        use csivol_api::limits::Limit;
+        let hint = match &e {
+            TextError::Control { .. } => "remove the control character (an ESC, `\\r`, a tab, a newline...) from that field and send it again".to_owned(),
+            TextError::TooLarge { limit, .. } | TextError::TooMany { limit, .. } => match limit {
+                Limit::Csi => "shorten it: a plugin is not bound to take more (the CSI spec's Size Limits); keep large data where the plugin reads it, and pass its name".to_owned(),
+                Limit::Csivol => "shorten it, or split it".to_owned(),
+                Limit::Server(setting) => format!(
+                    "shorten it: this server's limit is `{setting}` under [limits] in its config file, at most csivol's default"
+                ),
+            },
+        };
+        Self::invalid(e.to_string()).with_hint(hint)
+    }
+
+    /// A number a client sent outside its kind's range ([`csivol_api::limits`]).
+    pub fn out_of_range(e: csivol_api::limits::OutOfRange) -> Self {
+        Self::invalid(e.to_string())
     }
 
     /// Input that does not parse.

@@ -13,6 +13,7 @@ mod fence;
 mod http;
 pub mod identity;
 mod lifecycle;
+pub mod limits;
 mod liveness;
 mod metrics;
 mod model;
@@ -44,8 +45,12 @@ pub const OPERATOR_TOKEN_FILE: &str = "operator.token";
 pub const ADDR_FILE: &str = "server.addr";
 /// How long a node stays `stopped` after its agent's planned stop (`--planned-stop-grace`).
 pub const DEFAULT_PLANNED_STOP_GRACE: Duration = Duration::from_secs(600);
-/// How many of the newest events the event log keeps; older ones are pruned every minute.
-pub const EVENTS_KEPT: i64 = 100_000;
+/// How long a request's headers may take to arrive (`--header-timeout`); an idle
+/// keep-alive connection closes after it too.
+pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a request's body may take to arrive after its headers (`--body-timeout`): a
+/// full 1 MiB body at 35 KiB/s.
+pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long request keys and claim tombstones are kept (`--request-memory`).
 pub const DEFAULT_REQUEST_MEMORY: Duration = Duration::from_secs(24 * 3600);
 
@@ -83,9 +88,15 @@ pub struct ServerArgs {
     /// closed after it too [default: 10s].
     #[arg(long, value_parser = humantime::parse_duration)]
     pub header_timeout: Option<Duration>,
+    /// A request's body must arrive within this after its headers, else it is answered 408
+    /// and its connection closed; a request without a valid token is answered before its
+    /// body is read [default: 30s].
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub body_timeout: Option<Duration>,
     /// Open connections at most; past it, each new connection closes the one silent longest
-    /// (connected, nothing sent), and waits for one to close when all are busy [default: the
-    /// open-file limit less 256].
+    /// (connected, nothing sent), else the oldest that never showed a valid token or client
+    /// certificate, and waits for one to close when every connection carries an
+    /// authenticated caller [default: the open-file limit less 256].
     #[arg(long)]
     pub max_connections: Option<usize>,
     /// Long-polls (blocking queries: agents' desired state, `--wait`, `events --follow`)
@@ -111,7 +122,9 @@ pub struct ServerArgs {
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     pub tls_client_ca: Option<PathBuf>,
     /// Serve plain HTTP on a non-loopback address (tokens and secrets then cross the
-    /// network in clear; a warning is logged at start).
+    /// network in clear; a warning is logged at start), e.g. behind a proxy that speaks
+    /// TLS to the clients: csivol's own clients send a token over plain HTTP only to a
+    /// loopback address.
     #[arg(long)]
     pub insecure_http: bool,
     /// The key that seals volume secrets in the state database (64 hex digits, mode 0600)
@@ -145,7 +158,9 @@ pub struct ServerArgs {
     /// TOML file with the same settings (`data_dir`, `listen`, `heartbeat_ttl = "30s"`,
     /// `planned_stop_grace = "10m"`, `controller_concurrency`, `request_memory = "24h"`, `secrets_key_file`, TLS and connection bounds, `node_channel = false`), and fencing:
     /// `[[fence]]` methods (`name`, `command`, `timeout`, `nodes`, `labels`, `env`,
-    /// `auto_fence_after`, `trust_agent_labels`) and `[node_labels.<node>]`.
+    /// `auto_fence_after`, `trust_agent_labels`) and `[node_labels.<node>]`; `[limits]`
+    /// (`claim_labels`, `claim_label_bytes`, `reason_bytes`: lower than the defaults only;
+    /// `events_kept`, `events_bytes`).
     #[arg(long)]
     pub config: Option<PathBuf>,
     /// Run SQLite's `PRAGMA integrity_check` over the state database before serving, and
@@ -234,6 +249,7 @@ struct FileConfig {
     node_labels: BTreeMap<String, BTreeMap<String, String>>,
     secrets_key_file: Option<PathBuf>,
     header_timeout: Option<String>,
+    body_timeout: Option<String>,
     max_connections: Option<usize>,
     max_long_polls: Option<usize>,
     tls_cert: Option<PathBuf>,
@@ -250,6 +266,8 @@ struct FileConfig {
     etcd_ca_cert: Option<PathBuf>,
     etcd_cert: Option<PathBuf>,
     etcd_key: Option<PathBuf>,
+    #[serde(default)]
+    limits: limits::LimitsFile,
 }
 
 /// Resolved server settings.
@@ -269,6 +287,8 @@ pub struct ServerConfig {
     /// `--secrets-key-file`; `None`: `<data-dir>/secrets.key`.
     pub secrets_key_file: Option<PathBuf>,
     pub header_timeout: Duration,
+    /// A request's body must arrive within this after its headers.
+    pub body_timeout: Duration,
     /// `None`: from the open-file limit at start.
     pub max_connections: Option<usize>,
     /// `None`: three quarters of the connections.
@@ -280,6 +300,8 @@ pub struct ServerConfig {
     pub node_channel: bool,
     /// `Some`: the etcd store (`--store etcd`); `None`: SQLite.
     pub etcd: Option<etcd::EtcdConfig>,
+    /// Claim labels, operators' reasons and the event log (`[limits]`).
+    pub limits: limits::ServerLimits,
 }
 
 /// The server's TLS files.
@@ -354,6 +376,10 @@ impl ServerConfig {
         };
         let fence = csivol_rules::fence::FenceConfig::new(file.fence, file.node_labels)
             .map_err(|e| anyhow::anyhow!("{e}{}", config_name()))?;
+        let limits = file
+            .limits
+            .resolve()
+            .map_err(|e| anyhow::anyhow!("{e}{}", config_name()))?;
         let etcd = match args.store.or(file.store).unwrap_or(StoreKind::Sqlite) {
             StoreKind::Sqlite => None,
             StoreKind::Etcd => {
@@ -394,6 +420,7 @@ impl ServerConfig {
         };
         Ok(Self {
             etcd,
+            limits,
             data_dir,
             listen: args
                 .listen
@@ -410,7 +437,13 @@ impl ServerConfig {
                 (Some(d), _) => d,
                 (None, Some(s)) => humantime::parse_duration(s)
                     .with_context(|| format!("invalid header_timeout `{s}` in the config file"))?,
-                (None, None) => Duration::from_secs(10),
+                (None, None) => DEFAULT_HEADER_TIMEOUT,
+            },
+            body_timeout: match (args.body_timeout, &file.body_timeout) {
+                (Some(d), _) => d,
+                (None, Some(s)) => humantime::parse_duration(s)
+                    .with_context(|| format!("invalid body_timeout `{s}` in the config file"))?,
+                (None, None) => DEFAULT_BODY_TIMEOUT,
             },
             max_connections: args.max_connections.or(file.max_connections),
             max_long_polls: args.max_long_polls.or(file.max_long_polls),
@@ -623,11 +656,33 @@ impl Server {
                 "sealed volume secrets an older csivol stored in plain text"
             );
         }
+        // A restored state, or one settling after a restore: where the window for the
+        // nodes it does not know begins again.
+        if db
+            .read(lifecycle::settle::at_start_due)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?
+        {
+            let generation = db.hub.generation();
+            let window_end = db::now_ms() + cfg.heartbeat_ttl.as_millis() as i64;
+            db.write(move |ctx| lifecycle::settle::at_start(ctx, generation, window_end))
+                .await
+                .map_err(|e| anyhow::anyhow!("failed to record the restore: {e}"))?;
+            tracing::warn!(
+                "the state was restored from a backup: volumes two nodes must not hold go to no \
+                 node until every node has registered again with what it holds (see `csivol \
+                 events`)"
+            );
+        }
         let cluster_id = db
             .read(|c| Ok(db::cluster_id(c)?))
             .await
             .map_err(|e| anyhow::anyhow!("failed to read the cluster id: {e}"))?;
         identity::check_after_open(&cfg.data_dir, &cluster_id)?;
+        // Kept as recorded, and named at every start (`--check` or not) until resolved.
+        for d in (db.read(lifecycle::duplicate_ids).await).map_err(anyhow::Error::msg)? {
+            tracing::warn!("{d}");
+        }
         let tokens = Arc::new(
             db.read(auth::Tokens::load)
                 .await
@@ -701,6 +756,9 @@ impl Server {
         if max_connections == 0 {
             bail!("--max-connections must be at least 1");
         }
+        if cfg.body_timeout.is_zero() {
+            bail!("--body-timeout must be more than 0s: no request with a body could arrive");
+        }
         let max_long_polls = cfg.max_long_polls.unwrap_or(max_connections * 3 / 4).max(1);
         let scheme = if tls.is_some() { "https" } else { "http" };
         let bounds = http::listen::Bounds {
@@ -721,6 +779,8 @@ impl Server {
             served_last: Default::default(),
             metrics: Arc::clone(&metrics),
             request_memory: cfg.request_memory,
+            text: cfg.limits.text,
+            events: (cfg.limits.events).in_txn_ops(cfg.etcd.as_ref().map(|e| e.max_txn_ops)),
         };
         let addr = listener.local_addr()?;
         let addr_file = cfg.data_dir.join(ADDR_FILE);
@@ -732,6 +792,7 @@ impl Server {
             data_dir = %cfg.data_dir.display(),
             heartbeat_ttl = %humantime::format_duration(cfg.heartbeat_ttl),
             header_timeout = %humantime::format_duration(cfg.header_timeout),
+            body_timeout = %humantime::format_duration(cfg.body_timeout),
             max_connections,
             max_long_polls,
             open_files,
@@ -748,6 +809,7 @@ impl Server {
             fencer: Arc::new(fence::Fencer::default()),
             long_polls: Arc::new(tokio::sync::Semaphore::new(max_long_polls)),
             node_channel: cfg.node_channel,
+            body_timeout: cfg.body_timeout,
             reads: cluster.as_ref().map(|c| c.reads.clone()),
             leadership: cluster.as_ref().map(|c| c.leadership.clone()),
         });

@@ -166,7 +166,8 @@ struct Rfc3339(i64);
 
 impl Serialize for Rfc3339 {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(self.0.max(0) as u64);
+        let ms = (self.0.max(0) as u64).min(csivol_api::limits::MAX_TIME_MS);
+        let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
         s.collect_str(&humantime::format_rfc3339_millis(t))
     }
 }
@@ -425,6 +426,16 @@ pub fn events(
     conn.events(after, f, limit)
 }
 
+/// The index of the last event of the page [`events`] would return; `None` when empty.
+pub fn event_page_end(
+    conn: &impl Snapshot,
+    after: u64,
+    f: &EventFilter,
+    limit: u32,
+) -> ApiResult<Option<u64>> {
+    conn.event_page_end(after, f, limit)
+}
+
 /// `GET /v1/plugins/{id}/controllers`: who may host, and who does.
 pub fn controller_hosts(conn: &impl Snapshot, plugin: &str) -> ApiResult<ControllerHosts> {
     let mut hosts: Vec<ControllerHost> = conn
@@ -494,12 +505,15 @@ impl ClaimFilter {
                     f.labels.push((key.to_owned(), value.to_owned()));
                 }
                 "older_than_ms" => {
-                    f.older_than_ms = Some(v.parse().map_err(|_| {
+                    let ms: u64 = v.parse().map_err(|_| {
                         ApiError::invalid(format!(
                             "invalid `older_than_ms` `{v}`: expected milliseconds, 0 to {}",
-                            u64::MAX
+                            api::limits::MAX_DURATION_MS
                         ))
-                    })?);
+                    })?;
+                    api::limits::duration_ms("older_than_ms", ms)
+                        .map_err(ApiError::out_of_range)?;
+                    f.older_than_ms = Some(ms);
                 }
                 other => {
                     return Err(

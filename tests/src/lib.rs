@@ -18,6 +18,7 @@ pub mod idle;
 pub mod loops;
 pub mod netns;
 pub mod proxy;
+pub mod sniffer;
 
 /// A temporary directory that, when dropped, first unmounts everything mounted below it
 /// (deepest first), then removes it. A panicking test leaks neither mounts nor files.

@@ -13,6 +13,8 @@ mod ha;
 mod procs;
 mod reconcile;
 mod recovery;
+mod restore;
+mod server_address;
 mod shapes;
 mod spellings;
 mod start;

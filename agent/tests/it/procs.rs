@@ -77,6 +77,16 @@ impl Server {
 
     pub async fn restart(&mut self) {
         self.proc.kill();
+        self.start_again().await;
+    }
+
+    /// Its data dir.
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
+    /// Starts the server again where it was, after it was stopped (its `proc` killed).
+    pub async fn start_again(&mut self) {
         self.runs += 1;
         let log = self.dir.join(format!("server.{}.log", self.runs));
         let (proc, api) = Self::spawn(&self.data_dir, self.port, &self.extra, &log).await;

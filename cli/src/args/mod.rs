@@ -54,9 +54,11 @@ const GLOBAL: &str = "Global options";
 #[derive(Debug, Args)]
 pub struct GlobalArgs {
     /// Server address; several servers of one cluster comma-separated or repeated, tried
-    /// in turn when one cannot be reached; without a scheme, https:// when a CA is given
-    /// (--ca-cert, CSIVOL_CACERT or the default CA file), else http:// [env: CSIVOL_ADDR]
-    /// [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]
+    /// in turn when one cannot be reached. The token goes over plain http:// only to a
+    /// loopback address (127.0.0.0/8, ::1, localhost); without a scheme, https:// when a CA
+    /// is given (--ca-cert, CSIVOL_CACERT or the default CA file), else http:// on loopback
+    /// only [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when
+    /// $XDG_CONFIG_HOME/csivol/ca.pem exists]
     #[arg(long, global = true, value_name = "URL", value_delimiter = ',', help_heading = GLOBAL)]
     pub addr: Vec<String>,
 
@@ -352,8 +354,16 @@ fn after_long_help() -> String {
     s
 }
 
+/// Every duration flag: humantime's forms, at most csivol's longest duration (100 years),
+/// so that no lease, token or wait wraps a clock.
 fn parse_duration(s: &str) -> Result<Duration, String> {
-    humantime::parse_duration(s).map_err(|e| format!("{e} (use e.g. 90s, 2m, 1h)"))
+    let d = humantime::parse_duration(s).map_err(|e| format!("{e} (use e.g. 90s, 2m, 1h)"))?;
+    if d > csivol_api::limits::MAX_DURATION {
+        return Err(format!(
+            "`{s}` is longer than 100 years, the longest duration csivol takes"
+        ));
+    }
+    Ok(d)
 }
 
 fn volume_name(s: &str) -> Result<String, String> {

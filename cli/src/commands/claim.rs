@@ -159,11 +159,11 @@ pub async fn run(ctx: &Ctx, args: ClaimArgs) -> anyhow::Result<Exit> {
             }
         },
     };
+    let cursor = a.cursor(a.body.index);
     let mut result = a.body;
     if args.wait.wait {
-        let index = a.index.unwrap_or(result.index);
         let waited = tokio::select! {
-            w = wait::claim_until(ctx, result, index, ClaimGoal::Ready, deadline) => w?,
+            w = wait::claim_until(ctx, result, cursor, ClaimGoal::Ready, deadline) => w?,
             signal = crate::signals::terminated() => {
                 return interrupted(ctx, volume, alloc, signal).await;
             }

@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 use csivol_api::Event;
 
 use crate::args::EventsArgs;
-use crate::client::{Answer, MAX_BLOCK};
+use crate::client::{Answer, Cursor, MAX_BLOCK};
 use crate::ctx::Ctx;
 use crate::failure::Exit;
 use crate::render;
@@ -28,29 +28,87 @@ pub fn filter(volume: Option<&str>, node: Option<&str>) -> String {
 }
 
 /// Every event after `index` matching `filter`, page by page; `wait=0s` keeps the last page
-/// from blocking. Returns them and the index to follow from.
+/// from blocking. Returns them and where to follow from: the last one's index, and the
+/// generation of the log it belongs to.
 pub async fn all_after(
     ctx: &Ctx,
-    mut index: u64,
+    index: u64,
     filter: &str,
-) -> anyhow::Result<(Vec<Event>, u64)> {
+) -> anyhow::Result<(Vec<Event>, Cursor)> {
     let mut events: Vec<Event> = Vec::new();
+    let mut cursor = Cursor {
+        index,
+        generation: None,
+    };
     loop {
-        let page: Vec<Event> = ctx
-            .client
-            .get(&format!(
-                "/v1/events?index={index}&wait=0s&limit={PAGE}{filter}"
-            ))
-            .await?;
-        let n = page.len();
-        if let Some(last) = page.last() {
-            index = last.index;
+        let path = format!(
+            "/v1/events?index={}&wait=0s&limit={PAGE}{filter}",
+            cursor.index
+        );
+        let page: Answer<Vec<Event>> = ctx.client.get_blocking(&path, Duration::ZERO).await?;
+        let n = page.body.len();
+        if page.generation.is_some()
+            && cursor.generation.is_some()
+            && page.generation != cursor.generation
+        {
+            // The log went back in time between two pages (a backup restored): start over.
+            events.clear();
+            cursor = Cursor::default();
+            continue;
         }
-        events.extend(page);
+        cursor = Cursor {
+            index: page.body.last().map_or(cursor.index, |e| e.index),
+            generation: page.generation,
+        };
+        events.extend(page.body);
         if n < PAGE {
-            return Ok((events, index));
+            return Ok((events, cursor));
         }
     }
+}
+
+/// The next events after `cursor` (matching `filter`), waiting up to `wait` for one; and
+/// where to follow on from. A log of another generation than the cursor's (the server's
+/// state went back in time: a backup restored, a server replaced) answers at once with
+/// what was logged since, and this says so on stderr.
+pub async fn next(
+    ctx: &Ctx,
+    cursor: &Cursor,
+    filter: &str,
+    wait: Duration,
+) -> anyhow::Result<(Vec<Event>, Cursor)> {
+    let path = format!(
+        "/v1/events?index={}&wait={}ms&limit={PAGE}{filter}",
+        cursor.index,
+        wait.as_millis()
+    );
+    let answer: Answer<Vec<Event>> = ctx.client.get_blocking_from(&path, cursor, wait).await?;
+    if cursor.generation.is_some()
+        && answer.generation.is_some()
+        && answer.generation != cursor.generation
+    {
+        let from = answer.index.unwrap_or_default();
+        ctx.out.note(format!(
+            "the server's state is of another generation (it was restored from a backup, or \
+             the server started again): following its event log on from index {}",
+            answer
+                .body
+                .first()
+                .map_or(from, |e| e.index.saturating_sub(1))
+        ));
+    }
+    // The server's cursor as it is: after a restore the log's indexes start again lower.
+    let next = Cursor {
+        index: answer
+            .body
+            .last()
+            .map_or_else(|| answer.index.unwrap_or(cursor.index), |e| e.index),
+        generation: answer
+            .generation
+            .clone()
+            .or_else(|| cursor.generation.clone()),
+    };
+    Ok((answer.body, next))
 }
 
 /// Keeps the events of the last `since` and then the last `tail` of them.
@@ -69,7 +127,7 @@ fn narrow(events: &mut Vec<Event>, since: Option<Duration>, tail: Option<usize>)
 
 pub async fn run(ctx: &Ctx, args: EventsArgs) -> anyhow::Result<Exit> {
     let filter = filter(args.volume.as_deref(), args.node.as_deref());
-    let (mut events, mut index) = all_after(ctx, 0, &filter).await?;
+    let (mut events, mut cursor) = all_after(ctx, 0, &filter).await?;
     if args.follow && args.since.is_none() && args.tail.is_none() {
         // `-f` alone is `tail -f`: what happens from now on.
         events.clear();
@@ -91,21 +149,18 @@ pub async fn run(ctx: &Ctx, args: EventsArgs) -> anyhow::Result<Exit> {
         }
     };
     ctx.out.note(format!(
-        "following the event log after index {index} (Ctrl-C to stop)"
+        "following the event log after index {} (Ctrl-C to stop)",
+        cursor.index
     ));
     for e in &events {
         print(e)?;
     }
     loop {
-        let path = format!(
-            "/v1/events?index={index}&wait={}ms&limit={PAGE}{filter}",
-            MAX_BLOCK.as_millis()
-        );
-        let answer: Answer<Vec<Event>> = ctx.client.get_blocking(&path, MAX_BLOCK).await?;
-        for e in &answer.body {
-            index = index.max(e.index);
+        let (events, next) = next(ctx, &cursor, &filter, MAX_BLOCK).await?;
+        for e in &events {
             print(e)?;
         }
+        cursor = next;
     }
 }
 

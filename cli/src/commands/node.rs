@@ -7,7 +7,6 @@ use csivol_api::{
 use csivol_client::Method;
 
 use crate::args::{LabelChange, NodeCommand, NodeDrainArgs, NodeEligibilityArgs, NodeLabelArgs};
-use crate::client::MAX_BLOCK;
 use crate::ctx::Ctx;
 use crate::failure::{Exit, Failure};
 use crate::output::given_duration;
@@ -268,24 +267,13 @@ async fn drain(ctx: &Ctx, args: NodeDrainArgs) -> anyhow::Result<Exit> {
     let started = tokio::time::Instant::now();
     let deadline = started + args.deadline;
     let mut progress = ctx.out.progress();
-    let mut index = 0;
+    let filter = format!("&node={name}");
+    let mut cursor = crate::client::Cursor::default();
     loop {
         // Caught up with the node's log first, then the look: a release after the look is
-        // an event after `index`, which ends the wait below.
-        loop {
-            let page: Vec<Event> = ctx
-                .client
-                .get(&format!(
-                    "/v1/events?index={index}&wait=0s&limit=10000&node={name}"
-                ))
-                .await?;
-            if let Some(last) = page.last() {
-                index = last.index;
-            }
-            if page.len() < 10_000 {
-                break;
-            }
-        }
+        // an event after the cursor, which ends the wait below.
+        let (_, caught_up) = super::events::all_after(ctx, cursor.index, &filter).await?;
+        cursor = caught_up;
         let (_, on) = on_node(ctx, name).await?;
         if on.is_empty() {
             progress.finish();
@@ -323,9 +311,8 @@ async fn drain(ctx: &Ctx, args: NodeDrainArgs) -> anyhow::Result<Exit> {
             "draining node {name}: it still has {} (claims are released by their owners, then the node detaches)",
             on.describe()
         ));
-        let wait = (deadline - now).min(MAX_BLOCK);
-        ctx.client
-            .watch::<Vec<Event>>(&format!("/v1/events?node={name}&limit=1"), index, wait)
-            .await?;
+        let wait = (deadline - now).min(crate::client::MAX_BLOCK);
+        let (_, next) = super::events::next(ctx, &cursor, &filter, wait).await?;
+        cursor = next;
     }
 }

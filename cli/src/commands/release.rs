@@ -63,6 +63,7 @@ pub async fn run(ctx: &Ctx, args: ReleaseArgs) -> anyhow::Result<Exit> {
             json!({"outcome": "released", "volume": args.volume, "alloc": args.alloc}),
         )
     };
+    let cursor = a.cursor(a.body.as_ref().map_or(0, |c| c.index));
     let Some(claim) = a.body else {
         released()?;
         return Ok(Exit::Ok);
@@ -79,8 +80,7 @@ pub async fn run(ctx: &Ctx, args: ReleaseArgs) -> anyhow::Result<Exit> {
         }
         return Ok(Exit::Ok);
     }
-    let index = a.index.unwrap_or(claim.index);
-    wait::claim(ctx, claim, index, ClaimGoal::Gone, deadline).await?;
+    wait::claim(ctx, claim, cursor, ClaimGoal::Gone, deadline).await?;
     released()?;
     Ok(Exit::Ok)
 }

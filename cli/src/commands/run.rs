@@ -14,7 +14,7 @@ use tokio::process::Command;
 
 use super::claim::{NewClaim, release};
 use crate::args::RunArgs;
-use crate::client::Answer;
+use crate::client::{Answer, Cursor};
 use crate::ctx::Ctx;
 use crate::env;
 use crate::failure::{Exit, Failure};
@@ -123,7 +123,7 @@ async fn claim_all(
     alloc: &str,
     signals: &mut Signals,
 ) -> Result<Vec<Claim>, Aborted> {
-    let mut made: Vec<(Claim, u64)> = Vec::new();
+    let mut made: Vec<(Claim, Cursor)> = Vec::new();
     for (volume, read_only) in &args.volumes {
         let claim = NewClaim {
             volume,
@@ -142,8 +142,8 @@ async fn claim_all(
         };
         match claim.record(ctx, None).await {
             Ok(a) => {
-                let index = a.index.unwrap_or(a.body.index);
-                made.push((a.body, index));
+                let cursor = a.cursor(a.body.index);
+                made.push((a.body, cursor));
             }
             Err(e) => return Err(Aborted::Error(e, made.into_iter().map(|m| m.0).collect())),
         }
@@ -154,10 +154,10 @@ async fn claim_all(
     let renew_every = (args.ttl / 3).max(Duration::from_secs(1));
     let mut renewals =
         tokio::time::interval_at(tokio::time::Instant::now() + renew_every, renew_every);
-    for (claim, index) in made {
+    for (claim, cursor) in made {
         let waited = loop {
             tokio::select! {
-                w = wait::claim_until(ctx, claim.clone(), index, ClaimGoal::Ready, deadline) => break w,
+                w = wait::claim_until(ctx, claim.clone(), cursor.clone(), ClaimGoal::Ready, deadline) => break w,
                 s = signals.next() => return Err(Aborted::Signal(s, all)),
                 _ = renewals.tick() => renew_all(ctx, &all, alloc, args.ttl).await,
             }
@@ -209,10 +209,13 @@ async fn release_all(
     let wait_all = async {
         for c in claims {
             let path = format!("/v1/volumes/{}/claims/{alloc}", c.volume);
-            let current: Option<Answer<Claim>> = ctx.client.watch(&path, 0, Duration::ZERO).await?;
+            let current: Option<Answer<Claim>> = ctx
+                .client
+                .watch(&path, &Cursor::default(), Duration::ZERO)
+                .await?;
             if let Some(a) = current {
-                let index = a.index.unwrap_or(a.body.index);
-                wait::claim(ctx, a.body, index, ClaimGoal::Gone, deadline).await?;
+                let cursor = a.cursor(a.body.index);
+                wait::claim(ctx, a.body, cursor, ClaimGoal::Gone, deadline).await?;
             }
         }
         anyhow::Ok(())

@@ -8,7 +8,7 @@ use serde_json::json;
 use crate::args::{
     SnapshotArg, SnapshotCommand, SnapshotCreateArgs, SnapshotDeleteArgs, SnapshotListArgs,
 };
-use crate::client::Answer;
+use crate::client::{Answer, Cursor};
 use crate::ctx::Ctx;
 use crate::failure::{Exit, Failure};
 use crate::output::{Out, age, bytes, or_dash, when};
@@ -217,7 +217,7 @@ async fn delete(ctx: &Ctx, args: SnapshotDeleteArgs) -> anyhow::Result<Exit> {
         // It may be gone already: then it is deleted.
         match ctx
             .client
-            .watch::<Snapshot>(&path, 0, Default::default())
+            .watch::<Snapshot>(&path, &Cursor::default(), Default::default())
             .await?
         {
             Some(a) => print(&ctx.out, &a.body)?,
@@ -340,7 +340,7 @@ async fn group(ctx: &Ctx, name: &str) -> anyhow::Result<Option<GroupSnapshot>> {
         .client
         .watch::<GroupSnapshot>(
             &format!("/v1/group-snapshots/{name}"),
-            0,
+            &Cursor::default(),
             Default::default(),
         )
         .await?
@@ -485,7 +485,7 @@ async fn group_delete(
         ));
         match ctx
             .client
-            .watch::<GroupSnapshot>(&path, 0, Default::default())
+            .watch::<GroupSnapshot>(&path, &Cursor::default(), Default::default())
             .await?
         {
             Some(a) => group_print(&ctx.out, &a.body)?,

@@ -6,13 +6,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use csivol_api::{
-    AttachmentState, ClaimState, ControllerFinding, Event, FindingKind, Health, Node, NodeStatus,
-    Plugin, Volume, VolumeState,
+    AttachmentState, ClaimState, ControllerFinding, FindingKind, Health, Node, NodeStatus, Plugin,
+    Volume, VolumeState,
 };
 use serde::Serialize;
 
 use crate::args::StatusArgs;
-use crate::client::{Answer, MAX_BLOCK};
+use crate::client::MAX_BLOCK;
 use crate::ctx::Ctx;
 use crate::failure::Exit;
 use crate::render;
@@ -62,11 +62,45 @@ pub struct Summary {
     /// Plugins whose oldest waiting controller operation has waited past the server's
     /// `--controller-queue-warning`.
     pub controller_queues_behind: Vec<QueueBehind>,
+    /// Backend volumes registered under several names (which only an older csivol let
+    /// happen): each name can take a single-writer claim on the one backend volume.
+    pub duplicate_volumes: Vec<DuplicateVolume>,
     pub volumes: Vec<Volume>,
     /// The server's health (`GET /v1/health`), present only when it is not `ok`: e.g.
     /// `degraded` while its database refuses writes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub server: Option<Health>,
+}
+
+/// One backend volume (a plugin's external id) registered as several csivol volumes. Part
+/// of the JSON contract.
+#[derive(Debug, Serialize)]
+pub struct DuplicateVolume {
+    pub plugin: String,
+    pub external_id: String,
+    /// The csivol volumes on it, by name.
+    pub volumes: Vec<String>,
+}
+
+/// The backend volumes `volumes` name more than once. A volume being created has no
+/// external id yet and names none.
+fn duplicates(volumes: &[Volume]) -> Vec<DuplicateVolume> {
+    let mut by_id: BTreeMap<(&str, &str), Vec<String>> = BTreeMap::new();
+    for v in volumes.iter().filter(|v| !v.external_id.is_empty()) {
+        by_id
+            .entry((&v.plugin, &v.external_id))
+            .or_default()
+            .push(v.name.clone());
+    }
+    by_id
+        .into_iter()
+        .filter(|(_, names)| names.len() > 1)
+        .map(|((plugin, external_id), volumes)| DuplicateVolume {
+            plugin: plugin.to_owned(),
+            external_id: external_id.to_owned(),
+            volumes,
+        })
+        .collect()
 }
 
 /// A plugin whose controller queue is behind. Part of the JSON contract.
@@ -92,7 +126,7 @@ pub async fn run(ctx: &Ctx, args: StatusArgs) -> anyhow::Result<Exit> {
     // Every change the server makes is in the event log: a blocking query on it wakes the
     // redraw as soon as something happened, without polling the cluster's state.
     let tty = ctx.out.stdout_is_tty();
-    let (_, mut index) = super::events::all_after(ctx, 0, "").await?;
+    let (_, mut cursor) = super::events::all_after(ctx, 0, "").await?;
     let mut first = true;
     loop {
         if tty {
@@ -104,15 +138,11 @@ pub async fn run(ctx: &Ctx, args: StatusArgs) -> anyhow::Result<Exit> {
         once(ctx, &args).await?;
         loop {
             let wait = if tty { REFRESH } else { MAX_BLOCK };
-            let path = format!(
-                "/v1/events?index={index}&wait={}ms&limit=10000",
-                wait.as_millis()
-            );
-            let answer: Answer<Vec<Event>> = ctx.client.get_blocking(&path, wait).await?;
-            let changed = !answer.body.is_empty();
-            if let Some(last) = answer.body.last() {
-                index = last.index;
-            }
+            let generation = cursor.generation.clone();
+            let (events, next) = super::events::next(ctx, &cursor, "", wait).await?;
+            // A new generation of the state (restored from a backup) is a change to show.
+            let changed = !events.is_empty() || next.generation != generation;
+            cursor = next;
             if changed || tty {
                 break;
             }
@@ -200,6 +230,7 @@ async fn once(ctx: &Ctx, args: &StatusArgs) -> anyhow::Result<Exit> {
                 concurrency: p.queue.concurrency,
             })
             .collect(),
+        duplicate_volumes: duplicates(&volumes),
         volumes,
         server,
     };
@@ -277,6 +308,25 @@ async fn once(ctx: &Ctx, args: &StatusArgs) -> anyhow::Result<Exit> {
                 .unwrap_or_default();
             ctx.out
                 .line(format!("  {}: {}{err}", v.name, m.progress()))?;
+        }
+    }
+    if !summary.duplicate_volumes.is_empty() {
+        ctx.out.line("")?;
+        ctx.out.line(
+            "backend volumes registered under several names (each name can take a single-writer claim on it):",
+        )?;
+        for d in &summary.duplicate_volumes {
+            ctx.out.one_line(format!(
+                "  [{}] {}: {}",
+                d.plugin,
+                d.external_id,
+                d.volumes.join(", ")
+            ))?;
+            if let Some(last) = d.volumes.last() {
+                ctx.out.one_line(format!(
+                    "    keep one name: deregister the others once nothing claims them (csivol volume deregister {last})"
+                ))?;
+            }
         }
     }
     if !summary.blocked.is_empty() {

@@ -251,6 +251,7 @@ async fn claim_wait_follows_the_claim_to_ready() {
       "blocked": [],
       "controller_findings": [],
       "controller_queues_behind": [],
+      "duplicate_volumes": [],
       "volumes": [
         {
           "name": "v1",

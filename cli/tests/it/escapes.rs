@@ -340,7 +340,7 @@ async fn what_plugins_and_nodes_say_reaches_the_terminal_escaped() {
 
     // The controller's listing: a volume csivol does not know, published to a node id it
     // does not know, and abnormal; confirmed by a second listing.
-    let listing = json!([{"kind": "controller_volumes", "plugin": "hp", "started_ms": 1u64 << 50, "volumes": [
+    let listing = json!([{"kind": "controller_volumes", "plugin": "hp", "started_ms": 1u64 << 47, "volumes": [
         {"external_id": evil("listed-volume"), "published_node_ids": [evil("listed-node")], "abnormal": evil("listed-abnormal")}
     ]}]);
     host.report(listing.clone()).await;

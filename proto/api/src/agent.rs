@@ -85,6 +85,10 @@ pub struct RegisterRequest {
 pub struct RegisterResponse {
     pub heartbeat_ttl_ms: u64,
     pub index: u64,
+    /// The generation `index` belongs to (see [`crate::GENERATION_HEADER`]); absent from
+    /// an older server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<String>,
 }
 
 /// `POST /v1/nodes/{node}/heartbeat` answer.
@@ -319,6 +323,17 @@ pub struct DesiredState {
     /// (`?since=`); absent when it is the whole state.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub changes: Option<DesiredChanges>,
+    /// The generation of the state `index` belongs to (see [`crate::GENERATION_HEADER`]):
+    /// changes apply only to a state of the same generation. An answer to a request that
+    /// named another generation is the whole state. Absent from an older server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<String>,
+    /// Set while the server waits for this node to report what it holds (the state was
+    /// restored from a backup): the agent registers again, with what is mounted, and acts
+    /// on nothing until it has. `status` then says `lost`, which an older agent reads the
+    /// same way.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub register_again: bool,
 }
 
 /// What a desired state sent as changes replaces.
@@ -350,7 +365,12 @@ impl DesiredState {
             self.sort();
             return Ok(());
         };
-        if changes.since != self.index {
+        // Changes counted in another generation of the state do not apply to this one,
+        // whatever their index.
+        let other_generation = next.generation.is_some()
+            && self.generation.is_some()
+            && next.generation != self.generation;
+        if changes.since != self.index || other_generation {
             return Err(StaleChanges {
                 held: self.index,
                 since: changes.since,
@@ -372,6 +392,8 @@ impl DesiredState {
         self.status = next.status;
         self.controller_ops = next.controller_ops;
         self.refresh_limits = next.refresh_limits;
+        self.generation = next.generation;
+        self.register_again = next.register_again;
         Ok(())
     }
 }
@@ -630,6 +652,37 @@ mod tests {
         })
         .unwrap();
         assert!(held.unstage.is_empty(), "a whole state replaces everything");
+    }
+
+    #[test]
+    fn changes_of_another_generation_do_not_apply_whatever_their_index() {
+        let generation = |g: &str| Some(g.to_owned());
+        let mut held = DesiredState {
+            index: 5,
+            unstage: vec![unstage("a")],
+            generation: generation("g1"),
+            ..DesiredState::default()
+        };
+        let changes = |g: Option<String>| DesiredState {
+            index: 6,
+            changes: Some(DesiredChanges {
+                since: 5,
+                volumes: vec!["a".into()],
+            }),
+            generation: g,
+            ..DesiredState::default()
+        };
+        assert!(
+            held.apply(changes(generation("g2"))).is_err(),
+            "the state went back in time and forward again to the same index"
+        );
+        assert_eq!(held.unstage.len(), 1, "stale changes change nothing");
+        held.apply(changes(generation("g1"))).unwrap();
+        assert!(held.unstage.is_empty());
+        assert_eq!(held.generation, generation("g1"));
+        // An older server names no generation: its changes apply by index, as before.
+        held.index = 5;
+        held.apply(changes(None)).unwrap();
     }
 
     fn publish(volume: &str, alloc: &str) -> DesiredPublish {

@@ -407,6 +407,8 @@ mod tests {
                 since: 9,
                 volumes: vec!["db\nwith a line break".into()],
             }),
+            generation: Some("00000000000000ab".into()),
+            register_again: false,
         }
     }
 

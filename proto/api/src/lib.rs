@@ -17,6 +17,7 @@ pub mod channel;
 mod claims;
 mod errors;
 mod expansion;
+pub mod limits;
 mod modify;
 mod name;
 mod nodes;
@@ -42,7 +43,10 @@ pub use nodes::*;
 pub use operator::*;
 pub use reconcile::*;
 pub use snapshots::*;
-pub use text::{FreeText, check_map, check_text, is_control};
+pub use text::{
+    FreeText, TextError, check_claim_labels, check_map, check_node_labels, check_reason,
+    check_text, is_control, map_bytes,
+};
 pub use tokens::*;
 pub use volumes::*;
 
@@ -80,6 +84,14 @@ pub const MAX_IDEMPOTENCY_KEY: usize = 255;
 pub const SENT_AT_HEADER: &str = "x-csivol-sent-at";
 /// Set on an answer that repeats the first answer kept under the request's key.
 pub const REPLAYED_HEADER: &str = "idempotent-replayed";
+
+/// The header carrying the generation of the state an index belongs to: the server's
+/// answers name it beside [`INDEX_HEADER`], and a client sends it back with the index it
+/// follows from. The state can go back in time (a backup restored, an etcd snapshot
+/// restored), and its indexes with it: an index means something only in its generation.
+/// A server that is sent another generation than its own answers at once, with its whole
+/// state and a new index. Opaque text; an older server ignores the header.
+pub const GENERATION_HEADER: &str = "x-csivol-generation";
 
 // The text forms of the API's enums are their JSON forms, for flags and messages.
 macro_rules! text_enum {

@@ -58,7 +58,9 @@ pub struct ActionPlan {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PlannedAction {
     /// `force-release` (a blocked claim dropped without the node), `force-detach`
-    /// (ControllerUnpublish without the node), `release` (through the node).
+    /// (ControllerUnpublish without the node), `release` (through the node), `stop-waiting`
+    /// (after a restore, the node is no longer waited for to say what it holds; `volume` is
+    /// empty).
     pub action: String,
     pub volume: String,
     pub node: String,

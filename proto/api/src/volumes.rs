@@ -92,6 +92,17 @@ pub struct CreateVolumeSpec {
     pub mutable_parameters: BTreeMap<String, String>,
 }
 
+impl CreateVolumeSpec {
+    /// The content source names a snapshot or a volume by its csivol name.
+    pub fn check_source(&self) -> Result<(), String> {
+        match &self.source {
+            Some(crate::ContentSource::Snapshot(s)) => crate::validate_name("snapshot", s),
+            Some(crate::ContentSource::Volume(v)) => crate::validate_name("volume", v),
+            None => Ok(()),
+        }
+    }
+}
+
 /// Where a volume stands, derived from its claims and attachments.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]

@@ -171,18 +171,22 @@ impl Shared {
         self.pushed.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The pushed changes that follow the state held, which is the server's as of `held`:
-    /// those whose `changes.since` is `held`. Older ones are dropped. `None` when none
-    /// follows (nothing pushed, or a gap): fetch the state by request.
-    pub fn take_pushed(&self, held: u64) -> Option<DesiredState> {
+    /// The pushed changes that follow the state held, which is the server's as of `held`
+    /// in `generation`: those whose `changes.since` is `held`, of that generation (when
+    /// both name one). Older ones are dropped. `None` when none follows (nothing pushed, a
+    /// gap, another generation): fetch the state by request.
+    pub fn take_pushed(&self, held: u64, generation: Option<&str>) -> Option<DesiredState> {
         let mut pushed = self.pushed();
         while pushed.front().is_some_and(|d| d.index <= held) {
             pushed.pop_front();
         }
-        let follows = pushed
-            .front()
-            .and_then(|d| d.changes.as_ref())
-            .is_some_and(|c| c.since == held);
+        let follows = pushed.front().is_some_and(|d| {
+            let same = match (d.generation.as_deref(), generation) {
+                (Some(pushed), Some(held)) => pushed == held,
+                _ => true,
+            };
+            same && d.changes.as_ref().is_some_and(|c| c.since == held)
+        });
         if follows { pushed.pop_front() } else { None }
     }
 

@@ -9,6 +9,8 @@
 //! benchmark's accounting); [`Client::request`] and the typed endpoint calls turn an answer
 //! into the API type or an [`Error`].
 
+pub mod address;
+mod agent;
 pub mod channel;
 pub mod once;
 pub mod tls;
@@ -18,9 +20,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use csivol_api::{
-    DesiredState, ErrorBody, ErrorResponse, HeartbeatResponse, IDEMPOTENCY_KEY_HEADER,
-    INDEX_HEADER, Node, RegisterRequest, RegisterResponse, ReportBatch, SENT_AT_HEADER,
-    StoppingRequest, TokenRequest, TokenResponse, WAIT_FOR_RELEASE, WAIT_HEADER,
+    ErrorBody, ErrorResponse, GENERATION_HEADER, IDEMPOTENCY_KEY_HEADER, INDEX_HEADER, Node,
+    SENT_AT_HEADER, TokenRequest, TokenResponse, WAIT_FOR_RELEASE, WAIT_HEADER,
 };
 use once::Once;
 /// A failure below HTTP: no connection, a broken one, a deadline passed, or a client that
@@ -108,9 +109,28 @@ impl Builder {
         self
     }
 
-    pub fn build(self) -> Result<Client, TransportError> {
+    /// The client, once every server address passed [`address::check`]: plain HTTP only
+    /// to a loopback address, no `USER@`. A client with a plain HTTP address uses no proxy
+    /// (`HTTP_PROXY` would be sent the token in clear), and `localhost` is never looked up.
+    pub fn build(self) -> Result<Client, BuildError> {
         tls::install_provider();
-        let mut http = reqwest::Client::builder().pool_idle_timeout(tls::POOL_IDLE_TIMEOUT);
+        let list = addresses(&self.base);
+        if list.is_empty() {
+            return Err(BuildError::Address(address::AddressError::Invalid {
+                addr: self.base.clone(),
+                why: "no server address".to_owned(),
+            }));
+        }
+        let urls = list
+            .iter()
+            .map(|a| address::check(a))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut http = reqwest::Client::builder()
+            .pool_idle_timeout(tls::POOL_IDLE_TIMEOUT)
+            .resolve_to_addrs("localhost", &address::LOCALHOST);
+        if urls.iter().any(|u| u.scheme() == "http") {
+            http = http.no_proxy();
+        }
         if let Some(tls) = self.tls {
             http = http.tls_backend_preconfigured(tls);
         }
@@ -125,7 +145,7 @@ impl Builder {
         }
         Ok(Client {
             http: http.build()?,
-            bases: addresses(&self.base).into(),
+            bases: urls.iter().map(address::base).collect::<Vec<_>>().into(),
             current: Arc::new(AtomicUsize::new(0)),
             token: self.token,
             request_timeout: self.request_timeout,
@@ -135,12 +155,50 @@ impl Builder {
     }
 }
 
+/// What a request says beside its body: a mutating request's key and send time (exact
+/// retries), or the generation of the state a read follows from.
+#[derive(Clone, Copy, Debug, Default)]
+struct Said<'a> {
+    once: Option<&'a Once>,
+    generation: Option<&'a str>,
+}
+
+impl<'a> Said<'a> {
+    fn once(once: &'a Once) -> Self {
+        Self {
+            once: Some(once),
+            generation: None,
+        }
+    }
+
+    fn following(generation: Option<&'a str>) -> Self {
+        Self {
+            once: None,
+            generation,
+        }
+    }
+}
+
+/// Why a client could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// A server address the rule refuses ([`address::check`]); its `hint` says what to
+    /// write instead.
+    #[error(transparent)]
+    Address(#[from] address::AddressError),
+    #[error("failed to set up the HTTP client: {0}")]
+    Transport(#[from] TransportError),
+}
+
 /// An answer as the server sent it.
 #[derive(Debug)]
 pub struct Raw {
     pub status: StatusCode,
     /// The blocking-query index (`x-csivol-index`), if the answer carried one.
     pub index: Option<u64>,
+    /// The generation of the state the index belongs to (`x-csivol-generation`), if the
+    /// answer carried one (an older server's does not).
+    pub generation: Option<String>,
     pub headers: reqwest::header::HeaderMap,
     pub body: Vec<u8>,
 }
@@ -151,6 +209,30 @@ pub struct Answer<T> {
     pub status: StatusCode,
     pub body: T,
     pub index: Option<u64>,
+    /// The generation `index` belongs to ([`Cursor`]).
+    pub generation: Option<String>,
+}
+
+impl<T> Answer<T> {
+    /// Where to follow on from after this answer: its index (`index` when it carried
+    /// none) and generation. Taken as it is, never kept at the greater of two indexes:
+    /// the state can go back in time, and its indexes with it.
+    pub fn cursor(&self, index: u64) -> Cursor {
+        Cursor {
+            index: self.index.unwrap_or(index),
+            generation: self.generation.clone(),
+        }
+    }
+}
+
+/// Where a blocking query follows from: the index of the last answer, and the generation
+/// of the state it belongs to. A server of another generation (its state went back in
+/// time, or it is another history) answers at once with the state as it is and a cursor
+/// of its own.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Cursor {
+    pub index: u64,
+    pub generation: Option<String>,
 }
 
 /// Why a request got no usable answer.
@@ -275,7 +357,7 @@ impl Client {
         timeout: Option<Duration>,
     ) -> Result<Raw, Error> {
         self.in_turn(Retry::Unconnected, |base| {
-            self.send_to(base, method.clone(), path, &body, timeout, None)
+            self.send_to(base, method.clone(), path, &body, timeout, Said::default())
         })
         .await
     }
@@ -292,8 +374,30 @@ impl Client {
         body: Body<'_, B>,
         timeout: Option<Duration>,
     ) -> Result<Raw, Error> {
+        self.send_idempotent_in(method, path, body, timeout, None)
+            .await
+    }
+
+    /// [`Client::send_idempotent`] that names the `generation` of the state the caller
+    /// follows ([`Cursor`]): a blocking query whose index came from another generation
+    /// is answered at once.
+    pub async fn send_idempotent_in<B: Serialize + ?Sized>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Body<'_, B>,
+        timeout: Option<Duration>,
+        generation: Option<&str>,
+    ) -> Result<Raw, Error> {
         self.in_turn(Retry::Unanswered, |base| {
-            self.send_to(base, method.clone(), path, &body, timeout, None)
+            self.send_to(
+                base,
+                method.clone(),
+                path,
+                &body,
+                timeout,
+                Said::following(generation),
+            )
         })
         .await
     }
@@ -347,7 +451,7 @@ impl Client {
         path: &str,
         body: &Body<'_, B>,
         timeout: Option<Duration>,
-        once: Option<&Once>,
+        said: Said<'_>,
     ) -> Result<Raw, Error> {
         let url = match self.stale_reads && method == Method::GET {
             true if path.contains('?') => format!("{base}{path}&stale=true"),
@@ -365,11 +469,14 @@ impl Client {
         if self.waits_for_release && changes {
             req = req.header(WAIT_HEADER, WAIT_FOR_RELEASE);
         }
-        if let Some(once) = once {
+        if let Some(once) = said.once {
             if let Some(key) = once.key() {
                 req = req.header(IDEMPOTENCY_KEY_HEADER, key);
             }
             req = req.header(SENT_AT_HEADER, once.sent_at_ms().to_string());
+        }
+        if let Some(g) = said.generation {
+            req = req.header(GENERATION_HEADER, g);
         }
         req = match body {
             Body::None => req,
@@ -389,6 +496,11 @@ impl Client {
             .get(INDEX_HEADER)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse().ok());
+        let generation = resp
+            .headers()
+            .get(GENERATION_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
         // Taken, not copied: the body is all that is read from the response after this.
         // `Vec::from` keeps the collected body's buffer, which is the only owner of it; a
         // copy would be a second buffer of the body's size (35 MiB for a listing of
@@ -398,6 +510,7 @@ impl Client {
         Ok(Raw {
             status,
             index,
+            generation,
             headers,
             body,
         })
@@ -425,165 +538,53 @@ impl Client {
             .body)
     }
 
-    /// A blocking query: answers once the resource changed past `index`, or after `wait`.
+    /// A blocking query: answers once the resource changed past the cursor's index, or
+    /// after `wait`; at once when the server's state is of another generation than the
+    /// cursor's. Follow on from [`Answer::cursor`].
     pub async fn watch<T: DeserializeOwned>(
         &self,
         path: &str,
-        index: u64,
+        cursor: &Cursor,
         wait: Duration,
     ) -> Result<Answer<T>, Error> {
-        let path = blocking_path(path, index, wait);
-        self.request::<(), T>(Method::GET, &path, None, self.blocking_timeout(wait))
-            .await
+        let path = blocking_path(path, cursor.index, wait);
+        let timeout = self.blocking_timeout(wait);
+        let raw = self
+            .in_turn(Retry::Unconnected, |base| {
+                self.send_to::<()>(
+                    base,
+                    Method::GET,
+                    &path,
+                    &Body::None,
+                    timeout,
+                    Said::following(cursor.generation.as_deref()),
+                )
+            })
+            .await?;
+        raw.into_answer()
     }
 
-    // ---- the node agent's endpoints, scoped to its node ----
-
-    /// Registers `node` with the state it reports (sent again elsewhere when a server
-    /// does not answer: registering twice is registering once, so it carries no
-    /// `Idempotency-Key`).
-    pub async fn register(
-        &self,
-        node: &str,
-        req: &RegisterRequest,
-    ) -> Result<RegisterResponse, Error> {
-        let path = format!("/v1/nodes/{node}/register");
-        let raw = (self.send_idempotent(Method::POST, &path, Body::Json(req), None)).await?;
-        Ok(raw.into_answer()?.body)
-    }
-
-    /// A heartbeat of `node`, given `within` to be answered by each server in turn
-    /// (`None`: the request timeout).
-    pub async fn heartbeat(
-        &self,
-        node: &str,
-        within: Option<Duration>,
-    ) -> Result<HeartbeatResponse, Error> {
-        let empty = serde_json::Map::new();
-        let path = format!("/v1/nodes/{node}/heartbeat");
-        let raw = (self.send_idempotent(Method::POST, &path, Body::Json(&empty), within)).await?;
-        Ok(raw.into_answer()?.body)
-    }
-
-    /// A blocking query: answers when the node's desired state changed past `index`, or
-    /// after `wait` with the current one. With `since` (the index of the state the caller
-    /// holds), the answer may hold only the volumes changed since: apply it with
-    /// [`DesiredState::apply`].
-    pub async fn desired(
-        &self,
-        node: &str,
-        index: u64,
-        since: Option<u64>,
-        wait: Duration,
-    ) -> Result<DesiredState, Error> {
-        let path = match since {
-            Some(since) => format!("/v1/nodes/{node}/desired?since={since}"),
-            None => format!("/v1/nodes/{node}/desired"),
-        };
-        let path = blocking_path(&path, index, wait);
-        self.read(&path, self.blocking_timeout(wait)).await
-    }
-
-    /// The node's desired state as the server has it now (no blocking query), for a
-    /// caller told by the node channel that it changed; `since` as in [`Client::desired`].
-    pub async fn desired_now(&self, node: &str, since: Option<u64>) -> Result<DesiredState, Error> {
-        let path = match since {
-            Some(since) => format!("/v1/nodes/{node}/desired?since={since}"),
-            None => format!("/v1/nodes/{node}/desired"),
-        };
-        self.read(&path, None).await
-    }
-
-    /// A `GET` asked of the next server too when one does not answer (see
-    /// [`Client::send_idempotent`]).
-    async fn read<T: DeserializeOwned>(
+    /// `GET path` (a path that carries its own blocking query's `index` and `wait`), naming
+    /// the `generation` of the state the caller follows, within `timeout`.
+    pub async fn get_in<T: DeserializeOwned>(
         &self,
         path: &str,
-        timeout: Option<Duration>,
-    ) -> Result<T, Error> {
+        generation: Option<&str>,
+        timeout: Duration,
+    ) -> Result<Answer<T>, Error> {
         let raw = self
-            .send_idempotent::<()>(Method::GET, path, Body::None, timeout)
+            .in_turn(Retry::Unconnected, |base| {
+                self.send_to::<()>(
+                    base,
+                    Method::GET,
+                    path,
+                    &Body::None,
+                    Some(timeout),
+                    Said::following(generation),
+                )
+            })
             .await?;
-        Ok(raw.into_answer()?.body)
-    }
-
-    /// Opens `node`'s channel (see [`channel`]): the first server, in order, that accepts
-    /// a connection. A server without the channel answers [`Error::Refused`] with 404 (an
-    /// older server, or `--no-node-channel`) or 426.
-    pub async fn channel(&self, node: &str) -> Result<channel::Channel, Error> {
-        self.in_turn(Retry::Unconnected, |base| self.channel_at(base, node))
-            .await
-    }
-
-    async fn channel_at(&self, base: &str, node: &str) -> Result<channel::Channel, Error> {
-        use reqwest::header::{CONNECTION, UPGRADE};
-        let url = format!("{base}/v1/nodes/{node}/channel");
-        let mut req = self
-            .http
-            .get(&url)
-            .header(CONNECTION, "upgrade")
-            // The versions this client speaks, best first: the server chooses.
-            .header(
-                UPGRADE,
-                format!(
-                    "{}, {}",
-                    csivol_api::channel::UPGRADE_V2,
-                    csivol_api::channel::UPGRADE
-                ),
-            );
-        if let Some(t) = self.request_timeout {
-            req = req.timeout(t);
-        }
-        if let Some(t) = &self.token {
-            req = req.bearer_auth(t);
-        }
-        let unreachable = |source| Error::Unreachable {
-            url: url.clone(),
-            source,
-        };
-        let resp = req.send().await.map_err(unreachable)?;
-        let status = resp.status();
-        if status == StatusCode::SWITCHING_PROTOCOLS {
-            let io = resp.upgrade().await.map_err(unreachable)?;
-            return Ok(channel::Channel::new(io));
-        }
-        let body = Vec::from(resp.bytes().await.map_err(unreachable)?);
-        let raw = Raw {
-            status,
-            index: None,
-            headers: Default::default(),
-            body,
-        };
-        match raw.into_answer::<serde_json::Value>() {
-            Err(e) => Err(e),
-            // A success that is not an upgrade: a server (or a proxy) that ignored it.
-            Ok(_) => Err(Error::Refused {
-                status,
-                error: None,
-                text: "the server answered the channel request without upgrading".to_owned(),
-            }),
-        }
-    }
-
-    /// Sends a batch of reports (to the next server too when one does not answer: the
-    /// agent resends a batch until one accepts it, so each report may arrive twice). No
-    /// `Idempotency-Key`: a report states a fact about the node (staged, published,
-    /// unpublished, an operation's result for its attempt), and the server applies a fact
-    /// it already holds as nothing, so a late or repeated batch changes nothing.
-    pub async fn reports(&self, node: &str, batch: &ReportBatch) -> Result<(), Error> {
-        let path = format!("/v1/nodes/{node}/reports");
-        let raw = (self.send_idempotent(Method::POST, &path, Body::Json(batch), None)).await?;
-        raw.into_answer::<serde_json::Value>()?;
-        Ok(())
-    }
-
-    /// The agent stops in order: the node is `stopped`, not lost. No `Idempotency-Key`:
-    /// saying it twice is saying it once.
-    pub async fn stopping(&self, node: &str, req: &StoppingRequest) -> Result<(), Error> {
-        let _: serde_json::Value = self
-            .post(&format!("/v1/nodes/{node}/stopping"), req)
-            .await?;
-        Ok(())
+        raw.into_answer()
     }
 
     // ---- operator calls ----
@@ -675,6 +676,7 @@ impl Raw {
             status,
             body,
             index: self.index,
+            generation: self.generation,
         })
     }
 }
@@ -707,6 +709,7 @@ mod tests {
         let raw = |status: u16, body: &str| Raw {
             status: StatusCode::from_u16(status).unwrap(),
             index: Some(3),
+            generation: None,
             headers: Default::default(),
             body: body.as_bytes().to_vec(),
         };

@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::{Answer, Body, Client, Error, Method, Raw, Retry, StatusCode};
+use crate::{Answer, Body, Client, Error, Method, Raw, Retry, Said, StatusCode};
 
 /// One mutating request as the server knows it across its retries: its `Idempotency-Key`
 /// (scoped by the server to the token) and when it was first sent, both sent unchanged on
@@ -98,7 +98,7 @@ impl Client {
         loop {
             let result = self
                 .in_turn(retry, |base| {
-                    self.send_to(base, method.clone(), path, &body, timeout, Some(once))
+                    self.send_to(base, method.clone(), path, &body, timeout, Said::once(once))
                 })
                 .await;
             round += 1;
@@ -133,7 +133,7 @@ impl Client {
         once: &Once,
     ) -> Result<Raw, Error> {
         self.in_turn(Retry::Unconnected, |base| {
-            self.send_to(base, method.clone(), path, &body, timeout, Some(once))
+            self.send_to(base, method.clone(), path, &body, timeout, Said::once(once))
         })
         .await
     }

@@ -71,39 +71,3 @@ pub fn client_config(
         None => Ok(builder.with_no_client_auth()),
     }
 }
-
-/// Whether `url`'s host is a loopback address or `localhost` (plain HTTP is allowed there).
-pub fn is_loopback_url(url: &str) -> bool {
-    let rest = url
-        .strip_prefix("http://")
-        .or_else(|| url.strip_prefix("https://"))
-        .unwrap_or(url);
-    let authority = rest.split('/').next().unwrap_or("");
-    let host = match authority.strip_prefix('[') {
-        Some(v6) => v6.split(']').next().unwrap_or(""),
-        None => authority.rsplit_once(':').map_or(authority, |(h, _)| h),
-    };
-    host == "localhost"
-        || host
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn loopback_urls() {
-        for (url, want) in [
-            ("http://127.0.0.1:7420", true),
-            ("http://127.3.4.5:1/v1", true),
-            ("http://[::1]:7420", true),
-            ("http://localhost:7420", true),
-            ("http://10.0.0.1:7420", false),
-            ("https://csivol.internal:7420", false),
-        ] {
-            assert_eq!(is_loopback_url(url), want, "{url}");
-        }
-    }
-}

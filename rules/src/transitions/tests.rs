@@ -136,7 +136,13 @@ fn node_status(s: &str) -> NodeStatus {
 
 /// The table's one claim and attachment as facts, and what [`next`] made of them in the
 /// table's notation.
-fn run(claim: &str, attachment: &str, node: &str, cp: &str) -> (String, String, String) {
+fn run(
+    claim: &str,
+    attachment: &str,
+    node: &str,
+    cp: &str,
+    held: bool,
+) -> (String, String, String) {
     let (state, release_pending) = match claim {
         "blocked+release" => (ClaimState::Blocked, true),
         s => (s.parse::<ClaimState>().unwrap(), false),
@@ -161,6 +167,7 @@ fn run(claim: &str, attachment: &str, node: &str, cp: &str) -> (String, String, 
         claims: claims.to_vec(),
         attachments,
         nodes: nodes.to_vec(),
+        held,
     });
     let claim = match changes.claims.as_slice() {
         [] => "=".to_owned(),
@@ -207,7 +214,7 @@ fn one_claim_by_attachment_by_node_by_controller_publish() {
                             matching.iter().map(|r| r.line).collect::<Vec<_>>()
                         );
                     };
-                    let got = run(claim, attachment, node, cp);
+                    let got = run(claim, attachment, node, cp, false);
                     let want = (
                         row.claim.to_owned(),
                         row.attachment.to_owned(),
@@ -220,6 +227,50 @@ fn one_claim_by_attachment_by_node_by_controller_publish() {
         }
     }
     assert_eq!(checked, 9 * 6 * 3 * 2);
+}
+
+/// A held volume (restored state, a node not heard from yet): every case of the table
+/// again. A claim moves back as it would (to `pending` or `blocked`), never forward; no
+/// attachment is made and no ControllerPublish queued; attachments move as they would
+/// (taking one down, or keeping one a claim needs, brings the volume to no node).
+#[test]
+fn a_held_volume_goes_to_no_node() {
+    let forward = ["attaching", "publishing"];
+    for claim in CLAIMS {
+        for attachment in ATTACHMENTS {
+            for node in NODES {
+                for cp in CPS {
+                    let case = format!("{claim} {attachment} {node} cp={cp}");
+                    let free = run(claim, attachment, node, cp, false);
+                    let (c, a, op) = run(claim, attachment, node, cp, true);
+                    let want_claim = if forward.contains(&free.0.as_str()) {
+                        "="
+                    } else {
+                        free.0.as_str()
+                    };
+                    assert_eq!(c, want_claim, "{case}: the claim");
+                    assert!(!a.starts_with('+'), "{case}: no attachment made ({a})");
+                    if !free.1.starts_with('+') {
+                        assert_eq!(a, free.1, "{case}: the attachment moves as it would");
+                    }
+                    assert_eq!(op, "-", "{case}: no ControllerPublish");
+                }
+            }
+        }
+    }
+    // The cases that matter, named: a claim waiting for the volume stays where it is.
+    assert_eq!(
+        run("pending", "-", "ready", "yes", true),
+        ("=".into(), "-".into(), "-".into())
+    );
+    assert_eq!(
+        run("pending", "attached", "ready", "no", true),
+        ("=".into(), "=".into(), "-".into())
+    );
+    assert_eq!(
+        run("attaching", "detaching", "ready", "yes", true),
+        ("pending".into(), "=".into(), "-".into())
+    );
 }
 
 fn claim<'a>(alloc: &'a str, node: &'a str, state: ClaimState) -> ClaimFact<'a> {
@@ -401,6 +452,7 @@ fn claims_and_nodes_together() {
             claims: c.claims.to_vec(),
             attachments: c.attachments.to_vec(),
             nodes: c.nodes.to_vec(),
+            held: false,
         };
         assert_eq!(render(&next(&facts)), c.expected, "{}", c.what);
     }
@@ -457,6 +509,7 @@ fn a_new_claim_starts_where_the_lifecycle_takes_it() {
             claims: claims.to_vec(),
             attachments: attachments.to_vec(),
             nodes: nodes.to_vec(),
+            held: false,
         };
         assert_eq!(
             first_state(&facts, node),

@@ -137,6 +137,14 @@ impl Member {
     }
 }
 
+/// What [`Client::history`] found.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct History {
+    pub cluster_id: u64,
+    pub revision: i64,
+    pub mod_revision: i64,
+}
+
 /// TLS to etcd (`https://` endpoints): the CA that signed the members' certificates, and
 /// the client certificate and key when etcd asks for one (`--client-cert-auth`); PEM.
 #[derive(Debug, Clone, Default)]
@@ -322,6 +330,26 @@ impl Client {
             })
             .await?;
         Ok(resp.kvs.first().map_or(0, |kv| kv.mod_revision))
+    }
+
+    /// Where etcd's history stands, read linearizably with `key` (keys only): the cluster's
+    /// id, its current revision, and the revision `key` was last changed at (0: it does not
+    /// exist). A restored etcd snapshot shows as another cluster id, or as a key changed
+    /// at a revision below the one seen before.
+    pub async fn history(&self, key: &[u8]) -> Result<History> {
+        let resp = self
+            .range(RangeRequest {
+                key: key.to_vec(),
+                keys_only: true,
+                ..Default::default()
+            })
+            .await?;
+        let (cluster_id, revision) = resp.header.map_or((0, 0), |h| (h.cluster_id, h.revision));
+        Ok(History {
+            cluster_id,
+            revision,
+            mod_revision: resp.kvs.first().map_or(0, |kv| kv.mod_revision),
+        })
     }
 
     /// `key` as the first change after revision `after` left it (`None`: deleted), read

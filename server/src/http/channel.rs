@@ -142,6 +142,12 @@ async fn serve(
     closing: Option<Closing>,
 ) -> std::io::Result<()> {
     let key = Key::Node(node.to_owned());
+    // A channel lives in one generation of the state: when it changes (the state went
+    // back in time), the channel closes, and the agent, which fetches what it opens on,
+    // fetches the whole state (it names the generation it holds, and an index of another
+    // one is answered with the whole state; an older agent finds the index it holds ahead
+    // of the one it opens on, and fetches the whole state as it always has then).
+    let generation = app.db.hub.generation();
     let mut sent = app.db.hub.index(&key);
     // The agent does not say which state it holds: it fetches the first one itself.
     let hello = format!(
@@ -201,6 +207,10 @@ async fn serve(
                         return Ok(());
                     }
                 }
+                if app.db.hub.generation() != generation {
+                    io.write_all(out.as_bytes()).await?;
+                    return Ok(());
+                }
                 // A report whose commit changed this node's desired state (its unpublished
                 // claim's volume is to be unstaged, say) is followed by that change at once.
                 let index = app.db.hub.index(&key);
@@ -211,6 +221,9 @@ async fn serve(
                 io.write_all(out.as_bytes()).await?;
             }
             index = app.db.hub.wait(&key, sent, silence) => {
+                if app.db.hub.generation() != generation {
+                    return Ok(());
+                }
                 if index > sent {
                     let line = push(app, node, version, sent, index).await;
                     sent = index;
@@ -246,11 +259,13 @@ async fn pushed(app: &App, node: &str, sent: u64, index: u64) -> String {
     let Some(volumes) = app.db.hub.node_changes(node, sent) else {
         return fetch();
     };
+    let generation = app.db.hub.generation();
     let read = (app.db)
         .read_small(|c| lifecycle::desired_changes(c, node, index, sent, volumes))
         .await;
     match read {
-        Ok(state) => {
+        Ok(mut state) => {
+            state.generation = Some(generation.text());
             let line = ServerLine::Changes(Box::new(state)).encode();
             if line.len() <= MAX_PUSH {
                 app.metrics.desired_pushes.inc();

@@ -16,6 +16,9 @@ pub(super) async fn post_claim(
     let (actor, limits) = app.claimer(&headers)?;
     let hold = hold.wait()?;
     let waits = waits_for_release(&headers)?;
+    let began = app.db.hub.generation();
+    // Labels are held to this server's limits, which the lifecycle does not know.
+    api::check_claim_labels(&req.labels, &limits.text).map_err(ApiError::text)?;
     if req.dry_run {
         let answer = app
             .db
@@ -28,13 +31,13 @@ pub(super) async fn post_claim(
     let write = move |ctx: &mut WriteCtx<'_>| {
         lifecycle::create_claim(ctx, &volume, &req, &actor, &limits, waits, sent_at)
     };
-    let answer = |(claim, new): &(api::Claim, bool)| {
+    let answer = move |(claim, new): &(api::Claim, bool)| {
         let status = if *new {
             StatusCode::CREATED
         } else {
             StatusCode::OK
         };
-        Answer::indexed(status, claim.index, claim)
+        Answer::indexed(status, (claim.index, began), claim)
     };
     let ((claim, _), answer) = match once.write(&app, &body, write, answer).await? {
         Outcome::Done(t, answer) => (t, answer),
@@ -53,8 +56,8 @@ pub(super) async fn post_claim(
     {
         // Gone before the answer (failed and cleaned up): the committed claim is the
         // answer, and a blocking query from its index finds it gone at once.
-        return Ok(match hold_claim(&app, &claim, wait).await? {
-            (Some(now), index) => with_index(answer.status, index, now),
+        return Ok(match hold_claim(&app, &claim, began, wait).await? {
+            (Some(now), index) => with_index(answer.status, (index, app.db.hub.generation()), now),
             (None, _) => answer.into_response(),
         });
     }
@@ -72,11 +75,12 @@ pub(super) async fn delete_claim(
     name("volume", &volume)?;
     name("alloc", &alloc)?;
     let hold = hold.wait()?;
+    let began = app.db.hub.generation();
     let write =
         move |ctx: &mut WriteCtx<'_>| lifecycle::release_claim(ctx, &volume, &alloc, &actor);
     // An alloc that holds no claim is refused with the tombstone its release left.
-    let answer = |released: &Result<api::Claim, ApiError>| match released {
-        Ok(claim) => Answer::indexed(StatusCode::ACCEPTED, claim.index, claim),
+    let answer = move |released: &Result<api::Claim, ApiError>| match released {
+        Ok(claim) => Answer::indexed(StatusCode::ACCEPTED, (claim.index, began), claim),
         Err(e) => Answer::refused(e),
     };
     let claim = match once.write(&app, &(), write, answer).await? {
@@ -87,17 +91,22 @@ pub(super) async fn delete_claim(
         && claim.state == ClaimState::Releasing
     {
         // 204 once the claim is gone; 202 with the claim while it is still there.
-        return Ok(match hold_claim(&app, &claim, wait).await? {
-            (Some(now), index) => with_index(StatusCode::ACCEPTED, index, now),
+        return Ok(match hold_claim(&app, &claim, began, wait).await? {
+            (Some(now), index) => {
+                with_index(StatusCode::ACCEPTED, (index, app.db.hub.generation()), now)
+            }
             (None, index) => {
                 let mut r = StatusCode::NO_CONTENT.into_response();
-                r.headers_mut()
-                    .insert(INDEX_HEADER, HeaderValue::from(index));
+                cursor_headers(&mut r, index, app.db.hub.generation());
                 r
             }
         });
     }
-    Ok(with_index(StatusCode::ACCEPTED, claim.index, claim))
+    Ok(with_index(
+        StatusCode::ACCEPTED,
+        (claim.index, began),
+        claim,
+    ))
 }
 
 pub(super) async fn renew_claim(
@@ -114,6 +123,8 @@ pub(super) async fn renew_claim(
     let write = move |ctx: &mut WriteCtx<'_>| {
         lifecycle::renew_lease(ctx, &volume, &alloc, req.ttl_ms, &actor)
     };
-    let answer = |claim: &api::Claim| Answer::indexed(StatusCode::OK, claim.index, claim);
+    let began = app.db.hub.generation();
+    let answer =
+        move |claim: &api::Claim| Answer::indexed(StatusCode::OK, (claim.index, began), claim);
     once.respond(&app, &body, write, answer).await
 }

@@ -1,12 +1,16 @@
 //! The server's accept loop: every connection is bounded. A request's headers must arrive
 //! within the header timeout, which hyper also applies to a keep-alive connection waiting
-//! for its next request (so an idle connection closes after it too); at most
-//! `max_connections` are open at once: past that, each new connection is taken in and the
-//! connection that has been silent longest (connected, not a byte sent) is closed to make
-//! room, so a flood of idle connections cannot keep a new call out for as long as the
-//! header timeout; only when every connection has spoken do new ones wait in the kernel's
-//! backlog. A log line says when the limit is reached. Long-polls have their own budget
-//! (see `App`), so that agents' long-polls cannot take every connection from operators.
+//! for its next request (so an idle connection closes after it too); its body within the
+//! body timeout after them (`http::admit`, which also refuses a request without a valid
+//! token before reading its body). At most `max_connections` are open at once: past that,
+//! each new connection is taken in and one that carries no authenticated caller is closed
+//! to make room: the one silent longest (connected, not a byte sent), else the oldest that
+//! has spoken but never shown a valid token or client certificate. So neither a flood of
+//! idle connections nor one of anonymous talkers keeps an operator's or an agent's call
+//! out; only when every connection carries an authenticated caller do new ones wait in
+//! the kernel's backlog. A log line says when the limit is reached. Long-polls have their
+//! own budget (see `App`), so that agents' long-polls cannot take every connection from
+//! operators.
 //!
 //! Connections may be upgraded (the node channel): an upgraded connection keeps its place
 //! under the connection limit for as long as its socket lives, and at shutdown it is told
@@ -15,6 +19,7 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -88,64 +93,127 @@ pub fn tls_acceptor(
     Ok(tokio_rustls::TlsAcceptor::from(Arc::new(cfg)))
 }
 
-/// The connections that have not sent a byte yet, by arrival: at the connection limit, the
-/// first one is closed to make room for a new one. A client sends its request as soon as
-/// it is connected, so the one silent longest is the least likely to be anyone's call.
+/// The connections that may be closed to make room at the connection limit, by arrival:
+/// first those that have not sent a byte yet (`silent`), then those that have spoken but
+/// never shown a valid token or client certificate (`anonymous`). A client sends its
+/// request as soon as it is connected and an operator's or an agent's request carries its
+/// token, so the one closed is the least likely to be anyone's call; a connection on which
+/// a caller authenticated ([`Admitted::trust`]) is never closed for room.
 #[derive(Default)]
-struct Silent {
+struct Evictable {
     next: u64,
-    waiting: BTreeMap<u64, oneshot::Sender<()>>,
+    silent: BTreeMap<u64, oneshot::Sender<()>>,
+    anonymous: BTreeMap<u64, oneshot::Sender<()>>,
 }
 
-impl Silent {
-    /// A new connection; it is closed when the receiver fires.
+impl Evictable {
+    /// A new connection, silent; it is closed when the receiver fires.
     fn enter(this: &Mutex<Self>) -> (u64, oneshot::Receiver<()>) {
         let (tx, rx) = oneshot::channel();
-        let mut s = this.lock().expect("silent list poisoned");
+        let mut s = lock(this);
         let id = s.next;
         s.next += 1;
-        s.waiting.insert(id, tx);
+        s.silent.insert(id, tx);
         (id, rx)
     }
 
-    /// The connection spoke, or closed.
-    fn leave(this: &Mutex<Self>, id: u64) {
-        this.lock()
-            .expect("silent list poisoned")
-            .waiting
-            .remove(&id);
+    /// The connection sent its first byte: anonymous until a caller authenticates on it.
+    fn spoke(this: &Mutex<Self>, id: u64) {
+        let mut s = lock(this);
+        if let Some(tx) = s.silent.remove(&id) {
+            s.anonymous.insert(id, tx);
+        }
     }
 
-    /// Closes the connection silent longest; false when every connection has spoken.
-    fn close_oldest(this: &Mutex<Self>) -> bool {
-        let oldest = this
-            .lock()
-            .expect("silent list poisoned")
-            .waiting
-            .pop_first();
-        oldest.is_some_and(|(_, tx)| tx.send(()).is_ok())
+    /// A caller authenticated on the connection: it is kept at the limit.
+    fn trust(this: &Mutex<Self>, id: u64) {
+        let mut s = lock(this);
+        s.silent.remove(&id);
+        s.anonymous.remove(&id);
+    }
+
+    /// The connection closed.
+    fn leave(this: &Mutex<Self>, id: u64) {
+        Self::trust(this, id);
+    }
+
+    /// Closes the connection silent longest, else the oldest anonymous one; `None` when
+    /// every connection is trusted (or closing already).
+    fn close_one(this: &Mutex<Self>) -> Option<Closed> {
+        let mut s = lock(this);
+        while let Some((_, tx)) = s.silent.pop_first() {
+            if tx.send(()).is_ok() {
+                return Some(Closed::Silent);
+            }
+        }
+        while let Some((_, tx)) = s.anonymous.pop_first() {
+            if tx.send(()).is_ok() {
+                return Some(Closed::Anonymous);
+            }
+        }
+        None
     }
 }
 
-/// A connection's stream, on the silent list until its first byte arrives. It holds the
-/// connection's place under the limit, so that an upgraded connection keeps it.
+fn lock(list: &Mutex<Evictable>) -> std::sync::MutexGuard<'_, Evictable> {
+    list.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Which kind of connection was closed to make room.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Closed {
+    Silent,
+    Anonymous,
+}
+
+/// A connection's place on the list of those that may be closed for room, in each of its
+/// requests' extensions: the HTTP layer calls [`Admitted::trust`] once a request on it
+/// showed a valid token.
+#[derive(Clone)]
+pub struct Admitted {
+    list: Arc<Mutex<Evictable>>,
+    id: u64,
+    /// Set once trusted: the requests that follow on the connection take no lock.
+    trusted: Arc<AtomicBool>,
+}
+
+impl Admitted {
+    /// The connection carries an authenticated caller: it is no longer closed to make
+    /// room for another.
+    pub fn trust(&self) {
+        if !self.trusted.swap(true, Ordering::Relaxed) {
+            Evictable::trust(&self.list, self.id);
+        }
+    }
+}
+
+impl std::fmt::Debug for Admitted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Admitted").field("id", &self.id).finish()
+    }
+}
+
+/// A connection's stream, moved off the silent list when its first byte arrives. It holds
+/// the connection's place under the limit, so that an upgraded connection keeps it.
 struct Heard<S> {
     inner: S,
-    silent: Option<(Arc<Mutex<Silent>>, u64)>,
+    admitted: Admitted,
+    heard: bool,
     _permit: OwnedSemaphorePermit,
 }
 
 impl<S> Heard<S> {
     fn spoke(&mut self) {
-        if let Some((list, id)) = self.silent.take() {
-            Silent::leave(&list, id);
+        if !self.heard {
+            self.heard = true;
+            Evictable::spoke(&self.admitted.list, self.admitted.id);
         }
     }
 }
 
 impl<S> Drop for Heard<S> {
     fn drop(&mut self) {
-        self.spoke();
+        Evictable::leave(&self.admitted.list, self.admitted.id);
     }
 }
 
@@ -205,7 +273,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let permits = Arc::new(Semaphore::new(bounds.max_connections));
-    let silent = Arc::new(Mutex::new(Silent::default()));
+    let evictable = Arc::new(Mutex::new(Evictable::default()));
     let (closing, _) = watch::channel(false);
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
@@ -214,12 +282,13 @@ pub async fn serve(
         .keep_alive(true);
     tokio::pin!(shutdown);
     let mut at_limit = false;
-    // Silent connections closed to make room since the limit was reached.
-    let mut made_room = 0u64;
+    // Connections closed to make room since the limit was reached, silent and anonymous.
+    let mut made_room = (0u64, 0u64);
     loop {
         // A connection is taken in before it has a permit: at the limit that is one file
         // more than `max_connections` (which leaves room below the open-file limit), and it
-        // lets the server close a silent connection for it rather than leave it waiting.
+        // lets the server close a silent or anonymous connection for it rather than leave
+        // it waiting.
         let stream = tokio::select! {
             r = listener.accept() => match r {
                 Ok((stream, _)) => stream,
@@ -240,13 +309,17 @@ pub async fn serve(
                     tracing::warn!(
                         max_connections = bounds.max_connections,
                         "connection limit reached: each new connection closes the one silent \
-                         longest, and waits for one to close when all are busy; raise \
-                         --max-connections and the open-file limit if this is the normal load"
+                         longest, else the oldest that never showed a valid token, and waits \
+                         for one to close when every connection carries an authenticated \
+                         caller; raise --max-connections and the open-file limit if this is \
+                         the normal load"
                     );
                     at_limit = true;
                 }
-                if Silent::close_oldest(&silent) {
-                    made_room += 1;
+                match Evictable::close_one(&evictable) {
+                    Some(Closed::Silent) => made_room.0 += 1,
+                    Some(Closed::Anonymous) => made_room.1 += 1,
+                    None => {}
                 }
                 tokio::select! {
                     p = Arc::clone(&permits).acquire_owned() => p?,
@@ -256,17 +329,24 @@ pub async fn serve(
         };
         if at_limit && permits.available_permits() >= bounds.max_connections / 10 {
             tracing::info!(
-                closed_silent = made_room,
+                closed_silent = made_room.0,
+                closed_anonymous = made_room.1,
                 "below the connection limit again"
             );
             at_limit = false;
-            made_room = 0;
+            made_room = (0, 0);
         }
         let _ = stream.set_nodelay(true);
-        let (id, closed) = Silent::enter(&silent);
+        let (id, closed) = Evictable::enter(&evictable);
+        let admitted = Admitted {
+            list: Arc::clone(&evictable),
+            id,
+            trusted: Arc::default(),
+        };
         let stream = Heard {
             inner: stream,
-            silent: Some((Arc::clone(&silent), id)),
+            admitted: admitted.clone(),
+            heard: false,
             _permit: permit,
         };
         let router = router.clone();
@@ -278,8 +358,12 @@ pub async fn serve(
             let serve = async move {
                 let served = match tls {
                     None => {
-                        serve_connection(&builder, TokioIo::new(stream), router, None, closing)
-                            .await
+                        let conn = Conn {
+                            peer: None,
+                            admitted,
+                            closing,
+                        };
+                        serve_connection(&builder, TokioIo::new(stream), router, conn).await
                     }
                     Some(acceptor) => {
                         // The handshake is bounded like the headers that follow it.
@@ -300,8 +384,17 @@ pub async fn serve(
                             .peer_certificates()
                             .and_then(|c| c.first())
                             .map(|c| PeerCert(c.clone().into_owned()));
-                        serve_connection(&builder, TokioIo::new(stream), router, peer, closing)
-                            .await
+                        // A certificate the client CA signed (the verifier checked it in
+                        // the handshake) is a cluster member's: its connection is kept.
+                        if peer.is_some() {
+                            admitted.trust();
+                        }
+                        let conn = Conn {
+                            peer,
+                            admitted,
+                            closing,
+                        };
+                        serve_connection(&builder, TokioIo::new(stream), router, conn).await
                     }
                 };
                 if let Err(e) = served {
@@ -309,7 +402,7 @@ pub async fn serve(
                 }
             };
             tokio::select! {
-                Ok(()) = closed => tracing::debug!("closed a silent connection to make room"),
+                Ok(()) = closed => tracing::debug!("closed a connection to make room"),
                 () = serve => {}
             }
         });
@@ -331,18 +424,29 @@ pub async fn serve(
     Ok(())
 }
 
+/// What a connection's requests carry in their extensions, and its shutdown signal.
+struct Conn {
+    peer: Option<PeerCert>,
+    admitted: Admitted,
+    closing: watch::Receiver<bool>,
+}
+
 /// Serves one connection (upgrades allowed) until it closes, or, once `closing` is set,
 /// until it finished the request in flight.
 async fn serve_connection<I>(
     builder: &hyper::server::conn::http1::Builder,
     io: I,
     router: Router,
-    peer: Option<PeerCert>,
-    mut closing: watch::Receiver<bool>,
+    conn: Conn,
 ) -> hyper::Result<()>
 where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
 {
+    let Conn {
+        peer,
+        admitted,
+        mut closing,
+    } = conn;
     let signal = Closing(closing.clone());
     let service = tower::ServiceExt::map_request(
         router,
@@ -351,6 +455,7 @@ where
                 req.extensions_mut().insert(p.clone());
             }
             req.extensions_mut().insert(signal.clone());
+            req.extensions_mut().insert(admitted.clone());
             req
         },
     );

@@ -1,10 +1,13 @@
 //! The HTTP API: routes, authentication, request parsing with JSON errors, blocking queries.
 
 pub(crate) mod access;
+mod admit;
 mod backup;
+mod blocking;
 mod channel;
 mod claim_endpoints;
 pub(crate) mod error;
+mod events;
 pub(crate) mod listen;
 mod node_endpoints;
 pub(crate) mod once;
@@ -21,8 +24,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use csivol_api::{
-    self as api, ClaimRequest, ClaimState, CreateVolumeSpec, DetachRequest, Health,
-    HeartbeatResponse, INDEX_HEADER, NodeUnblockRequest, RegisterRequest, RegisterResponse,
+    self as api, ClaimRequest, ClaimState, CreateVolumeSpec, DetachRequest, GENERATION_HEADER,
+    Health, HeartbeatResponse, INDEX_HEADER, NodeUnblockRequest, RegisterRequest, RegisterResponse,
     ReportBatch, UnblockRequest, VolumeSpec, VolumeState, validate_name,
 };
 use serde::Deserialize;
@@ -40,14 +43,12 @@ use super::model::VolumeChunk;
 use super::store::Snapshot;
 use super::views;
 use super::watch::Key;
+use blocking::{Blocking, Hold, checked_index, cursor_headers, follow, hold_claim, with_index};
 use csivol_rules::fence::FenceConfig;
 use waits::waits_for_release;
 
 /// Largest request body accepted.
 const BODY_LIMIT: usize = 1 << 20;
-/// Longest a blocking query may wait.
-const MAX_WAIT: Duration = Duration::from_secs(300);
-
 /// What every handler shares, behind one reference count: axum clones the state for each
 /// request's handler and middleware, and a clone of the fields one by one took an atomic
 /// increment (and a decrement at its drop) for each of them.
@@ -80,6 +81,8 @@ pub struct AppState {
     pub long_polls: Arc<tokio::sync::Semaphore>,
     /// Whether agents are offered the node channel (`--no-node-channel` turns it off).
     pub node_channel: bool,
+    /// A request's body must arrive within this after its headers (`--body-timeout`).
+    pub body_timeout: Duration,
     /// With the etcd store: what makes a read consistent (`None`: SQLite, consistent as is).
     pub reads: Option<crate::etcd::Reads>,
     /// With the etcd store, this server's leadership (health shows it).
@@ -161,102 +164,6 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for Q<T> {
             .map(|Query(v)| Self(v))
             .map_err(|r| ApiError::bad_request(format!("invalid query: {}", r.body_text())))
     }
-}
-
-/// `?index=N&wait=30s`.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Blocking {
-    index: Option<u64>,
-    wait: Option<String>,
-}
-
-/// Change indexes are SQLite integers: anything above `i64::MAX` is refused, never wrapped
-/// (a wrapped `?index=` would page through the whole log again).
-fn checked_index(index: Option<u64>) -> ApiResult<Option<u64>> {
-    match index {
-        Some(i) if i > i64::MAX as u64 => Err(ApiError::invalid(format!(
-            "`index` {i} is out of range: change indexes go up to {}",
-            i64::MAX
-        ))
-        .with_hint(
-            "pass an index the server returned (the X-Csivol-Index header or `index` fields)",
-        )),
-        other => Ok(other),
-    }
-}
-
-impl Blocking {
-    fn wait(&self) -> ApiResult<Option<(u64, Duration)>> {
-        let Some(index) = checked_index(self.index)? else {
-            return Ok(None);
-        };
-        let wait = match &self.wait {
-            Some(w) => parse_wait(w)?,
-            None => Duration::from_secs(30),
-        };
-        Ok(Some((index, wait)))
-    }
-}
-
-/// A `wait` duration (`30s`, `500ms`), at most [`MAX_WAIT`].
-fn parse_wait(w: &str) -> ApiResult<Duration> {
-    let wait = humantime::parse_duration(w).map_err(|e| {
-        ApiError::bad_request(format!("invalid `wait` `{w}`: {e}")).with_hint("use e.g. wait=30s")
-    })?;
-    Ok(wait.min(MAX_WAIT))
-}
-
-/// `?wait=30s` on a claim's POST or DELETE: once the request has committed, its answer
-/// waits as a blocking query at the commit's index would, until the claim changes again
-/// (or is gone), or the wait passes. A client following a claim makes one request where
-/// it made a write and a blocking query. Without `wait`, the answer leaves at the commit.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Hold {
-    wait: Option<String>,
-}
-
-impl Hold {
-    fn wait(&self) -> ApiResult<Option<Duration>> {
-        self.wait.as_deref().map(parse_wait).transpose()
-    }
-}
-
-/// What a held answer carries: the claim as it is after the wait (`None` once gone) and
-/// the index to follow it from; the committed claim and its index when nothing changed in
-/// time, or when this server's long-poll slots are all taken (the request has committed:
-/// it is answered, not refused).
-async fn hold_claim(
-    app: &App,
-    committed: &api::Claim,
-    wait: Duration,
-) -> ApiResult<(Option<api::Claim>, u64)> {
-    let unchanged = || Ok((Some(committed.clone()), committed.index));
-    let Ok(_permit) = Arc::clone(&app.long_polls).try_acquire_owned() else {
-        return unchanged();
-    };
-    let key = Key::Volume(committed.volume.clone());
-    let index = app.db.hub.wait(&key, committed.index, wait).await;
-    if index <= committed.index {
-        return unchanged();
-    }
-    let (volume, alloc) = (committed.volume.clone(), committed.alloc.clone());
-    let now = app
-        .db
-        .read_small(move |c| match c.claim(&volume, &alloc)? {
-            Some(row) => c.claim_to_api(&row).map(Some),
-            None => Ok(None),
-        })
-        .await?;
-    Ok((now, index))
-}
-
-fn with_index<T: serde::Serialize>(status: StatusCode, index: u64, body: T) -> Response {
-    let mut r = (status, Json(body)).into_response();
-    r.headers_mut()
-        .insert(INDEX_HEADER, HeaderValue::from(index));
-    r
 }
 
 pub(super) fn name(kind: &str, value: &str) -> ApiResult<()> {
@@ -342,7 +249,7 @@ pub fn router(app: App) -> Router {
                 .put(snapshot_endpoints::put_group_snapshot)
                 .delete(snapshot_endpoints::delete_group_snapshot),
         )
-        .route("/v1/events", get(events))
+        .route("/v1/events", get(events::events))
         .route("/v1/controller-findings", get(controller_findings))
         .route("/v1/backup", get(backup::download))
         .fallback(|| async {
@@ -356,6 +263,11 @@ pub fn router(app: App) -> Router {
         .layer(axum::middleware::from_fn_with_state(
             app.clone(),
             access::client_cert_names_the_node,
+        ))
+        // Outermost: nothing reads a body before its caller showed a token.
+        .layer(axum::middleware::from_fn_with_state(
+            app.clone(),
+            admit::admit,
         ))
         .with_state(app)
 }
@@ -419,7 +331,7 @@ struct VolumeFilter {
     plugin: Option<String>,
     /// One page of at most this many volumes; the next page starts `after` the last one's
     /// name, and a page shorter than `limit` is the last.
-    limit: Option<usize>,
+    limit: Option<u64>,
     after: Option<String>,
 }
 
@@ -481,11 +393,8 @@ async fn list_volumes(
         plugin: f.plugin,
     };
     if let Some(limit) = f.limit {
-        if limit == 0 || limit > MAX_PAGE {
-            return Err(ApiError::bad_request(format!(
-                "`limit` {limit} is out of range: a page holds 1 to {MAX_PAGE} volumes"
-            )));
-        }
+        let limit = api::limits::count("limit", limit, 1, MAX_PAGE as u64)
+            .map_err(ApiError::out_of_range)?;
         let after = f.after;
         let page = app
             .db
@@ -583,17 +492,12 @@ async fn get_volume(
     app.caller(&headers)?.require_reader()?;
     name("volume", &volume)?;
     let key = Key::Volume(volume.clone());
-    let blocking = b.wait()?;
-    let _permit = app.long_poll(blocking.is_some())?;
-    let index = match blocking {
-        Some((after, wait)) => app.db.hub.wait(&key, after, wait).await,
-        None => app.db.hub.index(&key),
-    };
+    let at = follow(&app, &headers, &key, &b).await?;
     let v = app
         .db
         .read_small(|c| lifecycle::volume_view(c, &volume))
         .await?;
-    Ok(with_index(StatusCode::OK, index, v))
+    Ok(with_index(StatusCode::OK, at, v))
 }
 
 /// 201 when recorded or changed, 200 when the same spec was there already.
@@ -719,12 +623,7 @@ async fn get_claim(
     name("volume", &volume)?;
     name("alloc", &alloc)?;
     let key = Key::Volume(volume.clone());
-    let blocking = b.wait()?;
-    let _permit = app.long_poll(blocking.is_some())?;
-    let index = match blocking {
-        Some((after, wait)) => app.db.hub.wait(&key, after, wait).await,
-        None => app.db.hub.index(&key),
-    };
+    let at = follow(&app, &headers, &key, &b).await?;
     // One claim, or one volume's claims when it is gone: a small read, on this thread.
     let claim = app
         .db
@@ -733,7 +632,7 @@ async fn get_claim(
             None => Err(lifecycle::no_claim(c, &volume, &alloc)?),
         })
         .await?;
-    Ok(with_index(StatusCode::OK, index, claim))
+    Ok(with_index(StatusCode::OK, at, claim))
 }
 
 /// `GET /v1/claims?volume=&node=&state=&label=k=v&older_than_ms=`; `label` repeatable.
@@ -794,54 +693,4 @@ async fn detach(
     let write =
         move |ctx: &mut WriteCtx<'_>| lifecycle::detach(ctx, &volume, &req, &actor, &limits);
     once.respond(&app, &body, write, ok).await
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct EventsQuery {
-    volume: Option<String>,
-    alloc: Option<String>,
-    node: Option<String>,
-    index: Option<u64>,
-    wait: Option<String>,
-    limit: Option<u32>,
-}
-
-async fn events(
-    State(app): State<App>,
-    headers: HeaderMap,
-    Q(q): Q<EventsQuery>,
-) -> ApiResult<Response> {
-    app.caller(&headers)?.require_reader()?;
-    let after = checked_index(q.index)?.unwrap_or(0);
-    let limit = q.limit.unwrap_or(1000).min(10_000);
-    // `index` alone pages through the log; `wait` makes it a blocking query.
-    let blocking = match &q.wait {
-        Some(_) => Blocking {
-            index: Some(after),
-            wait: q.wait.clone(),
-        }
-        .wait()?,
-        None => None,
-    };
-    let _permit = app.long_poll(blocking.is_some())?;
-    let deadline = tokio::time::Instant::now() + blocking.map_or(Duration::ZERO, |(_, w)| w);
-    loop {
-        let seen = app.db.hub.index(&Key::Events);
-        let filter = views::EventFilter {
-            volume: q.volume.clone(),
-            node: q.node.clone(),
-            alloc: q.alloc.clone(),
-        };
-        let found = app
-            .db
-            .read(move |c| views::events(c, after, &filter, limit))
-            .await?;
-        let now = tokio::time::Instant::now();
-        if !found.is_empty() || blocking.is_none() || now >= deadline {
-            let last = found.last().map_or(after, |e| e.index);
-            return Ok(with_index(StatusCode::OK, last, found));
-        }
-        app.db.hub.wait(&Key::Events, seen, deadline - now).await;
-    }
 }

@@ -3,6 +3,8 @@
 //! desired state, reports).
 
 use super::*;
+use crate::http::blocking::sent_generation;
+use crate::watch::Cursor;
 
 pub(super) async fn node_labels(
     State(app): State<App>,
@@ -96,9 +98,9 @@ pub(super) async fn fence_node(
     Path(node): Path<String>,
     Body(req): Body<api::FenceRequest>,
 ) -> ApiResult<Json<api::FenceOutcome>> {
-    let (actor, _) = app.operator(&headers)?;
+    let (actor, limits) = app.operator(&headers)?;
     name("node", &node)?;
-    lifecycle::require_reason(&req.reason, false)?;
+    lifecycle::require_reason(&req.reason, false, &limits.text)?;
     Ok(Json(fence::fence(&app, &node, &req, &actor).await?))
 }
 
@@ -164,6 +166,7 @@ pub(super) async fn register(
     Ok(Json(RegisterResponse {
         heartbeat_ttl_ms: app.live.ttl().as_millis() as u64,
         index: app.db.hub.index(&Key::Node(node)),
+        generation: Some(app.db.hub.generation().text()),
     }))
 }
 
@@ -217,30 +220,51 @@ pub(super) async fn desired(
     app.caller(&headers)?.require_node(&node)?;
     name("node", &node)?;
     let key = Key::Node(node.clone());
+    let hub = &app.db.hub;
     let since = checked_index(q.since)?;
     let blocking = Blocking {
         index: q.index,
         wait: q.wait,
     }
     .wait()?;
+    let began = hub.generation();
+    // What the agent holds is of another generation of the state, or ahead of every index
+    // this server gave (an agent that names no generation, of an older release, after the
+    // state went back in time): it is answered at once, with the whole state. Waiting for
+    // the state to pass its index would leave the node holding what the state may no longer
+    // have. An agent takes the index it is given, so it asks from there next.
+    let generation = sent_generation(&headers);
+    let outdated = |index: u64| hub.outdated(&Cursor { generation, index });
+    let at_once = blocking.is_some_and(|(after, _)| outdated(after)) || since.is_some_and(outdated);
+    let blocking = blocking.filter(|_| !at_once);
+    let since = since.filter(|_| !at_once);
     // A query the server can answer at once (a node channel said the state changed) holds
-    // no place in the long-poll budget; the index only grows, so it cannot come to wait.
-    let waits = blocking.is_some_and(|(after, _)| app.db.hub.index(&key) <= after);
+    // no place in the long-poll budget; one whose index is past the state's was answered
+    // at once above, so this one cannot come to wait.
+    let waits = blocking.is_some_and(|(after, _)| hub.index(&key) <= after);
     let _permit = app.long_poll(waits)?;
     app.metrics.desired_fetches.inc();
     if waits {
         app.metrics.desired_waits.inc();
     }
     let index = match blocking {
-        Some((after, wait)) => app.db.hub.wait(&key, after, wait).await,
-        None => app.db.hub.index(&key),
+        Some((after, wait)) => hub.wait(&key, after, wait).await,
+        None => hub.index(&key),
+    };
+    // The state went back in time while the agent waited: the whole state, at an index of
+    // the new generation.
+    let now = hub.generation();
+    let (index, since) = if now == began {
+        (index, since)
+    } else {
+        (hub.index(&key), None)
     };
     // Which volumes changed is read after the wait, so that it covers every change up to
     // `index`; the read below sees at least those (later ones are sent again next time).
-    let changes = since.and_then(|s| Some((s, app.db.hub.node_changes(&node, s)?)));
+    let changes = since.and_then(|s| Some((s, hub.node_changes(&node, s)?)));
     // Changes name a few volumes: read them here. The whole state grows with the node's
     // inventory: read it on a blocking thread.
-    let state = match changes {
+    let mut state = match changes {
         Some((since, volumes)) => {
             (app.db)
                 .read_small(|c| lifecycle::desired_changes(c, &node, index, since, volumes))
@@ -252,7 +276,14 @@ pub(super) async fn desired(
                 .await?
         }
     };
-    Ok(with_index(StatusCode::OK, index, state))
+    state.generation = Some(now.text());
+    if hub.unsettled() {
+        // The state went back in time under this server a moment ago, and what the nodes
+        // are to report is not recorded yet: nothing is to act on it meanwhile.
+        state.register_again = true;
+        state.status = Some(api::NodeStatus::Lost);
+    }
+    Ok(with_index(StatusCode::OK, (index, now), state))
 }
 
 pub(super) async fn reports(

@@ -26,6 +26,7 @@ use super::App;
 use crate::db::WriteCtx;
 use crate::error::{ApiError, ApiResult};
 use crate::store::{KeptAnswer, Snapshot, Txn};
+use crate::watch::Generation;
 
 /// What a mutating request says about itself: its key (with the id of the token that
 /// scopes it), when its client first sent it, and its route.
@@ -113,6 +114,10 @@ pub(crate) struct Answer {
     /// JSON, or empty.
     pub body: String,
     pub index: Option<u64>,
+    /// The generation of the state `index` belongs to (`X-Csivol-Generation`): not kept
+    /// with the answer; a replay names the generation of the state it is read from, which
+    /// holds the kept answer.
+    pub generation: Option<Generation>,
 }
 
 impl Answer {
@@ -121,13 +126,20 @@ impl Answer {
             status,
             body: serde_json::to_string(body).unwrap_or_else(|_| "null".to_owned()),
             index: None,
+            generation: None,
         }
     }
 
-    /// With the change index a client follows the resource from (`X-Csivol-Index`).
-    pub fn indexed(status: StatusCode, index: u64, body: &impl Serialize) -> Self {
+    /// With the cursor a client follows the resource from: the change index
+    /// (`X-Csivol-Index`) and the generation of the state it belongs to.
+    pub fn indexed(
+        status: StatusCode,
+        (index, generation): (u64, Generation),
+        body: &impl Serialize,
+    ) -> Self {
         Self {
             index: Some(index),
+            generation: Some(generation),
             ..Self::json(status, body)
         }
     }
@@ -137,6 +149,7 @@ impl Answer {
             status,
             body: String::new(),
             index: None,
+            generation: None,
         }
     }
 
@@ -164,9 +177,15 @@ impl IntoResponse for Answer {
             )
                 .into_response()
         };
-        if let Some(index) = self.index {
-            r.headers_mut()
-                .insert(INDEX_HEADER, HeaderValue::from(index));
+        match (self.index, self.generation) {
+            (Some(index), Some(generation)) => {
+                super::blocking::cursor_headers(&mut r, index, generation);
+            }
+            (Some(index), None) => {
+                r.headers_mut()
+                    .insert(INDEX_HEADER, HeaderValue::from(index));
+            }
+            (None, _) => {}
         }
         r
     }
@@ -252,7 +271,7 @@ impl Once {
         let (t, k) = (token.clone(), key.clone());
         let kept = app.db.read_small(move |c| c.kept_answer(&t, &k)).await?;
         if let Some(kept) = live(kept, crate::db::now_ms(), memory) {
-            return replay(&kept, this).map(Outcome::Replayed);
+            return replay(&kept, this, app.db.hub.generation()).map(Outcome::Replayed);
         }
         let (r, d) = (route.clone(), digest.clone());
         let step = app
@@ -293,7 +312,9 @@ impl Once {
         match step {
             Step::Done(t, a) => Ok(Outcome::Done(t, a)),
             Step::Refused(e) => Err(e),
-            Step::Replayed(kept) => replay(&kept, this).map(Outcome::Replayed),
+            Step::Replayed(kept) => {
+                replay(&kept, this, app.db.hub.generation()).map(Outcome::Replayed)
+            }
         }
     }
 }
@@ -326,7 +347,7 @@ fn refuse_too_old(
 
 /// The kept answer, when `this` repeats the request it answered; else a refusal (not
 /// kept: a mistaken key must not hide the first answer).
-fn replay(kept: &KeptAnswer, this: Request<'_>) -> ApiResult<Response> {
+fn replay(kept: &KeptAnswer, this: Request<'_>, generation: Generation) -> ApiResult<Response> {
     let first = Request {
         route: &kept.request,
         digest: &kept.digest,
@@ -337,6 +358,7 @@ fn replay(kept: &KeptAnswer, this: Request<'_>) -> ApiResult<Response> {
         status: StatusCode::from_u16(kept.status).unwrap_or(StatusCode::OK),
         body: kept.answer.clone(),
         index: kept.index,
+        generation: Some(generation),
     };
     let mut r = answer.into_response();
     r.headers_mut()

@@ -39,12 +39,7 @@ pub(super) async fn get_snapshot(
     app.caller(&headers)?.require_reader()?;
     name("snapshot", &snapshot)?;
     let key = Key::Snapshot(snapshot.clone());
-    let blocking = b.wait()?;
-    let _permit = app.long_poll(blocking.is_some())?;
-    let index = match blocking {
-        Some((after, wait)) => app.db.hub.wait(&key, after, wait).await,
-        None => app.db.hub.index(&key),
-    };
+    let index = follow(&app, &headers, &key, &b).await?;
     let s = app
         .db
         .read(move |c| lifecycle::snapshot_view(c, &snapshot))
@@ -100,12 +95,7 @@ pub(super) async fn get_group_snapshot(
     name("group snapshot", &group)?;
     // Groups and snapshots share names, and so the key that wakes their followers.
     let key = Key::Snapshot(group.clone());
-    let blocking = b.wait()?;
-    let _permit = app.long_poll(blocking.is_some())?;
-    let index = match blocking {
-        Some((after, wait)) => app.db.hub.wait(&key, after, wait).await,
-        None => app.db.hub.index(&key),
-    };
+    let index = follow(&app, &headers, &key, &b).await?;
     let g = app
         .db
         .read(move |c| lifecycle::group_snapshot_view(c, &group))

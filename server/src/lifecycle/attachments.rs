@@ -23,15 +23,18 @@ pub(super) struct Recorded {
     claims: Vec<ClaimRow>,
     attachments: Vec<AttachmentRow>,
     nodes: Vec<(String, NodeStatus)>,
+    held: bool,
 }
 
 impl Recorded {
     /// Loads the facts of `v`, with the status of every node its claims and attachments
     /// name, and of `also` (the node of a claim not recorded yet).
+    /// `now` says whether the volume is still held back after a restore.
     pub(super) fn load(
         conn: &(impl Snapshot + ?Sized),
         v: &VolumeRow,
         also: Option<&str>,
+        now: i64,
     ) -> ApiResult<Self> {
         Ok(Self {
             access_mode: v.access_mode,
@@ -39,6 +42,7 @@ impl Recorded {
             claims: conn.claims_of_volume(&v.name)?,
             attachments: conn.attachments_of_volume(&v.name)?,
             nodes: conn.node_statuses(&v.name, also)?,
+            held: super::settle::held(conn, v, now)?,
         })
     }
 
@@ -65,6 +69,7 @@ impl Recorded {
                 })
                 .collect(),
             nodes: self.nodes.iter().map(|(n, s)| (n.as_str(), *s)).collect(),
+            held: self.held,
         }
     }
 }
@@ -76,7 +81,7 @@ pub fn advance_volume(ctx: &mut impl Txn, volume: &str, limits: &Limits) -> ApiR
         return Ok(());
     };
     grant_queued(ctx, &v)?;
-    let recorded = Recorded::load(&*ctx, &v, None)?;
+    let recorded = Recorded::load(&*ctx, &v, None, ctx.now())?;
     let changes = transitions::next(&recorded.facts());
     for a in &changes.attachments {
         match *a {

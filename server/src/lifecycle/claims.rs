@@ -313,7 +313,7 @@ pub fn evaluate_claim(
     validate_name("volume", volume).map_err(ApiError::invalid)?;
     validate_name("alloc", &req.alloc).map_err(ApiError::invalid)?;
     validate_name("node", &req.node).map_err(ApiError::invalid)?;
-    req.check_text().map_err(ApiError::control_text)?;
+    req.check_text().map_err(ApiError::text)?;
     for k in req.labels.keys() {
         if k.is_empty() || k.len() > 63 || k.contains(['=', ',']) {
             return Err(ApiError::invalid(format!(
@@ -323,6 +323,9 @@ pub fn evaluate_claim(
     }
     if req.ttl_ms == Some(0) {
         return Err(ApiError::invalid("`ttl_ms` must be longer than zero"));
+    }
+    if let Some(t) = req.ttl_ms {
+        api::limits::duration_ms("ttl_ms", t).map_err(ApiError::out_of_range)?;
     }
     let v = conn.require_volume(volume)?;
     match v.lifecycle {
@@ -502,7 +505,7 @@ pub fn initial_state(
     node: &str,
 ) -> ApiResult<ClaimState> {
     let v = conn.require_volume(volume)?;
-    let recorded = Recorded::load(conn, &v, Some(node))?;
+    let recorded = Recorded::load(conn, &v, Some(node), crate::db::now_ms())?;
     Ok(transitions::first_state(&recorded.facts(), node))
 }
 
@@ -529,7 +532,10 @@ pub fn create_claim(
                 ClaimDecision::Queue(_) => ClaimState::Queued,
                 _ => transitions::NEW_CLAIM,
             };
-            let expires_at = req.ttl_ms.map(|t| ctx.now().saturating_add(t as i64));
+            let expires_at = req
+                .ttl_ms
+                .map(|t| super::time_after(ctx.now(), "ttl_ms", t))
+                .transpose()?;
             ctx.insert_claim(NewClaim {
                 volume,
                 request: req,

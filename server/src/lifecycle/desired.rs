@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use csivol_api::{self as api, AttachmentState, ClaimMode, ClaimState};
+use csivol_api::{self as api, AttachmentState, ClaimMode, ClaimState, NodeStatus};
 
 use super::ops::op_to_api;
 use crate::error::ApiResult;
@@ -79,6 +79,9 @@ pub fn desired_changes(
 /// What every answer carries whole: the node's status and its controller operations.
 fn start(conn: &(impl Snapshot + ?Sized), node: &str, index: u64) -> ApiResult<api::DesiredState> {
     let n = conn.require_node(node)?;
+    // The state was restored and the node has not said what it holds: it registers again
+    // first, acting on nothing meanwhile. `lost` tells an older agent the same.
+    let register_again = super::settle::unreported(conn, node)?;
     let mut controller_ops = Vec::new();
     for o in conn.ops_of_host(node)? {
         if let Some(op) = op_to_api(conn, &o)? {
@@ -87,7 +90,12 @@ fn start(conn: &(impl Snapshot + ?Sized), node: &str, index: u64) -> ApiResult<a
     }
     Ok(api::DesiredState {
         index,
-        status: Some(n.status),
+        status: Some(if register_again {
+            NodeStatus::Lost
+        } else {
+            n.status
+        }),
+        register_again,
         controller_ops,
         refresh_limits: u64::try_from(n.limits_refresh_at).unwrap_or(0),
         ..api::DesiredState::default()

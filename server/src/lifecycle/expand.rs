@@ -42,12 +42,12 @@ pub fn expand_volume(
             "`cancel` takes no `capacity_bytes`: it keeps the capacity the volume has",
         ));
     }
-    if !req.cancel && (capacity_bytes == 0 || capacity_bytes > i64::MAX as u64) {
-        return Err(ApiError::invalid(format!(
-            "`capacity_bytes` must be between 1 and {}",
-            i64::MAX
-        )));
+    if !req.cancel && capacity_bytes == 0 {
+        return Err(ApiError::invalid(
+            "`capacity_bytes` must be at least 1: the capacity to reach, in bytes",
+        ));
     }
+    api::limits::size_bytes("capacity_bytes", capacity_bytes).map_err(ApiError::out_of_range)?;
     let v = ctx.require_volume(name)?;
     // A controller call that failed and waits for its retry: none running now.
     let op = ctx.key_op(OpKind::Expand, name)?;

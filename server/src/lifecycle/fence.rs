@@ -170,6 +170,8 @@ pub(crate) fn record_fence(
     } else {
         Vec::new()
     };
+    // Powered off: it holds nothing the restored state must wait to hear of.
+    super::settle::accounted(ctx, e.node, e.actor)?;
     Ok((record, actions))
 }
 

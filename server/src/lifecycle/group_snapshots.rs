@@ -104,7 +104,7 @@ pub fn create_group_snapshot(
     for v in &req.volumes {
         validate_name("volume", v).map_err(ApiError::invalid)?;
     }
-    csivol_api::FreeText::check_text(&req).map_err(ApiError::control_text)?;
+    csivol_api::FreeText::check_text(&req).map_err(ApiError::text)?;
     if let Some(s) = ctx.snapshot(name)? {
         return Err(ApiError::conflict(format!(
             "snapshot `{name}` already exists, of volume `{}`",

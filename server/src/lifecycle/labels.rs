@@ -12,8 +12,7 @@ use crate::store::Txn;
 use crate::watch::Key;
 use csivol_rules::kinds::EventKind;
 
-/// The longest label value (a BMC's address, a PDU outlet, a rack).
-const MAX_LABEL_VALUE: usize = 1024;
+use csivol_api::limits::{MAX_NODE_LABELS, NODE_LABEL_VALUE_BYTES as MAX_LABEL_VALUE};
 
 /// What `csivol node label` does to the labels an operator set on `node` (`current`): the
 /// labels it leaves and its changes in words (`bmc=10.0.0.2 (was 10.0.0.1)`, `removed
@@ -52,7 +51,7 @@ pub fn relabel(
                 "label `{key}` is both set and removed"
             )));
         }
-        csivol_api::check_text(&format!("labels.{key}"), value).map_err(ApiError::control_text)?;
+        csivol_api::check_text(&format!("labels.{key}"), value).map_err(ApiError::text)?;
         if value.is_empty() || value.len() > MAX_LABEL_VALUE {
             return Err(ApiError::invalid(format!(
                 "label `{key}` needs a value of 1 to {MAX_LABEL_VALUE} bytes"
@@ -73,6 +72,15 @@ pub fn relabel(
         if let Some(old) = labels.remove(key) {
             changes.push(format!("removed {key}={old}"));
         }
+    }
+    if labels.len() > MAX_NODE_LABELS && labels.len() > current.len() {
+        return Err(ApiError::invalid(format!(
+            "node `{node}` would have {} labels, more than the {MAX_NODE_LABELS} csivol allows",
+            labels.len()
+        ))
+        .with_hint(format!(
+            "remove labels it no longer needs: csivol node label {node} KEY-"
+        )));
     }
     Ok((labels, changes))
 }

@@ -52,9 +52,7 @@ pub fn renew_lease(
             .with_hint("give one: csivol claim renew VOLUME --alloc ALLOC --ttl 10m"));
         }
     };
-    let expires_at = ctx
-        .now()
-        .saturating_add(i64::try_from(ttl).unwrap_or(i64::MAX));
+    let expires_at = super::time_after(ctx.now(), "ttl_ms", ttl)?;
     ctx.set_claim_lease(volume, alloc, ttl as i64, expires_at)?;
     ctx.touch(Key::Volume(volume.to_owned()));
     tracing::debug!(volume, alloc, actor, expires_at = %time(expires_at), "lease renewed");

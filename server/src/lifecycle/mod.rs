@@ -16,7 +16,7 @@
 
 use csivol_api::{AttachmentState, ClaimState, PluginError};
 
-use super::error::ApiResult;
+use super::error::{ApiError, ApiResult};
 use super::model::ClaimRow;
 use super::store::{Event, Txn};
 use super::watch::Key;
@@ -39,6 +39,7 @@ mod ops;
 mod reconcile;
 mod reports;
 mod retries;
+pub(crate) mod settle;
 mod snapshots;
 #[cfg(test)]
 mod tests;
@@ -68,7 +69,9 @@ pub use reports::apply_reports;
 pub use retries::{PRUNE_BATCH, prune_retries};
 pub use snapshots::{create_snapshot, delete_snapshot, list_snapshots, snapshot_view};
 pub use tokens::{NewToken, create_token, first_operator_token, persist_last_used, revoke_token};
-pub use volumes::{create_volume, deregister_volume, register_volume, unknown_plugin, volume_view};
+pub use volumes::{
+    create_volume, deregister_volume, duplicate_ids, register_volume, unknown_plugin, volume_view,
+};
 
 /// Server settings the lifecycle depends on, and where it records latencies.
 #[derive(Clone, Debug)]
@@ -88,6 +91,29 @@ pub struct Limits {
     /// How long request keys and claim tombstones are kept (`request_memory`): a request
     /// sent longer ago is refused.
     pub request_memory: std::time::Duration,
+    /// The limits of claim labels and operators' reasons (`[limits]` in the config file).
+    pub text: csivol_api::limits::TextLimits,
+    /// How large the event log may grow (`[limits]`).
+    pub events: crate::limits::EventBounds,
+}
+
+/// The longest message an event keeps: what clients write is bounded before it gets here,
+/// but a plugin's error (through its agent) is not, and the log is kept in bytes.
+const EVENT_MESSAGE_BYTES: usize = 8 << 10;
+
+/// `message`, cut to [`EVENT_MESSAGE_BYTES`] (on a character) with how much was left out.
+fn bounded_message(mut message: String) -> String {
+    if message.len() <= EVENT_MESSAGE_BYTES {
+        return message;
+    }
+    let mut cut = EVENT_MESSAGE_BYTES;
+    while !message.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let more = message.len() - cut;
+    message.truncate(cut);
+    message.push_str(&format!("... ({more} bytes more not kept)"));
+    message
 }
 
 /// Appends an entry to the event log; logged once committed.
@@ -100,7 +126,7 @@ pub fn event(
     actor: &str,
     message: impl Into<String>,
 ) -> ApiResult<()> {
-    let message = message.into();
+    let message = bounded_message(message.into());
     ctx.append_event(Event {
         kind,
         volume,
@@ -193,6 +219,17 @@ fn delete_attachment(ctx: &mut impl Txn, volume: &str, node: &str) -> ApiResult<
     touch_volume(ctx, volume)
 }
 
+/// The time `ms` after `now`, for a duration a client sent in `field` (a lease, a token's
+/// validity): the duration in the range of one, the sum in that of a time, never wrapped.
+pub(crate) fn time_after(now: i64, field: &str, ms: u64) -> ApiResult<i64> {
+    use csivol_api::limits;
+    let ms = limits::duration_ms(field, ms).map_err(ApiError::out_of_range)?;
+    let end = now.checked_add(ms).ok_or_else(|| {
+        ApiError::invalid(format!("`{field}` of {ms} ms from now is past any time"))
+    })?;
+    limits::time_ms(field, u64::try_from(end).unwrap_or(0)).map_err(ApiError::out_of_range)
+}
+
 /// `a, b, c`, or `empty` when there is nothing to list.
 fn list_or<S: AsRef<str>>(items: &[S], empty: &str) -> String {
     if items.is_empty() {
@@ -209,7 +246,23 @@ fn format_error(e: &PluginError) -> String {
     format!("{}: {}", e.code, e.message)
 }
 
-/// Keeps the event log to its newest `keep` entries; how many went.
-pub fn prune_events(ctx: &mut impl Txn, keep: i64) -> ApiResult<usize> {
-    ctx.prune_events(keep)
+/// Keeps the event log within its bounds in events and in bytes; how many went (at most
+/// `bounds.batch`: the caller runs it again while it drops that many). Operators' actions
+/// are dropped only by the count ([`EventKind::kept_by_count`]).
+pub fn prune_events(ctx: &mut impl Txn, bounds: &crate::limits::EventBounds) -> ApiResult<usize> {
+    static KEPT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let kept = KEPT.get_or_init(|| {
+        let kinds: Vec<&str> = EventKind::ALL
+            .iter()
+            .filter(|k| k.kept_by_count())
+            .map(|k| k.as_str())
+            .collect();
+        serde_json::to_string(&kinds).expect("strings serialise")
+    });
+    ctx.prune_events(&super::store::Pruning {
+        keep: bounds.kept,
+        bytes: bounds.bytes,
+        kept_by_count: kept,
+        batch: bounds.batch,
+    })
 }

@@ -39,6 +39,7 @@ pub fn modify_volume(
     limits: &Limits,
     waits: bool,
 ) -> ApiResult<(api::Volume, bool)> {
+    api::FreeText::check_text(req).map_err(ApiError::text)?;
     let v = ctx.require_volume(name)?;
     let caps = ctx.controller_capabilities(&v.plugin)?;
     let facts = Facts {
@@ -71,7 +72,21 @@ pub fn modify_volume(
             )?;
             return Ok((volume_view(ctx, name)?, false));
         }
-        Ok(Decision::Start(changes)) => changes,
+        Ok(Decision::Start(changes)) => {
+            // What the volume would have is a map like the one CreateVolume took, and is
+            // kept: held to the same size, so that repeated changes cannot grow it.
+            let mut has = v.mutable_parameters.clone();
+            has.extend(changes.clone());
+            let bytes = api::map_bytes(&has);
+            if bytes > api::limits::CSI_MAP_BYTES {
+                return Err(ApiError::invalid(format!(
+                    "volume `{name}` would have {bytes} bytes of mutable parameters, more than the {} the CSI spec allows a map (its Size Limits)",
+                    api::limits::CSI_MAP_BYTES
+                ))
+                .with_hint("change the values of the parameters it has, or shorten them"));
+            }
+            changes
+        }
         Err(r) => {
             let e = if r.invalid {
                 ApiError::invalid(r.message)

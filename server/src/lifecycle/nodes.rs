@@ -72,7 +72,10 @@ pub fn register_node(
     limits: &Limits,
 ) -> ApiResult<bool> {
     validate_name("node", node).map_err(ApiError::invalid)?;
-    csivol_api::FreeText::check_text(req).map_err(ApiError::control_text)?;
+    csivol_api::FreeText::check_text(req).map_err(ApiError::text)?;
+    if let Some(f) = req.fence_after_ms {
+        csivol_api::limits::duration_ms("fence_after_ms", f).map_err(ApiError::out_of_range)?;
+    }
     let mut ids = BTreeSet::new();
     for p in &req.plugins {
         validate_name("plugin", &p.id).map_err(ApiError::invalid)?;
@@ -84,6 +87,9 @@ pub fn register_node(
         }
     }
     let existing = ctx.node(node)?;
+    // While the state settles after a restore, a node still to say what it holds, or one
+    // the restored state does not know, says it now.
+    let reports_holdings = existing.is_none() || super::settle::unreported(ctx, node)?;
     let was_lost = existing
         .as_ref()
         .is_some_and(|n| n.status == NodeStatus::Lost);
@@ -140,6 +146,9 @@ pub fn register_node(
         .map(|p| p.id.clone())
         .chain(old_plugins)
         .collect();
+    if reports_holdings {
+        super::settle::reported(ctx, node, req, limits)?;
+    }
     for p in plugins {
         schedule_ops(ctx, &p, limits)?;
     }

@@ -16,8 +16,12 @@ use csivol_rules::kinds::EventKind;
 
 /// An operator's action goes into the event log with why; a dry run records nothing, so
 /// it needs no reason.
-pub fn require_reason(reason: &str, dry_run: bool) -> ApiResult<()> {
-    csivol_api::check_text("reason", reason).map_err(ApiError::control_text)?;
+pub fn require_reason(
+    reason: &str,
+    dry_run: bool,
+    limits: &csivol_api::limits::TextLimits,
+) -> ApiResult<()> {
+    csivol_api::check_reason(reason, limits).map_err(ApiError::text)?;
     if !dry_run && reason.trim().is_empty() {
         return Err(
             ApiError::invalid("`reason` is required: say why, it goes into the event log")
@@ -42,7 +46,7 @@ pub fn unblock_volume(
     actor: &str,
     limits: &Limits,
 ) -> ApiResult<ActionPlan> {
-    require_reason(reason, dry_run)?;
+    require_reason(reason, dry_run, &limits.text)?;
     let v = ctx.require_volume(volume)?;
     if let Some(n) = node {
         ctx.require_node(n)?;
@@ -133,7 +137,7 @@ pub fn unblock_node(
     actor: &str,
     limits: &Limits,
 ) -> ApiResult<ActionPlan> {
-    require_reason(reason, dry_run)?;
+    require_reason(reason, dry_run, &limits.text)?;
     ctx.require_node(node)?;
     let claims = ctx.claims_of_node(node, Some(ClaimState::Blocked))?;
     let atts = ctx.attachments_of_node(node)?;
@@ -146,7 +150,10 @@ pub fn unblock_node(
                 .map(|a| a.volume),
         )
         .collect();
-    if volumes.is_empty() {
+    // After a restore the server waits for the node to say what it holds: the unblock is
+    // the operator's word that it is gone, holding nothing, as for its blocked volumes.
+    let waited_for = super::settle::unreported(ctx, node)?;
+    if volumes.is_empty() && !waited_for {
         return Err(
             ApiError::conflict(format!("node `{node}` holds no blocked volume"))
                 .with_hint("`csivol status --blocked` lists blocked volumes"),
@@ -156,6 +163,18 @@ pub fn unblock_node(
     for v in volumes {
         actions
             .extend(unblock_volume(ctx, &v, Some(node), reason, dry_run, actor, limits)?.actions);
+    }
+    if waited_for {
+        actions.push(PlannedAction {
+            action: "stop-waiting".into(),
+            volume: String::new(),
+            node: node.to_owned(),
+            alloc: None,
+            lost_since: lost_since(&*ctx, node)?,
+        });
+        if !dry_run {
+            super::settle::accounted(ctx, node, actor)?;
+        }
     }
     Ok(ActionPlan { dry_run, actions })
 }
@@ -237,7 +256,7 @@ pub fn detach(
         req.force,
         req.dry_run,
     );
-    require_reason(reason, dry_run)?;
+    require_reason(reason, dry_run, &limits.text)?;
     let v = ctx.require_volume(volume)?;
     let n = ctx.require_node(node)?;
     let lost = n.status == NodeStatus::Lost;

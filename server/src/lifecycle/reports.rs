@@ -39,6 +39,10 @@ pub fn apply_reports(
     reports: Vec<Report>,
     limits: &Limits,
 ) -> ApiResult<()> {
+    // Numbers are checked before anything is applied: a batch is applied whole or not at all.
+    for r in &reports {
+        r.check_numbers().map_err(ApiError::out_of_range)?;
+    }
     let mut b = Batch {
         node,
         actor: format!("node:{node}"),

@@ -144,7 +144,7 @@ pub fn create_snapshot(
 ) -> ApiResult<(api::Snapshot, bool)> {
     validate_name("snapshot", name).map_err(ApiError::invalid)?;
     validate_name("volume", &req.volume).map_err(ApiError::invalid)?;
-    csivol_api::FreeText::check_text(&req).map_err(ApiError::control_text)?;
+    csivol_api::FreeText::check_text(&req).map_err(ApiError::text)?;
     if ctx.group_snapshot(name)?.is_some() {
         return Err(
             ApiError::conflict(format!("group snapshot `{name}` already exists"))

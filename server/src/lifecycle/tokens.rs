@@ -118,7 +118,7 @@ fn make_token(ctx: &mut impl Txn, t: NewToken) -> ApiResult<(TokenResponse, Opti
     let now = ctx.now();
     let expires_at = match ttl_ms {
         Some(0) => return Err(ApiError::invalid("`ttl` must be longer than 0")),
-        Some(ms) => Some(now.saturating_add(i64::try_from(ms).unwrap_or(i64::MAX))),
+        Some(ms) => Some(super::time_after(now, "ttl_ms", ms)?),
         None => None,
     };
     let (token, hash) = auth::new_secret();

@@ -130,6 +130,58 @@ pub(super) fn claims_in_the_way(claims: &[ClaimRow]) -> String {
     names.join(", ")
 }
 
+/// One backend volume is one csivol volume: two names on one external id would take two
+/// single-writer claims on it, and only a plugin with ControllerPublish would stop the
+/// second writer. Checked in the registration's write transaction, so that two servers
+/// registering one id at once (etcd store) cannot both pass: the second one's commit finds
+/// the mirror moved, and its check runs again. Duplicates an older csivol recorded are
+/// kept (`serve --check` and `csivol status` name them): a volume may be registered again
+/// with the id it has.
+fn one_name_per_backend_volume(
+    conn: &(impl Snapshot + ?Sized),
+    name: &str,
+    plugin: &str,
+    external_id: &str,
+) -> ApiResult<()> {
+    let others: Vec<String> = conn
+        .volumes_with_external_id(plugin, external_id)?
+        .into_iter()
+        .filter(|n| n != name)
+        .collect();
+    let Some(first) = others.first() else {
+        return Ok(());
+    };
+    Err(ApiError::conflict(format!(
+        "external id `{external_id}` of plugin `{plugin}` is already registered as volume `{first}`: \
+         one backend volume is one csivol volume, or two names could each take a single-writer claim on it"
+    ))
+    .with_hint(format!(
+        "use volume `{first}`; to name it `{name}` instead, deregister it once nothing claims it \
+         (`csivol volume deregister {first}`) and register this spec again"
+    )))
+}
+
+/// The external ids registered under several names (an older csivol let that happen), each
+/// as a warning in words with what to do; empty when there are none.
+pub fn duplicate_ids(conn: &(impl Snapshot + ?Sized)) -> ApiResult<Vec<String>> {
+    Ok(conn
+        .duplicate_external_ids()?
+        .into_iter()
+        .map(|d| {
+            format!(
+                "external id `{}` of plugin `{}` is registered as {} volumes: {}; each can take \
+                 a single-writer claim on the one backend volume\nhint: keep one name: \
+                 deregister the others once nothing claims them (`csivol volume deregister {}`)",
+                d.external_id,
+                d.plugin,
+                d.volumes.len(),
+                d.volumes.join(", "),
+                d.volumes.last().map_or("", String::as_str),
+            )
+        })
+        .collect())
+}
+
 /// `PUT /v1/volumes/{name}`: returns the volume and whether it was new or changed.
 pub fn register_volume(
     ctx: &mut impl Txn,
@@ -138,7 +190,7 @@ pub fn register_volume(
     actor: &str,
 ) -> ApiResult<(api::Volume, bool)> {
     validate_name("volume", name).map_err(ApiError::invalid)?;
-    spec.check_text().map_err(ApiError::control_text)?;
+    spec.check_text().map_err(ApiError::text)?;
     check_spec_names(
         &spec.plugin,
         spec.attachment,
@@ -152,6 +204,12 @@ pub fn register_volume(
     }
     check_segments("topology", &spec.topology)?;
     let existing = ctx.volume(name)?;
+    let own_id = existing
+        .as_ref()
+        .is_some_and(|e| e.plugin == spec.plugin && e.external_id == spec.external_id);
+    if !own_id {
+        one_name_per_backend_volume(&*ctx, name, &spec.plugin, &spec.external_id)?;
+    }
     let row = VolumeRow {
         name: name.to_owned(),
         plugin: spec.plugin,
@@ -254,7 +312,10 @@ pub fn create_volume(
     limits: &Limits,
 ) -> ApiResult<(api::Volume, bool)> {
     validate_name("volume", name).map_err(ApiError::invalid)?;
-    spec.check_text().map_err(ApiError::control_text)?;
+    spec.check_text().map_err(ApiError::text)?;
+    spec.check_source().map_err(ApiError::invalid)?;
+    api::limits::size_bytes("capacity_bytes", spec.capacity_bytes)
+        .map_err(ApiError::out_of_range)?;
     check_spec_names(
         &spec.plugin,
         spec.attachment,

@@ -46,6 +46,17 @@ use csivol_rules::kinds::{EventKind, OpKind};
 pub mod etcd;
 pub mod sqlite;
 
+/// How the event log is pruned: all but the newest `keep` events go; beyond `bytes` (the
+/// text of the events, as stored), the oldest go too, except those whose kind is one of
+/// `kept_by_count` (a JSON array of kinds). At most `batch` go in one transaction.
+#[derive(Debug, Clone, Copy)]
+pub struct Pruning<'a> {
+    pub keep: i64,
+    pub bytes: i64,
+    pub kept_by_count: &'a str,
+    pub batch: usize,
+}
+
 /// Reads of the cluster state.
 pub trait Snapshot {
     fn volume(&self, name: &str) -> ApiResult<Option<VolumeRow>>;
@@ -126,6 +137,11 @@ pub trait Snapshot {
     fn volumes_with_held_ops(&self) -> ApiResult<Vec<String>>;
     /// Every plugin some node registered (whatever the node's status now), by id.
     fn plugin_ids(&self) -> ApiResult<Vec<String>>;
+    /// The volumes of `plugin` whose external id is `external_id`, by name.
+    fn volumes_with_external_id(&self, plugin: &str, external_id: &str) -> ApiResult<Vec<String>>;
+    /// External ids registered under more than one name (which only an older csivol let
+    /// happen): plugin, external id and the names, by plugin and id.
+    fn duplicate_external_ids(&self) -> ApiResult<Vec<DuplicateId>>;
     /// Every node's registration of `plugin` (node name, its status, what it reported).
     fn plugin_registrations(
         &self,
@@ -192,6 +208,8 @@ pub trait Snapshot {
     fn volumes_of_plugin(&self, plugin: &str) -> ApiResult<u32>;
     /// Events after index `after` that pass `f`, oldest first, at most `limit`.
     fn events(&self, after: u64, f: &EventFilter, limit: u32) -> ApiResult<Vec<api::Event>>;
+    /// The index of the last event [`Snapshot::events`] would return; `None` when none.
+    fn event_page_end(&self, after: u64, f: &EventFilter, limit: u32) -> ApiResult<Option<u64>>;
     /// How many claims, nodes and operations are in each state.
     fn state_counts(&self) -> ApiResult<StateCounts>;
     /// The controller operations no host holds, of every plugin (or of `plugin`), by
@@ -204,6 +222,10 @@ pub trait Snapshot {
     fn stored_secrets(&self) -> ApiResult<Vec<(String, String)>>;
     /// The value sealed with the cluster's key that tells whether a key is the cluster's.
     fn secrets_check(&self) -> ApiResult<Option<String>>;
+    /// The server's own small facts (`meta`) whose keys begin with `prefix`, in key order:
+    /// what the state says of itself, such as where it stands after a restore
+    /// (`lifecycle::settle`).
+    fn meta(&self, prefix: &str) -> ApiResult<Vec<(String, i64)>>;
 
     // ---- exact retries (see `KeptAnswer`, `Tombstone`) ----
 
@@ -239,12 +261,22 @@ pub trait Snapshot {
     }
 }
 
+/// One backend volume registered as several csivol volumes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DuplicateId {
+    pub plugin: String,
+    pub external_id: String,
+    pub volumes: Vec<String>,
+}
+
 /// Which events to read.
 #[derive(Debug, Clone, Default)]
 pub struct EventFilter {
     pub volume: Option<String>,
     pub node: Option<String>,
     pub alloc: Option<String>,
+    /// Only events at or below this index (a page whose end is fixed).
+    pub until: Option<u64>,
 }
 
 /// Where a controller operation stands in the queue: what scheduling reads of it (every
@@ -545,8 +577,8 @@ pub trait Txn: Snapshot {
         ttl_ms: i64,
         expires_at: i64,
     ) -> ApiResult<()>;
-    /// Drops all but the newest `keep` events; how many went.
-    fn prune_events(&mut self, keep: i64) -> ApiResult<usize>;
+    /// Drops old events as `p` says, at most `p.batch` of them; how many went.
+    fn prune_events(&mut self, p: &Pruning<'_>) -> ApiResult<usize>;
     /// Replaces a volume's stored secrets with `sealed` (sealing what an older csivol kept
     /// in clear).
     fn put_stored_secrets(&mut self, volume: &str, sealed: &str) -> ApiResult<()>;
@@ -564,6 +596,9 @@ pub trait Txn: Snapshot {
     /// Drops up to `most` kept answers and up to `most` tombstones older than `before`
     /// (unix ms); how many went. Bounded, so that one prune fits one etcd transaction.
     fn prune_retries(&mut self, before: i64, most: usize) -> ApiResult<usize>;
+    /// Sets one of the server's own facts (`None`: forgets it). The change index is kept
+    /// by the store itself, never through this.
+    fn put_meta(&mut self, key: &str, value: Option<i64>) -> ApiResult<()>;
 }
 
 /// A mutating request's first answer, kept under the `Idempotency-Key` it carried, scoped to

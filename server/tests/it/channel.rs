@@ -301,7 +301,7 @@ async fn follow(
     let mut seen = Vec::new();
     eventually(what, WAIT, || {
         let mut found = false;
-        while let Some(d) = chan.shared.take_pushed(*held) {
+        while let Some(d) = chan.shared.take_pushed(*held, None) {
             *held = d.index;
             found = done(&d);
             seen.push(d);

@@ -3,12 +3,14 @@
 //! client of the agent endpoints (the real agent has its own tests, in csivol-agent's).
 
 mod access;
+mod bounds;
 mod channel;
 mod claims;
 mod connections;
 mod controller;
 mod durability;
 mod fence;
+mod generation;
 mod ha;
 mod ha_disk;
 mod ha_faults;

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use csivol_client::once::Once;
-use csivol_client::{Body, Client};
+use csivol_client::{Body, Client, Cursor};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -25,6 +25,8 @@ pub struct Resp {
     pub status: u16,
     pub index: Option<u64>,
     pub body: Vec<u8>,
+    /// The generation of the state `index` belongs to (`x-csivol-generation`).
+    pub generation: Option<String>,
     /// The server answered a repeat of a keyed request with its first answer
     /// (`Idempotent-Replayed`), without acting again.
     pub replayed: bool,
@@ -39,6 +41,7 @@ impl From<csivol_client::Raw> for Resp {
         Self {
             status: raw.status.as_u16(),
             index: raw.index,
+            generation: raw.generation,
             body: raw.body,
             replayed,
         }
@@ -55,6 +58,19 @@ impl Resp {
                 String::from_utf8_lossy(&self.body)
             )
         })
+    }
+
+    /// Where a blocking query follows on from after this answer: its index and
+    /// generation, taken as they are (the state may have gone back in time); `held` when
+    /// it carried no index.
+    pub fn cursor(&self, held: &Cursor) -> Cursor {
+        match self.index {
+            Some(index) => Cursor {
+                index,
+                generation: self.generation.clone(),
+            },
+            None => held.clone(),
+        }
     }
 
     /// Fails unless the status is one of `ok`.
@@ -225,6 +241,33 @@ impl Http {
     pub fn held(&self, path: &str) -> String {
         let sep = if path.contains('?') { '&' } else { '?' };
         format!("{path}{sep}wait={}ms", self.block_wait.as_millis())
+    }
+
+    /// A blocking query from `cursor`: answers once the resource changed past its index,
+    /// or after the wait; at once when the server's state is of another generation (a
+    /// restore took it back in time), instead of waiting for its index to pass the one
+    /// held.
+    pub async fn get_following(&self, path: &str, cursor: &Cursor) -> anyhow::Result<Resp> {
+        REQUESTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let sep = if path.contains('?') { '&' } else { '?' };
+        let path = format!(
+            "{path}{sep}index={}&wait={}ms",
+            cursor.index,
+            self.block_wait.as_millis()
+        );
+        let timeout = self.client.blocking_timeout(self.block_wait);
+        let sent = self
+            .client
+            .send_idempotent_in::<()>(
+                reqwest::Method::GET,
+                &path,
+                Body::None,
+                timeout,
+                cursor.generation.as_deref(),
+            )
+            .await;
+        let raw = sent.with_context(|| format!("GET {path}: no answer from the server"))?;
+        Ok(raw.into())
     }
 
     /// A blocking query: answers once the resource changed past `index`, or after `wait`.

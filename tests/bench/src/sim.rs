@@ -257,7 +257,7 @@ impl SimNode {
             // Changes the channel pushed that follow what was planned are planned as they
             // came, without a request.
             let pushed = (chan.open && index > 0 && changes)
-                .then(|| self.channel.take_pushed(index))
+                .then(|| self.channel.take_pushed(index, None))
                 .flatten();
             let desired = match pushed {
                 Some(pushed) => Ok(pushed),

@@ -59,7 +59,7 @@ async fn a_node_registers_heartbeats_polls_and_reports_through_typed_calls() {
     // Nothing to do, and nothing changes: the blocking query answers after its wait, with
     // the same index, within the request deadline on top of the wait.
     let first = node
-        .desired("n1", 0, None, Duration::from_millis(10))
+        .desired("n1", 0, None, None, Duration::from_millis(10))
         .await
         .unwrap();
     assert!(first.publish.is_empty() && first.controller_ops.is_empty());
@@ -69,6 +69,7 @@ async fn a_node_registers_heartbeats_polls_and_reports_through_typed_calls() {
             "n1",
             first.index,
             Some(first.index),
+            first.generation.as_deref(),
             Duration::from_millis(500),
         )
         .await
@@ -161,7 +162,11 @@ async fn failures_are_told_apart() {
     // A deadline shorter than the server's wait: no answer, and the error says it timed
     // out, which is what the CLI turns into "did not answer in time".
     let index = operator
-        .watch::<Vec<serde_json::Value>>("/v1/events", 0, Duration::from_millis(10))
+        .watch::<Vec<serde_json::Value>>(
+            "/v1/events",
+            &csivol_client::Cursor::default(),
+            Duration::from_millis(10),
+        )
         .await
         .unwrap()
         .index
@@ -283,11 +288,14 @@ async fn keyed_requests_are_sent_again_when_unanswered_and_unkeyed_ones_are_not(
     let dir = TestDir::new("client-keyed");
     let server = ServerProc::start(&dir.join("server"), &[]);
     let within = Some(Duration::from_secs(2));
-    let spec = json!({"plugin": "hp", "external_id": "e", "access_mode": "single-node-writer", "attachment": "file-system"});
+    // One backend volume has one name: each volume its own external id.
+    let spec_of = |id: &str| json!({"plugin": "hp", "external_id": id, "access_mode": "single-node-writer", "attachment": "file-system"});
+    let spec = spec_of("e");
     for (i, first) in [stand_in(None), stand_in(Some(503))]
         .into_iter()
         .enumerate()
     {
+        let spec = spec_of(&format!("e-{i}"));
         let both = Client::builder(&format!("{first},{}", server.url))
             .token(Some(server.token.clone()))
             .build()

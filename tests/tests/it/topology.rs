@@ -4,6 +4,9 @@
 //! on the other zone refused at once with exit code 9 and a hint naming the right node (dry
 //! runs and `--queue` included), and a registered volume's `topology` honoured likewise.
 
+use std::time::Duration;
+
+use csivol_tests::wait_for;
 use serde_json::json;
 
 use crate::cluster::{Cluster, NodeOpts, Out};
@@ -126,7 +129,25 @@ fn zonal_volumes_are_claimed_only_in_their_zone() {
         .json();
     assert_eq!(v["claims"].as_array().map(Vec::len), Some(1), "{v}");
 
-    // The same storage registered under another name, with its topology: the same rule.
+    // Released, the volume is free again; nothing was ever attached to node-1.
+    let released = c.csivol(&[
+        "release",
+        "zonal",
+        "--alloc",
+        "job-1",
+        "--wait",
+        "--timeout",
+        "60s",
+    ]);
+    released.ok();
+
+    // The same storage under another name, with its topology: the same rule. One backend
+    // volume has one name, so the first is deregistered before the second is registered.
+    // (Its attachment goes once the node unstaged it, which the release need not wait for.)
+    wait_for("zonal deregistered", Duration::from_secs(60), || {
+        let out = c.csivol(&["volume", "deregister", "zonal", "--yes"]);
+        (out.code == 0).then_some(())
+    });
     let external_id = v["external_id"].as_str().unwrap().to_owned();
     let spec = c.dir.join("imported.json");
     std::fs::write(
@@ -147,17 +168,6 @@ fn zonal_volumes_are_claimed_only_in_their_zone() {
     let wrong = claim(&c, "imported", "node-1", "job-3", &["-o", "json"]);
     assert_refused(&wrong, "node-1", "node-2");
 
-    // Released, the volume is free again; nothing was ever attached to node-1.
-    let released = c.csivol(&[
-        "release",
-        "zonal",
-        "--alloc",
-        "job-1",
-        "--wait",
-        "--timeout",
-        "60s",
-    ]);
-    released.ok();
     assert!(
         c.nodes[0].mounts().is_empty(),
         "nothing mounted in zone a: {:?}",

@@ -48,7 +48,7 @@ async fn the_desired_state_lists_what_to_publish_unpublish_unstage_and_run() {
     assert_eq!(unpublish, ["a2"]);
     let unstage: Vec<_> = d.unstage.iter().map(|u| u.volume.as_str()).collect();
     assert_eq!(unstage, ["unstaging"]);
-    assert_eq!(d.unstage[0].external_id, "ext-1");
+    assert_eq!(d.unstage[0].external_id, "ext-unstaging");
     assert_eq!(
         d.controller_ops.len(),
         1,

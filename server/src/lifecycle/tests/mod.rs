@@ -6,6 +6,7 @@
 mod after_release;
 mod claims;
 mod desired;
+mod events;
 mod expand;
 mod group_snapshots;
 mod listing;
@@ -14,6 +15,7 @@ mod operator;
 mod ops;
 mod reports;
 mod retries;
+mod settle;
 mod snapshots;
 mod topology;
 mod volumes;
@@ -69,6 +71,8 @@ impl Env {
                 served_last: Default::default(),
                 metrics: Arc::new(Metrics::default()),
                 request_memory: crate::DEFAULT_REQUEST_MEMORY,
+                text: Default::default(),
+                events: Default::default(),
             },
         }
     }
@@ -104,7 +108,11 @@ impl Env {
     }
 
     async fn volume(&self, name: &str, access_mode: &str) {
-        let spec = spec(access_mode);
+        let mut spec = spec(access_mode);
+        // One backend volume per name; `v`, the volume most tests use, keeps `ext-1`.
+        if name != "v" {
+            spec.external_id = format!("ext-{name}");
+        }
         let n = name.to_owned();
         self.write(move |ctx, _| super::register_volume(ctx, &n, spec.clone(), "op"))
             .await

@@ -270,7 +270,7 @@ async fn fenced_records_when_the_agent_fenced_itself() {
 fn listing(published: &[&str]) -> Report {
     Report::ControllerVolumes {
         plugin: "hp".into(),
-        started_ms: u64::MAX / 2,
+        started_ms: csivol_api::limits::MAX_TIME_MS,
         volumes: vec![csivol_api::ListedVolume {
             external_id: "ext-1".into(),
             published_node_ids: published.iter().map(|s| (*s).to_owned()).collect(),

@@ -75,12 +75,23 @@ fn load(
     mirror::check(conn, &tables, keys, rows).map_err(anyhow::Error::msg)
 }
 
-/// Copies the backup `from` into the empty prefix `cfg.prefix` (migrated to this build's
-/// schema first, as a server migrates a restored `state.db`).
-pub async fn restore(cfg: &EtcdConfig, from: &Path) -> anyhow::Result<(Summary, String)> {
+/// A backup read and checked for a restore into etcd, not written yet.
+pub struct Prepared {
+    pub summary: Summary,
+    /// What it brings back: the prefix it goes to holds nothing now.
+    pub plan: crate::store::sqlite::restore::Plan,
+    rows: Vec<(Vec<u8>, Vec<u8>)>,
+    index: u64,
+}
+
+/// Reads and checks the backup `from` for [`restore`]: migrated to this build's schema (as
+/// a server migrates a restored `state.db`) and marked restored, so that the servers that
+/// start on it hold back what two nodes must not hold until the nodes said what they hold.
+pub async fn prepare(cfg: &EtcdConfig, from: &Path) -> anyhow::Result<Prepared> {
+    use crate::store::sqlite::restore::{Holdings, Plan, mark};
     let keys = Keys::new(&cfg.prefix);
     let from_path = from.to_owned();
-    let (summary, rows, index) = tokio::task::spawn_blocking(move || {
+    tokio::task::spawn_blocking(move || {
         let src = Connection::open_with_flags(&from_path, OpenFlags::SQLITE_OPEN_READ_ONLY)
             .with_context(|| format!("failed to open the backup {}", from_path.display()))?;
         let summary = backup::verify(&src, &from_path)?;
@@ -89,18 +100,29 @@ pub async fn restore(cfg: &EtcdConfig, from: &Path) -> anyhow::Result<(Summary, 
             .run_to_completion(i32::MAX, std::time::Duration::ZERO, None)
             .with_context(|| format!("failed to read {}", from_path.display()))?;
         db::migrate(&mut mem, summary.schema, db::schema_version())?;
+        mark(&mem)?;
+        let plan = Plan::new(&Holdings::default(), &Holdings::read(&mem)?);
         let tables = mirror::tables(&mem)?;
         let rows = mirror::all_rows(&mem, &tables, &keys)?;
         let index: i64 = mem.query_row("SELECT value FROM meta WHERE key = 'index'", [], |r| {
             r.get(0)
         })?;
-        anyhow::Ok((summary, rows, index as u64))
+        anyhow::Ok(Prepared {
+            summary,
+            plan,
+            rows,
+            index: index as u64,
+        })
     })
     .await
-    .context("the restore task failed")??;
+    .context("the restore task failed")?
+}
+
+/// Copies a [`prepare`]d backup `from` into the empty prefix `cfg.prefix`; says what it
+/// copied.
+pub async fn restore(cfg: &EtcdConfig, from: &Path, prepared: &Prepared) -> anyhow::Result<String> {
     let client = cfg.client()?;
-    let copied = super::migrate::copy_into(&client, &cfg.prefix, &rows, index)
+    super::migrate::copy_into(&client, &cfg.prefix, &prepared.rows, prepared.index)
         .await
-        .with_context(|| format!("failed to restore {} into etcd", from.display()))?;
-    Ok((summary, copied))
+        .with_context(|| format!("failed to restore {} into etcd", from.display()))
 }

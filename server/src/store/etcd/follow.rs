@@ -9,9 +9,9 @@ use std::time::Duration;
 use csivol_etcd_client::{Event, EventType};
 use tokio::sync::Notify;
 
-use super::mirror::{self, Head, KeyKind};
-use super::writer::{Remote, Writer};
-use crate::watch::{Hub, Key};
+use super::mirror::{self, GenerationValue, Head, KeyKind};
+use super::writer::{Remote, WentBack, Writer};
+use crate::watch::{Generation, Hub, Key};
 
 impl Writer {
     /// Applies the watch's revisions until the mirror holds `target`; reloads from etcd if
@@ -75,6 +75,7 @@ impl Writer {
                     },
                 }
             }
+            Remote::WentBack(went) => self.went_back(&went, hub, tokens),
             Remote::Reload(rev, kvs) => {
                 let Some(head) = kvs
                     .iter()
@@ -98,6 +99,10 @@ impl Writer {
                     return;
                 }
                 self.migrating = None;
+                let generation = kvs
+                    .iter()
+                    .find(|kv| self.keys.parse(&kv.key) == Some(KeyKind::Generation))
+                    .and_then(|kv| GenerationValue::parse(&kv.value).ok());
                 let rows: Vec<_> = kvs
                     .iter()
                     .map(|kv| (kv.key.clone(), kv.value.clone()))
@@ -107,7 +112,13 @@ impl Writer {
                 match loaded {
                     Ok(()) => {
                         self.caught_up();
-                        self.applied(rev, (Some((h.index, at)), hub.keys(), true), hub, tokens)
+                        let applied = Applied {
+                            head: Some((h.index, at)),
+                            keys: hub.keys(),
+                            tokens: true,
+                            generation,
+                        };
+                        self.applied(rev, applied, hub, tokens)
                     }
                     Err(e) => {
                         tracing::error!(error = %e, "failed to reload the mirror from etcd");
@@ -119,22 +130,107 @@ impl Writer {
     }
 
     /// The mirror holds revision `rev` now.
-    fn applied(
-        &mut self,
-        rev: i64,
-        (head, keys, tokens_changed): Applied,
-        hub: &Hub,
-        tokens: &Notify,
-    ) {
+    fn applied(&mut self, rev: i64, applied: Applied, hub: &Hub, tokens: &Notify) {
         self.applied = rev;
-        if let Some((index, head_rev)) = head {
+        if let Some((index, head_rev)) = applied.head {
             self.index = index;
             self.set_head_rev(head_rev);
         }
-        if tokens_changed {
+        if applied.tokens {
             tokens.notify_one();
         }
-        hub.publish(self.index, keys);
+        if let Some(g) = applied.generation
+            && g.generation() != hub.generation()
+        {
+            // The state is of another generation from here on (a backup restored, etcd's
+            // state gone back in time): every client's index is from the one before.
+            tracing::warn!(
+                generation = g.id,
+                index = self.index,
+                "the state is of a new generation: it went back in time or was replaced; \
+                 every client is answered with its whole state"
+            );
+            hub.reset(g.generation(), self.index, g.events_from);
+        }
+        hub.publish(self.index, applied.keys);
+    }
+
+    /// etcd's state went back in time under this server (an etcd snapshot restored; its
+    /// cluster id changed, or the head's revision is below the one the mirror reflects):
+    /// the mirror is loaded again from what etcd holds now, and the state gets a new
+    /// generation unless another server already gave it one. Clients are then answered
+    /// with their whole state, and the server holds back single-writer volumes until the
+    /// nodes have reported what they hold (`lifecycle::settle`).
+    pub(super) fn went_back(&mut self, went: &WentBack, hub: &Hub, tokens: &Notify) {
+        let key = self.keys.generation();
+        let prefix = self.keys.data.clone();
+        let head_rev = self.head_rev;
+        let looked = self.rt.block_on(async {
+            let (_, kvs) = self.client.range_prefix(prefix.as_bytes(), 0).await?;
+            let Some(head) = kvs
+                .iter()
+                .find(|kv| self.keys.parse(&kv.key) == Some(KeyKind::Head))
+            else {
+                // No cluster under the prefix (deleted): nothing to give a generation to.
+                return Ok(Step::Nothing);
+            };
+            if !went.new_cluster && head.mod_revision >= head_rev {
+                // Said twice (the watch and a read found the same): this copy was loaded
+                // again already.
+                return Ok(Step::Nothing);
+            }
+            tracing::error!(
+                "{}: etcd's state went back in time (an etcd snapshot restored?); reloading it",
+                went.why
+            );
+            let now = kvs.iter().find(|kv| kv.key == key);
+            let current = now.and_then(|kv| GenerationValue::parse(&kv.value).ok());
+            if current
+                .as_ref()
+                .is_some_and(|g| g.generation() != hub.generation())
+            {
+                // Another server gave the state its new generation first.
+                return Ok(Step::Reload);
+            }
+            let mut events_from = 0;
+            for kv in &kvs {
+                if let Some(KeyKind::Row("events", idx)) = self.keys.parse(&kv.key) {
+                    events_from = events_from.max(idx.max(0) as u64);
+                }
+            }
+            let fresh = GenerationValue::new(Generation::mint(), events_from);
+            let compare = match now {
+                Some(kv) => csivol_etcd_client::mod_revision_is(key.clone(), kv.mod_revision),
+                None => csivol_etcd_client::create_revision_is(key.clone(), 0),
+            };
+            // Compared, so that of two servers finding it at once one mints and the other
+            // takes that one.
+            let resp = (self.client)
+                .txn(
+                    vec![compare],
+                    vec![csivol_etcd_client::put(key.clone(), fresh.encode(), 0)],
+                    vec![],
+                )
+                .await?;
+            if resp.succeeded {
+                tracing::info!(generation = fresh.id, "gave the state a new generation");
+            }
+            Ok::<_, csivol_etcd_client::Error>(Step::Reload)
+        });
+        match looked {
+            Ok(Step::Nothing) => {}
+            Ok(Step::Reload) => {
+                // Whatever the mirror reflected is past: the revisions restart from etcd's.
+                self.applied = 0;
+                self.head_rev = 0;
+                self.reload(hub, tokens);
+                self.rewind.send_replace(self.applied + 1);
+                self.mirror_rev.send_replace(self.head_rev);
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "failed to look at etcd's state after it went back; trying again at the next sign")
+            }
+        }
     }
 
     /// A head at revision `at` whose schema is not the mirror's, or that says a migration
@@ -152,7 +248,13 @@ impl Writer {
                 );
                 self.migrating = Some(std::time::Instant::now());
             }
-            self.applied(rev, (Some((h.index, at)), Vec::new(), false), hub, tokens);
+            let applied = Applied {
+                head: Some((h.index, at)),
+                keys: Vec::new(),
+                tokens: false,
+                generation: None,
+            };
+            self.applied(rev, applied, hub, tokens);
             return;
         }
         if self.upgrade_mirror(h.schema) {
@@ -275,6 +377,7 @@ impl Writer {
         let mut wake = Vec::new();
         let mut shipped = None;
         let mut tokens = false;
+        let mut generation = None;
         // Deletes first: a revision may delete a row and insert another with its key.
         let mut ordered: Vec<&Event> = events
             .iter()
@@ -295,6 +398,9 @@ impl Writer {
                     shipped = h.keys;
                 }
                 Some(KeyKind::Seq) if !delete => mirror::apply_seq(&tx, &kv.value)?,
+                Some(KeyKind::Generation) if !delete => {
+                    generation = Some(GenerationValue::parse(&kv.value)?);
+                }
                 Some(KeyKind::Row(name, rid)) => {
                     let Some(t) = self.tables.iter().find(|t| t.name == name) else {
                         return Err(format!("a row of an unknown table `{name}`"));
@@ -318,10 +424,29 @@ impl Writer {
         tx.commit().map_err(|e| e.to_string())?;
         // The committing server's own keys: a claim's change reaches its node's agent as
         // that volume's entries, as it does on the server that made it.
-        Ok((head, shipped.unwrap_or(wake), tokens))
+        Ok(Applied {
+            head,
+            keys: shipped.unwrap_or(wake),
+            tokens,
+            generation,
+        })
     }
 }
 
-/// What applying changes gave: the new head (index, revision), the keys to wake, and
-/// whether the tokens changed.
-type Applied = (Option<(u64, i64)>, Vec<Key>, bool);
+/// What [`Writer::went_back`] found to do.
+enum Step {
+    Nothing,
+    Reload,
+}
+
+/// What applying changes gave.
+struct Applied {
+    /// The new head: index, revision.
+    head: Option<(u64, i64)>,
+    /// The keys to wake.
+    keys: Vec<Key>,
+    /// Whether the tokens changed.
+    tokens: bool,
+    /// The state's generation, when the changes put it.
+    generation: Option<GenerationValue>,
+}

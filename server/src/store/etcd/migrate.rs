@@ -142,10 +142,22 @@ pub(super) async fn copy_into(
         schema: db::schema_version(),
         ..mirror::Head::default()
     };
+    // A state copied in is of a generation of its own: an index a client holds from where
+    // it came from (another cluster, or this one before a backup) means nothing in it.
+    let mut events_from = 0;
+    for (k, _) in rows {
+        if let Some(KeyKind::Row("events", idx)) = keys.parse(k) {
+            events_from = events_from.max(idx.max(0) as u64);
+        }
+    }
+    let generation = mirror::GenerationValue::new(crate::watch::Generation::mint(), events_from);
     copy_step(
         client,
         &keys,
-        vec![csivol_etcd_client::put(keys.head(), head.encode(), 0)],
+        vec![
+            csivol_etcd_client::put(keys.generation(), generation.encode(), 0),
+            csivol_etcd_client::put(keys.head(), head.encode(), 0),
+        ],
         prefix,
     )
     .await?;
@@ -171,11 +183,12 @@ pub(super) async fn copy_into(
             *per_table.entry(t.to_owned()).or_default() += 1;
         }
     }
-    if copied.len() != rows.len() + 1 {
+    // The rows, the generation and the head.
+    if copied.len() != rows.len() + 2 {
         bail!(
             "verification failed: etcd holds {} keys under {prefix}, the copy wrote {}",
             copied.len(),
-            rows.len() + 1
+            rows.len() + 2
         );
     }
     let counts: Vec<String> = per_table.iter().map(|(t, n)| format!("{t} {n}")).collect();

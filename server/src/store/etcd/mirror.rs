@@ -2,8 +2,9 @@
 //! etcd holds, one etcd key per row. A row is keyed by its table and rowid
 //! (`<prefix>/d/t/<table>/<rowid>`, the rowid zero-padded so keys sort as rows do) and
 //! stored as a JSON array of its column values in schema order; `<prefix>/d/seq` holds
-//! `sqlite_sequence` (so ids are never handed out twice) and `<prefix>/d/head` the change
-//! index, put by every commit. Temporary triggers, on the mirror's writer connection only,
+//! `sqlite_sequence` (so ids are never handed out twice), `<prefix>/d/head` the change
+//! index, put by every commit, and `<prefix>/d/generation` the generation of the state
+//! (`watch::Generation`), put only when the state goes back in time. Temporary triggers, on the mirror's writer connection only,
 //! note every row a write changes; the writer turns those rows into etcd puts and deletes.
 
 use rusqlite::types::Value;
@@ -91,6 +92,8 @@ pub struct Keys {
 pub enum KeyKind<'a> {
     Head,
     Seq,
+    /// Servers of an older release read it as a key they do not know, and pass over it.
+    Generation,
     Row(&'a str, i64),
 }
 
@@ -109,6 +112,10 @@ impl Keys {
         format!("{}seq", self.data).into_bytes()
     }
 
+    pub fn generation(&self) -> Vec<u8> {
+        format!("{}generation", self.data).into_bytes()
+    }
+
     pub fn row(&self, table: &str, rid: i64) -> Vec<u8> {
         format!("{}t/{table}/{rid:020}", self.data).into_bytes()
     }
@@ -118,6 +125,7 @@ impl Keys {
         match key {
             "head" => Some(KeyKind::Head),
             "seq" => Some(KeyKind::Seq),
+            "generation" => Some(KeyKind::Generation),
             _ => {
                 let (table, rid) = key.strip_prefix("t/")?.split_once('/')?;
                 Some(KeyKind::Row(table, rid.parse().ok()?))
@@ -148,6 +156,42 @@ pub struct Head {
     /// `schema`: no server commits until a head without it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub migrating: bool,
+}
+
+/// `<prefix>/d/generation`: the generation every server of the cluster serves, so that an
+/// index one server gave is valid on another. It is a key of its own, not a field of the
+/// head, because a server of the previous release puts the head without the fields it
+/// does not know; it never writes this key. Put when the cluster is made, when a backup is
+/// restored into etcd, and by the server that finds etcd's state gone back in time (an
+/// etcd snapshot restored).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GenerationValue {
+    /// The generation, as `watch::Generation::text` writes it.
+    pub id: String,
+    /// The event log's last entry when the generation began.
+    #[serde(default)]
+    pub events_from: u64,
+}
+
+impl GenerationValue {
+    pub fn new(generation: crate::watch::Generation, events_from: u64) -> Self {
+        Self {
+            id: generation.text(),
+            events_from,
+        }
+    }
+
+    pub fn generation(&self) -> crate::watch::Generation {
+        crate::watch::Generation::parse(&self.id)
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("a generation serialises")
+    }
+
+    pub fn parse(value: &[u8]) -> Result<Self, String> {
+        serde_json::from_slice(value).map_err(|e| format!("invalid generation: {e}"))
+    }
 }
 
 /// Most keys a head carries; a commit that touched more wakes by its rows.
@@ -347,7 +391,7 @@ pub fn load(
                     .ok_or_else(|| format!("etcd holds rows of an unknown table `{name}`"))?;
                 put_row(&tx, t, rid, decode_row(t, v)?).map_err(|e| e.to_string())?;
             }
-            Some(KeyKind::Head) | None => {}
+            Some(KeyKind::Head | KeyKind::Generation) | None => {}
         }
     }
     tx.commit().map_err(|e| e.to_string())

@@ -28,9 +28,10 @@ pub use args::{EtcdArgs, EtcdTlsArgs};
 pub use leader::Leadership;
 pub use reads::{READ_BOUND, Reads};
 
-use self::mirror::{Head, KeyKind, Keys};
+use self::mirror::{GenerationValue, Head, KeyKind, Keys};
 use self::writer::{Remote, Writer};
 use crate::db::{self, Db};
+use crate::watch::Generation;
 
 /// Default key prefix in etcd.
 pub const DEFAULT_PREFIX: &str = "/csivol";
@@ -112,7 +113,7 @@ pub async fn start(path: &Path, cfg: &EtcdConfig, check: bool) -> anyhow::Result
     let client = cfg.client()?;
     let prefix = cfg.prefix.trim_end_matches('/').to_owned();
     let keys = Keys::new(&prefix);
-    let (conn, tables, index, schema, head_rev, from) = loop {
+    let (conn, tables, index, schema, head_rev, from, generation) = loop {
         remove_mirror(path).with_context(|| format!("failed to remove {}", path.display()))?;
         csivol_daemon::modes::create_file(path)
             .with_context(|| format!("failed to create {}", path.display()))?;
@@ -120,8 +121,14 @@ pub async fn start(path: &Path, cfg: &EtcdConfig, check: bool) -> anyhow::Result
         let head = kvs
             .iter()
             .find(|kv| keys.parse(&kv.key) == Some(KeyKind::Head));
-        match head {
-            None => {
+        let generation = kvs
+            .iter()
+            .find(|kv| keys.parse(&kv.key) == Some(KeyKind::Generation))
+            .map(|kv| GenerationValue::parse(&kv.value))
+            .transpose()
+            .map_err(anyhow::Error::msg)?;
+        match (head, generation) {
+            (None, _) => {
                 let (conn, index) = db::open(path)?;
                 // etcd holds the truth: the mirror need not survive a crash (it is rebuilt).
                 conn.pragma_update(None, "synchronous", "OFF")?;
@@ -130,6 +137,12 @@ pub async fn start(path: &Path, cfg: &EtcdConfig, check: bool) -> anyhow::Result
                     .into_iter()
                     .map(|(k, v)| csivol_etcd_client::put(k, v, 0))
                     .collect();
+                let generation = GenerationValue::new(Generation::mint(), 0);
+                ops.push(csivol_etcd_client::put(
+                    keys.generation(),
+                    generation.encode(),
+                    0,
+                ));
                 let head = Head {
                     index,
                     schema: db::schema_version(),
@@ -145,9 +158,34 @@ pub async fn start(path: &Path, cfg: &EtcdConfig, check: bool) -> anyhow::Result
                     continue; // another server wrote it first: load that one
                 };
                 tracing::info!(prefix, "wrote a new cluster's state into etcd");
-                break (conn, tables, index, head.schema, rev, rev);
+                break (conn, tables, index, head.schema, rev, rev, generation);
             }
-            Some(h) => {
+            (Some(_), None) => {
+                // A cluster an older release made: the first server of this one to start
+                // gives it its generation, which every later one reads.
+                let mut events_from = 0;
+                for kv in &kvs {
+                    if let Some(KeyKind::Row("events", idx)) = keys.parse(&kv.key) {
+                        events_from = events_from.max(idx.max(0) as u64);
+                    }
+                }
+                let generation = GenerationValue::new(Generation::mint(), events_from);
+                at_start(|| {
+                    client.txn(
+                        vec![csivol_etcd_client::create_revision_is(keys.generation(), 0)],
+                        vec![csivol_etcd_client::put(
+                            keys.generation(),
+                            generation.encode(),
+                            0,
+                        )],
+                        vec![],
+                    )
+                })
+                .await
+                .context("failed to write the state's generation into etcd")?;
+                continue;
+            }
+            (Some(h), Some(generation)) => {
                 let head = Head::parse(&h.value).map_err(anyhow::Error::msg)?;
                 let schema = schema::accept(&head, &prefix)?;
                 let (mut conn, _) = db::open_at(path, schema)?;
@@ -171,7 +209,7 @@ pub async fn start(path: &Path, cfg: &EtcdConfig, check: bool) -> anyhow::Result
                         "the state in etcd passed its check"
                     );
                 }
-                break (conn, tables, head.index, schema, head_rev, rev);
+                break (conn, tables, head.index, schema, head_rev, rev, generation);
             }
         }
     };
@@ -180,14 +218,16 @@ pub async fn start(path: &Path, cfg: &EtcdConfig, check: bool) -> anyhow::Result
     let leadership = Leadership::start(client.clone(), &prefix, cfg.lease_ttl);
     let (mirror_rev, applied) = tokio::sync::watch::channel(head_rev);
     let halted = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let (remote_tx, remote) = mpsc::unbounded_channel();
     let reads = Reads::start(
         client.clone(),
         keys.head(),
         applied,
         std::sync::Arc::clone(&halted),
+        remote_tx.clone(),
     );
-    let (remote_tx, remote) = mpsc::unbounded_channel();
-    tokio::spawn(watch(client.clone(), keys.clone(), from + 1, remote_tx));
+    let (rewind, rewound) = tokio::sync::watch::channel(from + 1);
+    tokio::spawn(watch(client.clone(), keys.clone(), rewound, remote_tx));
     let writer = Writer {
         conn,
         tables,
@@ -209,8 +249,10 @@ pub async fn start(path: &Path, cfg: &EtcdConfig, check: bool) -> anyhow::Result
         mirror_rev,
         id: id.clone(),
         commits: 0,
+        rewind,
     };
-    let db = Db::start_with(path, index, schema, move |parts| writer.run(parts))?;
+    let begun = (generation.generation(), generation.events_from);
+    let db = Db::start_with(path, index, begun, schema, move |parts| writer.run(parts))?;
     Ok((
         db,
         Cluster {
@@ -285,10 +327,53 @@ pub(super) async fn while_no_cluster(
         .then(|| resp.header.map_or(0, |h| h.revision)))
 }
 
-/// Follows `<prefix>/d/` from `from` on and hands each revision to the writer; watches
-/// again after a failure, and reloads everything after a compaction.
-async fn watch(client: Client, keys: Keys, mut from: i64, tx: mpsc::UnboundedSender<Remote>) {
+/// Follows `<prefix>/d/` from the revision `from` says on and hands each revision to the
+/// writer; watches again after a failure, and reloads everything after a compaction. When
+/// it watches again it first looks whether etcd's history went back in time under it (a
+/// restored etcd snapshot answers a watch from a revision it has not reached by waiting,
+/// silently): then the writer loads the state again and says where to follow from.
+async fn watch(
+    client: Client,
+    keys: Keys,
+    mut rewound: tokio::sync::watch::Receiver<i64>,
+    tx: mpsc::UnboundedSender<Remote>,
+) {
+    let mut from = *rewound.borrow_and_update();
+    let mut cluster_id = 0;
     loop {
+        if let Ok(now) = client.history(&keys.head()).await {
+            let went_back = if cluster_id != 0 && now.cluster_id != cluster_id {
+                Some(writer::WentBack {
+                    why: format!(
+                        "the etcd cluster's id changed from {cluster_id:x} to {:x}",
+                        now.cluster_id
+                    ),
+                    new_cluster: true,
+                })
+            } else if now.revision < from - 1 {
+                Some(writer::WentBack {
+                    why: format!(
+                        "etcd's revision is {}, below the {} this server followed it to",
+                        now.revision,
+                        from - 1
+                    ),
+                    new_cluster: false,
+                })
+            } else {
+                None
+            };
+            cluster_id = now.cluster_id;
+            if let Some(went) = went_back {
+                if tx.send(Remote::WentBack(went)).is_err() {
+                    return;
+                }
+                // The writer loads the state again and says where to follow from.
+                if rewound.changed().await.is_err() {
+                    return;
+                }
+                from = *rewound.borrow_and_update();
+            }
+        }
         let mut stream = match client.watch_prefix(keys.data.as_bytes(), from).await {
             Ok(s) => s,
             Err(e) => {
@@ -298,11 +383,21 @@ async fn watch(client: Client, keys: Keys, mut from: i64, tx: mpsc::UnboundedSen
             }
         };
         loop {
-            let resp = match stream.message().await {
-                Ok(Some(r)) => r,
-                Ok(None) => break,
-                Err(e) => {
-                    tracing::debug!(error = %e, "etcd watch ended; watching again");
+            let resp = tokio::select! {
+                message = stream.message() => match message {
+                    Ok(Some(r)) => r,
+                    Ok(None) => break,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "etcd watch ended; watching again");
+                        break;
+                    }
+                },
+                changed = rewound.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    // The state went back in time: follow it from where the writer loaded it.
+                    from = *rewound.borrow_and_update();
                     break;
                 }
             };

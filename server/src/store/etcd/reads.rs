@@ -6,13 +6,15 @@
 //! once for the reads that were waiting when it began, so a read never takes a revision
 //! learned before it arrived.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use csivol_etcd_client::Client;
-use tokio::sync::{Notify, oneshot, watch};
+use csivol_etcd_client::{Client, History};
+use tokio::sync::{Notify, mpsc, oneshot, watch};
 use tokio::time::Instant;
 
+use super::writer::{Remote, WentBack};
 use crate::error::{ApiError, ApiResult};
 
 /// How long a read may wait to be made consistent before it is answered `unavailable`
@@ -42,6 +44,10 @@ struct Inner {
     wake: Notify,
     /// Why the mirror no longer follows etcd, if it stopped (see `writer`).
     halted: Arc<Mutex<Option<String>>>,
+    /// The id of the etcd cluster this server follows (0 until first seen).
+    cluster_id: AtomicU64,
+    /// Where to say that etcd's state went back in time: the writer.
+    writer: mpsc::UnboundedSender<Remote>,
 }
 
 impl Reads {
@@ -51,6 +57,7 @@ impl Reads {
         head: Vec<u8>,
         applied: watch::Receiver<i64>,
         halted: Arc<Mutex<Option<String>>>,
+        writer: mpsc::UnboundedSender<Remote>,
     ) -> Self {
         let inner = Arc::new(Inner {
             client,
@@ -59,6 +66,8 @@ impl Reads {
             waiting: Mutex::new(Vec::new()),
             wake: Notify::new(),
             halted,
+            cluster_id: AtomicU64::new(0),
+            writer,
         });
         tokio::spawn(rounds(Arc::clone(&inner)));
         Self { inner }
@@ -131,13 +140,87 @@ async fn rounds(inner: Arc<Inner>) {
         if waiters.is_empty() {
             continue;
         }
-        let rev = inner
-            .client
-            .mod_revision(&inner.head)
-            .await
-            .map_err(|e| e.to_string());
+        let rev = match inner.client.history(&inner.head).await {
+            Ok(now) => {
+                let known = inner.cluster_id.swap(now.cluster_id, Ordering::AcqRel);
+                match gone_back(known, *inner.applied.borrow(), &now) {
+                    None => Ok(now.mod_revision),
+                    Some(went) => {
+                        // Not answered from the copy of a state etcd no longer holds: the
+                        // writer loads it again first.
+                        let why = went.why.clone();
+                        let _ = inner.writer.send(Remote::WentBack(went));
+                        Err(why)
+                    }
+                }
+            }
+            Err(e) => Err(e.to_string()),
+        };
         for w in waiters {
             let _ = w.send(rev.clone());
         }
+    }
+}
+
+/// Whether etcd's state went back in time under a server that followed the etcd cluster
+/// `cluster_id` (0: not seen yet) up to the head's revision `head_rev`, now that etcd says
+/// `now`: its cluster id changed, or its head was last changed at a revision below the
+/// one the server reflects (every commit puts the head, so its revision only grows).
+/// Either is what restoring an etcd snapshot does; `--bump-revision` moves etcd's
+/// revision forward, never the head's.
+pub fn gone_back(cluster_id: u64, head_rev: i64, now: &History) -> Option<WentBack> {
+    if cluster_id != 0 && now.cluster_id != cluster_id {
+        return Some(WentBack {
+            why: format!(
+                "the etcd cluster's id changed from {cluster_id:x} to {:x}",
+                now.cluster_id
+            ),
+            new_cluster: true,
+        });
+    }
+    // A head that is gone is no state gone back: no cluster is left under the prefix.
+    if now.mod_revision != 0 && now.mod_revision < head_rev {
+        return Some(WentBack {
+            why: format!(
+                "etcd's head is at revision {}, below the {head_rev} this server's copy of the state reflects",
+                now.mod_revision
+            ),
+            new_cluster: false,
+        });
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_restored_etcd_snapshot_is_found_by_its_cluster_id_or_its_head() {
+        let now = |cluster_id, mod_revision| History {
+            cluster_id,
+            revision: 500,
+            mod_revision,
+        };
+        assert!(gone_back(0, 0, &now(7, 100)).is_none(), "a first look");
+        assert!(gone_back(7, 100, &now(7, 100)).is_none(), "nothing moved");
+        assert!(
+            gone_back(7, 100, &now(7, 140)).is_none(),
+            "other servers wrote"
+        );
+        let went = gone_back(7, 100, &now(8, 140)).expect("another cluster");
+        assert!(went.new_cluster, "{went:?}");
+        assert_eq!(went.why, "the etcd cluster's id changed from 7 to 8");
+        let went = gone_back(7, 100, &now(7, 60)).expect("the head went back");
+        assert!(!went.new_cluster);
+        assert!(
+            went.why.contains("revision 60, below the 100"),
+            "{}",
+            went.why
+        );
+        assert!(
+            gone_back(7, 100, &now(7, 0)).is_none(),
+            "no head left: nothing to reload"
+        );
     }
 }

@@ -273,7 +273,11 @@ async fn rewrite(
         )?;
     let old: BTreeMap<Vec<u8>, Vec<u8>> = kvs
         .into_iter()
-        .filter(|kv| keys.parse(&kv.key).is_some_and(|k| k != KeyKind::Head))
+        // The rows and the sequence: the head and the generation are not rewritten.
+        .filter(|kv| {
+            keys.parse(&kv.key)
+                .is_some_and(|k| matches!(k, KeyKind::Seq | KeyKind::Row(..)))
+        })
         .map(|kv| (kv.key, kv.value))
         .collect();
     let (from, to, index) = (mark.schema - 1, mark.schema, mark.index);

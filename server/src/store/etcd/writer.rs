@@ -24,6 +24,16 @@ pub enum Remote {
     Revision(i64, Vec<Event>),
     /// The watch fell behind a compaction: the whole prefix at one revision.
     Reload(i64, Vec<KeyValue>),
+    /// etcd's state went back in time, as the watch or a consistent read found.
+    WentBack(WentBack),
+}
+
+/// How etcd's state was found gone back in time (see `reads::gone_back`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WentBack {
+    pub why: String,
+    /// The etcd cluster's id changed: whatever the revisions say, it holds another history.
+    pub new_cluster: bool,
 }
 
 /// Most times a group runs again because other servers kept committing first.
@@ -65,6 +75,8 @@ pub struct Writer {
     /// This server's commits are named `<id>-<n>` in the head they put.
     pub id: String,
     pub commits: u64,
+    /// Tells the watch where to follow from again after the state went back in time.
+    pub rewind: tokio::sync::watch::Sender<i64>,
 }
 
 /// Answers the once-only requests of `group` with `why` and returns the others.
@@ -257,6 +269,19 @@ impl Writer {
                         job.finish(Some(ApiError::unavailable(e.clone())));
                     }
                     return;
+                }
+                Outcome::Conflict(target) if target > 0 && target < self.head_rev => {
+                    // The head is older than the one this commit was compared against:
+                    // etcd's state went back in time. The group runs again on the state
+                    // as it is now.
+                    let went = WentBack {
+                        why: format!(
+                            "etcd's head is at revision {target}, below the {} this server's copy reflects",
+                            self.head_rev
+                        ),
+                        new_cluster: false,
+                    };
+                    self.went_back(&went, &ends.hub, &ends.tokens_changed);
                 }
                 Outcome::Conflict(target) if attempts < MAX_ATTEMPTS => {
                     self.catch_up(target, &ends.hub, &ends.tokens_changed);

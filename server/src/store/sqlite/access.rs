@@ -1,4 +1,5 @@
-//! Tokens, controller hosts and the stored secrets as SQLite keeps them.
+//! Tokens, controller hosts, the stored secrets and the server's own facts (`meta`) as SQLite
+//! keeps them.
 
 use csivol_api as api;
 use rusqlite::{Connection, OptionalExtension, params};
@@ -170,5 +171,33 @@ pub fn put_secrets_check(ctx: &WriteCtx<'_>, sealed: &str) -> ApiResult<()> {
          ON CONFLICT (id) DO UPDATE SET sealed = ?1",
         [sealed],
     )?;
+    Ok(())
+}
+
+/// `meta` rows whose keys begin with `prefix`: a range of the primary key, so that a few
+/// keys are asked for at the cost of a few, however many others there are.
+pub fn meta(conn: &Connection, prefix: &str) -> ApiResult<Vec<(String, i64)>> {
+    let mut stmt = conn
+        .prepare_cached("SELECT key, value FROM meta WHERE key >= ?1 AND key < ?2 ORDER BY key")?;
+    // Every key that begins with `prefix` sorts below `prefix` followed by the greatest
+    // character (SQLite compares text bytewise, and UTF-8 keeps the order of characters).
+    let end = format!("{prefix}{}", char::MAX);
+    let rows = stmt
+        .query_map(params![prefix, end], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<Result<_, _>>()?;
+    Ok(rows)
+}
+
+pub fn put_meta(ctx: &WriteCtx<'_>, key: &str, value: Option<i64>) -> ApiResult<()> {
+    debug_assert_ne!(key, "index", "the change index is the writer's");
+    match value {
+        Some(v) => exec(
+            ctx.tx,
+            "INSERT INTO meta (key, value) VALUES (?1, ?2) \
+             ON CONFLICT (key) DO UPDATE SET value = ?2",
+            params![key, v],
+        )?,
+        None => exec(ctx.tx, "DELETE FROM meta WHERE key = ?1", [key])?,
+    };
     Ok(())
 }

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, bail};
 use rusqlite::{Connection, OpenFlags};
 
+use super::restore::{Holdings, Plan};
 use crate::db;
 use crate::identity::{self, CLUSTER_ID_FILE, Contents, STATE_DB, Signs};
 
@@ -280,10 +281,20 @@ pub async fn run_restore(args: &RestoreArgs) -> anyhow::Result<()> {
         None => configured.as_ref().and_then(|c| c.etcd.clone()),
     };
     if let Some(e) = etcd {
-        let (summary, copied) = crate::etcd::backup::restore(&e, &args.from).await?;
+        let prepared = crate::etcd::backup::prepare(&e, &args.from).await?;
+        // Said before anything is written: the prefix holds nothing now, so this is all
+        // the backup has; what nodes hold beyond it is taken down when they register.
+        println!(
+            "restoring {} from {} into etcd under {}",
+            prepared.summary,
+            args.from.display(),
+            e.prefix
+        );
+        println!("{}", prepared.plan);
+        let copied = crate::etcd::backup::restore(&e, &args.from, &prepared).await?;
         println!(
             "restored {} from {} into etcd: {copied}",
-            summary,
+            prepared.summary,
             args.from.display()
         );
         eprintln!(
@@ -317,6 +328,21 @@ pub async fn run_restore(args: &RestoreArgs) -> anyhow::Result<()> {
     let current = identity::inspect(&db)?;
     let signs = Signs::find(dir)?;
     let stamp = db::now_ms();
+    // What the restore changes, said before it acts (and before a refusal: the same
+    // command with --force does this).
+    let now = if current.has_state() {
+        Holdings::of_file(&db)?
+    } else {
+        Holdings::default()
+    };
+    let plan = Plan::new(&now, &Holdings::of_file(&args.from)?);
+    println!(
+        "restoring {} from {} into {}",
+        summary,
+        args.from.display(),
+        db.display()
+    );
+    println!("{plan}");
     if current.has_state() || signs.any() {
         if !args.force {
             bail!(
@@ -368,6 +394,9 @@ pub async fn run_restore(args: &RestoreArgs) -> anyhow::Result<()> {
             tmp.display()
         )
     })?;
+    // The server starts the restored state holding back what two nodes must not hold,
+    // until the nodes have said what they hold.
+    super::restore::mark_restored(&tmp)?;
     std::fs::File::open(&tmp)?.sync_all()?;
     std::fs::rename(&tmp, &db).with_context(|| format!("failed to write {}", db.display()))?;
     match &summary.cluster_id {

@@ -10,7 +10,7 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::{ApiError, ApiResult};
-use crate::watch::{Hub, Key};
+use crate::watch::{Generation, Hub, Key};
 
 /// Schema migrations, in order; the database's `user_version` is how many were applied.
 const MIGRATIONS: &[&str] = &[
@@ -351,6 +351,12 @@ CREATE TABLE claim_tombstones (
     PRIMARY KEY (volume, alloc)
 );
 CREATE INDEX claim_tombstones_at ON claim_tombstones (released_at);
+
+-- One backend volume is one csivol volume: a registration looks its external id up among
+-- the plugin's volumes. Not UNIQUE: a database an older csivol wrote may hold an id under
+-- two names, which is kept and named (`serve --check`, `csivol status`), never a failed
+-- migration.
+CREATE INDEX volumes_external_id ON volumes (plugin, external_id);
 "#,
 ];
 
@@ -737,24 +743,45 @@ pub(crate) struct WriterParts {
     pub schema: Arc<std::sync::atomic::AtomicI64>,
 }
 
+/// The event log's last entry (0 when empty): where a follower of the log whose position
+/// is from another generation of the state is sent on from.
+pub fn last_event(conn: &Connection) -> rusqlite::Result<u64> {
+    conn.query_row("SELECT COALESCE(MAX(idx), 0) FROM events", [], |r| {
+        r.get::<_, i64>(0)
+    })
+    .map(|i| i.max(0) as u64)
+}
+
 impl Db {
+    /// Opens the SQLite store. Every start begins a new generation of the state: the
+    /// database may be another than the one the last run served (a backup restored under
+    /// it), and nothing in the file says so for certain.
     pub fn start(path: &Path) -> anyhow::Result<Self> {
         let (conn, index) = open(path)?;
-        Self::start_with(path, index, schema_version(), move |parts| {
-            writer(conn, index, parts);
-        })
+        let events_from = last_event(&conn)?;
+        Self::start_with(
+            path,
+            index,
+            (Generation::mint(), events_from),
+            schema_version(),
+            move |parts| {
+                writer(conn, index, parts);
+            },
+        )
     }
 
     /// A database at `path` whose writer thread runs `writer` (the SQLite writer, or the
-    /// etcd store's over its mirror) from change index `index`, at schema version `schema`.
+    /// etcd store's over its mirror) from change index `index` of `generation` (its event
+    /// log's last entry beside it), at schema version `schema`.
     pub(crate) fn start_with(
         path: &Path,
         index: u64,
+        (generation, events_from): (Generation, u64),
         schema: i64,
         writer: impl FnOnce(WriterParts) + Send + 'static,
     ) -> anyhow::Result<Self> {
         let schema = Arc::new(std::sync::atomic::AtomicI64::new(schema));
-        let hub = Arc::new(Hub::new(index));
+        let hub = Arc::new(Hub::new(generation, index, events_from));
         let (jobs, rx) = mpsc::unbounded_channel();
         let write_error = Arc::new(Mutex::new(None));
         let tokens_changed = Arc::new(tokio::sync::Notify::new());

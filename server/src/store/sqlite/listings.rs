@@ -27,10 +27,11 @@ pub fn events(
     let mut stmt = conn.prepare_cached(
         "SELECT idx, at, kind, volume, node, alloc, actor, message FROM events \
          WHERE idx > ?1 AND (?2 IS NULL OR volume = ?2) AND (?3 IS NULL OR node = ?3) \
-         AND (?4 IS NULL OR alloc = ?4) ORDER BY idx LIMIT ?5",
+         AND (?4 IS NULL OR alloc = ?4) AND (?6 IS NULL OR idx <= ?6) ORDER BY idx LIMIT ?5",
     )?;
+    let until = f.until.map(|u| u as i64);
     let rows = stmt.query_map(
-        params![after as i64, f.volume, f.node, f.alloc, limit],
+        params![after as i64, f.volume, f.node, f.alloc, limit, until],
         |r| {
             Ok(api::Event {
                 index: r.get::<_, i64>(0)? as u64,
@@ -47,12 +48,73 @@ pub fn events(
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
-pub fn prune_events(ctx: &WriteCtx<'_>, keep: i64) -> ApiResult<usize> {
-    exec(
+/// What an event takes, as the byte bound of the log counts it: its text as stored.
+const EVENT_BYTES: &str = "(octet_length(kind) + octet_length(actor) + octet_length(message) \
+     + ifnull(octet_length(volume), 0) + ifnull(octet_length(node), 0) \
+     + ifnull(octet_length(alloc), 0))";
+
+/// The index of the last event [`events`] would return, read from the index alone.
+pub fn event_page_end(
+    conn: &Connection,
+    after: u64,
+    f: &EventFilter,
+    limit: u32,
+) -> ApiResult<Option<u64>> {
+    let last: Option<i64> = conn
+        .prepare_cached(
+            "SELECT MAX(idx) FROM (SELECT idx FROM events \
+             WHERE idx > ?1 AND (?2 IS NULL OR volume = ?2) AND (?3 IS NULL OR node = ?3) \
+             AND (?4 IS NULL OR alloc = ?4) AND (?6 IS NULL OR idx <= ?6) ORDER BY idx LIMIT ?5)",
+        )?
+        .query_row(
+            params![
+                after as i64,
+                f.volume,
+                f.node,
+                f.alloc,
+                limit,
+                f.until.map(|u| u as i64)
+            ],
+            |r| r.get(0),
+        )?;
+    Ok(last.map(|i| i as u64))
+}
+
+/// Drops at most `p.batch` events: first those older than the newest `p.keep`, then,
+/// while the log holds more than `p.bytes`, the oldest events whose kind is not in
+/// `p.kept_by_count` (a JSON array of kinds), which only the count drops.
+pub fn prune_events(ctx: &WriteCtx<'_>, p: &crate::store::Pruning<'_>) -> ApiResult<usize> {
+    let batch = i64::try_from(p.batch).unwrap_or(i64::MAX);
+    let by_count = exec(
         ctx.tx,
-        "DELETE FROM events WHERE idx <= (SELECT MAX(idx) FROM events) - ?1",
-        [keep],
-    )
+        "DELETE FROM events WHERE idx IN (SELECT idx FROM events \
+         WHERE idx <= (SELECT MAX(idx) FROM events) - ?1 ORDER BY idx LIMIT ?2)",
+        params![p.keep, batch],
+    )?;
+    let left = batch - by_count as i64;
+    if left <= 0 {
+        return Ok(by_count);
+    }
+    let total: i64 = ctx
+        .tx
+        .prepare_cached(&format!("SELECT ifnull(SUM({EVENT_BYTES}), 0) FROM events"))?
+        .query_row([], |r| r.get(0))?;
+    if total <= p.bytes {
+        return Ok(by_count);
+    }
+    // The newest events that fit beside those only the count drops stay; the rest of
+    // those the bytes may drop go, oldest first.
+    let sql = format!(
+        "DELETE FROM events WHERE idx IN (\
+           SELECT idx FROM (\
+             SELECT idx, SUM({EVENT_BYTES}) OVER (ORDER BY idx DESC) AS newer FROM events \
+             WHERE kind NOT IN (SELECT value FROM json_each(?2))) \
+           WHERE newer > ?1 - (SELECT ifnull(SUM({EVENT_BYTES}), 0) FROM events \
+             WHERE kind IN (SELECT value FROM json_each(?2))) \
+           ORDER BY idx LIMIT ?3)"
+    );
+    let by_bytes = exec(ctx.tx, &sql, params![p.bytes, p.kept_by_count, left])?;
+    Ok(by_count + by_bytes)
 }
 
 // ---- listings ----

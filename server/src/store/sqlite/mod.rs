@@ -10,6 +10,7 @@ mod held;
 mod listings;
 pub mod maintenance;
 mod nodes;
+pub mod restore;
 mod retries;
 mod rows;
 mod snapshots;
@@ -333,6 +334,40 @@ impl Snapshot for Connection {
         )
     }
 
+    fn volumes_with_external_id(&self, plugin: &str, external_id: &str) -> ApiResult<Vec<String>> {
+        strings(
+            self,
+            "SELECT name FROM volumes WHERE plugin = ?1 AND external_id = ?2 ORDER BY name",
+            [plugin, external_id],
+        )
+    }
+
+    fn duplicate_external_ids(&self) -> ApiResult<Vec<super::DuplicateId>> {
+        // A volume being created has no external id yet: the empty id is no duplicate.
+        let mut stmt = self.prepare_cached(
+            "SELECT plugin, external_id, json_group_array(name) FROM \
+             (SELECT plugin, external_id, name FROM volumes WHERE external_id <> '' \
+              ORDER BY plugin, external_id, name) \
+             GROUP BY plugin, external_id HAVING COUNT(*) > 1 ORDER BY plugin, external_id",
+        )?;
+        let rows = stmt.query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, String>(2)?,
+            ))
+        })?;
+        rows.map(|row| {
+            let (plugin, external_id, names) = row?;
+            Ok(super::DuplicateId {
+                plugin,
+                external_id,
+                volumes: serde_json::from_str(&names)?,
+            })
+        })
+        .collect()
+    }
+
     fn plugin_registrations(
         &self,
         plugin: &str,
@@ -448,6 +483,10 @@ impl Snapshot for Connection {
         listings::events(self, after, f, limit)
     }
 
+    fn event_page_end(&self, after: u64, f: &EventFilter, limit: u32) -> ApiResult<Option<u64>> {
+        listings::event_page_end(self, after, f, limit)
+    }
+
     fn state_counts(&self) -> ApiResult<StateCounts> {
         listings::state_counts(self)
     }
@@ -478,6 +517,10 @@ impl Snapshot for Connection {
 
     fn tombstone(&self, volume: &str, alloc: &str) -> ApiResult<Option<crate::store::Tombstone>> {
         retries::tombstone(self, volume, alloc)
+    }
+
+    fn meta(&self, prefix: &str) -> ApiResult<Vec<(String, i64)>> {
+        access::meta(self, prefix)
     }
 }
 
@@ -533,6 +576,8 @@ reads_through_the_transaction! {
     op(id: i64) -> Option<OpRow>;
     volume_op(kind: OpKind, volume: &str) -> Option<OpRow>;
     plugin_ids() -> Vec<String>;
+    volumes_with_external_id(plugin: &str, external_id: &str) -> Vec<String>;
+    duplicate_external_ids() -> Vec<super::DuplicateId>;
     ops_of_host(host: &str) -> Vec<OpRow>;
     assigned_ops(plugin: &str) -> Vec<OpSlot>;
     due_ops(plugin: &str, now: i64) -> Vec<OpSlot>;
@@ -563,6 +608,7 @@ reads_through_the_transaction! {
     plugin_nodes(only: Option<&str>) -> Vec<PluginNodeRow>;
     volumes_of_plugin(plugin: &str) -> u32;
     events(after: u64, f: &EventFilter, limit: u32) -> Vec<api::Event>;
+    event_page_end(after: u64, f: &EventFilter, limit: u32) -> Option<u64>;
     state_counts() -> StateCounts;
     waiting_ops(plugin: Option<&str>, now: i64) -> Vec<WaitingOps>;
     running_ops(plugin: &str) -> Vec<RunningOpRow>;
@@ -571,6 +617,7 @@ reads_through_the_transaction! {
     retries_kept() -> bool;
     kept_answer(token: &str, key: &str) -> Option<crate::store::KeptAnswer>;
     tombstone(volume: &str, alloc: &str) -> Option<crate::store::Tombstone>;
+    meta(prefix: &str) -> Vec<(String, i64)>;
 }
 
 fn reconcile_facts(

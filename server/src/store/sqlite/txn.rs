@@ -826,8 +826,8 @@ impl Txn for WriteCtx<'_> {
         nodes::set_claim_lease(self, volume, alloc, ttl_ms, expires_at)
     }
 
-    fn prune_events(&mut self, keep: i64) -> ApiResult<usize> {
-        listings::prune_events(self, keep)
+    fn prune_events(&mut self, p: &crate::store::Pruning<'_>) -> ApiResult<usize> {
+        listings::prune_events(self, p)
     }
 
     fn put_stored_secrets(&mut self, volume: &str, sealed: &str) -> ApiResult<()> {
@@ -848,5 +848,9 @@ impl Txn for WriteCtx<'_> {
 
     fn prune_retries(&mut self, before: i64, most: usize) -> ApiResult<usize> {
         retries::prune_retries(self, before, most)
+    }
+
+    fn put_meta(&mut self, key: &str, value: Option<i64>) -> ApiResult<()> {
+        access::put_meta(self, key, value)
     }
 }

@@ -15,6 +15,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
 use csivol_api::{self as api, ClaimMode, ClaimRequest, ClaimState};
+use csivol_client::Cursor;
 use csivol_client::once::Once;
 use rand::Rng;
 use rand::SeedableRng;
@@ -113,6 +114,69 @@ where
         *retries += 1;
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// The bytes of the careless client's label: far past the server's limit of a claim's
+/// labels, within a request body.
+const OVERSIZED_LABEL: usize = 512 << 10;
+
+/// A careless client beside the load: claims on the load's volumes with a label far past
+/// the server's limit, a few a second until `until`. Each must be refused (422 naming the
+/// labels) whatever the faults: one accepted would grow the state and hold a volume the
+/// load needs; a server error is a crash under it. No answer, or a 503 or 502 from a
+/// server a fault took down, says nothing. Returns how many were refused and the
+/// violations.
+pub async fn oversized_labels(
+    http: Http,
+    volumes: Vec<String>,
+    nodes: Arc<Vec<String>>,
+    until: Instant,
+    seed: u64,
+) -> (u64, Vec<String>) {
+    let mut rng = StdRng::seed_from_u64(seed ^ 0x1abe1);
+    let label = "x".repeat(OVERSIZED_LABEL);
+    let (mut refused, mut violations) = (0, Vec::new());
+    let mut n = 0u64;
+    while Instant::now() < until {
+        n += 1;
+        let volume = &volumes[rng.random_range(0..volumes.len())];
+        let node = &nodes[rng.random_range(0..nodes.len())];
+        let alloc = format!("oversized-{n}");
+        let mut req = ClaimRequest::new(&alloc, node.as_str(), ClaimMode::Write);
+        req.labels.insert("job".to_owned(), label.clone());
+        let what = format!(
+            "claim {volume}/{alloc} with a {} KiB label",
+            OVERSIZED_LABEL >> 10
+        );
+        // A client that keeps no keys, as a careless one would.
+        match http
+            .post_once(
+                &format!("/v1/volumes/{volume}/claims"),
+                &req,
+                &Once::unkeyed(),
+            )
+            .await
+        {
+            Ok(r)
+                if r.status == 422
+                    && String::from_utf8_lossy(&r.body).contains("`labels` holds") =>
+            {
+                refused += 1;
+            }
+            Ok(r) if r.status == 503 || r.status == 502 => {}
+            Ok(r) => violations.push(format!(
+                "{what}: answered {} ({}), not refused as too large",
+                r.status,
+                String::from_utf8_lossy(&r.body)
+                    .chars()
+                    .take(200)
+                    .collect::<String>()
+            )),
+            Err(_) => {}
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    (refused, violations)
 }
 
 pub async fn client(http: Http, spec: Spec) -> Tally {
@@ -238,7 +302,7 @@ async fn claim_and_release(
         }
     };
     t.acknowledged += 1;
-    let mut index = created.index.unwrap_or(0);
+    let mut cursor = created.cursor(&Cursor::default());
     // Until ready (or failed).
     let mut claim: Option<api::Claim> = created.json().ok();
     loop {
@@ -265,10 +329,14 @@ async fn claim_and_release(
             return (silent, false);
         }
         let read_at = h.now();
-        match persist(deadline, &mut t.retries, || http.get_blocking(&path, index)).await {
+        match persist(deadline, &mut t.retries, || {
+            http.get_following(&path, &cursor)
+        })
+        .await
+        {
             Answer::Got(r) if r.status == 200 => {
                 h.completed(volume, read_at, Input::Read(me()), Output::Present);
-                index = r.index.unwrap_or(index);
+                cursor = r.cursor(&cursor);
                 claim = r.json().ok();
             }
             Answer::Got(r) if r.status == 404 => {
@@ -392,8 +460,8 @@ pub async fn release(
                 answer => break answer,
             }
         };
-        let mut index = match answer {
-            Answer::Got(r) if r.status == 202 || r.status == 404 => r.index.unwrap_or(0),
+        let mut cursor = match answer {
+            Answer::Got(r) if r.status == 202 || r.status == 404 => r.cursor(&Cursor::default()),
             Answer::Got(r) => {
                 return unseen(format!(
                     "HTTP {}: {}",
@@ -406,12 +474,12 @@ pub async fn release(
         loop {
             let read = || {
                 read_in.store(ledger.restores(), Relaxed);
-                http.get_blocking(&path, index)
+                http.get_following(&path, &cursor)
             };
             match persist(deadline, retries, read).await {
                 Answer::Got(r) if r.status == 404 => break 'send,
                 Answer::Got(_) if read_in.load(Relaxed) != sent_in.load(Relaxed) => continue 'send,
-                Answer::Got(r) => index = r.index.unwrap_or(index),
+                Answer::Got(r) => cursor = r.cursor(&cursor),
                 Answer::TimedOut => return unseen("not gone in time".to_owned()),
             }
             if Instant::now() >= deadline {

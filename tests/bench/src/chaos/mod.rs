@@ -90,6 +90,8 @@ pub struct ChaosReport {
     /// (the restored state never knew them), detached in the drain as an operator would.
     pub forgotten_publications_detached: usize,
     pub client_retries: u64,
+    /// Claims with an oversized label that the servers refused, as they must.
+    pub oversized_refused: u64,
     /// Claims of which an attempt went unanswered; of those, how many whose cycle could
     /// not tell turned up in the drain and were released there, and how many whose cycle
     /// saw them refused or released turned up again (each a violation).
@@ -149,6 +151,10 @@ impl ChaosReport {
             self.failed_claims,
             self.released_on_node_return,
             self.client_retries
+        ));
+        line(format!(
+            "careless client: {} claims with an oversized label refused",
+            self.oversized_refused
         ));
         if self.faults.get(&Fault::Restore).is_some_and(|n| *n > 0) {
             line(format!(
@@ -263,6 +269,14 @@ async fn execute(cfg: &Config, net: Option<Arc<Net>>) -> anyhow::Result<ChaosRep
         })
         .collect();
 
+    // Beside them, a careless client whose every claim is far too large.
+    let careless = tokio::spawn(load::oversized_labels(
+        http.clone(),
+        names.clone(),
+        Arc::clone(&node_names),
+        until,
+        seed,
+    ));
     say.say(format!(
         "chaos: {} clients and faults for {}",
         a.concurrency,
@@ -312,6 +326,9 @@ async fn execute(cfg: &Config, net: Option<Arc<Net>>) -> anyhow::Result<ChaosRep
     }
     let mut violations = tally.violations.clone();
     violations.extend(findings.violations);
+    let (oversized_refused, careless_violations) =
+        careless.await.context("the careless client panicked")?;
+    violations.extend(careless_violations);
     errors.extend(tally.stuck.iter().cloned());
     let drained = if tally.unsure.is_empty() {
         Drained::default()
@@ -407,6 +424,7 @@ async fn execute(cfg: &Config, net: Option<Arc<Net>>) -> anyhow::Result<ChaosRep
         released_after_restore: tally.released_after_restore,
         forgotten_publications_detached: leaks.detached,
         client_retries: tally.retries,
+        oversized_refused,
         unsure_claims: tally.unsure.len(),
         unsure_released: drained.released,
         unsure_reappeared: drained.reappeared.len(),
