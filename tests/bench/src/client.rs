@@ -19,6 +19,15 @@ pub fn requests_sent() -> u64 {
     REQUESTS.load(std::sync::atomic::Ordering::Relaxed)
 }
 
+/// Whether `e` says the request reached no server: no connection could be made to any,
+/// so nothing was sent and it had no effect.
+pub fn never_sent(e: &anyhow::Error) -> bool {
+    matches!(
+        e.downcast_ref::<csivol_client::Error>(),
+        Some(csivol_client::Error::Unreachable { source, .. }) if source.is_connect()
+    )
+}
+
 /// An answer: status, the `x-csivol-index` header (if any) and the raw body.
 #[derive(Debug)]
 pub struct Resp {

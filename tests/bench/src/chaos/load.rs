@@ -21,7 +21,7 @@ use rand::Rng;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
-use super::super::client::{Http, Resp};
+use super::super::client::{Http, Resp, never_sent};
 use super::invariants::presented;
 use super::ledger::{Ledger, SentClaim};
 use crate::history::{Input, Output, Recorder};
@@ -262,6 +262,10 @@ async fn claim_and_release(
     let attempt = move || async move {
         let sent = h.now();
         let r = http.post_once(claims_path, body, once).await;
+        if r.as_ref().is_err_and(never_sent) {
+            // No server took the connection: nothing was sent, so no operation.
+            return r;
+        }
         let outcome = match &r {
             Ok(r) if r.status == 200 || r.status == 201 => Output::Ok,
             // A refusal changed nothing.
@@ -272,7 +276,8 @@ async fn claim_and_release(
         if outcome == Output::Unknown {
             silent.store(true, Relaxed);
         }
-        h.completed(volume, sent, Input::Claim(me()), outcome);
+        let key = once.key().unwrap_or_default();
+        h.attempted(volume, sent, Input::Claim(me()), outcome, key);
         r
     };
     let answer = persist(deadline, &mut t.retries, attempt).await;

@@ -48,6 +48,9 @@ pub struct Record {
     pub input: Input,
     #[serde(flatten)]
     pub output: Output,
+    /// The `Idempotency-Key` of the request (a claim's attempts share one).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request: Option<String>,
 }
 
 /// Where the clients write the history; one clock for all of them.
@@ -99,6 +102,20 @@ impl Recorder {
             ret_us,
             input,
             output,
+            request: None,
+        });
+    }
+
+    /// Records an attempt of the request keyed `key` that just completed with `output`.
+    pub fn attempted(&self, volume: &str, call_us: u64, input: Input, output: Output, key: &str) {
+        let ret_us = (output != Output::Unknown).then(|| self.now());
+        self.ops.lock().expect("history lock").push(Record {
+            volume: volume.to_owned(),
+            call_us,
+            ret_us,
+            input,
+            output,
+            request: Some(key.to_owned()),
         });
     }
 
@@ -138,20 +155,31 @@ pub fn save_lines<T: Serialize>(path: &Path, items: &[T]) -> std::io::Result<()>
 /// independent registers, so the whole is linearizable exactly when each is; an operation
 /// on every volume is in each one's history).
 pub fn check(records: &[Record]) -> Checked {
-    let mut by_volume: BTreeMap<&str, Vec<Operation<Input, Output>>> = BTreeMap::new();
-    let op = |r: &Record| Operation {
-        call: r.call_us,
-        ret: r.ret_us.unwrap_or(u64::MAX),
-        input: r.input.clone(),
-        output: r.output.clone(),
-    };
+    let mut by_volume: BTreeMap<&str, Vec<Record>> = BTreeMap::new();
     for r in records.iter().filter(|r| r.volume != EVERY_VOLUME) {
-        by_volume.entry(&r.volume).or_default().push(op(r));
+        by_volume.entry(&r.volume).or_default().push(r.clone());
     }
-    for ops in by_volume.values_mut() {
-        ops.extend(records.iter().filter(|r| r.volume == EVERY_VOLUME).map(op));
-        bound_unanswered_claims(ops);
-    }
+    let every: Vec<&Record> = records
+        .iter()
+        .filter(|r| r.volume == EVERY_VOLUME)
+        .collect();
+    let by_volume: BTreeMap<&str, Vec<Operation<Input, Output>>> = by_volume
+        .into_iter()
+        .map(|(volume, mut rs)| {
+            rs.extend(every.iter().map(|r| (*r).clone()));
+            bound_unanswered_claims(&mut rs);
+            let ops = rs
+                .into_iter()
+                .map(|r| Operation {
+                    call: r.call_us,
+                    ret: r.ret_us.unwrap_or(u64::MAX),
+                    input: r.input,
+                    output: r.output,
+                })
+                .collect();
+            (volume, ops)
+        })
+        .collect();
     let mut out = Checked {
         operations: records.len(),
         volumes: by_volume.len(),
@@ -184,31 +212,54 @@ pub fn check(records: &[Record]) -> Checked {
     out
 }
 
-/// Ends each unanswered claim of an alloc just before the first release of that alloc
-/// sent after it: the server carries out no claim request sent before its alloc's release
-/// (it refuses one that says it was sent earlier, and answers a repeat of a keyed one
-/// with its first answer), so such a claim took effect before that release was sent, or
-/// never. Without a release after it, it may still take effect at any time.
-fn bound_unanswered_claims(ops: &mut [Operation<Input, Output>]) {
+/// Ends each unanswered claim attempt where the server's exact retries say it took effect
+/// by, if at all: just before the first release of its alloc sent after it (the server
+/// carries out no claim request sent before its alloc's release: it refuses one that
+/// says it was sent earlier, and answers a repeat of a keyed one with its first answer),
+/// and at the first answer to a later attempt of the same request (same key: the server
+/// keeps the request's first answer, success or refusal, and answers every repeat with it,
+/// so an attempt not yet carried out by then never will be). Otherwise it may still take
+/// effect at any time.
+fn bound_unanswered_claims(records: &mut [Record]) {
     let mut releases: BTreeMap<String, Vec<u64>> = BTreeMap::new();
-    for o in ops.iter() {
-        if let Input::Release(a) = &o.input {
-            releases.entry(a.clone()).or_default().push(o.call);
+    // Per key, (sent, answered) of each attempt that got an answer.
+    let mut answered: BTreeMap<String, Vec<(u64, u64)>> = BTreeMap::new();
+    for r in records.iter() {
+        match (&r.input, &r.request, r.ret_us) {
+            (Input::Release(a), _, _) => releases.entry(a.clone()).or_default().push(r.call_us),
+            (Input::Claim(_), Some(k), Some(ret)) => {
+                answered
+                    .entry(k.clone())
+                    .or_default()
+                    .push((r.call_us, ret));
+            }
+            _ => {}
         }
     }
     for times in releases.values_mut() {
         times.sort_unstable();
     }
-    for o in ops.iter_mut().filter(|o| o.ret == u64::MAX) {
-        let Input::Claim(a) = &o.input else { continue };
-        let Some(times) = releases.get(a) else {
-            continue;
-        };
-        // The first release sent at or after the claim; at one instant an invocation
-        // comes before a completion, so the claim ends a microsecond earlier.
-        let i = times.partition_point(|t| *t < o.call);
-        if let Some(release) = times.get(i) {
-            o.ret = release.saturating_sub(1).max(o.call);
+    for r in records.iter_mut().filter(|r| r.ret_us.is_none()) {
+        let Input::Claim(a) = &r.input else { continue };
+        // At one instant an invocation comes before a completion: the claim ends a
+        // microsecond before the release is sent.
+        let release = releases.get(a).and_then(|times| {
+            let i = times.partition_point(|t| *t < r.call_us);
+            times.get(i).map(|t| t.saturating_sub(1))
+        });
+        let repeat = r
+            .request
+            .as_ref()
+            .and_then(|k| answered.get(k))
+            .and_then(|attempts| {
+                attempts
+                    .iter()
+                    .filter(|(sent, _)| *sent > r.call_us)
+                    .map(|(_, ret)| *ret)
+                    .min()
+            });
+        if let Some(bound) = release.into_iter().chain(repeat).min() {
+            r.ret_us = Some(bound.max(r.call_us));
         }
     }
 }
@@ -224,6 +275,14 @@ mod tests {
             ret_us: ret,
             input,
             output,
+            request: None,
+        }
+    }
+
+    fn keyed(r: Record, key: &str) -> Record {
+        Record {
+            request: Some(key.to_owned()),
+            ..r
         }
     }
 
@@ -286,6 +345,33 @@ mod tests {
         ];
         let checked = check(&records);
         assert!(checked.anomalies.is_empty(), "{checked:?}");
+    }
+
+    /// An unanswered attempt of a keyed claim took effect before a later attempt of the
+    /// same request was answered, or never: not there after that answer, the claim seen
+    /// later still is no late commit of the first attempt.
+    #[test]
+    fn an_unanswered_attempt_ends_at_its_repeats_answer() {
+        let a = || "a".to_owned();
+        let records = |key: &str| {
+            vec![
+                keyed(rec("v1", 0, None, Input::Claim(a()), Output::Unknown), key),
+                keyed(
+                    rec("v1", 5, Some(10), Input::Claim(a()), Output::Refused),
+                    "k",
+                ),
+                rec("v1", 20, Some(30), Input::Read(a()), Output::Absent),
+                rec("v1", 40, Some(50), Input::Read(a()), Output::Present),
+            ]
+        };
+        let checked = check(&records("k"));
+        assert_eq!(checked.anomalies.len(), 1, "{checked:?}");
+        // Another request's answer says nothing of this one.
+        let checked = check(&records("other"));
+        assert!(checked.anomalies.is_empty(), "{checked:?}");
+        // And the key is in the history's line.
+        let line = serde_json::to_value(&records("k")[0]).unwrap();
+        assert_eq!(line["request"], "k");
     }
 
     /// A backup and a restore recorded once are judged in every volume's history: a
