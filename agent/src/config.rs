@@ -210,7 +210,7 @@ impl Backoff {
     }
 }
 
-/// What the reconcile core needs: everything but the server connection. Tests build one
+/// What the node engine needs: everything but the server connection. Tests build one
 /// directly with [`CoreConfig::new`].
 #[derive(Clone, Debug)]
 pub struct CoreConfig {

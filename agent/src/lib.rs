@@ -7,11 +7,12 @@
 //! - `store`: `agent.db`, what the agent may have staged and published, and its fences.
 //! - `mounts`: pure over one snapshot of the mount table and `stat`: what a plugin made at
 //!   a path, whether it is still there, and the checks of the agent's records (`Judge`).
-//! - `plan`: pure, in `csivol-rules`: one volume's desired and recorded state → the steps.
-//! - `verify`: pure, in `csivol-rules`: the records against those checks → what recovery
-//!   and every resync do (stage or publish again, take down, record, report drift).
-//! - `reconcile`: recovery at start, the reconcile loop, volume workers, controller
-//!   operations.
+//! - the decisions are pure, in `csivol_rules::agent`, imported by that path: `job` (one
+//!   volume's desired and recorded state → the steps) and `verify` (the records against
+//!   those checks → what recovery and every resync repair: stage or publish again, take
+//!   down, record, report drift).
+//! - `engine`: the node engine: recovery at start, the loop that makes the node follow
+//!   its desired state, volume workers, controller operations.
 //! - `check`: `csivol-agent check`, one safe round trip through a plugin before trusting
 //!   it, judged against the spec and the agent's readiness rule.
 //! - `client`, `session`, `channel`: the server side: register, heartbeat, desired state,
@@ -26,18 +27,16 @@ pub mod check;
 pub mod cli;
 mod client;
 pub mod config;
+pub mod engine;
 pub mod mounts;
 pub mod plugin;
-pub mod reconcile;
 mod session;
 pub mod store;
-
-pub use csivol_rules::{plan, verify};
 
 use anyhow::Context;
 
 pub use self::config::{CoreConfig, NodeArgs, PluginSpec, ReadyCheck, ReadyCheckSetting};
-pub use self::reconcile::{Core, FenceState, TARGETS_MODE};
+pub use self::engine::{Core, FenceState, TARGETS_MODE};
 pub use self::session::FenceClock;
 
 /// The `--server` addresses by the rule every csivol client follows
@@ -106,7 +105,7 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
         }
     };
     let (core, reports) = match started {
-        Err(reconcile::StartError::Stopped) => {
+        Err(engine::StartError::Stopped) => {
             tracing::info!(
                 "node agent stopped while starting, before it registered: what it did is \
                  recorded in agent.db, and the next start reports it to the server"

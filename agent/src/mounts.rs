@@ -28,7 +28,7 @@
 //!   number since (loop devices are reused by number). What sysfs says of the device besides
 //!   its number is recorded with it ([`DeviceIdentity`]: the kernel's sequence number of the
 //!   disk, a loop device's backing file) and compared at each check
-//!   (`csivol_rules::observed::compare`); where sysfs tells devices of one number apart by
+//!   (`csivol_rules::agent::observed::compare`); where sysfs tells devices of one number apart by
 //!   nothing (no sequence number, no loop device), the number and size are all that is
 //!   checked. A device node bound inside a staging directory is held to the same.
 //!
@@ -48,8 +48,8 @@ pub use csivol_csi::mountinfo::{MountTable, MountWatch};
 
 use std::collections::BTreeMap;
 
-use csivol_rules::plan::{PublicationRecord, StagingRecord};
-use csivol_rules::verify::Checks;
+use csivol_rules::agent::records::{PublicationRecord, StagingRecord};
+use csivol_rules::agent::verify::Checks;
 
 use crate::config::ReadyCheck;
 
@@ -66,8 +66,9 @@ pub fn is_mount_point(path: &Path) -> io::Result<bool> {
     Ok(MountTable::read()?.is_mount_point(path))
 }
 
-use csivol_rules::observed::{self, Sameness};
-pub use csivol_rules::observed::{DeviceIdentity, InnerMount, Observation, SeenMount};
+use csivol_rules::agent::observed::{
+    self, DeviceIdentity, InnerMount, Observation, Sameness, SeenMount,
+};
 
 /// How the agent remembers a mount of the table.
 fn seen(m: &Mount) -> SeenMount {

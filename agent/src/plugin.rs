@@ -6,23 +6,24 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use csivol_api::domain::{
-    ControllerCapabilities, ErrorClass, GroupControllerCapabilities, NodeCapabilities, NodeInfo,
-    PluginCapabilities, PluginInfo, Topology, VolumeCapability,
-};
+use csivol_api::domain::{ErrorClass, NodeCapabilities, NodeInfo, PluginCapabilities, PluginInfo};
 use csivol_api::{
-    ControllerOp, ControllerOpKind, DesiredExpand, DesiredPublish, GroupMember,
-    NodePluginRegistration, NodeVolume, PluginError, PluginRegistration, Report,
+    DesiredExpand, DesiredPublish, NodePluginRegistration, NodeVolume, PluginError,
+    PluginRegistration,
 };
 use csivol_csi::CsiEndpoint;
-use csivol_csi::PluginChannel;
+use csivol_csi::PluginConnection;
+use csivol_csi::convert::{code_name, error_class};
 use csivol_csi::csi::v1 as csi;
-use csivol_csi::domain::{code_name, error_class, timestamp_ms};
 use csivol_csi::endpoint::with_deadline;
 use tokio::sync::Semaphore;
 use tonic::Code;
 
 use super::config::{CoreConfig, PluginSpec, ReadyCheck};
+
+pub mod controller;
+
+use controller::ControllerPlugin;
 
 /// How long one Probe may take while the agent waits for a plugin to come up.
 const PROBE_DEADLINE: Duration = Duration::from_secs(5);
@@ -113,21 +114,7 @@ pub struct NodePlugin {
     pub capabilities: NodeCapabilities,
     /// The attach limit (`max_volumes_per_node`) as NodeGetInfo last said it.
     limit: std::sync::atomic::AtomicU32,
-    client: csi::node_client::NodeClient<PluginChannel>,
-    permits: Semaphore,
-    timeout: Duration,
-}
-
-/// A controller this agent hosts.
-#[derive(Debug)]
-pub struct ControllerPlugin {
-    pub id: String,
-    pub endpoint: CsiEndpoint,
-    pub identity: Identity,
-    pub capabilities: ControllerCapabilities,
-    client: csi::controller_client::ControllerClient<PluginChannel>,
-    /// The GroupController service, where the plugin serves it.
-    group: Option<csi::group_controller_client::GroupControllerClient<PluginChannel>>,
+    client: csi::node_client::NodeClient<PluginConnection>,
     permits: Semaphore,
     timeout: Duration,
 }
@@ -206,10 +193,10 @@ impl Plugins {
 /// Probes until the plugin says it is ready, then reads its identity.
 async fn identity(
     spec: &PluginSpec,
-    channel: &PluginChannel,
+    conn: &PluginConnection,
     wait: Duration,
 ) -> Result<Identity, ConnectError> {
-    let mut client = csi::identity_client::IdentityClient::new(channel.clone());
+    let mut client = csi::identity_client::IdentityClient::new(conn.clone());
     let started = Instant::now();
     let mut last_log: Option<Instant> = None;
     loop {
@@ -280,9 +267,9 @@ fn wire_path(path: &Path) -> String {
 
 impl NodePlugin {
     async fn connect(spec: &PluginSpec, cfg: &CoreConfig) -> Result<Self, ConnectError> {
-        let channel = spec.endpoint.channel(cfg.node_call_timeout);
-        let identity = identity(spec, &channel, cfg.plugin_wait_timeout).await?;
-        let mut client = csi::node_client::NodeClient::new(channel);
+        let conn = spec.endpoint.connection(cfg.node_call_timeout);
+        let identity = identity(spec, &conn, cfg.plugin_wait_timeout).await?;
+        let mut client = csi::node_client::NodeClient::new(conn);
         let call_err = |source| ConnectError::Call {
             id: spec.id.clone(),
             endpoint: spec.endpoint.clone(),
@@ -482,445 +469,6 @@ impl NodePlugin {
             .await
             .map_err(|s| CallError::new("NodeUnstageVolume", s))?;
         Ok(())
-    }
-}
-
-impl ControllerPlugin {
-    async fn connect(spec: &PluginSpec, cfg: &CoreConfig) -> Result<Self, ConnectError> {
-        let channel = spec.endpoint.channel(cfg.controller_call_timeout);
-        let identity = identity(spec, &channel, cfg.plugin_wait_timeout).await?;
-        if !identity.capabilities.controller_service {
-            return Err(ConnectError::NoController {
-                id: spec.id.clone(),
-                endpoint: spec.endpoint.clone(),
-            });
-        }
-        let mut client = csi::controller_client::ControllerClient::new(channel.clone());
-        let caps = client
-            .controller_get_capabilities(with_deadline(
-                csi::ControllerGetCapabilitiesRequest {},
-                PROBE_DEADLINE,
-            ))
-            .await
-            .map_err(|s| ConnectError::Call {
-                id: spec.id.clone(),
-                endpoint: spec.endpoint.clone(),
-                source: CallError::new("ControllerGetCapabilities", s),
-            })?;
-        let mut capabilities = ControllerCapabilities::from(caps.get_ref());
-        // The GroupController is a service of its own, asked only where the plugin lists
-        // it (GetPluginCapabilities: GROUP_CONTROLLER_SERVICE "indicates that the Plugin
-        // provides RPCs for operating on groups of volumes. Plugins MAY provide this
-        // capability"), and whose calls need CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT.
-        let group = if identity.capabilities.group_controller_service {
-            let mut group = csi::group_controller_client::GroupControllerClient::new(channel);
-            match group
-                .group_controller_get_capabilities(with_deadline(
-                    csi::GroupControllerGetCapabilitiesRequest {},
-                    PROBE_DEADLINE,
-                ))
-                .await
-            {
-                Ok(r) => {
-                    capabilities.group_snapshots = GroupControllerCapabilities::from(r.get_ref())
-                        .create_delete_get_volume_group_snapshot;
-                }
-                // Its other services still serve: the plugin hosts its controller without
-                // group snapshots, and the server refuses those.
-                Err(s) => tracing::warn!(
-                    plugin = spec.id,
-                    error = %CallError::new("GroupControllerGetCapabilities", s),
-                    "group snapshots unavailable"
-                ),
-            }
-            Some(group)
-        } else {
-            None
-        };
-        Ok(Self {
-            id: spec.id.clone(),
-            endpoint: spec.endpoint.clone(),
-            identity,
-            capabilities,
-            client,
-            group,
-            permits: Semaphore::new(cfg.controller_concurrency),
-            timeout: cfg.controller_call_timeout,
-        })
-    }
-
-    /// Whether the server can compare this plugin's publications with its attachments.
-    pub fn lists_published_nodes(&self) -> bool {
-        self.capabilities.list_volumes && self.capabilities.list_volumes_published_nodes
-    }
-
-    /// Every volume the plugin has, through all pages of ListVolumes (`next_token`).
-    pub async fn list_volumes(&self) -> Result<Vec<csivol_api::ListedVolume>, CallError> {
-        /// A page of this size keeps each answer small; the plugin may return fewer.
-        const PAGE: i32 = 100;
-        let mut client = self.client.clone();
-        let _permit = self.permits.acquire().await.expect("never closed");
-        let mut volumes = Vec::new();
-        let mut token = String::new();
-        loop {
-            let req = csi::ListVolumesRequest {
-                max_entries: PAGE,
-                starting_token: token,
-            };
-            let r = client
-                .list_volumes(with_deadline(req, self.timeout))
-                .await
-                .map_err(|s| CallError::new("ListVolumes", s))?
-                .into_inner();
-            volumes.extend(r.entries.iter().map(csivol_api::ListedVolume::from));
-            if r.next_token.is_empty() {
-                return Ok(volumes);
-            }
-            token = r.next_token;
-        }
-    }
-
-    /// Runs one controller operation and returns the report of its success.
-    pub async fn run(&self, op: &ControllerOp) -> Result<Report, CallError> {
-        let cap = |c: &VolumeCapability| Some(csi::VolumeCapability::from(c));
-        let mut client = self.client.clone();
-        let _permit = self.permits.acquire().await.expect("never closed");
-        let (id, attempt) = (op.id, op.attempt);
-        Ok(match &op.kind {
-            ControllerOpKind::Publish {
-                external_id,
-                node_id,
-                capability,
-                readonly,
-                context,
-                secrets,
-                ..
-            } => {
-                let req = csi::ControllerPublishVolumeRequest {
-                    volume_id: external_id.clone(),
-                    node_id: node_id.clone(),
-                    volume_capability: cap(capability),
-                    readonly: *readonly,
-                    secrets: wire_map(secrets),
-                    volume_context: wire_map(context),
-                };
-                let r = client
-                    .controller_publish_volume(with_deadline(req, self.timeout))
-                    .await
-                    .map_err(|s| CallError::new("ControllerPublishVolume", s))?;
-                Report::ControllerPublished {
-                    op: id,
-                    attempt,
-                    publish_context: r.into_inner().publish_context.into_iter().collect(),
-                }
-            }
-            ControllerOpKind::Unpublish {
-                external_id,
-                node_id,
-                secrets,
-                ..
-            } => {
-                let req = csi::ControllerUnpublishVolumeRequest {
-                    volume_id: external_id.clone(),
-                    node_id: node_id.clone(),
-                    secrets: wire_map(secrets),
-                };
-                client
-                    .controller_unpublish_volume(with_deadline(req, self.timeout))
-                    .await
-                    .map_err(|s| CallError::new("ControllerUnpublishVolume", s))?;
-                Report::ControllerUnpublished { op: id, attempt }
-            }
-            ControllerOpKind::Create {
-                volume,
-                capability,
-                capacity_bytes,
-                parameters,
-                secrets,
-                topology_request,
-                source,
-                mutable_parameters,
-            } => {
-                let req = csi::CreateVolumeRequest {
-                    name: volume.clone(),
-                    capacity_range: (*capacity_bytes > 0).then(|| csi::CapacityRange {
-                        required_bytes: i64::try_from(*capacity_bytes).unwrap_or(i64::MAX),
-                        limit_bytes: 0,
-                    }),
-                    volume_capabilities: vec![csi::VolumeCapability::from(capability)],
-                    parameters: wire_map(parameters),
-                    secrets: wire_map(secrets),
-                    accessibility_requirements: topology_request
-                        .as_ref()
-                        .map(csi::TopologyRequirement::from),
-                    volume_content_source: source.as_ref().map(csi::VolumeContentSource::from),
-                    mutable_parameters: wire_map(mutable_parameters),
-                };
-                let r = client
-                    .create_volume(with_deadline(req, self.timeout))
-                    .await
-                    .map_err(|s| CallError::new("CreateVolume", s))?;
-                let v = r.into_inner().volume.ok_or_else(|| {
-                    CallError::invalid_response("CreateVolume", "`volume` is missing")
-                })?;
-                if v.volume_id.is_empty() {
-                    return Err(CallError::invalid_response(
-                        "CreateVolume",
-                        "`volume.volume_id` is empty",
-                    ));
-                }
-                Report::Created {
-                    op: id,
-                    attempt,
-                    external_id: v.volume_id,
-                    // The spec: 0 means the capacity is unknown.
-                    capacity_bytes: u64::try_from(v.capacity_bytes).unwrap_or(0),
-                    context: v.volume_context.into_iter().collect(),
-                    accessible_topology: v
-                        .accessible_topology
-                        .into_iter()
-                        .map(Topology::from)
-                        .collect(),
-                }
-            }
-            ControllerOpKind::Delete {
-                external_id,
-                secrets,
-                ..
-            } => {
-                let req = csi::DeleteVolumeRequest {
-                    volume_id: external_id.clone(),
-                    secrets: wire_map(secrets),
-                };
-                client
-                    .delete_volume(with_deadline(req, self.timeout))
-                    .await
-                    .map_err(|s| CallError::new("DeleteVolume", s))?;
-                Report::Deleted { op: id, attempt }
-            }
-            ControllerOpKind::Expand {
-                external_id,
-                capacity_bytes,
-                capability,
-                secrets,
-                ..
-            } => {
-                let req = csi::ControllerExpandVolumeRequest {
-                    volume_id: external_id.clone(),
-                    capacity_range: Some(csi::CapacityRange {
-                        required_bytes: i64::try_from(*capacity_bytes).unwrap_or(i64::MAX),
-                        limit_bytes: 0,
-                    }),
-                    secrets: wire_map(secrets),
-                    volume_capability: cap(capability),
-                };
-                let r = client
-                    .controller_expand_volume(with_deadline(req, self.timeout))
-                    .await
-                    .map_err(|s| CallError::new("ControllerExpandVolume", s))?
-                    .into_inner();
-                Report::Expanded {
-                    op: id,
-                    attempt,
-                    capacity_bytes: u64::try_from(r.capacity_bytes).unwrap_or(0),
-                    node_expansion_required: r.node_expansion_required,
-                }
-            }
-            ControllerOpKind::Modify {
-                external_id,
-                parameters,
-                secrets,
-                ..
-            } => {
-                let req = csi::ControllerModifyVolumeRequest {
-                    volume_id: external_id.clone(),
-                    secrets: wire_map(secrets),
-                    mutable_parameters: wire_map(parameters),
-                };
-                client
-                    .controller_modify_volume(with_deadline(req, self.timeout))
-                    .await
-                    .map_err(|s| CallError::new("ControllerModifyVolume", s))?;
-                Report::Modified { op: id, attempt }
-            }
-            ControllerOpKind::CreateSnapshot {
-                snapshot,
-                source_volume_id,
-                snapshot_id,
-                parameters,
-                secrets,
-            } => {
-                // Once the snapshot is cut, a plugin with GET_SNAPSHOT is asked about that one
-                // snapshot (GetSnapshot: "Snapshots which were recently created and not yet
-                // ready to use must be retrievable with this RPC"); a plugin without it is
-                // asked CreateSnapshot again, as the spec advises ("calling CreateSnapshot
-                // repeatedly is the preferred way to check if the processing is complete").
-                let (call, s) = if !snapshot_id.is_empty() && self.capabilities.get_snapshot {
-                    let req = csi::GetSnapshotRequest {
-                        snapshot_id: snapshot_id.clone(),
-                        secrets: wire_map(secrets),
-                    };
-                    let r = client
-                        .get_snapshot(with_deadline(req, self.timeout))
-                        .await
-                        .map_err(|s| CallError::new("GetSnapshot", s))?;
-                    ("GetSnapshot", r.into_inner().snapshot)
-                } else {
-                    let req = csi::CreateSnapshotRequest {
-                        source_volume_id: source_volume_id.clone(),
-                        name: snapshot.clone(),
-                        secrets: wire_map(secrets),
-                        parameters: wire_map(parameters),
-                    };
-                    let r = client
-                        .create_snapshot(with_deadline(req, self.timeout))
-                        .await
-                        .map_err(|s| CallError::new("CreateSnapshot", s))?;
-                    ("CreateSnapshot", r.into_inner().snapshot)
-                };
-                let s =
-                    s.ok_or_else(|| CallError::invalid_response(call, "`snapshot` is missing"))?;
-                if s.snapshot_id.is_empty() {
-                    return Err(CallError::invalid_response(
-                        call,
-                        "`snapshot.snapshot_id` is empty",
-                    ));
-                }
-                Report::SnapshotCreated {
-                    op: id,
-                    attempt,
-                    snapshot_id: s.snapshot_id,
-                    // The spec: 0 means the size is unknown.
-                    size_bytes: u64::try_from(s.size_bytes).unwrap_or(0),
-                    ready_to_use: s.ready_to_use,
-                    creation_time_ms: timestamp_ms(s.creation_time.as_ref()),
-                }
-            }
-            ControllerOpKind::DeleteSnapshot {
-                snapshot_id,
-                secrets,
-                ..
-            } => {
-                let req = csi::DeleteSnapshotRequest {
-                    snapshot_id: snapshot_id.clone(),
-                    secrets: wire_map(secrets),
-                };
-                client
-                    .delete_snapshot(with_deadline(req, self.timeout))
-                    .await
-                    .map_err(|s| CallError::new("DeleteSnapshot", s))?;
-                Report::SnapshotDeleted { op: id, attempt }
-            }
-            ControllerOpKind::CreateGroupSnapshot {
-                group,
-                source_volume_ids,
-                group_snapshot_id,
-                snapshot_ids,
-                parameters,
-                secrets,
-            } => {
-                let mut client = self.group_client("CreateVolumeGroupSnapshot")?;
-                // Once the group is cut, GetVolumeGroupSnapshot tells where it stands (the
-                // spec: "This optional RPC MAY be called by the CO to fetch current
-                // information about a volume group snapshot", implemented by every plugin
-                // with the capability); before, CreateVolumeGroupSnapshot is asked again
-                // ("The CO SHOULD issue the CreateVolumeGroupSnapshotRequest RPC with the
-                // same arguments again periodically until the ready_to_use field has a
-                // value of true").
-                let (call, g) = if group_snapshot_id.is_empty() {
-                    let req = csi::CreateVolumeGroupSnapshotRequest {
-                        name: group.clone(),
-                        source_volume_ids: source_volume_ids.clone(),
-                        secrets: wire_map(secrets),
-                        parameters: wire_map(parameters),
-                    };
-                    let r = client
-                        .create_volume_group_snapshot(with_deadline(req, self.timeout))
-                        .await
-                        .map_err(|s| CallError::new("CreateVolumeGroupSnapshot", s))?;
-                    ("CreateVolumeGroupSnapshot", r.into_inner().group_snapshot)
-                } else {
-                    let req = csi::GetVolumeGroupSnapshotRequest {
-                        group_snapshot_id: group_snapshot_id.clone(),
-                        snapshot_ids: snapshot_ids.clone(),
-                        secrets: wire_map(secrets),
-                    };
-                    let r = client
-                        .get_volume_group_snapshot(with_deadline(req, self.timeout))
-                        .await
-                        .map_err(|s| CallError::new("GetVolumeGroupSnapshot", s))?;
-                    ("GetVolumeGroupSnapshot", r.into_inner().group_snapshot)
-                };
-                // "In the VolumeGroupSnapshot message, both snapshots and group_snapshot_id
-                // are required fields."
-                let g = g.ok_or_else(|| {
-                    CallError::invalid_response(call, "`group_snapshot` is missing")
-                })?;
-                if g.group_snapshot_id.is_empty() {
-                    return Err(CallError::invalid_response(
-                        call,
-                        "`group_snapshot.group_snapshot_id` is empty",
-                    ));
-                }
-                if g.snapshots.is_empty() || g.snapshots.iter().any(|s| s.snapshot_id.is_empty()) {
-                    return Err(CallError::invalid_response(
-                        call,
-                        "`group_snapshot.snapshots` is empty or names a snapshot without an id",
-                    ));
-                }
-                Report::GroupSnapshotCreated {
-                    op: id,
-                    attempt,
-                    group_snapshot_id: g.group_snapshot_id,
-                    ready_to_use: g.ready_to_use,
-                    creation_time_ms: timestamp_ms(g.creation_time.as_ref()),
-                    snapshots: g
-                        .snapshots
-                        .into_iter()
-                        .map(|s| GroupMember {
-                            snapshot_id: s.snapshot_id,
-                            source_volume_id: s.source_volume_id,
-                            // The spec: 0 means the size is unknown.
-                            size_bytes: u64::try_from(s.size_bytes).unwrap_or(0),
-                            ready_to_use: s.ready_to_use,
-                            creation_time_ms: timestamp_ms(s.creation_time.as_ref()),
-                        })
-                        .collect(),
-                }
-            }
-            ControllerOpKind::DeleteGroupSnapshot {
-                group_snapshot_id,
-                snapshot_ids,
-                secrets,
-                ..
-            } => {
-                let req = csi::DeleteVolumeGroupSnapshotRequest {
-                    group_snapshot_id: group_snapshot_id.clone(),
-                    snapshot_ids: snapshot_ids.clone(),
-                    secrets: wire_map(secrets),
-                };
-                self.group_client("DeleteVolumeGroupSnapshot")?
-                    .delete_volume_group_snapshot(with_deadline(req, self.timeout))
-                    .await
-                    .map_err(|s| CallError::new("DeleteVolumeGroupSnapshot", s))?;
-                Report::GroupSnapshotDeleted { op: id, attempt }
-            }
-        })
-    }
-
-    /// The GroupController client, or the error a plugin without the service gives.
-    fn group_client(
-        &self,
-        call: &'static str,
-    ) -> Result<csi::group_controller_client::GroupControllerClient<PluginChannel>, CallError> {
-        self.group.clone().ok_or_else(|| {
-            CallError::new(
-                call,
-                tonic::Status::unimplemented(
-                    "the plugin does not list GROUP_CONTROLLER_SERVICE in GetPluginCapabilities",
-                ),
-            )
-        })
     }
 }
 

@@ -16,7 +16,7 @@ use tokio::sync::{Notify, mpsc, watch};
 use super::channel;
 use super::client::{ApiClient, ApiError};
 use super::config::Backoff;
-use super::reconcile::{Core, FenceState};
+use super::engine::{Core, FenceState};
 
 /// The heartbeat TTL assumed until the server says otherwise.
 const DEFAULT_TTL: Duration = Duration::from_secs(30);

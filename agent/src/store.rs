@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::mounts::Observation;
+use csivol_rules::agent::observed::Observation;
 
 /// How long start-up waits for a previous agent process on the same data dir to let go.
 const LOCK_WAIT: Duration = Duration::from_secs(10);
@@ -60,9 +60,9 @@ pub enum StoreError {
     Sql(#[from] rusqlite::Error),
 }
 
-// The records are plain types of the node's plan (pure, `csivol-rules`); this module
-// stores them.
-pub use csivol_rules::plan::{PublicationRecord, PublishState, StageState, StagingRecord};
+// The records are plain types of the agent's decisions (pure, `csivol_rules::agent`); this
+// module stores them.
+use csivol_rules::agent::records::{PublicationRecord, PublishState, StageState, StagingRecord};
 
 /// A record's state from its column, or an error naming the text that is no state.
 fn state<T>(s: &str, parse: fn(&str) -> Option<T>) -> rusqlite::Result<T> {

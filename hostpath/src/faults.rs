@@ -120,10 +120,10 @@ impl FromStr for Rpc {
     }
 }
 
-pub use csivol_csi::domain::code_name;
+pub use csivol_csi::convert::code_name;
 
 fn parse_code(s: &str) -> Result<Code, String> {
-    csivol_csi::domain::code_from_name(s)
+    csivol_csi::convert::code_from_name(s)
         .filter(|c| *c != Code::Ok)
         .ok_or_else(|| {
             format!("unknown gRPC code `{s}`, expected e.g. UNAVAILABLE or INVALID_ARGUMENT")

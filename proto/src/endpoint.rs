@@ -1,4 +1,5 @@
-//! Plugin endpoints (`unix:///path/to.sock`, `tcp://host:port`) and the gRPC channel to them.
+//! Plugin endpoints (`unix:///path/to.sock`, `tcp://host:port`) and the gRPC connection to
+//! them.
 
 use std::fmt;
 use std::future::Future;
@@ -67,17 +68,17 @@ impl fmt::Display for CsiEndpoint {
 }
 
 impl CsiEndpoint {
-    /// A channel that connects on first use and reconnects after the plugin restarts.
+    /// A connection that connects on first use and again after the plugin restarts.
     ///
-    /// `deadline` is the default deadline of every call on the channel; a call may set a
+    /// `deadline` is the default deadline of every call on the connection; a call may set a
     /// shorter one with [`with_deadline`].
-    pub fn channel(&self, deadline: Duration) -> PluginChannel {
+    pub fn connection(&self, deadline: Duration) -> PluginConnection {
         let authority = match self {
             // Never dialled: the socket is the address.
             Self::Unix(_) => Authority::from_static("csi-plugin.invalid"),
             Self::Tcp(addr) => addr.parse().expect("validated by FromStr"),
         };
-        PluginChannel(Arc::new(Inner {
+        PluginConnection(Arc::new(Inner {
             endpoint: self.clone(),
             authority,
             deadline,
@@ -95,7 +96,7 @@ pub fn with_deadline<T>(message: T, deadline: Duration) -> tonic::Request<T> {
 
 /// The calls to one plugin: one HTTP/2 connection on its endpoint, made at the first call
 /// and made again at the first call after it broke (the plugin restarted); calls share it,
-/// each on a stream of its own. Every call has a deadline: the channel's, or the shorter
+/// each on a stream of its own. Every call has a deadline: the connection's, or the shorter
 /// one its request carries (`grpc-timeout`, from [`with_deadline`]); past it the call is
 /// given up as `DEADLINE_EXCEEDED`, and a connection that cannot be made is `UNAVAILABLE`.
 ///
@@ -105,7 +106,7 @@ pub fn with_deadline<T>(message: T, deadline: Duration) -> tonic::Request<T> {
 /// path, where every step is a call to the plugin on its local socket, that stack cost
 /// about a sixth of the client's CPU per call.
 #[derive(Clone, Debug)]
-pub struct PluginChannel(Arc<Inner>);
+pub struct PluginConnection(Arc<Inner>);
 
 #[derive(Debug)]
 struct Inner {
@@ -189,7 +190,7 @@ where
     Ok(send)
 }
 
-impl tower::Service<http::Request<Body>> for PluginChannel {
+impl tower::Service<http::Request<Body>> for PluginConnection {
     type Response = http::Response<hyper::body::Incoming>;
     type Error = Status;
     type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Status>> + Send>>;

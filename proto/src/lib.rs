@@ -2,16 +2,16 @@
 //! types the rest of csivol uses instead, a connector for plugin endpoints, and the mount
 //! table both ends of a node's CSI socket read, and how dev mode's children die with it.
 //!
-//! Generated types stay at the edge: [`domain`] holds every conversion to and from the wire
+//! Generated types stay at the edge: [`convert`] holds every conversion to and from the wire
 //! types, in one place; the plain types themselves are `csivol-api`'s, so that the CLI and
 //! the HTTP API carry them without any gRPC stack.
 
-pub mod domain;
+pub mod convert;
 pub mod endpoint;
 pub mod mountinfo;
 pub mod supervised;
 
-/// Generated CSI v1 code (package `csi.v1`). Only [`domain`] and the gRPC edges of the
+/// Generated CSI v1 code (package `csi.v1`). Only [`convert`] and the gRPC edges of the
 /// agent and the reference plugin should touch these types.
 pub mod csi {
     #[allow(clippy::all, clippy::pedantic, unused_qualifications)] // reason: generated code
@@ -20,4 +20,4 @@ pub mod csi {
     }
 }
 
-pub use endpoint::{CsiEndpoint, EndpointError, PluginChannel};
+pub use endpoint::{CsiEndpoint, EndpointError, PluginConnection};

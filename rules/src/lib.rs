@@ -29,12 +29,11 @@
 //!   request, and when a request is too old, or a claim older than its alloc's release.
 //! - `settle`: which volumes the server holds back after the state went back in time, and
 //!   until when.
-//! - `plan`: the node agent's: one volume's desired state and records → the steps to take.
-//! - `observed`: what a plugin made at a staging path or a target, as the agent observed it.
-//! - `verify`: the node agent's recovery plan: its records against the checks of one
-//!   snapshot of the mount table → stage or publish again, take down, record, report drift.
+//! - `agent/`: the node agent's decisions (a volume's job, its recovery, what it observed and
+//!   recorded), in a folder of their own.
 
 pub mod after_release;
+pub mod agent;
 pub mod claims;
 pub mod expansion;
 pub mod fence;
@@ -42,8 +41,6 @@ pub mod hosting;
 pub mod kinds;
 pub mod modify;
 pub mod nodes;
-pub mod observed;
-pub mod plan;
 pub mod queue;
 pub mod reconcile;
 pub mod retries;
@@ -51,4 +48,3 @@ pub mod schedule;
 pub mod settle;
 pub mod snapshots;
 pub mod transitions;
-pub mod verify;

@@ -208,11 +208,15 @@ pub struct ClaimRow {
     pub mode: ClaimMode,
     pub state: ClaimState,
     pub target_path: Option<String>,
+    /// Its last error as shown: a step's, or while no later error replaced it, its drift
+    /// in words ([`Drift::said`]).
     pub error: Option<String>,
     pub next_retry_at: Option<i64>,
     pub created_at: i64,
     pub updated_at: i64,
     pub modify_index: u64,
+    /// Found not mounted as its plugin made it, and published again until repaired.
+    pub drift: Option<Drift>,
     /// What the node says the claim waits for, since when, and its readiness timeout.
     pub waiting: Option<(String, i64, i64)>,
     /// The plugin's abnormal volume condition, if any.
@@ -247,11 +251,62 @@ impl ClaimRow {
                     timeout_ms: (*timeout).max(0) as u64,
                 }),
             condition: self.condition.clone(),
+            drift: self.drift.as_ref().map(Drift::to_api),
             expires_at: self.expires_at.map(time),
             ttl_ms: self.ttl_ms.map(|t| t.max(0) as u64),
             queue_position: None,
             labels: self.labels.clone(),
         }
+    }
+}
+
+/// A claim's drift as stored (the claim's `drift` column, JSON): what found it, when
+/// (unix ms) and why.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Drift {
+    pub found: api::DriftFound,
+    pub at: i64,
+    pub reason: String,
+}
+
+/// How a claim's error says its drift; before drift was a field of its own, the error was
+/// where it was kept.
+const DRIFT_SAID: &str = "drift: ";
+
+impl Drift {
+    pub fn to_api(&self) -> api::ClaimDrift {
+        api::ClaimDrift {
+            found: self.found,
+            since: time(self.at),
+            reason: self.reason.clone(),
+        }
+    }
+
+    /// The drift in words, as the claim's error shows it: `drift: WHY`.
+    pub fn said(&self) -> String {
+        format!("{DRIFT_SAID}{}", self.reason)
+    }
+
+    /// The drift a claim's error says in that form, as the schema before the field kept
+    /// it (with the etcd store, until `upgrade finalize`): found by what its reason names
+    /// (csivol's own words when a registration or a return found it, the agent's
+    /// otherwise), recorded at the claim's last change `at`.
+    pub fn from_said(error: &str, at: i64) -> Option<Self> {
+        let reason = error.strip_prefix(DRIFT_SAID)?;
+        let found = if reason.starts_with("node ")
+            && reason.ends_with(" registered without it mounted")
+        {
+            api::DriftFound::Registration
+        } else if reason.starts_with("node ") && reason.ends_with(" came back without it mounted") {
+            api::DriftFound::Return
+        } else {
+            api::DriftFound::Check
+        };
+        Some(Self {
+            found,
+            at,
+            reason: reason.to_owned(),
+        })
     }
 }
 

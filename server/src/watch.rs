@@ -52,6 +52,15 @@ struct Entry {
 }
 
 impl Key {
+    /// The key of one volume's entries in `node`'s desired state: the node's agent is sent
+    /// that volume's entries anew.
+    pub fn node_volume(node: &str, volume: &str) -> Self {
+        Self::NodeVolume {
+            node: node.to_owned(),
+            volume: volume.to_owned(),
+        }
+    }
+
     /// The key blocking queries wait on: a node's waiters for every change of the node.
     fn waiter(self) -> Self {
         match self {

@@ -19,15 +19,17 @@ use csivol_api::domain::{AccessMode, AccessType, VolumeCapability};
 use csivol_api::{
     ControllerOp, ControllerOpKind, DesiredPublish, NodeVolume, Report, TopologyRequest,
 };
-use csivol_csi::domain::code_name;
-use csivol_rules::plan::{PublicationRecord, PublishState, StageState, StagingRecord};
-use csivol_rules::verify::Checks as _;
+use csivol_csi::convert::code_name;
+use csivol_rules::agent::observed::Observation;
+use csivol_rules::agent::records::{PublicationRecord, PublishState, StageState, StagingRecord};
+use csivol_rules::agent::verify::Checks as _;
 use serde::Serialize;
 
 use self::findings::{Call, Departure, Purpose, Seen, Severity, departures};
 use crate::config::{CoreConfig, PluginSpec, ReadyCheck, parse_label};
-use crate::mounts::{Checker, Judge, Observation};
-use crate::plugin::{CallError, ControllerPlugin, NodePlugin, Plugins};
+use crate::mounts::{Checker, Judge};
+use crate::plugin::controller::ControllerPlugin;
+use crate::plugin::{CallError, NodePlugin, Plugins};
 
 /// `csivol-agent check` flags.
 #[derive(Debug, clap::Args)]

@@ -1,12 +1,12 @@
 //! What sysfs says of a block device besides its number (`/sys/dev/block/MAJOR:MINOR`),
 //! read into a [`DeviceIdentity`] that later checks compare
-//! (`csivol_rules::observed::compare`).
+//! (`csivol_rules::agent::observed::compare`).
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::UNIX_EPOCH;
 
-use csivol_rules::observed::{Backing, DeviceIdentity, FileId};
+use csivol_rules::agent::observed::{Backing, DeviceIdentity, FileId};
 
 /// How the kernel marks a loop device's backing file that was removed.
 const DELETED: &str = " (deleted)";
@@ -89,7 +89,7 @@ mod tests {
     /// on another file under the same number it is known as another device.
     #[test]
     fn a_loop_device_reused_by_number_reads_as_another() {
-        use csivol_rules::observed::{Sameness, compare};
+        use csivol_rules::agent::observed::{Sameness, compare};
         if !rustix::process::geteuid().is_root() {
             eprintln!("skipped: loop devices need root");
             return;

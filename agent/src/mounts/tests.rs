@@ -1,6 +1,6 @@
 use super::fake::FakeFiles;
 use super::*;
-use csivol_rules::verify::Checks;
+use csivol_rules::agent::verify::Checks;
 
 const DIR: &str = "1 0 8:1 / / rw - ext4 /dev/sda1 rw";
 const STAGING: &str = "/data/staging/hp/v1";
@@ -437,7 +437,7 @@ fn a_real_block_target_that_is_a_file_or_missing_is_not_ready() {
 }
 
 fn record(block: bool, observed: Option<Observation>) -> (StagingRecord, PublicationRecord) {
-    use csivol_rules::plan::{PublishState, StageState};
+    use csivol_rules::agent::records::{PublishState, StageState};
     (
         StagingRecord {
             volume: "v1".into(),
@@ -540,7 +540,7 @@ fn other_image(diskseq: Option<u64>) -> DeviceIdentity {
 }
 
 fn image(diskseq: Option<u64>, file: &str, ino: u64) -> DeviceIdentity {
-    use csivol_rules::observed::{Backing, FileId};
+    use csivol_rules::agent::observed::{Backing, FileId};
     DeviceIdentity {
         diskseq,
         start: None,

@@ -93,7 +93,7 @@ async fn an_older_agents_records_open_without_observations() {
 /// check); one written with them keeps them across a reopen.
 #[tokio::test]
 async fn observations_recorded_before_device_identities_open_without_them() {
-    use csivol_rules::observed::DeviceIdentity;
+    use csivol_rules::agent::observed::DeviceIdentity;
     let dir = tempfile::tempdir().unwrap();
     let rec = PublicationRecord {
         volume: "v".into(),

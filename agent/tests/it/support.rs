@@ -71,12 +71,12 @@ impl Hostpath {
             .unwrap()
     }
 
-    fn channel(&self) -> csivol_csi::PluginChannel {
-        CsiEndpoint::Unix(self.socket.clone()).channel(Duration::from_secs(10))
+    fn connection(&self) -> csivol_csi::PluginConnection {
+        CsiEndpoint::Unix(self.socket.clone()).connection(Duration::from_secs(10))
     }
 
     async fn wait_ready(&self) {
-        let mut identity = csi::identity_client::IdentityClient::new(self.channel());
+        let mut identity = csi::identity_client::IdentityClient::new(self.connection());
         let deadline = Instant::now() + WAIT;
         while identity.probe(csi::ProbeRequest {}).await.is_err() {
             assert!(
@@ -91,7 +91,7 @@ impl Hostpath {
     /// Creates a volume through the plugin's controller, as an operator's storage would.
     pub async fn create(&self, name: &str) -> Vol {
         self.wait_ready().await;
-        let mut controller = csi::controller_client::ControllerClient::new(self.channel());
+        let mut controller = csi::controller_client::ControllerClient::new(self.connection());
         let v = controller
             .create_volume(csi::CreateVolumeRequest {
                 name: name.into(),
@@ -118,7 +118,7 @@ impl Hostpath {
 
     /// ControllerPublishVolume to this plugin's node, as the controller host would.
     pub async fn attach(&self, vol: &mut Vol) {
-        let mut controller = csi::controller_client::ControllerClient::new(self.channel());
+        let mut controller = csi::controller_client::ControllerClient::new(self.connection());
         let r = controller
             .controller_publish_volume(csi::ControllerPublishVolumeRequest {
                 volume_id: vol.external_id.clone(),

@@ -7,7 +7,8 @@
 use std::path::Path;
 
 use csivol_agent::ReadyCheck;
-use csivol_agent::mounts::{Checker, Observation, Staging, Target};
+use csivol_agent::mounts::{Checker, Staging, Target};
+use csivol_rules::agent::observed::Observation;
 use csivol_tests::{TestDir, eventually, is_mounted, wait_for};
 use rustix::mount::{UnmountFlags, mount_bind, unmount};
 use serde_json::json;

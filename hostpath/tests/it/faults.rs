@@ -159,13 +159,13 @@ async fn restart_keeps_what_it_did() {
 }
 
 #[tokio::test]
-async fn the_plugin_channel_keeps_deadlines_and_connects_again_after_a_restart() {
+async fn the_plugin_connection_keeps_deadlines_and_connects_again_after_a_restart() {
     use csivol_csi::CsiEndpoint;
     use csivol_csi::endpoint::with_deadline;
-    let dir = TestDir::new("hostpath-channel");
+    let dir = TestDir::new("hostpath-connection");
     let mut p = Plugin::start(&dir, "node-1", &["--delay=NodeGetInfo=5s"]).await;
-    let channel = CsiEndpoint::Unix(p.socket.clone()).channel(Duration::from_secs(30));
-    let mut node = Node::new(channel.clone());
+    let conn = CsiEndpoint::Unix(p.socket.clone()).connection(Duration::from_secs(30));
+    let mut node = Node::new(conn.clone());
     // The request's own deadline: the call gives up long before the plugin answers.
     let started = Instant::now();
     let late = node
@@ -180,8 +180,8 @@ async fn the_plugin_channel_keeps_deadlines_and_connects_again_after_a_restart()
         "{:?}",
         started.elapsed()
     );
-    // The channel's deadline, for a request without one.
-    let short = CsiEndpoint::Unix(p.socket.clone()).channel(Duration::from_millis(300));
+    // The connection's deadline, for a request without one.
+    let short = CsiEndpoint::Unix(p.socket.clone()).connection(Duration::from_millis(300));
     let started = Instant::now();
     let late = Node::new(short)
         .node_get_info(csi::NodeGetInfoRequest {})
@@ -194,8 +194,8 @@ async fn the_plugin_channel_keeps_deadlines_and_connects_again_after_a_restart()
     );
 
     // The plugin dies: a call finds nobody to connect to. Started again on the same
-    // socket, it is reached through the same channel.
-    let mut identity = Identity::new(channel);
+    // socket, it is reached through the same connection.
+    let mut identity = Identity::new(conn);
     identity.probe(csi::ProbeRequest {}).await.unwrap();
     p.proc.kill();
     assert_eq!(

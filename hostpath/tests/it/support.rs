@@ -8,16 +8,16 @@ use std::time::{Duration, Instant};
 
 use csivol_api::domain::{AccessMode, AccessType, VolumeCapability};
 use csivol_csi::CsiEndpoint;
-use csivol_csi::PluginChannel;
+use csivol_csi::PluginConnection;
 use csivol_csi::csi::v1 as csi;
 pub(crate) use csivol_tests::loops::{LoopGuard, assert_loop_devices};
 use csivol_tests::{Proc, TestDir, is_mounted};
 use tonic::Code;
 
-pub(crate) type Identity = csi::identity_client::IdentityClient<PluginChannel>;
-pub(crate) type Controller = csi::controller_client::ControllerClient<PluginChannel>;
-pub(crate) type Node = csi::node_client::NodeClient<PluginChannel>;
-pub(crate) type Group = csi::group_controller_client::GroupControllerClient<PluginChannel>;
+pub(crate) type Identity = csi::identity_client::IdentityClient<PluginConnection>;
+pub(crate) type Controller = csi::controller_client::ControllerClient<PluginConnection>;
+pub(crate) type Node = csi::node_client::NodeClient<PluginConnection>;
+pub(crate) type Group = csi::group_controller_client::GroupControllerClient<PluginConnection>;
 
 /// One running plugin process and clients for its services.
 pub(crate) struct Plugin {
@@ -57,8 +57,8 @@ impl Plugin {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_csivol-hostpath"));
         cmd.args(&args);
         let mut proc = Proc::spawn("csivol-hostpath", cmd, &log);
-        let channel = CsiEndpoint::Unix(socket.clone()).channel(Duration::from_secs(10));
-        let mut identity = Identity::new(channel.clone());
+        let conn = CsiEndpoint::Unix(socket.clone()).connection(Duration::from_secs(10));
+        let mut identity = Identity::new(conn.clone());
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             if identity.probe(csi::ProbeRequest {}).await.is_ok() {
@@ -80,9 +80,9 @@ impl Plugin {
             state_dir,
             log,
             identity,
-            controller: Controller::new(channel.clone()),
-            group: Group::new(channel.clone()),
-            node: Node::new(channel),
+            controller: Controller::new(conn.clone()),
+            group: Group::new(conn.clone()),
+            node: Node::new(conn),
         }
     }
 

@@ -608,6 +608,40 @@ pub enum Report {
     },
 }
 
+impl Report {
+    /// The controller operation a report answers, as its id and the attempt it ran: its
+    /// success (one variant per kind of operation) or its failure (`op_error`). `None` for
+    /// the reports about claims, volumes and the node itself.
+    pub fn controller_op(&self) -> Option<(u64, u32)> {
+        match self {
+            Self::ControllerPublished { op, attempt, .. }
+            | Self::ControllerUnpublished { op, attempt }
+            | Self::Created { op, attempt, .. }
+            | Self::Deleted { op, attempt }
+            | Self::SnapshotCreated { op, attempt, .. }
+            | Self::SnapshotDeleted { op, attempt }
+            | Self::GroupSnapshotCreated { op, attempt, .. }
+            | Self::GroupSnapshotDeleted { op, attempt }
+            | Self::OpError { op, attempt, .. }
+            | Self::Expanded { op, attempt, .. }
+            | Self::Modified { op, attempt } => Some((*op, *attempt)),
+            Self::Published { .. }
+            | Self::Unpublished { .. }
+            | Self::Unstaged { .. }
+            | Self::Drift { .. }
+            | Self::Waiting { .. }
+            | Self::Condition { .. }
+            | Self::ClaimError { .. }
+            | Self::VolumeError { .. }
+            | Self::NodeExpanded { .. }
+            | Self::NodeExpandError { .. }
+            | Self::ControllerVolumes { .. }
+            | Self::NodeLimits { .. }
+            | Self::Fenced { .. } => None,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -99,6 +99,11 @@ pub struct Claim {
     /// when the volume is normal or the plugin does not report conditions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub condition: Option<String>,
+    /// A claim found not mounted as its plugin made it, which its node publishes again:
+    /// what found it, since when and why; absent once republished (its repair) or released.
+    /// `error` says it too (`drift: WHY`) while no later error replaced it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drift: Option<ClaimDrift>,
     /// When the claim's lease runs out (RFC 3339), for a claim made with a TTL: it is then
     /// released the normal way unless renewed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -112,6 +117,40 @@ pub struct Claim {
     /// Free-form `key=value` labels given at claim time (e.g. the CI job's URL).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
+}
+
+/// A claim's drift: its volume not mounted at its target as its plugin made it, while
+/// nobody released the claim.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClaimDrift {
+    /// What found it.
+    pub found: DriftFound,
+    /// When csivol recorded it (RFC 3339).
+    pub since: String,
+    /// Why, in the words of what found it.
+    pub reason: String,
+}
+
+/// What found a claim's drift.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DriftFound {
+    /// Its node's agent, checking the claim's target against the mount table.
+    Check,
+    /// Its node registered (its agent started) without it mounted.
+    Registration,
+    /// Its node came back from being lost without it mounted.
+    Return,
+}
+
+impl DriftFound {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Check => "check",
+            Self::Registration => "registration",
+            Self::Return => "return",
+        }
+    }
 }
 
 /// What a claim waits for on its node.

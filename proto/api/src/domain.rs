@@ -1,7 +1,7 @@
 //! csivol's own types for what it needs from CSI: access modes and types, capabilities,
 //! what a plugin says about itself and its node, and what a failed plugin call means. The
-//! CSI crate (`csivol-csi`) converts them to and from the generated wire types; here they
-//! are plain data, serialised in the HTTP API.
+//! CSI crate converts them to and from the generated wire types (`csivol_csi::convert`);
+//! here they are plain data, serialised in the HTTP API.
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -8,16 +8,16 @@
 //! leader looks at every held operation every few seconds besides
 //! ([`resume_all_held`]), for a volume moved by a path that does not advance it.
 
-use csivol_api::ExpansionPhase;
-
-use super::ops::schedule_ops;
-use super::{Limits, event};
+use super::events::event;
+use super::ops::queue::Held;
+use super::ops::{self, schedule_ops};
+use super::settings::Limits;
 use crate::error::ApiResult;
-use crate::model::{AttachmentRow, ClaimRow, Lifecycle, OpRow};
+use crate::model::{AttachmentRow, ClaimRow, OpRow};
 use crate::store::{Snapshot, Txn};
 use crate::watch::Key;
-use csivol_rules::after_release::{self as rule, Needs, Resume, Standing};
-use csivol_rules::kinds::{EventKind, OpKind};
+use csivol_rules::after_release::{self as rule, Resume, Standing};
+use csivol_rules::kinds::EventKind;
 
 /// A volume's claims and attachments, as the rule reads them.
 pub(super) struct Use {
@@ -60,14 +60,6 @@ pub(super) fn why_held(volume: &str) -> String {
     format!("waits for the release of volume `{volume}` to finish")
 }
 
-/// What a held operation of `kind` needs of its volume.
-fn needs(kind: OpKind) -> Needs {
-    match kind {
-        OpKind::Expand | OpKind::Delete => Needs::Detached,
-        _ => Needs::Settled,
-    }
-}
-
 /// Runs, keeps or drops the operations held for the release of `volume`, as the rule says
 /// now that the volume moved.
 pub(super) fn resume_held(ctx: &mut impl Txn, volume: &str, limits: &Limits) -> ApiResult<()> {
@@ -86,14 +78,18 @@ pub(super) fn resume_held(ctx: &mut impl Txn, volume: &str, limits: &Limits) -> 
     let standing = used.standing();
     let mut released = false;
     for o in &held {
-        match rule::resume(needs(o.kind), &standing) {
+        let Some(h) = ops::held(o.kind) else {
+            // Only a kind that may be held is ever queued held.
+            continue;
+        };
+        match rule::resume(h.needs(), &standing) {
             Resume::Wait => {}
             Resume::Run => {
                 ctx.release_held_op(o.id)?;
-                started(ctx, o, volume)?;
+                started(ctx, h, o, volume)?;
                 released = true;
             }
-            Resume::Drop(why) => dropped(ctx, o, volume, &why)?,
+            Resume::Drop(why) => dropped(ctx, h, o, volume, &why)?,
         }
     }
     if released {
@@ -111,30 +107,8 @@ pub fn resume_all_held(ctx: &mut impl Txn, limits: &Limits) -> ApiResult<()> {
 }
 
 /// A held operation was released: what shows it as waiting now says it runs.
-fn started(ctx: &mut impl Txn, o: &OpRow, volume: &str) -> ApiResult<()> {
-    let (kind, said) = match o.kind {
-        OpKind::Expand => {
-            if let Some(mut e) = ctx.volume(volume)?.and_then(|v| v.expansion) {
-                e.after_release = false;
-                ctx.set_volume_expansion(volume, None, Some(&e))?;
-            }
-            (EventKind::VolumeExpanding, "ControllerExpandVolume")
-        }
-        OpKind::Modify => {
-            if let Some(mut m) = ctx.volume(volume)?.and_then(|v| v.modification) {
-                m.after_release = false;
-                ctx.set_volume_modification(volume, None, Some(&m))?;
-            }
-            (EventKind::VolumeModifying, "ControllerModifyVolume")
-        }
-        OpKind::Delete => (EventKind::VolumeDeleting, "DeleteVolume"),
-        _ => {
-            if let Some(name) = super::snapshots::snapshot_of_op(o) {
-                ctx.touch(Key::Snapshot(name.to_owned()));
-            }
-            (EventKind::SnapshotCreating, o.kind.call())
-        }
-    };
+fn started(ctx: &mut impl Txn, h: &dyn Held, o: &OpRow, volume: &str) -> ApiResult<()> {
+    let kind = h.started(ctx, o, volume)?;
     ctx.touch(Key::Volume(volume.to_owned()));
     event(
         ctx,
@@ -143,37 +117,19 @@ fn started(ctx: &mut impl Txn, o: &OpRow, volume: &str) -> ApiResult<()> {
         None,
         None,
         "server",
-        format!("the volume's release has finished: {said} is sent now"),
+        format!(
+            "the volume's release has finished: {} is sent now",
+            o.kind.call()
+        ),
     )
 }
 
 /// A held operation can no longer run as asked: it is dropped, and what waited for it
 /// ends failed with `why`, so that its caller is told.
-fn dropped(ctx: &mut impl Txn, o: &OpRow, volume: &str, why: &str) -> ApiResult<()> {
+fn dropped(ctx: &mut impl Txn, h: &dyn Held, o: &OpRow, volume: &str, why: &str) -> ApiResult<()> {
     ctx.delete_op(o.id)?;
     let message = format!("{} was not sent: {why}", o.kind.call());
-    match o.kind {
-        OpKind::Expand => {
-            if let Some(mut e) = ctx.volume(volume)?.and_then(|v| v.expansion) {
-                e.after_release = false;
-                e.phase = ExpansionPhase::Failed;
-                e.error = Some(message.clone());
-                ctx.set_volume_expansion(volume, None, Some(&e))?;
-            }
-        }
-        OpKind::Delete => {
-            ctx.set_volume_lifecycle(volume, Lifecycle::Ready, Some(&message))?;
-        }
-        OpKind::Modify => {
-            if let Some(mut m) = ctx.volume(volume)?.and_then(|v| v.modification) {
-                m.after_release = false;
-                m.state = csivol_api::ModificationState::Failed;
-                m.error = Some(message.clone());
-                ctx.set_volume_modification(volume, None, Some(&m))?;
-            }
-        }
-        _ => super::snapshots::held_snapshot_dropped(ctx, o, &message)?,
-    }
+    h.dropped(ctx, o, volume, &message)?;
     ctx.touch(Key::Volume(volume.to_owned()));
     event(
         ctx,

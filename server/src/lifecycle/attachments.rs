@@ -4,15 +4,15 @@
 use csivol_api::NodeStatus;
 use csivol_api::domain::AccessMode;
 
-use super::claims::grant_queued;
+use super::admission::{grant_queued, held_back};
+use super::changes::{delete_attachment, set_attachment_state, set_claim_state, touch_volume};
+use super::events::event;
 use super::ops::schedule_ops;
-use super::{
-    Limits, delete_attachment, event, node_volume, set_attachment_state, set_claim_state,
-    touch_volume,
-};
+use super::settings::Limits;
 use crate::error::ApiResult;
 use crate::model::{AttachmentRow, ClaimRow, VolumeRow};
 use crate::store::{Snapshot, Txn};
+use crate::watch::Key;
 use csivol_rules::kinds::{EventKind, OpKind};
 use csivol_rules::transitions::{self, AttachmentChange, AttachmentFact, ClaimFact, Facts, Op};
 
@@ -42,7 +42,7 @@ impl Recorded {
             claims: conn.claims_of_volume(&v.name)?,
             attachments: conn.attachments_of_volume(&v.name)?,
             nodes: conn.node_statuses(&v.name, also)?,
-            held: super::settle::held(conn, v, now)?,
+            held: held_back(conn, v, now)?,
         })
     }
 
@@ -90,7 +90,7 @@ pub fn advance_volume(ctx: &mut impl Txn, volume: &str, limits: &Limits) -> ApiR
             }
             AttachmentChange::Create { node, state } => {
                 ctx.insert_attachment(volume, node, state)?;
-                ctx.touch(node_volume(node, volume));
+                ctx.touch(Key::node_volume(node, volume));
             }
         }
     }
@@ -129,7 +129,7 @@ pub(super) fn begin_detach(
         ctx.set_attachment_detaching(&v.name, node, forced)?;
         ctx.delete_op_for(OpKind::Publish, &v.name, node)?;
         ctx.queue_op(OpKind::Unpublish, &v.plugin, &v.name, Some(node), "{}")?;
-        ctx.touch(node_volume(node, &v.name));
+        ctx.touch(Key::node_volume(node, &v.name));
         touch_volume(ctx, &v.name)?;
         schedule_ops(ctx, &v.plugin, limits)?;
     } else {

@@ -5,8 +5,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use csivol_api::{self as api, AttachmentState, ClaimMode, ClaimState, NodeStatus};
+use csivol_api::{self as api, AttachmentState, ClaimMode, NodeStatus};
 
+use super::changes::{ClaimEntry, claim_entry};
+use super::heard::unreported;
 use super::ops::op_to_api;
 use crate::error::ApiResult;
 use crate::model::{AttachmentRow, ClaimRow, VolumeRow};
@@ -14,11 +16,7 @@ use crate::store::Snapshot;
 
 /// `GET /v1/nodes/{node}/desired`: the whole state, every volume with a claim or an
 /// attachment on the node.
-pub fn desired_state(
-    conn: &(impl Snapshot + ?Sized),
-    node: &str,
-    index: u64,
-) -> ApiResult<api::DesiredState> {
+pub fn desired_state(conn: &dyn Snapshot, node: &str, index: u64) -> ApiResult<api::DesiredState> {
     let mut out = start(conn, node, index)?;
     let mut held: BTreeMap<String, (Vec<ClaimRow>, Option<AttachmentRow>)> = BTreeMap::new();
     for c in conn.claims_of_node(node, None)? {
@@ -42,7 +40,7 @@ pub fn desired_state(
 /// node after `since`, from `watch::Hub::node_changes`), with the rest left as the agent
 /// holds them.
 pub fn desired_changes(
-    conn: &(impl Snapshot + ?Sized),
+    conn: &dyn Snapshot,
     node: &str,
     index: u64,
     since: u64,
@@ -77,11 +75,11 @@ pub fn desired_changes(
 }
 
 /// What every answer carries whole: the node's status and its controller operations.
-fn start(conn: &(impl Snapshot + ?Sized), node: &str, index: u64) -> ApiResult<api::DesiredState> {
+fn start(conn: &dyn Snapshot, node: &str, index: u64) -> ApiResult<api::DesiredState> {
     let n = conn.require_node(node)?;
     // The state was restored and the node has not said what it holds: it registers again
     // first, acting on nothing meanwhile. `lost` tells an older agent the same.
-    let register_again = super::settle::unreported(conn, node)?;
+    let register_again = unreported(conn, node)?;
     let mut controller_ops = Vec::new();
     for o in conn.ops_of_host(node)? {
         if let Some(op) = op_to_api(conn, &o)? {
@@ -144,24 +142,7 @@ fn volume_entries(
         }
     }
     if att.is_some() {
-        out.expand.extend(super::expand::desired_expansion(v, node));
-    }
-}
-
-/// What a claim puts in its node's desired state, by its state alone.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum ClaimEntry {
-    /// Publish it (once its attachment is attached).
-    Publish,
-    /// Take it down and report it unpublished.
-    Unpublish,
-    None,
-}
-
-pub(super) fn claim_entry(state: ClaimState) -> ClaimEntry {
-    match state {
-        ClaimState::Publishing | ClaimState::Ready => ClaimEntry::Publish,
-        ClaimState::Releasing | ClaimState::Failed => ClaimEntry::Unpublish,
-        _ => ClaimEntry::None,
+        out.expand
+            .extend(super::node_expansion::desired_expansion(v, node));
     }
 }

@@ -1,15 +1,15 @@
 //! A fence's record: in one write, the evidence of a fence method's run and its event;
 //! on success the node fenced (blocked first if it was ready) and its volumes unblocked as
-//! `unblock --node` does, the unblock's events naming the fence. Also the return of a
-//! fenced node. Running the method is `crate::fence`'s.
+//! `unblock --node` does, the unblock's events naming the fence. Running the method is
+//! `crate::fence`'s; a fenced node's return is a registration (`nodes`).
 
 use std::time::Duration;
 
-use csivol_api::{
-    AttachmentState, ClaimState, FenceRecord, NodeStatus, PlannedAction, RegisterRequest,
-};
+use csivol_api::{AttachmentState, ClaimState, FenceRecord, NodeStatus, PlannedAction};
 
-use super::event;
+use super::events::event;
+use super::settings::Limits;
+use super::settle::accounted;
 use crate::error::ApiResult;
 use crate::fence::command::Ran;
 use crate::model::{NewFence, time};
@@ -76,7 +76,7 @@ pub(crate) struct Evidence<'a> {
 pub(crate) fn record_fence(
     ctx: &mut impl Txn,
     e: Evidence<'_>,
-    limits: &super::Limits,
+    limits: &Limits,
 ) -> ApiResult<(FenceRecord, Vec<PlannedAction>)> {
     let ok = e.ran.ok();
     let duration_ms = e.ran.duration.as_millis() as u64;
@@ -131,7 +131,7 @@ pub(crate) fn record_fence(
     }
     let n = ctx.require_node(e.node)?;
     if n.status == NodeStatus::Ready {
-        super::mark_lost(ctx, e.node, &format!("fenced by {}", e.actor), limits)?;
+        super::nodes::mark_lost(ctx, e.node, &format!("fenced by {}", e.actor), limits)?;
     }
     ctx.set_node_fenced(e.node)?;
     let tail = brief(&record.output);
@@ -166,12 +166,12 @@ pub(crate) fn record_fence(
             "fenced (fence #{}, method {}): {}",
             record.id, e.method, e.reason
         );
-        super::unblock_node(ctx, e.node, &why, false, e.actor, limits)?.actions
+        super::operator::unblock_node(ctx, e.node, &why, false, e.actor, limits)?.actions
     } else {
         Vec::new()
     };
     // Powered off: it holds nothing the restored state must wait to hear of.
-    super::settle::accounted(ctx, e.node, e.actor)?;
+    accounted(ctx, e.node, e.actor)?;
     Ok((record, actions))
 }
 
@@ -188,54 +188,6 @@ fn shell_words(command: &[String]) -> String {
         })
         .collect::<Vec<_>>()
         .join(" ")
-}
-
-/// A fenced node registers again. Its claims were force-released by the fence, so none
-/// is resumed: what it still reports published is recorded as taken down (its desired
-/// state lists nothing, so its agent takes it down). It stays `fenced` until it registers
-/// holding nothing.
-pub fn fenced_node_returned(
-    ctx: &mut impl Txn,
-    node: &str,
-    req: &RegisterRequest,
-) -> ApiResult<()> {
-    let actor = format!("node:{node}");
-    for p in &req.published {
-        event(
-            ctx,
-            EventKind::ClaimTakenDown,
-            Some(&p.volume),
-            Some(node),
-            Some(&p.alloc),
-            &actor,
-            "node came back after it was fenced; the fence released this claim: the node takes it down",
-        )?;
-    }
-    if req.published.is_empty() && req.staged.is_empty() {
-        return event(
-            ctx,
-            EventKind::NodeReturned,
-            None,
-            Some(node),
-            None,
-            &actor,
-            "fenced node registered again holding nothing: ready",
-        );
-    }
-    ctx.set_node_status(node, NodeStatus::Fenced)?;
-    event(
-        ctx,
-        EventKind::NodeReturned,
-        None,
-        Some(node),
-        None,
-        &actor,
-        format!(
-            "fenced node registered again still holding {} publication(s) and {} staging(s); it stays fenced while it takes them down",
-            req.published.len(),
-            req.staged.len()
-        ),
-    )
 }
 
 #[cfg(test)]

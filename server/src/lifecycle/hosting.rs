@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 
 use csivol_api::{RegisterRequest, validate_name};
 
-use super::event;
+use super::events::event;
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult};
 use crate::store::Txn;

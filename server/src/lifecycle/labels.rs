@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use csivol_api::NodeLabelRequest;
 
-use super::event;
+use super::events::event;
 use crate::error::{ApiError, ApiResult};
 use crate::store::Txn;
 use crate::watch::Key;

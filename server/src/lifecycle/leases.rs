@@ -7,7 +7,10 @@ use std::time::Duration;
 
 use csivol_api::{self as api, ClaimState};
 
-use super::{Limits, advance_volume, begin_release, event, remove_claim};
+use super::attachments::advance_volume;
+use super::changes::{begin_release, remove_claim};
+use super::events::event;
+use super::settings::Limits;
 use crate::error::{ApiError, ApiResult};
 use crate::model::{ClaimRow, time};
 use crate::store::Txn;
@@ -34,7 +37,7 @@ pub fn renew_lease(
     actor: &str,
 ) -> ApiResult<api::Claim> {
     let Some(c) = ctx.claim(volume, alloc)? else {
-        return Err(super::no_claim(&*ctx, volume, alloc)?);
+        return Err(super::claims::no_claim(&*ctx, volume, alloc)?);
     };
     if matches!(c.state, ClaimState::Releasing | ClaimState::Failed) {
         return Err(ApiError::conflict(format!(
@@ -52,7 +55,7 @@ pub fn renew_lease(
             .with_hint("give one: csivol claim renew VOLUME --alloc ALLOC --ttl 10m"));
         }
     };
-    let expires_at = super::time_after(ctx.now(), "ttl_ms", ttl)?;
+    let expires_at = super::changes::time_after(ctx.now(), "ttl_ms", ttl)?;
     ctx.set_claim_lease(volume, alloc, ttl as i64, expires_at)?;
     ctx.touch(Key::Volume(volume.to_owned()));
     tracing::debug!(volume, alloc, actor, expires_at = %time(expires_at), "lease renewed");

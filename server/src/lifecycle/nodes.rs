@@ -1,20 +1,25 @@
-//! Nodes and liveness: registration, a lost node's return, drift found at registration,
-//! loss; and operators' actions on a node as a whole (eligibility, removal), decided by
+//! Nodes and liveness: registration, a lost or fenced node's return, drift found at
+//! registration, loss; and operators' actions on a node as a whole (eligibility, removal), decided by
 //! `csivol_rules::nodes`.
 
 use std::collections::BTreeSet;
 
 use csivol_api::{
-    AttachmentState, ClaimRef, ClaimState, Eligibility, NodeStatus, RegisterRequest, validate_name,
+    AttachmentState, ClaimRef, ClaimState, DriftFound, Eligibility, NodeStatus, RegisterRequest,
+    validate_name,
 };
-use csivol_rules::nodes::{Holdings, Refusal, removal};
+use csivol_rules::nodes::{Holdings, removal};
 
+use super::admission::refused;
 use super::attachments::advance_volume;
+use super::changes::{set_attachment_state, set_claim_state};
+use super::events::{event, list_or};
+use super::heard::unreported;
 use super::ops::schedule_ops;
-use super::reports::DRIFT;
-use super::{Limits, event, list_or, set_attachment_state, set_claim_state};
+use super::settings::Limits;
+use super::settle::reported;
 use crate::error::{ApiError, ApiResult};
-use crate::model::ClaimRow;
+use crate::model::{ClaimRow, Drift};
 use crate::store::{Snapshot, Txn};
 use crate::watch::Key;
 use csivol_rules::kinds::{EventKind, OpKind};
@@ -89,7 +94,7 @@ pub fn register_node(
     let existing = ctx.node(node)?;
     // While the state settles after a restore, a node still to say what it holds, or one
     // the restored state does not know, says it now.
-    let reports_holdings = existing.is_none() || super::settle::unreported(ctx, node)?;
+    let reports_holdings = existing.is_none() || unreported(ctx, node)?;
     let was_lost = existing
         .as_ref()
         .is_some_and(|n| n.status == NodeStatus::Lost);
@@ -108,7 +113,7 @@ pub fn register_node(
     ctx.touch(Key::Node(node.to_owned()));
     if was_fenced {
         // Its claims were force-released by the fence's unblock: nothing is resumed.
-        super::fenced_node_returned(ctx, node, req)?;
+        fenced_node_returned(ctx, node, req)?;
     } else if was_lost {
         return_from_loss(ctx, node, &req.published, limits)?;
         event(
@@ -147,12 +152,56 @@ pub fn register_node(
         .chain(old_plugins)
         .collect();
     if reports_holdings {
-        super::settle::reported(ctx, node, req, limits)?;
+        reported(ctx, node, req, limits)?;
     }
     for p in plugins {
         schedule_ops(ctx, &p, limits)?;
     }
     Ok(was_lost)
+}
+
+/// A fenced node registers again. Its claims were force-released by the fence, so none
+/// is resumed: what it still reports published is recorded as taken down (its desired
+/// state lists nothing, so its agent takes it down). It stays `fenced` until it registers
+/// holding nothing.
+fn fenced_node_returned(ctx: &mut impl Txn, node: &str, req: &RegisterRequest) -> ApiResult<()> {
+    let actor = format!("node:{node}");
+    for p in &req.published {
+        event(
+            ctx,
+            EventKind::ClaimTakenDown,
+            Some(&p.volume),
+            Some(node),
+            Some(&p.alloc),
+            &actor,
+            "node came back after it was fenced; the fence released this claim: the node takes it down",
+        )?;
+    }
+    if req.published.is_empty() && req.staged.is_empty() {
+        return event(
+            ctx,
+            EventKind::NodeReturned,
+            None,
+            Some(node),
+            None,
+            &actor,
+            "fenced node registered again holding nothing: ready",
+        );
+    }
+    ctx.set_node_status(node, NodeStatus::Fenced)?;
+    event(
+        ctx,
+        EventKind::NodeReturned,
+        None,
+        Some(node),
+        None,
+        &actor,
+        format!(
+            "fenced node registered again still holding {} publication(s) and {} staging(s); it stays fenced while it takes them down",
+            req.published.len(),
+            req.staged.len()
+        ),
+    )
 }
 
 /// A lost node is back. csivol runs no workloads, so those of its claims may still be
@@ -222,7 +271,12 @@ pub(super) fn return_from_loss(
             // its `published` report makes it ready, recorded as a repair.
             let why = format!("node {node} came back without it mounted");
             set_claim_state(ctx, c, ClaimState::Publishing)?;
-            ctx.set_claim_error(&c.volume, &c.alloc, &format!("{DRIFT}{why}"), None)?;
+            let drift = Drift {
+                found: DriftFound::Return,
+                at: ctx.now(),
+                reason: why.clone(),
+            };
+            ctx.set_claim_drift(&c.volume, &c.alloc, &drift)?;
             event(
                 ctx,
                 EventKind::ClaimRepublished,
@@ -278,21 +332,19 @@ pub(super) fn not_mounted_any_more(
         {
             continue;
         }
-        record_drift(
-            ctx,
-            &c,
-            &format!("node {node} registered without it mounted"),
-            limits,
-        )?;
+        let reason = format!("node {node} registered without it mounted");
+        record_drift(ctx, &c, DriftFound::Registration, &reason, limits)?;
     }
     Ok(())
 }
 
-/// A ready claim is not mounted from its volume any more: it is publishing again, with
-/// why as its error, and the drift is an event.
+/// A ready claim is not mounted from its volume any more (`found` says what found it,
+/// `reason` why): it is publishing again with its drift recorded, and the drift is an
+/// event.
 pub(super) fn record_drift(
     ctx: &mut impl Txn,
     c: &ClaimRow,
+    found: DriftFound,
     reason: &str,
     limits: &Limits,
 ) -> ApiResult<()> {
@@ -302,7 +354,12 @@ pub(super) fn record_drift(
         drifts.inc();
     }));
     set_claim_state(ctx, c, ClaimState::Publishing)?;
-    ctx.set_claim_error(&c.volume, &c.alloc, &format!("{DRIFT}{reason}"), None)?;
+    let drift = Drift {
+        found,
+        at: ctx.now(),
+        reason: reason.to_owned(),
+    };
+    ctx.set_claim_drift(&c.volume, &c.alloc, &drift)?;
     event(
         ctx,
         EventKind::ClaimDrift,
@@ -310,7 +367,10 @@ pub(super) fn record_drift(
         Some(&c.node),
         Some(&c.alloc),
         &format!("node:{}", c.node),
-        format!("{DRIFT}{reason}; the claim waits for its node to publish it again"),
+        format!(
+            "{}; the claim waits for its node to publish it again",
+            drift.said()
+        ),
     )
 }
 
@@ -506,11 +566,6 @@ pub fn node_stopping(
         schedule_ops(ctx, &p, limits)?;
     }
     Ok(())
-}
-
-/// A node rule's refusal as the API's: a conflict, with its next step.
-pub(super) fn refused(r: Refusal) -> ApiError {
-    ApiError::conflict(r.message).with_hint(r.hint)
 }
 
 /// `POST /v1/nodes/{node}/eligibility`: records the operator's choice, with an event.

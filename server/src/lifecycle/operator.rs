@@ -8,7 +8,11 @@ use csivol_api::{
 };
 
 use super::attachments::{advance_volume, begin_detach};
-use super::{Limits, delete_claim, event, set_claim_state};
+use super::changes::{delete_claim, set_claim_state};
+use super::events::event;
+use super::heard::unreported;
+use super::settings::Limits;
+use super::settle::accounted;
 use crate::error::{ApiError, ApiResult};
 use crate::model::{AttachmentRow, ClaimRow, VolumeRow, time};
 use crate::store::{Snapshot, Txn};
@@ -152,7 +156,7 @@ pub fn unblock_node(
         .collect();
     // After a restore the server waits for the node to say what it holds: the unblock is
     // the operator's word that it is gone, holding nothing, as for its blocked volumes.
-    let waited_for = super::settle::unreported(ctx, node)?;
+    let waited_for = unreported(ctx, node)?;
     if volumes.is_empty() && !waited_for {
         return Err(
             ApiError::conflict(format!("node `{node}` holds no blocked volume"))
@@ -173,7 +177,7 @@ pub fn unblock_node(
             lost_since: lost_since(&*ctx, node)?,
         });
         if !dry_run {
-            super::settle::accounted(ctx, node, actor)?;
+            accounted(ctx, node, actor)?;
         }
     }
     Ok(ActionPlan { dry_run, actions })

@@ -5,7 +5,7 @@
 
 use csivol_api::{FindingKind, ListedVolume};
 
-use super::event;
+use super::events::event;
 use crate::error::ApiResult;
 use crate::store::Txn;
 use csivol_rules::kinds::EventKind;

@@ -1,28 +1,25 @@
-//! Agents' reports: the facts a node reports, one function per kind of report. A report
-//! about a claim counts only for the reporting node's own claim, one about a controller
-//! operation only from its host and for its current attempt; anything else is ignored.
+//! Agents' reports: the facts a node reports, one function per kind of report; the answers
+//! of controller operations go to the queue (`ops`), which hands each to its operation's
+//! kind. A report about a claim counts only for the reporting node's own claim, one about
+//! a controller operation only from its host and for its current attempt; anything else
+//! is ignored.
 
-use std::collections::BTreeMap;
 use std::collections::BTreeSet;
 
-use csivol_api::domain::PublishContext;
-use csivol_api::{AttachmentState, ClaimState, ObservedShape, PluginError, Report};
+use csivol_api::{AttachmentState, ClaimState, DriftFound, ObservedShape, PluginError, Report};
 
 use super::attachments::{advance_volume, begin_detach};
-use super::expand::{controller_expanded, node_expand_error, node_expanded};
+use super::changes::{delete_claim, set_claim_state, touch_volume};
+use super::events::{event, format_error, list_or};
+use super::node_expansion::{node_expand_error, node_expanded};
 use super::nodes::record_drift;
-use super::ops::{finish_delete, finish_unpublish, load_op, observe_op, op_failed, schedule_ops};
-use super::{Limits, delete_claim, event, format_error, list_or, set_claim_state, touch_volume};
-use super::{group_snapshots, snapshots};
+use super::ops;
+use super::settings::Limits;
 use crate::error::{ApiError, ApiResult};
-use crate::model::{ClaimRow, OpRow, StoredObservation, time};
+use crate::model::{ClaimRow, StoredObservation, time};
 use crate::store::Txn;
 use crate::watch::Key;
 use csivol_rules::kinds::EventKind;
-
-/// How a drift report starts a claim's error, so that the next `published` is recorded
-/// as its repair.
-pub(super) const DRIFT: &str = "drift: ";
 
 /// One batch of a node's reports, and the volumes to move forward once it is applied.
 struct Batch<'a> {
@@ -83,103 +80,6 @@ pub fn apply_reports(
                 error,
             } => claim_error(ctx, &b, &volume, &alloc, &error)?,
             Report::VolumeError { volume, error } => volume_error(ctx, &b, &volume, &error)?,
-            Report::ControllerPublished {
-                op,
-                attempt,
-                publish_context,
-            } => with_op(ctx, &mut b, op, attempt, "ok", |ctx, b, o| {
-                controller_published(ctx, b, o, &publish_context)
-            })?,
-            Report::ControllerUnpublished { op, attempt } => {
-                with_op(ctx, &mut b, op, attempt, "ok", |ctx, b, o| {
-                    finish_unpublish(ctx, o, &b.actor)?;
-                    b.advance.insert(o.volume.clone());
-                    Ok(())
-                })?
-            }
-            Report::Created {
-                op,
-                attempt,
-                external_id,
-                capacity_bytes,
-                context,
-                accessible_topology,
-            } => with_op(ctx, &mut b, op, attempt, "ok", |ctx, b, o| {
-                let made = Made {
-                    external_id: &external_id,
-                    capacity_bytes,
-                    context: &context,
-                    accessible_topology: &accessible_topology,
-                };
-                created(ctx, b, o, made)
-            })?,
-            Report::Deleted { op, attempt } => {
-                with_op(ctx, &mut b, op, attempt, "ok", |ctx, b, o| {
-                    finish_delete(ctx, o, &b.actor)
-                })?
-            }
-            Report::SnapshotCreated {
-                op,
-                attempt,
-                snapshot_id,
-                size_bytes,
-                ready_to_use,
-                creation_time_ms,
-            } => with_op(ctx, &mut b, op, attempt, "ok", |ctx, b, o| {
-                let answer = snapshots::Created {
-                    snapshot_id,
-                    size_bytes,
-                    ready_to_use,
-                    creation_time_ms,
-                };
-                snapshots::snapshot_created(ctx, o, &b.actor, answer)
-            })?,
-            Report::SnapshotDeleted { op, attempt } => {
-                with_op(ctx, &mut b, op, attempt, "ok", |ctx, b, o| {
-                    snapshots::snapshot_deleted(ctx, o, &b.actor)
-                })?
-            }
-            Report::GroupSnapshotCreated {
-                op,
-                attempt,
-                group_snapshot_id,
-                ready_to_use,
-                creation_time_ms,
-                snapshots,
-            } => with_op(ctx, &mut b, op, attempt, "ok", |ctx, b, o| {
-                let answer = group_snapshots::GroupCut {
-                    group_snapshot_id,
-                    ready_to_use,
-                    creation_time_ms,
-                    snapshots,
-                };
-                group_snapshots::group_created(ctx, o, &b.actor, answer)
-            })?,
-            Report::GroupSnapshotDeleted { op, attempt } => {
-                with_op(ctx, &mut b, op, attempt, "ok", |ctx, b, o| {
-                    group_snapshots::group_deleted(ctx, o, &b.actor)
-                })?
-            }
-            Report::OpError { op, attempt, error } => {
-                with_op(ctx, &mut b, op, attempt, "error", |ctx, b, o| {
-                    op_failed(ctx, o, &error, &b.actor)?;
-                    b.advance.insert(o.volume.clone());
-                    Ok(())
-                })?
-            }
-            Report::Expanded {
-                op,
-                attempt,
-                capacity_bytes,
-                node_expansion_required,
-            } => with_op(ctx, &mut b, op, attempt, "ok", |ctx, b, o| {
-                controller_expanded(ctx, o, capacity_bytes, node_expansion_required, &b.actor)
-            })?,
-            Report::Modified { op, attempt } => {
-                with_op(ctx, &mut b, op, attempt, "ok", |ctx, b, o| {
-                    super::modify::modified(ctx, o, &b.actor)
-                })?
-            }
             Report::NodeExpanded {
                 volume, attempt, ..
             } => node_expanded(ctx, node, &b.actor, &volume, attempt)?,
@@ -199,6 +99,13 @@ pub fn apply_reports(
                 max_volumes_per_node,
                 reason,
             } => node_limits(ctx, &mut b, &plugin, max_volumes_per_node, &reason)?,
+            // The answers of controller operations (`Report::controller_op`), each taken
+            // by its operation's kind.
+            answer => {
+                if let Some(volume) = ops::answered(ctx, node, &answer, limits)? {
+                    b.advance.insert(volume);
+                }
+            }
         }
     }
     for v in b.advance {
@@ -215,25 +122,6 @@ fn own_claim(
     alloc: &str,
 ) -> ApiResult<Option<ClaimRow>> {
     Ok(ctx.claim(volume, alloc)?.filter(|c| c.node == b.node))
-}
-
-/// Runs `f` on the operation a report answers, if the report is current (see
-/// [`load_op`]), with its latency recorded as `result`; then hands out the plugin's
-/// operations the answer made room for.
-fn with_op<T: Txn>(
-    ctx: &mut T,
-    b: &mut Batch<'_>,
-    id: u64,
-    attempt: u32,
-    result: &str,
-    f: impl FnOnce(&mut T, &mut Batch<'_>, &OpRow) -> ApiResult<()>,
-) -> ApiResult<()> {
-    let Some(o) = load_op(ctx, id, attempt, b.node)? else {
-        return Ok(());
-    };
-    observe_op(b.limits, ctx.now(), &o, result);
-    f(ctx, b, &o)?;
-    schedule_ops(ctx, &o.plugin, b.limits)
 }
 
 /// The claim is mounted from its volume at `target_path`: ready (or repaired, after a
@@ -268,7 +156,7 @@ fn published(
     ) {
         return Ok(());
     }
-    let drift = c.error.as_deref().and_then(|e| e.strip_prefix(DRIFT));
+    let drift = c.drift.as_ref().map(|d| d.reason.as_str());
     set_claim_state(ctx, &c, ClaimState::Ready)?;
     // A volume condition the plugin reported was about the mount this publish replaced
     // (after a drift, "not mounted"): it does not hold for the new one, and the agent asks
@@ -276,7 +164,7 @@ fn published(
     if c.condition.is_some() {
         ctx.set_claim_condition(volume, alloc, None)?;
     }
-    super::expand::staged_on(ctx, volume, b.node)?;
+    super::node_expansion::staged_on(ctx, volume, b.node)?;
     let (kind, message) = match drift {
         Some(why) => (
             EventKind::ClaimRepaired,
@@ -310,7 +198,9 @@ fn drift(
     reason: &str,
 ) -> ApiResult<()> {
     match own_claim(ctx, b, volume, alloc)? {
-        Some(c) if c.state == ClaimState::Ready => record_drift(ctx, &c, reason, b.limits),
+        Some(c) if c.state == ClaimState::Ready => {
+            record_drift(ctx, &c, DriftFound::Check, reason, b.limits)
+        }
         _ => Ok(()),
     }
 }
@@ -478,83 +368,6 @@ fn volume_error(
         touch_volume(ctx, volume)?;
     }
     Ok(())
-}
-
-/// ControllerPublishVolume succeeded: the attachment is attached with its context.
-fn controller_published(
-    ctx: &mut impl Txn,
-    b: &mut Batch<'_>,
-    o: &OpRow,
-    publish_context: &PublishContext,
-) -> ApiResult<()> {
-    ctx.delete_op(o.id)?;
-    if let Some(target) = &o.node
-        && ctx.attachment_published(&o.volume, target, publish_context)?
-    {
-        ctx.touch(super::node_volume(target, &o.volume));
-        event(
-            ctx,
-            EventKind::VolumeAttached,
-            Some(&o.volume),
-            Some(target),
-            None,
-            &b.actor,
-            "ControllerPublishVolume succeeded",
-        )?;
-    }
-    b.advance.insert(o.volume.clone());
-    Ok(())
-}
-
-/// What CreateVolume returned.
-struct Made<'a> {
-    external_id: &'a str,
-    capacity_bytes: u64,
-    context: &'a BTreeMap<String, String>,
-    accessible_topology: &'a [csivol_api::Topology],
-}
-
-/// CreateVolume succeeded: the volume is ready, with the plugin's id for it and where it is
-/// accessible from.
-fn created(ctx: &mut impl Txn, b: &mut Batch<'_>, o: &OpRow, made: Made<'_>) -> ApiResult<()> {
-    let Made {
-        external_id,
-        capacity_bytes,
-        context,
-        accessible_topology,
-    } = made;
-    if super::volumes::create_was_cancelled(ctx, o)? {
-        return super::volumes::created_after_cancel(ctx, o, external_id, &b.actor, b.limits);
-    }
-    ctx.delete_op(o.id)?;
-    ctx.volume_created(
-        &o.volume,
-        external_id,
-        capacity_bytes,
-        context,
-        accessible_topology,
-    )?;
-    ctx.touch(Key::Volume(o.volume.clone()));
-    event(
-        ctx,
-        EventKind::VolumeCreated,
-        Some(&o.volume),
-        None,
-        None,
-        &b.actor,
-        if accessible_topology.is_empty() {
-            format!("created as {external_id}")
-        } else {
-            let segments: Vec<_> = accessible_topology
-                .iter()
-                .map(super::claims::show_segment)
-                .collect();
-            format!(
-                "created as {external_id}, accessible from {}",
-                segments.join(" or ")
-            )
-        },
-    )
 }
 
 /// A node plugin's attach limit, read again with NodeGetInfo: recorded, and counted by the

@@ -1,6 +1,7 @@
 //! After the state went back in time (a backup restored, an etcd snapshot restored): the
 //! server holds back the volumes two nodes must not hold until every node that may hold
-//! one has said what it holds (`csivol_rules::settle` decides which, and until when), and
+//! one has said what it holds (`csivol_rules::settle` decides which, and until when;
+//! `admission::held_back` asks it), and
 //! what the nodes hold that the restored state does not know is taken down through the
 //! normal path: a claim found mounted is recorded `releasing` (its node unpublishes it),
 //! an attachment found staged is recorded and goes `unstaging` (its node unstages it),
@@ -8,11 +9,8 @@
 //! An attachment the state has of which the node holds nothing is detached as well, and
 //! made again when a claim needs it: the storage may have detached it since the backup.
 //!
-//! Where it stands is kept in `meta`, so that every server of an etcd cluster sees it and
-//! a server started again finds it: `settle.generation` (the generation settling began
-//! in), `settle.after` (until when the window for nodes the state does not know is open;
-//! 0 once it closed), and `settle.heard.<generation>.<node>` for each node heard from (or
-//! said gone) since; the nodes the state knows without one are waited for. Each write is
+//! Where it stands is kept in `meta` (`heard`), so that every server of an etcd cluster
+//! sees it and a server started again finds it. Each write is
 //! small whatever the number of nodes and volumes (the etcd store commits a write in one
 //! etcd transaction of bounded size): settling begins with a few keys, each node's
 //! registration adds one, and what is no longer held moves on a few volumes at a time
@@ -24,73 +22,21 @@ use std::collections::BTreeSet;
 use csivol_api::{AttachmentState, ClaimMode, ClaimRequest, ClaimState, RegisterRequest};
 use csivol_rules::settle::{self, Settling};
 
-use super::attachments::{advance_volume, begin_detach};
-use super::{Limits, event, node_volume, set_claim_state, touch_volume};
+use super::admission::held_back;
+use super::attachments::{self, advance_volume, begin_detach};
+use super::changes::{set_claim_state, touch_volume};
+use super::events::event;
+pub use super::heard::PENDING;
+use super::heard::{AFTER, GENERATION, HEARD, Recorded, hear, unreported};
+use super::settings::Limits;
 use crate::error::ApiResult;
 use crate::model::VolumeRow;
 use crate::store::{NewClaim, Snapshot, Txn};
 use crate::watch::{Generation, Key};
 use csivol_rules::kinds::EventKind;
 
-/// Left by `csivol-server restore` in the state it restores: begin at start.
-pub const PENDING: &str = "settle.pending";
-const GENERATION: &str = "settle.generation";
-const AFTER: &str = "settle.after";
-const HEARD: &str = "settle.heard.";
-
 /// Volumes moved on, or markers of an earlier settling forgotten, in one write.
 const BATCH: usize = 8;
-
-/// The value of the `meta` key `key`, exactly.
-fn meta(conn: &(impl Snapshot + ?Sized), key: &str) -> ApiResult<Option<i64>> {
-    Ok(conn
-        .meta(key)?
-        .into_iter()
-        .find(|(k, _)| k == key)
-        .map(|(_, v)| v))
-}
-
-/// Where settling stands, as recorded.
-#[derive(Debug, Default)]
-struct Recorded {
-    /// The generation it began in; `None`: not settling.
-    generation: Option<i64>,
-    /// Until when (unix ms) the window is open; 0 once closed.
-    after: i64,
-    pending: bool,
-}
-
-impl Recorded {
-    fn load(conn: &(impl Snapshot + ?Sized)) -> ApiResult<Self> {
-        Ok(Self {
-            generation: meta(conn, GENERATION)?,
-            after: meta(conn, AFTER)?.unwrap_or(0),
-            pending: meta(conn, PENDING)?.is_some(),
-        })
-    }
-
-    fn settling(&self) -> bool {
-        self.generation.is_some()
-    }
-
-    /// The prefix of the markers of the nodes heard from in this settling.
-    fn heard_prefix(&self) -> Option<String> {
-        self.generation
-            .map(|g| format!("{HEARD}{:016x}.", g as u64))
-    }
-
-    /// The nodes heard from (or said gone) in this settling.
-    fn heard(&self, conn: &(impl Snapshot + ?Sized)) -> ApiResult<BTreeSet<String>> {
-        let Some(prefix) = self.heard_prefix() else {
-            return Ok(BTreeSet::new());
-        };
-        Ok(conn
-            .meta(&prefix)?
-            .into_iter()
-            .map(|(k, _)| k[prefix.len()..].to_owned())
-            .collect())
-    }
-}
 
 /// Whether [`at_start`] has anything to do: settling is to begin, or under way.
 pub fn at_start_due(conn: &(impl Snapshot + ?Sized)) -> ApiResult<bool> {
@@ -156,56 +102,6 @@ pub fn begin(ctx: &mut impl Txn, generation: Generation, window_end: i64) -> Api
     )
 }
 
-/// Whether `node` is still to say what it holds: its desired state says to register
-/// again (and `lost`, which an older agent reads the same way), and it acts on nothing
-/// until it has.
-pub fn unreported(conn: &(impl Snapshot + ?Sized), node: &str) -> ApiResult<bool> {
-    let r = Recorded::load(conn)?;
-    let Some(prefix) = r.heard_prefix() else {
-        return Ok(false);
-    };
-    Ok(meta(conn, &format!("{prefix}{node}"))?.is_none())
-}
-
-/// Marks `node` heard from in this settling.
-fn hear(ctx: &mut impl Txn, r: &Recorded, node: &str) -> ApiResult<()> {
-    match r.heard_prefix() {
-        Some(prefix) => ctx.put_meta(&format!("{prefix}{node}"), Some(1)),
-        None => Ok(()),
-    }
-}
-
-/// Whether volume `v` is held back now (see `csivol_rules::settle`).
-pub fn held(conn: &(impl Snapshot + ?Sized), v: &VolumeRow, now: i64) -> ApiResult<bool> {
-    // Most volumes are not held whatever happened, and most of the time nothing happened:
-    // neither asks more of the store than this.
-    if !settle::restricted(v.access_mode) {
-        return Ok(false);
-    }
-    let r = Recorded::load(conn)?;
-    if !r.settling() {
-        return Ok(false);
-    }
-    // One node not heard from that runs the plugin is as much as the rules need.
-    let mut waited_for = None;
-    if now >= r.after {
-        let heard = r.heard(conn)?;
-        waited_for = conn
-            .plugin_registrations(&v.plugin)?
-            .into_iter()
-            .map(|(node, _, _)| node)
-            .find(|node| !heard.contains(node));
-    }
-    let s = Settling {
-        window_open: now < r.after,
-        unreported: waited_for
-            .iter()
-            .map(|n| (n.as_str(), vec![v.plugin.as_str()]))
-            .collect(),
-    };
-    Ok(settle::held(v.access_mode, &v.plugin, &s))
-}
-
 /// `node` registered while the state settles, reporting what it holds: it is heard from.
 /// What it holds that the state does not know is recorded, to be taken down through the
 /// normal path; a claim the state has there that it does not hold waits while its volume
@@ -247,7 +143,7 @@ pub fn reported(
         if ctx.attachment(&v.name, node)?.is_none() {
             ctx.insert_attachment(&v.name, node, AttachmentState::Attached)?;
         }
-        ctx.touch(node_volume(node, &v.name));
+        ctx.touch(Key::node_volume(node, &v.name));
         touch_volume(ctx, &v.name)?;
         event(
             ctx,
@@ -269,7 +165,7 @@ pub fn reported(
         // Attached: the volume's claims on the node keep it, if the state has any; with
         // none, the attachment goes `unstaging` when the volume moves on, below.
         ctx.insert_attachment(volume, node, AttachmentState::Attached)?;
-        ctx.touch(node_volume(node, volume));
+        ctx.touch(Key::node_volume(node, volume));
         touch_volume(ctx, volume)?;
         event(
             ctx,
@@ -333,7 +229,7 @@ pub fn reported(
         let Some(v) = ctx.volume(&c.volume)? else {
             continue;
         };
-        if !held(ctx, &v, now)? {
+        if !held_back(ctx, &v, now)? {
             continue;
         }
         set_claim_state(ctx, &c, ClaimState::Pending)?;
@@ -467,7 +363,7 @@ fn released(conn: &(impl Snapshot + ?Sized), now: i64, most: usize) -> ApiResult
         let Some(v) = conn.volume(&volume)? else {
             continue;
         };
-        if settle::restricted(v.access_mode) && !held(conn, &v, now)? && moves(conn, &v)? {
+        if settle::restricted(v.access_mode) && !held_back(conn, &v, now)? && moves(conn, &v)? {
             out.push(volume);
         }
     }
@@ -476,8 +372,8 @@ fn released(conn: &(impl Snapshot + ?Sized), now: i64, most: usize) -> ApiResult
 
 /// Whether [`advance_volume`] would move anything of `v` now.
 fn moves(conn: &(impl Snapshot + ?Sized), v: &VolumeRow) -> ApiResult<bool> {
-    let now = i64::MAX; // past any window: `held` was asked already
-    let recorded = super::attachments::Recorded::load(conn, v, None, now)?;
+    let now = i64::MAX; // past any window: `held_back` was asked already
+    let recorded = attachments::Recorded::load(conn, v, None, now)?;
     let changes = csivol_rules::transitions::next(&recorded.facts());
     Ok(!changes.claims.is_empty() || !changes.attachments.is_empty() || !changes.ops.is_empty())
 }

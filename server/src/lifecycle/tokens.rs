@@ -3,7 +3,7 @@
 
 use csivol_api::{Role, TokenResponse};
 
-use super::event;
+use super::events::event;
 use crate::auth;
 use crate::error::{ApiError, ApiResult};
 use crate::model::{TokenRow, time};
@@ -118,7 +118,7 @@ fn make_token(ctx: &mut impl Txn, t: NewToken) -> ApiResult<(TokenResponse, Opti
     let now = ctx.now();
     let expires_at = match ttl_ms {
         Some(0) => return Err(ApiError::invalid("`ttl` must be longer than 0")),
-        Some(ms) => Some(super::time_after(now, "ttl_ms", ms)?),
+        Some(ms) => Some(super::changes::time_after(now, "ttl_ms", ms)?),
         None => None,
     };
     let (token, hash) = auth::new_secret();

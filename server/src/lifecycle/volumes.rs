@@ -2,13 +2,17 @@
 
 use std::collections::BTreeMap;
 
-use csivol_api::{self as api, CreateVolumeSpec, FreeText, VolumeSpec, validate_name};
+use csivol_api::{
+    self as api, CreateVolumeSpec, FreeText, SnapshotState, VolumeSpec, validate_name,
+};
 
 use super::after_release::{Use, why_held};
+use super::events::{event, show_segment};
+use super::ops::kinds::create::forget_cancelled;
 use super::ops::schedule_ops;
-use super::{Limits, event};
+use super::settings::Limits;
 use crate::error::{ApiError, ApiResult};
-use crate::model::{ClaimRow, Lifecycle, OpRow, VolumeRow};
+use crate::model::{ClaimRow, Lifecycle, VolumeRow};
 use crate::store::{Snapshot, Txn};
 use crate::watch::Key;
 use csivol_rules::after_release::{Ask, Standing, Verdict, admit_detached};
@@ -83,7 +87,7 @@ fn check_segments(what: &str, segments: &[api::Topology]) -> ApiResult<()> {
         if segments[..i].contains(s) {
             return Err(ApiError::invalid(format!(
                 "`{what}` lists segment {} twice",
-                super::claims::show_segment(s)
+                show_segment(s)
             ))
             .with_hint("list each segment once"));
         }
@@ -101,7 +105,7 @@ fn check_topology_request(r: &api::TopologyRequest) -> ApiResult<()> {
     {
         return Err(ApiError::invalid(format!(
             "preferred segment {} is not among the required ones",
-            super::claims::show_segment(p)
+            show_segment(p)
         ))
         .with_hint("add it to `topology_request.required`, or remove it from `preferred`"));
     }
@@ -515,7 +519,7 @@ pub fn deregister_volume(
             false
         }
     };
-    super::snapshots::no_snapshot_in_progress(ctx, name)?;
+    no_snapshot_in_progress(ctx, name)?;
     if v.lifecycle == Lifecycle::Creating {
         return cancel_create(ctx, &v, actor);
     }
@@ -566,6 +570,35 @@ pub fn deregister_volume(
     Ok(None)
 }
 
+/// Refuses to deregister or delete a volume while a snapshot of it (alone or in a group)
+/// is being cut: its CreateSnapshot needs the volume (and is repeated until the snapshot is
+/// ready to use).
+fn no_snapshot_in_progress(ctx: &impl Txn, volume: &str) -> ApiResult<()> {
+    let cutting = |s: SnapshotState| matches!(s, SnapshotState::Creating | SnapshotState::Pending);
+    let mut names: Vec<_> = ctx
+        .snapshots(Some(volume))?
+        .into_iter()
+        .filter(|s| cutting(s.state) && s.group.is_none())
+        .map(|s| s.name)
+        .collect();
+    names.extend(
+        ctx.group_snapshots()?
+            .into_iter()
+            .filter(|g| cutting(g.state) && g.volumes.iter().any(|v| v == volume))
+            .map(|g| g.name),
+    );
+    if names.is_empty() {
+        return Ok(());
+    }
+    Err(ApiError::conflict(format!(
+        "volume `{volume}` has snapshots being created: {}",
+        names.join(", ")
+    ))
+    .with_hint(format!(
+        "wait until they are ready (`csivol snapshot list --volume {volume}`), or delete them"
+    )))
+}
+
 /// A volume still `creating` is cancelled. Its CreateVolume never succeeded (success makes
 /// it ready), so csivol holds no id of anything in the storage system: when no call is out,
 /// the queued operation and the record go at once, and nothing is called in the plugin
@@ -573,7 +606,7 @@ pub fn deregister_volume(
 /// makes the CO "responsible for cleaning up volumes it provisioned that it no longer needs"
 /// (CreateVolume, `name`): the volume waits in `deleting` (returned); a volume made after
 /// all is deleted through the plugin, a failed call ends the cancel as above
-/// ([`create_answered_after_cancel`], [`created_after_cancel`]).
+/// (`ops::kinds::create`).
 fn cancel_create(ctx: &mut impl Txn, v: &VolumeRow, actor: &str) -> ApiResult<Option<api::Volume>> {
     let name = &v.name;
     let op = ctx.volume_op(OpKind::Create, name)?;
@@ -616,82 +649,4 @@ fn cancel_create(ctx: &mut impl Txn, v: &VolumeRow, actor: &str) -> ApiResult<Op
         &format!("{} {tried}{last}", v.plugin),
     )?;
     Ok(None)
-}
-
-/// Ends a cancelled creation that made nothing: the operation and the record go.
-fn forget_cancelled(
-    ctx: &mut impl Txn,
-    name: &str,
-    op: Option<&OpRow>,
-    actor: &str,
-    what: &str,
-) -> ApiResult<()> {
-    if let Some(o) = op {
-        ctx.delete_op(o.id)?;
-    }
-    ctx.delete_volume(name)?;
-    ctx.touch(Key::Volume(name.to_owned()));
-    event(
-        ctx,
-        EventKind::VolumeCreateCancelled,
-        Some(name),
-        None,
-        None,
-        actor,
-        format!(
-            "creation cancelled: CreateVolume through plugin {what}; nothing was deleted in the \
-             storage system"
-        ),
-    )
-}
-
-/// Whether `o` is the CreateVolume of a volume whose creation was cancelled while it ran.
-pub(super) fn create_was_cancelled(ctx: &impl Txn, o: &OpRow) -> ApiResult<bool> {
-    Ok(o.kind == OpKind::Create
-        && ctx
-            .volume(&o.volume)?
-            .is_some_and(|v| v.lifecycle == Lifecycle::Deleting))
-}
-
-/// The CreateVolume of a cancelled creation failed: it made nothing, and the cancel ends.
-pub(super) fn create_answered_after_cancel(
-    ctx: &mut impl Txn,
-    o: &OpRow,
-    message: &str,
-    actor: &str,
-) -> ApiResult<()> {
-    let what = format!("{} failed after the cancel ({message})", o.plugin);
-    forget_cancelled(ctx, &o.volume, Some(o), actor, &what)
-}
-
-/// The CreateVolume of a cancelled creation made the volume after all: csivol records the
-/// plugin's id for it and deletes it through the plugin, as the operator asked.
-pub(super) fn created_after_cancel(
-    ctx: &mut impl Txn,
-    o: &OpRow,
-    external_id: &str,
-    actor: &str,
-    limits: &Limits,
-) -> ApiResult<()> {
-    ctx.delete_op(o.id)?;
-    let mut v = ctx.require_volume(&o.volume)?;
-    v.external_id = external_id.to_owned();
-    v.error = None;
-    v.updated_at = ctx.now();
-    v.modify_index = ctx.index();
-    insert_volume(ctx, &v)?;
-    ctx.queue_op(OpKind::Delete, &v.plugin, &v.name, None, "{}")?;
-    event(
-        ctx,
-        EventKind::VolumeDeleting,
-        Some(&v.name),
-        None,
-        None,
-        actor,
-        format!(
-            "CreateVolume answered after the creation was cancelled: created as {external_id}; \
-             DeleteVolume requested"
-        ),
-    )?;
-    schedule_ops(ctx, &v.plugin, limits)
 }

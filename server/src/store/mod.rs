@@ -400,6 +400,15 @@ pub trait Txn: Snapshot {
         error: &str,
         next_retry_at: Option<i64>,
     ) -> ApiResult<()>;
+    /// Records a claim's drift, which stands in for its error (cleared, with its next
+    /// retry) until another error replaces it; the drift itself lasts until the claim
+    /// leaves for `ready` or `releasing`.
+    fn set_claim_drift(
+        &mut self,
+        volume: &str,
+        alloc: &str,
+        drift: &crate::model::Drift,
+    ) -> ApiResult<()>;
     /// Marks a claim released while its node was lost (taken down, not resumed, at return).
     fn set_claim_release_pending(&mut self, volume: &str, alloc: &str) -> ApiResult<()>;
     fn delete_claim(&mut self, volume: &str, alloc: &str) -> ApiResult<()>;

@@ -531,8 +531,8 @@ fn age_database(data: &std::path::Path) -> String {
         .pragma_query_value(None, "user_version", |r| r.get(0))
         .unwrap();
     // The schema before the index: a build that has the index added it last, in the
-    // migration that also made the tables of exact retries (empty here), so the older
-    // schema has neither.
+    // migration that also made the tables of exact retries (empty here) and the claims'
+    // drift column (no claim drifted here), so the older schema has none of them.
     let indexed: i64 = conn
         .query_row(
             "SELECT COUNT(*) FROM sqlite_master WHERE name = 'volumes_external_id'",
@@ -543,7 +543,8 @@ fn age_database(data: &std::path::Path) -> String {
     conn.execute_batch(
         "DROP INDEX IF EXISTS volumes_external_id;
          DROP TABLE IF EXISTS request_keys;
-         DROP TABLE IF EXISTS claim_tombstones;",
+         DROP TABLE IF EXISTS claim_tombstones;
+         ALTER TABLE claims DROP COLUMN drift;",
     )
     .unwrap();
     conn.pragma_update(None, "user_version", version - indexed)

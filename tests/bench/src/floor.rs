@@ -127,8 +127,8 @@ pub async fn http_round_trip(http: &Http, samples: u32) -> anyhow::Result<Figure
 
 /// One gRPC round trip to the real plugin over its unix socket: CSI `Probe`.
 pub async fn grpc_round_trip(socket: &Path, samples: u32) -> anyhow::Result<Figure> {
-    let channel = CsiEndpoint::Unix(socket.to_owned()).channel(Duration::from_secs(10));
-    let mut client = csi::identity_client::IdentityClient::new(channel);
+    let conn = CsiEndpoint::Unix(socket.to_owned()).connection(Duration::from_secs(10));
+    let mut client = csi::identity_client::IdentityClient::new(conn);
     let mut out = Vec::with_capacity(samples as usize);
     for i in 0..WARMUP + samples {
         let start = Instant::now();

@@ -108,8 +108,8 @@ fn stats_total(c: &Cluster, external_id: &str, target: &Path) -> i64 {
         .build()
         .unwrap();
     rt.block_on(async {
-        let channel = CsiEndpoint::Unix(socket).channel(Duration::from_secs(10));
-        let mut node = csi::node_client::NodeClient::new(channel);
+        let conn = CsiEndpoint::Unix(socket).connection(Duration::from_secs(10));
+        let mut node = csi::node_client::NodeClient::new(conn);
         let r = node
             .node_get_volume_stats(csi::NodeGetVolumeStatsRequest {
                 volume_id: external_id.to_owned(),

@@ -15,7 +15,7 @@ use crate::cluster::{Cluster, NodeOpts};
 
 const WAIT: Duration = Duration::from_secs(60);
 
-type Controller = csi::controller_client::ControllerClient<csivol_csi::PluginChannel>;
+type Controller = csi::controller_client::ControllerClient<csivol_csi::PluginConnection>;
 
 /// Runs `call` against the plugin's controller on node `i`'s socket, as a storage admin
 /// would.
@@ -30,7 +30,12 @@ fn with_controller<T, F: Future<Output = T>>(
         .enable_all()
         .build()
         .unwrap();
-    rt.block_on(async { call(Controller::new(endpoint.channel(Duration::from_secs(10)))).await })
+    rt.block_on(async {
+        call(Controller::new(
+            endpoint.connection(Duration::from_secs(10)),
+        ))
+        .await
+    })
 }
 
 /// ControllerPublishVolume or ControllerUnpublishVolume behind csivol's back.

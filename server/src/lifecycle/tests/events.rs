@@ -10,7 +10,7 @@ use crate::limits::EventBounds;
 async fn append(env: &Env, kind: EventKind, alloc: &str, bytes: usize) {
     let alloc = alloc.to_owned();
     env.write(move |ctx, _| {
-        super::super::event(
+        super::super::events::event(
             ctx,
             kind,
             None,

@@ -61,7 +61,7 @@ async fn a_lost_node_blocks_what_it_holds_and_its_return_resumes_or_republishes_
     )
     .await;
 
-    env.write(|ctx, l| super::super::mark_lost(ctx, "n1", "no heartbeat for 30s", l))
+    env.write(|ctx, l| super::super::nodes::mark_lost(ctx, "n1", "no heartbeat for 30s", l))
         .await
         .unwrap();
     let n = env.read(|c| c.require_node("n1")).await;
@@ -85,7 +85,7 @@ async fn a_lost_node_blocks_what_it_holds_and_its_return_resumes_or_republishes_
         .unwrap_err();
     assert_eq!(e.code().as_str(), "blocked");
     // Losing it again changes nothing.
-    env.write(|ctx, l| super::super::mark_lost(ctx, "n1", "again", l))
+    env.write(|ctx, l| super::super::nodes::mark_lost(ctx, "n1", "again", l))
         .await
         .unwrap();
     assert_eq!(env.events_of("node-lost").await.len(), 1);
@@ -217,7 +217,7 @@ async fn a_stopped_node_registers_again_with_what_it_still_has() {
         "{message}"
     );
     // A stop notice from a node that is not ready (lost, fenced) changes nothing.
-    env.write(|ctx, l| super::super::mark_lost(ctx, "n1", "test", l))
+    env.write(|ctx, l| super::super::nodes::mark_lost(ctx, "n1", "test", l))
         .await
         .unwrap();
     env.write(|ctx, l| super::super::node_stopping(ctx, "n1", false, GRACE, l))

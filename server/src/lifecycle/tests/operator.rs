@@ -8,7 +8,7 @@ use super::Env;
 /// `ctl`; then `n1` is lost.
 async fn blocked() -> Env {
     let env = super::ready_node().await;
-    env.write(|ctx, l| super::super::mark_lost(ctx, "n1", "no heartbeat", l))
+    env.write(|ctx, l| super::super::nodes::mark_lost(ctx, "n1", "no heartbeat", l))
         .await
         .unwrap();
     env

@@ -154,7 +154,7 @@ fn retried_alloc(volume: &str) -> String {
 
 #[test]
 fn backoff_doubles_from_a_second_to_five_minutes_with_jitter() {
-    use super::super::ops::backoff;
+    use super::super::backoff::backoff;
     for _ in 0..100 {
         let first = backoff(0);
         assert!(first >= Duration::from_millis(800) && first <= Duration::from_millis(1200));

@@ -133,6 +133,67 @@ async fn drift_sends_a_ready_claim_back_to_publishing_and_the_next_publish_is_it
     );
 }
 
+/// A drift is a fact of the claim, not words of its error: a step of the republish that
+/// fails and is retried (its error replacing the drift's words) leaves the drift, and the
+/// publish that follows is still its repair, not a first readiness.
+#[tokio::test]
+async fn a_drifted_claim_whose_republish_hit_an_error_is_still_repaired() {
+    let env = publishing().await;
+    env.report("n1", vec![published("v", "a1")]).await;
+    let drift = Report::Drift {
+        volume: "v".into(),
+        alloc: "a1".into(),
+        reason: "target unmounted".into(),
+    };
+    let busy = Report::ClaimError {
+        volume: "v".into(),
+        alloc: "a1".into(),
+        error: plugin_error("UNAVAILABLE", false),
+    };
+    env.report("n1", vec![drift, busy]).await;
+    let c = env.claim_row("v", "a1").await.unwrap();
+    assert_eq!(c.error.as_deref(), Some("UNAVAILABLE: the plugin says no"));
+    env.report("n1", vec![published("v", "a1")]).await;
+    assert_eq!(env.claim_state("v", "a1").await, Some(ClaimState::Ready));
+    assert_eq!(
+        env.events_of("claim-repaired").await,
+        ["claim-repaired v n1 a1"],
+        "the republish is the drift's repair"
+    );
+    assert_eq!(env.events_of("claim-ready").await.len(), 1, "ready once");
+}
+
+/// The API shows a drift as a field (what found it, since when, why) and, as before, in
+/// the claim's error while nothing replaced it; the repair ends both.
+#[tokio::test]
+async fn the_api_shows_a_drift_as_a_field_and_in_the_error() {
+    let env = publishing().await;
+    env.report("n1", vec![published("v", "a1")]).await;
+    let drift = Report::Drift {
+        volume: "v".into(),
+        alloc: "a1".into(),
+        reason: "target unmounted".into(),
+    };
+    env.report("n1", vec![drift]).await;
+    let row = env.claim_row("v", "a1").await.unwrap();
+    let c = env.read(move |conn| conn.claim_to_api(&row)).await;
+    assert_eq!(c.error.as_deref(), Some("drift: target unmounted"));
+    let json = serde_json::to_value(&c).unwrap();
+    assert_eq!(json["drift"]["found"], "check", "{json}");
+    assert_eq!(json["drift"]["reason"], "target unmounted", "{json}");
+    let since = json["drift"]["since"].as_str().unwrap_or_default();
+    assert!(
+        humantime::parse_rfc3339(since).is_ok(),
+        "since when, as a time: {json}"
+    );
+    env.report("n1", vec![published("v", "a1")]).await;
+    let row = env.claim_row("v", "a1").await.unwrap();
+    let c = env.read(move |conn| conn.claim_to_api(&row)).await;
+    assert_eq!(c.error, None);
+    let json = serde_json::to_value(&c).unwrap();
+    assert_eq!(json.get("drift"), None, "repaired: {json}");
+}
+
 /// A condition reported while the target had drifted ("not mounted") was about the mount
 /// the repair replaced: the repaired claim shows none until the plugin is asked again.
 #[tokio::test]

@@ -76,7 +76,7 @@ async fn a_release_leaves_a_tombstone_that_refuses_claims_sent_before_it() {
 #[tokio::test]
 async fn an_unblock_a_dequeue_and_an_alloc_that_held_nothing_leave_tombstones() {
     let env = ready_node().await;
-    env.write(|ctx, l| super::super::mark_lost(ctx, "n1", "no heartbeat", l))
+    env.write(|ctx, l| super::super::nodes::mark_lost(ctx, "n1", "no heartbeat", l))
         .await
         .unwrap();
     env.write(|ctx, l| super::super::unblock_volume(ctx, "v", None, "n1 burned", false, "op", l))

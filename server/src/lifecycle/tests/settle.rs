@@ -23,7 +23,7 @@ async fn held(env: &Env, volume: &str) -> bool {
     let v = volume.to_owned();
     env.read(move |c| {
         let row = c.require_volume(&v)?;
-        settle::held(c, &row, crate::db::now_ms())
+        super::super::admission::held_back(c, &row, crate::db::now_ms())
     })
     .await
 }

@@ -112,7 +112,7 @@ async fn a_claim_outside_the_volumes_topology_is_refused_naming_nodes_inside() {
     assert_eq!(c.node, "n3");
 
     // A node outside that is ineligible or lost is not named.
-    env.write(|ctx, l| super::super::mark_lost(ctx, "n1", "missed heartbeats", l))
+    env.write(|ctx, l| super::super::nodes::mark_lost(ctx, "n1", "missed heartbeats", l))
         .await
         .unwrap();
     let e = env

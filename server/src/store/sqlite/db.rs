@@ -357,6 +357,26 @@ CREATE INDEX claim_tombstones_at ON claim_tombstones (released_at);
 -- two names, which is kept and named (`serve --check`, `csivol status`), never a failed
 -- migration.
 CREATE INDEX volumes_external_id ON volumes (plugin, external_id);
+
+-- A claim's drift (its node found it not mounted as its plugin made it, or registered or
+-- came back without it) as a field of its own, JSON: what found it (`check`,
+-- `registration`, `return`), when (`at`, unix ms) and why (`reason`), until its republish
+-- repairs it. Before, it was kept as the claim's error, `drift: WHY`: such a claim gets the
+-- field (found by what the words say, at the claim's last change) and no error, which
+-- shows the same words while no other error replaces them.
+ALTER TABLE claims ADD COLUMN drift TEXT;
+UPDATE claims SET
+    drift = json_object(
+        'found', CASE
+            WHEN substr(error, 8) GLOB 'node * registered without it mounted' THEN 'registration'
+            WHEN substr(error, 8) GLOB 'node * came back without it mounted' THEN 'return'
+            ELSE 'check'
+        END,
+        'at', updated_at,
+        'reason', substr(error, 8)
+    ),
+    error = NULL
+    WHERE substr(error, 1, 7) = 'drift: ';
 "#,
 ];
 

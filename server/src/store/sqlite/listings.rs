@@ -7,7 +7,7 @@ use rusqlite::types::ValueRef;
 use rusqlite::{Connection, params};
 
 use super::exec;
-use super::rows::{ATTACHMENT_COLUMNS, CLAIM_COLUMNS, VOLUME_COLUMNS, volume_fields};
+use super::rows::{ATTACHMENT_COLUMNS, VOLUME_COLUMNS, volume_fields};
 use crate::db::WriteCtx;
 use crate::error::{ApiError, ApiResult};
 use crate::model::{
@@ -159,8 +159,9 @@ pub fn volume_chunk(
     };
     let mut claims: HashMap<String, Vec<ClaimRow>> = HashMap::new();
     let sql = format!(
-        "SELECT {CLAIM_COLUMNS} FROM claims WHERE volume > ?1 AND volume <= ?2 \
-         ORDER BY volume, created_at, alloc"
+        "SELECT {} FROM claims WHERE volume > ?1 AND volume <= ?2 \
+         ORDER BY volume, created_at, alloc",
+        super::drift::claim_columns(conn)?
     );
     for c in conn
         .prepare_cached(&sql)?
@@ -196,8 +197,9 @@ pub fn claims(
     node: Option<&str>,
 ) -> ApiResult<Vec<ClaimRow>> {
     let sql = format!(
-        "SELECT {CLAIM_COLUMNS} FROM claims WHERE (?1 IS NULL OR volume = ?1) AND (?2 IS NULL OR node = ?2) \
-         ORDER BY volume, created_at, alloc"
+        "SELECT {} FROM claims WHERE (?1 IS NULL OR volume = ?1) AND (?2 IS NULL OR node = ?2) \
+         ORDER BY volume, created_at, alloc",
+        super::drift::claim_columns(conn)?
     );
     let rows = conn
         .prepare_cached(&sql)?

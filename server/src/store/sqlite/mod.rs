@@ -6,6 +6,7 @@
 mod access;
 pub mod backup;
 pub mod db;
+mod drift;
 mod held;
 mod listings;
 pub mod maintenance;
@@ -35,7 +36,7 @@ use crate::model::{
 use crate::watch::Key;
 use csivol_rules::kinds::OpKind;
 
-pub use rows::{ATTACHMENT_COLUMNS, CLAIM_COLUMNS, needs_controller_publish, slots_used};
+pub use rows::{ATTACHMENT_COLUMNS, needs_controller_publish, slots_used};
 
 impl From<rusqlite::Error> for ApiError {
     fn from(e: rusqlite::Error) -> Self {
@@ -125,7 +126,8 @@ impl Snapshot for Connection {
 
     fn claims_of_node(&self, node: &str, state: Option<ClaimState>) -> ApiResult<Vec<ClaimRow>> {
         let sql = format!(
-            "SELECT {CLAIM_COLUMNS} FROM claims WHERE node = ?1 AND (?2 IS NULL OR state = ?2) ORDER BY volume, alloc"
+            "SELECT {} FROM claims WHERE node = ?1 AND (?2 IS NULL OR state = ?2) ORDER BY volume, alloc",
+            drift::claim_columns(self)?
         );
         let mut stmt = self.prepare_cached(&sql)?;
         let rows = stmt

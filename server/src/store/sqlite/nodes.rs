@@ -6,7 +6,7 @@ use csivol_api::{self as api, Eligibility};
 use rusqlite::{Connection, params};
 
 use super::exec;
-use super::rows::{CLAIM_COLUMNS, NODE_COLUMNS};
+use super::rows::NODE_COLUMNS;
 use crate::db::WriteCtx;
 use crate::error::ApiResult;
 use crate::model::{ClaimRow, NewFence, NodeFenceRow, NodeRow, time};
@@ -142,8 +142,9 @@ pub fn set_node_fenced(ctx: &WriteCtx<'_>, node: &str) -> ApiResult<()> {
 
 pub fn expired_claims(conn: &Connection, now: i64) -> ApiResult<Vec<ClaimRow>> {
     let sql = format!(
-        "SELECT {CLAIM_COLUMNS} FROM claims WHERE expires_at <= ?1 \
-         AND state NOT IN ('releasing', 'failed', 'blocked') ORDER BY expires_at"
+        "SELECT {} FROM claims WHERE expires_at <= ?1 \
+         AND state NOT IN ('releasing', 'failed', 'blocked') ORDER BY expires_at",
+        super::drift::claim_columns(conn)?
     );
     let rows = conn
         .prepare_cached(&sql)?

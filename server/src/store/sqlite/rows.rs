@@ -154,11 +154,24 @@ pub fn volume_fields(r: StoredRow<'_>) -> Result<VolumeFields<'_>, String> {
     })
 }
 
+/// A claim's columns on the schema before its drift had one (`drift::claim_columns`
+/// chooses).
 pub const CLAIM_COLUMNS: &str = "volume, alloc, node, mode, state, target_path, error, next_retry_at, created_at, updated_at, modify_index, \
      waiting, waiting_since, waiting_timeout_ms, condition, ttl_ms, expires_at, labels, release_pending";
+/// A claim's columns with its drift.
+pub const CLAIM_COLUMNS_WITH_DRIFT: &str = "volume, alloc, node, mode, state, target_path, error, next_retry_at, created_at, updated_at, modify_index, \
+     waiting, waiting_since, waiting_timeout_ms, condition, ttl_ms, expires_at, labels, release_pending, drift";
 
 impl ClaimRow {
+    /// A row of [`CLAIM_COLUMNS`] or [`CLAIM_COLUMNS_WITH_DRIFT`].
     pub fn from_row(r: &Row<'_>) -> rusqlite::Result<Self> {
+        let updated_at = r.get(9)?;
+        let column = if r.as_ref().column_count() > 19 {
+            Some(r.get(19)?)
+        } else {
+            None
+        };
+        let (drift, error) = super::drift::decode(column, r.get(6)?, updated_at);
         Ok(Self {
             volume: r.get(0)?,
             alloc: r.get(1)?,
@@ -166,11 +179,12 @@ impl ClaimRow {
             mode: parse(r, 3)?,
             state: parse(r, 4)?,
             target_path: r.get(5)?,
-            error: r.get(6)?,
+            error,
             next_retry_at: r.get(7)?,
             created_at: r.get(8)?,
-            updated_at: r.get(9)?,
+            updated_at,
             modify_index: r.get::<_, i64>(10)? as u64,
+            drift,
             waiting: match (r.get(11)?, r.get(12)?, r.get(13)?) {
                 (Some(reason), Some(since), Some(timeout)) => Some((reason, since, timeout)),
                 _ => None,
@@ -185,7 +199,8 @@ impl ClaimRow {
 
     pub fn of_volume(conn: &Connection, volume: &str) -> ApiResult<Vec<Self>> {
         let sql = format!(
-            "SELECT {CLAIM_COLUMNS} FROM claims WHERE volume = ?1 ORDER BY created_at, alloc"
+            "SELECT {} FROM claims WHERE volume = ?1 ORDER BY created_at, alloc",
+            super::drift::claim_columns(conn)?
         );
         let mut stmt = conn.prepare_cached(&sql)?;
         let rows = stmt
@@ -195,7 +210,10 @@ impl ClaimRow {
     }
 
     pub fn load(conn: &Connection, volume: &str, alloc: &str) -> ApiResult<Option<Self>> {
-        let sql = format!("SELECT {CLAIM_COLUMNS} FROM claims WHERE volume = ?1 AND alloc = ?2");
+        let sql = format!(
+            "SELECT {} FROM claims WHERE volume = ?1 AND alloc = ?2",
+            super::drift::claim_columns(conn)?
+        );
         optional(
             conn.prepare_cached(&sql)?
                 .query_row([volume, alloc], Self::from_row),

@@ -230,16 +230,20 @@ impl Txn for WriteCtx<'_> {
     }
 
     fn set_claim_state(&mut self, volume: &str, alloc: &str, state: ClaimState) -> ApiResult<()> {
-        exec(
-            self.tx,
+        let sql = format!(
             "UPDATE claims SET state = ?1, updated_at = ?2, modify_index = ?3, \
              error = CASE WHEN ?1 IN ('ready', 'releasing') THEN NULL ELSE error END, \
              next_retry_at = CASE WHEN ?1 IN ('ready', 'releasing', 'failed', 'blocked') THEN NULL ELSE next_retry_at END, \
              waiting = CASE WHEN ?1 = 'publishing' THEN waiting END, \
              waiting_since = CASE WHEN ?1 = 'publishing' THEN waiting_since END, \
              waiting_timeout_ms = CASE WHEN ?1 = 'publishing' THEN waiting_timeout_ms END, \
-             condition = CASE WHEN ?1 IN ('ready', 'publishing', 'blocked') THEN condition END \
+             condition = CASE WHEN ?1 IN ('ready', 'publishing', 'blocked') THEN condition END{} \
              WHERE volume = ?4 AND alloc = ?5",
+            drift::cleared_with_state(self.tx)?
+        );
+        exec(
+            self.tx,
+            &sql,
             params![state.as_str(), self.now, self.index as i64, volume, alloc],
         )?;
         Ok(())
@@ -314,6 +318,15 @@ impl Txn for WriteCtx<'_> {
             ],
         )?;
         Ok(())
+    }
+
+    fn set_claim_drift(
+        &mut self,
+        volume: &str,
+        alloc: &str,
+        drift: &crate::model::Drift,
+    ) -> ApiResult<()> {
+        drift::set(self, volume, alloc, drift)
     }
 
     fn set_claim_release_pending(&mut self, volume: &str, alloc: &str) -> ApiResult<()> {

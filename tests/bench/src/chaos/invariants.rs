@@ -132,7 +132,7 @@ struct Span {
 
 /// The publication spans in one plugin's call log, by volume.
 fn publication_spans(node: &str, log: &str) -> Vec<(String, Span)> {
-    let ok = csivol_csi::domain::code_name(tonic::Code::Ok);
+    let ok = csivol_csi::convert::code_name(tonic::Code::Ok);
     // (volume, target) -> when the first publication of it began
     let mut open: BTreeMap<(String, String), u64> = BTreeMap::new();
     let mut out = Vec::new();

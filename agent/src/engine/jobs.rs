@@ -7,9 +7,10 @@ use std::time::Instant;
 
 use csivol_api::domain::ErrorClass;
 use csivol_api::{ClaimRef, ControllerOp, DesiredExpand, PluginError, Report};
+use csivol_rules::agent::job::Job;
+use csivol_rules::agent::records::{PublicationRecord, PublishState, StageState};
 
-use crate::plan::Job;
-use crate::store::{PublicationRecord, PublishState, StageState, now_ms};
+use crate::store::now_ms;
 
 use super::Shared;
 use super::steps::{StepError, publish, stage, unpublish, unstage, vanished_staging};

@@ -1,13 +1,13 @@
 //! Recovery at start: every record of `agent.db` checked against the mount table before the
-//! agent registers (the plan is `verify`'s); what was in flight finished or undone.
+//! agent registers (the repairs are `verify`'s); what was in flight finished or undone.
 
 use std::collections::HashSet;
 use std::path::PathBuf;
 
-use crate::mounts::{self};
-use crate::verify;
-
+use csivol_rules::agent::verify;
 use tokio::sync::watch;
+
+use crate::mounts::{self};
 
 use super::Shared;
 use super::steps::{StepError, unpublish, unstage};
@@ -16,8 +16,8 @@ use super::steps::{StepError, unpublish, unstage};
 const RECOVERY_ATTEMPTS: u32 = 5;
 
 /// Finishes or undoes what was in flight when the agent stopped, before it registers: the
-/// records checked against one snapshot of the mount table (`verify::plan`), then the plan
-/// carried out. What cannot be undone now stays recorded as uncertain; the loop retries it.
+/// records checked against one snapshot of the mount table (`verify::decide`), then the
+/// repairs carried out. What cannot be undone now stays recorded as uncertain; the loop retries it.
 /// A stop asked meanwhile (`stop` true) is taken between steps, never inside one: `false`
 /// then, with every step taken recorded, and the rest left to the next start.
 pub(super) async fn recover(shared: &Shared, rebooted: bool, stop: &watch::Receiver<bool>) -> bool {
@@ -38,7 +38,7 @@ pub(super) async fn recover(shared: &Shared, rebooted: bool, stop: &watch::Recei
         .checker()
         .inspect_err(|e| tracing::warn!("recovery: {e}; treating every record as unverified"))
         .ok();
-    let plan = verify::plan(
+    let repairs = verify::decide(
         &shared.judge(checker.as_ref()),
         &verify::Input {
             when: verify::When::Start { rebooted },
@@ -47,7 +47,7 @@ pub(super) async fn recover(shared: &Shared, rebooted: bool, stop: &watch::Recei
             wanted: None,
         },
     );
-    for s in &plan.observed_stagings {
+    for s in &repairs.observed_stagings {
         tracing::info!(
             volume = s.volume,
             path = %s.path.display(),
@@ -57,12 +57,12 @@ pub(super) async fn recover(shared: &Shared, rebooted: bool, stop: &watch::Recei
             tracing::error!(volume = s.volume, "recovery: {e:#}");
         }
     }
-    for p in &plan.observed_publications {
+    for p in &repairs.observed_publications {
         if let Err(e) = store.put_publication(p, None).await {
             tracing::error!(volume = p.volume, alloc = p.alloc, "recovery: {e:#}");
         }
     }
-    for (s, why) in &plan.restage {
+    for (s, why) in &repairs.restage {
         tracing::warn!(
             volume = s.volume,
             path = %s.path.display(),
@@ -72,7 +72,7 @@ pub(super) async fn recover(shared: &Shared, rebooted: bool, stop: &watch::Recei
             tracing::error!(volume = s.volume, "recovery: {e:#}");
         }
     }
-    for r in &plan.republish {
+    for r in &repairs.republish {
         let p = &r.record;
         tracing::warn!(
             volume = p.volume,
@@ -85,7 +85,7 @@ pub(super) async fn recover(shared: &Shared, rebooted: bool, stop: &watch::Recei
             tracing::error!(volume = p.volume, alloc = p.alloc, "recovery: {e:#}");
         }
     }
-    for p in &plan.take_down {
+    for p in &repairs.take_down {
         if stopping() {
             return false;
         }
@@ -98,7 +98,7 @@ pub(super) async fn recover(shared: &Shared, rebooted: bool, stop: &watch::Recei
         );
         retry_recovery(shared, "unpublish", stop, || unpublish(shared, p)).await;
     }
-    for s in &plan.unstage {
+    for s in &repairs.unstage {
         if stopping() {
             return false;
         }

@@ -1,4 +1,4 @@
-//! The reconcile core: recovery at start, then a loop that makes the node follow the
+//! The node engine: recovery at start, then a loop that makes the node follow the
 //! desired state it is given, one worker per volume, and runs the controller operations
 //! assigned to this agent. It knows nothing of HTTP: the desired state comes in through
 //! [`Core::set_desired`] and the reports it would send come out of a channel, so tests
@@ -10,25 +10,25 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use csivol_api::{ClaimRef, DesiredState, ObservedShape, RegisterRequest, Report, StaleChanges};
+use csivol_rules::agent::observed::Observation;
+use csivol_rules::agent::records::{PublicationRecord, PublishState, StageState, StagingRecord};
+use csivol_rules::agent::verify::Checks as _;
 use tokio::sync::{mpsc, watch};
 
+mod driver;
 mod jobs;
 mod limits;
 mod listing;
-mod reconciler;
 mod recovery;
 mod steps;
 
-use self::reconciler::Reconciler;
+use self::driver::Driver;
 use self::recovery::recover;
 use self::steps::{StepError, local};
 use crate::config::CoreConfig;
-use crate::mounts::{Checker, Judge, MountWatch, Observation};
+use crate::mounts::{Checker, Judge, MountWatch};
 use crate::plugin::{ConnectError, NodePlugin, Plugins};
-use crate::store::{
-    Fence, PublicationRecord, PublishState, StageState, StagingRecord, Store, StoreError, now_ms,
-};
-use crate::verify::Checks as _;
+use crate::store::{Fence, Store, StoreError, now_ms};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -312,14 +312,14 @@ impl Core {
             );
         }
         let (fence_tx, fence_rx) = watch::channel(initial.clone());
-        let reconciler = Reconciler::new(
+        let driver = Driver::new(
             Arc::clone(&shared),
             desired_rx,
             control_rx,
             fence_tx,
             initial,
         );
-        let task = tokio::spawn(reconciler.run());
+        let task = tokio::spawn(driver.run());
         let listing = tokio::spawn(listing::run(Arc::clone(&shared)));
         let limits = tokio::spawn(limits::run(Arc::clone(&shared)));
         Ok((

@@ -1,4 +1,4 @@
-//! The reconcile loop: the latest desired state, what runs, retries and deadlines, drift
+//! The engine's loop: the latest desired state, what runs, retries and deadlines, drift
 //! found at each resync, the fence and the take-down at stop.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -6,13 +6,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use csivol_api::{ClaimRef, DesiredState};
+use csivol_rules::agent::job::{self, Memo, VolumeDesired};
+use csivol_rules::agent::records::{PublicationRecord, PublishState, StagingRecord};
+use csivol_rules::agent::verify;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
 use crate::mounts::Checker;
-use crate::plan::{self, Memo, VolumeDesired};
-use crate::store::{PublicationRecord, PublishState, StagingRecord, now_ms};
-use crate::verify;
+use crate::store::now_ms;
 
 use super::jobs::{JobContext, Outcome, check_conditions, run_expand, run_job, run_op};
 use super::{Changed, Control, FenceState, Shared};
@@ -24,7 +25,7 @@ struct Backoff {
 }
 
 /// The loop's state: the latest desired state, what runs, and what was already said.
-pub(super) struct Reconciler {
+pub(super) struct Driver {
     shared: Arc<Shared>,
     /// The latest desired state, read in place (not held: the session applies the
     /// server's changes to it without a copy while nobody holds it).
@@ -61,7 +62,7 @@ pub(super) struct Reconciler {
     dirty: Changed,
 }
 
-impl Reconciler {
+impl Driver {
     pub(super) fn new(
         shared: Arc<Shared>,
         desired_rx: watch::Receiver<Arc<DesiredState>>,
@@ -327,7 +328,7 @@ impl Reconciler {
             let mut publications = store.publications_of(&vol);
             let verified = match &checker {
                 Some(c) => self.drift(c, publish, staging.as_mut(), &mut publications),
-                None => verify::Plan::default(),
+                None => verify::Repairs::default(),
             };
             let mut deadlines = HashMap::new();
             let mut timed_out = HashSet::new();
@@ -349,7 +350,7 @@ impl Reconciler {
                 }
                 deadlines.insert(p.alloc.clone(), deadline);
             }
-            let mut job = plan::plan(&plan::Input {
+            let mut job = job::decide(&job::Input {
                 data_dir: &self.shared.data_dir,
                 volume: &vol,
                 desired: vd,
@@ -409,9 +410,9 @@ impl Reconciler {
         }
     }
 
-    /// Finds what drifted under the records of one volume (`verify::plan` at a resync): a
+    /// Finds what drifted under the records of one volume (`verify::decide` at a resync): a
     /// staging that no longer shows what the plugin made there, publications whose target
-    /// fails its check. They are marked uncertain in the records given (so that the plan
+    /// fails its check. They are marked uncertain in the records given (so that the job
     /// stages and publishes them again) and returned, for the job to record and report
     /// first.
     fn drift(
@@ -420,7 +421,7 @@ impl Reconciler {
         listed: &[csivol_api::DesiredPublish],
         staging: Option<&mut StagingRecord>,
         publications: &mut [PublicationRecord],
-    ) -> verify::Plan {
+    ) -> verify::Repairs {
         let wanted: HashSet<ClaimRef> = publications
             .iter()
             .filter(|p| listed.iter().any(|d| d.alloc == p.alloc))
@@ -430,7 +431,7 @@ impl Reconciler {
             })
             .collect();
         let stagings: Vec<StagingRecord> = staging.iter().map(|s| (**s).clone()).collect();
-        let found = verify::plan(
+        let found = verify::decide(
             &self.shared.judge(Some(c)),
             &verify::Input {
                 when: verify::When::Resync,
@@ -480,7 +481,7 @@ impl Reconciler {
             .retain(|v| desired.unstage.iter().any(|u| &u.volume == v));
     }
 
-    /// [`Reconciler::forget_unlisted`] for the claims of one volume, whose entries changed.
+    /// [`Driver::forget_unlisted`] for the claims of one volume, whose entries changed.
     fn forget_unlisted_of(&mut self, desired: &DesiredState, volume: &str) {
         let (publish, unpublish, unstage) = desired.entries_of(volume);
         let listed = |c: &ClaimRef| publish.iter().any(|p| p.alloc == c.alloc);

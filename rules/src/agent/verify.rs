@@ -1,4 +1,4 @@
-//! Recovery as a plan: the node agent's records, the checks of one snapshot of the mount
+//! Recovery as repairs: the node agent's records, the checks of one snapshot of the mount
 //! table ([`Checks`], which judge each record by what the plugin made at its paths, its
 //! observation) and what the server wants → the actions that make the records true again.
 //! Pure; the agent carries the actions out, at start (its recovery) and at every resync.
@@ -21,8 +21,8 @@ use std::collections::HashSet;
 
 use csivol_api::ClaimRef;
 
-use crate::observed::{self, Observation};
-use crate::plan::{PublicationRecord, PublishState, StageState, StagingRecord};
+use super::observed::{self, Observation};
+use super::records::{PublicationRecord, PublishState, StageState, StagingRecord};
 
 /// The checks of one snapshot of the node, as the records need them (the agent's answer
 /// them from the mount table and `stat`; tests, from a table).
@@ -46,7 +46,7 @@ pub trait Checks {
     ) -> Result<Observation, String>;
 }
 
-/// When the plan is made.
+/// When the repairs are decided.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum When {
     /// At start, before registering; `rebooted`: the machine restarted since the records
@@ -56,7 +56,7 @@ pub enum When {
     Resync,
 }
 
-/// Everything [`plan`] looks at.
+/// Everything [`decide`] looks at.
 #[derive(Debug)]
 pub struct Input<'a> {
     pub when: When,
@@ -79,7 +79,7 @@ pub struct Republish {
 
 /// The actions, in the order they are carried out.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Plan {
+pub struct Repairs {
     /// Records of an older agent that passed their first check, with what is there, and
     /// records completed with what is known now.
     pub observed_stagings: Vec<StagingRecord>,
@@ -95,14 +95,14 @@ pub struct Plan {
     pub unstage: Vec<StagingRecord>,
 }
 
-impl Plan {
+impl Repairs {
     pub fn is_empty(&self) -> bool {
         *self == Self::default()
     }
 }
 
-pub fn plan(checks: &dyn Checks, input: &Input<'_>) -> Plan {
-    let mut out = Plan::default();
+pub fn decide(checks: &dyn Checks, input: &Input<'_>) -> Repairs {
+    let mut out = Repairs::default();
     let rebooted = input.when == When::Start { rebooted: true };
     let start = matches!(input.when, When::Start { .. });
     let of_volume = |v: &str| -> Vec<PublicationRecord> {

@@ -6,15 +6,15 @@ use std::time::{Duration, Instant};
 
 use csivol_api::domain::ErrorClass;
 use csivol_api::{DesiredState, PluginError, Report};
+use csivol_rules::agent::job::{Job, PublishStep, StageStep};
+use csivol_rules::agent::observed::Observation;
+use csivol_rules::agent::records::{PublicationRecord, PublishState, StageState, StagingRecord};
 use tonic::Code;
 
 use crate::config::ReadyCheck;
-use crate::mounts::{self, Observation};
-use crate::plan::{Job, PublishStep, StageStep};
+use crate::mounts;
 use crate::plugin::CallError;
-use crate::store::{
-    PublicationRecord, PublishState, StageState, StagingRecord, StoreError, now_ms,
-};
+use crate::store::{StoreError, now_ms};
 
 use super::Shared;
 
@@ -392,7 +392,7 @@ async fn wait_ready(
     }
 }
 
-/// The staging step a job needs although its plan saw a staged record: the staging its
+/// The staging step a job needs although it was decided over a staged record: the staging its
 /// publications would be made from is not there any more.
 pub(super) fn vanished_staging(shared: &Shared, job: &Job) -> Result<Option<StageStep>, StepError> {
     let Some((first, path)) = job

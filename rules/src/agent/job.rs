@@ -1,5 +1,5 @@
-//! The pure part of reconciling one volume: from what the server wants and what the agent
-//! recorded, the steps to take, in order. No I/O here; the agent's reconcile loop runs them.
+//! One volume's job: from what the server wants and what the agent recorded, the steps to
+//! take, in order. No I/O here; the agent's engine carries the job out.
 //!
 //! The rule is level-triggered, like kubelet's desired and actual state of the world: a
 //! publication is kept only while a `publish` entry covers it, a staging only while some
@@ -10,80 +10,8 @@ use std::path::{Path, PathBuf};
 
 use csivol_api::{ClaimRef, DesiredPublish, DesiredUnpublish, validate_name};
 
-use crate::observed::Observation;
-use crate::verify::Plan;
-
-// What the agent recorded in `agent.db` (its store keeps them there): the facts a plan reads.
-
-/// What the agent knows about a staging. `Staging` and `Unstaging` mean a call was (or may
-/// have been) in flight: the volume may or may not be staged.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StageState {
-    Staging,
-    Staged,
-    Unstaging,
-}
-
-/// Likewise for a publication.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PublishState {
-    Publishing,
-    Published,
-    Unpublishing,
-}
-
-macro_rules! text_state {
-    ($t:ident { $($v:ident = $s:literal),* }) => {
-        impl $t {
-            pub fn as_str(self) -> &'static str {
-                match self { $(Self::$v => $s),* }
-            }
-            pub fn parse(s: &str) -> Option<Self> {
-                match s {
-                    $($s => Some(Self::$v),)*
-                    _ => None,
-                }
-            }
-        }
-    };
-}
-text_state!(StageState { Staging = "staging", Staged = "staged", Unstaging = "unstaging" });
-text_state!(PublishState {
-    Publishing = "publishing",
-    Published = "published",
-    Unpublishing = "unpublishing"
-});
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct StagingRecord {
-    pub volume: String,
-    pub plugin: String,
-    pub external_id: String,
-    pub path: PathBuf,
-    pub state: StageState,
-    /// Staged for block access.
-    pub block: bool,
-    /// What the plugin made at the path when NodeStageVolume succeeded; `None` before,
-    /// and in records of an older agent until they are first checked.
-    pub observed: Option<Observation>,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PublicationRecord {
-    pub volume: String,
-    pub alloc: String,
-    pub plugin: String,
-    pub external_id: String,
-    pub target: PathBuf,
-    /// The staging path the publication was made from, when the plugin stages.
-    pub staging: Option<PathBuf>,
-    /// A block volume's target is a device node, not a mount point.
-    pub block: bool,
-    pub state: PublishState,
-    /// What the plugin made at the target, once it first passed the readiness check;
-    /// `None` before, and in records of an older agent until they are first checked.
-    pub observed: Option<Observation>,
-}
+use super::records::{PublicationRecord, PublishState, StageState, StagingRecord};
+use super::verify::Repairs;
 
 /// Reports already handed to the server for entries it still lists, so that a rescan does
 /// not send them again. Entries leave when the server stops listing them. Kept in volume
@@ -103,7 +31,7 @@ pub struct VolumeDesired<'a> {
     pub unstage: bool,
 }
 
-/// Everything [`plan`] looks at.
+/// Everything [`decide`] looks at.
 #[derive(Debug)]
 pub struct Input<'a> {
     pub data_dir: &'a Path,
@@ -153,7 +81,7 @@ pub struct Job {
     /// `verify`): observations to record, a staging to stage again and publications to
     /// publish again (marked uncertain and reported as drift first; the steps below bring
     /// them up again).
-    pub verified: Plan,
+    pub verified: Repairs,
     /// Set when the agent takes publications down that the server still wants (it stops
     /// and leaves its node clean): each is reported as drift with this reason, so that the
     /// server does not go on calling the claim ready.
@@ -167,7 +95,7 @@ pub struct Job {
     pub publish: Vec<PublishStep>,
     /// Claims published and ready that the server has not been told about.
     pub report_published: Vec<(String, PathBuf)>,
-    /// The releases and the unstage the server listed when this job was planned: only a
+    /// The releases and the unstage the server listed when this job was decided: only a
     /// report answering a listed request is remembered as an answer (a report made for
     /// an older desired state may have reached the server before it asked).
     pub listed_unpublish: Vec<String>,
@@ -210,7 +138,7 @@ fn covers(d: &DesiredPublish, plugin: &str, external_id: &str) -> bool {
     d.volume.plugin == plugin && d.volume.external_id == external_id
 }
 
-pub fn plan(input: &Input<'_>) -> Job {
+pub fn decide(input: &Input<'_>) -> Job {
     let vol = input.volume;
     let mut job = Job {
         volume: vol.to_owned(),
@@ -416,7 +344,7 @@ mod tests {
         }
     }
 
-    /// Plans volume `v` with the `hp` plugin staging.
+    /// Decides the job of volume `v` with the `hp` plugin staging.
     struct Check {
         desired_publish: Vec<DesiredPublish>,
         desired_unpublish: Vec<DesiredUnpublish>,
@@ -444,7 +372,7 @@ mod tests {
             }
         }
 
-        fn plan(&self) -> Job {
+        fn job(&self) -> Job {
             let desired = VolumeDesired {
                 publish: self.desired_publish.iter().collect(),
                 unpublish: self.desired_unpublish.iter().collect(),
@@ -455,7 +383,7 @@ mod tests {
             } else {
                 HashSet::new()
             };
-            plan(&Input {
+            decide(&Input {
                 data_dir: Path::new(DIR),
                 volume: "v",
                 desired: &desired,
@@ -512,7 +440,7 @@ mod tests {
     fn first_claim_stages_then_publishes() {
         let mut c = Check::new();
         c.desired_publish = vec![want("v", "a1", "hp")];
-        let job = c.plan();
+        let job = c.job();
         assert_eq!(steps(&job), ["stage", "publish a1"]);
         assert_eq!(job.publish[0].target, Path::new("/d/targets/v/a1"));
         assert_eq!(
@@ -528,11 +456,11 @@ mod tests {
         c.staging = Some(staged("v", StageState::Staged));
         c.pubs = vec![pubrec("v", "a1", PublishState::Published)];
         c.memo.published.insert(claim("v", "a1"));
-        assert_eq!(steps(&c.plan()), ["publish a2"]);
+        assert_eq!(steps(&c.job()), ["publish a2"]);
         // Steady state: nothing to do.
         c.pubs.push(pubrec("v", "a2", PublishState::Published));
         c.memo.published.insert(claim("v", "a2"));
-        assert!(c.plan().is_empty());
+        assert!(c.job().is_empty());
     }
 
     #[test]
@@ -546,7 +474,7 @@ mod tests {
             pubrec("v", "a2", PublishState::Published),
         ];
         c.memo.published.insert(claim("v", "a2"));
-        assert_eq!(steps(&c.plan()), ["unpublish a1"]);
+        assert_eq!(steps(&c.job()), ["unpublish a1"]);
     }
 
     #[test]
@@ -556,7 +484,7 @@ mod tests {
         c.staging = Some(staged("v", StageState::Staged));
         c.pubs = vec![pubrec("v", "a1", PublishState::Published)];
         assert_eq!(
-            steps(&c.plan()),
+            steps(&c.job()),
             ["unpublish a1", "unstage", "report unstaged"]
         );
     }
@@ -567,12 +495,12 @@ mod tests {
         c.desired_unpublish = vec![release("v", "a1")];
         c.unstage = true;
         assert_eq!(
-            steps(&c.plan()),
+            steps(&c.job()),
             ["report unpublished a1", "report unstaged"]
         );
         c.memo.unpublished.insert(claim("v", "a1"));
         c.memo.unstaged.insert("v".into());
-        assert!(c.plan().is_empty());
+        assert!(c.job().is_empty());
     }
 
     #[test]
@@ -581,13 +509,13 @@ mod tests {
         c.desired_publish = vec![want("v", "a1", "hp")];
         c.staging = Some(staged("v", StageState::Staging));
         c.pubs = vec![pubrec("v", "a1", PublishState::Publishing)];
-        assert_eq!(steps(&c.plan()), ["stage", "publish a1"]);
+        assert_eq!(steps(&c.job()), ["stage", "publish a1"]);
 
         c.desired_publish.clear();
         c.staging = Some(staged("v", StageState::Unstaging));
         c.pubs = vec![pubrec("v", "a1", PublishState::Unpublishing)];
         assert_eq!(
-            steps(&c.plan()),
+            steps(&c.job()),
             ["unpublish a1", "unstage", "report unstaged"]
         );
     }
@@ -601,7 +529,7 @@ mod tests {
             pubrec("v", "a2", PublishState::Published),
         ];
         assert_eq!(
-            steps(&c.plan()),
+            steps(&c.job()),
             ["unpublish a1", "unpublish a2", "unstage", "report unstaged"]
         );
     }
@@ -619,7 +547,7 @@ mod tests {
         d.volume.external_id = "ext-new".into();
         c.desired_publish = vec![d];
         // The staging (ext-v) is not wanted, but the kept publication was made from it.
-        let job = c.plan();
+        let job = c.job();
         assert_eq!(job.unstage, None);
     }
 
@@ -632,7 +560,7 @@ mod tests {
         d.volume.external_id = "ext-new".into();
         c.desired_publish = vec![d];
         assert_eq!(
-            steps(&c.plan()),
+            steps(&c.job()),
             ["unpublish a1 (silent)", "unstage", "stage", "publish a1"]
         );
     }
@@ -642,7 +570,7 @@ mod tests {
         let mut c = Check::new();
         c.stages = false;
         c.desired_publish = vec![want("v", "a1", "hp")];
-        let job = c.plan();
+        let job = c.job();
         assert_eq!(steps(&job), ["publish a1"]);
         assert_eq!(job.publish[0].staging, None);
 
@@ -652,7 +580,7 @@ mod tests {
         rec.staging = None;
         c.pubs = vec![rec];
         c.desired_unpublish = vec![release("v", "a1")];
-        assert_eq!(steps(&c.plan()), ["unpublish a1", "report unstaged"]);
+        assert_eq!(steps(&c.job()), ["unpublish a1", "report unstaged"]);
     }
 
     #[test]
@@ -664,7 +592,7 @@ mod tests {
         c.failed.insert(claim("v", "a1"));
         c.timed_out.insert(claim("v", "a2"));
         assert_eq!(
-            steps(&c.plan()),
+            steps(&c.job()),
             ["timeout a2", "unpublish a1", "unstage", "report unstaged"]
         );
         // A claim that became ready does not time out.
@@ -672,14 +600,14 @@ mod tests {
         c.timed_out = [claim("v", "a1")].into();
         c.desired_publish = vec![want("v", "a1", "hp")];
         c.pubs = vec![pubrec("v", "a1", PublishState::Published)];
-        assert_eq!(steps(&c.plan()), ["report published a1"]);
+        assert_eq!(steps(&c.job()), ["report published a1"]);
     }
 
     #[test]
     fn names_that_cannot_be_paths_fail_the_claim() {
         let mut c = Check::new();
         c.desired_publish = vec![want("v", "../etc", "hp")];
-        let job = c.plan();
+        let job = c.job();
         assert_eq!(steps(&job), ["invalid ../etc"]);
         assert!(job.invalid[0].1.contains("invalid alloc name"));
     }
@@ -692,7 +620,7 @@ mod tests {
         c.pubs = vec![pubrec("v", "a1", PublishState::Published)];
         c.staging = Some(staged("v", StageState::Staged));
         assert_eq!(
-            steps(&c.plan()),
+            steps(&c.job()),
             ["unpublish a1", "unstage", "report unstaged"]
         );
     }

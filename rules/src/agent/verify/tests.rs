@@ -83,8 +83,8 @@ impl Checks for Gone {
     }
 }
 
-/// The plan as a list of words, so that a case reads as its outcome.
-fn words(p: &Plan) -> Vec<String> {
+/// The repairs as a list of words, so that a case reads as its outcome.
+fn words(p: &Repairs) -> Vec<String> {
     let mut out = Vec::new();
     out.extend(
         p.observed_stagings
@@ -121,10 +121,10 @@ struct Case {
     /// Whether the claim `v/a1` is wanted (`None`: not known yet).
     wanted: Option<bool>,
     gone: Gone,
-    plan: &'static [&'static str],
+    repairs: &'static [&'static str],
 }
 
-fn run(case: &Case) -> Plan {
+fn run(case: &Case) -> Repairs {
     let wanted: Option<HashSet<ClaimRef>> = case.wanted.map(|w| {
         w.then(|| ClaimRef {
             volume: "v".into(),
@@ -133,7 +133,7 @@ fn run(case: &Case) -> Plan {
         .into_iter()
         .collect()
     });
-    plan(
+    decide(
         &case.gone,
         &Input {
             when: case.when,
@@ -163,7 +163,7 @@ fn the_records_against_the_mount_table() {
             publications: vec![publication(Published, made())],
             wanted: None,
             gone: NOTHING_GONE,
-            plan: &[],
+            repairs: &[],
         },
         Case {
             what: "the staging gone while the agent was away: both again",
@@ -175,7 +175,7 @@ fn the_records_against_the_mount_table() {
                 staging: true,
                 target: false,
             },
-            plan: &["restage v", "republish a1"],
+            repairs: &["restage v", "republish a1"],
         },
         Case {
             what: "the target gone: published again, the staging kept",
@@ -187,7 +187,7 @@ fn the_records_against_the_mount_table() {
                 staging: false,
                 target: true,
             },
-            plan: &["republish a1"],
+            repairs: &["republish a1"],
         },
         Case {
             what: "steps in flight at start are undone",
@@ -196,7 +196,7 @@ fn the_records_against_the_mount_table() {
             publications: vec![publication(Publishing, None)],
             wanted: None,
             gone: NOTHING_GONE,
-            plan: &["take down a1", "unstage v"],
+            repairs: &["take down a1", "unstage v"],
         },
         Case {
             what: "an unpublish and an unstage in flight are finished",
@@ -205,7 +205,7 @@ fn the_records_against_the_mount_table() {
             publications: vec![publication(Unpublishing, made())],
             wanted: None,
             gone: NOTHING_GONE,
-            plan: &["take down a1", "unstage v"],
+            repairs: &["take down a1", "unstage v"],
         },
         Case {
             what: "a staging kept while a publication that stays is made from it",
@@ -214,7 +214,7 @@ fn the_records_against_the_mount_table() {
             publications: vec![publication(Published, made())],
             wanted: None,
             gone: NOTHING_GONE,
-            plan: &[],
+            repairs: &[],
         },
         Case {
             what: "after a reboot every record is undone",
@@ -226,7 +226,7 @@ fn the_records_against_the_mount_table() {
                 staging: true,
                 target: true,
             },
-            plan: &["take down a1", "unstage v"],
+            repairs: &["take down a1", "unstage v"],
         },
         Case {
             what: "a resync leaves steps in flight to the workers",
@@ -238,7 +238,7 @@ fn the_records_against_the_mount_table() {
                 staging: true,
                 target: true,
             },
-            plan: &[],
+            repairs: &[],
         },
         Case {
             what: "drift of a wanted claim is reported",
@@ -250,7 +250,7 @@ fn the_records_against_the_mount_table() {
                 staging: false,
                 target: true,
             },
-            plan: &["republish a1 (drift)"],
+            repairs: &["republish a1 (drift)"],
         },
         Case {
             what: "drift of a claim being taken down is not",
@@ -262,7 +262,7 @@ fn the_records_against_the_mount_table() {
                 staging: false,
                 target: true,
             },
-            plan: &["republish a1"],
+            repairs: &["republish a1"],
         },
         Case {
             what: "an older agent's records that hold: what is there is recorded",
@@ -271,7 +271,7 @@ fn the_records_against_the_mount_table() {
             publications: vec![publication(Published, None)],
             wanted: None,
             gone: NOTHING_GONE,
-            plan: &["observe staging v", "observe a1"],
+            repairs: &["observe staging v", "observe a1"],
         },
         Case {
             what: "an older agent's records that do not hold: staged and published again",
@@ -283,12 +283,12 @@ fn the_records_against_the_mount_table() {
                 staging: true,
                 target: false,
             },
-            plan: &["restage v", "republish a1"],
+            repairs: &["restage v", "republish a1"],
         },
     ];
     for case in &cases {
         let got = run(case);
-        assert_eq!(words(&got), case.plan, "{}", case.what);
+        assert_eq!(words(&got), case.repairs, "{}", case.what);
     }
 }
 
@@ -304,7 +304,7 @@ fn a_demoted_record_says_why_and_is_marked_uncertain() {
             staging: true,
             target: false,
         },
-        plan: &[],
+        repairs: &[],
     });
     let (s, why) = &p.restage[0];
     assert_eq!(s.state, StageState::Staging);
@@ -322,7 +322,7 @@ fn a_demoted_record_says_why_and_is_marked_uncertain() {
         publications: vec![],
         wanted: None,
         gone: NOTHING_GONE,
-        plan: &[],
+        repairs: &[],
     });
     assert_eq!(p.observed_stagings[0].observed, Some(a_mount()));
     assert_eq!(p.observed_stagings[0].state, StageState::Staged);
@@ -365,7 +365,7 @@ impl Checks for LiveDevice {
 fn a_device_recorded_without_its_identity_gains_it_and_keeps_it() {
     for when in [When::Start { rebooted: false }, When::Resync] {
         let old = publication(PublishState::Published, Some(loop3(false)));
-        let p = plan(
+        let p = decide(
             &LiveDevice,
             &Input {
                 when,
@@ -379,7 +379,7 @@ fn a_device_recorded_without_its_identity_gains_it_and_keeps_it() {
         assert_eq!(completed.observed, Some(loop3(true)));
         assert_eq!(completed.state, PublishState::Published);
         // Recorded with it, the next check records nothing.
-        let p = plan(
+        let p = decide(
             &LiveDevice,
             &Input {
                 when,

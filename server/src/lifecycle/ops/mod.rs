@@ -1,0 +1,45 @@
+//! The controller-operation queue: operations queued, handed to healthy controller hosts
+//! within limits, answered, retried with backoff, or failed. Its engine (`queue`) knows no
+//! kind of operation; each kind (attach, detach, create, delete, expand, modify, snapshot,
+//! group snapshot) is a file of `kinds/` and a row of its table. This file binds the two
+//! for the rest of the lifecycle.
+
+use csivol_api::{self as api, Report};
+
+use super::settings::Limits;
+use crate::error::ApiResult;
+use crate::model::OpRow;
+use crate::store::{Snapshot, Txn};
+use csivol_rules::kinds::OpKind;
+
+pub(super) mod kinds;
+pub(super) mod queue;
+
+pub use queue::plugins_with_due_ops;
+
+/// Hands `plugin`'s due operations to its controller hosts ([`queue::schedule`]).
+pub fn schedule_ops(ctx: &mut impl Txn, plugin: &str, limits: &Limits) -> ApiResult<()> {
+    queue::schedule(ctx, plugin, limits, kinds::of)
+}
+
+/// A controller host's report about one of its operations ([`queue::answered`]): the
+/// volume that may move on.
+pub(super) fn answered(
+    ctx: &mut impl Txn,
+    host: &str,
+    report: &Report,
+    limits: &Limits,
+) -> ApiResult<Option<String>> {
+    queue::answered(ctx, host, report, limits, kinds::of)
+}
+
+/// What an agent is sent to run an operation ([`queue::shown`]).
+pub fn op_to_api(conn: &dyn Snapshot, o: &OpRow) -> ApiResult<Option<api::ControllerOp>> {
+    queue::shown(conn, o, kinds::of)
+}
+
+/// What operations of `kind` give the ones held for their volume's release, where they
+/// may be held.
+pub(super) fn held(kind: OpKind) -> Option<&'static dyn queue::Held> {
+    kinds::of(kind).held()
+}
