@@ -137,6 +137,20 @@ fn chaos(args: &[&str], kinds: &[&str]) -> Value {
         report["oversized_refused"].as_u64().unwrap() > 0,
         "the careless client's claims were refused: {report:#}"
     );
+    assert!(
+        report["oversized_unrecorded"].as_u64().unwrap() > 0,
+        "a refused claim was read back and not found: {report:#}"
+    );
+    // Anonymous slow bodies crowded the connection limit and were refused from their
+    // headers, while the load above went on (no cycle stuck, no error).
+    assert!(
+        report["slow_body_refused"].as_u64().unwrap() > 0,
+        "no slow body refused from its headers: {report:#}"
+    );
+    assert!(
+        report["connection_limit_reached"].as_u64().unwrap() > 0,
+        "the slow bodies never crowded the connection limit: {report:#}"
+    );
     report
 }
 

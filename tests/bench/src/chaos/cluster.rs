@@ -115,14 +115,17 @@ pub fn ha_net(dir: &Path, nodes: u32, lifetime: Duration) -> Net {
 
 impl ChaosCluster {
     /// Starts the cluster: one server, or with `net` (made by [`ha_net`]) the HA mode's.
+    /// `max_connections`: each server's `--max-connections`.
     pub async fn start(
         bins: &Bins,
         root: &Path,
         nodes: u32,
         mount: &str,
         heartbeat_ttl: Duration,
+        max_connections: usize,
         net: Option<Arc<Net>>,
     ) -> anyhow::Result<Self> {
+        let limit = [format!("--max-connections={max_connections}")];
         // The tmpfs lives outside the run's dir: the end-of-run accounting counts every
         // mount below that dir as left over.
         let disk_dir = TestDir::new("chaos-disk");
@@ -134,10 +137,11 @@ impl ChaosCluster {
                 let data_dir = disk.join("server");
                 std::fs::create_dir_all(&data_dir)?;
                 mount_tmpfs(&data_dir)?;
-                let server = Server::start(bins, &data_dir, heartbeat_ttl, None, &[], &[]).await?;
+                let server =
+                    Server::start(bins, &data_dir, heartbeat_ttl, None, &[], &limit).await?;
                 (vec![server], None)
             }
-            Some(net) => start_ha(bins, root, &disk, net, heartbeat_ttl).await?,
+            Some(net) => start_ha(bins, root, &disk, net, heartbeat_ttl, &limit).await?,
         };
         let mut c = Self {
             nodes: Vec::new(),
@@ -472,6 +476,26 @@ impl ChaosCluster {
     }
 
     /// Copies the servers' logs (kept beside their tmpfs, which goes away) into `dir`.
+    /// The servers, for the slow-body client.
+    pub fn slow_targets(&self) -> anyhow::Result<Vec<super::slowbody::Target>> {
+        let urls: Vec<String> = self.servers.iter().map(|s| s.url.clone()).collect();
+        super::slowbody::targets(&urls, self.ha.as_ref().map(|h| h.ca.as_path()))
+    }
+
+    /// How many times a server logged that it reached its connection limit (each time
+    /// after it had been below it), over every server's log.
+    pub fn connection_limit_reached(&self) -> u64 {
+        (0..self.servers.len())
+            .map(|i| {
+                std::fs::read_to_string(self.server_dir(i).with_extension("log"))
+                    .unwrap_or_default()
+                    .lines()
+                    .filter(|l| l.contains("connection limit reached"))
+                    .count() as u64
+            })
+            .sum()
+    }
+
     pub fn save_server_log(&self, dir: &Path) {
         for i in 0..self.servers.len() {
             let log = self.server_dir(i).with_extension("log");
@@ -523,6 +547,7 @@ async fn start_ha(
     disk: &Path,
     net: Arc<Net>,
     heartbeat_ttl: Duration,
+    extra: &[String],
 ) -> anyhow::Result<(Vec<Server>, Option<Ha>)> {
     let tls = root.join("tls");
     let mut cmd = Command::new(&bins.server);
@@ -550,7 +575,7 @@ async fn start_ha(
         .await
         .context("etcd did not start")?
     };
-    let args = [
+    let mut args = vec![
         "--store=etcd".to_owned(),
         format!("--etcd-endpoints={}", etcd.endpoints()),
         format!("--secrets-key-file={}", root.join("secrets.key").display()),
@@ -558,6 +583,7 @@ async fn start_ha(
         format!("--tls-key={}", tls.join("server-key.pem").display()),
         format!("--etcd-lease-ttl={HA_LEASE}"),
     ];
+    args.extend(extra.iter().cloned());
     let mut servers: Vec<Server> = Vec::new();
     for i in 0..HA_SERVERS {
         let host = net.host(&server_host(i));

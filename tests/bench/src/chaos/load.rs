@@ -9,11 +9,13 @@
 //! (`crate::history`), with when it was sent, when its outcome came and what it was, for
 //! the checker at the end.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
+use csivol_api::limits::{DEFAULT_CLAIM_LABEL_BYTES, DEFAULT_CLAIM_LABELS};
 use csivol_api::{self as api, ClaimMode, ClaimRequest, ClaimState};
 use csivol_client::Cursor;
 use csivol_client::once::Once;
@@ -116,55 +118,95 @@ where
     }
 }
 
-/// The bytes of the careless client's label: far past the server's limit of a claim's
-/// labels, within a request body.
+/// The bytes of the careless client's largest label: far past the server's limit of a
+/// claim's labels, within a request body.
 const OVERSIZED_LABEL: usize = 512 << 10;
 
-/// A careless client beside the load: claims on the load's volumes with a label far past
-/// the server's limit, a few a second until `until`. Each must be refused (422 naming the
-/// labels) whatever the faults: one accepted would grow the state and hold a volume the
-/// load needs; a server error is a crash under it. No answer, or a 503 or 502 from a
-/// server a fault took down, says nothing. Returns how many were refused and the
-/// violations.
+/// The careless client's claims: labels just past the byte limit, far past it, or one
+/// label too many (the server's default limits, which the campaign keeps).
+fn oversized(n: u64) -> (BTreeMap<String, String>, String) {
+    let mut labels = BTreeMap::new();
+    let what = match n % 3 {
+        0 => {
+            // Key and value together one byte past the limit.
+            let value = "x".repeat(DEFAULT_CLAIM_LABEL_BYTES + 1 - "job".len());
+            labels.insert("job".to_owned(), value);
+            format!("{} bytes of labels", DEFAULT_CLAIM_LABEL_BYTES + 1)
+        }
+        1 => {
+            labels.insert("job".to_owned(), "x".repeat(OVERSIZED_LABEL));
+            format!("a {} KiB label", OVERSIZED_LABEL >> 10)
+        }
+        _ => {
+            for i in 0..=DEFAULT_CLAIM_LABELS {
+                labels.insert(format!("l{i}"), "x".to_owned());
+            }
+            format!("{} labels", DEFAULT_CLAIM_LABELS + 1)
+        }
+    };
+    (labels, what)
+}
+
+/// What the careless client saw.
+#[derive(Debug, Default)]
+pub struct Careless {
+    /// Claims refused (422 naming the labels), as they must be.
+    pub refused: u64,
+    /// Of those, how many a read afterwards found not recorded (404).
+    pub unrecorded: u64,
+    pub violations: Vec<String>,
+}
+
+/// A careless client beside the load: claims on the load's volumes with labels past the
+/// server's limits (just past, far past, one too many), a few a second until `until`.
+/// Each must be refused (422 naming the labels) whatever the faults, and nothing of it
+/// recorded (a read of the claim afterwards finds nothing; the end checks that no event
+/// names it): one accepted would grow the state and hold a volume the load needs; a
+/// server error is a crash under it. No answer, or a 503 or 502 from a server a fault
+/// took down, says nothing.
 pub async fn oversized_labels(
     http: Http,
     volumes: Vec<String>,
     nodes: Arc<Vec<String>>,
     until: Instant,
     seed: u64,
-) -> (u64, Vec<String>) {
+) -> Careless {
     let mut rng = StdRng::seed_from_u64(seed ^ 0x1abe1);
-    let label = "x".repeat(OVERSIZED_LABEL);
-    let (mut refused, mut violations) = (0, Vec::new());
+    let mut out = Careless::default();
     let mut n = 0u64;
     while Instant::now() < until {
         n += 1;
         let volume = &volumes[rng.random_range(0..volumes.len())];
         let node = &nodes[rng.random_range(0..nodes.len())];
-        let alloc = format!("oversized-{n}");
+        let alloc = format!("{OVERSIZED_ALLOC}{n}");
         let mut req = ClaimRequest::new(&alloc, node.as_str(), ClaimMode::Write);
-        req.labels.insert("job".to_owned(), label.clone());
-        let what = format!(
-            "claim {volume}/{alloc} with a {} KiB label",
-            OVERSIZED_LABEL >> 10
-        );
+        let (labels, with) = oversized(n);
+        req.labels = labels;
+        let what = format!("claim {volume}/{alloc} with {with}");
+        let claims = format!("/v1/volumes/{volume}/claims");
         // A client that keeps no keys, as a careless one would.
-        match http
-            .post_once(
-                &format!("/v1/volumes/{volume}/claims"),
-                &req,
-                &Once::unkeyed(),
-            )
-            .await
-        {
+        match http.post_once(&claims, &req, &Once::unkeyed()).await {
             Ok(r)
                 if r.status == 422
                     && String::from_utf8_lossy(&r.body).contains("`labels` holds") =>
             {
-                refused += 1;
+                out.refused += 1;
+                match http
+                    .get(&format!("{claims}/{alloc}"))
+                    .await
+                    .map(|r| r.status)
+                {
+                    Ok(404) => out.unrecorded += 1,
+                    Ok(200) => out
+                        .violations
+                        .push(format!("{what}: refused, yet recorded (a read finds it)")),
+                    // No answer, or one that does not say: looked at again by the end's
+                    // check of the event log.
+                    _ => {}
+                }
             }
             Ok(r) if r.status == 503 || r.status == 502 => {}
-            Ok(r) => violations.push(format!(
+            Ok(r) => out.violations.push(format!(
                 "{what}: answered {} ({}), not refused as too large",
                 r.status,
                 String::from_utf8_lossy(&r.body)
@@ -176,8 +218,11 @@ pub async fn oversized_labels(
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-    (refused, violations)
+    out
 }
+
+/// The allocs of the careless client's claims begin with this.
+pub const OVERSIZED_ALLOC: &str = "oversized-";
 
 pub async fn client(http: Http, spec: Spec) -> Tally {
     let mut t = Tally::default();

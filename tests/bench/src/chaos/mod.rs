@@ -21,6 +21,7 @@ mod leaks;
 mod ledger;
 mod load;
 mod restore;
+mod slowbody;
 mod starts;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -38,7 +39,7 @@ use self::faults::Fault;
 use self::ledger::Ledger;
 use self::load::{Spec, Tally, Unsure};
 use super::client::Http;
-use super::history::{Input, Output, Recorder};
+use super::history::{Checked, Input, Output, Recorder};
 use super::phases::{Say, WorkDir};
 use super::procs::Bins;
 use super::{Config, StoreArg, stats, volumes};
@@ -90,13 +91,31 @@ pub struct ChaosReport {
     /// (the restored state never knew them), detached in the drain as an operator would.
     pub forgotten_publications_detached: usize,
     pub client_retries: u64,
-    /// Claims with an oversized label that the servers refused, as they must.
+    /// Claims with labels past the limits that the servers refused, as they must; of
+    /// those, how many a read afterwards found not recorded.
     pub oversized_refused: u64,
-    /// Claims of which an attempt went unanswered; of those, how many whose cycle could
-    /// not tell turned up in the drain and were released there, and how many whose cycle
-    /// saw them refused or released turned up again (each a violation).
+    pub oversized_unrecorded: u64,
+    /// Each server's `--max-connections`; the slow-body client runs twice as many
+    /// anonymous talkers per server.
+    pub max_connections: usize,
+    /// The slow-body client's connections; of those, how many were answered 401 from
+    /// their headers, closed by the server before an answer (to make room, or by a
+    /// fault), answered 502/503; and its connections refused (a server down) or not
+    /// taken within 5 s.
+    pub slow_body_connections: u64,
+    pub slow_body_refused: u64,
+    pub slow_body_closed: u64,
+    pub slow_body_unavailable: u64,
+    pub slow_body_unreachable: u64,
+    pub slow_body_not_accepted: u64,
+    /// How many times a server logged that it reached its connection limit.
+    pub connection_limit_reached: u64,
+    /// Claims of which an attempt went unanswered; of those, how many the drain found
+    /// left to release although their cycle could not tell (each an error), and how many
+    /// whose cycle saw them refused or released turned up again (each a violation). The
+    /// drain must find none.
     pub unsure_claims: usize,
-    pub unsure_released: usize,
+    pub unsure_left: usize,
     pub unsure_reappeared: usize,
     pub observations: u64,
     /// Client operations in the history, and the volumes they touched.
@@ -153,8 +172,19 @@ impl ChaosReport {
             self.client_retries
         ));
         line(format!(
-            "careless client: {} claims with an oversized label refused",
-            self.oversized_refused
+            "careless client: {} claims with labels past the limits refused (422), {} of them read back and not recorded",
+            self.oversized_refused, self.oversized_unrecorded
+        ));
+        line(format!(
+            "slow-body client: {} anonymous connections, {} answered 401 from their headers, {} closed unanswered (for room, or by a fault), {} answered 502/503; {} refused (a server down), {} not taken within 5 s; --max-connections {} per server, reached {} times",
+            self.slow_body_connections,
+            self.slow_body_refused,
+            self.slow_body_closed,
+            self.slow_body_unavailable,
+            self.slow_body_unreachable,
+            self.slow_body_not_accepted,
+            self.max_connections,
+            self.connection_limit_reached
         ));
         if self.faults.get(&Fault::Restore).is_some_and(|n| *n > 0) {
             line(format!(
@@ -166,8 +196,8 @@ impl ChaosReport {
         }
         if self.unsure_claims > 0 {
             line(format!(
-                "unsure: {} claim(s) with an attempt that got no answer, {} of them still there in the drain and released, {} back after their cycle saw them refused or released",
-                self.unsure_claims, self.unsure_released, self.unsure_reappeared
+                "unsure: {} claim(s) with an attempt that got no answer; found in the drain: {} left to release, {} back after their cycle saw them refused or released (the drain must find none)",
+                self.unsure_claims, self.unsure_left, self.unsure_reappeared
             ));
         }
         line(format!(
@@ -231,7 +261,9 @@ async fn execute(cfg: &Config, net: Option<Arc<Net>>) -> anyhow::Result<ChaosRep
         },
         cfg.nodes
     ));
-    let cluster = ChaosCluster::start(&bins, &root, cfg.nodes, mount, ttl, net).await?;
+    let max_connections = slowbody::max_connections(a.concurrency, cfg.nodes);
+    let cluster =
+        ChaosCluster::start(&bins, &root, cfg.nodes, mount, ttl, max_connections, net).await?;
     let http = cluster.http()?;
     let names: Vec<String> = (1..=a.volumes).map(volumes::volume_name).collect();
     say.say(format!("creating {} single-node-writer volumes", a.volumes));
@@ -277,9 +309,18 @@ async fn execute(cfg: &Config, net: Option<Arc<Net>>) -> anyhow::Result<ChaosRep
         until,
         seed,
     ));
+    // And anonymous slow bodies crowding each server's connection limit.
+    let crowd = tokio::spawn(slowbody::crowd(
+        cluster.slow_targets()?,
+        2 * max_connections,
+        names.clone(),
+        until,
+        seed,
+    ));
     say.say(format!(
-        "chaos: {} clients and faults for {}",
+        "chaos: {} clients, {} anonymous slow-body talkers per server and faults for {}",
         a.concurrency,
+        2 * max_connections,
         humantime::format_duration(a.duration)
     ));
     let (stop_faults, faults_stopped) = tokio::sync::watch::channel(false);
@@ -326,9 +367,10 @@ async fn execute(cfg: &Config, net: Option<Arc<Net>>) -> anyhow::Result<ChaosRep
     }
     let mut violations = tally.violations.clone();
     violations.extend(findings.violations);
-    let (oversized_refused, careless_violations) =
-        careless.await.context("the careless client panicked")?;
-    violations.extend(careless_violations);
+    let careless = careless.await.context("the careless client panicked")?;
+    violations.extend(careless.violations.iter().cloned());
+    let mut slow = crowd.await.context("the slow-body client panicked")?;
+    violations.append(&mut slow.violations);
     errors.extend(tally.stuck.iter().cloned());
     let drained = if tally.unsure.is_empty() {
         Drained::default()
@@ -346,6 +388,7 @@ async fn execute(cfg: &Config, net: Option<Arc<Net>>) -> anyhow::Result<ChaosRep
         )
         .await;
         violations.extend(d.reappeared.iter().cloned());
+        errors.extend(d.left.iter().cloned());
         errors.extend(d.errors.iter().cloned());
         d
     };
@@ -375,6 +418,7 @@ async fn execute(cfg: &Config, net: Option<Arc<Net>>) -> anyhow::Result<ChaosRep
         errors.push(format!("failed to save the event log: {e}"));
     }
     violations.extend(invariants::unattributed_force(&events));
+    violations.extend(invariants::recorded_allocs(&events, load::OVERSIZED_ALLOC));
     for (i, s) in cluster.servers.iter_mut().enumerate() {
         if let Some(status) = s.proc.exited() {
             errors.push(format!("server {} exited with {status}", i + 1));
@@ -392,14 +436,12 @@ async fn execute(cfg: &Config, net: Option<Arc<Net>>) -> anyhow::Result<ChaosRep
     })
     .await
     .context("the history checker panicked")?;
-    violations.extend(checked.anomalies.iter().cloned());
-    // A history the checker could not decide is not known to be linearizable: it fails
-    // the run (an error, beside the anomalies).
-    errors.extend(checked.undecided.iter().cloned());
+    judge_history(&checked, &mut violations, &mut errors);
 
     cluster.save_server_log(&root);
+    let connection_limit_reached = cluster.connection_limit_reached();
     let faults_total = counts.values().sum();
-    let ok = violations.is_empty() && errors.is_empty();
+    let ok = passed(&violations, &errors);
     Ok(ChaosReport {
         mode: "full --chaos",
         duration_s,
@@ -424,9 +466,18 @@ async fn execute(cfg: &Config, net: Option<Arc<Net>>) -> anyhow::Result<ChaosRep
         released_after_restore: tally.released_after_restore,
         forgotten_publications_detached: leaks.detached,
         client_retries: tally.retries,
-        oversized_refused,
+        oversized_refused: careless.refused,
+        oversized_unrecorded: careless.unrecorded,
+        max_connections,
+        slow_body_connections: slow.connections,
+        slow_body_refused: slow.refused_from_headers,
+        slow_body_closed: slow.closed_unanswered,
+        slow_body_unavailable: slow.unavailable,
+        slow_body_unreachable: slow.unreachable,
+        slow_body_not_accepted: slow.not_accepted,
+        connection_limit_reached,
         unsure_claims: tally.unsure.len(),
-        unsure_released: drained.released,
+        unsure_left: drained.left.len(),
         unsure_reappeared: drained.reappeared.len(),
         observations,
         history_operations: checked.operations,
@@ -438,6 +489,19 @@ async fn execute(cfg: &Config, net: Option<Arc<Net>>) -> anyhow::Result<ChaosRep
         errors,
         ok,
     })
+}
+
+/// The checker's verdict in the run's lists: each anomaly a violation; each volume the
+/// search could not decide an error, for a history not known to be linearizable is no
+/// pass.
+fn judge_history(checked: &Checked, violations: &mut Vec<String>, errors: &mut Vec<String>) {
+    violations.extend(checked.anomalies.iter().cloned());
+    errors.extend(checked.undecided.iter().cloned());
+}
+
+/// Whether the run passed: nothing broken, nothing that went wrong.
+fn passed(violations: &[String], errors: &[String]) -> bool {
+    violations.is_empty() && errors.is_empty()
 }
 
 /// Client `c`'s volumes: every `n`th; in HA mode also its neighbour's, so that two
@@ -455,24 +519,49 @@ fn volumes_of(names: &[String], c: u32, n: u32, shared: bool) -> Vec<String> {
         .collect()
 }
 
-/// What the drain found of the claims with an attempt that got no answer.
+/// What the drain found of the claims with an attempt that got no answer. It must find
+/// none: each one found fails the run, and is released so that the end checks can run.
 #[derive(Debug, Default)]
 struct Drained {
-    /// Claims whose cycle could not tell, found and released.
-    released: usize,
-    /// Claims whose cycle saw them refused or released, found again (violations).
+    /// Claims whose cycle saw them refused or released, found again: released claims
+    /// come back (violations).
     reappeared: Vec<String>,
+    /// Claims whose cycle could not tell (no attempt answered, a release not seen
+    /// through), found left to release: the drain must have nothing unsure left to
+    /// release (errors, beside the cycle's own).
+    left: Vec<String>,
     /// Releases that did not go through.
     errors: Vec<String>,
 }
 
+impl Drained {
+    /// `u`, found in the drain: a failure either way (once per claim).
+    fn found(&mut self, u: &Unsure) {
+        let (list, what) = if u.over {
+            (
+                &mut self.reappeared,
+                "released claim come back: {v}/{a}, whose cycle saw it refused or released, is there again after the faults",
+            )
+        } else {
+            (
+                &mut self.left,
+                "unsure claim left to release in the drain: {v}/{a}, whose cycle could not tell whether it was made, is there after the faults",
+            )
+        };
+        let line = what.replace("{v}", &u.volume).replace("{a}", &u.alloc);
+        if !list.contains(&line) {
+            list.push(line);
+        }
+    }
+}
+
 /// Watches each claim of `unsure` until `settle` has passed: a read that finds one goes
-/// into the history, and it is released, as a careful client would once the servers are
-/// back. One whose cycle saw it refused or released ([`Unsure::over`]) must not be found:
-/// the server carries out no claim request sent before its alloc's release and answers a
-/// repeat of a key with its first answer, so it is a released claim come back, reported
-/// as such (besides what the history makes of the read). One whose cycle could not tell
-/// (no attempt answered, a release not seen through) may still be there.
+/// into the history, and fails the run ([`Drained::found`]); it is then released, so that
+/// the end checks can run. One whose cycle saw it refused or released ([`Unsure::over`])
+/// is a released claim come back: the server carries out no claim request sent before
+/// its alloc's release and answers a repeat of a key with its first answer. One whose
+/// cycle could not tell is left to release: its cycle already failed the run, and the
+/// drain says what it left behind.
 async fn release_unsure(
     http: &Http,
     unsure: &[Unsure],
@@ -482,7 +571,6 @@ async fn release_unsure(
 ) -> Drained {
     let deadline = Instant::now().max(settle) + DRAIN_TIMEOUT;
     let mut out = Drained::default();
-    let mut reported = BTreeSet::new();
     loop {
         for u in unsure {
             let path = format!("/v1/volumes/{}/claims/{}", u.volume, u.alloc);
@@ -492,14 +580,9 @@ async fn release_unsure(
                 continue;
             };
             history.completed(&u.volume, at, Input::Read(u.alloc.clone()), Output::Present);
-            if u.over && reported.insert((u.volume.clone(), u.alloc.clone())) {
-                out.reappeared.push(format!(
-                    "released claim come back: {}/{}, whose cycle saw it refused or released, is there again after the faults",
-                    u.volume, u.alloc
-                ));
-            }
+            out.found(u);
             let mut retries = 0;
-            match load::release(
+            if let Err(e) = load::release(
                 http,
                 history,
                 ledger,
@@ -510,11 +593,8 @@ async fn release_unsure(
             )
             .await
             {
-                Ok(()) if !u.over => out.released += 1,
-                Ok(()) => {}
-                Err(e) => out
-                    .errors
-                    .push(format!("drain: release of {}/{}: {e}", u.volume, u.alloc)),
+                out.errors
+                    .push(format!("drain: release of {}/{}: {e}", u.volume, u.alloc));
             }
         }
         let now = Instant::now();
@@ -579,4 +659,80 @@ async fn observe(
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     (scans, found.into_iter().collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::history::{Record, check_within};
+
+    fn unsure(alloc: &str, over: bool) -> Unsure {
+        Unsure {
+            volume: "v1".to_owned(),
+            alloc: alloc.to_owned(),
+            over,
+        }
+    }
+
+    /// The drain must have nothing unsure left to release: a claim found there fails the
+    /// run whether its cycle saw it gone (a released claim come back, a violation) or
+    /// could not tell (left to release, an error), each named once however many rounds
+    /// find it.
+    #[test]
+    fn the_drain_fails_the_run_on_any_claim_it_finds() {
+        let mut d = Drained::default();
+        assert!(passed(&d.reappeared, &d.left));
+        d.found(&unsure("a", false));
+        d.found(&unsure("a", false));
+        assert_eq!(d.left.len(), 1, "{d:?}");
+        assert!(d.left[0].contains("v1/a"), "{d:?}");
+        assert!(d.reappeared.is_empty(), "{d:?}");
+        assert!(!passed(&d.reappeared, &d.left));
+        let mut d = Drained::default();
+        d.found(&unsure("b", true));
+        assert_eq!(d.reappeared.len(), 1, "{d:?}");
+        assert!(
+            d.reappeared[0].starts_with("released claim come back: v1/b"),
+            "{d:?}"
+        );
+        assert!(!passed(&d.reappeared, &d.left));
+    }
+
+    /// A history the checker cannot decide within its budget fails the run, as an
+    /// anomaly does; one it decides fails nothing.
+    #[test]
+    fn an_undecided_history_fails_the_run() {
+        let op = |call, ret, input, output| Record {
+            volume: "v1".to_owned(),
+            call_us: call,
+            ret_us: ret,
+            input,
+            output,
+            request: None,
+        };
+        // Claims of several allocs racing, none answered, then a read of who holds it:
+        // the search must try the unanswered claims' orders before it can decide.
+        let mut records: Vec<Record> = (0..6)
+            .map(|i| op(i, None, Input::Claim(format!("a{i}")), Output::Unknown))
+            .collect();
+        records.push(op(
+            10,
+            Some(11),
+            Input::Holder,
+            Output::Held(Some("a5".into())),
+        ));
+        let decided = check_within(&records, 1_000_000);
+        assert!(decided.undecided.is_empty() && decided.anomalies.is_empty());
+        let (mut v, mut e) = (Vec::new(), Vec::new());
+        judge_history(&decided, &mut v, &mut e);
+        assert!(passed(&v, &e));
+
+        let undecided = check_within(&records, 1);
+        assert_eq!(undecided.undecided.len(), 1, "{undecided:?}");
+        assert!(undecided.anomalies.is_empty(), "{undecided:?}");
+        let (mut v, mut e) = (Vec::new(), Vec::new());
+        judge_history(&undecided, &mut v, &mut e);
+        assert!(!passed(&v, &e), "an undecided history passed the run");
+        assert!(e[0].contains("not known to be linearizable"), "{e:?}");
+    }
 }

@@ -162,21 +162,32 @@ fn append(path: &Path, text: &str) -> std::io::Result<()> {
 
 /// Releases, as the operator who restored would, every claim of the restored state whose
 /// cycle is not under way: the backup had it, and whoever held it is gone (its cycle saw
-/// it released, or dropped). A cycle under way looks after its own claim. Returns how
-/// many were released.
+/// it released, or dropped). A cycle under way looks after its own claim. Each claim
+/// released is first a read of it in the history (seen by the listing), so that the
+/// checker judges whether the restore explains it: the operator's release must not hide
+/// a released claim come back some other way. Returns how many were released.
 async fn release_orphans(load: &Load<'_>, deadline: Instant) -> anyhow::Result<usize> {
     let mut retries = 0;
+    let listed_at = load.history.now();
     let volumes: Vec<api::Volume> =
         match persist(deadline, &mut retries, || load.http.get("/v1/volumes")).await {
             Answer::Got(r) => r.expect("GET /v1/volumes", &[200])?.json()?,
             Answer::TimedOut => bail!("the restored servers did not list the volumes in time"),
         };
+    let listed = load.history.now();
     let mut released = 0;
     for v in &volumes {
         for c in &v.claims {
             if load.ledger.in_flight(&v.name, &c.alloc) {
                 continue;
             }
+            load.history.record(
+                &v.name,
+                listed_at,
+                Some(listed),
+                Input::Read(c.alloc.clone()),
+                Output::Present,
+            );
             load::release(
                 load.http,
                 load.history,

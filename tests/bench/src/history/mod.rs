@@ -155,6 +155,11 @@ pub fn save_lines<T: Serialize>(path: &Path, items: &[T]) -> std::io::Result<()>
 /// independent registers, so the whole is linearizable exactly when each is; an operation
 /// on every volume is in each one's history).
 pub fn check(records: &[Record]) -> Checked {
+    check_within(records, BUDGET)
+}
+
+/// [`check`] with `budget` steps of the search per volume.
+pub(crate) fn check_within(records: &[Record], budget: u64) -> Checked {
     let mut by_volume: BTreeMap<&str, Vec<Record>> = BTreeMap::new();
     for r in records.iter().filter(|r| r.volume != EVERY_VOLUME) {
         by_volume.entry(&r.volume).or_default().push(r.clone());
@@ -186,7 +191,7 @@ pub fn check(records: &[Record]) -> Checked {
         ..Checked::default()
     };
     for (volume, ops) in by_volume {
-        match linear::check(&volume::Volume, &ops, BUDGET) {
+        match linear::check(&volume::Volume, &ops, budget) {
             Verdict::Linearizable => {}
             Verdict::Anomaly { stuck, explained } => {
                 let op = &ops[stuck];
@@ -204,7 +209,7 @@ pub fn check(records: &[Record]) -> Checked {
                 ));
             }
             Verdict::Unknown => out.undecided.push(format!(
-                "volume {volume}: {} operations not decided within {BUDGET} steps: the history is not known to be linearizable",
+                "volume {volume}: {} operations not decided within {budget} steps: the history is not known to be linearizable",
                 ops.len()
             )),
         }
