@@ -12,6 +12,7 @@ use rand::Rng;
 use rand::rngs::StdRng;
 
 use super::faults::{Found, Load};
+use super::load;
 use crate::history::{Input, Output};
 use csivol_client::once::Once;
 
@@ -67,6 +68,10 @@ pub async fn replay(load: &Load<'_>, rng: &mut StdRng, found: &mut Found) -> any
     let at = load.history.now();
     // A read that got no answer constrains nothing, and is left out.
     let seen = match load.http.get(&path).await {
+        // A claim found on its node after a restore is no claim the duplicate made.
+        Ok(r) if r.status == 200 && load::found_after_restore(load.http, &r).await => {
+            return Ok(());
+        }
         Ok(r) if r.status == 200 => Output::Present,
         Ok(r) if r.status == 404 => Output::Absent,
         _ => return Ok(()),

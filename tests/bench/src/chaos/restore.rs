@@ -181,13 +181,18 @@ async fn release_orphans(load: &Load<'_>, deadline: Instant) -> anyhow::Result<u
             if load.ledger.in_flight(&v.name, &c.alloc) {
                 continue;
             }
-            load.history.record(
-                &v.name,
-                listed_at,
-                Some(listed),
-                Input::Read(c.alloc.clone()),
-                Output::Present,
-            );
+            // A claim its node still held, found from its report, is no claim come back.
+            let found = c.state == api::ClaimState::Releasing
+                && load::found_on_its_node(c, &load::history(load.http, &c.alloc).await);
+            if !found {
+                load.history.record(
+                    &v.name,
+                    listed_at,
+                    Some(listed),
+                    Input::Read(c.alloc.clone()),
+                    Output::Present,
+                );
+            }
             load::release(
                 load.http,
                 load.history,
