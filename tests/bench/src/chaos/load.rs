@@ -565,11 +565,14 @@ pub async fn back_after_restore(
     let path = format!("/v1/volumes/{volume}/claims/{alloc}");
     let mut retries = 0;
     let read_at = h.now();
-    let mut found = false;
+    let (mut found, mut under_way) = (false, false);
     let present = match persist(deadline, &mut retries, || http.get(&path)).await {
         Answer::Got(r) if r.status == 404 => false,
         Answer::Got(r) if r.status == 200 => {
             found = found_after_restore(http, &r).await;
+            under_way = r
+                .json::<api::Claim>()
+                .is_ok_and(|c| c.state == ClaimState::Releasing);
             true
         }
         Answer::Got(r) => {
@@ -593,6 +596,18 @@ pub async fn back_after_restore(
     }
     if present {
         release(http, h, ledger, volume, alloc, deadline, &mut retries).await?;
+        if under_way && !found {
+            // Back `releasing`: its release was under way when the backup was taken, and
+            // its node finishes it on its own, maybe before the release above; the
+            // history says so as the server's drop, from the read to its being seen gone.
+            h.record(
+                volume,
+                read_at,
+                Some(h.now()),
+                Input::Dropped(alloc.to_owned()),
+                Output::Ok,
+            );
+        }
     }
     Ok(present)
 }

@@ -379,6 +379,29 @@ mod tests {
         assert_eq!(line["request"], "k");
     }
 
+    /// A claim whose release was under way when the backup was taken comes back with the
+    /// restore and is taken down by its node on its own: recorded as the server's drop
+    /// from the operator's read to its being seen gone, it lets another claim take the
+    /// volume before the operator's release; without that drop, the same history has no
+    /// order.
+    #[test]
+    fn a_claim_restored_while_releasing_may_go_by_itself() {
+        let s = |a: &str| a.to_owned();
+        let mut records = vec![
+            rec("v1", 0, Some(1), Input::Claim(s("a")), Output::Ok),
+            rec("v1", 2, Some(6), Input::Release(s("a")), Output::Ok),
+            rec(EVERY_VOLUME, 3, Some(8), Input::Backup, Output::Ok),
+            rec(EVERY_VOLUME, 10, Some(20), Input::Restore, Output::Ok),
+            rec("v1", 20, Some(21), Input::Read(s("a")), Output::Present),
+            rec("v1", 25, Some(26), Input::Claim(s("b")), Output::Ok),
+            rec("v1", 30, Some(31), Input::Release(s("a")), Output::Ok),
+        ];
+        assert_eq!(check(&records).anomalies.len(), 1);
+        records.push(rec("v1", 20, Some(31), Input::Dropped(s("a")), Output::Ok));
+        let checked = check(&records);
+        assert!(checked.anomalies.is_empty(), "{checked:?}");
+    }
+
     /// A backup and a restore recorded once are judged in every volume's history: a
     /// claim released after the backup comes back in each volume, and is released again.
     #[test]
