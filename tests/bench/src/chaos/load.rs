@@ -572,7 +572,7 @@ pub async fn back_after_restore(
             found = found_after_restore(http, &r).await;
             under_way = r
                 .json::<api::Claim>()
-                .is_ok_and(|c| c.state == ClaimState::Releasing);
+                .is_ok_and(|c| matches!(c.state, ClaimState::Releasing | ClaimState::Failed));
             true
         }
         Answer::Got(r) => {
@@ -597,8 +597,9 @@ pub async fn back_after_restore(
     if present {
         release(http, h, ledger, volume, alloc, deadline, &mut retries).await?;
         if under_way && !found {
-            // Back `releasing`: its release was under way when the backup was taken, and
-            // its node finishes it on its own, maybe before the release above; the
+            // Back `releasing` (or `failed`): its release was under way (or it had failed)
+            // when the backup was taken, and its node takes it down on its own, maybe
+            // before the release above; the
             // history says so as the server's drop, from the read to its being seen gone.
             h.record(
                 volume,

@@ -210,10 +210,16 @@ async fn release_orphans(load: &Load<'_>, deadline: Instant) -> anyhow::Result<u
                     v.name
                 )
             })?;
-            if !found && c.state == api::ClaimState::Releasing {
-                // Its release was under way when the backup was taken: its node finishes
-                // it on its own (before the operator's release, maybe), which the history
-                // says as the server's own drop, from the listing to its being seen gone.
+            if !found
+                && matches!(
+                    c.state,
+                    api::ClaimState::Releasing | api::ClaimState::Failed
+                )
+            {
+                // Its release was under way (or it had failed) when the backup was taken:
+                // its node takes it down on its own (before the operator's release, maybe),
+                // which the history says as the server's own drop, from the listing to its
+                // being seen gone.
                 load.history.record(
                     &v.name,
                     listed_at,
