@@ -379,8 +379,9 @@ impl Client {
     }
 
     /// [`Client::send_idempotent`] that names the `generation` of the state the caller
-    /// follows ([`Cursor`]).
-    async fn send_idempotent_in<B: Serialize + ?Sized>(
+    /// follows ([`Cursor`]): a blocking query whose index came from another generation
+    /// is answered at once.
+    pub async fn send_idempotent_in<B: Serialize + ?Sized>(
         &self,
         method: Method,
         path: &str,

@@ -120,6 +120,24 @@ impl Client {
         }
     }
 
+    /// [`Client::send`] with the request's [`Once`], sent once to the server that answered
+    /// last (to the next only when it could not connect, so the request never reached
+    /// it), for a caller that sends it again itself and records each attempt apart: a
+    /// fault campaign's history, or a delayed duplicate sent on purpose.
+    pub async fn send_as<B: Serialize + ?Sized>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Body<'_, B>,
+        timeout: Option<Duration>,
+        once: &Once,
+    ) -> Result<Raw, Error> {
+        self.in_turn(Retry::Unconnected, |base| {
+            self.send_to(base, method.clone(), path, &body, timeout, Said::once(once))
+        })
+        .await
+    }
+
     /// [`Client::request`] for a mutating request with its [`Once`] ([`Client::send_once`]).
     pub async fn request_once<B: Serialize + ?Sized, T: DeserializeOwned>(
         &self,

@@ -6,7 +6,8 @@
 use std::time::Duration;
 
 use anyhow::Context;
-use csivol_client::{Body, Client};
+use csivol_client::once::Once;
+use csivol_client::{Body, Client, Cursor};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -18,12 +19,42 @@ pub fn requests_sent() -> u64 {
     REQUESTS.load(std::sync::atomic::Ordering::Relaxed)
 }
 
+/// Whether `e` says the request reached no server: no connection could be made to any,
+/// so nothing was sent and it had no effect.
+pub fn never_sent(e: &anyhow::Error) -> bool {
+    matches!(
+        e.downcast_ref::<csivol_client::Error>(),
+        Some(csivol_client::Error::Unreachable { source, .. }) if source.is_connect()
+    )
+}
+
 /// An answer: status, the `x-csivol-index` header (if any) and the raw body.
 #[derive(Debug)]
 pub struct Resp {
     pub status: u16,
     pub index: Option<u64>,
     pub body: Vec<u8>,
+    /// The generation of the state `index` belongs to (`x-csivol-generation`).
+    pub generation: Option<String>,
+    /// The server answered a repeat of a keyed request with its first answer
+    /// (`Idempotent-Replayed`), without acting again.
+    pub replayed: bool,
+}
+
+impl From<csivol_client::Raw> for Resp {
+    fn from(raw: csivol_client::Raw) -> Self {
+        let replayed = raw
+            .headers
+            .get(csivol_api::REPLAYED_HEADER)
+            .is_some_and(|v| v.as_bytes() == b"true");
+        Self {
+            status: raw.status.as_u16(),
+            index: raw.index,
+            generation: raw.generation,
+            body: raw.body,
+            replayed,
+        }
+    }
 }
 
 impl Resp {
@@ -36,6 +67,19 @@ impl Resp {
                 String::from_utf8_lossy(&self.body)
             )
         })
+    }
+
+    /// Where a blocking query follows on from after this answer: its index and
+    /// generation, taken as they are (the state may have gone back in time); `held` when
+    /// it carried no index.
+    pub fn cursor(&self, held: &Cursor) -> Cursor {
+        match self.index {
+            Some(index) => Cursor {
+                index,
+                generation: self.generation.clone(),
+            },
+            None => held.clone(),
+        }
     }
 
     /// Fails unless the status is one of `ok`.
@@ -145,28 +189,25 @@ impl Http {
             self.client.send(method.clone(), path, body, None).await
         };
         let raw = sent.with_context(|| format!("{method} {path}: no answer from the server"))?;
-        Ok(Resp {
-            status: raw.status.as_u16(),
-            index: raw.index,
-            body: raw.body,
-        })
+        Ok(raw.into())
     }
 
-    /// [`Http::post`] sent to one server only, for a caller that records every attempt
-    /// as an operation of its own (the chaos campaign's history): an attempt that got no
-    /// answer may still take effect at any later time, which an answer from another server
-    /// to the same request, had it moved on, would hide (a claim refused there while the
-    /// silent server later commits it). Instead of moving on, it makes the next request go
-    /// to the next server first.
+    /// [`Http::post`] of one request (`once`: its `Idempotency-Key`, if any, and its first
+    /// send time, the same on every attempt) sent to one server only, for a caller that
+    /// records every attempt as an operation of its own (the chaos campaign's history): an
+    /// attempt that got no answer may still take effect later, which an answer from
+    /// another server to the same request, had it moved on, would hide from the history.
+    /// Instead of moving on, it makes the next request go to the next server first.
     pub async fn post_once<B: Serialize + ?Sized>(
         &self,
         path: &str,
         body: &B,
+        once: &Once,
     ) -> anyhow::Result<Resp> {
         REQUESTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let sent = self
             .client
-            .send(reqwest::Method::POST, path, Body::Json(body), None)
+            .send_as(reqwest::Method::POST, path, Body::Json(body), None, once)
             .await;
         let unanswered = match &sent {
             Ok(raw) => raw.status == reqwest::StatusCode::SERVICE_UNAVAILABLE,
@@ -176,11 +217,7 @@ impl Http {
             self.client.avoid_current();
         }
         let raw = sent.with_context(|| format!("POST {path}: no answer from the server"))?;
-        Ok(Resp {
-            status: raw.status.as_u16(),
-            index: raw.index,
-            body: raw.body,
-        })
+        Ok(raw.into())
     }
 
     /// Opens `node`'s channel (this client's token must be the node's).
@@ -213,6 +250,33 @@ impl Http {
     pub fn held(&self, path: &str) -> String {
         let sep = if path.contains('?') { '&' } else { '?' };
         format!("{path}{sep}wait={}ms", self.block_wait.as_millis())
+    }
+
+    /// A blocking query from `cursor`: answers once the resource changed past its index,
+    /// or after the wait; at once when the server's state is of another generation (a
+    /// restore took it back in time), instead of waiting for its index to pass the one
+    /// held.
+    pub async fn get_following(&self, path: &str, cursor: &Cursor) -> anyhow::Result<Resp> {
+        REQUESTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let sep = if path.contains('?') { '&' } else { '?' };
+        let path = format!(
+            "{path}{sep}index={}&wait={}ms",
+            cursor.index,
+            self.block_wait.as_millis()
+        );
+        let timeout = self.client.blocking_timeout(self.block_wait);
+        let sent = self
+            .client
+            .send_idempotent_in::<()>(
+                reqwest::Method::GET,
+                &path,
+                Body::None,
+                timeout,
+                cursor.generation.as_deref(),
+            )
+            .await;
+        let raw = sent.with_context(|| format!("GET {path}: no answer from the server"))?;
+        Ok(raw.into())
     }
 
     /// A blocking query: answers once the resource changed past `index`, or after `wait`.

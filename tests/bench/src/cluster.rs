@@ -91,6 +91,7 @@ impl FullCluster {
                     socket: &n.socket,
                     ready_exists,
                     node_concurrency,
+                    controller_list_interval: None,
                     wrapper: &[],
                     ca: None,
                 },

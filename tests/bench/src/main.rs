@@ -171,6 +171,10 @@ pub struct Args {
     /// The chaos campaign's random seed [default: random, printed in the report].
     #[arg(long)]
     pub seed: Option<u64>,
+    /// The chaos campaign's fault kinds, comma-separated [default: every kind the mode has;
+    /// those of several servers over etcd need --store etcd].
+    #[arg(long, value_enum, value_delimiter = ',', value_name = "KIND")]
+    pub faults: Vec<chaos::faults::Fault>,
     /// The backlog scenario instead of the benchmark: on simulated nodes whose one
     /// controller host takes --backlog-op-time per call, --backlog-detaches claims are
     /// released at once, then one claim on a fresh node needs an attach; prints how long
@@ -238,6 +242,18 @@ impl Config {
         if args.chaos && !full {
             bail!("--chaos needs --mode full: the faults fall on real agents and plugins");
         }
+        if !args.faults.is_empty() && !args.chaos {
+            bail!("--faults chooses the fault campaign's faults: use it with --chaos");
+        }
+        if let Some(f) = args.faults.iter().find(|f| f.ha_only())
+            && args.store != StoreArg::Etcd
+        {
+            bail!(
+                "--faults {}: it needs several servers over etcd\nhint: add --store etcd, or leave it out",
+                clap::ValueEnum::to_possible_value(f)
+                    .map_or_else(String::new, |v| v.get_name().to_owned())
+            );
+        }
         if args.backlog && (args.chaos || args.mode != Mode::Server) {
             bail!("--backlog runs on simulated nodes: use it with --mode server, without --chaos");
         }
@@ -255,6 +271,22 @@ impl Config {
 
     fn full(&self) -> bool {
         self.args.mode == Mode::Full
+    }
+
+    /// The fault campaign's kinds: those given, else every kind of the mode (`ha`: over
+    /// etcd).
+    fn fault_kinds(&self, ha: bool) -> Vec<chaos::faults::Fault> {
+        use chaos::faults::Fault;
+        match (&self.args.faults[..], ha) {
+            ([], false) => Fault::SINGLE.to_vec(),
+            ([], true) => Fault::HA.to_vec(),
+            (given, _) => {
+                let mut kinds = given.to_vec();
+                kinds.sort();
+                kinds.dedup();
+                kinds
+            }
+        }
     }
 
     /// The plugins' `--mount` in full mode.

@@ -164,22 +164,37 @@ impl Server {
         log: PathBuf,
         listen: &str,
     ) -> anyhow::Result<Self> {
+        let mut proc = Self::launch(server, wrapper, data_dir, &args, &log, listen);
+        let url = Self::listening(&mut proc, data_dir, &log).await?;
+        Self::started(proc, url, server, wrapper, data_dir, args, log)
+    }
+
+    /// Waits until the process listens (`server.addr` written, its start complete): its
+    /// URL.
+    async fn listening(proc: &mut Proc, data_dir: &Path, log: &Path) -> anyhow::Result<String> {
         let addr_file = data_dir.join("server.addr");
-        let _ = std::fs::remove_file(&addr_file);
-        let mut cmd = wrapped(wrapper, server);
-        cmd.args(&args).arg(format!("--listen={listen}"));
-        quiet(&mut cmd);
-        let mut proc = Proc::spawn("csivol-server serve", cmd, &log);
-        let url = wait_until("the server to listen", Duration::from_secs(30), || {
+        wait_until("the server to listen", Duration::from_secs(30), || {
             if let Some(status) = proc.exited() {
-                bail!("the server exited with {status}: {}", tail(&log, 20));
+                bail!("the server exited with {status}: {}", tail(log, 20));
             }
             Ok(std::fs::read_to_string(&addr_file)
                 .ok()
                 .map(|s| s.trim().to_owned())
                 .filter(|s| !s.is_empty()))
         })
-        .await?;
+        .await
+    }
+
+    /// The server that `proc` is, listening at `url`.
+    fn started(
+        proc: Proc,
+        url: String,
+        server: &Path,
+        wrapper: &[String],
+        data_dir: &Path,
+        args: Vec<String>,
+        log: PathBuf,
+    ) -> anyhow::Result<Self> {
         // A server that joins a cluster another server of one etcd store made writes no
         // token: the caller takes the first server's.
         let joined = args.iter().any(|a| a == "--store=etcd");
@@ -200,6 +215,33 @@ impl Server {
         })
     }
 
+    /// Starts the process, without waiting for anything (`server.addr` removed first, so
+    /// that its appearing says this one listens).
+    fn launch(
+        server: &Path,
+        wrapper: &[String],
+        data_dir: &Path,
+        args: &[String],
+        log: &Path,
+        listen: &str,
+    ) -> Proc {
+        let _ = std::fs::remove_file(data_dir.join("server.addr"));
+        let mut cmd = wrapped(wrapper, server);
+        cmd.args(args).arg(format!("--listen={listen}"));
+        quiet(&mut cmd);
+        Proc::spawn("csivol-server serve", cmd, log)
+    }
+
+    /// The address it listens on (`ip:port`), to start it there again.
+    fn listen(&self) -> anyhow::Result<String> {
+        Ok(self
+            .url
+            .strip_prefix("http://")
+            .or_else(|| self.url.strip_prefix("https://"))
+            .context("the server URL is neither http:// nor https://")?
+            .to_owned())
+    }
+
     pub fn pid(&self) -> u32 {
         self.proc.pid()
     }
@@ -214,12 +256,19 @@ impl Server {
     /// their `--server` URL).
     pub async fn kill_and_restart(&mut self) -> anyhow::Result<()> {
         self.proc.kill();
-        let listen = self
-            .url
-            .strip_prefix("http://")
-            .or_else(|| self.url.strip_prefix("https://"))
-            .context("the server URL is neither http:// nor https://")?
-            .to_owned();
+        self.start_again().await
+    }
+
+    /// SIGTERM, as a service manager stops it: its exit status (`None`: it had not exited
+    /// within `timeout`, and was killed).
+    pub async fn terminate(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        terminate(&mut self.proc, timeout).await
+    }
+
+    /// Starts it again (after it stopped) on the same data dir and address, with the same
+    /// arguments, and waits until it listens.
+    pub async fn start_again(&mut self) -> anyhow::Result<()> {
+        let listen = self.listen()?;
         let token = self.token.clone();
         let fresh = Self::spawn(
             &self.server,
@@ -235,6 +284,77 @@ impl Server {
             self.token = token;
         }
         Ok(())
+    }
+
+    /// [`Server::start_again`], timing its start from the moment it listens for SIGTERM
+    /// (its first step) to its listening for requests.
+    pub async fn start_again_timed(&mut self) -> anyhow::Result<Duration> {
+        let listen = self.listen()?;
+        let token = self.token.clone();
+        let mut proc = Self::launch(
+            &self.server,
+            &self.wrapper,
+            &self.data_dir,
+            &self.args,
+            &self.log,
+            &listen,
+        );
+        catches_term(&mut proc, &self.log, Duration::from_secs(30)).await?;
+        let first = Instant::now();
+        let url = Self::listening(&mut proc, &self.data_dir, &self.log).await?;
+        let took = first.elapsed();
+        *self = Self::started(
+            proc,
+            url,
+            &self.server,
+            &self.wrapper,
+            &self.data_dir,
+            self.args.clone(),
+            self.log.clone(),
+        )?;
+        if self.token.is_empty() {
+            self.token = token;
+        }
+        Ok(took)
+    }
+
+    /// Starts it again (after it stopped) and sends it SIGTERM while it starts: `delay`
+    /// after it listens for the signal (its handler installed, which no process can do
+    /// before its first step). Returns its exit status (`None`: not within `timeout`, then
+    /// killed) and whether its start was complete (`server.addr` written) by the signal. It
+    /// is left stopped.
+    pub async fn interrupt_start(
+        &mut self,
+        delay: Duration,
+        timeout: Duration,
+    ) -> anyhow::Result<Interrupted> {
+        let listen = self.listen()?;
+        self.proc = Self::launch(
+            &self.server,
+            &self.wrapper,
+            &self.data_dir,
+            &self.args,
+            &self.log,
+            &listen,
+        );
+        catches_term(&mut self.proc, &self.log, timeout).await?;
+        tokio::time::sleep(delay).await;
+        let complete = self.data_dir.join("server.addr").exists();
+        let status = terminate(&mut self.proc, timeout).await;
+        Ok(Interrupted { status, complete })
+    }
+
+    /// Replaces the value of `--NAME=…` among its arguments (or adds it), for its next start.
+    pub fn set_arg(&mut self, name: &str, value: &str) {
+        let flag = format!("--{name}=");
+        self.args.retain(|a| !a.starts_with(&flag));
+        self.args.push(format!("{flag}{value}"));
+    }
+
+    /// The value of `--NAME=…` among its arguments.
+    pub fn arg(&self, name: &str) -> Option<&str> {
+        let flag = format!("--{name}=");
+        self.args.iter().find_map(|a| a.strip_prefix(&flag))
     }
 
     /// The end of the server's log, for error messages.
@@ -310,6 +430,8 @@ pub struct AgentSpec<'a> {
     pub socket: &'a Path,
     pub ready_exists: bool,
     pub node_concurrency: Option<u32>,
+    /// How often the agent lists its hosted controller's volumes [default: the agent's].
+    pub controller_list_interval: Option<Duration>,
     /// The command the agent runs under (`nsenter` into its host), if any.
     pub wrapper: &'a [String],
     /// The CA of `https://` servers.
@@ -338,10 +460,20 @@ pub fn start_agent(bins: &Bins, spec: &AgentSpec<'_>) -> anyhow::Result<Proc> {
     if let Some(ca) = spec.ca {
         cmd.arg(format!("--ca-cert={}", ca.display()));
     }
+    let mut config = String::new();
     if let Some(n) = spec.node_concurrency {
-        let config = spec.node_dir.join("agent.toml");
-        std::fs::write(&config, format!("node_concurrency = {n}\n"))?;
-        cmd.arg(format!("--config={}", config.display()));
+        config.push_str(&format!("node_concurrency = {n}\n"));
+    }
+    if let Some(every) = spec.controller_list_interval {
+        config.push_str(&format!(
+            "controller_list_interval = \"{}\"\n",
+            humantime::format_duration(every)
+        ));
+    }
+    if !config.is_empty() {
+        let path = spec.node_dir.join("agent.toml");
+        std::fs::write(&path, config)?;
+        cmd.arg(format!("--config={}", path.display()));
     }
     quiet(&mut cmd);
     Ok(Proc::spawn(
@@ -375,4 +507,82 @@ pub fn tail(path: &Path, lines: usize) -> String {
     let all: Vec<&str> = text.lines().collect();
     let start = all.len().saturating_sub(lines);
     format!("{} (log: {})", all[start..].join("\n"), path.display())
+}
+
+/// A daemon stopped while it started.
+#[derive(Debug)]
+pub struct Interrupted {
+    /// Its exit status; `None`: it had not exited in time (then it was killed).
+    pub status: Option<std::process::ExitStatus>,
+    /// Whether its start was complete by the signal: a server listening (`server.addr`
+    /// written), an agent registered.
+    pub complete: bool,
+}
+
+/// SIGTERM to `proc`, then its exit status once it exited (`None`: not within `timeout`,
+/// then SIGKILL). A process that had exited already gives the status it exited with.
+pub async fn terminate(proc: &mut Proc, timeout: Duration) -> Option<std::process::ExitStatus> {
+    if let Some(status) = proc.exited() {
+        return Some(status);
+    }
+    if let Some(pid) = rustix::process::Pid::from_raw(proc.pid() as i32) {
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+    }
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(status) = proc.exited() {
+            return Some(status);
+        }
+        if Instant::now() >= deadline {
+            proc.kill();
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Waits until `proc` catches SIGTERM (`SigCgt` in `/proc/PID/status`): its handler is
+/// installed, so a SIGTERM from now on is the daemon's to take, not the default action's.
+pub async fn catches_term(proc: &mut Proc, log: &Path, timeout: Duration) -> anyhow::Result<()> {
+    let pid = proc.pid();
+    let name = proc.name.clone();
+    wait_until(&format!("{name} to listen for SIGTERM"), timeout, || {
+        if let Some(status) = proc.exited() {
+            bail!(
+                "{name} exited with {status} as it started: {}",
+                tail(log, 20)
+            );
+        }
+        Ok(catches_term_now(pid).then_some(()))
+    })
+    .await
+}
+
+/// Whether process `pid` catches SIGTERM now.
+pub fn catches_term_now(pid: u32) -> bool {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    catches(&status, 15)
+}
+
+/// Whether a `/proc/PID/status` text says the process catches signal `sig`.
+fn catches(status: &str, sig: u32) -> bool {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigCgt:"))
+        .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+        .is_some_and(|mask| mask & (1 << (sig - 1)) != 0)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_caught_signals_are_read_from_the_status_mask() {
+        // SIGINT (2) and SIGTERM (15) caught, as a tokio daemon listening for both.
+        let status = "Name:\tcsivol-agent\nSigIgn:\t0000000000001000\nSigCgt:\t0000000180004002\n";
+        assert!(super::catches(status, 15));
+        assert!(super::catches(status, 2));
+        assert!(!super::catches(status, 13));
+        assert!(!super::catches("SigCgt:\t0000000000000000\n", 15));
+        assert!(!super::catches("", 15));
+    }
 }

@@ -146,6 +146,14 @@ async fn a_retryable_failure_backs_off_and_a_final_one_fails_the_claim() {
     );
     assert!(env.read(move |c| c.op(other.id)).await.is_none());
     assert_eq!(env.events_of("operation-failed").await.len(), 1);
+    // The claim's own events say why it went: it is taken down like a released one.
+    let claim_failed = env.events_of("claim-failed").await;
+    assert_eq!(claim_failed.len(), 1, "{claim_failed:?}");
+    assert!(
+        claim_failed[0].starts_with(&format!("claim-failed {} ", other.volume))
+            && claim_failed[0].ends_with(&format!(" {}", retried_alloc(&other.volume))),
+        "{claim_failed:?}"
+    );
 }
 
 fn retried_alloc(volume: &str) -> String {

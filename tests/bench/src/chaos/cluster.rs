@@ -32,6 +32,23 @@ pub struct ChaosNode {
     stopped: bool,
 }
 
+/// How long daemons' starts took, last time.
+#[derive(Debug, Clone, Copy)]
+pub struct StartTimes {
+    pub server: Duration,
+    pub agent: Duration,
+}
+
+impl Default for StartTimes {
+    /// Guesses, until a start was timed.
+    fn default() -> Self {
+        Self {
+            server: Duration::from_millis(100),
+            agent: Duration::from_millis(300),
+        }
+    }
+}
+
 /// The HA mode's parts beside the servers.
 #[derive(Debug)]
 pub struct Ha {
@@ -51,10 +68,13 @@ pub struct ChaosCluster {
     pub servers: Vec<Server>,
     /// Servers stopped (SIGSTOP) now.
     pub servers_stopped: Vec<bool>,
+    /// How long a server's start and an agent's took last, from its listening for SIGTERM
+    /// to its serving (registered), for the stops while they start to fall within one.
+    pub start_times: StartTimes,
     pub ha: Option<Ha>,
     pub backend: PathBuf,
     pub mount: String,
-    bins: Bins,
+    pub(super) bins: Bins,
     /// Where the servers' tmpfs is mounted (their data dirs are below it).
     disk: PathBuf,
     _disk_dir: TestDir,
@@ -62,6 +82,11 @@ pub struct ChaosCluster {
 
 /// The servers' disk: large enough for a long run's database, small enough to fill fast.
 const DISK_SIZE: &str = "256m";
+
+/// How often the agents list the plugin's volumes: a publication the state does not know
+/// (one a restore forgot) is a confirmed finding within two listings, for the drain to act
+/// on as an operator would.
+const CONTROLLER_LIST_INTERVAL: Duration = Duration::from_secs(2);
 
 /// The HA mode's servers.
 pub const HA_SERVERS: usize = 2;
@@ -90,14 +115,17 @@ pub fn ha_net(dir: &Path, nodes: u32, lifetime: Duration) -> Net {
 
 impl ChaosCluster {
     /// Starts the cluster: one server, or with `net` (made by [`ha_net`]) the HA mode's.
+    /// `max_connections`: each server's `--max-connections`.
     pub async fn start(
         bins: &Bins,
         root: &Path,
         nodes: u32,
         mount: &str,
         heartbeat_ttl: Duration,
+        max_connections: usize,
         net: Option<Arc<Net>>,
     ) -> anyhow::Result<Self> {
+        let limit = [format!("--max-connections={max_connections}")];
         // The tmpfs lives outside the run's dir: the end-of-run accounting counts every
         // mount below that dir as left over.
         let disk_dir = TestDir::new("chaos-disk");
@@ -109,13 +137,15 @@ impl ChaosCluster {
                 let data_dir = disk.join("server");
                 std::fs::create_dir_all(&data_dir)?;
                 mount_tmpfs(&data_dir)?;
-                let server = Server::start(bins, &data_dir, heartbeat_ttl, None, &[], &[]).await?;
+                let server =
+                    Server::start(bins, &data_dir, heartbeat_ttl, None, &[], &limit).await?;
                 (vec![server], None)
             }
-            Some(net) => start_ha(bins, root, &disk, net, heartbeat_ttl).await?,
+            Some(net) => start_ha(bins, root, &disk, net, heartbeat_ttl, &limit).await?,
         };
         let mut c = Self {
             nodes: Vec::new(),
+            start_times: StartTimes::default(),
             servers_stopped: vec![false; servers.len()],
             servers,
             ha,
@@ -204,12 +234,18 @@ impl ChaosCluster {
                 socket: &n.socket,
                 ready_exists: self.mount == "none",
                 node_concurrency: None,
+                controller_list_interval: Some(CONTROLLER_LIST_INTERVAL),
                 wrapper: &wrapper,
                 ca: ha.map(|h| h.ca.as_path()),
             },
         )?);
         n.stopped = false;
         Ok(())
+    }
+
+    /// The pid of node `i`'s agent, if it runs.
+    pub fn agent_pid(&self, i: usize) -> Option<u32> {
+        self.nodes[i].agent.as_ref().map(Proc::pid)
     }
 
     pub fn kill_plugin(&mut self, i: usize) {
@@ -223,6 +259,39 @@ impl ChaosCluster {
             a.kill();
         }
         self.nodes[i].stopped = false;
+    }
+
+    /// SIGTERM to node `i`'s agent, as a service manager stops it: its exit status (`None`:
+    /// it had not exited within `timeout`, and was killed, or there was none).
+    pub async fn terminate_agent(
+        &mut self,
+        i: usize,
+        timeout: Duration,
+    ) -> Option<std::process::ExitStatus> {
+        let mut agent = self.nodes[i].agent.take()?;
+        self.nodes[i].stopped = false;
+        procs::terminate(&mut agent, timeout).await
+    }
+
+    /// Starts node `i`'s agent and sends it SIGTERM while it starts: `delay` after it
+    /// listens for the signal. It is left stopped.
+    pub async fn interrupt_agent_start(
+        &mut self,
+        i: usize,
+        delay: Duration,
+        timeout: Duration,
+    ) -> anyhow::Result<procs::Interrupted> {
+        self.start_agent(i)?;
+        let log = self.nodes[i].dir.join("agent.log");
+        let mut agent = self.nodes[i].agent.take().expect("just started");
+        procs::catches_term(&mut agent, &log, timeout).await?;
+        tokio::time::sleep(delay).await;
+        let status = procs::terminate(&mut agent, timeout).await;
+        // Whether it had registered is for the caller to ask the server.
+        Ok(procs::Interrupted {
+            status,
+            complete: false,
+        })
     }
 
     /// SIGSTOP (`true`) or SIGCONT (`false`) to node `i`'s agent.
@@ -407,6 +476,26 @@ impl ChaosCluster {
     }
 
     /// Copies the servers' logs (kept beside their tmpfs, which goes away) into `dir`.
+    /// The servers, for the slow-body client.
+    pub fn slow_targets(&self) -> anyhow::Result<Vec<super::slowbody::Target>> {
+        let urls: Vec<String> = self.servers.iter().map(|s| s.url.clone()).collect();
+        super::slowbody::targets(&urls, self.ha.as_ref().map(|h| h.ca.as_path()))
+    }
+
+    /// How many times a server logged that it reached its connection limit (each time
+    /// after it had been below it), over every server's log.
+    pub fn connection_limit_reached(&self) -> u64 {
+        (0..self.servers.len())
+            .map(|i| {
+                std::fs::read_to_string(self.server_dir(i).with_extension("log"))
+                    .unwrap_or_default()
+                    .lines()
+                    .filter(|l| l.contains("connection limit reached"))
+                    .count() as u64
+            })
+            .sum()
+    }
+
     pub fn save_server_log(&self, dir: &Path) {
         for i in 0..self.servers.len() {
             let log = self.server_dir(i).with_extension("log");
@@ -458,6 +547,7 @@ async fn start_ha(
     disk: &Path,
     net: Arc<Net>,
     heartbeat_ttl: Duration,
+    extra: &[String],
 ) -> anyhow::Result<(Vec<Server>, Option<Ha>)> {
     let tls = root.join("tls");
     let mut cmd = Command::new(&bins.server);
@@ -485,7 +575,7 @@ async fn start_ha(
         .await
         .context("etcd did not start")?
     };
-    let args = [
+    let mut args = vec![
         "--store=etcd".to_owned(),
         format!("--etcd-endpoints={}", etcd.endpoints()),
         format!("--secrets-key-file={}", root.join("secrets.key").display()),
@@ -493,6 +583,7 @@ async fn start_ha(
         format!("--tls-key={}", tls.join("server-key.pem").display()),
         format!("--etcd-lease-ttl={HA_LEASE}"),
     ];
+    args.extend(extra.iter().cloned());
     let mut servers: Vec<Server> = Vec::new();
     for i in 0..HA_SERVERS {
         let host = net.host(&server_host(i));

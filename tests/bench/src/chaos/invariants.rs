@@ -232,6 +232,25 @@ pub fn unattributed_force(events: &[api::Event]) -> Vec<String> {
     out
 }
 
+/// Events that name an alloc beginning with `prefix`, as violations: claims that were
+/// refused must leave nothing in the event log.
+pub fn recorded_allocs(events: &[api::Event], prefix: &str) -> Vec<String> {
+    events
+        .iter()
+        .filter(|e| e.alloc.as_deref().is_some_and(|a| a.starts_with(prefix)))
+        .map(|e| {
+            format!(
+                "a refused claim recorded: event {} {} of alloc {} on volume {}: {}",
+                e.index,
+                e.kind,
+                e.alloc.as_deref().unwrap_or("-"),
+                e.volume.as_deref().unwrap_or("-"),
+                e.message
+            )
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -247,6 +266,18 @@ mod tests {
             actor: actor.to_owned(),
             message: message.to_owned(),
         }
+    }
+
+    #[test]
+    fn an_event_of_a_refused_claim_is_a_violation() {
+        let mut made = event(5, "claim-created", "operator:abc", "claimed");
+        made.alloc = Some("oversized-7".to_owned());
+        let mut other = event(6, "claim-created", "operator:abc", "claimed");
+        other.alloc = Some("chaos-1-7".to_owned());
+        assert!(recorded_allocs(&[other.clone()], "oversized-").is_empty());
+        let found = recorded_allocs(&[other, made], "oversized-");
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].contains("oversized-7"), "{found:?}");
     }
 
     #[test]
@@ -316,6 +347,47 @@ mod tests {
             found[0].contains("n1 published it at 100 ms until 200 ms"),
             "{found:?}"
         );
+    }
+
+    /// The scan of the nodes' targets (marker files, as with `--mount none`) names a
+    /// single-writer volume presented on two nodes, and only that one: a volume presented
+    /// on one node, even at two targets of it, is no double writer.
+    #[test]
+    fn a_volume_presented_on_two_nodes_is_two_writers() {
+        let dir = csivol_tests::TestDir::new("two-writers");
+        let present = |node: &str, volume: &str, alloc: &str| {
+            let target = dir
+                .path()
+                .join(node)
+                .join("agent")
+                .join("targets")
+                .join(volume)
+                .join(alloc);
+            std::fs::create_dir_all(&target).unwrap();
+            std::fs::write(target.join(".csivol-hostpath"), b"").unwrap();
+        };
+        present("n1", "v1", "a");
+        present("n1", "v2", "b");
+        present("n1", "v2", "c");
+        present("n2", "v3", "d");
+        // A target left without its marker presents nothing.
+        std::fs::create_dir_all(dir.path().join("n2/agent/targets/v1/e")).unwrap();
+        let nodes: Vec<(String, PathBuf)> = ["n1", "n2"]
+            .iter()
+            .map(|n| ((*n).to_owned(), dir.path().join(n)))
+            .collect();
+        assert_eq!(
+            double_writers(&writers(&nodes, "none")),
+            Vec::<String>::new()
+        );
+        present("n2", "v1", "e");
+        let found = double_writers(&writers(&nodes, "none"));
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(
+            found[0].starts_with("two writers on single-writer volume v1: n1 (mounted at "),
+            "{found:?}"
+        );
+        assert!(found[0].contains("n2 (mounted at "), "{found:?}");
     }
 
     #[test]

@@ -6,6 +6,11 @@
 //! client's seeing it gone; so did the server, when its event log says why (the claim
 //! failed, or its lost node came back without it). A read of a claim sees it exactly while
 //! it holds the volume; the final read of the volume sees who holds it.
+//!
+//! A backup keeps who held the volume at one moment while it was taken; a restore of that
+//! backup puts the volume back to it: the claims acknowledged before the backup come back
+//! (a release since undone with them), those made after it are forgotten. That is the only
+//! way a released claim may hold the volume again.
 
 use super::linear::Model;
 
@@ -23,13 +28,18 @@ pub enum Input {
     Read(String),
     /// `GET /v1/volumes/{volume}`: who holds it (the final state).
     Holder,
+    /// A backup of the whole state (`GET /v1/backup`, `csivol-server backup`).
+    Backup,
+    /// The last backup restored (`csivol-server restore`), from stopping the servers to
+    /// their answering again.
+    Restore,
 }
 
 /// What came back.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case", tag = "outcome", content = "holder")]
 pub enum Output {
-    /// Acknowledged (a claim, a release seen through).
+    /// Acknowledged (a claim, a release seen through, a backup written, a restore done).
     Ok,
     /// Refused: nothing changed.
     Refused,
@@ -43,45 +53,70 @@ pub enum Output {
     Held(Option<String>),
 }
 
+/// The volume as the model knows it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct State {
+    /// The alloc whose write claim holds the volume.
+    pub holder: Option<String>,
+    /// Who held it when the last backup was taken (`None`: no backup yet).
+    pub saved: Option<Option<String>>,
+}
+
 /// The single-writer volume.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Volume;
 
 impl Model for Volume {
-    /// The alloc whose write claim holds the volume.
-    type State = Option<String>;
+    type State = State;
     type Input = Input;
     type Output = Output;
 
-    fn init(&self) -> Option<String> {
-        None
+    fn init(&self) -> State {
+        State::default()
     }
 
-    fn step(&self, holder: &Option<String>, input: &Input, output: &Output) -> Vec<Option<String>> {
+    fn step(&self, state: &State, input: &Input, output: &Output) -> Vec<State> {
+        let holder = &state.holder;
+        let with = |h: Option<String>| State {
+            holder: h,
+            saved: state.saved.clone(),
+        };
         let same = |a: &String| holder.as_ref() == Some(a);
         let take = |a: &String| {
             (holder.is_none() || same(a))
-                .then(|| Some(a.clone()))
+                .then(|| with(Some(a.clone())))
                 .into_iter()
                 .collect::<Vec<_>>()
         };
-        let release = |a: &String| if same(a) { None } else { holder.clone() };
+        let release = |a: &String| if same(a) { with(None) } else { state.clone() };
         match (input, output) {
-            (_, Output::Refused) => vec![holder.clone()],
+            (Input::Backup, Output::Ok) => vec![State {
+                holder: holder.clone(),
+                saved: Some(holder.clone()),
+            }],
+            // Restoring without a backup taken is no history the campaign makes.
+            (Input::Restore, Output::Ok) => state.saved.clone().map(with).into_iter().collect(),
+            (Input::Restore, Output::Unknown) => {
+                let mut v: Vec<State> = state.saved.clone().map(with).into_iter().collect();
+                v.push(state.clone());
+                v
+            }
+            (Input::Backup | Input::Restore, _) => vec![],
+            (_, Output::Refused) => vec![state.clone()],
             (Input::Claim(a), Output::Ok) => take(a),
             (Input::Claim(a), Output::Unknown) => {
                 let mut v = take(a);
-                v.push(holder.clone());
+                v.push(state.clone());
                 v
             }
             (Input::Release(a) | Input::Dropped(a), Output::Ok) => vec![release(a)],
-            (Input::Release(a), Output::Unknown) => vec![release(a), holder.clone()],
-            (Input::Read(a), Output::Present) if same(a) => vec![holder.clone()],
-            (Input::Read(a), Output::Absent) if !same(a) => vec![holder.clone()],
+            (Input::Release(a), Output::Unknown) => vec![release(a), state.clone()],
+            (Input::Read(a), Output::Present) if same(a) => vec![state.clone()],
+            (Input::Read(a), Output::Absent) if !same(a) => vec![state.clone()],
             (Input::Read(_), Output::Unknown) | (Input::Holder, Output::Unknown) => {
-                vec![holder.clone()]
+                vec![state.clone()]
             }
-            (Input::Holder, Output::Held(h)) if h == holder => vec![holder.clone()],
+            (Input::Holder, Output::Held(h)) if h == holder => vec![state.clone()],
             _ => vec![],
         }
     }
@@ -250,6 +285,98 @@ mod tests {
                     op(2, 3, read("a"), Present),
                 ],
                 true,
+            ),
+        ];
+        for (name, ops, want) in cases {
+            let got = check(&Volume, &ops, 1_000_000);
+            assert_eq!(got == Verdict::Linearizable, want, "{name}: {got:?}");
+        }
+    }
+
+    /// Hand-made histories with a backup restored: what the restore may bring back and
+    /// forget, and what nothing may bring back.
+    #[test]
+    fn histories_across_a_restore() {
+        use Output::{Absent, Ok, Present, Refused, Unknown};
+        let backup = || Input::Backup;
+        let restore = || Input::Restore;
+        let cases: Vec<Case> = vec![
+            (
+                "a claim released after the backup comes back with the restore",
+                vec![
+                    op(0, 1, claim("a"), Ok),
+                    op(2, 3, backup(), Ok),
+                    op(4, 5, release("a"), Ok),
+                    op(6, 9, restore(), Ok),
+                    op(10, 11, read("a"), Present),
+                    op(12, 13, release("a"), Ok),
+                    op(14, 15, Input::Holder, held(None)),
+                ],
+                true,
+            ),
+            (
+                "a claim acknowledged after the backup is forgotten by the restore",
+                vec![
+                    op(0, 1, backup(), Ok),
+                    op(2, 3, claim("b"), Ok),
+                    op(4, 9, restore(), Ok),
+                    op(10, 11, read("b"), Absent),
+                    op(12, 13, claim("c"), Ok),
+                ],
+                true,
+            ),
+            (
+                "a claim released before the backup never comes back",
+                vec![
+                    op(0, 1, claim("a"), Ok),
+                    op(2, 3, release("a"), Ok),
+                    op(4, 5, backup(), Ok),
+                    op(6, 9, restore(), Ok),
+                    op(10, 11, read("a"), Present),
+                ],
+                false,
+            ),
+            (
+                "nor one released after the restore",
+                vec![
+                    op(0, 1, claim("a"), Ok),
+                    op(2, 3, backup(), Ok),
+                    op(4, 9, restore(), Ok),
+                    op(10, 11, release("a"), Ok),
+                    op(12, 13, read("a"), Present),
+                ],
+                false,
+            ),
+            (
+                "a claim under way while the backup was taken may be in it or not",
+                vec![
+                    op(0, 4, claim("a"), Ok),
+                    op(1, 2, backup(), Ok),
+                    op(5, 6, release("a"), Ok),
+                    op(7, 9, restore(), Ok),
+                    op(10, 11, read("a"), Absent),
+                    op(12, 13, claim("b"), Refused),
+                ],
+                true,
+            ),
+            (
+                "a restore that may not have happened",
+                vec![
+                    op(0, 1, backup(), Ok),
+                    op(2, 3, claim("b"), Ok),
+                    op(4, NEVER, restore(), Unknown),
+                    op(10, 11, read("b"), Present),
+                ],
+                true,
+            ),
+            (
+                "a restore with no backup before it explains nothing",
+                vec![
+                    op(0, 1, claim("a"), Ok),
+                    op(2, 3, restore(), Ok),
+                    op(4, 5, read("a"), Present),
+                ],
+                false,
             ),
         ];
         for (name, ops, want) in cases {

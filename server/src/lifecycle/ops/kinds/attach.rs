@@ -47,14 +47,28 @@ impl Kind for Attach {
     }
 
     /// The attachment goes, and the claims on the node that waited for it fail with the
-    /// plugin's error.
+    /// plugin's error, each with its `claim-failed` event: the claim is then taken down
+    /// like a released one, and its events must say why it went.
     fn failed(&self, ctx: &mut dyn Txn, o: &OpRow, e: &OpError<'_>) -> ApiResult<()> {
         let n = o.node.clone().unwrap_or_default();
         delete_attachment(ctx, &o.volume, &n)?;
+        let actor = o
+            .host
+            .as_deref()
+            .map_or_else(|| "server".to_owned(), |h| format!("node:{h}"));
         for c in ctx.claims_of_volume(&o.volume)? {
             if c.node == n && matches!(c.state, ClaimState::Attaching | ClaimState::Pending) {
                 ctx.set_claim_error(&c.volume, &c.alloc, e.message, None)?;
                 set_claim_state(ctx, &c, ClaimState::Failed)?;
+                event(
+                    ctx,
+                    EventKind::ClaimFailed,
+                    Some(&c.volume),
+                    Some(&n),
+                    Some(&c.alloc),
+                    &actor,
+                    format!("failed: {}", e.message),
+                )?;
             }
         }
         Ok(())
