@@ -5,8 +5,8 @@
 //! these functions.
 //!
 //! Times are unix milliseconds. A request's send time is the client's clock (the
-//! `X-Csivol-Sent-At` header, the same on every retry of one request); a release time and
-//! `now` are the server's. The rules compare the two clocks directly: a client whose clock
+//! `X-Csivol-Sent-At` header, the same on every retry of one request); a release time, the
+//! time a restore was found and `now` are the server's. The rules compare the two clocks directly: a client whose clock
 //! runs behind the server's by S may see a claim sent within S after a release refused
 //! (the refusal says by how much, and a claim sent again later is accepted); one whose clock
 //! runs ahead by S is protected only from requests delayed by more than S. Keep the clocks
@@ -135,6 +135,36 @@ pub fn claim_after_release(
     })
 }
 
+/// A new claim whose request was sent (by the client's clock) before the state went back
+/// in time (`restored_at`, when the server found it restored: a backup restored, an etcd
+/// snapshot restored): the restored state may have lost the alloc's release and the
+/// request's kept answer with everything after the backup, so nothing the request could
+/// be a late copy of can be told apart. Refused, whatever the restored state holds; a
+/// request sent after it is judged as any other.
+pub fn claim_before_restore(
+    volume: &str,
+    alloc: &str,
+    sent_at: i64,
+    restored_at: i64,
+) -> Option<Refusal> {
+    if sent_at >= restored_at {
+        return None;
+    }
+    Some(Refusal {
+        message: format!(
+            "the state was restored from a backup (found at {}), after this claim request for \
+             alloc `{alloc}` of volume `{volume}` was sent at {} by the client's clock: the \
+             restored state cannot tell whether the alloc was released since, so a request \
+             sent before the restore records no claim; nothing was recorded",
+            time(restored_at),
+            time(sent_at)
+        ),
+        hint: "claim again if the job still needs the volume: a claim sent after the restore \
+               is judged on the restored state"
+            .to_owned(),
+    })
+}
+
 /// A unix-millisecond time as RFC 3339 (UTC).
 fn time(ms: i64) -> String {
     let at = match u64::try_from(ms) {
@@ -217,6 +247,28 @@ mod tests {
         let e = too_old(T - 1, now, DAY).unwrap();
         assert!(e.message.contains("2023-12-31T23:59:59.999Z"), "{e}");
         assert!(e.message.contains("(1day)"), "{e}");
+    }
+
+    #[test]
+    fn a_claim_sent_before_the_state_was_restored_is_refused() {
+        let restored = T + 5_000;
+        let cases = [
+            (T, true),           // sent before the backup was restored, landed after
+            (T + 4_999, true),   // just before
+            (T + 5_000, false),  // at the restore
+            (T + 60_000, false), // a claim sent to the restored state
+        ];
+        for (sent, refused) in cases {
+            assert_eq!(
+                claim_before_restore("v", "a", sent, restored).is_some(),
+                refused,
+                "sent at {sent}"
+            );
+        }
+        let e = claim_before_restore("v", "a", T, restored).unwrap();
+        assert!(e.message.contains("2024-01-01T00:00:05.000Z"), "{e}");
+        assert!(e.message.contains("nothing was recorded"), "{e}");
+        assert!(e.hint.contains("claim again"), "{}", e.hint);
     }
 
     #[test]

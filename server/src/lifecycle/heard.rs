@@ -16,6 +16,10 @@ pub const PENDING: &str = "settle.pending";
 pub(super) const GENERATION: &str = "settle.generation";
 pub(super) const AFTER: &str = "settle.after";
 pub(super) const HEARD: &str = "settle.heard.";
+/// When (unix ms, the server's clock) the state was last found gone back in time; kept
+/// after settling ends, so that a claim request sent before it is refused
+/// (`retries::refuse_if_released`).
+pub(super) const RESTORED_AT: &str = "restored.at";
 
 /// The value of the `meta` key `key`, exactly.
 pub(super) fn meta(conn: &(impl Snapshot + ?Sized), key: &str) -> ApiResult<Option<i64>> {

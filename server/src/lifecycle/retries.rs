@@ -13,8 +13,9 @@ use super::super::store::{Snapshot, Txn};
 pub const PRUNE_BATCH: usize = 50;
 
 /// Refuses a new claim of `alloc` on `volume` whose request was sent (by the client's
-/// clock, `sent_at`) before the alloc's last release. A request that does not say when it
-/// was sent (an older client) is not judged.
+/// clock, `sent_at`) before the alloc's last release, or before the state was last found
+/// restored (`settle` records when: the restored state may not know the release). A
+/// request that does not say when it was sent (an older client) is not judged.
 pub(super) fn refuse_if_released(
     conn: &(impl Snapshot + ?Sized),
     volume: &str,
@@ -24,6 +25,12 @@ pub(super) fn refuse_if_released(
     let Some(sent_at) = sent_at else {
         return Ok(());
     };
+    let restored_at = super::heard::meta(conn, super::heard::RESTORED_AT)?;
+    if let Some(r) =
+        restored_at.and_then(|at| retries::claim_before_restore(volume, alloc, sent_at, at))
+    {
+        return Err(ApiError::conflict(r.message).with_hint(r.hint));
+    }
     // A tombstone past the request memory is not judged by: a request sent before it is
     // older than the memory, and refused as such.
     let Some(t) = conn.tombstone(volume, alloc)? else {

@@ -27,7 +27,7 @@ use super::attachments::{self, advance_volume, begin_detach};
 use super::changes::{set_claim_state, touch_volume};
 use super::events::event;
 pub use super::heard::PENDING;
-use super::heard::{AFTER, GENERATION, HEARD, Recorded, hear, unreported};
+use super::heard::{AFTER, GENERATION, HEARD, RESTORED_AT, Recorded, hear, unreported};
 use super::settings::Limits;
 use crate::error::ApiResult;
 use crate::model::VolumeRow;
@@ -74,6 +74,8 @@ pub fn begin(ctx: &mut impl Txn, generation: Generation, window_end: i64) -> Api
     }
     ctx.put_meta(PENDING, None)?;
     ctx.put_meta(GENERATION, Some(stamp))?;
+    let now = ctx.now();
+    ctx.put_meta(RESTORED_AT, Some(now))?;
     ctx.put_meta(AFTER, Some(window_end))?;
     let nodes: Vec<String> = ctx.nodes(None)?.into_iter().map(|n| n.name).collect();
     for node in &nodes {

@@ -207,6 +207,74 @@ async fn a_claim_sent_before_its_alloc_was_released_is_refused_and_one_sent_afte
     assert_eq!(claim_state(&api, "v", "never").await, None);
 }
 
+/// A claim request sent before the state was restored from a backup, landing after the
+/// restore (a late copy, or a retry of one whose answer was lost), is refused: the restored
+/// state knows neither the alloc's release nor the request's kept answer, and would record
+/// a claim nobody holds. A claim sent after the restore is judged on the restored state.
+#[tokio::test]
+async fn a_claim_sent_before_a_restore_and_landing_after_it_brings_back_nothing() {
+    let dir = TestDir::new("retries-restore");
+    let mut server = start(&dir, &[]);
+    let api = server.api();
+    let n1 = FakeAgent::new(&server, "n1").await;
+    n1.register(0, true, json!([])).await;
+    register_volume(&api, "v", "multi-node-multi-writer").await;
+    let backup = dir.join("backup.db");
+    let resp = api.send("GET", "/v1/backup", None).await.unwrap();
+    assert_eq!(resp.status, 200);
+    std::fs::write(&backup, &resp.body).unwrap();
+
+    // Claimed (its answer taken as lost by the client) and released, after the backup.
+    let once = Once::new("before-the-restore");
+    ready_with(&api, &n1, "v", "a", &once).await;
+    release_until_gone(&api, &n1, "v", "a").await;
+
+    let data = server.data_dir.clone();
+    server.proc.terminate(WAIT);
+    let (ok, out) = super::state::server_command(&[
+        "restore",
+        &format!("--from={}", backup.display()),
+        &format!("--data-dir={}", data.display()),
+        "--force",
+    ]);
+    assert!(ok, "{out}");
+    let again = ServerProc::start(&data, &[]);
+    let api = again.api();
+    let path = "/v1/volumes/v/claims";
+
+    // The same request again, with its key and its send time: the restored state has
+    // neither its answer nor the release.
+    let late = send(&api, Method::POST, path, &claim_body("a", "n1"), &once).await;
+    assert_eq!(late.status, 409, "{}", String::from_utf8_lossy(&late.body));
+    let e = &json_of(&late)["error"];
+    let message = e["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("the state was restored from a backup"),
+        "{message}"
+    );
+    assert!(message.contains("nothing was recorded"), "{message}");
+    assert!(e["hint"].as_str().unwrap().contains("claim again"), "{e}");
+    assert_eq!(claim_state(&api, "v", "a").await, None);
+    assert_eq!(created_events(&api, "v", "a").await, 0);
+
+    // A claim sent after the restore is recorded.
+    let fresh = send(
+        &api,
+        Method::POST,
+        path,
+        &claim_body("a", "n1"),
+        &Once::new("after-the-restore"),
+    )
+    .await;
+    assert_eq!(
+        fresh.status,
+        201,
+        "{}",
+        String::from_utf8_lossy(&fresh.body)
+    );
+    assert!(claim_state(&api, "v", "a").await.is_some());
+}
+
 #[tokio::test]
 async fn a_key_names_one_request_for_one_token_and_a_refusal_is_kept_like_an_answer() {
     let dir = TestDir::new("retries-keys");

@@ -141,7 +141,7 @@ async fn two_servers_never_share_a_data_dir() {
     );
 }
 
-fn server_command(args: &[&str]) -> (bool, String) {
+pub(crate) fn server_command(args: &[&str]) -> (bool, String) {
     let mut cmd = Command::new(bin_path("csivol-server"));
     cmd.args(args);
     let (status, out) = run_to_exit("csivol-server", cmd, WAIT);
