@@ -265,6 +265,9 @@ fn server_config(args: &DevArgs, dir: &Path, tls: Option<&crate::tls::Files>) ->
         node_channel: true,
         etcd: None,
         limits: Default::default(),
+        // The dev cluster's plugin has VOLUME_MOUNT_GROUP: it applies a claim's group
+        // itself, and csivol changes no ownership.
+        plugin_mounts: Default::default(),
     }
 }
 

@@ -258,6 +258,10 @@ pub trait Snapshot {
     /// cluster's `upgrade finalize` with the etcd store, and below that schema the methods
     /// of this section read nothing and write nothing.
     fn retries_kept(&self) -> ApiResult<bool>;
+    /// Whether the state's schema records a claim's mount (its group): not before the
+    /// cluster's `upgrade finalize` with the etcd store, when a claim asking for a group
+    /// is refused.
+    fn mounts_recorded(&self) -> ApiResult<bool>;
     /// The first answer kept for `token`'s request `key`.
     fn kept_answer(&self, token: &str, key: &str) -> ApiResult<Option<KeptAnswer>>;
     /// The tombstone of `alloc`'s claim on `volume`: its last release.
@@ -327,6 +331,9 @@ pub struct NewClaim<'a> {
     /// The token that asked for it (none for a claim found on a node), recorded where the
     /// schema has the column.
     pub claimer: Option<&'a str>,
+    /// Its group and how it is applied; a non-empty one is written only where the schema
+    /// has the column ([`Snapshot::mounts_recorded`]).
+    pub mount: &'a api::ClaimMount,
 }
 
 /// An entry of the event log.

@@ -75,6 +75,7 @@ impl Env {
                 text: Default::default(),
                 claims_per_claimer: csivol_api::limits::DEFAULT_CLAIMS_PER_CLAIMER,
                 events: Default::default(),
+                mounts: Default::default(),
             },
         }
     }

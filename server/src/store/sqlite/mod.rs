@@ -5,6 +5,7 @@
 
 mod access;
 pub mod backup;
+mod claim_mounts;
 mod claimers;
 pub mod db;
 mod drift;
@@ -538,6 +539,10 @@ impl Snapshot for Connection {
         retries::kept(self)
     }
 
+    fn mounts_recorded(&self) -> ApiResult<bool> {
+        claim_mounts::recorded(self)
+    }
+
     fn kept_answer(&self, token: &str, key: &str) -> ApiResult<Option<crate::store::KeptAnswer>> {
         retries::kept_answer(self, token, key)
     }
@@ -645,6 +650,7 @@ reads_through_the_transaction! {
     stored_secrets() -> Vec<(String, String)>;
     secrets_check() -> Option<String>;
     retries_kept() -> bool;
+    mounts_recorded() -> bool;
     kept_answer(token: &str, key: &str) -> Option<crate::store::KeptAnswer>;
     tombstone(volume: &str, alloc: &str) -> Option<crate::store::Tombstone>;
     meta(prefix: &str) -> Vec<(String, i64)>;

@@ -2,7 +2,7 @@
 
 use std::str::FromStr;
 
-use csivol_api::ClaimState;
+use csivol_api::{self as api, ClaimState};
 use rusqlite::types::{Type, ValueRef};
 use rusqlite::{Connection, Row, params};
 
@@ -157,9 +157,9 @@ pub fn volume_fields(r: StoredRow<'_>) -> Result<VolumeFields<'_>, String> {
 /// chooses).
 pub const CLAIM_COLUMNS: &str = "volume, alloc, node, mode, state, target_path, error, next_retry_at, created_at, updated_at, modify_index, \
      waiting, waiting_since, waiting_timeout_ms, condition, ttl_ms, expires_at, labels, release_pending";
-/// A claim's columns with its drift.
+/// A claim's columns with its drift and its mount (one schema version brings both).
 pub const CLAIM_COLUMNS_WITH_DRIFT: &str = "volume, alloc, node, mode, state, target_path, error, next_retry_at, created_at, updated_at, modify_index, \
-     waiting, waiting_since, waiting_timeout_ms, condition, ttl_ms, expires_at, labels, release_pending, drift";
+     waiting, waiting_since, waiting_timeout_ms, condition, ttl_ms, expires_at, labels, release_pending, drift, mount";
 
 impl ClaimRow {
     /// A row of [`CLAIM_COLUMNS`] or [`CLAIM_COLUMNS_WITH_DRIFT`].
@@ -193,6 +193,13 @@ impl ClaimRow {
             expires_at: r.get(16)?,
             labels: serde_json::from_str(&r.get::<_, String>(17)?).unwrap_or_default(),
             release_pending: r.get(18)?,
+            mount: if r.as_ref().column_count() > 20 {
+                r.get::<_, Option<String>>(20)?
+                    .and_then(|m| serde_json::from_str(&m).ok())
+                    .unwrap_or_default()
+            } else {
+                api::ClaimMount::default()
+            },
         })
     }
 
@@ -291,7 +298,8 @@ impl NodeRow {
 
 /// The columns [`NodePluginRow::from_row`] reads.
 const NODE_PLUGIN_COLUMNS: &str = "plugin, csi_node_id, max_volumes, node_service, controller, \
-     topology, limit_change, limit_read_at, json_extract(registration, '$.node.ready_check'), observed";
+     topology, limit_change, limit_read_at, json_extract(registration, '$.node.ready_check'), observed, \
+     coalesce(json_extract(registration, '$.node.capabilities.volume_mount_group'), 0)";
 
 impl NodePluginRow {
     fn from_row(r: &Row<'_>) -> rusqlite::Result<Self> {
@@ -308,6 +316,7 @@ impl NodePluginRow {
             observed: r
                 .get::<_, Option<String>>(9)?
                 .and_then(|o| serde_json::from_str(&o).ok()),
+            volume_mount_group: r.get(10)?,
         })
     }
 

@@ -9,7 +9,7 @@ use csivol_api::{
 };
 use rusqlite::params;
 
-use super::{access, claimers, drift, exec, held, listings, nodes, ops, retries, snapshots};
+use super::{access, claim_mounts, claimers, drift, exec, held, listings, nodes, ops, retries, snapshots};
 use crate::error::{ApiError, ApiResult};
 use crate::model::{Lifecycle, NewFence, TokenRow, VolumeRow, to_json};
 use crate::store::sqlite::writer::WriteCtx;
@@ -240,6 +240,7 @@ impl Txn for WriteCtx<'_> {
                 to_json(&req.labels)
             ],
         )?;
+        claim_mounts::record(self, c.volume, &req.alloc, c.mount)?;
         match c.claimer {
             Some(token) => claimers::record(self, c.volume, &req.alloc, token),
             None => Ok(()),

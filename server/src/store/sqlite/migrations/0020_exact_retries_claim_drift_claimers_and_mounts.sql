@@ -57,3 +57,9 @@ UPDATE claims SET
 -- nobody; they are kept as they are.
 ALTER TABLE claims ADD COLUMN claimer TEXT;
 CREATE INDEX claims_claimer ON claims (claimer) WHERE claimer IS NOT NULL;
+
+-- What a claim asks of its mount, JSON (`api::ClaimMount`): the group its workload writes
+-- as and how that group is applied (by the plugin's VOLUME_MOUNT_GROUP or by csivol's
+-- ownership change), decided when the claim is recorded. Claims recorded before ask for
+-- nothing and are mounted as they were.
+ALTER TABLE claims ADD COLUMN mount TEXT;
