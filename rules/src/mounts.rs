@@ -107,7 +107,10 @@ impl GroupRefused {
 impl fmt::Display for GroupRefused {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::Block => write!(f, "a group applies to a file-system volume, not a block one"),
+            Self::Block => write!(
+                f,
+                "a group applies to a file-system volume, not a block one"
+            ),
             Self::Unregistered => write!(
                 f,
                 "the node has not registered the volume's plugin, so whether it can apply \

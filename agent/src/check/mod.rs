@@ -10,6 +10,13 @@
 mod findings;
 mod report;
 
+/// The check's scratch volume is staged with no group.
+static NO_GROUP: csivol_api::ClaimMount = csivol_api::ClaimMount {
+    gid: None,
+    group_by: None,
+    not_applied: None,
+};
+
 use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::os::unix::fs::FileExt as _;
@@ -451,7 +458,9 @@ impl Round<'_> {
                 std::fs::create_dir_all(&staging)
                     .with_context(|| format!("failed to create {}", staging.display()))?;
                 staged = trip
-                    .twice("NodeStageVolume", || self.node.stage(&volume, &staging))
+                    .twice("NodeStageVolume", || {
+                        self.node.stage(&volume, &NO_GROUP, &staging)
+                    })
                     .await
                     .is_some();
                 if staged {
@@ -542,6 +551,7 @@ impl Round<'_> {
         let desired = DesiredPublish {
             alloc: "check".into(),
             read_only: false,
+            mount: Default::default(),
             volume: volume.clone(),
         };
         let published = trip

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use csivol_api::domain::ErrorClass;
-use csivol_api::{DesiredState, PluginError, Report};
+use csivol_api::{DesiredPublish, DesiredState, GroupBy, PluginError, Report};
 use csivol_rules::agent::job::{Job, PublishStep, StageStep};
 use csivol_rules::agent::observed::Observation;
 use csivol_rules::agent::records::{PublicationRecord, PublishState, StageState, StagingRecord};
@@ -206,7 +206,7 @@ pub(super) async fn stage(shared: &Shared, step: &StageStep) -> Result<(), StepE
     shared.store.put_staging(&rec, None).await?;
     // The CO creates the staging directory; the plugin mounts on it.
     std::fs::create_dir_all(&step.path).map_err(|e| local("create", &step.path, e))?;
-    if let Err(e) = plugin.stage(v, &step.path).await {
+    if let Err(e) = plugin.stage(v, &step.desired.mount, &step.path).await {
         let _ = shared.store.put_staging(&rec, Some(e.to_string())).await;
         if e.code == Code::ResourceExhausted {
             // The node holds fewer volumes than it said: read its limit again.
@@ -314,8 +314,54 @@ pub(super) async fn publish(
         return Err(e.into());
     }
     rec.observed = Some(wait_ready(shared, &rec, deadline).await?);
+    give_group(shared, d, &step.target).await?;
     rec.state = PublishState::Published;
     shared.store.put_publication(&rec, None).await?;
+    Ok(())
+}
+
+/// Where the server allowed csivol to apply the claim's group itself (the plugin has no
+/// VOLUME_MOUNT_GROUP), gives the target's root the group, once: what was done is
+/// recorded in agent.db, so a restart neither does it again nor forgets it.
+async fn give_group(shared: &Shared, d: &DesiredPublish, target: &Path) -> Result<(), StepError> {
+    let (Some(gid), Some(by)) = (d.mount.gid, d.mount.group_by) else {
+        return Ok(());
+    };
+    let recursive = match by {
+        GroupBy::Plugin => return Ok(()),
+        GroupBy::OnRootMismatch => false,
+        GroupBy::Recursive => true,
+    };
+    if d.read_only || d.volume.capability.access_type.is_block() {
+        return Ok(());
+    }
+    if shared.store.ownership(&d.volume.volume, &d.alloc).await? == Some(gid) {
+        return Ok(());
+    }
+    let changed = super::ownership::apply(target, gid, recursive)
+        .map_err(|e| local("give group to", target, e))?;
+    if changed.bounded {
+        tracing::warn!(
+            volume = d.volume.volume,
+            alloc = d.alloc,
+            "gave group {gid} to the first {} entries of {} and stopped there: csivol \
+             changes at most that many",
+            changed.entries,
+            target.display()
+        );
+    } else if changed.entries > 0 {
+        tracing::info!(
+            volume = d.volume.volume,
+            alloc = d.alloc,
+            "gave group {gid} to {} entries of {}",
+            changed.entries,
+            target.display()
+        );
+    }
+    shared
+        .store
+        .record_ownership(&d.volume.volume, &d.alloc, gid, changed.entries)
+        .await?;
     Ok(())
 }
 

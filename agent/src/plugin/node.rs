@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use csivol_api::domain::{NodeCapabilities, NodeInfo};
-use csivol_api::{DesiredExpand, DesiredPublish, NodeVolume};
+use csivol_api::{ClaimMount, DesiredExpand, DesiredPublish, GroupBy, NodeVolume};
 use csivol_csi::csi::v1 as csi;
 use csivol_csi::endpoint::with_deadline;
 use tokio::sync::Semaphore;
@@ -85,12 +85,51 @@ impl NodePlugin {
         Ok(info.max_volumes_per_node)
     }
 
-    pub async fn stage(&self, v: &NodeVolume, staging: &Path) -> Result<(), CallError> {
+    /// The volume's capability on the wire, with the claim's group in
+    /// `MountVolume.volume_mount_group` where the plugin applies it. The spec
+    /// (csi.proto, `MountVolume.volume_mount_group`): "If SP has VOLUME_MOUNT_GROUP node
+    /// capability and CO provides this field then SP MUST ensure that the
+    /// volume_mount_group parameter is passed as the group identifier to the underlying
+    /// operating system mount system call"; a plugin without the capability is never sent
+    /// it, and a claim the server decided the plugin applies the group for is refused here
+    /// when the plugin no longer says it has it.
+    fn capability(
+        &self,
+        v: &NodeVolume,
+        mount: &ClaimMount,
+        rpc: &'static str,
+    ) -> Result<csi::VolumeCapability, CallError> {
+        let mut cap = csi::VolumeCapability::from(&v.capability);
+        if let (Some(gid), Some(GroupBy::Plugin)) = (mount.gid, mount.group_by) {
+            if !self.capabilities.volume_mount_group {
+                return Err(CallError {
+                    rpc,
+                    code: tonic::Code::FailedPrecondition,
+                    message: format!(
+                        "group {gid} is to be applied by plugin `{}`, which no longer has \
+                         VOLUME_MOUNT_GROUP; release the claim and claim again",
+                        self.id
+                    ),
+                });
+            }
+            if let Some(csi::volume_capability::AccessType::Mount(m)) = &mut cap.access_type {
+                m.volume_mount_group = gid.to_string();
+            }
+        }
+        Ok(cap)
+    }
+
+    pub async fn stage(
+        &self,
+        v: &NodeVolume,
+        mount: &ClaimMount,
+        staging: &Path,
+    ) -> Result<(), CallError> {
         let req = csi::NodeStageVolumeRequest {
             volume_id: v.external_id.clone(),
             publish_context: wire_map(&v.publish_context),
             staging_target_path: wire_path(staging),
-            volume_capability: Some(csi::VolumeCapability::from(&v.capability)),
+            volume_capability: Some(self.capability(v, mount, "NodeStageVolume")?),
             secrets: wire_map(&v.secrets),
             volume_context: wire_map(&v.context),
         };
@@ -115,7 +154,7 @@ impl NodePlugin {
             publish_context: wire_map(&v.publish_context),
             staging_target_path: staging.map(wire_path).unwrap_or_default(),
             target_path: wire_path(target),
-            volume_capability: Some(csi::VolumeCapability::from(&v.capability)),
+            volume_capability: Some(self.capability(v, &p.mount, "NodePublishVolume")?),
             readonly: p.read_only,
             secrets: wire_map(&v.secrets),
             volume_context: wire_map(&v.context),

@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    ClaimMount, ControllerCapabilities, ControllerOp, GroupMember, NodeCapabilities, NodeInfo, NodeStatus,
-    PluginCapabilities, PluginInfo, PublishContext, VolumeCapability,
+    ClaimMount, ControllerCapabilities, ControllerOp, GroupMember, NodeCapabilities, NodeInfo,
+    NodeStatus, PluginCapabilities, PluginInfo, PublishContext, VolumeCapability,
 };
 
 /// One plugin as a node agent found it.

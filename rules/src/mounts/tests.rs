@@ -26,7 +26,10 @@ fn allowed(ownership: Ownership) -> PluginMounts {
 #[test]
 fn a_plugin_with_volume_mount_group_applies_any_group_whatever_the_ownership_setting() {
     let c = claim(5, &[], Some(true));
-    assert_eq!(group_by(&c, &allowed(Ownership::Never)), Ok(GroupBy::Plugin));
+    assert_eq!(
+        group_by(&c, &allowed(Ownership::Never)),
+        Ok(GroupBy::Plugin)
+    );
 }
 
 #[test]

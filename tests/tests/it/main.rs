@@ -16,6 +16,7 @@ mod fence_trust;
 mod group_snapshots;
 mod limits;
 mod modify;
+mod mount_group;
 mod network;
 mod packages;
 mod partition;

@@ -9,7 +9,9 @@ use csivol_api::{
 };
 use rusqlite::params;
 
-use super::{access, claim_mounts, claimers, drift, exec, held, listings, nodes, ops, retries, snapshots};
+use super::{
+    access, claim_mounts, claimers, drift, exec, held, listings, nodes, ops, retries, snapshots,
+};
 use crate::error::{ApiError, ApiResult};
 use crate::model::{Lifecycle, NewFence, TokenRow, VolumeRow, to_json};
 use crate::store::sqlite::writer::WriteCtx;

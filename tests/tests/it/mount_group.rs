@@ -1,0 +1,105 @@
+//! A non-root workload writes its volume: `csivol run --gid` through a real cluster, with
+//! real bind mounts, a process with dropped privileges (uid and gid 1234, no
+//! supplementary groups) writing into the target. Once with the plugin's
+//! VOLUME_MOUNT_GROUP, once with csivol's own ownership change (the plugin started with
+//! `--disable volume-mount-group`, the server's `ownership = "on-root-mismatch"`), and the
+//! refusal where neither can apply the group.
+
+use std::os::unix::fs::PermissionsExt;
+
+use crate::cluster::{Cluster, NodeOpts, Out, PLUGIN, run};
+use crate::e2e::create_volume;
+
+const GID: &str = "1234";
+
+/// The job: as uid and gid 1234, with no other group, create a file in the volume.
+fn job(c: &Cluster, extra: &[&str]) -> Out {
+    let mut args = vec!["run", "scratch", "--node", "node-1", "--ttl", "1m"];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&[
+        "--",
+        "setpriv",
+        "--reuid",
+        GID,
+        "--regid",
+        GID,
+        "--clear-groups",
+        "sh",
+        "-c",
+        "touch \"$CSIVOL_PATH/x\"",
+    ]);
+    run(c.command(Some(&c.token), &args))
+}
+
+/// The test's temp dir is 0700: the dropped-privilege process must pass through it to the
+/// target, as it passes through a real agent's data dir (0711).
+fn passable(c: &Cluster) {
+    std::fs::set_permissions(c.dir.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
+}
+
+#[test]
+fn with_the_plugins_volume_mount_group_a_non_root_job_writes_its_volume() {
+    let c = Cluster::start("mount-group-plugin", "10s", vec![NodeOpts::default()]);
+    passable(&c);
+    create_volume(&c, "scratch", "single-node-writer");
+    // Without a group the target's root is root's, and the job cannot write it.
+    let out = job(&c, &[]);
+    assert_ne!(out.code, 0, "{out:?}");
+    assert!(out.stderr.contains("Permission denied"), "{out:?}");
+    let out = job(&c, &["--gid", GID]);
+    assert_eq!(out.code, 0, "{out:?}");
+    // The plugin was sent the group, in NodeStageVolume and NodePublishVolume both.
+    let calls = c.nodes[0].plugin_calls();
+    let log = serde_json::to_string(&calls).unwrap();
+    let events = c.csivol(&["events", "--volume", "scratch", "-o", "json"]);
+    assert!(
+        events.stdout.contains("with group 1234 (plugin)"),
+        "{events:?}\n{log}"
+    );
+}
+
+#[test]
+fn with_csivols_ownership_change_a_non_root_job_writes_its_volume() {
+    let opts = NodeOpts {
+        plugin_args: vec!["--disable".into(), "volume-mount-group".into()],
+        ..Default::default()
+    };
+    let c = Cluster::start_with_config("mount-group-ownership", "10s", vec![opts], |_| {
+        format!(
+            "[plugins.\"{PLUGIN}\"]\nownership = \"on-root-mismatch\"\nownership_gids = [\"1000-1999\"]\n"
+        )
+    });
+    passable(&c);
+    create_volume(&c, "scratch", "single-node-writer");
+    let out = job(&c, &["--gid", GID]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let events = c.csivol(&["events", "--volume", "scratch", "-o", "json"]);
+    assert!(
+        events.stdout.contains("with group 1234 (on-root-mismatch)"),
+        "{events:?}"
+    );
+    // A gid outside the operator's ranges is refused: a claimer cannot give a volume to
+    // any group.
+    let out = job(&c, &["--gid", "5"]);
+    assert_ne!(out.code, 0, "{out:?}");
+    assert!(out.stderr.contains("ownership_gids"), "{out:?}");
+}
+
+#[test]
+fn without_either_a_group_is_refused_with_the_reason() {
+    let opts = NodeOpts {
+        plugin_args: vec!["--disable".into(), "volume-mount-group".into()],
+        ..Default::default()
+    };
+    let c = Cluster::start("mount-group-never", "10s", vec![opts]);
+    passable(&c);
+    create_volume(&c, "scratch", "single-node-writer");
+    let out = job(&c, &["--gid", GID]);
+    assert_ne!(out.code, 0, "{out:?}");
+    assert!(
+        out.stderr.contains("does not have VOLUME_MOUNT_GROUP")
+            && out.stderr.contains("`never`")
+            && out.stderr.contains("hint:"),
+        "{out:?}"
+    );
+}
