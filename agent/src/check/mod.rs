@@ -10,13 +10,6 @@
 mod findings;
 mod report;
 
-/// The check's scratch volume is staged with no group.
-static NO_GROUP: csivol_api::ClaimMount = csivol_api::ClaimMount {
-    gid: None,
-    group_by: None,
-    not_applied: None,
-};
-
 use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::os::unix::fs::FileExt as _;
@@ -39,6 +32,13 @@ use crate::config::{CoreConfig, PluginSpec, ReadyCheck, parse_label};
 use crate::mounts::{Checker, Judge};
 use crate::plugin::controller::ControllerPlugin;
 use crate::plugin::{CallError, NodePlugin, Plugins};
+
+/// The check's scratch volume is staged with no group.
+static NO_GROUP: csivol_api::ClaimMount = csivol_api::ClaimMount {
+    gid: None,
+    group_by: None,
+    not_applied: None,
+};
 
 /// `csivol-agent check` flags.
 #[derive(Debug, clap::Args)]
