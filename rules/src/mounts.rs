@@ -57,7 +57,8 @@ pub struct GroupClaim<'a> {
     pub access_type: &'a AccessType,
     /// The node plugin's VOLUME_MOUNT_GROUP, if the node registered the plugin.
     pub volume_mount_group: Option<bool>,
-    /// The group every other unreleased claim of the volume asks for.
+    /// The group every other unreleased claim of the volume asks for (`None`: it asks
+    /// for none, and takes the volume as the others have it).
     pub others: &'a [Option<u32>],
 }
 
@@ -66,19 +67,13 @@ pub struct GroupClaim<'a> {
 pub enum GroupRefused {
     Block,
     Unregistered,
-    Disagrees { other: Option<u32> },
+    Disagrees { other: u32 },
     OwnershipNever,
     NotSingleNodeWrite,
     GidNotAllowed,
 }
 
 impl GroupRefused {
-    /// Whether a `csivol run` that chose the group itself (the caller's own) runs without
-    /// it: the group cannot be applied here, which is not the claim's fault.
-    pub fn run_goes_on_without(&self) -> bool {
-        !matches!(self, Self::Disagrees { .. })
-    }
-
     pub fn hint(&self, plugin: &str) -> String {
         match self {
             Self::Block => "claim without --gid: a block volume has no file system".into(),
@@ -116,15 +111,10 @@ impl fmt::Display for GroupRefused {
                 "the node has not registered the volume's plugin, so whether it can apply \
                  a group is not known"
             ),
-            Self::Disagrees { other: Some(g) } => write!(
+            Self::Disagrees { other } => write!(
                 f,
-                "another claim of the volume mounts it with group {g}: one volume is mounted \
-                 with one group"
-            ),
-            Self::Disagrees { other: None } => write!(
-                f,
-                "another claim of the volume mounts it with no group: one volume is mounted \
-                 with one group"
+                "another claim of the volume mounts it with group {other}: one volume is \
+                 mounted with one group"
             ),
             Self::OwnershipNever => write!(
                 f,
@@ -153,7 +143,7 @@ pub fn group_by(c: &GroupClaim<'_>, plugin: &PluginMounts) -> Result<GroupBy, Gr
     // The staging is shared by every claim of the volume on a node, and a NodeStageVolume
     // with another capability is answered ALREADY_EXISTS (spec.md, NodeStageVolume
     // errors: "Volume published but is incompatible"): one group per volume.
-    if let Some(other) = c.others.iter().find(|o| **o != Some(c.gid)) {
+    if let Some(other) = c.others.iter().flatten().find(|o| **o != c.gid) {
         return Err(GroupRefused::Disagrees { other: *other });
     }
     match c.volume_mount_group {

@@ -248,10 +248,19 @@ pub fn claim_dry_run(
     conn: &(impl Snapshot + ?Sized),
     volume: &str,
     req: &ClaimRequest,
+    limits: &Limits,
     now: i64,
 ) -> ApiResult<ClaimDryRun> {
-    // A dry run asks for no wait: `claim --dry-run` takes no `--wait`.
-    let (existing, state) = match evaluate_claim(conn, volume, req, false) {
+    // A dry run asks for no wait: `claim --dry-run` takes no `--wait`. A new claim's group
+    // is judged as its recording would judge it.
+    let decided = evaluate_claim(conn, volume, req, false).and_then(|d| match d {
+        ClaimDecision::Existing(_) => Ok(d),
+        _ => {
+            let v = conn.require_volume(volume)?;
+            super::mounts::claim_mount(conn, &v, req, &limits.mounts).map(|_| d)
+        }
+    });
+    let (existing, state) = match decided {
         Ok(ClaimDecision::Existing(claim)) => (true, claim.state),
         Ok(ClaimDecision::Queue(_)) => (false, ClaimState::Queued),
         Ok(ClaimDecision::New) => (false, initial_state(conn, volume, &req.node, now)?),

@@ -10,6 +10,7 @@ mod events;
 mod expand;
 mod group_snapshots;
 mod listing;
+mod mounts;
 mod nodes;
 mod operator;
 mod ops;
