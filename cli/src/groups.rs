@@ -1,13 +1,44 @@
-//! The group a claim asks for: `--gid`, `--group NAME` looked up in this machine's
-//! `/etc/group`, or for `run`, the caller's own primary group.
+//! What a claim asks of its mount: the group (`--gid`, `--group NAME` looked up in this
+//! machine's `/etc/group`, or for `run`, the caller's own primary group), its own mount
+//! flags (`--mount-flag`) and its SELinux context (`--selinux-context`).
 
 use anyhow::{Context, bail};
 use csivol_api::MountRequest;
 
 const GROUP_FILE: &str = "/etc/group";
 
+/// The flags of `claim` and `run` that shape a claim's mount.
+pub struct MountFlags<'a> {
+    pub gid: Option<u32>,
+    pub group: Option<&'a str>,
+    pub mount_flags: &'a [String],
+    pub selinux_context: Option<&'a str>,
+}
+
+impl MountFlags<'_> {
+    /// What `claim` asks for.
+    pub fn for_claim(&self) -> anyhow::Result<MountRequest> {
+        let group = asked(self.gid, self.group)?.unwrap_or_default();
+        Ok(self.with_options(group))
+    }
+
+    /// What `run` asks for: the caller's own group unless one is given ([`for_run`]).
+    pub fn for_run(&self) -> anyhow::Result<MountRequest> {
+        let group = for_run(self.gid, self.group)?;
+        Ok(self.with_options(group))
+    }
+
+    fn with_options(&self, group: MountRequest) -> MountRequest {
+        MountRequest {
+            mount_flags: self.mount_flags.to_vec(),
+            selinux_context: self.selinux_context.map(str::to_owned),
+            ..group
+        }
+    }
+}
+
 /// The mount `--gid` or `--group` ask for (`None` when neither is given).
-pub fn asked(gid: Option<u32>, group: Option<&str>) -> anyhow::Result<Option<MountRequest>> {
+fn asked(gid: Option<u32>, group: Option<&str>) -> anyhow::Result<Option<MountRequest>> {
     let gid = match (gid, group) {
         (Some(g), _) => g,
         (None, Some(name)) => gid_of(name, GROUP_FILE)?,
@@ -16,12 +47,13 @@ pub fn asked(gid: Option<u32>, group: Option<&str>) -> anyhow::Result<Option<Mou
     Ok(Some(MountRequest {
         gid: Some(gid),
         best_effort: false,
+        ..Default::default()
     }))
 }
 
 /// What `run` asks for: the group given, else the caller's own primary group when the
 /// caller is not root (root writes any volume as it is), applied only where it can be.
-pub fn for_run(gid: Option<u32>, group: Option<&str>) -> anyhow::Result<MountRequest> {
+fn for_run(gid: Option<u32>, group: Option<&str>) -> anyhow::Result<MountRequest> {
     if let Some(m) = asked(gid, group)? {
         return Ok(m);
     }
@@ -31,6 +63,7 @@ pub fn for_run(gid: Option<u32>, group: Option<&str>) -> anyhow::Result<MountReq
     Ok(MountRequest {
         gid: Some(rustix::process::getegid().as_raw()),
         best_effort: true,
+        ..Default::default()
     })
 }
 

@@ -46,6 +46,9 @@ pub struct PluginMounts {
     pub ownership: Ownership,
     /// The gids csivol may give a volume of the plugin (`ownership_gids`).
     pub gids: Vec<RangeInclusive<u32>>,
+    /// The plugin mounts with a `context=` flag (`selinux_mount`), as a Kubernetes
+    /// CSIDriver declares `seLinuxMount`.
+    pub selinux_mount: bool,
 }
 
 /// The facts of one claim that asks for a group.

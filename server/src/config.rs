@@ -77,6 +77,10 @@ struct PluginFile {
     /// The gids csivol may give a volume of the plugin: `"1000-1999"` or `"1234"`.
     #[serde(default)]
     ownership_gids: Vec<String>,
+    /// The plugin mounts a volume with a SELinux context passed as a `context="..."`
+    /// mount flag (as a Kubernetes CSIDriver's `seLinuxMount`): claims may then name one.
+    #[serde(default)]
+    selinux_mount: bool,
 }
 
 /// `[plugins."NAME"]` resolved: the ranges parsed, a setting that can do nothing refused.
@@ -125,6 +129,7 @@ fn plugin_mounts(
             PluginMounts {
                 ownership: p.ownership,
                 gids,
+                selinux_mount: p.selinux_mount,
             },
         );
     }

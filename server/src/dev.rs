@@ -494,6 +494,8 @@ impl DevClient {
             topology_request: None,
             source: None,
             mutable_parameters: Default::default(),
+            claim_mount_flags: Vec::new(),
+            selinux_context: None,
         };
         let path = format!("/v1/volumes/{name}");
         let exists = (self.0)

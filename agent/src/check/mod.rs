@@ -38,6 +38,8 @@ static NO_GROUP: csivol_api::ClaimMount = csivol_api::ClaimMount {
     gid: None,
     group_by: None,
     not_applied: None,
+    mount_flags: Vec::new(),
+    selinux_context: None,
 };
 
 /// `csivol-agent check` flags.

@@ -59,6 +59,18 @@ pub struct ClaimArgs {
     #[arg(long, value_name = "NAME")]
     pub group: Option<String>,
 
+    /// A mount flag for this claim's own mount (e.g. `noatime`), among the volume spec's
+    /// `claim_mount_flags`; sent with NodePublishVolume only. `ro`/`rw` are the claim's
+    /// mode (--read-only), not flags. Repeatable
+    #[arg(long = "mount-flag", value_name = "FLAG")]
+    pub mount_flags: Vec<String>,
+
+    /// The SELinux context to mount the volume with (e.g.
+    /// `system_u:object_r:container_file_t:s0:c1,c2`), passed as a `context="..."` mount
+    /// flag; only for a plugin the server's config declares able to (`selinux_mount`)
+    #[arg(long, value_name = "CONTEXT")]
+    pub selinux_context: Option<String>,
+
     /// Only say whether the claim would be accepted, and why not; records nothing
     #[arg(long, conflicts_with = "wait")]
     pub dry_run: bool,
@@ -158,6 +170,18 @@ pub struct RunArgs {
     /// Like --gid, the group named on this machine (/etc/group)
     #[arg(long, value_name = "NAME")]
     pub group: Option<String>,
+
+    /// A mount flag for each claim's own mount (e.g. `noatime`), among the volume spec's
+    /// `claim_mount_flags`; sent with NodePublishVolume only. `ro`/`rw` are the claim's
+    /// mode (--read-only), not flags. Repeatable
+    #[arg(long = "mount-flag", value_name = "FLAG")]
+    pub mount_flags: Vec<String>,
+
+    /// The SELinux context to mount the volume with (e.g.
+    /// `system_u:object_r:container_file_t:s0:c1,c2`), passed as a `context="..."` mount
+    /// flag; only for a plugin the server's config declares able to (`selinux_mount`)
+    #[arg(long, value_name = "CONTEXT")]
+    pub selinux_context: Option<String>,
 
     /// Do not wait for the release to finish after the command
     #[arg(long)]

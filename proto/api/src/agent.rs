@@ -590,6 +590,7 @@ mod tests {
         DesiredPublish {
             alloc: alloc.into(),
             read_only: false,
+            mount: ClaimMount::default(),
             volume: NodeVolume {
                 volume: volume.into(),
                 plugin: "p".into(),

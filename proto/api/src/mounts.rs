@@ -16,11 +16,18 @@ pub struct MountRequest {
     /// caller's own group, so that a run that worked without one keeps working.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub best_effort: bool,
+    /// Mount flags for this claim's publication only, among the volume's
+    /// `claim_mount_flags` (`csivol claim --mount-flag`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mount_flags: Vec<String>,
+    /// The SELinux context to mount the volume with (`csivol claim --selinux-context`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selinux_context: Option<String>,
 }
 
 impl MountRequest {
     pub fn is_empty(&self) -> bool {
-        self.gid.is_none()
+        self.gid.is_none() && self.mount_flags.is_empty() && self.selinux_context.is_none()
     }
 }
 
@@ -61,10 +68,43 @@ pub struct ClaimMount {
     /// recorded without it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub not_applied: Option<String>,
+    /// Mount flags added to NodePublishVolume's for this claim only.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mount_flags: Vec<String>,
+    /// The SELinux context the volume is mounted with on the claim's node (the claim's,
+    /// or the volume's default), sent as a `context="..."` mount flag to NodeStageVolume
+    /// and NodePublishVolume.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selinux_context: Option<String>,
 }
 
 impl ClaimMount {
     pub fn is_empty(&self) -> bool {
-        self.gid.is_none() && self.not_applied.is_none()
+        self.gid.is_none()
+            && self.not_applied.is_none()
+            && self.mount_flags.is_empty()
+            && self.selinux_context.is_none()
+    }
+
+    /// The `context="..."` mount flag of the SELinux context. Quoted: a context holds
+    /// commas, which separate mount options (mount(8), "context=").
+    pub fn context_flag(&self) -> Option<String> {
+        self.selinux_context
+            .as_ref()
+            .map(|c| format!("context=\"{c}\""))
+    }
+}
+
+/// What a volume allows its claims to ask of their mounts, and its default SELinux
+/// context (kept beside the volume's row).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct VolumeMounts {
+    pub claim_mount_flags: Vec<String>,
+    pub selinux_context: Option<String>,
+}
+
+impl VolumeMounts {
+    pub fn is_empty(&self) -> bool {
+        self.claim_mount_flags.is_empty() && self.selinux_context.is_none()
     }
 }

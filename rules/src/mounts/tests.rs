@@ -20,6 +20,7 @@ fn allowed(ownership: Ownership) -> PluginMounts {
     PluginMounts {
         ownership,
         gids: vec![1000..=1999],
+        selinux_mount: false,
     }
 }
 

@@ -17,6 +17,7 @@ mod group_snapshots;
 mod limits;
 mod modify;
 mod mount_group;
+mod mount_options;
 mod network;
 mod packages;
 mod partition;

@@ -24,6 +24,7 @@ fn with_group(alloc: &str, node: &str, gid: u32, best_effort: bool) -> ClaimRequ
         mount: MountRequest {
             gid: Some(gid),
             best_effort,
+            ..Default::default()
         },
         ..ClaimRequest::new(alloc, node, ClaimMode::Write)
     }
@@ -106,6 +107,7 @@ async fn without_it_csivol_changes_ownership_only_where_the_operator_allowed() {
         PluginMounts {
             ownership: Ownership::OnRootMismatch,
             gids: vec![1000..=1999],
+            selinux_mount: false,
         },
     )]);
     let e = env

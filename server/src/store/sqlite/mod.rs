@@ -21,6 +21,7 @@ mod retries;
 mod rows;
 mod snapshots;
 mod txn;
+mod volume_mounts;
 pub mod writer;
 
 use std::collections::HashMap;
@@ -543,6 +544,10 @@ impl Snapshot for Connection {
         claim_mounts::recorded(self)
     }
 
+    fn volume_mounts(&self, volume: &str) -> ApiResult<csivol_api::VolumeMounts> {
+        volume_mounts::get(self, volume)
+    }
+
     fn kept_answer(&self, token: &str, key: &str) -> ApiResult<Option<crate::store::KeptAnswer>> {
         retries::kept_answer(self, token, key)
     }
@@ -651,6 +656,7 @@ reads_through_the_transaction! {
     secrets_check() -> Option<String>;
     retries_kept() -> bool;
     mounts_recorded() -> bool;
+    volume_mounts(volume: &str) -> csivol_api::VolumeMounts;
     kept_answer(token: &str, key: &str) -> Option<crate::store::KeptAnswer>;
     tombstone(volume: &str, alloc: &str) -> Option<crate::store::Tombstone>;
     meta(prefix: &str) -> Vec<(String, i64)>;
