@@ -8,6 +8,7 @@
 //! from the spec it met (`findings`). It exits non-zero when one would hurt csivol.
 
 mod findings;
+mod mount_group;
 mod report;
 
 use std::collections::BTreeMap;
@@ -32,15 +33,6 @@ use crate::config::{CoreConfig, PluginSpec, ReadyCheck, parse_label};
 use crate::mounts::{Checker, Judge};
 use crate::plugin::controller::ControllerPlugin;
 use crate::plugin::{CallError, NodePlugin, Plugins};
-
-/// The check's scratch volume is staged with no group.
-static NO_GROUP: csivol_api::ClaimMount = csivol_api::ClaimMount {
-    gid: None,
-    group_by: None,
-    not_applied: None,
-    mount_flags: Vec::new(),
-    selinux_context: None,
-};
 
 /// `csivol-agent check` flags.
 #[derive(Debug, clap::Args)]
@@ -79,6 +71,10 @@ pub struct CheckArgs {
     /// `text`, or `json` (one object on stdout).
     #[arg(long, short = 'o', value_enum, default_value = "text")]
     pub output: Format,
+    /// Where the plugin has VOLUME_MOUNT_GROUP: the group (a gid) the scratch volume is
+    /// mounted with, and the uid and gid of the process that makes a file through it.
+    #[arg(long, value_name = "GID", default_value_t = 4242)]
+    pub mount_group: u32,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -114,6 +110,10 @@ struct Outcome {
     ready_check: &'static str,
     ready: Option<Verdict>,
     data: Option<Verdict>,
+    /// Where the plugin has VOLUME_MOUNT_GROUP: whether a process of the group (and no
+    /// other) made a file through the target mounted with it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    mount_group: Option<Verdict>,
     departures: Vec<Departure>,
     /// No departure that would hurt csivol.
     ok: bool,
@@ -218,6 +218,7 @@ pub async fn run(args: CheckArgs) -> anyhow::Result<bool> {
         ready_check: args.ready_check.as_str(),
         ready: None,
         data: None,
+        mount_group: None,
         departures: Vec::new(),
         ok: false,
     };
@@ -245,6 +246,7 @@ pub async fn run(args: CheckArgs) -> anyhow::Result<bool> {
     });
     outcome.ready = seen.ready.as_ref().map(Verdict::from);
     outcome.data = seen.data.as_ref().map(Verdict::from);
+    outcome.mount_group = seen.mount_group.as_ref().map(Verdict::from);
     outcome.departures = departures(&outcome.calls, &seen);
     outcome.ok = !outcome
         .departures
@@ -400,6 +402,11 @@ impl Round<'_> {
     ) -> anyhow::Result<()> {
         let cap = self.capability();
         let node_id = self.node.info.node_id.clone();
+        let mount = mount_group::mount(
+            &self.node.capabilities,
+            self.args.block,
+            self.args.mount_group,
+        );
         // The scratch volume: created (twice: the same name is the same volume), or given.
         let (created, context, external_id) = self.scratch_volume(trip, &cap).await;
         outcome.volume = external_id.clone();
@@ -461,7 +468,7 @@ impl Round<'_> {
                     .with_context(|| format!("failed to create {}", staging.display()))?;
                 staged = trip
                     .twice("NodeStageVolume", || {
-                        self.node.stage(&volume, &NO_GROUP, &staging)
+                        self.node.stage(&volume, &mount, &staging)
                     })
                     .await
                     .is_some();
@@ -476,6 +483,7 @@ impl Round<'_> {
                         outcome,
                         seen,
                         &volume,
+                        &mount,
                         staged.then_some(&*staging),
                         &target,
                     )
@@ -537,6 +545,7 @@ impl Round<'_> {
         outcome: &mut Outcome,
         seen: &mut Seen,
         volume: &NodeVolume,
+        mount: &csivol_api::ClaimMount,
         staging: Option<&Path>,
         target: &Path,
     ) -> anyhow::Result<bool> {
@@ -553,7 +562,7 @@ impl Round<'_> {
         let desired = DesiredPublish {
             alloc: "check".into(),
             read_only: false,
-            mount: Default::default(),
+            mount: mount.clone(),
             volume: volume.clone(),
         };
         let published = trip
@@ -615,6 +624,9 @@ impl Round<'_> {
         seen.ready = Some(verdict);
         if ready {
             seen.data = Some(write_and_read(target, self.args.block));
+            if let Some(gid) = mount.gid {
+                seen.mount_group = Some(mount_group::write_as(target, gid));
+            }
         }
         Ok(true)
     }
