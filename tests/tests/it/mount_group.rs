@@ -86,9 +86,9 @@ fn with_csivols_ownership_change_a_non_root_job_writes_its_volume() {
         plugin_args: vec!["--disable".into(), "volume-mount-group".into()],
         ..Default::default()
     };
-    let c = Cluster::start_with_config("mount-group-ownership", "10s", vec![opts], |_| {
+    let mut c = Cluster::start_with_config("mount-group-ownership", "10s", vec![opts], |_| {
         format!(
-            "[plugins.\"{PLUGIN}\"]\nownership = \"on-root-mismatch\"\nownership_gids = [\"1000-1999\"]\n"
+            "[plugins.\"{PLUGIN}\"]\nownership = \"recursive\"\nownership_gids = [\"1000-1999\"]\n"
         )
     });
     passable(&c);
@@ -97,14 +97,77 @@ fn with_csivols_ownership_change_a_non_root_job_writes_its_volume() {
     assert_eq!(out.code, 0, "{out:?}");
     let events = c.csivol(&["events", "--volume", "scratch", "-o", "json"]);
     assert!(
-        events.stdout.contains("with group 1234 (on-root-mismatch)"),
+        events.stdout.contains("with group 1234 (recursive)"),
         "{events:?}"
     );
+    held_claim_keeps_its_record(&mut c);
     // A gid outside the operator's ranges is refused: a claimer cannot give a volume to
     // any group.
     let out = job(&c, &["--gid", "5"]);
     assert_ne!(out.code, 0, "{out:?}");
     assert!(out.stderr.contains("ownership_gids"), "{out:?}");
+}
+
+/// When (unix ms) the agent recorded giving `alloc`'s target its group, if it did.
+fn ownership_recorded(c: &Cluster, alloc: &str) -> Option<i64> {
+    let db = rusqlite::Connection::open(c.nodes[0].agent_dir().join("agent.db")).unwrap();
+    db.query_row(
+        "SELECT at_ms FROM ownership WHERE volume = 'scratch' AND alloc = ?1",
+        [alloc],
+        |r| r.get(0),
+    )
+    .ok()
+}
+
+/// A held claim: `status` shows its group, and the agent's record of its ownership
+/// change holds it to one change, through a republish after drift and a restart.
+fn held_claim_keeps_its_record(c: &mut Cluster) {
+    let out = c.csivol(&[
+        "claim", "scratch", "--node", "node-1", "--alloc", "held", "--gid", GID, "--wait",
+    ]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let status = c.csivol(&["status", "scratch"]);
+    assert!(
+        status.stdout.contains("GROUP") && status.stdout.contains("1234 (recursive)"),
+        "{status:?}"
+    );
+    let done = ownership_recorded(c, "held").expect("recorded in agent.db");
+    let target = c.nodes[0].agent_dir().join("targets/scratch/held");
+    // Drift: the target unmounted behind the agent; it publishes again, and gives the
+    // group no second time.
+    let out = std::process::Command::new("umount")
+        .arg(&target)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    csivol_tests::wait_for(
+        "the target mounted again",
+        std::time::Duration::from_secs(60),
+        || (crate::cluster::mounted(&target) && claim_ready(c)).then_some(()),
+    );
+    assert_eq!(ownership_recorded(c, "held"), Some(done), "not done again");
+    // Killed and started again, the agent keeps its record and does not do it again.
+    c.kill_agent(0);
+    c.start_agent(0);
+    c.wait_node_status(0, "ready");
+    csivol_tests::wait_for(
+        "the claim ready again",
+        std::time::Duration::from_secs(60),
+        || (crate::cluster::mounted(&target) && claim_ready(c)).then_some(()),
+    );
+    assert_eq!(ownership_recorded(c, "held"), Some(done));
+    let out = c.csivol(&["release", "scratch", "--alloc", "held", "--wait"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(
+        ownership_recorded(c, "held"),
+        None,
+        "gone with its publication"
+    );
+}
+
+fn claim_ready(c: &Cluster) -> bool {
+    let out = c.csivol(&["claim", "list", "--volume", "scratch", "-o", "json"]);
+    out.stdout.contains("\"ready\"")
 }
 
 #[test]
