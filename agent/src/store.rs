@@ -62,7 +62,9 @@ pub enum StoreError {
 
 // The records are plain types of the agent's decisions (pure, `csivol_rules::agent`); this
 // module stores them.
-use csivol_rules::agent::records::{PublicationRecord, PublishState, StageState, StagingRecord};
+use csivol_rules::agent::records::{
+    PublicationRecord, PublishState, StageState, StagedMount, StagingRecord,
+};
 
 /// A record's state from its column, or an error naming the text that is no state.
 fn state<T>(s: &str, parse: fn(&str) -> Option<T>) -> rusqlite::Result<T> {
@@ -185,7 +187,9 @@ impl Store {
         if version < 3 {
             // What the agent did to a publication's ownership to give it its claim's group:
             // kept so that a restart neither does it again (a recursive change may be
-            // long) nor forgets it was done.
+            // long) nor forgets it was done. And what a volume was staged with that holds
+            // for its whole file system (the group the plugin applies, the SELinux
+            // context), which every publication from that staging must agree with.
             conn.execute_batch(
                 "CREATE TABLE IF NOT EXISTS ownership (
                      volume TEXT NOT NULL,
@@ -194,6 +198,9 @@ impl Store {
                      entries INTEGER NOT NULL,
                      at_ms INTEGER NOT NULL,
                      PRIMARY KEY (volume, alloc));
+                 CREATE TABLE IF NOT EXISTS staging_mounts (
+                     volume TEXT PRIMARY KEY,
+                     mount TEXT NOT NULL);
                  PRAGMA user_version = 3;",
             )
             .map_err(open_err)?;
@@ -316,11 +323,48 @@ impl Store {
     pub async fn delete_staging(&self, volume: &str) -> Result<(), StoreError> {
         let v = volume.to_owned();
         self.call(move |c| {
+            c.prepare_cached("DELETE FROM staging_mounts WHERE volume = ?1")?
+                .execute([&v])?;
             c.prepare_cached("DELETE FROM stagings WHERE volume = ?1")?
                 .execute([v])
         })
         .await?;
         self.mirror().stagings.remove(volume);
+        Ok(())
+    }
+
+    /// What `volume` was staged with for its whole file system, if recorded.
+    pub async fn staging_mount(&self, volume: &str) -> Result<Option<StagedMount>, StoreError> {
+        let v = volume.to_owned();
+        let text = self
+            .call(move |c| {
+                match c
+                    .prepare_cached("SELECT mount FROM staging_mounts WHERE volume = ?1")?
+                    .query_row([v], |r| r.get::<_, String>(0))
+                {
+                    Ok(t) => Ok(Some(t)),
+                    Err(rusqlite::Error::QueryReturnedNoRows) => Ok(None),
+                    Err(e) => Err(e),
+                }
+            })
+            .await?;
+        Ok(text.and_then(|t| serde_json::from_str(&t).ok()))
+    }
+
+    /// Records what `volume` is staged with for its whole file system, before the call.
+    pub async fn put_staging_mount(&self, volume: &str, m: &StagedMount) -> Result<(), StoreError> {
+        let (v, text) = (
+            volume.to_owned(),
+            serde_json::to_string(m).expect("a staged mount serialises"),
+        );
+        self.call(move |c| {
+            c.prepare_cached(
+                "INSERT INTO staging_mounts (volume, mount) VALUES (?1, ?2)
+                 ON CONFLICT (volume) DO UPDATE SET mount = ?2",
+            )?
+            .execute([v, text])
+        })
+        .await?;
         Ok(())
     }
 

@@ -8,7 +8,9 @@ use csivol_api::domain::ErrorClass;
 use csivol_api::{DesiredPublish, DesiredState, GroupBy, PluginError, Report};
 use csivol_rules::agent::job::{Job, PublishStep, StageStep};
 use csivol_rules::agent::observed::Observation;
-use csivol_rules::agent::records::{PublicationRecord, PublishState, StageState, StagingRecord};
+use csivol_rules::agent::records::{
+    PublicationRecord, PublishState, StageState, StagedMount, StagingRecord,
+};
 use tonic::Code;
 
 use crate::config::ReadyCheck;
@@ -204,6 +206,10 @@ pub(super) async fn stage(shared: &Shared, step: &StageStep) -> Result<(), StepE
         observed: None,
     };
     shared.store.put_staging(&rec, None).await?;
+    shared
+        .store
+        .put_staging_mount(&v.volume, &StagedMount::of(&step.desired.mount))
+        .await?;
     // The CO creates the staging directory; the plugin mounts on it.
     std::fs::create_dir_all(&step.path).map_err(|e| local("create", &step.path, e))?;
     if let Err(e) = plugin.stage(v, &step.desired.mount, &step.path).await {
@@ -254,6 +260,15 @@ pub(super) async fn publish(
         state: PublishState::Publishing,
         observed: None,
     };
+    // A publication from a staging agrees with what the staging was made with (the
+    // server refuses claims that would not; this holds the node to it whatever came).
+    if step.staging.is_some()
+        && let Some(staged) = shared.store.staging_mount(&d.volume.volume).await?
+    {
+        staged
+            .admits(&StagedMount::of(&d.mount))
+            .map_err(StepError::Local)?;
+    }
     shared.store.put_publication(&rec, None).await?;
     // The CO creates the parent; the plugin creates the target itself.
     let parent = step
