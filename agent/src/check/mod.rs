@@ -234,6 +234,7 @@ pub async fn run(args: CheckArgs) -> anyhow::Result<bool> {
         cfg: &cfg,
         base: &base,
         name: format!("csivol-check-{tag}"),
+        mount: mount_group::mount(&node.capabilities, args.block, args.mount_group),
     };
     round
         .run(&mut trip, &mut outcome, &mut seen)
@@ -302,6 +303,9 @@ struct Round<'a> {
     base: &'a Path,
     /// The scratch volume's name (CreateVolume's `name`, csivol's volume name).
     name: String,
+    /// What the scratch volume is staged and published with: a group where the plugin
+    /// has VOLUME_MOUNT_GROUP.
+    mount: csivol_api::ClaimMount,
 }
 
 impl Round<'_> {
@@ -402,11 +406,6 @@ impl Round<'_> {
     ) -> anyhow::Result<()> {
         let cap = self.capability();
         let node_id = self.node.info.node_id.clone();
-        let mount = mount_group::mount(
-            &self.node.capabilities,
-            self.args.block,
-            self.args.mount_group,
-        );
         // The scratch volume: created (twice: the same name is the same volume), or given.
         let (created, context, external_id) = self.scratch_volume(trip, &cap).await;
         outcome.volume = external_id.clone();
@@ -468,7 +467,7 @@ impl Round<'_> {
                     .with_context(|| format!("failed to create {}", staging.display()))?;
                 staged = trip
                     .twice("NodeStageVolume", || {
-                        self.node.stage(&volume, &mount, &staging)
+                        self.node.stage(&volume, &self.mount, &staging)
                     })
                     .await
                     .is_some();
@@ -483,7 +482,6 @@ impl Round<'_> {
                         outcome,
                         seen,
                         &volume,
-                        &mount,
                         staged.then_some(&*staging),
                         &target,
                     )
@@ -545,7 +543,6 @@ impl Round<'_> {
         outcome: &mut Outcome,
         seen: &mut Seen,
         volume: &NodeVolume,
-        mount: &csivol_api::ClaimMount,
         staging: Option<&Path>,
         target: &Path,
     ) -> anyhow::Result<bool> {
@@ -562,7 +559,7 @@ impl Round<'_> {
         let desired = DesiredPublish {
             alloc: "check".into(),
             read_only: false,
-            mount: mount.clone(),
+            mount: self.mount.clone(),
             volume: volume.clone(),
         };
         let published = trip
@@ -624,7 +621,7 @@ impl Round<'_> {
         seen.ready = Some(verdict);
         if ready {
             seen.data = Some(write_and_read(target, self.args.block));
-            if let Some(gid) = mount.gid {
+            if let Some(gid) = self.mount.gid {
                 seen.mount_group = Some(mount_group::write_as(target, gid));
             }
         }
