@@ -150,3 +150,42 @@ async fn below_the_schema_that_records_it_a_group_is_refused() {
     assert!(format!("{e:?}").contains("upgrade finalize"), "{e:?}");
     env.claim("v", "a1", "n1", ClaimMode::Write).await.unwrap();
 }
+
+/// A volume spec's `claim_mount_flags` cannot list a claim's mode, and a block volume
+/// takes none; what a volume lists is what its claims may add.
+#[tokio::test]
+async fn a_volume_lists_the_flags_its_claims_may_add_and_never_their_mode() {
+    let env = Env::new();
+    register(&env, "n1", true).await;
+    for (flags, block, refused) in [
+        (vec!["ro"], false, Some("`ro` and `rw` are its mode")),
+        (vec!["noatime"], true, Some("not a block one")),
+        (vec!["noatime"], false, None),
+    ] {
+        let mut spec = super::spec("single-node-writer");
+        spec.claim_mount_flags = flags.iter().map(|f| (*f).to_owned()).collect();
+        if block {
+            spec.attachment = csivol_api::Attachment::BlockDevice;
+        }
+        let r = env
+            .write(move |ctx, _| super::super::register_volume(ctx, "v", spec.clone(), "op"))
+            .await;
+        match refused {
+            Some(why) => assert!(format!("{r:?}").contains(why), "{r:?}"),
+            None => {
+                r.unwrap();
+            }
+        }
+    }
+    let asked = |flag: &str| ClaimRequest {
+        mount: MountRequest {
+            mount_flags: vec![flag.to_owned()],
+            ..Default::default()
+        },
+        ..ClaimRequest::new("a1", "n1", ClaimMode::Write)
+    };
+    let e = env.claim_with("v", asked("sync")).await.unwrap_err();
+    assert!(format!("{e:?}").contains("(noatime)"), "{e:?}");
+    let c = env.claim_with("v", asked("noatime")).await.unwrap();
+    assert_eq!(c.mount.mount_flags, ["noatime"]);
+}

@@ -73,3 +73,50 @@ pub fn put(ctx: &WriteCtx<'_>, volume: &str, m: &VolumeMounts) -> ApiResult<()> 
     )?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::Clock;
+    use crate::store::sqlite::db;
+    use crate::store::sqlite::migrations::version_of;
+
+    /// With the etcd store a server runs on the schema before the table until `upgrade
+    /// finalize`: a volume that sets what the table keeps is refused then, one that sets
+    /// nothing is not; once migrated in place, it is kept.
+    #[test]
+    fn below_its_schema_a_volumes_mount_settings_are_refused_and_after_it_kept() {
+        let dir = std::env::temp_dir().join(format!(
+            "csivol-volume-mounts-{}-{}",
+            std::process::id(),
+            Clock::wall().now_ms()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("state.db");
+        let theirs = version_of("CREATE TABLE volume_mounts").expect("the migration");
+        let set = VolumeMounts {
+            claim_mount_flags: vec!["noatime".into()],
+            selinux_context: None,
+        };
+        for (schema, kept_after) in [(theirs - 1, false), (theirs, true)] {
+            let (mut conn, index) = db::open_at(&path, schema).unwrap();
+            let tx = conn.transaction().unwrap();
+            let ctx = WriteCtx::new(&tx, index + 1, Clock::wall().now_ms());
+            put(&ctx, "v", &VolumeMounts::default()).unwrap();
+            let refused = put(&ctx, "v", &set);
+            assert_eq!(refused.is_err(), !kept_after, "{refused:?}");
+            if let Err(e) = refused {
+                assert!(e.hint.as_deref().unwrap_or("").contains("upgrade finalize"));
+            }
+            let expected = if kept_after {
+                set.clone()
+            } else {
+                VolumeMounts::default()
+            };
+            assert_eq!(get(ctx.tx, "v").unwrap(), expected);
+            drop(ctx);
+            tx.commit().unwrap();
+        }
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+}
