@@ -32,6 +32,11 @@ fn has_group(meta: &std::fs::Metadata, gid: u32) -> bool {
     meta.gid() == gid && mode & wanted == wanted
 }
 
+/// Whether the root at `path` shows group `gid`, `g+rwx` and setgid.
+pub fn root_has(path: &Path, gid: u32) -> bool {
+    std::fs::symlink_metadata(path).is_ok_and(|m| has_group(&m, gid))
+}
+
 fn apply_one(path: &Path, meta: &std::fs::Metadata, gid: u32) -> std::io::Result<()> {
     if meta.file_type().is_symlink() {
         // A link's own mode means nothing and its target may be outside the volume.

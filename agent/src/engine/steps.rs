@@ -350,11 +350,24 @@ async fn give_group(shared: &Shared, d: &DesiredPublish, target: &Path) -> Resul
     if d.read_only || d.volume.capability.access_type.is_block() {
         return Ok(());
     }
-    if shared.store.ownership(&d.volume.volume, &d.alloc).await? == Some(gid) {
+    // Done before and still so: not again (a recursive change may be long). A root that
+    // lost the group since (changed behind csivol) is given it again.
+    let recorded = shared.store.ownership(&d.volume.volume, &d.alloc).await? == Some(gid);
+    if recorded && super::ownership::root_has(target, gid) {
         return Ok(());
     }
     let changed = super::ownership::apply(target, gid, recursive)
         .map_err(|e| local("give group to", target, e))?;
+    // The claim is ready only once its root shows the group csivol gave it: a file
+    // system that does not keep ownership (or maps it) would leave the workload unable
+    // to write.
+    if !super::ownership::root_has(target, gid) {
+        return Err(StepError::Local(format!(
+            "gave group {gid} to {} but its root does not show it: the file system does not \
+             keep a group csivol sets; use a plugin with VOLUME_MOUNT_GROUP",
+            target.display()
+        )));
+    }
     if changed.bounded {
         tracing::warn!(
             volume = d.volume.volume,

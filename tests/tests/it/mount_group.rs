@@ -142,17 +142,39 @@ fn held_claim_keeps_its_record(c: &mut Cluster) {
     assert!(out.status.success(), "{out:?}");
     csivol_tests::wait_for(
         "the target mounted again",
-        std::time::Duration::from_secs(60),
+        std::time::Duration::from_secs(120),
         || (crate::cluster::mounted(&target) && claim_ready(c)).then_some(()),
     );
     assert_eq!(ownership_recorded(c, "held"), Some(done), "not done again");
+    // A root whose group was changed behind csivol is given it again at the next publish.
+    let out = std::process::Command::new("chgrp")
+        .args(["0"])
+        .arg(&target)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let out = std::process::Command::new("umount")
+        .arg(&target)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    csivol_tests::wait_for(
+        "the group given again",
+        std::time::Duration::from_secs(120),
+        || {
+            use std::os::unix::fs::MetadataExt;
+            let regiven = std::fs::metadata(&target).is_ok_and(|m| m.gid() == 1234);
+            (crate::cluster::mounted(&target) && regiven && claim_ready(c)).then_some(())
+        },
+    );
+    let done = ownership_recorded(c, "held").expect("recorded again");
     // Killed and started again, the agent keeps its record and does not do it again.
     c.kill_agent(0);
     c.start_agent(0);
     c.wait_node_status(0, "ready");
     csivol_tests::wait_for(
         "the claim ready again",
-        std::time::Duration::from_secs(60),
+        std::time::Duration::from_secs(120),
         || (crate::cluster::mounted(&target) && claim_ready(c)).then_some(()),
     );
     assert_eq!(ownership_recorded(c, "held"), Some(done));
