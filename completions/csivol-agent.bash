@@ -85,7 +85,7 @@ _csivol__agent() {
             return 0
             ;;
         csivol__subcmd__agent__subcmd__check)
-            opts="-o -h --plugin --data-dir --block --capacity --parameter --volume-id --ready-check --timeout --output --help"
+            opts="-o -h --plugin --data-dir --block --capacity --parameter --volume-id --ready-check --timeout --output --mount-group --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -125,6 +125,10 @@ _csivol__agent() {
                     ;;
                 -o)
                     COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
+                --mount-group)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 *)

@@ -60,6 +60,7 @@ exists\t'The target path exists: for plugins that present volumes without mounti
 complete -c csivol-agent -n "__fish_csivol_agent_using_subcommand check" -l timeout -d 'How long the plugin may take to answer Probe, and each call' -r
 complete -c csivol-agent -n "__fish_csivol_agent_using_subcommand check" -s o -l output -d '`text`, or `json` (one object on stdout)' -r -f -a "text\t''
 json\t''"
+complete -c csivol-agent -n "__fish_csivol_agent_using_subcommand check" -l mount-group -d 'Where the plugin has VOLUME_MOUNT_GROUP: the group (a gid) the scratch volume is mounted with, and the uid and gid of the process that makes a file through it' -r
 complete -c csivol-agent -n "__fish_csivol_agent_using_subcommand check" -l block -d 'Check a raw block volume instead of a mounted file system'
 complete -c csivol-agent -n "__fish_csivol_agent_using_subcommand check" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol-agent -n "__fish_csivol_agent_using_subcommand node" -l server -d 'The server\'s URL, e.g. `https://10.0.0.1:7420`: plain `http://` only to a loopback address (127.0.0.0/8, ::1, localhost), no `USER@`; a bare `HOST:PORT` is https with --ca-cert, else plain HTTP on loopback only. Several servers of one cluster comma-separated or repeated, tried in turn when one cannot be reached (the self-fence clock runs only while none answers)' -r

@@ -22,7 +22,7 @@ const LOCK_WAIT: Duration = Duration::from_secs(10);
 /// (a block device's identity) has a default, so a record written before reads with it
 /// empty and is completed at its next check, and an older agent reads a newer record,
 /// skipping what it does not know. Such a change needs no new version.
-const SCHEMA_VERSION: i32 = 2;
+const SCHEMA_VERSION: i32 = 3;
 const BOOT_ID: &str = "/proc/sys/kernel/random/boot_id";
 /// Writes between two checkpoints of agent.db's WAL: a few hundred KiB of WAL at most.
 const CHECKPOINT_EVERY: u32 = 256;
@@ -62,7 +62,9 @@ pub enum StoreError {
 
 // The records are plain types of the agent's decisions (pure, `csivol_rules::agent`); this
 // module stores them.
-use csivol_rules::agent::records::{PublicationRecord, PublishState, StageState, StagingRecord};
+use csivol_rules::agent::records::{
+    PublicationRecord, PublishState, StageState, StagedMount, StagingRecord,
+};
 
 /// A record's state from its column, or an error naming the text that is no state.
 fn state<T>(s: &str, parse: fn(&str) -> Option<T>) -> rusqlite::Result<T> {
@@ -179,6 +181,27 @@ impl Store {
                  ALTER TABLE stagings ADD COLUMN observed TEXT;
                  ALTER TABLE publications ADD COLUMN observed TEXT;
                  PRAGMA user_version = 2;",
+            )
+            .map_err(open_err)?;
+        }
+        if version < 3 {
+            // What the agent did to a publication's ownership to give it its claim's group:
+            // kept so that a restart neither does it again (a recursive change may be
+            // long) nor forgets it was done. And what a volume was staged with that holds
+            // for its whole file system (the group the plugin applies, the SELinux
+            // context), which every publication from that staging must agree with.
+            conn.execute_batch(
+                "CREATE TABLE IF NOT EXISTS ownership (
+                     volume TEXT NOT NULL,
+                     alloc TEXT NOT NULL,
+                     gid INTEGER NOT NULL,
+                     entries INTEGER NOT NULL,
+                     at_ms INTEGER NOT NULL,
+                     PRIMARY KEY (volume, alloc));
+                 CREATE TABLE IF NOT EXISTS staging_mounts (
+                     volume TEXT PRIMARY KEY,
+                     mount TEXT NOT NULL);
+                 PRAGMA user_version = 3;",
             )
             .map_err(open_err)?;
         }
@@ -300,11 +323,48 @@ impl Store {
     pub async fn delete_staging(&self, volume: &str) -> Result<(), StoreError> {
         let v = volume.to_owned();
         self.call(move |c| {
+            c.prepare_cached("DELETE FROM staging_mounts WHERE volume = ?1")?
+                .execute([&v])?;
             c.prepare_cached("DELETE FROM stagings WHERE volume = ?1")?
                 .execute([v])
         })
         .await?;
         self.mirror().stagings.remove(volume);
+        Ok(())
+    }
+
+    /// What `volume` was staged with for its whole file system, if recorded.
+    pub async fn staging_mount(&self, volume: &str) -> Result<Option<StagedMount>, StoreError> {
+        let v = volume.to_owned();
+        let text = self
+            .call(move |c| {
+                match c
+                    .prepare_cached("SELECT mount FROM staging_mounts WHERE volume = ?1")?
+                    .query_row([v], |r| r.get::<_, String>(0))
+                {
+                    Ok(t) => Ok(Some(t)),
+                    Err(rusqlite::Error::QueryReturnedNoRows) => Ok(None),
+                    Err(e) => Err(e),
+                }
+            })
+            .await?;
+        Ok(text.and_then(|t| serde_json::from_str(&t).ok()))
+    }
+
+    /// Records what `volume` is staged with for its whole file system, before the call.
+    pub async fn put_staging_mount(&self, volume: &str, m: &StagedMount) -> Result<(), StoreError> {
+        let (v, text) = (
+            volume.to_owned(),
+            serde_json::to_string(m).expect("a staged mount serialises"),
+        );
+        self.call(move |c| {
+            c.prepare_cached(
+                "INSERT INTO staging_mounts (volume, mount) VALUES (?1, ?2)
+                 ON CONFLICT (volume) DO UPDATE SET mount = ?2",
+            )?
+            .execute([v, text])
+        })
+        .await?;
         Ok(())
     }
 
@@ -348,6 +408,8 @@ impl Store {
     pub async fn delete_publication(&self, volume: &str, alloc: &str) -> Result<(), StoreError> {
         let (v, a) = (volume.to_owned(), alloc.to_owned());
         self.call(move |c| {
+            c.prepare_cached("DELETE FROM ownership WHERE volume = ?1 AND alloc = ?2")?
+                .execute([&v, &a])?;
             c.prepare_cached("DELETE FROM publications WHERE volume = ?1 AND alloc = ?2")?
                 .execute([v, a])
         })
@@ -355,6 +417,44 @@ impl Store {
         self.mirror()
             .publications
             .remove(&(volume.to_owned(), alloc.to_owned()));
+        Ok(())
+    }
+
+    /// The group the agent gave a publication's target (`ownership`), if it did.
+    pub async fn ownership(&self, volume: &str, alloc: &str) -> Result<Option<u32>, StoreError> {
+        let (v, a) = (volume.to_owned(), alloc.to_owned());
+        self.call(move |c| {
+            match c
+                .prepare_cached("SELECT gid FROM ownership WHERE volume = ?1 AND alloc = ?2")?
+                .query_row([v, a], |r| r.get::<_, u32>(0))
+            {
+                Ok(gid) => Ok(Some(gid)),
+                Err(rusqlite::Error::QueryReturnedNoRows) => Ok(None),
+                Err(e) => Err(e),
+            }
+        })
+        .await
+    }
+
+    /// Records that the agent gave a publication's target group `gid` (and how many
+    /// entries it changed).
+    pub async fn record_ownership(
+        &self,
+        volume: &str,
+        alloc: &str,
+        gid: u32,
+        entries: u64,
+    ) -> Result<(), StoreError> {
+        let (v, a) = (volume.to_owned(), alloc.to_owned());
+        self.call(move |c| {
+            c.prepare_cached(
+                "INSERT INTO ownership (volume, alloc, gid, entries, at_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5)
+                 ON CONFLICT (volume, alloc) DO UPDATE SET gid = ?3, entries = ?4, at_ms = ?5",
+            )?
+            .execute(params![v, a, gid, entries as i64, now_ms() as i64])
+        })
+        .await?;
         Ok(())
     }
 

@@ -10,6 +10,7 @@ pub mod env;
 pub mod escape;
 pub mod failure;
 pub mod generate;
+pub mod groups;
 pub mod output;
 pub mod plan;
 pub mod render;

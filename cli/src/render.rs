@@ -208,6 +208,8 @@ pub fn volume(out: &Out, v: &Volume) -> anyhow::Result<()> {
         out.line("claims:")?;
         // Labels get a column only when some claim has them.
         let with_labels = v.claims.iter().any(|c| !c.labels.is_empty());
+        // Likewise the group a claim's workload writes as.
+        let with_group = v.claims.iter().any(|c| c.mount.gid.is_some());
         let mut header = vec![
             "ALLOC",
             "NODE",
@@ -218,6 +220,9 @@ pub fn volume(out: &Out, v: &Volume) -> anyhow::Result<()> {
             "NEXT RETRY",
             "AGE",
         ];
+        if with_group {
+            header.push("GROUP");
+        }
         if with_labels {
             header.push("LABELS");
         }
@@ -233,6 +238,9 @@ pub fn volume(out: &Out, v: &Volume) -> anyhow::Result<()> {
                 cell(opt_time(out, c.next_retry_at.as_deref())),
                 cell(age(&c.created_at)),
             ];
+            if with_group {
+                row.push(cell(group(c)));
+            }
             if with_labels {
                 row.push(cell(labels(c)));
             }
@@ -288,11 +296,26 @@ pub fn claim(out: &Out, c: &Claim) -> anyhow::Result<()> {
     if let Some(t) = &c.expires_at {
         rows.push(("lease until", when(t)));
     }
+    if c.mount.gid.is_some() {
+        rows.push(("group", group(c)));
+    }
+    if let Some(why) = &c.mount.not_applied {
+        rows.push(("group not applied", why.clone()));
+    }
     if !c.labels.is_empty() {
         rows.push(("labels", labels(c)));
     }
     rows.push(("created", when(&c.created_at)));
     record(out, &format!("claim of alloc {}", c.alloc), &rows)
+}
+
+/// The group a claim's workload writes as, and who applies it: `1234 (plugin)`.
+fn group(c: &Claim) -> String {
+    match (c.mount.gid, c.mount.group_by) {
+        (Some(gid), Some(by)) => format!("{gid} ({})", by.as_str()),
+        (Some(gid), None) => gid.to_string(),
+        _ => "-".to_owned(),
+    }
 }
 
 fn labels(c: &Claim) -> String {

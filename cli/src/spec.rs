@@ -39,6 +39,10 @@ struct RegisterFile {
     secrets: Secrets,
     #[serde(default)]
     topology: Vec<Topology>,
+    #[serde(default)]
+    claim_mount_flags: Vec<String>,
+    #[serde(default)]
+    selinux_context: Option<String>,
 }
 
 /// `volume create` files, likewise for [`CreateVolumeSpec`].
@@ -66,6 +70,10 @@ struct CreateFile {
     topology_request: Option<TopologyRequest>,
     #[serde(default)]
     mutable_parameters: BTreeMap<String, String>,
+    #[serde(default)]
+    claim_mount_flags: Vec<String>,
+    #[serde(default)]
+    selinux_context: Option<String>,
 }
 
 /// A capacity: a number of bytes, or a string with a unit as `volume expand` takes it
@@ -229,6 +237,8 @@ pub fn read_register(path: &Path) -> anyhow::Result<(String, VolumeSpec)> {
         parameters: f.parameters,
         secrets: secrets(f.secrets),
         topology: f.topology,
+        claim_mount_flags: f.claim_mount_flags,
+        selinux_context: f.selinux_context,
     };
     Ok((f.name, spec))
 }
@@ -260,6 +270,8 @@ pub fn read_create(path: &Path) -> anyhow::Result<(String, CreateVolumeSpec)> {
         topology_request: f.topology_request,
         source: None,
         mutable_parameters: f.mutable_parameters,
+        claim_mount_flags: f.claim_mount_flags,
+        selinux_context: f.selinux_context,
     };
     Ok((f.name, spec))
 }

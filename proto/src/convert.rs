@@ -276,6 +276,7 @@ impl From<&csi::NodeGetCapabilitiesResponse> for NodeCapabilities {
                 Ok(R::VolumeCondition) => caps.volume_condition = true,
                 Ok(R::SingleNodeMultiWriter) => caps.single_node_multi_writer = true,
                 Ok(R::ExpandVolume) => caps.expand_volume = true,
+                Ok(R::VolumeMountGroup) => caps.volume_mount_group = true,
                 _ => {}
             }
         }
@@ -292,6 +293,7 @@ impl From<NodeCapabilities> for csi::NodeGetCapabilitiesResponse {
             (caps.volume_condition, R::VolumeCondition),
             (caps.single_node_multi_writer, R::SingleNodeMultiWriter),
             (caps.expand_volume, R::ExpandVolume),
+            (caps.volume_mount_group, R::VolumeMountGroup),
         ];
         let capabilities = flags
             .into_iter()
@@ -542,6 +544,7 @@ mod tests {
             stage_unstage_volume: true,
             get_volume_stats: true,
             expand_volume: true,
+            volume_mount_group: true,
             ..Default::default()
         };
         assert_eq!(NodeCapabilities::from(&n.into()), n);

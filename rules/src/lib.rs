@@ -40,6 +40,8 @@ pub mod fence;
 pub mod hosting;
 pub mod kinds;
 pub mod modify;
+pub mod mount_options;
+pub mod mounts;
 pub mod nodes;
 pub mod queue;
 pub mod reconcile;

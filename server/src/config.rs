@@ -52,6 +52,79 @@ struct FileConfig {
     etcd_key: Option<PathBuf>,
     #[serde(default)]
     limits: limits::LimitsFile,
+    /// Per plugin (by the name it registers with): what csivol may do to its mounts.
+    #[serde(default)]
+    plugins: BTreeMap<String, PluginFile>,
+}
+
+/// `[plugins."NAME"]`: what csivol may do to the mounts of one plugin's volumes.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PluginFile {
+    /// Whether csivol gives a claim's group to a volume itself where the node plugin has
+    /// no VOLUME_MOUNT_GROUP: `never` (the default), `on-root-mismatch`, `recursive`.
+    #[serde(default)]
+    ownership: csivol_rules::mounts::Ownership,
+    /// The gids csivol may give a volume of the plugin: `"1000-1999"` or `"1234"`.
+    #[serde(default)]
+    ownership_gids: Vec<String>,
+    /// The plugin mounts a volume with a SELinux context passed as a `context="..."`
+    /// mount flag (as a Kubernetes CSIDriver's `seLinuxMount`): claims may then name one.
+    #[serde(default)]
+    selinux_mount: bool,
+}
+
+/// `[plugins."NAME"]` resolved: the ranges parsed, a setting that can do nothing refused.
+fn plugin_mounts(
+    plugins: BTreeMap<String, PluginFile>,
+) -> anyhow::Result<BTreeMap<String, csivol_rules::mounts::PluginMounts>> {
+    use csivol_rules::mounts::{Ownership, PluginMounts};
+    let mut out = BTreeMap::new();
+    for (name, p) in plugins {
+        let mut gids = Vec::new();
+        for range in &p.ownership_gids {
+            let parse = |s: &str| {
+                s.trim().parse::<u32>().with_context(|| {
+                    format!(
+                        "invalid `ownership_gids` entry `{range}` of [plugins.\"{name}\"]: \
+                         expected a gid (`1234`) or a range (`1000-1999`)"
+                    )
+                })
+            };
+            let (lo, hi) = match range.split_once('-') {
+                Some((lo, hi)) => (parse(lo)?, parse(hi)?),
+                None => (parse(range)?, parse(range)?),
+            };
+            if lo > hi {
+                bail!("`ownership_gids` range `{range}` of [plugins.\"{name}\"] is empty");
+            }
+            // gid 0 is root's group: csivol never hands a volume to it on a claimer's word.
+            if lo == 0 {
+                bail!(
+                    "`ownership_gids` of [plugins.\"{name}\"] includes gid 0, root's group; \
+                     hint: start the range at 1 or above"
+                );
+            }
+            gids.push(lo..=hi);
+        }
+        if p.ownership != Ownership::Never && gids.is_empty() {
+            bail!(
+                "[plugins.\"{name}\"] sets `ownership = \"{}\"` without `ownership_gids`, \
+                 so no claim could use it; hint: list the gids claimers may ask for, e.g. \
+                 `ownership_gids = [\"1000-1999\"]`",
+                p.ownership.as_str()
+            );
+        }
+        out.insert(
+            name,
+            PluginMounts {
+                ownership: p.ownership,
+                gids,
+                selinux_mount: p.selinux_mount,
+            },
+        );
+    }
+    Ok(out)
 }
 
 /// Resolved server settings.
@@ -86,6 +159,8 @@ pub struct ServerConfig {
     pub etcd: Option<replicated::EtcdConfig>,
     /// Claim labels, operators' reasons and the event log (`[limits]`).
     pub limits: limits::ServerLimits,
+    /// Per plugin, what csivol may do to its mounts (`[plugins."NAME"]`).
+    pub plugin_mounts: BTreeMap<String, csivol_rules::mounts::PluginMounts>,
 }
 
 /// The server's TLS files.
@@ -179,9 +254,12 @@ impl ServerConfig {
                 },
             })?),
         };
+        let plugin_mounts =
+            plugin_mounts(file.plugins).map_err(|e| anyhow::anyhow!("{e:#}{}", config_name()))?;
         Ok(Self {
             etcd,
             limits,
+            plugin_mounts,
             data_dir,
             listen: args
                 .listen

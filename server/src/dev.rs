@@ -239,6 +239,9 @@ fn server_config(args: &DevArgs, dir: &Path, tls: Option<&crate::tls::Files>) ->
         node_channel: true,
         etcd: None,
         limits: Default::default(),
+        // The dev cluster's plugin has VOLUME_MOUNT_GROUP: it applies a claim's group
+        // itself, and csivol changes no ownership.
+        plugin_mounts: Default::default(),
     }
 }
 
@@ -448,6 +451,8 @@ impl DevClient {
             topology_request: None,
             source: None,
             mutable_parameters: Default::default(),
+            claim_mount_flags: Vec::new(),
+            selinux_context: None,
         };
         let path = format!("/v1/volumes/{name}");
         let exists = (self.0)

@@ -228,6 +228,8 @@ pub struct ClaimRow {
     pub labels: BTreeMap<String, String>,
     /// Blocked while it was being released: released, not resumed, when its node returns.
     pub release_pending: bool,
+    /// Its group and how it is applied (empty below the schema that records it).
+    pub mount: api::ClaimMount,
 }
 
 impl ClaimRow {
@@ -258,6 +260,7 @@ impl ClaimRow {
             ttl_ms: self.ttl_ms.map(|t| t.max(0) as u64),
             queue_position: None,
             labels: self.labels.clone(),
+            mount: self.mount.clone(),
         }
     }
 }
@@ -373,6 +376,8 @@ pub struct NodePluginRow {
     pub ready_check: Option<String>,
     /// What the agent last observed the plugin make for a claim.
     pub observed: Option<StoredObservation>,
+    /// The plugin's VOLUME_MOUNT_GROUP node capability, as registered.
+    pub volume_mount_group: bool,
 }
 
 /// What a node's agent last observed a plugin make for a claim, as `node_plugins.observed`

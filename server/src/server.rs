@@ -286,6 +286,7 @@ impl Server {
             text: cfg.limits.text,
             claims_per_claimer: cfg.limits.claims_per_claimer,
             events: (cfg.limits.events).in_txn_ops(cfg.etcd.as_ref().map(|e| e.max_txn_ops)),
+            mounts: cfg.plugin_mounts.clone(),
         };
         let addr = listener.local_addr()?;
         let addr_file = cfg.data_dir.join(ADDR_FILE);

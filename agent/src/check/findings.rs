@@ -53,6 +53,9 @@ pub struct Seen {
     pub ready: Option<Result<(), String>>,
     /// Data written through the target and read back.
     pub data: Option<Result<(), String>>,
+    /// A file made through the target by a process of the mount's group alone, where the
+    /// plugin has VOLUME_MOUNT_GROUP.
+    pub mount_group: Option<Result<(), String>>,
     /// What was still at the target after NodeUnpublishVolume answered OK, and at the
     /// staging path after NodeUnstageVolume did (`None`: nothing the plugin made).
     pub left_at_target: Option<String>,
@@ -196,6 +199,7 @@ mod tests {
             ready_check: "mount",
             ready: Some(Ok(())),
             data: Some(Ok(())),
+            mount_group: None,
             left_at_target: None,
             left_at_staging: None,
             second_volume: None,

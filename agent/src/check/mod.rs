@@ -8,6 +8,7 @@
 //! from the spec it met (`findings`). It exits non-zero when one would hurt csivol.
 
 mod findings;
+mod mount_group;
 mod report;
 
 use std::collections::BTreeMap;
@@ -70,6 +71,10 @@ pub struct CheckArgs {
     /// `text`, or `json` (one object on stdout).
     #[arg(long, short = 'o', value_enum, default_value = "text")]
     pub output: Format,
+    /// Where the plugin has VOLUME_MOUNT_GROUP: the group (a gid) the scratch volume is
+    /// mounted with, and the uid and gid of the process that makes a file through it.
+    #[arg(long, value_name = "GID", default_value_t = 4242)]
+    pub mount_group: u32,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -105,6 +110,10 @@ struct Outcome {
     ready_check: &'static str,
     ready: Option<Verdict>,
     data: Option<Verdict>,
+    /// Where the plugin has VOLUME_MOUNT_GROUP: whether a process of the group (and no
+    /// other) made a file through the target mounted with it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    mount_group: Option<Verdict>,
     departures: Vec<Departure>,
     /// No departure that would hurt csivol.
     ok: bool,
@@ -209,6 +218,7 @@ pub async fn run(args: CheckArgs) -> anyhow::Result<bool> {
         ready_check: args.ready_check.as_str(),
         ready: None,
         data: None,
+        mount_group: None,
         departures: Vec::new(),
         ok: false,
     };
@@ -224,6 +234,7 @@ pub async fn run(args: CheckArgs) -> anyhow::Result<bool> {
         cfg: &cfg,
         base: &base,
         name: format!("csivol-check-{tag}"),
+        mount: mount_group::mount(&node.capabilities, args.block, args.mount_group),
     };
     round
         .run(&mut trip, &mut outcome, &mut seen)
@@ -236,6 +247,7 @@ pub async fn run(args: CheckArgs) -> anyhow::Result<bool> {
     });
     outcome.ready = seen.ready.as_ref().map(Verdict::from);
     outcome.data = seen.data.as_ref().map(Verdict::from);
+    outcome.mount_group = seen.mount_group.as_ref().map(Verdict::from);
     outcome.departures = departures(&outcome.calls, &seen);
     outcome.ok = !outcome
         .departures
@@ -291,6 +303,9 @@ struct Round<'a> {
     base: &'a Path,
     /// The scratch volume's name (CreateVolume's `name`, csivol's volume name).
     name: String,
+    /// What the scratch volume is staged and published with: a group where the plugin
+    /// has VOLUME_MOUNT_GROUP.
+    mount: csivol_api::ClaimMount,
 }
 
 impl Round<'_> {
@@ -451,7 +466,9 @@ impl Round<'_> {
                 std::fs::create_dir_all(&staging)
                     .with_context(|| format!("failed to create {}", staging.display()))?;
                 staged = trip
-                    .twice("NodeStageVolume", || self.node.stage(&volume, &staging))
+                    .twice("NodeStageVolume", || {
+                        self.node.stage(&volume, &self.mount, &staging)
+                    })
                     .await
                     .is_some();
                 if staged {
@@ -542,6 +559,7 @@ impl Round<'_> {
         let desired = DesiredPublish {
             alloc: "check".into(),
             read_only: false,
+            mount: self.mount.clone(),
             volume: volume.clone(),
         };
         let published = trip
@@ -603,6 +621,9 @@ impl Round<'_> {
         seen.ready = Some(verdict);
         if ready {
             seen.data = Some(write_and_read(target, self.args.block));
+            if let Some(gid) = self.mount.gid {
+                seen.mount_group = Some(mount_group::write_as(target, gid));
+            }
         }
         Ok(true)
     }

@@ -144,6 +144,15 @@ pub(super) fn print_text(o: &Outcome) -> std::io::Result<()> {
         verdict(&o.ready)
     )?;
     writeln!(out, "data:            {}", verdict(&o.data))?;
+    if o.node.volume_mount_group {
+        writeln!(out, "mount group:     {}", verdict(&o.mount_group))?;
+    } else {
+        writeln!(
+            out,
+            "mount group:     not offered (no VOLUME_MOUNT_GROUP): a claim's group needs the \
+             server's `ownership` for the plugin"
+        )?;
+    }
     writeln!(out)?;
     if o.departures.is_empty() {
         writeln!(out, "departures from the spec: none")?;

@@ -19,6 +19,7 @@ mod driver;
 mod jobs;
 mod limits;
 mod listing;
+mod ownership;
 mod recovery;
 mod steps;
 

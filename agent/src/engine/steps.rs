@@ -5,10 +5,12 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use csivol_api::domain::ErrorClass;
-use csivol_api::{DesiredState, PluginError, Report};
+use csivol_api::{DesiredPublish, DesiredState, GroupBy, PluginError, Report};
 use csivol_rules::agent::job::{Job, PublishStep, StageStep};
 use csivol_rules::agent::observed::Observation;
-use csivol_rules::agent::records::{PublicationRecord, PublishState, StageState, StagingRecord};
+use csivol_rules::agent::records::{
+    PublicationRecord, PublishState, StageState, StagedMount, StagingRecord,
+};
 use tonic::Code;
 
 use crate::config::ReadyCheck;
@@ -204,9 +206,13 @@ pub(super) async fn stage(shared: &Shared, step: &StageStep) -> Result<(), StepE
         observed: None,
     };
     shared.store.put_staging(&rec, None).await?;
+    shared
+        .store
+        .put_staging_mount(&v.volume, &StagedMount::of(&step.desired.mount))
+        .await?;
     // The CO creates the staging directory; the plugin mounts on it.
     std::fs::create_dir_all(&step.path).map_err(|e| local("create", &step.path, e))?;
-    if let Err(e) = plugin.stage(v, &step.path).await {
+    if let Err(e) = plugin.stage(v, &step.desired.mount, &step.path).await {
         let _ = shared.store.put_staging(&rec, Some(e.to_string())).await;
         if e.code == Code::ResourceExhausted {
             // The node holds fewer volumes than it said: read its limit again.
@@ -254,6 +260,15 @@ pub(super) async fn publish(
         state: PublishState::Publishing,
         observed: None,
     };
+    // A publication from a staging agrees with what the staging was made with (the
+    // server refuses claims that would not; this holds the node to it whatever came).
+    if step.staging.is_some()
+        && let Some(staged) = shared.store.staging_mount(&d.volume.volume).await?
+    {
+        staged
+            .admits(&StagedMount::of(&d.mount))
+            .map_err(StepError::Local)?;
+    }
     shared.store.put_publication(&rec, None).await?;
     // The CO creates the parent; the plugin creates the target itself.
     let parent = step
@@ -314,8 +329,67 @@ pub(super) async fn publish(
         return Err(e.into());
     }
     rec.observed = Some(wait_ready(shared, &rec, deadline).await?);
+    give_group(shared, d, &step.target).await?;
     rec.state = PublishState::Published;
     shared.store.put_publication(&rec, None).await?;
+    Ok(())
+}
+
+/// Where the server allowed csivol to apply the claim's group itself (the plugin has no
+/// VOLUME_MOUNT_GROUP), gives the target's root the group, once: what was done is
+/// recorded in agent.db, so a restart neither does it again nor forgets it.
+async fn give_group(shared: &Shared, d: &DesiredPublish, target: &Path) -> Result<(), StepError> {
+    let (Some(gid), Some(by)) = (d.mount.gid, d.mount.group_by) else {
+        return Ok(());
+    };
+    let recursive = match by {
+        GroupBy::Plugin => return Ok(()),
+        GroupBy::OnRootMismatch => false,
+        GroupBy::Recursive => true,
+    };
+    if d.read_only || d.volume.capability.access_type.is_block() {
+        return Ok(());
+    }
+    // Done before and still so: not again (a recursive change may be long). A root that
+    // lost the group since (changed behind csivol) is given it again.
+    let recorded = shared.store.ownership(&d.volume.volume, &d.alloc).await? == Some(gid);
+    if recorded && super::ownership::root_has(target, gid) {
+        return Ok(());
+    }
+    let changed = super::ownership::apply(target, gid, recursive)
+        .map_err(|e| local("give group to", target, e))?;
+    // The claim is ready only once its root shows the group csivol gave it: a file
+    // system that does not keep ownership (or maps it) would leave the workload unable
+    // to write.
+    if !super::ownership::root_has(target, gid) {
+        return Err(StepError::Local(format!(
+            "gave group {gid} to {} but its root does not show it: the file system does not \
+             keep a group csivol sets; use a plugin with VOLUME_MOUNT_GROUP",
+            target.display()
+        )));
+    }
+    if changed.bounded {
+        tracing::warn!(
+            volume = d.volume.volume,
+            alloc = d.alloc,
+            "gave group {gid} to the first {} entries of {} and stopped there: csivol \
+             changes at most that many",
+            changed.entries,
+            target.display()
+        );
+    } else if changed.entries > 0 {
+        tracing::info!(
+            volume = d.volume.volume,
+            alloc = d.alloc,
+            "gave group {gid} to {} entries of {}",
+            changed.entries,
+            target.display()
+        );
+    }
+    shared
+        .store
+        .record_ownership(&d.volume.volume, &d.alloc, gid, changed.entries)
+        .await?;
     Ok(())
 }
 

@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use csivol_api::domain::{NodeCapabilities, NodeInfo};
-use csivol_api::{DesiredExpand, DesiredPublish, NodeVolume};
+use csivol_api::{ClaimMount, DesiredExpand, DesiredPublish, GroupBy, NodeVolume};
 use csivol_csi::csi::v1 as csi;
 use csivol_csi::endpoint::with_deadline;
 use tokio::sync::Semaphore;
@@ -85,12 +85,77 @@ impl NodePlugin {
         Ok(info.max_volumes_per_node)
     }
 
-    pub async fn stage(&self, v: &NodeVolume, staging: &Path) -> Result<(), CallError> {
+    /// The volume's capability on the wire for `rpc`, with what the claim asks of its
+    /// mount:
+    ///
+    /// - its group in `MountVolume.volume_mount_group` where the plugin applies it. The
+    ///   spec (csi.proto, `MountVolume.volume_mount_group`): "If SP has VOLUME_MOUNT_GROUP
+    ///   node capability and CO provides this field then SP MUST ensure that the
+    ///   volume_mount_group parameter is passed as the group identifier to the underlying
+    ///   operating system mount system call"; a plugin without the capability is never
+    ///   sent it, and a claim the server decided the plugin applies the group for is
+    ///   refused here when the plugin no longer says it has it;
+    /// - its SELinux context as a `context="..."` flag, to NodeStageVolume and
+    ///   NodePublishVolume both (one file system is mounted with one context).
+    ///
+    /// [`NodePlugin::publish_capability`] adds the claim's own flags.
+    fn stage_capability(
+        &self,
+        v: &NodeVolume,
+        mount: &ClaimMount,
+        rpc: &'static str,
+    ) -> Result<csi::VolumeCapability, CallError> {
+        let mut cap = csi::VolumeCapability::from(&v.capability);
+        let Some(csi::volume_capability::AccessType::Mount(m)) = &mut cap.access_type else {
+            return Ok(cap);
+        };
+        if let (Some(gid), Some(GroupBy::Plugin)) = (mount.gid, mount.group_by) {
+            if !self.capabilities.volume_mount_group {
+                return Err(CallError {
+                    rpc,
+                    code: tonic::Code::FailedPrecondition,
+                    message: format!(
+                        "group {gid} is to be applied by plugin `{}`, which no longer has \
+                         VOLUME_MOUNT_GROUP; release the claim and claim again",
+                        self.id
+                    ),
+                });
+            }
+            m.volume_mount_group = gid.to_string();
+        }
+        if let Some(flag) = mount.context_flag() {
+            m.mount_flags.push(flag);
+        }
+        Ok(cap)
+    }
+
+    /// [`NodePlugin::stage_capability`] with the claim's own mount flags, which go to
+    /// NodePublishVolume only: the staging is shared by the volume's claims on the node,
+    /// and a NodeStageVolume with another capability is answered ALREADY_EXISTS (spec.md,
+    /// NodeStageVolume errors, "Volume published but is incompatible").
+    fn publish_capability(
+        &self,
+        v: &NodeVolume,
+        mount: &ClaimMount,
+    ) -> Result<csi::VolumeCapability, CallError> {
+        let mut cap = self.stage_capability(v, mount, "NodePublishVolume")?;
+        if let Some(csi::volume_capability::AccessType::Mount(m)) = &mut cap.access_type {
+            m.mount_flags.extend(mount.mount_flags.iter().cloned());
+        }
+        Ok(cap)
+    }
+
+    pub async fn stage(
+        &self,
+        v: &NodeVolume,
+        mount: &ClaimMount,
+        staging: &Path,
+    ) -> Result<(), CallError> {
         let req = csi::NodeStageVolumeRequest {
             volume_id: v.external_id.clone(),
             publish_context: wire_map(&v.publish_context),
             staging_target_path: wire_path(staging),
-            volume_capability: Some(csi::VolumeCapability::from(&v.capability)),
+            volume_capability: Some(self.stage_capability(v, mount, "NodeStageVolume")?),
             secrets: wire_map(&v.secrets),
             volume_context: wire_map(&v.context),
         };
@@ -115,7 +180,7 @@ impl NodePlugin {
             publish_context: wire_map(&v.publish_context),
             staging_target_path: staging.map(wire_path).unwrap_or_default(),
             target_path: wire_path(target),
-            volume_capability: Some(csi::VolumeCapability::from(&v.capability)),
+            volume_capability: Some(self.publish_capability(v, &p.mount)?),
             readonly: p.read_only,
             secrets: wire_map(&v.secrets),
             volume_context: wire_map(&v.context),

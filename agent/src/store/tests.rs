@@ -182,3 +182,31 @@ fn the_wal_stays_bounded_when_no_blocking_thread_runs_the_checkpoint() {
         std::fs::remove_dir_all(&dir).unwrap();
     });
 }
+
+/// What a staging holds for its whole file system, and what the agent did to a
+/// publication's ownership, survive a reopen and go with their staging and publication.
+#[tokio::test]
+async fn staged_mounts_and_ownership_survive_a_reopen_and_go_with_their_records() {
+    let dir =
+        std::env::temp_dir().join(format!("csivol-agent-store-mounts-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let staged = StagedMount {
+        gid: Some(1234),
+        selinux_context: Some("a:b:c".into()),
+    };
+    {
+        let (store, _) = Store::open(&dir).await.unwrap();
+        store.put_staging_mount("v", &staged).await.unwrap();
+        store.record_ownership("v", "a1", 1234, 3).await.unwrap();
+    }
+    let (store, _) = Store::open(&dir).await.unwrap();
+    assert_eq!(store.staging_mount("v").await.unwrap(), Some(staged));
+    assert_eq!(store.ownership("v", "a1").await.unwrap(), Some(1234));
+    store.delete_publication("v", "a1").await.unwrap();
+    assert_eq!(store.ownership("v", "a1").await.unwrap(), None);
+    store.delete_staging("v").await.unwrap();
+    assert_eq!(store.staging_mount("v").await.unwrap(), None);
+    drop(store);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

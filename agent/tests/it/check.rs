@@ -131,3 +131,47 @@ fn a_plugin_that_fails_the_round_trip_is_taken_down_and_named() {
         "{text}"
     );
 }
+
+/// Where the plugin has VOLUME_MOUNT_GROUP, the check mounts the scratch volume with a
+/// group and says whether a process of that group alone could make a file through it;
+/// where it has not, it says the group is not offered.
+#[test]
+fn the_check_says_whether_the_plugin_honours_volume_mount_group() {
+    use std::os::unix::fs::PermissionsExt;
+    for (args, offered) in [
+        (&[][..], true),
+        (&["--disable", "volume-mount-group"][..], false),
+    ] {
+        let dir = TestDir::new("check-mount-group");
+        // The test's temp dir is 0700: the group's process must pass through it to the
+        // target, as it passes through a real agent's data dir.
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
+        let hp = Hostpath::start(&dir, "n1", args);
+        let (ok, json, output) = check(&dir, &hp, &["--mount-group", "4321"]);
+        assert!(ok, "{output}");
+        if offered {
+            assert_eq!(json["mount_group"]["ok"], true, "{json:#}");
+        } else {
+            assert!(json["mount_group"].is_null(), "{json:#}");
+        }
+        let (_, _, text) = {
+            let mut cmd = Command::new(bin_path("csivol-agent"));
+            cmd.args([
+                "check".to_owned(),
+                format!("--plugin=hp=unix://{}", hp.socket.display()),
+                format!("--data-dir={}", dir.join("agent").display()),
+                "--mount-group=4321".to_owned(),
+            ])
+            .env("RUST_LOG", "warn");
+            let (status, output) = run_to_exit("csivol-agent check", cmd, WAIT);
+            (status.success(), Value::Null, output)
+        };
+        let said = if offered {
+            "mount group:     passed"
+        } else {
+            "mount group:     not offered"
+        };
+        assert!(text.contains(said), "{text}");
+        assert!(dir.mounts().is_empty(), "{:?}", dir.mounts());
+    }
+}

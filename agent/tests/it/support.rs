@@ -208,6 +208,7 @@ impl Vol {
         DesiredPublish {
             alloc: alloc.into(),
             read_only: false,
+            mount: Default::default(),
             volume: NodeVolume {
                 volume: self.name.clone(),
                 plugin: self.plugin.clone(),

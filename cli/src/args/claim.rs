@@ -49,6 +49,28 @@ pub struct ClaimArgs {
     #[arg(long = "label", value_name = "KEY=VALUE", value_parser = label)]
     pub labels: Vec<(String, String)>,
 
+    /// The group (a gid) the workload writes the volume as: the node plugin applies it where
+    /// it has VOLUME_MOUNT_GROUP, else csivol gives the volume's root that group, g+rwX and
+    /// setgid where the server's `ownership` for the plugin allows it; refused otherwise
+    #[arg(long, value_name = "GID", conflicts_with = "group")]
+    pub gid: Option<u32>,
+
+    /// Like --gid, the group named on this machine (/etc/group)
+    #[arg(long, value_name = "NAME")]
+    pub group: Option<String>,
+
+    /// A mount flag for this claim's own mount (e.g. `noatime`), among the volume spec's
+    /// `claim_mount_flags`; sent with NodePublishVolume only. `ro`/`rw` are the claim's
+    /// mode (--read-only), not flags. Repeatable
+    #[arg(long = "mount-flag", value_name = "FLAG")]
+    pub mount_flags: Vec<String>,
+
+    /// The SELinux context to mount the volume with (e.g.
+    /// `system_u:object_r:container_file_t:s0:c1,c2`), passed as a `context="..."` mount
+    /// flag; only for a plugin the server's config declares able to (`selinux_mount`)
+    #[arg(long, value_name = "CONTEXT")]
+    pub selinux_context: Option<String>,
+
     /// Only say whether the claim would be accepted, and why not; records nothing
     #[arg(long, conflicts_with = "wait")]
     pub dry_run: bool,
@@ -138,6 +160,28 @@ pub struct RunArgs {
     /// A label for every claim (e.g. the CI job's URL). Repeatable
     #[arg(long = "label", value_name = "KEY=VALUE", value_parser = label)]
     pub labels: Vec<(String, String)>,
+
+    /// The group (a gid) the command writes the volumes as [default: the caller's primary
+    /// group when the caller is not root, applied where the plugin or the server's
+    /// `ownership` for it can, else the command runs without it and says why]
+    #[arg(long, value_name = "GID", conflicts_with = "group")]
+    pub gid: Option<u32>,
+
+    /// Like --gid, the group named on this machine (/etc/group)
+    #[arg(long, value_name = "NAME")]
+    pub group: Option<String>,
+
+    /// A mount flag for each claim's own mount (e.g. `noatime`), among the volume spec's
+    /// `claim_mount_flags`; sent with NodePublishVolume only. `ro`/`rw` are the claim's
+    /// mode (--read-only), not flags. Repeatable
+    #[arg(long = "mount-flag", value_name = "FLAG")]
+    pub mount_flags: Vec<String>,
+
+    /// The SELinux context to mount the volume with (e.g.
+    /// `system_u:object_r:container_file_t:s0:c1,c2`), passed as a `context="..."` mount
+    /// flag; only for a plugin the server's config declares able to (`selinux_mount`)
+    #[arg(long, value_name = "CONTEXT")]
+    pub selinux_context: Option<String>,
 
     /// Do not wait for the release to finish after the command
     #[arg(long)]

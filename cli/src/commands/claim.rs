@@ -5,7 +5,9 @@
 use std::time::Duration;
 
 use anyhow::Context;
-use csivol_api::{Claim, ClaimDryRun, ClaimMode, ClaimRequest, ClaimState, RenewRequest};
+use csivol_api::{
+    Claim, ClaimDryRun, ClaimMode, ClaimRequest, ClaimState, MountRequest, RenewRequest,
+};
 use csivol_client::{Method, StatusCode};
 
 use crate::args::{ClaimArgs, ClaimCommand, ClaimListArgs, RenewArgs};
@@ -27,6 +29,8 @@ pub struct NewClaim<'a> {
     /// The command follows the claim until it is ready: where only claims being released
     /// stand in the way, it waits in the volume's queue for them instead of being refused.
     pub waits: bool,
+    /// The group the workload writes as (`--gid`, `--group`, `run`'s caller's own).
+    pub mount: MountRequest,
 }
 
 impl NewClaim<'_> {
@@ -39,6 +43,7 @@ impl NewClaim<'_> {
             ttl_ms: self.ttl.map(|t| t.as_millis() as u64),
             queue: self.queue,
             labels: self.labels.iter().cloned().collect(),
+            mount: self.mount.clone(),
         }
     }
 
@@ -135,6 +140,13 @@ pub async fn run(ctx: &Ctx, args: ClaimArgs) -> anyhow::Result<Exit> {
         queue: args.queue,
         labels: &args.labels,
         waits: args.wait.wait,
+        mount: crate::groups::MountFlags {
+            gid: args.gid,
+            group: args.group.as_deref(),
+            mount_flags: &args.mount_flags,
+            selinux_context: args.selinux_context.as_deref(),
+        }
+        .for_claim()?,
     };
     if args.dry_run {
         let path = format!("/v1/volumes/{volume}/claims");

@@ -125,6 +125,14 @@ async fn claim_all(
     signals: &mut Signals,
 ) -> Result<Vec<Claim>, Aborted> {
     let mut made: Vec<(Claim, Cursor)> = Vec::new();
+    let mount = crate::groups::MountFlags {
+        gid: args.gid,
+        group: args.group.as_deref(),
+        mount_flags: &args.mount_flags,
+        selinux_context: args.selinux_context.as_deref(),
+    }
+    .for_run()
+    .map_err(|e| Aborted::Error(e, Vec::new()))?;
     for (volume, read_only) in &args.volumes {
         let claim = NewClaim {
             volume,
@@ -140,9 +148,15 @@ async fn claim_all(
             labels: &args.labels,
             // `run` waits for every claim to be ready before the command starts.
             waits: true,
+            mount: mount.clone(),
         };
         match claim.record(ctx, None).await {
             Ok(a) => {
+                if let (Some(gid), Some(why)) = (mount.gid, &a.body.mount.not_applied) {
+                    ctx.out.note(format!(
+                        "volume {volume} is mounted without group {gid}, the caller's own: {why}"
+                    ));
+                }
                 let cursor = a.cursor(a.body.index);
                 made.push((a.body, cursor));
             }

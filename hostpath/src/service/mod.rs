@@ -31,6 +31,7 @@ mod controller;
 mod groups;
 mod identity;
 mod modify;
+mod mount_group;
 mod node;
 mod provision;
 mod snapshots;
@@ -128,6 +129,9 @@ pub enum Feature {
     GetSnapshot,
     /// The GroupController service with CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT.
     GroupSnapshots,
+    /// VOLUME_MOUNT_GROUP on the node: a published volume's root gets the group the CO
+    /// passes in `volume_mount_group`.
+    VolumeMountGroup,
 }
 
 /// Which optional capabilities this instance has.
@@ -150,6 +154,7 @@ pub struct Features {
     pub modify_volume: bool,
     pub get_snapshot: bool,
     pub group_snapshots: bool,
+    pub volume_mount_group: bool,
 }
 
 impl Features {
@@ -177,6 +182,7 @@ impl Features {
             // Both read snapshots, which a plugin without CREATE_DELETE_SNAPSHOT has none of.
             get_snapshot: snapshots && !off(Feature::GetSnapshot),
             group_snapshots: snapshots && !off(Feature::GroupSnapshots),
+            volume_mount_group: !off(Feature::VolumeMountGroup),
         }
     }
 }

@@ -106,6 +106,7 @@ impl csi::node_server::Node for Service {
                     (f.node_expand, T::ExpandVolume),
                     (f.volume_condition, T::VolumeCondition),
                     (true, T::SingleNodeMultiWriter),
+                    (f.volume_mount_group, T::VolumeMountGroup),
                 ];
                 Ok(csi::NodeGetCapabilitiesResponse {
                     capabilities: flags
@@ -317,6 +318,8 @@ impl Plugin {
         require(&req.volume_id, "volume_id")?;
         let path = require_path(&req.staging_target_path, "staging_target_path")?;
         let cap = self.capability(req.volume_capability.as_ref(), "volume_capability")?;
+        // Checked here; applied where the volume is published (see `mount_group`).
+        self.mount_group(req.volume_capability.as_ref())?;
         let volume = self.volume(&req.volume_id)?;
         check_volume_context(&volume, &req.volume_context)?;
         if let Some(why) = kind_mismatch(&volume, &cap) {
@@ -429,6 +432,7 @@ impl Plugin {
         require(&req.volume_id, "volume_id")?;
         let target = require_path(&req.target_path, "target_path")?;
         let cap = self.capability(req.volume_capability.as_ref(), "volume_capability")?;
+        let group = self.mount_group(req.volume_capability.as_ref())?;
         let volume = self.volume(&req.volume_id)?;
         check_volume_context(&volume, &req.volume_context)?;
         if let Some(why) = kind_mismatch(&volume, &cap) {
@@ -551,6 +555,11 @@ impl Plugin {
                     .mount
                     .attach(&source, &target, &volume.id, readonly)
                     .map_err(|e| internal(e, &format!("mount {}", target.display())))?;
+            }
+            if let Some(gid) = group
+                && !readonly
+            {
+                super::mount_group::give_group(&target, gid)?;
             }
         }
         state.publications.insert(target, wanted);

@@ -42,6 +42,7 @@ async fn every_capability_by_default() {
         N::GetVolumeStats,
         N::ExpandVolume,
         N::VolumeCondition,
+        N::VolumeMountGroup,
     ] {
         assert!(ncaps.contains(&n), "{n:?} in {ncaps:?}");
     }
@@ -83,6 +84,7 @@ async fn capabilities_left_out_are_refused() {
             "--disable=get-volume",
             "--disable=block",
             "--disable=modify-volume",
+            "--disable=volume-mount-group",
         ],
     )
     .await;
@@ -560,4 +562,70 @@ async fn node_only_expansion_grows_the_volume_from_the_node() {
     assert_eq!(stats_total(&mut p, &v, &target).await, 2 << 20);
     assert_eq!(recorded_capacity(&mut p, &v).await, 2 << 20);
     take_down(&mut p, &v, &staging, &target).await;
+}
+
+/// With the request's `volume_mount_group` set to a group.
+fn with_group(mut cap: Option<csi::VolumeCapability>, gid: &str) -> Option<csi::VolumeCapability> {
+    if let Some(csi::volume_capability::AccessType::Mount(m)) =
+        cap.as_mut().and_then(|c| c.access_type.as_mut())
+    {
+        m.volume_mount_group = gid.into();
+    }
+    cap
+}
+
+/// VOLUME_MOUNT_GROUP: the published root gets the group, `g+rwx` and setgid; without the
+/// capability (`--disable volume-mount-group`) a CO that sends the group anyway is refused.
+#[tokio::test]
+async fn volume_mount_group_gives_the_published_root_the_group_or_is_refused_without_it() {
+    use std::os::unix::fs::MetadataExt;
+    for (args, offered) in [
+        (&[][..], true),
+        (&["--disable=volume-mount-group"][..], false),
+    ] {
+        let dir = TestDir::new("hostpath-mount-group");
+        let mut p = Plugin::start(&dir, "node-1", args).await;
+        assert_eq!(
+            node_caps(&mut p).await.contains(&N::VolumeMountGroup),
+            offered
+        );
+        let v = create(&mut p, "data", AccessMode::SingleNodeWriter).await;
+        let ctx = controller_publish(&mut p, &v, "node-1", AccessMode::SingleNodeWriter)
+            .await
+            .unwrap();
+        let staging = dir.join("staging");
+        std::fs::create_dir(&staging).unwrap();
+        let mut stage = stage_req(&v, &staging, &ctx);
+        stage.volume_capability = with_group(stage.volume_capability, "4321");
+        let staged = p.node.node_stage_volume(stage.clone()).await;
+        if !offered {
+            assert_eq!(code(staged), Code::InvalidArgument);
+            stage.volume_capability = Some(mount_cap(AccessMode::SingleNodeWriter));
+            p.node.node_stage_volume(stage).await.unwrap();
+        } else {
+            staged.unwrap();
+        }
+        std::fs::create_dir(dir.join("targets")).unwrap();
+        let target = dir.join("targets/t");
+        let mut publish = publish_req(&v, Some(&staging), &target, &ctx, false);
+        publish.volume_capability = with_group(publish.volume_capability, "4321");
+        let published = p.node.node_publish_volume(publish).await;
+        if offered {
+            published.unwrap();
+            let m = std::fs::metadata(&target).unwrap();
+            assert_eq!(m.gid(), 4321);
+            assert_eq!(
+                m.mode() & 0o2070,
+                0o2070,
+                "g+rwx and setgid: {:o}",
+                m.mode()
+            );
+            p.node
+                .node_unpublish_volume(unpublish_req(&v, &target))
+                .await
+                .unwrap();
+        } else {
+            assert_eq!(code(published), Code::InvalidArgument);
+        }
+    }
 }

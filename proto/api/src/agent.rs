@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    ControllerCapabilities, ControllerOp, GroupMember, NodeCapabilities, NodeInfo, NodeStatus,
-    PluginCapabilities, PluginInfo, PublishContext, VolumeCapability,
+    ClaimMount, ControllerCapabilities, ControllerOp, GroupMember, NodeCapabilities, NodeInfo,
+    NodeStatus, PluginCapabilities, PluginInfo, PublishContext, VolumeCapability,
 };
 
 /// One plugin as a node agent found it.
@@ -126,6 +126,9 @@ pub struct NodeVolume {
 pub struct DesiredPublish {
     pub alloc: String,
     pub read_only: bool,
+    /// The claim's mount: its group and how it is applied. Absent from an older server.
+    #[serde(default, skip_serializing_if = "ClaimMount::is_empty")]
+    pub mount: ClaimMount,
     #[serde(flatten)]
     pub volume: NodeVolume,
 }
@@ -587,6 +590,7 @@ mod tests {
         DesiredPublish {
             alloc: alloc.into(),
             read_only: false,
+            mount: ClaimMount::default(),
             volume: NodeVolume {
                 volume: volume.into(),
                 plugin: "p".into(),

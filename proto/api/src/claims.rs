@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{ErrorBody, PublishContext};
+use crate::{ClaimMount, ErrorBody, MountRequest, PublishContext};
 
 /// Whether a claim may write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -117,6 +117,9 @@ pub struct Claim {
     /// Free-form `key=value` labels given at claim time (e.g. the CI job's URL).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
+    /// The claim's mount: the group its workload writes as and how it is applied.
+    #[serde(default, skip_serializing_if = "ClaimMount::is_empty")]
+    pub mount: ClaimMount,
 }
 
 /// A claim's drift: its volume not mounted at its target as its plugin made it, while
@@ -181,6 +184,9 @@ pub struct ClaimRequest {
     pub queue: bool,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
+    /// What the claim asks of its mount (a group for its workload); empty: as before.
+    #[serde(default, skip_serializing_if = "MountRequest::is_empty")]
+    pub mount: MountRequest,
 }
 
 impl ClaimRequest {
@@ -194,6 +200,7 @@ impl ClaimRequest {
             ttl_ms: None,
             queue: false,
             labels: BTreeMap::new(),
+            mount: MountRequest::default(),
         }
     }
 }

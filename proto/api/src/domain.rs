@@ -216,6 +216,9 @@ pub struct NodeCapabilities {
     /// EXPAND_VOLUME: NodeExpandVolume.
     #[serde(default)]
     pub expand_volume: bool,
+    /// VOLUME_MOUNT_GROUP: the plugin passes `MountVolume.volume_mount_group` to its mount.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub volume_mount_group: bool,
 }
 
 /// What a node plugin says about its node, from NodeGetInfo.

@@ -20,6 +20,7 @@ mod errors;
 mod expansion;
 pub mod limits;
 mod modify;
+mod mounts;
 mod name;
 mod nodes;
 mod operator;
@@ -40,6 +41,7 @@ pub use domain::{
 pub use errors::*;
 pub use expansion::*;
 pub use modify::*;
+pub use mounts::*;
 pub use name::*;
 pub use nodes::*;
 pub use operator::*;

@@ -169,23 +169,22 @@ fn check_csi_string(field: &str, value: &str) -> Result<(), TextError> {
 }
 
 fn check_mount_flags(flags: &[String]) -> Result<(), TextError> {
-    check_count(
-        "mount_flags",
-        flags.len(),
-        "flags",
-        MAX_MOUNT_FLAGS,
-        Limit::Csivol,
-    )?;
+    check_flags("mount_flags", flags)
+}
+
+/// Mount flags under `field`: each reaches a plugin in `MountVolume.mount_flags`.
+fn check_flags(field: &str, flags: &[String]) -> Result<(), TextError> {
+    check_count(field, flags.len(), "flags", MAX_MOUNT_FLAGS, Limit::Csivol)?;
     let bytes = flags.iter().map(String::len).sum();
     if bytes > CSI_MOUNT_FLAGS_BYTES {
         return Err(TextError::TooLarge {
-            field: "mount_flags".to_owned(),
+            field: field.to_owned(),
             bytes,
             max: CSI_MOUNT_FLAGS_BYTES,
             limit: Limit::Csi,
         });
     }
-    flags.iter().try_for_each(|f| check_text("mount_flags", f))
+    flags.iter().try_for_each(|f| check_text(field, f))
 }
 
 fn check_segments(field: &str, segments: &[Topology]) -> Result<(), TextError> {
@@ -278,7 +277,12 @@ impl FreeText for VolumeSpec {
         check_csi_map("context", &self.context)?;
         check_csi_map("parameters", &self.parameters)?;
         check_secrets(&self.secrets)?;
-        check_segments("topology", &self.topology)
+        check_segments("topology", &self.topology)?;
+        check_flags("claim_mount_flags", &self.claim_mount_flags)?;
+        check_csi_string(
+            "selinux_context",
+            self.selinux_context.as_deref().unwrap_or(""),
+        )
     }
 }
 
@@ -293,14 +297,23 @@ impl FreeText for CreateVolumeSpec {
             check_segments("topology_request.required", &t.required)?;
             check_segments("topology_request.preferred", &t.preferred)?;
         }
-        Ok(())
+        check_flags("claim_mount_flags", &self.claim_mount_flags)?;
+        check_csi_string(
+            "selinux_context",
+            self.selinux_context.as_deref().unwrap_or(""),
+        )
     }
 }
 
 /// Control characters only: the labels' sizes are the server's ([`check_claim_labels`]).
 impl FreeText for ClaimRequest {
     fn check_text(&self) -> Result<(), TextError> {
-        check_map("labels", &self.labels)
+        check_map("labels", &self.labels)?;
+        check_flags("mount.mount_flags", &self.mount.mount_flags)?;
+        check_csi_string(
+            "mount.selinux_context",
+            self.mount.selinux_context.as_deref().unwrap_or(""),
+        )
     }
 }
 
@@ -499,6 +512,8 @@ mod tests {
                 parameters: BTreeMap::new(),
                 secrets: BTreeMap::new(),
                 topology: Vec::new(),
+                claim_mount_flags: Vec::new(),
+                selinux_context: None,
             };
             f(&mut s);
             s.check_text().map_err(|e| e.to_string())

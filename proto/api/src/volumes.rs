@@ -45,6 +45,14 @@ pub struct VolumeSpec {
     /// `[{"zone": "a"}]`); empty: from every node.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub topology: Vec<Topology>,
+    /// Mount flags a claim may add for its own publication (`csivol claim --mount-flag`),
+    /// sent with NodePublishVolume only; none: a claim adds none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub claim_mount_flags: Vec<String>,
+    /// The SELinux context the volume is mounted with when a claim names none
+    /// (`context="..."`, where the plugin's server settings say it supports SELinux mounts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selinux_context: Option<String>,
 }
 
 /// Where a volume to be created must (`required`) and should (`preferred`) be accessible
@@ -90,6 +98,14 @@ pub struct CreateVolumeSpec {
     /// plugin must report MODIFY_VOLUME).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub mutable_parameters: BTreeMap<String, String>,
+    /// Mount flags a claim may add for its own publication (`csivol claim --mount-flag`),
+    /// sent with NodePublishVolume only; none: a claim adds none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub claim_mount_flags: Vec<String>,
+    /// The SELinux context the volume is mounted with when a claim names none
+    /// (`context="..."`, where the plugin's server settings say it supports SELinux mounts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selinux_context: Option<String>,
 }
 
 impl CreateVolumeSpec {

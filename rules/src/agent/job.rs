@@ -291,6 +291,7 @@ mod tests {
         DesiredPublish {
             alloc: alloc.into(),
             read_only: false,
+            mount: Default::default(),
             volume: NodeVolume {
                 volume: volume.into(),
                 plugin: plugin.into(),

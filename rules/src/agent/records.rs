@@ -75,3 +75,85 @@ pub struct PublicationRecord {
     /// `None` before, and in records of an older agent until they are first checked.
     pub observed: Option<Observation>,
 }
+
+/// What a volume is staged with that holds for its whole file system: the group the
+/// plugin applies (`volume_mount_group`) and the SELinux context. The staging is shared by
+/// the volume's publications on the node, and a NodeStageVolume with another capability
+/// is answered ALREADY_EXISTS (spec.md, NodeStageVolume errors, "Volume published but is
+/// incompatible"), so every publication from it must agree with what it was staged with.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct StagedMount {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gid: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selinux_context: Option<String>,
+}
+
+impl StagedMount {
+    /// What a claim's mount puts into NodeStageVolume.
+    pub fn of(mount: &csivol_api::ClaimMount) -> Self {
+        Self {
+            gid: mount
+                .gid
+                .filter(|_| mount.group_by == Some(csivol_api::GroupBy::Plugin)),
+            selinux_context: mount.selinux_context.clone(),
+        }
+    }
+
+    /// Whether a claim that asks for `wanted` may be published from a staging made with
+    /// this: the same context, and no other group (a claim that asks for none takes the
+    /// volume as it is). The words say why not.
+    pub fn admits(&self, wanted: &StagedMount) -> Result<(), String> {
+        if self.selinux_context != wanted.selinux_context {
+            return Err(format!(
+                "the volume is staged on this node with SELinux context {}, and the claim asks \
+                 for {}: one file system is mounted with one context",
+                shown(self.selinux_context.as_deref()),
+                shown(wanted.selinux_context.as_deref())
+            ));
+        }
+        if let Some(g) = wanted.gid
+            && self.gid != Some(g)
+        {
+            return Err(format!(
+                "the volume is staged on this node with group {}, and the claim asks for \
+                 group {g}: one staging has one group",
+                self.gid
+                    .map_or_else(|| "none".to_owned(), |g| g.to_string())
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn shown(c: Option<&str>) -> String {
+    c.map_or_else(|| "none".to_owned(), |c| format!("`{c}`"))
+}
+
+#[cfg(test)]
+mod staged_mount_tests {
+    use super::StagedMount;
+
+    fn m(gid: Option<u32>, ctx: Option<&str>) -> StagedMount {
+        StagedMount {
+            gid,
+            selinux_context: ctx.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn a_publication_agrees_with_what_its_staging_was_made_with() {
+        let staged = m(Some(7), Some("a:b:c"));
+        assert_eq!(staged.admits(&m(Some(7), Some("a:b:c"))), Ok(()));
+        assert_eq!(
+            staged.admits(&m(None, Some("a:b:c"))),
+            Ok(()),
+            "no group asked"
+        );
+        let e = staged.admits(&m(Some(8), Some("a:b:c"))).unwrap_err();
+        assert!(e.contains("with group 7") && e.contains("group 8"), "{e}");
+        let e = staged.admits(&m(Some(7), None)).unwrap_err();
+        assert!(e.contains("SELinux context `a:b:c`"), "{e}");
+        assert!(m(None, None).admits(&m(Some(7), None)).is_err());
+    }
+}

@@ -43,7 +43,7 @@ pub(super) async fn post_claim(
         let now = app.clock.now_ms();
         let answer = app
             .db
-            .read(move |c| lifecycle::claim_dry_run(c, &volume, &req, now))
+            .read(move |c| lifecycle::claim_dry_run(c, &volume, &req, &limits, now))
             .await?;
         return Ok(Json(answer).into_response());
     }

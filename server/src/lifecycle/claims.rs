@@ -105,6 +105,8 @@ pub fn create_claim(
                 ClaimDecision::Queue(_) => ClaimState::Queued,
                 _ => transitions::NEW_CLAIM,
             };
+            let volume_row = ctx.require_volume(volume)?;
+            let mount = super::mounts::claim_mount(&*ctx, &volume_row, req, &limits.mounts)?;
             let expires_at = req
                 .ttl_ms
                 .map(|t| super::changes::time_after(ctx.now(), "ttl_ms", t))
@@ -115,6 +117,7 @@ pub fn create_claim(
                 state,
                 expires_at,
                 claimer: Some(who.token),
+                mount: &mount,
             })?;
             let mut message = format!("{} claim recorded", req.mode.as_str());
             if let Some(t) = req.ttl_ms {
@@ -127,6 +130,9 @@ pub fn create_claim(
                 let labels: Vec<String> =
                     req.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
                 message.push_str(&format!(" (labels: {})", labels.join(", ")));
+            }
+            if let (Some(gid), Some(by)) = (mount.gid, mount.group_by) {
+                message.push_str(&format!(" with group {gid} ({})", by.as_str()));
             }
             if let ClaimDecision::Queue(why) = &decision {
                 message.push_str(&format!("; queued: {why}"));
@@ -151,7 +157,10 @@ pub fn create_claim(
                 advance_volume(ctx, volume, limits)?;
             }
             let c = ctx.claim(volume, &req.alloc)?.expect("just inserted");
-            Ok((ctx.claim_to_api(&c)?, true))
+            let mut answer = ctx.claim_to_api(&c)?;
+            // Why a best-effort group was not applied is the answer's, recorded or not.
+            answer.mount.not_applied = mount.not_applied;
+            Ok((answer, true))
         }
     }
 }
@@ -239,10 +248,19 @@ pub fn claim_dry_run(
     conn: &(impl Snapshot + ?Sized),
     volume: &str,
     req: &ClaimRequest,
+    limits: &Limits,
     now: i64,
 ) -> ApiResult<ClaimDryRun> {
-    // A dry run asks for no wait: `claim --dry-run` takes no `--wait`.
-    let (existing, state) = match evaluate_claim(conn, volume, req, false) {
+    // A dry run asks for no wait: `claim --dry-run` takes no `--wait`. A new claim's group
+    // is judged as its recording would judge it.
+    let decided = evaluate_claim(conn, volume, req, false).and_then(|d| match d {
+        ClaimDecision::Existing(_) => Ok(d),
+        _ => {
+            let v = conn.require_volume(volume)?;
+            super::mounts::claim_mount(conn, &v, req, &limits.mounts).map(|_| d)
+        }
+    });
+    let (existing, state) = match decided {
         Ok(ClaimDecision::Existing(claim)) => (true, claim.state),
         Ok(ClaimDecision::Queue(_)) => (false, ClaimState::Queued),
         Ok(ClaimDecision::New) => (false, initial_state(conn, volume, &req.node, now)?),

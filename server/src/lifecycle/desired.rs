@@ -119,6 +119,7 @@ fn volume_entries(
                 out.publish.push(api::DesiredPublish {
                     alloc: c.alloc,
                     read_only: c.mode == ClaimMode::Read,
+                    mount: c.mount,
                     volume: api::NodeVolume {
                         volume: v.name.clone(),
                         plugin: v.plugin.clone(),

@@ -43,6 +43,7 @@ mod hosting;
 mod labels;
 mod leases;
 mod modify;
+mod mounts;
 mod node_expansion;
 mod nodes;
 mod operator;

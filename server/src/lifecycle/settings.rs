@@ -30,4 +30,7 @@ pub struct Limits {
     pub claims_per_claimer: usize,
     /// How large the event log may grow (`[limits]`).
     pub events: crate::limits::EventBounds,
+    /// Per plugin, whether csivol may change a volume's ownership to give it a claim's
+    /// group, and to which gids (`[plugins.NAME]` in the config file).
+    pub mounts: std::collections::BTreeMap<String, csivol_rules::mounts::PluginMounts>,
 }

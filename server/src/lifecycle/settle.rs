@@ -143,6 +143,7 @@ pub fn reported(
             expires_at: None,
             // Nobody asked for it here: no claimer's claims count it.
             claimer: None,
+            mount: &Default::default(),
         })?;
         if ctx.attachment(&v.name, node)?.is_none() {
             ctx.insert_attachment(&v.name, node, AttachmentState::Attached)?;

@@ -112,6 +112,52 @@ fn check_topology_request(r: &api::TopologyRequest) -> ApiResult<()> {
     Ok(())
 }
 
+/// A spec's `claim_mount_flags` and `selinux_context`, checked: a block volume is not
+/// mounted, a claim's mode is not a flag, a context goes into a quoted flag.
+fn volume_mounts(
+    attachment: api::Attachment,
+    flags: &[String],
+    context: Option<&str>,
+) -> ApiResult<api::VolumeMounts> {
+    let m = api::VolumeMounts {
+        claim_mount_flags: flags.to_vec(),
+        selinux_context: context.map(str::to_owned),
+    };
+    if m.is_empty() {
+        return Ok(m);
+    }
+    if attachment == api::Attachment::BlockDevice {
+        return Err(ApiError::invalid(
+            "`claim_mount_flags` and `selinux_context` apply to a file-system volume, not a \
+             block one",
+        ));
+    }
+    if let Some(f) = flags
+        .iter()
+        .find(|f| *f == "ro" || *f == "rw" || f.is_empty())
+    {
+        return Err(ApiError::invalid(format!(
+            "`claim_mount_flags` lists `{f}`, which a claim cannot add: `ro` and `rw` are its \
+             mode (`--read-only`)"
+        )));
+    }
+    if let Some(c) = context {
+        // The same check a claim's context meets; the plugin is judged at claim time.
+        csivol_rules::mount_options::selinux_context(
+            Some(c),
+            None,
+            true,
+            &api::AccessType::FileSystem {
+                fs_type: String::new(),
+                mount_flags: Vec::new(),
+            },
+            &[],
+        )
+        .map_err(|e| ApiError::invalid(e.to_string()).with_hint(e.hint("")))?;
+    }
+    Ok(m)
+}
+
 fn insert_volume(ctx: &mut impl Txn, v: &VolumeRow) -> ApiResult<()> {
     ctx.put_volume(v)?;
     ctx.touch(Key::Volume(v.name.clone()));
@@ -207,6 +253,11 @@ pub fn register_volume(
         ));
     }
     check_segments("topology", &spec.topology)?;
+    let mounts = volume_mounts(
+        spec.attachment,
+        &spec.claim_mount_flags,
+        spec.selinux_context.as_deref(),
+    )?;
     let existing = ctx.volume(name)?;
     let own_id = existing
         .as_ref()
@@ -251,7 +302,8 @@ pub fn register_volume(
             && e.parameters == row.parameters
             && e.secrets == row.secrets
             && e.accessible_topology == row.accessible_topology
-            && e.lifecycle == Lifecycle::Ready;
+            && e.lifecycle == Lifecycle::Ready
+            && ctx.volume_mounts(name)? == mounts;
         if same {
             return Ok((volume_view(ctx, name)?, false));
         }
@@ -289,6 +341,7 @@ pub fn register_volume(
         }
     }
     insert_volume(ctx, &row)?;
+    ctx.put_volume_mounts(name, &mounts)?;
     let (verb, kind) = if existing.is_some() {
         ("updated", EventKind::VolumeUpdated)
     } else {
@@ -326,6 +379,11 @@ pub fn create_volume(
         &spec.fs_type,
         &spec.mount_flags,
     )?;
+    let mounts = volume_mounts(
+        spec.attachment,
+        &spec.claim_mount_flags,
+        spec.selinux_context.as_deref(),
+    )?;
     // An empty request asks for nothing: recorded as none.
     let topology_request = spec.topology_request.filter(|r| !r.is_empty());
     if let Some(r) = &topology_request {
@@ -337,6 +395,7 @@ pub fn create_volume(
             && e.attachment == spec.attachment
             && e.parameters == spec.parameters
             && e.topology_request == topology_request
+            && ctx.volume_mounts(name)? == mounts
             && (spec.capacity_bytes == 0
                 || e.capacity_bytes.is_none_or(|c| c >= spec.capacity_bytes));
         // The mutable parameters count while the volume is being created; once it is,
@@ -401,6 +460,7 @@ pub fn create_volume(
         modification: None,
     };
     insert_volume(ctx, &row)?;
+    ctx.put_volume_mounts(name, &mounts)?;
     ctx.queue_op(
         OpKind::Create,
         &spec.plugin,

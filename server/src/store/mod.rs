@@ -258,6 +258,13 @@ pub trait Snapshot {
     /// cluster's `upgrade finalize` with the etcd store, and below that schema the methods
     /// of this section read nothing and write nothing.
     fn retries_kept(&self) -> ApiResult<bool>;
+    /// Whether the state's schema records a claim's mount (its group): not before the
+    /// cluster's `upgrade finalize` with the etcd store, when a claim asking for a group
+    /// is refused.
+    fn mounts_recorded(&self) -> ApiResult<bool>;
+    /// What a volume allows its claims to ask of their mounts, and its default SELinux
+    /// context (none below the schema that keeps them).
+    fn volume_mounts(&self, volume: &str) -> ApiResult<api::VolumeMounts>;
     /// The first answer kept for `token`'s request `key`.
     fn kept_answer(&self, token: &str, key: &str) -> ApiResult<Option<KeptAnswer>>;
     /// The tombstone of `alloc`'s claim on `volume`: its last release.
@@ -327,6 +334,9 @@ pub struct NewClaim<'a> {
     /// The token that asked for it (none for a claim found on a node), recorded where the
     /// schema has the column.
     pub claimer: Option<&'a str>,
+    /// Its group and how it is applied; a non-empty one is written only where the schema
+    /// has the column ([`Snapshot::mounts_recorded`]).
+    pub mount: &'a api::ClaimMount,
 }
 
 /// An entry of the event log.
@@ -394,6 +404,9 @@ pub trait Txn: Snapshot {
     ) -> ApiResult<()>;
     /// Removes a volume and its queued operations.
     fn delete_volume(&mut self, name: &str) -> ApiResult<()>;
+    /// Sets a volume's mount settings (refused below the schema that keeps them, unless
+    /// empty).
+    fn put_volume_mounts(&mut self, volume: &str, m: &api::VolumeMounts) -> ApiResult<()>;
     /// Removes a volume if it is `deleting`.
     fn delete_deleting_volume(&mut self, name: &str) -> ApiResult<()>;
 

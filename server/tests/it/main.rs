@@ -157,7 +157,9 @@ pub(crate) fn back_to_the_previous_schema(conn: &rusqlite::Connection) {
          DROP TABLE claim_tombstones;
          DROP INDEX claims_claimer;
          ALTER TABLE claims DROP COLUMN claimer;
-         ALTER TABLE claims DROP COLUMN drift;",
+         ALTER TABLE claims DROP COLUMN drift;
+         ALTER TABLE claims DROP COLUMN mount;
+         DROP TABLE volume_mounts;",
     )
     .unwrap();
     conn.pragma_update(None, "user_version", version - 1)

@@ -51,6 +51,8 @@ pub async fn create_with(
                 topology_request: None,
                 source: None,
                 mutable_parameters: BTreeMap::new(),
+                claim_mount_flags: Vec::new(),
+                selinux_context: None,
             };
             http.post(&format!("/v1/volumes/{name}/create"), &spec)
                 .await?
@@ -105,6 +107,8 @@ pub async fn register(http: &Http, names: Vec<String>, limit: usize) -> anyhow::
                 parameters: BTreeMap::new(),
                 secrets: BTreeMap::new(),
                 topology: Vec::new(),
+                claim_mount_flags: Vec::new(),
+                selinux_context: None,
             };
             http.put(&format!("/v1/volumes/{name}"), &spec)
                 .await?

@@ -16,6 +16,8 @@ mod fence_trust;
 mod group_snapshots;
 mod limits;
 mod modify;
+mod mount_group;
+mod mount_options;
 mod network;
 mod packages;
 mod partition;

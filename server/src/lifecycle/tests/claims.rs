@@ -138,9 +138,10 @@ async fn a_dry_run_answers_what_a_claim_would_do_and_records_nothing() {
     env.register("n1", true, &[]).await;
     env.volume("v", "single-node-writer").await;
     let req = ClaimRequest::new("a1", "n1", ClaimMode::Write);
+    let limits = env.limits.clone();
     let answer = env
         .read(move |c| {
-            super::super::claim_dry_run(c, "v", &req, crate::clock::Clock::wall().now_ms())
+            super::super::claim_dry_run(c, "v", &req, &limits, crate::clock::Clock::wall().now_ms())
         })
         .await;
     assert!(answer.accepted);
@@ -149,18 +150,32 @@ async fn a_dry_run_answers_what_a_claim_would_do_and_records_nothing() {
 
     env.ready_claim("v", "a1", "n1").await;
     let same = ClaimRequest::new("a1", "n1", ClaimMode::Write);
+    let limits = env.limits.clone();
     let answer = env
         .read(move |c| {
-            super::super::claim_dry_run(c, "v", &same, crate::clock::Clock::wall().now_ms())
+            super::super::claim_dry_run(
+                c,
+                "v",
+                &same,
+                &limits,
+                crate::clock::Clock::wall().now_ms(),
+            )
         })
         .await;
     assert!(answer.accepted && answer.existing);
     assert_eq!(answer.state, Some(ClaimState::Ready));
 
     let elsewhere = ClaimRequest::new("a2", "n2", ClaimMode::Write);
+    let limits = env.limits.clone();
     let answer = env
         .read(move |c| {
-            super::super::claim_dry_run(c, "v", &elsewhere, crate::clock::Clock::wall().now_ms())
+            super::super::claim_dry_run(
+                c,
+                "v",
+                &elsewhere,
+                &limits,
+                crate::clock::Clock::wall().now_ms(),
+            )
         })
         .await;
     assert!(!answer.accepted);

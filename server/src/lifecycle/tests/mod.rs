@@ -10,6 +10,7 @@ mod events;
 mod expand;
 mod group_snapshots;
 mod listing;
+mod mounts;
 mod nodes;
 mod operator;
 mod ops;
@@ -75,6 +76,7 @@ impl Env {
                 text: Default::default(),
                 claims_per_claimer: csivol_api::limits::DEFAULT_CLAIMS_PER_CLAIMER,
                 events: Default::default(),
+                mounts: Default::default(),
             },
         }
     }

@@ -100,9 +100,10 @@ async fn a_claim_outside_the_volumes_topology_is_refused_naming_nodes_inside() {
 
     // The dry run answers the same, and a node inside is accepted.
     let req = ClaimRequest::new("a1", "n2", ClaimMode::Write);
+    let limits = env.limits.clone();
     let dry = env
         .read(move |c| {
-            super::super::claim_dry_run(c, "v", &req, crate::clock::Clock::wall().now_ms())
+            super::super::claim_dry_run(c, "v", &req, &limits, crate::clock::Clock::wall().now_ms())
         })
         .await;
     assert!(!dry.accepted);

@@ -78,6 +78,7 @@ mod tests {
                 state: ClaimState::Pending,
                 expires_at: None,
                 claimer: Some("t1"),
+                mount: &Default::default(),
             })
             .unwrap();
             assert_eq!(ctx.claims_held_by("t1").unwrap(), counted);

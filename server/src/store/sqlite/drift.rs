@@ -17,9 +17,9 @@ use crate::store::sqlite::writer::WriteCtx;
 /// chooses).
 pub const CLAIM_COLUMNS: &str = "volume, alloc, node, mode, state, target_path, error, next_retry_at, created_at, updated_at, modify_index, \
      waiting, waiting_since, waiting_timeout_ms, condition, ttl_ms, expires_at, labels, release_pending";
-/// A claim's columns with its drift.
+/// A claim's columns with its drift and its mount (one schema version brings both).
 pub const CLAIM_COLUMNS_WITH_DRIFT: &str = "volume, alloc, node, mode, state, target_path, error, next_retry_at, created_at, updated_at, modify_index, \
-     waiting, waiting_since, waiting_timeout_ms, condition, ttl_ms, expires_at, labels, release_pending, drift";
+     waiting, waiting_since, waiting_timeout_ms, condition, ttl_ms, expires_at, labels, release_pending, drift, mount";
 
 /// Whether the schema has the column (asked of the connection itself: a mirror migrated in
 /// place by `upgrade finalize` has it from that moment on).

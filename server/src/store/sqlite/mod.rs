@@ -5,6 +5,7 @@
 
 mod access;
 pub mod backup;
+mod claim_mounts;
 mod claimers;
 mod connection;
 pub mod db;
@@ -22,6 +23,7 @@ mod rows;
 mod snapshots;
 mod statement;
 mod txn;
+mod volume_mounts;
 pub mod writer;
 
 use std::collections::HashMap;
@@ -521,6 +523,14 @@ impl Snapshot for Connection {
         retries::kept(self)
     }
 
+    fn mounts_recorded(&self) -> ApiResult<bool> {
+        claim_mounts::recorded(self)
+    }
+
+    fn volume_mounts(&self, volume: &str) -> ApiResult<csivol_api::VolumeMounts> {
+        volume_mounts::get(self, volume)
+    }
+
     fn kept_answer(&self, token: &str, key: &str) -> ApiResult<Option<crate::store::KeptAnswer>> {
         retries::kept_answer(self, token, key)
     }
@@ -628,6 +638,8 @@ reads_through_the_transaction! {
     stored_secrets() -> Vec<(String, String)>;
     secrets_check() -> Option<String>;
     retries_kept() -> bool;
+    mounts_recorded() -> bool;
+    volume_mounts(volume: &str) -> csivol_api::VolumeMounts;
     kept_answer(token: &str, key: &str) -> Option<crate::store::KeptAnswer>;
     tombstone(volume: &str, alloc: &str) -> Option<crate::store::Tombstone>;
     meta(prefix: &str) -> Vec<(String, i64)>;

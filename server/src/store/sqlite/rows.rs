@@ -2,7 +2,7 @@
 
 use std::str::FromStr;
 
-use csivol_api::ClaimState;
+use csivol_api::{self as api, ClaimState};
 use rusqlite::types::{Type, ValueRef};
 use rusqlite::{Connection, Row, params};
 
@@ -186,6 +186,13 @@ impl ClaimRow {
             expires_at: r.get(16)?,
             labels: serde_json::from_str(&r.get::<_, String>(17)?).unwrap_or_default(),
             release_pending: r.get(18)?,
+            mount: if r.as_ref().column_count() > 20 {
+                r.get::<_, Option<String>>(20)?
+                    .and_then(|m| serde_json::from_str(&m).ok())
+                    .unwrap_or_default()
+            } else {
+                api::ClaimMount::default()
+            },
         })
     }
 
@@ -284,7 +291,8 @@ impl NodeRow {
 
 /// The columns [`NodePluginRow::from_row`] reads.
 const NODE_PLUGIN_COLUMNS: &str = "plugin, csi_node_id, max_volumes, node_service, controller, \
-     topology, limit_change, limit_read_at, json_extract(registration, '$.node.ready_check'), observed";
+     topology, limit_change, limit_read_at, json_extract(registration, '$.node.ready_check'), observed, \
+     coalesce(json_extract(registration, '$.node.capabilities.volume_mount_group'), 0)";
 
 impl NodePluginRow {
     fn from_row(r: &Row<'_>) -> rusqlite::Result<Self> {
@@ -301,6 +309,7 @@ impl NodePluginRow {
             observed: r
                 .get::<_, Option<String>>(9)?
                 .and_then(|o| serde_json::from_str(&o).ok()),
+            volume_mount_group: r.get(10)?,
         })
     }
 

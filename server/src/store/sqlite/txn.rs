@@ -9,7 +9,10 @@ use csivol_api::{
 };
 use rusqlite::params;
 
-use super::{access, claimers, drift, exec, held, listings, nodes, ops, retries, snapshots};
+use super::{
+    access, claim_mounts, claimers, drift, exec, held, listings, nodes, ops, retries, snapshots,
+    volume_mounts,
+};
 use crate::error::{ApiError, ApiResult};
 use crate::model::{Lifecycle, NewFence, TokenRow, VolumeRow, to_json};
 use crate::store::sqlite::writer::WriteCtx;
@@ -208,16 +211,24 @@ impl Txn for WriteCtx<'_> {
         self.memo.stamped.clear();
         exec(self.tx, "DELETE FROM volumes WHERE name = ?1", [name])?;
         exec(self.tx, "DELETE FROM ops WHERE volume = ?1", [name])?;
+        volume_mounts::put(self, name, &Default::default())?;
         Ok(())
+    }
+
+    fn put_volume_mounts(&mut self, volume: &str, m: &csivol_api::VolumeMounts) -> ApiResult<()> {
+        volume_mounts::put(self, volume, m)
     }
 
     fn delete_deleting_volume(&mut self, name: &str) -> ApiResult<()> {
         self.memo.stamped.clear();
-        exec(
+        let deleted = exec(
             self.tx,
             "DELETE FROM volumes WHERE name = ?1 AND lifecycle = 'deleting'",
             [name],
         )?;
+        if deleted > 0 {
+            volume_mounts::put(self, name, &Default::default())?;
+        }
         Ok(())
     }
 
@@ -240,6 +251,7 @@ impl Txn for WriteCtx<'_> {
                 to_json(&req.labels)
             ],
         )?;
+        claim_mounts::record(self, c.volume, &req.alloc, c.mount)?;
         match c.claimer {
             Some(token) => claimers::record(self, c.volume, &req.alloc, token),
             None => Ok(()),

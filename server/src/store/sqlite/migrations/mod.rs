@@ -31,7 +31,7 @@ pub(super) const MIGRATIONS: &[&str] = &[
     include_str!("0017_mutable_parameters.sql"),
     include_str!("0018_live_attach_limits.sql"),
     include_str!("0019_group_snapshots.sql"),
-    include_str!("0020_exact_retries_claim_drift_and_claimers.sql"),
+    include_str!("0020_exact_retries_claim_drift_claimers_and_mounts.sql"),
 ];
 
 /// A migration compiled only into test builds (feature `schema-next`) and applied only

@@ -57,3 +57,19 @@ UPDATE claims SET
 -- nobody; they are kept as they are.
 ALTER TABLE claims ADD COLUMN claimer TEXT;
 CREATE INDEX claims_claimer ON claims (claimer) WHERE claimer IS NOT NULL;
+
+-- What a claim asks of its mount, JSON (`api::ClaimMount`): the group its workload writes
+-- as and how that group is applied (by the plugin's VOLUME_MOUNT_GROUP or by csivol's
+-- ownership change), decided when the claim is recorded. Claims recorded before ask for
+-- nothing and are mounted as they were.
+ALTER TABLE claims ADD COLUMN mount TEXT;
+
+-- What a volume allows its claims to ask of their mounts (`claim_mount_flags`, JSON) and
+-- the SELinux context it is mounted with when a claim names none, beside the volume's row
+-- (a row only for a volume that sets one of them), so that a server of the previous
+-- release, which does not know them, reads its volumes as before.
+CREATE TABLE volume_mounts (
+    volume TEXT PRIMARY KEY,
+    claim_mount_flags TEXT NOT NULL DEFAULT '[]',
+    selinux_context TEXT
+);
