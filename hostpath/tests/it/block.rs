@@ -369,7 +369,10 @@ async fn a_loop_device_number_reused_by_another_file_is_replaced() {
                 break reused;
             }
             attempts += 1;
-            assert!(attempts < 5, "{shape:?}: every freed number was taken by another file");
+            assert!(
+                attempts < 5,
+                "{shape:?}: every freed number was taken by another file"
+            );
             bring_up(&mut p, &dir, &v, &cap, "a").await;
         };
         assert_eq!(
