@@ -54,10 +54,10 @@ impl App {
     }
 
     /// Claims: an operator's or a claimer's token.
-    pub(super) fn claimer(&self, headers: &HeaderMap) -> ApiResult<(String, Limits)> {
+    pub(super) fn claimer(&self, headers: &HeaderMap) -> ApiResult<Caller> {
         let caller = self.caller(headers)?;
         caller.require_claimer()?;
-        Ok((caller.actor(), self.limits.clone()))
+        Ok(caller)
     }
 
     pub(super) fn caller(&self, headers: &HeaderMap) -> ApiResult<Caller> {

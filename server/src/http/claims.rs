@@ -15,6 +15,7 @@ use super::listing;
 use super::once::{Answer, Once, Outcome};
 use super::waits::waits_for_release;
 use crate::app::App;
+use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult};
 use crate::store::Snapshot;
 use crate::store::sqlite::writer::WriteCtx;
@@ -31,9 +32,8 @@ pub(super) async fn post_claim(
 ) -> ApiResult<Response> {
     let caller = app.caller(&headers)?;
     caller.require_claimer()?;
-    let (actor, limits) = (caller.actor(), app.limits.clone());
-    // A claimer's claims count against this server's `claims_per_claimer`.
-    let (token, bounded) = (caller.token_id, caller.role == api::Role::Claimer);
+    let limits = app.limits.clone();
+    let who = Who::of(caller);
     let hold = hold.wait()?;
     let waits = waits_for_release(&headers)?;
     let began = app.db.hub.generation();
@@ -50,12 +50,7 @@ pub(super) async fn post_claim(
     let sent_at = once.sent_at();
     let body = req.clone();
     let write = move |ctx: &mut WriteCtx<'_>| {
-        let who = lifecycle::Claimant {
-            actor: &actor,
-            token: &token,
-            bounded,
-        };
-        lifecycle::create_claim(ctx, &volume, &req, &who, &limits, waits, sent_at)
+        lifecycle::create_claim(ctx, &volume, &req, &who.claimant(), &limits, waits, sent_at)
     };
     let answer = move |(claim, new): &(api::Claim, bool)| {
         let status = if *new {
@@ -97,13 +92,14 @@ pub(super) async fn delete_claim(
     Q(hold): Q<Hold>,
     once: Once,
 ) -> ApiResult<Response> {
-    let (actor, _) = app.claimer(&headers)?;
+    let who = Who::of(app.claimer(&headers)?);
     name("volume", &volume)?;
     name("alloc", &alloc)?;
     let hold = hold.wait()?;
     let began = app.db.hub.generation();
-    let write =
-        move |ctx: &mut WriteCtx<'_>| lifecycle::release_claim(ctx, &volume, &alloc, &actor);
+    let write = move |ctx: &mut WriteCtx<'_>| {
+        lifecycle::release_claim(ctx, &volume, &alloc, &who.claimant())
+    };
     // An alloc that holds no claim is refused with the tombstone its release left.
     let answer = move |released: &Result<api::Claim, ApiError>| match released {
         Ok(claim) => Answer::indexed(StatusCode::ACCEPTED, (claim.index, began), claim),
@@ -142,12 +138,12 @@ pub(super) async fn renew_claim(
     once: Once,
     Body(req): Body<api::RenewRequest>,
 ) -> ApiResult<Response> {
-    let (actor, _) = app.claimer(&headers)?;
+    let who = Who::of(app.claimer(&headers)?);
     name("volume", &volume)?;
     name("alloc", &alloc)?;
     let body = req.clone();
     let write = move |ctx: &mut WriteCtx<'_>| {
-        lifecycle::renew_lease(ctx, &volume, &alloc, req.ttl_ms, &actor)
+        lifecycle::renew_lease(ctx, &volume, &alloc, req.ttl_ms, &who.claimant())
     };
     let began = app.db.hub.generation();
     let answer =
@@ -186,4 +182,32 @@ pub(super) async fn list_claims(
     app.caller(&headers)?.require_reader()?;
     let filter = views::ClaimFilter::from_query(&pairs)?;
     listing::claims(&app, filter).await
+}
+
+/// The caller of a claim write, owned so that the write can move it to the writer.
+struct Who {
+    actor: String,
+    token: String,
+    role: api::Role,
+}
+
+impl Who {
+    fn of(caller: Caller) -> Self {
+        Self {
+            actor: caller.actor(),
+            token: caller.token_id,
+            role: caller.role,
+        }
+    }
+
+    fn claimant(&self) -> lifecycle::Claimant<'_> {
+        lifecycle::Claimant {
+            actor: &self.actor,
+            token: &self.token,
+            // A claimer's claims count against this server's `claims_per_claimer`.
+            bounded: self.role == api::Role::Claimer,
+            // An operator may renew and release any claim; a claimer only its own.
+            any_claim: self.role == api::Role::Operator,
+        }
+    }
 }

@@ -8,6 +8,7 @@ use super::admission::{ClaimDecision, evaluate_claim, unblock_hint};
 use super::attachments::{Recorded, advance_volume};
 use super::changes::{delete_claim, set_claim_state, touch_volume};
 use super::events::event;
+use super::owners::Acting;
 use super::settings::Limits;
 use crate::error::{ApiError, ApiResult};
 use crate::store::{NewClaim, Snapshot, Txn};
@@ -27,14 +28,26 @@ pub fn initial_state(
     Ok(transitions::first_state(&recorded.facts(), node))
 }
 
-/// Who asks for a claim: the actor its event names, the token recorded as its claimer,
-/// and whether that token's claims are bounded by `[limits] claims_per_claimer` (a
-/// claimer's are; an operator's are not, as operators revoke the tokens that misbehave).
+/// Who asks for a claim, or to renew or release one: the actor its event names, the
+/// token recorded as its claimer, whether that token's claims are bounded by `[limits]
+/// claims_per_claimer` (a claimer's are; an operator's are not, as operators revoke the
+/// tokens that misbehave), and whether it may renew and release claims other tokens made
+/// (an operator may; a claimer only its own).
 #[derive(Clone, Copy, Debug)]
 pub struct Claimant<'a> {
     pub actor: &'a str,
     pub token: &'a str,
     pub bounded: bool,
+    pub any_claim: bool,
+}
+
+impl Claimant<'_> {
+    pub(super) fn acting(&self) -> Acting<'_> {
+        Acting {
+            token: self.token,
+            any_claim: self.any_claim,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -45,6 +58,7 @@ impl<'a> Claimant<'a> {
             actor,
             token: actor,
             bounded: false,
+            any_claim: true,
         }
     }
 }
@@ -97,7 +111,10 @@ pub fn create_claim(
 ) -> ApiResult<(api::Claim, bool)> {
     let actor = who.actor;
     match evaluate_claim(&*ctx, volume, req, waits)? {
-        ClaimDecision::Existing(c) => Ok((ctx.claim_to_api(&c)?, false)),
+        ClaimDecision::Existing(c) => {
+            super::owners::refuse_unless_may_repeat(&*ctx, &c, who.acting())?;
+            Ok((ctx.claim_to_api(&c)?, false))
+        }
         decision => {
             super::retries::refuse_if_released(&*ctx, volume, &req.alloc, sent_at)?;
             refuse_past_claims_limit(&*ctx, who, limits)?;
@@ -195,13 +212,15 @@ pub fn release_claim(
     ctx: &mut impl Txn,
     volume: &str,
     alloc: &str,
-    actor: &str,
+    who: &Claimant<'_>,
 ) -> ApiResult<Result<api::Claim, ApiError>> {
+    let actor = who.actor;
     let Some(c) = ctx.claim(volume, alloc)? else {
         let refusal = no_claim(ctx, volume, alloc)?;
         ctx.put_tombstone(volume, alloc)?;
         return Ok(Err(refusal));
     };
+    super::owners::refuse_unless_may_change(&*ctx, &c, who.acting(), "release")?;
     match c.state {
         ClaimState::Releasing | ClaimState::Failed => {}
         ClaimState::Queued => {

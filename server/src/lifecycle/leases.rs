@@ -34,11 +34,13 @@ pub fn renew_lease(
     volume: &str,
     alloc: &str,
     ttl_ms: Option<u64>,
-    actor: &str,
+    who: &super::Claimant<'_>,
 ) -> ApiResult<api::Claim> {
+    let actor = who.actor;
     let Some(c) = ctx.claim(volume, alloc)? else {
         return Err(super::claims::no_claim(&*ctx, volume, alloc)?);
     };
+    super::owners::refuse_unless_may_change(&*ctx, &c, who.acting(), "renew")?;
     if matches!(c.state, ClaimState::Releasing | ClaimState::Failed) {
         return Err(ApiError::conflict(format!(
             "the claim of alloc `{alloc}` on volume `{volume}` is {}: there is nothing to renew",

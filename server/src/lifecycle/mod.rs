@@ -5,7 +5,8 @@
 //! - what every job shares: `settings` (`Limits`), `events` (the event log), `backoff`,
 //!   `changes` (the row changes every job makes), `node_expansion` (NodeExpandVolume's part
 //!   of an expansion, which a detach ends), `heard` (who was heard from since the state
-//!   went back in time), `retries` (a claim request older than its alloc's release);
+//!   went back in time), `retries` (a claim request older than its alloc's release), `owners` (a claim
+//!   belongs to the token that made it);
 //! - `ops`, the controller-operation queue: its engine (`ops/queue`) knows no kind of
 //!   operation; each kind (attach, detach, create, delete, expand, modify, snapshot, group
 //!   snapshot) is a file of `ops/kinds/` and a row of its table;
@@ -48,6 +49,7 @@ mod node_expansion;
 mod nodes;
 mod operator;
 mod ops;
+mod owners;
 mod reconcile;
 mod reports;
 mod retries;

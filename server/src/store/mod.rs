@@ -61,6 +61,18 @@ pub struct Pruning<'a> {
     pub batch: usize,
 }
 
+/// Who made a claim, as the state records it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Claimer {
+    /// The schema does not record claimers yet (a rolling upgrade over etcd before
+    /// `upgrade finalize`): nobody's claims are told apart.
+    NotRecorded,
+    /// Recorded before the schema recorded claimers, or the claim is gone: no token's.
+    Nobody,
+    /// The token (its id) that made it.
+    Token(String),
+}
+
 /// Reads of the cluster state.
 pub trait Snapshot {
     fn volume(&self, name: &str) -> ApiResult<Option<VolumeRow>>;
@@ -70,6 +82,9 @@ pub trait Snapshot {
     /// How many claims the token `token` made and still holds, queued ones included;
     /// `None` where the schema does not record claimers (before `upgrade finalize`).
     fn claims_held_by(&self, token: &str) -> ApiResult<Option<usize>>;
+    /// Which token made the claim of `alloc` on `volume`: [`Claimer::NotRecorded`] where
+    /// the schema does not record claimers (before `upgrade finalize`).
+    fn claimer_of(&self, volume: &str, alloc: &str) -> ApiResult<Claimer>;
     /// Claims on a node (in one state, or all), by volume and alloc.
     fn claims_of_node(&self, node: &str, state: Option<ClaimState>) -> ApiResult<Vec<ClaimRow>>;
     /// A queued claim's place in its volume's queue (1 first); `None` when not queued.

@@ -25,6 +25,7 @@ mod hosting;
 mod impostor;
 mod listings;
 mod lost;
+mod owners;
 mod queue_and_leases;
 mod retries;
 mod secrets;

@@ -337,7 +337,8 @@ async fn a_key_names_one_request_for_one_token_and_a_refusal_is_kept_like_an_ans
     assert!(replayed(&again) && again.status == 201 && again.body == first.body);
 
     // Per token: another token's same key and body is another request, decided afresh
-    // (the alloc holds its claim already: 200, not the first token's 201).
+    // (the alloc holds a claim the first token made: refused, not the first token's 201
+    // replayed).
     let (_, t) = api
         .post("/v1/tokens", json!({"role": "claimer", "name": "ci-2"}))
         .await;
@@ -352,7 +353,12 @@ async fn a_key_names_one_request_for_one_token_and_a_refusal_is_kept_like_an_ans
     .await;
     assert_eq!(
         theirs.status,
-        200,
+        409,
+        "{}",
+        String::from_utf8_lossy(&theirs.body)
+    );
+    assert!(
+        String::from_utf8_lossy(&theirs.body).contains("made by another token"),
         "{}",
         String::from_utf8_lossy(&theirs.body)
     );

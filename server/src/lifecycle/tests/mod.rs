@@ -153,9 +153,11 @@ impl Env {
 
     async fn release(&self, volume: &str, alloc: &str) -> ApiResult<api::Claim> {
         let (v, a) = (volume.to_owned(), alloc.to_owned());
-        self.write(move |ctx, _| super::release_claim(ctx, &v, &a, "ci"))
-            .await
-            .and_then(|released| released)
+        self.write(move |ctx, _| {
+            super::release_claim(ctx, &v, &a, &super::Claimant::operator("ci"))
+        })
+        .await
+        .and_then(|released| released)
     }
 
     async fn report(&self, node: &str, reports: Vec<Report>) {

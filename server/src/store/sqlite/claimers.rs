@@ -1,15 +1,17 @@
 //! Who made each claim (`claims.claimer`: the token that asked), so that a claimer's
-//! claims can be counted against `[limits] claims_per_claimer`.
+//! claims can be counted against `[limits] claims_per_claimer`, and so that a claimer
+//! token may release and renew only the claims it made.
 //!
 //! The column comes with one schema migration. With the etcd store a server may run on
 //! the schema before it until `upgrade finalize`: then no claim records its claimer and
 //! none is counted, which is how the bound is skipped during a rolling upgrade. Claims
 //! recorded before the migration have no claimer and count for nobody.
 
-use rusqlite::{Connection, params};
+use rusqlite::{Connection, OptionalExtension, params};
 
 use super::statement::exec;
 use crate::error::ApiResult;
+use crate::store::Claimer;
 use crate::store::sqlite::writer::WriteCtx;
 
 /// Whether the schema has the column (asked of the connection itself: a mirror migrated in
@@ -30,6 +32,20 @@ pub fn held_by(conn: &Connection, token: &str) -> ApiResult<Option<usize>> {
     let mut stmt = conn.prepare_cached("SELECT count(*) FROM claims WHERE claimer = ?1")?;
     let n: i64 = stmt.query_row([token], |r| r.get(0))?;
     Ok(Some(n.max(0) as usize))
+}
+
+/// Which token made the claim of `alloc` on `volume`.
+pub fn of(conn: &Connection, volume: &str, alloc: &str) -> ApiResult<Claimer> {
+    if !recorded(conn)? {
+        return Ok(Claimer::NotRecorded);
+    }
+    let mut stmt =
+        conn.prepare_cached("SELECT claimer FROM claims WHERE volume = ?1 AND alloc = ?2")?;
+    let token: Option<Option<String>> = stmt.query_row([volume, alloc], |r| r.get(0)).optional()?;
+    Ok(match token.flatten() {
+        Some(t) => Claimer::Token(t),
+        None => Claimer::Nobody,
+    })
 }
 
 /// Records `token` as the claimer of a claim just inserted, where claimers are recorded.
@@ -58,7 +74,7 @@ mod tests {
     /// finalize`: no claim then records its claimer and none is counted; once migrated in
     /// place, they are, and the claims recorded before count for nobody.
     #[test]
-    fn below_its_schema_no_claimer_is_recorded_or_counted_and_after_it_each_is() {
+    fn below_its_schema_no_claimer_is_recorded_counted_or_told_apart_and_after_it_each_is() {
         let dir = std::env::temp_dir().join(format!(
             "csivol-claimers-{}-{}",
             std::process::id(),
@@ -82,6 +98,14 @@ mod tests {
             })
             .unwrap();
             assert_eq!(ctx.claims_held_by("t1").unwrap(), counted);
+            // Below the schema the claim is nobody's in particular: any claimer token may
+            // release it, as before; from it on, it is the token's that made it.
+            let whose = if counted.is_some() {
+                Claimer::Token("t1".into())
+            } else {
+                Claimer::NotRecorded
+            };
+            assert_eq!(ctx.claimer_of("v", alloc).unwrap(), whose);
             drop(ctx);
             tx.commit().unwrap();
         }

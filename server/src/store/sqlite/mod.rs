@@ -115,6 +115,10 @@ impl Snapshot for Connection {
         claimers::held_by(self, token)
     }
 
+    fn claimer_of(&self, volume: &str, alloc: &str) -> ApiResult<crate::store::Claimer> {
+        claimers::of(self, volume, alloc)
+    }
+
     fn claims_of_node(&self, node: &str, state: Option<ClaimState>) -> ApiResult<Vec<ClaimRow>> {
         let sql = format!(
             "SELECT {} FROM claims WHERE node = ?1 AND (?2 IS NULL OR state = ?2) ORDER BY volume, alloc",
@@ -580,6 +584,7 @@ reads_through_the_transaction! {
     claims_of_volume(volume: &str) -> Vec<ClaimRow>;
     claim(volume: &str, alloc: &str) -> Option<ClaimRow>;
     claims_held_by(token: &str) -> Option<usize>;
+    claimer_of(volume: &str, alloc: &str) -> crate::store::Claimer;
     claims_of_node(node: &str, state: Option<ClaimState>) -> Vec<ClaimRow>;
     queue_position(claim: &ClaimRow) -> Option<u32>;
     attachments_of_volume(volume: &str) -> Vec<AttachmentRow>;
