@@ -34,7 +34,7 @@ pub fn renew_lease(
     volume: &str,
     alloc: &str,
     ttl_ms: Option<u64>,
-    who: &super::Claimant<'_>,
+    who: &super::claims::Claimant<'_>,
 ) -> ApiResult<api::Claim> {
     let actor = who.actor;
     let Some(c) = ctx.claim(volume, alloc)? else {
