@@ -352,7 +352,11 @@ async fn give_group(shared: &Shared, d: &DesiredPublish, target: &Path) -> Resul
     }
     // Done before and still so: not again (a recursive change may be long). A root that
     // lost the group since (changed behind csivol) is given it again.
-    let recorded = shared.store.ownership(&d.volume.volume, &d.alloc).await? == Some(gid);
+    let recorded = shared
+        .store
+        .ownership(&d.volume.volume, &d.alloc)
+        .await?
+        .is_some_and(|(g, _)| g == gid);
     if recorded && super::ownership::root_has(target, gid) {
         return Ok(());
     }
@@ -388,7 +392,7 @@ async fn give_group(shared: &Shared, d: &DesiredPublish, target: &Path) -> Resul
     }
     shared
         .store
-        .record_ownership(&d.volume.volume, &d.alloc, gid, changed.entries)
+        .record_ownership(&d.volume.volume, &d.alloc, gid, changed)
         .await?;
     Ok(())
 }

@@ -156,6 +156,7 @@ pub fn volume_chunk(
             last: None,
             claims: HashMap::new(),
             attachments: HashMap::new(),
+            mounts: HashMap::new(),
         });
     };
     let mut claims: HashMap<String, Vec<ClaimRow>> = HashMap::new();
@@ -183,12 +184,14 @@ pub fn volume_chunk(
         let a = a?;
         attachments.entry(a.volume.clone()).or_default().push(a);
     }
+    let mounts = super::volume_mounts::between(conn, after, &last)?;
     Ok(VolumeChunk {
         volumes,
         decode: volume_fields,
         last: Some(last),
         claims,
         attachments,
+        mounts,
     })
 }
 
