@@ -140,13 +140,7 @@ pub async fn run(ctx: &Ctx, args: ClaimArgs) -> anyhow::Result<Exit> {
         queue: args.queue,
         labels: &args.labels,
         waits: args.wait.wait,
-        mount: crate::groups::MountFlags {
-            gid: args.gid,
-            group: args.group.as_deref(),
-            mount_flags: &args.mount_flags,
-            selinux_context: args.selinux_context.as_deref(),
-        }
-        .for_claim()?,
+        mount: args.mount.for_claim()?,
     };
     if args.dry_run {
         let path = format!("/v1/volumes/{volume}/claims");
