@@ -40,6 +40,11 @@ pub(super) enum StepError {
     /// The claim is no longer wanted (released, unblocked): its readiness wait stopped.
     #[error("the claim is no longer wanted")]
     Interrupted,
+    /// The claim disagrees with what its volume's staging on the node was made with (the
+    /// group the plugin applies, the SELinux context): a retry meets the same staging, so
+    /// the claim fails with the reason.
+    #[error("{0}")]
+    Disagrees(String),
 }
 
 impl StepError {
@@ -48,7 +53,10 @@ impl StepError {
         match self {
             Self::Call(e) => e.class() != ErrorClass::Retry,
             Self::Store(_) | Self::Local(_) => false,
-            Self::UnknownPlugin(_) | Self::NotReady { .. } | Self::Interrupted => true,
+            Self::UnknownPlugin(_)
+            | Self::NotReady { .. }
+            | Self::Interrupted
+            | Self::Disagrees(_) => true,
         }
     }
 
@@ -61,7 +69,7 @@ impl StepError {
             Self::Call(e) => e.to_plugin_error(is_final, next_retry_at_ms),
             other => PluginError {
                 code: match other {
-                    Self::UnknownPlugin(_) => "FAILED_PRECONDITION",
+                    Self::UnknownPlugin(_) | Self::Disagrees(_) => "FAILED_PRECONDITION",
                     Self::NotReady { .. } => "TIMEOUT",
                     _ => "INTERNAL",
                 }
@@ -267,7 +275,7 @@ pub(super) async fn publish(
     {
         staged
             .admits(&StagedMount::of(&d.mount))
-            .map_err(StepError::Local)?;
+            .map_err(StepError::Disagrees)?;
     }
     shared.store.put_publication(&rec, None).await?;
     // The CO creates the parent; the plugin creates the target itself.
