@@ -100,6 +100,20 @@ pub enum ClaimCommand {
     Renew(RenewArgs),
     /// List claims across volumes, oldest first
     List(ClaimListArgs),
+    /// Show one claim: its state, its mount (group and who applies it, what csivol's
+    /// ownership change did, its own flags and SELinux context), lease and labels
+    Show(ClaimShowArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ClaimShowArgs {
+    /// The claimed volume
+    #[arg(value_parser = volume_name)]
+    pub volume: String,
+
+    /// The alloc whose claim to show
+    #[arg(long, value_name = "ALLOC", value_parser = alloc_name)]
+    pub alloc: String,
 }
 
 #[derive(Debug, Args)]

@@ -224,17 +224,19 @@ fn held_claim_keeps_its_record(c: &mut Cluster) {
         None,
         "gone with its publication"
     );
+    let out = c.csivol(&["claim", "show", "scratch", "--alloc", "held"]);
+    assert_eq!(out.code, 3, "{out:?}");
+    assert!(
+        out.stderr.contains("claim list --volume scratch"),
+        "{out:?}"
+    );
 }
 
-/// What the server shows of the held claim's ownership change (`-o json`).
+/// What `csivol claim show` shows of the held claim's ownership change (`-o json`).
 fn ownership_change(c: &Cluster) -> serde_json::Value {
-    let out = c.csivol(&["claim", "list", "--volume", "scratch", "-o", "json"]);
-    let claims = out.json();
-    let held = claims
-        .as_array()
-        .and_then(|a| a.iter().find(|c| c["alloc"] == "held"))
-        .unwrap_or_else(|| panic!("no held claim: {out:?}"));
-    held["mount"]["ownership_change"].clone()
+    let out = c.csivol(&["claim", "show", "scratch", "--alloc", "held", "-o", "json"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    out.json()["mount"]["ownership_change"].clone()
 }
 
 fn claim_ready(c: &Cluster) -> bool {
