@@ -213,11 +213,19 @@ pub(super) async fn stage(shared: &Shared, step: &StageStep) -> Result<(), StepE
         block: v.capability.access_type.is_block(),
         observed: None,
     };
+    // A staging left on the node (its unstage has not succeeded yet, or a stage was cut
+    // short) keeps what it was made with for its whole file system: a claim that disagrees
+    // is refused before anything is recorded over it or asked of the plugin, which would
+    // answer ALREADY_EXISTS (spec.md, NodeStageVolume errors, "Volume published but is
+    // incompatible").
+    let wanted = StagedMount::of(&step.desired.mount);
+    if shared.store.staging(&v.volume).is_some()
+        && let Some(staged) = shared.store.staging_mount(&v.volume).await?
+    {
+        staged.admits(&wanted).map_err(StepError::Disagrees)?;
+    }
     shared.store.put_staging(&rec, None).await?;
-    shared
-        .store
-        .put_staging_mount(&v.volume, &StagedMount::of(&step.desired.mount))
-        .await?;
+    shared.store.put_staging_mount(&v.volume, &wanted).await?;
     // The CO creates the staging directory; the plugin mounts on it.
     std::fs::create_dir_all(&step.path).map_err(|e| local("create", &step.path, e))?;
     if let Err(e) = plugin.stage(v, &step.desired.mount, &step.path).await {
