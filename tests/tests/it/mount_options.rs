@@ -63,6 +63,29 @@ fn a_claims_flags_reach_its_publication_only_and_its_context_both_calls() {
         format!("[plugins.\"{PLUGIN}\"]\nselinux_mount = true\n")
     });
     spec(&c);
+    // What the volume allows its claims' mounts is shown with it, and in the listing.
+    let shown = c.csivol(&["volume", "show", "scratch"]);
+    assert!(
+        shown
+            .stdout
+            .lines()
+            .any(|l| l.contains("claim mount flags") && l.contains("noatime")),
+        "{shown:?}"
+    );
+    let json = c
+        .csivol(&["volume", "show", "scratch", "-o", "json"])
+        .json();
+    assert_eq!(
+        json["claim_mount_flags"],
+        serde_json::json!(["noatime"]),
+        "{json}"
+    );
+    let listed = c.csivol(&["volume", "list", "-o", "json"]).json();
+    assert_eq!(
+        listed[0]["claim_mount_flags"],
+        serde_json::json!(["noatime"]),
+        "{listed}"
+    );
     let ctx = format!("--selinux-context={CONTEXT}");
     let out = claim(&c, "a1", &["--mount-flag", "noatime", &ctx]);
     assert_eq!(out.code, 0, "{out:?}");
