@@ -70,6 +70,9 @@ _csivol() {
             csivol__subcmd__claim,renew)
                 cmd="csivol__subcmd__claim__subcmd__renew"
                 ;;
+            csivol__subcmd__claim,show)
+                cmd="csivol__subcmd__claim__subcmd__show"
+                ;;
             csivol__subcmd__claim__subcmd__help,help)
                 cmd="csivol__subcmd__claim__subcmd__help__subcmd__help"
                 ;;
@@ -78,6 +81,9 @@ _csivol() {
                 ;;
             csivol__subcmd__claim__subcmd__help,renew)
                 cmd="csivol__subcmd__claim__subcmd__help__subcmd__renew"
+                ;;
+            csivol__subcmd__claim__subcmd__help,show)
+                cmd="csivol__subcmd__claim__subcmd__help__subcmd__show"
                 ;;
             csivol__subcmd__help,claim)
                 cmd="csivol__subcmd__help__subcmd__claim"
@@ -129,6 +135,9 @@ _csivol() {
                 ;;
             csivol__subcmd__help__subcmd__claim,renew)
                 cmd="csivol__subcmd__help__subcmd__claim__subcmd__renew"
+                ;;
+            csivol__subcmd__help__subcmd__claim,show)
+                cmd="csivol__subcmd__help__subcmd__claim__subcmd__show"
                 ;;
             csivol__subcmd__help__subcmd__node,drain)
                 cmd="csivol__subcmd__help__subcmd__node__subcmd__drain"
@@ -420,7 +429,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__claim)
-            opts="-o -q -h -V --node --alloc --read-only --ttl --queue --label --gid --group --mount-flag --selinux-context --dry-run --release-on-timeout --wait --timeout --addr --ca-cert --token --output --no-color --quiet --stale --help --version renew list help"
+            opts="-o -q -h -V --node --alloc --read-only --ttl --queue --label --gid --group --mount-flag --selinux-context --dry-run --release-on-timeout --wait --timeout --addr --ca-cert --token --output --no-color --quiet --stale --help --version renew list show help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -529,7 +538,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__claim__subcmd__help)
-            opts="renew list help"
+            opts="renew list show help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -571,6 +580,20 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__claim__subcmd__help__subcmd__renew)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__claim__subcmd__help__subcmd__show)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -680,6 +703,59 @@ _csivol() {
                     return 0
                     ;;
                 --ttl)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --addr)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --ca-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --token)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -o)
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__claim__subcmd__show)
+            opts="-o -q -h -V --alloc --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --alloc)
                     COMPREPLY=("${cur}")
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
                         compopt -o nospace
@@ -987,7 +1063,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__help__subcmd__claim)
-            opts="renew list"
+            opts="renew list show"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1015,6 +1091,20 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__help__subcmd__claim__subcmd__renew)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__help__subcmd__claim__subcmd__show)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -3796,7 +3886,7 @@ _csivol_with_names() {
         local IFS=' '
         case "${COMP_WORDS[*]:1:COMP_CWORD-1}" in
             'run'*' --'|'run'*' -- '*|'run'*' --node'|'run'*' --alloc'|'run'*' --ttl'|'run'*' --timeout'|'run'*' --label'|'run'*' --gid'|'run'*' --group'|'run'*' --mount-flag'|'run'*' --selinux-context'|'run'*' --addr'|'run'*' --ca-cert'|'run'*' --token'|'run'*' --output'|'run'*' -o'|'snapshot create'*' --'|'snapshot create'*' -- '*|'snapshot create'*' --name'|'snapshot create'*' --group'|'snapshot create'*' --parameter'|'snapshot create'*' --timeout'|'snapshot create'*' --addr'|'snapshot create'*' --ca-cert'|'snapshot create'*' --token'|'snapshot create'*' --output'|'snapshot create'*' -o') ;;
-            'claim'|'claim renew'|'release'|'status'|'unblock'|'detach'|'volume show'|'volume deregister'|'volume expand'|'volume modify'|'run'|'run '*|'snapshot create'|'snapshot create '*) kind=volumes ;;
+            'claim'|'claim renew'|'claim show'|'release'|'status'|'unblock'|'detach'|'volume show'|'volume deregister'|'volume expand'|'volume modify'|'run'|'run '*|'snapshot create'|'snapshot create '*) kind=volumes ;;
             'fence'|'node show'|'node drain'|'node eligibility'|'node label'|'node remove') kind=nodes ;;
         esac
     fi

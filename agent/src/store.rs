@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, OptionalExtension, params};
 
+use csivol_api::OwnershipChange;
 use csivol_rules::agent::observed::Observation;
 
 /// How long start-up waits for a previous agent process on the same data dir to let go.
@@ -22,7 +23,7 @@ const LOCK_WAIT: Duration = Duration::from_secs(10);
 /// (a block device's identity) has a default, so a record written before reads with it
 /// empty and is completed at its next check, and an older agent reads a newer record,
 /// skipping what it does not know. Such a change needs no new version.
-const SCHEMA_VERSION: i32 = 3;
+const SCHEMA_VERSION: i32 = 4;
 const BOOT_ID: &str = "/proc/sys/kernel/random/boot_id";
 /// Writes between two checkpoints of agent.db's WAL: a few hundred KiB of WAL at most.
 const CHECKPOINT_EVERY: u32 = 256;
@@ -202,6 +203,16 @@ impl Store {
                      volume TEXT PRIMARY KEY,
                      mount TEXT NOT NULL);
                  PRAGMA user_version = 3;",
+            )
+            .map_err(open_err)?;
+        }
+        if version < 4 {
+            // Whether the bound stopped a `recursive` ownership change, reported to the
+            // server with the count. Records written before say it did not: the agent
+            // logged it then, and a bounded change is not repeated to find out.
+            conn.execute_batch(
+                "ALTER TABLE ownership ADD COLUMN bounded INTEGER NOT NULL DEFAULT 0;
+                 PRAGMA user_version = 4;",
             )
             .map_err(open_err)?;
         }
@@ -420,15 +431,29 @@ impl Store {
         Ok(())
     }
 
-    /// The group the agent gave a publication's target (`ownership`), if it did.
-    pub async fn ownership(&self, volume: &str, alloc: &str) -> Result<Option<u32>, StoreError> {
+    /// The group the agent gave a publication's target (`ownership`) and what the change
+    /// did, if it gave one.
+    pub async fn ownership(
+        &self,
+        volume: &str,
+        alloc: &str,
+    ) -> Result<Option<(u32, OwnershipChange)>, StoreError> {
         let (v, a) = (volume.to_owned(), alloc.to_owned());
         self.call(move |c| {
             match c
-                .prepare_cached("SELECT gid FROM ownership WHERE volume = ?1 AND alloc = ?2")?
-                .query_row([v, a], |r| r.get::<_, u32>(0))
-            {
-                Ok(gid) => Ok(Some(gid)),
+                .prepare_cached(
+                    "SELECT gid, entries, bounded FROM ownership WHERE volume = ?1 AND alloc = ?2",
+                )?
+                .query_row([v, a], |r| {
+                    Ok((
+                        r.get::<_, u32>(0)?,
+                        OwnershipChange {
+                            entries: r.get::<_, i64>(1)?.max(0) as u64,
+                            bounded: r.get(2)?,
+                        },
+                    ))
+                }) {
+                Ok(found) => Ok(Some(found)),
                 Err(rusqlite::Error::QueryReturnedNoRows) => Ok(None),
                 Err(e) => Err(e),
             }
@@ -436,23 +461,31 @@ impl Store {
         .await
     }
 
-    /// Records that the agent gave a publication's target group `gid` (and how many
-    /// entries it changed).
+    /// Records that the agent gave a publication's target group `gid`, and what the change
+    /// did.
     pub async fn record_ownership(
         &self,
         volume: &str,
         alloc: &str,
         gid: u32,
-        entries: u64,
+        change: OwnershipChange,
     ) -> Result<(), StoreError> {
         let (v, a) = (volume.to_owned(), alloc.to_owned());
         self.call(move |c| {
             c.prepare_cached(
-                "INSERT INTO ownership (volume, alloc, gid, entries, at_ms)
-                 VALUES (?1, ?2, ?3, ?4, ?5)
-                 ON CONFLICT (volume, alloc) DO UPDATE SET gid = ?3, entries = ?4, at_ms = ?5",
+                "INSERT INTO ownership (volume, alloc, gid, entries, bounded, at_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                 ON CONFLICT (volume, alloc) DO UPDATE
+                     SET gid = ?3, entries = ?4, bounded = ?5, at_ms = ?6",
             )?
-            .execute(params![v, a, gid, entries as i64, now_ms() as i64])
+            .execute(params![
+                v,
+                a,
+                gid,
+                change.entries.min(i64::MAX as u64) as i64,
+                change.bounded,
+                now_ms() as i64
+            ])
         })
         .await?;
         Ok(())

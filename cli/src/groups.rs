@@ -5,33 +5,27 @@
 use anyhow::{Context, bail};
 use csivol_api::MountRequest;
 
+use crate::args::MountArgs;
+
 const GROUP_FILE: &str = "/etc/group";
 
-/// The flags of `claim` and `run` that shape a claim's mount.
-pub struct MountFlags<'a> {
-    pub gid: Option<u32>,
-    pub group: Option<&'a str>,
-    pub mount_flags: &'a [String],
-    pub selinux_context: Option<&'a str>,
-}
-
-impl MountFlags<'_> {
+impl MountArgs {
     /// What `claim` asks for.
     pub fn for_claim(&self) -> anyhow::Result<MountRequest> {
-        let group = asked(self.gid, self.group)?.unwrap_or_default();
+        let group = asked(self.gid, self.group.as_deref())?.unwrap_or_default();
         Ok(self.with_options(group))
     }
 
     /// What `run` asks for: the caller's own group unless one is given ([`for_run`]).
     pub fn for_run(&self) -> anyhow::Result<MountRequest> {
-        let group = for_run(self.gid, self.group)?;
+        let group = for_run(self.gid, self.group.as_deref())?;
         Ok(self.with_options(group))
     }
 
     fn with_options(&self, group: MountRequest) -> MountRequest {
         MountRequest {
-            mount_flags: self.mount_flags.to_vec(),
-            selinux_context: self.selinux_context.map(str::to_owned),
+            mount_flags: self.mount_flags.clone(),
+            selinux_context: self.selinux_context.clone(),
             ..group
         }
     }

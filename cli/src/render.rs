@@ -136,6 +136,15 @@ pub fn volume(out: &Out, v: &Volume) -> anyhow::Result<()> {
     if !v.mount_flags.is_empty() {
         rows.push(("mount flags", v.mount_flags.join(", ")));
     }
+    if !v.claim_mount_flags.is_empty() {
+        rows.push(("claim mount flags", v.claim_mount_flags.join(", ")));
+    }
+    if let Some(c) = &v.selinux_context {
+        rows.push(("selinux context", c.clone()));
+    }
+    if let Some(o) = v.ownership {
+        rows.push(("ownership", format!("{} (the volume's own)", o.as_str())));
+    }
     rows.push(("context", map(&v.context)));
     rows.push(("parameters", map(&v.parameters)));
     if !v.mutable_parameters.is_empty() || v.modification.is_some() {
@@ -302,11 +311,34 @@ pub fn claim(out: &Out, c: &Claim) -> anyhow::Result<()> {
     if let Some(why) = &c.mount.not_applied {
         rows.push(("group not applied", why.clone()));
     }
+    if let Some(o) = &c.mount.ownership_change {
+        rows.push(("ownership change", ownership_change(o)));
+    }
+    if !c.mount.mount_flags.is_empty() {
+        rows.push(("mount flags", c.mount.mount_flags.join(", ")));
+    }
+    if let Some(ctx) = &c.mount.selinux_context {
+        rows.push(("selinux context", ctx.clone()));
+    }
     if !c.labels.is_empty() {
         rows.push(("labels", labels(c)));
     }
     rows.push(("created", when(&c.created_at)));
     record(out, &format!("claim of alloc {}", c.alloc), &rows)
+}
+
+/// What csivol's ownership change did on the claim's node.
+fn ownership_change(o: &csivol_api::OwnershipChange) -> String {
+    let entries = match o.entries {
+        0 => "no entry changed: the root had the group".to_owned(),
+        1 => "1 entry given the group".to_owned(),
+        n => format!("{n} entries given the group"),
+    };
+    if o.bounded {
+        format!("{entries}, then stopped at the agent's bound: entries past it keep theirs")
+    } else {
+        entries
+    }
 }
 
 /// The group a claim's workload writes as, and who applies it: `1234 (plugin)`.

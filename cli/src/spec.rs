@@ -43,6 +43,8 @@ struct RegisterFile {
     claim_mount_flags: Vec<String>,
     #[serde(default)]
     selinux_context: Option<String>,
+    #[serde(default)]
+    ownership: Option<csivol_api::Ownership>,
 }
 
 /// `volume create` files, likewise for [`CreateVolumeSpec`].
@@ -74,6 +76,8 @@ struct CreateFile {
     claim_mount_flags: Vec<String>,
     #[serde(default)]
     selinux_context: Option<String>,
+    #[serde(default)]
+    ownership: Option<csivol_api::Ownership>,
 }
 
 /// A capacity: a number of bytes, or a string with a unit as `volume expand` takes it
@@ -239,6 +243,7 @@ pub fn read_register(path: &Path) -> anyhow::Result<(String, VolumeSpec)> {
         topology: f.topology,
         claim_mount_flags: f.claim_mount_flags,
         selinux_context: f.selinux_context,
+        ownership: f.ownership,
     };
     Ok((f.name, spec))
 }
@@ -272,6 +277,7 @@ pub fn read_create(path: &Path) -> anyhow::Result<(String, CreateVolumeSpec)> {
         mutable_parameters: f.mutable_parameters,
         claim_mount_flags: f.claim_mount_flags,
         selinux_context: f.selinux_context,
+        ownership: f.ownership,
     };
     Ok((f.name, spec))
 }

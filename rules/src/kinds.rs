@@ -80,6 +80,7 @@ string_enum! {
         ClaimTakenDown = "claim-taken-down",
         ClaimDrift = "claim-drift",
         ClaimRepaired = "claim-repaired",
+        ClaimOwnershipBounded = "claim-ownership-bounded",
         ClaimExpired = "claim-expired",
         ClaimFound = "claim-found",
         ClaimHeld = "claim-held",

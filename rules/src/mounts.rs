@@ -6,39 +6,15 @@
 //! capability and CO provides this field then SP MUST ensure that the volume_mount_group
 //! parameter is passed as the group identifier to the underlying operating system mount
 //! system call". A plugin without it gets no such field, and the group is applied by
-//! csivol itself only where the operator allowed it for the plugin (`ownership`), for the
-//! gids the operator allowed: otherwise a claimer could give a volume to any group.
+//! csivol itself only where the operator allowed it for the plugin or the volume
+//! (`ownership`; the volume's overrides its plugin's), for the gids the operator allowed
+//! for the plugin: otherwise a claimer could give a volume to any group.
 
 use std::fmt;
 use std::ops::RangeInclusive;
 
 use csivol_api::domain::{AccessMode, AccessType};
-use csivol_api::{ClaimMode, GroupBy};
-use serde::{Deserialize, Serialize};
-
-/// Whether csivol may change a volume's ownership itself, per plugin (the server's
-/// `[plugins.NAME] ownership`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Ownership {
-    /// Never: only a plugin with VOLUME_MOUNT_GROUP applies a group.
-    #[default]
-    Never,
-    /// The target's root gets the group, `g+rwX` and setgid unless it has them.
-    OnRootMismatch,
-    /// Likewise, and every entry below it, bounded.
-    Recursive,
-}
-
-impl Ownership {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Never => "never",
-            Self::OnRootMismatch => "on-root-mismatch",
-            Self::Recursive => "recursive",
-        }
-    }
-}
+use csivol_api::{ClaimMode, GroupBy, Ownership};
 
 /// What the operator set for one plugin's mounts.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -63,6 +39,8 @@ pub struct GroupClaim<'a> {
     /// The group every other unreleased claim of the volume asks for (`None`: it asks
     /// for none, and takes the volume as the others have it).
     pub others: &'a [Option<u32>],
+    /// The volume's own `ownership`, which overrides its plugin's (`None`: the plugin's).
+    pub volume_ownership: Option<Ownership>,
 }
 
 /// Why a group cannot be applied. The words name the problem; `hint` the way out.
@@ -70,8 +48,14 @@ pub struct GroupClaim<'a> {
 pub enum GroupRefused {
     Block,
     Unregistered,
-    Disagrees { other: u32 },
-    OwnershipNever,
+    Disagrees {
+        other: u32,
+    },
+    /// Nothing may give the group: `by_volume`, the volume's own `ownership` says
+    /// `never`, else its plugin's.
+    OwnershipNever {
+        by_volume: bool,
+    },
     NotSingleNodeWrite,
     GidNotAllowed,
 }
@@ -85,10 +69,15 @@ impl GroupRefused {
                 "claim with the group the volume's other claims use, or after they are released"
                     .into()
             }
-            Self::OwnershipNever => format!(
+            Self::OwnershipNever { by_volume: true } => format!(
+                "set `ownership = \"on-root-mismatch\"` in the volume's spec (or leave it out to \
+                 take the plugin's), with `ownership_gids` under [plugins.\"{plugin}\"] in the \
+                 server's config, or use a plugin with VOLUME_MOUNT_GROUP"
+            ),
+            Self::OwnershipNever { by_volume: false } => format!(
                 "set `ownership = \"on-root-mismatch\"` and `ownership_gids` under \
-                 [plugins.\"{plugin}\"] in the server's config, or use a plugin with \
-                 VOLUME_MOUNT_GROUP"
+                 [plugins.\"{plugin}\"] in the server's config (or `ownership` in the volume's \
+                 spec, with those gids), or use a plugin with VOLUME_MOUNT_GROUP"
             ),
             Self::NotSingleNodeWrite => {
                 "claim for writing a single-node volume, or use a plugin with VOLUME_MOUNT_GROUP"
@@ -119,7 +108,12 @@ impl fmt::Display for GroupRefused {
                 "another claim of the volume mounts it with group {other}: one volume is \
                  mounted with one group"
             ),
-            Self::OwnershipNever => write!(
+            Self::OwnershipNever { by_volume: true } => write!(
+                f,
+                "the node plugin does not have VOLUME_MOUNT_GROUP and the volume's \
+                 `ownership` is `never`, so nothing would give the volume the group"
+            ),
+            Self::OwnershipNever { by_volume: false } => write!(
                 f,
                 "the node plugin does not have VOLUME_MOUNT_GROUP and the server's \
                  `ownership` for the plugin is `never`, so nothing would give the volume \
@@ -154,8 +148,12 @@ pub fn group_by(c: &GroupClaim<'_>, plugin: &PluginMounts) -> Result<GroupBy, Gr
         Some(true) => return Ok(GroupBy::Plugin),
         Some(false) => {}
     }
-    let by = match plugin.ownership {
-        Ownership::Never => return Err(GroupRefused::OwnershipNever),
+    let by = match c.volume_ownership.unwrap_or(plugin.ownership) {
+        Ownership::Never => {
+            return Err(GroupRefused::OwnershipNever {
+                by_volume: c.volume_ownership.is_some(),
+            });
+        }
         Ownership::OnRootMismatch => GroupBy::OnRootMismatch,
         Ownership::Recursive => GroupBy::Recursive,
     };

@@ -64,7 +64,7 @@ struct PluginFile {
     /// Whether csivol gives a claim's group to a volume itself where the node plugin has
     /// no VOLUME_MOUNT_GROUP: `never` (the default), `on-root-mismatch`, `recursive`.
     #[serde(default)]
-    ownership: csivol_rules::mounts::Ownership,
+    ownership: csivol_api::Ownership,
     /// The gids csivol may give a volume of the plugin: `"1000-1999"` or `"1234"`.
     #[serde(default)]
     ownership_gids: Vec<String>,
@@ -78,7 +78,8 @@ struct PluginFile {
 fn plugin_mounts(
     plugins: BTreeMap<String, PluginFile>,
 ) -> anyhow::Result<BTreeMap<String, csivol_rules::mounts::PluginMounts>> {
-    use csivol_rules::mounts::{Ownership, PluginMounts};
+    use csivol_api::Ownership;
+    use csivol_rules::mounts::PluginMounts;
     let mut out = BTreeMap::new();
     for (name, p) in plugins {
         let mut gids = Vec::new();

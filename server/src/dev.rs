@@ -453,6 +453,7 @@ impl DevClient {
             mutable_parameters: Default::default(),
             claim_mount_flags: Vec::new(),
             selinux_context: None,
+            ownership: None,
         };
         let path = format!("/v1/volumes/{name}");
         let exists = (self.0)

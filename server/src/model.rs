@@ -126,6 +126,10 @@ impl VolumeRow {
             expansion: self.expansion,
             mutable_parameters: self.mutable_parameters,
             modification: self.modification,
+            // Kept beside the row (`volume_mounts`): the caller that read them adds them.
+            claim_mount_flags: Vec::new(),
+            selinux_context: None,
+            ownership: None,
             fs_type: self.fs_type,
             mount_flags: self.mount_flags,
             context: self.context,

@@ -93,7 +93,8 @@ pub fn shape<'c>(
         if filter.state.is_some_and(|s| s != state) {
             return None;
         }
-        Some(Ok(ListedVolume::new(fields, state, c, a)))
+        let m = chunk.mounts.get(fields.name).cloned().unwrap_or_default();
+        Some(Ok(ListedVolume::new(fields, state, c, a, m)))
     })
 }
 
@@ -129,6 +130,12 @@ pub struct ListedVolume<'a> {
     mutable_parameters: BTreeMap<String, String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     modification: Option<api::Modification>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    claim_mount_flags: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    selinux_context: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ownership: Option<api::Ownership>,
     claims: Vec<api::Claim>,
     attachments: Vec<api::AttachmentStatus>,
     created_at: Rfc3339,
@@ -159,8 +166,12 @@ impl<'a> ListedVolume<'a> {
         state: VolumeState,
         claims: &[ClaimRow],
         attachments: &[AttachmentRow],
+        mounts: api::VolumeMounts,
     ) -> Self {
         Self {
+            claim_mount_flags: mounts.claim_mount_flags,
+            selinux_context: mounts.selinux_context,
+            ownership: mounts.ownership,
             accepts_claims: accepts_claims(v.lifecycle, v.access_mode, claims),
             state,
             name: v.name,
@@ -213,6 +224,9 @@ fn listed_volume_has_every_field(v: api::Volume) {
         expansion: _,
         mutable_parameters: _,
         modification: _,
+        claim_mount_flags: _,
+        selinux_context: _,
+        ownership: _,
         claims: _,
         attachments: _,
         created_at: _,

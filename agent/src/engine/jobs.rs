@@ -321,6 +321,7 @@ impl Run<'_> {
                         alloc: alloc.to_owned(),
                         target_path: step.target.display().to_string(),
                         observed: shared.shape(vol, alloc),
+                        ownership: shared.ownership_change(vol, alloc).await,
                     });
                     self.out.memo_published.push(alloc.to_owned());
                     self.out.ready.push(alloc.to_owned());
@@ -338,6 +339,7 @@ impl Run<'_> {
                 alloc: alloc.clone(),
                 target_path: target.display().to_string(),
                 observed: shared.shape(vol, alloc),
+                ownership: shared.ownership_change(vol, alloc).await,
             });
             self.out.memo_published.push(alloc.clone());
         }

@@ -9,7 +9,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use csivol_api::{ClaimRef, DesiredState, ObservedShape, RegisterRequest, Report, StaleChanges};
+use csivol_api::{
+    ClaimRef, DesiredState, ObservedShape, OwnershipChange, RegisterRequest, Report, StaleChanges,
+};
 use csivol_rules::agent::observed::Observation;
 use csivol_rules::agent::records::{PublicationRecord, PublishState, StageState, StagingRecord};
 use csivol_rules::agent::verify::Checks as _;
@@ -195,6 +197,20 @@ impl Shared {
             staging,
             target: p.observed?.kind().to_owned(),
         })
+    }
+
+    /// What csivol's ownership change did to the claim's target, as agent.db records it
+    /// (reported with every publication of the claim, so a restart neither repeats the
+    /// change nor loses its count); none where csivol changed nothing, or the record
+    /// cannot be read (the next report carries it).
+    async fn ownership_change(&self, volume: &str, alloc: &str) -> Option<OwnershipChange> {
+        match self.store.ownership(volume, alloc).await {
+            Ok(found) => found.map(|(_, change)| change),
+            Err(e) => {
+                tracing::warn!(volume, alloc, "failed to read the ownership record: {e}");
+                None
+            }
+        }
     }
 
     fn report(&self, r: Report) {

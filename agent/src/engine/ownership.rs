@@ -11,19 +11,12 @@
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 
+use csivol_api::OwnershipChange as Changed;
+
 /// At most this many entries below a target's root are changed by `recursive`: a volume
 /// of millions of files would hold the claim's readiness for as long. Past it the change
 /// stops and says so; the root is done first, so the workload can write there.
 pub const RECURSIVE_BOUND: u64 = 100_000;
-
-/// What a change did.
-#[derive(Debug, PartialEq, Eq)]
-pub struct Changed {
-    /// Entries changed (the root included).
-    pub entries: u64,
-    /// The bound stopped a recursive change.
-    pub bounded: bool,
-}
 
 /// Whether `path` already has `gid`, `g+rw` (and `x` for a directory) and setgid.
 fn has_group(meta: &std::fs::Metadata, gid: u32) -> bool {
@@ -64,6 +57,11 @@ fn apply_one(path: &Path, meta: &std::fs::Metadata, gid: u32) -> std::io::Result
 /// `gid`, `g+rwX` and setgid on directories. `on-root-mismatch` leaves a root that has
 /// them as it is, and never looks below it.
 pub fn apply(root: &Path, gid: u32, recursive: bool) -> std::io::Result<Changed> {
+    apply_within(root, gid, recursive, RECURSIVE_BOUND)
+}
+
+/// [`apply`] with the bound given.
+fn apply_within(root: &Path, gid: u32, recursive: bool, bound: u64) -> std::io::Result<Changed> {
     let meta = std::fs::symlink_metadata(root)?;
     if !recursive {
         if has_group(&meta, gid) {
@@ -83,7 +81,7 @@ pub fn apply(root: &Path, gid: u32, recursive: bool) -> std::io::Result<Changed>
     let mut dirs = vec![root.to_path_buf()];
     while let Some(dir) = dirs.pop() {
         for entry in std::fs::read_dir(&dir)? {
-            if entries >= RECURSIVE_BOUND {
+            if entries >= bound {
                 return Ok(Changed {
                     entries,
                     bounded: true,
@@ -126,9 +124,28 @@ mod tests {
         // Once the root has them, on-root-mismatch changes nothing.
         assert_eq!(apply(&dir, 4321, false).unwrap().entries, 0);
         let changed = apply(&dir, 4321, true).unwrap();
-        assert_eq!(changed.entries, 3);
+        assert_eq!(
+            changed,
+            Changed {
+                entries: 3,
+                bounded: false
+            }
+        );
         let f = std::fs::metadata(dir.join("sub/f")).unwrap();
         assert_eq!((f.gid(), f.mode() & 0o7777), (4321, 0o664));
+        // Past its bound a recursive change stops, and says so.
+        assert_eq!(
+            apply_within(&dir, 4322, true, 2).unwrap(),
+            Changed {
+                entries: 2,
+                bounded: true
+            }
+        );
+        assert_eq!(
+            std::fs::metadata(&dir).unwrap().gid(),
+            4322,
+            "the root first"
+        );
         std::fs::remove_dir_all(dir).unwrap();
     }
 }

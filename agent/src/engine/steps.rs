@@ -40,6 +40,11 @@ pub(super) enum StepError {
     /// The claim is no longer wanted (released, unblocked): its readiness wait stopped.
     #[error("the claim is no longer wanted")]
     Interrupted,
+    /// The claim disagrees with what its volume's staging on the node was made with (the
+    /// group the plugin applies, the SELinux context): a retry meets the same staging, so
+    /// the claim fails with the reason.
+    #[error("{0}")]
+    Disagrees(String),
 }
 
 impl StepError {
@@ -48,7 +53,10 @@ impl StepError {
         match self {
             Self::Call(e) => e.class() != ErrorClass::Retry,
             Self::Store(_) | Self::Local(_) => false,
-            Self::UnknownPlugin(_) | Self::NotReady { .. } | Self::Interrupted => true,
+            Self::UnknownPlugin(_)
+            | Self::NotReady { .. }
+            | Self::Interrupted
+            | Self::Disagrees(_) => true,
         }
     }
 
@@ -61,7 +69,7 @@ impl StepError {
             Self::Call(e) => e.to_plugin_error(is_final, next_retry_at_ms),
             other => PluginError {
                 code: match other {
-                    Self::UnknownPlugin(_) => "FAILED_PRECONDITION",
+                    Self::UnknownPlugin(_) | Self::Disagrees(_) => "FAILED_PRECONDITION",
                     Self::NotReady { .. } => "TIMEOUT",
                     _ => "INTERNAL",
                 }
@@ -205,11 +213,19 @@ pub(super) async fn stage(shared: &Shared, step: &StageStep) -> Result<(), StepE
         block: v.capability.access_type.is_block(),
         observed: None,
     };
+    // A staging left on the node (its unstage has not succeeded yet, or a stage was cut
+    // short) keeps what it was made with for its whole file system: a claim that disagrees
+    // is refused before anything is recorded over it or asked of the plugin, which would
+    // answer ALREADY_EXISTS (spec.md, NodeStageVolume errors, "Volume published but is
+    // incompatible").
+    let wanted = StagedMount::of(&step.desired.mount);
+    if shared.store.staging(&v.volume).is_some()
+        && let Some(staged) = shared.store.staging_mount(&v.volume).await?
+    {
+        staged.admits(&wanted).map_err(StepError::Disagrees)?;
+    }
     shared.store.put_staging(&rec, None).await?;
-    shared
-        .store
-        .put_staging_mount(&v.volume, &StagedMount::of(&step.desired.mount))
-        .await?;
+    shared.store.put_staging_mount(&v.volume, &wanted).await?;
     // The CO creates the staging directory; the plugin mounts on it.
     std::fs::create_dir_all(&step.path).map_err(|e| local("create", &step.path, e))?;
     if let Err(e) = plugin.stage(v, &step.desired.mount, &step.path).await {
@@ -267,7 +283,7 @@ pub(super) async fn publish(
     {
         staged
             .admits(&StagedMount::of(&d.mount))
-            .map_err(StepError::Local)?;
+            .map_err(StepError::Disagrees)?;
     }
     shared.store.put_publication(&rec, None).await?;
     // The CO creates the parent; the plugin creates the target itself.
@@ -352,7 +368,11 @@ async fn give_group(shared: &Shared, d: &DesiredPublish, target: &Path) -> Resul
     }
     // Done before and still so: not again (a recursive change may be long). A root that
     // lost the group since (changed behind csivol) is given it again.
-    let recorded = shared.store.ownership(&d.volume.volume, &d.alloc).await? == Some(gid);
+    let recorded = shared
+        .store
+        .ownership(&d.volume.volume, &d.alloc)
+        .await?
+        .is_some_and(|(g, _)| g == gid);
     if recorded && super::ownership::root_has(target, gid) {
         return Ok(());
     }
@@ -388,7 +408,7 @@ async fn give_group(shared: &Shared, d: &DesiredPublish, target: &Path) -> Resul
     }
     shared
         .store
-        .record_ownership(&d.volume.volume, &d.alloc, gid, changed.entries)
+        .record_ownership(&d.volume.volume, &d.alloc, gid, changed)
         .await?;
     Ok(())
 }

@@ -198,11 +198,28 @@ async fn staged_mounts_and_ownership_survive_a_reopen_and_go_with_their_records(
     {
         let (store, _) = Store::open(&dir).await.unwrap();
         store.put_staging_mount("v", &staged).await.unwrap();
-        store.record_ownership("v", "a1", 1234, 3).await.unwrap();
+        let bounded = OwnershipChange {
+            entries: 3,
+            bounded: true,
+        };
+        store
+            .record_ownership("v", "a1", 1234, bounded)
+            .await
+            .unwrap();
     }
     let (store, _) = Store::open(&dir).await.unwrap();
     assert_eq!(store.staging_mount("v").await.unwrap(), Some(staged));
-    assert_eq!(store.ownership("v", "a1").await.unwrap(), Some(1234));
+    // The count and whether the bound stopped it, to be reported again after a restart.
+    assert_eq!(
+        store.ownership("v", "a1").await.unwrap(),
+        Some((
+            1234,
+            OwnershipChange {
+                entries: 3,
+                bounded: true
+            }
+        ))
+    );
     store.delete_publication("v", "a1").await.unwrap();
     assert_eq!(store.ownership("v", "a1").await.unwrap(), None);
     store.delete_staging("v").await.unwrap();

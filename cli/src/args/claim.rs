@@ -49,27 +49,8 @@ pub struct ClaimArgs {
     #[arg(long = "label", value_name = "KEY=VALUE", value_parser = label)]
     pub labels: Vec<(String, String)>,
 
-    /// The group (a gid) the workload writes the volume as: the node plugin applies it where
-    /// it has VOLUME_MOUNT_GROUP, else csivol gives the volume's root that group, g+rwX and
-    /// setgid where the server's `ownership` for the plugin allows it; refused otherwise
-    #[arg(long, value_name = "GID", conflicts_with = "group")]
-    pub gid: Option<u32>,
-
-    /// Like --gid, the group named on this machine (/etc/group)
-    #[arg(long, value_name = "NAME")]
-    pub group: Option<String>,
-
-    /// A mount flag for this claim's own mount (e.g. `noatime`), among the volume spec's
-    /// `claim_mount_flags`; sent with NodePublishVolume only. `ro`/`rw` are the claim's
-    /// mode (--read-only), not flags. Repeatable
-    #[arg(long = "mount-flag", value_name = "FLAG")]
-    pub mount_flags: Vec<String>,
-
-    /// The SELinux context to mount the volume with (e.g.
-    /// `system_u:object_r:container_file_t:s0:c1,c2`), passed as a `context="..."` mount
-    /// flag; only for a plugin the server's config declares able to (`selinux_mount`)
-    #[arg(long, value_name = "CONTEXT")]
-    pub selinux_context: Option<String>,
+    #[command(flatten)]
+    pub mount: MountArgs,
 
     /// Only say whether the claim would be accepted, and why not; records nothing
     #[arg(long, conflicts_with = "wait")]
@@ -83,12 +64,56 @@ pub struct ClaimArgs {
     pub wait: WaitArgs,
 }
 
+/// How a claim asks for its volume to be mounted: one definition for `claim` and `run`,
+/// so that their help says the same.
+#[derive(Debug, Args)]
+pub struct MountArgs {
+    /// The group (a gid) the workload writes the volume as: the node plugin applies it where
+    /// it has VOLUME_MOUNT_GROUP, else csivol gives the volume's root that group, g+rwX and
+    /// setgid where the `ownership` of the volume or of its plugin (the server's config)
+    /// allows it; refused otherwise. `run` asks by default for the caller's primary group
+    /// when the caller is not root, and where that cannot be applied runs without it and
+    /// says why
+    #[arg(long, value_name = "GID", conflicts_with = "group")]
+    pub gid: Option<u32>,
+
+    /// Like --gid, the group named on this machine (/etc/group)
+    #[arg(long, value_name = "NAME")]
+    pub group: Option<String>,
+
+    /// A mount flag for the claim's own mount (e.g. `noatime`), among the volume spec's
+    /// `claim_mount_flags`; sent with NodePublishVolume only. `ro`/`rw` are the claim's
+    /// mode (`claim --read-only`, `run VOLUME:ro`), not flags. Repeatable
+    #[arg(long = "mount-flag", value_name = "FLAG")]
+    pub mount_flags: Vec<String>,
+
+    /// The SELinux context to mount the volume with (e.g.
+    /// `system_u:object_r:container_file_t:s0:c1,c2`), passed as a `context="..."` mount
+    /// flag; only for a plugin the server's config declares able to (`selinux_mount`)
+    #[arg(long, value_name = "CONTEXT")]
+    pub selinux_context: Option<String>,
+}
+
 #[derive(Debug, Subcommand)]
 pub enum ClaimCommand {
     /// Extend a claim's lease from now
     Renew(RenewArgs),
     /// List claims across volumes, oldest first
     List(ClaimListArgs),
+    /// Show one claim: its state, its mount (group and who applies it, what csivol's
+    /// ownership change did, its own flags and SELinux context), lease and labels
+    Show(ClaimShowArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ClaimShowArgs {
+    /// The claimed volume
+    #[arg(value_parser = volume_name)]
+    pub volume: String,
+
+    /// The alloc whose claim to show
+    #[arg(long, value_name = "ALLOC", value_parser = alloc_name)]
+    pub alloc: String,
 }
 
 #[derive(Debug, Args)]
@@ -161,27 +186,8 @@ pub struct RunArgs {
     #[arg(long = "label", value_name = "KEY=VALUE", value_parser = label)]
     pub labels: Vec<(String, String)>,
 
-    /// The group (a gid) the command writes the volumes as [default: the caller's primary
-    /// group when the caller is not root, applied where the plugin or the server's
-    /// `ownership` for it can, else the command runs without it and says why]
-    #[arg(long, value_name = "GID", conflicts_with = "group")]
-    pub gid: Option<u32>,
-
-    /// Like --gid, the group named on this machine (/etc/group)
-    #[arg(long, value_name = "NAME")]
-    pub group: Option<String>,
-
-    /// A mount flag for each claim's own mount (e.g. `noatime`), among the volume spec's
-    /// `claim_mount_flags`; sent with NodePublishVolume only. `ro`/`rw` are the claim's
-    /// mode (--read-only), not flags. Repeatable
-    #[arg(long = "mount-flag", value_name = "FLAG")]
-    pub mount_flags: Vec<String>,
-
-    /// The SELinux context to mount the volume with (e.g.
-    /// `system_u:object_r:container_file_t:s0:c1,c2`), passed as a `context="..."` mount
-    /// flag; only for a plugin the server's config declares able to (`selinux_mount`)
-    #[arg(long, value_name = "CONTEXT")]
-    pub selinux_context: Option<String>,
+    #[command(flatten)]
+    pub mount: MountArgs,
 
     /// Do not wait for the release to finish after the command
     #[arg(long)]

@@ -455,6 +455,38 @@ mod tests {
             ] {
                 assert!(help.contains(a.as_str()), "{verb}: {a:?}");
             }
+            // What a file-system volume allows its claims' mounts, and every ownership.
+            for field in ["claim_mount_flags", "selinux_context", "`ownership`"] {
+                assert!(help.contains(field), "{verb}: {field}");
+            }
+            for o in [
+                csivol_api::Ownership::Never,
+                csivol_api::Ownership::OnRootMismatch,
+                csivol_api::Ownership::Recursive,
+            ] {
+                assert!(help.contains(o.as_str()), "{verb}: {o:?}");
+            }
+        }
+    }
+
+    /// `claim` and `run` shape a claim's mount with the same flags, described alike.
+    #[test]
+    fn claim_and_run_describe_their_mount_flags_alike() {
+        let cmd = Cli::command();
+        let help = |verb: &str, arg: &str| {
+            let sub = cmd.find_subcommand(verb).unwrap();
+            let a = sub
+                .get_arguments()
+                .find(|a| a.get_id() == arg)
+                .unwrap_or_else(|| panic!("{verb} has no {arg}"));
+            (
+                a.get_help().map(ToString::to_string),
+                a.get_long_help().map(ToString::to_string),
+                a.get_value_names().map(|v| v.to_vec()),
+            )
+        };
+        for arg in ["gid", "group", "mount_flags", "selinux_context"] {
+            assert_eq!(help("claim", arg), help("run", arg), "--{arg}");
         }
     }
 }

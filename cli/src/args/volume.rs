@@ -18,6 +18,13 @@ pub enum VolumeCommand {
     /// "a" }]`: claims on nodes outside them are refused). Registering the same spec again
     /// changes nothing.
     ///
+    /// A file-system volume may also set `claim_mount_flags` (the flags a claim may add for
+    /// its own mount, `csivol claim --mount-flag`), `selinux_context` (the context its
+    /// claims mount it with when they name none) and `ownership` (`never`,
+    /// `on-root-mismatch` or `recursive`: whether csivol gives the volume a claim's group
+    /// itself where the node plugin has no VOLUME_MOUNT_GROUP; overrides the plugin's
+    /// `ownership` in the server's config, for the gids of its `ownership_gids`).
+    ///
     /// `access_mode` is one of single-node-writer, single-node-reader-only,
     /// single-node-single-writer, single-node-multi-writer, multi-node-reader-only,
     /// multi-node-single-writer, multi-node-multi-writer; `attachment` is file-system or
@@ -37,6 +44,13 @@ pub enum VolumeCommand {
     /// topology the plugin returns. With --from-snapshot or --from-volume the new volume
     /// starts with that snapshot's or volume's data (the plugin must report
     /// CREATE_DELETE_SNAPSHOT or CLONE_VOLUME).
+    ///
+    /// A file-system volume may also set `claim_mount_flags` (the flags a claim may add for
+    /// its own mount, `csivol claim --mount-flag`), `selinux_context` (the context its
+    /// claims mount it with when they name none) and `ownership` (`never`,
+    /// `on-root-mismatch` or `recursive`: whether csivol gives the volume a claim's group
+    /// itself where the node plugin has no VOLUME_MOUNT_GROUP; overrides the plugin's
+    /// `ownership` in the server's config, for the gids of its `ownership_gids`).
     ///
     /// `access_mode` is one of single-node-writer, single-node-reader-only,
     /// single-node-single-writer, single-node-multi-writer, multi-node-reader-only,

@@ -1,6 +1,6 @@
 //! `csivol claim`: record a claim, or only check it with `--dry-run`; `--wait` follows it
 //! until it is ready (and releases it when interrupted). `claim renew` extends a lease;
-//! `claim list` lists claims across volumes.
+//! `claim list` lists claims across volumes, `claim show` shows one.
 
 use std::time::Duration;
 
@@ -10,10 +10,10 @@ use csivol_api::{
 };
 use csivol_client::{Method, StatusCode};
 
-use crate::args::{ClaimArgs, ClaimCommand, ClaimListArgs, RenewArgs};
+use crate::args::{ClaimArgs, ClaimCommand, ClaimListArgs, ClaimShowArgs, RenewArgs};
 use crate::client::Answer;
 use crate::ctx::Ctx;
-use crate::failure::Exit;
+use crate::failure::{Exit, Failure};
 use crate::render;
 use crate::wait::{self, ClaimGoal};
 
@@ -122,6 +122,7 @@ pub async fn run(ctx: &Ctx, args: ClaimArgs) -> anyhow::Result<Exit> {
     match args.command {
         Some(ClaimCommand::Renew(r)) => return renew(ctx, r).await,
         Some(ClaimCommand::List(l)) => return list(ctx, l).await,
+        Some(ClaimCommand::Show(s)) => return show(ctx, s).await,
         None => {}
     }
     let (Some(volume), Some(node), Some(alloc)) = (&args.volume, &args.node, &args.alloc) else {
@@ -140,13 +141,7 @@ pub async fn run(ctx: &Ctx, args: ClaimArgs) -> anyhow::Result<Exit> {
         queue: args.queue,
         labels: &args.labels,
         waits: args.wait.wait,
-        mount: crate::groups::MountFlags {
-            gid: args.gid,
-            group: args.group.as_deref(),
-            mount_flags: &args.mount_flags,
-            selinux_context: args.selinux_context.as_deref(),
-        }
-        .for_claim()?,
+        mount: args.mount.for_claim()?,
     };
     if args.dry_run {
         let path = format!("/v1/volumes/{volume}/claims");
@@ -289,6 +284,41 @@ async fn list(ctx: &Ctx, args: ClaimListArgs) -> anyhow::Result<Exit> {
         ctx.out.json(&claims)?;
     } else {
         render::claims(&ctx.out, &claims)?;
+    }
+    Ok(Exit::Ok)
+}
+
+async fn show(ctx: &Ctx, args: ClaimShowArgs) -> anyhow::Result<Exit> {
+    let path = list_path(&ClaimListArgs {
+        volume: Some(args.volume.clone()),
+        node: None,
+        state: None,
+        older_than: None,
+        labels: Vec::new(),
+    });
+    let claims: Vec<Claim> = ctx
+        .client
+        .get(&path)
+        .await
+        .with_context(|| format!("failed to read the claims of volume `{}`", args.volume))?;
+    let Some(c) = claims.into_iter().find(|c| c.alloc == args.alloc) else {
+        return Err(Failure::new(
+            Exit::NotFound,
+            format!(
+                "volume `{}` has no claim of alloc `{}`",
+                args.volume, args.alloc
+            ),
+        )
+        .hint(format!(
+            "`csivol claim list --volume {}` lists its claims",
+            args.volume
+        ))
+        .into());
+    };
+    if ctx.out.json_mode() {
+        ctx.out.json(&c)?;
+    } else {
+        render::claim(&ctx.out, &c)?;
     }
     Ok(Exit::Ok)
 }

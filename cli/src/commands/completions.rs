@@ -87,6 +87,7 @@ impl Names {
 pub const NAME_ARGUMENTS: &[(&str, Names)] = &[
     ("claim", Names::Volumes),
     ("claim renew", Names::Volumes),
+    ("claim show", Names::Volumes),
     ("release", Names::Volumes),
     ("status", Names::Volumes),
     ("unblock", Names::Volumes),

@@ -125,14 +125,10 @@ async fn claim_all(
     signals: &mut Signals,
 ) -> Result<Vec<Claim>, Aborted> {
     let mut made: Vec<(Claim, Cursor)> = Vec::new();
-    let mount = crate::groups::MountFlags {
-        gid: args.gid,
-        group: args.group.as_deref(),
-        mount_flags: &args.mount_flags,
-        selinux_context: args.selinux_context.as_deref(),
-    }
-    .for_run()
-    .map_err(|e| Aborted::Error(e, Vec::new()))?;
+    let mount = args
+        .mount
+        .for_run()
+        .map_err(|e| Aborted::Error(e, Vec::new()))?;
     for (volume, read_only) in &args.volumes {
         let claim = NewClaim {
             volume,

@@ -329,6 +329,10 @@ pub enum Report {
         /// publication is reported again without being made again).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         observed: Option<ObservedShape>,
+        /// What csivol's own ownership change did to the target, where it gave the
+        /// claim's group itself (as recorded on the node: reported again, never redone).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        ownership: Option<crate::OwnershipChange>,
     },
     /// Not published on the node (any more).
     Unpublished {

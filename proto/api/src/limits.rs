@@ -303,6 +303,11 @@ impl Report {
                 time_ms("started_ms", *started_ms).map(drop)
             }
             Report::Fenced { at_ms, .. } => time_ms("at_ms", *at_ms).map(drop),
+            // Entries of one file system: a count, held to the range of an id so that
+            // any reader of the claim's column takes it whole.
+            Report::Published {
+                ownership: Some(o), ..
+            } => index("ownership.entries", o.entries).map(drop),
             Report::Published { .. }
             | Report::Unpublished { .. }
             | Report::Unstaged { .. }

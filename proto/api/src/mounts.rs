@@ -56,6 +56,42 @@ impl GroupBy {
     }
 }
 
+/// Whether csivol may change a volume's ownership itself: per plugin (the server's
+/// `[plugins.NAME] ownership`) or per volume (its spec's `ownership`, which overrides its
+/// plugin's).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Ownership {
+    /// Never: only a plugin with VOLUME_MOUNT_GROUP applies a group.
+    #[default]
+    Never,
+    /// The target's root gets the group, `g+rwX` and setgid unless it has them.
+    OnRootMismatch,
+    /// Likewise, and every entry below it, bounded.
+    Recursive,
+}
+
+impl Ownership {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Never => "never",
+            Self::OnRootMismatch => "on-root-mismatch",
+            Self::Recursive => "recursive",
+        }
+    }
+}
+
+/// What csivol's own ownership change did to a claim's target, as its node reported it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct OwnershipChange {
+    /// Entries given the group (the root included); 0 when the root had it already.
+    pub entries: u64,
+    /// A `recursive` change stopped at the agent's bound: entries below those counted
+    /// kept their group.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub bounded: bool,
+}
+
 /// A claim's mount as recorded: what it asked and how the group is applied.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct ClaimMount {
@@ -76,6 +112,10 @@ pub struct ClaimMount {
     /// and NodePublishVolume.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selinux_context: Option<String>,
+    /// What csivol's ownership change did on the claim's node (`group_by` is
+    /// `on-root-mismatch` or `recursive`), once the node reported it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ownership_change: Option<OwnershipChange>,
 }
 
 impl ClaimMount {
@@ -84,6 +124,7 @@ impl ClaimMount {
             && self.not_applied.is_none()
             && self.mount_flags.is_empty()
             && self.selinux_context.is_none()
+            && self.ownership_change.is_none()
     }
 
     /// The `context="..."` mount flag of the SELinux context. Quoted: a context holds
@@ -95,16 +136,27 @@ impl ClaimMount {
     }
 }
 
-/// What a volume allows its claims to ask of their mounts, and its default SELinux
-/// context (kept beside the volume's row).
+/// What a volume allows its claims to ask of their mounts, its default SELinux context
+/// and whether csivol may change its ownership (kept beside the volume's row).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct VolumeMounts {
     pub claim_mount_flags: Vec<String>,
     pub selinux_context: Option<String>,
+    /// The volume's own `ownership`; `None`: its plugin's.
+    pub ownership: Option<Ownership>,
 }
 
 impl VolumeMounts {
     pub fn is_empty(&self) -> bool {
-        self.claim_mount_flags.is_empty() && self.selinux_context.is_none()
+        self.claim_mount_flags.is_empty()
+            && self.selinux_context.is_none()
+            && self.ownership.is_none()
+    }
+
+    /// The `context="..."` mount flag of the volume's default context.
+    pub fn context_flag(&self) -> Option<String> {
+        self.selinux_context
+            .as_ref()
+            .map(|c| format!("context=\"{c}\""))
     }
 }

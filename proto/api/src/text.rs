@@ -514,6 +514,7 @@ mod tests {
                 topology: Vec::new(),
                 claim_mount_flags: Vec::new(),
                 selinux_context: None,
+                ownership: None,
             };
             f(&mut s);
             s.check_text().map_err(|e| e.to_string())

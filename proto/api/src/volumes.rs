@@ -53,6 +53,11 @@ pub struct VolumeSpec {
     /// (`context="..."`, where the plugin's server settings say it supports SELinux mounts).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selinux_context: Option<String>,
+    /// Whether csivol may give the volume a claim's group itself where its node plugin
+    /// has no VOLUME_MOUNT_GROUP; overrides the plugin's `ownership` in the server's config
+    /// (the gids stay the plugin's `ownership_gids`). None: the plugin's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ownership: Option<crate::Ownership>,
 }
 
 /// Where a volume to be created must (`required`) and should (`preferred`) be accessible
@@ -106,6 +111,11 @@ pub struct CreateVolumeSpec {
     /// (`context="..."`, where the plugin's server settings say it supports SELinux mounts).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selinux_context: Option<String>,
+    /// Whether csivol may give the volume a claim's group itself where its node plugin
+    /// has no VOLUME_MOUNT_GROUP; overrides the plugin's `ownership` in the server's config
+    /// (the gids stay the plugin's `ownership_gids`). None: the plugin's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ownership: Option<crate::Ownership>,
 }
 
 impl CreateVolumeSpec {
@@ -204,6 +214,15 @@ pub struct Volume {
     /// A change of them asked for and not applied yet, or refused (`csivol volume modify`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub modification: Option<crate::Modification>,
+    /// Mount flags a claim may add for its own publication.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub claim_mount_flags: Vec<String>,
+    /// The SELinux context the volume is mounted with when a claim names none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selinux_context: Option<String>,
+    /// The volume's own `ownership`, overriding its plugin's; absent: the plugin's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ownership: Option<crate::Ownership>,
     pub claims: Vec<Claim>,
     pub attachments: Vec<AttachmentStatus>,
     pub created_at: String,

@@ -80,3 +80,30 @@ fn a_selinux_context_needs_a_declared_plugin_and_agrees_on_the_node() {
     ));
     assert_eq!(selinux_context(None, None, false, &FS, &[None]), Ok(None));
 }
+
+#[test]
+fn the_volumes_flags_the_claims_and_its_context_fit_together_in_one_publish() {
+    let max = csivol_api::limits::CSI_MOUNT_FLAGS_BYTES;
+    // Each part alone within the limit, as a client's request is checked.
+    let volume = AccessType::FileSystem {
+        fs_type: String::new(),
+        mount_flags: vec!["v".repeat(max / 2)],
+    };
+    let half = vec!["c".repeat(max / 2)];
+    assert_eq!(publish_flags_fit(&volume, &half, None), Ok(()));
+    assert_eq!(
+        publish_flags_fit(&volume, &half, Some("context=\"a:b:c\"")),
+        Err(OptionRefused::TooLarge {
+            bytes: max + 15,
+            max
+        })
+    );
+    let more = vec!["c".repeat(max / 2 + 1)];
+    let e = publish_flags_fit(&volume, &more, None).unwrap_err();
+    assert!(e.to_string().contains("together"), "{e}");
+    // A block volume carries no flags.
+    assert_eq!(
+        publish_flags_fit(&AccessType::BlockDevice, &more, None),
+        Ok(())
+    );
+}

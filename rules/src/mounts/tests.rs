@@ -13,6 +13,7 @@ fn claim<'a>(gid: u32, others: &'a [Option<u32>], vmg: Option<bool>) -> GroupCla
         access_type: &FS,
         volume_mount_group: vmg,
         others,
+        volume_ownership: None,
     }
 }
 
@@ -38,7 +39,7 @@ fn without_it_the_ownership_setting_decides() {
     let c = claim(1234, &[], Some(false));
     assert_eq!(
         group_by(&c, &allowed(Ownership::Never)),
-        Err(GroupRefused::OwnershipNever)
+        Err(GroupRefused::OwnershipNever { by_volume: false })
     );
     assert_eq!(
         group_by(&c, &allowed(Ownership::OnRootMismatch)),
@@ -47,6 +48,57 @@ fn without_it_the_ownership_setting_decides() {
     assert_eq!(
         group_by(&c, &allowed(Ownership::Recursive)),
         Ok(GroupBy::Recursive)
+    );
+}
+
+#[test]
+fn a_volumes_own_ownership_setting_overrides_its_plugins() {
+    let with = |o| GroupClaim {
+        volume_ownership: Some(o),
+        ..claim(1234, &[], Some(false))
+    };
+    // The plugin says never, the volume allows it: csivol applies the group, for the
+    // plugin's gids.
+    assert_eq!(
+        group_by(&with(Ownership::OnRootMismatch), &allowed(Ownership::Never)),
+        Ok(GroupBy::OnRootMismatch)
+    );
+    assert_eq!(
+        group_by(
+            &with(Ownership::Recursive),
+            &allowed(Ownership::OnRootMismatch)
+        ),
+        Ok(GroupBy::Recursive)
+    );
+    // The plugin allows it, the volume says never: refused, naming the volume's setting.
+    let refused = group_by(&with(Ownership::Never), &allowed(Ownership::Recursive));
+    assert_eq!(
+        refused,
+        Err(GroupRefused::OwnershipNever { by_volume: true })
+    );
+    let said = refused.unwrap_err();
+    assert!(
+        said.to_string()
+            .contains("the volume's `ownership` is `never`")
+    );
+    assert!(said.hint("p").contains("in the volume's spec"));
+    // The gids stay the plugin's: a volume cannot allow a gid its plugin does not.
+    let outside = GroupClaim {
+        gid: 5,
+        ..with(Ownership::OnRootMismatch)
+    };
+    assert_eq!(
+        group_by(&outside, &allowed(Ownership::Never)),
+        Err(GroupRefused::GidNotAllowed)
+    );
+    // A plugin with VOLUME_MOUNT_GROUP applies it whatever the volume says.
+    let vmg = GroupClaim {
+        volume_mount_group: Some(true),
+        ..with(Ownership::Never)
+    };
+    assert_eq!(
+        group_by(&vmg, &allowed(Ownership::Never)),
+        Ok(GroupBy::Plugin)
     );
 }
 

@@ -1,12 +1,13 @@
 //! A claim's mount, decided when the claim is recorded: whether the group it asks for can
-//! be applied on its node and how, the flags it adds to its publication, and the SELinux
+//! be applied on its node and how (the plugin's VOLUME_MOUNT_GROUP, else the volume's
+//! `ownership` or its plugin's), the flags it adds to its publication, and the SELinux
 //! context the volume is mounted with there (`csivol_rules::mounts` and
 //! `csivol_rules::mount_options` decide; this loads the facts).
 
 use std::collections::BTreeMap;
 
 use csivol_api::{self as api, ClaimRequest, ClaimState};
-use csivol_rules::mount_options::{claim_flags, selinux_context};
+use csivol_rules::mount_options::{claim_flags, publish_flags_fit, selinux_context};
 use csivol_rules::mounts::{GroupClaim, GroupRefused, PluginMounts, group_by};
 
 use crate::error::{ApiError, ApiResult};
@@ -76,8 +77,15 @@ pub fn claim_mount(
         selinux_context,
         ..Default::default()
     };
+    // One NodePublishVolume carries the volume's flags, the claim's and the context.
+    publish_flags_fit(
+        &capability.access_type,
+        &mount.mount_flags,
+        mount.context_flag().as_deref(),
+    )
+    .map_err(refuse)?;
     if req.mount.gid.is_some() {
-        group(conn, v, req, plugin, &others, &mut mount)?;
+        group(conn, v, req, plugin, volume.ownership, &others, &mut mount)?;
     }
     Ok(mount)
 }
@@ -89,6 +97,7 @@ fn group(
     v: &VolumeRow,
     req: &ClaimRequest,
     plugin: &PluginMounts,
+    volume_ownership: Option<api::Ownership>,
     others: &[ClaimRow],
     mount: &mut api::ClaimMount,
 ) -> ApiResult<()> {
@@ -120,6 +129,7 @@ fn group(
         access_type: &capability.access_type,
         volume_mount_group: registered.map(|p| p.volume_mount_group),
         others: &groups,
+        volume_ownership,
     };
     match group_by(&claim, plugin) {
         Ok(by) => {

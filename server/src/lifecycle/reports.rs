@@ -6,7 +6,10 @@
 
 use std::collections::BTreeSet;
 
-use csivol_api::{AttachmentState, ClaimState, DriftFound, ObservedShape, PluginError, Report};
+use csivol_api::{
+    AttachmentState, ClaimState, DriftFound, GroupBy, ObservedShape, OwnershipChange, PluginError,
+    Report,
+};
 
 use super::attachments::{advance_volume, begin_detach};
 use super::changes::{delete_claim, set_claim_state, touch_volume};
@@ -53,7 +56,13 @@ pub fn apply_reports(
                 alloc,
                 target_path,
                 observed,
-            } => published(ctx, &b, &volume, &alloc, &target_path, observed)?,
+                ownership,
+            } => {
+                published(ctx, &b, &volume, &alloc, &target_path, observed)?;
+                if let Some(change) = ownership {
+                    ownership_changed(ctx, &b, &volume, &alloc, change)?;
+                }
+            }
             Report::Drift {
                 volume,
                 alloc,
@@ -186,6 +195,51 @@ fn published(
         Some(alloc),
         &b.actor,
         message,
+    )
+}
+
+/// What csivol's ownership change did for a claim whose group it applies itself, as the
+/// node recorded it: kept with the claim's mount (a report of the same change again, after
+/// the agent's restart, changes nothing), and an event where the agent's bound stopped a
+/// `recursive` change.
+fn ownership_changed(
+    ctx: &mut impl Txn,
+    b: &Batch<'_>,
+    volume: &str,
+    alloc: &str,
+    change: OwnershipChange,
+) -> ApiResult<()> {
+    let Some(c) = own_claim(ctx, b, volume, alloc)? else {
+        return Ok(());
+    };
+    let (Some(gid), Some(by)) = (c.mount.gid, c.mount.group_by) else {
+        return Ok(());
+    };
+    if by == GroupBy::Plugin || c.mount.ownership_change == Some(change) {
+        return Ok(());
+    }
+    let mount = csivol_api::ClaimMount {
+        ownership_change: Some(change),
+        ..c.mount.clone()
+    };
+    ctx.set_claim_ownership_change(volume, alloc, &mount)?;
+    touch_volume(ctx, volume)?;
+    if !change.bounded {
+        return Ok(());
+    }
+    event(
+        ctx,
+        EventKind::ClaimOwnershipBounded,
+        Some(volume),
+        Some(b.node),
+        Some(alloc),
+        &b.actor,
+        format!(
+            "gave group {gid} to the first {} entries of the volume and stopped at the agent's \
+             bound: entries past it keep their group (the root has it, so the workload can \
+             write there)",
+            change.entries
+        ),
     )
 }
 

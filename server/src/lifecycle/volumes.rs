@@ -112,24 +112,28 @@ fn check_topology_request(r: &api::TopologyRequest) -> ApiResult<()> {
     Ok(())
 }
 
-/// A spec's `claim_mount_flags` and `selinux_context`, checked: a block volume is not
-/// mounted, a claim's mode is not a flag, a context goes into a quoted flag.
+/// A spec's `claim_mount_flags`, `selinux_context` and `ownership`, checked: a block
+/// volume is not mounted, a claim's mode is not a flag, a context goes into a quoted flag,
+/// and the volume's own flags and its context fit in one `mount_flags`.
 fn volume_mounts(
     attachment: api::Attachment,
+    mount_flags: &[String],
     flags: &[String],
     context: Option<&str>,
+    ownership: Option<api::Ownership>,
 ) -> ApiResult<api::VolumeMounts> {
     let m = api::VolumeMounts {
         claim_mount_flags: flags.to_vec(),
         selinux_context: context.map(str::to_owned),
+        ownership,
     };
     if m.is_empty() {
         return Ok(m);
     }
     if attachment == api::Attachment::BlockDevice {
         return Err(ApiError::invalid(
-            "`claim_mount_flags` and `selinux_context` apply to a file-system volume, not a \
-             block one",
+            "`claim_mount_flags`, `selinux_context` and `ownership` apply to a file-system \
+             volume, not a block one",
         ));
     }
     if let Some(f) = flags
@@ -142,18 +146,20 @@ fn volume_mounts(
         )));
     }
     if let Some(c) = context {
+        let fs = api::AccessType::FileSystem {
+            fs_type: String::new(),
+            mount_flags: mount_flags.to_vec(),
+        };
         // The same check a claim's context meets; the plugin is judged at claim time.
-        csivol_rules::mount_options::selinux_context(
-            Some(c),
-            None,
-            true,
-            &api::AccessType::FileSystem {
-                fs_type: String::new(),
-                mount_flags: Vec::new(),
-            },
-            &[],
-        )
-        .map_err(|e| ApiError::invalid(e.to_string()).with_hint(e.hint("")))?;
+        csivol_rules::mount_options::selinux_context(Some(c), None, true, &fs, &[])
+            .and_then(|_| {
+                csivol_rules::mount_options::publish_flags_fit(
+                    &fs,
+                    &[],
+                    m.context_flag().as_deref(),
+                )
+            })
+            .map_err(|e| ApiError::invalid(e.to_string()).with_hint(e.hint("")))?;
     }
     Ok(m)
 }
@@ -169,7 +175,13 @@ pub fn volume_view(conn: &(impl Snapshot + ?Sized), name: &str) -> ApiResult<api
     let v = conn.require_volume(name)?;
     let claims = conn.claims_of_volume(name)?;
     let atts = conn.attachments_of_volume(name)?;
-    Ok(v.into_api(&claims, &atts))
+    let mounts = conn.volume_mounts(name)?;
+    Ok(api::Volume {
+        claim_mount_flags: mounts.claim_mount_flags,
+        selinux_context: mounts.selinux_context,
+        ownership: mounts.ownership,
+        ..v.into_api(&claims, &atts)
+    })
 }
 
 pub(super) fn claims_in_the_way(claims: &[ClaimRow]) -> String {
@@ -255,8 +267,10 @@ pub fn register_volume(
     check_segments("topology", &spec.topology)?;
     let mounts = volume_mounts(
         spec.attachment,
+        &spec.mount_flags,
         &spec.claim_mount_flags,
         spec.selinux_context.as_deref(),
+        spec.ownership,
     )?;
     let existing = ctx.volume(name)?;
     let own_id = existing
@@ -381,8 +395,10 @@ pub fn create_volume(
     )?;
     let mounts = volume_mounts(
         spec.attachment,
+        &spec.mount_flags,
         &spec.claim_mount_flags,
         spec.selinux_context.as_deref(),
+        spec.ownership,
     )?;
     // An empty request asks for nothing: recorded as none.
     let topology_request = spec.topology_request.filter(|r| !r.is_empty());

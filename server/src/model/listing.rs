@@ -22,6 +22,8 @@ pub struct VolumeChunk {
     pub last: Option<String>,
     pub claims: std::collections::HashMap<String, Vec<ClaimRow>>,
     pub attachments: std::collections::HashMap<String, Vec<AttachmentRow>>,
+    /// The mount settings of the volumes that set any (`volume_mounts`).
+    pub mounts: std::collections::HashMap<String, api::VolumeMounts>,
 }
 
 /// A volume row's fields borrowed from where the store read them: what a listing shows of

@@ -448,6 +448,14 @@ pub trait Txn: Snapshot {
         alloc: &str,
         condition: Option<&str>,
     ) -> ApiResult<()>;
+    /// Records what csivol's ownership change did for a claim (in its mount, which only a
+    /// claim asking for a group has: never below the schema that keeps it).
+    fn set_claim_ownership_change(
+        &mut self,
+        volume: &str,
+        alloc: &str,
+        mount: &api::ClaimMount,
+    ) -> ApiResult<()>;
     /// Sets a claim's error and next retry, stamped.
     fn set_claim_error(
         &mut self,

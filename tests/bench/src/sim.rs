@@ -343,6 +343,7 @@ impl SimNode {
                     alloc: key.1.clone(),
                     target_path: format!("/sim/{}/{}/{}", self.name, key.0, key.1),
                     observed: None,
+                    ownership: None,
                 });
                 new.push(key);
             }

@@ -53,6 +53,7 @@ pub async fn create_with(
                 mutable_parameters: BTreeMap::new(),
                 claim_mount_flags: Vec::new(),
                 selinux_context: None,
+                ownership: None,
             };
             http.post(&format!("/v1/volumes/{name}/create"), &spec)
                 .await?
@@ -109,6 +110,7 @@ pub async fn register(http: &Http, names: Vec<String>, limit: usize) -> anyhow::
                 topology: Vec::new(),
                 claim_mount_flags: Vec::new(),
                 selinux_context: None,
+                ownership: None,
             };
             http.put(&format!("/v1/volumes/{name}"), &spec)
                 .await?

@@ -226,6 +226,18 @@ impl Cluster {
         self.nodes[i].plugin = Some(proc);
     }
 
+    /// Kills the node's plugin and starts it again with `plugin_args` in place of its own:
+    /// a plugin upgraded or reconfigured under its mounts (its state survives).
+    pub fn restart_plugin_with(&mut self, i: usize, plugin_args: Vec<String>) {
+        if let Some(mut p) = self.nodes[i].plugin.take() {
+            p.kill();
+        }
+        self.nodes[i].opts.plugin_args = plugin_args;
+        // `start_plugin` waits for the socket: not the one the killed plugin left.
+        let _ = std::fs::remove_file(self.nodes[i].dir.join("plugin.sock"));
+        self.start_plugin(i);
+    }
+
     pub fn start_agent(&mut self, i: usize) {
         let n = &self.nodes[i];
         let endpoint = format!("unix://{}", n.dir.join("plugin.sock").display());

@@ -2,8 +2,10 @@
 //! real bind mounts, a process with dropped privileges (uid and gid 1234, no
 //! supplementary groups) writing into the target. Once with the plugin's
 //! VOLUME_MOUNT_GROUP, once with csivol's own ownership change (the plugin started with
-//! `--disable volume-mount-group`, the server's `ownership = "on-root-mismatch"`), and the
-//! refusal where neither can apply the group.
+//! `--disable volume-mount-group`, the server's `ownership = "on-root-mismatch"`, or the
+//! volume's own), with what the change did reported (a `recursive` one stopped by its
+//! bound), the refusal where neither can apply the group, and the node's refusal of a
+//! claim its volume's shared staging cannot take.
 
 use std::os::unix::fs::PermissionsExt;
 
@@ -100,6 +102,20 @@ fn with_csivols_ownership_change_a_non_root_job_writes_its_volume() {
         events.stdout.contains("with group 1234 (recursive)"),
         "{events:?}"
     );
+    // More entries than the agent's bound changes: the job (as root) fills the volume.
+    let out = c.csivol(&[
+        "run",
+        "scratch",
+        "--node",
+        "node-1",
+        "--ttl",
+        "5m",
+        "--",
+        "sh",
+        "-c",
+        "mkdir \"$CSIVOL_PATH/many\" && cd \"$CSIVOL_PATH/many\" && seq 1 100001 | xargs touch",
+    ]);
+    assert_eq!(out.code, 0, "{out:?}");
     held_claim_keeps_its_record(&mut c);
     // A gid outside the operator's ranges is refused: a claimer cannot give a volume to
     // any group.
@@ -126,6 +142,24 @@ fn held_claim_keeps_its_record(c: &mut Cluster) {
         "claim", "scratch", "--node", "node-1", "--alloc", "held", "--gid", GID, "--wait",
     ]);
     assert_eq!(out.code, 0, "{out:?}");
+    // The claim's record says what the recursive change did: the bound stopped it.
+    assert!(
+        out.stdout.contains("ownership change")
+            && out
+                .stdout
+                .contains("100000 entries given the group, then stopped at the agent's bound"),
+        "{out:?}"
+    );
+    assert_eq!(
+        ownership_change(c),
+        serde_json::json!({"entries": 100000, "bounded": true})
+    );
+    let events = c.csivol(&["events", "--volume", "scratch", "-o", "json"]);
+    assert!(
+        events.stdout.contains("claim-ownership-bounded")
+            && events.stdout.contains("first 100000 entries"),
+        "{events:?}"
+    );
     let status = c.csivol(&["status", "scratch"]);
     assert!(
         status.stdout.contains("GROUP") && status.stdout.contains("1234 (recursive)"),
@@ -178,6 +212,11 @@ fn held_claim_keeps_its_record(c: &mut Cluster) {
         || (crate::cluster::mounted(&target) && claim_ready(c)).then_some(()),
     );
     assert_eq!(ownership_recorded(c, "held"), Some(done));
+    // Reported again from agent.db, neither redone nor forgotten.
+    assert_eq!(
+        ownership_change(c),
+        serde_json::json!({"entries": 100000, "bounded": true})
+    );
     let out = c.csivol(&["release", "scratch", "--alloc", "held", "--wait"]);
     assert_eq!(out.code, 0, "{out:?}");
     assert_eq!(
@@ -185,6 +224,19 @@ fn held_claim_keeps_its_record(c: &mut Cluster) {
         None,
         "gone with its publication"
     );
+    let out = c.csivol(&["claim", "show", "scratch", "--alloc", "held"]);
+    assert_eq!(out.code, 3, "{out:?}");
+    assert!(
+        out.stderr.contains("claim list --volume scratch"),
+        "{out:?}"
+    );
+}
+
+/// What `csivol claim show` shows of the held claim's ownership change (`-o json`).
+fn ownership_change(c: &Cluster) -> serde_json::Value {
+    let out = c.csivol(&["claim", "show", "scratch", "--alloc", "held", "-o", "json"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    out.json()["mount"]["ownership_change"].clone()
 }
 
 fn claim_ready(c: &Cluster) -> bool {
@@ -198,7 +250,11 @@ fn without_either_a_group_is_refused_with_the_reason() {
         plugin_args: vec!["--disable".into(), "volume-mount-group".into()],
         ..Default::default()
     };
-    let c = Cluster::start("mount-group-never", "10s", vec![opts]);
+    // The operator allows gids but no ownership change for the plugin: only a volume
+    // whose own spec allows it gets one.
+    let c = Cluster::start_with_config("mount-group-never", "10s", vec![opts], |_| {
+        format!("[plugins.\"{PLUGIN}\"]\nownership_gids = [\"1000-1999\"]\n")
+    });
     passable(&c);
     create_volume(&c, "scratch", "single-node-writer");
     let out = job(&c, &["--gid", GID]);
@@ -218,5 +274,138 @@ fn without_either_a_group_is_refused_with_the_reason() {
             .contains("mounted without group 1234, the caller's own")
             && out.stderr.contains("VOLUME_MOUNT_GROUP"),
         "{out:?}"
+    );
+    volume_of_its_own(&c);
+}
+
+/// A volume whose spec sets its own `ownership` gets csivol's ownership change although
+/// its plugin's setting is `never`: the job writes it; `volume show` says so.
+fn volume_of_its_own(c: &Cluster) {
+    c.create_volume_spec(
+        "own",
+        &format!(
+            "name = \"own\"\nplugin = \"{PLUGIN}\"\naccess_mode = \"single-node-writer\"\n\
+             attachment = \"file-system\"\ncapacity_bytes = 1048576\n\
+             ownership = \"on-root-mismatch\"\n"
+        ),
+    );
+    let shown = c.csivol(&["volume", "show", "own"]);
+    assert!(
+        shown.stdout.contains("on-root-mismatch (the volume's own)"),
+        "{shown:?}"
+    );
+    assert_eq!(
+        c.csivol(&["volume", "show", "own", "-o", "json"]).json()["ownership"],
+        "on-root-mismatch"
+    );
+    let out = run(c.command(
+        Some(&c.token),
+        &[
+            "run",
+            "own",
+            "--node",
+            "node-1",
+            "--ttl",
+            "1m",
+            "--gid",
+            GID,
+            "--",
+            "setpriv",
+            "--reuid",
+            GID,
+            "--regid",
+            GID,
+            "--clear-groups",
+            "sh",
+            "-c",
+            "touch \"$CSIVOL_PATH/x\"",
+        ],
+    ));
+    assert_eq!(out.code, 0, "{out:?}");
+    let events = c.csivol(&["events", "--volume", "own", "-o", "json"]);
+    assert!(
+        events.stdout.contains("with group 1234 (on-root-mismatch)"),
+        "{events:?}"
+    );
+}
+
+/// The staging is shared by a volume's claims on a node: a claim that asks for what the
+/// staging was not made with is refused by the node with the reason, and the claim that
+/// uses it stays ready. Reached here through a plugin that gained VOLUME_MOUNT_GROUP under
+/// a claim whose group csivol applied itself: the server sends the next claim's group to
+/// the plugin, which the staging made without a group cannot take.
+#[test]
+fn a_claim_the_shared_staging_cannot_take_is_refused_on_the_node_and_the_other_stays_ready() {
+    let opts = NodeOpts {
+        plugin_args: vec!["--disable".into(), "volume-mount-group".into()],
+        ..Default::default()
+    };
+    let mut c = Cluster::start_with_config("mount-group-staging", "10s", vec![opts], |_| {
+        format!(
+            "[plugins.\"{PLUGIN}\"]\nownership = \"on-root-mismatch\"\nownership_gids = [\"1000-1999\"]\n"
+        )
+    });
+    create_volume(&c, "scratch", "single-node-multi-writer");
+    let claim = |c: &Cluster, alloc: &str| {
+        c.csivol(&[
+            "claim",
+            "scratch",
+            "--node",
+            "node-1",
+            "--alloc",
+            alloc,
+            "--gid",
+            GID,
+            "--wait",
+            "--timeout",
+            "60s",
+        ])
+    };
+    let out = claim(&c, "first");
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stdout.contains("1234 (on-root-mismatch)"), "{out:?}");
+    let target = c.nodes[0].agent_dir().join("targets/scratch/first");
+    // The plugin comes back with VOLUME_MOUNT_GROUP; its agent registers it so.
+    c.kill_agent(0);
+    c.restart_plugin_with(0, Vec::new());
+    c.start_agent(0);
+    c.wait_node_status(0, "ready");
+    let out = claim(&c, "second");
+    assert_ne!(out.code, 0, "{out:?}");
+    assert!(
+        out.stderr.contains(
+            "the volume is staged on this node with group none, and the claim asks for group \
+             1234: one staging has one group"
+        ),
+        "{out:?}"
+    );
+    let list = c
+        .csivol(&["claim", "list", "--volume", "scratch", "-o", "json"])
+        .json();
+    let state = |alloc: &str| {
+        list.as_array()
+            .and_then(|a| a.iter().find(|c| c["alloc"] == alloc))
+            .map(|c| c["state"].clone())
+    };
+    assert_eq!(state("first"), Some("ready".into()), "{list}");
+    assert_ne!(state("second"), Some("ready".into()), "{list}");
+    let events = c
+        .csivol(&["events", "--volume", "scratch", "-o", "json"])
+        .json();
+    let failed = events
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|e| e["kind"] == "claim-failed" && e["alloc"] == "second")
+        .unwrap_or_else(|| panic!("no claim-failed event for the second claim: {events}"));
+    assert!(
+        failed["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("one staging has one group")),
+        "{failed}"
+    );
+    assert!(
+        crate::cluster::mounted(&target),
+        "the first claim keeps its mount"
     );
 }

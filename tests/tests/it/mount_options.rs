@@ -4,7 +4,8 @@
 //! support SELinux mounts, and what is not allowed is refused with the reason. The test
 //! machine has no SELinux policy, and the reference plugin's bind mounts take no flags:
 //! what is checked is what reaches the plugin (its own record of each call's capability),
-//! not a kernel's labelling.
+//! not a kernel's labelling; the node's refusal of a context its volume's staging was not
+//! made with is checked end to end.
 
 use std::path::Path;
 
@@ -62,6 +63,29 @@ fn a_claims_flags_reach_its_publication_only_and_its_context_both_calls() {
         format!("[plugins.\"{PLUGIN}\"]\nselinux_mount = true\n")
     });
     spec(&c);
+    // What the volume allows its claims' mounts is shown with it, and in the listing.
+    let shown = c.csivol(&["volume", "show", "scratch"]);
+    assert!(
+        shown
+            .stdout
+            .lines()
+            .any(|l| l.contains("claim mount flags") && l.contains("noatime")),
+        "{shown:?}"
+    );
+    let json = c
+        .csivol(&["volume", "show", "scratch", "-o", "json"])
+        .json();
+    assert_eq!(
+        json["claim_mount_flags"],
+        serde_json::json!(["noatime"]),
+        "{json}"
+    );
+    let listed = c.csivol(&["volume", "list", "-o", "json"]).json();
+    assert_eq!(
+        listed[0]["claim_mount_flags"],
+        serde_json::json!(["noatime"]),
+        "{listed}"
+    );
     let ctx = format!("--selinux-context={CONTEXT}");
     let out = claim(&c, "a1", &["--mount-flag", "noatime", &ctx]);
     assert_eq!(out.code, 0, "{out:?}");
@@ -117,4 +141,55 @@ fn a_context_for_a_plugin_not_declared_to_support_selinux_mounts_is_refused() {
         "{out:?}"
     );
     assert_eq!(claim(&c, "a1", &["--mount-flag", "noatime"]).code, 0);
+}
+
+/// A staging outlives its claims while its NodeUnstageVolume fails: a claim recorded then
+/// with another SELinux context (nothing on the server holds the old one any more) reaches
+/// a node whose staging of the volume has the old context, and the node refuses it with
+/// the reason instead of publishing a mount the kernel would label otherwise.
+#[test]
+fn a_claim_with_another_context_than_a_staging_left_behind_is_refused_on_the_node() {
+    let opts = NodeOpts {
+        plugin_args: vec!["--fail".into(), "NodeUnstageVolume=UNAVAILABLE".into()],
+        ..Default::default()
+    };
+    let c = Cluster::start_with_config("mount-options-left-staging", "10s", vec![opts], |_| {
+        format!("[plugins.\"{PLUGIN}\"]\nselinux_mount = true\n")
+    });
+    spec(&c);
+    let out = claim(&c, "a1", &["--selinux-context", CONTEXT]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let out = c.csivol(&["release", "scratch", "--alloc", "a1", "--wait"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let staging_kept = || {
+        c.nodes[0]
+            .plugin_calls()
+            .iter()
+            .any(|call| call["rpc"] == "NodeUnstageVolume")
+    };
+    csivol_tests::wait_for(
+        "NodeUnstageVolume tried and failed",
+        std::time::Duration::from_secs(60),
+        || staging_kept().then_some(()),
+    );
+    let other = "system_u:object_r:other_t:s0";
+    let out = claim(&c, "a2", &["--selinux-context", other, "--timeout", "60s"]);
+    assert_ne!(out.code, 0, "{out:?}");
+    assert!(
+        out.stderr.contains(&format!(
+            "the volume is staged on this node with SELinux context `{CONTEXT}`, and the \
+             claim asks for `{other}`: one file system is mounted with one context"
+        )),
+        "{out:?}"
+    );
+    // The node's record still says what the staging was made with.
+    let db = rusqlite::Connection::open(c.nodes[0].agent_dir().join("agent.db")).unwrap();
+    let staged: String = db
+        .query_row(
+            "SELECT mount FROM staging_mounts WHERE volume = 'scratch'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(staged.contains(CONTEXT), "{staged}");
 }

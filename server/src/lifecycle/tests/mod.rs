@@ -336,6 +336,7 @@ fn published(volume: &str, alloc: &str) -> Report {
         alloc: alloc.to_owned(),
         target_path: format!("/targets/{volume}/{alloc}"),
         observed: None,
+        ownership: None,
     }
 }
 

@@ -240,6 +240,7 @@ async fn what_a_plugin_made_is_kept_for_plugin_show_across_registrations() {
             staging: Some("none".into()),
             target: "mount".into(),
         }),
+        ownership: None,
     };
     env.report("n1", vec![observed]).await;
     env.register("n1", false, &[("v", "a1")]).await;

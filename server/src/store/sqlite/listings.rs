@@ -6,7 +6,6 @@ use csivol_api as api;
 use rusqlite::types::ValueRef;
 use rusqlite::{Connection, params};
 
-use super::drift::CLAIM_COLUMNS;
 use super::rows::{ATTACHMENT_COLUMNS, VOLUME_COLUMNS, volume_fields};
 use super::statement::exec;
 use crate::error::{ApiError, ApiResult};
@@ -156,6 +155,7 @@ pub fn volume_chunk(
             last: None,
             claims: HashMap::new(),
             attachments: HashMap::new(),
+            mounts: HashMap::new(),
         });
     };
     let mut claims: HashMap<String, Vec<ClaimRow>> = HashMap::new();
@@ -183,12 +183,14 @@ pub fn volume_chunk(
         let a = a?;
         attachments.entry(a.volume.clone()).or_default().push(a);
     }
+    let mounts = super::volume_mounts::between(conn, after, &last)?;
     Ok(VolumeChunk {
         volumes,
         decode: volume_fields,
         last: Some(last),
         claims,
         attachments,
+        mounts,
     })
 }
 
@@ -222,10 +224,13 @@ pub fn claim_page(
 ) -> ApiResult<Vec<ClaimRow>> {
     let filter = "volume > ?3 AND (?1 IS NULL OR volume = ?1) AND (?2 IS NULL OR node = ?2)";
     let sql = format!(
-        "SELECT {CLAIM_COLUMNS} FROM claims WHERE {filter} AND volume <= \
+        "SELECT {} FROM claims WHERE {filter} AND volume <= \
          (SELECT MAX(volume) FROM (SELECT DISTINCT volume FROM claims WHERE {filter} \
          ORDER BY volume LIMIT ?4)) \
-         ORDER BY volume, created_at, alloc"
+         ORDER BY volume, created_at, alloc",
+        // With the drift and mount columns where the schema has them: a listed claim
+        // shows what `GET` of its volume shows of it.
+        super::drift::claim_columns(conn)?
     );
     let volumes = i64::try_from(volumes).unwrap_or(i64::MAX);
     let rows = conn

@@ -312,6 +312,15 @@ impl Txn for WriteCtx<'_> {
         Ok(())
     }
 
+    fn set_claim_ownership_change(
+        &mut self,
+        volume: &str,
+        alloc: &str,
+        mount: &api::ClaimMount,
+    ) -> ApiResult<()> {
+        claim_mounts::record(self, volume, alloc, mount)
+    }
+
     fn set_claim_condition(
         &mut self,
         volume: &str,

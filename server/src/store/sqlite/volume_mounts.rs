@@ -1,5 +1,6 @@
-//! What a volume allows its claims to ask of their mounts, and its default SELinux
-//! context (`volume_mounts`, a row only for a volume that sets one of them).
+//! What a volume allows its claims to ask of their mounts, its default SELinux context
+//! and its own `ownership` (`volume_mounts`, a row only for a volume that sets one of
+//! them).
 //!
 //! The table comes with one schema migration. With the etcd store a server may run on
 //! the schema before it until `upgrade finalize`: a volume spec that sets either is then
@@ -12,7 +13,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::model::to_json;
 use crate::store::sqlite::db::optional;
 use crate::store::sqlite::writer::WriteCtx;
-use csivol_api::VolumeMounts;
+use csivol_api::{Ownership, VolumeMounts};
 
 /// Whether the schema has the table (asked of the connection itself: a mirror migrated in
 /// place by `upgrade finalize` has it from that moment on).
@@ -30,18 +31,74 @@ pub fn get(conn: &Connection, volume: &str) -> ApiResult<VolumeMounts> {
     }
     let row = optional(
         conn.prepare_cached(
-            "SELECT claim_mount_flags, selinux_context FROM volume_mounts WHERE volume = ?1",
+            "SELECT claim_mount_flags, selinux_context, ownership FROM volume_mounts \
+             WHERE volume = ?1",
         )?
         .query_row([volume], |r| {
-            Ok((r.get::<_, String>(0)?, r.get::<_, Option<String>>(1)?))
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, Option<String>>(1)?,
+                r.get::<_, Option<String>>(2)?,
+            ))
         }),
     )?;
-    Ok(row
-        .map(|(flags, selinux_context)| VolumeMounts {
-            claim_mount_flags: serde_json::from_str(&flags).unwrap_or_default(),
-            selinux_context,
+    let Some((flags, selinux_context, ownership)) = row else {
+        return Ok(VolumeMounts::default());
+    };
+    decode(&flags, selinux_context, ownership.as_deref())
+}
+
+/// The mount settings of the volumes after `after` up to `last` by name that set any,
+/// for a listing's chunk; none where the schema does not keep them.
+pub fn between(
+    conn: &Connection,
+    after: &str,
+    last: &str,
+) -> ApiResult<std::collections::HashMap<String, VolumeMounts>> {
+    let mut out = std::collections::HashMap::new();
+    if !kept(conn)? {
+        return Ok(out);
+    }
+    let mut stmt = conn.prepare_cached(
+        "SELECT volume, claim_mount_flags, selinux_context, ownership FROM volume_mounts \
+         WHERE volume > ?1 AND volume <= ?2",
+    )?;
+    let rows = stmt.query_map(params![after, last], |r| {
+        Ok((
+            r.get::<_, String>(0)?,
+            r.get::<_, String>(1)?,
+            r.get::<_, Option<String>>(2)?,
+            r.get::<_, Option<String>>(3)?,
+        ))
+    })?;
+    for row in rows {
+        let (volume, flags, selinux_context, ownership) = row?;
+        out.insert(
+            volume,
+            decode(&flags, selinux_context, ownership.as_deref())?,
+        );
+    }
+    Ok(out)
+}
+
+/// A row's columns as the settings: the flags as JSON, the ownership as
+/// `Ownership::as_str` writes it.
+fn decode(
+    flags: &str,
+    selinux_context: Option<String>,
+    ownership: Option<&str>,
+) -> ApiResult<VolumeMounts> {
+    let ownership = ownership
+        .map(|o| {
+            serde_json::from_value(serde_json::Value::from(o))
+                .map_err(|_| ApiError::internal(format!("volume_mounts holds ownership `{o}`")))
         })
-        .unwrap_or_default())
+        .transpose()?;
+    Ok(VolumeMounts {
+        claim_mount_flags: serde_json::from_str(flags).unwrap_or_default(),
+        selinux_context,
+        ownership,
+    })
 }
 
 /// Sets the volume's mount settings (an empty one removes its row). Below the schema that
@@ -53,7 +110,7 @@ pub fn put(ctx: &WriteCtx<'_>, volume: &str, m: &VolumeMounts) -> ApiResult<()> 
         }
         return Err(ApiError::invalid(
             "this cluster runs on the previous schema, which does not keep a volume's \
-             `claim_mount_flags` or `selinux_context`",
+             `claim_mount_flags`, `selinux_context` or `ownership`",
         )
         .with_hint("run `csivol-server upgrade finalize` once every server runs this release"));
     }
@@ -67,9 +124,15 @@ pub fn put(ctx: &WriteCtx<'_>, volume: &str, m: &VolumeMounts) -> ApiResult<()> 
     }
     exec(
         ctx.tx,
-        "INSERT INTO volume_mounts (volume, claim_mount_flags, selinux_context) VALUES (?1, ?2, ?3) \
-         ON CONFLICT (volume) DO UPDATE SET claim_mount_flags = ?2, selinux_context = ?3",
-        params![volume, to_json(&m.claim_mount_flags), m.selinux_context],
+        "INSERT INTO volume_mounts (volume, claim_mount_flags, selinux_context, ownership) \
+         VALUES (?1, ?2, ?3, ?4) ON CONFLICT (volume) DO UPDATE SET claim_mount_flags = ?2, \
+         selinux_context = ?3, ownership = ?4",
+        params![
+            volume,
+            to_json(&m.claim_mount_flags),
+            m.selinux_context,
+            m.ownership.map(Ownership::as_str)
+        ],
     )?;
     Ok(())
 }
@@ -97,12 +160,24 @@ mod tests {
         let set = VolumeMounts {
             claim_mount_flags: vec!["noatime".into()],
             selinux_context: None,
+            ownership: Some(Ownership::Recursive),
+        };
+        let ownership_only = VolumeMounts {
+            ownership: Some(Ownership::Never),
+            ..VolumeMounts::default()
         };
         for (schema, kept_after) in [(theirs - 1, false), (theirs, true)] {
             let (mut conn, index) = db::open_at(&path, schema).unwrap();
             let tx = conn.transaction().unwrap();
             let ctx = WriteCtx::new(&tx, index + 1, Clock::wall().now_ms());
             put(&ctx, "v", &VolumeMounts::default()).unwrap();
+            // A volume's own `ownership` alone is a setting too: refused below the schema,
+            // never dropped.
+            let refused = put(&ctx, "v", &ownership_only);
+            assert_eq!(refused.is_err(), !kept_after, "{refused:?}");
+            if kept_after {
+                assert_eq!(get(ctx.tx, "v").unwrap(), ownership_only);
+            }
             let refused = put(&ctx, "v", &set);
             assert_eq!(refused.is_err(), !kept_after, "{refused:?}");
             if let Err(e) = refused {

@@ -73,3 +73,8 @@ CREATE TABLE volume_mounts (
     claim_mount_flags TEXT NOT NULL DEFAULT '[]',
     selinux_context TEXT
 );
+
+-- Whether csivol may give a volume a claim's group itself (`ownership`: `never`,
+-- `on-root-mismatch`, `recursive`), the volume's own setting, which overrides its plugin's
+-- in the server's config; NULL: the plugin's.
+ALTER TABLE volume_mounts ADD COLUMN ownership TEXT;
