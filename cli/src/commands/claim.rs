@@ -13,7 +13,7 @@ use csivol_client::{Method, StatusCode};
 use crate::args::{ClaimArgs, ClaimCommand, ClaimListArgs, ClaimShowArgs, RenewArgs};
 use crate::client::Answer;
 use crate::ctx::Ctx;
-use crate::failure::{Exit, Failure};
+use crate::failure::Exit;
 use crate::render;
 use crate::wait::{self, ClaimGoal};
 
@@ -289,32 +289,15 @@ async fn list(ctx: &Ctx, args: ClaimListArgs) -> anyhow::Result<Exit> {
 }
 
 async fn show(ctx: &Ctx, args: ClaimShowArgs) -> anyhow::Result<Exit> {
-    let path = list_path(&ClaimListArgs {
-        volume: Some(args.volume.clone()),
-        node: None,
-        state: None,
-        older_than: None,
-        labels: Vec::new(),
-    });
-    let claims: Vec<Claim> = ctx
-        .client
-        .get(&path)
-        .await
-        .with_context(|| format!("failed to read the claims of volume `{}`", args.volume))?;
-    let Some(c) = claims.into_iter().find(|c| c.alloc == args.alloc) else {
-        return Err(Failure::new(
-            Exit::NotFound,
-            format!(
-                "volume `{}` has no claim of alloc `{}`",
-                args.volume, args.alloc
-            ),
+    // The server's refusal names a missing alloc, the closest of the volume's allocs and
+    // where to list them.
+    let path = format!("/v1/volumes/{}/claims/{}", args.volume, args.alloc);
+    let c: Claim = ctx.client.get(&path).await.with_context(|| {
+        format!(
+            "failed to read the claim of alloc `{}` on volume `{}`",
+            args.alloc, args.volume
         )
-        .hint(format!(
-            "`csivol claim list --volume {}` lists its claims",
-            args.volume
-        ))
-        .into());
-    };
+    })?;
     if ctx.out.json_mode() {
         ctx.out.json(&c)?;
     } else {

@@ -157,6 +157,40 @@ async fn claim_refusals_have_their_exit_codes() {
     ");
 }
 
+/// `claim show` reads the one claim; a missing alloc is exit 3 with the server's guess.
+#[tokio::test]
+async fn claim_show_shows_one_claim_and_names_a_missing_alloc() {
+    let env = Env::start("claim-show");
+    env.volume("v1", "multi-node-multi-writer").await;
+    let _n1 = env.node("n1", 0).await;
+    for alloc in ["build-1", "build-2"] {
+        let r = env
+            .run(&["claim", "v1", "--node", "n1", "--alloc", alloc])
+            .await;
+        assert_eq!(r.code, 0, "{r}");
+    }
+    let r = env
+        .run(&["claim", "show", "v1", "--alloc", "build-2", "-o", "json"])
+        .await;
+    assert_eq!(r.code, 0, "{r}");
+    let c: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(
+        (&c["volume"], &c["alloc"]),
+        (&"v1".into(), &"build-2".into()),
+        "{r}"
+    );
+    let r = env
+        .run(&["claim", "show", "v1", "--alloc", "build-3"])
+        .await;
+    assert_eq!(r.code, 3, "{r}");
+    assert!(
+        r.stderr
+            .contains("alloc `build-3` holds no claim on volume `v1`")
+            && r.stderr.contains("did you mean alloc `build-"),
+        "{r}"
+    );
+}
+
 #[tokio::test]
 async fn claim_wait_follows_the_claim_to_ready() {
     let env = Env::start("wait-ready");
