@@ -191,6 +191,7 @@ impl From<&csi::ControllerGetCapabilitiesResponse> for ControllerCapabilities {
                 Ok(R::CloneVolume) => caps.clone_volume = true,
                 Ok(R::ModifyVolume) => caps.modify_volume = true,
                 Ok(R::GetSnapshot) => caps.get_snapshot = true,
+                Ok(R::GetCapacity) => caps.get_capacity = true,
                 _ => {}
             }
         }
@@ -218,6 +219,7 @@ impl From<ControllerCapabilities> for csi::ControllerGetCapabilitiesResponse {
             (caps.clone_volume, R::CloneVolume),
             (caps.modify_volume, R::ModifyVolume),
             (caps.get_snapshot, R::GetSnapshot),
+            (caps.get_capacity, R::GetCapacity),
         ];
         let capabilities = flags
             .into_iter()
@@ -531,6 +533,7 @@ mod tests {
             clone_volume: true,
             modify_volume: true,
             get_snapshot: true,
+            get_capacity: true,
             ..Default::default()
         };
         assert_eq!(ControllerCapabilities::from(&c.into()), c);

@@ -9,6 +9,7 @@ use std::time::Duration;
 use csivol_rules::fence::FenceConfig;
 
 use crate::auth::Tokens;
+use crate::capacity::Capacity;
 use crate::clock::Clock;
 use crate::fence::{Fencer, Fencing};
 use crate::lifecycle::Limits;
@@ -70,4 +71,6 @@ pub struct AppState {
     pub leadership: Option<Leadership>,
     /// The server's one clock (the database writer's too).
     pub clock: Clock,
+    /// The plugins' GetCapacity answers, in memory.
+    pub capacity: Arc<Capacity>,
 }

@@ -323,6 +323,7 @@ impl Server {
             reads: cluster.as_ref().map(|c| c.reads.clone()),
             leadership: cluster.as_ref().map(|c| c.leadership.clone()),
             clock,
+            capacity: Arc::default(),
         });
         Ok(Self {
             addr,

@@ -3,11 +3,11 @@
 
 use std::time::Duration;
 
-use csivol_api::{ControllerQueue, Plugin};
+use csivol_api::{ControllerQueue, Plugin, PluginCapacity};
 
 use super::nodes::observed;
 use super::{cell, map, record};
-use crate::output::{Out, or_dash, short_duration, time};
+use crate::output::{Out, bytes, or_dash, short_duration, time};
 
 pub fn controller_hosts(out: &Out, h: &csivol_api::ControllerHosts) -> anyhow::Result<()> {
     if h.allowed.is_empty() {
@@ -147,6 +147,7 @@ pub fn plugin(out: &Out, p: &Plugin) -> anyhow::Result<()> {
         ],
     )?;
     controller_queue(out, &p.id, &p.queue)?;
+    capacity(out, &p.capacity)?;
     if p.nodes.is_empty() {
         return Ok(());
     }
@@ -176,6 +177,49 @@ pub fn plugin(out: &Out, p: &Plugin) -> anyhow::Result<()> {
             n.observed.as_ref().map_or_else(
                 || "-".to_owned(),
                 |o| format!("{}/{} at {}", o.volume, o.alloc, time(out, &o.at)),
+            ),
+        ]);
+    }
+    out.print_table(t)
+}
+
+/// What the plugin's controller said it has left, per segment and parameter set, with the
+/// age of each answer.
+fn capacity(out: &Out, c: &PluginCapacity) -> anyhow::Result<()> {
+    out.line("")?;
+    if !c.reported {
+        return out.line("capacity: the plugin does not report capacity (no GET_CAPACITY)");
+    }
+    if c.samples.is_empty() {
+        return out.line("capacity: not sampled yet by a controller host reporting to this server");
+    }
+    out.line("capacity:")?;
+    let mut t = out.table(&[
+        "SEGMENT",
+        "PARAMETERS",
+        "AVAILABLE",
+        "MAX VOLUME SIZE",
+        "MIN VOLUME SIZE",
+        "AGE",
+    ]);
+    t.optional(&["MIN VOLUME SIZE"]);
+    let size = |b: Option<u64>| b.map_or_else(|| "-".to_owned(), bytes);
+    for s in &c.samples {
+        let q = &s.sample.query;
+        t.add_row(vec![
+            if q.segment.is_empty() {
+                "(all)".to_owned()
+            } else {
+                map(&q.segment)
+            },
+            map(&q.parameters),
+            bytes(s.sample.available_bytes),
+            size(s.sample.maximum_volume_size),
+            size(s.sample.minimum_volume_size),
+            format!(
+                "{}{}",
+                short_duration(Duration::from_millis(s.age_ms)),
+                if s.fresh { "" } else { " (stale)" }
             ),
         ]);
     }

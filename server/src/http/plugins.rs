@@ -22,11 +22,21 @@ pub(super) async fn list_plugins(
 ) -> ApiResult<Json<Vec<api::Plugin>>> {
     app.caller(&headers)?.require_reader()?;
     let (limits, now) = (app.limits.clone(), app.clock.now_ms());
-    Ok(Json(
-        app.db
-            .read(move |c| views::list_plugins(c, None, &limits, now))
-            .await?,
-    ))
+    let mut plugins = app
+        .db
+        .read(move |c| views::list_plugins(c, None, &limits, now))
+        .await?;
+    for p in &mut plugins {
+        with_capacity(&app, p, now);
+    }
+    Ok(Json(plugins))
+}
+
+/// The plugin's capacity samples, from this server's memory.
+fn with_capacity(app: &App, p: &mut api::Plugin, now: i64) {
+    if p.capacity.reported {
+        p.capacity.samples = app.capacity.shown(&p.id, now);
+    }
 }
 
 pub(super) async fn get_plugin(
@@ -37,15 +47,18 @@ pub(super) async fn get_plugin(
     app.caller(&headers)?.require_reader()?;
     name("plugin", &id)?;
     let (limits, now) = (app.limits.clone(), app.clock.now_ms());
-    app.db
+    let mut p = app
+        .db
         .read(move |c| {
             let found = views::list_plugins(c, Some(&id), &limits, now)?;
             match found.into_iter().next() {
-                Some(p) => Ok(Json(p)),
+                Some(p) => Ok(p),
                 None => Err(lifecycle::unknown_plugin(&id, &c.plugin_ids()?)),
             }
         })
-        .await
+        .await?;
+    with_capacity(&app, &mut p, now);
+    Ok(Json(p))
 }
 
 /// `GET /v1/plugins/{id}/controllers`.

@@ -3,6 +3,7 @@
 mod after_release;
 mod block;
 mod boundaries;
+mod capacity;
 mod ci;
 mod client;
 mod cluster;

@@ -194,6 +194,7 @@ pub fn controller_capabilities(
         f.modify_volume |= c.modify_volume;
         f.get_snapshot |= c.get_snapshot;
         f.group_snapshots |= c.group_snapshots;
+        f.get_capacity |= c.get_capacity;
     }
     Ok(found)
 }
