@@ -157,6 +157,9 @@ _csivol() {
             csivol__subcmd__help__subcmd__plugin,show)
                 cmd="csivol__subcmd__help__subcmd__plugin__subcmd__show"
                 ;;
+            csivol__subcmd__help__subcmd__plugin,volumes)
+                cmd="csivol__subcmd__help__subcmd__plugin__subcmd__volumes"
+                ;;
             csivol__subcmd__help__subcmd__snapshot,create)
                 cmd="csivol__subcmd__help__subcmd__snapshot__subcmd__create"
                 ;;
@@ -177,6 +180,9 @@ _csivol() {
                 ;;
             csivol__subcmd__help__subcmd__token,revoke)
                 cmd="csivol__subcmd__help__subcmd__token__subcmd__revoke"
+                ;;
+            csivol__subcmd__help__subcmd__volume,adopt)
+                cmd="csivol__subcmd__help__subcmd__volume__subcmd__adopt"
                 ;;
             csivol__subcmd__help__subcmd__volume,create)
                 cmd="csivol__subcmd__help__subcmd__volume__subcmd__create"
@@ -253,6 +259,9 @@ _csivol() {
             csivol__subcmd__plugin,show)
                 cmd="csivol__subcmd__plugin__subcmd__show"
                 ;;
+            csivol__subcmd__plugin,volumes)
+                cmd="csivol__subcmd__plugin__subcmd__volumes"
+                ;;
             csivol__subcmd__plugin__subcmd__help,controllers)
                 cmd="csivol__subcmd__plugin__subcmd__help__subcmd__controllers"
                 ;;
@@ -264,6 +273,9 @@ _csivol() {
                 ;;
             csivol__subcmd__plugin__subcmd__help,show)
                 cmd="csivol__subcmd__plugin__subcmd__help__subcmd__show"
+                ;;
+            csivol__subcmd__plugin__subcmd__help,volumes)
+                cmd="csivol__subcmd__plugin__subcmd__help__subcmd__volumes"
                 ;;
             csivol__subcmd__snapshot,create)
                 cmd="csivol__subcmd__snapshot__subcmd__create"
@@ -319,6 +331,9 @@ _csivol() {
             csivol__subcmd__token__subcmd__help,revoke)
                 cmd="csivol__subcmd__token__subcmd__help__subcmd__revoke"
                 ;;
+            csivol__subcmd__volume,adopt)
+                cmd="csivol__subcmd__volume__subcmd__adopt"
+                ;;
             csivol__subcmd__volume,create)
                 cmd="csivol__subcmd__volume__subcmd__create"
                 ;;
@@ -342,6 +357,9 @@ _csivol() {
                 ;;
             csivol__subcmd__volume,show)
                 cmd="csivol__subcmd__volume__subcmd__show"
+                ;;
+            csivol__subcmd__volume__subcmd__help,adopt)
+                cmd="csivol__subcmd__volume__subcmd__help__subcmd__adopt"
                 ;;
             csivol__subcmd__volume__subcmd__help,create)
                 cmd="csivol__subcmd__volume__subcmd__help__subcmd__create"
@@ -1197,7 +1215,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__help__subcmd__plugin)
-            opts="list show controllers"
+            opts="list show volumes controllers"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1239,6 +1257,20 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__help__subcmd__plugin__subcmd__show)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__help__subcmd__plugin__subcmd__volumes)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -1435,8 +1467,22 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__help__subcmd__volume)
-            opts="register create list show deregister expand modify"
+            opts="register adopt create list show deregister expand modify"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__help__subcmd__volume__subcmd__adopt)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
@@ -1988,7 +2034,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__plugin)
-            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version list show controllers help"
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version list show volumes controllers help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2094,7 +2140,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__plugin__subcmd__help)
-            opts="list show controllers help"
+            opts="list show volumes controllers help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2163,6 +2209,20 @@ _csivol() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        csivol__subcmd__plugin__subcmd__help__subcmd__volumes)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         csivol__subcmd__plugin__subcmd__list)
             opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
@@ -2210,6 +2270,52 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__plugin__subcmd__show)
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --addr)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --ca-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --token)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -o)
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__plugin__subcmd__volumes)
             opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -3197,12 +3303,93 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__volume)
-            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version register create list show deregister expand modify help"
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version register adopt create list show deregister expand modify help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --addr)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --ca-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --token)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -o)
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__volume__subcmd__adopt)
+            opts="-o -q -h -V --name --access-mode --attachment --fs-type --published-to --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --name)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --access-mode)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --attachment)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --fs-type)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --published-to)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
                 --addr)
                     COMPREPLY=("${cur}")
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
@@ -3423,8 +3610,22 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__volume__subcmd__help)
-            opts="register create list show deregister expand modify help"
+            opts="register adopt create list show deregister expand modify help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__volume__subcmd__help__subcmd__adopt)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi

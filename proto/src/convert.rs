@@ -450,6 +450,15 @@ impl From<&csi::list_volumes_response::Entry> for csivol_api::ListedVolume {
                 .and_then(|s| s.volume_condition.as_ref())
                 .filter(|c| c.abnormal)
                 .map(|c| c.message.clone()),
+            capacity_bytes: e
+                .volume
+                .as_ref()
+                .map_or(0, |v| u64::try_from(v.capacity_bytes).unwrap_or(0)),
+            context: e
+                .volume
+                .as_ref()
+                .map(|v| v.volume_context.clone().into_iter().collect())
+                .unwrap_or_default(),
         }
     }
 }

@@ -12,6 +12,7 @@ use crate::auth::Tokens;
 use crate::capacity::Capacity;
 use crate::clock::Clock;
 use crate::fence::{Fencer, Fencing};
+use crate::inventory::Inventory;
 use crate::lifecycle::Limits;
 use crate::liveness::Liveness;
 use crate::metrics::Metrics;
@@ -73,4 +74,6 @@ pub struct AppState {
     pub clock: Clock,
     /// The plugins' GetCapacity answers, in memory.
     pub capacity: Arc<Capacity>,
+    /// The plugins' last ListVolumes, in memory.
+    pub inventory: Arc<Inventory>,
 }

@@ -19,6 +19,7 @@ mod error;
 mod fence;
 mod http;
 pub mod identity;
+mod inventory;
 mod lifecycle;
 pub mod limits;
 mod liveness;

@@ -324,6 +324,7 @@ impl Server {
             leadership: cluster.as_ref().map(|c| c.leadership.clone()),
             clock,
             capacity: Arc::default(),
+            inventory: Arc::default(),
         });
         Ok(Self {
             addr,

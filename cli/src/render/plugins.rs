@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use csivol_api::{ControllerQueue, Plugin, PluginCapacity};
+use csivol_api::{ControllerQueue, Plugin, PluginCapacity, PluginVolumes};
 
 use super::nodes::observed;
 use super::{cell, map, record};
@@ -178,6 +178,56 @@ pub fn plugin(out: &Out, p: &Plugin) -> anyhow::Result<()> {
                 || "-".to_owned(),
                 |o| format!("{}/{} at {}", o.volume, o.alloc, time(out, &o.at)),
             ),
+        ]);
+    }
+    out.print_table(t)
+}
+
+/// The plugin's last ListVolumes beside csivol's records.
+pub fn storage_volumes(out: &Out, l: &PluginVolumes) -> anyhow::Result<()> {
+    if !l.lists_volumes {
+        out.note(format!(
+            "the plugin {} does not list its volumes (no LIST_VOLUMES)",
+            l.plugin
+        ));
+        return Ok(());
+    }
+    let Some(age) = l.age_ms else {
+        out.note(format!(
+            "plugin {} not listed yet by a controller host reporting to this server",
+            l.plugin
+        ));
+        return Ok(());
+    };
+    out.note(format!(
+        "listed {} ago by a controller host of plugin {}",
+        short_duration(Duration::from_millis(age)),
+        l.plugin
+    ));
+    let mut t = out.table(&["EXTERNAL ID", "VOLUME", "SIZE", "PUBLISHED TO", "CONDITION"]);
+    for v in &l.volumes {
+        let published = if !l.published_nodes {
+            "(not reported)".to_owned()
+        } else if v.listed.published_node_ids.is_empty() {
+            "-".to_owned()
+        } else {
+            v.listed.published_node_ids.join(", ")
+        };
+        let condition = match (&v.listed.abnormal, l.condition) {
+            (_, false) => "(not reported)".to_owned(),
+            (Some(m), true) => format!("abnormal: {m}"),
+            (None, true) => "normal".to_owned(),
+        };
+        t.add_row(vec![
+            v.listed.external_id.clone(),
+            v.volume.clone().unwrap_or_else(|| "unknown".to_owned()),
+            if v.listed.capacity_bytes == 0 {
+                "-".to_owned()
+            } else {
+                bytes(v.listed.capacity_bytes)
+            },
+            published,
+            condition,
         ]);
     }
     out.print_table(t)

@@ -50,7 +50,13 @@ fn only_a_fresh_sample_below_the_request_refuses() {
         fits: fits.map(seg),
     };
     /// Name, bytes asked for, required zones, samples (with freshness), verdict.
-    type Case<'a> = (&'a str, u64, Vec<&'a str>, Vec<(CapacitySample, bool)>, Verdict);
+    type Case<'a> = (
+        &'a str,
+        u64,
+        Vec<&'a str>,
+        Vec<(CapacitySample, bool)>,
+        Verdict,
+    );
     let cases: Vec<Case<'_>> = vec![
         ("nothing sampled", 10, vec![], vec![], Verdict::Proceed),
         (

@@ -63,12 +63,34 @@ pub(super) async fn apply_reports(
             keep_capacity(app, &node, plugin, samples).await?;
         }
     }
+    // Listings are kept for `plugin volumes` too, and go on to the comparison.
+    for r in &reports {
+        if let api::Report::ControllerVolumes {
+            plugin, volumes, ..
+        } = r
+            && hosts_controller(app, &node, plugin).await?
+        {
+            app.inventory
+                .record(plugin, volumes.clone(), app.clock.now_ms());
+        }
+    }
     if !reports.is_empty() {
         app.db
             .write(move |ctx| lifecycle::apply_reports(ctx, &node, reports.clone(), &limits))
             .await?;
     }
     Ok(count)
+}
+
+/// Whether `node` hosts `plugin`'s controller: only its host speaks for the storage.
+async fn hosts_controller(app: &App, node: &str, plugin: &str) -> ApiResult<bool> {
+    let (n, p) = (node.to_owned(), plugin.to_owned());
+    app.db
+        .read(move |c| {
+            use crate::store::Snapshot;
+            Ok(c.node_plugin(&n, &p)?.is_some_and(|r| r.controller))
+        })
+        .await
 }
 
 /// A controller host's GetCapacity answers, kept if `node` hosts `plugin`'s controller: a
@@ -79,15 +101,7 @@ async fn keep_capacity(
     plugin: String,
     samples: Vec<api::CapacitySample>,
 ) -> ApiResult<()> {
-    let (n, p) = (node.to_owned(), plugin.clone());
-    let hosts = app
-        .db
-        .read(move |c| {
-            use crate::store::Snapshot;
-            Ok(c.node_plugin(&n, &p)?.is_some_and(|r| r.controller))
-        })
-        .await?;
-    if hosts {
+    if hosts_controller(app, node, &plugin).await? {
         app.capacity.record(&plugin, samples, app.clock.now_ms());
     } else {
         tracing::warn!(

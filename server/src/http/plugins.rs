@@ -95,6 +95,51 @@ pub(super) async fn change_controller_hosts(
     once.respond(&app, &body, write, ok).await
 }
 
+/// `GET /v1/plugins/{id}/volumes`: the plugin's last ListVolumes beside csivol's records.
+pub(super) async fn plugin_volumes(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> ApiResult<Json<api::PluginVolumes>> {
+    app.caller(&headers)?.require_reader()?;
+    name("plugin", &id)?;
+    let now = app.clock.now_ms();
+    let listing = app.inventory.listing(&id);
+    let plugin = id.clone();
+    app.db
+        .read(move |c| {
+            let Some(caps) = c.controller_capabilities(&id)? else {
+                if c.plugin_ids()?.contains(&id) {
+                    return Ok(Json(api::PluginVolumes {
+                        plugin,
+                        ..Default::default()
+                    }));
+                }
+                return Err(lifecycle::unknown_plugin(&id, &c.plugin_ids()?));
+            };
+            let mut out = api::PluginVolumes {
+                plugin,
+                lists_volumes: caps.list_volumes,
+                published_nodes: caps.list_volumes_published_nodes,
+                condition: caps.volume_condition,
+                age_ms: None,
+                volumes: Vec::new(),
+            };
+            if let Some(l) = listing {
+                out.age_ms = Some(u64::try_from(now - l.at_ms).unwrap_or(0));
+                for listed in l.volumes {
+                    let volume = c
+                        .volumes_with_external_id(&id, &listed.external_id)?
+                        .into_iter()
+                        .next();
+                    out.volumes.push(api::StorageVolume { listed, volume });
+                }
+            }
+            Ok(Json(out))
+        })
+        .await
+}
+
 /// `GET /v1/controller-findings`: what controller-side reconciliation found and a second
 /// listing confirmed (leaked and missing attachments, abnormal volumes).
 pub(super) async fn controller_findings(

@@ -118,6 +118,35 @@ pub(super) async fn put_volume(
     once.respond(&app, &body, write, created_or_ok).await
 }
 
+/// `POST /v1/volumes/{name}/adopt`: registers a volume the plugin's storage holds, checked
+/// against the plugin's last listing in the same write as the registration.
+pub(super) async fn adopt_volume(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(volume): Path<String>,
+    once: Once,
+    Body(req): Body<api::AdoptRequest>,
+) -> ApiResult<Response> {
+    let (actor, _) = app.operator(&headers)?;
+    name("volume", &volume)?;
+    // Bounded like every list a client sends.
+    if req.published_to.len() > api::limits::MAX_NODE_HOLDINGS {
+        return Err(ApiError::invalid(format!(
+            "`published_to` names {} nodes, at most {} are taken",
+            req.published_to.len(),
+            api::limits::MAX_NODE_HOLDINGS
+        )));
+    }
+    let body = req.clone();
+    let inventory = Arc::clone(&app.inventory);
+    let write = move |ctx: &mut WriteCtx<'_>| {
+        let listing = inventory.listing(&req.spec.plugin);
+        let spec = crate::inventory::adoption(ctx, listing, &volume, req.clone())?;
+        lifecycle::register_volume(ctx, &volume, spec, &actor)
+    };
+    once.respond(&app, &body, write, created_or_ok).await
+}
+
 /// An operation on a volume that an operator starts with a body, answered 202 when it
 /// started and 200 when there was nothing to start: create, expand, modify. Each kind is
 /// one impl below; the handler, [`start_operation`], is one for all of them.

@@ -15,6 +15,7 @@ mod expand;
 mod fence;
 mod fence_trust;
 mod group_snapshots;
+mod inventory;
 mod limits;
 mod modify;
 mod mount_group;
