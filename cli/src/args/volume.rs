@@ -34,6 +34,16 @@ pub enum VolumeCommand {
     /// operator then takes responsibility for what uses it there.
     Adopt(AdoptArgs),
 
+    /// Read another orchestrator's volumes and write them as csivol register specs
+    ///
+    /// `nomad`: the output of `nomad volume status -type csi -json` (every CSI volume) or
+    /// `nomad volume status -json ID` (one), in a file. Each volume's csivol name is its
+    /// Nomad ID; its plugin, external id, access and attachment mode, mount options,
+    /// topology, context and parameters are carried over; secrets are not (Nomad redacts
+    /// them). A dry run by default: the specs are printed (or written with --out);
+    /// --apply registers them as `volume register` would.
+    Import(ImportArgs),
+
     /// Create a volume through its plugin's controller (CreateVolume), then register it
     ///
     /// The spec has `name`, `plugin` (a plugin id a node registered: `csivol plugin list`;
@@ -152,6 +162,33 @@ pub struct SpecArgs {
     /// stdin
     #[arg(value_name = "FILE|-")]
     pub file: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    /// Where the volumes come from
+    #[arg(value_name = "FROM", value_enum)]
+    pub from: ImportSource,
+    /// The file with the orchestrator's output
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+    /// Write each spec to DIR/NAME.toml instead of printing it
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Register the volumes
+    #[arg(long)]
+    pub apply: bool,
+    /// The access mode of the volumes the output gives none (Nomad records a volume's mode
+    /// only while it is claimed); without it they are skipped
+    #[arg(long, value_name = "MODE")]
+    pub access_mode: Option<csivol_api::AccessMode>,
+}
+
+/// An orchestrator `volume import` reads.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum ImportSource {
+    /// Nomad's `nomad volume status -json`
+    Nomad,
 }
 
 #[derive(Debug, Args)]

@@ -20,6 +20,7 @@ pub async fn run(ctx: &Ctx, cmd: VolumeCommand) -> anyhow::Result<Exit> {
     match cmd {
         VolumeCommand::Register(args) => register(ctx, args).await,
         VolumeCommand::Adopt(args) => adopt(ctx, args).await,
+        VolumeCommand::Import(args) => super::import::run(ctx, args).await,
         VolumeCommand::Create(args) => create(ctx, args).await,
         VolumeCommand::List(args) => list(ctx, args).await,
         VolumeCommand::Show(args) => show(ctx, args).await,

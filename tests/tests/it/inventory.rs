@@ -197,3 +197,97 @@ fn storage_made_outside_csivol_is_listed_adopted_claimed_and_mounted() {
     adopt(&c, &busy, "busy", &["--published-to", "node-1"]).ok();
     listed_when(&c, &busy, |v| v["volume"] == "busy");
 }
+
+/// `nomad volume status -json` output: a list of Nomad's `CSIVolumeListStub` with the
+/// fields and encodings of Nomad's API (Go field names, times as RFC 3339 and UnixNano).
+const NOMAD_FIXTURE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/nomad-volume-status.json"
+);
+
+#[test]
+fn nomad_volumes_are_imported_as_register_specs_dry_run_first() {
+    let c = Cluster::start("import-nomad", "30s", vec![NodeOpts::default()]);
+
+    // A volume Nomad recorded without a mode (unclaimed) is skipped, saying how to carry
+    // it over; the one with a mode is printed as a spec; nothing is registered.
+    let dry = c.csivol(&["volume", "import", "nomad", NOMAD_FIXTURE]);
+    let dry = dry.ok();
+    assert!(
+        dry.stderr
+            .contains("skipped db: the output gives no access mode"),
+        "{dry:?}"
+    );
+    assert!(dry.stdout.contains("name = \"assets\""), "{dry:?}");
+    assert!(
+        dry.stdout
+            .contains("external_id = \"hostpath-nomad-assets\""),
+        "{dry:?}"
+    );
+    assert!(
+        dry.stdout
+            .contains("access_mode = \"multi-node-reader-only\""),
+        "{dry:?}"
+    );
+    assert!(
+        dry.stderr
+            .contains("dry run: 1 volume(s) would be registered"),
+        "{dry:?}"
+    );
+    assert_eq!(
+        c.csivol(&["volume", "show", "assets"]).code,
+        3,
+        "a dry run registers nothing"
+    );
+
+    // With a mode for the unclaimed one, both are printed; the printed spec is one
+    // `volume register` takes.
+    let dry = c.csivol(&[
+        "volume",
+        "import",
+        "nomad",
+        NOMAD_FIXTURE,
+        "--access-mode",
+        "single-node-writer",
+    ]);
+    let text = &dry.ok().stdout;
+    let db = text
+        .split("# csivol volume register ")
+        .find(|s| s.starts_with("db.toml"))
+        .expect("db's spec printed");
+    let spec = c.dir.join("db.toml");
+    std::fs::write(&spec, db.trim_start_matches("db.toml\n")).unwrap();
+    let registered = c.csivol(&["volume", "register", spec.to_str().unwrap(), "-o", "json"]);
+    let v = registered.ok().json();
+    assert_eq!(v["external_id"], "hostpath-nomad-db", "{v}");
+    assert_eq!(v["access_mode"], "single-node-writer", "{v}");
+    assert_eq!(v["accessible_topology"], serde_json::json!([{"zone": "a"}]), "{v}");
+
+    // --apply registers them: the one registered above is unchanged, the other is new.
+    let apply = c.csivol(&[
+        "volume",
+        "import",
+        "nomad",
+        NOMAD_FIXTURE,
+        "--access-mode",
+        "single-node-writer",
+        "--apply",
+    ]);
+    let apply = apply.ok();
+    assert!(
+        apply.stderr.contains("registered volume assets"),
+        "{apply:?}"
+    );
+    assert!(
+        apply
+            .stderr
+            .contains("volume db is already registered with this spec"),
+        "{apply:?}"
+    );
+    let assets = c
+        .csivol(&["volume", "show", "assets", "-o", "json"])
+        .ok()
+        .json();
+    assert_eq!(assets["plugin"], "hostpath", "{assets}");
+    assert_eq!(assets["access_mode"], "multi-node-reader-only", "{assets}");
+}
