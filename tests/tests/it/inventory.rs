@@ -261,7 +261,11 @@ fn nomad_volumes_are_imported_as_register_specs_dry_run_first() {
     let v = registered.ok().json();
     assert_eq!(v["external_id"], "hostpath-nomad-db", "{v}");
     assert_eq!(v["access_mode"], "single-node-writer", "{v}");
-    assert_eq!(v["accessible_topology"], serde_json::json!([{"zone": "a"}]), "{v}");
+    assert_eq!(
+        v["accessible_topology"],
+        serde_json::json!([{"zone": "a"}]),
+        "{v}"
+    );
 
     // --apply registers them: the one registered above is unchanged, the other is new.
     let apply = c.csivol(&[
