@@ -166,6 +166,9 @@ _csivol() {
             csivol__subcmd__help__subcmd__plugin,show)
                 cmd="csivol__subcmd__help__subcmd__plugin__subcmd__show"
                 ;;
+            csivol__subcmd__help__subcmd__plugin,volumes)
+                cmd="csivol__subcmd__help__subcmd__plugin__subcmd__volumes"
+                ;;
             csivol__subcmd__help__subcmd__snapshot,create)
                 cmd="csivol__subcmd__help__subcmd__snapshot__subcmd__create"
                 ;;
@@ -187,6 +190,9 @@ _csivol() {
             csivol__subcmd__help__subcmd__token,revoke)
                 cmd="csivol__subcmd__help__subcmd__token__subcmd__revoke"
                 ;;
+            csivol__subcmd__help__subcmd__volume,adopt)
+                cmd="csivol__subcmd__help__subcmd__volume__subcmd__adopt"
+                ;;
             csivol__subcmd__help__subcmd__volume,create)
                 cmd="csivol__subcmd__help__subcmd__volume__subcmd__create"
                 ;;
@@ -195,6 +201,9 @@ _csivol() {
                 ;;
             csivol__subcmd__help__subcmd__volume,expand)
                 cmd="csivol__subcmd__help__subcmd__volume__subcmd__expand"
+                ;;
+            csivol__subcmd__help__subcmd__volume,import)
+                cmd="csivol__subcmd__help__subcmd__volume__subcmd__import"
                 ;;
             csivol__subcmd__help__subcmd__volume,list)
                 cmd="csivol__subcmd__help__subcmd__volume__subcmd__list"
@@ -262,6 +271,9 @@ _csivol() {
             csivol__subcmd__plugin,show)
                 cmd="csivol__subcmd__plugin__subcmd__show"
                 ;;
+            csivol__subcmd__plugin,volumes)
+                cmd="csivol__subcmd__plugin__subcmd__volumes"
+                ;;
             csivol__subcmd__plugin__subcmd__help,controllers)
                 cmd="csivol__subcmd__plugin__subcmd__help__subcmd__controllers"
                 ;;
@@ -273,6 +285,9 @@ _csivol() {
                 ;;
             csivol__subcmd__plugin__subcmd__help,show)
                 cmd="csivol__subcmd__plugin__subcmd__help__subcmd__show"
+                ;;
+            csivol__subcmd__plugin__subcmd__help,volumes)
+                cmd="csivol__subcmd__plugin__subcmd__help__subcmd__volumes"
                 ;;
             csivol__subcmd__snapshot,create)
                 cmd="csivol__subcmd__snapshot__subcmd__create"
@@ -328,6 +343,9 @@ _csivol() {
             csivol__subcmd__token__subcmd__help,revoke)
                 cmd="csivol__subcmd__token__subcmd__help__subcmd__revoke"
                 ;;
+            csivol__subcmd__volume,adopt)
+                cmd="csivol__subcmd__volume__subcmd__adopt"
+                ;;
             csivol__subcmd__volume,create)
                 cmd="csivol__subcmd__volume__subcmd__create"
                 ;;
@@ -339,6 +357,9 @@ _csivol() {
                 ;;
             csivol__subcmd__volume,help)
                 cmd="csivol__subcmd__volume__subcmd__help"
+                ;;
+            csivol__subcmd__volume,import)
+                cmd="csivol__subcmd__volume__subcmd__import"
                 ;;
             csivol__subcmd__volume,list)
                 cmd="csivol__subcmd__volume__subcmd__list"
@@ -352,6 +373,9 @@ _csivol() {
             csivol__subcmd__volume,show)
                 cmd="csivol__subcmd__volume__subcmd__show"
                 ;;
+            csivol__subcmd__volume__subcmd__help,adopt)
+                cmd="csivol__subcmd__volume__subcmd__help__subcmd__adopt"
+                ;;
             csivol__subcmd__volume__subcmd__help,create)
                 cmd="csivol__subcmd__volume__subcmd__help__subcmd__create"
                 ;;
@@ -363,6 +387,9 @@ _csivol() {
                 ;;
             csivol__subcmd__volume__subcmd__help,help)
                 cmd="csivol__subcmd__volume__subcmd__help__subcmd__help"
+                ;;
+            csivol__subcmd__volume__subcmd__help,import)
+                cmd="csivol__subcmd__volume__subcmd__help__subcmd__import"
                 ;;
             csivol__subcmd__volume__subcmd__help,list)
                 cmd="csivol__subcmd__volume__subcmd__help__subcmd__list"
@@ -1287,7 +1314,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__help__subcmd__plugin)
-            opts="list show controllers"
+            opts="list show volumes controllers"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1329,6 +1356,20 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__help__subcmd__plugin__subcmd__show)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__help__subcmd__plugin__subcmd__volumes)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -1525,8 +1566,22 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__help__subcmd__volume)
-            opts="register create list show deregister expand modify"
+            opts="register adopt import create list show deregister expand modify"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__help__subcmd__volume__subcmd__adopt)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
@@ -1567,6 +1622,20 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__help__subcmd__volume__subcmd__expand)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__help__subcmd__volume__subcmd__import)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -2078,7 +2147,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__plugin)
-            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version list show controllers help"
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version list show volumes controllers help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2184,7 +2253,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__plugin__subcmd__help)
-            opts="list show controllers help"
+            opts="list show volumes controllers help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2253,6 +2322,20 @@ _csivol() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        csivol__subcmd__plugin__subcmd__help__subcmd__volumes)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         csivol__subcmd__plugin__subcmd__list)
             opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
@@ -2300,6 +2383,52 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__plugin__subcmd__show)
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --addr)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --ca-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --token)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -o)
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__plugin__subcmd__volumes)
             opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -3287,12 +3416,93 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__volume)
-            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version register create list show deregister expand modify help"
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version register adopt import create list show deregister expand modify help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --addr)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --ca-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --token)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -o)
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__volume__subcmd__adopt)
+            opts="-o -q -h -V --name --access-mode --attachment --fs-type --published-to --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --name)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --access-mode)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --attachment)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --fs-type)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --published-to)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
                 --addr)
                     COMPREPLY=("${cur}")
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
@@ -3513,8 +3723,22 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__volume__subcmd__help)
-            opts="register create list show deregister expand modify help"
+            opts="register adopt import create list show deregister expand modify help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__volume__subcmd__help__subcmd__adopt)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
@@ -3582,6 +3806,20 @@ _csivol() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        csivol__subcmd__volume__subcmd__help__subcmd__import)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         csivol__subcmd__volume__subcmd__help__subcmd__list)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
@@ -3631,6 +3869,63 @@ _csivol() {
                 return 0
             fi
             case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__volume__subcmd__import)
+            opts="-o -q -h -V --out --apply --access-mode --addr --ca-cert --token --output --no-color --quiet --stale --help --version nomad"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --out)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --access-mode)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --addr)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --ca-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --token)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -o)
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;

@@ -103,6 +103,12 @@ pub struct Args {
     /// it, the pool is the free space of the backend's file system.
     #[arg(long, value_name = "BYTES")]
     pub capacity: Option<u64>,
+    /// What GetCapacity reports at most for a segment, `KEY=VALUE:BYTES` (repeatable, e.g.
+    /// `--segment-capacity zone=b:1048576`): a storage system whose segments have pools of
+    /// their own, for testing a caller's use of GetCapacity. Only GetCapacity's answer for
+    /// a topology lying in the segment is lowered; the backend stays one.
+    #[arg(long = "segment-capacity", value_name = "KEY=VALUE:BYTES", value_parser = topology::parse_segment_capacity)]
+    pub segment_capacity: Vec<((String, String), u64)>,
     /// Whether volumes may be expanded while published (`online`) or only when no node
     /// has them (`offline`).
     #[arg(long, value_enum, default_value = "online")]
@@ -148,6 +154,14 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             .capacity
             .map(|c| i64::try_from(c).context("--capacity is too large"))
             .transpose()?,
+        segment_capacity: args
+            .segment_capacity
+            .iter()
+            .map(|((k, v), bytes)| {
+                let bytes = i64::try_from(*bytes).context("--segment-capacity is too large")?;
+                Ok(([(k.clone(), v.clone())].into_iter().collect(), bytes))
+            })
+            .collect::<anyhow::Result<_>>()?,
         expansion: args.expansion,
         snapshot_ready_after: args.snapshot_ready_after,
     };

@@ -85,6 +85,17 @@ pub fn parse_pair(s: &str) -> Result<(String, String), String> {
     Ok((k.to_owned(), v.to_owned()))
 }
 
+/// `KEY=VALUE:BYTES`, as `--segment-capacity` takes it.
+pub fn parse_segment_capacity(s: &str) -> Result<((String, String), u64), String> {
+    let (pair, bytes) = s
+        .rsplit_once(':')
+        .ok_or_else(|| format!("`{s}`: expected KEY=VALUE:BYTES"))?;
+    let bytes = bytes
+        .parse()
+        .map_err(|_| format!("`{s}`: BYTES must be a whole number of bytes"))?;
+    Ok((parse_pair(pair)?, bytes))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

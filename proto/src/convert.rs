@@ -191,6 +191,7 @@ impl From<&csi::ControllerGetCapabilitiesResponse> for ControllerCapabilities {
                 Ok(R::CloneVolume) => caps.clone_volume = true,
                 Ok(R::ModifyVolume) => caps.modify_volume = true,
                 Ok(R::GetSnapshot) => caps.get_snapshot = true,
+                Ok(R::GetCapacity) => caps.get_capacity = true,
                 _ => {}
             }
         }
@@ -218,6 +219,7 @@ impl From<ControllerCapabilities> for csi::ControllerGetCapabilitiesResponse {
             (caps.clone_volume, R::CloneVolume),
             (caps.modify_volume, R::ModifyVolume),
             (caps.get_snapshot, R::GetSnapshot),
+            (caps.get_capacity, R::GetCapacity),
         ];
         let capabilities = flags
             .into_iter()
@@ -448,6 +450,15 @@ impl From<&csi::list_volumes_response::Entry> for csivol_api::ListedVolume {
                 .and_then(|s| s.volume_condition.as_ref())
                 .filter(|c| c.abnormal)
                 .map(|c| c.message.clone()),
+            capacity_bytes: e
+                .volume
+                .as_ref()
+                .map_or(0, |v| u64::try_from(v.capacity_bytes).unwrap_or(0)),
+            context: e
+                .volume
+                .as_ref()
+                .map(|v| v.volume_context.clone().into_iter().collect())
+                .unwrap_or_default(),
         }
     }
 }
@@ -531,6 +542,7 @@ mod tests {
             clone_volume: true,
             modify_volume: true,
             get_snapshot: true,
+            get_capacity: true,
             ..Default::default()
         };
         assert_eq!(ControllerCapabilities::from(&c.into()), c);

@@ -16,6 +16,8 @@
 //!   or cancelled).
 //! - `modify`: whether a volume's mutable parameters may be changed now, and which keys
 //!   ControllerModifyVolume is sent.
+//! - `capacity`: whether a volume fits by the plugin's fresh GetCapacity answers, and the
+//!   order of its preferred segments.
 //! - `snapshots`: whether a volume may be snapshotted, created from a snapshot or cloned.
 //! - `schedule`: which waiting controller operations of a plugin run next: shared fairly
 //!   between attaches, detaches and the rest, and between volumes.
@@ -34,6 +36,7 @@
 
 pub mod after_release;
 pub mod agent;
+pub mod capacity;
 pub mod claims;
 pub mod expansion;
 pub mod fence;

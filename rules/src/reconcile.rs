@@ -220,6 +220,8 @@ mod tests {
             external_id: ext.into(),
             published_node_ids: nodes.iter().map(|n| format!("{n}-id")).collect(),
             abnormal: None,
+            capacity_bytes: 0,
+            context: Default::default(),
         }
     }
 

@@ -273,6 +273,7 @@ mod tests {
         volume_condition: false,
         modify_volume: false,
         get_snapshot: false,
+        get_capacity: false,
         group_snapshots: true,
     };
     const NO_GROUP: ControllerCapabilities = ControllerCapabilities {

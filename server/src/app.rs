@@ -9,8 +9,10 @@ use std::time::Duration;
 use csivol_rules::fence::FenceConfig;
 
 use crate::auth::Tokens;
+use crate::capacity::Capacity;
 use crate::clock::Clock;
 use crate::fence::{Fencer, Fencing};
+use crate::inventory::Inventory;
 use crate::lifecycle::Limits;
 use crate::liveness::Liveness;
 use crate::metrics::Metrics;
@@ -70,4 +72,8 @@ pub struct AppState {
     pub leadership: Option<Leadership>,
     /// The server's one clock (the database writer's too).
     pub clock: Clock,
+    /// The plugins' GetCapacity answers, in memory.
+    pub capacity: Arc<Capacity>,
+    /// The plugins' last ListVolumes, in memory.
+    pub inventory: Arc<Inventory>,
 }

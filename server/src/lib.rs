@@ -8,6 +8,7 @@
 mod app;
 mod auth;
 mod background;
+mod capacity;
 pub mod cli;
 pub mod clock;
 mod commands;
@@ -18,6 +19,7 @@ mod error;
 mod fence;
 mod http;
 pub mod identity;
+mod inventory;
 mod lifecycle;
 pub mod limits;
 mod liveness;

@@ -323,6 +323,8 @@ impl Server {
             reads: cluster.as_ref().map(|c| c.reads.clone()),
             leadership: cluster.as_ref().map(|c| c.leadership.clone()),
             clock,
+            capacity: Arc::default(),
+            inventory: Arc::default(),
         });
         Ok(Self {
             addr,

@@ -338,8 +338,10 @@ pub fn list_plugins(
             volumes: 0,
             nodes: Vec::new(),
             queue: api::ControllerQueue::default(),
+            capacity: api::PluginCapacity::default(),
         });
         if let Some(c) = &reg.controller {
+            p.capacity.reported |= c.get_capacity;
             p.snapshots |= c.create_delete_snapshot;
             p.clone_volume |= c.clone_volume;
             p.modify_volume |= c.modify_volume;

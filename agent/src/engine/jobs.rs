@@ -430,6 +430,10 @@ pub(super) async fn run_op(shared: Arc<Shared>, op: ControllerOp) {
         },
         Some(plugin) => match plugin.run(&op).await {
             Ok(report) => {
+                // What the storage has left changed: its capacity is read again.
+                if matches!(report, Report::Created { .. } | Report::Deleted { .. }) {
+                    shared.capacity_wake.notify_one();
+                }
                 tracing::info!(
                     op = op.id,
                     attempt = op.attempt,

@@ -1,7 +1,8 @@
-//! Controller-side reconciliation, the agent's half: every `controller_list_interval`, each
-//! hosted controller whose plugin lists volumes with their published nodes is listed (all
-//! pages) and the listing is reported. The server compares it with its attachments; the
-//! agent decides nothing and fixes nothing.
+//! Controller-side reconciliation and the storage's inventory, the agent's half: every
+//! `controller_list_interval`, each hosted controller whose plugin lists volumes is listed
+//! (all pages) and the listing is reported. The server shows it beside its records
+//! (`plugin volumes`) and, where the listing has the published nodes, compares it with its
+//! attachments; the agent decides nothing and fixes nothing.
 
 use std::sync::Arc;
 
@@ -15,7 +16,7 @@ pub(super) async fn run(shared: Arc<Shared>) {
         .plugins
         .controller
         .values()
-        .filter(|p| p.lists_published_nodes())
+        .filter(|p| p.capabilities.list_volumes)
         .collect();
     if listing.is_empty() {
         return;

@@ -17,6 +17,7 @@ use csivol_rules::agent::records::{PublicationRecord, PublishState, StageState, 
 use csivol_rules::agent::verify::Checks as _;
 use tokio::sync::{mpsc, watch};
 
+mod capacity;
 mod driver;
 mod jobs;
 mod limits;
@@ -101,6 +102,9 @@ struct Shared {
     /// Woken when a NodeStageVolume answered RESOURCE_EXHAUSTED: the attach limits are read
     /// again at once.
     limits_wake: tokio::sync::Notify,
+    /// Woken after a CreateVolume or DeleteVolume succeeded: the plugin's capacity is read
+    /// again at once.
+    capacity_wake: tokio::sync::Notify,
     /// One lock per volume with node calls in flight, held by its worker and by the
     /// condition check: spec.md, "Concurrency": the CO is "responsible for ensuring that
     /// there is no more than one call 'in-flight' per volume at a given time".
@@ -250,6 +254,8 @@ pub struct Core {
     listing: tokio::task::JoinHandle<()>,
     /// The attach limits read again while the node runs: stopped with the core likewise.
     limits: tokio::task::JoinHandle<()>,
+    /// The capacity samples: stopped with the core likewise.
+    capacity: tokio::task::JoinHandle<()>,
 }
 
 impl Drop for Core {
@@ -257,6 +263,7 @@ impl Drop for Core {
         self.task.abort();
         self.listing.abort();
         self.limits.abort();
+        self.capacity.abort();
     }
 }
 
@@ -311,6 +318,7 @@ impl Core {
             conditions: std::sync::Mutex::default(),
             changed: std::sync::Mutex::default(),
             limits_wake: tokio::sync::Notify::new(),
+            capacity_wake: tokio::sync::Notify::new(),
             volume_locks: Default::default(),
         });
         if !recover(&shared, rebooted, &stop).await {
@@ -339,6 +347,7 @@ impl Core {
         let task = tokio::spawn(driver.run());
         let listing = tokio::spawn(listing::run(Arc::clone(&shared)));
         let limits = tokio::spawn(limits::run(Arc::clone(&shared)));
+        let capacity = tokio::spawn(capacity::run(Arc::clone(&shared)));
         Ok((
             Self {
                 shared,
@@ -348,6 +357,7 @@ impl Core {
                 task,
                 listing,
                 limits,
+                capacity,
             },
             rx,
         ))

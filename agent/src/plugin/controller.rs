@@ -134,6 +134,54 @@ impl ControllerPlugin {
         }
     }
 
+    /// Whether the plugin answers GetCapacity (ControllerGetCapabilities: GET_CAPACITY).
+    pub fn reports_capacity(&self) -> bool {
+        self.capabilities.get_capacity
+    }
+
+    /// One GetCapacity. Its topology is set only where the plugin has
+    /// VOLUME_ACCESSIBILITY_CONSTRAINTS (spec.md, GetCapacityRequest's
+    /// `accessible_topology`: "This field is OPTIONAL; it SHALL NOT be set unless the plugin
+    /// has the VOLUME_ACCESSIBILITY_CONSTRAINTS plugin capability"); a segment asked of a
+    /// plugin without it is not asked at all (`None`).
+    pub async fn get_capacity(
+        &self,
+        query: &csivol_api::CapacityQuery,
+    ) -> Result<Option<csivol_api::CapacitySample>, CallError> {
+        let topology = if query.segment.is_empty() {
+            None
+        } else if self.identity.capabilities.volume_accessibility_constraints {
+            Some(csi::Topology {
+                segments: query.segment.clone().into_iter().collect(),
+            })
+        } else {
+            return Ok(None);
+        };
+        let req = csi::GetCapacityRequest {
+            // OPTIONAL: the capacity for any capability the plugin serves.
+            volume_capabilities: Vec::new(),
+            parameters: query.parameters.clone().into_iter().collect(),
+            accessible_topology: topology,
+        };
+        let mut client = self.client.clone();
+        let _permit = self.permits.acquire().await.expect("never closed");
+        let r = client
+            .get_capacity(with_deadline(req, self.timeout))
+            .await
+            .map_err(|s| CallError::new("GetCapacity", s))?
+            .into_inner();
+        // "available_capacity ... This field is REQUIRED and MUST NOT be negative": a
+        // negative figure is the plugin's mistake, read as nothing left. The two sizes are
+        // OPTIONAL wrappers: absent is unknown, never 0.
+        let size = |v: i64| u64::try_from(v).unwrap_or(0);
+        Ok(Some(csivol_api::CapacitySample {
+            query: query.clone(),
+            available_bytes: size(r.available_capacity),
+            maximum_volume_size: r.maximum_volume_size.map(size),
+            minimum_volume_size: r.minimum_volume_size.map(size),
+        }))
+    }
+
     /// Runs one controller operation and returns the report of its success: the table of
     /// kinds, each row the file that runs it.
     pub async fn run(&self, op: &ControllerOp) -> Result<Report, CallError> {

@@ -109,6 +109,14 @@ pub enum PluginCommand {
     List,
     /// Show a plugin
     Show(PluginArg),
+    /// List what the plugin's storage holds (ListVolumes) beside csivol's records
+    ///
+    /// The plugin's last listing, taken by its controller hosts every
+    /// `controller_list_interval` where the controller reports LIST_VOLUMES: each volume's
+    /// id, size, the csivol volume recorded with it (or `unknown`: storage made outside
+    /// csivol), and, where the plugin says them, the nodes it is published to
+    /// (LIST_VOLUMES_PUBLISHED_NODES) and its condition (VOLUME_CONDITION).
+    Volumes(PluginArg),
     /// Show which nodes may host a plugin's controller, or allow and disallow nodes
     ///
     /// A node hosts a plugin's controller (and receives its controller operations, secrets

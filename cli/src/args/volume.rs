@@ -32,6 +32,25 @@ pub enum VolumeCommand {
     #[command(after_long_help = REGISTER_EXAMPLE)]
     Register(SpecArgs),
 
+    /// Register a volume the plugin's storage holds and csivol does not know
+    ///
+    /// The volume must be in the plugin's last listing (`csivol plugin volumes PLUGIN`),
+    /// and is registered as `volume register` would, with the listing's volume context.
+    /// Refused when csivol knows the volume under another name, and while the listing has
+    /// it published to a node, unless each such node is named with --published-to: the
+    /// operator then takes responsibility for what uses it there.
+    Adopt(AdoptArgs),
+
+    /// Read another orchestrator's volumes and write them as csivol register specs
+    ///
+    /// `nomad`: the output of `nomad volume status -type csi -json` (every CSI volume) or
+    /// `nomad volume status -json ID` (one), in a file. Each volume's csivol name is its
+    /// Nomad ID; its plugin, external id, access and attachment mode, mount options,
+    /// topology, context and parameters are carried over; secrets are not (Nomad redacts
+    /// them). A dry run by default: the specs are printed (or written with --out);
+    /// --apply registers them as `volume register` would.
+    Import(ImportArgs),
+
     /// Create a volume through its plugin's controller (CreateVolume), then register it
     ///
     /// The spec has `name`, `plugin` (a plugin id a node registered: `csivol plugin list`;
@@ -157,6 +176,66 @@ pub struct SpecArgs {
     /// stdin
     #[arg(value_name = "FILE|-")]
     pub file: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    /// Where the volumes come from
+    #[arg(value_name = "FROM", value_enum)]
+    pub from: ImportSource,
+    /// The file with the orchestrator's output
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+    /// Write each spec to DIR/NAME.toml instead of printing it
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Register the volumes
+    #[arg(long)]
+    pub apply: bool,
+    /// The access mode of the volumes the output gives none (Nomad records a volume's mode
+    /// only while it is claimed); without it they are skipped
+    #[arg(long, value_name = "MODE")]
+    pub access_mode: Option<csivol_api::AccessMode>,
+}
+
+/// An orchestrator `volume import` reads.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum ImportSource {
+    /// Nomad's `nomad volume status -json`
+    Nomad,
+}
+
+#[derive(Debug, Args)]
+pub struct AdoptArgs {
+    /// csivol's plugin id
+    #[arg(value_name = "PLUGIN", value_parser = plugin_name)]
+    pub plugin: String,
+    /// The plugin's id for the volume, as `csivol plugin volumes` lists it
+    #[arg(value_name = "EXTERNAL_ID")]
+    pub external_id: String,
+    /// The volume's name in csivol
+    #[arg(long, value_name = "NAME", value_parser = volume_name)]
+    pub name: String,
+    /// How it may be used: single-node-writer, single-node-reader-only,
+    /// single-node-single-writer, single-node-multi-writer, multi-node-reader-only,
+    /// multi-node-single-writer or multi-node-multi-writer
+    #[arg(long, value_name = "MODE")]
+    pub access_mode: csivol_api::AccessMode,
+    /// file-system or block-device
+    #[arg(long, value_name = "ATTACHMENT", default_value = "file-system", value_parser = attachment)]
+    pub attachment: csivol_api::Attachment,
+    /// The file system it is mounted with (file-system only; empty: the plugin's default)
+    #[arg(long, value_name = "TYPE", default_value = "")]
+    pub fs_type: String,
+    /// A node the listing has the volume published to, which the operator takes
+    /// responsibility for (a csivol node name or the plugin's node id; repeatable)
+    #[arg(long, value_name = "NODE")]
+    pub published_to: Vec<String>,
+}
+
+fn attachment(s: &str) -> Result<csivol_api::Attachment, String> {
+    serde_json::from_value(serde_json::Value::String(s.to_owned()))
+        .map_err(|_| format!("`{s}`: expected file-system or block-device"))
 }
 
 #[derive(Debug, Args)]

@@ -6,6 +6,7 @@ mod detach;
 mod events;
 mod expand;
 mod fence;
+mod import;
 mod modify;
 mod node;
 mod plugin;

@@ -1,7 +1,7 @@
-//! `csivol plugin list|show|controllers`.
+//! `csivol plugin list|show|volumes|controllers`.
 
 use anyhow::Context;
-use csivol_api::{ControllerHosts, ControllerHostsChange, Plugin};
+use csivol_api::{ControllerHosts, ControllerHostsChange, Plugin, PluginVolumes};
 use csivol_client::Method;
 
 use crate::args::PluginCommand;
@@ -28,6 +28,17 @@ pub async fn run(ctx: &Ctx, cmd: PluginCommand) -> anyhow::Result<Exit> {
                 ctx.out.json(&plugin)?;
             } else {
                 render::plugins::plugin(&ctx.out, &plugin)?;
+            }
+        }
+        PluginCommand::Volumes(args) => {
+            let listing: PluginVolumes = ctx
+                .client
+                .get(&format!("/v1/plugins/{}/volumes", args.plugin))
+                .await?;
+            if ctx.out.json_mode() {
+                ctx.out.json(&listing)?;
+            } else {
+                render::plugins::storage_volumes(&ctx.out, &listing)?;
             }
         }
         PluginCommand::Controllers(args) => {

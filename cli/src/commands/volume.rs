@@ -6,7 +6,9 @@ use csivol_api::{ContentSource, Snapshot, Volume, VolumeState};
 use csivol_client::{Method, StatusCode};
 use serde_json::json;
 
-use crate::args::{CreateArgs, DeregisterArgs, SpecArgs, VolumeArg, VolumeCommand, VolumeListArgs};
+use crate::args::{
+    AdoptArgs, CreateArgs, DeregisterArgs, SpecArgs, VolumeArg, VolumeCommand, VolumeListArgs,
+};
 use crate::client::Answer;
 use crate::ctx::Ctx;
 use crate::failure::{Exit, Failure};
@@ -17,6 +19,8 @@ use crate::wait::{self, Step};
 pub async fn run(ctx: &Ctx, cmd: VolumeCommand) -> anyhow::Result<Exit> {
     match cmd {
         VolumeCommand::Register(args) => register(ctx, args).await,
+        VolumeCommand::Adopt(args) => adopt(ctx, args).await,
+        VolumeCommand::Import(args) => super::import::run(ctx, args).await,
         VolumeCommand::Create(args) => create(ctx, args).await,
         VolumeCommand::List(args) => list(ctx, args).await,
         VolumeCommand::Show(args) => show(ctx, args).await,
@@ -35,6 +39,54 @@ async fn register(ctx: &Ctx, args: SpecArgs) -> anyhow::Result<Exit> {
         .with_context(|| format!("failed to register volume `{name}`"))?;
     if a.status == StatusCode::CREATED {
         ctx.out.note(format!("registered volume {name}"));
+    } else {
+        ctx.out.note(format!(
+            "volume {name} is already registered with this spec; nothing changed"
+        ));
+    }
+    render::print_volume(&ctx.out, &a.body)?;
+    Ok(Exit::Ok)
+}
+
+async fn adopt(ctx: &Ctx, args: AdoptArgs) -> anyhow::Result<Exit> {
+    let name = args.name.clone();
+    let req = csivol_api::AdoptRequest {
+        spec: csivol_api::VolumeSpec {
+            plugin: args.plugin.clone(),
+            external_id: args.external_id.clone(),
+            access_mode: args.access_mode,
+            attachment: args.attachment,
+            fs_type: args.fs_type,
+            mount_flags: Vec::new(),
+            context: Default::default(),
+            parameters: Default::default(),
+            secrets: Default::default(),
+            topology: Vec::new(),
+            claim_mount_flags: Vec::new(),
+            selinux_context: None,
+            ownership: None,
+        },
+        published_to: args.published_to,
+    };
+    let a: Answer<Volume> = ctx
+        .client
+        .call(
+            Method::POST,
+            &format!("/v1/volumes/{name}/adopt"),
+            Some(&req),
+        )
+        .await
+        .with_context(|| {
+            format!(
+                "failed to adopt volume `{}` of plugin `{}` as `{name}`",
+                args.external_id, args.plugin
+            )
+        })?;
+    if a.status == StatusCode::CREATED {
+        ctx.out.note(format!(
+            "adopted volume {} of plugin {} as {name}",
+            args.external_id, args.plugin
+        ));
     } else {
         ctx.out.note(format!(
             "volume {name} is already registered with this spec; nothing changed"

@@ -3,11 +3,11 @@
 
 use std::time::Duration;
 
-use csivol_api::{ControllerQueue, Plugin};
+use csivol_api::{ControllerQueue, Plugin, PluginCapacity, PluginVolumes};
 
 use super::nodes::observed;
 use super::{cell, map, record};
-use crate::output::{Out, or_dash, short_duration, time};
+use crate::output::{Out, bytes, or_dash, short_duration, time};
 
 pub fn controller_hosts(out: &Out, h: &csivol_api::ControllerHosts) -> anyhow::Result<()> {
     if h.allowed.is_empty() {
@@ -147,6 +147,7 @@ pub fn plugin(out: &Out, p: &Plugin) -> anyhow::Result<()> {
         ],
     )?;
     controller_queue(out, &p.id, &p.queue)?;
+    capacity(out, &p.capacity)?;
     if p.nodes.is_empty() {
         return Ok(());
     }
@@ -176,6 +177,99 @@ pub fn plugin(out: &Out, p: &Plugin) -> anyhow::Result<()> {
             n.observed.as_ref().map_or_else(
                 || "-".to_owned(),
                 |o| format!("{}/{} at {}", o.volume, o.alloc, time(out, &o.at)),
+            ),
+        ]);
+    }
+    out.print_table(t)
+}
+
+/// The plugin's last ListVolumes beside csivol's records.
+pub fn storage_volumes(out: &Out, l: &PluginVolumes) -> anyhow::Result<()> {
+    if !l.lists_volumes {
+        out.note(format!(
+            "the plugin {} does not list its volumes (no LIST_VOLUMES)",
+            l.plugin
+        ));
+        return Ok(());
+    }
+    let Some(age) = l.age_ms else {
+        out.note(format!(
+            "plugin {} not listed yet by a controller host reporting to this server",
+            l.plugin
+        ));
+        return Ok(());
+    };
+    out.note(format!(
+        "listed {} ago by a controller host of plugin {}",
+        short_duration(Duration::from_millis(age)),
+        l.plugin
+    ));
+    let mut t = out.table(&["EXTERNAL ID", "VOLUME", "SIZE", "PUBLISHED TO", "CONDITION"]);
+    for v in &l.volumes {
+        let published = if !l.published_nodes {
+            "(not reported)".to_owned()
+        } else if v.listed.published_node_ids.is_empty() {
+            "-".to_owned()
+        } else {
+            v.listed.published_node_ids.join(", ")
+        };
+        let condition = match (&v.listed.abnormal, l.condition) {
+            (_, false) => "(not reported)".to_owned(),
+            (Some(m), true) => format!("abnormal: {m}"),
+            (None, true) => "normal".to_owned(),
+        };
+        t.add_row(vec![
+            v.listed.external_id.clone(),
+            v.volume.clone().unwrap_or_else(|| "unknown".to_owned()),
+            if v.listed.capacity_bytes == 0 {
+                "-".to_owned()
+            } else {
+                bytes(v.listed.capacity_bytes)
+            },
+            published,
+            condition,
+        ]);
+    }
+    out.print_table(t)
+}
+
+/// What the plugin's controller said it has left, per segment and parameter set, with the
+/// age of each answer.
+fn capacity(out: &Out, c: &PluginCapacity) -> anyhow::Result<()> {
+    out.line("")?;
+    if !c.reported {
+        return out.line("capacity: the plugin does not report capacity (no GET_CAPACITY)");
+    }
+    if c.samples.is_empty() {
+        return out.line("capacity: not sampled yet by a controller host reporting to this server");
+    }
+    out.line("capacity:")?;
+    let mut t = out.table(&[
+        "SEGMENT",
+        "PARAMETERS",
+        "AVAILABLE",
+        "MAX VOLUME SIZE",
+        "MIN VOLUME SIZE",
+        "AGE",
+    ]);
+    t.optional(&["MIN VOLUME SIZE"]);
+    let size = |b: Option<u64>| b.map_or_else(|| "-".to_owned(), bytes);
+    for s in &c.samples {
+        let q = &s.sample.query;
+        t.add_row(vec![
+            if q.segment.is_empty() {
+                "(all)".to_owned()
+            } else {
+                map(&q.segment)
+            },
+            map(&q.parameters),
+            bytes(s.sample.available_bytes),
+            size(s.sample.maximum_volume_size),
+            size(s.sample.minimum_volume_size),
+            format!(
+                "{}{}",
+                short_duration(Duration::from_millis(s.age_ms)),
+                if s.fresh { "" } else { " (stale)" }
             ),
         ]);
     }

@@ -637,6 +637,8 @@ async fn nodes_and_plugins() {
       volumes:             1
       controller queue:    -; at most 8 running
 
+    capacity: the plugin does not report capacity (no GET_CAPACITY)
+
     nodes:
     NODE  STATUS  TOPOLOGY  READY CHECK  STAGED AS  PUBLISHED AS  LAST PUBLISHED
     n1    ready   -         -            -          -             -
@@ -676,6 +678,10 @@ async fn nodes_and_plugins() {
         "waiting": {},
         "warn_after_ms": 60000,
         "running": []
+      },
+      "capacity": {
+        "reported": false,
+        "samples": []
       }
     }
     --- stderr

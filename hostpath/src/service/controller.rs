@@ -560,12 +560,22 @@ impl Plugin {
                 return Ok(zero);
             }
         }
-        let available = self.available()?;
+        let mut available = self.available()?;
+        let mut capped = false;
+        if let Some(t) = &req.accessible_topology {
+            let wanted: Segment = t.segments.clone().into_iter().collect();
+            for (segment, most) in &self.cfg.segment_capacity {
+                if topology::lies_in(&wanted, segment) {
+                    available = available.min(*most);
+                    capped = true;
+                }
+            }
+        }
         Ok(csi::GetCapacityResponse {
             available_capacity: available,
-            // With a pool, the largest volume is what is left of it; without, the file
-            // system sets no such limit.
-            maximum_volume_size: self.cfg.capacity.map(|_| available),
+            // With a pool (or a segment's own), the largest volume is what is left of it;
+            // without, the file system sets no such limit.
+            maximum_volume_size: (self.cfg.capacity.is_some() || capped).then_some(available),
             minimum_volume_size: None,
         })
     }

@@ -60,6 +60,8 @@ pub struct Config {
     pub topology: Segment,
     /// `--capacity`: the pool's size in bytes.
     pub capacity: Option<i64>,
+    /// `--segment-capacity`: the most GetCapacity reports for a topology lying in a segment.
+    pub segment_capacity: Vec<(Segment, i64)>,
     pub expansion: Expansion,
     /// `--snapshot-ready-after`: how long after it is cut a snapshot becomes ready to use.
     pub snapshot_ready_after: std::time::Duration,

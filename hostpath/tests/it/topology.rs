@@ -124,3 +124,46 @@ async fn volumes_are_placed_and_reached_by_zone() {
         .into_inner();
     assert_eq!(nowhere.available_capacity, 0);
 }
+
+#[tokio::test]
+async fn segment_capacity_lowers_get_capacity_in_that_segment_only() {
+    let dir = TestDir::new("hostpath-segment-capacity");
+    let pool = 64 << 20;
+    let mut a = Plugin::start(
+        &dir,
+        "node-1",
+        &[
+            "--topology=topology.csivol.dev/zone=a",
+            &format!("--capacity={pool}"),
+            "--segment-capacity=topology.csivol.dev/zone=b:8388608",
+        ],
+    )
+    .await;
+    let _b = Plugin::start(&dir, "node-2", &["--topology=topology.csivol.dev/zone=b"]).await;
+    let ask = |t: Option<csi::Topology>| csi::GetCapacityRequest {
+        accessible_topology: t,
+        ..Default::default()
+    };
+    let in_b = a
+        .controller
+        .get_capacity(ask(Some(zone("b"))))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(in_b.available_capacity, 8 << 20);
+    assert_eq!(in_b.maximum_volume_size, Some(8 << 20));
+    let in_a = a
+        .controller
+        .get_capacity(ask(Some(zone("a"))))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(in_a.available_capacity, pool);
+    let whole = a
+        .controller
+        .get_capacity(ask(None))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(whole.available_capacity, pool);
+}

@@ -200,6 +200,11 @@ pub struct DesiredState {
     /// same way.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub register_again: bool,
+    /// For a controller host: the GetCapacity calls to make for each plugin it hosts whose
+    /// controller reports GET_CAPACITY (every topology segment of the plugin's nodes and
+    /// every parameter set of its volumes). Always whole.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub capacity: Vec<crate::CapacityQueries>,
 }
 
 /// What a desired state sent as changes replaces.
@@ -260,6 +265,7 @@ impl DesiredState {
         self.refresh_limits = next.refresh_limits;
         self.generation = next.generation;
         self.register_again = next.register_again;
+        self.capacity = next.capacity;
         Ok(())
     }
 }
@@ -464,6 +470,12 @@ pub enum Report {
         started_ms: u64,
         volumes: Vec<crate::ListedVolume>,
     },
+    /// A controller host's GetCapacity answers for one plugin, one per query it was given
+    /// (`DesiredState::capacity`) that the plugin answered.
+    Capacity {
+        plugin: String,
+        samples: Vec<crate::CapacitySample>,
+    },
     /// A node plugin's attach limit, read again with NodeGetInfo (`reason` says why); sent
     /// when it changed, or when the read was asked for.
     NodeLimits {
@@ -506,6 +518,7 @@ impl Report {
             | Self::NodeExpanded { .. }
             | Self::NodeExpandError { .. }
             | Self::ControllerVolumes { .. }
+            | Self::Capacity { .. }
             | Self::NodeLimits { .. }
             | Self::Fenced { .. } => None,
         }

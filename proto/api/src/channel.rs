@@ -409,6 +409,7 @@ mod tests {
             }),
             generation: Some("00000000000000ab".into()),
             register_again: false,
+            capacity: vec![],
         }
     }
 

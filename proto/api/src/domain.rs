@@ -190,6 +190,9 @@ pub struct ControllerCapabilities {
     /// GET_SNAPSHOT: GetSnapshot answers for one snapshot.
     #[serde(default)]
     pub get_snapshot: bool,
+    /// GET_CAPACITY: GetCapacity answers how much the storage has left.
+    #[serde(default)]
+    pub get_capacity: bool,
     /// CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT of the GroupController service, from
     /// GroupControllerGetCapabilities (asked only of a plugin whose GetPluginCapabilities
     /// lists GROUP_CONTROLLER_SERVICE): `snapshot create --group`.

@@ -13,6 +13,7 @@ use std::str::FromStr;
 pub mod domain;
 
 mod agent;
+mod capacity;
 pub mod channel;
 mod claims;
 mod controller_ops;
@@ -31,6 +32,7 @@ mod tokens;
 mod volumes;
 
 pub use agent::*;
+pub use capacity::*;
 pub use claims::*;
 pub use controller_ops::*;
 pub use domain::{

@@ -54,6 +54,9 @@ pub const MAX_NODE_PLUGINS: usize = 64;
 /// Claims a node's agent says it has published, and volumes it says it has staged, when it
 /// registers: each list.
 pub const MAX_NODE_HOLDINGS: usize = 10_000;
+/// GetCapacity calls a controller host makes per plugin (segments × parameter sets), and
+/// samples in one of its reports: the server gives at most this many.
+pub const MAX_CAPACITY_QUERIES: usize = 256;
 /// Reports in one batch of a node's agent (`POST .../reports`, a node channel's `report`
 /// line); the agent sends at most 500 at a time.
 pub const MAX_REPORTS: usize = 1_000;
@@ -308,6 +311,27 @@ impl Report {
             Report::Published {
                 ownership: Some(o), ..
             } => index("ownership.entries", o.entries).map(drop),
+            Report::Capacity { samples, .. } => {
+                if samples.len() > MAX_CAPACITY_QUERIES {
+                    return Err(out_of_range(
+                        "samples",
+                        samples.len(),
+                        format!("a capacity report holds at most {MAX_CAPACITY_QUERIES} samples"),
+                    ));
+                }
+                for s in samples {
+                    size_bytes("available_bytes", s.available_bytes)?;
+                    for (field, v) in [
+                        ("maximum_volume_size", s.maximum_volume_size),
+                        ("minimum_volume_size", s.minimum_volume_size),
+                    ] {
+                        if let Some(v) = v {
+                            size_bytes(field, v)?;
+                        }
+                    }
+                }
+                Ok(())
+            }
             Report::Published { .. }
             | Report::Unpublished { .. }
             | Report::Unstaged { .. }

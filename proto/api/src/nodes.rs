@@ -348,6 +348,9 @@ pub struct Plugin {
     /// Its controller operations: what waits, what runs, how long each waited.
     #[serde(default)]
     pub queue: ControllerQueue,
+    /// What its controller said it has left (GetCapacity), per segment and parameter set.
+    #[serde(default)]
+    pub capacity: crate::PluginCapacity,
 }
 
 /// A plugin's controller operations as the server schedules them, within the plugin's

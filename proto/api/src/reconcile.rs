@@ -14,6 +14,57 @@ pub struct ListedVolume {
     /// The plugin's VOLUME_CONDITION message, when it says the volume is abnormal.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub abnormal: Option<String>,
+    /// The volume's size, where the plugin says it (0: unknown).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub capacity_bytes: u64,
+    /// The volume's `volume_context`, which NodeStageVolume and NodePublishVolume are sent.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub context: std::collections::BTreeMap<String, String>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// `GET /v1/plugins/{id}/volumes`: what the plugin's last ListVolumes held, beside
+/// csivol's records.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PluginVolumes {
+    pub plugin: String,
+    /// Whether a controller of the plugin reports LIST_VOLUMES; without it nothing is listed.
+    pub lists_volumes: bool,
+    /// LIST_VOLUMES_PUBLISHED_NODES: the listing says where each volume is published.
+    pub published_nodes: bool,
+    /// VOLUME_CONDITION: the listing says which volumes are abnormal.
+    pub condition: bool,
+    /// How long ago this server heard the listing, in ms; absent: not listed yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub age_ms: Option<u64>,
+    pub volumes: Vec<StorageVolume>,
+}
+
+/// `POST /v1/volumes/{name}/adopt`: register a volume the plugin's storage holds and csivol
+/// does not know, checked against the plugin's last listing.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdoptRequest {
+    /// The volume as `volume register` takes it; an empty `context` takes the listing's.
+    pub spec: crate::VolumeSpec,
+    /// The nodes (csivol names or the plugin's node ids) the listing has the volume
+    /// published to that the operator takes responsibility for: without them, a volume
+    /// published anywhere is refused.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub published_to: Vec<String>,
+}
+
+/// One volume of the plugin's listing.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StorageVolume {
+    #[serde(flatten)]
+    pub listed: ListedVolume,
+    /// The csivol volume recorded with this external id; absent: unknown to csivol.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume: Option<String>,
 }
 
 /// What a comparison found.

@@ -53,8 +53,62 @@ pub(super) async fn apply_reports(
     let count = batch.reports.len();
     app.metrics.node_reports(count as u64, channel);
     let node = node.to_owned();
-    app.db
-        .write(move |ctx| lifecycle::apply_reports(ctx, &node, batch.reports.clone(), &limits))
-        .await?;
+    // Capacity samples are kept in memory, not written (`capacity`).
+    let (capacity, reports): (Vec<_>, Vec<_>) = batch
+        .reports
+        .into_iter()
+        .partition(|r| matches!(r, api::Report::Capacity { .. }));
+    for r in capacity {
+        if let api::Report::Capacity { plugin, samples } = r {
+            keep_capacity(app, &node, plugin, samples).await?;
+        }
+    }
+    // Listings are kept for `plugin volumes` too, and go on to the comparison.
+    for r in &reports {
+        if let api::Report::ControllerVolumes {
+            plugin, volumes, ..
+        } = r
+            && hosts_controller(app, &node, plugin).await?
+        {
+            app.inventory
+                .record(plugin, volumes.clone(), app.clock.now_ms());
+        }
+    }
+    if !reports.is_empty() {
+        app.db
+            .write(move |ctx| lifecycle::apply_reports(ctx, &node, reports.clone(), &limits))
+            .await?;
+    }
     Ok(count)
+}
+
+/// Whether `node` hosts `plugin`'s controller: only its host speaks for the storage.
+async fn hosts_controller(app: &App, node: &str, plugin: &str) -> ApiResult<bool> {
+    let (n, p) = (node.to_owned(), plugin.to_owned());
+    app.db
+        .read(move |c| {
+            use crate::store::Snapshot;
+            Ok(c.node_plugin(&n, &p)?.is_some_and(|r| r.controller))
+        })
+        .await
+}
+
+/// A controller host's GetCapacity answers, kept if `node` hosts `plugin`'s controller: a
+/// node's reports count for itself only, and capacity is the controller's to tell.
+async fn keep_capacity(
+    app: &App,
+    node: &str,
+    plugin: String,
+    samples: Vec<api::CapacitySample>,
+) -> ApiResult<()> {
+    if hosts_controller(app, node, &plugin).await? {
+        app.capacity.record(&plugin, samples, app.clock.now_ms());
+    } else {
+        tracing::warn!(
+            node,
+            plugin,
+            "capacity report from a node that does not host the plugin's controller, ignored"
+        );
+    }
+    Ok(())
 }

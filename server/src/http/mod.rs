@@ -66,6 +66,7 @@ pub fn router(app: App) -> Router {
             "/v1/volumes/{name}/modify",
             post(volumes::start_operation::<api::ModifyRequest>),
         )
+        .route("/v1/volumes/{name}/adopt", post(volumes::adopt_volume))
         .route("/v1/volumes/{name}/claims", post(claims::post_claim))
         .route(
             "/v1/volumes/{name}/claims/{alloc}",
@@ -98,6 +99,7 @@ pub fn router(app: App) -> Router {
         .route("/v1/nodes/{node}/stopping", post(nodes::stopping))
         .route("/v1/plugins", get(plugins::list_plugins))
         .route("/v1/plugins/{id}", get(plugins::get_plugin))
+        .route("/v1/plugins/{id}/volumes", get(plugins::plugin_volumes))
         .route(
             "/v1/plugins/{id}/controllers",
             get(plugins::get_controller_hosts).post(plugins::change_controller_hosts),

@@ -22,11 +22,21 @@ pub(super) async fn list_plugins(
 ) -> ApiResult<Json<Vec<api::Plugin>>> {
     app.caller(&headers)?.require_reader()?;
     let (limits, now) = (app.limits.clone(), app.clock.now_ms());
-    Ok(Json(
-        app.db
-            .read(move |c| views::list_plugins(c, None, &limits, now))
-            .await?,
-    ))
+    let mut plugins = app
+        .db
+        .read(move |c| views::list_plugins(c, None, &limits, now))
+        .await?;
+    for p in &mut plugins {
+        with_capacity(&app, p, now);
+    }
+    Ok(Json(plugins))
+}
+
+/// The plugin's capacity samples, from this server's memory.
+fn with_capacity(app: &App, p: &mut api::Plugin, now: i64) {
+    if p.capacity.reported {
+        p.capacity.samples = app.capacity.shown(&p.id, now);
+    }
 }
 
 pub(super) async fn get_plugin(
@@ -37,15 +47,18 @@ pub(super) async fn get_plugin(
     app.caller(&headers)?.require_reader()?;
     name("plugin", &id)?;
     let (limits, now) = (app.limits.clone(), app.clock.now_ms());
-    app.db
+    let mut p = app
+        .db
         .read(move |c| {
             let found = views::list_plugins(c, Some(&id), &limits, now)?;
             match found.into_iter().next() {
-                Some(p) => Ok(Json(p)),
+                Some(p) => Ok(p),
                 None => Err(lifecycle::unknown_plugin(&id, &c.plugin_ids()?)),
             }
         })
-        .await
+        .await?;
+    with_capacity(&app, &mut p, now);
+    Ok(Json(p))
 }
 
 /// `GET /v1/plugins/{id}/controllers`.
@@ -80,6 +93,51 @@ pub(super) async fn change_controller_hosts(
         views::controller_hosts(ctx, &plugin)
     };
     once.respond(&app, &body, write, ok).await
+}
+
+/// `GET /v1/plugins/{id}/volumes`: the plugin's last ListVolumes beside csivol's records.
+pub(super) async fn plugin_volumes(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> ApiResult<Json<api::PluginVolumes>> {
+    app.caller(&headers)?.require_reader()?;
+    name("plugin", &id)?;
+    let now = app.clock.now_ms();
+    let listing = app.inventory.listing(&id);
+    let plugin = id.clone();
+    app.db
+        .read(move |c| {
+            let Some(caps) = c.controller_capabilities(&id)? else {
+                if c.plugin_ids()?.contains(&id) {
+                    return Ok(Json(api::PluginVolumes {
+                        plugin,
+                        ..Default::default()
+                    }));
+                }
+                return Err(lifecycle::unknown_plugin(&id, &c.plugin_ids()?));
+            };
+            let mut out = api::PluginVolumes {
+                plugin,
+                lists_volumes: caps.list_volumes,
+                published_nodes: caps.list_volumes_published_nodes,
+                condition: caps.volume_condition,
+                age_ms: None,
+                volumes: Vec::new(),
+            };
+            if let Some(l) = listing {
+                out.age_ms = Some(u64::try_from(now - l.at_ms).unwrap_or(0));
+                for listed in l.volumes {
+                    let volume = c
+                        .volumes_with_external_id(&id, &listed.external_id)?
+                        .into_iter()
+                        .next();
+                    out.volumes.push(api::StorageVolume { listed, volume });
+                }
+            }
+            Ok(Json(out))
+        })
+        .await
 }
 
 /// `GET /v1/controller-findings`: what controller-side reconciliation found and a second

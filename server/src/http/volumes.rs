@@ -1,6 +1,8 @@
 //! The volume endpoints: register, list, show, create, expand, modify, deregister, and the
 //! operators' unblock and detach of a volume.
 
+use std::sync::Arc;
+
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -16,6 +18,7 @@ use super::listing;
 use super::once::{Once, accepted_or_gone, accepted_or_ok, created_or_ok, ok};
 use super::waits::waits_for_release;
 use crate::app::App;
+use crate::capacity::Capacity;
 use crate::error::{ApiError, ApiResult};
 use crate::lifecycle::Limits;
 use crate::store::sqlite::writer::WriteCtx;
@@ -115,6 +118,35 @@ pub(super) async fn put_volume(
     once.respond(&app, &body, write, created_or_ok).await
 }
 
+/// `POST /v1/volumes/{name}/adopt`: registers a volume the plugin's storage holds, checked
+/// against the plugin's last listing in the same write as the registration.
+pub(super) async fn adopt_volume(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(volume): Path<String>,
+    once: Once,
+    Body(req): Body<api::AdoptRequest>,
+) -> ApiResult<Response> {
+    let (actor, _) = app.operator(&headers)?;
+    name("volume", &volume)?;
+    // Bounded like every list a client sends.
+    if req.published_to.len() > api::limits::MAX_NODE_HOLDINGS {
+        return Err(ApiError::invalid(format!(
+            "`published_to` names {} nodes, at most {} are taken",
+            req.published_to.len(),
+            api::limits::MAX_NODE_HOLDINGS
+        )));
+    }
+    let body = req.clone();
+    let inventory = Arc::clone(&app.inventory);
+    let write = move |ctx: &mut WriteCtx<'_>| {
+        let listing = inventory.listing(&req.spec.plugin);
+        let spec = crate::inventory::adoption(ctx, listing, &volume, req.clone())?;
+        lifecycle::register_volume(ctx, &volume, spec, &actor)
+    };
+    once.respond(&app, &body, write, created_or_ok).await
+}
+
 /// An operation on a volume that an operator starts with a body, answered 202 when it
 /// started and 200 when there was nothing to start: create, expand, modify. Each kind is
 /// one impl below; the handler, [`start_operation`], is one for all of them.
@@ -134,6 +166,12 @@ pub(super) trait VolumeOperation:
         limits: &Limits,
         waits: bool,
     ) -> ApiResult<(api::Volume, bool)>;
+
+    /// What the request becomes once the plugin's capacity samples judged it, for a
+    /// request that starts something new; `Err` when they say it cannot be done.
+    fn fit(&self, _volume: &str, _capacity: &Capacity, _now_ms: i64) -> ApiResult<Self> {
+        Ok(self.clone())
+    }
 }
 
 /// `POST /v1/volumes/{name}/create`.
@@ -149,6 +187,10 @@ impl VolumeOperation for CreateVolumeSpec {
         _: bool,
     ) -> ApiResult<(api::Volume, bool)> {
         lifecycle::create_volume(ctx, volume, self.clone(), actor, limits)
+    }
+
+    fn fit(&self, volume: &str, capacity: &Capacity, now_ms: i64) -> ApiResult<Self> {
+        capacity.fit(volume, self.clone(), now_ms)
     }
 }
 
@@ -196,7 +238,19 @@ pub(super) async fn start_operation<O: VolumeOperation>(
     let (actor, limits) = app.operator(&headers)?;
     let waits = O::WAITS_FOR_RELEASE && waits_for_release(&headers)?;
     let body = req.clone();
-    let write = move |ctx: &mut WriteCtx<'_>| req.start(ctx, &volume, &actor, &limits, waits);
+    let capacity = Arc::clone(&app.capacity);
+    // Judged in the write, so that a repeat of a request that went through is answered as
+    // it was (the volume exists then, and `start` answers for it) rather than refused by
+    // samples its own volume lowered.
+    let write = move |ctx: &mut WriteCtx<'_>| {
+        use crate::store::Snapshot;
+        let req = if ctx.volume(&volume)?.is_none() {
+            req.fit(&volume, &capacity, ctx.now)?
+        } else {
+            req.clone()
+        };
+        req.start(ctx, &volume, &actor, &limits, waits)
+    };
     once.respond(&app, &body, write, accepted_or_ok).await
 }
 

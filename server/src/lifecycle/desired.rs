@@ -86,8 +86,10 @@ fn start(conn: &dyn Snapshot, node: &str, index: u64) -> ApiResult<api::DesiredS
             controller_ops.push(op);
         }
     }
+    let capacity = capacity_queries(conn, node)?;
     Ok(api::DesiredState {
         index,
+        capacity,
         status: Some(if register_again {
             NodeStatus::Lost
         } else {
@@ -98,6 +100,55 @@ fn start(conn: &dyn Snapshot, node: &str, index: u64) -> ApiResult<api::DesiredS
         refresh_limits: u64::try_from(n.limits_refresh_at).unwrap_or(0),
         ..api::DesiredState::default()
     })
+}
+
+/// Parameter sets asked about per plugin: with the plugin-wide query and the segments, the
+/// queries stay within [`api::limits::MAX_CAPACITY_QUERIES`].
+const PARAMETER_SETS: usize = 8;
+
+/// The GetCapacity calls `node` makes for each plugin whose controller it hosts and which
+/// reports GET_CAPACITY: the plugin as a whole and each segment its ready nodes lie in,
+/// each with every parameter set of its volumes (at most [`PARAMETER_SETS`]) and with none.
+/// Segments and sets that came after the host's last desired state are asked about once
+/// the next one reaches it.
+fn capacity_queries(conn: &dyn Snapshot, node: &str) -> ApiResult<Vec<api::CapacityQueries>> {
+    let mut out = Vec::new();
+    for p in conn.node_plugins(node)? {
+        if !p.controller
+            || !conn
+                .controller_capabilities(&p.plugin)?
+                .is_some_and(|c| c.get_capacity)
+        {
+            continue;
+        }
+        let segments: BTreeSet<api::Topology> = std::iter::once(api::Topology::new())
+            .chain(
+                conn.ready_plugin_nodes(&p.plugin)?
+                    .into_iter()
+                    .map(|(_, t)| t),
+            )
+            .collect();
+        let mut sets: BTreeSet<BTreeMap<String, String>> = conn
+            .parameter_sets(&p.plugin, PARAMETER_SETS)?
+            .into_iter()
+            .collect();
+        sets.insert(BTreeMap::new());
+        let queries: Vec<api::CapacityQuery> = sets
+            .iter()
+            .flat_map(|parameters| {
+                segments.iter().map(|segment| api::CapacityQuery {
+                    segment: segment.clone(),
+                    parameters: parameters.clone(),
+                })
+            })
+            .take(api::limits::MAX_CAPACITY_QUERIES)
+            .collect();
+        out.push(api::CapacityQueries {
+            plugin: p.plugin,
+            queries,
+        });
+    }
+    Ok(out)
 }
 
 /// One volume's publish, unpublish and expand entries on `node`, from its claims there (by

@@ -117,8 +117,16 @@ pub fn register_node(
         .into_iter()
         .map(|p| p.plugin)
         .collect();
+    let new_segments = new_capacity_segments(ctx, node, req)?;
     ctx.register_node(node, req.fence_after_ms, &req.labels, &req.plugins)?;
     ctx.touch(Key::Node(node.to_owned()));
+    // The plugins' controller hosts ask GetCapacity per segment of the plugin's nodes
+    // (`desired::capacity_queries`): a segment no node had before is theirs to ask about.
+    for plugin in new_segments {
+        for host in ctx.controller_hosts(&plugin)? {
+            ctx.touch(Key::NodeOps(host));
+        }
+    }
     if was_fenced {
         // Its claims were force-released by the fence's unblock: nothing is resumed.
         fenced_node_returned(ctx, node, req)?;
@@ -166,6 +174,40 @@ pub fn register_node(
         schedule_ops(ctx, &p, limits)?;
     }
     Ok(was_lost)
+}
+
+/// The plugins of `req` whose controller reports GET_CAPACITY and for which `node` brings
+/// a topology segment none of the plugin's ready nodes has.
+fn new_capacity_segments(
+    ctx: &mut impl Txn,
+    node: &str,
+    req: &RegisterRequest,
+) -> ApiResult<Vec<String>> {
+    let mut out = Vec::new();
+    for p in &req.plugins {
+        let Some(segment) = p
+            .node
+            .as_ref()
+            .and_then(|n| n.info.accessible_topology.as_ref())
+            .filter(|t| !t.is_empty())
+        else {
+            continue;
+        };
+        if !ctx
+            .controller_capabilities(&p.id)?
+            .is_some_and(|c| c.get_capacity)
+        {
+            continue;
+        }
+        if !ctx
+            .ready_plugin_nodes(&p.id)?
+            .iter()
+            .any(|(n, t)| n != node && t == segment)
+        {
+            out.push(p.id.clone());
+        }
+    }
+    Ok(out)
 }
 
 /// A fenced node registers again. Its claims were force-released by the fence, so none

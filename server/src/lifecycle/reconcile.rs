@@ -27,6 +27,15 @@ pub(super) fn controller_volumes(
     {
         return Ok(());
     }
+    // Without LIST_VOLUMES_PUBLISHED_NODES the listing says nothing of publications
+    // (spec.md, ListVolumes: `published_node_ids` is filled only by a plugin with it):
+    // it is shown (`plugin volumes`), never compared.
+    if !ctx
+        .controller_capabilities(plugin)?
+        .is_some_and(|c| c.list_volumes_published_nodes)
+    {
+        return Ok(());
+    }
     let (known, recorded) = ctx.reconcile_facts(plugin)?;
     // Attachments are the plugin's only when it publishes through the controller.
     let recorded = if ctx.needs_controller_publish(plugin)? {

@@ -246,6 +246,12 @@ pub trait Snapshot {
     fn plugin_nodes(&self, only: Option<&str>) -> ApiResult<Vec<PluginNodeRow>>;
     /// How many volumes `plugin` has.
     fn volumes_of_plugin(&self, plugin: &str) -> ApiResult<u32>;
+    /// The distinct creation parameters of `plugin`'s volumes, at most `limit` of them.
+    fn parameter_sets(
+        &self,
+        plugin: &str,
+        limit: usize,
+    ) -> ApiResult<Vec<BTreeMap<String, String>>>;
     /// Events after index `after` that pass `f`, oldest first, at most `limit`.
     fn events(&self, after: u64, f: &EventFilter, limit: u32) -> ApiResult<Vec<api::Event>>;
     /// The index of the last event [`Snapshot::events`] would return; `None` when none.

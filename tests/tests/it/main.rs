@@ -3,6 +3,7 @@
 mod after_release;
 mod block;
 mod boundaries;
+mod capacity;
 mod ci;
 mod client;
 mod cluster;
@@ -14,6 +15,7 @@ mod expand;
 mod fence;
 mod fence_trust;
 mod group_snapshots;
+mod inventory;
 mod limits;
 mod modify;
 mod mount_group;

@@ -283,8 +283,10 @@ impl Env {
 
 fn registration(node: &str, host: bool, published: &[(&str, &str)]) -> RegisterRequest {
     let controller = host.then(|| {
-        json!({"create_delete_volume": true, "publish_unpublish_volume": true, "list_volumes": false,
-               "list_volumes_published_nodes": false, "publish_readonly": false, "single_node_multi_writer": false})
+        // Listing with the published nodes: the reconciliation tests send listings, which
+        // the server compares only from a plugin that says where its volumes are published.
+        json!({"create_delete_volume": true, "publish_unpublish_volume": true, "list_volumes": true,
+               "list_volumes_published_nodes": true, "publish_readonly": false, "single_node_multi_writer": false})
     });
     let published: Vec<_> = published
         .iter()

@@ -336,6 +336,8 @@ fn listing(published: &[&str]) -> Report {
             external_id: "ext-1".into(),
             published_node_ids: published.iter().map(|s| (*s).to_owned()).collect(),
             abnormal: None,
+            capacity_bytes: 0,
+            context: Default::default(),
         }],
     }
 }

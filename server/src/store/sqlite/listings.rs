@@ -296,6 +296,24 @@ pub fn volumes_of_plugin(conn: &Connection, plugin: &str) -> ApiResult<u32> {
     )?)
 }
 
+pub fn parameter_sets(
+    conn: &Connection,
+    plugin: &str,
+    limit: usize,
+) -> ApiResult<Vec<std::collections::BTreeMap<String, String>>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT DISTINCT parameters FROM volumes WHERE plugin = ?1 ORDER BY parameters LIMIT ?2",
+    )?;
+    let texts: Vec<String> = stmt
+        .query_map(params![plugin, limit as i64], |r| r.get(0))?
+        .collect::<Result<_, _>>()?;
+    // An empty map is stored as `{}`; a set that does not parse is not one to ask about.
+    Ok(texts
+        .iter()
+        .filter_map(|t| serde_json::from_str(t).ok())
+        .collect())
+}
+
 pub fn state_counts(conn: &Connection) -> ApiResult<StateCounts> {
     let by = |sql: &str| -> ApiResult<Vec<(String, i64)>> {
         let mut stmt = conn.prepare_cached(sql)?;

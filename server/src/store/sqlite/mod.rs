@@ -495,6 +495,14 @@ impl Snapshot for Connection {
         listings::volumes_of_plugin(self, plugin)
     }
 
+    fn parameter_sets(
+        &self,
+        plugin: &str,
+        limit: usize,
+    ) -> ApiResult<Vec<std::collections::BTreeMap<String, String>>> {
+        listings::parameter_sets(self, plugin, limit)
+    }
+
     fn events(&self, after: u64, f: &EventFilter, limit: u32) -> ApiResult<Vec<api::Event>> {
         listings::events(self, after, f, limit)
     }
@@ -635,6 +643,7 @@ reads_through_the_transaction! {
     claim_page(volume: Option<&str>, node: Option<&str>, after: &str, volumes: usize) -> Vec<ClaimRow>;
     plugin_nodes(only: Option<&str>) -> Vec<PluginNodeRow>;
     volumes_of_plugin(plugin: &str) -> u32;
+    parameter_sets(plugin: &str, limit: usize) -> Vec<std::collections::BTreeMap<String, String>>;
     events(after: u64, f: &EventFilter, limit: u32) -> Vec<api::Event>;
     event_page_end(after: u64, f: &EventFilter, limit: u32) -> Option<u64>;
     state_counts() -> StateCounts;

@@ -194,6 +194,10 @@ pub fn controller_capabilities(
         f.modify_volume |= c.modify_volume;
         f.get_snapshot |= c.get_snapshot;
         f.group_snapshots |= c.group_snapshots;
+        f.get_capacity |= c.get_capacity;
+        f.list_volumes |= c.list_volumes;
+        f.list_volumes_published_nodes |= c.list_volumes_published_nodes;
+        f.volume_condition |= c.volume_condition;
     }
     Ok(found)
 }
