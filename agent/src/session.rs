@@ -301,8 +301,10 @@ async fn heartbeat_loop(link: &Link) {
                     // The server now holds what this registration said is there; the core
                     // checks its records against the mount table at once, so that what
                     // failed the check is staged and published again rather than reported
-                    // published from the records (a lost node's claims are republished).
-                    link.core.resync();
+                    // published from the records (a lost node's claims are republished),
+                    // and reports what is published again: the server's state may be one
+                    // that never heard it.
+                    link.core.registered();
                     tracing::info!(
                         node = link.client.node(),
                         published = req.published.len(),

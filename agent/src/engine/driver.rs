@@ -171,6 +171,10 @@ impl Driver {
                         started = false;
                     }
                     Some(Control::Resync) => self.resync(),
+                    Some(Control::Registered) => {
+                        self.memo.published.clear();
+                        self.resync();
+                    }
                     Some(Control::TakeDown(tx)) => {
                         tracing::info!("taking down every volume on this node before stopping");
                         self.taking_down = true;

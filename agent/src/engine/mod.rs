@@ -236,6 +236,7 @@ enum Control {
     Fence(Fence),
     Unfence,
     Resync,
+    Registered,
     Idle(tokio::sync::oneshot::Sender<()>),
     TakeDown(tokio::sync::oneshot::Sender<()>),
 }
@@ -463,6 +464,15 @@ impl Core {
     /// Re-checks everything now, as the periodic resync does.
     pub fn resync(&self) {
         let _ = self.control.send(Control::Resync);
+    }
+
+    /// The server accepted a registration: re-checks everything as a resync does, and
+    /// reports every claim still published once more. The server's state may not have
+    /// heard the reports made before (it was restored from a backup taken while a claim
+    /// was publishing, or replaced by another): such a claim would otherwise stay
+    /// publishing while its volume is mounted and its workload runs.
+    pub fn registered(&self) {
+        let _ = self.control.send(Control::Registered);
     }
 
     /// Waits until the loop has looked at the latest desired state and no volume worker

@@ -192,7 +192,8 @@ struct Node {
 }
 
 impl Node {
-    async fn start(dir: &TestDir, servers: &Servers, name: &str) -> Self {
+    /// `plugin_args`: the reference plugin's own flags besides its places.
+    async fn start(dir: &TestDir, servers: &Servers, name: &str, plugin_args: &[&str]) -> Self {
         let (status, t) = servers
             .api()
             .post(
@@ -206,7 +207,7 @@ impl Node {
         // A resync far longer than the test: a take-down within it is not the resync's.
         let config = dir.join(format!("{name}.toml"));
         std::fs::write(&config, "resync_interval = \"10m\"\n").unwrap();
-        let hp = Hostpath::start(dir, name, &[]);
+        let hp = Hostpath::start(dir, name, plugin_args);
         let args = vec![
             "run".to_owned(),
             format!("--server={}", servers.urls()),
@@ -252,8 +253,8 @@ fn detached(nodes: &[Node], external_id: &str, node_id: &str) -> bool {
 
 async fn restored_state_is_followed(dir: &TestDir, mut servers: Servers) {
     let nodes = [
-        Node::start(dir, &servers, "n1").await,
-        Node::start(dir, &servers, "n2").await,
+        Node::start(dir, &servers, "n1", &[]).await,
+        Node::start(dir, &servers, "n2", &[]).await,
     ];
     let _shown = Shown(dir);
     let api = servers.api();
@@ -392,6 +393,53 @@ async fn restored_state_is_followed(dir: &TestDir, mut servers: Servers) {
         assert!(logs.contains("etcd's state went back in time"), "{logs}");
         assert!(logs.contains("the state is of a new generation"), "{logs}");
     }
+}
+
+/// A claim still publishing when the backup was taken and ready after it: the restored
+/// state has it publishing, while its node has it mounted and reported it ready to the
+/// state before. The node says so again when it registers with the restored state, so the
+/// claim is ready again rather than publishing for ever while its workload runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_publishing_at_the_backup_is_ready_again_after_the_restore() {
+    let dir = TestDir::new("restore-publishing");
+    let mut servers = Servers::sqlite(&dir).await;
+    // NodePublishVolume slow enough for the backup to be taken while the claim publishes.
+    let node = Node::start(&dir, &servers, "n1", &["--delay=NodePublishVolume=10s"]).await;
+    let _shown = Shown(&dir);
+    let api = servers.api();
+    create_volume(&api, "cache", "single-node-writer").await;
+    claim_on(&api, "cache", "slow", "n1").await;
+    eventually("claim cache/slow publishing", WAIT, || async {
+        claim_state(&api, "cache", "slow")
+            .await
+            .filter(|c| c["state"] == "publishing")
+    })
+    .await;
+    let backup = dir.join("backup.db");
+    servers.backup(&backup);
+    // Still publishing once the backup is done, so publishing in the backup.
+    let now = claim_state(&api, "cache", "slow").await.unwrap();
+    assert_eq!(
+        now["state"], "publishing",
+        "the claim was ready before the backup was done: the plugin's delay is too short"
+    );
+    let target = ready(&api, "cache", "slow").await;
+
+    servers.restore(&backup).await;
+    let api = servers.api();
+    let c = eventually(
+        "claim cache/slow ready again after the restore",
+        PROMPTLY,
+        || async {
+            claim_state(&api, "cache", "slow")
+                .await
+                .filter(|c| c["state"] == "ready")
+        },
+    )
+    .await;
+    assert_eq!(c["target_path"].as_str(), target.to_str(), "{c}");
+    assert!(is_mounted(&target), "the claim's mount stays");
+    node.hp.assert_no_lifecycle_violation();
 }
 
 /// Shows every log of the test (servers, agents, plugins) when it fails.
