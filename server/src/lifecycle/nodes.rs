@@ -143,6 +143,9 @@ pub fn register_node(
         )?;
     } else {
         not_mounted_any_more(ctx, node, &req.published, limits)?;
+        if was_stopped {
+            back_from_stop(ctx, node, limits)?;
+        }
         let verb = if was_stopped {
             "registered again after a planned stop"
         } else if existing.is_some() {
@@ -360,6 +363,23 @@ pub(super) fn return_from_loss(
         set_attachment_state(ctx, &v, node, AttachmentState::Attached)?;
         volumes.insert(v);
     }
+    for v in volumes {
+        advance_volume(ctx, &v, limits)?;
+    }
+    Ok(())
+}
+
+/// A node stopped in order registered again: nothing of its volumes moved while it was
+/// stopped (`transitions::next` leaves the claims of a node that is not ready where they
+/// are), so what waited for it moves on now: a claim whose attachment was made while the
+/// node stopped is published, one whose attachment went waits for a new one.
+fn back_from_stop(ctx: &mut impl Txn, node: &str, limits: &Limits) -> ApiResult<()> {
+    let volumes: BTreeSet<String> = ctx
+        .claims_of_node(node, None)?
+        .into_iter()
+        .map(|c| c.volume)
+        .chain(ctx.attachments_of_node(node)?.into_iter().map(|a| a.volume))
+        .collect();
     for v in volumes {
         advance_volume(ctx, &v, limits)?;
     }

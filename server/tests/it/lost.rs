@@ -240,3 +240,52 @@ async fn unblock_and_detach_are_explicit_and_recorded() {
         .await;
     assert_eq!(status, 409, "--force is for lost nodes only");
 }
+
+/// A node stopped in order holds its claims where they are; a claim whose attachment was
+/// made while its node stopped is published once the node registers again, not left
+/// attaching.
+#[tokio::test]
+async fn a_claim_attached_while_its_node_stopped_moves_on_when_it_registers_again() {
+    let dir = TestDir::new("server-stopped");
+    let server = start(&dir, &[]);
+    let api = server.api();
+    let n1 = FakeAgent::new(&server, "n1").await;
+    let n2 = FakeAgent::new(&server, "n2").await;
+    n1.register(0, true, json!([])).await;
+    n2.register(0, false, json!([])).await;
+    register_volume(&api, "v", "single-node-writer").await;
+    let (status, body) = claim(&api, "v", "a1", "n2", "write").await;
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(body["state"], "attaching");
+    let op = n1.wait_op("publish").await;
+
+    let (status, body) = n2
+        .api
+        .post("/v1/nodes/n2/stopping", json!({"took_down": false}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    n1.report(json!([{"kind": "controller_published", "op": op["id"], "attempt": op["attempt"], "publish_context": {}}])).await;
+    let (_, v) = api.get("/v1/volumes/v").await;
+    assert_eq!(v["attachments"][0]["state"], "attached", "{v}");
+    assert_eq!(
+        claim_state(&api, "v", "a1").await.as_deref(),
+        Some("attaching"),
+        "nothing moves while the node is stopped"
+    );
+
+    n2.register(0, false, json!([])).await;
+    assert_eq!(
+        claim_state(&api, "v", "a1").await.as_deref(),
+        Some("publishing"),
+        "the node is back: its claim goes on to be published"
+    );
+    let desired = n2.desired().await;
+    assert!(
+        desired["publish"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["alloc"] == "a1"),
+        "{desired}"
+    );
+}
