@@ -17,7 +17,7 @@ pub mod defaults;
 pub mod dev;
 mod error;
 mod fence;
-mod http;
+pub mod http;
 pub mod identity;
 mod inventory;
 mod lifecycle;

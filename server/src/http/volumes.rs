@@ -45,10 +45,8 @@ const MAX_PAGE: usize = 10_000;
 /// flat whatever the inventory.
 pub(super) async fn list_volumes(
     State(app): State<App>,
-    headers: HeaderMap,
     Q(f): Q<VolumeFilter>,
 ) -> ApiResult<Response> {
-    app.caller(&headers)?.require_reader()?;
     let state = match &f.state {
         Some(s) => Some(s.parse::<VolumeState>().map_err(|_| {
             let all: Vec<_> = VolumeState::ALL.iter().map(|s| s.as_str()).collect();
@@ -92,7 +90,6 @@ pub(super) async fn get_volume(
     Path(volume): Path<String>,
     Q(b): Q<Blocking>,
 ) -> ApiResult<Response> {
-    app.caller(&headers)?.require_reader()?;
     name("volume", &volume)?;
     let key = Key::Volume(volume.clone());
     let at = follow(&app, &headers, &key, &b).await?;
@@ -110,7 +107,7 @@ pub(super) async fn put_volume(
     once: Once,
     Body(spec): Body<VolumeSpec>,
 ) -> ApiResult<Response> {
-    let (actor, _) = app.operator(&headers)?;
+    let (actor, _) = app.acting(&headers)?;
     let body = spec.clone();
     let write = move |ctx: &mut WriteCtx<'_>| {
         lifecycle::register_volume(ctx, &volume, spec.clone(), &actor)
@@ -127,7 +124,7 @@ pub(super) async fn adopt_volume(
     once: Once,
     Body(req): Body<api::AdoptRequest>,
 ) -> ApiResult<Response> {
-    let (actor, _) = app.operator(&headers)?;
+    let (actor, _) = app.acting(&headers)?;
     name("volume", &volume)?;
     // Bounded like every list a client sends.
     if req.published_to.len() > api::limits::MAX_NODE_HOLDINGS {
@@ -235,7 +232,7 @@ pub(super) async fn start_operation<O: VolumeOperation>(
     once: Once,
     Body(req): Body<O>,
 ) -> ApiResult<Response> {
-    let (actor, limits) = app.operator(&headers)?;
+    let (actor, limits) = app.acting(&headers)?;
     let waits = O::WAITS_FOR_RELEASE && waits_for_release(&headers)?;
     let body = req.clone();
     let capacity = Arc::clone(&app.capacity);
@@ -268,7 +265,7 @@ pub(super) async fn delete_volume(
     Q(q): Q<DeleteVolumeQuery>,
     once: Once,
 ) -> ApiResult<Response> {
-    let (actor, limits) = app.operator(&headers)?;
+    let (actor, limits) = app.acting(&headers)?;
     name("volume", &volume)?;
     let waits = waits_for_release(&headers)?;
     let write = move |ctx: &mut WriteCtx<'_>| {
@@ -284,7 +281,7 @@ pub(super) async fn unblock_volume(
     once: Once,
     Body(req): Body<UnblockRequest>,
 ) -> ApiResult<Response> {
-    let (actor, limits) = app.operator(&headers)?;
+    let (actor, limits) = app.acting(&headers)?;
     name("volume", &volume)?;
     let body = req.clone();
     let write = move |ctx: &mut WriteCtx<'_>| {
@@ -308,7 +305,7 @@ pub(super) async fn detach(
     once: Once,
     Body(req): Body<DetachRequest>,
 ) -> ApiResult<Response> {
-    let (actor, limits) = app.operator(&headers)?;
+    let (actor, limits) = app.acting(&headers)?;
     name("volume", &volume)?;
     name("node", &req.node)?;
     let body = req.clone();

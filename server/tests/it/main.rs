@@ -3,6 +3,7 @@
 //! client of the agent endpoints (the real agent has its own tests, in csivol-agent's).
 
 mod access;
+mod authorisation;
 mod bounds;
 mod channel;
 mod claims;
