@@ -28,3 +28,4 @@ mod security;
 mod snapshots;
 mod staging;
 mod topology;
+mod usage;
