@@ -40,7 +40,7 @@ pub fn volume_filling(
         Some(volume),
         Some(node),
         Some(alloc),
-        node,
+        &format!("node:{node}"),
         format!(
             "volume `{volume}` is filling up on node `{node}`: {what}; claim `{alloc}`{labels}"
         ),
