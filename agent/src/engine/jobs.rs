@@ -394,10 +394,10 @@ pub(super) async fn check_volumes(shared: Arc<Shared>) {
 /// the volume: their usage reaches the server without waiting for the next resync, and
 /// the claims were reported ready before.
 pub(super) async fn check_published(shared: Arc<Shared>, volume: String, allocs: Vec<String>) {
-    let records = shared.store.publications();
+    let records = shared.store.publications_of(&volume);
     for r in records
         .iter()
-        .filter(|r| r.volume == volume && allocs.contains(&r.alloc))
+        .filter(|r| allocs.contains(&r.alloc))
         .filter(|r| r.state == PublishState::Published)
     {
         let Ok(plugin) = shared.node_plugin(&r.plugin) else {
