@@ -480,6 +480,23 @@ kind = "metal"
     }
 
     #[test]
+    fn the_volume_filling_percent_is_a_percentage() {
+        assert_eq!(resolve("").unwrap().volume_filling_percent, 85.0);
+        let cfg = resolve("volume_filling_percent = 90\n").unwrap();
+        assert_eq!(cfg.volume_filling_percent, 90.0);
+        for bad in ["0", "-5", "101", "nan"] {
+            let err = format!(
+                "{:#}",
+                resolve(&format!("volume_filling_percent = {bad}\n")).unwrap_err()
+            );
+            assert!(
+                err.contains("invalid volume_filling_percent") && err.contains("hint:"),
+                "{bad}: {err}"
+            );
+        }
+    }
+
+    #[test]
     fn bad_fence_methods_are_refused_naming_the_file() {
         let twice = "[[fence]]\nname = \"a\"\ncommand = [\"x\"]\n[[fence]]\nname = \"a\"\ncommand = [\"y\"]\n";
         let err = format!("{:#}", resolve(twice).unwrap_err());
