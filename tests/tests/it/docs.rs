@@ -336,7 +336,7 @@ async fn the_reference_lists_every_metric_and_event_kind() {
 }
 
 /// A heading's anchor as code hosts make it: lower case, spaces to `-`, punctuation gone.
-fn anchor(heading: &str) -> String {
+pub(crate) fn anchor(heading: &str) -> String {
     heading
         .trim()
         .to_lowercase()
