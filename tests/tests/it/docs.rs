@@ -254,6 +254,7 @@ fn the_readmes_test_command_is_the_one_ci_runs() {
         "missing+=(iproute2)",
         "missing+=(etcd-server)",
         "missing+=(util-linux)",
+        "missing+=(prometheus)",
         "cargo test --workspace --locked",
     ] {
         assert!(ci.contains(needed), ".ci/run lacks `{needed}`");
