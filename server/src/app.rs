@@ -70,4 +70,6 @@ pub struct AppState {
     pub leadership: Option<Leadership>,
     /// The server's one clock (the database writer's too).
     pub clock: Clock,
+    /// The nodes' usage samples, in memory only.
+    pub usage: Arc<crate::usage::NodeSamples>,
 }

@@ -41,6 +41,7 @@ struct FileConfig {
     tls_client_ca: Option<PathBuf>,
     insecure_http: Option<bool>,
     node_channel: Option<bool>,
+    volume_filling_percent: Option<f64>,
     store: Option<StoreKind>,
     #[serde(default)]
     etcd_endpoints: Vec<String>,
@@ -161,6 +162,9 @@ pub struct ServerConfig {
     pub limits: limits::ServerLimits,
     /// Per plugin, what csivol may do to its mounts (`[plugins."NAME"]`).
     pub plugin_mounts: BTreeMap<String, csivol_rules::mounts::PluginMounts>,
+    /// How full a published volume may be, in percent of its bytes or inodes, before a
+    /// `volume-filling` event tells of it (`volume_filling_percent`).
+    pub volume_filling_percent: f64,
 }
 
 /// The server's TLS files.
@@ -254,12 +258,23 @@ impl ServerConfig {
                 },
             })?),
         };
+        let volume_filling_percent = file
+            .volume_filling_percent
+            .unwrap_or(crate::defaults::DEFAULT_VOLUME_FILLING_PERCENT);
+        if !(volume_filling_percent > 0.0 && volume_filling_percent <= 100.0) {
+            bail!(
+                "invalid volume_filling_percent {volume_filling_percent}{}: it is a percentage\n\
+                 hint: give a number above 0 and at most 100, e.g. `volume_filling_percent = 85`",
+                config_name()
+            );
+        }
         let plugin_mounts =
             plugin_mounts(file.plugins).map_err(|e| anyhow::anyhow!("{e:#}{}", config_name()))?;
         Ok(Self {
             etcd,
             limits,
             plugin_mounts,
+            volume_filling_percent,
             data_dir,
             listen: args
                 .listen

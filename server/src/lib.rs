@@ -27,6 +27,7 @@ mod secrets;
 pub mod server;
 pub mod store;
 pub mod tls;
+mod usage;
 mod views;
 mod watch;
 

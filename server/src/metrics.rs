@@ -231,6 +231,11 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Adds metrics made at each scrape by `collector` (the nodes' samples).
+    pub fn collect(&mut self, collector: Box<dyn prometheus_client::collector::Collector>) {
+        self.registry.register_collector(collector);
+    }
+
     /// Counts a heartbeat that came on the node channel, or as a request.
     pub fn heartbeat(&self, channel: bool) {
         let via = if channel { "channel" } else { "request" }.to_owned();

@@ -259,6 +259,7 @@ impl ClaimRow {
             expires_at: self.expires_at.map(time),
             ttl_ms: self.ttl_ms.map(|t| t.max(0) as u64),
             queue_position: None,
+            usage: None,
             labels: self.labels.clone(),
             mount: self.mount.clone(),
         }

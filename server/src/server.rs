@@ -16,7 +16,7 @@ use crate::error::ApiError;
 use crate::lifecycle::{self, Limits};
 use crate::store::replicated;
 use crate::store::sqlite::db::{self, Db};
-use crate::{auth, background, fence, http, identity, liveness, metrics, secrets};
+use crate::{auth, background, fence, http, identity, liveness, metrics, secrets, usage};
 
 /// File in the data dir holding the address the server listens on (useful with port 0).
 pub const ADDR_FILE: &str = "server.addr";
@@ -276,7 +276,10 @@ impl Server {
         } else {
             live
         });
-        let metrics = Arc::new(metrics::Metrics::default());
+        let usage = Arc::new(usage::NodeSamples::new(cfg.volume_filling_percent));
+        let mut metrics = metrics::Metrics::default();
+        metrics.collect(Box::new(Arc::clone(&usage)));
+        let metrics = Arc::new(metrics);
         let limits = Limits {
             controller_concurrency: cfg.controller_concurrency,
             controller_queue_warning: cfg.controller_queue_warning,
@@ -323,6 +326,7 @@ impl Server {
             reads: cluster.as_ref().map(|c| c.reads.clone()),
             leadership: cluster.as_ref().map(|c| c.leadership.clone()),
             clock,
+            usage,
         });
         Ok(Self {
             addr,

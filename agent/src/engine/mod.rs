@@ -93,6 +93,8 @@ struct Shared {
     desired: watch::Receiver<Arc<DesiredState>>,
     /// The last volume condition reported per published claim.
     conditions: std::sync::Mutex<HashMap<ClaimRef, bool>>,
+    /// Usage samples waiting for the node channel.
+    outbox: Arc<crate::stats::Outbox>,
     /// Which volumes' desired entries changed since the loop last looked. Updated under
     /// its lock together with the desired state, so that the loop takes both or neither.
     changed: std::sync::Mutex<Changed>,
@@ -293,6 +295,7 @@ impl Core {
             reports: tx,
             desired: desired_rx.clone(),
             conditions: std::sync::Mutex::default(),
+            outbox: Arc::default(),
             changed: std::sync::Mutex::default(),
             limits_wake: tokio::sync::Notify::new(),
             volume_locks: Default::default(),
@@ -432,6 +435,11 @@ impl Core {
             changed.merge(touched);
         }
         result
+    }
+
+    /// The usage samples waiting for the node channel.
+    pub fn outbox(&self) -> Arc<crate::stats::Outbox> {
+        Arc::clone(&self.shared.outbox)
     }
 
     /// Re-checks everything now, as the periodic resync does.

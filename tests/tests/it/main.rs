@@ -29,3 +29,4 @@ mod security;
 mod snapshots;
 mod staging;
 mod topology;
+mod usage;
