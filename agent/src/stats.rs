@@ -6,7 +6,12 @@
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
-use csivol_api::{NodeStats, UsageSample};
+use std::sync::Arc;
+use std::time::Duration;
+
+use csivol_api::{CALL_BUCKETS, CallCounts, NodeStats, UsageSample};
+use csivol_csi::convert::code_name;
+use csivol_csi::endpoint::CallMeter;
 use tokio::sync::Notify;
 
 /// The most a `stats` line carries in samples, in JSON bytes: well inside the channel's
@@ -19,6 +24,8 @@ pub struct Outbox {
     /// New at every start of the agent: the server tells a restart from a drop by it.
     start: String,
     usage: Mutex<BTreeMap<(String, String), UsageSample>>,
+    /// Every CSI call the agent made since it started.
+    pub calls: Arc<CallBook>,
     /// Woken when samples wait.
     pub wake: Notify,
 }
@@ -31,6 +38,7 @@ impl Default for Outbox {
         Self {
             start: format!("{}-{}", now.as_micros(), std::process::id()),
             usage: Mutex::default(),
+            calls: Arc::default(),
             wake: Notify::new(),
         }
     }
@@ -52,13 +60,15 @@ impl Outbox {
         self.usage.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Everything waiting, as `stats` lines that each fit the channel; taken out of the
-    /// outbox (the caller puts back what it could not send with [`Outbox::put_back`]).
+    /// Everything waiting, as `stats` lines that each fit the channel, the first with the
+    /// call counts; the samples are taken out of the outbox (the caller puts back what it
+    /// could not send with [`Outbox::put_back`]).
     pub fn take(&self) -> Vec<NodeStats> {
         let samples = std::mem::take(&mut *self.lock());
         let mut lines = Vec::new();
         let mut line = self.line();
-        let mut bytes = 0;
+        line.calls = self.calls.counts();
+        let mut bytes = line.calls.len() * 256;
         for sample in samples.into_values() {
             let size = serde_json::to_string(&sample).map_or(0, |s| s.len() + 1);
             if bytes + size > LINE_BUDGET && !line.usage.is_empty() {
@@ -68,7 +78,7 @@ impl Outbox {
             bytes += size;
             line.usage.push(sample);
         }
-        if !line.usage.is_empty() {
+        if !line.usage.is_empty() || !line.calls.is_empty() {
             lines.push(line);
         }
         lines
@@ -119,6 +129,53 @@ pub async fn send(outbox: &Outbox, channel: &csivol_client::channel::Shared) {
     }
 }
 
+/// Every CSI call the agent made since it started, by plugin, method and code: cumulative
+/// counts, which the server reads against the agent's start id (a new id is a restart).
+#[derive(Debug, Default)]
+pub struct CallBook(Mutex<BTreeMap<(String, String, &'static str), CallCounts>>);
+
+impl CallBook {
+    pub fn record(&self, plugin: &str, method: &str, code: tonic::Code, took: Duration) {
+        let code = code_name(code);
+        let mut book = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let c = book
+            .entry((plugin.to_owned(), method.to_owned(), code))
+            .or_insert_with(|| CallCounts {
+                plugin: plugin.to_owned(),
+                method: method.to_owned(),
+                code: code.to_owned(),
+                buckets: vec![0; CALL_BUCKETS.len() + 1],
+                ..CallCounts::default()
+            });
+        c.count += 1;
+        c.micros += u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+        let secs = took.as_secs_f64();
+        let bucket = CALL_BUCKETS
+            .iter()
+            .position(|b| secs <= *b)
+            .unwrap_or(CALL_BUCKETS.len());
+        c.buckets[bucket] += 1;
+    }
+
+    pub fn counts(&self) -> Vec<CallCounts> {
+        let book = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        book.values().cloned().collect()
+    }
+}
+
+/// One plugin's calls, told to the agent's [`CallBook`].
+#[derive(Debug)]
+pub struct PluginMeter {
+    pub plugin: String,
+    pub book: Arc<CallBook>,
+}
+
+impl CallMeter for PluginMeter {
+    fn record(&self, method: &str, code: tonic::Code, took: Duration) {
+        self.book.record(&self.plugin, method, code, took);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -157,6 +214,34 @@ mod tests {
             );
         }
         assert!(out.take().is_empty(), "taken");
+    }
+
+    #[test]
+    fn calls_are_counted_into_their_buckets() {
+        let book = CallBook::default();
+        let ms = Duration::from_millis;
+        book.record("p", "NodePublishVolume", tonic::Code::Ok, ms(3));
+        book.record("p", "NodePublishVolume", tonic::Code::Ok, ms(3));
+        book.record(
+            "p",
+            "NodePublishVolume",
+            tonic::Code::Ok,
+            Duration::from_secs(60),
+        );
+        book.record("p", "NodePublishVolume", tonic::Code::NotFound, ms(1));
+        let counts = book.counts();
+        assert_eq!(counts.len(), 2, "{counts:?}");
+        let ok = counts.iter().find(|c| c.code == "OK").unwrap();
+        assert_eq!((ok.count, ok.micros), (3, 60_006_000));
+        // 3 ms is in the 5 ms bucket; a minute past every bound.
+        assert_eq!(ok.buckets[2], 2, "{ok:?}");
+        assert_eq!(ok.buckets[CALL_BUCKETS.len()], 1, "{ok:?}");
+        let out = Outbox::default();
+        out.calls
+            .record("p", "NodeGetVolumeStats", tonic::Code::Ok, ms(1));
+        let lines = out.take();
+        assert_eq!(lines.len(), 1, "calls go without samples too");
+        assert_eq!(lines[0].calls.len(), 1);
     }
 
     #[test]

@@ -72,4 +72,6 @@ pub struct AppState {
     pub clock: Clock,
     /// The nodes' usage samples, in memory only.
     pub usage: Arc<crate::usage::NodeSamples>,
+    /// The nodes' CSI call counts, in memory only.
+    pub calls: Arc<crate::calls::NodeCallCounts>,
 }

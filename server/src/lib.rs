@@ -8,6 +8,7 @@
 mod app;
 mod auth;
 mod background;
+mod calls;
 pub mod cli;
 pub mod clock;
 mod commands;

@@ -16,7 +16,7 @@ use crate::error::ApiError;
 use crate::lifecycle::{self, Limits};
 use crate::store::replicated;
 use crate::store::sqlite::db::{self, Db};
-use crate::{auth, background, fence, http, identity, liveness, metrics, secrets, usage};
+use crate::{auth, background, calls, fence, http, identity, liveness, metrics, secrets, usage};
 
 /// File in the data dir holding the address the server listens on (useful with port 0).
 pub const ADDR_FILE: &str = "server.addr";
@@ -278,7 +278,9 @@ impl Server {
         });
         let usage = Arc::new(usage::NodeSamples::new(cfg.volume_filling_percent));
         let mut metrics = metrics::Metrics::default();
+        let calls = Arc::new(calls::NodeCallCounts::default());
         metrics.collect(Box::new(Arc::clone(&usage)));
+        metrics.collect(Box::new(Arc::clone(&calls)));
         let metrics = Arc::new(metrics);
         let limits = Limits {
             controller_concurrency: cfg.controller_concurrency,
@@ -327,6 +329,7 @@ impl Server {
             leadership: cluster.as_ref().map(|c| c.leadership.clone()),
             clock,
             usage,
+            calls,
         });
         Ok(Self {
             addr,

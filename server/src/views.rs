@@ -329,6 +329,7 @@ pub fn list_plugins(
             volumes: 0,
             nodes: Vec::new(),
             queue: api::ControllerQueue::default(),
+            calls: Vec::new(),
         });
         if let Some(c) = &reg.controller {
             p.snapshots |= c.create_delete_snapshot;

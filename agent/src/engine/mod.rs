@@ -276,7 +276,9 @@ impl Core {
         let data_dir = prepare_data_dir(&cfg.data_dir)?;
         let (store, rebooted) = unless_stopped(&mut stop, Store::open(&data_dir)).await??;
         let mounts = MountWatch::open().map_err(|source| StartError::MountTable { source })?;
-        let plugins = unless_stopped(&mut stop, Plugins::connect(&cfg)).await??;
+        let outbox = Arc::new(crate::stats::Outbox::default());
+        let plugins =
+            unless_stopped(&mut stop, Plugins::connect_counted(&cfg, &outbox.calls)).await??;
         let staging_plugins = plugins
             .node
             .values()
@@ -295,7 +297,7 @@ impl Core {
             reports: tx,
             desired: desired_rx.clone(),
             conditions: std::sync::Mutex::default(),
-            outbox: Arc::default(),
+            outbox,
             changed: std::sync::Mutex::default(),
             limits_wake: tokio::sync::Notify::new(),
             volume_locks: Default::default(),

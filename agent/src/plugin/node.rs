@@ -9,8 +9,11 @@ use csivol_csi::csi::v1 as csi;
 use csivol_csi::endpoint::with_deadline;
 use tokio::sync::Semaphore;
 
-use super::{CallError, ConnectError, NodePlugin, PROBE_DEADLINE, identity, wire_map, wire_path};
+use super::{
+    CallError, ConnectError, NodePlugin, PROBE_DEADLINE, counted, identity, wire_map, wire_path,
+};
 use crate::config::{CoreConfig, PluginSpec};
+use crate::stats::CallBook;
 
 /// What NodeGetVolumeStats said of a published volume.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -21,8 +24,12 @@ pub struct VolumeStats {
 }
 
 impl NodePlugin {
-    pub(super) async fn connect(spec: &PluginSpec, cfg: &CoreConfig) -> Result<Self, ConnectError> {
-        let conn = spec.endpoint.connection(cfg.node_call_timeout);
+    pub(super) async fn connect(
+        spec: &PluginSpec,
+        cfg: &CoreConfig,
+        calls: Option<&std::sync::Arc<CallBook>>,
+    ) -> Result<Self, ConnectError> {
+        let conn = counted(spec.endpoint.connection(cfg.node_call_timeout), spec, calls);
         let identity = identity(spec, &conn, cfg.plugin_wait_timeout).await?;
         let mut client = csi::node_client::NodeClient::new(conn);
         let call_err = |source| ConnectError::Call {

@@ -348,6 +348,10 @@ pub struct Plugin {
     /// Its controller operations: what waits, what runs, how long each waited.
     #[serde(default)]
     pub queue: ControllerQueue,
+    /// Each node's CSI calls to it, by method, over the node agent's life (kept in the
+    /// server's memory: empty until the nodes' agents sent their counts to this server).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub calls: Vec<crate::PluginCallStats>,
 }
 
 /// A plugin's controller operations as the server schedules them, within the plugin's

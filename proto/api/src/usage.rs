@@ -90,7 +90,8 @@ pub const CALL_BUCKETS: [f64; 14] = [
 ];
 
 /// One kind of CSI call an agent made since its start: how many, how long in all, and how
-/// many took at most each of [`CALL_BUCKETS`] (cumulative, as Prometheus counts them).
+/// many fell in each bucket of [`CALL_BUCKETS`]: the first bucket whose bound is at least
+/// the call's duration, or the last, one past the bounds, for a call longer than them all.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CallCounts {
@@ -102,8 +103,26 @@ pub struct CallCounts {
     pub count: u64,
     /// Their durations summed, in microseconds.
     pub micros: u64,
-    /// One count per bucket of [`CALL_BUCKETS`], in order.
+    /// One count per bucket of [`CALL_BUCKETS`], in order, and one for longer calls.
     pub buckets: Vec<u64>,
+}
+
+/// One node's calls of one method of a plugin, over its agent's life (`plugin show`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PluginCallStats {
+    pub node: String,
+    /// The CSI method (`NodePublishVolume`).
+    pub method: String,
+    pub calls: u64,
+    /// Calls that did not answer OK.
+    pub errors: u64,
+    /// The bound of the bucket that holds the median call, of [`CALL_BUCKETS`], in
+    /// microseconds; absent when it is past the last bound.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p50_us: Option<u64>,
+    /// Likewise for the 99th percentile.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p99_us: Option<u64>,
 }
 
 #[cfg(test)]

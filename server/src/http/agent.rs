@@ -45,6 +45,7 @@ pub(super) async fn heartbeat(
 /// way: the line has no answer to wait for it, and a failed write is only logged (the
 /// volume is told of again once it falls clear and crosses again).
 pub(super) fn record_stats(app: &App, node: &str, stats: &api::NodeStats) {
+    app.calls.record(node, stats);
     let crossings = app.usage.record(node, stats, app.clock.now_ms());
     if crossings.is_empty() {
         return;

@@ -37,15 +37,18 @@ pub(super) async fn get_plugin(
     app.caller(&headers)?.require_reader()?;
     name("plugin", &id)?;
     let (limits, now) = (app.limits.clone(), app.clock.now_ms());
-    app.db
+    let mut plugin = app
+        .db
         .read(move |c| {
             let found = views::list_plugins(c, Some(&id), &limits, now)?;
             match found.into_iter().next() {
-                Some(p) => Ok(Json(p)),
+                Some(p) => Ok(p),
                 None => Err(lifecycle::unknown_plugin(&id, &c.plugin_ids()?)),
             }
         })
-        .await
+        .await?;
+    plugin.calls = app.calls.of_plugin(&plugin.id);
+    Ok(Json(plugin))
 }
 
 /// `GET /v1/plugins/{id}/controllers`.

@@ -7,6 +7,7 @@ mod boundaries;
 mod ci;
 mod client;
 mod cluster;
+mod csi_calls;
 mod dev;
 mod docs;
 mod durability;
