@@ -231,8 +231,9 @@ fn the_rules_and_the_dashboard_use_only_what_a_real_server_exports() {
 
 /// A three-node cluster in the states the alerts watch, scraped twice: with a claim ready
 /// on node-1, node-2 lost holding a volume and its fence failing, a claim publishing on
-/// node-3 (whose plugin takes ten minutes to publish), and the ready volume's usage; then
-/// with every agent gone and a volume's creation waiting for a controller host.
+/// node-3 (whose plugin takes ten minutes to publish), the ready volume's usage and the
+/// nodes' CSI calls; then with every agent gone and a volume's creation waiting for a
+/// controller host.
 fn scrape_a_cluster_in_trouble() -> Exported {
     let slow = NodeOpts {
         plugin_args: vec!["--delay".into(), "NodePublishVolume=10m".into()],
@@ -256,7 +257,7 @@ fn scrape_a_cluster_in_trouble() -> Exported {
 
     let mut exported = Exported::default();
     let first = wait_for(
-        "the blocked volume, the failing fence, the publishing claim and the ready one's usage",
+        "the blocked volume, the failing fence, the publishing claim, the ready one's usage and the nodes' CSI calls",
         WAIT,
         || {
             let m = c.metrics();
@@ -265,7 +266,9 @@ fn scrape_a_cluster_in_trouble() -> Exported {
                 && m.contains(r#"csivol_fences_total{state="failed"}"#)
                 && m.contains(r#"csivol_claims{state="publishing"} 1"#)
                 && m.contains(r#"csivol_claims{state="ready"} 1"#)
-                && m.contains(r#"csivol_volume_used_bytes{volume="vol-ready""#))
+                && m.contains(r#"csivol_volume_used_bytes{volume="vol-ready""#)
+                && m.contains(r#"csivol_node_csi_calls_total{node="node-1""#)
+                && m.contains("csivol_csi_call_seconds_bucket{"))
             .then_some(m)
         },
     );
