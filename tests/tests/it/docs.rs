@@ -254,6 +254,7 @@ fn the_readmes_test_command_is_the_one_ci_runs() {
         "missing+=(iproute2)",
         "missing+=(etcd-server)",
         "missing+=(util-linux)",
+        "missing+=(prometheus)",
         "cargo test --workspace --locked",
     ] {
         assert!(ci.contains(needed), ".ci/run lacks `{needed}`");
@@ -336,7 +337,7 @@ async fn the_reference_lists_every_metric_and_event_kind() {
 }
 
 /// A heading's anchor as code hosts make it: lower case, spaces to `-`, punctuation gone.
-fn anchor(heading: &str) -> String {
+pub(crate) fn anchor(heading: &str) -> String {
     heading
         .trim()
         .to_lowercase()

@@ -1,6 +1,7 @@
 //! csivol's end-to-end tests: real binaries, real sockets, real mounts.
 
 mod after_release;
+mod alerts;
 mod block;
 mod boundaries;
 mod capacity;
