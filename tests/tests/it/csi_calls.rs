@@ -135,6 +135,37 @@ fn the_nodes_csi_calls_are_counted_and_an_agent_restart_is_no_drop() {
         "{json}"
     );
 
+    // The same `plugin show` carries the plugin's capacity (the one node hosts the
+    // controller, which samples GetCapacity) beside each node's calls, in the table and in
+    // the JSON: neither room of the server's memory hides the other.
+    let json = wait_for(
+        "the plugin's capacity beside its calls",
+        Duration::from_secs(60),
+        || {
+            let j = c
+                .csivol(&["plugin", "show", "hostpath", "-o", "json"])
+                .ok()
+                .json();
+            let sampled = j["capacity"]["samples"]
+                .as_array()
+                .is_some_and(|s| !s.is_empty());
+            let called = j["calls"].as_array().is_some_and(|c| !c.is_empty());
+            (sampled && called).then_some(j)
+        },
+    );
+    assert_eq!(json["capacity"]["reported"], true, "{json}");
+    let show = c
+        .csivol(&["plugin", "show", "hostpath"])
+        .ok()
+        .stdout
+        .clone();
+    assert!(
+        show.lines().any(|l| l.trim() == "capacity:")
+            && show.contains("AVAILABLE")
+            && show.contains("CSI calls"),
+        "{show}"
+    );
+
     // A restart: the new agent counts from zero under a new start id, and the server goes
     // on from what it had, adding the calls the new agent made as it started (Probe,
     // GetPluginInfo, NodeGetInfo, ...: nothing is published, so nothing else calls).
