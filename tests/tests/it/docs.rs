@@ -83,6 +83,10 @@ impl Filters {
             (r"127\.0\.0\.1:\d+", "127.0.0.1:[PORT]"),
             // An event's index, first in its line of `csivol events`.
             (r"(?m)^\d+( +\[TIME\])", "[INDEX]$1"),
+            // A claim's usage: its node samples it just after the claim is ready and sends
+            // it on its own, so a claim read at once may or may not carry it yet, and its
+            // figures are the host file system's.
+            (r"(?m)^ +usage: .*\n", ""),
             (r" {2,}", "  "),
         ];
         Self {
