@@ -16,7 +16,6 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use super::StateLabel;
 use crate::model::StateCounts;
 
 /// The claim states whose oldest claim is exported, in order.
@@ -26,6 +25,13 @@ pub const UNSETTLED: [&str; 4] = ["pending", "attaching", "publishing", "releasi
 pub struct VolumeNodeLabel {
     pub volume: String,
     pub node: String,
+}
+
+/// A claim state (`state="..."`, as the claim gauges label it), defined here rather than
+/// taken from the metrics above so that this file imports nothing of its parent.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StateLabel {
+    pub state: String,
 }
 
 type Seconds = Gauge<f64, AtomicU64>;
