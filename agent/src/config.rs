@@ -226,6 +226,10 @@ pub struct CoreConfig {
     pub controller_call_timeout: Duration,
     pub volume_ready_timeout: Duration,
     pub resync_interval: Duration,
+    /// Whether published volumes' usage is sampled (NodeGetVolumeStats at each resync and
+    /// after each publish, where the plugin has GET_VOLUME_STATS); `volume_stats = false`
+    /// turns it off (conditions are still checked where the plugin reports them).
+    pub volume_stats: bool,
     /// How often a hosted controller's volumes are listed (`controller_list_interval`).
     pub controller_list_interval: Duration,
     /// How often the node plugins' attach limits are read again (`node_limits_refresh`).
@@ -254,6 +258,7 @@ impl CoreConfig {
             controller_call_timeout: DEFAULT_CONTROLLER_CALL_TIMEOUT,
             volume_ready_timeout: DEFAULT_VOLUME_READY_TIMEOUT,
             resync_interval: DEFAULT_RESYNC_INTERVAL,
+            volume_stats: true,
             controller_list_interval: DEFAULT_CONTROLLER_LIST_INTERVAL,
             node_limits_refresh: DEFAULT_NODE_LIMITS_REFRESH,
             plugin_wait_timeout: DEFAULT_PLUGIN_WAIT_TIMEOUT,
@@ -318,6 +323,7 @@ struct FileConfig {
     volume_ready_timeout: Option<Duration>,
     #[serde(default, deserialize_with = "duration")]
     resync_interval: Option<Duration>,
+    volume_stats: Option<bool>,
     #[serde(default, deserialize_with = "duration")]
     controller_list_interval: Option<Duration>,
     #[serde(default, deserialize_with = "duration")]
@@ -520,6 +526,7 @@ fn core_config(
         .volume_ready_timeout
         .unwrap_or(DEFAULT_VOLUME_READY_TIMEOUT);
     core.resync_interval = file.resync_interval.unwrap_or(DEFAULT_RESYNC_INTERVAL);
+    core.volume_stats = file.volume_stats.unwrap_or(true);
     core.controller_list_interval = file
         .controller_list_interval
         .unwrap_or(DEFAULT_CONTROLLER_LIST_INTERVAL);

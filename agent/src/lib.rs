@@ -31,6 +31,7 @@ pub mod engine;
 pub mod mounts;
 pub mod plugin;
 mod session;
+mod stats;
 pub mod store;
 
 use anyhow::Context;

@@ -18,6 +18,7 @@ use tokio::sync::Semaphore;
 use tonic::Code;
 
 use super::config::{CoreConfig, PluginSpec, ReadyCheck};
+use crate::stats::{CallBook, PluginMeter};
 
 pub mod controller;
 mod node;
@@ -125,12 +126,43 @@ pub struct Plugins {
     pub controller: BTreeMap<String, ControllerPlugin>,
 }
 
+/// The plugin's connection, its calls counted in `calls` when given.
+fn counted(
+    conn: PluginConnection,
+    spec: &PluginSpec,
+    calls: Option<&std::sync::Arc<CallBook>>,
+) -> PluginConnection {
+    match calls {
+        Some(book) => conn.metered(std::sync::Arc::new(PluginMeter {
+            plugin: spec.id.clone(),
+            book: std::sync::Arc::clone(book),
+        })),
+        None => conn,
+    }
+}
+
 impl Plugins {
     /// Waits for each plugin to answer Probe, then reads what it is and can do.
     pub async fn connect(cfg: &CoreConfig) -> Result<Self, ConnectError> {
+        Self::connect_with(cfg, None).await
+    }
+
+    /// [`Plugins::connect`], every call to the plugins counted in `calls` (for the server's
+    /// CSI call metrics).
+    pub async fn connect_counted(
+        cfg: &CoreConfig,
+        calls: &std::sync::Arc<CallBook>,
+    ) -> Result<Self, ConnectError> {
+        Self::connect_with(cfg, Some(calls)).await
+    }
+
+    async fn connect_with(
+        cfg: &CoreConfig,
+        calls: Option<&std::sync::Arc<CallBook>>,
+    ) -> Result<Self, ConnectError> {
         let mut plugins = Self::default();
         for spec in &cfg.plugins {
-            let p = NodePlugin::connect(spec, cfg).await?;
+            let p = NodePlugin::connect(spec, cfg, calls).await?;
             tracing::info!(
                 plugin = p.id,
                 endpoint = %p.endpoint,
@@ -143,7 +175,7 @@ impl Plugins {
             plugins.node.insert(p.id.clone(), p);
         }
         for spec in &cfg.controllers {
-            let p = ControllerPlugin::connect(spec, cfg).await?;
+            let p = ControllerPlugin::connect(spec, cfg, calls).await?;
             tracing::info!(
                 plugin = p.id,
                 endpoint = %p.endpoint,

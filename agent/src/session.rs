@@ -166,6 +166,7 @@ pub async fn run(
         ttl: Mutex::new(DEFAULT_TTL),
     });
     let mut sender = tokio::spawn(report_loop(Arc::clone(&link), reports));
+    let outbox = link.core.outbox();
     tokio::select! {
         // First: a stop asked while the agent started is taken before it registers.
         biased;
@@ -173,6 +174,7 @@ pub async fn run(
         () = heartbeat_loop(&link) => {}
         () = desired_loop(&link) => {}
         () = channel::run(&link.client, &link.channel, link.registered.subscribe()) => {}
+        () = crate::stats::send(&outbox, &link.channel) => {}
     }
     let told = link.register_sent.load(std::sync::atomic::Ordering::SeqCst);
     // A take-down may take longer than the heartbeat TTL: the agent goes on heartbeating

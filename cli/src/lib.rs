@@ -17,4 +17,5 @@ pub mod render;
 pub mod signals;
 pub mod spec;
 pub mod table;
+pub mod usage;
 pub mod wait;

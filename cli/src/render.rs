@@ -3,7 +3,9 @@
 
 use std::collections::BTreeMap;
 
-use csivol_api::{ActionPlan, Claim, ClaimState, Event, PlannedAction, Volume, VolumeState};
+use csivol_api::{
+    ActionPlan, Claim, ClaimState, ClaimUsage, Event, PlannedAction, Volume, VolumeState,
+};
 
 use crate::output::{Out, age, bytes, or_dash, time, when};
 
@@ -94,16 +96,28 @@ pub fn volumes(out: &Out, vs: &[Volume]) -> anyhow::Result<()> {
         out.note("no volumes");
         return Ok(());
     }
-    let mut t = out.table(&["NAME", "PLUGIN", "ACCESS MODE", "STATE", "CLAIMS", "NODES"]);
+    // How full each volume is gets a column once some node reported of its claims.
+    let with_usage = vs
+        .iter()
+        .any(|v| v.claims.iter().any(|c| c.usage.is_some()));
+    let mut header = vec!["NAME", "PLUGIN", "ACCESS MODE", "STATE", "CLAIMS", "NODES"];
+    if with_usage {
+        header.push("USED/SIZE");
+    }
+    let mut t = out.table(&header);
     for v in vs {
-        t.add_row(vec![
+        let mut row = vec![
             cell(&v.name),
             cell(&v.plugin),
             cell(v.access_mode),
             cell(volume_state(v)),
             cell(claim_summary(&v.claims)),
             cell(attached_nodes(v)),
-        ]);
+        ];
+        if with_usage {
+            row.push(cell(crate::usage::volume_cell(&v.claims)));
+        }
+        t.add_row(row);
     }
     out.print_table(t)
 }
@@ -217,8 +231,9 @@ pub fn volume(out: &Out, v: &Volume) -> anyhow::Result<()> {
         out.line("claims:")?;
         // Labels get a column only when some claim has them.
         let with_labels = v.claims.iter().any(|c| !c.labels.is_empty());
-        // Likewise the group a claim's workload writes as.
+        // Likewise the group a claim's workload writes as, and how full the volume is.
         let with_group = v.claims.iter().any(|c| c.mount.gid.is_some());
+        let with_usage = v.claims.iter().any(|c| c.usage.is_some());
         let mut header = vec![
             "ALLOC",
             "NODE",
@@ -231,6 +246,9 @@ pub fn volume(out: &Out, v: &Volume) -> anyhow::Result<()> {
         ];
         if with_group {
             header.push("GROUP");
+        }
+        if with_usage {
+            header.push("USED/SIZE");
         }
         if with_labels {
             header.push("LABELS");
@@ -250,12 +268,21 @@ pub fn volume(out: &Out, v: &Volume) -> anyhow::Result<()> {
             if with_group {
                 row.push(cell(group(c)));
             }
+            if with_usage {
+                row.push(cell(crate::usage::cell(c.usage.as_ref())));
+            }
             if with_labels {
                 row.push(cell(labels(c)));
             }
             t.add_row(row);
         }
         out.print_table(t)?;
+        if v.claims
+            .iter()
+            .any(|c| c.usage == Some(ClaimUsage::NotReported))
+        {
+            out.line(format!("usage: {}", crate::usage::NOT_REPORTED))?;
+        }
     }
     Ok(())
 }
@@ -304,6 +331,9 @@ pub fn claim(out: &Out, c: &Claim) -> anyhow::Result<()> {
     }
     if let Some(t) = &c.expires_at {
         rows.push(("lease until", when(t)));
+    }
+    if let Some(u) = &c.usage {
+        rows.push(("usage", crate::usage::detail(u)));
     }
     if c.mount.gid.is_some() {
         rows.push(("group", group(c)));
@@ -383,7 +413,9 @@ pub fn claims(out: &Out, claims: &[Claim]) -> anyhow::Result<()> {
         out.note("no claims");
         return Ok(());
     }
-    let mut t = out.table(&[
+    // How full each claim's volume is: with `-o wide`.
+    let wide = out.format == crate::args::Format::Wide;
+    let mut header = vec![
         "VOLUME",
         "ALLOC",
         "NODE",
@@ -391,11 +423,14 @@ pub fn claims(out: &Out, claims: &[Claim]) -> anyhow::Result<()> {
         "STATE",
         "AGE",
         "LEASE UNTIL",
-        "LABELS",
-        "NOTES",
-    ]);
+    ];
+    if wide {
+        header.push("USED/SIZE");
+    }
+    header.extend(["LABELS", "NOTES"]);
+    let mut t = out.table(&header);
     for c in claims {
-        t.add_row(vec![
+        let mut row = vec![
             cell(&c.volume),
             cell(&c.alloc),
             cell(&c.node),
@@ -403,11 +438,25 @@ pub fn claims(out: &Out, claims: &[Claim]) -> anyhow::Result<()> {
             cell(c.state.as_str()),
             cell(age(&c.created_at)),
             cell(opt_time(out, c.expires_at.as_deref())),
-            cell(labels(c)),
-            cell(claim_trouble(c)),
-        ]);
+        ];
+        if wide {
+            row.push(cell(crate::usage::cell(c.usage.as_ref())));
+        }
+        row.extend([cell(labels(c)), cell(claim_trouble(c))]);
+        t.add_row(row);
     }
-    out.print_table(t)
+    out.print_table(t)?;
+    if wide
+        && claims
+            .iter()
+            .any(|c| c.usage == Some(ClaimUsage::NotReported))
+    {
+        out.note(format!(
+            "USED/SIZE `not reported`: {}",
+            crate::usage::NOT_REPORTED
+        ));
+    }
+    Ok(())
 }
 
 pub fn tokens(out: &Out, ts: &[csivol_api::TokenInfo]) -> anyhow::Result<()> {

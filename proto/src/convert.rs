@@ -463,9 +463,90 @@ impl From<&csi::list_volumes_response::Entry> for csivol_api::ListedVolume {
     }
 }
 
+/// NodeGetVolumeStats' `usage` as csivol reads it: one entry per unit, the first of each.
+/// csi.proto, `NodeGetVolumeStatsResponse`: `usage` "This field is OPTIONAL", so a plugin
+/// may answer with none (both units absent). `VolumeUsage`: "The available capacity in
+/// specified Unit. This field is OPTIONAL." and "The used capacity in specified Unit. This
+/// field is OPTIONAL.": proto3 sends an absent number as 0, so a 0 `used` or `available`
+/// is taken as not reported ([`csivol_api::UsageNumbers::used`] then works from the other
+/// one); "The total capacity in specified Unit. This field is REQUIRED." and "Units by
+/// which values are measured. This field is REQUIRED.": an entry of UNKNOWN unit says
+/// nothing csivol can use and is skipped, as is one with a negative number, which no
+/// count can be.
+pub fn volume_usage(entries: &[csi::VolumeUsage]) -> csivol_api::VolumeUsage {
+    {
+        use csi::volume_usage::Unit;
+        let numbers = |u: &csi::VolumeUsage| {
+            let total = u64::try_from(u.total).ok()?;
+            let given = |n: i64| u64::try_from(n).ok().filter(|n| *n > 0);
+            if u.used < 0 || u.available < 0 {
+                return None;
+            }
+            Some(csivol_api::UsageNumbers {
+                used: given(u.used),
+                available: given(u.available),
+                total,
+            })
+        };
+        let first = |unit: Unit| {
+            entries
+                .iter()
+                .filter(|u| u.unit == unit as i32)
+                .find_map(numbers)
+        };
+        csivol_api::VolumeUsage {
+            bytes: first(Unit::Bytes),
+            inodes: first(Unit::Inodes),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn volume_usage_takes_what_the_plugin_reported_of_each_unit() {
+        use csi::volume_usage::Unit;
+        let entry = |unit: Unit, used, available, total| csi::VolumeUsage {
+            available,
+            total,
+            used,
+            unit: unit as i32,
+        };
+        let numbers = |used, available, total| csivol_api::UsageNumbers {
+            used,
+            available,
+            total,
+        };
+        for (entries, bytes, inodes) in [
+            (vec![], None, None),
+            (
+                vec![
+                    entry(Unit::Bytes, 10, 90, 100),
+                    entry(Unit::Inodes, 1, 9, 10),
+                ],
+                Some(numbers(Some(10), Some(90), 100)),
+                Some(numbers(Some(1), Some(9), 10)),
+            ),
+            // A block volume: only its size.
+            (
+                vec![entry(Unit::Bytes, 0, 0, 4096)],
+                Some(numbers(None, None, 4096)),
+                None,
+            ),
+            (vec![entry(Unit::Unknown, 1, 1, 2)], None, None),
+            (vec![entry(Unit::Bytes, -1, 1, 2)], None, None),
+            (
+                vec![entry(Unit::Inodes, 0, 5, 10), entry(Unit::Inodes, 9, 1, 10)],
+                None,
+                Some(numbers(None, Some(5), 10)),
+            ),
+        ] {
+            let got = volume_usage(&entries);
+            assert_eq!((got.bytes, got.inodes), (bytes, inodes), "{entries:?}");
+        }
+    }
 
     #[test]
     fn access_modes_round_trip_through_wire() {

@@ -78,13 +78,22 @@ impl CsiEndpoint {
             Self::Unix(_) => Authority::from_static("csi-plugin.invalid"),
             Self::Tcp(addr) => addr.parse().expect("validated by FromStr"),
         };
-        PluginConnection(Arc::new(Inner {
-            endpoint: self.clone(),
-            authority,
-            deadline,
-            conn: tokio::sync::Mutex::new(None),
-        }))
+        PluginConnection(
+            Arc::new(Inner {
+                endpoint: self.clone(),
+                authority,
+                deadline,
+                conn: tokio::sync::Mutex::new(None),
+            }),
+            None,
+        )
     }
+}
+
+/// Told of every call made on a [`PluginConnection::metered`] connection: its method
+/// (`NodePublishVolume`), the gRPC code it answered with, and how long it took.
+pub trait CallMeter: fmt::Debug + Send + Sync {
+    fn record(&self, method: &str, code: tonic::Code, took: Duration);
 }
 
 /// Wraps a message in a request carrying `deadline` as its gRPC timeout.
@@ -106,7 +115,17 @@ pub fn with_deadline<T>(message: T, deadline: Duration) -> tonic::Request<T> {
 /// path, where every step is a call to the plugin on its local socket, that stack cost
 /// about a sixth of the client's CPU per call.
 #[derive(Clone, Debug)]
-pub struct PluginConnection(Arc<Inner>);
+pub struct PluginConnection(Arc<Inner>, Option<Arc<dyn CallMeter>>);
+
+impl PluginConnection {
+    /// The connection, its calls told to `meter`. A call's time runs until the plugin's
+    /// answer headers, which a unary CSI call's server sends with its message once its
+    /// handler returned; its code is the headers' `grpc-status` (a plugin that failed the
+    /// call answers with trailers only, PROTOCOL-HTTP2.md "Trailers-Only"), else `OK`.
+    pub fn metered(self, meter: Arc<dyn CallMeter>) -> Self {
+        Self(self.0, Some(meter))
+    }
+}
 
 #[derive(Debug)]
 struct Inner {
@@ -201,16 +220,35 @@ impl tower::Service<http::Request<Body>> for PluginConnection {
 
     fn call(&mut self, req: http::Request<Body>) -> Self::Future {
         let inner = Arc::clone(&self.0);
+        let meter = self.1.clone();
         Box::pin(async move {
+            let method = meter.as_ref().map(|_| {
+                let path = req.uri().path();
+                path.rsplit('/').next().unwrap_or(path).to_owned()
+            });
+            let started = std::time::Instant::now();
             let deadline =
                 grpc_timeout(req.headers()).map_or(inner.deadline, |d| d.min(inner.deadline));
-            match tokio::time::timeout(deadline, inner.call(req)).await {
+            let answer = match tokio::time::timeout(deadline, inner.call(req)).await {
                 Ok(answer) => answer,
                 Err(_) => Err(Status::deadline_exceeded(format!(
                     "the plugin at {} did not answer within {deadline:?}",
                     inner.endpoint
                 ))),
+            };
+            if let (Some(meter), Some(method)) = (meter, method) {
+                let code = match &answer {
+                    Ok(r) => r
+                        .headers()
+                        .get("grpc-status")
+                        .and_then(|v| v.to_str().ok())
+                        .and_then(|v| v.parse::<i32>().ok())
+                        .map_or(tonic::Code::Ok, tonic::Code::from_i32),
+                    Err(s) => s.code(),
+                };
+                meter.record(&method, code, started.elapsed());
             }
+            answer
         })
     }
 }

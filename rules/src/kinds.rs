@@ -110,6 +110,7 @@ string_enum! {
         AttachmentLeaked = "attachment-leaked",
         AttachmentMissing = "attachment-missing",
         VolumeAbnormal = "volume-abnormal",
+        VolumeFilling = "volume-filling",
         FindingResolved = "finding-resolved",
         SnapshotCreating = "snapshot-creating",
         SnapshotPending = "snapshot-pending",

@@ -31,6 +31,7 @@
 //!   request, and when a request is too old, or a claim older than its alloc's release.
 //! - `settle`: which volumes the server holds back after the state went back in time, and
 //!   until when.
+//! - `usage`: when a volume counts as filling up (a threshold with hysteresis).
 //! - `agent/`: the node agent's decisions (a volume's job, its recovery, what it observed and
 //!   recorded), in a folder of their own.
 
@@ -53,3 +54,4 @@ pub mod schedule;
 pub mod settle;
 pub mod snapshots;
 pub mod transitions;
+pub mod usage;

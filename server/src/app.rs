@@ -76,4 +76,8 @@ pub struct AppState {
     pub capacity: Arc<Capacity>,
     /// The plugins' last ListVolumes, in memory.
     pub inventory: Arc<Inventory>,
+    /// The nodes' usage samples, in memory only.
+    pub usage: Arc<crate::usage::NodeSamples>,
+    /// The nodes' CSI call counts, in memory only.
+    pub calls: Arc<crate::calls::NodeCallCounts>,
 }

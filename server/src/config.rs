@@ -41,6 +41,7 @@ struct FileConfig {
     tls_client_ca: Option<PathBuf>,
     insecure_http: Option<bool>,
     node_channel: Option<bool>,
+    volume_filling_percent: Option<f64>,
     store: Option<StoreKind>,
     #[serde(default)]
     etcd_endpoints: Vec<String>,
@@ -162,6 +163,9 @@ pub struct ServerConfig {
     pub limits: limits::ServerLimits,
     /// Per plugin, what csivol may do to its mounts (`[plugins."NAME"]`).
     pub plugin_mounts: BTreeMap<String, csivol_rules::mounts::PluginMounts>,
+    /// How full a published volume may be, in percent of its bytes or inodes, before a
+    /// `volume-filling` event tells of it (`volume_filling_percent`).
+    pub volume_filling_percent: f64,
 }
 
 /// The server's TLS files.
@@ -255,12 +259,23 @@ impl ServerConfig {
                 },
             })?),
         };
+        let volume_filling_percent = file
+            .volume_filling_percent
+            .unwrap_or(crate::defaults::DEFAULT_VOLUME_FILLING_PERCENT);
+        if !(volume_filling_percent > 0.0 && volume_filling_percent <= 100.0) {
+            bail!(
+                "invalid volume_filling_percent {volume_filling_percent}{}: it is a percentage\n\
+                 hint: give a number above 0 and at most 100, e.g. `volume_filling_percent = 85`",
+                config_name()
+            );
+        }
         let plugin_mounts =
             plugin_mounts(file.plugins).map_err(|e| anyhow::anyhow!("{e:#}{}", config_name()))?;
         Ok(Self {
             etcd,
             limits,
             plugin_mounts,
+            volume_filling_percent,
             data_dir,
             listen: args
                 .listen
@@ -463,6 +478,23 @@ kind = "metal"
             resolve("planned_stop_grace = \"soon\"\n").unwrap_err()
         );
         assert!(err.contains("invalid planned_stop_grace `soon`"), "{err}");
+    }
+
+    #[test]
+    fn the_volume_filling_percent_is_a_percentage() {
+        assert_eq!(resolve("").unwrap().volume_filling_percent, 85.0);
+        let cfg = resolve("volume_filling_percent = 90\n").unwrap();
+        assert_eq!(cfg.volume_filling_percent, 90.0);
+        for bad in ["0", "-5", "101", "nan"] {
+            let err = format!(
+                "{:#}",
+                resolve(&format!("volume_filling_percent = {bad}\n")).unwrap_err()
+            );
+            assert!(
+                err.contains("invalid volume_filling_percent") && err.contains("hint:"),
+                "{bad}: {err}"
+            );
+        }
     }
 
     #[test]

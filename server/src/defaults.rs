@@ -15,3 +15,6 @@ pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long request keys and claim tombstones are kept (`--request-memory`).
 pub const DEFAULT_REQUEST_MEMORY: Duration = Duration::from_secs(24 * 3600);
+/// How full a published volume may be, in percent of its bytes or inodes, before a
+/// `volume-filling` event tells of it (`volume_filling_percent`).
+pub const DEFAULT_VOLUME_FILLING_PERCENT: f64 = 85.0;

@@ -242,6 +242,7 @@ fn server_config(args: &DevArgs, dir: &Path, tls: Option<&crate::tls::Files>) ->
         // The dev cluster's plugin has VOLUME_MOUNT_GROUP: it applies a claim's group
         // itself, and csivol changes no ownership.
         plugin_mounts: Default::default(),
+        volume_filling_percent: crate::defaults::DEFAULT_VOLUME_FILLING_PERCENT,
     }
 }
 

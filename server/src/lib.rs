@@ -8,6 +8,7 @@
 mod app;
 mod auth;
 mod background;
+mod calls;
 mod capacity;
 pub mod cli;
 pub mod clock;
@@ -29,6 +30,7 @@ mod secrets;
 pub mod server;
 pub mod store;
 pub mod tls;
+mod usage;
 mod views;
 mod watch;
 

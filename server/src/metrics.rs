@@ -11,6 +11,8 @@ use prometheus_client::registry::Registry;
 use super::error::ApiResult;
 use super::model::{StateCounts, WaitingOps};
 
+mod ages;
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StateLabel {
     pub state: String,
@@ -76,6 +78,8 @@ pub struct Metrics {
     pub desired_fetches: Counter,
     /// How long reads waited to be made consistent with etcd (etcd store only).
     pub read_catch_up_seconds: Histogram,
+    /// How long volumes have been blocked, and the oldest claim of each unsettled state.
+    ages: ages::Ages,
 }
 
 impl Default for Metrics {
@@ -198,6 +202,7 @@ impl Default for Metrics {
             "Reports received from node agents, by how they came: on the node channel, or in a request",
             node_reports.clone(),
         );
+        let ages = ages::Ages::register(&mut registry);
         Self {
             registry,
             claims,
@@ -220,11 +225,17 @@ impl Default for Metrics {
             desired_pushes,
             desired_fetches,
             read_catch_up_seconds,
+            ages,
         }
     }
 }
 
 impl Metrics {
+    /// Adds metrics made at each scrape by `collector` (the nodes' samples).
+    pub fn collect(&mut self, collector: Box<dyn prometheus_client::collector::Collector>) {
+        self.registry.register_collector(collector);
+    }
+
     /// Counts a heartbeat that came on the node channel, or as a request.
     pub fn heartbeat(&self, channel: bool) {
         let via = if channel { "channel" } else { "request" }.to_owned();
@@ -291,6 +302,7 @@ impl Metrics {
         self.nodes_fence_failing.set(counts.nodes_fence_failing);
         count_by(&counts.ops, &self.ops, &["queued", "in_flight"]);
         self.queue_gauges(waiting, now);
+        self.ages.refresh(counts, now);
         self.claims_with_error.set(counts.claims_with_error);
         self.claims_abnormal.set(counts.claims_abnormal);
         let mut out = String::new();

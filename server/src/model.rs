@@ -263,6 +263,7 @@ impl ClaimRow {
             expires_at: self.expires_at.map(time),
             ttl_ms: self.ttl_ms.map(|t| t.max(0) as u64),
             queue_position: None,
+            usage: None,
             labels: self.labels.clone(),
             mount: self.mount.clone(),
         }
@@ -600,6 +601,11 @@ pub struct StateCounts {
     pub nodes_fence_failing: i64,
     pub claims_with_error: i64,
     pub claims_abnormal: i64,
+    /// Volumes blocked on a lost node: volume, node, and since when (the node's loss).
+    pub blocked: Vec<(String, String, i64)>,
+    /// Claims on their way to ready or gone (`pending`, `attaching`, `publishing`,
+    /// `releasing`): volume, alloc, state, and the claim's last write.
+    pub unsettled: Vec<(String, String, String, i64)>,
 }
 
 /// Controller operations of one plugin and kind that no host holds, counted by whether

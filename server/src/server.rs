@@ -16,7 +16,7 @@ use crate::error::ApiError;
 use crate::lifecycle::{self, Limits};
 use crate::store::replicated;
 use crate::store::sqlite::db::{self, Db};
-use crate::{auth, background, fence, http, identity, liveness, metrics, secrets};
+use crate::{auth, background, calls, fence, http, identity, liveness, metrics, secrets, usage};
 
 /// File in the data dir holding the address the server listens on (useful with port 0).
 pub const ADDR_FILE: &str = "server.addr";
@@ -276,7 +276,12 @@ impl Server {
         } else {
             live
         });
-        let metrics = Arc::new(metrics::Metrics::default());
+        let usage = Arc::new(usage::NodeSamples::new(cfg.volume_filling_percent));
+        let mut metrics = metrics::Metrics::default();
+        let calls = Arc::new(calls::NodeCallCounts::default());
+        metrics.collect(Box::new(Arc::clone(&usage)));
+        metrics.collect(Box::new(Arc::clone(&calls)));
+        let metrics = Arc::new(metrics);
         let limits = Limits {
             controller_concurrency: cfg.controller_concurrency,
             controller_queue_warning: cfg.controller_queue_warning,
@@ -325,6 +330,8 @@ impl Server {
             clock,
             capacity: Arc::default(),
             inventory: Arc::default(),
+            usage,
+            calls,
         });
         Ok(Self {
             addr,

@@ -40,13 +40,14 @@ pub fn list_volumes(
     filter: &VolumeFilter,
     after: Option<&str>,
     limit: usize,
+    usage: &crate::usage::NodeSamples,
 ) -> ApiResult<Vec<u8>> {
     let mut out = vec![b'['];
     let mut listed = 0;
     let mut cursor = after.unwrap_or("").to_owned();
     while listed < limit {
         let chunk = conn.volume_chunk(&cursor, filter.plugin.as_deref(), LIST_CHUNK)?;
-        for v in shape(&chunk, filter).take(limit - listed) {
+        for v in shape(&chunk, filter, usage).take(limit - listed) {
             write_listed(&mut out, listed == 0, &v?)?;
             listed += 1;
         }
@@ -68,10 +69,12 @@ pub fn write_listed(out: &mut Vec<u8>, first: bool, v: &ListedVolume<'_>) -> Api
 }
 
 /// The listed volumes of a chunk the store read, those that pass the state and node
-/// filters (the plugin filter is the store's), each decoded from the chunk in place.
+/// filters (the plugin filter is the store's), each decoded from the chunk in place, its
+/// claims' usage from the nodes' samples.
 pub fn shape<'c>(
     chunk: &'c VolumeChunk,
     filter: &'c VolumeFilter,
+    usage: &'c crate::usage::NodeSamples,
 ) -> impl Iterator<Item = ApiResult<ListedVolume<'c>>> + 'c {
     chunk.volumes.rows().filter_map(move |row| {
         let fields = match (chunk.decode)(row) {
@@ -94,7 +97,9 @@ pub fn shape<'c>(
             return None;
         }
         let m = chunk.mounts.get(fields.name).cloned().unwrap_or_default();
-        Some(Ok(ListedVolume::new(fields, state, c, a, m)))
+        let mut listed = ListedVolume::new(fields, state, c, a, m);
+        usage.fill(&mut listed.claims);
+        Some(Ok(listed))
     })
 }
 
@@ -339,6 +344,7 @@ pub fn list_plugins(
             nodes: Vec::new(),
             queue: api::ControllerQueue::default(),
             capacity: api::PluginCapacity::default(),
+            calls: Vec::new(),
         });
         if let Some(c) = &reg.controller {
             p.capacity.reported |= c.get_capacity;
@@ -539,6 +545,7 @@ pub fn claim_page(
     f: &ClaimFilter,
     now: i64,
     after: &str,
+    usage: &crate::usage::NodeSamples,
 ) -> ApiResult<(Vec<u8>, Option<String>)> {
     let rows = conn.claim_page(
         f.volume.as_deref(),
@@ -554,7 +561,9 @@ pub fn claim_page(
     for claims in rows.chunk_by(|a, b| a.volume == b.volume) {
         volumes += 1;
         last = Some(&claims[0].volume);
-        for (row, c) in claims.iter().zip(claims_to_api(claims)) {
+        let mut shaped = claims_to_api(claims);
+        usage.fill(&mut shaped);
+        for (row, c) in claims.iter().zip(shaped) {
             if f.state.is_some_and(|s| s != row.state)
                 || cutoff.is_some_and(|t| row.created_at > t)
                 || !f

@@ -15,7 +15,7 @@ use tokio::task::JoinSet;
 use crate::mounts::Checker;
 use crate::store::now_ms;
 
-use super::jobs::{JobContext, Outcome, check_conditions, run_expand, run_job, run_op};
+use super::jobs::{JobContext, Outcome, check_volumes, run_expand, run_job, run_op};
 use super::{Changed, Control, FenceState, Shared};
 
 #[derive(Debug)]
@@ -209,7 +209,7 @@ impl Driver {
         self.verify = true;
         self.dirty = Changed::everything();
         if self.conditions.as_ref().is_none_or(|t| t.is_finished()) {
-            self.conditions = Some(tokio::spawn(check_conditions(Arc::clone(&self.shared))));
+            self.conditions = Some(tokio::spawn(check_volumes(Arc::clone(&self.shared))));
         }
     }
 

@@ -6,10 +6,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use csivol_api::domain::ErrorClass;
-use csivol_api::{ClaimRef, ControllerOp, DesiredExpand, PluginError, Report};
+use csivol_api::{ClaimRef, ControllerOp, DesiredExpand, PluginError, Report, UsageSample};
 use csivol_rules::agent::job::Job;
 use csivol_rules::agent::records::{PublicationRecord, PublishState, StageState};
 
+use crate::plugin::NodePlugin;
 use crate::store::now_ms;
 
 use super::Shared;
@@ -63,6 +64,12 @@ pub(super) async fn run_job(shared: Arc<Shared>, job: Job, ctx: JobContext) -> O
         run.bring_up().await
     }
     .await;
+    drop(_calls);
+    if !run.out.ready.is_empty() {
+        // Off the claim's way: the claims were reported ready already.
+        let (volume, allocs) = (run.out.volume.clone(), run.out.ready.clone());
+        tokio::spawn(check_published(Arc::clone(&shared), volume, allocs));
+    }
     run.out
 }
 
@@ -347,10 +354,14 @@ impl Run<'_> {
     }
 }
 
-/// Asks the plugins that report VOLUME_CONDITION how each published volume is, and reports
-/// a claim's condition when it changed (and once after a start, so that the server forgets
-/// an abnormal condition that passed while the agent was away).
-pub(super) async fn check_conditions(shared: Arc<Shared>) {
+/// Asks the node plugins with GET_VOLUME_STATS how each published volume is, once per
+/// volume: its condition, reported when it changed (and once after a start, so that the
+/// server forgets an abnormal condition that passed while the agent was away), where the
+/// plugin reports VOLUME_CONDITION; its usage, kept for the node channel, unless
+/// `volume_stats` is off. A claim of a plugin without GET_VOLUME_STATS is sampled as one
+/// that does not report usage. Runs beside the volume workers, never before a claim is
+/// ready.
+pub(super) async fn check_volumes(shared: Arc<Shared>) {
     let published: Vec<PublicationRecord> = shared
         .store
         .publications()
@@ -358,58 +369,126 @@ pub(super) async fn check_conditions(shared: Arc<Shared>) {
         .filter(|p| p.state == PublishState::Published)
         .collect();
     let mut seen = HashSet::new();
-    for r in published {
+    for r in &published {
         let Ok(plugin) = shared.node_plugin(&r.plugin) else {
             continue;
         };
-        if !plugin.reports_condition() {
-            continue;
-        }
         let claim = ClaimRef {
             volume: r.volume.clone(),
             alloc: r.alloc.clone(),
         };
-        seen.insert(claim.clone());
-        // Not while the volume's worker makes its calls: this volume waits for the next check.
-        let lock = shared.volume_lock(&r.volume);
-        let Ok(_calls) = lock.try_lock() else {
-            continue;
-        };
-        match plugin
-            .condition(&r.external_id, &r.target, r.staging.as_deref())
-            .await
-        {
-            Ok(Some((abnormal, message))) => {
-                let before = shared
-                    .conditions
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert(claim, abnormal);
-                if before != Some(abnormal) {
-                    if abnormal {
-                        tracing::warn!(
-                            volume = r.volume,
-                            alloc = r.alloc,
-                            "the plugin reports the volume abnormal: {message}"
-                        );
-                    }
-                    shared.report(Report::Condition {
-                        volume: r.volume,
-                        alloc: r.alloc,
-                        abnormal,
-                        message,
-                    });
-                }
-            }
-            Ok(None) => {}
-            Err(e) => tracing::debug!(volume = r.volume, alloc = r.alloc, "{e}"),
+        if plugin.reports_condition() {
+            seen.insert(claim.clone());
         }
+        sample_volume(&shared, plugin, r, claim, false).await;
     }
     shared
         .conditions
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .retain(|c, _| seen.contains(c));
+    let published: HashSet<_> = published.into_iter().map(|r| (r.volume, r.alloc)).collect();
+    shared.outbox.retain(&published);
+    shared.outbox.ready();
+}
+
+/// Samples the claims of `volume` just published (`allocs`), once their worker let go of
+/// the volume: their usage reaches the server without waiting for the next resync, and
+/// the claims were reported ready before.
+pub(super) async fn check_published(shared: Arc<Shared>, volume: String, allocs: Vec<String>) {
+    let records = shared.store.publications_of(&volume);
+    for r in records
+        .iter()
+        .filter(|r| allocs.contains(&r.alloc))
+        .filter(|r| r.state == PublishState::Published)
+    {
+        let Ok(plugin) = shared.node_plugin(&r.plugin) else {
+            continue;
+        };
+        let claim = ClaimRef {
+            volume: r.volume.clone(),
+            alloc: r.alloc.clone(),
+        };
+        sample_volume(&shared, plugin, r, claim, true).await;
+    }
+    shared.outbox.ready();
+}
+
+/// One published claim's NodeGetVolumeStats, where it is asked for: its condition
+/// reported when it changed, its usage kept for the node channel. `wait`: wait for the
+/// volume's worker to finish (after a publish) rather than leave the volume to the next
+/// check (a resync).
+async fn sample_volume(
+    shared: &Shared,
+    plugin: &NodePlugin,
+    r: &PublicationRecord,
+    claim: ClaimRef,
+    wait: bool,
+) {
+    let usage = shared.cfg.volume_stats;
+    if usage && !plugin.reports_usage() {
+        shared.outbox.usage(UsageSample {
+            volume: r.volume.clone(),
+            alloc: r.alloc.clone(),
+            plugin: r.plugin.clone(),
+            usage: None,
+        });
+    }
+    if !(plugin.reports_condition() || usage && plugin.reports_usage()) {
+        return;
+    }
+    // Not while the volume's worker makes its calls (spec.md, "Concurrency": one call in
+    // flight per volume): a resync leaves this volume to the next check.
+    let lock = shared.volume_lock(&r.volume);
+    let _calls = if wait {
+        lock.lock().await
+    } else {
+        let Ok(calls) = lock.try_lock() else {
+            return;
+        };
+        calls
+    };
+    let stats = match plugin
+        .volume_stats(&r.external_id, &r.target, r.staging.as_deref())
+        .await
+    {
+        Ok(stats) => stats,
+        Err(e) => {
+            tracing::debug!(volume = r.volume, alloc = r.alloc, "{e}");
+            return;
+        }
+    };
+    if usage {
+        shared.outbox.usage(UsageSample {
+            volume: r.volume.clone(),
+            alloc: r.alloc.clone(),
+            plugin: r.plugin.clone(),
+            usage: Some(stats.usage),
+        });
+    }
+    let Some((abnormal, message)) = stats.condition.filter(|_| plugin.reports_condition()) else {
+        return;
+    };
+    let before = shared
+        .conditions
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(claim, abnormal);
+    if before != Some(abnormal) {
+        if abnormal {
+            tracing::warn!(
+                volume = r.volume,
+                alloc = r.alloc,
+                "the plugin reports the volume abnormal: {message}"
+            );
+        }
+        shared.report(Report::Condition {
+            volume: r.volume.clone(),
+            alloc: r.alloc.clone(),
+            abnormal,
+            message,
+        });
+    }
 }
 
 /// Runs one controller operation and reports its result; the server schedules retries.

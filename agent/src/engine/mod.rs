@@ -96,6 +96,8 @@ struct Shared {
     desired: watch::Receiver<Arc<DesiredState>>,
     /// The last volume condition reported per published claim.
     conditions: std::sync::Mutex<HashMap<ClaimRef, bool>>,
+    /// Usage samples waiting for the node channel.
+    outbox: Arc<crate::stats::Outbox>,
     /// Which volumes' desired entries changed since the loop last looked. Updated under
     /// its lock together with the desired state, so that the loop takes both or neither.
     changed: std::sync::Mutex<Changed>,
@@ -298,7 +300,9 @@ impl Core {
         let data_dir = prepare_data_dir(&cfg.data_dir)?;
         let (store, rebooted) = unless_stopped(&mut stop, Store::open(&data_dir)).await??;
         let mounts = MountWatch::open().map_err(|source| StartError::MountTable { source })?;
-        let plugins = unless_stopped(&mut stop, Plugins::connect(&cfg)).await??;
+        let outbox = Arc::new(crate::stats::Outbox::default());
+        let plugins =
+            unless_stopped(&mut stop, Plugins::connect_counted(&cfg, &outbox.calls)).await??;
         let staging_plugins = plugins
             .node
             .values()
@@ -317,6 +321,7 @@ impl Core {
             reports: tx,
             desired: desired_rx.clone(),
             conditions: std::sync::Mutex::default(),
+            outbox,
             changed: std::sync::Mutex::default(),
             limits_wake: tokio::sync::Notify::new(),
             capacity_wake: tokio::sync::Notify::new(),
@@ -459,6 +464,11 @@ impl Core {
             changed.merge(touched);
         }
         result
+    }
+
+    /// The usage samples waiting for the node channel.
+    pub fn outbox(&self) -> Arc<crate::stats::Outbox> {
+        Arc::clone(&self.shared.outbox)
     }
 
     /// Re-checks everything now, as the periodic resync does.

@@ -40,8 +40,16 @@ pub struct ControllerPlugin {
 }
 
 impl ControllerPlugin {
-    pub(super) async fn connect(spec: &PluginSpec, cfg: &CoreConfig) -> Result<Self, ConnectError> {
-        let conn = spec.endpoint.connection(cfg.controller_call_timeout);
+    pub(super) async fn connect(
+        spec: &PluginSpec,
+        cfg: &CoreConfig,
+        calls: Option<&std::sync::Arc<crate::stats::CallBook>>,
+    ) -> Result<Self, ConnectError> {
+        let conn = super::counted(
+            spec.endpoint.connection(cfg.controller_call_timeout),
+            spec,
+            calls,
+        );
         let identity = identity(spec, &conn, cfg.plugin_wait_timeout).await?;
         if !identity.capabilities.controller_service {
             return Err(ConnectError::NoController {

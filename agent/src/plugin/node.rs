@@ -9,12 +9,27 @@ use csivol_csi::csi::v1 as csi;
 use csivol_csi::endpoint::with_deadline;
 use tokio::sync::Semaphore;
 
-use super::{CallError, ConnectError, NodePlugin, PROBE_DEADLINE, identity, wire_map, wire_path};
+use super::{
+    CallError, ConnectError, NodePlugin, PROBE_DEADLINE, counted, identity, wire_map, wire_path,
+};
 use crate::config::{CoreConfig, PluginSpec};
+use crate::stats::CallBook;
+
+/// What NodeGetVolumeStats said of a published volume.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct VolumeStats {
+    pub usage: csivol_api::VolumeUsage,
+    /// `(abnormal, message)`, when the plugin gave a condition.
+    pub condition: Option<(bool, String)>,
+}
 
 impl NodePlugin {
-    pub(super) async fn connect(spec: &PluginSpec, cfg: &CoreConfig) -> Result<Self, ConnectError> {
-        let conn = spec.endpoint.connection(cfg.node_call_timeout);
+    pub(super) async fn connect(
+        spec: &PluginSpec,
+        cfg: &CoreConfig,
+        calls: Option<&std::sync::Arc<CallBook>>,
+    ) -> Result<Self, ConnectError> {
+        let conn = counted(spec.endpoint.connection(cfg.node_call_timeout), spec, calls);
         let identity = identity(spec, &conn, cfg.plugin_wait_timeout).await?;
         let mut client = csi::node_client::NodeClient::new(conn);
         let call_err = |source| ConnectError::Call {
@@ -214,14 +229,19 @@ impl NodePlugin {
         self.capabilities.get_volume_stats && self.capabilities.volume_condition
     }
 
-    /// NodeGetVolumeStats of a published volume: its condition, `(abnormal, message)`,
-    /// when the plugin gave one.
-    pub async fn condition(
+    /// Whether the plugin can say how full a published volume is (GET_VOLUME_STATS).
+    pub fn reports_usage(&self) -> bool {
+        self.capabilities.get_volume_stats
+    }
+
+    /// NodeGetVolumeStats of a published volume: its usage (the units the plugin
+    /// reported), and its condition, `(abnormal, message)`, when the plugin gave one.
+    pub async fn volume_stats(
         &self,
         external_id: &str,
         target: &Path,
         staging: Option<&Path>,
-    ) -> Result<Option<(bool, String)>, CallError> {
+    ) -> Result<VolumeStats, CallError> {
         let req = csi::NodeGetVolumeStatsRequest {
             volume_id: external_id.to_owned(),
             volume_path: wire_path(target),
@@ -233,11 +253,12 @@ impl NodePlugin {
             .clone()
             .node_get_volume_stats(with_deadline(req, self.timeout))
             .await
-            .map_err(|s| CallError::new("NodeGetVolumeStats", s))?;
-        Ok(resp
-            .into_inner()
-            .volume_condition
-            .map(|c| (c.abnormal, c.message)))
+            .map_err(|s| CallError::new("NodeGetVolumeStats", s))?
+            .into_inner();
+        Ok(VolumeStats {
+            usage: csivol_csi::convert::volume_usage(&resp.usage),
+            condition: resp.volume_condition.map(|c| (c.abnormal, c.message)),
+        })
     }
 
     /// NodeExpandVolume at `path` (a target, or the staging when nothing is published);

@@ -148,6 +148,7 @@ pub fn plugin(out: &Out, p: &Plugin) -> anyhow::Result<()> {
     )?;
     controller_queue(out, &p.id, &p.queue)?;
     capacity(out, &p.capacity)?;
+    calls(out, &p.calls)?;
     if p.nodes.is_empty() {
         return Ok(());
     }
@@ -271,6 +272,38 @@ fn capacity(out: &Out, c: &PluginCapacity) -> anyhow::Result<()> {
                 short_duration(Duration::from_millis(s.age_ms)),
                 if s.fresh { "" } else { " (stale)" }
             ),
+        ]);
+    }
+    out.print_table(t)
+}
+
+/// Each node's calls to the plugin by method, over its agent's life: a slow node plugin
+/// told apart from a slow controller, and a node whose calls fail.
+fn calls(out: &Out, calls: &[csivol_api::PluginCallStats]) -> anyhow::Result<()> {
+    if calls.is_empty() {
+        return Ok(());
+    }
+    out.line("")?;
+    out.line("CSI calls (since each node's agent started):")?;
+    let mut t = out.table(&["NODE", "METHOD", "CALLS", "ERRORS", "P50", "P99"]);
+    let quantile = |us: Option<u64>| match us {
+        Some(us) if us < 1000 => format!("<={us}us"),
+        Some(us) => format!("<={}ms", us as f64 / 1000.0),
+        None => "-".to_owned(),
+    };
+    for c in calls {
+        let rate = if c.calls == 0 {
+            0.0
+        } else {
+            c.errors as f64 * 100.0 / c.calls as f64
+        };
+        t.add_row(vec![
+            c.node.clone(),
+            c.method.clone(),
+            c.calls.to_string(),
+            format!("{} ({rate:.1}%)", c.errors),
+            quantile(c.p50_us),
+            quantile(c.p99_us),
         ]);
     }
     out.print_table(t)

@@ -15,6 +15,7 @@
 //! | agent | `report <json>` | a `ReportBatch`, the same as `POST /v1/nodes/{node}/reports` | 2 |
 //! | server | `reported <count>` | its answer: the batch of `<count>` reports was committed | 2 |
 //! | server | `err <code> <message>` | a refused heartbeat or report (`not_found`: register again) | 1 |
+//! | agent | `stats <json>` | a `NodeStats`: usage samples and call counts, kept in the server's memory; not answered | 3 |
 //!
 //! The server answers the agent's lines in the order they came. JSON is written on one
 //! line (serde_json escapes line breaks inside strings). A line longer than the version's
@@ -23,16 +24,20 @@
 //! sends `desired <index>` in place of changes too large, the agent posts a report batch
 //! too large). A channel that closes is not a missed heartbeat: the TTL alone decides.
 
-use crate::{DesiredState, ErrorCode, HeartbeatResponse, NodeStatus, ReportBatch};
+use crate::{DesiredState, ErrorCode, HeartbeatResponse, NodeStats, NodeStatus, ReportBatch};
 
 /// The `Upgrade` token of the channel's version 1.
 pub const UPGRADE: &str = "csivol-channel/1";
 /// The `Upgrade` token of the channel's version 2.
 pub const UPGRADE_V2: &str = "csivol-channel/2";
+/// The `Upgrade` token of the channel's version 3.
+pub const UPGRADE_V3: &str = "csivol-channel/3";
 /// The server's first line in version 1.
 pub const HELLO: &str = "csivol-channel 1";
 /// The server's first line in version 2.
 pub const HELLO_V2: &str = "csivol-channel 2";
+/// The server's first line in version 3.
+pub const HELLO_V3: &str = "csivol-channel 3";
 /// The longest line either side sends in version 1, `\n` included; an `err` message is cut
 /// to fit (in both versions).
 pub const MAX_LINE: usize = 160;
@@ -47,6 +52,8 @@ pub enum Version {
     V1,
     /// Also the desired changes pushed, and reports.
     V2,
+    /// Also the agent's stats (usage samples, call counts), which the server does not answer.
+    V3,
 }
 
 impl Version {
@@ -55,6 +62,7 @@ impl Version {
         match self {
             Self::V1 => UPGRADE,
             Self::V2 => UPGRADE_V2,
+            Self::V3 => UPGRADE_V3,
         }
     }
 
@@ -62,7 +70,7 @@ impl Version {
     pub fn max_line(self) -> usize {
         match self {
             Self::V1 => MAX_LINE,
-            Self::V2 => MAX_LINE_V2,
+            Self::V2 | Self::V3 => MAX_LINE_V2,
         }
     }
 
@@ -71,6 +79,7 @@ impl Version {
         tokens
             .into_iter()
             .filter_map(|t| match t.trim() {
+                t if t.eq_ignore_ascii_case(UPGRADE_V3) => Some(Self::V3),
                 t if t.eq_ignore_ascii_case(UPGRADE_V2) => Some(Self::V2),
                 t if t.eq_ignore_ascii_case(UPGRADE) => Some(Self::V1),
                 _ => None,
@@ -95,6 +104,7 @@ pub enum ServerLine {
 pub enum AgentLine {
     Beat,
     Report(ReportBatch),
+    Stats(Box<NodeStats>),
 }
 
 impl ServerLine {
@@ -104,6 +114,7 @@ impl ServerLine {
         let mut line = match self {
             Self::Hello(Version::V1) => HELLO.to_owned(),
             Self::Hello(Version::V2) => HELLO_V2.to_owned(),
+            Self::Hello(Version::V3) => HELLO_V3.to_owned(),
             Self::Desired(index) => format!("desired {index}"),
             Self::Changes(state) => {
                 let json = serde_json::to_string(state).expect("a desired state serializes");
@@ -142,6 +153,7 @@ impl ServerLine {
         match word {
             _ if line == HELLO => Ok(Self::Hello(Version::V1)),
             _ if line == HELLO_V2 => Ok(Self::Hello(Version::V2)),
+            _ if line == HELLO_V3 => Ok(Self::Hello(Version::V3)),
             "desired" => rest.parse().map(Self::Desired).map_err(|_| unknown()),
             "changes" => serde_json::from_str::<DesiredState>(rest)
                 .ok()
@@ -258,6 +270,10 @@ impl AgentLine {
                 let json = serde_json::to_string(batch).expect("a report batch serializes");
                 format!("report {json}\n")
             }
+            Self::Stats(stats) => {
+                let json = serde_json::to_string(stats).expect("stats serialize");
+                format!("stats {json}\n")
+            }
         }
     }
 
@@ -268,6 +284,9 @@ impl AgentLine {
             Some(("report", json)) if version >= Version::V2 => serde_json::from_str(json)
                 .map(Self::Report)
                 .map_err(|e| format!("a report line that is not a report batch: {e}")),
+            Some(("stats", json)) if version >= Version::V3 => serde_json::from_str(json)
+                .map(|s| Self::Stats(Box::new(s)))
+                .map_err(|e| format!("a stats line that is not the node's stats: {e}")),
             _ => {
                 let shown: String = line.chars().take(80).collect();
                 Err(format!("unknown channel line `{shown}`"))
@@ -356,7 +375,7 @@ mod tests {
     fn unknown_lines_are_refused() {
         for text in [
             "",
-            "csivol-channel 3",
+            "csivol-channel 4",
             "desired",
             "desired -1",
             "desired x",
@@ -385,6 +404,10 @@ mod tests {
         assert!(
             AgentLine::parse(r#"report {"reports":[]}"#, Version::V1).is_err(),
             "version 1 has no reports"
+        );
+        assert!(
+            AgentLine::parse(r#"stats {"start":"s"}"#, Version::V2).is_err(),
+            "version 2 has no stats"
         );
     }
 
@@ -442,6 +465,41 @@ mod tests {
     }
 
     #[test]
+    fn version_3_lines_carry_the_nodes_stats() {
+        let stats = AgentLine::Stats(Box::new(NodeStats {
+            start: "s1".into(),
+            usage: vec![crate::UsageSample {
+                volume: "v\n1".into(),
+                alloc: "a".into(),
+                plugin: "p".into(),
+                usage: Some(crate::VolumeUsage {
+                    bytes: Some(crate::UsageNumbers {
+                        used: Some(1),
+                        available: None,
+                        total: 10,
+                    }),
+                    inodes: None,
+                }),
+            }],
+            calls: vec![],
+        }));
+        let text = stats.encode();
+        assert!(
+            text.starts_with("stats {") && text.ends_with("}\n"),
+            "{text}"
+        );
+        assert_eq!(text.matches('\n').count(), 1, "{text}");
+        assert_eq!(
+            AgentLine::parse(text.trim_end_matches('\n'), Version::V3),
+            Ok(stats)
+        );
+        assert_eq!(
+            ServerLine::parse(HELLO_V3),
+            Ok(ServerLine::Hello(Version::V3))
+        );
+    }
+
+    #[test]
     fn the_best_version_offered_is_chosen() {
         let chosen = |h: &str| Version::chosen(h.split(','));
         assert_eq!(
@@ -454,7 +512,11 @@ mod tests {
         );
         assert_eq!(chosen("csivol-channel/1"), Some(Version::V1));
         assert_eq!(chosen("websocket, CSIVOL-CHANNEL/2"), Some(Version::V2));
-        assert_eq!(chosen("csivol-channel/3, websocket"), None);
+        assert_eq!(
+            chosen("csivol-channel/3, csivol-channel/2"),
+            Some(Version::V3)
+        );
+        assert_eq!(chosen("csivol-channel/4, websocket"), None);
         assert_eq!(chosen(""), None);
     }
 

@@ -120,6 +120,10 @@ pub struct Claim {
     /// The claim's mount: the group its workload writes as and how it is applied.
     #[serde(default, skip_serializing_if = "ClaimMount::is_empty")]
     pub mount: ClaimMount,
+    /// How full the claim's volume is on its node, as its node plugin last said (kept in
+    /// the server's memory: absent until a sample came since the server started).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<crate::ClaimUsage>,
 }
 
 /// A claim's drift: its volume not mounted at its target as its plugin made it, while

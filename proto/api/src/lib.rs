@@ -29,6 +29,7 @@ mod reconcile;
 mod snapshots;
 mod text;
 mod tokens;
+mod usage;
 mod volumes;
 
 pub use agent::*;
@@ -54,6 +55,7 @@ pub use text::{
     check_text, is_control, map_bytes,
 };
 pub use tokens::*;
+pub use usage::*;
 pub use volumes::*;
 
 /// A serde default of `true`.

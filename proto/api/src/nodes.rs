@@ -351,6 +351,10 @@ pub struct Plugin {
     /// What its controller said it has left (GetCapacity), per segment and parameter set.
     #[serde(default)]
     pub capacity: crate::PluginCapacity,
+    /// Each node's CSI calls to it, by method, over the node agent's life (kept in the
+    /// server's memory: empty until the nodes' agents sent their counts to this server).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub calls: Vec<crate::PluginCallStats>,
 }
 
 /// A plugin's controller operations as the server schedules them, within the plugin's

@@ -112,7 +112,8 @@ impl Client {
             .header(
                 UPGRADE,
                 format!(
-                    "{}, {}",
+                    "{}, {}, {}",
+                    csivol_api::channel::UPGRADE_V3,
                     csivol_api::channel::UPGRADE_V2,
                     csivol_api::channel::UPGRADE
                 ),

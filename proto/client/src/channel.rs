@@ -115,8 +115,9 @@ enum Answer {
     Report(oneshot::Sender<Result<(), Error>>),
 }
 
-/// A line to send on the open channel, and where its answer goes.
-type Ask = (String, Answer);
+/// A line to send on the open channel, and where its answer goes (`None`: a line the
+/// server does not answer).
+type Ask = (String, Option<Answer>);
 
 /// What a caller's loops see of the channel.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -127,6 +128,8 @@ pub struct State {
     pub pushed: u64,
     /// The server pushes changes and takes reports (version 2).
     pub v2: bool,
+    /// The server takes the node's stats (version 3).
+    pub v3: bool,
 }
 
 /// The most pushed changes kept for the desired-state loop; one that falls behind further
@@ -201,7 +204,7 @@ impl Shared {
     ) -> Option<Result<T, Error>> {
         let asks = self.asks().clone()?;
         let (tx, rx) = oneshot::channel();
-        asks.send((line, answer(tx))).await.ok()?;
+        asks.send((line, Some(answer(tx)))).await.ok()?;
         match tokio::time::timeout(within, rx).await {
             Ok(answer) => answer.ok(),
             Err(_) => {
@@ -237,12 +240,31 @@ impl Shared {
         self.ask(line, Answer::Report, within).await
     }
 
+    /// The node's stats over the open channel, which the server does not answer: `false`
+    /// when the channel is not open, is older than version 3, or the stats do not fit one
+    /// line (the caller sends fewer at a time). Stats are samples: ones not sent are
+    /// replaced by the next, so they never go as a request.
+    pub async fn stats(&self, stats: &csivol_api::NodeStats) -> bool {
+        if !self.state.borrow().v3 {
+            return false;
+        }
+        let line = AgentLine::Stats(Box::new(stats.clone())).encode();
+        if line.len() > Version::V3.max_line() {
+            return false;
+        }
+        let Some(asks) = self.asks().clone() else {
+            return false;
+        };
+        asks.send((line, None)).await.is_ok()
+    }
+
     /// Runs an open channel until it ends, and says why: the server closed or broke it,
     /// or a heartbeat or report went unanswered.
     pub async fn serve(&self, mut reader: Reader, mut writer: Writer) -> ChannelError {
         let (tx, mut asks) = mpsc::channel::<Ask>(1);
         *self.asks() = Some(tx);
         let v2 = reader.version() >= Version::V2;
+        let v3 = reader.version() >= Version::V3;
         self.pushed().clear();
         // Lines sent, waiting for their answers, which come in order.
         let mut waiting: VecDeque<Answer> = VecDeque::new();
@@ -253,6 +275,7 @@ impl Shared {
                         s.open = true;
                         s.pushed = index;
                         s.v2 = v2;
+                        s.v3 = v3;
                     }),
                     Ok(ServerLine::Changes(state)) if v2 => {
                         let index = state.index;
@@ -296,7 +319,7 @@ impl Shared {
                         if let Err(e) = writer.send(&line).await {
                             break e;
                         }
-                        waiting.push_back(answer);
+                        waiting.extend(answer);
                     }
                     None => break ChannelError::Unanswered,
                 },

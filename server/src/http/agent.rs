@@ -40,6 +40,36 @@ pub(super) async fn heartbeat(
     })
 }
 
+/// Takes a node's stats (a node channel's `stats` line) into the server's memory; a volume
+/// that crossed the filling threshold with them is written as an event, off the channel's
+/// way: the line has no answer to wait for it, and a failed write is only logged (the
+/// volume is told of again once it falls clear and crosses again).
+pub(super) fn record_stats(app: &App, node: &str, stats: &api::NodeStats) {
+    app.calls.record(node, stats);
+    let crossings = app.usage.record(node, stats, app.clock.now_ms());
+    if crossings.is_empty() {
+        return;
+    }
+    let db = app.db.clone();
+    tokio::spawn(async move {
+        for c in crossings {
+            let cc = c.clone();
+            let written = db
+                .write(move |ctx| {
+                    lifecycle::volume_filling(ctx, &cc.volume, &cc.alloc, &cc.node, &cc.what)
+                })
+                .await;
+            if let Err(e) = written {
+                tracing::warn!(
+                    volume = c.volume,
+                    alloc = c.alloc,
+                    "failed to record that the volume is filling up: {e}"
+                );
+            }
+        }
+    });
+}
+
 /// Commits a node's batch of reports, from a request or a node channel's `report` line;
 /// how many there were.
 pub(super) async fn apply_reports(

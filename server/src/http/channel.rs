@@ -6,7 +6,9 @@
 //! in version 2, reports arrive as `report` lines and are committed as `POST .../reports`
 //! commits them, and a change of the node's desired state is pushed as the changed volumes'
 //! entries, so that a claim costs the agent no request at all. In version 1 only the
-//! node's desired index is pushed, after which the agent fetches the changes.
+//! node's desired index is pushed, after which the agent fetches the changes. In version 3
+//! the agent also sends `stats` lines (usage samples, call counts), which are kept in the
+//! server's memory and not answered.
 //!
 //! Lines are answered in the order they came, one at a time: a heartbeat behind a report
 //! waits for the report's commit, which the agent's deadline for a heartbeat's answer (a
@@ -26,7 +28,7 @@ use csivol_api::channel::{self, AgentLine, ServerLine, Version};
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use super::agent::{apply_reports, heartbeat};
+use super::agent::{apply_reports, heartbeat, record_stats};
 use super::error;
 use super::extract::name;
 use super::listen::Closing;
@@ -178,6 +180,11 @@ async fn serve(
                                 if *code == csivol_api::ErrorCode::Unauthorized);
                             (answer, ends)
                         }
+                        Ok(AgentLine::Stats(stats)) => {
+                            // Not answered: samples are kept in memory, nothing waits.
+                            record_stats(app, node, &stats);
+                            continue;
+                        }
                         Err(e) => return Err(std::io::Error::other(e)),
                     };
                     out.push_str(&answer.encode());
@@ -219,7 +226,7 @@ async fn serve(
 async fn push(app: &App, node: &str, version: Version, sent: u64, index: u64) -> String {
     match version {
         Version::V1 => ServerLine::Desired(index).encode(),
-        Version::V2 => pushed(app, node, sent, index).await,
+        Version::V2 | Version::V3 => pushed(app, node, sent, index).await,
     }
 }
 

@@ -168,6 +168,9 @@ pub(super) async fn get_claim(
             None => Err(lifecycle::no_claim(c, &volume, &alloc)?),
         })
         .await?;
+    let mut claim = [claim];
+    app.usage.fill(&mut claim);
+    let [claim] = claim;
     Ok(with_index(StatusCode::OK, at, claim))
 }
 

@@ -166,9 +166,10 @@ pub(super) async fn volumes(app: &App, filter: views::VolumeFilter) -> ApiResult
             Ok((chunk, next))
         }
     };
+    let usage = Arc::clone(&app.usage);
     let shape = move |chunk: VolumeChunk| {
         let mut buf = Vec::with_capacity(chunk.volumes.len() * 512);
-        for v in views::shape(&chunk, &filter) {
+        for v in views::shape(&chunk, &filter, &usage) {
             let first = buf.is_empty();
             views::write_listed(&mut buf, first, &v?)?;
         }
@@ -183,10 +184,11 @@ pub(super) async fn claims(app: &App, filter: views::ClaimFilter) -> ApiResult<R
     let db = app.db.clone();
     // One clock for the whole listing: `older_than_ms` selects alike in every page.
     let now = app.clock.now_ms();
+    let usage = Arc::clone(&app.usage);
     let read = move |after: String| {
-        let (db, filter) = (db.clone(), filter.clone());
+        let (db, filter, usage) = (db.clone(), filter.clone(), Arc::clone(&usage));
         async move {
-            db.read(move |c| views::claim_page(c, &filter, now, &after))
+            db.read(move |c| views::claim_page(c, &filter, now, &after, &usage))
                 .await
         }
     };

@@ -52,6 +52,7 @@ pub(super) async fn get_plugin(
         })
         .await?;
     with_capacity(&app, &mut p, now);
+    p.calls = app.calls.of_plugin(&p.id);
     Ok(Json(p))
 }
 

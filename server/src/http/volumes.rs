@@ -64,9 +64,10 @@ pub(super) async fn list_volumes(
         let limit = api::limits::count("limit", limit, 1, MAX_PAGE as u64)
             .map_err(ApiError::out_of_range)?;
         let after = f.after;
+        let usage = Arc::clone(&app.usage);
         let page = app
             .db
-            .read(move |c| views::list_volumes(c, &filter, after.as_deref(), limit))
+            .read(move |c| views::list_volumes(c, &filter, after.as_deref(), limit, &usage))
             .await?;
         return Ok((
             [(
@@ -93,10 +94,11 @@ pub(super) async fn get_volume(
     name("volume", &volume)?;
     let key = Key::Volume(volume.clone());
     let at = follow(&app, &headers, &key, &b).await?;
-    let v = app
+    let mut v = app
         .db
         .read_small(|c| lifecycle::volume_view(c, &volume))
         .await?;
+    app.usage.fill(&mut v.claims);
     Ok(with_index(StatusCode::OK, at, v))
 }
 

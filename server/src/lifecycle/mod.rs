@@ -59,6 +59,7 @@ mod snapshots;
 #[cfg(test)]
 mod tests;
 mod tokens;
+mod usage;
 mod volumes;
 
 pub use after_release::resume_all_held;
@@ -87,6 +88,7 @@ pub use snapshots::{
     create_snapshot, delete_snapshot, list_group_members, snapshot_page, snapshot_view,
 };
 pub use tokens::{NewToken, create_token, first_operator_token, revoke_token};
+pub use usage::volume_filling;
 pub use volumes::{
     create_volume, deregister_volume, duplicate_ids, register_volume, unknown_plugin, volume_view,
 };

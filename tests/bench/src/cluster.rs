@@ -20,6 +20,8 @@ pub struct RealNode {
     pub socket: PathBuf,
     plugin: Proc,
     agent: Option<Proc>,
+    /// Whether its agent samples its volumes' usage.
+    volume_stats: bool,
 }
 
 /// The agents and plugins of a full-mode run. Dropping it kills the agents first (they
@@ -50,6 +52,7 @@ impl FullCluster {
                 socket,
                 plugin,
                 agent: None,
+                volume_stats: true,
             });
         }
         for n in &mut nodes {
@@ -60,15 +63,18 @@ impl FullCluster {
     }
 
     /// Creates a node token for each node and starts its agent; waits until every node is
-    /// registered and ready.
+    /// registered and ready. `split_stats`: every second node's agent (node 2, 4, ...)
+    /// samples no volume usage (`volume_stats = false`).
     pub async fn start_agents(
         &mut self,
         bins: &Bins,
         http: &Http,
         ready_exists: bool,
         node_concurrency: Option<u32>,
+        split_stats: bool,
     ) -> anyhow::Result<()> {
-        for n in &mut self.nodes {
+        for (i, n) in self.nodes.iter_mut().enumerate() {
+            n.volume_stats = !(split_stats && i % 2 == 1);
             let req = TokenRequest {
                 role: Role::Node,
                 node: Some(n.name.clone()),
@@ -94,6 +100,7 @@ impl FullCluster {
                     controller_list_interval: None,
                     wrapper: &[],
                     ca: None,
+                    volume_stats: n.volume_stats,
                 },
             )?);
         }
@@ -133,6 +140,15 @@ impl FullCluster {
             .iter()
             .filter_map(|n| n.agent.as_ref().map(Proc::pid))
             .collect()
+    }
+
+    /// The agents that sample volume usage (`true`) or not, with their nodes' names.
+    pub fn agents_with_stats(&self, stats: bool) -> (Vec<u32>, Vec<String>) {
+        self.nodes
+            .iter()
+            .filter(|n| n.volume_stats == stats)
+            .filter_map(|n| n.agent.as_ref().map(|a| (a.pid(), n.name.clone())))
+            .unzip()
     }
 
     pub fn plugin_pids(&self) -> Vec<u32> {

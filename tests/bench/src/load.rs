@@ -11,8 +11,10 @@ use csivol_api::{self as api, ClaimMode, ClaimRequest, ClaimState};
 use super::client::Http;
 
 /// One completed cycle.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Sample {
+    /// The node the claim went to.
+    pub node: String,
     /// From sending the claim until the client saw it `ready`.
     pub claim_ready: Duration,
     /// From sending the release until the client saw the claim gone.
@@ -150,6 +152,7 @@ pub async fn cycle(
         }
     }
     Outcome::Done(Sample {
+        node: node.to_string(),
         claim_ready,
         release_gone: released.elapsed(),
     })

@@ -136,6 +136,11 @@ pub struct Args {
     /// the CPU per cycle of the two phases (0: one phase, none held).
     #[arg(long, default_value_t = 0, value_name = "N")]
     pub resident: u32,
+    /// Full mode: every second node's agent (node 2, 4, ...) runs with `volume_stats =
+    /// false`, and the report compares the agents' CPU per cycle with volume stats against
+    /// without, in this one run under one load.
+    #[arg(long)]
+    pub compare_volume_stats: bool,
     /// Server mode: skip the node-loss figure.
     #[arg(long)]
     pub no_node_loss: bool,

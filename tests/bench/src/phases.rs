@@ -166,6 +166,21 @@ pub struct LoadFigures {
     pub requests: u64,
     /// Full mode: the memory of the agent with the largest RSS, right after the load.
     pub agent_memory: Option<stats::RssParts>,
+    /// `--compare-volume-stats`: the agents with volume stats, and those without.
+    pub stats_split: Option<[AgentGroup; 2]>,
+}
+
+/// A group of agents during the load: the CPU they used and the cycles their nodes had.
+#[derive(Debug, Clone, Copy)]
+pub struct AgentGroup {
+    pub cpu: Duration,
+    pub cycles: u64,
+}
+
+impl AgentGroup {
+    pub fn per_cycle_s(&self) -> Option<f64> {
+        (self.cycles > 0).then(|| self.cpu.as_secs_f64() / self.cycles as f64)
+    }
 }
 
 impl LoadFigures {
@@ -463,8 +478,14 @@ async fn start_nodes(
     let a = &cfg.args;
     if let Some(full) = run.full.as_mut() {
         say.say(format!("starting {} agents", cfg.nodes));
-        full.start_agents(bins, http, a.mount == MountArg::None, a.node_concurrency)
-            .await?;
+        full.start_agents(
+            bins,
+            http,
+            a.mount == MountArg::None,
+            a.node_concurrency,
+            a.compare_volume_stats,
+        )
+        .await?;
         return Ok(full.node_names());
     }
     say.say(format!(
@@ -547,6 +568,14 @@ async fn measure_load(run: &Run, http: &Http, spec: &LoadSpec, say: &Say) -> Loa
         machine: stats::machine_busy(),
         writer: stats::thread_cpu_time(server, WRITER_THREAD),
     };
+    // `--compare-volume-stats`: the two halves' agents, read around the load too.
+    let groups = run
+        .full
+        .as_ref()
+        .map(|f| [f.agents_with_stats(true), f.agents_with_stats(false)]);
+    let groups = groups.filter(|[_, off]| !off.0.is_empty());
+    let group_cpu = |g: &(Vec<u32>, Vec<String>)| cpu_time_of(&g.0);
+    let groups_before = groups.as_ref().map(|gs| gs.each_ref().map(group_cpu));
     let before = cpu_now();
     let requests_before = client::requests_sent();
     say.say(format!(
@@ -556,6 +585,22 @@ async fn measure_load(run: &Run, http: &Http, spec: &LoadSpec, say: &Say) -> Loa
     ));
     let result = load::run(http, spec).await;
     let after = cpu_now();
+    let stats_split = groups.zip(groups_before).map(|(gs, before)| {
+        let mut i = 0;
+        gs.map(|g| {
+            let cpu = group_cpu(&g).saturating_sub(before[i]);
+            i += 1;
+            let cycles = result
+                .samples
+                .iter()
+                .filter(|s| g.1.contains(&s.node))
+                .count();
+            AgentGroup {
+                cpu,
+                cycles: cycles as u64,
+            }
+        })
+    });
     let requests = client::requests_sent() - requests_before;
     let agent_memory = (agent_pids.iter())
         .filter_map(|p| stats::rss_parts(*p))
@@ -571,6 +616,7 @@ async fn measure_load(run: &Run, http: &Http, spec: &LoadSpec, say: &Say) -> Loa
         after,
         requests,
         agent_memory,
+        stats_split,
     }
 }
 

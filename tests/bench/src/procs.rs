@@ -436,6 +436,8 @@ pub struct AgentSpec<'a> {
     pub wrapper: &'a [String],
     /// The CA of `https://` servers.
     pub ca: Option<&'a Path>,
+    /// Whether the agent samples its volumes' usage (`volume_stats`).
+    pub volume_stats: bool,
 }
 
 /// `csivol-agent run` with the node's plugin as node plugin and controller.
@@ -469,6 +471,9 @@ pub fn start_agent(bins: &Bins, spec: &AgentSpec<'_>) -> anyhow::Result<Proc> {
             "controller_list_interval = \"{}\"\n",
             humantime::format_duration(every)
         ));
+    }
+    if !spec.volume_stats {
+        config.push_str("volume_stats = false\n");
     }
     if !config.is_empty() {
         let path = spec.node_dir.join("agent.toml");

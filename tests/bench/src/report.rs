@@ -96,6 +96,9 @@ pub struct Report {
 
     /// `--resident N`: the same load again with N ready claims held on every node.
     pub resident: Option<ResidentFigures>,
+    /// `--compare-volume-stats`: the agents' CPU per cycle with volume stats and without,
+    /// and the first over the second.
+    pub volume_stats: Option<VolumeStatsFigures>,
 
     pub list_volumes_ms: Option<f64>,
     pub list_volumes_max_ms: Option<f64>,
@@ -127,6 +130,31 @@ pub struct Report {
 
     pub floor: Floor,
     pub cycle_floor: CycleFloor,
+}
+
+/// The agents' CPU per cycle with volume stats against without, in one load: each half's
+/// CPU over the cycles its nodes had.
+#[derive(Debug, Clone, Serialize)]
+pub struct VolumeStatsFigures {
+    pub cycles_with: u64,
+    pub cycles_without: u64,
+    pub agents_cpu_ms_per_cycle_with: Option<f64>,
+    pub agents_cpu_ms_per_cycle_without: Option<f64>,
+    /// With over without: 1.05 is stats costing the claim cycle 5%.
+    pub ratio: Option<f64>,
+}
+
+impl VolumeStatsFigures {
+    fn new([with, without]: [phases::AgentGroup; 2]) -> Self {
+        let (w, wo) = (with.per_cycle_s(), without.per_cycle_s());
+        Self {
+            cycles_with: with.cycles,
+            cycles_without: without.cycles,
+            agents_cpu_ms_per_cycle_with: w.map(|v| v * 1000.0),
+            agents_cpu_ms_per_cycle_without: wo.map(|v| v * 1000.0),
+            ratio: w.zip(wo).filter(|(_, wo)| *wo > 0.0).map(|(w, wo)| w / wo),
+        }
+    }
 }
 
 /// The second load of a `--resident N` run, and its cost against the first load's.
@@ -317,6 +345,16 @@ impl Report {
             opt(self.plugins_cpu_s_per_cycle.map(|v| v * 1000.0), " ms"),
             opt(self.bench_cpu_s_per_cycle.map(|v| v * 1000.0), " ms"),
         ));
+        if let Some(v) = &self.volume_stats {
+            line(format!(
+                "  volume stats           agents' CPU per cycle {} with ({} cycles), {} without ({} cycles): {}",
+                opt(v.agents_cpu_ms_per_cycle_with, " ms"),
+                v.cycles_with,
+                opt(v.agents_cpu_ms_per_cycle_without, " ms"),
+                v.cycles_without,
+                ratio(v.ratio),
+            ));
+        }
         line(format!(
             "  HTTP requests          {} per cycle from the benchmark{}",
             opt(self.bench_requests_per_cycle, ""),
@@ -586,6 +624,7 @@ pub fn assemble(cfg: &Config, o: Outcome) -> Report {
         resident: resident_load
             .as_ref()
             .map(|l| ResidentFigures::new(a.resident, full, &load, l)),
+        volume_stats: load.stats_split.map(VolumeStatsFigures::new),
         list_volumes_ms: list.as_ref().map(|l| l.p50_ms),
         list_volumes_max_ms: list.as_ref().map(|l| l.max_ms),
         list_volumes_count: list.as_ref().map(|l| l.count),

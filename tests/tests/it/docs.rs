@@ -83,6 +83,10 @@ impl Filters {
             (r"127\.0\.0\.1:\d+", "127.0.0.1:[PORT]"),
             // An event's index, first in its line of `csivol events`.
             (r"(?m)^\d+( +\[TIME\])", "[INDEX]$1"),
+            // A claim's usage: its node samples it just after the claim is ready and sends
+            // it on its own, so a claim read at once may or may not carry it yet, and its
+            // figures are the host file system's.
+            (r"(?m)^ +usage: .*\n", ""),
             (r" {2,}", "  "),
         ];
         Self {
@@ -254,6 +258,7 @@ fn the_readmes_test_command_is_the_one_ci_runs() {
         "missing+=(iproute2)",
         "missing+=(etcd-server)",
         "missing+=(util-linux)",
+        "missing+=(prometheus)",
         "cargo test --workspace --locked",
     ] {
         assert!(ci.contains(needed), ".ci/run lacks `{needed}`");
@@ -336,7 +341,7 @@ async fn the_reference_lists_every_metric_and_event_kind() {
 }
 
 /// A heading's anchor as code hosts make it: lower case, spaces to `-`, punctuation gone.
-fn anchor(heading: &str) -> String {
+pub(crate) fn anchor(heading: &str) -> String {
     heading
         .trim()
         .to_lowercase()

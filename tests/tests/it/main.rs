@@ -1,12 +1,14 @@
 //! csivol's end-to-end tests: real binaries, real sockets, real mounts.
 
 mod after_release;
+mod alerts;
 mod block;
 mod boundaries;
 mod capacity;
 mod ci;
 mod client;
 mod cluster;
+mod csi_calls;
 mod dev;
 mod docs;
 mod durability;
@@ -30,3 +32,4 @@ mod security;
 mod snapshots;
 mod staging;
 mod topology;
+mod usage;

@@ -181,6 +181,7 @@ fn held_claim_keeps_its_record(c: &mut Cluster) {
     );
     assert_eq!(ownership_recorded(c, "held"), Some(done), "not done again");
     // A root whose group was changed behind csivol is given it again at the next publish.
+    let before = ownership_recorded(c, "held");
     let out = std::process::Command::new("chgrp")
         .args(["0"])
         .arg(&target)
@@ -198,7 +199,11 @@ fn held_claim_keeps_its_record(c: &mut Cluster) {
         || {
             use std::os::unix::fs::MetadataExt;
             let regiven = std::fs::metadata(&target).is_ok_and(|m| m.gid() == 1234);
-            (crate::cluster::mounted(&target) && regiven && claim_ready(c)).then_some(())
+            // The root gets the group first; the record is written once the recursive
+            // change is through the entries below it (the claim stays `ready` meanwhile).
+            let recorded = ownership_recorded(c, "held") > before;
+            (crate::cluster::mounted(&target) && regiven && recorded && claim_ready(c))
+                .then_some(())
         },
     );
     let done = ownership_recorded(c, "held").expect("recorded again");

@@ -194,9 +194,14 @@ fn packages_install_start_from_their_configs_and_uninstall() {
         "/usr/share/fish/vendor_completions.d/csivol.fish",
         "/usr/share/doc/csivol-server/copyright",
         "/usr/share/doc/csivol-server/running-a-cluster.md",
+        "/usr/share/doc/csivol-server/troubleshooting.md",
+        "/usr/share/csivol-server/grafana/csivol.json",
     ] {
         assert!(Path::new(f).exists(), "{f} is not installed");
     }
+    // The rules as installed load, and their unit tests find them where they are.
+    sh("promtool check rules /usr/share/csivol-server/prometheus/csivol-rules.yml");
+    sh("cd /usr/share/csivol-server/prometheus && promtool test rules tests/csivol-rules.test.yml");
     let server_unit = unit("csivol-server.service");
     let agent_unit = unit("csivol-agent.service");
     use std::os::unix::fs::PermissionsExt;

@@ -99,7 +99,15 @@ async fn as_got(env: &Env, names: &[&str]) -> String {
 async fn listed(env: &Env, filter: VolumeFilter, after: Option<&str>, limit: usize) -> String {
     let after = after.map(str::to_owned);
     let page = env
-        .read(move |c| views::list_volumes(c, &filter, after.as_deref(), limit))
+        .read(move |c| {
+            views::list_volumes(
+                c,
+                &filter,
+                after.as_deref(),
+                limit,
+                &crate::usage::NodeSamples::new(85.0),
+            )
+        })
         .await;
     String::from_utf8(page).unwrap()
 }
@@ -137,7 +145,11 @@ async fn a_listing_writes_each_volume_as_its_own_read_does() {
             break;
         };
         let mut page = Vec::new();
-        for v in views::shape(&chunk, &VolumeFilter::default()) {
+        for v in views::shape(
+            &chunk,
+            &VolumeFilter::default(),
+            &crate::usage::NodeSamples::new(85.0),
+        ) {
             let first = page.is_empty();
             views::write_listed(&mut page, first, &v.unwrap()).unwrap();
         }

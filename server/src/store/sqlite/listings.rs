@@ -334,7 +334,40 @@ pub fn state_counts(conn: &Connection) -> ApiResult<StateCounts> {
         )?,
         claims_with_error: count("SELECT count(*) FROM claims WHERE error IS NOT NULL")?,
         claims_abnormal: count("SELECT count(*) FROM claims WHERE condition IS NOT NULL")?,
+        blocked: blocked_since(conn)?,
+        unsettled: unsettled_claims(conn)?,
     })
+}
+
+/// Every volume blocked on a lost node (a blocked claim or attachment), with since when:
+/// the node's loss, which is what blocked it (a row of a node without `lost_at` counts
+/// from its own last write).
+fn blocked_since(conn: &Connection) -> ApiResult<Vec<(String, String, i64)>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT volume, node, min(since) FROM ( \
+           SELECT c.volume, c.node, COALESCE(n.lost_at, c.updated_at) AS since \
+           FROM claims c LEFT JOIN nodes n ON n.name = c.node WHERE c.state = 'blocked' \
+           UNION ALL \
+           SELECT a.volume, a.node, COALESCE(n.lost_at, a.updated_at) AS since \
+           FROM attachments a LEFT JOIN nodes n ON n.name = a.node WHERE a.state = 'blocked' \
+         ) GROUP BY volume, node ORDER BY volume, node",
+    )?;
+    let rows = stmt
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+        .collect::<Result<_, _>>()?;
+    Ok(rows)
+}
+
+/// Claims between recorded and ready, or being released, with their last write.
+fn unsettled_claims(conn: &Connection) -> ApiResult<Vec<(String, String, String, i64)>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT volume, alloc, state, updated_at FROM claims \
+         WHERE state IN ('pending', 'attaching', 'publishing', 'releasing')",
+    )?;
+    let rows = stmt
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
+        .collect::<Result<_, _>>()?;
+    Ok(rows)
 }
 
 // ---- the controller queues ----

@@ -237,6 +237,7 @@ impl ChaosCluster {
                 controller_list_interval: Some(CONTROLLER_LIST_INTERVAL),
                 wrapper: &wrapper,
                 ca: ha.map(|h| h.ca.as_path()),
+                volume_stats: true,
             },
         )?);
         n.stopped = false;
