@@ -84,6 +84,10 @@ fn attached_nodes(v: &Volume) -> String {
 /// A volume's state, saying for a blocked one whether it still takes new claims (a
 /// multi-node-multi-writer volume blocked on one node does).
 pub fn volume_state(v: &Volume) -> String {
+    // Taken out of service by an operator: no new claims, whatever the holders.
+    if let Some(a) = &v.availability {
+        return format!("{}, {}", v.state, a.eligibility.as_str());
+    }
     match (v.state, v.accepts_claims) {
         (VolumeState::Blocked, true) => "blocked, takes claims".into(),
         (VolumeState::Blocked, false) => "blocked, no new claims".into(),
@@ -134,13 +138,28 @@ pub fn print_volume(out: &Out, v: &Volume) -> anyhow::Result<()> {
 /// A volume in detail: its spec (secret values are never sent by the server; their keys
 /// are shown redacted), its attachments and every claim.
 pub fn volume(out: &Out, v: &Volume) -> anyhow::Result<()> {
-    let mut rows = vec![
-        ("state", volume_state(v)),
+    let mut rows = vec![("state", volume_state(v))];
+    if let Some(a) = &v.availability {
+        let reason = a
+            .reason
+            .as_deref()
+            .map_or(String::new(), |r| format!(": {r}"));
+        rows.push((
+            "eligibility",
+            format!(
+                "{}, no new claims, since {} by {}{reason}",
+                a.eligibility.as_str(),
+                a.since,
+                a.actor
+            ),
+        ));
+    }
+    rows.extend([
         ("plugin", v.plugin.clone()),
         ("external id", or_dash(Some(&v.external_id))),
         ("access mode", v.access_mode.to_string()),
         ("attachment", v.attachment.to_string()),
-    ];
+    ]);
     if let Some(c) = v.capacity_bytes {
         rows.push(("capacity", bytes(c)));
     }

@@ -66,6 +66,9 @@ string_enum! {
         VolumeExpansionCancelled = "volume-expansion-cancelled",
         VolumeModifying = "volume-modifying",
         VolumeModified = "volume-modified",
+        VolumeEligible = "volume-eligible",
+        VolumeIneligible = "volume-ineligible",
+        VolumeDraining = "volume-draining",
         ClaimCreated = "claim-created",
         ClaimQueued = "claim-queued",
         ClaimDequeued = "claim-dequeued",
@@ -142,6 +145,9 @@ impl EventKind {
                 | Self::NodeIneligible
                 | Self::NodeDraining
                 | Self::NodeRemoved
+                | Self::VolumeEligible
+                | Self::VolumeIneligible
+                | Self::VolumeDraining
         )
     }
 }

@@ -35,6 +35,30 @@ pub fn claim_refusal(node: &str, eligibility: Eligibility) -> Option<Refusal> {
     })
 }
 
+/// Why a new claim on `volume` is refused, if an operator took it out of service (`by`,
+/// `reason`). Its queued claims wait; so would a claim asked with `--queue`, were it
+/// taken: it is refused like any other, so that nobody waits on a volume without
+/// knowing why.
+pub fn volume_claim_refusal(
+    volume: &str,
+    eligibility: Eligibility,
+    by: &str,
+    reason: Option<&str>,
+) -> Option<Refusal> {
+    let why = match eligibility {
+        Eligibility::Eligible => return None,
+        Eligibility::Ineligible => "is not eligible for new claims",
+        Eligibility::Draining => "is being drained",
+    };
+    let reason = reason.map_or(String::new(), |r| format!(": {r}"));
+    Some(Refusal {
+        message: format!("volume `{volume}` {why} ({by}{reason}): it takes no new claims"),
+        hint: format!(
+            "claim another volume, or make it eligible again: csivol volume eligibility {volume} --enable"
+        ),
+    })
+}
+
 /// What a node still holds, as far as removing it is concerned.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Holdings {
@@ -191,5 +215,34 @@ mod tests {
                 (got, want) => panic!("{h:?}: got {got:?}, want {want:?}"),
             }
         }
+    }
+
+    #[test]
+    fn a_volume_out_of_service_refuses_new_claims_saying_who_and_why() {
+        assert_eq!(
+            volume_claim_refusal("db", Eligibility::Eligible, "operator:ops", None),
+            None
+        );
+        let r = volume_claim_refusal(
+            "db",
+            Eligibility::Ineligible,
+            "operator:ops",
+            Some("restoring"),
+        )
+        .unwrap();
+        assert_eq!(
+            r.message,
+            "volume `db` is not eligible for new claims (operator:ops: restoring): it takes no new claims"
+        );
+        assert!(
+            r.hint.contains("csivol volume eligibility db --enable"),
+            "{}",
+            r.hint
+        );
+        let r = volume_claim_refusal("db", Eligibility::Draining, "operator:ops", None).unwrap();
+        assert_eq!(
+            r.message,
+            "volume `db` is being drained (operator:ops): it takes no new claims"
+        );
     }
 }

@@ -130,6 +130,7 @@ impl VolumeRow {
             claim_mount_flags: Vec::new(),
             selinux_context: None,
             ownership: None,
+            availability: None,
             fs_type: self.fs_type,
             mount_flags: self.mount_flags,
             context: self.context,
@@ -648,4 +649,26 @@ pub struct NewFence<'a> {
     pub actor: &'a str,
     pub reason: &'a str,
     pub ok: bool,
+}
+
+/// A volume an operator took out of service (`volume_availability`): since `at` (unix
+/// ms), by `actor`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VolumeAvailabilityRow {
+    pub eligibility: Eligibility,
+    pub reason: Option<String>,
+    pub actor: String,
+    pub at: i64,
+}
+
+impl VolumeAvailabilityRow {
+    /// As the API shows it.
+    pub fn to_api(&self) -> csivol_api::VolumeAvailability {
+        csivol_api::VolumeAvailability {
+            eligibility: self.eligibility,
+            reason: self.reason.clone(),
+            actor: self.actor.clone(),
+            since: time(self.at),
+        }
+    }
 }

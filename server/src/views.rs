@@ -97,7 +97,8 @@ pub fn shape<'c>(
             return None;
         }
         let m = chunk.mounts.get(fields.name).cloned().unwrap_or_default();
-        let mut listed = ListedVolume::new(fields, state, c, a, m);
+        let availability = chunk.availability.get(fields.name).cloned();
+        let mut listed = ListedVolume::new(fields, state, c, a, m, availability);
         usage.fill(&mut listed.claims);
         Some(Ok(listed))
     })
@@ -141,6 +142,8 @@ pub struct ListedVolume<'a> {
     selinux_context: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     ownership: Option<api::Ownership>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    availability: Option<api::VolumeAvailability>,
     claims: Vec<api::Claim>,
     attachments: Vec<api::AttachmentStatus>,
     created_at: Rfc3339,
@@ -172,8 +175,10 @@ impl<'a> ListedVolume<'a> {
         claims: &[ClaimRow],
         attachments: &[AttachmentRow],
         mounts: api::VolumeMounts,
+        availability: Option<api::VolumeAvailability>,
     ) -> Self {
         Self {
+            availability,
             claim_mount_flags: mounts.claim_mount_flags,
             selinux_context: mounts.selinux_context,
             ownership: mounts.ownership,
@@ -232,6 +237,7 @@ fn listed_volume_has_every_field(v: api::Volume) {
         claim_mount_flags: _,
         selinux_context: _,
         ownership: _,
+        availability: _,
         claims: _,
         attachments: _,
         created_at: _,

@@ -103,6 +103,17 @@ pub enum VolumeCommand {
     /// cancelled (--cancel, or the capacity the volume has).
     Expand(ExpandArgs),
 
+    /// Whether a volume takes new claims (claims it has are not touched; its queued claims
+    /// wait until it takes claims again, then are granted in their order)
+    Eligibility(VolumeEligibilityArgs),
+
+    /// Take a volume out of service: no new claims, then (with --wait) wait until its
+    /// holders release it
+    ///
+    /// Nothing is force-released: the owners release their claims; queued claims wait.
+    /// `csivol volume eligibility VOLUME --enable` puts it back in service.
+    Drain(VolumeDrainArgs),
+
     /// Change a volume's mutable parameters through its plugin (ControllerModifyVolume)
     ///
     /// The plugin must report MODIFY_VOLUME. Only the parameters whose value changes are
@@ -293,4 +304,43 @@ pub struct DeregisterArgs {
 
     #[command(flatten)]
     pub wait: WaitArgs,
+}
+
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("choice").required(true)))]
+pub struct VolumeEligibilityArgs {
+    /// The volume's name
+    #[arg(value_parser = volume_name)]
+    pub volume: String,
+
+    /// New claims may be made on the volume again (also ends a drain)
+    #[arg(long, group = "choice")]
+    pub enable: bool,
+
+    /// No new claims on the volume
+    #[arg(long, group = "choice")]
+    pub disable: bool,
+
+    /// Why, for the event log and for whoever's claim is refused
+    #[arg(long)]
+    pub reason: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct VolumeDrainArgs {
+    /// The volume's name
+    #[arg(value_parser = volume_name)]
+    pub volume: String,
+
+    /// Why, for the event log and for whoever's claim is refused
+    #[arg(long)]
+    pub reason: Option<String>,
+
+    /// Wait until no claim holds the volume (queued claims do not hold it)
+    #[arg(long)]
+    pub wait: bool,
+
+    /// How long --wait waits before giving up with exit code 5 (the volume stays draining)
+    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = super::parse_duration)]
+    pub deadline: std::time::Duration,
 }

@@ -1,5 +1,6 @@
 //! One module per command; each takes its parsed arguments and returns the exit code.
 
+mod availability;
 mod claim;
 pub mod completions;
 mod detach;

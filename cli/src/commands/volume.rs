@@ -27,6 +27,8 @@ pub async fn run(ctx: &Ctx, cmd: VolumeCommand) -> anyhow::Result<Exit> {
         VolumeCommand::Deregister(args) => deregister(ctx, args).await,
         VolumeCommand::Expand(args) => super::expand::run(ctx, args).await,
         VolumeCommand::Modify(args) => super::modify::run(ctx, args).await,
+        VolumeCommand::Eligibility(args) => super::availability::eligibility(ctx, args).await,
+        VolumeCommand::Drain(args) => super::availability::drain(ctx, args).await,
     }
 }
 

@@ -3,9 +3,9 @@
 
 use serde_json::json;
 
-use csivol_tests::FakeAgent;
+use csivol_tests::{FakeAgent, eventually};
 
-use crate::support::{Env, done};
+use crate::support::{Env, WAIT, done, make_ready};
 
 const SPEC: &str = r#"name = "v1"
 plugin = "hp"
@@ -510,5 +510,98 @@ async fn a_creation_that_cannot_run_is_refused_or_cancelled() {
             json!("volume-create-cancelled")
         ],
         "{r}"
+    );
+}
+
+/// One volume out of service: `volume drain --wait` takes no new claims, waits for the
+/// owner's release and never forces one; the refusal says who and why; `volume
+/// eligibility --enable` puts it back, and a claim is taken again.
+#[tokio::test]
+async fn a_drained_volume_takes_no_new_claims_until_it_is_enabled() {
+    let env = Env::start("volume-drain");
+    env.volume("v1", "single-node-writer").await;
+    let n1 = env.node("n1", 0).await;
+    let r = env
+        .run(&["claim", "v1", "--node", "n1", "--alloc", "a1"])
+        .await;
+    assert_eq!(r.code, 0, "{r}");
+    make_ready(&n1, &n1, "v1", "a1").await;
+
+    let drain = env.spawn(&[
+        "volume",
+        "drain",
+        "v1",
+        "--reason",
+        "moving to new disks",
+        "--wait",
+        "--deadline",
+        "1m",
+    ]);
+    eventually("v1 to be draining", WAIT, || async {
+        let (_, v) = env.api().get("/v1/volumes/v1").await;
+        (v["availability"]["eligibility"] == "draining").then_some(())
+    })
+    .await;
+    let r = env
+        .run(&["claim", "v1", "--node", "n1", "--alloc", "a2", "--queue"])
+        .await;
+    assert_eq!(r.code, 4, "{r}");
+    assert!(
+        r.stderr.contains("volume `v1` is being drained (operator:")
+            && r.stderr
+                .contains(": moving to new disks): it takes no new claims"),
+        "{r}"
+    );
+    assert!(
+        r.stderr
+            .contains("hint: claim another volume, or make it eligible again: csivol volume eligibility v1 --enable"),
+        "{r}"
+    );
+    let r = env.run(&["volume", "show", "v1"]).await;
+    assert!(r.stdout.contains("attached, draining"), "{r}");
+    assert!(
+        r.stdout.contains("draining, no new claims, since ")
+            && r.stdout.contains(": moving to new disks"),
+        "{r}"
+    );
+
+    // The owner releases; the drain's wait ends.
+    let r = env.run(&["release", "v1", "--alloc", "a1"]).await;
+    assert_eq!(r.code, 0, "{r}");
+    n1.report(json!([
+        {"kind": "unpublished", "volume": "v1", "alloc": "a1"},
+        {"kind": "unstaged", "volume": "v1"}
+    ]))
+    .await;
+    let r = done(drain).await;
+    assert_eq!(r.code, 0, "{r}");
+    assert_eq!(r.stdout, "volume v1 is drained: no claim holds it\n", "{r}");
+    assert!(
+        r.stderr
+            .starts_with("draining volume v1: still held by a1 on n1"),
+        "{r}"
+    );
+
+    let r = env
+        .run(&["volume", "eligibility", "v1", "--enable", "-o", "json"])
+        .await;
+    assert_eq!(r.code, 0, "{r}");
+    assert!(r.json().get("availability").is_none(), "{r}");
+    let r = env
+        .run(&["claim", "v1", "--node", "n1", "--alloc", "a3"])
+        .await;
+    assert_eq!(r.code, 0, "{r}");
+    let r = env.run(&["events", "--volume", "v1", "-o", "json"]).await;
+    let kinds: Vec<String> = r
+        .json()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(
+        kinds.contains(&"volume-draining".to_owned())
+            && kinds.contains(&"volume-eligible".to_owned()),
+        "{kinds:?}"
     );
 }

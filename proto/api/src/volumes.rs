@@ -223,9 +223,35 @@ pub struct Volume {
     /// The volume's own `ownership`, overriding its plugin's; absent: the plugin's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ownership: Option<crate::Ownership>,
+    /// Whether the volume takes new claims, when an operator took it out of service
+    /// (`csivol volume eligibility V --disable`, `csivol volume drain V`); absent: it does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub availability: Option<VolumeAvailability>,
     pub claims: Vec<Claim>,
     pub attachments: Vec<AttachmentStatus>,
     pub created_at: String,
     pub updated_at: String,
     pub index: u64,
+}
+
+/// A volume an operator took out of service: it takes no new claims (its queued claims
+/// wait), and `draining` says the operator waits for its holders to release it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VolumeAvailability {
+    /// `ineligible` or `draining` (an eligible volume has no availability recorded).
+    pub eligibility: crate::Eligibility,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Who took it out of service, as the event log names them.
+    pub actor: String,
+    /// Since when (RFC 3339).
+    pub since: String,
+}
+
+/// `POST /v1/volumes/{name}/eligibility`: whether the volume takes new claims.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VolumeEligibilityRequest {
+    pub eligibility: crate::Eligibility,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }

@@ -86,6 +86,7 @@ table! {
     get "/v1/claims" Read => claims::list_claims;
     post "/v1/volumes/{name}/unblock" Operate => volumes::unblock_volume;
     post "/v1/volumes/{name}/detach" Operate => volumes::detach;
+    post "/v1/volumes/{name}/eligibility" Operate => volumes::volume_eligibility;
     get "/v1/nodes" Read => nodes::list_nodes;
     get "/v1/nodes/{node}" Read => nodes::get_node;
     delete "/v1/nodes/{node}" Operate => nodes::remove_node;

@@ -315,3 +315,26 @@ pub(super) async fn detach(
         move |ctx: &mut WriteCtx<'_>| lifecycle::detach(ctx, &volume, &req, &actor, &limits);
     once.respond(&app, &body, write, ok).await
 }
+
+/// `POST /v1/volumes/{name}/eligibility`: whether the volume takes new claims; answered
+/// with the volume.
+pub(super) async fn volume_eligibility(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(volume): Path<String>,
+    once: Once,
+    Body(req): Body<api::VolumeEligibilityRequest>,
+) -> ApiResult<Response> {
+    let (actor, limits) = app.acting(&headers)?;
+    name("volume", &volume)?;
+    if let Some(r) = &req.reason {
+        api::check_reason(r, &limits.text).map_err(ApiError::text)?;
+    }
+    let body = req.clone();
+    let write = move |ctx: &mut WriteCtx<'_>| {
+        let reason = req.reason.as_deref().filter(|r| !r.trim().is_empty());
+        lifecycle::set_volume_eligibility(ctx, &volume, req.eligibility, reason, &actor, &limits)?;
+        lifecycle::volume_view(&*ctx, &volume)
+    };
+    once.respond(&app, &body, write, ok).await
+}

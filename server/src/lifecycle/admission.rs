@@ -356,6 +356,17 @@ pub fn evaluate_claim(
             return Ok(ClaimDecision::Existing(own.clone()));
         }
     }
+    // Nor does a volume the operator took out of service (ineligible, draining).
+    if let Some(a) = conn.volume_availability(volume)?
+        && let Some(r) = csivol_rules::nodes::volume_claim_refusal(
+            volume,
+            a.eligibility,
+            &a.actor,
+            a.reason.as_deref(),
+        )
+    {
+        return Err(refused(r));
+    }
     // A node the operator took out of service (ineligible, draining) takes no new claims.
     if let Some(n) = conn.node(&req.node)?
         && let Some(r) = csivol_rules::nodes::claim_refusal(&req.node, n.eligibility)
@@ -453,6 +464,10 @@ pub(super) fn grant_queued(ctx: &mut impl Txn, v: &VolumeRow) -> ApiResult<()> {
         })
         .collect();
     if queued.is_empty() {
+        return Ok(());
+    }
+    // A volume out of service grants nothing: its queued claims wait until it is back.
+    if ctx.volume_availability(&v.name)?.is_some() {
         return Ok(());
     }
     let conn = &*ctx;

@@ -18,7 +18,7 @@
 //!   time), `operator` (unblock, detach), `nodes` (registration, loss, return, eligibility,
 //!   removal), `fence` (a fence's record), `desired` (a node's desired state), `reports`
 //!   (agents' reports), `reconcile` (controller listings), `tokens`, `hosting` (controller
-//!   hosts), `labels`.
+//!   hosts), `labels`, `availability` (whether a volume takes new claims).
 //!
 //! This file only names them and what the rest of the server uses. Decisions that need no
 //! state are `csivol_rules`'; reads and writes go through the store's traits, never SQL.
@@ -31,6 +31,7 @@
 mod admission;
 mod after_release;
 mod attachments;
+mod availability;
 mod backoff;
 mod changes;
 mod claims;
@@ -63,6 +64,7 @@ mod usage;
 mod volumes;
 
 pub use after_release::resume_all_held;
+pub use availability::set_volume_eligibility;
 pub use claims::{Claimant, claim_dry_run, create_claim, no_claim, release_claim};
 pub use desired::{desired_changes, desired_state};
 pub use events::prune_events;

@@ -180,6 +180,7 @@ pub fn volume_view(conn: &(impl Snapshot + ?Sized), name: &str) -> ApiResult<api
         claim_mount_flags: mounts.claim_mount_flags,
         selinux_context: mounts.selinux_context,
         ownership: mounts.ownership,
+        availability: conn.volume_availability(name)?.map(|a| a.to_api()),
         ..v.into_api(&claims, &atts)
     })
 }

@@ -24,6 +24,8 @@ pub struct VolumeChunk {
     pub attachments: std::collections::HashMap<String, Vec<AttachmentRow>>,
     /// The mount settings of the volumes that set any (`volume_mounts`).
     pub mounts: std::collections::HashMap<String, api::VolumeMounts>,
+    /// The volumes an operator took out of service (`volume_availability`).
+    pub availability: std::collections::HashMap<String, api::VolumeAvailability>,
 }
 
 /// A volume row's fields borrowed from where the store read them: what a listing shows of

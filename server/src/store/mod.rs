@@ -286,6 +286,12 @@ pub trait Snapshot {
     /// What a volume allows its claims to ask of their mounts, and its default SELinux
     /// context (none below the schema that keeps them).
     fn volume_mounts(&self, volume: &str) -> ApiResult<api::VolumeMounts>;
+    /// Whether an operator took the volume out of service (none: it takes claims, or the
+    /// schema does not keep it).
+    fn volume_availability(
+        &self,
+        volume: &str,
+    ) -> ApiResult<Option<crate::model::VolumeAvailabilityRow>>;
     /// The first answer kept for `token`'s request `key`.
     fn kept_answer(&self, token: &str, key: &str) -> ApiResult<Option<KeptAnswer>>;
     /// The tombstone of `alloc`'s claim on `volume`: its last release.
@@ -428,6 +434,13 @@ pub trait Txn: Snapshot {
     /// Sets a volume's mount settings (refused below the schema that keeps them, unless
     /// empty).
     fn put_volume_mounts(&mut self, volume: &str, m: &api::VolumeMounts) -> ApiResult<()>;
+    /// Takes a volume out of service, or back into it with none (refused below the schema
+    /// that keeps it, unless none).
+    fn set_volume_availability(
+        &mut self,
+        volume: &str,
+        a: Option<&crate::model::VolumeAvailabilityRow>,
+    ) -> ApiResult<()>;
     /// Removes a volume if it is `deleting`.
     fn delete_deleting_volume(&mut self, name: &str) -> ApiResult<()>;
 

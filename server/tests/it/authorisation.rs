@@ -34,6 +34,7 @@ const EXPECTED: &[(&str, &str, &str)] = &[
     ("get", "/v1/claims", "read"),
     ("post", "/v1/volumes/{name}/unblock", "operate"),
     ("post", "/v1/volumes/{name}/detach", "operate"),
+    ("post", "/v1/volumes/{name}/eligibility", "operate"),
     ("get", "/v1/nodes", "read"),
     ("get", "/v1/nodes/{node}", "read"),
     ("delete", "/v1/nodes/{node}", "operate"),

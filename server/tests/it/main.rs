@@ -4,6 +4,7 @@
 
 mod access;
 mod authorisation;
+mod availability;
 mod bounds;
 mod channel;
 mod claims;
@@ -161,7 +162,8 @@ pub(crate) fn back_to_the_previous_schema(conn: &rusqlite::Connection) {
          ALTER TABLE claims DROP COLUMN claimer;
          ALTER TABLE claims DROP COLUMN drift;
          ALTER TABLE claims DROP COLUMN mount;
-         DROP TABLE volume_mounts;",
+         DROP TABLE volume_mounts;
+         DROP TABLE volume_availability;",
     )
     .unwrap();
     conn.pragma_update(None, "user_version", version - 1)

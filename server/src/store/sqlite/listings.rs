@@ -156,6 +156,7 @@ pub fn volume_chunk(
             claims: HashMap::new(),
             attachments: HashMap::new(),
             mounts: HashMap::new(),
+            availability: HashMap::new(),
         });
     };
     let mut claims: HashMap<String, Vec<ClaimRow>> = HashMap::new();
@@ -184,6 +185,7 @@ pub fn volume_chunk(
         attachments.entry(a.volume.clone()).or_default().push(a);
     }
     let mounts = super::volume_mounts::between(conn, after, &last)?;
+    let availability = super::volume_availability::between(conn, after, &last)?;
     Ok(VolumeChunk {
         volumes,
         decode: volume_fields,
@@ -191,6 +193,7 @@ pub fn volume_chunk(
         claims,
         attachments,
         mounts,
+        availability,
     })
 }
 

@@ -23,6 +23,7 @@ mod rows;
 mod snapshots;
 mod statement;
 mod txn;
+mod volume_availability;
 mod volume_mounts;
 pub mod writer;
 
@@ -543,6 +544,13 @@ impl Snapshot for Connection {
         volume_mounts::get(self, volume)
     }
 
+    fn volume_availability(
+        &self,
+        volume: &str,
+    ) -> ApiResult<Option<crate::model::VolumeAvailabilityRow>> {
+        volume_availability::get(self, volume)
+    }
+
     fn kept_answer(&self, token: &str, key: &str) -> ApiResult<Option<crate::store::KeptAnswer>> {
         retries::kept_answer(self, token, key)
     }
@@ -654,6 +662,7 @@ reads_through_the_transaction! {
     retries_kept() -> bool;
     mounts_recorded() -> bool;
     volume_mounts(volume: &str) -> csivol_api::VolumeMounts;
+    volume_availability(volume: &str) -> Option<crate::model::VolumeAvailabilityRow>;
     kept_answer(token: &str, key: &str) -> Option<crate::store::KeptAnswer>;
     tombstone(volume: &str, alloc: &str) -> Option<crate::store::Tombstone>;
     meta(prefix: &str) -> Vec<(String, i64)>;

@@ -11,7 +11,7 @@ use rusqlite::params;
 
 use super::{
     access, claim_mounts, claimers, drift, exec, held, listings, nodes, ops, retries, snapshots,
-    volume_mounts,
+    volume_availability, volume_mounts,
 };
 use crate::error::{ApiError, ApiResult};
 use crate::model::{Lifecycle, NewFence, TokenRow, VolumeRow, to_json};
@@ -212,11 +212,20 @@ impl Txn for WriteCtx<'_> {
         exec(self.tx, "DELETE FROM volumes WHERE name = ?1", [name])?;
         exec(self.tx, "DELETE FROM ops WHERE volume = ?1", [name])?;
         volume_mounts::put(self, name, &Default::default())?;
+        volume_availability::put(self, name, None)?;
         Ok(())
     }
 
     fn put_volume_mounts(&mut self, volume: &str, m: &csivol_api::VolumeMounts) -> ApiResult<()> {
         volume_mounts::put(self, volume, m)
+    }
+
+    fn set_volume_availability(
+        &mut self,
+        volume: &str,
+        a: Option<&crate::model::VolumeAvailabilityRow>,
+    ) -> ApiResult<()> {
+        volume_availability::put(self, volume, a)
     }
 
     fn delete_deleting_volume(&mut self, name: &str) -> ApiResult<()> {
@@ -228,6 +237,7 @@ impl Txn for WriteCtx<'_> {
         )?;
         if deleted > 0 {
             volume_mounts::put(self, name, &Default::default())?;
+            volume_availability::put(self, name, None)?;
         }
         Ok(())
     }

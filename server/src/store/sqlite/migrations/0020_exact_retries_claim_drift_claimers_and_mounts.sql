@@ -78,3 +78,15 @@ CREATE TABLE volume_mounts (
 -- `on-root-mismatch`, `recursive`), the volume's own setting, which overrides its plugin's
 -- in the server's config; NULL: the plugin's.
 ALTER TABLE volume_mounts ADD COLUMN ownership TEXT;
+
+-- Whether a volume takes new claims: a row only for a volume an operator took out of
+-- service (`eligibility`: `ineligible`, `draining`), with why, who and since when (unix
+-- ms). Its queued claims wait; nothing held is released. A server of the previous release
+-- does not read it, so it cannot be set before the cluster runs on this schema.
+CREATE TABLE volume_availability (
+    volume TEXT PRIMARY KEY,
+    eligibility TEXT NOT NULL,
+    reason TEXT,
+    actor TEXT NOT NULL,
+    at INTEGER NOT NULL
+);
