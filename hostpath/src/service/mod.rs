@@ -23,7 +23,19 @@ macro_rules! delegate {
     ($self:ident, $request:ident, $rpc:ident, $method:ident, $id:expr) => {{
         let req = $request.into_inner();
         let id: String = $id(&req);
-        $self.0.call(Rpc::$rpc, id, move |p| p.$method(req)).await
+        $self
+            .0
+            .call(Rpc::$rpc, id, move |p| {
+                // The Controller and GroupController calls of a plugin without the
+                // Controller service are a caller's mistake.
+                if !p.cfg.features.controller_service {
+                    return Err(tonic::Status::unimplemented(
+                        "this plugin does not advertise CONTROLLER_SERVICE",
+                    ));
+                }
+                p.$method(req)
+            })
+            .await
     }};
 }
 
@@ -134,6 +146,9 @@ pub enum Feature {
     /// VOLUME_MOUNT_GROUP on the node: a published volume's root gets the group the CO
     /// passes in `volume_mount_group`.
     VolumeMountGroup,
+    /// The CONTROLLER_SERVICE plugin capability: a node-only plugin, whose Controller
+    /// calls are refused with UNIMPLEMENTED (a CO must not make them).
+    ControllerService,
 }
 
 /// Which optional capabilities this instance has.
@@ -157,6 +172,7 @@ pub struct Features {
     pub get_snapshot: bool,
     pub group_snapshots: bool,
     pub volume_mount_group: bool,
+    pub controller_service: bool,
 }
 
 impl Features {
@@ -185,6 +201,7 @@ impl Features {
             get_snapshot: snapshots && !off(Feature::GetSnapshot),
             group_snapshots: snapshots && !off(Feature::GroupSnapshots),
             volume_mount_group: !off(Feature::VolumeMountGroup),
+            controller_service: !off(Feature::ControllerService),
         }
     }
 }
