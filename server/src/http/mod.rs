@@ -67,6 +67,10 @@ pub fn router(app: App) -> Router {
             post(volumes::start_operation::<api::ModifyRequest>),
         )
         .route("/v1/volumes/{name}/adopt", post(volumes::adopt_volume))
+        .route(
+            "/v1/snapshots/{name}/adopt",
+            post(snapshots::adopt_snapshot),
+        )
         .route("/v1/volumes/{name}/claims", post(claims::post_claim))
         .route(
             "/v1/volumes/{name}/claims/{alloc}",
@@ -100,6 +104,7 @@ pub fn router(app: App) -> Router {
         .route("/v1/plugins", get(plugins::list_plugins))
         .route("/v1/plugins/{id}", get(plugins::get_plugin))
         .route("/v1/plugins/{id}/volumes", get(plugins::plugin_volumes))
+        .route("/v1/plugins/{id}/snapshots", get(plugins::plugin_snapshots))
         .route(
             "/v1/plugins/{id}/controllers",
             get(plugins::get_controller_hosts).post(plugins::change_controller_hosts),

@@ -29,6 +29,7 @@
 //! derives the next step is what keeps the lifecycle consistent.
 
 mod admission;
+mod adopt;
 mod after_release;
 mod attachments;
 mod backoff;
@@ -61,6 +62,7 @@ mod tests;
 mod tokens;
 mod volumes;
 
+pub use adopt::{adopt_snapshot, adopt_volume, has_controller_service};
 pub use after_release::resume_all_held;
 pub use claims::{Claimant, claim_dry_run, create_claim, no_claim, release_claim};
 pub use desired::{desired_changes, desired_state};

@@ -29,4 +29,5 @@ mod reconcile;
 mod security;
 mod snapshots;
 mod staging;
+mod storage_snapshots;
 mod topology;
