@@ -69,6 +69,7 @@ pub fn adopt_volume(
         ))
         .with_hint("adopt it without --skip-validation"));
     }
+    on_release_schema(&*ctx, "volume adopt")?;
     let id = spec.external_id.clone();
     let (_, started) = register_as(ctx, name, spec, actor, Lifecycle::Creating)?;
     ctx.set_volume_error(
@@ -88,6 +89,20 @@ pub fn adopt_volume(
     )?;
     schedule_ops(ctx, &plugin, limits)?;
     Ok((volume_view(ctx, name)?, started))
+}
+
+/// Refused below this release's schema: the operation the adoption queues is of a kind
+/// the servers of the release before do not know, and they may read the queue until
+/// `upgrade finalize`.
+fn on_release_schema(conn: &(impl Snapshot + ?Sized), what: &str) -> ApiResult<()> {
+    if conn.release_schema()? {
+        return Ok(());
+    }
+    Err(ApiError::conflict(format!(
+        "this cluster runs on the previous schema, whose servers cannot run `{what}`'s check \
+         through the plugin"
+    ))
+    .with_hint("run `csivol-server upgrade finalize` once every server runs this release"))
 }
 
 /// Whether a node registered `plugin` with the Controller service (CONTROLLER_SERVICE),
@@ -142,6 +157,7 @@ pub fn adopt_snapshot(
             "`snapshot_id` is required: the plugin's id for the snapshot",
         ));
     }
+    on_release_schema(&*ctx, "snapshot adopt")?;
     if ctx.group_snapshot(name)?.is_some() {
         return Err(
             ApiError::conflict(format!("group snapshot `{name}` already exists"))

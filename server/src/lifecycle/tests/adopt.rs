@@ -1,0 +1,114 @@
+//! Adoption asks the plugin through a controller host: a volume waits `creating` for
+//! ValidateVolumeCapabilities, whose answer decides; and below this release's schema the
+//! operations it queues, of kinds the servers of the release before do not know, are
+//! refused.
+
+use csivol_api::{ControllerOpKind, Report, SnapshotAdoptRequest, VolumeState};
+
+use super::*;
+
+fn adopted_spec() -> VolumeSpec {
+    let mut spec = spec("single-node-writer");
+    spec.external_id = "made-elsewhere".into();
+    spec
+}
+
+async fn adopt(env: &Env) -> ApiResult<api::Volume> {
+    env.write(|ctx, l| super::super::adopt_volume(ctx, "v", adopted_spec(), false, "op", l))
+        .await
+        .map(|(v, _)| v)
+}
+
+/// The controller operation handed to host `n1`, with its id and attempt.
+async fn handed_out(env: &Env) -> (u64, u32, ControllerOpKind) {
+    let o = env.ops_of("n1").await.remove(0);
+    let (id, attempt) = (o.id as u64, o.attempt);
+    let api = env
+        .read(move |c| super::super::ops::op_to_api(c, &o))
+        .await
+        .expect("its volume exists");
+    (id, attempt, api.kind)
+}
+
+async fn volume(env: &Env) -> api::Volume {
+    env.read(|c| super::super::volume_view(c, "v")).await
+}
+
+#[tokio::test]
+async fn a_volume_is_usable_only_once_the_plugin_confirmed_it() {
+    let env = Env::new();
+    env.register("n1", true, &[]).await;
+    let v = adopt(&env).await.unwrap();
+    assert_eq!(v.state, VolumeState::Creating);
+    let (op, attempt, kind) = handed_out(&env).await;
+    assert!(
+        matches!(&kind, ControllerOpKind::ValidateVolume { external_id, .. } if external_id == "made-elsewhere"),
+        "{kind:?}"
+    );
+    // Not confirmed: failed, naming what and with the plugin's message.
+    env.report(
+        "n1",
+        vec![Report::Validated {
+            op,
+            attempt,
+            not_confirmed: vec!["the volume capability".into()],
+            message: "no such mode here".into(),
+        }],
+    )
+    .await;
+    let v = volume(&env).await;
+    assert_eq!(v.state, VolumeState::Failed);
+    let error = v.error.unwrap_or_default();
+    assert!(
+        error.contains("did not confirm the volume capability"),
+        "{error}"
+    );
+    assert!(error.contains("no such mode here"), "{error}");
+
+    // Adopted again, the failed record replaced; confirmed: free.
+    adopt(&env).await.unwrap();
+    let (op, attempt, _) = handed_out(&env).await;
+    env.report(
+        "n1",
+        vec![Report::Validated {
+            op,
+            attempt,
+            not_confirmed: Vec::new(),
+            message: String::new(),
+        }],
+    )
+    .await;
+    assert_eq!(volume(&env).await.state, VolumeState::Free);
+}
+
+#[tokio::test]
+async fn below_this_releases_schema_adoption_is_refused() {
+    let env = Env::new();
+    env.register("n1", true, &[]).await;
+    env.write(|ctx, _| {
+        ctx.tx
+            // What the previous schema lacks of the claims (the rest does not matter here).
+            .execute_batch(
+                "DROP INDEX claims_claimer;
+                 ALTER TABLE claims DROP COLUMN claimer;
+                 ALTER TABLE claims DROP COLUMN drift;
+                 ALTER TABLE claims DROP COLUMN mount;",
+            )
+            .map_err(crate::error::ApiError::from)
+    })
+    .await
+    .unwrap();
+    let e = adopt(&env).await.unwrap_err();
+    assert!(format!("{e:?}").contains("upgrade finalize"), "{e:?}");
+    let e = env
+        .write(|ctx, l| {
+            let req = SnapshotAdoptRequest {
+                plugin: PLUGIN.into(),
+                snapshot_id: "snap-1".into(),
+            };
+            super::super::adopt_snapshot(ctx, "s", req, "op", l)
+        })
+        .await
+        .unwrap_err();
+    assert!(format!("{e:?}").contains("upgrade finalize"), "{e:?}");
+}
