@@ -166,8 +166,14 @@ _csivol() {
             csivol__subcmd__help__subcmd__plugin,show)
                 cmd="csivol__subcmd__help__subcmd__plugin__subcmd__show"
                 ;;
+            csivol__subcmd__help__subcmd__plugin,snapshots)
+                cmd="csivol__subcmd__help__subcmd__plugin__subcmd__snapshots"
+                ;;
             csivol__subcmd__help__subcmd__plugin,volumes)
                 cmd="csivol__subcmd__help__subcmd__plugin__subcmd__volumes"
+                ;;
+            csivol__subcmd__help__subcmd__snapshot,adopt)
+                cmd="csivol__subcmd__help__subcmd__snapshot__subcmd__adopt"
                 ;;
             csivol__subcmd__help__subcmd__snapshot,create)
                 cmd="csivol__subcmd__help__subcmd__snapshot__subcmd__create"
@@ -271,6 +277,9 @@ _csivol() {
             csivol__subcmd__plugin,show)
                 cmd="csivol__subcmd__plugin__subcmd__show"
                 ;;
+            csivol__subcmd__plugin,snapshots)
+                cmd="csivol__subcmd__plugin__subcmd__snapshots"
+                ;;
             csivol__subcmd__plugin,volumes)
                 cmd="csivol__subcmd__plugin__subcmd__volumes"
                 ;;
@@ -286,8 +295,14 @@ _csivol() {
             csivol__subcmd__plugin__subcmd__help,show)
                 cmd="csivol__subcmd__plugin__subcmd__help__subcmd__show"
                 ;;
+            csivol__subcmd__plugin__subcmd__help,snapshots)
+                cmd="csivol__subcmd__plugin__subcmd__help__subcmd__snapshots"
+                ;;
             csivol__subcmd__plugin__subcmd__help,volumes)
                 cmd="csivol__subcmd__plugin__subcmd__help__subcmd__volumes"
+                ;;
+            csivol__subcmd__snapshot,adopt)
+                cmd="csivol__subcmd__snapshot__subcmd__adopt"
                 ;;
             csivol__subcmd__snapshot,create)
                 cmd="csivol__subcmd__snapshot__subcmd__create"
@@ -303,6 +318,9 @@ _csivol() {
                 ;;
             csivol__subcmd__snapshot,show)
                 cmd="csivol__subcmd__snapshot__subcmd__show"
+                ;;
+            csivol__subcmd__snapshot__subcmd__help,adopt)
+                cmd="csivol__subcmd__snapshot__subcmd__help__subcmd__adopt"
                 ;;
             csivol__subcmd__snapshot__subcmd__help,create)
                 cmd="csivol__subcmd__snapshot__subcmd__help__subcmd__create"
@@ -1314,7 +1332,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__help__subcmd__plugin)
-            opts="list show volumes controllers"
+            opts="list show volumes snapshots controllers"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1356,6 +1374,20 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__help__subcmd__plugin__subcmd__show)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__help__subcmd__plugin__subcmd__snapshots)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -1412,8 +1444,22 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__help__subcmd__snapshot)
-            opts="create list show delete"
+            opts="create list show delete adopt"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__help__subcmd__snapshot__subcmd__adopt)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
@@ -2147,7 +2193,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__plugin)
-            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version list show volumes controllers help"
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version list show volumes snapshots controllers help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2253,7 +2299,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__plugin__subcmd__help)
-            opts="list show volumes controllers help"
+            opts="list show volumes snapshots controllers help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2309,6 +2355,20 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__plugin__subcmd__help__subcmd__show)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__plugin__subcmd__help__subcmd__snapshots)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -2383,6 +2443,52 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__plugin__subcmd__show)
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --addr)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --ca-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --token)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -o)
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__plugin__subcmd__snapshots)
             opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -2644,12 +2750,72 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__snapshot)
-            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version create list show delete help"
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version create list show delete adopt help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --addr)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --ca-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --token)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -o)
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__snapshot__subcmd__adopt)
+            opts="-o -q -h -V --name --timeout --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --name)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --timeout)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
                 --addr)
                     COMPREPLY=("${cur}")
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
@@ -2817,8 +2983,22 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__snapshot__subcmd__help)
-            opts="create list show delete help"
+            opts="create list show delete adopt help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__snapshot__subcmd__help__subcmd__adopt)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
@@ -3462,7 +3642,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__volume__subcmd__adopt)
-            opts="-o -q -h -V --name --access-mode --attachment --fs-type --published-to --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
+            opts="-o -q -h -V --name --access-mode --attachment --fs-type --published-to --skip-validation --timeout --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -3497,6 +3677,13 @@ _csivol() {
                     return 0
                     ;;
                 --published-to)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --timeout)
                     COMPREPLY=("${cur}")
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
                         compopt -o nospace

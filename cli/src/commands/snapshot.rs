@@ -78,7 +78,11 @@ async fn adopt(ctx: &Ctx, args: SnapshotAdoptArgs) -> anyhow::Result<Exit> {
                     args.plugin
                 )),
             ),
-            Some(s) if s.state == SnapshotState::Creating => Step::Waiting(describe(s)),
+            Some(s) if s.state == SnapshotState::Creating => Step::Waiting(
+                s.error
+                    .clone()
+                    .unwrap_or_else(|| "waiting for ListSnapshots".to_owned()),
+            ),
             Some(_) => Step::Done,
         },
     )
@@ -225,7 +229,8 @@ pub(crate) fn table(out: &Out, ss: &[Snapshot]) -> anyhow::Result<()> {
     for s in ss {
         let mut row = vec![
             s.name.clone(),
-            s.volume.clone(),
+            // An adopted snapshot whose source volume csivol does not record has none.
+            or_dash(Some(&s.volume)),
             s.plugin.clone(),
             s.state.to_string(),
             size(s.size_bytes),
@@ -349,7 +354,7 @@ fn print(out: &Out, s: &Snapshot) -> anyhow::Result<()> {
     }
     let mut rows = vec![
         ("state", s.state.to_string()),
-        ("volume", s.volume.clone()),
+        ("volume", or_dash(Some(&s.volume))),
         ("plugin", s.plugin.clone()),
         ("snapshot id", or_dash(Some(&s.snapshot_id))),
         (

@@ -270,7 +270,7 @@ pub fn storage_snapshots(out: &Out, l: &PluginSnapshots) -> anyhow::Result<()> {
         t.add_row(vec![
             s.listed.snapshot_id.clone(),
             s.snapshot.clone().unwrap_or_else(|| "unknown".to_owned()),
-            or_dash(Some(s.listed.source_volume_id.as_str()).filter(|v| !v.is_empty())),
+            or_dash(Some(&s.listed.source_volume_id)),
             s.volume.clone().unwrap_or_else(|| "-".to_owned()),
             if s.listed.size_bytes == 0 {
                 "-".to_owned()

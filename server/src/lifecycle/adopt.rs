@@ -14,9 +14,8 @@ use super::settings::Limits;
 use super::snapshots::snapshot_view;
 use super::volumes::{register_as, unknown_plugin, volume_view};
 use crate::error::{ApiError, ApiResult};
-use crate::model::{Lifecycle, SnapshotRow, VolumeRow};
+use crate::model::{Lifecycle, SnapshotRow};
 use crate::store::{Snapshot, Txn};
-use crate::watch::Key;
 use csivol_rules::kinds::{EventKind, OpKind};
 
 /// `POST /v1/volumes/{name}/adopt`, once the listing's checks passed (`inventory`): the
@@ -113,31 +112,6 @@ pub fn has_controller_service(conn: &(impl Snapshot + ?Sized), plugin: &str) -> 
         .plugin_registrations(plugin)?
         .iter()
         .any(|(_, _, r)| r.capabilities.controller_service))
-}
-
-/// Cancels the adoption of `v` while its check is queued or running (`volume
-/// deregister`): the operation and the record go; nothing in the storage changes, and a
-/// late answer finds no operation. Whether `v` was being adopted.
-pub(super) fn cancel(ctx: &mut impl Txn, v: &VolumeRow, actor: &str) -> ApiResult<bool> {
-    let Some(op) = ctx.volume_op(OpKind::ValidateVolume, &v.name)? else {
-        return Ok(false);
-    };
-    ctx.delete_op(op.id)?;
-    ctx.delete_volume(&v.name)?;
-    ctx.touch(Key::Volume(v.name.clone()));
-    event(
-        ctx,
-        EventKind::VolumeDeregistered,
-        Some(&v.name),
-        None,
-        None,
-        actor,
-        format!(
-            "adoption of volume {} cancelled; nothing changed in the storage system",
-            v.external_id
-        ),
-    )?;
-    Ok(true)
 }
 
 /// `POST /v1/snapshots/{name}/adopt`: the snapshot recorded `creating` and ListSnapshots

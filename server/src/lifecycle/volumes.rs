@@ -612,7 +612,7 @@ pub fn deregister_volume(
     };
     no_snapshot_in_progress(ctx, name)?;
     if v.lifecycle == Lifecycle::Creating {
-        if super::adopt::cancel(ctx, &v, actor)? {
+        if super::ops::kinds::validate::cancel(ctx, &v, actor)? {
             return Ok(None);
         }
         return cancel_create(ctx, &v, actor);

@@ -58,9 +58,9 @@ fn not_confirmed(
     context: &BTreeMap<String, String>,
     parameters: &BTreeMap<String, String>,
 ) -> Vec<String> {
-    let Some(c) = confirmed else {
-        return vec!["the volume capability (no `confirmed` in the answer)".to_owned()];
-    };
+    // No `confirmed`: nothing asked for is confirmed.
+    let empty = csi::validate_volume_capabilities_response::Confirmed::default();
+    let c = confirmed.unwrap_or(&empty);
     let mut missing = Vec::new();
     if !c.volume_capabilities.contains(wanted) {
         missing.push("the volume capability".to_owned());
@@ -100,7 +100,10 @@ mod tests {
         let wanted = cap(AccessMode::SingleNodeWriter);
         let ctx: BTreeMap<_, _> = [("k".to_owned(), "v".to_owned())].into();
         let none = BTreeMap::new();
-        assert_eq!(not_confirmed(None, &wanted, &none, &none).len(), 1);
+        assert_eq!(
+            not_confirmed(None, &wanted, &ctx, &none),
+            vec!["the volume capability", "volume context `k`"]
+        );
         let all = csi::validate_volume_capabilities_response::Confirmed {
             volume_context: ctx.clone().into_iter().collect(),
             volume_capabilities: vec![wanted.clone()],

@@ -74,7 +74,7 @@ impl Kind for FindSnapshot {
     }
 
     fn failed(&self, ctx: &mut dyn Txn, o: &OpRow, e: &OpError<'_>) -> ApiResult<()> {
-        set_error(ctx, o, Some(format!("not adopted: {}", e.message)), true)
+        set_error(ctx, o, Some(e.message.to_owned()), true)
     }
 
     fn done(&self, ctx: &mut dyn Txn, o: &OpRow, report: &Report, actor: &str) -> ApiResult<bool> {
@@ -88,8 +88,7 @@ impl Kind for FindSnapshot {
         let Some(found) = snapshot else {
             ctx.delete_op(o.id)?;
             let said = format!(
-                "not adopted: plugin {} has no snapshot {} (ListSnapshots with its id listed \
-                 none)",
+                "plugin {} has no snapshot {} (ListSnapshots with its id listed none)",
                 o.plugin,
                 wanted(o)
             );
@@ -101,7 +100,7 @@ impl Kind for FindSnapshot {
                 None,
                 None,
                 actor,
-                format!("snapshot `{}` {said}", s.name),
+                format!("snapshot `{}` not adopted: {said}", s.name),
             )
             .map(|()| true);
         };

@@ -15,7 +15,7 @@ mod find_snapshot;
 pub(in crate::lifecycle) mod group_snapshot;
 pub(in crate::lifecycle) mod modify;
 pub(in crate::lifecycle) mod snapshot;
-mod validate;
+pub(in crate::lifecycle) mod validate;
 mod volume;
 
 /// The part of each kind of operation: the table.

@@ -9,10 +9,10 @@ use super::super::queue::{Judged, Kind, OpError, Retrying, by_class};
 use super::volume;
 use crate::error::ApiResult;
 use crate::lifecycle::events::event;
-use crate::model::{Lifecycle, OpRow};
+use crate::model::{Lifecycle, OpRow, VolumeRow};
 use crate::store::{Snapshot, Txn};
 use crate::watch::Key;
-use csivol_rules::kinds::EventKind;
+use csivol_rules::kinds::{EventKind, OpKind};
 
 pub(super) struct Validate;
 
@@ -51,12 +51,9 @@ impl Kind for Validate {
                 .volume(&o.volume)?
                 .map(|v| v.external_id)
                 .unwrap_or_default();
-            format!(
-                "plugin {} has no volume {id}: {}; it was not adopted",
-                o.plugin, e.message
-            )
+            format!("plugin {} has no volume {id}: {}", o.plugin, e.message)
         } else {
-            format!("not adopted: {}", e.message)
+            e.message.to_owned()
         };
         ctx.set_volume_lifecycle(&o.volume, Lifecycle::Failed, Some(&said))?;
         ctx.touch(Key::Volume(o.volume.clone()));
@@ -97,7 +94,7 @@ impl Kind for Validate {
             .map(|()| true);
         }
         let mut said = format!(
-            "not adopted: plugin {} did not confirm {} of volume {} (ValidateVolumeCapabilities)",
+            "plugin {} did not confirm {} for volume {} (ValidateVolumeCapabilities)",
             v.plugin,
             not_confirmed.join(", "),
             v.external_id
@@ -131,4 +128,33 @@ impl Kind for Validate {
             secrets: v.secrets.clone(),
         }))
     }
+}
+
+/// Cancels the adoption of `v` while its check is queued or running (`volume
+/// deregister`): the operation and the record go; nothing in the storage changes, and a
+/// late answer finds no operation. Whether `v` was being adopted.
+pub(in crate::lifecycle) fn cancel(
+    ctx: &mut (impl Txn + ?Sized),
+    v: &VolumeRow,
+    actor: &str,
+) -> ApiResult<bool> {
+    let Some(op) = ctx.volume_op(OpKind::ValidateVolume, &v.name)? else {
+        return Ok(false);
+    };
+    ctx.delete_op(op.id)?;
+    ctx.delete_volume(&v.name)?;
+    ctx.touch(Key::Volume(v.name.clone()));
+    event(
+        ctx,
+        EventKind::VolumeDeregistered,
+        Some(&v.name),
+        None,
+        None,
+        actor,
+        format!(
+            "adoption of volume {} cancelled; nothing changed in the storage system",
+            v.external_id
+        ),
+    )?;
+    Ok(true)
 }
