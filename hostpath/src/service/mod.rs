@@ -77,6 +77,25 @@ pub struct Config {
     pub expansion: Expansion,
     /// `--snapshot-ready-after`: how long after it is cut a snapshot becomes ready to use.
     pub snapshot_ready_after: std::time::Duration,
+    /// `--list-page`: the most entries a listing page holds (0: the caller's `max_entries`).
+    pub list_page: usize,
+    /// `--stale-snapshot-tokens`: how many more ListSnapshots with a token are ABORTED.
+    pub stale_snapshot_tokens: Arc<std::sync::atomic::AtomicU32>,
+}
+
+impl Config {
+    /// The page size a listing asked for `max_entries` gets: `--list-page` makes it
+    /// smaller, never larger.
+    pub fn page_size(&self, max_entries: i32) -> i32 {
+        let ours = i32::try_from(self.list_page).unwrap_or(i32::MAX);
+        match (max_entries, ours) {
+            // A negative `max_entries` is refused as it is.
+            (m, 0) => m,
+            (m, _) if m < 0 => m,
+            (0, p) => p,
+            (m, p) => m.min(p),
+        }
+    }
 }
 
 /// What NodeStageVolume and NodePublishVolume make on the node (`--node-shape`). The CSI

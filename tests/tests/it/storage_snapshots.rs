@@ -172,3 +172,63 @@ fn a_plugin_without_list_snapshots_says_so() {
         "{refused:?}"
     );
 }
+
+#[test]
+fn a_listing_pages_through_short_pages_and_starts_over_after_a_stale_token() {
+    // Pages of one entry (fewer than csivol asks for), and the first page token answered
+    // ABORTED: the listing starts over and still holds every snapshot.
+    let conf = TestDir::new("paged-snapshots-conf");
+    let c = Cluster::start(
+        "paged-snapshots",
+        "30s",
+        vec![listed_often(
+            &conf,
+            &["--list-page", "1", "--stale-snapshot-tokens", "1"],
+        )],
+    );
+    let src = create(&c, "src", &[]).ok().json();
+    let src_id = src["external_id"].as_str().unwrap().to_owned();
+    let mut ids = Vec::new();
+    for name in ["cut-1", "cut-2", "cut-3"] {
+        let source = src_id.clone();
+        ids.push(at_plugin(&c, 0, |mut client| async move {
+            client
+                .create_snapshot(csi::CreateSnapshotRequest {
+                    source_volume_id: source,
+                    name: name.into(),
+                    ..Default::default()
+                })
+                .await
+                .unwrap()
+                .into_inner()
+                .snapshot
+                .unwrap()
+                .snapshot_id
+        }));
+    }
+    let listed = wait_for("every snapshot listed", WAIT, || {
+        let l = c
+            .csivol(&["plugin", "snapshots", PLUGIN, "-o", "json"])
+            .ok()
+            .json();
+        let got: Vec<String> = l["snapshots"]
+            .as_array()?
+            .iter()
+            .filter_map(|s| s["snapshot_id"].as_str().map(str::to_owned))
+            .collect();
+        (got.len() == 3).then_some(got)
+    });
+    let mut sorted = listed.clone();
+    sorted.sort();
+    ids.sort();
+    assert_eq!(sorted, ids, "each snapshot once: {listed:?}");
+    let aborted = c.nodes[0]
+        .plugin_calls()
+        .iter()
+        .filter(|call| call["rpc"] == "ListSnapshots" && call["code"] == "ABORTED")
+        .count();
+    assert_eq!(aborted, 1, "the stale token was met");
+    // Started over within the same listing, not failed until the next one.
+    let log = std::fs::read_to_string(c.nodes[0].dir.join("agent.log")).unwrap();
+    assert!(!log.contains("failed to list snapshots"), "{log}");
+}
