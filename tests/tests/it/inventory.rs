@@ -350,8 +350,9 @@ fn adoption_is_checked_by_the_plugin_and_refused_for_what_it_does_not_confirm() 
         .json();
     assert_eq!(shown["state"], "failed", "{shown}");
     let claim = c.csivol(&["claim", "checked", "--node", "node-1", "--alloc", "a"]);
-    assert_ne!(
-        claim.code, 0,
+    assert_eq!(claim.code, EXIT_CONFLICT, "{claim:?}");
+    assert!(
+        claim.stderr.contains("volume `checked` was not adopted"),
         "a volume not adopted is not claimed: {claim:?}"
     );
 
