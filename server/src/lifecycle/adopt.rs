@@ -31,7 +31,11 @@ pub fn adopt_volume(
     limits: &Limits,
 ) -> ApiResult<(api::Volume, bool)> {
     api::validate_name("volume", name).map_err(ApiError::invalid)?;
-    if let Some(e) = ctx.volume(name)? {
+    let existing = ctx.volume(name)?;
+    let registered = existing
+        .as_ref()
+        .is_some_and(|e| e.lifecycle == Lifecycle::Ready);
+    if let Some(e) = existing {
         let same = e.plugin == spec.plugin && e.external_id == spec.external_id;
         let checking = ctx.volume_op(OpKind::ValidateVolume, name)?.is_some();
         if same && checking {
@@ -70,7 +74,22 @@ pub fn adopt_volume(
     }
     on_release_schema(&*ctx, "volume adopt")?;
     let id = spec.external_id.clone();
-    let (_, started) = register_as(ctx, name, spec, actor, Lifecycle::Creating)?;
+    let (view, started) = register_as(ctx, name, spec, actor, Lifecycle::Creating)?;
+    if !started {
+        // Registered with this very spec already: nothing to ask the plugin again.
+        return Ok((view, false));
+    }
+    if registered {
+        // A refusal would leave a volume csivol had registered `failed`: its spec is
+        // changed as a registered volume's is (the write is rolled back).
+        return Err(ApiError::conflict(format!(
+            "volume `{name}` is already registered with another spec"
+        ))
+        .with_hint(format!(
+            "change its spec with `csivol volume register FILE`, or adopt under another name \
+             than `{name}`"
+        )));
+    }
     ctx.set_volume_error(
         name,
         &format!("waiting for ValidateVolumeCapabilities through plugin {plugin}"),

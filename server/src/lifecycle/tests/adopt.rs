@@ -79,6 +79,30 @@ async fn a_volume_is_usable_only_once_the_plugin_confirmed_it() {
     )
     .await;
     assert_eq!(volume(&env).await.state, VolumeState::Free);
+
+    // Adopted again with the same spec: nothing changes, nothing is asked.
+    assert_eq!(adopt(&env).await.unwrap().state, VolumeState::Free);
+    assert!(env.ops_of("n1").await.is_empty(), "{:?}", env.ops().await);
+
+    // With another spec: refused, the registered volume as it was.
+    let e = env
+        .write(|ctx, l| {
+            let mut spec = adopted_spec();
+            spec.access_mode = api::AccessMode::MultiNodeReaderOnly;
+            super::super::adopt_volume(ctx, "v", spec, false, "op", l)
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        format!("{e:?}").contains("already registered with another spec"),
+        "{e:?}"
+    );
+    let v = volume(&env).await;
+    assert_eq!(
+        (v.state, v.access_mode),
+        (VolumeState::Free, api::AccessMode::SingleNodeWriter)
+    );
+    assert!(env.ops_of("n1").await.is_empty(), "{:?}", env.ops().await);
 }
 
 #[tokio::test]
