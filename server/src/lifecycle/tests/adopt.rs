@@ -136,3 +136,60 @@ async fn below_this_releases_schema_adoption_is_refused() {
         .unwrap_err();
     assert!(format!("{e:?}").contains("upgrade finalize"), "{e:?}");
 }
+
+/// A snapshot found not ready to use is listed again until it is; deleted meanwhile, the
+/// listing stops and only DeleteSnapshot is queued.
+#[tokio::test]
+async fn a_pending_adopted_snapshot_is_listed_until_ready_and_deleted_alone() {
+    let env = Env::new();
+    snapshots::register_host(&env, "n1", true, false).await;
+    let adopt = || {
+        env.write(|ctx, l| {
+            let req = SnapshotAdoptRequest {
+                plugin: PLUGIN.into(),
+                snapshot_id: "snap-1".into(),
+            };
+            super::super::adopt_snapshot(ctx, "s", req, "op", l)
+        })
+    };
+    let (s, started) = adopt().await.unwrap();
+    assert!(started);
+    assert_eq!(s.state, api::SnapshotState::Creating);
+    let (op, attempt, kind) = handed_out(&env).await;
+    assert_eq!(
+        kind,
+        ControllerOpKind::FindSnapshot {
+            snapshot: "s".into(),
+            snapshot_id: "snap-1".into(),
+        }
+    );
+    env.report(
+        "n1",
+        vec![Report::SnapshotFound {
+            op,
+            attempt,
+            snapshot: Some(api::ListedSnapshot {
+                snapshot_id: "snap-1".into(),
+                source_volume_id: "elsewhere".into(),
+                size_bytes: 4096,
+                creation_time_ms: Some(1_700_000_000_000),
+                ready_to_use: false,
+            }),
+        }],
+    )
+    .await;
+    let s = env.read(|c| super::super::snapshot_view(c, "s")).await;
+    assert_eq!(
+        (s.state, s.snapshot_id.as_str(), s.size_bytes),
+        (api::SnapshotState::Pending, "snap-1", 4096)
+    );
+    assert_eq!(env.ops().await, ["find-snapshot snapshot/s - - 1"]);
+    // Adopted again: the same snapshot, nothing new.
+    assert!(!adopt().await.unwrap().1);
+    env.write(|ctx, l| super::super::delete_snapshot(ctx, "s", "op", l))
+        .await
+        .unwrap();
+    let ops = env.ops().await;
+    assert_eq!(ops.len(), 1, "{ops:?}");
+    assert!(ops[0].starts_with("delete-snapshot snapshot/s"), "{ops:?}");
+}
