@@ -166,8 +166,14 @@ _csivol() {
             csivol__subcmd__help__subcmd__plugin,show)
                 cmd="csivol__subcmd__help__subcmd__plugin__subcmd__show"
                 ;;
+            csivol__subcmd__help__subcmd__plugin,snapshots)
+                cmd="csivol__subcmd__help__subcmd__plugin__subcmd__snapshots"
+                ;;
             csivol__subcmd__help__subcmd__plugin,volumes)
                 cmd="csivol__subcmd__help__subcmd__plugin__subcmd__volumes"
+                ;;
+            csivol__subcmd__help__subcmd__snapshot,adopt)
+                cmd="csivol__subcmd__help__subcmd__snapshot__subcmd__adopt"
                 ;;
             csivol__subcmd__help__subcmd__snapshot,create)
                 cmd="csivol__subcmd__help__subcmd__snapshot__subcmd__create"
@@ -277,6 +283,9 @@ _csivol() {
             csivol__subcmd__plugin,show)
                 cmd="csivol__subcmd__plugin__subcmd__show"
                 ;;
+            csivol__subcmd__plugin,snapshots)
+                cmd="csivol__subcmd__plugin__subcmd__snapshots"
+                ;;
             csivol__subcmd__plugin,volumes)
                 cmd="csivol__subcmd__plugin__subcmd__volumes"
                 ;;
@@ -292,8 +301,14 @@ _csivol() {
             csivol__subcmd__plugin__subcmd__help,show)
                 cmd="csivol__subcmd__plugin__subcmd__help__subcmd__show"
                 ;;
+            csivol__subcmd__plugin__subcmd__help,snapshots)
+                cmd="csivol__subcmd__plugin__subcmd__help__subcmd__snapshots"
+                ;;
             csivol__subcmd__plugin__subcmd__help,volumes)
                 cmd="csivol__subcmd__plugin__subcmd__help__subcmd__volumes"
+                ;;
+            csivol__subcmd__snapshot,adopt)
+                cmd="csivol__subcmd__snapshot__subcmd__adopt"
                 ;;
             csivol__subcmd__snapshot,create)
                 cmd="csivol__subcmd__snapshot__subcmd__create"
@@ -309,6 +324,9 @@ _csivol() {
                 ;;
             csivol__subcmd__snapshot,show)
                 cmd="csivol__subcmd__snapshot__subcmd__show"
+                ;;
+            csivol__subcmd__snapshot__subcmd__help,adopt)
+                cmd="csivol__subcmd__snapshot__subcmd__help__subcmd__adopt"
                 ;;
             csivol__subcmd__snapshot__subcmd__help,create)
                 cmd="csivol__subcmd__snapshot__subcmd__help__subcmd__create"
@@ -1332,7 +1350,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__help__subcmd__plugin)
-            opts="list show volumes controllers"
+            opts="list show volumes snapshots controllers"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1374,6 +1392,20 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__help__subcmd__plugin__subcmd__show)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__help__subcmd__plugin__subcmd__snapshots)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -1430,8 +1462,22 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__help__subcmd__snapshot)
-            opts="create list show delete"
+            opts="create list show delete adopt"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__help__subcmd__snapshot__subcmd__adopt)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
@@ -2193,7 +2239,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__plugin)
-            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version list show volumes controllers help"
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version list show volumes snapshots controllers help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2299,7 +2345,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__plugin__subcmd__help)
-            opts="list show volumes controllers help"
+            opts="list show volumes snapshots controllers help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2355,6 +2401,20 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__plugin__subcmd__help__subcmd__show)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__plugin__subcmd__help__subcmd__snapshots)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -2429,6 +2489,52 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__plugin__subcmd__show)
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --addr)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --ca-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --token)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -o)
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__plugin__subcmd__snapshots)
             opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -2690,12 +2796,72 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__snapshot)
-            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version create list show delete help"
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version create list show delete adopt help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --addr)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --ca-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --token)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -o)
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__snapshot__subcmd__adopt)
+            opts="-o -q -h -V --name --timeout --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --name)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --timeout)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
                 --addr)
                     COMPREPLY=("${cur}")
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
@@ -2863,8 +3029,22 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__snapshot__subcmd__help)
-            opts="create list show delete help"
+            opts="create list show delete adopt help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__snapshot__subcmd__help__subcmd__adopt)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
@@ -3508,7 +3688,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__volume__subcmd__adopt)
-            opts="-o -q -h -V --name --access-mode --attachment --fs-type --published-to --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
+            opts="-o -q -h -V --name --access-mode --attachment --fs-type --published-to --skip-validation --timeout --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -3543,6 +3723,13 @@ _csivol() {
                     return 0
                     ;;
                 --published-to)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --timeout)
                     COMPREPLY=("${cur}")
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
                         compopt -o nospace

@@ -118,6 +118,16 @@ pub struct Args {
     /// CreateSnapshot, ListSnapshots and GetSnapshot report `ready_to_use: false`.
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration, default_value = "0s")]
     pub snapshot_ready_after: std::time::Duration,
+    /// ListVolumes and ListSnapshots return at most this many entries a page, fewer than a
+    /// caller's `max_entries` (which bounds a page only from above): a caller must page by
+    /// `next_token`, never by counting (0: as many as the caller asks)
+    #[arg(long, value_name = "N", default_value = "0")]
+    pub list_page: usize,
+    /// A fault: answer the first COUNT ListSnapshots calls that carry a `starting_token`
+    /// with ABORTED, as a plugin whose token went stale does (the spec has the caller
+    /// start the listing again)
+    #[arg(long, value_name = "COUNT", default_value = "0")]
+    pub stale_snapshot_tokens: u32,
 }
 
 /// Serves the plugin until SIGTERM or SIGINT.
@@ -164,6 +174,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             .collect::<anyhow::Result<_>>()?,
         expansion: args.expansion,
         snapshot_ready_after: args.snapshot_ready_after,
+        list_page: args.list_page,
+        stale_snapshot_tokens: Arc::new(args.stale_snapshot_tokens.into()),
     };
     let plugin = Plugin::new(
         cfg,

@@ -501,6 +501,20 @@ pub fn volume_usage(entries: &[csi::VolumeUsage]) -> csivol_api::VolumeUsage {
     }
 }
 
+/// One snapshot as ListSnapshots lists it: its id, the source volume's id, its size
+/// (0: unknown, as the spec has it), when it was cut and whether it is ready to use.
+impl From<&csi::Snapshot> for csivol_api::ListedSnapshot {
+    fn from(s: &csi::Snapshot) -> Self {
+        Self {
+            snapshot_id: s.snapshot_id.clone(),
+            source_volume_id: s.source_volume_id.clone(),
+            size_bytes: u64::try_from(s.size_bytes).unwrap_or(0),
+            creation_time_ms: timestamp_ms(s.creation_time.as_ref()),
+            ready_to_use: s.ready_to_use,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -48,6 +48,7 @@ string_enum! {
         VolumeRegistered = "volume-registered",
         VolumeUpdated = "volume-updated",
         VolumeCreating = "volume-creating",
+        VolumeAdopting = "volume-adopting",
         VolumeCreated = "volume-created",
         VolumeCreateCancelled = "volume-create-cancelled",
         VolumeDeleting = "volume-deleting",
@@ -117,6 +118,7 @@ string_enum! {
         FindingResolved = "finding-resolved",
         SnapshotCreating = "snapshot-creating",
         SnapshotPending = "snapshot-pending",
+        SnapshotAdopting = "snapshot-adopting",
         SnapshotReady = "snapshot-ready",
         SnapshotDeleting = "snapshot-deleting",
         SnapshotDeleted = "snapshot-deleted",
@@ -165,6 +167,8 @@ string_enum! {
         DeleteSnapshot = "delete-snapshot",
         CreateGroupSnapshot = "create-group-snapshot",
         DeleteGroupSnapshot = "delete-group-snapshot",
+        ValidateVolume = "validate-volume",
+        FindSnapshot = "find-snapshot",
     }
 }
 
@@ -182,6 +186,8 @@ impl OpKind {
             Self::DeleteSnapshot => "DeleteSnapshot",
             Self::CreateGroupSnapshot => "CreateVolumeGroupSnapshot",
             Self::DeleteGroupSnapshot => "DeleteVolumeGroupSnapshot",
+            Self::ValidateVolume => "ValidateVolumeCapabilities",
+            Self::FindSnapshot => "ListSnapshots",
         }
     }
 }

@@ -24,6 +24,7 @@ mod expand;
 mod group_snapshot;
 mod modify;
 mod snapshot;
+mod validate;
 
 /// A controller this agent hosts.
 #[derive(Debug)]
@@ -142,6 +143,59 @@ impl ControllerPlugin {
         }
     }
 
+    /// Every snapshot the plugin has, through all pages of ListSnapshots (`next_token`). A
+    /// stale token is answered ABORTED (spec.md, ListSnapshots errors: "Invalid
+    /// `starting_token` | 10 ABORTED | Indicates that `starting_token` is not valid. |
+    /// Caller SHOULD start the `ListSnapshots` operation again with an empty
+    /// `starting_token`."): the listing starts over, a few times at most.
+    pub async fn list_snapshots(&self) -> Result<Vec<csivol_api::ListedSnapshot>, CallError> {
+        /// A page of this size keeps each answer small ("the Plugin MUST NOT return more
+        /// entries than this number"); a page with fewer is no end of the listing, only an
+        /// empty `next_token` is.
+        const PAGE: i32 = 100;
+        /// Starts over after a stale token at most this often in one listing.
+        const RESTARTS: u32 = 3;
+        let mut client = self.client.clone();
+        let _permit = self.permits.acquire().await.expect("never closed");
+        let mut restarts = 0;
+        let mut snapshots = Vec::new();
+        let mut token = String::new();
+        loop {
+            let req = csi::ListSnapshotsRequest {
+                max_entries: PAGE,
+                starting_token: token.clone(),
+                ..Default::default()
+            };
+            let r = match client
+                .list_snapshots(with_deadline(req, self.timeout))
+                .await
+            {
+                Ok(r) => r.into_inner(),
+                Err(s)
+                    if s.code() == tonic::Code::Aborted
+                        && !token.is_empty()
+                        && restarts < RESTARTS =>
+                {
+                    restarts += 1;
+                    snapshots.clear();
+                    token.clear();
+                    continue;
+                }
+                Err(s) => return Err(CallError::new("ListSnapshots", s)),
+            };
+            snapshots.extend(
+                r.entries
+                    .iter()
+                    .filter_map(|e| e.snapshot.as_ref())
+                    .map(csivol_api::ListedSnapshot::from),
+            );
+            if r.next_token.is_empty() {
+                return Ok(snapshots);
+            }
+            token = r.next_token;
+        }
+    }
+
     /// Whether the plugin answers GetCapacity (ControllerGetCapabilities: GET_CAPACITY).
     pub fn reports_capacity(&self) -> bool {
         self.capabilities.get_capacity
@@ -206,6 +260,8 @@ impl ControllerPlugin {
             ControllerOpKind::DeleteSnapshot { .. } => snapshot::delete(&c).await,
             ControllerOpKind::CreateGroupSnapshot { .. } => group_snapshot::create(&c).await,
             ControllerOpKind::DeleteGroupSnapshot { .. } => group_snapshot::delete(&c).await,
+            ControllerOpKind::ValidateVolume { .. } => validate::run(&c).await,
+            ControllerOpKind::FindSnapshot { .. } => snapshot::find(&c).await,
         }
     }
 }

@@ -356,7 +356,7 @@ fn after_long_help() -> String {
 
 /// Every duration flag: humantime's forms, at most csivol's longest duration (100 years),
 /// so that no lease, token or wait wraps a clock.
-fn parse_duration(s: &str) -> Result<Duration, String> {
+pub(super) fn parse_duration(s: &str) -> Result<Duration, String> {
     let d = humantime::parse_duration(s).map_err(|e| format!("{e} (use e.g. 90s, 2m, 1h)"))?;
     if d > csivol_api::limits::MAX_DURATION {
         return Err(format!(

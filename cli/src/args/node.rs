@@ -117,6 +117,15 @@ pub enum PluginCommand {
     /// csivol), and, where the plugin says them, the nodes it is published to
     /// (LIST_VOLUMES_PUBLISHED_NODES) and its condition (VOLUME_CONDITION).
     Volumes(PluginArg),
+    /// List the plugin's snapshots (ListSnapshots) beside csivol's snapshot records
+    ///
+    /// The plugin's last listing, taken by its controller hosts every
+    /// `controller_list_interval` where the controller reports LIST_SNAPSHOTS (all pages;
+    /// started over when the plugin answers a page's token ABORTED): each snapshot's id,
+    /// the csivol snapshot recorded with it (or `unknown`: made outside csivol, which
+    /// `csivol snapshot adopt` registers), its source volume's id and the csivol volume
+    /// recorded with that id, its size, when it was cut and whether it is ready to use.
+    Snapshots(PluginArg),
     /// Show which nodes may host a plugin's controller, or allow and disallow nodes
     ///
     /// A node hosts a plugin's controller (and receives its controller operations, secrets

@@ -31,6 +31,33 @@ pub enum SnapshotCommand {
     /// A member of a group snapshot is deleted with its group, never alone. Asks on a
     /// terminal; elsewhere it needs --yes.
     Delete(SnapshotDeleteArgs),
+
+    /// Register a snapshot the plugin's storage holds and csivol does not know
+    ///
+    /// A controller host lists the snapshot with ListSnapshots by its id (the plugin must
+    /// report LIST_SNAPSHOTS: `csivol plugin snapshots PLUGIN` lists them); found, it is
+    /// recorded with the plugin's size, time and readiness (`pending` until it is ready to
+    /// use), and `csivol volume create --from-snapshot NAME` creates volumes from it. Not
+    /// found, it is `failed` and refused; a snapshot csivol knows under another name is
+    /// refused at once. Adopting the same snapshot again changes nothing.
+    Adopt(SnapshotAdoptArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct SnapshotAdoptArgs {
+    /// csivol's plugin id
+    #[arg(value_name = "PLUGIN", value_parser = super::plugin_name)]
+    pub plugin: String,
+    /// The plugin's id for the snapshot, as `csivol plugin snapshots` lists it
+    #[arg(value_name = "SNAPSHOT_ID")]
+    pub snapshot_id: String,
+    /// The snapshot's name in csivol
+    #[arg(long, value_name = "NAME", value_parser = snapshot_name)]
+    pub name: String,
+    /// How long to wait for the plugin's answer before giving up with exit code 5 (the
+    /// look-up goes on: `csivol snapshot show NAME`)
+    #[arg(long, value_name = "DURATION", default_value = "2m", value_parser = super::parse_duration)]
+    pub timeout: std::time::Duration,
 }
 
 #[derive(Debug, Args)]

@@ -34,11 +34,20 @@ pub enum VolumeCommand {
 
     /// Register a volume the plugin's storage holds and csivol does not know
     ///
-    /// The volume must be in the plugin's last listing (`csivol plugin volumes PLUGIN`),
-    /// and is registered as `volume register` would, with the listing's volume context.
-    /// Refused when csivol knows the volume under another name, and while the listing has
-    /// it published to a node, unless each such node is named with --published-to: the
-    /// operator then takes responsibility for what uses it there.
+    /// The volume must be in the plugin's last listing (`csivol plugin volumes PLUGIN`;
+    /// a plugin without LIST_VOLUMES is not listed, and its volume is checked by the
+    /// plugin alone), and is registered as `volume register` would, with the listing's
+    /// volume context. Refused when csivol knows the volume under another name, and while
+    /// the listing has it published to a node, unless each such node is named with
+    /// --published-to: the operator then takes responsibility for what uses it there.
+    ///
+    /// Then a controller host asks the plugin (ValidateVolumeCapabilities) whether the
+    /// volume supports the access mode, attachment and file system given, with its
+    /// context: the volume is `creating` (no claim is taken on it) until the plugin
+    /// confirmed all of it, and `failed`, naming what the plugin did not confirm and its
+    /// message, when it did not or has no such volume (adopting again replaces a failed
+    /// record). A plugin without a Controller service cannot be asked: its volume is
+    /// adopted only with --skip-validation.
     Adopt(AdoptArgs),
 
     /// Read another orchestrator's volumes and write them as csivol register specs
@@ -242,6 +251,15 @@ pub struct AdoptArgs {
     /// responsibility for (a csivol node name or the plugin's node id; repeatable)
     #[arg(long, value_name = "NODE")]
     pub published_to: Vec<String>,
+    /// Adopt it without ValidateVolumeCapabilities: only for a plugin without a Controller
+    /// service, which has nothing to answer the call with; the operator vouches for the
+    /// access mode and attachment given
+    #[arg(long)]
+    pub skip_validation: bool,
+    /// How long to wait for the plugin's answer before giving up with exit code 5 (the
+    /// check goes on: `csivol volume show NAME`)
+    #[arg(long, value_name = "DURATION", default_value = "2m", value_parser = super::parse_duration)]
+    pub timeout: std::time::Duration,
 }
 
 fn attachment(s: &str) -> Result<csivol_api::Attachment, String> {

@@ -1,7 +1,7 @@
 //! `csivol plugin list|show|volumes|controllers`.
 
 use anyhow::Context;
-use csivol_api::{ControllerHosts, ControllerHostsChange, Plugin, PluginVolumes};
+use csivol_api::{ControllerHosts, ControllerHostsChange, Plugin, PluginSnapshots, PluginVolumes};
 use csivol_client::Method;
 
 use crate::args::PluginCommand;
@@ -39,6 +39,17 @@ pub async fn run(ctx: &Ctx, cmd: PluginCommand) -> anyhow::Result<Exit> {
                 ctx.out.json(&listing)?;
             } else {
                 render::plugins::storage_volumes(&ctx.out, &listing)?;
+            }
+        }
+        PluginCommand::Snapshots(args) => {
+            let listing: PluginSnapshots = ctx
+                .client
+                .get(&format!("/v1/plugins/{}/snapshots", args.plugin))
+                .await?;
+            if ctx.out.json_mode() {
+                ctx.out.json(&listing)?;
+            } else {
+                render::plugins::storage_snapshots(&ctx.out, &listing)?;
             }
         }
         PluginCommand::Controllers(args) => {

@@ -6,7 +6,8 @@ use csivol_client::{Method, StatusCode};
 use serde_json::json;
 
 use crate::args::{
-    SnapshotArg, SnapshotCommand, SnapshotCreateArgs, SnapshotDeleteArgs, SnapshotListArgs,
+    SnapshotAdoptArgs, SnapshotArg, SnapshotCommand, SnapshotCreateArgs, SnapshotDeleteArgs,
+    SnapshotListArgs,
 };
 use crate::client::{Answer, Cursor};
 use crate::ctx::Ctx;
@@ -21,7 +22,78 @@ pub async fn run(ctx: &Ctx, cmd: SnapshotCommand) -> anyhow::Result<Exit> {
         SnapshotCommand::List(args) => list(ctx, args).await,
         SnapshotCommand::Show(args) => show(ctx, args).await,
         SnapshotCommand::Delete(args) => delete(ctx, args).await,
+        SnapshotCommand::Adopt(args) => adopt(ctx, args).await,
     }
+}
+
+/// Registers a snapshot the storage holds, then follows it until the plugin listed it
+/// (ready, or cut and not ready yet) or it was not found.
+async fn adopt(ctx: &Ctx, args: SnapshotAdoptArgs) -> anyhow::Result<Exit> {
+    let name = args.name.clone();
+    let req = csivol_api::SnapshotAdoptRequest {
+        plugin: args.plugin.clone(),
+        snapshot_id: args.snapshot_id.clone(),
+    };
+    let a: Answer<Snapshot> = ctx
+        .client
+        .call(
+            Method::POST,
+            &format!("/v1/snapshots/{name}/adopt"),
+            Some(&req),
+        )
+        .await
+        .with_context(|| {
+            format!(
+                "failed to adopt snapshot `{}` of plugin `{}` as `{name}`",
+                args.snapshot_id, args.plugin
+            )
+        })?;
+    if a.status == StatusCode::ACCEPTED {
+        ctx.out.note(format!(
+            "adopting snapshot {} of plugin {} as {name}: ListSnapshots requested",
+            args.snapshot_id, args.plugin
+        ));
+    }
+    let done = follow(
+        ctx,
+        &name,
+        "to be found by its plugin",
+        Deadline::after(args.timeout),
+        |s| match s {
+            None => Step::Fail(Failure::new(
+                Exit::Error,
+                format!("snapshot {name} disappeared while it was being adopted"),
+            )),
+            Some(s) if s.state == SnapshotState::Failed => Step::Fail(
+                Failure::new(
+                    Exit::Conflict,
+                    format!(
+                        "snapshot {name} was not adopted: {}",
+                        s.error.as_deref().unwrap_or("no reason given")
+                    ),
+                )
+                .hint(format!(
+                    "`csivol plugin snapshots {}` lists what the plugin holds; adopt it again \
+                     (the failed record is replaced), or `csivol snapshot delete {name}`",
+                    args.plugin
+                )),
+            ),
+            Some(s) if s.state == SnapshotState::Creating => Step::Waiting(
+                s.error
+                    .clone()
+                    .unwrap_or_else(|| "waiting for ListSnapshots".to_owned()),
+            ),
+            Some(_) => Step::Done,
+        },
+    )
+    .await?;
+    let s = done.expect("done means it exists");
+    ctx.out.note(format!(
+        "adopted snapshot {} of plugin {} as {name}",
+        args.snapshot_id, args.plugin
+    ));
+    print(&ctx.out, &s)?;
+    Ok(Exit::Ok)
 }
 
 async fn create(ctx: &Ctx, args: SnapshotCreateArgs) -> anyhow::Result<Exit> {
@@ -157,7 +229,8 @@ pub(crate) fn table(out: &Out, ss: &[Snapshot]) -> anyhow::Result<()> {
     for s in ss {
         let mut row = vec![
             s.name.clone(),
-            s.volume.clone(),
+            // An adopted snapshot whose source volume csivol does not record has none.
+            or_dash(Some(&s.volume)),
             s.plugin.clone(),
             s.state.to_string(),
             size(s.size_bytes),
@@ -281,7 +354,7 @@ fn print(out: &Out, s: &Snapshot) -> anyhow::Result<()> {
     }
     let mut rows = vec![
         ("state", s.state.to_string()),
-        ("volume", s.volume.clone()),
+        ("volume", or_dash(Some(&s.volume))),
         ("plugin", s.plugin.clone()),
         ("snapshot id", or_dash(Some(&s.snapshot_id))),
         (

@@ -69,6 +69,7 @@ async fn adopt(ctx: &Ctx, args: AdoptArgs) -> anyhow::Result<Exit> {
             ownership: None,
         },
         published_to: args.published_to,
+        skip_validation: args.skip_validation,
     };
     let a: Answer<Volume> = ctx
         .client
@@ -84,9 +85,54 @@ async fn adopt(ctx: &Ctx, args: AdoptArgs) -> anyhow::Result<Exit> {
                 args.external_id, args.plugin
             )
         })?;
-    if a.status == StatusCode::CREATED {
+    let mut v = a.body;
+    if v.state == VolumeState::Creating {
+        if a.status == StatusCode::ACCEPTED {
+            ctx.out.note(format!(
+                "checking volume {} with plugin {} (ValidateVolumeCapabilities)",
+                args.external_id, args.plugin
+            ));
+        }
+        let done = wait::volume(
+            ctx,
+            &name,
+            "to be confirmed by its plugin",
+            wait::Deadline::after(args.timeout),
+            |v| match v {
+                None => Step::Fail(Failure::new(
+                    Exit::Error,
+                    format!("volume {name} disappeared while it was being adopted"),
+                )),
+                Some(v) if v.state == VolumeState::Creating => Step::Waiting(
+                    v.error
+                        .clone()
+                        .unwrap_or_else(|| "waiting for ValidateVolumeCapabilities".to_owned()),
+                ),
+                Some(v) if v.state == VolumeState::Failed => Step::Fail(
+                    Failure::new(
+                        Exit::Conflict,
+                        format!(
+                            "volume {name} was not adopted: {}",
+                            v.error.as_deref().unwrap_or("no reason given")
+                        ),
+                    )
+                    .hint(format!(
+                        "adopt it again with what the plugin supports (the failed record is \
+                         replaced), or `csivol volume deregister {name}`"
+                    )),
+                ),
+                Some(_) => Step::Done,
+            },
+        )
+        .await?;
+        v = done.expect("done means it exists");
         ctx.out.note(format!(
             "adopted volume {} of plugin {} as {name}",
+            args.external_id, args.plugin
+        ));
+    } else if a.status == StatusCode::CREATED {
+        ctx.out.note(format!(
+            "adopted volume {} of plugin {} as {name}, without ValidateVolumeCapabilities",
             args.external_id, args.plugin
         ));
     } else {
@@ -94,7 +140,7 @@ async fn adopt(ctx: &Ctx, args: AdoptArgs) -> anyhow::Result<Exit> {
             "volume {name} is already registered with this spec; nothing changed"
         ));
     }
-    render::print_volume(&ctx.out, &a.body)?;
+    render::print_volume(&ctx.out, &v)?;
     Ok(Exit::Ok)
 }
 

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use csivol_api::{ControllerQueue, Plugin, PluginCapacity, PluginVolumes};
+use csivol_api::{ControllerQueue, Plugin, PluginCapacity, PluginSnapshots, PluginVolumes};
 
 use super::nodes::observed;
 use super::{cell, map, record};
@@ -229,6 +229,65 @@ pub fn storage_volumes(out: &Out, l: &PluginVolumes) -> anyhow::Result<()> {
             },
             published,
             condition,
+        ]);
+    }
+    out.print_table(t)
+}
+
+/// The plugin's last ListSnapshots beside csivol's snapshot records.
+pub fn storage_snapshots(out: &Out, l: &PluginSnapshots) -> anyhow::Result<()> {
+    if !l.lists_snapshots {
+        out.note(format!(
+            "the plugin {} does not list snapshots (no LIST_SNAPSHOTS)",
+            l.plugin
+        ));
+        return Ok(());
+    }
+    let Some(age) = l.age_ms else {
+        out.note(format!(
+            "plugin {} not listed yet by a controller host reporting to this server",
+            l.plugin
+        ));
+        return Ok(());
+    };
+    out.note(format!(
+        "listed {} ago by a controller host of plugin {}",
+        short_duration(Duration::from_millis(age)),
+        l.plugin
+    ));
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let mut t = out.table(&[
+        "SNAPSHOT ID",
+        "SNAPSHOT",
+        "SOURCE VOLUME ID",
+        "VOLUME",
+        "SIZE",
+        "CUT",
+        "READY",
+    ]);
+    for s in &l.snapshots {
+        t.add_row(vec![
+            s.listed.snapshot_id.clone(),
+            s.snapshot.clone().unwrap_or_else(|| "unknown".to_owned()),
+            or_dash(Some(&s.listed.source_volume_id)),
+            s.volume.clone().unwrap_or_else(|| "-".to_owned()),
+            if s.listed.size_bytes == 0 {
+                "-".to_owned()
+            } else {
+                bytes(s.listed.size_bytes)
+            },
+            s.listed.creation_time_ms.map_or_else(
+                || "-".to_owned(),
+                |t| {
+                    format!(
+                        "{} ago",
+                        short_duration(Duration::from_millis(now_ms.saturating_sub(t)))
+                    )
+                },
+            ),
+            if s.listed.ready_to_use { "yes" } else { "no" }.to_owned(),
         ]);
     }
     out.print_table(t)

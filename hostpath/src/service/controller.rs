@@ -483,7 +483,8 @@ impl Plugin {
             .backend
             .volumes()
             .map_err(|e| internal(e, "read volumes"))?;
-        let (page, next_token) = page(&volumes, req.max_entries, &req.starting_token)?;
+        let max = self.cfg.page_size(req.max_entries);
+        let (page, next_token) = page(&volumes, max, &req.starting_token)?;
         let mut entries = Vec::new();
         for v in page {
             let published = self.published_node_ids(&v.id)?;

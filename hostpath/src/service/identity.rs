@@ -55,7 +55,10 @@ impl Plugin {
         let service = |t: service::Type| csi::PluginCapability {
             r#type: Some(Type::Service(S { r#type: t.into() })),
         };
-        let mut capabilities = vec![service(service::Type::ControllerService)];
+        let mut capabilities = Vec::new();
+        if self.cfg.features.controller_service {
+            capabilities.push(service(service::Type::ControllerService));
+        }
         if !self.cfg.topology.is_empty() {
             capabilities.push(service(service::Type::VolumeAccessibilityConstraints));
         }

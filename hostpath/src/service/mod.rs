@@ -23,7 +23,19 @@ macro_rules! delegate {
     ($self:ident, $request:ident, $rpc:ident, $method:ident, $id:expr) => {{
         let req = $request.into_inner();
         let id: String = $id(&req);
-        $self.0.call(Rpc::$rpc, id, move |p| p.$method(req)).await
+        $self
+            .0
+            .call(Rpc::$rpc, id, move |p| {
+                // The Controller and GroupController calls of a plugin without the
+                // Controller service are a caller's mistake.
+                if !p.cfg.features.controller_service {
+                    return Err(tonic::Status::unimplemented(
+                        "this plugin does not advertise CONTROLLER_SERVICE",
+                    ));
+                }
+                p.$method(req)
+            })
+            .await
     }};
 }
 
@@ -65,6 +77,25 @@ pub struct Config {
     pub expansion: Expansion,
     /// `--snapshot-ready-after`: how long after it is cut a snapshot becomes ready to use.
     pub snapshot_ready_after: std::time::Duration,
+    /// `--list-page`: the most entries a listing page holds (0: the caller's `max_entries`).
+    pub list_page: usize,
+    /// `--stale-snapshot-tokens`: how many more ListSnapshots with a token are ABORTED.
+    pub stale_snapshot_tokens: Arc<std::sync::atomic::AtomicU32>,
+}
+
+impl Config {
+    /// The page size a listing asked for `max_entries` gets: `--list-page` makes it
+    /// smaller, never larger.
+    pub fn page_size(&self, max_entries: i32) -> i32 {
+        let ours = i32::try_from(self.list_page).unwrap_or(i32::MAX);
+        match (max_entries, ours) {
+            // A negative `max_entries` is refused as it is.
+            (m, 0) => m,
+            (m, _) if m < 0 => m,
+            (0, p) => p,
+            (m, p) => m.min(p),
+        }
+    }
 }
 
 /// What NodeStageVolume and NodePublishVolume make on the node (`--node-shape`). The CSI
@@ -134,6 +165,9 @@ pub enum Feature {
     /// VOLUME_MOUNT_GROUP on the node: a published volume's root gets the group the CO
     /// passes in `volume_mount_group`.
     VolumeMountGroup,
+    /// The CONTROLLER_SERVICE plugin capability: a node-only plugin, whose Controller
+    /// calls are refused with UNIMPLEMENTED (a CO must not make them).
+    ControllerService,
 }
 
 /// Which optional capabilities this instance has.
@@ -157,6 +191,7 @@ pub struct Features {
     pub get_snapshot: bool,
     pub group_snapshots: bool,
     pub volume_mount_group: bool,
+    pub controller_service: bool,
 }
 
 impl Features {
@@ -185,6 +220,7 @@ impl Features {
             get_snapshot: snapshots && !off(Feature::GetSnapshot),
             group_snapshots: snapshots && !off(Feature::GroupSnapshots),
             volume_mount_group: !off(Feature::VolumeMountGroup),
+            controller_service: !off(Feature::ControllerService),
         }
     }
 }

@@ -160,7 +160,24 @@ impl Plugin {
                 req.source_volume_id.is_empty() || s.source_volume_id == req.source_volume_id
             })
             .collect();
-        let (page, next_token) = page(&snapshots, req.max_entries, &req.starting_token)?;
+        if !req.starting_token.is_empty()
+            && self
+                .cfg
+                .stale_snapshot_tokens
+                .fetch_update(
+                    std::sync::atomic::Ordering::SeqCst,
+                    std::sync::atomic::Ordering::SeqCst,
+                    |n| n.checked_sub(1),
+                )
+                .is_ok()
+        {
+            return Err(Status::aborted(format!(
+                "`starting_token` `{}` is not valid (--stale-snapshot-tokens)",
+                req.starting_token
+            )));
+        }
+        let max = self.cfg.page_size(req.max_entries);
+        let (page, next_token) = page(&snapshots, max, &req.starting_token)?;
         Ok(csi::ListSnapshotsResponse {
             entries: page
                 .iter()

@@ -434,6 +434,28 @@ pub enum Report {
         op: u64,
         attempt: u32,
     },
+    /// ValidateVolumeCapabilities answered: `not_confirmed` names what the plugin did not
+    /// confirm of what it was asked (empty: all of it), `message` is the plugin's.
+    Validated {
+        op: u64,
+        attempt: u32,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        not_confirmed: Vec<String>,
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        message: String,
+    },
+    /// ListSnapshots with a `snapshot_id` filter answered: the snapshot, or none.
+    SnapshotFound {
+        op: u64,
+        attempt: u32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        snapshot: Option<crate::ListedSnapshot>,
+    },
+    /// Every snapshot a controller host's plugin listed (all pages of ListSnapshots).
+    ControllerSnapshots {
+        plugin: String,
+        snapshots: Vec<crate::ListedSnapshot>,
+    },
     OpError {
         op: u64,
         attempt: u32,
@@ -504,6 +526,8 @@ impl Report {
             | Self::SnapshotDeleted { op, attempt }
             | Self::GroupSnapshotCreated { op, attempt, .. }
             | Self::GroupSnapshotDeleted { op, attempt }
+            | Self::Validated { op, attempt, .. }
+            | Self::SnapshotFound { op, attempt, .. }
             | Self::OpError { op, attempt, .. }
             | Self::Expanded { op, attempt, .. }
             | Self::Modified { op, attempt } => Some((*op, *attempt)),
@@ -518,6 +542,7 @@ impl Report {
             | Self::NodeExpanded { .. }
             | Self::NodeExpandError { .. }
             | Self::ControllerVolumes { .. }
+            | Self::ControllerSnapshots { .. }
             | Self::Capacity { .. }
             | Self::NodeLimits { .. }
             | Self::Fenced { .. } => None,

@@ -129,6 +129,24 @@ pub enum ControllerOpKind {
         #[serde(default)]
         secrets: BTreeMap<String, String>,
     },
+    /// ValidateVolumeCapabilities of a volume being adopted, with what it will be
+    /// registered with.
+    ValidateVolume {
+        volume: String,
+        external_id: String,
+        capability: VolumeCapability,
+        #[serde(default)]
+        context: BTreeMap<String, String>,
+        #[serde(default)]
+        parameters: BTreeMap<String, String>,
+        #[serde(default)]
+        secrets: BTreeMap<String, String>,
+    },
+    /// ListSnapshots of the one snapshot being adopted (its `snapshot_id` filter).
+    FindSnapshot {
+        snapshot: String,
+        snapshot_id: String,
+    },
 }
 
 /// One member snapshot of a group snapshot as the plugin described it.

@@ -231,6 +231,13 @@ impl PluginError {
     }
 }
 
+/// A listed snapshot's size and time in their ranges.
+fn listed_snapshot(s: &crate::ListedSnapshot) -> Result<(), OutOfRange> {
+    size_bytes("size_bytes", s.size_bytes)?;
+    s.creation_time_ms
+        .map_or(Ok(()), |t| time_ms("creation_time_ms", t).map(drop))
+}
+
 impl Report {
     /// Every number of the report in its kind's range (the rules above): ids, times,
     /// durations and sizes, as the server's columns hold them.
@@ -301,7 +308,17 @@ impl Report {
             | Report::Deleted { op: id, .. }
             | Report::SnapshotDeleted { op: id, .. }
             | Report::GroupSnapshotDeleted { op: id, .. }
+            | Report::Validated { op: id, .. }
             | Report::Modified { op: id, .. } => op(*id),
+            Report::SnapshotFound {
+                op: id, snapshot, ..
+            } => {
+                op(*id)?;
+                snapshot.as_ref().map_or(Ok(()), listed_snapshot)
+            }
+            Report::ControllerSnapshots { snapshots, .. } => {
+                snapshots.iter().try_for_each(listed_snapshot)
+            }
             Report::ControllerVolumes { started_ms, .. } => {
                 time_ms("started_ms", *started_ms).map(drop)
             }

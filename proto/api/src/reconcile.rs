@@ -55,6 +55,62 @@ pub struct AdoptRequest {
     /// published anywhere is refused.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub published_to: Vec<String>,
+    /// Registers it without ValidateVolumeCapabilities, which only a plugin without a
+    /// Controller service may ask for: it has nothing to answer the call with.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub skip_validation: bool,
+}
+
+/// One snapshot as the plugin's ListSnapshots lists it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListedSnapshot {
+    pub snapshot_id: String,
+    /// The plugin's id of the volume it was cut from (empty: the plugin does not say).
+    #[serde(default)]
+    pub source_volume_id: String,
+    /// Its size (0: unknown, as the spec has it).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub size_bytes: u64,
+    /// When it was cut, Unix ms, where the plugin says it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub creation_time_ms: Option<u64>,
+    pub ready_to_use: bool,
+}
+
+/// `GET /v1/plugins/{id}/snapshots`: what the plugin's last ListSnapshots held, beside
+/// csivol's snapshot records.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PluginSnapshots {
+    pub plugin: String,
+    /// Whether a controller of the plugin reports LIST_SNAPSHOTS; without it nothing is
+    /// listed.
+    pub lists_snapshots: bool,
+    /// How long ago this server heard the listing, in ms; absent: not listed yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub age_ms: Option<u64>,
+    pub snapshots: Vec<StorageSnapshot>,
+}
+
+/// One snapshot of the plugin's listing.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StorageSnapshot {
+    #[serde(flatten)]
+    pub listed: ListedSnapshot,
+    /// The csivol snapshot recorded with this snapshot id; absent: unknown to csivol.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<String>,
+    /// The csivol volume recorded with the source volume id, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume: Option<String>,
+}
+
+/// `POST /v1/snapshots/{name}/adopt`: register a snapshot the plugin's storage holds and
+/// csivol does not know, found with ListSnapshots by its id.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SnapshotAdoptRequest {
+    pub plugin: String,
+    pub snapshot_id: String,
 }
 
 /// One volume of the plugin's listing.

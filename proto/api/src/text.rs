@@ -317,6 +317,12 @@ impl FreeText for ClaimRequest {
     }
 }
 
+impl FreeText for crate::SnapshotAdoptRequest {
+    fn check_text(&self) -> Result<(), TextError> {
+        check_csi_string("snapshot_id", &self.snapshot_id)
+    }
+}
+
 impl FreeText for SnapshotRequest {
     fn check_text(&self) -> Result<(), TextError> {
         check_csi_map("parameters", &self.parameters)

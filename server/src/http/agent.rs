@@ -93,6 +93,18 @@ pub(super) async fn apply_reports(
             keep_capacity(app, &node, plugin, samples).await?;
         }
     }
+    // Snapshot listings are kept in memory for `plugin snapshots`, not written.
+    let (snapshots, reports): (Vec<_>, Vec<_>) = reports
+        .into_iter()
+        .partition(|r| matches!(r, api::Report::ControllerSnapshots { .. }));
+    for r in snapshots {
+        if let api::Report::ControllerSnapshots { plugin, snapshots } = r
+            && hosts_controller(app, &node, &plugin).await?
+        {
+            app.inventory
+                .record_snapshots(&plugin, snapshots, app.clock.now_ms());
+        }
+    }
     // Listings are kept for `plugin volumes` too, and go on to the comparison.
     for r in &reports {
         if let api::Report::ControllerVolumes {

@@ -131,6 +131,61 @@ pub(super) async fn plugin_volumes(
         .await
 }
 
+/// `GET /v1/plugins/{id}/snapshots`: the plugin's last ListSnapshots beside csivol's
+/// snapshot records.
+pub(super) async fn plugin_snapshots(
+    State(app): State<App>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<api::PluginSnapshots>> {
+    name("plugin", &id)?;
+    let now = app.clock.now_ms();
+    let listing = app.inventory.snapshot_listing(&id);
+    let plugin = id.clone();
+    app.db
+        .read(move |c| {
+            let Some(caps) = c.controller_capabilities(&id)? else {
+                if c.plugin_ids()?.contains(&id) {
+                    return Ok(Json(api::PluginSnapshots {
+                        plugin,
+                        ..Default::default()
+                    }));
+                }
+                return Err(lifecycle::unknown_plugin(&id, &c.plugin_ids()?));
+            };
+            let mut out = api::PluginSnapshots {
+                plugin,
+                lists_snapshots: caps.list_snapshots,
+                age_ms: None,
+                snapshots: Vec::new(),
+            };
+            if let Some(l) = listing {
+                out.age_ms = Some(u64::try_from(now - l.at_ms).unwrap_or(0));
+                let records: std::collections::HashMap<String, String> = c
+                    .snapshots(None)?
+                    .into_iter()
+                    .filter(|s| s.plugin == id && !s.snapshot_id.is_empty())
+                    .map(|s| (s.snapshot_id, s.name))
+                    .collect();
+                for listed in l.snapshots {
+                    let volume = if listed.source_volume_id.is_empty() {
+                        None
+                    } else {
+                        c.volumes_with_external_id(&id, &listed.source_volume_id)?
+                            .into_iter()
+                            .next()
+                    };
+                    out.snapshots.push(api::StorageSnapshot {
+                        snapshot: records.get(&listed.snapshot_id).cloned(),
+                        volume,
+                        listed,
+                    });
+                }
+            }
+            Ok(Json(out))
+        })
+        .await
+}
+
 /// `GET /v1/controller-findings`: what controller-side reconciliation found and a second
 /// listing confirmed (leaked and missing attachments, abnormal volumes).
 pub(super) async fn controller_findings(

@@ -79,6 +79,7 @@ table! {
     post "/v1/volumes/{name}/expand" Operate => volumes::start_operation::<api::ExpandRequest>;
     post "/v1/volumes/{name}/modify" Operate => volumes::start_operation::<api::ModifyRequest>;
     post "/v1/volumes/{name}/adopt" Operate => volumes::adopt_volume;
+    post "/v1/snapshots/{name}/adopt" Operate => snapshots::adopt_snapshot;
     post "/v1/volumes/{name}/claims" Claim => claims::post_claim;
     get "/v1/volumes/{name}/claims/{alloc}" Read => claims::get_claim;
     delete "/v1/volumes/{name}/claims/{alloc}" Claim => claims::delete_claim;
@@ -103,6 +104,7 @@ table! {
     get "/v1/plugins" Read => plugins::list_plugins;
     get "/v1/plugins/{id}" Read => plugins::get_plugin;
     get "/v1/plugins/{id}/volumes" Read => plugins::plugin_volumes;
+    get "/v1/plugins/{id}/snapshots" Read => plugins::plugin_snapshots;
     get "/v1/plugins/{id}/controllers" Read => plugins::get_controller_hosts;
     post "/v1/plugins/{id}/controllers" Operate => plugins::change_controller_hosts;
     get "/v1/snapshots" Read => snapshots::list_snapshots;

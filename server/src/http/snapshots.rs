@@ -81,6 +81,24 @@ pub(super) async fn put_snapshot(
     once.respond(&app, &body, write, accepted_or_ok).await
 }
 
+/// `POST /v1/snapshots/{name}/adopt`: registers a snapshot the plugin's storage holds,
+/// once a controller host found it with ListSnapshots.
+pub(super) async fn adopt_snapshot(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(snapshot): Path<String>,
+    once: Once,
+    Body(req): Body<api::SnapshotAdoptRequest>,
+) -> ApiResult<Response> {
+    let (actor, limits) = app.acting(&headers)?;
+    name("snapshot", &snapshot)?;
+    let body = req.clone();
+    let write = move |ctx: &mut WriteCtx<'_>| {
+        lifecycle::adopt_snapshot(ctx, &snapshot, req.clone(), &actor, &limits)
+    };
+    once.respond(&app, &body, write, accepted_or_ok).await
+}
+
 pub(super) async fn delete_snapshot(
     State(app): State<App>,
     headers: HeaderMap,

@@ -118,7 +118,8 @@ pub(super) async fn put_volume(
 }
 
 /// `POST /v1/volumes/{name}/adopt`: registers a volume the plugin's storage holds, checked
-/// against the plugin's last listing in the same write as the registration.
+/// against the plugin's last listing in the same write as the registration, and then by
+/// the plugin itself (ValidateVolumeCapabilities on a controller host) before it is used.
 pub(super) async fn adopt_volume(
     State(app): State<App>,
     headers: HeaderMap,
@@ -126,7 +127,7 @@ pub(super) async fn adopt_volume(
     once: Once,
     Body(req): Body<api::AdoptRequest>,
 ) -> ApiResult<Response> {
-    let (actor, _) = app.acting(&headers)?;
+    let (actor, limits) = app.acting(&headers)?;
     name("volume", &volume)?;
     // Bounded like every list a client sends.
     if req.published_to.len() > api::limits::MAX_NODE_HOLDINGS {
@@ -140,10 +141,19 @@ pub(super) async fn adopt_volume(
     let inventory = Arc::clone(&app.inventory);
     let write = move |ctx: &mut WriteCtx<'_>| {
         let listing = inventory.listing(&req.spec.plugin);
+        let skip = req.skip_validation;
         let spec = crate::inventory::adoption(ctx, listing, &volume, req.clone())?;
-        lifecycle::register_volume(ctx, &volume, spec, &actor)
+        lifecycle::adopt_volume(ctx, &volume, spec, skip, &actor, &limits)
     };
-    once.respond(&app, &body, write, created_or_ok).await
+    // Checked by the plugin first: accepted while ValidateVolumeCapabilities runs.
+    let answer = |a: &(api::Volume, bool)| {
+        if a.0.state == VolumeState::Creating {
+            accepted_or_ok(a)
+        } else {
+            created_or_ok(a)
+        }
+    };
+    once.respond(&app, &body, write, answer).await
 }
 
 /// An operation on a volume that an operator starts with a body, answered 202 when it

@@ -328,6 +328,25 @@ pub fn evaluate_claim(
     let v = conn.require_volume(volume)?;
     match v.lifecycle {
         Lifecycle::Ready => {}
+        // Only an adopted volume has the plugin's id before it is ready (a created one
+        // learns it from CreateVolume's answer).
+        Lifecycle::Creating if !v.external_id.is_empty() => {
+            return Err(ApiError::conflict(format!(
+                "volume `{volume}` is being adopted: its plugin has not confirmed it yet \
+                 (ValidateVolumeCapabilities)"
+            ))
+            .with_hint("wait for `csivol volume show` to say it is free"));
+        }
+        Lifecycle::Failed if !v.external_id.is_empty() => {
+            return Err(ApiError::conflict(format!(
+                "volume `{volume}` was not adopted: {}",
+                v.error.as_deref().unwrap_or("unknown error")
+            ))
+            .with_hint(format!(
+                "adopt it again with what the plugin supports, or `csivol volume deregister \
+                 {volume}`"
+            )));
+        }
         Lifecycle::Creating => {
             return Err(
                 ApiError::conflict(format!("volume `{volume}` is still being created"))

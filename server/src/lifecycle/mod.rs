@@ -29,6 +29,7 @@
 //! derives the next step is what keeps the lifecycle consistent.
 
 mod admission;
+mod adopt;
 mod after_release;
 mod attachments;
 mod availability;
@@ -63,6 +64,7 @@ mod tokens;
 mod usage;
 mod volumes;
 
+pub use adopt::{adopt_snapshot, adopt_volume, has_controller_service};
 pub use after_release::resume_all_held;
 pub use availability::set_volume_eligibility;
 pub use claims::{Claimant, claim_dry_run, create_claim, no_claim, release_claim};

@@ -220,8 +220,10 @@ pub fn delete_snapshot(
         }
         SnapshotState::Pending | SnapshotState::Ready | SnapshotState::Failed => {}
     }
-    // A pending snapshot's CreateSnapshot polling stops: it is being deleted.
+    // A pending snapshot's polling (CreateSnapshot, or ListSnapshots for an adopted one)
+    // stops: it is being deleted.
     ctx.delete_key_op(OpKind::CreateSnapshot, &op_key(name))?;
+    ctx.delete_key_op(OpKind::FindSnapshot, &op_key(name))?;
     s.state = SnapshotState::Deleting;
     s.error = None;
     ctx.put_snapshot(&s)?;

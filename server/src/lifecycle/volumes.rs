@@ -252,6 +252,18 @@ pub fn register_volume(
     spec: VolumeSpec,
     actor: &str,
 ) -> ApiResult<(api::Volume, bool)> {
+    register_as(ctx, name, spec, actor, Lifecycle::Ready)
+}
+
+/// Registers `spec` as `volume register` does, recorded in `lifecycle`: `creating` for a
+/// volume adopted once its plugin confirmed it (whose caller writes its own event).
+pub(super) fn register_as(
+    ctx: &mut impl Txn,
+    name: &str,
+    spec: VolumeSpec,
+    actor: &str,
+    lifecycle: Lifecycle,
+) -> ApiResult<(api::Volume, bool)> {
     validate_name("volume", name).map_err(ApiError::invalid)?;
     spec.check_text().map_err(ApiError::text)?;
     check_spec_names(
@@ -292,7 +304,7 @@ pub fn register_volume(
         parameters: spec.parameters,
         secrets: spec.secrets,
         capacity_bytes: existing.as_ref().and_then(|e| e.capacity_bytes),
-        lifecycle: Lifecycle::Ready,
+        lifecycle,
         error: None,
         created_at: ctx.now(),
         updated_at: ctx.now(),
@@ -357,6 +369,9 @@ pub fn register_volume(
     }
     insert_volume(ctx, &row)?;
     ctx.put_volume_mounts(name, &mounts)?;
+    if lifecycle != Lifecycle::Ready {
+        return Ok((volume_view(ctx, name)?, true));
+    }
     let (verb, kind) = if existing.is_some() {
         ("updated", EventKind::VolumeUpdated)
     } else {
@@ -598,6 +613,9 @@ pub fn deregister_volume(
     };
     no_snapshot_in_progress(ctx, name)?;
     if v.lifecycle == Lifecycle::Creating {
+        if super::ops::kinds::validate::cancel(ctx, &v, actor)? {
+            return Ok(None);
+        }
         return cancel_create(ctx, &v, actor);
     }
     if let Some(e) = &v.expansion

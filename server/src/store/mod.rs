@@ -82,6 +82,10 @@ pub trait Snapshot {
     /// How many claims the token `token` made and still holds, queued ones included;
     /// `None` where the schema does not record claimers (before `upgrade finalize`).
     fn claims_held_by(&self, token: &str) -> ApiResult<Option<usize>>;
+    /// Whether the state is at this release's schema: below it (a rolling upgrade over
+    /// etcd before `upgrade finalize`) servers of the release before may still read it,
+    /// and know none of this release's kinds of controller operation.
+    fn release_schema(&self) -> ApiResult<bool>;
     /// Which token made the claim of `alloc` on `volume`: [`Claimer::NotRecorded`] where
     /// the schema does not record claimers (before `upgrade finalize`).
     fn claimer_of(&self, volume: &str, alloc: &str) -> ApiResult<Claimer>;

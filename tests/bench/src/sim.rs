@@ -444,6 +444,21 @@ impl SimNode {
                 ControllerOpKind::DeleteGroupSnapshot { .. } => {
                     Report::GroupSnapshotDeleted { op: id, attempt }
                 }
+                ControllerOpKind::ValidateVolume { .. } => Report::Validated {
+                    op: id,
+                    attempt,
+                    not_confirmed: Vec::new(),
+                    message: String::new(),
+                },
+                ControllerOpKind::FindSnapshot { snapshot_id, .. } => Report::SnapshotFound {
+                    op: id,
+                    attempt,
+                    snapshot: Some(csivol_api::ListedSnapshot {
+                        snapshot_id: snapshot_id.clone(),
+                        ready_to_use: true,
+                        ..Default::default()
+                    }),
+                },
             });
         }
         (reports, new, later)

@@ -242,6 +242,16 @@ impl Cluster {
         let n = &self.nodes[i];
         let endpoint = format!("unix://{}", n.dir.join("plugin.sock").display());
         let mut cmd = Command::new(bin_path("csivol-agent"));
+        // A plugin started without its Controller service has no controller to host.
+        let node_only = n
+            .opts
+            .plugin_args
+            .windows(2)
+            .any(|w| w[0] == "--disable" && w[1] == "controller-service")
+            || n.opts
+                .plugin_args
+                .iter()
+                .any(|a| a == "--disable=controller-service");
         cmd.args([
             "run".to_owned(),
             format!("--server={}", self.url),
@@ -249,10 +259,11 @@ impl Cluster {
             format!("--data-dir={}", n.agent_dir().display()),
             format!("--token-file={}", n.dir.join("token").display()),
             format!("--plugin={PLUGIN}={endpoint}"),
-            format!("--controller={PLUGIN}={endpoint}"),
-        ])
-        .args(&n.opts.agent_args)
-        .env("RUST_LOG", "info");
+        ]);
+        if !node_only {
+            cmd.arg(format!("--controller={PLUGIN}={endpoint}"));
+        }
+        cmd.args(&n.opts.agent_args).env("RUST_LOG", "info");
         let proc = Proc::spawn("agent", cmd, &n.dir.join("agent.log"));
         std::fs::write(n.dir.join("agent.pid"), proc.pid().to_string()).unwrap();
         self.nodes[i].agent = Some(proc);

@@ -20,7 +20,7 @@ const EXIT_CONFLICT: i32 = 4;
 type Controller = csi::controller_client::ControllerClient<csivol_csi::PluginConnection>;
 
 /// Runs `call` on node `i`'s plugin's Controller service, outside csivol.
-fn at_plugin<T, F: Future<Output = T>>(
+pub(crate) fn at_plugin<T, F: Future<Output = T>>(
     c: &Cluster,
     i: usize,
     call: impl FnOnce(Controller) -> F,
@@ -294,4 +294,148 @@ fn nomad_volumes_are_imported_as_register_specs_dry_run_first() {
         .json();
     assert_eq!(assets["plugin"], "hostpath", "{assets}");
     assert_eq!(assets["access_mode"], "multi-node-reader-only", "{assets}");
+}
+
+/// The listing's interval made short, for a cluster of one node whose plugin takes
+/// `plugin_args`.
+fn listed_often(conf: &TestDir, plugin_args: &[&str]) -> NodeOpts {
+    let file = conf.join("agent.toml");
+    std::fs::write(&file, "controller_list_interval = \"1s\"\n").unwrap();
+    NodeOpts {
+        agent_args: vec![format!("--config={}", file.display())],
+        plugin_args: plugin_args.iter().map(|a| (*a).to_owned()).collect(),
+    }
+}
+
+/// The RPCs node `i`'s plugin served for `volume_id`.
+fn calls_for(c: &Cluster, i: usize, volume_id: &str) -> Vec<String> {
+    c.nodes[i]
+        .plugin_calls()
+        .iter()
+        .filter(|call| call["volume_id"] == volume_id)
+        .filter_map(|call| call["rpc"].as_str().map(str::to_owned))
+        .collect()
+}
+
+#[test]
+fn adoption_is_checked_by_the_plugin_and_refused_for_what_it_does_not_confirm() {
+    let conf = TestDir::new("validate-conf");
+    let c = Cluster::start("validate", "30s", vec![listed_often(&conf, &[])]);
+    let id = made_outside(&c, "checked-by-hand");
+    listed_when(&c, &id, |_| true);
+
+    // A file-system volume adopted as a block device: the plugin does not confirm it, and
+    // the refusal says what and the plugin's message; no claim is taken on it.
+    let refused = adopt(&c, &id, "checked", &["--attachment", "block-device"]);
+    assert_eq!(refused.code, EXIT_CONFLICT, "{refused:?}");
+    assert!(
+        refused
+            .stderr
+            .contains("did not confirm the volume capability"),
+        "{refused:?}"
+    );
+    assert!(
+        refused
+            .stderr
+            .contains("is a file-system volume; use a mount capability"),
+        "the plugin's message: {refused:?}"
+    );
+    assert!(
+        calls_for(&c, 0, &id).contains(&"ValidateVolumeCapabilities".to_owned()),
+        "asked through the controller host's plugin"
+    );
+    let shown = c
+        .csivol(&["volume", "show", "checked", "-o", "json"])
+        .ok()
+        .json();
+    assert_eq!(shown["state"], "failed", "{shown}");
+    let claim = c.csivol(&["claim", "checked", "--node", "node-1", "--alloc", "a"]);
+    assert_eq!(claim.code, EXIT_CONFLICT, "{claim:?}");
+    assert!(
+        claim.stderr.contains("volume `checked` was not adopted"),
+        "a volume not adopted is not claimed: {claim:?}"
+    );
+
+    // Adopted as it is: confirmed, the failed record replaced, ready.
+    let adopted = adopt(&c, &id, "checked", &[]);
+    assert!(
+        adopted.ok().stderr.contains("adopted volume"),
+        "{adopted:?}"
+    );
+    let v = c
+        .csivol(&["volume", "show", "checked", "-o", "json"])
+        .ok()
+        .json();
+    assert_eq!(v["state"], "free", "{v}");
+
+    // --skip-validation is for plugins that have no Controller service only.
+    let other = made_outside(&c, "skipped-by-hand");
+    listed_when(&c, &other, |_| true);
+    let skipped = adopt(&c, &other, "skipped", &["--skip-validation"]);
+    assert_eq!(skipped.code, 2, "{skipped:?}");
+    assert!(
+        skipped
+            .stderr
+            .contains("--skip-validation is only for a plugin without a Controller service"),
+        "{skipped:?}"
+    );
+}
+
+#[test]
+fn a_volume_the_plugin_does_not_have_is_not_adopted() {
+    // Without LIST_VOLUMES there is no listing to check first: ValidateVolumeCapabilities
+    // answers NOT_FOUND.
+    let conf = TestDir::new("notfound-conf");
+    let c = Cluster::start(
+        "notfound",
+        "30s",
+        vec![listed_often(&conf, &["--disable", "list-volumes"])],
+    );
+    let refused = adopt(&c, "no-such-volume", "ghost", &[]);
+    assert_eq!(refused.code, EXIT_CONFLICT, "{refused:?}");
+    assert!(
+        refused
+            .stderr
+            .contains("plugin hostpath has no volume no-such-volume"),
+        "{refused:?}"
+    );
+    assert!(refused.stderr.contains("NOT_FOUND"), "{refused:?}");
+}
+
+#[test]
+fn a_plugin_without_a_controller_service_is_adopted_from_only_on_the_operators_word() {
+    let conf = TestDir::new("nocontroller-conf");
+    let c = Cluster::start(
+        "nocontroller",
+        "30s",
+        vec![listed_often(&conf, &["--disable", "controller-service"])],
+    );
+    let refused = adopt(&c, "made-elsewhere", "elsewhere", &[]);
+    assert_eq!(refused.code, EXIT_CONFLICT, "{refused:?}");
+    assert!(
+        refused
+            .stderr
+            .contains("plugin `hostpath` has no Controller service"),
+        "{refused:?}"
+    );
+    assert!(refused.stderr.contains("--skip-validation"), "{refused:?}");
+    let adopted = adopt(&c, "made-elsewhere", "elsewhere", &["--skip-validation"]);
+    assert!(
+        adopted
+            .ok()
+            .stderr
+            .contains("without ValidateVolumeCapabilities"),
+        "{adopted:?}"
+    );
+    let v = c
+        .csivol(&["volume", "show", "elsewhere", "-o", "json"])
+        .ok()
+        .json();
+    assert_eq!(v["state"], "free", "{v}");
+    // Nor does it list snapshots: `plugin snapshots` says so.
+    let listing = c.csivol(&["plugin", "snapshots", "hostpath"]);
+    assert!(
+        listing.ok().stderr.contains("does not list snapshots"),
+        "{listing:?}"
+    );
 }

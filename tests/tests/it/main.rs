@@ -31,5 +31,6 @@ mod reconcile;
 mod security;
 mod snapshots;
 mod staging;
+mod storage_snapshots;
 mod topology;
 mod usage;

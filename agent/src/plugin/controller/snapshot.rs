@@ -1,4 +1,5 @@
-//! CreateSnapshot (or GetSnapshot once it is cut) and DeleteSnapshot: a volume's snapshot.
+//! CreateSnapshot (or GetSnapshot once it is cut) and DeleteSnapshot: a volume's snapshot;
+//! ListSnapshots of one snapshot being adopted.
 
 use csivol_api::{ControllerOpKind, Report};
 use csivol_csi::convert::timestamp_ms;
@@ -86,5 +87,39 @@ pub(super) async fn delete(c: &Call<'_>) -> Result<Report, CallError> {
     Ok(Report::SnapshotDeleted {
         op: c.op.id,
         attempt: c.op.attempt,
+    })
+}
+
+/// ListSnapshots filtered by the snapshot's id (spec.md, ListSnapshotsRequest's
+/// `snapshot_id`: "It can be used to list only a specific snapshot. ListSnapshots will
+/// return with current snapshot information"; the plugin "SHALL return the information
+/// about all snapshots on the storage system within the given parameters"): no entry with
+/// that id is a snapshot that does not exist.
+pub(super) async fn find(c: &Call<'_>) -> Result<Report, CallError> {
+    let ControllerOpKind::FindSnapshot { snapshot_id, .. } = &c.op.kind else {
+        unreachable!("the table sends snapshot look-ups only")
+    };
+    let req = csi::ListSnapshotsRequest {
+        snapshot_id: snapshot_id.clone(),
+        ..Default::default()
+    };
+    let r = c
+        .client()
+        .list_snapshots(c.request(req))
+        .await
+        .map_err(|s| CallError::new("ListSnapshots", s))?
+        .into_inner();
+    // Only the entry with the id asked for counts: a plugin that ignored the filter is
+    // not taken to have found another snapshot.
+    let snapshot = r
+        .entries
+        .iter()
+        .filter_map(|e| e.snapshot.as_ref())
+        .find(|s| &s.snapshot_id == snapshot_id)
+        .map(csivol_api::ListedSnapshot::from);
+    Ok(Report::SnapshotFound {
+        op: c.op.id,
+        attempt: c.op.attempt,
+        snapshot,
     })
 }

@@ -3,6 +3,7 @@
 //! savepoints and group commit as in the server) and checks the rows and events they leave.
 //! No HTTP, no child process.
 
+mod adopt;
 mod after_release;
 mod claims;
 mod desired;

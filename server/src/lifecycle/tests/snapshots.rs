@@ -12,7 +12,7 @@ use crate::model::SnapshotRow;
 use crate::store::Txn;
 
 /// Registers `node` hosting the controller of `hp` with these snapshot capabilities.
-async fn register_host(env: &Env, node: &str, snapshots: bool, clone: bool) {
+pub(super) async fn register_host(env: &Env, node: &str, snapshots: bool, clone: bool) {
     let mut req = registration(node, true, &[]);
     let caps = req.plugins[0].controller.as_mut().unwrap();
     caps.create_delete_snapshot = snapshots;

@@ -116,6 +116,11 @@ impl Snapshot for Connection {
         claimers::held_by(self, token)
     }
 
+    fn release_schema(&self) -> ApiResult<bool> {
+        // The claims' `claimer` column came with this release's schema.
+        claimers::recorded(self)
+    }
+
     fn claimer_of(&self, volume: &str, alloc: &str) -> ApiResult<crate::store::Claimer> {
         claimers::of(self, volume, alloc)
     }
@@ -600,6 +605,7 @@ reads_through_the_transaction! {
     claims_of_volume(volume: &str) -> Vec<ClaimRow>;
     claim(volume: &str, alloc: &str) -> Option<ClaimRow>;
     claims_held_by(token: &str) -> Option<usize>;
+    release_schema() -> bool;
     claimer_of(volume: &str, alloc: &str) -> crate::store::Claimer;
     claims_of_node(node: &str, state: Option<ClaimState>) -> Vec<ClaimRow>;
     queue_position(claim: &ClaimRow) -> Option<u32>;

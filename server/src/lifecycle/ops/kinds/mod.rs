@@ -11,9 +11,11 @@ pub(in crate::lifecycle) mod create;
 mod delete;
 mod detach;
 pub(in crate::lifecycle) mod expand;
+mod find_snapshot;
 pub(in crate::lifecycle) mod group_snapshot;
 pub(in crate::lifecycle) mod modify;
 pub(in crate::lifecycle) mod snapshot;
+pub(in crate::lifecycle) mod validate;
 mod volume;
 
 /// The part of each kind of operation: the table.
@@ -27,5 +29,7 @@ pub(super) fn of(kind: OpKind) -> &'static dyn Kind {
         OpKind::Modify => &modify::Modify,
         OpKind::CreateSnapshot | OpKind::DeleteSnapshot => &snapshot::Snapshot,
         OpKind::CreateGroupSnapshot | OpKind::DeleteGroupSnapshot => &group_snapshot::GroupSnapshot,
+        OpKind::ValidateVolume => &validate::Validate,
+        OpKind::FindSnapshot => &find_snapshot::FindSnapshot,
     }
 }

@@ -36,7 +36,7 @@ pub(in crate::lifecycle) fn op_key(name: &str) -> String {
 }
 
 /// The snapshot an operation is for.
-fn snapshot_of(conn: &dyn Store, o: &OpRow) -> ApiResult<Option<SnapshotRow>> {
+pub(super) fn snapshot_of(conn: &dyn Store, o: &OpRow) -> ApiResult<Option<SnapshotRow>> {
     match o.volume.strip_prefix(OP_PREFIX) {
         Some(name) => conn.snapshot(name),
         None => Ok(None),
