@@ -6,7 +6,7 @@
 use serde_json::Value;
 
 use crate::cluster::{Cluster, NodeOpts, PLUGIN};
-use crate::snapshots::{calls, claim, create, release, snapshots};
+use crate::snapshots::{calls, claim, create, nothing_left_mounted, release, snapshots};
 
 fn groups(c: &Cluster) -> Vec<Value> {
     c.csivol(&["snapshot", "list", "--groups", "-o", "json"])
@@ -210,7 +210,7 @@ fn two_volumes_snapshotted_together_restore_a_member_and_are_deleted_as_a_group(
     for (v, a) in [("a", "wa"), ("b", "wb"), ("restored", "reader")] {
         release(&c, v, a);
     }
-    assert!(c.all_mounts().is_empty(), "{:?}", c.all_mounts());
+    nothing_left_mounted(&c);
 }
 
 #[test]

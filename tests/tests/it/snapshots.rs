@@ -59,6 +59,16 @@ pub(crate) fn release(c: &Cluster, volume: &str, alloc: &str) {
     .ok();
 }
 
+/// Waits until the nodes hold no mount: a claim is gone once its node unpublished it,
+/// and the volume's staging goes after (NodeUnstageVolume), in the node's own time.
+pub(crate) fn nothing_left_mounted(c: &Cluster) {
+    csivol_tests::wait_for(
+        "the nodes to unstage what was released",
+        std::time::Duration::from_secs(60),
+        || c.all_mounts().is_empty().then_some(()),
+    );
+}
+
 pub(crate) fn snapshots(c: &Cluster, extra: &[&str]) -> Vec<Value> {
     let mut args = vec!["snapshot", "list", "-o", "json"];
     args.extend_from_slice(extra);
@@ -236,7 +246,7 @@ fn data_written_before_a_snapshot_is_in_the_volume_created_from_it_and_in_a_clon
             .any(|call| call["rpc"] == "DeleteSnapshot"),
         "deleted at the plugin"
     );
-    assert!(c.all_mounts().is_empty(), "{:?}", c.all_mounts());
+    nothing_left_mounted(&c);
 }
 
 #[test]
