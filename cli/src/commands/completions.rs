@@ -95,6 +95,8 @@ pub const NAME_ARGUMENTS: &[(&str, Names)] = &[
     ("fence", Names::Nodes),
     ("volume show", Names::Volumes),
     ("volume deregister", Names::Volumes),
+    ("volume drain", Names::Volumes),
+    ("volume eligibility", Names::Volumes),
     ("volume expand", Names::Volumes),
     ("volume modify", Names::Volumes),
     ("node show", Names::Nodes),
