@@ -373,6 +373,7 @@ impl Round<'_> {
                     topology_request,
                     source: None,
                     mutable_parameters: Default::default(),
+                    csi_name: None,
                 });
                 for purpose in [Purpose::First, Purpose::Again] {
                     let r = trip.call("CreateVolume", purpose, c.run(&create)).await;

@@ -70,6 +70,7 @@ async fn create_publish_unpublish_delete_through_the_hosted_controller() {
                 topology_request: None,
                 source: None,
                 mutable_parameters: BTreeMap::new(),
+                csi_name: None,
             },
         )
     };
@@ -202,6 +203,7 @@ async fn controller_calls_per_plugin_stay_within_the_limit() {
                     topology_request: None,
                     source: None,
                     mutable_parameters: BTreeMap::new(),
+                    csi_name: None,
                 },
             )
         })
@@ -286,6 +288,7 @@ async fn topology_is_registered_and_create_lands_in_the_required_segment() {
             topology_request: Some(request),
             source: None,
             mutable_parameters: BTreeMap::new(),
+            csi_name: None,
         },
     )]));
     let Report::Created {

@@ -59,6 +59,10 @@ pub enum ControllerOpKind {
         /// CreateVolume's `mutable_parameters`.
         #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
         mutable_parameters: BTreeMap<String, String>,
+        /// CreateVolume's `name`, the storage's idempotency key: one per creation, recorded
+        /// with the operation (absent from an older server: the volume's name is sent).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        csi_name: Option<String>,
     },
     Delete {
         volume: String,

@@ -31,6 +31,7 @@ mod reconcile;
 mod security;
 mod snapshots;
 mod staging;
+mod storage_names;
 mod storage_snapshots;
 mod topology;
 mod usage;

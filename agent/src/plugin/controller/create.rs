@@ -18,12 +18,15 @@ pub(super) async fn run(c: &Call<'_>) -> Result<Report, CallError> {
         topology_request,
         source,
         mutable_parameters,
+        csi_name,
     } = &c.op.kind
     else {
         unreachable!("the table sends creations only")
     };
     let req = csi::CreateVolumeRequest {
-        name: volume.clone(),
+        // The name the server recorded for this creation; a server of an earlier release
+        // records none and the volume's own name is sent, as it then was.
+        name: csi_name.clone().unwrap_or_else(|| volume.clone()),
         capacity_range: (*capacity_bytes > 0).then(|| csi::CapacityRange {
             required_bytes: i64::try_from(*capacity_bytes).unwrap_or(i64::MAX),
             limit_bytes: 0,

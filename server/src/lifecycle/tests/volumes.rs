@@ -83,7 +83,14 @@ async fn a_created_volume_is_ready_once_its_plugin_created_it() {
         "handed to the controller host"
     );
     let op = env.ops_of("n1").await.remove(0);
-    assert_eq!(op.payload, r#"{"capacity_bytes":1024}"#);
+    let payload: serde_json::Value = serde_json::from_str(&op.payload).unwrap();
+    assert_eq!(payload["capacity_bytes"], 1024);
+    // CreateVolume's name is the creation's own, recorded with the operation.
+    let csi_name = payload["csi_name"].as_str().unwrap();
+    assert!(
+        csi_name.starts_with("csivol-new-") && csi_name.len() == "csivol-new-".len() + 12,
+        "{csi_name}"
+    );
 
     env.report(
         "n1",

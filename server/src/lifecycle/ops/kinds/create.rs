@@ -94,6 +94,7 @@ impl Kind for Create {
             topology_request: v.topology_request.clone(),
             source: serde_json::from_value(payload["source"].clone()).ok(),
             mutable_parameters: v.mutable_parameters.clone(),
+            csi_name: payload["csi_name"].as_str().map(str::to_owned),
         }))
     }
 }
