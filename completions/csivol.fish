@@ -848,7 +848,7 @@ function __csivol_names_kind
     switch "$words"
         case 'run* --' 'run* -- *' 'run* --node' 'run* --alloc' 'run* --ttl' 'run* --timeout' 'run* --label' 'run* --gid' 'run* --group' 'run* --mount-flag' 'run* --selinux-context' 'run* --addr' 'run* --ca-cert' 'run* --token' 'run* --output' 'run* -o' 'snapshot create* --' 'snapshot create* -- *' 'snapshot create* --name' 'snapshot create* --group' 'snapshot create* --parameter' 'snapshot create* --timeout' 'snapshot create* --addr' 'snapshot create* --ca-cert' 'snapshot create* --token' 'snapshot create* --output' 'snapshot create* -o'
             return 1
-        case 'claim' 'claim renew' 'claim show' 'release' 'status' 'unblock' 'detach' 'volume show' 'volume deregister' 'volume expand' 'volume modify' 'run' 'run *' 'snapshot create' 'snapshot create *'
+        case 'claim' 'claim renew' 'claim show' 'release' 'status' 'unblock' 'detach' 'volume show' 'volume deregister' 'volume drain' 'volume eligibility' 'volume expand' 'volume modify' 'run' 'run *' 'snapshot create' 'snapshot create *'
             echo volumes
         case 'fence' 'node show' 'node drain' 'node eligibility' 'node label' 'node remove'
             echo nodes
