@@ -207,5 +207,15 @@ async fn every_route_refuses_exactly_the_callers_its_rule_refuses() {
         }
     }
     assert!(checked > EXPECTED.len() * 5, "{checked} requests");
+    // A method a route does not take is answered 405, whoever asks, and runs nothing.
+    for (who, token) in [
+        (Who::Operator, Some(server.token.as_str())),
+        (Who::Reader, Some(tokens[0].as_str())),
+    ] {
+        let status = status_of(&addr, "patch", "/v1/volumes", token).await;
+        if status != 405 {
+            wrong.push(format!("PATCH /v1/volumes as {who:?}: {status}, want 405"));
+        }
+    }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
