@@ -17,10 +17,7 @@ use csivol_api as api;
 /// Whether the schema has the column (asked of the connection itself: a mirror migrated in
 /// place by `upgrade finalize` has it from that moment on).
 pub fn recorded(conn: &Connection) -> ApiResult<bool> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT EXISTS (SELECT 1 FROM pragma_table_info('claims') WHERE name = 'mount')",
-    )?;
-    Ok(stmt.query_row([], |r| r.get(0))?)
+    super::shape::has_column(conn, "claims", "mount")
 }
 
 /// Records the mount of a claim just inserted; an empty one is not written. A non-empty

@@ -17,10 +17,7 @@ use crate::store::sqlite::writer::WriteCtx;
 /// Whether the schema has the column (asked of the connection itself: a mirror migrated in
 /// place by `upgrade finalize` has it from that moment on).
 pub fn recorded(conn: &Connection) -> ApiResult<bool> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT EXISTS (SELECT 1 FROM pragma_table_info('claims') WHERE name = 'claimer')",
-    )?;
-    Ok(stmt.query_row([], |r| r.get(0))?)
+    super::shape::has_column(conn, "claims", "claimer")
 }
 
 /// How many claims `token` holds, queued ones included; `None` where claimers are not

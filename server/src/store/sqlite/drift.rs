@@ -24,10 +24,7 @@ pub const CLAIM_COLUMNS_WITH_DRIFT: &str = "volume, alloc, node, mode, state, ta
 /// Whether the schema has the column (asked of the connection itself: a mirror migrated in
 /// place by `upgrade finalize` has it from that moment on).
 pub fn kept(conn: &Connection) -> ApiResult<bool> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT EXISTS (SELECT 1 FROM pragma_table_info('claims') WHERE name = 'drift')",
-    )?;
-    Ok(stmt.query_row([], |r| r.get(0))?)
+    super::shape::has_column(conn, "claims", "drift")
 }
 
 /// The columns of a claim that `ClaimRow::from_row` reads, on this connection's schema.

@@ -20,6 +20,7 @@ mod read_pool;
 pub mod restore;
 mod retries;
 mod rows;
+mod shape;
 mod snapshots;
 mod statement;
 mod txn;

@@ -18,10 +18,7 @@ use crate::store::{KeptAnswer, Tombstone};
 /// Whether the schema has the tables (asked of the connection itself: a mirror migrated
 /// in place by `upgrade finalize` has them from that moment on).
 pub fn kept(conn: &Connection) -> ApiResult<bool> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'claim_tombstones')",
-    )?;
-    Ok(stmt.query_row([], |r| r.get(0))?)
+    super::shape::has_table(conn, "claim_tombstones")
 }
 
 pub fn kept_answer(conn: &Connection, token: &str, key: &str) -> ApiResult<Option<KeptAnswer>> {

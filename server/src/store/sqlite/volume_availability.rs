@@ -18,10 +18,7 @@ use csivol_api::Eligibility;
 /// Whether the schema has the table (asked of the connection itself: a mirror migrated in
 /// place by `upgrade finalize` has it from that moment on).
 pub fn kept(conn: &Connection) -> ApiResult<bool> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'volume_availability')",
-    )?;
-    Ok(stmt.query_row([], |r| r.get(0))?)
+    super::shape::has_table(conn, "volume_availability")
 }
 
 /// The volume's row; none for a volume that takes claims, or where the schema does not

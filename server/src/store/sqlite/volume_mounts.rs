@@ -18,10 +18,7 @@ use csivol_api::{Ownership, VolumeMounts};
 /// Whether the schema has the table (asked of the connection itself: a mirror migrated in
 /// place by `upgrade finalize` has it from that moment on).
 pub fn kept(conn: &Connection) -> ApiResult<bool> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'volume_mounts')",
-    )?;
-    Ok(stmt.query_row([], |r| r.get(0))?)
+    super::shape::has_table(conn, "volume_mounts")
 }
 
 /// The volume's mount settings; none where the schema does not keep them.
