@@ -120,10 +120,10 @@ impl Caller {
 
 /// Which role or capability gives `c`.
 fn with_capability(c: Capability) -> String {
-    let role = c.smallest_role();
     format!(
-        "a `{role}` token has it, or a token made with `--capability {c}` (`csivol token create \
-         --role {role}` or `--capability {c}`, by a token that holds it)"
+        "use a token that holds it: one of role `{}`, or one made with `csivol token create \
+         --role ROLE --capability {c}` by a token that holds it",
+        c.smallest_role()
     )
 }
 
