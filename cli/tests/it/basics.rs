@@ -302,7 +302,8 @@ async fn token_create_prints_the_secret_once_on_stdout() {
       "id": "[TOKEN-ID]",
       "role": "node",
       "node": "n1",
-      "token": "[TOKEN]"
+      "token": "[TOKEN]",
+      "capabilities": []
     }
     --- stderr
     "#);
