@@ -129,6 +129,16 @@ async fn a_claimer_narrowed_to_build_volumes_cannot_touch_db_volumes() {
         .collect();
     assert_eq!(volumes, ["build-1"], "{r}");
 
+    // Its volume's events, and not the whole log (which names every volume).
+    let r = run_as(&env, &ci, &["events", "--volume", "build-1", "-o", "json"]).await;
+    assert_eq!(r.code, 0, "{r}");
+    assert!(r.json().as_array().is_some_and(|es| !es.is_empty()), "{r}");
+    let r = run_as(&env, &ci, &["events"]).await;
+    assert_eq!(r.code, 7, "{r}");
+    assert!(r.stderr.contains("covers the whole cluster"), "{r}");
+    let r = run_as(&env, &ci, &["events", "--volume", "db-1"]).await;
+    assert_eq!(r.code, 7, "{r}");
+
     // The database volume: refused, saying why, naming nothing of it but what was asked.
     snap!(run_as(&env, &ci, &["claim", "db-1", "--node", "n1", "--alloc", "ci-2"]).await, @r"
     exit: 7

@@ -23,6 +23,9 @@ pub enum Need {
     Named(Capability),
     /// The capability, for a listing the handler narrows to the token's volumes.
     Listed(Capability),
+    /// The capability, for a log of every volume that a narrowed token may read only for
+    /// one volume its patterns match, named by the query's `volume`.
+    Filtered(Capability),
     /// The capability, for something that names no volume (plugins, the controller
     /// hosts of a plugin): narrowing changes nothing.
     Unnamed(Capability),
@@ -41,6 +44,7 @@ impl Need {
             Self::OwnNode => "own-node".into(),
             Self::Named(c) => format!("{c}@named"),
             Self::Listed(c) => format!("{c}@listed"),
+            Self::Filtered(c) => format!("{c}@filtered"),
             Self::Unnamed(c) => format!("{c}@unnamed"),
             Self::Cluster(c) => format!("{c}@cluster"),
         }
@@ -49,7 +53,11 @@ impl Need {
     /// The capability it needs, if any.
     pub fn capability(self) -> Option<Capability> {
         match self {
-            Self::Named(c) | Self::Listed(c) | Self::Unnamed(c) | Self::Cluster(c) => Some(c),
+            Self::Named(c)
+            | Self::Listed(c)
+            | Self::Filtered(c)
+            | Self::Unnamed(c)
+            | Self::Cluster(c) => Some(c),
             Self::Anyone | Self::OwnNode => None,
         }
     }
@@ -134,7 +142,7 @@ table! {
     get "/v1/group-snapshots/{name}" Cluster(Read) => snapshots::get_group_snapshot;
     put "/v1/group-snapshots/{name}" Cluster(Snapshot) => snapshots::put_group_snapshot;
     delete "/v1/group-snapshots/{name}" Cluster(Snapshot) => snapshots::delete_group_snapshot;
-    get "/v1/events" Cluster(Read) => events::events;
+    get "/v1/events" Filtered(Read) => events::events;
     get "/v1/controller-findings" Cluster(Read) => plugins::controller_findings;
     get "/v1/backup" Cluster(Backup) => backup::download;
 }
@@ -203,6 +211,20 @@ pub(super) async fn authorise(
                 Need::Cluster(c) => caller
                     .require(c, &what)
                     .and_then(|()| caller.require_whole_cluster(&what)),
+                Need::Filtered(c) => caller.require(c, &what).and_then(|()| {
+                    if !caller.scope.narrowed() {
+                        return Ok(());
+                    }
+                    let volume =
+                        axum::extract::Query::<Vec<(String, String)>>::try_from_uri(&parts.uri)
+                            .ok()
+                            .and_then(|q| q.0.into_iter().find(|(k, _)| k == "volume"))
+                            .map(|(_, v)| v);
+                    match volume {
+                        Some(v) => caller.require_touches("volume", &v),
+                        None => caller.require_whole_cluster(&format!("{what} without `volume`")),
+                    }
+                }),
                 Need::Named(c) => match caller.require(c, &what) {
                     Err(e) => Err(e),
                     Ok(()) => match path_param(&mut parts, &app, "name").await {

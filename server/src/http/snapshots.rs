@@ -102,7 +102,11 @@ pub(super) async fn adopt_snapshot(
     once: Once,
     Body(req): Body<api::SnapshotAdoptRequest>,
 ) -> ApiResult<Response> {
-    let (actor, limits) = app.acting(&headers)?;
+    let caller = app.caller(&headers)?;
+    // Which volume the snapshot is of is known only once the plugin's listing finds it,
+    // so a token narrowed to volume names cannot adopt one.
+    caller.require_whole_cluster("adopting a snapshot (whose volume is not known yet)")?;
+    let (actor, limits) = (caller.actor(), app.limits.clone());
     name("snapshot", &snapshot)?;
     let body = req.clone();
     let write = move |ctx: &mut WriteCtx<'_>| {

@@ -264,6 +264,13 @@ pub(super) async fn start_operation<O: VolumeOperation>(
     let caller = app.caller(&headers)?;
     if let Some((kind, source)) = req.source() {
         caller.require_touches(kind, source)?;
+        if kind == "snapshot" && caller.scope.narrowed() {
+            // A snapshot's volume must match as well: its data is that volume's.
+            let of = source.to_owned();
+            if let Ok(s) = app.db.read(move |c| lifecycle::snapshot_view(c, &of)).await {
+                caller.require_touches("the snapshot's volume", &s.volume)?;
+            }
+        }
     }
     let (actor, limits) = (caller.actor(), app.limits.clone());
     let waits = O::WAITS_FOR_RELEASE && waits_for_release(&headers)?;

@@ -79,7 +79,7 @@ const EXPECTED: &[(&str, &str, &str)] = &[
     ("get", "/v1/group-snapshots/{name}", "read@cluster"),
     ("put", "/v1/group-snapshots/{name}", "snapshot@cluster"),
     ("delete", "/v1/group-snapshots/{name}", "snapshot@cluster"),
-    ("get", "/v1/events", "read@cluster"),
+    ("get", "/v1/events", "read@filtered"),
     ("get", "/v1/controller-findings", "read@cluster"),
     ("get", "/v1/backup", "backup@cluster"),
 ];
@@ -145,6 +145,8 @@ fn allowed(rule: &str, who: Who) -> bool {
     let narrowed = matches!(who, NarrowedOwn | NarrowedOther);
     match kind {
         "listed" | "unnamed" => true,
+        // Asked of one volume (`?volume=`, as the matrix does): a narrowed token must match it.
+        "filtered" => who != NarrowedOther,
         "named" => who != NarrowedOther,
         "cluster" => !narrowed,
         other => panic!("no kind `{other}` in this test"),
@@ -252,11 +254,14 @@ async fn every_route_refuses_exactly_the_callers_its_rule_refuses() {
             } else {
                 "build-x"
             };
-            let path = template
+            let mut path = template
                 .replace("{name}", name)
                 .replace("{alloc}", "authz-a")
                 .replace("{id}", "authz-x")
                 .replace("{node}", node);
+            if rule.ends_with("@filtered") {
+                path.push_str(&format!("?volume={name}"));
+            }
             let status = status_of(&addr, method, &path, token).await;
             checked += 1;
             let refused = status == 401 || status == 403;
@@ -281,6 +286,11 @@ async fn every_route_refuses_exactly_the_callers_its_rule_refuses() {
         }
     }
     assert!(checked > EXPECTED.len() * 8, "{checked} requests");
+    // The whole log, not asked of one volume, is refused to a narrowed token.
+    let status = status_of(&addr, "get", "/v1/events", Some(narrowed.as_str())).await;
+    if status != 403 {
+        wrong.push(format!("GET /v1/events as Narrowed: {status}, want 403"));
+    }
     // A method a route does not take is answered 405, whoever asks, and runs nothing.
     for (who, token) in [
         (Who::Operator, Some(server.token.as_str())),
@@ -378,4 +388,53 @@ async fn claims_are_renewed_and_released_by_their_own_token_or_with_release_any(
         }
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// A token narrowed to `build-*` that may snapshot and create volumes reaches no other
+/// volume's data through a request body: a snapshot of `db-1` under a `build-` name, a
+/// `build-` volume cloned from `db-1`, or a snapshot adopted before its volume is known.
+#[tokio::test]
+async fn a_narrowed_token_reaches_no_other_volume_through_a_body() {
+    let dir = TestDir::new("server-authorisation-bodies");
+    let server = start(&dir, &[]);
+    let api = server.api();
+    super::register_volume(&api, "db-1", "single-node-writer").await;
+    let narrowed = api.with_token(Some(
+        &token(
+            &api,
+            json!({"role": "claimer", "capabilities": ["snapshot", "create-delete"], "volumes": ["build-*"]}),
+        )
+        .await,
+    ));
+    let refused = |(status, body): (u16, serde_json::Value), what: &str| {
+        assert_eq!(status, 403, "{body}");
+        assert_eq!(body["error"]["message"], what, "{body}");
+    };
+    refused(
+        narrowed
+            .put("/v1/snapshots/build-s", json!({"volume": "db-1"}))
+            .await,
+        "this token is narrowed to volumes `build-*`, and volume `db-1` is not one of them",
+    );
+    refused(
+        narrowed
+            .post(
+                "/v1/volumes/build-n/create",
+                json!({"plugin": "hp", "access_mode": "single-node-writer", "attachment": "file-system", "source": {"volume": "db-1"}}),
+            )
+            .await,
+        "this token is narrowed to volumes `build-*`, and volume `db-1` is not one of them",
+    );
+    refused(
+        narrowed
+            .post(
+                "/v1/snapshots/build-s/adopt",
+                json!({"plugin": "hp", "snapshot_id": "snap-1"}),
+            )
+            .await,
+        "this token is narrowed to volumes `build-*`, and adopting a snapshot (whose volume is not known yet) covers the whole cluster",
+    );
+    // Nothing was recorded of either.
+    assert_eq!(api.get("/v1/snapshots/build-s").await.0, 404);
+    assert_eq!(api.get("/v1/volumes/build-n").await.0, 404);
 }
