@@ -22,6 +22,7 @@ mod ha_members;
 mod ha_parity;
 mod ha_reads;
 mod ha_retries;
+mod ha_scopes;
 mod ha_upgrade;
 mod hosting;
 mod impostor;
