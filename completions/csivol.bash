@@ -196,6 +196,9 @@ _csivol() {
             csivol__subcmd__help__subcmd__token,revoke)
                 cmd="csivol__subcmd__help__subcmd__token__subcmd__revoke"
                 ;;
+            csivol__subcmd__help__subcmd__token,show)
+                cmd="csivol__subcmd__help__subcmd__token__subcmd__show"
+                ;;
             csivol__subcmd__help__subcmd__volume,adopt)
                 cmd="csivol__subcmd__help__subcmd__volume__subcmd__adopt"
                 ;;
@@ -355,6 +358,9 @@ _csivol() {
             csivol__subcmd__token,revoke)
                 cmd="csivol__subcmd__token__subcmd__revoke"
                 ;;
+            csivol__subcmd__token,show)
+                cmd="csivol__subcmd__token__subcmd__show"
+                ;;
             csivol__subcmd__token__subcmd__help,create)
                 cmd="csivol__subcmd__token__subcmd__help__subcmd__create"
                 ;;
@@ -366,6 +372,9 @@ _csivol() {
                 ;;
             csivol__subcmd__token__subcmd__help,revoke)
                 cmd="csivol__subcmd__token__subcmd__help__subcmd__revoke"
+                ;;
+            csivol__subcmd__token__subcmd__help,show)
+                cmd="csivol__subcmd__token__subcmd__help__subcmd__show"
                 ;;
             csivol__subcmd__volume,adopt)
                 cmd="csivol__subcmd__volume__subcmd__adopt"
@@ -1560,7 +1569,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__help__subcmd__token)
-            opts="create list revoke"
+            opts="create list show revoke"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1602,6 +1611,20 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__help__subcmd__token__subcmd__revoke)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__help__subcmd__token__subcmd__show)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -3286,7 +3309,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__token)
-            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version create list revoke help"
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version create list show revoke help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -3332,7 +3355,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__token__subcmd__create)
-            opts="-o -q -h -V --role --node --name --ttl --controller --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
+            opts="-o -q -h -V --role --capability --volumes --node --name --ttl --controller --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -3340,6 +3363,20 @@ _csivol() {
             case "${prev}" in
                 --role)
                     COMPREPLY=($(compgen -W "operator reader claimer node" -- "${cur}"))
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --capability)
+                    COMPREPLY=($(compgen -W "read claim release-any create-delete snapshot expand-modify unblock-detach fence manage-nodes manage-tokens backup" -- "${cur}"))
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --volumes)
+                    COMPREPLY=("${cur}")
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
                         compopt -o nospace
                     fi
@@ -3413,7 +3450,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__token__subcmd__help)
-            opts="create list revoke help"
+            opts="create list show revoke help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -3482,6 +3519,20 @@ _csivol() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        csivol__subcmd__token__subcmd__help__subcmd__show)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         csivol__subcmd__token__subcmd__list)
             opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
@@ -3529,6 +3580,52 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__token__subcmd__revoke)
+            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --addr)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --ca-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --token)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -o)
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__token__subcmd__show)
             opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )

@@ -483,6 +483,8 @@ pub fn tokens(out: &Out, ts: &[csivol_api::TokenInfo]) -> anyhow::Result<()> {
         "ID",
         "NAME",
         "ROLE",
+        "ADDED",
+        "VOLUMES",
         "NODE",
         "STATUS",
         "CREATED",
@@ -495,6 +497,12 @@ pub fn tokens(out: &Out, ts: &[csivol_api::TokenInfo]) -> anyhow::Result<()> {
             cell(&tok.id),
             cell(or_dash(tok.name.as_deref())),
             cell(tok.role.as_str()),
+            cell(added_capabilities(tok)),
+            cell(if tok.volumes.is_empty() {
+                "*".to_owned()
+            } else {
+                tok.volumes.join(",")
+            }),
             cell(or_dash(tok.node.as_deref())),
             cell(&tok.status),
             cell(&tok.created_at),
@@ -508,6 +516,58 @@ pub fn tokens(out: &Out, ts: &[csivol_api::TokenInfo]) -> anyhow::Result<()> {
         ]);
     }
     out.print_table(t)
+}
+
+/// The capabilities a token holds beyond its role's preset, or `-`.
+fn added_capabilities(t: &csivol_api::TokenInfo) -> String {
+    let preset = t.role.preset();
+    let added: Vec<&str> = t
+        .capabilities
+        .iter()
+        .filter(|c| !preset.contains(c))
+        .map(|c| c.as_str())
+        .collect();
+    if added.is_empty() {
+        "-".to_owned()
+    } else {
+        added.join(",")
+    }
+}
+
+/// `token show`: one token, a field a line.
+pub fn token(out: &Out, t: &csivol_api::TokenInfo) -> anyhow::Result<()> {
+    let caps: Vec<&str> = t.capabilities.iter().map(|c| c.as_str()).collect();
+    let lines = [
+        ("id", t.id.clone()),
+        ("name", or_dash(t.name.as_deref())),
+        ("role", t.role.as_str().to_owned()),
+        (
+            "capabilities",
+            if caps.is_empty() {
+                "-".to_owned()
+            } else {
+                caps.join(", ")
+            },
+        ),
+        ("added", added_capabilities(t)),
+        (
+            "volumes",
+            if t.volumes.is_empty() {
+                "* (every volume)".to_owned()
+            } else {
+                t.volumes.join(", ")
+            },
+        ),
+        ("node", or_dash(t.node.as_deref())),
+        ("status", t.status.clone()),
+        ("created", t.created_at.clone()),
+        ("last used", or_dash(t.last_used_at.as_deref())),
+        ("expires", or_dash(t.expires_at.as_deref())),
+    ];
+    for (k, v) in lines {
+        out.line(format!("{:<14}{v}", format!("{k}:")))?;
+    }
+    Ok(())
 }
 
 pub fn events(out: &Out, es: &[Event]) -> anyhow::Result<()> {

@@ -1,11 +1,13 @@
 //! Bearer tokens: random secrets handed out once, stored only as SHA-256 hashes, each with a
-//! role (`operator`, `reader`, or `node` bound to one node).
+//! role (`operator`, `reader`, `claimer`, or `node` bound to one node) and a scope: the
+//! capabilities it holds (its role's preset and what was added) and the volume-name
+//! patterns it is narrowed to.
 
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Mutex, RwLock};
 
-use csivol_api::{Role, TokenInfo};
+use csivol_api::{Capability, Role, TokenInfo, TokenScope};
 use rand::RngCore;
 use sha2::{Digest, Sha256};
 
@@ -24,6 +26,8 @@ pub struct Caller {
     pub name: Option<String>,
     /// Plugins whose controller a node token's node may host.
     pub controllers: Vec<String>,
+    /// What it may do and touch.
+    pub scope: TokenScope,
 }
 
 impl Caller {
@@ -37,36 +41,66 @@ impl Caller {
         }
     }
 
-    pub fn require_operator(&self) -> ApiResult<()> {
-        if self.role == Role::Operator {
+    /// A caller of `role`'s preset, over every volume.
+    pub fn of_role(token_id: &str, role: Role) -> Self {
+        Self {
+            token_id: token_id.to_owned(),
+            role,
+            node: None,
+            name: None,
+            controllers: Vec::new(),
+            scope: TokenScope::preset(role),
+        }
+    }
+
+    pub fn has(&self, c: Capability) -> bool {
+        self.scope.has(c)
+    }
+
+    /// Refuses a caller without capability `c`, which `what` (the route) needs, saying
+    /// which role or capability would do it.
+    pub fn require(&self, c: Capability, what: &str) -> ApiResult<()> {
+        if self.has(c) {
+            return Ok(());
+        }
+        if self.role == Role::Node {
+            return Err(ApiError::forbidden(format!(
+                "a node token can only act for its own node's agent; {what} needs the `{c}` \
+                 capability"
+            ))
+            .with_hint(with_capability(c)));
+        }
+        Err(ApiError::forbidden(format!(
+            "this {} token lacks the `{c}` capability, which {what} needs",
+            self.role
+        ))
+        .with_hint(with_capability(c)))
+    }
+
+    /// Refuses a caller narrowed to volume patterns that `name` (a volume's or a
+    /// snapshot's) does not match.
+    pub fn require_touches(&self, kind: &str, name: &str) -> ApiResult<()> {
+        if self.scope.touches(name) {
             return Ok(());
         }
         Err(ApiError::forbidden(format!(
-            "a {} token cannot do this; it needs an operator token",
-            self.role
+            "this token is narrowed to volumes {}, and {kind} `{name}` is not one of them",
+            patterns(&self.scope.volumes)
         ))
-        .with_hint("create one with `csivol token create --role operator` (as an operator)"))
+        .with_hint("use a token whose `--volumes` patterns match it"))
     }
 
-    /// Claiming, renewing, queueing and releasing claims: operators and claimers (CI jobs).
-    pub fn require_claimer(&self) -> ApiResult<()> {
-        if matches!(self.role, Role::Operator | Role::Claimer) {
+    /// Refuses a caller narrowed to volume patterns for `what`, which covers the whole
+    /// cluster.
+    pub fn require_whole_cluster(&self, what: &str) -> ApiResult<()> {
+        if !self.scope.narrowed() {
             return Ok(());
         }
         Err(ApiError::forbidden(format!(
-            "a {} token cannot claim or release; it needs a claimer or operator token",
-            self.role
+            "this token is narrowed to volumes {}, and {what} covers the whole cluster",
+            patterns(&self.scope.volumes)
         ))
-        .with_hint("create one with `csivol token create --role claimer` (as an operator)"))
-    }
-
-    pub fn require_reader(&self) -> ApiResult<()> {
-        if matches!(self.role, Role::Operator | Role::Reader | Role::Claimer) {
-            return Ok(());
-        }
-        Err(ApiError::forbidden(
-            "a node token can only act for its own node's agent",
-        ))
+        .with_hint("use a token not narrowed to volume names (made without `--volumes`)"))
     }
 
     /// Agent endpoints: the node's own token (an operator may act for any node).
@@ -82,6 +116,22 @@ impl Caller {
             )),
         }
     }
+}
+
+/// Which role or capability gives `c`.
+fn with_capability(c: Capability) -> String {
+    format!(
+        "use a token that holds it: one of role `{}`, or one made with `csivol token create \
+         --role ROLE --capability {c}` by a token that holds it",
+        c.smallest_role()
+    )
+}
+
+fn patterns(ps: &[String]) -> String {
+    ps.iter()
+        .map(|p| format!("`{p}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn hash(token: &str) -> String {
@@ -110,13 +160,14 @@ pub struct Tokens {
 }
 
 impl Tokens {
-    pub fn load(snap: &impl Snapshot) -> ApiResult<Self> {
+    pub fn load(snap: &(impl Snapshot + ?Sized)) -> ApiResult<Self> {
         let by_hash = snap
             .tokens()?
             .into_iter()
             .map(|t| {
                 let entry = Entry {
                     caller: Caller {
+                        scope: t.effective_scope(),
                         token_id: t.id,
                         role: t.role,
                         node: t.node,
@@ -266,7 +317,7 @@ impl Tokens {
 }
 
 /// Every token, without secrets.
-pub fn list_tokens(snap: &impl Snapshot, now: i64) -> ApiResult<Vec<TokenInfo>> {
+pub fn list_tokens(snap: &(impl Snapshot + ?Sized), now: i64) -> ApiResult<Vec<TokenInfo>> {
     Ok(snap
         .tokens()?
         .into_iter()
@@ -276,7 +327,10 @@ pub fn list_tokens(snap: &impl Snapshot, now: i64) -> ApiResult<Vec<TokenInfo>> 
                 (None, Some(e)) if e <= now => "expired",
                 _ => "active",
             };
+            let scope = t.effective_scope();
             TokenInfo {
+                capabilities: scope.capabilities.into_iter().collect(),
+                volumes: scope.volumes,
                 id: t.id,
                 name: t.name,
                 role: t.role,
@@ -339,6 +393,7 @@ mod tests {
             node: Some("n1".into()),
             name: None,
             controllers: vec![],
+            scope: TokenScope::preset(Role::Node),
         };
         assert!(c.require_node("n1").is_ok());
         let err = c.require_node("n2").unwrap_err();
@@ -347,17 +402,22 @@ mod tests {
             "{}",
             err.message
         );
-        assert!(c.require_reader().is_err());
-        assert!(c.require_operator().is_err());
-        let r = Caller {
-            token_id: "y".into(),
-            role: Role::Reader,
-            node: None,
-            name: None,
-            controllers: vec![],
-        };
-        assert!(r.require_reader().is_ok());
-        assert!(r.require_operator().is_err());
+        assert!(c.require(Capability::Read, "reading").is_err());
+        assert!(c.require(Capability::Backup, "a backup").is_err());
+        let r = Caller::of_role("y", Role::Reader);
+        assert!(r.require(Capability::Read, "reading").is_ok());
+        let e = r.require(Capability::Backup, "a backup").unwrap_err();
+        assert_eq!(
+            e.message,
+            "this reader token lacks the `backup` capability, which a backup needs"
+        );
+        assert!(
+            e.hint
+                .as_deref()
+                .is_some_and(|h| h.contains("`operator` token")),
+            "{:?}",
+            e.hint
+        );
         assert!(r.require_node("n1").is_err());
     }
 
@@ -369,6 +429,7 @@ mod tests {
             node: node.map(Into::into),
             name: name.map(Into::into),
             controllers: vec![],
+            scope: TokenScope::preset(role),
         };
         assert_eq!(
             c(Role::Operator, None, Some("alice")).actor(),
@@ -385,17 +446,7 @@ mod tests {
     #[test]
     fn authenticate_checks_the_hash() {
         let t = Tokens::default();
-        t.remember(
-            "secret",
-            Caller {
-                token_id: "i".into(),
-                role: Role::Operator,
-                node: None,
-                name: None,
-                controllers: vec![],
-            },
-            None,
-        );
+        t.remember("secret", Caller::of_role("i", Role::Operator), None);
         assert_eq!(
             t.authenticate(Some("Bearer secret"), 0).unwrap().role,
             Role::Operator
@@ -414,13 +465,7 @@ mod tests {
     #[test]
     fn expired_and_revoked_tokens_say_which() {
         let t = Tokens::default();
-        let caller = |id: &str| Caller {
-            token_id: id.into(),
-            role: Role::Reader,
-            node: None,
-            name: None,
-            controllers: vec![],
-        };
+        let caller = |id: &str| Caller::of_role(id, Role::Reader);
         t.remember("short", caller("s"), Some(1_000));
         t.remember("gone", caller("g"), None);
         assert!(t.authenticate(Some("Bearer short"), 999).is_ok());
@@ -443,5 +488,28 @@ mod tests {
         let used: HashMap<_, _> = t.take_last_used().into_iter().collect();
         assert_eq!(used.get("s"), Some(&999));
         assert_eq!(used.get("g"), Some(&5));
+    }
+}
+
+#[cfg(test)]
+mod scope_tests {
+    use super::*;
+
+    #[test]
+    fn a_narrowed_token_touches_only_matching_names_and_nothing_cluster_wide() {
+        let mut c = Caller::of_role("z", Role::Claimer);
+        c.scope.volumes = vec!["build-*".into()];
+        assert!(c.require_touches("volume", "build-1").is_ok());
+        let e = c.require_touches("volume", "db-1").unwrap_err();
+        assert_eq!(
+            e.message,
+            "this token is narrowed to volumes `build-*`, and volume `db-1` is not one of them"
+        );
+        assert!(c.require_whole_cluster("GET /v1/events").is_err());
+        assert!(
+            Caller::of_role("o", Role::Reader)
+                .require_whole_cluster("GET /v1/events")
+                .is_ok()
+        );
     }
 }

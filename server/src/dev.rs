@@ -403,6 +403,8 @@ impl DevClient {
             name: None,
             ttl_ms: None,
             controllers: vec![DEV_PLUGIN.to_owned()],
+            capabilities: Vec::new(),
+            volumes: Vec::new(),
         };
         Ok(self.0.create_token(&req).await.map_err(dev_error)?.token)
     }

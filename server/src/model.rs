@@ -560,10 +560,22 @@ pub struct TokenRow {
     /// Plugins whose controller a node token's node may host.
     pub controllers: Vec<String>,
     pub name: Option<String>,
+    /// What it may do and touch when that is more or less than its role's preset (none:
+    /// the preset, over every volume; always none below the schema that keeps scopes).
+    pub scope: Option<csivol_api::TokenScope>,
     pub created_at: i64,
     pub last_used_at: Option<i64>,
     pub expires_at: Option<i64>,
     pub revoked_at: Option<i64>,
+}
+
+impl TokenRow {
+    /// What the token may do and touch.
+    pub fn effective_scope(&self) -> csivol_api::TokenScope {
+        self.scope
+            .clone()
+            .unwrap_or_else(|| csivol_api::TokenScope::preset(self.role))
+    }
 }
 
 /// A node's fence facts as stored: the labels an operator set (`csivol node label`), those

@@ -223,17 +223,7 @@ impl Server {
                 .map_err(|e| anyhow::anyhow!("failed to create the operator token: {e}"))?;
             auth::write_token_file(&token_path, &t.token)
                 .with_context(|| format!("failed to write {}", token_path.display()))?;
-            tokens.remember(
-                &t.token,
-                auth::Caller {
-                    token_id: t.id.clone(),
-                    role: t.role,
-                    node: None,
-                    name: None,
-                    controllers: vec![],
-                },
-                None,
-            );
+            tokens.remember(&t.token, auth::Caller::of_role(&t.id, t.role), None);
             tracing::info!(path = %token_path.display(), "created the first operator token");
         }
         let nodes: Vec<(String, bool)> = db

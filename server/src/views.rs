@@ -25,6 +25,20 @@ pub struct VolumeFilter {
     pub state: Option<VolumeState>,
     pub node: Option<String>,
     pub plugin: Option<String>,
+    /// Only volumes whose names match one of these patterns (a narrowed token's); none:
+    /// every volume.
+    pub names: Vec<String>,
+}
+
+/// Whether a narrowed token's `patterns` match the snapshot: its own name and its
+/// volume's (none: every snapshot).
+pub fn snapshot_named_in(patterns: &[String], s: &api::Snapshot) -> bool {
+    named_in(patterns, &s.name) && named_in(patterns, &s.volume)
+}
+
+/// Whether `name` matches one of `patterns` (none: every name matches).
+pub fn named_in(patterns: &[String], name: &str) -> bool {
+    patterns.is_empty() || patterns.iter().any(|p| api::glob_matches(p, name))
 }
 
 /// Volume rows read per step of a listing, with their claims and attachments: what a
@@ -81,6 +95,9 @@ pub fn shape<'c>(
             Ok(f) => f,
             Err(e) => return Some(Err(ApiError::internal(format!("a stored volume: {e}")))),
         };
+        if !named_in(&filter.names, fields.name) {
+            return None;
+        }
         let c = chunk.claims.get(fields.name).map_or(&[][..], Vec::as_slice);
         let a = chunk
             .attachments
@@ -494,6 +511,9 @@ pub struct ClaimFilter {
     pub labels: Vec<(String, String)>,
     /// Only claims created longer ago than this.
     pub older_than_ms: Option<u64>,
+    /// Only claims of volumes whose names match one of these patterns (a narrowed
+    /// token's); none: every volume's.
+    pub names: Vec<String>,
 }
 
 impl ClaimFilter {
@@ -567,6 +587,9 @@ pub fn claim_page(
     for claims in rows.chunk_by(|a, b| a.volume == b.volume) {
         volumes += 1;
         last = Some(&claims[0].volume);
+        if !named_in(&f.names, &claims[0].volume) {
+            continue;
+        }
         let mut shaped = claims_to_api(claims);
         usage.fill(&mut shaped);
         for (row, c) in claims.iter().zip(shaped) {

@@ -399,6 +399,16 @@ fn role() -> impl TypedValueParser<Value = Role> {
         .map(|s| s.parse().expect("a role"))
 }
 
+fn capability() -> impl TypedValueParser<Value = csivol_api::Capability> {
+    PossibleValuesParser::new(csivol_api::Capability::ALL.map(|c| c.as_str()))
+        .map(|s| s.parse().expect("a capability"))
+}
+
+fn volume_pattern(s: &str) -> Result<String, String> {
+    csivol_api::validate_pattern(s)?;
+    Ok(s.to_owned())
+}
+
 fn claim_state() -> impl TypedValueParser<Value = ClaimState> {
     PossibleValuesParser::new(ClaimState::ALL.map(|s| s.as_str()))
         .map(|s| s.parse().expect("a possible value"))

@@ -3,9 +3,9 @@
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
-use csivol_api::Role;
+use csivol_api::{Capability, Role};
 
-use super::{node_name, parse_duration, role, volume_name};
+use super::{capability, node_name, parse_duration, role, volume_name, volume_pattern};
 
 #[derive(Debug, Args)]
 pub struct EventsArgs {
@@ -35,12 +35,23 @@ pub struct EventsArgs {
 pub enum TokenCommand {
     /// Create a token; its secret is printed once, on stdout
     Create(TokenCreateArgs),
-    /// List tokens (never their secrets): role, node, when created, last used, expiry
+    /// List tokens (never their secrets): role, capabilities, volumes, node, when created,
+    /// last used, expiry
     List,
+    /// Show one token (never its secret): its role, every capability it holds and the
+    /// volume patterns it is narrowed to
+    Show(TokenShowArgs),
     /// Revoke a token: requests with it are refused (401) from then on
     ///
     /// The last usable operator token cannot be revoked.
     Revoke(TokenRevokeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct TokenShowArgs {
+    /// The token's id or name (`csivol token list`)
+    #[arg(value_name = "ID|NAME")]
+    pub id: String,
 }
 
 #[derive(Debug, Args)]
@@ -52,10 +63,25 @@ pub struct TokenRevokeArgs {
 
 #[derive(Debug, Args)]
 pub struct TokenCreateArgs {
-    /// What the token may do: `operator` everything, `reader` read only, `claimer` read and
-    /// claim, renew, queue and release (CI jobs), `node` one node's agent
+    /// What the token may do, a preset of capabilities: `operator` every capability,
+    /// `reader` read, `claimer` read and claim (claim, renew, queue and release its own
+    /// claims: CI jobs), `node` one node's agent
     #[arg(long, value_name = "ROLE", value_parser = role())]
     pub role: Role,
+
+    /// A capability added to the role's preset (repeatable): read, claim, release-any,
+    /// create-delete, snapshot, expand-modify, unblock-detach, fence, manage-nodes,
+    /// manage-tokens, backup. A token can only give what it holds itself
+    #[arg(long = "capability", value_name = "CAPABILITY", value_parser = capability())]
+    pub capabilities: Vec<Capability>,
+
+    /// Narrow the token to volumes whose names match this glob (repeatable; `*` any
+    /// characters, `?` one), e.g. `build-*`: it reads, claims and snapshots only those
+    /// volumes (and snapshots whose names match), and its listings show only them. A
+    /// narrowed token cannot hold the cluster-wide capabilities (fence, manage-nodes,
+    /// manage-tokens, backup)
+    #[arg(long = "volumes", value_name = "PATTERN", value_parser = volume_pattern)]
+    pub volumes: Vec<String>,
 
     /// The node a `node` token acts for
     #[arg(long, value_name = "NODE", value_parser = node_name, required_if_eq("role", "node"))]

@@ -1,4 +1,4 @@
-//! `csivol token create|list|revoke`. `create` prints the secret to stdout, alone, so that
+//! `csivol token create|list|show|revoke`. `create` prints the secret to stdout, alone, so that
 //! `TOKEN=$(csivol token create --role reader)` works; it is shown only this once.
 
 use std::time::Duration;
@@ -24,6 +24,8 @@ pub async fn run(ctx: &Ctx, cmd: TokenCommand) -> anyhow::Result<Exit> {
                     .ttl
                     .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
                 controllers: args.controllers.clone(),
+                capabilities: args.capabilities.clone(),
+                volumes: args.volumes.clone(),
             };
             let a: Answer<TokenResponse> = ctx
                 .client
@@ -46,8 +48,26 @@ pub async fn run(ctx: &Ctx, cmd: TokenCommand) -> anyhow::Result<Exit> {
                 .as_deref()
                 .map(|e| format!(", expiring at {e}"))
                 .unwrap_or_default();
+            let preset = t.role.preset();
+            let added: Vec<&str> = t
+                .capabilities
+                .iter()
+                .filter(|c| !preset.contains(c))
+                .map(|c| c.as_str())
+                .collect();
+            let with = if added.is_empty() {
+                String::new()
+            } else {
+                format!(" with {}", added.join(", "))
+            };
+            let narrowed = if t.volumes.is_empty() {
+                String::new()
+            } else {
+                format!(" narrowed to volumes {}", t.volumes.join(", "))
+            };
             ctx.out.note(format!(
-                "created {} token {}{named}{scope}{expiry}; the secret below is shown only this once",
+                "created {} token {}{named}{scope}{with}{narrowed}{expiry}; the secret below is \
+                 shown only this once",
                 t.role, t.id
             ));
             if ctx.out.json_mode() {
@@ -66,6 +86,27 @@ pub async fn run(ctx: &Ctx, cmd: TokenCommand) -> anyhow::Result<Exit> {
                 ctx.out.json(&tokens)?;
             } else {
                 render::tokens(&ctx.out, &tokens)?;
+            }
+        }
+        TokenCommand::Show(args) => {
+            let tokens: Vec<TokenInfo> = ctx
+                .client
+                .get("/v1/tokens")
+                .await
+                .context("failed to list tokens")?;
+            let Some(t) = tokens
+                .into_iter()
+                .find(|t| t.id == args.id || t.name.as_deref() == Some(args.id.as_str()))
+            else {
+                anyhow::bail!(
+                    "no token `{}`\nhint: list tokens with `csivol token list`",
+                    args.id
+                );
+            };
+            if ctx.out.json_mode() {
+                ctx.out.json(&t)?;
+            } else {
+                render::token(&ctx.out, &t)?;
             }
         }
         TokenCommand::Revoke(args) => {

@@ -291,8 +291,8 @@ async fn token_create_prints_the_secret_once_on_stdout() {
     exit: 7
     --- stdout
     --- stderr
-    error: failed to register volume `v`: a reader token cannot do this; it needs an operator token
-    hint: create one with `csivol token create --role operator` (as an operator)
+    error: failed to register volume `v`: this reader token lacks the `create-delete` capability, which PUT /v1/volumes/{name} needs
+    hint: use a token that holds it: one of role `operator`, or one made with `csivol token create --role ROLE --capability create-delete` by a token that holds it
     ");
 
     snap!(env.run(&["token", "create", "--role", "node", "--node", "n1", "-o", "json"]).await, @r#"
@@ -302,7 +302,8 @@ async fn token_create_prints_the_secret_once_on_stdout() {
       "id": "[TOKEN-ID]",
       "role": "node",
       "node": "n1",
-      "token": "[TOKEN]"
+      "token": "[TOKEN]",
+      "capabilities": []
     }
     --- stderr
     "#);

@@ -49,6 +49,7 @@ pub const FILTERS: &[(&str, &str)] = &[
     (r"token [0-9a-f]{12}\b", "token [TOKEN-ID]"),
     (r"token [0-9a-f]{1,11}…", "token [TOKEN-ID]…"),
     (r#""id": "[0-9a-f]{12}""#, r#""id": "[TOKEN-ID]""#),
+    (r"(?m)^id:( +)[0-9a-f]{12}$", "id:$1[TOKEN-ID]"),
     (r"127\.0\.0\.1:\d+", "127.0.0.1:[PORT]"),
     (r"/tmp/csivol-[A-Za-z0-9_.-]+", "[TMP]"),
     // Ages: always the last column of a table, or followed by "ago".

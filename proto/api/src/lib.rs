@@ -26,6 +26,7 @@ mod name;
 mod nodes;
 mod operator;
 mod reconcile;
+mod scope;
 mod snapshots;
 mod text;
 mod tokens;
@@ -49,6 +50,7 @@ pub use name::*;
 pub use nodes::*;
 pub use operator::*;
 pub use reconcile::*;
+pub use scope::*;
 pub use snapshots::*;
 pub use text::{
     FreeText, TextError, check_claim_labels, check_map, check_node_labels, check_reason,

@@ -41,6 +41,8 @@ pub const MAX_MOUNT_FLAGS: usize = 64;
 
 /// Plugins whose controller one node token's node may host (`token create --controller`).
 pub const MAX_TOKEN_CONTROLLERS: usize = 64;
+/// Volume-name patterns one token is narrowed to (`token create --volumes`).
+pub const MAX_TOKEN_PATTERNS: usize = 64;
 /// Nodes allowed, and nodes disallowed, to host a plugin's controller in one request
 /// (`plugin controllers --allow/--disallow`), each.
 pub const MAX_HOST_CHANGES: usize = 256;

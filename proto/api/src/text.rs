@@ -15,8 +15,8 @@ use std::collections::BTreeMap;
 use crate::limits::{
     CSI_MAP_BYTES, CSI_MOUNT_FLAGS_BYTES, CSI_STRING_BYTES, Limit, MAX_GROUP_VOLUMES,
     MAX_HOST_CHANGES, MAX_LABEL_REMOVALS, MAX_MOUNT_FLAGS, MAX_NODE_HOLDINGS, MAX_NODE_LABELS,
-    MAX_NODE_PLUGINS, MAX_REPORTS, MAX_SEGMENTS, MAX_TOKEN_CONTROLLERS, NODE_LABEL_VALUE_BYTES,
-    TextLimits,
+    MAX_NODE_PLUGINS, MAX_REPORTS, MAX_SEGMENTS, MAX_TOKEN_CONTROLLERS, MAX_TOKEN_PATTERNS,
+    NODE_LABEL_VALUE_BYTES, TextLimits,
 };
 use crate::{
     ClaimRequest, ControllerHostsChange, CreateVolumeSpec, GroupSnapshotRequest, ModifyRequest,
@@ -342,7 +342,8 @@ impl FreeText for GroupSnapshotRequest {
     }
 }
 
-/// The plugins a node token names (names, each checked by the naming rule).
+/// The plugins a node token names and the volume patterns a token is narrowed to (names
+/// and patterns, each checked by its own rule).
 impl FreeText for TokenRequest {
     fn check_text(&self) -> Result<(), TextError> {
         check_count(
@@ -350,6 +351,13 @@ impl FreeText for TokenRequest {
             self.controllers.len(),
             "plugins",
             MAX_TOKEN_CONTROLLERS,
+            Limit::Csivol,
+        )?;
+        check_count(
+            "volumes",
+            self.volumes.len(),
+            "patterns",
+            MAX_TOKEN_PATTERNS,
             Limit::Csivol,
         )
     }

@@ -43,6 +43,12 @@ pub struct TokenRequest {
     /// Plugins whose controller a node token's node may host (node tokens only).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub controllers: Vec<String>,
+    /// Capabilities added to the role's preset.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub capabilities: Vec<crate::Capability>,
+    /// Volume-name patterns (`build-*`) the token is narrowed to; none: every volume.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<String>,
 }
 
 /// `GET /v1/plugins/{id}/controllers`: the nodes that may host a plugin's controller.
@@ -87,6 +93,12 @@ pub struct TokenInfo {
     /// Plugins whose controller this node token's node may host.
     #[serde(default)]
     pub controllers: Vec<String>,
+    /// Everything it may do: its role's preset and what was added.
+    #[serde(default)]
+    pub capabilities: Vec<crate::Capability>,
+    /// Volume-name patterns it is narrowed to; empty: every volume.
+    #[serde(default)]
+    pub volumes: Vec<String>,
     pub created_at: String,
     /// The last request made with it (persisted when tokens are listed and at shutdown).
     pub last_used_at: Option<String>,
@@ -109,4 +121,10 @@ pub struct TokenResponse {
     pub expires_at: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub controllers: Vec<String>,
+    /// Everything it may do: its role's preset and what was added.
+    #[serde(default)]
+    pub capabilities: Vec<crate::Capability>,
+    /// Volume-name patterns it is narrowed to; empty: every volume.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<String>,
 }

@@ -177,9 +177,12 @@ pub(super) async fn get_claim(
 /// `GET /v1/claims?volume=&node=&state=&label=k=v&older_than_ms=`; `label` repeatable.
 pub(super) async fn list_claims(
     State(app): State<App>,
+    headers: HeaderMap,
     Query(pairs): Query<Vec<(String, String)>>,
 ) -> ApiResult<Response> {
-    let filter = views::ClaimFilter::from_query(&pairs)?;
+    let mut filter = views::ClaimFilter::from_query(&pairs)?;
+    // A token narrowed to volume patterns lists only the claims of the volumes they match.
+    filter.names = app.caller(&headers)?.scope.volumes;
     listing::claims(&app, filter).await
 }
 
@@ -187,15 +190,15 @@ pub(super) async fn list_claims(
 struct Who {
     actor: String,
     token: String,
-    role: api::Role,
+    any_claim: bool,
 }
 
 impl Who {
     fn of(caller: Caller) -> Self {
         Self {
             actor: caller.actor(),
+            any_claim: caller.has(api::Capability::ReleaseAny),
             token: caller.token_id,
-            role: caller.role,
         }
     }
 
@@ -203,10 +206,12 @@ impl Who {
         lifecycle::Claimant {
             actor: &self.actor,
             token: &self.token,
-            // A claimer's claims count against this server's `claims_per_claimer`.
-            bounded: self.role == api::Role::Claimer,
-            // An operator may renew and release any claim; a claimer only its own.
-            any_claim: self.role == api::Role::Operator,
+            // The claims of a token that may act only on its own (a claimer's) count
+            // against this server's `claims_per_claimer`.
+            bounded: !self.any_claim,
+            // A token with `release-any` (an operator's) may renew and release any claim;
+            // others only their own.
+            any_claim: self.any_claim,
         }
     }
 }

@@ -196,7 +196,11 @@ pub(super) async fn claims(app: &App, filter: views::ClaimFilter) -> ApiResult<R
 }
 
 /// `GET /v1/snapshots` (of a volume, when given): 500 at a time.
-pub(super) async fn snapshots(app: &App, volume: Option<String>) -> ApiResult<Response> {
+pub(super) async fn snapshots(
+    app: &App,
+    volume: Option<String>,
+    names: Vec<String>,
+) -> ApiResult<Response> {
     let db = app.db.clone();
     let read = move |after: String| {
         let (db, volume) = (db.clone(), volume.clone());
@@ -205,9 +209,9 @@ pub(super) async fn snapshots(app: &App, volume: Option<String>) -> ApiResult<Re
                 .await
         }
     };
-    let shape = |page: Vec<api::Snapshot>| {
+    let shape = move |page: Vec<api::Snapshot>| {
         let mut buf = Vec::with_capacity(page.len() * 512);
-        for s in &page {
+        for s in page.iter().filter(|s| views::snapshot_named_in(&names, s)) {
             if !buf.is_empty() {
                 buf.push(b',');
             }

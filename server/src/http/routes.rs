@@ -6,36 +6,59 @@
 use axum::Router;
 use axum::extract::{FromRequestParts, MatchedPath, RawPathParams, Request, State};
 use axum::response::{IntoResponse, Response};
-use csivol_api::{self as api, CreateVolumeSpec};
+use csivol_api::{self as api, Capability, CreateVolumeSpec};
 
 use super::{backup, channel, claims, events, health, nodes, plugins, snapshots, tokens, volumes};
 use crate::app::App;
 use crate::error::ApiError;
 
-/// What a caller needs for a route.
+/// What a caller needs for a route: a capability (`api::Capability`), and how the
+/// route stands to a token narrowed to volume-name patterns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Need {
     /// No token: the health check.
     Anyone,
-    /// Reading the cluster: reader, claimer and operator tokens.
-    Read,
-    /// Claiming, renewing and releasing claims: claimer and operator tokens (which claims
-    /// a claimer may renew or release is the lifecycle's rule: its own).
-    Claim,
-    /// Changing the cluster: operator tokens.
-    Operate,
+    /// The capability, for the volume or snapshot the path names (`{name}`), which a
+    /// narrowed token's patterns must match.
+    Named(Capability),
+    /// The capability, for a listing the handler narrows to the token's volumes.
+    Listed(Capability),
+    /// The capability, for a log of every volume that a narrowed token may read only for
+    /// one volume its patterns match, named by the query's `volume`.
+    Filtered(Capability),
+    /// The capability, for something that names no volume (plugins, the controller
+    /// hosts of a plugin): narrowing changes nothing.
+    Unnamed(Capability),
+    /// The capability, over the whole cluster: a narrowed token is refused.
+    Cluster(Capability),
     /// An agent's own endpoints: the token of the node the path names (or an operator's).
     OwnNode,
 }
 
 impl Need {
-    pub fn as_str(self) -> &'static str {
+    /// The rule as the authorisation test writes it: `anyone`, `own-node`, or
+    /// `CAPABILITY@named|listed|unnamed|cluster`.
+    pub fn text(self) -> String {
         match self {
-            Self::Anyone => "anyone",
-            Self::Read => "read",
-            Self::Claim => "claim",
-            Self::Operate => "operate",
-            Self::OwnNode => "own-node",
+            Self::Anyone => "anyone".into(),
+            Self::OwnNode => "own-node".into(),
+            Self::Named(c) => format!("{c}@named"),
+            Self::Listed(c) => format!("{c}@listed"),
+            Self::Filtered(c) => format!("{c}@filtered"),
+            Self::Unnamed(c) => format!("{c}@unnamed"),
+            Self::Cluster(c) => format!("{c}@cluster"),
+        }
+    }
+
+    /// The capability it needs, if any.
+    pub fn capability(self) -> Option<Capability> {
+        match self {
+            Self::Named(c)
+            | Self::Listed(c)
+            | Self::Filtered(c)
+            | Self::Unnamed(c)
+            | Self::Cluster(c) => Some(c),
+            Self::Anyone | Self::OwnNode => None,
         }
     }
 }
@@ -51,10 +74,14 @@ pub struct Rule {
 
 /// Writes the table and the router from one list, so that the two cannot differ.
 macro_rules! table {
-    ($($method:ident $path:literal $need:ident => $handler:expr;)*) => {
+    ($($method:ident $path:literal $need:ident $(($cap:ident))? => $handler:expr;)*) => {
         /// Every route of the API and what its caller needs.
         pub const TABLE: &[Rule] = &[
-            $(Rule { method: stringify!($method), path: $path, need: Need::$need },)*
+            $(Rule {
+                method: stringify!($method),
+                path: $path,
+                need: Need::$need $((Capability::$cap))?,
+            },)*
         ];
 
         /// The router of every route of [`TABLE`] (axum merges the methods of one path).
@@ -67,57 +94,57 @@ macro_rules! table {
 
 table! {
     get "/v1/health" Anyone => health::health;
-    get "/v1/metrics" Read => health::metrics;
-    post "/v1/tokens" Operate => tokens::create_token;
-    get "/v1/tokens" Operate => tokens::list_tokens;
-    delete "/v1/tokens/{id}" Operate => tokens::revoke_token;
-    get "/v1/volumes" Read => volumes::list_volumes;
-    get "/v1/volumes/{name}" Read => volumes::get_volume;
-    put "/v1/volumes/{name}" Operate => volumes::put_volume;
-    delete "/v1/volumes/{name}" Operate => volumes::delete_volume;
-    post "/v1/volumes/{name}/create" Operate => volumes::start_operation::<CreateVolumeSpec>;
-    post "/v1/volumes/{name}/expand" Operate => volumes::start_operation::<api::ExpandRequest>;
-    post "/v1/volumes/{name}/modify" Operate => volumes::start_operation::<api::ModifyRequest>;
-    post "/v1/volumes/{name}/adopt" Operate => volumes::adopt_volume;
-    post "/v1/snapshots/{name}/adopt" Operate => snapshots::adopt_snapshot;
-    post "/v1/volumes/{name}/claims" Claim => claims::post_claim;
-    get "/v1/volumes/{name}/claims/{alloc}" Read => claims::get_claim;
-    delete "/v1/volumes/{name}/claims/{alloc}" Claim => claims::delete_claim;
-    post "/v1/volumes/{name}/claims/{alloc}/renew" Claim => claims::renew_claim;
-    get "/v1/claims" Read => claims::list_claims;
-    post "/v1/volumes/{name}/unblock" Operate => volumes::unblock_volume;
-    post "/v1/volumes/{name}/detach" Operate => volumes::detach;
-    post "/v1/volumes/{name}/eligibility" Operate => volumes::volume_eligibility;
-    get "/v1/nodes" Read => nodes::list_nodes;
-    get "/v1/nodes/{node}" Read => nodes::get_node;
-    delete "/v1/nodes/{node}" Operate => nodes::remove_node;
-    post "/v1/nodes/{node}/eligibility" Operate => nodes::node_eligibility;
-    post "/v1/nodes/{node}/labels" Operate => nodes::node_labels;
-    post "/v1/nodes/{node}/unblock" Operate => nodes::unblock_node;
-    post "/v1/nodes/{node}/fence" Operate => nodes::fence_node;
+    get "/v1/metrics" Cluster(Read) => health::metrics;
+    post "/v1/tokens" Cluster(ManageTokens) => tokens::create_token;
+    get "/v1/tokens" Cluster(ManageTokens) => tokens::list_tokens;
+    delete "/v1/tokens/{id}" Cluster(ManageTokens) => tokens::revoke_token;
+    get "/v1/volumes" Listed(Read) => volumes::list_volumes;
+    get "/v1/volumes/{name}" Named(Read) => volumes::get_volume;
+    put "/v1/volumes/{name}" Named(CreateDelete) => volumes::put_volume;
+    delete "/v1/volumes/{name}" Named(CreateDelete) => volumes::delete_volume;
+    post "/v1/volumes/{name}/create" Named(CreateDelete) => volumes::start_operation::<CreateVolumeSpec>;
+    post "/v1/volumes/{name}/expand" Named(ExpandModify) => volumes::start_operation::<api::ExpandRequest>;
+    post "/v1/volumes/{name}/modify" Named(ExpandModify) => volumes::start_operation::<api::ModifyRequest>;
+    post "/v1/volumes/{name}/adopt" Named(CreateDelete) => volumes::adopt_volume;
+    post "/v1/snapshots/{name}/adopt" Named(Snapshot) => snapshots::adopt_snapshot;
+    post "/v1/volumes/{name}/claims" Named(Claim) => claims::post_claim;
+    get "/v1/volumes/{name}/claims/{alloc}" Named(Read) => claims::get_claim;
+    delete "/v1/volumes/{name}/claims/{alloc}" Named(Claim) => claims::delete_claim;
+    post "/v1/volumes/{name}/claims/{alloc}/renew" Named(Claim) => claims::renew_claim;
+    get "/v1/claims" Listed(Read) => claims::list_claims;
+    post "/v1/volumes/{name}/unblock" Named(UnblockDetach) => volumes::unblock_volume;
+    post "/v1/volumes/{name}/detach" Named(UnblockDetach) => volumes::detach;
+    post "/v1/volumes/{name}/eligibility" Named(ExpandModify) => volumes::volume_eligibility;
+    get "/v1/nodes" Cluster(Read) => nodes::list_nodes;
+    get "/v1/nodes/{node}" Cluster(Read) => nodes::get_node;
+    delete "/v1/nodes/{node}" Cluster(ManageNodes) => nodes::remove_node;
+    post "/v1/nodes/{node}/eligibility" Cluster(ManageNodes) => nodes::node_eligibility;
+    post "/v1/nodes/{node}/labels" Cluster(ManageNodes) => nodes::node_labels;
+    post "/v1/nodes/{node}/unblock" Cluster(Fence) => nodes::unblock_node;
+    post "/v1/nodes/{node}/fence" Cluster(Fence) => nodes::fence_node;
     post "/v1/nodes/{node}/register" OwnNode => nodes::register;
     post "/v1/nodes/{node}/heartbeat" OwnNode => nodes::heartbeat;
     get "/v1/nodes/{node}/desired" OwnNode => nodes::desired;
     get "/v1/nodes/{node}/channel" OwnNode => channel::open;
     post "/v1/nodes/{node}/reports" OwnNode => nodes::reports;
     post "/v1/nodes/{node}/stopping" OwnNode => nodes::stopping;
-    get "/v1/plugins" Read => plugins::list_plugins;
-    get "/v1/plugins/{id}" Read => plugins::get_plugin;
-    get "/v1/plugins/{id}/volumes" Read => plugins::plugin_volumes;
-    get "/v1/plugins/{id}/snapshots" Read => plugins::plugin_snapshots;
-    get "/v1/plugins/{id}/controllers" Read => plugins::get_controller_hosts;
-    post "/v1/plugins/{id}/controllers" Operate => plugins::change_controller_hosts;
-    get "/v1/snapshots" Read => snapshots::list_snapshots;
-    get "/v1/snapshots/{name}" Read => snapshots::get_snapshot;
-    put "/v1/snapshots/{name}" Operate => snapshots::put_snapshot;
-    delete "/v1/snapshots/{name}" Operate => snapshots::delete_snapshot;
-    get "/v1/group-snapshots" Read => snapshots::list_group_snapshots;
-    get "/v1/group-snapshots/{name}" Read => snapshots::get_group_snapshot;
-    put "/v1/group-snapshots/{name}" Operate => snapshots::put_group_snapshot;
-    delete "/v1/group-snapshots/{name}" Operate => snapshots::delete_group_snapshot;
-    get "/v1/events" Read => events::events;
-    get "/v1/controller-findings" Read => plugins::controller_findings;
-    get "/v1/backup" Operate => backup::download;
+    get "/v1/plugins" Unnamed(Read) => plugins::list_plugins;
+    get "/v1/plugins/{id}" Unnamed(Read) => plugins::get_plugin;
+    get "/v1/plugins/{id}/volumes" Cluster(Read) => plugins::plugin_volumes;
+    get "/v1/plugins/{id}/snapshots" Cluster(Read) => plugins::plugin_snapshots;
+    get "/v1/plugins/{id}/controllers" Unnamed(Read) => plugins::get_controller_hosts;
+    post "/v1/plugins/{id}/controllers" Cluster(ManageNodes) => plugins::change_controller_hosts;
+    get "/v1/snapshots" Listed(Read) => snapshots::list_snapshots;
+    get "/v1/snapshots/{name}" Named(Read) => snapshots::get_snapshot;
+    put "/v1/snapshots/{name}" Named(Snapshot) => snapshots::put_snapshot;
+    delete "/v1/snapshots/{name}" Named(Snapshot) => snapshots::delete_snapshot;
+    get "/v1/group-snapshots" Cluster(Read) => snapshots::list_group_snapshots;
+    get "/v1/group-snapshots/{name}" Cluster(Read) => snapshots::get_group_snapshot;
+    put "/v1/group-snapshots/{name}" Cluster(Snapshot) => snapshots::put_group_snapshot;
+    delete "/v1/group-snapshots/{name}" Cluster(Snapshot) => snapshots::delete_group_snapshot;
+    get "/v1/events" Filtered(Read) => events::events;
+    get "/v1/controller-findings" Cluster(Read) => plugins::controller_findings;
+    get "/v1/backup" Cluster(Backup) => backup::download;
 }
 
 /// The rule of a matched route (a HEAD is a GET's).
@@ -130,6 +157,32 @@ fn rule_of(method: &axum::http::Method, path: &str) -> Option<&'static Rule> {
     TABLE
         .iter()
         .find(|r| r.path == path && r.method.eq_ignore_ascii_case(method))
+}
+
+/// The value of the path's parameter `name`, percent-decoded as the handler reads it.
+async fn path_param(
+    parts: &mut axum::http::request::Parts,
+    app: &App,
+    name: &str,
+) -> Option<String> {
+    let axum::extract::Path(params) =
+        axum::extract::Path::<Vec<(String, String)>>::from_request_parts(parts, app)
+            .await
+            .ok()?;
+    params.into_iter().find(|(k, _)| k == name).map(|(_, v)| v)
+}
+
+/// The value of the path's parameter `name`, as sent.
+async fn raw_path_param(
+    parts: &mut axum::http::request::Parts,
+    app: &App,
+    name: &str,
+) -> Option<String> {
+    let params = RawPathParams::from_request_parts(parts, app).await.ok()?;
+    params
+        .iter()
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v.to_owned())
 }
 
 /// The layer on every route: the caller's token must give what the route's rule needs,
@@ -149,28 +202,53 @@ pub(super) async fn authorise(
         return next.run(Request::from_parts(parts, body)).await;
     };
     if rule.need != Need::Anyone {
+        let what = format!("{} {}", rule.method.to_uppercase(), rule.path);
         let checked = match app.caller(&parts.headers) {
             Err(e) => Err(e),
             Ok(caller) => match rule.need {
                 Need::Anyone => Ok(()),
-                Need::Read => caller.require_reader(),
-                Need::Claim => caller.require_claimer(),
-                Need::Operate => caller.require_operator(),
-                Need::OwnNode => {
-                    let params = RawPathParams::from_request_parts(&mut parts, &app).await;
-                    let node = params.ok().and_then(|p| {
-                        p.iter()
-                            .find(|(k, _)| *k == "node")
-                            .map(|(_, v)| v.to_owned())
-                    });
-                    match node {
-                        Some(node) => caller.require_node(&node),
+                Need::Unnamed(c) | Need::Listed(c) => caller.require(c, &what),
+                Need::Cluster(c) => caller
+                    .require(c, &what)
+                    .and_then(|()| caller.require_whole_cluster(&what)),
+                Need::Filtered(c) => caller.require(c, &what).and_then(|()| {
+                    if !caller.scope.narrowed() {
+                        return Ok(());
+                    }
+                    let volume =
+                        axum::extract::Query::<Vec<(String, String)>>::try_from_uri(&parts.uri)
+                            .ok()
+                            .and_then(|q| q.0.into_iter().find(|(k, _)| k == "volume"))
+                            .map(|(_, v)| v);
+                    match volume {
+                        Some(v) => caller.require_touches("volume", &v),
+                        None => caller.require_whole_cluster(&format!("{what} without `volume`")),
+                    }
+                }),
+                Need::Named(c) => match caller.require(c, &what) {
+                    Err(e) => Err(e),
+                    Ok(()) => match path_param(&mut parts, &app, "name").await {
+                        Some(name) => {
+                            let kind = if rule.path.starts_with("/v1/snapshots/") {
+                                "snapshot"
+                            } else {
+                                "volume"
+                            };
+                            caller.require_touches(kind, &name)
+                        }
                         None => Err(ApiError::internal(format!(
-                            "the route {} names no node",
+                            "the route {} names no volume",
                             path.as_str()
                         ))),
-                    }
-                }
+                    },
+                },
+                Need::OwnNode => match raw_path_param(&mut parts, &app, "node").await {
+                    Some(node) => caller.require_node(&node),
+                    None => Err(ApiError::internal(format!(
+                        "the route {} names no node",
+                        path.as_str()
+                    ))),
+                },
             },
         };
         if let Err(e) = checked {
@@ -197,6 +275,12 @@ mod tests {
             assert!(
                 r.need != Need::OwnNode || r.path.contains("{node}"),
                 "{} {} needs its node's token but names no node",
+                r.method,
+                r.path
+            );
+            assert!(
+                !matches!(r.need, Need::Named(_)) || r.path.contains("{name}"),
+                "{} {} is checked against the volume it names but names none",
                 r.method,
                 r.path
             );

@@ -15,9 +15,9 @@ use super::once::{Once, accepted_or_gone, accepted_or_ok};
 use super::waits::waits_for_release;
 use crate::app::App;
 use crate::error::ApiResult;
-use crate::lifecycle;
 use crate::store::sqlite::writer::WriteCtx;
 use crate::watch::Key;
+use crate::{lifecycle, views};
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -31,8 +31,12 @@ pub(super) struct SnapshotFilter {
 /// (as many as its volumes) in one read.
 pub(super) async fn list_snapshots(
     State(app): State<App>,
+    headers: HeaderMap,
     Q(f): Q<SnapshotFilter>,
 ) -> ApiResult<Response> {
+    // A token narrowed to volume patterns lists only the snapshots whose own names and
+    // whose volumes' names they match.
+    let names = app.caller(&headers)?.scope.volumes;
     if let Some(v) = &f.volume {
         name("volume", v)?;
     }
@@ -40,12 +44,13 @@ pub(super) async fn list_snapshots(
         name("group snapshot", g)?;
     }
     let Some(group) = f.group else {
-        return listing::snapshots(&app, f.volume).await;
+        return listing::snapshots(&app, f.volume, names).await;
     };
-    let members = app
+    let mut members = app
         .db
         .read(move |c| lifecycle::list_group_members(c, &group, f.volume.as_deref()))
         .await?;
+    members.retain(|s| views::snapshot_named_in(&names, s));
     Ok(Json(members).into_response())
 }
 
@@ -58,10 +63,14 @@ pub(super) async fn get_snapshot(
     name("snapshot", &snapshot)?;
     let key = Key::Snapshot(snapshot.clone());
     let index = follow(&app, &headers, &key, &b).await?;
+    let caller = app.caller(&headers)?;
     let s = app
         .db
         .read(move |c| lifecycle::snapshot_view(c, &snapshot))
         .await?;
+    // The route checked the snapshot's own name against a narrowed token's patterns;
+    // its volume's must match too.
+    caller.require_touches("the snapshot's volume", &s.volume)?;
     Ok(with_index(StatusCode::OK, index, s))
 }
 
@@ -72,7 +81,10 @@ pub(super) async fn put_snapshot(
     once: Once,
     Body(req): Body<api::SnapshotRequest>,
 ) -> ApiResult<Response> {
-    let (actor, limits) = app.acting(&headers)?;
+    let caller = app.caller(&headers)?;
+    // The route checked the snapshot's name; the volume it is taken of must match too.
+    caller.require_touches("volume", &req.volume)?;
+    let (actor, limits) = (caller.actor(), app.limits.clone());
     let waits = waits_for_release(&headers)?;
     let body = req.clone();
     let write = move |ctx: &mut WriteCtx<'_>| {
@@ -90,7 +102,11 @@ pub(super) async fn adopt_snapshot(
     once: Once,
     Body(req): Body<api::SnapshotAdoptRequest>,
 ) -> ApiResult<Response> {
-    let (actor, limits) = app.acting(&headers)?;
+    let caller = app.caller(&headers)?;
+    // Which volume the snapshot is of is known only once the plugin's listing finds it,
+    // so a token narrowed to volume names cannot adopt one.
+    caller.require_whole_cluster("adopting a snapshot (whose volume is not known yet)")?;
+    let (actor, limits) = (caller.actor(), app.limits.clone());
     name("snapshot", &snapshot)?;
     let body = req.clone();
     let write = move |ctx: &mut WriteCtx<'_>| {
@@ -105,8 +121,18 @@ pub(super) async fn delete_snapshot(
     Path(snapshot): Path<String>,
     once: Once,
 ) -> ApiResult<Response> {
-    let (actor, limits) = app.acting(&headers)?;
+    let caller = app.caller(&headers)?;
     name("snapshot", &snapshot)?;
+    if caller.scope.narrowed() {
+        // The route checked the snapshot's name; its volume's must match too (a snapshot
+        // already gone is answered as gone by the write).
+        let of = snapshot.clone();
+        let found = app.db.read(move |c| lifecycle::snapshot_view(c, &of)).await;
+        if let Ok(s) = found {
+            caller.require_touches("the snapshot's volume", &s.volume)?;
+        }
+    }
+    let (actor, limits) = (caller.actor(), app.limits.clone());
     let write =
         move |ctx: &mut WriteCtx<'_>| lifecycle::delete_snapshot(ctx, &snapshot, &actor, &limits);
     once.respond(&app, &(), write, accepted_or_gone).await

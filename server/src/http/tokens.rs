@@ -4,7 +4,7 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use csivol_api::{self as api, TokenInfo, TokenRequest};
+use csivol_api::{self as api, TokenInfo, TokenRequest, TokenScope};
 
 use super::extract::Body;
 use super::once::{Answer, Once, Outcome};
@@ -19,7 +19,8 @@ pub(super) async fn create_token(
     headers: HeaderMap,
     Body(req): Body<TokenRequest>,
 ) -> ApiResult<Response> {
-    let (actor, _) = app.acting(&headers)?;
+    let caller = app.caller(&headers)?;
+    let (actor, own) = (caller.actor(), caller.scope);
     api::FreeText::check_text(&req).map_err(ApiError::text)?;
     let (resp, expires_at) = app
         .db
@@ -30,8 +31,10 @@ pub(super) async fn create_token(
                 name: req.name.clone(),
                 ttl_ms: req.ttl_ms,
                 controllers: req.controllers.clone(),
+                capabilities: req.capabilities.clone(),
+                volumes: req.volumes.clone(),
             };
-            lifecycle::create_token(ctx, t, &actor)
+            lifecycle::create_token(ctx, t, &actor, &own)
         })
         .await?;
     app.tokens.remember(
@@ -42,6 +45,10 @@ pub(super) async fn create_token(
             node: resp.node.clone(),
             name: resp.name.clone(),
             controllers: resp.controllers.clone(),
+            scope: TokenScope {
+                capabilities: resp.capabilities.iter().copied().collect(),
+                volumes: resp.volumes.clone(),
+            },
         },
         expires_at,
     );
@@ -66,9 +73,10 @@ pub(super) async fn revoke_token(
     Path(id): Path<String>,
     once: Once,
 ) -> ApiResult<Response> {
-    let (actor, _) = app.acting(&headers)?;
+    let caller = app.caller(&headers)?;
+    let (actor, own) = (caller.actor(), caller.scope);
     let revoked_id = id.clone();
-    let write = move |ctx: &mut WriteCtx<'_>| lifecycle::revoke_token(ctx, &id, &actor);
+    let write = move |ctx: &mut WriteCtx<'_>| lifecycle::revoke_token(ctx, &id, &actor, &own);
     let revoked = |_: &i64| Answer::empty(StatusCode::NO_CONTENT);
     match once.write(&app, &(), write, revoked).await? {
         Outcome::Done(at, answer) => {

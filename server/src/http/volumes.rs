@@ -45,8 +45,11 @@ const MAX_PAGE: usize = 10_000;
 /// flat whatever the inventory.
 pub(super) async fn list_volumes(
     State(app): State<App>,
+    headers: HeaderMap,
     Q(f): Q<VolumeFilter>,
 ) -> ApiResult<Response> {
+    // A token narrowed to volume patterns lists only the volumes they match.
+    let names = app.caller(&headers)?.scope.volumes;
     let state = match &f.state {
         Some(s) => Some(s.parse::<VolumeState>().map_err(|_| {
             let all: Vec<_> = VolumeState::ALL.iter().map(|s| s.as_str()).collect();
@@ -59,6 +62,7 @@ pub(super) async fn list_volumes(
         state,
         node: f.node,
         plugin: f.plugin,
+        names,
     };
     if let Some(limit) = f.limit {
         let limit = api::limits::count("limit", limit, 1, MAX_PAGE as u64)
@@ -166,6 +170,12 @@ pub(super) trait VolumeOperation:
     /// volume detached or at rest is held until the release has finished.
     const WAITS_FOR_RELEASE: bool;
 
+    /// The snapshot or volume whose data it reads, which a token narrowed to volume
+    /// patterns must match as well: `("snapshot" | "volume", name)`.
+    fn source(&self) -> Option<(&'static str, &str)> {
+        None
+    }
+
     /// Starts it in the write's transaction: the volume, and whether anything started.
     fn start(
         &self,
@@ -186,6 +196,13 @@ pub(super) trait VolumeOperation:
 /// `POST /v1/volumes/{name}/create`.
 impl VolumeOperation for CreateVolumeSpec {
     const WAITS_FOR_RELEASE: bool = false;
+
+    fn source(&self) -> Option<(&'static str, &str)> {
+        match self.source.as_ref()? {
+            api::ContentSource::Snapshot(s) => Some(("snapshot", s)),
+            api::ContentSource::Volume(v) => Some(("volume", v)),
+        }
+    }
 
     fn start(
         &self,
@@ -244,7 +261,18 @@ pub(super) async fn start_operation<O: VolumeOperation>(
     once: Once,
     Body(req): Body<O>,
 ) -> ApiResult<Response> {
-    let (actor, limits) = app.acting(&headers)?;
+    let caller = app.caller(&headers)?;
+    if let Some((kind, source)) = req.source() {
+        caller.require_touches(kind, source)?;
+        if kind == "snapshot" && caller.scope.narrowed() {
+            // A snapshot's volume must match as well: its data is that volume's.
+            let of = source.to_owned();
+            if let Ok(s) = app.db.read(move |c| lifecycle::snapshot_view(c, &of)).await {
+                caller.require_touches("the snapshot's volume", &s.volume)?;
+            }
+        }
+    }
+    let (actor, limits) = (caller.actor(), app.limits.clone());
     let waits = O::WAITS_FOR_RELEASE && waits_for_release(&headers)?;
     let body = req.clone();
     let capacity = Arc::clone(&app.capacity);

@@ -2,10 +2,11 @@
 //! release only the claims it made, and a repeated claim request for an alloc's claim
 //! must come from the token that made it: one pipeline, or one leaked CI secret, cannot
 //! release another team's claim in the middle of its job, nor take it over by asking for
-//! it again. An operator token may renew and release any claim, its name in the event.
+//! it again. A token with `release-any` (an operator's) may renew and release any claim,
+//! its name in the event.
 //!
-//! Claims recorded before the schema recorded claimers belong to no token: only
-//! operators may release or renew them. With the etcd store a server may run on the
+//! Claims recorded before the schema recorded claimers belong to no token: only tokens
+//! with `release-any` may release or renew them. With the etcd store a server may run on the
 //! schema before until `upgrade finalize`; then no claim records its claimer, and claims
 //! are not told apart by token (as before), until the cluster is finalized.
 
@@ -18,7 +19,7 @@ use crate::store::{Claimer, Snapshot};
 pub struct Acting<'a> {
     /// The token's id, as recorded with the claims it makes.
     pub token: &'a str,
-    /// May renew and release any token's claims (operators).
+    /// May renew and release any token's claims (`release-any`: operators).
     pub any_claim: bool,
 }
 
@@ -42,15 +43,17 @@ pub fn refuse_unless_may_change(
              token may {doing} only the claims it made"
         ))
         .with_hint(format!(
-            "{doing} it with the token that made it, or with an operator token (`csivol token \
-             create --role operator`), which may {doing} any claim"
+            "{doing} it with the token that made it, or with a token that holds `release-any` \
+             (an operator token does), which may {doing} any claim"
         ))),
         Claimer::Nobody => Err(ApiError::forbidden(format!(
             "the claim of alloc `{alloc}` on volume `{volume}` was recorded before claims \
-             recorded the token that made them, so it belongs to no token: only an operator \
-             token may {doing} it"
+             recorded the token that made them, so it belongs to no token: only a token that \
+             holds `release-any` may {doing} it"
         ))
-        .with_hint(format!("{doing} it with an operator token"))),
+        .with_hint(format!(
+            "{doing} it with an operator token, or another that holds `release-any`"
+        ))),
     }
 }
 

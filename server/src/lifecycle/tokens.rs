@@ -1,7 +1,8 @@
 //! Tokens: made (the secret shown once, its hash kept), revoked (never the last usable
-//! operator token), and when each was last used.
+//! operator token), and when each was last used. A token makes and revokes only tokens
+//! with a subset of its own rights: its capabilities, and volume patterns its own cover.
 
-use csivol_api::{Role, TokenResponse};
+use csivol_api::{Capability, Role, TokenResponse, TokenScope};
 
 use super::events::event;
 use crate::auth;
@@ -18,6 +19,21 @@ pub struct NewToken {
     pub name: Option<String>,
     pub ttl_ms: Option<u64>,
     pub controllers: Vec<String>,
+    /// Capabilities added to the role's preset.
+    pub capabilities: Vec<Capability>,
+    /// Volume-name patterns the token is narrowed to (none: every volume).
+    pub volumes: Vec<String>,
+}
+
+/// What of a token of `role` and `scope` the rights `own` do not hold (empty: it is a
+/// subset of them). A node token acts for its node's agent, which only a token that may
+/// manage nodes over the whole cluster may hand out.
+fn exceeding(own: &TokenScope, role: Role, scope: &TokenScope) -> Vec<String> {
+    let mut out = own.exceeded_by(scope);
+    if role == Role::Node && (!own.has(Capability::ManageNodes) || own.narrowed()) {
+        out.push("a node token (it needs `manage-nodes` over every volume)".into());
+    }
+    out
 }
 
 /// Records a new token and its event; the caller must `Tokens::remember` it after commit.
@@ -26,8 +42,9 @@ pub fn create_token(
     ctx: &mut impl Txn,
     t: NewToken,
     actor: &str,
+    own: &TokenScope,
 ) -> ApiResult<(TokenResponse, Option<i64>)> {
-    let (t, expires_at) = make_token(ctx, t)?;
+    let (t, expires_at) = make_token(ctx, t, Some(own))?;
     let mut what = format!("{} token {} created", t.role, t.id);
     if let Some(name) = &t.name {
         what.push_str(&format!(", named {name}"));
@@ -40,6 +57,18 @@ pub fn create_token(
             ", may host the controller of {}",
             t.controllers.join(", ")
         ));
+    }
+    let added: Vec<&str> = t
+        .capabilities
+        .iter()
+        .filter(|c| !t.role.preset().contains(c))
+        .map(|c| c.as_str())
+        .collect();
+    if !added.is_empty() {
+        what.push_str(&format!(", with {}", added.join(", ")));
+    }
+    if !t.volumes.is_empty() {
+        what.push_str(&format!(", narrowed to volumes {}", t.volumes.join(", ")));
     }
     event(
         ctx,
@@ -62,18 +91,87 @@ pub fn first_operator_token(ctx: &mut impl Txn) -> ApiResult<TokenResponse> {
         name: None,
         ttl_ms: None,
         controllers: Vec::new(),
+        capabilities: Vec::new(),
+        volumes: Vec::new(),
     };
-    Ok(make_token(ctx, t)?.0)
+    Ok(make_token(ctx, t, None)?.0)
 }
 
-fn make_token(ctx: &mut impl Txn, t: NewToken) -> ApiResult<(TokenResponse, Option<i64>)> {
+/// The scope of a new token: its role's preset, what is added, and its patterns; refused
+/// where it cannot be.
+fn scope_of(role: Role, capabilities: &[Capability], volumes: &[String]) -> ApiResult<TokenScope> {
+    if role == Role::Node && !(capabilities.is_empty() && volumes.is_empty()) {
+        return Err(ApiError::invalid(
+            "a node token acts only for its node's agent and takes no capabilities or volume \
+             patterns; drop `capabilities` and `volumes`",
+        ));
+    }
+    let mut scope = TokenScope::preset(role);
+    scope.capabilities.extend(capabilities.iter().copied());
+    for p in volumes {
+        csivol_api::validate_pattern(p).map_err(ApiError::invalid)?;
+        if !scope.volumes.contains(p) {
+            scope.volumes.push(p.clone());
+        }
+    }
+    if scope.narrowed() {
+        let wide: Vec<&str> = scope
+            .capabilities
+            .iter()
+            .filter(|c| c.cluster_wide())
+            .map(|c| c.as_str())
+            .collect();
+        if !wide.is_empty() {
+            return Err(ApiError::invalid(format!(
+                "a token narrowed to volumes cannot hold {}, which act on the whole cluster",
+                wide.join(", ")
+            ))
+            .with_hint(
+                "drop `--volumes`, or give the narrowed token a role without them (`claimer`, \
+                 `reader`) and add only volume capabilities",
+            ));
+        }
+    }
+    Ok(scope)
+}
+
+fn make_token(
+    ctx: &mut impl Txn,
+    t: NewToken,
+    own: Option<&TokenScope>,
+) -> ApiResult<(TokenResponse, Option<i64>)> {
     let NewToken {
         role,
         node,
         name,
         ttl_ms,
         controllers,
+        capabilities,
+        volumes,
     } = t;
+    let scope = scope_of(role, &capabilities, &volumes)?;
+    if let Some(own) = own {
+        let over = exceeding(own, role, &scope);
+        if !over.is_empty() {
+            return Err(ApiError::forbidden(format!(
+                "a token can create only tokens with a subset of its own rights; this one does \
+                 not hold {}",
+                over.join(", ")
+            ))
+            .with_hint("ask for fewer rights, or create the token with a token that holds them"));
+        }
+    }
+    let stored = (!scope.is_preset_of(role)).then(|| scope.clone());
+    if stored.is_some() && !ctx.release_schema()? {
+        return Err(ApiError::conflict(
+            "this cluster runs on the previous schema, whose servers would read a token with \
+             added capabilities or volume patterns as its role's preset",
+        )
+        .with_hint(
+            "run `csivol-server upgrade finalize` once every server runs this release; until \
+             then create tokens of a plain role",
+        ));
+    }
     if let Some(n) = &name {
         csivol_api::validate_name("token name", n).map_err(ApiError::invalid)?;
         // An actor `operator:<12 hex digits>` must stay unambiguous: that is a token id.
@@ -130,6 +228,7 @@ fn make_token(ctx: &mut impl Txn, t: NewToken) -> ApiResult<(TokenResponse, Opti
         node: node.clone(),
         controllers: controllers.clone(),
         name: name.clone(),
+        scope: stored,
         created_at: now,
         last_used_at: None,
         expires_at,
@@ -143,13 +242,17 @@ fn make_token(ctx: &mut impl Txn, t: NewToken) -> ApiResult<(TokenResponse, Opti
         token,
         expires_at: expires_at.map(time),
         controllers,
+        capabilities: scope.capabilities.into_iter().collect(),
+        volumes: scope.volumes,
     };
     Ok((t, expires_at))
 }
 
 /// Revokes token `id`, with its event; refuses to revoke the last usable operator token,
 /// which would lock every operator out. Returns when it was revoked.
-pub fn revoke_token(ctx: &mut impl Txn, id: &str, actor: &str) -> ApiResult<i64> {
+/// A token may revoke only tokens whose rights are a subset of its own (a token manager
+/// with fewer rights cannot lock out those with more).
+pub fn revoke_token(ctx: &mut impl Txn, id: &str, actor: &str, own: &TokenScope) -> ApiResult<i64> {
     let now = ctx.now();
     let tokens = ctx.tokens()?;
     let Some(t) = tokens.iter().find(|t| t.id == id) else {
@@ -161,6 +264,15 @@ pub fn revoke_token(ctx: &mut impl Txn, id: &str, actor: &str) -> ApiResult<i64>
             "token {id} was already revoked at {}",
             time(at)
         )));
+    }
+    let over = exceeding(own, t.role, &t.effective_scope());
+    if !over.is_empty() {
+        return Err(ApiError::forbidden(format!(
+            "a token can revoke only tokens with a subset of its own rights; token {id} holds \
+             {}, which this one does not",
+            over.join(", ")
+        ))
+        .with_hint("revoke it with a token that holds those rights"));
     }
     if t.role == Role::Operator {
         let others = tokens.iter().any(|o| {

@@ -22,6 +22,7 @@ mod ha_members;
 mod ha_parity;
 mod ha_reads;
 mod ha_retries;
+mod ha_scopes;
 mod ha_upgrade;
 mod hosting;
 mod impostor;
@@ -163,7 +164,8 @@ pub(crate) fn back_to_the_previous_schema(conn: &rusqlite::Connection) {
          ALTER TABLE claims DROP COLUMN drift;
          ALTER TABLE claims DROP COLUMN mount;
          DROP TABLE volume_mounts;
-         DROP TABLE volume_availability;",
+         DROP TABLE volume_availability;
+         ALTER TABLE tokens DROP COLUMN scope;",
     )
     .unwrap();
     conn.pragma_update(None, "user_version", version - 1)

@@ -139,9 +139,11 @@ async fn claims_recorded_before_their_tokens_were_belong_to_no_token() {
         assert_eq!(status, 403, "{body}");
         let message = body["error"]["message"].as_str().unwrap();
         assert!(
-            message.ends_with("so it belongs to no token: only an operator token may release it")
-                || message
-                    .ends_with("so it belongs to no token: only an operator token may renew it"),
+            message.ends_with(
+                "so it belongs to no token: only a token that holds `release-any` may release it"
+            ) || message.ends_with(
+                "so it belongs to no token: only a token that holds `release-any` may renew it"
+            ),
             "{body}"
         );
     }

@@ -81,6 +81,8 @@ impl FullCluster {
                 name: None,
                 ttl_ms: None,
                 controllers: vec![super::PLUGIN.to_owned()],
+                capabilities: Vec::new(),
+                volumes: Vec::new(),
             };
             let t: TokenResponse = http
                 .post("/v1/tokens", &req)

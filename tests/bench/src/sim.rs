@@ -533,6 +533,8 @@ impl SimCluster {
                     name: None,
                     ttl_ms: None,
                     controllers: vec![super::PLUGIN.to_owned()],
+                    capabilities: Vec::new(),
+                    volumes: Vec::new(),
                 };
                 let t: TokenResponse = http
                     .post("/v1/tokens", &req)

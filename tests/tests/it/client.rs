@@ -29,6 +29,8 @@ async fn a_node_registers_heartbeats_polls_and_reports_through_typed_calls() {
             name: None,
             ttl_ms: None,
             controllers: vec!["hp".into()],
+            capabilities: Vec::new(),
+            volumes: Vec::new(),
         })
         .await
         .unwrap();

@@ -19,6 +19,7 @@ mod reports;
 mod retries;
 mod settle;
 mod snapshots;
+mod tokens;
 mod topology;
 mod volumes;
 

@@ -14,7 +14,25 @@ use crate::store::sqlite::writer::WriteCtx;
 const TOKEN_COLUMNS: &str = "id, hash, role, node, controllers, name, created_at, last_used_at, \
      expires_at, revoked_at";
 
-fn token_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<(TokenRow, String, String)> {
+/// Whether the schema keeps tokens' scopes (`tokens.scope`, asked of the connection itself:
+/// a mirror migrated in place by `upgrade finalize` has it from that moment on). Below it
+/// every token is its role's preset, and a scoped token cannot be made.
+pub fn token_scopes_kept(conn: &Connection) -> ApiResult<bool> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT EXISTS (SELECT 1 FROM pragma_table_info('tokens') WHERE name = 'scope')",
+    )?;
+    Ok(stmt.query_row([], |r| r.get(0))?)
+}
+
+type TokenFields = (TokenRow, String, String, Option<String>);
+
+fn token_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TokenFields> {
+    // The scope, where the schema keeps it, is the last column.
+    let scope = if r.as_ref().column_count() > 10 {
+        r.get(10)?
+    } else {
+        None
+    };
     Ok((
         TokenRow {
             id: r.get(0)?,
@@ -23,6 +41,7 @@ fn token_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<(TokenRow, String, 
             node: r.get(3)?,
             controllers: Vec::new(),
             name: r.get(5)?,
+            scope: None,
             created_at: r.get(6)?,
             last_used_at: r.get(7)?,
             expires_at: r.get(8)?,
@@ -30,18 +49,34 @@ fn token_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<(TokenRow, String, 
         },
         r.get(2)?,
         r.get(4)?,
+        scope,
     ))
 }
 
-fn finish_token((mut t, role, controllers): (TokenRow, String, String)) -> ApiResult<TokenRow> {
+fn finish_token((mut t, role, controllers, scope): TokenFields) -> ApiResult<TokenRow> {
     t.role = role.parse().map_err(ApiError::internal)?;
     // A token whose controllers do not parse hosts none, as when it was made without.
     t.controllers = serde_json::from_str(&controllers).unwrap_or_default();
+    // A scope that does not parse is an error, never read as the (wider) preset.
+    t.scope = match scope {
+        Some(s) => Some(serde_json::from_str(&s).map_err(|e| {
+            ApiError::internal(format!(
+                "token {}: its stored scope does not parse: {e}",
+                t.id
+            ))
+        })?),
+        None => None,
+    };
     Ok(t)
 }
 
 pub fn tokens(conn: &Connection) -> ApiResult<Vec<TokenRow>> {
-    let sql = format!("SELECT {TOKEN_COLUMNS} FROM tokens ORDER BY created_at, id");
+    let scope = if token_scopes_kept(conn)? {
+        ", scope"
+    } else {
+        ""
+    };
+    let sql = format!("SELECT {TOKEN_COLUMNS}{scope} FROM tokens ORDER BY created_at, id");
     let mut stmt = conn.prepare_cached(&sql)?;
     let rows = stmt.query_map([], token_from_row)?;
     rows.map(|r| finish_token(r?)).collect()
@@ -93,6 +128,20 @@ pub fn insert_token(ctx: &WriteCtx<'_>, t: &TokenRow) -> ApiResult<()> {
             t.name
         ],
     )?;
+    if let Some(scope) = &t.scope {
+        // The lifecycle refuses a scoped token below the schema that keeps scopes; were
+        // one to get here, it must not be kept as its (wider) preset.
+        if !token_scopes_kept(ctx.tx)? {
+            return Err(ApiError::internal(
+                "a scoped token reached a schema that does not keep scopes",
+            ));
+        }
+        exec(
+            ctx.tx,
+            "UPDATE tokens SET scope = ?2 WHERE id = ?1",
+            params![t.id, crate::model::to_json(scope)],
+        )?;
+    }
     Ok(())
 }
 

@@ -167,6 +167,8 @@ impl ChaosCluster {
                         name: None,
                         ttl_ms: None,
                         controllers: vec![crate::PLUGIN.to_owned()],
+                        capabilities: Vec::new(),
+                        volumes: Vec::new(),
                     },
                 )
                 .await?

@@ -90,3 +90,11 @@ CREATE TABLE volume_availability (
     actor TEXT NOT NULL,
     at INTEGER NOT NULL
 );
+
+-- What a token may do and touch when that differs from its role's preset, JSON
+-- (`api::TokenScope`: its capabilities, and the volume-name patterns it is narrowed to),
+-- beside the role, which stays the name of the preset it began from. NULL: the preset,
+-- over every volume, which is what every token made before is. A server of the previous
+-- release does not read it and would take a scoped token for its role's preset, so no
+-- scoped token can be made before the cluster runs on this schema.
+ALTER TABLE tokens ADD COLUMN scope TEXT;
