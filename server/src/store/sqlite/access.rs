@@ -18,10 +18,7 @@ const TOKEN_COLUMNS: &str = "id, hash, role, node, controllers, name, created_at
 /// a mirror migrated in place by `upgrade finalize` has it from that moment on). Below it
 /// every token is its role's preset, and a scoped token cannot be made.
 pub fn token_scopes_kept(conn: &Connection) -> ApiResult<bool> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT EXISTS (SELECT 1 FROM pragma_table_info('tokens') WHERE name = 'scope')",
-    )?;
-    Ok(stmt.query_row([], |r| r.get(0))?)
+    super::shape::has_column(conn, "tokens", "scope")
 }
 
 type TokenFields = (TokenRow, String, String, Option<String>);
