@@ -414,7 +414,7 @@ mod tests {
         assert!(
             e.hint
                 .as_deref()
-                .is_some_and(|h| h.contains("`operator` token")),
+                .is_some_and(|h| h.contains("role `operator`")),
             "{:?}",
             e.hint
         );
