@@ -85,6 +85,7 @@ table! {
     delete "/v1/volumes/{name}/claims/{alloc}" Claim => claims::delete_claim;
     post "/v1/volumes/{name}/claims/{alloc}/renew" Claim => claims::renew_claim;
     get "/v1/claims" Read => claims::list_claims;
+    post "/v1/fresh-claims" Claim => claims::post_fresh_claim;
     post "/v1/volumes/{name}/unblock" Operate => volumes::unblock_volume;
     post "/v1/volumes/{name}/detach" Operate => volumes::detach;
     post "/v1/volumes/{name}/eligibility" Operate => volumes::volume_eligibility;

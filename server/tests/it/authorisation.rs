@@ -33,6 +33,7 @@ const EXPECTED: &[(&str, &str, &str)] = &[
     ("delete", "/v1/volumes/{name}/claims/{alloc}", "claim"),
     ("post", "/v1/volumes/{name}/claims/{alloc}/renew", "claim"),
     ("get", "/v1/claims", "read"),
+    ("post", "/v1/fresh-claims", "claim"),
     ("post", "/v1/volumes/{name}/unblock", "operate"),
     ("post", "/v1/volumes/{name}/detach", "operate"),
     ("post", "/v1/volumes/{name}/eligibility", "operate"),

@@ -163,7 +163,8 @@ pub(crate) fn back_to_the_previous_schema(conn: &rusqlite::Connection) {
          ALTER TABLE claims DROP COLUMN drift;
          ALTER TABLE claims DROP COLUMN mount;
          DROP TABLE volume_mounts;
-         DROP TABLE volume_availability;",
+         DROP TABLE volume_availability;
+         DROP TABLE job_volumes;",
     )
     .unwrap();
     conn.pragma_update(None, "user_version", version - 1)

@@ -48,7 +48,7 @@ impl Kind for Create {
     fn failed(&self, ctx: &mut dyn Txn, o: &OpRow, e: &OpError<'_>) -> ApiResult<()> {
         ctx.set_volume_lifecycle(&o.volume, Lifecycle::Failed, Some(e.message))?;
         ctx.touch(Key::Volume(o.volume.clone()));
-        Ok(())
+        crate::lifecycle::job_volumes::creation_failed(ctx, &o.volume, e.message)
     }
 
     /// CreateVolume succeeded: the volume is ready, with the plugin's id for it and where
@@ -78,6 +78,11 @@ impl Kind for Create {
             actor,
         )?;
         Ok(true)
+    }
+
+    /// A created per-job volume's claim, queued for the creation, is granted.
+    fn moves_volume(&self) -> bool {
+        true
     }
 
     fn shown(&self, conn: &dyn Snapshot, o: &OpRow) -> ApiResult<Option<ControllerOpKind>> {
