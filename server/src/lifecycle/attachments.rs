@@ -115,7 +115,7 @@ pub fn advance_volume(ctx: &mut impl Txn, volume: &str, limits: &Limits) -> ApiR
     // An operation held for the volume's release may run now, or no longer.
     super::after_release::resume_held(ctx, volume, limits)?;
     // A per-job volume nothing holds any more is deleted.
-    super::job_volumes::collect(ctx, volume, limits)
+    super::job_cleanup::collect(ctx, volume, limits)
 }
 
 /// Starts taking an attachment down: ControllerUnpublish where the plugin needs it, else the

@@ -1,8 +1,8 @@
 //! Per-job volumes: a volume made for one job's claim (`run --fresh`, `claim --fresh`),
 //! recorded with its claim in one transaction, created in the topology of the node it is
-//! claimed on, and deleted through its plugin once the claim is gone. A blocked claim
-//! keeps it like any claim does, and an attachment keeps it until ControllerUnpublish
-//! succeeded; a failed job may keep it for a while for inspection.
+//! claimed on; a failed job may keep it for a while for inspection. Its deletion once
+//! nothing holds it is `job_cleanup`'s, what a failed CreateVolume does to its claim the
+//! Create kind's (`ops::kinds::create`).
 
 use std::time::Duration;
 
@@ -10,14 +10,13 @@ use csivol_api::{
     self as api, ClaimDryRun, ClaimState, CreateVolumeSpec, FreeText, FreshClaimRequest,
     FreshSource, NodeStatus, TopologyRequest, validate_name,
 };
-use csivol_rules::kinds::{EventKind, OpKind};
+use csivol_rules::kinds::EventKind;
 
 use super::claims::Claimant;
 use super::events::{event, show_segment};
-use super::ops::schedule_ops;
 use super::settings::Limits;
 use crate::error::{ApiError, ApiResult};
-use crate::model::{JobVolumeRow, Lifecycle, time};
+use crate::model::{JobVolumeRow, time};
 use crate::store::{NewClaim, Snapshot, Txn};
 use crate::watch::Key;
 
@@ -319,34 +318,6 @@ pub fn fresh_dry_run(
     }
 }
 
-/// CreateVolume of a per-job volume failed for good: its job's queued claim leaves the
-/// queue with why, so the job is told; the failed volume, which holds no storage, is
-/// forgotten by [`collect`].
-pub(super) fn creation_failed(ctx: &mut dyn Txn, volume: &str, message: &str) -> ApiResult<()> {
-    let Some(j) = ctx.job_volume(volume)? else {
-        return Ok(());
-    };
-    let Some(c) = ctx.claim(volume, &j.alloc)? else {
-        return Ok(());
-    };
-    if c.state != ClaimState::Queued {
-        return Ok(());
-    }
-    super::changes::delete_claim(ctx, &c)?;
-    event(
-        ctx,
-        EventKind::ClaimDequeued,
-        Some(volume),
-        Some(&c.node),
-        Some(&c.alloc),
-        "server",
-        format!(
-            "left the queue: CreateVolume of per-job volume `{}` failed: {message}",
-            j.name
-        ),
-    )
-}
-
 /// `DELETE /v1/volumes/{name}/claims/{alloc}?keep_ms=`: the job failed and asks that its
 /// per-job volume be kept that long after the release, for inspection. Refused for a
 /// volume that is not this alloc's per-job volume.
@@ -381,95 +352,4 @@ pub fn keep_after_release(
             time(until)
         ),
     )
-}
-
-/// Deletes a per-job volume once nothing holds it: no claim (a blocked one holds it like
-/// any), no attachment (one still detaching waits for ControllerUnpublish), no operation
-/// held for its release, and no inspection time left. A creation that failed is
-/// forgotten: it holds no storage. Asked at every move of the volume and by the leader's
-/// sweep.
-pub(super) fn collect(ctx: &mut impl Txn, volume: &str, limits: &Limits) -> ApiResult<()> {
-    let Some(j) = ctx.job_volume(volume)? else {
-        return Ok(());
-    };
-    let Some(v) = ctx.volume(volume)? else {
-        return Ok(());
-    };
-    if !ctx.claims_of_volume(volume)?.is_empty()
-        || !ctx.attachments_of_volume(volume)?.is_empty()
-        || !ctx.held_ops(volume)?.is_empty()
-        || j.kept_until.is_some_and(|t| t > ctx.now())
-    {
-        return Ok(());
-    }
-    let whose = format!("per-job volume `{}` of alloc {}", j.name, j.alloc);
-    match v.lifecycle {
-        Lifecycle::Ready => {
-            ctx.set_volume_lifecycle(volume, Lifecycle::Deleting, None)?;
-            ctx.touch(Key::Volume(volume.to_owned()));
-            ctx.queue_op(OpKind::Delete, &v.plugin, volume, None, "{}")?;
-            let why = if j.kept_until.is_some() {
-                "its inspection time is over"
-            } else {
-                "its claim is gone"
-            };
-            event(
-                ctx,
-                EventKind::VolumeDeleting,
-                Some(volume),
-                Some(&j.node),
-                Some(&j.alloc),
-                "server",
-                format!("{whose}: {why}; DeleteVolume requested"),
-            )?;
-            schedule_ops(ctx, &v.plugin, limits)
-        }
-        Lifecycle::Failed => {
-            ctx.delete_volume(volume)?;
-            ctx.touch(Key::Volume(volume.to_owned()));
-            event(
-                ctx,
-                EventKind::VolumeDeregistered,
-                Some(volume),
-                Some(&j.node),
-                Some(&j.alloc),
-                "server",
-                format!(
-                    "{whose}: CreateVolume failed ({}); nothing was made, the record is gone",
-                    v.error.as_deref().unwrap_or("no reason given")
-                ),
-            )
-        }
-        // Created later: its claim is gone by then, and the creation's end asks again.
-        Lifecycle::Creating | Lifecycle::Deleting => Ok(()),
-    }
-}
-
-/// Whether the leader's sweep has a per-job volume to look at: one with nothing left
-/// that holds it.
-pub fn any_job_volume_due(conn: &(impl Snapshot + ?Sized), now: i64) -> ApiResult<bool> {
-    for j in conn.job_volumes()? {
-        if j.kept_until.is_some_and(|t| t > now) {
-            continue;
-        }
-        let Some(v) = conn.volume(&j.volume)? else {
-            continue;
-        };
-        if matches!(v.lifecycle, Lifecycle::Ready | Lifecycle::Failed)
-            && conn.claims_of_volume(&j.volume)?.is_empty()
-            && conn.attachments_of_volume(&j.volume)?.is_empty()
-        {
-            return Ok(true);
-        }
-    }
-    Ok(false)
-}
-
-/// [`collect`] for every per-job volume (the leader's sweep: a kept volume's time runs
-/// out without any move of the volume).
-pub fn collect_job_volumes(ctx: &mut impl Txn, limits: &Limits) -> ApiResult<()> {
-    for j in ctx.job_volumes()? {
-        collect(ctx, &j.volume, limits)?;
-    }
-    Ok(())
 }

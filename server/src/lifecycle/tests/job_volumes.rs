@@ -8,7 +8,6 @@ use serde_json::json;
 use super::Env;
 use crate::lifecycle::Claimant;
 use crate::model::Lifecycle;
-use crate::store::Snapshot;
 
 fn request(alloc: &str, ttl_ms: Option<u64>) -> FreshClaimRequest {
     FreshClaimRequest {
