@@ -66,11 +66,21 @@ fn kinds(c: &Cluster, volume: &str) -> Vec<String> {
         .collect()
 }
 
-/// Waits until volume `name` is gone from csivol and its external id `id` from the
-/// plugin's own listing (DeleteVolume was called and succeeded).
+/// The volumes the reference plugin's storage holds: its backend's own records, one file
+/// per volume id (what ListVolumes answers from).
+fn storage_volumes(c: &Cluster) -> BTreeSet<String> {
+    std::fs::read_dir(c.dir.join("backend/volumes"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+/// Waits until volume `name` is gone from csivol, and its external id `id` from the
+/// plugin's storage and from its last listing (DeleteVolume was called and succeeded).
 fn gone(c: &Cluster, name: &str, id: &str) {
     wait_for(&format!("volume {name} to be deleted"), WAIT, || {
-        (volume(c, name).is_none() && !plugin_volumes(c).contains(id)).then_some(())
+        let stored = storage_volumes(c).iter().any(|f| f.starts_with(id));
+        (volume(c, name).is_none() && !stored && !plugin_volumes(c).contains(id)).then_some(())
     });
     let deleted = c.nodes.iter().flat_map(|n| n.plugin_calls()).any(|call| {
         call["rpc"] == "DeleteVolume" && call["volume_id"] == id && call["code"] == "OK"
@@ -108,15 +118,20 @@ fn a_job_from_a_snapshot_sees_its_data_in_its_own_topology_and_the_volume_is_del
     ]);
     snap.ok();
     release(&c, "golden", "seed");
-    let before = plugin_volumes(&c);
+    let before = storage_volumes(&c);
 
     // The job reads the snapshot's data, writes its own, and records what it was given.
     let seen = c.dir.join("seen.txt");
     let shown = c.dir.join("shown.json");
+    let cloned = c.dir.join("cloned.txt");
+    let copy = c.dir.join("copy.txt");
     let script = format!(
         "cat \"$CSIVOL_PATH_DB/fixture.txt\" > {seen} && echo mine > \"$CSIVOL_PATH_DB/mine.txt\" \
+         && cat \"$CSIVOL_PATH_COPY/fixture.txt\" > {cloned} && echo \"$CSIVOL_VOLUME_COPY\" > {copy} \
          && {csivol} volume show \"$CSIVOL_VOLUME_DB\" -o json > {shown}",
         seen = seen.display(),
+        cloned = cloned.display(),
+        copy = copy.display(),
         shown = shown.display(),
         csivol = bin_path("csivol").display(),
     );
@@ -128,6 +143,8 @@ fn a_job_from_a_snapshot_sees_its_data_in_its_own_topology_and_the_volume_is_del
         "job-1",
         "--fresh",
         "db=snapshot:golden-1",
+        "--fresh",
+        "copy=volume:golden",
         "--",
         "sh",
         "-c",
@@ -135,6 +152,10 @@ fn a_job_from_a_snapshot_sees_its_data_in_its_own_topology_and_the_volume_is_del
     ]);
     run.ok();
     assert_eq!(std::fs::read_to_string(&seen).unwrap(), "golden data");
+    // A second per-job volume of the same job, a clone, under its own name.
+    assert_eq!(std::fs::read_to_string(&cloned).unwrap(), "golden data");
+    let copy_name = std::fs::read_to_string(&copy).unwrap().trim().to_owned();
+    assert!(copy_name.starts_with("copy-"), "{copy_name}");
     let v: Value = serde_json::from_str(&std::fs::read_to_string(&shown).unwrap()).unwrap();
     let name = v["name"].as_str().unwrap().to_owned();
     assert!(
@@ -155,7 +176,10 @@ fn a_job_from_a_snapshot_sees_its_data_in_its_own_topology_and_the_volume_is_del
     );
     assert_eq!(v["accessible_topology"], json!([{"zone": "a"}]), "{v}");
     let id = v["external_id"].as_str().unwrap().to_owned();
-    assert!(!before.contains(&id), "a volume of its own");
+    assert!(
+        !before.iter().any(|f| f.starts_with(&id)),
+        "a volume of its own"
+    );
     // Its CreateVolume name is csivol's own per creation, not the volume's or the alloc's.
     let created = c.nodes[0]
         .plugin_calls()
@@ -164,7 +188,12 @@ fn a_job_from_a_snapshot_sees_its_data_in_its_own_topology_and_the_volume_is_del
     assert!(created, "the plugin served CreateVolume");
 
     gone(&c, &name, &id);
-    assert_eq!(plugin_volumes(&c), before, "nothing leaked in the storage");
+    wait_for("the clone to be deleted", WAIT, || {
+        volume(&c, &copy_name).is_none().then_some(())
+    });
+    wait_for("the storage to hold what it held before", WAIT, || {
+        (storage_volumes(&c) == before).then_some(())
+    });
     let k = kinds(&c, &name);
     for kind in [
         "volume-creating",
@@ -185,7 +214,7 @@ fn claim_fresh_needs_a_lease_and_a_lapsed_lease_deletes_the_volume() {
     let c = Cluster::start("fresh-lease", "30s", vec![NodeOpts::default()]);
     let spec = spec(&c);
     let source = format!("scratch=spec:{}", spec.display());
-    let before = plugin_volumes(&c);
+    let before = storage_volumes(&c);
 
     let refused = claim_fresh(&c, &source, "job-1", &[]);
     assert_ne!(refused.code, 0, "{refused:?}");
@@ -194,7 +223,7 @@ fn claim_fresh_needs_a_lease_and_a_lapsed_lease_deletes_the_volume() {
         refused.stderr.contains("--ttl"),
         "names the fix: {refused:?}"
     );
-    assert_eq!(plugin_volumes(&c), before, "nothing made");
+    assert_eq!(storage_volumes(&c), before, "nothing made");
     let listed = c.csivol(&["volume", "list", "-o", "json"]).ok().json();
     assert_eq!(
         listed.as_array().unwrap().len(),
@@ -219,12 +248,17 @@ fn claim_fresh_needs_a_lease_and_a_lapsed_lease_deletes_the_volume() {
         .as_str()
         .unwrap()
         .to_owned();
+    assert!(
+        storage_volumes(&c).iter().any(|f| f.starts_with(&id)),
+        "the plugin's storage holds {id}: {:?}",
+        storage_volumes(&c)
+    );
     gone(&c, &name, &id);
     assert!(!mounted(&t));
     let k = kinds(&c, &name);
     assert!(k.iter().any(|x| x == "claim-expired"), "{k:?}");
     assert!(k.iter().any(|x| x == "volume-deleted"), "{k:?}");
-    assert_eq!(plugin_volumes(&c), before, "nothing leaked");
+    assert_eq!(storage_volumes(&c), before, "nothing leaked");
 }
 
 #[test]
@@ -232,7 +266,7 @@ fn a_retried_request_makes_one_volume_and_a_reused_alloc_gets_a_new_one() {
     let c = Cluster::start("fresh-retry", "30s", vec![NodeOpts::default()]);
     let spec = spec(&c);
     let source = format!("scratch=spec:{}", spec.display());
-    let before = plugin_volumes(&c);
+    let before = storage_volumes(&c);
 
     // The same request twice under one Idempotency-Key: the first answer, one volume.
     let req = json!({
@@ -280,7 +314,7 @@ fn a_retried_request_makes_one_volume_and_a_reused_alloc_gets_a_new_one() {
     release(&c, volume_of_alloc(&c, "job-k").as_str(), "job-k");
     wait_for("every per-job volume to be deleted", WAIT, || {
         let l = c.csivol(&["volume", "list", "-o", "json"]).ok().json();
-        (l.as_array().unwrap().is_empty() && plugin_volumes(&c) == before).then_some(())
+        (l.as_array().unwrap().is_empty() && storage_volumes(&c) == before).then_some(())
     });
 }
 
@@ -454,7 +488,7 @@ fn a_dry_run_says_whether_the_plugin_can_make_the_volume_and_makes_nothing() {
     let c = Cluster::start("fresh-dry-run", "30s", vec![opts]);
     create(&c, "golden", &[]).ok();
     let spec = spec(&c);
-    let before = plugin_volumes(&c);
+    let before = storage_volumes(&c);
 
     let ok = claim_fresh(
         &c,
@@ -493,7 +527,7 @@ fn a_dry_run_says_whether_the_plugin_can_make_the_volume_and_makes_nothing() {
         "{elsewhere:?}"
     );
 
-    assert_eq!(plugin_volumes(&c), before, "nothing made");
+    assert_eq!(storage_volumes(&c), before, "nothing made");
     let listed = c.csivol(&["volume", "list", "-o", "json"]).ok().json();
     assert_eq!(listed.as_array().unwrap().len(), 1, "only golden: {listed}");
 }
