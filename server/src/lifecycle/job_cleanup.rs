@@ -65,8 +65,8 @@ pub(super) fn collect(ctx: &mut impl Txn, volume: &str, limits: &Limits) -> ApiR
                 Some(&j.alloc),
                 "server",
                 format!(
-                    "{whose}: CreateVolume failed ({}); nothing was made, the record is gone",
-                    v.error.as_deref().unwrap_or("no reason given")
+                    "{whose}: {}; nothing was made, the record is gone",
+                    v.error.as_deref().unwrap_or("CreateVolume failed")
                 ),
             )
         }

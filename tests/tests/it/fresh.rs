@@ -531,3 +531,32 @@ fn a_dry_run_says_whether_the_plugin_can_make_the_volume_and_makes_nothing() {
     let listed = c.csivol(&["volume", "list", "-o", "json"]).ok().json();
     assert_eq!(listed.as_array().unwrap().len(), 1, "only golden: {listed}");
 }
+
+#[test]
+fn a_failed_create_volume_fails_the_job_and_leaves_nothing() {
+    let opts = NodeOpts {
+        plugin_args: vec!["--fail=CreateVolume=INVALID_ARGUMENT:1".into()],
+        ..NodeOpts::default()
+    };
+    let c = Cluster::start("fresh-create-fails", "30s", vec![opts]);
+    let spec = spec(&c);
+    let before = storage_volumes(&c);
+    let run = c.csivol(&[
+        "run",
+        "--node",
+        "node-1",
+        "--alloc",
+        "job-1",
+        "--fresh",
+        &format!("scratch=spec:{}", spec.display()),
+        "--",
+        "true",
+    ]);
+    assert_ne!(run.code, 0, "{run:?}");
+    assert!(run.stderr.contains("CreateVolume"), "says why: {run:?}");
+    wait_for("the failed per-job volume to be forgotten", WAIT, || {
+        let l = c.csivol(&["volume", "list", "-o", "json"]).ok().json();
+        l.as_array().unwrap().is_empty().then_some(())
+    });
+    assert_eq!(storage_volumes(&c), before, "nothing made");
+}
