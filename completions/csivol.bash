@@ -501,12 +501,19 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__claim)
-            opts="-o -q -h -V --node --alloc --read-only --ttl --queue --label --gid --group --mount-flag --selinux-context --dry-run --release-on-timeout --wait --timeout --addr --ca-cert --token --output --no-color --quiet --stale --help --version renew list show help"
+            opts="-o -q -h -V --fresh --node --alloc --read-only --ttl --queue --label --gid --group --mount-flag --selinux-context --dry-run --release-on-timeout --wait --timeout --addr --ca-cert --token --output --no-color --quiet --stale --help --version renew list show help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --fresh)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
                 --node)
                     COMPREPLY=("${cur}")
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
@@ -2710,7 +2717,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__run)
-            opts="-o -q -h -V --node --alloc --ttl --queue --timeout --label --gid --group --mount-flag --selinux-context --no-wait-release --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
+            opts="-o -q -h -V --node --alloc --ttl --queue --fresh --keep-on-failure --timeout --label --gid --group --mount-flag --selinux-context --no-wait-release --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2731,6 +2738,20 @@ _csivol() {
                     return 0
                     ;;
                 --ttl)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --fresh)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --keep-on-failure)
                     COMPREPLY=("${cur}")
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
                         compopt -o nospace
@@ -4651,7 +4672,7 @@ _csivol_with_names() {
     if [[ -z "$kind" && "$cur" != -* ]]; then
         local IFS=' '
         case "${COMP_WORDS[*]:1:COMP_CWORD-1}" in
-            'run'*' --'|'run'*' -- '*|'run'*' --node'|'run'*' --alloc'|'run'*' --ttl'|'run'*' --timeout'|'run'*' --label'|'run'*' --gid'|'run'*' --group'|'run'*' --mount-flag'|'run'*' --selinux-context'|'run'*' --addr'|'run'*' --ca-cert'|'run'*' --token'|'run'*' --output'|'run'*' -o'|'snapshot create'*' --'|'snapshot create'*' -- '*|'snapshot create'*' --name'|'snapshot create'*' --group'|'snapshot create'*' --parameter'|'snapshot create'*' --timeout'|'snapshot create'*' --addr'|'snapshot create'*' --ca-cert'|'snapshot create'*' --token'|'snapshot create'*' --output'|'snapshot create'*' -o') ;;
+            'run'*' --'|'run'*' -- '*|'run'*' --node'|'run'*' --alloc'|'run'*' --ttl'|'run'*' --fresh'|'run'*' --keep-on-failure'|'run'*' --timeout'|'run'*' --label'|'run'*' --gid'|'run'*' --group'|'run'*' --mount-flag'|'run'*' --selinux-context'|'run'*' --addr'|'run'*' --ca-cert'|'run'*' --token'|'run'*' --output'|'run'*' -o'|'snapshot create'*' --'|'snapshot create'*' -- '*|'snapshot create'*' --name'|'snapshot create'*' --group'|'snapshot create'*' --parameter'|'snapshot create'*' --timeout'|'snapshot create'*' --addr'|'snapshot create'*' --ca-cert'|'snapshot create'*' --token'|'snapshot create'*' --output'|'snapshot create'*' -o') ;;
             'claim'|'claim renew'|'claim show'|'release'|'status'|'unblock'|'detach'|'volume show'|'volume deregister'|'volume drain'|'volume eligibility'|'volume expand'|'volume modify'|'run'|'run '*|'snapshot create'|'snapshot create '*) kind=volumes ;;
             'fence'|'node show'|'node drain'|'node eligibility'|'node label'|'node remove') kind=nodes ;;
         esac

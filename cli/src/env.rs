@@ -26,6 +26,11 @@ pub const CSIVOL_NODE: &str = "CSIVOL_NODE";
 /// Set by `csivol run` for the command it runs: the target path of its only volume.
 pub const CSIVOL_PATH: &str = "CSIVOL_PATH";
 
+/// Set by `csivol run` for the command it runs, `CSIVOL_VOLUME_<NAME>`: the csivol name of
+/// the volume it claims as `NAME` (for a per-job volume, `--fresh NAME=...`, the name the
+/// server gave the volume made for the job).
+pub const CSIVOL_VOLUME: &str = "CSIVOL_VOLUME";
+
 /// CI systems' job identifiers, in the order `csivol run` tries them for a default
 /// `--alloc`: GitHub Actions, GitLab CI, Jenkins, Buildkite.
 pub const CI_JOB_IDS: &[(&str, &[&str])] = &[

@@ -88,6 +88,10 @@ pub fn volume_state(v: &Volume) -> String {
     if let Some(a) = &v.availability {
         return format!("{}, {}", v.state, a.eligibility.as_str());
     }
+    // A failed job's per-job volume, kept for inspection before it is deleted.
+    if let Some(until) = v.job.as_ref().and_then(|j| j.kept_until.as_deref()) {
+        return format!("{}, kept until {until}", v.state);
+    }
     match (v.state, v.accepts_claims) {
         (VolumeState::Blocked, true) => "blocked, takes claims".into(),
         (VolumeState::Blocked, false) => "blocked, no new claims".into(),
@@ -151,6 +155,18 @@ pub fn volume(out: &Out, v: &Volume) -> anyhow::Result<()> {
                 a.eligibility.as_str(),
                 a.since,
                 a.actor
+            ),
+        ));
+    }
+    if let Some(j) = &v.job {
+        let kept = j.kept_until.as_deref().map_or(String::new(), |t| {
+            format!("; its job failed: kept until {t}, then deleted")
+        });
+        rows.push((
+            "per-job",
+            format!(
+                "`{}` of alloc {} on node {}, deleted after its release{kept}",
+                j.name, j.alloc, j.node
             ),
         ));
     }

@@ -54,6 +54,7 @@ string_enum! {
         VolumeDeleting = "volume-deleting",
         VolumeDeleted = "volume-deleted",
         VolumeDeregistered = "volume-deregistered",
+        VolumeKept = "volume-kept",
         VolumeAttached = "volume-attached",
         VolumeUnstaged = "volume-unstaged",
         VolumeDetach = "volume-detach",

@@ -374,6 +374,7 @@ async fn schedule_due_ops(db: Db, limits: Limits, clock: Clock) {
         ticks = ticks.wrapping_add(1);
         if ticks.is_multiple_of(HELD_SWEEP_EVERY) {
             sweep_held(&db, &limits).await;
+            sweep_job_volumes(&db, &limits, clock.now_ms()).await;
         }
         let now = clock.now_ms();
         let plugins = match db
@@ -414,6 +415,30 @@ async fn sweep_held(db: &Db, limits: &Limits) {
         .await
     {
         tracing::warn!(error = %e, "failed to move operations held for a release on");
+    }
+}
+
+/// Deletes the per-job volumes nothing holds any more ([`lifecycle::collect_job_volumes`]),
+/// after a read that finds any: each move of a volume looks at its own at once, so this
+/// catches a failed job's volume whose inspection time ran out.
+async fn sweep_job_volumes(db: &Db, limits: &Limits, now: i64) {
+    match db
+        .read(move |c| lifecycle::any_job_volume_due(c, now))
+        .await
+    {
+        Ok(false) => return,
+        Ok(true) => {}
+        Err(e) => {
+            tracing::warn!(error = %e, "failed to look for per-job volumes to delete");
+            return;
+        }
+    }
+    let limits = limits.clone();
+    if let Err(e) = db
+        .write_led(move |ctx| lifecycle::collect_job_volumes(ctx, &limits))
+        .await
+    {
+        tracing::warn!(error = %e, "failed to delete per-job volumes nothing holds");
     }
 }
 

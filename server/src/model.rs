@@ -131,6 +131,7 @@ impl VolumeRow {
             selinux_context: None,
             ownership: None,
             availability: None,
+            job: None,
             fs_type: self.fs_type,
             mount_flags: self.mount_flags,
             context: self.context,
@@ -681,6 +682,30 @@ impl VolumeAvailabilityRow {
             reason: self.reason.clone(),
             actor: self.actor.clone(),
             since: time(self.at),
+        }
+    }
+}
+
+/// A per-job volume (`job_volumes`): made for `alloc`'s claim on `node`, under the `name`
+/// the job gave it; kept until `kept_until` (unix ms) after a failed job that asked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobVolumeRow {
+    pub volume: String,
+    pub alloc: String,
+    pub name: String,
+    pub node: String,
+    pub created_at: i64,
+    pub kept_until: Option<i64>,
+}
+
+impl JobVolumeRow {
+    /// As the API shows it.
+    pub fn to_api(&self) -> csivol_api::JobVolume {
+        csivol_api::JobVolume {
+            alloc: self.alloc.clone(),
+            name: self.name.clone(),
+            node: self.node.clone(),
+            kept_until: self.kept_until.map(time),
         }
     }
 }

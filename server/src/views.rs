@@ -115,7 +115,9 @@ pub fn shape<'c>(
         }
         let m = chunk.mounts.get(fields.name).cloned().unwrap_or_default();
         let availability = chunk.availability.get(fields.name).cloned();
+        let job = chunk.jobs.get(fields.name).cloned();
         let mut listed = ListedVolume::new(fields, state, c, a, m, availability);
+        listed.job = job;
         usage.fill(&mut listed.claims);
         Some(Ok(listed))
     })
@@ -161,6 +163,8 @@ pub struct ListedVolume<'a> {
     ownership: Option<api::Ownership>,
     #[serde(skip_serializing_if = "Option::is_none")]
     availability: Option<api::VolumeAvailability>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    job: Option<api::JobVolume>,
     claims: Vec<api::Claim>,
     attachments: Vec<api::AttachmentStatus>,
     created_at: Rfc3339,
@@ -196,6 +200,7 @@ impl<'a> ListedVolume<'a> {
     ) -> Self {
         Self {
             availability,
+            job: None,
             claim_mount_flags: mounts.claim_mount_flags,
             selinux_context: mounts.selinux_context,
             ownership: mounts.ownership,
@@ -255,6 +260,7 @@ fn listed_volume_has_every_field(v: api::Volume) {
         selinux_context: _,
         ownership: _,
         availability: _,
+        job: _,
         claims: _,
         attachments: _,
         created_at: _,

@@ -8,7 +8,8 @@ use csivol_api::ClaimState;
 use crate::env;
 
 use super::{
-    WaitArgs, alloc_name, claim_state, label, node_name, parse_duration, run_volume, volume_name,
+    Fresh, WaitArgs, alloc_name, claim_state, fresh, label, node_name, parse_duration, run_volume,
+    volume_name,
 };
 
 #[derive(Debug, Args)]
@@ -18,8 +19,15 @@ pub struct ClaimArgs {
     pub command: Option<ClaimCommand>,
 
     /// The volume to claim
-    #[arg(value_parser = volume_name, required = true)]
+    #[arg(value_parser = volume_name, required_unless_present = "fresh")]
     pub volume: Option<String>,
+
+    /// Claim a volume made for this claim instead: `NAME=snapshot:SNAP` (with the
+    /// snapshot's data), `NAME=volume:VOL` (a clone) or `NAME=spec:FILE` (a `volume
+    /// create` spec). It is created in the topology of --node and deleted after the
+    /// release, or when the lease (--ttl, required) runs out; its name is shown
+    #[arg(long, value_name = "NAME=SOURCE", value_parser = fresh, conflicts_with_all = ["volume", "queue"])]
+    pub fresh: Option<Fresh>,
 
     /// The node the alloc runs on
     #[arg(long, value_name = "NODE", value_parser = node_name, env = env::CSIVOL_NODE, required = true)]
@@ -157,7 +165,7 @@ pub struct ClaimListArgs {
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// The volumes, `NAME` for a write claim or `NAME:ro` for a read claim
-    #[arg(value_name = "VOLUME[:ro]", required = true, value_parser = run_volume)]
+    #[arg(value_name = "VOLUME[:ro]", required_unless_present = "fresh", value_parser = run_volume)]
     pub volumes: Vec<(String, bool)>,
 
     /// The node the command runs on (this machine's node)
@@ -176,6 +184,18 @@ pub struct RunArgs {
     /// Wait in line for volumes held by others instead of failing
     #[arg(long)]
     pub queue: bool,
+
+    /// A volume made for this job: `NAME=snapshot:SNAP` (with the snapshot's data),
+    /// `NAME=volume:VOL` (a clone) or `NAME=spec:FILE` (a `volume create` spec), created in
+    /// the topology of --node and deleted after the job; `CSIVOL_PATH_<NAME>` is its path,
+    /// `CSIVOL_VOLUME_<NAME>` its name. Repeatable
+    #[arg(long, value_name = "NAME=SOURCE", value_parser = fresh)]
+    pub fresh: Vec<Fresh>,
+
+    /// When the command fails, keep its per-job volumes this long after the release (under
+    /// their names, listed by `volume list`) for inspection, then delete them
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, requires = "fresh")]
+    pub keep_on_failure: Option<Duration>,
 
     /// How long to wait for every volume to be ready (with --queue: including the wait in
     /// line)

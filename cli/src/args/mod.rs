@@ -427,6 +427,40 @@ fn label(s: &str) -> Result<(String, String), String> {
 }
 
 /// `NAME` or `NAME:ro`.
+/// A per-job volume as `--fresh` names it: `NAME=snapshot:SNAP`, `NAME=volume:VOL` or
+/// `NAME=spec:FILE`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fresh {
+    /// The job's name for it (`CSIVOL_PATH_<NAME>`).
+    pub name: String,
+    pub source: FreshFrom,
+}
+
+/// What a per-job volume is made from, as `--fresh` says it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FreshFrom {
+    Snapshot(String),
+    Volume(String),
+    Spec(PathBuf),
+}
+
+fn fresh(s: &str) -> Result<Fresh, String> {
+    let usage = "use NAME=snapshot:SNAP, NAME=volume:VOL or NAME=spec:FILE";
+    let (name, from) = s
+        .split_once('=')
+        .ok_or_else(|| format!("`{s}` names no source ({usage})"))?;
+    let name = csivol_api::validate_name("volume", name).map(|()| name.to_owned())?;
+    let source = match from.split_once(':') {
+        Some(("snapshot", snap)) => FreshFrom::Snapshot(
+            csivol_api::validate_name("snapshot", snap).map(|()| snap.to_owned())?,
+        ),
+        Some(("volume", vol)) => FreshFrom::Volume(VolumeName::new(vol)?.into_string()),
+        Some(("spec", file)) if !file.is_empty() => FreshFrom::Spec(file.into()),
+        _ => return Err(format!("`{from}` is not a source ({usage})")),
+    };
+    Ok(Fresh { name, source })
+}
+
 fn run_volume(s: &str) -> Result<(String, bool), String> {
     let (name, ro) = match s.strip_suffix(":ro") {
         Some(name) => (name, true),

@@ -34,7 +34,7 @@ pub struct NewClaim<'a> {
 }
 
 impl NewClaim<'_> {
-    fn request(&self, dry_run: bool) -> ClaimRequest {
+    pub(super) fn request(&self, dry_run: bool) -> ClaimRequest {
         ClaimRequest {
             alloc: self.alloc.to_owned(),
             node: self.node.to_owned(),
@@ -125,8 +125,13 @@ pub async fn run(ctx: &Ctx, args: ClaimArgs) -> anyhow::Result<Exit> {
         Some(ClaimCommand::Show(s)) => return show(ctx, s).await,
         None => {}
     }
-    let (Some(volume), Some(node), Some(alloc)) = (&args.volume, &args.node, &args.alloc) else {
-        unreachable!("clap requires VOLUME, --node and --alloc without a subcommand");
+    let (Some(node), Some(alloc)) = (&args.node, &args.alloc) else {
+        unreachable!("clap requires --node and --alloc without a subcommand");
+    };
+    let volume = match (&args.volume, &args.fresh) {
+        (Some(v), _) => v,
+        (None, Some(f)) => &f.name,
+        (None, None) => unreachable!("clap requires VOLUME or --fresh"),
     };
     let claim = NewClaim {
         volume,
@@ -143,6 +148,9 @@ pub async fn run(ctx: &Ctx, args: ClaimArgs) -> anyhow::Result<Exit> {
         waits: args.wait.wait,
         mount: args.mount.for_claim()?,
     };
+    if let Some(f) = &args.fresh {
+        return super::fresh::claim(ctx, &args, f, &claim).await;
+    }
     if args.dry_run {
         let path = format!("/v1/volumes/{volume}/claims");
         let a: Answer<ClaimDryRun> = ctx

@@ -7,6 +7,7 @@ mod detach;
 mod events;
 mod expand;
 mod fence;
+mod fresh;
 mod import;
 mod modify;
 mod node;

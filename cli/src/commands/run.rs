@@ -68,9 +68,17 @@ pub async fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<Exit> {
 
     let mut cmd = Command::new(&args.command[0]);
     cmd.args(&args.command[1..]);
-    for c in &claims {
+    // The claims are made in this order: the named volumes, then the per-job ones, known
+    // to the job by the names it gave them.
+    let names = args
+        .volumes
+        .iter()
+        .map(|(v, _)| v.as_str())
+        .chain(args.fresh.iter().map(|f| f.name.as_str()));
+    for (c, name) in claims.iter().zip(names) {
         let path = c.target_path.as_deref().unwrap_or_default();
-        cmd.env(path_var(&c.volume), path);
+        cmd.env(path_var(name), path);
+        cmd.env(volume_var(name), &c.volume);
         if claims.len() == 1 {
             cmd.env(env::CSIVOL_PATH, path);
         }
@@ -104,6 +112,14 @@ pub async fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<Exit> {
             _ = renewals.tick() => renew_all(ctx, &claims, &alloc, args.ttl).await,
         }
     };
+    // A failed job's per-job volumes are kept for inspection when it asked.
+    let keep = args.keep_on_failure.filter(|_| !status.success());
+    if let Some(keep) = keep {
+        let fresh = &claims[args.volumes.len()..];
+        for c in fresh {
+            super::fresh::release_kept(ctx, &c.volume, &alloc, keep).await?;
+        }
+    }
     release_all(ctx, &claims, &alloc, &args, Some(&mut signals)).await?;
     Ok(exit_of(status, forwarded))
 }
@@ -153,6 +169,26 @@ async fn claim_all(
                         "volume {volume} is mounted without group {gid}, the caller's own: {why}"
                     ));
                 }
+                let cursor = a.cursor(a.body.index);
+                made.push((a.body, cursor));
+            }
+            Err(e) => return Err(Aborted::Error(e, made.into_iter().map(|m| m.0).collect())),
+        }
+    }
+    for fresh in &args.fresh {
+        let claim = NewClaim {
+            volume: &fresh.name,
+            alloc,
+            node: &args.node,
+            mode: ClaimMode::Write,
+            ttl: Some(args.ttl),
+            queue: false,
+            labels: &args.labels,
+            waits: true,
+            mount: mount.clone(),
+        };
+        match super::fresh::record(ctx, fresh, claim.request(false)).await {
+            Ok(a) => {
                 let cursor = a.cursor(a.body.index);
                 made.push((a.body, cursor));
             }
@@ -274,6 +310,11 @@ pub fn path_var(volume: &str) -> String {
     format!("{}_{name}", env::CSIVOL_PATH)
 }
 
+/// `CSIVOL_VOLUME_<NAME>`: the csivol name of the volume the job claims as `NAME`.
+pub fn volume_var(name: &str) -> String {
+    path_var(name).replacen(env::CSIVOL_PATH, env::CSIVOL_VOLUME, 1)
+}
+
 /// An alloc id from the CI job running this (so a retried job step finds its claims), else
 /// a random one.
 fn default_alloc() -> String {
@@ -324,5 +365,6 @@ mod tests {
     fn path_variables_are_named_after_volumes() {
         assert_eq!(path_var("demo-data"), "CSIVOL_PATH_DEMO_DATA");
         assert_eq!(path_var("v1.cache_x"), "CSIVOL_PATH_V1_CACHE_X");
+        assert_eq!(volume_var("db-copy"), "CSIVOL_VOLUME_DB_COPY");
     }
 }

@@ -19,6 +19,7 @@ mod claims;
 mod controller_ops;
 mod errors;
 mod expansion;
+mod job_volumes;
 pub mod limits;
 mod modify;
 mod mounts;
@@ -44,6 +45,7 @@ pub use domain::{
 };
 pub use errors::*;
 pub use expansion::*;
+pub use job_volumes::*;
 pub use modify::*;
 pub use mounts::*;
 pub use name::*;

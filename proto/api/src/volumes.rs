@@ -227,6 +227,10 @@ pub struct Volume {
     /// (`csivol volume eligibility V --disable`, `csivol volume drain V`); absent: it does.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub availability: Option<VolumeAvailability>,
+    /// A per-job volume (`csivol run --fresh`, `csivol claim --fresh`): made for one job's
+    /// claim and deleted after its release; absent for every other volume.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<crate::JobVolume>,
     pub claims: Vec<Claim>,
     pub attachments: Vec<AttachmentStatus>,
     pub created_at: String,

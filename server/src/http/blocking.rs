@@ -103,6 +103,11 @@ pub(super) struct Hold {
 }
 
 impl Hold {
+    /// The hold a query with other fields of its own asked for (`?wait=`).
+    pub(super) fn of(wait: Option<String>) -> Self {
+        Self { wait }
+    }
+
     pub(super) fn wait(&self) -> ApiResult<Option<Duration>> {
         self.wait.as_deref().map(parse_wait).transpose()
     }

@@ -84,20 +84,71 @@ pub(super) async fn post_claim(
     Ok(answer.into_response())
 }
 
+/// `POST /v1/fresh-claims`: a per-job volume made and claimed in one transaction (or,
+/// with `dry_run`, whether it can be). Answered like a claim: 201 with the new claim, 200
+/// with the claim a retried request already made.
+pub(super) async fn post_fresh_claim(
+    State(app): State<App>,
+    headers: HeaderMap,
+    once: Once,
+    Body(req): Body<api::FreshClaimRequest>,
+) -> ApiResult<Response> {
+    let caller = app.caller(&headers)?;
+    let limits = app.limits.clone();
+    let who = Who::of(caller);
+    let began = app.db.hub.generation();
+    api::check_claim_labels(&req.claim.labels, &limits.text).map_err(ApiError::text)?;
+    if req.claim.dry_run {
+        let answer = app
+            .db
+            .read(move |c| lifecycle::fresh_dry_run(c, &req))
+            .await?;
+        return Ok(Json(answer).into_response());
+    }
+    let body = req.clone();
+    let write = move |ctx: &mut WriteCtx<'_>| {
+        lifecycle::create_fresh_claim(ctx, &req, &who.claimant(), &limits)
+    };
+    let answer = move |(claim, new): &(api::Claim, bool)| {
+        let status = if *new {
+            StatusCode::CREATED
+        } else {
+            StatusCode::OK
+        };
+        Answer::indexed(status, (claim.index, began), claim)
+    };
+    once.respond(&app, &body, write, answer).await
+}
+
+/// `?wait=` holds the answer as for any claim write; `?keep_ms=` keeps a failed job's
+/// per-job volume that long after the release.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ReleaseQuery {
+    wait: Option<String>,
+    keep_ms: Option<u64>,
+}
+
 pub(super) async fn delete_claim(
     State(app): State<App>,
     headers: HeaderMap,
     Path((volume, alloc)): Path<(String, String)>,
-    Q(hold): Q<Hold>,
+    Q(query): Q<ReleaseQuery>,
     once: Once,
 ) -> ApiResult<Response> {
     let who = Who::of(app.caller(&headers)?);
     name("volume", &volume)?;
     name("alloc", &alloc)?;
-    let hold = hold.wait()?;
+    let hold = Hold::of(query.wait).wait()?;
+    let keep_ms = query.keep_ms;
     let began = app.db.hub.generation();
     let write = move |ctx: &mut WriteCtx<'_>| {
-        lifecycle::release_claim(ctx, &volume, &alloc, &who.claimant())
+        let released = lifecycle::release_claim(ctx, &volume, &alloc, &who.claimant())?;
+        // Recorded with the release itself, so that the volume is never deleted between.
+        if let (Some(ms), Ok(_)) = (keep_ms, &released) {
+            lifecycle::keep_after_release(ctx, &volume, &alloc, ms)?;
+        }
+        Ok(released)
     };
     // An alloc that holds no claim is refused with the tombstone its release left.
     let answer = move |released: &Result<api::Claim, ApiError>| match released {

@@ -112,6 +112,7 @@ table! {
     delete "/v1/volumes/{name}/claims/{alloc}" Named(Claim) => claims::delete_claim;
     post "/v1/volumes/{name}/claims/{alloc}/renew" Named(Claim) => claims::renew_claim;
     get "/v1/claims" Listed(Read) => claims::list_claims;
+    post "/v1/fresh-claims" Cluster(Claim) => claims::post_fresh_claim;
     post "/v1/volumes/{name}/unblock" Named(UnblockDetach) => volumes::unblock_volume;
     post "/v1/volumes/{name}/detach" Named(UnblockDetach) => volumes::detach;
     post "/v1/volumes/{name}/eligibility" Named(ExpandModify) => volumes::volume_eligibility;

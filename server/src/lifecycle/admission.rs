@@ -365,6 +365,16 @@ pub fn evaluate_claim(
             )));
         }
     }
+    // A per-job volume is its job's alone: no other alloc sees its data.
+    if let Some(j) = conn.job_volume(volume)?
+        && j.alloc != req.alloc
+    {
+        return Err(ApiError::conflict(format!(
+            "volume `{volume}` is the per-job volume `{}` of alloc {}: no other alloc may claim it",
+            j.name, j.alloc
+        ))
+        .with_hint("give the job a volume of its own with `--fresh NAME=...`"));
+    }
     let claims = conn.claims_of_volume(volume)?;
     // The alloc's own claim, queued or not: asking for the same claim again is a no-op.
     if let Some(own) = claims.iter().find(|c| c.alloc == req.alloc) {
@@ -472,6 +482,11 @@ pub fn evaluate_claim(
 /// Grants the volume's queued claims that may start now, in arrival order, inside the
 /// transaction that freed the room.
 pub(super) fn grant_queued(ctx: &mut impl Txn, v: &VolumeRow) -> ApiResult<()> {
+    // A volume still being created (a per-job volume's claim waits in its queue for
+    // CreateVolume) grants nothing until it is.
+    if v.lifecycle != Lifecycle::Ready {
+        return Ok(());
+    }
     let claims = ctx.claims_of_volume(&v.name)?;
     let queued: Vec<Wanted<'_>> = claims
         .iter()

@@ -113,7 +113,9 @@ pub fn advance_volume(ctx: &mut impl Txn, volume: &str, limits: &Limits) -> ApiR
         schedule_ops(ctx, &v.plugin, limits)?;
     }
     // An operation held for the volume's release may run now, or no longer.
-    super::after_release::resume_held(ctx, volume, limits)
+    super::after_release::resume_held(ctx, volume, limits)?;
+    // A per-job volume nothing holds any more is deleted.
+    super::job_cleanup::collect(ctx, volume, limits)
 }
 
 /// Starts taking an attachment down: ControllerUnpublish where the plugin needs it, else the

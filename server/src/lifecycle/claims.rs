@@ -65,7 +65,7 @@ impl<'a> Claimant<'a> {
 
 /// A claimer token that holds as many claims as this server allows refuses a new one,
 /// with how many it holds and where the limit is set; what it holds stays.
-fn refuse_past_claims_limit(
+pub(super) fn refuse_past_claims_limit(
     conn: &(impl Snapshot + ?Sized),
     who: &Claimant<'_>,
     limits: &Limits,

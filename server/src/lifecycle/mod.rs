@@ -43,6 +43,8 @@ mod fence;
 mod group_snapshots;
 mod heard;
 mod hosting;
+mod job_cleanup;
+mod job_volumes;
 mod labels;
 mod leases;
 mod modify;
@@ -76,6 +78,8 @@ pub use group_snapshots::{
     create_group_snapshot, delete_group_snapshot, group_snapshot_view, list_group_snapshots,
 };
 pub use hosting::{change_controller_hosts, refused_hosting};
+pub use job_cleanup::{any_job_volume_due, collect_job_volumes};
+pub use job_volumes::{create_fresh_claim, fresh_dry_run, keep_after_release};
 pub use labels::set_labels;
 pub use leases::{expire_leases, renew_lease};
 pub use modify::modify_volume;

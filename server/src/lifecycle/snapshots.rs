@@ -244,7 +244,7 @@ pub fn delete_snapshot(
 
 /// The plugin's ids for a new volume's content source, if the plugin can create it so.
 pub(super) fn content_source(
-    ctx: &impl Txn,
+    ctx: &(impl Snapshot + ?Sized),
     plugin: &str,
     source: &ContentSource,
 ) -> ApiResult<WireContentSource> {

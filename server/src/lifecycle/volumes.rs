@@ -201,6 +201,7 @@ pub fn volume_view(conn: &(impl Snapshot + ?Sized), name: &str) -> ApiResult<api
         selinux_context: mounts.selinux_context,
         ownership: mounts.ownership,
         availability: conn.volume_availability(name)?.map(|a| a.to_api()),
+        job: conn.job_volume(name)?.map(|j| j.to_api()),
         ..v.into_api(&claims, &atts)
     })
 }

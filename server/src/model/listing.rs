@@ -26,6 +26,8 @@ pub struct VolumeChunk {
     pub mounts: std::collections::HashMap<String, api::VolumeMounts>,
     /// The volumes an operator took out of service (`volume_availability`).
     pub availability: std::collections::HashMap<String, api::VolumeAvailability>,
+    /// The per-job volumes among them (`job_volumes`).
+    pub jobs: std::collections::HashMap<String, api::JobVolume>,
 }
 
 /// A volume row's fields borrowed from where the store read them: what a listing shows of

@@ -296,6 +296,14 @@ pub trait Snapshot {
         &self,
         volume: &str,
     ) -> ApiResult<Option<crate::model::VolumeAvailabilityRow>>;
+    /// The per-job record of a volume (none: not a per-job volume, or the schema does not
+    /// keep them).
+    fn job_volume(&self, volume: &str) -> ApiResult<Option<crate::model::JobVolumeRow>>;
+    /// The per-job volumes made for `alloc` under the name its job gave, oldest first.
+    fn job_volumes_of(&self, alloc: &str, name: &str)
+    -> ApiResult<Vec<crate::model::JobVolumeRow>>;
+    /// Every per-job volume.
+    fn job_volumes(&self) -> ApiResult<Vec<crate::model::JobVolumeRow>>;
     /// The first answer kept for `token`'s request `key`.
     fn kept_answer(&self, token: &str, key: &str) -> ApiResult<Option<KeptAnswer>>;
     /// The tombstone of `alloc`'s claim on `volume`: its last release.
@@ -445,6 +453,9 @@ pub trait Txn: Snapshot {
         volume: &str,
         a: Option<&crate::model::VolumeAvailabilityRow>,
     ) -> ApiResult<()>;
+    /// Records a per-job volume or changes its record (refused below the schema that keeps
+    /// them).
+    fn put_job_volume(&mut self, j: &crate::model::JobVolumeRow) -> ApiResult<()>;
     /// Removes a volume if it is `deleting`.
     fn delete_deleting_volume(&mut self, name: &str) -> ApiResult<()>;
 

@@ -37,6 +37,7 @@ const EXPECTED: &[(&str, &str, &str)] = &[
         "claim@named",
     ),
     ("get", "/v1/claims", "read@listed"),
+    ("post", "/v1/fresh-claims", "claim@cluster"),
     ("post", "/v1/volumes/{name}/unblock", "unblock-detach@named"),
     ("post", "/v1/volumes/{name}/detach", "unblock-detach@named"),
     (

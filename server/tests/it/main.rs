@@ -165,7 +165,8 @@ pub(crate) fn back_to_the_previous_schema(conn: &rusqlite::Connection) {
          ALTER TABLE claims DROP COLUMN mount;
          DROP TABLE volume_mounts;
          DROP TABLE volume_availability;
-         ALTER TABLE tokens DROP COLUMN scope;",
+         ALTER TABLE tokens DROP COLUMN scope;
+         DROP TABLE job_volumes;",
     )
     .unwrap();
     conn.pragma_update(None, "user_version", version - 1)

@@ -80,6 +80,8 @@ impl Filters {
             (r"\btoken [0-9a-f]{12}\b", "token [ID]"),
             (r"\bhostpath-\d{6}\b", "hostpath-[ID]"),
             (r"\brun-[0-9a-f]{16}\b", "run-[ID]"),
+            // A per-job volume's name: the job's name for it and ten random hex digits.
+            (r"\b([a-z]+)-[0-9a-f]{10}\b", "$1-[ID]"),
             (r"127\.0\.0\.1:\d+", "127.0.0.1:[PORT]"),
             // An event's index, first in its line of `csivol events`.
             (r"(?m)^\d+( +\[TIME\])", "[INDEX]$1"),

@@ -16,6 +16,7 @@ mod e2e;
 mod expand;
 mod fence;
 mod fence_trust;
+mod fresh;
 mod group_snapshots;
 mod inventory;
 mod limits;

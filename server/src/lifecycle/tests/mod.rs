@@ -10,6 +10,7 @@ mod desired;
 mod events;
 mod expand;
 mod group_snapshots;
+mod job_volumes;
 mod listing;
 mod mounts;
 mod nodes;

@@ -11,6 +11,7 @@ mod connection;
 pub mod db;
 mod drift;
 mod held;
+mod job_volumes;
 mod listings;
 pub mod maintenance;
 pub mod migrations;
@@ -557,6 +558,22 @@ impl Snapshot for Connection {
         volume_availability::get(self, volume)
     }
 
+    fn job_volume(&self, volume: &str) -> ApiResult<Option<crate::model::JobVolumeRow>> {
+        job_volumes::get(self, volume)
+    }
+
+    fn job_volumes_of(
+        &self,
+        alloc: &str,
+        name: &str,
+    ) -> ApiResult<Vec<crate::model::JobVolumeRow>> {
+        job_volumes::of_alloc(self, alloc, name)
+    }
+
+    fn job_volumes(&self) -> ApiResult<Vec<crate::model::JobVolumeRow>> {
+        job_volumes::all(self)
+    }
+
     fn kept_answer(&self, token: &str, key: &str) -> ApiResult<Option<crate::store::KeptAnswer>> {
         retries::kept_answer(self, token, key)
     }
@@ -670,6 +687,9 @@ reads_through_the_transaction! {
     mounts_recorded() -> bool;
     volume_mounts(volume: &str) -> csivol_api::VolumeMounts;
     volume_availability(volume: &str) -> Option<crate::model::VolumeAvailabilityRow>;
+    job_volume(volume: &str) -> Option<crate::model::JobVolumeRow>;
+    job_volumes_of(alloc: &str, name: &str) -> Vec<crate::model::JobVolumeRow>;
+    job_volumes() -> Vec<crate::model::JobVolumeRow>;
     kept_answer(token: &str, key: &str) -> Option<crate::store::KeptAnswer>;
     tombstone(volume: &str, alloc: &str) -> Option<crate::store::Tombstone>;
     meta(prefix: &str) -> Vec<(String, i64)>;

@@ -10,8 +10,8 @@ use csivol_api::{
 use rusqlite::params;
 
 use super::{
-    access, claim_mounts, claimers, drift, exec, held, listings, nodes, ops, retries, snapshots,
-    volume_availability, volume_mounts,
+    access, claim_mounts, claimers, drift, exec, held, job_volumes, listings, nodes, ops, retries,
+    snapshots, volume_availability, volume_mounts,
 };
 use crate::error::{ApiError, ApiResult};
 use crate::model::{Lifecycle, NewFence, TokenRow, VolumeRow, to_json};
@@ -213,6 +213,7 @@ impl Txn for WriteCtx<'_> {
         exec(self.tx, "DELETE FROM ops WHERE volume = ?1", [name])?;
         volume_mounts::put(self, name, &Default::default())?;
         volume_availability::put(self, name, None)?;
+        job_volumes::remove(self, name)?;
         Ok(())
     }
 
@@ -228,6 +229,10 @@ impl Txn for WriteCtx<'_> {
         volume_availability::put(self, volume, a)
     }
 
+    fn put_job_volume(&mut self, j: &crate::model::JobVolumeRow) -> ApiResult<()> {
+        job_volumes::put(self, j)
+    }
+
     fn delete_deleting_volume(&mut self, name: &str) -> ApiResult<()> {
         self.memo.stamped.clear();
         let deleted = exec(
@@ -238,6 +243,7 @@ impl Txn for WriteCtx<'_> {
         if deleted > 0 {
             volume_mounts::put(self, name, &Default::default())?;
             volume_availability::put(self, name, None)?;
+            job_volumes::remove(self, name)?;
         }
         Ok(())
     }

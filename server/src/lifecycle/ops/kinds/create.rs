@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use csivol_api::{ControllerOpKind, Report, Topology};
+use csivol_api::{ClaimState, ControllerOpKind, Report, Topology};
 
 use super::super::queue::{Judged, Kind, OpError, Retrying, by_class};
 use super::volume;
@@ -48,7 +48,7 @@ impl Kind for Create {
     fn failed(&self, ctx: &mut dyn Txn, o: &OpRow, e: &OpError<'_>) -> ApiResult<()> {
         ctx.set_volume_lifecycle(&o.volume, Lifecycle::Failed, Some(e.message))?;
         ctx.touch(Key::Volume(o.volume.clone()));
-        Ok(())
+        creation_failed(ctx, &o.volume, e.message)
     }
 
     /// CreateVolume succeeded: the volume is ready, with the plugin's id for it and where
@@ -78,6 +78,11 @@ impl Kind for Create {
             actor,
         )?;
         Ok(true)
+    }
+
+    /// A created per-job volume's claim, queued for the creation, is granted.
+    fn moves_volume(&self) -> bool {
+        true
     }
 
     fn shown(&self, conn: &dyn Snapshot, o: &OpRow) -> ApiResult<Option<ControllerOpKind>> {
@@ -199,6 +204,34 @@ fn created_after_cancel(
         format!(
             "CreateVolume answered after the creation was cancelled: created as {external_id}; \
              DeleteVolume requested"
+        ),
+    )
+}
+
+/// CreateVolume of a per-job volume failed for good: its job's queued claim leaves the
+/// queue with why, so the job is told; the failed volume, which holds no storage, is
+/// forgotten by [`collect`].
+fn creation_failed(ctx: &mut dyn Txn, volume: &str, message: &str) -> ApiResult<()> {
+    let Some(j) = ctx.job_volume(volume)? else {
+        return Ok(());
+    };
+    let Some(c) = ctx.claim(volume, &j.alloc)? else {
+        return Ok(());
+    };
+    if c.state != ClaimState::Queued {
+        return Ok(());
+    }
+    crate::lifecycle::changes::delete_claim(ctx, &c)?;
+    event(
+        ctx,
+        EventKind::ClaimDequeued,
+        Some(volume),
+        Some(&c.node),
+        Some(&c.alloc),
+        "server",
+        format!(
+            "left the queue: CreateVolume of per-job volume `{}` failed: {message}",
+            j.name
         ),
     )
 }

@@ -98,3 +98,19 @@ CREATE TABLE volume_availability (
 -- release does not read it and would take a scoped token for its role's preset, so no
 -- scoped token can be made before the cluster runs on this schema.
 ALTER TABLE tokens ADD COLUMN scope TEXT;
+
+-- Per-job volumes: a volume made for one job's claim (`run --fresh`, `claim --fresh`) and
+-- deleted after its release. A row per such volume: the alloc and the name the job gave it,
+-- the node it was made for, when it was recorded (unix ms), and, after a failed job that
+-- asked for it, until when it is kept for inspection. A server of the previous release does
+-- not read it and would keep these volumes for good, so none is made before the cluster
+-- runs on this schema.
+CREATE TABLE job_volumes (
+    volume TEXT PRIMARY KEY,
+    alloc TEXT NOT NULL,
+    name TEXT NOT NULL,
+    node TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    kept_until INTEGER
+);
+CREATE INDEX job_volumes_alloc ON job_volumes (alloc, name);

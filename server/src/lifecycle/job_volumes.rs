@@ -1,0 +1,355 @@
+//! Per-job volumes: a volume made for one job's claim (`run --fresh`, `claim --fresh`),
+//! recorded with its claim in one transaction, created in the topology of the node it is
+//! claimed on; a failed job may keep it for a while for inspection. Its deletion once
+//! nothing holds it is `job_cleanup`'s, what a failed CreateVolume does to its claim the
+//! Create kind's (`ops::kinds::create`).
+
+use std::time::Duration;
+
+use csivol_api::{
+    self as api, ClaimDryRun, ClaimState, CreateVolumeSpec, FreeText, FreshClaimRequest,
+    FreshSource, NodeStatus, TopologyRequest, validate_name,
+};
+use csivol_rules::kinds::EventKind;
+
+use super::claims::Claimant;
+use super::events::{event, show_segment};
+use super::settings::Limits;
+use crate::error::{ApiError, ApiResult};
+use crate::model::{JobVolumeRow, time};
+use crate::store::{NewClaim, Snapshot, Txn};
+use crate::watch::Key;
+
+/// A per-job volume's csivol name: the job's name for it and 10 random hex digits, so
+/// that no two jobs (a reused alloc, a CI matrix sharing one run id) ever share one. Cut
+/// to stay within a volume name's length.
+fn volume_name(name: &str) -> String {
+    let hex = format!("{:010x}", rand::random::<u64>() & 0xff_ffff_ffff);
+    let kept = &name[..name.len().min(128 - 1 - hex.len())];
+    format!("{kept}-{hex}")
+}
+
+/// The volume spec a per-job volume is created with, from what the job named: a
+/// snapshot's or a volume's own spec with it as the content source, or the job's spec.
+fn spec_of(conn: &(impl Snapshot + ?Sized), source: &FreshSource) -> ApiResult<CreateVolumeSpec> {
+    let (from, content) = match source {
+        FreshSource::Spec(s) => return Ok((**s).clone()),
+        FreshSource::Snapshot(s) => {
+            validate_name("snapshot", s).map_err(ApiError::invalid)?;
+            let snap = conn.snapshot(s)?.ok_or_else(|| {
+                ApiError::not_found(format!("snapshot `{s}` is not registered"))
+                    .with_hint("`csivol snapshot list` lists the snapshots")
+            })?;
+            let Some(v) = conn.volume(&snap.volume)? else {
+                return Err(ApiError::not_found(format!(
+                    "volume `{}`, which snapshot `{s}` was cut from, is gone, so its spec is not \
+                     known",
+                    snap.volume
+                ))
+                .with_hint(format!(
+                    "give a spec of its own: `--fresh NAME=spec:FILE` with `source = {{ snapshot \
+                     = \"{s}\" }}` in FILE"
+                )));
+            };
+            (v, api::ContentSource::Snapshot(s.clone()))
+        }
+        FreshSource::Volume(name) => {
+            validate_name("volume", name).map_err(ApiError::invalid)?;
+            let v = conn.require_volume(name)?;
+            (v, api::ContentSource::Volume(name.clone()))
+        }
+    };
+    let mounts = conn.volume_mounts(&from.name)?;
+    Ok(CreateVolumeSpec {
+        plugin: from.plugin,
+        access_mode: from.access_mode,
+        attachment: from.attachment,
+        capacity_bytes: from.capacity_bytes.unwrap_or(0),
+        fs_type: from.fs_type,
+        mount_flags: from.mount_flags,
+        parameters: from.parameters,
+        secrets: from.secrets,
+        topology_request: None,
+        source: Some(content),
+        // Changed later through ControllerModifyVolume only; a job's copy starts with the
+        // plugin's defaults for them.
+        mutable_parameters: Default::default(),
+        claim_mount_flags: mounts.claim_mount_flags,
+        selinux_context: mounts.selinux_context,
+        ownership: mounts.ownership,
+    })
+}
+
+/// Where the volume is to be made: in the node's own topology, as Kubernetes'
+/// WaitForFirstConsumer binding makes a volume where its first pod runs. csi.proto,
+/// TopologyRequirement `requisite`: "Specifies the list of topologies the provisioned
+/// volume MUST be accessible from"; the node's segment is required and preferred. A node
+/// whose plugin reports no topology asks for none. A spec that requires segments the node
+/// is outside of is refused: the volume could never be claimed there.
+fn placed_on_node(
+    conn: &(impl Snapshot + ?Sized),
+    spec: &mut CreateVolumeSpec,
+    node: &str,
+) -> ApiResult<()> {
+    let n = conn.require_node(node)?;
+    if n.status != NodeStatus::Ready {
+        return Err(ApiError::blocked(format!(
+            "node `{node}` is {}: no per-job volume is made for it",
+            n.status
+        ))
+        .with_hint(format!("choose another node, or bring {node}'s agent back")));
+    }
+    if let Some(r) = csivol_rules::nodes::claim_refusal(node, n.eligibility) {
+        return Err(ApiError::conflict(r.message).with_hint(r.hint));
+    }
+    let Some(p) = conn
+        .node_plugin(node, &spec.plugin)?
+        .filter(|p| p.node_service)
+    else {
+        return Err(ApiError::invalid(format!(
+            "node `{node}` does not run plugin `{}`, which the per-job volume would be made with",
+            spec.plugin
+        ))
+        .with_hint(format!(
+            "`csivol plugin show {}` lists the nodes that run it",
+            spec.plugin
+        )));
+    };
+    let required = spec
+        .topology_request
+        .as_ref()
+        .map(|r| r.required.clone())
+        .unwrap_or_default();
+    if !required.is_empty() && !csivol_rules::claims::reachable(&required, &p.topology) {
+        let segments: Vec<_> = required.iter().map(show_segment).collect();
+        return Err(ApiError::topology(format!(
+            "node `{node}` ({}) is outside the spec's required topology {}",
+            show_segment(&p.topology),
+            segments.join(" or ")
+        ))
+        .with_hint("claim it on a node in that topology, or leave `topology_request` out"));
+    }
+    spec.topology_request = (!p.topology.is_empty()).then(|| TopologyRequest {
+        required: vec![p.topology.clone()],
+        preferred: vec![p.topology.clone()],
+    });
+    Ok(())
+}
+
+/// What a controller host of the plugin says it can do, checked before anything is made:
+/// spec.md, CreateVolume: "A Controller Plugin MUST implement this RPC call if it has
+/// `CREATE_DELETE_VOLUME` controller capability", so a plugin that does not report it is
+/// never asked. The content source's own capability (CREATE_DELETE_SNAPSHOT, CLONE_VOLUME)
+/// is checked where the source is resolved (`snapshots::content_source`).
+fn plugin_creates(conn: &(impl Snapshot + ?Sized), plugin: &str) -> ApiResult<()> {
+    let known = conn.plugin_ids()?;
+    if !known.contains(&plugin.to_owned()) {
+        return Err(super::volumes::unknown_plugin(plugin, &known));
+    }
+    match conn.controller_capabilities(plugin)? {
+        Some(c) if c.create_delete_volume => Ok(()),
+        Some(_) => Err(ApiError::invalid(format!(
+            "plugin `{plugin}` cannot create volumes: its controller does not report \
+             CREATE_DELETE_VOLUME"
+        ))
+        .with_hint(format!(
+            "`csivol plugin show {plugin}` shows what its controller reports; claim a volume \
+             of it by name instead"
+        ))),
+        None => Err(ApiError::conflict(format!(
+            "no agent hosts the controller of plugin `{plugin}`, so nothing can create a \
+             per-job volume of it"
+        ))
+        .with_hint(format!(
+            "start an agent with `--controller {plugin}=ENDPOINT`"
+        ))),
+    }
+}
+
+/// The checks of a per-job claim that read the request alone.
+fn check_request(req: &FreshClaimRequest) -> ApiResult<()> {
+    validate_name("name", &req.name).map_err(ApiError::invalid)?;
+    validate_name("alloc", &req.claim.alloc).map_err(ApiError::invalid)?;
+    validate_name("node", &req.claim.node).map_err(ApiError::invalid)?;
+    req.claim.check_text().map_err(ApiError::text)?;
+    match req.claim.ttl_ms {
+        None => Err(ApiError::invalid(format!(
+            "a per-job volume needs a lease: without one, a job killed before its release \
+             would leave volume `{}` behind for good",
+            req.name
+        ))
+        .with_hint("give the claim a lease with --ttl (e.g. --ttl 10m); `csivol run` renews it")),
+        Some(0) => Err(ApiError::invalid("`ttl_ms` must be longer than zero")),
+        Some(t) => api::limits::duration_ms("ttl_ms", t)
+            .map(|_| ())
+            .map_err(ApiError::out_of_range),
+    }
+}
+
+/// The job's own claim on an earlier per-job volume of the same alloc and name that is
+/// still held (not released): a retried request, answered with it. A released one is a
+/// finished job's, never given to the next job of a reused alloc.
+fn retried(
+    conn: &(impl Snapshot + ?Sized),
+    req: &FreshClaimRequest,
+) -> ApiResult<Option<crate::model::ClaimRow>> {
+    for j in conn
+        .job_volumes_of(&req.claim.alloc, &req.name)?
+        .into_iter()
+        .rev()
+    {
+        if let Some(c) = conn.claim(&j.volume, &req.claim.alloc)?
+            && !matches!(c.state, ClaimState::Releasing | ClaimState::Failed)
+        {
+            return Ok(Some(c));
+        }
+    }
+    Ok(None)
+}
+
+/// `POST /v1/fresh-claims`: records a new volume (`creating`, its CreateVolume queued
+/// with a CSI name of its own) and the job's claim on it, `queued` until the volume is
+/// created, in one transaction. Returns the claim and whether it is new; a request for an
+/// alloc and name whose claim is still held is answered with that claim.
+pub fn create_fresh_claim(
+    ctx: &mut impl Txn,
+    req: &FreshClaimRequest,
+    who: &Claimant<'_>,
+    limits: &Limits,
+) -> ApiResult<(api::Claim, bool)> {
+    check_request(req)?;
+    if let Some(c) = retried(&*ctx, req)? {
+        super::owners::refuse_unless_may_repeat(&*ctx, &c, who.acting())?;
+        return Ok((ctx.claim_to_api(&c)?, false));
+    }
+    let mut spec = spec_of(&*ctx, &req.source)?;
+    plugin_creates(&*ctx, &spec.plugin)?;
+    placed_on_node(&*ctx, &mut spec, &req.claim.node)?;
+    super::claims::refuse_past_claims_limit(&*ctx, who, limits)?;
+    let mut volume = volume_name(&req.name);
+    while ctx.volume(&volume)?.is_some() {
+        volume = volume_name(&req.name);
+    }
+    let (_, _) = super::volumes::create_volume(ctx, &volume, spec, who.actor, limits)?;
+    ctx.put_job_volume(&JobVolumeRow {
+        volume: volume.clone(),
+        alloc: req.claim.alloc.clone(),
+        name: req.name.clone(),
+        node: req.claim.node.clone(),
+        created_at: ctx.now(),
+        kept_until: None,
+    })?;
+    let row = ctx.require_volume(&volume)?;
+    let mount = super::mounts::claim_mount(&*ctx, &row, &req.claim, &limits.mounts)?;
+    let ttl = req.claim.ttl_ms.expect("checked: a lease is required");
+    let expires_at = super::changes::time_after(ctx.now(), "ttl_ms", ttl)?;
+    ctx.insert_claim(NewClaim {
+        volume: &volume,
+        request: &req.claim,
+        state: ClaimState::Queued,
+        expires_at: Some(expires_at),
+        claimer: Some(who.token),
+        mount: &mount,
+    })?;
+    event(
+        ctx,
+        EventKind::ClaimQueued,
+        Some(&volume),
+        Some(&req.claim.node),
+        Some(&req.claim.alloc),
+        who.actor,
+        format!(
+            "{} claim recorded with a lease of {} on per-job volume `{}` ({}); queued: waits \
+             for CreateVolume",
+            req.claim.mode.as_str(),
+            humantime::format_duration(Duration::from_millis(ttl)),
+            req.name,
+            req.source.describe()
+        ),
+    )?;
+    let c = ctx
+        .claim(&volume, &req.claim.alloc)?
+        .expect("just inserted");
+    let mut answer = ctx.claim_to_api(&c)?;
+    answer.mount.not_applied = mount.not_applied;
+    Ok((answer, true))
+}
+
+/// `POST /v1/fresh-claims` with `dry_run`: whether the plugin can make the volume where
+/// the job runs (CREATE_DELETE_VOLUME, the source's capability, the node and its
+/// topology), making nothing. A refusal is the answer, not an error.
+pub fn fresh_dry_run(
+    conn: &(impl Snapshot + ?Sized),
+    req: &FreshClaimRequest,
+) -> ApiResult<ClaimDryRun> {
+    let checked = check_request(req).and_then(|()| {
+        if let Some(c) = retried(conn, req)? {
+            return Ok(Some(c.state));
+        }
+        let mut spec = spec_of(conn, &req.source)?;
+        plugin_creates(conn, &spec.plugin)?;
+        if let Some(source) = &spec.source {
+            super::snapshots::content_source(conn, &spec.plugin, source)?;
+        }
+        placed_on_node(conn, &mut spec, &req.claim.node)?;
+        Ok(None)
+    });
+    match checked {
+        Ok(existing) => Ok(ClaimDryRun {
+            accepted: true,
+            existing: existing.is_some(),
+            state: Some(existing.unwrap_or(ClaimState::Queued)),
+            error: None,
+        }),
+        Err(e)
+            if matches!(
+                e.code(),
+                api::ErrorCode::Internal | api::ErrorCode::Unavailable
+            ) =>
+        {
+            Err(e)
+        }
+        Err(e) => Ok(ClaimDryRun {
+            accepted: false,
+            existing: false,
+            state: None,
+            error: Some(e.body()),
+        }),
+    }
+}
+
+/// `DELETE /v1/volumes/{name}/claims/{alloc}?keep_ms=`: the job failed and asks that its
+/// per-job volume be kept that long after the release, for inspection. Refused for a
+/// volume that is not this alloc's per-job volume.
+pub fn keep_after_release(
+    ctx: &mut impl Txn,
+    volume: &str,
+    alloc: &str,
+    keep_ms: u64,
+) -> ApiResult<()> {
+    api::limits::duration_ms("keep_ms", keep_ms).map_err(ApiError::out_of_range)?;
+    let Some(mut j) = ctx.job_volume(volume)?.filter(|j| j.alloc == alloc) else {
+        return Err(ApiError::invalid(format!(
+            "volume `{volume}` is not a per-job volume of alloc `{alloc}`: only those are kept \
+             after a failed job"
+        ))
+        .with_hint("release it without `keep_ms`"));
+    };
+    let until = super::changes::time_after(ctx.now(), "keep_ms", keep_ms)?;
+    j.kept_until = Some(until);
+    ctx.put_job_volume(&j)?;
+    ctx.touch(Key::Volume(volume.to_owned()));
+    event(
+        ctx,
+        EventKind::VolumeKept,
+        Some(volume),
+        Some(&j.node),
+        Some(alloc),
+        "server",
+        format!(
+            "the job of per-job volume `{}` failed: kept for inspection until {}, then deleted",
+            j.name,
+            time(until)
+        ),
+    )
+}
