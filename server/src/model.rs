@@ -131,6 +131,7 @@ impl VolumeRow {
             selinux_context: None,
             ownership: None,
             availability: None,
+            labels: BTreeMap::new(),
             fs_type: self.fs_type,
             mount_flags: self.mount_flags,
             context: self.context,
@@ -265,6 +266,7 @@ impl ClaimRow {
             ttl_ms: self.ttl_ms.map(|t| t.max(0) as u64),
             queue_position: None,
             usage: None,
+            pool: None,
             labels: self.labels.clone(),
             mount: self.mount.clone(),
         }
@@ -671,4 +673,41 @@ impl VolumeAvailabilityRow {
             since: time(self.at),
         }
     }
+}
+
+/// A pool (`pools`): the volumes whose labels carry every pair of `selector`; created at
+/// `created_at` (unix ms).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PoolRow {
+    pub name: String,
+    pub selector: BTreeMap<String, String>,
+    pub linger_ms: Option<u64>,
+    pub created_at: i64,
+}
+
+impl PoolRow {
+    /// Whether a volume with `labels` is a member.
+    pub fn selects(&self, labels: &BTreeMap<String, String>) -> bool {
+        !self.selector.is_empty()
+            && self
+                .selector
+                .iter()
+                .all(|(k, v)| labels.get(k).is_some_and(|l| l == v))
+    }
+}
+
+/// A claim made from a pool (`pool_claims`): its member, alloc, node, cache key and why
+/// that member; `released_at` once released (unix ms).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PoolClaimRow {
+    pub id: i64,
+    pub pool: String,
+    pub volume: String,
+    pub alloc: String,
+    pub node: String,
+    pub cache_key: Option<String>,
+    pub choice: csivol_api::PoolChoice,
+    pub why: String,
+    pub at: i64,
+    pub released_at: Option<i64>,
 }

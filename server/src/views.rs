@@ -98,7 +98,9 @@ pub fn shape<'c>(
         }
         let m = chunk.mounts.get(fields.name).cloned().unwrap_or_default();
         let availability = chunk.availability.get(fields.name).cloned();
+        let labels = chunk.labels.get(fields.name).cloned().unwrap_or_default();
         let mut listed = ListedVolume::new(fields, state, c, a, m, availability);
+        listed.labels = labels;
         usage.fill(&mut listed.claims);
         Some(Ok(listed))
     })
@@ -144,6 +146,8 @@ pub struct ListedVolume<'a> {
     ownership: Option<api::Ownership>,
     #[serde(skip_serializing_if = "Option::is_none")]
     availability: Option<api::VolumeAvailability>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    labels: BTreeMap<String, String>,
     claims: Vec<api::Claim>,
     attachments: Vec<api::AttachmentStatus>,
     created_at: Rfc3339,
@@ -179,6 +183,7 @@ impl<'a> ListedVolume<'a> {
     ) -> Self {
         Self {
             availability,
+            labels: BTreeMap::new(),
             claim_mount_flags: mounts.claim_mount_flags,
             selinux_context: mounts.selinux_context,
             ownership: mounts.ownership,
@@ -238,6 +243,7 @@ fn listed_volume_has_every_field(v: api::Volume) {
         selinux_context: _,
         ownership: _,
         availability: _,
+        labels: _,
         claims: _,
         attachments: _,
         created_at: _,

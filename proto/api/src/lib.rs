@@ -25,6 +25,7 @@ mod mounts;
 mod name;
 mod nodes;
 mod operator;
+mod pools;
 mod reconcile;
 mod snapshots;
 mod text;
@@ -48,6 +49,7 @@ pub use mounts::*;
 pub use name::*;
 pub use nodes::*;
 pub use operator::*;
+pub use pools::*;
 pub use reconcile::*;
 pub use snapshots::*;
 pub use text::{
@@ -128,5 +130,6 @@ text_enum!(
     Eligibility,
     Role,
     SnapshotState,
-    ModificationState
+    ModificationState,
+    PoolChoice
 );

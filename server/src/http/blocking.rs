@@ -103,6 +103,10 @@ pub(super) struct Hold {
 }
 
 impl Hold {
+    pub(super) fn of(wait: Option<String>) -> Self {
+        Self { wait }
+    }
+
     pub(super) fn wait(&self) -> ApiResult<Option<Duration>> {
         self.wait.as_deref().map(parse_wait).transpose()
     }

@@ -84,20 +84,35 @@ pub(super) async fn post_claim(
     Ok(answer.into_response())
 }
 
+/// `?wait=30s&succeeded=true` on a claim's DELETE: `succeeded` says the job that held it
+/// succeeded, so that a claim made from a pool records its cache key as the member's.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct Release {
+    wait: Option<String>,
+    #[serde(default)]
+    succeeded: bool,
+}
+
 pub(super) async fn delete_claim(
     State(app): State<App>,
     headers: HeaderMap,
     Path((volume, alloc)): Path<(String, String)>,
-    Q(hold): Q<Hold>,
+    Q(release): Q<Release>,
     once: Once,
 ) -> ApiResult<Response> {
     let who = Who::of(app.caller(&headers)?);
     name("volume", &volume)?;
     name("alloc", &alloc)?;
-    let hold = hold.wait()?;
+    let hold = Hold::of(release.wait).wait()?;
+    let succeeded = release.succeeded;
     let began = app.db.hub.generation();
     let write = move |ctx: &mut WriteCtx<'_>| {
-        lifecycle::release_claim(ctx, &volume, &alloc, &who.claimant())
+        let released = lifecycle::release_claim(ctx, &volume, &alloc, &who.claimant())?;
+        if released.is_ok() {
+            lifecycle::released_from_pool(ctx, &volume, &alloc, succeeded)?;
+        }
+        Ok(released)
     };
     // An alloc that holds no claim is refused with the tombstone its release left.
     let answer = move |released: &Result<api::Claim, ApiError>| match released {
@@ -184,14 +199,14 @@ pub(super) async fn list_claims(
 }
 
 /// The caller of a claim write, owned so that the write can move it to the writer.
-struct Who {
+pub(super) struct Who {
     actor: String,
     token: String,
     role: api::Role,
 }
 
 impl Who {
-    fn of(caller: Caller) -> Self {
+    pub(super) fn of(caller: Caller) -> Self {
         Self {
             actor: caller.actor(),
             token: caller.token_id,
@@ -199,7 +214,7 @@ impl Who {
         }
     }
 
-    fn claimant(&self) -> lifecycle::Claimant<'_> {
+    pub(super) fn claimant(&self) -> lifecycle::Claimant<'_> {
         lifecycle::Claimant {
             actor: &self.actor,
             token: &self.token,

@@ -8,7 +8,7 @@ use axum::extract::{FromRequestParts, MatchedPath, RawPathParams, Request, State
 use axum::response::{IntoResponse, Response};
 use csivol_api::{self as api, CreateVolumeSpec};
 
-use super::{backup, channel, claims, events, health, nodes, plugins, snapshots, tokens, volumes};
+use super::{backup, channel, claims, events, health, nodes, plugins, pools, snapshots, tokens, volumes};
 use crate::app::App;
 use crate::error::ApiError;
 
@@ -88,6 +88,12 @@ table! {
     post "/v1/volumes/{name}/unblock" Operate => volumes::unblock_volume;
     post "/v1/volumes/{name}/detach" Operate => volumes::detach;
     post "/v1/volumes/{name}/eligibility" Operate => volumes::volume_eligibility;
+    post "/v1/volumes/{name}/labels" Operate => pools::volume_labels;
+    get "/v1/pools" Read => pools::list_pools;
+    get "/v1/pools/{name}" Read => pools::get_pool;
+    put "/v1/pools/{name}" Operate => pools::put_pool;
+    delete "/v1/pools/{name}" Operate => pools::delete_pool;
+    post "/v1/pools/{name}/claims" Claim => pools::post_pool_claim;
     get "/v1/nodes" Read => nodes::list_nodes;
     get "/v1/nodes/{node}" Read => nodes::get_node;
     delete "/v1/nodes/{node}" Operate => nodes::remove_node;

@@ -18,7 +18,8 @@
 //!   time), `operator` (unblock, detach), `nodes` (registration, loss, return, eligibility,
 //!   removal), `fence` (a fence's record), `desired` (a node's desired state), `reports`
 //!   (agents' reports), `reconcile` (controller listings), `tokens`, `hosting` (controller
-//!   hosts), `labels`, `availability` (whether a volume takes new claims).
+//!   hosts), `labels`, `availability` (whether a volume takes new claims), `pools` (volume labels
+//!   and the pools they make) and `pool_claims` (a pool's member chosen for a claim).
 //!
 //! This file only names them and what the rest of the server uses. Decisions that need no
 //! state are `csivol_rules`'; reads and writes go through the store's traits, never SQL.
@@ -52,6 +53,8 @@ mod nodes;
 mod operator;
 mod ops;
 mod owners;
+mod pool_claims;
+mod pools;
 mod reconcile;
 mod reports;
 mod retries;
@@ -67,6 +70,8 @@ mod volumes;
 pub use adopt::{adopt_snapshot, adopt_volume, has_controller_service};
 pub use after_release::resume_all_held;
 pub use availability::set_volume_eligibility;
+pub use pool_claims::{claim_from_pool, released_from_pool};
+pub use pools::{create_pool, delete_pool, pool_view, pool_views, set_volume_labels};
 pub use claims::{Claimant, claim_dry_run, create_claim, no_claim, release_claim};
 pub use desired::{desired_changes, desired_state};
 pub use events::prune_events;

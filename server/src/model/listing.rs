@@ -26,6 +26,8 @@ pub struct VolumeChunk {
     pub mounts: std::collections::HashMap<String, api::VolumeMounts>,
     /// The volumes an operator took out of service (`volume_availability`).
     pub availability: std::collections::HashMap<String, api::VolumeAvailability>,
+    /// The labels of the volumes that have any (`volume_labels`).
+    pub labels: std::collections::HashMap<String, BTreeMap<String, String>>,
 }
 
 /// A volume row's fields borrowed from where the store read them: what a listing shows of

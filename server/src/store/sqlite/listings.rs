@@ -157,6 +157,7 @@ pub fn volume_chunk(
             attachments: HashMap::new(),
             mounts: HashMap::new(),
             availability: HashMap::new(),
+            labels: HashMap::new(),
         });
     };
     let mut claims: HashMap<String, Vec<ClaimRow>> = HashMap::new();
@@ -186,6 +187,7 @@ pub fn volume_chunk(
     }
     let mounts = super::volume_mounts::between(conn, after, &last)?;
     let availability = super::volume_availability::between(conn, after, &last)?;
+    let labels = super::pools::labels_between(conn, after, &last)?;
     Ok(VolumeChunk {
         volumes,
         decode: volume_fields,
@@ -194,6 +196,7 @@ pub fn volume_chunk(
         attachments,
         mounts,
         availability,
+        labels,
     })
 }
 

@@ -16,6 +16,7 @@ pub mod maintenance;
 pub mod migrations;
 mod nodes;
 mod ops;
+mod pools;
 mod read_pool;
 pub mod restore;
 mod retries;
@@ -556,6 +557,44 @@ impl Snapshot for Connection {
         volume_availability::get(self, volume)
     }
 
+    fn pools_kept(&self) -> ApiResult<bool> {
+        pools::kept(self)
+    }
+
+    fn volume_labels(&self, volume: &str) -> ApiResult<std::collections::BTreeMap<String, String>> {
+        pools::labels(self, volume)
+    }
+
+    fn all_volume_labels(
+        &self,
+    ) -> ApiResult<Vec<(String, std::collections::BTreeMap<String, String>)>> {
+        pools::all_labels(self)
+    }
+
+    fn pools(&self) -> ApiResult<Vec<crate::model::PoolRow>> {
+        pools::pools(self)
+    }
+
+    fn pool(&self, name: &str) -> ApiResult<Option<crate::model::PoolRow>> {
+        pools::pool(self, name)
+    }
+
+    fn cache_key(&self, volume: &str) -> ApiResult<Option<String>> {
+        pools::cache_key(self, volume)
+    }
+
+    fn recent_pool_claims(&self, pool: &str, n: u32) -> ApiResult<Vec<crate::model::PoolClaimRow>> {
+        pools::recent_claims(self, pool, n)
+    }
+
+    fn open_pool_claim(
+        &self,
+        volume: &str,
+        alloc: &str,
+    ) -> ApiResult<Option<crate::model::PoolClaimRow>> {
+        pools::open_claim(self, volume, alloc)
+    }
+
     fn kept_answer(&self, token: &str, key: &str) -> ApiResult<Option<crate::store::KeptAnswer>> {
         retries::kept_answer(self, token, key)
     }
@@ -669,6 +708,14 @@ reads_through_the_transaction! {
     mounts_recorded() -> bool;
     volume_mounts(volume: &str) -> csivol_api::VolumeMounts;
     volume_availability(volume: &str) -> Option<crate::model::VolumeAvailabilityRow>;
+    pools_kept() -> bool;
+    volume_labels(volume: &str) -> std::collections::BTreeMap<String, String>;
+    all_volume_labels() -> Vec<(String, std::collections::BTreeMap<String, String>)>;
+    pools() -> Vec<crate::model::PoolRow>;
+    pool(name: &str) -> Option<crate::model::PoolRow>;
+    cache_key(volume: &str) -> Option<String>;
+    recent_pool_claims(pool: &str, n: u32) -> Vec<crate::model::PoolClaimRow>;
+    open_pool_claim(volume: &str, alloc: &str) -> Option<crate::model::PoolClaimRow>;
     kept_answer(token: &str, key: &str) -> Option<crate::store::KeptAnswer>;
     tombstone(volume: &str, alloc: &str) -> Option<crate::store::Tombstone>;
     meta(prefix: &str) -> Vec<(String, i64)>;
