@@ -67,6 +67,7 @@ async fn adopt(ctx: &Ctx, args: AdoptArgs) -> anyhow::Result<Exit> {
             claim_mount_flags: Vec::new(),
             selinux_context: None,
             ownership: None,
+            labels: Default::default(),
         },
         published_to: args.published_to,
         skip_validation: args.skip_validation,

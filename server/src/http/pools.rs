@@ -30,9 +30,7 @@ pub(super) async fn get_pool(
 ) -> ApiResult<Json<api::Pool>> {
     name("pool", &pool)?;
     Ok(Json(
-        app.db
-            .read(move |c| lifecycle::pool_view(c, &pool))
-            .await?,
+        app.db.read(move |c| lifecycle::pool_view(c, &pool)).await?,
     ))
 }
 
@@ -107,8 +105,10 @@ pub(super) async fn post_pool_claim(
     name("pool", &pool)?;
     api::check_claim_labels(&req.claim.labels, &limits.text).map_err(ApiError::text)?;
     if req.claim.dry_run {
-        return Err(ApiError::invalid("a dry run of a pool claim is not supported")
-            .with_hint("`csivol pool show POOL` shows which members are free"));
+        return Err(
+            ApiError::invalid("a dry run of a pool claim is not supported")
+                .with_hint("`csivol pool show POOL` shows which members are free"),
+        );
     }
     let sent_at = once.sent_at();
     let body = req.clone();

@@ -8,7 +8,9 @@ use axum::extract::{FromRequestParts, MatchedPath, RawPathParams, Request, State
 use axum::response::{IntoResponse, Response};
 use csivol_api::{self as api, CreateVolumeSpec};
 
-use super::{backup, channel, claims, events, health, nodes, plugins, pools, snapshots, tokens, volumes};
+use super::{
+    backup, channel, claims, events, health, nodes, plugins, pools, snapshots, tokens, volumes,
+};
 use crate::app::App;
 use crate::error::ApiError;
 

@@ -70,8 +70,6 @@ mod volumes;
 pub use adopt::{adopt_snapshot, adopt_volume, has_controller_service};
 pub use after_release::resume_all_held;
 pub use availability::set_volume_eligibility;
-pub use pool_claims::{claim_from_pool, released_from_pool};
-pub use pools::{create_pool, delete_pool, pool_view, pool_views, set_volume_labels};
 pub use claims::{Claimant, claim_dry_run, create_claim, no_claim, release_claim};
 pub use desired::{desired_changes, desired_state};
 pub use events::prune_events;
@@ -90,6 +88,8 @@ pub use nodes::{
 };
 pub use operator::{detach, require_reason, unblock_node, unblock_volume};
 pub use ops::{plugins_with_due_ops, schedule_ops};
+pub use pool_claims::{claim_from_pool, released_from_pool};
+pub use pools::{create_pool, delete_pool, pool_view, pool_views, set_volume_labels};
 pub use reports::apply_reports;
 pub use retries::{PRUNE_BATCH, prune_retries};
 pub use settings::Limits;

@@ -88,7 +88,12 @@ fn warmth(
             };
         }
     }
-    cold(PoolChoice::Cold, "cold".to_owned())
+    // Among cold members, one that holds no other key's cache goes first: a warm cache is
+    // kept for its own key while a blank one is free.
+    Candidate {
+        rank: (usize::from(last_key.is_some()), Reverse(0)),
+        ..cold(PoolChoice::Cold, "cold".to_owned())
+    }
 }
 
 fn check_keys(req: &PoolClaimRequest) -> ApiResult<()> {
@@ -173,7 +178,10 @@ pub fn claim_from_pool(
             continue;
         }
         let staged_here = ctx.attachment(volume, &claim.node)?.is_some_and(|a| {
-            matches!(a.state, AttachmentState::Attached | AttachmentState::Unstaging)
+            matches!(
+                a.state,
+                AttachmentState::Attached | AttachmentState::Unstaging
+            )
         });
         let last = ctx.cache_key(volume)?;
         candidates.push(warmth(
@@ -191,7 +199,12 @@ pub fn claim_from_pool(
         match evaluate_claim(&*ctx, &c.volume, claim, waits) {
             Ok(ClaimDecision::New | ClaimDecision::Queue(_)) => {}
             Ok(ClaimDecision::Existing(_)) => continue,
-            Err(e) if matches!(e.code(), api::ErrorCode::Internal | api::ErrorCode::Unavailable) => {
+            Err(e)
+                if matches!(
+                    e.code(),
+                    api::ErrorCode::Internal | api::ErrorCode::Unavailable
+                ) =>
+            {
                 return Err(e);
             }
             Err(e) => {
@@ -199,8 +212,7 @@ pub fn claim_from_pool(
                 continue;
             }
         }
-        let (mut answer, new) =
-            create_claim(ctx, &c.volume, claim, who, limits, waits, sent_at)?;
+        let (mut answer, new) = create_claim(ctx, &c.volume, claim, who, limits, waits, sent_at)?;
         let row = PoolClaimRow {
             id: 0,
             pool: pool.to_owned(),
@@ -297,8 +309,14 @@ mod tests {
             (c.choice, c.rank)
         };
         let k = Some("feature-x-abc");
-        assert_eq!(w(Some("feature-x-abc"), true, k, &[]).0, PoolChoice::SameKey);
-        assert_eq!(w(Some("main-1"), true, k, &["main"]).0, PoolChoice::StagedHere);
+        assert_eq!(
+            w(Some("feature-x-abc"), true, k, &[]).0,
+            PoolChoice::SameKey
+        );
+        assert_eq!(
+            w(Some("main-1"), true, k, &["main"]).0,
+            PoolChoice::StagedHere
+        );
         assert_eq!(
             w(Some("main-1"), false, k, &["feature-", "main"]),
             (PoolChoice::Prefix, (1, Reverse(0)))
@@ -312,8 +330,11 @@ mod tests {
             w(Some("feature-y"), false, k, &["main"]),
             (PoolChoice::Prefix, (1, Reverse(8)))
         );
-        assert_eq!(w(Some("zzz"), false, k, &["main"]).0, PoolChoice::Cold);
-        assert_eq!(w(None, false, k, &[]).0, PoolChoice::Cold);
+        assert_eq!(
+            w(Some("zzz"), false, k, &["main"]),
+            (PoolChoice::Cold, (1, Reverse(0)))
+        );
+        assert_eq!(w(None, false, k, &[]), (PoolChoice::Cold, (0, Reverse(0))));
         assert_eq!(w(Some("x"), false, None, &[]).0, PoolChoice::Cold);
         assert_eq!(shared_prefix("héllo", "hélp"), 4);
     }

@@ -117,8 +117,11 @@ pub fn set_volume_labels(
 ) -> ApiResult<()> {
     ctx.require_volume(volume)?;
     if req.set.is_empty() && req.remove.is_empty() {
-        return Err(ApiError::invalid("no label to set or remove")
-            .with_hint(format!("e.g. csivol volume label {volume} pool=build-cache team-")));
+        return Err(
+            ApiError::invalid("no label to set or remove").with_hint(format!(
+                "e.g. csivol volume label {volume} pool=build-cache team-"
+            )),
+        );
     }
     for key in &req.remove {
         check_key("label", key)?;
@@ -173,10 +176,7 @@ pub fn set_volume_labels(
 }
 
 /// A pool's members: the volumes its selector takes, by name, with their labels.
-pub(super) fn members(
-    conn: &(impl Snapshot + ?Sized),
-    pool: &PoolRow,
-) -> ApiResult<Vec<String>> {
+pub(super) fn members(conn: &(impl Snapshot + ?Sized), pool: &PoolRow) -> ApiResult<Vec<String>> {
     Ok(conn
         .all_volume_labels()?
         .into_iter()
@@ -200,10 +200,12 @@ pub(super) fn require_pool(conn: &(impl Snapshot + ?Sized), name: &str) -> ApiRe
     let guess = api::closest(name, &names)
         .map(|g| format!("did you mean `{g}`? "))
         .unwrap_or_default();
-    Err(ApiError::not_found(format!("no pool `{name}`")).with_hint(format!(
-        "{guess}`csivol pool list` lists the pools; `csivol pool create {name} --selector \
+    Err(
+        ApiError::not_found(format!("no pool `{name}`")).with_hint(format!(
+            "{guess}`csivol pool list` lists the pools; `csivol pool create {name} --selector \
          KEY=VALUE` makes one"
-    )))
+        )),
+    )
 }
 
 /// `PUT /v1/pools/{name}`: makes a pool; the same spec again changes nothing, another one
@@ -215,8 +217,11 @@ pub fn create_pool(
     actor: &str,
 ) -> ApiResult<bool> {
     if spec.selector.is_empty() {
-        return Err(ApiError::invalid("a pool needs a selector")
-            .with_hint(format!("e.g. csivol pool create {name} --selector pool={name}")));
+        return Err(
+            ApiError::invalid("a pool needs a selector").with_hint(format!(
+                "e.g. csivol pool create {name} --selector pool={name}"
+            )),
+        );
     }
     for (k, v) in &spec.selector {
         check_key("selector", k)?;
@@ -266,7 +271,10 @@ pub fn create_pool(
         members.push(volume);
     }
     ctx.put_pool(&row)?;
-    let mut message = format!("pool {name} created: selector {}", selector_text(&row.selector));
+    let mut message = format!(
+        "pool {name} created: selector {}",
+        selector_text(&row.selector)
+    );
     if let Some(l) = row.linger_ms {
         message.push_str(&format!(
             ", linger {}",
@@ -274,7 +282,15 @@ pub fn create_pool(
         ));
     }
     message.push_str(&format!("; {} member(s)", members.len()));
-    event(ctx, EventKind::PoolCreated, None, None, None, actor, message)?;
+    event(
+        ctx,
+        EventKind::PoolCreated,
+        None,
+        None,
+        None,
+        actor,
+        message,
+    )?;
     Ok(true)
 }
 
@@ -307,7 +323,12 @@ pub fn pool_view(conn: &(impl Snapshot + ?Sized), name: &str) -> ApiResult<api::
         let staged_on = conn
             .attachments_of_volume(&volume)?
             .into_iter()
-            .filter(|a| matches!(a.state, AttachmentState::Attached | AttachmentState::Unstaging))
+            .filter(|a| {
+                matches!(
+                    a.state,
+                    AttachmentState::Attached | AttachmentState::Unstaging
+                )
+            })
             .map(|a| a.node)
             .collect();
         out.push(api::PoolMember {

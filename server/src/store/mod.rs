@@ -301,9 +301,7 @@ pub trait Snapshot {
     /// An operator's labels on a volume.
     fn volume_labels(&self, volume: &str) -> ApiResult<BTreeMap<String, String>>;
     /// Every labelled volume with its labels, by name.
-    fn all_volume_labels(
-        &self,
-    ) -> ApiResult<Vec<(String, BTreeMap<String, String>)>>;
+    fn all_volume_labels(&self) -> ApiResult<Vec<(String, BTreeMap<String, String>)>>;
     /// Every pool, by name.
     fn pools(&self) -> ApiResult<Vec<crate::model::PoolRow>>;
     /// One pool.

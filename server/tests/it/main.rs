@@ -28,6 +28,7 @@ mod impostor;
 mod listings;
 mod lost;
 mod owners;
+mod pools;
 mod queue_and_leases;
 mod retries;
 mod secrets;
@@ -163,7 +164,13 @@ pub(crate) fn back_to_the_previous_schema(conn: &rusqlite::Connection) {
          ALTER TABLE claims DROP COLUMN drift;
          ALTER TABLE claims DROP COLUMN mount;
          DROP TABLE volume_mounts;
-         DROP TABLE volume_availability;",
+         DROP TABLE volume_availability;
+         DROP TABLE volume_labels;
+         DROP TABLE pools;
+         DROP TABLE volume_cache_keys;
+         DROP INDEX pool_claims_pool;
+         DROP INDEX pool_claims_member;
+         DROP TABLE pool_claims;",
     )
     .unwrap();
     conn.pragma_update(None, "user_version", version - 1)

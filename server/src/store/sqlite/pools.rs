@@ -125,7 +125,9 @@ fn pool_of(r: &rusqlite::Row<'_>) -> rusqlite::Result<(String, String, Option<i6
     Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
 }
 
-fn to_pool((name, selector, linger, created_at): (String, String, Option<i64>, i64)) -> ApiResult<PoolRow> {
+fn to_pool(
+    (name, selector, linger, created_at): (String, String, Option<i64>, i64),
+) -> ApiResult<PoolRow> {
     Ok(PoolRow {
         selector: map("pools.selector", &selector)?,
         name,
@@ -139,9 +141,8 @@ pub fn pools(conn: &Connection) -> ApiResult<Vec<PoolRow>> {
     if !kept(conn)? {
         return Ok(Vec::new());
     }
-    let mut stmt = conn.prepare_cached(
-        "SELECT name, selector, linger_ms, created_at FROM pools ORDER BY name",
-    )?;
+    let mut stmt = conn
+        .prepare_cached("SELECT name, selector, linger_ms, created_at FROM pools ORDER BY name")?;
     let rows = stmt
         .query_map([], pool_of)?
         .collect::<Result<Vec<_>, _>>()?;
@@ -203,7 +204,12 @@ pub fn cache_key(conn: &Connection, volume: &str) -> ApiResult<Option<String>> {
 }
 
 /// Records a volume's cache key (none forgets it).
-pub fn set_cache_key(ctx: &WriteCtx<'_>, volume: &str, key: Option<&str>, at: i64) -> ApiResult<()> {
+pub fn set_cache_key(
+    ctx: &WriteCtx<'_>,
+    volume: &str,
+    key: Option<&str>,
+    at: i64,
+) -> ApiResult<()> {
     if !kept(ctx.tx)? {
         return Ok(());
     }
@@ -312,7 +318,11 @@ pub fn forget_volume(ctx: &WriteCtx<'_>, volume: &str) -> ApiResult<()> {
     if !kept(ctx.tx)? {
         return Ok(());
     }
-    exec(ctx.tx, "DELETE FROM volume_labels WHERE volume = ?1", [volume])?;
+    exec(
+        ctx.tx,
+        "DELETE FROM volume_labels WHERE volume = ?1",
+        [volume],
+    )?;
     exec(
         ctx.tx,
         "DELETE FROM volume_cache_keys WHERE volume = ?1",
