@@ -26,6 +26,10 @@ pub const CSIVOL_NODE: &str = "CSIVOL_NODE";
 /// Set by `csivol run` for the command it runs: the target path of its only volume.
 pub const CSIVOL_PATH: &str = "CSIVOL_PATH";
 
+/// Set by `csivol run --pool NAME=POOL` for the command it runs, as `CSIVOL_VOLUME_<NAME>`:
+/// the name of the pool's member it got (its target path is `CSIVOL_PATH_<NAME>`).
+pub const CSIVOL_VOLUME: &str = "CSIVOL_VOLUME";
+
 /// CI systems' job identifiers, in the order `csivol run` tries them for a default
 /// `--alloc`: GitHub Actions, GitLab CI, Jenkins, Buildkite.
 pub const CI_JOB_IDS: &[(&str, &[&str])] = &[

@@ -12,7 +12,7 @@ use csivol_api::{Claim, ClaimMode, RenewRequest};
 use csivol_client::Method;
 use tokio::process::Command;
 
-use super::claim::{NewClaim, release};
+use super::claim::{NewClaim, PoolAsk, release_after};
 use crate::args::RunArgs;
 use crate::client::{Answer, Cursor};
 use crate::ctx::Ctx;
@@ -68,9 +68,23 @@ pub async fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<Exit> {
 
     let mut cmd = Command::new(&args.command[0]);
     cmd.args(&args.command[1..]);
-    for c in &claims {
+    // Claims are made in order: the named volumes, then a member of each pool.
+    let shorts = args
+        .volumes
+        .iter()
+        .map(|_| None)
+        .chain(args.pools.iter().map(|(short, _)| Some(short.as_str())));
+    for (c, short) in claims.iter().zip(shorts) {
         let path = c.target_path.as_deref().unwrap_or_default();
-        cmd.env(path_var(&c.volume), path);
+        match short {
+            None => {
+                cmd.env(path_var(&c.volume), path);
+            }
+            Some(short) => {
+                cmd.env(path_var(short), path);
+                cmd.env(volume_var(short), &c.volume);
+            }
+        }
         if claims.len() == 1 {
             cmd.env(env::CSIVOL_PATH, path);
         }
@@ -104,7 +118,9 @@ pub async fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<Exit> {
             _ = renewals.tick() => renew_all(ctx, &claims, &alloc, args.ttl).await,
         }
     };
-    release_all(ctx, &claims, &alloc, &args, Some(&mut signals)).await?;
+    // Only a job that succeeded records its cache key as its pool members'.
+    let succeeded = status.success() && forwarded.is_none();
+    release_all_after(ctx, &claims, &alloc, &args, Some(&mut signals), succeeded).await?;
     Ok(exit_of(status, forwarded))
 }
 
@@ -129,12 +145,21 @@ async fn claim_all(
         .mount
         .for_run()
         .map_err(|e| Aborted::Error(e, Vec::new()))?;
-    for (volume, read_only) in &args.volumes {
+    let ask = PoolAsk {
+        cache_key: args.cache_key.as_deref(),
+        restore_keys: &args.restore_keys,
+    };
+    let wanted = args
+        .volumes
+        .iter()
+        .map(|(v, ro)| (v, *ro, None))
+        .chain(args.pools.iter().map(|(_, pool)| (pool, false, Some(ask))));
+    for (volume, read_only, pool) in wanted {
         let claim = NewClaim {
             volume,
             alloc,
             node: &args.node,
-            mode: if *read_only {
+            mode: if read_only {
                 ClaimMode::Read
             } else {
                 ClaimMode::Write
@@ -145,6 +170,7 @@ async fn claim_all(
             // `run` waits for every claim to be ready before the command starts.
             waits: true,
             mount: mount.clone(),
+            pool,
         };
         match claim.record(ctx, None).await {
             Ok(a) => {
@@ -201,8 +227,7 @@ async fn renew_all(ctx: &Ctx, claims: &[Claim], alloc: &str, ttl: Duration) {
     }
 }
 
-/// Releases every claim made, then (unless `--no-wait-release`) waits until they are gone.
-/// A second signal while waiting stops the wait, not the release.
+/// Releases every claim made of a job that did not run.
 async fn release_all(
     ctx: &Ctx,
     claims: &[Claim],
@@ -210,8 +235,22 @@ async fn release_all(
     args: &RunArgs,
     signals: Option<&mut Signals>,
 ) -> anyhow::Result<()> {
+    release_all_after(ctx, claims, alloc, args, signals, false).await
+}
+
+/// Releases every claim made, saying whether the job `succeeded`, then (unless
+/// `--no-wait-release`) waits until they are gone. A second signal while waiting stops the
+/// wait, not the release.
+async fn release_all_after(
+    ctx: &Ctx,
+    claims: &[Claim],
+    alloc: &str,
+    args: &RunArgs,
+    signals: Option<&mut Signals>,
+    succeeded: bool,
+) -> anyhow::Result<()> {
     for c in claims {
-        release(ctx, &c.volume, alloc).await?;
+        release_after(ctx, &c.volume, alloc, succeeded).await?;
     }
     if args.no_wait_release || claims.is_empty() {
         return Ok(());
@@ -272,6 +311,11 @@ pub fn path_var(volume: &str) -> String {
         })
         .collect();
     format!("{}_{name}", env::CSIVOL_PATH)
+}
+
+/// `CSIVOL_VOLUME_<NAME>`: a pool member's volume name, named as [`path_var`] names.
+pub fn volume_var(short: &str) -> String {
+    path_var(short).replacen(env::CSIVOL_PATH, env::CSIVOL_VOLUME, 1)
 }
 
 /// An alloc id from the CI job running this (so a retried job step finds its claims), else

@@ -29,6 +29,7 @@ pub async fn run(ctx: &Ctx, cmd: VolumeCommand) -> anyhow::Result<Exit> {
         VolumeCommand::Modify(args) => super::modify::run(ctx, args).await,
         VolumeCommand::Eligibility(args) => super::availability::eligibility(ctx, args).await,
         VolumeCommand::Drain(args) => super::availability::drain(ctx, args).await,
+        VolumeCommand::Label(args) => super::pool::label(ctx, args).await,
     }
 }
 
