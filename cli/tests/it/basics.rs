@@ -433,7 +433,7 @@ async fn usage_errors_exit_2() {
         error: put the command after `--`: every word before it is a volume or a flag of csivol's, as in
           csivol run VOLUME --node NODE -- sh -c "make test"
 
-        Usage: csivol run [OPTIONS] --node <NODE> <VOLUME[:ro]>... -- <COMMAND>...
+        Usage: csivol run [OPTIONS] --node <NODE> [VOLUME[:ro]]... -- <COMMAND>...
 
         For more information, try '--help'.
         "#);
@@ -456,7 +456,7 @@ async fn usage_errors_exit_2() {
         error: no node given: pass --node NODE (the node the alloc runs on) or set CSIVOL_NODE (a CI runner sets it once for its jobs), as in
           csivol run VOLUME --node NODE -- sh -c "make test"
 
-        Usage: csivol run [OPTIONS] --node <NODE> <VOLUME[:ro]>... -- <COMMAND>...
+        Usage: csivol run [OPTIONS] --node <NODE> [VOLUME[:ro]]... -- <COMMAND>...
 
         For more information, try '--help'.
         "#);

@@ -255,10 +255,7 @@ pub fn claim_from_pool(
         ));
     }
     Err(ApiError::conflict(format!(
-        "no member of pool `{pool}` is free for alloc `{}` on node `{}`: of its {} member(s), \
-         {}",
-        claim.alloc,
-        claim.node,
+        "no member of pool `{pool}` is free: of its {} member(s), {}",
         all.len(),
         why.join(", ")
     ))

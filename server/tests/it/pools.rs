@@ -273,7 +273,7 @@ async fn a_pool_claim_gets_the_warmest_free_member_and_a_failed_job_keeps_the_ol
     assert_eq!(status, 409, "{e}");
     let m = e["error"]["message"].as_str().unwrap();
     assert!(
-        m.contains("no member of pool `cache` is free for alloc `b4` on node `n1`")
+        m.contains("no member of pool `cache` is free: of its 4 member(s)")
             && m.contains("3 held, 1 out of service"),
         "{e}"
     );
