@@ -711,3 +711,15 @@ pub struct PoolClaimRow {
     pub at: i64,
     pub released_at: Option<i64>,
 }
+
+impl PoolClaimRow {
+    /// As a claim's answer shows it.
+    pub fn to_api(&self) -> csivol_api::ClaimPool {
+        csivol_api::ClaimPool {
+            pool: self.pool.clone(),
+            choice: self.choice,
+            why: self.why.clone(),
+            cache_key: self.cache_key.clone(),
+        }
+    }
+}

@@ -135,11 +135,7 @@ pub(super) async fn post_pool_claim(
         && on_its_way
     {
         return Ok(match hold_claim(&app, &claim, began, wait).await? {
-            (Some(mut now), index) => {
-                // The pool's word on the choice is the claim's answer, held or not.
-                now.pool = claim.pool.clone();
-                with_index(answer.status, (index, app.db.hub.generation()), now)
-            }
+            (Some(now), index) => with_index(answer.status, (index, app.db.hub.generation()), now),
             (None, _) => answer.into_response(),
         });
     }

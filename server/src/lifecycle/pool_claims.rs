@@ -152,7 +152,7 @@ pub fn claim_from_pool(
     for volume in &all {
         if let Some(c) = ctx.claim(volume, &claim.alloc)? {
             let (mut answer, new) = create_claim(ctx, volume, claim, who, limits, waits, sent_at)?;
-            answer.pool = ctx.open_pool_claim(volume, &c.alloc)?.map(|r| to_api(&r));
+            answer.pool = ctx.open_pool_claim(volume, &c.alloc)?.map(|r| r.to_api());
             return Ok((answer, new));
         }
     }
@@ -240,7 +240,7 @@ pub fn claim_from_pool(
             who.actor,
             format!("pool {pool}: member {}{key}: {}", c.volume, c.why),
         )?;
-        answer.pool = Some(to_api(&row));
+        answer.pool = Some(row.to_api());
         return Ok((answer, new));
     }
     let mut why = vec![format!("{held} held")];
@@ -264,15 +264,6 @@ pub fn claim_from_pool(
          or add a volume to the pool: csivol volume label VOLUME {}",
         super::pools::selector_text(&p.selector).replace(',', " ")
     )))
-}
-
-fn to_api(r: &PoolClaimRow) -> api::ClaimPool {
-    api::ClaimPool {
-        pool: r.pool.clone(),
-        choice: r.choice,
-        why: r.why.clone(),
-        cache_key: r.cache_key.clone(),
-    }
 }
 
 /// At a claim's release: its claim from a pool is closed, and, when its job `succeeded`,

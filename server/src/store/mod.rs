@@ -336,10 +336,14 @@ pub trait Snapshot {
         })
     }
 
-    /// A claim's API form, with its queue position.
+    /// A claim's API form, with its queue position and, for a claim made from a pool, the
+    /// pool and why this member.
     fn claim_to_api(&self, claim: &ClaimRow) -> ApiResult<api::Claim> {
         let mut c = claim.to_api();
         c.queue_position = self.queue_position(claim)?;
+        c.pool = self
+            .open_pool_claim(&claim.volume, &claim.alloc)?
+            .map(|r| r.to_api());
         Ok(c)
     }
 }

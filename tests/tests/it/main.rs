@@ -25,6 +25,7 @@ mod mount_options;
 mod network;
 mod packages;
 mod partition;
+mod pools;
 mod product_text;
 mod queue;
 mod reconcile;
