@@ -19,7 +19,7 @@ use crate::store::sqlite::writer::WriteCtx;
 
 /// `GET /v1/pools`: every pool with its members.
 pub(super) async fn list_pools(State(app): State<App>) -> ApiResult<Json<Vec<api::Pool>>> {
-    Ok(Json(app.db.read(|c| lifecycle::pool_views(c)).await?))
+    Ok(Json(app.db.read(lifecycle::pool_views).await?))
 }
 
 /// `GET /v1/pools/{name}`: one pool, its members, who holds each, their last cache keys
