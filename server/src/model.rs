@@ -675,6 +675,9 @@ impl VolumeAvailabilityRow {
     }
 }
 
+/// An operator's labels on a volume, or a pool's selector.
+pub type Labels = BTreeMap<String, String>;
+
 /// A pool (`pools`): the volumes whose labels carry every pair of `selector`; created at
 /// `created_at` (unix ms).
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -40,6 +40,7 @@ use crate::model::{
     AttachmentRow, ClaimRow, NodeFenceRow, NodePluginRow, NodeRow, OpRow, PluginNodeRow,
     RunningOpRow, StateCounts, TokenRow, VolumeRow, WaitingOps,
 };
+use crate::model::{Labels, PoolClaimRow, PoolRow};
 use crate::store::sqlite::db::optional;
 use crate::store::sqlite::rows::ops;
 use crate::store::sqlite::statement::{exec, strings};
@@ -561,21 +562,19 @@ impl Snapshot for Connection {
         pools::kept(self)
     }
 
-    fn volume_labels(&self, volume: &str) -> ApiResult<std::collections::BTreeMap<String, String>> {
+    fn volume_labels(&self, volume: &str) -> ApiResult<Labels> {
         pools::labels(self, volume)
     }
 
-    fn all_volume_labels(
-        &self,
-    ) -> ApiResult<Vec<(String, std::collections::BTreeMap<String, String>)>> {
+    fn all_volume_labels(&self) -> ApiResult<Vec<(String, Labels)>> {
         pools::all_labels(self)
     }
 
-    fn pools(&self) -> ApiResult<Vec<crate::model::PoolRow>> {
+    fn pools(&self) -> ApiResult<Vec<PoolRow>> {
         pools::pools(self)
     }
 
-    fn pool(&self, name: &str) -> ApiResult<Option<crate::model::PoolRow>> {
+    fn pool(&self, name: &str) -> ApiResult<Option<PoolRow>> {
         pools::pool(self, name)
     }
 
@@ -583,15 +582,11 @@ impl Snapshot for Connection {
         pools::cache_key(self, volume)
     }
 
-    fn recent_pool_claims(&self, pool: &str, n: u32) -> ApiResult<Vec<crate::model::PoolClaimRow>> {
+    fn recent_pool_claims(&self, pool: &str, n: u32) -> ApiResult<Vec<PoolClaimRow>> {
         pools::recent_claims(self, pool, n)
     }
 
-    fn open_pool_claim(
-        &self,
-        volume: &str,
-        alloc: &str,
-    ) -> ApiResult<Option<crate::model::PoolClaimRow>> {
+    fn open_pool_claim(&self, volume: &str, alloc: &str) -> ApiResult<Option<PoolClaimRow>> {
         pools::open_claim(self, volume, alloc)
     }
 
@@ -709,13 +704,13 @@ reads_through_the_transaction! {
     volume_mounts(volume: &str) -> csivol_api::VolumeMounts;
     volume_availability(volume: &str) -> Option<crate::model::VolumeAvailabilityRow>;
     pools_kept() -> bool;
-    volume_labels(volume: &str) -> std::collections::BTreeMap<String, String>;
-    all_volume_labels() -> Vec<(String, std::collections::BTreeMap<String, String>)>;
-    pools() -> Vec<crate::model::PoolRow>;
-    pool(name: &str) -> Option<crate::model::PoolRow>;
+    volume_labels(volume: &str) -> Labels;
+    all_volume_labels() -> Vec<(String, Labels)>;
+    pools() -> Vec<PoolRow>;
+    pool(name: &str) -> Option<PoolRow>;
     cache_key(volume: &str) -> Option<String>;
-    recent_pool_claims(pool: &str, n: u32) -> Vec<crate::model::PoolClaimRow>;
-    open_pool_claim(volume: &str, alloc: &str) -> Option<crate::model::PoolClaimRow>;
+    recent_pool_claims(pool: &str, n: u32) -> Vec<PoolClaimRow>;
+    open_pool_claim(volume: &str, alloc: &str) -> Option<PoolClaimRow>;
     kept_answer(token: &str, key: &str) -> Option<crate::store::KeptAnswer>;
     tombstone(volume: &str, alloc: &str) -> Option<crate::store::Tombstone>;
     meta(prefix: &str) -> Vec<(String, i64)>;
