@@ -250,7 +250,9 @@ async fn release_all_after(
     succeeded: bool,
 ) -> anyhow::Result<()> {
     for c in claims {
-        release_after(ctx, &c.volume, alloc, succeeded).await?;
+        // Said only of a claim made from a pool, the one kind that records a key: a server
+        // of a release without pools refuses a query it does not know.
+        release_after(ctx, &c.volume, alloc, succeeded && c.pool.is_some()).await?;
     }
     if args.no_wait_release || claims.is_empty() {
         return Ok(());
