@@ -221,6 +221,15 @@ pub async fn run(ctx: &Ctx, args: ClaimArgs) -> anyhow::Result<Exit> {
         Some(_) => tokio::select! {
             a = claim.record(ctx, hold) => a?,
             signal = crate::signals::terminated() => {
+                if args.pool.is_some() {
+                    // Which member it got, if any, the answer that never came would say.
+                    ctx.out.note(format!(
+                        "interrupted ({}): the claim from pool {volume} may be recorded; \
+                         `csivol claim list --node {node}` shows alloc {alloc}'s claims",
+                        signal.name()
+                    ));
+                    return Ok(Exit::Signal(signal.number()));
+                }
                 return interrupted(ctx, volume, alloc, signal).await;
             }
         },
