@@ -275,9 +275,16 @@ pub fn released_from_pool(
     alloc: &str,
     succeeded: bool,
 ) -> ApiResult<()> {
+    // A row older than the claim is an earlier claim's of the alloc (released without a
+    // word to its pool, as a lease that ran out is): it records nothing.
+    let since = ctx.claim(volume, alloc)?.map(|c| c.created_at);
     let Some(open) = ctx.open_pool_claim(volume, alloc)? else {
         return Ok(());
     };
+    if since.is_some_and(|t| open.at < t) {
+        ctx.close_pool_claims(volume, alloc)?;
+        return Ok(());
+    }
     ctx.close_pool_claims(volume, alloc)?;
     if succeeded && let Some(k) = &open.cache_key {
         ctx.set_cache_key(volume, k)?;

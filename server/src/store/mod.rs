@@ -341,8 +341,11 @@ pub trait Snapshot {
     fn claim_to_api(&self, claim: &ClaimRow) -> ApiResult<api::Claim> {
         let mut c = claim.to_api();
         c.queue_position = self.queue_position(claim)?;
+        // A row older than the claim is an earlier claim's of the alloc, released without
+        // a word to its pool (a lease that ran out).
         c.pool = self
             .open_pool_claim(&claim.volume, &claim.alloc)?
+            .filter(|r| r.at >= claim.created_at)
             .map(|r| r.to_api());
         Ok(c)
     }

@@ -329,3 +329,50 @@ async fn a_pool_claim_gets_the_warmest_free_member_and_a_failed_job_keeps_the_ol
         "{events}"
     );
 }
+
+/// A claim from a pool whose lease ran out says nothing to its pool; a later claim of the
+/// same alloc on that volume, by name, is no pool's claim and records no key.
+#[tokio::test]
+async fn a_later_claim_of_the_same_alloc_is_not_taken_for_an_expired_pool_claim() {
+    let dir = TestDir::new("server-pools-expired");
+    let server = start(&dir, &[]);
+    let api = server.api();
+    let n1 = FakeAgent::new(&server, "n1").await;
+    n1.register(0, true, json!([])).await;
+    let _beating = n1.keep_alive();
+    labelled_volume(&api, "m1", json!({"pool": "cache"})).await;
+    let (status, p) = api
+        .put("/v1/pools/cache", json!({"selector": {"pool": "cache"}}))
+        .await;
+    assert_eq!(status, 201, "{p}");
+    let (status, c) = api
+        .post(
+            "/v1/pools/cache/claims",
+            json!({"claim": {"alloc": "z", "node": "n1", "mode": "write", "ttl_ms": 1000},
+                   "cache_key": "old"}),
+        )
+        .await;
+    assert_eq!(status, 201, "{c}");
+    publish(&api, &n1, "m1", "z").await;
+    csivol_tests::eventually("the lease to run out", super::WAIT, || async {
+        (claim_state(&api, "m1", "z").await.as_deref() == Some("releasing")).then_some(())
+    })
+    .await;
+    n1.report(json!([{"kind": "unpublished", "volume": "m1", "alloc": "z"}]))
+        .await;
+    assert_eq!(claim_state(&api, "m1", "z").await, None);
+    let (status, c) = api
+        .post(
+            "/v1/volumes/m1/claims",
+            json!({"alloc": "z", "node": "n1", "mode": "write"}),
+        )
+        .await;
+    assert_eq!(status, 201, "{c}");
+    assert!(c.get("pool").is_none(), "{c}");
+    let (status, c) = api.get("/v1/volumes/m1/claims/z").await;
+    assert!(status == 200 && c.get("pool").is_none(), "{c}");
+    let (status, body) = api.delete("/v1/volumes/m1/claims/z?succeeded=true").await;
+    assert_eq!(status, 202, "{body}");
+    let (_, p) = api.get("/v1/pools/cache").await;
+    assert!(member(&p, "m1").get("cache_key").is_none(), "{p}");
+}
