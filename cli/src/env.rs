@@ -28,7 +28,8 @@ pub const CSIVOL_PATH: &str = "CSIVOL_PATH";
 
 /// Set by `csivol run` for the command it runs, `CSIVOL_VOLUME_<NAME>`: the csivol name of
 /// the volume it claims as `NAME` (for a per-job volume, `--fresh NAME=...`, the name the
-/// server gave the volume made for the job).
+/// server gave the volume made for the job; for `--pool NAME=POOL`, the pool's member it
+/// got).
 pub const CSIVOL_VOLUME: &str = "CSIVOL_VOLUME";
 
 /// CI systems' job identifiers, in the order `csivol run` tries them for a default

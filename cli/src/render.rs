@@ -11,6 +11,7 @@ use crate::output::{Out, age, bytes, or_dash, time, when};
 
 pub mod nodes;
 pub mod plugins;
+pub mod pools;
 
 fn cell(s: impl ToString) -> String {
     s.to_string()
@@ -194,6 +195,9 @@ pub fn volume(out: &Out, v: &Volume) -> anyhow::Result<()> {
     if let Some(o) = v.ownership {
         rows.push(("ownership", format!("{} (the volume's own)", o.as_str())));
     }
+    if !v.labels.is_empty() {
+        rows.push(("labels", map(&v.labels)));
+    }
     rows.push(("context", map(&v.context)));
     rows.push(("parameters", map(&v.parameters)));
     if !v.mutable_parameters.is_empty() || v.modification.is_some() {
@@ -349,6 +353,9 @@ pub fn claim(out: &Out, c: &Claim) -> anyhow::Result<()> {
         ("state", c.state.to_string()),
         ("target path", or_dash(c.target_path.as_deref())),
     ];
+    if let Some(p) = &c.pool {
+        rows.push(("pool", format!("{} ({})", p.pool, p.why)));
+    }
     if let Some(e) = &c.error {
         rows.push(("error", e.clone()));
     }

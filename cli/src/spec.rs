@@ -45,6 +45,9 @@ struct RegisterFile {
     selinux_context: Option<String>,
     #[serde(default)]
     ownership: Option<csivol_api::Ownership>,
+    /// An operator's labels on the volume (`labels = { pool = "build-cache" }`).
+    #[serde(default)]
+    labels: BTreeMap<String, String>,
 }
 
 /// `volume create` files, likewise for [`CreateVolumeSpec`].
@@ -78,6 +81,9 @@ struct CreateFile {
     selinux_context: Option<String>,
     #[serde(default)]
     ownership: Option<csivol_api::Ownership>,
+    /// An operator's labels on the volume (`labels = { pool = "build-cache" }`).
+    #[serde(default)]
+    labels: BTreeMap<String, String>,
 }
 
 /// A capacity: a number of bytes, or a string with a unit as `volume expand` takes it
@@ -244,6 +250,7 @@ pub fn read_register(path: &Path) -> anyhow::Result<(String, VolumeSpec)> {
         claim_mount_flags: f.claim_mount_flags,
         selinux_context: f.selinux_context,
         ownership: f.ownership,
+        labels: f.labels,
     };
     Ok((f.name, spec))
 }
@@ -278,6 +285,7 @@ pub fn read_create(path: &Path) -> anyhow::Result<(String, CreateVolumeSpec)> {
         claim_mount_flags: f.claim_mount_flags,
         selinux_context: f.selinux_context,
         ownership: f.ownership,
+        labels: f.labels,
     };
     Ok((f.name, spec))
 }

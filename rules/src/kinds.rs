@@ -71,6 +71,10 @@ string_enum! {
         VolumeEligible = "volume-eligible",
         VolumeIneligible = "volume-ineligible",
         VolumeDraining = "volume-draining",
+        VolumeLabelled = "volume-labelled",
+        PoolCreated = "pool-created",
+        PoolDeleted = "pool-deleted",
+        PoolMemberChosen = "pool-member-chosen",
         ClaimCreated = "claim-created",
         ClaimQueued = "claim-queued",
         ClaimDequeued = "claim-dequeued",
@@ -151,6 +155,9 @@ impl EventKind {
                 | Self::VolumeEligible
                 | Self::VolumeIneligible
                 | Self::VolumeDraining
+                | Self::VolumeLabelled
+                | Self::PoolCreated
+                | Self::PoolDeleted
         )
     }
 }

@@ -457,6 +457,7 @@ impl DevClient {
             claim_mount_flags: Vec::new(),
             selinux_context: None,
             ownership: None,
+            labels: Default::default(),
         };
         let path = format!("/v1/volumes/{name}");
         let exists = (self.0)

@@ -132,6 +132,7 @@ impl VolumeRow {
             ownership: None,
             availability: None,
             job: None,
+            labels: BTreeMap::new(),
             fs_type: self.fs_type,
             mount_flags: self.mount_flags,
             context: self.context,
@@ -266,6 +267,7 @@ impl ClaimRow {
             ttl_ms: self.ttl_ms.map(|t| t.max(0) as u64),
             queue_position: None,
             usage: None,
+            pool: None,
             labels: self.labels.clone(),
             mount: self.mount.clone(),
         }
@@ -706,6 +708,58 @@ impl JobVolumeRow {
             name: self.name.clone(),
             node: self.node.clone(),
             kept_until: self.kept_until.map(time),
+        }
+    }
+}
+
+/// An operator's labels on a volume, or a pool's selector.
+pub type Labels = BTreeMap<String, String>;
+
+/// A pool (`pools`): the volumes whose labels carry every pair of `selector`; created at
+/// `created_at` (unix ms).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PoolRow {
+    pub name: String,
+    pub selector: BTreeMap<String, String>,
+    pub linger_ms: Option<u64>,
+    pub created_at: i64,
+}
+
+impl PoolRow {
+    /// Whether a volume with `labels` is a member.
+    pub fn selects(&self, labels: &BTreeMap<String, String>) -> bool {
+        !self.selector.is_empty()
+            && self
+                .selector
+                .iter()
+                .all(|(k, v)| labels.get(k).is_some_and(|l| l == v))
+    }
+}
+
+/// A claim made from a pool (`pool_claims`): its member, alloc, node, cache key and why
+/// that member; `released_at` once released (unix ms).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PoolClaimRow {
+    pub id: i64,
+    pub pool: String,
+    pub volume: String,
+    pub alloc: String,
+    pub node: String,
+    pub cache_key: Option<String>,
+    pub choice: csivol_api::PoolChoice,
+    pub why: String,
+    pub at: i64,
+    pub released_at: Option<i64>,
+}
+
+impl PoolClaimRow {
+    /// As a claim's answer shows it.
+    pub fn to_api(&self) -> csivol_api::ClaimPool {
+        csivol_api::ClaimPool {
+            pool: self.pool.clone(),
+            choice: self.choice,
+            why: self.why.clone(),
+            cache_key: self.cache_key.clone(),
         }
     }
 }

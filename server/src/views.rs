@@ -116,8 +116,10 @@ pub fn shape<'c>(
         let m = chunk.mounts.get(fields.name).cloned().unwrap_or_default();
         let availability = chunk.availability.get(fields.name).cloned();
         let job = chunk.jobs.get(fields.name).cloned();
+        let labels = chunk.labels.get(fields.name).cloned().unwrap_or_default();
         let mut listed = ListedVolume::new(fields, state, c, a, m, availability);
         listed.job = job;
+        listed.labels = labels;
         usage.fill(&mut listed.claims);
         Some(Ok(listed))
     })
@@ -165,6 +167,8 @@ pub struct ListedVolume<'a> {
     availability: Option<api::VolumeAvailability>,
     #[serde(skip_serializing_if = "Option::is_none")]
     job: Option<api::JobVolume>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    labels: BTreeMap<String, String>,
     claims: Vec<api::Claim>,
     attachments: Vec<api::AttachmentStatus>,
     created_at: Rfc3339,
@@ -201,6 +205,7 @@ impl<'a> ListedVolume<'a> {
         Self {
             availability,
             job: None,
+            labels: BTreeMap::new(),
             claim_mount_flags: mounts.claim_mount_flags,
             selinux_context: mounts.selinux_context,
             ownership: mounts.ownership,
@@ -261,6 +266,7 @@ fn listed_volume_has_every_field(v: api::Volume) {
         ownership: _,
         availability: _,
         job: _,
+        labels: _,
         claims: _,
         attachments: _,
         created_at: _,

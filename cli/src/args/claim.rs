@@ -8,8 +8,8 @@ use csivol_api::ClaimState;
 use crate::env;
 
 use super::{
-    Fresh, WaitArgs, alloc_name, claim_state, fresh, label, node_name, parse_duration, run_volume,
-    volume_name,
+    Fresh, WaitArgs, alloc_name, claim_state, fresh, label, node_name, parse_duration, pool_name,
+    run_pool, run_volume, volume_name,
 };
 
 #[derive(Debug, Args)]
@@ -19,15 +19,29 @@ pub struct ClaimArgs {
     pub command: Option<ClaimCommand>,
 
     /// The volume to claim
-    #[arg(value_parser = volume_name, required_unless_present = "fresh")]
+    #[arg(value_parser = volume_name, required_unless_present_any = ["fresh", "pool"], conflicts_with = "pool")]
     pub volume: Option<String>,
 
     /// Claim a volume made for this claim instead: `NAME=snapshot:SNAP` (with the
     /// snapshot's data), `NAME=volume:VOL` (a clone) or `NAME=spec:FILE` (a `volume
     /// create` spec). It is created in the topology of --node and deleted after the
     /// release, or when the lease (--ttl, required) runs out; its name is shown
-    #[arg(long, value_name = "NAME=SOURCE", value_parser = fresh, conflicts_with_all = ["volume", "queue"])]
+    #[arg(long, value_name = "NAME=SOURCE", value_parser = fresh, conflicts_with_all = ["volume", "queue", "pool"])]
     pub fresh: Option<Fresh>,
+    /// Claim any free member of this pool instead of a named volume: the server picks the
+    /// warmest for --cache-key and says which and why
+    #[arg(long, value_name = "POOL", value_parser = pool_name, conflicts_with_all = ["queue", "dry_run"])]
+    pub pool: Option<String>,
+
+    /// The job's cache key (e.g. the branch): a member last released with it is preferred,
+    /// and a release with `csivol release --succeeded` records it as the member's
+    #[arg(long, value_name = "KEY", requires = "pool")]
+    pub cache_key: Option<String>,
+
+    /// A prefix of cache keys to fall back on, tried in order after --cache-key itself (like
+    /// GitHub's restore-keys). Repeatable
+    #[arg(long = "restore-key", value_name = "PREFIX", requires = "cache_key")]
+    pub restore_keys: Vec<String>,
 
     /// The node the alloc runs on
     #[arg(long, value_name = "NODE", value_parser = node_name, env = env::CSIVOL_NODE, required = true)]
@@ -165,8 +179,25 @@ pub struct ClaimListArgs {
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// The volumes, `NAME` for a write claim or `NAME:ro` for a read claim
-    #[arg(value_name = "VOLUME[:ro]", required_unless_present = "fresh", value_parser = run_volume)]
+    #[arg(value_name = "VOLUME[:ro]", required_unless_present_any = ["fresh", "pools"], value_parser = run_volume)]
     pub volumes: Vec<(String, bool)>,
+
+    /// A free member of a pool, `NAME=POOL` (write): the server picks the warmest for
+    /// --cache-key; COMMAND gets its target path as CSIVOL_PATH_<NAME> and the member's
+    /// volume name as CSIVOL_VOLUME_<NAME>. Repeatable
+    #[arg(long = "pool", value_name = "NAME=POOL", value_parser = run_pool, conflicts_with = "queue")]
+    pub pools: Vec<(String, String)>,
+
+    /// The job's cache key (e.g. the branch): a pool member last released with it is
+    /// preferred, and recorded as the member's key when COMMAND exits 0 (a failed or killed
+    /// job leaves the key the member had)
+    #[arg(long, value_name = "KEY", requires = "pools")]
+    pub cache_key: Option<String>,
+
+    /// A prefix of cache keys to fall back on, tried in order after --cache-key itself (like
+    /// GitHub's restore-keys). Repeatable
+    #[arg(long = "restore-key", value_name = "PREFIX", requires = "cache_key")]
+    pub restore_keys: Vec<String>,
 
     /// The node the command runs on (this machine's node)
     #[arg(long, value_name = "NODE", value_parser = node_name, env = env::CSIVOL_NODE)]
@@ -232,6 +263,11 @@ pub struct ReleaseArgs {
     /// exit 3): for scripts that may release twice
     #[arg(long)]
     pub ignore_missing: bool,
+
+    /// The job succeeded: a claim made from a pool with a cache key records that key as
+    /// the member's (without it the member keeps the key it had)
+    #[arg(long)]
+    pub succeeded: bool,
 
     #[command(flatten)]
     pub wait: WaitArgs,

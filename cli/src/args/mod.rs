@@ -15,6 +15,7 @@ use crate::failure::EXIT_CODES;
 mod claim;
 mod node;
 mod operator;
+mod pool;
 mod snapshot;
 mod token;
 mod volume;
@@ -22,6 +23,7 @@ mod volume;
 pub use claim::*;
 pub use node::*;
 pub use operator::*;
+pub use pool::*;
 pub use snapshot::*;
 pub use token::*;
 pub use volume::*;
@@ -177,6 +179,11 @@ pub enum Command {
     /// terminal; elsewhere it needs --yes.
     Detach(DetachArgs),
 
+    /// Create, list, show and delete pools: volumes chosen by their labels, any free one
+    /// claimed at a time (`csivol claim --pool`, `csivol run --pool`)
+    #[command(subcommand)]
+    Pool(PoolCommand),
+
     /// List nodes, or show one
     #[command(subcommand)]
     Node(NodeCommand),
@@ -200,7 +207,7 @@ pub enum Command {
     Completions(CompletionsArgs),
 }
 
-/// The first word of `csivol __complete volumes|nodes`, which the completion scripts run.
+/// The first word of `csivol __complete volumes|nodes|pools`, which the completion scripts run.
 pub const COMPLETE: &str = "__complete";
 
 /// Names for shell completion, one per line: what the completion scripts ask for. Parsed
@@ -211,8 +218,8 @@ pub struct CompleteArgs {
     #[command(flatten)]
     pub global: GlobalArgs,
 
-    /// `volumes` or `nodes`
-    #[arg(value_parser = ["volumes", "nodes"])]
+    /// `volumes`, `nodes` or `pools`
+    #[arg(value_parser = ["volumes", "nodes", "pools"])]
     pub what: String,
 }
 
@@ -372,6 +379,23 @@ fn volume_name(s: &str) -> Result<String, String> {
 
 fn node_name(s: &str) -> Result<String, String> {
     NodeName::new(s).map(String::from)
+}
+
+fn pool_name(s: &str) -> Result<String, String> {
+    // Pools are named by the volumes' rule.
+    VolumeName::new(s)
+        .map(String::from)
+        .map_err(|e| e.replace("volume", "pool"))
+}
+
+/// `SHORT=POOL`, `run --pool`'s: the job's name for the member, and the pool.
+fn run_pool(s: &str) -> Result<(String, String), String> {
+    let (short, pool) = s
+        .split_once('=')
+        .ok_or_else(|| format!("`{s}`: expected NAME=POOL, e.g. cache=build-cache"))?;
+    let short = VolumeName::new(short)
+        .map_err(|e| format!("`{short}` (the job's name for the member): {e}"))?;
+    Ok((short.into_string(), pool_name(pool)?))
 }
 
 fn alloc_name(s: &str) -> Result<String, String> {

@@ -55,7 +55,7 @@ pub enum LabelChange {
     Remove(String),
 }
 
-fn label_change(s: &str) -> Result<LabelChange, String> {
+pub(super) fn label_change(s: &str) -> Result<LabelChange, String> {
     match (s.split_once('='), s.strip_suffix('-')) {
         (Some((k, v)), _) if !k.is_empty() => Ok(LabelChange::Set(k.to_owned(), v.to_owned())),
         (None, Some(k)) if !k.is_empty() => Ok(LabelChange::Remove(k.to_owned())),

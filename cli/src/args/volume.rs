@@ -18,6 +18,10 @@ pub enum VolumeCommand {
     /// "a" }]`: claims on nodes outside them are refused). Registering the same spec again
     /// changes nothing.
     ///
+    /// `labels` are an operator's `key = "value"` pairs (e.g. `labels = { pool =
+    /// "build-cache" }`), by which a pool chooses its members (`csivol pool create`); a spec
+    /// without labels leaves the ones set with `csivol volume label`.
+    ///
     /// A file-system volume may also set `claim_mount_flags` (the flags a claim may add for
     /// its own mount, `csivol claim --mount-flag`), `selinux_context` (the context its
     /// claims mount it with when they name none) and `ownership` (`never`,
@@ -115,6 +119,13 @@ pub enum VolumeCommand {
     /// Whether a volume takes new claims (claims it has are not touched; its queued claims
     /// wait until it takes claims again, then are granted in their order)
     Eligibility(VolumeEligibilityArgs),
+
+    /// Set or remove an operator's labels on a volume, by which pools choose their members
+    ///
+    /// `KEY=VALUE` sets a label, `KEY-` removes it. A volume belongs to one pool at most: a
+    /// change that would put it in two pools is refused. Each change is an event with who
+    /// made it, and the pool the volume joined or left.
+    Label(VolumeLabelArgs),
 
     /// Take a volume out of service: no new claims, then (with --wait) wait until its
     /// holders release it
@@ -361,4 +372,15 @@ pub struct VolumeDrainArgs {
     /// How long --wait waits before giving up with exit code 5 (the volume stays draining)
     #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = super::parse_duration)]
     pub deadline: std::time::Duration,
+}
+
+#[derive(Debug, Args)]
+pub struct VolumeLabelArgs {
+    /// The volume's name
+    #[arg(value_parser = volume_name)]
+    pub volume: String,
+
+    /// `KEY=VALUE` to set a label, `KEY-` to remove one
+    #[arg(required = true, value_name = "KEY=VALUE|KEY-", value_parser = super::label_change)]
+    pub changes: Vec<super::LabelChange>,
 }

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use csivol_api::{
-    Claim, ClaimDryRun, ClaimMode, ClaimRequest, ClaimState, MountRequest, RenewRequest,
+    Claim, ClaimDryRun, ClaimMode, ClaimRequest, ClaimState, MountRequest, PoolClaimRequest,
+    RenewRequest,
 };
 use csivol_client::{Method, StatusCode};
 
@@ -31,6 +32,15 @@ pub struct NewClaim<'a> {
     pub waits: bool,
     /// The group the workload writes as (`--gid`, `--group`, `run`'s caller's own).
     pub mount: MountRequest,
+    /// Any free member of a pool instead of `volume` (which then names the pool).
+    pub pool: Option<PoolAsk<'a>>,
+}
+
+/// A claim of any free member of a pool, the warmest for the job's cache key.
+#[derive(Clone, Copy, Debug)]
+pub struct PoolAsk<'a> {
+    pub cache_key: Option<&'a str>,
+    pub restore_keys: &'a [String],
 }
 
 impl NewClaim<'_> {
@@ -48,17 +58,40 @@ impl NewClaim<'_> {
     }
 
     fn failed(&self) -> String {
+        let what = match self.pool {
+            Some(_) => format!("a member of pool `{}`", self.volume),
+            None => format!("volume `{}`", self.volume),
+        };
         format!(
-            "failed to claim volume `{}` for alloc `{}` on node `{}`",
-            self.volume, self.alloc, self.node
+            "failed to claim {what} for alloc `{}` on node `{}`",
+            self.alloc, self.node
         )
+    }
+
+    /// Where the claim is posted, and its body.
+    fn post(&self) -> (String, serde_json::Value) {
+        let claim = self.request(false);
+        match self.pool {
+            None => (
+                format!("/v1/volumes/{}/claims", self.volume),
+                serde_json::to_value(claim).expect("a claim serialises"),
+            ),
+            Some(p) => (
+                format!("/v1/pools/{}/claims", self.volume),
+                serde_json::to_value(PoolClaimRequest {
+                    claim,
+                    cache_key: p.cache_key.map(str::to_owned),
+                    restore_keys: p.restore_keys.to_vec(),
+                })
+                .expect("a pool claim serialises"),
+            ),
+        }
     }
 
     /// Records the claim; says whether it is new or already held. With `hold`, the server
     /// holds its answer until the claim changes again, for at most that long (`?wait=`).
     pub async fn record(&self, ctx: &Ctx, hold: Option<Duration>) -> anyhow::Result<Answer<Claim>> {
-        let path = format!("/v1/volumes/{}/claims", self.volume);
-        let req = self.request(false);
+        let (path, req) = self.post();
         let client = if self.waits {
             ctx.client.waiting_for_release()
         } else {
@@ -75,6 +108,10 @@ impl NewClaim<'_> {
         }
         .with_context(|| self.failed())?;
         let c = &a.body;
+        if let Some(p) = &c.pool {
+            ctx.out
+                .note(format!("pool {}: member {} ({})", p.pool, c.volume, p.why));
+        }
         if a.status == StatusCode::CREATED && hold.is_some() {
             // Where a held claim stands when its answer came depends on timing; the wait's
             // progress says it next.
@@ -104,7 +141,21 @@ impl NewClaim<'_> {
 
 /// Starts releasing a claim (idempotent); used when a wait is given up.
 pub async fn release(ctx: &Ctx, volume: &str, alloc: &str) -> anyhow::Result<()> {
-    let path = format!("/v1/volumes/{volume}/claims/{alloc}");
+    release_after(ctx, volume, alloc, false).await
+}
+
+/// Starts releasing a claim (idempotent), saying whether its job `succeeded`: a claim made
+/// from a pool then records its cache key as the member's.
+pub async fn release_after(
+    ctx: &Ctx,
+    volume: &str,
+    alloc: &str,
+    succeeded: bool,
+) -> anyhow::Result<()> {
+    let mut path = format!("/v1/volumes/{volume}/claims/{alloc}");
+    if succeeded {
+        path.push_str("?succeeded=true");
+    }
     match ctx
         .client
         .call::<(), Claim>(Method::DELETE, &path, None)
@@ -128,10 +179,11 @@ pub async fn run(ctx: &Ctx, args: ClaimArgs) -> anyhow::Result<Exit> {
     let (Some(node), Some(alloc)) = (&args.node, &args.alloc) else {
         unreachable!("clap requires --node and --alloc without a subcommand");
     };
-    let volume = match (&args.volume, &args.fresh) {
-        (Some(v), _) => v,
-        (None, Some(f)) => &f.name,
-        (None, None) => unreachable!("clap requires VOLUME or --fresh"),
+    let volume = match (&args.volume, &args.fresh, &args.pool) {
+        (Some(v), _, _) => v,
+        (None, Some(f), _) => &f.name,
+        (None, None, Some(p)) => p,
+        (None, None, None) => unreachable!("clap requires VOLUME, --fresh or --pool"),
     };
     let claim = NewClaim {
         volume,
@@ -147,6 +199,10 @@ pub async fn run(ctx: &Ctx, args: ClaimArgs) -> anyhow::Result<Exit> {
         labels: &args.labels,
         waits: args.wait.wait,
         mount: args.mount.for_claim()?,
+        pool: args.pool.as_ref().map(|_| PoolAsk {
+            cache_key: args.cache_key.as_deref(),
+            restore_keys: &args.restore_keys,
+        }),
     };
     if let Some(f) = &args.fresh {
         return super::fresh::claim(ctx, &args, f, &claim).await;
@@ -170,11 +226,23 @@ pub async fn run(ctx: &Ctx, args: ClaimArgs) -> anyhow::Result<Exit> {
         Some(_) => tokio::select! {
             a = claim.record(ctx, hold) => a?,
             signal = crate::signals::terminated() => {
+                if args.pool.is_some() {
+                    // Which member it got, if any, the answer that never came would say.
+                    ctx.out.note(format!(
+                        "interrupted ({}): the claim from pool {volume} may be recorded; \
+                         `csivol claim list --node {node}` shows alloc {alloc}'s claims",
+                        signal.name()
+                    ));
+                    return Ok(Exit::Signal(signal.number()));
+                }
                 return interrupted(ctx, volume, alloc, signal).await;
             }
         },
     };
     let cursor = a.cursor(a.body.index);
+    // From here on the volume is the claim's own (a pool's member, with --pool).
+    let member = a.body.volume.clone();
+    let volume = &member;
     let mut result = a.body;
     if args.wait.wait {
         let waited = tokio::select! {

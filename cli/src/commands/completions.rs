@@ -71,6 +71,7 @@ fn completed_command() -> clap::Command {
 pub enum Names {
     Volumes,
     Nodes,
+    Pools,
 }
 
 impl Names {
@@ -78,6 +79,7 @@ impl Names {
         match self {
             Names::Volumes => "volumes",
             Names::Nodes => "nodes",
+            Names::Pools => "pools",
         }
     }
 }
@@ -99,11 +101,14 @@ pub const NAME_ARGUMENTS: &[(&str, Names)] = &[
     ("volume eligibility", Names::Volumes),
     ("volume expand", Names::Volumes),
     ("volume modify", Names::Volumes),
+    ("volume label", Names::Volumes),
     ("node show", Names::Nodes),
     ("node drain", Names::Nodes),
     ("node eligibility", Names::Nodes),
     ("node label", Names::Nodes),
     ("node remove", Names::Nodes),
+    ("pool show", Names::Pools),
+    ("pool delete", Names::Pools),
 ];
 
 /// The commands whose arguments are names up to `--` (`csivol run VOLUME... -- COMMAND`,
@@ -112,8 +117,11 @@ pub const NAME_LISTS: &[(&str, Names)] =
     &[("run", Names::Volumes), ("snapshot create", Names::Volumes)];
 
 /// The options whose value is a name, in every command that has them.
-pub const NAME_OPTIONS: &[(&str, Names)] =
-    &[("--volume", Names::Volumes), ("--node", Names::Nodes)];
+pub const NAME_OPTIONS: &[(&str, Names)] = &[
+    ("--volume", Names::Volumes),
+    ("--node", Names::Nodes),
+    ("--pool", Names::Pools),
+];
 
 /// A `case` pattern of literal words around `*` wildcards: bash and zsh match a `*` left
 /// outside the quotes (`'run'*' --'`), fish one inside them (`'run* --'`).
@@ -213,7 +221,7 @@ fn option_cases(extra: &str) -> String {
 fn bash_names() -> String {
     format!(
         r#"
-# Volume and node names from the server (`csivol __complete volumes|nodes`).
+# Volume, node and pool names from the server (`csivol __complete volumes|nodes|pools`).
 _csivol_with_names() {{
     _csivol "$@"
     local cur="${{COMP_WORDS[COMP_CWORD]}}" prev="${{COMP_WORDS[COMP_CWORD-1]}}" kind=""
@@ -226,6 +234,7 @@ _csivol_with_names() {{
             {none}) ;;
             {volumes}) kind=volumes ;;
             {nodes}) kind=nodes ;;
+            {pools}) kind=pools ;;
         esac
     fi
     if [[ -n "$kind" ]]; then
@@ -239,6 +248,7 @@ complete -F _csivol_with_names -o bashdefault -o default csivol
         none = lists_without_names("|"),
         volumes = commands_taking(Names::Volumes, "|"),
         nodes = commands_taking(Names::Nodes, "|"),
+        pools = commands_taking(Names::Pools, "|"),
     )
 }
 
@@ -247,7 +257,7 @@ complete -F _csivol_with_names -o bashdefault -o default csivol
 fn zsh_names() -> String {
     format!(
         r#"
-# Volume and node names from the server (`csivol __complete volumes|nodes`).
+# Volume, node and pool names from the server (`csivol __complete volumes|nodes|pools`).
 functions[_csivol_clap]=$functions[_csivol]
 _csivol() {{
     local kind="" clap=1
@@ -259,6 +269,7 @@ _csivol() {{
             {none}) ;;
             {volumes}) kind=volumes ;;
             {nodes}) kind=nodes ;;
+            {pools}) kind=pools ;;
         esac
     fi
     local ret=1
@@ -277,6 +288,7 @@ _csivol() {{
         none = lists_without_names("|"),
         volumes = commands_taking(Names::Volumes, "|"),
         nodes = commands_taking(Names::Nodes, "|"),
+        pools = commands_taking(Names::Pools, "|"),
     )
 }
 
@@ -305,7 +317,7 @@ fn fish_names() -> String {
         .collect();
     format!(
         r#"
-# Volume and node names from the server (`csivol __complete volumes|nodes`).
+# Volume, node and pool names from the server (`csivol __complete volumes|nodes|pools`).
 function __csivol_names_kind
     set -l words (commandline -opc)
     set -e words[1]
@@ -320,6 +332,8 @@ function __csivol_names_kind
             echo volumes
         case {nodes}
             echo nodes
+        case {pools}
+            echo pools
         case '*'
             return 1
     end
@@ -335,15 +349,19 @@ complete -c csivol -n '__csivol_names_kind >/dev/null' -f -a '(__csivol_names)'
         none = lists_without_names(" "),
         volumes = commands_taking(Names::Volumes, " "),
         nodes = commands_taking(Names::Nodes, " "),
+        pools = commands_taking(Names::Pools, " "),
         option_rules = option_rules,
     )
 }
 
-/// `csivol __complete volumes|nodes`: the names, one per line.
+/// `csivol __complete volumes|nodes|pools`: the names, one per line.
 pub async fn names(ctx: &crate::ctx::Ctx, what: &str) -> anyhow::Result<Exit> {
     let names: Vec<String> = if what == "nodes" {
         let nodes: Vec<csivol_api::Node> = ctx.client.get("/v1/nodes").await?;
         nodes.into_iter().map(|n| n.name).collect()
+    } else if what == "pools" {
+        let pools: Vec<csivol_api::Pool> = ctx.client.get("/v1/pools").await?;
+        pools.into_iter().map(|p| p.name).collect()
     } else {
         let volumes = ctx.client.volumes(&[]).await?;
         volumes.into_iter().map(|v| v.name).collect()
@@ -390,12 +408,13 @@ mod tests {
         match name {
             "volume" => Some(Names::Volumes),
             "node" => Some(Names::Nodes),
+            "pool" => Some(Names::Pools),
             _ => None,
         }
     }
 
-    /// The table names exactly the commands whose first argument clap calls `volume` or
-    /// `node`: a new command that takes a name gets completed, or this fails.
+    /// The table names exactly the commands whose first argument clap calls `volume`,
+    /// `node` or `pool`: a new command that takes a name gets completed, or this fails.
     #[test]
     fn the_name_table_is_what_clap_defines() {
         let mut all = Vec::new();

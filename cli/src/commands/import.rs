@@ -211,5 +211,6 @@ fn to_spec(
         claim_mount_flags: Vec::new(),
         selinux_context: None,
         ownership: None,
+        labels: Default::default(),
     }))
 }

@@ -12,6 +12,7 @@ mod import;
 mod modify;
 mod node;
 mod plugin;
+mod pool;
 mod release;
 mod run;
 mod snapshot;
@@ -56,6 +57,7 @@ pub async fn run(cli: Cli, out: Out) -> anyhow::Result<Exit> {
         Command::Unblock(args) => unblock::run(&ctx, args).await,
         Command::Detach(args) => detach::run(&ctx, args).await,
         Command::Fence(args) => fence::run(&ctx, args).await,
+        Command::Pool(cmd) => pool::run(&ctx, cmd).await,
         Command::Node(cmd) => node::run(&ctx, cmd).await,
         Command::Plugin(cmd) => plugin::run(&ctx, cmd).await,
         Command::Events(args) => events::run(&ctx, args).await,

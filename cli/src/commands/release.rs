@@ -13,7 +13,10 @@ use crate::render;
 use crate::wait::{self, ClaimGoal};
 
 pub async fn run(ctx: &Ctx, args: ReleaseArgs) -> anyhow::Result<Exit> {
-    let path = format!("/v1/volumes/{}/claims/{}", args.volume, args.alloc);
+    let mut path = format!("/v1/volumes/{}/claims/{}", args.volume, args.alloc);
+    if args.succeeded {
+        path.push_str("?succeeded=true");
+    }
     let failed = || {
         format!(
             "failed to release the claim of alloc `{}` on volume `{}`",
@@ -25,7 +28,8 @@ pub async fn run(ctx: &Ctx, args: ReleaseArgs) -> anyhow::Result<Exit> {
     // on: a CI job's release takes one request. On a terminal every step shows.
     let answer = if args.wait.wait && !ctx.out.live_progress() {
         let hold = args.wait.timeout.min(crate::client::MAX_HOLD);
-        let held = format!("{path}?wait={}ms", hold.as_millis());
+        let sep = if path.contains('?') { '&' } else { '?' };
+        let held = format!("{path}{sep}wait={}ms", hold.as_millis());
         ctx.client
             .call_running::<(), Option<Claim>>(Method::DELETE, &held, None, hold)
             .await

@@ -12,7 +12,7 @@ use csivol_api::{Claim, ClaimMode, RenewRequest};
 use csivol_client::Method;
 use tokio::process::Command;
 
-use super::claim::{NewClaim, release};
+use super::claim::{NewClaim, PoolAsk, release_after};
 use crate::args::RunArgs;
 use crate::client::{Answer, Cursor};
 use crate::ctx::Ctx;
@@ -68,12 +68,14 @@ pub async fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<Exit> {
 
     let mut cmd = Command::new(&args.command[0]);
     cmd.args(&args.command[1..]);
-    // The claims are made in this order: the named volumes, then the per-job ones, known
-    // to the job by the names it gave them.
+    // The claims are made in this order: the named volumes, a member of each pool, then the
+    // per-job volumes; the job knows a pool's member and a per-job volume by the name it
+    // gave them.
     let names = args
         .volumes
         .iter()
         .map(|(v, _)| v.as_str())
+        .chain(args.pools.iter().map(|(short, _)| short.as_str()))
         .chain(args.fresh.iter().map(|f| f.name.as_str()));
     for (c, name) in claims.iter().zip(names) {
         let path = c.target_path.as_deref().unwrap_or_default();
@@ -115,12 +117,14 @@ pub async fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<Exit> {
     // A failed job's per-job volumes are kept for inspection when it asked.
     let keep = args.keep_on_failure.filter(|_| !status.success());
     if let Some(keep) = keep {
-        let fresh = &claims[args.volumes.len()..];
+        let fresh = &claims[args.volumes.len() + args.pools.len()..];
         for c in fresh {
             super::fresh::release_kept(ctx, &c.volume, &alloc, keep).await?;
         }
     }
-    release_all(ctx, &claims, &alloc, &args, Some(&mut signals)).await?;
+    // Only a job that succeeded records its cache key as its pool members'.
+    let succeeded = status.success() && forwarded.is_none();
+    release_all_after(ctx, &claims, &alloc, &args, Some(&mut signals), succeeded).await?;
     Ok(exit_of(status, forwarded))
 }
 
@@ -145,12 +149,21 @@ async fn claim_all(
         .mount
         .for_run()
         .map_err(|e| Aborted::Error(e, Vec::new()))?;
-    for (volume, read_only) in &args.volumes {
+    let ask = PoolAsk {
+        cache_key: args.cache_key.as_deref(),
+        restore_keys: &args.restore_keys,
+    };
+    let wanted = args
+        .volumes
+        .iter()
+        .map(|(v, ro)| (v, *ro, None))
+        .chain(args.pools.iter().map(|(_, pool)| (pool, false, Some(ask))));
+    for (volume, read_only, pool) in wanted {
         let claim = NewClaim {
             volume,
             alloc,
             node: &args.node,
-            mode: if *read_only {
+            mode: if read_only {
                 ClaimMode::Read
             } else {
                 ClaimMode::Write
@@ -161,6 +174,7 @@ async fn claim_all(
             // `run` waits for every claim to be ready before the command starts.
             waits: true,
             mount: mount.clone(),
+            pool,
         };
         match claim.record(ctx, None).await {
             Ok(a) => {
@@ -186,6 +200,7 @@ async fn claim_all(
             labels: &args.labels,
             waits: true,
             mount: mount.clone(),
+            pool: None,
         };
         match super::fresh::record(ctx, fresh, claim.request(false)).await {
             Ok(a) => {
@@ -237,8 +252,7 @@ async fn renew_all(ctx: &Ctx, claims: &[Claim], alloc: &str, ttl: Duration) {
     }
 }
 
-/// Releases every claim made, then (unless `--no-wait-release`) waits until they are gone.
-/// A second signal while waiting stops the wait, not the release.
+/// Releases every claim made of a job that did not run.
 async fn release_all(
     ctx: &Ctx,
     claims: &[Claim],
@@ -246,8 +260,24 @@ async fn release_all(
     args: &RunArgs,
     signals: Option<&mut Signals>,
 ) -> anyhow::Result<()> {
+    release_all_after(ctx, claims, alloc, args, signals, false).await
+}
+
+/// Releases every claim made, saying whether the job `succeeded`, then (unless
+/// `--no-wait-release`) waits until they are gone. A second signal while waiting stops the
+/// wait, not the release.
+async fn release_all_after(
+    ctx: &Ctx,
+    claims: &[Claim],
+    alloc: &str,
+    args: &RunArgs,
+    signals: Option<&mut Signals>,
+    succeeded: bool,
+) -> anyhow::Result<()> {
     for c in claims {
-        release(ctx, &c.volume, alloc).await?;
+        // Said only of a claim made from a pool, the one kind that records a key: a server
+        // of a release without pools refuses a query it does not know.
+        release_after(ctx, &c.volume, alloc, succeeded && c.pool.is_some()).await?;
     }
     if args.no_wait_release || claims.is_empty() {
         return Ok(());
@@ -310,7 +340,8 @@ pub fn path_var(volume: &str) -> String {
     format!("{}_{name}", env::CSIVOL_PATH)
 }
 
-/// `CSIVOL_VOLUME_<NAME>`: the csivol name of the volume the job claims as `NAME`.
+/// `CSIVOL_VOLUME_<NAME>`: the csivol name of the volume the job claims as `NAME` (a pool's
+/// member, a per-job volume), named as [`path_var`] names.
 pub fn volume_var(name: &str) -> String {
     path_var(name).replacen(env::CSIVOL_PATH, env::CSIVOL_VOLUME, 1)
 }

@@ -29,6 +29,7 @@ pub async fn run(ctx: &Ctx, cmd: VolumeCommand) -> anyhow::Result<Exit> {
         VolumeCommand::Modify(args) => super::modify::run(ctx, args).await,
         VolumeCommand::Eligibility(args) => super::availability::eligibility(ctx, args).await,
         VolumeCommand::Drain(args) => super::availability::drain(ctx, args).await,
+        VolumeCommand::Label(args) => super::pool::label(ctx, args).await,
     }
 }
 
@@ -67,6 +68,7 @@ async fn adopt(ctx: &Ctx, args: AdoptArgs) -> anyhow::Result<Exit> {
             claim_mount_flags: Vec::new(),
             selinux_context: None,
             ownership: None,
+            labels: Default::default(),
         },
         published_to: args.published_to,
         skip_validation: args.skip_validation,

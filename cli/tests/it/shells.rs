@@ -15,6 +15,7 @@ const VOLUMES: &[&str] = &["data-1", "data-2"];
 /// The one file in the shell's working directory.
 const FILE: &str = "notes.toml";
 const NODES: &[&str] = &["node-1"];
+const POOLS: &[&str] = &["cache-pool"];
 
 #[derive(Clone, Copy, Debug)]
 enum Sh {
@@ -51,6 +52,16 @@ impl Setup {
             env.volume(v, "single-node-writer").await;
         }
         let node = env.node(NODES[0], 0).await;
+        for p in POOLS {
+            let (status, body) = env
+                .api()
+                .put(
+                    &format!("/v1/pools/{p}"),
+                    serde_json::json!({"selector": {"pool": p}}),
+                )
+                .await;
+            assert_eq!(status, 201, "{body}");
+        }
         let cwd = env.dir.join("cwd");
         let scripts = env.dir.join("scripts");
         std::fs::create_dir_all(&cwd).unwrap();
@@ -213,6 +224,7 @@ fn names(kind: Names) -> &'static [&'static str] {
     match kind {
         Names::Volumes => VOLUMES,
         Names::Nodes => NODES,
+        Names::Pools => POOLS,
     }
 }
 
@@ -220,6 +232,7 @@ fn other(kind: Names) -> Names {
     match kind {
         Names::Volumes => Names::Nodes,
         Names::Nodes => Names::Volumes,
+        Names::Pools => Names::Volumes,
     }
 }
 
@@ -280,7 +293,7 @@ async fn check(shell: Sh) {
                 );
             }
             None => assert!(
-                !VOLUMES.iter().chain(NODES).any(has),
+                !VOLUMES.iter().chain(NODES).chain(POOLS).any(has),
                 "{}: {line:?} offers names: {got:?}",
                 shell.name()
             ),

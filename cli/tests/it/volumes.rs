@@ -172,7 +172,7 @@ async fn bad_spec_files_name_the_file_and_the_field() {
     exit: 2
     --- stdout
     --- stderr
-    error: invalid volume spec [TMP]/typo.json: line 1, column 22: unknown field `plugn`, expected one of `name`, `plugin`, `external_id`, `access_mode`, `attachment`, `fs_type`, `mount_flags`, `context`, `parameters`, `secrets`, `topology`, `claim_mount_flags`, `selinux_context`, `ownership`
+    error: invalid volume spec [TMP]/typo.json: line 1, column 22: unknown field `plugn`, expected one of `name`, `plugin`, `external_id`, `access_mode`, `attachment`, `fs_type`, `mount_flags`, `context`, `parameters`, `secrets`, `topology`, `claim_mount_flags`, `selinux_context`, `ownership`, `labels`
     hint: a spec needs `name`, `plugin`, `external_id`, `access_mode`, `attachment`; `csivol volume register --help` lists every field and its values
     ");
     // A secret of the wrong type: the error names the key, never the value.

@@ -124,6 +124,9 @@ pub struct Claim {
     /// the server's memory: absent until a sample came since the server started).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<crate::ClaimUsage>,
+    /// For a claim made from a pool (`claim --pool`): the pool, and why this member.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<crate::ClaimPool>,
 }
 
 /// A claim's drift: its volume not mounted at its target as its plugin made it, while

@@ -26,6 +26,7 @@ mod mounts;
 mod name;
 mod nodes;
 mod operator;
+mod pools;
 mod reconcile;
 mod scope;
 mod snapshots;
@@ -51,6 +52,7 @@ pub use mounts::*;
 pub use name::*;
 pub use nodes::*;
 pub use operator::*;
+pub use pools::*;
 pub use reconcile::*;
 pub use scope::*;
 pub use snapshots::*;
@@ -132,5 +134,6 @@ text_enum!(
     Eligibility,
     Role,
     SnapshotState,
-    ModificationState
+    ModificationState,
+    PoolChoice
 );

@@ -85,6 +85,15 @@ pub const MAX_NODE_LABELS: usize = 64;
 /// Bytes of one node label's value (a BMC's address, a PDU outlet, a rack).
 pub const NODE_LABEL_VALUE_BYTES: usize = 1 << 10;
 
+/// Labels an operator keeps on one volume.
+pub const MAX_VOLUME_LABELS: usize = 64;
+/// Bytes of one volume label's value, and of one pool selector's value.
+pub const VOLUME_LABEL_VALUE_BYTES: usize = 253;
+/// Bytes of a job's cache key and of each restore key (`run --cache-key`, `--restore-key`).
+pub const CACHE_KEY_BYTES: usize = 512;
+/// Restore keys one pool claim tries.
+pub const MAX_RESTORE_KEYS: usize = 16;
+
 /// The limits of labels and reasons a server applies: the defaults above, or lower ones
 /// from its config file (`[limits]`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -529,6 +529,7 @@ mod tests {
                 claim_mount_flags: Vec::new(),
                 selinux_context: None,
                 ownership: None,
+                labels: BTreeMap::new(),
             };
             f(&mut s);
             s.check_text().map_err(|e| e.to_string())

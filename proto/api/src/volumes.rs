@@ -58,6 +58,10 @@ pub struct VolumeSpec {
     /// (the gids stay the plugin's `ownership_gids`). None: the plugin's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ownership: Option<crate::Ownership>,
+    /// An operator's `key=value` labels on the volume (e.g. `pool = "build-cache"`): a
+    /// pool's selector chooses its members by them.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
 }
 
 /// Where a volume to be created must (`required`) and should (`preferred`) be accessible
@@ -116,6 +120,10 @@ pub struct CreateVolumeSpec {
     /// (the gids stay the plugin's `ownership_gids`). None: the plugin's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ownership: Option<crate::Ownership>,
+    /// An operator's `key=value` labels on the volume (e.g. `pool = "build-cache"`): a
+    /// pool's selector chooses its members by them.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
 }
 
 impl CreateVolumeSpec {
@@ -231,6 +239,9 @@ pub struct Volume {
     /// claim and deleted after its release; absent for every other volume.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job: Option<crate::JobVolume>,
+    /// An operator's labels on the volume (`csivol volume label`, `labels` in its spec).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
     pub claims: Vec<Claim>,
     pub attachments: Vec<AttachmentStatus>,
     pub created_at: String,

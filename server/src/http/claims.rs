@@ -121,12 +121,16 @@ pub(super) async fn post_fresh_claim(
 }
 
 /// `?wait=` holds the answer as for any claim write; `?keep_ms=` keeps a failed job's
-/// per-job volume that long after the release.
+/// per-job volume that long after the release; `?succeeded=true` says the job that held
+/// the claim succeeded, so that a claim made from a pool records its cache key as the
+/// member's.
 #[derive(Debug, Default, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct ReleaseQuery {
     wait: Option<String>,
     keep_ms: Option<u64>,
+    #[serde(default)]
+    succeeded: bool,
 }
 
 pub(super) async fn delete_claim(
@@ -141,9 +145,13 @@ pub(super) async fn delete_claim(
     name("alloc", &alloc)?;
     let hold = Hold::of(query.wait).wait()?;
     let keep_ms = query.keep_ms;
+    let succeeded = query.succeeded;
     let began = app.db.hub.generation();
     let write = move |ctx: &mut WriteCtx<'_>| {
         let released = lifecycle::release_claim(ctx, &volume, &alloc, &who.claimant())?;
+        if released.is_ok() {
+            lifecycle::released_from_pool(ctx, &volume, &alloc, succeeded)?;
+        }
         // Recorded with the release itself, so that the volume is never deleted between.
         if let (Some(ms), Ok(_)) = (keep_ms, &released) {
             lifecycle::keep_after_release(ctx, &volume, &alloc, ms)?;
@@ -238,14 +246,14 @@ pub(super) async fn list_claims(
 }
 
 /// The caller of a claim write, owned so that the write can move it to the writer.
-struct Who {
+pub(super) struct Who {
     actor: String,
     token: String,
     any_claim: bool,
 }
 
 impl Who {
-    fn of(caller: Caller) -> Self {
+    pub(super) fn of(caller: Caller) -> Self {
         Self {
             actor: caller.actor(),
             any_claim: caller.has(api::Capability::ReleaseAny),
@@ -253,7 +261,7 @@ impl Who {
         }
     }
 
-    fn claimant(&self) -> lifecycle::Claimant<'_> {
+    pub(super) fn claimant(&self) -> lifecycle::Claimant<'_> {
         lifecycle::Claimant {
             actor: &self.actor,
             token: &self.token,

@@ -24,6 +24,7 @@ mod listing;
 mod nodes;
 mod once;
 mod plugins;
+mod pools;
 mod reads;
 pub mod routes;
 mod snapshots;

@@ -8,7 +8,9 @@ use axum::extract::{FromRequestParts, MatchedPath, RawPathParams, Request, State
 use axum::response::{IntoResponse, Response};
 use csivol_api::{self as api, Capability, CreateVolumeSpec};
 
-use super::{backup, channel, claims, events, health, nodes, plugins, snapshots, tokens, volumes};
+use super::{
+    backup, channel, claims, events, health, nodes, plugins, pools, snapshots, tokens, volumes,
+};
 use crate::app::App;
 use crate::error::ApiError;
 
@@ -116,6 +118,12 @@ table! {
     post "/v1/volumes/{name}/unblock" Named(UnblockDetach) => volumes::unblock_volume;
     post "/v1/volumes/{name}/detach" Named(UnblockDetach) => volumes::detach;
     post "/v1/volumes/{name}/eligibility" Named(ExpandModify) => volumes::volume_eligibility;
+    post "/v1/volumes/{name}/labels" Named(ExpandModify) => pools::volume_labels;
+    get "/v1/pools" Cluster(Read) => pools::list_pools;
+    get "/v1/pools/{name}" Cluster(Read) => pools::get_pool;
+    put "/v1/pools/{name}" Cluster(CreateDelete) => pools::put_pool;
+    delete "/v1/pools/{name}" Cluster(CreateDelete) => pools::delete_pool;
+    post "/v1/pools/{name}/claims" Cluster(Claim) => pools::post_pool_claim;
     get "/v1/nodes" Cluster(Read) => nodes::list_nodes;
     get "/v1/nodes/{node}" Cluster(Read) => nodes::get_node;
     delete "/v1/nodes/{node}" Cluster(ManageNodes) => nodes::remove_node;

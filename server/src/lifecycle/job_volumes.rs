@@ -33,6 +33,13 @@ fn volume_name(name: &str) -> String {
 /// snapshot's or a volume's own spec with it as the content source, or the job's spec.
 fn spec_of(conn: &(impl Snapshot + ?Sized), source: &FreshSource) -> ApiResult<CreateVolumeSpec> {
     let (from, content) = match source {
+        FreshSource::Spec(s) if !s.labels.is_empty() => {
+            // A label could make the job's volume a pool's member, claimable by other jobs.
+            return Err(ApiError::invalid(
+                "a per-job volume's spec carries labels, which would put the job's own volume in a pool",
+            )
+            .with_hint("remove `labels` from the spec given to --fresh"));
+        }
         FreshSource::Spec(s) => return Ok((**s).clone()),
         FreshSource::Snapshot(s) => {
             validate_name("snapshot", s).map_err(ApiError::invalid)?;
@@ -77,6 +84,9 @@ fn spec_of(conn: &(impl Snapshot + ?Sized), source: &FreshSource) -> ApiResult<C
         claim_mount_flags: mounts.claim_mount_flags,
         selinux_context: mounts.selinux_context,
         ownership: mounts.ownership,
+        // None of the source's labels: a job's copy of a pool's member is the job's alone
+        // and must never join the pool.
+        labels: Default::default(),
     })
 }
 

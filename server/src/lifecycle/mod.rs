@@ -18,7 +18,8 @@
 //!   time), `operator` (unblock, detach), `nodes` (registration, loss, return, eligibility,
 //!   removal), `fence` (a fence's record), `desired` (a node's desired state), `reports`
 //!   (agents' reports), `reconcile` (controller listings), `tokens`, `hosting` (controller
-//!   hosts), `labels`, `availability` (whether a volume takes new claims).
+//!   hosts), `labels`, `availability` (whether a volume takes new claims), `pools` (volume labels
+//!   and the pools they make) and `pool_claims` (a pool's member chosen for a claim).
 //!
 //! This file only names them and what the rest of the server uses. Decisions that need no
 //! state are `csivol_rules`'; reads and writes go through the store's traits, never SQL.
@@ -54,6 +55,8 @@ mod nodes;
 mod operator;
 mod ops;
 mod owners;
+mod pool_claims;
+mod pools;
 mod reconcile;
 mod reports;
 mod retries;
@@ -89,6 +92,8 @@ pub use nodes::{
 };
 pub use operator::{detach, require_reason, unblock_node, unblock_volume};
 pub use ops::{plugins_with_due_ops, schedule_ops};
+pub use pool_claims::{claim_from_pool, released_from_pool};
+pub use pools::{create_pool, delete_pool, pool_view, pool_views, set_volume_labels};
 pub use reports::apply_reports;
 pub use retries::{PRUNE_BATCH, prune_retries};
 pub use settings::Limits;

@@ -202,6 +202,7 @@ pub fn volume_view(conn: &(impl Snapshot + ?Sized), name: &str) -> ApiResult<api
         ownership: mounts.ownership,
         availability: conn.volume_availability(name)?.map(|a| a.to_api()),
         job: conn.job_volume(name)?.map(|j| j.to_api()),
+        labels: conn.volume_labels(name)?,
         ..v.into_api(&claims, &atts)
     })
 }
@@ -287,6 +288,8 @@ pub(super) fn register_as(
 ) -> ApiResult<(api::Volume, bool)> {
     validate_name("volume", name).map_err(ApiError::invalid)?;
     spec.check_text().map_err(ApiError::text)?;
+    let labels = spec.labels.clone();
+    super::pools::check_labels(name, &labels)?;
     check_spec_names(
         &spec.plugin,
         spec.attachment,
@@ -390,6 +393,7 @@ pub(super) fn register_as(
     }
     insert_volume(ctx, &row)?;
     ctx.put_volume_mounts(name, &mounts)?;
+    super::pools::labels_from_spec(ctx, name, &labels)?;
     if lifecycle != Lifecycle::Ready {
         return Ok((volume_view(ctx, name)?, true));
     }
@@ -421,6 +425,8 @@ pub fn create_volume(
 ) -> ApiResult<(api::Volume, bool)> {
     validate_name("volume", name).map_err(ApiError::invalid)?;
     spec.check_text().map_err(ApiError::text)?;
+    let labels = spec.labels.clone();
+    super::pools::check_labels(name, &labels)?;
     spec.check_source().map_err(ApiError::invalid)?;
     api::limits::size_bytes("capacity_bytes", spec.capacity_bytes)
         .map_err(ApiError::out_of_range)?;
@@ -517,6 +523,7 @@ pub fn create_volume(
     };
     insert_volume(ctx, &row)?;
     ctx.put_volume_mounts(name, &mounts)?;
+    super::pools::labels_from_spec(ctx, name, &labels)?;
     ctx.queue_op(
         OpKind::Create,
         &spec.plugin,

@@ -28,6 +28,8 @@ pub struct VolumeChunk {
     pub availability: std::collections::HashMap<String, api::VolumeAvailability>,
     /// The per-job volumes among them (`job_volumes`).
     pub jobs: std::collections::HashMap<String, api::JobVolume>,
+    /// The labels of the volumes that have any (`volume_labels`).
+    pub labels: std::collections::HashMap<String, BTreeMap<String, String>>,
 }
 
 /// A volume row's fields borrowed from where the store read them: what a listing shows of

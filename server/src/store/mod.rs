@@ -304,6 +304,26 @@ pub trait Snapshot {
     -> ApiResult<Vec<crate::model::JobVolumeRow>>;
     /// Every per-job volume.
     fn job_volumes(&self) -> ApiResult<Vec<crate::model::JobVolumeRow>>;
+    /// Whether the schema keeps volume labels and pools (none of either below it).
+    fn pools_kept(&self) -> ApiResult<bool>;
+    /// An operator's labels on a volume.
+    fn volume_labels(&self, volume: &str) -> ApiResult<BTreeMap<String, String>>;
+    /// Every labelled volume with its labels, by name.
+    fn all_volume_labels(&self) -> ApiResult<Vec<(String, BTreeMap<String, String>)>>;
+    /// Every pool, by name.
+    fn pools(&self) -> ApiResult<Vec<crate::model::PoolRow>>;
+    /// One pool.
+    fn pool(&self, name: &str) -> ApiResult<Option<crate::model::PoolRow>>;
+    /// A volume's last cache key (recorded at a successful job's release).
+    fn cache_key(&self, volume: &str) -> ApiResult<Option<String>>;
+    /// A pool's last `n` claims, newest first.
+    fn recent_pool_claims(&self, pool: &str, n: u32) -> ApiResult<Vec<crate::model::PoolClaimRow>>;
+    /// The claim from a pool `alloc` holds on `volume`, not released yet.
+    fn open_pool_claim(
+        &self,
+        volume: &str,
+        alloc: &str,
+    ) -> ApiResult<Option<crate::model::PoolClaimRow>>;
     /// The first answer kept for `token`'s request `key`.
     fn kept_answer(&self, token: &str, key: &str) -> ApiResult<Option<KeptAnswer>>;
     /// The tombstone of `alloc`'s claim on `volume`: its last release.
@@ -324,10 +344,17 @@ pub trait Snapshot {
         })
     }
 
-    /// A claim's API form, with its queue position.
+    /// A claim's API form, with its queue position and, for a claim made from a pool, the
+    /// pool and why this member.
     fn claim_to_api(&self, claim: &ClaimRow) -> ApiResult<api::Claim> {
         let mut c = claim.to_api();
         c.queue_position = self.queue_position(claim)?;
+        // A row older than the claim is an earlier claim's of the alloc, released without
+        // a word to its pool (a lease that ran out).
+        c.pool = self
+            .open_pool_claim(&claim.volume, &claim.alloc)?
+            .filter(|r| r.at >= claim.created_at)
+            .map(|r| r.to_api());
         Ok(c)
     }
 }
@@ -456,6 +483,22 @@ pub trait Txn: Snapshot {
     /// Records a per-job volume or changes its record (refused below the schema that keeps
     /// them).
     fn put_job_volume(&mut self, j: &crate::model::JobVolumeRow) -> ApiResult<()>;
+    /// Sets a volume's labels (refused below the schema that keeps them, unless none).
+    fn put_volume_labels(
+        &mut self,
+        volume: &str,
+        labels: &BTreeMap<String, String>,
+    ) -> ApiResult<()>;
+    /// Records a pool (refused below the schema that keeps pools).
+    fn put_pool(&mut self, p: &crate::model::PoolRow) -> ApiResult<()>;
+    /// Removes a pool and its claims' history.
+    fn delete_pool(&mut self, name: &str) -> ApiResult<()>;
+    /// Records a volume's cache key.
+    fn set_cache_key(&mut self, volume: &str, key: &str) -> ApiResult<()>;
+    /// Records a claim made from a pool.
+    fn insert_pool_claim(&mut self, c: &crate::model::PoolClaimRow) -> ApiResult<()>;
+    /// Marks `alloc`'s claims from a pool on `volume` released.
+    fn close_pool_claims(&mut self, volume: &str, alloc: &str) -> ApiResult<()>;
     /// Removes a volume if it is `deleting`.
     fn delete_deleting_volume(&mut self, name: &str) -> ApiResult<()>;
 

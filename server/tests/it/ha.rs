@@ -480,3 +480,81 @@ async fn a_group_snapshot_asked_of_one_server_is_cut_and_deleted_through_the_oth
     })
     .await;
 }
+
+/// Labels, pools and pool claims are rows of the replicated state like any other: a pool
+/// made through A takes volumes labelled through A, a claim through B gets a member, and
+/// the key its successful release records through A is what B chooses by next.
+#[tokio::test]
+async fn a_pool_made_through_one_server_is_claimed_from_through_the_other() {
+    let dir = TestDir::new("ha-pools");
+    let ha = start_ha(&dir, &[]);
+    let (a, b) = (ha.a.api(), ha.b.api());
+    let n1 = FakeAgent::new(&ha.a, "n1").await;
+    n1.register(0, true, json!([])).await;
+    let _beating = n1.keep_alive();
+    for v in ["m1", "m2"] {
+        register_volume(&a, v, "single-node-writer").await;
+        let (status, body) = a
+            .post(
+                &format!("/v1/volumes/{v}/labels"),
+                json!({"set": {"pool": "cache"}}),
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+    }
+    let (status, p) = a
+        .put("/v1/pools/cache", json!({"selector": {"pool": "cache"}}))
+        .await;
+    assert_eq!(status, 201, "{p}");
+    let pool_claim = |api: Api, alloc: &'static str| async move {
+        api.post(
+            "/v1/pools/cache/claims",
+            json!({"claim": {"alloc": alloc, "node": "n1", "mode": "write"}, "cache_key": "main"}),
+        )
+        .await
+    };
+    let c = eventually("B to claim from the pool made through A", WAIT, || async {
+        let (status, c) = pool_claim(b.clone(), "a1").await;
+        (status == 201).then_some(c)
+    })
+    .await;
+    assert_eq!(
+        (&c["volume"], &c["pool"]["choice"]),
+        (&json!("m1"), &json!("cold")),
+        "{c}"
+    );
+    let op = n1.wait_op("publish").await;
+    n1.report(json!([{"kind": "controller_published", "op": op["id"], "attempt": op["attempt"], "publish_context": {}}]))
+        .await;
+    n1.report(
+        json!([{"kind": "published", "volume": "m1", "alloc": "a1", "target_path": "/mnt/a1"}]),
+    )
+    .await;
+    eventually("the claim ready", WAIT, || async {
+        (claim_state(&a, "m1", "a1").await.as_deref() == Some("ready")).then_some(())
+    })
+    .await;
+    let (status, body) = a.delete("/v1/volumes/m1/claims/a1?succeeded=true").await;
+    assert_eq!(status, 202, "{body}");
+    n1.report(json!([{"kind": "unpublished", "volume": "m1", "alloc": "a1"}, {"kind": "unstaged", "volume": "m1"}]))
+        .await;
+    let op = n1.wait_op("unpublish").await;
+    n1.report(
+        json!([{"kind": "controller_unpublished", "op": op["id"], "attempt": op["attempt"]}]),
+    )
+    .await;
+    eventually("B to see m1's key and m1 free", WAIT, || async {
+        let (_, p) = b.get("/v1/pools/cache").await;
+        let m1 = &p["members"][0];
+        (m1["cache_key"] == "main" && m1.get("holders").is_none() && m1.get("staged_on").is_none())
+            .then_some(())
+    })
+    .await;
+    let (status, c) = pool_claim(b.clone(), "a2").await;
+    assert_eq!(status, 201, "{c}");
+    assert_eq!(
+        (&c["volume"], &c["pool"]["choice"]),
+        (&json!("m1"), &json!("same-key")),
+        "{c}"
+    );
+}

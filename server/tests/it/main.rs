@@ -29,6 +29,7 @@ mod impostor;
 mod listings;
 mod lost;
 mod owners;
+mod pools;
 mod queue_and_leases;
 mod retries;
 mod secrets;
@@ -166,7 +167,14 @@ pub(crate) fn back_to_the_previous_schema(conn: &rusqlite::Connection) {
          DROP TABLE volume_mounts;
          DROP TABLE volume_availability;
          ALTER TABLE tokens DROP COLUMN scope;
-         DROP TABLE job_volumes;",
+         DROP TABLE job_volumes;
+
+         DROP TABLE volume_labels;
+         DROP TABLE pools;
+         DROP TABLE volume_cache_keys;
+         DROP INDEX pool_claims_pool;
+         DROP INDEX pool_claims_member;
+         DROP TABLE pool_claims;",
     )
     .unwrap();
     conn.pragma_update(None, "user_version", version - 1)

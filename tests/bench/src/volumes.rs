@@ -54,6 +54,7 @@ pub async fn create_with(
                 claim_mount_flags: Vec::new(),
                 selinux_context: None,
                 ownership: None,
+                labels: Default::default(),
             };
             http.post(&format!("/v1/volumes/{name}/create"), &spec)
                 .await?
@@ -111,6 +112,7 @@ pub async fn register(http: &Http, names: Vec<String>, limit: usize) -> anyhow::
                 claim_mount_flags: Vec::new(),
                 selinux_context: None,
                 ownership: None,
+                labels: Default::default(),
             };
             http.put(&format!("/v1/volumes/{name}"), &spec)
                 .await?

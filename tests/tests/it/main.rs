@@ -26,6 +26,7 @@ mod mount_options;
 mod network;
 mod packages;
 mod partition;
+mod pools;
 mod product_text;
 mod queue;
 mod reconcile;

@@ -16,6 +16,7 @@ mod mounts;
 mod nodes;
 mod operator;
 mod ops;
+mod pools;
 mod reports;
 mod retries;
 mod settle;

@@ -158,6 +158,7 @@ pub fn volume_chunk(
             mounts: HashMap::new(),
             availability: HashMap::new(),
             jobs: HashMap::new(),
+            labels: HashMap::new(),
         });
     };
     let mut claims: HashMap<String, Vec<ClaimRow>> = HashMap::new();
@@ -188,6 +189,7 @@ pub fn volume_chunk(
     let mounts = super::volume_mounts::between(conn, after, &last)?;
     let availability = super::volume_availability::between(conn, after, &last)?;
     let jobs = super::job_volumes::between(conn, after, &last)?;
+    let labels = super::pools::labels_between(conn, after, &last)?;
     Ok(VolumeChunk {
         volumes,
         decode: volume_fields,
@@ -197,6 +199,7 @@ pub fn volume_chunk(
         mounts,
         availability,
         jobs,
+        labels,
     })
 }
 

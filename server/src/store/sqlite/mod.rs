@@ -17,6 +17,7 @@ pub mod maintenance;
 pub mod migrations;
 mod nodes;
 mod ops;
+mod pools;
 mod read_pool;
 pub mod restore;
 mod retries;
@@ -41,6 +42,7 @@ use crate::model::{
     AttachmentRow, ClaimRow, NodeFenceRow, NodePluginRow, NodeRow, OpRow, PluginNodeRow,
     RunningOpRow, StateCounts, TokenRow, VolumeRow, WaitingOps,
 };
+use crate::model::{Labels, PoolClaimRow, PoolRow};
 use crate::store::sqlite::db::optional;
 use crate::store::sqlite::rows::ops;
 use crate::store::sqlite::statement::{exec, strings};
@@ -574,6 +576,38 @@ impl Snapshot for Connection {
         job_volumes::all(self)
     }
 
+    fn pools_kept(&self) -> ApiResult<bool> {
+        pools::kept(self)
+    }
+
+    fn volume_labels(&self, volume: &str) -> ApiResult<Labels> {
+        pools::labels(self, volume)
+    }
+
+    fn all_volume_labels(&self) -> ApiResult<Vec<(String, Labels)>> {
+        pools::all_labels(self)
+    }
+
+    fn pools(&self) -> ApiResult<Vec<PoolRow>> {
+        pools::pools(self)
+    }
+
+    fn pool(&self, name: &str) -> ApiResult<Option<PoolRow>> {
+        pools::pool(self, name)
+    }
+
+    fn cache_key(&self, volume: &str) -> ApiResult<Option<String>> {
+        pools::cache_key(self, volume)
+    }
+
+    fn recent_pool_claims(&self, pool: &str, n: u32) -> ApiResult<Vec<PoolClaimRow>> {
+        pools::recent_claims(self, pool, n)
+    }
+
+    fn open_pool_claim(&self, volume: &str, alloc: &str) -> ApiResult<Option<PoolClaimRow>> {
+        pools::open_claim(self, volume, alloc)
+    }
+
     fn kept_answer(&self, token: &str, key: &str) -> ApiResult<Option<crate::store::KeptAnswer>> {
         retries::kept_answer(self, token, key)
     }
@@ -690,6 +724,14 @@ reads_through_the_transaction! {
     job_volume(volume: &str) -> Option<crate::model::JobVolumeRow>;
     job_volumes_of(alloc: &str, name: &str) -> Vec<crate::model::JobVolumeRow>;
     job_volumes() -> Vec<crate::model::JobVolumeRow>;
+    pools_kept() -> bool;
+    volume_labels(volume: &str) -> Labels;
+    all_volume_labels() -> Vec<(String, Labels)>;
+    pools() -> Vec<PoolRow>;
+    pool(name: &str) -> Option<PoolRow>;
+    cache_key(volume: &str) -> Option<String>;
+    recent_pool_claims(pool: &str, n: u32) -> Vec<PoolClaimRow>;
+    open_pool_claim(volume: &str, alloc: &str) -> Option<PoolClaimRow>;
     kept_answer(token: &str, key: &str) -> Option<crate::store::KeptAnswer>;
     tombstone(volume: &str, alloc: &str) -> Option<crate::store::Tombstone>;
     meta(prefix: &str) -> Vec<(String, i64)>;

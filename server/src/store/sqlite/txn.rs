@@ -10,8 +10,8 @@ use csivol_api::{
 use rusqlite::params;
 
 use super::{
-    access, claim_mounts, claimers, drift, exec, held, job_volumes, listings, nodes, ops, retries,
-    snapshots, volume_availability, volume_mounts,
+    access, claim_mounts, claimers, drift, exec, held, job_volumes, listings, nodes, ops, pools,
+    retries, snapshots, volume_availability, volume_mounts,
 };
 use crate::error::{ApiError, ApiResult};
 use crate::model::{Lifecycle, NewFence, TokenRow, VolumeRow, to_json};
@@ -214,6 +214,7 @@ impl Txn for WriteCtx<'_> {
         volume_mounts::put(self, name, &Default::default())?;
         volume_availability::put(self, name, None)?;
         job_volumes::remove(self, name)?;
+        pools::forget_volume(self, name)?;
         Ok(())
     }
 
@@ -233,6 +234,36 @@ impl Txn for WriteCtx<'_> {
         job_volumes::put(self, j)
     }
 
+    fn put_volume_labels(
+        &mut self,
+        volume: &str,
+        labels: &BTreeMap<String, String>,
+    ) -> ApiResult<()> {
+        pools::put_labels(self, volume, labels)
+    }
+
+    fn put_pool(&mut self, p: &crate::model::PoolRow) -> ApiResult<()> {
+        pools::put_pool(self, p)
+    }
+
+    fn delete_pool(&mut self, name: &str) -> ApiResult<()> {
+        pools::delete_pool(self, name)
+    }
+
+    fn set_cache_key(&mut self, volume: &str, key: &str) -> ApiResult<()> {
+        let now = self.now();
+        pools::set_cache_key(self, volume, Some(key), now)
+    }
+
+    fn insert_pool_claim(&mut self, c: &crate::model::PoolClaimRow) -> ApiResult<()> {
+        pools::insert_claim(self, c)
+    }
+
+    fn close_pool_claims(&mut self, volume: &str, alloc: &str) -> ApiResult<()> {
+        let now = self.now();
+        pools::close_claims(self, volume, alloc, now)
+    }
+
     fn delete_deleting_volume(&mut self, name: &str) -> ApiResult<()> {
         self.memo.stamped.clear();
         let deleted = exec(
@@ -244,6 +275,7 @@ impl Txn for WriteCtx<'_> {
             volume_mounts::put(self, name, &Default::default())?;
             volume_availability::put(self, name, None)?;
             job_volumes::remove(self, name)?;
+            pools::forget_volume(self, name)?;
         }
         Ok(())
     }

@@ -114,3 +114,47 @@ CREATE TABLE job_volumes (
     kept_until INTEGER
 );
 CREATE INDEX job_volumes_alloc ON job_volumes (alloc, name);
+
+-- An operator's labels on a volume (a JSON object of `key: value`), a row only for a
+-- volume that has any. A pool's selector chooses its members by them.
+CREATE TABLE volume_labels (
+    volume TEXT PRIMARY KEY,
+    labels TEXT NOT NULL
+);
+
+-- Pools: the volumes whose labels carry every `key=value` of `selector` (a JSON object)
+-- are its members; a volume belongs to one pool at most. `linger_ms`: how long a node
+-- keeps a released member staged (NULL: not at all). `created_at` in unix ms.
+CREATE TABLE pools (
+    name TEXT PRIMARY KEY,
+    selector TEXT NOT NULL,
+    linger_ms INTEGER,
+    created_at INTEGER NOT NULL
+);
+
+-- A pool member's cache key: the key of the last job that released it having succeeded,
+-- and when (unix ms). A failed or killed job leaves the row as it was.
+CREATE TABLE volume_cache_keys (
+    volume TEXT PRIMARY KEY,
+    cache_key TEXT NOT NULL,
+    at INTEGER NOT NULL
+);
+
+-- Every claim made from a pool: which member, for which alloc and node, with which cache
+-- key, and why that member (`choice`: `same-key`, `staged-here`, `prefix`, `cold`).
+-- `released_at` (unix ms) once its claim was released, so that only the open row of a
+-- member and alloc records its key. The last rows of a pool give its warm-hit ratio.
+CREATE TABLE pool_claims (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    pool TEXT NOT NULL,
+    volume TEXT NOT NULL,
+    alloc TEXT NOT NULL,
+    node TEXT NOT NULL,
+    cache_key TEXT,
+    choice TEXT NOT NULL,
+    why TEXT NOT NULL,
+    at INTEGER NOT NULL,
+    released_at INTEGER
+);
+CREATE INDEX pool_claims_pool ON pool_claims (pool, id);
+CREATE INDEX pool_claims_member ON pool_claims (volume, alloc);

@@ -1,0 +1,92 @@
+//! Pools for people: the pool list, and one pool with its members.
+
+use std::time::Duration;
+
+use csivol_api::Pool;
+
+use super::{cell, record};
+use crate::output::{Out, given_duration};
+
+/// `KEY=VALUE,KEY=VALUE`, as `pool create --selector` takes it.
+fn selector(p: &Pool) -> String {
+    p.selector
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// `3/4 (75%)` of the pool's last claims that got a member with the same key.
+fn warm_hits(p: &Pool) -> String {
+    if p.recent_claims == 0 {
+        return "-".into();
+    }
+    format!(
+        "{}/{} ({}%)",
+        p.warm_hits,
+        p.recent_claims,
+        p.warm_hits * 100 / p.recent_claims
+    )
+}
+
+fn free(p: &Pool) -> usize {
+    p.members
+        .iter()
+        .filter(|m| m.holders.is_empty() && m.availability.is_none())
+        .count()
+}
+
+pub fn pools(out: &Out, ps: &[Pool]) -> anyhow::Result<()> {
+    if ps.is_empty() {
+        out.note("no pools");
+        return Ok(());
+    }
+    let mut t = out.table(&["NAME", "SELECTOR", "MEMBERS", "FREE", "WARM HITS"]);
+    for p in ps {
+        t.add_row([
+            cell(&p.name),
+            cell(selector(p)),
+            cell(p.members.len()),
+            cell(free(p)),
+            cell(warm_hits(p)),
+        ]);
+    }
+    out.print_table(t)
+}
+
+pub fn pool(out: &Out, p: &Pool) -> anyhow::Result<()> {
+    let mut rows = vec![("selector", selector(p))];
+    if let Some(l) = p.linger_ms {
+        rows.push(("linger", given_duration(Duration::from_millis(l))));
+    }
+    rows.push(("members", format!("{} ({} free)", p.members.len(), free(p))));
+    rows.push(("warm hits", format!("{} of its last claims", warm_hits(p))));
+    record(out, &format!("pool {}", p.name), &rows)?;
+    if p.members.is_empty() {
+        out.note(format!(
+            "no volume's labels match; label one: csivol volume label VOLUME {}",
+            selector(p).replace(',', " ")
+        ));
+        return Ok(());
+    }
+    let mut t = out.table(&["MEMBER", "HOLDER", "CACHE KEY", "STAGED ON"]);
+    for m in &p.members {
+        let holder = match (&m.availability, m.holders.is_empty()) {
+            (Some(e), true) => format!("- ({e})"),
+            (Some(e), false) => format!("{} ({e})", m.holders.join(", ")),
+            (None, true) => "-".into(),
+            (None, false) => m.holders.join(", "),
+        };
+        t.add_row([
+            cell(&m.volume),
+            cell(holder),
+            cell(m.cache_key.as_deref().unwrap_or("-")),
+            cell(if m.staged_on.is_empty() {
+                "-".into()
+            } else {
+                m.staged_on.join(", ")
+            }),
+        ]);
+    }
+    out.print_table(t)
+}

@@ -1,0 +1,193 @@
+//! Pools of warm caches through the CLI, with real agents, the reference plugin and real
+//! bind mounts: volumes labelled in their spec and with `volume label`, a pool of them, and
+//! `csivol run --pool` choosing members by cache key; only a job that succeeded records its
+//! key; a pool with every member taken is refused like a busy volume.
+
+use std::time::Duration;
+
+use csivol_tests::wait_for;
+use serde_json::Value;
+
+use crate::cluster::{Cluster, NodeOpts, Out, PLUGIN};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+fn labelled_volume(c: &Cluster, name: &str, labels: &str) {
+    c.create_volume_spec(
+        name,
+        &format!(
+            "name = \"{name}\"\nplugin = \"{PLUGIN}\"\naccess_mode = \"single-node-writer\"\n\
+             attachment = \"file-system\"\ncapacity_bytes = 1048576\nlabels = {labels}\n"
+        ),
+    );
+}
+
+/// `csivol run --pool cache=cache --cache-key KEY [--restore-key R] -- sh -c SCRIPT`.
+fn job(c: &Cluster, alloc: &str, key: &str, restore: Option<&str>, script: &str) -> Out {
+    let mut args = vec![
+        "run",
+        "--pool",
+        "cache=cache",
+        "--cache-key",
+        key,
+        "--node",
+        "node-1",
+        "--alloc",
+        alloc,
+    ];
+    if let Some(r) = restore {
+        args.extend(["--restore-key", r]);
+    }
+    args.extend(["--", "sh", "-c", script]);
+    c.csivol(&args)
+}
+
+fn pool(c: &Cluster) -> Value {
+    c.csivol(&["pool", "show", "cache", "-o", "json"])
+        .ok()
+        .json()
+}
+
+fn key_of(c: &Cluster, volume: &str) -> Value {
+    let p = pool(c);
+    let m = p["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["volume"] == volume)
+        .unwrap_or_else(|| panic!("{volume} in {p}"))
+        .clone();
+    m.get("cache_key").cloned().unwrap_or(Value::Null)
+}
+
+#[test]
+fn jobs_get_the_warmest_member_of_a_pool_and_only_a_successful_one_records_its_key() {
+    let c = Cluster::start("pools", "10s", vec![NodeOpts::default()]);
+    labelled_volume(&c, "c1", "{ pool = \"cache\" }");
+    labelled_volume(&c, "c2", "{ pool = \"cache\", tier = \"ssd\" }");
+    labelled_volume(&c, "c3", "{}");
+    let v = c
+        .csivol(&["volume", "label", "c3", "pool=cache", "-o", "json"])
+        .ok()
+        .json();
+    assert_eq!(v["labels"]["pool"], "cache", "{v}");
+    let out = c.csivol(&["pool", "create", "cache", "--selector", "pool=cache"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(
+        out.stderr.contains("created pool cache with 3 member(s)"),
+        "{out:?}"
+    );
+    // A pool that would share a member is refused, naming both.
+    let out = c.csivol(&["pool", "create", "ssd", "--selector", "tier=ssd"]);
+    assert_eq!(out.code, 4, "{out:?}");
+    assert!(
+        out.stderr
+            .contains("takes volume `c2`, a member of pool `cache`"),
+        "{out:?}"
+    );
+
+    // A cold member first; the job sees its path and its name; its key is recorded.
+    let out = job(
+        &c,
+        "j1",
+        "main",
+        None,
+        r#"echo "$CSIVOL_VOLUME_CACHE" > "$CSIVOL_PATH_CACHE/built-by""#,
+    );
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(
+        out.stderr.contains("pool cache: member c1 (cold)"),
+        "{out:?}"
+    );
+    assert_eq!(key_of(&c, "c1"), "main");
+    // The same key gets the same member, with what the last job left there.
+    let out = job(
+        &c,
+        "j2",
+        "main",
+        None,
+        r#"cat "$CSIVOL_PATH_CACHE/built-by""#,
+    );
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(
+        out.stderr.contains("member c1 (warm: same key `main`)"),
+        "{out:?}"
+    );
+    assert_eq!(out.stdout.trim(), "c1", "{out:?}");
+    // A failed job takes the restore key's member and leaves its key as it was.
+    let out = job(&c, "j3", "feature-x", Some("main"), "exit 3");
+    assert_eq!(out.code, 3, "{out:?}");
+    assert!(
+        out.stderr
+            .contains("member c1 (warm: prefix `main` (its key `main`))"),
+        "{out:?}"
+    );
+    assert_eq!(key_of(&c, "c1"), "main");
+    // So does a job stopped by a signal, even if its command then exits 0.
+    let out = job(
+        &c,
+        "j4",
+        "feature-y",
+        Some("main"),
+        "trap 'exit 0' TERM; kill -TERM $PPID; sleep 30 & wait",
+    );
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stderr.contains("SIGTERM: passing it on"), "{out:?}");
+    assert_eq!(key_of(&c, "c1"), "main");
+
+    // Claims hold members; with all taken, a claim is refused as a busy volume is.
+    let mut got = Vec::new();
+    for alloc in ["h1", "h2", "h3"] {
+        let out = c.csivol(&[
+            "claim",
+            "--pool",
+            "cache",
+            "--node",
+            "node-1",
+            "--alloc",
+            alloc,
+            "--wait",
+            "--timeout",
+            "60s",
+            "-o",
+            "json",
+        ]);
+        assert_eq!(out.code, 0, "{out:?}");
+        let claim = out.json();
+        assert_eq!(claim["pool"]["choice"], "cold", "{claim}");
+        got.push(claim["volume"].as_str().unwrap().to_owned());
+    }
+    // Members without a key go first.
+    assert_eq!(got, ["c2", "c3", "c1"]);
+    let out = c.csivol(&[
+        "claim", "--pool", "cache", "--node", "node-1", "--alloc", "h4",
+    ]);
+    assert_eq!(out.code, 4, "{out:?}");
+    assert!(
+        out.stderr
+            .contains("no member of pool `cache` is free: of its 3 member(s), 3 held"),
+        "{out:?}"
+    );
+    let busy = c.csivol(&["claim", "c1", "--node", "node-1", "--alloc", "h4"]);
+    assert_eq!(busy.code, out.code, "{busy:?}");
+    let p = pool(&c);
+    assert_eq!(
+        (p["recent_claims"].as_u64(), p["warm_hits"].as_u64()),
+        (Some(7), Some(1)),
+        "{p}"
+    );
+
+    // A release that says its job succeeded records the claim's key; without it, none.
+    for (volume, alloc) in [("c2", "h1"), ("c3", "h2"), ("c1", "h3")] {
+        let mut args = vec!["release", volume, "--alloc", alloc, "--wait"];
+        if alloc == "h1" {
+            args.push("--succeeded");
+        }
+        c.csivol(&args).ok();
+    }
+    assert_eq!(key_of(&c, "c1"), "main");
+    assert_eq!(key_of(&c, "c2"), Value::Null, "h1 claimed without a key");
+    wait_for("nothing mounted", WAIT, || {
+        c.all_mounts().is_empty().then_some(())
+    });
+}
