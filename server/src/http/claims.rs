@@ -123,9 +123,10 @@ pub(super) async fn post_fresh_claim(
             .await?;
         return Ok(Json(answer).into_response());
     }
+    let sent_at = once.sent_at();
     let body = req.clone();
     let write = move |ctx: &mut WriteCtx<'_>| {
-        lifecycle::create_fresh_claim(ctx, &req, &who.claimant(), &limits)
+        lifecycle::create_fresh_claim(ctx, &req, &who.claimant(), &limits, sent_at)
     };
     answer_claim(&app, &once, &body, None, began, write).await
 }
