@@ -211,6 +211,11 @@ pub struct Args {
     /// The CI scenario: branch keys the jobs draw from (rank k with weight 1/k).
     #[arg(long, default_value_t = 12)]
     pub cache_keys: u32,
+    /// The CI scenario: keys that share no prefix (`a-branch`, `b-branch`, ...) instead of
+    /// `branch-01`, `branch-02`, ..., which share `branch-0` and so are each other's
+    /// prefix matches (at most 26).
+    #[arg(long)]
+    pub distinct_keys: bool,
     /// The CI scenario: clients per arm, each running one job at a time (at most
     /// --pool-size: a client holds one member).
     #[arg(long, default_value_t = 3)]
@@ -300,6 +305,12 @@ impl Config {
             && (args.ci_jobs == Some(0) || args.fresh_jobs == 0 || args.cache_keys == 0)
         {
             bail!("--ci-jobs, --fresh-jobs and --cache-keys must be at least 1");
+        }
+        if args.ci_jobs.is_some() && args.distinct_keys && args.cache_keys > 26 {
+            bail!(
+                "--distinct-keys names at most 26 keys, one per letter; --cache-keys is {}",
+                args.cache_keys
+            );
         }
         if args.ci_jobs.is_some() && (args.ci_clients == 0 || args.ci_clients > args.pool_size) {
             bail!(

@@ -68,13 +68,17 @@ struct Sample {
     claim_ready: Duration,
 }
 
-/// The keys' names, most popular first.
-fn key_name(rank: usize) -> String {
-    format!("branch-{rank:02}")
+/// The keys' names, most popular first: sharing the prefix `branch-`, or (`distinct`)
+/// none at all.
+fn key_name(rank: usize, distinct: bool) -> String {
+    match u8::try_from(rank - 1) {
+        Ok(i) if distinct && i < 26 => format!("{}-branch", char::from(b'a' + i)),
+        _ => format!("branch-{rank:02}"),
+    }
 }
 
 /// The jobs: a key from the Zipf distribution and a node at random, each.
-fn plan(seed: u64, jobs: u32, keys: u32, nodes: &[String]) -> Vec<Job> {
+fn plan(seed: u64, jobs: u32, keys: u32, distinct: bool, nodes: &[String]) -> Vec<Job> {
     let mut rng = StdRng::seed_from_u64(seed);
     let weights: Vec<f64> = (1..=keys).map(|k| f64::from(k).powf(-ZIPF_S)).collect();
     let total: f64 = weights.iter().sum();
@@ -90,7 +94,7 @@ fn plan(seed: u64, jobs: u32, keys: u32, nodes: &[String]) -> Vec<Job> {
                 u -= w;
             }
             Job {
-                key: key_name(rank),
+                key: key_name(rank, distinct),
                 node: nodes[rng.random_range(0..nodes.len())].clone(),
             }
         })
@@ -148,7 +152,7 @@ pub async fn run(cfg: &Config) -> anyhow::Result<CiReport> {
             .expect(&format!("create pool {pool}"), &[200, 201])?;
     }
 
-    let list = Arc::new(plan(seed, jobs, a.cache_keys, &nodes));
+    let list = Arc::new(plan(seed, jobs, a.cache_keys, a.distinct_keys, &nodes));
     say.say(format!(
         "running {} jobs twice at once ({} clients each): from pool {POOL} by cache key, \
          and on a random free member of {RANDOM} (seed {seed})",
@@ -419,11 +423,11 @@ mod tests {
     #[test]
     fn the_plan_is_the_seeds_and_zipf_distributed() {
         let nodes: Vec<String> = (1..=5).map(|i| format!("node-{i}")).collect();
-        let a = plan(7, 2000, 12, &nodes);
-        let b = plan(7, 2000, 12, &nodes);
+        let a = plan(7, 2000, 12, false, &nodes);
+        let b = plan(7, 2000, 12, false, &nodes);
         let keys = |p: &[Job]| p.iter().map(|j| j.key.clone()).collect::<Vec<_>>();
         assert_eq!(keys(&a), keys(&b));
-        assert_ne!(keys(&a), keys(&plan(8, 2000, 12, &nodes)));
+        assert_ne!(keys(&a), keys(&plan(8, 2000, 12, false, &nodes)));
         let count = |k: &str| a.iter().filter(|j| j.key == k).count();
         // Weights 1/k over 12 keys: the first has 1/H(12) = 32% of the jobs, the second
         // half of that, the last 1/12 of it.
@@ -443,5 +447,14 @@ mod tests {
             count("branch-12")
         );
         assert!(nodes.iter().all(|n| a.iter().any(|j| &j.node == n)));
+        let d = plan(7, 2000, 12, true, &nodes);
+        assert!(
+            d.iter()
+                .all(|j| j.key.ends_with("-branch") && j.key.len() == 8)
+        );
+        assert_eq!(
+            d.iter().filter(|j| j.key == "a-branch").count(),
+            count("branch-01")
+        );
     }
 }

@@ -107,6 +107,8 @@ pub struct CiReport {
     pub mount: &'static str,
     pub pool_size: u32,
     pub cache_keys: u32,
+    /// The keys share no prefix (`--distinct-keys`).
+    pub distinct_keys: bool,
     pub zipf_s: f64,
     pub clients_per_arm: u32,
     pub jobs_per_arm: u32,
@@ -154,6 +156,7 @@ pub fn assemble(cfg: &Config, p: Parts) -> CiReport {
         mount: cfg.mount(),
         pool_size: a.pool_size,
         cache_keys: a.cache_keys,
+        distinct_keys: a.distinct_keys,
         zipf_s: ZIPF_S,
         clients_per_arm: a.ci_clients,
         jobs_per_arm: p.jobs,
@@ -203,7 +206,7 @@ impl CiReport {
         let f = &self.fresh;
         let mut out = format!(
             "csivol-bench ci-jobs: {} jobs per arm on {} nodes (--mount {}), pools of {} caches, \
-             {} branch keys (Zipf s={}), {} clients per arm, seed {}\n\
+             {} branch keys{} (Zipf s={}), {} clients per arm, seed {}\n\
              machine:                 {}\n\
              floor:                   HTTP p50 {:.3} ms, gRPC p50 {:.3} ms, commit p50 {:.3} ms\n\
              jobs took:               {:.1} s (both arms at once)\n\
@@ -220,6 +223,11 @@ impl CiReport {
             self.mount,
             self.pool_size,
             self.cache_keys,
+            if self.distinct_keys {
+                " sharing no prefix"
+            } else {
+                " sharing `branch-`"
+            },
             self.zipf_s,
             self.clients_per_arm,
             self.seed,
