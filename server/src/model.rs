@@ -12,7 +12,10 @@ use csivol_api::{
 
 use csivol_rules::kinds::OpKind;
 
+mod linger;
 pub mod listing;
+
+pub use linger::{LingerRow, show_lingers};
 
 /// Formats unix milliseconds as RFC 3339. A time RFC 3339 cannot write (before 1970, after
 /// the year 9999: a plugin's or an older server's) is shown as the nearest it can, never a
@@ -347,6 +350,7 @@ impl AttachmentRow {
             error: self.error.clone(),
             next_retry_at: self.next_retry_at.map(time),
             updated_at: time(self.updated_at),
+            linger: None,
         }
     }
 }
@@ -387,6 +391,8 @@ pub struct NodePluginRow {
     pub observed: Option<StoredObservation>,
     /// The plugin's VOLUME_MOUNT_GROUP node capability, as registered.
     pub volume_mount_group: bool,
+    /// The plugin's STAGE_UNSTAGE_VOLUME node capability, as registered.
+    pub stage_unstage: bool,
 }
 
 /// What a node's agent last observed a plugin make for a claim, as `node_plugins.observed`

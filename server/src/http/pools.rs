@@ -59,9 +59,9 @@ pub(super) async fn delete_pool(
     Path(pool): Path<String>,
     once: Once,
 ) -> ApiResult<Response> {
-    let (actor, _) = app.acting(&headers)?;
+    let (actor, limits) = app.acting(&headers)?;
     name("pool", &pool)?;
-    let write = move |ctx: &mut WriteCtx<'_>| lifecycle::delete_pool(ctx, &pool, &actor);
+    let write = move |ctx: &mut WriteCtx<'_>| lifecycle::delete_pool(ctx, &pool, &actor, &limits);
     let gone = |_: &()| Answer::empty(StatusCode::NO_CONTENT);
     once.respond(&app, &(), write, gone).await
 }
@@ -75,11 +75,11 @@ pub(super) async fn volume_labels(
     once: Once,
     Body(req): Body<api::VolumeLabelRequest>,
 ) -> ApiResult<Response> {
-    let (actor, _) = app.acting(&headers)?;
+    let (actor, limits) = app.acting(&headers)?;
     name("volume", &volume)?;
     let body = req.clone();
     let write = move |ctx: &mut WriteCtx<'_>| {
-        lifecycle::set_volume_labels(ctx, &volume, &req, &actor)?;
+        lifecycle::set_volume_labels(ctx, &volume, &req, &actor, &limits)?;
         lifecycle::volume_view(&*ctx, &volume)
     };
     once.respond(&app, &body, write, ok).await

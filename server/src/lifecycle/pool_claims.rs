@@ -182,25 +182,37 @@ pub fn claim_from_pool(
             out_of_service += 1;
             continue;
         }
-        let staged_here = ctx.attachment(volume, &claim.node)?.is_some_and(|a| {
+        let atts = ctx.attachments_of_volume(volume)?;
+        let staged = |a: &&crate::model::AttachmentRow| {
             matches!(
                 a.state,
                 AttachmentState::Attached | AttachmentState::Unstaging
             )
-        });
+        };
+        let staged_here = atts.iter().filter(staged).any(|a| a.node == claim.node);
+        // A single-node member still on another node (kept staged there, its pool
+        // lingering, or being detached): taking it waits for that node to let it go, so
+        // it comes after the members as warm that wait for nothing.
+        let single = ctx
+            .volume(volume)?
+            .is_some_and(|v| v.access_mode.is_single_node());
+        let elsewhere = single && atts.iter().any(|a| a.node != claim.node);
         let last = ctx.cache_key(volume)?;
-        candidates.push(warmth(
-            volume,
-            last.as_deref(),
-            staged_here,
-            req.cache_key.as_deref(),
-            &req.restore_keys,
+        candidates.push((
+            warmth(
+                volume,
+                last.as_deref(),
+                staged_here,
+                req.cache_key.as_deref(),
+                &req.restore_keys,
+            ),
+            elsewhere,
         ));
     }
-    candidates.sort_by(|a, b| {
-        (a.choice as u8, a.rank, &a.volume).cmp(&(b.choice as u8, b.rank, &b.volume))
+    candidates.sort_by(|(a, ae), (b, be)| {
+        (a.choice as u8, ae, a.rank, &a.volume).cmp(&(b.choice as u8, be, b.rank, &b.volume))
     });
-    for c in candidates {
+    for (c, _) in candidates {
         match evaluate_claim(&*ctx, &c.volume, claim, waits) {
             Ok(ClaimDecision::New | ClaimDecision::Queue(_)) => {}
             Ok(ClaimDecision::Existing(_)) => continue,

@@ -324,6 +324,14 @@ pub trait Snapshot {
         volume: &str,
         alloc: &str,
     ) -> ApiResult<Option<crate::model::PoolClaimRow>>;
+    /// The stagings kept after a release, of a volume, of a node, or both.
+    fn lingers(
+        &self,
+        volume: Option<&str>,
+        node: Option<&str>,
+    ) -> ApiResult<Vec<crate::model::LingerRow>>;
+    /// The stagings kept after a release whose time ran out by `now`.
+    fn lingers_due(&self, now: i64) -> ApiResult<Vec<crate::model::LingerRow>>;
     /// The first answer kept for `token`'s request `key`.
     fn kept_answer(&self, token: &str, key: &str) -> ApiResult<Option<KeptAnswer>>;
     /// The tombstone of `alloc`'s claim on `volume`: its last release.
@@ -502,6 +510,10 @@ pub trait Txn: Snapshot {
     fn insert_pool_claim(&mut self, c: &crate::model::PoolClaimRow) -> ApiResult<()>;
     /// Marks `alloc`'s claims from a pool on `volume` released.
     fn close_pool_claims(&mut self, volume: &str, alloc: &str) -> ApiResult<()>;
+    /// Records a staging kept after a release (nothing below the schema that keeps them).
+    fn put_linger(&mut self, l: &crate::model::LingerRow) -> ApiResult<()>;
+    /// Ends a staging kept after a release.
+    fn delete_linger(&mut self, volume: &str, node: &str) -> ApiResult<()>;
     /// Removes a volume if it is `deleting`.
     fn delete_deleting_volume(&mut self, name: &str) -> ApiResult<()>;
 

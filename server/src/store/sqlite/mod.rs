@@ -12,6 +12,7 @@ pub mod db;
 mod drift;
 mod held;
 mod job_volumes;
+mod lingers;
 mod listings;
 pub mod maintenance;
 pub mod migrations;
@@ -43,7 +44,7 @@ use crate::model::{
     AttachmentRow, ClaimRow, NodeFenceRow, NodePluginRow, NodeRow, OpRow, PluginNodeRow,
     RunningOpRow, StateCounts, TokenRow, VolumeRow, WaitingOps,
 };
-use crate::model::{Labels, PoolClaimRow, PoolRow};
+use crate::model::{Labels, LingerRow, PoolClaimRow, PoolRow};
 use crate::store::sqlite::db::optional;
 use crate::store::sqlite::rows::ops;
 use crate::store::sqlite::statement::{exec, strings};
@@ -609,6 +610,14 @@ impl Snapshot for Connection {
         pools::open_claim(self, volume, alloc)
     }
 
+    fn lingers(&self, volume: Option<&str>, node: Option<&str>) -> ApiResult<Vec<LingerRow>> {
+        lingers::of(self, volume, node)
+    }
+
+    fn lingers_due(&self, now: i64) -> ApiResult<Vec<LingerRow>> {
+        lingers::due(self, now)
+    }
+
     fn kept_answer(&self, token: &str, key: &str) -> ApiResult<Option<crate::store::KeptAnswer>> {
         retries::kept_answer(self, token, key)
     }
@@ -737,6 +746,8 @@ reads_through_the_transaction! {
     cache_key(volume: &str) -> Option<String>;
     recent_pool_claims(pool: &str, n: u32) -> Vec<PoolClaimRow>;
     open_pool_claim(volume: &str, alloc: &str) -> Option<PoolClaimRow>;
+    lingers(volume: Option<&str>, node: Option<&str>) -> Vec<LingerRow>;
+    lingers_due(now: i64) -> Vec<LingerRow>;
     kept_answer(token: &str, key: &str) -> Option<crate::store::KeptAnswer>;
     tombstone(volume: &str, alloc: &str) -> Option<crate::store::Tombstone>;
     tombstoned_under(prefix: &str, alloc: &str) -> Vec<String>;
