@@ -93,6 +93,12 @@ pub(super) fn linger_for(
     if !ready || !staging {
         return Ok(None);
     }
+    // After the state went back in time, what the nodes hold that it did not know is
+    // taken down (`settle`), a claim found mounted among it: nothing starts lingering
+    // until every node has said what it holds.
+    if super::heard::Recorded::load(conn)?.settling() {
+        return Ok(None);
+    }
     Ok(pool_linger(conn, v)?.ok())
 }
 
@@ -150,6 +156,11 @@ impl Lingers {
         let rows = conn.lingers(Some(&v.name), None)?;
         let not = if rows.is_empty() {
             None
+        } else if let Some(o) = conn.held_ops(&v.name)?.first() {
+            Some(format!(
+                "{} waits for the volume's release to finish",
+                o.kind.call()
+            ))
         } else {
             pool_linger(conn, v)?.err()
         };

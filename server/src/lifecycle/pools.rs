@@ -184,12 +184,13 @@ pub fn set_volume_labels(
         message,
     )?;
     // Out of its pool, or into one that lingers otherwise: a staging kept ends.
-    recheck_lingers(ctx, volume, limits)
+    end_lingers_for(ctx, volume, limits)
 }
 
-/// Ends the stagings kept after a release of `volume` that its pool no longer asks for:
-/// `advance_volume` reads whether it still lingers and settles them, saying why.
-fn recheck_lingers(ctx: &mut impl Txn, volume: &str, limits: &Limits) -> ApiResult<()> {
+/// Ends the stagings kept after a release of `volume` that are no longer to be kept (its
+/// pool no longer asks for them, an operation waits for the release): `advance_volume`
+/// reads whether it still lingers and settles them, saying why.
+pub(super) fn end_lingers_for(ctx: &mut impl Txn, volume: &str, limits: &Limits) -> ApiResult<()> {
     if ctx.lingers(Some(volume), None)?.is_empty() {
         return Ok(());
     }
@@ -217,11 +218,15 @@ pub fn any_linger_due(conn: &(impl Snapshot + ?Sized), now: i64) -> ApiResult<bo
 /// and the volumes are detached as after any release.
 pub fn end_due_lingers(ctx: &mut impl Txn, limits: &Limits) -> ApiResult<()> {
     let now = ctx.now();
-    let volumes: std::collections::BTreeSet<String> = ctx
-        .lingers_due(now)?
-        .into_iter()
-        .map(|l| l.volume)
-        .collect();
+    let mut volumes = std::collections::BTreeSet::new();
+    for l in ctx.lingers_due(now)? {
+        if ctx.volume(&l.volume)?.is_none() || ctx.attachment(&l.volume, &l.node)?.is_none() {
+            // Nothing is staged to take down (the volume was deregistered): the row goes.
+            ctx.delete_linger(&l.volume, &l.node)?;
+        } else {
+            volumes.insert(l.volume);
+        }
+    }
     for v in volumes {
         advance_volume(ctx, &v, limits)?;
     }
@@ -364,7 +369,7 @@ pub fn delete_pool(ctx: &mut impl Txn, name: &str, actor: &str, limits: &Limits)
     )?;
     // Its members linger no more: what their nodes kept staged is taken down.
     for volume in &all {
-        recheck_lingers(ctx, volume, limits)?;
+        end_lingers_for(ctx, volume, limits)?;
     }
     Ok(())
 }

@@ -667,6 +667,8 @@ pub fn deregister_volume(
         let said = if held {
             // No new claim is taken while it is `deleting`, so the release is the last use.
             ctx.queue_held_op(OpKind::Delete, &v.plugin, name, "{}", &why_held(name))?;
+            // What waits for the release waits for no linger.
+            super::pools::end_lingers_for(ctx, name, limits)?;
             "DeleteVolume requested, to be sent once the volume's release has finished"
         } else {
             ctx.queue_op(OpKind::Delete, &v.plugin, name, None, "{}")?;

@@ -239,7 +239,13 @@ fn a_lingering_pool_keeps_its_member_staged_for_the_next_job_on_the_node() {
     );
     labelled_volume(&c, "m1", "{ pool = \"cache\" }");
     let out = c.csivol(&[
-        "pool", "create", "cache", "--selector", "pool=cache", "--linger", "10m",
+        "pool",
+        "create",
+        "cache",
+        "--selector",
+        "pool=cache",
+        "--linger",
+        "10m",
     ]);
     assert_eq!(out.code, 0, "{out:?}");
     let staging = c.nodes[0]
@@ -248,7 +254,13 @@ fn a_lingering_pool_keeps_its_member_staged_for_the_next_job_on_the_node() {
         .join(PLUGIN)
         .join("m1");
 
-    let out = job_on(&c, "node-1", "job-1", "k1", r#"echo one > "$CSIVOL_PATH_CACHE/one""#);
+    let out = job_on(
+        &c,
+        "node-1",
+        "job-1",
+        "k1",
+        r#"echo one > "$CSIVOL_PATH_CACHE/one""#,
+    );
     assert_eq!(out.code, 0, "{out:?}");
     // Released: the job's target is gone, the staging stays, shown with why.
     let v = wait_for("job-1's claim to be gone", WAIT, || {
@@ -266,7 +278,13 @@ fn a_lingering_pool_keeps_its_member_staged_for_the_next_job_on_the_node() {
     assert!(calls(&c, 0, "NodeUnstageVolume").is_empty());
 
     // The next job on node-1 gets the member staged: NodePublishVolume only.
-    let out = job_on(&c, "node-1", "job-2", "k2", r#"cat "$CSIVOL_PATH_CACHE/one""#);
+    let out = job_on(
+        &c,
+        "node-1",
+        "job-2",
+        "k2",
+        r#"cat "$CSIVOL_PATH_CACHE/one""#,
+    );
     assert_eq!(out.code, 0, "{out:?}");
     assert_eq!(out.stdout.trim(), "one", "{out:?}");
     assert!(
@@ -278,7 +296,13 @@ fn a_lingering_pool_keeps_its_member_staged_for_the_next_job_on_the_node() {
     assert!(calls(&c, 0, "NodeUnstageVolume").is_empty());
 
     // A job on node-2: node-1 unstages first, then node-2 stages.
-    let out = job_on(&c, "node-2", "job-3", "k3", r#"cat "$CSIVOL_PATH_CACHE/one""#);
+    let out = job_on(
+        &c,
+        "node-2",
+        "job-3",
+        "k3",
+        r#"cat "$CSIVOL_PATH_CACHE/one""#,
+    );
     assert_eq!(out.code, 0, "{out:?}");
     assert_eq!(out.stdout.trim(), "one", "{out:?}");
     let unstaged = calls(&c, 0, "NodeUnstageVolume");
@@ -291,13 +315,20 @@ fn a_lingering_pool_keeps_its_member_staged_for_the_next_job_on_the_node() {
         unstaged[0].1
     );
     assert!(!mounted(&staging));
-    let events = c.csivol(&["events", "--volume", "m1", "-o", "json"]).ok().json();
+    let events = c
+        .csivol(&["events", "--volume", "m1", "-o", "json"])
+        .ok()
+        .json();
     assert!(
-        events.as_array().unwrap().iter().any(|e| e["kind"] == "staging-linger-ended"
-            && e["message"]
-                .as_str()
-                .unwrap()
-                .contains("alloc job-3 on node node-2 needs the volume")),
+        events
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["kind"] == "staging-linger-ended"
+                && e["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains("alloc job-3 on node node-2 needs the volume")),
         "{events}"
     );
 

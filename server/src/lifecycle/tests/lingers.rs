@@ -300,6 +300,22 @@ async fn a_pool_that_stops_lingering_ends_its_lingers() {
         Some(AttachmentState::Unstaging)
     );
 
+    // An operation that waits for the release (a deletion) waits for no linger.
+    let env = pool_member_ready(Some(600_000)).await;
+    released_lingering(&env).await;
+    env.write(|ctx, l| super::super::deregister_volume(ctx, "v", true, "op", l, true))
+        .await
+        .unwrap();
+    assert_eq!(
+        env.attachment_state("v", "n1").await,
+        Some(AttachmentState::Unstaging)
+    );
+    assert!(
+        env.last_message("staging-linger-ended", "n1")
+            .await
+            .ends_with("DeleteVolume waits for the volume's release to finish")
+    );
+
     // A pool with no linger keeps nothing.
     let env = pool_member_ready(None).await;
     env.release("v", "a1").await.unwrap();

@@ -106,6 +106,8 @@ pub struct CiReport {
     pub nodes: u32,
     pub mount: &'static str,
     pub pool_size: u32,
+    /// How long both pools linger (`--pool-linger`), in ms; none: they do not.
+    pub pool_linger_ms: Option<u64>,
     pub cache_keys: u32,
     /// The keys share no prefix (`--distinct-keys`).
     pub distinct_keys: bool,
@@ -155,6 +157,9 @@ pub fn assemble(cfg: &Config, p: Parts) -> CiReport {
         nodes: cfg.nodes,
         mount: cfg.mount(),
         pool_size: a.pool_size,
+        pool_linger_ms: a
+            .pool_linger
+            .map(|l| u64::try_from(l.as_millis()).unwrap_or(u64::MAX)),
         cache_keys: a.cache_keys,
         distinct_keys: a.distinct_keys,
         zipf_s: ZIPF_S,
@@ -205,7 +210,7 @@ impl CiReport {
         };
         let f = &self.fresh;
         let mut out = format!(
-            "csivol-bench ci-jobs: {} jobs per arm on {} nodes (--mount {}), pools of {} caches, \
+            "csivol-bench ci-jobs: {} jobs per arm on {} nodes (--mount {}), pools of {} caches{}, \
              {} branch keys{} (Zipf s={}), {} clients per arm, seed {}\n\
              machine:                 {}\n\
              floor:                   HTTP p50 {:.3} ms, gRPC p50 {:.3} ms, commit p50 {:.3} ms\n\
@@ -222,6 +227,10 @@ impl CiReport {
             self.nodes,
             self.mount,
             self.pool_size,
+            self.pool_linger_ms.map_or_else(String::new, |l| format!(
+                " lingering {}",
+                humantime::format_duration(Duration::from_millis(l))
+            )),
             self.cache_keys,
             if self.distinct_keys {
                 " sharing no prefix"
