@@ -27,7 +27,7 @@
 
 use std::time::Duration;
 
-use csivol_api::{AttachmentState, ClaimState, NodeStatus};
+use csivol_api::{AttachmentState, ClaimState, Eligibility, NodeStatus};
 use csivol_rules::kinds::EventKind;
 
 use super::events::event;
@@ -61,7 +61,7 @@ pub(super) fn pool_linger(
 }
 
 /// How long `node` keeps `v` staged once its claims there are released (ms): the linger of
-/// its pool, when the node is ready, runs the plugin with STAGE_UNSTAGE_VOLUME, has the
+/// its pool, when the node is ready and takes new claims, runs the plugin with STAGE_UNSTAGE_VOLUME, has the
 /// volume attached, holds no claim of it but ones being released (a failed claim is
 /// cleaned up, not kept), and no other node wants a single-node volume.
 pub(super) fn linger_for(
@@ -86,7 +86,7 @@ pub(super) fn linger_for(
     }
     let ready = conn
         .node(node)?
-        .is_some_and(|n| n.status == NodeStatus::Ready);
+        .is_some_and(|n| n.status == NodeStatus::Ready && n.eligibility == Eligibility::Eligible);
     let staging = conn
         .node_plugin(node, &v.plugin)?
         .is_some_and(|p| p.stage_unstage);
@@ -144,6 +144,8 @@ pub(super) struct Lingers {
     rows: Vec<LingerRow>,
     /// Why nothing of the volume lingers now, if so.
     not: Option<String>,
+    /// The nodes of `rows` that take no new claims, and so keep nothing for a next one.
+    out_of_service: Vec<(String, &'static str)>,
     now: i64,
 }
 
@@ -164,12 +166,26 @@ impl Lingers {
         } else {
             pool_linger(conn, v)?.err()
         };
-        Ok(Self { rows, not, now })
+        let mut out_of_service = Vec::new();
+        for l in &rows {
+            if let Some(n) = conn.node(&l.node)?
+                && n.eligibility != Eligibility::Eligible
+            {
+                out_of_service.push((l.node.clone(), n.eligibility.as_str()));
+            }
+        }
+        Ok(Self {
+            rows,
+            not,
+            out_of_service,
+            now,
+        })
     }
 
     pub(super) fn lingering(&self, a: &AttachmentRow) -> bool {
         a.state == AttachmentState::Attached
             && self.not.is_none()
+            && !self.out_of_service.iter().any(|(n, _)| *n == a.node)
             && self
                 .rows
                 .iter()
@@ -228,6 +244,9 @@ impl Lingers {
     fn why_ended(&self, v: &VolumeRow, l: &LingerRow, claims: &[ClaimRow]) -> String {
         if let Some(not) = &self.not {
             return not.clone();
+        }
+        if let Some((_, e)) = self.out_of_service.iter().find(|(n, _)| *n == l.node) {
+            return format!("the node takes no new claims ({e})");
         }
         let wanting = claims.iter().find(|c| {
             c.node != l.node

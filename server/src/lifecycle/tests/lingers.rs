@@ -3,11 +3,12 @@
 use std::collections::BTreeMap;
 
 use csivol_api::{
-    AttachmentState, ClaimMode, ClaimState, Eligibility, ErrorCode, PoolSpec, Report,
-    VolumeLabelRequest,
+    AttachmentState, ClaimMode, ClaimRequest, ClaimState, Eligibility, ErrorCode, PoolChoice,
+    PoolClaimRequest, PoolSpec, Report, VolumeLabelRequest,
 };
 
 use super::{Env, published};
+use crate::lifecycle::Claimant;
 
 /// Controller host `ctl`, nodes `n1` and `n2`, single-node-writer volume `v` in pool
 /// `cache` (lingering `linger_ms`), claimed ready by `a1` on `n1`.
@@ -316,6 +317,22 @@ async fn a_pool_that_stops_lingering_ends_its_lingers() {
             .ends_with("DeleteVolume waits for the volume's release to finish")
     );
 
+    // A node drained keeps nothing for a next job.
+    let env = pool_member_ready(Some(600_000)).await;
+    released_lingering(&env).await;
+    env.write(|ctx, l| super::super::set_eligibility(ctx, "n1", Eligibility::Draining, "op", l))
+        .await
+        .unwrap();
+    assert_eq!(
+        env.attachment_state("v", "n1").await,
+        Some(AttachmentState::Unstaging)
+    );
+    assert!(
+        env.last_message("staging-linger-ended", "n1")
+            .await
+            .ends_with("the node takes no new claims (draining)")
+    );
+
     // A pool with no linger keeps nothing.
     let env = pool_member_ready(None).await;
     env.release("v", "a1").await.unwrap();
@@ -343,5 +360,54 @@ async fn a_node_that_unstages_anyway_ends_the_linger() {
         env.last_message("staging-linger-ended", "n1")
             .await
             .ends_with("the node unstaged the volume")
+    );
+}
+
+/// A pool claim on another node prefers a member staged nowhere to one lingering on a
+/// node, which it would wait for; on the lingering node, that member is `staged here`.
+#[tokio::test]
+async fn a_pool_claim_prefers_a_member_no_other_node_keeps_staged() {
+    let env = pool_member_ready(Some(600_000)).await;
+    env.volume("w", "single-node-writer").await;
+    let set = VolumeLabelRequest {
+        set: [("pool".to_owned(), "cache".to_owned())].into(),
+        remove: Vec::new(),
+    };
+    env.write(move |ctx, l| super::super::set_volume_labels(ctx, "w", &set, "op", l))
+        .await
+        .unwrap();
+    released_lingering(&env).await;
+    let from_pool = |alloc: &str, node: &str| {
+        let req = PoolClaimRequest {
+            claim: ClaimRequest::new(alloc, node, ClaimMode::Write),
+            cache_key: None,
+            restore_keys: Vec::new(),
+        };
+        env.write(move |ctx, l| {
+            super::super::claim_from_pool(
+                ctx,
+                "cache",
+                &req,
+                &Claimant::operator("ci"),
+                l,
+                false,
+                None,
+            )
+            .map(|(c, _)| c)
+        })
+    };
+    let c = from_pool("a2", "n2").await.unwrap();
+    assert_eq!(c.volume, "w", "{c:?}");
+    assert_eq!(
+        env.attachment_state("v", "n1").await,
+        Some(AttachmentState::Attached),
+        "v still lingers on n1"
+    );
+    let c = from_pool("a3", "n1").await.unwrap();
+    assert_eq!(c.volume, "v", "{c:?}");
+    assert_eq!(c.pool.unwrap().choice, PoolChoice::StagedHere);
+    assert_eq!(
+        env.claim_state("v", "a3").await,
+        Some(ClaimState::Publishing)
     );
 }
