@@ -2,7 +2,7 @@
 
 use csivol_api::AttachmentStatus;
 
-use super::time;
+use super::times::time;
 
 /// A staging a node keeps after the release of the volume's last claim there
 /// (`lingers`): which alloc's release left it, since and until when (unix ms).

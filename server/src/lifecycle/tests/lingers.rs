@@ -83,6 +83,16 @@ async fn released_lingering(env: &Env) {
     );
 }
 
+/// `n1` takes the staging it kept down, for `why`.
+async fn ended(env: &Env, why: &str) {
+    assert_eq!(
+        env.attachment_state("v", "n1").await,
+        Some(AttachmentState::Unstaging)
+    );
+    let m = env.last_message("staging-linger-ended", "n1").await;
+    assert!(m.ends_with(why), "{m}");
+}
+
 /// Ends every linger as if its time had run out.
 async fn run_out(env: &Env) {
     env.write(|ctx, _| {
@@ -258,15 +268,7 @@ async fn a_pool_that_stops_lingering_ends_its_lingers() {
     env.write(|ctx, l| super::super::delete_pool(ctx, "cache", "op", l))
         .await
         .unwrap();
-    assert_eq!(
-        env.attachment_state("v", "n1").await,
-        Some(AttachmentState::Unstaging)
-    );
-    assert!(
-        env.last_message("staging-linger-ended", "n1")
-            .await
-            .ends_with("the volume is in no pool any more")
-    );
+    ended(&env, "the volume is in no pool any more").await;
 
     // A member drained: a drain waits for no linger.
     let env = pool_member_ready(Some(600_000)).await;
@@ -276,15 +278,7 @@ async fn a_pool_that_stops_lingering_ends_its_lingers() {
     })
     .await
     .unwrap();
-    assert_eq!(
-        env.attachment_state("v", "n1").await,
-        Some(AttachmentState::Unstaging)
-    );
-    assert!(
-        env.last_message("staging-linger-ended", "n1")
-            .await
-            .ends_with("the volume is out of service (draining)")
-    );
+    ended(&env, "the volume is out of service (draining)").await;
 
     // Relabelled out of its pool.
     let env = pool_member_ready(Some(600_000)).await;
@@ -296,10 +290,7 @@ async fn a_pool_that_stops_lingering_ends_its_lingers() {
     env.write(move |ctx, l| super::super::set_volume_labels(ctx, "v", &req, "op", l))
         .await
         .unwrap();
-    assert_eq!(
-        env.attachment_state("v", "n1").await,
-        Some(AttachmentState::Unstaging)
-    );
+    ended(&env, "the volume is in no pool any more").await;
 
     // An operation that waits for the release (a deletion) waits for no linger.
     let env = pool_member_ready(Some(600_000)).await;
@@ -307,15 +298,11 @@ async fn a_pool_that_stops_lingering_ends_its_lingers() {
     env.write(|ctx, l| super::super::deregister_volume(ctx, "v", true, "op", l, true))
         .await
         .unwrap();
-    assert_eq!(
-        env.attachment_state("v", "n1").await,
-        Some(AttachmentState::Unstaging)
-    );
-    assert!(
-        env.last_message("staging-linger-ended", "n1")
-            .await
-            .ends_with("DeleteVolume waits for the volume's release to finish")
-    );
+    ended(
+        &env,
+        "DeleteVolume waits for the volume's release to finish",
+    )
+    .await;
 
     // A node drained keeps nothing for a next job.
     let env = pool_member_ready(Some(600_000)).await;
@@ -323,15 +310,7 @@ async fn a_pool_that_stops_lingering_ends_its_lingers() {
     env.write(|ctx, l| super::super::set_eligibility(ctx, "n1", Eligibility::Draining, "op", l))
         .await
         .unwrap();
-    assert_eq!(
-        env.attachment_state("v", "n1").await,
-        Some(AttachmentState::Unstaging)
-    );
-    assert!(
-        env.last_message("staging-linger-ended", "n1")
-            .await
-            .ends_with("the node takes no new claims (draining)")
-    );
+    ended(&env, "the node takes no new claims (draining)").await;
 
     // A pool with no linger keeps nothing.
     let env = pool_member_ready(None).await;
