@@ -92,17 +92,12 @@ pub struct Changes<'a> {
 /// - A [lingering](AttachmentFact::lingering) attachment stays `attached` with no claim,
 ///   so that the node's next claim skips NodeStageVolume, until a claim on another node
 ///   wants a single-node volume: then it is taken down like any other, at once, and that
-///   claim waits for it as for any attachment elsewhere (`pending`). A staging is
-///   exclusive to its node for single-node access modes: the CSI spec's
-///   SINGLE_NODE_* capabilities let the volume be "published as read/write [or
-///   read-only] on a single node, at any given time", and NodeUnstageVolume must come
-///   before the ControllerUnpublishVolume that frees it for another node.
-/// - A claim that is `pending`, `attaching` or `publishing` follows its node's attachment:
-///   attached → `publishing`, attaching → `attaching`, being taken down → `pending` (it
-///   waits for the detach), blocked → `blocked`. With no attachment there, the claim
-///   attaches the volume, unless a single-node volume is still attached elsewhere
-///   (`pending` until that attachment is gone): `attaching` with a ControllerPublish to
-///   queue when the plugin needs one, else `publishing` straight away.
+///   claim waits for it as for any attachment elsewhere (`pending`). A staging holds its
+///   volume on its node: the CSI spec's SINGLE_NODE_WRITER "can only be published once as
+///   read/write on a single node, at any given time", its NodeStageVolume is called "after
+///   `ControllerPublishVolume` is called for the given volume on the given node", and
+///   NodeUnstageVolume must succeed "before calling `ControllerUnpublishVolume` for the
+///   given node": the volume goes to another node only after the unstage and the detach.
 /// - Nothing moves on a node that is lost or fenced: its loss blocked what it held, and
 ///   only its return, an unblock or a fence changes that.
 /// - While the volume is [held](Facts::held), a claim moves back (its attachment being

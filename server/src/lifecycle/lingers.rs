@@ -3,10 +3,16 @@
 //! keeps the staging, so that its next claim of the member publishes from it and skips
 //! NodeStageVolume. The attachment stays `attached` with no claim; no NodeUnstageVolume
 //! and no ControllerUnpublishVolume run until the linger ends. The CSI spec allows it:
-//! NodeStageVolume "MUST be called ... before any NodePublishVolume" of the volume on the
-//! node and a staging serves every publication made from its `staging_target_path`, while
-//! NodeUnstageVolume is owed only once "all NodeUnpublishVolume" calls for the volume on
-//! the node have succeeded; nothing in it asks for the unstage at the last unpublish.
+//! NodeStageVolume "SHOULD be called by the CO when a workload that wants to use the
+//! specified volume is placed (scheduled) on the specified node for the first time or for
+//! the first time since a `NodeUnstageVolume` call for the specified volume was called and
+//! returned success on that node" (so not again while the staging stands), and
+//! NodeUnstageVolume "MAY be called by the CO when ... all the workloads using the volume
+//! on a node have finished", which it "MUST guarantee ... is called after all
+//! `NodeUnpublishVolume` have been called and returned success", and "before calling
+//! `ControllerUnpublishVolume` for the given node and the given volume": the node
+//! unpublishes at the release, and unstages, then the controller unpublishes, when the
+//! linger ends.
 //!
 //! Only a plugin with STAGE_UNSTAGE_VOLUME has a staging to keep. For the others nothing
 //! lingers: their release ends in ControllerUnpublishVolume as before, since a volume
