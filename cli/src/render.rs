@@ -269,7 +269,7 @@ pub fn volume(out: &Out, v: &Volume) -> anyhow::Result<()> {
         for a in &v.attachments {
             t.add_row(vec![
                 cell(&a.node),
-                cell(&attachment_state(a)),
+                cell(attachment_state(a)),
                 cell(if a.forced { "yes" } else { "no" }),
                 cell(or_dash(a.error.as_deref())),
                 cell(opt_time(out, a.next_retry_at.as_deref())),

@@ -653,6 +653,43 @@ mod tests {
         held.apply(changes(None)).unwrap();
     }
 
+    #[test]
+    fn stagings_kept_are_replaced_with_their_volumes_and_found_by_name() {
+        let keep = |volume: &str| DesiredKeepStaged {
+            volume: volume.into(),
+            plugin: "p".into(),
+            external_id: format!("e-{volume}"),
+        };
+        let mut held = DesiredState::default();
+        held.apply(DesiredState {
+            index: 5,
+            keep_staged: vec![keep("c"), keep("a")],
+            ..DesiredState::default()
+        })
+        .unwrap();
+        assert_eq!(held.kept_staging("a"), Some(&keep("a")));
+        assert_eq!(held.kept_staging("b"), None);
+        // `a`'s linger ended, `b` began one; `c`'s stands.
+        held.apply(DesiredState {
+            index: 6,
+            keep_staged: vec![keep("b")],
+            changes: Some(DesiredChanges {
+                since: 5,
+                volumes: vec!["a".into(), "b".into()],
+            }),
+            ..DesiredState::default()
+        })
+        .unwrap();
+        let kept: Vec<_> = held.keep_staged.iter().map(|k| k.volume.as_str()).collect();
+        assert_eq!(kept, ["b", "c"]);
+        assert_eq!(held.kept_staging("a"), None);
+        // An older server's answer has none.
+        let old: DesiredState =
+            serde_json::from_str(r#"{"index":1,"status":null,"publish":[],"unpublish":[],"unstage":[],"controller_ops":[]}"#)
+                .unwrap();
+        assert!(old.keep_staged.is_empty());
+    }
+
     fn publish(volume: &str, alloc: &str) -> DesiredPublish {
         DesiredPublish {
             alloc: alloc.into(),

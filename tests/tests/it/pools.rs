@@ -273,7 +273,7 @@ fn a_lingering_pool_keeps_its_member_staged_for_the_next_job_on_the_node() {
     assert_eq!(v["attachments"][0]["linger"]["after_alloc"], "job-1", "{v}");
     assert_eq!(v["attachments"][0]["state"], "attached", "{v}");
     assert!(mounted(&staging), "{} stays staged", staging.display());
-    assert_eq!(c.nodes[0].mounts(), [staging.clone()]);
+    assert_eq!(c.nodes[0].mounts(), std::slice::from_ref(&staging));
     assert_eq!(calls(&c, 0, "NodeStageVolume").len(), 1);
     assert!(calls(&c, 0, "NodeUnstageVolume").is_empty());
 
