@@ -232,9 +232,9 @@ fn calls(c: &Cluster, i: usize, rpc: &str) -> Vec<(u64, u64)> {
 /// the controller unpublished it there.
 #[test]
 fn a_lingering_pool_keeps_its_member_staged_for_the_next_job_on_the_node() {
-    let c = Cluster::start(
+    let mut c = Cluster::start(
         "pools-linger",
-        "30s",
+        "2s",
         vec![NodeOpts::default(), NodeOpts::default()],
     );
     labelled_volume(&c, "m1", "{ pool = \"cache\" }");
@@ -332,7 +332,35 @@ fn a_lingering_pool_keeps_its_member_staged_for_the_next_job_on_the_node() {
         "{events}"
     );
 
-    // Deleting the pool ends node-2's linger: nothing is left mounted.
+    // node-2 is lost while it keeps the staging: the member is blocked as by a claim, and
+    // `status` says why.
+    c.kill_agent(1);
+    c.wait_node_status(1, "lost");
+    let blocked = c.csivol(&["status", "--blocked"]);
+    assert_eq!(blocked.code, 6, "{blocked:?}");
+    assert!(
+        blocked
+            .stdout
+            .contains("staged on lost node node-2, lingering after alloc job-3's release"),
+        "{blocked:?}"
+    );
+    let refused = c.csivol(&["claim", "m1", "--node", "node-1", "--alloc", "job-4"]);
+    assert_eq!(refused.code, 6, "{refused:?}");
+    assert!(refused.stderr.contains("csivol unblock m1"), "{refused:?}");
+    c.csivol(&["unblock", "m1", "--yes", "--reason", "node-2 is gone"])
+        .ok();
+    let out = job_on(
+        &c,
+        "node-1",
+        "job-4",
+        "k4",
+        r#"cat "$CSIVOL_PATH_CACHE/one""#,
+    );
+    assert_eq!(out.code, 0, "{out:?}");
+
+    // node-2 comes back and cleans up; deleting the pool ends node-1's linger: nothing is
+    // left mounted.
+    c.start_agent(1);
     c.csivol(&["pool", "delete", "cache"]).ok();
     wait_for("nothing mounted", WAIT, || {
         c.all_mounts().is_empty().then_some(())
