@@ -20,17 +20,47 @@ use super::pools::{members, require_pool};
 use super::settings::Limits;
 use crate::error::{ApiError, ApiResult};
 use crate::model::PoolClaimRow;
-use crate::store::Txn;
+use crate::store::{Snapshot, Txn};
 
 /// A free member and how warm it is for the claim.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Candidate {
-    volume: String,
-    choice: PoolChoice,
+pub(super) struct Candidate {
+    pub(super) volume: String,
+    pub(super) choice: PoolChoice,
     /// Within `Prefix`: the restore key's place (0 first; the cache key's own prefix
     /// after every restore key), then the shared prefix's length (longest first).
     rank: (usize, Reverse<usize>),
-    why: String,
+    pub(super) why: String,
+}
+
+/// How warm free member `volume` is for `req`, by its last key and whether it is still
+/// staged on the claim's node.
+pub(super) fn candidate(
+    conn: &(impl Snapshot + ?Sized),
+    volume: &str,
+    req: &PoolClaimRequest,
+) -> ApiResult<Candidate> {
+    let staged_here = conn.attachment(volume, &req.claim.node)?.is_some_and(|a| {
+        matches!(
+            a.state,
+            AttachmentState::Attached | AttachmentState::Unstaging
+        )
+    });
+    let last = conn.cache_key(volume)?;
+    Ok(warmth(
+        volume,
+        last.as_deref(),
+        staged_here,
+        req.cache_key.as_deref(),
+        &req.restore_keys,
+    ))
+}
+
+/// Warmest first; the name breaks ties.
+pub(super) fn by_warmth(candidates: &mut [Candidate]) {
+    candidates.sort_by(|a, b| {
+        (a.choice as u8, a.rank, &a.volume).cmp(&(b.choice as u8, b.rank, &b.volume))
+    });
 }
 
 /// The number of bytes two keys share at their start, on character boundaries.
@@ -140,13 +170,15 @@ pub fn claim_from_pool(
 ) -> ApiResult<(api::Claim, bool)> {
     let p = require_pool(&*ctx, pool)?;
     check_keys(req)?;
-    let claim = &req.claim;
-    if claim.queue {
-        return Err(ApiError::invalid(
-            "waiting in line for a pool (--queue with --pool) is not supported",
-        )
-        .with_hint("claim from the pool without --queue, and try again when a member is free"));
-    }
+    // A claim from a pool waits in the pool's line (`pool_line`), never in one member's
+    // queue: a member is chosen only where the claim may start.
+    let queue = req.claim.queue;
+    let claim = &api::ClaimRequest {
+        queue: false,
+        ..req.claim.clone()
+    };
+    // Nobody overtakes the line: the claims in it are served first.
+    super::pool_line::serve(ctx, pool, limits)?;
     let all = members(&*ctx, &p)?;
     // The alloc's claim on a member already: the same request again.
     for volume in &all {
@@ -158,9 +190,14 @@ pub fn claim_from_pool(
     }
     // A late copy of a request sent before the alloc released a member is refused, whichever
     // member that was: it must not land on another member that is free now.
+    // The alloc in the pool's line already: the same request again.
+    if let Some(answer) = super::pool_line::waiting(ctx, pool, claim)? {
+        return Ok((answer, false));
+    }
     for volume in &all {
         super::retries::refuse_if_released(&*ctx, volume, &claim.alloc, sent_at)?;
     }
+    super::pool_line::refuse_if_left(&*ctx, pool, &claim.alloc, sent_at)?;
     if all.is_empty() {
         return Err(ApiError::not_found(format!(
             "pool `{pool}` has no members: no volume's labels match its selector {}",
@@ -171,6 +208,7 @@ pub fn claim_from_pool(
             super::pools::selector_text(&p.selector).replace(',', " ")
         )));
     }
+    let line = ctx.pool_line(Some(pool))?;
     let mut candidates = Vec::new();
     let (mut held, mut out_of_service, mut refused) = (0, 0, Vec::new());
     for volume in &all {
@@ -182,24 +220,17 @@ pub fn claim_from_pool(
             out_of_service += 1;
             continue;
         }
-        let staged_here = ctx.attachment(volume, &claim.node)?.is_some_and(|a| {
-            matches!(
-                a.state,
-                AttachmentState::Attached | AttachmentState::Unstaging
-            )
-        });
-        let last = ctx.cache_key(volume)?;
-        candidates.push(warmth(
-            volume,
-            last.as_deref(),
-            staged_here,
-            req.cache_key.as_deref(),
-            &req.restore_keys,
-        ));
+        // A member held for the first in the pool's line is that claim's alone.
+        if line
+            .iter()
+            .any(|w| w.held.as_deref() == Some(volume) && w.request.claim.alloc != claim.alloc)
+        {
+            held += 1;
+            continue;
+        }
+        candidates.push(candidate(&*ctx, volume, req)?);
     }
-    candidates.sort_by(|a, b| {
-        (a.choice as u8, a.rank, &a.volume).cmp(&(b.choice as u8, b.rank, &b.volume))
-    });
+    by_warmth(&mut candidates);
     for c in candidates {
         match evaluate_claim(&*ctx, &c.volume, claim, waits) {
             Ok(ClaimDecision::New | ClaimDecision::Queue(_)) => {}
@@ -259,16 +290,20 @@ pub fn claim_from_pool(
             refused.join("; ")
         ));
     }
-    Err(ApiError::conflict(format!(
-        "no member of pool `{pool}` is free: of its {} member(s), {}",
-        all.len(),
-        why.join(", ")
-    ))
-    .with_hint(format!(
-        "try again once a member is released (`csivol pool show {pool}` shows who holds each), \
-         or add a volume to the pool: csivol volume label VOLUME {}",
-        super::pools::selector_text(&p.selector).replace(',', " ")
-    )))
+    let why = format!("of its {} member(s), {}", all.len(), why.join(", "));
+    if queue {
+        return super::pool_line::join(ctx, &p, req, who, limits, &why);
+    }
+    Err(
+        ApiError::conflict(format!("no member of pool `{pool}` is free: {why}")).with_hint(
+            format!(
+                "claim with --queue to wait in the pool's line, or try again once a member is \
+                 released (`csivol pool show {pool}` shows who holds each), or add a volume to \
+                 the pool: csivol volume label VOLUME {}",
+                super::pools::selector_text(&p.selector).replace(',', " ")
+            ),
+        ),
+    )
 }
 
 /// At a claim's release: its claim from a pool is closed, and, when its job `succeeded`,

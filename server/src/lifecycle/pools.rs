@@ -318,7 +318,7 @@ pub fn delete_pool(ctx: &mut impl Txn, name: &str, actor: &str) -> ApiResult<()>
 }
 
 /// A pool as `pool show` and `pool list` show it.
-pub fn pool_view(conn: &(impl Snapshot + ?Sized), name: &str) -> ApiResult<api::Pool> {
+pub fn pool_view(conn: &(impl Snapshot + ?Sized), name: &str, now: i64) -> ApiResult<api::Pool> {
     let p = require_pool(conn, name)?;
     let mut out = Vec::new();
     for volume in members(conn, &p)? {
@@ -357,14 +357,15 @@ pub fn pool_view(conn: &(impl Snapshot + ?Sized), name: &str) -> ApiResult<api::
         selector: p.selector,
         linger_ms: p.linger_ms,
         members: out,
+        line: super::pool_line::line_view(conn, name, now)?,
         created_at: time(p.created_at),
     })
 }
 
 /// Every pool, by name.
-pub fn pool_views(conn: &(impl Snapshot + ?Sized)) -> ApiResult<Vec<api::Pool>> {
+pub fn pool_views(conn: &(impl Snapshot + ?Sized), now: i64) -> ApiResult<Vec<api::Pool>> {
     conn.pools()?
         .into_iter()
-        .map(|p| pool_view(conn, &p.name))
+        .map(|p| pool_view(conn, &p.name, now))
         .collect()
 }
