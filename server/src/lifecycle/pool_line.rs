@@ -312,7 +312,7 @@ pub fn pool_claim(
     ))
     .with_hint(format!(
         "`csivol pool show {pool}` shows its line and holders; one that left the line or was \
-         released is gone (`csivol events --alloc {alloc}` says)"
+         released is gone (`csivol events --node NODE` says)"
     )))
 }
 
