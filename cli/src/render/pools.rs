@@ -78,7 +78,9 @@ pub fn pool(out: &Out, p: &Pool) -> anyhow::Result<()> {
         rows.push(("linger", given_duration(Duration::from_millis(l))));
     }
     rows.push(("members", format!("{} ({} free)", p.members.len(), free(p))));
-    rows.push(("line", format!("{} waiting", p.line.len())));
+    if !p.line.is_empty() {
+        rows.push(("line", format!("{} waiting", p.line.len())));
+    }
     rows.push(("warm hits", format!("{} of its last claims", warm_hits(p))));
     record(out, &format!("pool {}", p.name), &rows)?;
     if p.members.is_empty() {
