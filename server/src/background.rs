@@ -453,7 +453,7 @@ async fn expire_leases(db: Db, limits: Limits, clock: Clock) {
         tick.tick().await;
         let now = clock.now_ms();
         ticks = ticks.wrapping_add(1);
-        let lines = ticks % 10 == 0;
+        let lines = ticks.is_multiple_of(10);
         let due = move |c: &rusqlite::Connection| {
             use crate::store::Snapshot;
             Ok(c.any_lease_expired(now)?

@@ -63,6 +63,47 @@ pub(super) fn by_warmth(candidates: &mut [Candidate]) {
     });
 }
 
+/// Records that the claim `req` got member `c` of `pool` and why, with its
+/// `pool-member-chosen` event (`more` ends its message).
+pub(super) fn record_choice(
+    ctx: &mut impl Txn,
+    pool: &str,
+    c: &Candidate,
+    req: &PoolClaimRequest,
+    actor: &str,
+    more: &str,
+) -> ApiResult<PoolClaimRow> {
+    let claim = &req.claim;
+    let row = PoolClaimRow {
+        id: 0,
+        pool: pool.to_owned(),
+        volume: c.volume.clone(),
+        alloc: claim.alloc.clone(),
+        node: claim.node.clone(),
+        cache_key: req.cache_key.clone(),
+        choice: c.choice,
+        why: c.why.clone(),
+        at: ctx.now(),
+        released_at: None,
+    };
+    ctx.close_pool_claims(&c.volume, &claim.alloc)?;
+    ctx.insert_pool_claim(&row)?;
+    let key = req
+        .cache_key
+        .as_deref()
+        .map_or(String::new(), |k| format!(" for cache key `{k}`"));
+    event(
+        ctx,
+        EventKind::PoolMemberChosen,
+        Some(&c.volume),
+        Some(&claim.node),
+        Some(&claim.alloc),
+        actor,
+        format!("pool {pool}: member {}{key}: {}{more}", c.volume, c.why),
+    )?;
+    Ok(row)
+}
+
 /// The number of bytes two keys share at their start, on character boundaries.
 fn shared_prefix(a: &str, b: &str) -> usize {
     a.char_indices()
@@ -249,33 +290,7 @@ pub fn claim_from_pool(
             }
         }
         let (mut answer, new) = create_claim(ctx, &c.volume, claim, who, limits, waits, sent_at)?;
-        let row = PoolClaimRow {
-            id: 0,
-            pool: pool.to_owned(),
-            volume: c.volume.clone(),
-            alloc: claim.alloc.clone(),
-            node: claim.node.clone(),
-            cache_key: req.cache_key.clone(),
-            choice: c.choice,
-            why: c.why.clone(),
-            at: ctx.now(),
-            released_at: None,
-        };
-        ctx.close_pool_claims(&c.volume, &claim.alloc)?;
-        ctx.insert_pool_claim(&row)?;
-        let key = req
-            .cache_key
-            .as_deref()
-            .map_or(String::new(), |k| format!(" for cache key `{k}`"));
-        event(
-            ctx,
-            EventKind::PoolMemberChosen,
-            Some(&c.volume),
-            Some(&claim.node),
-            Some(&claim.alloc),
-            who.actor,
-            format!("pool {pool}: member {}{key}: {}", c.volume, c.why),
-        )?;
+        let row = record_choice(ctx, pool, &c, req, who.actor, "")?;
         answer.pool = Some(row.to_api());
         return Ok((answer, new));
     }

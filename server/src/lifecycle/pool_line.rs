@@ -26,7 +26,7 @@ use super::pool_claims::{by_warmth, candidate};
 use super::pools::{members, require_pool};
 use super::settings::Limits;
 use crate::error::{ApiError, ApiResult};
-use crate::model::{PoolClaimRow, PoolRow, PoolWaiterRow, time};
+use crate::model::{PoolRow, PoolWaiterRow, time};
 use crate::store::{Snapshot, Txn};
 use crate::watch::Key;
 
@@ -570,39 +570,6 @@ fn grant(
             );
         }
     }
-    let row = PoolClaimRow {
-        id: 0,
-        pool: w.pool.clone(),
-        volume: c.volume.clone(),
-        alloc: req.alloc.clone(),
-        node: req.node.clone(),
-        cache_key: w.request.cache_key.clone(),
-        choice: c.choice,
-        why: c.why.clone(),
-        at: ctx.now(),
-        released_at: None,
-    };
-    ctx.close_pool_claims(&c.volume, &req.alloc)?;
-    ctx.insert_pool_claim(&row)?;
-    let key = w
-        .request
-        .cache_key
-        .as_deref()
-        .map_or(String::new(), |k| format!(" for cache key `{k}`"));
-    let message = format!(
-        "pool {}: member {}{key}: {}, from the line after waiting {}",
-        w.pool,
-        c.volume,
-        c.why,
-        waited(ctx.now(), w.at)
-    );
-    event(
-        ctx,
-        EventKind::PoolMemberChosen,
-        Some(&c.volume),
-        Some(&req.node),
-        Some(&req.alloc),
-        "server",
-        message,
-    )
+    let more = format!(", from the line after waiting {}", waited(ctx.now(), w.at));
+    super::pool_claims::record_choice(ctx, &w.pool, c, &w.request, "server", &more).map(|_| ())
 }

@@ -82,6 +82,15 @@ async fn from_pool(
     .map(|(c, _)| c)
 }
 
+/// `h1` and `h2` on node `n1` take both members.
+async fn take_both(env: &Env) {
+    for alloc in ["h1", "h2"] {
+        from_pool(env, ask(alloc, "n1", None, false), None)
+            .await
+            .unwrap();
+    }
+}
+
 /// Releases `alloc`'s claim on `volume` (its job succeeded: its key becomes the member's)
 /// and has `node` report it unpublished: the member is free.
 async fn free(env: &Env, volume: &str, alloc: &str, node: &str) {
@@ -234,12 +243,7 @@ async fn a_claim_that_cannot_start_is_passed_over_until_it_waited_past_the_bound
         env.claim("other", "o", "n3", ClaimMode::Write)
             .await
             .unwrap();
-        from_pool(&env, ask("h1", "n1", None, false), None)
-            .await
-            .unwrap();
-        from_pool(&env, ask("h2", "n1", None, false), None)
-            .await
-            .unwrap();
+        take_both(&env).await;
         clock.set(1_001_000);
         from_pool(&env, ask("w1", "n3", None, true), None)
             .await
@@ -289,12 +293,7 @@ async fn a_claim_that_cannot_start_is_passed_over_until_it_waited_past_the_bound
 #[tokio::test]
 async fn a_claim_leaves_the_line_when_released_or_lapsed_and_a_late_copy_does_not_join_again() {
     let (env, clock) = pool_env(Duration::from_secs(300)).await;
-    from_pool(&env, ask("h1", "n1", None, false), None)
-        .await
-        .unwrap();
-    from_pool(&env, ask("h2", "n1", None, false), None)
-        .await
-        .unwrap();
+    take_both(&env).await;
     let mut leased = ask("w1", "n2", None, true);
     leased.claim.ttl_ms = Some(10_000);
     let w1 = from_pool(&env, leased.clone(), Some(1_000_000))
