@@ -339,6 +339,14 @@ pub(super) fn line_view(
         .collect())
 }
 
+/// Takes every claim out of `pool`'s line: the pool is being deleted.
+pub(super) fn empty_line(ctx: &mut impl Txn, pool: &str, actor: &str) -> ApiResult<()> {
+    for w in ctx.pool_line(Some(pool))? {
+        leave(ctx, &w, "its pool was deleted", actor)?;
+    }
+    Ok(())
+}
+
 /// Takes out of every line the claims whose lease lapsed; how many.
 pub(super) fn expire(ctx: &mut impl Txn) -> ApiResult<usize> {
     let now = ctx.now();
@@ -385,6 +393,7 @@ pub(super) fn serve_member(ctx: &mut impl Txn, volume: &str, limits: &Limits) ->
         return Ok(());
     }
     let mut pools: Vec<String> = line.into_iter().map(|w| w.pool).collect();
+    pools.sort_unstable();
     pools.dedup();
     for pool in pools {
         if ctx.pool(&pool)?.is_some_and(|p| p.selects(&labels)) {

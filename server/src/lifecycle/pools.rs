@@ -302,9 +302,10 @@ pub fn create_pool(
 }
 
 /// `DELETE /v1/pools/{name}`: forgets a pool. Its members stay, with their labels, claims
-/// and cache keys.
+/// and cache keys; the claims waiting in its line leave it.
 pub fn delete_pool(ctx: &mut impl Txn, name: &str, actor: &str) -> ApiResult<()> {
     require_pool(&*ctx, name)?;
+    super::pool_line::empty_line(ctx, name, actor)?;
     ctx.delete_pool(name)?;
     event(
         ctx,

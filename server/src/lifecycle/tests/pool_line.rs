@@ -343,10 +343,27 @@ async fn a_claim_leaves_the_line_when_released_or_lapsed_and_a_late_copy_does_no
     assert_eq!(env.events_of("pool-line-left").await.len(), 2);
     free(&env, "m1", "h1", "n1").await;
     assert!(env.claim_row("m1", "w2").await.is_none());
-    // A claim no member can ever take does not wait: a reader of write-only members is
-    // fine, but a node that does not exist is not.
+    // A claim on a node that does not exist does not wait: it is refused, named.
     let e = from_pool(&env, ask("w4", "nowhere", None, true), None)
         .await
         .unwrap_err();
     assert!(e.message.contains("nowhere"), "{e:?}");
+    // A pool deleted takes its line with it.
+    let w3 = from_pool(&env, ask("w3", "n2", None, true), None)
+        .await
+        .unwrap();
+    assert_eq!(w3.volume, "m1", "m1 is free: no wait");
+    from_pool(&env, ask("w5", "n2", None, true), None)
+        .await
+        .unwrap();
+    assert_eq!(line(&env).await, waiting(&["w5"]));
+    env.write(|ctx, _| crate::lifecycle::delete_pool(ctx, "cache", "op"))
+        .await
+        .unwrap();
+    assert!(
+        env.last_message("pool-line-left", "n2")
+            .await
+            .ends_with("its pool was deleted")
+    );
+    assert!(env.read(|c| c.pool_line(None)).await.is_empty());
 }
