@@ -454,14 +454,13 @@ async fn expire_leases(db: Db, limits: Limits, clock: Clock) {
         let now = clock.now_ms();
         ticks = ticks.wrapping_add(1);
         let lines = ticks.is_multiple_of(10);
-        let due = move |c: &rusqlite::Connection| {
-            use crate::store::Snapshot;
+        let due = db.read(move |c| {
             Ok(c.any_lease_expired(now)?
                 || c.pool_line(None)?
                     .iter()
                     .any(|w| lines || w.expires_at.is_some_and(|t| t <= now)))
-        };
-        match db.read(due).await {
+        });
+        match due.await {
             Ok(false) => continue,
             Ok(true) => {}
             Err(e) => {

@@ -79,7 +79,7 @@ pub fn expire_leases(ctx: &mut impl Txn, limits: &Limits) -> ApiResult<usize> {
         advance_volume(ctx, v, limits)?;
     }
     // The pools' lines: their claims whose lease lapsed leave, and the rest are served.
-    Ok(due.len() + super::pool_line::serve_lines(ctx, limits)?)
+    Ok(due.len() + super::pool_waits::serve_lines(ctx, limits)?)
 }
 
 /// Releases one claim whose lease ran out, with the event that says so.

@@ -182,15 +182,7 @@ pub fn set_volume_labels(
     )
 }
 
-/// A pool's members: the volumes its selector takes, by name, with their labels.
-pub(super) fn members(conn: &(impl Snapshot + ?Sized), pool: &PoolRow) -> ApiResult<Vec<String>> {
-    Ok(conn
-        .all_volume_labels()?
-        .into_iter()
-        .filter(|(_, l)| pool.selects(l))
-        .map(|(v, _)| v)
-        .collect())
-}
+pub(super) use super::pool_members::members;
 
 /// The pool, or a refusal naming it and the pools there are.
 pub(super) fn require_pool(conn: &(impl Snapshot + ?Sized), name: &str) -> ApiResult<PoolRow> {
