@@ -206,6 +206,12 @@ mod tests {
                 batch: PRUNE_BATCH
             }
         );
+        assert_eq!(
+            resolve("pool_hold_after = \"90s\"").map(|l| l.pool_hold_after),
+            Ok(std::time::Duration::from_secs(90))
+        );
+        let e = resolve("pool_hold_after = \"soon\"").unwrap_err();
+        assert!(e.contains("invalid [limits] pool_hold_after `soon`"), "{e}");
         let e = resolve("claim_labels = 33").unwrap_err();
         assert!(e.contains("may be lowered, not raised"), "{e}");
         let e = resolve("reason_bytes = 3").unwrap_err();
