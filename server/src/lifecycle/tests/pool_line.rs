@@ -15,6 +15,17 @@ use crate::clock::Clock;
 use crate::error::ApiResult;
 use crate::lifecycle::Claimant;
 
+/// Pool `cache` of the volumes labelled `pool=cache`.
+async fn make_pool(env: &Env) {
+    let spec = PoolSpec {
+        selector: [("pool".to_owned(), "cache".to_owned())].into(),
+        linger_ms: None,
+    };
+    env.write(move |ctx, _| crate::lifecycle::create_pool(ctx, "cache", &spec, "op"))
+        .await
+        .unwrap();
+}
+
 /// Nodes `n1` and `n2`, and pool `cache` of members `m1` and `m2` (single-node-writer),
 /// stamped by a clock the test moves.
 async fn pool_env(hold_after: Duration) -> (Env, Clock) {
@@ -27,13 +38,7 @@ async fn pool_env(hold_after: Duration) -> (Env, Clock) {
         env.volume(m, "single-node-writer").await;
         label(&env, m).await;
     }
-    let spec = PoolSpec {
-        selector: [("pool".to_owned(), "cache".to_owned())].into(),
-        linger_ms: None,
-    };
-    env.write(move |ctx, _| crate::lifecycle::create_pool(ctx, "cache", &spec, "op"))
-        .await
-        .unwrap();
+    make_pool(&env).await;
     (env, clock)
 }
 
@@ -366,4 +371,55 @@ async fn a_claim_leaves_the_line_when_released_or_lapsed_and_a_late_copy_does_no
             .ends_with("its pool was deleted")
     );
     assert!(env.read(|c| c.pool_line(None)).await.is_empty());
+}
+
+#[tokio::test]
+async fn a_claim_whose_node_is_outside_a_members_topology_is_passed_over_even_past_the_bound() {
+    let clock = Clock::held_at(1_000_000);
+    let mut env = Env::with_clock(clock.clone());
+    env.limits.pool_hold_after = Duration::ZERO;
+    env.register_in("na", "a").await;
+    env.register_in("nb", "b").await;
+    for (m, z) in [("ma", "a"), ("mb", "b")] {
+        env.zonal_volume(m, "single-node-writer", &[z]).await;
+        label(&env, m).await;
+    }
+    make_pool(&env).await;
+    let ha = from_pool(&env, ask("ha", "na", None, false), None)
+        .await
+        .unwrap();
+    let hb = from_pool(&env, ask("hb", "nb", None, false), None)
+        .await
+        .unwrap();
+    assert_eq!((ha.volume.as_str(), hb.volume.as_str()), ("ma", "mb"));
+    clock.set(1_001_000);
+    from_pool(&env, ask("wb", "nb", None, true), None)
+        .await
+        .unwrap();
+    clock.set(1_002_000);
+    from_pool(&env, ask("wa", "na", None, true), None)
+        .await
+        .unwrap();
+    // ma frees: wb, first in line and past the bound, can never use it (zone a); wa can.
+    env.release("ma", "ha").await.unwrap();
+    env.report(
+        "na",
+        vec![Report::Unpublished {
+            volume: "ma".into(),
+            alloc: "ha".into(),
+        }],
+    )
+    .await;
+    assert_ne!(env.claim_state("ma", "wa").await, None, "wa got ma");
+    assert_eq!(line(&env).await, waiting(&["wb"]));
+    // A claim no member's topology reaches does not wait at all.
+    env.register_in("nc", "c").await;
+    let e = from_pool(&env, ask("wc", "nc", None, true), None)
+        .await
+        .unwrap_err();
+    assert!(
+        e.message
+            .contains("no member of pool `cache` can ever take this claim"),
+        "{e:?}"
+    );
 }
