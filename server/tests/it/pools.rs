@@ -31,6 +31,24 @@ async fn pool_claim(api: &Api, alloc: &str, key: &str, restore: &[&str]) -> (u16
     .await
 }
 
+/// A server, its node `n1` kept alive (hosting the controller), and pool `cache` of one
+/// member, `m1`.
+async fn pool_of_m1(
+    dir: &TestDir,
+) -> (csivol_tests::ServerProc, FakeAgent, csivol_tests::KeepAlive) {
+    let server = start(dir, &[]);
+    let api = server.api();
+    let n1 = FakeAgent::new(&server, "n1").await;
+    n1.register(0, true, json!([])).await;
+    let beating = n1.keep_alive();
+    labelled_volume(&api, "m1", json!({"pool": "cache"})).await;
+    let (status, p) = api
+        .put("/v1/pools/cache", json!({"selector": {"pool": "cache"}}))
+        .await;
+    assert_eq!(status, 201, "{p}");
+    (server, n1, beating)
+}
+
 /// Claims from the pool and says which member it got and why.
 async fn chosen(api: &Api, alloc: &str, key: &str, restore: &[&str]) -> (String, String) {
     let (status, c) = pool_claim(api, alloc, key, restore).await;
@@ -336,16 +354,8 @@ async fn a_pool_claim_gets_the_warmest_free_member_and_a_failed_job_keeps_the_ol
 #[tokio::test]
 async fn a_later_claim_of_the_same_alloc_is_not_taken_for_an_expired_pool_claim() {
     let dir = TestDir::new("server-pools-expired");
-    let server = start(&dir, &[]);
+    let (server, n1, _beating) = pool_of_m1(&dir).await;
     let api = server.api();
-    let n1 = FakeAgent::new(&server, "n1").await;
-    n1.register(0, true, json!([])).await;
-    let _beating = n1.keep_alive();
-    labelled_volume(&api, "m1", json!({"pool": "cache"})).await;
-    let (status, p) = api
-        .put("/v1/pools/cache", json!({"selector": {"pool": "cache"}}))
-        .await;
-    assert_eq!(status, 201, "{p}");
     let (status, c) = api
         .post(
             "/v1/pools/cache/claims",
@@ -391,16 +401,8 @@ async fn a_claim_in_a_pools_line_is_recorded_once_however_often_it_is_sent() {
     use super::retries::{json_of, replayed, send};
 
     let dir = TestDir::new("server-pools-line");
-    let server = start(&dir, &[]);
+    let (server, n1, _beating) = pool_of_m1(&dir).await;
     let api = server.api();
-    let n1 = FakeAgent::new(&server, "n1").await;
-    n1.register(0, true, json!([])).await;
-    let _beating = n1.keep_alive();
-    labelled_volume(&api, "m1", json!({"pool": "cache"})).await;
-    let (status, p) = api
-        .put("/v1/pools/cache", json!({"selector": {"pool": "cache"}}))
-        .await;
-    assert_eq!(status, 201, "{p}");
     assert_eq!(chosen(&api, "h", "main", &[]).await.0, "m1");
     publish(&api, &n1, "m1", "h").await;
 
