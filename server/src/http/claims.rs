@@ -87,10 +87,15 @@ where
     };
     // A claim on its way to ready is held; one that got where it goes (ready, failed,
     // blocked, releasing) is answered at once.
-    let on_its_way = matches!(
-        claim.state,
-        ClaimState::Queued | ClaimState::Pending | ClaimState::Attaching | ClaimState::Publishing
-    );
+    // A claim in a pool's line has no volume to follow yet: its client follows the line.
+    let on_its_way = !claim.volume.is_empty()
+        && matches!(
+            claim.state,
+            ClaimState::Queued
+                | ClaimState::Pending
+                | ClaimState::Attaching
+                | ClaimState::Publishing
+        );
     if let Some(wait) = hold
         && on_its_way
     {

@@ -182,15 +182,7 @@ pub fn set_volume_labels(
     )
 }
 
-/// A pool's members: the volumes its selector takes, by name, with their labels.
-pub(super) fn members(conn: &(impl Snapshot + ?Sized), pool: &PoolRow) -> ApiResult<Vec<String>> {
-    Ok(conn
-        .all_volume_labels()?
-        .into_iter()
-        .filter(|(_, l)| pool.selects(l))
-        .map(|(v, _)| v)
-        .collect())
-}
+pub(super) use super::pool_members::members;
 
 /// The pool, or a refusal naming it and the pools there are.
 pub(super) fn require_pool(conn: &(impl Snapshot + ?Sized), name: &str) -> ApiResult<PoolRow> {
@@ -302,9 +294,10 @@ pub fn create_pool(
 }
 
 /// `DELETE /v1/pools/{name}`: forgets a pool. Its members stay, with their labels, claims
-/// and cache keys.
+/// and cache keys; the claims waiting in its line leave it.
 pub fn delete_pool(ctx: &mut impl Txn, name: &str, actor: &str) -> ApiResult<()> {
     require_pool(&*ctx, name)?;
+    super::pool_line::empty_line(ctx, name, actor)?;
     ctx.delete_pool(name)?;
     event(
         ctx,
@@ -318,7 +311,7 @@ pub fn delete_pool(ctx: &mut impl Txn, name: &str, actor: &str) -> ApiResult<()>
 }
 
 /// A pool as `pool show` and `pool list` show it.
-pub fn pool_view(conn: &(impl Snapshot + ?Sized), name: &str) -> ApiResult<api::Pool> {
+pub fn pool_view(conn: &(impl Snapshot + ?Sized), name: &str, now: i64) -> ApiResult<api::Pool> {
     let p = require_pool(conn, name)?;
     let mut out = Vec::new();
     for volume in members(conn, &p)? {
@@ -357,14 +350,15 @@ pub fn pool_view(conn: &(impl Snapshot + ?Sized), name: &str) -> ApiResult<api::
         selector: p.selector,
         linger_ms: p.linger_ms,
         members: out,
+        line: super::pool_line::line_view(conn, name, now)?,
         created_at: time(p.created_at),
     })
 }
 
 /// Every pool, by name.
-pub fn pool_views(conn: &(impl Snapshot + ?Sized)) -> ApiResult<Vec<api::Pool>> {
+pub fn pool_views(conn: &(impl Snapshot + ?Sized), now: i64) -> ApiResult<Vec<api::Pool>> {
     conn.pools()?
         .into_iter()
-        .map(|p| pool_view(conn, &p.name))
+        .map(|p| pool_view(conn, &p.name, now))
         .collect()
 }

@@ -324,6 +324,8 @@ pub trait Snapshot {
         volume: &str,
         alloc: &str,
     ) -> ApiResult<Option<crate::model::PoolClaimRow>>;
+    /// The claims waiting in `pool`'s line (every pool's, without one), first in line first.
+    fn pool_line(&self, pool: Option<&str>) -> ApiResult<Vec<crate::model::PoolWaiterRow>>;
     /// The first answer kept for `token`'s request `key`.
     fn kept_answer(&self, token: &str, key: &str) -> ApiResult<Option<KeptAnswer>>;
     /// The tombstone of `alloc`'s claim on `volume`: its last release.
@@ -502,6 +504,13 @@ pub trait Txn: Snapshot {
     fn insert_pool_claim(&mut self, c: &crate::model::PoolClaimRow) -> ApiResult<()>;
     /// Marks `alloc`'s claims from a pool on `volume` released.
     fn close_pool_claims(&mut self, volume: &str, alloc: &str) -> ApiResult<()>;
+    /// Records a claim in its pool's line, or its lease and held member; `None` takes it out.
+    fn put_pool_waiter(
+        &mut self,
+        pool: &str,
+        alloc: &str,
+        w: Option<&crate::model::PoolWaiterRow>,
+    ) -> ApiResult<()>;
     /// Removes a volume if it is `deleting`.
     fn delete_deleting_volume(&mut self, name: &str) -> ApiResult<()>;
 

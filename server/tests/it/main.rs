@@ -174,7 +174,8 @@ pub(crate) fn back_to_the_previous_schema(conn: &rusqlite::Connection) {
          DROP TABLE volume_cache_keys;
          DROP INDEX pool_claims_pool;
          DROP INDEX pool_claims_member;
-         DROP TABLE pool_claims;",
+         DROP TABLE pool_claims;
+         DROP TABLE pool_waiters;",
     )
     .unwrap();
     conn.pragma_update(None, "user_version", version - 1)

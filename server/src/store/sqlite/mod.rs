@@ -17,6 +17,7 @@ pub mod maintenance;
 pub mod migrations;
 mod nodes;
 mod ops;
+mod pool_waiters;
 mod pools;
 mod read_pool;
 mod reconcile;
@@ -609,6 +610,10 @@ impl Snapshot for Connection {
         pools::open_claim(self, volume, alloc)
     }
 
+    fn pool_line(&self, pool: Option<&str>) -> ApiResult<Vec<crate::model::PoolWaiterRow>> {
+        pool_waiters::line(self, pool)
+    }
+
     fn kept_answer(&self, token: &str, key: &str) -> ApiResult<Option<crate::store::KeptAnswer>> {
         retries::kept_answer(self, token, key)
     }
@@ -737,6 +742,7 @@ reads_through_the_transaction! {
     cache_key(volume: &str) -> Option<String>;
     recent_pool_claims(pool: &str, n: u32) -> Vec<PoolClaimRow>;
     open_pool_claim(volume: &str, alloc: &str) -> Option<PoolClaimRow>;
+    pool_line(pool: Option<&str>) -> Vec<crate::model::PoolWaiterRow>;
     kept_answer(token: &str, key: &str) -> Option<crate::store::KeptAnswer>;
     tombstone(volume: &str, alloc: &str) -> Option<crate::store::Tombstone>;
     tombstoned_under(prefix: &str, alloc: &str) -> Vec<String>;
