@@ -184,6 +184,19 @@ fn chaos_campaign_short() {
         ],
         &SINGLE,
     );
+    // Per-job volumes and pool members went through whole jobs under the faults, and the
+    // end found no per-job volume left, none leaked in the storage and none deleted while
+    // blocked (violations otherwise, checked above).
+    for key in ["fresh_cycles", "pool_cycles", "job_markers_written"] {
+        assert!(r[key].as_u64().unwrap() > 0, "no `{key}`: {r:#}");
+    }
+    for key in [
+        "job_volumes_left",
+        "storage_volumes_leaked",
+        "deleted_while_blocked",
+    ] {
+        assert_eq!(r[key], 0, "{r:#}");
+    }
     // Each delayed duplicate was answered (its first answer, or a refusal), not accepted:
     // a violation otherwise, checked above.
     let notes = r["fault_notes"].as_object().expect("fault notes");
