@@ -119,7 +119,12 @@ pub async fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<Exit> {
     if let Some(keep) = keep {
         let fresh = &claims[args.volumes.len() + args.pools.len()..];
         for c in fresh {
-            super::fresh::release_kept(ctx, &c.volume, &alloc, keep).await?;
+            // When the server would not keep it, the plain release below still ends the
+            // claim: a volume not kept is deleted, never left claimed by a finished job.
+            if let Err(e) = super::fresh::release_kept(ctx, &c.volume, &alloc, keep).await {
+                ctx.out
+                    .warn(format!("{e:#}; releasing it without keeping it"));
+            }
         }
     }
     // Only a job that succeeded records its cache key as its pool members'.

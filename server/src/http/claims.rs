@@ -51,6 +51,24 @@ pub(super) async fn post_claim(
     let write = move |ctx: &mut WriteCtx<'_>| {
         lifecycle::create_claim(ctx, &volume, &req, &who.claimant(), &limits, waits, sent_at)
     };
+    answer_claim(&app, &once, &body, hold, began, write).await
+}
+
+/// Carries out a claim write once (`once`) and answers it as a claim: 201 with a new claim,
+/// 200 with the one a repeated request made; with `hold` (`?wait=`), a claim on its way to
+/// ready is held until it moves on. Claims on a named volume, from a pool and of a
+/// per-job volume are all answered so.
+pub(super) async fn answer_claim<F>(
+    app: &App,
+    once: &Once,
+    body: &impl serde::Serialize,
+    hold: Option<std::time::Duration>,
+    began: crate::watch::Generation,
+    write: F,
+) -> ApiResult<Response>
+where
+    F: FnMut(&mut WriteCtx<'_>) -> ApiResult<(api::Claim, bool)> + Send + 'static,
+{
     let answer = move |(claim, new): &(api::Claim, bool)| {
         let status = if *new {
             StatusCode::CREATED
@@ -59,7 +77,7 @@ pub(super) async fn post_claim(
         };
         Answer::indexed(status, (claim.index, began), claim)
     };
-    let ((claim, _), answer) = match once.write(&app, &body, write, answer).await? {
+    let ((claim, _), answer) = match once.write(app, body, write, answer).await? {
         Outcome::Done(t, answer) => (t, answer),
         // A repeat is answered at once with the first answer as it was committed; its
         // index is where to follow the claim from.
@@ -76,7 +94,7 @@ pub(super) async fn post_claim(
     {
         // Gone before the answer (failed and cleaned up): the committed claim is the
         // answer, and a blocking query from its index finds it gone at once.
-        return Ok(match hold_claim(&app, &claim, began, wait).await? {
+        return Ok(match hold_claim(app, &claim, began, wait).await? {
             (Some(now), index) => with_index(answer.status, (index, app.db.hub.generation()), now),
             (None, _) => answer.into_response(),
         });
@@ -105,19 +123,12 @@ pub(super) async fn post_fresh_claim(
             .await?;
         return Ok(Json(answer).into_response());
     }
+    let sent_at = once.sent_at();
     let body = req.clone();
     let write = move |ctx: &mut WriteCtx<'_>| {
-        lifecycle::create_fresh_claim(ctx, &req, &who.claimant(), &limits)
+        lifecycle::create_fresh_claim(ctx, &req, &who.claimant(), &limits, sent_at)
     };
-    let answer = move |(claim, new): &(api::Claim, bool)| {
-        let status = if *new {
-            StatusCode::CREATED
-        } else {
-            StatusCode::OK
-        };
-        Answer::indexed(status, (claim.index, began), claim)
-    };
-    once.respond(&app, &body, write, answer).await
+    answer_claim(&app, &once, &body, None, began, write).await
 }
 
 /// `?wait=` holds the answer as for any claim write; `?keep_ms=` keeps a failed job's

@@ -4,13 +4,13 @@
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
-use csivol_api::{self as api, ClaimState};
+use axum::response::Response;
+use csivol_api as api;
 
-use super::blocking::{Hold, hold_claim, with_index};
+use super::blocking::Hold;
 use super::claims::Who;
 use super::extract::{Body, Q, name};
-use super::once::{Answer, Once, Outcome, created_or_ok, ok};
+use super::once::{Answer, Once, created_or_ok, ok};
 use super::waits::waits_for_release;
 use crate::app::App;
 use crate::error::{ApiError, ApiResult};
@@ -115,29 +115,5 @@ pub(super) async fn post_pool_claim(
     let write = move |ctx: &mut WriteCtx<'_>| {
         lifecycle::claim_from_pool(ctx, &pool, &req, &who.claimant(), &limits, waits, sent_at)
     };
-    let answer = move |(claim, new): &(api::Claim, bool)| {
-        let status = if *new {
-            StatusCode::CREATED
-        } else {
-            StatusCode::OK
-        };
-        Answer::indexed(status, (claim.index, began), claim)
-    };
-    let ((claim, _), answer) = match once.write(&app, &body, write, answer).await? {
-        Outcome::Done(t, answer) => (t, answer),
-        Outcome::Replayed(r) => return Ok(r),
-    };
-    let on_its_way = matches!(
-        claim.state,
-        ClaimState::Queued | ClaimState::Pending | ClaimState::Attaching | ClaimState::Publishing
-    );
-    if let Some(wait) = hold
-        && on_its_way
-    {
-        return Ok(match hold_claim(&app, &claim, began, wait).await? {
-            (Some(now), index) => with_index(answer.status, (index, app.db.hub.generation()), now),
-            (None, _) => answer.into_response(),
-        });
-    }
-    Ok(answer.into_response())
+    super::claims::answer_claim(&app, &once, &body, hold, began, write).await
 }

@@ -118,7 +118,7 @@ table! {
     post "/v1/volumes/{name}/unblock" Named(UnblockDetach) => volumes::unblock_volume;
     post "/v1/volumes/{name}/detach" Named(UnblockDetach) => volumes::detach;
     post "/v1/volumes/{name}/eligibility" Named(ExpandModify) => volumes::volume_eligibility;
-    post "/v1/volumes/{name}/labels" Named(ExpandModify) => pools::volume_labels;
+    post "/v1/volumes/{name}/labels" Cluster(ExpandModify) => pools::volume_labels;
     get "/v1/pools" Cluster(Read) => pools::list_pools;
     get "/v1/pools/{name}" Cluster(Read) => pools::get_pool;
     put "/v1/pools/{name}" Cluster(CreateDelete) => pools::put_pool;

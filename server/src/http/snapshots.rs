@@ -127,9 +127,12 @@ pub(super) async fn delete_snapshot(
         // The route checked the snapshot's name; its volume's must match too (a snapshot
         // already gone is answered as gone by the write).
         let of = snapshot.clone();
-        let found = app.db.read(move |c| lifecycle::snapshot_view(c, &of)).await;
-        if let Ok(s) = found {
-            caller.require_touches("the snapshot's volume", &s.volume)?;
+        // Only a snapshot not found passes: any other failure to read it must not let a
+        // narrowed token through unchecked.
+        match app.db.read(move |c| lifecycle::snapshot_view(c, &of)).await {
+            Ok(s) => caller.require_touches("the snapshot's volume", &s.volume)?,
+            Err(e) if e.code() == api::ErrorCode::NotFound => {}
+            Err(e) => return Err(e),
         }
     }
     let (actor, limits) = (caller.actor(), app.limits.clone());

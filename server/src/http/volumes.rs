@@ -267,8 +267,12 @@ pub(super) async fn start_operation<O: VolumeOperation>(
         if kind == "snapshot" && caller.scope.narrowed() {
             // A snapshot's volume must match as well: its data is that volume's.
             let of = source.to_owned();
-            if let Ok(s) = app.db.read(move |c| lifecycle::snapshot_view(c, &of)).await {
-                caller.require_touches("the snapshot's volume", &s.volume)?;
+            // Only a snapshot not found passes (the write refuses it): any other failure to
+            // read it must not let a narrowed token through unchecked.
+            match app.db.read(move |c| lifecycle::snapshot_view(c, &of)).await {
+                Ok(s) => caller.require_touches("the snapshot's volume", &s.volume)?,
+                Err(e) if e.code() == api::ErrorCode::NotFound => {}
+                Err(e) => return Err(e),
             }
         }
     }

@@ -9,7 +9,7 @@ use super::events::event;
 use super::ops::schedule_ops;
 use super::settings::Limits;
 use crate::error::ApiResult;
-use crate::model::Lifecycle;
+use crate::model::{JobVolumeRow, Lifecycle, VolumeRow};
 use crate::store::{Snapshot, Txn};
 use crate::watch::Key;
 
@@ -25,11 +25,7 @@ pub(super) fn collect(ctx: &mut impl Txn, volume: &str, limits: &Limits) -> ApiR
     let Some(v) = ctx.volume(volume)? else {
         return Ok(());
     };
-    if !ctx.claims_of_volume(volume)?.is_empty()
-        || !ctx.attachments_of_volume(volume)?.is_empty()
-        || !ctx.held_ops(volume)?.is_empty()
-        || j.kept_until.is_some_and(|t| t > ctx.now())
-    {
+    if !due(&*ctx, &j, &v, ctx.now())? {
         return Ok(());
     }
     let whose = format!("per-job volume `{}` of alloc {}", j.name, j.alloc);
@@ -75,20 +71,40 @@ pub(super) fn collect(ctx: &mut impl Txn, volume: &str, limits: &Limits) -> ApiR
     }
 }
 
-/// Whether the leader's sweep has a per-job volume to look at: one with nothing left
-/// that holds it.
+/// How long after a DeleteVolume that failed for good (the volume back to ready with the
+/// plugin's error: a plugin that refuses to delete a volume with snapshots, say) the
+/// server asks again, instead of at every sweep.
+const DELETE_AGAIN_AFTER_MS: i64 = 10 * 60 * 1000;
+
+/// Whether nothing holds per-job volume `v` any more and its deletion is due: no claim,
+/// no attachment, no held operation, no inspection time left, and no failed deletion
+/// asked again too soon.
+fn due(
+    conn: &(impl Snapshot + ?Sized),
+    j: &JobVolumeRow,
+    v: &VolumeRow,
+    now: i64,
+) -> ApiResult<bool> {
+    if j.kept_until.is_some_and(|t| t > now)
+        || (v.lifecycle == Lifecycle::Ready
+            && v.error.is_some()
+            && now.saturating_sub(v.updated_at) < DELETE_AGAIN_AFTER_MS)
+    {
+        return Ok(false);
+    }
+    Ok(matches!(v.lifecycle, Lifecycle::Ready | Lifecycle::Failed)
+        && conn.claims_of_volume(&v.name)?.is_empty()
+        && conn.attachments_of_volume(&v.name)?.is_empty()
+        && conn.held_ops(&v.name)?.is_empty())
+}
+
+/// Whether the leader's sweep has a per-job volume to look at: one whose deletion is due.
 pub fn any_job_volume_due(conn: &(impl Snapshot + ?Sized), now: i64) -> ApiResult<bool> {
     for j in conn.job_volumes()? {
-        if j.kept_until.is_some_and(|t| t > now) {
-            continue;
-        }
         let Some(v) = conn.volume(&j.volume)? else {
             continue;
         };
-        if matches!(v.lifecycle, Lifecycle::Ready | Lifecycle::Failed)
-            && conn.claims_of_volume(&j.volume)?.is_empty()
-            && conn.attachments_of_volume(&j.volume)?.is_empty()
-        {
+        if due(conn, &j, &v, now)? {
             return Ok(true);
         }
     }

@@ -29,6 +29,30 @@ fn volume_name(name: &str) -> String {
     format!("{kept}-{hex}")
 }
 
+/// Refuses a source that is another job's per-job volume, or a snapshot cut from one: its
+/// data is that job's alone (no other alloc may claim it, and none may copy it either).
+fn refuse_other_jobs_data(
+    conn: &(impl Snapshot + ?Sized),
+    spec: &CreateVolumeSpec,
+    alloc: &str,
+) -> ApiResult<()> {
+    let volume = match &spec.source {
+        None => return Ok(()),
+        Some(api::ContentSource::Volume(v)) => v.clone(),
+        Some(api::ContentSource::Snapshot(s)) => match conn.snapshot(s)? {
+            Some(snap) => snap.volume,
+            None => return Ok(()),
+        },
+    };
+    match conn.job_volume(&volume)? {
+        Some(j) if j.alloc != alloc => Err(ApiError::forbidden(format!(
+            "volume `{volume}` is another job's per-job volume: its data is that job's alone"
+        ))
+        .with_hint("copy a volume or snapshot that is not made for one job")),
+        _ => Ok(()),
+    }
+}
+
 /// The volume spec a per-job volume is created with, from what the job named: a
 /// snapshot's or a volume's own spec with it as the content source, or the job's spec.
 fn spec_of(conn: &(impl Snapshot + ?Sized), source: &FreshSource) -> ApiResult<CreateVolumeSpec> {
@@ -196,43 +220,64 @@ fn check_request(req: &FreshClaimRequest) -> ApiResult<()> {
     }
 }
 
-/// The job's own claim on an earlier per-job volume of the same alloc and name that is
-/// still held (not released): a retried request, answered with it. A released one is a
-/// finished job's, never given to the next job of a reused alloc.
-fn retried(
-    conn: &(impl Snapshot + ?Sized),
-    req: &FreshClaimRequest,
-) -> ApiResult<Option<crate::model::ClaimRow>> {
-    for j in conn
-        .job_volumes_of(&req.claim.alloc, &req.name)?
-        .into_iter()
-        .rev()
-    {
+/// Refuses a request for an alloc and name whose per-job volume is still held. Two jobs
+/// that share an alloc (a CI matrix whose legs share one run id) must never share a
+/// volume made for one job, and a request sent again after its answer was lost is
+/// answered by its `Idempotency-Key`, before this is reached.
+fn refuse_if_held(conn: &(impl Snapshot + ?Sized), req: &FreshClaimRequest) -> ApiResult<()> {
+    for j in conn.job_volumes_of(&req.claim.alloc, &req.name)? {
         if let Some(c) = conn.claim(&j.volume, &req.claim.alloc)?
             && !matches!(c.state, ClaimState::Releasing | ClaimState::Failed)
         {
-            return Ok(Some(c));
+            return Err(ApiError::conflict(format!(
+                "alloc `{}` already holds per-job volume `{}` (volume `{}`): a volume made for one \
+                 job is never shared with another job of the same alloc",
+                req.claim.alloc, req.name, j.volume
+            ))
+            .with_hint(
+                "give each job its own --alloc (e.g. the matrix leg in it); a request sent again \
+                 with its Idempotency-Key is answered its first answer",
+            ));
         }
     }
-    Ok(None)
+    Ok(())
+}
+
+/// Refuses a late copy: a request sent before a restore the server found, or before the
+/// alloc released a per-job volume of this name (its tombstone; the volume itself may be
+/// deleted by then). Without this, a copy arriving after the job ended would make a volume
+/// and a claim for a job that is gone.
+fn refuse_if_late(
+    conn: &(impl Snapshot + ?Sized),
+    req: &FreshClaimRequest,
+    sent_at: Option<i64>,
+) -> ApiResult<()> {
+    let Some(sent_at) = sent_at else {
+        return Ok(());
+    };
+    for volume in conn.tombstoned_under(&format!("{}-", req.name), &req.claim.alloc)? {
+        super::retries::refuse_if_released(conn, &volume, &req.claim.alloc, Some(sent_at))?;
+    }
+    // The restore's rule, which names no volume of its own here.
+    super::retries::refuse_if_released(conn, &req.name, &req.claim.alloc, Some(sent_at))
 }
 
 /// `POST /v1/fresh-claims`: records a new volume (`creating`, its CreateVolume queued
 /// with a CSI name of its own) and the job's claim on it, `queued` until the volume is
 /// created, in one transaction. Returns the claim and whether it is new; a request for an
-/// alloc and name whose claim is still held is answered with that claim.
+/// alloc and name whose claim is still held is refused, and so is a late copy.
 pub fn create_fresh_claim(
     ctx: &mut impl Txn,
     req: &FreshClaimRequest,
     who: &Claimant<'_>,
     limits: &Limits,
+    sent_at: Option<i64>,
 ) -> ApiResult<(api::Claim, bool)> {
     check_request(req)?;
-    if let Some(c) = retried(&*ctx, req)? {
-        super::owners::refuse_unless_may_repeat(&*ctx, &c, who.acting())?;
-        return Ok((ctx.claim_to_api(&c)?, false));
-    }
+    refuse_if_held(&*ctx, req)?;
+    refuse_if_late(&*ctx, req, sent_at)?;
     let mut spec = spec_of(&*ctx, &req.source)?;
+    refuse_other_jobs_data(&*ctx, &spec, &req.claim.alloc)?;
     plugin_creates(&*ctx, &spec.plugin)?;
     placed_on_node(&*ctx, &mut spec, &req.claim.node)?;
     super::claims::refuse_past_claims_limit(&*ctx, who, limits)?;
@@ -293,22 +338,20 @@ pub fn fresh_dry_run(
     req: &FreshClaimRequest,
 ) -> ApiResult<ClaimDryRun> {
     let checked = check_request(req).and_then(|()| {
-        if let Some(c) = retried(conn, req)? {
-            return Ok(Some(c.state));
-        }
+        refuse_if_held(conn, req)?;
         let mut spec = spec_of(conn, &req.source)?;
+        refuse_other_jobs_data(conn, &spec, &req.claim.alloc)?;
         plugin_creates(conn, &spec.plugin)?;
         if let Some(source) = &spec.source {
             super::snapshots::content_source(conn, &spec.plugin, source)?;
         }
-        placed_on_node(conn, &mut spec, &req.claim.node)?;
-        Ok(None)
+        placed_on_node(conn, &mut spec, &req.claim.node)
     });
     match checked {
-        Ok(existing) => Ok(ClaimDryRun {
+        Ok(()) => Ok(ClaimDryRun {
             accepted: true,
-            existing: existing.is_some(),
-            state: Some(existing.unwrap_or(ClaimState::Queued)),
+            existing: false,
+            state: Some(ClaimState::Queued),
             error: None,
         }),
         Err(e)

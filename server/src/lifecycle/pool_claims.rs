@@ -156,6 +156,11 @@ pub fn claim_from_pool(
             return Ok((answer, new));
         }
     }
+    // A late copy of a request sent before the alloc released a member is refused, whichever
+    // member that was: it must not land on another member that is free now.
+    for volume in &all {
+        super::retries::refuse_if_released(&*ctx, volume, &claim.alloc, sent_at)?;
+    }
     if all.is_empty() {
         return Err(ApiError::not_found(format!(
             "pool `{pool}` has no members: no volume's labels match its selector {}",

@@ -116,6 +116,13 @@ pub fn set_volume_labels(
     actor: &str,
 ) -> ApiResult<()> {
     ctx.require_volume(volume)?;
+    if !req.set.is_empty() && ctx.job_volume(volume)?.is_some() {
+        // A label could put a volume made for one job into a pool, for other jobs to take.
+        return Err(ApiError::invalid(format!(
+            "volume `{volume}` is a per-job volume, made for one job alone: it takes no labels"
+        ))
+        .with_hint("label a volume that is not made for one job"));
+    }
     if req.set.is_empty() && req.remove.is_empty() {
         return Err(
             ApiError::invalid("no label to set or remove").with_hint(format!(

@@ -328,6 +328,9 @@ pub trait Snapshot {
     fn kept_answer(&self, token: &str, key: &str) -> ApiResult<Option<KeptAnswer>>;
     /// The tombstone of `alloc`'s claim on `volume`: its last release.
     fn tombstone(&self, volume: &str, alloc: &str) -> ApiResult<Option<Tombstone>>;
+    /// The volumes named `PREFIX…` on which `alloc`'s claim left a tombstone (a job's
+    /// per-job volumes of one name, which may be deleted by now).
+    fn tombstoned_under(&self, prefix: &str, alloc: &str) -> ApiResult<Vec<String>>;
 
     fn require_volume(&self, name: &str) -> ApiResult<VolumeRow> {
         self.volume(name)?.ok_or_else(|| {

@@ -45,7 +45,7 @@ const EXPECTED: &[(&str, &str, &str)] = &[
         "/v1/volumes/{name}/eligibility",
         "expand-modify@named",
     ),
-    ("post", "/v1/volumes/{name}/labels", "expand-modify@named"),
+    ("post", "/v1/volumes/{name}/labels", "expand-modify@cluster"),
     ("get", "/v1/pools", "read@cluster"),
     ("get", "/v1/pools/{name}", "read@cluster"),
     ("put", "/v1/pools/{name}", "create-delete@cluster"),

@@ -20,6 +20,7 @@
 
 mod backlog;
 mod chaos;
+mod ci;
 mod client;
 mod cluster;
 mod floor;
@@ -173,7 +174,8 @@ pub struct Args {
     /// Exits 1 on any violation.
     #[arg(long)]
     pub chaos: bool,
-    /// The chaos campaign's random seed [default: random, printed in the report].
+    /// The random seed of the chaos campaign and of the CI scenario's jobs [default:
+    /// random, printed in the report].
     #[arg(long)]
     pub seed: Option<u64>,
     /// The chaos campaign's fault kinds, comma-separated [default: every kind the mode has;
@@ -193,6 +195,35 @@ pub struct Args {
     /// How long each controller call takes on the backlog scenario's controller host.
     #[arg(long, default_value = "20ms", value_parser = humantime::parse_duration)]
     pub backlog_op_time: Duration,
+    /// The CI scenario instead of the benchmark (full mode): N jobs, each with a branch
+    /// key drawn from a Zipf distribution and a node at random, claim a member of a pool
+    /// of caches by key (`POST /v1/pools/NAME/claims`), write, and release as succeeded;
+    /// the same jobs run at once on a second pool whose member is picked at random, the
+    /// baseline. Prints how often each got a member last released with the job's key or
+    /// still staged on its node, and claim → ready of warm members against cold ones;
+    /// then --fresh-jobs per-job volumes from a snapshot against the floor of their
+    /// plugin calls. Use `--mount bind` for real mounts.
+    #[arg(long, value_name = "N")]
+    pub ci_jobs: Option<u32>,
+    /// The CI scenario: volumes in each pool.
+    #[arg(long, default_value_t = 8)]
+    pub pool_size: u32,
+    /// The CI scenario: branch keys the jobs draw from (rank k with weight 1/k).
+    #[arg(long, default_value_t = 12)]
+    pub cache_keys: u32,
+    /// The CI scenario: keys that share no prefix (`a-branch`, `b-branch`, ...) instead of
+    /// `branch-01`, `branch-02`, ..., which share `branch-0` and so are each other's
+    /// prefix matches (at most 26).
+    #[arg(long)]
+    pub distinct_keys: bool,
+    /// The CI scenario: clients per arm, each running one job at a time (at most
+    /// --pool-size: a client holds one member).
+    #[arg(long, default_value_t = 3)]
+    pub ci_clients: u32,
+    /// The CI scenario: jobs on fresh volumes from a snapshot, one at a time, and as many
+    /// samples of the floor of their plugin calls.
+    #[arg(long, default_value_t = 20)]
+    pub fresh_jobs: u32,
 }
 
 /// SQLite commits measured for the floor (each one fsyncs, so fewer than round trips).
@@ -264,6 +295,29 @@ impl Config {
         }
         if args.backlog && args.backlog_detaches == 0 {
             bail!("--backlog-detaches must be at least 1");
+        }
+        if args.ci_jobs.is_some() && (args.chaos || args.backlog || !full) {
+            bail!(
+                "--ci-jobs runs on real agents and plugins: use it with --mode full, without --chaos or --backlog"
+            );
+        }
+        if args.ci_jobs.is_some()
+            && (args.ci_jobs == Some(0) || args.fresh_jobs == 0 || args.cache_keys == 0)
+        {
+            bail!("--ci-jobs, --fresh-jobs and --cache-keys must be at least 1");
+        }
+        if args.ci_jobs.is_some() && args.distinct_keys && args.cache_keys > 26 {
+            bail!(
+                "--distinct-keys names at most 26 keys, one per letter; --cache-keys is {}",
+                args.cache_keys
+            );
+        }
+        if args.ci_jobs.is_some() && (args.ci_clients == 0 || args.ci_clients > args.pool_size) {
+            bail!(
+                "--ci-clients ({}) must be between 1 and --pool-size ({}): each client holds one member at a time",
+                args.ci_clients,
+                args.pool_size
+            );
         }
         let list_volumes = args.list_volumes.unwrap_or(if full { 0 } else { 100_000 });
         Ok(Self {
@@ -362,6 +416,13 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
             Duration::from_secs(900) + cfg.args.backlog_op_time * cfg.args.backlog_detaches * 4;
         let report = run_bounded("backlog scenario", budget, backlog::run(&cfg))?;
         return emit(cfg.args.json, &report, || report.text(), true);
+    }
+    if let Some(jobs) = cfg.args.ci_jobs {
+        let budget = Duration::from_secs(600)
+            + cfg.args.cycle_timeout * 3
+            + Duration::from_secs(2) * (jobs + cfg.args.fresh_jobs * 2);
+        let report = run_bounded("CI scenario", budget, ci::run(&cfg))?;
+        return emit(cfg.args.json, &report, || report.text(), report.ok);
     }
     let report = run_bounded("run", cfg.budget(), phases::execute(&cfg))?;
     emit(cfg.args.json, &report, || report.text(), report.ok)

@@ -82,12 +82,12 @@ impl Drop for WorkDir {
 
 /// The processes of a run, in the order they must stop: nodes (agents, then plugins)
 /// before the server, the directory last.
-struct Run {
+pub struct Run {
     /// With `--store etcd`, the etcd cluster (stopped by pid when the run ends).
     _etcd: Option<csivol_tests::etcd::EtcdCluster>,
     sims: Option<SimCluster>,
-    full: Option<FullCluster>,
-    server: Server,
+    pub full: Option<FullCluster>,
+    pub server: Server,
     _dir: WorkDir,
 }
 
@@ -363,7 +363,7 @@ pub async fn execute(cfg: &Config) -> anyhow::Result<Report> {
 
 /// Phase 1: the floor (a durable SQLite commit, an HTTP round trip to the real server, a
 /// gRPC round trip to a real plugin), the server, and in full mode the plugins.
-async fn start(
+pub async fn start(
     cfg: &Config,
     bins: &Bins,
     dir: WorkDir,
@@ -468,7 +468,7 @@ async fn start(
 }
 
 /// Phase 2: the nodes, real agents (full mode) or simulated ones; returns their names.
-async fn start_nodes(
+pub async fn start_nodes(
     cfg: &Config,
     run: &mut Run,
     bins: &Bins,

@@ -256,6 +256,64 @@ fn bench_backlog_scenario() {
     assert!(r["queued_at_attach"].as_u64().unwrap() > 0, "{r:#}");
 }
 
+/// The CI scenario, tiny, with real bind mounts (the tests run as root): both arms ran
+/// every job, the pool's warm-hit and the baseline's counts add up, and every fresh job
+/// and floor sample was timed.
+#[test]
+fn bench_ci_jobs_scenario() {
+    let out = Command::new(env!("CARGO_BIN_EXE_csivol-bench"))
+        .args([
+            "--mode=full",
+            "--nodes=2",
+            "--mount=bind",
+            "--ci-jobs=10",
+            "--pool-size=3",
+            "--cache-keys=3",
+            "--ci-clients=2",
+            "--fresh-jobs=2",
+            "--floor-samples=50",
+            "--seed=1",
+            "--json",
+        ])
+        .output()
+        .expect("run csivol-bench");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "csivol-bench --ci-jobs failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+    let r: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("stdout is not one JSON object ({e}):\n{stdout}"));
+    assert_eq!(r["ok"], true, "{r:#}");
+    assert_eq!(r["seed"], 1, "{r:#}");
+    for arm in ["pool", "random"] {
+        let a = &r[arm];
+        assert_eq!(a["jobs"], 10, "{r:#}");
+        let counted: u64 = ["same_key", "staged_here", "prefix", "cold"]
+            .iter()
+            .map(|k| a[k].as_u64().unwrap())
+            .sum();
+        assert_eq!(counted, 10, "{arm}: every job has one choice: {r:#}");
+        let timed = a["warm_claim_ready"]["samples"].as_u64().unwrap()
+            + a["cold_claim_ready"]["samples"].as_u64().unwrap();
+        assert_eq!(timed, 10, "{r:#}");
+    }
+    // Three keys over three members: after the first jobs a key's member is free more
+    // often than not, and the server must have found it warm at least once.
+    assert!(r["pool"]["same_key"].as_u64().unwrap() > 0, "{r:#}");
+    let fresh = &r["fresh"];
+    assert_eq!(fresh["jobs"], 2, "{r:#}");
+    assert_eq!(fresh["job"]["samples"], 2, "{r:#}");
+    assert_eq!(fresh["plugin_calls_floor"]["samples"], 2, "{r:#}");
+    assert!(
+        fresh["plugin_calls_floor"]["p50_ms"].as_f64().unwrap() > 0.0,
+        "{r:#}"
+    );
+    assert!(fresh["ratio_p50"].as_f64().unwrap() > 0.0, "{r:#}");
+}
+
 /// HA mode's kinds besides the one-server campaign's.
 const HA: [&str; 6] = [
     "stop-server",

@@ -50,16 +50,6 @@ fn events(c: &Cluster, volume: &str) -> Vec<Value> {
         .clone()
 }
 
-fn wait_free(c: &Cluster, volume: &str) {
-    wait_for(&format!("volume {volume} free"), WAIT, || {
-        let v = c
-            .csivol(&["volume", "show", volume, "-o", "json"])
-            .ok()
-            .json();
-        (v["state"] == "free").then_some(())
-    });
-}
-
 /// Kills, by pid, a process a job wrote its pid for (a command left behind by a killed
 /// `csivol run`), when dropped.
 struct PidFile(PathBuf);
@@ -118,7 +108,7 @@ echo "status $?"
         "the job's status: {out:?}"
     );
     assert!(out.stderr.contains("alloc: job-1"), "{out:?}");
-    wait_free(&c, "build-cache");
+    c.wait_free("build-cache");
     assert!(c.all_mounts().is_empty(), "{:?}", c.all_mounts());
     let created = events(&c, "build-cache")
         .into_iter()
@@ -173,7 +163,7 @@ fn a_killed_job_leaves_a_lease_that_runs_out() {
     csivol.kill();
 
     // Nobody renews the lease: the server releases the claim through the node.
-    wait_free(&c, "v");
+    c.wait_free("v");
     assert!(c.all_mounts().is_empty(), "{:?}", c.all_mounts());
     let expired = events(&c, "v")
         .into_iter()

@@ -345,6 +345,23 @@ impl Cluster {
     pub fn all_mounts(&self) -> Vec<PathBuf> {
         self.nodes.iter().flat_map(Node::mounts).collect()
     }
+
+    /// Waits until `volume` is `free`: no claim holds it and it is detached from every
+    /// node (a release is answered once the claim is gone; the detach follows in the
+    /// node's own time).
+    pub fn wait_free(&self, volume: &str) {
+        wait_for(
+            &format!("volume {volume} to be free"),
+            Duration::from_secs(60),
+            || {
+                let v = self
+                    .csivol(&["volume", "show", volume, "-o", "json"])
+                    .ok()
+                    .json();
+                (v["state"] == "free").then_some(())
+            },
+        );
+    }
 }
 
 impl Drop for Cluster {

@@ -61,20 +61,6 @@ fn error_of(out: &Out) -> serde_json::Value {
     v["error"].clone()
 }
 
-fn wait_free(c: &Cluster, volume: &str) {
-    wait_for(
-        &format!("volume {volume} to be free"),
-        Duration::from_secs(60),
-        || {
-            let v = c
-                .csivol(&["volume", "show", volume, "-o", "json"])
-                .ok()
-                .json();
-            (v["state"] == "free").then_some(())
-        },
-    );
-}
-
 fn expand(c: &Cluster, volume: &str, size: &str) -> Out {
     c.csivol(&[
         "volume",
@@ -210,7 +196,7 @@ fn offline_expansion_is_refused_while_claimed_and_works_after_release() {
         "{e}"
     );
     release(&c, "cold", "job-1");
-    wait_free(&c, "cold");
+    c.wait_free("cold");
     // The plugin grows the storage, and says a node must grow the file system: nowhere
     // staged now, so that waits for the next node to stage it.
     let out = expand(&c, "cold", "3MiB");

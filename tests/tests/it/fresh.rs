@@ -2,7 +2,7 @@
 //! snapshot, a clone or a spec in the topology of the job's node, claimed, and deleted
 //! through the plugin after the job; a lapsed lease deletes them too, a blocked one is
 //! never deleted until it is unblocked, a failed job may keep its volume for a while, and a
-//! retried request makes one volume.
+//! retried request makes one volume, and two jobs of one alloc never share one.
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -278,15 +278,16 @@ fn a_retried_request_makes_one_volume_and_a_reused_alloc_gets_a_new_one() {
     assert_eq!(first.0, 201, "{first:?}");
     assert_eq!(first, second, "answered with the first answer");
 
-    // The same alloc and name without a key: the claim it holds, not a second volume.
+    // Another request of the same alloc and name while its claim is held (a CI matrix's
+    // legs sharing one run id): refused, never the first job's volume, nothing made.
     let one = claim_fresh(&c, &source, "job-1", &["--ttl", "1m", "-o", "json"]);
     let again = claim_fresh(&c, &source, "job-1", &["--ttl", "1m"]);
     let name = one.ok().json()["volume"].as_str().unwrap().to_owned();
+    assert_eq!(again.code, 4, "{again:?}");
     assert!(
-        again
-            .ok()
-            .stderr
-            .contains(&format!("already holds volume {name}")),
+        again.stderr.contains(&format!(
+            "already holds per-job volume `scratch` (volume `{name}`)"
+        )),
         "{again:?}"
     );
 

@@ -13,6 +13,8 @@ fn a_volume_created_again_under_a_used_name_gets_storage_of_its_own() {
     let t = claim(&c, "db", "w1");
     std::fs::write(t.join("old.txt"), "the first db's data").unwrap();
     release(&c, "db", "w1");
+    // The release is answered once the claim is gone; deregistering waits for the detach.
+    c.wait_free("db");
     // Forgotten by csivol; the storage keeps the volume.
     let out = c.csivol(&["volume", "deregister", "db", "--yes"]);
     assert_eq!(out.code, 0, "{out:?}");

@@ -29,8 +29,17 @@ async fn fresh(
     env: &Env,
     req: FreshClaimRequest,
 ) -> crate::error::ApiResult<(csivol_api::Claim, bool)> {
+    sent(env, req, None).await
+}
+
+/// A request sent at `sent_at` (unix ms; `X-Csivol-Sent-At`).
+async fn sent(
+    env: &Env,
+    req: FreshClaimRequest,
+    sent_at: Option<i64>,
+) -> crate::error::ApiResult<(csivol_api::Claim, bool)> {
     env.write(move |ctx, l| {
-        super::super::create_fresh_claim(ctx, &req, &Claimant::operator("op"), l)
+        super::super::create_fresh_claim(ctx, &req, &Claimant::operator("op"), l, sent_at)
     })
     .await
 }
@@ -50,11 +59,26 @@ async fn the_claim_waits_for_create_volume_and_the_volume_goes_once_released() {
         volume.starts_with("db-") && volume.len() == "db-".len() + 10,
         "{volume}"
     );
-    // A retry is answered with the claim it made; nothing is made twice.
-    let (again, new) = fresh(&env, request("a1", Some(60_000))).await.unwrap();
-    assert!(!new);
-    assert_eq!(again.volume, volume);
+    // Another request of the alloc for the name while its claim is held (a CI matrix's
+    // legs sharing one run id, or a copy without its key) is refused; nothing is made
+    // twice. A retry with its key is answered before the lifecycle, by the key.
+    let e = fresh(&env, request("a1", Some(60_000))).await.unwrap_err();
+    assert!(
+        format!("{e:?}").contains("already holds per-job volume"),
+        "{e:?}"
+    );
     assert_eq!(env.ops().await, [format!("create {volume} - n1 0")]);
+
+    // Another job cannot copy this job's volume: its data is this job's alone.
+    let copy = FreshClaimRequest {
+        source: FreshSource::Volume(volume.clone()),
+        ..request("a2", Some(60_000))
+    };
+    let e = fresh(&env, copy).await.unwrap_err();
+    assert!(
+        format!("{e:?}").contains("another job's per-job volume"),
+        "{e:?}"
+    );
 
     let op = env.ops_of("n1").await.remove(0);
     let payload: serde_json::Value = serde_json::from_str(&op.payload).unwrap();
@@ -133,6 +157,56 @@ async fn the_claim_waits_for_create_volume_and_the_volume_goes_once_released() {
         "{:?}",
         env.ops().await
     );
+
+    // The plugin refuses the deletion for good: the volume stays, with its error, and the
+    // leader's sweep does not ask again at once (it would, every few seconds, for ever).
+    let delete = env
+        .ops_of("n1")
+        .await
+        .into_iter()
+        .find(|o| o.kind.as_str() == "delete")
+        .expect("DeleteVolume asked for");
+    env.report(
+        "n1",
+        vec![Report::OpError {
+            op: delete.id as u64,
+            attempt: delete.attempt,
+            error: super::plugin_error("FAILED_PRECONDITION", true),
+        }],
+    )
+    .await;
+    env.write(|ctx, l| crate::lifecycle::collect_job_volumes(ctx, l))
+        .await
+        .unwrap();
+    let v = volume.clone();
+    let row = env.read(move |c| c.require_volume(&v)).await;
+    assert_eq!(
+        row.lifecycle,
+        Lifecycle::Ready,
+        "kept, with the plugin's error"
+    );
+    assert!(row.error.is_some());
+    assert_eq!(env.events_of("volume-deleting").await.len(), 1);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    assert!(
+        !env.read(move |c| crate::lifecycle::any_job_volume_due(c, now))
+            .await
+    );
+
+    // A late copy of the job's request, sent before its release, makes nothing; a request
+    // sent after it (the alloc reused) gets a volume of its own.
+    let e = sent(&env, request("a1", Some(60_000)), Some(1))
+        .await
+        .unwrap_err();
+    assert!(format!("{e:?}").contains("released"), "{e:?}");
+    let (c, new) = sent(&env, request("a1", Some(60_000)), Some(i64::MAX / 2))
+        .await
+        .unwrap();
+    assert!(new);
+    assert_ne!(c.volume, volume);
 }
 
 /// With the etcd store a cluster runs on the previous schema until `upgrade finalize`: a

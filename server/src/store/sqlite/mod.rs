@@ -617,6 +617,10 @@ impl Snapshot for Connection {
         retries::tombstone(self, volume, alloc)
     }
 
+    fn tombstoned_under(&self, prefix: &str, alloc: &str) -> ApiResult<Vec<String>> {
+        retries::tombstoned_under(self, prefix, alloc)
+    }
+
     fn meta(&self, prefix: &str) -> ApiResult<Vec<(String, i64)>> {
         access::meta(self, prefix)
     }
@@ -735,6 +739,7 @@ reads_through_the_transaction! {
     open_pool_claim(volume: &str, alloc: &str) -> Option<PoolClaimRow>;
     kept_answer(token: &str, key: &str) -> Option<crate::store::KeptAnswer>;
     tombstone(volume: &str, alloc: &str) -> Option<crate::store::Tombstone>;
+    tombstoned_under(prefix: &str, alloc: &str) -> Vec<String>;
     meta(prefix: &str) -> Vec<(String, i64)>;
 }
 

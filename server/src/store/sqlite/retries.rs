@@ -43,6 +43,25 @@ pub fn kept_answer(conn: &Connection, token: &str, key: &str) -> ApiResult<Optio
     }))
 }
 
+/// The volumes named `prefix…` with a tombstone of `alloc`: a range of the table's key,
+/// which starts with the volume's name.
+pub fn tombstoned_under(conn: &Connection, prefix: &str, alloc: &str) -> ApiResult<Vec<String>> {
+    if !kept(conn)? || prefix.is_empty() {
+        return Ok(Vec::new());
+    }
+    // Every name that starts with `prefix` sorts from it up to (not including) `prefix` with
+    // its last byte one higher; names are ASCII.
+    let mut end = prefix.as_bytes().to_vec();
+    *end.last_mut().expect("not empty") += 1;
+    let end =
+        String::from_utf8(end).map_err(|e| crate::error::ApiError::internal(e.to_string()))?;
+    let mut stmt = conn.prepare_cached(
+        "SELECT volume FROM claim_tombstones WHERE volume >= ?1 AND volume < ?2 AND alloc = ?3",
+    )?;
+    let rows = stmt.query_map(params![prefix, end, alloc], |r| r.get(0))?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
 pub fn tombstone(conn: &Connection, volume: &str, alloc: &str) -> ApiResult<Option<Tombstone>> {
     if !kept(conn)? {
         return Ok(None);
