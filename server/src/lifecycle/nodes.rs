@@ -358,6 +358,11 @@ pub(super) fn return_from_loss(
             )?;
         }
     }
+    // A queued claim held nothing while its node was lost, and its queue granted it
+    // nothing then (a lost node may start nothing): it may start now.
+    for c in ctx.claims_of_node(node, Some(ClaimState::Queued))? {
+        volumes.insert(c.volume);
+    }
     let blocked_atts = attachments_in(ctx, node, &[AttachmentState::Blocked])?;
     for v in blocked_atts {
         set_attachment_state(ctx, &v, node, AttachmentState::Attached)?;
@@ -511,7 +516,13 @@ pub fn mark_lost(ctx: &mut impl Txn, node: &str, why: &str, limits: &Limits) -> 
         ctx.delete_op_for(OpKind::Publish, v, node)?;
     }
     let hosted = unassign_hosted_ops(ctx, node)?;
-    let volumes: BTreeSet<&str> = claims
+    // The volumes the node held: a queued claim holds nothing, so its volume is blocked
+    // only if the node holds it otherwise.
+    let holding: Vec<&ClaimRow> = claims
+        .iter()
+        .filter(|c| c.state != ClaimState::Queued)
+        .collect();
+    let volumes: BTreeSet<&str> = holding
         .iter()
         .map(|c| c.volume.as_str())
         .chain(atts.iter().map(String::as_str))
@@ -525,12 +536,12 @@ pub fn mark_lost(ctx: &mut impl Txn, node: &str, why: &str, limits: &Limits) -> 
         "server",
         format!(
             "{why}: node lost; {} claim(s) and {} attachment(s) blocked until it returns or is unblocked",
-            claims.len(),
+            holding.len(),
             atts.len()
         ),
     )?;
     for v in volumes {
-        let allocs: Vec<_> = claims
+        let allocs: Vec<_> = holding
             .iter()
             .filter(|c| c.volume == v)
             .map(|c| c.alloc.as_str())
