@@ -101,14 +101,16 @@ pub struct JobsReport {
     /// restored state never knew them), counted apart.
     pub storage_volumes_leaked: usize,
     pub storage_volumes_forgotten_by_restore: usize,
-    /// `volume-deleting` while the volume was blocked (each a violation).
+    /// `volume-deleting` while the volume was blocked (each a violation), and how many
+    /// times a per-job volume or pool member was blocked (what that check had to judge).
     pub deleted_while_blocked: usize,
+    pub job_volumes_blocked: usize,
 }
 
 impl JobsReport {
     pub fn text(&self) -> String {
         format!(
-            "jobs: {} per-job volume cycles, {} pool cycles, {} claims refused and tried again, {} leases lapsed, {} markers written, {} targets seen presented (--mount none), {} requests retried; after the drain: {} per-job volumes left, {} volumes leaked in the storage ({} more made within a restore's window), {} deleted while blocked",
+            "jobs: {} per-job volume cycles, {} pool cycles, {} claims refused and tried again, {} leases lapsed, {} markers written, {} targets seen presented (--mount none), {} requests retried; after the drain: {} per-job volumes left, {} volumes leaked in the storage ({} more made within a restore's window), {} deleted while blocked (of {} blocks of per-job volumes and pool members)",
             self.fresh_cycles,
             self.pool_cycles,
             self.job_claims_refused,
@@ -119,7 +121,8 @@ impl JobsReport {
             self.job_volumes_left,
             self.storage_volumes_leaked,
             self.storage_volumes_forgotten_by_restore,
-            self.deleted_while_blocked
+            self.deleted_while_blocked,
+            self.job_volumes_blocked
         )
     }
 
@@ -496,6 +499,16 @@ fn made_at(file: &Path) -> u64 {
         .ok()
         .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
         .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// How many times a per-job volume or pool member was blocked.
+pub fn blocks(events: &[api::Event]) -> usize {
+    events
+        .iter()
+        .filter(|e| e.kind == "volume-blocked")
+        .filter_map(|e| e.volume.as_deref())
+        .filter(|v| v.starts_with("scratch-") || v.starts_with(POOL))
+        .count()
 }
 
 /// Volumes whose DeleteVolume was asked for (`volume-deleting`) while they were blocked:

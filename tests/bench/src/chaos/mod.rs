@@ -471,6 +471,7 @@ async fn execute(cfg: &Config, net: Option<Arc<Net>>) -> anyhow::Result<ChaosRep
     violations.extend(invariants::unattributed_force(&events));
     let blocked = jobs::deleted_while_blocked(&events);
     jobs.report.deleted_while_blocked = blocked.len();
+    jobs.report.job_volumes_blocked = jobs::blocks(&events);
     violations.extend(blocked);
     violations.extend(invariants::recorded_allocs(&events, load::OVERSIZED_ALLOC));
     for (i, s) in cluster.servers.iter_mut().enumerate() {
