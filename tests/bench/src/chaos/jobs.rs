@@ -105,12 +105,16 @@ pub struct JobsReport {
     /// times a per-job volume or pool member was blocked (what that check had to judge).
     pub deleted_while_blocked: usize,
     pub job_volumes_blocked: usize,
+    /// Per-job volumes and pool members the observer saw presented, and of those, how
+    /// many it saw presented on two nodes at once (each a violation).
+    pub job_volumes_observed: usize,
+    pub job_double_writers: usize,
 }
 
 impl JobsReport {
     pub fn text(&self) -> String {
         format!(
-            "jobs: {} per-job volume cycles, {} pool cycles, {} claims refused and tried again, {} leases lapsed, {} markers written, {} targets seen presented (--mount none), {} requests retried; after the drain: {} per-job volumes left, {} volumes leaked in the storage ({} more made within a restore's window), {} deleted while blocked (of {} blocks of per-job volumes and pool members)",
+            "jobs: {} per-job volume cycles, {} pool cycles, {} claims refused and tried again, {} leases lapsed, {} markers written, {} targets seen presented (--mount none), {} requests retried; {} per-job volumes and pool members seen presented, {} of them on two nodes at once; after the drain: {} per-job volumes left, {} volumes leaked in the storage ({} more made within a restore's window), {} deleted while blocked (of {} blocks of per-job volumes and pool members)",
             self.fresh_cycles,
             self.pool_cycles,
             self.job_claims_refused,
@@ -118,12 +122,24 @@ impl JobsReport {
             self.job_markers_written,
             self.job_targets_presented,
             self.job_retries,
+            self.job_volumes_observed,
+            self.job_double_writers,
             self.job_volumes_left,
             self.storage_volumes_leaked,
             self.storage_volumes_forgotten_by_restore,
             self.deleted_while_blocked,
             self.job_volumes_blocked
         )
+    }
+
+    /// What the observer saw of the per-job volumes and pool members.
+    pub fn observed(&mut self, o: &super::invariants::Observed) {
+        self.job_volumes_observed = o.job_volumes.len();
+        self.job_double_writers = o
+            .violations
+            .iter()
+            .filter(|v| o.job_volumes.iter().any(|j| on_volume(v, j)))
+            .count();
     }
 
     fn add(&mut self, o: &JobsReport) {
@@ -341,7 +357,18 @@ async fn job(http: &Http, spec: &Spec, alloc: &str, node: &str, key: &str, out: 
         Kind::Pool => format!("{claim_path}?succeeded=true"),
     };
     let r = &mut out.report;
-    match persist(deadline, &mut r.job_retries, || http.delete(&release)).await {
+    // A claim blocked on its lost node cannot be released through it (423): as a CI job
+    // would, the job waits for the node to come back.
+    let answer = loop {
+        match persist(deadline, &mut r.job_retries, || http.delete(&release)).await {
+            Answer::Got(a) if a.status == 423 && Instant::now() < deadline => {
+                r.job_retries += 1;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            answer => break answer,
+        }
+    };
+    match answer {
         Answer::Got(a) if a.status < 300 || a.status == 404 => {}
         Answer::Got(a) => {
             out.stuck.push(format!(
@@ -424,6 +451,13 @@ async fn write_marker(
     }
 }
 
+/// Whether observer violation `v` names volume `volume` (`... volume NAME: holders`).
+fn on_volume(v: &str, volume: &str) -> bool {
+    v.split(':')
+        .next()
+        .is_some_and(|head| head.ends_with(&format!(" {volume}")))
+}
+
 fn text(r: &Resp) -> String {
     String::from_utf8_lossy(&r.body).chars().take(200).collect()
 }
@@ -440,9 +474,10 @@ pub fn sum(outcomes: Vec<Outcome>) -> Outcome {
 }
 
 /// After the drain: waits until no per-job volume is left in csivol's list and the
-/// plugin's storage holds only `before` (the campaign's own volumes), until `timeout`;
-/// what is left then is named in `violations`, except volumes made within a restore's
-/// window (the restored state never knew them), whose ids it returns.
+/// plugin's storage holds only `before` (the campaign's own volumes) and volumes made
+/// within a restore's window (the restored state never knew them), until `timeout`; what
+/// is left then is named in `violations`, except those made within a restore's window,
+/// whose ids it returns.
 pub async fn check_left(
     http: &Http,
     backend: &Path,
@@ -469,7 +504,13 @@ pub async fn check_left(
             .difference(before)
             .cloned()
             .collect();
-        let done = listed.is_some() && left.is_empty() && extra.is_empty();
+        // Once csivol knows no per-job volume, it will delete nothing more: what is left
+        // in the storage then stays, and only what a restore forgot may.
+        let done = listed.is_some()
+            && left.is_empty()
+            && extra.iter().all(|id| {
+                ledger.forgotten_by_a_restore(made_at(&backend.join("volumes").join(id)))
+            });
         if done || Instant::now() >= deadline {
             report.job_volumes_left = left.len();
             for v in left {
@@ -501,13 +542,18 @@ fn made_at(file: &Path) -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
+/// Whether `volume` is one of the campaign's per-job volumes or pool members.
+pub fn is_job_volume(volume: &str) -> bool {
+    volume.starts_with("scratch-") || volume.starts_with(POOL)
+}
+
 /// How many times a per-job volume or pool member was blocked.
 pub fn blocks(events: &[api::Event]) -> usize {
     events
         .iter()
         .filter(|e| e.kind == "volume-blocked")
         .filter_map(|e| e.volume.as_deref())
-        .filter(|v| v.starts_with("scratch-") || v.starts_with(POOL))
+        .filter(|v| is_job_volume(v))
         .count()
 }
 
@@ -559,6 +605,25 @@ mod tests {
             "alloc": null, "actor": "server", "message": ""
         }))
         .unwrap()
+    }
+
+    /// The observer's sightings on two nodes count for the jobs only when they name a
+    /// per-job volume or pool member, the whole name.
+    #[test]
+    fn double_writers_of_job_volumes_are_counted_by_name() {
+        let o = super::super::invariants::Observed {
+            scans: 2,
+            violations: vec![
+                "two writers on single-writer volume chaos-pool-1: node-1 (x), node-2 (y)".into(),
+                "two writers on single-writer volume vol-0001: node-1 (x), node-2 (y)".into(),
+            ],
+            job_volumes: ["chaos-pool-1", "chaos-pool-10", "scratch-ab"]
+                .map(str::to_owned)
+                .into(),
+        };
+        let mut r = JobsReport::default();
+        r.observed(&o);
+        assert_eq!((r.job_volumes_observed, r.job_double_writers), (3, 1));
     }
 
     /// A deletion after a block counts unless something ended the block in between; a

@@ -25,8 +25,7 @@ mod restore;
 mod slowbody;
 mod starts;
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
+use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -289,7 +288,11 @@ async fn execute(cfg: &Config, net: Option<Arc<Net>>) -> anyhow::Result<ChaosRep
 
     let nodes = cluster.node_dirs();
     let (stop_observing, observing) = tokio::sync::watch::channel(false);
-    let observer = tokio::spawn(observe(nodes.clone(), mount.to_owned(), observing));
+    let observer = tokio::spawn(invariants::observe(
+        nodes.clone(),
+        mount.to_owned(),
+        observing,
+    ));
 
     let started = Instant::now();
     let until = started + a.duration;
@@ -460,8 +463,9 @@ async fn execute(cfg: &Config, net: Option<Arc<Net>>) -> anyhow::Result<ChaosRep
             .map(|o| format!("orphan after the drain: {o}")),
     );
     let _ = stop_observing.send(true);
-    let (observations, seen) = observer.await.context("the observer panicked")?;
-    violations.extend(seen);
+    let observed = observer.await.context("the observer panicked")?;
+    jobs.report.observed(&observed);
+    violations.extend(observed.violations);
     violations.extend(invariants::call_log_overlaps(&nodes));
     let events = invariants::all_events(&http).await?;
     // Beside the history, for a look at what the servers recorded when a check fails.
@@ -534,7 +538,7 @@ async fn execute(cfg: &Config, net: Option<Arc<Net>>) -> anyhow::Result<ChaosRep
         unsure_claims: tally.unsure.len(),
         unsure_left: drained.left.len(),
         unsure_reappeared: drained.reappeared.len(),
-        observations,
+        observations: observed.scans,
         history_operations: checked.operations,
         history_volumes: checked.volumes,
         anomalies: checked.anomalies.len(),
@@ -679,42 +683,6 @@ async fn final_holders(http: &Http, names: &[String], history: &Recorder) {
             .map(|c| c.alloc.clone());
         history.completed(name, at, Input::Holder, Output::Held(writer));
     }
-}
-
-/// Scans the nodes every 100 ms for a single-writer volume presented on two nodes; a
-/// sighting counts once a second scan, after it, sees it too (a scan reads the nodes one
-/// after the other, so one scan alone can straddle a correct handover).
-async fn observe(
-    nodes: Vec<(String, PathBuf)>,
-    mount: String,
-    stop: tokio::sync::watch::Receiver<bool>,
-) -> (u64, Vec<String>) {
-    let mut scans = 0;
-    let mut found: BTreeSet<String> = BTreeSet::new();
-    while !*stop.borrow() {
-        let (n, m) = (nodes.clone(), mount.clone());
-        let twice = tokio::task::spawn_blocking(move || {
-            let first = invariants::double_writers(&invariants::writers(&n, &m));
-            if first.is_empty() {
-                return Vec::new();
-            }
-            let second = invariants::double_writers(&invariants::writers(&n, &m));
-            second
-                .into_iter()
-                .filter(|v| {
-                    first
-                        .iter()
-                        .any(|f| f.split(':').next() == v.split(':').next())
-                })
-                .collect()
-        })
-        .await
-        .unwrap_or_default();
-        scans += 1;
-        found.extend(twice);
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    (scans, found.into_iter().collect())
 }
 
 #[cfg(test)]
