@@ -3,17 +3,15 @@
 //! lease they renew while the job runs; pool clients claim members of a pool of labelled
 //! single-writer volumes with cache keys and release them as jobs that succeeded. Each
 //! waits ready, writes a marker into its target and releases, riding out the faults by
-//! sending each request again under its `Idempotency-Key`. The end checks, after the
-//! drain: no per-job volume is left (in csivol's list, or in the plugin's storage beyond
-//! the volumes the campaign made), and no volume's DeleteVolume was asked for while its
-//! node was lost holding it (`volume-deleting` after `volume-blocked` with nothing that
-//! ended the block in between). A member or per-job volume presented on two nodes at once
-//! is seen by the campaign's observer, which scans every volume's targets.
+//! sending each request again under its `Idempotency-Key`. A claim found gone before its
+//! release is kept for the event log to explain; the end checks are `job_checks`'s. A
+//! member or per-job volume presented on two nodes at once is seen by the campaign's
+//! observer, which scans every volume's targets.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use csivol_api::domain::AccessMode;
 use csivol_api::{
@@ -88,8 +86,16 @@ pub struct JobsReport {
     /// Claims refused (a lost node, no free member): tried again later.
     pub job_claims_refused: u64,
     /// Per-job claims whose lease ran out before their release (a fault outlasting it):
-    /// the server released them and deleted their volumes.
+    /// the server released them and deleted their volumes (`claim-expired`).
     pub fresh_leases_lapsed: u64,
+    /// Acknowledged claims gone before their job released them for another reason the
+    /// event log gives: failed by the plugin and released by the server before the job
+    /// saw it failed (`claim-failed`), a per-job volume's CreateVolume failed for good
+    /// (`claim-dequeued`), or a restore forgot them (one fell while their job ran). Any
+    /// other is a violation.
+    pub job_claims_failed: u64,
+    pub job_claims_dequeued: u64,
+    pub job_claims_forgotten_by_restore: u64,
     pub job_markers_written: u64,
     /// With `--mount none`: ready targets seen presented instead.
     pub job_targets_presented: u64,
@@ -114,11 +120,14 @@ pub struct JobsReport {
 impl JobsReport {
     pub fn text(&self) -> String {
         format!(
-            "jobs: {} per-job volume cycles, {} pool cycles, {} claims refused and tried again, {} leases lapsed, {} markers written, {} targets seen presented (--mount none), {} requests retried; {} per-job volumes and pool members seen presented, {} of them on two nodes at once; after the drain: {} per-job volumes left, {} volumes leaked in the storage ({} more made within a restore's window), {} deleted while blocked (of {} blocks of per-job volumes and pool members)",
+            "jobs: {} per-job volume cycles, {} pool cycles, {} claims refused and tried again, {} leases lapsed, {} claims failed by the plugin and gone before their job saw it, {} dequeued (CreateVolume failed), {} forgotten by a restore, {} markers written, {} targets seen presented (--mount none), {} requests retried; {} per-job volumes and pool members seen presented, {} of them on two nodes at once; after the drain: {} per-job volumes left, {} volumes leaked in the storage ({} more made within a restore's window), {} deleted while blocked (of {} blocks of per-job volumes and pool members)",
             self.fresh_cycles,
             self.pool_cycles,
             self.job_claims_refused,
             self.fresh_leases_lapsed,
+            self.job_claims_failed,
+            self.job_claims_dequeued,
+            self.job_claims_forgotten_by_restore,
             self.job_markers_written,
             self.job_targets_presented,
             self.job_retries,
@@ -147,6 +156,9 @@ impl JobsReport {
         self.pool_cycles += o.pool_cycles;
         self.job_claims_refused += o.job_claims_refused;
         self.fresh_leases_lapsed += o.fresh_leases_lapsed;
+        self.job_claims_failed += o.job_claims_failed;
+        self.job_claims_dequeued += o.job_claims_dequeued;
+        self.job_claims_forgotten_by_restore += o.job_claims_forgotten_by_restore;
         self.job_markers_written += o.job_markers_written;
         self.job_targets_presented += o.job_targets_presented;
         self.job_retries += o.job_retries;
@@ -159,6 +171,20 @@ pub struct Outcome {
     pub report: JobsReport,
     pub violations: Vec<String>,
     pub stuck: Vec<String>,
+    /// Acknowledged claims a job found gone before its release, for the event log to
+    /// explain at the end.
+    pub vanished: Vec<Vanished>,
+}
+
+/// An acknowledged claim its job found gone before it released it.
+#[derive(Debug, Clone)]
+pub struct Vanished {
+    pub volume: String,
+    pub alloc: String,
+    /// Its lease may have run out by then (a per-job claim not renewed for a lease).
+    pub may_have_lapsed: bool,
+    /// A restore fell while its job ran.
+    pub restored: bool,
 }
 
 /// Makes the seed volume and the pool's labelled members, and the pool; returns the names
@@ -269,6 +295,10 @@ async fn job(http: &Http, spec: &Spec, alloc: &str, node: &str, key: &str, out: 
         }
     };
     let body = body.expect("a request serializes");
+    // The lease runs from the server's taking the request, after this; and what a restore
+    // may have forgotten.
+    let mut lease_from = Instant::now();
+    let restores = spec.ledger.restores();
     let created = match persist(deadline, &mut r.job_retries, || {
         http.post_once(&path, &body, &once)
     })
@@ -306,7 +336,6 @@ async fn job(http: &Http, spec: &Spec, alloc: &str, node: &str, key: &str, out: 
     };
     let volume = c.volume.clone();
     let claim_path = format!("/v1/volumes/{volume}/claims/{alloc}");
-    let mut renewed = Instant::now();
     let mut c = Some(c);
     loop {
         match c.as_ref().map(|c| c.state) {
@@ -327,25 +356,33 @@ async fn job(http: &Http, spec: &Spec, alloc: &str, node: &str, key: &str, out: 
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
         let r = &mut out.report;
-        if spec.kind == Kind::Fresh && renewed.elapsed() >= LEASE / 3 {
+        if spec.kind == Kind::Fresh && lease_from.elapsed() >= LEASE / 3 {
             let renew = RenewRequest {
                 ttl_ms: Some(LEASE.as_millis() as u64),
             };
             let (once, renew_path) = (new_once(), format!("{claim_path}/renew"));
+            let sent = Instant::now();
             if let Answer::Got(a) = persist(deadline, &mut r.job_retries, || {
                 http.post_once(&renew_path, &renew, &once)
             })
             .await
                 && a.status == 200
             {
-                renewed = Instant::now();
+                lease_from = sent;
             }
         }
         c = match persist(deadline, &mut r.job_retries, || http.get(&claim_path)).await {
             Answer::Got(a) if a.status == 404 => {
-                // Its lease ran out while a fault held the job back: released by the
-                // server, its volume deleted.
-                r.fresh_leases_lapsed += 1;
+                // Its lease ran out while a fault held the job back (released by the
+                // server, its volume deleted), or the event log says why it went.
+                out.vanished.push(Vanished {
+                    volume: volume.clone(),
+                    alloc: alloc.to_owned(),
+                    // A second for the server's clock, which sets the lease.
+                    may_have_lapsed: spec.kind == Kind::Fresh
+                        && lease_from.elapsed() + Duration::from_secs(1) >= LEASE,
+                    restored: spec.ledger.restores() != restores,
+                });
                 return;
             }
             Answer::Got(a) => a.json().ok(),
@@ -469,77 +506,9 @@ pub fn sum(outcomes: Vec<Outcome>) -> Outcome {
         all.report.add(&o.report);
         all.violations.extend(o.violations);
         all.stuck.extend(o.stuck);
+        all.vanished.extend(o.vanished);
     }
     all
-}
-
-/// After the drain: waits until no per-job volume is left in csivol's list and the
-/// plugin's storage holds only `before` (the campaign's own volumes) and volumes made
-/// within a restore's window (the restored state never knew them), until `timeout`; what
-/// is left then is named in `violations`, except those made within a restore's window,
-/// whose ids it returns.
-pub async fn check_left(
-    http: &Http,
-    backend: &Path,
-    before: &BTreeSet<String>,
-    ledger: &Ledger,
-    timeout: Duration,
-    report: &mut JobsReport,
-    violations: &mut Vec<String>,
-) -> BTreeSet<String> {
-    let mut forgotten = BTreeSet::new();
-    let deadline = Instant::now() + timeout;
-    loop {
-        let listed: Option<Vec<api::Volume>> = match http.get("/v1/volumes").await {
-            Ok(r) => r.json().ok(),
-            Err(_) => None,
-        };
-        let left: Vec<String> = listed
-            .iter()
-            .flatten()
-            .filter(|v| v.job.is_some())
-            .map(|v| format!("{} ({:?})", v.name, v.state))
-            .collect();
-        let extra: Vec<String> = storage_volumes(backend)
-            .difference(before)
-            .cloned()
-            .collect();
-        // Once csivol knows no per-job volume, it will delete nothing more: what is left
-        // in the storage then stays, and only what a restore forgot may.
-        let done = listed.is_some()
-            && left.is_empty()
-            && extra.iter().all(|id| {
-                ledger.forgotten_by_a_restore(made_at(&backend.join("volumes").join(id)))
-            });
-        if done || Instant::now() >= deadline {
-            report.job_volumes_left = left.len();
-            for v in left {
-                violations.push(format!("per-job volume left after the drain: {v}"));
-            }
-            for id in extra {
-                if ledger.forgotten_by_a_restore(made_at(&backend.join("volumes").join(&id))) {
-                    report.storage_volumes_forgotten_by_restore += 1;
-                    forgotten.insert(id.trim_end_matches(".json").to_owned());
-                } else {
-                    report.storage_volumes_leaked += 1;
-                    violations.push(format!(
-                        "the plugin's storage still holds volume {id}, which the campaign did not make, after the drain"
-                    ));
-                }
-            }
-            return forgotten;
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-}
-
-/// A file's time (unix ms), 0 if unknown.
-fn made_at(file: &Path) -> u64 {
-    std::fs::metadata(file)
-        .and_then(|m| m.modified())
-        .ok()
-        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// Whether `volume` is one of the campaign's per-job volumes or pool members.
@@ -547,65 +516,9 @@ pub fn is_job_volume(volume: &str) -> bool {
     volume.starts_with("scratch-") || volume.starts_with(POOL)
 }
 
-/// How many times a per-job volume or pool member was blocked.
-pub fn blocks(events: &[api::Event]) -> usize {
-    events
-        .iter()
-        .filter(|e| e.kind == "volume-blocked")
-        .filter_map(|e| e.volume.as_deref())
-        .filter(|v| is_job_volume(v))
-        .count()
-}
-
-/// Volumes whose DeleteVolume was asked for (`volume-deleting`) while they were blocked:
-/// a `volume-blocked` (its node lost holding it) with nothing in between that ends the
-/// block: an operator's unblock, the claim released by its node or forced off it, or taken
-/// down by its returning node.
-pub fn deleted_while_blocked(events: &[api::Event]) -> Vec<String> {
-    const ENDS_BLOCK: [&str; 4] = [
-        "volume-unblocked",
-        "claim-released",
-        "claim-force-released",
-        "claim-taken-down",
-    ];
-    let mut blocked: BTreeMap<&str, &api::Event> = BTreeMap::new();
-    let mut out = Vec::new();
-    for e in events {
-        let Some(v) = e.volume.as_deref() else {
-            continue;
-        };
-        match e.kind.as_str() {
-            "volume-blocked" => {
-                blocked.insert(v, e);
-            }
-            k if ENDS_BLOCK.contains(&k) => {
-                blocked.remove(v);
-            }
-            "volume-deleting" => {
-                if let Some(b) = blocked.get(v) {
-                    out.push(format!(
-                        "volume {v}: DeleteVolume asked for (event {}) while it was blocked (event {}, {})",
-                        e.index, b.index, b.message
-                    ));
-                }
-            }
-            _ => {}
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn ev(index: u64, kind: &str, volume: &str) -> api::Event {
-        serde_json::from_value(serde_json::json!({
-            "index": index, "at": "", "kind": kind, "volume": volume, "node": null,
-            "alloc": null, "actor": "server", "message": ""
-        }))
-        .unwrap()
-    }
 
     /// The observer's sightings on two nodes count for the jobs only when they name a
     /// per-job volume or pool member, the whole name.
@@ -624,25 +537,5 @@ mod tests {
         let mut r = JobsReport::default();
         r.observed(&o);
         assert_eq!((r.job_volumes_observed, r.job_double_writers), (3, 1));
-    }
-
-    /// A deletion after a block counts unless something ended the block in between; a
-    /// block of another volume says nothing of this one.
-    #[test]
-    fn a_deletion_while_blocked_is_found() {
-        let bad = [
-            ev(1, "volume-blocked", "a"),
-            ev(2, "claim-expired", "a"),
-            ev(3, "volume-deleting", "a"),
-        ];
-        assert_eq!(deleted_while_blocked(&bad).len(), 1);
-        let good = [
-            ev(1, "volume-blocked", "a"),
-            ev(2, "volume-unblocked", "a"),
-            ev(3, "volume-deleting", "a"),
-            ev(4, "volume-blocked", "b"),
-            ev(5, "volume-deleting", "c"),
-        ];
-        assert!(deleted_while_blocked(&good).is_empty());
     }
 }

@@ -17,6 +17,7 @@ mod cluster;
 mod duplicate;
 pub(crate) mod faults;
 mod invariants;
+mod job_checks;
 mod jobs;
 mod leaks;
 mod ledger;
@@ -435,7 +436,7 @@ async fn execute(cfg: &Config, net: Option<Arc<Net>>) -> anyhow::Result<ChaosRep
     let (jobs_report, backend) = (&mut jobs.report, &cluster.backend);
     let before = &storage_before;
     // Per-job volumes a restore forgot stay in the storage with what was published of them.
-    let forgotten = jobs::check_left(
+    let forgotten = job_checks::check_left(
         &http,
         backend,
         before,
@@ -473,9 +474,11 @@ async fn execute(cfg: &Config, net: Option<Arc<Net>>) -> anyhow::Result<ChaosRep
         errors.push(format!("failed to save the event log: {e}"));
     }
     violations.extend(invariants::unattributed_force(&events));
-    let blocked = jobs::deleted_while_blocked(&events);
+    let vanished = std::mem::take(&mut jobs.vanished);
+    job_checks::judge_vanished(&events, &vanished, &mut jobs.report, &mut violations);
+    let blocked = job_checks::deleted_while_blocked(&events);
     jobs.report.deleted_while_blocked = blocked.len();
-    jobs.report.job_volumes_blocked = jobs::blocks(&events);
+    jobs.report.job_volumes_blocked = job_checks::blocks(&events);
     violations.extend(blocked);
     violations.extend(invariants::recorded_allocs(&events, load::OVERSIZED_ALLOC));
     for (i, s) in cluster.servers.iter_mut().enumerate() {
