@@ -228,15 +228,17 @@ async fn release_orphans(load: &Load<'_>, deadline: Instant) -> anyhow::Result<u
                 )
             })?;
             if !found
-                && matches!(
+                && (matches!(
                     c.state,
                     api::ClaimState::Releasing | api::ClaimState::Failed
-                )
+                ) || load::failed_by_the_server(load.http, &c.alloc).await)
             {
-                // Its release was under way (or it had failed) when the backup was taken:
-                // its node takes it down on its own (before the operator's release, maybe),
-                // which the history says as the server's own drop, from the listing to its
-                // being seen gone.
+                // Its release was under way (or it had failed) when the backup was taken,
+                // or it failed since (the restored state publishes it again, and the
+                // plugin may refuse: the storage kept a later attachment): its node takes
+                // it down on its own (before the operator's release, maybe), which the
+                // history says as the server's own drop, from the listing to its being
+                // seen gone.
                 load.history.record(
                     &v.name,
                     listed_at,
