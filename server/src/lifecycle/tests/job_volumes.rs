@@ -44,6 +44,18 @@ async fn sent(
     .await
 }
 
+/// CreateVolume's answer to `op`: made as `disk-1`.
+fn created(op: &crate::model::OpRow) -> Report {
+    Report::Created {
+        op: op.id as u64,
+        attempt: op.attempt,
+        external_id: "disk-1".into(),
+        capacity_bytes: 1024,
+        context: Default::default(),
+        accessible_topology: Vec::new(),
+    }
+}
+
 #[tokio::test]
 async fn the_claim_waits_for_create_volume_and_the_volume_goes_once_released() {
     let env = Env::new();
@@ -87,18 +99,7 @@ async fn the_claim_waits_for_create_volume_and_the_volume_goes_once_released() {
         csi_name.starts_with(&format!("csivol-{volume}-")),
         "{csi_name}"
     );
-    env.report(
-        "n1",
-        vec![Report::Created {
-            op: op.id as u64,
-            attempt: 0,
-            external_id: "disk-1".into(),
-            capacity_bytes: 1024,
-            context: Default::default(),
-            accessible_topology: Vec::new(),
-        }],
-    )
-    .await;
+    env.report("n1", vec![created(&op)]).await;
     let state = env.claim_state(&volume, "a1").await.unwrap();
     assert_ne!(state.as_str(), "queued", "granted once created");
 
@@ -254,18 +255,7 @@ async fn a_claim_queued_while_its_node_was_lost_is_granted_when_it_returns() {
         env.events().await
     );
     let op = env.ops_of("ctl").await.remove(0);
-    env.report(
-        "ctl",
-        vec![Report::Created {
-            op: op.id as u64,
-            attempt: op.attempt,
-            external_id: "disk-1".into(),
-            capacity_bytes: 1024,
-            context: Default::default(),
-            accessible_topology: Vec::new(),
-        }],
-    )
-    .await;
+    env.report("ctl", vec![created(&op)]).await;
     assert_eq!(
         env.claim_state(&volume, "a1").await.unwrap().as_str(),
         "queued",
