@@ -39,7 +39,14 @@ async fn sent(
     sent_at: Option<i64>,
 ) -> crate::error::ApiResult<(csivol_api::Claim, bool)> {
     env.write(move |ctx, l| {
-        super::super::create_fresh_claim(ctx, &req, &Claimant::operator("op"), l, sent_at)
+        super::super::create_fresh_claim(
+            ctx,
+            &req,
+            &Claimant::operator("op"),
+            l,
+            sent_at,
+            &|_, spec| Ok(spec),
+        )
     })
     .await
 }
