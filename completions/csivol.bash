@@ -3147,12 +3147,19 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__release)
-            opts="-o -q -h -V --alloc --ignore-missing --succeeded --wait --timeout --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
+            opts="-o -q -h -V --pool --alloc --ignore-missing --succeeded --wait --timeout --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --pool)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
                 --alloc)
                     COMPREPLY=("${cur}")
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then

@@ -351,7 +351,7 @@ complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from help" -f -a "adopt" -d 'Register a snapshot the plugin\'s storage holds and csivol does not know'
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen_subcommand_from renew list show help" -l fresh -d 'Claim a volume made for this claim instead: `NAME=snapshot:SNAP` (with the snapshot\'s data), `NAME=volume:VOL` (a clone) or `NAME=spec:FILE` (a `volume create` spec). It is created in the topology of --node and deleted after the release, or when the lease (--ttl, required) runs out; its name is shown' -r -f
-complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen_subcommand_from renew list show help" -l pool -d 'Claim any free member of this pool instead of a named volume: the server picks the warmest for --cache-key and says which and why' -r -f
+complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen_subcommand_from renew list show help" -l pool -d 'Claim any free member of this pool instead of a named volume: the server picks the warmest for --cache-key and says which and why; with --queue, a claim that finds every member taken waits in the pool\'s line' -r -f
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen_subcommand_from renew list show help" -l cache-key -d 'The job\'s cache key (e.g. the branch): a member last released with it is preferred, and a release with `csivol release --succeeded` records it as the member\'s' -r -f
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen_subcommand_from renew list show help" -l restore-key -d 'A prefix of cache keys to fall back on, tried in order after --cache-key itself (like GitHub\'s restore-keys). Repeatable' -r -f
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen_subcommand_from renew list show help" -l node -d 'The node the alloc runs on' -r -f
@@ -370,7 +370,7 @@ complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen
 wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen_subcommand_from renew list show help" -l read-only -d 'Claim it for reading only'
-complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen_subcommand_from renew list show help" -l queue -d 'Wait in the volume\'s queue when other claims are in the way, instead of a refusal; queued claims are granted in arrival order'
+complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen_subcommand_from renew list show help" -l queue -d 'Wait in the volume\'s queue when other claims are in the way, instead of a refusal; queued claims are granted in arrival order. With --pool: wait in the pool\'s line for any member'
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen_subcommand_from renew list show help" -l dry-run -d 'Only say whether the claim would be accepted, and why not; records nothing'
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen_subcommand_from renew list show help" -l release-on-timeout -d 'When --wait runs out of --timeout, release the claim instead of leaving it'
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen_subcommand_from renew list show help" -l wait -d 'Wait until it is done, showing progress on a terminal'
@@ -455,13 +455,14 @@ complete -c csivol -n "__fish_csivol_using_subcommand run" -l token -d 'API toke
 complete -c csivol -n "__fish_csivol_using_subcommand run" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
-complete -c csivol -n "__fish_csivol_using_subcommand run" -l queue -d 'Wait in line for volumes held by others instead of failing'
+complete -c csivol -n "__fish_csivol_using_subcommand run" -l queue -d 'Wait in line for volumes held by others instead of failing (for a pool, in the pool\'s line for any member)'
 complete -c csivol -n "__fish_csivol_using_subcommand run" -l no-wait-release -d 'Do not wait for the release to finish after the command'
 complete -c csivol -n "__fish_csivol_using_subcommand run" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand run" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand run" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
 complete -c csivol -n "__fish_csivol_using_subcommand run" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand run" -s V -l version -d 'Print version'
+complete -c csivol -n "__fish_csivol_using_subcommand release" -l pool -d 'Release the alloc\'s claim from this pool: it leaves the pool\'s line if it still waits there, else its member is released' -r -f
 complete -c csivol -n "__fish_csivol_using_subcommand release" -l alloc -d 'The alloc whose claim to release' -r -f
 complete -c csivol -n "__fish_csivol_using_subcommand release" -l timeout -d 'How long --wait waits before giving up with exit code 5' -r -f
 complete -c csivol -n "__fish_csivol_using_subcommand release" -l addr -d 'Server address; several servers of one cluster comma-separated or repeated, tried in turn when one cannot be reached. The token goes over plain http:// only to a loopback address (127.0.0.0/8, ::1, localhost); without a scheme, https:// when a CA is given (--ca-cert, CSIVOL_CACERT or the default CA file), else http:// on loopback only [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r -f

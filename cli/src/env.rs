@@ -33,9 +33,20 @@ pub const CSIVOL_PATH: &str = "CSIVOL_PATH";
 pub const CSIVOL_VOLUME: &str = "CSIVOL_VOLUME";
 
 /// CI systems' job identifiers, in the order `csivol run` tries them for a default
-/// `--alloc`: GitHub Actions, GitLab CI, Jenkins, Buildkite.
+/// `--alloc`: GitHub Actions, GitLab CI, Jenkins, Buildkite. GitHub gives the legs of a
+/// matrix one run id, attempt and job id, and no id of the leg; legs that run at once run
+/// on different runners, so the runner's name keeps their allocs apart (one alloc would
+/// make them one claim of a named volume, and refuse the second leg's per-job volume).
 pub const CI_JOB_IDS: &[(&str, &[&str])] = &[
-    ("gh", &["GITHUB_RUN_ID", "GITHUB_RUN_ATTEMPT", "GITHUB_JOB"]),
+    (
+        "gh",
+        &[
+            "GITHUB_RUN_ID",
+            "GITHUB_RUN_ATTEMPT",
+            "GITHUB_JOB",
+            "RUNNER_NAME",
+        ],
+    ),
     ("gl", &["CI_JOB_ID"]),
     ("jenkins", &["BUILD_TAG"]),
     ("bk", &["BUILDKITE_JOB_ID"]),

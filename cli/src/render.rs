@@ -363,7 +363,11 @@ fn claim_trouble(c: &Claim) -> String {
 
 pub fn claim(out: &Out, c: &Claim) -> anyhow::Result<()> {
     let mut rows = vec![
-        ("volume", c.volume.clone()),
+        // None yet while the claim waits in a pool's line.
+        (
+            "volume",
+            or_dash(Some(c.volume.as_str()).filter(|v| !v.is_empty())),
+        ),
         ("node", c.node.clone()),
         ("mode", c.mode.to_string()),
         ("state", c.state.to_string()),

@@ -38,10 +38,23 @@ pub enum ClaimGoal {
     Gone,
 }
 
+/// Where a claim is followed, renewed and released: on its volume, or in its pool's line
+/// while it waits there (it has no volume yet).
+pub fn claim_path(c: &Claim) -> String {
+    match (&c.pool, c.volume.is_empty()) {
+        (Some(p), true) => format!("/v1/pools/{}/claims/{}", p.pool, c.alloc),
+        _ => format!("/v1/volumes/{}/claims/{}", c.volume, c.alloc),
+    }
+}
+
 /// Where a claim stands, in words, with its last error and next retry.
 pub fn describe_claim(c: &Claim) -> String {
     let n = &c.node;
     let what = match c.state {
+        ClaimState::Queued if c.volume.is_empty() => match (&c.pool, c.queue_position) {
+            (Some(p), Some(n)) => format!("queued: number {n} in pool {}'s line", p.pool),
+            _ => "queued in its pool's line".to_owned(),
+        },
         ClaimState::Queued => match c.queue_position {
             Some(p) => format!("queued: number {p} in line for the volume"),
             None => "queued for the volume".to_owned(),
@@ -199,13 +212,25 @@ pub async fn claim_until(
     goal: ClaimGoal,
     deadline: Deadline,
 ) -> anyhow::Result<Result<Option<Claim>, ClaimTimedOut>> {
-    let (volume, alloc) = (start.volume.clone(), start.alloc.clone());
-    let who = format!("the claim of alloc {alloc} on volume {volume}");
-    let path = format!("/v1/volumes/{volume}/claims/{alloc}");
+    let alloc = start.alloc.clone();
+    let (mut volume, mut who, mut path) = (String::new(), String::new(), String::new());
     let mut progress = ctx.out.progress();
     let mut cursor = cursor;
     let mut current = Some(start);
     loop {
+        // A claim in a pool's line has no volume yet: it is followed in the line until it
+        // is granted a member, then on that member.
+        if let Some(c) = current
+            .as_ref()
+            .filter(|c| c.volume != volume || path.is_empty())
+        {
+            volume = c.volume.clone();
+            path = claim_path(c);
+            who = match (&c.pool, volume.is_empty()) {
+                (Some(p), true) => format!("the claim of alloc {alloc} in pool {}'s line", p.pool),
+                _ => format!("the claim of alloc {alloc} on volume {volume}"),
+            };
+        }
         match (&current, goal) {
             (None, ClaimGoal::Gone) => {
                 progress.finish();

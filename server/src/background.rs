@@ -443,14 +443,25 @@ async fn sweep_job_volumes(db: &Db, limits: &Limits, now: i64) {
     }
 }
 
-/// Releases claims whose lease ran out (checked twice a second; a write only when due).
+/// Releases claims whose lease ran out (checked twice a second; a write only when due),
+/// and serves the pools' lines every few seconds while a claim waits in one: a slot freed
+/// on its node, or its wait passing `pool_hold_after`, changes no member.
 async fn expire_leases(db: Db, limits: Limits, clock: Clock) {
     let mut tick = tokio::time::interval(Duration::from_millis(500));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut ticks = 0u32;
     loop {
         tick.tick().await;
         let now = clock.now_ms();
-        match db.read(move |c| c.any_lease_expired(now)).await {
+        ticks = ticks.wrapping_add(1);
+        let lines = ticks.is_multiple_of(10);
+        let due = db.read(move |c| {
+            Ok(c.any_lease_expired(now)?
+                || c.pool_line(None)?
+                    .iter()
+                    .any(|w| lines || w.expires_at.is_some_and(|t| t <= now)))
+        });
+        match due.await {
             Ok(false) => continue,
             Ok(true) => {}
             Err(e) => {

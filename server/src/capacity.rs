@@ -87,12 +87,15 @@ impl Capacity {
 impl Capacity {
     /// A creation of `spec` judged by the fresh samples of its plugin
     /// (`csivol_rules::capacity`): refused when they say it cannot fit, otherwise given
-    /// back with its preferred segments ordered by free capacity where known.
+    /// back with its preferred segments ordered by free capacity where known. `job_node`:
+    /// the node a per-job volume is made for, whose segment the server chose, so that the
+    /// hint names another node rather than a topology to write in a spec.
     pub fn fit(
         &self,
         volume: &str,
         mut spec: CreateVolumeSpec,
         now_ms: i64,
+        job_node: Option<&str>,
     ) -> ApiResult<CreateVolumeSpec> {
         let shown = self.shown(&spec.plugin, now_ms);
         let known: Vec<Known<'_>> = shown
@@ -145,13 +148,22 @@ impl Capacity {
                 spec.capacity_bytes,
                 format_size(spec.capacity_bytes),
             ));
-            return Err(match fits {
-                Some(s) => e.with_hint(format!(
+            return Err(match (fits, job_node) {
+                (Some(s), Some(node)) => e.with_hint(format!(
+                    "segment {} has room: claim it on a node there rather than on `{node}`",
+                    pairs(&s)
+                )),
+                (None, Some(_)) => e.with_hint(format!(
+                    "no sampled segment has room for it; free space in the storage, or make \
+                     the job's volume at most {}",
+                    format_size(bytes)
+                )),
+                (Some(s), None) => e.with_hint(format!(
                     "segment {} has room: name it in `topology_request.required`, or ask for at most {}",
                     pairs(&s),
                     format_size(bytes)
                 )),
-                None => e.with_hint(format!(
+                (None, None) => e.with_hint(format!(
                     "no sampled segment has room; ask for at most {} (`capacity_bytes`), or free space in the storage",
                     format_size(bytes)
                 )),

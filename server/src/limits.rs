@@ -32,6 +32,8 @@ pub(crate) struct LimitsFile {
     events_kept: Option<u64>,
     /// Bytes, or a size with a unit (`"64MiB"`).
     events_bytes: Option<SizeText>,
+    /// A duration (`"5m"`).
+    pool_hold_after: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -77,6 +79,10 @@ impl EventBounds {
     }
 }
 
+/// How long the first claim in a pool's line waits by default before a member that frees
+/// and that it can use is held for it, whoever else could take that member now.
+pub const DEFAULT_POOL_HOLD_AFTER: std::time::Duration = std::time::Duration::from_secs(300);
+
 /// The server's limits, resolved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ServerLimits {
@@ -84,6 +90,8 @@ pub struct ServerLimits {
     /// Claims one claimer token may hold at once, queued ones included.
     pub claims_per_claimer: usize,
     pub events: EventBounds,
+    /// How long the first claim in a pool's line waits before a member is held for it.
+    pub pool_hold_after: std::time::Duration,
 }
 
 impl Default for ServerLimits {
@@ -92,6 +100,7 @@ impl Default for ServerLimits {
             text: TextLimits::default(),
             claims_per_claimer: DEFAULT_CLAIMS_PER_CLAIMER,
             events: EventBounds::default(),
+            pool_hold_after: DEFAULT_POOL_HOLD_AFTER,
         }
     }
 }
@@ -147,9 +156,16 @@ impl LimitsFile {
             }
             csivol_api::limits::size_bytes(name, v).map_err(|e| anyhow::anyhow!("[limits] {e}"))
         };
+        let pool_hold_after = match self.pool_hold_after {
+            None => DEFAULT_POOL_HOLD_AFTER,
+            Some(t) => humantime::parse_duration(&t).map_err(|e| {
+                anyhow::anyhow!("invalid [limits] pool_hold_after `{t}`: {e} (e.g. \"5m\")")
+            })?,
+        };
         Ok(ServerLimits {
             text,
             claims_per_claimer,
+            pool_hold_after,
             events: EventBounds {
                 kept: in_range("events_kept", kept, MIN_EVENTS_KEPT)?,
                 bytes: in_range("events_bytes", bytes, MIN_EVENTS_BYTES)?,
@@ -190,6 +206,12 @@ mod tests {
                 batch: PRUNE_BATCH
             }
         );
+        assert_eq!(
+            resolve("pool_hold_after = \"90s\"").map(|l| l.pool_hold_after),
+            Ok(std::time::Duration::from_secs(90))
+        );
+        let e = resolve("pool_hold_after = \"soon\"").unwrap_err();
+        assert!(e.contains("invalid [limits] pool_hold_after `soon`"), "{e}");
         let e = resolve("claim_labels = 33").unwrap_err();
         assert!(e.contains("may be lowered, not raised"), "{e}");
         let e = resolve("reason_bytes = 3").unwrap_err();

@@ -762,3 +762,17 @@ impl PoolClaimRow {
         }
     }
 }
+
+/// A claim waiting in a pool's line (`pool_waiters`): the claim as asked, who asked, when
+/// it joined (unix ms), its lease and the member held for it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PoolWaiterRow {
+    pub pool: String,
+    pub request: csivol_api::PoolClaimRequest,
+    pub claimer: String,
+    pub actor: String,
+    pub bounded: bool,
+    pub at: i64,
+    pub expires_at: Option<i64>,
+    pub held: Option<String>,
+}

@@ -280,6 +280,7 @@ impl Server {
             request_memory: cfg.request_memory,
             text: cfg.limits.text,
             claims_per_claimer: cfg.limits.claims_per_claimer,
+            pool_hold_after: cfg.limits.pool_hold_after,
             events: (cfg.limits.events).in_txn_ops(cfg.etcd.as_ref().map(|e| e.max_txn_ops)),
             mounts: cfg.plugin_mounts.clone(),
         };

@@ -43,6 +43,8 @@ pub enum Key {
     Events,
     /// A snapshot.
     Snapshot(String),
+    /// A pool's line: a claim joined, left or was granted a member.
+    Pool(String),
 }
 
 #[derive(Debug)]

@@ -29,8 +29,9 @@ pub struct ClaimArgs {
     #[arg(long, value_name = "NAME=SOURCE", value_parser = fresh, conflicts_with_all = ["volume", "queue", "pool"])]
     pub fresh: Option<Fresh>,
     /// Claim any free member of this pool instead of a named volume: the server picks the
-    /// warmest for --cache-key and says which and why
-    #[arg(long, value_name = "POOL", value_parser = pool_name, conflicts_with_all = ["queue", "dry_run"])]
+    /// warmest for --cache-key and says which and why; with --queue, a claim that finds
+    /// every member taken waits in the pool's line
+    #[arg(long, value_name = "POOL", value_parser = pool_name, conflicts_with = "dry_run")]
     pub pool: Option<String>,
 
     /// The job's cache key (e.g. the branch): a member last released with it is preferred,
@@ -62,7 +63,8 @@ pub struct ClaimArgs {
     pub ttl: Option<Duration>,
 
     /// Wait in the volume's queue when other claims are in the way, instead of a refusal;
-    /// queued claims are granted in arrival order
+    /// queued claims are granted in arrival order. With --pool: wait in the pool's line
+    /// for any member
     #[arg(long)]
     pub queue: bool,
 
@@ -185,7 +187,7 @@ pub struct RunArgs {
     /// A free member of a pool, `NAME=POOL` (write): the server picks the warmest for
     /// --cache-key; COMMAND gets its target path as CSIVOL_PATH_<NAME> and the member's
     /// volume name as CSIVOL_VOLUME_<NAME>. Repeatable
-    #[arg(long = "pool", value_name = "NAME=POOL", value_parser = run_pool, conflicts_with = "queue")]
+    #[arg(long = "pool", value_name = "NAME=POOL", value_parser = run_pool)]
     pub pools: Vec<(String, String)>,
 
     /// The job's cache key (e.g. the branch): a pool member last released with it is
@@ -212,7 +214,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "10m")]
     pub ttl: Duration,
 
-    /// Wait in line for volumes held by others instead of failing
+    /// Wait in line for volumes held by others instead of failing (for a pool, in the
+    /// pool's line for any member)
     #[arg(long)]
     pub queue: bool,
 
@@ -252,8 +255,13 @@ pub struct RunArgs {
 #[derive(Debug, Args)]
 pub struct ReleaseArgs {
     /// The claimed volume
-    #[arg(value_parser = volume_name)]
-    pub volume: String,
+    #[arg(value_parser = volume_name, required_unless_present = "pool", conflicts_with = "pool")]
+    pub volume: Option<String>,
+
+    /// Release the alloc's claim from this pool: it leaves the pool's line if it still
+    /// waits there, else its member is released
+    #[arg(long, value_name = "POOL", value_parser = pool_name)]
+    pub pool: Option<String>,
 
     /// The alloc whose claim to release
     #[arg(long, value_name = "ALLOC", value_parser = alloc_name)]

@@ -108,11 +108,26 @@ impl NewClaim<'_> {
         }
         .with_context(|| self.failed())?;
         let c = &a.body;
-        if let Some(p) = &c.pool {
+        if let Some(p) = c.pool.as_ref().filter(|_| !c.volume.is_empty()) {
             ctx.out
                 .note(format!("pool {}: member {} ({})", p.pool, c.volume, p.why));
         }
-        if a.status == StatusCode::CREATED && hold.is_some() {
+        if let Some(p) = c.pool.as_ref().filter(|_| c.volume.is_empty()) {
+            // No member free: the claim waits in the pool's line.
+            let already = if a.status == StatusCode::CREATED {
+                ""
+            } else {
+                " already"
+            };
+            ctx.out.note(format!(
+                "alloc {} on node {}{already} waits in pool {}'s line ({}): number {}",
+                c.alloc,
+                c.node,
+                p.pool,
+                self.mode,
+                c.queue_position.unwrap_or(0)
+            ));
+        } else if a.status == StatusCode::CREATED && hold.is_some() {
             // Where a held claim stands when its answer came depends on timing; the wait's
             // progress says it next.
             ctx.out.note(format!(
@@ -142,6 +157,31 @@ impl NewClaim<'_> {
 /// Starts releasing a claim (idempotent); used when a wait is given up.
 pub async fn release(ctx: &Ctx, volume: &str, alloc: &str) -> anyhow::Result<()> {
     release_after(ctx, volume, alloc, false).await
+}
+
+/// Releases the alloc's claim from `pool`: it leaves the pool's line if it still waits
+/// there (`None`), else its member's claim starts its release (that claim).
+pub async fn release_from_pool(
+    ctx: &Ctx,
+    pool: &str,
+    alloc: &str,
+    succeeded: bool,
+) -> anyhow::Result<Option<Claim>> {
+    let mut path = format!("/v1/pools/{pool}/claims/{alloc}");
+    if succeeded {
+        path.push_str("?succeeded=true");
+    }
+    match ctx
+        .client
+        .call::<(), Option<Claim>>(Method::DELETE, &path, None)
+        .await
+    {
+        Ok(a) => Ok(a.body),
+        Err(e) if crate::failure::classify(&e).0 == Exit::NotFound => Ok(None),
+        Err(e) => Err(e.context(format!(
+            "failed to release the claim of alloc `{alloc}` from pool `{pool}`"
+        ))),
+    }
 }
 
 /// Starts releasing a claim (idempotent), saying whether its job `succeeded`: a claim made
@@ -240,7 +280,8 @@ pub async fn run(ctx: &Ctx, args: ClaimArgs) -> anyhow::Result<Exit> {
         },
     };
     let cursor = a.cursor(a.body.index);
-    // From here on the volume is the claim's own (a pool's member, with --pool).
+    // From here on the volume is the claim's own (a pool's member, with --pool; none yet
+    // while the claim waits in the pool's line).
     let member = a.body.volume.clone();
     let volume = &member;
     let mut result = a.body;
@@ -248,13 +289,28 @@ pub async fn run(ctx: &Ctx, args: ClaimArgs) -> anyhow::Result<Exit> {
         let waited = tokio::select! {
             w = wait::claim_until(ctx, result, cursor, ClaimGoal::Ready, deadline) => w?,
             signal = crate::signals::terminated() => {
+                if let Some(pool) = args.pool.as_deref().filter(|_| volume.is_empty()) {
+                    release_from_pool(ctx, pool, alloc, false).await?;
+                    ctx.out.note(format!(
+                        "interrupted ({}): released the claim of alloc {alloc} from pool {pool}",
+                        signal.name()
+                    ));
+                    return Ok(Exit::Signal(signal.number()));
+                }
                 return interrupted(ctx, volume, alloc, signal).await;
             }
         };
         result = match waited {
             Ok(c) => c.expect("a ready claim"),
             Err(timed_out) if args.release_on_timeout => {
-                release(ctx, volume, alloc).await?;
+                match args
+                    .pool
+                    .as_deref()
+                    .filter(|_| timed_out.claim.volume.is_empty())
+                {
+                    Some(pool) => drop(release_from_pool(ctx, pool, alloc, false).await?),
+                    None => release(ctx, &timed_out.claim.volume, alloc).await?,
+                }
                 return Err(timed_out
                     .released(
                         "released the claim (--release-on-timeout)",

@@ -13,14 +13,27 @@ use crate::render;
 use crate::wait::{self, ClaimGoal};
 
 pub async fn run(ctx: &Ctx, args: ReleaseArgs) -> anyhow::Result<Exit> {
-    let mut path = format!("/v1/volumes/{}/claims/{}", args.volume, args.alloc);
+    let volume = match (&args.volume, &args.pool) {
+        (Some(v), _) => v.clone(),
+        (None, Some(pool)) => match from_pool(ctx, pool, &args).await? {
+            Some(member) => member,
+            None => return Ok(Exit::Ok),
+        },
+        (None, None) => unreachable!("clap requires VOLUME or --pool"),
+    };
+    let args = ReleaseArgs {
+        volume: Some(volume),
+        ..args
+    };
+    let volume = args.volume.as_deref().expect("set above");
+    let mut path = format!("/v1/volumes/{volume}/claims/{}", args.alloc);
     if args.succeeded {
         path.push_str("?succeeded=true");
     }
     let failed = || {
         format!(
             "failed to release the claim of alloc `{}` on volume `{}`",
-            args.alloc, args.volume
+            args.alloc, volume
         )
     };
     let deadline = wait::Deadline::after(args.wait.timeout);
@@ -44,15 +57,15 @@ pub async fn run(ctx: &Ctx, args: ReleaseArgs) -> anyhow::Result<Exit> {
             // The claim is gone; the volume must still exist (a typo stays an error).
             let _: Volume = ctx
                 .client
-                .get(&format!("/v1/volumes/{}", args.volume))
+                .get(&format!("/v1/volumes/{volume}"))
                 .await
                 .with_context(failed)?;
             ctx.out.done(
                 format!(
                     "alloc {} holds no claim on volume {} (already released)",
-                    args.alloc, args.volume
+                    args.alloc, volume
                 ),
-                json!({"outcome": "already-released", "volume": args.volume, "alloc": args.alloc}),
+                json!({"outcome": "already-released", "volume": volume, "alloc": args.alloc}),
             )?;
             return Ok(Exit::Ok);
         }
@@ -62,9 +75,9 @@ pub async fn run(ctx: &Ctx, args: ReleaseArgs) -> anyhow::Result<Exit> {
         ctx.out.done(
             format!(
                 "released the claim of alloc {} on volume {}",
-                args.alloc, args.volume
+                args.alloc, volume
             ),
-            json!({"outcome": "released", "volume": args.volume, "alloc": args.alloc}),
+            json!({"outcome": "released", "volume": volume, "alloc": args.alloc}),
         )
     };
     let cursor = a.cursor(a.body.as_ref().map_or(0, |c| c.index));
@@ -87,6 +100,44 @@ pub async fn run(ctx: &Ctx, args: ReleaseArgs) -> anyhow::Result<Exit> {
     wait::claim(ctx, claim, cursor, ClaimGoal::Gone, deadline).await?;
     released()?;
     Ok(Exit::Ok)
+}
+
+/// The member the alloc's claim from `pool` holds (`None`: the claim still waited in the
+/// pool's line, and has left it).
+async fn from_pool(ctx: &Ctx, pool: &str, args: &ReleaseArgs) -> anyhow::Result<Option<String>> {
+    let path = format!("/v1/pools/{pool}/claims/{}", args.alloc);
+    let failed = || {
+        format!(
+            "failed to release the claim of alloc `{}` from pool `{pool}`",
+            args.alloc
+        )
+    };
+    let c: Claim = match ctx.client.get(&path).await {
+        Ok(c) => c,
+        Err(e) if args.ignore_missing && classify(&e).0 == Exit::NotFound => {
+            ctx.out.done(
+                format!(
+                    "alloc {} holds no claim from pool {pool} (already released)",
+                    args.alloc
+                ),
+                json!({"outcome": "already-released", "pool": pool, "alloc": args.alloc}),
+            )?;
+            return Ok(None);
+        }
+        Err(e) => return Err(e.context(failed())),
+    };
+    if !c.volume.is_empty() {
+        return Ok(Some(c.volume));
+    }
+    ctx.client
+        .call::<(), Option<Claim>>(Method::DELETE, &path, None)
+        .await
+        .with_context(failed)?;
+    ctx.out.done(
+        format!("alloc {} left pool {pool}'s line", args.alloc),
+        json!({"outcome": "left-the-line", "pool": pool, "alloc": args.alloc}),
+    )?;
+    Ok(None)
 }
 
 /// A claim that is not there may be one released before (a script releasing twice): say

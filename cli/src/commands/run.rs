@@ -12,7 +12,7 @@ use csivol_api::{Claim, ClaimMode, RenewRequest};
 use csivol_client::Method;
 use tokio::process::Command;
 
-use super::claim::{NewClaim, PoolAsk, release_after};
+use super::claim::{NewClaim, PoolAsk, release_after, release_from_pool};
 use crate::args::RunArgs;
 use crate::client::{Answer, Cursor};
 use crate::ctx::Ctx;
@@ -111,7 +111,7 @@ pub async fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<Exit> {
                     let _ = rustix::process::kill_process(pid, signal_of(s));
                 }
             }
-            _ = renewals.tick() => renew_all(ctx, &claims, &alloc, args.ttl).await,
+            _ = renewals.tick() => renew_all(ctx, &claims, args.ttl).await,
         }
     };
     // A failed job's per-job volumes are kept for inspection when it asked.
@@ -226,7 +226,7 @@ async fn claim_all(
             tokio::select! {
                 w = wait::claim_until(ctx, claim.clone(), cursor.clone(), ClaimGoal::Ready, deadline) => break w,
                 s = signals.next() => return Err(Aborted::Signal(s, all)),
-                _ = renewals.tick() => renew_all(ctx, &all, alloc, args.ttl).await,
+                _ = renewals.tick() => renew_all(ctx, &all, args.ttl).await,
             }
         };
         match waited {
@@ -240,9 +240,10 @@ async fn claim_all(
 
 /// Renews every lease; a failure is said and retried at the next tick (the lease is three
 /// ticks long).
-async fn renew_all(ctx: &Ctx, claims: &[Claim], alloc: &str, ttl: Duration) {
+async fn renew_all(ctx: &Ctx, claims: &[Claim], ttl: Duration) {
     for c in claims {
-        let path = format!("/v1/volumes/{}/claims/{alloc}/renew", c.volume);
+        // A claim in a pool's line is renewed there (and on its member, once granted).
+        let path = format!("{}/renew", wait::claim_path(c));
         let req = RenewRequest {
             ttl_ms: Some(ttl.as_millis() as u64),
         };
@@ -279,17 +280,24 @@ async fn release_all_after(
     signals: Option<&mut Signals>,
     succeeded: bool,
 ) -> anyhow::Result<()> {
+    let mut releasing = Vec::new();
     for c in claims {
+        // A claim still in a pool's line leaves it; one granted since is released.
+        if let Some(p) = c.pool.as_ref().filter(|_| c.volume.is_empty()) {
+            releasing.extend(release_from_pool(ctx, &p.pool, alloc, false).await?);
+            continue;
+        }
         // Said only of a claim made from a pool, the one kind that records a key: a server
         // of a release without pools refuses a query it does not know.
         release_after(ctx, &c.volume, alloc, succeeded && c.pool.is_some()).await?;
+        releasing.push(c.clone());
     }
-    if args.no_wait_release || claims.is_empty() {
+    if args.no_wait_release || releasing.is_empty() {
         return Ok(());
     }
     let deadline = Deadline::after(args.timeout);
     let wait_all = async {
-        for c in claims {
+        for c in &releasing {
             let path = format!("/v1/volumes/{}/claims/{alloc}", c.volume);
             // Where it stands now: a plain read, asked again while a busy server turns it
             // away, as the wait that follows is.

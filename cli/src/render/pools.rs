@@ -1,4 +1,4 @@
-//! Pools for people: the pool list, and one pool with its members.
+//! Pools for people: the pool list, and one pool with its members and its line.
 
 use std::time::Duration;
 
@@ -29,10 +29,20 @@ fn warm_hits(p: &Pool) -> String {
     )
 }
 
+/// The claim in line a member is held for.
+fn held_for<'a>(p: &'a Pool, member: &str) -> Option<&'a str> {
+    p.line
+        .iter()
+        .find(|w| w.held.as_deref() == Some(member))
+        .map(|w| w.alloc.as_str())
+}
+
 fn free(p: &Pool) -> usize {
     p.members
         .iter()
-        .filter(|m| m.holders.is_empty() && m.availability.is_none())
+        .filter(|m| {
+            m.holders.is_empty() && m.availability.is_none() && held_for(p, &m.volume).is_none()
+        })
         .count()
 }
 
@@ -41,13 +51,21 @@ pub fn pools(out: &Out, ps: &[Pool]) -> anyhow::Result<()> {
         out.note("no pools");
         return Ok(());
     }
-    let mut t = out.table(&["NAME", "SELECTOR", "MEMBERS", "FREE", "WARM HITS"]);
+    let mut t = out.table(&[
+        "NAME",
+        "SELECTOR",
+        "MEMBERS",
+        "FREE",
+        "WAITING",
+        "WARM HITS",
+    ]);
     for p in ps {
         t.add_row([
             cell(&p.name),
             cell(selector(p)),
             cell(p.members.len()),
             cell(free(p)),
+            cell(p.line.len()),
             cell(warm_hits(p)),
         ]);
     }
@@ -60,6 +78,9 @@ pub fn pool(out: &Out, p: &Pool) -> anyhow::Result<()> {
         rows.push(("linger", given_duration(Duration::from_millis(l))));
     }
     rows.push(("members", format!("{} ({} free)", p.members.len(), free(p))));
+    if !p.line.is_empty() {
+        rows.push(("line", format!("{} waiting", p.line.len())));
+    }
     rows.push(("warm hits", format!("{} of its last claims", warm_hits(p))));
     record(out, &format!("pool {}", p.name), &rows)?;
     if p.members.is_empty() {
@@ -74,7 +95,10 @@ pub fn pool(out: &Out, p: &Pool) -> anyhow::Result<()> {
         let holder = match (&m.availability, m.holders.is_empty()) {
             (Some(e), true) => format!("- ({e})"),
             (Some(e), false) => format!("{} ({e})", m.holders.join(", ")),
-            (None, true) => "-".into(),
+            (None, true) => match held_for(p, &m.volume) {
+                Some(a) => format!("- (held for {a})"),
+                None => "-".into(),
+            },
             (None, false) => m.holders.join(", "),
         };
         t.add_row([
@@ -85,6 +109,27 @@ pub fn pool(out: &Out, p: &Pool) -> anyhow::Result<()> {
                 "-".into()
             } else {
                 m.staged_on.join(", ")
+            }),
+        ]);
+    }
+    out.print_table(t)?;
+    if p.line.is_empty() {
+        return Ok(());
+    }
+    // The line, first first: how long each waited, and the member held for the first
+    // once it waited past the server's bound.
+    let mut t = out.table(&["#", "ALLOC", "NODE", "MODE", "WAITED", "HELD"]);
+    for w in &p.line {
+        let waited = Duration::from_secs(w.waited_ms / 1000);
+        t.add_row([
+            cell(w.position),
+            cell(&w.alloc),
+            cell(&w.node),
+            cell(w.mode),
+            cell(given_duration(waited)),
+            cell(match &w.held {
+                Some(m) => format!("{m} (waited past the bound)"),
+                None => "-".into(),
             }),
         ]);
     }

@@ -55,6 +55,10 @@ pub struct Pool {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub linger_ms: Option<u64>,
     pub members: Vec<PoolMember>,
+    /// The pool's line: claims waiting for any member (`claim --pool --queue`), first in
+    /// line first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub line: Vec<PoolWaiter>,
     /// How many of the pool's last claims (at most [`Pool::RECENT`]) are counted below.
     pub recent_claims: u32,
     /// Of those, how many got a member last released with the same cache key.
@@ -65,6 +69,26 @@ pub struct Pool {
 impl Pool {
     /// How many of a pool's last claims its warm-hit ratio counts.
     pub const RECENT: u32 = 100;
+}
+
+/// A claim waiting in a pool's line, as `pool show` lists it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolWaiter {
+    pub alloc: String,
+    pub node: String,
+    pub mode: crate::ClaimMode,
+    /// Its place in the line, 1 first.
+    pub position: u32,
+    /// When it joined the line (RFC 3339), and how long it has waited (milliseconds).
+    pub since: String,
+    pub waited_ms: u64,
+    /// When its lease runs out (RFC 3339), for a claim made with a TTL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<String>,
+    /// The member held for it: it waited past the server's `pool_hold_after`, and a member
+    /// it can use freed; no later claim takes that member before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held: Option<String>,
 }
 
 /// `POST /v1/pools/{name}/claims`: claim any free member of the pool.
@@ -93,6 +117,8 @@ pub enum PoolChoice {
     Prefix,
     /// Any free member.
     Cold,
+    /// None yet: the claim waits in the pool's line (`--queue`) for a member to free.
+    Waiting,
 }
 
 impl PoolChoice {
@@ -102,6 +128,7 @@ impl PoolChoice {
             Self::StagedHere => "staged-here",
             Self::Prefix => "prefix",
             Self::Cold => "cold",
+            Self::Waiting => "waiting",
         }
     }
 
@@ -112,6 +139,7 @@ impl PoolChoice {
             Self::StagedHere => "staged here",
             Self::Prefix => "warm: prefix",
             Self::Cold => "cold",
+            Self::Waiting => "waits in line",
         }
     }
 }

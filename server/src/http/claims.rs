@@ -3,6 +3,8 @@
 //! and its send time (`once`): a repeat is answered the first answer, and a claim request
 //! sent before its alloc's last release is refused.
 
+use std::sync::Arc;
+
 use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -85,10 +87,15 @@ where
     };
     // A claim on its way to ready is held; one that got where it goes (ready, failed,
     // blocked, releasing) is answered at once.
-    let on_its_way = matches!(
-        claim.state,
-        ClaimState::Queued | ClaimState::Pending | ClaimState::Attaching | ClaimState::Publishing
-    );
+    // A claim in a pool's line has no volume to follow yet: its client follows the line.
+    let on_its_way = !claim.volume.is_empty()
+        && matches!(
+            claim.state,
+            ClaimState::Queued
+                | ClaimState::Pending
+                | ClaimState::Attaching
+                | ClaimState::Publishing
+        );
     if let Some(wait) = hold
         && on_its_way
     {
@@ -116,17 +123,23 @@ pub(super) async fn post_fresh_claim(
     let who = Who::of(caller);
     let began = app.db.hub.generation();
     api::check_claim_labels(&req.claim.labels, &limits.text).map_err(ApiError::text)?;
+    let capacity = Arc::clone(&app.capacity);
     if req.claim.dry_run {
+        let now = app.clock.now_ms();
+        let node = req.claim.node.clone();
+        let fit = move |name: &str, spec| capacity.fit(name, spec, now, Some(&node));
         let answer = app
             .db
-            .read(move |c| lifecycle::fresh_dry_run(c, &req))
+            .read(move |c| lifecycle::fresh_dry_run(c, &req, &fit))
             .await?;
         return Ok(Json(answer).into_response());
     }
     let sent_at = once.sent_at();
     let body = req.clone();
     let write = move |ctx: &mut WriteCtx<'_>| {
-        lifecycle::create_fresh_claim(ctx, &req, &who.claimant(), &limits, sent_at)
+        let now = ctx.now;
+        let fit = |name: &str, spec| capacity.fit(name, spec, now, Some(&req.claim.node));
+        lifecycle::create_fresh_claim(ctx, &req, &who.claimant(), &limits, sent_at, &fit)
     };
     answer_claim(&app, &once, &body, None, began, write).await
 }

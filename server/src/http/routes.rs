@@ -124,6 +124,9 @@ table! {
     put "/v1/pools/{name}" Cluster(CreateDelete) => pools::put_pool;
     delete "/v1/pools/{name}" Cluster(CreateDelete) => pools::delete_pool;
     post "/v1/pools/{name}/claims" Cluster(Claim) => pools::post_pool_claim;
+    get "/v1/pools/{name}/claims/{alloc}" Cluster(Read) => pools::get_pool_claim;
+    delete "/v1/pools/{name}/claims/{alloc}" Cluster(Claim) => pools::delete_pool_claim;
+    post "/v1/pools/{name}/claims/{alloc}/renew" Cluster(Claim) => pools::renew_pool_claim;
     get "/v1/nodes" Cluster(Read) => nodes::list_nodes;
     get "/v1/nodes/{node}" Cluster(Read) => nodes::get_node;
     delete "/v1/nodes/{node}" Cluster(ManageNodes) => nodes::remove_node;

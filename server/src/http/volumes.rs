@@ -216,7 +216,7 @@ impl VolumeOperation for CreateVolumeSpec {
     }
 
     fn fit(&self, volume: &str, capacity: &Capacity, now_ms: i64) -> ApiResult<Self> {
-        capacity.fit(volume, self.clone(), now_ms)
+        capacity.fit(volume, self.clone(), now_ms, None)
     }
 }
 

@@ -308,6 +308,19 @@ pub fn evaluate_claim(
     req: &ClaimRequest,
     waits: bool,
 ) -> ApiResult<ClaimDecision> {
+    evaluate_arrived(conn, volume, req, waits, None)
+}
+
+/// [`evaluate_claim`] for a claim that `arrived` (unix ms) before it was asked for here: a
+/// claim from a pool's line, which the volume's queued claims that came after it do not
+/// stand before (the line and a volume's queue keep one order, by arrival).
+pub(super) fn evaluate_arrived(
+    conn: &(impl Snapshot + ?Sized),
+    volume: &str,
+    req: &ClaimRequest,
+    waits: bool,
+    arrived: Option<i64>,
+) -> ApiResult<ClaimDecision> {
     validate_name("volume", volume).map_err(ApiError::invalid)?;
     validate_name("alloc", &req.alloc).map_err(ApiError::invalid)?;
     validate_name("node", &req.node).map_err(ApiError::invalid)?;
@@ -479,7 +492,7 @@ pub fn evaluate_claim(
     // Nobody overtakes the queue.
     let ahead = claims
         .iter()
-        .filter(|c| c.state == ClaimState::Queued)
+        .filter(|c| c.state == ClaimState::Queued && arrived.is_none_or(|t| c.created_at <= t))
         .count();
     if ahead > 0 {
         let why = format!("{ahead} claim(s) are queued for volume `{volume}` ahead of it");

@@ -84,6 +84,9 @@ pub fn advance_volume(ctx: &mut impl Txn, volume: &str, limits: &Limits) -> ApiR
     let Some(v) = ctx.volume(volume)? else {
         return Ok(());
     };
+    // A free pool member goes first to a claim in its pool's line that came before its
+    // own queued claims.
+    super::pool_line::serve_member(ctx, volume, limits)?;
     grant_queued(ctx, &v)?;
     let recorded = Recorded::load(&*ctx, &v, None, ctx.now())?;
     let changes = transitions::next(&recorded.facts());

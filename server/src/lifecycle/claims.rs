@@ -109,8 +109,22 @@ pub fn create_claim(
     waits: bool,
     sent_at: Option<i64>,
 ) -> ApiResult<(api::Claim, bool)> {
+    create_arrived(ctx, volume, req, who, limits, (waits, sent_at), None)
+}
+
+/// [`create_claim`] for a claim that `arrived` earlier (a claim from a pool's line):
+/// see [`super::admission::evaluate_arrived`].
+pub(super) fn create_arrived(
+    ctx: &mut impl Txn,
+    volume: &str,
+    req: &ClaimRequest,
+    who: &Claimant<'_>,
+    limits: &Limits,
+    (waits, sent_at): (bool, Option<i64>),
+    arrived: Option<i64>,
+) -> ApiResult<(api::Claim, bool)> {
     let actor = who.actor;
-    match evaluate_claim(&*ctx, volume, req, waits)? {
+    match super::admission::evaluate_arrived(&*ctx, volume, req, waits, arrived)? {
         ClaimDecision::Existing(c) => {
             super::owners::refuse_unless_may_repeat(&*ctx, &c, who.acting())?;
             Ok((ctx.claim_to_api(&c)?, false))

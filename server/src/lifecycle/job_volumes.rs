@@ -200,6 +200,14 @@ fn plugin_creates(conn: &(impl Snapshot + ?Sized), plugin: &str) -> ApiResult<()
     }
 }
 
+/// What the plugin's GetCapacity answers say of a per-job volume's spec, placed in its
+/// node's topology, named by the job's short name: refused when a fresh answer says it
+/// cannot fit there, as `volume create` is. The samples are the server's memory, not the
+/// state (`crate::capacity`), so the caller holding them judges. GetCapacity is advisory
+/// (`csivol_rules::capacity`): without a fresh answer the creation goes to the plugin,
+/// whose CreateVolume has the last word.
+pub type Fit<'a> = &'a dyn Fn(&str, CreateVolumeSpec) -> ApiResult<CreateVolumeSpec>;
+
 /// The checks of a per-job claim that read the request alone.
 fn check_request(req: &FreshClaimRequest) -> ApiResult<()> {
     validate_name("name", &req.name).map_err(ApiError::invalid)?;
@@ -272,6 +280,7 @@ pub fn create_fresh_claim(
     who: &Claimant<'_>,
     limits: &Limits,
     sent_at: Option<i64>,
+    fit: Fit<'_>,
 ) -> ApiResult<(api::Claim, bool)> {
     check_request(req)?;
     refuse_if_held(&*ctx, req)?;
@@ -280,6 +289,7 @@ pub fn create_fresh_claim(
     refuse_other_jobs_data(&*ctx, &spec, &req.claim.alloc)?;
     plugin_creates(&*ctx, &spec.plugin)?;
     placed_on_node(&*ctx, &mut spec, &req.claim.node)?;
+    let spec = fit(&req.name, spec)?;
     super::claims::refuse_past_claims_limit(&*ctx, who, limits)?;
     let mut volume = volume_name(&req.name);
     while ctx.volume(&volume)?.is_some() {
@@ -332,10 +342,12 @@ pub fn create_fresh_claim(
 
 /// `POST /v1/fresh-claims` with `dry_run`: whether the plugin can make the volume where
 /// the job runs (CREATE_DELETE_VOLUME, the source's capability, the node and its
-/// topology), making nothing. A refusal is the answer, not an error.
+/// topology, and its capacity there where the server holds a fresh GetCapacity answer),
+/// making nothing. A refusal is the answer, not an error.
 pub fn fresh_dry_run(
     conn: &(impl Snapshot + ?Sized),
     req: &FreshClaimRequest,
+    fit: Fit<'_>,
 ) -> ApiResult<ClaimDryRun> {
     let checked = check_request(req).and_then(|()| {
         refuse_if_held(conn, req)?;
@@ -345,7 +357,8 @@ pub fn fresh_dry_run(
         if let Some(source) = &spec.source {
             super::snapshots::content_source(conn, &spec.plugin, source)?;
         }
-        placed_on_node(conn, &mut spec, &req.claim.node)
+        placed_on_node(conn, &mut spec, &req.claim.node)?;
+        fit(&req.name, spec).map(drop)
     });
     match checked {
         Ok(()) => Ok(ClaimDryRun {

@@ -1,4 +1,4 @@
-//! Claim leases: a claim made with a TTL is released the normal way (through its node:
+//! Claim leases (a pool's line keeps its own: `pool_line`): a claim made with a TTL is released the normal way (through its node:
 //! unpublish, unstage, then detach) unless renewed in time, so that a CI job killed between
 //! claim and release does not hold its volume forever. Expiry never force-detaches: the
 //! claim of a lost node stays blocked until the node returns or an operator unblocks it.
@@ -78,7 +78,8 @@ pub fn expire_leases(ctx: &mut impl Txn, limits: &Limits) -> ApiResult<usize> {
     for v in volumes {
         advance_volume(ctx, v, limits)?;
     }
-    Ok(due.len())
+    // The pools' lines: their claims whose lease lapsed leave, and the rest are served.
+    Ok(due.len() + super::pool_waits::serve_lines(ctx, limits)?)
 }
 
 /// Releases one claim whose lease ran out, with the event that says so.

@@ -60,6 +60,9 @@ mod operator;
 mod ops;
 mod owners;
 mod pool_claims;
+mod pool_line;
+mod pool_members;
+mod pool_waits;
 mod pools;
 mod reconcile;
 mod reports;
@@ -97,6 +100,7 @@ pub use nodes::{
 pub use operator::{detach, require_reason, unblock_node, unblock_volume};
 pub use ops::{plugins_with_due_ops, schedule_ops};
 pub use pool_claims::{claim_from_pool, released_from_pool};
+pub use pool_waits::{leave_line, pool_claim, renew_in_line, serve_lines};
 pub use pools::{
     any_linger_due, create_pool, delete_pool, end_due_lingers, pool_view, pool_views,
     set_volume_labels,

@@ -131,7 +131,7 @@ pub fn register_node(
         // Its claims were force-released by the fence's unblock: nothing is resumed.
         fenced_node_returned(ctx, node, req)?;
     } else if was_lost {
-        return_from_loss(ctx, node, &req.published, limits)?;
+        return_from_loss(ctx, node, &req.published, &req.staged, limits)?;
         event(
             ctx,
             EventKind::NodeReturned,
@@ -264,11 +264,12 @@ fn fenced_node_returned(ctx: &mut impl Txn, node: &str, req: &RegisterRequest) -
 /// mounts went while it was away, or it fenced itself): it waits for its node to stage and
 /// publish it, as after drift. A claim it still has that an operator released meanwhile
 /// is not in its desired state any more, so the node takes it down; that is recorded here.
-/// Blocked attachments resume their normal lifecycle.
+/// Blocked attachments resume their normal lifecycle ([`resume_attachment`]).
 pub(super) fn return_from_loss(
     ctx: &mut impl Txn,
     node: &str,
     published: &[ClaimRef],
+    staged: &[String],
     limits: &Limits,
 ) -> ApiResult<()> {
     let blocked = ctx.claims_of_node(node, Some(ClaimState::Blocked))?;
@@ -358,15 +359,51 @@ pub(super) fn return_from_loss(
             )?;
         }
     }
+    // A queued claim held nothing while its node was lost, and its queue granted it
+    // nothing then (a lost node may start nothing): it may start now.
+    for c in ctx.claims_of_node(node, Some(ClaimState::Queued))? {
+        volumes.insert(c.volume);
+    }
     let blocked_atts = attachments_in(ctx, node, &[AttachmentState::Blocked])?;
     for v in blocked_atts {
-        set_attachment_state(ctx, &v, node, AttachmentState::Attached)?;
+        let holds = staged.contains(&v) || published.iter().any(|p| p.volume == v);
+        resume_attachment(ctx, &v, node, holds)?;
         volumes.insert(v);
     }
     for v in volumes {
         advance_volume(ctx, &v, limits)?;
     }
     Ok(())
+}
+
+/// A blocked attachment of a node that came back. One that the node still has a claim
+/// on, that it does not report staged or published (`holds`), and of which no
+/// ControllerPublishVolume answer is recorded (no publish context: the loss dropped the
+/// request before its answer, or the plugin answers none) is published again: a CO that
+/// does not know whether the call succeeded "MAY choose to call `ControllerPublishVolume`
+/// again", which "MUST be idempotent" (CSI spec, ControllerPublishVolume). Taken as
+/// attached, the node would stage a volume that may not be published to it. Any other
+/// is attached again, and moves on from there.
+fn resume_attachment(ctx: &mut impl Txn, volume: &str, node: &str, holds: bool) -> ApiResult<()> {
+    let unanswered = ctx
+        .attachment(volume, node)?
+        .is_some_and(|a| a.publish_context.is_empty());
+    let claimed = ctx
+        .claims_of_volume(volume)?
+        .iter()
+        .any(|c| c.node == node && matches!(c.state, ClaimState::Publishing | ClaimState::Ready));
+    let plugin = ctx.volume(volume)?.map(|v| v.plugin);
+    if let Some(plugin) = plugin
+        && unanswered
+        && claimed
+        && !holds
+        && ctx.needs_controller_publish(&plugin)?
+    {
+        set_attachment_state(ctx, volume, node, AttachmentState::Attaching)?;
+        ctx.queue_op(OpKind::Publish, &plugin, volume, Some(node), "{}")?;
+        return Ok(());
+    }
+    set_attachment_state(ctx, volume, node, AttachmentState::Attached)
 }
 
 /// A node stopped in order registered again: nothing of its volumes moved while it was
@@ -511,7 +548,13 @@ pub fn mark_lost(ctx: &mut impl Txn, node: &str, why: &str, limits: &Limits) -> 
         ctx.delete_op_for(OpKind::Publish, v, node)?;
     }
     let hosted = unassign_hosted_ops(ctx, node)?;
-    let volumes: BTreeSet<&str> = claims
+    // The volumes the node held: a queued claim holds nothing, so its volume is blocked
+    // only if the node holds it otherwise.
+    let holding: Vec<&ClaimRow> = claims
+        .iter()
+        .filter(|c| c.state != ClaimState::Queued)
+        .collect();
+    let volumes: BTreeSet<&str> = holding
         .iter()
         .map(|c| c.volume.as_str())
         .chain(atts.iter().map(String::as_str))
@@ -525,12 +568,12 @@ pub fn mark_lost(ctx: &mut impl Txn, node: &str, why: &str, limits: &Limits) -> 
         "server",
         format!(
             "{why}: node lost; {} claim(s) and {} attachment(s) blocked until it returns or is unblocked",
-            claims.len(),
+            holding.len(),
             atts.len()
         ),
     )?;
     for v in volumes {
-        let allocs: Vec<_> = claims
+        let allocs: Vec<_> = holding
             .iter()
             .filter(|c| c.volume == v)
             .map(|c| c.alloc.as_str())

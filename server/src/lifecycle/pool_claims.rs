@@ -7,94 +7,16 @@
 //! with the cache key, then any. A member's key is recorded at its release, and only when
 //! the job said it succeeded; a failed or killed job leaves the key the member had.
 
-use std::cmp::Reverse;
-
 use csivol_api::limits::{CACHE_KEY_BYTES, MAX_RESTORE_KEYS};
-use csivol_api::{self as api, AttachmentState, PoolChoice, PoolClaimRequest};
-use csivol_rules::kinds::EventKind;
+use csivol_api::{self as api, PoolClaimRequest};
 
 use super::admission::{ClaimDecision, evaluate_claim};
 use super::claims::{Claimant, create_claim};
-use super::events::event;
+use super::pool_members::{by_warmth, candidate, record_choice};
 use super::pools::{members, require_pool};
 use super::settings::Limits;
 use crate::error::{ApiError, ApiResult};
-use crate::model::PoolClaimRow;
 use crate::store::Txn;
-
-/// A free member and how warm it is for the claim.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Candidate {
-    volume: String,
-    choice: PoolChoice,
-    /// Within `Prefix`: the restore key's place (0 first; the cache key's own prefix
-    /// after every restore key), then the shared prefix's length (longest first).
-    rank: (usize, Reverse<usize>),
-    why: String,
-}
-
-/// The number of bytes two keys share at their start, on character boundaries.
-fn shared_prefix(a: &str, b: &str) -> usize {
-    a.char_indices()
-        .zip(b.chars())
-        .take_while(|((_, x), y)| x == y)
-        .map(|((i, x), _)| i + x.len_utf8())
-        .last()
-        .unwrap_or(0)
-}
-
-/// How warm a free member is for a claim with `key` and `restore` keys on `node`.
-fn warmth(
-    volume: &str,
-    last_key: Option<&str>,
-    staged_here: bool,
-    key: Option<&str>,
-    restore: &[String],
-) -> Candidate {
-    let cold = |choice, why: String| Candidate {
-        volume: volume.to_owned(),
-        choice,
-        rank: (0, Reverse(0)),
-        why,
-    };
-    if let (Some(k), Some(last)) = (key, last_key)
-        && k == last
-    {
-        return cold(PoolChoice::SameKey, format!("warm: same key `{k}`"));
-    }
-    if staged_here {
-        return cold(PoolChoice::StagedHere, "staged here".to_owned());
-    }
-    if let Some(last) = last_key {
-        let shared = key.map_or(0, |k| shared_prefix(k, last));
-        if let Some((i, r)) = restore
-            .iter()
-            .enumerate()
-            .find(|(_, r)| last.starts_with(r.as_str()))
-        {
-            return Candidate {
-                volume: volume.to_owned(),
-                choice: PoolChoice::Prefix,
-                rank: (i, Reverse(shared)),
-                why: format!("warm: prefix `{r}` (its key `{last}`)"),
-            };
-        }
-        if shared > 0 {
-            return Candidate {
-                volume: volume.to_owned(),
-                choice: PoolChoice::Prefix,
-                rank: (restore.len(), Reverse(shared)),
-                why: format!("warm: prefix `{}` (its key `{last}`)", &last[..shared]),
-            };
-        }
-    }
-    // Among cold members, one that holds no other key's cache goes first: a warm cache is
-    // kept for its own key while a blank one is free.
-    Candidate {
-        rank: (usize::from(last_key.is_some()), Reverse(0)),
-        ..cold(PoolChoice::Cold, "cold".to_owned())
-    }
-}
 
 fn check_keys(req: &PoolClaimRequest) -> ApiResult<()> {
     if req.restore_keys.len() > MAX_RESTORE_KEYS {
@@ -140,13 +62,15 @@ pub fn claim_from_pool(
 ) -> ApiResult<(api::Claim, bool)> {
     let p = require_pool(&*ctx, pool)?;
     check_keys(req)?;
-    let claim = &req.claim;
-    if claim.queue {
-        return Err(ApiError::invalid(
-            "waiting in line for a pool (--queue with --pool) is not supported",
-        )
-        .with_hint("claim from the pool without --queue, and try again when a member is free"));
-    }
+    // A claim from a pool waits in the pool's line (`pool_line`), never in one member's
+    // queue: a member is chosen only where the claim may start.
+    let queue = req.claim.queue;
+    let claim = &api::ClaimRequest {
+        queue: false,
+        ..req.claim.clone()
+    };
+    // Nobody overtakes the line: the claims in it are served first.
+    super::pool_waits::serve(ctx, pool, limits)?;
     let all = members(&*ctx, &p)?;
     // The alloc's claim on a member already: the same request again.
     for volume in &all {
@@ -158,9 +82,14 @@ pub fn claim_from_pool(
     }
     // A late copy of a request sent before the alloc released a member is refused, whichever
     // member that was: it must not land on another member that is free now.
+    // The alloc in the pool's line already: the same request again.
+    if let Some(answer) = super::pool_waits::waiting(ctx, pool, claim)? {
+        return Ok((answer, false));
+    }
     for volume in &all {
         super::retries::refuse_if_released(&*ctx, volume, &claim.alloc, sent_at)?;
     }
+    super::pool_waits::refuse_if_left(&*ctx, pool, &claim.alloc, sent_at)?;
     if all.is_empty() {
         return Err(ApiError::not_found(format!(
             "pool `{pool}` has no members: no volume's labels match its selector {}",
@@ -171,6 +100,7 @@ pub fn claim_from_pool(
             super::pools::selector_text(&p.selector).replace(',', " ")
         )));
     }
+    let line = ctx.pool_line(Some(pool))?;
     let mut candidates = Vec::new();
     let (mut held, mut out_of_service, mut refused) = (0, 0, Vec::new());
     for volume in &all {
@@ -182,37 +112,18 @@ pub fn claim_from_pool(
             out_of_service += 1;
             continue;
         }
-        let atts = ctx.attachments_of_volume(volume)?;
-        let staged = |a: &&crate::model::AttachmentRow| {
-            matches!(
-                a.state,
-                AttachmentState::Attached | AttachmentState::Unstaging
-            )
-        };
-        let staged_here = atts.iter().filter(staged).any(|a| a.node == claim.node);
-        // A single-node member still on another node (kept staged there, its pool
-        // lingering, or being detached): taking it waits for that node to let it go, so
-        // it comes after the members as warm that wait for nothing.
-        let single = ctx
-            .volume(volume)?
-            .is_some_and(|v| v.access_mode.is_single_node());
-        let elsewhere = single && atts.iter().any(|a| a.node != claim.node);
-        let last = ctx.cache_key(volume)?;
-        candidates.push((
-            warmth(
-                volume,
-                last.as_deref(),
-                staged_here,
-                req.cache_key.as_deref(),
-                &req.restore_keys,
-            ),
-            elsewhere,
-        ));
+        // A member held for the first in the pool's line is that claim's alone.
+        if line
+            .iter()
+            .any(|w| w.held.as_deref() == Some(volume) && w.request.claim.alloc != claim.alloc)
+        {
+            held += 1;
+            continue;
+        }
+        candidates.push(candidate(&*ctx, volume, req)?);
     }
-    candidates.sort_by(|(a, ae), (b, be)| {
-        (a.choice as u8, ae, a.rank, &a.volume).cmp(&(b.choice as u8, be, b.rank, &b.volume))
-    });
-    for (c, _) in candidates {
+    by_warmth(&mut candidates);
+    for c in candidates {
         match evaluate_claim(&*ctx, &c.volume, claim, waits) {
             Ok(ClaimDecision::New | ClaimDecision::Queue(_)) => {}
             Ok(ClaimDecision::Existing(_)) => continue,
@@ -230,33 +141,7 @@ pub fn claim_from_pool(
             }
         }
         let (mut answer, new) = create_claim(ctx, &c.volume, claim, who, limits, waits, sent_at)?;
-        let row = PoolClaimRow {
-            id: 0,
-            pool: pool.to_owned(),
-            volume: c.volume.clone(),
-            alloc: claim.alloc.clone(),
-            node: claim.node.clone(),
-            cache_key: req.cache_key.clone(),
-            choice: c.choice,
-            why: c.why.clone(),
-            at: ctx.now(),
-            released_at: None,
-        };
-        ctx.close_pool_claims(&c.volume, &claim.alloc)?;
-        ctx.insert_pool_claim(&row)?;
-        let key = req
-            .cache_key
-            .as_deref()
-            .map_or(String::new(), |k| format!(" for cache key `{k}`"));
-        event(
-            ctx,
-            EventKind::PoolMemberChosen,
-            Some(&c.volume),
-            Some(&claim.node),
-            Some(&claim.alloc),
-            who.actor,
-            format!("pool {pool}: member {}{key}: {}", c.volume, c.why),
-        )?;
+        let row = record_choice(ctx, pool, &c, req, who.actor, "")?;
         answer.pool = Some(row.to_api());
         return Ok((answer, new));
     }
@@ -271,16 +156,20 @@ pub fn claim_from_pool(
             refused.join("; ")
         ));
     }
-    Err(ApiError::conflict(format!(
-        "no member of pool `{pool}` is free: of its {} member(s), {}",
-        all.len(),
-        why.join(", ")
-    ))
-    .with_hint(format!(
-        "try again once a member is released (`csivol pool show {pool}` shows who holds each), \
-         or add a volume to the pool: csivol volume label VOLUME {}",
-        super::pools::selector_text(&p.selector).replace(',', " ")
-    )))
+    let why = format!("of its {} member(s), {}", all.len(), why.join(", "));
+    if queue {
+        return super::pool_waits::join(ctx, &p, req, who, limits, &why);
+    }
+    Err(
+        ApiError::conflict(format!("no member of pool `{pool}` is free: {why}")).with_hint(
+            format!(
+                "claim with --queue to wait in the pool's line, or try again once a member is \
+                 released (`csivol pool show {pool}` shows who holds each), or add a volume to \
+                 the pool: csivol volume label VOLUME {}",
+                super::pools::selector_text(&p.selector).replace(',', " ")
+            ),
+        ),
+    )
 }
 
 /// At a claim's release: its claim from a pool is closed, and, when its job `succeeded`,
@@ -307,47 +196,4 @@ pub fn released_from_pool(
         ctx.set_cache_key(volume, k)?;
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_member_is_as_warm_as_its_last_key_and_its_staging_say() {
-        let r = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
-        let w = |last: Option<&str>, staged, key: Option<&str>, restore: &[&str]| {
-            let c = warmth("m", last, staged, key, &r(restore));
-            (c.choice, c.rank)
-        };
-        let k = Some("feature-x-abc");
-        assert_eq!(
-            w(Some("feature-x-abc"), true, k, &[]).0,
-            PoolChoice::SameKey
-        );
-        assert_eq!(
-            w(Some("main-1"), true, k, &["main"]).0,
-            PoolChoice::StagedHere
-        );
-        assert_eq!(
-            w(Some("main-1"), false, k, &["feature-", "main"]),
-            (PoolChoice::Prefix, (1, Reverse(0)))
-        );
-        assert_eq!(
-            w(Some("feature-y"), false, k, &["feature-", "main"]),
-            (PoolChoice::Prefix, (0, Reverse(8)))
-        );
-        // No restore key matches: the cache key's own shared prefix, after every restore key.
-        assert_eq!(
-            w(Some("feature-y"), false, k, &["main"]),
-            (PoolChoice::Prefix, (1, Reverse(8)))
-        );
-        assert_eq!(
-            w(Some("zzz"), false, k, &["main"]),
-            (PoolChoice::Cold, (1, Reverse(0)))
-        );
-        assert_eq!(w(None, false, k, &[]), (PoolChoice::Cold, (0, Reverse(0))));
-        assert_eq!(w(Some("x"), false, None, &[]).0, PoolChoice::Cold);
-        assert_eq!(shared_prefix("héllo", "hélp"), 4);
-    }
 }

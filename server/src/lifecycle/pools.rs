@@ -233,15 +233,7 @@ pub fn end_due_lingers(ctx: &mut impl Txn, limits: &Limits) -> ApiResult<()> {
     Ok(())
 }
 
-/// A pool's members: the volumes its selector takes, by name, with their labels.
-pub(super) fn members(conn: &(impl Snapshot + ?Sized), pool: &PoolRow) -> ApiResult<Vec<String>> {
-    Ok(conn
-        .all_volume_labels()?
-        .into_iter()
-        .filter(|(_, l)| pool.selects(l))
-        .map(|(v, _)| v)
-        .collect())
-}
+pub(super) use super::pool_members::members;
 
 /// The pool, or a refusal naming it and the pools there are.
 pub(super) fn require_pool(conn: &(impl Snapshot + ?Sized), name: &str) -> ApiResult<PoolRow> {
@@ -353,10 +345,11 @@ pub fn create_pool(
 }
 
 /// `DELETE /v1/pools/{name}`: forgets a pool. Its members stay, with their labels, claims
-/// and cache keys.
+/// and cache keys; the claims waiting in its line leave it.
 pub fn delete_pool(ctx: &mut impl Txn, name: &str, actor: &str, limits: &Limits) -> ApiResult<()> {
     let p = require_pool(&*ctx, name)?;
     let all = members(&*ctx, &p)?;
+    super::pool_line::empty_line(ctx, name, actor)?;
     ctx.delete_pool(name)?;
     event(
         ctx,
@@ -375,7 +368,7 @@ pub fn delete_pool(ctx: &mut impl Txn, name: &str, actor: &str, limits: &Limits)
 }
 
 /// A pool as `pool show` and `pool list` show it.
-pub fn pool_view(conn: &(impl Snapshot + ?Sized), name: &str) -> ApiResult<api::Pool> {
+pub fn pool_view(conn: &(impl Snapshot + ?Sized), name: &str, now: i64) -> ApiResult<api::Pool> {
     let p = require_pool(conn, name)?;
     let mut out = Vec::new();
     for volume in members(conn, &p)? {
@@ -414,14 +407,15 @@ pub fn pool_view(conn: &(impl Snapshot + ?Sized), name: &str) -> ApiResult<api::
         selector: p.selector,
         linger_ms: p.linger_ms,
         members: out,
+        line: super::pool_line::line_view(conn, name, now)?,
         created_at: time(p.created_at),
     })
 }
 
 /// Every pool, by name.
-pub fn pool_views(conn: &(impl Snapshot + ?Sized)) -> ApiResult<Vec<api::Pool>> {
+pub fn pool_views(conn: &(impl Snapshot + ?Sized), now: i64) -> ApiResult<Vec<api::Pool>> {
     conn.pools()?
         .into_iter()
-        .map(|p| pool_view(conn, &p.name))
+        .map(|p| pool_view(conn, &p.name, now))
         .collect()
 }

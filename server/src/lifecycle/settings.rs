@@ -28,6 +28,9 @@ pub struct Limits {
     pub text: csivol_api::limits::TextLimits,
     /// Claims one claimer token may hold at once (`[limits] claims_per_claimer`).
     pub claims_per_claimer: usize,
+    /// How long the first claim in a pool's line waits before a member that frees and that
+    /// it can use is held for it (`[limits] pool_hold_after`).
+    pub pool_hold_after: Duration,
     /// How large the event log may grow (`[limits]`).
     pub events: crate::limits::EventBounds,
     /// Per plugin, whether csivol may change a volume's ownership to give it a claim's

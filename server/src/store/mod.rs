@@ -38,6 +38,7 @@ use csivol_api::{
 };
 
 use super::error::{ApiError, ApiResult};
+use super::model::LingerRow;
 use super::model::listing::VolumeChunk;
 use super::model::{
     AttachmentRow, ClaimRow, GroupSnapshotRow, Lifecycle, NewFence, NodeFenceRow, NodePluginRow,
@@ -324,14 +325,12 @@ pub trait Snapshot {
         volume: &str,
         alloc: &str,
     ) -> ApiResult<Option<crate::model::PoolClaimRow>>;
-    /// The stagings kept after a release, of a volume, of a node, or both.
-    fn lingers(
-        &self,
-        volume: Option<&str>,
-        node: Option<&str>,
-    ) -> ApiResult<Vec<crate::model::LingerRow>>;
-    /// The stagings kept after a release whose time ran out by `now`.
-    fn lingers_due(&self, now: i64) -> ApiResult<Vec<crate::model::LingerRow>>;
+    /// The stagings kept after a release, of a volume, of a node, or both; those run out by
+    /// `now`.
+    fn lingers(&self, volume: Option<&str>, node: Option<&str>) -> ApiResult<Vec<LingerRow>>;
+    fn lingers_due(&self, now: i64) -> ApiResult<Vec<LingerRow>>;
+    /// The claims waiting in `pool`'s line (every pool's, without one), first in line first.
+    fn pool_line(&self, pool: Option<&str>) -> ApiResult<Vec<crate::model::PoolWaiterRow>>;
     /// The first answer kept for `token`'s request `key`.
     fn kept_answer(&self, token: &str, key: &str) -> ApiResult<Option<KeptAnswer>>;
     /// The tombstone of `alloc`'s claim on `volume`: its last release.
@@ -511,9 +510,16 @@ pub trait Txn: Snapshot {
     /// Marks `alloc`'s claims from a pool on `volume` released.
     fn close_pool_claims(&mut self, volume: &str, alloc: &str) -> ApiResult<()>;
     /// Records a staging kept after a release (nothing below the schema that keeps them).
-    fn put_linger(&mut self, l: &crate::model::LingerRow) -> ApiResult<()>;
+    fn put_linger(&mut self, l: &LingerRow) -> ApiResult<()>;
     /// Ends a staging kept after a release.
     fn delete_linger(&mut self, volume: &str, node: &str) -> ApiResult<()>;
+    /// Records a claim in its pool's line, or its lease and held member; `None` takes it out.
+    fn put_pool_waiter(
+        &mut self,
+        pool: &str,
+        alloc: &str,
+        w: Option<&crate::model::PoolWaiterRow>,
+    ) -> ApiResult<()>;
     /// Removes a volume if it is `deleting`.
     fn delete_deleting_volume(&mut self, name: &str) -> ApiResult<()>;
 

@@ -51,6 +51,13 @@ const EXPECTED: &[(&str, &str, &str)] = &[
     ("put", "/v1/pools/{name}", "create-delete@cluster"),
     ("delete", "/v1/pools/{name}", "create-delete@cluster"),
     ("post", "/v1/pools/{name}/claims", "claim@cluster"),
+    ("get", "/v1/pools/{name}/claims/{alloc}", "read@cluster"),
+    ("delete", "/v1/pools/{name}/claims/{alloc}", "claim@cluster"),
+    (
+        "post",
+        "/v1/pools/{name}/claims/{alloc}/renew",
+        "claim@cluster",
+    ),
     ("get", "/v1/nodes", "read@cluster"),
     ("get", "/v1/nodes/{node}", "read@cluster"),
     ("delete", "/v1/nodes/{node}", "manage-nodes@cluster"),

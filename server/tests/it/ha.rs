@@ -557,4 +557,36 @@ async fn a_pool_made_through_one_server_is_claimed_from_through_the_other() {
         (&json!("m1"), &json!("same-key")),
         "{c}"
     );
+
+    // The pool's line is replicated too: a claim that waits in it through B is listed
+    // through A, and a member released through A goes to it.
+    let (status, c) = pool_claim(a.clone(), "a3").await;
+    assert_eq!((status, &c["volume"]), (201, &json!("m2")), "{c}");
+    let (status, w) = b
+        .post(
+            "/v1/pools/cache/claims",
+            json!({"claim": {"alloc": "a4", "node": "n1", "mode": "write", "queue": true}}),
+        )
+        .await;
+    assert_eq!(status, 201, "{w}");
+    assert_eq!(
+        (&w["volume"], &w["state"], &w["queue_position"]),
+        (&json!(""), &json!("queued"), &json!(1)),
+        "{w}"
+    );
+    eventually("A to list a4 in the pool's line", WAIT, || async {
+        let (_, p) = a.get("/v1/pools/cache").await;
+        (p["line"][0]["alloc"] == "a4").then_some(())
+    })
+    .await;
+    let (status, body) = a.delete("/v1/volumes/m2/claims/a3").await;
+    assert_eq!(status, 202, "{body}");
+    n1.report(json!([{"kind": "unpublished", "volume": "m2", "alloc": "a3"}]))
+        .await;
+    let c = eventually("B to see a4 granted m2", WAIT, || async {
+        let (status, c) = b.get("/v1/pools/cache/claims/a4").await;
+        (status == 200 && c["volume"] == "m2").then_some(c)
+    })
+    .await;
+    assert_eq!(c["pool"]["choice"], "cold", "{c}");
 }

@@ -2,7 +2,8 @@
 //! takes the volumes its selector matches and refuses to share one with another pool; a
 //! claim from it gets the warmest free member (same key, staged here, prefix, cold), skips
 //! members out of service, records a member's key only when its job succeeded, and is
-//! refused like a busy volume when every member is taken.
+//! refused like a busy volume when every member is taken, or with `queue` waits in the
+//! pool's line, recorded once however often it is sent.
 
 use csivol_tests::{Api, FakeAgent, TestDir};
 use serde_json::{Value, json};
@@ -28,6 +29,24 @@ async fn pool_claim(api: &Api, alloc: &str, key: &str, restore: &[&str]) -> (u16
                "cache_key": key, "restore_keys": restore}),
     )
     .await
+}
+
+/// A server, its node `n1` kept alive (hosting the controller), and pool `cache` of one
+/// member, `m1`.
+async fn pool_of_m1(
+    dir: &TestDir,
+) -> (csivol_tests::ServerProc, FakeAgent, csivol_tests::KeepAlive) {
+    let server = start(dir, &[]);
+    let api = server.api();
+    let n1 = FakeAgent::new(&server, "n1").await;
+    n1.register(0, true, json!([])).await;
+    let beating = n1.keep_alive();
+    labelled_volume(&api, "m1", json!({"pool": "cache"})).await;
+    let (status, p) = api
+        .put("/v1/pools/cache", json!({"selector": {"pool": "cache"}}))
+        .await;
+    assert_eq!(status, 201, "{p}");
+    (server, n1, beating)
 }
 
 /// Claims from the pool and says which member it got and why.
@@ -335,16 +354,8 @@ async fn a_pool_claim_gets_the_warmest_free_member_and_a_failed_job_keeps_the_ol
 #[tokio::test]
 async fn a_later_claim_of_the_same_alloc_is_not_taken_for_an_expired_pool_claim() {
     let dir = TestDir::new("server-pools-expired");
-    let server = start(&dir, &[]);
+    let (server, n1, _beating) = pool_of_m1(&dir).await;
     let api = server.api();
-    let n1 = FakeAgent::new(&server, "n1").await;
-    n1.register(0, true, json!([])).await;
-    let _beating = n1.keep_alive();
-    labelled_volume(&api, "m1", json!({"pool": "cache"})).await;
-    let (status, p) = api
-        .put("/v1/pools/cache", json!({"selector": {"pool": "cache"}}))
-        .await;
-    assert_eq!(status, 201, "{p}");
     let (status, c) = api
         .post(
             "/v1/pools/cache/claims",
@@ -375,4 +386,98 @@ async fn a_later_claim_of_the_same_alloc_is_not_taken_for_an_expired_pool_claim(
     assert_eq!(status, 202, "{body}");
     let (_, p) = api.get("/v1/pools/cache").await;
     assert!(member(&p, "m1").get("cache_key").is_none(), "{p}");
+}
+
+/// A claim in a pool's line over real HTTP, retried: the same `Idempotency-Key` is answered
+/// the first answer (one claim in line, and after its grant still that answer, never a
+/// second claim or member); a late copy without a key, sent before the claim left the
+/// line, does not join it again; a claim in line is followed, renewed and released through
+/// the pool.
+#[tokio::test]
+async fn a_claim_in_a_pools_line_is_recorded_once_however_often_it_is_sent() {
+    use csivol_client::Method;
+    use csivol_client::once::Once;
+
+    use super::retries::{json_of, replayed, send};
+
+    let dir = TestDir::new("server-pools-line");
+    let (server, n1, _beating) = pool_of_m1(&dir).await;
+    let api = server.api();
+    assert_eq!(chosen(&api, "h", "main", &[]).await.0, "m1");
+    publish(&api, &n1, "m1", "h").await;
+
+    let body = json!({"claim": {"alloc": "w", "node": "n1", "mode": "write", "queue": true,
+                                "ttl_ms": 600_000}});
+    let once = Once::new("line-w");
+    let first = send(&api, Method::POST, "/v1/pools/cache/claims", &body, &once).await;
+    assert_eq!(first.status, 201);
+    let w = json_of(&first);
+    assert_eq!(
+        (
+            &w["volume"],
+            &w["state"],
+            &w["queue_position"],
+            &w["pool"]["choice"]
+        ),
+        (&json!(""), &json!("queued"), &json!(1), &json!("waiting")),
+        "{w}"
+    );
+    let again = send(&api, Method::POST, "/v1/pools/cache/claims", &body, &once).await;
+    assert!(replayed(&again));
+    assert_eq!(json_of(&again), w);
+    let (_, p) = api.get("/v1/pools/cache").await;
+    assert_eq!(p["line"].as_array().map(Vec::len), Some(1), "{p}");
+    let (status, renewed) = api.post("/v1/pools/cache/claims/w/renew", json!({})).await;
+    assert_eq!(
+        (status, &renewed["state"]),
+        (200, &json!("queued")),
+        "{renewed}"
+    );
+
+    // h releases m1: w gets it; the same request again is still its first answer, and a
+    // copy without a key finds w's claim on m1, not a second claim.
+    release(&api, &n1, "m1", "h", false, false).await;
+    let (status, c) = api.get("/v1/pools/cache/claims/w").await;
+    assert_eq!((status, &c["volume"]), (200, &json!("m1")), "{c}");
+    let late = send(&api, Method::POST, "/v1/pools/cache/claims", &body, &once).await;
+    assert!(replayed(&late));
+    assert_eq!(json_of(&late), w);
+    let (status, c) = api.post("/v1/pools/cache/claims", body.clone()).await;
+    assert_eq!((status, &c["volume"]), (200, &json!("m1")), "{c}");
+    let (_, p) = api.get("/v1/pools/cache").await;
+    assert!(p.get("line").is_none(), "{p}");
+
+    // A second claim waits, leaves the line when released (204), and a copy of its request
+    // sent before that does not bring it back.
+    let sent = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let body = json!({"claim": {"alloc": "x", "node": "n1", "mode": "write", "queue": true}});
+    let (status, x) = api.post("/v1/pools/cache/claims", body.clone()).await;
+    assert_eq!((status, &x["state"]), (201, &json!("queued")), "{x}");
+    let (status, _) = api.delete("/v1/pools/cache/claims/x").await;
+    assert_eq!(status, 204);
+    let late = send(
+        &api,
+        Method::POST,
+        "/v1/pools/cache/claims",
+        &body,
+        &Once::unkeyed().sent_at(sent),
+    )
+    .await;
+    assert_eq!(late.status, 409);
+    assert!(
+        json_of(&late)["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("pool `cache`'s line"),
+        "{}",
+        json_of(&late)
+    );
+    let (status, e) = api.get("/v1/pools/cache/claims/x").await;
+    assert_eq!(status, 404, "{e}");
+    // The claim that holds a member is released through the pool too.
+    let (status, c) = api.delete("/v1/pools/cache/claims/w").await;
+    assert_eq!((status, &c["volume"]), (202, &json!("m1")), "{c}");
 }

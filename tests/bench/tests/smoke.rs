@@ -184,6 +184,28 @@ fn chaos_campaign_short() {
         ],
         &SINGLE,
     );
+    // Per-job volumes and pool members went through whole jobs under the faults, each job
+    // finding its target presented (`--mount none`: no marker is written); the faults
+    // blocked some of them and the observer saw them presented, so the checks had
+    // something to judge: no per-job volume left, none leaked in the storage, none deleted
+    // while blocked, none on two nodes (violations otherwise, checked above).
+    for key in [
+        "fresh_cycles",
+        "pool_cycles",
+        "job_targets_presented",
+        "job_volumes_blocked",
+        "job_volumes_observed",
+    ] {
+        assert!(r[key].as_u64().unwrap() > 0, "no `{key}`: {r:#}");
+    }
+    for key in [
+        "job_volumes_left",
+        "storage_volumes_leaked",
+        "deleted_while_blocked",
+        "job_double_writers",
+    ] {
+        assert_eq!(r[key], 0, "{r:#}");
+    }
     // Each delayed duplicate was answered (its first answer, or a refusal), not accepted:
     // a violation otherwise, checked above.
     let notes = r["fault_notes"].as_object().expect("fault notes");

@@ -1,7 +1,8 @@
 //! Storage capacity end to end: controller hosts ask the real reference plugin GetCapacity
 //! per segment of the plugin's nodes, `plugin show` lists the answers with their age, and
 //! `volume create` is refused at once when a fresh answer says the volume cannot fit,
-//! naming the limit and a segment that has room; against a plugin without GET_CAPACITY the
+//! naming the limit and a segment that has room, and so is a per-job volume in its node's
+//! segment, by its dry run too; against a plugin without GET_CAPACITY the
 //! creation goes to the plugin as before, and `plugin show` says why there is nothing.
 
 use std::time::Duration;
@@ -124,6 +125,45 @@ fn capacity_is_listed_and_a_volume_that_cannot_fit_is_refused_at_once() {
     assert!(
         huge.stderr.contains("no sampled segment has room"),
         "{huge:?}"
+    );
+
+    // A per-job volume is made in its node's segment, so zone b's answer judges one
+    // claimed on node-2: the dry run and the claim say it cannot fit and make nothing,
+    // and the same on node-1, in zone a, can be made.
+    let job = format!("scratch=spec:{}", spec(&c, "job", 16 * MIB, None));
+    let fresh = |node: &str, extra: &[&str]| {
+        let mut args = vec![
+            "claim", "--fresh", &job, "--node", node, "--alloc", "job-1", "--ttl", "1m",
+        ];
+        args.extend_from_slice(extra);
+        c.csivol(&args)
+    };
+    let dry = fresh("node-2", &["--dry-run"]);
+    assert_eq!(dry.code, EXIT_CONFLICT, "{dry:?}");
+    assert!(dry.stdout.starts_with("refused"), "{dry:?}");
+    assert!(
+        dry.stdout
+            .contains("reports a maximum volume size of 8388608 bytes (8 MiB) in segment zone=b"),
+        "{dry:?}"
+    );
+    let claimed = fresh("node-2", &[]);
+    assert_eq!(claimed.code, EXIT_CONFLICT, "{claimed:?}");
+    assert!(
+        claimed.stderr.contains("volume `scratch` does not fit"),
+        "{claimed:?}"
+    );
+    assert!(
+        claimed
+            .stderr
+            .contains("segment zone=a has room: claim it on a node there rather than on `node-2`"),
+        "{claimed:?}"
+    );
+    let listed = c.csivol(&["volume", "list", "-o", "json"]).ok().json();
+    assert_eq!(listed, json!([]), "nothing made");
+    let elsewhere = fresh("node-1", &["--dry-run"]);
+    assert!(
+        elsewhere.ok().stdout.starts_with("accepted"),
+        "{elsewhere:?}"
     );
 
     // What fits is created, and the samples taken after it show the pool less the volume.

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use csivol_tests::wait_for;
+use csivol_tests::{Proc, wait_for};
 use serde_json::Value;
 
 use crate::cluster::{Cluster, NodeOpts, Out, PLUGIN, mounted};
@@ -362,6 +362,139 @@ fn a_lingering_pool_keeps_its_member_staged_for_the_next_job_on_the_node() {
     // left mounted.
     c.start_agent(1);
     c.csivol(&["pool", "delete", "cache"]).ok();
+    wait_for("nothing mounted", WAIT, || {
+        c.all_mounts().is_empty().then_some(())
+    });
+}
+
+/// Two members, three jobs: the third waits in the pool's line (`run --pool --queue`),
+/// `pool show` shows it there, and it gets the member the first release frees.
+#[test]
+fn a_job_that_finds_every_member_taken_waits_in_the_pools_line_with_queue() {
+    let c = Cluster::start("pool-line", "10s", vec![NodeOpts::default()]);
+    labelled_volume(&c, "q1", "{ pool = \"line\" }");
+    labelled_volume(&c, "q2", "{ pool = \"line\" }");
+    c.csivol(&["pool", "create", "line", "--selector", "pool=line"])
+        .ok();
+    let mut got = Vec::new();
+    for alloc in ["a1", "a2"] {
+        let out = c.csivol(&[
+            "claim", "--pool", "line", "--node", "node-1", "--alloc", alloc, "--wait", "-o", "json",
+        ]);
+        assert_eq!(out.code, 0, "{out:?}");
+        got.push(out.json()["volume"].as_str().unwrap().to_owned());
+    }
+    assert_eq!(got, ["q1", "q2"]);
+    // Without --queue the third is refused; with it, it waits in line and says so.
+    let out = c.csivol(&[
+        "claim", "--pool", "line", "--node", "node-1", "--alloc", "a3",
+    ]);
+    assert_eq!(out.code, 4, "{out:?}");
+    let log = c.dir.join("a3.log");
+    let mut job = Proc::spawn(
+        "csivol run --queue",
+        c.command(
+            Some(&c.token),
+            &[
+                "run",
+                "--pool",
+                "cache=line",
+                "--queue",
+                "--node",
+                "node-1",
+                "--alloc",
+                "a3",
+                "--ttl",
+                "30s",
+                "--timeout",
+                "120s",
+                "--",
+                "sh",
+                "-c",
+                r#"echo "got $CSIVOL_VOLUME_CACHE at $CSIVOL_PATH_CACHE""#,
+            ],
+        ),
+        &log,
+    );
+    let line = wait_for("a3 in the pool's line", WAIT, || {
+        let p = c
+            .csivol(&["pool", "show", "line", "-o", "json"])
+            .ok()
+            .json();
+        (p["line"][0]["alloc"] == "a3").then_some(p)
+    });
+    assert_eq!(
+        (&line["line"][0]["node"], &line["line"][0]["mode"]),
+        (&Value::from("node-1"), &Value::from("write")),
+        "{line}"
+    );
+    let table = c.csivol(&["pool", "show", "line"]).ok().stdout.clone();
+    assert!(table.contains("line:       1 waiting"), "{table}");
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("1") && l.contains("a3") && l.contains("node-1")),
+        "{table}"
+    );
+    assert!(
+        std::fs::read_to_string(&log)
+            .unwrap()
+            .contains("alloc a3 on node node-1 waits in pool line's line (write): number 1"),
+        "{}",
+        std::fs::read_to_string(&log).unwrap()
+    );
+
+    // a2 releases q2: the job in line gets it, runs, and releases it.
+    c.csivol(&["release", "q2", "--alloc", "a2", "--wait"]).ok();
+    let status = wait_for("the queued job to finish", WAIT, || job.exited());
+    let printed = std::fs::read_to_string(&log).unwrap();
+    assert!(status.success(), "{printed}");
+    assert!(printed.contains("got q2 at /"), "{printed}");
+    let p = c
+        .csivol(&["pool", "show", "line", "-o", "json"])
+        .ok()
+        .json();
+    assert!(p.get("line").is_none(), "{p}");
+    let chosen = c
+        .csivol(&["events", "--volume", "q2", "-o", "json"])
+        .ok()
+        .json();
+    assert!(
+        chosen
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["kind"] == "pool-member-chosen"
+                && e["alloc"] == "a3"
+                && e["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains("from the line after waiting")),
+        "{chosen}"
+    );
+
+    // A claim still in line leaves it with `release --pool`; one holding a member releases
+    // it so.
+    for (alloc, queued) in [("a4", false), ("a5", true)] {
+        let out = c.csivol(&[
+            "claim", "--pool", "line", "--node", "node-1", "--alloc", alloc, "--queue", "-o",
+            "json",
+        ]);
+        assert_eq!(out.code, 0, "{out:?}");
+        let claim = out.json();
+        assert_eq!(claim["state"] == "queued", queued, "{alloc}: {claim}");
+        assert_eq!(claim["volume"] == "", queued, "{alloc}: {claim}");
+    }
+    let out = c.csivol(&["release", "--pool", "line", "--alloc", "a5"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(
+        out.stderr.contains("alloc a5 left pool line's line"),
+        "{out:?}"
+    );
+    for alloc in ["a4", "a1"] {
+        c.csivol(&["release", "--pool", "line", "--alloc", alloc, "--wait"])
+            .ok();
+    }
     wait_for("nothing mounted", WAIT, || {
         c.all_mounts().is_empty().then_some(())
     });

@@ -39,9 +39,28 @@ async fn sent(
     sent_at: Option<i64>,
 ) -> crate::error::ApiResult<(csivol_api::Claim, bool)> {
     env.write(move |ctx, l| {
-        super::super::create_fresh_claim(ctx, &req, &Claimant::operator("op"), l, sent_at)
+        super::super::create_fresh_claim(
+            ctx,
+            &req,
+            &Claimant::operator("op"),
+            l,
+            sent_at,
+            &|_, spec| Ok(spec),
+        )
     })
     .await
+}
+
+/// CreateVolume's answer to `op`: made as `disk-1`.
+fn created(op: &crate::model::OpRow) -> Report {
+    Report::Created {
+        op: op.id as u64,
+        attempt: op.attempt,
+        external_id: "disk-1".into(),
+        capacity_bytes: 1024,
+        context: Default::default(),
+        accessible_topology: Vec::new(),
+    }
 }
 
 #[tokio::test]
@@ -87,18 +106,7 @@ async fn the_claim_waits_for_create_volume_and_the_volume_goes_once_released() {
         csi_name.starts_with(&format!("csivol-{volume}-")),
         "{csi_name}"
     );
-    env.report(
-        "n1",
-        vec![Report::Created {
-            op: op.id as u64,
-            attempt: 0,
-            external_id: "disk-1".into(),
-            capacity_bytes: 1024,
-            context: Default::default(),
-            accessible_topology: Vec::new(),
-        }],
-    )
-    .await;
+    env.report("n1", vec![created(&op)]).await;
     let state = env.claim_state(&volume, "a1").await.unwrap();
     assert_ne!(state.as_str(), "queued", "granted once created");
 
@@ -228,4 +236,47 @@ async fn below_the_schema_that_keeps_them_a_per_job_volume_is_refused() {
     assert!(env.ops().await.is_empty(), "nothing queued");
     let none = env.read(|c| c.claims(None, None)).await;
     assert!(none.is_empty(), "nothing recorded: {none:?}");
+}
+
+/// A per-job volume whose CreateVolume answers while its claim's node is lost grants
+/// nothing then (the node may start nothing); when the node comes back its queued claim
+/// is granted, not left queued until its lease runs out and its volume is deleted under
+/// a job that waited for it all along. The queued claim held nothing, so the loss
+/// blocked nothing of the volume.
+#[tokio::test]
+async fn a_claim_queued_while_its_node_was_lost_is_granted_when_it_returns() {
+    let env = Env::new();
+    env.register("ctl", true, &[]).await;
+    env.register("n1", false, &[]).await;
+    let (c, _) = fresh(&env, request("a1", Some(60_000))).await.unwrap();
+    let volume = c.volume.clone();
+    env.write(|ctx, l| crate::lifecycle::nodes::mark_lost(ctx, "n1", "no heartbeat", l))
+        .await
+        .unwrap();
+    assert!(env.events_of("volume-blocked").await.is_empty());
+    assert!(
+        env.last_message("node-lost", "n1")
+            .await
+            .contains("0 claim(s) and 0 attachment(s) blocked"),
+        "{:?}",
+        env.events().await
+    );
+    let op = env.ops_of("ctl").await.remove(0);
+    env.report("ctl", vec![created(&op)]).await;
+    assert_eq!(
+        env.claim_state(&volume, "a1").await.unwrap().as_str(),
+        "queued",
+        "its node is lost"
+    );
+
+    assert!(env.register("n1", false, &[]).await, "it had been lost");
+    let state = env.claim_state(&volume, "a1").await.unwrap();
+    assert_ne!(state.as_str(), "queued", "{:?}", env.events().await);
+    env.controller_published("ctl").await;
+    env.report("n1", vec![super::published(&volume, "a1")])
+        .await;
+    assert_eq!(
+        env.claim_state(&volume, "a1").await.unwrap().as_str(),
+        "ready"
+    );
 }

@@ -17,6 +17,7 @@ mod mounts;
 mod nodes;
 mod operator;
 mod ops;
+mod pool_line;
 mod pools;
 mod reports;
 mod retries;
@@ -61,6 +62,11 @@ impl Drop for Env {
 
 impl Env {
     fn new() -> Self {
+        Self::with_clock(crate::clock::Clock::wall())
+    }
+
+    /// A cluster state whose writes are stamped by `clock` (a test's held clock).
+    fn with_clock(clock: crate::clock::Clock) -> Self {
         // Tests run in parallel in one process: a counter keeps their directories apart.
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
@@ -68,7 +74,7 @@ impl Env {
             std::env::temp_dir().join(format!("csivol-lifecycle-test-{}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        let db = Db::start(&dir.join("state.db"), crate::clock::Clock::wall()).unwrap();
+        let db = Db::start(&dir.join("state.db"), clock).unwrap();
         Self {
             db,
             dir,
@@ -80,6 +86,7 @@ impl Env {
                 request_memory: crate::defaults::DEFAULT_REQUEST_MEMORY,
                 text: Default::default(),
                 claims_per_claimer: csivol_api::limits::DEFAULT_CLAIMS_PER_CLAIMER,
+                pool_hold_after: crate::limits::DEFAULT_POOL_HOLD_AFTER,
                 events: Default::default(),
                 mounts: Default::default(),
             },

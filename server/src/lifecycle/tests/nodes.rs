@@ -255,3 +255,47 @@ async fn what_a_plugin_made_is_kept_for_plugin_show_across_registrations() {
     assert_eq!(seen.shape.staging.as_deref(), Some("none"));
     assert_eq!(seen.shape.target, "mount");
 }
+
+/// A node lost while its claim's volume was being attached (ControllerPublishVolume asked
+/// for, not answered; the request is dropped with the loss) comes back: the attachment
+/// was never made, so it is asked for again (the RPC is idempotent), not taken as made,
+/// which would have the node stage a volume that is not published to it and fail the
+/// claim. An attachment that was made stays so.
+#[tokio::test]
+async fn an_attachment_lost_before_it_was_made_is_asked_for_again_on_return() {
+    let env = Env::new();
+    env.register("ctl", true, &[]).await;
+    env.register("n1", false, &[]).await;
+    env.volume("v", "single-node-writer").await;
+    env.claim("v", "a1", "n1", ClaimMode::Write).await.unwrap();
+    assert_eq!(
+        env.attachment_state("v", "n1").await,
+        Some(AttachmentState::Attaching)
+    );
+    env.write(|ctx, l| super::super::nodes::mark_lost(ctx, "n1", "no heartbeat", l))
+        .await
+        .unwrap();
+    assert!(env.ops_of("ctl").await.is_empty(), "the publish is dropped");
+
+    assert!(env.register("n1", false, &[]).await, "it had been lost");
+    assert_eq!(
+        env.attachment_state("v", "n1").await,
+        Some(AttachmentState::Attaching),
+        "{:?}",
+        env.events().await
+    );
+    let ops: Vec<String> = env
+        .ops_of("ctl")
+        .await
+        .iter()
+        .map(|o| format!("{} {}", o.kind.as_str(), o.volume))
+        .collect();
+    assert_eq!(ops, ["publish v"]);
+    assert_eq!(
+        env.claim_state("v", "a1").await,
+        Some(ClaimState::Attaching)
+    );
+    env.controller_published("ctl").await;
+    env.report("n1", vec![super::published("v", "a1")]).await;
+    assert_eq!(env.claim_state("v", "a1").await, Some(ClaimState::Ready));
+}

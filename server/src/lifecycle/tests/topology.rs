@@ -16,7 +16,7 @@ fn zone(z: &str) -> Topology {
 
 impl Env {
     /// Registers `node` (hosting the controller) whose plugin reports `zone=<z>`.
-    async fn register_in(&self, node: &str, z: &str) {
+    pub(super) async fn register_in(&self, node: &str, z: &str) {
         let mut req = registration(node, true, &[]);
         let part = req.plugins[0].node.as_mut().expect("node service");
         part.info.accessible_topology = Some(zone(z));
@@ -27,7 +27,7 @@ impl Env {
     }
 
     /// Registers volume `name` accessible from `zones` (empty: from everywhere).
-    async fn zonal_volume(&self, name: &str, access_mode: &str, zones: &[&str]) {
+    pub(super) async fn zonal_volume(&self, name: &str, access_mode: &str, zones: &[&str]) {
         let spec: VolumeSpec = serde_json::from_value(json!({
             "plugin": "hp", "external_id": format!("ext-{name}"),
             "access_mode": access_mode, "attachment": "file-system",

@@ -361,6 +361,7 @@ pub fn wake_keys(t: &Table, values: &[Value], out: &mut Vec<Key>) {
             ("volumes", "name") | (_, "volume") => Key::Volume(s.clone()),
             ("nodes", "name") | (_, "node") | (_, "host") => Key::Node(s.clone()),
             ("snapshots", "name") | ("group_snapshots", "name") => Key::Snapshot(s.clone()),
+            ("pool_waiters", "pool") => Key::Pool(s.clone()),
             _ => continue,
         };
         out.push(key);

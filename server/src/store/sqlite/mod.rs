@@ -18,6 +18,7 @@ pub mod maintenance;
 pub mod migrations;
 mod nodes;
 mod ops;
+mod pool_waiters;
 mod pools;
 mod read_pool;
 mod reconcile;
@@ -618,6 +619,10 @@ impl Snapshot for Connection {
         lingers::due(self, now)
     }
 
+    fn pool_line(&self, pool: Option<&str>) -> ApiResult<Vec<crate::model::PoolWaiterRow>> {
+        pool_waiters::line(self, pool)
+    }
+
     fn kept_answer(&self, token: &str, key: &str) -> ApiResult<Option<crate::store::KeptAnswer>> {
         retries::kept_answer(self, token, key)
     }
@@ -748,6 +753,7 @@ reads_through_the_transaction! {
     open_pool_claim(volume: &str, alloc: &str) -> Option<PoolClaimRow>;
     lingers(volume: Option<&str>, node: Option<&str>) -> Vec<LingerRow>;
     lingers_due(now: i64) -> Vec<LingerRow>;
+    pool_line(pool: Option<&str>) -> Vec<crate::model::PoolWaiterRow>;
     kept_answer(token: &str, key: &str) -> Option<crate::store::KeptAnswer>;
     tombstone(volume: &str, alloc: &str) -> Option<crate::store::Tombstone>;
     tombstoned_under(prefix: &str, alloc: &str) -> Vec<String>;

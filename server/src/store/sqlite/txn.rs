@@ -272,6 +272,15 @@ impl Txn for WriteCtx<'_> {
         pools::close_claims(self, volume, alloc, now)
     }
 
+    fn put_pool_waiter(
+        &mut self,
+        pool: &str,
+        alloc: &str,
+        w: Option<&crate::model::PoolWaiterRow>,
+    ) -> ApiResult<()> {
+        super::pool_waiters::put(self, pool, alloc, w)
+    }
+
     fn delete_deleting_volume(&mut self, name: &str) -> ApiResult<()> {
         self.memo.stamped.clear();
         let deleted = exec(

@@ -411,3 +411,56 @@ mod tests {
         assert_eq!(double_writers(&w).len(), 1);
     }
 }
+
+/// What the observer saw: its scans, the volumes it saw on two nodes (violations), and
+/// the per-job volumes and pool members it saw presented (what that check judged of them).
+#[derive(Debug, Default)]
+pub struct Observed {
+    pub scans: u64,
+    pub violations: Vec<String>,
+    pub job_volumes: BTreeSet<String>,
+}
+
+/// Scans the nodes every 100 ms for a single-writer volume presented on two nodes; a
+/// sighting counts once a second scan, after it, sees it too (a scan reads the nodes one
+/// after the other, so one scan alone can straddle a correct handover).
+pub async fn observe(
+    nodes: Vec<(String, PathBuf)>,
+    mount: String,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> Observed {
+    let mut out = Observed::default();
+    let mut found: BTreeSet<String> = BTreeSet::new();
+    while !*stop.borrow() {
+        let (n, m) = (nodes.clone(), mount.clone());
+        let scan = tokio::task::spawn_blocking(move || {
+            let seen = writers(&n, &m);
+            let jobs: Vec<String> = seen
+                .keys()
+                .filter(|v| super::jobs::is_job_volume(v))
+                .cloned()
+                .collect();
+            let first = double_writers(&seen);
+            if first.is_empty() {
+                return (Vec::new(), jobs);
+            }
+            let twice = double_writers(&writers(&n, &m))
+                .into_iter()
+                .filter(|v| {
+                    first
+                        .iter()
+                        .any(|f| f.split(':').next() == v.split(':').next())
+                })
+                .collect();
+            (twice, jobs)
+        })
+        .await
+        .unwrap_or_default();
+        out.scans += 1;
+        found.extend(scan.0);
+        out.job_volumes.extend(scan.1);
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    out.violations = found.into_iter().collect();
+    out
+}

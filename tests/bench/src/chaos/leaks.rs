@@ -7,6 +7,7 @@
 //! between a restore's backup and its end, and for nothing else: any other publication
 //! left over stays an orphan, a violation.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
@@ -37,11 +38,15 @@ pub async fn detach_forgotten(
     http: &Http,
     backend: &Path,
     ledger: &Ledger,
+    forgotten_volumes: &BTreeSet<String>,
     timeout: Duration,
 ) -> Leaks {
     let mut out = Leaks::default();
+    // A volume a restore forgot is no csivol volume: nothing of it can be detached through
+    // csivol, and the storage keeps it with its publications.
     let forgotten: Vec<Publication> = publications(backend)
         .into_iter()
+        .filter(|(p, _)| !forgotten_volumes.contains(&p.external_id))
         .filter(|(_, at)| ledger.forgotten_by_a_restore(*at))
         .map(|(p, _)| p)
         .collect();

@@ -596,10 +596,11 @@ pub async fn back_after_restore(
     }
     if present {
         release(http, h, ledger, volume, alloc, deadline, &mut retries).await?;
-        if under_way && !found {
+        if !found && (under_way || failed_by_the_server(http, alloc).await) {
             // Back `releasing` (or `failed`): its release was under way (or it had failed)
-            // when the backup was taken, and its node takes it down on its own, maybe
-            // before the release above; the
+            // when the backup was taken, or it failed since (the restored state publishes
+            // it again, and the plugin may refuse), and its node takes it down on its own,
+            // maybe before the release above; the
             // history says so as the server's drop, from the read to its being seen gone.
             h.record(
                 volume,
@@ -665,6 +666,16 @@ pub async fn found_after_restore(http: &Http, r: &Resp) -> bool {
 }
 
 /// The event log's (kind, message) for `alloc`, oldest first (empty if it cannot be read).
+/// Whether the event log says the server failed `alloc`'s claim (`claim-failed`): it then
+/// takes the claim down and drops it on its own. The event log goes back in time with a
+/// restore, so after one it speaks of the restored claim only.
+pub async fn failed_by_the_server(http: &Http, alloc: &str) -> bool {
+    history(http, alloc)
+        .await
+        .iter()
+        .any(|(kind, _)| kind == "claim-failed")
+}
+
 pub async fn history(http: &Http, alloc: &str) -> Vec<(String, String)> {
     let Ok(r) = http.get(&format!("/v1/events?alloc={alloc}")).await else {
         return Vec::new();

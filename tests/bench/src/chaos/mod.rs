@@ -17,6 +17,8 @@ mod cluster;
 mod duplicate;
 pub(crate) mod faults;
 mod invariants;
+mod job_checks;
+mod jobs;
 mod leaks;
 mod ledger;
 mod load;
@@ -24,8 +26,7 @@ mod restore;
 mod slowbody;
 mod starts;
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
+use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -126,6 +127,9 @@ pub struct ChaosReport {
     /// Volumes whose history the checker could not decide within its budget (each an
     /// error: a history not known to be linearizable fails the run).
     pub undecided: usize,
+    /// Per-job volumes and pools (one-server mode only): their cycles and end checks.
+    #[serde(flatten)]
+    pub jobs: jobs::JobsReport,
     pub violations: Vec<String>,
     pub violation_count: usize,
     /// Cycles that did not finish in time, processes that died on their own, faults that
@@ -208,6 +212,7 @@ impl ChaosReport {
             "history: {} operations on {} volumes checked, anomalies: {}, undecided: {}",
             self.history_operations, self.history_volumes, self.anomalies, self.undecided
         ));
+        line(self.jobs.text());
         line(format!("violations: {}", self.violation_count));
         for v in &self.violations {
             line(format!("  {v}"));
@@ -274,10 +279,21 @@ async fn execute(cfg: &Config, net: Option<Arc<Net>>) -> anyhow::Result<ChaosRep
         AccessMode::SingleNodeWriter,
     )
     .await?;
+    // Per-job volumes and pools need schema 20, which an etcd store may not run yet.
+    let job_volumes = if ha {
+        Vec::new()
+    } else {
+        jobs::setup(&http, Duration::from_secs(60)).await?
+    };
+    let storage_before = jobs::storage_volumes(&cluster.backend);
 
     let nodes = cluster.node_dirs();
     let (stop_observing, observing) = tokio::sync::watch::channel(false);
-    let observer = tokio::spawn(observe(nodes.clone(), mount.to_owned(), observing));
+    let observer = tokio::spawn(invariants::observe(
+        nodes.clone(),
+        mount.to_owned(),
+        observing,
+    ));
 
     let started = Instant::now();
     let until = started + a.duration;
@@ -301,7 +317,23 @@ async fn execute(cfg: &Config, net: Option<Arc<Net>>) -> anyhow::Result<ChaosRep
         })
         .collect();
 
-    // Beside them, a careless client whose every claim is far too large.
+    // Beside them, per-job and pool clients (two of each).
+    let job_clients: Vec<_> = (0..if ha { 0 } else { 4 })
+        .map(|c| {
+            let spec = jobs::Spec {
+                kind: [jobs::Kind::Fresh, jobs::Kind::Pool][c as usize % 2],
+                client: c,
+                nodes: Arc::clone(&node_names),
+                until,
+                cycle_timeout,
+                seed,
+                mount: mount.to_owned(),
+                ledger: Arc::clone(&ledger),
+            };
+            tokio::spawn(jobs::client(http.clone(), spec))
+        })
+        .collect();
+    // And a careless client whose every claim is far too large.
     let careless = tokio::spawn(load::oversized_labels(
         http.clone(),
         names.clone(),
@@ -365,7 +397,14 @@ async fn execute(cfg: &Config, net: Option<Arc<Net>>) -> anyhow::Result<ChaosRep
     for c in clients {
         tally.add(c.await.context("a load client panicked")?);
     }
+    let mut job_outcomes = Vec::new();
+    for c in job_clients {
+        job_outcomes.push(c.await.context("a job client panicked")?);
+    }
+    let mut jobs = jobs::sum(job_outcomes);
     let mut violations = tally.violations.clone();
+    violations.append(&mut jobs.violations);
+    errors.append(&mut jobs.stuck);
     violations.extend(findings.violations);
     let careless = careless.await.context("the careless client panicked")?;
     violations.extend(careless.violations.iter().cloned());
@@ -394,23 +433,40 @@ async fn execute(cfg: &Config, net: Option<Arc<Net>>) -> anyhow::Result<ChaosRep
     };
 
     say.say("chaos: checking that every volume is free and nothing is left over");
+    let (jobs_report, backend) = (&mut jobs.report, &cluster.backend);
+    let before = &storage_before;
+    // Per-job volumes a restore forgot stay in the storage with what was published of them.
+    let forgotten = job_checks::check_left(
+        &http,
+        backend,
+        before,
+        &ledger,
+        DRAIN_TIMEOUT,
+        jobs_report,
+        &mut violations,
+    )
+    .await;
+    let expected = names.len() + job_volumes.len();
     violations.extend(
-        volumes::wait_all_free(&http, names.len(), DRAIN_TIMEOUT)
+        volumes::wait_all_free(&http, expected, DRAIN_TIMEOUT)
             .await?
             .into_iter()
             .map(|o| format!("orphan after the drain: {o}")),
     );
     // What a restore forgot and the storage keeps: taken down as an operator would.
-    let leaks = leaks::detach_forgotten(&http, &cluster.backend, &ledger, DRAIN_TIMEOUT).await;
+    let leaks =
+        leaks::detach_forgotten(&http, &cluster.backend, &ledger, &forgotten, DRAIN_TIMEOUT).await;
     errors.extend(leaks.errors);
     violations.extend(
         super::cluster::leftovers(&cluster.backend, &nodes, &root)
             .into_iter()
+            .filter(|o| !forgotten.iter().any(|id| o.contains(id.as_str())))
             .map(|o| format!("orphan after the drain: {o}")),
     );
     let _ = stop_observing.send(true);
-    let (observations, seen) = observer.await.context("the observer panicked")?;
-    violations.extend(seen);
+    let observed = observer.await.context("the observer panicked")?;
+    jobs.report.observed(&observed);
+    violations.extend(observed.violations);
     violations.extend(invariants::call_log_overlaps(&nodes));
     let events = invariants::all_events(&http).await?;
     // Beside the history, for a look at what the servers recorded when a check fails.
@@ -418,6 +474,12 @@ async fn execute(cfg: &Config, net: Option<Arc<Net>>) -> anyhow::Result<ChaosRep
         errors.push(format!("failed to save the event log: {e}"));
     }
     violations.extend(invariants::unattributed_force(&events));
+    let vanished = std::mem::take(&mut jobs.vanished);
+    job_checks::judge_vanished(&events, &vanished, &mut jobs.report, &mut violations);
+    let blocked = job_checks::deleted_while_blocked(&events);
+    jobs.report.deleted_while_blocked = blocked.len();
+    jobs.report.job_volumes_blocked = job_checks::blocks(&events);
+    violations.extend(blocked);
     violations.extend(invariants::recorded_allocs(&events, load::OVERSIZED_ALLOC));
     for (i, s) in cluster.servers.iter_mut().enumerate() {
         if let Some(status) = s.proc.exited() {
@@ -479,11 +541,12 @@ async fn execute(cfg: &Config, net: Option<Arc<Net>>) -> anyhow::Result<ChaosRep
         unsure_claims: tally.unsure.len(),
         unsure_left: drained.left.len(),
         unsure_reappeared: drained.reappeared.len(),
-        observations,
+        observations: observed.scans,
         history_operations: checked.operations,
         history_volumes: checked.volumes,
         anomalies: checked.anomalies.len(),
         undecided: checked.undecided.len(),
+        jobs: jobs.report,
         violation_count: violations.len(),
         violations,
         errors,
@@ -623,42 +686,6 @@ async fn final_holders(http: &Http, names: &[String], history: &Recorder) {
             .map(|c| c.alloc.clone());
         history.completed(name, at, Input::Holder, Output::Held(writer));
     }
-}
-
-/// Scans the nodes every 100 ms for a single-writer volume presented on two nodes; a
-/// sighting counts once a second scan, after it, sees it too (a scan reads the nodes one
-/// after the other, so one scan alone can straddle a correct handover).
-async fn observe(
-    nodes: Vec<(String, PathBuf)>,
-    mount: String,
-    stop: tokio::sync::watch::Receiver<bool>,
-) -> (u64, Vec<String>) {
-    let mut scans = 0;
-    let mut found: BTreeSet<String> = BTreeSet::new();
-    while !*stop.borrow() {
-        let (n, m) = (nodes.clone(), mount.clone());
-        let twice = tokio::task::spawn_blocking(move || {
-            let first = invariants::double_writers(&invariants::writers(&n, &m));
-            if first.is_empty() {
-                return Vec::new();
-            }
-            let second = invariants::double_writers(&invariants::writers(&n, &m));
-            second
-                .into_iter()
-                .filter(|v| {
-                    first
-                        .iter()
-                        .any(|f| f.split(':').next() == v.split(':').next())
-                })
-                .collect()
-        })
-        .await
-        .unwrap_or_default();
-        scans += 1;
-        found.extend(twice);
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    (scans, found.into_iter().collect())
 }
 
 #[cfg(test)]

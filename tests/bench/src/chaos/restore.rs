@@ -181,6 +181,23 @@ async fn release_orphans(load: &Load<'_>, deadline: Instant) -> anyhow::Result<u
             if load.ledger.in_flight(&v.name, &c.alloc) {
                 continue;
             }
+            // A job's claim (per-job volume or pool member) is in no history: released
+            // unless its job is under way, which looks after it.
+            if super::jobs::is_job(&c.alloc) {
+                if !load.ledger.in_flight(super::jobs::JOB, &c.alloc) {
+                    super::jobs::release_back(load.http, &v.name, &c.alloc, deadline)
+                        .await
+                        .map_err(|e| {
+                            anyhow::anyhow!(
+                                "the job claim of {} on {}, back with the restore: {e}",
+                                c.alloc,
+                                v.name
+                            )
+                        })?;
+                    released += 1;
+                }
+                continue;
+            }
             // A claim its node still held, found from its report, is no claim come back.
             let found = c.state == api::ClaimState::Releasing
                 && load::found_on_its_node(c, &load::history(load.http, &c.alloc).await);
@@ -211,15 +228,17 @@ async fn release_orphans(load: &Load<'_>, deadline: Instant) -> anyhow::Result<u
                 )
             })?;
             if !found
-                && matches!(
+                && (matches!(
                     c.state,
                     api::ClaimState::Releasing | api::ClaimState::Failed
-                )
+                ) || load::failed_by_the_server(load.http, &c.alloc).await)
             {
-                // Its release was under way (or it had failed) when the backup was taken:
-                // its node takes it down on its own (before the operator's release, maybe),
-                // which the history says as the server's own drop, from the listing to its
-                // being seen gone.
+                // Its release was under way (or it had failed) when the backup was taken,
+                // or it failed since (the restored state publishes it again, and the
+                // plugin may refuse: the storage kept a later attachment): its node takes
+                // it down on its own (before the operator's release, maybe), which the
+                // history says as the server's own drop, from the listing to its being
+                // seen gone.
                 load.history.record(
                     &v.name,
                     listed_at,

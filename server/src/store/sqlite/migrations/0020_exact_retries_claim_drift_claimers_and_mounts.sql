@@ -159,6 +159,28 @@ CREATE TABLE pool_claims (
 CREATE INDEX pool_claims_pool ON pool_claims (pool, id);
 CREATE INDEX pool_claims_member ON pool_claims (volume, alloc);
 
+-- A pool's line: claims waiting for any member (`claim --pool P --queue`), in arrival order
+-- (`at`, unix ms, the order a volume's queued claims keep too; `id` breaks ties). `request`:
+-- the claim as asked (JSON `api::PoolClaimRequest`); `claimer` and `actor`: the token that
+-- asked and who it is, `bounded` whether its claims count against `claims_per_claimer`;
+-- `expires_at` (unix ms): its lease, as a claim's. `held`: the member held for it once it
+-- waited past the server's bound. A row leaves the line when its claim is granted (a
+-- member's claim then answers for it), released or lapsed (a tombstone then does).
+CREATE TABLE pool_waiters (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    pool TEXT NOT NULL,
+    alloc TEXT NOT NULL,
+    node TEXT NOT NULL,
+    request TEXT NOT NULL,
+    claimer TEXT NOT NULL,
+    actor TEXT NOT NULL,
+    bounded INTEGER NOT NULL,
+    at INTEGER NOT NULL,
+    expires_at INTEGER,
+    held TEXT,
+    UNIQUE (pool, alloc)
+);
+
 -- Stagings a node keeps after the release of the volume's last claim there, because the
 -- volume's pool lingers: the alloc whose release left it, and since and until when (unix
 -- ms). While a row stands the volume stays attached and staged on the node with no claim,

@@ -1,0 +1,350 @@
+//! A pool's line: claims from a pool made with `--queue` that found no member free wait in
+//! it, and a member that frees goes, in the transaction that freed it, to the first in line
+//! that can take it now (access mode, its node's eligibility, topology and free slots), the
+//! warmest free member for that claim when several are free. Warmth chooses among members,
+//! never among claims. The line and a member's own queue of named claims keep one order, by
+//! arrival: a member's queued claim that came before a claim in line is granted first, and
+//! one that came after does not stand before it. Once the first in line has waited past the
+//! server's `pool_hold_after`, a member that frees and that it can use (its node has no free
+//! slot yet, say) is held for it: no later claim takes that member first.
+//!
+//! A claim in line has a lease as any claim; it leaves the line when released or when its
+//! lease lapses, with a tombstone under `pool:NAME` so that a late copy of its request does
+//! not join the line again. Granted, it is a claim on its member like any other, with the
+//! pool and why that member in its answer.
+
+use std::time::Duration;
+
+use csivol_api::{self as api, ClaimState, PoolChoice};
+use csivol_rules::kinds::EventKind;
+use csivol_rules::transitions;
+
+use super::admission::{ClaimDecision, evaluate_arrived};
+use super::events::event;
+use super::pool_members::{Candidate, candidate, members, record_choice};
+use super::settings::Limits;
+use crate::error::{ApiError, ApiResult};
+use crate::model::{PoolWaiterRow, time};
+use crate::store::{NewClaim, Snapshot, Txn};
+use crate::watch::Key;
+
+/// The tombstone key of a pool's line: not a volume's name (names have no `:`).
+pub(super) fn line_key(pool: &str) -> String {
+    format!("pool:{pool}")
+}
+
+pub(super) fn waited(now: i64, since: i64) -> String {
+    let secs = u64::try_from(now.saturating_sub(since) / 1000).unwrap_or(0);
+    humantime::format_duration(Duration::from_secs(secs)).to_string()
+}
+
+/// A claim in line as the API answers it: queued, no volume yet, its place in line.
+pub(super) fn waiter_claim(w: &PoolWaiterRow, position: usize, index: u64) -> api::Claim {
+    let c = &w.request.claim;
+    api::Claim {
+        volume: String::new(),
+        alloc: c.alloc.clone(),
+        node: c.node.clone(),
+        mode: c.mode,
+        state: ClaimState::Queued,
+        target_path: None,
+        error: None,
+        next_retry_at: None,
+        created_at: time(w.at),
+        updated_at: time(w.at),
+        index,
+        waiting: None,
+        condition: None,
+        drift: None,
+        expires_at: w.expires_at.map(time),
+        ttl_ms: c.ttl_ms,
+        queue_position: Some(u32::try_from(position + 1).unwrap_or(u32::MAX)),
+        labels: c.labels.clone(),
+        mount: api::ClaimMount::default(),
+        usage: None,
+        pool: Some(api::ClaimPool {
+            pool: w.pool.clone(),
+            choice: PoolChoice::Waiting,
+            why: match &w.held {
+                Some(m) => format!(
+                    "waits in line, number {}; member {m} is held for it",
+                    position + 1
+                ),
+                None => format!("waits in line, number {}", position + 1),
+            },
+            cache_key: w.request.cache_key.clone(),
+        }),
+    }
+}
+
+/// The alloc's place in `pool`'s line, with its row.
+pub(super) fn find(
+    conn: &(impl Snapshot + ?Sized),
+    pool: &str,
+    alloc: &str,
+) -> ApiResult<Option<(usize, PoolWaiterRow)>> {
+    Ok(conn
+        .pool_line(Some(pool))?
+        .into_iter()
+        .enumerate()
+        .find(|(_, w)| w.request.claim.alloc == alloc))
+}
+
+pub(super) fn is_internal(e: &ApiError) -> bool {
+    matches!(
+        e.code(),
+        api::ErrorCode::Internal | api::ErrorCode::Unavailable
+    )
+}
+
+/// Takes `w` out of its line without a member, saying why.
+pub(super) fn leave(
+    ctx: &mut impl Txn,
+    w: &PoolWaiterRow,
+    why: &str,
+    actor: &str,
+) -> ApiResult<()> {
+    let alloc = &w.request.claim.alloc;
+    ctx.put_pool_waiter(&w.pool, alloc, None)?;
+    ctx.put_tombstone(&line_key(&w.pool), alloc)?;
+    let message = format!(
+        "pool {}: left the line after waiting {}: {why}",
+        w.pool,
+        waited(ctx.now(), w.at)
+    );
+    event(
+        ctx,
+        EventKind::PoolLineLeft,
+        None,
+        Some(&w.request.claim.node),
+        Some(alloc),
+        actor,
+        message,
+    )?;
+    ctx.touch(Key::Pool(w.pool.clone()));
+    Ok(())
+}
+
+/// The line as `pool show` lists it.
+pub(super) fn line_view(
+    conn: &(impl Snapshot + ?Sized),
+    pool: &str,
+    now: i64,
+) -> ApiResult<Vec<api::PoolWaiter>> {
+    Ok(conn
+        .pool_line(Some(pool))?
+        .into_iter()
+        .enumerate()
+        .map(|(i, w)| api::PoolWaiter {
+            alloc: w.request.claim.alloc.clone(),
+            node: w.request.claim.node.clone(),
+            mode: w.request.claim.mode,
+            position: u32::try_from(i + 1).unwrap_or(u32::MAX),
+            since: time(w.at),
+            waited_ms: u64::try_from(now.saturating_sub(w.at)).unwrap_or(0),
+            expires_at: w.expires_at.map(time),
+            held: w.held,
+        })
+        .collect())
+}
+
+/// Takes every claim out of `pool`'s line: the pool is being deleted.
+pub(super) fn empty_line(ctx: &mut impl Txn, pool: &str, actor: &str) -> ApiResult<()> {
+    for w in ctx.pool_line(Some(pool))? {
+        leave(ctx, &w, "its pool was deleted", actor)?;
+    }
+    Ok(())
+}
+
+/// Takes out of every line the claims whose lease lapsed; how many.
+pub(super) fn expire(ctx: &mut impl Txn) -> ApiResult<usize> {
+    let now = ctx.now();
+    let due: Vec<PoolWaiterRow> = ctx
+        .pool_line(None)?
+        .into_iter()
+        .filter(|w| w.expires_at.is_some_and(|t| t <= now))
+        .collect();
+    for w in &due {
+        leave(ctx, w, "its lease lapsed", "server")?;
+    }
+    Ok(due.len())
+}
+
+/// How a claim in line stands with a free member.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fit {
+    /// It may start there now.
+    Now,
+    /// Not now, and a release may change that (its node has no free slot, say).
+    Later,
+    /// Not while nothing but releases change.
+    Never,
+}
+
+fn fit(conn: &(impl Snapshot + ?Sized), member: &str, w: &PoolWaiterRow) -> ApiResult<Fit> {
+    let mut req = w.request.claim.clone();
+    req.queue = true;
+    match evaluate_arrived(conn, member, &req, false, Some(w.at)) {
+        Ok(ClaimDecision::New) => Ok(Fit::Now),
+        Ok(ClaimDecision::Queue(_)) => Ok(Fit::Later),
+        Ok(ClaimDecision::Existing(_)) => Ok(Fit::Never),
+        Err(e) if is_internal(&e) => Err(e),
+        Err(_) => Ok(Fit::Never),
+    }
+}
+
+/// Offers free member `volume` (called whenever a volume's claims may have changed, before
+/// its own queue is granted) to the claims in its pool's line, first in line first: it goes
+/// to the first that may start on it now and has no warmer free member to take, unless it
+/// is held for the first in line, or the first in line waited past the bound and can use
+/// it later (its node has no free slot yet): it is then held for that one.
+pub(super) fn serve_member(ctx: &mut impl Txn, volume: &str, limits: &Limits) -> ApiResult<()> {
+    let line = ctx.pool_line(None)?;
+    if line.is_empty() {
+        return Ok(());
+    }
+    let labels = ctx.volume_labels(volume)?;
+    let mut pools: Vec<&str> = line.iter().map(|w| w.pool.as_str()).collect();
+    pools.sort_unstable();
+    pools.dedup();
+    let mut pool = None;
+    for name in pools {
+        if let Some(p) = ctx.pool(name)?.filter(|p| p.selects(&labels)) {
+            pool = Some(p);
+        }
+    }
+    let Some(p) = pool else {
+        return Ok(());
+    };
+    if !free(&*ctx, volume)? {
+        return Ok(());
+    }
+    let line: Vec<PoolWaiterRow> = line.into_iter().filter(|w| w.pool == p.name).collect();
+    let held_for = |m: &str| line.iter().find(|w| w.held.as_deref() == Some(m));
+    let others: Vec<String> = members(&*ctx, &p)?
+        .into_iter()
+        .filter(|m| m != volume)
+        .collect();
+    let now = ctx.now();
+    let bound = i64::try_from(limits.pool_hold_after.as_millis()).unwrap_or(i64::MAX);
+    for (i, w) in line.iter().enumerate() {
+        let alloc = &w.request.claim.alloc;
+        if held_for(volume).is_some_and(|h| &h.request.claim.alloc != alloc) {
+            continue;
+        }
+        match fit(&*ctx, volume, w)? {
+            Fit::Now => {
+                let mine = candidate(&*ctx, volume, &w.request)?;
+                // A warmer free member it may start on now is its to take instead: its own
+                // turn of this offer comes in the same pass.
+                let mut warmer = false;
+                for m in &others {
+                    if held_for(m).is_none_or(|h| &h.request.claim.alloc == alloc)
+                        && free(&*ctx, m)?
+                        && fit(&*ctx, m, w)? == Fit::Now
+                        && candidate(&*ctx, m, &w.request)?.order() < mine.order()
+                    {
+                        warmer = true;
+                        break;
+                    }
+                }
+                if !warmer {
+                    return grant(ctx, w, &mine, limits);
+                }
+            }
+            Fit::Later if i == 0 && w.held.is_none() && now.saturating_sub(w.at) >= bound => {
+                return hold(ctx, w, volume, limits);
+            }
+            Fit::Later | Fit::Never => {}
+        }
+    }
+    Ok(())
+}
+
+/// Whether `volume` is free for a claim from the line: nobody holds it (its own queued
+/// claims aside) and it is in service.
+fn free(conn: &(impl Snapshot + ?Sized), volume: &str) -> ApiResult<bool> {
+    Ok(conn
+        .claims_of_volume(volume)?
+        .iter()
+        .all(|c| c.state == ClaimState::Queued)
+        && conn.volume_availability(volume)?.is_none())
+}
+
+fn hold(ctx: &mut impl Txn, w: &PoolWaiterRow, member: &str, limits: &Limits) -> ApiResult<()> {
+    let held = PoolWaiterRow {
+        held: Some(member.to_owned()),
+        ..w.clone()
+    };
+    ctx.put_pool_waiter(&w.pool, &w.request.claim.alloc, Some(&held))?;
+    let message = format!(
+        "pool {}: member {member} held for the first in line, which waited {} (past {}) and \
+         cannot start on it yet",
+        w.pool,
+        waited(ctx.now(), w.at),
+        humantime::format_duration(limits.pool_hold_after)
+    );
+    event(
+        ctx,
+        EventKind::PoolMemberHeld,
+        Some(member),
+        Some(&w.request.claim.node),
+        Some(&w.request.claim.alloc),
+        "server",
+        message,
+    )?;
+    ctx.touch(Key::Pool(w.pool.clone()));
+    Ok(())
+}
+
+/// Gives member `c` to `w`: it leaves the line and its claim is recorded on the member as
+/// asked, for the token that asked (its claims were counted when it joined), with the
+/// choice and why; the volume's advance, under way, takes it on.
+fn grant(ctx: &mut impl Txn, w: &PoolWaiterRow, c: &Candidate, limits: &Limits) -> ApiResult<()> {
+    let mut req = w.request.claim.clone();
+    req.queue = false;
+    let volume = ctx.require_volume(&c.volume)?;
+    let mount = match super::mounts::claim_mount(&*ctx, &volume, &req, &limits.mounts) {
+        Ok(m) => m,
+        Err(e) if is_internal(&e) => return Err(e),
+        // Refused when its turn came (the member's mount rules refuse its group, say).
+        Err(e) => {
+            return leave(
+                ctx,
+                w,
+                &format!("refused at its turn: {}", e.message),
+                "server",
+            );
+        }
+    };
+    ctx.put_pool_waiter(&w.pool, &req.alloc, None)?;
+    ctx.touch(Key::Pool(w.pool.clone()));
+    let expires_at = req
+        .ttl_ms
+        .map(|t| super::changes::time_after(ctx.now(), "ttl_ms", t))
+        .transpose()?;
+    ctx.insert_claim(NewClaim {
+        volume: &c.volume,
+        request: &req,
+        state: transitions::NEW_CLAIM,
+        expires_at,
+        claimer: Some(&w.claimer),
+        mount: &mount,
+    })?;
+    event(
+        ctx,
+        EventKind::ClaimCreated,
+        Some(&c.volume),
+        Some(&req.node),
+        Some(&req.alloc),
+        &w.actor,
+        format!(
+            "{} claim recorded from pool {}'s line",
+            req.mode.as_str(),
+            w.pool
+        ),
+    )?;
+    super::changes::touch_volume(ctx, &c.volume)?;
+    let more = format!(", from the line after waiting {}", waited(ctx.now(), w.at));
+    record_choice(ctx, &w.pool, c, &w.request, "server", &more).map(|_| ())
+}
