@@ -93,6 +93,19 @@ async fn ended(env: &Env, why: &str) {
     assert!(m.ends_with(why), "{m}");
 }
 
+/// The controller host `ctl` answers its first operation, a ControllerUnpublishVolume.
+async fn controller_unpublished(env: &Env) {
+    let op = env.ops_of("ctl").await.remove(0);
+    env.report(
+        "ctl",
+        vec![Report::ControllerUnpublished {
+            op: op.id as u64,
+            attempt: op.attempt,
+        }],
+    )
+    .await;
+}
+
 /// Ends every linger as if its time had run out.
 async fn run_out(env: &Env) {
     env.write(|ctx, _| {
@@ -186,15 +199,7 @@ async fn a_claim_on_another_node_ends_the_linger_and_waits_for_the_unstage() {
     assert!(env.ops().await.iter().all(|o| !o.contains(" n2 ")));
     env.report("n1", vec![unstaged()]).await;
     assert_eq!(env.claim_state("v", "a2").await, Some(ClaimState::Pending));
-    let op = env.ops_of("ctl").await.remove(0);
-    env.report(
-        "ctl",
-        vec![Report::ControllerUnpublished {
-            op: op.id as u64,
-            attempt: op.attempt,
-        }],
-    )
-    .await;
+    controller_unpublished(&env).await;
     assert_eq!(env.attachment_state("v", "n1").await, None);
     assert_eq!(
         env.claim_state("v", "a2").await,
@@ -246,15 +251,7 @@ async fn a_node_lost_while_lingering_blocks_the_volume_and_says_why() {
     })
     .await
     .unwrap();
-    let op = env.ops_of("ctl").await.remove(0);
-    env.report(
-        "ctl",
-        vec![Report::ControllerUnpublished {
-            op: op.id as u64,
-            attempt: op.attempt,
-        }],
-    )
-    .await;
+    controller_unpublished(&env).await;
     assert_eq!(env.attachment_state("v", "n1").await, None);
     assert!(env.read(|c| c.lingers(None, None)).await.is_empty());
     env.claim("v", "a2", "n2", ClaimMode::Write).await.unwrap();
