@@ -74,12 +74,28 @@ fn attached_nodes(v: &Volume) -> String {
     }
     v.attachments
         .iter()
-        .map(|a| match a.state.as_str() {
-            "attached" => a.node.clone(),
-            s => format!("{} ({s})", a.node),
+        .map(|a| match (a.state.as_str(), &a.linger) {
+            ("attached", None) => a.node.clone(),
+            ("attached", Some(_)) => format!("{} (staged, lingering)", a.node),
+            (s, _) => format!("{} ({s})", a.node),
         })
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// An attachment's state, with the staging its node keeps after a release, if it does.
+pub fn attachment_state(a: &csivol_api::AttachmentStatus) -> String {
+    match &a.linger {
+        None => a.state.as_str().to_owned(),
+        Some(l) if a.state == csivol_api::AttachmentState::Blocked => format!(
+            "blocked: staged on lost node {}, lingering after alloc {}'s release",
+            a.node, l.after_alloc
+        ),
+        Some(l) => format!(
+            "{}: staged, lingering after alloc {}'s release until {}",
+            a.state, l.after_alloc, l.until
+        ),
+    }
 }
 
 /// A volume's state, saying for a blocked one whether it still takes new claims (a
@@ -253,7 +269,7 @@ pub fn volume(out: &Out, v: &Volume) -> anyhow::Result<()> {
         for a in &v.attachments {
             t.add_row(vec![
                 cell(&a.node),
-                cell(a.state.as_str()),
+                cell(attachment_state(a)),
                 cell(if a.forced { "yes" } else { "no" }),
                 cell(or_dash(a.error.as_deref())),
                 cell(opt_time(out, a.next_retry_at.as_deref())),

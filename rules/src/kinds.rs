@@ -75,6 +75,8 @@ string_enum! {
         PoolCreated = "pool-created",
         PoolDeleted = "pool-deleted",
         PoolMemberChosen = "pool-member-chosen",
+        StagingLingering = "staging-lingering",
+        StagingLingerEnded = "staging-linger-ended",
         PoolLineJoined = "pool-line-joined",
         PoolLineLeft = "pool-line-left",
         PoolMemberHeld = "pool-member-held",

@@ -48,6 +48,9 @@ pub struct ClaimFact<'a> {
 pub struct AttachmentFact<'a> {
     pub node: &'a str,
     pub state: AttachmentState,
+    /// The node keeps the volume staged after its last claim there was released (its
+    /// pool lingers) and the linger has not run out.
+    pub lingering: bool,
 }
 
 /// A change to one attachment of the volume.
@@ -86,12 +89,15 @@ pub struct Changes<'a> {
 ///
 /// - An attachment to a node where no claim is left (queued ones hold nothing) waits for
 ///   the node to unstage (`unstaging`); one that gains a claim again is `attached`.
-/// - A claim that is `pending`, `attaching` or `publishing` follows its node's attachment:
-///   attached → `publishing`, attaching → `attaching`, being taken down → `pending` (it
-///   waits for the detach), blocked → `blocked`. With no attachment there, the claim
-///   attaches the volume, unless a single-node volume is still attached elsewhere
-///   (`pending` until that attachment is gone): `attaching` with a ControllerPublish to
-///   queue when the plugin needs one, else `publishing` straight away.
+/// - A [lingering](AttachmentFact::lingering) attachment stays `attached` with no claim,
+///   so that the node's next claim skips NodeStageVolume, until a claim on another node
+///   wants a single-node volume: then it is taken down like any other, at once, and that
+///   claim waits for it as for any attachment elsewhere (`pending`). A staging holds its
+///   volume on its node: the CSI spec's SINGLE_NODE_WRITER "can only be published once as
+///   read/write on a single node, at any given time", its NodeStageVolume is called "after
+///   `ControllerPublishVolume` is called for the given volume on the given node", and
+///   NodeUnstageVolume must succeed "before calling `ControllerUnpublishVolume` for the
+///   given node": the volume goes to another node only after the unstage and the detach.
 /// - Nothing moves on a node that is lost or fenced: its loss blocked what it held, and
 ///   only its return, an unblock or a fence changes that.
 /// - While the volume is [held](Facts::held), a claim moves back (its attachment being
@@ -113,6 +119,24 @@ pub fn next<'a>(facts: &Facts<'a>) -> Changes<'a> {
         .map(|a| (a.node, a.state))
         .collect();
 
+    let lingering: Vec<&str> = facts
+        .attachments
+        .iter()
+        .filter(|a| a.lingering)
+        .map(|a| a.node)
+        .collect();
+    // A claim that would take the volume to another node: it ends a linger where the
+    // volume can be on one node only.
+    let wanted_elsewhere = |node: &str| {
+        facts.access_mode.is_single_node()
+            && facts.claims.iter().any(|c| {
+                c.node != node
+                    && matches!(
+                        c.state,
+                        ClaimState::Pending | ClaimState::Attaching | ClaimState::Publishing
+                    )
+            })
+    };
     for (&node, state) in atts.iter_mut() {
         if !ready(node) {
             continue;
@@ -121,8 +145,9 @@ pub fn next<'a>(facts: &Facts<'a>) -> Changes<'a> {
             .claims
             .iter()
             .any(|c| c.node == node && c.state != ClaimState::Queued);
+        let kept = lingering.contains(&node) && !wanted_elsewhere(node);
         let to = match *state {
-            AttachmentState::Attached if !has_claims => AttachmentState::Unstaging,
+            AttachmentState::Attached if !has_claims && !kept => AttachmentState::Unstaging,
             AttachmentState::Unstaging if has_claims => AttachmentState::Attached,
             _ => continue,
         };

@@ -113,6 +113,7 @@ async fn lead(duties: Duties, mut leadership: Leadership, cluster: Option<Cluste
             tokio::spawn(prune_events(db.clone(), limits.clone())),
             tokio::spawn(prune_retries(db.clone(), limits.clone())),
             tokio::spawn(expire_leases(db.clone(), limits.clone(), clock.clone())),
+            tokio::spawn(end_lingers(db.clone(), limits.clone(), clock.clone())),
             tokio::spawn(fence::auto_fence(fencing.clone())),
             tokio::spawn(settle_progress(db.clone(), limits.clone(), clock.clone())),
         ];
@@ -474,6 +475,32 @@ async fn expire_leases(db: Db, limits: Limits, clock: Clock) {
             .await
         {
             tracing::warn!(error = %e, "failed to release claims whose lease ran out; retrying");
+        }
+    }
+}
+
+/// Ends the stagings kept after a release whose linger ran out (checked twice a second; a
+/// write only when one is due).
+async fn end_lingers(db: Db, limits: Limits, clock: Clock) {
+    let mut tick = tokio::time::interval(Duration::from_millis(500));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let now = clock.now_ms();
+        match db.read(move |c| lifecycle::any_linger_due(c, now)).await {
+            Ok(false) => continue,
+            Ok(true) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "failed to look for stagings whose linger ran out");
+                continue;
+            }
+        }
+        let limits = limits.clone();
+        if let Err(e) = db
+            .write_led(move |ctx| lifecycle::end_due_lingers(ctx, &limits))
+            .await
+        {
+            tracing::warn!(error = %e, "failed to end stagings whose linger ran out; retrying");
         }
     }
 }

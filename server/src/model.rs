@@ -12,16 +12,12 @@ use csivol_api::{
 
 use csivol_rules::kinds::OpKind;
 
+mod linger;
 pub mod listing;
+mod times;
 
-/// Formats unix milliseconds as RFC 3339. A time RFC 3339 cannot write (before 1970, after
-/// the year 9999: a plugin's or an older server's) is shown as the nearest it can, never a
-/// panic.
-pub fn time(ms: i64) -> String {
-    let ms = (ms.max(0) as u64).min(csivol_api::limits::MAX_TIME_MS);
-    let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
-    humantime::format_rfc3339_millis(t).to_string()
-}
+pub use linger::{LingerRow, show_lingers};
+pub use times::time;
 
 pub fn to_json<T: serde::Serialize>(v: &T) -> String {
     serde_json::to_string(v).expect("plain data serialises")
@@ -347,6 +343,7 @@ impl AttachmentRow {
             error: self.error.clone(),
             next_retry_at: self.next_retry_at.map(time),
             updated_at: time(self.updated_at),
+            linger: None,
         }
     }
 }
@@ -387,6 +384,8 @@ pub struct NodePluginRow {
     pub observed: Option<StoredObservation>,
     /// The plugin's VOLUME_MOUNT_GROUP node capability, as registered.
     pub volume_mount_group: bool,
+    /// The plugin's STAGE_UNSTAGE_VOLUME node capability, as registered.
+    pub stage_unstage: bool,
 }
 
 /// What a node's agent last observed a plugin make for a claim, as `node_plugins.observed`

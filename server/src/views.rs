@@ -117,9 +117,14 @@ pub fn shape<'c>(
         let availability = chunk.availability.get(fields.name).cloned();
         let job = chunk.jobs.get(fields.name).cloned();
         let labels = chunk.labels.get(fields.name).cloned().unwrap_or_default();
+        let lingers = chunk
+            .lingers
+            .get(fields.name)
+            .map_or(&[][..], Vec::as_slice);
         let mut listed = ListedVolume::new(fields, state, c, a, m, availability);
         listed.job = job;
         listed.labels = labels;
+        crate::model::show_lingers(&mut listed.attachments, lingers);
         usage.fill(&mut listed.claims);
         Some(Ok(listed))
     })

@@ -327,6 +327,7 @@ impl Driver {
                 publish: publish.iter().collect(),
                 unpublish: unpublish.iter().collect(),
                 unstage,
+                keep_staged: desired.kept_staging(&vol),
             };
             let mut staging = store.staging(&vol);
             let mut publications = store.publications_of(&vol);

@@ -37,8 +37,8 @@ pub struct PoolCreateArgs {
     #[arg(long, value_name = "KEY=VALUE[,KEY=VALUE]", required = true, value_delimiter = ',', value_parser = super::label)]
     pub selector: Vec<(String, String)>,
 
-    /// How long a node keeps a released member staged for the next job (recorded and
-    /// shown; nodes do not act on it yet)
+    /// How long a node keeps a released member staged for the next job, which then skips
+    /// NodeStageVolume (taken down at once when another node needs the member)
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub linger: Option<Duration>,
 }

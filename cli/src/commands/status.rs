@@ -32,6 +32,10 @@ pub struct Blocked {
     pub allocs: Vec<String>,
     /// Whether the volume is still attached to the node (an unblock force-detaches it).
     pub attached: bool,
+    /// The alloc whose release left the volume staged on the node, which kept it staged
+    /// (its pool lingers) when it was lost.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lingering_after: Option<String>,
     /// The command that unblocks it.
     pub unblock: String,
     /// The server's fence method for the node, if one applies.
@@ -431,6 +435,11 @@ pub(crate) fn blocked(volumes: &[Volume], nodes: &[Node], only_node: Option<&str
                     .attachments
                     .iter()
                     .any(|a| a.state == AttachmentState::Blocked && a.node == node),
+                lingering_after: v
+                    .attachments
+                    .iter()
+                    .filter(|a| a.state == AttachmentState::Blocked && a.node == node)
+                    .find_map(|a| a.linger.as_ref().map(|l| l.after_alloc.clone())),
                 unblock: format!("csivol unblock {} --node {node} --reason \"...\"", v.name),
                 fence_method: n.and_then(|n| n.fence_method.clone()),
                 fence: n
@@ -461,10 +470,13 @@ pub(crate) fn blocked_table(ctx: &Ctx, blocked: &[Blocked]) -> anyhow::Result<()
             (Some(after), None) => format!("yes, after {after}"),
             (None, None) => "no".into(),
         };
-        let allocs = if b.allocs.is_empty() {
-            "-".to_owned()
-        } else {
-            b.allocs.join(", ")
+        let allocs = match (b.allocs.is_empty(), &b.lingering_after) {
+            (true, Some(a)) => format!(
+                "none: staged on lost node {}, lingering after alloc {a}'s release",
+                b.node
+            ),
+            (true, None) => "-".to_owned(),
+            (false, _) => b.allocs.join(", "),
         };
         t.add_row(vec![
             b.volume.clone(),

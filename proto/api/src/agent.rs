@@ -150,6 +150,16 @@ pub struct DesiredUnstage {
     pub external_id: String,
 }
 
+/// A volume with no claim left on the node that the node keeps staged (its pool lingers):
+/// not unstaged, so that the node's next claim of it skips NodeStageVolume. Without the
+/// entry, a staging no claim needs is unstaged.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DesiredKeepStaged {
+    pub volume: String,
+    pub plugin: String,
+    pub external_id: String,
+}
+
 /// A volume staged or published on the node that must grow there (NodeExpandVolume)
 /// after its controller grew it; reported `node_expanded` or `node_expand_error`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -180,6 +190,9 @@ pub struct DesiredState {
     /// Volumes to grow on the node.
     #[serde(default)]
     pub expand: Vec<DesiredExpand>,
+    /// Stagings to keep with no claim (absent from an older server: none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub keep_staged: Vec<DesiredKeepStaged>,
     /// When the server last asked the node to read its plugins' attach limits again
     /// (NodeGetInfo), in unix ms: after a ControllerPublishVolume to the node answered
     /// RESOURCE_EXHAUSTED. 0: never. The agent reads them again when this grows.
@@ -212,7 +225,8 @@ pub struct DesiredState {
 pub struct DesiredChanges {
     /// The index the changes are counted from: the state the agent holds.
     pub since: u64,
-    /// The volumes whose entries (`publish`, `unpublish`, `unstage`, `expand`) the answer
+    /// The volumes whose entries (`publish`, `unpublish`, `unstage`, `expand`,
+    /// `keep_staged`) the answer
     /// replaces, by name; the entries of other volumes stand. `status` and
     /// `controller_ops` are always whole.
     pub volumes: Vec<String>,
@@ -258,6 +272,8 @@ impl DesiredState {
         self.unstage.extend(next.unstage);
         self.expand.retain(|e| !named(&e.volume));
         self.expand.extend(next.expand);
+        self.keep_staged.retain(|k| !named(&k.volume));
+        self.keep_staged.extend(next.keep_staged);
         self.sort();
         self.index = next.index;
         self.status = next.status;
@@ -280,6 +296,15 @@ impl DesiredState {
             .sort_by(|a, b| (&a.volume, &a.alloc).cmp(&(&b.volume, &b.alloc)));
         self.unstage.sort_by(|a, b| a.volume.cmp(&b.volume));
         self.expand.sort_by(|a, b| a.volume.cmp(&b.volume));
+        self.keep_staged.sort_by(|a, b| a.volume.cmp(&b.volume));
+    }
+
+    /// The staging of `volume` the node keeps with no claim, if the server asks for one.
+    pub fn kept_staging(&self, volume: &str) -> Option<&DesiredKeepStaged> {
+        let at = self
+            .keep_staged
+            .partition_point(|k| k.volume.as_str() < volume);
+        self.keep_staged.get(at).filter(|k| k.volume == volume)
     }
 
     /// One volume's entries, found by their order (as [`DesiredState::apply`] leaves them):
@@ -626,6 +651,43 @@ mod tests {
         // An older server names no generation: its changes apply by index, as before.
         held.index = 5;
         held.apply(changes(None)).unwrap();
+    }
+
+    #[test]
+    fn stagings_kept_are_replaced_with_their_volumes_and_found_by_name() {
+        let keep = |volume: &str| DesiredKeepStaged {
+            volume: volume.into(),
+            plugin: "p".into(),
+            external_id: format!("e-{volume}"),
+        };
+        let mut held = DesiredState::default();
+        held.apply(DesiredState {
+            index: 5,
+            keep_staged: vec![keep("c"), keep("a")],
+            ..DesiredState::default()
+        })
+        .unwrap();
+        assert_eq!(held.kept_staging("a"), Some(&keep("a")));
+        assert_eq!(held.kept_staging("b"), None);
+        // `a`'s linger ended, `b` began one; `c`'s stands.
+        held.apply(DesiredState {
+            index: 6,
+            keep_staged: vec![keep("b")],
+            changes: Some(DesiredChanges {
+                since: 5,
+                volumes: vec!["a".into(), "b".into()],
+            }),
+            ..DesiredState::default()
+        })
+        .unwrap();
+        let kept: Vec<_> = held.keep_staged.iter().map(|k| k.volume.as_str()).collect();
+        assert_eq!(kept, ["b", "c"]);
+        assert_eq!(held.kept_staging("a"), None);
+        // An older server's answer has none.
+        let old: DesiredState =
+            serde_json::from_str(r#"{"index":1,"status":null,"publish":[],"unpublish":[],"unstage":[],"controller_ops":[]}"#)
+                .unwrap();
+        assert!(old.keep_staged.is_empty());
     }
 
     fn publish(volume: &str, alloc: &str) -> DesiredPublish {

@@ -425,6 +425,7 @@ mod tests {
             unstage: vec![],
             controller_ops: vec![],
             expand: vec![],
+            keep_staged: vec![],
             refresh_limits: 0,
             changes: Some(crate::DesiredChanges {
                 since: 9,

@@ -281,6 +281,21 @@ pub struct AttachmentStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_retry_at: Option<String>,
     pub updated_at: String,
+    /// Set while the node keeps the volume staged with no claim left (its pool lingers),
+    /// and while a node lost so holds it blocked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub linger: Option<Linger>,
+}
+
+/// A staging kept on its node after the release of its last claim there.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Linger {
+    /// The alloc whose release left the staging.
+    pub after_alloc: String,
+    /// Since when (RFC 3339).
+    pub since: String,
+    /// Until when, unless the volume is wanted elsewhere first (RFC 3339).
+    pub until: String,
 }
 
 #[cfg(test)]

@@ -23,8 +23,8 @@ pub struct VolumeLabelRequest {
 pub struct PoolSpec {
     /// Every `key=value` a member's labels must carry (at least one).
     pub selector: BTreeMap<String, String>,
-    /// How long a node keeps a released member staged for the next job (milliseconds);
-    /// recorded and shown.
+    /// How long a node keeps a released member staged for the next job (milliseconds),
+    /// unless another node needs it first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub linger_ms: Option<u64>,
 }

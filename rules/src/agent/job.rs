@@ -8,7 +8,7 @@
 use std::collections::{BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
 
-use csivol_api::{ClaimRef, DesiredPublish, DesiredUnpublish, validate_name};
+use csivol_api::{ClaimRef, DesiredKeepStaged, DesiredPublish, DesiredUnpublish, validate_name};
 
 use super::records::{PublicationRecord, PublishState, StageState, StagingRecord};
 use super::verify::Repairs;
@@ -29,6 +29,9 @@ pub struct VolumeDesired<'a> {
     pub publish: Vec<&'a DesiredPublish>,
     pub unpublish: Vec<&'a DesiredUnpublish>,
     pub unstage: bool,
+    /// The server asks the node to keep the volume's staging with no claim (its pool
+    /// lingers after a release).
+    pub keep_staged: Option<&'a DesiredKeepStaged>,
 }
 
 /// Everything [`decide`] looks at.
@@ -209,11 +212,20 @@ pub fn decide(input: &Input<'_>) -> Job {
         }
     }
 
-    // Keep the staging only while a wanted claim needs it; unstage it only once no
-    // publication made from it is left.
-    let kept_staging = input
-        .staging
-        .filter(|s| wanted.iter().any(|d| covers(d, &s.plugin, &s.external_id)));
+    // Keep the staging only while a wanted claim needs it, or, with no claim wanted, while
+    // the server asks to keep it staged (a staged one only: a staging left half done is
+    // not worth keeping); unstage it only once no publication made from it is left. The
+    // CSI spec owes NodeUnstageVolume only after every NodeUnpublishVolume of the volume
+    // on the node, never at once after the last one.
+    let kept_staging = input.staging.filter(|s| {
+        wanted.iter().any(|d| covers(d, &s.plugin, &s.external_id))
+            || (wanted.is_empty()
+                && s.state == StageState::Staged
+                && input
+                    .desired
+                    .keep_staged
+                    .is_some_and(|k| k.plugin == s.plugin && k.external_id == s.external_id))
+    });
     let surviving: Vec<&PublicationRecord> = input
         .publications
         .iter()
@@ -350,6 +362,7 @@ mod tests {
         desired_publish: Vec<DesiredPublish>,
         desired_unpublish: Vec<DesiredUnpublish>,
         unstage: bool,
+        keep_staged: Option<DesiredKeepStaged>,
         staging: Option<StagingRecord>,
         pubs: Vec<PublicationRecord>,
         memo: Memo,
@@ -364,6 +377,7 @@ mod tests {
                 desired_publish: vec![],
                 desired_unpublish: vec![],
                 unstage: false,
+                keep_staged: None,
                 staging: None,
                 pubs: vec![],
                 memo: Memo::default(),
@@ -378,6 +392,7 @@ mod tests {
                 publish: self.desired_publish.iter().collect(),
                 unpublish: self.desired_unpublish.iter().collect(),
                 unstage: self.unstage,
+                keep_staged: self.keep_staged.as_ref(),
             };
             let staging_plugins: HashSet<String> = if self.stages {
                 ["hp".to_owned()].into()
@@ -488,6 +503,34 @@ mod tests {
             steps(&c.job()),
             ["unpublish a1", "unstage", "report unstaged"]
         );
+    }
+
+    #[test]
+    fn a_staging_kept_after_the_release_is_published_from_again() {
+        let mut c = Check::new();
+        c.desired_unpublish = vec![release("v", "a1")];
+        c.keep_staged = Some(DesiredKeepStaged {
+            volume: "v".into(),
+            plugin: "hp".into(),
+            external_id: "ext-v".into(),
+        });
+        c.staging = Some(staged("v", StageState::Staged));
+        c.pubs = vec![pubrec("v", "a1", PublishState::Published)];
+        assert_eq!(steps(&c.job()), ["unpublish a1"]);
+        // Released: the staging stays and nothing is reported of it.
+        c.pubs.clear();
+        c.desired_unpublish.clear();
+        assert!(c.job().is_empty());
+        // The next claim publishes from it without staging again.
+        c.desired_publish = vec![want("v", "a2", "hp")];
+        assert_eq!(steps(&c.job()), ["publish a2"]);
+        // Another volume id, or a staging left half done, is not kept.
+        c.desired_publish.clear();
+        c.keep_staged.as_mut().unwrap().external_id = "ext-other".into();
+        assert_eq!(steps(&c.job()), ["unstage", "report unstaged"]);
+        c.keep_staged.as_mut().unwrap().external_id = "ext-v".into();
+        c.staging = Some(staged("v", StageState::Staging));
+        assert_eq!(steps(&c.job()), ["unstage", "report unstaged"]);
     }
 
     #[test]

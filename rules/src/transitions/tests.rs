@@ -158,6 +158,7 @@ fn run(
         s => vec![AttachmentFact {
             node: "n1",
             state: s.parse().unwrap(),
+            lingering: false,
         }],
     };
     let nodes = [("n1", node_status(node))];
@@ -283,7 +284,19 @@ fn claim<'a>(alloc: &'a str, node: &'a str, state: ClaimState) -> ClaimFact<'a> 
 }
 
 fn att(node: &str, state: AttachmentState) -> AttachmentFact<'_> {
-    AttachmentFact { node, state }
+    AttachmentFact {
+        node,
+        state,
+        lingering: false,
+    }
+}
+
+/// An attached volume its node keeps staged after its last release there.
+fn lingering(node: &str) -> AttachmentFact<'_> {
+    AttachmentFact {
+        lingering: true,
+        ..att(node, AttachmentState::Attached)
+    }
 }
 
 /// [`next`]'s changes, one per line, in the order they are applied.
@@ -433,6 +446,72 @@ fn claims_and_nodes_together() {
             claims: &[claim("a", "n1", C::Ready), claim("q", "n1", C::Queued)],
             attachments: &[att("n1", A::Attached)],
             nodes: &[("n1", Ready)],
+            expected: "",
+        },
+        Case {
+            what: "lingering: n1 keeps the volume staged with no claim left",
+            access_mode: SingleNodeWriter,
+            controller_publish: true,
+            claims: &[],
+            attachments: &[lingering("n1")],
+            nodes: &[("n1", Ready)],
+            expected: "",
+        },
+        Case {
+            what: "lingering: a queued claim elsewhere holds nothing and ends nothing",
+            access_mode: SingleNodeWriter,
+            controller_publish: true,
+            claims: &[claim("q", "n2", C::Queued)],
+            attachments: &[lingering("n1")],
+            nodes: &[("n1", Ready), ("n2", Ready)],
+            expected: "",
+        },
+        Case {
+            what: "lingering: the next claim on n1 publishes from the staging kept",
+            access_mode: SingleNodeWriter,
+            controller_publish: true,
+            claims: &[claim("a", "n1", C::Pending)],
+            attachments: &[lingering("n1")],
+            nodes: &[("n1", Ready)],
+            expected: "claim a: publishing",
+        },
+        Case {
+            what: "lingering: a single-node claim on n2 ends n1's linger at once and waits for it",
+            access_mode: SingleNodeWriter,
+            controller_publish: true,
+            claims: &[claim("a", "n2", C::Pending)],
+            attachments: &[lingering("n1")],
+            nodes: &[("n1", Ready), ("n2", Ready)],
+            expected: "attachment n1: unstaging",
+        },
+        Case {
+            what: "lingering: a granted claim on n2 that was publishing goes back to waiting",
+            access_mode: SingleNodeWriter,
+            controller_publish: false,
+            claims: &[claim("a", "n2", C::Publishing)],
+            attachments: &[lingering("n1")],
+            nodes: &[("n1", Ready), ("n2", Ready)],
+            expected: "attachment n1: unstaging\nclaim a: pending",
+        },
+        Case {
+            what: "lingering: a multi-node volume goes to n2 beside n1's staging",
+            access_mode: MultiNodeMultiWriter,
+            controller_publish: true,
+            claims: &[claim("a", "n2", C::Pending)],
+            attachments: &[lingering("n1")],
+            nodes: &[("n1", Ready), ("n2", Ready)],
+            expected: "attachment n2: new attaching\nop: publish to n2\nclaim a: attaching",
+        },
+        Case {
+            what: "lingering on a lost node: blocked like a claim, n2 waits for an unblock",
+            access_mode: SingleNodeWriter,
+            controller_publish: true,
+            claims: &[claim("a", "n2", C::Pending)],
+            attachments: &[AttachmentFact {
+                lingering: true,
+                ..att("n1", A::Blocked)
+            }],
+            nodes: &[("n1", Lost), ("n2", Ready)],
             expected: "",
         },
         Case {

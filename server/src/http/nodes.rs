@@ -64,11 +64,11 @@ pub(super) async fn node_eligibility(
     once: Once,
     Body(req): Body<api::EligibilityRequest>,
 ) -> ApiResult<Response> {
-    let (actor, _) = app.acting(&headers)?;
+    let (actor, limits) = app.acting(&headers)?;
     name("node", &node)?;
     let (fencing, beats, body) = (Arc::clone(&app.fence), app.live.beats(), req.clone());
     let write = move |ctx: &mut WriteCtx<'_>| {
-        lifecycle::set_eligibility(ctx, &node, req.eligibility, &actor)?;
+        lifecycle::set_eligibility(ctx, &node, req.eligibility, &actor, &limits)?;
         one_node(ctx, &beats, &node, &fencing)
     };
     once.respond(&app, &body, write, ok).await

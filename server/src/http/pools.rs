@@ -68,9 +68,9 @@ pub(super) async fn delete_pool(
     Path(pool): Path<String>,
     once: Once,
 ) -> ApiResult<Response> {
-    let (actor, _) = app.acting(&headers)?;
+    let (actor, limits) = app.acting(&headers)?;
     name("pool", &pool)?;
-    let write = move |ctx: &mut WriteCtx<'_>| lifecycle::delete_pool(ctx, &pool, &actor);
+    let write = move |ctx: &mut WriteCtx<'_>| lifecycle::delete_pool(ctx, &pool, &actor, &limits);
     let gone = |_: &()| Answer::empty(StatusCode::NO_CONTENT);
     once.respond(&app, &(), write, gone).await
 }
@@ -89,7 +89,7 @@ pub(super) async fn volume_labels(
     let body = req.clone();
     let limits = app.limits.clone();
     let write = move |ctx: &mut WriteCtx<'_>| {
-        lifecycle::set_volume_labels(ctx, &volume, &req, &actor)?;
+        lifecycle::set_volume_labels(ctx, &volume, &req, &actor, &limits)?;
         // A new member goes to the claims waiting in its pool's line.
         lifecycle::serve_lines(ctx, &limits)?;
         lifecycle::volume_view(&*ctx, &volume)

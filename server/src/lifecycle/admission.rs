@@ -473,6 +473,22 @@ pub(super) fn evaluate_arrived(
             return Err(e);
         }
     }
+    // A staging kept on a node that was lost holds a single-node volume as a claim would.
+    if v.access_mode.is_single_node() {
+        for l in conn.lingers(Some(volume), None)? {
+            let lost = conn
+                .attachment(volume, &l.node)?
+                .is_some_and(|a| a.state == api::AttachmentState::Blocked);
+            if lost && l.node != req.node {
+                return Err(ApiError::blocked(format!(
+                    "volume `{volume}` is {} and is staged on lost node {}, lingering after alloc \
+                     {}'s release; the claim is blocked until that node comes back or is unblocked",
+                    v.access_mode, l.node, l.alloc
+                ))
+                .with_hint(unblock_hint(volume, &l.node)));
+            }
+        }
+    }
     // Nobody overtakes the queue.
     let ahead = claims
         .iter()

@@ -1,12 +1,13 @@
 //! The attachment lifecycle: a volume's recorded facts loaded for [`transitions`], its
 //! decisions written back, and detaches begun.
 
-use csivol_api::NodeStatus;
 use csivol_api::domain::AccessMode;
+use csivol_api::{AttachmentState, NodeStatus};
 
 use super::admission::{grant_queued, held_back};
 use super::changes::{delete_attachment, set_attachment_state, set_claim_state, touch_volume};
 use super::events::event;
+use super::lingers::Lingers;
 use super::ops::schedule_ops;
 use super::settings::Limits;
 use crate::error::ApiResult;
@@ -24,6 +25,7 @@ pub(super) struct Recorded {
     attachments: Vec<AttachmentRow>,
     nodes: Vec<(String, NodeStatus)>,
     held: bool,
+    lingers: Lingers,
 }
 
 impl Recorded {
@@ -43,6 +45,7 @@ impl Recorded {
             attachments: conn.attachments_of_volume(&v.name)?,
             nodes: conn.node_statuses(&v.name, also)?,
             held: held_back(conn, v, now)?,
+            lingers: Lingers::load(conn, v, now)?,
         })
     }
 
@@ -66,6 +69,7 @@ impl Recorded {
                 .map(|a| AttachmentFact {
                     node: &a.node,
                     state: a.state,
+                    lingering: self.lingers.lingering(a),
                 })
                 .collect(),
             nodes: self.nodes.iter().map(|(n, s)| (n.as_str(), *s)).collect(),
@@ -115,6 +119,16 @@ pub fn advance_volume(ctx: &mut impl Txn, volume: &str, limits: &Limits) -> ApiR
     if !changes.ops.is_empty() {
         schedule_ops(ctx, &v.plugin, limits)?;
     }
+    // A staging kept after a release that is no longer kept ends, saying why.
+    let moved: Vec<(&str, AttachmentState)> = changes
+        .attachments
+        .iter()
+        .filter_map(|a| match *a {
+            AttachmentChange::Set { node, state } => Some((node, state)),
+            AttachmentChange::Create { .. } => None,
+        })
+        .collect();
+    recorded.lingers.settle(ctx, &v, &recorded.claims, &moved)?;
     // An operation held for the volume's release may run now, or no longer.
     super::after_release::resume_held(ctx, volume, limits)?;
     // A per-job volume nothing holds any more is deleted.

@@ -56,8 +56,10 @@ pub fn set_volume_eligibility(
         None => what.to_owned(),
     };
     event(ctx, kind, Some(volume), None, None, actor, message)?;
-    if eligibility == Eligibility::Eligible {
-        // Its queued claims waited: the queue grants them now, in their order.
+    if eligibility == Eligibility::Eligible || !ctx.lingers(Some(volume), None)?.is_empty() {
+        // Its queued claims waited: the queue grants them now, in their order. Out of
+        // service, a staging kept after a release ends at once (a drain waits for no
+        // linger).
         advance_volume(ctx, volume, limits)?;
     }
     Ok(())

@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use csivol_api::{self as api, AttachmentState, ClaimMode, NodeStatus};
+use csivol_api::{self as api, AttachmentState, ClaimMode, ClaimState, NodeStatus};
 
 use super::changes::{ClaimEntry, claim_entry};
 use super::heard::unreported;
@@ -28,6 +28,7 @@ pub fn desired_state(conn: &dyn Snapshot, node: &str, index: u64) -> ApiResult<a
     }
     for (volume, (claims, att)) in held {
         if let Some(v) = conn.volume(&volume)? {
+            keep_staged(conn, &v, node, &claims, att.as_ref(), &mut out)?;
             volume_entries(&v, node, claims, att.as_ref(), &mut out);
         }
     }
@@ -65,6 +66,7 @@ pub fn desired_changes(
                 external_id: v.external_id.clone(),
             });
         }
+        keep_staged(conn, &v, node, &claims, att.as_ref(), &mut out)?;
         volume_entries(&v, node, claims, att.as_ref(), &mut out);
     }
     out.changes = Some(api::DesiredChanges {
@@ -149,6 +151,35 @@ fn capacity_queries(conn: &dyn Snapshot, node: &str) -> ApiResult<Vec<api::Capac
         });
     }
     Ok(out)
+}
+
+/// The staging of `v` that `node` keeps with no claim: one kept after a release, or one
+/// whose claims there are all being released when its pool lingers (listed before the
+/// node takes their targets down, so that it does not unstage it meanwhile).
+fn keep_staged(
+    conn: &dyn Snapshot,
+    v: &VolumeRow,
+    node: &str,
+    claims: &[ClaimRow],
+    att: Option<&AttachmentRow>,
+    out: &mut api::DesiredState,
+) -> ApiResult<()> {
+    if !att.is_some_and(|a| a.state == AttachmentState::Attached) {
+        return Ok(());
+    }
+    let releasing = claims.iter().any(|c| c.state == ClaimState::Releasing);
+    let kept = !conn.lingers(Some(&v.name), Some(node))?.is_empty()
+        || (releasing
+            && super::lingers::linger_for(conn, v, node, &conn.claims_of_volume(&v.name)?)?
+                .is_some());
+    if kept {
+        out.keep_staged.push(api::DesiredKeepStaged {
+            volume: v.name.clone(),
+            plugin: v.plugin.clone(),
+            external_id: v.external_id.clone(),
+        });
+    }
+    Ok(())
 }
 
 /// One volume's publish, unpublish and expand entries on `node`, from its claims there (by

@@ -152,6 +152,8 @@ pub fn expand_volume(
     );
     if held {
         ctx.queue_held_op(OpKind::Expand, &v.plugin, name, &payload, &why_held(name))?;
+        // What waits for the release waits for no linger.
+        super::pools::end_lingers_for(ctx, name, limits)?;
         said.push_str(", to be sent once the volume's release has finished");
     } else {
         ctx.queue_op(OpKind::Expand, &v.plugin, name, None, &payload)?;

@@ -19,7 +19,10 @@
 //!   removal), `fence` (a fence's record), `desired` (a node's desired state), `reports`
 //!   (agents' reports), `reconcile` (controller listings), `tokens`, `hosting` (controller
 //!   hosts), `labels`, `availability` (whether a volume takes new claims), `pools` (volume labels
-//!   and the pools they make) and `pool_claims` (a pool's member chosen for a claim).
+//!   and the pools they make, and the end of stagings kept after a release) and
+//!   `pool_claims` (a pool's member chosen for a claim);
+//! - `lingers` (stagings a node keeps after a release, as its pool asks) sits below the
+//!   attachment lifecycle, which loads and settles them.
 //!
 //! This file only names them and what the rest of the server uses. Decisions that need no
 //! state are `csivol_rules`'; reads and writes go through the store's traits, never SQL.
@@ -48,6 +51,7 @@ mod job_cleanup;
 mod job_volumes;
 mod labels;
 mod leases;
+mod lingers;
 mod modify;
 mod mounts;
 mod node_expansion;
@@ -97,7 +101,10 @@ pub use operator::{detach, require_reason, unblock_node, unblock_volume};
 pub use ops::{plugins_with_due_ops, schedule_ops};
 pub use pool_claims::{claim_from_pool, released_from_pool};
 pub use pool_waits::{leave_line, pool_claim, renew_in_line, serve_lines};
-pub use pools::{create_pool, delete_pool, pool_view, pool_views, set_volume_labels};
+pub use pools::{
+    any_linger_due, create_pool, delete_pool, end_due_lingers, pool_view, pool_views,
+    set_volume_labels,
+};
 pub use reports::apply_reports;
 pub use retries::{PRUNE_BATCH, prune_retries};
 pub use settings::Limits;

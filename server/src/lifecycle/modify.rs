@@ -112,6 +112,8 @@ pub fn modify_volume(
     );
     if held {
         ctx.queue_held_op(OpKind::Modify, &v.plugin, name, &payload, &why_held(name))?;
+        // What waits for the release waits for no linger.
+        super::pools::end_lingers_for(ctx, name, limits)?;
         said.push_str(", to be sent once the volume's release has finished");
     } else {
         ctx.queue_op(OpKind::Modify, &v.plugin, name, None, &payload)?;

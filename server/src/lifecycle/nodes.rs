@@ -687,6 +687,7 @@ pub fn set_eligibility(
     node: &str,
     eligibility: Eligibility,
     actor: &str,
+    limits: &Limits,
 ) -> ApiResult<()> {
     let n = ctx.require_node(node)?;
     if n.eligibility == eligibility {
@@ -701,7 +702,17 @@ pub fn set_eligibility(
             "node is being drained: no new claims; its claims are left to their owners to release",
         ),
     };
-    event(ctx, kind, None, Some(node), None, actor, message)
+    event(ctx, kind, None, Some(node), None, actor, message)?;
+    // A node that takes no new claims has no next job to keep a staging for.
+    let lingering: BTreeSet<String> = ctx
+        .lingers(None, Some(node))?
+        .into_iter()
+        .map(|l| l.volume)
+        .collect();
+    for v in lingering {
+        advance_volume(ctx, &v, limits)?;
+    }
+    Ok(())
 }
 
 /// `DELETE /v1/nodes/{node}`: forgets a node that holds nothing (see [`removal`]).

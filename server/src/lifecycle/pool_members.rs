@@ -32,6 +32,10 @@ pub(super) struct Candidate {
     /// after every restore key), then the shared prefix's length (longest first).
     rank: (usize, Reverse<usize>),
     pub(super) why: String,
+    /// A single-node member still on another node (kept staged there, its pool lingering,
+    /// or being detached): taking it waits for that node to let it go, so it comes after
+    /// the members as warm that wait for nothing.
+    elsewhere: bool,
 }
 
 /// How warm free member `volume` is for `req`, by its last key and whether it is still
@@ -41,26 +45,35 @@ pub(super) fn candidate(
     volume: &str,
     req: &PoolClaimRequest,
 ) -> ApiResult<Candidate> {
-    let staged_here = conn.attachment(volume, &req.claim.node)?.is_some_and(|a| {
-        matches!(
-            a.state,
-            AttachmentState::Attached | AttachmentState::Unstaging
-        )
+    let node = &req.claim.node;
+    let atts = conn.attachments_of_volume(volume)?;
+    let staged_here = atts.iter().any(|a| {
+        a.node == *node
+            && matches!(
+                a.state,
+                AttachmentState::Attached | AttachmentState::Unstaging
+            )
     });
+    let single = conn
+        .volume(volume)?
+        .is_some_and(|v| v.access_mode.is_single_node());
     let last = conn.cache_key(volume)?;
-    Ok(warmth(
-        volume,
-        last.as_deref(),
-        staged_here,
-        req.cache_key.as_deref(),
-        &req.restore_keys,
-    ))
+    Ok(Candidate {
+        elsewhere: single && atts.iter().any(|a| a.node != *node),
+        ..warmth(
+            volume,
+            last.as_deref(),
+            staged_here,
+            req.cache_key.as_deref(),
+            &req.restore_keys,
+        )
+    })
 }
 
 impl Candidate {
     /// The order of warmth, warmest least; the name breaks ties.
-    pub(super) fn order(&self) -> (u8, (usize, Reverse<usize>), &str) {
-        (self.choice as u8, self.rank, &self.volume)
+    pub(super) fn order(&self) -> (u8, bool, (usize, Reverse<usize>), &str) {
+        (self.choice as u8, self.elsewhere, self.rank, &self.volume)
     }
 }
 
@@ -133,6 +146,7 @@ fn warmth(
         choice,
         rank: (0, Reverse(0)),
         why,
+        elsewhere: false,
     };
     if let (Some(k), Some(last)) = (key, last_key)
         && k == last
@@ -154,6 +168,7 @@ fn warmth(
                 choice: PoolChoice::Prefix,
                 rank: (i, Reverse(shared)),
                 why: format!("warm: prefix `{r}` (its key `{last}`)"),
+                elsewhere: false,
             };
         }
         if shared > 0 {
@@ -162,6 +177,7 @@ fn warmth(
                 choice: PoolChoice::Prefix,
                 rank: (restore.len(), Reverse(shared)),
                 why: format!("warm: prefix `{}` (its key `{last}`)", &last[..shared]),
+                elsewhere: false,
             };
         }
     }

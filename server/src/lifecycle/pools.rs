@@ -11,8 +11,10 @@ use csivol_api::limits::{MAX_VOLUME_LABELS, VOLUME_LABEL_VALUE_BYTES};
 use csivol_api::{self as api, AttachmentState, PoolSpec, VolumeLabelRequest};
 use csivol_rules::kinds::EventKind;
 
+use super::attachments::advance_volume;
 use super::changes::touch_volume;
 use super::events::event;
+use super::settings::Limits;
 use crate::error::{ApiError, ApiResult};
 use crate::model::{PoolRow, time};
 use crate::store::{Snapshot, Txn};
@@ -114,6 +116,7 @@ pub fn set_volume_labels(
     volume: &str,
     req: &VolumeLabelRequest,
     actor: &str,
+    limits: &Limits,
 ) -> ApiResult<()> {
     ctx.require_volume(volume)?;
     if !req.set.is_empty() && ctx.job_volume(volume)?.is_some() {
@@ -179,7 +182,55 @@ pub fn set_volume_labels(
         None,
         actor,
         message,
-    )
+    )?;
+    // Out of its pool, or into one that lingers otherwise: a staging kept ends.
+    end_lingers_for(ctx, volume, limits)
+}
+
+/// Ends the stagings kept after a release of `volume` that are no longer to be kept (its
+/// pool no longer asks for them, an operation waits for the release): `advance_volume`
+/// reads whether it still lingers and settles them, saying why.
+pub(super) fn end_lingers_for(ctx: &mut impl Txn, volume: &str, limits: &Limits) -> ApiResult<()> {
+    if ctx.lingers(Some(volume), None)?.is_empty() {
+        return Ok(());
+    }
+    advance_volume(ctx, volume, limits)
+}
+
+/// Whether a staging kept after a release has run out on a ready node, where ending it
+/// moves something (checked by the leader twice a second, writing only then).
+pub fn any_linger_due(conn: &(impl Snapshot + ?Sized), now: i64) -> ApiResult<bool> {
+    for l in conn.lingers_due(now)? {
+        let attached = conn
+            .attachment(&l.volume, &l.node)?
+            .is_none_or(|a| a.state != AttachmentState::Blocked);
+        let ready = conn
+            .node(&l.node)?
+            .is_none_or(|n| n.status == api::NodeStatus::Ready);
+        if attached && ready {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// Ends the stagings kept after a release whose linger ran out: their nodes unstage them
+/// and the volumes are detached as after any release.
+pub fn end_due_lingers(ctx: &mut impl Txn, limits: &Limits) -> ApiResult<()> {
+    let now = ctx.now();
+    let mut volumes = std::collections::BTreeSet::new();
+    for l in ctx.lingers_due(now)? {
+        if ctx.volume(&l.volume)?.is_none() || ctx.attachment(&l.volume, &l.node)?.is_none() {
+            // Nothing is staged to take down (the volume was deregistered): the row goes.
+            ctx.delete_linger(&l.volume, &l.node)?;
+        } else {
+            volumes.insert(l.volume);
+        }
+    }
+    for v in volumes {
+        advance_volume(ctx, &v, limits)?;
+    }
+    Ok(())
 }
 
 pub(super) use super::pool_members::members;
@@ -295,8 +346,9 @@ pub fn create_pool(
 
 /// `DELETE /v1/pools/{name}`: forgets a pool. Its members stay, with their labels, claims
 /// and cache keys; the claims waiting in its line leave it.
-pub fn delete_pool(ctx: &mut impl Txn, name: &str, actor: &str) -> ApiResult<()> {
-    require_pool(&*ctx, name)?;
+pub fn delete_pool(ctx: &mut impl Txn, name: &str, actor: &str, limits: &Limits) -> ApiResult<()> {
+    let p = require_pool(&*ctx, name)?;
+    let all = members(&*ctx, &p)?;
     super::pool_line::empty_line(ctx, name, actor)?;
     ctx.delete_pool(name)?;
     event(
@@ -307,7 +359,12 @@ pub fn delete_pool(ctx: &mut impl Txn, name: &str, actor: &str) -> ApiResult<()>
         None,
         actor,
         format!("pool {name} deleted; its members keep their labels and claims"),
-    )
+    )?;
+    // Its members linger no more: what their nodes kept staged is taken down.
+    for volume in &all {
+        end_lingers_for(ctx, volume, limits)?;
+    }
+    Ok(())
 }
 
 /// A pool as `pool show` and `pool list` show it.

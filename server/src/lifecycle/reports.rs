@@ -321,6 +321,11 @@ fn unpublished(ctx: &mut impl Txn, b: &mut Batch<'_>, volume: &str, alloc: &str)
     ) {
         return Ok(());
     }
+    if let Some(v) = ctx.volume(volume)? {
+        // Its pool may ask the node to keep the staging (asked before the unpublish too:
+        // the desired state listed it as kept, so the node did not unstage).
+        super::lingers::start(ctx, &v, &c)?;
+    }
     delete_claim(ctx, &c)?;
     let how = if c.state == ClaimState::Blocked {
         "blocked claim released by its returning node"
@@ -360,6 +365,23 @@ fn unstaged(ctx: &mut impl Txn, b: &mut Batch<'_>, volume: &str) -> ApiResult<()
     );
     if claims_here || !waiting {
         return Ok(());
+    }
+    // A staging kept after a release that the node took down after all (an agent that
+    // keeps none, or a staging found gone) is kept no longer.
+    for l in ctx.lingers(Some(volume), Some(b.node))? {
+        ctx.delete_linger(volume, b.node)?;
+        event(
+            ctx,
+            EventKind::StagingLingerEnded,
+            Some(volume),
+            Some(b.node),
+            Some(&l.alloc),
+            &b.actor,
+            format!(
+                "the staging kept after alloc {}'s release ends: the node unstaged the volume",
+                l.alloc
+            ),
+        )?;
     }
     event(
         ctx,

@@ -172,6 +172,8 @@ pub fn create_snapshot(
     if held {
         let why = why_held(&v.name);
         ctx.queue_held_op(OpKind::CreateSnapshot, &v.plugin, &op_key(name), "{}", &why)?;
+        // What waits for the release waits for no linger.
+        super::pools::end_lingers_for(ctx, &v.name, limits)?;
         said.push_str(", to be sent once the volume's release has finished");
     } else {
         ctx.queue_op(OpKind::CreateSnapshot, &v.plugin, &op_key(name), None, "{}")?;

@@ -196,6 +196,8 @@ pub fn volume_view(conn: &(impl Snapshot + ?Sized), name: &str) -> ApiResult<api
     let claims = conn.claims_of_volume(name)?;
     let atts = conn.attachments_of_volume(name)?;
     let mounts = conn.volume_mounts(name)?;
+    let mut view = v.into_api(&claims, &atts);
+    crate::model::show_lingers(&mut view.attachments, &conn.lingers(Some(name), None)?);
     Ok(api::Volume {
         claim_mount_flags: mounts.claim_mount_flags,
         selinux_context: mounts.selinux_context,
@@ -203,7 +205,7 @@ pub fn volume_view(conn: &(impl Snapshot + ?Sized), name: &str) -> ApiResult<api
         availability: conn.volume_availability(name)?.map(|a| a.to_api()),
         job: conn.job_volume(name)?.map(|j| j.to_api()),
         labels: conn.volume_labels(name)?,
-        ..v.into_api(&claims, &atts)
+        ..view
     })
 }
 
@@ -665,6 +667,8 @@ pub fn deregister_volume(
         let said = if held {
             // No new claim is taken while it is `deleting`, so the release is the last use.
             ctx.queue_held_op(OpKind::Delete, &v.plugin, name, "{}", &why_held(name))?;
+            // What waits for the release waits for no linger.
+            super::pools::end_lingers_for(ctx, name, limits)?;
             "DeleteVolume requested, to be sent once the volume's release has finished"
         } else {
             ctx.queue_op(OpKind::Delete, &v.plugin, name, None, "{}")?;

@@ -30,6 +30,8 @@ pub struct VolumeChunk {
     pub jobs: std::collections::HashMap<String, api::JobVolume>,
     /// The labels of the volumes that have any (`volume_labels`).
     pub labels: std::collections::HashMap<String, BTreeMap<String, String>>,
+    /// The stagings kept after a release (`lingers`), by volume.
+    pub lingers: std::collections::HashMap<String, Vec<crate::model::LingerRow>>,
 }
 
 /// A volume row's fields borrowed from where the store read them: what a listing shows of

@@ -38,6 +38,7 @@ use csivol_api::{
 };
 
 use super::error::{ApiError, ApiResult};
+use super::model::LingerRow;
 use super::model::listing::VolumeChunk;
 use super::model::{
     AttachmentRow, ClaimRow, GroupSnapshotRow, Lifecycle, NewFence, NodeFenceRow, NodePluginRow,
@@ -324,6 +325,10 @@ pub trait Snapshot {
         volume: &str,
         alloc: &str,
     ) -> ApiResult<Option<crate::model::PoolClaimRow>>;
+    /// The stagings kept after a release, of a volume, of a node, or both; those run out by
+    /// `now`.
+    fn lingers(&self, volume: Option<&str>, node: Option<&str>) -> ApiResult<Vec<LingerRow>>;
+    fn lingers_due(&self, now: i64) -> ApiResult<Vec<LingerRow>>;
     /// The claims waiting in `pool`'s line (every pool's, without one), first in line first.
     fn pool_line(&self, pool: Option<&str>) -> ApiResult<Vec<crate::model::PoolWaiterRow>>;
     /// The first answer kept for `token`'s request `key`.
@@ -504,6 +509,10 @@ pub trait Txn: Snapshot {
     fn insert_pool_claim(&mut self, c: &crate::model::PoolClaimRow) -> ApiResult<()>;
     /// Marks `alloc`'s claims from a pool on `volume` released.
     fn close_pool_claims(&mut self, volume: &str, alloc: &str) -> ApiResult<()>;
+    /// Records a staging kept after a release (nothing below the schema that keeps them).
+    fn put_linger(&mut self, l: &LingerRow) -> ApiResult<()>;
+    /// Ends a staging kept after a release.
+    fn delete_linger(&mut self, volume: &str, node: &str) -> ApiResult<()>;
     /// Records a claim in its pool's line, or its lease and held member; `None` takes it out.
     fn put_pool_waiter(
         &mut self,

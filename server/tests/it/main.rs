@@ -175,7 +175,10 @@ pub(crate) fn back_to_the_previous_schema(conn: &rusqlite::Connection) {
          DROP INDEX pool_claims_pool;
          DROP INDEX pool_claims_member;
          DROP TABLE pool_claims;
-         DROP TABLE pool_waiters;",
+         DROP TABLE pool_waiters;
+         DROP INDEX lingers_node;
+         DROP INDEX lingers_until;
+         DROP TABLE lingers;",
     )
     .unwrap();
     conn.pragma_update(None, "user_version", version - 1)

@@ -208,6 +208,10 @@ pub struct Args {
     /// The CI scenario: volumes in each pool.
     #[arg(long, default_value_t = 8)]
     pub pool_size: u32,
+    /// The CI scenario: both pools linger this long (`pool create --linger`): a node keeps
+    /// a released member staged for its next job there. Without it, nothing lingers.
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub pool_linger: Option<Duration>,
     /// The CI scenario: branch keys the jobs draw from (rank k with weight 1/k).
     #[arg(long, default_value_t = 12)]
     pub cache_keys: u32,

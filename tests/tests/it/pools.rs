@@ -8,7 +8,7 @@ use std::time::Duration;
 use csivol_tests::{Proc, wait_for};
 use serde_json::Value;
 
-use crate::cluster::{Cluster, NodeOpts, Out, PLUGIN};
+use crate::cluster::{Cluster, NodeOpts, Out, PLUGIN, mounted};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -187,6 +187,181 @@ fn jobs_get_the_warmest_member_of_a_pool_and_only_a_successful_one_records_its_k
     }
     assert_eq!(key_of(&c, "c1"), "main");
     assert_eq!(key_of(&c, "c2"), Value::Null, "h1 claimed without a key");
+    wait_for("nothing mounted", WAIT, || {
+        c.all_mounts().is_empty().then_some(())
+    });
+}
+
+/// `csivol run --pool cache=cache --cache-key KEY --node NODE -- sh -c SCRIPT`.
+fn job_on(c: &Cluster, node: &str, alloc: &str, key: &str, script: &str) -> Out {
+    c.csivol(&[
+        "run",
+        "--pool",
+        "cache=cache",
+        "--cache-key",
+        key,
+        "--node",
+        node,
+        "--alloc",
+        alloc,
+        "--",
+        "sh",
+        "-c",
+        script,
+    ])
+}
+
+/// The node calls node `i`'s plugin answered OK for `rpc`: (came in, answered), in ms.
+fn calls(c: &Cluster, i: usize, rpc: &str) -> Vec<(u64, u64)> {
+    c.nodes[i]
+        .plugin_calls()
+        .into_iter()
+        .filter(|l| l["rpc"] == rpc && l["code"] == "OK")
+        .map(|l| {
+            (
+                l["started_ms"].as_u64().unwrap(),
+                l["at_ms"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// A pool that lingers: its member stays staged on the node of the job that released it,
+/// so that the next job there only publishes (the plugin sees no second NodeStageVolume);
+/// a job on another node takes it at once, and only after the first node unstaged it and
+/// the controller unpublished it there.
+#[test]
+fn a_lingering_pool_keeps_its_member_staged_for_the_next_job_on_the_node() {
+    let mut c = Cluster::start(
+        "pools-linger",
+        "2s",
+        vec![NodeOpts::default(), NodeOpts::default()],
+    );
+    labelled_volume(&c, "m1", "{ pool = \"cache\" }");
+    let out = c.csivol(&[
+        "pool",
+        "create",
+        "cache",
+        "--selector",
+        "pool=cache",
+        "--linger",
+        "10m",
+    ]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let staging = c.nodes[0]
+        .agent_dir()
+        .join("staging")
+        .join(PLUGIN)
+        .join("m1");
+
+    let out = job_on(
+        &c,
+        "node-1",
+        "job-1",
+        "k1",
+        r#"echo one > "$CSIVOL_PATH_CACHE/one""#,
+    );
+    assert_eq!(out.code, 0, "{out:?}");
+    // Released: the job's target is gone, the staging stays, shown with why.
+    let v = wait_for("job-1's claim to be gone", WAIT, || {
+        let v = c
+            .csivol(&["volume", "show", "m1", "-o", "json"])
+            .ok()
+            .json();
+        v["claims"].as_array().unwrap().is_empty().then_some(v)
+    });
+    assert_eq!(v["attachments"][0]["linger"]["after_alloc"], "job-1", "{v}");
+    assert_eq!(v["attachments"][0]["state"], "attached", "{v}");
+    assert!(mounted(&staging), "{} stays staged", staging.display());
+    assert_eq!(c.nodes[0].mounts(), std::slice::from_ref(&staging));
+    assert_eq!(calls(&c, 0, "NodeStageVolume").len(), 1);
+    assert!(calls(&c, 0, "NodeUnstageVolume").is_empty());
+
+    // The next job on node-1 gets the member staged: NodePublishVolume only.
+    let out = job_on(
+        &c,
+        "node-1",
+        "job-2",
+        "k2",
+        r#"cat "$CSIVOL_PATH_CACHE/one""#,
+    );
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(out.stdout.trim(), "one", "{out:?}");
+    assert!(
+        out.stderr.contains("pool cache: member m1 (staged here)"),
+        "{out:?}"
+    );
+    assert_eq!(calls(&c, 0, "NodeStageVolume").len(), 1, "no second stage");
+    assert_eq!(calls(&c, 0, "NodePublishVolume").len(), 2);
+    assert!(calls(&c, 0, "NodeUnstageVolume").is_empty());
+
+    // A job on node-2: node-1 unstages first, then node-2 stages.
+    let out = job_on(
+        &c,
+        "node-2",
+        "job-3",
+        "k3",
+        r#"cat "$CSIVOL_PATH_CACHE/one""#,
+    );
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(out.stdout.trim(), "one", "{out:?}");
+    let unstaged = calls(&c, 0, "NodeUnstageVolume");
+    let staged = calls(&c, 1, "NodeStageVolume");
+    assert_eq!((unstaged.len(), staged.len()), (1, 1));
+    assert!(
+        staged[0].0 >= unstaged[0].1,
+        "node-2 staged at {} before node-1's unstage ended at {}",
+        staged[0].0,
+        unstaged[0].1
+    );
+    assert!(!mounted(&staging));
+    let events = c
+        .csivol(&["events", "--volume", "m1", "-o", "json"])
+        .ok()
+        .json();
+    assert!(
+        events
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["kind"] == "staging-linger-ended"
+                && e["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains("alloc job-3 on node node-2 needs the volume")),
+        "{events}"
+    );
+
+    // node-2 is lost while it keeps the staging: the member is blocked as by a claim, and
+    // `status` says why.
+    c.kill_agent(1);
+    c.wait_node_status(1, "lost");
+    let blocked = c.csivol(&["status", "--blocked"]);
+    assert_eq!(blocked.code, 6, "{blocked:?}");
+    assert!(
+        blocked
+            .stdout
+            .contains("staged on lost node node-2, lingering after alloc job-3's release"),
+        "{blocked:?}"
+    );
+    let refused = c.csivol(&["claim", "m1", "--node", "node-1", "--alloc", "job-4"]);
+    assert_eq!(refused.code, 6, "{refused:?}");
+    assert!(refused.stderr.contains("csivol unblock m1"), "{refused:?}");
+    c.csivol(&["unblock", "m1", "--yes", "--reason", "node-2 is gone"])
+        .ok();
+    let out = job_on(
+        &c,
+        "node-1",
+        "job-4",
+        "k4",
+        r#"cat "$CSIVOL_PATH_CACHE/one""#,
+    );
+    assert_eq!(out.code, 0, "{out:?}");
+
+    // node-2 comes back and cleans up; deleting the pool ends node-1's linger: nothing is
+    // left mounted.
+    c.start_agent(1);
+    c.csivol(&["pool", "delete", "cache"]).ok();
     wait_for("nothing mounted", WAIT, || {
         c.all_mounts().is_empty().then_some(())
     });

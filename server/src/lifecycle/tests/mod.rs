@@ -11,6 +11,7 @@ mod events;
 mod expand;
 mod group_snapshots;
 mod job_volumes;
+mod lingers;
 mod listing;
 mod mounts;
 mod nodes;

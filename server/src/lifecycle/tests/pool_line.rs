@@ -49,7 +49,7 @@ async fn label(env: &Env, volume: &str) {
     };
     let v = volume.to_owned();
     env.write(move |ctx, l| {
-        crate::lifecycle::set_volume_labels(ctx, &v, &set, "op")?;
+        crate::lifecycle::set_volume_labels(ctx, &v, &set, "op", l)?;
         crate::lifecycle::serve_lines(ctx, l).map(|_| ())
     })
     .await
@@ -362,7 +362,7 @@ async fn a_claim_leaves_the_line_when_released_or_lapsed_and_a_late_copy_does_no
         .await
         .unwrap();
     assert_eq!(line(&env).await, waiting(&["w5"]));
-    env.write(|ctx, _| crate::lifecycle::delete_pool(ctx, "cache", "op"))
+    env.write(|ctx, l| crate::lifecycle::delete_pool(ctx, "cache", "op", l))
         .await
         .unwrap();
     assert!(

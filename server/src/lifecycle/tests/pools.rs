@@ -34,7 +34,7 @@ async fn below_the_schema_that_keeps_them_labels_and_pools_are_refused() {
         remove: Vec::new(),
     };
     let e = env
-        .write(move |ctx, _| super::super::set_volume_labels(ctx, "v", &set, "op"))
+        .write(move |ctx, l| super::super::set_volume_labels(ctx, "v", &set, "op", l))
         .await
         .unwrap_err();
     assert!(format!("{e:?}").contains("upgrade finalize"), "{e:?}");

@@ -159,6 +159,7 @@ pub fn volume_chunk(
             availability: HashMap::new(),
             jobs: HashMap::new(),
             labels: HashMap::new(),
+            lingers: HashMap::new(),
         });
     };
     let mut claims: HashMap<String, Vec<ClaimRow>> = HashMap::new();
@@ -190,6 +191,10 @@ pub fn volume_chunk(
     let availability = super::volume_availability::between(conn, after, &last)?;
     let jobs = super::job_volumes::between(conn, after, &last)?;
     let labels = super::pools::labels_between(conn, after, &last)?;
+    let mut lingers: HashMap<String, Vec<crate::model::LingerRow>> = HashMap::new();
+    for l in super::lingers::between(conn, after, &last)? {
+        lingers.entry(l.volume.clone()).or_default().push(l);
+    }
     Ok(VolumeChunk {
         volumes,
         decode: volume_fields,
@@ -200,6 +205,7 @@ pub fn volume_chunk(
         availability,
         jobs,
         labels,
+        lingers,
     })
 }
 

@@ -12,6 +12,7 @@ pub mod db;
 mod drift;
 mod held;
 mod job_volumes;
+mod lingers;
 mod listings;
 pub mod maintenance;
 pub mod migrations;
@@ -44,7 +45,7 @@ use crate::model::{
     AttachmentRow, ClaimRow, NodeFenceRow, NodePluginRow, NodeRow, OpRow, PluginNodeRow,
     RunningOpRow, StateCounts, TokenRow, VolumeRow, WaitingOps,
 };
-use crate::model::{Labels, PoolClaimRow, PoolRow};
+use crate::model::{Labels, LingerRow, PoolClaimRow, PoolRow};
 use crate::store::sqlite::db::optional;
 use crate::store::sqlite::rows::ops;
 use crate::store::sqlite::statement::{exec, strings};
@@ -610,6 +611,14 @@ impl Snapshot for Connection {
         pools::open_claim(self, volume, alloc)
     }
 
+    fn lingers(&self, volume: Option<&str>, node: Option<&str>) -> ApiResult<Vec<LingerRow>> {
+        lingers::of(self, volume, node)
+    }
+
+    fn lingers_due(&self, now: i64) -> ApiResult<Vec<LingerRow>> {
+        lingers::due(self, now)
+    }
+
     fn pool_line(&self, pool: Option<&str>) -> ApiResult<Vec<crate::model::PoolWaiterRow>> {
         pool_waiters::line(self, pool)
     }
@@ -742,6 +751,8 @@ reads_through_the_transaction! {
     cache_key(volume: &str) -> Option<String>;
     recent_pool_claims(pool: &str, n: u32) -> Vec<PoolClaimRow>;
     open_pool_claim(volume: &str, alloc: &str) -> Option<PoolClaimRow>;
+    lingers(volume: Option<&str>, node: Option<&str>) -> Vec<LingerRow>;
+    lingers_due(now: i64) -> Vec<LingerRow>;
     pool_line(pool: Option<&str>) -> Vec<crate::model::PoolWaiterRow>;
     kept_answer(token: &str, key: &str) -> Option<crate::store::KeptAnswer>;
     tombstone(volume: &str, alloc: &str) -> Option<crate::store::Tombstone>;

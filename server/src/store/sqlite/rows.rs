@@ -292,7 +292,7 @@ impl NodeRow {
 /// The columns [`NodePluginRow::from_row`] reads.
 const NODE_PLUGIN_COLUMNS: &str = "plugin, csi_node_id, max_volumes, node_service, controller, \
      topology, limit_change, limit_read_at, json_extract(registration, '$.node.ready_check'), observed, \
-     coalesce(json_extract(registration, '$.node.capabilities.volume_mount_group'), 0)";
+     coalesce(json_extract(registration, '$.node.capabilities.volume_mount_group'), 0), stage_unstage";
 
 impl NodePluginRow {
     fn from_row(r: &Row<'_>) -> rusqlite::Result<Self> {
@@ -310,6 +310,7 @@ impl NodePluginRow {
                 .get::<_, Option<String>>(9)?
                 .and_then(|o| serde_json::from_str(&o).ok()),
             volume_mount_group: r.get(10)?,
+            stage_unstage: r.get(11)?,
         })
     }
 

@@ -10,8 +10,8 @@ use csivol_api::{
 use rusqlite::params;
 
 use super::{
-    access, claim_mounts, claimers, drift, exec, held, job_volumes, listings, nodes, ops, pools,
-    retries, snapshots, volume_availability, volume_mounts,
+    access, claim_mounts, claimers, drift, exec, held, job_volumes, lingers, listings, nodes, ops,
+    pools, retries, snapshots, volume_availability, volume_mounts,
 };
 use crate::error::{ApiError, ApiResult};
 use crate::model::{Lifecycle, NewFence, TokenRow, VolumeRow, to_json};
@@ -257,6 +257,14 @@ impl Txn for WriteCtx<'_> {
 
     fn insert_pool_claim(&mut self, c: &crate::model::PoolClaimRow) -> ApiResult<()> {
         pools::insert_claim(self, c)
+    }
+
+    fn put_linger(&mut self, l: &crate::model::LingerRow) -> ApiResult<()> {
+        lingers::put(self, l)
+    }
+
+    fn delete_linger(&mut self, volume: &str, node: &str) -> ApiResult<()> {
+        lingers::delete(self, volume, node)
     }
 
     fn close_pool_claims(&mut self, volume: &str, alloc: &str) -> ApiResult<()> {

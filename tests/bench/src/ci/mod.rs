@@ -10,7 +10,9 @@
 //! key on the volume (with real mounts, after reading the previous job's), and releases as
 //! a job that succeeded. The figures: how often each arm got a member last released with
 //! the job's key (warm: same key) or one still staged on the job's node, and the claim to
-//! ready time of warm claims against cold ones.
+//! ready time of warm claims against cold ones. With `--pool-linger`, both pools linger:
+//! a node keeps a released member staged for its next job there, which then skips
+//! NodeStageVolume; the pools are deleted after the jobs, which ends what lingers.
 //!
 //! Then `--fresh-jobs` per-job volumes from a snapshot of a seed volume, one at a time,
 //! against the floor of the plugin calls they need (see `fresh`).
@@ -145,7 +147,9 @@ pub async fn run(cfg: &Config) -> anyhow::Result<CiReport> {
         }
         let spec = PoolSpec {
             selector,
-            linger_ms: None,
+            linger_ms: a
+                .pool_linger
+                .map(|l| u64::try_from(l.as_millis()).unwrap_or(u64::MAX)),
         };
         http.put(&format!("/v1/pools/{pool}"), &spec)
             .await?
@@ -209,6 +213,13 @@ pub async fn run(cfg: &Config) -> anyhow::Result<CiReport> {
         }
     }
     let jobs_took = started.elapsed();
+    // The pools go: what their nodes kept staged is taken down, as nothing lingers after
+    // the run.
+    for pool in [POOL, RANDOM] {
+        http.delete(&format!("/v1/pools/{pool}"))
+            .await?
+            .expect(&format!("delete pool {pool}"), &[204])?;
+    }
 
     say.say(format!(
         "seeding volume {} and snapshot {}",

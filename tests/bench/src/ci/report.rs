@@ -43,6 +43,15 @@ pub struct ArmFigures {
     pub cold_claim_ready: Figure,
     /// warm p50 / cold p50.
     pub warm_vs_cold_p50: f64,
+    /// Claim → ready of the jobs that got a member staged on their node (`staged here`:
+    /// kept after a release with `--pool-linger`, or whose release there was under way),
+    /// which skips NodeStageVolume.
+    pub staged_here_claim_ready: Figure,
+    /// Claim → ready of the jobs that got neither their key nor a member staged on their
+    /// node (prefix and cold).
+    pub unstaged_claim_ready: Figure,
+    /// staged-here p50 / unstaged p50.
+    pub staged_vs_unstaged_p50: f64,
 }
 
 impl ArmFigures {
@@ -60,6 +69,17 @@ impl ArmFigures {
         };
         let ratio = |k: usize| if n == 0 { 0.0 } else { k as f64 / n as f64 };
         let (warm, cold) = (times(true), times(false));
+        let of = |keep: fn(PoolChoice) -> bool| {
+            Figure::of(
+                samples
+                    .iter()
+                    .filter(|s| keep(s.choice))
+                    .map(|s| s.claim_ready)
+                    .collect(),
+            )
+        };
+        let staged = of(|c| c == PoolChoice::StagedHere);
+        let unstaged = of(|c| matches!(c, PoolChoice::Prefix | PoolChoice::Cold));
         Self {
             jobs: n,
             same_key: count(PoolChoice::SameKey),
@@ -71,6 +91,9 @@ impl ArmFigures {
             warm_vs_cold_p50: quotient(warm.p50_ms, cold.p50_ms),
             warm_claim_ready: warm,
             cold_claim_ready: cold,
+            staged_vs_unstaged_p50: quotient(staged.p50_ms, unstaged.p50_ms),
+            staged_here_claim_ready: staged,
+            unstaged_claim_ready: unstaged,
         }
     }
 }
@@ -106,6 +129,8 @@ pub struct CiReport {
     pub nodes: u32,
     pub mount: &'static str,
     pub pool_size: u32,
+    /// How long both pools linger (`--pool-linger`), in ms; none: they do not.
+    pub pool_linger_ms: Option<u64>,
     pub cache_keys: u32,
     /// The keys share no prefix (`--distinct-keys`).
     pub distinct_keys: bool,
@@ -155,6 +180,9 @@ pub fn assemble(cfg: &Config, p: Parts) -> CiReport {
         nodes: cfg.nodes,
         mount: cfg.mount(),
         pool_size: a.pool_size,
+        pool_linger_ms: a
+            .pool_linger
+            .map(|l| u64::try_from(l.as_millis()).unwrap_or(u64::MAX)),
         cache_keys: a.cache_keys,
         distinct_keys: a.distinct_keys,
         zipf_s: ZIPF_S,
@@ -190,7 +218,10 @@ impl CiReport {
                  \x20   prefix / cold:       {} / {}\n\
                  \x20   claim → ready warm:  {}\n\
                  \x20   claim → ready cold:  {}\n\
-                 \x20   warm / cold p50:     {:.2}\n",
+                 \x20   warm / cold p50:     {:.2}\n\
+                 \x20   claim → ready staged here:     {}\n\
+                 \x20   claim → ready neither:         {}\n\
+                 \x20   staged here / neither p50:     {:.2}\n",
                 a.same_key,
                 a.jobs,
                 a.same_key_ratio * 100.0,
@@ -201,11 +232,14 @@ impl CiReport {
                 fig(&a.warm_claim_ready),
                 fig(&a.cold_claim_ready),
                 a.warm_vs_cold_p50,
+                fig(&a.staged_here_claim_ready),
+                fig(&a.unstaged_claim_ready),
+                a.staged_vs_unstaged_p50,
             )
         };
         let f = &self.fresh;
         let mut out = format!(
-            "csivol-bench ci-jobs: {} jobs per arm on {} nodes (--mount {}), pools of {} caches, \
+            "csivol-bench ci-jobs: {} jobs per arm on {} nodes (--mount {}), pools of {} caches{}, \
              {} branch keys{} (Zipf s={}), {} clients per arm, seed {}\n\
              machine:                 {}\n\
              floor:                   HTTP p50 {:.3} ms, gRPC p50 {:.3} ms, commit p50 {:.3} ms\n\
@@ -222,6 +256,10 @@ impl CiReport {
             self.nodes,
             self.mount,
             self.pool_size,
+            self.pool_linger_ms.map_or_else(String::new, |l| format!(
+                " lingering {}",
+                humantime::format_duration(Duration::from_millis(l))
+            )),
             self.cache_keys,
             if self.distinct_keys {
                 " sharing no prefix"

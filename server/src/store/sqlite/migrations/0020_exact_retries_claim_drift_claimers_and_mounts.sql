@@ -180,3 +180,21 @@ CREATE TABLE pool_waiters (
     held TEXT,
     UNIQUE (pool, alloc)
 );
+
+-- Stagings a node keeps after the release of the volume's last claim there, because the
+-- volume's pool lingers: the alloc whose release left it, and since and until when (unix
+-- ms). While a row stands the volume stays attached and staged on the node with no claim,
+-- so that the node's next claim of it skips NodeStageVolume; a claim elsewhere that the
+-- volume's access mode excludes ends it at once. A server of the previous release does
+-- not read it and would take such a staging down as any release: nothing lingers before
+-- the cluster runs on this schema.
+CREATE TABLE lingers (
+    volume TEXT NOT NULL,
+    node TEXT NOT NULL,
+    alloc TEXT NOT NULL,
+    since INTEGER NOT NULL,
+    until INTEGER NOT NULL,
+    PRIMARY KEY (volume, node)
+);
+CREATE INDEX lingers_node ON lingers (node);
+CREATE INDEX lingers_until ON lingers (until);
