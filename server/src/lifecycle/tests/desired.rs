@@ -183,7 +183,11 @@ async fn only_the_controller_s_host_is_asked_for_capacity() {
     let env = Env::new();
     env.register("n2", false, &[]).await;
     let d = env.read(|c| super::super::desired_state(c, "n2", 1)).await;
-    assert!(d.capacity.is_empty(), "no host, no capacity: {:?}", d.capacity);
+    assert!(
+        d.capacity.is_empty(),
+        "no host, no capacity: {:?}",
+        d.capacity
+    );
 
     let mut req = super::registration("n1", true, &[]);
     if let Some(c) = req.plugins[0].controller.as_mut() {
@@ -200,5 +204,9 @@ async fn only_the_controller_s_host_is_asked_for_capacity() {
         "the plugin as a whole at least"
     );
     let d = env.read(|c| super::super::desired_state(c, "n2", 3)).await;
-    assert!(d.capacity.is_empty(), "n2 hosts no controller: {:?}", d.capacity);
+    assert!(
+        d.capacity.is_empty(),
+        "n2 hosts no controller: {:?}",
+        d.capacity
+    );
 }
