@@ -115,23 +115,22 @@ const PARAMETER_SETS: usize = 8;
 /// the next one reaches it.
 fn capacity_queries(conn: &dyn Snapshot, node: &str) -> ApiResult<Vec<api::CapacityQueries>> {
     let mut out = Vec::new();
-    for p in conn.node_plugins(node)? {
-        if !p.controller
-            || !conn
-                .controller_capabilities(&p.plugin)?
-                .is_some_and(|c| c.get_capacity)
+    for plugin in conn.controller_plugins(node)? {
+        if !conn
+            .controller_capabilities(&plugin)?
+            .is_some_and(|c| c.get_capacity)
         {
             continue;
         }
         let segments: BTreeSet<api::Topology> = std::iter::once(api::Topology::new())
             .chain(
-                conn.ready_plugin_nodes(&p.plugin)?
+                conn.ready_plugin_nodes(&plugin)?
                     .into_iter()
                     .map(|(_, t)| t),
             )
             .collect();
         let mut sets: BTreeSet<BTreeMap<String, String>> = conn
-            .parameter_sets(&p.plugin, PARAMETER_SETS)?
+            .parameter_sets(&plugin, PARAMETER_SETS)?
             .into_iter()
             .collect();
         sets.insert(BTreeMap::new());
@@ -145,10 +144,7 @@ fn capacity_queries(conn: &dyn Snapshot, node: &str) -> ApiResult<Vec<api::Capac
             })
             .take(api::limits::MAX_CAPACITY_QUERIES)
             .collect();
-        out.push(api::CapacityQueries {
-            plugin: p.plugin,
-            queries,
-        });
+        out.push(api::CapacityQueries { plugin, queries });
     }
     Ok(out)
 }

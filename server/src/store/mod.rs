@@ -112,6 +112,8 @@ pub trait Snapshot {
     ) -> ApiResult<Vec<(String, NodeStatus)>>;
     /// The plugins a node registered, by plugin.
     fn node_plugins(&self, node: &str) -> ApiResult<Vec<NodePluginRow>>;
+    /// The plugins whose controller `node` hosts, by plugin (their rows not read).
+    fn controller_plugins(&self, node: &str) -> ApiResult<Vec<String>>;
     /// One plugin's registration on a node, if it registered there.
     fn node_plugin(&self, node: &str, plugin: &str) -> ApiResult<Option<NodePluginRow>>;
     /// The nodes whose registration of `plugin` names `node_id` (NodeGetInfo's), by name.

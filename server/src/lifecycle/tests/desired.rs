@@ -175,3 +175,38 @@ async fn the_node_is_woken_when_a_claim_s_entry_changes_not_when_it_becomes_read
         "released: the claim is to unpublish"
     );
 }
+
+/// GetCapacity is asked by the node that hosts the plugin's controller, when the plugin
+/// reports GET_CAPACITY, and by no other node: its desired state alone carries the queries.
+#[tokio::test]
+async fn only_the_controller_s_host_is_asked_for_capacity() {
+    let env = Env::new();
+    env.register("n2", false, &[]).await;
+    let d = env.read(|c| super::super::desired_state(c, "n2", 1)).await;
+    assert!(
+        d.capacity.is_empty(),
+        "no host, no capacity: {:?}",
+        d.capacity
+    );
+
+    let mut req = super::registration("n1", true, &[]);
+    if let Some(c) = req.plugins[0].controller.as_mut() {
+        c.get_capacity = true;
+    }
+    env.write(move |ctx, l| super::super::register_node(ctx, "n1", &req, l))
+        .await
+        .unwrap();
+    let d = env.read(|c| super::super::desired_state(c, "n1", 2)).await;
+    let plugins: Vec<_> = d.capacity.iter().map(|q| q.plugin.as_str()).collect();
+    assert_eq!(plugins, ["hp"]);
+    assert!(
+        !d.capacity[0].queries.is_empty(),
+        "the plugin as a whole at least"
+    );
+    let d = env.read(|c| super::super::desired_state(c, "n2", 3)).await;
+    assert!(
+        d.capacity.is_empty(),
+        "n2 hosts no controller: {:?}",
+        d.capacity
+    );
+}

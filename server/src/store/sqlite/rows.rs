@@ -325,6 +325,18 @@ impl NodePluginRow {
         Ok(rows)
     }
 
+    /// The plugins whose controller `node` hosts: their names only, where a node's desired
+    /// state asks at every push (a registration's JSON is parsed for none of them).
+    pub fn controllers_of_node(conn: &Connection, node: &str) -> ApiResult<Vec<String>> {
+        let rows = conn
+            .prepare_cached(
+                "SELECT plugin FROM node_plugins WHERE node = ?1 AND controller = 1 ORDER BY plugin",
+            )?
+            .query_map([node], |r| r.get(0))?
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(rows)
+    }
+
     /// One plugin's registration on `node`: one row by its key, where every claim and
     /// every controller operation asks for one (the other plugins' rows are not read, nor
     /// their registrations parsed).
