@@ -260,6 +260,7 @@ async fn heartbeat_loop(link: &Link) {
                 waited: bound,
             }
         };
+        let sent = Instant::now();
         let contact = if registered {
             let answer = tokio::time::timeout(bound, link.heartbeat(ttl))
                 .await
@@ -274,6 +275,8 @@ async fn heartbeat_loop(link: &Link) {
                             "the server marked this node lost; registering again with the actual state"
                         );
                         registered = false;
+                    } else {
+                        link.core.heard(sent, ttl);
                     }
                     Ok(())
                 }
@@ -300,6 +303,7 @@ async fn heartbeat_loop(link: &Link) {
                     link.set_ttl(ttl);
                     registered = true;
                     link.registered.send_modify(|n| *n += 1);
+                    link.core.heard(sent, ttl);
                     // The server now holds what this registration said is there; the core
                     // checks its records against the mount table at once, so that what
                     // failed the check is staged and published again rather than reported
@@ -496,6 +500,9 @@ async fn desired_loop(link: &Link) {
             Ok(()) = channel.changed(), if !chan.open => continue,
         };
         match answer {
+            // Fetched before a registration the server answered since: it may list
+            // operations the server gave to another host meanwhile. Fetched again.
+            Ok(_) if *registered.borrow() != seen => continue,
             Ok(desired) => {
                 link.contact();
                 failures = 0;
