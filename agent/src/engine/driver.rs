@@ -426,7 +426,11 @@ impl Driver {
                 continue;
             }
             self.ops_started.insert((op.id, op.attempt));
-            self.ops.spawn(run_op(Arc::clone(&self.shared), op.clone()));
+            self.ops.spawn(run_op(
+                Arc::clone(&self.shared),
+                op.clone(),
+                desired.generation.clone(),
+            ));
         }
         let key = |e: &csivol_api::DesiredExpand| (e.volume.clone(), e.attempt, e.capacity_bytes);
         self.expands_started

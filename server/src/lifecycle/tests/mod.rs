@@ -11,6 +11,7 @@ mod events;
 mod expand;
 mod group_snapshots;
 mod job_volumes;
+mod late_create;
 mod listing;
 mod mounts;
 mod nodes;
@@ -42,6 +43,9 @@ use crate::model::{ClaimRow, OpRow};
 use crate::store::Snapshot;
 use crate::store::sqlite::db::Db;
 use crate::store::sqlite::writer::WriteCtx;
+
+/// The generation of the state reports are applied to, as the server would give it.
+const GENERATION: &str = "00000000000000a1";
 
 /// The plugin every test volume uses.
 const PLUGIN: &str = "hp";
@@ -173,9 +177,11 @@ impl Env {
 
     async fn report(&self, node: &str, reports: Vec<Report>) {
         let n = node.to_owned();
-        self.write(move |ctx, l| super::apply_reports(ctx, &n, reports.clone(), l))
-            .await
-            .unwrap();
+        self.write(move |ctx, l| {
+            super::apply_reports(ctx, &n, reports.clone(), l, Some(GENERATION))
+        })
+        .await
+        .unwrap();
     }
 
     async fn claim_row(&self, volume: &str, alloc: &str) -> Option<ClaimRow> {

@@ -101,6 +101,7 @@ async fn a_created_volume_is_ready_once_its_plugin_created_it() {
             capacity_bytes: 2048,
             context: [("zone".to_owned(), "a".to_owned())].into(),
             accessible_topology: Vec::new(),
+            made_for: None,
         }],
     )
     .await;
