@@ -306,3 +306,64 @@ async fn topology_is_registered_and_create_lands_in_the_required_segment() {
         "where CreateVolume put it"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_controller_operation_starts_from_a_desired_state_the_server_may_have_overtaken() {
+    let dir = TestDir::new("node-controller-stale");
+    let hp = Hostpath::start(&dir, "n1", &[]);
+    let mut cfg = config(&dir, vec![hp.spec("hp")]);
+    cfg.controllers = vec![hp.spec("hp")];
+    let mut agent = Agent::start(cfg).await;
+    let create = op(
+        7,
+        0,
+        0,
+        ControllerOpKind::Create {
+            volume: "v7".into(),
+            capability: capability(),
+            capacity_bytes: 1 << 20,
+            parameters: BTreeMap::new(),
+            secrets: BTreeMap::new(),
+            topology_request: None,
+            source: None,
+            mutable_parameters: BTreeMap::new(),
+            csi_name: None,
+        },
+    );
+    let creates = || {
+        hp.calls()
+            .into_iter()
+            .filter(|c| c["rpc"] == "CreateVolume")
+            .count()
+    };
+    // The last heartbeat answered was sent longer than a TTL ago (the agent was paused):
+    // the server may have marked the node lost and given the operation to another host.
+    let ttl = std::time::Duration::from_secs(1);
+    let long_ago = std::time::Instant::now() - 3 * ttl;
+    agent.core.heard(long_ago, ttl);
+    let mut d = with_ops(vec![create.clone()]);
+    d.generation = Some("00000000000000c3".into());
+    agent.core.set_desired(d.clone());
+    agent.core.idle().await;
+    assert_eq!(creates(), 0, "nothing runs from a state that may be stale");
+
+    // A registration answered since: the state at hand is from before it; the one
+    // fetched after it is followed.
+    agent.core.registered();
+    agent.core.heard(std::time::Instant::now(), ttl);
+    agent.core.idle().await;
+    assert_eq!(
+        creates(),
+        0,
+        "not before the state fetched after the registration"
+    );
+    agent.core.set_desired(d);
+    let Report::Created { made_for, .. } = op_report(&mut agent, 7, 0).await else {
+        panic!("created: {:?}", agent.seen)
+    };
+    assert_eq!(creates(), 1);
+    // The answer says what it was asked for, so that a late one is still understood.
+    let made = made_for.expect("what the call was asked for");
+    assert_eq!((made.plugin.as_str(), made.volume.as_str()), ("hp", "v7"));
+    assert_eq!(made.generation.as_deref(), Some("00000000000000c3"));
+}
