@@ -460,6 +460,8 @@ async fn desired_loop(link: &Link) {
                     index = 0;
                     holds = false;
                 }
+                // Registered again: the whole state now (controller operations wait for it).
+                _ = registered.changed() => {}
                 () = tokio::time::sleep(WHOLE_EVERY.saturating_sub(whole_at.elapsed())) => {}
             }
             continue;
@@ -498,6 +500,8 @@ async fn desired_loop(link: &Link) {
             }
             // The channel opened: it says when to ask, so the long-poll is not needed.
             Ok(()) = channel.changed(), if !chan.open => continue,
+            // Registered again: the whole state now (controller operations wait for it).
+            _ = registered.changed() => continue,
         };
         match answer {
             // Fetched before a registration the server answered since: it may list
