@@ -17,6 +17,21 @@ fn op(id: u64, attempt: u32, not_before_ms: u64, kind: ControllerOpKind) -> Cont
     }
 }
 
+/// CreateVolume of `volume`, 1 MiB, with the plugin's defaults.
+fn create_kind(volume: &str) -> ControllerOpKind {
+    ControllerOpKind::Create {
+        volume: volume.into(),
+        capability: capability(),
+        capacity_bytes: 1 << 20,
+        parameters: BTreeMap::new(),
+        secrets: BTreeMap::new(),
+        topology_request: None,
+        source: None,
+        mutable_parameters: BTreeMap::new(),
+        csi_name: None,
+    }
+}
+
 fn with_ops(ops: Vec<ControllerOp>) -> csivol_api::DesiredState {
     let mut d = desired(vec![], vec![], vec![]);
     d.controller_ops = ops;
@@ -56,24 +71,7 @@ async fn create_publish_unpublish_delete_through_the_hosted_controller() {
     assert!(caps.create_delete_volume && caps.publish_unpublish_volume);
     assert!(reg.plugins[0].node.is_some());
 
-    let create = |attempt, not_before_ms| {
-        op(
-            1,
-            attempt,
-            not_before_ms,
-            ControllerOpKind::Create {
-                volume: "v1".into(),
-                capability: capability(),
-                capacity_bytes: 1 << 20,
-                parameters: BTreeMap::new(),
-                secrets: BTreeMap::new(),
-                topology_request: None,
-                source: None,
-                mutable_parameters: BTreeMap::new(),
-                csi_name: None,
-            },
-        )
-    };
+    let create = |attempt, not_before_ms| op(1, attempt, not_before_ms, create_kind("v1"));
     agent.core.set_desired(with_ops(vec![create(0, 0)]));
     let Report::OpError { error, .. } = op_report(&mut agent, 1, 0).await else {
         panic!("attempt 0 fails: {:?}", agent.seen)
@@ -189,24 +187,7 @@ async fn controller_calls_per_plugin_stay_within_the_limit() {
     cfg.controller_concurrency = 2;
     let mut agent = Agent::start(cfg).await;
     let ops = (0..5)
-        .map(|i| {
-            op(
-                i,
-                0,
-                0,
-                ControllerOpKind::Create {
-                    volume: format!("v{i}"),
-                    capability: capability(),
-                    capacity_bytes: 0,
-                    parameters: BTreeMap::new(),
-                    secrets: BTreeMap::new(),
-                    topology_request: None,
-                    source: None,
-                    mutable_parameters: BTreeMap::new(),
-                    csi_name: None,
-                },
-            )
-        })
+        .map(|i| op(i, 0, 0, create_kind(&format!("v{i}"))))
         .collect();
     agent.core.set_desired(with_ops(ops));
     for i in 0..5 {
@@ -314,22 +295,7 @@ async fn no_controller_operation_starts_from_a_desired_state_the_server_may_have
     let mut cfg = config(&dir, vec![hp.spec("hp")]);
     cfg.controllers = vec![hp.spec("hp")];
     let mut agent = Agent::start(cfg).await;
-    let create = op(
-        7,
-        0,
-        0,
-        ControllerOpKind::Create {
-            volume: "v7".into(),
-            capability: capability(),
-            capacity_bytes: 1 << 20,
-            parameters: BTreeMap::new(),
-            secrets: BTreeMap::new(),
-            topology_request: None,
-            source: None,
-            mutable_parameters: BTreeMap::new(),
-            csi_name: None,
-        },
-    );
+    let create = op(7, 0, 0, create_kind("v7"));
     let creates = || {
         hp.calls()
             .into_iter()

@@ -3,8 +3,7 @@
 //! made that nothing records is deleted through the plugin, once; the volume csivol
 //! records, or one made by an operation of another generation of the state, never is.
 
-use csivol_api::{CreateVolumeSpec, CreatedFor, Report};
-use serde_json::json;
+use csivol_api::{CreatedFor, Report};
 
 use super::{Env, GENERATION};
 use crate::model::{Lifecycle, OpRow};
@@ -13,11 +12,7 @@ use crate::model::{Lifecycle, OpRow};
 async fn creating() -> (Env, OpRow) {
     let env = Env::new();
     env.register("n1", true, &[]).await;
-    let spec: CreateVolumeSpec = serde_json::from_value(json!({
-        "plugin": "hp", "access_mode": "single-node-writer", "attachment": "file-system",
-        "capacity_bytes": 1024,
-    }))
-    .unwrap();
+    let spec = super::create_spec();
     env.write(move |ctx, l| super::super::create_volume(ctx, "new", spec.clone(), "op", l))
         .await
         .unwrap();

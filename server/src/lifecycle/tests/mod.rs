@@ -337,6 +337,16 @@ fn spec(access_mode: &str) -> VolumeSpec {
 }
 
 /// Node `n1` with a ready claim `a1` of volume `v`, attached through controller host `ctl`.
+/// What `create_volume` is asked for in the tests: a 1 KiB single-node-writer file system
+/// volume of plugin `hp`.
+fn create_spec() -> csivol_api::CreateVolumeSpec {
+    serde_json::from_value(serde_json::json!({
+        "plugin": "hp", "access_mode": "single-node-writer", "attachment": "file-system",
+        "capacity_bytes": 1024,
+    }))
+    .unwrap()
+}
+
 async fn ready_node() -> Env {
     let env = Env::new();
     env.register("ctl", true, &[]).await;
