@@ -302,15 +302,17 @@ async fn heartbeat_loop(link: &Link) {
                     ttl = Duration::from_millis(r.heartbeat_ttl_ms.max(300));
                     link.set_ttl(ttl);
                     registered = true;
-                    link.registered.send_modify(|n| *n += 1);
                     link.core.heard(sent, ttl);
                     // The server now holds what this registration said is there; the core
                     // checks its records against the mount table at once, so that what
                     // failed the check is staged and published again rather than reported
                     // published from the records (a lost node's claims are republished),
                     // and reports what is published again: the server's state may be one
-                    // that never heard it.
+                    // that never heard it. Told before the desired-state loop fetches the
+                    // state that follows the registration, which the core's controller
+                    // operations wait for.
                     link.core.registered();
+                    link.registered.send_modify(|n| *n += 1);
                     tracing::info!(
                         node = link.client.node(),
                         published = req.published.len(),
