@@ -260,6 +260,7 @@ async fn heartbeat_loop(link: &Link) {
                 waited: bound,
             }
         };
+        let sent = Instant::now();
         let contact = if registered {
             let answer = tokio::time::timeout(bound, link.heartbeat(ttl))
                 .await
@@ -274,6 +275,8 @@ async fn heartbeat_loop(link: &Link) {
                             "the server marked this node lost; registering again with the actual state"
                         );
                         registered = false;
+                    } else {
+                        link.core.heard(sent, ttl);
                     }
                     Ok(())
                 }
@@ -299,14 +302,17 @@ async fn heartbeat_loop(link: &Link) {
                     ttl = Duration::from_millis(r.heartbeat_ttl_ms.max(300));
                     link.set_ttl(ttl);
                     registered = true;
-                    link.registered.send_modify(|n| *n += 1);
+                    link.core.heard(sent, ttl);
                     // The server now holds what this registration said is there; the core
                     // checks its records against the mount table at once, so that what
                     // failed the check is staged and published again rather than reported
                     // published from the records (a lost node's claims are republished),
                     // and reports what is published again: the server's state may be one
-                    // that never heard it.
+                    // that never heard it. Told before the desired-state loop fetches the
+                    // state that follows the registration, which the core's controller
+                    // operations wait for.
                     link.core.registered();
+                    link.registered.send_modify(|n| *n += 1);
                     tracing::info!(
                         node = link.client.node(),
                         published = req.published.len(),
@@ -456,6 +462,8 @@ async fn desired_loop(link: &Link) {
                     index = 0;
                     holds = false;
                 }
+                // Registered again: the whole state now (controller operations wait for it).
+                _ = registered.changed() => {}
                 () = tokio::time::sleep(WHOLE_EVERY.saturating_sub(whole_at.elapsed())) => {}
             }
             continue;
@@ -494,8 +502,13 @@ async fn desired_loop(link: &Link) {
             }
             // The channel opened: it says when to ask, so the long-poll is not needed.
             Ok(()) = channel.changed(), if !chan.open => continue,
+            // Registered again: the whole state now (controller operations wait for it).
+            _ = registered.changed() => continue,
         };
         match answer {
+            // Fetched before a registration the server answered since: it may list
+            // operations the server gave to another host meanwhile. Fetched again.
+            Ok(_) if *registered.borrow() != seen => continue,
             Ok(desired) => {
                 link.contact();
                 failures = 0;

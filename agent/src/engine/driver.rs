@@ -15,6 +15,7 @@ use tokio::task::JoinSet;
 use crate::mounts::Checker;
 use crate::store::now_ms;
 
+use super::contact::{Heard, may_start_ops};
 use super::jobs::{JobContext, Outcome, check_volumes, run_expand, run_job, run_op};
 use super::{Changed, Control, FenceState, Shared};
 
@@ -47,6 +48,13 @@ pub(super) struct Driver {
     last_errors: BTreeMap<ClaimRef, String>,
     ops: JoinSet<()>,
     ops_started: HashSet<(u64, u32)>,
+    /// The server's last answer to a heartbeat or registration (`contact`).
+    heard: watch::Receiver<Option<Heard>>,
+    /// Set by a registration until the desired state fetched after it is taken: the one
+    /// at hand may list operations the server gave to another host meanwhile.
+    registered_since_desired: bool,
+    /// Set while controller operations wait for the server's next answer.
+    ops_wait_contact: bool,
     /// Node expansions started: volume, attempt and capacity.
     expands_started: HashSet<(String, u32, u64)>,
     /// Set by a resync: check that published volumes are still ready.
@@ -69,6 +77,7 @@ impl Driver {
         control_rx: mpsc::UnboundedReceiver<Control>,
         fence_tx: watch::Sender<FenceState>,
         fence: FenceState,
+        heard: watch::Receiver<Option<Heard>>,
     ) -> Self {
         Self {
             shared,
@@ -87,6 +96,9 @@ impl Driver {
             last_errors: BTreeMap::new(),
             ops: JoinSet::new(),
             ops_started: HashSet::new(),
+            heard,
+            registered_since_desired: false,
+            ops_wait_contact: false,
             expands_started: HashSet::new(),
             verify: false,
             idle_waiters: Vec::new(),
@@ -106,6 +118,7 @@ impl Driver {
             .unwrap_or_else(|e| e.into_inner());
         self.desired_rx.mark_unchanged();
         self.blank = false;
+        self.registered_since_desired = false;
         self.dirty.merge(std::mem::take(&mut *changed));
     }
 
@@ -150,6 +163,7 @@ impl Driver {
                 }
                 Some(done) = self.workers.join_next_with_id() => self.finished(done),
                 Some(_) = self.ops.join_next() => {}
+                Ok(()) = self.heard.changed(), if self.ops_wait_contact => {}
                 control = self.control_rx.recv() => match control {
                     None => return,
                     Some(Control::Fence(f)) => {
@@ -172,6 +186,7 @@ impl Driver {
                     }
                     Some(Control::Resync) => self.resync(),
                     Some(Control::Registered) => {
+                        self.registered_since_desired = true;
                         self.memo.published.clear();
                         self.resync();
                     }
@@ -396,12 +411,27 @@ impl Driver {
         self.ops_started
             .retain(|(id, _)| desired.controller_ops.iter().any(|o| o.id == *id));
         let now_ms = now_ms();
+        // Not from a desired state the server may have overtaken (`contact`).
+        self.ops_wait_contact =
+            self.registered_since_desired || !may_start_ops(*self.heard.borrow(), now);
+        if self.ops_wait_contact && !desired.controller_ops.is_empty() {
+            tracing::debug!(
+                "controller operations wait for the server's next answer: the desired state at hand may be stale"
+            );
+        }
         for op in &desired.controller_ops {
+            if self.ops_wait_contact {
+                break;
+            }
             if op.not_before_ms > now_ms || self.ops_started.contains(&(op.id, op.attempt)) {
                 continue;
             }
             self.ops_started.insert((op.id, op.attempt));
-            self.ops.spawn(run_op(Arc::clone(&self.shared), op.clone()));
+            self.ops.spawn(run_op(
+                Arc::clone(&self.shared),
+                op.clone(),
+                desired.generation.clone(),
+            ));
         }
         let key = |e: &csivol_api::DesiredExpand| (e.volume.clone(), e.attempt, e.capacity_bytes);
         self.expands_started

@@ -6,7 +6,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use csivol_api::domain::ErrorClass;
-use csivol_api::{ClaimRef, ControllerOp, DesiredExpand, PluginError, Report, UsageSample};
+use csivol_api::{
+    ClaimRef, ControllerOp, ControllerOpKind, CreatedFor, DesiredExpand, PluginError, Report,
+    UsageSample,
+};
 use csivol_rules::agent::job::Job;
 use csivol_rules::agent::records::{PublicationRecord, PublishState, StageState};
 
@@ -492,8 +495,8 @@ async fn sample_volume(
 }
 
 /// Runs one controller operation and reports its result; the server schedules retries.
-pub(super) async fn run_op(shared: Arc<Shared>, op: ControllerOp) {
-    let report = match shared.plugins.controller.get(&op.plugin) {
+pub(super) async fn run_op(shared: Arc<Shared>, op: ControllerOp, generation: Option<String>) {
+    let mut report = match shared.plugins.controller.get(&op.plugin) {
         None => Report::OpError {
             op: op.id,
             attempt: op.attempt,
@@ -536,6 +539,18 @@ pub(super) async fn run_op(shared: Arc<Shared>, op: ControllerOp) {
             }
         },
     };
+    // A CreateVolume answer says what it was asked for: if it reaches the server after
+    // the operation went to another host or finished, the server still knows that it made
+    // a volume, and deletes what nothing records.
+    if let (Report::Created { made_for, .. }, ControllerOpKind::Create { volume, .. }) =
+        (&mut report, &op.kind)
+    {
+        *made_for = Some(CreatedFor {
+            plugin: op.plugin.clone(),
+            volume: volume.clone(),
+            generation,
+        });
+    }
     shared.report(report);
 }
 

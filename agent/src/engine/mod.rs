@@ -18,6 +18,7 @@ use csivol_rules::agent::verify::Checks as _;
 use tokio::sync::{mpsc, watch};
 
 mod capacity;
+mod contact;
 mod driver;
 mod jobs;
 mod limits;
@@ -26,6 +27,7 @@ mod ownership;
 mod recovery;
 mod steps;
 
+pub use self::contact::Heard;
 use self::driver::Driver;
 use self::recovery::recover;
 use self::steps::{StepError, local};
@@ -251,6 +253,8 @@ pub struct Core {
     desired: watch::Sender<Arc<DesiredState>>,
     control: mpsc::UnboundedSender<Control>,
     fenced: watch::Receiver<FenceState>,
+    /// The last answer of the server to a heartbeat or registration (`contact`).
+    heard: watch::Sender<Option<Heard>>,
     task: tokio::task::JoinHandle<()>,
     /// The controller listings: stopped with the core, so that nothing holds the reports
     /// channel open once it is gone (a stopping agent waits for its last reports).
@@ -343,12 +347,14 @@ impl Core {
             );
         }
         let (fence_tx, fence_rx) = watch::channel(initial.clone());
+        let (heard_tx, heard_rx) = watch::channel(None);
         let driver = Driver::new(
             Arc::clone(&shared),
             desired_rx,
             control_rx,
             fence_tx,
             initial,
+            heard_rx,
         );
         let task = tokio::spawn(driver.run());
         let listing = tokio::spawn(listing::run(Arc::clone(&shared)));
@@ -360,6 +366,7 @@ impl Core {
                 desired: desired_tx,
                 control: control_tx,
                 fenced: fence_rx,
+                heard: heard_tx,
                 task,
                 listing,
                 limits,
@@ -483,6 +490,13 @@ impl Core {
     /// publishing while its volume is mounted and its workload runs.
     pub fn registered(&self) {
         let _ = self.control.send(Control::Registered);
+    }
+
+    /// The server answered a heartbeat or registration sent at `sent`, the node not lost,
+    /// with its heartbeat TTL: controller operations of the desired state may start until
+    /// a TTL after `sent` (`contact`).
+    pub fn heard(&self, sent: std::time::Instant, ttl: Duration) {
+        self.heard.send_replace(Some(Heard { sent, ttl }));
     }
 
     /// Waits until the loop has looked at the latest desired state and no volume worker

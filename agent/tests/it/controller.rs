@@ -17,6 +17,21 @@ fn op(id: u64, attempt: u32, not_before_ms: u64, kind: ControllerOpKind) -> Cont
     }
 }
 
+/// CreateVolume of `volume`, 1 MiB, with the plugin's defaults.
+fn create_kind(volume: &str) -> ControllerOpKind {
+    ControllerOpKind::Create {
+        volume: volume.into(),
+        capability: capability(),
+        capacity_bytes: 1 << 20,
+        parameters: BTreeMap::new(),
+        secrets: BTreeMap::new(),
+        topology_request: None,
+        source: None,
+        mutable_parameters: BTreeMap::new(),
+        csi_name: None,
+    }
+}
+
 fn with_ops(ops: Vec<ControllerOp>) -> csivol_api::DesiredState {
     let mut d = desired(vec![], vec![], vec![]);
     d.controller_ops = ops;
@@ -56,24 +71,7 @@ async fn create_publish_unpublish_delete_through_the_hosted_controller() {
     assert!(caps.create_delete_volume && caps.publish_unpublish_volume);
     assert!(reg.plugins[0].node.is_some());
 
-    let create = |attempt, not_before_ms| {
-        op(
-            1,
-            attempt,
-            not_before_ms,
-            ControllerOpKind::Create {
-                volume: "v1".into(),
-                capability: capability(),
-                capacity_bytes: 1 << 20,
-                parameters: BTreeMap::new(),
-                secrets: BTreeMap::new(),
-                topology_request: None,
-                source: None,
-                mutable_parameters: BTreeMap::new(),
-                csi_name: None,
-            },
-        )
-    };
+    let create = |attempt, not_before_ms| op(1, attempt, not_before_ms, create_kind("v1"));
     agent.core.set_desired(with_ops(vec![create(0, 0)]));
     let Report::OpError { error, .. } = op_report(&mut agent, 1, 0).await else {
         panic!("attempt 0 fails: {:?}", agent.seen)
@@ -189,24 +187,7 @@ async fn controller_calls_per_plugin_stay_within_the_limit() {
     cfg.controller_concurrency = 2;
     let mut agent = Agent::start(cfg).await;
     let ops = (0..5)
-        .map(|i| {
-            op(
-                i,
-                0,
-                0,
-                ControllerOpKind::Create {
-                    volume: format!("v{i}"),
-                    capability: capability(),
-                    capacity_bytes: 0,
-                    parameters: BTreeMap::new(),
-                    secrets: BTreeMap::new(),
-                    topology_request: None,
-                    source: None,
-                    mutable_parameters: BTreeMap::new(),
-                    csi_name: None,
-                },
-            )
-        })
+        .map(|i| op(i, 0, 0, create_kind(&format!("v{i}"))))
         .collect();
     agent.core.set_desired(with_ops(ops));
     for i in 0..5 {
@@ -305,4 +286,50 @@ async fn topology_is_registered_and_create_lands_in_the_required_segment() {
         [zone("b")],
         "where CreateVolume put it"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_controller_operation_starts_from_a_desired_state_the_server_may_have_overtaken() {
+    let dir = TestDir::new("node-controller-stale");
+    let hp = Hostpath::start(&dir, "n1", &[]);
+    let mut cfg = config(&dir, vec![hp.spec("hp")]);
+    cfg.controllers = vec![hp.spec("hp")];
+    let mut agent = Agent::start(cfg).await;
+    let create = op(7, 0, 0, create_kind("v7"));
+    let creates = || {
+        hp.calls()
+            .into_iter()
+            .filter(|c| c["rpc"] == "CreateVolume")
+            .count()
+    };
+    // The last heartbeat answered was sent longer than a TTL ago (the agent was paused):
+    // the server may have marked the node lost and given the operation to another host.
+    let ttl = std::time::Duration::from_secs(1);
+    let long_ago = std::time::Instant::now() - 3 * ttl;
+    agent.core.heard(long_ago, ttl);
+    let mut d = with_ops(vec![create.clone()]);
+    d.generation = Some("00000000000000c3".into());
+    agent.core.set_desired(d.clone());
+    agent.core.idle().await;
+    assert_eq!(creates(), 0, "nothing runs from a state that may be stale");
+
+    // A registration answered since: the state at hand is from before it; the one
+    // fetched after it is followed.
+    agent.core.registered();
+    agent.core.heard(std::time::Instant::now(), ttl);
+    agent.core.idle().await;
+    assert_eq!(
+        creates(),
+        0,
+        "not before the state fetched after the registration"
+    );
+    agent.core.set_desired(d);
+    let Report::Created { made_for, .. } = op_report(&mut agent, 7, 0).await else {
+        panic!("created: {:?}", agent.seen)
+    };
+    assert_eq!(creates(), 1);
+    // The answer says what it was asked for, so that a late one is still understood.
+    let made = made_for.expect("what the call was asked for");
+    assert_eq!((made.plugin.as_str(), made.volume.as_str()), ("hp", "v7"));
+    assert_eq!(made.generation.as_deref(), Some("00000000000000c3"));
 }

@@ -240,6 +240,17 @@ pub struct StaleChanges {
     pub since: u64,
 }
 
+/// What a CreateVolume was asked for: the plugin, the volume, and the generation of the
+/// server's state whose desired state handed the operation out (an operation's id means
+/// something only within its generation).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CreatedFor {
+    pub plugin: String,
+    pub volume: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<String>,
+}
+
 impl DesiredState {
     /// Follows the server's answer: a whole state replaces this one; changes replace the
     /// entries of the volumes they name, if they are counted from this state's index. The
@@ -426,6 +437,11 @@ pub enum Report {
         /// The volume's `accessible_topology` as CreateVolume returned it.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         accessible_topology: Vec<crate::Topology>,
+        /// What the call was asked for, so that an answer that arrives late (its operation
+        /// given to another host, or finished, meanwhile) still says what it made. Absent
+        /// from an older agent.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        made_for: Option<CreatedFor>,
     },
     Deleted {
         op: u64,

@@ -117,8 +117,13 @@ pub(super) async fn apply_reports(
         }
     }
     if !reports.is_empty() {
+        // The generation of the state the reports are applied to: an operation's id means
+        // something only within its generation (a late CreateVolume answer, `reports`).
+        let generation = app.db.hub.generation().text();
         app.db
-            .write(move |ctx| lifecycle::apply_reports(ctx, &node, reports.clone(), &limits))
+            .write(move |ctx| {
+                lifecycle::apply_reports(ctx, &node, reports.clone(), &limits, Some(&generation))
+            })
             .await?;
     }
     Ok(count)

@@ -32,12 +32,14 @@ struct Batch<'a> {
     advance: BTreeSet<String>,
 }
 
-/// `POST /v1/nodes/{node}/reports`.
+/// `POST /v1/nodes/{node}/reports`, applied to the state of `generation` (the text the
+/// server gives agents; `None`: not known, and a late CreateVolume answer is not acted on).
 pub fn apply_reports(
     ctx: &mut impl Txn,
     node: &str,
     reports: Vec<Report>,
     limits: &Limits,
+    generation: Option<&str>,
 ) -> ApiResult<()> {
     // Numbers are checked before anything is applied: a batch is applied whole or not at all.
     for r in &reports {
@@ -111,7 +113,7 @@ pub fn apply_reports(
             // The answers of controller operations (`Report::controller_op`), each taken
             // by its operation's kind.
             answer => {
-                if let Some(volume) = ops::answered(ctx, node, &answer, limits)? {
+                if let Some(volume) = ops::answered(ctx, node, &answer, limits, generation)? {
                     b.advance.insert(volume);
                 }
             }

@@ -400,6 +400,7 @@ impl SimNode {
                     capacity_bytes: *capacity_bytes,
                     context: BTreeMap::new(),
                     accessible_topology: Vec::new(),
+                    made_for: None,
                 },
                 ControllerOpKind::Delete { .. } => Report::Deleted { op: id, attempt },
                 ControllerOpKind::Expand { capacity_bytes, .. } => Report::Expanded {

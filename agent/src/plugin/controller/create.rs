@@ -67,5 +67,6 @@ pub(super) async fn run(c: &Call<'_>) -> Result<Report, CallError> {
             .into_iter()
             .map(Topology::from)
             .collect(),
+        made_for: None,
     })
 }

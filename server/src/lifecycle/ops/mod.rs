@@ -23,14 +23,17 @@ pub fn schedule_ops(ctx: &mut impl Txn, plugin: &str, limits: &Limits) -> ApiRes
 }
 
 /// A controller host's report about one of its operations ([`queue::answered`]): the
-/// volume that may move on.
+/// volume that may move on. A CreateVolume answer that is not current is not dropped: a
+/// volume it made that nothing records is deleted ([`kinds::stray::late_created`]).
 pub(super) fn answered(
     ctx: &mut impl Txn,
     host: &str,
     report: &Report,
     limits: &Limits,
+    generation: Option<&str>,
 ) -> ApiResult<Option<String>> {
-    queue::answered(ctx, host, report, limits, kinds::of)
+    kinds::stray::late_created(ctx, host, report, generation, limits)?;
+    queue::answered(ctx, host, report, limits, generation, kinds::of)
 }
 
 /// What an agent is sent to run an operation ([`queue::shown`]).

@@ -59,6 +59,20 @@ pub trait Kind: Sync {
     /// and the operation is finished, or handed back to be asked again. Whether it was.
     fn done(&self, ctx: &mut dyn Txn, o: &OpRow, report: &Report, actor: &str) -> ApiResult<bool>;
 
+    /// An answer of the operation from `host` that is not current (an earlier attempt,
+    /// another host), applied to a state of `generation`: whether it is taken as its answer
+    /// all the same. By default not.
+    fn takes_late(
+        &self,
+        _conn: &dyn Snapshot,
+        _host: &str,
+        _o: &OpRow,
+        _report: &Report,
+        _generation: Option<&str>,
+    ) -> ApiResult<bool> {
+        Ok(false)
+    }
+
     /// Whether its success may move its volume's claims and attachments on (a failure
     /// always may).
     fn moves_volume(&self) -> bool {
@@ -237,15 +251,23 @@ pub fn plugins_with_due_ops(conn: &(impl Snapshot + ?Sized), now: i64) -> ApiRes
     conn.plugins_with_due_ops(now)
 }
 
-/// The operation a report answers, if the report is current: same attempt, from its host.
+/// The operation a report answers, if the report is current (same attempt, from its
+/// host) or its kind takes it late ([`Kind::takes_late`]).
 fn load_op(
-    conn: &(impl Snapshot + ?Sized),
-    id: u64,
-    attempt: u32,
+    conn: &dyn Snapshot,
     host: &str,
+    report: &Report,
+    generation: Option<&str>,
+    kinds: Kinds,
 ) -> ApiResult<Option<OpRow>> {
-    let op = conn.op(id as i64)?;
-    Ok(op.filter(|o| o.attempt == attempt && o.host.as_deref() == Some(host)))
+    let Some((id, attempt)) = report.controller_op() else {
+        return Ok(None);
+    };
+    let Some(o) = conn.op(id as i64)? else {
+        return Ok(None);
+    };
+    let current = o.attempt == attempt && o.host.as_deref() == Some(host);
+    Ok((current || kinds(o.kind).takes_late(conn, host, &o, report, generation)?).then_some(o))
 }
 
 /// Records how long an operation took from queueing to `result`.
@@ -264,19 +286,18 @@ fn observe_op(limits: &Limits, now: i64, o: &OpRow, result: &str) {
 /// A controller host's report about one of its operations (`report` answers one, see
 /// [`Report::controller_op`]): the operation's kind takes its success, the engine its
 /// failure; then the plugin's operations the answer made room for are handed out. A
-/// report that is not current (another attempt, another host) or not of the operation's
-/// kind changes nothing. The volume whose claims and attachments may move on now, if any.
+/// report that is not current (another attempt, another host; unless its kind takes it
+/// late, of a state of `generation`) or not of the operation's kind changes nothing. The
+/// volume whose claims and attachments may move on now, if any.
 pub fn answered(
     ctx: &mut impl Txn,
     host: &str,
     report: &Report,
     limits: &Limits,
+    generation: Option<&str>,
     kinds: Kinds,
 ) -> ApiResult<Option<String>> {
-    let Some((id, attempt)) = report.controller_op() else {
-        return Ok(None);
-    };
-    let Some(o) = load_op(ctx, id, attempt, host)? else {
+    let Some(o) = load_op(&*ctx, host, report, generation, kinds)? else {
         return Ok(None);
     };
     let kind = kinds(o.kind);

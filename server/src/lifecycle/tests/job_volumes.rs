@@ -60,6 +60,7 @@ fn created(op: &crate::model::OpRow) -> Report {
         capacity_bytes: 1024,
         context: Default::default(),
         accessible_topology: Vec::new(),
+        made_for: None,
     }
 }
 

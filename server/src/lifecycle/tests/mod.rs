@@ -11,6 +11,7 @@ mod events;
 mod expand;
 mod group_snapshots;
 mod job_volumes;
+mod late_create;
 mod lingers;
 mod listing;
 mod mounts;
@@ -43,6 +44,9 @@ use crate::model::{ClaimRow, OpRow};
 use crate::store::Snapshot;
 use crate::store::sqlite::db::Db;
 use crate::store::sqlite::writer::WriteCtx;
+
+/// The generation of the state reports are applied to, as the server would give it.
+const GENERATION: &str = "00000000000000a1";
 
 /// The plugin every test volume uses.
 const PLUGIN: &str = "hp";
@@ -174,9 +178,11 @@ impl Env {
 
     async fn report(&self, node: &str, reports: Vec<Report>) {
         let n = node.to_owned();
-        self.write(move |ctx, l| super::apply_reports(ctx, &n, reports.clone(), l))
-            .await
-            .unwrap();
+        self.write(move |ctx, l| {
+            super::apply_reports(ctx, &n, reports.clone(), l, Some(GENERATION))
+        })
+        .await
+        .unwrap();
     }
 
     async fn claim_row(&self, volume: &str, alloc: &str) -> Option<ClaimRow> {
@@ -332,6 +338,16 @@ fn spec(access_mode: &str) -> VolumeSpec {
 }
 
 /// Node `n1` with a ready claim `a1` of volume `v`, attached through controller host `ctl`.
+/// What `create_volume` is asked for in the tests: a 1 KiB single-node-writer file system
+/// volume of plugin `hp`.
+fn create_spec() -> csivol_api::CreateVolumeSpec {
+    serde_json::from_value(serde_json::json!({
+        "plugin": "hp", "access_mode": "single-node-writer", "attachment": "file-system",
+        "capacity_bytes": 1024,
+    }))
+    .unwrap()
+}
+
 async fn ready_node() -> Env {
     let env = Env::new();
     env.register("ctl", true, &[]).await;

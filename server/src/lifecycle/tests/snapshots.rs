@@ -187,6 +187,7 @@ async fn a_snapshot_is_created_polled_until_ready_used_and_deleted() {
             capacity_bytes: 4096,
             context: Default::default(),
             accessible_topology: Vec::new(),
+            made_for: None,
         }],
     )
     .await;

@@ -220,6 +220,7 @@ async fn create_passes_the_request_and_records_where_the_volume_landed() {
             capacity_bytes: 0,
             context: Default::default(),
             accessible_topology: vec![zone("b")],
+            made_for: None,
         }],
     )
     .await;

@@ -1,7 +1,6 @@
 //! Volumes: registration, creation through the plugin, deregistration and deletion.
 
-use csivol_api::{ClaimMode, CreateVolumeSpec, Report};
-use serde_json::json;
+use csivol_api::{ClaimMode, Report};
 
 use super::{Env, spec};
 use crate::model::Lifecycle;
@@ -66,11 +65,7 @@ async fn registering_again_changes_nothing_and_a_changed_spec_in_use_is_refused(
 async fn a_created_volume_is_ready_once_its_plugin_created_it() {
     let env = Env::new();
     env.register("n1", true, &[]).await;
-    let spec: CreateVolumeSpec = serde_json::from_value(json!({
-        "plugin": "hp", "access_mode": "single-node-writer", "attachment": "file-system",
-        "capacity_bytes": 1024,
-    }))
-    .unwrap();
+    let spec = super::create_spec();
     let (v, started) = env
         .write(move |ctx, l| super::super::create_volume(ctx, "new", spec.clone(), "op", l))
         .await
@@ -101,6 +96,7 @@ async fn a_created_volume_is_ready_once_its_plugin_created_it() {
             capacity_bytes: 2048,
             context: [("zone".to_owned(), "a".to_owned())].into(),
             accessible_topology: Vec::new(),
+            made_for: None,
         }],
     )
     .await;

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use csivol_api::{ClaimState, ControllerOpKind, Report, Topology};
 
 use super::super::queue::{Judged, Kind, OpError, Retrying, by_class};
-use super::volume;
+use super::{stray, volume};
 use crate::error::ApiResult;
 use crate::lifecycle::events::{event, show_segment};
 use crate::model::{Lifecycle, OpRow};
@@ -78,6 +78,33 @@ impl Kind for Create {
             actor,
         )?;
         Ok(true)
+    }
+
+    /// A CreateVolume answer of an earlier attempt or from another host, of the state's
+    /// own history (`stray::of_this_state`), for this creation: the plugin made the
+    /// volume, and the current attempt, asked with the same name, gets the same one (spec.md,
+    /// CreateVolume: "This operation MUST be idempotent. If a volume corresponding to the
+    /// specified volume `name` already exists [...] the Plugin MUST reply `0 OK` with the
+    /// corresponding `CreateVolumeResponse`"). Taken as the answer: dropped, the volume
+    /// would belong to no one if the current attempt failed.
+    fn takes_late(
+        &self,
+        conn: &dyn Snapshot,
+        host: &str,
+        o: &OpRow,
+        report: &Report,
+        generation: Option<&str>,
+    ) -> ApiResult<bool> {
+        let Report::Created {
+            made_for: Some(made),
+            ..
+        } = report
+        else {
+            return Ok(false);
+        };
+        Ok(made.plugin == o.plugin
+            && made.volume == o.volume
+            && stray::of_this_state(conn, host, made, generation)?)
     }
 
     /// A created per-job volume's claim, queued for the creation, is granted.

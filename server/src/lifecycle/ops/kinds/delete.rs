@@ -5,8 +5,8 @@
 use csivol_api::{ControllerOpKind, Report};
 use csivol_rules::after_release::Needs;
 
-use super::super::queue::{Held, Judged, Kind, OpError, Retrying, by_class};
-use super::volume;
+use super::super::queue::{Failure, Held, Judged, Kind, OpError, Retrying, by_class};
+use super::{stray, volume};
 use crate::error::ApiResult;
 use crate::lifecycle::events::event;
 use crate::model::{Lifecycle, OpRow};
@@ -17,7 +17,11 @@ use csivol_rules::kinds::EventKind;
 pub(super) struct Delete;
 
 impl Kind for Delete {
+    /// A stray volume's deletion has no owner to show it.
     fn waiting(&self, ctx: &mut dyn Txn, o: &OpRow, why: &str) -> ApiResult<()> {
+        if stray::is_stray(o) {
+            return Ok(());
+        }
         volume::waiting(ctx, o, why)
     }
 
@@ -30,18 +34,46 @@ impl Kind for Delete {
         actor: &str,
     ) -> ApiResult<Judged> {
         if e.error.code == "NOT_FOUND" {
-            finish(ctx, o, actor)?;
+            if stray::is_stray(o) {
+                stray::finish(ctx, o, actor)?;
+            } else {
+                finish(ctx, o, actor)?;
+            }
             return Ok(Judged::Ended);
         }
         Ok(by_class(e.error))
     }
 
     fn retrying(&self, ctx: &mut dyn Txn, o: &OpRow, r: &Retrying<'_>) -> ApiResult<()> {
+        if stray::is_stray(o) {
+            return Ok(());
+        }
         volume::retrying(ctx, o, r)
     }
 
-    /// A failed deletion leaves the volume as it was, with the plugin's error.
+    /// A stray volume's: on the volume whose creation made it, saying what is left.
+    fn failure(&self, _conn: &dyn Snapshot, o: &OpRow, e: &OpError<'_>) -> ApiResult<Failure> {
+        if stray::is_stray(o) {
+            let (volume, message) = stray::failure_message(o, e.message)?;
+            return Ok(Failure {
+                volume: Some(volume),
+                node: None,
+                message,
+            });
+        }
+        Ok(Failure {
+            volume: Some(o.volume.clone()),
+            node: o.node.clone(),
+            message: e.message.to_owned(),
+        })
+    }
+
+    /// A failed deletion leaves the volume as it was, with the plugin's error (a stray
+    /// volume is left in the storage, as the failure's event says).
     fn failed(&self, ctx: &mut dyn Txn, o: &OpRow, e: &OpError<'_>) -> ApiResult<()> {
+        if stray::is_stray(o) {
+            return Ok(());
+        }
         ctx.set_volume_lifecycle(&o.volume, Lifecycle::Ready, Some(e.message))?;
         ctx.touch(Key::Volume(o.volume.clone()));
         Ok(())
@@ -51,11 +83,18 @@ impl Kind for Delete {
         let Report::Deleted { .. } = report else {
             return Ok(false);
         };
-        finish(ctx, o, actor)?;
+        if stray::is_stray(o) {
+            stray::finish(ctx, o, actor)?;
+        } else {
+            finish(ctx, o, actor)?;
+        }
         Ok(true)
     }
 
     fn shown(&self, conn: &dyn Snapshot, o: &OpRow) -> ApiResult<Option<ControllerOpKind>> {
+        if stray::is_stray(o) {
+            return stray::shown(conn, o);
+        }
         let Some(v) = conn.volume(&o.volume)? else {
             return Ok(None);
         };

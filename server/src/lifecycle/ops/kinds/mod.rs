@@ -15,6 +15,7 @@ mod find_snapshot;
 pub(in crate::lifecycle) mod group_snapshot;
 pub(in crate::lifecycle) mod modify;
 pub(in crate::lifecycle) mod snapshot;
+pub(in crate::lifecycle) mod stray;
 pub(in crate::lifecycle) mod validate;
 mod volume;
 
