@@ -20,15 +20,28 @@ use crate::store::{Snapshot, Txn};
 use crate::watch::Key;
 
 /// The alloc's claim in `pool`'s line asked for again: answered as it stands (`None`: not
-/// in line). Another node or mode is refused: it is another claim.
+/// in line). Another node or mode is refused: it is another claim. So is another token's
+/// request, as a repeated claim on a volume is (`owners::refuse_unless_may_repeat`): the
+/// claim in line is the token's that made it.
 pub(super) fn waiting(
     ctx: &mut impl Txn,
     pool: &str,
     claim: &api::ClaimRequest,
+    who: &Claimant<'_>,
 ) -> ApiResult<Option<api::Claim>> {
     let Some((i, w)) = find(&*ctx, pool, &claim.alloc)? else {
         return Ok(None);
     };
+    if w.claimer != who.token {
+        return Err(ApiError::conflict(format!(
+            "alloc `{}` already waits in pool `{pool}`'s line, for another token: a repeated \
+             claim request must come from the token that made the claim",
+            claim.alloc
+        ))
+        .with_hint(
+            "give this job its own alloc (`--alloc`), or ask with the token that made the claim",
+        ));
+    }
     let c = &w.request.claim;
     if c.node != claim.node || c.mode != claim.mode {
         return Err(ApiError::conflict(format!(

@@ -423,3 +423,75 @@ async fn a_claim_whose_node_is_outside_a_members_topology_is_passed_over_even_pa
         "{e:?}"
     );
 }
+
+/// A claimer token's claim, bounded by `claims_per_claimer`, without `release-any`.
+fn claimer(token: &'static str) -> Claimant<'static> {
+    Claimant {
+        actor: token,
+        token,
+        bounded: true,
+        any_claim: false,
+    }
+}
+
+async fn from_pool_as(
+    env: &Env,
+    req: PoolClaimRequest,
+    who: Claimant<'static>,
+) -> ApiResult<api::Claim> {
+    env.write(move |ctx, l| {
+        crate::lifecycle::claim_from_pool(ctx, "cache", &req, &who, l, false, None)
+    })
+    .await
+    .map(|(c, _)| c)
+}
+
+#[tokio::test]
+async fn a_claim_in_line_is_its_tokens_and_another_tokens_repeat_is_refused() {
+    let (env, clock) = pool_env(Duration::from_secs(300)).await;
+    take_both(&env).await;
+    clock.set(1_001_000);
+    from_pool_as(&env, ask("w1", "n2", None, true), claimer("a"))
+        .await
+        .unwrap();
+    // The same request from token b is not answered with token a's claim in line.
+    let e = from_pool_as(&env, ask("w1", "n2", None, true), claimer("b"))
+        .await
+        .unwrap_err();
+    assert!(
+        e.message.contains("for another token") && !e.message.contains("`a`"),
+        "{e:?}"
+    );
+    assert!(e.hint.unwrap().contains("--alloc"));
+    // From token a, it is.
+    let again = from_pool_as(&env, ask("w1", "n2", None, true), claimer("a"))
+        .await
+        .unwrap();
+    assert_eq!(again.queue_position, Some(1));
+    assert_eq!(line(&env).await, waiting(&["w1"]));
+}
+
+#[tokio::test]
+async fn a_claim_in_line_counts_against_its_tokens_claims_per_claimer() {
+    let (mut env, clock) = pool_env(Duration::from_secs(300)).await;
+    env.limits.claims_per_claimer = 1;
+    take_both(&env).await;
+    clock.set(1_001_000);
+    from_pool_as(&env, ask("w1", "n2", None, true), claimer("t"))
+        .await
+        .unwrap();
+    assert_eq!(env.read(|c| c.claims_held_by("t")).await, Some(1));
+    let e = from_pool_as(&env, ask("w2", "n2", None, true), claimer("t"))
+        .await
+        .unwrap_err();
+    assert!(
+        e.message.contains("holds 1 claim (queued ones included)"),
+        "{e:?}"
+    );
+    assert_eq!(line(&env).await, waiting(&["w1"]));
+    // Granted a member, its claim is counted once still.
+    free(&env, "m1", "h1", "n1").await;
+    free(&env, "m2", "h2", "n1").await;
+    assert_ne!(env.claim_state("m1", "w1").await, None, "w1 got m1");
+    assert_eq!(env.read(|c| c.claims_held_by("t")).await, Some(1));
+}
