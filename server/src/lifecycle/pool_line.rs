@@ -24,7 +24,7 @@ use super::events::event;
 use super::pool_members::{Candidate, candidate, members, record_choice};
 use super::settings::Limits;
 use crate::error::{ApiError, ApiResult};
-use crate::model::{PoolWaiterRow, time};
+use crate::model::{PoolRow, PoolWaiterRow, time};
 use crate::store::{NewClaim, Snapshot, Txn};
 use crate::watch::Key;
 
@@ -194,14 +194,24 @@ fn fit(conn: &(impl Snapshot + ?Sized), member: &str, w: &PoolWaiterRow) -> ApiR
 }
 
 /// Offers free member `volume` (called whenever a volume's claims may have changed, before
-/// its own queue is granted) to the claims in its pool's line, first in line first: it goes
-/// to the first that may start on it now and has no warmer free member to take, unless it
-/// is held for the first in line, or the first in line waited past the bound and can use
-/// it later (its node has no free slot yet): it is then held for that one.
+/// its own queue is granted) to the claims in its pool's line, first in line first: the
+/// first that may start on it now takes the warmest free member it may start on (this one
+/// or another), unless it is held for the first in line, or the first in line waited past
+/// the bound and can use it later (its node has no free slot yet): it is then held for
+/// that one. A member the claim in line took instead is moved forward, and this one is
+/// offered again, to the line as it is then.
 pub(super) fn serve_member(ctx: &mut impl Txn, volume: &str, limits: &Limits) -> ApiResult<()> {
+    while let Some(other) = offer(ctx, volume, limits)? {
+        super::attachments::advance_volume(ctx, &other, limits)?;
+    }
+    Ok(())
+}
+
+/// One offer of `volume` to its pool's line: the other member granted instead, if any.
+fn offer(ctx: &mut impl Txn, volume: &str, limits: &Limits) -> ApiResult<Option<String>> {
     let line = ctx.pool_line(None)?;
     if line.is_empty() {
-        return Ok(());
+        return Ok(None);
     }
     let labels = ctx.volume_labels(volume)?;
     let mut pools: Vec<&str> = line.iter().map(|w| w.pool.as_str()).collect();
@@ -214,18 +224,36 @@ pub(super) fn serve_member(ctx: &mut impl Txn, volume: &str, limits: &Limits) ->
         }
     }
     let Some(p) = pool else {
-        return Ok(());
+        return Ok(None);
     };
     if !free(&*ctx, volume)? {
-        return Ok(());
+        return Ok(None);
     }
-    let line: Vec<PoolWaiterRow> = line.into_iter().filter(|w| w.pool == p.name).collect();
+    let now = ctx.now();
+    let mut live = Vec::new();
+    for w in line.into_iter().filter(|w| w.pool == p.name) {
+        // A claim whose lease lapsed is gone, whether or not the leader's pass took it out
+        // of the line yet: it leaves now, and is granted nothing.
+        if w.expires_at.is_some_and(|t| t <= now) {
+            leave(ctx, &w, "its lease lapsed", "server")?;
+        } else {
+            live.push(w);
+        }
+    }
+    let mut line = live;
+    let_go_stale_holds(ctx, &p, &mut line)?;
+    // A hold for a claim that can never start on the member (its node out of service or
+    // gone) would keep the member from everyone: it is let go.
+    if let Some(h) = line.iter_mut().find(|w| w.held.as_deref() == Some(volume))
+        && fit(&*ctx, volume, h)? == Fit::Never
+    {
+        unhold(ctx, h, "it cannot start there")?;
+    }
     let held_for = |m: &str| line.iter().find(|w| w.held.as_deref() == Some(m));
     let others: Vec<String> = members(&*ctx, &p)?
         .into_iter()
         .filter(|m| m != volume)
         .collect();
-    let now = ctx.now();
     let bound = i64::try_from(limits.pool_hold_after.as_millis()).unwrap_or(i64::MAX);
     for (i, w) in line.iter().enumerate() {
         let alloc = &w.request.claim.alloc;
@@ -234,31 +262,35 @@ pub(super) fn serve_member(ctx: &mut impl Txn, volume: &str, limits: &Limits) ->
         }
         match fit(&*ctx, volume, w)? {
             Fit::Now => {
-                let mine = candidate(&*ctx, volume, &w.request)?;
-                // A warmer free member it may start on now is its to take instead: its own
-                // turn of this offer comes in the same pass.
-                let mut warmer = false;
+                // The first in line that may start on it takes the warmest free member it
+                // may start on now, this one or another: warmth chooses its member, and the
+                // offer of this one goes no further down the line in this pass (a claim
+                // after it must not take the slot or member it would have had). The member
+                // it leaves is offered again once it is taken (`pool_waits::serve`).
+                let mut best = candidate(&*ctx, volume, &w.request)?;
                 for m in &others {
                     if held_for(m).is_none_or(|h| &h.request.claim.alloc == alloc)
                         && free(&*ctx, m)?
                         && fit(&*ctx, m, w)? == Fit::Now
-                        && candidate(&*ctx, m, &w.request)?.order() < mine.order()
                     {
-                        warmer = true;
-                        break;
+                        let c = candidate(&*ctx, m, &w.request)?;
+                        if c.order() < best.order() {
+                            best = c;
+                        }
                     }
                 }
-                if !warmer {
-                    return grant(ctx, w, &mine, limits);
-                }
+                let elsewhere = (best.volume != volume).then(|| best.volume.clone());
+                grant(ctx, w, &best, limits)?;
+                return Ok(elsewhere);
             }
             Fit::Later if i == 0 && w.held.is_none() && now.saturating_sub(w.at) >= bound => {
-                return hold(ctx, w, volume, limits);
+                hold(ctx, w, volume, limits)?;
+                return Ok(None);
             }
             Fit::Later | Fit::Never => {}
         }
     }
-    Ok(())
+    Ok(None)
 }
 
 /// Whether `volume` is free for a claim from the line: nobody holds it (its own queued
@@ -292,6 +324,53 @@ fn hold(ctx: &mut impl Txn, w: &PoolWaiterRow, member: &str, limits: &Limits) ->
         Some(&w.request.claim.alloc),
         "server",
         message,
+    )?;
+    ctx.touch(Key::Pool(w.pool.clone()));
+    Ok(())
+}
+
+/// Lets go the holds of `p`'s `line` on volumes that left the pool or are out of service
+/// (paused, draining): such a hold keeps the first in line waiting on a member no release
+/// gives it, and the next member that frees may be held for it instead.
+pub(super) fn let_go_stale_holds(
+    ctx: &mut impl Txn,
+    p: &PoolRow,
+    line: &mut [PoolWaiterRow],
+) -> ApiResult<()> {
+    if line.iter().all(|w| w.held.is_none()) {
+        return Ok(());
+    }
+    let all = members(&*ctx, p)?;
+    for w in line.iter_mut() {
+        let Some(m) = w.held.clone() else {
+            continue;
+        };
+        if !all.contains(&m) {
+            unhold(ctx, w, "it left the pool")?;
+        } else if ctx.volume_availability(&m)?.is_some() {
+            unhold(ctx, w, "it is out of service")?;
+        }
+    }
+    Ok(())
+}
+
+/// Lets go the member held for `w` (`why`), with its event.
+fn unhold(ctx: &mut impl Txn, w: &mut PoolWaiterRow, why: &str) -> ApiResult<()> {
+    let Some(member) = w.held.take() else {
+        return Ok(());
+    };
+    ctx.put_pool_waiter(&w.pool, &w.request.claim.alloc, Some(w))?;
+    event(
+        ctx,
+        EventKind::PoolMemberHeld,
+        Some(&member),
+        Some(&w.request.claim.node),
+        Some(&w.request.claim.alloc),
+        "server",
+        format!(
+            "pool {}: member {member} no longer held for the first in line: {why}",
+            w.pool
+        ),
     )?;
     ctx.touch(Key::Pool(w.pool.clone()));
     Ok(())

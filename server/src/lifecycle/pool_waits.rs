@@ -11,7 +11,9 @@ use super::admission::evaluate_arrived;
 use super::attachments::advance_volume;
 use super::claims::Claimant;
 use super::events::event;
-use super::pool_line::{expire, find, is_internal, leave, line_key, waiter_claim};
+use super::pool_line::{
+    expire, find, is_internal, leave, let_go_stale_holds, line_key, waiter_claim,
+};
 use super::pools::{members, require_pool};
 use super::settings::Limits;
 use crate::error::{ApiError, ApiResult};
@@ -232,6 +234,8 @@ pub(super) fn serve(ctx: &mut impl Txn, pool: &str, limits: &Limits) -> ApiResul
     let Some(p) = ctx.pool(pool)? else {
         return Ok(());
     };
+    let mut line = ctx.pool_line(Some(pool))?;
+    let_go_stale_holds(ctx, &p, &mut line)?;
     loop {
         let waiting = ctx.pool_line(Some(pool))?.len();
         if waiting == 0 {

@@ -495,3 +495,140 @@ async fn a_claim_in_line_counts_against_its_tokens_claims_per_claimer() {
     assert_ne!(env.claim_state("m1", "w1").await, None, "w1 got m1");
     assert_eq!(env.read(|c| c.claims_held_by("t")).await, Some(1));
 }
+
+/// n3 with one slot, taken by volume `other`.
+async fn n3_full(env: &Env) {
+    slots(env, "n3", 1).await;
+    env.volume("other", "single-node-writer").await;
+    env.claim("other", "o", "n3", ClaimMode::Write)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn the_first_in_line_takes_its_warmest_member_before_a_later_claim_takes_its_slot() {
+    let (env, clock) = pool_env(Duration::from_secs(300)).await;
+    n3_full(&env).await;
+    from_pool(&env, ask("h1", "n1", Some("k1"), false), None)
+        .await
+        .unwrap();
+    from_pool(&env, ask("h2", "n1", Some("k2"), false), None)
+        .await
+        .unwrap();
+    clock.set(1_001_000);
+    from_pool(&env, ask("first", "n3", Some("k2"), true), None)
+        .await
+        .unwrap();
+    clock.set(1_002_000);
+    from_pool(&env, ask("second", "n3", None, true), None)
+        .await
+        .unwrap();
+    free(&env, "m2", "h2", "n1").await;
+    free(&env, "m1", "h1", "n1").await;
+    assert_eq!(
+        line(&env).await,
+        waiting(&["first", "second"]),
+        "no slot on n3"
+    );
+    // One slot frees on n3. m1 is offered first: `first` would rather have m2 (its key),
+    // and takes it now, with the slot; `second` does not take m1, and the slot, before it.
+    slots(&env, "n3", 2).await;
+    env.write(|ctx, l| crate::lifecycle::serve_lines(ctx, l))
+        .await
+        .unwrap();
+    assert_ne!(env.claim_state("m2", "first").await, None, "first got m2");
+    assert_eq!(env.claim_row("m1", "second").await, None);
+    assert_eq!(line(&env).await, waiting(&["second"]));
+    assert!(
+        env.last_message("pool-member-chosen", "n3")
+            .await
+            .contains("member m2 for cache key `k2`: warm: same key `k2`, from the line")
+    );
+}
+
+#[tokio::test]
+async fn a_hold_is_let_go_once_its_claim_cannot_use_the_member_or_the_member_left_the_pool() {
+    for gone in ["node out of service", "member left the pool"] {
+        let (env, clock) = pool_env(Duration::ZERO).await;
+        n3_full(&env).await;
+        take_both(&env).await;
+        clock.set(1_001_000);
+        from_pool(&env, ask("w1", "n3", None, true), None)
+            .await
+            .unwrap();
+        clock.set(1_002_000);
+        from_pool(&env, ask("w2", "n2", None, true), None)
+            .await
+            .unwrap();
+        free(&env, "m1", "h1", "n1").await;
+        assert_eq!(
+            line(&env).await,
+            [
+                ("w1".to_owned(), Some("m1".to_owned())),
+                ("w2".to_owned(), None)
+            ]
+        );
+        if gone == "node out of service" {
+            // w1's node can take no volume: m1, held for it, goes to w2 at the next pass.
+            env.write(|ctx, _| {
+                crate::lifecycle::set_eligibility(ctx, "n3", api::Eligibility::Ineligible, "op")
+            })
+            .await
+            .unwrap();
+            env.write(|ctx, l| crate::lifecycle::serve_lines(ctx, l))
+                .await
+                .unwrap();
+            assert_ne!(env.claim_state("m1", "w2").await, None, "{gone}: w2 got m1");
+            assert_eq!(line(&env).await, waiting(&["w1"]), "{gone}");
+            assert!(env.last_message("pool-member-held", "n3").await.ends_with(
+                "member m1 no longer held for the first in line: it cannot start there"
+            ));
+        } else {
+            // m1 leaves the pool: its hold goes with it, and m2, freed, is held for w1 in
+            // its stead; w2, after it, does not take it.
+            let unset = VolumeLabelRequest {
+                set: Default::default(),
+                remove: vec!["pool".to_owned()],
+            };
+            env.write(move |ctx, _| {
+                crate::lifecycle::set_volume_labels(ctx, "m1", &unset, "op").map(|_| ())
+            })
+            .await
+            .unwrap();
+            free(&env, "m2", "h2", "n1").await;
+            assert_eq!(env.claim_row("m2", "w2").await, None, "{gone}");
+            assert_eq!(
+                line(&env).await,
+                [
+                    ("w1".to_owned(), Some("m2".to_owned())),
+                    ("w2".to_owned(), None)
+                ],
+                "{gone}"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_claim_in_line_whose_lease_lapsed_leaves_when_a_member_frees_and_gets_nothing() {
+    let (env, clock) = pool_env(Duration::from_secs(300)).await;
+    take_both(&env).await;
+    clock.set(1_001_000);
+    let mut leased = ask("w1", "n2", None, true);
+    leased.claim.ttl_ms = Some(1_000);
+    from_pool(&env, leased, None).await.unwrap();
+    from_pool(&env, ask("w2", "n2", None, true), None)
+        .await
+        .unwrap();
+    // Before the leader's pass takes w1 out of the line, m1 frees: w2 gets it.
+    clock.set(1_010_000);
+    free(&env, "m1", "h1", "n1").await;
+    assert_eq!(env.claim_row("m1", "w1").await, None);
+    assert_ne!(env.claim_state("m1", "w2").await, None, "w2 got m1");
+    assert!(line(&env).await.is_empty());
+    assert!(
+        env.last_message("pool-line-left", "n2")
+            .await
+            .ends_with("its lease lapsed")
+    );
+}
