@@ -156,8 +156,8 @@ pub(super) fn empty_line(ctx: &mut impl Txn, pool: &str, actor: &str) -> ApiResu
     Ok(())
 }
 
-/// Takes out of every line the claims whose lease lapsed; how many.
-pub(super) fn expire(ctx: &mut impl Txn) -> ApiResult<usize> {
+/// Takes out of every line the claims whose lease lapsed; which.
+pub(super) fn expire(ctx: &mut impl Txn) -> ApiResult<Vec<PoolWaiterRow>> {
     let now = ctx.now();
     let due: Vec<PoolWaiterRow> = ctx
         .pool_line(None)?
@@ -167,7 +167,7 @@ pub(super) fn expire(ctx: &mut impl Txn) -> ApiResult<usize> {
     for w in &due {
         leave(ctx, w, "its lease lapsed", "server")?;
     }
-    Ok(due.len())
+    Ok(due)
 }
 
 /// How a claim in line stands with a free member.
@@ -236,6 +236,9 @@ fn offer(ctx: &mut impl Txn, volume: &str, limits: &Limits) -> ApiResult<Option<
         // of the line yet: it leaves now, and is granted nothing.
         if w.expires_at.is_some_and(|t| t <= now) {
             leave(ctx, &w, "its lease lapsed", "server")?;
+            if let Some(m) = w.held.as_deref().filter(|m| *m != volume) {
+                super::attachments::advance_volume(ctx, m, limits)?;
+            }
         } else {
             live.push(w);
         }

@@ -155,11 +155,13 @@ pub(super) fn join(
 
 /// `DELETE /v1/pools/{name}/claims/{alloc}` of a claim still in line: it leaves the line
 /// (`false`: the alloc is not in line). Its own token or one that may release any claim.
+/// A member held for it goes to whoever may take it now.
 pub fn leave_line(
     ctx: &mut impl Txn,
     pool: &str,
     alloc: &str,
     who: &Claimant<'_>,
+    limits: &Limits,
 ) -> ApiResult<bool> {
     require_pool(&*ctx, pool)?;
     let Some((_, w)) = find(&*ctx, pool, alloc)? else {
@@ -172,6 +174,9 @@ pub fn leave_line(
         )));
     }
     leave(ctx, &w, "released", who.actor)?;
+    if let Some(m) = &w.held {
+        advance_volume(ctx, m, limits)?;
+    }
     Ok(true)
 }
 
@@ -255,11 +260,15 @@ pub(super) fn serve(ctx: &mut impl Txn, pool: &str, limits: &Limits) -> ApiResul
 /// changes no member). How many left.
 pub fn serve_lines(ctx: &mut impl Txn, limits: &Limits) -> ApiResult<usize> {
     let lapsed = expire(ctx)?;
+    // A member held for one of them goes to whoever may take it now.
+    for m in lapsed.iter().filter_map(|w| w.held.as_deref()) {
+        advance_volume(ctx, m, limits)?;
+    }
     let mut pools: Vec<String> = ctx.pool_line(None)?.into_iter().map(|w| w.pool).collect();
     pools.sort_unstable();
     pools.dedup();
     for pool in pools {
         serve(ctx, &pool, limits)?;
     }
-    Ok(lapsed)
+    Ok(lapsed.len())
 }

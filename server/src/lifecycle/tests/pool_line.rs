@@ -340,7 +340,9 @@ async fn a_claim_leaves_the_line_when_released_or_lapsed_and_a_late_copy_does_no
 
     // Released, w2 leaves the line, and a freed member goes to nobody.
     let left = env
-        .write(|ctx, _| crate::lifecycle::leave_line(ctx, "cache", "w2", &Claimant::operator("ci")))
+        .write(|ctx, l| {
+            crate::lifecycle::leave_line(ctx, "cache", "w2", &Claimant::operator("ci"), l)
+        })
         .await
         .unwrap();
     assert!(left);
@@ -630,5 +632,84 @@ async fn a_claim_in_line_whose_lease_lapsed_leaves_when_a_member_frees_and_gets_
         env.last_message("pool-line-left", "n2")
             .await
             .ends_with("its lease lapsed")
+    );
+}
+
+#[tokio::test]
+async fn a_named_claim_on_a_member_neither_overtakes_the_line_nor_takes_a_held_member() {
+    // The line first: w1 waits on n3 (no slot), m1 frees and stays free; n3 gets a slot,
+    // and a named claim on m1 finds w1 served before it.
+    let (env, clock) = pool_env(Duration::from_secs(300)).await;
+    n3_full(&env).await;
+    take_both(&env).await;
+    clock.set(1_001_000);
+    from_pool(&env, ask("w1", "n3", None, true), None)
+        .await
+        .unwrap();
+    free(&env, "m1", "h1", "n1").await;
+    assert_eq!(line(&env).await, waiting(&["w1"]));
+    slots(&env, "n3", 2).await;
+    let e = env
+        .claim("m1", "x", "n2", ClaimMode::Write)
+        .await
+        .unwrap_err();
+    // Refused, its write undone: w1, which it would have overtaken, stands in its way.
+    assert!(e.message.contains("held by alloc w1 on node n3"), "{e:?}");
+    assert_eq!(env.claim_row("m1", "x").await, None);
+    // With --queue, it waits behind w1, which got m1 first.
+    let mut queued = ClaimRequest::new("x", "n2", ClaimMode::Write);
+    queued.queue = true;
+    assert_eq!(
+        env.claim_with("m1", queued).await.unwrap().state,
+        ClaimState::Queued
+    );
+    assert_ne!(env.claim_state("m1", "w1").await, None, "w1 got m1 first");
+    assert!(line(&env).await.is_empty());
+
+    // A hold: m1 is held for w1, first in line past the bound.
+    let (env, clock) = pool_env(Duration::ZERO).await;
+    n3_full(&env).await;
+    take_both(&env).await;
+    clock.set(1_001_000);
+    from_pool(&env, ask("w1", "n3", None, true), None)
+        .await
+        .unwrap();
+    free(&env, "m1", "h1", "n1").await;
+    assert_eq!(line(&env).await, [("w1".to_owned(), Some("m1".to_owned()))]);
+    let e = env
+        .claim("m1", "x", "n2", ClaimMode::Write)
+        .await
+        .unwrap_err();
+    assert!(
+        e.message
+            .contains("volume `m1` is held for the first claim in pool `cache`'s line"),
+        "{e:?}"
+    );
+    assert!(
+        !e.message.contains("ci") && !e.message.contains("w1"),
+        "{e:?}"
+    );
+    assert!(e.hint.unwrap().contains("--queue"));
+    // With --queue it waits behind the hold, and gets m1 once w1 leaves the line.
+    let mut queued = ClaimRequest::new("x", "n2", ClaimMode::Write);
+    queued.queue = true;
+    assert_eq!(
+        env.claim_with("m1", queued).await.unwrap().state,
+        ClaimState::Queued
+    );
+    env.write(|ctx, l| crate::lifecycle::serve_lines(ctx, l))
+        .await
+        .unwrap();
+    assert_eq!(env.claim_state("m1", "x").await, Some(ClaimState::Queued));
+    env.write(|ctx, l| {
+        crate::lifecycle::leave_line(ctx, "cache", "w1", &Claimant::operator("ci"), l)
+    })
+    .await
+    .unwrap();
+    assert!(line(&env).await.is_empty());
+    assert_ne!(
+        env.claim_state("m1", "x").await,
+        Some(ClaimState::Queued),
+        "x granted"
     );
 }
