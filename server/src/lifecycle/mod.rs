@@ -96,6 +96,7 @@ pub use nodes::{
 pub use operator::{detach, require_reason, unblock_node, unblock_volume};
 pub use ops::{plugins_with_due_ops, schedule_ops};
 pub use pool_claims::{claim_from_pool, released_from_pool};
+pub use pool_line::lines_due;
 pub use pool_waits::{leave_line, pool_claim, renew_in_line, serve_lines};
 pub use pools::{create_pool, delete_pool, pool_view, pool_views, set_volume_labels};
 pub use reports::apply_reports;

@@ -252,48 +252,118 @@ fn offer(ctx: &mut impl Txn, volume: &str, limits: &Limits) -> ApiResult<Option<
     {
         unhold(ctx, h, "it cannot start there")?;
     }
-    let held_for = |m: &str| line.iter().find(|w| w.held.as_deref() == Some(m));
     let others: Vec<String> = members(&*ctx, &p)?
         .into_iter()
         .filter(|m| m != volume)
         .collect();
+    match decide(&*ctx, volume, &others, &line, now, limits)? {
+        Some(Step::Grant(i, best)) => {
+            let elsewhere = (best.volume != volume).then(|| best.volume.clone());
+            grant(ctx, &line[i], &best, limits)?;
+            Ok(elsewhere)
+        }
+        Some(Step::Hold(i)) => {
+            hold(ctx, &line[i], volume, limits)?;
+            Ok(None)
+        }
+        None => Ok(None),
+    }
+}
+
+/// What an offer of a free member does with the line.
+enum Step {
+    /// The claim at this place in line takes this member.
+    Grant(usize, Candidate),
+    /// The offered member is held for the claim at this place in line.
+    Hold(usize),
+}
+
+/// What offering free member `volume` (the pool's `others` beside it) to `line` does.
+fn decide(
+    conn: &(impl Snapshot + ?Sized),
+    volume: &str,
+    others: &[String],
+    line: &[PoolWaiterRow],
+    now: i64,
+    limits: &Limits,
+) -> ApiResult<Option<Step>> {
+    let held_for = |m: &str| line.iter().find(|w| w.held.as_deref() == Some(m));
     let bound = i64::try_from(limits.pool_hold_after.as_millis()).unwrap_or(i64::MAX);
     for (i, w) in line.iter().enumerate() {
         let alloc = &w.request.claim.alloc;
         if held_for(volume).is_some_and(|h| &h.request.claim.alloc != alloc) {
             continue;
         }
-        match fit(&*ctx, volume, w)? {
+        match fit(conn, volume, w)? {
             Fit::Now => {
                 // The first in line that may start on it takes the warmest free member it
                 // may start on now, this one or another: warmth chooses its member, and the
                 // offer of this one goes no further down the line in this pass (a claim
                 // after it must not take the slot or member it would have had). The member
-                // it leaves is offered again once it is taken (`pool_waits::serve`).
-                let mut best = candidate(&*ctx, volume, &w.request)?;
-                for m in &others {
+                // it leaves is offered again once it is taken (`serve_member`).
+                let mut best = candidate(conn, volume, &w.request)?;
+                for m in others {
                     if held_for(m).is_none_or(|h| &h.request.claim.alloc == alloc)
-                        && free(&*ctx, m)?
-                        && fit(&*ctx, m, w)? == Fit::Now
+                        && free(conn, m)?
+                        && fit(conn, m, w)? == Fit::Now
                     {
-                        let c = candidate(&*ctx, m, &w.request)?;
+                        let c = candidate(conn, m, &w.request)?;
                         if c.order() < best.order() {
                             best = c;
                         }
                     }
                 }
-                let elsewhere = (best.volume != volume).then(|| best.volume.clone());
-                grant(ctx, w, &best, limits)?;
-                return Ok(elsewhere);
+                return Ok(Some(Step::Grant(i, best)));
             }
             Fit::Later if i == 0 && w.held.is_none() && now.saturating_sub(w.at) >= bound => {
-                hold(ctx, w, volume, limits)?;
-                return Ok(None);
+                return Ok(Some(Step::Hold(i)));
             }
             Fit::Later | Fit::Never => {}
         }
     }
     Ok(None)
+}
+
+/// Whether the leader's pass has anything to do in the pools' lines (read only, so that
+/// the pass writes only when due): a claim in line whose lease lapsed, a hold to let go,
+/// or a free member that an offer to its line would grant or hold, at `now`.
+pub fn lines_due(conn: &(impl Snapshot + ?Sized), now: i64, limits: &Limits) -> ApiResult<bool> {
+    let all = conn.pool_line(None)?;
+    if all.iter().any(|w| w.expires_at.is_some_and(|t| t <= now)) {
+        return Ok(true);
+    }
+    let mut pools: Vec<&str> = all.iter().map(|w| w.pool.as_str()).collect();
+    pools.sort_unstable();
+    pools.dedup();
+    for name in pools {
+        let Some(p) = conn.pool(name)? else {
+            continue;
+        };
+        let line: Vec<PoolWaiterRow> = all.iter().filter(|w| w.pool == name).cloned().collect();
+        let members = members(conn, &p)?;
+        for w in &line {
+            if let Some(m) = &w.held
+                && (!members.contains(m) || conn.volume_availability(m)?.is_some())
+            {
+                return Ok(true);
+            }
+        }
+        for m in &members {
+            if !free(conn, m)? {
+                continue;
+            }
+            if let Some(h) = line.iter().find(|w| w.held.as_deref() == Some(m))
+                && fit(conn, m, h)? == Fit::Never
+            {
+                return Ok(true);
+            }
+            let others: Vec<String> = members.iter().filter(|o| *o != m).cloned().collect();
+            if decide(conn, m, &others, &line, now, limits)?.is_some() {
+                return Ok(true);
+            }
+        }
+    }
+    Ok(false)
 }
 
 /// Whether `volume` is free for a claim from the line: nobody holds it (its own queued

@@ -713,3 +713,42 @@ async fn a_named_claim_on_a_member_neither_overtakes_the_line_nor_takes_a_held_m
         "x granted"
     );
 }
+
+#[tokio::test]
+async fn the_leaders_pass_over_the_lines_is_due_only_when_an_offer_or_a_lapse_would_change_them() {
+    let (env, clock) = pool_env(Duration::from_secs(300)).await;
+    let due = |now: i64| {
+        let limits = env.limits.clone();
+        env.read(move |c| crate::lifecycle::lines_due(c, now, &limits))
+    };
+    n3_full(&env).await;
+    take_both(&env).await;
+    clock.set(1_001_000);
+    let mut leased = ask("w1", "n3", None, true);
+    leased.claim.ttl_ms = Some(600_000);
+    from_pool(&env, leased, None).await.unwrap();
+    free(&env, "m1", "h1", "n1").await;
+    // w1 waits for a slot on n3, m1 free: nothing for the pass to do, however often asked.
+    assert!(!due(1_002_000).await);
+    // Past the bound, m1 is to be held for it.
+    assert!(due(1_302_000).await);
+    // A slot frees on n3: m1 is to be granted.
+    slots(&env, "n3", 2).await;
+    assert!(due(1_002_000).await);
+    env.write(|ctx, l| crate::lifecycle::serve_lines(ctx, l))
+        .await
+        .unwrap();
+    assert_ne!(env.claim_state("m1", "w1").await, None, "w1 got m1");
+    // A claim in line whose lease lapsed is due to leave.
+    from_pool(&env, ask("w2", "n2", None, true), None)
+        .await
+        .unwrap();
+    assert!(!due(1_002_000).await);
+    env.write(|ctx, _| {
+        crate::lifecycle::renew_in_line(ctx, "cache", "w2", Some(1_000), &Claimant::operator("ci"))
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    assert!(due(1_003_000).await);
+}
