@@ -752,3 +752,32 @@ async fn the_leaders_pass_over_the_lines_is_due_only_when_an_offer_or_a_lapse_wo
     .unwrap();
     assert!(due(1_003_000).await);
 }
+
+#[tokio::test]
+async fn a_node_with_a_claim_in_a_pools_line_is_not_removed_until_it_leaves() {
+    let (env, clock) = pool_env(Duration::from_secs(300)).await;
+    take_both(&env).await;
+    clock.set(1_001_000);
+    from_pool(&env, ask("w1", "n2", None, true), None)
+        .await
+        .unwrap();
+    let remove = || env.write(|ctx, _| crate::lifecycle::remove_node(ctx, "n2", "op"));
+    let e = remove().await.unwrap_err();
+    assert!(
+        e.message
+            .contains("node `n2`: 1 claim for it waits in pools' lines (alloc w1 in pool cache)"),
+        "{e:?}"
+    );
+    assert!(
+        e.hint
+            .unwrap()
+            .contains("csivol release --pool cache --alloc w1")
+    );
+    assert_eq!(line(&env).await, waiting(&["w1"]));
+    env.write(|ctx, l| {
+        crate::lifecycle::leave_line(ctx, "cache", "w1", &Claimant::operator("ci"), l)
+    })
+    .await
+    .unwrap();
+    remove().await.unwrap();
+}
