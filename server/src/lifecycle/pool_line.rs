@@ -6,7 +6,10 @@
 //! arrival: a member's queued claim that came before a claim in line is granted first, and
 //! one that came after does not stand before it. Once the first in line has waited past the
 //! server's `pool_hold_after`, a member that frees and that it can use (its node has no free
-//! slot yet, say) is held for it: no later claim takes that member first.
+//! slot yet, say) is held for it: no later claim, from the line or by the member's name,
+//! takes that member first. One that holds a member already leaves the next member to the
+//! next claim past the bound. A hold its claim can never use, or on a volume that left the
+//! pool or service, is let go.
 //!
 //! A claim in line has a lease as any claim; it leaves the line when released or when its
 //! lease lapses, with a tombstone under `pool:NAME` so that a late copy of its request does
@@ -297,25 +300,33 @@ fn decide(
         match fit(conn, volume, w)? {
             Fit::Now => {
                 // The first in line that may start on it takes the warmest free member it
-                // may start on now, this one or another: warmth chooses its member, and the
-                // offer of this one goes no further down the line in this pass (a claim
-                // after it must not take the slot or member it would have had). The member
-                // it leaves is offered again once it is taken (`serve_member`).
-                let mut best = candidate(conn, volume, &w.request)?;
-                for m in others {
-                    if held_for(m).is_none_or(|h| &h.request.claim.alloc == alloc)
-                        && free(conn, m)?
-                        && fit(conn, m, w)? == Fit::Now
-                    {
-                        let c = candidate(conn, m, &w.request)?;
-                        if c.order() < best.order() {
-                            best = c;
-                        }
+                // may start on now, this one or another, whose mount rules take it: warmth
+                // chooses its member, and the offer of this one goes no further down the
+                // line in this pass (a claim after it must not take the slot or member it
+                // would have had). The member it leaves is offered again once it is taken
+                // (`serve_member`).
+                let mut best = None::<Candidate>;
+                for m in std::iter::once(volume).chain(others.iter().map(String::as_str)) {
+                    let fits = m == volume
+                        || (held_for(m).is_none_or(|h| &h.request.claim.alloc == alloc)
+                            && free(conn, m)?
+                            && fit(conn, m, w)? == Fit::Now);
+                    if !fits || mounts_refuse(conn, m, &w.request.claim, limits)?.is_some() {
+                        continue;
+                    }
+                    let c = candidate(conn, m, &w.request)?;
+                    if best.as_ref().is_none_or(|b| c.order() < b.order()) {
+                        best = Some(c);
                     }
                 }
-                return Ok(Some(Step::Grant(i, best)));
+                if let Some(best) = best {
+                    return Ok(Some(Step::Grant(i, best)));
+                }
             }
-            Fit::Later if i == 0 && w.held.is_none() && now.saturating_sub(w.at) >= bound => {
+            // The first claim past the bound that can use it later is held it: the first
+            // in line, or, that one held a member already or never able to use this one,
+            // the next past the bound, so that none of them starves.
+            Fit::Later if w.held.is_none() && now.saturating_sub(w.at) >= bound => {
                 return Ok(Some(Step::Hold(i)));
             }
             Fit::Later | Fit::Never => {}
@@ -364,6 +375,21 @@ pub fn lines_due(conn: &(impl Snapshot + ?Sized), now: i64, limits: &Limits) -> 
         }
     }
     Ok(false)
+}
+
+/// Why member `volume`'s mount rules refuse `claim` (its group, its flags), if they do.
+pub(super) fn mounts_refuse(
+    conn: &(impl Snapshot + ?Sized),
+    volume: &str,
+    claim: &api::ClaimRequest,
+    limits: &Limits,
+) -> ApiResult<Option<ApiError>> {
+    let v = conn.require_volume(volume)?;
+    match super::mounts::claim_mount(conn, &v, claim, &limits.mounts) {
+        Ok(_) => Ok(None),
+        Err(e) if is_internal(&e) => Err(e),
+        Err(e) => Ok(Some(e)),
+    }
 }
 
 /// Whether `volume` is free for a claim from the line: nobody holds it (its own queued

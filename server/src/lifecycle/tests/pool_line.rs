@@ -16,7 +16,7 @@ use crate::error::ApiResult;
 use crate::lifecycle::Claimant;
 
 /// Pool `cache` of the volumes labelled `pool=cache`.
-async fn make_pool(env: &Env) {
+pub(super) async fn make_pool(env: &Env) {
     let spec = PoolSpec {
         selector: [("pool".to_owned(), "cache".to_owned())].into(),
         linger_ms: None,
@@ -28,7 +28,7 @@ async fn make_pool(env: &Env) {
 
 /// Nodes `n1` and `n2`, and pool `cache` of members `m1` and `m2` (single-node-writer),
 /// stamped by a clock the test moves.
-async fn pool_env(hold_after: Duration) -> (Env, Clock) {
+pub(super) async fn pool_env(hold_after: Duration) -> (Env, Clock) {
     let clock = Clock::held_at(1_000_000);
     let mut env = Env::with_clock(clock.clone());
     env.limits.pool_hold_after = hold_after;
@@ -42,7 +42,7 @@ async fn pool_env(hold_after: Duration) -> (Env, Clock) {
     (env, clock)
 }
 
-async fn label(env: &Env, volume: &str) {
+pub(super) async fn label(env: &Env, volume: &str) {
     let set = VolumeLabelRequest {
         set: [("pool".to_owned(), "cache".to_owned())].into(),
         remove: Vec::new(),
@@ -57,7 +57,7 @@ async fn label(env: &Env, volume: &str) {
 }
 
 /// What a claim from pool `cache` asks.
-fn ask(alloc: &str, node: &str, key: Option<&str>, queue: bool) -> PoolClaimRequest {
+pub(super) fn ask(alloc: &str, node: &str, key: Option<&str>, queue: bool) -> PoolClaimRequest {
     let mut claim = ClaimRequest::new(alloc, node, ClaimMode::Write);
     claim.queue = queue;
     PoolClaimRequest {
@@ -67,7 +67,7 @@ fn ask(alloc: &str, node: &str, key: Option<&str>, queue: bool) -> PoolClaimRequ
     }
 }
 
-async fn from_pool(
+pub(super) async fn from_pool(
     env: &Env,
     req: PoolClaimRequest,
     sent_at: Option<i64>,
@@ -88,7 +88,7 @@ async fn from_pool(
 }
 
 /// `h1` and `h2` on node `n1` take both members.
-async fn take_both(env: &Env) {
+pub(super) async fn take_both(env: &Env) {
     for alloc in ["h1", "h2"] {
         from_pool(env, ask(alloc, "n1", None, false), None)
             .await
@@ -98,7 +98,7 @@ async fn take_both(env: &Env) {
 
 /// Releases `alloc`'s claim on `volume` (its job succeeded: its key becomes the member's)
 /// and has `node` report it unpublished: the member is free.
-async fn free(env: &Env, volume: &str, alloc: &str, node: &str) {
+pub(super) async fn free(env: &Env, volume: &str, alloc: &str, node: &str) {
     let (v, a) = (volume.to_owned(), alloc.to_owned());
     env.write(move |ctx, _| {
         crate::lifecycle::release_claim(ctx, &v, &a, &Claimant::operator("ci"))??;
@@ -115,7 +115,7 @@ async fn free(env: &Env, volume: &str, alloc: &str, node: &str) {
 }
 
 /// The line as `pool show` lists it: (alloc, held member).
-async fn line(env: &Env) -> Vec<(String, Option<String>)> {
+pub(super) async fn line(env: &Env) -> Vec<(String, Option<String>)> {
     env.read(|c| crate::lifecycle::pool_view(c, "cache", 0))
         .await
         .line
@@ -124,7 +124,7 @@ async fn line(env: &Env) -> Vec<(String, Option<String>)> {
         .collect()
 }
 
-fn waiting(allocs: &[&str]) -> Vec<(String, Option<String>)> {
+pub(super) fn waiting(allocs: &[&str]) -> Vec<(String, Option<String>)> {
     allocs.iter().map(|a| ((*a).to_owned(), None)).collect()
 }
 
@@ -228,7 +228,7 @@ async fn a_freed_member_goes_to_the_first_in_line_whatever_its_warmth_and_one_or
 }
 
 /// Registers `node` with room for `n` volumes of the plugin.
-async fn slots(env: &Env, node: &str, n: u32) {
+pub(super) async fn slots(env: &Env, node: &str, n: u32) {
     let mut req = serde_json::to_value(registration(node, false, &[])).unwrap();
     req["plugins"][0]["node"]["info"]["max_volumes_per_node"] = n.into();
     let req: api::RegisterRequest = serde_json::from_value(req).unwrap();
@@ -496,288 +496,4 @@ async fn a_claim_in_line_counts_against_its_tokens_claims_per_claimer() {
     free(&env, "m2", "h2", "n1").await;
     assert_ne!(env.claim_state("m1", "w1").await, None, "w1 got m1");
     assert_eq!(env.read(|c| c.claims_held_by("t")).await, Some(1));
-}
-
-/// n3 with one slot, taken by volume `other`.
-async fn n3_full(env: &Env) {
-    slots(env, "n3", 1).await;
-    env.volume("other", "single-node-writer").await;
-    env.claim("other", "o", "n3", ClaimMode::Write)
-        .await
-        .unwrap();
-}
-
-#[tokio::test]
-async fn the_first_in_line_takes_its_warmest_member_before_a_later_claim_takes_its_slot() {
-    let (env, clock) = pool_env(Duration::from_secs(300)).await;
-    n3_full(&env).await;
-    from_pool(&env, ask("h1", "n1", Some("k1"), false), None)
-        .await
-        .unwrap();
-    from_pool(&env, ask("h2", "n1", Some("k2"), false), None)
-        .await
-        .unwrap();
-    clock.set(1_001_000);
-    from_pool(&env, ask("first", "n3", Some("k2"), true), None)
-        .await
-        .unwrap();
-    clock.set(1_002_000);
-    from_pool(&env, ask("second", "n3", None, true), None)
-        .await
-        .unwrap();
-    free(&env, "m2", "h2", "n1").await;
-    free(&env, "m1", "h1", "n1").await;
-    assert_eq!(
-        line(&env).await,
-        waiting(&["first", "second"]),
-        "no slot on n3"
-    );
-    // One slot frees on n3. m1 is offered first: `first` would rather have m2 (its key),
-    // and takes it now, with the slot; `second` does not take m1, and the slot, before it.
-    slots(&env, "n3", 2).await;
-    env.write(|ctx, l| crate::lifecycle::serve_lines(ctx, l))
-        .await
-        .unwrap();
-    assert_ne!(env.claim_state("m2", "first").await, None, "first got m2");
-    assert_eq!(env.claim_row("m1", "second").await, None);
-    assert_eq!(line(&env).await, waiting(&["second"]));
-    assert!(
-        env.last_message("pool-member-chosen", "n3")
-            .await
-            .contains("member m2 for cache key `k2`: warm: same key `k2`, from the line")
-    );
-}
-
-#[tokio::test]
-async fn a_hold_is_let_go_once_its_claim_cannot_use_the_member_or_the_member_left_the_pool() {
-    for gone in ["node out of service", "member left the pool"] {
-        let (env, clock) = pool_env(Duration::ZERO).await;
-        n3_full(&env).await;
-        take_both(&env).await;
-        clock.set(1_001_000);
-        from_pool(&env, ask("w1", "n3", None, true), None)
-            .await
-            .unwrap();
-        clock.set(1_002_000);
-        from_pool(&env, ask("w2", "n2", None, true), None)
-            .await
-            .unwrap();
-        free(&env, "m1", "h1", "n1").await;
-        assert_eq!(
-            line(&env).await,
-            [
-                ("w1".to_owned(), Some("m1".to_owned())),
-                ("w2".to_owned(), None)
-            ]
-        );
-        if gone == "node out of service" {
-            // w1's node can take no volume: m1, held for it, goes to w2 at the next pass.
-            env.write(|ctx, _| {
-                crate::lifecycle::set_eligibility(ctx, "n3", api::Eligibility::Ineligible, "op")
-            })
-            .await
-            .unwrap();
-            env.write(|ctx, l| crate::lifecycle::serve_lines(ctx, l))
-                .await
-                .unwrap();
-            assert_ne!(env.claim_state("m1", "w2").await, None, "{gone}: w2 got m1");
-            assert_eq!(line(&env).await, waiting(&["w1"]), "{gone}");
-            assert!(env.last_message("pool-member-held", "n3").await.ends_with(
-                "member m1 no longer held for the first in line: it cannot start there"
-            ));
-        } else {
-            // m1 leaves the pool: its hold goes with it, and m2, freed, is held for w1 in
-            // its stead; w2, after it, does not take it.
-            let unset = VolumeLabelRequest {
-                set: Default::default(),
-                remove: vec!["pool".to_owned()],
-            };
-            env.write(move |ctx, _| {
-                crate::lifecycle::set_volume_labels(ctx, "m1", &unset, "op").map(|_| ())
-            })
-            .await
-            .unwrap();
-            free(&env, "m2", "h2", "n1").await;
-            assert_eq!(env.claim_row("m2", "w2").await, None, "{gone}");
-            assert_eq!(
-                line(&env).await,
-                [
-                    ("w1".to_owned(), Some("m2".to_owned())),
-                    ("w2".to_owned(), None)
-                ],
-                "{gone}"
-            );
-        }
-    }
-}
-
-#[tokio::test]
-async fn a_claim_in_line_whose_lease_lapsed_leaves_when_a_member_frees_and_gets_nothing() {
-    let (env, clock) = pool_env(Duration::from_secs(300)).await;
-    take_both(&env).await;
-    clock.set(1_001_000);
-    let mut leased = ask("w1", "n2", None, true);
-    leased.claim.ttl_ms = Some(1_000);
-    from_pool(&env, leased, None).await.unwrap();
-    from_pool(&env, ask("w2", "n2", None, true), None)
-        .await
-        .unwrap();
-    // Before the leader's pass takes w1 out of the line, m1 frees: w2 gets it.
-    clock.set(1_010_000);
-    free(&env, "m1", "h1", "n1").await;
-    assert_eq!(env.claim_row("m1", "w1").await, None);
-    assert_ne!(env.claim_state("m1", "w2").await, None, "w2 got m1");
-    assert!(line(&env).await.is_empty());
-    assert!(
-        env.last_message("pool-line-left", "n2")
-            .await
-            .ends_with("its lease lapsed")
-    );
-}
-
-#[tokio::test]
-async fn a_named_claim_on_a_member_neither_overtakes_the_line_nor_takes_a_held_member() {
-    // The line first: w1 waits on n3 (no slot), m1 frees and stays free; n3 gets a slot,
-    // and a named claim on m1 finds w1 served before it.
-    let (env, clock) = pool_env(Duration::from_secs(300)).await;
-    n3_full(&env).await;
-    take_both(&env).await;
-    clock.set(1_001_000);
-    from_pool(&env, ask("w1", "n3", None, true), None)
-        .await
-        .unwrap();
-    free(&env, "m1", "h1", "n1").await;
-    assert_eq!(line(&env).await, waiting(&["w1"]));
-    slots(&env, "n3", 2).await;
-    let e = env
-        .claim("m1", "x", "n2", ClaimMode::Write)
-        .await
-        .unwrap_err();
-    // Refused, its write undone: w1, which it would have overtaken, stands in its way.
-    assert!(e.message.contains("held by alloc w1 on node n3"), "{e:?}");
-    assert_eq!(env.claim_row("m1", "x").await, None);
-    // With --queue, it waits behind w1, which got m1 first.
-    let mut queued = ClaimRequest::new("x", "n2", ClaimMode::Write);
-    queued.queue = true;
-    assert_eq!(
-        env.claim_with("m1", queued).await.unwrap().state,
-        ClaimState::Queued
-    );
-    assert_ne!(env.claim_state("m1", "w1").await, None, "w1 got m1 first");
-    assert!(line(&env).await.is_empty());
-
-    // A hold: m1 is held for w1, first in line past the bound.
-    let (env, clock) = pool_env(Duration::ZERO).await;
-    n3_full(&env).await;
-    take_both(&env).await;
-    clock.set(1_001_000);
-    from_pool(&env, ask("w1", "n3", None, true), None)
-        .await
-        .unwrap();
-    free(&env, "m1", "h1", "n1").await;
-    assert_eq!(line(&env).await, [("w1".to_owned(), Some("m1".to_owned()))]);
-    let e = env
-        .claim("m1", "x", "n2", ClaimMode::Write)
-        .await
-        .unwrap_err();
-    assert!(
-        e.message
-            .contains("volume `m1` is held for the first claim in pool `cache`'s line"),
-        "{e:?}"
-    );
-    assert!(
-        !e.message.contains("ci") && !e.message.contains("w1"),
-        "{e:?}"
-    );
-    assert!(e.hint.unwrap().contains("--queue"));
-    // With --queue it waits behind the hold, and gets m1 once w1 leaves the line.
-    let mut queued = ClaimRequest::new("x", "n2", ClaimMode::Write);
-    queued.queue = true;
-    assert_eq!(
-        env.claim_with("m1", queued).await.unwrap().state,
-        ClaimState::Queued
-    );
-    env.write(|ctx, l| crate::lifecycle::serve_lines(ctx, l))
-        .await
-        .unwrap();
-    assert_eq!(env.claim_state("m1", "x").await, Some(ClaimState::Queued));
-    env.write(|ctx, l| {
-        crate::lifecycle::leave_line(ctx, "cache", "w1", &Claimant::operator("ci"), l)
-    })
-    .await
-    .unwrap();
-    assert!(line(&env).await.is_empty());
-    assert_ne!(
-        env.claim_state("m1", "x").await,
-        Some(ClaimState::Queued),
-        "x granted"
-    );
-}
-
-#[tokio::test]
-async fn the_leaders_pass_over_the_lines_is_due_only_when_an_offer_or_a_lapse_would_change_them() {
-    let (env, clock) = pool_env(Duration::from_secs(300)).await;
-    let due = |now: i64| {
-        let limits = env.limits.clone();
-        env.read(move |c| crate::lifecycle::lines_due(c, now, &limits))
-    };
-    n3_full(&env).await;
-    take_both(&env).await;
-    clock.set(1_001_000);
-    let mut leased = ask("w1", "n3", None, true);
-    leased.claim.ttl_ms = Some(600_000);
-    from_pool(&env, leased, None).await.unwrap();
-    free(&env, "m1", "h1", "n1").await;
-    // w1 waits for a slot on n3, m1 free: nothing for the pass to do, however often asked.
-    assert!(!due(1_002_000).await);
-    // Past the bound, m1 is to be held for it.
-    assert!(due(1_302_000).await);
-    // A slot frees on n3: m1 is to be granted.
-    slots(&env, "n3", 2).await;
-    assert!(due(1_002_000).await);
-    env.write(|ctx, l| crate::lifecycle::serve_lines(ctx, l))
-        .await
-        .unwrap();
-    assert_ne!(env.claim_state("m1", "w1").await, None, "w1 got m1");
-    // A claim in line whose lease lapsed is due to leave.
-    from_pool(&env, ask("w2", "n2", None, true), None)
-        .await
-        .unwrap();
-    assert!(!due(1_002_000).await);
-    env.write(|ctx, _| {
-        crate::lifecycle::renew_in_line(ctx, "cache", "w2", Some(1_000), &Claimant::operator("ci"))
-    })
-    .await
-    .unwrap()
-    .unwrap();
-    assert!(due(1_003_000).await);
-}
-
-#[tokio::test]
-async fn a_node_with_a_claim_in_a_pools_line_is_not_removed_until_it_leaves() {
-    let (env, clock) = pool_env(Duration::from_secs(300)).await;
-    take_both(&env).await;
-    clock.set(1_001_000);
-    from_pool(&env, ask("w1", "n2", None, true), None)
-        .await
-        .unwrap();
-    let remove = || env.write(|ctx, _| crate::lifecycle::remove_node(ctx, "n2", "op"));
-    let e = remove().await.unwrap_err();
-    assert!(
-        e.message
-            .contains("node `n2`: 1 claim for it waits in pools' lines (alloc w1 in pool cache)"),
-        "{e:?}"
-    );
-    assert!(
-        e.hint
-            .unwrap()
-            .contains("csivol release --pool cache --alloc w1")
-    );
-    assert_eq!(line(&env).await, waiting(&["w1"]));
-    env.write(|ctx, l| {
-        crate::lifecycle::leave_line(ctx, "cache", "w1", &Claimant::operator("ci"), l)
-    })
-    .await
-    .unwrap();
-    remove().await.unwrap();
 }
