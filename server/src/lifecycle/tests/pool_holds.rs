@@ -8,18 +8,11 @@ use std::time::Duration;
 
 use csivol_api::{self as api, ClaimMode, ClaimRequest, ClaimState, VolumeLabelRequest};
 
-use super::Env;
-use super::pool_line::{ask, free, from_pool, line, pool_env, slots, take_both, waiting};
+use super::pool_line::{
+    ask, free, from_pool, join, line, m1_freed_before_w1_and_w2, n3_full, pool_env, slots,
+    take_both, waiting,
+};
 use crate::lifecycle::Claimant;
-
-/// n3 with one slot, taken by volume `other`.
-async fn n3_full(env: &Env) {
-    slots(env, "n3", 1).await;
-    env.volume("other", "single-node-writer").await;
-    env.claim("other", "o", "n3", ClaimMode::Write)
-        .await
-        .unwrap();
-}
 
 #[tokio::test]
 async fn the_first_in_line_takes_its_warmest_member_before_a_later_claim_takes_its_slot() {
@@ -35,10 +28,7 @@ async fn the_first_in_line_takes_its_warmest_member_before_a_later_claim_takes_i
     from_pool(&env, ask("first", "n3", Some("k2"), true), None)
         .await
         .unwrap();
-    clock.set(1_002_000);
-    from_pool(&env, ask("second", "n3", None, true), None)
-        .await
-        .unwrap();
+    join(&env, &clock, &[(1_002_000, "second", "n3")]).await;
     free(&env, "m2", "h2", "n1").await;
     free(&env, "m1", "h1", "n1").await;
     assert_eq!(
@@ -65,18 +55,7 @@ async fn the_first_in_line_takes_its_warmest_member_before_a_later_claim_takes_i
 #[tokio::test]
 async fn a_hold_is_let_go_once_its_claim_cannot_use_the_member_or_the_member_left_the_pool() {
     for gone in ["node out of service", "member left the pool"] {
-        let (env, clock) = pool_env(Duration::ZERO).await;
-        n3_full(&env).await;
-        take_both(&env).await;
-        clock.set(1_001_000);
-        from_pool(&env, ask("w1", "n3", None, true), None)
-            .await
-            .unwrap();
-        clock.set(1_002_000);
-        from_pool(&env, ask("w2", "n2", None, true), None)
-            .await
-            .unwrap();
-        free(&env, "m1", "h1", "n1").await;
+        let (env, _clock) = m1_freed_before_w1_and_w2(Duration::ZERO).await;
         assert_eq!(
             line(&env).await,
             [
@@ -156,10 +135,7 @@ async fn a_named_claim_on_a_member_neither_overtakes_the_line_nor_takes_a_held_m
     let (env, clock) = pool_env(Duration::from_secs(300)).await;
     n3_full(&env).await;
     take_both(&env).await;
-    clock.set(1_001_000);
-    from_pool(&env, ask("w1", "n3", None, true), None)
-        .await
-        .unwrap();
+    join(&env, &clock, &[(1_001_000, "w1", "n3")]).await;
     free(&env, "m1", "h1", "n1").await;
     assert_eq!(line(&env).await, waiting(&["w1"]));
     slots(&env, "n3", 2).await;
@@ -184,10 +160,7 @@ async fn a_named_claim_on_a_member_neither_overtakes_the_line_nor_takes_a_held_m
     let (env, clock) = pool_env(Duration::ZERO).await;
     n3_full(&env).await;
     take_both(&env).await;
-    clock.set(1_001_000);
-    from_pool(&env, ask("w1", "n3", None, true), None)
-        .await
-        .unwrap();
+    join(&env, &clock, &[(1_001_000, "w1", "n3")]).await;
     free(&env, "m1", "h1", "n1").await;
     assert_eq!(line(&env).await, [("w1".to_owned(), Some("m1".to_owned()))]);
     let e = env
@@ -271,10 +244,7 @@ async fn the_leaders_pass_over_the_lines_is_due_only_when_an_offer_or_a_lapse_wo
 async fn a_node_with_a_claim_in_a_pools_line_is_not_removed_until_it_leaves() {
     let (env, clock) = pool_env(Duration::from_secs(300)).await;
     take_both(&env).await;
-    clock.set(1_001_000);
-    from_pool(&env, ask("w1", "n2", None, true), None)
-        .await
-        .unwrap();
+    join(&env, &clock, &[(1_001_000, "w1", "n2")]).await;
     let remove = || env.write(|ctx, _| crate::lifecycle::remove_node(ctx, "n2", "op"));
     let e = remove().await.unwrap_err();
     assert!(
@@ -301,16 +271,16 @@ async fn each_claim_past_the_bound_is_held_a_member_not_only_the_first_in_line()
     let (env, clock) = pool_env(Duration::ZERO).await;
     n3_full(&env).await;
     take_both(&env).await;
-    for (t, alloc, node) in [
-        (1_001_000, "w1", "n3"),
-        (1_002_000, "w2", "n3"),
-        (1_003_000, "w3", "n2"),
-    ] {
-        clock.set(t);
-        from_pool(&env, ask(alloc, node, None, true), None)
-            .await
-            .unwrap();
-    }
+    join(
+        &env,
+        &clock,
+        &[
+            (1_001_000, "w1", "n3"),
+            (1_002_000, "w2", "n3"),
+            (1_003_000, "w3", "n2"),
+        ],
+    )
+    .await;
     free(&env, "m1", "h1", "n1").await;
     // w1 holds m1 already: m2 is held for w2, next past the bound, and w3 does not take it.
     free(&env, "m2", "h2", "n1").await;

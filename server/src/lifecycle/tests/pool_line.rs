@@ -241,24 +241,7 @@ pub(super) async fn slots(env: &Env, node: &str, n: u32) {
 #[tokio::test]
 async fn a_claim_that_cannot_start_is_passed_over_until_it_waited_past_the_bound() {
     for (hold_after, held) in [(Duration::from_secs(300), false), (Duration::ZERO, true)] {
-        let (env, clock) = pool_env(hold_after).await;
-        // n3 has one slot, taken by volume `other`.
-        slots(&env, "n3", 1).await;
-        env.volume("other", "single-node-writer").await;
-        env.claim("other", "o", "n3", ClaimMode::Write)
-            .await
-            .unwrap();
-        take_both(&env).await;
-        clock.set(1_001_000);
-        from_pool(&env, ask("w1", "n3", None, true), None)
-            .await
-            .unwrap();
-        clock.set(1_002_000);
-        from_pool(&env, ask("w2", "n2", None, true), None)
-            .await
-            .unwrap();
-
-        free(&env, "m1", "h1", "n1").await;
+        let (env, _clock) = m1_freed_before_w1_and_w2(hold_after).await;
         if held {
             // w1 waited past the bound: m1 is held for it, and w2 does not take it.
             assert_eq!(env.claim_row("m1", "w2").await, None);
@@ -394,14 +377,12 @@ async fn a_claim_whose_node_is_outside_a_members_topology_is_passed_over_even_pa
         .await
         .unwrap();
     assert_eq!((ha.volume.as_str(), hb.volume.as_str()), ("ma", "mb"));
-    clock.set(1_001_000);
-    from_pool(&env, ask("wb", "nb", None, true), None)
-        .await
-        .unwrap();
-    clock.set(1_002_000);
-    from_pool(&env, ask("wa", "na", None, true), None)
-        .await
-        .unwrap();
+    join(
+        &env,
+        &clock,
+        &[(1_001_000, "wb", "nb"), (1_002_000, "wa", "na")],
+    )
+    .await;
     // ma frees: wb, first in line and past the bound, can never use it (zone a); wa can.
     env.release("ma", "ha").await.unwrap();
     env.report(
@@ -496,4 +477,39 @@ async fn a_claim_in_line_counts_against_its_tokens_claims_per_claimer() {
     free(&env, "m2", "h2", "n1").await;
     assert_ne!(env.claim_state("m1", "w1").await, None, "w1 got m1");
     assert_eq!(env.read(|c| c.claims_held_by("t")).await, Some(1));
+}
+
+/// n3 with one slot, taken by volume `other`.
+pub(super) async fn n3_full(env: &Env) {
+    slots(env, "n3", 1).await;
+    env.volume("other", "single-node-writer").await;
+    env.claim("other", "o", "n3", ClaimMode::Write)
+        .await
+        .unwrap();
+}
+
+/// Claims from pool `cache` join its line, each at its time: (time, alloc, node).
+pub(super) async fn join(env: &Env, clock: &Clock, claims: &[(i64, &str, &str)]) {
+    for &(t, alloc, node) in claims {
+        clock.set(t);
+        from_pool(env, ask(alloc, node, None, true), None)
+            .await
+            .unwrap();
+    }
+}
+
+/// Both members taken, w1 waiting in line for a slot on n3 (full) and w2 on n2 behind it;
+/// then m1 frees (held for w1 past `hold_after`, else given to w2).
+pub(super) async fn m1_freed_before_w1_and_w2(hold_after: Duration) -> (Env, Clock) {
+    let (env, clock) = pool_env(hold_after).await;
+    n3_full(&env).await;
+    take_both(&env).await;
+    join(
+        &env,
+        &clock,
+        &[(1_001_000, "w1", "n3"), (1_002_000, "w2", "n2")],
+    )
+    .await;
+    free(&env, "m1", "h1", "n1").await;
+    (env, clock)
 }
