@@ -130,38 +130,62 @@ pub struct ClaimTimedOut {
 }
 
 impl ClaimTimedOut {
+    /// The pool whose line the claim still waits in (it has no volume yet).
+    pub fn in_line(&self) -> Option<&str> {
+        let c = &self.claim;
+        c.pool
+            .as_ref()
+            .filter(|_| c.volume.is_empty())
+            .map(|p| p.pool.as_str())
+    }
+
     fn waited(&self) -> String {
         let c = &self.claim;
         let goal = match self.goal {
             ClaimGoal::Ready => "ready",
             ClaimGoal::Gone => "released",
         };
+        let whose = match self.in_line() {
+            Some(pool) => format!("alloc {} in pool {pool}'s line", c.alloc),
+            None => format!("alloc {} on volume {}", c.alloc, c.volume),
+        };
         format!(
-            "timed out after {} waiting for the claim of alloc {} on volume {} to be {goal}",
-            given_duration(self.timeout),
-            c.alloc,
-            c.volume
+            "timed out after {} waiting for the claim of {whose} to be {goal}",
+            given_duration(self.timeout)
         )
+    }
+
+    /// Where to look at what holds the claim up: its volume, or its pool while it waits in
+    /// the pool's line.
+    pub fn look(&self) -> String {
+        match self.in_line() {
+            Some(pool) => {
+                format!("`csivol pool show {pool}` shows its line and who holds each member")
+            }
+            None => format!(
+                "`csivol status {}` shows its claims and attachments",
+                self.claim.volume
+            ),
+        }
     }
 
     /// The claim stays as it is: where it stands, and what to do about it.
     pub fn kept(&self) -> Failure {
         let (volume, alloc) = (&self.claim.volume, &self.claim.alloc);
+        let release = match self.in_line() {
+            Some(pool) => format!("csivol release --pool {pool} --alloc {alloc}"),
+            None => format!("csivol release {volume} --alloc {alloc}"),
+        };
+        let look = self.look();
         let (stands, hint) = match self.goal {
             ClaimGoal::Ready => (
                 "the claim still exists and is",
                 format!(
-                    "release it with `csivol release {volume} --alloc {alloc}` (or claim with \
-                     --release-on-timeout), or wait longer with --timeout; `csivol status {volume}` \
-                     shows its claims and attachments"
+                    "release it with `{release}` (or claim with --release-on-timeout), or wait \
+                     longer with --timeout; {look}"
                 ),
             ),
-            ClaimGoal::Gone => (
-                "it is",
-                format!(
-                    "`csivol status {volume}` shows its claims and attachments; wait longer with --timeout"
-                ),
-            ),
+            ClaimGoal::Gone => ("it is", format!("{look}; wait longer with --timeout")),
         };
         Failure::new(
             Exit::TimedOut,
@@ -214,6 +238,8 @@ pub async fn claim_until(
 ) -> anyhow::Result<Result<Option<Claim>, ClaimTimedOut>> {
     let alloc = start.alloc.clone();
     let (mut volume, mut who, mut path) = (String::new(), String::new(), String::new());
+    // The pool and node of a claim last seen in a pool's line.
+    let mut line: Option<(String, String)> = None;
     let mut progress = ctx.out.progress();
     let mut cursor = cursor;
     let mut current = Some(start);
@@ -226,9 +252,14 @@ pub async fn claim_until(
         {
             volume = c.volume.clone();
             path = claim_path(c);
-            who = match (&c.pool, volume.is_empty()) {
-                (Some(p), true) => format!("the claim of alloc {alloc} in pool {}'s line", p.pool),
-                _ => format!("the claim of alloc {alloc} on volume {volume}"),
+            line = c
+                .pool
+                .as_ref()
+                .filter(|_| volume.is_empty())
+                .map(|p| (p.pool.clone(), c.node.clone()));
+            who = match &line {
+                Some((pool, _)) => format!("the claim of alloc {alloc} in pool {pool}'s line"),
+                None => format!("the claim of alloc {alloc} on volume {volume}"),
             };
         }
         match (&current, goal) {
@@ -238,14 +269,26 @@ pub async fn claim_until(
             }
             (None, ClaimGoal::Ready) => {
                 progress.finish();
-                let why = last_event(ctx, &volume, &alloc)
+                // A claim that left a pool's line has its events on its node only.
+                let (query, hint) = match &line {
+                    Some((pool, node)) => (
+                        format!("node={node}"),
+                        format!(
+                            "`csivol pool show {pool}` shows its line; `csivol events --node \
+                             {node}` shows what happened"
+                        ),
+                    ),
+                    None => (
+                        format!("volume={volume}"),
+                        format!("`csivol events --volume {volume}` shows what happened"),
+                    ),
+                };
+                let why = last_event(ctx, &query, &alloc)
                     .await
                     .map(|e| format!(": {} ({})", e.message, e.kind))
                     .unwrap_or_default();
                 return Err(Failure::new(Exit::Error, format!("{who} is gone{why}"))
-                    .hint(format!(
-                        "`csivol events --volume {volume}` shows what happened"
-                    ))
+                    .hint(hint)
                     .into());
             }
             (Some(c), _) if c.state == ClaimState::Blocked => {
@@ -378,10 +421,11 @@ where
 }
 
 /// The last event of an alloc on a volume: why a claim disappeared.
-async fn last_event(ctx: &Ctx, volume: &str, alloc: &str) -> Option<Event> {
+/// The alloc's last event among those `query` selects (`volume=V`, `node=N`).
+async fn last_event(ctx: &Ctx, query: &str, alloc: &str) -> Option<Event> {
     let events: Vec<Event> = ctx
         .client
-        .get(&format!("/v1/events?volume={volume}&limit=10000"))
+        .get(&format!("/v1/events?{query}&limit=10000"))
         .await
         .ok()?;
     events

@@ -444,8 +444,9 @@ async fn sweep_job_volumes(db: &Db, limits: &Limits, now: i64) {
 }
 
 /// Releases claims whose lease ran out (checked twice a second; a write only when due),
-/// and serves the pools' lines every few seconds while a claim waits in one: a slot freed
-/// on its node, or its wait passing `pool_hold_after`, changes no member.
+/// and serves the pools' lines every few seconds when an offer to one would grant or hold
+/// a member (looked at read only): a slot freed on a waiting claim's node, or its wait
+/// passing `pool_hold_after`, changes no member.
 async fn expire_leases(db: Db, limits: Limits, clock: Clock) {
     let mut tick = tokio::time::interval(Duration::from_millis(500));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -455,11 +456,13 @@ async fn expire_leases(db: Db, limits: Limits, clock: Clock) {
         let now = clock.now_ms();
         ticks = ticks.wrapping_add(1);
         let lines = ticks.is_multiple_of(10);
+        let check = limits.clone();
         let due = db.read(move |c| {
             Ok(c.any_lease_expired(now)?
                 || c.pool_line(None)?
                     .iter()
-                    .any(|w| lines || w.expires_at.is_some_and(|t| t <= now)))
+                    .any(|w| w.expires_at.is_some_and(|t| t <= now))
+                || (lines && lifecycle::lines_due(c, now, &check)?))
         });
         match due.await {
             Ok(false) => continue,

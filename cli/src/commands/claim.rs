@@ -267,10 +267,11 @@ pub async fn run(ctx: &Ctx, args: ClaimArgs) -> anyhow::Result<Exit> {
             a = claim.record(ctx, hold) => a?,
             signal = crate::signals::terminated() => {
                 if args.pool.is_some() {
-                    // Which member it got, if any, the answer that never came would say.
+                    // Recorded or not (the answer never came), in the pool's line or on a
+                    // member, the claim is released through its pool, as `run` does.
+                    release_from_pool(ctx, volume, alloc, false).await?;
                     ctx.out.note(format!(
-                        "interrupted ({}): the claim from pool {volume} may be recorded; \
-                         `csivol claim list --node {node}` shows alloc {alloc}'s claims",
+                        "interrupted ({}): released the claim of alloc {alloc} from pool {volume}",
                         signal.name()
                     ));
                     return Ok(Exit::Signal(signal.number()));
@@ -311,13 +312,14 @@ pub async fn run(ctx: &Ctx, args: ClaimArgs) -> anyhow::Result<Exit> {
                     Some(pool) => drop(release_from_pool(ctx, pool, alloc, false).await?),
                     None => release(ctx, &timed_out.claim.volume, alloc).await?,
                 }
+                let look = match timed_out.in_line() {
+                    Some(_) => timed_out.look(),
+                    None => format!("`csivol status {volume}` shows what holds the volume up"),
+                };
                 return Err(timed_out
                     .released(
                         "released the claim (--release-on-timeout)",
-                        format!(
-                            "claim again with a longer --timeout; `csivol status {volume}` shows \
-                             what holds the volume up"
-                        ),
+                        format!("claim again with a longer --timeout; {look}"),
                     )
                     .into());
             }

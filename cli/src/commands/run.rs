@@ -40,13 +40,18 @@ pub async fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<Exit> {
         }
         Err(Aborted::TimedOut(t, made)) => {
             release_all(ctx, &made, &alloc, &args, None).await?;
-            let volume = &t.claim.volume;
+            let look = match t.in_line() {
+                Some(_) => t.look(),
+                None => format!(
+                    "`csivol status {}` shows what holds the volume up",
+                    t.claim.volume
+                ),
+            };
             return Err(t
                 .released(
                     "released every claim made: the command did not run",
                     format!(
-                        "run it again with a longer --timeout{}; `csivol status {volume}` shows \
-                         what holds the volume up",
+                        "run it again with a longer --timeout{}; {look}",
                         if args.queue {
                             " (it includes the wait in line)"
                         } else {

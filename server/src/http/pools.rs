@@ -170,8 +170,9 @@ pub(super) async fn delete_pool_claim(
     name("pool", &pool)?;
     name("alloc", &alloc)?;
     let began = app.db.hub.generation();
+    let limits = app.limits.clone();
     let write = move |ctx: &mut WriteCtx<'_>| {
-        if lifecycle::leave_line(ctx, &pool, &alloc, &who.claimant())? {
+        if lifecycle::leave_line(ctx, &pool, &alloc, &who.claimant(), &limits)? {
             return Ok(Ok(None));
         }
         let volume = match lifecycle::pool_claim(&*ctx, &pool, &alloc, 0) {

@@ -19,7 +19,7 @@ use super::changes::set_claim_state;
 use super::events::{event, show_segment};
 use super::heard::Recorded;
 use crate::error::{ApiError, ApiResult};
-use crate::model::{ClaimRow, Lifecycle, VolumeRow, time};
+use crate::model::{ClaimRow, Lifecycle, PoolWaiterRow, VolumeRow, time};
 use crate::store::{Snapshot, Txn};
 
 /// What recording a claim would do.
@@ -489,6 +489,25 @@ pub(super) fn evaluate_arrived(
             }
         }
     }
+    // A pool member held for the first claim in its pool's line (it waited past the
+    // server's `pool_hold_after`) is that claim's: it stands in the way as a claim would.
+    if let Some(h) = held_for(conn, volume)?
+        && h.request.claim.alloc != req.alloc
+    {
+        let why = format!(
+            "volume `{volume}` is held for the first claim in pool `{}`'s line, which waited \
+             past the server's pool_hold_after",
+            h.pool
+        );
+        if req.queue {
+            return Ok(ClaimDecision::Queue(why));
+        }
+        return Err(ApiError::conflict(why).with_hint(format!(
+            "claim with --queue to wait for it, or claim from the pool: csivol claim --pool {} \
+             --queue",
+            h.pool
+        )));
+    }
     // Nobody overtakes the queue.
     let ahead = claims
         .iter()
@@ -508,6 +527,17 @@ pub(super) fn evaluate_arrived(
     }
 }
 
+/// The claim in a pool's line that `volume` is held for, if any.
+pub(super) fn held_for(
+    conn: &(impl Snapshot + ?Sized),
+    volume: &str,
+) -> ApiResult<Option<PoolWaiterRow>> {
+    Ok(conn
+        .pool_line(None)?
+        .into_iter()
+        .find(|w| w.held.as_deref() == Some(volume)))
+}
+
 /// Grants the volume's queued claims that may start now, in arrival order, inside the
 /// transaction that freed the room.
 pub(super) fn grant_queued(ctx: &mut impl Txn, v: &VolumeRow) -> ApiResult<()> {
@@ -517,9 +547,12 @@ pub(super) fn grant_queued(ctx: &mut impl Txn, v: &VolumeRow) -> ApiResult<()> {
         return Ok(());
     }
     let claims = ctx.claims_of_volume(&v.name)?;
+    // A member held for the first claim in its pool's line grants only the claims queued
+    // before that claim arrived: the line and the queue keep one order.
+    let held_since = held_for(&*ctx, &v.name)?.map(|w| w.at);
     let queued: Vec<Wanted<'_>> = claims
         .iter()
-        .filter(|c| c.state == ClaimState::Queued)
+        .filter(|c| c.state == ClaimState::Queued && held_since.is_none_or(|t| c.created_at < t))
         .map(|c| Wanted {
             alloc: &c.alloc,
             node: &c.node,

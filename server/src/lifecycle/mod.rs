@@ -100,6 +100,7 @@ pub use nodes::{
 pub use operator::{detach, require_reason, unblock_node, unblock_volume};
 pub use ops::{plugins_with_due_ops, schedule_ops};
 pub use pool_claims::{claim_from_pool, released_from_pool};
+pub use pool_line::lines_due;
 pub use pool_waits::{leave_line, pool_claim, renew_in_line, serve_lines};
 pub use pools::{
     any_linger_due, create_pool, delete_pool, end_due_lingers, pool_view, pool_views,

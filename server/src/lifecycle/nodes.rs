@@ -732,6 +732,34 @@ pub fn remove_node(ctx: &mut impl Txn, node: &str, actor: &str) -> ApiResult<()>
         ops: ctx.ops_of_host(node)?.len(),
     };
     removal(node, &h).map_err(refused)?;
+    // A claim waiting in a pool's line for the node is a claim on it, as a queued one is:
+    // its owner releases it (a drain), the removal does not.
+    let waiting: Vec<(String, String)> = ctx
+        .pool_line(None)?
+        .into_iter()
+        .filter(|w| w.request.claim.node == node)
+        .map(|w| (w.pool, w.request.claim.alloc))
+        .collect();
+    if let Some((pool, alloc)) = waiting.first() {
+        let (s, wait) = if waiting.len() == 1 {
+            ("", "waits")
+        } else {
+            ("s", "wait")
+        };
+        let named: Vec<String> = waiting
+            .iter()
+            .map(|(p, a)| format!("alloc {a} in pool {p}"))
+            .collect();
+        return Err(ApiError::conflict(format!(
+            "refusing to remove node `{node}`: {} claim{s} for it {wait} in pools' lines ({})",
+            waiting.len(),
+            named.join(", ")
+        ))
+        .with_hint(format!(
+            "drain it and wait for the owners to release them, or release one: csivol release \
+             --pool {pool} --alloc {alloc}"
+        )));
+    }
     ctx.delete_node(node)?;
     event(
         ctx,

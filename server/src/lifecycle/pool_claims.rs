@@ -83,7 +83,7 @@ pub fn claim_from_pool(
     // A late copy of a request sent before the alloc released a member is refused, whichever
     // member that was: it must not land on another member that is free now.
     // The alloc in the pool's line already: the same request again.
-    if let Some(answer) = super::pool_waits::waiting(ctx, pool, claim)? {
+    if let Some(answer) = super::pool_waits::waiting(ctx, pool, claim, who)? {
         return Ok((answer, false));
     }
     for volume in &all {

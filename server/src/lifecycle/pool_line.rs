@@ -6,7 +6,10 @@
 //! arrival: a member's queued claim that came before a claim in line is granted first, and
 //! one that came after does not stand before it. Once the first in line has waited past the
 //! server's `pool_hold_after`, a member that frees and that it can use (its node has no free
-//! slot yet, say) is held for it: no later claim takes that member first.
+//! slot yet, say) is held for it: no later claim, from the line or by the member's name,
+//! takes that member first. One that holds a member already leaves the next member to the
+//! next claim past the bound. A hold its claim can never use, or on a volume that left the
+//! pool or service, is let go.
 //!
 //! A claim in line has a lease as any claim; it leaves the line when released or when its
 //! lease lapses, with a tombstone under `pool:NAME` so that a late copy of its request does
@@ -24,7 +27,7 @@ use super::events::event;
 use super::pool_members::{Candidate, candidate, members, record_choice};
 use super::settings::Limits;
 use crate::error::{ApiError, ApiResult};
-use crate::model::{PoolWaiterRow, time};
+use crate::model::{PoolRow, PoolWaiterRow, time};
 use crate::store::{NewClaim, Snapshot, Txn};
 use crate::watch::Key;
 
@@ -156,8 +159,8 @@ pub(super) fn empty_line(ctx: &mut impl Txn, pool: &str, actor: &str) -> ApiResu
     Ok(())
 }
 
-/// Takes out of every line the claims whose lease lapsed; how many.
-pub(super) fn expire(ctx: &mut impl Txn) -> ApiResult<usize> {
+/// Takes out of every line the claims whose lease lapsed; which.
+pub(super) fn expire(ctx: &mut impl Txn) -> ApiResult<Vec<PoolWaiterRow>> {
     let now = ctx.now();
     let due: Vec<PoolWaiterRow> = ctx
         .pool_line(None)?
@@ -167,7 +170,7 @@ pub(super) fn expire(ctx: &mut impl Txn) -> ApiResult<usize> {
     for w in &due {
         leave(ctx, w, "its lease lapsed", "server")?;
     }
-    Ok(due.len())
+    Ok(due)
 }
 
 /// How a claim in line stands with a free member.
@@ -194,14 +197,24 @@ fn fit(conn: &(impl Snapshot + ?Sized), member: &str, w: &PoolWaiterRow) -> ApiR
 }
 
 /// Offers free member `volume` (called whenever a volume's claims may have changed, before
-/// its own queue is granted) to the claims in its pool's line, first in line first: it goes
-/// to the first that may start on it now and has no warmer free member to take, unless it
-/// is held for the first in line, or the first in line waited past the bound and can use
-/// it later (its node has no free slot yet): it is then held for that one.
+/// its own queue is granted) to the claims in its pool's line, first in line first: the
+/// first that may start on it now takes the warmest free member it may start on (this one
+/// or another), unless it is held for the first in line, or the first in line waited past
+/// the bound and can use it later (its node has no free slot yet): it is then held for
+/// that one. A member the claim in line took instead is moved forward, and this one is
+/// offered again, to the line as it is then.
 pub(super) fn serve_member(ctx: &mut impl Txn, volume: &str, limits: &Limits) -> ApiResult<()> {
+    while let Some(other) = offer(ctx, volume, limits)? {
+        super::attachments::advance_volume(ctx, &other, limits)?;
+    }
+    Ok(())
+}
+
+/// One offer of `volume` to its pool's line: the other member granted instead, if any.
+fn offer(ctx: &mut impl Txn, volume: &str, limits: &Limits) -> ApiResult<Option<String>> {
     let line = ctx.pool_line(None)?;
     if line.is_empty() {
-        return Ok(());
+        return Ok(None);
     }
     let labels = ctx.volume_labels(volume)?;
     let mut pools: Vec<&str> = line.iter().map(|w| w.pool.as_str()).collect();
@@ -214,51 +227,169 @@ pub(super) fn serve_member(ctx: &mut impl Txn, volume: &str, limits: &Limits) ->
         }
     }
     let Some(p) = pool else {
-        return Ok(());
+        return Ok(None);
     };
     if !free(&*ctx, volume)? {
-        return Ok(());
+        return Ok(None);
     }
-    let line: Vec<PoolWaiterRow> = line.into_iter().filter(|w| w.pool == p.name).collect();
-    let held_for = |m: &str| line.iter().find(|w| w.held.as_deref() == Some(m));
+    let now = ctx.now();
+    let mut live = Vec::new();
+    for w in line.into_iter().filter(|w| w.pool == p.name) {
+        // A claim whose lease lapsed is gone, whether or not the leader's pass took it out
+        // of the line yet: it leaves now, and is granted nothing.
+        if w.expires_at.is_some_and(|t| t <= now) {
+            leave(ctx, &w, "its lease lapsed", "server")?;
+            if let Some(m) = w.held.as_deref().filter(|m| *m != volume) {
+                super::attachments::advance_volume(ctx, m, limits)?;
+            }
+        } else {
+            live.push(w);
+        }
+    }
+    let mut line = live;
+    let_go_stale_holds(ctx, &p, &mut line)?;
+    // A hold for a claim that can never start on the member (its node out of service or
+    // gone) would keep the member from everyone: it is let go.
+    if let Some(h) = line.iter_mut().find(|w| w.held.as_deref() == Some(volume))
+        && fit(&*ctx, volume, h)? == Fit::Never
+    {
+        unhold(ctx, h, "it cannot start there")?;
+    }
     let others: Vec<String> = members(&*ctx, &p)?
         .into_iter()
         .filter(|m| m != volume)
         .collect();
-    let now = ctx.now();
+    match decide(&*ctx, volume, &others, &line, now, limits)? {
+        Some(Step::Grant(i, best)) => {
+            let elsewhere = (best.volume != volume).then(|| best.volume.clone());
+            grant(ctx, &line[i], &best, limits)?;
+            Ok(elsewhere)
+        }
+        Some(Step::Hold(i)) => {
+            hold(ctx, &line[i], volume, limits)?;
+            Ok(None)
+        }
+        None => Ok(None),
+    }
+}
+
+/// What an offer of a free member does with the line.
+enum Step {
+    /// The claim at this place in line takes this member.
+    Grant(usize, Candidate),
+    /// The offered member is held for the claim at this place in line.
+    Hold(usize),
+}
+
+/// What offering free member `volume` (the pool's `others` beside it) to `line` does.
+fn decide(
+    conn: &(impl Snapshot + ?Sized),
+    volume: &str,
+    others: &[String],
+    line: &[PoolWaiterRow],
+    now: i64,
+    limits: &Limits,
+) -> ApiResult<Option<Step>> {
+    let held_for = |m: &str| line.iter().find(|w| w.held.as_deref() == Some(m));
     let bound = i64::try_from(limits.pool_hold_after.as_millis()).unwrap_or(i64::MAX);
     for (i, w) in line.iter().enumerate() {
         let alloc = &w.request.claim.alloc;
         if held_for(volume).is_some_and(|h| &h.request.claim.alloc != alloc) {
             continue;
         }
-        match fit(&*ctx, volume, w)? {
+        match fit(conn, volume, w)? {
             Fit::Now => {
-                let mine = candidate(&*ctx, volume, &w.request)?;
-                // A warmer free member it may start on now is its to take instead: its own
-                // turn of this offer comes in the same pass.
-                let mut warmer = false;
-                for m in &others {
-                    if held_for(m).is_none_or(|h| &h.request.claim.alloc == alloc)
-                        && free(&*ctx, m)?
-                        && fit(&*ctx, m, w)? == Fit::Now
-                        && candidate(&*ctx, m, &w.request)?.order() < mine.order()
-                    {
-                        warmer = true;
-                        break;
+                // The first in line that may start on it takes the warmest free member it
+                // may start on now, this one or another, whose mount rules take it: warmth
+                // chooses its member, and the offer of this one goes no further down the
+                // line in this pass (a claim after it must not take the slot or member it
+                // would have had). The member it leaves is offered again once it is taken
+                // (`serve_member`).
+                let mut best = None::<Candidate>;
+                for m in std::iter::once(volume).chain(others.iter().map(String::as_str)) {
+                    let fits = m == volume
+                        || (held_for(m).is_none_or(|h| &h.request.claim.alloc == alloc)
+                            && free(conn, m)?
+                            && fit(conn, m, w)? == Fit::Now);
+                    if !fits || mounts_refuse(conn, m, &w.request.claim, limits)?.is_some() {
+                        continue;
+                    }
+                    let c = candidate(conn, m, &w.request)?;
+                    if best.as_ref().is_none_or(|b| c.order() < b.order()) {
+                        best = Some(c);
                     }
                 }
-                if !warmer {
-                    return grant(ctx, w, &mine, limits);
+                if let Some(best) = best {
+                    return Ok(Some(Step::Grant(i, best)));
                 }
             }
-            Fit::Later if i == 0 && w.held.is_none() && now.saturating_sub(w.at) >= bound => {
-                return hold(ctx, w, volume, limits);
+            // The first claim past the bound that can use it later is held it: the first
+            // in line, or, that one held a member already or never able to use this one,
+            // the next past the bound, so that none of them starves.
+            Fit::Later if w.held.is_none() && now.saturating_sub(w.at) >= bound => {
+                return Ok(Some(Step::Hold(i)));
             }
             Fit::Later | Fit::Never => {}
         }
     }
-    Ok(())
+    Ok(None)
+}
+
+/// Whether the leader's pass has anything to do in the pools' lines (read only, so that
+/// the pass writes only when due): a claim in line whose lease lapsed, a hold to let go,
+/// or a free member that an offer to its line would grant or hold, at `now`.
+pub fn lines_due(conn: &(impl Snapshot + ?Sized), now: i64, limits: &Limits) -> ApiResult<bool> {
+    let all = conn.pool_line(None)?;
+    if all.iter().any(|w| w.expires_at.is_some_and(|t| t <= now)) {
+        return Ok(true);
+    }
+    let mut pools: Vec<&str> = all.iter().map(|w| w.pool.as_str()).collect();
+    pools.sort_unstable();
+    pools.dedup();
+    for name in pools {
+        let Some(p) = conn.pool(name)? else {
+            continue;
+        };
+        let line: Vec<PoolWaiterRow> = all.iter().filter(|w| w.pool == name).cloned().collect();
+        let members = members(conn, &p)?;
+        for w in &line {
+            if let Some(m) = &w.held
+                && (!members.contains(m) || conn.volume_availability(m)?.is_some())
+            {
+                return Ok(true);
+            }
+        }
+        for m in &members {
+            if !free(conn, m)? {
+                continue;
+            }
+            if let Some(h) = line.iter().find(|w| w.held.as_deref() == Some(m))
+                && fit(conn, m, h)? == Fit::Never
+            {
+                return Ok(true);
+            }
+            let others: Vec<String> = members.iter().filter(|o| *o != m).cloned().collect();
+            if decide(conn, m, &others, &line, now, limits)?.is_some() {
+                return Ok(true);
+            }
+        }
+    }
+    Ok(false)
+}
+
+/// Why member `volume`'s mount rules refuse `claim` (its group, its flags), if they do.
+pub(super) fn mounts_refuse(
+    conn: &(impl Snapshot + ?Sized),
+    volume: &str,
+    claim: &api::ClaimRequest,
+    limits: &Limits,
+) -> ApiResult<Option<ApiError>> {
+    let v = conn.require_volume(volume)?;
+    match super::mounts::claim_mount(conn, &v, claim, &limits.mounts) {
+        Ok(_) => Ok(None),
+        Err(e) if is_internal(&e) => Err(e),
+        Err(e) => Ok(Some(e)),
+    }
 }
 
 /// Whether `volume` is free for a claim from the line: nobody holds it (its own queued
@@ -292,6 +423,53 @@ fn hold(ctx: &mut impl Txn, w: &PoolWaiterRow, member: &str, limits: &Limits) ->
         Some(&w.request.claim.alloc),
         "server",
         message,
+    )?;
+    ctx.touch(Key::Pool(w.pool.clone()));
+    Ok(())
+}
+
+/// Lets go the holds of `p`'s `line` on volumes that left the pool or are out of service
+/// (paused, draining): such a hold keeps the first in line waiting on a member no release
+/// gives it, and the next member that frees may be held for it instead.
+pub(super) fn let_go_stale_holds(
+    ctx: &mut impl Txn,
+    p: &PoolRow,
+    line: &mut [PoolWaiterRow],
+) -> ApiResult<()> {
+    if line.iter().all(|w| w.held.is_none()) {
+        return Ok(());
+    }
+    let all = members(&*ctx, p)?;
+    for w in line.iter_mut() {
+        let Some(m) = w.held.clone() else {
+            continue;
+        };
+        if !all.contains(&m) {
+            unhold(ctx, w, "it left the pool")?;
+        } else if ctx.volume_availability(&m)?.is_some() {
+            unhold(ctx, w, "it is out of service")?;
+        }
+    }
+    Ok(())
+}
+
+/// Lets go the member held for `w` (`why`), with its event.
+fn unhold(ctx: &mut impl Txn, w: &mut PoolWaiterRow, why: &str) -> ApiResult<()> {
+    let Some(member) = w.held.take() else {
+        return Ok(());
+    };
+    ctx.put_pool_waiter(&w.pool, &w.request.claim.alloc, Some(w))?;
+    event(
+        ctx,
+        EventKind::PoolMemberHeld,
+        Some(&member),
+        Some(&w.request.claim.node),
+        Some(&w.request.claim.alloc),
+        "server",
+        format!(
+            "pool {}: member {member} no longer held for the first in line: {why}",
+            w.pool
+        ),
     )?;
     ctx.touch(Key::Pool(w.pool.clone()));
     Ok(())

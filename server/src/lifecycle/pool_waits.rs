@@ -11,7 +11,9 @@ use super::admission::evaluate_arrived;
 use super::attachments::advance_volume;
 use super::claims::Claimant;
 use super::events::event;
-use super::pool_line::{expire, find, is_internal, leave, line_key, waiter_claim};
+use super::pool_line::{
+    expire, find, is_internal, leave, let_go_stale_holds, line_key, waiter_claim,
+};
 use super::pools::{members, require_pool};
 use super::settings::Limits;
 use crate::error::{ApiError, ApiResult};
@@ -20,15 +22,28 @@ use crate::store::{Snapshot, Txn};
 use crate::watch::Key;
 
 /// The alloc's claim in `pool`'s line asked for again: answered as it stands (`None`: not
-/// in line). Another node or mode is refused: it is another claim.
+/// in line). Another node or mode is refused: it is another claim. So is another token's
+/// request, as a repeated claim on a volume is (`owners::refuse_unless_may_repeat`): the
+/// claim in line is the token's that made it.
 pub(super) fn waiting(
     ctx: &mut impl Txn,
     pool: &str,
     claim: &api::ClaimRequest,
+    who: &Claimant<'_>,
 ) -> ApiResult<Option<api::Claim>> {
     let Some((i, w)) = find(&*ctx, pool, &claim.alloc)? else {
         return Ok(None);
     };
+    if w.claimer != who.token {
+        return Err(ApiError::conflict(format!(
+            "alloc `{}` already waits in pool `{pool}`'s line, for another token: a repeated \
+             claim request must come from the token that made the claim",
+            claim.alloc
+        ))
+        .with_hint(
+            "give this job its own alloc (`--alloc`), or ask with the token that made the claim",
+        ));
+    }
     let c = &w.request.claim;
     if c.node != claim.node || c.mode != claim.mode {
         return Err(ApiError::conflict(format!(
@@ -140,11 +155,13 @@ pub(super) fn join(
 
 /// `DELETE /v1/pools/{name}/claims/{alloc}` of a claim still in line: it leaves the line
 /// (`false`: the alloc is not in line). Its own token or one that may release any claim.
+/// A member held for it goes to whoever may take it now.
 pub fn leave_line(
     ctx: &mut impl Txn,
     pool: &str,
     alloc: &str,
     who: &Claimant<'_>,
+    limits: &Limits,
 ) -> ApiResult<bool> {
     require_pool(&*ctx, pool)?;
     let Some((_, w)) = find(&*ctx, pool, alloc)? else {
@@ -157,6 +174,9 @@ pub fn leave_line(
         )));
     }
     leave(ctx, &w, "released", who.actor)?;
+    if let Some(m) = &w.held {
+        advance_volume(ctx, m, limits)?;
+    }
     Ok(true)
 }
 
@@ -219,6 +239,8 @@ pub(super) fn serve(ctx: &mut impl Txn, pool: &str, limits: &Limits) -> ApiResul
     let Some(p) = ctx.pool(pool)? else {
         return Ok(());
     };
+    let mut line = ctx.pool_line(Some(pool))?;
+    let_go_stale_holds(ctx, &p, &mut line)?;
     loop {
         let waiting = ctx.pool_line(Some(pool))?.len();
         if waiting == 0 {
@@ -238,11 +260,15 @@ pub(super) fn serve(ctx: &mut impl Txn, pool: &str, limits: &Limits) -> ApiResul
 /// changes no member). How many left.
 pub fn serve_lines(ctx: &mut impl Txn, limits: &Limits) -> ApiResult<usize> {
     let lapsed = expire(ctx)?;
+    // A member held for one of them goes to whoever may take it now.
+    for m in lapsed.iter().filter_map(|w| w.held.as_deref()) {
+        advance_volume(ctx, m, limits)?;
+    }
     let mut pools: Vec<String> = ctx.pool_line(None)?.into_iter().map(|w| w.pool).collect();
     pools.sort_unstable();
     pools.dedup();
     for pool in pools {
         serve(ctx, &pool, limits)?;
     }
-    Ok(lapsed)
+    Ok(lapsed.len())
 }

@@ -491,6 +491,96 @@ fn a_job_that_finds_every_member_taken_waits_in_the_pools_line_with_queue() {
         out.stderr.contains("alloc a5 left pool line's line"),
         "{out:?}"
     );
+    // A wait that times out in line says how to leave it and where to look.
+    let waited = |alloc: &str, more: &[&str]| {
+        let mut args = vec![
+            "claim",
+            "--pool",
+            "line",
+            "--node",
+            "node-1",
+            "--alloc",
+            alloc,
+            "--queue",
+            "--wait",
+            "--timeout",
+            "1s",
+        ];
+        args.extend_from_slice(more);
+        c.csivol(&args)
+    };
+    let out = waited("a6", &[]);
+    assert_eq!(out.code, 5, "{out:?}");
+    assert!(
+        out.stderr.contains(
+            "waiting for the claim of alloc a6 in pool line's line to be ready; the claim still \
+             exists"
+        ) && out.stderr.contains(
+            "release it with `csivol release --pool line --alloc a6` (or claim with \
+             --release-on-timeout), or wait longer with --timeout; `csivol pool show line` shows \
+             its line"
+        ),
+        "{out:?}"
+    );
+    let out = waited("a7", &["--release-on-timeout"]);
+    assert_eq!(out.code, 5, "{out:?}");
+    assert!(
+        out.stderr.contains(
+            "claim again with a longer --timeout; `csivol pool show line` shows its line"
+        ),
+        "{out:?}"
+    );
+    let in_line = |c: &Cluster| {
+        let p = c
+            .csivol(&["pool", "show", "line", "-o", "json"])
+            .ok()
+            .json();
+        let allocs: Vec<String> = p["line"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|w| w["alloc"].as_str().unwrap().to_owned())
+            .collect();
+        allocs
+    };
+    assert_eq!(in_line(&c), ["a6"], "a7 left the line at its timeout");
+    c.csivol(&["release", "--pool", "line", "--alloc", "a6"])
+        .ok();
+    // Interrupted while its answer is held (off a terminal), a claim in line leaves it.
+    let log = c.dir.join("a8.log");
+    let mut claim = Proc::spawn(
+        "csivol claim --pool --queue --wait",
+        c.command(
+            Some(&c.token),
+            &[
+                "claim",
+                "--pool",
+                "line",
+                "--node",
+                "node-1",
+                "--alloc",
+                "a8",
+                "--queue",
+                "--wait",
+                "--timeout",
+                "120s",
+            ],
+        ),
+        &log,
+    );
+    wait_for("a8 in the pool's line", WAIT, || {
+        (in_line(&c) == ["a8"]).then_some(())
+    });
+    let pid = rustix::process::Pid::from_raw(claim.pid() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::INT).unwrap();
+    let status = wait_for("csivol to exit", WAIT, || claim.exited());
+    let printed = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(status.code(), Some(130), "{printed}");
+    assert!(
+        printed.contains("interrupted (SIGINT): released the claim of alloc a8 from pool line"),
+        "{printed}"
+    );
+    assert!(in_line(&c).is_empty());
     for alloc in ["a4", "a1"] {
         c.csivol(&["release", "--pool", "line", "--alloc", alloc, "--wait"])
             .ok();

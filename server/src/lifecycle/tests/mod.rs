@@ -18,6 +18,7 @@ mod mounts;
 mod nodes;
 mod operator;
 mod ops;
+mod pool_holds;
 mod pool_line;
 mod pools;
 mod reports;

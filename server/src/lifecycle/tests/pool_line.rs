@@ -16,7 +16,7 @@ use crate::error::ApiResult;
 use crate::lifecycle::Claimant;
 
 /// Pool `cache` of the volumes labelled `pool=cache`.
-async fn make_pool(env: &Env) {
+pub(super) async fn make_pool(env: &Env) {
     let spec = PoolSpec {
         selector: [("pool".to_owned(), "cache".to_owned())].into(),
         linger_ms: None,
@@ -28,7 +28,7 @@ async fn make_pool(env: &Env) {
 
 /// Nodes `n1` and `n2`, and pool `cache` of members `m1` and `m2` (single-node-writer),
 /// stamped by a clock the test moves.
-async fn pool_env(hold_after: Duration) -> (Env, Clock) {
+pub(super) async fn pool_env(hold_after: Duration) -> (Env, Clock) {
     let clock = Clock::held_at(1_000_000);
     let mut env = Env::with_clock(clock.clone());
     env.limits.pool_hold_after = hold_after;
@@ -42,7 +42,7 @@ async fn pool_env(hold_after: Duration) -> (Env, Clock) {
     (env, clock)
 }
 
-async fn label(env: &Env, volume: &str) {
+pub(super) async fn label(env: &Env, volume: &str) {
     let set = VolumeLabelRequest {
         set: [("pool".to_owned(), "cache".to_owned())].into(),
         remove: Vec::new(),
@@ -57,7 +57,7 @@ async fn label(env: &Env, volume: &str) {
 }
 
 /// What a claim from pool `cache` asks.
-fn ask(alloc: &str, node: &str, key: Option<&str>, queue: bool) -> PoolClaimRequest {
+pub(super) fn ask(alloc: &str, node: &str, key: Option<&str>, queue: bool) -> PoolClaimRequest {
     let mut claim = ClaimRequest::new(alloc, node, ClaimMode::Write);
     claim.queue = queue;
     PoolClaimRequest {
@@ -67,7 +67,7 @@ fn ask(alloc: &str, node: &str, key: Option<&str>, queue: bool) -> PoolClaimRequ
     }
 }
 
-async fn from_pool(
+pub(super) async fn from_pool(
     env: &Env,
     req: PoolClaimRequest,
     sent_at: Option<i64>,
@@ -88,7 +88,7 @@ async fn from_pool(
 }
 
 /// `h1` and `h2` on node `n1` take both members.
-async fn take_both(env: &Env) {
+pub(super) async fn take_both(env: &Env) {
     for alloc in ["h1", "h2"] {
         from_pool(env, ask(alloc, "n1", None, false), None)
             .await
@@ -98,7 +98,7 @@ async fn take_both(env: &Env) {
 
 /// Releases `alloc`'s claim on `volume` (its job succeeded: its key becomes the member's)
 /// and has `node` report it unpublished: the member is free.
-async fn free(env: &Env, volume: &str, alloc: &str, node: &str) {
+pub(super) async fn free(env: &Env, volume: &str, alloc: &str, node: &str) {
     let (v, a) = (volume.to_owned(), alloc.to_owned());
     env.write(move |ctx, _| {
         crate::lifecycle::release_claim(ctx, &v, &a, &Claimant::operator("ci"))??;
@@ -115,7 +115,7 @@ async fn free(env: &Env, volume: &str, alloc: &str, node: &str) {
 }
 
 /// The line as `pool show` lists it: (alloc, held member).
-async fn line(env: &Env) -> Vec<(String, Option<String>)> {
+pub(super) async fn line(env: &Env) -> Vec<(String, Option<String>)> {
     env.read(|c| crate::lifecycle::pool_view(c, "cache", 0))
         .await
         .line
@@ -124,7 +124,7 @@ async fn line(env: &Env) -> Vec<(String, Option<String>)> {
         .collect()
 }
 
-fn waiting(allocs: &[&str]) -> Vec<(String, Option<String>)> {
+pub(super) fn waiting(allocs: &[&str]) -> Vec<(String, Option<String>)> {
     allocs.iter().map(|a| ((*a).to_owned(), None)).collect()
 }
 
@@ -228,7 +228,7 @@ async fn a_freed_member_goes_to_the_first_in_line_whatever_its_warmth_and_one_or
 }
 
 /// Registers `node` with room for `n` volumes of the plugin.
-async fn slots(env: &Env, node: &str, n: u32) {
+pub(super) async fn slots(env: &Env, node: &str, n: u32) {
     let mut req = serde_json::to_value(registration(node, false, &[])).unwrap();
     req["plugins"][0]["node"]["info"]["max_volumes_per_node"] = n.into();
     let req: api::RegisterRequest = serde_json::from_value(req).unwrap();
@@ -241,24 +241,7 @@ async fn slots(env: &Env, node: &str, n: u32) {
 #[tokio::test]
 async fn a_claim_that_cannot_start_is_passed_over_until_it_waited_past_the_bound() {
     for (hold_after, held) in [(Duration::from_secs(300), false), (Duration::ZERO, true)] {
-        let (env, clock) = pool_env(hold_after).await;
-        // n3 has one slot, taken by volume `other`.
-        slots(&env, "n3", 1).await;
-        env.volume("other", "single-node-writer").await;
-        env.claim("other", "o", "n3", ClaimMode::Write)
-            .await
-            .unwrap();
-        take_both(&env).await;
-        clock.set(1_001_000);
-        from_pool(&env, ask("w1", "n3", None, true), None)
-            .await
-            .unwrap();
-        clock.set(1_002_000);
-        from_pool(&env, ask("w2", "n2", None, true), None)
-            .await
-            .unwrap();
-
-        free(&env, "m1", "h1", "n1").await;
+        let (env, _clock) = m1_freed_before_w1_and_w2(hold_after).await;
         if held {
             // w1 waited past the bound: m1 is held for it, and w2 does not take it.
             assert_eq!(env.claim_row("m1", "w2").await, None);
@@ -340,7 +323,9 @@ async fn a_claim_leaves_the_line_when_released_or_lapsed_and_a_late_copy_does_no
 
     // Released, w2 leaves the line, and a freed member goes to nobody.
     let left = env
-        .write(|ctx, _| crate::lifecycle::leave_line(ctx, "cache", "w2", &Claimant::operator("ci")))
+        .write(|ctx, l| {
+            crate::lifecycle::leave_line(ctx, "cache", "w2", &Claimant::operator("ci"), l)
+        })
         .await
         .unwrap();
     assert!(left);
@@ -392,14 +377,12 @@ async fn a_claim_whose_node_is_outside_a_members_topology_is_passed_over_even_pa
         .await
         .unwrap();
     assert_eq!((ha.volume.as_str(), hb.volume.as_str()), ("ma", "mb"));
-    clock.set(1_001_000);
-    from_pool(&env, ask("wb", "nb", None, true), None)
-        .await
-        .unwrap();
-    clock.set(1_002_000);
-    from_pool(&env, ask("wa", "na", None, true), None)
-        .await
-        .unwrap();
+    join(
+        &env,
+        &clock,
+        &[(1_001_000, "wb", "nb"), (1_002_000, "wa", "na")],
+    )
+    .await;
     // ma frees: wb, first in line and past the bound, can never use it (zone a); wa can.
     env.release("ma", "ha").await.unwrap();
     env.report(
@@ -422,4 +405,111 @@ async fn a_claim_whose_node_is_outside_a_members_topology_is_passed_over_even_pa
             .contains("no member of pool `cache` can ever take this claim"),
         "{e:?}"
     );
+}
+
+/// A claimer token's claim, bounded by `claims_per_claimer`, without `release-any`.
+fn claimer(token: &'static str) -> Claimant<'static> {
+    Claimant {
+        actor: token,
+        token,
+        bounded: true,
+        any_claim: false,
+    }
+}
+
+async fn from_pool_as(
+    env: &Env,
+    req: PoolClaimRequest,
+    who: Claimant<'static>,
+) -> ApiResult<api::Claim> {
+    env.write(move |ctx, l| {
+        crate::lifecycle::claim_from_pool(ctx, "cache", &req, &who, l, false, None)
+    })
+    .await
+    .map(|(c, _)| c)
+}
+
+#[tokio::test]
+async fn a_claim_in_line_is_its_tokens_and_another_tokens_repeat_is_refused() {
+    let (env, clock) = pool_env(Duration::from_secs(300)).await;
+    take_both(&env).await;
+    clock.set(1_001_000);
+    from_pool_as(&env, ask("w1", "n2", None, true), claimer("a"))
+        .await
+        .unwrap();
+    // The same request from token b is not answered with token a's claim in line.
+    let e = from_pool_as(&env, ask("w1", "n2", None, true), claimer("b"))
+        .await
+        .unwrap_err();
+    assert!(
+        e.message.contains("for another token") && !e.message.contains("`a`"),
+        "{e:?}"
+    );
+    assert!(e.hint.unwrap().contains("--alloc"));
+    // From token a, it is.
+    let again = from_pool_as(&env, ask("w1", "n2", None, true), claimer("a"))
+        .await
+        .unwrap();
+    assert_eq!(again.queue_position, Some(1));
+    assert_eq!(line(&env).await, waiting(&["w1"]));
+}
+
+#[tokio::test]
+async fn a_claim_in_line_counts_against_its_tokens_claims_per_claimer() {
+    let (mut env, clock) = pool_env(Duration::from_secs(300)).await;
+    env.limits.claims_per_claimer = 1;
+    take_both(&env).await;
+    clock.set(1_001_000);
+    from_pool_as(&env, ask("w1", "n2", None, true), claimer("t"))
+        .await
+        .unwrap();
+    assert_eq!(env.read(|c| c.claims_held_by("t")).await, Some(1));
+    let e = from_pool_as(&env, ask("w2", "n2", None, true), claimer("t"))
+        .await
+        .unwrap_err();
+    assert!(
+        e.message.contains("holds 1 claim (queued ones included)"),
+        "{e:?}"
+    );
+    assert_eq!(line(&env).await, waiting(&["w1"]));
+    // Granted a member, its claim is counted once still.
+    free(&env, "m1", "h1", "n1").await;
+    free(&env, "m2", "h2", "n1").await;
+    assert_ne!(env.claim_state("m1", "w1").await, None, "w1 got m1");
+    assert_eq!(env.read(|c| c.claims_held_by("t")).await, Some(1));
+}
+
+/// n3 with one slot, taken by volume `other`.
+pub(super) async fn n3_full(env: &Env) {
+    slots(env, "n3", 1).await;
+    env.volume("other", "single-node-writer").await;
+    env.claim("other", "o", "n3", ClaimMode::Write)
+        .await
+        .unwrap();
+}
+
+/// Claims from pool `cache` join its line, each at its time: (time, alloc, node).
+pub(super) async fn join(env: &Env, clock: &Clock, claims: &[(i64, &str, &str)]) {
+    for &(t, alloc, node) in claims {
+        clock.set(t);
+        from_pool(env, ask(alloc, node, None, true), None)
+            .await
+            .unwrap();
+    }
+}
+
+/// Both members taken, w1 waiting in line for a slot on n3 (full) and w2 on n2 behind it;
+/// then m1 frees (held for w1 past `hold_after`, else given to w2).
+pub(super) async fn m1_freed_before_w1_and_w2(hold_after: Duration) -> (Env, Clock) {
+    let (env, clock) = pool_env(hold_after).await;
+    n3_full(&env).await;
+    take_both(&env).await;
+    join(
+        &env,
+        &clock,
+        &[(1_001_000, "w1", "n3"), (1_002_000, "w2", "n2")],
+    )
+    .await;
+    free(&env, "m1", "h1", "n1").await;
+    (env, clock)
 }

@@ -20,14 +20,20 @@ pub fn recorded(conn: &Connection) -> ApiResult<bool> {
     super::shape::has_column(conn, "claims", "claimer")
 }
 
-/// How many claims `token` holds, queued ones included; `None` where claimers are not
-/// recorded.
+/// How many claims `token` holds, queued ones and those waiting in a pool's line included
+/// (a claim in line is granted a member without being counted again); `None` where
+/// claimers are not recorded.
 pub fn held_by(conn: &Connection, token: &str) -> ApiResult<Option<usize>> {
     if !recorded(conn)? {
         return Ok(None);
     }
     let mut stmt = conn.prepare_cached("SELECT count(*) FROM claims WHERE claimer = ?1")?;
-    let n: i64 = stmt.query_row([token], |r| r.get(0))?;
+    let mut n: i64 = stmt.query_row([token], |r| r.get(0))?;
+    if super::shape::has_table(conn, "pool_waiters")? {
+        let mut stmt =
+            conn.prepare_cached("SELECT count(*) FROM pool_waiters WHERE claimer = ?1")?;
+        n += stmt.query_row([token], |r| r.get::<_, i64>(0))?;
+    }
     Ok(Some(n.max(0) as usize))
 }
 
