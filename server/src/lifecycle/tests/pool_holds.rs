@@ -65,8 +65,8 @@ async fn a_hold_is_let_go_once_its_claim_cannot_use_the_member_or_the_member_lef
         );
         if gone == "node out of service" {
             // w1's node can take no volume: m1, held for it, goes to w2 at the next pass.
-            env.write(|ctx, _| {
-                crate::lifecycle::set_eligibility(ctx, "n3", api::Eligibility::Ineligible, "op")
+            env.write(|ctx, l| {
+                crate::lifecycle::set_eligibility(ctx, "n3", api::Eligibility::Ineligible, "op", l)
             })
             .await
             .unwrap();
@@ -85,8 +85,8 @@ async fn a_hold_is_let_go_once_its_claim_cannot_use_the_member_or_the_member_lef
                 set: Default::default(),
                 remove: vec!["pool".to_owned()],
             };
-            env.write(move |ctx, _| {
-                crate::lifecycle::set_volume_labels(ctx, "m1", &unset, "op").map(|_| ())
+            env.write(move |ctx, l| {
+                crate::lifecycle::set_volume_labels(ctx, "m1", &unset, "op", l).map(|_| ())
             })
             .await
             .unwrap();
