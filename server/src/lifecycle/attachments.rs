@@ -86,7 +86,7 @@ pub fn advance_volume(ctx: &mut impl Txn, volume: &str, limits: &Limits) -> ApiR
     };
     // A free pool member goes first to a claim in its pool's line that came before its
     // own queued claims.
-    super::pool_line::serve_member(ctx, volume, limits)?;
+    super::pool_line::serve_member(ctx, volume, limits, advance_volume)?;
     grant_queued(ctx, &v)?;
     let recorded = Recorded::load(&*ctx, &v, None, ctx.now())?;
     let changes = transitions::next(&recorded.facts());

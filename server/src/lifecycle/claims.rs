@@ -110,7 +110,7 @@ pub fn create_claim(
     sent_at: Option<i64>,
 ) -> ApiResult<(api::Claim, bool)> {
     // A free pool member goes first to the claims in its pool's line, which came before.
-    super::pool_line::serve_member(ctx, volume, limits)?;
+    super::pool_line::serve_member(ctx, volume, limits, advance_volume)?;
     create_arrived(ctx, volume, req, who, limits, (waits, sent_at), None)
 }
 

@@ -203,15 +203,30 @@ fn fit(conn: &(impl Snapshot + ?Sized), member: &str, w: &PoolWaiterRow) -> ApiR
 /// the bound and can use it later (its node has no free slot yet): it is then held for
 /// that one. A member the claim in line took instead is moved forward, and this one is
 /// offered again, to the line as it is then.
-pub(super) fn serve_member(ctx: &mut impl Txn, volume: &str, limits: &Limits) -> ApiResult<()> {
-    while let Some(other) = offer(ctx, volume, limits)? {
-        super::attachments::advance_volume(ctx, &other, limits)?;
+/// `advance` moves a member forward (`attachments::advance_volume`, which calls this:
+/// given, not imported, so that the line stays below a volume's advance).
+pub(super) fn serve_member<T: Txn>(
+    ctx: &mut T,
+    volume: &str,
+    limits: &Limits,
+    advance: Advance<T>,
+) -> ApiResult<()> {
+    while let Some(other) = offer(ctx, volume, limits, advance)? {
+        advance(ctx, &other, limits)?;
     }
     Ok(())
 }
 
+/// How a member is moved forward as far as its recorded facts allow.
+pub(super) type Advance<T> = fn(&mut T, &str, &Limits) -> ApiResult<()>;
+
 /// One offer of `volume` to its pool's line: the other member granted instead, if any.
-fn offer(ctx: &mut impl Txn, volume: &str, limits: &Limits) -> ApiResult<Option<String>> {
+fn offer<T: Txn>(
+    ctx: &mut T,
+    volume: &str,
+    limits: &Limits,
+    advance: Advance<T>,
+) -> ApiResult<Option<String>> {
     let line = ctx.pool_line(None)?;
     if line.is_empty() {
         return Ok(None);
@@ -240,7 +255,7 @@ fn offer(ctx: &mut impl Txn, volume: &str, limits: &Limits) -> ApiResult<Option<
         if w.expires_at.is_some_and(|t| t <= now) {
             leave(ctx, &w, "its lease lapsed", "server")?;
             if let Some(m) = w.held.as_deref().filter(|m| *m != volume) {
-                super::attachments::advance_volume(ctx, m, limits)?;
+                advance(ctx, m, limits)?;
             }
         } else {
             live.push(w);

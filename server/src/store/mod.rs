@@ -38,13 +38,13 @@ use csivol_api::{
 };
 
 use super::error::{ApiError, ApiResult};
-use super::model::LingerRow;
 use super::model::listing::VolumeChunk;
 use super::model::{
     AttachmentRow, ClaimRow, GroupSnapshotRow, Lifecycle, NewFence, NodeFenceRow, NodePluginRow,
     NodeRow, OpRow, PluginNodeRow, RunningOpRow, SnapshotRow, StateCounts, TokenRow, VolumeRow,
     WaitingOps,
 };
+use super::model::{JobVolumeRow, LingerRow, PoolClaimRow};
 use super::watch::Key;
 use csivol_rules::kinds::{EventKind, OpKind};
 
@@ -301,12 +301,11 @@ pub trait Snapshot {
     ) -> ApiResult<Option<crate::model::VolumeAvailabilityRow>>;
     /// The per-job record of a volume (none: not a per-job volume, or the schema does not
     /// keep them).
-    fn job_volume(&self, volume: &str) -> ApiResult<Option<crate::model::JobVolumeRow>>;
+    fn job_volume(&self, volume: &str) -> ApiResult<Option<JobVolumeRow>>;
     /// The per-job volumes made for `alloc` under the name its job gave, oldest first.
-    fn job_volumes_of(&self, alloc: &str, name: &str)
-    -> ApiResult<Vec<crate::model::JobVolumeRow>>;
+    fn job_volumes_of(&self, alloc: &str, name: &str) -> ApiResult<Vec<JobVolumeRow>>;
     /// Every per-job volume.
-    fn job_volumes(&self) -> ApiResult<Vec<crate::model::JobVolumeRow>>;
+    fn job_volumes(&self) -> ApiResult<Vec<JobVolumeRow>>;
     /// Whether the schema keeps volume labels and pools (none of either below it).
     fn pools_kept(&self) -> ApiResult<bool>;
     /// An operator's labels on a volume.
@@ -320,13 +319,9 @@ pub trait Snapshot {
     /// A volume's last cache key (recorded at a successful job's release).
     fn cache_key(&self, volume: &str) -> ApiResult<Option<String>>;
     /// A pool's last `n` claims, newest first.
-    fn recent_pool_claims(&self, pool: &str, n: u32) -> ApiResult<Vec<crate::model::PoolClaimRow>>;
+    fn recent_pool_claims(&self, pool: &str, n: u32) -> ApiResult<Vec<PoolClaimRow>>;
     /// The claim from a pool `alloc` holds on `volume`, not released yet.
-    fn open_pool_claim(
-        &self,
-        volume: &str,
-        alloc: &str,
-    ) -> ApiResult<Option<crate::model::PoolClaimRow>>;
+    fn open_pool_claim(&self, volume: &str, alloc: &str) -> ApiResult<Option<PoolClaimRow>>;
     /// The stagings kept after a release, of a volume, of a node, or both; those run out by
     /// `now`.
     fn lingers(&self, volume: Option<&str>, node: Option<&str>) -> ApiResult<Vec<LingerRow>>;
@@ -494,7 +489,7 @@ pub trait Txn: Snapshot {
     ) -> ApiResult<()>;
     /// Records a per-job volume or changes its record (refused below the schema that keeps
     /// them).
-    fn put_job_volume(&mut self, j: &crate::model::JobVolumeRow) -> ApiResult<()>;
+    fn put_job_volume(&mut self, j: &JobVolumeRow) -> ApiResult<()>;
     /// Sets a volume's labels (refused below the schema that keeps them, unless none).
     fn put_volume_labels(
         &mut self,
@@ -508,7 +503,7 @@ pub trait Txn: Snapshot {
     /// Records a volume's cache key.
     fn set_cache_key(&mut self, volume: &str, key: &str) -> ApiResult<()>;
     /// Records a claim made from a pool.
-    fn insert_pool_claim(&mut self, c: &crate::model::PoolClaimRow) -> ApiResult<()>;
+    fn insert_pool_claim(&mut self, c: &PoolClaimRow) -> ApiResult<()>;
     /// Marks `alloc`'s claims from a pool on `volume` released.
     fn close_pool_claims(&mut self, volume: &str, alloc: &str) -> ApiResult<()>;
     /// Records a staging kept after a release (nothing below the schema that keeps them).

@@ -32,7 +32,9 @@ pub(super) fn answered(
     limits: &Limits,
     generation: Option<&str>,
 ) -> ApiResult<Option<String>> {
-    kinds::stray::late_created(ctx, host, report, generation, limits)?;
+    if let Some(plugin) = kinds::stray::late_created(ctx, host, report, generation, kinds::of)? {
+        schedule_ops(ctx, &plugin, limits)?;
+    }
     queue::answered(ctx, host, report, limits, generation, kinds::of)
 }
 

@@ -26,10 +26,9 @@
 use csivol_api::{ControllerOpKind, CreatedFor, Report};
 use serde_json::json;
 
-use super::super::schedule_ops;
 use crate::error::ApiResult;
 use crate::lifecycle::events::event;
-use crate::lifecycle::settings::Limits;
+use crate::lifecycle::ops::queue::Kinds;
 use crate::model::OpRow;
 use crate::store::{Snapshot, Txn};
 use csivol_rules::kinds::{EventKind, OpKind};
@@ -65,14 +64,15 @@ pub(super) fn of_this_state(
 }
 
 /// A CreateVolume answer from `host` that is not current and that no creation still
-/// running takes: the volume it made is deleted, unless csivol records it.
+/// running takes: the volume it made is deleted, unless csivol records it. Gives the
+/// plugin whose operations are then to be handed out.
 pub(in crate::lifecycle) fn late_created(
     ctx: &mut impl Txn,
     host: &str,
     report: &Report,
     generation: Option<&str>,
-    limits: &Limits,
-) -> ApiResult<()> {
+    kinds: Kinds,
+) -> ApiResult<Option<String>> {
     let Report::Created {
         op,
         attempt,
@@ -81,26 +81,26 @@ pub(in crate::lifecycle) fn late_created(
         ..
     } = report
     else {
-        return Ok(());
+        return Ok(None);
     };
     if let Some(o) = ctx.op(*op as i64)? {
         let current = o.attempt == *attempt && o.host.as_deref() == Some(host);
-        if current || super::of(o.kind).takes_late(&*ctx, host, &o, report, generation)? {
-            return Ok(());
+        if current || kinds(o.kind).takes_late(&*ctx, host, &o, report, generation)? {
+            return Ok(None);
         }
     }
     if !of_this_state(&*ctx, host, made, generation)? {
-        return Ok(());
+        return Ok(None);
     }
     if !ctx
         .volumes_with_external_id(&made.plugin, external_id)?
         .is_empty()
     {
-        return Ok(());
+        return Ok(None);
     }
     let key = op_key(external_id);
     if ctx.key_op(OpKind::Delete, &key)?.is_some() {
-        return Ok(());
+        return Ok(None);
     }
     let payload = json!({ "external_id": external_id, "volume": made.volume }).to_string();
     ctx.queue_op(OpKind::Delete, &made.plugin, &key, None, &payload)?;
@@ -116,7 +116,7 @@ pub(in crate::lifecycle) fn late_created(
              nothing records; deleting it"
         ),
     )?;
-    schedule_ops(ctx, &made.plugin, limits)
+    Ok(Some(made.plugin.clone()))
 }
 
 /// The stray volume's external id and the volume whose creation made it.
