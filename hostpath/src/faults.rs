@@ -1,11 +1,11 @@
-//! Fault injection (`--fail RPC=CODE[:COUNT]`, `--delay RPC=DURATION`) and the call log
-//! that lets tests see what the plugin was asked to do.
+//! Fault injection (`--fail RPC=CODE[:COUNT]`, `--delay RPC=DURATION`, `--hold RPC=FILE`)
+//! and the call log that lets tests see what the plugin was asked to do.
 
 use std::collections::HashMap;
 use std::fmt;
 use std::fs::File;
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
@@ -184,28 +184,67 @@ impl FromStr for DelaySpec {
     }
 }
 
+/// `--hold RPC=FILE`: every call waits until FILE exists, then runs. A test holds a call in
+/// the plugin for as long as its scenario needs (a caller paused or cut off while the call
+/// runs), and lets it go by creating the file: no guess at how long that takes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HoldSpec {
+    pub rpc: Rpc,
+    pub until: PathBuf,
+}
+
+impl FromStr for HoldSpec {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (rpc, file) = s
+            .split_once('=')
+            .filter(|(_, f)| !f.is_empty())
+            .ok_or_else(|| format!("`{s}`: expected RPC=FILE"))?;
+        Ok(Self {
+            rpc: rpc.parse()?,
+            until: PathBuf::from(file),
+        })
+    }
+}
+
+/// How often a held call looks for its file.
+const HOLD_POLL: Duration = Duration::from_millis(50);
+
 /// The configured faults, with what is left of each count.
 #[derive(Debug, Default)]
 pub struct Faults {
     fail: HashMap<Rpc, (Code, Option<AtomicU32>)>,
     delay: HashMap<Rpc, Duration>,
+    hold: HashMap<Rpc, PathBuf>,
 }
 
 impl Faults {
-    pub fn new(fail: &[FailSpec], delay: &[DelaySpec]) -> Self {
+    pub fn new(fail: &[FailSpec], delay: &[DelaySpec], hold: &[HoldSpec]) -> Self {
         Self {
             fail: fail
                 .iter()
                 .map(|f| (f.rpc, (f.code, f.count.map(AtomicU32::new))))
                 .collect(),
             delay: delay.iter().map(|d| (d.rpc, d.delay)).collect(),
+            hold: hold.iter().map(|h| (h.rpc, h.until.clone())).collect(),
         }
     }
 
-    /// Waits the configured delay, then returns the injected failure, if any is due.
+    /// Waits the configured delay and hold, then returns the injected failure, if any is
+    /// due.
     pub async fn before(&self, rpc: Rpc) -> Result<(), tonic::Status> {
         if let Some(d) = self.delay.get(&rpc) {
             tokio::time::sleep(*d).await;
+        }
+        if let Some(until) = self.hold.get(&rpc) {
+            if !until.exists() {
+                tracing::info!(%rpc, until = %until.display(), "holding the call until the file exists");
+                while !until.exists() {
+                    tokio::time::sleep(HOLD_POLL).await;
+                }
+            }
+            tracing::info!(%rpc, "held call let go");
         }
         let Some((code, remaining)) = self.fail.get(&rpc) else {
             return Ok(());
@@ -327,6 +366,7 @@ impl CallLog {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
 
     #[test]
     fn parses_fault_specs() {
@@ -371,6 +411,44 @@ mod tests {
                 delay: Duration::from_millis(250)
             })
         );
+        assert_eq!(
+            "CreateVolume=/tmp/go".parse(),
+            Ok(HoldSpec {
+                rpc: Rpc::CreateVolume,
+                until: PathBuf::from("/tmp/go")
+            })
+        );
+        assert!(
+            "CreateVolume="
+                .parse::<HoldSpec>()
+                .unwrap_err()
+                .contains("RPC=FILE")
+        );
+    }
+
+    #[tokio::test]
+    async fn a_held_call_runs_once_its_file_exists() {
+        let dir = std::env::temp_dir().join(format!("hostpath-hold-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let go = dir.join("go");
+        let faults = Arc::new(Faults::new(
+            &[],
+            &[],
+            &[HoldSpec {
+                rpc: Rpc::CreateVolume,
+                until: go.clone(),
+            }],
+        ));
+        let held = tokio::spawn({
+            let faults = faults.clone();
+            async move { faults.before(Rpc::CreateVolume).await }
+        });
+        // Other calls are not held.
+        assert!(faults.before(Rpc::Probe).await.is_ok());
+        assert!(!held.is_finished(), "held until the file exists");
+        std::fs::write(&go, "").unwrap();
+        assert!(held.await.unwrap().is_ok());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[tokio::test]
@@ -381,6 +459,7 @@ mod tests {
                 code: Code::Unavailable,
                 count: Some(2),
             }],
+            &[],
             &[],
         );
         assert_eq!(

@@ -20,7 +20,7 @@ use csivol_csi::csi::v1 as csi;
 use tokio::net::UnixListener;
 use tokio_stream::wrappers::UnixListenerStream;
 
-use crate::faults::{DelaySpec, FailSpec, Faults};
+use crate::faults::{DelaySpec, FailSpec, Faults, HoldSpec};
 use crate::mounts::MountMode;
 pub use crate::service::NodeShape;
 use crate::service::{Config, Expansion, Feature, Features, Plugin, Service};
@@ -83,6 +83,9 @@ pub struct Args {
     /// Delay calls: `RPC=DURATION`, e.g. `NodePublishVolume=2s`. Repeatable.
     #[arg(long = "delay", value_name = "RPC=DURATION")]
     pub delay: Vec<DelaySpec>,
+    /// Hold calls until a file exists: `RPC=FILE`, e.g. `CreateVolume=/tmp/go`. Repeatable.
+    #[arg(long = "hold", value_name = "RPC=FILE")]
+    pub hold: Vec<HoldSpec>,
     /// A fault: answer NodePublishVolume with success without mounting anything or
     /// creating the target, as some test drivers do. The caller must not take that for a
     /// ready volume.
@@ -181,7 +184,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         cfg,
         backend,
         &args.state_dir,
-        Faults::new(&args.fail, &args.delay),
+        Faults::new(&args.fail, &args.delay, &args.hold),
     )
     .with_context(|| format!("failed to load state from {}", args.state_dir.display()))?;
     let listener = bind(&socket).await?;

@@ -141,6 +141,18 @@ impl Proc {
         None
     }
 
+    /// SIGSTOP (`true`) or SIGCONT (`false`): a process paused as a stalled machine is, then
+    /// resumed where it stopped.
+    pub fn pause(&self, stop: bool) {
+        let pid = rustix::process::Pid::from_raw(self.pid() as i32).expect("valid pid");
+        let signal = if stop {
+            rustix::process::Signal::STOP
+        } else {
+            rustix::process::Signal::CONT
+        };
+        rustix::process::kill_process(pid, signal).expect("signal the process");
+    }
+
     /// Whether the process runs: started, not killed, not exited (reaped if it has).
     pub fn running(&mut self) -> bool {
         self.child.is_some() && self.exited().is_none()

@@ -285,6 +285,15 @@ impl Cluster {
         }
     }
 
+    /// SIGSTOP (`true`) or SIGCONT (`false`) the node's agent: paused mid-work, then resumed.
+    pub fn pause_agent(&self, i: usize, stop: bool) {
+        self.nodes[i]
+            .agent
+            .as_ref()
+            .expect("the agent runs")
+            .pause(stop);
+    }
+
     /// SIGKILL the node's agent: its mounts stay, as after a crash.
     pub fn kill_agent(&mut self, i: usize) {
         if let Some(mut p) = self.nodes[i].agent.take() {

@@ -561,3 +561,89 @@ fn a_failed_create_volume_fails_the_job_and_leaves_nothing() {
     });
     assert_eq!(storage_volumes(&c), before, "nothing made");
 }
+
+/// A controller host paused while its CreateVolume runs: the creation goes to another host
+/// and the job runs and ends on that host's answer. The paused host's answer comes late,
+/// naming a volume its plugin made afterwards and nothing records: the server has it
+/// deleted through the plugin, and the storage holds what it held before.
+#[test]
+fn a_late_create_volume_answer_has_the_volume_it_made_deleted() {
+    let hold = csivol_tests::TestDir::new("late-create-hold");
+    let go = hold.join("go");
+    let held = NodeOpts {
+        plugin_args: vec!["--hold".into(), format!("CreateVolume={}", go.display())],
+        ..NodeOpts::default()
+    };
+    let node_only = NodeOpts {
+        plugin_args: vec!["--disable".into(), "controller-service".into()],
+        ..NodeOpts::default()
+    };
+    let mut c = Cluster::start(
+        "fresh-late-create",
+        "2s",
+        vec![held, NodeOpts::default(), node_only],
+    );
+    // Node 1 is the only controller host when the creation is handed out.
+    c.stop_agent(1);
+    c.wait_node_status(1, "stopped");
+    let spec = spec(&c);
+    let before = storage_volumes(&c);
+
+    let source = format!("scratch=spec:{}", spec.display());
+    let claim = c.csivol(&[
+        "claim", "--fresh", &source, "--node", "node-3", "--alloc", "job-1", "--ttl", "5m", "-o",
+        "json",
+    ]);
+    let name = claim.ok().json()["volume"].as_str().unwrap().to_owned();
+    let plugin_log = c.nodes[0].dir.join("plugin.log");
+    wait_for("node 1's plugin to hold the CreateVolume", WAIT, || {
+        std::fs::read_to_string(&plugin_log)
+            .unwrap_or_default()
+            .contains("holding the call")
+            .then_some(())
+    });
+
+    // Node 1's agent stalls with the call in flight; node 2 comes up and takes it over.
+    c.pause_agent(0, true);
+    c.wait_node_status(0, "lost");
+    c.start_agent(1);
+    let id = wait_for(
+        "the job's claim to be ready on node 2's answer",
+        WAIT,
+        || {
+            let v = volume(&c, &name)?;
+            (v["claims"][0]["state"] == "ready")
+                .then(|| v["external_id"].as_str().map(str::to_owned))?
+        },
+    );
+    release(&c, &name, "job-1");
+    gone(&c, &name, &id);
+
+    // Node 1 comes back; its plugin makes the volume it was asked for and answers late.
+    c.pause_agent(0, false);
+    c.wait_node_status(0, "ready");
+    std::fs::write(&go, "").unwrap();
+    let late = wait_for("the late answer's volume to be deleted", WAIT, || {
+        events(&c, &name).into_iter().find_map(|e| {
+            let m = e["message"].as_str()?;
+            (e["kind"] == "volume-deleted" && m.contains("late CreateVolume answer"))
+                .then(|| m.to_owned())
+        })
+    });
+    let stray = events(&c, &name)
+        .iter()
+        .find_map(|e| {
+            let m = e["message"].as_str()?;
+            let rest = m.strip_prefix(&format!(
+                "a late CreateVolume answer from node node-1 made volume "
+            ))?;
+            rest.split_whitespace().next().map(str::to_owned)
+        })
+        .unwrap_or_else(|| panic!("the deletion names the late answer: {late}"));
+    assert_ne!(stray, id, "a volume of its own, not the one the job used");
+    let deleted = c.nodes.iter().flat_map(|n| n.plugin_calls()).any(|call| {
+        call["rpc"] == "DeleteVolume" && call["volume_id"] == stray && call["code"] == "OK"
+    });
+    assert!(deleted, "the plugin served DeleteVolume for {stray}");
+    assert_eq!(storage_volumes(&c), before, "nothing leaked");
+}
