@@ -2,7 +2,7 @@
 //! decisions written back, and detaches begun.
 
 use csivol_api::domain::AccessMode;
-use csivol_api::{AttachmentState, NodeStatus};
+use csivol_api::{AttachmentState, ClaimState, NodeStatus};
 
 use super::admission::{grant_queued, held_back};
 use super::changes::{delete_attachment, set_attachment_state, set_claim_state, touch_volume};
@@ -26,6 +26,8 @@ pub(super) struct Recorded {
     nodes: Vec<(String, NodeStatus)>,
     held: bool,
     lingers: Lingers,
+    /// The nodes of its claims where a new attachment would pass the plugin's limit.
+    full: Vec<String>,
 }
 
 impl Recorded {
@@ -38,14 +40,33 @@ impl Recorded {
         also: Option<&str>,
         now: i64,
     ) -> ApiResult<Self> {
+        let claims = conn.claims_of_volume(&v.name)?;
+        let attachments = conn.attachments_of_volume(&v.name)?;
+        // Only a claim that would make a new attachment asks how full its node is.
+        let mut wanting: Vec<&str> = claims
+            .iter()
+            .filter(|c| c.state == ClaimState::Pending)
+            .map(|c| c.node.as_str())
+            .chain(also)
+            .filter(|n| !attachments.iter().any(|a| a.node == *n))
+            .collect();
+        wanting.sort_unstable();
+        wanting.dedup();
+        let mut full = Vec::new();
+        for node in wanting {
+            if super::slots::full(conn, v, node)? {
+                full.push(node.to_owned());
+            }
+        }
         Ok(Self {
             access_mode: v.access_mode,
             controller_publish: conn.needs_controller_publish(&v.plugin)?,
-            claims: conn.claims_of_volume(&v.name)?,
-            attachments: conn.attachments_of_volume(&v.name)?,
             nodes: conn.node_statuses(&v.name, also)?,
             held: held_back(conn, v, now)?,
             lingers: Lingers::load(conn, v, now)?,
+            claims,
+            attachments,
+            full,
         })
     }
 
@@ -74,6 +95,7 @@ impl Recorded {
                 .collect(),
             nodes: self.nodes.iter().map(|(n, s)| (n.as_str(), *s)).collect(),
             held: self.held,
+            full: self.full.iter().map(String::as_str).collect(),
         }
     }
 }
@@ -88,6 +110,10 @@ pub fn advance_volume(ctx: &mut impl Txn, volume: &str, limits: &Limits) -> ApiR
     // own queued claims.
     super::pool_line::serve_member(ctx, volume, limits, advance_volume)?;
     grant_queued(ctx, &v)?;
+    // A claim that needs a slot taken only by stagings kept after a release ends the
+    // oldest of them; it waits, `pending`, for their detach (`full` below).
+    let claims = ctx.claims_of_volume(volume)?;
+    super::slots::make_room(ctx, &v, &claims, limits, advance_volume)?;
     let recorded = Recorded::load(&*ctx, &v, None, ctx.now())?;
     let changes = transitions::next(&recorded.facts());
     for a in &changes.attachments {
@@ -129,6 +155,20 @@ pub fn advance_volume(ctx: &mut impl Txn, volume: &str, limits: &Limits) -> ApiR
         })
         .collect();
     recorded.lingers.settle(ctx, &v, &recorded.claims, &moved)?;
+    for node in &recorded.full {
+        let why = format!(
+            "waits for a free slot on node {node}: volumes of plugin `{}` attached there take \
+             every slot, and it is attached once one of them is detached",
+            v.plugin
+        );
+        let noted = recorded.claims.iter().all(|c| {
+            c.node != *node || c.state != ClaimState::Pending || c.error.as_deref() == Some(&why)
+        });
+        if !noted {
+            ctx.note_attach_waiting(volume, node, &why)?;
+            touch_volume(ctx, volume)?;
+        }
+    }
     // An operation held for the volume's release may run now, or no longer.
     super::after_release::resume_held(ctx, volume, limits)?;
     // A per-job volume nothing holds any more is deleted.
@@ -162,6 +202,23 @@ pub(super) fn begin_detach(
             "server",
             "detached from node",
         )?;
+        slot_freed(ctx, node, &v.name, limits)?;
+    }
+    Ok(())
+}
+
+/// An attachment of `volume` left `node`: the claims of other volumes that may wait for
+/// that slot move on.
+pub(super) fn slot_freed(
+    ctx: &mut impl Txn,
+    node: &str,
+    volume: &str,
+    limits: &Limits,
+) -> ApiResult<()> {
+    for w in super::slots::waiting_on(&*ctx, node)? {
+        if w != volume {
+            advance_volume(ctx, &w, limits)?;
+        }
     }
     Ok(())
 }
