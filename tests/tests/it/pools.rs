@@ -367,6 +367,140 @@ fn a_lingering_pool_keeps_its_member_staged_for_the_next_job_on_the_node() {
     });
 }
 
+/// The plugin's external id of `volume`, as its call log names it.
+fn external_id(c: &Cluster, volume: &str) -> String {
+    let v = c
+        .csivol(&["volume", "show", volume, "-o", "json"])
+        .ok()
+        .json();
+    v["volume"]["external_id"]
+        .as_str()
+        .or_else(|| v["external_id"].as_str())
+        .unwrap_or_else(|| panic!("no external id in {v}"))
+        .to_owned()
+}
+
+/// Node `i`'s plugin calls of `rpc` for the volume `id` that answered OK: (came in, answered).
+fn calls_for(c: &Cluster, i: usize, rpc: &str, id: &str) -> Vec<(u64, u64)> {
+    c.nodes[i]
+        .plugin_calls()
+        .into_iter()
+        .filter(|l| l["rpc"] == rpc && l["code"] == "OK" && l["volume_id"] == id)
+        .map(|l| {
+            (
+                l["started_ms"].as_u64().unwrap(),
+                l["at_ms"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// A node whose plugin takes one volume keeps a pool's member staged after its job: a claim
+/// of another volume there is not refused for the slot the staging holds. The staging is
+/// taken down (NodeUnstageVolume, then ControllerUnpublishVolume) before the other volume is
+/// published to the node, so the plugin never has two.
+#[test]
+fn a_lingering_staging_gives_its_slot_up_to_another_volumes_claim() {
+    let opts = NodeOpts {
+        plugin_args: vec!["--max-volumes-per-node=1".into()],
+        ..Default::default()
+    };
+    let c = Cluster::start("pools-linger-slots", "30s", vec![opts]);
+    labelled_volume(&c, "m1", "{ pool = \"cache\" }");
+    labelled_volume(&c, "x", "{ team = \"other\" }");
+    c.csivol(&[
+        "pool",
+        "create",
+        "cache",
+        "--selector",
+        "pool=cache",
+        "--linger",
+        "10m",
+    ])
+    .ok();
+    let out = job_on(&c, "node-1", "job-1", "k1", "true");
+    assert_eq!(out.code, 0, "{out:?}");
+    wait_for("m1 kept staged after job-1", WAIT, || {
+        let v = c
+            .csivol(&["volume", "show", "m1", "-o", "json"])
+            .ok()
+            .json();
+        (v["claims"].as_array().unwrap().is_empty() && v["attachments"][0]["linger"].is_object())
+            .then_some(())
+    });
+    let node = c
+        .csivol(&["node", "show", "node-1", "-o", "json"])
+        .ok()
+        .json();
+    let p = &node["plugins"][0];
+    assert_eq!(
+        (&p["used"], &p["max_volumes"], &p["lingering"]),
+        (&1.into(), &1.into(), &1.into()),
+        "{node}"
+    );
+    let list = c.csivol(&["node", "list"]).ok().stdout.clone();
+    assert!(list.contains("1/1 (1 lingering)"), "{list}");
+
+    let out = c.csivol(&[
+        "claim",
+        "x",
+        "--node",
+        "node-1",
+        "--alloc",
+        "job-2",
+        "--wait",
+        "--timeout",
+        "60s",
+        "-o",
+        "json",
+    ]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(out.json()["state"], "ready", "{out:?}");
+
+    let (m1, x) = (external_id(&c, "m1"), external_id(&c, "x"));
+    let unstaged = calls_for(&c, 0, "NodeUnstageVolume", &m1);
+    let unpublished = calls_for(&c, 0, "ControllerUnpublishVolume", &m1);
+    let published = calls_for(&c, 0, "ControllerPublishVolume", &x);
+    let staged = calls_for(&c, 0, "NodeStageVolume", &x);
+    assert_eq!(
+        (
+            unstaged.len(),
+            unpublished.len(),
+            published.len(),
+            staged.len()
+        ),
+        (1, 1, 1, 1)
+    );
+    assert!(
+        unpublished[0].0 >= unstaged[0].1 && published[0].0 >= unpublished[0].1,
+        "m1 unstaged {unstaged:?}, unpublished {unpublished:?}; x published {published:?}"
+    );
+    assert!(
+        !c.nodes[0]
+            .plugin_calls()
+            .iter()
+            .any(|l| l["code"] == "RESOURCE_EXHAUSTED"),
+        "the plugin's limit was passed"
+    );
+    let events = c
+        .csivol(&["events", "--volume", "m1", "-o", "json"])
+        .ok()
+        .json();
+    assert!(
+        events.as_array().unwrap().iter().any(|e| e["kind"] == "staging-linger-ended"
+            && e["message"]
+                .as_str()
+                .unwrap()
+                .contains("ended for volume x's claim on node node-1 (alloc job-2), the node's slots are full")),
+        "{events}"
+    );
+    c.csivol(&["release", "x", "--alloc", "job-2", "--wait"])
+        .ok();
+    wait_for("nothing mounted", WAIT, || {
+        c.all_mounts().is_empty().then_some(())
+    });
+}
+
 /// Two members, three jobs: the third waits in the pool's line (`run --pool --queue`),
 /// `pool show` shows it there, and it gets the member the first release frees.
 #[test]
