@@ -213,10 +213,16 @@ fn job_on(c: &Cluster, node: &str, alloc: &str, key: &str, script: &str) -> Out 
 
 /// The node calls node `i`'s plugin answered OK for `rpc`: (came in, answered), in ms.
 fn calls(c: &Cluster, i: usize, rpc: &str) -> Vec<(u64, u64)> {
+    calls_for(c, i, rpc, None)
+}
+
+/// [`calls`] for the volume the plugin knows as `id` only, with one.
+fn calls_for(c: &Cluster, i: usize, rpc: &str, id: Option<&str>) -> Vec<(u64, u64)> {
     c.nodes[i]
         .plugin_calls()
         .into_iter()
         .filter(|l| l["rpc"] == rpc && l["code"] == "OK")
+        .filter(|l| id.is_none_or(|id| l["volume_id"] == id))
         .map(|l| {
             (
                 l["started_ms"].as_u64().unwrap(),
@@ -224,6 +230,21 @@ fn calls(c: &Cluster, i: usize, rpc: &str) -> Vec<(u64, u64)> {
             )
         })
         .collect()
+}
+
+/// Pool `cache` of member `m1`, lingering 10 minutes.
+fn lingering_pool(c: &Cluster) {
+    labelled_volume(c, "m1", "{ pool = \"cache\" }");
+    c.csivol(&[
+        "pool",
+        "create",
+        "cache",
+        "--selector",
+        "pool=cache",
+        "--linger",
+        "10m",
+    ])
+    .ok();
 }
 
 /// A pool that lingers: its member stays staged on the node of the job that released it,
@@ -237,17 +258,7 @@ fn a_lingering_pool_keeps_its_member_staged_for_the_next_job_on_the_node() {
         "2s",
         vec![NodeOpts::default(), NodeOpts::default()],
     );
-    labelled_volume(&c, "m1", "{ pool = \"cache\" }");
-    let out = c.csivol(&[
-        "pool",
-        "create",
-        "cache",
-        "--selector",
-        "pool=cache",
-        "--linger",
-        "10m",
-    ]);
-    assert_eq!(out.code, 0, "{out:?}");
+    lingering_pool(&c);
     let staging = c.nodes[0]
         .agent_dir()
         .join("staging")
@@ -380,21 +391,6 @@ fn external_id(c: &Cluster, volume: &str) -> String {
         .to_owned()
 }
 
-/// Node `i`'s plugin calls of `rpc` for the volume `id` that answered OK: (came in, answered).
-fn calls_for(c: &Cluster, i: usize, rpc: &str, id: &str) -> Vec<(u64, u64)> {
-    c.nodes[i]
-        .plugin_calls()
-        .into_iter()
-        .filter(|l| l["rpc"] == rpc && l["code"] == "OK" && l["volume_id"] == id)
-        .map(|l| {
-            (
-                l["started_ms"].as_u64().unwrap(),
-                l["at_ms"].as_u64().unwrap(),
-            )
-        })
-        .collect()
-}
-
 /// A node whose plugin takes one volume keeps a pool's member staged after its job: a claim
 /// of another volume there is not refused for the slot the staging holds. The staging is
 /// taken down (NodeUnstageVolume, then ControllerUnpublishVolume) before the other volume is
@@ -406,18 +402,8 @@ fn a_lingering_staging_gives_its_slot_up_to_another_volumes_claim() {
         ..Default::default()
     };
     let c = Cluster::start("pools-linger-slots", "30s", vec![opts]);
-    labelled_volume(&c, "m1", "{ pool = \"cache\" }");
+    lingering_pool(&c);
     labelled_volume(&c, "x", "{ team = \"other\" }");
-    c.csivol(&[
-        "pool",
-        "create",
-        "cache",
-        "--selector",
-        "pool=cache",
-        "--linger",
-        "10m",
-    ])
-    .ok();
     let out = job_on(&c, "node-1", "job-1", "k1", "true");
     assert_eq!(out.code, 0, "{out:?}");
     wait_for("m1 kept staged after job-1", WAIT, || {
@@ -458,10 +444,10 @@ fn a_lingering_staging_gives_its_slot_up_to_another_volumes_claim() {
     assert_eq!(out.json()["state"], "ready", "{out:?}");
 
     let (m1, x) = (external_id(&c, "m1"), external_id(&c, "x"));
-    let unstaged = calls_for(&c, 0, "NodeUnstageVolume", &m1);
-    let unpublished = calls_for(&c, 0, "ControllerUnpublishVolume", &m1);
-    let published = calls_for(&c, 0, "ControllerPublishVolume", &x);
-    let staged = calls_for(&c, 0, "NodeStageVolume", &x);
+    let unstaged = calls_for(&c, 0, "NodeUnstageVolume", Some(&m1));
+    let unpublished = calls_for(&c, 0, "ControllerUnpublishVolume", Some(&m1));
+    let published = calls_for(&c, 0, "ControllerPublishVolume", Some(&x));
+    let staged = calls_for(&c, 0, "NodeStageVolume", Some(&x));
     assert_eq!(
         (
             unstaged.len(),

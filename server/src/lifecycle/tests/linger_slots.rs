@@ -3,14 +3,13 @@
 //! limit is never passed; slots taken by claims refuse or queue as before.
 
 use csivol_api::{
-    AttachmentState, ClaimMode, ClaimRequest, ClaimState, ErrorCode, PoolChoice, PoolClaimRequest,
-    PoolSpec, Report,
+    AttachmentState, ClaimMode, ClaimRequest, ClaimState, ErrorCode, PoolChoice, PoolSpec, Report,
 };
 
-use super::pool_line::{label, slots};
+use super::lingers::controller_unpublished;
+use super::pool_line::{ask, from_pool, label, slots};
 use super::{Env, published};
 use crate::clock::Clock;
-use crate::lifecycle::Claimant;
 
 /// Controller host `ctl`, node `n1` with room for `max` volumes of the plugin, pool
 /// `cache` lingering 10 minutes over `v` and `w`, and `x` in no pool; all
@@ -51,14 +50,7 @@ async fn ready(env: &Env, volume: &str, alloc: &str) {
 /// `alloc`'s claim of `volume` released and its target taken down: `n1` keeps the staging.
 async fn lingering(env: &Env, volume: &str, alloc: &str) {
     env.release(volume, alloc).await.unwrap();
-    env.report(
-        "n1",
-        vec![Report::Unpublished {
-            volume: volume.into(),
-            alloc: alloc.into(),
-        }],
-    )
-    .await;
+    env.report("n1", vec![unpublished(volume, alloc)]).await;
     let v = volume.to_owned();
     assert_eq!(
         env.read(move |c| c.lingers(Some(&v), Some("n1")))
@@ -67,6 +59,13 @@ async fn lingering(env: &Env, volume: &str, alloc: &str) {
         1,
         "{volume} lingers on n1"
     );
+}
+
+fn unpublished(volume: &str, alloc: &str) -> Report {
+    Report::Unpublished {
+        volume: volume.into(),
+        alloc: alloc.into(),
+    }
 }
 
 /// The volumes attached to `n1`, in any state: never more than its plugin allows.
@@ -140,16 +139,7 @@ async fn a_claim_on_a_node_full_of_lingers_ends_the_oldest_and_is_attached_after
     attached_on_n1(&env, 2).await;
 
     // ControllerUnpublishVolume returned: the slot is free and x takes it at once.
-    let op = env.ops_of("ctl").await.remove(0);
-    assert_eq!(op.volume, "v");
-    env.report(
-        "ctl",
-        vec![Report::ControllerUnpublished {
-            op: op.id as u64,
-            attempt: op.attempt,
-        }],
-    )
-    .await;
+    controller_unpublished(&env).await;
     assert_eq!(env.attachment_state("v", "n1").await, None);
     assert_eq!(
         env.claim_state("x", "c1").await,
@@ -190,14 +180,7 @@ async fn slots_taken_by_claims_refuse_or_queue_as_before_and_a_release_then_ling
 
     // v is released while x waits for its slot: the pool does not keep it staged.
     env.release("v", "a1").await.unwrap();
-    env.report(
-        "n1",
-        vec![Report::Unpublished {
-            volume: "v".into(),
-            alloc: "a1".into(),
-        }],
-    )
-    .await;
+    env.report("n1", vec![unpublished("v", "a1")]).await;
     assert!(env.read(|c| c.lingers(None, None)).await.is_empty());
     assert!(env.events_of("staging-lingering").await.is_empty());
     assert_eq!(
@@ -210,15 +193,7 @@ async fn slots_taken_by_claims_refuse_or_queue_as_before_and_a_release_then_ling
     assert_eq!(env.claim_state("x", "c1").await, Some(ClaimState::Queued));
     attached_on_n1(&env, 1).await;
     // The detach frees the slot: x is granted from the queue and attached.
-    let op = env.ops_of("ctl").await.remove(0);
-    env.report(
-        "ctl",
-        vec![Report::ControllerUnpublished {
-            op: op.id as u64,
-            attempt: op.attempt,
-        }],
-    )
-    .await;
+    controller_unpublished(&env).await;
     assert_eq!(
         env.claim_state("x", "c1").await,
         Some(ClaimState::Attaching)
@@ -246,26 +221,9 @@ async fn the_lingering_volume_claimed_again_on_its_node_takes_no_new_slot() {
     lingering(&env, "v", "a2").await;
 
     // From the pool: w is free too, but v is staged here and keeps its slot.
-    let req = PoolClaimRequest {
-        claim: ClaimRequest::new("a3", "n1", ClaimMode::Write),
-        cache_key: None,
-        restore_keys: Vec::new(),
-    };
-    let c = env
-        .write(move |ctx, l| {
-            crate::lifecycle::claim_from_pool(
-                ctx,
-                "cache",
-                &req,
-                &Claimant::operator("ci"),
-                l,
-                false,
-                None,
-            )
-        })
+    let c = from_pool(&env, ask("a3", "n1", None, false), None)
         .await
-        .unwrap()
-        .0;
+        .unwrap();
     assert_eq!(c.volume, "v");
     assert_eq!(c.pool.unwrap().choice, PoolChoice::StagedHere);
     assert_eq!(
