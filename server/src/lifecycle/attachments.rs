@@ -155,24 +155,54 @@ pub fn advance_volume(ctx: &mut impl Txn, volume: &str, limits: &Limits) -> ApiR
         })
         .collect();
     recorded.lingers.settle(ctx, &v, &recorded.claims, &moved)?;
-    for node in &recorded.full {
-        let why = format!(
-            "waits for a free slot on node {node}: volumes of plugin `{}` attached there take \
-             every slot, and it is attached once one of them is detached",
-            v.plugin
-        );
-        let noted = recorded.claims.iter().all(|c| {
-            c.node != *node || c.state != ClaimState::Pending || c.error.as_deref() == Some(&why)
-        });
-        if !noted {
-            ctx.note_attach_waiting(volume, node, &why)?;
-            touch_volume(ctx, volume)?;
-        }
-    }
+    note_slots(ctx, &v, &recorded, &changes.claims)?;
     // An operation held for the volume's release may run now, or no longer.
     super::after_release::resume_held(ctx, volume, limits)?;
     // A per-job volume nothing holds any more is deleted.
     super::job_cleanup::collect(ctx, volume, limits)
+}
+
+/// Why a claim waits, `pending`, on a node whose slots are full.
+fn slot_note(node: &str, plugin: &str) -> String {
+    format!(
+        "waits for a free slot on node {node}: volumes of plugin `{plugin}` attached there take \
+         every slot, and it is attached once one of them is detached"
+    )
+}
+
+/// Says why the claims on a full node wait, and, once a claim that waited moves on, that
+/// it no longer does (the note would otherwise stand until the claim is ready).
+fn note_slots(
+    ctx: &mut impl Txn,
+    v: &VolumeRow,
+    recorded: &Recorded,
+    moved: &[(&str, ClaimState)],
+) -> ApiResult<()> {
+    for node in &recorded.full {
+        let why = slot_note(node, &v.plugin);
+        let noted = recorded.claims.iter().all(|c| {
+            c.node != *node || c.state != ClaimState::Pending || c.error.as_deref() == Some(&why)
+        });
+        if !noted {
+            ctx.note_attach_waiting(&v.name, node, &why)?;
+            touch_volume(ctx, &v.name)?;
+        }
+    }
+    for c in &recorded.claims {
+        let waited = c.error.as_deref() == Some(&slot_note(&c.node, &v.plugin));
+        if waited
+            && moved
+                .iter()
+                .any(|(a, s)| *a == c.alloc && *s != ClaimState::Pending)
+        {
+            let now = format!(
+                "a slot on node {} is free: the volume is attached there",
+                c.node
+            );
+            ctx.set_claim_error(&v.name, &c.alloc, &now, None)?;
+        }
+    }
+    Ok(())
 }
 
 /// Starts taking an attachment down: ControllerUnpublish where the plugin needs it, else the

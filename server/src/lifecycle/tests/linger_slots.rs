@@ -146,6 +146,10 @@ async fn a_claim_on_a_node_full_of_lingers_ends_the_oldest_and_is_attached_after
         Some(ClaimState::Attaching)
     );
     assert_eq!(publishes_of(&env.ops().await, "x"), 1);
+    assert_eq!(
+        env.claim_row("x", "c1").await.unwrap().error.as_deref(),
+        Some("a slot on node n1 is free: the volume is attached there")
+    );
     assert_eq!(attached_on_n1(&env, 2).await, ["w", "x"]);
     env.controller_published("ctl").await;
     env.report("n1", vec![published("x", "c1")]).await;
