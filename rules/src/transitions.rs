@@ -32,6 +32,13 @@ pub struct Facts<'a> {
     /// mounted (no attachment made, no ControllerPublish, no claim on to `attaching` or
     /// `publishing`); what takes it down still moves.
     pub held: bool,
+    /// The nodes of the volume's claims where it is not attached and the plugin's slots
+    /// are all taken by other volumes' attachments (detaching ones included): a new
+    /// attachment there waits until one of them is gone. The CSI spec's NodeGetInfo
+    /// `max_volumes_per_node` is the "Maximum number of volumes that controller can
+    /// publish to the node", and a volume is published there until its
+    /// ControllerUnpublishVolume returns.
+    pub full: Vec<&'a str>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -98,6 +105,8 @@ pub struct Changes<'a> {
 ///   `ControllerPublishVolume` is called for the given volume on the given node", and
 ///   NodeUnstageVolume must succeed "before calling `ControllerUnpublishVolume` for the
 ///   given node": the volume goes to another node only after the unstage and the detach.
+/// - A claim on a node whose slots are [full](Facts::full) stays `pending`: its
+///   attachment is made, and ControllerPublishVolume sent, once a slot is free.
 /// - Nothing moves on a node that is lost or fenced: its loss blocked what it held, and
 ///   only its return, an unblock or a fence changes that.
 /// - While the volume is [held](Facts::held), a claim moves back (its attachment being
@@ -185,6 +194,8 @@ pub fn next<'a>(facts: &Facts<'a>) -> Changes<'a> {
                 // The volume must be detached from its other node first.
                 ClaimState::Pending
             }
+            // No slot of the node's is free for it yet.
+            None if facts.full.contains(&c.node) => ClaimState::Pending,
             None if facts.controller_publish => {
                 changes.attachments.push(AttachmentChange::Create {
                     node: c.node,

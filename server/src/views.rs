@@ -303,6 +303,7 @@ pub fn list_nodes(
                 ready_check: p.ready_check,
                 observed: p.observed.as_ref().map(StoredObservation::to_api),
                 used: conn.slots_used(&n.name, &p.plugin)?,
+                lingering: super::lifecycle::lingering_slots(conn, &n.name, &p.plugin)?,
                 id: p.plugin,
                 node_id: p.csi_node_id.unwrap_or_default(),
                 max_volumes: p.max_volumes,

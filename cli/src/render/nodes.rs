@@ -4,12 +4,23 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use csivol_api::{Eligibility, Node, NodeStatus, PluginObservation};
+use csivol_api::{Eligibility, Node, NodePlugin, NodeStatus, PluginObservation};
 
 use super::{cell, map, opt_time, record};
 use crate::output::{Out, age, given_duration, or_dash, short_duration, when};
 
-/// A node's plugins as `id used/max`, `max` being `∞` for no limit.
+/// ` (N lingering)` when N of a plugin's used slots are stagings kept after a release,
+/// which give way to another volume's claim.
+fn lingering(p: &NodePlugin) -> String {
+    if p.lingering == 0 {
+        String::new()
+    } else {
+        format!(" ({} lingering)", p.lingering)
+    }
+}
+
+/// A node's plugins as `id used/max`, `max` being `∞` for no limit (and how many of the
+/// used slots are stagings kept after a release).
 fn plugin_slots(n: &Node) -> String {
     if n.plugins.is_empty() {
         return "-".into();
@@ -22,7 +33,7 @@ fn plugin_slots(n: &Node) -> String {
             } else {
                 p.max_volumes.to_string()
             };
-            format!("{} {}/{max}", p.id, p.used)
+            format!("{} {}/{max}{}", p.id, p.used, lingering(p))
         })
         .collect::<Vec<_>>()
         .join(", ")
@@ -244,7 +255,7 @@ pub fn node(out: &Out, n: &Node, claims: usize) -> anyhow::Result<()> {
         t.add_row(vec![
             p.id.clone(),
             p.node_id.clone(),
-            p.used.to_string(),
+            format!("{}{}", p.used, lingering(p)),
             if p.max_volumes == 0 {
                 "no limit".into()
             } else {
@@ -268,7 +279,7 @@ pub fn node(out: &Out, n: &Node, claims: usize) -> anyhow::Result<()> {
 
 /// `limit of hostpath: lowered from 3 to 1 at T (5s ago), NodeGetInfo read again: read
 /// every 5m; last read T (1s ago)`: how a node plugin's attach limit last changed while the node ran.
-fn limit_line(p: &csivol_api::NodePlugin) -> Option<String> {
+fn limit_line(p: &NodePlugin) -> Option<String> {
     let show = csivol_api::limit_text;
     let read = p
         .limit_read_at

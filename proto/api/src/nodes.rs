@@ -239,6 +239,10 @@ impl Node {
     }
 }
 
+fn none_lingering(n: &u32) -> bool {
+    *n == 0
+}
+
 /// A plugin as one node runs it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodePlugin {
@@ -249,6 +253,10 @@ pub struct NodePlugin {
     pub max_volumes: u32,
     /// Attachments of this plugin's volumes on the node, detaching ones included.
     pub used: u32,
+    /// Of `used`, the stagings kept after a release (a pool's linger): each gives its slot
+    /// up to another volume's claim on the node that needs it.
+    #[serde(default, skip_serializing_if = "none_lingering")]
+    pub lingering: u32,
     /// Whether this node's agent hosts the plugin's controller.
     pub controller: bool,
     /// The node's topology segments as the plugin reports them (NodeGetInfo's

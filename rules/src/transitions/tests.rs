@@ -169,6 +169,7 @@ fn run(
         attachments,
         nodes: nodes.to_vec(),
         held,
+        full: vec![],
     });
     let claim = match changes.claims.as_slice() {
         [] => "=".to_owned(),
@@ -532,6 +533,7 @@ fn claims_and_nodes_together() {
             attachments: c.attachments.to_vec(),
             nodes: c.nodes.to_vec(),
             held: false,
+            full: vec![],
         };
         assert_eq!(render(&next(&facts)), c.expected, "{}", c.what);
     }
@@ -589,11 +591,41 @@ fn a_new_claim_starts_where_the_lifecycle_takes_it() {
             attachments: attachments.to_vec(),
             nodes: nodes.to_vec(),
             held: false,
+            full: vec![],
         };
         assert_eq!(
             first_state(&facts, node),
             want,
             "{access_mode} cp={cp} {attachments:?} {nodes:?} on {node}"
         );
+    }
+}
+
+#[test]
+fn a_claim_on_a_node_whose_slots_are_full_waits_pending_until_one_frees() {
+    use AttachmentState as A;
+    use ClaimState as C;
+    for cp in [true, false] {
+        let mut facts = Facts {
+            access_mode: AccessMode::SingleNodeWriter,
+            controller_publish: cp,
+            claims: vec![claim("a", "n1", C::Pending)],
+            attachments: vec![],
+            nodes: vec![("n1", NodeStatus::Ready)],
+            held: false,
+            full: vec!["n1"],
+        };
+        // No attachment, no ControllerPublishVolume: the claim stays where it is.
+        assert_eq!(next(&facts), Changes::default(), "cp={cp}");
+        assert_eq!(first_state(&facts, "n1"), C::Pending, "cp={cp}");
+        // A slot of another node's does not matter to a claim on n2.
+        facts.claims = vec![claim("a", "n2", C::Pending)];
+        facts.nodes.push(("n2", NodeStatus::Ready));
+        let want = if cp { C::Attaching } else { C::Publishing };
+        assert_eq!(next(&facts).claims, [("a", want)], "cp={cp}");
+        // A volume attached to the node already holds its slot: its claim goes on.
+        facts.claims = vec![claim("a", "n1", C::Pending)];
+        facts.attachments = vec![att("n1", A::Attached)];
+        assert_eq!(next(&facts).claims, [("a", C::Publishing)], "cp={cp}");
     }
 }

@@ -168,7 +168,22 @@ fn node_may_start(
     // the plugin sets a limit (`max_volumes_per_node` 0 is none).
     let limited = plugin_slots.is_some_and(|max| max > 0);
     let new_slot_among = if n.status == NodeStatus::Ready && limited && !holds_slot()? {
-        Some(conn.slots_used(node, &v.plugin)?)
+        let used = conn.slots_used(node, &v.plugin)?;
+        let max = plugin_slots.unwrap_or(0);
+        // Stagings kept after a release give way: the claim is admitted when ending them
+        // makes room (they end once it is recorded, `slots::make_room`, and it is attached
+        // only once their detach freed the slot), and refused only for what they cannot.
+        let yielding = if rules::has_room(used, max) {
+            0
+        } else {
+            super::slots::yieldable(conn, node, &v.plugin, &v.name)?.len()
+        };
+        let freed = used.saturating_sub(u32::try_from(yielding).unwrap_or(u32::MAX));
+        Some(if rules::has_room(freed, max) {
+            freed
+        } else {
+            used
+        })
     } else {
         None
     };

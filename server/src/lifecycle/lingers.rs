@@ -19,6 +19,10 @@
 //! kept controller-published to a node with no staging and no publication saves no node
 //! call, and holds a slot of the node's `max_volumes_per_node` for nothing.
 //!
+//! A staging kept still holds a slot of the node's `max_volumes_per_node`, and gives it up
+//! to another volume's claim on the node that needs it (`slots`): nothing lingers while
+//! such a claim waits, and a claim that finds the slots full of lingers ends the oldest.
+//!
 //! A linger ends (and the staging is taken down like any other release's) when its time
 //! runs out, when a claim on another node wants a single-node volume (then at once: that
 //! claim waits for the unstage and the detach as it would behind any release, which
@@ -97,6 +101,11 @@ pub(super) fn linger_for(
         .node_plugin(node, &v.plugin)?
         .is_some_and(|p| p.stage_unstage);
     if !ready || !staging {
+        return Ok(None);
+    }
+    // A staging kept would hold the slot that another volume's claim on the node waits
+    // for: a linger never costs a claim its place.
+    if super::slots::someone_waits(conn, node, &v.plugin, &v.name)? {
         return Ok(None);
     }
     // After the state went back in time, what the nodes hold that it did not know is

@@ -22,7 +22,8 @@
 //!   and the pools they make, and the end of stagings kept after a release) and
 //!   `pool_claims` (a pool's member chosen for a claim);
 //! - `lingers` (stagings a node keeps after a release, as its pool asks) sits below the
-//!   attachment lifecycle, which loads and settles them.
+//!   attachment lifecycle, which loads and settles them; `slots` (a node's volume slots,
+//!   which those stagings give up to another volume's claim) below both and admission.
 //!
 //! This file only names them and what the rest of the server uses. Decisions that need no
 //! state are `csivol_rules`'; reads and writes go through the store's traits, never SQL.
@@ -69,6 +70,7 @@ mod reports;
 mod retries;
 mod settings;
 pub(crate) mod settle;
+mod slots;
 mod snapshots;
 #[cfg(test)]
 mod tests;
@@ -109,6 +111,7 @@ pub use pools::{
 pub use reports::apply_reports;
 pub use retries::{PRUNE_BATCH, prune_retries};
 pub use settings::Limits;
+pub use slots::lingering_slots;
 pub use snapshots::{
     create_snapshot, delete_snapshot, list_group_members, snapshot_page, snapshot_view,
 };

@@ -11,7 +11,7 @@ use csivol_api::{
     Report,
 };
 
-use super::attachments::{advance_volume, begin_detach};
+use super::attachments::{advance_volume, begin_detach, slot_freed};
 use super::changes::{delete_claim, set_claim_state, touch_volume};
 use super::events::{event, format_error, list_or};
 use super::node_expansion::{node_expand_error, node_expanded};
@@ -22,7 +22,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::model::{ClaimRow, StoredObservation, time};
 use crate::store::Txn;
 use crate::watch::Key;
-use csivol_rules::kinds::EventKind;
+use csivol_rules::kinds::{EventKind, OpKind};
 
 /// One batch of a node's reports, and the volumes to move forward once it is applied.
 struct Batch<'a> {
@@ -30,6 +30,8 @@ struct Batch<'a> {
     actor: String,
     limits: &'a Limits,
     advance: BTreeSet<String>,
+    /// The nodes (with the volume) whose attachment a controller operation took away.
+    freed: BTreeSet<(String, String)>,
 }
 
 /// `POST /v1/nodes/{node}/reports`, applied to the state of `generation` (the text the
@@ -50,6 +52,7 @@ pub fn apply_reports(
         actor: format!("node:{node}"),
         limits,
         advance: BTreeSet::new(),
+        freed: BTreeSet::new(),
     };
     for report in reports {
         match report {
@@ -113,14 +116,31 @@ pub fn apply_reports(
             // The answers of controller operations (`Report::controller_op`), each taken
             // by its operation's kind.
             answer => {
+                // An attach that failed for good or a detach that finished frees a slot
+                // of the node it was for.
+                let slot = match answer.controller_op() {
+                    Some((id, _)) => ctx
+                        .op(i64::try_from(id).unwrap_or(i64::MAX))?
+                        .filter(|o| matches!(o.kind, OpKind::Publish | OpKind::Unpublish))
+                        .and_then(|o| o.node.map(|n| (o.volume, n))),
+                    None => None,
+                };
                 if let Some(volume) = ops::answered(ctx, node, &answer, limits, generation)? {
                     b.advance.insert(volume);
+                }
+                if let Some((volume, n)) = slot
+                    && ctx.attachment(&volume, &n)?.is_none()
+                {
+                    b.freed.insert((n, volume));
                 }
             }
         }
     }
     for v in b.advance {
         advance_volume(ctx, &v, limits)?;
+    }
+    for (n, volume) in b.freed {
+        slot_freed(ctx, &n, &volume, limits)?;
     }
     Ok(())
 }

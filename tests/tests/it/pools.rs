@@ -213,10 +213,16 @@ fn job_on(c: &Cluster, node: &str, alloc: &str, key: &str, script: &str) -> Out 
 
 /// The node calls node `i`'s plugin answered OK for `rpc`: (came in, answered), in ms.
 fn calls(c: &Cluster, i: usize, rpc: &str) -> Vec<(u64, u64)> {
+    calls_for(c, i, rpc, None)
+}
+
+/// [`calls`] for the volume the plugin knows as `id` only, with one.
+fn calls_for(c: &Cluster, i: usize, rpc: &str, id: Option<&str>) -> Vec<(u64, u64)> {
     c.nodes[i]
         .plugin_calls()
         .into_iter()
         .filter(|l| l["rpc"] == rpc && l["code"] == "OK")
+        .filter(|l| id.is_none_or(|id| l["volume_id"] == id))
         .map(|l| {
             (
                 l["started_ms"].as_u64().unwrap(),
@@ -224,6 +230,21 @@ fn calls(c: &Cluster, i: usize, rpc: &str) -> Vec<(u64, u64)> {
             )
         })
         .collect()
+}
+
+/// Pool `cache` of member `m1`, lingering 10 minutes.
+fn lingering_pool(c: &Cluster) {
+    labelled_volume(c, "m1", "{ pool = \"cache\" }");
+    c.csivol(&[
+        "pool",
+        "create",
+        "cache",
+        "--selector",
+        "pool=cache",
+        "--linger",
+        "10m",
+    ])
+    .ok();
 }
 
 /// A pool that lingers: its member stays staged on the node of the job that released it,
@@ -237,17 +258,7 @@ fn a_lingering_pool_keeps_its_member_staged_for_the_next_job_on_the_node() {
         "2s",
         vec![NodeOpts::default(), NodeOpts::default()],
     );
-    labelled_volume(&c, "m1", "{ pool = \"cache\" }");
-    let out = c.csivol(&[
-        "pool",
-        "create",
-        "cache",
-        "--selector",
-        "pool=cache",
-        "--linger",
-        "10m",
-    ]);
-    assert_eq!(out.code, 0, "{out:?}");
+    lingering_pool(&c);
     let staging = c.nodes[0]
         .agent_dir()
         .join("staging")
@@ -362,6 +373,115 @@ fn a_lingering_pool_keeps_its_member_staged_for_the_next_job_on_the_node() {
     // left mounted.
     c.start_agent(1);
     c.csivol(&["pool", "delete", "cache"]).ok();
+    wait_for("nothing mounted", WAIT, || {
+        c.all_mounts().is_empty().then_some(())
+    });
+}
+
+/// The plugin's external id of `volume`, as its call log names it.
+fn external_id(c: &Cluster, volume: &str) -> String {
+    let v = c
+        .csivol(&["volume", "show", volume, "-o", "json"])
+        .ok()
+        .json();
+    v["volume"]["external_id"]
+        .as_str()
+        .or_else(|| v["external_id"].as_str())
+        .unwrap_or_else(|| panic!("no external id in {v}"))
+        .to_owned()
+}
+
+/// A node whose plugin takes one volume keeps a pool's member staged after its job: a claim
+/// of another volume there is not refused for the slot the staging holds. The staging is
+/// taken down (NodeUnstageVolume, then ControllerUnpublishVolume) before the other volume is
+/// published to the node, so the plugin never has two.
+#[test]
+fn a_lingering_staging_gives_its_slot_up_to_another_volumes_claim() {
+    let opts = NodeOpts {
+        plugin_args: vec!["--max-volumes-per-node=1".into()],
+        ..Default::default()
+    };
+    let c = Cluster::start("pools-linger-slots", "30s", vec![opts]);
+    lingering_pool(&c);
+    labelled_volume(&c, "x", "{ team = \"other\" }");
+    let out = job_on(&c, "node-1", "job-1", "k1", "true");
+    assert_eq!(out.code, 0, "{out:?}");
+    wait_for("m1 kept staged after job-1", WAIT, || {
+        let v = c
+            .csivol(&["volume", "show", "m1", "-o", "json"])
+            .ok()
+            .json();
+        (v["claims"].as_array().unwrap().is_empty() && v["attachments"][0]["linger"].is_object())
+            .then_some(())
+    });
+    let node = c
+        .csivol(&["node", "show", "node-1", "-o", "json"])
+        .ok()
+        .json();
+    let p = &node["plugins"][0];
+    assert_eq!(
+        (&p["used"], &p["max_volumes"], &p["lingering"]),
+        (&1.into(), &1.into(), &1.into()),
+        "{node}"
+    );
+    let list = c.csivol(&["node", "list"]).ok().stdout.clone();
+    assert!(list.contains("1/1 (1 lingering)"), "{list}");
+
+    let out = c.csivol(&[
+        "claim",
+        "x",
+        "--node",
+        "node-1",
+        "--alloc",
+        "job-2",
+        "--wait",
+        "--timeout",
+        "60s",
+        "-o",
+        "json",
+    ]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(out.json()["state"], "ready", "{out:?}");
+
+    let (m1, x) = (external_id(&c, "m1"), external_id(&c, "x"));
+    let unstaged = calls_for(&c, 0, "NodeUnstageVolume", Some(&m1));
+    let unpublished = calls_for(&c, 0, "ControllerUnpublishVolume", Some(&m1));
+    let published = calls_for(&c, 0, "ControllerPublishVolume", Some(&x));
+    let staged = calls_for(&c, 0, "NodeStageVolume", Some(&x));
+    assert_eq!(
+        (
+            unstaged.len(),
+            unpublished.len(),
+            published.len(),
+            staged.len()
+        ),
+        (1, 1, 1, 1)
+    );
+    assert!(
+        unpublished[0].0 >= unstaged[0].1 && published[0].0 >= unpublished[0].1,
+        "m1 unstaged {unstaged:?}, unpublished {unpublished:?}; x published {published:?}"
+    );
+    assert!(
+        !c.nodes[0]
+            .plugin_calls()
+            .iter()
+            .any(|l| l["code"] == "RESOURCE_EXHAUSTED"),
+        "the plugin's limit was passed"
+    );
+    let events = c
+        .csivol(&["events", "--volume", "m1", "-o", "json"])
+        .ok()
+        .json();
+    assert!(
+        events.as_array().unwrap().iter().any(|e| e["kind"] == "staging-linger-ended"
+            && e["message"]
+                .as_str()
+                .unwrap()
+                .contains("ended for volume x's claim on node node-1 (alloc job-2), the node's slots are full")),
+        "{events}"
+    );
+    c.csivol(&["release", "x", "--alloc", "job-2", "--wait"])
+        .ok();
     wait_for("nothing mounted", WAIT, || {
         c.all_mounts().is_empty().then_some(())
     });

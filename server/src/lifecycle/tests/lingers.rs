@@ -94,7 +94,7 @@ async fn ended(env: &Env, why: &str) {
 }
 
 /// The controller host `ctl` answers its first operation, a ControllerUnpublishVolume.
-async fn controller_unpublished(env: &Env) {
+pub(super) async fn controller_unpublished(env: &Env) {
     let op = env.ops_of("ctl").await.remove(0);
     env.report(
         "ctl",

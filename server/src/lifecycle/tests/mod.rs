@@ -12,6 +12,7 @@ mod expand;
 mod group_snapshots;
 mod job_volumes;
 mod late_create;
+mod linger_slots;
 mod lingers;
 mod listing;
 mod mounts;
