@@ -1,7 +1,8 @@
 //! A pool's members and how warm each free one is for a claim: the member last released
 //! with the claim's cache key first, then one still staged on its node, then one whose last
-//! key matches a restore key or shares the longest prefix with the key, then any. And the
-//! record of the member a claim got, and why.
+//! key matches a restore key or shares the longest prefix with the key, then any; among
+//! members as warm, the one whose cache was used longest ago. And the record of the member
+//! a claim got, and why.
 
 use std::cmp::Reverse;
 
@@ -36,6 +37,10 @@ pub(super) struct Candidate {
     /// or being detached): taking it waits for that node to let it go, so it comes after
     /// the members as warm that wait for nothing.
     elsewhere: bool,
+    /// When its last key was recorded (none: it holds no key). Among members as warm, the
+    /// one whose cache was used longest ago goes first, as a cache gives up its least
+    /// recently used entry: the caches of the keys jobs come back to often stay theirs.
+    key_at: Option<i64>,
 }
 
 /// How warm free member `volume` is for `req`, by its last key and whether it is still
@@ -60,9 +65,10 @@ pub(super) fn candidate(
     let last = conn.cache_key(volume)?;
     Ok(Candidate {
         elsewhere: single && atts.iter().any(|a| a.node != *node),
+        key_at: last.as_ref().map(|(_, at)| *at),
         ..warmth(
             volume,
-            last.as_deref(),
+            last.as_ref().map(|(k, _)| k.as_str()),
             staged_here,
             req.cache_key.as_deref(),
             &req.restore_keys,
@@ -71,13 +77,20 @@ pub(super) fn candidate(
 }
 
 impl Candidate {
-    /// The order of warmth, warmest least; the name breaks ties.
-    pub(super) fn order(&self) -> (u8, bool, (usize, Reverse<usize>), &str) {
-        (self.choice as u8, self.elsewhere, self.rank, &self.volume)
+    /// The order of warmth, warmest least; then the cache used longest ago; the name
+    /// breaks ties.
+    pub(super) fn order(&self) -> (u8, bool, (usize, Reverse<usize>), Option<i64>, &str) {
+        (
+            self.choice as u8,
+            self.elsewhere,
+            self.rank,
+            self.key_at,
+            &self.volume,
+        )
     }
 }
 
-/// Warmest first; the name breaks ties.
+/// Warmest first; among as warm, the cache used longest ago; the name breaks ties.
 pub(super) fn by_warmth(candidates: &mut [Candidate]) {
     candidates.sort_by(|a, b| a.order().cmp(&b.order()));
 }
@@ -147,6 +160,7 @@ fn warmth(
         rank: (0, Reverse(0)),
         why,
         elsewhere: false,
+        key_at: None,
     };
     if let (Some(k), Some(last)) = (key, last_key)
         && k == last
@@ -164,20 +178,20 @@ fn warmth(
             .find(|(_, r)| last.starts_with(r.as_str()))
         {
             return Candidate {
-                volume: volume.to_owned(),
-                choice: PoolChoice::Prefix,
                 rank: (i, Reverse(shared)),
-                why: format!("warm: prefix `{r}` (its key `{last}`)"),
-                elsewhere: false,
+                ..cold(
+                    PoolChoice::Prefix,
+                    format!("warm: prefix `{r}` (its key `{last}`)"),
+                )
             };
         }
         if shared > 0 {
             return Candidate {
-                volume: volume.to_owned(),
-                choice: PoolChoice::Prefix,
                 rank: (restore.len(), Reverse(shared)),
-                why: format!("warm: prefix `{}` (its key `{last}`)", &last[..shared]),
-                elsewhere: false,
+                ..cold(
+                    PoolChoice::Prefix,
+                    format!("warm: prefix `{}` (its key `{last}`)", &last[..shared]),
+                )
             };
         }
     }

@@ -390,7 +390,7 @@ pub fn pool_view(conn: &(impl Snapshot + ?Sized), name: &str, now: i64) -> ApiRe
             .collect();
         out.push(api::PoolMember {
             holders,
-            cache_key: conn.cache_key(&volume)?,
+            cache_key: conn.cache_key(&volume)?.map(|(k, _)| k),
             availability: conn.volume_availability(&volume)?.map(|a| a.eligibility),
             staged_on,
             volume,

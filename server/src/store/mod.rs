@@ -316,8 +316,8 @@ pub trait Snapshot {
     fn pools(&self) -> ApiResult<Vec<crate::model::PoolRow>>;
     /// One pool.
     fn pool(&self, name: &str) -> ApiResult<Option<crate::model::PoolRow>>;
-    /// A volume's last cache key (recorded at a successful job's release).
-    fn cache_key(&self, volume: &str) -> ApiResult<Option<String>>;
+    /// A volume's last cache key and when (recorded at a successful job's release).
+    fn cache_key(&self, volume: &str) -> ApiResult<Option<(String, i64)>>;
     /// A pool's last `n` claims, newest first.
     fn recent_pool_claims(&self, pool: &str, n: u32) -> ApiResult<Vec<PoolClaimRow>>;
     /// The claim from a pool `alloc` holds on `volume`, not released yet.

@@ -78,3 +78,44 @@ async fn below_the_schema_that_keeps_them_labels_and_pools_are_refused() {
     env.volume("plain", "single-node-writer").await;
     env.claim("v", "a1", "n1", ClaimMode::Write).await.unwrap();
 }
+
+/// Among members as warm for a claim, the one whose cache was used longest ago goes: the
+/// caches of the keys jobs come back to often stay theirs, whatever the members' names.
+#[tokio::test]
+async fn among_members_as_warm_the_cache_used_longest_ago_goes_first() {
+    use super::pool_line::{ask, from_pool, label, make_pool};
+    use crate::store::Txn;
+
+    let clock = crate::clock::Clock::held_at(1_000_000);
+    let env = Env::with_clock(clock.clone());
+    env.register("n1", false, &[]).await;
+    for m in ["m1", "m2", "m3"] {
+        env.volume(m, "single-node-writer").await;
+        label(&env, m).await;
+    }
+    make_pool(&env).await;
+    // Keys recorded (as at successful releases) m3 first, then m1, then m2: all share
+    // `branch-0` with the next claim's key.
+    for (at, m, key) in [
+        (1_001_000, "m3", "branch-03"),
+        (1_002_000, "m1", "branch-01"),
+        (1_003_000, "m2", "branch-02"),
+    ] {
+        clock.set(at);
+        env.write(move |ctx, _| ctx.set_cache_key(m, key))
+            .await
+            .unwrap();
+    }
+    clock.set(1_004_000);
+    let c = from_pool(&env, ask("a1", "n1", Some("branch-04"), false), None)
+        .await
+        .unwrap();
+    assert_eq!(c.volume, "m3", "{c:?}");
+    let why = c.pool.as_ref().map(|p| p.why.clone()).unwrap_or_default();
+    assert_eq!(why, "warm: prefix `branch-0` (its key `branch-03`)");
+    // The same key still goes first however recently it was used.
+    let c = from_pool(&env, ask("a2", "n1", Some("branch-02"), false), None)
+        .await
+        .unwrap();
+    assert_eq!(c.volume, "m2", "{c:?}");
+}

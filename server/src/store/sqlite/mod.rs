@@ -603,7 +603,7 @@ impl Snapshot for Connection {
         pools::pool(self, name)
     }
 
-    fn cache_key(&self, volume: &str) -> ApiResult<Option<String>> {
+    fn cache_key(&self, volume: &str) -> ApiResult<Option<(String, i64)>> {
         pools::cache_key(self, volume)
     }
 
@@ -753,7 +753,7 @@ reads_through_the_transaction! {
     all_volume_labels() -> Vec<(String, Labels)>;
     pools() -> Vec<PoolRow>;
     pool(name: &str) -> Option<PoolRow>;
-    cache_key(volume: &str) -> Option<String>;
+    cache_key(volume: &str) -> Option<(String, i64)>;
     recent_pool_claims(pool: &str, n: u32) -> Vec<PoolClaimRow>;
     open_pool_claim(volume: &str, alloc: &str) -> Option<PoolClaimRow>;
     lingers(volume: Option<&str>, node: Option<&str>) -> Vec<LingerRow>;

@@ -189,14 +189,14 @@ pub fn delete_pool(ctx: &WriteCtx<'_>, name: &str) -> ApiResult<()> {
     Ok(())
 }
 
-/// A volume's last cache key, recorded at a successful job's release.
-pub fn cache_key(conn: &Connection, volume: &str) -> ApiResult<Option<String>> {
+/// A volume's last cache key and when it was recorded, at a successful job's release.
+pub fn cache_key(conn: &Connection, volume: &str) -> ApiResult<Option<(String, i64)>> {
     if !kept(conn)? {
         return Ok(None);
     }
     optional(
-        conn.prepare_cached("SELECT cache_key FROM volume_cache_keys WHERE volume = ?1")?
-            .query_row([volume], |r| r.get(0)),
+        conn.prepare_cached("SELECT cache_key, at FROM volume_cache_keys WHERE volume = ?1")?
+            .query_row([volume], |r| Ok((r.get(0)?, r.get(1)?))),
     )
 }
 
