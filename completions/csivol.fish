@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_csivol_global_optspecs
-    string join \n addr= ca-cert= token= o/output= no-color q/quiet stale h/help V/version
+    string join \n addr= ca-cert= token= o/output= no-color q/quiet stale n/namespace= A/all-namespaces h/help V/version
 end
 
 function __fish_csivol_needs_command
@@ -30,9 +30,11 @@ complete -c csivol -n "__fish_csivol_needs_command" -l token -d 'API token [env:
 complete -c csivol -n "__fish_csivol_needs_command" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_needs_command" -s n -l namespace -d 'The namespace of the volumes, claims and events a command names or lists (`csivol namespace list`) [env: CSIVOL_NAMESPACE] [default: default]' -r -f
 complete -c csivol -n "__fish_csivol_needs_command" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_needs_command" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_needs_command" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
+complete -c csivol -n "__fish_csivol_needs_command" -s A -l all-namespaces -d 'List what every namespace holds, with a NAMESPACE column (listings only)'
 complete -c csivol -n "__fish_csivol_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_needs_command" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_needs_command" -f -a "volume" -d 'Register, create, list, show and deregister volumes'
@@ -45,6 +47,7 @@ complete -c csivol -n "__fish_csivol_needs_command" -f -a "unblock" -d 'Free vol
 complete -c csivol -n "__fish_csivol_needs_command" -f -a "fence" -d 'Power a lost node off through its fence method, then unblock its volumes with the proof'
 complete -c csivol -n "__fish_csivol_needs_command" -f -a "detach" -d 'Take a volume off a node: release every claim it has there'
 complete -c csivol -n "__fish_csivol_needs_command" -f -a "pool" -d 'Create, list, show and delete pools: volumes chosen by their labels, any free one claimed at a time (`csivol claim --pool`, `csivol run --pool`)'
+complete -c csivol -n "__fish_csivol_needs_command" -f -a "namespace" -d 'Create, list, show and delete namespaces: teams\' volumes, claims and events apart'
 complete -c csivol -n "__fish_csivol_needs_command" -f -a "node" -d 'List nodes, or show one'
 complete -c csivol -n "__fish_csivol_needs_command" -f -a "plugin" -d 'List plugins, or show one'
 complete -c csivol -n "__fish_csivol_needs_command" -f -a "events" -d 'Show the audit trail, or follow it'
@@ -57,9 +60,11 @@ complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_see
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register adopt import create list show deregister expand eligibility label drain modify help" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register adopt import create list show deregister expand eligibility label drain modify help" -s n -l namespace -d 'The namespace of the volumes, claims and events a command names or lists (`csivol namespace list`) [env: CSIVOL_NAMESPACE] [default: default]' -r -f
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register adopt import create list show deregister expand eligibility label drain modify help" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register adopt import create list show deregister expand eligibility label drain modify help" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register adopt import create list show deregister expand eligibility label drain modify help" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register adopt import create list show deregister expand eligibility label drain modify help" -s A -l all-namespaces -d 'List what every namespace holds, with a NAMESPACE column (listings only)'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register adopt import create list show deregister expand eligibility label drain modify help" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register adopt import create list show deregister expand eligibility label drain modify help" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and not __fish_seen_subcommand_from register adopt import create list show deregister expand eligibility label drain modify help" -f -a "register" -d 'Register an existing volume from a TOML or JSON spec'
@@ -81,9 +86,11 @@ complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_su
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from register" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from register" -s n -l namespace -d 'The namespace of the volumes, claims and events a command names or lists (`csivol namespace list`) [env: CSIVOL_NAMESPACE] [default: default]' -r -f
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from register" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from register" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from register" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from register" -s A -l all-namespaces -d 'List what every namespace holds, with a NAMESPACE column (listings only)'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from register" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from register" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from adopt" -l name -d 'The volume\'s name in csivol' -r -f
@@ -98,10 +105,12 @@ complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_su
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from adopt" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from adopt" -s n -l namespace -d 'The namespace of the volumes, claims and events a command names or lists (`csivol namespace list`) [env: CSIVOL_NAMESPACE] [default: default]' -r -f
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from adopt" -l skip-validation -d 'Adopt it without ValidateVolumeCapabilities: only for a plugin without a Controller service, which has nothing to answer the call with; the operator vouches for the access mode and attachment given'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from adopt" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from adopt" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from adopt" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from adopt" -s A -l all-namespaces -d 'List what every namespace holds, with a NAMESPACE column (listings only)'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from adopt" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from adopt" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from import" -l out -d 'Write each spec to DIR/NAME.toml instead of printing it' -r -F
@@ -112,10 +121,12 @@ complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_su
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from import" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from import" -s n -l namespace -d 'The namespace of the volumes, claims and events a command names or lists (`csivol namespace list`) [env: CSIVOL_NAMESPACE] [default: default]' -r -f
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from import" -l apply -d 'Register the volumes'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from import" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from import" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from import" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from import" -s A -l all-namespaces -d 'List what every namespace holds, with a NAMESPACE column (listings only)'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from import" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from import" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from create" -l from-snapshot -d 'Start with the data of this snapshot (CreateVolume\'s volume_content_source)' -r -f
@@ -127,10 +138,12 @@ complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_su
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from create" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from create" -s n -l namespace -d 'The namespace of the volumes, claims and events a command names or lists (`csivol namespace list`) [env: CSIVOL_NAMESPACE] [default: default]' -r -f
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from create" -l wait -d 'Wait until it is done, showing progress on a terminal'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from create" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from create" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from create" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from create" -s A -l all-namespaces -d 'List what every namespace holds, with a NAMESPACE column (listings only)'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from create" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from create" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from list" -l plugin -d 'Only volumes of this plugin' -r -f
@@ -147,9 +160,11 @@ complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_su
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from list" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from list" -s n -l namespace -d 'The namespace of the volumes, claims and events a command names or lists (`csivol namespace list`) [env: CSIVOL_NAMESPACE] [default: default]' -r -f
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from list" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from list" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from list" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from list" -s A -l all-namespaces -d 'List what every namespace holds, with a NAMESPACE column (listings only)'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from list" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from list" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from show" -l addr -d 'Server address; several servers of one cluster comma-separated or repeated, tried in turn when one cannot be reached. The token goes over plain http:// only to a loopback address (127.0.0.0/8, ::1, localhost); without a scheme, https:// when a CA is given (--ca-cert, CSIVOL_CACERT or the default CA file), else http:// on loopback only [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r -f
@@ -158,9 +173,11 @@ complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_su
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from show" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from show" -s n -l namespace -d 'The namespace of the volumes, claims and events a command names or lists (`csivol namespace list`) [env: CSIVOL_NAMESPACE] [default: default]' -r -f
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from show" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from show" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from show" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from show" -s A -l all-namespaces -d 'List what every namespace holds, with a NAMESPACE column (listings only)'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from show" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from show" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from deregister" -l timeout -d 'How long --wait waits before giving up with exit code 5' -r -f
@@ -170,12 +187,14 @@ complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_su
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from deregister" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from deregister" -s n -l namespace -d 'The namespace of the volumes, claims and events a command names or lists (`csivol namespace list`) [env: CSIVOL_NAMESPACE] [default: default]' -r -f
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from deregister" -l delete -d 'Also destroy the volume and its data through the plugin (DeleteVolume)'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from deregister" -s y -l yes -d 'Do it without asking'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from deregister" -l wait -d 'Wait until it is done, showing progress on a terminal'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from deregister" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from deregister" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from deregister" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from deregister" -s A -l all-namespaces -d 'List what every namespace holds, with a NAMESPACE column (listings only)'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from deregister" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from deregister" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from expand" -l capacity -d 'The capacity to reach: bytes, or a size with a unit (`20GiB`, `500M`, `1.5T`; K/M/G/T are powers of 1000, KiB/MiB/GiB/TiB powers of 1024)' -r -f
@@ -186,11 +205,13 @@ complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_su
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from expand" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from expand" -s n -l namespace -d 'The namespace of the volumes, claims and events a command names or lists (`csivol namespace list`) [env: CSIVOL_NAMESPACE] [default: default]' -r -f
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from expand" -l cancel -d 'Cancel the expansion that failed or keeps failing; the volume keeps what it has'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from expand" -l wait -d 'Wait until it is done, showing progress on a terminal'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from expand" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from expand" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from expand" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from expand" -s A -l all-namespaces -d 'List what every namespace holds, with a NAMESPACE column (listings only)'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from expand" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from expand" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from eligibility" -l reason -d 'Why, for the event log and for whoever\'s claim is refused' -r -f
@@ -200,11 +221,13 @@ complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_su
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from eligibility" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from eligibility" -s n -l namespace -d 'The namespace of the volumes, claims and events a command names or lists (`csivol namespace list`) [env: CSIVOL_NAMESPACE] [default: default]' -r -f
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from eligibility" -l enable -d 'New claims may be made on the volume again (also ends a drain)'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from eligibility" -l disable -d 'No new claims on the volume'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from eligibility" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from eligibility" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from eligibility" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from eligibility" -s A -l all-namespaces -d 'List what every namespace holds, with a NAMESPACE column (listings only)'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from eligibility" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from eligibility" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from label" -l addr -d 'Server address; several servers of one cluster comma-separated or repeated, tried in turn when one cannot be reached. The token goes over plain http:// only to a loopback address (127.0.0.0/8, ::1, localhost); without a scheme, https:// when a CA is given (--ca-cert, CSIVOL_CACERT or the default CA file), else http:// on loopback only [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r -f
@@ -213,9 +236,11 @@ complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_su
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from label" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from label" -s n -l namespace -d 'The namespace of the volumes, claims and events a command names or lists (`csivol namespace list`) [env: CSIVOL_NAMESPACE] [default: default]' -r -f
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from label" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from label" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from label" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from label" -s A -l all-namespaces -d 'List what every namespace holds, with a NAMESPACE column (listings only)'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from label" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from label" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from drain" -l reason -d 'Why, for the event log and for whoever\'s claim is refused' -r -f
@@ -226,10 +251,12 @@ complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_su
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from drain" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from drain" -s n -l namespace -d 'The namespace of the volumes, claims and events a command names or lists (`csivol namespace list`) [env: CSIVOL_NAMESPACE] [default: default]' -r -f
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from drain" -l wait -d 'Wait until no claim holds the volume (queued claims do not hold it)'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from drain" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from drain" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from drain" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from drain" -s A -l all-namespaces -d 'List what every namespace holds, with a NAMESPACE column (listings only)'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from drain" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from drain" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from modify" -l param -l parameter -d 'A mutable parameter to set, KEY=VALUE (repeatable)' -r -f
@@ -240,10 +267,12 @@ complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_su
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from modify" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from modify" -s n -l namespace -d 'The namespace of the volumes, claims and events a command names or lists (`csivol namespace list`) [env: CSIVOL_NAMESPACE] [default: default]' -r -f
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from modify" -l wait -d 'Wait until it is done, showing progress on a terminal'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from modify" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from modify" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from modify" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
+complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from modify" -s A -l all-namespaces -d 'List what every namespace holds, with a NAMESPACE column (listings only)'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from modify" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from modify" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand volume; and __fish_seen_subcommand_from help" -f -a "register" -d 'Register an existing volume from a TOML or JSON spec'
@@ -265,9 +294,11 @@ complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and not __fish_s
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and not __fish_seen_subcommand_from create list show delete adopt help" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and not __fish_seen_subcommand_from create list show delete adopt help" -s n -l namespace -d 'The namespace of the volumes, claims and events a command names or lists (`csivol namespace list`) [env: CSIVOL_NAMESPACE] [default: default]' -r -f
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and not __fish_seen_subcommand_from create list show delete adopt help" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and not __fish_seen_subcommand_from create list show delete adopt help" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and not __fish_seen_subcommand_from create list show delete adopt help" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and not __fish_seen_subcommand_from create list show delete adopt help" -s A -l all-namespaces -d 'List what every namespace holds, with a NAMESPACE column (listings only)'
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and not __fish_seen_subcommand_from create list show delete adopt help" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and not __fish_seen_subcommand_from create list show delete adopt help" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and not __fish_seen_subcommand_from create list show delete adopt help" -f -a "create" -d 'Snapshot a volume (CreateSnapshot), or several together (--group)'
@@ -286,10 +317,12 @@ complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from create" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from create" -s n -l namespace -d 'The namespace of the volumes, claims and events a command names or lists (`csivol namespace list`) [env: CSIVOL_NAMESPACE] [default: default]' -r -f
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from create" -l wait -d 'Wait until it is done, showing progress on a terminal'
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from create" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from create" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from create" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from create" -s A -l all-namespaces -d 'List what every namespace holds, with a NAMESPACE column (listings only)'
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from create" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from create" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from list" -l volume -d 'Only snapshots of this volume' -r -f
@@ -300,10 +333,12 @@ complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from list" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from list" -s n -l namespace -d 'The namespace of the volumes, claims and events a command names or lists (`csivol namespace list`) [env: CSIVOL_NAMESPACE] [default: default]' -r -f
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from list" -l groups -d 'List the group snapshots instead, one line each'
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from list" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from list" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from list" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from list" -s A -l all-namespaces -d 'List what every namespace holds, with a NAMESPACE column (listings only)'
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from list" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from list" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from show" -l addr -d 'Server address; several servers of one cluster comma-separated or repeated, tried in turn when one cannot be reached. The token goes over plain http:// only to a loopback address (127.0.0.0/8, ::1, localhost); without a scheme, https:// when a CA is given (--ca-cert, CSIVOL_CACERT or the default CA file), else http:// on loopback only [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r -f
@@ -312,9 +347,11 @@ complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from show" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from show" -s n -l namespace -d 'The namespace of the volumes, claims and events a command names or lists (`csivol namespace list`) [env: CSIVOL_NAMESPACE] [default: default]' -r -f
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from show" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from show" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from show" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from show" -s A -l all-namespaces -d 'List what every namespace holds, with a NAMESPACE column (listings only)'
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from show" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from show" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from delete" -l timeout -d 'How long --wait waits before giving up with exit code 5' -r -f
@@ -324,11 +361,13 @@ complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from delete" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from delete" -s n -l namespace -d 'The namespace of the volumes, claims and events a command names or lists (`csivol namespace list`) [env: CSIVOL_NAMESPACE] [default: default]' -r -f
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from delete" -s y -l yes -d 'Do it without asking'
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from delete" -l wait -d 'Wait until it is done, showing progress on a terminal'
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from delete" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from delete" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from delete" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from delete" -s A -l all-namespaces -d 'List what every namespace holds, with a NAMESPACE column (listings only)'
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from delete" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from delete" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from adopt" -l name -d 'The snapshot\'s name in csivol' -r -f
@@ -339,9 +378,11 @@ complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from adopt" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from adopt" -s n -l namespace -d 'The namespace of the volumes, claims and events a command names or lists (`csivol namespace list`) [env: CSIVOL_NAMESPACE] [default: default]' -r -f
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from adopt" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from adopt" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from adopt" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
+complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from adopt" -s A -l all-namespaces -d 'List what every namespace holds, with a NAMESPACE column (listings only)'
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from adopt" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from adopt" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand snapshot; and __fish_seen_subcommand_from help" -f -a "create" -d 'Snapshot a volume (CreateSnapshot), or several together (--group)'
@@ -369,6 +410,7 @@ complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen_subcommand_from renew list show help" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen_subcommand_from renew list show help" -s n -l namespace -d 'The namespace of the volumes, claims and events a command names or lists (`csivol namespace list`) [env: CSIVOL_NAMESPACE] [default: default]' -r -f
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen_subcommand_from renew list show help" -l read-only -d 'Claim it for reading only'
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen_subcommand_from renew list show help" -l queue -d 'Wait in the volume\'s queue when other claims are in the way, instead of a refusal; queued claims are granted in arrival order. With --pool: wait in the pool\'s line for any member'
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen_subcommand_from renew list show help" -l dry-run -d 'Only say whether the claim would be accepted, and why not; records nothing'
@@ -377,6 +419,7 @@ complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen_subcommand_from renew list show help" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen_subcommand_from renew list show help" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen_subcommand_from renew list show help" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
+complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen_subcommand_from renew list show help" -s A -l all-namespaces -d 'List what every namespace holds, with a NAMESPACE column (listings only)'
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen_subcommand_from renew list show help" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen_subcommand_from renew list show help" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and not __fish_seen_subcommand_from renew list show help" -a "renew" -d 'Extend a claim\'s lease from now'
@@ -391,9 +434,11 @@ complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_sub
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from renew" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from renew" -s n -l namespace -d 'The namespace of the volumes, claims and events a command names or lists (`csivol namespace list`) [env: CSIVOL_NAMESPACE] [default: default]' -r -f
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from renew" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from renew" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from renew" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
+complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from renew" -s A -l all-namespaces -d 'List what every namespace holds, with a NAMESPACE column (listings only)'
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from renew" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from renew" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from list" -l volume -d 'Only claims of this volume' -r -f
@@ -414,9 +459,11 @@ complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_sub
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from list" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from list" -s n -l namespace -d 'The namespace of the volumes, claims and events a command names or lists (`csivol namespace list`) [env: CSIVOL_NAMESPACE] [default: default]' -r -f
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from list" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from list" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from list" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
+complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from list" -s A -l all-namespaces -d 'List what every namespace holds, with a NAMESPACE column (listings only)'
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from list" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from list" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from show" -l alloc -d 'The alloc whose claim to show' -r -f
@@ -426,9 +473,11 @@ complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_sub
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from show" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from show" -s n -l namespace -d 'The namespace of the volumes, claims and events a command names or lists (`csivol namespace list`) [env: CSIVOL_NAMESPACE] [default: default]' -r -f
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from show" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from show" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from show" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
+complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from show" -s A -l all-namespaces -d 'List what every namespace holds, with a NAMESPACE column (listings only)'
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from show" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from show" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand claim; and __fish_seen_subcommand_from help" -f -a "renew" -d 'Extend a claim\'s lease from now'
@@ -455,11 +504,13 @@ complete -c csivol -n "__fish_csivol_using_subcommand run" -l token -d 'API toke
 complete -c csivol -n "__fish_csivol_using_subcommand run" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand run" -s n -l namespace -d 'The namespace of the volumes, claims and events a command names or lists (`csivol namespace list`) [env: CSIVOL_NAMESPACE] [default: default]' -r -f
 complete -c csivol -n "__fish_csivol_using_subcommand run" -l queue -d 'Wait in line for volumes held by others instead of failing (for a pool, in the pool\'s line for any member)'
 complete -c csivol -n "__fish_csivol_using_subcommand run" -l no-wait-release -d 'Do not wait for the release to finish after the command'
 complete -c csivol -n "__fish_csivol_using_subcommand run" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand run" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand run" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
+complete -c csivol -n "__fish_csivol_using_subcommand run" -s A -l all-namespaces -d 'List what every namespace holds, with a NAMESPACE column (listings only)'
 complete -c csivol -n "__fish_csivol_using_subcommand run" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand run" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand release" -l pool -d 'Release the alloc\'s claim from this pool: it leaves the pool\'s line if it still waits there, else its member is released' -r -f
@@ -471,12 +522,14 @@ complete -c csivol -n "__fish_csivol_using_subcommand release" -l token -d 'API 
 complete -c csivol -n "__fish_csivol_using_subcommand release" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand release" -s n -l namespace -d 'The namespace of the volumes, claims and events a command names or lists (`csivol namespace list`) [env: CSIVOL_NAMESPACE] [default: default]' -r -f
 complete -c csivol -n "__fish_csivol_using_subcommand release" -l ignore-missing -d 'Exit 0 when the claim is already gone or being released (a missing volume is still exit 3): for scripts that may release twice'
 complete -c csivol -n "__fish_csivol_using_subcommand release" -l succeeded -d 'The job succeeded: a claim made from a pool with a cache key records that key as the member\'s (without it the member keeps the key it had)'
 complete -c csivol -n "__fish_csivol_using_subcommand release" -l wait -d 'Wait until it is done, showing progress on a terminal'
 complete -c csivol -n "__fish_csivol_using_subcommand release" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand release" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand release" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
+complete -c csivol -n "__fish_csivol_using_subcommand release" -s A -l all-namespaces -d 'List what every namespace holds, with a NAMESPACE column (listings only)'
 complete -c csivol -n "__fish_csivol_using_subcommand release" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand release" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand status" -l node -d 'Only volumes claimed or attached on this node, and only this node' -r -f
@@ -486,11 +539,13 @@ complete -c csivol -n "__fish_csivol_using_subcommand status" -l token -d 'API t
 complete -c csivol -n "__fish_csivol_using_subcommand status" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand status" -s n -l namespace -d 'The namespace of the volumes, claims and events a command names or lists (`csivol namespace list`) [env: CSIVOL_NAMESPACE] [default: default]' -r -f
 complete -c csivol -n "__fish_csivol_using_subcommand status" -l blocked -d 'Only blocked volumes, with the lost node and the unblock command; exit code 6 when any is blocked, 0 when none is'
 complete -c csivol -n "__fish_csivol_using_subcommand status" -s w -l watch -d 'Keep it on screen and redraw it when something changes (blocking queries on the event log, and every few seconds for heartbeat countdowns) until interrupted'
 complete -c csivol -n "__fish_csivol_using_subcommand status" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand status" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand status" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
+complete -c csivol -n "__fish_csivol_using_subcommand status" -s A -l all-namespaces -d 'List what every namespace holds, with a NAMESPACE column (listings only)'
 complete -c csivol -n "__fish_csivol_using_subcommand status" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand status" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand unblock" -l node -d 'The lost node: every volume it holds blocked' -r -f
@@ -502,12 +557,14 @@ complete -c csivol -n "__fish_csivol_using_subcommand unblock" -l token -d 'API 
 complete -c csivol -n "__fish_csivol_using_subcommand unblock" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand unblock" -s n -l namespace -d 'The namespace of the volumes, claims and events a command names or lists (`csivol namespace list`) [env: CSIVOL_NAMESPACE] [default: default]' -r -f
 complete -c csivol -n "__fish_csivol_using_subcommand unblock" -s y -l yes -d 'Do it without asking'
 complete -c csivol -n "__fish_csivol_using_subcommand unblock" -l dry-run -d 'Only show what would happen'
 complete -c csivol -n "__fish_csivol_using_subcommand unblock" -l wait -d 'Wait until it is done, showing progress on a terminal'
 complete -c csivol -n "__fish_csivol_using_subcommand unblock" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand unblock" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand unblock" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
+complete -c csivol -n "__fish_csivol_using_subcommand unblock" -s A -l all-namespaces -d 'List what every namespace holds, with a NAMESPACE column (listings only)'
 complete -c csivol -n "__fish_csivol_using_subcommand unblock" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand unblock" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand fence" -l reason -d 'Why, for the event log (e.g. "node-2 unreachable since 03:10, BMC answers")' -r -f
@@ -518,6 +575,7 @@ complete -c csivol -n "__fish_csivol_using_subcommand fence" -l token -d 'API to
 complete -c csivol -n "__fish_csivol_using_subcommand fence" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand fence" -s n -l namespace -d 'The namespace of the volumes, claims and events a command names or lists (`csivol namespace list`) [env: CSIVOL_NAMESPACE] [default: default]' -r -f
 complete -c csivol -n "__fish_csivol_using_subcommand fence" -l force -d 'The node is ready, not lost: power it off anyway (asks twice on a terminal)'
 complete -c csivol -n "__fish_csivol_using_subcommand fence" -s y -l yes -d 'Do it without asking'
 complete -c csivol -n "__fish_csivol_using_subcommand fence" -l dry-run -d 'Only show what would happen'
@@ -525,6 +583,7 @@ complete -c csivol -n "__fish_csivol_using_subcommand fence" -l wait -d 'Wait un
 complete -c csivol -n "__fish_csivol_using_subcommand fence" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand fence" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand fence" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
+complete -c csivol -n "__fish_csivol_using_subcommand fence" -s A -l all-namespaces -d 'List what every namespace holds, with a NAMESPACE column (listings only)'
 complete -c csivol -n "__fish_csivol_using_subcommand fence" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand fence" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand detach" -l node -d 'The node to detach it from' -r -f
@@ -536,6 +595,7 @@ complete -c csivol -n "__fish_csivol_using_subcommand detach" -l token -d 'API t
 complete -c csivol -n "__fish_csivol_using_subcommand detach" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand detach" -s n -l namespace -d 'The namespace of the volumes, claims and events a command names or lists (`csivol namespace list`) [env: CSIVOL_NAMESPACE] [default: default]' -r -f
 complete -c csivol -n "__fish_csivol_using_subcommand detach" -l force -d 'The node is lost: release its claims and detach without it'
 complete -c csivol -n "__fish_csivol_using_subcommand detach" -s y -l yes -d 'Do it without asking'
 complete -c csivol -n "__fish_csivol_using_subcommand detach" -l dry-run -d 'Only show what would happen'
@@ -543,6 +603,7 @@ complete -c csivol -n "__fish_csivol_using_subcommand detach" -l wait -d 'Wait u
 complete -c csivol -n "__fish_csivol_using_subcommand detach" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand detach" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand detach" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
+complete -c csivol -n "__fish_csivol_using_subcommand detach" -s A -l all-namespaces -d 'List what every namespace holds, with a NAMESPACE column (listings only)'
 complete -c csivol -n "__fish_csivol_using_subcommand detach" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand detach" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand pool; and not __fish_seen_subcommand_from create list show delete help" -l addr -d 'Server address; several servers of one cluster comma-separated or repeated, tried in turn when one cannot be reached. The token goes over plain http:// only to a loopback address (127.0.0.0/8, ::1, localhost); without a scheme, https:// when a CA is given (--ca-cert, CSIVOL_CACERT or the default CA file), else http:// on loopback only [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r -f
@@ -551,9 +612,11 @@ complete -c csivol -n "__fish_csivol_using_subcommand pool; and not __fish_seen_
 complete -c csivol -n "__fish_csivol_using_subcommand pool; and not __fish_seen_subcommand_from create list show delete help" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand pool; and not __fish_seen_subcommand_from create list show delete help" -s n -l namespace -d 'The namespace of the volumes, claims and events a command names or lists (`csivol namespace list`) [env: CSIVOL_NAMESPACE] [default: default]' -r -f
 complete -c csivol -n "__fish_csivol_using_subcommand pool; and not __fish_seen_subcommand_from create list show delete help" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand pool; and not __fish_seen_subcommand_from create list show delete help" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand pool; and not __fish_seen_subcommand_from create list show delete help" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
+complete -c csivol -n "__fish_csivol_using_subcommand pool; and not __fish_seen_subcommand_from create list show delete help" -s A -l all-namespaces -d 'List what every namespace holds, with a NAMESPACE column (listings only)'
 complete -c csivol -n "__fish_csivol_using_subcommand pool; and not __fish_seen_subcommand_from create list show delete help" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand pool; and not __fish_seen_subcommand_from create list show delete help" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand pool; and not __fish_seen_subcommand_from create list show delete help" -f -a "create" -d 'Make a pool of the volumes whose labels match a selector'
@@ -569,9 +632,11 @@ complete -c csivol -n "__fish_csivol_using_subcommand pool; and __fish_seen_subc
 complete -c csivol -n "__fish_csivol_using_subcommand pool; and __fish_seen_subcommand_from create" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand pool; and __fish_seen_subcommand_from create" -s n -l namespace -d 'The namespace of the volumes, claims and events a command names or lists (`csivol namespace list`) [env: CSIVOL_NAMESPACE] [default: default]' -r -f
 complete -c csivol -n "__fish_csivol_using_subcommand pool; and __fish_seen_subcommand_from create" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand pool; and __fish_seen_subcommand_from create" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand pool; and __fish_seen_subcommand_from create" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
+complete -c csivol -n "__fish_csivol_using_subcommand pool; and __fish_seen_subcommand_from create" -s A -l all-namespaces -d 'List what every namespace holds, with a NAMESPACE column (listings only)'
 complete -c csivol -n "__fish_csivol_using_subcommand pool; and __fish_seen_subcommand_from create" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand pool; and __fish_seen_subcommand_from create" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand pool; and __fish_seen_subcommand_from list" -l addr -d 'Server address; several servers of one cluster comma-separated or repeated, tried in turn when one cannot be reached. The token goes over plain http:// only to a loopback address (127.0.0.0/8, ::1, localhost); without a scheme, https:// when a CA is given (--ca-cert, CSIVOL_CACERT or the default CA file), else http:// on loopback only [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r -f
@@ -580,9 +645,11 @@ complete -c csivol -n "__fish_csivol_using_subcommand pool; and __fish_seen_subc
 complete -c csivol -n "__fish_csivol_using_subcommand pool; and __fish_seen_subcommand_from list" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand pool; and __fish_seen_subcommand_from list" -s n -l namespace -d 'The namespace of the volumes, claims and events a command names or lists (`csivol namespace list`) [env: CSIVOL_NAMESPACE] [default: default]' -r -f
 complete -c csivol -n "__fish_csivol_using_subcommand pool; and __fish_seen_subcommand_from list" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand pool; and __fish_seen_subcommand_from list" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand pool; and __fish_seen_subcommand_from list" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
+complete -c csivol -n "__fish_csivol_using_subcommand pool; and __fish_seen_subcommand_from list" -s A -l all-namespaces -d 'List what every namespace holds, with a NAMESPACE column (listings only)'
 complete -c csivol -n "__fish_csivol_using_subcommand pool; and __fish_seen_subcommand_from list" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand pool; and __fish_seen_subcommand_from list" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand pool; and __fish_seen_subcommand_from show" -l addr -d 'Server address; several servers of one cluster comma-separated or repeated, tried in turn when one cannot be reached. The token goes over plain http:// only to a loopback address (127.0.0.0/8, ::1, localhost); without a scheme, https:// when a CA is given (--ca-cert, CSIVOL_CACERT or the default CA file), else http:// on loopback only [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r -f
@@ -591,9 +658,11 @@ complete -c csivol -n "__fish_csivol_using_subcommand pool; and __fish_seen_subc
 complete -c csivol -n "__fish_csivol_using_subcommand pool; and __fish_seen_subcommand_from show" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand pool; and __fish_seen_subcommand_from show" -s n -l namespace -d 'The namespace of the volumes, claims and events a command names or lists (`csivol namespace list`) [env: CSIVOL_NAMESPACE] [default: default]' -r -f
 complete -c csivol -n "__fish_csivol_using_subcommand pool; and __fish_seen_subcommand_from show" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand pool; and __fish_seen_subcommand_from show" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand pool; and __fish_seen_subcommand_from show" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
+complete -c csivol -n "__fish_csivol_using_subcommand pool; and __fish_seen_subcommand_from show" -s A -l all-namespaces -d 'List what every namespace holds, with a NAMESPACE column (listings only)'
 complete -c csivol -n "__fish_csivol_using_subcommand pool; and __fish_seen_subcommand_from show" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand pool; and __fish_seen_subcommand_from show" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand pool; and __fish_seen_subcommand_from delete" -l addr -d 'Server address; several servers of one cluster comma-separated or repeated, tried in turn when one cannot be reached. The token goes over plain http:// only to a loopback address (127.0.0.0/8, ::1, localhost); without a scheme, https:// when a CA is given (--ca-cert, CSIVOL_CACERT or the default CA file), else http:// on loopback only [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r -f
@@ -602,9 +671,11 @@ complete -c csivol -n "__fish_csivol_using_subcommand pool; and __fish_seen_subc
 complete -c csivol -n "__fish_csivol_using_subcommand pool; and __fish_seen_subcommand_from delete" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand pool; and __fish_seen_subcommand_from delete" -s n -l namespace -d 'The namespace of the volumes, claims and events a command names or lists (`csivol namespace list`) [env: CSIVOL_NAMESPACE] [default: default]' -r -f
 complete -c csivol -n "__fish_csivol_using_subcommand pool; and __fish_seen_subcommand_from delete" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand pool; and __fish_seen_subcommand_from delete" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand pool; and __fish_seen_subcommand_from delete" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
+complete -c csivol -n "__fish_csivol_using_subcommand pool; and __fish_seen_subcommand_from delete" -s A -l all-namespaces -d 'List what every namespace holds, with a NAMESPACE column (listings only)'
 complete -c csivol -n "__fish_csivol_using_subcommand pool; and __fish_seen_subcommand_from delete" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand pool; and __fish_seen_subcommand_from delete" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand pool; and __fish_seen_subcommand_from help" -f -a "create" -d 'Make a pool of the volumes whose labels match a selector'
@@ -612,15 +683,90 @@ complete -c csivol -n "__fish_csivol_using_subcommand pool; and __fish_seen_subc
 complete -c csivol -n "__fish_csivol_using_subcommand pool; and __fish_seen_subcommand_from help" -f -a "show" -d 'Show a pool: each member, who holds it, its last cache key, where it is staged, and the warm-hit ratio of its last claims'
 complete -c csivol -n "__fish_csivol_using_subcommand pool; and __fish_seen_subcommand_from help" -f -a "delete" -d 'Forget a pool; its members keep their labels, claims and cache keys'
 complete -c csivol -n "__fish_csivol_using_subcommand pool; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c csivol -n "__fish_csivol_using_subcommand namespace; and not __fish_seen_subcommand_from create list show delete help" -l addr -d 'Server address; several servers of one cluster comma-separated or repeated, tried in turn when one cannot be reached. The token goes over plain http:// only to a loopback address (127.0.0.0/8, ::1, localhost); without a scheme, https:// when a CA is given (--ca-cert, CSIVOL_CACERT or the default CA file), else http:// on loopback only [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r -f
+complete -c csivol -n "__fish_csivol_using_subcommand namespace; and not __fish_seen_subcommand_from create list show delete help" -l ca-cert -d 'CA certificate (PEM) the server\'s certificate must chain to [env: CSIVOL_CACERT, then $XDG_CONFIG_HOME/csivol/ca.pem, then the system\'s roots]' -r -F
+complete -c csivol -n "__fish_csivol_using_subcommand namespace; and not __fish_seen_subcommand_from create list show delete help" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r -f
+complete -c csivol -n "__fish_csivol_using_subcommand namespace; and not __fish_seen_subcommand_from create list show delete help" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
+wide\t'A table with nothing cut and times in full'
+json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand namespace; and not __fish_seen_subcommand_from create list show delete help" -s n -l namespace -d 'The namespace of the volumes, claims and events a command names or lists (`csivol namespace list`) [env: CSIVOL_NAMESPACE] [default: default]' -r -f
+complete -c csivol -n "__fish_csivol_using_subcommand namespace; and not __fish_seen_subcommand_from create list show delete help" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
+complete -c csivol -n "__fish_csivol_using_subcommand namespace; and not __fish_seen_subcommand_from create list show delete help" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand namespace; and not __fish_seen_subcommand_from create list show delete help" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
+complete -c csivol -n "__fish_csivol_using_subcommand namespace; and not __fish_seen_subcommand_from create list show delete help" -s A -l all-namespaces -d 'List what every namespace holds, with a NAMESPACE column (listings only)'
+complete -c csivol -n "__fish_csivol_using_subcommand namespace; and not __fish_seen_subcommand_from create list show delete help" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c csivol -n "__fish_csivol_using_subcommand namespace; and not __fish_seen_subcommand_from create list show delete help" -s V -l version -d 'Print version'
+complete -c csivol -n "__fish_csivol_using_subcommand namespace; and not __fish_seen_subcommand_from create list show delete help" -f -a "create" -d 'Make a namespace: volumes, claims and events of one team, named apart from other teams\' (`db` may exist in two namespaces)'
+complete -c csivol -n "__fish_csivol_using_subcommand namespace; and not __fish_seen_subcommand_from create list show delete help" -f -a "list" -d 'List the namespaces with what each holds'
+complete -c csivol -n "__fish_csivol_using_subcommand namespace; and not __fish_seen_subcommand_from create list show delete help" -f -a "show" -d 'Show a namespace and what it holds'
+complete -c csivol -n "__fish_csivol_using_subcommand namespace; and not __fish_seen_subcommand_from create list show delete help" -f -a "delete" -d 'Forget an empty namespace (refused while a volume lives in it, naming them)'
+complete -c csivol -n "__fish_csivol_using_subcommand namespace; and not __fish_seen_subcommand_from create list show delete help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c csivol -n "__fish_csivol_using_subcommand namespace; and __fish_seen_subcommand_from create" -l addr -d 'Server address; several servers of one cluster comma-separated or repeated, tried in turn when one cannot be reached. The token goes over plain http:// only to a loopback address (127.0.0.0/8, ::1, localhost); without a scheme, https:// when a CA is given (--ca-cert, CSIVOL_CACERT or the default CA file), else http:// on loopback only [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r -f
+complete -c csivol -n "__fish_csivol_using_subcommand namespace; and __fish_seen_subcommand_from create" -l ca-cert -d 'CA certificate (PEM) the server\'s certificate must chain to [env: CSIVOL_CACERT, then $XDG_CONFIG_HOME/csivol/ca.pem, then the system\'s roots]' -r -F
+complete -c csivol -n "__fish_csivol_using_subcommand namespace; and __fish_seen_subcommand_from create" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r -f
+complete -c csivol -n "__fish_csivol_using_subcommand namespace; and __fish_seen_subcommand_from create" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
+wide\t'A table with nothing cut and times in full'
+json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand namespace; and __fish_seen_subcommand_from create" -s n -l namespace -d 'The namespace of the volumes, claims and events a command names or lists (`csivol namespace list`) [env: CSIVOL_NAMESPACE] [default: default]' -r -f
+complete -c csivol -n "__fish_csivol_using_subcommand namespace; and __fish_seen_subcommand_from create" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
+complete -c csivol -n "__fish_csivol_using_subcommand namespace; and __fish_seen_subcommand_from create" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand namespace; and __fish_seen_subcommand_from create" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
+complete -c csivol -n "__fish_csivol_using_subcommand namespace; and __fish_seen_subcommand_from create" -s A -l all-namespaces -d 'List what every namespace holds, with a NAMESPACE column (listings only)'
+complete -c csivol -n "__fish_csivol_using_subcommand namespace; and __fish_seen_subcommand_from create" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c csivol -n "__fish_csivol_using_subcommand namespace; and __fish_seen_subcommand_from create" -s V -l version -d 'Print version'
+complete -c csivol -n "__fish_csivol_using_subcommand namespace; and __fish_seen_subcommand_from list" -l addr -d 'Server address; several servers of one cluster comma-separated or repeated, tried in turn when one cannot be reached. The token goes over plain http:// only to a loopback address (127.0.0.0/8, ::1, localhost); without a scheme, https:// when a CA is given (--ca-cert, CSIVOL_CACERT or the default CA file), else http:// on loopback only [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r -f
+complete -c csivol -n "__fish_csivol_using_subcommand namespace; and __fish_seen_subcommand_from list" -l ca-cert -d 'CA certificate (PEM) the server\'s certificate must chain to [env: CSIVOL_CACERT, then $XDG_CONFIG_HOME/csivol/ca.pem, then the system\'s roots]' -r -F
+complete -c csivol -n "__fish_csivol_using_subcommand namespace; and __fish_seen_subcommand_from list" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r -f
+complete -c csivol -n "__fish_csivol_using_subcommand namespace; and __fish_seen_subcommand_from list" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
+wide\t'A table with nothing cut and times in full'
+json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand namespace; and __fish_seen_subcommand_from list" -s n -l namespace -d 'The namespace of the volumes, claims and events a command names or lists (`csivol namespace list`) [env: CSIVOL_NAMESPACE] [default: default]' -r -f
+complete -c csivol -n "__fish_csivol_using_subcommand namespace; and __fish_seen_subcommand_from list" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
+complete -c csivol -n "__fish_csivol_using_subcommand namespace; and __fish_seen_subcommand_from list" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand namespace; and __fish_seen_subcommand_from list" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
+complete -c csivol -n "__fish_csivol_using_subcommand namespace; and __fish_seen_subcommand_from list" -s A -l all-namespaces -d 'List what every namespace holds, with a NAMESPACE column (listings only)'
+complete -c csivol -n "__fish_csivol_using_subcommand namespace; and __fish_seen_subcommand_from list" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c csivol -n "__fish_csivol_using_subcommand namespace; and __fish_seen_subcommand_from list" -s V -l version -d 'Print version'
+complete -c csivol -n "__fish_csivol_using_subcommand namespace; and __fish_seen_subcommand_from show" -l addr -d 'Server address; several servers of one cluster comma-separated or repeated, tried in turn when one cannot be reached. The token goes over plain http:// only to a loopback address (127.0.0.0/8, ::1, localhost); without a scheme, https:// when a CA is given (--ca-cert, CSIVOL_CACERT or the default CA file), else http:// on loopback only [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r -f
+complete -c csivol -n "__fish_csivol_using_subcommand namespace; and __fish_seen_subcommand_from show" -l ca-cert -d 'CA certificate (PEM) the server\'s certificate must chain to [env: CSIVOL_CACERT, then $XDG_CONFIG_HOME/csivol/ca.pem, then the system\'s roots]' -r -F
+complete -c csivol -n "__fish_csivol_using_subcommand namespace; and __fish_seen_subcommand_from show" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r -f
+complete -c csivol -n "__fish_csivol_using_subcommand namespace; and __fish_seen_subcommand_from show" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
+wide\t'A table with nothing cut and times in full'
+json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand namespace; and __fish_seen_subcommand_from show" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
+complete -c csivol -n "__fish_csivol_using_subcommand namespace; and __fish_seen_subcommand_from show" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand namespace; and __fish_seen_subcommand_from show" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
+complete -c csivol -n "__fish_csivol_using_subcommand namespace; and __fish_seen_subcommand_from show" -s A -l all-namespaces -d 'List what every namespace holds, with a NAMESPACE column (listings only)'
+complete -c csivol -n "__fish_csivol_using_subcommand namespace; and __fish_seen_subcommand_from show" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c csivol -n "__fish_csivol_using_subcommand namespace; and __fish_seen_subcommand_from show" -s V -l version -d 'Print version'
+complete -c csivol -n "__fish_csivol_using_subcommand namespace; and __fish_seen_subcommand_from delete" -l addr -d 'Server address; several servers of one cluster comma-separated or repeated, tried in turn when one cannot be reached. The token goes over plain http:// only to a loopback address (127.0.0.0/8, ::1, localhost); without a scheme, https:// when a CA is given (--ca-cert, CSIVOL_CACERT or the default CA file), else http:// on loopback only [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r -f
+complete -c csivol -n "__fish_csivol_using_subcommand namespace; and __fish_seen_subcommand_from delete" -l ca-cert -d 'CA certificate (PEM) the server\'s certificate must chain to [env: CSIVOL_CACERT, then $XDG_CONFIG_HOME/csivol/ca.pem, then the system\'s roots]' -r -F
+complete -c csivol -n "__fish_csivol_using_subcommand namespace; and __fish_seen_subcommand_from delete" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r -f
+complete -c csivol -n "__fish_csivol_using_subcommand namespace; and __fish_seen_subcommand_from delete" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
+wide\t'A table with nothing cut and times in full'
+json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand namespace; and __fish_seen_subcommand_from delete" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
+complete -c csivol -n "__fish_csivol_using_subcommand namespace; and __fish_seen_subcommand_from delete" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
+complete -c csivol -n "__fish_csivol_using_subcommand namespace; and __fish_seen_subcommand_from delete" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
+complete -c csivol -n "__fish_csivol_using_subcommand namespace; and __fish_seen_subcommand_from delete" -s A -l all-namespaces -d 'List what every namespace holds, with a NAMESPACE column (listings only)'
+complete -c csivol -n "__fish_csivol_using_subcommand namespace; and __fish_seen_subcommand_from delete" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c csivol -n "__fish_csivol_using_subcommand namespace; and __fish_seen_subcommand_from delete" -s V -l version -d 'Print version'
+complete -c csivol -n "__fish_csivol_using_subcommand namespace; and __fish_seen_subcommand_from help" -f -a "create" -d 'Make a namespace: volumes, claims and events of one team, named apart from other teams\' (`db` may exist in two namespaces)'
+complete -c csivol -n "__fish_csivol_using_subcommand namespace; and __fish_seen_subcommand_from help" -f -a "list" -d 'List the namespaces with what each holds'
+complete -c csivol -n "__fish_csivol_using_subcommand namespace; and __fish_seen_subcommand_from help" -f -a "show" -d 'Show a namespace and what it holds'
+complete -c csivol -n "__fish_csivol_using_subcommand namespace; and __fish_seen_subcommand_from help" -f -a "delete" -d 'Forget an empty namespace (refused while a volume lives in it, naming them)'
+complete -c csivol -n "__fish_csivol_using_subcommand namespace; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show drain eligibility label remove help" -l addr -d 'Server address; several servers of one cluster comma-separated or repeated, tried in turn when one cannot be reached. The token goes over plain http:// only to a loopback address (127.0.0.0/8, ::1, localhost); without a scheme, https:// when a CA is given (--ca-cert, CSIVOL_CACERT or the default CA file), else http:// on loopback only [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r -f
 complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show drain eligibility label remove help" -l ca-cert -d 'CA certificate (PEM) the server\'s certificate must chain to [env: CSIVOL_CACERT, then $XDG_CONFIG_HOME/csivol/ca.pem, then the system\'s roots]' -r -F
 complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show drain eligibility label remove help" -l token -d 'API token [env: CSIVOL_TOKEN, then the file named by CSIVOL_TOKEN_FILE, then $XDG_CONFIG_HOME/csivol/token or ~/.config/csivol/token]' -r -f
 complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show drain eligibility label remove help" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show drain eligibility label remove help" -s n -l namespace -d 'The namespace of the volumes, claims and events a command names or lists (`csivol namespace list`) [env: CSIVOL_NAMESPACE] [default: default]' -r -f
 complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show drain eligibility label remove help" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show drain eligibility label remove help" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show drain eligibility label remove help" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show drain eligibility label remove help" -s A -l all-namespaces -d 'List what every namespace holds, with a NAMESPACE column (listings only)'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show drain eligibility label remove help" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show drain eligibility label remove help" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and not __fish_seen_subcommand_from list show drain eligibility label remove help" -f -a "list" -d 'List nodes with their status, heartbeat and plugins'
@@ -636,9 +782,11 @@ complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subc
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from list" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from list" -s n -l namespace -d 'The namespace of the volumes, claims and events a command names or lists (`csivol namespace list`) [env: CSIVOL_NAMESPACE] [default: default]' -r -f
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from list" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from list" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from list" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from list" -s A -l all-namespaces -d 'List what every namespace holds, with a NAMESPACE column (listings only)'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from list" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from list" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from show" -l addr -d 'Server address; several servers of one cluster comma-separated or repeated, tried in turn when one cannot be reached. The token goes over plain http:// only to a loopback address (127.0.0.0/8, ::1, localhost); without a scheme, https:// when a CA is given (--ca-cert, CSIVOL_CACERT or the default CA file), else http:// on loopback only [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r -f
@@ -647,9 +795,11 @@ complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subc
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from show" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from show" -s n -l namespace -d 'The namespace of the volumes, claims and events a command names or lists (`csivol namespace list`) [env: CSIVOL_NAMESPACE] [default: default]' -r -f
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from show" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from show" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from show" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from show" -s A -l all-namespaces -d 'List what every namespace holds, with a NAMESPACE column (listings only)'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from show" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from show" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from drain" -l deadline -d 'How long --wait waits before giving up with exit code 5 (the node stays draining)' -r -f
@@ -659,10 +809,12 @@ complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subc
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from drain" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from drain" -s n -l namespace -d 'The namespace of the volumes, claims and events a command names or lists (`csivol namespace list`) [env: CSIVOL_NAMESPACE] [default: default]' -r -f
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from drain" -l wait -d 'Wait until no claim is left on the node'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from drain" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from drain" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from drain" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from drain" -s A -l all-namespaces -d 'List what every namespace holds, with a NAMESPACE column (listings only)'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from drain" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from drain" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from eligibility" -l addr -d 'Server address; several servers of one cluster comma-separated or repeated, tried in turn when one cannot be reached. The token goes over plain http:// only to a loopback address (127.0.0.0/8, ::1, localhost); without a scheme, https:// when a CA is given (--ca-cert, CSIVOL_CACERT or the default CA file), else http:// on loopback only [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r -f
@@ -671,11 +823,13 @@ complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subc
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from eligibility" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from eligibility" -s n -l namespace -d 'The namespace of the volumes, claims and events a command names or lists (`csivol namespace list`) [env: CSIVOL_NAMESPACE] [default: default]' -r -f
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from eligibility" -l enable -d 'New claims may be made on the node again (also ends a drain)'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from eligibility" -l disable -d 'No new claims on the node'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from eligibility" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from eligibility" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from eligibility" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from eligibility" -s A -l all-namespaces -d 'List what every namespace holds, with a NAMESPACE column (listings only)'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from eligibility" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from eligibility" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from label" -l addr -d 'Server address; several servers of one cluster comma-separated or repeated, tried in turn when one cannot be reached. The token goes over plain http:// only to a loopback address (127.0.0.0/8, ::1, localhost); without a scheme, https:// when a CA is given (--ca-cert, CSIVOL_CACERT or the default CA file), else http:// on loopback only [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r -f
@@ -684,9 +838,11 @@ complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subc
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from label" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from label" -s n -l namespace -d 'The namespace of the volumes, claims and events a command names or lists (`csivol namespace list`) [env: CSIVOL_NAMESPACE] [default: default]' -r -f
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from label" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from label" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from label" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from label" -s A -l all-namespaces -d 'List what every namespace holds, with a NAMESPACE column (listings only)'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from label" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from label" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from remove" -l addr -d 'Server address; several servers of one cluster comma-separated or repeated, tried in turn when one cannot be reached. The token goes over plain http:// only to a loopback address (127.0.0.0/8, ::1, localhost); without a scheme, https:// when a CA is given (--ca-cert, CSIVOL_CACERT or the default CA file), else http:// on loopback only [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r -f
@@ -695,9 +851,11 @@ complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subc
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from remove" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from remove" -s n -l namespace -d 'The namespace of the volumes, claims and events a command names or lists (`csivol namespace list`) [env: CSIVOL_NAMESPACE] [default: default]' -r -f
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from remove" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from remove" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from remove" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
+complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from remove" -s A -l all-namespaces -d 'List what every namespace holds, with a NAMESPACE column (listings only)'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from remove" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from remove" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand node; and __fish_seen_subcommand_from help" -f -a "list" -d 'List nodes with their status, heartbeat and plugins'
@@ -713,9 +871,11 @@ complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_see
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show volumes snapshots controllers help" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show volumes snapshots controllers help" -s n -l namespace -d 'The namespace of the volumes, claims and events a command names or lists (`csivol namespace list`) [env: CSIVOL_NAMESPACE] [default: default]' -r -f
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show volumes snapshots controllers help" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show volumes snapshots controllers help" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show volumes snapshots controllers help" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show volumes snapshots controllers help" -s A -l all-namespaces -d 'List what every namespace holds, with a NAMESPACE column (listings only)'
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show volumes snapshots controllers help" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show volumes snapshots controllers help" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and not __fish_seen_subcommand_from list show volumes snapshots controllers help" -f -a "list" -d 'List plugins with their health across nodes'
@@ -730,9 +890,11 @@ complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_su
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from list" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from list" -s n -l namespace -d 'The namespace of the volumes, claims and events a command names or lists (`csivol namespace list`) [env: CSIVOL_NAMESPACE] [default: default]' -r -f
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from list" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from list" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from list" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from list" -s A -l all-namespaces -d 'List what every namespace holds, with a NAMESPACE column (listings only)'
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from list" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from list" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from show" -l addr -d 'Server address; several servers of one cluster comma-separated or repeated, tried in turn when one cannot be reached. The token goes over plain http:// only to a loopback address (127.0.0.0/8, ::1, localhost); without a scheme, https:// when a CA is given (--ca-cert, CSIVOL_CACERT or the default CA file), else http:// on loopback only [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r -f
@@ -741,9 +903,11 @@ complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_su
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from show" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from show" -s n -l namespace -d 'The namespace of the volumes, claims and events a command names or lists (`csivol namespace list`) [env: CSIVOL_NAMESPACE] [default: default]' -r -f
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from show" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from show" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from show" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from show" -s A -l all-namespaces -d 'List what every namespace holds, with a NAMESPACE column (listings only)'
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from show" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from show" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from volumes" -l addr -d 'Server address; several servers of one cluster comma-separated or repeated, tried in turn when one cannot be reached. The token goes over plain http:// only to a loopback address (127.0.0.0/8, ::1, localhost); without a scheme, https:// when a CA is given (--ca-cert, CSIVOL_CACERT or the default CA file), else http:// on loopback only [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r -f
@@ -752,9 +916,11 @@ complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_su
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from volumes" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from volumes" -s n -l namespace -d 'The namespace of the volumes, claims and events a command names or lists (`csivol namespace list`) [env: CSIVOL_NAMESPACE] [default: default]' -r -f
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from volumes" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from volumes" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from volumes" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from volumes" -s A -l all-namespaces -d 'List what every namespace holds, with a NAMESPACE column (listings only)'
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from volumes" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from volumes" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from snapshots" -l addr -d 'Server address; several servers of one cluster comma-separated or repeated, tried in turn when one cannot be reached. The token goes over plain http:// only to a loopback address (127.0.0.0/8, ::1, localhost); without a scheme, https:// when a CA is given (--ca-cert, CSIVOL_CACERT or the default CA file), else http:// on loopback only [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r -f
@@ -763,9 +929,11 @@ complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_su
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from snapshots" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from snapshots" -s n -l namespace -d 'The namespace of the volumes, claims and events a command names or lists (`csivol namespace list`) [env: CSIVOL_NAMESPACE] [default: default]' -r -f
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from snapshots" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from snapshots" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from snapshots" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from snapshots" -s A -l all-namespaces -d 'List what every namespace holds, with a NAMESPACE column (listings only)'
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from snapshots" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from snapshots" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from controllers" -l allow -d 'Allow this node to host the plugin\'s controller (repeatable)' -r -f
@@ -776,9 +944,11 @@ complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_su
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from controllers" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from controllers" -s n -l namespace -d 'The namespace of the volumes, claims and events a command names or lists (`csivol namespace list`) [env: CSIVOL_NAMESPACE] [default: default]' -r -f
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from controllers" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from controllers" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from controllers" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
+complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from controllers" -s A -l all-namespaces -d 'List what every namespace holds, with a NAMESPACE column (listings only)'
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from controllers" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from controllers" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand plugin; and __fish_seen_subcommand_from help" -f -a "list" -d 'List plugins with their health across nodes'
@@ -797,10 +967,12 @@ complete -c csivol -n "__fish_csivol_using_subcommand events" -l token -d 'API t
 complete -c csivol -n "__fish_csivol_using_subcommand events" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand events" -s n -l namespace -d 'The namespace of the volumes, claims and events a command names or lists (`csivol namespace list`) [env: CSIVOL_NAMESPACE] [default: default]' -r -f
 complete -c csivol -n "__fish_csivol_using_subcommand events" -s f -l follow -d 'Keep printing new events as they happen (with -o json: one object per line); starts at the end of the log unless --since or --tail says otherwise'
 complete -c csivol -n "__fish_csivol_using_subcommand events" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand events" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand events" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
+complete -c csivol -n "__fish_csivol_using_subcommand events" -s A -l all-namespaces -d 'List what every namespace holds, with a NAMESPACE column (listings only)'
 complete -c csivol -n "__fish_csivol_using_subcommand events" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand events" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand token; and not __fish_seen_subcommand_from create list show revoke help" -l addr -d 'Server address; several servers of one cluster comma-separated or repeated, tried in turn when one cannot be reached. The token goes over plain http:// only to a loopback address (127.0.0.0/8, ::1, localhost); without a scheme, https:// when a CA is given (--ca-cert, CSIVOL_CACERT or the default CA file), else http:// on loopback only [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r -f
@@ -809,9 +981,11 @@ complete -c csivol -n "__fish_csivol_using_subcommand token; and not __fish_seen
 complete -c csivol -n "__fish_csivol_using_subcommand token; and not __fish_seen_subcommand_from create list show revoke help" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand token; and not __fish_seen_subcommand_from create list show revoke help" -s n -l namespace -d 'The namespace of the volumes, claims and events a command names or lists (`csivol namespace list`) [env: CSIVOL_NAMESPACE] [default: default]' -r -f
 complete -c csivol -n "__fish_csivol_using_subcommand token; and not __fish_seen_subcommand_from create list show revoke help" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand token; and not __fish_seen_subcommand_from create list show revoke help" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand token; and not __fish_seen_subcommand_from create list show revoke help" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
+complete -c csivol -n "__fish_csivol_using_subcommand token; and not __fish_seen_subcommand_from create list show revoke help" -s A -l all-namespaces -d 'List what every namespace holds, with a NAMESPACE column (listings only)'
 complete -c csivol -n "__fish_csivol_using_subcommand token; and not __fish_seen_subcommand_from create list show revoke help" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand token; and not __fish_seen_subcommand_from create list show revoke help" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand token; and not __fish_seen_subcommand_from create list show revoke help" -f -a "create" -d 'Create a token; its secret is printed once, on stdout'
@@ -845,9 +1019,11 @@ complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_sub
 complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from create" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from create" -s n -l namespace -d 'The namespace of the volumes, claims and events a command names or lists (`csivol namespace list`) [env: CSIVOL_NAMESPACE] [default: default]' -r -f
 complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from create" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from create" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from create" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
+complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from create" -s A -l all-namespaces -d 'List what every namespace holds, with a NAMESPACE column (listings only)'
 complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from create" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from create" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from list" -l addr -d 'Server address; several servers of one cluster comma-separated or repeated, tried in turn when one cannot be reached. The token goes over plain http:// only to a loopback address (127.0.0.0/8, ::1, localhost); without a scheme, https:// when a CA is given (--ca-cert, CSIVOL_CACERT or the default CA file), else http:// on loopback only [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r -f
@@ -856,9 +1032,11 @@ complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_sub
 complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from list" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from list" -s n -l namespace -d 'The namespace of the volumes, claims and events a command names or lists (`csivol namespace list`) [env: CSIVOL_NAMESPACE] [default: default]' -r -f
 complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from list" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from list" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from list" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
+complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from list" -s A -l all-namespaces -d 'List what every namespace holds, with a NAMESPACE column (listings only)'
 complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from list" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from list" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from show" -l addr -d 'Server address; several servers of one cluster comma-separated or repeated, tried in turn when one cannot be reached. The token goes over plain http:// only to a loopback address (127.0.0.0/8, ::1, localhost); without a scheme, https:// when a CA is given (--ca-cert, CSIVOL_CACERT or the default CA file), else http:// on loopback only [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r -f
@@ -867,9 +1045,11 @@ complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_sub
 complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from show" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from show" -s n -l namespace -d 'The namespace of the volumes, claims and events a command names or lists (`csivol namespace list`) [env: CSIVOL_NAMESPACE] [default: default]' -r -f
 complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from show" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from show" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from show" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
+complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from show" -s A -l all-namespaces -d 'List what every namespace holds, with a NAMESPACE column (listings only)'
 complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from show" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from show" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from revoke" -l addr -d 'Server address; several servers of one cluster comma-separated or repeated, tried in turn when one cannot be reached. The token goes over plain http:// only to a loopback address (127.0.0.0/8, ::1, localhost); without a scheme, https:// when a CA is given (--ca-cert, CSIVOL_CACERT or the default CA file), else http:// on loopback only [env: CSIVOL_ADDR] [default: http://127.0.0.1:7420, https:// when $XDG_CONFIG_HOME/csivol/ca.pem exists]' -r -f
@@ -878,9 +1058,11 @@ complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_sub
 complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from revoke" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from revoke" -s n -l namespace -d 'The namespace of the volumes, claims and events a command names or lists (`csivol namespace list`) [env: CSIVOL_NAMESPACE] [default: default]' -r -f
 complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from revoke" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from revoke" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from revoke" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
+complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from revoke" -s A -l all-namespaces -d 'List what every namespace holds, with a NAMESPACE column (listings only)'
 complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from revoke" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from revoke" -s V -l version -d 'Print version'
 complete -c csivol -n "__fish_csivol_using_subcommand token; and __fish_seen_subcommand_from help" -f -a "create" -d 'Create a token; its secret is printed once, on stdout'
@@ -894,27 +1076,30 @@ complete -c csivol -n "__fish_csivol_using_subcommand completions" -l token -d '
 complete -c csivol -n "__fish_csivol_using_subcommand completions" -s o -l output -d 'Output format: `table` for people (fitted to the terminal: the least important columns are cut with `…`), `wide` (a table with nothing cut), `json` for scripts (stable field names)' -r -f -a "table\t'A table fitted to the terminal'
 wide\t'A table with nothing cut and times in full'
 json\t'JSON, the API\'s types (stable field names)'"
+complete -c csivol -n "__fish_csivol_using_subcommand completions" -s n -l namespace -d 'The namespace of the volumes, claims and events a command names or lists (`csivol namespace list`) [env: CSIVOL_NAMESPACE] [default: default]' -r -f
 complete -c csivol -n "__fish_csivol_using_subcommand completions" -l no-color -d 'Turn colour off (so does a non-empty NO_COLOR)'
 complete -c csivol -n "__fish_csivol_using_subcommand completions" -s q -l quiet -d 'Print only data and errors: no progress, notes or hints on stderr'
 complete -c csivol -n "__fish_csivol_using_subcommand completions" -l stale -d 'Allow possibly stale reads: with several servers over etcd, the server answers from its own copy of the state without first catching up with the writes the others acknowledged last (cheaper; reads are consistent by default)'
+complete -c csivol -n "__fish_csivol_using_subcommand completions" -s A -l all-namespaces -d 'List what every namespace holds, with a NAMESPACE column (listings only)'
 complete -c csivol -n "__fish_csivol_using_subcommand completions" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c csivol -n "__fish_csivol_using_subcommand completions" -s V -l version -d 'Print version'
-complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume snapshot claim run release status unblock fence detach pool node plugin events token completions help" -f -a "volume" -d 'Register, create, list, show and deregister volumes'
-complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume snapshot claim run release status unblock fence detach pool node plugin events token completions help" -f -a "snapshot" -d 'Snapshot volumes; list, show and delete snapshots'
-complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume snapshot claim run release status unblock fence detach pool node plugin events token completions help" -f -a "claim" -d 'Claim a volume for an alloc on a node; renew a claim\'s lease; list claims'
-complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume snapshot claim run release status unblock fence detach pool node plugin events token completions help" -f -a "run" -d 'Claim volumes, run a command with them mounted, release them: a CI job in one line'
-complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume snapshot claim run release status unblock fence detach pool node plugin events token completions help" -f -a "release" -d 'Release an alloc\'s claim on a volume'
-complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume snapshot claim run release status unblock fence detach pool node plugin events token completions help" -f -a "status" -d 'Show the cluster at a glance, one volume in detail, or the blocked volumes'
-complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume snapshot claim run release status unblock fence detach pool node plugin events token completions help" -f -a "unblock" -d 'Free volumes held by a lost node: force-release its claims and force-detach'
-complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume snapshot claim run release status unblock fence detach pool node plugin events token completions help" -f -a "fence" -d 'Power a lost node off through its fence method, then unblock its volumes with the proof'
-complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume snapshot claim run release status unblock fence detach pool node plugin events token completions help" -f -a "detach" -d 'Take a volume off a node: release every claim it has there'
-complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume snapshot claim run release status unblock fence detach pool node plugin events token completions help" -f -a "pool" -d 'Create, list, show and delete pools: volumes chosen by their labels, any free one claimed at a time (`csivol claim --pool`, `csivol run --pool`)'
-complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume snapshot claim run release status unblock fence detach pool node plugin events token completions help" -f -a "node" -d 'List nodes, or show one'
-complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume snapshot claim run release status unblock fence detach pool node plugin events token completions help" -f -a "plugin" -d 'List plugins, or show one'
-complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume snapshot claim run release status unblock fence detach pool node plugin events token completions help" -f -a "events" -d 'Show the audit trail, or follow it'
-complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume snapshot claim run release status unblock fence detach pool node plugin events token completions help" -f -a "token" -d 'Create, list and revoke API tokens'
-complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume snapshot claim run release status unblock fence detach pool node plugin events token completions help" -f -a "completions" -d 'Print a shell completion script'
-complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume snapshot claim run release status unblock fence detach pool node plugin events token completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume snapshot claim run release status unblock fence detach pool namespace node plugin events token completions help" -f -a "volume" -d 'Register, create, list, show and deregister volumes'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume snapshot claim run release status unblock fence detach pool namespace node plugin events token completions help" -f -a "snapshot" -d 'Snapshot volumes; list, show and delete snapshots'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume snapshot claim run release status unblock fence detach pool namespace node plugin events token completions help" -f -a "claim" -d 'Claim a volume for an alloc on a node; renew a claim\'s lease; list claims'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume snapshot claim run release status unblock fence detach pool namespace node plugin events token completions help" -f -a "run" -d 'Claim volumes, run a command with them mounted, release them: a CI job in one line'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume snapshot claim run release status unblock fence detach pool namespace node plugin events token completions help" -f -a "release" -d 'Release an alloc\'s claim on a volume'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume snapshot claim run release status unblock fence detach pool namespace node plugin events token completions help" -f -a "status" -d 'Show the cluster at a glance, one volume in detail, or the blocked volumes'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume snapshot claim run release status unblock fence detach pool namespace node plugin events token completions help" -f -a "unblock" -d 'Free volumes held by a lost node: force-release its claims and force-detach'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume snapshot claim run release status unblock fence detach pool namespace node plugin events token completions help" -f -a "fence" -d 'Power a lost node off through its fence method, then unblock its volumes with the proof'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume snapshot claim run release status unblock fence detach pool namespace node plugin events token completions help" -f -a "detach" -d 'Take a volume off a node: release every claim it has there'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume snapshot claim run release status unblock fence detach pool namespace node plugin events token completions help" -f -a "pool" -d 'Create, list, show and delete pools: volumes chosen by their labels, any free one claimed at a time (`csivol claim --pool`, `csivol run --pool`)'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume snapshot claim run release status unblock fence detach pool namespace node plugin events token completions help" -f -a "namespace" -d 'Create, list, show and delete namespaces: teams\' volumes, claims and events apart'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume snapshot claim run release status unblock fence detach pool namespace node plugin events token completions help" -f -a "node" -d 'List nodes, or show one'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume snapshot claim run release status unblock fence detach pool namespace node plugin events token completions help" -f -a "plugin" -d 'List plugins, or show one'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume snapshot claim run release status unblock fence detach pool namespace node plugin events token completions help" -f -a "events" -d 'Show the audit trail, or follow it'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume snapshot claim run release status unblock fence detach pool namespace node plugin events token completions help" -f -a "token" -d 'Create, list and revoke API tokens'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume snapshot claim run release status unblock fence detach pool namespace node plugin events token completions help" -f -a "completions" -d 'Print a shell completion script'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and not __fish_seen_subcommand_from volume snapshot claim run release status unblock fence detach pool namespace node plugin events token completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from volume" -f -a "register" -d 'Register an existing volume from a TOML or JSON spec'
 complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from volume" -f -a "adopt" -d 'Register a volume the plugin\'s storage holds and csivol does not know'
 complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from volume" -f -a "import" -d 'Read another orchestrator\'s volumes and write them as csivol register specs'
@@ -939,6 +1124,10 @@ complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subc
 complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from pool" -f -a "list" -d 'List the pools with their members and warm-hit ratio'
 complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from pool" -f -a "show" -d 'Show a pool: each member, who holds it, its last cache key, where it is staged, and the warm-hit ratio of its last claims'
 complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from pool" -f -a "delete" -d 'Forget a pool; its members keep their labels, claims and cache keys'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from namespace" -f -a "create" -d 'Make a namespace: volumes, claims and events of one team, named apart from other teams\' (`db` may exist in two namespaces)'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from namespace" -f -a "list" -d 'List the namespaces with what each holds'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from namespace" -f -a "show" -d 'Show a namespace and what it holds'
+complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from namespace" -f -a "delete" -d 'Forget an empty namespace (refused while a volume lives in it, naming them)'
 complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from node" -f -a "list" -d 'List nodes with their status, heartbeat and plugins'
 complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from node" -f -a "show" -d 'Show a node: status, heartbeat against the TTL, eligibility, plugins, claims, attachments, blocked volumes and recent events'
 complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from node" -f -a "drain" -d 'Take a node out of service: no new claims on it, then (with --wait) wait until its claims are released by their owners'
@@ -955,7 +1144,8 @@ complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subc
 complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from token" -f -a "show" -d 'Show one token (never its secret): its role, every capability it holds and the volume patterns it is narrowed to'
 complete -c csivol -n "__fish_csivol_using_subcommand help; and __fish_seen_subcommand_from token" -f -a "revoke" -d 'Revoke a token: requests with it are refused (401) from then on'
 
-# Volume, node and pool names from the server (`csivol __complete volumes|nodes|pools`).
+# Volume, node, pool and namespace names from the server
+# (`csivol __complete volumes|nodes|pools|namespaces`).
 function __csivol_names_kind
     set -l words (commandline -opc)
     set -e words[1]
@@ -973,7 +1163,7 @@ function __csivol_names_kind
     end
     string match -q -- '-*' (commandline -ct); and return 1
     switch "$words"
-        case 'run* --' 'run* -- *' 'run* --pool' 'run* --cache-key' 'run* --restore-key' 'run* --node' 'run* --alloc' 'run* --ttl' 'run* --fresh' 'run* --keep-on-failure' 'run* --timeout' 'run* --label' 'run* --gid' 'run* --group' 'run* --mount-flag' 'run* --selinux-context' 'run* --addr' 'run* --ca-cert' 'run* --token' 'run* --output' 'run* -o' 'snapshot create* --' 'snapshot create* -- *' 'snapshot create* --name' 'snapshot create* --group' 'snapshot create* --parameter' 'snapshot create* --timeout' 'snapshot create* --addr' 'snapshot create* --ca-cert' 'snapshot create* --token' 'snapshot create* --output' 'snapshot create* -o'
+        case 'run* --' 'run* -- *' 'run* --pool' 'run* --cache-key' 'run* --restore-key' 'run* --node' 'run* --alloc' 'run* --ttl' 'run* --fresh' 'run* --keep-on-failure' 'run* --timeout' 'run* --label' 'run* --gid' 'run* --group' 'run* --mount-flag' 'run* --selinux-context' 'run* --addr' 'run* --ca-cert' 'run* --token' 'run* --output' 'run* -o' 'run* --namespace' 'run* -n' 'snapshot create* --' 'snapshot create* -- *' 'snapshot create* --name' 'snapshot create* --group' 'snapshot create* --parameter' 'snapshot create* --timeout' 'snapshot create* --addr' 'snapshot create* --ca-cert' 'snapshot create* --token' 'snapshot create* --output' 'snapshot create* -o' 'snapshot create* --namespace' 'snapshot create* -n'
             return 1
         case 'claim' 'claim renew' 'claim show' 'release' 'status' 'unblock' 'detach' 'volume show' 'volume deregister' 'volume drain' 'volume eligibility' 'volume expand' 'volume modify' 'volume label' 'run' 'run *' 'snapshot create' 'snapshot create *'
             echo volumes
@@ -981,6 +1171,8 @@ function __csivol_names_kind
             echo nodes
         case 'pool show' 'pool delete'
             echo pools
+        case 'namespace show' 'namespace delete'
+            echo namespaces
         case '*'
             return 1
     end

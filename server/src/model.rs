@@ -113,7 +113,8 @@ impl VolumeRow {
         api::Volume {
             state: self.state(claims, attachments),
             accepts_claims: accepts_claims(self.lifecycle, self.access_mode, claims),
-            name: self.name,
+            namespace: api::namespace_of(&self.name).to_owned(),
+            name: api::split_key(&self.name).1.to_owned(),
             plugin: self.plugin,
             external_id: self.external_id,
             access_mode: self.access_mode,
@@ -238,7 +239,8 @@ pub struct ClaimRow {
 impl ClaimRow {
     pub fn to_api(&self) -> api::Claim {
         api::Claim {
-            volume: self.volume.clone(),
+            volume: api::split_key(&self.volume).1.to_owned(),
+            namespace: api::namespace_of(&self.volume).to_owned(),
             alloc: self.alloc.clone(),
             node: self.node.clone(),
             mode: self.mode,

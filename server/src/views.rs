@@ -28,6 +28,8 @@ pub struct VolumeFilter {
     /// Only volumes whose names match one of these patterns (a narrowed token's); none:
     /// every volume.
     pub names: Vec<String>,
+    /// Only the volumes of this namespace; none: of every namespace.
+    pub namespace: Option<String>,
 }
 
 /// Whether a narrowed token's `patterns` match the snapshot: its own name and its
@@ -95,7 +97,12 @@ pub fn shape<'c>(
             Ok(f) => f,
             Err(e) => return Some(Err(ApiError::internal(format!("a stored volume: {e}")))),
         };
-        if !named_in(&filter.names, fields.name) {
+        if !named_in(&filter.names, fields.name)
+            || filter
+                .namespace
+                .as_deref()
+                .is_some_and(|ns| api::namespace_of(fields.name) != ns)
+        {
             return None;
         }
         let c = chunk.claims.get(fields.name).map_or(&[][..], Vec::as_slice);
@@ -136,6 +143,7 @@ pub fn shape<'c>(
 #[derive(Debug, Serialize)]
 pub struct ListedVolume<'a> {
     name: &'a str,
+    namespace: &'a str,
     plugin: &'a str,
     external_id: &'a str,
     access_mode: AccessMode,
@@ -216,7 +224,8 @@ impl<'a> ListedVolume<'a> {
             ownership: mounts.ownership,
             accepts_claims: accepts_claims(v.lifecycle, v.access_mode, claims),
             state,
-            name: v.name,
+            name: api::split_key(v.name).1,
+            namespace: api::split_key(v.name).0,
             plugin: v.plugin,
             external_id: v.external_id,
             access_mode: v.access_mode,
@@ -248,6 +257,7 @@ impl<'a> ListedVolume<'a> {
 fn listed_volume_has_every_field(v: api::Volume) {
     let api::Volume {
         name: _,
+        namespace: _,
         plugin: _,
         external_id: _,
         access_mode: _,
@@ -531,6 +541,8 @@ pub struct ClaimFilter {
     /// Only claims of volumes whose names match one of these patterns (a narrowed
     /// token's); none: every volume's.
     pub names: Vec<String>,
+    /// Only claims of this namespace's volumes; none: of every namespace.
+    pub namespace: Option<String>,
 }
 
 impl ClaimFilter {
@@ -604,7 +616,11 @@ pub fn claim_page(
     for claims in rows.chunk_by(|a, b| a.volume == b.volume) {
         volumes += 1;
         last = Some(&claims[0].volume);
-        if !named_in(&f.names, &claims[0].volume) {
+        if !named_in(&f.names, &claims[0].volume)
+            || f.namespace
+                .as_deref()
+                .is_some_and(|ns| api::namespace_of(&claims[0].volume) != ns)
+        {
             continue;
         }
         let mut shaped = claims_to_api(claims);

@@ -10,6 +10,7 @@ mod fence;
 mod fresh;
 mod import;
 mod modify;
+mod namespace;
 mod node;
 mod plugin;
 mod pool;
@@ -58,6 +59,7 @@ pub async fn run(cli: Cli, out: Out) -> anyhow::Result<Exit> {
         Command::Detach(args) => detach::run(&ctx, args).await,
         Command::Fence(args) => fence::run(&ctx, args).await,
         Command::Pool(cmd) => pool::run(&ctx, cmd).await,
+        Command::Namespace(cmd) => namespace::run(&ctx, cmd).await,
         Command::Node(cmd) => node::run(&ctx, cmd).await,
         Command::Plugin(cmd) => plugin::run(&ctx, cmd).await,
         Command::Events(args) => events::run(&ctx, args).await,

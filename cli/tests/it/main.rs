@@ -11,6 +11,7 @@ mod claims;
 mod escapes;
 mod fence;
 mod limits;
+mod namespaces;
 mod nodes;
 mod prompt;
 mod real_agent;

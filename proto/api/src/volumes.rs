@@ -181,7 +181,10 @@ impl VolumeState {
 /// `secret_keys` lists which secrets are stored.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Volume {
+    /// Its name within its namespace.
     pub name: String,
+    #[serde(default = "crate::default_namespace")]
+    pub namespace: String,
     pub plugin: String,
     pub external_id: String,
     pub access_mode: AccessMode,

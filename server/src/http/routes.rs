@@ -9,7 +9,8 @@ use axum::response::{IntoResponse, Response};
 use csivol_api::{self as api, Capability, CreateVolumeSpec};
 
 use super::{
-    backup, channel, claims, events, health, nodes, plugins, pools, snapshots, tokens, volumes,
+    backup, channel, claims, events, health, namespaces, nodes, plugins, pools, snapshots, tokens,
+    volumes,
 };
 use crate::app::App;
 use crate::error::ApiError;
@@ -100,6 +101,10 @@ table! {
     post "/v1/tokens" Cluster(ManageTokens) => tokens::create_token;
     get "/v1/tokens" Cluster(ManageTokens) => tokens::list_tokens;
     delete "/v1/tokens/{id}" Cluster(ManageTokens) => tokens::revoke_token;
+    get "/v1/namespaces" Unnamed(Read) => namespaces::list_namespaces;
+    get "/v1/namespaces/{name}" Unnamed(Read) => namespaces::get_namespace;
+    put "/v1/namespaces/{name}" Cluster(CreateDelete) => namespaces::put_namespace;
+    delete "/v1/namespaces/{name}" Cluster(CreateDelete) => namespaces::delete_namespace;
     get "/v1/volumes" Listed(Read) => volumes::list_volumes;
     get "/v1/volumes/{name}" Named(Read) => volumes::get_volume;
     put "/v1/volumes/{name}" Named(CreateDelete) => volumes::put_volume;
@@ -262,6 +267,12 @@ pub(super) async fn authorise(
                     ))),
                 },
             },
+        };
+        // A namespace that does not exist is named only to a caller the route admits.
+        let asked = parts.extensions.get::<namespaces::Asked>();
+        let checked = match checked {
+            Ok(()) => namespaces::require_asked(&app, asked).await,
+            Err(e) => Err(e),
         };
         if let Err(e) = checked {
             return e.into_response();

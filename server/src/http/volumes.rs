@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use super::blocking::{Blocking, follow, with_index};
 use super::extract::{Body, Q, name};
 use super::listing;
+use super::namespaces::Asked;
 use super::once::{Once, accepted_or_gone, accepted_or_ok, created_or_ok, ok};
 use super::waits::waits_for_release;
 use crate::app::App;
@@ -46,6 +47,7 @@ const MAX_PAGE: usize = 10_000;
 pub(super) async fn list_volumes(
     State(app): State<App>,
     headers: HeaderMap,
+    axum::Extension(asked): axum::Extension<Asked>,
     Q(f): Q<VolumeFilter>,
 ) -> ApiResult<Response> {
     // A token narrowed to volume patterns lists only the volumes they match.
@@ -63,11 +65,16 @@ pub(super) async fn list_volumes(
         node: f.node,
         plugin: f.plugin,
         names,
+        namespace: asked.namespace.clone(),
     };
     if let Some(limit) = f.limit {
         let limit = api::limits::count("limit", limit, 1, MAX_PAGE as u64)
             .map_err(ApiError::out_of_range)?;
-        let after = f.after;
+        // A page of one namespace starts after its volume's key.
+        let after = match &asked.namespace {
+            Some(ns) => f.after.map(|a| api::volume_key(ns, &a)),
+            None => f.after,
+        };
         let usage = Arc::clone(&app.usage);
         let page = app
             .db

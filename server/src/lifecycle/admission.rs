@@ -321,7 +321,7 @@ pub(super) fn evaluate_arrived(
     waits: bool,
     arrived: Option<i64>,
 ) -> ApiResult<ClaimDecision> {
-    validate_name("volume", volume).map_err(ApiError::invalid)?;
+    csivol_api::validate_key("volume", volume).map_err(ApiError::invalid)?;
     validate_name("alloc", &req.alloc).map_err(ApiError::invalid)?;
     validate_name("node", &req.node).map_err(ApiError::invalid)?;
     req.check_text().map_err(ApiError::text)?;

@@ -54,6 +54,7 @@ mod leases;
 mod lingers;
 mod modify;
 mod mounts;
+mod namespaces;
 mod node_expansion;
 mod nodes;
 mod operator;
@@ -93,6 +94,9 @@ pub use job_volumes::{create_fresh_claim, fresh_dry_run, keep_after_release};
 pub use labels::set_labels;
 pub use leases::{expire_leases, renew_lease};
 pub use modify::modify_volume;
+pub use namespaces::{
+    create_namespace, delete_namespace, namespace_view, namespace_views, require_namespace,
+};
 pub use nodes::{
     Expiry, expire_node, node_id_refused, node_stopping, register_node, remove_node,
     set_eligibility,

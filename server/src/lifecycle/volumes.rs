@@ -26,13 +26,18 @@ use csivol_rules::kinds::{EventKind, OpKind};
 /// creation, recorded with the operation before the plugin is called: every retry of this
 /// creation sends it again, and a volume created later under a name csivol used before
 /// (after a deregister that kept the storage, say) never gets that volume's storage back.
-/// Within the spec's 128 bytes (Size Limits): the volume's name, cut if need be, and 12
-/// random hex digits.
-fn csi_name(name: &str) -> String {
+/// Within the spec's 128 bytes (Size Limits): the volume's name (after its namespace and a
+/// `.` outside `default`, so that two teams' `db` are told apart on the storage), cut if
+/// need be, and 12 random hex digits.
+fn csi_name(key: &str) -> String {
     use rand::RngCore;
     let mut random = [0u8; 6];
     rand::rng().fill_bytes(&mut random);
     let hex: String = random.iter().map(|b| format!("{b:02x}")).collect();
+    let name = match api::split_key(key) {
+        (api::DEFAULT_NAMESPACE, name) => name.to_owned(),
+        (namespace, name) => format!("{namespace}.{name}"),
+    };
     // Volume names are ASCII (`validate_name`), so any cut is on a character boundary.
     let kept = &name[..name.len().min(128 - "csivol--".len() - hex.len())];
     format!("csivol-{kept}-{hex}")
@@ -184,7 +189,10 @@ fn volume_mounts(
     Ok(m)
 }
 
+/// Records a new volume, in a namespace that exists: checked in the write that records it,
+/// so that a namespace forgotten meanwhile never gets it.
 fn insert_volume(ctx: &mut impl Txn, v: &VolumeRow) -> ApiResult<()> {
+    super::namespaces::require_namespace(&*ctx, api::namespace_of(&v.name))?;
     ctx.put_volume(v)?;
     ctx.touch(Key::Volume(v.name.clone()));
     Ok(())
@@ -288,7 +296,7 @@ pub(super) fn register_as(
     actor: &str,
     lifecycle: Lifecycle,
 ) -> ApiResult<(api::Volume, bool)> {
-    validate_name("volume", name).map_err(ApiError::invalid)?;
+    api::validate_key("volume", name).map_err(ApiError::invalid)?;
     spec.check_text().map_err(ApiError::text)?;
     let labels = spec.labels.clone();
     super::pools::check_labels(name, &labels)?;
@@ -425,7 +433,7 @@ pub fn create_volume(
     actor: &str,
     limits: &Limits,
 ) -> ApiResult<(api::Volume, bool)> {
-    validate_name("volume", name).map_err(ApiError::invalid)?;
+    api::validate_key("volume", name).map_err(ApiError::invalid)?;
     spec.check_text().map_err(ApiError::text)?;
     let labels = spec.labels.clone();
     super::pools::check_labels(name, &labels)?;

@@ -23,6 +23,7 @@ mod limits;
 mod modify;
 mod mount_group;
 mod mount_options;
+mod namespaces;
 mod network;
 mod packages;
 mod partition;

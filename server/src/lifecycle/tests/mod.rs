@@ -15,6 +15,7 @@ mod late_create;
 mod lingers;
 mod listing;
 mod mounts;
+mod namespaces;
 mod nodes;
 mod operator;
 mod ops;

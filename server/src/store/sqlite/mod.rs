@@ -16,6 +16,7 @@ mod lingers;
 mod listings;
 pub mod maintenance;
 pub mod migrations;
+pub mod namespaces;
 mod nodes;
 mod ops;
 mod pool_waiters;

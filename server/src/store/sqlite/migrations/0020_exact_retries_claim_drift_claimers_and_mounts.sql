@@ -198,3 +198,14 @@ CREATE TABLE lingers (
 );
 CREATE INDEX lingers_node ON lingers (node);
 CREATE INDEX lingers_until ON lingers (until);
+
+-- Namespaces: teams sharing one cluster. A row per namespace an operator made (`created_at`
+-- in unix ms); `default` has none and always exists. A volume belongs to the namespace its
+-- key names: `NAMESPACE~NAME`, or the bare name for `default`, which every volume made
+-- before is, so no row is rewritten and every id stays. A server of the previous release
+-- knows no namespace and would take `team-a~db` for a volume of `default`, so no namespace
+-- is made before the cluster runs on this schema.
+CREATE TABLE namespaces (
+    name TEXT PRIMARY KEY,
+    created_at INTEGER NOT NULL
+);

@@ -1,0 +1,161 @@
+//! `csivol namespace ...` and the namespace every command names (`-n`, `CSIVOL_NAMESPACE`,
+//! `-A`): what each prints, and each bad input refused with what to do instead.
+
+use crate::support::Env;
+
+#[tokio::test]
+async fn namespaces_are_made_listed_shown_and_deleted() {
+    let env = Env::start("namespaces");
+    env.volume("v1", "single-node-writer").await;
+    snap!(env.run(&["namespace", "create", "team-a"]).await, @r"
+    exit: 0
+    --- stdout
+    namespace team-a
+      volumes:    0
+      claims:     0
+      snapshots:  0
+      created:    [TIME]
+    --- stderr
+    created namespace team-a
+    ");
+    snap!(env.run(&["namespace", "create", "team-a"]).await, @r"
+    exit: 0
+    --- stdout
+    namespace team-a
+      volumes:    0
+      claims:     0
+      snapshots:  0
+      created:    [TIME]
+    --- stderr
+    namespace team-a exists: nothing changed
+    ");
+    snap!(env.run(&["namespace", "list"]).await, @r"
+    exit: 0
+    --- stdout
+    NAME     VOLUMES  CLAIMS  SNAPSHOTS  CREATED
+    default  1        0       0          -
+    team-a   0        0       0          [TIME]
+    --- stderr
+    ");
+    snap!(env.run(&["namespace", "show", "team-a", "-o", "json"]).await, @r#"
+    exit: 0
+    --- stdout
+    {
+      "name": "team-a",
+      "created_at": "[TIME]",
+      "volumes": 0,
+      "claims": 0,
+      "snapshots": 0
+    }
+    --- stderr
+    "#);
+    // A volume shown alone says its namespace when it is not `default`.
+    let spec = env.file(
+        "db.toml",
+        "name = \"db\"\nplugin = \"hp\"\nexternal_id = \"ext-db\"\n\
+         access_mode = \"single-node-writer\"\nattachment = \"file-system\"\n",
+    );
+    let r = env
+        .run(&["-n", "team-a", "volume", "register", &spec])
+        .await;
+    assert_eq!(r.code, 0, "{r}");
+    assert!(r.stdout.contains("  namespace:    team-a\n"), "{r}");
+    snap!(env.run(&["volume", "list", "-A"]).await, @r"
+    exit: 0
+    --- stdout
+    NAMESPACE  NAME  PLUGIN  ACCESS MODE         STATE  CLAIMS  NODES
+    team-a     db    hp      single-node-writer  free   -       -
+    default    v1    hp      single-node-writer  free   -       -
+    --- stderr
+    ");
+    snap!(env.run(&["namespace", "delete", "team-a"]).await, @r"
+    exit: 4
+    --- stdout
+    --- stderr
+    error: failed to delete namespace `team-a`: namespace `team-a` still holds 1 volume(s) (`db`)
+    hint: delete them first: `csivol volume list -n team-a` lists its volumes
+    ");
+    snap!(env.run(&["-n", "team-a", "volume", "deregister", "db", "--yes"]).await, @r"
+    exit: 0
+    --- stdout
+    --- stderr
+    deregistered volume db
+    ");
+    snap!(env.run(&["namespace", "delete", "team-a"]).await, @r"
+    exit: 0
+    --- stdout
+    --- stderr
+    deleted namespace team-a
+    ");
+    snap!(env.run(&["namespace", "delete", "default"]).await, @r"
+    exit: 2
+    --- stdout
+    --- stderr
+    error: failed to delete namespace `default`: the namespace `default` cannot be deleted
+    hint: it holds everything that names no namespace; it always exists
+    ");
+}
+
+#[tokio::test]
+async fn a_bad_namespace_is_refused_with_what_to_do() {
+    let env = Env::start("namespaces-refused");
+    env.volume("v1", "single-node-writer").await;
+    env.run(&["namespace", "create", "team-a"]).await;
+    snap!(env.run(&["-n", "team-b", "volume", "show", "v1"]).await, @r"
+    exit: 3
+    --- stdout
+    --- stderr
+    error: no namespace `team-b`
+    hint: did you mean `team-a`? To make `team-b`, run `csivol namespace create team-b`
+    ");
+    snap!(env.run(&["-n", "team/b", "volume", "list"]).await, @r"
+    exit: 2
+    --- stdout
+    --- stderr
+    error: invalid value 'team/b' for '--namespace <NS>': invalid namespace name `team/b`: use 1 to 63 letters, digits, `.`, `_` or `-`, starting with a letter or digit (`csivol namespace list` lists them)
+
+    For more information, try '--help'.
+    ");
+    snap!(env.run(&["-A", "volume", "show", "v1"]).await, @r"
+    exit: 2
+    --- stdout
+    --- stderr
+    error: `namespace=*` (every namespace) is for listings only
+    hint: name the volume's namespace: `?namespace=NS` (`csivol -n NS`)
+    ");
+    let long = "n".repeat(64);
+    snap!(env.run(&["namespace", "create", &long]).await, @r"
+    exit: 2
+    --- stdout
+    --- stderr
+    error: invalid value 'nnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnn' for '<NAMESPACE>': invalid namespace name `nnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnn`: use 1 to 63 letters, digits, `.`, `_` or `-`, starting with a letter or digit (`csivol namespace list` lists them)
+
+    For more information, try '--help'.
+    ");
+    let mut cmd = env.command(&["volume", "list"]);
+    cmd.env("CSIVOL_NAMESPACE", "");
+    snap!(crate::support::run(cmd).await, @r"
+    exit: 2
+    --- stdout
+    --- stderr
+    error: CSIVOL_NAMESPACE is set but empty
+    hint: give CSIVOL_NAMESPACE a value, or unset it to use the default
+    ");
+    let mut cmd = env.command(&["volume", "list"]);
+    cmd.env("CSIVOL_NAMESPACE", "team/a");
+    snap!(crate::support::run(cmd).await, @r"
+    exit: 2
+    --- stdout
+    --- stderr
+    error: CSIVOL_NAMESPACE: invalid namespace name `team/a`: use 1 to 63 letters, digits, `.`, `_` or `-`, starting with a letter or digit
+    hint: set it to a namespace `csivol namespace list` lists, or unset it
+    ");
+    let mut cmd = env.command(&["volume", "list", "-o", "json"]);
+    cmd.env("CSIVOL_NAMESPACE", "team-a");
+    snap!(crate::support::run(cmd).await, @r"
+    exit: 0
+    --- stdout
+    []
+    --- stderr
+    ");
+}

@@ -1,0 +1,77 @@
+//! Reads and writes of namespaces, beside the store's main traits: every store that reads
+//! the cluster state reads its namespaces ([`Snapshot`](super::Snapshot) requires
+//! [`Namespaces`]) and every write transaction can make and forget one.
+
+use rusqlite::Connection;
+
+use crate::error::ApiResult;
+use crate::store::sqlite::namespaces as sql;
+use crate::store::sqlite::writer::WriteCtx;
+
+pub use crate::store::sqlite::namespaces::Contents;
+
+/// Reads of namespaces.
+pub trait Namespaces {
+    /// Every namespace an operator made, by name, with when (unix ms); never `default`.
+    fn namespaces(&self) -> ApiResult<Vec<(String, i64)>>;
+    /// When a namespace an operator made was made; `None`: not made (or `default`).
+    fn namespace(&self, name: &str) -> ApiResult<Option<i64>>;
+    /// What lives in a namespace, with the keys of its first `first` volumes.
+    fn namespace_contents(&self, name: &str, first: usize) -> ApiResult<Contents>;
+    /// Whether the schema keeps namespaces other than `default`.
+    fn namespaces_kept(&self) -> ApiResult<bool>;
+}
+
+/// Writes of namespaces.
+pub trait NamespaceWrites {
+    /// Records a namespace; whether it is new. Refused below the schema that keeps them.
+    fn put_namespace(&mut self, name: &str) -> ApiResult<bool>;
+    fn delete_namespace(&mut self, name: &str) -> ApiResult<()>;
+}
+
+impl Namespaces for Connection {
+    fn namespaces(&self) -> ApiResult<Vec<(String, i64)>> {
+        sql::namespaces(self)
+    }
+
+    fn namespace(&self, name: &str) -> ApiResult<Option<i64>> {
+        sql::namespace(self, name)
+    }
+
+    fn namespace_contents(&self, name: &str, first: usize) -> ApiResult<Contents> {
+        sql::contents(self, name, first)
+    }
+
+    fn namespaces_kept(&self) -> ApiResult<bool> {
+        sql::kept(self)
+    }
+}
+
+/// Reads inside a write see the transaction's own changes.
+impl Namespaces for WriteCtx<'_> {
+    fn namespaces(&self) -> ApiResult<Vec<(String, i64)>> {
+        sql::namespaces(self.tx)
+    }
+
+    fn namespace(&self, name: &str) -> ApiResult<Option<i64>> {
+        sql::namespace(self.tx, name)
+    }
+
+    fn namespace_contents(&self, name: &str, first: usize) -> ApiResult<Contents> {
+        sql::contents(self.tx, name, first)
+    }
+
+    fn namespaces_kept(&self) -> ApiResult<bool> {
+        sql::kept(self.tx)
+    }
+}
+
+impl NamespaceWrites for WriteCtx<'_> {
+    fn put_namespace(&mut self, name: &str) -> ApiResult<bool> {
+        sql::put(self, name)
+    }
+
+    fn delete_namespace(&mut self, name: &str) -> ApiResult<()> {
+        sql::delete(self, name)
+    }
+}
