@@ -583,8 +583,17 @@ fn resolve_namespace(args: &GlobalArgs) -> anyhow::Result<String> {
     if args.all_namespaces {
         return Ok(csivol_api::ALL_NAMESPACES.to_owned());
     }
-    if let Some(ns) = &args.namespace {
-        return Ok(ns.clone());
+    match args.namespace.as_slice() {
+        [] => {}
+        [one] => return Ok(one.clone()),
+        several => {
+            return Err(Failure::usage(format!(
+                "-n/--namespace is given {} times; a command names one namespace",
+                several.len()
+            ))
+            .hint("name one, or list every namespace with -A (several only with `token create`)")
+            .into());
+        }
     }
     match env::setting(env::CSIVOL_NAMESPACE).map_err(empty_setting)? {
         None => Ok(csivol_api::DEFAULT_NAMESPACE.to_owned()),

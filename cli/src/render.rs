@@ -549,6 +549,7 @@ pub fn tokens(out: &Out, ts: &[csivol_api::TokenInfo]) -> anyhow::Result<()> {
         "NAME",
         "ROLE",
         "ADDED",
+        "NAMESPACES",
         "VOLUMES",
         "NODE",
         "STATUS",
@@ -563,6 +564,11 @@ pub fn tokens(out: &Out, ts: &[csivol_api::TokenInfo]) -> anyhow::Result<()> {
             cell(or_dash(tok.name.as_deref())),
             cell(tok.role.as_str()),
             cell(added_capabilities(tok)),
+            cell(if tok.namespaces.is_empty() {
+                "*".to_owned()
+            } else {
+                tok.namespaces.join(",")
+            }),
             cell(if tok.volumes.is_empty() {
                 "*".to_owned()
             } else {
@@ -615,6 +621,14 @@ pub fn token(out: &Out, t: &csivol_api::TokenInfo) -> anyhow::Result<()> {
             },
         ),
         ("added", added_capabilities(t)),
+        (
+            "namespaces",
+            if t.namespaces.is_empty() {
+                "* (every namespace)".to_owned()
+            } else {
+                t.namespaces.join(", ")
+            },
+        ),
         (
             "volumes",
             if t.volumes.is_empty() {

@@ -97,9 +97,10 @@ pub struct GlobalArgs {
     pub stale: bool,
 
     /// The namespace of the volumes, claims and events a command names or lists (`csivol
-    /// namespace list`) [env: CSIVOL_NAMESPACE] [default: default]
-    #[arg(short = 'n', long, global = true, value_name = "NS", value_parser = namespace_name, help_heading = GLOBAL)]
-    pub namespace: Option<String>,
+    /// namespace list`); with `token create`, a namespace the new token is narrowed to
+    /// (repeatable; `*` every namespace) [env: CSIVOL_NAMESPACE] [default: default]
+    #[arg(short = 'n', long, global = true, value_name = "NS", value_parser = namespace_name, action = clap::ArgAction::Append, help_heading = GLOBAL)]
+    pub namespace: Vec<String>,
 
     /// List what every namespace holds, with a NAMESPACE column (listings only)
     #[arg(short = 'A', long, global = true, conflicts_with = "namespace", help_heading = GLOBAL)]
@@ -390,6 +391,9 @@ pub(super) fn parse_duration(s: &str) -> Result<Duration, String> {
 }
 
 fn namespace_name(s: &str) -> Result<String, String> {
+    if s == csivol_api::ALL_NAMESPACES {
+        return Ok(s.to_owned());
+    }
     csivol_api::validate_namespace(s)
         .map(|()| s.to_owned())
         .map_err(|e| format!("{e} (`csivol namespace list` lists them)"))

@@ -159,3 +159,100 @@ async fn a_bad_namespace_is_refused_with_what_to_do() {
     --- stderr
     ");
 }
+
+/// A token narrowed to a namespace (`token create -n NS`) sees and touches that namespace
+/// only, and its refusals name what it lacks and no other namespace.
+#[tokio::test]
+async fn a_token_narrowed_to_a_namespace_touches_only_it() {
+    let env = Env::start("namespaces-tokens");
+    env.volume("v1", "single-node-writer").await;
+    for ns in ["team-a", "team-b"] {
+        let r = env.run(&["namespace", "create", ns]).await;
+        assert_eq!(r.code, 0, "{r}");
+    }
+    let spec = env.file(
+        "db.toml",
+        "name = \"db\"\nplugin = \"hp\"\nexternal_id = \"ext-db\"\n\
+         access_mode = \"single-node-writer\"\nattachment = \"file-system\"\n",
+    );
+    let r = env
+        .run(&["-n", "team-a", "volume", "register", &spec])
+        .await;
+    assert_eq!(r.code, 0, "{r}");
+    let made = env
+        .run(&[
+            "token", "create", "--role", "claimer", "-n", "team-a", "--name", "ta",
+        ])
+        .await;
+    assert_eq!(made.code, 0, "{made}");
+    assert!(
+        made.stderr
+            .contains("named ta narrowed to namespaces team-a;"),
+        "{made}"
+    );
+    let token = made.stdout.trim().to_owned();
+    let as_team_a = |args: &[&str]| {
+        let mut cmd = env.command(args);
+        cmd.env("CSIVOL_TOKEN", &token);
+        crate::support::run(cmd)
+    };
+    snap!(as_team_a(&["volume", "list", "-A"]).await, @r"
+    exit: 0
+    --- stdout
+    NAMESPACE  NAME  PLUGIN  ACCESS MODE         STATE  CLAIMS  NODES
+    team-a     db    hp      single-node-writer  free   -       -
+    --- stderr
+    ");
+    snap!(as_team_a(&["namespace", "list"]).await, @r"
+    exit: 0
+    --- stdout
+    NAME    VOLUMES  CLAIMS  SNAPSHOTS  CREATED
+    team-a  1        0       0          [TIME]
+    --- stderr
+    ");
+    snap!(as_team_a(&["volume", "show", "v1"]).await, @r"
+    exit: 7
+    --- stdout
+    --- stderr
+    error: this token is narrowed to namespaces `team-a`, and the request names namespace `default`
+    hint: use a token made with `--namespace default` (or `--namespace '*'`)
+    ");
+    snap!(as_team_a(&["-n", "team-b", "volume", "list"]).await, @r"
+    exit: 7
+    --- stdout
+    --- stderr
+    error: this token is narrowed to namespaces `team-a`, and the request names namespace `team-b`
+    hint: use a token made with `--namespace team-b` (or `--namespace '*'`)
+    ");
+    snap!(as_team_a(&["node", "list"]).await, @r"
+    exit: 7
+    --- stdout
+    --- stderr
+    error: this token is narrowed to namespaces `team-a`, and GET /v1/nodes covers the whole cluster
+    hint: use a token not narrowed to namespaces or volume names (made without `--namespace` or `--volumes`)
+    ");
+    snap!(env.run(&["token", "show", "ta"]).await, @r"
+    exit: 0
+    --- stdout
+    id:           [TOKEN-ID]
+    name:         ta
+    role:         claimer
+    capabilities: read, claim
+    added:        -
+    namespaces:   team-a
+    volumes:      * (every volume)
+    node:         -
+    status:       active
+    created:      [TIME]
+    last used:    [TIME]
+    expires:      -
+    --- stderr
+    ");
+    let r = env
+        .run(&[
+            "token", "create", "--role", "claimer", "-n", "team-a", "-n", "team-c",
+        ])
+        .await;
+    assert_eq!(r.code, 3, "{r}");
+    assert!(r.stderr.contains("no namespace `team-c`"), "{r}");
+}

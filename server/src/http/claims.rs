@@ -267,7 +267,9 @@ pub(super) async fn list_claims(
     let mut filter = views::ClaimFilter::from_query(&pairs)?;
     filter.namespace = asked.namespace;
     // A token narrowed to volume patterns lists only the claims of the volumes they match.
-    filter.names = app.caller(&headers)?.scope.volumes;
+    let scope = app.caller(&headers)?.scope;
+    filter.names = scope.volumes;
+    filter.namespaces = scope.namespaces;
     listing::claims(&app, filter).await
 }
 

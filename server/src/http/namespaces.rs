@@ -23,12 +23,19 @@ use crate::store::sqlite::writer::WriteCtx;
 pub(crate) struct Asked {
     /// One namespace (`default` when none is named); `None`: every namespace (`*`).
     pub namespace: Option<String>,
-    /// Whether the route holds things of namespaces (volumes, claims): only then is the
-    /// namespace required to exist.
-    pub taken: bool,
+    /// What the route does with it.
+    pub holds: Holds,
 }
 
 impl Asked {
+    /// The one namespace the request names, where the route reads it.
+    pub(crate) fn named(&self) -> Option<&str> {
+        match self.holds {
+            Holds::Cluster => None,
+            _ => self.namespace.as_deref(),
+        }
+    }
+
     /// The one namespace asked for, refusing `*`.
     pub(crate) fn one(&self) -> ApiResult<&str> {
         self.namespace.as_deref().ok_or_else(|| {
@@ -40,7 +47,7 @@ impl Asked {
 
 /// What a route does with a namespace.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Holds {
+pub(crate) enum Holds {
     /// `/v1/volumes/{name}...`: the volume named is the namespace's.
     Volume,
     /// A listing of volumes or claims, or the event log: of the namespace (or every one).
@@ -100,21 +107,7 @@ fn rewrite(mut req: Request) -> ApiResult<Request> {
                 .with_hint("name one namespace, or `*` for every namespace in a listing"));
         }
     };
-    let asked = Asked {
-        namespace,
-        taken: matches!(holds, Holds::Volume | Holds::Listing),
-    };
-    if holds == Holds::DefaultOnly && asked.namespace.as_deref() != Some(DEFAULT_NAMESPACE) {
-        return Err(ApiError::invalid(format!(
-            "{} belong to the namespace `default` only in this release",
-            uri.path()
-                .trim_start_matches("/v1/")
-                .split('/')
-                .next()
-                .unwrap_or("")
-        ))
-        .with_hint("leave out `namespace` (`-n`, CSIVOL_NAMESPACE) for them"));
-    }
+    let asked = Asked { namespace, holds };
     let prefix = match &asked.namespace {
         Some(ns) if ns != DEFAULT_NAMESPACE && holds != Holds::Cluster => {
             format!("{ns}{KEY_SEPARATOR}")
@@ -170,31 +163,41 @@ fn rewrite(mut req: Request) -> ApiResult<Request> {
 }
 
 /// Refuses a request naming a namespace that does not exist, where the route holds things
-/// of namespaces (after the caller's token was checked, so that an anonymous caller learns
-/// nothing of the namespaces).
+/// of namespaces, and one naming a namespace other than `default` for what is kept there
+/// only (after the caller's token was checked, so that a caller learns nothing of the
+/// namespaces its token does not hold).
 pub(super) async fn require_asked(app: &App, asked: Option<&Asked>) -> ApiResult<()> {
-    let Some(Asked {
-        namespace: Some(ns),
-        taken: true,
-    }) = asked
-    else {
+    let Some(asked) = asked else {
         return Ok(());
     };
-    if ns == DEFAULT_NAMESPACE {
-        return Ok(());
-    }
-    let ns = ns.clone();
+    let ns = match (asked.holds, asked.namespace.as_deref()) {
+        (Holds::Cluster, _) | (_, None | Some(DEFAULT_NAMESPACE)) => return Ok(()),
+        (Holds::DefaultOnly, Some(_)) => {
+            return Err(ApiError::invalid(
+                "snapshots, group snapshots, pools and per-job volumes belong to the namespace \
+                 `default` only in this release",
+            )
+            .with_hint("leave out `namespace` (`-n`, CSIVOL_NAMESPACE) for them"));
+        }
+        (_, Some(ns)) => ns,
+    };
+    let ns = ns.to_owned();
     app.db
         .read_small(move |c| lifecycle::require_namespace(c, &ns))
         .await?;
     Ok(())
 }
 
-/// `GET /v1/namespaces`: every namespace with what it holds, `default` first.
+/// `GET /v1/namespaces`: every namespace with what it holds, `default` first; of a token
+/// narrowed to namespaces, those.
 pub(super) async fn list_namespaces(
     State(app): State<App>,
+    headers: HeaderMap,
 ) -> ApiResult<Json<Vec<api::Namespace>>> {
-    Ok(Json(app.db.read(lifecycle::namespace_views).await?))
+    let scope = app.caller(&headers)?.scope;
+    let mut all = app.db.read(lifecycle::namespace_views).await?;
+    all.retain(|n| scope.covers_namespace(&n.name));
+    Ok(Json(all))
 }
 
 /// `GET /v1/namespaces/{name}`.
@@ -251,46 +254,65 @@ mod tests {
 
     #[test]
     fn the_namespace_becomes_the_volumes_key() {
-        let one = |ns: &str| Asked {
-            namespace: Some(ns.into()),
-            taken: true,
+        let asked = |ns: Option<&str>, holds| Asked {
+            namespace: ns.map(str::to_owned),
+            holds,
         };
-        for (uri, want, asked) in [
-            ("/v1/volumes/db", "/v1/volumes/db", one("default")),
+        for (uri, want, holds, ns) in [
+            (
+                "/v1/volumes/db",
+                "/v1/volumes/db",
+                Holds::Volume,
+                Some("default"),
+            ),
             (
                 "/v1/volumes/db?namespace=team-a",
                 "/v1/volumes/team-a~db",
-                one("team-a"),
+                Holds::Volume,
+                Some("team-a"),
             ),
             (
                 "/v1/volumes/db/claims/a1?namespace=team-a&wait=1s",
                 "/v1/volumes/team-a~db/claims/a1?wait=1s",
-                one("team-a"),
+                Holds::Volume,
+                Some("team-a"),
             ),
             (
                 "/v1/claims?volume=db&namespace=team-a",
                 "/v1/claims?volume=team-a~db",
-                one("team-a"),
+                Holds::Listing,
+                Some("team-a"),
             ),
             (
                 "/v1/volumes?namespace=*",
                 "/v1/volumes",
-                Asked {
-                    namespace: None,
-                    taken: true,
-                },
+                Holds::Listing,
+                None,
+            ),
+            (
+                "/v1/snapshots?namespace=team-a",
+                "/v1/snapshots",
+                Holds::DefaultOnly,
+                Some("team-a"),
+            ),
+            (
+                "/v1/nodes?namespace=team-a",
+                "/v1/nodes",
+                Holds::Cluster,
+                Some("team-a"),
             ),
         ] {
-            assert_eq!(rewritten(uri), Ok((want.to_owned(), asked)), "{uri}");
+            assert_eq!(
+                rewritten(uri),
+                Ok((want.to_owned(), asked(ns, holds))),
+                "{uri}"
+            );
         }
-        let (uri, asked) = rewritten("/v1/nodes?namespace=team-a").unwrap();
-        assert_eq!((uri.as_str(), asked.taken), ("/v1/nodes", false));
         for (uri, says) in [
             ("/v1/volumes/team-a~db", "holds no `~`"),
             ("/v1/volumes/db?namespace=*", "for listings only"),
             ("/v1/volumes/db?namespace=Bad/ns", "invalid namespace name"),
             ("/v1/volumes?namespace=a&namespace=b", "more than once"),
-            ("/v1/snapshots?namespace=team-a", "`default` only"),
         ] {
             let e = rewritten(uri).unwrap_err();
             assert!(e.contains(says), "{uri}: {e}");

@@ -36,7 +36,7 @@ pub(super) async fn list_snapshots(
 ) -> ApiResult<Response> {
     // A token narrowed to volume patterns lists only the snapshots whose own names and
     // whose volumes' names they match.
-    let names = app.caller(&headers)?.scope.volumes;
+    let scope = app.caller(&headers)?.scope;
     if let Some(v) = &f.volume {
         name("volume", v)?;
     }
@@ -44,13 +44,13 @@ pub(super) async fn list_snapshots(
         name("group snapshot", g)?;
     }
     let Some(group) = f.group else {
-        return listing::snapshots(&app, f.volume, names).await;
+        return listing::snapshots(&app, f.volume, scope).await;
     };
     let mut members = app
         .db
         .read(move |c| lifecycle::list_group_members(c, &group, f.volume.as_deref()))
         .await?;
-    members.retain(|s| views::snapshot_named_in(&names, s));
+    members.retain(|s| views::snapshot_in_scope(&scope, s));
     Ok(Json(members).into_response())
 }
 

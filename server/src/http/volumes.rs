@@ -51,7 +51,7 @@ pub(super) async fn list_volumes(
     Q(f): Q<VolumeFilter>,
 ) -> ApiResult<Response> {
     // A token narrowed to volume patterns lists only the volumes they match.
-    let names = app.caller(&headers)?.scope.volumes;
+    let scope = app.caller(&headers)?.scope;
     let state = match &f.state {
         Some(s) => Some(s.parse::<VolumeState>().map_err(|_| {
             let all: Vec<_> = VolumeState::ALL.iter().map(|s| s.as_str()).collect();
@@ -64,7 +64,8 @@ pub(super) async fn list_volumes(
         state,
         node: f.node,
         plugin: f.plugin,
-        names,
+        names: scope.volumes,
+        namespaces: scope.namespaces,
         namespace: asked.namespace.clone(),
     };
     if let Some(limit) = f.limit {

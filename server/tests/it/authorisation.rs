@@ -19,8 +19,8 @@ const EXPECTED: &[(&str, &str, &str)] = &[
     ("post", "/v1/tokens", "manage-tokens@cluster"),
     ("get", "/v1/tokens", "manage-tokens@cluster"),
     ("delete", "/v1/tokens/{id}", "manage-tokens@cluster"),
-    ("get", "/v1/namespaces", "read@unnamed"),
-    ("get", "/v1/namespaces/{name}", "read@unnamed"),
+    ("get", "/v1/namespaces", "read@listed"),
+    ("get", "/v1/namespaces/{name}", "read@namespace"),
     ("put", "/v1/namespaces/{name}", "create-delete@cluster"),
     ("delete", "/v1/namespaces/{name}", "create-delete@cluster"),
     ("get", "/v1/volumes", "read@listed"),
@@ -119,6 +119,11 @@ enum Who {
     NarrowedOwn,
     /// The same token, on a path naming `db-x`.
     NarrowedOther,
+    /// `--role claimer --namespace team-a`, on a path naming namespace `team-a` (the query's
+    /// `namespace`, or the namespace a namespace's path names).
+    SpacedOwn,
+    /// The same token, on a path naming namespace `team-b`.
+    SpacedOther,
 }
 
 /// The capabilities of each preset, written from the roles' meaning.
@@ -140,14 +145,30 @@ fn capabilities(who: Who) -> &'static [&'static str] {
     match who {
         Anonymous | OwnNode | OtherNode => &[],
         Reader => &["read"],
-        Claimer | NarrowedOwn | NarrowedOther => &["read", "claim"],
+        Claimer | NarrowedOwn | NarrowedOther | SpacedOwn | SpacedOther => &["read", "claim"],
         Custom => &["read", "snapshot", "expand-modify"],
         Operator => ALL,
     }
 }
 
-/// Whether `who` may call a route of `rule`.
-fn allowed(rule: &str, who: Who) -> bool {
+/// Whether a path reads the namespace a request names: what lives in namespaces, and what
+/// lives in `default` only so far (the rest is the cluster's).
+fn reads_namespace(path: &str) -> bool {
+    [
+        "/v1/volumes",
+        "/v1/claims",
+        "/v1/events",
+        "/v1/snapshots",
+        "/v1/group-snapshots",
+        "/v1/pools",
+        "/v1/fresh-claims",
+    ]
+    .iter()
+    .any(|p| path.starts_with(p))
+}
+
+/// Whether `who` may call a route of `rule` at `path` (the template).
+fn allowed(rule: &str, who: Who, path: &str) -> bool {
     use Who::*;
     match rule {
         "anyone" => return true,
@@ -161,12 +182,26 @@ fn allowed(rule: &str, who: Who) -> bool {
         return false;
     }
     let narrowed = matches!(who, NarrowedOwn | NarrowedOther);
+    if matches!(who, SpacedOwn | SpacedOther) {
+        // A token narrowed to `team-a`: what names `team-b` is refused, and so is what lies
+        // in `default` (snapshots), a namespace like another.
+        let own = who == SpacedOwn;
+        return match kind {
+            "unnamed" => true,
+            "listed" => own || !reads_namespace(path),
+            "filtered" | "namespace" => own,
+            "named" => own && path.starts_with("/v1/volumes/"),
+            "cluster" => false,
+            other => panic!("no kind `{other}` in this test"),
+        };
+    }
     match kind {
         "listed" | "unnamed" => true,
         // Asked of one volume (`?volume=`, as the matrix does): a narrowed token must match it.
         "filtered" => who != NarrowedOther,
         "named" => who != NarrowedOther,
         "cluster" => !narrowed,
+        "namespace" => true,
         other => panic!("no kind `{other}` in this test"),
     }
 }
@@ -247,6 +282,11 @@ async fn every_route_refuses_exactly_the_callers_its_rule_refuses() {
     )
     .await;
     let narrowed = token(&api, json!({"role": "claimer", "volumes": ["build-*"]})).await;
+    for ns in ["team-a", "team-b"] {
+        let (status, body) = api.put(&format!("/v1/namespaces/{ns}"), json!({})).await;
+        assert_eq!(status, 201, "{body}");
+    }
+    let spaced = token(&api, json!({"role": "claimer", "namespaces": ["team-a"]})).await;
     let addr = server.url.trim_start_matches("http://").to_owned();
     let callers = [
         (Who::Anonymous, None),
@@ -258,6 +298,8 @@ async fn every_route_refuses_exactly_the_callers_its_rule_refuses() {
         (Who::Custom, Some(custom.as_str())),
         (Who::NarrowedOwn, Some(narrowed.as_str())),
         (Who::NarrowedOther, Some(narrowed.as_str())),
+        (Who::SpacedOwn, Some(spaced.as_str())),
+        (Who::SpacedOther, Some(spaced.as_str())),
     ];
     let mut wrong = Vec::new();
     let mut checked = 0;
@@ -272,18 +314,34 @@ async fn every_route_refuses_exactly_the_callers_its_rule_refuses() {
             } else {
                 "build-x"
             };
+            let namespace = match who {
+                Who::SpacedOwn => Some("team-a"),
+                Who::SpacedOther => Some("team-b"),
+                _ => None,
+            };
+            let name = match namespace {
+                Some(ns) if template.starts_with("/v1/namespaces/") => ns,
+                _ => name,
+            };
             let mut path = template
                 .replace("{name}", name)
                 .replace("{alloc}", "authz-a")
                 .replace("{id}", "authz-x")
                 .replace("{node}", node);
+            let mut query = Vec::new();
             if rule.ends_with("@filtered") {
-                path.push_str(&format!("?volume={name}"));
+                query.push(format!("volume={name}"));
+            }
+            if let Some(ns) = namespace.filter(|_| !template.starts_with("/v1/namespaces")) {
+                query.push(format!("namespace={ns}"));
+            }
+            if !query.is_empty() {
+                path.push_str(&format!("?{}", query.join("&")));
             }
             let status = status_of(&addr, method, &path, token).await;
             checked += 1;
             let refused = status == 401 || status == 403;
-            let want = if allowed(rule, who) {
+            let want = if allowed(rule, who, template) {
                 "not refused".to_owned()
             } else if token.is_none() {
                 "401".to_owned()
