@@ -160,6 +160,9 @@ _csivol() {
             csivol__subcmd__help__subcmd__namespace,list)
                 cmd="csivol__subcmd__help__subcmd__namespace__subcmd__list"
                 ;;
+            csivol__subcmd__help__subcmd__namespace,quota)
+                cmd="csivol__subcmd__help__subcmd__namespace__subcmd__quota"
+                ;;
             csivol__subcmd__help__subcmd__namespace,show)
                 cmd="csivol__subcmd__help__subcmd__namespace__subcmd__show"
                 ;;
@@ -283,6 +286,9 @@ _csivol() {
             csivol__subcmd__namespace,list)
                 cmd="csivol__subcmd__namespace__subcmd__list"
                 ;;
+            csivol__subcmd__namespace,quota)
+                cmd="csivol__subcmd__namespace__subcmd__quota"
+                ;;
             csivol__subcmd__namespace,show)
                 cmd="csivol__subcmd__namespace__subcmd__show"
                 ;;
@@ -297,6 +303,9 @@ _csivol() {
                 ;;
             csivol__subcmd__namespace__subcmd__help,list)
                 cmd="csivol__subcmd__namespace__subcmd__help__subcmd__list"
+                ;;
+            csivol__subcmd__namespace__subcmd__help,quota)
+                cmd="csivol__subcmd__namespace__subcmd__help__subcmd__quota"
                 ;;
             csivol__subcmd__namespace__subcmd__help,show)
                 cmd="csivol__subcmd__namespace__subcmd__help__subcmd__show"
@@ -1520,7 +1529,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__help__subcmd__namespace)
-            opts="create list show delete"
+            opts="create list show delete quota"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1562,6 +1571,20 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__help__subcmd__namespace__subcmd__list)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__help__subcmd__namespace__subcmd__quota)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -2234,7 +2257,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__namespace)
-            opts="-o -q -n -A -h -V --addr --ca-cert --token --output --no-color --quiet --stale --namespace --all-namespaces --help --version create list show delete help"
+            opts="-o -q -n -A -h -V --addr --ca-cert --token --output --no-color --quiet --stale --namespace --all-namespaces --help --version create list show delete quota help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2400,7 +2423,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__namespace__subcmd__help)
-            opts="create list show delete help"
+            opts="create list show delete quota help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2456,6 +2479,20 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__namespace__subcmd__help__subcmd__list)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__namespace__subcmd__help__subcmd__quota)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -2531,6 +2568,80 @@ _csivol() {
                     ;;
                 -n)
                     COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__namespace__subcmd__quota)
+            opts="-o -q -A -h -V --volumes --capacity --claims --fresh-volumes --clear --addr --ca-cert --token --output --no-color --quiet --stale --all-namespaces --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --volumes)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --capacity)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --claims)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --fresh-volumes)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --addr)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --ca-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --token)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -o)
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
                         compopt -o nospace
                     fi
@@ -6500,7 +6611,7 @@ _csivol_with_names() {
             'claim'|'claim renew'|'claim show'|'release'|'status'|'unblock'|'detach'|'volume show'|'volume deregister'|'volume drain'|'volume eligibility'|'volume expand'|'volume modify'|'volume label'|'run'|'run '*|'snapshot create'|'snapshot create '*) kind=volumes ;;
             'fence'|'node show'|'node drain'|'node eligibility'|'node label'|'node remove') kind=nodes ;;
             'pool show'|'pool delete') kind=pools ;;
-            'namespace show'|'namespace delete') kind=namespaces ;;
+            'namespace show'|'namespace delete'|'namespace quota') kind=namespaces ;;
         esac
     fi
     if [[ -n "$kind" ]]; then

@@ -113,6 +113,7 @@ pub const NAME_ARGUMENTS: &[(&str, Names)] = &[
     ("pool delete", Names::Pools),
     ("namespace show", Names::Namespaces),
     ("namespace delete", Names::Namespaces),
+    ("namespace quota", Names::Namespaces),
 ];
 
 /// The commands whose arguments are names up to `--` (`csivol run VOLUME... -- COMMAND`,

@@ -1,7 +1,7 @@
 //! `csivol namespace`: create, list, show and delete namespaces.
 
 use anyhow::Context;
-use csivol_api::{Namespace, NamespaceSpec};
+use csivol_api::{Namespace, NamespaceSpec, Quota};
 use csivol_client::{Method, StatusCode};
 use serde_json::json;
 
@@ -50,6 +50,42 @@ pub async fn run(ctx: &Ctx, cmd: NamespaceCommand) -> anyhow::Result<Exit> {
                 .await
                 .with_context(|| format!("failed to read namespace `{}`", args.namespace))?;
             show(ctx, &ns)?;
+        }
+        NamespaceCommand::Quota(args) => {
+            let path = format!("/v1/namespaces/{}", args.namespace);
+            // Bounds not named keep what they are: read them first.
+            let mut quota = if args.clear {
+                Quota::default()
+            } else {
+                let ns: Namespace =
+                    ctx.client.get(&path).await.with_context(|| {
+                        format!("failed to read namespace `{}`", args.namespace)
+                    })?;
+                ns.quota.unwrap_or_default()
+            };
+            for (given, bound) in [
+                (args.volumes, &mut quota.volumes),
+                (args.capacity, &mut quota.capacity_bytes),
+                (args.claims, &mut quota.claims),
+                (args.fresh_volumes, &mut quota.fresh_volumes),
+            ] {
+                if let Some(b) = given {
+                    *bound = b.0;
+                }
+            }
+            let a: Answer<Namespace> = ctx
+                .client
+                .call(Method::PUT, &format!("{path}/quota"), Some(&quota))
+                .await
+                .with_context(|| {
+                    format!("failed to set the quota of namespace `{}`", args.namespace)
+                })?;
+            ctx.out.note(if quota.is_empty() {
+                format!("namespace {} has no quota", a.body.name)
+            } else {
+                format!("set the quota of namespace {}", a.body.name)
+            });
+            show(ctx, &a.body)?;
         }
         NamespaceCommand::Delete(args) => {
             ctx.client

@@ -14,6 +14,7 @@ mod limits;
 mod namespaces;
 mod nodes;
 mod prompt;
+mod quotas;
 mod real_agent;
 mod retries;
 mod shells;

@@ -94,6 +94,43 @@ pub struct Namespace {
     pub claims: u64,
     #[serde(default)]
     pub snapshots: u64,
+    /// What its volumes hold (the sum of their capacities) and how many of them are
+    /// per-job volumes: what its quota counts beside the volumes and claims.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub capacity_bytes: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub fresh_volumes: u64,
+    /// Its quota; absent: none (nothing bounds it but the cluster's own limits).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quota: Option<Quota>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// A namespace's quota: at most this many volumes, bytes of capacity (made and grown
+/// volumes both count), claims (held or waiting) and per-job volumes. A bound left out is
+/// no bound. Checked in the write that would pass it, so two requests at once never both
+/// pass the last unit.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Quota {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volumes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claims: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fresh_volumes: Option<u64>,
+}
+
+impl Quota {
+    /// Whether it bounds nothing.
+    pub fn is_empty(&self) -> bool {
+        self == &Self::default()
+    }
 }
 
 /// `PUT /v1/namespaces/{name}`: nothing to say yet but its name, which the path gives.

@@ -26,6 +26,7 @@ mod nodes;
 mod once;
 mod plugins;
 mod pools;
+mod quotas;
 mod reads;
 pub mod routes;
 mod snapshots;

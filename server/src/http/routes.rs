@@ -9,8 +9,8 @@ use axum::response::{IntoResponse, Response};
 use csivol_api::{self as api, Capability, CreateVolumeSpec};
 
 use super::{
-    backup, channel, claims, events, health, namespaces, nodes, plugins, pools, snapshots, tokens,
-    volumes,
+    backup, channel, claims, events, health, namespaces, nodes, plugins, pools, quotas, snapshots,
+    tokens, volumes,
 };
 use crate::app::App;
 use crate::error::ApiError;
@@ -110,6 +110,7 @@ table! {
     get "/v1/namespaces/{name}" Namespace(Read) => namespaces::get_namespace;
     put "/v1/namespaces/{name}" Cluster(CreateDelete) => namespaces::put_namespace;
     delete "/v1/namespaces/{name}" Cluster(CreateDelete) => namespaces::delete_namespace;
+    put "/v1/namespaces/{name}/quota" Cluster(CreateDelete) => quotas::put_quota;
     get "/v1/volumes" Listed(Read) => volumes::list_volumes;
     get "/v1/volumes/{name}" Named(Read) => volumes::get_volume;
     put "/v1/volumes/{name}" Named(CreateDelete) => volumes::put_volume;

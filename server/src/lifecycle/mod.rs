@@ -65,6 +65,7 @@ mod pool_line;
 mod pool_members;
 mod pool_waits;
 mod pools;
+mod quotas;
 mod reconcile;
 mod reports;
 mod retries;
@@ -110,6 +111,7 @@ pub use pools::{
     any_linger_due, create_pool, delete_pool, end_due_lingers, pool_view, pool_views,
     set_volume_labels,
 };
+pub use quotas::set_namespace_quota;
 pub use reports::apply_reports;
 pub use retries::{PRUNE_BATCH, prune_retries};
 pub use settings::Limits;

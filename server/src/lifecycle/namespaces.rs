@@ -24,6 +24,9 @@ fn view(
         volumes: c.volumes,
         claims: c.claims,
         snapshots: c.snapshots,
+        capacity_bytes: c.capacity_bytes,
+        fresh_volumes: c.fresh_volumes,
+        quota: conn.namespace_quota(name)?,
     })
 }
 

@@ -6,6 +6,9 @@ use rusqlite::Connection;
 
 use crate::error::ApiResult;
 use crate::store::sqlite::namespaces as sql;
+use crate::store::sqlite::quotas;
+
+pub use crate::store::sqlite::quotas::Bound;
 use crate::store::sqlite::writer::WriteCtx;
 
 pub use crate::store::sqlite::namespaces::Contents;
@@ -20,6 +23,12 @@ pub trait Namespaces {
     fn namespace_contents(&self, name: &str, first: usize) -> ApiResult<Contents>;
     /// Whether the schema keeps namespaces other than `default`.
     fn namespaces_kept(&self) -> ApiResult<bool>;
+    /// A namespace's quota; `None`: it has none.
+    fn namespace_quota(&self, name: &str) -> ApiResult<Option<csivol_api::Quota>>;
+    /// How much of `bound` a namespace uses.
+    fn namespace_used(&self, name: &str, bound: Bound) -> ApiResult<u64>;
+    /// Who in a namespace uses most of `bound`, and how much.
+    fn namespace_most(&self, name: &str, bound: Bound) -> ApiResult<Option<(String, u64)>>;
 }
 
 /// Writes of namespaces.
@@ -27,6 +36,9 @@ pub trait NamespaceWrites {
     /// Records a namespace; whether it is new. Refused below the schema that keeps them.
     fn put_namespace(&mut self, name: &str) -> ApiResult<bool>;
     fn delete_namespace(&mut self, name: &str) -> ApiResult<()>;
+    /// Sets a namespace's quota; one that bounds nothing removes it. Refused below the
+    /// schema that keeps quotas.
+    fn set_namespace_quota(&mut self, name: &str, quota: &csivol_api::Quota) -> ApiResult<()>;
 }
 
 impl Namespaces for Connection {
@@ -44,6 +56,18 @@ impl Namespaces for Connection {
 
     fn namespaces_kept(&self) -> ApiResult<bool> {
         sql::kept(self)
+    }
+
+    fn namespace_quota(&self, name: &str) -> ApiResult<Option<csivol_api::Quota>> {
+        quotas::quota(self, name)
+    }
+
+    fn namespace_used(&self, name: &str, bound: Bound) -> ApiResult<u64> {
+        quotas::used(self, name, bound)
+    }
+
+    fn namespace_most(&self, name: &str, bound: Bound) -> ApiResult<Option<(String, u64)>> {
+        quotas::most(self, name, bound)
     }
 }
 
@@ -64,6 +88,18 @@ impl Namespaces for WriteCtx<'_> {
     fn namespaces_kept(&self) -> ApiResult<bool> {
         sql::kept(self.tx)
     }
+
+    fn namespace_quota(&self, name: &str) -> ApiResult<Option<csivol_api::Quota>> {
+        quotas::quota(self.tx, name)
+    }
+
+    fn namespace_used(&self, name: &str, bound: Bound) -> ApiResult<u64> {
+        quotas::used(self.tx, name, bound)
+    }
+
+    fn namespace_most(&self, name: &str, bound: Bound) -> ApiResult<Option<(String, u64)>> {
+        quotas::most(self.tx, name, bound)
+    }
 }
 
 impl NamespaceWrites for WriteCtx<'_> {
@@ -72,6 +108,11 @@ impl NamespaceWrites for WriteCtx<'_> {
     }
 
     fn delete_namespace(&mut self, name: &str) -> ApiResult<()> {
+        quotas::forget(self, name)?;
         sql::delete(self, name)
+    }
+
+    fn set_namespace_quota(&mut self, name: &str, quota: &csivol_api::Quota) -> ApiResult<()> {
+        quotas::set(self, name, quota)
     }
 }

@@ -22,6 +22,11 @@ const EXPECTED: &[(&str, &str, &str)] = &[
     ("get", "/v1/namespaces", "read@listed"),
     ("get", "/v1/namespaces/{name}", "read@namespace"),
     ("put", "/v1/namespaces/{name}", "create-delete@cluster"),
+    (
+        "put",
+        "/v1/namespaces/{name}/quota",
+        "create-delete@cluster",
+    ),
     ("delete", "/v1/namespaces/{name}", "create-delete@cluster"),
     ("get", "/v1/volumes", "read@listed"),
     ("get", "/v1/volumes/{name}", "read@named"),

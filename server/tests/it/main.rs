@@ -149,7 +149,7 @@ pub(crate) async fn make_ready(
 
 /// Takes a database this build made back to the schema of the release before: this
 /// release's schema changes are one migration (the retries' tables, the external-id
-/// index, the claims' `drift` and `claimer` columns, the namespaces), undone here, and the version one
+/// index, the claims' `drift` and `claimer` columns, the namespaces and their quotas), undone here, and the version one
 /// lower, so that the next start migrates it as an upgrade does. Rows the older schema
 /// has are kept with their ids.
 pub(crate) fn back_to_the_previous_schema(conn: &rusqlite::Connection) {
@@ -179,7 +179,8 @@ pub(crate) fn back_to_the_previous_schema(conn: &rusqlite::Connection) {
          DROP INDEX lingers_node;
          DROP INDEX lingers_until;
          DROP TABLE lingers;
-         DROP TABLE namespaces;",
+         DROP TABLE namespaces;
+         DROP TABLE namespace_quotas;",
     )
     .unwrap();
     conn.pragma_update(None, "user_version", version - 1)

@@ -22,6 +22,7 @@ mod ops;
 mod pool_holds;
 mod pool_line;
 mod pools;
+mod quotas;
 mod reports;
 mod retries;
 mod settle;

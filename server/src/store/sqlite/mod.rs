@@ -21,6 +21,7 @@ mod nodes;
 mod ops;
 mod pool_waiters;
 mod pools;
+pub mod quotas;
 mod read_pool;
 mod reconcile;
 pub mod restore;

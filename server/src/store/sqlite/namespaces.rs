@@ -86,45 +86,59 @@ pub struct Contents {
     pub first_volumes: Vec<String>,
     pub claims: u64,
     pub snapshots: u64,
+    /// The sum of its volumes' capacities (a volume of unknown capacity counts none).
+    pub capacity_bytes: u64,
+    /// How many of its volumes are per-job volumes.
+    pub fresh_volumes: u64,
+}
+
+/// Which rows of a table a namespace holds, by the key in `column`, and the parameters
+/// that clause takes: `default` holds every key that names no namespace.
+pub(super) fn within(namespace: &str, column: &str) -> (String, Vec<String>) {
+    if namespace == csivol_api::DEFAULT_NAMESPACE {
+        (format!("instr({column}, '~') = 0"), Vec::new())
+    } else {
+        let (lo, hi) = bounds(namespace);
+        (format!("{column} >= ?1 AND {column} < ?2"), vec![lo, hi])
+    }
+}
+
+/// `what` (an aggregate: `count(*)`, `sum(capacity_bytes)`) over the rows of `table` that
+/// namespace `namespace` holds by the key in `column`; none counts 0.
+pub(super) fn aggregate(
+    conn: &Connection,
+    namespace: &str,
+    what: &str,
+    table: &str,
+    column: &str,
+) -> ApiResult<u64> {
+    let (clause, params) = within(namespace, column);
+    let sql = format!("SELECT coalesce({what}, 0) FROM {table} WHERE {clause}");
+    let n: i64 = conn
+        .prepare_cached(&sql)?
+        .query_row(rusqlite::params_from_iter(params), |r| r.get(0))?;
+    Ok(n.max(0) as u64)
 }
 
 /// What lives in namespace `namespace` (`default`: every key that names no namespace).
 pub fn contents(conn: &Connection, namespace: &str, first: usize) -> ApiResult<Contents> {
-    let (lo, hi) = bounds(namespace);
-    let default = namespace == csivol_api::DEFAULT_NAMESPACE;
-    let within = |column: &str| {
-        if default {
-            format!("instr({column}, '~') = 0")
-        } else {
-            format!("{column} >= ?1 AND {column} < ?2")
-        }
-    };
-    let count = |table: &str, column: &str| -> ApiResult<u64> {
-        let sql = format!("SELECT count(*) FROM {table} WHERE {}", within(column));
-        let mut stmt = conn.prepare_cached(&sql)?;
-        let n: i64 = if default {
-            stmt.query_row([], |r| r.get(0))?
-        } else {
-            stmt.query_row(params![lo, hi], |r| r.get(0))?
-        };
-        Ok(n.max(0) as u64)
-    };
-    let sql = format!(
-        "SELECT name FROM volumes WHERE {} ORDER BY name LIMIT {first}",
-        within("name")
-    );
-    let mut stmt = conn.prepare_cached(&sql)?;
-    let first_volumes = if default {
-        stmt.query_map([], |r| r.get(0))?
-            .collect::<Result<Vec<String>, _>>()?
-    } else {
-        stmt.query_map(params![lo, hi], |r| r.get(0))?
-            .collect::<Result<Vec<String>, _>>()?
-    };
+    let count = |table: &str, column: &str| aggregate(conn, namespace, "count(*)", table, column);
+    let (clause, params) = within(namespace, "name");
+    let sql = format!("SELECT name FROM volumes WHERE {clause} ORDER BY name LIMIT {first}");
+    let first_volumes = conn
+        .prepare_cached(&sql)?
+        .query_map(rusqlite::params_from_iter(params), |r| r.get(0))?
+        .collect::<Result<Vec<String>, _>>()?;
     Ok(Contents {
         volumes: count("volumes", "name")?,
         first_volumes,
         claims: count("claims", "volume")?,
         snapshots: count("snapshots", "volume")?,
+        capacity_bytes: aggregate(conn, namespace, "sum(capacity_bytes)", "volumes", "name")?,
+        fresh_volumes: if super::shape::has_table(conn, "job_volumes")? {
+            count("job_volumes", "volume")?
+        } else {
+            0
+        },
     })
 }

@@ -209,3 +209,12 @@ CREATE TABLE namespaces (
     name TEXT PRIMARY KEY,
     created_at INTEGER NOT NULL
 );
+
+-- A namespace's quota (`default`'s too, which has no row in `namespaces`): a JSON object
+-- of the bounds it sets (`api::Quota`), a row only for a namespace that has one. A server
+-- of the previous release would not honour it, so none is set before the cluster runs on
+-- this schema.
+CREATE TABLE namespace_quotas (
+    namespace TEXT PRIMARY KEY,
+    quota TEXT NOT NULL
+);
