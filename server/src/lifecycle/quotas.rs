@@ -99,6 +99,23 @@ pub(super) fn refuse_past(
     )))
 }
 
+/// Refuses volume `v` (new, or registered again) past its namespace's quota: a new volume
+/// counts one, and its capacity counts what it has over what it had.
+pub(super) fn refuse_past_for_volume(
+    conn: &(impl Snapshot + ?Sized),
+    v: &crate::model::VolumeRow,
+) -> ApiResult<()> {
+    let namespace = api::namespace_of(&v.name);
+    let had = conn.volume(&v.name)?;
+    let what = format!("volume `{}`", api::split_key(&v.name).1);
+    if had.is_none() {
+        refuse_past(conn, namespace, Bound::Volumes, 1, &what)?;
+    }
+    let before = had.and_then(|h| h.capacity_bytes).unwrap_or(0);
+    let more = v.capacity_bytes.unwrap_or(0).saturating_sub(before);
+    refuse_past(conn, namespace, Bound::CapacityBytes, more, &what)
+}
+
 /// Sets namespace `namespace`'s quota (replacing the one it had; an empty one removes it).
 pub fn set_namespace_quota(
     ctx: &mut (impl crate::store::Txn + ?Sized),

@@ -192,19 +192,8 @@ fn volume_mounts(
 /// Records a new volume, in a namespace that exists: checked in the write that records it,
 /// so that a namespace forgotten meanwhile never gets it.
 fn insert_volume(ctx: &mut impl Txn, v: &VolumeRow) -> ApiResult<()> {
-    let namespace = api::namespace_of(&v.name);
-    super::namespaces::require_namespace(&*ctx, namespace)?;
-    // Within its namespace's quota: a new volume counts one, and its capacity (what it
-    // has over what it had, registered again) counts too.
-    let had = ctx.volume(&v.name)?;
-    let what = format!("volume `{}`", api::split_key(&v.name).1);
-    use crate::store::namespaces::Bound;
-    if had.is_none() {
-        super::quotas::refuse_past(&*ctx, namespace, Bound::Volumes, 1, &what)?;
-    }
-    let before = had.and_then(|h| h.capacity_bytes).unwrap_or(0);
-    let more = v.capacity_bytes.unwrap_or(0).saturating_sub(before);
-    super::quotas::refuse_past(&*ctx, namespace, Bound::CapacityBytes, more, &what)?;
+    super::namespaces::require_namespace(&*ctx, api::namespace_of(&v.name))?;
+    super::quotas::refuse_past_for_volume(&*ctx, v)?;
     ctx.put_volume(v)?;
     ctx.touch(Key::Volume(v.name.clone()));
     Ok(())
