@@ -19,6 +19,7 @@ mod ha_disk;
 mod ha_faults;
 mod ha_fence;
 mod ha_members;
+mod ha_namespaces;
 mod ha_parity;
 mod ha_reads;
 mod ha_retries;

@@ -36,5 +36,6 @@ mod snapshots;
 mod staging;
 mod storage_names;
 mod storage_snapshots;
+mod teams;
 mod topology;
 mod usage;
