@@ -120,7 +120,9 @@ impl NodeSamples {
     pub fn fill(&self, claims: &mut [api::Claim]) {
         let book = self.book();
         for c in claims {
-            c.usage = match book.samples.get(&(c.volume.clone(), c.alloc.clone())) {
+            // Samples are of the volume's key (its namespace's and its name).
+            let key = api::volume_key(&c.namespace, &c.volume);
+            c.usage = match book.samples.get(&(key, c.alloc.clone())) {
                 Some(s) if s.node == c.node => Some(match &s.usage {
                     Some(usage) => ClaimUsage::Sampled {
                         usage: usage.clone(),

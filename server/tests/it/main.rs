@@ -29,6 +29,7 @@ mod hosting;
 mod impostor;
 mod listings;
 mod lost;
+mod namespace_claims;
 mod owners;
 mod pools;
 mod queue_and_leases;
