@@ -136,12 +136,20 @@ fn rewrite(mut req: Request) -> ApiResult<Request> {
     let mut query = Vec::new();
     for pair in raw.split('&').filter(|p| !p.is_empty()) {
         let key = pair.split('=').next().unwrap_or("");
+        let value = pair.split_once('=').map_or("", |(_, v)| v);
+        // A name holds no separator: a `volume=` that does would name another namespace's
+        // key from this one (`default` included), past the namespace the token holds.
+        if key == "volume"
+            && (value.contains(KEY_SEPARATOR) || value.to_ascii_lowercase().contains("%7e"))
+        {
+            return Err(ApiError::invalid(format!(
+                "invalid volume name `{value}`: a name holds no `{KEY_SEPARATOR}`"
+            ))
+            .with_hint("name the volume's namespace with `?namespace=NS` (`csivol -n NS`)"));
+        }
         match key {
             "namespace" => {}
-            "volume" if !prefix.is_empty() => {
-                let value = pair.split_once('=').map_or("", |(_, v)| v);
-                query.push(format!("volume={prefix}{value}"));
-            }
+            "volume" if !prefix.is_empty() => query.push(format!("volume={prefix}{value}")),
             _ => query.push(pair.to_owned()),
         }
     }
@@ -310,6 +318,9 @@ mod tests {
         }
         for (uri, says) in [
             ("/v1/volumes/team-a~db", "holds no `~`"),
+            ("/v1/events?volume=team-b~db", "holds no `~`"),
+            ("/v1/claims?volume=team-b%7Edb", "holds no `~`"),
+            ("/v1/events?volume=x~db&namespace=team-a", "holds no `~`"),
             ("/v1/volumes/db?namespace=*", "for listings only"),
             ("/v1/volumes/db?namespace=Bad/ns", "invalid namespace name"),
             ("/v1/volumes?namespace=a&namespace=b", "more than once"),
