@@ -231,6 +231,31 @@ async fn a_token_narrowed_to_a_namespace_touches_only_it() {
     error: this token is narrowed to namespaces `team-a`, and GET /v1/nodes covers the whole cluster
     hint: use a token not narrowed to namespaces or volume names (made without `--namespace` or `--volumes`)
     ");
+    // Events carry their volume's namespace; a listing reads one namespace, or with -A
+    // every one the token holds.
+    let namespaces_of = |r: &crate::support::Run| -> Vec<String> {
+        let mut seen: Vec<String> = r
+            .json()
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["namespace"].as_str().unwrap_or("-").to_owned())
+            .collect();
+        seen.sort();
+        seen.dedup();
+        seen
+    };
+    let r = env.run(&["-n", "team-a", "events", "-o", "json"]).await;
+    assert_eq!(namespaces_of(&r), ["team-a"], "{r}");
+    assert_eq!(r.json()[0]["volume"], "db", "{r}");
+    let r = env.run(&["events", "-o", "json"]).await;
+    assert_eq!(namespaces_of(&r), ["-", "default"], "{r}");
+    let r = env.run(&["events", "-A", "-o", "json"]).await;
+    assert_eq!(namespaces_of(&r), ["-", "default", "team-a"], "{r}");
+    let r = as_team_a(&["events", "-A", "-o", "json"]).await;
+    assert_eq!(namespaces_of(&r), ["team-a"], "{r}");
+    let r = as_team_a(&["events"]).await;
+    assert_eq!(r.code, 7, "{r}");
     snap!(env.run(&["token", "show", "ta"]).await, @r"
     exit: 0
     --- stdout

@@ -367,6 +367,19 @@ async fn every_route_refuses_exactly_the_callers_its_rule_refuses() {
     if status != 403 {
         wrong.push(format!("GET /v1/events as Narrowed: {status}, want 403"));
     }
+    // A token narrowed to namespaces alone reads the whole log of its namespaces, and of
+    // no other.
+    for (path, want) in [
+        ("/v1/events?namespace=team-a", 200),
+        ("/v1/events?namespace=*", 200),
+        ("/v1/events", 403),
+        ("/v1/events?namespace=team-b", 403),
+    ] {
+        let status = status_of(&addr, "get", path, Some(spaced.as_str())).await;
+        if status != want {
+            wrong.push(format!("GET {path} as Spaced: {status}, want {want}"));
+        }
+    }
     // A method a route does not take is answered 405, whoever asks, and runs nothing.
     for (who, token) in [
         (Who::Operator, Some(server.token.as_str())),
