@@ -183,14 +183,13 @@ fn allowed(rule: &str, who: Who, path: &str) -> bool {
     }
     let narrowed = matches!(who, NarrowedOwn | NarrowedOther);
     if matches!(who, SpacedOwn | SpacedOther) {
-        // A token narrowed to `team-a`: what names `team-b` is refused, and so is what lies
-        // in `default` (snapshots), a namespace like another.
+        // A token narrowed to `team-a`: what names `team-b` is refused.
         let own = who == SpacedOwn;
         return match kind {
             "unnamed" => true,
             "listed" => own || !reads_namespace(path),
             "filtered" | "namespace" => own,
-            "named" => own && path.starts_with("/v1/volumes/"),
+            "named" => own,
             "cluster" => false,
             other => panic!("no kind `{other}` in this test"),
         };
