@@ -139,7 +139,8 @@ pub fn set_volume_labels(
     if req.set.is_empty() && req.remove.is_empty() {
         return Err(
             ApiError::invalid("no label to set or remove").with_hint(format!(
-                "e.g. csivol volume label {volume} pool=build-cache team-"
+                "e.g. csivol volume label {volume_cli} pool=build-cache team-",
+                volume_cli = csivol_api::cli_name(volume)
             )),
         );
     }
@@ -324,8 +325,9 @@ pub fn create_pool(
             ))
             .with_hint(format!(
                 "narrow the selector, or move the volume out of pool `{}` first \
-                 (csivol volume label {volume} KEY-)",
-                other.name
+                 (csivol volume label {volume_cli} KEY-)",
+                other.name,
+                volume_cli = csivol_api::cli_name(&volume)
             )));
         }
         members.push(volume);

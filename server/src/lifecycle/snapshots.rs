@@ -213,7 +213,8 @@ pub fn delete_snapshot(
                 "snapshot `{name}` is being created; wait for it to finish"
             ))
             .with_hint(format!(
-                "`csivol snapshot show {name}` shows where it stands"
+                "`csivol snapshot show {name_cli}` shows where it stands",
+                name_cli = csivol_api::cli_name(name)
             )));
         }
         SnapshotState::Failed if s.snapshot_id.is_empty() => {

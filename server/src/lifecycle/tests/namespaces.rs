@@ -32,6 +32,16 @@ async fn one_name_lives_in_two_namespaces_apart() {
         .await
         .unwrap();
     assert_eq!((c.namespace.as_str(), c.volume.as_str()), ("team-a", "db"));
+    // A hint says the command to run, with the namespace.
+    let e = env
+        .claim("team-a~db", "a2", "n1", ClaimMode::Write)
+        .await
+        .unwrap_err();
+    let hint = e.hint.unwrap_or_default();
+    assert!(
+        hint.contains("csivol release db -n team-a --alloc a1"),
+        "{hint}"
+    );
 
     let listed = env.read(|c| super::super::namespace_views(c)).await;
     let counts: Vec<_> = listed

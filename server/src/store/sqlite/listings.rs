@@ -26,9 +26,7 @@ pub fn events(
 ) -> ApiResult<Vec<api::Event>> {
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT idx, at, kind, volume, node, alloc, actor, message FROM events \
-         WHERE idx > ?1 AND (?2 IS NULL OR volume = ?2) AND (?3 IS NULL OR node = ?3) \
-         AND (?4 IS NULL OR alloc = ?4) AND (?6 IS NULL OR idx <= ?6) AND {IN_NAMESPACES} \
-         ORDER BY idx LIMIT ?5"
+         WHERE {EVENTS_PASSING} ORDER BY idx LIMIT ?5"
     ))?;
     let until = f.until.map(|u| u as i64);
     let (only, volumeless) = (f.namespaces.only_json(), f.namespaces.volumeless);
@@ -65,10 +63,13 @@ pub fn events(
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
-/// Whether an event passes the filter's namespaces (`?7`: a JSON array of them, or NULL for
-/// every one; `?8`: whether events of no volume pass): its volume's namespace is the part of
-/// the key before `~`, or `default` (`api::split_key`).
-const IN_NAMESPACES: &str = "(?7 IS NULL OR (volume IS NULL AND ?8) OR (volume IS NOT NULL \
+/// The events an [`EventFilter`] passes: after `?1`, of volume `?2`, node `?3` and alloc
+/// `?4` where given, up to `?6`; of the namespaces `?7` (a JSON array of them, or NULL for
+/// every one: a volume's namespace is the part of its key before `~`, or `default`, as
+/// `api::split_key` reads it), and of no volume where `?8`.
+const EVENTS_PASSING: &str = "idx > ?1 AND (?2 IS NULL OR volume = ?2) \
+     AND (?3 IS NULL OR node = ?3) AND (?4 IS NULL OR alloc = ?4) AND (?6 IS NULL OR idx <= ?6) \
+     AND (?7 IS NULL OR (volume IS NULL AND ?8) OR (volume IS NOT NULL \
      AND (CASE WHEN instr(volume, '~') > 0 THEN substr(volume, 1, instr(volume, '~') - 1) \
      ELSE 'default' END) IN (SELECT value FROM json_each(?7))))";
 
@@ -86,10 +87,8 @@ pub fn event_page_end(
 ) -> ApiResult<Option<u64>> {
     let last: Option<i64> = conn
         .prepare_cached(&format!(
-            "SELECT MAX(idx) FROM (SELECT idx FROM events \
-             WHERE idx > ?1 AND (?2 IS NULL OR volume = ?2) AND (?3 IS NULL OR node = ?3) \
-             AND (?4 IS NULL OR alloc = ?4) AND (?6 IS NULL OR idx <= ?6) \
-             AND {IN_NAMESPACES} ORDER BY idx LIMIT ?5)"
+            "SELECT MAX(idx) FROM (SELECT idx FROM events WHERE {EVENTS_PASSING} \
+             ORDER BY idx LIMIT ?5)"
         ))?
         .query_row(
             params![
