@@ -68,6 +68,19 @@ async fn namespaces_are_made_listed_shown_and_deleted() {
     default    v1    hp      single-node-writer  free   -       -
     --- stderr
     ");
+    // The cluster at a glance, and one volume of another namespace, by its name there.
+    let r = env.run(&["status", "-A"]).await;
+    assert_eq!(r.code, 0, "{r}");
+    assert!(r.stdout.contains("team-a     db"), "{r}");
+    let r = env.run(&["-n", "team-a", "status", "db"]).await;
+    assert_eq!(r.code, 0, "{r}");
+    assert!(r.stdout.contains("namespace:    team-a"), "{r}");
+    let r = env.run(&["events", "-A"]).await;
+    assert!(r.stdout.starts_with("INDEX  TIME"), "{r}");
+    assert!(
+        r.stdout.lines().next().unwrap_or("").contains("NAMESPACE"),
+        "{r}"
+    );
     snap!(env.run(&["namespace", "delete", "team-a"]).await, @r"
     exit: 4
     --- stdout
