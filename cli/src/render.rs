@@ -656,28 +656,43 @@ pub fn events(out: &Out, es: &[Event]) -> anyhow::Result<()> {
     }
     // At 80 columns the message needs the room: the index, actor and alloc give it up
     // (`-o wide` shows them all).
-    let mut t = out.table(&[
+    let spaced = es.iter().any(|e| elsewhere(e).is_some());
+    let mut header = vec![
         "INDEX", "TIME", "KIND", "VOLUME", "NODE", "ALLOC", "ACTOR", "MESSAGE",
-    ]);
+    ];
+    if spaced {
+        header.insert(3, "NAMESPACE");
+    }
+    let mut t = out.table(&header);
     t.optional(&["INDEX", "ACTOR", "ALLOC"]);
     for e in es {
-        t.add_row([
-            e.index.to_string(),
-            time(out, &e.at),
-            e.kind.clone(),
+        let mut row = vec![e.index.to_string(), time(out, &e.at), e.kind.clone()];
+        if spaced {
+            row.push(or_dash(e.namespace.as_deref()));
+        }
+        row.extend([
             or_dash(e.volume.as_deref()),
             or_dash(e.node.as_deref()),
             or_dash(e.alloc.as_deref()),
             e.actor.clone(),
             e.message.clone(),
         ]);
+        t.add_row(row);
     }
     out.print_table(t)
+}
+
+/// An event's namespace, when it is not `default`.
+fn elsewhere(e: &Event) -> Option<&str> {
+    e.namespace.as_deref().filter(|ns| *ns != DEFAULT_NAMESPACE)
 }
 
 /// One event on one line, for `events --follow`.
 pub fn event_line(e: &Event) -> String {
     let mut subject = Vec::new();
+    if let Some(ns) = elsewhere(e) {
+        subject.push(format!("namespace={ns}"));
+    }
     for (k, v) in [
         ("volume", &e.volume),
         ("node", &e.node),

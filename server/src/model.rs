@@ -496,8 +496,9 @@ pub struct SnapshotRow {
 impl SnapshotRow {
     pub fn to_api(&self) -> api::Snapshot {
         api::Snapshot {
-            name: self.name.clone(),
-            volume: self.volume.clone(),
+            name: api::split_key(&self.name).1.to_owned(),
+            namespace: api::namespace_of(&self.name).to_owned(),
+            volume: api::split_key(&self.volume).1.to_owned(),
             plugin: self.plugin.clone(),
             snapshot_id: self.snapshot_id.clone(),
             state: self.state,

@@ -36,7 +36,8 @@ pub struct VolumeFilter {
 
 /// Whether a narrowed token's scope holds the snapshot: its own name and its volume's.
 pub fn snapshot_in_scope(scope: &api::TokenScope, s: &api::Snapshot) -> bool {
-    scope.touches(&s.name) && scope.touches(&s.volume)
+    scope.touches(&api::volume_key(&s.namespace, &s.name))
+        && scope.touches(&api::volume_key(&s.namespace, &s.volume))
 }
 
 /// Whether the name matches one of a narrowed token's `patterns` (none: every name).

@@ -68,6 +68,19 @@ async fn namespaces_are_made_listed_shown_and_deleted() {
     default    v1    hp      single-node-writer  free   -       -
     --- stderr
     ");
+    // The cluster at a glance, and one volume of another namespace, by its name there.
+    let r = env.run(&["status", "-A"]).await;
+    assert_eq!(r.code, 0, "{r}");
+    assert!(r.stdout.contains("team-a     db"), "{r}");
+    let r = env.run(&["-n", "team-a", "status", "db"]).await;
+    assert_eq!(r.code, 0, "{r}");
+    assert!(r.stdout.contains("namespace:    team-a"), "{r}");
+    let r = env.run(&["events", "-A"]).await;
+    assert!(r.stdout.starts_with("INDEX  TIME"), "{r}");
+    assert!(
+        r.stdout.lines().next().unwrap_or("").contains("NAMESPACE"),
+        "{r}"
+    );
     snap!(env.run(&["namespace", "delete", "team-a"]).await, @r"
     exit: 4
     --- stdout
@@ -231,6 +244,31 @@ async fn a_token_narrowed_to_a_namespace_touches_only_it() {
     error: this token is narrowed to namespaces `team-a`, and GET /v1/nodes covers the whole cluster
     hint: use a token not narrowed to namespaces or volume names (made without `--namespace` or `--volumes`)
     ");
+    // Events carry their volume's namespace; a listing reads one namespace, or with -A
+    // every one the token holds.
+    let namespaces_of = |r: &crate::support::Run| -> Vec<String> {
+        let mut seen: Vec<String> = r
+            .json()
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["namespace"].as_str().unwrap_or("-").to_owned())
+            .collect();
+        seen.sort();
+        seen.dedup();
+        seen
+    };
+    let r = env.run(&["-n", "team-a", "events", "-o", "json"]).await;
+    assert_eq!(namespaces_of(&r), ["team-a"], "{r}");
+    assert_eq!(r.json()[0]["volume"], "db", "{r}");
+    let r = env.run(&["events", "-o", "json"]).await;
+    assert_eq!(namespaces_of(&r), ["-", "default"], "{r}");
+    let r = env.run(&["events", "-A", "-o", "json"]).await;
+    assert_eq!(namespaces_of(&r), ["-", "default", "team-a"], "{r}");
+    let r = as_team_a(&["events", "-A", "-o", "json"]).await;
+    assert_eq!(namespaces_of(&r), ["team-a"], "{r}");
+    let r = as_team_a(&["events"]).await;
+    assert_eq!(r.code, 7, "{r}");
     snap!(env.run(&["token", "show", "ta"]).await, @r"
     exit: 0
     --- stdout

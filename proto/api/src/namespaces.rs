@@ -61,6 +61,16 @@ pub fn namespace_of(key: &str) -> &str {
     split_key(key).0
 }
 
+/// How a command line names the volume (or snapshot) keyed `key`: its name, and `-n NS`
+/// outside `default` (`csivol release db -n team-a --alloc a1`), for hints that say what to
+/// run.
+pub fn cli_name(key: &str) -> String {
+    match split_key(key) {
+        (DEFAULT_NAMESPACE, name) => name.to_owned(),
+        (namespace, name) => format!("{name} -n {namespace}"),
+    }
+}
+
 /// A key: a name, or a namespace and a name (of `kind`: volume, snapshot) apart by the
 /// separator; either way safe as a path component.
 pub fn validate_key(kind: &str, key: &str) -> Result<(), String> {
@@ -148,6 +158,8 @@ mod tests {
         assert_eq!(volume_key("team-a", "db"), "team-a~db");
         assert_eq!(split_key("db"), ("default", "db"));
         assert_eq!(split_key("team-a~db"), ("team-a", "db"));
+        assert_eq!(cli_name("db"), "db");
+        assert_eq!(cli_name("team-a~db"), "db -n team-a");
         assert!(validate_key("volume", "team-a~db").is_ok());
         assert!(validate_key("volume", "db").is_ok());
         for bad in [

@@ -48,12 +48,13 @@ impl Asked {
 /// What a route does with a namespace.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Holds {
-    /// `/v1/volumes/{name}...`: the volume named is the namespace's.
-    Volume,
+    /// `/v1/volumes/{name}...`, `/v1/snapshots/{name}`: the volume or snapshot named is
+    /// the namespace's.
+    Named,
     /// A listing of volumes or claims, or the event log: of the namespace (or every one).
     Listing,
-    /// Kept in `default` only so far (snapshots, group snapshots, pools, per-job volumes):
-    /// another namespace is refused rather than ignored.
+    /// Kept in `default` only so far (group snapshots, adopted snapshots, pools, per-job
+    /// volumes): another namespace is refused rather than ignored.
     DefaultOnly,
     /// Cluster-wide (nodes, plugins, tokens, namespaces themselves): the namespace is not
     /// read.
@@ -62,11 +63,13 @@ pub(crate) enum Holds {
 
 fn holds(path: &str) -> Holds {
     let mut parts = path.trim_start_matches('/').split('/');
-    let (_, resource, name) = (parts.next(), parts.next(), parts.next());
-    match (resource, name) {
-        (Some("volumes"), Some(_)) => Holds::Volume,
-        (Some("volumes" | "claims" | "events"), None) => Holds::Listing,
-        (Some("snapshots" | "group-snapshots" | "pools" | "fresh-claims"), _) => Holds::DefaultOnly,
+    let (_, resource, name, verb) = (parts.next(), parts.next(), parts.next(), parts.next());
+    match (resource, name, verb) {
+        (Some("volumes"), Some(_), _) | (Some("snapshots"), Some(_), None) => Holds::Named,
+        (Some("volumes" | "claims" | "events" | "snapshots"), None, _) => Holds::Listing,
+        (Some("snapshots" | "group-snapshots" | "pools" | "fresh-claims"), _, _) => {
+            Holds::DefaultOnly
+        }
         _ => Holds::Cluster,
     }
 }
@@ -115,16 +118,16 @@ fn rewrite(mut req: Request) -> ApiResult<Request> {
         _ => String::new(),
     };
     let mut path = uri.path().to_owned();
-    if holds == Holds::Volume {
+    if holds == Holds::Named {
         asked.one()?;
         let mut segments: Vec<&str> = uri.path().split('/').collect();
         // "", "v1", "volumes", NAME, ...
         let name = segments.get(3).copied().unwrap_or("");
         if name.contains(KEY_SEPARATOR) || name.to_ascii_lowercase().contains("%7e") {
             return Err(ApiError::invalid(format!(
-                "invalid volume name `{name}`: a name holds no `{KEY_SEPARATOR}`"
+                "invalid name `{name}`: a name holds no `{KEY_SEPARATOR}`"
             ))
-            .with_hint("name the volume's namespace with `?namespace=NS` (`csivol -n NS`)"));
+            .with_hint("name the namespace with `?namespace=NS` (`csivol -n NS`)"));
         }
         let key = format!("{prefix}{name}");
         if segments.len() > 3 {
@@ -182,8 +185,8 @@ pub(super) async fn require_asked(app: &App, asked: Option<&Asked>) -> ApiResult
         (Holds::Cluster, _) | (_, None | Some(DEFAULT_NAMESPACE)) => return Ok(()),
         (Holds::DefaultOnly, Some(_)) => {
             return Err(ApiError::invalid(
-                "snapshots, group snapshots, pools and per-job volumes belong to the namespace \
-                 `default` only in this release",
+                "group snapshots, adopted snapshots, pools and per-job volumes belong to the \
+                 namespace `default` only in this release",
             )
             .with_hint("leave out `namespace` (`-n`, CSIVOL_NAMESPACE) for them"));
         }
@@ -270,19 +273,19 @@ mod tests {
             (
                 "/v1/volumes/db",
                 "/v1/volumes/db",
-                Holds::Volume,
+                Holds::Named,
                 Some("default"),
             ),
             (
                 "/v1/volumes/db?namespace=team-a",
                 "/v1/volumes/team-a~db",
-                Holds::Volume,
+                Holds::Named,
                 Some("team-a"),
             ),
             (
                 "/v1/volumes/db/claims/a1?namespace=team-a&wait=1s",
                 "/v1/volumes/team-a~db/claims/a1?wait=1s",
-                Holds::Volume,
+                Holds::Named,
                 Some("team-a"),
             ),
             (
@@ -298,8 +301,20 @@ mod tests {
                 None,
             ),
             (
-                "/v1/snapshots?namespace=team-a",
-                "/v1/snapshots",
+                "/v1/snapshots?namespace=team-a&volume=db",
+                "/v1/snapshots?volume=team-a~db",
+                Holds::Listing,
+                Some("team-a"),
+            ),
+            (
+                "/v1/snapshots/s1?namespace=team-a",
+                "/v1/snapshots/team-a~s1",
+                Holds::Named,
+                Some("team-a"),
+            ),
+            (
+                "/v1/snapshots/s1/adopt?namespace=team-a",
+                "/v1/snapshots/s1/adopt",
                 Holds::DefaultOnly,
                 Some("team-a"),
             ),

@@ -26,8 +26,9 @@ pub enum Need {
     Named(Capability),
     /// The capability, for a listing the handler narrows to the token's volumes.
     Listed(Capability),
-    /// The capability, for a log of every volume that a narrowed token may read only for
-    /// one volume its patterns match, named by the query's `volume`.
+    /// The capability, for a log of every volume that a token narrowed to volume patterns
+    /// may read only for one volume its patterns match, named by the query's `volume` (a
+    /// token narrowed to namespaces alone reads the log of those).
     Filtered(Capability),
     /// The capability, for something that names no volume (plugins, the controller
     /// hosts of a plugin): narrowing changes nothing.
@@ -258,7 +259,9 @@ pub(super) async fn authorise(
                     },
                 },
                 Need::Filtered(c) => caller.require(c, &what).and_then(|()| {
-                    if !caller.scope.narrowed() {
+                    // A token narrowed to namespaces alone reads their whole log: the
+                    // handler reads only the namespaces it holds.
+                    if caller.scope.volumes.is_empty() {
                         return Ok(());
                     }
                     let volume =

@@ -32,11 +32,15 @@ pub(super) struct SnapshotFilter {
 pub(super) async fn list_snapshots(
     State(app): State<App>,
     headers: HeaderMap,
+    axum::Extension(asked): axum::Extension<super::namespaces::Asked>,
     Q(f): Q<SnapshotFilter>,
 ) -> ApiResult<Response> {
     // A token narrowed to volume patterns lists only the snapshots whose own names and
-    // whose volumes' names they match.
-    let scope = app.caller(&headers)?.scope;
+    // whose volumes' names they match; of the namespace asked for (or of every one).
+    let mut scope = app.caller(&headers)?.scope;
+    if let Some(ns) = &asked.namespace {
+        scope.namespaces = vec![ns.clone()];
+    }
     if let Some(v) = &f.volume {
         name("volume", v)?;
     }
@@ -70,7 +74,10 @@ pub(super) async fn get_snapshot(
         .await?;
     // The route checked the snapshot's own name against a narrowed token's patterns;
     // its volume's must match too.
-    caller.require_touches("the snapshot's volume", &s.volume)?;
+    caller.require_touches(
+        "the snapshot's volume",
+        &api::volume_key(&s.namespace, &s.volume),
+    )?;
     Ok(with_index(StatusCode::OK, index, s))
 }
 
@@ -79,9 +86,12 @@ pub(super) async fn put_snapshot(
     headers: HeaderMap,
     Path(snapshot): Path<String>,
     once: Once,
-    Body(req): Body<api::SnapshotRequest>,
+    Body(mut req): Body<api::SnapshotRequest>,
 ) -> ApiResult<Response> {
     let caller = app.caller(&headers)?;
+    // The body names a volume of the snapshot's namespace, by its name there.
+    api::validate_name("volume", &req.volume).map_err(crate::error::ApiError::invalid)?;
+    req.volume = api::volume_key(api::namespace_of(&snapshot), &req.volume);
     // The route checked the snapshot's name; the volume it is taken of must match too.
     caller.require_touches("volume", &req.volume)?;
     let (actor, limits) = (caller.actor(), app.limits.clone());
@@ -130,7 +140,10 @@ pub(super) async fn delete_snapshot(
         // Only a snapshot not found passes: any other failure to read it must not let a
         // narrowed token through unchecked.
         match app.db.read(move |c| lifecycle::snapshot_view(c, &of)).await {
-            Ok(s) => caller.require_touches("the snapshot's volume", &s.volume)?,
+            Ok(s) => caller.require_touches(
+                "the snapshot's volume",
+                &api::volume_key(&s.namespace, &s.volume),
+            )?,
             Err(e) if e.code() == api::ErrorCode::NotFound => {}
             Err(e) => return Err(e),
         }

@@ -179,9 +179,15 @@ pub(super) trait VolumeOperation:
     const WAITS_FOR_RELEASE: bool;
 
     /// The snapshot or volume whose data it reads, which a token narrowed to volume
-    /// patterns must match as well: `("snapshot" | "volume", name)`.
+    /// patterns must match as well: `("snapshot" | "volume", key)`.
     fn source(&self) -> Option<(&'static str, &str)> {
         None
+    }
+
+    /// The request with the names its body gives (a source) made keys of `namespace`,
+    /// the namespace of the volume it is for: a body names what lives beside that volume.
+    fn in_namespace(self, _namespace: &str) -> ApiResult<Self> {
+        Ok(self)
     }
 
     /// Starts it in the write's transaction: the volume, and whether anything started.
@@ -210,6 +216,21 @@ impl VolumeOperation for CreateVolumeSpec {
             api::ContentSource::Snapshot(s) => Some(("snapshot", s)),
             api::ContentSource::Volume(v) => Some(("volume", v)),
         }
+    }
+
+    fn in_namespace(mut self, namespace: &str) -> ApiResult<Self> {
+        self.source = match self.source {
+            Some(api::ContentSource::Snapshot(s)) => {
+                api::validate_name("snapshot", &s).map_err(ApiError::invalid)?;
+                Some(api::ContentSource::Snapshot(api::volume_key(namespace, &s)))
+            }
+            Some(api::ContentSource::Volume(v)) => {
+                api::validate_name("volume", &v).map_err(ApiError::invalid)?;
+                Some(api::ContentSource::Volume(api::volume_key(namespace, &v)))
+            }
+            None => None,
+        };
+        Ok(self)
     }
 
     fn start(
@@ -270,6 +291,7 @@ pub(super) async fn start_operation<O: VolumeOperation>(
     Body(req): Body<O>,
 ) -> ApiResult<Response> {
     let caller = app.caller(&headers)?;
+    let req = req.in_namespace(api::namespace_of(&volume))?;
     if let Some((kind, source)) = req.source() {
         caller.require_touches(kind, source)?;
         if kind == "snapshot" && caller.scope.narrowed() {
@@ -278,7 +300,10 @@ pub(super) async fn start_operation<O: VolumeOperation>(
             // Only a snapshot not found passes (the write refuses it): any other failure to
             // read it must not let a narrowed token through unchecked.
             match app.db.read(move |c| lifecycle::snapshot_view(c, &of)).await {
-                Ok(s) => caller.require_touches("the snapshot's volume", &s.volume)?,
+                Ok(s) => caller.require_touches(
+                    "the snapshot's volume",
+                    &api::volume_key(&s.namespace, &s.volume),
+                )?,
                 Err(e) if e.code() == api::ErrorCode::NotFound => {}
                 Err(e) => return Err(e),
             }

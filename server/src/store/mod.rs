@@ -383,6 +383,7 @@ pub struct EventFilter {
     pub alloc: Option<String>,
     /// Only events at or below this index (a page whose end is fixed).
     pub until: Option<u64>,
+    pub namespaces: namespaces::NamespaceFilter,
 }
 
 /// Where a controller operation stands in the queue: what scheduling reads of it (every

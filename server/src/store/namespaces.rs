@@ -13,6 +13,24 @@ use crate::store::sqlite::writer::WriteCtx;
 
 pub use crate::store::sqlite::namespaces::Contents;
 
+/// Which namespaces' events to read: every namespace's (`only` none), or those of the
+/// volumes of `only`'s namespaces, and the events of no volume (a node's, a token's) when
+/// `volumeless`.
+#[derive(Debug, Clone, Default)]
+pub struct NamespaceFilter {
+    pub only: Option<Vec<String>>,
+    pub volumeless: bool,
+}
+
+impl NamespaceFilter {
+    /// `only` as the store's queries take it: a JSON array, or NULL for every namespace.
+    pub fn only_json(&self) -> Option<String> {
+        self.only
+            .as_ref()
+            .map(|o| serde_json::to_string(o).unwrap_or_else(|_| "[]".into()))
+    }
+}
+
 /// Reads of namespaces.
 pub trait Namespaces {
     /// Every namespace an operator made, by name, with when (unix ms); never `default`.

@@ -188,14 +188,13 @@ fn allowed(rule: &str, who: Who, path: &str) -> bool {
     }
     let narrowed = matches!(who, NarrowedOwn | NarrowedOther);
     if matches!(who, SpacedOwn | SpacedOther) {
-        // A token narrowed to `team-a`: what names `team-b` is refused, and so is what lies
-        // in `default` (snapshots), a namespace like another.
+        // A token narrowed to `team-a`: what names `team-b` is refused.
         let own = who == SpacedOwn;
         return match kind {
             "unnamed" => true,
             "listed" => own || !reads_namespace(path),
             "filtered" | "namespace" => own,
-            "named" => own && path.starts_with("/v1/volumes/"),
+            "named" => own,
             "cluster" => false,
             other => panic!("no kind `{other}` in this test"),
         };
@@ -371,6 +370,19 @@ async fn every_route_refuses_exactly_the_callers_its_rule_refuses() {
     let status = status_of(&addr, "get", "/v1/events", Some(narrowed.as_str())).await;
     if status != 403 {
         wrong.push(format!("GET /v1/events as Narrowed: {status}, want 403"));
+    }
+    // A token narrowed to namespaces alone reads the whole log of its namespaces, and of
+    // no other.
+    for (path, want) in [
+        ("/v1/events?namespace=team-a", 200),
+        ("/v1/events?namespace=*", 200),
+        ("/v1/events", 403),
+        ("/v1/events?namespace=team-b", 403),
+    ] {
+        let status = status_of(&addr, "get", path, Some(spaced.as_str())).await;
+        if status != want {
+            wrong.push(format!("GET {path} as Spaced: {status}, want {want}"));
+        }
     }
     // A method a route does not take is answered 405, whoever asks, and runs nothing.
     for (who, token) in [

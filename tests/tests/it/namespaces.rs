@@ -144,6 +144,83 @@ fn two_teams_volumes_of_one_name_live_apart() {
         "{refused:?}"
     );
 
+    // A snapshot is its volume's namespace's: cut, listed and restored there only, and the
+    // plugin is asked for it by a name that names the namespace.
+    std::fs::write(Path::new(&ours).join("team-a.txt"), "team-a's data").unwrap();
+    let snap = c
+        .csivol(&[
+            "-n",
+            "team-a",
+            "snapshot",
+            "create",
+            "db",
+            "--name",
+            "s1",
+            "--wait",
+            "--timeout",
+            "60s",
+            "-o",
+            "json",
+        ])
+        .ok()
+        .json();
+    assert_eq!(
+        (
+            &snap["namespace"],
+            &snap["name"],
+            &snap["volume"],
+            &snap["state"]
+        ),
+        (
+            &"team-a".into(),
+            &"s1".into(),
+            &"db".into(),
+            &"ready".into()
+        ),
+        "{snap}"
+    );
+    let listed = c.csivol(&["snapshot", "list", "-o", "json"]).ok().json();
+    assert_eq!(listed.as_array().map(Vec::len), Some(0), "{listed}");
+    let listed = c
+        .csivol(&["-n", "team-a", "snapshot", "list", "-o", "json"])
+        .ok()
+        .json();
+    assert_eq!(listed.as_array().map(Vec::len), Some(1), "{listed}");
+    let missing = c.csivol(&["snapshot", "show", "s1"]);
+    assert_eq!(
+        missing.code, 3,
+        "the default namespace has no s1: {missing:?}"
+    );
+    let restored =
+        crate::snapshots::create(&c, "restored", &["--from-snapshot", "s1", "-n", "team-a"]);
+    assert_eq!(restored.ok().json()["namespace"], "team-a", "{restored:?}");
+    let mut args = vec!["-n", "team-a"];
+    args.extend([
+        "claim", "restored", "--node", "node-1", "--alloc", "r1", "--wait", "-o", "json",
+    ]);
+    let r = c.csivol(&args).ok().json();
+    let at = r["target_path"].as_str().unwrap().to_owned();
+    assert_eq!(
+        std::fs::read_to_string(Path::new(&at).join("team-a.txt")).unwrap(),
+        "team-a's data"
+    );
+    c.csivol(&[
+        "-n", "team-a", "release", "restored", "--alloc", "r1", "--wait",
+    ])
+    .ok();
+    c.csivol(&[
+        "-n",
+        "team-a",
+        "volume",
+        "deregister",
+        "restored",
+        "--delete",
+        "--yes",
+    ])
+    .ok();
+    c.csivol(&["-n", "team-a", "snapshot", "delete", "s1", "--yes"])
+        .ok();
+
     // Releasing team-a's claim leaves the other mounted.
     c.csivol(&["-n", "team-a", "release", "db", "--alloc", "a1", "--wait"])
         .ok();

@@ -32,6 +32,16 @@ async fn one_name_lives_in_two_namespaces_apart() {
         .await
         .unwrap();
     assert_eq!((c.namespace.as_str(), c.volume.as_str()), ("team-a", "db"));
+    // A hint says the command to run, with the namespace.
+    let e = env
+        .claim("team-a~db", "a2", "n1", ClaimMode::Write)
+        .await
+        .unwrap_err();
+    let hint = e.hint.unwrap_or_default();
+    assert!(
+        hint.contains("csivol release db -n team-a --alloc a1"),
+        "{hint}"
+    );
 
     let listed = env.read(|c| super::super::namespace_views(c)).await;
     let counts: Vec<_> = listed
@@ -150,4 +160,49 @@ async fn below_the_schema_that_keeps_them_only_default_exists() {
     let listed = env.read(|c| super::super::namespace_views(c)).await;
     assert_eq!(listed.len(), 1);
     assert_eq!((listed[0].name.as_str(), listed[0].volumes), ("default", 1));
+}
+
+/// A snapshot of a namespace is asked of its plugin by its key, within the spec's 128
+/// bytes: a longer key is cut and told apart by a digest of the whole, the same every time.
+#[test]
+fn a_snapshot_is_asked_for_by_a_name_that_names_its_namespace() {
+    use crate::lifecycle::ops::kinds::snapshot::csi_snapshot_name;
+    assert_eq!(csi_snapshot_name("s1"), "s1");
+    assert_eq!(csi_snapshot_name("team-a~s1"), "team-a~s1");
+    let ns = "n".repeat(63);
+    let (a, b) = (
+        format!("{ns}~{}a", "s".repeat(100)),
+        format!("{ns}~{}b", "s".repeat(100)),
+    );
+    let (ca, cb) = (csi_snapshot_name(&a), csi_snapshot_name(&b));
+    assert!(ca.len() == 128 && cb.len() == 128, "{ca}");
+    assert_ne!(ca, cb);
+    assert_eq!(ca, csi_snapshot_name(&a));
+}
+
+/// Pools are `default`'s: a volume of another namespace takes no labels, so no pool can
+/// hand it to another team's job.
+#[tokio::test]
+async fn a_volume_of_another_namespace_takes_no_labels() {
+    let env = Env::new();
+    env.write(|ctx, _| super::super::create_namespace(ctx, "team-a"))
+        .await
+        .unwrap();
+    let mut spec = super::spec("single-node-writer");
+    spec.labels = [("pool".to_owned(), "cache".to_owned())].into();
+    let e = env
+        .write(move |ctx, _| super::super::register_volume(ctx, "team-a~db", spec.clone(), "op"))
+        .await
+        .unwrap_err();
+    assert!(e.message.contains("takes no labels"), "{}", e.message);
+    env.volume("team-a~db", "single-node-writer").await;
+    let req = csivol_api::VolumeLabelRequest {
+        set: [("pool".to_owned(), "cache".to_owned())].into(),
+        remove: Vec::new(),
+    };
+    let e = env
+        .write(move |ctx, l| super::super::set_volume_labels(ctx, "team-a~db", &req, "op", l))
+        .await
+        .unwrap_err();
+    assert!(e.message.contains("takes no labels"), "{}", e.message);
 }
