@@ -507,7 +507,10 @@ impl SnapshotRow {
             creation_time: self.creation_time.map(time),
             parameters: self.parameters.clone(),
             error: self.error.clone(),
-            group: self.group.clone(),
+            group: self
+                .group
+                .as_deref()
+                .map(|g| api::split_key(g).1.to_owned()),
             created_at: time(self.created_at),
             updated_at: time(self.updated_at),
             index: self.modify_index,
@@ -538,9 +541,14 @@ pub struct GroupSnapshotRow {
 impl GroupSnapshotRow {
     pub fn to_api(&self, members: &[SnapshotRow]) -> api::GroupSnapshot {
         api::GroupSnapshot {
-            name: self.name.clone(),
+            name: api::split_key(&self.name).1.to_owned(),
+            namespace: api::namespace_of(&self.name).to_owned(),
             plugin: self.plugin.clone(),
-            volumes: self.volumes.clone(),
+            volumes: self
+                .volumes
+                .iter()
+                .map(|v| api::split_key(v).1.to_owned())
+                .collect(),
             group_snapshot_id: self.group_snapshot_id.clone(),
             state: self.state,
             ready_to_use: self.ready_to_use,

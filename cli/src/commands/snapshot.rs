@@ -422,11 +422,7 @@ async fn follow(
 // ---- group snapshots ----
 
 /// The group snapshot of that name, if there is one (groups and snapshots share names).
-/// Group snapshots are kept in `default` only: another namespace has none.
 async fn group(ctx: &Ctx, name: &str) -> anyhow::Result<Option<GroupSnapshot>> {
-    if ctx.client.namespace != csivol_api::DEFAULT_NAMESPACE {
-        return Ok(None);
-    }
     Ok(ctx
         .client
         .watch::<GroupSnapshot>(
@@ -646,6 +642,9 @@ fn group_print(out: &Out, g: &GroupSnapshot) -> anyhow::Result<()> {
             if g.ready_to_use { "yes" } else { "no" }.to_owned(),
         ),
     ];
+    if g.namespace != csivol_api::DEFAULT_NAMESPACE {
+        rows.insert(0, ("namespace", g.namespace.clone()));
+    }
     if let Some(t) = &g.creation_time {
         rows.push(("cut at", when(t)));
     }

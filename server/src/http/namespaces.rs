@@ -48,13 +48,13 @@ impl Asked {
 /// What a route does with a namespace.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Holds {
-    /// `/v1/volumes/{name}...`, `/v1/snapshots/{name}`: the volume or snapshot named is
-    /// the namespace's.
+    /// `/v1/volumes/{name}...`, `/v1/snapshots/{name}`, `/v1/group-snapshots/{name}`: the
+    /// volume, snapshot or group named is the namespace's.
     Named,
     /// A listing of volumes or claims, or the event log: of the namespace (or every one).
     Listing,
-    /// Kept in `default` only so far (group snapshots, adopted snapshots, pools, per-job
-    /// volumes): another namespace is refused rather than ignored.
+    /// Kept in `default` only so far (adopted snapshots, pools, per-job volumes): another
+    /// namespace is refused rather than ignored.
     DefaultOnly,
     /// Cluster-wide (nodes, plugins, tokens, namespaces themselves): the namespace is not
     /// read.
@@ -65,11 +65,13 @@ fn holds(path: &str) -> Holds {
     let mut parts = path.trim_start_matches('/').split('/');
     let (_, resource, name, verb) = (parts.next(), parts.next(), parts.next(), parts.next());
     match (resource, name, verb) {
-        (Some("volumes"), Some(_), _) | (Some("snapshots"), Some(_), None) => Holds::Named,
-        (Some("volumes" | "claims" | "events" | "snapshots"), None, _) => Holds::Listing,
-        (Some("snapshots" | "group-snapshots" | "pools" | "fresh-claims"), _, _) => {
-            Holds::DefaultOnly
+        (Some("volumes" | "group-snapshots"), Some(_), _) | (Some("snapshots"), Some(_), None) => {
+            Holds::Named
         }
+        (Some("volumes" | "claims" | "events" | "snapshots" | "group-snapshots"), None, _) => {
+            Holds::Listing
+        }
+        (Some("snapshots" | "pools" | "fresh-claims"), _, _) => Holds::DefaultOnly,
         _ => Holds::Cluster,
     }
 }
@@ -142,17 +144,19 @@ fn rewrite(mut req: Request) -> ApiResult<Request> {
         let value = pair.split_once('=').map_or("", |(_, v)| v);
         // A name holds no separator: a `volume=` that does would name another namespace's
         // key from this one (`default` included), past the namespace the token holds.
-        if key == "volume"
+        if matches!(key, "volume" | "group")
             && (value.contains(KEY_SEPARATOR) || value.to_ascii_lowercase().contains("%7e"))
         {
             return Err(ApiError::invalid(format!(
-                "invalid volume name `{value}`: a name holds no `{KEY_SEPARATOR}`"
+                "invalid {key} name `{value}`: a name holds no `{KEY_SEPARATOR}`"
             ))
             .with_hint("name the volume's namespace with `?namespace=NS` (`csivol -n NS`)"));
         }
         match key {
             "namespace" => {}
-            "volume" if !prefix.is_empty() => query.push(format!("volume={prefix}{value}")),
+            "volume" | "group" if !prefix.is_empty() => {
+                query.push(format!("{key}={prefix}{value}"));
+            }
             _ => query.push(pair.to_owned()),
         }
     }
@@ -185,8 +189,8 @@ pub(super) async fn require_asked(app: &App, asked: Option<&Asked>) -> ApiResult
         (Holds::Cluster, _) | (_, None | Some(DEFAULT_NAMESPACE)) => return Ok(()),
         (Holds::DefaultOnly, Some(_)) => {
             return Err(ApiError::invalid(
-                "group snapshots, adopted snapshots, pools and per-job volumes belong to the \
-                 namespace `default` only in this release",
+                "adopted snapshots, pools and per-job volumes belong to the namespace `default` \
+                 only in this release",
             )
             .with_hint("leave out `namespace` (`-n`, CSIVOL_NAMESPACE) for them"));
         }

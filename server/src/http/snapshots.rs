@@ -154,10 +154,13 @@ pub(super) async fn delete_snapshot(
     once.respond(&app, &(), write, accepted_or_gone).await
 }
 
+/// `GET /v1/group-snapshots`: the groups of the namespace asked for (or of every one).
 pub(super) async fn list_group_snapshots(
     State(app): State<App>,
+    axum::Extension(asked): axum::Extension<super::namespaces::Asked>,
 ) -> ApiResult<Json<Vec<api::GroupSnapshot>>> {
-    let groups = app.db.read(lifecycle::list_group_snapshots).await?;
+    let mut groups = app.db.read(lifecycle::list_group_snapshots).await?;
+    groups.retain(|g| asked.namespace.as_ref().is_none_or(|ns| *ns == g.namespace));
     Ok(Json(groups))
 }
 
@@ -183,9 +186,14 @@ pub(super) async fn put_group_snapshot(
     headers: HeaderMap,
     Path(group): Path<String>,
     once: Once,
-    Body(req): Body<api::GroupSnapshotRequest>,
+    Body(mut req): Body<api::GroupSnapshotRequest>,
 ) -> ApiResult<Response> {
     let (actor, limits) = app.acting(&headers)?;
+    // The body names volumes of the group's namespace, by their names there.
+    for v in &mut req.volumes {
+        api::validate_name("volume", v).map_err(crate::error::ApiError::invalid)?;
+        *v = api::volume_key(api::namespace_of(&group), v);
+    }
     let body = req.clone();
     let write = move |ctx: &mut WriteCtx<'_>| {
         lifecycle::create_group_snapshot(ctx, &group, req.clone(), &actor, &limits)

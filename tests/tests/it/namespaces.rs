@@ -221,6 +221,52 @@ fn two_teams_volumes_of_one_name_live_apart() {
     c.csivol(&["-n", "team-a", "snapshot", "delete", "s1", "--yes"])
         .ok();
 
+    // A group snapshot too: of team-a's volumes, its members named in team-a.
+    let g = c
+        .csivol(&[
+            "-n",
+            "team-a",
+            "snapshot",
+            "create",
+            "--group",
+            "g1",
+            "db",
+            "--wait",
+            "--timeout",
+            "60s",
+            "-o",
+            "json",
+        ])
+        .ok()
+        .json();
+    assert_eq!(
+        (&g["namespace"], &g["volumes"], &g["state"]),
+        (
+            &"team-a".into(),
+            &serde_json::json!(["db"]),
+            &"ready".into()
+        ),
+        "{g}"
+    );
+    assert_eq!(g["members"][0]["name"], "g1.db", "{g}");
+    assert_eq!(g["members"][0]["namespace"], "team-a", "{g}");
+    let groups = c
+        .csivol(&["snapshot", "list", "--groups", "-o", "json"])
+        .ok()
+        .json();
+    assert_eq!(groups.as_array().map(Vec::len), Some(0), "{groups}");
+    c.csivol(&[
+        "-n", "team-a", "snapshot", "delete", "g1", "--yes", "--wait",
+    ])
+    .ok();
+    wait_for("team-a's snapshots gone", Duration::from_secs(60), || {
+        let listed = c
+            .csivol(&["-n", "team-a", "snapshot", "list", "-o", "json"])
+            .ok()
+            .json();
+        listed.as_array().unwrap().is_empty().then_some(())
+    });
+
     // Releasing team-a's claim leaves the other mounted.
     c.csivol(&["-n", "team-a", "release", "db", "--alloc", "a1", "--wait"])
         .ok();
