@@ -34,6 +34,9 @@ _csivol() {
             csivol,help)
                 cmd="csivol__subcmd__help"
                 ;;
+            csivol,namespace)
+                cmd="csivol__subcmd__namespace"
+                ;;
             csivol,node)
                 cmd="csivol__subcmd__node"
                 ;;
@@ -106,6 +109,9 @@ _csivol() {
             csivol__subcmd__help,help)
                 cmd="csivol__subcmd__help__subcmd__help"
                 ;;
+            csivol__subcmd__help,namespace)
+                cmd="csivol__subcmd__help__subcmd__namespace"
+                ;;
             csivol__subcmd__help,node)
                 cmd="csivol__subcmd__help__subcmd__node"
                 ;;
@@ -144,6 +150,21 @@ _csivol() {
                 ;;
             csivol__subcmd__help__subcmd__claim,show)
                 cmd="csivol__subcmd__help__subcmd__claim__subcmd__show"
+                ;;
+            csivol__subcmd__help__subcmd__namespace,create)
+                cmd="csivol__subcmd__help__subcmd__namespace__subcmd__create"
+                ;;
+            csivol__subcmd__help__subcmd__namespace,delete)
+                cmd="csivol__subcmd__help__subcmd__namespace__subcmd__delete"
+                ;;
+            csivol__subcmd__help__subcmd__namespace,list)
+                cmd="csivol__subcmd__help__subcmd__namespace__subcmd__list"
+                ;;
+            csivol__subcmd__help__subcmd__namespace,quota)
+                cmd="csivol__subcmd__help__subcmd__namespace__subcmd__quota"
+                ;;
+            csivol__subcmd__help__subcmd__namespace,show)
+                cmd="csivol__subcmd__help__subcmd__namespace__subcmd__show"
                 ;;
             csivol__subcmd__help__subcmd__node,drain)
                 cmd="csivol__subcmd__help__subcmd__node__subcmd__drain"
@@ -252,6 +273,42 @@ _csivol() {
                 ;;
             csivol__subcmd__help__subcmd__volume,show)
                 cmd="csivol__subcmd__help__subcmd__volume__subcmd__show"
+                ;;
+            csivol__subcmd__namespace,create)
+                cmd="csivol__subcmd__namespace__subcmd__create"
+                ;;
+            csivol__subcmd__namespace,delete)
+                cmd="csivol__subcmd__namespace__subcmd__delete"
+                ;;
+            csivol__subcmd__namespace,help)
+                cmd="csivol__subcmd__namespace__subcmd__help"
+                ;;
+            csivol__subcmd__namespace,list)
+                cmd="csivol__subcmd__namespace__subcmd__list"
+                ;;
+            csivol__subcmd__namespace,quota)
+                cmd="csivol__subcmd__namespace__subcmd__quota"
+                ;;
+            csivol__subcmd__namespace,show)
+                cmd="csivol__subcmd__namespace__subcmd__show"
+                ;;
+            csivol__subcmd__namespace__subcmd__help,create)
+                cmd="csivol__subcmd__namespace__subcmd__help__subcmd__create"
+                ;;
+            csivol__subcmd__namespace__subcmd__help,delete)
+                cmd="csivol__subcmd__namespace__subcmd__help__subcmd__delete"
+                ;;
+            csivol__subcmd__namespace__subcmd__help,help)
+                cmd="csivol__subcmd__namespace__subcmd__help__subcmd__help"
+                ;;
+            csivol__subcmd__namespace__subcmd__help,list)
+                cmd="csivol__subcmd__namespace__subcmd__help__subcmd__list"
+                ;;
+            csivol__subcmd__namespace__subcmd__help,quota)
+                cmd="csivol__subcmd__namespace__subcmd__help__subcmd__quota"
+                ;;
+            csivol__subcmd__namespace__subcmd__help,show)
+                cmd="csivol__subcmd__namespace__subcmd__help__subcmd__show"
                 ;;
             csivol__subcmd__node,drain)
                 cmd="csivol__subcmd__node__subcmd__drain"
@@ -512,7 +569,7 @@ _csivol() {
 
     case "${cmd}" in
         csivol)
-            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version volume snapshot claim run release status unblock fence detach pool node plugin events token completions help"
+            opts="-o -q -n -A -h -V --addr --ca-cert --token --output --no-color --quiet --stale --namespace --all-namespaces --help --version volume snapshot claim run release status unblock fence detach pool namespace node plugin events token completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -550,6 +607,20 @@ _csivol() {
                     fi
                     return 0
                     ;;
+                --namespace)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -n)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -558,7 +629,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__claim)
-            opts="-o -q -h -V --fresh --pool --cache-key --restore-key --node --alloc --read-only --ttl --queue --label --gid --group --mount-flag --selinux-context --dry-run --release-on-timeout --wait --timeout --addr --ca-cert --token --output --no-color --quiet --stale --help --version renew list show help"
+            opts="-o -q -n -A -h -V --fresh --pool --cache-key --restore-key --node --alloc --read-only --ttl --queue --label --gid --group --mount-flag --selinux-context --dry-run --release-on-timeout --wait --timeout --addr --ca-cert --token --output --no-color --quiet --stale --namespace --all-namespaces --help --version renew list show help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -687,6 +758,20 @@ _csivol() {
                     fi
                     return 0
                     ;;
+                --namespace)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -n)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -765,7 +850,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__claim__subcmd__list)
-            opts="-o -q -h -V --volume --node --state --older-than --label --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
+            opts="-o -q -n -A -h -V --volume --node --state --older-than --label --addr --ca-cert --token --output --no-color --quiet --stale --namespace --all-namespaces --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -838,6 +923,20 @@ _csivol() {
                     fi
                     return 0
                     ;;
+                --namespace)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -n)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -846,7 +945,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__claim__subcmd__renew)
-            opts="-o -q -h -V --alloc --ttl --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
+            opts="-o -q -n -A -h -V --alloc --ttl --addr --ca-cert --token --output --no-color --quiet --stale --namespace --all-namespaces --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -898,6 +997,20 @@ _csivol() {
                     fi
                     return 0
                     ;;
+                --namespace)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -n)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -906,7 +1019,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__claim__subcmd__show)
-            opts="-o -q -h -V --alloc --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
+            opts="-o -q -n -A -h -V --alloc --addr --ca-cert --token --output --no-color --quiet --stale --namespace --all-namespaces --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -951,6 +1064,20 @@ _csivol() {
                     fi
                     return 0
                     ;;
+                --namespace)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -n)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -959,7 +1086,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__completions)
-            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version bash zsh fish"
+            opts="-o -q -n -A -h -V --addr --ca-cert --token --output --no-color --quiet --stale --namespace --all-namespaces --help --version bash zsh fish"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -997,6 +1124,20 @@ _csivol() {
                     fi
                     return 0
                     ;;
+                --namespace)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -n)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -1005,7 +1146,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__detach)
-            opts="-y -o -q -h -V --node --reason --force --yes --dry-run --wait --timeout --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
+            opts="-y -o -q -n -A -h -V --node --reason --force --yes --dry-run --wait --timeout --addr --ca-cert --token --output --no-color --quiet --stale --namespace --all-namespaces --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1064,6 +1205,20 @@ _csivol() {
                     fi
                     return 0
                     ;;
+                --namespace)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -n)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -1072,7 +1227,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__events)
-            opts="-f -o -q -h -V --volume --node --follow --since --tail --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
+            opts="-f -o -q -n -A -h -V --volume --node --follow --since --tail --addr --ca-cert --token --output --no-color --quiet --stale --namespace --all-namespaces --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1138,6 +1293,20 @@ _csivol() {
                     fi
                     return 0
                     ;;
+                --namespace)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -n)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -1146,7 +1315,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__fence)
-            opts="-y -o -q -h -V --reason --force --yes --dry-run --wait --timeout --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
+            opts="-y -o -q -n -A -h -V --reason --force --yes --dry-run --wait --timeout --addr --ca-cert --token --output --no-color --quiet --stale --namespace --all-namespaces --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1198,6 +1367,20 @@ _csivol() {
                     fi
                     return 0
                     ;;
+                --namespace)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -n)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -1206,7 +1389,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__help)
-            opts="volume snapshot claim run release status unblock fence detach pool node plugin events token completions help"
+            opts="volume snapshot claim run release status unblock fence detach pool namespace node plugin events token completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1334,6 +1517,90 @@ _csivol() {
         csivol__subcmd__help__subcmd__help)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__help__subcmd__namespace)
+            opts="create list show delete quota"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__help__subcmd__namespace__subcmd__create)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__help__subcmd__namespace__subcmd__delete)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__help__subcmd__namespace__subcmd__list)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__help__subcmd__namespace__subcmd__quota)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__help__subcmd__namespace__subcmd__show)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
@@ -1989,9 +2256,129 @@ _csivol() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        csivol__subcmd__node)
-            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version list show drain eligibility label remove help"
+        csivol__subcmd__namespace)
+            opts="-o -q -n -A -h -V --addr --ca-cert --token --output --no-color --quiet --stale --namespace --all-namespaces --help --version create list show delete quota help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --addr)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --ca-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --token)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -o)
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --namespace)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -n)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__namespace__subcmd__create)
+            opts="-o -q -n -A -h -V --addr --ca-cert --token --output --no-color --quiet --stale --namespace --all-namespaces --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --addr)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --ca-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --token)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -o)
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --namespace)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -n)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__namespace__subcmd__delete)
+            opts="-o -q -A -h -V --addr --ca-cert --token --output --no-color --quiet --stale --all-namespaces --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
@@ -2035,8 +2422,346 @@ _csivol() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        csivol__subcmd__namespace__subcmd__help)
+            opts="create list show delete quota help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__namespace__subcmd__help__subcmd__create)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__namespace__subcmd__help__subcmd__delete)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__namespace__subcmd__help__subcmd__help)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__namespace__subcmd__help__subcmd__list)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__namespace__subcmd__help__subcmd__quota)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__namespace__subcmd__help__subcmd__show)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__namespace__subcmd__list)
+            opts="-o -q -n -A -h -V --addr --ca-cert --token --output --no-color --quiet --stale --namespace --all-namespaces --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --addr)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --ca-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --token)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -o)
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --namespace)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -n)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__namespace__subcmd__quota)
+            opts="-o -q -A -h -V --volumes --capacity --claims --fresh-volumes --clear --addr --ca-cert --token --output --no-color --quiet --stale --all-namespaces --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --volumes)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --capacity)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --claims)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --fresh-volumes)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --addr)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --ca-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --token)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -o)
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__namespace__subcmd__show)
+            opts="-o -q -A -h -V --addr --ca-cert --token --output --no-color --quiet --stale --all-namespaces --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --addr)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --ca-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --token)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -o)
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        csivol__subcmd__node)
+            opts="-o -q -n -A -h -V --addr --ca-cert --token --output --no-color --quiet --stale --namespace --all-namespaces --help --version list show drain eligibility label remove help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --addr)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --ca-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --token)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -o)
+                    COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --namespace)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -n)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         csivol__subcmd__node__subcmd__drain)
-            opts="-o -q -h -V --wait --deadline --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
+            opts="-o -q -n -A -h -V --wait --deadline --addr --ca-cert --token --output --no-color --quiet --stale --namespace --all-namespaces --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2081,6 +2806,20 @@ _csivol() {
                     fi
                     return 0
                     ;;
+                --namespace)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -n)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -2089,7 +2828,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__node__subcmd__eligibility)
-            opts="-o -q -h -V --enable --disable --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
+            opts="-o -q -n -A -h -V --enable --disable --addr --ca-cert --token --output --no-color --quiet --stale --namespace --all-namespaces --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2122,6 +2861,20 @@ _csivol() {
                     ;;
                 -o)
                     COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --namespace)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -n)
+                    COMPREPLY=("${cur}")
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
                         compopt -o nospace
                     fi
@@ -2247,7 +3000,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__node__subcmd__label)
-            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
+            opts="-o -q -n -A -h -V --addr --ca-cert --token --output --no-color --quiet --stale --namespace --all-namespaces --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2280,6 +3033,20 @@ _csivol() {
                     ;;
                 -o)
                     COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --namespace)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -n)
+                    COMPREPLY=("${cur}")
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
                         compopt -o nospace
                     fi
@@ -2293,7 +3060,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__node__subcmd__list)
-            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
+            opts="-o -q -n -A -h -V --addr --ca-cert --token --output --no-color --quiet --stale --namespace --all-namespaces --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2326,6 +3093,20 @@ _csivol() {
                     ;;
                 -o)
                     COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --namespace)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -n)
+                    COMPREPLY=("${cur}")
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
                         compopt -o nospace
                     fi
@@ -2339,7 +3120,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__node__subcmd__remove)
-            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
+            opts="-o -q -n -A -h -V --addr --ca-cert --token --output --no-color --quiet --stale --namespace --all-namespaces --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2372,6 +3153,20 @@ _csivol() {
                     ;;
                 -o)
                     COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --namespace)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -n)
+                    COMPREPLY=("${cur}")
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
                         compopt -o nospace
                     fi
@@ -2385,7 +3180,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__node__subcmd__show)
-            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
+            opts="-o -q -n -A -h -V --addr --ca-cert --token --output --no-color --quiet --stale --namespace --all-namespaces --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2423,6 +3218,20 @@ _csivol() {
                     fi
                     return 0
                     ;;
+                --namespace)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -n)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -2431,7 +3240,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__plugin)
-            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version list show volumes snapshots controllers help"
+            opts="-o -q -n -A -h -V --addr --ca-cert --token --output --no-color --quiet --stale --namespace --all-namespaces --help --version list show volumes snapshots controllers help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2469,6 +3278,20 @@ _csivol() {
                     fi
                     return 0
                     ;;
+                --namespace)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -n)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -2477,7 +3300,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__plugin__subcmd__controllers)
-            opts="-o -q -h -V --allow --disallow --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
+            opts="-o -q -n -A -h -V --allow --disallow --addr --ca-cert --token --output --no-color --quiet --stale --namespace --all-namespaces --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2524,6 +3347,20 @@ _csivol() {
                     ;;
                 -o)
                     COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --namespace)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -n)
+                    COMPREPLY=("${cur}")
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
                         compopt -o nospace
                     fi
@@ -2635,7 +3472,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__plugin__subcmd__list)
-            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
+            opts="-o -q -n -A -h -V --addr --ca-cert --token --output --no-color --quiet --stale --namespace --all-namespaces --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2668,6 +3505,20 @@ _csivol() {
                     ;;
                 -o)
                     COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --namespace)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -n)
+                    COMPREPLY=("${cur}")
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
                         compopt -o nospace
                     fi
@@ -2681,7 +3532,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__plugin__subcmd__show)
-            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
+            opts="-o -q -n -A -h -V --addr --ca-cert --token --output --no-color --quiet --stale --namespace --all-namespaces --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2714,6 +3565,20 @@ _csivol() {
                     ;;
                 -o)
                     COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --namespace)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -n)
+                    COMPREPLY=("${cur}")
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
                         compopt -o nospace
                     fi
@@ -2727,7 +3592,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__plugin__subcmd__snapshots)
-            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
+            opts="-o -q -n -A -h -V --addr --ca-cert --token --output --no-color --quiet --stale --namespace --all-namespaces --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2760,6 +3625,20 @@ _csivol() {
                     ;;
                 -o)
                     COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --namespace)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -n)
+                    COMPREPLY=("${cur}")
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
                         compopt -o nospace
                     fi
@@ -2773,7 +3652,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__plugin__subcmd__volumes)
-            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
+            opts="-o -q -n -A -h -V --addr --ca-cert --token --output --no-color --quiet --stale --namespace --all-namespaces --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2811,6 +3690,20 @@ _csivol() {
                     fi
                     return 0
                     ;;
+                --namespace)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -n)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -2819,7 +3712,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__pool)
-            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version create list show delete help"
+            opts="-o -q -n -A -h -V --addr --ca-cert --token --output --no-color --quiet --stale --namespace --all-namespaces --help --version create list show delete help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2857,6 +3750,20 @@ _csivol() {
                     fi
                     return 0
                     ;;
+                --namespace)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -n)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -2865,7 +3772,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__pool__subcmd__create)
-            opts="-o -q -h -V --selector --linger --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
+            opts="-o -q -n -A -h -V --selector --linger --addr --ca-cert --token --output --no-color --quiet --stale --namespace --all-namespaces --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2917,6 +3824,20 @@ _csivol() {
                     fi
                     return 0
                     ;;
+                --namespace)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -n)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -2925,7 +3846,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__pool__subcmd__delete)
-            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
+            opts="-o -q -n -A -h -V --addr --ca-cert --token --output --no-color --quiet --stale --namespace --all-namespaces --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2958,6 +3879,20 @@ _csivol() {
                     ;;
                 -o)
                     COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --namespace)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -n)
+                    COMPREPLY=("${cur}")
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
                         compopt -o nospace
                     fi
@@ -3055,7 +3990,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__pool__subcmd__list)
-            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
+            opts="-o -q -n -A -h -V --addr --ca-cert --token --output --no-color --quiet --stale --namespace --all-namespaces --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -3088,6 +4023,20 @@ _csivol() {
                     ;;
                 -o)
                     COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --namespace)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -n)
+                    COMPREPLY=("${cur}")
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
                         compopt -o nospace
                     fi
@@ -3101,7 +4050,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__pool__subcmd__show)
-            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
+            opts="-o -q -n -A -h -V --addr --ca-cert --token --output --no-color --quiet --stale --namespace --all-namespaces --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -3139,6 +4088,20 @@ _csivol() {
                     fi
                     return 0
                     ;;
+                --namespace)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -n)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -3147,7 +4110,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__release)
-            opts="-o -q -h -V --pool --alloc --ignore-missing --succeeded --wait --timeout --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
+            opts="-o -q -n -A -h -V --pool --alloc --ignore-missing --succeeded --wait --timeout --addr --ca-cert --token --output --no-color --quiet --stale --namespace --all-namespaces --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -3206,6 +4169,20 @@ _csivol() {
                     fi
                     return 0
                     ;;
+                --namespace)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -n)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -3214,7 +4191,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__run)
-            opts="-o -q -h -V --pool --cache-key --restore-key --node --alloc --ttl --queue --fresh --keep-on-failure --timeout --label --gid --group --mount-flag --selinux-context --no-wait-release --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
+            opts="-o -q -n -A -h -V --pool --cache-key --restore-key --node --alloc --ttl --queue --fresh --keep-on-failure --timeout --label --gid --group --mount-flag --selinux-context --no-wait-release --addr --ca-cert --token --output --no-color --quiet --stale --namespace --all-namespaces --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -3350,6 +4327,20 @@ _csivol() {
                     fi
                     return 0
                     ;;
+                --namespace)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -n)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -3358,7 +4349,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__snapshot)
-            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version create list show delete adopt help"
+            opts="-o -q -n -A -h -V --addr --ca-cert --token --output --no-color --quiet --stale --namespace --all-namespaces --help --version create list show delete adopt help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -3396,6 +4387,20 @@ _csivol() {
                     fi
                     return 0
                     ;;
+                --namespace)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -n)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -3404,7 +4409,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__snapshot__subcmd__adopt)
-            opts="-o -q -h -V --name --timeout --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
+            opts="-o -q -n -A -h -V --name --timeout --addr --ca-cert --token --output --no-color --quiet --stale --namespace --all-namespaces --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -3456,6 +4461,20 @@ _csivol() {
                     fi
                     return 0
                     ;;
+                --namespace)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -n)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -3464,7 +4483,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__snapshot__subcmd__create)
-            opts="-o -q -h -V --name --group --parameter --wait --timeout --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
+            opts="-o -q -n -A -h -V --name --group --parameter --wait --timeout --addr --ca-cert --token --output --no-color --quiet --stale --namespace --all-namespaces --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -3530,6 +4549,20 @@ _csivol() {
                     fi
                     return 0
                     ;;
+                --namespace)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -n)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -3538,7 +4571,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__snapshot__subcmd__delete)
-            opts="-y -o -q -h -V --yes --wait --timeout --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
+            opts="-y -o -q -n -A -h -V --yes --wait --timeout --addr --ca-cert --token --output --no-color --quiet --stale --namespace --all-namespaces --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -3578,6 +4611,20 @@ _csivol() {
                     ;;
                 -o)
                     COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --namespace)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -n)
+                    COMPREPLY=("${cur}")
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
                         compopt -o nospace
                     fi
@@ -3689,7 +4736,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__snapshot__subcmd__list)
-            opts="-o -q -h -V --volume --group --groups --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
+            opts="-o -q -n -A -h -V --volume --group --groups --addr --ca-cert --token --output --no-color --quiet --stale --namespace --all-namespaces --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -3741,6 +4788,20 @@ _csivol() {
                     fi
                     return 0
                     ;;
+                --namespace)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -n)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -3749,7 +4810,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__snapshot__subcmd__show)
-            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
+            opts="-o -q -n -A -h -V --addr --ca-cert --token --output --no-color --quiet --stale --namespace --all-namespaces --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -3787,6 +4848,20 @@ _csivol() {
                     fi
                     return 0
                     ;;
+                --namespace)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -n)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -3795,7 +4870,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__status)
-            opts="-w -o -q -h -V --blocked --node --watch --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
+            opts="-w -o -q -n -A -h -V --blocked --node --watch --addr --ca-cert --token --output --no-color --quiet --stale --namespace --all-namespaces --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -3840,6 +4915,20 @@ _csivol() {
                     fi
                     return 0
                     ;;
+                --namespace)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -n)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -3848,7 +4937,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__token)
-            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version create list show revoke help"
+            opts="-o -q -n -A -h -V --addr --ca-cert --token --output --no-color --quiet --stale --namespace --all-namespaces --help --version create list show revoke help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -3886,6 +4975,20 @@ _csivol() {
                     fi
                     return 0
                     ;;
+                --namespace)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -n)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -3894,7 +4997,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__token__subcmd__create)
-            opts="-o -q -h -V --role --capability --volumes --node --name --ttl --controller --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
+            opts="-o -q -n -A -h -V --role --capability --volumes --node --name --ttl --controller --addr --ca-cert --token --output --no-color --quiet --stale --namespace --all-namespaces --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -3976,6 +5079,20 @@ _csivol() {
                     ;;
                 -o)
                     COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --namespace)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -n)
+                    COMPREPLY=("${cur}")
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
                         compopt -o nospace
                     fi
@@ -4073,7 +5190,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__token__subcmd__list)
-            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
+            opts="-o -q -n -A -h -V --addr --ca-cert --token --output --no-color --quiet --stale --namespace --all-namespaces --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -4106,6 +5223,20 @@ _csivol() {
                     ;;
                 -o)
                     COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --namespace)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -n)
+                    COMPREPLY=("${cur}")
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
                         compopt -o nospace
                     fi
@@ -4119,7 +5250,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__token__subcmd__revoke)
-            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
+            opts="-o -q -n -A -h -V --addr --ca-cert --token --output --no-color --quiet --stale --namespace --all-namespaces --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -4152,6 +5283,20 @@ _csivol() {
                     ;;
                 -o)
                     COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --namespace)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -n)
+                    COMPREPLY=("${cur}")
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
                         compopt -o nospace
                     fi
@@ -4165,7 +5310,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__token__subcmd__show)
-            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
+            opts="-o -q -n -A -h -V --addr --ca-cert --token --output --no-color --quiet --stale --namespace --all-namespaces --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -4203,6 +5348,20 @@ _csivol() {
                     fi
                     return 0
                     ;;
+                --namespace)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -n)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -4211,7 +5370,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__unblock)
-            opts="-y -o -q -h -V --node --reason --yes --dry-run --wait --timeout --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
+            opts="-y -o -q -n -A -h -V --node --reason --yes --dry-run --wait --timeout --addr --ca-cert --token --output --no-color --quiet --stale --namespace --all-namespaces --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -4270,6 +5429,20 @@ _csivol() {
                     fi
                     return 0
                     ;;
+                --namespace)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -n)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -4278,7 +5451,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__volume)
-            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version register adopt import create list show deregister expand eligibility label drain modify help"
+            opts="-o -q -n -A -h -V --addr --ca-cert --token --output --no-color --quiet --stale --namespace --all-namespaces --help --version register adopt import create list show deregister expand eligibility label drain modify help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -4316,6 +5489,20 @@ _csivol() {
                     fi
                     return 0
                     ;;
+                --namespace)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -n)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -4324,7 +5511,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__volume__subcmd__adopt)
-            opts="-o -q -h -V --name --access-mode --attachment --fs-type --published-to --skip-validation --timeout --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
+            opts="-o -q -n -A -h -V --name --access-mode --attachment --fs-type --published-to --skip-validation --timeout --addr --ca-cert --token --output --no-color --quiet --stale --namespace --all-namespaces --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -4404,6 +5591,20 @@ _csivol() {
                     fi
                     return 0
                     ;;
+                --namespace)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -n)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -4412,7 +5613,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__volume__subcmd__create)
-            opts="-o -q -h -V --from-snapshot --from-volume --wait --timeout --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
+            opts="-o -q -n -A -h -V --from-snapshot --from-volume --wait --timeout --addr --ca-cert --token --output --no-color --quiet --stale --namespace --all-namespaces --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -4471,6 +5672,20 @@ _csivol() {
                     fi
                     return 0
                     ;;
+                --namespace)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -n)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -4479,7 +5694,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__volume__subcmd__deregister)
-            opts="-y -o -q -h -V --delete --yes --wait --timeout --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
+            opts="-y -o -q -n -A -h -V --delete --yes --wait --timeout --addr --ca-cert --token --output --no-color --quiet --stale --namespace --all-namespaces --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -4524,6 +5739,20 @@ _csivol() {
                     fi
                     return 0
                     ;;
+                --namespace)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -n)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -4532,7 +5761,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__volume__subcmd__drain)
-            opts="-o -q -h -V --reason --wait --deadline --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
+            opts="-o -q -n -A -h -V --reason --wait --deadline --addr --ca-cert --token --output --no-color --quiet --stale --namespace --all-namespaces --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -4584,6 +5813,20 @@ _csivol() {
                     fi
                     return 0
                     ;;
+                --namespace)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -n)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -4592,7 +5835,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__volume__subcmd__eligibility)
-            opts="-o -q -h -V --enable --disable --reason --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
+            opts="-o -q -n -A -h -V --enable --disable --reason --addr --ca-cert --token --output --no-color --quiet --stale --namespace --all-namespaces --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -4637,6 +5880,20 @@ _csivol() {
                     fi
                     return 0
                     ;;
+                --namespace)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -n)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -4645,7 +5902,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__volume__subcmd__expand)
-            opts="-o -q -h -V --capacity --cancel --wait --timeout --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
+            opts="-o -q -n -A -h -V --capacity --cancel --wait --timeout --addr --ca-cert --token --output --no-color --quiet --stale --namespace --all-namespaces --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -4692,6 +5949,20 @@ _csivol() {
                     ;;
                 -o)
                     COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --namespace)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -n)
+                    COMPREPLY=("${cur}")
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
                         compopt -o nospace
                     fi
@@ -4901,7 +6172,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__volume__subcmd__import)
-            opts="-o -q -h -V --out --apply --access-mode --addr --ca-cert --token --output --no-color --quiet --stale --help --version nomad"
+            opts="-o -q -n -A -h -V --out --apply --access-mode --addr --ca-cert --token --output --no-color --quiet --stale --namespace --all-namespaces --help --version nomad"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -4950,6 +6221,20 @@ _csivol() {
                     fi
                     return 0
                     ;;
+                --namespace)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -n)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -4958,7 +6243,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__volume__subcmd__label)
-            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
+            opts="-o -q -n -A -h -V --addr --ca-cert --token --output --no-color --quiet --stale --namespace --all-namespaces --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -4996,6 +6281,20 @@ _csivol() {
                     fi
                     return 0
                     ;;
+                --namespace)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -n)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -5004,7 +6303,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__volume__subcmd__list)
-            opts="-o -q -h -V --plugin --state --node --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
+            opts="-o -q -n -A -h -V --plugin --state --node --addr --ca-cert --token --output --no-color --quiet --stale --namespace --all-namespaces --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -5063,6 +6362,20 @@ _csivol() {
                     fi
                     return 0
                     ;;
+                --namespace)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -n)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -5071,7 +6384,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__volume__subcmd__modify)
-            opts="-o -q -h -V --parameter --param --wait --timeout --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
+            opts="-o -q -n -A -h -V --parameter --param --wait --timeout --addr --ca-cert --token --output --no-color --quiet --stale --namespace --all-namespaces --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -5130,6 +6443,20 @@ _csivol() {
                     fi
                     return 0
                     ;;
+                --namespace)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -n)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -5138,7 +6465,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__volume__subcmd__register)
-            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
+            opts="-o -q -n -A -h -V --addr --ca-cert --token --output --no-color --quiet --stale --namespace --all-namespaces --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -5171,6 +6498,20 @@ _csivol() {
                     ;;
                 -o)
                     COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --namespace)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -n)
+                    COMPREPLY=("${cur}")
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
                         compopt -o nospace
                     fi
@@ -5184,7 +6525,7 @@ _csivol() {
             return 0
             ;;
         csivol__subcmd__volume__subcmd__show)
-            opts="-o -q -h -V --addr --ca-cert --token --output --no-color --quiet --stale --help --version"
+            opts="-o -q -n -A -h -V --addr --ca-cert --token --output --no-color --quiet --stale --namespace --all-namespaces --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -5217,6 +6558,20 @@ _csivol() {
                     ;;
                 -o)
                     COMPREPLY=($(compgen -W "table wide json" -- "${cur}"))
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --namespace)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -n)
+                    COMPREPLY=("${cur}")
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
                         compopt -o nospace
                     fi
@@ -5238,7 +6593,8 @@ else
     complete -F _csivol -o bashdefault -o default csivol
 fi
 
-# Volume, node and pool names from the server (`csivol __complete volumes|nodes|pools`).
+# Volume, node, pool and namespace names from the server
+# (`csivol __complete volumes|nodes|pools|namespaces`).
 _csivol_with_names() {
     _csivol "$@"
     local cur="${COMP_WORDS[COMP_CWORD]}" prev="${COMP_WORDS[COMP_CWORD-1]}" kind=""
@@ -5251,10 +6607,11 @@ _csivol_with_names() {
     if [[ -z "$kind" && "$cur" != -* ]]; then
         local IFS=' '
         case "${COMP_WORDS[*]:1:COMP_CWORD-1}" in
-            'run'*' --'|'run'*' -- '*|'run'*' --pool'|'run'*' --cache-key'|'run'*' --restore-key'|'run'*' --node'|'run'*' --alloc'|'run'*' --ttl'|'run'*' --fresh'|'run'*' --keep-on-failure'|'run'*' --timeout'|'run'*' --label'|'run'*' --gid'|'run'*' --group'|'run'*' --mount-flag'|'run'*' --selinux-context'|'run'*' --addr'|'run'*' --ca-cert'|'run'*' --token'|'run'*' --output'|'run'*' -o'|'snapshot create'*' --'|'snapshot create'*' -- '*|'snapshot create'*' --name'|'snapshot create'*' --group'|'snapshot create'*' --parameter'|'snapshot create'*' --timeout'|'snapshot create'*' --addr'|'snapshot create'*' --ca-cert'|'snapshot create'*' --token'|'snapshot create'*' --output'|'snapshot create'*' -o') ;;
+            'run'*' --'|'run'*' -- '*|'run'*' --pool'|'run'*' --cache-key'|'run'*' --restore-key'|'run'*' --node'|'run'*' --alloc'|'run'*' --ttl'|'run'*' --fresh'|'run'*' --keep-on-failure'|'run'*' --timeout'|'run'*' --label'|'run'*' --gid'|'run'*' --group'|'run'*' --mount-flag'|'run'*' --selinux-context'|'run'*' --addr'|'run'*' --ca-cert'|'run'*' --token'|'run'*' --output'|'run'*' -o'|'run'*' --namespace'|'run'*' -n'|'snapshot create'*' --'|'snapshot create'*' -- '*|'snapshot create'*' --name'|'snapshot create'*' --group'|'snapshot create'*' --parameter'|'snapshot create'*' --timeout'|'snapshot create'*' --addr'|'snapshot create'*' --ca-cert'|'snapshot create'*' --token'|'snapshot create'*' --output'|'snapshot create'*' -o'|'snapshot create'*' --namespace'|'snapshot create'*' -n') ;;
             'claim'|'claim renew'|'claim show'|'release'|'status'|'unblock'|'detach'|'volume show'|'volume deregister'|'volume drain'|'volume eligibility'|'volume expand'|'volume modify'|'volume label'|'run'|'run '*|'snapshot create'|'snapshot create '*) kind=volumes ;;
             'fence'|'node show'|'node drain'|'node eligibility'|'node label'|'node remove') kind=nodes ;;
             'pool show'|'pool delete') kind=pools ;;
+            'namespace show'|'namespace delete'|'namespace quota') kind=namespaces ;;
         esac
     fi
     if [[ -n "$kind" ]]; then

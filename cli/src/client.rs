@@ -52,6 +52,9 @@ impl fmt::Display for TokenSource {
 #[derive(Debug, Clone)]
 pub struct Client {
     api: csivol_client::Client,
+    /// The namespace every request names (`-n`, `CSIVOL_NAMESPACE`, else `default`), or
+    /// `*` with `--all-namespaces`.
+    pub namespace: String,
     /// The server's base URL, without a trailing slash.
     pub addr: String,
     token_source: TokenSource,
@@ -98,11 +101,13 @@ impl Client {
             .collect::<anyhow::Result<Vec<_>>>()?
             .join(",");
         let (token, token_source) = resolve_token(args.token.as_deref())?;
+        let namespace = resolve_namespace(args)?;
         let mut api = csivol_client::Client::builder(&addr)
             .token(token)
             .connect_timeout(Duration::from_secs(5))
             .request_timeout(REQUEST_TIMEOUT)
             .stale_reads(args.stale)
+            .namespace((namespace != csivol_api::DEFAULT_NAMESPACE).then(|| namespace.clone()))
             .user_agent(concat!("csivol/", env!("CARGO_PKG_VERSION")));
         if addr.starts_with("https://") {
             let tls = csivol_client::tls::client_config(ca.as_deref(), None).map_err(|e| {
@@ -121,6 +126,7 @@ impl Client {
         })?;
         Ok(Self {
             api,
+            namespace,
             addr,
             token_source,
             default_ca,
@@ -146,7 +152,12 @@ impl Client {
             let mut q = query.to_vec();
             q.push(format!("limit={VOLUME_PAGE}"));
             if let Some(last) = all.last() {
-                q.push(format!("after={}", last.name));
+                // Across namespaces a page starts after a volume's key.
+                let after = match self.all_namespaces() {
+                    true => csivol_api::volume_key(&last.namespace, &last.name),
+                    false => last.name.clone(),
+                };
+                q.push(format!("after={after}"));
             }
             let page: Vec<csivol_api::Volume> =
                 self.get(&format!("/v1/volumes?{}", q.join("&"))).await?;
@@ -156,6 +167,11 @@ impl Client {
                 return Ok(all);
             }
         }
+    }
+
+    /// Whether the command lists every namespace (`-A`).
+    pub fn all_namespaces(&self) -> bool {
+        self.namespace == csivol_api::ALL_NAMESPACES
     }
 
     /// `GET path`.
@@ -562,6 +578,35 @@ fn empty_setting(e: env::SetButEmpty) -> Failure {
 /// by `CSIVOL_TOKEN_FILE`, the default token file. A place that is set but empty stops the
 /// search with exit 7: an empty secret is a mistake (a CI secret that did not expand), and
 /// going on would use a token the caller did not choose, perhaps a stronger one.
+/// The namespace: `-A` (every one), `-n`, `CSIVOL_NAMESPACE`, else `default`.
+fn resolve_namespace(args: &GlobalArgs) -> anyhow::Result<String> {
+    if args.all_namespaces {
+        return Ok(csivol_api::ALL_NAMESPACES.to_owned());
+    }
+    match args.namespace.as_slice() {
+        [] => {}
+        [one] => return Ok(one.clone()),
+        several => {
+            return Err(Failure::usage(format!(
+                "-n/--namespace is given {} times; a command names one namespace",
+                several.len()
+            ))
+            .hint("name one, or list every namespace with -A (several only with `token create`)")
+            .into());
+        }
+    }
+    match env::setting(env::CSIVOL_NAMESPACE).map_err(empty_setting)? {
+        None => Ok(csivol_api::DEFAULT_NAMESPACE.to_owned()),
+        Some(ns) => {
+            csivol_api::validate_namespace(&ns).map_err(|e| {
+                Failure::usage(format!("{}: {e}", env::CSIVOL_NAMESPACE))
+                    .hint("set it to a namespace `csivol namespace list` lists, or unset it")
+            })?;
+            Ok(ns)
+        }
+    }
+}
+
 fn resolve_token(flag: Option<&str>) -> anyhow::Result<(Option<String>, TokenSource)> {
     let empty = |source: &str| {
         let (what, value) = match source {

@@ -19,6 +19,10 @@ pub const CSIVOL_TOKEN_FILE: &str = "CSIVOL_TOKEN_FILE";
 /// CA there), else the system's trust roots.
 pub const CSIVOL_CACERT: &str = "CSIVOL_CACERT";
 
+/// The namespace every command names when `--namespace` (`-n`) is not given; unset: the
+/// namespace `default`. Set but empty, it is an error (exit 2).
+pub const CSIVOL_NAMESPACE: &str = "CSIVOL_NAMESPACE";
+
 /// The node `claim` and `run` claim on when `--node` is not given (a CI runner sets it
 /// once for its jobs).
 pub const CSIVOL_NODE: &str = "CSIVOL_NODE";

@@ -4,11 +4,13 @@
 use std::collections::BTreeMap;
 
 use csivol_api::{
-    ActionPlan, Claim, ClaimState, ClaimUsage, Event, PlannedAction, Volume, VolumeState,
+    ActionPlan, Claim, ClaimState, ClaimUsage, DEFAULT_NAMESPACE, Event, PlannedAction, Volume,
+    VolumeState,
 };
 
 use crate::output::{Out, age, bytes, or_dash, time, when};
 
+pub mod namespaces;
 pub mod nodes;
 pub mod plugins;
 pub mod pools;
@@ -125,20 +127,29 @@ pub fn volumes(out: &Out, vs: &[Volume]) -> anyhow::Result<()> {
     let with_usage = vs
         .iter()
         .any(|v| v.claims.iter().any(|c| c.usage.is_some()));
+    // The namespace gets a column once a volume listed is not of `default`.
+    let spaced = vs.iter().any(|v| v.namespace != DEFAULT_NAMESPACE);
     let mut header = vec!["NAME", "PLUGIN", "ACCESS MODE", "STATE", "CLAIMS", "NODES"];
+    if spaced {
+        header.insert(0, "NAMESPACE");
+    }
     if with_usage {
         header.push("USED/SIZE");
     }
     let mut t = out.table(&header);
     for v in vs {
-        let mut row = vec![
+        let mut row = Vec::with_capacity(header.len());
+        if spaced {
+            row.push(cell(&v.namespace));
+        }
+        row.extend([
             cell(&v.name),
             cell(&v.plugin),
             cell(v.access_mode),
             cell(volume_state(v)),
             cell(claim_summary(&v.claims)),
             cell(attached_nodes(v)),
-        ];
+        ]);
         if with_usage {
             row.push(cell(crate::usage::volume_cell(&v.claims)));
         }
@@ -160,6 +171,9 @@ pub fn print_volume(out: &Out, v: &Volume) -> anyhow::Result<()> {
 /// are shown redacted), its attachments and every claim.
 pub fn volume(out: &Out, v: &Volume) -> anyhow::Result<()> {
     let mut rows = vec![("state", volume_state(v))];
+    if v.namespace != DEFAULT_NAMESPACE {
+        rows.insert(0, ("namespace", v.namespace.clone()));
+    }
     if let Some(a) = &v.availability {
         let reason = a
             .reason
@@ -477,6 +491,7 @@ pub fn claims(out: &Out, claims: &[Claim]) -> anyhow::Result<()> {
     }
     // How full each claim's volume is: with `-o wide`.
     let wide = out.format == crate::args::Format::Wide;
+    let spaced = claims.iter().any(|c| c.namespace != DEFAULT_NAMESPACE);
     let mut header = vec![
         "VOLUME",
         "ALLOC",
@@ -486,13 +501,20 @@ pub fn claims(out: &Out, claims: &[Claim]) -> anyhow::Result<()> {
         "AGE",
         "LEASE UNTIL",
     ];
+    if spaced {
+        header.insert(0, "NAMESPACE");
+    }
     if wide {
         header.push("USED/SIZE");
     }
     header.extend(["LABELS", "NOTES"]);
     let mut t = out.table(&header);
     for c in claims {
-        let mut row = vec![
+        let mut row = Vec::with_capacity(header.len());
+        if spaced {
+            row.push(cell(&c.namespace));
+        }
+        row.extend([
             cell(&c.volume),
             cell(&c.alloc),
             cell(&c.node),
@@ -500,7 +522,7 @@ pub fn claims(out: &Out, claims: &[Claim]) -> anyhow::Result<()> {
             cell(c.state.as_str()),
             cell(age(&c.created_at)),
             cell(opt_time(out, c.expires_at.as_deref())),
-        ];
+        ]);
         if wide {
             row.push(cell(crate::usage::cell(c.usage.as_ref())));
         }
@@ -527,6 +549,7 @@ pub fn tokens(out: &Out, ts: &[csivol_api::TokenInfo]) -> anyhow::Result<()> {
         "NAME",
         "ROLE",
         "ADDED",
+        "NAMESPACES",
         "VOLUMES",
         "NODE",
         "STATUS",
@@ -541,6 +564,11 @@ pub fn tokens(out: &Out, ts: &[csivol_api::TokenInfo]) -> anyhow::Result<()> {
             cell(or_dash(tok.name.as_deref())),
             cell(tok.role.as_str()),
             cell(added_capabilities(tok)),
+            cell(if tok.namespaces.is_empty() {
+                "*".to_owned()
+            } else {
+                tok.namespaces.join(",")
+            }),
             cell(if tok.volumes.is_empty() {
                 "*".to_owned()
             } else {
@@ -594,6 +622,14 @@ pub fn token(out: &Out, t: &csivol_api::TokenInfo) -> anyhow::Result<()> {
         ),
         ("added", added_capabilities(t)),
         (
+            "namespaces",
+            if t.namespaces.is_empty() {
+                "* (every namespace)".to_owned()
+            } else {
+                t.namespaces.join(", ")
+            },
+        ),
+        (
             "volumes",
             if t.volumes.is_empty() {
                 "* (every volume)".to_owned()
@@ -620,28 +656,43 @@ pub fn events(out: &Out, es: &[Event]) -> anyhow::Result<()> {
     }
     // At 80 columns the message needs the room: the index, actor and alloc give it up
     // (`-o wide` shows them all).
-    let mut t = out.table(&[
+    let spaced = es.iter().any(|e| elsewhere(e).is_some());
+    let mut header = vec![
         "INDEX", "TIME", "KIND", "VOLUME", "NODE", "ALLOC", "ACTOR", "MESSAGE",
-    ]);
+    ];
+    if spaced {
+        header.insert(3, "NAMESPACE");
+    }
+    let mut t = out.table(&header);
     t.optional(&["INDEX", "ACTOR", "ALLOC"]);
     for e in es {
-        t.add_row([
-            e.index.to_string(),
-            time(out, &e.at),
-            e.kind.clone(),
+        let mut row = vec![e.index.to_string(), time(out, &e.at), e.kind.clone()];
+        if spaced {
+            row.push(or_dash(e.namespace.as_deref()));
+        }
+        row.extend([
             or_dash(e.volume.as_deref()),
             or_dash(e.node.as_deref()),
             or_dash(e.alloc.as_deref()),
             e.actor.clone(),
             e.message.clone(),
         ]);
+        t.add_row(row);
     }
     out.print_table(t)
+}
+
+/// An event's namespace, when it is not `default`.
+fn elsewhere(e: &Event) -> Option<&str> {
+    e.namespace.as_deref().filter(|ns| *ns != DEFAULT_NAMESPACE)
 }
 
 /// One event on one line, for `events --follow`.
 pub fn event_line(e: &Event) -> String {
     let mut subject = Vec::new();
+    if let Some(ns) = elsewhere(e) {
+        subject.push(format!("namespace={ns}"));
+    }
     for (k, v) in [
         ("volume", &e.volume),
         ("node", &e.node),

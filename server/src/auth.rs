@@ -77,11 +77,20 @@ impl Caller {
         .with_hint(with_capability(c)))
     }
 
-    /// Refuses a caller narrowed to volume patterns that `name` (a volume's or a
-    /// snapshot's) does not match.
-    pub fn require_touches(&self, kind: &str, name: &str) -> ApiResult<()> {
-        if self.scope.touches(name) {
+    /// Refuses a caller narrowed to namespaces or volume patterns that the volume (or
+    /// snapshot) keyed `key` lies outside of, naming what it lacks: the namespace the
+    /// request named, or the name within it. The refusal names no namespace but the
+    /// token's own and the one asked for.
+    pub fn require_touches(&self, kind: &str, key: &str) -> ApiResult<()> {
+        if self.scope.touches(key) {
             return Ok(());
+        }
+        let (namespace, name) = csivol_api::split_key(key);
+        if !self.scope.covers_namespace(namespace) {
+            return Err(self.outside(
+                namespace,
+                &format!("{kind} `{name}` lies in namespace `{namespace}`"),
+            ));
         }
         Err(ApiError::forbidden(format!(
             "this token is narrowed to volumes {}, and {kind} `{name}` is not one of them",
@@ -90,17 +99,50 @@ impl Caller {
         .with_hint("use a token whose `--volumes` patterns match it"))
     }
 
-    /// Refuses a caller narrowed to volume patterns for `what`, which covers the whole
-    /// cluster.
+    /// Refuses a caller narrowed to namespaces that do not hold `namespace`, which the
+    /// request names.
+    pub fn require_namespace(&self, namespace: &str) -> ApiResult<()> {
+        if self.scope.covers_namespace(namespace) {
+            return Ok(());
+        }
+        Err(self.outside(
+            namespace,
+            &format!("the request names namespace `{namespace}`"),
+        ))
+    }
+
+    /// The refusal of what lies in `namespace`, outside the caller's namespaces.
+    fn outside(&self, namespace: &str, what: &str) -> ApiError {
+        ApiError::forbidden(format!(
+            "this token is narrowed to namespaces {}, and {what}",
+            patterns(&self.scope.namespaces)
+        ))
+        .with_hint(format!(
+            "use a token made with `--namespace {namespace}` (or `--namespace '*'`)"
+        ))
+    }
+
+    /// Refuses a caller narrowed to namespaces or volume patterns for `what`, which
+    /// covers the whole cluster.
     pub fn require_whole_cluster(&self, what: &str) -> ApiResult<()> {
         if !self.scope.narrowed() {
             return Ok(());
         }
+        let mut narrowed = Vec::new();
+        if !self.scope.namespaces.is_empty() {
+            narrowed.push(format!("namespaces {}", patterns(&self.scope.namespaces)));
+        }
+        if !self.scope.volumes.is_empty() {
+            narrowed.push(format!("volumes {}", patterns(&self.scope.volumes)));
+        }
         Err(ApiError::forbidden(format!(
-            "this token is narrowed to volumes {}, and {what} covers the whole cluster",
-            patterns(&self.scope.volumes)
+            "this token is narrowed to {}, and {what} covers the whole cluster",
+            narrowed.join(" and ")
         ))
-        .with_hint("use a token not narrowed to volume names (made without `--volumes`)"))
+        .with_hint(
+            "use a token not narrowed to namespaces or volume names (made without \
+             `--namespace` or `--volumes`)",
+        ))
     }
 
     /// Agent endpoints: the node's own token (an operator may act for any node).
@@ -331,6 +373,7 @@ pub fn list_tokens(snap: &(impl Snapshot + ?Sized), now: i64) -> ApiResult<Vec<T
             TokenInfo {
                 capabilities: scope.capabilities.into_iter().collect(),
                 volumes: scope.volumes,
+                namespaces: scope.namespaces,
                 id: t.id,
                 name: t.name,
                 role: t.role,

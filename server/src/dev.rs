@@ -405,6 +405,7 @@ impl DevClient {
             controllers: vec![DEV_PLUGIN.to_owned()],
             capabilities: Vec::new(),
             volumes: Vec::new(),
+            namespaces: Vec::new(),
         };
         Ok(self.0.create_token(&req).await.map_err(dev_error)?.token)
     }

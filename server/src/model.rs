@@ -113,7 +113,8 @@ impl VolumeRow {
         api::Volume {
             state: self.state(claims, attachments),
             accepts_claims: accepts_claims(self.lifecycle, self.access_mode, claims),
-            name: self.name,
+            namespace: api::namespace_of(&self.name).to_owned(),
+            name: api::split_key(&self.name).1.to_owned(),
             plugin: self.plugin,
             external_id: self.external_id,
             access_mode: self.access_mode,
@@ -238,7 +239,8 @@ pub struct ClaimRow {
 impl ClaimRow {
     pub fn to_api(&self) -> api::Claim {
         api::Claim {
-            volume: self.volume.clone(),
+            volume: api::split_key(&self.volume).1.to_owned(),
+            namespace: api::namespace_of(&self.volume).to_owned(),
             alloc: self.alloc.clone(),
             node: self.node.clone(),
             mode: self.mode,
@@ -494,8 +496,9 @@ pub struct SnapshotRow {
 impl SnapshotRow {
     pub fn to_api(&self) -> api::Snapshot {
         api::Snapshot {
-            name: self.name.clone(),
-            volume: self.volume.clone(),
+            name: api::split_key(&self.name).1.to_owned(),
+            namespace: api::namespace_of(&self.name).to_owned(),
+            volume: api::split_key(&self.volume).1.to_owned(),
             plugin: self.plugin.clone(),
             snapshot_id: self.snapshot_id.clone(),
             state: self.state,
@@ -504,7 +507,10 @@ impl SnapshotRow {
             creation_time: self.creation_time.map(time),
             parameters: self.parameters.clone(),
             error: self.error.clone(),
-            group: self.group.clone(),
+            group: self
+                .group
+                .as_deref()
+                .map(|g| api::split_key(g).1.to_owned()),
             created_at: time(self.created_at),
             updated_at: time(self.updated_at),
             index: self.modify_index,
@@ -535,9 +541,14 @@ pub struct GroupSnapshotRow {
 impl GroupSnapshotRow {
     pub fn to_api(&self, members: &[SnapshotRow]) -> api::GroupSnapshot {
         api::GroupSnapshot {
-            name: self.name.clone(),
+            name: api::split_key(&self.name).1.to_owned(),
+            namespace: api::namespace_of(&self.name).to_owned(),
             plugin: self.plugin.clone(),
-            volumes: self.volumes.clone(),
+            volumes: self
+                .volumes
+                .iter()
+                .map(|v| api::split_key(v).1.to_owned())
+                .collect(),
             group_snapshot_id: self.group_snapshot_id.clone(),
             state: self.state,
             ready_to_use: self.ready_to_use,

@@ -120,7 +120,9 @@ impl NodeSamples {
     pub fn fill(&self, claims: &mut [api::Claim]) {
         let book = self.book();
         for c in claims {
-            c.usage = match book.samples.get(&(c.volume.clone(), c.alloc.clone())) {
+            // Samples are of the volume's key (its namespace's and its name).
+            let key = api::volume_key(&c.namespace, &c.volume);
+            c.usage = match book.samples.get(&(key, c.alloc.clone())) {
                 Some(s) if s.node == c.node => Some(match &s.usage {
                     Some(usage) => ClaimUsage::Sampled {
                         usage: usage.clone(),
@@ -146,9 +148,11 @@ fn fullest(u: &VolumeUsage) -> Option<(f64, &'static str, UsageNumbers)> {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct UsageLabels {
+    /// The volume's name within its namespace, which the last label names.
     volume: String,
     node: String,
     plugin: String,
+    namespace: String,
 }
 
 /// The gauges of every sample kept, made at each scrape from the samples themselves, so
@@ -203,12 +207,14 @@ impl prometheus_client::collector::Collector for NodeSamples {
                 let Some(v) = s.usage.as_ref().and_then(pick) else {
                     continue;
                 };
+                let (namespace, name) = api::split_key(volume);
                 let labels = UsageLabels {
-                    volume: volume.clone(),
+                    volume: name.to_owned(),
                     node: s.node.clone(),
                     plugin: s.plugin.clone(),
+                    namespace: namespace.to_owned(),
                 };
-                if !seen.insert((labels.volume.clone(), labels.node.clone())) {
+                if !seen.insert((volume.clone(), labels.node.clone())) {
                     continue;
                 }
                 let gauge = ConstGauge::new(i64::try_from(v).unwrap_or(i64::MAX));

@@ -28,17 +28,29 @@ pub struct VolumeFilter {
     /// Only volumes whose names match one of these patterns (a narrowed token's); none:
     /// every volume.
     pub names: Vec<String>,
+    /// Only volumes of these namespaces (a narrowed token's); none: of every namespace.
+    pub namespaces: Vec<String>,
+    /// Only the volumes of this namespace; none: of every namespace.
+    pub namespace: Option<String>,
 }
 
-/// Whether a narrowed token's `patterns` match the snapshot: its own name and its
-/// volume's (none: every snapshot).
-pub fn snapshot_named_in(patterns: &[String], s: &api::Snapshot) -> bool {
-    named_in(patterns, &s.name) && named_in(patterns, &s.volume)
+/// Whether a narrowed token's scope holds the snapshot: its own name and its volume's.
+pub fn snapshot_in_scope(scope: &api::TokenScope, s: &api::Snapshot) -> bool {
+    scope.touches(&api::volume_key(&s.namespace, &s.name))
+        && scope.touches(&api::volume_key(&s.namespace, &s.volume))
 }
 
-/// Whether `name` matches one of `patterns` (none: every name matches).
+/// Whether the name matches one of a narrowed token's `patterns` (none: every name).
 pub fn named_in(patterns: &[String], name: &str) -> bool {
     patterns.is_empty() || patterns.iter().any(|p| api::glob_matches(p, name))
+}
+
+/// Whether a narrowed token's namespaces and patterns hold the volume keyed `key`: of one
+/// of its namespaces (none: every one), its name matching one of its patterns (none:
+/// every name).
+pub fn in_scope(patterns: &[String], namespaces: &[String], key: &str) -> bool {
+    let (namespace, name) = api::split_key(key);
+    (namespaces.is_empty() || namespaces.iter().any(|n| n == namespace)) && named_in(patterns, name)
 }
 
 /// Volume rows read per step of a listing, with their claims and attachments: what a
@@ -95,7 +107,12 @@ pub fn shape<'c>(
             Ok(f) => f,
             Err(e) => return Some(Err(ApiError::internal(format!("a stored volume: {e}")))),
         };
-        if !named_in(&filter.names, fields.name) {
+        if !in_scope(&filter.names, &filter.namespaces, fields.name)
+            || filter
+                .namespace
+                .as_deref()
+                .is_some_and(|ns| api::namespace_of(fields.name) != ns)
+        {
             return None;
         }
         let c = chunk.claims.get(fields.name).map_or(&[][..], Vec::as_slice);
@@ -136,6 +153,7 @@ pub fn shape<'c>(
 #[derive(Debug, Serialize)]
 pub struct ListedVolume<'a> {
     name: &'a str,
+    namespace: &'a str,
     plugin: &'a str,
     external_id: &'a str,
     access_mode: AccessMode,
@@ -216,7 +234,8 @@ impl<'a> ListedVolume<'a> {
             ownership: mounts.ownership,
             accepts_claims: accepts_claims(v.lifecycle, v.access_mode, claims),
             state,
-            name: v.name,
+            name: api::split_key(v.name).1,
+            namespace: api::split_key(v.name).0,
             plugin: v.plugin,
             external_id: v.external_id,
             access_mode: v.access_mode,
@@ -248,6 +267,7 @@ impl<'a> ListedVolume<'a> {
 fn listed_volume_has_every_field(v: api::Volume) {
     let api::Volume {
         name: _,
+        namespace: _,
         plugin: _,
         external_id: _,
         access_mode: _,
@@ -532,6 +552,10 @@ pub struct ClaimFilter {
     /// Only claims of volumes whose names match one of these patterns (a narrowed
     /// token's); none: every volume's.
     pub names: Vec<String>,
+    /// Only claims of volumes of these namespaces (a narrowed token's); none: of every one.
+    pub namespaces: Vec<String>,
+    /// Only claims of this namespace's volumes; none: of every namespace.
+    pub namespace: Option<String>,
 }
 
 impl ClaimFilter {
@@ -605,7 +629,11 @@ pub fn claim_page(
     for claims in rows.chunk_by(|a, b| a.volume == b.volume) {
         volumes += 1;
         last = Some(&claims[0].volume);
-        if !named_in(&f.names, &claims[0].volume) {
+        if !in_scope(&f.names, &f.namespaces, &claims[0].volume)
+            || f.namespace
+                .as_deref()
+                .is_some_and(|ns| api::namespace_of(&claims[0].volume) != ns)
+        {
             continue;
         }
         let mut shaped = claims_to_api(claims);

@@ -13,6 +13,7 @@ use crate::env;
 use crate::failure::EXIT_CODES;
 
 mod claim;
+mod namespace;
 mod node;
 mod operator;
 mod pool;
@@ -21,6 +22,7 @@ mod token;
 mod volume;
 
 pub use claim::*;
+pub use namespace::*;
 pub use node::*;
 pub use operator::*;
 pub use pool::*;
@@ -93,6 +95,16 @@ pub struct GlobalArgs {
     /// acknowledged last (cheaper; reads are consistent by default)
     #[arg(long, global = true, help_heading = GLOBAL)]
     pub stale: bool,
+
+    /// The namespace of the volumes, claims and events a command names or lists (`csivol
+    /// namespace list`); with `token create`, a namespace the new token is narrowed to
+    /// (repeatable; `*` every namespace) [env: CSIVOL_NAMESPACE] [default: default]
+    #[arg(short = 'n', long, global = true, value_name = "NS", value_parser = namespace_name, action = clap::ArgAction::Append, help_heading = GLOBAL)]
+    pub namespace: Vec<String>,
+
+    /// List what every namespace holds, with a NAMESPACE column (listings only)
+    #[arg(short = 'A', long, global = true, conflicts_with = "namespace", help_heading = GLOBAL)]
+    pub all_namespaces: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -184,6 +196,10 @@ pub enum Command {
     #[command(subcommand)]
     Pool(PoolCommand),
 
+    /// Create, list, show and delete namespaces: teams' volumes, claims and events apart
+    #[command(subcommand)]
+    Namespace(NamespaceCommand),
+
     /// List nodes, or show one
     #[command(subcommand)]
     Node(NodeCommand),
@@ -207,7 +223,8 @@ pub enum Command {
     Completions(CompletionsArgs),
 }
 
-/// The first word of `csivol __complete volumes|nodes|pools`, which the completion scripts run.
+/// The first word of `csivol __complete volumes|nodes|pools|namespaces`, which the completion
+/// scripts run.
 pub const COMPLETE: &str = "__complete";
 
 /// Names for shell completion, one per line: what the completion scripts ask for. Parsed
@@ -218,8 +235,8 @@ pub struct CompleteArgs {
     #[command(flatten)]
     pub global: GlobalArgs,
 
-    /// `volumes`, `nodes` or `pools`
-    #[arg(value_parser = ["volumes", "nodes", "pools"])]
+    /// `volumes`, `nodes`, `pools` or `namespaces`
+    #[arg(value_parser = ["volumes", "nodes", "pools", "namespaces"])]
     pub what: String,
 }
 
@@ -371,6 +388,15 @@ pub(super) fn parse_duration(s: &str) -> Result<Duration, String> {
         ));
     }
     Ok(d)
+}
+
+fn namespace_name(s: &str) -> Result<String, String> {
+    if s == csivol_api::ALL_NAMESPACES {
+        return Ok(s.to_owned());
+    }
+    csivol_api::validate_namespace(s)
+        .map(|()| s.to_owned())
+        .map_err(|e| format!("{e} (`csivol namespace list` lists them)"))
 }
 
 fn volume_name(s: &str) -> Result<String, String> {

@@ -35,11 +35,11 @@ pub struct EventsArgs {
 pub enum TokenCommand {
     /// Create a token; its secret is printed once, on stdout
     Create(TokenCreateArgs),
-    /// List tokens (never their secrets): role, capabilities, volumes, node, when created,
-    /// last used, expiry
+    /// List tokens (never their secrets): role, capabilities, namespaces, volumes, node,
+    /// when created, last used, expiry
     List,
     /// Show one token (never its secret): its role, every capability it holds and the
-    /// volume patterns it is narrowed to
+    /// namespaces and volume patterns it is narrowed to
     Show(TokenShowArgs),
     /// Revoke a token: requests with it are refused (401) from then on
     ///
@@ -79,7 +79,8 @@ pub struct TokenCreateArgs {
     /// characters, `?` one), e.g. `build-*`: it reads, claims and snapshots only those
     /// volumes (and snapshots whose names match), and its listings show only them. A
     /// narrowed token cannot hold the cluster-wide capabilities (fence, manage-nodes,
-    /// manage-tokens, backup)
+    /// manage-tokens, backup). Narrow it to namespaces with the global -n/--namespace
+    /// (repeatable here; `*` every namespace)
     #[arg(long = "volumes", value_name = "PATTERN", value_parser = volume_pattern)]
     pub volumes: Vec<String>,
 

@@ -72,6 +72,7 @@ pub enum Names {
     Volumes,
     Nodes,
     Pools,
+    Namespaces,
 }
 
 impl Names {
@@ -80,6 +81,7 @@ impl Names {
             Names::Volumes => "volumes",
             Names::Nodes => "nodes",
             Names::Pools => "pools",
+            Names::Namespaces => "namespaces",
         }
     }
 }
@@ -109,6 +111,9 @@ pub const NAME_ARGUMENTS: &[(&str, Names)] = &[
     ("node remove", Names::Nodes),
     ("pool show", Names::Pools),
     ("pool delete", Names::Pools),
+    ("namespace show", Names::Namespaces),
+    ("namespace delete", Names::Namespaces),
+    ("namespace quota", Names::Namespaces),
 ];
 
 /// The commands whose arguments are names up to `--` (`csivol run VOLUME... -- COMMAND`,
@@ -221,7 +226,8 @@ fn option_cases(extra: &str) -> String {
 fn bash_names() -> String {
     format!(
         r#"
-# Volume, node and pool names from the server (`csivol __complete volumes|nodes|pools`).
+# Volume, node, pool and namespace names from the server
+# (`csivol __complete volumes|nodes|pools|namespaces`).
 _csivol_with_names() {{
     _csivol "$@"
     local cur="${{COMP_WORDS[COMP_CWORD]}}" prev="${{COMP_WORDS[COMP_CWORD-1]}}" kind=""
@@ -235,6 +241,7 @@ _csivol_with_names() {{
             {volumes}) kind=volumes ;;
             {nodes}) kind=nodes ;;
             {pools}) kind=pools ;;
+            {namespaces}) kind=namespaces ;;
         esac
     fi
     if [[ -n "$kind" ]]; then
@@ -249,6 +256,7 @@ complete -F _csivol_with_names -o bashdefault -o default csivol
         volumes = commands_taking(Names::Volumes, "|"),
         nodes = commands_taking(Names::Nodes, "|"),
         pools = commands_taking(Names::Pools, "|"),
+        namespaces = commands_taking(Names::Namespaces, "|"),
     )
 }
 
@@ -257,7 +265,8 @@ complete -F _csivol_with_names -o bashdefault -o default csivol
 fn zsh_names() -> String {
     format!(
         r#"
-# Volume, node and pool names from the server (`csivol __complete volumes|nodes|pools`).
+# Volume, node, pool and namespace names from the server
+# (`csivol __complete volumes|nodes|pools|namespaces`).
 functions[_csivol_clap]=$functions[_csivol]
 _csivol() {{
     local kind="" clap=1
@@ -270,6 +279,7 @@ _csivol() {{
             {volumes}) kind=volumes ;;
             {nodes}) kind=nodes ;;
             {pools}) kind=pools ;;
+            {namespaces}) kind=namespaces ;;
         esac
     fi
     local ret=1
@@ -289,6 +299,7 @@ _csivol() {{
         volumes = commands_taking(Names::Volumes, "|"),
         nodes = commands_taking(Names::Nodes, "|"),
         pools = commands_taking(Names::Pools, "|"),
+        namespaces = commands_taking(Names::Namespaces, "|"),
     )
 }
 
@@ -317,7 +328,8 @@ fn fish_names() -> String {
         .collect();
     format!(
         r#"
-# Volume, node and pool names from the server (`csivol __complete volumes|nodes|pools`).
+# Volume, node, pool and namespace names from the server
+# (`csivol __complete volumes|nodes|pools|namespaces`).
 function __csivol_names_kind
     set -l words (commandline -opc)
     set -e words[1]
@@ -334,6 +346,8 @@ function __csivol_names_kind
             echo nodes
         case {pools}
             echo pools
+        case {namespaces}
+            echo namespaces
         case '*'
             return 1
     end
@@ -350,15 +364,19 @@ complete -c csivol -n '__csivol_names_kind >/dev/null' -f -a '(__csivol_names)'
         volumes = commands_taking(Names::Volumes, " "),
         nodes = commands_taking(Names::Nodes, " "),
         pools = commands_taking(Names::Pools, " "),
+        namespaces = commands_taking(Names::Namespaces, " "),
         option_rules = option_rules,
     )
 }
 
-/// `csivol __complete volumes|nodes|pools`: the names, one per line.
+/// `csivol __complete volumes|nodes|pools|namespaces`: the names, one per line.
 pub async fn names(ctx: &crate::ctx::Ctx, what: &str) -> anyhow::Result<Exit> {
     let names: Vec<String> = if what == "nodes" {
         let nodes: Vec<csivol_api::Node> = ctx.client.get("/v1/nodes").await?;
         nodes.into_iter().map(|n| n.name).collect()
+    } else if what == "namespaces" {
+        let all: Vec<csivol_api::Namespace> = ctx.client.get("/v1/namespaces").await?;
+        all.into_iter().map(|n| n.name).collect()
     } else if what == "pools" {
         let pools: Vec<csivol_api::Pool> = ctx.client.get("/v1/pools").await?;
         pools.into_iter().map(|p| p.name).collect()
@@ -409,6 +427,7 @@ mod tests {
             "volume" => Some(Names::Volumes),
             "node" => Some(Names::Nodes),
             "pool" => Some(Names::Pools),
+            "namespace" => Some(Names::Namespaces),
             _ => None,
         }
     }

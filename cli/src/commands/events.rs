@@ -205,6 +205,7 @@ mod tests {
             at: at.into(),
             kind: "k".into(),
             volume: None,
+            namespace: None,
             node: None,
             alloc: None,
             actor: "a".into(),

@@ -10,6 +10,7 @@ mod fence;
 mod fresh;
 mod import;
 mod modify;
+mod namespace;
 mod node;
 mod plugin;
 mod pool;
@@ -37,7 +38,12 @@ pub async fn complete(args: CompleteArgs, out: Out) -> anyhow::Result<Exit> {
     completions::names(&ctx, &args.what).await
 }
 
-pub async fn run(cli: Cli, out: Out) -> anyhow::Result<Exit> {
+pub async fn run(mut cli: Cli, out: Out) -> anyhow::Result<Exit> {
+    // `token create -n NS...` narrows the new token to them: the request itself names none.
+    let token_namespaces = match cli.command {
+        Command::Token(_) => std::mem::take(&mut cli.global.namespace),
+        _ => Vec::new(),
+    };
     // Commands that need no server come first, so they work without an address or token.
     let command = match cli.command {
         Command::Completions(args) => return completions::run(&out, args),
@@ -58,10 +64,11 @@ pub async fn run(cli: Cli, out: Out) -> anyhow::Result<Exit> {
         Command::Detach(args) => detach::run(&ctx, args).await,
         Command::Fence(args) => fence::run(&ctx, args).await,
         Command::Pool(cmd) => pool::run(&ctx, cmd).await,
+        Command::Namespace(cmd) => namespace::run(&ctx, cmd).await,
         Command::Node(cmd) => node::run(&ctx, cmd).await,
         Command::Plugin(cmd) => plugin::run(&ctx, cmd).await,
         Command::Events(args) => events::run(&ctx, args).await,
-        Command::Token(cmd) => token::run(&ctx, cmd).await,
+        Command::Token(cmd) => token::run(&ctx, cmd, token_namespaces).await,
         Command::Completions(_) => unreachable!("handled above"),
     };
     match result {

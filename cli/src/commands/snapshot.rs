@@ -221,13 +221,24 @@ async fn list(ctx: &Ctx, args: SnapshotListArgs) -> anyhow::Result<Exit> {
 /// snapshots reads as it always has.
 pub(crate) fn table(out: &Out, ss: &[Snapshot]) -> anyhow::Result<()> {
     let grouped = ss.iter().any(|s| s.group.is_some());
+    // The namespace gets a column once a snapshot listed is not of `default`.
+    let spaced = ss
+        .iter()
+        .any(|s| s.namespace != csivol_api::DEFAULT_NAMESPACE);
     let mut header = vec!["NAME", "VOLUME", "PLUGIN", "STATE", "SIZE", "AGE"];
+    if spaced {
+        header.insert(0, "NAMESPACE");
+    }
     if grouped {
         header.push("GROUP");
     }
     let mut t = out.table(&header);
     for s in ss {
-        let mut row = vec![
+        let mut row = Vec::with_capacity(header.len());
+        if spaced {
+            row.push(s.namespace.clone());
+        }
+        row.extend([
             s.name.clone(),
             // An adopted snapshot whose source volume csivol does not record has none.
             or_dash(Some(&s.volume)),
@@ -235,7 +246,7 @@ pub(crate) fn table(out: &Out, ss: &[Snapshot]) -> anyhow::Result<()> {
             s.state.to_string(),
             size(s.size_bytes),
             age(&s.created_at),
-        ];
+        ]);
         if grouped {
             row.push(or_dash(s.group.as_deref()));
         }
@@ -352,8 +363,11 @@ fn print(out: &Out, s: &Snapshot) -> anyhow::Result<()> {
     if out.json_mode() {
         return out.json(s);
     }
-    let mut rows = vec![
-        ("state", s.state.to_string()),
+    let mut rows = vec![("state", s.state.to_string())];
+    if s.namespace != csivol_api::DEFAULT_NAMESPACE {
+        rows.insert(0, ("namespace", s.namespace.clone()));
+    }
+    rows.extend([
         ("volume", or_dash(Some(&s.volume))),
         ("plugin", s.plugin.clone()),
         ("snapshot id", or_dash(Some(&s.snapshot_id))),
@@ -362,7 +376,7 @@ fn print(out: &Out, s: &Snapshot) -> anyhow::Result<()> {
             if s.ready_to_use { "yes" } else { "no" }.to_owned(),
         ),
         ("size", size(s.size_bytes)),
-    ];
+    ]);
     if let Some(t) = &s.creation_time {
         rows.push(("cut at", when(t)));
     }
@@ -628,6 +642,9 @@ fn group_print(out: &Out, g: &GroupSnapshot) -> anyhow::Result<()> {
             if g.ready_to_use { "yes" } else { "no" }.to_owned(),
         ),
     ];
+    if g.namespace != csivol_api::DEFAULT_NAMESPACE {
+        rows.insert(0, ("namespace", g.namespace.clone()));
+    }
     if let Some(t) = &g.creation_time {
         rows.push(("cut at", when(t)));
     }

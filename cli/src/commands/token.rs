@@ -13,7 +13,8 @@ use crate::ctx::Ctx;
 use crate::failure::Exit;
 use crate::render;
 
-pub async fn run(ctx: &Ctx, cmd: TokenCommand) -> anyhow::Result<Exit> {
+/// `namespaces`: those `token create` narrows the new token to (`-n`, repeated).
+pub async fn run(ctx: &Ctx, cmd: TokenCommand, namespaces: Vec<String>) -> anyhow::Result<Exit> {
     match cmd {
         TokenCommand::Create(args) => {
             let req = TokenRequest {
@@ -26,6 +27,7 @@ pub async fn run(ctx: &Ctx, cmd: TokenCommand) -> anyhow::Result<Exit> {
                 controllers: args.controllers.clone(),
                 capabilities: args.capabilities.clone(),
                 volumes: args.volumes.clone(),
+                namespaces,
             };
             let a: Answer<TokenResponse> = ctx
                 .client
@@ -60,11 +62,16 @@ pub async fn run(ctx: &Ctx, cmd: TokenCommand) -> anyhow::Result<Exit> {
             } else {
                 format!(" with {}", added.join(", "))
             };
-            let narrowed = if t.volumes.is_empty() {
-                String::new()
-            } else {
-                format!(" narrowed to volumes {}", t.volumes.join(", "))
-            };
+            let mut narrowed = String::new();
+            if !t.namespaces.is_empty() {
+                narrowed.push_str(&format!(
+                    " narrowed to namespaces {}",
+                    t.namespaces.join(", ")
+                ));
+            }
+            if !t.volumes.is_empty() {
+                narrowed.push_str(&format!(" narrowed to volumes {}", t.volumes.join(", ")));
+            }
             ctx.out.note(format!(
                 "created {} token {}{named}{scope}{with}{narrowed}{expiry}; the secret below is \
                  shown only this once",

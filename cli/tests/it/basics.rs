@@ -712,6 +712,7 @@ async fn events_list_and_follow() {
         "at": "[TIME]",
         "kind": "volume-registered",
         "volume": "v2",
+        "namespace": "default",
         "node": null,
         "alloc": null,
         "actor": "operator:[TOKEN-ID]",

@@ -98,6 +98,7 @@ async fn claim_refusals_have_their_exit_codes() {
     --- stdout
     {
       "volume": "v1",
+      "namespace": "default",
       "alloc": "a1",
       "node": "n1",
       "mode": "write",
@@ -224,6 +225,7 @@ async fn claim_wait_follows_the_claim_to_ready() {
     --- stdout
     {
       "volume": "v1",
+      "namespace": "default",
       "alloc": "a1",
       "node": "n1",
       "mode": "write",
@@ -289,6 +291,7 @@ async fn claim_wait_follows_the_claim_to_ready() {
       "volumes": [
         {
           "name": "v1",
+          "namespace": "default",
           "plugin": "hp",
           "external_id": "ext-v1",
           "access_mode": "single-node-writer",
@@ -304,6 +307,7 @@ async fn claim_wait_follows_the_claim_to_ready() {
           "claims": [
             {
               "volume": "v1",
+              "namespace": "default",
               "alloc": "a1",
               "node": "n1",
               "mode": "write",
@@ -608,6 +612,7 @@ async fn release_and_release_wait() {
     --- stdout
     {
       "volume": "v1",
+      "namespace": "default",
       "alloc": "a2",
       "node": "n1",
       "mode": "write",

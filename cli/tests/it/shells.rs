@@ -16,6 +16,7 @@ const VOLUMES: &[&str] = &["data-1", "data-2"];
 const FILE: &str = "notes.toml";
 const NODES: &[&str] = &["node-1"];
 const POOLS: &[&str] = &["cache-pool"];
+const NAMESPACES: &[&str] = &["team-a"];
 
 #[derive(Clone, Copy, Debug)]
 enum Sh {
@@ -59,6 +60,13 @@ impl Setup {
                     &format!("/v1/pools/{p}"),
                     serde_json::json!({"selector": {"pool": p}}),
                 )
+                .await;
+            assert_eq!(status, 201, "{body}");
+        }
+        for n in NAMESPACES {
+            let (status, body) = env
+                .api()
+                .put(&format!("/v1/namespaces/{n}"), serde_json::json!({}))
                 .await;
             assert_eq!(status, 201, "{body}");
         }
@@ -225,6 +233,7 @@ fn names(kind: Names) -> &'static [&'static str] {
         Names::Volumes => VOLUMES,
         Names::Nodes => NODES,
         Names::Pools => POOLS,
+        Names::Namespaces => NAMESPACES,
     }
 }
 
@@ -233,6 +242,7 @@ fn other(kind: Names) -> Names {
         Names::Volumes => Names::Nodes,
         Names::Nodes => Names::Volumes,
         Names::Pools => Names::Volumes,
+        Names::Namespaces => Names::Volumes,
     }
 }
 
@@ -293,7 +303,12 @@ async fn check(shell: Sh) {
                 );
             }
             None => assert!(
-                !VOLUMES.iter().chain(NODES).chain(POOLS).any(has),
+                !VOLUMES
+                    .iter()
+                    .chain(NODES)
+                    .chain(POOLS)
+                    .chain(NAMESPACES)
+                    .any(has),
                 "{}: {line:?} offers names: {got:?}",
                 shell.name()
             ),

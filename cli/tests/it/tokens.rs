@@ -181,6 +181,7 @@ async fn a_claimer_narrowed_to_build_volumes_cannot_touch_db_volumes() {
     role:         claimer
     capabilities: read, claim, snapshot
     added:        snapshot
+    namespaces:   * (every namespace)
     volumes:      build-*
     node:         -
     status:       active

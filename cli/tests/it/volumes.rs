@@ -74,6 +74,7 @@ async fn register_show_list() {
     --- stdout
     {
       "name": "v2",
+      "namespace": "default",
       "plugin": "hp",
       "external_id": "ext-v2",
       "access_mode": "multi-node-reader-only",
@@ -349,6 +350,7 @@ async fn create_and_delete_through_the_controller() {
     --- stdout
     {
       "name": "later",
+      "namespace": "default",
       "plugin": "hp",
       "external_id": "",
       "access_mode": "single-node-writer",

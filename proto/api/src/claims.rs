@@ -76,7 +76,10 @@ impl ClaimState {
 /// One workload's claim on a volume.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Claim {
+    /// Its volume's name within its namespace.
     pub volume: String,
+    #[serde(default = "crate::default_namespace")]
+    pub namespace: String,
     pub alloc: String,
     pub node: String,
     pub mode: ClaimMode,

@@ -24,6 +24,7 @@ pub mod limits;
 mod modify;
 mod mounts;
 mod name;
+mod namespaces;
 mod nodes;
 mod operator;
 mod pools;
@@ -50,6 +51,7 @@ pub use job_volumes::*;
 pub use modify::*;
 pub use mounts::*;
 pub use name::*;
+pub use namespaces::*;
 pub use nodes::*;
 pub use operator::*;
 pub use pools::*;
@@ -63,6 +65,11 @@ pub use text::{
 pub use tokens::*;
 pub use usage::*;
 pub use volumes::*;
+
+/// A serde default: the namespace of what was made before namespaces.
+fn default_namespace() -> String {
+    DEFAULT_NAMESPACE.to_owned()
+}
 
 /// A serde default of `true`.
 fn yes() -> bool {

@@ -8,7 +8,11 @@ pub struct Event {
     pub index: u64,
     pub at: String,
     pub kind: String,
+    /// Its volume's name within its namespace.
     pub volume: Option<String>,
+    /// Its volume's namespace; none for an event of no volume (a node's, a token's).
+    #[serde(default)]
+    pub namespace: Option<String>,
     pub node: Option<String>,
     pub alloc: Option<String>,
     /// Who asked for it: `operator:<token id>`, `node:<name>`, or `server`.

@@ -1,6 +1,7 @@
-//! What a token may do (its capabilities) and touch (the volume names it is narrowed to):
-//! its scope. The four roles are named presets of capabilities; a token may be given more
-//! than its role's preset, and narrowed to volume-name patterns.
+//! What a token may do (its capabilities) and touch (the namespaces and the volume names it
+//! is narrowed to): its scope. The four roles are named presets of capabilities; a token
+//! may be given more than its role's preset, and narrowed to namespaces and to volume-name
+//! patterns.
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -195,6 +196,10 @@ pub struct TokenScope {
     /// Volume-name patterns it is narrowed to; empty: every volume.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub volumes: Vec<String>,
+    /// The namespaces it is narrowed to, sorted; empty: every namespace (every token made
+    /// before namespaces, and one made with `--namespace '*'`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub namespaces: Vec<String>,
 }
 
 impl TokenScope {
@@ -203,26 +208,37 @@ impl TokenScope {
         Self {
             capabilities: role.preset(),
             volumes: Vec::new(),
+            namespaces: Vec::new(),
         }
     }
 
     /// Whether it is its role's preset and nothing else (what a token of a schema before
     /// scopes is).
     pub fn is_preset_of(&self, role: Role) -> bool {
-        self.volumes.is_empty() && self.capabilities == role.preset()
+        self.volumes.is_empty() && self.namespaces.is_empty() && self.capabilities == role.preset()
     }
 
     pub fn has(&self, c: Capability) -> bool {
         self.capabilities.contains(&c)
     }
 
+    /// Whether it is narrowed to volume patterns or namespaces: what covers the whole
+    /// cluster is then refused it.
     pub fn narrowed(&self) -> bool {
-        !self.volumes.is_empty()
+        !self.volumes.is_empty() || !self.namespaces.is_empty()
     }
 
-    /// Whether the volume (or snapshot) `name` is one it may touch.
-    pub fn touches(&self, name: &str) -> bool {
-        self.volumes.is_empty() || self.volumes.iter().any(|p| glob_matches(p, name))
+    /// Whether it covers namespace `namespace`.
+    pub fn covers_namespace(&self, namespace: &str) -> bool {
+        self.namespaces.is_empty() || self.namespaces.iter().any(|n| n == namespace)
+    }
+
+    /// Whether the volume (or snapshot) keyed `key` (`crate::volume_key`) is one it may
+    /// touch: of a namespace it covers, its name matching one of its patterns.
+    pub fn touches(&self, key: &str) -> bool {
+        let (namespace, name) = crate::split_key(key);
+        self.covers_namespace(namespace)
+            && (self.volumes.is_empty() || self.volumes.iter().any(|p| glob_matches(p, name)))
     }
 
     /// What of `other` this scope does not hold: capabilities it lacks, and patterns of
@@ -234,7 +250,20 @@ impl TokenScope {
             .difference(&self.capabilities)
             .map(|c| format!("capability `{c}`"))
             .collect();
-        if self.narrowed() {
+        if !self.namespaces.is_empty() {
+            if other.namespaces.is_empty() {
+                out.push(format!(
+                    "every namespace (this token covers namespaces {})",
+                    quoted(&self.namespaces)
+                ));
+            }
+            for n in &other.namespaces {
+                if !self.covers_namespace(n) {
+                    out.push(format!("namespace `{n}`"));
+                }
+            }
+        }
+        if !self.volumes.is_empty() {
             if other.volumes.is_empty() {
                 out.push("every volume (this token is narrowed to volume patterns)".into());
             }
@@ -246,6 +275,15 @@ impl TokenScope {
         }
         out
     }
+}
+
+/// `a`, `b`, as messages name a list.
+pub fn quoted(names: &[String]) -> String {
+    names
+        .iter()
+        .map(|n| format!("`{n}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 #[cfg(test)]
@@ -278,10 +316,12 @@ mod tests {
         let claimer = TokenScope {
             capabilities: Role::Claimer.preset(),
             volumes: vec!["build-*".into()],
+            namespaces: Vec::new(),
         };
         let wider = TokenScope {
             capabilities: Role::Operator.preset(),
             volumes: vec!["db-*".into()],
+            namespaces: Vec::new(),
         };
         let over = claimer.exceeded_by(&wider);
         assert!(over.contains(&"capability `backup`".to_owned()), "{over:?}");
@@ -289,11 +329,51 @@ mod tests {
         let narrower = TokenScope {
             capabilities: Role::Reader.preset(),
             volumes: vec!["build-a*".into()],
+            namespaces: Vec::new(),
         };
         assert!(claimer.exceeded_by(&narrower).is_empty());
         assert_eq!(
             claimer.exceeded_by(&TokenScope::preset(Role::Reader)),
             vec!["every volume (this token is narrowed to volume patterns)".to_owned()]
         );
+    }
+
+    #[test]
+    fn namespaces_bound_what_a_token_touches_and_makes() {
+        let team_a = TokenScope {
+            capabilities: Role::Claimer.preset(),
+            volumes: Vec::new(),
+            namespaces: vec!["team-a".into()],
+        };
+        assert!(team_a.narrowed());
+        assert!(team_a.touches("team-a~db"));
+        assert!(!team_a.touches("team-b~db"));
+        assert!(
+            !team_a.touches("db"),
+            "`default` is a namespace like another"
+        );
+        let every = TokenScope::preset(Role::Claimer);
+        assert!(every.touches("team-b~db") && every.touches("db"));
+        // Patterns match the name within the namespace.
+        let builds = TokenScope {
+            volumes: vec!["build-*".into()],
+            ..team_a.clone()
+        };
+        assert!(builds.touches("team-a~build-1") && !builds.touches("team-a~db"));
+
+        assert_eq!(
+            team_a.exceeded_by(&every),
+            vec!["every namespace (this token covers namespaces `team-a`)".to_owned()]
+        );
+        let team_b = TokenScope {
+            namespaces: vec!["team-b".into()],
+            ..team_a.clone()
+        };
+        assert_eq!(
+            team_a.exceeded_by(&team_b),
+            vec!["namespace `team-b`".to_owned()]
+        );
+        assert!(team_a.exceeded_by(&builds).is_empty());
+        assert!(every.exceeded_by(&team_b).is_empty());
     }
 }

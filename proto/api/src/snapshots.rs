@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SnapshotRequest {
-    /// The volume to snapshot (a csivol volume name).
+    /// The volume to snapshot (a csivol volume name, of the snapshot's namespace).
     pub volume: String,
     /// Plugin-specific CreateSnapshot parameters.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -58,8 +58,12 @@ impl SnapshotState {
 /// A snapshot as the API shows it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Snapshot {
+    /// Its name within its namespace, its volume's.
     pub name: String,
-    /// The csivol volume it was taken of (which may since have been deleted).
+    #[serde(default = "crate::default_namespace")]
+    pub namespace: String,
+    /// The csivol volume it was taken of (which may since have been deleted), by its name
+    /// within the namespace.
     pub volume: String,
     pub plugin: String,
     /// The plugin's snapshot id; empty until CreateSnapshot answered.
@@ -94,7 +98,8 @@ pub struct Snapshot {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GroupSnapshotRequest {
-    /// The volumes to snapshot together (csivol volume names), at least one.
+    /// The volumes to snapshot together (csivol volume names, of the group's namespace), at
+    /// least one.
     pub volumes: Vec<String>,
     /// Plugin-specific CreateVolumeGroupSnapshot parameters.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -105,9 +110,13 @@ pub struct GroupSnapshotRequest {
 /// ordinary snapshot (`GET /v1/snapshots/{member}`) a volume can be created from.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GroupSnapshot {
+    /// Its name within its namespace, its volumes'.
     pub name: String,
+    #[serde(default = "crate::default_namespace")]
+    pub namespace: String,
     pub plugin: String,
-    /// The csivol volumes it was taken of, in the order asked.
+    /// The csivol volumes it was taken of, in the order asked, by their names within the
+    /// namespace.
     pub volumes: Vec<String>,
     /// The plugin's group snapshot id; empty until CreateVolumeGroupSnapshot answered.
     pub group_snapshot_id: String,

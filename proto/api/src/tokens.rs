@@ -49,6 +49,9 @@ pub struct TokenRequest {
     /// Volume-name patterns (`build-*`) the token is narrowed to; none: every volume.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub volumes: Vec<String>,
+    /// The namespaces the token is narrowed to (`*`: every namespace); none: every one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub namespaces: Vec<String>,
 }
 
 /// `GET /v1/plugins/{id}/controllers`: the nodes that may host a plugin's controller.
@@ -99,6 +102,9 @@ pub struct TokenInfo {
     /// Volume-name patterns it is narrowed to; empty: every volume.
     #[serde(default)]
     pub volumes: Vec<String>,
+    /// The namespaces it is narrowed to; empty: every namespace.
+    #[serde(default)]
+    pub namespaces: Vec<String>,
     pub created_at: String,
     /// The last request made with it (persisted when tokens are listed and at shutdown).
     pub last_used_at: Option<String>,
@@ -127,4 +133,7 @@ pub struct TokenResponse {
     /// Volume-name patterns it is narrowed to; empty: every volume.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub volumes: Vec<String>,
+    /// The namespaces it is narrowed to; empty: every namespace.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub namespaces: Vec<String>,
 }

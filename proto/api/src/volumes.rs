@@ -130,8 +130,8 @@ impl CreateVolumeSpec {
     /// The content source names a snapshot or a volume by its csivol name.
     pub fn check_source(&self) -> Result<(), String> {
         match &self.source {
-            Some(crate::ContentSource::Snapshot(s)) => crate::validate_name("snapshot", s),
-            Some(crate::ContentSource::Volume(v)) => crate::validate_name("volume", v),
+            Some(crate::ContentSource::Snapshot(s)) => crate::validate_key("snapshot", s),
+            Some(crate::ContentSource::Volume(v)) => crate::validate_key("volume", v),
             None => Ok(()),
         }
     }
@@ -181,7 +181,10 @@ impl VolumeState {
 /// `secret_keys` lists which secrets are stored.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Volume {
+    /// Its name within its namespace.
     pub name: String,
+    #[serde(default = "crate::default_namespace")]
+    pub namespace: String,
     pub plugin: String,
     pub external_id: String,
     pub access_mode: AccessMode,

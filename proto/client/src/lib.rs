@@ -46,6 +46,9 @@ pub struct Client {
     request_timeout: Option<Duration>,
     /// Every `GET` asks for `stale=true`.
     stale_reads: bool,
+    /// Every request names this namespace (`?namespace=`); `None`: none, which the server
+    /// takes for `default`.
+    namespace: Option<String>,
     /// Every request that changes something says the caller follows its outcome
     /// ([`WAIT_HEADER`]).
     waits_for_release: bool,
@@ -62,9 +65,17 @@ pub struct Builder {
     user_agent: Option<String>,
     no_proxy: bool,
     stale_reads: bool,
+    namespace: Option<String>,
 }
 
 impl Builder {
+    /// The namespace every request names (`?namespace=NS`; `*` for every namespace, which
+    /// only listings take); `None` names none, which the server takes for `default`.
+    pub fn namespace(mut self, namespace: Option<String>) -> Self {
+        self.namespace = namespace;
+        self
+    }
+
     /// The bearer token sent with every request.
     pub fn token(mut self, token: Option<String>) -> Self {
         self.token = token;
@@ -150,6 +161,7 @@ impl Builder {
             token: self.token,
             request_timeout: self.request_timeout,
             stale_reads: self.stale_reads,
+            namespace: self.namespace,
             waits_for_release: false,
         })
     }
@@ -310,6 +322,7 @@ impl Client {
             user_agent: None,
             no_proxy: false,
             stale_reads: false,
+            namespace: None,
         }
     }
 
@@ -453,11 +466,19 @@ impl Client {
         timeout: Option<Duration>,
         said: Said<'_>,
     ) -> Result<Raw, Error> {
-        let url = match self.stale_reads && method == Method::GET {
-            true if path.contains('?') => format!("{base}{path}&stale=true"),
-            true => format!("{base}{path}?stale=true"),
-            false => format!("{base}{path}"),
+        let mut url = format!("{base}{path}");
+        let mut add = |pair: &str| {
+            url.push(if url.contains('?') { '&' } else { '?' });
+            url.push_str(pair);
         };
+        if self.stale_reads && method == Method::GET {
+            add("stale=true");
+        }
+        if let Some(ns) = &self.namespace {
+            // A namespace is a name or `*`: nothing in it needs escaping but `*`, which a
+            // query takes as it is.
+            add(&format!("namespace={ns}"));
+        }
         let changes = method != Method::GET;
         let mut req = self.http.request(method, &url);
         if let Some(t) = timeout.or(self.request_timeout) {

@@ -179,7 +179,7 @@ pub fn decide(input: &Input<'_>) -> Job {
         if released.contains(d.alloc.as_str()) || input.failed.contains(&c) {
             continue;
         }
-        let names = validate_name("volume", vol)
+        let names = csivol_api::validate_key("volume", vol)
             .and_then(|()| validate_name("alloc", &d.alloc))
             .and_then(|()| validate_name("plugin", &d.volume.plugin));
         if let Err(message) = names {

@@ -127,7 +127,9 @@ pub(super) async fn hold_claim(
     let Ok(_permit) = Arc::clone(&app.long_polls).try_acquire_owned() else {
         return unchanged();
     };
-    let key = Key::Volume(committed.volume.clone());
+    // The answer names the volume within its namespace; the state keys it whole.
+    let volume = api::volume_key(&committed.namespace, &committed.volume);
+    let key = Key::Volume(volume.clone());
     let index = app.db.hub.wait(&key, committed.index, wait).await;
     // The state went back in time under the request (its commit may be in no state any
     // more): the claim as it is now, and an index of the new generation.
@@ -136,7 +138,7 @@ pub(super) async fn hold_claim(
         return unchanged();
     }
     let index = if other { app.db.hub.index(&key) } else { index };
-    let (volume, alloc) = (committed.volume.clone(), committed.alloc.clone());
+    let alloc = committed.alloc.clone();
     let now = app
         .db
         .read_small(move |c| match c.claim(&volume, &alloc)? {

@@ -261,11 +261,15 @@ pub(super) async fn get_claim(
 pub(super) async fn list_claims(
     State(app): State<App>,
     headers: HeaderMap,
+    axum::Extension(asked): axum::Extension<super::namespaces::Asked>,
     Query(pairs): Query<Vec<(String, String)>>,
 ) -> ApiResult<Response> {
     let mut filter = views::ClaimFilter::from_query(&pairs)?;
+    filter.namespace = asked.namespace;
     // A token narrowed to volume patterns lists only the claims of the volumes they match.
-    filter.names = app.caller(&headers)?.scope.volumes;
+    let scope = app.caller(&headers)?.scope;
+    filter.names = scope.volumes;
+    filter.namespaces = scope.namespaces;
     listing::claims(&app, filter).await
 }
 

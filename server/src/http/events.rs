@@ -14,8 +14,10 @@ use serde::Deserialize;
 
 use super::blocking::{Blocking, checked_index, cursor_headers, sent_generation, with_index};
 use super::extract::Q;
+use super::namespaces::Asked;
 use crate::app::App;
 use crate::error::{ApiError, ApiResult};
+use crate::store::namespaces::NamespaceFilter;
 use crate::store::sqlite::db::Db;
 use crate::views;
 use crate::watch::{Generation, Key};
@@ -43,8 +45,10 @@ pub(super) struct EventsQuery {
 pub(super) async fn events(
     State(app): State<App>,
     headers: HeaderMap,
+    axum::Extension(asked): axum::Extension<Asked>,
     Q(q): Q<EventsQuery>,
 ) -> ApiResult<Response> {
+    let namespaces = namespace_filter(&asked, &app.caller(&headers)?.scope);
     let mut after = checked_index(q.index)?.unwrap_or(0);
     let limit = match q.limit {
         None => DEFAULT_PAGE,
@@ -78,6 +82,7 @@ pub(super) async fn events(
         node: q.node,
         alloc: q.alloc,
         until: None,
+        namespaces,
     };
     loop {
         let seen = app.db.hub.index(&Key::Events);
@@ -104,6 +109,25 @@ pub(super) async fn events(
             after = after.min(app.db.hub.events_from());
             blocking = None;
         }
+    }
+}
+
+/// Which namespaces' events a request reads: the one it names, or with `*` every one the
+/// caller's token holds. Events of no volume (a node's, a token's) are the cluster's: read
+/// with `default` (as before namespaces) or `*`, by a token not narrowed.
+fn namespace_filter(asked: &Asked, scope: &api::TokenScope) -> NamespaceFilter {
+    let only = match &asked.namespace {
+        Some(ns) => Some(vec![ns.clone()]),
+        None if scope.namespaces.is_empty() => None,
+        None => Some(scope.namespaces.clone()),
+    };
+    let cluster_wide = asked
+        .namespace
+        .as_deref()
+        .is_none_or(|ns| ns == api::DEFAULT_NAMESPACE);
+    NamespaceFilter {
+        only,
+        volumeless: cluster_wide && !scope.narrowed(),
     }
 }
 

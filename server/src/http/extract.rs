@@ -46,6 +46,13 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for Q<T> {
     }
 }
 
+/// A name by the API's one rule; a volume or a snapshot is named by its key
+/// (`api::validate_key`), which the namespace layer made of the namespace and the name the
+/// request gave.
 pub(super) fn name(kind: &str, value: &str) -> ApiResult<()> {
-    validate_name(kind, value).map_err(ApiError::invalid)
+    match kind {
+        "volume" | "snapshot" | "group snapshot" => csivol_api::validate_key(kind, value),
+        _ => validate_name(kind, value),
+    }
+    .map_err(ApiError::invalid)
 }

@@ -199,7 +199,7 @@ pub(super) async fn claims(app: &App, filter: views::ClaimFilter) -> ApiResult<R
 pub(super) async fn snapshots(
     app: &App,
     volume: Option<String>,
-    names: Vec<String>,
+    scope: api::TokenScope,
 ) -> ApiResult<Response> {
     let db = app.db.clone();
     let read = move |after: String| {
@@ -211,7 +211,7 @@ pub(super) async fn snapshots(
     };
     let shape = move |page: Vec<api::Snapshot>| {
         let mut buf = Vec::with_capacity(page.len() * 512);
-        for s in page.iter().filter(|s| views::snapshot_named_in(&names, s)) {
+        for s in page.iter().filter(|s| views::snapshot_in_scope(&scope, s)) {
             if !buf.is_empty() {
                 buf.push(b',');
             }

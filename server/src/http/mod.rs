@@ -21,10 +21,12 @@ mod extract;
 mod health;
 pub(crate) mod listen;
 mod listing;
+mod namespaces;
 mod nodes;
 mod once;
 mod plugins;
 mod pools;
+mod quotas;
 mod reads;
 pub mod routes;
 mod snapshots;
@@ -40,6 +42,16 @@ use crate::app::App;
 use crate::error::ApiError;
 
 pub fn router(app: App) -> Router {
+    // Before routing: the namespace a request names becomes its volume's key in the path
+    // that is routed (`namespaces::qualify`).
+    let routed = routed(app);
+    Router::new().fallback_service(tower::Layer::layer(
+        &axum::middleware::from_fn(namespaces::qualify),
+        routed,
+    ))
+}
+
+fn routed(app: App) -> Router {
     routes::routes(Router::new())
         // On the matched routes only: an unknown path is answered 404 whoever asks.
         .route_layer(axum::middleware::from_fn_with_state(

@@ -9,7 +9,8 @@ use axum::response::{IntoResponse, Response};
 use csivol_api::{self as api, Capability, CreateVolumeSpec};
 
 use super::{
-    backup, channel, claims, events, health, nodes, plugins, pools, snapshots, tokens, volumes,
+    backup, channel, claims, events, health, namespaces, nodes, plugins, pools, quotas, snapshots,
+    tokens, volumes,
 };
 use crate::app::App;
 use crate::error::ApiError;
@@ -25,21 +26,25 @@ pub enum Need {
     Named(Capability),
     /// The capability, for a listing the handler narrows to the token's volumes.
     Listed(Capability),
-    /// The capability, for a log of every volume that a narrowed token may read only for
-    /// one volume its patterns match, named by the query's `volume`.
+    /// The capability, for a log of every volume that a token narrowed to volume patterns
+    /// may read only for one volume its patterns match, named by the query's `volume` (a
+    /// token narrowed to namespaces alone reads the log of those).
     Filtered(Capability),
     /// The capability, for something that names no volume (plugins, the controller
     /// hosts of a plugin): narrowing changes nothing.
     Unnamed(Capability),
     /// The capability, over the whole cluster: a narrowed token is refused.
     Cluster(Capability),
+    /// The capability, for the namespace the path names (`{name}`), which a token narrowed
+    /// to namespaces must hold.
+    Namespace(Capability),
     /// An agent's own endpoints: the token of the node the path names (or an operator's).
     OwnNode,
 }
 
 impl Need {
     /// The rule as the authorisation test writes it: `anyone`, `own-node`, or
-    /// `CAPABILITY@named|listed|unnamed|cluster`.
+    /// `CAPABILITY@named|listed|filtered|unnamed|cluster|namespace`.
     pub fn text(self) -> String {
         match self {
             Self::Anyone => "anyone".into(),
@@ -49,6 +54,7 @@ impl Need {
             Self::Filtered(c) => format!("{c}@filtered"),
             Self::Unnamed(c) => format!("{c}@unnamed"),
             Self::Cluster(c) => format!("{c}@cluster"),
+            Self::Namespace(c) => format!("{c}@namespace"),
         }
     }
 
@@ -59,7 +65,8 @@ impl Need {
             | Self::Listed(c)
             | Self::Filtered(c)
             | Self::Unnamed(c)
-            | Self::Cluster(c) => Some(c),
+            | Self::Cluster(c)
+            | Self::Namespace(c) => Some(c),
             Self::Anyone | Self::OwnNode => None,
         }
     }
@@ -100,6 +107,11 @@ table! {
     post "/v1/tokens" Cluster(ManageTokens) => tokens::create_token;
     get "/v1/tokens" Cluster(ManageTokens) => tokens::list_tokens;
     delete "/v1/tokens/{id}" Cluster(ManageTokens) => tokens::revoke_token;
+    get "/v1/namespaces" Listed(Read) => namespaces::list_namespaces;
+    get "/v1/namespaces/{name}" Namespace(Read) => namespaces::get_namespace;
+    put "/v1/namespaces/{name}" Cluster(CreateDelete) => namespaces::put_namespace;
+    delete "/v1/namespaces/{name}" Cluster(CreateDelete) => namespaces::delete_namespace;
+    put "/v1/namespaces/{name}/quota" Cluster(CreateDelete) => quotas::put_quota;
     get "/v1/volumes" Listed(Read) => volumes::list_volumes;
     get "/v1/volumes/{name}" Named(Read) => volumes::get_volume;
     put "/v1/volumes/{name}" Named(CreateDelete) => volumes::put_volume;
@@ -215,7 +227,20 @@ pub(super) async fn authorise(
     };
     if rule.need != Need::Anyone {
         let what = format!("{} {}", rule.method.to_uppercase(), rule.path);
+        let asked = parts.extensions.get::<namespaces::Asked>().cloned();
         let checked = match app.caller(&parts.headers) {
+            Err(e) => Err(e),
+            // A namespace the request names must be one the token holds, whatever else the
+            // route needs (only a token that holds it learns whether it exists).
+            Ok(caller) if rule.need.capability().is_some_and(|c| caller.has(c)) => {
+                match asked.as_ref().and_then(namespaces::Asked::named) {
+                    Some(ns) => caller.require_namespace(ns).map(|()| caller),
+                    None => Ok(caller),
+                }
+            }
+            Ok(caller) => Ok(caller),
+        };
+        let checked = match checked {
             Err(e) => Err(e),
             Ok(caller) => match rule.need {
                 Need::Anyone => Ok(()),
@@ -223,8 +248,20 @@ pub(super) async fn authorise(
                 Need::Cluster(c) => caller
                     .require(c, &what)
                     .and_then(|()| caller.require_whole_cluster(&what)),
+                Need::Namespace(c) => match caller.require(c, &what) {
+                    Err(e) => Err(e),
+                    Ok(()) => match path_param(&mut parts, &app, "name").await {
+                        Some(ns) => caller.require_namespace(&ns),
+                        None => Err(ApiError::internal(format!(
+                            "the route {} names no namespace",
+                            path.as_str()
+                        ))),
+                    },
+                },
                 Need::Filtered(c) => caller.require(c, &what).and_then(|()| {
-                    if !caller.scope.narrowed() {
+                    // A token narrowed to namespaces alone reads their whole log: the
+                    // handler reads only the namespaces it holds.
+                    if caller.scope.volumes.is_empty() {
                         return Ok(());
                     }
                     let volume =
@@ -262,6 +299,11 @@ pub(super) async fn authorise(
                     ))),
                 },
             },
+        };
+        // A namespace that does not exist is named only to a caller the route admits.
+        let checked = match checked {
+            Ok(()) => namespaces::require_asked(&app, asked.as_ref()).await,
+            Err(e) => Err(e),
         };
         if let Err(e) = checked {
             return e.into_response();

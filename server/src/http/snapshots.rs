@@ -32,11 +32,15 @@ pub(super) struct SnapshotFilter {
 pub(super) async fn list_snapshots(
     State(app): State<App>,
     headers: HeaderMap,
+    axum::Extension(asked): axum::Extension<super::namespaces::Asked>,
     Q(f): Q<SnapshotFilter>,
 ) -> ApiResult<Response> {
     // A token narrowed to volume patterns lists only the snapshots whose own names and
-    // whose volumes' names they match.
-    let names = app.caller(&headers)?.scope.volumes;
+    // whose volumes' names they match; of the namespace asked for (or of every one).
+    let mut scope = app.caller(&headers)?.scope;
+    if let Some(ns) = &asked.namespace {
+        scope.namespaces = vec![ns.clone()];
+    }
     if let Some(v) = &f.volume {
         name("volume", v)?;
     }
@@ -44,13 +48,13 @@ pub(super) async fn list_snapshots(
         name("group snapshot", g)?;
     }
     let Some(group) = f.group else {
-        return listing::snapshots(&app, f.volume, names).await;
+        return listing::snapshots(&app, f.volume, scope).await;
     };
     let mut members = app
         .db
         .read(move |c| lifecycle::list_group_members(c, &group, f.volume.as_deref()))
         .await?;
-    members.retain(|s| views::snapshot_named_in(&names, s));
+    members.retain(|s| views::snapshot_in_scope(&scope, s));
     Ok(Json(members).into_response())
 }
 
@@ -70,7 +74,10 @@ pub(super) async fn get_snapshot(
         .await?;
     // The route checked the snapshot's own name against a narrowed token's patterns;
     // its volume's must match too.
-    caller.require_touches("the snapshot's volume", &s.volume)?;
+    caller.require_touches(
+        "the snapshot's volume",
+        &api::volume_key(&s.namespace, &s.volume),
+    )?;
     Ok(with_index(StatusCode::OK, index, s))
 }
 
@@ -79,9 +86,12 @@ pub(super) async fn put_snapshot(
     headers: HeaderMap,
     Path(snapshot): Path<String>,
     once: Once,
-    Body(req): Body<api::SnapshotRequest>,
+    Body(mut req): Body<api::SnapshotRequest>,
 ) -> ApiResult<Response> {
     let caller = app.caller(&headers)?;
+    // The body names a volume of the snapshot's namespace, by its name there.
+    api::validate_name("volume", &req.volume).map_err(crate::error::ApiError::invalid)?;
+    req.volume = api::volume_key(api::namespace_of(&snapshot), &req.volume);
     // The route checked the snapshot's name; the volume it is taken of must match too.
     caller.require_touches("volume", &req.volume)?;
     let (actor, limits) = (caller.actor(), app.limits.clone());
@@ -130,7 +140,10 @@ pub(super) async fn delete_snapshot(
         // Only a snapshot not found passes: any other failure to read it must not let a
         // narrowed token through unchecked.
         match app.db.read(move |c| lifecycle::snapshot_view(c, &of)).await {
-            Ok(s) => caller.require_touches("the snapshot's volume", &s.volume)?,
+            Ok(s) => caller.require_touches(
+                "the snapshot's volume",
+                &api::volume_key(&s.namespace, &s.volume),
+            )?,
             Err(e) if e.code() == api::ErrorCode::NotFound => {}
             Err(e) => return Err(e),
         }
@@ -141,10 +154,13 @@ pub(super) async fn delete_snapshot(
     once.respond(&app, &(), write, accepted_or_gone).await
 }
 
+/// `GET /v1/group-snapshots`: the groups of the namespace asked for (or of every one).
 pub(super) async fn list_group_snapshots(
     State(app): State<App>,
+    axum::Extension(asked): axum::Extension<super::namespaces::Asked>,
 ) -> ApiResult<Json<Vec<api::GroupSnapshot>>> {
-    let groups = app.db.read(lifecycle::list_group_snapshots).await?;
+    let mut groups = app.db.read(lifecycle::list_group_snapshots).await?;
+    groups.retain(|g| asked.namespace.as_ref().is_none_or(|ns| *ns == g.namespace));
     Ok(Json(groups))
 }
 
@@ -170,9 +186,14 @@ pub(super) async fn put_group_snapshot(
     headers: HeaderMap,
     Path(group): Path<String>,
     once: Once,
-    Body(req): Body<api::GroupSnapshotRequest>,
+    Body(mut req): Body<api::GroupSnapshotRequest>,
 ) -> ApiResult<Response> {
     let (actor, limits) = app.acting(&headers)?;
+    // The body names volumes of the group's namespace, by their names there.
+    for v in &mut req.volumes {
+        api::validate_name("volume", v).map_err(crate::error::ApiError::invalid)?;
+        *v = api::volume_key(api::namespace_of(&group), v);
+    }
     let body = req.clone();
     let write = move |ctx: &mut WriteCtx<'_>| {
         lifecycle::create_group_snapshot(ctx, &group, req.clone(), &actor, &limits)

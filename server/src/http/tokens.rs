@@ -33,6 +33,7 @@ pub(super) async fn create_token(
                 controllers: req.controllers.clone(),
                 capabilities: req.capabilities.clone(),
                 volumes: req.volumes.clone(),
+                namespaces: req.namespaces.clone(),
             };
             lifecycle::create_token(ctx, t, &actor, &own)
         })
@@ -48,6 +49,7 @@ pub(super) async fn create_token(
             scope: TokenScope {
                 capabilities: resp.capabilities.iter().copied().collect(),
                 volumes: resp.volumes.clone(),
+                namespaces: resp.namespaces.clone(),
             },
         },
         expires_at,

@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use super::blocking::{Blocking, follow, with_index};
 use super::extract::{Body, Q, name};
 use super::listing;
+use super::namespaces::Asked;
 use super::once::{Once, accepted_or_gone, accepted_or_ok, created_or_ok, ok};
 use super::waits::waits_for_release;
 use crate::app::App;
@@ -46,10 +47,11 @@ const MAX_PAGE: usize = 10_000;
 pub(super) async fn list_volumes(
     State(app): State<App>,
     headers: HeaderMap,
+    axum::Extension(asked): axum::Extension<Asked>,
     Q(f): Q<VolumeFilter>,
 ) -> ApiResult<Response> {
     // A token narrowed to volume patterns lists only the volumes they match.
-    let names = app.caller(&headers)?.scope.volumes;
+    let scope = app.caller(&headers)?.scope;
     let state = match &f.state {
         Some(s) => Some(s.parse::<VolumeState>().map_err(|_| {
             let all: Vec<_> = VolumeState::ALL.iter().map(|s| s.as_str()).collect();
@@ -62,12 +64,18 @@ pub(super) async fn list_volumes(
         state,
         node: f.node,
         plugin: f.plugin,
-        names,
+        names: scope.volumes,
+        namespaces: scope.namespaces,
+        namespace: asked.namespace.clone(),
     };
     if let Some(limit) = f.limit {
         let limit = api::limits::count("limit", limit, 1, MAX_PAGE as u64)
             .map_err(ApiError::out_of_range)?;
-        let after = f.after;
+        // A page of one namespace starts after its volume's key.
+        let after = match &asked.namespace {
+            Some(ns) => f.after.map(|a| api::volume_key(ns, &a)),
+            None => f.after,
+        };
         let usage = Arc::clone(&app.usage);
         let page = app
             .db
@@ -171,9 +179,15 @@ pub(super) trait VolumeOperation:
     const WAITS_FOR_RELEASE: bool;
 
     /// The snapshot or volume whose data it reads, which a token narrowed to volume
-    /// patterns must match as well: `("snapshot" | "volume", name)`.
+    /// patterns must match as well: `("snapshot" | "volume", key)`.
     fn source(&self) -> Option<(&'static str, &str)> {
         None
+    }
+
+    /// The request with the names its body gives (a source) made keys of `namespace`,
+    /// the namespace of the volume it is for: a body names what lives beside that volume.
+    fn in_namespace(self, _namespace: &str) -> ApiResult<Self> {
+        Ok(self)
     }
 
     /// Starts it in the write's transaction: the volume, and whether anything started.
@@ -202,6 +216,21 @@ impl VolumeOperation for CreateVolumeSpec {
             api::ContentSource::Snapshot(s) => Some(("snapshot", s)),
             api::ContentSource::Volume(v) => Some(("volume", v)),
         }
+    }
+
+    fn in_namespace(mut self, namespace: &str) -> ApiResult<Self> {
+        self.source = match self.source {
+            Some(api::ContentSource::Snapshot(s)) => {
+                api::validate_name("snapshot", &s).map_err(ApiError::invalid)?;
+                Some(api::ContentSource::Snapshot(api::volume_key(namespace, &s)))
+            }
+            Some(api::ContentSource::Volume(v)) => {
+                api::validate_name("volume", &v).map_err(ApiError::invalid)?;
+                Some(api::ContentSource::Volume(api::volume_key(namespace, &v)))
+            }
+            None => None,
+        };
+        Ok(self)
     }
 
     fn start(
@@ -262,6 +291,7 @@ pub(super) async fn start_operation<O: VolumeOperation>(
     Body(req): Body<O>,
 ) -> ApiResult<Response> {
     let caller = app.caller(&headers)?;
+    let req = req.in_namespace(api::namespace_of(&volume))?;
     if let Some((kind, source)) = req.source() {
         caller.require_touches(kind, source)?;
         if kind == "snapshot" && caller.scope.narrowed() {
@@ -270,7 +300,10 @@ pub(super) async fn start_operation<O: VolumeOperation>(
             // Only a snapshot not found passes (the write refuses it): any other failure to
             // read it must not let a narrowed token through unchecked.
             match app.db.read(move |c| lifecycle::snapshot_view(c, &of)).await {
-                Ok(s) => caller.require_touches("the snapshot's volume", &s.volume)?,
+                Ok(s) => caller.require_touches(
+                    "the snapshot's volume",
+                    &api::volume_key(&s.namespace, &s.volume),
+                )?,
                 Err(e) if e.code() == api::ErrorCode::NotFound => {}
                 Err(e) => return Err(e),
             }

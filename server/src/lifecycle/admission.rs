@@ -34,8 +34,9 @@ pub enum ClaimDecision {
 /// The next step for a claim that a node lost holds: unblock it, or wait for the node.
 pub(super) fn unblock_hint(volume: &str, node: &str) -> String {
     format!(
-        "if node {node} is really gone or fenced, run: csivol unblock {volume} --reason \"...\" \
-         (or wait for the node to come back)"
+        "if node {node} is really gone or fenced, run: csivol unblock {volume_cli} --reason \"...\" \
+         (or wait for the node to come back)",
+        volume_cli = csivol_api::cli_name(volume)
     )
 }
 
@@ -74,8 +75,9 @@ fn refusal_error(
                 "wait for that claim to be gone, then claim again".to_owned()
             }
             _ => format!(
-                "release it first: csivol release {volume} --alloc {}",
-                req.alloc
+                "release it first: csivol release {volume_cli} --alloc {}",
+                req.alloc,
+                volume_cli = csivol_api::cli_name(volume)
             ),
         }),
         Refusal::Conflict {
@@ -111,8 +113,9 @@ fn refusal_error(
                 ))
                 .with_hint(format!(
                     "with --wait the claim waits in line for the release to finish, then is granted: \
-                     `csivol claim {volume} --node {} --alloc {} --wait`",
-                    req.node, req.alloc
+                     `csivol claim {volume_cli} --node {} --alloc {} --wait`",
+                    req.node, req.alloc,
+                    volume_cli = csivol_api::cli_name(volume),
                 ))
             } else if holder_leaving {
                 ApiError::conflict(format!(
@@ -127,8 +130,9 @@ fn refusal_error(
                     "volume `{volume}` {why}: held by alloc {holder_alloc} on node {holder_node}"
                 ))
                 .with_hint(format!(
-                    "wait for it to be released (csivol release {volume} --alloc {holder_alloc}), \
-                     or claim with --queue to wait in line"
+                    "wait for it to be released (csivol release {volume_cli} --alloc {holder_alloc}), \
+                     or claim with --queue to wait in line",
+                    volume_cli = csivol_api::cli_name(volume),
                 ))
             }
         }
@@ -336,7 +340,7 @@ pub(super) fn evaluate_arrived(
     waits: bool,
     arrived: Option<i64>,
 ) -> ApiResult<ClaimDecision> {
-    validate_name("volume", volume).map_err(ApiError::invalid)?;
+    csivol_api::validate_key("volume", volume).map_err(ApiError::invalid)?;
     validate_name("alloc", &req.alloc).map_err(ApiError::invalid)?;
     validate_name("node", &req.node).map_err(ApiError::invalid)?;
     req.check_text().map_err(ApiError::text)?;

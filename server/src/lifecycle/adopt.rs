@@ -30,7 +30,7 @@ pub fn adopt_volume(
     actor: &str,
     limits: &Limits,
 ) -> ApiResult<(api::Volume, bool)> {
-    api::validate_name("volume", name).map_err(ApiError::invalid)?;
+    api::validate_key("volume", name).map_err(ApiError::invalid)?;
     let existing = ctx.volume(name)?;
     let registered = existing
         .as_ref()

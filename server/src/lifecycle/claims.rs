@@ -134,6 +134,13 @@ pub(super) fn create_arrived(
         decision => {
             super::retries::refuse_if_released(&*ctx, volume, &req.alloc, sent_at)?;
             refuse_past_claims_limit(&*ctx, who, limits)?;
+            super::quotas::refuse_past(
+                &*ctx,
+                csivol_api::namespace_of(volume),
+                crate::store::namespaces::Bound::Claims,
+                1,
+                &format!("a claim of volume `{}`", csivol_api::split_key(volume).1),
+            )?;
             let state = match &decision {
                 ClaimDecision::Queue(_) => ClaimState::Queued,
                 _ => transitions::NEW_CLAIM,

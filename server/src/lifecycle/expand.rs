@@ -50,6 +50,21 @@ pub fn expand_volume(
     }
     api::limits::size_bytes("capacity_bytes", capacity_bytes).map_err(ApiError::out_of_range)?;
     let v = ctx.require_volume(name)?;
+    if !req.cancel {
+        // Within the namespace's quota: what it grows by over what it has or already grows
+        // to.
+        let reached = v
+            .capacity_bytes
+            .unwrap_or(0)
+            .max(v.expansion.as_ref().map_or(0, |e| e.capacity_bytes));
+        super::quotas::refuse_past(
+            &*ctx,
+            api::namespace_of(name),
+            crate::store::namespaces::Bound::CapacityBytes,
+            capacity_bytes.saturating_sub(reached),
+            &format!("growing volume `{}`", api::split_key(name).1),
+        )?;
+    }
     // A controller call that failed and waits for its retry: none running now.
     let op = ctx.key_op(OpKind::Expand, name)?;
     let retrying = v

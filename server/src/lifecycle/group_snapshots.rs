@@ -8,7 +8,7 @@
 
 use std::collections::BTreeSet;
 
-use csivol_api::{self as api, GroupSnapshotRequest, SnapshotState, validate_name};
+use csivol_api::{self as api, GroupSnapshotRequest, SnapshotState};
 
 use super::ops::kinds::group_snapshot::{
     forget, group_event, member_name, op_key, set_members, touch,
@@ -59,9 +59,15 @@ pub fn create_group_snapshot(
     actor: &str,
     limits: &Limits,
 ) -> ApiResult<(api::GroupSnapshot, bool)> {
-    validate_name("group snapshot", name).map_err(ApiError::invalid)?;
+    csivol_api::validate_key("group snapshot", name).map_err(ApiError::invalid)?;
     for v in &req.volumes {
-        validate_name("volume", v).map_err(ApiError::invalid)?;
+        csivol_api::validate_key("volume", v).map_err(ApiError::invalid)?;
+        // A group is of its namespace's volumes (the API names them in one namespace).
+        if csivol_api::namespace_of(v) != csivol_api::namespace_of(name) {
+            return Err(ApiError::invalid(format!(
+                "group snapshot `{name}` and volume `{v}` are of two namespaces"
+            )));
+        }
     }
     csivol_api::FreeText::check_text(&req).map_err(ApiError::text)?;
     if let Some(s) = ctx.snapshot(name)? {
@@ -110,7 +116,7 @@ pub fn create_group_snapshot(
     rules::may_group_snapshot(caps.as_ref(), &f).map_err(refused)?;
     for v in &volumes {
         let member = member_name(name, &v.name);
-        validate_name("snapshot", &member).map_err(|e| {
+        csivol_api::validate_key("snapshot", &member).map_err(|e| {
             ApiError::invalid(format!(
                 "the member of volume `{}` would be named `{member}`: {e}",
                 v.name

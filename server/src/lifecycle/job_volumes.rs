@@ -292,6 +292,13 @@ pub fn create_fresh_claim(
     let spec = fit(&req.name, spec)?;
     super::claims::refuse_past_claims_limit(&*ctx, who, limits)?;
     let mut volume = volume_name(&req.name);
+    {
+        use crate::store::namespaces::Bound;
+        let namespace = csivol_api::namespace_of(&volume);
+        let what = format!("a per-job volume for alloc `{}`", req.claim.alloc);
+        super::quotas::refuse_past(&*ctx, namespace, Bound::FreshVolumes, 1, &what)?;
+        super::quotas::refuse_past(&*ctx, namespace, Bound::Claims, 1, &what)?;
+    }
     while ctx.volume(&volume)?.is_some() {
         volume = volume_name(&req.name);
     }

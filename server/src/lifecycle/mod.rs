@@ -55,6 +55,7 @@ mod leases;
 mod lingers;
 mod modify;
 mod mounts;
+mod namespaces;
 mod node_expansion;
 mod nodes;
 mod operator;
@@ -65,6 +66,7 @@ mod pool_line;
 mod pool_members;
 mod pool_waits;
 mod pools;
+mod quotas;
 mod reconcile;
 mod reports;
 mod retries;
@@ -95,6 +97,9 @@ pub use job_volumes::{create_fresh_claim, fresh_dry_run, keep_after_release};
 pub use labels::set_labels;
 pub use leases::{expire_leases, renew_lease};
 pub use modify::modify_volume;
+pub use namespaces::{
+    create_namespace, delete_namespace, namespace_view, namespace_views, require_namespace,
+};
 pub use nodes::{
     Expiry, expire_node, node_id_refused, node_stopping, register_node, remove_node,
     set_eligibility,
@@ -108,6 +113,7 @@ pub use pools::{
     any_linger_due, create_pool, delete_pool, end_due_lingers, pool_view, pool_views,
     set_volume_labels,
 };
+pub use quotas::set_namespace_quota;
 pub use reports::apply_reports;
 pub use retries::{PRUNE_BATCH, prune_retries};
 pub use settings::Limits;

@@ -93,11 +93,11 @@ pub fn register_node(
     }
     // What the node holds names csivol's volumes and allocs: the naming rule bounds each.
     for c in &req.published {
-        validate_name("volume", &c.volume).map_err(ApiError::invalid)?;
+        csivol_api::validate_key("volume", &c.volume).map_err(ApiError::invalid)?;
         validate_name("alloc", &c.alloc).map_err(ApiError::invalid)?;
     }
     for v in &req.staged {
-        validate_name("volume", v).map_err(ApiError::invalid)?;
+        csivol_api::validate_key("volume", v).map_err(ApiError::invalid)?;
     }
     let existing = ctx.node(node)?;
     // While the state settles after a restore, a node still to say what it holds, or one

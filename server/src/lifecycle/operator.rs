@@ -272,7 +272,11 @@ pub fn detach(
             return Err(ApiError::blocked(format!(
                 "node `{node}` is lost; its claims cannot be released through it"
             ))
-            .with_hint(format!("to detach without the node, run: csivol detach {volume} --node {node} --force --reason \"...\"")));
+            .with_hint(format!(
+                "to detach without the node, run: csivol detach {volume_cli} --node {node} \
+                 --force --reason \"...\"",
+                volume_cli = csivol_api::cli_name(volume)
+            )));
         }
         return unblock_volume(ctx, volume, Some(node), reason, dry_run, actor, limits);
     }
@@ -281,7 +285,8 @@ pub fn detach(
             "node `{node}` is ready; --force is only for a lost node"
         ))
         .with_hint(format!(
-            "detach through the node: csivol detach {volume} --node {node} --reason \"...\""
+            "detach through the node: csivol detach {volume_cli} --node {node} --reason \"...\"",
+            volume_cli = csivol_api::cli_name(volume)
         )));
     }
     let claims: Vec<ClaimRow> = ctx

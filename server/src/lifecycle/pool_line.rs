@@ -46,6 +46,7 @@ pub(super) fn waiter_claim(w: &PoolWaiterRow, position: usize, index: u64) -> ap
     let c = &w.request.claim;
     api::Claim {
         volume: String::new(),
+        namespace: api::DEFAULT_NAMESPACE.to_owned(),
         alloc: c.alloc.clone(),
         node: c.node.clone(),
         mode: c.mode,

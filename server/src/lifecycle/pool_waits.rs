@@ -119,6 +119,13 @@ pub(super) fn join(
         )));
     }
     super::claims::refuse_past_claims_limit(&*ctx, who, limits)?;
+    super::quotas::refuse_past(
+        &*ctx,
+        csivol_api::DEFAULT_NAMESPACE,
+        crate::store::namespaces::Bound::Claims,
+        1,
+        &format!("a claim waiting in pool `{}`'s line", p.name),
+    )?;
     let now = ctx.now();
     let expires_at = claim
         .ttl_ms

@@ -47,8 +47,18 @@ fn check_value(what: &str, key: &str, value: &str) -> ApiResult<()> {
     Ok(())
 }
 
-/// Checks a volume's labels as a spec gives them.
+/// Checks a volume's labels as a spec gives them. Pools are kept in `default` and choose
+/// their members among its volumes only: a volume of another namespace takes no labels, so
+/// that no pool's claim ever hands one team's volume to another's job.
 pub fn check_labels(volume: &str, labels: &BTreeMap<String, String>) -> ApiResult<()> {
+    let (namespace, name) = api::split_key(volume);
+    if namespace != api::DEFAULT_NAMESPACE && !labels.is_empty() {
+        return Err(ApiError::invalid(format!(
+            "volume `{name}` of namespace `{namespace}` takes no labels: pools, which labels \
+             put volumes in, belong to the namespace `default` only in this release"
+        ))
+        .with_hint("drop `labels` from its spec"));
+    }
     for (k, v) in labels {
         check_key("label", k)?;
         check_value("label", k, v)?;
@@ -129,7 +139,8 @@ pub fn set_volume_labels(
     if req.set.is_empty() && req.remove.is_empty() {
         return Err(
             ApiError::invalid("no label to set or remove").with_hint(format!(
-                "e.g. csivol volume label {volume} pool=build-cache team-"
+                "e.g. csivol volume label {volume_cli} pool=build-cache team-",
+                volume_cli = csivol_api::cli_name(volume)
             )),
         );
     }
@@ -314,8 +325,9 @@ pub fn create_pool(
             ))
             .with_hint(format!(
                 "narrow the selector, or move the volume out of pool `{}` first \
-                 (csivol volume label {volume} KEY-)",
-                other.name
+                 (csivol volume label {volume_cli} KEY-)",
+                other.name,
+                volume_cli = csivol_api::cli_name(&volume)
             )));
         }
         members.push(volume);

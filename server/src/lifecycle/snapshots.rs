@@ -4,9 +4,7 @@
 //! shows them, and the content source of a volume created from a snapshot or cloned from
 //! a volume.
 
-use csivol_api::{
-    self as api, ContentSource, SnapshotRequest, SnapshotState, WireContentSource, validate_name,
-};
+use csivol_api::{self as api, ContentSource, SnapshotRequest, SnapshotState, WireContentSource};
 
 use super::after_release::{Use, why_held};
 use super::events::event;
@@ -119,8 +117,15 @@ pub fn create_snapshot(
     limits: &Limits,
     waits: bool,
 ) -> ApiResult<(api::Snapshot, bool)> {
-    validate_name("snapshot", name).map_err(ApiError::invalid)?;
-    validate_name("volume", &req.volume).map_err(ApiError::invalid)?;
+    api::validate_key("snapshot", name).map_err(ApiError::invalid)?;
+    api::validate_key("volume", &req.volume).map_err(ApiError::invalid)?;
+    // A snapshot is of its namespace's volume (the API names both in one namespace).
+    if api::namespace_of(name) != api::namespace_of(&req.volume) {
+        return Err(ApiError::invalid(format!(
+            "snapshot `{name}` and volume `{}` are of two namespaces",
+            req.volume
+        )));
+    }
     csivol_api::FreeText::check_text(&req).map_err(ApiError::text)?;
     if ctx.group_snapshot(name)?.is_some() {
         return Err(
@@ -208,7 +213,8 @@ pub fn delete_snapshot(
                 "snapshot `{name}` is being created; wait for it to finish"
             ))
             .with_hint(format!(
-                "`csivol snapshot show {name}` shows where it stands"
+                "`csivol snapshot show {name_cli}` shows where it stands",
+                name_cli = csivol_api::cli_name(name)
             )));
         }
         SnapshotState::Failed if s.snapshot_id.is_empty() => {

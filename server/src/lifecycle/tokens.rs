@@ -1,6 +1,7 @@
 //! Tokens: made (the secret shown once, its hash kept), revoked (never the last usable
 //! operator token), and when each was last used. A token makes and revokes only tokens
-//! with a subset of its own rights: its capabilities, and volume patterns its own cover.
+//! with a subset of its own rights: its capabilities, namespaces its own cover, and volume
+//! patterns its own cover.
 
 use csivol_api::{Capability, Role, TokenResponse, TokenScope};
 
@@ -23,6 +24,8 @@ pub struct NewToken {
     pub capabilities: Vec<Capability>,
     /// Volume-name patterns the token is narrowed to (none: every volume).
     pub volumes: Vec<String>,
+    /// Namespaces the token is narrowed to (none, or `*`: every namespace).
+    pub namespaces: Vec<String>,
 }
 
 /// What of a token of `role` and `scope` the rights `own` do not hold (empty: it is a
@@ -67,6 +70,12 @@ pub fn create_token(
     if !added.is_empty() {
         what.push_str(&format!(", with {}", added.join(", ")));
     }
+    if !t.namespaces.is_empty() {
+        what.push_str(&format!(
+            ", narrowed to namespaces {}",
+            t.namespaces.join(", ")
+        ));
+    }
     if !t.volumes.is_empty() {
         what.push_str(&format!(", narrowed to volumes {}", t.volumes.join(", ")));
     }
@@ -93,20 +102,46 @@ pub fn first_operator_token(ctx: &mut impl Txn) -> ApiResult<TokenResponse> {
         controllers: Vec::new(),
         capabilities: Vec::new(),
         volumes: Vec::new(),
+        namespaces: Vec::new(),
     };
     Ok(make_token(ctx, t, None)?.0)
 }
 
-/// The scope of a new token: its role's preset, what is added, and its patterns; refused
-/// where it cannot be.
-fn scope_of(role: Role, capabilities: &[Capability], volumes: &[String]) -> ApiResult<TokenScope> {
-    if role == Role::Node && !(capabilities.is_empty() && volumes.is_empty()) {
+/// The namespaces a new token is narrowed to, sorted: each one that exists (none, or `*`
+/// among them: every namespace).
+fn namespaces_of(ctx: &impl Txn, asked: &[String]) -> ApiResult<Vec<String>> {
+    if asked.iter().any(|n| n == csivol_api::ALL_NAMESPACES) {
+        return Ok(Vec::new());
+    }
+    let mut out: Vec<String> = Vec::new();
+    for n in asked {
+        super::namespaces::require_namespace(ctx, n)?;
+        if !out.contains(n) {
+            out.push(n.clone());
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// The scope of a new token: its role's preset, what is added, its namespaces and its
+/// patterns; refused where it cannot be.
+fn scope_of(
+    role: Role,
+    capabilities: &[Capability],
+    volumes: &[String],
+    namespaces: Vec<String>,
+) -> ApiResult<TokenScope> {
+    if role == Role::Node
+        && !(capabilities.is_empty() && volumes.is_empty() && namespaces.is_empty())
+    {
         return Err(ApiError::invalid(
-            "a node token acts only for its node's agent and takes no capabilities or volume \
-             patterns; drop `capabilities` and `volumes`",
+            "a node token acts only for its node's agent and takes no capabilities, namespaces \
+             or volume patterns; drop `capabilities`, `namespaces` and `volumes`",
         ));
     }
     let mut scope = TokenScope::preset(role);
+    scope.namespaces = namespaces;
     scope.capabilities.extend(capabilities.iter().copied());
     for p in volumes {
         csivol_api::validate_pattern(p).map_err(ApiError::invalid)?;
@@ -123,12 +158,13 @@ fn scope_of(role: Role, capabilities: &[Capability], volumes: &[String]) -> ApiR
             .collect();
         if !wide.is_empty() {
             return Err(ApiError::invalid(format!(
-                "a token narrowed to volumes cannot hold {}, which act on the whole cluster",
+                "a token narrowed to namespaces or volumes cannot hold {}, which act on the \
+                 whole cluster",
                 wide.join(", ")
             ))
             .with_hint(
-                "drop `--volumes`, or give the narrowed token a role without them (`claimer`, \
-                 `reader`) and add only volume capabilities",
+                "drop `--namespace` and `--volumes`, or give the narrowed token a role without \
+                 them (`claimer`, `reader`) and add only volume capabilities",
             ));
         }
     }
@@ -148,8 +184,10 @@ fn make_token(
         controllers,
         capabilities,
         volumes,
+        namespaces,
     } = t;
-    let scope = scope_of(role, &capabilities, &volumes)?;
+    let namespaces = namespaces_of(ctx, &namespaces)?;
+    let scope = scope_of(role, &capabilities, &volumes, namespaces)?;
     if let Some(own) = own {
         let over = exceeding(own, role, &scope);
         if !over.is_empty() {
@@ -165,7 +203,7 @@ fn make_token(
     if stored.is_some() && !ctx.release_schema()? {
         return Err(ApiError::conflict(
             "this cluster runs on the previous schema, whose servers would read a token with \
-             added capabilities or volume patterns as its role's preset",
+             added capabilities, namespaces or volume patterns as its role's preset",
         )
         .with_hint(
             "run `csivol-server upgrade finalize` once every server runs this release; until \
@@ -244,6 +282,7 @@ fn make_token(
         controllers,
         capabilities: scope.capabilities.into_iter().collect(),
         volumes: scope.volumes,
+        namespaces: scope.namespaces,
     };
     Ok((t, expires_at))
 }

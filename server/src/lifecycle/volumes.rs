@@ -26,13 +26,17 @@ use csivol_rules::kinds::{EventKind, OpKind};
 /// creation, recorded with the operation before the plugin is called: every retry of this
 /// creation sends it again, and a volume created later under a name csivol used before
 /// (after a deregister that kept the storage, say) never gets that volume's storage back.
-/// Within the spec's 128 bytes (Size Limits): the volume's name, cut if need be, and 12
-/// random hex digits.
-fn csi_name(name: &str) -> String {
+/// Within the spec's 128 bytes (Size Limits): `NAMESPACE.` outside `default` (two teams'
+/// `db` told apart on the storage), the name, cut if need be, and 12 random hex digits.
+fn csi_name(key: &str) -> String {
     use rand::RngCore;
     let mut random = [0u8; 6];
     rand::rng().fill_bytes(&mut random);
     let hex: String = random.iter().map(|b| format!("{b:02x}")).collect();
+    let name = match api::split_key(key) {
+        (api::DEFAULT_NAMESPACE, name) => name.to_owned(),
+        (namespace, name) => format!("{namespace}.{name}"),
+    };
     // Volume names are ASCII (`validate_name`), so any cut is on a character boundary.
     let kept = &name[..name.len().min(128 - "csivol--".len() - hex.len())];
     format!("csivol-{kept}-{hex}")
@@ -184,7 +188,10 @@ fn volume_mounts(
     Ok(m)
 }
 
+/// Records a new volume, in a namespace that exists (checked in this write).
 fn insert_volume(ctx: &mut impl Txn, v: &VolumeRow) -> ApiResult<()> {
+    super::namespaces::require_namespace(&*ctx, api::namespace_of(&v.name))?;
+    super::quotas::refuse_past_for_volume(&*ctx, v)?;
     ctx.put_volume(v)?;
     ctx.touch(Key::Volume(v.name.clone()));
     Ok(())
@@ -288,7 +295,7 @@ pub(super) fn register_as(
     actor: &str,
     lifecycle: Lifecycle,
 ) -> ApiResult<(api::Volume, bool)> {
-    validate_name("volume", name).map_err(ApiError::invalid)?;
+    api::validate_key("volume", name).map_err(ApiError::invalid)?;
     spec.check_text().map_err(ApiError::text)?;
     let labels = spec.labels.clone();
     super::pools::check_labels(name, &labels)?;
@@ -375,8 +382,9 @@ pub(super) fn register_as(
                 under_way.join("; ")
             ))
             .with_hint(format!(
-                "register the changed spec once the release has finished (`csivol status {name}` \
-                 shows where it stands), or under another name"
+                "register the changed spec once the release has finished (`csivol status {name_cli}` \
+                 shows where it stands), or under another name",
+                name_cli = csivol_api::cli_name(name),
             )));
         }
         if !claims.is_empty() || !atts.is_empty() {
@@ -425,7 +433,7 @@ pub fn create_volume(
     actor: &str,
     limits: &Limits,
 ) -> ApiResult<(api::Volume, bool)> {
-    validate_name("volume", name).map_err(ApiError::invalid)?;
+    api::validate_key("volume", name).map_err(ApiError::invalid)?;
     spec.check_text().map_err(ApiError::text)?;
     let labels = spec.labels.clone();
     super::pools::check_labels(name, &labels)?;
@@ -472,7 +480,8 @@ pub fn create_volume(
                 "volume `{name}` already exists with another spec"
             ))
             .with_hint(format!(
-                "choose another name, or deregister it with `csivol volume deregister {name}`"
+                "choose another name, or deregister it with `csivol volume deregister {name_cli}`",
+                name_cli = csivol_api::cli_name(name)
             )));
         }
     }
@@ -585,7 +594,10 @@ pub fn deregister_volume(
         return Err(ApiError::conflict(format!(
             "volume `{name}` is deleting; wait for it to finish"
         ))
-        .with_hint(format!("`csivol volume show {name}` shows where it stands")));
+        .with_hint(format!(
+            "`csivol volume show {}` shows where it stands",
+            api::cli_name(name)
+        )));
     }
     let claims = ctx.claims_of_volume(name)?;
     let atts = ctx.attachments_of_volume(name)?;
@@ -594,7 +606,10 @@ pub fn deregister_volume(
     let held = match &standing {
         Standing::Releasing { .. } if delete => {
             let why = format!("volume `{name}`");
-            let again = format!("csivol volume deregister {name} --delete --wait");
+            let again = format!(
+                "csivol volume deregister {name_cli} --delete --wait",
+                name_cli = csivol_api::cli_name(name)
+            );
             let ask = Ask {
                 volume: name,
                 why: &why,
@@ -615,7 +630,8 @@ pub fn deregister_volume(
                 under_way.join("; ")
             ))
             .with_hint(format!(
-                "deregister it once the release has finished; `csivol status {name}` shows where it stands"
+                "deregister it once the release has finished; `csivol status {name_cli}` shows where it stands",
+                name_cli = csivol_api::cli_name(name),
             )));
         }
         Standing::Free | Standing::InUse => {
@@ -625,7 +641,8 @@ pub fn deregister_volume(
                     claims_in_the_way(&claims)
                 ))
                 .with_hint(format!(
-                    "release the claims first (`csivol release {name} --alloc ALLOC`)"
+                    "release the claims first (`csivol release {name_cli} --alloc ALLOC`)",
+                    name_cli = csivol_api::cli_name(name)
                 )));
             }
             if !atts.is_empty() {
@@ -658,7 +675,8 @@ pub fn deregister_volume(
             "volume `{name}` is being expanded; wait for it to finish"
         ))
         .with_hint(format!(
-            "`csivol volume show {name}` shows where the expansion stands"
+            "`csivol volume show {name_cli}` shows where the expansion stands",
+            name_cli = csivol_api::cli_name(name)
         )));
     }
     if delete && v.lifecycle == Lifecycle::Ready {

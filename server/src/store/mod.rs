@@ -48,6 +48,7 @@ use super::model::{JobVolumeRow, LingerRow, PoolClaimRow};
 use super::watch::Key;
 use csivol_rules::kinds::{EventKind, OpKind};
 
+pub mod namespaces;
 pub mod replicated;
 pub mod sqlite;
 
@@ -75,7 +76,7 @@ pub enum Claimer {
 }
 
 /// Reads of the cluster state.
-pub trait Snapshot {
+pub trait Snapshot: namespaces::Namespaces {
     fn volume(&self, name: &str) -> ApiResult<Option<VolumeRow>>;
     /// Claims of a volume, in queue order (created_at, then alloc).
     fn claims_of_volume(&self, volume: &str) -> ApiResult<Vec<ClaimRow>>;
@@ -382,6 +383,7 @@ pub struct EventFilter {
     pub alloc: Option<String>,
     /// Only events at or below this index (a page whose end is fixed).
     pub until: Option<u64>,
+    pub namespaces: namespaces::NamespaceFilter,
 }
 
 /// Where a controller operation stands in the queue: what scheduling reads of it (every
@@ -424,7 +426,7 @@ pub struct Event<'a> {
 }
 
 /// One request's write transaction (see the module's documentation for the contract).
-pub trait Txn: Snapshot {
+pub trait Txn: Snapshot + namespaces::NamespaceWrites {
     /// The change index this transaction commits at.
     fn index(&self) -> u64;
     /// The request's clock, in unix milliseconds.

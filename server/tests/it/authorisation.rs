@@ -19,6 +19,15 @@ const EXPECTED: &[(&str, &str, &str)] = &[
     ("post", "/v1/tokens", "manage-tokens@cluster"),
     ("get", "/v1/tokens", "manage-tokens@cluster"),
     ("delete", "/v1/tokens/{id}", "manage-tokens@cluster"),
+    ("get", "/v1/namespaces", "read@listed"),
+    ("get", "/v1/namespaces/{name}", "read@namespace"),
+    ("put", "/v1/namespaces/{name}", "create-delete@cluster"),
+    (
+        "put",
+        "/v1/namespaces/{name}/quota",
+        "create-delete@cluster",
+    ),
+    ("delete", "/v1/namespaces/{name}", "create-delete@cluster"),
     ("get", "/v1/volumes", "read@listed"),
     ("get", "/v1/volumes/{name}", "read@named"),
     ("put", "/v1/volumes/{name}", "create-delete@named"),
@@ -115,6 +124,11 @@ enum Who {
     NarrowedOwn,
     /// The same token, on a path naming `db-x`.
     NarrowedOther,
+    /// `--role claimer --namespace team-a`, on a path naming namespace `team-a` (the query's
+    /// `namespace`, or the namespace a namespace's path names).
+    SpacedOwn,
+    /// The same token, on a path naming namespace `team-b`.
+    SpacedOther,
 }
 
 /// The capabilities of each preset, written from the roles' meaning.
@@ -136,14 +150,30 @@ fn capabilities(who: Who) -> &'static [&'static str] {
     match who {
         Anonymous | OwnNode | OtherNode => &[],
         Reader => &["read"],
-        Claimer | NarrowedOwn | NarrowedOther => &["read", "claim"],
+        Claimer | NarrowedOwn | NarrowedOther | SpacedOwn | SpacedOther => &["read", "claim"],
         Custom => &["read", "snapshot", "expand-modify"],
         Operator => ALL,
     }
 }
 
-/// Whether `who` may call a route of `rule`.
-fn allowed(rule: &str, who: Who) -> bool {
+/// Whether a path reads the namespace a request names: what lives in namespaces, and what
+/// lives in `default` only so far (the rest is the cluster's).
+fn reads_namespace(path: &str) -> bool {
+    [
+        "/v1/volumes",
+        "/v1/claims",
+        "/v1/events",
+        "/v1/snapshots",
+        "/v1/group-snapshots",
+        "/v1/pools",
+        "/v1/fresh-claims",
+    ]
+    .iter()
+    .any(|p| path.starts_with(p))
+}
+
+/// Whether `who` may call a route of `rule` at `path` (the template).
+fn allowed(rule: &str, who: Who, path: &str) -> bool {
     use Who::*;
     match rule {
         "anyone" => return true,
@@ -157,12 +187,25 @@ fn allowed(rule: &str, who: Who) -> bool {
         return false;
     }
     let narrowed = matches!(who, NarrowedOwn | NarrowedOther);
+    if matches!(who, SpacedOwn | SpacedOther) {
+        // A token narrowed to `team-a`: what names `team-b` is refused.
+        let own = who == SpacedOwn;
+        return match kind {
+            "unnamed" => true,
+            "listed" => own || !reads_namespace(path),
+            "filtered" | "namespace" => own,
+            "named" => own,
+            "cluster" => false,
+            other => panic!("no kind `{other}` in this test"),
+        };
+    }
     match kind {
         "listed" | "unnamed" => true,
         // Asked of one volume (`?volume=`, as the matrix does): a narrowed token must match it.
         "filtered" => who != NarrowedOther,
         "named" => who != NarrowedOther,
         "cluster" => !narrowed,
+        "namespace" => true,
         other => panic!("no kind `{other}` in this test"),
     }
 }
@@ -243,6 +286,11 @@ async fn every_route_refuses_exactly_the_callers_its_rule_refuses() {
     )
     .await;
     let narrowed = token(&api, json!({"role": "claimer", "volumes": ["build-*"]})).await;
+    for ns in ["team-a", "team-b"] {
+        let (status, body) = api.put(&format!("/v1/namespaces/{ns}"), json!({})).await;
+        assert_eq!(status, 201, "{body}");
+    }
+    let spaced = token(&api, json!({"role": "claimer", "namespaces": ["team-a"]})).await;
     let addr = server.url.trim_start_matches("http://").to_owned();
     let callers = [
         (Who::Anonymous, None),
@@ -254,6 +302,8 @@ async fn every_route_refuses_exactly_the_callers_its_rule_refuses() {
         (Who::Custom, Some(custom.as_str())),
         (Who::NarrowedOwn, Some(narrowed.as_str())),
         (Who::NarrowedOther, Some(narrowed.as_str())),
+        (Who::SpacedOwn, Some(spaced.as_str())),
+        (Who::SpacedOther, Some(spaced.as_str())),
     ];
     let mut wrong = Vec::new();
     let mut checked = 0;
@@ -268,18 +318,34 @@ async fn every_route_refuses_exactly_the_callers_its_rule_refuses() {
             } else {
                 "build-x"
             };
+            let namespace = match who {
+                Who::SpacedOwn => Some("team-a"),
+                Who::SpacedOther => Some("team-b"),
+                _ => None,
+            };
+            let name = match namespace {
+                Some(ns) if template.starts_with("/v1/namespaces/") => ns,
+                _ => name,
+            };
             let mut path = template
                 .replace("{name}", name)
                 .replace("{alloc}", "authz-a")
                 .replace("{id}", "authz-x")
                 .replace("{node}", node);
+            let mut query = Vec::new();
             if rule.ends_with("@filtered") {
-                path.push_str(&format!("?volume={name}"));
+                query.push(format!("volume={name}"));
+            }
+            if let Some(ns) = namespace.filter(|_| !template.starts_with("/v1/namespaces")) {
+                query.push(format!("namespace={ns}"));
+            }
+            if !query.is_empty() {
+                path.push_str(&format!("?{}", query.join("&")));
             }
             let status = status_of(&addr, method, &path, token).await;
             checked += 1;
             let refused = status == 401 || status == 403;
-            let want = if allowed(rule, who) {
+            let want = if allowed(rule, who, template) {
                 "not refused".to_owned()
             } else if token.is_none() {
                 "401".to_owned()
@@ -304,6 +370,19 @@ async fn every_route_refuses_exactly_the_callers_its_rule_refuses() {
     let status = status_of(&addr, "get", "/v1/events", Some(narrowed.as_str())).await;
     if status != 403 {
         wrong.push(format!("GET /v1/events as Narrowed: {status}, want 403"));
+    }
+    // A token narrowed to namespaces alone reads the whole log of its namespaces, and of
+    // no other.
+    for (path, want) in [
+        ("/v1/events?namespace=team-a", 200),
+        ("/v1/events?namespace=*", 200),
+        ("/v1/events", 403),
+        ("/v1/events?namespace=team-b", 403),
+    ] {
+        let status = status_of(&addr, "get", path, Some(spaced.as_str())).await;
+        if status != want {
+            wrong.push(format!("GET {path} as Spaced: {status}, want {want}"));
+        }
     }
     // A method a route does not take is answered 405, whoever asks, and runs nothing.
     for (who, token) in [

@@ -19,6 +19,7 @@ mod ha_disk;
 mod ha_faults;
 mod ha_fence;
 mod ha_members;
+mod ha_namespaces;
 mod ha_parity;
 mod ha_reads;
 mod ha_retries;
@@ -28,6 +29,7 @@ mod hosting;
 mod impostor;
 mod listings;
 mod lost;
+mod namespace_claims;
 mod owners;
 mod pools;
 mod queue_and_leases;
@@ -149,7 +151,7 @@ pub(crate) async fn make_ready(
 
 /// Takes a database this build made back to the schema of the release before: this
 /// release's schema changes are one migration (the retries' tables, the external-id
-/// index, the claims' `drift` and `claimer` columns), undone here, and the version one
+/// index, the claims' `drift` and `claimer` columns, the namespaces and their quotas), undone here, and the version one
 /// lower, so that the next start migrates it as an upgrade does. Rows the older schema
 /// has are kept with their ids.
 pub(crate) fn back_to_the_previous_schema(conn: &rusqlite::Connection) {
@@ -178,7 +180,9 @@ pub(crate) fn back_to_the_previous_schema(conn: &rusqlite::Connection) {
          DROP TABLE pool_waiters;
          DROP INDEX lingers_node;
          DROP INDEX lingers_until;
-         DROP TABLE lingers;",
+         DROP TABLE lingers;
+         DROP TABLE namespaces;
+         DROP TABLE namespace_quotas;",
     )
     .unwrap();
     conn.pragma_update(None, "user_version", version - 1)

@@ -83,6 +83,7 @@ impl FullCluster {
                 controllers: vec![super::PLUGIN.to_owned()],
                 capabilities: Vec::new(),
                 volumes: Vec::new(),
+                namespaces: Vec::new(),
             };
             let t: TokenResponse = http
                 .post("/v1/tokens", &req)

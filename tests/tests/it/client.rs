@@ -31,6 +31,7 @@ async fn a_node_registers_heartbeats_polls_and_reports_through_typed_calls() {
             controllers: vec!["hp".into()],
             capabilities: Vec::new(),
             volumes: Vec::new(),
+            namespaces: Vec::new(),
         })
         .await
         .unwrap();

@@ -198,6 +198,11 @@ fn the_ci_page_runs_as_shown() {
 }
 
 #[test]
+fn several_teams_on_one_cluster_run_as_shown() {
+    check("teams", "docs/running-a-cluster.md");
+}
+
+#[test]
 fn console_blocks_are_read_as_steps() {
     let page = "text\n```console\n$ a\none\n\n$ b # after a while\ntwo\nthree\n```\n\
                 ```sh\n$ not a step\n```\n";

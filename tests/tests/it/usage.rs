@@ -141,7 +141,7 @@ fn a_file_written_into_a_claimed_volume_shows_in_its_usage_and_a_filling_volume_
     }
     assert!(
         metrics.contains(&format!(
-            "csivol_volume_used_bytes{{volume=\"data\",node=\"node-1\",plugin=\"hostpath\"}} {}",
+            "csivol_volume_used_bytes{{volume=\"data\",node=\"node-1\",plugin=\"hostpath\",namespace=\"default\"}} {}",
             200 << 10
         )),
         "{metrics}"

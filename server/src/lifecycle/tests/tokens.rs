@@ -18,6 +18,7 @@ fn new(role: Role, capabilities: &[Capability], volumes: &[&str]) -> NewToken {
         controllers: Vec::new(),
         capabilities: capabilities.to_vec(),
         volumes: volumes.iter().map(|v| (*v).to_owned()).collect(),
+        namespaces: Vec::new(),
     }
 }
 
@@ -81,6 +82,7 @@ async fn a_token_creates_and_revokes_only_tokens_within_its_own_rights() {
         .into_iter()
         .collect(),
         volumes: Vec::new(),
+        namespaces: Vec::new(),
     };
     // Within: a claimer, or one narrowed further.
     make(&env, new(Role::Claimer, &[], &[]), maker.clone())
@@ -158,7 +160,7 @@ async fn a_narrowed_token_cannot_hold_cluster_wide_capabilities_nor_a_node_token
             .unwrap_err();
         assert!(
             e.message
-                .starts_with("a token narrowed to volumes cannot hold "),
+                .starts_with("a token narrowed to namespaces or volumes cannot hold "),
             "{}",
             e.message
         );
@@ -223,4 +225,114 @@ async fn below_the_schema_that_keeps_scopes_only_plain_roles_are_made() {
         .authenticate(Some(&format!("Bearer {}", plain.token)), 0)
         .unwrap();
     assert_eq!(c.scope, TokenScope::preset(Role::Claimer));
+}
+
+/// A token narrowed to namespaces: of namespaces that exist (`*` is every one), read back
+/// with them, made only by a token that covers them, and holding nothing cluster-wide.
+#[tokio::test]
+async fn a_token_narrowed_to_namespaces_is_made_within_its_makers() {
+    let env = Env::new();
+    env.write(|ctx, _| super::super::create_namespace(ctx, "team-a"))
+        .await
+        .unwrap();
+    let spaced = |role, ns: &[&str]| NewToken {
+        namespaces: ns.iter().map(|n| (*n).to_owned()).collect(),
+        ..new(role, &[], &[])
+    };
+    let t = make(
+        &env,
+        spaced(Role::Claimer, &["team-a", "team-a"]),
+        operator(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(t.namespaces, ["team-a"]);
+    let tokens = env.read(|c| Tokens::load(c)).await;
+    let caller = tokens
+        .authenticate(Some(&format!("Bearer {}", t.token)), 0)
+        .unwrap();
+    assert_eq!(caller.scope.namespaces, ["team-a"]);
+    let listed = env.read(|c| auth::list_tokens(c, 0)).await;
+    assert_eq!(
+        listed.iter().find(|l| l.id == t.id).unwrap().namespaces,
+        ["team-a"]
+    );
+    // `*` is every namespace: no narrowing at all.
+    let every = make(&env, spaced(Role::Claimer, &["*"]), operator())
+        .await
+        .unwrap();
+    assert!(every.namespaces.is_empty());
+    // A namespace that does not exist, with the closest.
+    let e = make(&env, spaced(Role::Claimer, &["team-b"]), operator())
+        .await
+        .unwrap_err();
+    assert_eq!(e.message, "no namespace `team-b`");
+    assert!(e.hint.unwrap_or_default().contains("did you mean `team-a`"));
+    // Nothing cluster-wide.
+    let e = make(
+        &env,
+        NewToken {
+            capabilities: vec![Capability::Fence],
+            ..spaced(Role::Claimer, &["team-a"])
+        },
+        operator(),
+    )
+    .await
+    .unwrap_err();
+    assert!(e.message.contains("cannot hold fence"), "{}", e.message);
+
+    // A maker narrowed to `team-a` (as a lifecycle caller) makes tokens of `team-a` only.
+    env.write(|ctx, _| super::super::create_namespace(ctx, "team-b"))
+        .await
+        .unwrap();
+    let maker = TokenScope {
+        capabilities: [
+            Capability::Read,
+            Capability::Claim,
+            Capability::ManageTokens,
+        ]
+        .into_iter()
+        .collect(),
+        volumes: Vec::new(),
+        namespaces: vec!["team-a".into()],
+    };
+    make(&env, spaced(Role::Claimer, &["team-a"]), maker.clone())
+        .await
+        .unwrap();
+    let e = make(&env, spaced(Role::Claimer, &["team-b"]), maker.clone())
+        .await
+        .unwrap_err();
+    assert!(
+        e.message.ends_with("hold namespace `team-b`"),
+        "{}",
+        e.message
+    );
+    let e = make(&env, spaced(Role::Claimer, &[]), maker)
+        .await
+        .unwrap_err();
+    assert!(
+        e.message
+            .ends_with("hold every namespace (this token covers namespaces `team-a`)"),
+        "{}",
+        e.message
+    );
+}
+
+#[tokio::test]
+async fn below_the_schema_that_keeps_namespaces_no_token_is_narrowed_to_one() {
+    let env = Env::new();
+    env.write(|ctx, _| {
+        ctx.tx
+            .execute_batch("DROP TABLE namespaces;")
+            .map_err(ApiError::from)
+    })
+    .await
+    .unwrap();
+    let t = NewToken {
+        namespaces: vec!["team-a".into()],
+        ..new(Role::Claimer, &[], &[])
+    };
+    let e = make(&env, t, operator()).await.unwrap_err();
+    assert!(e.message.contains("previous schema"), "{}", e.message);
+    assert!(e.hint.unwrap_or_default().contains("upgrade finalize"));
 }

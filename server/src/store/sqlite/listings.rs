@@ -24,20 +24,35 @@ pub fn events(
     f: &EventFilter,
     limit: u32,
 ) -> ApiResult<Vec<api::Event>> {
-    let mut stmt = conn.prepare_cached(
+    let mut stmt = conn.prepare_cached(&format!(
         "SELECT idx, at, kind, volume, node, alloc, actor, message FROM events \
-         WHERE idx > ?1 AND (?2 IS NULL OR volume = ?2) AND (?3 IS NULL OR node = ?3) \
-         AND (?4 IS NULL OR alloc = ?4) AND (?6 IS NULL OR idx <= ?6) ORDER BY idx LIMIT ?5",
-    )?;
+         WHERE {EVENTS_PASSING} ORDER BY idx LIMIT ?5"
+    ))?;
     let until = f.until.map(|u| u as i64);
+    let (only, volumeless) = (f.namespaces.only_json(), f.namespaces.volumeless);
     let rows = stmt.query_map(
-        params![after as i64, f.volume, f.node, f.alloc, limit, until],
+        params![
+            after as i64,
+            f.volume,
+            f.node,
+            f.alloc,
+            limit,
+            until,
+            only,
+            volumeless
+        ],
         |r| {
+            let key: Option<String> = r.get(3)?;
+            let (namespace, volume) = match key.as_deref().map(api::split_key) {
+                Some((ns, name)) => (Some(ns.to_owned()), Some(name.to_owned())),
+                None => (None, None),
+            };
             Ok(api::Event {
                 index: r.get::<_, i64>(0)? as u64,
                 at: time(r.get(1)?),
                 kind: r.get(2)?,
-                volume: r.get(3)?,
+                volume,
+                namespace,
                 node: r.get(4)?,
                 alloc: r.get(5)?,
                 actor: r.get(6)?,
@@ -47,6 +62,16 @@ pub fn events(
     )?;
     Ok(rows.collect::<Result<_, _>>()?)
 }
+
+/// The events an [`EventFilter`] passes: after `?1`, of volume `?2`, node `?3` and alloc
+/// `?4` where given, up to `?6`; of the namespaces `?7` (a JSON array of them, or NULL for
+/// every one: a volume's namespace is the part of its key before `~`, or `default`, as
+/// `api::split_key` reads it), and of no volume where `?8`.
+const EVENTS_PASSING: &str = "idx > ?1 AND (?2 IS NULL OR volume = ?2) \
+     AND (?3 IS NULL OR node = ?3) AND (?4 IS NULL OR alloc = ?4) AND (?6 IS NULL OR idx <= ?6) \
+     AND (?7 IS NULL OR (volume IS NULL AND ?8) OR (volume IS NOT NULL \
+     AND (CASE WHEN instr(volume, '~') > 0 THEN substr(volume, 1, instr(volume, '~') - 1) \
+     ELSE 'default' END) IN (SELECT value FROM json_each(?7))))";
 
 /// What an event takes, as the byte bound of the log counts it: its text as stored.
 const EVENT_BYTES: &str = "(octet_length(kind) + octet_length(actor) + octet_length(message) \
@@ -61,11 +86,10 @@ pub fn event_page_end(
     limit: u32,
 ) -> ApiResult<Option<u64>> {
     let last: Option<i64> = conn
-        .prepare_cached(
-            "SELECT MAX(idx) FROM (SELECT idx FROM events \
-             WHERE idx > ?1 AND (?2 IS NULL OR volume = ?2) AND (?3 IS NULL OR node = ?3) \
-             AND (?4 IS NULL OR alloc = ?4) AND (?6 IS NULL OR idx <= ?6) ORDER BY idx LIMIT ?5)",
-        )?
+        .prepare_cached(&format!(
+            "SELECT MAX(idx) FROM (SELECT idx FROM events WHERE {EVENTS_PASSING} \
+             ORDER BY idx LIMIT ?5)"
+        ))?
         .query_row(
             params![
                 after as i64,
@@ -73,7 +97,9 @@ pub fn event_page_end(
                 f.node,
                 f.alloc,
                 limit,
-                f.until.map(|u| u as i64)
+                f.until.map(|u| u as i64),
+                f.namespaces.only_json(),
+                f.namespaces.volumeless
             ],
             |r| r.get(0),
         )?;

@@ -169,6 +169,7 @@ impl ChaosCluster {
                         controllers: vec![crate::PLUGIN.to_owned()],
                         capabilities: Vec::new(),
                         volumes: Vec::new(),
+                        namespaces: Vec::new(),
                     },
                 )
                 .await?

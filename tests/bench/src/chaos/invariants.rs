@@ -261,6 +261,7 @@ mod tests {
             at: String::new(),
             kind: kind.to_owned(),
             volume: Some("v".to_owned()),
+            namespace: None,
             node: Some("n1".to_owned()),
             alloc: None,
             actor: actor.to_owned(),

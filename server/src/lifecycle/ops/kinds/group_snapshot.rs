@@ -32,9 +32,14 @@ pub(in crate::lifecycle) fn op_key(name: &str) -> String {
     format!("{OP_PREFIX}{name}")
 }
 
-/// The name of the member of `group` cut from `volume`.
+/// The name (key) of the member of `group` cut from `volume` (a key of the group's
+/// namespace, or the plugin's id of a volume csivol does not know): `GROUP.VOLUME` in the
+/// group's namespace.
 pub(in crate::lifecycle) fn member_name(group: &str, volume: &str) -> String {
-    format!("{group}.{volume}")
+    let (namespace, group) = csivol_api::split_key(group);
+    let prefix = format!("{namespace}{}", csivol_api::KEY_SEPARATOR);
+    let volume = volume.strip_prefix(&prefix).unwrap_or(volume);
+    csivol_api::volume_key(namespace, &format!("{group}.{volume}"))
 }
 
 /// The group snapshot an operation is for.
@@ -225,7 +230,8 @@ impl Kind for GroupSnapshot {
                     return Ok(None);
                 }
                 Some(ControllerOpKind::CreateGroupSnapshot {
-                    group: g.name.clone(),
+                    // Named as a snapshot is (the key, within the spec's 128 bytes).
+                    group: super::snapshot::csi_snapshot_name(&g.name),
                     source_volume_ids,
                     group_snapshot_id: g.group_snapshot_id.clone(),
                     snapshot_ids,

@@ -30,6 +30,27 @@ const OP_PREFIX: &str = "snapshot/";
 /// Longest wait between two CreateSnapshot calls while a snapshot is not ready to use.
 const MAX_POLL_STEP: u32 = 3;
 
+/// The name CreateSnapshot is asked with: the snapshot's key (`api::volume_key`), the bare
+/// name in `default` as before namespaces, so that a snapshot cut before is asked for by the
+/// name it was cut with. csi.proto, CreateSnapshotRequest `name`: "The suggested name for
+/// the snapshot. This field is REQUIRED for idempotency." A key is unique across
+/// namespaces (no name holds `~`), and the spec's Size Limits hold a string field to 128
+/// bytes: a longer key (a long name in a long namespace) is cut, and a digest of the whole
+/// key keeps two such names apart, the same at every call.
+pub(in crate::lifecycle) fn csi_snapshot_name(key: &str) -> String {
+    const LIMIT: usize = 128;
+    if key.len() <= LIMIT {
+        return key.to_owned();
+    }
+    use sha2::Digest;
+    let digest: String = sha2::Sha256::digest(key.as_bytes())[..8]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    // Keys are ASCII (`validate_key`), so any cut is on a character boundary.
+    format!("{}-{digest}", &key[..LIMIT - 1 - digest.len()])
+}
+
 /// The queue's key of snapshot `name`'s operations.
 pub(in crate::lifecycle) fn op_key(name: &str) -> String {
     format!("{OP_PREFIX}{name}")
@@ -175,7 +196,7 @@ impl Kind for Snapshot {
             OpKind::CreateSnapshot => {
                 let Some(v) = volume else { return Ok(None) };
                 Some(ControllerOpKind::CreateSnapshot {
-                    snapshot: s.name.clone(),
+                    snapshot: csi_snapshot_name(&s.name),
                     source_volume_id: v.external_id.clone(),
                     snapshot_id: s.snapshot_id.clone(),
                     parameters: s.parameters.clone(),

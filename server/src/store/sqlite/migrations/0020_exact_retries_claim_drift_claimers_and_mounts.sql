@@ -198,3 +198,23 @@ CREATE TABLE lingers (
 );
 CREATE INDEX lingers_node ON lingers (node);
 CREATE INDEX lingers_until ON lingers (until);
+
+-- Namespaces: teams sharing one cluster. A row per namespace an operator made (`created_at`
+-- in unix ms); `default` has none and always exists. A volume belongs to the namespace its
+-- key names: `NAMESPACE~NAME`, or the bare name for `default`, which every volume made
+-- before is, so no row is rewritten and every id stays. A server of the previous release
+-- knows no namespace and would take `team-a~db` for a volume of `default`, so no namespace
+-- is made before the cluster runs on this schema.
+CREATE TABLE namespaces (
+    name TEXT PRIMARY KEY,
+    created_at INTEGER NOT NULL
+);
+
+-- A namespace's quota (`default`'s too, which has no row in `namespaces`): a JSON object
+-- of the bounds it sets (`api::Quota`), a row only for a namespace that has one. A server
+-- of the previous release would not honour it, so none is set before the cluster runs on
+-- this schema.
+CREATE TABLE namespace_quotas (
+    namespace TEXT PRIMARY KEY,
+    quota TEXT NOT NULL
+);

@@ -98,6 +98,9 @@ pub fn migrate(conn: &mut Connection, from: i64, to: i64) -> anyhow::Result<()> 
 }
 
 #[cfg(test)]
+mod timing;
+
+#[cfg(test)]
 mod tests {
     use rusqlite::Connection;
 

@@ -1,0 +1,208 @@
+//! Namespaces: a volume's name is unique within its namespace, a namespace is made before
+//! anything lives in it and forgotten only once nothing does, and none but `default`
+//! exists below the schema that keeps them.
+
+use csivol_api::ClaimMode;
+
+use super::Env;
+
+#[tokio::test]
+async fn one_name_lives_in_two_namespaces_apart() {
+    let env = Env::new();
+    env.register("n1", true, &[]).await;
+    env.write(|ctx, _| super::super::create_namespace(ctx, "team-a"))
+        .await
+        .unwrap();
+    env.volume("db", "single-node-writer").await;
+    env.volume("team-a~db", "single-node-writer").await;
+    let (a, b) = env
+        .read(|c| {
+            Ok((
+                super::super::volume_view(c, "db")?,
+                super::super::volume_view(c, "team-a~db")?,
+            ))
+        })
+        .await;
+    assert_eq!((a.namespace.as_str(), a.name.as_str()), ("default", "db"));
+    assert_eq!((b.namespace.as_str(), b.name.as_str()), ("team-a", "db"));
+    // Each takes its own claims: a single-node volume of one team holds nothing of the other's.
+    env.claim("db", "a1", "n1", ClaimMode::Write).await.unwrap();
+    let c = env
+        .claim("team-a~db", "a1", "n1", ClaimMode::Write)
+        .await
+        .unwrap();
+    assert_eq!((c.namespace.as_str(), c.volume.as_str()), ("team-a", "db"));
+    // A hint says the command to run, with the namespace.
+    let e = env
+        .claim("team-a~db", "a2", "n1", ClaimMode::Write)
+        .await
+        .unwrap_err();
+    let hint = e.hint.unwrap_or_default();
+    assert!(
+        hint.contains("csivol release db -n team-a --alloc a1"),
+        "{hint}"
+    );
+
+    let listed = env.read(|c| super::super::namespace_views(c)).await;
+    let counts: Vec<_> = listed
+        .iter()
+        .map(|n| (n.name.as_str(), n.volumes, n.claims))
+        .collect();
+    assert_eq!(counts, [("default", 1, 1), ("team-a", 1, 1)]);
+
+    // Forgotten only once empty, naming what it holds.
+    let e = env
+        .write(|ctx, _| super::super::delete_namespace(ctx, "team-a"))
+        .await
+        .unwrap_err();
+    assert!(e.message.contains("`db`"), "{}", e.message);
+    assert!(
+        e.hint
+            .as_deref()
+            .unwrap_or("")
+            .contains("volume list -n team-a")
+    );
+    let e = env
+        .write(|ctx, _| super::super::delete_namespace(ctx, "default"))
+        .await
+        .unwrap_err();
+    assert!(e.message.contains("cannot be deleted"), "{}", e.message);
+}
+
+#[tokio::test]
+async fn a_volume_of_a_namespace_nobody_made_is_refused_with_the_closest() {
+    let env = Env::new();
+    env.write(|ctx, _| super::super::create_namespace(ctx, "team-a"))
+        .await
+        .unwrap();
+    let spec = super::spec("single-node-writer");
+    let e = env
+        .write(move |ctx, _| super::super::register_volume(ctx, "team-b~db", spec.clone(), "op"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.message, "no namespace `team-b`");
+    let hint = e.hint.unwrap_or_default();
+    assert!(
+        hint.contains("did you mean `team-a`") && hint.contains("csivol namespace create team-b"),
+        "{hint}"
+    );
+    // Made again: nothing changes; `default` always was.
+    let (_, made) = env
+        .write(|ctx, _| super::super::create_namespace(ctx, "team-a"))
+        .await
+        .unwrap();
+    assert!(!made);
+    let (_, made) = env
+        .write(|ctx, _| super::super::create_namespace(ctx, "default"))
+        .await
+        .unwrap();
+    assert!(!made);
+    let e = env
+        .write(|ctx, _| super::super::create_namespace(ctx, "Bad/name"))
+        .await
+        .unwrap_err();
+    assert!(
+        e.message.starts_with("invalid namespace name"),
+        "{}",
+        e.message
+    );
+}
+
+#[tokio::test]
+async fn a_created_volume_asks_its_plugin_with_its_namespace_in_the_name() {
+    let env = Env::new();
+    env.register("n1", true, &[]).await;
+    env.write(|ctx, _| super::super::create_namespace(ctx, "team-a"))
+        .await
+        .unwrap();
+    let spec = super::create_spec();
+    env.write(move |ctx, l| super::super::create_volume(ctx, "team-a~new", spec.clone(), "op", l))
+        .await
+        .unwrap();
+    let op = env.ops_of("n1").await.remove(0);
+    let payload: serde_json::Value = serde_json::from_str(&op.payload).unwrap();
+    let csi_name = payload["csi_name"].as_str().unwrap();
+    assert!(
+        csi_name.starts_with("csivol-team-a.new-")
+            && csi_name.len() == "csivol-team-a.new-".len() + 12,
+        "{csi_name}"
+    );
+}
+
+/// With the etcd store a cluster runs on the previous schema until `upgrade finalize`: no
+/// namespace can be made then, and nothing can live in one (a server of the previous
+/// release would take `team-a~db` for a volume of `default`).
+#[tokio::test]
+async fn below_the_schema_that_keeps_them_only_default_exists() {
+    let env = Env::new();
+    env.write(|ctx, _| {
+        ctx.tx
+            .execute_batch("DROP TABLE namespaces;")
+            .map_err(crate::error::ApiError::from)
+    })
+    .await
+    .unwrap();
+    let e = env
+        .write(|ctx, _| super::super::create_namespace(ctx, "team-a"))
+        .await
+        .unwrap_err();
+    assert!(
+        e.hint.as_deref().unwrap_or("").contains("upgrade finalize"),
+        "{e:?}"
+    );
+    let spec = super::spec("single-node-writer");
+    let e = env
+        .write(move |ctx, _| super::super::register_volume(ctx, "team-a~db", spec.clone(), "op"))
+        .await
+        .unwrap_err();
+    assert!(e.message.contains("previous schema"), "{e:?}");
+    env.volume("db", "single-node-writer").await;
+    let listed = env.read(|c| super::super::namespace_views(c)).await;
+    assert_eq!(listed.len(), 1);
+    assert_eq!((listed[0].name.as_str(), listed[0].volumes), ("default", 1));
+}
+
+/// A snapshot of a namespace is asked of its plugin by its key, within the spec's 128
+/// bytes: a longer key is cut and told apart by a digest of the whole, the same every time.
+#[test]
+fn a_snapshot_is_asked_for_by_a_name_that_names_its_namespace() {
+    use crate::lifecycle::ops::kinds::snapshot::csi_snapshot_name;
+    assert_eq!(csi_snapshot_name("s1"), "s1");
+    assert_eq!(csi_snapshot_name("team-a~s1"), "team-a~s1");
+    let ns = "n".repeat(63);
+    let (a, b) = (
+        format!("{ns}~{}a", "s".repeat(100)),
+        format!("{ns}~{}b", "s".repeat(100)),
+    );
+    let (ca, cb) = (csi_snapshot_name(&a), csi_snapshot_name(&b));
+    assert!(ca.len() == 128 && cb.len() == 128, "{ca}");
+    assert_ne!(ca, cb);
+    assert_eq!(ca, csi_snapshot_name(&a));
+}
+
+/// Pools are `default`'s: a volume of another namespace takes no labels, so no pool can
+/// hand it to another team's job.
+#[tokio::test]
+async fn a_volume_of_another_namespace_takes_no_labels() {
+    let env = Env::new();
+    env.write(|ctx, _| super::super::create_namespace(ctx, "team-a"))
+        .await
+        .unwrap();
+    let mut spec = super::spec("single-node-writer");
+    spec.labels = [("pool".to_owned(), "cache".to_owned())].into();
+    let e = env
+        .write(move |ctx, _| super::super::register_volume(ctx, "team-a~db", spec.clone(), "op"))
+        .await
+        .unwrap_err();
+    assert!(e.message.contains("takes no labels"), "{}", e.message);
+    env.volume("team-a~db", "single-node-writer").await;
+    let req = csivol_api::VolumeLabelRequest {
+        set: [("pool".to_owned(), "cache".to_owned())].into(),
+        remove: Vec::new(),
+    };
+    let e = env
+        .write(move |ctx, l| super::super::set_volume_labels(ctx, "team-a~db", &req, "op", l))
+        .await
+        .unwrap_err();
+    assert!(e.message.contains("takes no labels"), "{}", e.message);
+}
