@@ -634,9 +634,8 @@ fn a_late_create_volume_answer_has_the_volume_it_made_deleted() {
         .iter()
         .find_map(|e| {
             let m = e["message"].as_str()?;
-            let rest = m.strip_prefix(&format!(
-                "a late CreateVolume answer from node node-1 made volume "
-            ))?;
+            let rest =
+                m.strip_prefix("a late CreateVolume answer from node node-1 made volume ")?;
             rest.split_whitespace().next().map(str::to_owned)
         })
         .unwrap_or_else(|| panic!("the deletion names the late answer: {late}"));
