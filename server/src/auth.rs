@@ -145,6 +145,21 @@ impl Caller {
         ))
     }
 
+    /// Refuses a caller narrowed to volume patterns for `what`, which makes a volume under
+    /// a name the server chooses: no pattern was given for it. A token narrowed to
+    /// namespaces alone passes (the namespace was checked as for every route).
+    pub fn require_no_volume_patterns(&self, what: &str) -> ApiResult<()> {
+        if self.scope.volumes.is_empty() {
+            return Ok(());
+        }
+        Err(ApiError::forbidden(format!(
+            "this token is narrowed to volumes {}, and {what} makes a volume whose name the \
+             server chooses",
+            patterns(&self.scope.volumes)
+        ))
+        .with_hint("use a token not narrowed to volume names (made without `--volumes`)"))
+    }
+
     /// Agent endpoints: the node's own token (an operator may act for any node).
     pub fn require_node(&self, node: &str) -> ApiResult<()> {
         match (&self.role, &self.node) {

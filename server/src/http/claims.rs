@@ -112,13 +112,17 @@ where
 /// `POST /v1/fresh-claims`: a per-job volume made and claimed in one transaction (or,
 /// with `dry_run`, whether it can be). Answered like a claim: 201 with the new claim, 200
 /// with the claim a retried request already made.
+/// `POST /v1/fresh-claims`: a per-job volume, made in the namespace the request names
+/// (`?namespace=`, read by the namespaces' layer), with what it copies from there.
 pub(super) async fn post_fresh_claim(
     State(app): State<App>,
     headers: HeaderMap,
+    axum::Extension(asked): axum::Extension<super::namespaces::Asked>,
     once: Once,
     Body(req): Body<api::FreshClaimRequest>,
 ) -> ApiResult<Response> {
     let caller = app.caller(&headers)?;
+    let namespace = asked.one()?.to_owned();
     let limits = app.limits.clone();
     let who = Who::of(caller);
     let began = app.db.hub.generation();
@@ -130,7 +134,7 @@ pub(super) async fn post_fresh_claim(
         let fit = move |name: &str, spec| capacity.fit(name, spec, now, Some(&node));
         let answer = app
             .db
-            .read(move |c| lifecycle::fresh_dry_run(c, &req, &fit))
+            .read(move |c| lifecycle::fresh_dry_run(c, &namespace, &req, &fit))
             .await?;
         return Ok(Json(answer).into_response());
     }
@@ -139,7 +143,8 @@ pub(super) async fn post_fresh_claim(
     let write = move |ctx: &mut WriteCtx<'_>| {
         let now = ctx.now;
         let fit = |name: &str, spec| capacity.fit(name, spec, now, Some(&req.claim.node));
-        lifecycle::create_fresh_claim(ctx, &req, &who.claimant(), &limits, sent_at, &fit)
+        let who = who.claimant();
+        lifecycle::create_fresh_claim(ctx, &namespace, &req, &who, &limits, sent_at, &fit)
     };
     answer_claim(&app, &once, &body, None, began, write).await
 }

@@ -53,9 +53,11 @@ pub(crate) enum Holds {
     Named,
     /// A listing of volumes or claims, or the event log: of the namespace (or every one).
     Listing,
-    /// Kept in `default` only so far (adopted snapshots, pools, per-job volumes): another
-    /// namespace is refused rather than ignored.
+    /// Kept in `default` only so far (adopted snapshots, pools): another namespace is
+    /// refused rather than ignored.
     DefaultOnly,
+    /// `/v1/fresh-claims`: makes a volume in the one namespace the request names.
+    Makes,
     /// Cluster-wide (nodes, plugins, tokens, namespaces themselves): the namespace is not
     /// read.
     Cluster,
@@ -71,7 +73,8 @@ fn holds(path: &str) -> Holds {
         (Some("volumes" | "claims" | "events" | "snapshots" | "group-snapshots"), None, _) => {
             Holds::Listing
         }
-        (Some("snapshots" | "pools" | "fresh-claims"), _, _) => Holds::DefaultOnly,
+        (Some("fresh-claims"), _, _) => Holds::Makes,
+        (Some("snapshots" | "pools"), _, _) => Holds::DefaultOnly,
         _ => Holds::Cluster,
     }
 }
@@ -120,6 +123,9 @@ fn rewrite(mut req: Request) -> ApiResult<Request> {
         _ => String::new(),
     };
     let mut path = uri.path().to_owned();
+    if holds == Holds::Makes {
+        asked.one()?;
+    }
     if holds == Holds::Named {
         asked.one()?;
         let mut segments: Vec<&str> = uri.path().split('/').collect();
@@ -189,8 +195,8 @@ pub(super) async fn require_asked(app: &App, asked: Option<&Asked>) -> ApiResult
         (Holds::Cluster, _) | (_, None | Some(DEFAULT_NAMESPACE)) => return Ok(()),
         (Holds::DefaultOnly, Some(_)) => {
             return Err(ApiError::invalid(
-                "adopted snapshots, pools and per-job volumes belong to the namespace `default` \
-                 only in this release",
+                "adopted snapshots and pools belong to the namespace `default` only in this \
+                 release",
             )
             .with_hint("leave out `namespace` (`-n`, CSIVOL_NAMESPACE) for them"));
         }
@@ -328,6 +334,12 @@ mod tests {
                 Holds::Cluster,
                 Some("team-a"),
             ),
+            (
+                "/v1/fresh-claims?namespace=team-a",
+                "/v1/fresh-claims",
+                Holds::Makes,
+                Some("team-a"),
+            ),
         ] {
             assert_eq!(
                 rewritten(uri),
@@ -341,6 +353,7 @@ mod tests {
             ("/v1/claims?volume=team-b%7Edb", "holds no `~`"),
             ("/v1/events?volume=x~db&namespace=team-a", "holds no `~`"),
             ("/v1/volumes/db?namespace=*", "for listings only"),
+            ("/v1/fresh-claims?namespace=*", "for listings only"),
             ("/v1/volumes/db?namespace=Bad/ns", "invalid namespace name"),
             ("/v1/volumes?namespace=a&namespace=b", "more than once"),
         ] {

@@ -35,6 +35,11 @@ pub enum Need {
     Unnamed(Capability),
     /// The capability, over the whole cluster: a narrowed token is refused.
     Cluster(Capability),
+    /// The capability, for a volume the server makes and names in the namespace the
+    /// request names (a per-job volume): a token narrowed to namespaces must hold that
+    /// namespace, and a token narrowed to volume patterns is refused, since the name is
+    /// the server's choice, not one its patterns were given for.
+    Made(Capability),
     /// The capability, for the namespace the path names (`{name}`), which a token narrowed
     /// to namespaces must hold.
     Namespace(Capability),
@@ -44,7 +49,7 @@ pub enum Need {
 
 impl Need {
     /// The rule as the authorisation test writes it: `anyone`, `own-node`, or
-    /// `CAPABILITY@named|listed|filtered|unnamed|cluster|namespace`.
+    /// `CAPABILITY@named|listed|filtered|unnamed|cluster|made|namespace`.
     pub fn text(self) -> String {
         match self {
             Self::Anyone => "anyone".into(),
@@ -54,6 +59,7 @@ impl Need {
             Self::Filtered(c) => format!("{c}@filtered"),
             Self::Unnamed(c) => format!("{c}@unnamed"),
             Self::Cluster(c) => format!("{c}@cluster"),
+            Self::Made(c) => format!("{c}@made"),
             Self::Namespace(c) => format!("{c}@namespace"),
         }
     }
@@ -66,6 +72,7 @@ impl Need {
             | Self::Filtered(c)
             | Self::Unnamed(c)
             | Self::Cluster(c)
+            | Self::Made(c)
             | Self::Namespace(c) => Some(c),
             Self::Anyone | Self::OwnNode => None,
         }
@@ -126,7 +133,7 @@ table! {
     delete "/v1/volumes/{name}/claims/{alloc}" Named(Claim) => claims::delete_claim;
     post "/v1/volumes/{name}/claims/{alloc}/renew" Named(Claim) => claims::renew_claim;
     get "/v1/claims" Listed(Read) => claims::list_claims;
-    post "/v1/fresh-claims" Cluster(Claim) => claims::post_fresh_claim;
+    post "/v1/fresh-claims" Made(Claim) => claims::post_fresh_claim;
     post "/v1/volumes/{name}/unblock" Named(UnblockDetach) => volumes::unblock_volume;
     post "/v1/volumes/{name}/detach" Named(UnblockDetach) => volumes::detach;
     post "/v1/volumes/{name}/eligibility" Named(ExpandModify) => volumes::volume_eligibility;
@@ -248,6 +255,9 @@ pub(super) async fn authorise(
                 Need::Cluster(c) => caller
                     .require(c, &what)
                     .and_then(|()| caller.require_whole_cluster(&what)),
+                Need::Made(c) => caller
+                    .require(c, &what)
+                    .and_then(|()| caller.require_no_volume_patterns(&what)),
                 Need::Namespace(c) => match caller.require(c, &what) {
                     Err(e) => Err(e),
                     Ok(()) => match path_param(&mut parts, &app, "name").await {

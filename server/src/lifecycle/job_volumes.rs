@@ -46,7 +46,8 @@ fn refuse_other_jobs_data(
     };
     match conn.job_volume(&volume)? {
         Some(j) if j.alloc != alloc => Err(ApiError::forbidden(format!(
-            "volume `{volume}` is another job's per-job volume: its data is that job's alone"
+            "volume `{}` is another job's per-job volume: its data is that job's alone",
+            api::split_key(&volume).1
         ))
         .with_hint("copy a volume or snapshot that is not made for one job")),
         _ => Ok(()),
@@ -55,7 +56,12 @@ fn refuse_other_jobs_data(
 
 /// The volume spec a per-job volume is created with, from what the job named: a
 /// snapshot's or a volume's own spec with it as the content source, or the job's spec.
-fn spec_of(conn: &(impl Snapshot + ?Sized), source: &FreshSource) -> ApiResult<CreateVolumeSpec> {
+/// What it names lives in the job's namespace, as the volume made for it will.
+fn spec_of(
+    conn: &(impl Snapshot + ?Sized),
+    namespace: &str,
+    source: &FreshSource,
+) -> ApiResult<CreateVolumeSpec> {
     let (from, content) = match source {
         FreshSource::Spec(s) if !s.labels.is_empty() => {
             // A label could make the job's volume a pool's member, claimable by other jobs.
@@ -64,9 +70,24 @@ fn spec_of(conn: &(impl Snapshot + ?Sized), source: &FreshSource) -> ApiResult<C
             )
             .with_hint("remove `labels` from the spec given to --fresh"));
         }
-        FreshSource::Spec(s) => return Ok((**s).clone()),
+        FreshSource::Spec(s) => {
+            let mut spec = (**s).clone();
+            spec.source = match spec.source {
+                Some(api::ContentSource::Snapshot(s)) => {
+                    validate_name("snapshot", &s).map_err(ApiError::invalid)?;
+                    Some(api::ContentSource::Snapshot(api::volume_key(namespace, &s)))
+                }
+                Some(api::ContentSource::Volume(v)) => {
+                    validate_name("volume", &v).map_err(ApiError::invalid)?;
+                    Some(api::ContentSource::Volume(api::volume_key(namespace, &v)))
+                }
+                None => None,
+            };
+            return Ok(spec);
+        }
         FreshSource::Snapshot(s) => {
             validate_name("snapshot", s).map_err(ApiError::invalid)?;
+            let s = &api::volume_key(namespace, s);
             let snap = conn.snapshot(s)?.ok_or_else(|| {
                 ApiError::not_found(format!("snapshot `{s}` is not registered"))
                     .with_hint("`csivol snapshot list` lists the snapshots")
@@ -86,6 +107,7 @@ fn spec_of(conn: &(impl Snapshot + ?Sized), source: &FreshSource) -> ApiResult<C
         }
         FreshSource::Volume(name) => {
             validate_name("volume", name).map_err(ApiError::invalid)?;
+            let name = &api::volume_key(namespace, name);
             let v = conn.require_volume(name)?;
             (v, api::ContentSource::Volume(name.clone()))
         }
@@ -228,19 +250,30 @@ fn check_request(req: &FreshClaimRequest) -> ApiResult<()> {
     }
 }
 
-/// Refuses a request for an alloc and name whose per-job volume is still held. Two jobs
-/// that share an alloc (a CI matrix whose legs share one run id) must never share a
-/// volume made for one job, and a request sent again after its answer was lost is
-/// answered by its `Idempotency-Key`, before this is reached.
-fn refuse_if_held(conn: &(impl Snapshot + ?Sized), req: &FreshClaimRequest) -> ApiResult<()> {
-    for j in conn.job_volumes_of(&req.claim.alloc, &req.name)? {
+/// Refuses a request for an alloc and name whose per-job volume in the namespace is still
+/// held. Two jobs that share an alloc (a CI matrix whose legs share one run id) must never
+/// share a volume made for one job, and a request sent again after its answer was lost is
+/// answered by its `Idempotency-Key`, before this is reached. Another namespace's volume
+/// of the same alloc and name is not this job's, and is not named to it.
+fn refuse_if_held(
+    conn: &(impl Snapshot + ?Sized),
+    namespace: &str,
+    req: &FreshClaimRequest,
+) -> ApiResult<()> {
+    let held = conn.job_volumes_of(&req.claim.alloc, &req.name)?;
+    for j in held
+        .into_iter()
+        .filter(|j| api::namespace_of(&j.volume) == namespace)
+    {
         if let Some(c) = conn.claim(&j.volume, &req.claim.alloc)?
             && !matches!(c.state, ClaimState::Releasing | ClaimState::Failed)
         {
             return Err(ApiError::conflict(format!(
                 "alloc `{}` already holds per-job volume `{}` (volume `{}`): a volume made for one \
                  job is never shared with another job of the same alloc",
-                req.claim.alloc, req.name, j.volume
+                req.claim.alloc,
+                req.name,
+                api::split_key(&j.volume).1
             ))
             .with_hint(
                 "give each job its own --alloc (e.g. the matrix leg in it); a request sent again \
@@ -257,25 +290,29 @@ fn refuse_if_held(conn: &(impl Snapshot + ?Sized), req: &FreshClaimRequest) -> A
 /// and a claim for a job that is gone.
 fn refuse_if_late(
     conn: &(impl Snapshot + ?Sized),
+    namespace: &str,
     req: &FreshClaimRequest,
     sent_at: Option<i64>,
 ) -> ApiResult<()> {
     let Some(sent_at) = sent_at else {
         return Ok(());
     };
-    for volume in conn.tombstoned_under(&format!("{}-", req.name), &req.claim.alloc)? {
+    let key = api::volume_key(namespace, &req.name);
+    for volume in conn.tombstoned_under(&format!("{key}-"), &req.claim.alloc)? {
         super::retries::refuse_if_released(conn, &volume, &req.claim.alloc, Some(sent_at))?;
     }
     // The restore's rule, which names no volume of its own here.
-    super::retries::refuse_if_released(conn, &req.name, &req.claim.alloc, Some(sent_at))
+    super::retries::refuse_if_released(conn, &key, &req.claim.alloc, Some(sent_at))
 }
 
-/// `POST /v1/fresh-claims`: records a new volume (`creating`, its CreateVolume queued
-/// with a CSI name of its own) and the job's claim on it, `queued` until the volume is
-/// created, in one transaction. Returns the claim and whether it is new; a request for an
-/// alloc and name whose claim is still held is refused, and so is a late copy.
+/// `POST /v1/fresh-claims`: records a new volume in `namespace` (`creating`, its
+/// CreateVolume queued with a CSI name of its own) and the job's claim on it, `queued`
+/// until the volume is created, in one transaction. Returns the claim and whether it is
+/// new; a request for an alloc and name whose claim is still held is refused, and so is a
+/// late copy.
 pub fn create_fresh_claim(
     ctx: &mut impl Txn,
+    namespace: &str,
     req: &FreshClaimRequest,
     who: &Claimant<'_>,
     limits: &Limits,
@@ -283,24 +320,25 @@ pub fn create_fresh_claim(
     fit: Fit<'_>,
 ) -> ApiResult<(api::Claim, bool)> {
     check_request(req)?;
-    refuse_if_held(&*ctx, req)?;
-    refuse_if_late(&*ctx, req, sent_at)?;
-    let mut spec = spec_of(&*ctx, &req.source)?;
+    super::namespaces::require_namespace(&*ctx, namespace)?;
+    refuse_if_held(&*ctx, namespace, req)?;
+    refuse_if_late(&*ctx, namespace, req, sent_at)?;
+    let mut spec = spec_of(&*ctx, namespace, &req.source)?;
     refuse_other_jobs_data(&*ctx, &spec, &req.claim.alloc)?;
     plugin_creates(&*ctx, &spec.plugin)?;
     placed_on_node(&*ctx, &mut spec, &req.claim.node)?;
     let spec = fit(&req.name, spec)?;
     super::claims::refuse_past_claims_limit(&*ctx, who, limits)?;
-    let mut volume = volume_name(&req.name);
+    let key = |name: &str| api::volume_key(namespace, &volume_name(name));
+    let mut volume = key(&req.name);
     {
         use crate::store::namespaces::Bound;
-        let namespace = csivol_api::namespace_of(&volume);
         let what = format!("a per-job volume for alloc `{}`", req.claim.alloc);
         super::quotas::refuse_past(&*ctx, namespace, Bound::FreshVolumes, 1, &what)?;
         super::quotas::refuse_past(&*ctx, namespace, Bound::Claims, 1, &what)?;
     }
     while ctx.volume(&volume)?.is_some() {
-        volume = volume_name(&req.name);
+        volume = key(&req.name);
     }
     let (_, _) = super::volumes::create_volume(ctx, &volume, spec, who.actor, limits)?;
     ctx.put_job_volume(&JobVolumeRow {
@@ -353,12 +391,14 @@ pub fn create_fresh_claim(
 /// making nothing. A refusal is the answer, not an error.
 pub fn fresh_dry_run(
     conn: &(impl Snapshot + ?Sized),
+    namespace: &str,
     req: &FreshClaimRequest,
     fit: Fit<'_>,
 ) -> ApiResult<ClaimDryRun> {
     let checked = check_request(req).and_then(|()| {
-        refuse_if_held(conn, req)?;
-        let mut spec = spec_of(conn, &req.source)?;
+        super::namespaces::require_namespace(conn, namespace)?;
+        refuse_if_held(conn, namespace, req)?;
+        let mut spec = spec_of(conn, namespace, &req.source)?;
         refuse_other_jobs_data(conn, &spec, &req.claim.alloc)?;
         plugin_creates(conn, &spec.plugin)?;
         if let Some(source) = &spec.source {

@@ -2,7 +2,12 @@
 //! each team's CI job runs with its own token in its own namespace; neither can see, claim,
 //! release, renew or snapshot the other's volume; a token narrowed to `build-*` cannot touch
 //! `db-*`; a quota refuses the claim that would pass it and takes it once another is
-//! released.
+//! released. A team's job gets a per-job volume in its own namespace, from its own
+//! snapshot, within its own quota.
+
+use std::time::Duration;
+
+use csivol_tests::wait_for;
 
 use crate::cluster::{Cluster, NodeOpts, Out, PLUGIN};
 
@@ -238,4 +243,225 @@ fn two_teams_each_run_their_jobs_and_touch_nothing_of_the_other() {
         ],
     )
     .ok();
+}
+
+/// A team's CI job takes a per-job volume from its team's snapshot, in its namespace: the
+/// volume is made there (its CSI name carries the namespace), holds the snapshot's data,
+/// and is deleted after the job. Another team's token cannot reach that snapshot, a token
+/// narrowed to volume names cannot have the server name a volume for it, and the team's
+/// quota of per-job volumes bounds its jobs.
+#[test]
+fn a_teams_job_gets_a_per_job_volume_in_its_own_namespace() {
+    let c = Cluster::start("teams-fresh", "30s", vec![NodeOpts::default()]);
+    for ns in ["team-a", "team-b"] {
+        c.csivol(&["namespace", "create", ns]).ok();
+    }
+    c.csivol(&[
+        "-n",
+        "team-a",
+        "volume",
+        "create",
+        &spec(&c, "golden"),
+        "--wait",
+    ])
+    .ok();
+    let ta = token(
+        &c,
+        &[
+            "-n",
+            "team-a",
+            "--name",
+            "ci-team-a",
+            "--capability",
+            "snapshot",
+        ],
+    );
+    let tb = token(&c, &["-n", "team-b", "--name", "ci-team-b"]);
+    let a = |args: &[&str]| {
+        let mut all = vec!["-n", "team-a"];
+        all.extend_from_slice(args);
+        c.csivol_as(Some(&ta), &all)
+    };
+    a(&[
+        "run",
+        "golden",
+        "--node",
+        "node-1",
+        "--alloc",
+        "seed",
+        "--",
+        "sh",
+        "-c",
+        "echo team-a data > \"$CSIVOL_PATH/fixture.txt\"",
+    ])
+    .ok();
+    a(&[
+        "snapshot",
+        "create",
+        "golden",
+        "--name",
+        "golden-1",
+        "--wait",
+        "--timeout",
+        "60s",
+    ])
+    .ok();
+
+    let seen = c.dir.join("seen.txt");
+    let named = c.dir.join("named.txt");
+    let script = format!(
+        "cat \"$CSIVOL_PATH_DB/fixture.txt\" > {} && echo \"$CSIVOL_VOLUME_DB\" > {}",
+        seen.display(),
+        named.display()
+    );
+    a(&[
+        "run",
+        "--node",
+        "node-1",
+        "--alloc",
+        "job-1",
+        "--fresh",
+        "db=snapshot:golden-1",
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ])
+    .ok();
+    assert_eq!(std::fs::read_to_string(&seen).unwrap(), "team-a data\n");
+    let name = std::fs::read_to_string(&named).unwrap().trim().to_owned();
+    assert!(name.starts_with("db-"), "{name}");
+    // Made in team-a, under a CSI name that carries it; deleted after the job.
+    let created = c.nodes[0].plugin_calls().into_iter().any(|call| {
+        call["rpc"] == "CreateVolume"
+            && call["code"] == "OK"
+            // The call log names a CreateVolume by the name csivol asked for.
+            && call["volume_id"]
+                .as_str()
+                .is_some_and(|n| n.starts_with(&format!("csivol-team-a.{name}-")))
+    });
+    assert!(created, "CreateVolume named in team-a");
+    let events = a(&["events", "--volume", &name, "-o", "json"]).ok().json();
+    assert!(
+        events
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|e| e["namespace"] == "team-a"),
+        "{events}"
+    );
+    wait_for(
+        "the per-job volume to be deleted",
+        Duration::from_secs(60),
+        || {
+            let list = a(&["volume", "list", "-o", "json"]).ok().json();
+            let names: Vec<String> = list
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(|v| v["name"].as_str().map(str::to_owned))
+                .collect();
+            (!names.contains(&name)).then_some(())
+        },
+    );
+
+    // Team B's job names team-a's snapshot from its own namespace: there is none there,
+    // and it cannot name team-a's.
+    let b = c.csivol_as(
+        Some(&tb),
+        &[
+            "-n",
+            "team-b",
+            "claim",
+            "--fresh",
+            "db=snapshot:golden-1",
+            "--node",
+            "node-1",
+            "--alloc",
+            "job-1",
+            "--ttl",
+            "5m",
+        ],
+    );
+    refused(&b, 3, "snapshot `team-b~golden-1` is not registered");
+    let b = c.csivol_as(
+        Some(&tb),
+        &[
+            "-n",
+            "team-a",
+            "claim",
+            "--fresh",
+            "db=snapshot:golden-1",
+            "--node",
+            "node-1",
+            "--alloc",
+            "job-1",
+            "--ttl",
+            "5m",
+        ],
+    );
+    refused(
+        &b,
+        7,
+        "this token is narrowed to namespaces `team-b`, and the request names namespace `team-a`",
+    );
+    // A token narrowed to volume names cannot have the server name a volume.
+    let builds = token(&c, &["-n", "team-a", "--volumes", "build-*"]);
+    let out = c.csivol_as(
+        Some(&builds),
+        &[
+            "-n",
+            "team-a",
+            "claim",
+            "--fresh",
+            "db=snapshot:golden-1",
+            "--node",
+            "node-1",
+            "--alloc",
+            "job-2",
+            "--ttl",
+            "5m",
+        ],
+    );
+    refused(&out, 7, "makes a volume whose name the server chooses");
+
+    // A quota of one per-job volume: a second job's waits until the first is gone.
+    c.csivol(&["namespace", "quota", "team-a", "--fresh-volumes", "1"])
+        .ok();
+    let fresh = |alloc: &str| {
+        a(&[
+            "claim",
+            "--fresh",
+            "db=snapshot:golden-1",
+            "--node",
+            "node-1",
+            "--alloc",
+            alloc,
+            "--ttl",
+            "5m",
+            "-o",
+            "json",
+        ])
+    };
+    let first = fresh("job-3").ok().json();
+    let first = first["volume"].as_str().unwrap().to_owned();
+    refused(
+        &fresh("job-4"),
+        4,
+        "namespace `team-a` is at its quota of 1 per-job volume(s)",
+    );
+    a(&[
+        "release",
+        &first,
+        "--alloc",
+        "job-3",
+        "--wait",
+        "--timeout",
+        "60s",
+    ])
+    .ok();
+    wait_for("the quota to free up", Duration::from_secs(60), || {
+        let out = fresh("job-4");
+        (out.code == 0).then_some(())
+    });
 }

@@ -38,9 +38,21 @@ async fn sent(
     req: FreshClaimRequest,
     sent_at: Option<i64>,
 ) -> crate::error::ApiResult<(csivol_api::Claim, bool)> {
+    sent_in(env, csivol_api::DEFAULT_NAMESPACE, req, sent_at).await
+}
+
+/// A request of namespace `ns`, sent at `sent_at`.
+async fn sent_in(
+    env: &Env,
+    ns: &str,
+    req: FreshClaimRequest,
+    sent_at: Option<i64>,
+) -> crate::error::ApiResult<(csivol_api::Claim, bool)> {
+    let ns = ns.to_owned();
     env.write(move |ctx, l| {
         super::super::create_fresh_claim(
             ctx,
+            &ns,
             &req,
             &Claimant::operator("op"),
             l,
@@ -216,6 +228,78 @@ async fn the_claim_waits_for_create_volume_and_the_volume_goes_once_released() {
         .unwrap();
     assert!(new);
     assert_ne!(c.volume, volume);
+}
+
+/// A per-job volume of a namespace is made there: keyed in it, its CSI name carrying it,
+/// copied only from what lives there, and counted against that namespace's quota alone.
+/// The same alloc and name in another namespace is another job's, neither refused by nor
+/// named to this one; a namespace that does not exist makes nothing.
+#[tokio::test]
+async fn a_per_job_volume_is_made_in_the_namespace_the_job_names() {
+    let env = Env::new();
+    env.register("n1", true, &[]).await;
+    let e = sent_in(&env, "team-a", request("a1", Some(60_000)), None)
+        .await
+        .unwrap_err();
+    assert!(format!("{e:?}").contains("no namespace `team-a`"), "{e:?}");
+    assert!(env.ops().await.is_empty(), "nothing made");
+
+    env.write(|ctx, _| super::super::create_namespace(ctx, "team-a"))
+        .await
+        .unwrap();
+    let (c, new) = sent_in(&env, "team-a", request("a1", Some(60_000)), None)
+        .await
+        .unwrap();
+    assert!(new);
+    assert_eq!(c.namespace, "team-a");
+    assert!(c.volume.starts_with("db-"), "{c:?}");
+    let key = csivol_api::volume_key("team-a", &c.volume);
+    let op = env.ops_of("n1").await.remove(0);
+    let payload: serde_json::Value = serde_json::from_str(&op.payload).unwrap();
+    let csi_name = payload["csi_name"].as_str().unwrap();
+    assert!(
+        csi_name.starts_with(&format!("csivol-team-a.{}-", c.volume)),
+        "{csi_name}"
+    );
+    let k = key.clone();
+    assert!(env.read(move |c| c.job_volume(&k)).await.is_some());
+
+    // The same alloc and name in `default` is another job's volume, made beside it.
+    let (other, new) = fresh(&env, request("a1", Some(60_000))).await.unwrap();
+    assert!(new);
+    assert_eq!(other.namespace, "default");
+    // The same alloc and name again in team-a is refused, naming the volume in team-a.
+    let e = sent_in(&env, "team-a", request("a1", Some(60_000)), None)
+        .await
+        .unwrap_err();
+    assert!(
+        e.message.contains(&format!("(volume `{}`)", c.volume)),
+        "{e:?}"
+    );
+
+    // What it copies is read in its namespace: `default`'s volume of that name is not
+    // team-a's.
+    let copy = FreshClaimRequest {
+        source: FreshSource::Volume(other.volume.clone()),
+        ..request("a2", Some(60_000))
+    };
+    let e = sent_in(&env, "team-a", copy, None).await.unwrap_err();
+    assert_eq!(e.code(), csivol_api::ErrorCode::NotFound, "{e:?}");
+
+    // Its quota of per-job volumes counts team-a's alone.
+    let q = csivol_api::Quota {
+        fresh_volumes: Some(1),
+        ..Default::default()
+    };
+    env.write(move |ctx, _| super::super::set_namespace_quota(ctx, "team-a", &q))
+        .await
+        .unwrap();
+    let e = sent_in(&env, "team-a", request("a3", Some(60_000)), None)
+        .await
+        .unwrap_err();
+    assert!(e.message.contains("namespace `team-a`"), "{e:?}");
+    assert!(e.message.contains("1 used"), "{e:?}");
+    fresh(&env, request("a3", Some(60_000))).await.unwrap();
 }
 
 /// With the etcd store a cluster runs on the previous schema until `upgrade finalize`: a
