@@ -21,10 +21,13 @@ use crate::model::StateCounts;
 /// The claim states whose oldest claim is exported, in order.
 pub const UNSETTLED: [&str; 4] = ["pending", "attaching", "publishing", "releasing"];
 
+/// A volume by its name within its namespace (the last label), as the usage gauges name
+/// it, and a node.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct VolumeNodeLabel {
     pub volume: String,
     pub node: String,
+    pub namespace: String,
 }
 
 /// A claim state (`state="..."`, as the claim gauges label it), defined here rather than
@@ -51,7 +54,7 @@ impl Ages {
         let ages = Self::default();
         registry.register(
             "volume_blocked_seconds",
-            "How long a volume has been blocked on a lost node (since the node was lost), by volume and node",
+            "How long a volume has been blocked on a lost node (since the node was lost), by volume, node and namespace",
             ages.blocked.clone(),
         );
         registry.register(
@@ -65,11 +68,13 @@ impl Ages {
     /// Refreshes both gauges from the store's rows at `now` (ms).
     pub fn refresh(&self, counts: &StateCounts, now: i64) {
         self.blocked.clear();
-        for (volume, node, since) in &counts.blocked {
+        for (key, node, since) in &counts.blocked {
+            let (namespace, volume) = csivol_api::split_key(key);
             self.blocked
                 .get_or_create(&VolumeNodeLabel {
-                    volume: volume.clone(),
+                    volume: volume.to_owned(),
                     node: node.clone(),
+                    namespace: namespace.to_owned(),
                 })
                 .set(seconds(now, *since));
         }
@@ -169,13 +174,26 @@ mod tests {
     fn blocked_volumes_count_from_their_nodes_loss_and_go_when_unblocked() {
         let ages = Ages::default();
         let mut counts = StateCounts {
-            blocked: vec![("v1".into(), "n2".into(), 40_000)],
+            blocked: vec![
+                ("v1".into(), "n2".into(), 40_000),
+                ("team-a~v1".into(), "n2".into(), 70_000),
+            ],
             ..Default::default()
         };
         ages.refresh(&counts, 100_000);
         let t = text(&ages);
         assert!(
-            t.contains("csivol_volume_blocked_seconds{volume=\"v1\",node=\"n2\"} 60.0"),
+            t.contains(
+                "csivol_volume_blocked_seconds{volume=\"v1\",node=\"n2\",namespace=\"default\"} \
+                 60.0"
+            ),
+            "{t}"
+        );
+        assert!(
+            t.contains(
+                "csivol_volume_blocked_seconds{volume=\"v1\",node=\"n2\",namespace=\"team-a\"} \
+                 30.0"
+            ),
             "{t}"
         );
         counts.blocked.clear();

@@ -261,7 +261,7 @@ fn scrape_a_cluster_in_trouble() -> Exported {
         WAIT,
         || {
             let m = c.metrics();
-            (m.contains(r#"csivol_volume_blocked_seconds{volume="vol-blocked",node="node-2"}"#)
+            (m.contains(r#"csivol_volume_blocked_seconds{volume="vol-blocked",node="node-2",namespace="default"}"#)
                 && m.contains("csivol_nodes_fence_failing 1")
                 && m.contains(r#"csivol_fences_total{state="failed"}"#)
                 && m.contains(r#"csivol_claims{state="publishing"} 1"#)
@@ -282,7 +282,7 @@ fn scrape_a_cluster_in_trouble() -> Exported {
                 .and_then(|v| v.trim().parse::<f64>().ok())
                 .unwrap_or(0.0)
         };
-        (age(r#"csivol_volume_blocked_seconds{volume="vol-blocked",node="node-2"}"#) >= 1.0
+        (age(r#"csivol_volume_blocked_seconds{volume="vol-blocked",node="node-2",namespace="default"}"#) >= 1.0
             && age(r#"csivol_claims_oldest_seconds{state="publishing"}"#) >= 1.0)
             .then_some(())
     });
