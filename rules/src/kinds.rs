@@ -118,6 +118,9 @@ string_enum! {
         NodeIdRefused = "node-id-refused",
         TokenCreated = "token-created",
         TokenRevoked = "token-revoked",
+        NamespaceCreated = "namespace-created",
+        NamespaceDeleted = "namespace-deleted",
+        NamespaceQuotaSet = "namespace-quota-set",
         ControllerHostAllowed = "controller-host-allowed",
         ControllerHostDisallowed = "controller-host-disallowed",
         ControllerHostRefused = "controller-host-refused",
@@ -137,7 +140,8 @@ string_enum! {
 
 impl EventKind {
     /// An operator's action (an unblock, a detach, a fence, a token or a controller host
-    /// allowed or taken back, a node's labels or eligibility changed): the event log keeps
+    /// allowed or taken back, a node's labels or eligibility changed, a namespace or its
+    /// quota made or changed): the event log keeps
     /// these until its count bound drops them, whatever the bytes of the other events.
     pub fn kept_by_count(self) -> bool {
         matches!(
@@ -163,6 +167,9 @@ impl EventKind {
                 | Self::VolumeLabelled
                 | Self::PoolCreated
                 | Self::PoolDeleted
+                | Self::NamespaceCreated
+                | Self::NamespaceDeleted
+                | Self::NamespaceQuotaSet
         )
     }
 }

@@ -241,8 +241,8 @@ pub(super) async fn put_namespace(
     once: Once,
     super::extract::Body(spec): super::extract::Body<api::NamespaceSpec>,
 ) -> ApiResult<Response> {
-    app.acting(&headers)?;
-    let write = move |ctx: &mut WriteCtx<'_>| lifecycle::create_namespace(ctx, &ns);
+    let (actor, _) = app.acting(&headers)?;
+    let write = move |ctx: &mut WriteCtx<'_>| lifecycle::create_namespace(ctx, &ns, &actor);
     once.respond(&app, &spec, write, created_or_ok).await
 }
 
@@ -253,8 +253,8 @@ pub(super) async fn delete_namespace(
     Path(ns): Path<String>,
     once: Once,
 ) -> ApiResult<Response> {
-    app.acting(&headers)?;
-    let write = move |ctx: &mut WriteCtx<'_>| lifecycle::delete_namespace(ctx, &ns);
+    let (actor, _) = app.acting(&headers)?;
+    let write = move |ctx: &mut WriteCtx<'_>| lifecycle::delete_namespace(ctx, &ns, &actor);
     let gone = |_: &()| Answer::empty(StatusCode::NO_CONTENT);
     once.respond(&app, &(), write, gone).await
 }

@@ -21,9 +21,10 @@ pub(super) async fn put_quota(
     once: Once,
     super::extract::Body(quota): super::extract::Body<api::Quota>,
 ) -> ApiResult<Response> {
-    app.acting(&headers)?;
+    let (actor, _) = app.acting(&headers)?;
     let sent = quota.clone();
-    let write = move |ctx: &mut WriteCtx<'_>| lifecycle::set_namespace_quota(ctx, &ns, &quota);
+    let write =
+        move |ctx: &mut WriteCtx<'_>| lifecycle::set_namespace_quota(ctx, &ns, &quota, &actor);
     let answer = |n: &api::Namespace| Answer::json(StatusCode::OK, n);
     once.respond(&app, &sent, write, answer).await
 }

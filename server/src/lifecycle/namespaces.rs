@@ -3,6 +3,9 @@
 //! only while nothing lives in it.
 
 use csivol_api::{self as api, DEFAULT_NAMESPACE, closest, validate_namespace};
+use csivol_rules::kinds::EventKind;
+
+use super::events::event;
 
 use crate::error::{ApiError, ApiResult};
 use crate::model::time;
@@ -71,22 +74,41 @@ pub fn require_namespace(conn: &(impl Snapshot + ?Sized), name: &str) -> ApiResu
     Err(e)
 }
 
-/// Makes a namespace; whether it is new (`default` always was).
+/// Makes a namespace; whether it is new (`default` always was). A new one is an event
+/// with its actor.
 pub fn create_namespace(
     ctx: &mut (impl crate::store::Txn + ?Sized),
     name: &str,
+    actor: &str,
 ) -> ApiResult<(api::Namespace, bool)> {
     validate_namespace(name).map_err(|e| {
         ApiError::invalid(e)
             .with_hint("a namespace is named like a volume, in at most 63 characters")
     })?;
     let made = name != DEFAULT_NAMESPACE && ctx.put_namespace(name)?;
+    if made {
+        let message = format!("namespace {name} created");
+        event(
+            ctx,
+            EventKind::NamespaceCreated,
+            None,
+            None,
+            None,
+            actor,
+            message,
+        )?;
+    }
     let created = ctx.namespace(name)?;
     Ok((view(&*ctx, name, created)?, made))
 }
 
-/// Forgets a namespace, refused while anything lives in it (naming what) and for `default`.
-pub fn delete_namespace(ctx: &mut (impl crate::store::Txn + ?Sized), name: &str) -> ApiResult<()> {
+/// Forgets a namespace, refused while anything lives in it (naming what) and for `default`;
+/// an event with its actor.
+pub fn delete_namespace(
+    ctx: &mut (impl crate::store::Txn + ?Sized),
+    name: &str,
+    actor: &str,
+) -> ApiResult<()> {
     if name == DEFAULT_NAMESPACE {
         return Err(
             ApiError::invalid("the namespace `default` cannot be deleted")
@@ -122,5 +144,15 @@ pub fn delete_namespace(ctx: &mut (impl crate::store::Txn + ?Sized), name: &str)
             "delete them first: `csivol volume list -n {name}` lists its volumes"
         )));
     }
-    ctx.delete_namespace(name)
+    ctx.delete_namespace(name)?;
+    let message = format!("namespace {name} deleted");
+    event(
+        ctx,
+        EventKind::NamespaceDeleted,
+        None,
+        None,
+        None,
+        actor,
+        message,
+    )
 }

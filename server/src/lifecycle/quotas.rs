@@ -121,8 +121,47 @@ pub fn set_namespace_quota(
     ctx: &mut (impl crate::store::Txn + ?Sized),
     namespace: &str,
     quota: &Quota,
+    actor: &str,
 ) -> ApiResult<api::Namespace> {
     super::namespaces::require_namespace(&*ctx, namespace)?;
+    let before = ctx.namespace_quota(namespace)?.unwrap_or_default();
     ctx.set_namespace_quota(namespace, quota)?;
+    if before != *quota {
+        let message = format!(
+            "quota of namespace {namespace} set: {} (was {})",
+            described(quota),
+            described(&before)
+        );
+        super::events::event(
+            ctx,
+            csivol_rules::kinds::EventKind::NamespaceQuotaSet,
+            None,
+            None,
+            None,
+            actor,
+            message,
+        )?;
+    }
     super::namespaces::namespace_view(&*ctx, namespace)
+}
+
+/// A quota in words, for its event: each bound it sets, or `none`.
+fn described(quota: &Quota) -> String {
+    let bounds: Vec<String> = [
+        Bound::Volumes,
+        Bound::CapacityBytes,
+        Bound::Claims,
+        Bound::FreshVolumes,
+    ]
+    .into_iter()
+    .filter_map(|b| {
+        let (_, flag) = words(b);
+        limit(quota, b).map(|n| format!("{} {}", flag.trim_start_matches('-'), amount(b, n)))
+    })
+    .collect();
+    if bounds.is_empty() {
+        "none".into()
+    } else {
+        bounds.join(", ")
+    }
 }

@@ -428,6 +428,15 @@ fn a_teams_job_gets_a_per_job_volume_in_its_own_namespace() {
     // A quota of one per-job volume: a second job's waits until the first is gone.
     c.csivol(&["namespace", "quota", "team-a", "--fresh-volumes", "1"])
         .ok();
+    // The change is an operator's act in the cluster's log, with what it set.
+    let events = c.csivol(&["events", "-o", "json"]).ok().json();
+    let set = events.as_array().unwrap().iter().any(|e| {
+        e["kind"] == "namespace-quota-set"
+            && e["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("namespace team-a set: fresh-volumes 1 (was none)"))
+    });
+    assert!(set, "{events}");
     let fresh = |alloc: &str| {
         a(&[
             "claim",

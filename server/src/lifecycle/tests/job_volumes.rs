@@ -244,7 +244,7 @@ async fn a_per_job_volume_is_made_in_the_namespace_the_job_names() {
     assert!(format!("{e:?}").contains("no namespace `team-a`"), "{e:?}");
     assert!(env.ops().await.is_empty(), "nothing made");
 
-    env.write(|ctx, _| super::super::create_namespace(ctx, "team-a"))
+    env.write(|ctx, _| super::super::create_namespace(ctx, "team-a", "op"))
         .await
         .unwrap();
     let (c, new) = sent_in(&env, "team-a", request("a1", Some(60_000)), None)
@@ -291,7 +291,7 @@ async fn a_per_job_volume_is_made_in_the_namespace_the_job_names() {
         fresh_volumes: Some(1),
         ..Default::default()
     };
-    env.write(move |ctx, _| super::super::set_namespace_quota(ctx, "team-a", &q))
+    env.write(move |ctx, _| super::super::set_namespace_quota(ctx, "team-a", &q, "op"))
         .await
         .unwrap();
     let e = sent_in(&env, "team-a", request("a3", Some(60_000)), None)

@@ -10,7 +10,7 @@ use super::Env;
 async fn one_name_lives_in_two_namespaces_apart() {
     let env = Env::new();
     env.register("n1", true, &[]).await;
-    env.write(|ctx, _| super::super::create_namespace(ctx, "team-a"))
+    env.write(|ctx, _| super::super::create_namespace(ctx, "team-a", "op"))
         .await
         .unwrap();
     env.volume("db", "single-node-writer").await;
@@ -52,7 +52,7 @@ async fn one_name_lives_in_two_namespaces_apart() {
 
     // Forgotten only once empty, naming what it holds.
     let e = env
-        .write(|ctx, _| super::super::delete_namespace(ctx, "team-a"))
+        .write(|ctx, _| super::super::delete_namespace(ctx, "team-a", "op"))
         .await
         .unwrap_err();
     assert!(e.message.contains("`db`"), "{}", e.message);
@@ -63,7 +63,7 @@ async fn one_name_lives_in_two_namespaces_apart() {
             .contains("volume list -n team-a")
     );
     let e = env
-        .write(|ctx, _| super::super::delete_namespace(ctx, "default"))
+        .write(|ctx, _| super::super::delete_namespace(ctx, "default", "op"))
         .await
         .unwrap_err();
     assert!(e.message.contains("cannot be deleted"), "{}", e.message);
@@ -72,7 +72,7 @@ async fn one_name_lives_in_two_namespaces_apart() {
 #[tokio::test]
 async fn a_volume_of_a_namespace_nobody_made_is_refused_with_the_closest() {
     let env = Env::new();
-    env.write(|ctx, _| super::super::create_namespace(ctx, "team-a"))
+    env.write(|ctx, _| super::super::create_namespace(ctx, "team-a", "op"))
         .await
         .unwrap();
     let spec = super::spec("single-node-writer");
@@ -88,17 +88,17 @@ async fn a_volume_of_a_namespace_nobody_made_is_refused_with_the_closest() {
     );
     // Made again: nothing changes; `default` always was.
     let (_, made) = env
-        .write(|ctx, _| super::super::create_namespace(ctx, "team-a"))
+        .write(|ctx, _| super::super::create_namespace(ctx, "team-a", "op"))
         .await
         .unwrap();
     assert!(!made);
     let (_, made) = env
-        .write(|ctx, _| super::super::create_namespace(ctx, "default"))
+        .write(|ctx, _| super::super::create_namespace(ctx, "default", "op"))
         .await
         .unwrap();
     assert!(!made);
     let e = env
-        .write(|ctx, _| super::super::create_namespace(ctx, "Bad/name"))
+        .write(|ctx, _| super::super::create_namespace(ctx, "Bad/name", "op"))
         .await
         .unwrap_err();
     assert!(
@@ -112,7 +112,7 @@ async fn a_volume_of_a_namespace_nobody_made_is_refused_with_the_closest() {
 async fn a_created_volume_asks_its_plugin_with_its_namespace_in_the_name() {
     let env = Env::new();
     env.register("n1", true, &[]).await;
-    env.write(|ctx, _| super::super::create_namespace(ctx, "team-a"))
+    env.write(|ctx, _| super::super::create_namespace(ctx, "team-a", "op"))
         .await
         .unwrap();
     let spec = super::create_spec();
@@ -143,7 +143,7 @@ async fn below_the_schema_that_keeps_them_only_default_exists() {
     .await
     .unwrap();
     let e = env
-        .write(|ctx, _| super::super::create_namespace(ctx, "team-a"))
+        .write(|ctx, _| super::super::create_namespace(ctx, "team-a", "op"))
         .await
         .unwrap_err();
     assert!(
@@ -185,7 +185,7 @@ fn a_snapshot_is_asked_for_by_a_name_that_names_its_namespace() {
 #[tokio::test]
 async fn a_volume_of_another_namespace_takes_no_labels() {
     let env = Env::new();
-    env.write(|ctx, _| super::super::create_namespace(ctx, "team-a"))
+    env.write(|ctx, _| super::super::create_namespace(ctx, "team-a", "op"))
         .await
         .unwrap();
     let mut spec = super::spec("single-node-writer");
@@ -205,4 +205,55 @@ async fn a_volume_of_another_namespace_takes_no_labels() {
         .await
         .unwrap_err();
     assert!(e.message.contains("takes no labels"), "{}", e.message);
+}
+
+/// Making or forgetting a namespace and changing its quota are operators' acts: each an
+/// event with its actor and what changed, and a request that changes nothing none.
+#[tokio::test]
+async fn a_namespace_and_its_quota_changed_are_events_with_their_actor() {
+    let env = Env::new();
+    async fn all(env: &Env) -> Vec<String> {
+        env.read(|c| {
+            let events = c.events(0, &Default::default(), u32::MAX)?;
+            Ok(events
+                .into_iter()
+                .filter(|e| e.kind.starts_with("namespace-"))
+                .map(|e| format!("{} {}: {}", e.kind, e.actor, e.message))
+                .collect::<Vec<_>>())
+        })
+        .await
+    }
+    for _ in 0..2 {
+        env.write(|ctx, _| super::super::create_namespace(ctx, "team-a", "op-1"))
+            .await
+            .unwrap();
+    }
+    let quota = |claims: Option<u64>, capacity_bytes: Option<u64>| csivol_api::Quota {
+        claims,
+        capacity_bytes,
+        ..Default::default()
+    };
+    for q in [
+        quota(Some(2), Some(10 << 20)),
+        quota(Some(2), Some(10 << 20)),
+        quota(None, None),
+    ] {
+        env.write(move |ctx, _| super::super::set_namespace_quota(ctx, "team-a", &q, "op-2"))
+            .await
+            .unwrap();
+    }
+    env.write(|ctx, _| super::super::delete_namespace(ctx, "team-a", "op-3"))
+        .await
+        .unwrap();
+    assert_eq!(
+        all(&env).await,
+        [
+            "namespace-created op-1: namespace team-a created",
+            "namespace-quota-set op-2: quota of namespace team-a set: capacity 10.0 MiB, \
+             claims 2 (was none)",
+            "namespace-quota-set op-2: quota of namespace team-a set: none (was capacity \
+             10.0 MiB, claims 2)",
+            "namespace-deleted op-3: namespace team-a deleted",
+        ]
+    );
 }

@@ -11,7 +11,7 @@ const MIB: u64 = 1 << 20;
 
 async fn quota(env: &Env, ns: &str, q: Quota) -> api::Namespace {
     let ns = ns.to_owned();
-    env.write(move |ctx, _| super::super::set_namespace_quota(ctx, &ns, &q))
+    env.write(move |ctx, _| super::super::set_namespace_quota(ctx, &ns, &q, "op"))
         .await
         .unwrap()
 }
@@ -40,7 +40,7 @@ async fn a_namespace_takes_what_its_quota_allows_and_no_more() {
     let env = Env::new();
     env.register("ctl", true, &[]).await;
     env.register("n1", false, &[]).await;
-    env.write(|ctx, _| super::super::create_namespace(ctx, "team-a"))
+    env.write(|ctx, _| super::super::create_namespace(ctx, "team-a", "op"))
         .await
         .unwrap();
     let shown = quota(
@@ -161,6 +161,7 @@ async fn a_quota_is_set_only_on_a_namespace_that_exists() {
                     claims: Some(1),
                     ..Quota::default()
                 },
+                "op",
             )
         })
         .await

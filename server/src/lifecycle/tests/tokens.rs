@@ -232,7 +232,7 @@ async fn below_the_schema_that_keeps_scopes_only_plain_roles_are_made() {
 #[tokio::test]
 async fn a_token_narrowed_to_namespaces_is_made_within_its_makers() {
     let env = Env::new();
-    env.write(|ctx, _| super::super::create_namespace(ctx, "team-a"))
+    env.write(|ctx, _| super::super::create_namespace(ctx, "team-a", "op"))
         .await
         .unwrap();
     let spaced = |role, ns: &[&str]| NewToken {
@@ -282,7 +282,7 @@ async fn a_token_narrowed_to_namespaces_is_made_within_its_makers() {
     assert!(e.message.contains("cannot hold fence"), "{}", e.message);
 
     // A maker narrowed to `team-a` (as a lifecycle caller) makes tokens of `team-a` only.
-    env.write(|ctx, _| super::super::create_namespace(ctx, "team-b"))
+    env.write(|ctx, _| super::super::create_namespace(ctx, "team-b", "op"))
         .await
         .unwrap();
     let maker = TokenScope {
