@@ -145,16 +145,16 @@ impl Caller {
         ))
     }
 
-    /// Refuses a caller narrowed to volume patterns for `what`, which makes a volume under
-    /// a name the server chooses: no pattern was given for it. A token narrowed to
-    /// namespaces alone passes (the namespace was checked as for every route).
-    pub fn require_no_volume_patterns(&self, what: &str) -> ApiResult<()> {
+    /// Refuses a caller narrowed to volume patterns for what touches a volume its patterns
+    /// cannot be checked against (`why` says which, and why): one the server names, or one
+    /// known only once a plugin answers. A token narrowed to namespaces alone passes (the
+    /// namespace was checked as for every route).
+    pub fn require_no_volume_patterns(&self, why: &str) -> ApiResult<()> {
         if self.scope.volumes.is_empty() {
             return Ok(());
         }
         Err(ApiError::forbidden(format!(
-            "this token is narrowed to volumes {}, and {what} makes a volume whose name the \
-             server chooses",
+            "this token is narrowed to volumes {}, and {why}",
             patterns(&self.scope.volumes)
         ))
         .with_hint("use a token not narrowed to volume names (made without `--volumes`)"))

@@ -53,8 +53,8 @@ pub(crate) enum Holds {
     Named,
     /// A listing of volumes or claims, or the event log: of the namespace (or every one).
     Listing,
-    /// Kept in `default` only so far (adopted snapshots, pools): another namespace is
-    /// refused rather than ignored.
+    /// Kept in `default` only so far (pools): another namespace is refused rather than
+    /// ignored.
     DefaultOnly,
     /// `/v1/fresh-claims`: makes a volume in the one namespace the request names.
     Makes,
@@ -67,14 +67,12 @@ fn holds(path: &str) -> Holds {
     let mut parts = path.trim_start_matches('/').split('/');
     let (_, resource, name, verb) = (parts.next(), parts.next(), parts.next(), parts.next());
     match (resource, name, verb) {
-        (Some("volumes" | "group-snapshots"), Some(_), _) | (Some("snapshots"), Some(_), None) => {
-            Holds::Named
-        }
+        (Some("volumes" | "group-snapshots" | "snapshots"), Some(_), _) => Holds::Named,
         (Some("volumes" | "claims" | "events" | "snapshots" | "group-snapshots"), None, _) => {
             Holds::Listing
         }
         (Some("fresh-claims"), _, _) => Holds::Makes,
-        (Some("snapshots" | "pools"), _, _) => Holds::DefaultOnly,
+        (Some("pools"), _, _) => Holds::DefaultOnly,
         _ => Holds::Cluster,
     }
 }
@@ -195,8 +193,7 @@ pub(super) async fn require_asked(app: &App, asked: Option<&Asked>) -> ApiResult
         (Holds::Cluster, _) | (_, None | Some(DEFAULT_NAMESPACE)) => return Ok(()),
         (Holds::DefaultOnly, Some(_)) => {
             return Err(ApiError::invalid(
-                "adopted snapshots and pools belong to the namespace `default` only in this \
-                 release",
+                "pools belong to the namespace `default` only in this release",
             )
             .with_hint("leave out `namespace` (`-n`, CSIVOL_NAMESPACE) for them"));
         }
@@ -324,7 +321,13 @@ mod tests {
             ),
             (
                 "/v1/snapshots/s1/adopt?namespace=team-a",
-                "/v1/snapshots/s1/adopt",
+                "/v1/snapshots/team-a~s1/adopt",
+                Holds::Named,
+                Some("team-a"),
+            ),
+            (
+                "/v1/pools/cache?namespace=team-a",
+                "/v1/pools/cache",
                 Holds::DefaultOnly,
                 Some("team-a"),
             ),

@@ -255,9 +255,10 @@ pub(super) async fn authorise(
                 Need::Cluster(c) => caller
                     .require(c, &what)
                     .and_then(|()| caller.require_whole_cluster(&what)),
-                Need::Made(c) => caller
-                    .require(c, &what)
-                    .and_then(|()| caller.require_no_volume_patterns(&what)),
+                Need::Made(c) => caller.require(c, &what).and_then(|()| {
+                    let why = format!("{what} makes a volume whose name the server chooses");
+                    caller.require_no_volume_patterns(&why)
+                }),
                 Need::Namespace(c) => match caller.require(c, &what) {
                     Err(e) => Err(e),
                     Ok(()) => match path_param(&mut parts, &app, "name").await {

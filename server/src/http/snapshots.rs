@@ -114,8 +114,11 @@ pub(super) async fn adopt_snapshot(
 ) -> ApiResult<Response> {
     let caller = app.caller(&headers)?;
     // Which volume the snapshot is of is known only once the plugin's listing finds it,
-    // so a token narrowed to volume names cannot adopt one.
-    caller.require_whole_cluster("adopting a snapshot (whose volume is not known yet)")?;
+    // so a token narrowed to volume names cannot adopt one; a token narrowed to
+    // namespaces adopts it into one it holds (the layer checked the namespace).
+    caller.require_no_volume_patterns(
+        "a snapshot adopted is of a volume known only once its plugin lists it",
+    )?;
     let (actor, limits) = (caller.actor(), app.limits.clone());
     name("snapshot", &snapshot)?;
     let body = req.clone();

@@ -142,7 +142,7 @@ pub fn adopt_snapshot(
     actor: &str,
     limits: &Limits,
 ) -> ApiResult<(api::Snapshot, bool)> {
-    api::validate_name("snapshot", name).map_err(ApiError::invalid)?;
+    api::validate_key("snapshot", name).map_err(ApiError::invalid)?;
     api::validate_name("plugin", &req.plugin).map_err(ApiError::invalid)?;
     req.check_text().map_err(ApiError::text)?;
     if req.snapshot_id.is_empty() {
@@ -183,11 +183,25 @@ pub fn adopt_snapshot(
         .into_iter()
         .find(|s| s.plugin == req.plugin && s.snapshot_id == req.snapshot_id)
     {
+        // Named only to a request of its own namespace: another's names are not the
+        // caller's to learn.
+        let namespace = api::namespace_of(name);
+        if api::namespace_of(&other.name) != namespace {
+            return Err(ApiError::conflict(format!(
+                "snapshot `{}` of plugin `{}` is already known to csivol, in another namespace",
+                req.snapshot_id, req.plugin
+            ))
+            .with_hint("a snapshot of the storage is adopted once, into one namespace"));
+        }
+        let (_, known) = api::split_key(&other.name);
         return Err(ApiError::conflict(format!(
-            "snapshot `{}` of plugin `{}` is already known to csivol as `{}`",
-            req.snapshot_id, req.plugin, other.name
+            "snapshot `{}` of plugin `{}` is already known to csivol as `{known}`",
+            req.snapshot_id, req.plugin
         ))
-        .with_hint(format!("csivol snapshot show {}", other.name)));
+        .with_hint(format!(
+            "csivol snapshot show {}",
+            api::cli_name(&other.name)
+        )));
     }
     // Found with ListSnapshots: a plugin without LIST_SNAPSHOTS has nothing to find it with.
     let lists = ctx

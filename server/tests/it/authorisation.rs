@@ -526,7 +526,7 @@ async fn a_narrowed_token_reaches_no_other_volume_through_a_body() {
                 json!({"plugin": "hp", "snapshot_id": "snap-1"}),
             )
             .await,
-        "this token is narrowed to volumes `build-*`, and adopting a snapshot (whose volume is not known yet) covers the whole cluster",
+        "this token is narrowed to volumes `build-*`, and a snapshot adopted is of a volume known only once its plugin lists it",
     );
     // Nothing was recorded of either.
     assert_eq!(api.get("/v1/snapshots/build-s").await.0, 404);

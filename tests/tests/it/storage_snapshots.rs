@@ -2,8 +2,8 @@
 //! outside csivol (the reference plugin's CreateSnapshot called directly over its socket)
 //! is listed by `plugin snapshots` beside csivol's records, adopted with `snapshot adopt`,
 //! and a volume created from it holds the data it was cut with; a snapshot the plugin does
-//! not have, or one csivol knows under another name, is refused; a plugin without
-//! LIST_SNAPSHOTS says so.
+//! not have, or one csivol knows under another name, is refused; a namespace adopts
+//! snapshots of its own volumes only; a plugin without LIST_SNAPSHOTS says so.
 
 use std::time::Duration;
 
@@ -142,6 +142,106 @@ fn snapshots_made_outside_csivol_are_listed_adopted_and_restored_from() {
         .json();
     assert_eq!(ghost["state"], "failed", "{ghost}");
     assert_eq!(ghost["snapshot_id"].as_str().unwrap_or(""), "", "{ghost}");
+
+    // A team adopts snapshots of its own volumes only: one the plugin lists as cut from
+    // `default`'s `src` is refused; one of the team's volume is the team's, linked to it,
+    // and the team's new volume is restored from it.
+    c.csivol(&["namespace", "create", "team-a"]).ok();
+    let cut = |source: String, name: &'static str| {
+        at_plugin(&c, 0, |mut client| async move {
+            client
+                .create_snapshot(csi::CreateSnapshotRequest {
+                    source_volume_id: source,
+                    name: name.into(),
+                    ..Default::default()
+                })
+                .await
+                .unwrap()
+                .into_inner()
+                .snapshot
+                .unwrap()
+                .snapshot_id
+        })
+    };
+    let team_adopt = |id: &str, name: &str| {
+        c.csivol(&[
+            "-n",
+            "team-a",
+            "snapshot",
+            "adopt",
+            PLUGIN,
+            id,
+            "--name",
+            name,
+            "--timeout",
+            "60s",
+            "-o",
+            "json",
+        ])
+    };
+    let of_default = cut(src_id.clone(), "cut-of-default");
+    let refused = team_adopt(&of_default, "taken");
+    assert_eq!(refused.code, EXIT_CONFLICT, "{refused:?}");
+    assert!(
+        refused
+            .stderr
+            .contains("as cut from a volume of another namespace"),
+        "{refused:?}"
+    );
+    let team_src = create(&c, "tsrc", &["-n", "team-a"]).ok().json();
+    let team_src_id = team_src["external_id"].as_str().unwrap().to_owned();
+    let claim_in_team = |volume: &str, alloc: &str| {
+        let out = c.csivol(&[
+            "-n",
+            "team-a",
+            "claim",
+            volume,
+            "--node",
+            "node-1",
+            "--alloc",
+            alloc,
+            "--wait",
+            "--timeout",
+            "60s",
+            "-o",
+            "json",
+        ]);
+        std::path::PathBuf::from(out.ok().json()["target_path"].as_str().unwrap())
+    };
+    let t = claim_in_team("tsrc", "team-writer");
+    std::fs::write(t.join("team.txt"), "team-a's data").unwrap();
+    let of_team = cut(team_src_id, "cut-of-team-a");
+    let s = team_adopt(&of_team, "fixture").ok().json();
+    assert_eq!(
+        (&s["namespace"], &s["state"], &s["volume"]),
+        (
+            &Value::from("team-a"),
+            &Value::from("ready"),
+            &Value::from("tsrc")
+        ),
+        "{s}"
+    );
+    let restored = create(
+        &c,
+        "restored",
+        &["-n", "team-a", "--from-snapshot", "fixture"],
+    );
+    assert_eq!(restored.ok().json()["namespace"], "team-a", "{restored:?}");
+    let r = claim_in_team("restored", "team-reader");
+    assert_eq!(
+        std::fs::read_to_string(r.join("team.txt")).unwrap(),
+        "team-a's data"
+    );
+    // Adopted again from `default`: refused, without naming team-a's snapshot.
+    let again = adopt(&c, &of_team, "taken");
+    assert_eq!(again.code, EXIT_CONFLICT, "{again:?}");
+    assert!(
+        again
+            .stderr
+            .contains("already known to csivol, in another namespace")
+            && !again.stderr.contains("fixture"),
+        "{again:?}"
+    );
 }
 
 #[test]

@@ -193,3 +193,75 @@ async fn a_pending_adopted_snapshot_is_listed_until_ready_and_deleted_alone() {
     assert_eq!(ops.len(), 1, "{ops:?}");
     assert!(ops[0].starts_with("delete-snapshot snapshot/s"), "{ops:?}");
 }
+
+/// A snapshot adopted into a namespace is that namespace's: one the plugin lists as cut
+/// from a volume of another namespace is refused (its data is that namespace's), one of a
+/// volume there is linked to it, and a snapshot of the storage already adopted elsewhere
+/// is refused without naming it.
+#[tokio::test]
+async fn a_snapshot_adopted_into_a_namespace_is_of_that_namespaces_volumes_only() {
+    let env = Env::new();
+    snapshots::register_host(&env, "n1", true, false).await;
+    env.write(|ctx, _| super::super::create_namespace(ctx, "team-a", "op"))
+        .await
+        .unwrap();
+    // `db` of `default` is backend volume `ext-db`, team-a's `db` is `ext-team-a~db`.
+    env.volume("db", "single-node-writer").await;
+    env.volume("team-a~db", "single-node-writer").await;
+    let adopt = |key: &'static str, id: &'static str| {
+        env.write(move |ctx, l| {
+            let req = SnapshotAdoptRequest {
+                plugin: PLUGIN.into(),
+                snapshot_id: id.into(),
+            };
+            super::super::adopt_snapshot(ctx, key, req, "op", l)
+        })
+    };
+    let found = |op, attempt, id: &str, source: &str| Report::SnapshotFound {
+        op,
+        attempt,
+        snapshot: Some(api::ListedSnapshot {
+            snapshot_id: id.into(),
+            source_volume_id: source.into(),
+            size_bytes: 4096,
+            creation_time_ms: None,
+            ready_to_use: true,
+        }),
+    };
+    adopt("team-a~s", "snap-1").await.unwrap();
+    let (op, attempt, _) = handed_out(&env).await;
+    env.report("n1", vec![found(op, attempt, "snap-1", "ext-db")])
+        .await;
+    let s = env
+        .read(|c| super::super::snapshot_view(c, "team-a~s"))
+        .await;
+    assert_eq!(
+        (s.namespace.as_str(), s.state, s.snapshot_id.as_str()),
+        ("team-a", api::SnapshotState::Failed, ""),
+        "refused, and no id a deletion could send: {s:?}"
+    );
+    let error = s.error.unwrap_or_default();
+    assert!(error.contains("another namespace"), "{error}");
+    assert!(
+        !error.contains("`db`") && !error.contains("default"),
+        "{error}"
+    );
+
+    // One of team-a's own volume is adopted and linked to it.
+    adopt("team-a~s2", "snap-2").await.unwrap();
+    let (op, attempt, _) = handed_out(&env).await;
+    env.report("n1", vec![found(op, attempt, "snap-2", "ext-team-a~db")])
+        .await;
+    let s = env
+        .read(|c| super::super::snapshot_view(c, "team-a~s2"))
+        .await;
+    assert_eq!(
+        (s.namespace.as_str(), s.state, s.volume.as_str()),
+        ("team-a", api::SnapshotState::Ready, "db"),
+        "{s:?}"
+    );
+    // Adopted again from `default`: refused, without naming team-a's snapshot.
+    let e = adopt("s3", "snap-2").await.unwrap_err();
+    assert!(e.message.contains("in another namespace"), "{e:?}");
+    assert!(!e.message.contains("s2"), "{e:?}");
+}

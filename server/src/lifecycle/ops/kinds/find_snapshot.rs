@@ -85,13 +85,22 @@ impl Kind for FindSnapshot {
             ctx.delete_op(o.id)?;
             return Ok(true);
         };
-        let Some(found) = snapshot else {
-            ctx.delete_op(o.id)?;
-            let said = format!(
+        let said = match snapshot {
+            None => Some(format!(
                 "plugin {} has no snapshot {} (ListSnapshots with its id listed none)",
                 o.plugin,
                 wanted(o)
-            );
+            )),
+            Some(found) if of_another_namespace(ctx, o, &s.name, found)? => Some(format!(
+                "plugin {} lists snapshot {} as cut from a volume of another namespace, whose \
+                 data is not this namespace's to restore",
+                o.plugin,
+                wanted(o)
+            )),
+            Some(_) => None,
+        };
+        if let Some(said) = said {
+            ctx.delete_op(o.id)?;
             set_error(ctx, o, Some(said.clone()), true)?;
             return event(
                 ctx,
@@ -103,8 +112,10 @@ impl Kind for FindSnapshot {
                 format!("snapshot `{}` not adopted: {said}", s.name),
             )
             .map(|()| true);
-        };
-        found_it(ctx, o, s, found, actor)?;
+        }
+        if let Some(found) = snapshot {
+            found_it(ctx, o, s, found, actor)?;
+        }
         Ok(true)
     }
 
@@ -117,6 +128,26 @@ impl Kind for FindSnapshot {
             snapshot_id: wanted(o),
         }))
     }
+}
+
+/// Whether the plugin lists the snapshot as cut from a csivol volume of a namespace other
+/// than the one it is being adopted into: its data is that namespace's, and one team must
+/// not reach another's data through the storage (a snapshot of a volume csivol does not
+/// know, or of one of its own namespace, is adopted).
+fn of_another_namespace(
+    ctx: &mut dyn Txn,
+    o: &OpRow,
+    name: &str,
+    found: &ListedSnapshot,
+) -> ApiResult<bool> {
+    if found.source_volume_id.is_empty() {
+        return Ok(false);
+    }
+    let namespace = csivol_api::namespace_of(name);
+    Ok(ctx
+        .volumes_with_external_id(&o.plugin, &found.source_volume_id)?
+        .iter()
+        .any(|v| csivol_api::namespace_of(v) != namespace))
 }
 
 /// The plugin listed it: recorded with what it said; listed again while it is not ready.
@@ -133,12 +164,15 @@ fn found_it(
     s.size_bytes = found.size_bytes;
     s.ready_to_use = found.ready_to_use;
     s.creation_time = found.creation_time_ms.map(|t| t as i64);
+    // The source volume is linked in the snapshot's own namespace only (a snapshot of
+    // another namespace's volume was refused before it got here).
+    let namespace = csivol_api::namespace_of(&s.name).to_owned();
     if s.volume.is_empty()
         && !found.source_volume_id.is_empty()
         && let Some(v) = ctx
             .volumes_with_external_id(&o.plugin, &found.source_volume_id)?
             .into_iter()
-            .next()
+            .find(|v| csivol_api::namespace_of(v) == namespace)
     {
         s.volume = v;
     }
