@@ -736,9 +736,12 @@ pub struct PoolRow {
 }
 
 impl PoolRow {
-    /// Whether a volume with `labels` is a member.
-    pub fn selects(&self, labels: &BTreeMap<String, String>) -> bool {
-        !self.selector.is_empty()
+    /// Whether volume `volume` (a key) with `labels` is a member: a volume of the pool's
+    /// own namespace whose labels its selector takes. A pool never takes another
+    /// namespace's volume, so no pool claim hands one team's volume to another's job.
+    pub fn selects(&self, volume: &str, labels: &BTreeMap<String, String>) -> bool {
+        csivol_api::namespace_of(volume) == csivol_api::namespace_of(&self.name)
+            && !self.selector.is_empty()
             && self
                 .selector
                 .iter()
@@ -766,7 +769,8 @@ impl PoolClaimRow {
     /// As a claim's answer shows it.
     pub fn to_api(&self) -> csivol_api::ClaimPool {
         csivol_api::ClaimPool {
-            pool: self.pool.clone(),
+            // Named within its namespace, the claim's own.
+            pool: csivol_api::split_key(&self.pool).1.to_owned(),
             choice: self.choice,
             why: self.why.clone(),
             cache_key: self.cache_key.clone(),

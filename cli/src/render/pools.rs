@@ -51,16 +51,28 @@ pub fn pools(out: &Out, ps: &[Pool]) -> anyhow::Result<()> {
         out.note("no pools");
         return Ok(());
     }
-    let mut t = out.table(&[
+    // The namespace gets a column once a pool listed is not of `default`.
+    let spaced = ps
+        .iter()
+        .any(|p| p.namespace != csivol_api::DEFAULT_NAMESPACE);
+    let mut header = vec![
         "NAME",
         "SELECTOR",
         "MEMBERS",
         "FREE",
         "WAITING",
         "WARM HITS",
-    ]);
+    ];
+    if spaced {
+        header.insert(0, "NAMESPACE");
+    }
+    let mut t = out.table(&header);
     for p in ps {
-        t.add_row([
+        let mut row = Vec::with_capacity(header.len());
+        if spaced {
+            row.push(cell(&p.namespace));
+        }
+        row.extend([
             cell(&p.name),
             cell(selector(p)),
             cell(p.members.len()),
@@ -68,12 +80,17 @@ pub fn pools(out: &Out, ps: &[Pool]) -> anyhow::Result<()> {
             cell(p.line.len()),
             cell(warm_hits(p)),
         ]);
+        t.add_row(row);
     }
     out.print_table(t)
 }
 
 pub fn pool(out: &Out, p: &Pool) -> anyhow::Result<()> {
-    let mut rows = vec![("selector", selector(p))];
+    let mut rows = Vec::new();
+    if p.namespace != csivol_api::DEFAULT_NAMESPACE {
+        rows.push(("namespace", p.namespace.clone()));
+    }
+    rows.push(("selector", selector(p)));
     if let Some(l) = p.linger_ms {
         rows.push(("linger", given_duration(Duration::from_millis(l))));
     }

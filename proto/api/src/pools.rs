@@ -32,6 +32,7 @@ pub struct PoolSpec {
 /// One member of a pool, as `pool show` lists it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PoolMember {
+    /// The member's name within the pool's namespace.
     pub volume: String,
     /// The allocs holding it (any claim state), empty when free.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -50,7 +51,10 @@ pub struct PoolMember {
 /// A pool: its selector, members and how warm its recent claims were.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Pool {
+    /// Its name within its namespace.
     pub name: String,
+    #[serde(default = "crate::default_namespace")]
+    pub namespace: String,
     pub selector: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub linger_ms: Option<u64>,

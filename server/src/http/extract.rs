@@ -51,7 +51,7 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for Q<T> {
 /// request gave.
 pub(super) fn name(kind: &str, value: &str) -> ApiResult<()> {
     match kind {
-        "volume" | "snapshot" | "group snapshot" => csivol_api::validate_key(kind, value),
+        "volume" | "snapshot" | "group snapshot" | "pool" => csivol_api::validate_key(kind, value),
         _ => validate_name(kind, value),
     }
     .map_err(ApiError::invalid)

@@ -48,14 +48,12 @@ impl Asked {
 /// What a route does with a namespace.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Holds {
-    /// `/v1/volumes/{name}...`, `/v1/snapshots/{name}`, `/v1/group-snapshots/{name}`: the
-    /// volume, snapshot or group named is the namespace's.
+    /// `/v1/volumes/{name}...`, `/v1/snapshots/{name}...`, `/v1/group-snapshots/{name}`,
+    /// `/v1/pools/{name}...`: the volume, snapshot, group or pool named is the namespace's.
     Named,
-    /// A listing of volumes or claims, or the event log: of the namespace (or every one).
+    /// A listing of volumes, claims or pools, or the event log: of the namespace (or every
+    /// one).
     Listing,
-    /// Kept in `default` only so far (pools): another namespace is refused rather than
-    /// ignored.
-    DefaultOnly,
     /// `/v1/fresh-claims`: makes a volume in the one namespace the request names.
     Makes,
     /// Cluster-wide (nodes, plugins, tokens, namespaces themselves): the namespace is not
@@ -67,12 +65,13 @@ fn holds(path: &str) -> Holds {
     let mut parts = path.trim_start_matches('/').split('/');
     let (_, resource, name, verb) = (parts.next(), parts.next(), parts.next(), parts.next());
     match (resource, name, verb) {
-        (Some("volumes" | "group-snapshots" | "snapshots"), Some(_), _) => Holds::Named,
-        (Some("volumes" | "claims" | "events" | "snapshots" | "group-snapshots"), None, _) => {
-            Holds::Listing
-        }
+        (Some("volumes" | "group-snapshots" | "snapshots" | "pools"), Some(_), _) => Holds::Named,
+        (
+            Some("volumes" | "claims" | "events" | "snapshots" | "group-snapshots" | "pools"),
+            None,
+            _,
+        ) => Holds::Listing,
         (Some("fresh-claims"), _, _) => Holds::Makes,
-        (Some("pools"), _, _) => Holds::DefaultOnly,
         _ => Holds::Cluster,
     }
 }
@@ -191,12 +190,6 @@ pub(super) async fn require_asked(app: &App, asked: Option<&Asked>) -> ApiResult
     };
     let ns = match (asked.holds, asked.namespace.as_deref()) {
         (Holds::Cluster, _) | (_, None | Some(DEFAULT_NAMESPACE)) => return Ok(()),
-        (Holds::DefaultOnly, Some(_)) => {
-            return Err(ApiError::invalid(
-                "pools belong to the namespace `default` only in this release",
-            )
-            .with_hint("leave out `namespace` (`-n`, CSIVOL_NAMESPACE) for them"));
-        }
         (_, Some(ns)) => ns,
     };
     let ns = ns.to_owned();
@@ -326,9 +319,15 @@ mod tests {
                 Some("team-a"),
             ),
             (
-                "/v1/pools/cache?namespace=team-a",
-                "/v1/pools/cache",
-                Holds::DefaultOnly,
+                "/v1/pools/cache/claims/a1?namespace=team-a",
+                "/v1/pools/team-a~cache/claims/a1",
+                Holds::Named,
+                Some("team-a"),
+            ),
+            (
+                "/v1/pools?namespace=team-a",
+                "/v1/pools",
+                Holds::Listing,
                 Some("team-a"),
             ),
             (

@@ -19,11 +19,22 @@ use crate::lifecycle;
 use crate::store::sqlite::writer::WriteCtx;
 use crate::watch::Key;
 
-/// `GET /v1/pools`: every pool with its members.
-pub(super) async fn list_pools(State(app): State<App>) -> ApiResult<Json<Vec<api::Pool>>> {
+/// `GET /v1/pools`: every pool of the namespace asked for (`*`: of every one the token
+/// holds), with its members.
+pub(super) async fn list_pools(
+    State(app): State<App>,
+    headers: HeaderMap,
+    axum::Extension(asked): axum::Extension<super::namespaces::Asked>,
+) -> ApiResult<Json<Vec<api::Pool>>> {
+    let scope = app.caller(&headers)?.scope;
     let now = app.clock.now_ms();
+    let of = move |ns: &str| {
+        asked.namespace.as_deref().is_none_or(|a| a == ns) && scope.covers_namespace(ns)
+    };
     Ok(Json(
-        app.db.read(move |c| lifecycle::pool_views(c, now)).await?,
+        app.db
+            .read(move |c| lifecycle::pool_views(c, now, &of))
+            .await?,
     ))
 }
 
@@ -176,7 +187,7 @@ pub(super) async fn delete_pool_claim(
             return Ok(Ok(None));
         }
         let volume = match lifecycle::pool_claim(&*ctx, &pool, &alloc, 0) {
-            Ok(c) => c.volume,
+            Ok(c) => api::volume_key(&c.namespace, &c.volume),
             Err(e) if e.code() == api::ErrorCode::NotFound => return Ok(Err(e)),
             Err(e) => return Err(e),
         };
@@ -217,7 +228,8 @@ pub(super) async fn renew_pool_claim(
             return Ok(c);
         }
         let c = lifecycle::pool_claim(&*ctx, &pool, &alloc, 0)?;
-        lifecycle::renew_lease(ctx, &c.volume, &alloc, req.ttl_ms, &who)
+        let volume = api::volume_key(&c.namespace, &c.volume);
+        lifecycle::renew_lease(ctx, &volume, &alloc, req.ttl_ms, &who)
     };
     let began = app.db.hub.generation();
     let answer =

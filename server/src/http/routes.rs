@@ -35,11 +35,12 @@ pub enum Need {
     Unnamed(Capability),
     /// The capability, over the whole cluster: a narrowed token is refused.
     Cluster(Capability),
-    /// The capability, for a volume the server makes and names in the namespace the
-    /// request names (a per-job volume): a token narrowed to namespaces must hold that
-    /// namespace, and a token narrowed to volume patterns is refused, since the name is
-    /// the server's choice, not one its patterns were given for.
-    Made(Capability),
+    /// The capability, for a volume the server makes and names, or chooses, in the
+    /// namespace the request names (a per-job volume, a pool's member, a pool's members
+    /// by their labels): a token narrowed to namespaces must hold that namespace, and a
+    /// token narrowed to volume patterns is refused, since the volume is the server's
+    /// choice, not one its patterns were given for.
+    Chosen(Capability),
     /// The capability, for the namespace the path names (`{name}`), which a token narrowed
     /// to namespaces must hold.
     Namespace(Capability),
@@ -49,7 +50,7 @@ pub enum Need {
 
 impl Need {
     /// The rule as the authorisation test writes it: `anyone`, `own-node`, or
-    /// `CAPABILITY@named|listed|filtered|unnamed|cluster|made|namespace`.
+    /// `CAPABILITY@named|listed|filtered|unnamed|cluster|chosen|namespace`.
     pub fn text(self) -> String {
         match self {
             Self::Anyone => "anyone".into(),
@@ -59,7 +60,7 @@ impl Need {
             Self::Filtered(c) => format!("{c}@filtered"),
             Self::Unnamed(c) => format!("{c}@unnamed"),
             Self::Cluster(c) => format!("{c}@cluster"),
-            Self::Made(c) => format!("{c}@made"),
+            Self::Chosen(c) => format!("{c}@chosen"),
             Self::Namespace(c) => format!("{c}@namespace"),
         }
     }
@@ -72,7 +73,7 @@ impl Need {
             | Self::Filtered(c)
             | Self::Unnamed(c)
             | Self::Cluster(c)
-            | Self::Made(c)
+            | Self::Chosen(c)
             | Self::Namespace(c) => Some(c),
             Self::Anyone | Self::OwnNode => None,
         }
@@ -133,19 +134,19 @@ table! {
     delete "/v1/volumes/{name}/claims/{alloc}" Named(Claim) => claims::delete_claim;
     post "/v1/volumes/{name}/claims/{alloc}/renew" Named(Claim) => claims::renew_claim;
     get "/v1/claims" Listed(Read) => claims::list_claims;
-    post "/v1/fresh-claims" Made(Claim) => claims::post_fresh_claim;
+    post "/v1/fresh-claims" Chosen(Claim) => claims::post_fresh_claim;
     post "/v1/volumes/{name}/unblock" Named(UnblockDetach) => volumes::unblock_volume;
     post "/v1/volumes/{name}/detach" Named(UnblockDetach) => volumes::detach;
     post "/v1/volumes/{name}/eligibility" Named(ExpandModify) => volumes::volume_eligibility;
-    post "/v1/volumes/{name}/labels" Cluster(ExpandModify) => pools::volume_labels;
-    get "/v1/pools" Cluster(Read) => pools::list_pools;
-    get "/v1/pools/{name}" Cluster(Read) => pools::get_pool;
-    put "/v1/pools/{name}" Cluster(CreateDelete) => pools::put_pool;
-    delete "/v1/pools/{name}" Cluster(CreateDelete) => pools::delete_pool;
-    post "/v1/pools/{name}/claims" Cluster(Claim) => pools::post_pool_claim;
-    get "/v1/pools/{name}/claims/{alloc}" Cluster(Read) => pools::get_pool_claim;
-    delete "/v1/pools/{name}/claims/{alloc}" Cluster(Claim) => pools::delete_pool_claim;
-    post "/v1/pools/{name}/claims/{alloc}/renew" Cluster(Claim) => pools::renew_pool_claim;
+    post "/v1/volumes/{name}/labels" Chosen(ExpandModify) => pools::volume_labels;
+    get "/v1/pools" Chosen(Read) => pools::list_pools;
+    get "/v1/pools/{name}" Chosen(Read) => pools::get_pool;
+    put "/v1/pools/{name}" Chosen(CreateDelete) => pools::put_pool;
+    delete "/v1/pools/{name}" Chosen(CreateDelete) => pools::delete_pool;
+    post "/v1/pools/{name}/claims" Chosen(Claim) => pools::post_pool_claim;
+    get "/v1/pools/{name}/claims/{alloc}" Chosen(Read) => pools::get_pool_claim;
+    delete "/v1/pools/{name}/claims/{alloc}" Chosen(Claim) => pools::delete_pool_claim;
+    post "/v1/pools/{name}/claims/{alloc}/renew" Chosen(Claim) => pools::renew_pool_claim;
     get "/v1/nodes" Cluster(Read) => nodes::list_nodes;
     get "/v1/nodes/{node}" Cluster(Read) => nodes::get_node;
     delete "/v1/nodes/{node}" Cluster(ManageNodes) => nodes::remove_node;
@@ -255,8 +256,8 @@ pub(super) async fn authorise(
                 Need::Cluster(c) => caller
                     .require(c, &what)
                     .and_then(|()| caller.require_whole_cluster(&what)),
-                Need::Made(c) => caller.require(c, &what).and_then(|()| {
-                    let why = format!("{what} makes a volume whose name the server chooses");
+                Need::Chosen(c) => caller.require(c, &what).and_then(|()| {
+                    let why = format!("{what} touches a volume the server makes or chooses");
                     caller.require_no_volume_patterns(&why)
                 }),
                 Need::Namespace(c) => match caller.require(c, &what) {

@@ -61,7 +61,11 @@ pub(super) fn pool_linger(
         return Ok(Err("the schema keeps no pools".to_owned()));
     }
     let labels = conn.volume_labels(&v.name)?;
-    let Some(pool) = conn.pools()?.into_iter().find(|p| p.selects(&labels)) else {
+    let Some(pool) = conn
+        .pools()?
+        .into_iter()
+        .find(|p| p.selects(&v.name, &labels))
+    else {
         return Ok(Err("the volume is in no pool any more".to_owned()));
     };
     match pool.linger_ms.filter(|l| *l > 0) {

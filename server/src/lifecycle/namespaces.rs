@@ -144,6 +144,21 @@ pub fn delete_namespace(
             "delete them first: `csivol volume list -n {name}` lists its volumes"
         )));
     }
+    let pools: Vec<String> = ctx
+        .pools()?
+        .into_iter()
+        .filter(|p| api::namespace_of(&p.name) == name)
+        .map(|p| format!("`{}`", api::split_key(&p.name).1))
+        .collect();
+    if !pools.is_empty() {
+        return Err(ApiError::conflict(format!(
+            "namespace `{name}` still holds pool(s) {}",
+            pools.join(", ")
+        ))
+        .with_hint(format!(
+            "delete them first: `csivol pool delete POOL -n {name}`"
+        )));
+    }
     ctx.delete_namespace(name)?;
     let message = format!("namespace {name} deleted");
     event(

@@ -46,7 +46,7 @@ pub(super) fn waiter_claim(w: &PoolWaiterRow, position: usize, index: u64) -> ap
     let c = &w.request.claim;
     api::Claim {
         volume: String::new(),
-        namespace: api::DEFAULT_NAMESPACE.to_owned(),
+        namespace: api::namespace_of(&w.pool).to_owned(),
         alloc: c.alloc.clone(),
         node: c.node.clone(),
         mode: c.mode,
@@ -238,7 +238,7 @@ fn offer<T: Txn>(
     pools.dedup();
     let mut pool = None;
     for name in pools {
-        if let Some(p) = ctx.pool(name)?.filter(|p| p.selects(&labels)) {
+        if let Some(p) = ctx.pool(name)?.filter(|p| p.selects(volume, &labels)) {
             pool = Some(p);
         }
     }

@@ -19,7 +19,7 @@ pub(super) fn members(conn: &(impl Snapshot + ?Sized), pool: &PoolRow) -> ApiRes
     Ok(conn
         .all_volume_labels()?
         .into_iter()
-        .filter(|(_, l)| pool.selects(l))
+        .filter(|(v, l)| pool.selects(v, l))
         .map(|(v, _)| v)
         .collect())
 }

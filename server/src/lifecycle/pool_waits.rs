@@ -121,7 +121,7 @@ pub(super) fn join(
     super::claims::refuse_past_claims_limit(&*ctx, who, limits)?;
     super::quotas::refuse_past(
         &*ctx,
-        csivol_api::DEFAULT_NAMESPACE,
+        csivol_api::namespace_of(&p.name),
         crate::store::namespaces::Bound::Claims,
         1,
         &format!("a claim waiting in pool `{}`'s line", p.name),

@@ -47,18 +47,10 @@ fn check_value(what: &str, key: &str, value: &str) -> ApiResult<()> {
     Ok(())
 }
 
-/// Checks a volume's labels as a spec gives them. Pools are kept in `default` and choose
-/// their members among its volumes only: a volume of another namespace takes no labels, so
-/// that no pool's claim ever hands one team's volume to another's job.
+/// Checks a volume's labels as a spec gives them. A pool chooses its members among the
+/// volumes of its own namespace only (`PoolRow::selects`), so a label puts a volume in a
+/// pool of its namespace at most.
 pub fn check_labels(volume: &str, labels: &BTreeMap<String, String>) -> ApiResult<()> {
-    let (namespace, name) = api::split_key(volume);
-    if namespace != api::DEFAULT_NAMESPACE && !labels.is_empty() {
-        return Err(ApiError::invalid(format!(
-            "volume `{name}` of namespace `{namespace}` takes no labels: pools, which labels \
-             put volumes in, belong to the namespace `default` only in this release"
-        ))
-        .with_hint("drop `labels` from its spec"));
-    }
     for (k, v) in labels {
         check_key("label", k)?;
         check_value("label", k, v)?;
@@ -80,15 +72,18 @@ fn pool_taking(
     volume: &str,
     labels: &BTreeMap<String, String>,
 ) -> ApiResult<Option<PoolRow>> {
-    let mut taking = conn.pools()?.into_iter().filter(|p| p.selects(labels));
+    let mut taking = conn
+        .pools()?
+        .into_iter()
+        .filter(|p| p.selects(volume, labels));
     let first = taking.next();
     if let (Some(a), Some(b)) = (&first, taking.next()) {
         return Err(ApiError::conflict(format!(
             "volume `{volume}` would belong to two pools, `{}` ({}) and `{}` ({}): a volume \
              belongs to one pool at most",
-            a.name,
+            api::split_key(&a.name).1,
             selector_text(&a.selector),
-            b.name,
+            api::split_key(&b.name).1,
             selector_text(&b.selector)
         ))
         .with_hint("change its labels so that one pool's selector takes it, not both"));
@@ -246,18 +241,25 @@ pub fn end_due_lingers(ctx: &mut impl Txn, limits: &Limits) -> ApiResult<()> {
 
 pub(super) use super::pool_members::members;
 
-/// The pool, or a refusal naming it and the pools there are.
-pub(super) fn require_pool(conn: &(impl Snapshot + ?Sized), name: &str) -> ApiResult<PoolRow> {
-    if let Some(p) = conn.pool(name)? {
+/// The pool (by key), or a refusal naming it and the pools of its namespace.
+pub(super) fn require_pool(conn: &(impl Snapshot + ?Sized), key: &str) -> ApiResult<PoolRow> {
+    if let Some(p) = conn.pool(key)? {
         return Ok(p);
     }
+    let (namespace, name) = api::split_key(key);
     if !conn.pools_kept()? {
         return Err(ApiError::not_found(format!(
             "no pool `{name}`: this cluster runs on the previous schema, which keeps no pools"
         ))
         .with_hint("run `csivol-server upgrade finalize` once every server runs this release"));
     }
-    let names: Vec<String> = conn.pools()?.into_iter().map(|p| p.name).collect();
+    // Only the pools of its namespace are named: another's are not the caller's to learn.
+    let names: Vec<String> = conn
+        .pools()?
+        .into_iter()
+        .filter(|p| api::namespace_of(&p.name) == namespace)
+        .map(|p| api::split_key(&p.name).1.to_owned())
+        .collect();
     let guess = api::closest(name, &names)
         .map(|g| format!("did you mean `{g}`? "))
         .unwrap_or_default();
@@ -271,12 +273,10 @@ pub(super) fn require_pool(conn: &(impl Snapshot + ?Sized), name: &str) -> ApiRe
 
 /// `PUT /v1/pools/{name}`: makes a pool; the same spec again changes nothing, another one
 /// is refused. A selector that takes a volume another pool has is refused.
-pub fn create_pool(
-    ctx: &mut impl Txn,
-    name: &str,
-    spec: &PoolSpec,
-    actor: &str,
-) -> ApiResult<bool> {
+pub fn create_pool(ctx: &mut impl Txn, key: &str, spec: &PoolSpec, actor: &str) -> ApiResult<bool> {
+    super::namespaces::require_namespace(&*ctx, api::namespace_of(key))?;
+    // Messages name the pool within its namespace; its event, in the cluster's log, by key.
+    let name = api::split_key(key).1;
     if spec.selector.is_empty() {
         return Err(
             ApiError::invalid("a pool needs a selector").with_hint(format!(
@@ -291,7 +291,7 @@ pub fn create_pool(
     if let Some(l) = spec.linger_ms {
         api::limits::duration_ms("linger_ms", l).map_err(ApiError::out_of_range)?;
     }
-    if let Some(p) = ctx.pool(name)? {
+    if let Some(p) = ctx.pool(key)? {
         if p.selector == spec.selector && p.linger_ms == spec.linger_ms {
             return Ok(false);
         }
@@ -304,7 +304,7 @@ pub fn create_pool(
         )));
     }
     let row = PoolRow {
-        name: name.to_owned(),
+        name: key.to_owned(),
         selector: spec.selector.clone(),
         linger_ms: spec.linger_ms,
         created_at: ctx.now(),
@@ -312,21 +312,21 @@ pub fn create_pool(
     let pools = ctx.pools()?;
     let mut members = Vec::new();
     for (volume, labels) in ctx.all_volume_labels()? {
-        if !row.selects(&labels) {
+        if !row.selects(&volume, &labels) {
             continue;
         }
-        if let Some(other) = pools.iter().find(|p| p.selects(&labels)) {
+        if let Some(other) = pools.iter().find(|p| p.selects(&volume, &labels)) {
             return Err(ApiError::conflict(format!(
                 "selector {} takes volume `{volume}`, a member of pool `{}` ({}): a volume \
                  belongs to one pool at most",
                 selector_text(&row.selector),
-                other.name,
+                api::split_key(&other.name).1,
                 selector_text(&other.selector)
             ))
             .with_hint(format!(
                 "narrow the selector, or move the volume out of pool `{}` first \
                  (csivol volume label {volume_cli} KEY-)",
-                other.name,
+                api::split_key(&other.name).1,
                 volume_cli = csivol_api::cli_name(&volume)
             )));
         }
@@ -334,7 +334,7 @@ pub fn create_pool(
     }
     ctx.put_pool(&row)?;
     let mut message = format!(
-        "pool {name} created: selector {}",
+        "pool {key} created: selector {}",
         selector_text(&row.selector)
     );
     if let Some(l) = row.linger_ms {
@@ -405,7 +405,7 @@ pub fn pool_view(conn: &(impl Snapshot + ?Sized), name: &str, now: i64) -> ApiRe
             cache_key: conn.cache_key(&volume)?.map(|(k, _)| k),
             availability: conn.volume_availability(&volume)?.map(|a| a.eligibility),
             staged_on,
-            volume,
+            volume: api::split_key(&volume).1.to_owned(),
         });
     }
     let recent = conn.recent_pool_claims(name, api::Pool::RECENT)?;
@@ -415,7 +415,8 @@ pub fn pool_view(conn: &(impl Snapshot + ?Sized), name: &str, now: i64) -> ApiRe
             .iter()
             .filter(|c| c.choice == api::PoolChoice::SameKey)
             .count() as u32,
-        name: p.name,
+        name: api::split_key(&p.name).1.to_owned(),
+        namespace: api::namespace_of(&p.name).to_owned(),
         selector: p.selector,
         linger_ms: p.linger_ms,
         members: out,
@@ -424,10 +425,15 @@ pub fn pool_view(conn: &(impl Snapshot + ?Sized), name: &str, now: i64) -> ApiRe
     })
 }
 
-/// Every pool, by name.
-pub fn pool_views(conn: &(impl Snapshot + ?Sized), now: i64) -> ApiResult<Vec<api::Pool>> {
+/// Every pool of the namespaces `of` passes (a namespace's name), by key.
+pub fn pool_views(
+    conn: &(impl Snapshot + ?Sized),
+    now: i64,
+    of: &dyn Fn(&str) -> bool,
+) -> ApiResult<Vec<api::Pool>> {
     conn.pools()?
         .into_iter()
+        .filter(|p| of(api::namespace_of(&p.name)))
         .map(|p| pool_view(conn, &p.name, now))
         .collect()
 }

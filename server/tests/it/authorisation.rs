@@ -46,7 +46,7 @@ const EXPECTED: &[(&str, &str, &str)] = &[
         "claim@named",
     ),
     ("get", "/v1/claims", "read@listed"),
-    ("post", "/v1/fresh-claims", "claim@made"),
+    ("post", "/v1/fresh-claims", "claim@chosen"),
     ("post", "/v1/volumes/{name}/unblock", "unblock-detach@named"),
     ("post", "/v1/volumes/{name}/detach", "unblock-detach@named"),
     (
@@ -54,18 +54,18 @@ const EXPECTED: &[(&str, &str, &str)] = &[
         "/v1/volumes/{name}/eligibility",
         "expand-modify@named",
     ),
-    ("post", "/v1/volumes/{name}/labels", "expand-modify@cluster"),
-    ("get", "/v1/pools", "read@cluster"),
-    ("get", "/v1/pools/{name}", "read@cluster"),
-    ("put", "/v1/pools/{name}", "create-delete@cluster"),
-    ("delete", "/v1/pools/{name}", "create-delete@cluster"),
-    ("post", "/v1/pools/{name}/claims", "claim@cluster"),
-    ("get", "/v1/pools/{name}/claims/{alloc}", "read@cluster"),
-    ("delete", "/v1/pools/{name}/claims/{alloc}", "claim@cluster"),
+    ("post", "/v1/volumes/{name}/labels", "expand-modify@chosen"),
+    ("get", "/v1/pools", "read@chosen"),
+    ("get", "/v1/pools/{name}", "read@chosen"),
+    ("put", "/v1/pools/{name}", "create-delete@chosen"),
+    ("delete", "/v1/pools/{name}", "create-delete@chosen"),
+    ("post", "/v1/pools/{name}/claims", "claim@chosen"),
+    ("get", "/v1/pools/{name}/claims/{alloc}", "read@chosen"),
+    ("delete", "/v1/pools/{name}/claims/{alloc}", "claim@chosen"),
     (
         "post",
         "/v1/pools/{name}/claims/{alloc}/renew",
-        "claim@cluster",
+        "claim@chosen",
     ),
     ("get", "/v1/nodes", "read@cluster"),
     ("get", "/v1/nodes/{node}", "read@cluster"),
@@ -194,7 +194,7 @@ fn allowed(rule: &str, who: Who, path: &str) -> bool {
             "unnamed" => true,
             "listed" => own || !reads_namespace(path),
             "filtered" | "namespace" => own,
-            "named" | "made" => own,
+            "named" | "chosen" => own,
             "cluster" => false,
             other => panic!("no kind `{other}` in this test"),
         };
@@ -204,8 +204,8 @@ fn allowed(rule: &str, who: Who, path: &str) -> bool {
         // Asked of one volume (`?volume=`, as the matrix does): a narrowed token must match it.
         "filtered" => who != NarrowedOther,
         "named" => who != NarrowedOther,
-        // Makes a volume the server names: no pattern was given for it.
-        "cluster" | "made" => !narrowed,
+        // Makes or chooses a volume the server names: no pattern was given for it.
+        "cluster" | "chosen" => !narrowed,
         "namespace" => true,
         other => panic!("no kind `{other}` in this test"),
     }

@@ -423,7 +423,7 @@ fn a_teams_job_gets_a_per_job_volume_in_its_own_namespace() {
             "5m",
         ],
     );
-    refused(&out, 7, "makes a volume whose name the server chooses");
+    refused(&out, 7, "touches a volume the server makes or chooses");
 
     // A quota of one per-job volume: a second job's waits until the first is gone.
     c.csivol(&["namespace", "quota", "team-a", "--fresh-volumes", "1"])
@@ -473,4 +473,116 @@ fn a_teams_job_gets_a_per_job_volume_in_its_own_namespace() {
         let out = fresh("job-4");
         (out.code == 0).then_some(())
     });
+}
+
+/// A team's pool: made in its namespace with the same selector as a pool of `default`, it
+/// takes the team's labelled volumes only; the team's job gets one of them through its own
+/// token and records its cache key there; another team's token neither sees nor claims it.
+#[test]
+fn a_teams_pool_hands_its_jobs_the_teams_own_caches() {
+    let c = Cluster::start("teams-pool", "30s", vec![NodeOpts::default()]);
+    for ns in ["team-a", "team-b"] {
+        c.csivol(&["namespace", "create", ns]).ok();
+    }
+    // `cache` of `default` and `cache` of team-a, each with one member labelled alike.
+    for (ns, volume) in [("default", "shared-1"), ("team-a", "a-1")] {
+        c.csivol(&["-n", ns, "volume", "create", &spec(&c, volume), "--wait"])
+            .ok();
+        c.csivol(&["-n", ns, "volume", "label", volume, "pool=cache"])
+            .ok();
+        c.csivol(&[
+            "-n",
+            ns,
+            "pool",
+            "create",
+            "cache",
+            "--selector",
+            "pool=cache",
+        ])
+        .ok();
+    }
+    let ta = token(&c, &["-n", "team-a", "--name", "ci-team-a"]);
+    let tb = token(&c, &["-n", "team-b", "--name", "ci-team-b"]);
+    let shown = c
+        .csivol_as(
+            Some(&ta),
+            &["-n", "team-a", "pool", "show", "cache", "-o", "json"],
+        )
+        .ok()
+        .json();
+    let members: Vec<&str> = shown["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["volume"].as_str().unwrap())
+        .collect();
+    assert_eq!(members, ["a-1"], "{shown}");
+    assert_eq!(shown["namespace"], "team-a", "{shown}");
+
+    let got = c.dir.join("got.txt");
+    let script = format!("echo \"$CSIVOL_VOLUME_C\" > {}", got.display());
+    c.csivol_as(
+        Some(&ta),
+        &[
+            "-n",
+            "team-a",
+            "run",
+            "--pool",
+            "c=cache",
+            "--cache-key",
+            "main",
+            "--node",
+            "node-1",
+            "--alloc",
+            "job-1",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ],
+    )
+    .ok();
+    assert_eq!(std::fs::read_to_string(&got).unwrap(), "a-1\n");
+    let shown = c
+        .csivol_as(
+            Some(&ta),
+            &["-n", "team-a", "pool", "show", "cache", "-o", "json"],
+        )
+        .ok()
+        .json();
+    assert_eq!(shown["members"][0]["cache_key"], "main", "{shown}");
+
+    // Team B: team-a's pool is out of its reach, and team-b has none of that name.
+    refused(
+        &c.csivol_as(Some(&tb), &["-n", "team-a", "pool", "show", "cache"]),
+        7,
+        "this token is narrowed to namespaces `team-b`, and the request names namespace `team-a`",
+    );
+    refused(
+        &c.csivol_as(
+            Some(&tb),
+            &[
+                "-n", "team-b", "claim", "--pool", "cache", "--node", "node-1", "--alloc", "job-1",
+            ],
+        ),
+        3,
+        "no pool `cache`",
+    );
+    // Team A's listing of every namespace it holds shows its pool alone.
+    let listed = c
+        .csivol_as(Some(&ta), &["pool", "list", "-A", "-o", "json"])
+        .ok()
+        .json();
+    let pools: Vec<(&str, &str)> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["namespace"].as_str().unwrap(),
+                p["name"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(pools, [("team-a", "cache")], "{listed}");
 }

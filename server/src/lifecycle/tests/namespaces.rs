@@ -180,31 +180,93 @@ fn a_snapshot_is_asked_for_by_a_name_that_names_its_namespace() {
     assert_eq!(ca, csi_snapshot_name(&a));
 }
 
-/// Pools are `default`'s: a volume of another namespace takes no labels, so no pool can
-/// hand it to another team's job.
+/// A pool is its namespace's: with the same selector as a pool of `default`, team-a's
+/// pool takes team-a's labelled volumes only, a claim from it gets one of them and never
+/// `default`'s, and the namespace is not forgotten while the pool stands.
 #[tokio::test]
-async fn a_volume_of_another_namespace_takes_no_labels() {
+async fn a_pool_takes_only_volumes_of_its_own_namespace() {
     let env = Env::new();
+    env.register("n1", true, &[]).await;
     env.write(|ctx, _| super::super::create_namespace(ctx, "team-a", "op"))
         .await
         .unwrap();
-    let mut spec = super::spec("single-node-writer");
-    spec.labels = [("pool".to_owned(), "cache".to_owned())].into();
-    let e = env
-        .write(move |ctx, _| super::super::register_volume(ctx, "team-a~db", spec.clone(), "op"))
-        .await
-        .unwrap_err();
-    assert!(e.message.contains("takes no labels"), "{}", e.message);
-    env.volume("team-a~db", "single-node-writer").await;
-    let req = csivol_api::VolumeLabelRequest {
-        set: [("pool".to_owned(), "cache".to_owned())].into(),
-        remove: Vec::new(),
+    let spec = csivol_api::PoolSpec {
+        selector: [("pool".to_owned(), "cache".to_owned())].into(),
+        linger_ms: None,
     };
+    for key in ["cache", "team-a~cache"] {
+        let spec = spec.clone();
+        env.write(move |ctx, _| super::super::create_pool(ctx, key, &spec, "op"))
+            .await
+            .unwrap();
+    }
+    // Labelled in a spec and by an operator: each volume joins its own namespace's pool.
+    let mut labelled = super::spec("single-node-writer");
+    labelled.labels = spec.selector.clone();
+    labelled.external_id = "ext-team-a".into();
+    env.write(move |ctx, _| {
+        super::super::register_volume(ctx, "team-a~m1", labelled.clone(), "op")
+    })
+    .await
+    .unwrap();
+    env.volume("m0", "single-node-writer").await;
+    super::pool_line::label(&env, "m0").await;
+    let (ours, theirs) = env
+        .read(|c| {
+            Ok((
+                super::super::pool_view(c, "team-a~cache", 0)?,
+                super::super::pool_view(c, "cache", 0)?,
+            ))
+        })
+        .await;
+    let names = |p: &csivol_api::Pool| {
+        p.members
+            .iter()
+            .map(|m| m.volume.clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        (ours.namespace.as_str(), ours.name.as_str()),
+        ("team-a", "cache")
+    );
+    assert_eq!(names(&ours), ["m1"]);
+    assert_eq!(names(&theirs), ["m0"]);
+
+    let req = super::pool_line::ask("job-1", "n1", None, false);
+    let c = env
+        .write(move |ctx, l| {
+            super::super::claim_from_pool(
+                ctx,
+                "team-a~cache",
+                &req,
+                &crate::lifecycle::Claimant::operator("ci"),
+                l,
+                false,
+                None,
+            )
+        })
+        .await
+        .unwrap()
+        .0;
+    assert_eq!((c.namespace.as_str(), c.volume.as_str()), ("team-a", "m1"));
+    assert_eq!(c.pool.map(|p| p.pool).as_deref(), Some("cache"));
+
+    // A namespace holding nothing but a pool is not forgotten under it.
+    env.write(|ctx, _| super::super::create_namespace(ctx, "team-b", "op"))
+        .await
+        .unwrap();
+    env.write(move |ctx, _| super::super::create_pool(ctx, "team-b~cache", &spec, "op"))
+        .await
+        .unwrap();
     let e = env
-        .write(move |ctx, l| super::super::set_volume_labels(ctx, "team-a~db", &req, "op", l))
+        .write(|ctx, _| super::super::delete_namespace(ctx, "team-b", "op"))
         .await
         .unwrap_err();
-    assert!(e.message.contains("takes no labels"), "{}", e.message);
+    assert!(
+        e.message.contains("still holds pool(s) `cache`"),
+        "{}",
+        e.message
+    );
 }
 
 /// Making or forgetting a namespace and changing its quota are operators' acts: each an

@@ -91,18 +91,16 @@ pub fn used(conn: &Connection, namespace: &str, bound: Bound) -> ApiResult<u64> 
             "volumes",
             "name",
         ),
-        // A claim waiting in a pool's line counts as the claim it becomes (pools are of
-        // `default` only).
-        Bound::Claims if namespace == csivol_api::DEFAULT_NAMESPACE => {
-            let waiting: i64 = if super::shape::has_table(conn, "pool_waiters")? {
-                conn.prepare_cached("SELECT count(*) FROM pool_waiters")?
-                    .query_row([], |r| r.get(0))?
+        // A claim waiting in a pool's line counts as the claim it becomes, in the pool's
+        // namespace.
+        Bound::Claims => {
+            let waiting = if super::shape::has_table(conn, "pool_waiters")? {
+                agg("count(*)", "pool_waiters", "pool")?
             } else {
                 0
             };
-            Ok(agg("count(*)", "claims", "volume")? + waiting.max(0) as u64)
+            Ok(agg("count(*)", "claims", "volume")? + waiting)
         }
-        Bound::Claims => agg("count(*)", "claims", "volume"),
         Bound::FreshVolumes if super::shape::has_table(conn, "job_volumes")? => {
             agg("count(*)", "job_volumes", "volume")
         }
