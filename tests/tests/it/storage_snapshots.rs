@@ -42,6 +42,26 @@ fn listed_when(c: &Cluster, id: &str, cond: impl Fn(&Value) -> bool) -> Value {
     })
 }
 
+/// A snapshot of backend volume `source` cut outside csivol, by CreateSnapshot on node 1's
+/// plugin socket; its id.
+fn cut_by_hand(c: &Cluster, source: &str, name: &'static str) -> String {
+    let source = source.to_owned();
+    at_plugin(c, 0, |mut client| async move {
+        client
+            .create_snapshot(csi::CreateSnapshotRequest {
+                source_volume_id: source,
+                name: name.into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .snapshot
+            .unwrap()
+            .snapshot_id
+    })
+}
+
 fn adopt(c: &Cluster, id: &str, name: &str) -> crate::cluster::Out {
     c.csivol(&[
         "snapshot",
@@ -68,21 +88,7 @@ fn snapshots_made_outside_csivol_are_listed_adopted_and_restored_from() {
     let t = claim(&c, "src", "writer");
     std::fs::write(t.join("before.txt"), "written before the snapshot").unwrap();
     release(&c, "src", "writer");
-    let source = src_id.clone();
-    let snap_id = at_plugin(&c, 0, |mut client| async move {
-        client
-            .create_snapshot(csi::CreateSnapshotRequest {
-                source_volume_id: source,
-                name: "cut-by-hand".into(),
-                ..Default::default()
-            })
-            .await
-            .unwrap()
-            .into_inner()
-            .snapshot
-            .unwrap()
-            .snapshot_id
-    });
+    let snap_id = cut_by_hand(&c, &src_id, "cut-by-hand");
 
     // Listed as unknown to csivol, with its source volume, size, time and readiness.
     let listed = listed_when(&c, &snap_id, |_| true);
@@ -147,22 +153,6 @@ fn snapshots_made_outside_csivol_are_listed_adopted_and_restored_from() {
     // `default`'s `src` is refused; one of the team's volume is the team's, linked to it,
     // and the team's new volume is restored from it.
     c.csivol(&["namespace", "create", "team-a"]).ok();
-    let cut = |source: String, name: &'static str| {
-        at_plugin(&c, 0, |mut client| async move {
-            client
-                .create_snapshot(csi::CreateSnapshotRequest {
-                    source_volume_id: source,
-                    name: name.into(),
-                    ..Default::default()
-                })
-                .await
-                .unwrap()
-                .into_inner()
-                .snapshot
-                .unwrap()
-                .snapshot_id
-        })
-    };
     let team_adopt = |id: &str, name: &str| {
         c.csivol(&[
             "-n",
@@ -179,7 +169,7 @@ fn snapshots_made_outside_csivol_are_listed_adopted_and_restored_from() {
             "json",
         ])
     };
-    let of_default = cut(src_id.clone(), "cut-of-default");
+    let of_default = cut_by_hand(&c, &src_id, "cut-of-default");
     let refused = team_adopt(&of_default, "taken");
     assert_eq!(refused.code, EXIT_CONFLICT, "{refused:?}");
     assert!(
@@ -210,7 +200,7 @@ fn snapshots_made_outside_csivol_are_listed_adopted_and_restored_from() {
     };
     let t = claim_in_team("tsrc", "team-writer");
     std::fs::write(t.join("team.txt"), "team-a's data").unwrap();
-    let of_team = cut(team_src_id, "cut-of-team-a");
+    let of_team = cut_by_hand(&c, &team_src_id, "cut-of-team-a");
     let s = team_adopt(&of_team, "fixture").ok().json();
     assert_eq!(
         (&s["namespace"], &s["state"], &s["volume"]),
@@ -290,21 +280,7 @@ fn a_listing_pages_through_short_pages_and_starts_over_after_a_stale_token() {
     let src_id = src["external_id"].as_str().unwrap().to_owned();
     let mut ids = Vec::new();
     for name in ["cut-1", "cut-2", "cut-3"] {
-        let source = src_id.clone();
-        ids.push(at_plugin(&c, 0, |mut client| async move {
-            client
-                .create_snapshot(csi::CreateSnapshotRequest {
-                    source_volume_id: source,
-                    name: name.into(),
-                    ..Default::default()
-                })
-                .await
-                .unwrap()
-                .into_inner()
-                .snapshot
-                .unwrap()
-                .snapshot_id
-        }));
+        ids.push(cut_by_hand(&c, &src_id, name));
     }
     let listed = wait_for("every snapshot listed", WAIT, || {
         let l = c

@@ -33,6 +33,19 @@ fn token(c: &Cluster, extra: &[&str]) -> String {
     out.ok().stdout.trim().to_owned()
 }
 
+/// What a listing's JSON names: each entry's namespace and name.
+fn listed(out: &Out) -> Vec<(String, String)> {
+    let json = out.ok().json();
+    json.as_array()
+        .unwrap_or_else(|| panic!("a listing: {json}"))
+        .iter()
+        .map(|e| {
+            let text = |k: &str| e[k].as_str().unwrap_or_default().to_owned();
+            (text("namespace"), text("name"))
+        })
+        .collect()
+}
+
 fn refused(out: &Out, code: i32, says: &str) {
     assert_eq!(out.code, code, "{out:?}");
     assert!(out.stderr.contains(says), "`{says}` in {out:?}");
@@ -119,20 +132,8 @@ fn two_teams_each_run_their_jobs_and_touch_nothing_of_the_other() {
         refused(&c.csivol_as(Some(&tb), args), 7, crossed);
     }
     // Nor does B's listing of every namespace it holds show A's volume.
-    let listed = c.csivol_as(Some(&tb), &["volume", "list", "-A", "-o", "json"]);
-    let listed = listed.ok().json();
-    let seen: Vec<(&str, &str)> = listed
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| {
-            (
-                v["namespace"].as_str().unwrap(),
-                v["name"].as_str().unwrap(),
-            )
-        })
-        .collect();
-    assert_eq!(seen, [("team-b", "db")], "{listed}");
+    let seen = listed(&c.csivol_as(Some(&tb), &["volume", "list", "-A", "-o", "json"]));
+    assert_eq!(seen, [("team-b".to_owned(), "db".to_owned())]);
     // A's claim stands, and its data is its own.
     let shown = c
         .csivol_as(
@@ -569,20 +570,6 @@ fn a_teams_pool_hands_its_jobs_the_teams_own_caches() {
         "no pool `cache`",
     );
     // Team A's listing of every namespace it holds shows its pool alone.
-    let listed = c
-        .csivol_as(Some(&ta), &["pool", "list", "-A", "-o", "json"])
-        .ok()
-        .json();
-    let pools: Vec<(&str, &str)> = listed
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| {
-            (
-                p["namespace"].as_str().unwrap(),
-                p["name"].as_str().unwrap(),
-            )
-        })
-        .collect();
-    assert_eq!(pools, [("team-a", "cache")], "{listed}");
+    let pools = listed(&c.csivol_as(Some(&ta), &["pool", "list", "-A", "-o", "json"]));
+    assert_eq!(pools, [("team-a".to_owned(), "cache".to_owned())]);
 }
