@@ -50,10 +50,22 @@ impl FromRequestParts<App> for Once {
             Some(key) => Some((app.caller(&parts.headers)?.token_id, key)),
             None => None,
         };
+        let mut route = route(&parts.method, &parts.uri);
+        // The namespaces' layer took the namespace out of the query; where the path does not
+        // name it in a key (a per-job claim's), it still tells two requests apart.
+        if let Some(asked) = parts.extensions.get::<super::namespaces::Asked>()
+            && asked.holds == super::namespaces::Holds::Makes
+            && let Some(ns) = asked
+                .namespace
+                .as_deref()
+                .filter(|ns| *ns != csivol_api::DEFAULT_NAMESPACE)
+        {
+            route.push_str(&format!(" in namespace {ns}"));
+        }
         Ok(Self {
             key,
             sent_at: sent_at(&parts.headers)?,
-            route: route(&parts.method, &parts.uri),
+            route,
         })
     }
 }

@@ -524,7 +524,7 @@ pub(super) fn evaluate_arrived(
         return Err(ApiError::conflict(why).with_hint(format!(
             "claim with --queue to wait for it, or claim from the pool: csivol claim --pool {} \
              --queue",
-            h.pool
+            csivol_api::cli_name(&h.pool)
         )));
     }
     // Nobody overtakes the queue.

@@ -100,7 +100,8 @@ fn spec_of(
                 ))
                 .with_hint(format!(
                     "give a spec of its own: `--fresh NAME=spec:FILE` with `source = {{ snapshot \
-                     = \"{s}\" }}` in FILE"
+                     = \"{}\" }}` in FILE",
+                    api::split_key(s).1
                 )));
             };
             (v, api::ContentSource::Snapshot(s.clone()))

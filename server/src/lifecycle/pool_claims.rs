@@ -164,8 +164,9 @@ pub fn claim_from_pool(
         ApiError::conflict(format!("no member of pool `{pool}` is free: {why}")).with_hint(
             format!(
                 "claim with --queue to wait in the pool's line, or try again once a member is \
-                 released (`csivol pool show {pool}` shows who holds each), or add a volume to \
+                 released (`csivol pool show {}` shows who holds each), or add a volume to \
                  the pool: csivol volume label VOLUME {}",
+                csivol_api::cli_name(pool),
                 super::pools::selector_text(&p.selector).replace(',', " ")
             ),
         ),

@@ -66,13 +66,15 @@ pub(super) fn waiter_claim(w: &PoolWaiterRow, position: usize, index: u64) -> ap
         labels: c.labels.clone(),
         mount: api::ClaimMount::default(),
         usage: None,
+        // The pool and the member held are named within their namespace, the claim's own.
         pool: Some(api::ClaimPool {
-            pool: w.pool.clone(),
+            pool: api::split_key(&w.pool).1.to_owned(),
             choice: PoolChoice::Waiting,
             why: match &w.held {
                 Some(m) => format!(
-                    "waits in line, number {}; member {m} is held for it",
-                    position + 1
+                    "waits in line, number {}; member {} is held for it",
+                    position + 1,
+                    api::split_key(m).1
                 ),
                 None => format!("waits in line, number {}", position + 1),
             },
@@ -147,7 +149,8 @@ pub(super) fn line_view(
             since: time(w.at),
             waited_ms: u64::try_from(now.saturating_sub(w.at)).unwrap_or(0),
             expires_at: w.expires_at.map(time),
-            held: w.held,
+            // Named as the pool's members are, within its namespace.
+            held: w.held.as_deref().map(|m| api::split_key(m).1.to_owned()),
         })
         .collect())
 }

@@ -53,7 +53,8 @@ pub(super) fn waiting(
             c.node
         ))
         .with_hint(format!(
-            "release it first: csivol release --pool {pool} --alloc {}",
+            "release it first: csivol release --pool {} --alloc {}",
+            csivol_api::cli_name(pool),
             claim.alloc
         )));
     }
@@ -115,7 +116,7 @@ pub(super) fn join(
         ))
         .with_hint(format!(
             "`csivol pool show {}` shows its members; claim on a node they reach",
-            p.name
+            csivol_api::cli_name(&p.name)
         )));
     }
     super::claims::refuse_past_claims_limit(&*ctx, who, limits)?;
@@ -235,8 +236,9 @@ pub fn pool_claim(
         "alloc `{alloc}` neither waits in pool `{pool}`'s line nor holds a member of it"
     ))
     .with_hint(format!(
-        "`csivol pool show {pool}` shows its line and holders; one that left the line or was \
-         released is gone (`csivol events --node NODE` says)"
+        "`csivol pool show {}` shows its line and holders; one that left the line or was \
+         released is gone (`csivol events --node NODE` says)",
+        csivol_api::cli_name(pool)
     )))
 }
 

@@ -8,6 +8,7 @@
 use std::time::Duration;
 
 use csivol_tests::wait_for;
+use serde_json::Value;
 
 use crate::cluster::{Cluster, NodeOpts, Out, PLUGIN};
 
@@ -552,6 +553,34 @@ fn a_teams_pool_hands_its_jobs_the_teams_own_caches() {
         .ok()
         .json();
     assert_eq!(shown["members"][0]["cache_key"], "main", "{shown}");
+
+    // With its one member held, the next job waits in team-a's line, named as the team
+    // names it, and leaves it through the pool.
+    let a = |args: &[&str]| {
+        let mut all = vec!["-n", "team-a"];
+        all.extend_from_slice(args);
+        c.csivol_as(Some(&ta), &all)
+    };
+    a(&[
+        "claim", "--pool", "cache", "--node", "node-1", "--alloc", "hold-1", "--ttl", "5m",
+    ])
+    .ok();
+    let queued = a(&[
+        "claim", "--pool", "cache", "--node", "node-1", "--alloc", "wait-1", "--ttl", "5m",
+        "--queue", "-o", "json",
+    ])
+    .ok()
+    .json();
+    assert_eq!(
+        (&queued["state"], &queued["pool"]["pool"]),
+        (&Value::from("queued"), &Value::from("cache")),
+        "{queued}"
+    );
+    let line = a(&["pool", "show", "cache", "-o", "json"]).ok().json();
+    assert_eq!(line["line"][0]["alloc"], "wait-1", "{line}");
+    a(&["release", "--pool", "cache", "--alloc", "wait-1"]).ok();
+    let line = a(&["pool", "show", "cache", "-o", "json"]).ok().json();
+    assert!(line.get("line").is_none(), "{line}");
 
     // Team B: team-a's pool is out of its reach, and team-b has none of that name.
     refused(

@@ -133,7 +133,8 @@ pub fn contents(conn: &Connection, namespace: &str, first: usize) -> ApiResult<C
         volumes: count("volumes", "name")?,
         first_volumes,
         claims: count("claims", "volume")?,
-        snapshots: count("snapshots", "volume")?,
+        // By the snapshot's own key: an adopted snapshot may name no volume.
+        snapshots: count("snapshots", "name")?,
         capacity_bytes: aggregate(conn, namespace, "sum(capacity_bytes)", "volumes", "name")?,
         fresh_volumes: if super::shape::has_table(conn, "job_volumes")? {
             count("job_volumes", "volume")?
