@@ -110,10 +110,9 @@ where
 }
 
 /// `POST /v1/fresh-claims`: a per-job volume made and claimed in one transaction (or,
-/// with `dry_run`, whether it can be). Answered like a claim: 201 with the new claim, 200
-/// with the claim a retried request already made.
-/// `POST /v1/fresh-claims`: a per-job volume, made in the namespace the request names
-/// (`?namespace=`, read by the namespaces' layer), with what it copies from there.
+/// with `dry_run`, whether it can be), in the namespace the request names (`?namespace=`,
+/// read by the namespaces' layer), copied from what lives there. Answered like a claim:
+/// 201 with the new claim, 200 with the claim a retried request already made.
 pub(super) async fn post_fresh_claim(
     State(app): State<App>,
     headers: HeaderMap,
