@@ -12,7 +12,7 @@ use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use csivol_api::{self as api, ALL_NAMESPACES, DEFAULT_NAMESPACE, KEY_SEPARATOR};
 
-use super::once::{Answer, Once, created_or_ok};
+use super::once::{Answer, Once, RouteNamespace, created_or_ok};
 use crate::app::App;
 use crate::error::{ApiError, ApiResult};
 use crate::lifecycle;
@@ -121,7 +121,10 @@ fn rewrite(mut req: Request) -> ApiResult<Request> {
     };
     let mut path = uri.path().to_owned();
     if holds == Holds::Makes {
-        asked.one()?;
+        let ns = asked.one()?.to_owned();
+        if ns != DEFAULT_NAMESPACE {
+            req.extensions_mut().insert(RouteNamespace(ns));
+        }
     }
     if holds == Holds::Named {
         asked.one()?;
@@ -261,6 +264,29 @@ mod tests {
         let req = rewrite(req).map_err(|e| e.message)?;
         let asked = req.extensions().get::<Asked>().cloned().unwrap();
         Ok((req.uri().to_string(), asked))
+    }
+
+    /// A per-job claim's path names no namespace: the one it asks for goes to the repeat
+    /// key's route, so one key sent in two namespaces is two requests.
+    #[test]
+    fn a_per_job_claim_keeps_its_namespace_for_its_repeat_key() {
+        let route_of = |uri: &str| {
+            let req = Request::builder()
+                .uri(uri)
+                .body(axum::body::Body::empty())
+                .unwrap();
+            rewrite(req)
+                .unwrap()
+                .extensions()
+                .get::<RouteNamespace>()
+                .map(|r| r.0.clone())
+        };
+        assert_eq!(
+            route_of("/v1/fresh-claims?namespace=team-a").as_deref(),
+            Some("team-a")
+        );
+        assert_eq!(route_of("/v1/fresh-claims"), None);
+        assert_eq!(route_of("/v1/volumes/db/claims?namespace=team-a"), None);
     }
 
     #[test]

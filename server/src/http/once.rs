@@ -51,15 +51,7 @@ impl FromRequestParts<App> for Once {
             None => None,
         };
         let mut route = route(&parts.method, &parts.uri);
-        // The namespaces' layer took the namespace out of the query; where the path does not
-        // name it in a key (a per-job claim's), it still tells two requests apart.
-        if let Some(asked) = parts.extensions.get::<super::namespaces::Asked>()
-            && asked.holds == super::namespaces::Holds::Makes
-            && let Some(ns) = asked
-                .namespace
-                .as_deref()
-                .filter(|ns| *ns != csivol_api::DEFAULT_NAMESPACE)
-        {
+        if let Some(RouteNamespace(ns)) = parts.extensions.get::<RouteNamespace>() {
             route.push_str(&format!(" in namespace {ns}"));
         }
         Ok(Self {
@@ -69,6 +61,12 @@ impl FromRequestParts<App> for Once {
         })
     }
 }
+
+/// The namespace a request names where its path does not hold it in a key (a per-job
+/// claim's), put by the namespaces' layer, which took it out of the query: it still tells
+/// two requests apart under one key.
+#[derive(Clone, Debug)]
+pub(super) struct RouteNamespace(pub String);
 
 fn key(headers: &HeaderMap) -> ApiResult<Option<String>> {
     let Some(value) = headers.get(IDEMPOTENCY_KEY_HEADER) else {
