@@ -94,7 +94,9 @@ fn read_on<T>(
     };
     let result = {
         let tx = conn.unchecked_transaction()?;
+        let scope = super::shape::in_transaction();
         let r = f(&tx);
+        drop(scope);
         drop(tx);
         r
     };

@@ -179,6 +179,8 @@ pub(crate) fn run_group(
             .map_err(|e| e.to_string())
     };
     let mut effects = GroupEffects::default();
+    // No request changes the schema (migrations run apart).
+    let _scope = super::shape::in_transaction();
     for job in group.iter_mut() {
         if each {
             run("SAVEPOINT job")?;
