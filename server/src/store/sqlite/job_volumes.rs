@@ -36,7 +36,7 @@ pub fn get(conn: &Connection, volume: &str) -> ApiResult<Option<JobVolumeRow>> {
     if !kept(conn)? {
         return Ok(None);
     }
-    let mut stmt = conn.prepare_cached(&format!(
+    let mut stmt = conn.prepare_cached(fixed_sql!(
         "SELECT {COLUMNS} FROM job_volumes WHERE volume = ?1"
     ))?;
     let mut rows = stmt.query_map([volume], row)?;
@@ -49,7 +49,7 @@ pub fn of_alloc(conn: &Connection, alloc: &str, name: &str) -> ApiResult<Vec<Job
     if !kept(conn)? {
         return Ok(Vec::new());
     }
-    let mut stmt = conn.prepare_cached(&format!(
+    let mut stmt = conn.prepare_cached(fixed_sql!(
         "SELECT {COLUMNS} FROM job_volumes WHERE alloc = ?1 AND name = ?2 \
          ORDER BY created_at, volume"
     ))?;
@@ -63,7 +63,7 @@ pub fn all(conn: &Connection) -> ApiResult<Vec<JobVolumeRow>> {
     if !kept(conn)? {
         return Ok(Vec::new());
     }
-    let mut stmt = conn.prepare_cached(&format!(
+    let mut stmt = conn.prepare_cached(fixed_sql!(
         "SELECT {COLUMNS} FROM job_volumes ORDER BY volume"
     ))?;
     Ok(stmt.query_map([], row)?.collect::<Result<Vec<_>, _>>()?)
@@ -80,7 +80,7 @@ pub fn between(
     if !kept(conn)? {
         return Ok(out);
     }
-    let mut stmt = conn.prepare_cached(&format!(
+    let mut stmt = conn.prepare_cached(fixed_sql!(
         "SELECT {COLUMNS} FROM job_volumes WHERE volume > ?1 AND volume <= ?2"
     ))?;
     for r in stmt.query_map(params![after, last], row)? {

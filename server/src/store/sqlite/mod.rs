@@ -3,6 +3,35 @@
 //! through the connection's statement cache: the same few run for every claim, and
 //! preparing them each time would cost more than running them.
 
+/// A statement's text formatted from constants once per process, not at every call: a row
+/// read at every request then neither formats nor allocates its text before the statement
+/// cache finds it. The text is kept, so only constants can be named in it.
+macro_rules! fixed_sql {
+    ($($format:tt)*) => {{
+        static SQL: std::sync::LazyLock<String> =
+            std::sync::LazyLock::new(|| format!($($format)*));
+        SQL.as_str()
+    }};
+}
+
+/// A statement on the claims table whose `{columns}` are the claim columns this schema has
+/// ([`drift::claim_columns`]), each form's text formatted once per process.
+macro_rules! claims_sql {
+    ($conn:expr, $format:literal) => {
+        if crate::store::sqlite::drift::kept($conn)? {
+            fixed_sql!(
+                $format,
+                columns = crate::store::sqlite::drift::CLAIM_COLUMNS_WITH_DRIFT
+            )
+        } else {
+            fixed_sql!(
+                $format,
+                columns = crate::store::sqlite::drift::CLAIM_COLUMNS
+            )
+        }
+    };
+}
+
 mod access;
 pub mod backup;
 mod claim_mounts;
@@ -135,11 +164,11 @@ impl Snapshot for Connection {
     }
 
     fn claims_of_node(&self, node: &str, state: Option<ClaimState>) -> ApiResult<Vec<ClaimRow>> {
-        let sql = format!(
-            "SELECT {} FROM claims WHERE node = ?1 AND (?2 IS NULL OR state = ?2) ORDER BY volume, alloc",
-            drift::claim_columns(self)?
+        let sql = claims_sql!(
+            self,
+            "SELECT {columns} FROM claims WHERE node = ?1 AND (?2 IS NULL OR state = ?2) ORDER BY volume, alloc"
         );
-        let mut stmt = self.prepare_cached(&sql)?;
+        let mut stmt = self.prepare_cached(sql)?;
         let rows = stmt
             .query_map(params![node, state.map(|s| s.as_str())], ClaimRow::from_row)?
             .collect::<Result<_, _>>()?;
@@ -155,22 +184,20 @@ impl Snapshot for Connection {
     }
 
     fn attachment(&self, volume: &str, node: &str) -> ApiResult<Option<AttachmentRow>> {
-        let sql = format!(
-            "SELECT {} FROM attachments WHERE volume = ?1 AND node = ?2",
-            ATTACHMENT_COLUMNS
+        let sql = fixed_sql!(
+            "SELECT {ATTACHMENT_COLUMNS} FROM attachments WHERE volume = ?1 AND node = ?2"
         );
         optional(
-            self.prepare_cached(&sql)?
+            self.prepare_cached(sql)?
                 .query_row([volume, node], AttachmentRow::from_row),
         )
     }
 
     fn attachments_of_node(&self, node: &str) -> ApiResult<Vec<AttachmentRow>> {
-        let sql = format!(
-            "SELECT {} FROM attachments WHERE node = ?1 ORDER BY volume",
-            ATTACHMENT_COLUMNS
+        let sql = fixed_sql!(
+            "SELECT {ATTACHMENT_COLUMNS} FROM attachments WHERE node = ?1 ORDER BY volume"
         );
-        let mut stmt = self.prepare_cached(&sql)?;
+        let mut stmt = self.prepare_cached(sql)?;
         let rows = stmt
             .query_map([node], AttachmentRow::from_row)?
             .collect::<Result<_, _>>()?;
@@ -299,11 +326,11 @@ impl Snapshot for Connection {
         // id order, so this is one ordered scan with no sort; the cap per kind is counted
         // here (a window function numbering the rows sorted them twice, at every slot
         // freed).
-        let sql = format!(
+        let sql = fixed_sql!(
             "SELECT {SLOT_COLUMNS} FROM ops WHERE plugin = ?1 AND host IS NULL AND not_before <= ?2 \
              ORDER BY id"
         );
-        let mut stmt = self.prepare_cached(&sql)?;
+        let mut stmt = self.prepare_cached(sql)?;
         let mut seen: HashMap<OpKind, usize> = HashMap::new();
         let mut due = Vec::new();
         for slot in stmt.query_map(params![plugin, now], slot_from_row)? {

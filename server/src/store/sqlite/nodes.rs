@@ -16,10 +16,11 @@ use crate::store::sqlite::writer::WriteCtx;
 // ---- nodes ----
 
 pub fn nodes(conn: &Connection, only: Option<&str>) -> ApiResult<Vec<NodeRow>> {
-    let sql =
-        format!("SELECT {NODE_COLUMNS} FROM nodes WHERE (?1 IS NULL OR name = ?1) ORDER BY name");
+    let sql = fixed_sql!(
+        "SELECT {NODE_COLUMNS} FROM nodes WHERE (?1 IS NULL OR name = ?1) ORDER BY name"
+    );
     let rows = conn
-        .prepare_cached(&sql)?
+        .prepare_cached(sql)?
         .query_map([only], NodeRow::from_row)?
         .collect::<Result<_, _>>()?;
     Ok(rows)
@@ -143,13 +144,13 @@ pub fn set_node_fenced(ctx: &WriteCtx<'_>, node: &str) -> ApiResult<()> {
 // ---- leases ----
 
 pub fn expired_claims(conn: &Connection, now: i64) -> ApiResult<Vec<ClaimRow>> {
-    let sql = format!(
-        "SELECT {} FROM claims WHERE expires_at <= ?1 \
-         AND state NOT IN ('releasing', 'failed', 'blocked') ORDER BY expires_at",
-        super::drift::claim_columns(conn)?
+    let sql = claims_sql!(
+        conn,
+        "SELECT {columns} FROM claims WHERE expires_at <= ?1 \
+         AND state NOT IN ('releasing', 'failed', 'blocked') ORDER BY expires_at"
     );
     let rows = conn
-        .prepare_cached(&sql)?
+        .prepare_cached(sql)?
         .query_map([now], ClaimRow::from_row)?
         .collect::<Result<_, _>>()?;
     Ok(rows)

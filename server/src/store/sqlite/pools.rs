@@ -250,7 +250,7 @@ pub fn recent_claims(conn: &Connection, pool: &str, n: u32) -> ApiResult<Vec<Poo
     if !kept(conn)? {
         return Ok(Vec::new());
     }
-    let mut stmt = conn.prepare_cached(&format!(
+    let mut stmt = conn.prepare_cached(fixed_sql!(
         "SELECT {CLAIM_COLUMNS} FROM pool_claims WHERE pool = ?1 ORDER BY id DESC LIMIT ?2"
     ))?;
     let rows = stmt
@@ -265,7 +265,7 @@ pub fn open_claim(conn: &Connection, volume: &str, alloc: &str) -> ApiResult<Opt
         return Ok(None);
     }
     optional(
-        conn.prepare_cached(&format!(
+        conn.prepare_cached(fixed_sql!(
             "SELECT {CLAIM_COLUMNS} FROM pool_claims WHERE volume = ?1 AND alloc = ?2 \
              AND released_at IS NULL ORDER BY id DESC LIMIT 1"
         ))?

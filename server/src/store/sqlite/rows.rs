@@ -91,8 +91,8 @@ impl VolumeRow {
     }
 
     pub fn load(conn: &Connection, name: &str) -> ApiResult<Option<Self>> {
-        let sql = format!("SELECT {VOLUME_COLUMNS} FROM volumes WHERE name = ?1");
-        optional(conn.prepare_cached(&sql)?.query_row([name], Self::from_row))
+        let sql = fixed_sql!("SELECT {VOLUME_COLUMNS} FROM volumes WHERE name = ?1");
+        optional(conn.prepare_cached(sql)?.query_row([name], Self::from_row))
     }
 }
 
@@ -197,11 +197,11 @@ impl ClaimRow {
     }
 
     pub fn of_volume(conn: &Connection, volume: &str) -> ApiResult<Vec<Self>> {
-        let sql = format!(
-            "SELECT {} FROM claims WHERE volume = ?1 ORDER BY created_at, alloc",
-            super::drift::claim_columns(conn)?
+        let sql = claims_sql!(
+            conn,
+            "SELECT {columns} FROM claims WHERE volume = ?1 ORDER BY created_at, alloc"
         );
-        let mut stmt = conn.prepare_cached(&sql)?;
+        let mut stmt = conn.prepare_cached(sql)?;
         let rows = stmt
             .query_map([volume], Self::from_row)?
             .collect::<Result<Vec<_>, _>>()?;
@@ -209,12 +209,12 @@ impl ClaimRow {
     }
 
     pub fn load(conn: &Connection, volume: &str, alloc: &str) -> ApiResult<Option<Self>> {
-        let sql = format!(
-            "SELECT {} FROM claims WHERE volume = ?1 AND alloc = ?2",
-            super::drift::claim_columns(conn)?
+        let sql = claims_sql!(
+            conn,
+            "SELECT {columns} FROM claims WHERE volume = ?1 AND alloc = ?2"
         );
         optional(
-            conn.prepare_cached(&sql)?
+            conn.prepare_cached(sql)?
                 .query_row([volume, alloc], Self::from_row),
         )
     }
@@ -254,9 +254,10 @@ impl AttachmentRow {
     }
 
     pub fn of_volume(conn: &Connection, volume: &str) -> ApiResult<Vec<Self>> {
-        let sql =
-            format!("SELECT {ATTACHMENT_COLUMNS} FROM attachments WHERE volume = ?1 ORDER BY node");
-        let mut stmt = conn.prepare_cached(&sql)?;
+        let sql = fixed_sql!(
+            "SELECT {ATTACHMENT_COLUMNS} FROM attachments WHERE volume = ?1 ORDER BY node"
+        );
+        let mut stmt = conn.prepare_cached(sql)?;
         let rows = stmt
             .query_map([volume], Self::from_row)?
             .collect::<Result<Vec<_>, _>>()?;
@@ -284,8 +285,8 @@ impl NodeRow {
     }
 
     pub fn load(conn: &Connection, name: &str) -> ApiResult<Option<Self>> {
-        let sql = format!("SELECT {NODE_COLUMNS} FROM nodes WHERE name = ?1");
-        optional(conn.prepare_cached(&sql)?.query_row([name], Self::from_row))
+        let sql = fixed_sql!("SELECT {NODE_COLUMNS} FROM nodes WHERE name = ?1");
+        optional(conn.prepare_cached(sql)?.query_row([name], Self::from_row))
     }
 }
 
@@ -315,11 +316,11 @@ impl NodePluginRow {
     }
 
     pub fn of_node(conn: &Connection, node: &str) -> ApiResult<Vec<Self>> {
-        let sql = format!(
+        let sql = fixed_sql!(
             "SELECT {NODE_PLUGIN_COLUMNS} FROM node_plugins WHERE node = ?1 ORDER BY plugin"
         );
         let rows = conn
-            .prepare_cached(&sql)?
+            .prepare_cached(sql)?
             .query_map([node], Self::from_row)?
             .collect::<Result<Vec<_>, _>>()?;
         Ok(rows)
@@ -341,11 +342,11 @@ impl NodePluginRow {
     /// every controller operation asks for one (the other plugins' rows are not read, nor
     /// their registrations parsed).
     pub fn load(conn: &Connection, node: &str, plugin: &str) -> ApiResult<Option<Self>> {
-        let sql = format!(
+        let sql = fixed_sql!(
             "SELECT {NODE_PLUGIN_COLUMNS} FROM node_plugins WHERE node = ?1 AND plugin = ?2"
         );
         optional(
-            conn.prepare_cached(&sql)?
+            conn.prepare_cached(sql)?
                 .query_row([node, plugin], Self::from_row),
         )
     }
