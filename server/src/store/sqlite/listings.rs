@@ -337,14 +337,29 @@ pub fn volumes_of_plugin(conn: &Connection, plugin: &str) -> ApiResult<u32> {
     )?)
 }
 
+/// The first `?2` distinct parameter sets of plugin `?1`'s volumes in order, each the
+/// least above the one before: with the index `volumes_parameters (plugin, parameters)` one
+/// seek per set, where `SELECT DISTINCT` walked every volume of the plugin (a third of the
+/// server's CPU in a claim cycle once every node hosts the controller). Below the schema
+/// with that index (a rolling upgrade's servers before it is finalized) each step walks
+/// the plugin's volumes instead.
+const PARAMETER_SETS_SQL: &str = "WITH RECURSIVE sets (parameters, n) AS ( \
+         SELECT (SELECT min(parameters) FROM volumes WHERE plugin = ?1), 1 \
+         UNION ALL \
+         SELECT (SELECT min(v.parameters) FROM volumes v \
+                 WHERE v.plugin = ?1 AND v.parameters > sets.parameters), n + 1 \
+         FROM sets WHERE sets.parameters IS NOT NULL AND n < ?2) \
+     SELECT parameters FROM sets WHERE parameters IS NOT NULL";
+
 pub fn parameter_sets(
     conn: &Connection,
     plugin: &str,
     limit: usize,
 ) -> ApiResult<Vec<std::collections::BTreeMap<String, String>>> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT DISTINCT parameters FROM volumes WHERE plugin = ?1 ORDER BY parameters LIMIT ?2",
-    )?;
+    if limit == 0 {
+        return Ok(Vec::new());
+    }
+    let mut stmt = conn.prepare_cached(PARAMETER_SETS_SQL)?;
     let texts: Vec<String> = stmt
         .query_map(params![plugin, limit as i64], |r| r.get(0))?
         .collect::<Result<_, _>>()?;
@@ -458,4 +473,84 @@ pub fn running_ops(conn: &Connection, plugin: &str) -> ApiResult<Vec<RunningOpRo
         })?
         .collect::<Result<_, _>>()?;
     Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use rusqlite::params;
+
+    use super::{PARAMETER_SETS_SQL, parameter_sets};
+    use crate::store::sqlite::db::open;
+
+    fn add(conn: &rusqlite::Connection, name: &str, plugin: &str, parameters: &str) {
+        conn.execute(
+            "INSERT INTO volumes (name, plugin, external_id, access_mode, attachment, fs_type, \
+             mount_flags, context, parameters, secrets, lifecycle, created_at, updated_at, \
+             modify_index) VALUES (?1, ?2, ?1, 'single-node-writer', 'file-system', '', \
+             '[]', '{}', ?3, '{}', 'ready', 1, 1, 1)",
+            params![name, plugin, parameters],
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn a_plugins_parameter_sets_are_its_own_distinct_ones_in_order_up_to_the_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let (conn, _) = open(&dir.path().join("state.db")).unwrap();
+        assert!(parameter_sets(&conn, "hp", 8).unwrap().is_empty());
+        for (i, p) in [
+            r#"{"tier":"b"}"#,
+            "{}",
+            r#"{"tier":"a"}"#,
+            "{}",
+            r#"{"tier":"b"}"#,
+        ]
+        .iter()
+        .enumerate()
+        {
+            add(&conn, &format!("v{i}"), "hp", p);
+        }
+        add(&conn, "other", "nfs", r#"{"tier":"z"}"#);
+        // A set that does not parse is not one to ask about.
+        add(&conn, "broken", "hp", "~ not json");
+        let tiers = |limit| -> Vec<Option<String>> {
+            parameter_sets(&conn, "hp", limit)
+                .unwrap()
+                .into_iter()
+                .map(|p| p.get("tier").cloned())
+                .collect()
+        };
+        let (a, b) = (Some("a".to_owned()), Some("b".to_owned()));
+        // In the order of their stored text: `{"` before `{}`.
+        assert_eq!(tiers(8), vec![a.clone(), b.clone(), None]);
+        assert_eq!(tiers(2), vec![a, b]);
+        assert!(tiers(0).is_empty());
+    }
+
+    #[test]
+    fn a_plugins_parameter_sets_cost_a_seek_each_not_a_walk_of_its_volumes() {
+        let dir = tempfile::tempdir().unwrap();
+        let (conn, _) = open(&dir.path().join("state.db")).unwrap();
+        // 2,000 volumes in three sets: a walk of them takes thousands of SQLite steps.
+        for i in 0..2_000 {
+            let set = match i % 100 {
+                0 => r#"{"tier":"a"}"#,
+                1 => r#"{"tier":"b"}"#,
+                _ => "{}",
+            };
+            add(&conn, &format!("v{i}"), "hp", set);
+        }
+        let mut stmt = conn.prepare(PARAMETER_SETS_SQL).unwrap();
+        let sets: Vec<String> = stmt
+            .query_map(params!["hp", 8], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(sets.len(), 3);
+        let steps = stmt.get_status(rusqlite::StatementStatus::VmStep);
+        assert!(
+            steps < 500,
+            "{steps} SQLite steps for 3 sets of 2,000 volumes: the query walks the volumes"
+        );
+    }
 }

@@ -32,6 +32,11 @@ CREATE INDEX claim_tombstones_at ON claim_tombstones (released_at);
 -- migration.
 CREATE INDEX volumes_external_id ON volumes (plugin, external_id);
 
+-- The parameter sets of a plugin's volumes, in order: every desired state pushed to a
+-- node hosting the plugin's controller names a few of them for its GetCapacity calls,
+-- each found by one seek here instead of a walk over all the plugin's volumes.
+CREATE INDEX volumes_parameters ON volumes (plugin, parameters);
+
 -- A claim's drift (its node found it not mounted as its plugin made it, or registered or
 -- came back without it) as a field of its own, JSON: what found it (`check`,
 -- `registration`, `return`), when (`at`, unix ms) and why (`reason`), until its republish
