@@ -150,8 +150,9 @@ pub(crate) async fn make_ready(
 }
 
 /// Takes a database this build made back to the schema of the release before: this
-/// release's schema changes are one migration (the retries' tables, the external-id
-/// index, the claims' `drift` and `claimer` columns, the namespaces and their quotas), undone here, and the version one
+/// release's schema changes are one migration (the retries' tables, the external-id and
+/// parameter-set indexes, the claims' `drift` and `claimer` columns, the namespaces and
+/// their quotas), undone here, and the version one
 /// lower, so that the next start migrates it as an upgrade does. Rows the older schema
 /// has are kept with their ids.
 pub(crate) fn back_to_the_previous_schema(conn: &rusqlite::Connection) {
@@ -160,6 +161,7 @@ pub(crate) fn back_to_the_previous_schema(conn: &rusqlite::Connection) {
         .unwrap();
     conn.execute_batch(
         "DROP INDEX volumes_external_id;
+         DROP INDEX volumes_parameters;
          DROP TABLE request_keys;
          DROP TABLE claim_tombstones;
          DROP INDEX claims_claimer;
