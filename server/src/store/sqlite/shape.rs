@@ -15,8 +15,8 @@
 //! read and every write group: migrations run in transactions of their own) the cookie
 //! cannot move: the transaction reads one snapshot of the database, its schema included,
 //! and a change another connection commits meanwhile is not in it. So a thread in such a
-//! transaction
-//! ([`in_transaction`]) reads the cookie at its first gate and answers the others from it.
+//! transaction ([`in_transaction`]) reads the cookie at its first gate and answers the
+//! others from it.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
