@@ -108,20 +108,14 @@ fn start(conn: &dyn Snapshot, node: &str, index: u64) -> ApiResult<api::DesiredS
 /// queries stay within [`api::limits::MAX_CAPACITY_QUERIES`].
 const PARAMETER_SETS: usize = 8;
 
-/// The GetCapacity calls `node` makes for each plugin whose controller it hosts and which
-/// reports GET_CAPACITY: the plugin as a whole and each segment its ready nodes lie in,
+/// The GetCapacity calls `node` makes for each plugin whose controller it hosts and whose
+/// controller there reports GET_CAPACITY (the node calls its own): the plugin as a whole and each segment its ready nodes lie in,
 /// each with every parameter set of its volumes (at most [`PARAMETER_SETS`]) and with none.
 /// Segments and sets that came after the host's last desired state are asked about once
 /// the next one reaches it.
 fn capacity_queries(conn: &dyn Snapshot, node: &str) -> ApiResult<Vec<api::CapacityQueries>> {
     let mut out = Vec::new();
-    for plugin in conn.controller_plugins(node)? {
-        if !conn
-            .controller_capabilities(&plugin)?
-            .is_some_and(|c| c.get_capacity)
-        {
-            continue;
-        }
+    for plugin in conn.capacity_plugins(node)? {
         let segments: BTreeSet<api::Topology> = std::iter::once(api::Topology::new())
             .chain(
                 conn.ready_plugin_nodes(&plugin)?

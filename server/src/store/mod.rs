@@ -113,8 +113,9 @@ pub trait Snapshot: namespaces::Namespaces {
     ) -> ApiResult<Vec<(String, NodeStatus)>>;
     /// The plugins a node registered, by plugin.
     fn node_plugins(&self, node: &str) -> ApiResult<Vec<NodePluginRow>>;
-    /// The plugins whose controller `node` hosts, by plugin (their rows not read).
-    fn controller_plugins(&self, node: &str) -> ApiResult<Vec<String>>;
+    /// The plugins whose controller `node` hosts and reports GET_CAPACITY there, by plugin
+    /// (their rows not read).
+    fn capacity_plugins(&self, node: &str) -> ApiResult<Vec<String>>;
     /// One plugin's registration on a node, if it registered there.
     fn node_plugin(&self, node: &str, plugin: &str) -> ApiResult<Option<NodePluginRow>>;
     /// The nodes whose registration of `plugin` names `node_id` (NodeGetInfo's), by name.

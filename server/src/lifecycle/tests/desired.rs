@@ -209,4 +209,20 @@ async fn only_the_controller_s_host_is_asked_for_capacity() {
         "n2 hosts no controller: {:?}",
         d.capacity
     );
+
+    // A host calls its own controller: one whose controller does not report GET_CAPACITY
+    // is asked for none, whatever another host's says.
+    let req = super::registration("n3", true, &[]);
+    assert!(req.plugins[0].controller.is_some_and(|c| !c.get_capacity));
+    env.write(move |ctx, l| super::super::register_node(ctx, "n3", &req, l))
+        .await
+        .unwrap();
+    let d = env.read(|c| super::super::desired_state(c, "n3", 4)).await;
+    assert!(
+        d.capacity.is_empty(),
+        "n3's controller does not report GET_CAPACITY: {:?}",
+        d.capacity
+    );
+    let d = env.read(|c| super::super::desired_state(c, "n1", 5)).await;
+    assert_eq!(d.capacity.len(), 1, "n1's does: {:?}", d.capacity);
 }

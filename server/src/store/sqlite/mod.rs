@@ -254,8 +254,8 @@ impl Snapshot for Connection {
         NodePluginRow::load(self, node, plugin)
     }
 
-    fn controller_plugins(&self, node: &str) -> ApiResult<Vec<String>> {
-        NodePluginRow::controllers_of_node(self, node)
+    fn capacity_plugins(&self, node: &str) -> ApiResult<Vec<String>> {
+        NodePluginRow::capacity_hosted_on(self, node)
     }
 
     fn needs_controller_publish(&self, plugin: &str) -> ApiResult<bool> {
@@ -720,7 +720,7 @@ reads_through_the_transaction! {
     node(name: &str) -> Option<NodeRow>;
     node_statuses(volume: &str, also: Option<&str>) -> Vec<(String, NodeStatus)>;
     node_plugins(node: &str) -> Vec<NodePluginRow>;
-    controller_plugins(node: &str) -> Vec<String>;
+    capacity_plugins(node: &str) -> Vec<String>;
     node_plugin(node: &str, plugin: &str) -> Option<NodePluginRow>;
     nodes_with_plugin_id(plugin: &str, node_id: &str) -> Vec<String>;
     slots_used(node: &str, plugin: &str) -> u32;

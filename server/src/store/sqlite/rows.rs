@@ -326,12 +326,17 @@ impl NodePluginRow {
         Ok(rows)
     }
 
-    /// The plugins whose controller `node` hosts: their names only, where a node's desired
-    /// state asks at every push (a registration's JSON is parsed for none of them).
-    pub fn controllers_of_node(conn: &Connection, node: &str) -> ApiResult<Vec<String>> {
+    /// The plugins whose controller `node` hosts and whose controller there reports
+    /// GET_CAPACITY: their names only, where a node's desired state asks at every push for
+    /// the GetCapacity calls it carries. Each row's `controller` object is read alone, not
+    /// the whole registration; a registration that is not JSON names no capability.
+    pub fn capacity_hosted_on(conn: &Connection, node: &str) -> ApiResult<Vec<String>> {
         let rows = conn
             .prepare_cached(
-                "SELECT plugin FROM node_plugins WHERE node = ?1 AND controller = 1 ORDER BY plugin",
+                "SELECT plugin FROM node_plugins WHERE node = ?1 AND controller = 1 \
+                 AND json_valid(registration) \
+                 AND json_extract(registration, '$.controller.get_capacity') = 1 \
+                 ORDER BY plugin",
             )?
             .query_map([node], |r| r.get(0))?
             .collect::<Result<Vec<_>, _>>()?;
