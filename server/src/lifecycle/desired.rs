@@ -109,8 +109,9 @@ fn start(conn: &dyn Snapshot, node: &str, index: u64) -> ApiResult<api::DesiredS
 const PARAMETER_SETS: usize = 8;
 
 /// The GetCapacity calls `node` makes for each plugin whose controller it hosts and whose
-/// controller there reports GET_CAPACITY (the node calls its own): the plugin as a whole and each segment its ready nodes lie in,
-/// each with every parameter set of its volumes (at most [`PARAMETER_SETS`]) and with none.
+/// controller there reports GET_CAPACITY (the node calls its own): the plugin as a whole
+/// and each segment its ready nodes lie in, each with every parameter set of its volumes
+/// (at most [`PARAMETER_SETS`]) and with none.
 /// Segments and sets that came after the host's last desired state are asked about once
 /// the next one reaches it.
 fn capacity_queries(conn: &dyn Snapshot, node: &str) -> ApiResult<Vec<api::CapacityQueries>> {
